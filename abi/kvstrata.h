@@ -1,0 +1,228 @@
+/*
+ * kvstrata.h - the engine-facing ABI of libkvstrata.
+ *
+ * An engine loads libkvstrata.so (dlopen, ctypes.CDLL), calls kvs_get_api(KVS_ABI_MAJOR) and from then on
+ * talks to the library only through the returned table. The hooks mirror vLLM's KV-connector v1
+ * contract: a scheduler-role handle answers lookups and builds one metadata blob per step; a worker-role
+ * handle binds that blob and moves KV between the engine's paged cache and the tiers. One process may
+ * hold a handle of role KVS_ROLE_BOTH (the mini engine does).
+ *
+ * Versioning: a new minor version only appends fields to the structs and tables below. A caller that
+ * reads a field checks struct_size first. A different major version is refused by kvs_get_api.
+ *
+ * Threading: kvs_get_api and kvs_strerror are thread-safe. Calls on one handle must be serialised by
+ * the caller (vLLM and the mini engine call each handle from one thread); different handles are
+ * independent. Every call returns a kvs_status; on failure kvs_api.last_error(h) names the problem.
+ *
+ * Ownership: every pointer passed in is borrowed for the duration of the call only, unless a comment
+ * says otherwise. The library never hands out memory the caller must free.
+ */
+#ifndef KVSTRATA_H
+#define KVSTRATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_ABI_MAJOR 1
+#define KVS_ABI_MINOR 0
+
+typedef enum kvs_status {
+    KVS_OK = 0,
+    KVS_EINVAL = -1,    /* an argument is wrong (null, out of range, impossible stride) */
+    KVS_ENOMEM = -2,    /* memory or pool slabs exhausted */
+    KVS_ENOTFOUND = -3, /* key, request or tier not known */
+    KVS_EIO = -4,       /* a device, file or peer failed */
+    KVS_ECONFIG = -5,   /* the YAML configuration is invalid */
+    KVS_EVERSION = -6,  /* ABI major version mismatch */
+    KVS_ESTATE = -7,    /* hook called out of order or on a handle of the wrong role */
+    KVS_ETIMEDOUT = -8, /* a bounded wait ran out */
+    KVS_ENOTSUP = -9,   /* the operation is not available in this build or tier */
+    KVS_ECORRUPT = -10, /* stored data failed its checksum or header check */
+    KVS_EAGAIN = -11,   /* not ready yet; call again later */
+    KVS_EOVERFLOW = -12 /* the caller's output buffer is too small; the needed size is reported */
+} kvs_status;
+
+typedef struct kvs_handle kvs_handle; /* opaque */
+
+typedef enum kvs_role {
+    KVS_ROLE_SCHEDULER = 1, /* lookup, on_alloc, build_meta, request_finished */
+    KVS_ROLE_WORKER = 2,    /* register_kv, bind_meta, start_load, ..., load_error_blocks */
+    KVS_ROLE_BOTH = 3
+} kvs_role;
+
+typedef enum kvs_dtype {
+    KVS_DTYPE_FP16 = 1,
+    KVS_DTYPE_BF16 = 2,
+    KVS_DTYPE_FP32 = 3,
+    KVS_DTYPE_FP8_E4M3 = 4,
+    KVS_DTYPE_FP8_E5M2 = 5
+} kvs_dtype;
+
+/* How the model's KV is shaped, per layer, on this rank. Given once at open; part of the fingerprint. */
+typedef struct kvs_model_desc {
+    uint32_t struct_size;  /* sizeof(kvs_model_desc) */
+    const char *model_id;  /* e.g. "meta-llama/Llama-3.1-8B"; copied at open */
+    kvs_dtype dtype;       /* element type of the KV cache */
+    uint32_t n_layers;     /* attention layers held by this rank */
+    uint32_t n_kv_heads;   /* KV heads held by this rank (1 for MLA) */
+    uint32_t head_dim;     /* elements per head (MLA: latent width, e.g. 576) */
+    uint32_t block_tokens; /* engine page size in tokens (vLLM default 16) */
+    uint32_t is_mla;       /* 1: one latent tensor per layer, no V; keys are rank-agnostic */
+    uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA */
+    uint32_t tp_size;
+    const char *salt;      /* optional extra fingerprint input (LoRA id, ...); NULL for none */
+} kvs_model_desc;
+
+typedef struct kvs_open_params {
+    uint32_t struct_size;        /* sizeof(kvs_open_params) */
+    kvs_role role;
+    const char *config_path;     /* YAML file; NULL means built-in defaults (one DRAM tier) */
+    const kvs_model_desc *model; /* required */
+} kvs_open_params;
+
+typedef enum kvs_device_kind {
+    KVS_DEVICE_HOST = 0, /* host device emulation: the "GPU" pages are ordinary RAM */
+    KVS_DEVICE_CUDA = 1  /* device memory of CUDA ordinal `device_index` */
+} kvs_device_kind;
+
+/*
+ * One layer of the engine's paged KV cache, described by byte strides so a single descriptor covers
+ * vLLM FlashAttention NHD [2,blocks,bs,heads,dim], HND permutations, FlashInfer [blocks,2,bs,heads,dim],
+ * MLA [blocks,bs,latent] (v_base NULL) and block-major cross-layer [blocks,layers,2,bs,heads,dim].
+ * The bytes of head h of token t of block b are at k_base + b*block_stride + t*token_stride +
+ * h*head_stride, and are head_dim * element-size bytes long and contiguous. The memory stays owned
+ * by the engine and must stay valid until the handle is closed.
+ */
+typedef struct kvs_layer_view {
+    uint32_t struct_size; /* sizeof(kvs_layer_view) */
+    kvs_device_kind device_kind;
+    int32_t device_index; /* CUDA ordinal; 0 for the host device */
+    uint32_t n_blocks;    /* pages in this layer's cache */
+    void *k_base;         /* K (MLA: the latent) of block 0, token 0, head 0 */
+    void *v_base;         /* V of block 0, token 0, head 0; NULL for MLA */
+    int64_t block_stride; /* bytes between consecutive blocks */
+    int64_t token_stride; /* bytes between consecutive tokens of a block */
+    int64_t head_stride;  /* bytes between consecutive heads of a token */
+} kvs_layer_view;
+
+/* scheduler side -------------------------------------------------------------------------------- */
+
+typedef struct kvs_lookup_result {
+    uint32_t struct_size;
+    uint64_t n_hit_tokens; /* tokens loadable beyond n_computed; a full-prompt hit reports one less */
+    uint8_t unknown_yet;   /* 1: cannot tell without blocking; ask again next step (vLLM's None) */
+    uint8_t load_async;    /* 1: load between steps (request waits for remote KV); 0: in the forward */
+} kvs_lookup_result;
+
+/* One request scheduled in this step, as the engine's scheduler sees it. */
+typedef struct kvs_step_request {
+    const char *req_id;       /* NUL-terminated, <= 255 bytes */
+    const int32_t *tokens;    /* every token of the request known so far (prompt, then outputs) */
+    uint64_t n_tokens;
+    const uint32_t *block_ids; /* the request's whole block table, in token order */
+    uint64_t n_block_ids;
+    uint64_t n_computed;  /* tokens whose KV is in the pages before this step, external hits included */
+    uint64_t n_scheduled; /* tokens the engine computes in this step */
+} kvs_step_request;
+
+typedef struct kvs_event {
+    uint8_t kind; /* KVS_EVENT_* */
+    uint8_t key[16];
+    uint32_t tier; /* index in the configured chain */
+} kvs_event;
+#define KVS_EVENT_STORED 1
+#define KVS_EVENT_REMOVED 2
+
+/* worker side ----------------------------------------------------------------------------------- */
+
+typedef struct kvs_stats {
+    uint32_t struct_size;
+    uint64_t lookups, lookup_hit_tokens, lookup_miss_tokens;
+    uint64_t chunks_loaded, bytes_loaded, load_ns;
+    uint64_t chunks_saved, bytes_saved, save_ns;
+    uint64_t saves_skipped;     /* saves dropped for lack of pool memory or because already stored */
+    uint64_t load_errors;       /* chunks whose load failed (checksum, I/O): reported as error blocks */
+    uint64_t evictions;         /* objects dropped from the last tier */
+    uint64_t leases_active, leases_expired;
+    double load_gbps, save_gbps; /* bytes / time over the handle's life */
+} kvs_stats;
+
+/* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
+typedef struct kvs_api {
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    uint32_t struct_size;
+    uint32_t reserved;
+
+    /* A static English sentence for a status. Never NULL. */
+    const char *(*strerror)(kvs_status status);
+
+    /* Open a handle. On failure *out is NULL and, if `error` is non-NULL, the reason is copied into
+     * error[0..error_len) (NUL-terminated). Nothing is left half-initialised. */
+    kvs_status (*open)(const kvs_open_params *params, kvs_handle **out, char *error, size_t error_len);
+    /* Close a handle: waits for in-flight saves (bounded), releases every lease. NULL is a no-op. */
+    void (*close)(kvs_handle *h);
+    /* The last error of this handle as a sentence, "" if none. Valid until the next call on h. */
+    const char *(*last_error)(const kvs_handle *h);
+
+    /* --- scheduler role --- */
+
+    /* How many tokens beyond n_computed can be loaded now. Pins what it counts (a lease) until the
+     * load completes, the request finishes or lease_timeout_ms passes. Calling again for the same
+     * request replaces the earlier lease. tokens are borrowed for the call. */
+    kvs_status (*lookup)(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
+                         uint64_t n_computed, kvs_lookup_result *out);
+    /* The engine allocated pages for n_external_tokens tokens reported by lookup; block_ids is the
+     * request's block table so far. n_external_tokens 0 cancels the load. */
+    kvs_status (*on_alloc)(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
+                           uint64_t n_block_ids, uint64_t n_external_tokens);
+    /* Build the step's metadata for the workers into buf[0..cap). *len gets the size; if cap is too
+     * small, returns KVS_EOVERFLOW with *len set to the size needed and changes no state. */
+    kvs_status (*build_meta)(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
+                             uint64_t cap, uint64_t *len);
+    /* The request is done; its leases are released. *keep_blocks is set to 1 if the engine must keep
+     * the request's pages until get_finished reports it (an async save still reads them). */
+    kvs_status (*request_finished)(kvs_handle *h, const char *req_id, int *keep_blocks);
+    /* Copy up to cap pending cache events (stored/removed) into out; *n gets the count taken. */
+    kvs_status (*take_events)(kvs_handle *h, kvs_event *out, uint64_t cap, uint64_t *n);
+
+    /* --- worker role --- */
+
+    /* Describe the engine's paged cache, one view per layer, once, before any load or save. The
+     * views are copied; the memory they point to is borrowed until close. */
+    kvs_status (*register_kv)(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers);
+    /* Bind the step's metadata (from build_meta, possibly in another process). Copied. */
+    kvs_status (*bind_meta)(kvs_handle *h, const void *meta, uint64_t len);
+    /* Issue every load of the bound step. Loads that fail become error blocks, not failures. */
+    kvs_status (*start_load)(kvs_handle *h);
+    /* Return when layer `layer`'s loads have landed in the pages (host device: at once; CUDA: the
+     * engine's current stream is made to wait on the layer's event). */
+    kvs_status (*wait_layer_load)(kvs_handle *h, uint32_t layer);
+    /* The engine has written layer `layer`'s KV for this step: gather the chunks to save. */
+    kvs_status (*save_layer)(kvs_handle *h, uint32_t layer);
+    /* Seal and store this step's saves; the bound metadata is cleared afterwards. */
+    kvs_status (*wait_save)(kvs_handle *h);
+    /* Requests whose async saves (sending) or async loads (receiving) ended since the last call.
+     * Each list is a buffer of NUL-separated request ids; *n_* get counts. Sync mode reports none. */
+    kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap, uint64_t *n_sending,
+                               char *receiving, uint64_t receiving_cap, uint64_t *n_receiving);
+    /* Block ids whose load failed in the bound step; the engine recomputes them. */
+    kvs_status (*load_error_blocks)(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
+    /* Counters since open. */
+    kvs_status (*stats)(kvs_handle *h, kvs_stats *out);
+} kvs_api;
+
+/* The single exported entry point. Returns NULL for an ABI major this library does not implement. */
+const kvs_api *kvs_get_api(uint32_t abi_major);
+
+/* Same sentences as kvs_api.strerror, for callers that link directly. */
+const char *kvs_strerror(kvs_status status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVSTRATA_H */

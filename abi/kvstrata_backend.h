@@ -1,0 +1,113 @@
+/*
+ * kvstrata_backend.h - the ABI between the connector and a tier backend.
+ *
+ * A tier is one instance of a backend. Built-in backends (dram, ...) implement this table, and a
+ * backend can live in its own shared object named in YAML (`type: plugin`, `plugin: /path/x.so`).
+ * Such a .so exports one symbol:
+ *
+ *     const kvs_backend_ops *kvs_backend_entry(uint32_t abi_major);
+ *
+ * returning its table for that major version, or NULL. The connector refuses a table whose abi_major
+ * differs from KVS_BACKEND_ABI_MAJOR or whose struct_size is smaller than the 1.0 table.
+ *
+ * Objects are opaque byte strings to a backend (the connector builds and verifies them). A backend
+ * stores, finds, pins and evicts; it never decides policy beyond its own eviction order.
+ *
+ * Threading: the connector calls one tier from one thread at a time unless caps has
+ * KVS_BACKEND_CAP_THREAD_SAFE. Buffers passed in are borrowed for the call.
+ */
+#ifndef KVSTRATA_BACKEND_H
+#define KVSTRATA_BACKEND_H
+
+#include "kvstrata.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_BACKEND_ABI_MAJOR 1
+#define KVS_BACKEND_ABI_MINOR 0
+
+/* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
+typedef struct kvs_key {
+    uint8_t bytes[16];
+} kvs_key;
+
+typedef struct kvs_backend_option {
+    const char *key;   /* option name as written in YAML under `options:` */
+    const char *value; /* its scalar value as written */
+} kvs_backend_option;
+
+#define KVS_LOG_ERROR 0
+#define KVS_LOG_WARN 1
+#define KVS_LOG_INFO 2
+#define KVS_LOG_DEBUG 3
+
+/* Services the connector offers a backend. Valid from create until destroy. */
+typedef struct kvs_backend_host {
+    uint32_t struct_size;
+    void *ctx; /* pass back as the first argument */
+    void (*log)(void *ctx, int level, const char *message);
+    /* Called by the backend when it drops an object to make room, before the bytes are reused, so
+     * the connector can write it back to the next tier. Must not call back into the backend. */
+    void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
+} kvs_backend_host;
+
+typedef struct kvs_backend_init {
+    uint32_t struct_size;
+    const char *tier_name;      /* from YAML, for messages */
+    uint64_t capacity_bytes;    /* from YAML `capacity`; 0 when the tier has none */
+    uint64_t max_object_bytes;  /* no object put into this tier is larger */
+    const kvs_backend_option *options; /* the tier's `options:` map, in file order */
+    uint64_t n_options;
+    const kvs_backend_host *host;
+    char *error;       /* create writes a sentence here on failure (NUL-terminated) */
+    uint64_t error_len;
+} kvs_backend_init;
+
+#define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */
+#define KVS_BACKEND_CAP_THREAD_SAFE (1u << 1)
+#define KVS_BACKEND_CAP_SHARED (1u << 2)     /* visible to other processes that open the same tier */
+
+typedef struct kvs_backend_ops {
+    uint32_t abi_major;
+    uint32_t abi_minor;
+    uint32_t struct_size;
+    uint32_t caps; /* KVS_BACKEND_CAP_* */
+    const char *type_name;
+
+    /* Create a tier. On failure returns a status, writes init->error, and leaves nothing allocated. */
+    kvs_status (*create)(const kvs_backend_init *init, void **state);
+    void (*destroy)(void *state);
+    /* A sentence for the last failure on this state ("" if none). */
+    const char *(*last_error)(void *state);
+
+    /* *n_present = how many of keys[0..n), from the front, are stored (stops at the first missing). */
+    kvs_status (*contains)(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present);
+    /* Pin keys[0..n) that are present, from the front, so eviction skips them for timeout_ms;
+     * *n_pinned gets how many were pinned. Pins nest; each pin needs one unpin or expires. */
+    kvs_status (*pin)(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                      uint64_t *n_pinned);
+    /* Drop one pin from each key. Unpinning a key that holds none is a no-op (not an error). */
+    kvs_status (*unpin)(void *state, const kvs_key *keys, uint64_t n);
+    /* Copy the object into dst[0..cap). KVS_ENOTFOUND if absent; KVS_EOVERFLOW if cap is short. */
+    kvs_status (*get)(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len);
+    /* CAP_ZERO_COPY: a pointer to the stored object, valid while the caller holds a pin on it. */
+    kvs_status (*get_ref)(void *state, const kvs_key *key, const void **object, uint64_t *len);
+    /* Store a copy of the object. Replaces an existing object of the same key. KVS_ENOMEM if it
+     * cannot make room (everything pinned or the object exceeds capacity). */
+    kvs_status (*put)(void *state, const kvs_key *key, const void *object, uint64_t len);
+    /* Remove if present; absent is not an error. */
+    kvs_status (*remove)(void *state, const kvs_key *key);
+    /* Objects and bytes held now. */
+    kvs_status (*usage)(void *state, uint64_t *n_objects, uint64_t *bytes);
+} kvs_backend_ops;
+
+/* The symbol a plugin .so exports. */
+typedef const kvs_backend_ops *(*kvs_backend_entry_fn)(uint32_t abi_major);
+#define KVS_BACKEND_ENTRY_SYMBOL "kvs_backend_entry"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVSTRATA_BACKEND_H */

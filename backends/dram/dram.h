@@ -1,0 +1,31 @@
+/*
+ * dram.h - the built-in DRAM tier: fixed-size slabs in one mapping, a hash index key -> slab and
+ * LRU eviction that skips pinned objects.
+ *
+ * Options (YAML `options:` of a `type: dram` tier):
+ *   shm_name  store the tier in the POSIX shared memory object "/<shm_name>" ([A-Za-z0-9_.-], at
+ *             most 200 characters) so every process of one deployment that opens a tier with the
+ *             same name and geometry sees the same objects. The first opener creates it; the last
+ *             destroy unlinks it. Without it the tier is private to the process.
+ *
+ * Capabilities: ZERO_COPY and THREAD_SAFE always; the tier is also SHARED (in the sense of
+ * KVS_BACKEND_CAP_SHARED) when shm_name is set, which is a property of the instance, not of the table.
+ * Every op takes one process-shared robust mutex. host->on_evict runs with that mutex held, in the
+ * process whose put made room; it must not call back into the tier.
+ */
+#ifndef KVS_DRAM_H
+#define KVS_DRAM_H
+
+#include "kvstrata_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The dram backend's ops table (static storage; never freed). Thread-safe. */
+const kvs_backend_ops *kvs_dram_backend(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVS_DRAM_H */

@@ -1,0 +1,59 @@
+/* config.h - the deployment's YAML configuration, parsed and validated strictly (libyaml). */
+#ifndef KVS_CONFIG_H
+#define KVS_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstrata.h"
+
+#define KVS_NAME_MAX 64
+#define KVS_PATH_MAX 4096
+
+typedef enum kvs_write_policy {
+    KVS_WRITE_BACK = 0,   /* objects move down the chain when this tier evicts them */
+    KVS_WRITE_THROUGH = 1 /* objects are copied to the next tier as soon as they are saved here */
+} kvs_write_policy;
+
+typedef struct kvs_config_option {
+    char *key;
+    char *value;
+} kvs_config_option;
+
+typedef struct kvs_tier_config {
+    char name[KVS_NAME_MAX];  /* unique within the file */
+    char type[KVS_NAME_MAX];  /* "dram" or "plugin" */
+    uint64_t capacity_bytes;  /* required for dram; optional (0) for plugin */
+    kvs_write_policy write;   /* default back */
+    char plugin[KVS_PATH_MAX]; /* path of the .so, required iff type is plugin */
+    kvs_config_option *options; /* the `options:` map, scalars only, in file order */
+    size_t n_options;
+    int line, column; /* where the tier's entry starts, for later messages */
+} kvs_tier_config;
+
+typedef struct kvs_config {
+    char source[KVS_PATH_MAX]; /* file path, or "<defaults>" / the name given to parse_string */
+    uint32_t version;          /* must be 1 */
+    uint32_t chunk_tokens;     /* default 256; multiple of the engine block size (checked at open) */
+    uint64_t lease_timeout_ms; /* default 30000; > 0 */
+    int save_decode;           /* default 0: decode-phase tokens are not saved */
+    int log_level;             /* KVS_LOG_*; default KVS_LOG_WARN */
+    uint64_t staging_bytes;    /* pinned staging pool; default 256MiB; >= one object (checked at open) */
+    kvs_tier_config *tiers;    /* at least one */
+    size_t n_tiers;
+} kvs_config;
+
+/* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes
+ * "file:line:column: key 'a.b[1].c': what is wrong" into err. *out is NULL on error. */
+kvs_status kvs_config_load(const char *path, kvs_config **out, char *err, size_t err_len);
+/* Same from memory; `name` stands for the file in messages. */
+kvs_status kvs_config_parse_string(const char *yaml, size_t len, const char *name, kvs_config **out,
+                                   char *err, size_t err_len);
+/* The built-in defaults: chunk 256, one 1GiB dram tier named "dram". */
+kvs_status kvs_config_defaults(kvs_config **out);
+void kvs_config_free(kvs_config *cfg);
+
+/* "4GiB", "512MiB", "1.5GB", "4096" (bytes) -> bytes. KVS_EINVAL for a bad number or unit. */
+kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes);
+
+#endif

@@ -1,0 +1,52 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static const char *level_name(int level) {
+    switch (level) {
+    case KVS_LOG_ERROR: return "error";
+    case KVS_LOG_WARN: return "warn";
+    case KVS_LOG_INFO: return "info";
+    default: return "debug";
+    }
+}
+
+void kvs_log(int threshold, int level, const char *fmt, ...) {
+    if (level > threshold) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kvstrata[%s]: %s\n", level_name(level), line);
+}
+
+void kvs_fmt(char *buf, size_t len, const char *fmt, ...) {
+    if (!buf || len == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    if (n < 0) buf[0] = '\0';
+}
+
+const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) kvs_fmt(buf, len, "%lluB", bytes);
+    else kvs_fmt(buf, len, "%.1f%s", v, units[u]);
+    return buf;
+}
+
+unsigned long long kvs_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}

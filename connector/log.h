@@ -1,0 +1,18 @@
+/* log.h - the connector's diagnostics: leveled lines on stderr, and the per-handle last error. */
+#ifndef KVS_LOG_H
+#define KVS_LOG_H
+
+#include <stddef.h>
+
+#include "kvstrata_backend.h"
+
+/* Print "kvstrata[level]: message" to stderr when level <= threshold. */
+void kvs_log(int threshold, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* snprintf that never fails the caller: truncates, always NUL-terminates (len > 0). */
+void kvs_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "1.5GiB" style rendering of a byte count into buf. */
+const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes);
+/* Monotonic nanoseconds. */
+unsigned long long kvs_now_ns(void);
+
+#endif
