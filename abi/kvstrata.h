@@ -75,6 +75,7 @@ typedef struct kvs_model_desc {
     uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA */
     uint32_t tp_size;
     const char *salt;      /* optional extra fingerprint input (LoRA id, ...); NULL for none */
+    uint32_t vocab_size;   /* token ids must lie in [0, vocab_size); 0 checks only for negatives */
 } kvs_model_desc;
 
 typedef struct kvs_open_params {

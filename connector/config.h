@@ -9,6 +9,9 @@
 
 #define KVS_NAME_MAX 64
 #define KVS_PATH_MAX 4096
+#define KVS_CONFIG_MAX_BYTES (1024 * 1024) /* a larger file is refused before parsing */
+#define KVS_CONFIG_MAX_TIERS 64
+#define KVS_CONFIG_MAX_OPTIONS 256 /* entries in one tier's `options:` */
 
 typedef enum kvs_write_policy {
     KVS_WRITE_BACK = 0,   /* objects move down the chain when this tier evicts them */
@@ -46,14 +49,17 @@ typedef struct kvs_config {
 /* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes
  * "file:line:column: key 'a.b[1].c': what is wrong" into err. *out is NULL on error. */
 kvs_status kvs_config_load(const char *path, kvs_config **out, char *err, size_t err_len);
-/* Same from memory; `name` stands for the file in messages. */
+/* Same from memory; `name` stands for the file in messages (NULL: "<string>"). When `name` contains a
+ * '/', relative plugin paths resolve against its directory; otherwise they are kept as written. */
 kvs_status kvs_config_parse_string(const char *yaml, size_t len, const char *name, kvs_config **out,
                                    char *err, size_t err_len);
 /* The built-in defaults: chunk 256, one 1GiB dram tier named "dram". */
 kvs_status kvs_config_defaults(kvs_config **out);
 void kvs_config_free(kvs_config *cfg);
 
-/* "4GiB", "512MiB", "1.5GB", "4096" (bytes) -> bytes. KVS_EINVAL for a bad number or unit. */
+/* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary) and
+ * KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text, an
+ * unknown unit, a fraction that is not a whole number of bytes, or a value above UINT64_MAX. "0" is 0. */
 kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes);
 
 #endif

@@ -14,6 +14,10 @@
 
 #include "kvstrata.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct kvs_kv_shape {
     uint32_t n_heads;      /* KV heads of the view */
     uint32_t head_bytes;   /* head_dim * element size */
@@ -52,8 +56,12 @@ void kvs_kernel_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *sh
  * (the bytes are hashed while they are hot in cache). Equal to XXH3_64bits(src, layer_bytes). */
 uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                        const kvs_token_span *span, const void *src);
-/* Payload -> paged, hashing as above; gather likewise returns the hash of what it wrote. */
+/* Paged -> payload, hashing as above: returns XXH3-64 (seed 0) of the payload it wrote to dst. */
 uint64_t kvs_kernel_gather_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                       const kvs_token_span *span, void *dst);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,54 @@
+/* meta.h - the per-step metadata a scheduler-role handle sends to worker-role handles, serialised
+ * with msgpack so the two can live in different processes. Decoding validates every field: a blob
+ * from a buggy or hostile peer yields KVS_EINVAL and a sentence, never a crash. */
+#ifndef KVS_META_H
+#define KVS_META_H
+
+#include <stdint.h>
+
+#include "kvstrata_backend.h"
+
+#define KVS_META_VERSION 1
+#define KVS_REQ_ID_MAX 256
+
+/* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first. */
+typedef struct kvs_meta_load {
+    kvs_key key;
+    uint64_t chunk_first;
+    uint64_t first_token;
+    uint32_t n_tokens;
+} kvs_meta_load;
+
+/* Save the whole chunk starting at chunk_first. */
+typedef struct kvs_meta_save {
+    kvs_key key;
+    uint64_t chunk_first;
+} kvs_meta_save;
+
+typedef struct kvs_meta_req {
+    char id[KVS_REQ_ID_MAX];
+    uint32_t *block_ids; /* block table prefix covering every load and save below */
+    uint64_t n_block_ids;
+    kvs_meta_load *loads;
+    uint64_t n_loads;
+    kvs_meta_save *saves;
+    uint64_t n_saves;
+} kvs_meta_req;
+
+typedef struct kvs_meta {
+    uint64_t step;
+    kvs_key fingerprint;
+    uint32_t chunk_tokens;
+    kvs_meta_req *reqs;
+    uint64_t n_reqs;
+} kvs_meta;
+
+/* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). */
+kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len);
+/* Parse and validate; *out is freed with kvs_meta_free. */
+kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len);
+void kvs_meta_free(kvs_meta *meta);
+/* Free the arrays of one request (used by the builder too). */
+void kvs_meta_req_clear(kvs_meta_req *req);
+
+#endif

@@ -1,0 +1,238 @@
+#include "tiers.h"
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dram.h"
+#include "log.h"
+
+typedef struct kvs_tier {
+    char name[KVS_NAME_MAX];
+    const kvs_backend_ops *ops;
+    void *state;
+    void *dl; /* plugin handle, NULL for built-ins */
+    kvs_write_policy write;
+    uint32_t index;
+    struct kvs_tier_chain *chain;
+    kvs_backend_host host;
+    kvs_backend_option *options;
+} kvs_tier;
+
+struct kvs_tier_chain {
+    kvs_tier *tiers;
+    uint32_t n;
+    int log_level;
+    kvs_tier_event_fn on_event;
+    void *event_ctx;
+    _Atomic uint64_t evictions;
+};
+
+typedef struct builtin {
+    const char *type;
+    const kvs_backend_ops *(*ops)(void);
+} builtin;
+
+static const builtin builtins[] = {{"dram", kvs_dram_backend}};
+
+static void host_log(void *ctx, int level, const char *message) {
+    kvs_tier *t = ctx;
+    kvs_log(t->chain->log_level, level, "tier \"%s\": %s", t->name, message);
+}
+
+/* Write-back: an object the tier drops moves one tier down; from the last tier it is gone. */
+static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    kvs_tier *t = ctx;
+    kvs_tier_chain *c = t->chain;
+    uint32_t next = t->index + 1;
+    if (next < c->n && t->write == KVS_WRITE_BACK) {
+        kvs_tier *down = &c->tiers[next];
+        if (down->ops->put(down->state, key, object, len) == KVS_OK) {
+            if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, next);
+        } else {
+            kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": write-back to \"%s\" failed: %s",
+                    t->name, down->name, down->ops->last_error(down->state));
+        }
+    } else if (next >= c->n) {
+        atomic_fetch_add(&c->evictions, 1);
+    }
+    if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, t->index);
+}
+
+static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_config *tc, char *err,
+                                   uint64_t err_len) {
+    if (!ops) {
+        kvs_fmt(err, err_len, "tier \"%s\": plugin %s refuses backend ABI major %d", tc->name,
+                tc->plugin, KVS_BACKEND_ABI_MAJOR);
+        return KVS_EVERSION;
+    }
+    if (ops->abi_major != KVS_BACKEND_ABI_MAJOR) {
+        kvs_fmt(err, err_len,
+                "tier \"%s\": plugin %s implements backend ABI major %u; this library needs %d",
+                tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
+        return KVS_EVERSION;
+    }
+    if (ops->struct_size < sizeof(kvs_backend_ops)) {
+        kvs_fmt(err, err_len, "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0",
+                tc->name, tc->plugin, ops->struct_size, sizeof(kvs_backend_ops));
+        return KVS_EVERSION;
+    }
+    const char *missing = !ops->create ? "create" : !ops->destroy ? "destroy"
+                        : !ops->last_error ? "last_error" : !ops->contains ? "contains"
+                        : !ops->pin ? "pin" : !ops->unpin ? "unpin" : !ops->get ? "get"
+                        : !ops->put ? "put" : !ops->remove ? "remove" : !ops->usage ? "usage" : NULL;
+    if (!missing && (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !ops->get_ref) missing = "get_ref";
+    if (missing) {
+        kvs_fmt(err, err_len, "tier \"%s\": plugin %s has no '%s' operation", tc->name, tc->plugin,
+                missing);
+        return KVS_EINVAL;
+    }
+    return KVS_OK;
+}
+
+static kvs_status resolve_ops(kvs_tier *t, const kvs_tier_config *tc, char *err, uint64_t err_len) {
+    if (strcmp(tc->type, "plugin") != 0) {
+        for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+            if (strcmp(tc->type, builtins[i].type) == 0) {
+                t->ops = builtins[i].ops();
+                return KVS_OK;
+            }
+        }
+        kvs_fmt(err, err_len, "tier \"%s\": backend type \"%s\" is not built into this library",
+                tc->name, tc->type);
+        return KVS_ENOTSUP;
+    }
+    dlerror();
+    t->dl = dlopen(tc->plugin, RTLD_NOW | RTLD_LOCAL);
+    if (!t->dl) {
+        const char *why = dlerror();
+        kvs_fmt(err, err_len, "tier \"%s\": cannot load plugin: %s", tc->name, why ? why : tc->plugin);
+        return KVS_EINVAL;
+    }
+    kvs_backend_entry_fn entry;
+    *(void **)&entry = dlsym(t->dl, KVS_BACKEND_ENTRY_SYMBOL);
+    if (!entry) {
+        kvs_fmt(err, err_len, "tier \"%s\": %s is not a kvstrata backend (no symbol %s)", tc->name,
+                tc->plugin, KVS_BACKEND_ENTRY_SYMBOL);
+        return KVS_EINVAL;
+    }
+    t->ops = entry(KVS_BACKEND_ABI_MAJOR);
+    return check_plugin_ops(t->ops, tc, err, err_len);
+}
+
+static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config *tc,
+                            uint64_t max_object_bytes, char *err, uint64_t err_len) {
+    kvs_tier *t = &c->tiers[i];
+    memcpy(t->name, tc->name, sizeof t->name);
+    t->index = i;
+    t->chain = c;
+    t->write = tc->write;
+    kvs_status st = resolve_ops(t, tc, err, err_len);
+    if (st != KVS_OK) return st;
+    t->options = calloc(tc->n_options ? tc->n_options : 1, sizeof *t->options);
+    if (!t->options) {
+        kvs_fmt(err, err_len, "tier \"%s\": out of memory", tc->name);
+        return KVS_ENOMEM;
+    }
+    for (size_t k = 0; k < tc->n_options; k++) {
+        t->options[k].key = tc->options[k].key;
+        t->options[k].value = tc->options[k].value;
+    }
+    t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host), .ctx = t, .log = host_log,
+                                 .on_evict = host_on_evict};
+    char why[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
+                             .capacity_bytes = tc->capacity_bytes, .max_object_bytes = max_object_bytes,
+                             .options = t->options, .n_options = tc->n_options, .host = &t->host,
+                             .error = why, .error_len = sizeof why};
+    st = t->ops->create(&init, &t->state);
+    if (st != KVS_OK) {
+        t->state = NULL;
+        kvs_fmt(err, err_len, "%s", why[0] ? why : "tier could not be created");
+        if (!why[0]) kvs_fmt(err, err_len, "tier \"%s\": create failed (%d)", tc->name, (int)st);
+        return st;
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, kvs_tier_event_fn on_event,
+                          void *event_ctx, kvs_tier_chain **out, char *err, uint64_t err_len) {
+    *out = NULL;
+    kvs_tier_chain *c = calloc(1, sizeof *c);
+    if (!c || !(c->tiers = calloc(cfg->n_tiers, sizeof *c->tiers))) {
+        free(c);
+        kvs_fmt(err, err_len, "tiers: out of memory");
+        return KVS_ENOMEM;
+    }
+    c->log_level = cfg->log_level;
+    c->on_event = on_event;
+    c->event_ctx = event_ctx;
+    for (uint32_t i = 0; i < cfg->n_tiers; i++) {
+        c->n = i + 1; /* so close() tears down exactly what was set up */
+        kvs_status st = open_tier(c, i, &cfg->tiers[i], max_object_bytes, err, err_len);
+        if (st != KVS_OK) {
+            kvs_tiers_close(c);
+            return st;
+        }
+    }
+    *out = c;
+    return KVS_OK;
+}
+
+void kvs_tiers_close(kvs_tier_chain *c) {
+    if (!c) return;
+    /* Bottom up, so a top tier's last evictions never reach a tier already gone. */
+    for (uint32_t i = c->n; i-- > 0;) {
+        kvs_tier *t = &c->tiers[i];
+        if (t->state) t->ops->destroy(t->state);
+        if (t->dl) dlclose(t->dl);
+        free(t->options);
+    }
+    free(c->tiers);
+    free(c);
+}
+
+uint32_t kvs_tiers_count(const kvs_tier_chain *c) { return c->n; }
+const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) { return c->tiers[tier].name; }
+const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *c, uint32_t tier) {
+    return c->tiers[tier].ops;
+}
+void *kvs_tiers_state(const kvs_tier_chain *c, uint32_t tier) { return c->tiers[tier].state; }
+
+int kvs_tiers_find(kvs_tier_chain *c, const kvs_key *key) {
+    for (uint32_t i = 0; i < c->n; i++) {
+        uint64_t n = 0;
+        if (c->tiers[i].ops->contains(c->tiers[i].state, key, 1, &n) == KVS_OK && n == 1) return (int)i;
+    }
+    return -1;
+}
+
+kvs_status kvs_tiers_put(kvs_tier_chain *c, const kvs_key *key, const void *object, uint64_t len,
+                         char *err, uint64_t err_len) {
+    kvs_status first = KVS_OK;
+    for (uint32_t i = 0; i < c->n; i++) {
+        kvs_tier *t = &c->tiers[i];
+        kvs_status st = t->ops->put(t->state, key, object, len);
+        if (st == KVS_OK) {
+            if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, i);
+        } else if (i == 0) {
+            first = st;
+            kvs_fmt(err, err_len, "tier \"%s\": %s", t->name, t->ops->last_error(t->state));
+        }
+        if (t->write != KVS_WRITE_THROUGH) break;
+    }
+    return first;
+}
+
+void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
+    for (uint32_t i = 0; i < c->n; i++) {
+        uint64_t n = 0;
+        if (c->tiers[i].ops->contains(c->tiers[i].state, key, 1, &n) == KVS_OK && n == 1) {
+            c->tiers[i].ops->remove(c->tiers[i].state, key);
+            if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, i);
+        }
+    }
+}
+
+uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) { return atomic_load(&c->evictions); }

@@ -1,0 +1,35 @@
+/* tiers.h - the ordered chain of tiers, fastest first: built-in backends and plugins behind one table,
+ * write-back of evicted objects to the next tier, write-through copies, cache events. */
+#ifndef KVS_TIERS_H
+#define KVS_TIERS_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "kvstrata_backend.h"
+
+typedef struct kvs_tier_chain kvs_tier_chain;
+
+/* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
+typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
+
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, kvs_tier_event_fn on_event,
+                          void *event_ctx, kvs_tier_chain **out, char *err, uint64_t err_len);
+void kvs_tiers_close(kvs_tier_chain *chain);
+
+uint32_t kvs_tiers_count(const kvs_tier_chain *chain);
+const char *kvs_tiers_name(const kvs_tier_chain *chain, uint32_t tier);
+const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *chain, uint32_t tier);
+void *kvs_tiers_state(const kvs_tier_chain *chain, uint32_t tier);
+
+/* Index of the first tier holding key, or -1. */
+int kvs_tiers_find(kvs_tier_chain *chain, const kvs_key *key);
+/* Store a sealed object in the top tier (and, for write-through tiers, in the next ones). */
+kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *object, uint64_t len,
+                         char *err, uint64_t err_len);
+/* Remove a key from every tier (a corrupt object is dropped everywhere). */
+void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
+/* Objects dropped from the last tier since open. */
+uint64_t kvs_tiers_evictions(const kvs_tier_chain *chain);
+
+#endif
