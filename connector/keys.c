@@ -1,6 +1,7 @@
 #include "keys.h"
 
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 static void put_u32(XXH3_state_t *st, uint32_t v) {

@@ -1,6 +1,7 @@
 #include "object.h"
 
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include "keys.h"

@@ -1,0 +1,848 @@
+/*
+ * dram.c - the DRAM tier (contract in dram.h).
+ *
+ * Everything lives in one mapping - header, slab table, hash index, slab data - and refers to itself
+ * by offsets and slab indices only, so the same bytes are valid at any address in any process that
+ * maps them (POSIX shared memory when `shm_name` is set, an anonymous private mapping otherwise).
+ */
+#include "dram.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DRAM_MAGIC 0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
+#define DRAM_LAYOUT_VERSION 1u
+#define DRAM_PAGE 4096u
+#define DRAM_NIL UINT32_MAX
+#define DRAM_MAX_SLABS (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
+#define DRAM_SHM_NAME_MAX 200
+#define DRAM_ATTACH_WAIT_NS (5ull * 1000 * 1000 * 1000)
+#define DRAM_ATTACH_TRIES 8
+
+enum { SLAB_FREE = 0, SLAB_USED = 1 };
+
+typedef struct slab_entry {
+    kvs_key key;
+    uint64_t len;
+    uint64_t pin_deadline_ns; /* CLOCK_MONOTONIC; meaningful only while pins > 0 */
+    uint32_t pins;
+    uint32_t state;      /* SLAB_*; the authority when the tables are rebuilt after a crash */
+    uint32_t prev, next; /* LRU neighbours while used; next links the free list while free */
+} slab_entry;
+
+typedef struct shared_header {
+    uint64_t magic; /* stored last by the creator (release), read first by attachers (acquire) */
+    uint32_t layout_version;
+    uint32_t dead; /* set by the last destroy before it unlinks; an attacher that sees it retries */
+    uint64_t mapping_bytes, slab_bytes, n_slabs, n_buckets;
+    uint64_t slab_table_offset, bucket_offset, data_offset;
+    uint64_t n_objects, object_bytes;
+    uint32_t lru_head, lru_tail; /* head = most recently used */
+    uint32_t free_head;
+    uint32_t attach_count;
+    pthread_mutex_t mutex; /* process-shared and robust */
+} shared_header;
+
+typedef struct geometry {
+    uint64_t slab_bytes, n_slabs, n_buckets;
+    uint64_t slab_table_offset, bucket_offset, data_offset, mapping_bytes;
+} geometry;
+
+/* Process-local view of one tier. */
+typedef struct dram_state {
+    char tier_name[96];
+    char shm_path[DRAM_SHM_NAME_MAX + 2]; /* "/<shm_name>", or "" when private */
+    uint64_t max_object_bytes;
+    uint64_t mapping_bytes;
+    shared_header *header; /* start of the mapping */
+    slab_entry *slabs;
+    uint32_t *buckets; /* slab index, or DRAM_NIL for an empty bucket */
+    uint8_t *data;
+    void *host_ctx;
+    void (*log)(void *ctx, int level, const char *message);
+    void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
+    char error[512];
+} dram_state;
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static void set_error(dram_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(dram_state *st, const char *fmt, ...) {
+    char body[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(st->error, sizeof st->error, "dram tier \"%s\": %s", st->tier_name, body);
+}
+
+static void log_message(dram_state *st, int level, const char *message) {
+    if (st->log) st->log(st->host_ctx, level, message);
+}
+
+static const char *errno_name(int err) {
+    const char *name = strerrorname_np(err);
+    return name ? name : "unknown error";
+}
+
+/* "4MiB", "1.5GiB", "100B": exact multiples print without a fraction. */
+static void format_bytes(uint64_t v, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned u = 0;
+    uint64_t scale = 1;
+    while (u + 1 < sizeof units / sizeof units[0] && v / scale >= 1024) {
+        scale *= 1024;
+        u++;
+    }
+    if (v % scale == 0)
+        snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
+    else
+        snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static uint64_t round_up(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
+
+/* Keys are hashes already; mixing both halves still spreads keys that share one half. */
+static uint64_t hash_key(const kvs_key *key) {
+    uint64_t a, b;
+    memcpy(&a, key->bytes, 8);
+    memcpy(&b, key->bytes + 8, 8);
+    uint64_t h = a ^ (b * 0x9E3779B97F4A7C15ull);
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+}
+
+static uint8_t *slab_data(const dram_state *st, uint32_t s) {
+    return st->data + (uint64_t)s * st->header->slab_bytes;
+}
+
+/* ---- hash index: linear probing, backward-shift deletion (no tombstones) ------------------- */
+
+static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *bucket_out) {
+    uint64_t mask = st->header->n_buckets - 1;
+    for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
+        uint32_t s = st->buckets[b];
+        if (s == DRAM_NIL) return DRAM_NIL;
+        if (memcmp(&st->slabs[s].key, key, sizeof *key) == 0) {
+            if (bucket_out) *bucket_out = b;
+            return s;
+        }
+    }
+}
+
+static void index_insert(dram_state *st, uint32_t s) {
+    uint64_t mask = st->header->n_buckets - 1;
+    uint64_t b = hash_key(&st->slabs[s].key) & mask;
+    while (st->buckets[b] != DRAM_NIL) b = (b + 1) & mask;
+    st->buckets[b] = s;
+}
+
+static void index_erase(dram_state *st, uint64_t hole) {
+    uint64_t mask = st->header->n_buckets - 1;
+    for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
+        uint32_t s = st->buckets[j];
+        if (s == DRAM_NIL) break;
+        uint64_t home = hash_key(&st->slabs[s].key) & mask;
+        /* Move the entry back unless its home lies cyclically in (hole, j]. */
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            st->buckets[hole] = s;
+            hole = j;
+        }
+    }
+    st->buckets[hole] = DRAM_NIL;
+}
+
+/* ---- LRU list and slab lifecycle ------------------------------------------------------------ */
+
+static void lru_unlink(dram_state *st, uint32_t s) {
+    shared_header *h = st->header;
+    slab_entry *e = &st->slabs[s];
+    if (e->prev != DRAM_NIL) st->slabs[e->prev].next = e->next;
+    else h->lru_head = e->next;
+    if (e->next != DRAM_NIL) st->slabs[e->next].prev = e->prev;
+    else h->lru_tail = e->prev;
+    e->prev = e->next = DRAM_NIL;
+}
+
+static void lru_push_head(dram_state *st, uint32_t s) {
+    shared_header *h = st->header;
+    slab_entry *e = &st->slabs[s];
+    e->prev = DRAM_NIL;
+    e->next = h->lru_head;
+    if (h->lru_head != DRAM_NIL) st->slabs[h->lru_head].prev = s;
+    else h->lru_tail = s;
+    h->lru_head = s;
+}
+
+static void lru_touch(dram_state *st, uint32_t s) {
+    if (st->header->lru_head == s) return;
+    lru_unlink(st, s);
+    lru_push_head(st, s);
+}
+
+/* A slab counts as pinned iff pins > 0 and the deadline has not passed. An expired pin is cleared
+ * when seen, so a process that crashed holding a pin cannot keep the object forever. */
+static int slab_pinned(slab_entry *e, uint64_t now) {
+    if (e->pins == 0) return 0;
+    if (now < e->pin_deadline_ns) return 1;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    return 0;
+}
+
+static void free_list_push(dram_state *st, uint32_t s) {
+    slab_entry *e = &st->slabs[s];
+    __atomic_store_n(&e->state, (uint32_t)SLAB_FREE, __ATOMIC_RELEASE);
+    e->len = 0;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    e->prev = DRAM_NIL;
+    e->next = st->header->free_head;
+    st->header->free_head = s;
+}
+
+static void drop_object(dram_state *st, uint32_t s, uint64_t bucket) {
+    shared_header *h = st->header;
+    index_erase(st, bucket);
+    lru_unlink(st, s);
+    h->n_objects--;
+    h->object_bytes -= st->slabs[s].len;
+    free_list_push(st, s);
+}
+
+/* A free slab, or the least recently used unpinned one after handing its object to on_evict. */
+static uint32_t take_slab(dram_state *st, uint64_t now) {
+    shared_header *h = st->header;
+    for (uint32_t s = h->lru_tail; h->free_head == DRAM_NIL && s != DRAM_NIL;
+         s = st->slabs[s].prev) {
+        slab_entry *e = &st->slabs[s];
+        if (slab_pinned(e, now)) continue;
+        if (st->on_evict) st->on_evict(st->host_ctx, &e->key, slab_data(st, s), e->len);
+        uint64_t bucket = 0;
+        if (index_find(st, &e->key, &bucket) == s) drop_object(st, s, bucket);
+        break;
+    }
+    uint32_t s = h->free_head;
+    if (s != DRAM_NIL) h->free_head = st->slabs[s].next;
+    return s;
+}
+
+/* Rebuild index, LRU, free list and counts from the slab states after a process died holding the
+ * lock mid-update. LRU order is lost; the objects are kept. An object whose bytes were being written
+ * is still free (state is set after the copy), and a torn replace fails the connector's checksum. */
+static void repair_tables(dram_state *st) {
+    shared_header *h = st->header;
+    for (uint64_t b = 0; b < h->n_buckets; b++) st->buckets[b] = DRAM_NIL;
+    h->lru_head = h->lru_tail = h->free_head = DRAM_NIL;
+    h->n_objects = h->object_bytes = 0;
+    for (uint64_t i = h->n_slabs; i-- > 0;) {
+        uint32_t s = (uint32_t)i;
+        slab_entry *e = &st->slabs[s];
+        if (e->state == SLAB_USED && e->len <= h->slab_bytes &&
+            index_find(st, &e->key, NULL) == DRAM_NIL) {
+            index_insert(st, s);
+            lru_push_head(st, s);
+            h->n_objects++;
+            h->object_bytes += e->len;
+        } else {
+            free_list_push(st, s);
+        }
+    }
+}
+
+static kvs_status lock_tier(dram_state *st) {
+    int rc = pthread_mutex_lock(&st->header->mutex);
+    if (rc == 0) return KVS_OK;
+    if (rc == EOWNERDEAD) {
+        repair_tables(st);
+        pthread_mutex_consistent(&st->header->mutex);
+        char message[256];
+        snprintf(message, sizeof message,
+                 "dram tier \"%s\": a process died holding the tier's lock; tables rebuilt",
+                 st->tier_name);
+        log_message(st, KVS_LOG_WARN, message);
+        return KVS_OK;
+    }
+    set_error(st, "its lock cannot be taken (%s)", errno_name(rc));
+    return KVS_EIO;
+}
+
+static void unlock_tier(dram_state *st) { pthread_mutex_unlock(&st->header->mutex); }
+
+/* ---- create / attach / destroy -------------------------------------------------------------- */
+
+static int valid_shm_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > DRAM_SHM_NAME_MAX || !strcmp(name, ".") || !strcmp(name, "..")) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
+    for (uint64_t i = 0; i < init->n_options; i++) {
+        const kvs_backend_option *opt = &init->options[i];
+        const char *key = opt->key ? opt->key : "";
+        if (strcmp(key, "shm_name") != 0) {
+            set_error(st, "unknown option \"%.100s\" (valid options: shm_name)", key);
+            return KVS_ECONFIG;
+        }
+        if (st->shm_path[0]) {
+            set_error(st, "option shm_name is given twice");
+            return KVS_ECONFIG;
+        }
+        if (!opt->value || !valid_shm_name(opt->value)) {
+            set_error(st,
+                      "shm_name \"%.100s\" is not a valid name (1 to %d characters of "
+                      "A-Z a-z 0-9 _ . -)",
+                      opt->value ? opt->value : "", DRAM_SHM_NAME_MAX);
+            return KVS_ECONFIG;
+        }
+        snprintf(st->shm_path, sizeof st->shm_path, "/%s", opt->value);
+    }
+    return KVS_OK;
+}
+
+static kvs_status plan_geometry(dram_state *st, uint64_t capacity_bytes, geometry *g) {
+    char cap[32], obj[32], slab[32];
+    if (st->max_object_bytes == 0 || st->max_object_bytes > UINT64_MAX / 2) {
+        set_error(st, "max_object_bytes %llu is not a usable object size",
+                  (unsigned long long)st->max_object_bytes);
+        return KVS_EINVAL;
+    }
+    if (capacity_bytes == 0) {
+        set_error(st, "needs a capacity (YAML key `capacity`)");
+        return KVS_ECONFIG;
+    }
+    memset(g, 0, sizeof *g);
+    g->slab_bytes = round_up(st->max_object_bytes, DRAM_PAGE);
+    g->n_slabs = capacity_bytes / g->slab_bytes;
+    format_bytes(capacity_bytes, cap, sizeof cap);
+    format_bytes(st->max_object_bytes, obj, sizeof obj);
+    format_bytes(g->slab_bytes, slab, sizeof slab);
+    if (g->n_slabs == 0) {
+        set_error(st, "capacity %s holds no object of %s", cap, obj);
+        return KVS_ECONFIG;
+    }
+    if (g->n_slabs > DRAM_MAX_SLABS) {
+        set_error(st, "capacity %s is %llu slabs of %s; at most %u are supported", cap,
+                  (unsigned long long)g->n_slabs, slab, DRAM_MAX_SLABS);
+        return KVS_ECONFIG;
+    }
+    g->n_buckets = 1;
+    while (g->n_buckets < 2 * g->n_slabs) g->n_buckets <<= 1;
+    g->slab_table_offset = round_up(sizeof(shared_header), 64);
+    g->bucket_offset = g->slab_table_offset + g->n_slabs * sizeof(slab_entry);
+    g->data_offset = round_up(g->bucket_offset + g->n_buckets * sizeof(uint32_t), DRAM_PAGE);
+    g->mapping_bytes = g->data_offset + g->n_slabs * g->slab_bytes;
+    if (g->mapping_bytes < g->data_offset) {
+        set_error(st, "capacity %s does not fit in an address space", cap);
+        return KVS_ECONFIG;
+    }
+    return KVS_OK;
+}
+
+static void bind_views(dram_state *st, void *base, const geometry *g) {
+    st->header = base;
+    st->slabs = (slab_entry *)((uint8_t *)base + g->slab_table_offset);
+    st->buckets = (uint32_t *)((uint8_t *)base + g->bucket_offset);
+    st->data = (uint8_t *)base + g->data_offset;
+    st->mapping_bytes = g->mapping_bytes;
+}
+
+/* Fill a fresh, zeroed mapping; everything but the magic. */
+static kvs_status init_layout(dram_state *st, const geometry *g) {
+    shared_header *h = st->header;
+    h->layout_version = DRAM_LAYOUT_VERSION;
+    h->mapping_bytes = g->mapping_bytes;
+    h->slab_bytes = g->slab_bytes;
+    h->n_slabs = g->n_slabs;
+    h->n_buckets = g->n_buckets;
+    h->slab_table_offset = g->slab_table_offset;
+    h->bucket_offset = g->bucket_offset;
+    h->data_offset = g->data_offset;
+    h->attach_count = 1;
+    repair_tables(st); /* on the zeroed (all free) slabs: the empty index, LRU and free list */
+
+    pthread_mutexattr_t attr;
+    int rc = pthread_mutexattr_init(&attr);
+    if (rc == 0) {
+        rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        if (rc == 0) rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        if (rc == 0) rc = pthread_mutex_init(&h->mutex, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    if (rc != 0) {
+        set_error(st, "cannot make its process-shared lock (%s)", errno_name(rc));
+        return KVS_EIO;
+    }
+    return KVS_OK;
+}
+
+static kvs_status open_private(dram_state *st, const geometry *g) {
+    char size[32];
+    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        format_bytes(g->mapping_bytes, size, sizeof size);
+        set_error(st, "cannot map %s of memory (%s)", size, errno_name(errno));
+        return KVS_ENOMEM;
+    }
+    bind_views(st, base, g);
+    kvs_status rc = init_layout(st, g);
+    if (rc != KVS_OK) {
+        munmap(base, g->mapping_bytes);
+        st->header = NULL;
+        return rc;
+    }
+    __atomic_store_n(&st->header->magic, DRAM_MAGIC, __ATOMIC_RELEASE);
+    return KVS_OK;
+}
+
+/* First opener: size, reserve (so a full /dev/shm fails here, not as SIGBUS in a put), initialise,
+ * then publish by storing the magic last. Takes ownership of fd. */
+static kvs_status create_shared(dram_state *st, const geometry *g, int fd) {
+    char size[32];
+    kvs_status rc = KVS_EIO;
+    format_bytes(g->mapping_bytes, size, sizeof size);
+    if (ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
+        set_error(st, "cannot size shared memory \"%s\" to %s (%s)", st->shm_path, size,
+                  errno_name(errno));
+        goto fail_unlink;
+    }
+    int err = posix_fallocate(fd, 0, (off_t)g->mapping_bytes);
+    if (err != 0) {
+        set_error(st, "shared memory \"%s\" cannot hold %s (%s); is /dev/shm large enough?",
+                  st->shm_path, size, errno_name(err));
+        rc = KVS_ENOMEM;
+        goto fail_unlink;
+    }
+    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        set_error(st, "cannot map shared memory \"%s\" of %s (%s)", st->shm_path, size,
+                  errno_name(errno));
+        rc = KVS_ENOMEM;
+        goto fail_unlink;
+    }
+    bind_views(st, base, g);
+    rc = init_layout(st, g);
+    if (rc != KVS_OK) goto fail_unmap;
+    __atomic_store_n(&st->header->magic, DRAM_MAGIC, __ATOMIC_RELEASE);
+    close(fd);
+    return KVS_OK;
+
+fail_unmap:
+    munmap(base, g->mapping_bytes);
+    st->header = NULL;
+fail_unlink:
+    shm_unlink(st->shm_path);
+    close(fd);
+    return rc;
+}
+
+/* Waits, bounded, for the creator to size the object and publish the magic. */
+static kvs_status wait_published(dram_state *st, int fd, shared_header **header_out) {
+    uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS;
+    shared_header *h = NULL;
+    for (;;) {
+        if (!h) {
+            struct stat sb;
+            if (fstat(fd, &sb) != 0) {
+                set_error(st, "cannot inspect shared memory \"%s\" (%s)", st->shm_path,
+                          errno_name(errno));
+                return KVS_EIO;
+            }
+            if ((uint64_t)sb.st_size >= sizeof *h) {
+                h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+                if (h == MAP_FAILED) {
+                    set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path,
+                              errno_name(errno));
+                    return KVS_EIO;
+                }
+            }
+        }
+        if (h && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == DRAM_MAGIC) break;
+        if (now_ns() > deadline) {
+            if (h) munmap(h, sizeof *h);
+            set_error(st,
+                      "shared memory \"%s\" exists but was never initialised (its creator may "
+                      "have died); remove /dev/shm%s",
+                      st->shm_path, st->shm_path);
+            return KVS_EIO;
+        }
+        sleep_ms(1);
+    }
+    *header_out = h;
+    return KVS_OK;
+}
+
+/* Later opener: validate the published geometry, map, count ourselves in. KVS_EAGAIN when the
+ * object is being unlinked by its last user (the caller retries). Takes ownership of fd. */
+static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
+    shared_header *h = NULL;
+    kvs_status rc = wait_published(st, fd, &h);
+    if (rc != KVS_OK) goto fail_close;
+    if (h->layout_version != DRAM_LAYOUT_VERSION || h->mapping_bytes != g->mapping_bytes ||
+        h->slab_bytes != g->slab_bytes || h->n_slabs != g->n_slabs) {
+        char theirs[32], ours[32];
+        format_bytes(h->slab_bytes, theirs, sizeof theirs);
+        format_bytes(g->slab_bytes, ours, sizeof ours);
+        set_error(st,
+                  "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
+                  "for %llu slabs of %s (layout %u); capacity and max object size must agree in "
+                  "every process",
+                  st->shm_path, (unsigned long long)h->n_slabs, theirs, h->layout_version,
+                  (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
+        munmap(h, sizeof *h);
+        rc = KVS_ECONFIG;
+        goto fail_close;
+    }
+    munmap(h, sizeof *h);
+    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path, errno_name(errno));
+        rc = KVS_ENOMEM;
+        goto fail_close;
+    }
+    close(fd);
+    bind_views(st, base, g);
+    rc = lock_tier(st);
+    if (rc != KVS_OK) goto fail_unmap;
+    if (st->header->dead) {
+        unlock_tier(st);
+        rc = KVS_EAGAIN;
+        goto fail_unmap;
+    }
+    st->header->attach_count++;
+    unlock_tier(st);
+    return KVS_OK;
+
+fail_unmap:
+    munmap(base, g->mapping_bytes);
+    st->header = NULL;
+    return rc;
+fail_close:
+    close(fd);
+    return rc;
+}
+
+static kvs_status open_shared(dram_state *st, const geometry *g) {
+    for (int attempt = 0; attempt < DRAM_ATTACH_TRIES; attempt++) {
+        int fd = shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) return create_shared(st, g, fd);
+        if (errno != EEXIST) {
+            set_error(st, "cannot create shared memory \"%s\" (%s)", st->shm_path,
+                      errno_name(errno));
+            return KVS_EIO;
+        }
+        fd = shm_open(st->shm_path, O_RDWR, 0);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* its last user unlinked it in between */
+            set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path,
+                      errno_name(errno));
+            return KVS_EIO;
+        }
+        kvs_status rc = attach_shared(st, g, fd);
+        if (rc != KVS_EAGAIN) return rc;
+    }
+    set_error(st, "shared memory \"%s\" kept vanishing while it was being opened", st->shm_path);
+    return KVS_EIO;
+}
+
+static void write_init_error(const kvs_backend_init *init, const char *message) {
+    if (init->error && init->error_len > 0)
+        snprintf(init->error, (size_t)init->error_len, "%s", message);
+}
+
+static kvs_status dram_create(const kvs_backend_init *init, void **out) {
+    if (!init || !out) return KVS_EINVAL;
+    *out = NULL;
+    if (init->struct_size < sizeof(kvs_backend_init)) return KVS_EVERSION;
+    dram_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        write_init_error(init, "dram tier: out of memory for its state");
+        return KVS_ENOMEM;
+    }
+    snprintf(st->tier_name, sizeof st->tier_name, "%s", init->tier_name ? init->tier_name : "dram");
+    st->max_object_bytes = init->max_object_bytes;
+    const kvs_backend_host *host = init->host;
+    if (host) {
+        st->host_ctx = host->ctx;
+        if (host->struct_size >= offsetof(kvs_backend_host, log) + sizeof host->log)
+            st->log = host->log;
+        if (host->struct_size >= offsetof(kvs_backend_host, on_evict) + sizeof host->on_evict)
+            st->on_evict = host->on_evict;
+    }
+    geometry g;
+    kvs_status rc = KVS_EINVAL;
+    if (init->n_options && !init->options) {
+        set_error(st, "n_options is %llu but options is NULL", (unsigned long long)init->n_options);
+        goto fail;
+    }
+    rc = parse_options(st, init);
+    if (rc != KVS_OK) goto fail;
+    rc = plan_geometry(st, init->capacity_bytes, &g);
+    if (rc != KVS_OK) goto fail;
+    rc = st->shm_path[0] ? open_shared(st, &g) : open_private(st, &g);
+    if (rc != KVS_OK) goto fail;
+    /* Large pages for the slab data where the kernel allows it; a refusal costs only speed. */
+    madvise(st->data, g.n_slabs * g.slab_bytes, MADV_HUGEPAGE);
+    *out = st;
+    return KVS_OK;
+
+fail:
+    write_init_error(init, st->error);
+    free(st);
+    return rc;
+}
+
+static void dram_destroy(void *state) {
+    dram_state *st = state;
+    if (!st) return;
+    if (st->shm_path[0]) {
+        /* Unlink under the lock with `dead` set, so a concurrent attacher either counted itself in
+         * before us or sees `dead` and reopens by name. */
+        if (lock_tier(st) == KVS_OK) {
+            shared_header *h = st->header;
+            if (h->attach_count > 0) h->attach_count--;
+            if (h->attach_count == 0) {
+                h->dead = 1;
+                shm_unlink(st->shm_path);
+            }
+            unlock_tier(st);
+        }
+    } else {
+        pthread_mutex_destroy(&st->header->mutex);
+    }
+    munmap(st->header, st->mapping_bytes);
+    free(st);
+}
+
+static const char *dram_last_error(void *state) {
+    dram_state *st = state;
+    return st ? st->error : "";
+}
+
+/* ---- operations ----------------------------------------------------------------------------- */
+
+static kvs_status dram_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
+    dram_state *st = state;
+    if (!st || (!keys && n) || !n_present) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint64_t i = 0;
+    while (i < n && index_find(st, &keys[i], NULL) != DRAM_NIL) i++;
+    unlock_tier(st);
+    *n_present = i;
+    return KVS_OK;
+}
+
+static kvs_status dram_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                           uint64_t *n_pinned) {
+    dram_state *st = state;
+    if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint64_t now = now_ns();
+    uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
+    uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
+    uint64_t i = 0;
+    for (; i < n; i++) {
+        uint32_t s = index_find(st, &keys[i], NULL);
+        if (s == DRAM_NIL) break;
+        slab_entry *e = &st->slabs[s];
+        slab_pinned(e, now); /* clears an expired pin before this one nests on it */
+        if (e->pins < UINT32_MAX) e->pins++;
+        if (deadline > e->pin_deadline_ns) e->pin_deadline_ns = deadline;
+    }
+    unlock_tier(st);
+    *n_pinned = i;
+    return KVS_OK;
+}
+
+static kvs_status dram_unpin(void *state, const kvs_key *keys, uint64_t n) {
+    dram_state *st = state;
+    if (!st || (!keys && n)) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint64_t now = now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t s = index_find(st, &keys[i], NULL);
+        if (s == DRAM_NIL) continue;
+        slab_entry *e = &st->slabs[s];
+        if (!slab_pinned(e, now)) continue; /* none held, or expired: unpinning is a no-op */
+        if (--e->pins == 0) e->pin_deadline_ns = 0;
+    }
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t cap,
+                           uint64_t *len) {
+    dram_state *st = state;
+    if (!st || !key || !len || (!dst && cap)) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint32_t s = index_find(st, key, NULL);
+    if (s == DRAM_NIL) {
+        set_error(st, "object not stored");
+        unlock_tier(st);
+        return KVS_ENOTFOUND;
+    }
+    uint64_t need = st->slabs[s].len;
+    *len = need;
+    if (cap < need) {
+        set_error(st, "object of %llu bytes does not fit a buffer of %llu bytes",
+                  (unsigned long long)need, (unsigned long long)cap);
+        unlock_tier(st);
+        return KVS_EOVERFLOW;
+    }
+    if (need) memcpy(dst, slab_data(st, s), need);
+    lru_touch(st, s);
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_get_ref(void *state, const kvs_key *key, const void **object,
+                               uint64_t *len) {
+    dram_state *st = state;
+    if (!st || !key || !object || !len) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint32_t s = index_find(st, key, NULL);
+    if (s == DRAM_NIL) {
+        set_error(st, "object not stored");
+        unlock_tier(st);
+        return KVS_ENOTFOUND;
+    }
+    *object = slab_data(st, s);
+    *len = st->slabs[s].len;
+    lru_touch(st, s);
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
+    dram_state *st = state;
+    if (!st || !key || (!object && len)) return KVS_EINVAL;
+    if (len > st->max_object_bytes) {
+        char got[32], max[32];
+        format_bytes(len, got, sizeof got);
+        format_bytes(st->max_object_bytes, max, sizeof max);
+        set_error(st, "object of %s is larger than the tier's max object size %s", got, max);
+        return KVS_EINVAL;
+    }
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    shared_header *h = st->header;
+    uint64_t now = now_ns();
+    uint64_t bucket = 0;
+    uint32_t s = index_find(st, key, &bucket);
+    if (s != DRAM_NIL) {
+        if (slab_pinned(&st->slabs[s], now)) {
+            /* A reader may hold a reference to these bytes, and equal keys carry equal content. */
+            lru_touch(st, s);
+            unlock_tier(st);
+            return KVS_OK;
+        }
+        drop_object(st, s, bucket); /* its slab is now the free-list head and is reused below */
+    }
+    s = take_slab(st, now);
+    if (s == DRAM_NIL) {
+        set_error(st, "all %llu objects are pinned; no room for another",
+                  (unsigned long long)h->n_slabs);
+        unlock_tier(st);
+        return KVS_ENOMEM;
+    }
+    slab_entry *e = &st->slabs[s];
+    if (len) memcpy(slab_data(st, s), object, len);
+    e->key = *key;
+    e->len = len;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    __atomic_store_n(&e->state, (uint32_t)SLAB_USED, __ATOMIC_RELEASE); /* only after the bytes */
+    index_insert(st, s);
+    lru_push_head(st, s);
+    h->n_objects++;
+    h->object_bytes += len;
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_remove(void *state, const kvs_key *key) {
+    dram_state *st = state;
+    if (!st || !key) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint64_t bucket = 0;
+    uint32_t s = index_find(st, key, &bucket);
+    if (s != DRAM_NIL) {
+        if (slab_pinned(&st->slabs[s], now_ns())) {
+            set_error(st, "object is pinned; remove it after its pins are released");
+            unlock_tier(st);
+            return KVS_EAGAIN;
+        }
+        drop_object(st, s, bucket);
+    }
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
+    dram_state *st = state;
+    if (!st || !n_objects || !bytes) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    *n_objects = st->header->n_objects;
+    *bytes = st->header->object_bytes;
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static const kvs_backend_ops dram_ops = {
+    .abi_major = KVS_BACKEND_ABI_MAJOR,
+    .abi_minor = KVS_BACKEND_ABI_MINOR,
+    .struct_size = sizeof(kvs_backend_ops),
+    .caps = KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE,
+    .type_name = "dram",
+    .create = dram_create,
+    .destroy = dram_destroy,
+    .last_error = dram_last_error,
+    .contains = dram_contains,
+    .pin = dram_pin,
+    .unpin = dram_unpin,
+    .get = dram_get,
+    .get_ref = dram_get_ref,
+    .put = dram_put,
+    .remove = dram_remove,
+    .usage = dram_usage,
+};
+
+const kvs_backend_ops *kvs_dram_backend(void) { return &dram_ops; }

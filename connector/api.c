@@ -1,0 +1,300 @@
+/* api.c - the exported entry point, the ABI table, handle open/close and the thin hook wrappers. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handle.h"
+#include "keys.h"
+#include "log.h"
+#include "object.h"
+
+#define KVS_EXPORT __attribute__((visibility("default")))
+
+KVS_EXPORT const char *kvs_strerror(kvs_status status) {
+    switch (status) {
+    case KVS_OK: return "success";
+    case KVS_EINVAL: return "invalid argument";
+    case KVS_ENOMEM: return "out of memory";
+    case KVS_ENOTFOUND: return "not found";
+    case KVS_EIO: return "input/output error";
+    case KVS_ECONFIG: return "invalid configuration";
+    case KVS_EVERSION: return "ABI version mismatch";
+    case KVS_ESTATE: return "call out of order or on a handle of the wrong role";
+    case KVS_ETIMEDOUT: return "timed out";
+    case KVS_ENOTSUP: return "not supported";
+    case KVS_ECORRUPT: return "stored data is corrupt";
+    case KVS_EAGAIN: return "not ready, try again";
+    case KVS_EOVERFLOW: return "output buffer too small";
+    }
+    return "unknown status";
+}
+
+kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->last_error, sizeof h->last_error, fmt, ap);
+    va_end(ap);
+    kvs_log(h->cfg ? h->cfg->log_level : KVS_LOG_WARN, KVS_LOG_DEBUG, "%s", h->last_error);
+    return st;
+}
+
+kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook) {
+    if ((h->role & role) == 0)
+        return kvs_set_error(h, KVS_ESTATE, "%s: this handle was opened with role %s", hook,
+                             h->role == KVS_ROLE_SCHEDULER ? "scheduler" : "worker");
+    return KVS_OK;
+}
+
+static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
+    kvs_handle *h = ctx;
+    pthread_mutex_lock(&h->event_lock);
+    if (kind == KVS_EVENT_REMOVED && tier + 1 == kvs_tiers_count(h->tiers)) h->stats.evictions++;
+    uint64_t slot = (h->event_head + h->event_count) % KVS_EVENT_RING;
+    if (h->event_count == KVS_EVENT_RING) {
+        h->event_head = (h->event_head + 1) % KVS_EVENT_RING; /* drop the oldest */
+        h->events_dropped++;
+    } else {
+        h->event_count++;
+    }
+    h->events[slot].kind = kind;
+    memcpy(h->events[slot].key, key->bytes, sizeof h->events[slot].key);
+    h->events[slot].tier = tier;
+    pthread_mutex_unlock(&h->event_lock);
+}
+
+/* --- open / close ---------------------------------------------------------------------------------- */
+
+static uint32_t dtype_bytes(kvs_dtype d) {
+    switch (d) {
+    case KVS_DTYPE_FP16:
+    case KVS_DTYPE_BF16: return 2;
+    case KVS_DTYPE_FP32: return 4;
+    case KVS_DTYPE_FP8_E4M3:
+    case KVS_DTYPE_FP8_E5M2: return 1;
+    }
+    return 0;
+}
+
+static kvs_status check_params(const kvs_open_params *p, char *err, size_t err_len) {
+    if (!p) return kvs_fmt(err, err_len, "open: params is NULL"), KVS_EINVAL;
+    if (p->struct_size < sizeof(kvs_open_params))
+        return kvs_fmt(err, err_len, "open: params struct_size %u is smaller than %zu", p->struct_size,
+                       sizeof(kvs_open_params)), KVS_EINVAL;
+    if (p->role != KVS_ROLE_SCHEDULER && p->role != KVS_ROLE_WORKER && p->role != KVS_ROLE_BOTH)
+        return kvs_fmt(err, err_len, "open: role %d is not scheduler, worker or both", (int)p->role),
+               KVS_EINVAL;
+    const kvs_model_desc *m = p->model;
+    if (!m) return kvs_fmt(err, err_len, "open: model description is NULL"), KVS_EINVAL;
+    if (m->struct_size < sizeof(kvs_model_desc))
+        return kvs_fmt(err, err_len, "open: model struct_size %u is smaller than %zu", m->struct_size,
+                       sizeof(kvs_model_desc)), KVS_EINVAL;
+    const char *bad = !m->model_id || !m->model_id[0] ? "model_id is empty"
+                    : dtype_bytes(m->dtype) == 0 ? "dtype is not a kvs_dtype"
+                    : m->n_layers == 0 || m->n_layers > 4096 ? "n_layers must be 1..4096"
+                    : m->n_kv_heads == 0 || m->n_kv_heads > 1024 ? "n_kv_heads must be 1..1024"
+                    : m->head_dim == 0 || m->head_dim > 65536 ? "head_dim must be 1..65536"
+                    : m->block_tokens == 0 || m->block_tokens > 65536 ? "block_tokens must be 1..65536"
+                    : m->is_mla && m->n_kv_heads != 1 ? "an MLA model has one latent head (n_kv_heads 1)"
+                    : m->tp_size == 0 || m->tp_rank >= m->tp_size ? "tp_rank must be below tp_size >= 1"
+                    : NULL;
+    if (bad) return kvs_fmt(err, err_len, "open: model: %s", bad), KVS_EINVAL;
+    return KVS_OK;
+}
+
+static kvs_status copy_model(kvs_handle *h, const kvs_model_desc *m) {
+    h->model = *m;
+    h->model_id = strdup(m->model_id);
+    h->salt = m->salt ? strdup(m->salt) : NULL;
+    if (!h->model_id || (m->salt && !h->salt)) return KVS_ENOMEM;
+    h->model.model_id = h->model_id;
+    h->model.salt = h->salt;
+    return KVS_OK;
+}
+
+static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size_t err_len) {
+    kvs_status st = p->config_path ? kvs_config_load(p->config_path, &h->cfg, err, err_len)
+                                   : kvs_config_defaults(&h->cfg);
+    if (st != KVS_OK) return st;
+    if (copy_model(h, p->model) != KVS_OK) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
+    h->chunk_tokens = h->cfg->chunk_tokens;
+    if (h->chunk_tokens % h->model.block_tokens)
+        return kvs_fmt(err, err_len, "%s: key 'chunk_tokens': %u is not a multiple of the engine block size %u",
+                       h->cfg->source, h->chunk_tokens, h->model.block_tokens), KVS_ECONFIG;
+    h->shape = (kvs_kv_shape){.n_heads = h->model.n_kv_heads,
+                              .head_bytes = h->model.head_dim * dtype_bytes(h->model.dtype),
+                              .block_tokens = h->model.block_tokens, .has_v = !h->model.is_mla};
+    h->layer_bytes = kvs_kernel_layer_bytes(&h->shape, h->chunk_tokens);
+    h->object_bytes = kvs_object_bytes(h->model.n_layers, h->layer_bytes);
+    kvs_keys_fingerprint(&h->model, h->chunk_tokens, &h->fingerprint);
+    if (h->role & KVS_ROLE_WORKER) {
+        if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err, err_len)) != KVS_OK)
+            return st;
+        if (!(h->scratch = malloc(h->layer_bytes))) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
+    }
+    return kvs_tiers_open(h->cfg, h->object_bytes, on_tier_event, h, &h->tiers, err, err_len);
+}
+
+static void api_close(kvs_handle *h);
+
+static kvs_status api_open(const kvs_open_params *p, kvs_handle **out, char *error, size_t error_len) {
+    char scratch[KVS_ERROR_MAX];
+    char *err = error && error_len ? error : scratch;
+    size_t err_len = error && error_len ? error_len : sizeof scratch;
+    err[0] = '\0';
+    if (!out) return kvs_fmt(err, err_len, "open: out is NULL"), KVS_EINVAL;
+    *out = NULL;
+    kvs_status st = check_params(p, err, err_len);
+    if (st != KVS_OK) return st;
+    kvs_handle *h = calloc(1, sizeof *h);
+    if (!h) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
+    h->role = p->role;
+    pthread_mutex_init(&h->event_lock, NULL);
+    if ((st = setup(h, p, err, err_len)) != KVS_OK) {
+        api_close(h);
+        return st;
+    }
+    h->stats.struct_size = sizeof h->stats;
+    *out = h;
+    return KVS_OK;
+}
+
+static void api_close(kvs_handle *h) {
+    if (!h) return;
+    if (h->tiers) {
+        kvs_worker_reset(h);
+        kvs_sched_release_all(h);
+    }
+    kvs_tiers_close(h->tiers);
+    kvs_pool_destroy(h->pool);
+    free(h->views);
+    free(h->layer_saved);
+    free(h->error_blocks);
+    free(h->scratch);
+    free(h->model_id);
+    free(h->salt);
+    kvs_config_free(h->cfg);
+    pthread_mutex_destroy(&h->event_lock);
+    free(h);
+}
+
+static const char *api_last_error(const kvs_handle *h) { return h ? h->last_error : "handle is NULL"; }
+
+/* --- hook wrappers: NULL handle check, clear the last error, forward -------------------------------- */
+
+#define ENTER(h)                                                                                     \
+    do {                                                                                             \
+        if (!(h)) return KVS_EINVAL;                                                                 \
+        (h)->last_error[0] = '\0';                                                                   \
+    } while (0)
+
+static kvs_status api_lookup(kvs_handle *h, const char *id, const int32_t *tokens, uint64_t n,
+                             uint64_t n_computed, kvs_lookup_result *out) {
+    ENTER(h);
+    return kvs_sched_lookup(h, id, tokens, n, n_computed, out);
+}
+static kvs_status api_on_alloc(kvs_handle *h, const char *id, const uint32_t *blocks, uint64_t n,
+                               uint64_t n_ext) {
+    ENTER(h);
+    return kvs_sched_on_alloc(h, id, blocks, n, n_ext);
+}
+static kvs_status api_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n, void *buf,
+                                 uint64_t cap, uint64_t *len) {
+    ENTER(h);
+    return kvs_sched_build_meta(h, reqs, n, buf, cap, len);
+}
+static kvs_status api_request_finished(kvs_handle *h, const char *id, int *keep) {
+    ENTER(h);
+    return kvs_sched_request_finished(h, id, keep);
+}
+static kvs_status api_take_events(kvs_handle *h, kvs_event *out, uint64_t cap, uint64_t *n) {
+    ENTER(h);
+    if (!n || (cap && !out)) return kvs_set_error(h, KVS_EINVAL, "take_events: out or n is NULL");
+    pthread_mutex_lock(&h->event_lock);
+    uint64_t take = h->event_count < cap ? h->event_count : cap;
+    for (uint64_t i = 0; i < take; i++) out[i] = h->events[(h->event_head + i) % KVS_EVENT_RING];
+    h->event_head = (h->event_head + take) % KVS_EVENT_RING;
+    h->event_count -= take;
+    pthread_mutex_unlock(&h->event_lock);
+    *n = take;
+    return KVS_OK;
+}
+static kvs_status api_register_kv(kvs_handle *h, const kvs_layer_view *views, uint32_t n) {
+    ENTER(h);
+    return kvs_worker_register(h, views, n);
+}
+static kvs_status api_bind_meta(kvs_handle *h, const void *meta, uint64_t len) {
+    ENTER(h);
+    return kvs_worker_bind(h, meta, len);
+}
+static kvs_status api_start_load(kvs_handle *h) {
+    ENTER(h);
+    return kvs_worker_start_load(h);
+}
+static kvs_status api_wait_layer_load(kvs_handle *h, uint32_t layer) {
+    ENTER(h);
+    return kvs_worker_wait_layer(h, layer);
+}
+static kvs_status api_save_layer(kvs_handle *h, uint32_t layer) {
+    ENTER(h);
+    return kvs_worker_save_layer(h, layer);
+}
+static kvs_status api_wait_save(kvs_handle *h) {
+    ENTER(h);
+    return kvs_worker_wait_save(h);
+}
+static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sending_cap, uint64_t *n_sending,
+                                   char *receiving, uint64_t receiving_cap, uint64_t *n_receiving) {
+    ENTER(h);
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "get_finished");
+    if (st != KVS_OK) return st;
+    if (!n_sending || !n_receiving) return kvs_set_error(h, KVS_EINVAL, "get_finished: count pointer is NULL");
+    /* Loads and saves complete inside the step: nothing is ever in flight between steps. */
+    *n_sending = *n_receiving = 0;
+    if (sending && sending_cap) sending[0] = '\0';
+    if (receiving && receiving_cap) receiving[0] = '\0';
+    return KVS_OK;
+}
+static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {
+    ENTER(h);
+    return kvs_worker_error_blocks(h, out, cap, n);
+}
+static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
+    ENTER(h);
+    if (!out) return kvs_set_error(h, KVS_EINVAL, "stats: out is NULL");
+    uint32_t size = out->struct_size && out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
+    kvs_stats s = h->stats;
+    s.struct_size = size;
+    s.load_gbps = s.load_ns ? (double)s.bytes_loaded / (double)s.load_ns : 0.0;
+    s.save_gbps = s.save_ns ? (double)s.bytes_saved / (double)s.save_ns : 0.0;
+    memcpy(out, &s, size);
+    return KVS_OK;
+}
+
+static const kvs_api api_v1 = {
+    .abi_major = KVS_ABI_MAJOR,
+    .abi_minor = KVS_ABI_MINOR,
+    .struct_size = sizeof(kvs_api),
+    .strerror = kvs_strerror,
+    .open = api_open,
+    .close = api_close,
+    .last_error = api_last_error,
+    .lookup = api_lookup,
+    .on_alloc = api_on_alloc,
+    .build_meta = api_build_meta,
+    .request_finished = api_request_finished,
+    .take_events = api_take_events,
+    .register_kv = api_register_kv,
+    .bind_meta = api_bind_meta,
+    .start_load = api_start_load,
+    .wait_layer_load = api_wait_layer_load,
+    .save_layer = api_save_layer,
+    .wait_save = api_wait_save,
+    .get_finished = api_get_finished,
+    .load_error_blocks = api_load_error_blocks,
+    .stats = api_stats,
+};
+
+KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {
+    return abi_major == KVS_ABI_MAJOR ? &api_v1 : NULL;
+}

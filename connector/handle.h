@@ -1,0 +1,140 @@
+/* handle.h - the connector handle behind the opaque kvs_handle, shared by the scheduler-side and
+ * worker-side modules. Internal: nothing outside connector/ includes it. */
+#ifndef KVS_HANDLE_H
+#define KVS_HANDLE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "kernels.h"
+#include "meta.h"
+#include "pool.h"
+#include "tiers.h"
+
+#define KVS_ERROR_MAX 512
+#define KVS_EVENT_RING 4096
+
+/* A tier pin held on behalf of a request between lookup and the load. */
+typedef struct kvs_pin {
+    kvs_key key;
+    uint32_t tier;
+} kvs_pin;
+
+/* Scheduler-side state of one request. */
+typedef struct kvs_request {
+    char id[KVS_REQ_ID_MAX];
+    int32_t *tokens;
+    uint64_t n_tokens;
+    uint64_t prompt_tokens; /* tokens known at the first sighting: saved unless save_decode */
+    kvs_key *keys;          /* keys of full chunks of tokens[0..n_tokens) */
+    uint64_t n_keys;
+    uint64_t n_local;       /* n_computed at lookup: tokens the engine had itself */
+    uint64_t hit_tokens;    /* chunk-aligned end of the stored prefix at lookup */
+    uint64_t offered;       /* tokens offered by lookup (n_hit_tokens) */
+    uint64_t external;      /* tokens the engine allocated for (on_alloc) */
+    int load_pending;       /* on_alloc armed a load; build_meta emits it once */
+    uint64_t saved_upto;    /* tokens, chunk aligned, stored or already scheduled for saving */
+    kvs_pin *pins;          /* the lease */
+    uint64_t n_pins;
+    uint64_t lease_deadline_ns;
+    uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
+    struct kvs_request *next;    /* hash chain */
+} kvs_request;
+
+#define KVS_REQ_BUCKETS 1024
+
+typedef enum worker_state {
+    WORKER_IDLE = 0,  /* nothing bound */
+    WORKER_BOUND,     /* bind_meta done */
+    WORKER_LOADING    /* start_load done: layers land through wait_layer_load */
+} worker_state;
+
+/* One chunk being loaded in the bound step. */
+typedef struct kvs_load_work {
+    const kvs_meta_req *req;
+    const kvs_meta_load *load;
+    const uint8_t *object; /* in a zero-copy tier, or in `slab` */
+    void *slab;            /* staging copy, or NULL */
+    int tier;
+    int pinned;
+    int failed;
+} kvs_load_work;
+
+/* One chunk being saved in the bound step. */
+typedef struct kvs_save_work {
+    const kvs_meta_req *req;
+    const kvs_meta_save *save;
+    uint8_t *slab;
+    uint32_t layers_done;
+} kvs_save_work;
+
+struct kvs_handle {
+    kvs_role role;
+    kvs_config *cfg;
+    kvs_model_desc model;
+    char *model_id;
+    char *salt;
+    kvs_key fingerprint;
+    uint32_t chunk_tokens;
+    kvs_kv_shape shape;
+    uint64_t layer_bytes;  /* one layer of one chunk */
+    uint64_t object_bytes; /* one chunk object */
+    kvs_tier_chain *tiers;
+    kvs_pool *pool;
+    char last_error[KVS_ERROR_MAX];
+
+    /* scheduler side */
+    kvs_request *buckets[KVS_REQ_BUCKETS];
+    uint64_t n_requests;
+    uint64_t step;
+
+    /* worker side */
+    kvs_layer_view *views;
+    uint32_t n_views;
+    worker_state wstate;
+    kvs_meta *bound;
+    kvs_load_work *loads;
+    uint64_t n_loads;
+    uint32_t layers_loaded;
+    kvs_save_work *saves;
+    uint64_t n_saves;
+    uint8_t *layer_saved; /* per layer: save_layer seen this step */
+    uint32_t *error_blocks;
+    uint64_t n_error_blocks, cap_error_blocks;
+    uint64_t load_started_ns;
+    uint8_t *scratch; /* one layer payload, for partial-chunk loads */
+
+    /* both */
+    pthread_mutex_t event_lock;
+    kvs_event events[KVS_EVENT_RING];
+    uint64_t event_head, event_count, events_dropped;
+    kvs_stats stats;
+};
+
+kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook);
+
+/* scheduler.c */
+kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
+                            uint64_t n_computed, kvs_lookup_result *out);
+kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
+                              uint64_t n_block_ids, uint64_t n_external_tokens);
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
+                                uint64_t cap, uint64_t *len);
+kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
+void kvs_sched_release_all(kvs_handle *h);
+void kvs_sched_expire_leases(kvs_handle *h);
+
+/* worker.c */
+kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers);
+kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len);
+kvs_status kvs_worker_start_load(kvs_handle *h);
+kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer);
+kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer);
+kvs_status kvs_worker_wait_save(kvs_handle *h);
+kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
+void kvs_worker_reset(kvs_handle *h);
+
+#endif

@@ -1,0 +1,413 @@
+/* scheduler.c - the scheduler-role hooks: lookup with leases, on_alloc, build_meta, request_finished.
+ * Per-request state lives in a small hash table keyed by request id. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "handle.h"
+#include "keys.h"
+#include "log.h"
+
+/* --- request table ------------------------------------------------------------------------------- */
+
+static kvs_request **bucket_of(kvs_handle *h, const char *id) {
+    return &h->buckets[XXH3_64bits(id, strlen(id)) % KVS_REQ_BUCKETS];
+}
+
+static kvs_request *find_request(kvs_handle *h, const char *id) {
+    for (kvs_request *r = *bucket_of(h, id); r; r = r->next)
+        if (strcmp(r->id, id) == 0) return r;
+    return NULL;
+}
+
+static kvs_request *create_request(kvs_handle *h, const char *id) {
+    kvs_request *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    memcpy(r->id, id, strlen(id) + 1);
+    kvs_request **b = bucket_of(h, id);
+    r->next = *b;
+    *b = r;
+    h->n_requests++;
+    return r;
+}
+
+static void release_lease(kvs_handle *h, kvs_request *r) {
+    for (uint64_t i = 0; i < r->n_pins; i++) {
+        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, r->pins[i].tier);
+        ops->unpin(kvs_tiers_state(h->tiers, r->pins[i].tier), &r->pins[i].key, 1);
+    }
+    if (r->n_pins && h->stats.leases_active) h->stats.leases_active--;
+    free(r->pins);
+    r->pins = NULL;
+    r->n_pins = 0;
+    r->lease_release_step = 0;
+}
+
+static void destroy_request(kvs_handle *h, kvs_request *r) {
+    kvs_request **p = bucket_of(h, r->id);
+    while (*p != r) p = &(*p)->next;
+    *p = r->next;
+    release_lease(h, r);
+    free(r->tokens);
+    free(r->keys);
+    free(r);
+    h->n_requests--;
+}
+
+void kvs_sched_release_all(kvs_handle *h) {
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        while (h->buckets[b]) destroy_request(h, h->buckets[b]);
+}
+
+void kvs_sched_expire_leases(kvs_handle *h) {
+    uint64_t now = kvs_now_ns();
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (r->n_pins && now > r->lease_deadline_ns) {
+                kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired",
+                        r->id, (unsigned long long)r->n_pins);
+                release_lease(h, r);
+                r->load_pending = 0; /* what it pinned may be gone: never load unpinned chunks */
+                h->stats.leases_expired++;
+            }
+}
+
+/* --- argument checks ------------------------------------------------------------------------------ */
+
+static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
+    if (!id) return kvs_set_error(h, KVS_EINVAL, "%s: request id is NULL", hook);
+    size_t n = strnlen(id, KVS_REQ_ID_MAX);
+    if (n == 0 || n >= KVS_REQ_ID_MAX)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request id must be 1..%d bytes", hook, KVS_REQ_ID_MAX - 1);
+    return KVS_OK;
+}
+
+static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id, const int32_t *tokens,
+                               uint64_t n) {
+    if (n && !tokens) return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
+    uint32_t vocab = h->model.vocab_size;
+    for (uint64_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || (vocab && (uint32_t)tokens[i] >= vocab))
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
+                                 tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
+    }
+    return KVS_OK;
+}
+
+/* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
+ * Returns a malloc'd array (NULL with n_chunks 0 is fine). */
+static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens, uint64_t n_tokens,
+                         uint64_t n_chunks, int *oom) {
+    *oom = 0;
+    if (n_chunks == 0) return NULL;
+    kvs_key *keys = malloc(n_chunks * sizeof *keys);
+    if (!keys) {
+        *oom = 1;
+        return NULL;
+    }
+    uint64_t reuse = 0;
+    if (r && r->n_keys) {
+        uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
+        if (memcmp(r->tokens, tokens, same * sizeof *tokens) == 0) {
+            reuse = same / h->chunk_tokens;
+            if (reuse > r->n_keys) reuse = r->n_keys;
+            if (reuse > n_chunks) reuse = n_chunks;
+            memcpy(keys, r->keys, reuse * sizeof *keys);
+        }
+    }
+    const kvs_key *prev = reuse ? &keys[reuse - 1] : &h->fingerprint;
+    kvs_keys_chain(prev, tokens + reuse * h->chunk_tokens, n_chunks - reuse, h->chunk_tokens, keys + reuse);
+    return keys;
+}
+
+static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
+    int oom;
+    kvs_key *keys = keys_for(h, r, tokens, n, n / h->chunk_tokens, &oom);
+    int32_t *copy = n ? malloc(n * sizeof *copy) : NULL;
+    if (oom || (n && !copy)) {
+        free(keys);
+        free(copy);
+        return kvs_set_error(h, KVS_ENOMEM, "request '%s': out of memory for %llu tokens", r->id,
+                             (unsigned long long)n);
+    }
+    if (n) memcpy(copy, tokens, n * sizeof *copy);
+    free(r->tokens);
+    free(r->keys);
+    r->tokens = copy;
+    r->n_tokens = n;
+    r->keys = keys;
+    r->n_keys = n / h->chunk_tokens;
+    return KVS_OK;
+}
+
+/* --- lookup and on_alloc -------------------------------------------------------------------------- */
+
+/* Pin the stored run of chunks starting at `first`; returns how many are pinned. */
+static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first) {
+    uint64_t timeout = h->cfg->lease_timeout_ms;
+    r->pins = r->n_keys > first ? calloc(r->n_keys - first, sizeof *r->pins) : NULL;
+    if (!r->pins) return 0;
+    uint64_t c = first;
+    for (; c < r->n_keys; c++) {
+        int t = kvs_tiers_find(h->tiers, &r->keys[c]);
+        if (t < 0) break;
+        uint64_t pinned = 0;
+        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)t);
+        if (ops->pin(kvs_tiers_state(h->tiers, (uint32_t)t), &r->keys[c], 1, timeout, &pinned) != KVS_OK ||
+            pinned != 1)
+            break; /* evicted between find and pin: the run ends here */
+        r->pins[r->n_pins++] = (kvs_pin){r->keys[c], (uint32_t)t};
+    }
+    return c - first;
+}
+
+kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
+                            uint64_t n_computed, kvs_lookup_result *out) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
+    if (st == KVS_OK) st = check_id(h, "lookup", req_id);
+    if (st == KVS_OK) st = check_tokens(h, "lookup", req_id, tokens, n_tokens);
+    if (st != KVS_OK) return st;
+    if (!out) return kvs_set_error(h, KVS_EINVAL, "lookup: result pointer is NULL");
+    if (n_computed > n_tokens)
+        return kvs_set_error(h, KVS_EINVAL, "lookup: request '%s': n_computed %llu exceeds n_tokens %llu",
+                             req_id, (unsigned long long)n_computed, (unsigned long long)n_tokens);
+    kvs_sched_expire_leases(h);
+    kvs_request *r = find_request(h, req_id);
+    int created = 0;
+    if (!r) {
+        if (!(r = create_request(h, req_id)))
+            return kvs_set_error(h, KVS_ENOMEM, "lookup: out of memory for request '%s'", req_id);
+        created = 1;
+        r->prompt_tokens = n_tokens;
+    }
+    if ((st = set_tokens(h, r, tokens, n_tokens)) != KVS_OK) {
+        if (created) destroy_request(h, r);
+        return st;
+    }
+    release_lease(h, r); /* a repeated lookup replaces the earlier lease */
+    uint64_t C = h->chunk_tokens;
+    uint64_t first = n_computed / C; /* chunks the engine already holds need not be stored */
+    uint64_t run = pin_run(h, r, first);
+    uint64_t hit = (first + run) * C;
+    uint64_t end = hit;
+    if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
+    uint64_t ext = end > n_computed ? end - n_computed : 0;
+    if (ext == 0) release_lease(h, r);
+    else {
+        r->lease_deadline_ns = kvs_now_ns() + h->cfg->lease_timeout_ms * 1000000ull;
+        h->stats.leases_active++;
+    }
+    r->n_local = n_computed;
+    r->hit_tokens = hit;
+    r->offered = ext;
+    r->external = 0;
+    r->load_pending = 0;
+    if (first == 0 && r->saved_upto < hit) r->saved_upto = hit;
+    h->stats.lookups++;
+    h->stats.lookup_hit_tokens += ext;
+    h->stats.lookup_miss_tokens += n_tokens - n_computed - ext;
+    out->n_hit_tokens = ext;
+    out->unknown_yet = 0;
+    out->load_async = 0;
+    return KVS_OK;
+}
+
+kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
+                              uint64_t n_block_ids, uint64_t n_external_tokens) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "on_alloc");
+    if (st == KVS_OK) st = check_id(h, "on_alloc", req_id);
+    if (st != KVS_OK) return st;
+    kvs_request *r = find_request(h, req_id);
+    if (!r)
+        return kvs_set_error(h, KVS_ENOTFOUND, "on_alloc: request '%s' was never looked up", req_id);
+    if (n_external_tokens == 0) {
+        release_lease(h, r);
+        r->load_pending = 0;
+        return KVS_OK;
+    }
+    if (n_external_tokens > r->offered)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "on_alloc: request '%s': n_external_tokens %llu exceeds the %llu lookup offered",
+                             req_id, (unsigned long long)n_external_tokens, (unsigned long long)r->offered);
+    if (r->n_pins == 0)
+        return kvs_set_error(h, KVS_ESTATE, "on_alloc: request '%s': its lease expired; look it up again",
+                             req_id);
+    uint64_t need = r->n_local + n_external_tokens;
+    if (n_block_ids && !block_ids)
+        return kvs_set_error(h, KVS_EINVAL, "on_alloc: request '%s': block_ids is NULL", req_id);
+    if (n_block_ids * h->model.block_tokens < need)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens",
+                             req_id, (unsigned long long)n_block_ids, h->model.block_tokens,
+                             (unsigned long long)need);
+    r->external = n_external_tokens;
+    r->load_pending = 1;
+    r->lease_deadline_ns = kvs_now_ns() + h->cfg->lease_timeout_ms * 1000000ull;
+    return KVS_OK;
+}
+
+/* --- build_meta ----------------------------------------------------------------------------------- */
+
+static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *s) {
+    kvs_status st = check_id(h, "build_meta", s->req_id);
+    if (st == KVS_OK) st = check_tokens(h, "build_meta", s->req_id, s->tokens, s->n_tokens);
+    if (st != KVS_OK) return st;
+    uint64_t done = s->n_computed + s->n_scheduled;
+    if (done > s->n_tokens || done < s->n_computed)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "build_meta: request '%s': n_computed %llu + n_scheduled %llu exceeds n_tokens %llu",
+                             s->req_id, (unsigned long long)s->n_computed,
+                             (unsigned long long)s->n_scheduled, (unsigned long long)s->n_tokens);
+    if (s->n_block_ids && !s->block_ids)
+        return kvs_set_error(h, KVS_EINVAL, "build_meta: request '%s': block_ids is NULL", s->req_id);
+    if (s->n_block_ids * h->model.block_tokens < done)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "build_meta: request '%s': block table of %llu blocks cannot hold %llu tokens",
+                             s->req_id, (unsigned long long)s->n_block_ids, (unsigned long long)done);
+    return KVS_OK;
+}
+
+/* What this step does for one request, computed without changing any state. */
+typedef struct req_plan {
+    kvs_key *keys; /* keys of the full chunks of s->tokens: becomes the request's keys */
+    uint64_t n_keys;
+    uint64_t saved_upto;
+    int emits_load;
+} req_plan;
+
+static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_step_request *s,
+                               kvs_meta_req *out, req_plan *plan) {
+    uint64_t C = h->chunk_tokens;
+    int oom;
+    memset(plan, 0, sizeof *plan);
+    plan->n_keys = s->n_tokens / C;
+    plan->keys = keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
+    if (oom) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    uint64_t load_end = 0;
+    if (r && r->load_pending && r->external && r->n_pins) {
+        uint64_t start = r->n_local, end = r->n_local + r->external;
+        uint64_t c0 = start / C, c1 = (end - 1) / C;
+        if (c1 >= r->n_keys) return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys", r->id);
+        out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
+        if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        for (uint64_t c = c0; c <= c1; c++) {
+            uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
+            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
+        }
+        load_end = end;
+        plan->emits_load = 1;
+    }
+    uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
+    uint64_t limit = s->n_computed + s->n_scheduled;
+    if (!h->cfg->save_decode && limit > prompt) limit = prompt;
+    uint64_t from = (r ? r->saved_upto : 0) / C, to = limit / C;
+    plan->saved_upto = r ? r->saved_upto : 0;
+    if (to > from) {
+        out->saves = calloc(to - from, sizeof *out->saves);
+        if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        for (uint64_t c = from; c < to; c++) out->saves[out->n_saves++] = (kvs_meta_save){plan->keys[c], c * C};
+        plan->saved_upto = to * C;
+    }
+    uint64_t cover = load_end > to * C ? load_end : to * C;
+    uint64_t bt = h->model.block_tokens;
+    out->n_block_ids = (cover + bt - 1) / bt;
+    if (out->n_block_ids) {
+        out->block_ids = malloc(out->n_block_ids * sizeof *out->block_ids);
+        if (!out->block_ids) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        memcpy(out->block_ids, s->block_ids, out->n_block_ids * sizeof *out->block_ids);
+    }
+    memcpy(out->id, s->req_id, strlen(s->req_id) + 1);
+    return KVS_OK;
+}
+
+static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan *plan) {
+    kvs_request *r = find_request(h, s->req_id);
+    if (!r) {
+        if (!(r = create_request(h, s->req_id)))
+            return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        r->prompt_tokens = s->n_tokens;
+    }
+    int32_t *copy = s->n_tokens ? malloc(s->n_tokens * sizeof *copy) : NULL;
+    if (s->n_tokens && !copy) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    if (s->n_tokens) memcpy(copy, s->tokens, s->n_tokens * sizeof *copy);
+    free(r->tokens);
+    free(r->keys);
+    r->tokens = copy;
+    r->n_tokens = s->n_tokens;
+    r->keys = plan->keys;
+    r->n_keys = plan->n_keys;
+    plan->keys = NULL;
+    r->saved_upto = plan->saved_upto;
+    if (plan->emits_load) {
+        r->load_pending = 0;
+        r->lease_release_step = h->step; /* the workers load during this step */
+    }
+    return KVS_OK;
+}
+
+static void release_finished_leases(kvs_handle *h) {
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (r->lease_release_step && r->lease_release_step < h->step) release_lease(h, r);
+}
+
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
+                                uint64_t cap, uint64_t *len) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
+    if (st != KVS_OK) return st;
+    if (!len || (n_reqs && !reqs) || (cap && !buf))
+        return kvs_set_error(h, KVS_EINVAL, "build_meta: reqs, buf or len is NULL");
+    for (uint64_t i = 0; i < n_reqs; i++)
+        if ((st = check_step_request(h, &reqs[i])) != KVS_OK) return st;
+    kvs_sched_expire_leases(h);
+    kvs_meta meta = {.step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
+    meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
+    req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
+    void *blob = NULL;
+    uint64_t blob_len = 0;
+    if (n_reqs && (!meta.reqs || !plans)) {
+        st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        goto out;
+    }
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
+        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i]);
+        meta.n_reqs = i + 1;
+    }
+    if (st != KVS_OK) goto out;
+    if ((st = kvs_meta_encode(&meta, &blob, &blob_len)) != KVS_OK) {
+        kvs_set_error(h, st, "build_meta: out of memory encoding metadata");
+        goto out;
+    }
+    *len = blob_len;
+    if (blob_len > cap) {
+        st = kvs_set_error(h, KVS_EOVERFLOW, "build_meta: metadata needs %llu bytes, buffer has %llu",
+                           (unsigned long long)blob_len, (unsigned long long)cap);
+        goto out;
+    }
+    memcpy(buf, blob, blob_len);
+    h->step++;
+    release_finished_leases(h);
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) st = apply_plan(h, &reqs[i], &plans[i]);
+out:
+    for (uint64_t i = 0; i < meta.n_reqs; i++) {
+        kvs_meta_req_clear(&meta.reqs[i]);
+        free(plans[i].keys);
+    }
+    free(meta.reqs);
+    free(plans);
+    free(blob);
+    return st;
+}
+
+kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_finished");
+    if (st == KVS_OK) st = check_id(h, "request_finished", req_id);
+    if (st != KVS_OK) return st;
+    if (keep_blocks) *keep_blocks = 0; /* saves complete inside the step: nothing to keep */
+    kvs_request *r = find_request(h, req_id);
+    if (!r)
+        return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen", req_id);
+    destroy_request(h, r);
+    return KVS_OK;
+}

@@ -1,0 +1,773 @@
+/* test_dram.c - the built-in DRAM tier through its backend ops table. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dram.h"
+#include "test_support.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+
+static const kvs_backend_ops *ops;
+static char error_text[512];
+
+/* Keys differ in both halves so the index sees realistic hashes. */
+static kvs_key key_of(uint32_t i) {
+    kvs_key k;
+    memset(&k, 0, sizeof k);
+    uint32_t hi = i * 2654435761u + 1u;
+    memcpy(k.bytes, &i, sizeof i);
+    memcpy(k.bytes + 8, &hi, sizeof hi);
+    return k;
+}
+
+static void fill(uint8_t *buf, uint64_t len, uint32_t seed) {
+    for (uint64_t i = 0; i < len; i++) buf[i] = (uint8_t)(seed * 131u + i * 7u + (i >> 8));
+}
+
+static int bytes_match(const uint8_t *buf, uint64_t len, uint32_t seed) {
+    for (uint64_t i = 0; i < len; i++)
+        if (buf[i] != (uint8_t)(seed * 131u + i * 7u + (i >> 8))) return 0;
+    return 1;
+}
+
+/* What on_evict saw. */
+typedef struct evict_log {
+    int n;
+    kvs_key keys[16];
+    uint64_t lens[16];
+    uint8_t bytes[16][256];
+} evict_log;
+
+static void record_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    evict_log *log = ctx;
+    if (log->n >= 16) return;
+    log->keys[log->n] = *key;
+    log->lens[log->n] = len;
+    memcpy(log->bytes[log->n], object, len < 256 ? len : 256);
+    log->n++;
+}
+
+static kvs_status open_tier_with(const char *name, uint64_t capacity, uint64_t max_object,
+                                 const kvs_backend_option *opts, uint64_t n_opts,
+                                 const kvs_backend_host *host, void **state) {
+    error_text[0] = '\0';
+    kvs_backend_init init = {
+        .struct_size = sizeof init,
+        .tier_name = name,
+        .capacity_bytes = capacity,
+        .max_object_bytes = max_object,
+        .options = opts,
+        .n_options = n_opts,
+        .host = host,
+        .error = error_text,
+        .error_len = sizeof error_text,
+    };
+    return ops->create(&init, state);
+}
+
+/* A private tier of n_slabs slabs of 4KiB that records evictions in log. */
+static void *open_small(uint64_t n_slabs, evict_log *log, kvs_backend_host *host) {
+    memset(host, 0, sizeof *host);
+    host->struct_size = sizeof *host;
+    host->ctx = log;
+    host->on_evict = record_evict;
+    void *st = NULL;
+    kvs_status rc = open_tier_with("t0", n_slabs * 4 * KIB, 4 * KIB, NULL, 0, host, &st);
+    ck_assert_msg(rc == KVS_OK, "create: %s", error_text);
+    return st;
+}
+
+static void put_small(void *st, uint32_t i, uint64_t len) {
+    uint8_t buf[4096];
+    fill(buf, len, i);
+    kvs_key k = key_of(i);
+    ck_assert_int_eq(ops->put(st, &k, buf, len), KVS_OK);
+}
+
+static void unique_shm_name(char *buf, size_t len) {
+    static unsigned counter;
+    snprintf(buf, len, "kvs-test-dram-%d-%u", (int)getpid(), counter++);
+}
+
+static int shm_exists(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "/%s", name);
+    int fd = shm_open(path, O_RDONLY, 0);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
+static void setup(void) { ops = kvs_dram_backend(); }
+
+START_TEST(ops_table_declares_its_version_and_capabilities) {
+    ck_assert_uint_eq(ops->abi_major, KVS_BACKEND_ABI_MAJOR);
+    ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
+    ck_assert_str_eq(ops->type_name, "dram");
+    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE);
+}
+END_TEST
+
+START_TEST(put_then_get_returns_the_same_bytes) {
+    void *st = NULL;
+    ck_assert_int_eq(open_tier_with("t0", 8 * MIB, MIB + 5, NULL, 0, NULL, &st), KVS_OK);
+    uint64_t len = MIB + 5;
+    uint8_t *in = malloc(len), *out = malloc(len);
+    fill(in, len, 42);
+    kvs_key k = key_of(42);
+    ck_assert_int_eq(ops->put(st, &k, in, len), KVS_OK);
+    memset(out, 0, len);
+    uint64_t got = 0;
+    ck_assert_int_eq(ops->get(st, &k, out, len, &got), KVS_OK);
+    ck_assert_uint_eq(got, len);
+    ck_assert(memcmp(in, out, len) == 0);
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 1);
+    ck_assert_uint_eq(bytes, len);
+    kvs_key missing = key_of(43);
+    ck_assert_int_eq(ops->get(st, &missing, out, len, &got), KVS_ENOTFOUND);
+    free(in);
+    free(out);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(get_with_a_short_buffer_reports_overflow_and_the_needed_length) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    put_small(st, 1, 300);
+    uint8_t out[100];
+    uint64_t got = 0;
+    kvs_key k = key_of(1);
+    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &got), KVS_EOVERFLOW);
+    ck_assert_uint_eq(got, 300);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "\"t0\""));
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(get_ref_points_at_the_stored_bytes) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(4, &log, &host);
+    put_small(st, 7, 4096);
+    kvs_key k = key_of(7);
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k, 1, 10000, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 1);
+    const void *ref = NULL;
+    uint64_t len = 0;
+    ck_assert_int_eq(ops->get_ref(st, &k, &ref, &len), KVS_OK);
+    ck_assert_uint_eq(len, 4096);
+    ck_assert(bytes_match(ref, len, 7));
+    /* Pinned: filling the tier many times over must not touch these bytes. */
+    for (uint32_t i = 100; i < 120; i++) put_small(st, i, 4096);
+    ck_assert(bytes_match(ref, len, 7));
+    const void *again = NULL;
+    ck_assert_int_eq(ops->get_ref(st, &k, &again, &len), KVS_OK);
+    ck_assert_ptr_eq(again, ref);
+    ck_assert_int_eq(ops->unpin(st, &k, 1), KVS_OK);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(contains_stops_at_the_first_missing_key) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(8, &log, &host);
+    put_small(st, 0, 10);
+    put_small(st, 1, 10);
+    put_small(st, 3, 10);
+    kvs_key keys[4] = {key_of(0), key_of(1), key_of(2), key_of(3)};
+    uint64_t n = 99;
+    ck_assert_int_eq(ops->contains(st, keys, 4, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(ops->contains(st, keys + 2, 2, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(ops->contains(st, keys + 3, 1, &n), KVS_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(ops->contains(st, keys, 0, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(eviction_drops_the_least_recently_used_and_hands_each_victim_to_on_evict) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(4, &log, &host);
+    for (uint32_t i = 0; i < 4; i++) put_small(st, i, 100 + i);
+    ck_assert_int_eq(log.n, 0);
+    uint8_t out[4096];
+    uint64_t len = 0;
+    kvs_key k0 = key_of(0);
+    ck_assert_int_eq(ops->get(st, &k0, out, sizeof out, &len), KVS_OK); /* 0 is now newest */
+    uint64_t present = 0;
+    kvs_key k1 = key_of(1);
+    ck_assert_int_eq(ops->contains(st, &k1, 1, &present), KVS_OK); /* contains is no use */
+    put_small(st, 4, 50);
+    put_small(st, 5, 60);
+    ck_assert_int_eq(log.n, 2);
+    kvs_key want1 = key_of(1), want2 = key_of(2);
+    ck_assert(memcmp(&log.keys[0], &want1, sizeof want1) == 0);
+    ck_assert(memcmp(&log.keys[1], &want2, sizeof want2) == 0);
+    ck_assert_uint_eq(log.lens[0], 101);
+    ck_assert_uint_eq(log.lens[1], 102);
+    ck_assert(bytes_match(log.bytes[0], 101, 1));
+    ck_assert(bytes_match(log.bytes[1], 102, 2));
+    kvs_key order[6] = {key_of(0), key_of(3), key_of(4), key_of(5), key_of(1), key_of(2)};
+    ck_assert_int_eq(ops->contains(st, order, 6, &present), KVS_OK);
+    ck_assert_uint_eq(present, 4);
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 4);
+    ck_assert_uint_eq(bytes, 100 + 103 + 50 + 60);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(pinned_object_is_never_evicted_and_put_fails_when_all_are_pinned) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    put_small(st, 0, 10);
+    put_small(st, 1, 10);
+    kvs_key both[2] = {key_of(0), key_of(1)};
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, both, 2, 60000, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 2);
+    uint8_t buf[10] = {0};
+    kvs_key k2 = key_of(2);
+    ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
+    ck_assert_int_eq(log.n, 0);
+    ck_assert_int_eq(ops->unpin(st, &both[0], 1), KVS_OK);
+    put_small(st, 2, 10);
+    ck_assert_int_eq(log.n, 1);
+    ck_assert(memcmp(&log.keys[0], &both[0], sizeof both[0]) == 0);
+    put_small(st, 3, 10); /* evicts 2, never the pinned 1 */
+    uint64_t present = 0;
+    ck_assert_int_eq(ops->contains(st, &both[1], 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+    ck_assert_int_eq(log.n, 2);
+    ck_assert(memcmp(&log.keys[1], &k2, sizeof k2) == 0);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(pin_stops_at_the_first_missing_key) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(4, &log, &host);
+    put_small(st, 0, 10);
+    put_small(st, 2, 10);
+    kvs_key keys[3] = {key_of(0), key_of(1), key_of(2)};
+    uint64_t n_pinned = 9;
+    ck_assert_int_eq(ops->pin(st, keys, 3, 60000, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 1);
+    ck_assert_int_eq(ops->remove(st, &keys[2]), KVS_OK); /* 2 was not pinned */
+    ck_assert_int_eq(ops->remove(st, &keys[0]), KVS_EAGAIN);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(pin_with_a_50ms_timeout_expires_and_the_object_becomes_evictable) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(1, &log, &host);
+    put_small(st, 0, 10);
+    kvs_key k0 = key_of(0), k1 = key_of(1);
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 50, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 1);
+    uint8_t buf[10] = {0};
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_ENOMEM);
+    struct timespec ts = {0, 80 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK);
+    ck_assert_int_eq(log.n, 1);
+    ck_assert(memcmp(&log.keys[0], &k0, sizeof k0) == 0);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(nested_pins_need_as_many_unpins) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(1, &log, &host);
+    put_small(st, 0, 10);
+    kvs_key k0 = key_of(0), k1 = key_of(1);
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
+    uint8_t buf[10] = {0};
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_ENOMEM);
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(1, &log, &host);
+    put_small(st, 0, 10);
+    kvs_key k0 = key_of(0), k1 = key_of(1), absent = key_of(77);
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
+    ck_assert_int_eq(ops->unpin(st, &absent, 1), KVS_OK);
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 1);
+    uint8_t buf[10] = {0};
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_ENOMEM); /* the pin holds */
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK); /* and one unpin releases */
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(put_of_an_existing_key_replaces_its_bytes) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    kvs_key k = key_of(5);
+    uint8_t a[300], b[200], out[4096];
+    fill(a, sizeof a, 1);
+    fill(b, sizeof b, 2);
+    ck_assert_int_eq(ops->put(st, &k, a, sizeof a), KVS_OK);
+    ck_assert_int_eq(ops->put(st, &k, b, sizeof b), KVS_OK);
+    uint64_t len = 0;
+    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
+    ck_assert_uint_eq(len, sizeof b);
+    ck_assert(bytes_match(out, len, 2));
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 1);
+    ck_assert_uint_eq(bytes, sizeof b);
+    ck_assert_int_eq(log.n, 0); /* a replace is not an eviction */
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(put_over_a_pinned_key_keeps_the_stored_bytes) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    put_small(st, 5, 300);
+    kvs_key k = key_of(5);
+    uint64_t n_pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k, 1, 60000, &n_pinned), KVS_OK);
+    uint8_t other[20] = {0}, out[4096];
+    ck_assert_int_eq(ops->put(st, &k, other, sizeof other), KVS_OK);
+    uint64_t len = 0;
+    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
+    ck_assert_uint_eq(len, 300);
+    ck_assert(bytes_match(out, len, 5));
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(remove_frees_the_object_and_refuses_while_it_is_pinned) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    put_small(st, 0, 10);
+    put_small(st, 1, 20);
+    kvs_key k0 = key_of(0), k1 = key_of(1), absent = key_of(9);
+    ck_assert_int_eq(ops->remove(st, &k0), KVS_OK);
+    ck_assert_int_eq(ops->remove(st, &absent), KVS_OK);
+    uint64_t present = 9, n_objects = 0, bytes = 0, n_pinned = 0;
+    ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 1);
+    ck_assert_uint_eq(bytes, 20);
+    put_small(st, 2, 10); /* the freed slab is used without evicting 1 */
+    ck_assert_int_eq(log.n, 0);
+    ck_assert_int_eq(ops->pin(st, &k1, 1, 60000, &n_pinned), KVS_OK);
+    ck_assert_int_eq(ops->remove(st, &k1), KVS_EAGAIN);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
+    ck_assert_int_eq(ops->unpin(st, &k1, 1), KVS_OK);
+    ck_assert_int_eq(ops->remove(st, &k1), KVS_OK);
+    ck_assert_int_eq(ops->contains(st, &k1, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(put_larger_than_the_max_object_size_is_refused) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    uint8_t *big = calloc(1, 4097);
+    kvs_key k = key_of(1);
+    ck_assert_int_eq(ops->put(st, &k, big, 4097), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "larger than"));
+    ck_assert_int_eq(ops->put(st, &k, big, 4096), KVS_OK);
+    free(big);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(capacity_too_small_for_one_object_is_refused_with_a_sentence) {
+    void *st = (void *)1;
+    ck_assert_int_eq(open_tier_with("x", MIB, 4 * MIB, NULL, 0, NULL, &st), KVS_ECONFIG);
+    ck_assert_ptr_null(st);
+    ck_assert_str_eq(error_text, "dram tier \"x\": capacity 1MiB holds no object of 4MiB");
+    ck_assert_int_ne(open_tier_with("x", MIB, 0, NULL, 0, NULL, &st), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(error_text, "dram tier \"x\""));
+    ck_assert_int_ne(open_tier_with("x", 0, 4096, NULL, 0, NULL, &st), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(error_text, "capacity"));
+}
+END_TEST
+
+START_TEST(unknown_option_is_refused_with_the_valid_ones_listed) {
+    kvs_backend_option opt = {"shm_nmae", "abc"};
+    void *st = NULL;
+    ck_assert_int_eq(open_tier_with("x", MIB, 4096, &opt, 1, NULL, &st), KVS_ECONFIG);
+    ck_assert_ptr_null(st);
+    ck_assert_ptr_nonnull(strstr(error_text, "\"shm_nmae\""));
+    ck_assert_ptr_nonnull(strstr(error_text, "valid options: shm_name"));
+}
+END_TEST
+
+START_TEST(invalid_shm_names_are_refused) {
+    char long_name[260];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    const char *bad[] = {"", "a/b", "..", "sp ace", long_name};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvs_backend_option opt = {"shm_name", bad[i]};
+        void *st = NULL;
+        ck_assert_int_eq(open_tier_with("x", MIB, 4096, &opt, 1, NULL, &st), KVS_ECONFIG);
+        ck_assert_ptr_nonnull(strstr(error_text, "not a valid name"));
+    }
+}
+END_TEST
+
+/* Random puts and removes (no eviction) against a plain array: exercises probing and backward-shift
+ * deletion through every collision pattern a 64-bucket index produces. */
+START_TEST(index_agrees_with_a_model_under_random_puts_and_removes) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(32, &log, &host);
+    enum { KEYS = 100 };
+    uint64_t model_len[KEYS] = {0};
+    int present[KEYS] = {0};
+    int live = 0;
+    uint32_t rng = 12345;
+    uint8_t out[4096];
+    for (int step = 0; step < 20000; step++) {
+        rng = rng * 1103515245u + 12345u;
+        uint32_t i = (rng >> 8) % KEYS;
+        kvs_key k = key_of(i);
+        if ((rng >> 20) % 3 != 0) {
+            if (!present[i] && live == 32) continue;
+            uint64_t len = 1 + (rng >> 4) % 4000;
+            put_small(st, i, len);
+            if (!present[i]) live++;
+            present[i] = 1;
+            model_len[i] = len;
+        } else {
+            ck_assert_int_eq(ops->remove(st, &k), KVS_OK);
+            if (present[i]) live--;
+            present[i] = 0;
+        }
+        if (step % 97 == 0) {
+            for (uint32_t j = 0; j < KEYS; j++) {
+                kvs_key kj = key_of(j);
+                uint64_t len = 0;
+                kvs_status rc = ops->get(st, &kj, out, sizeof out, &len);
+                ck_assert_int_eq(rc, present[j] ? KVS_OK : KVS_ENOTFOUND);
+                if (present[j]) {
+                    ck_assert_uint_eq(len, model_len[j]);
+                    ck_assert(bytes_match(out, len, j));
+                }
+            }
+        }
+    }
+    ck_assert_int_eq(log.n, 0);
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, (uint64_t)live);
+    ops->destroy(st);
+}
+END_TEST
+
+typedef struct worker_arg {
+    void *st;
+    uint32_t seed;
+    int bad;
+} worker_arg;
+
+/* Objects of key i always carry the bytes of seed i, so any read of other bytes is corruption. */
+static void *hammer(void *p) {
+    worker_arg *w = p;
+    uint8_t buf[4096];
+    uint32_t rng = w->seed;
+    for (int step = 0; step < 3000; step++) {
+        rng = rng * 1103515245u + 12345u;
+        uint32_t i = (rng >> 8) % 64;
+        kvs_key k = key_of(i);
+        uint64_t len = 1000 + i * 10;
+        switch ((rng >> 20) % 4) {
+        case 0:
+            fill(buf, len, i);
+            if (ops->put(w->st, &k, buf, len) != KVS_OK) w->bad++;
+            break;
+        case 1: {
+            uint64_t got = 0;
+            kvs_status rc = ops->get(w->st, &k, buf, sizeof buf, &got);
+            if (rc == KVS_OK && (got != len || !bytes_match(buf, got, i))) w->bad++;
+            break;
+        }
+        case 2: {
+            uint64_t n_pinned = 0, got = 0;
+            const void *ref = NULL;
+            ops->pin(w->st, &k, 1, 60000, &n_pinned);
+            if (n_pinned == 1) {
+                if (ops->get_ref(w->st, &k, &ref, &got) != KVS_OK) w->bad++;
+                else if (got != len || !bytes_match(ref, got, i)) w->bad++;
+                ops->unpin(w->st, &k, 1);
+            }
+            break;
+        }
+        default:
+            ops->remove(w->st, &k);
+            break;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(threads_sharing_one_tier_never_see_torn_or_foreign_bytes) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(16, &log, &host); /* on_evict runs under the tier lock: log is safe */
+    pthread_t threads[4];
+    worker_arg args[4];
+    for (int t = 0; t < 4; t++) {
+        args[t] = (worker_arg){st, (uint32_t)(t * 7919 + 1), 0};
+        ck_assert_int_eq(pthread_create(&threads[t], NULL, hammer, &args[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(threads[t], NULL);
+        ck_assert_int_eq(args[t].bad, 0);
+    }
+    ops->destroy(st);
+}
+END_TEST
+
+static void *open_shared(const char *shm, uint64_t n_slabs, const kvs_backend_host *host) {
+    kvs_backend_option opt = {"shm_name", shm};
+    void *st = NULL;
+    kvs_status rc = open_tier_with("shared", n_slabs * 4 * KIB, 4 * KIB, &opt, 1, host, &st);
+    return rc == KVS_OK ? st : NULL;
+}
+
+static int wait_child(pid_t pid) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_msg(st != NULL, "create: %s", error_text);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        void *child = open_shared(shm, 4, NULL);
+        if (!child) _exit(1);
+        uint8_t buf[1000];
+        fill(buf, sizeof buf, 3);
+        kvs_key k = key_of(3);
+        int rc = ops->put(child, &k, buf, sizeof buf) == KVS_OK ? 0 : 2;
+        ops->destroy(child);
+        _exit(rc);
+    }
+    ck_assert_int_eq(wait_child(pid), 0);
+    uint8_t out[4096];
+    uint64_t len = 0;
+    kvs_key k = key_of(3);
+    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
+    ck_assert_uint_eq(len, 1000);
+    ck_assert(bytes_match(out, len, 3));
+    ck_assert(shm_exists(shm)); /* the parent still holds it */
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(object_put_by_the_parent_is_seen_by_a_child_process) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_msg(st != NULL, "create: %s", error_text);
+    put_small(st, 8, 2000);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        void *child = open_shared(shm, 4, NULL);
+        if (!child) _exit(1);
+        uint8_t out[4096];
+        uint64_t len = 0;
+        kvs_key k = key_of(8);
+        int rc = ops->get(child, &k, out, sizeof out, &len) == KVS_OK ? 0 : 2;
+        if (rc == 0 && (len != 2000 || !bytes_match(out, len, 8))) rc = 3;
+        kvs_key gone = key_of(9);
+        if (rc == 0 && ops->get(child, &gone, out, sizeof out, &len) != KVS_ENOTFOUND) rc = 4;
+        ops->destroy(child);
+        _exit(rc);
+    }
+    ck_assert_int_eq(wait_child(pid), 0);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(attach_with_another_geometry_is_refused_naming_both) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_msg(st != NULL, "create: %s", error_text);
+    ck_assert_ptr_null(open_shared(shm, 8, NULL));
+    ck_assert_ptr_nonnull(strstr(error_text, "holds 4 slabs of 4KiB"));
+    ck_assert_ptr_nonnull(strstr(error_text, "asks for 8 slabs of 4KiB"));
+    kvs_backend_option opt = {"shm_name", shm};
+    void *other = NULL;
+    ck_assert_int_eq(open_tier_with("shared", 4 * 8 * KIB, 8 * KIB, &opt, 1, NULL, &other),
+                     KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(error_text, "4 slabs of 8KiB"));
+    void *same = open_shared(shm, 4, NULL); /* the matching geometry still attaches */
+    ck_assert_ptr_nonnull(same);
+    ops->destroy(same);
+    ops->destroy(st);
+}
+END_TEST
+
+START_TEST(shared_memory_is_unlinked_after_the_last_destroy) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *a = open_shared(shm, 4, NULL);
+    void *b = open_shared(shm, 4, NULL);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ops->destroy(a);
+    ck_assert(shm_exists(shm));
+    put_small(b, 1, 10); /* the survivor keeps working */
+    ops->destroy(b);
+    ck_assert(!shm_exists(shm));
+    /* The name can be created afresh, empty. */
+    void *c = open_shared(shm, 4, NULL);
+    ck_assert_ptr_nonnull(c);
+    uint64_t n_objects = 9, bytes = 9;
+    ck_assert_int_eq(ops->usage(c, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 0);
+    ops->destroy(c);
+    ck_assert(!shm_exists(shm));
+}
+END_TEST
+
+static void die_in_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    (void)ctx, (void)key, (void)object, (void)len;
+    _exit(0);
+}
+
+START_TEST(a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 2, NULL);
+    ck_assert_ptr_nonnull(st);
+    put_small(st, 0, 10);
+    put_small(st, 1, 20);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_backend_host host = {.struct_size = sizeof host, .on_evict = die_in_evict};
+        void *child = open_shared(shm, 2, &host);
+        if (!child) _exit(1);
+        put_small(child, 2, 10); /* evicts, and on_evict exits with the lock held */
+        _exit(2);
+    }
+    ck_assert_int_eq(wait_child(pid), 0);
+    uint64_t present = 0, n_objects = 0, bytes = 0;
+    kvs_key keys[2] = {key_of(0), key_of(1)};
+    ck_assert_int_eq(ops->contains(st, keys, 2, &present), KVS_OK);
+    ck_assert_uint_eq(present, 2); /* the victim was never dropped */
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 2);
+    ck_assert_uint_eq(bytes, 30);
+    put_small(st, 2, 10);
+    kvs_key k2 = key_of(2);
+    ck_assert_int_eq(ops->contains(st, &k2, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+    ops->destroy(st);
+    /* The dead child never detached, so the object outlives us: remove it by hand. */
+    char path[80];
+    snprintf(path, sizeof path, "/%s", shm);
+    shm_unlink(path);
+}
+END_TEST
+
+static Suite *dram_suite(void) {
+    Suite *s = suite_create("dram");
+    TCase *local = tcase_create("private");
+    tcase_add_checked_fixture(local, setup, NULL);
+    tcase_add_test(local, ops_table_declares_its_version_and_capabilities);
+    tcase_add_test(local, put_then_get_returns_the_same_bytes);
+    tcase_add_test(local, get_with_a_short_buffer_reports_overflow_and_the_needed_length);
+    tcase_add_test(local, get_ref_points_at_the_stored_bytes);
+    tcase_add_test(local, contains_stops_at_the_first_missing_key);
+    tcase_add_test(local, eviction_drops_the_least_recently_used_and_hands_each_victim_to_on_evict);
+    tcase_add_test(local, pinned_object_is_never_evicted_and_put_fails_when_all_are_pinned);
+    tcase_add_test(local, pin_stops_at_the_first_missing_key);
+    tcase_add_test(local, pin_with_a_50ms_timeout_expires_and_the_object_becomes_evictable);
+    tcase_add_test(local, nested_pins_need_as_many_unpins);
+    tcase_add_test(local, double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin);
+    tcase_add_test(local, put_of_an_existing_key_replaces_its_bytes);
+    tcase_add_test(local, put_over_a_pinned_key_keeps_the_stored_bytes);
+    tcase_add_test(local, remove_frees_the_object_and_refuses_while_it_is_pinned);
+    tcase_add_test(local, put_larger_than_the_max_object_size_is_refused);
+    tcase_add_test(local, capacity_too_small_for_one_object_is_refused_with_a_sentence);
+    tcase_add_test(local, unknown_option_is_refused_with_the_valid_ones_listed);
+    tcase_add_test(local, invalid_shm_names_are_refused);
+    tcase_add_test(local, index_agrees_with_a_model_under_random_puts_and_removes);
+    tcase_add_test(local, threads_sharing_one_tier_never_see_torn_or_foreign_bytes);
+    suite_add_tcase(s, local);
+
+    TCase *shared = tcase_create("shared");
+    tcase_add_checked_fixture(shared, setup, NULL);
+    tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
+    tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
+    tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
+    tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);
+    tcase_add_test(shared, a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier);
+    suite_add_tcase(s, shared);
+    return s;
+}
+
+int main(void) {
+    SRunner *runner = srunner_create(dram_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
