@@ -1,9 +1,10 @@
 /*
  * dram.c - the DRAM tier (contract in dram.h).
  *
- * Everything lives in one mapping - header, slab table, hash index, slab data - and refers to itself
- * by offsets and slab indices only, so the same bytes are valid at any address in any process that
- * maps them (POSIX shared memory when `shm_name` is set, an anonymous private mapping otherwise).
+ * Everything lives in one mapping - header, slab table, hash index, slab data - and refers to
+ * itself by offsets and slab indices only, so the same bytes are valid at any address in any
+ * process that maps them (POSIX shared memory with `shm_name`, an anonymous private mapping
+ * otherwise).
  */
 #include "dram.h"
 
@@ -27,7 +28,6 @@
 #define DRAM_MAX_SLABS (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
 #define DRAM_SHM_NAME_MAX 200
 #define DRAM_ATTACH_WAIT_NS (5ull * 1000 * 1000 * 1000)
-#define DRAM_ATTACH_TRIES 8
 
 enum { SLAB_FREE = 0, SLAB_USED = 1 };
 
@@ -40,23 +40,23 @@ typedef struct slab_entry {
     uint32_t prev, next; /* LRU neighbours while used; next links the free list while free */
 } slab_entry;
 
+/* Where everything sits in the mapping; identical in every process that shares it. */
+typedef struct geometry {
+    uint64_t slab_bytes, n_slabs, n_buckets;
+    uint64_t slab_table_offset, bucket_offset, data_offset, mapping_bytes;
+} geometry;
+
 typedef struct shared_header {
     uint64_t magic; /* stored last by the creator (release), read first by attachers (acquire) */
     uint32_t layout_version;
     uint32_t dead; /* set by the last destroy before it unlinks; an attacher that sees it retries */
-    uint64_t mapping_bytes, slab_bytes, n_slabs, n_buckets;
-    uint64_t slab_table_offset, bucket_offset, data_offset;
+    geometry geo;
     uint64_t n_objects, object_bytes;
     uint32_t lru_head, lru_tail; /* head = most recently used */
     uint32_t free_head;
     uint32_t attach_count;
     pthread_mutex_t mutex; /* process-shared and robust */
 } shared_header;
-
-typedef struct geometry {
-    uint64_t slab_bytes, n_slabs, n_buckets;
-    uint64_t slab_table_offset, bucket_offset, data_offset, mapping_bytes;
-} geometry;
 
 /* Process-local view of one tier. */
 typedef struct dram_state {
@@ -116,12 +116,6 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static uint64_t round_up(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
 
 /* Keys are hashes already; mixing both halves still spreads keys that share one half. */
@@ -136,13 +130,13 @@ static uint64_t hash_key(const kvs_key *key) {
 }
 
 static uint8_t *slab_data(const dram_state *st, uint32_t s) {
-    return st->data + (uint64_t)s * st->header->slab_bytes;
+    return st->data + (uint64_t)s * st->header->geo.slab_bytes;
 }
 
 /* ---- hash index: linear probing, backward-shift deletion (no tombstones) ------------------- */
 
 static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *bucket_out) {
-    uint64_t mask = st->header->n_buckets - 1;
+    uint64_t mask = st->header->geo.n_buckets - 1;
     for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
         uint32_t s = st->buckets[b];
         if (s == DRAM_NIL) return DRAM_NIL;
@@ -154,14 +148,14 @@ static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *b
 }
 
 static void index_insert(dram_state *st, uint32_t s) {
-    uint64_t mask = st->header->n_buckets - 1;
+    uint64_t mask = st->header->geo.n_buckets - 1;
     uint64_t b = hash_key(&st->slabs[s].key) & mask;
     while (st->buckets[b] != DRAM_NIL) b = (b + 1) & mask;
     st->buckets[b] = s;
 }
 
 static void index_erase(dram_state *st, uint64_t hole) {
-    uint64_t mask = st->header->n_buckets - 1;
+    uint64_t mask = st->header->geo.n_buckets - 1;
     for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
         uint32_t s = st->buckets[j];
         if (s == DRAM_NIL) break;
@@ -251,17 +245,17 @@ static uint32_t take_slab(dram_state *st, uint64_t now) {
 }
 
 /* Rebuild index, LRU, free list and counts from the slab states after a process died holding the
- * lock mid-update. LRU order is lost; the objects are kept. An object whose bytes were being written
- * is still free (state is set after the copy), and a torn replace fails the connector's checksum. */
+ * lock mid-update. LRU order is lost; the objects are kept. A slab whose bytes were being written
+ * is still free (state is set after the copy); a torn replace fails the connector's checksum. */
 static void repair_tables(dram_state *st) {
     shared_header *h = st->header;
-    for (uint64_t b = 0; b < h->n_buckets; b++) st->buckets[b] = DRAM_NIL;
+    for (uint64_t b = 0; b < h->geo.n_buckets; b++) st->buckets[b] = DRAM_NIL;
     h->lru_head = h->lru_tail = h->free_head = DRAM_NIL;
     h->n_objects = h->object_bytes = 0;
-    for (uint64_t i = h->n_slabs; i-- > 0;) {
+    for (uint64_t i = h->geo.n_slabs; i-- > 0;) {
         uint32_t s = (uint32_t)i;
         slab_entry *e = &st->slabs[s];
-        if (e->state == SLAB_USED && e->len <= h->slab_bytes &&
+        if (e->state == SLAB_USED && e->len <= h->geo.slab_bytes &&
             index_find(st, &e->key, NULL) == DRAM_NIL) {
             index_insert(st, s);
             lru_push_head(st, s);
@@ -295,15 +289,11 @@ static void unlock_tier(dram_state *st) { pthread_mutex_unlock(&st->header->mute
 /* ---- create / attach / destroy -------------------------------------------------------------- */
 
 static int valid_shm_name(const char *name) {
+    static const char allowed[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
     size_t n = strlen(name);
-    if (n == 0 || n > DRAM_SHM_NAME_MAX || !strcmp(name, ".") || !strcmp(name, "..")) return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                 c == '_' || c == '.' || c == '-';
-        if (!ok) return 0;
-    }
-    return 1;
+    return n > 0 && n <= DRAM_SHM_NAME_MAX && strspn(name, allowed) == n && strcmp(name, ".") &&
+           strcmp(name, "..");
 }
 
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
@@ -312,10 +302,6 @@ static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
         const char *key = opt->key ? opt->key : "";
         if (strcmp(key, "shm_name") != 0) {
             set_error(st, "unknown option \"%.100s\" (valid options: shm_name)", key);
-            return KVS_ECONFIG;
-        }
-        if (st->shm_path[0]) {
-            set_error(st, "option shm_name is given twice");
             return KVS_ECONFIG;
         }
         if (!opt->value || !valid_shm_name(opt->value)) {
@@ -381,13 +367,7 @@ static void bind_views(dram_state *st, void *base, const geometry *g) {
 static kvs_status init_layout(dram_state *st, const geometry *g) {
     shared_header *h = st->header;
     h->layout_version = DRAM_LAYOUT_VERSION;
-    h->mapping_bytes = g->mapping_bytes;
-    h->slab_bytes = g->slab_bytes;
-    h->n_slabs = g->n_slabs;
-    h->n_buckets = g->n_buckets;
-    h->slab_table_offset = g->slab_table_offset;
-    h->bucket_offset = g->bucket_offset;
-    h->data_offset = g->data_offset;
+    h->geo = *g;
     h->attach_count = 1;
     repair_tables(st); /* on the zeroed (all free) slabs: the empty index, LRU and free list */
 
@@ -406,157 +386,120 @@ static kvs_status init_layout(dram_state *st, const geometry *g) {
     return KVS_OK;
 }
 
-static kvs_status open_private(dram_state *st, const geometry *g) {
+/* First opener (or the only one, with fd < 0 for a private tier): size and reserve the shared
+ * object, so a full /dev/shm fails here and not as SIGBUS inside a put; map, initialise, and
+ * publish by storing the magic last. Takes ownership of fd and unlinks the name on failure. */
+static kvs_status create_layout(dram_state *st, const geometry *g, int fd) {
     char size[32];
-    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
-        format_bytes(g->mapping_bytes, size, sizeof size);
-        set_error(st, "cannot map %s of memory (%s)", size, errno_name(errno));
-        return KVS_ENOMEM;
-    }
-    bind_views(st, base, g);
-    kvs_status rc = init_layout(st, g);
-    if (rc != KVS_OK) {
-        munmap(base, g->mapping_bytes);
-        st->header = NULL;
-        return rc;
-    }
-    __atomic_store_n(&st->header->magic, DRAM_MAGIC, __ATOMIC_RELEASE);
-    return KVS_OK;
-}
-
-/* First opener: size, reserve (so a full /dev/shm fails here, not as SIGBUS in a put), initialise,
- * then publish by storing the magic last. Takes ownership of fd. */
-static kvs_status create_shared(dram_state *st, const geometry *g, int fd) {
-    char size[32];
-    kvs_status rc = KVS_EIO;
+    const char *what = fd >= 0 ? st->shm_path : "(private)";
+    kvs_status rc = KVS_ENOMEM;
+    void *base = MAP_FAILED;
     format_bytes(g->mapping_bytes, size, sizeof size);
-    if (ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
-        set_error(st, "cannot size shared memory \"%s\" to %s (%s)", st->shm_path, size,
-                  errno_name(errno));
-        goto fail_unlink;
+    if (fd >= 0 && ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
+        set_error(st, "cannot size shared memory \"%s\" to %s (%s)", what, size, errno_name(errno));
+        goto fail;
     }
-    int err = posix_fallocate(fd, 0, (off_t)g->mapping_bytes);
+    int err = fd >= 0 ? posix_fallocate(fd, 0, (off_t)g->mapping_bytes) : 0;
     if (err != 0) {
-        set_error(st, "shared memory \"%s\" cannot hold %s (%s); is /dev/shm large enough?",
-                  st->shm_path, size, errno_name(err));
-        rc = KVS_ENOMEM;
-        goto fail_unlink;
+        set_error(st, "shared memory \"%s\" cannot hold %s (%s); is /dev/shm large enough?", what,
+                  size, errno_name(err));
+        goto fail;
     }
-    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int flags = fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
     if (base == MAP_FAILED) {
-        set_error(st, "cannot map shared memory \"%s\" of %s (%s)", st->shm_path, size,
-                  errno_name(errno));
-        rc = KVS_ENOMEM;
-        goto fail_unlink;
+        set_error(st, "cannot map %s of memory for %s (%s)", size, what, errno_name(errno));
+        goto fail;
     }
     bind_views(st, base, g);
     rc = init_layout(st, g);
-    if (rc != KVS_OK) goto fail_unmap;
+    if (rc != KVS_OK) goto fail;
     __atomic_store_n(&st->header->magic, DRAM_MAGIC, __ATOMIC_RELEASE);
-    close(fd);
+    if (fd >= 0) close(fd);
     return KVS_OK;
 
-fail_unmap:
-    munmap(base, g->mapping_bytes);
+fail:
+    if (base != MAP_FAILED) munmap(base, g->mapping_bytes);
     st->header = NULL;
-fail_unlink:
-    shm_unlink(st->shm_path);
-    close(fd);
+    if (fd >= 0) {
+        shm_unlink(st->shm_path);
+        close(fd);
+    }
     return rc;
 }
 
-/* Waits, bounded, for the creator to size the object and publish the magic. */
-static kvs_status wait_published(dram_state *st, int fd, shared_header **header_out) {
-    uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS;
-    shared_header *h = NULL;
-    for (;;) {
-        if (!h) {
-            struct stat sb;
-            if (fstat(fd, &sb) != 0) {
-                set_error(st, "cannot inspect shared memory \"%s\" (%s)", st->shm_path,
-                          errno_name(errno));
-                return KVS_EIO;
-            }
-            if ((uint64_t)sb.st_size >= sizeof *h) {
-                h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
-                if (h == MAP_FAILED) {
-                    set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path,
-                              errno_name(errno));
-                    return KVS_EIO;
-                }
-            }
-        }
-        if (h && __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) == DRAM_MAGIC) break;
-        if (now_ns() > deadline) {
-            if (h) munmap(h, sizeof *h);
-            set_error(st,
-                      "shared memory \"%s\" exists but was never initialised (its creator may "
-                      "have died); remove /dev/shm%s",
-                      st->shm_path, st->shm_path);
-            return KVS_EIO;
-        }
-        sleep_ms(1);
-    }
-    *header_out = h;
-    return KVS_OK;
-}
-
-/* Later opener: validate the published geometry, map, count ourselves in. KVS_EAGAIN when the
- * object is being unlinked by its last user (the caller retries). Takes ownership of fd. */
+/* Later opener: wait (bounded) for the creator to publish, check the geometry, count ourselves in.
+ * The creator sizes the object in one ftruncate, so a non-empty object has its final size.
+ * KVS_EAGAIN when its last user is unlinking it (the caller reopens by name). Takes fd. */
 static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
-    shared_header *h = NULL;
-    kvs_status rc = wait_published(st, fd, &h);
-    if (rc != KVS_OK) goto fail_close;
-    if (h->layout_version != DRAM_LAYOUT_VERSION || h->mapping_bytes != g->mapping_bytes ||
-        h->slab_bytes != g->slab_bytes || h->n_slabs != g->n_slabs) {
+    uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS, mapped = 0;
+    kvs_status rc = KVS_EIO;
+    shared_header *h = MAP_FAILED;
+    while (h == MAP_FAILED || __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != DRAM_MAGIC) {
+        struct stat sb;
+        if (h == MAP_FAILED && fstat(fd, &sb) != 0) {
+            set_error(st, "cannot inspect shared memory \"%s\" (%s)", st->shm_path,
+                      errno_name(errno));
+            goto fail;
+        }
+        if (h == MAP_FAILED && (uint64_t)sb.st_size >= sizeof *h) {
+            mapped = (uint64_t)sb.st_size;
+            h = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (h == MAP_FAILED) {
+                set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path,
+                          errno_name(errno));
+                rc = KVS_ENOMEM;
+                goto fail;
+            }
+            continue;
+        }
+        if (now_ns() > deadline) {
+            set_error(st, "shared memory \"%s\" exists but was never initialised (its creator "
+                          "may have died); remove /dev/shm%s", st->shm_path, st->shm_path);
+            goto fail;
+        }
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    if (h->layout_version != DRAM_LAYOUT_VERSION || memcmp(&h->geo, g, sizeof *g) != 0 ||
+        mapped < g->mapping_bytes) {
         char theirs[32], ours[32];
-        format_bytes(h->slab_bytes, theirs, sizeof theirs);
+        format_bytes(h->geo.slab_bytes, theirs, sizeof theirs);
         format_bytes(g->slab_bytes, ours, sizeof ours);
-        set_error(st,
-                  "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
-                  "for %llu slabs of %s (layout %u); capacity and max object size must agree in "
-                  "every process",
-                  st->shm_path, (unsigned long long)h->n_slabs, theirs, h->layout_version,
-                  (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
-        munmap(h, sizeof *h);
+        set_error(st, "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
+                      "for %llu slabs of %s (layout %u); capacity and max object size must agree "
+                      "in every process", st->shm_path, (unsigned long long)h->geo.n_slabs, theirs,
+                  h->layout_version, (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
         rc = KVS_ECONFIG;
-        goto fail_close;
+        goto fail;
     }
-    munmap(h, sizeof *h);
-    void *base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path, errno_name(errno));
-        rc = KVS_ENOMEM;
-        goto fail_close;
-    }
-    close(fd);
-    bind_views(st, base, g);
+    bind_views(st, h, g);
     rc = lock_tier(st);
-    if (rc != KVS_OK) goto fail_unmap;
-    if (st->header->dead) {
+    if (rc != KVS_OK) goto fail;
+    if (h->dead) {
         unlock_tier(st);
         rc = KVS_EAGAIN;
-        goto fail_unmap;
+        goto fail;
     }
-    st->header->attach_count++;
+    h->attach_count++;
     unlock_tier(st);
+    st->mapping_bytes = mapped;
+    close(fd);
     return KVS_OK;
 
-fail_unmap:
-    munmap(base, g->mapping_bytes);
+fail:
+    if (h != MAP_FAILED) munmap(h, mapped);
     st->header = NULL;
-    return rc;
-fail_close:
     close(fd);
     return rc;
 }
 
+/* Create or attach by name. The name can disappear between our calls while its last user leaves,
+ * so retry, bounded by time rather than by count. */
 static kvs_status open_shared(dram_state *st, const geometry *g) {
-    for (int attempt = 0; attempt < DRAM_ATTACH_TRIES; attempt++) {
+    for (uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS; now_ns() < deadline;) {
         int fd = shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd >= 0) return create_shared(st, g, fd);
+        if (fd >= 0) return create_layout(st, g, fd);
         if (errno != EEXIST) {
             set_error(st, "cannot create shared memory \"%s\" (%s)", st->shm_path,
                       errno_name(errno));
@@ -610,7 +553,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     if (rc != KVS_OK) goto fail;
     rc = plan_geometry(st, init->capacity_bytes, &g);
     if (rc != KVS_OK) goto fail;
-    rc = st->shm_path[0] ? open_shared(st, &g) : open_private(st, &g);
+    rc = st->shm_path[0] ? open_shared(st, &g) : create_layout(st, &g, -1);
     if (rc != KVS_OK) goto fail;
     /* Large pages for the slab data where the kernel allows it; a refusal costs only speed. */
     madvise(st->data, g.n_slabs * g.slab_bytes, MADV_HUGEPAGE);
@@ -704,44 +647,44 @@ static kvs_status dram_unpin(void *state, const kvs_key *keys, uint64_t n) {
     return KVS_OK;
 }
 
+/* Takes the lock and finds key for a read; on KVS_OK the lock is held and *slab is set. */
+static kvs_status lock_and_find(dram_state *st, const kvs_key *key, uint32_t *slab) {
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    *slab = index_find(st, key, NULL);
+    if (*slab != DRAM_NIL) return KVS_OK;
+    set_error(st, "object not stored");
+    unlock_tier(st);
+    return KVS_ENOTFOUND;
+}
+
 static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t cap,
                            uint64_t *len) {
     dram_state *st = state;
+    uint32_t s = DRAM_NIL;
     if (!st || !key || !len || (!dst && cap)) return KVS_EINVAL;
-    kvs_status rc = lock_tier(st);
+    kvs_status rc = lock_and_find(st, key, &s);
     if (rc != KVS_OK) return rc;
-    uint32_t s = index_find(st, key, NULL);
-    if (s == DRAM_NIL) {
-        set_error(st, "object not stored");
-        unlock_tier(st);
-        return KVS_ENOTFOUND;
-    }
-    uint64_t need = st->slabs[s].len;
-    *len = need;
-    if (cap < need) {
+    *len = st->slabs[s].len;
+    if (cap < *len) {
         set_error(st, "object of %llu bytes does not fit a buffer of %llu bytes",
-                  (unsigned long long)need, (unsigned long long)cap);
-        unlock_tier(st);
-        return KVS_EOVERFLOW;
+                  (unsigned long long)*len, (unsigned long long)cap);
+        rc = KVS_EOVERFLOW;
+    } else {
+        if (*len) memcpy(dst, slab_data(st, s), *len);
+        lru_touch(st, s);
     }
-    if (need) memcpy(dst, slab_data(st, s), need);
-    lru_touch(st, s);
     unlock_tier(st);
-    return KVS_OK;
+    return rc;
 }
 
 static kvs_status dram_get_ref(void *state, const kvs_key *key, const void **object,
                                uint64_t *len) {
     dram_state *st = state;
+    uint32_t s = DRAM_NIL;
     if (!st || !key || !object || !len) return KVS_EINVAL;
-    kvs_status rc = lock_tier(st);
+    kvs_status rc = lock_and_find(st, key, &s);
     if (rc != KVS_OK) return rc;
-    uint32_t s = index_find(st, key, NULL);
-    if (s == DRAM_NIL) {
-        set_error(st, "object not stored");
-        unlock_tier(st);
-        return KVS_ENOTFOUND;
-    }
     *object = slab_data(st, s);
     *len = st->slabs[s].len;
     lru_touch(st, s);
@@ -777,7 +720,7 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
     s = take_slab(st, now);
     if (s == DRAM_NIL) {
         set_error(st, "all %llu objects are pinned; no room for another",
-                  (unsigned long long)h->n_slabs);
+                  (unsigned long long)h->geo.n_slabs);
         unlock_tier(st);
         return KVS_ENOMEM;
     }

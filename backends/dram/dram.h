@@ -8,8 +8,8 @@
  *             same name and geometry sees the same objects. The first opener creates it; the last
  *             destroy unlinks it. Without it the tier is private to the process.
  *
- * Capabilities: ZERO_COPY and THREAD_SAFE always; the tier is also SHARED (in the sense of
- * KVS_BACKEND_CAP_SHARED) when shm_name is set, which is a property of the instance, not of the table.
+ * Capabilities: ZERO_COPY and THREAD_SAFE always. A tier opened with shm_name is also SHARED (in
+ * the sense of KVS_BACKEND_CAP_SHARED); that is a property of the instance, not of the table.
  * Every op takes one process-shared robust mutex. host->on_evict runs with that mutex held, in the
  * process whose put made room; it must not call back into the tier.
  */

@@ -50,9 +50,9 @@ typedef struct view_dim {
     int64_t stride;
 } view_dim;
 
-/* Rows of two distinct (block, token, head) indices must not share a byte. Sorting the dimensions by
- * stride, each one must step over the whole extent of the ones below it; a dimension of count 1 is
- * never stepped and constrains nothing. This accepts every layout that is a permutation of a
+/* Rows of two distinct (block, token, head) indices must not share a byte. Sorting the dimensions
+ * by stride, each one must step over the whole extent of the ones below it; a dimension of count 1
+ * is never stepped and constrains nothing. This accepts every layout that is a permutation of a
  * (possibly padded) dense tensor, and rejects any stride set that can alias. */
 static kvs_status check_overlap(const kvs_layer_view *view, const kvs_kv_shape *shape, char *err,
                                 size_t err_len) {
@@ -299,8 +299,9 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
         move_tokens(&w, dir, w.parts[p], payload + (size_t)p * part_bytes, 0, w.n_tokens);
 }
 
-/* Move the layer a piece of whole tokens at a time, hashing each piece of the payload while it is in
- * cache: before the copy when the payload is the source, after it when the payload was just written. */
+/* Move the layer a piece of whole tokens at a time, hashing each piece of the payload while it is
+ * in cache: before the copy when the payload is the source, after it when the payload was just
+ * written. */
 static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                 const kvs_token_span *span, direction dir, char *payload) {
     XXH3_state_t state;
@@ -309,7 +310,8 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
         layer_walk w;
         walk_init(&w, view, shape, span);
         uint32_t piece_tokens = 1;
-        if (w.token_bytes < HASH_PIECE_BYTES) piece_tokens = (uint32_t)(HASH_PIECE_BYTES / w.token_bytes);
+        if (w.token_bytes < HASH_PIECE_BYTES)
+            piece_tokens = (uint32_t)(HASH_PIECE_BYTES / w.token_bytes);
         for (int p = 0; p < w.n_parts; p++) {
             for (uint32_t t = 0; t < w.n_tokens; t += piece_tokens) {
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the Debian packages kvstrata builds and tests with, if any are missing. Idempotent and quiet
+# when everything is present. The CUDA toolkit is optional and never installed here.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libxxhash-dev check liburing-dev
+      libucx-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,851 @@
+/* test_connector.c - the connector through its ABI table: save/restore round trips, lookups, leases,
+ * eviction, plugins, the process boundary and every class of bad input. The library is driven with
+ * the host device and a vLLM FlashAttention (NHD) layout; other layouts are covered in test_kernels. */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "handle.h"
+#include "keys.h"
+#include "kvstrata.h"
+#include "test_support.h"
+
+#ifndef KVS_TEST_LIB_DIR
+#define KVS_TEST_LIB_DIR "build/lib"
+#endif
+
+enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 16, BT = 16, CHUNK = 32, BLOCKS = 64 };
+#define HEAD_BYTES (HEAD_DIM * 2)
+#define TOKEN_BYTES (HEADS * HEAD_BYTES)
+
+static const kvs_api *api;
+static char tmpdir[512];
+
+typedef struct rig {
+    kvs_handle *h;
+    uint8_t *pages; /* [LAYERS][2][BLOCKS][BT][HEADS][HEAD_BYTES] */
+    kvs_layer_view views[LAYERS];
+    char error[512];
+} rig;
+
+static void setup(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    ck_assert_int_eq(kvs_test_tmpdir(tmpdir, sizeof tmpdir), 0);
+}
+
+static void teardown(void) { kvs_test_rmtree(tmpdir); }
+
+static const char *config(const char *name, const char *text) {
+    static char path[1024];
+    ck_assert_int_eq(kvs_test_write_file(tmpdir, name, text, path, sizeof path), 0);
+    return path;
+}
+
+static kvs_model_desc model(void) {
+    return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc), .model_id = "test-model",
+                            .dtype = KVS_DTYPE_FP16, .n_layers = LAYERS, .n_kv_heads = HEADS,
+                            .head_dim = HEAD_DIM, .block_tokens = BT, .tp_size = 1, .vocab_size = 1000};
+}
+
+static uint64_t layer_span(void) { return 2ull * BLOCKS * BT * TOKEN_BYTES; }
+
+static kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
+    memset(r, 0, sizeof *r);
+    kvs_model_desc m = model();
+    kvs_open_params p = {.struct_size = sizeof p, .role = role, .config_path = cfg, .model = &m};
+    kvs_status st = api->open(&p, &r->h, r->error, sizeof r->error);
+    if (st != KVS_OK || !(role & KVS_ROLE_WORKER)) return st;
+    r->pages = calloc(LAYERS, layer_span());
+    for (int l = 0; l < LAYERS; l++) {
+        uint8_t *base = r->pages + l * layer_span();
+        r->views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view), .device_kind = KVS_DEVICE_HOST,
+                                       .n_blocks = BLOCKS, .k_base = base,
+                                       .v_base = base + layer_span() / 2,
+                                       .block_stride = BT * TOKEN_BYTES, .token_stride = TOKEN_BYTES,
+                                       .head_stride = HEAD_BYTES};
+    }
+    return api->register_kv(r->h, r->views, LAYERS);
+}
+
+static void rig_close(rig *r) {
+    api->close(r->h);
+    free(r->pages);
+    r->h = NULL;
+    r->pages = NULL;
+}
+
+/* Address of K (kv=0) or V (kv=1) of token t of a request with block table `blocks`. */
+static uint8_t *kv_at(rig *r, int layer, int kv, const uint32_t *blocks, uint64_t t) {
+    return r->pages + layer * layer_span() + kv * (layer_span() / 2) +
+           ((uint64_t)blocks[t / BT] * BT + t % BT) * TOKEN_BYTES;
+}
+
+/* What the engine "computed" for a token: a function of the token's value, position, layer and kv. */
+static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
+    for (int l = 0; l < LAYERS; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t t = from; t < to; t++) {
+                uint8_t *p = kv_at(r, l, kv, blocks, t);
+                for (int b = 0; b < TOKEN_BYTES; b++) p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b);
+            }
+}
+
+static int kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
+    for (int l = 0; l < LAYERS; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t t = from; t < to; t++) {
+                uint8_t *p = kv_at(r, l, kv, blocks, t);
+                for (int b = 0; b < TOKEN_BYTES; b++)
+                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b)) return 0;
+            }
+    return 1;
+}
+
+static void make_tokens(int32_t *tokens, uint64_t n, int seed) {
+    for (uint64_t i = 0; i < n; i++) tokens[i] = (int32_t)((i * 37 + (uint64_t)seed * 101) % 1000);
+}
+
+static void blocks_from(uint32_t *blocks, uint64_t n, uint32_t first) {
+    for (uint64_t i = 0; i < n; i++) blocks[i] = first + (uint32_t)i;
+}
+
+/* The worker half of one step: bind, load, (compute), save, finish. */
+static void worker_step(rig *r, const void *meta, uint64_t len, const uint32_t *blocks,
+                        const int32_t *tokens, uint64_t compute_from, uint64_t compute_to) {
+    ck_assert_int_eq(api->bind_meta(r->h, meta, len), KVS_OK);
+    ck_assert_int_eq(api->start_load(r->h), KVS_OK);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    write_kv(r, blocks, tokens, compute_from, compute_to);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
+}
+
+/* One whole prefill of a request in one step, on a handle of role both: returns the hit tokens. */
+static uint64_t prefill(rig *r, const char *id, const int32_t *tokens, uint64_t n, const uint32_t *blocks) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, id, tokens, n, 0, &res), KVS_OK);
+    uint64_t nb = (n + BT - 1) / BT;
+    ck_assert_int_eq(api->on_alloc(r->h, id, blocks, nb, res.n_hit_tokens), KVS_OK);
+    kvs_step_request s = {id, tokens, n, blocks, nb, res.n_hit_tokens, n - res.n_hit_tokens};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    worker_step(r, meta, len, blocks, tokens, res.n_hit_tokens, n);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(r->h, id, &keep), KVS_OK);
+    ck_assert_int_eq(keep, 0);
+    return res.n_hit_tokens;
+}
+
+static const char *dram_config(uint64_t capacity_objects, uint64_t lease_ms) {
+    /* one object: 4096 header + 2 layers * 2 * 32 tokens * 64 bytes = 12288 bytes */
+    static char text[512];
+    snprintf(text, sizeof text,
+             "chunk_tokens: %d\nlease_timeout_ms: %llu\npool:\n  staging_bytes: 1MiB\n"
+             "tiers:\n  - name: dram\n    type: dram\n    capacity: %llu\n",
+             CHUNK, (unsigned long long)lease_ms, (unsigned long long)(capacity_objects * 12288));
+    return config("dram.yaml", text);
+}
+
+/* --- round trips ---------------------------------------------------------------------------------- */
+
+START_TEST(restore_into_other_pages_is_byte_identical) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t tokens[128];
+    uint32_t a[8], b[8];
+    make_tokens(tokens, 128, 1);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    ck_assert_uint_eq(prefill(&r, "a", tokens, 128, a), 0);
+    /* Whole prompt stored: the connector offers all but the last token. */
+    ck_assert_uint_eq(prefill(&r, "b", tokens, 128, b), 127);
+    ck_assert(kv_matches(&r, b, tokens, 0, 128));
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.chunks_saved, 4);
+    ck_assert_uint_eq(s.chunks_loaded, 4);
+    ck_assert_uint_eq(s.bytes_loaded, 127ull * LAYERS * 2 * TOKEN_BYTES);
+    ck_assert_uint_eq(s.load_errors, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(lookup_stops_at_first_missing_chunk) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t tokens[128];
+    uint32_t a[8];
+    make_tokens(tokens, 128, 2);
+    blocks_from(a, 8, 0);
+    prefill(&r, "a", tokens, 128, a);
+    tokens[70] = (tokens[70] + 1) % 1000; /* chunk 2 differs, so chunks 2 and 3 are new prefixes */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 64);
+    /* Tokens the engine already has are not counted again. */
+    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 128, 48, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 16);
+    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 128, 64, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(partial_local_hit_loads_only_the_rest) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t tokens[128];
+    uint32_t a[8], b[8];
+    make_tokens(tokens, 128, 3);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 30);
+    prefill(&r, "a", tokens, 128, a);
+    /* The engine holds the first 48 tokens itself (blocks b[0..2]); the connector fills 48..127. */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 128, 48, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 79);
+    ck_assert_int_eq(api->on_alloc(r.h, "b", b, 8, 79), KVS_OK);
+    kvs_step_request s = {"b", tokens, 128, b, 8, 127, 1};
+    uint8_t meta[65536];
+    uint64_t len;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    worker_step(&r, meta, len, b, tokens, 127, 128);
+    ck_assert(kv_matches(&r, b, tokens, 48, 128));
+    /* Tokens 0..47 were not touched by the load. */
+    uint8_t zero[TOKEN_BYTES] = {0};
+    ck_assert_mem_eq(kv_at(&r, 0, 0, b, 0), zero, TOKEN_BYTES);
+    rig_close(&r);
+}
+END_TEST
+
+/* --- keys ----------------------------------------------------------------------------------------- */
+
+static void print_keys(void) {
+    kvs_model_desc m = model();
+    kvs_key fp, keys[4];
+    int32_t tokens[128];
+    make_tokens(tokens, 128, 9);
+    kvs_keys_fingerprint(&m, CHUNK, &fp);
+    kvs_keys_chain(&fp, tokens, 4, CHUNK, keys);
+    for (int i = 0; i < 4; i++) {
+        char hex[33];
+        kvs_key_hex(&keys[i], hex);
+        printf("%s\n", hex);
+    }
+}
+
+START_TEST(keys_are_deterministic_across_processes) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        execl("/proc/self/exe", "test_connector", "--print-keys", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char child[512] = {0};
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fds[0], child + got, sizeof child - 1 - got)) > 0) got += (size_t)n;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char mine[512] = {0};
+    FILE *f = fmemopen(mine, sizeof mine, "w");
+    FILE *saved = stdout;
+    stdout = f;
+    print_keys();
+    stdout = saved;
+    fclose(f);
+    ck_assert_uint_eq(strlen(child), 4 * 33);
+    ck_assert_str_eq(child, mine);
+}
+END_TEST
+
+START_TEST(keys_chain_on_the_prefix_and_the_model) {
+    kvs_model_desc m = model();
+    kvs_key fp, fp2, k1[2], k2[2];
+    int32_t tokens[64];
+    make_tokens(tokens, 64, 4);
+    kvs_keys_fingerprint(&m, CHUNK, &fp);
+    kvs_keys_chain(&fp, tokens, 2, CHUNK, k1);
+    tokens[0]++; /* a change in chunk 0 changes chunk 1's key too */
+    kvs_keys_chain(&fp, tokens, 2, CHUNK, k2);
+    ck_assert(memcmp(&k1[0], &k2[0], 16) != 0);
+    ck_assert(memcmp(&k1[1], &k2[1], 16) != 0);
+    tokens[0]--;
+    m.tp_rank = 1;
+    m.tp_size = 2;
+    kvs_keys_fingerprint(&m, CHUNK, &fp2);
+    ck_assert(memcmp(&fp, &fp2, 16) != 0);
+    m.is_mla = 1; /* MLA keys ignore the rank */
+    kvs_key a, b;
+    kvs_keys_fingerprint(&m, CHUNK, &a);
+    m.tp_rank = 0;
+    kvs_keys_fingerprint(&m, CHUNK, &b);
+    ck_assert_mem_eq(&a, &b, 16);
+    /* A known value: changes here break every stored object in every deployment. */
+    m = model();
+    kvs_keys_fingerprint(&m, CHUNK, &fp);
+    char hex[33];
+    kvs_key_hex(&fp, hex);
+    ck_assert_uint_eq(strlen(hex), 32);
+    kvs_key again;
+    kvs_keys_fingerprint(&m, CHUNK, &again);
+    ck_assert_mem_eq(&fp, &again, 16);
+}
+END_TEST
+
+/* --- leases and eviction -------------------------------------------------------------------------- */
+
+static int stored(rig *r, const int32_t *tokens, uint64_t chunk) {
+    kvs_key keys[16];
+    kvs_keys_chain(&r->h->fingerprint, tokens, chunk + 1, CHUNK, keys);
+    return kvs_tiers_find(r->h->tiers, &keys[chunk]) >= 0;
+}
+
+START_TEST(eviction_under_pressure_keeps_the_newest) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(4, 30000)), KVS_OK);
+    int32_t t1[128], t2[128];
+    uint32_t a[8];
+    blocks_from(a, 8, 0);
+    make_tokens(t1, 128, 11);
+    make_tokens(t2, 128, 12);
+    prefill(&r, "one", t1, 128, a);
+    prefill(&r, "two", t2, 128, a);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.chunks_saved, 8);
+    ck_assert_uint_eq(s.evictions, 4);
+    for (int c = 0; c < 4; c++) {
+        ck_assert(!stored(&r, t1, (uint64_t)c));
+        ck_assert(stored(&r, t2, (uint64_t)c));
+    }
+    kvs_event ev[64];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->take_events(r.h, ev, 64, &n), KVS_OK);
+    ck_assert_uint_eq(n, 12); /* 8 stored, 4 removed */
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_lease_pins_until_it_expires) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(4, 200)), KVS_OK);
+    int32_t t1[128], t2[128], t3[128];
+    uint32_t a[8];
+    blocks_from(a, 8, 0);
+    make_tokens(t1, 128, 21);
+    make_tokens(t2, 128, 22);
+    make_tokens(t3, 128, 23);
+    prefill(&r, "one", t1, 128, a);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "holder", t1, 64, 0, &res), KVS_OK); /* pins chunks 0, 1 */
+    ck_assert_uint_eq(res.n_hit_tokens, 63);
+    prefill(&r, "two", t2, 128, a); /* needs 4 slots: only chunks 2, 3 of t1 may go */
+    ck_assert(stored(&r, t1, 0));
+    ck_assert(stored(&r, t1, 1));
+    ck_assert(!stored(&r, t1, 2));
+    usleep(300 * 1000);
+    prefill(&r, "three", t3, 128, a); /* the lease has expired: everything may go now */
+    ck_assert(!stored(&r, t1, 0));
+    ck_assert(!stored(&r, t1, 1));
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    ck_assert_uint_eq(s.leases_active, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(releasing_twice_is_harmless) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(4, 30000)), KVS_OK);
+    int32_t t1[128], t2[128];
+    uint32_t a[8];
+    blocks_from(a, 8, 0);
+    make_tokens(t1, 128, 31);
+    make_tokens(t2, 128, 32);
+    prefill(&r, "one", t1, 128, a);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "x", t1, 128, 0, &res), KVS_OK);
+    int keep;
+    ck_assert_int_eq(api->request_finished(r.h, "x", &keep), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "x", &keep), KVS_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "'x'"));
+    /* No pin outlived the release: all four chunks can be evicted. */
+    prefill(&r, "two", t2, 128, a);
+    for (int c = 0; c < 4; c++) ck_assert(!stored(&r, t1, (uint64_t)c));
+    kvs_stats s = {.struct_size = sizeof s};
+    api->stats(r.h, &s);
+    ck_assert_uint_eq(s.leases_active, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(saves_without_staging_memory_are_skipped_and_counted) {
+    const char *cfg = config("tiny.yaml", "chunk_tokens: 32\npool:\n  staging_bytes: 16KiB\n"
+                                          "tiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n");
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    make_tokens(t, 128, 41);
+    blocks_from(a, 8, 0);
+    prefill(&r, "one", t, 128, a);
+    kvs_stats s = {.struct_size = sizeof s};
+    api->stats(r.h, &s);
+    ck_assert_uint_eq(s.chunks_saved, 1);
+    ck_assert_uint_eq(s.saves_skipped, 3);
+    rig_close(&r);
+}
+END_TEST
+
+/* --- corruption ----------------------------------------------------------------------------------- */
+
+START_TEST(a_corrupt_object_becomes_error_blocks_and_is_dropped) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    make_tokens(t, 128, 51);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 40);
+    prefill(&r, "one", t, 128, a);
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    const void *obj;
+    uint64_t len;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[1], &obj, &len), KVS_OK);
+    ((uint8_t *)obj)[len - 100] ^= 0x40; /* flip a bit in the last layer of chunk 1 */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, 127, 1};
+    uint8_t meta[65536];
+    uint64_t mlen;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    worker_step(&r, meta, mlen, b, t, 127, 128);
+    uint32_t errs[16];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2); /* chunk 1 = tokens 32..63 = blocks b[2], b[3] */
+    ck_assert(errs[0] + errs[1] == b[2] + b[3]);
+    ck_assert(!stored(&r, t, 1));
+    ck_assert(stored(&r, t, 2));
+    ck_assert(kv_matches(&r, b, t, 0, 32));
+    kvs_stats st = {.struct_size = sizeof st};
+    api->stats(r.h, &st);
+    ck_assert_uint_eq(st.load_errors, 1);
+    rig_close(&r);
+}
+END_TEST
+
+/* --- plugins -------------------------------------------------------------------------------------- */
+
+static const char *plugin_config(const char *so) {
+    static char text[1024];
+    snprintf(text, sizeof text,
+             "chunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n    plugin: %s/%s\n"
+             "    options:\n      slots: \"16\"\n", KVS_TEST_LIB_DIR, so);
+    return config("plugin.yaml", text);
+}
+
+START_TEST(a_plugin_backend_round_trips_through_staging) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_memory.so")), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    make_tokens(t, 128, 61);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 10);
+    prefill(&r, "one", t, 128, a);
+    ck_assert_uint_eq(prefill(&r, "two", t, 128, b), 127);
+    ck_assert(kv_matches(&r, b, t, 0, 127));
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_plugin_of_another_major_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")), KVS_EVERSION);
+    ck_assert_ptr_null(r.h);
+    ck_assert_ptr_nonnull(strstr(r.error, "major 2"));
+}
+END_TEST
+
+START_TEST(a_shared_object_that_is_not_a_backend_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(r.error, "not a kvstrata backend"));
+    char text[1024];
+    snprintf(text, sizeof text, "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", tmpdir);
+    dram_config(4, 100); /* a file that exists and is not a shared object */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(r.error, "cannot load plugin"));
+}
+END_TEST
+
+/* --- bad input ------------------------------------------------------------------------------------ */
+
+START_TEST(another_abi_major_gets_no_table) {
+    ck_assert_ptr_null(kvs_get_api(KVS_ABI_MAJOR + 1));
+    ck_assert_ptr_null(kvs_get_api(0));
+    ck_assert_uint_eq(api->abi_major, KVS_ABI_MAJOR);
+    ck_assert_uint_eq(api->struct_size, sizeof(kvs_api));
+    ck_assert_str_eq(api->strerror(KVS_ECONFIG), "invalid configuration");
+}
+END_TEST
+
+START_TEST(a_bad_config_refuses_to_open) {
+    rig r;
+    const char *cfg = config("bad.yaml", "chunk_tokens: 32\ntiers:\n  - name: dram\n    type: dram\n"
+                                         "    capacity: 1GiB\n    colour: blue\n");
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_ECONFIG);
+    ck_assert_ptr_null(r.h);
+    ck_assert_ptr_nonnull(strstr(r.error, "bad.yaml:6:5"));
+    ck_assert_ptr_nonnull(strstr(r.error, "colour"));
+    cfg = config("chunk.yaml", "chunk_tokens: 40\n");
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, "multiple of the engine block size 16"));
+    kvs_model_desc m = model();
+    m.is_mla = 1; /* with two heads */
+    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_BOTH, .model = &m};
+    kvs_handle *h = (kvs_handle *)&p;
+    char err[256];
+    ck_assert_int_eq(api->open(&p, &h, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_null(h);
+    ck_assert_ptr_nonnull(strstr(err, "MLA"));
+}
+END_TEST
+
+START_TEST(impossible_strides_are_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_WORKER, NULL), KVS_OK);
+    rig_close(&r);
+    kvs_model_desc m = model();
+    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_WORKER, .model = &m};
+    kvs_handle *h;
+    ck_assert_int_eq(api->open(&p, &h, NULL, 0), KVS_OK);
+    uint8_t *mem = calloc(1, layer_span() * LAYERS);
+    kvs_layer_view v[LAYERS];
+    for (int l = 0; l < LAYERS; l++)
+        v[l] = (kvs_layer_view){.struct_size = sizeof v[l], .n_blocks = BLOCKS, .k_base = mem + l * layer_span(),
+                                .v_base = mem + l * layer_span() + layer_span() / 2,
+                                .block_stride = BT * TOKEN_BYTES, .token_stride = HEAD_BYTES, /* overlaps heads */
+                                .head_stride = HEAD_BYTES};
+    ck_assert_int_eq(api->register_kv(h, v, LAYERS), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(h), "layer 0"));
+    v[0].token_stride = v[1].token_stride = TOKEN_BYTES;
+    v[1].v_base = NULL; /* a non-MLA model needs V */
+    ck_assert_int_eq(api->register_kv(h, v, LAYERS), KVS_EINVAL);
+    ck_assert_int_eq(api->register_kv(h, v, 1), KVS_EINVAL);
+    v[1].v_base = mem + layer_span() + layer_span() / 2;
+    ck_assert_int_eq(api->register_kv(h, v, LAYERS), KVS_OK);
+    ck_assert_int_eq(api->register_kv(h, v, LAYERS), KVS_ESTATE);
+    api->close(h);
+    free(mem);
+}
+END_TEST
+
+START_TEST(token_ids_out_of_range_are_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, NULL), KVS_OK);
+    int32_t t[64];
+    make_tokens(t, 64, 1);
+    t[40] = 5000;
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "a", t, 64, 0, &res), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "position 40"));
+    t[40] = -1;
+    uint32_t a[4] = {0, 1, 2, 3};
+    kvs_step_request s = {"a", t, 64, a, 4, 0, 64};
+    uint8_t meta[4096];
+    uint64_t len;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_EINVAL);
+    ck_assert_int_eq(api->lookup(r.h, "a", t, 64, 65, &res), KVS_EINVAL);
+    ck_assert_int_eq(api->lookup(r.h, "", t, 64, 0, &res), KVS_EINVAL);
+    ck_assert_int_eq(api->lookup(r.h, NULL, t, 64, 0, &res), KVS_EINVAL);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(unknown_requests_are_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, NULL), KVS_OK);
+    uint32_t a[4] = {0, 1, 2, 3};
+    int keep;
+    ck_assert_int_eq(api->on_alloc(r.h, "ghost", a, 4, 16), KVS_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "ghost"));
+    ck_assert_int_eq(api->request_finished(r.h, "ghost", &keep), KVS_ENOTFOUND);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(hooks_out_of_order_are_refused) {
+    kvs_model_desc m = model();
+    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_WORKER, .model = &m};
+    kvs_handle *w;
+    ck_assert_int_eq(api->open(&p, &w, NULL, 0), KVS_OK);
+    uint8_t blob[4] = {0x90};
+    ck_assert_int_eq(api->bind_meta(w, blob, 1), KVS_ESTATE); /* before register_kv */
+    ck_assert_int_eq(api->start_load(w), KVS_ESTATE);
+    ck_assert_int_eq(api->save_layer(w, 0), KVS_ESTATE);
+    ck_assert_int_eq(api->wait_save(w), KVS_ESTATE);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    int32_t t[4] = {1, 2, 3, 4};
+    ck_assert_int_eq(api->lookup(w, "a", t, 4, 0, &res), KVS_ESTATE);
+    ck_assert_ptr_nonnull(strstr(api->last_error(w), "role worker"));
+    api->close(w);
+
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, NULL), KVS_OK);
+    uint8_t meta[4096];
+    uint64_t len;
+    ck_assert_int_eq(api->build_meta(r.h, NULL, 0, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->wait_layer_load(r.h, 0), KVS_ESTATE);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_ESTATE);
+    ck_assert_int_eq(api->wait_layer_load(r.h, 0), KVS_ESTATE);
+    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+    ck_assert_int_eq(api->start_load(r.h), KVS_ESTATE);
+    ck_assert_int_eq(api->wait_layer_load(r.h, LAYERS), KVS_EINVAL);
+    ck_assert_int_eq(api->save_layer(r.h, 0), KVS_OK);
+    ck_assert_int_eq(api->save_layer(r.h, 0), KVS_ESTATE);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_ESTATE);
+    rig_close(&r);
+    ck_assert_int_eq(api->lookup(NULL, "a", t, 4, 0, &res), KVS_EINVAL);
+    api->close(NULL);
+}
+END_TEST
+
+START_TEST(build_meta_overflow_changes_nothing) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    make_tokens(t, 128, 71);
+    blocks_from(a, 8, 0);
+    kvs_step_request s = {"a", t, 128, a, 8, 0, 128};
+    uint8_t meta[65536];
+    uint64_t need = 0, len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, 8, &need), KVS_EOVERFLOW);
+    ck_assert_uint_gt(need, 8);
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_uint_eq(len, need); /* the failed call scheduled nothing: the same four saves */
+    worker_step(&r, meta, len, a, t, 0, 128);
+    kvs_stats st = {.struct_size = sizeof st};
+    api->stats(r.h, &st);
+    ck_assert_uint_eq(st.chunks_saved, 4);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(garbage_metadata_is_refused_without_harm) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    make_tokens(t, 128, 81);
+    blocks_from(a, 8, 0);
+    kvs_step_request s = {"a", t, 128, a, 8, 0, 128};
+    uint8_t meta[65536], bad[65536];
+    uint64_t len;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    unsigned seed = 12345;
+    int refused = 0;
+    for (int i = 0; i < 3000; i++) {
+        uint64_t blen = len;
+        memcpy(bad, meta, len);
+        if (i % 3 == 0) {
+            for (uint64_t k = 0; k < len; k++) bad[k] = (uint8_t)rand_r(&seed);
+        } else if (i % 3 == 1) {
+            blen = (uint64_t)rand_r(&seed) % len; /* truncated */
+        } else {
+            bad[(uint64_t)rand_r(&seed) % len] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
+        }
+        kvs_status st = api->bind_meta(r.h, bad, blen);
+        if (st != KVS_OK) {
+            refused++;
+            ck_assert_str_ne(api->last_error(r.h), "");
+            continue;
+        }
+        /* a flip that still decodes must still be safe to run */
+        ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+        for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+        ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    }
+    ck_assert_int_gt(refused, 1500);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    rig_close(&r);
+}
+END_TEST
+
+/* --- the process boundary ------------------------------------------------------------------------- */
+
+static const char *shared_config(void) {
+    static char text[512];
+    snprintf(text, sizeof text,
+             "chunk_tokens: %d\ntiers:\n  - name: dram\n    type: dram\n    capacity: 4MiB\n"
+             "    options:\n      shm_name: kvs-test-%d\n", CHUNK, (int)getpid());
+    return config("shared.yaml", text);
+}
+
+static int write_all(int fd, const void *buf, uint64_t len) {
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n <= 0) return -1;
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, uint64_t len) {
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n <= 0) return -1;
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+/* The worker process: receives (len, blob, compute_from, compute_to, block base) messages and runs
+ * each step; replies 1 if the pages after the step hold the expected KV for [0, compute_to). */
+static int worker_process(const char *cfg, int in, int out) {
+    rig r;
+    if (rig_open(&r, KVS_ROLE_WORKER, cfg) != KVS_OK) return 2;
+    int32_t t[128];
+    make_tokens(t, 128, 91);
+    for (;;) {
+        uint64_t hdr[4];
+        if (read_all(in, hdr, sizeof hdr) != 0) break;
+        uint8_t *blob = malloc(hdr[0]);
+        if (read_all(in, blob, hdr[0]) != 0) return 3;
+        uint32_t blocks[8];
+        blocks_from(blocks, 8, (uint32_t)hdr[3]);
+        worker_step(&r, blob, hdr[0], blocks, t, hdr[1], hdr[2]);
+        free(blob);
+        uint8_t ok = (uint8_t)kv_matches(&r, blocks, t, 0, hdr[2]);
+        if (write_all(out, &ok, 1) != 0) return 4;
+    }
+    rig_close(&r);
+    return 0;
+}
+
+static uint8_t send_step(int to, int from, const void *meta, uint64_t len, uint64_t c0, uint64_t c1,
+                         uint64_t base) {
+    uint64_t hdr[4] = {len, c0, c1, base};
+    ck_assert_int_eq(write_all(to, hdr, sizeof hdr), 0);
+    ck_assert_int_eq(write_all(to, meta, len), 0);
+    uint8_t ok = 0;
+    ck_assert_int_eq(read_all(from, &ok, 1), 0);
+    return ok;
+}
+
+START_TEST(metadata_crosses_a_process_boundary) {
+    const char *cfg = shared_config();
+    int down[2], up[2];
+    ck_assert_int_eq(pipe(down), 0);
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        _exit(worker_process(cfg, down[0], up[1]));
+    }
+    close(down[0]);
+    close(up[1]);
+    rig s;
+    ck_assert_int_eq(rig_open(&s, KVS_ROLE_SCHEDULER, cfg), KVS_OK);
+    int32_t t[128];
+    make_tokens(t, 128, 91);
+    uint32_t a[8], b[8];
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 16);
+    uint8_t meta[65536];
+    uint64_t len;
+    /* Step 1: request a computes everything; the worker saves 4 chunks into the shared tier. */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s.h, "a", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    kvs_step_request sa = {"a", t, 128, a, 8, 0, 128};
+    ck_assert_int_eq(api->build_meta(s.h, &sa, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_uint_eq(send_step(down[1], up[0], meta, len, 0, 128, 0), 1);
+    /* Step 2: request b finds them (the scheduler sees the worker's saves) and loads into other pages. */
+    ck_assert_int_eq(api->lookup(s.h, "b", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(s.h, "b", b, 8, 127), KVS_OK);
+    kvs_step_request sb = {"b", t, 128, b, 8, 127, 1};
+    ck_assert_int_eq(api->build_meta(s.h, &sb, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_uint_eq(send_step(down[1], up[0], meta, len, 127, 128, 16), 1);
+    close(down[1]);
+    int status;
+    waitpid(pid, &status, 0);
+    close(up[0]);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    rig_close(&s);
+}
+END_TEST
+
+static Suite *connector_suite(void) {
+    Suite *s = suite_create("connector");
+    TCase *tc = tcase_create("connector");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, restore_into_other_pages_is_byte_identical);
+    tcase_add_test(tc, lookup_stops_at_first_missing_chunk);
+    tcase_add_test(tc, partial_local_hit_loads_only_the_rest);
+    tcase_add_test(tc, keys_are_deterministic_across_processes);
+    tcase_add_test(tc, keys_chain_on_the_prefix_and_the_model);
+    tcase_add_test(tc, eviction_under_pressure_keeps_the_newest);
+    tcase_add_test(tc, a_lease_pins_until_it_expires);
+    tcase_add_test(tc, releasing_twice_is_harmless);
+    tcase_add_test(tc, saves_without_staging_memory_are_skipped_and_counted);
+    tcase_add_test(tc, a_corrupt_object_becomes_error_blocks_and_is_dropped);
+    tcase_add_test(tc, a_plugin_backend_round_trips_through_staging);
+    tcase_add_test(tc, a_plugin_of_another_major_is_refused);
+    tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
+    tcase_add_test(tc, another_abi_major_gets_no_table);
+    tcase_add_test(tc, a_bad_config_refuses_to_open);
+    tcase_add_test(tc, impossible_strides_are_refused);
+    tcase_add_test(tc, token_ids_out_of_range_are_refused);
+    tcase_add_test(tc, unknown_requests_are_refused);
+    tcase_add_test(tc, hooks_out_of_order_are_refused);
+    tcase_add_test(tc, build_meta_overflow_changes_nothing);
+    tcase_add_test(tc, garbage_metadata_is_refused_without_harm);
+    tcase_add_test(tc, metadata_crosses_a_process_boundary);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--print-keys") == 0) {
+        print_keys();
+        return 0;
+    }
+    SRunner *sr = srunner_create(connector_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
