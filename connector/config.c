@@ -71,7 +71,7 @@ static const char *const WRITE_POLICIES[] = {"back", "through"};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
-/* ---- messages ---------------------------------------------------------------------------------- */
+/* ---- messages -------------------------------------------------------------------------------- */
 
 static kvs_status vfail_at(const parse_ctx *ctx, int line, int column, const char *key,
                            const char *fmt, va_list ap) {
@@ -158,7 +158,7 @@ static void key_path(char out[KEY_PATH_MAX], const char *parent, const char *key
         snprintf(out, KEY_PATH_MAX, "%s", key);
 }
 
-/* ---- sizes ------------------------------------------------------------------------------------- */
+/* ---- sizes ----------------------------------------------------------------------------------- */
 
 typedef struct size_unit {
     const char *name;
@@ -269,7 +269,7 @@ kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes) {
     return KVS_OK;
 }
 
-/* ---- the node tree ----------------------------------------------------------------------------- */
+/* ---- the node tree --------------------------------------------------------------------------- */
 
 static void node_free(node *n) {
     if (!n) return;
@@ -445,7 +445,7 @@ static kvs_status check_plain_yaml(const parse_ctx *ctx, const node *n, const ch
     return KVS_OK;
 }
 
-/* ---- typed values ------------------------------------------------------------------------------ */
+/* ---- typed values ---------------------------------------------------------------------------- */
 
 /* Splits a mapping into the known keys: keys[i]/values[i] for names[i], NULL when absent. Refuses
  * non-scalar keys, unknown keys (listing the valid ones) and a key given twice. */
@@ -570,7 +570,7 @@ static kvs_status get_text(const parse_ctx *ctx, const node *n, const char *path
     return KVS_OK;
 }
 
-/* ---- tiers ------------------------------------------------------------------------------------- */
+/* ---- tiers ----------------------------------------------------------------------------------- */
 
 typedef struct tier_fields {
     const node *map;
@@ -766,7 +766,7 @@ static kvs_status parse_tiers(const parse_ctx *ctx, const node *root, const node
     return KVS_OK;
 }
 
-/* ---- the top level ----------------------------------------------------------------------------- */
+/* ---- the top level --------------------------------------------------------------------------- */
 
 static void set_defaults(kvs_config *cfg) {
     cfg->version = 1;
@@ -869,7 +869,7 @@ fail:
     return st;
 }
 
-/* ---- files and entry points -------------------------------------------------------------------- */
+/* ---- files and entry points ------------------------------------------------------------------ */
 
 static kvs_status io_error(const char *path, const char *what, int err_no, char *err,
                            size_t err_len) {

@@ -56,9 +56,11 @@ typedef struct kvs_load_work {
     const kvs_meta_load *load;
     const uint8_t *object; /* in a zero-copy tier, or in `slab` */
     void *slab;            /* staging copy, or NULL */
+    uint64_t *layer_hash;  /* expected checksums, copied from the verified header */
     int tier;
     int pinned;
     int failed;
+    int drop; /* corrupt: remove from the tiers once unpinned */
 } kvs_load_work;
 
 /* One chunk being saved in the bound step. */

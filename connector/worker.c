@@ -68,6 +68,7 @@ void kvs_worker_reset(kvs_handle *h) {
             ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
         }
         if (w->slab) kvs_pool_free(h->pool, w->slab);
+        free(w->layer_hash);
     }
     for (uint64_t i = 0; i < h->n_saves; i++)
         if (h->saves[i].slab) kvs_pool_free(h->pool, h->saves[i].slab);
@@ -184,9 +185,14 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (kvs_object_check_header(obj, len, &h->fingerprint, key, h->model.n_layers, h->chunk_tokens,
                                 h->layer_bytes, why, sizeof why) != KVS_OK) {
         fail_load(h, w, why);
-        kvs_tiers_remove(h->tiers, key);
+        w->drop = 1;
         return;
     }
+    /* Keep the verified checksums: the payload is checked against these, never against a header
+     * that could change under a zero-copy reference. */
+    if (!(w->layer_hash = malloc(h->model.n_layers * sizeof *w->layer_hash)))
+        return fail_load(h, w, "out of memory");
+    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj), h->model.n_layers * sizeof *w->layer_hash);
     w->object = obj;
 }
 
@@ -209,7 +215,7 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
 static void load_one_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     const kvs_meta_load *l = w->load;
     const uint8_t *payload = kvs_object_layer((void *)w->object, layer);
-    uint64_t want = kvs_object_layer_hashes((void *)w->object)[layer];
+    uint64_t want = w->layer_hash[layer];
     kvs_token_span span = {w->req->block_ids, w->req->n_block_ids, l->first_token, l->n_tokens};
     uint64_t got;
     if (l->n_tokens == h->chunk_tokens) {
@@ -228,7 +234,7 @@ static void load_one_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
         char why[64];
         kvs_fmt(why, sizeof why, "layer %u checksum mismatch", layer);
         fail_load(h, w, why);
-        kvs_tiers_remove(h->tiers, &l->key);
+        w->drop = 1;
         return;
     }
     h->stats.bytes_loaded += (uint64_t)l->n_tokens * h->layer_bytes / h->chunk_tokens;
@@ -243,7 +249,11 @@ static void finish_loads(kvs_handle *h) {
             ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
             w->pinned = 0;
         }
+        if (w->drop) kvs_tiers_remove(h->tiers, &w->load->key); /* a bad object is a miss from now on */
+        w->drop = 0;
         if (w->slab) kvs_pool_free(h->pool, w->slab);
+        free(w->layer_hash);
+        w->layer_hash = NULL;
         w->slab = NULL;
         w->object = NULL;
     }

@@ -56,7 +56,7 @@ static kvs_config *load_ok(const char *text) {
 
 #define ONE_TIER "tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
 
-/* ---- valid files ------------------------------------------------------------------------------- */
+/* ---- valid files ----------------------------------------------------------------------------- */
 
 static const char FULL[] = "# every key\n"
                            "version: 1\n"
@@ -179,7 +179,7 @@ START_TEST(log_levels_map_to_their_constants) {
 }
 END_TEST
 
-/* ---- sizes ------------------------------------------------------------------------------------- */
+/* ---- sizes ----------------------------------------------------------------------------------- */
 
 START_TEST(sizes_accept_every_binary_and_decimal_unit) {
     static const struct {
@@ -251,7 +251,7 @@ START_TEST(negative_and_fractional_byte_sizes_are_refused) {
 }
 END_TEST
 
-/* ---- error classes ----------------------------------------------------------------------------- */
+/* ---- error classes --------------------------------------------------------------------------- */
 
 START_TEST(yaml_syntax_error_names_file_line_and_problem) {
     expect_refused("version: 1\ntiers:\n  - name: a\n    type: dram\n   capacity: 1GiB\n",
@@ -500,7 +500,7 @@ START_TEST(file_larger_than_the_limit_is_refused) {
 }
 END_TEST
 
-/* ---- paths and files --------------------------------------------------------------------------- */
+/* ---- paths and files ------------------------------------------------------------------------- */
 
 START_TEST(relative_plugin_path_resolves_against_the_file_directory) {
     char dir[512], path[1024], want[2048];
@@ -612,7 +612,7 @@ START_TEST(shipped_examples_state_what_the_demos_rely_on) {
 }
 END_TEST
 
-/* ---- robustness -------------------------------------------------------------------------------- */
+/* ---- robustness ------------------------------------------------------------------------------ */
 
 /* Every prefix and many one-byte changes of a valid file: each is accepted or refused cleanly (ASan
  * and LeakSanitizer watch for the rest), and *out is NULL exactly when the status is not OK. */

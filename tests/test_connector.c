@@ -517,7 +517,7 @@ START_TEST(a_bad_config_refuses_to_open) {
     ck_assert_ptr_null(r.h);
     ck_assert_ptr_nonnull(strstr(r.error, "bad.yaml:6:5"));
     ck_assert_ptr_nonnull(strstr(r.error, "colour"));
-    cfg = config("chunk.yaml", "chunk_tokens: 40\n");
+    cfg = config("chunk.yaml", "chunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n");
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_ECONFIG);
     ck_assert_ptr_nonnull(strstr(r.error, "multiple of the engine block size 16"));
     kvs_model_desc m = model();

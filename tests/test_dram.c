@@ -291,10 +291,16 @@ START_TEST(pin_with_a_50ms_timeout_expires_and_the_object_becomes_evictable) {
     put_small(st, 0, 10);
     kvs_key k0 = key_of(0), k1 = key_of(1);
     uint64_t n_pinned = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_assert_int_eq(ops->pin(st, &k0, 1, 50, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 1);
     uint8_t buf[10] = {0};
-    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_ENOMEM);
+    kvs_status early = ops->put(st, &k1, buf, sizeof buf);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double elapsed_ms =
+        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    if (elapsed_ms < 45.0) ck_assert_int_eq(early, KVS_ENOMEM); /* a slow machine may skip this */
     struct timespec ts = {0, 80 * 1000 * 1000};
     nanosleep(&ts, NULL);
     ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK);
@@ -686,6 +692,40 @@ START_TEST(shared_memory_is_unlinked_after_the_last_destroy) {
 }
 END_TEST
 
+/* Each child opens, puts its own key, reads it back and closes, over and over, so creates, attaches
+ * and last-destroy unlinks of one name race with each other. */
+START_TEST(concurrent_opens_and_closes_of_one_name_never_fail_or_leak) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    pid_t pids[6];
+    for (int p = 0; p < 6; p++) {
+        pids[p] = fork();
+        ck_assert_int_ge(pids[p], 0);
+        if (pids[p] > 0) continue;
+        int bad = 0;
+        for (uint32_t it = 0; it < 150 && !bad; it++) {
+            void *st = open_shared(shm, 1024, NULL);
+            if (!st) {
+                bad = 1;
+                break;
+            }
+            uint32_t id = (uint32_t)p * 1000u + it;
+            uint8_t buf[100], out[4096];
+            uint64_t len = 0;
+            kvs_key k = key_of(id);
+            fill(buf, sizeof buf, id);
+            if (ops->put(st, &k, buf, sizeof buf) != KVS_OK) bad = 2;
+            else if (ops->get(st, &k, out, sizeof out, &len) != KVS_OK) bad = 3;
+            else if (len != sizeof buf || !bytes_match(out, len, id)) bad = 4;
+            ops->destroy(st);
+        }
+        _exit(bad);
+    }
+    for (int p = 0; p < 6; p++) ck_assert_int_eq(wait_child(pids[p]), 0);
+    ck_assert(!shm_exists(shm));
+}
+END_TEST
+
 static void die_in_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
     (void)ctx, (void)key, (void)object, (void)len;
     _exit(0);
@@ -759,6 +799,7 @@ static Suite *dram_suite(void) {
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
     tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
     tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);
+    tcase_add_test(shared, concurrent_opens_and_closes_of_one_name_never_fail_or_leak);
     tcase_add_test(shared, a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier);
     suite_add_tcase(s, shared);
     return s;
