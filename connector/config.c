@@ -1,4 +1,4 @@
-/* config.c - strict YAML configuration: libyaml events -> a small node tree -> a validated kvs_config.
+/* config.c - strict YAML configuration: libyaml events -> a node tree -> a validated kvs_config.
  *
  * The tree is built from the event stream (not libyaml's document API) because the document API
  * resolves aliases silently; here every anchor, alias and tag is seen and refused. Validation walks
@@ -99,7 +99,8 @@ static kvs_status fail_at(const parse_ctx *ctx, int line, int column, const char
 
 static kvs_status fail(const parse_ctx *ctx, const node *at, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-static kvs_status fail(const parse_ctx *ctx, const node *at, const char *key, const char *fmt, ...) {
+static kvs_status fail(const parse_ctx *ctx, const node *at, const char *key, const char *fmt,
+                       ...) {
     va_list ap;
     va_start(ap, fmt);
     kvs_status st = vfail_at(ctx, at->line, at->column, key, fmt, ap);
@@ -195,8 +196,8 @@ static int size_unit_bytes(const char *unit, uint64_t *bytes) {
     return -1;
 }
 
-/* Reads "digits[.digits]" from *p; the fraction keeps at most FRACTION_DIGITS_MAX significant digits
- * and flags any non-zero digit beyond (no unit makes such a value a whole number of bytes). */
+/* "digits[.digits]": the fraction keeps FRACTION_DIGITS_MAX significant digits and flags any
+ * non-zero digit beyond them (no unit makes such a value a whole number of bytes). */
 typedef struct size_number {
     uint64_t whole, fraction, fraction_scale;
     int whole_overflow, fraction_lost, bad_point;
@@ -253,7 +254,8 @@ static int size_parse(const char *text, uint64_t *bytes, char *why, size_t why_l
     unsigned __int128 fraction_bytes = (unsigned __int128)num.fraction * unit;
     if (num.fraction_lost || fraction_bytes % num.fraction_scale != 0)
         return refuse(why, why_len, "the size is not a whole number of bytes");
-    unsigned __int128 total = (unsigned __int128)num.whole * unit + fraction_bytes / num.fraction_scale;
+    unsigned __int128 total =
+        (unsigned __int128)num.whole * unit + fraction_bytes / num.fraction_scale;
     if (num.whole_overflow || total > UINT64_MAX)
         return refuse(why, why_len, "the size is larger than 2^64-1 bytes");
     *bytes = (uint64_t)total;
@@ -500,7 +502,8 @@ static kvs_status get_uint(const parse_ctx *ctx, const node *n, const char *path
     kvs_status st = expect_scalar(ctx, n, path, "an integer");
     if (st != KVS_OK) return st;
     if (!n->plain)
-        return fail(ctx, n, path, "expected an integer, found the quoted string '%s'", shown(n, buf));
+        return fail(ctx, n, path, "expected an integer, found the quoted string '%s'",
+                    shown(n, buf));
     const char *s = n->text;
     int negative = *s == '-';
     if (negative) s++;
@@ -552,11 +555,13 @@ static kvs_status get_choice(const parse_ctx *ctx, const node *n, const char *pa
 
 /* A size with unit, > 0. */
 static kvs_status get_size(const parse_ctx *ctx, const node *n, const char *path, uint64_t *out) {
-    char why[128], buf[SHOWN_MAX + 4];
+    char why[128];
     kvs_status st = expect_scalar(ctx, n, path, "a size such as 4GiB");
     if (st != KVS_OK) return st;
-    if (size_parse(n->text, out, why, sizeof why) != 0)
+    if (size_parse(n->text, out, why, sizeof why) != 0) {
+        char buf[SHOWN_MAX + 4];
         return fail(ctx, n, path, "bad size '%s': %s", shown(n, buf), why);
+    }
     if (*out == 0) return fail(ctx, n, path, "the size must be greater than 0");
     return KVS_OK;
 }
@@ -601,15 +606,17 @@ static int valid_tier_name(const char *name) {
 
 static kvs_status tier_name(const parse_ctx *ctx, const tier_fields *f, kvs_config *cfg,
                             size_t index) {
-    char kp[KEY_PATH_MAX], buf[SHOWN_MAX + 4];
+    char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_NAME];
     if (!v) return missing_key(ctx, f->map, f->path, "name", "");
     key_path(kp, f->path, "name");
     kvs_status st = expect_scalar(ctx, v, kp, "a tier name");
     if (st != KVS_OK) return st;
-    if (!valid_tier_name(v->text))
+    if (!valid_tier_name(v->text)) {
+        char buf[SHOWN_MAX + 4];
         return fail(ctx, v, kp, "bad tier name '%s' (1 to %d of A-Z a-z 0-9 _ . -)", shown(v, buf),
                     KVS_NAME_MAX - 1);
+    }
     for (size_t j = 0; j < index; j++) {
         if (strcmp(cfg->tiers[j].name, v->text) == 0)
             return fail(ctx, v, kp, "duplicate tier name '%s' (tiers[%zu] at line %d has it)",
@@ -632,7 +639,7 @@ static kvs_status tier_type(const parse_ctx *ctx, tier_fields *f, kvs_tier_confi
 }
 
 static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
-    char kp[KEY_PATH_MAX], buf[SHOWN_MAX + 4];
+    char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_CAPACITY];
     if (!v) {
         if (f->type == TYPE_DRAM)
@@ -643,11 +650,11 @@ static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_
     kvs_status st = get_size(ctx, v, kp, &t->capacity_bytes);
     if (st != KVS_OK) return st;
     uint64_t physical = physical_memory_bytes();
-    if (f->type == TYPE_DRAM && t->capacity_bytes > physical)
-        return fail(ctx, v, kp, "%s (%llu bytes) is more than this machine's physical memory "
-                    "(%llu bytes)", shown(v, buf), (unsigned long long)t->capacity_bytes,
-                    (unsigned long long)physical);
-    return KVS_OK;
+    if (f->type != TYPE_DRAM || t->capacity_bytes <= physical) return KVS_OK;
+    char buf[SHOWN_MAX + 4];
+    return fail(ctx, v, kp, "%s (%llu bytes) is more than this machine's physical memory "
+                "(%llu bytes)",
+                shown(v, buf), (unsigned long long)t->capacity_bytes, (unsigned long long)physical);
 }
 
 static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
@@ -880,20 +887,17 @@ static kvs_status io_error(const char *path, const char *what, int err_no, char 
 /* Reads at most KVS_CONFIG_MAX_BYTES + 1 bytes, enough for parse_buffer to refuse a bigger file. */
 static kvs_status read_whole_file(const char *path, char **text, size_t *len, char *err,
                                   size_t err_len) {
+    size_t cap = 4096, used = 0;
+    kvs_status st = KVS_OK;
+    char *buf = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return io_error(path, "cannot open", errno, err, err_len);
-    size_t cap = 4096, used = 0;
-    char *buf = malloc(cap);
-    kvs_status st = KVS_OK;
-    while (buf) {
+    if (!(buf = malloc(cap))) goto no_memory;
+    for (;;) {
+        if (used == cap && cap > KVS_CONFIG_MAX_BYTES) break;
         if (used == cap) {
-            if (cap > KVS_CONFIG_MAX_BYTES) break;
             char *bigger = realloc(buf, cap * 2);
-            if (!bigger) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
+            if (!bigger) goto no_memory;
             buf = bigger;
             cap *= 2;
         }
@@ -902,22 +906,21 @@ static kvs_status read_whole_file(const char *path, char **text, size_t *len, ch
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) {
             st = io_error(path, "cannot read", errno, err, err_len);
-            break;
+            goto fail;
         }
         used += (size_t)got;
     }
     close(fd);
-    if (!buf) {
-        if (err && err_len) snprintf(err, err_len, "%s: out of memory", path);
-        return KVS_ENOMEM;
-    }
-    if (st != KVS_OK) {
-        free(buf);
-        return st;
-    }
     *text = buf;
     *len = used;
     return KVS_OK;
+no_memory:
+    if (err && err_len) snprintf(err, err_len, "%s: out of memory", path);
+    st = KVS_ENOMEM;
+fail:
+    free(buf);
+    close(fd);
+    return st;
 }
 
 /* The absolute directory of `file` in out (or as written when it cannot be resolved). */

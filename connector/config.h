@@ -49,17 +49,20 @@ typedef struct kvs_config {
 /* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes
  * "file:line:column: key 'a.b[1].c': what is wrong" into err. *out is NULL on error. */
 kvs_status kvs_config_load(const char *path, kvs_config **out, char *err, size_t err_len);
-/* Same from memory; `name` stands for the file in messages (NULL: "<string>"). When `name` contains a
+/* Same from memory; `name` stands for the file in messages (NULL: "<string>"). When `name` has a
  * '/', relative plugin paths resolve against its directory; otherwise they are kept as written. */
 kvs_status kvs_config_parse_string(const char *yaml, size_t len, const char *name, kvs_config **out,
                                    char *err, size_t err_len);
 /* The built-in defaults: chunk 256, one 1GiB dram tier named "dram". */
 kvs_status kvs_config_defaults(kvs_config **out);
+/* Frees a config from load, parse_string or defaults, with its tiers and option strings. NULL is a
+ * no-op. Not thread-safe on one config; parsing different configs concurrently is. */
 void kvs_config_free(kvs_config *cfg);
 
-/* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary) and
- * KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text, an
- * unknown unit, a fraction that is not a whole number of bytes, or a value above UINT64_MAX. "0" is 0. */
+/* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary)
+ * and KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text,
+ * an unknown unit, a fraction that is not a whole number of bytes, or more than UINT64_MAX.
+ * "0" is 0 (callers that need > 0 check it). */
 kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes);
 
 #endif

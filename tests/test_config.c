@@ -1,5 +1,5 @@
-/* test_config.c - the strict YAML configuration: values, defaults, sizes, and one test per error class
- * checking the status and that the message names file, line:column and key. */
+/* test_config.c - the strict YAML configuration: values, defaults, sizes, and one test per error
+ * class checking the status and that the message names file, line:column and key. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -35,8 +35,8 @@ static kvs_status load_yaml(const char *text, kvs_config **cfg) {
     return st;
 }
 
-/* Expects `text` to be refused with `want`, *out NULL, and a message holding `where` (file:line:col:
- * key) and `what` (the explanation); either may be NULL. */
+/* Expects `text` to be refused with `want`, *out NULL, and a message holding `where`
+ * (file:line:col: key) and `what` (the explanation); either may be NULL. */
 static void expect_refused(const char *text, kvs_status want, const char *where, const char *what) {
     kvs_config *cfg;
     kvs_status st = load_yaml(text, &cfg);
@@ -263,8 +263,8 @@ START_TEST(yaml_syntax_error_names_file_line_and_problem) {
 END_TEST
 
 START_TEST(invalid_utf8_is_a_syntax_error_at_its_byte) {
-    expect_refused("version: 1\nlog_level: w\xff\n", KVS_ECONFIG, "cfg.yaml:2:13: YAML syntax error",
-                   "UTF-8");
+    expect_refused("version: 1\nlog_level: w\xff\n", KVS_ECONFIG,
+                   "cfg.yaml:2:13: YAML syntax error", "UTF-8");
 }
 END_TEST
 
@@ -286,8 +286,8 @@ START_TEST(unknown_key_inside_a_tier_names_its_full_path) {
 END_TEST
 
 START_TEST(mapping_where_an_integer_belongs_is_a_type_error) {
-    expect_refused("chunk_tokens: {a: 1}\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:15: key 'chunk_tokens'",
-                   "expected an integer, found a mapping");
+    expect_refused("chunk_tokens: {a: 1}\n" ONE_TIER, KVS_ECONFIG,
+                   "cfg.yaml:1:15: key 'chunk_tokens'", "expected an integer, found a mapping");
     expect_refused("lease_timeout_ms:\n  - 1\n" ONE_TIER, KVS_ECONFIG,
                    "cfg.yaml:2:3: key 'lease_timeout_ms'", "expected an integer, found a sequence");
 }
@@ -299,7 +299,8 @@ START_TEST(text_where_an_integer_belongs_is_a_type_error) {
     expect_refused("chunk_tokens: 2.5\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:15: key 'chunk_tokens'",
                    "expected an integer, found '2.5'");
     expect_refused("chunk_tokens: \"256\"\n" ONE_TIER, KVS_ECONFIG,
-                   "cfg.yaml:1:15: key 'chunk_tokens'", "expected an integer, found the quoted string");
+                   "cfg.yaml:1:15: key 'chunk_tokens'",
+                   "expected an integer, found the quoted string");
     expect_refused("chunk_tokens:\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:14: key 'chunk_tokens'",
                    "expected an integer, found an empty value");
 }
@@ -418,13 +419,14 @@ START_TEST(plugin_tier_without_plugin_path_is_refused) {
 END_TEST
 
 START_TEST(plugin_key_on_a_dram_tier_is_refused) {
-    expect_refused(ONE_TIER "    plugin: ./x.so\n", KVS_ECONFIG, "cfg.yaml:5:5: key 'tiers[0].plugin'",
-                   "only a tier of type plugin");
+    expect_refused(ONE_TIER "    plugin: ./x.so\n", KVS_ECONFIG,
+                   "cfg.yaml:5:5: key 'tiers[0].plugin'", "only a tier of type plugin");
 }
 END_TEST
 
 START_TEST(missing_or_empty_tiers_are_refused) {
-    expect_refused("version: 1\n", KVS_ECONFIG, "cfg.yaml:1:1: key 'tiers'", "missing required key");
+    expect_refused("version: 1\n", KVS_ECONFIG, "cfg.yaml:1:1: key 'tiers'",
+                   "missing required key");
     expect_refused("version: 1\ntiers: []\n", KVS_ECONFIG, "cfg.yaml:2:8: key 'tiers'",
                    "at least one tier");
 }
@@ -459,7 +461,8 @@ START_TEST(empty_document_is_refused) {
 END_TEST
 
 START_TEST(second_document_is_refused) {
-    expect_refused(ONE_TIER "---\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:5:1: ", "second YAML document");
+    expect_refused(ONE_TIER "---\n" ONE_TIER, KVS_ECONFIG,
+                   "cfg.yaml:5:1: ", "second YAML document");
 }
 END_TEST
 
@@ -474,8 +477,8 @@ START_TEST(aliases_are_refused_with_their_key) {
 END_TEST
 
 START_TEST(tags_are_refused_with_their_key) {
-    expect_refused("tiers:\n  - name: dram\n    type: dram\n    capacity: !!str 1GiB\n", KVS_ECONFIG,
-                   "cfg.yaml:4:15: key 'tiers[0].capacity'", "tags are not supported");
+    expect_refused("tiers:\n  - name: dram\n    type: dram\n    capacity: !!str 1GiB\n",
+                   KVS_ECONFIG, "cfg.yaml:4:15: key 'tiers[0].capacity'", "tags are not supported");
 }
 END_TEST
 
@@ -652,8 +655,9 @@ START_TEST(small_error_buffers_are_cut_not_overrun) {
     char tiny[16];
     kvs_config *cfg = &not_set;
     static const char text[] = "chunk_size: 1\n";
-    ck_assert_int_eq(kvs_config_parse_string(text, strlen(text), "cfg.yaml", &cfg, tiny, sizeof tiny),
-                     KVS_ECONFIG);
+    ck_assert_int_eq(
+        kvs_config_parse_string(text, strlen(text), "cfg.yaml", &cfg, tiny, sizeof tiny),
+        KVS_ECONFIG);
     ck_assert_uint_eq(strlen(tiny), sizeof tiny - 1);
     ck_assert_int_eq(kvs_config_parse_string(text, strlen(text), "cfg.yaml", &cfg, NULL, 0),
                      KVS_ECONFIG);
@@ -661,23 +665,8 @@ START_TEST(small_error_buffers_are_cut_not_overrun) {
 }
 END_TEST
 
-static Suite *config_suite(void) {
-    Suite *s = suite_create("config");
-    TCase *valid = tcase_create("valid");
-    tcase_add_test(valid, full_file_parses_to_the_values_it_states);
-    tcase_add_test(valid, keys_left_out_take_their_defaults);
-    tcase_add_test(valid, defaults_are_one_dram_tier_of_one_gib_and_chunks_of_256);
-    tcase_add_test(valid, booleans_accept_true_false_yes_no_on_off);
-    tcase_add_test(valid, log_levels_map_to_their_constants);
-    suite_add_tcase(s, valid);
-
-    TCase *sizes = tcase_create("sizes");
-    tcase_add_test(sizes, sizes_accept_every_binary_and_decimal_unit);
-    tcase_add_test(sizes, sizes_refuse_negative_overflow_unknown_units_and_empty);
-    tcase_add_test(sizes, bad_unit_names_the_unit_file_line_and_key);
-    tcase_add_test(sizes, negative_and_fractional_byte_sizes_are_refused);
-    suite_add_tcase(s, sizes);
-
+/* One test per error class, each checking status, file:line:column and key. */
+static TCase *error_tests(void) {
     TCase *errors = tcase_create("errors");
     tcase_add_test(errors, yaml_syntax_error_names_file_line_and_problem);
     tcase_add_test(errors, invalid_utf8_is_a_syntax_error_at_its_byte);
@@ -709,7 +698,27 @@ static Suite *config_suite(void) {
     tcase_add_test(errors, tags_are_refused_with_their_key);
     tcase_add_test(errors, deep_nesting_is_refused_without_recursion);
     tcase_add_test(errors, file_larger_than_the_limit_is_refused);
-    suite_add_tcase(s, errors);
+    return errors;
+}
+
+static Suite *config_suite(void) {
+    Suite *s = suite_create("config");
+    TCase *valid = tcase_create("valid");
+    tcase_add_test(valid, full_file_parses_to_the_values_it_states);
+    tcase_add_test(valid, keys_left_out_take_their_defaults);
+    tcase_add_test(valid, defaults_are_one_dram_tier_of_one_gib_and_chunks_of_256);
+    tcase_add_test(valid, booleans_accept_true_false_yes_no_on_off);
+    tcase_add_test(valid, log_levels_map_to_their_constants);
+    suite_add_tcase(s, valid);
+
+    TCase *sizes = tcase_create("sizes");
+    tcase_add_test(sizes, sizes_accept_every_binary_and_decimal_unit);
+    tcase_add_test(sizes, sizes_refuse_negative_overflow_unknown_units_and_empty);
+    tcase_add_test(sizes, bad_unit_names_the_unit_file_line_and_key);
+    tcase_add_test(sizes, negative_and_fractional_byte_sizes_are_refused);
+    suite_add_tcase(s, sizes);
+
+    suite_add_tcase(s, error_tests());
 
     TCase *files = tcase_create("files");
     tcase_add_test(files, relative_plugin_path_resolves_against_the_file_directory);
