@@ -245,45 +245,48 @@ float *model_scratch_hidden(model_scratch *s)
 
 /* Building blocks ---------------------------------------------------------------------------------- */
 
-/* Eight floats as one value: GCC and Clang lower it to the target's SIMD registers. Each lane is a
- * plain IEEE multiply and add (no fused multiply-add: -ffp-contract=off), so a lane gives exactly the
- * result of the scalar loop. */
-typedef float f32x8 __attribute__((vector_size(32)));
+/* Four floats as one value: GCC and Clang map it to one SSE/NEON register. Each lane is a plain
+ * IEEE multiply and add (no fused multiply-add: -ffp-contract=off), so a lane computes exactly what
+ * the scalar loop would. */
+typedef float f32x4 __attribute__((vector_size(16)));
+
+static f32x4 load4(const float *p)
+{
+    f32x4 v;
+    memcpy(&v, p, sizeof v); /* rows need not be 16-byte aligned */
+    return v;
+}
 
 /* out[i] = sum over j of x[j] * w[j * stride + i], for i < n_out, j < n_in, the sum taken in order
- * j = 0, 1, ... for every output. Outputs are processed 32 (then 8, then 1) at a time with the
- * partial sums held in registers. */
+ * j = 0, 1, ... for every output. Outputs go 32 (then 4, then 1) at a time with the partial sums
+ * held in registers. */
 static void matvec_strided(float *restrict out, const float *restrict x, const float *restrict w, int n_in,
                            int n_out, size_t stride)
 {
     int i = 0;
     for (; i + 32 <= n_out; i += 32) {
-        f32x8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        f32x4 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
         const float *col = w + i;
         for (int j = 0; j < n_in; j++, col += stride) {
-            f32x8 w0, w1, w2, w3; /* memcpy: the rows need not be 32-byte aligned */
-            memcpy(&w0, col, sizeof w0);
-            memcpy(&w1, col + 8, sizeof w1);
-            memcpy(&w2, col + 16, sizeof w2);
-            memcpy(&w3, col + 24, sizeof w3);
-            const float xj = x[j];
-            a0 += w0 * xj;
-            a1 += w1 * xj;
-            a2 += w2 * xj;
-            a3 += w3 * xj;
+            const f32x4 xj = {x[j], x[j], x[j], x[j]};
+            a0 += load4(col) * xj;
+            a1 += load4(col + 4) * xj;
+            a2 += load4(col + 8) * xj;
+            a3 += load4(col + 12) * xj;
+            a4 += load4(col + 16) * xj;
+            a5 += load4(col + 20) * xj;
+            a6 += load4(col + 24) * xj;
+            a7 += load4(col + 28) * xj;
         }
-        memcpy(out + i, &a0, sizeof a0);
-        memcpy(out + i + 8, &a1, sizeof a1);
-        memcpy(out + i + 16, &a2, sizeof a2);
-        memcpy(out + i + 24, &a3, sizeof a3);
+        const f32x4 sums[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+        memcpy(out + i, sums, sizeof sums);
     }
-    for (; i + 8 <= n_out; i += 8) {
-        f32x8 a = {0};
+    for (; i + 4 <= n_out; i += 4) {
+        f32x4 a = {0};
         const float *col = w + i;
         for (int j = 0; j < n_in; j++, col += stride) {
-            f32x8 w0;
-            memcpy(&w0, col, sizeof w0);
-            a += w0 * x[j];
+            const f32x4 xj = {x[j], x[j], x[j], x[j]};
+            a += load4(col) * xj;
         }
         memcpy(out + i, &a, sizeof a);
     }
