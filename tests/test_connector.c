@@ -3,6 +3,7 @@
  * the host device and a vLLM FlashAttention (NHD) layout; other layouts are covered in test_kernels. */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -807,6 +808,52 @@ START_TEST(metadata_crosses_a_process_boundary) {
 }
 END_TEST
 
+/* --- several threads, one shared tier -------------------------------------------------------------- */
+
+typedef struct thread_arg {
+    const char *cfg;
+    int index;
+    int ok;
+} thread_arg;
+
+/* Each thread owns a handle on the same shared DRAM tier; half of them store one shared prefix and
+ * all restore it, so saves, lookups, pins and loads interleave across threads. */
+static void *thread_main(void *p) {
+    thread_arg *a = p;
+    rig r;
+    if (rig_open(&r, KVS_ROLE_BOTH, a->cfg) != KVS_OK) return NULL;
+    int32_t t[128];
+    make_tokens(t, 128, 100 + a->index % 2);
+    uint32_t own[8], other[8];
+    blocks_from(own, 8, 0);
+    blocks_from(other, 8, 32);
+    int ok = 1;
+    for (int round = 0; round < 20 && ok; round++) {
+        char id[32];
+        snprintf(id, sizeof id, "t%d-%d", a->index, round);
+        prefill(&r, id, t, 128, round % 2 ? other : own);
+        ok = kv_matches(&r, round % 2 ? other : own, t, 0, 128);
+    }
+    rig_close(&r);
+    a->ok = ok;
+    return NULL;
+}
+
+START_TEST(threads_sharing_a_tier_restore_exact_kv) {
+    const char *cfg = shared_config();
+    pthread_t th[4];
+    thread_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){cfg, i, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(args[i].ok, "thread %d restored wrong KV", i);
+    }
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -834,6 +881,7 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, build_meta_overflow_changes_nothing);
     tcase_add_test(tc, garbage_metadata_is_refused_without_harm);
     tcase_add_test(tc, metadata_crosses_a_process_boundary);
+    tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);
     suite_add_tcase(s, tc);
     return s;
 }
