@@ -97,7 +97,8 @@ typedef struct kvs_backend_ops {
     /* Store a copy of the object. Replaces an existing object of the same key. KVS_ENOMEM if it
      * cannot make room (everything pinned or the object exceeds capacity). */
     kvs_status (*put)(void *state, const kvs_key *key, const void *object, uint64_t len);
-    /* Remove if present; absent is not an error. */
+    /* Remove if present, pinned or not (the connector removes objects that failed verification);
+     * absent is not an error. */
     kvs_status (*remove)(void *state, const kvs_key *key);
     /* Objects and bytes held now. */
     kvs_status (*usage)(void *state, uint64_t *n_objects, uint64_t *bytes);

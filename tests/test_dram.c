@@ -1,5 +1,6 @@
 /* test_dram.c - the built-in DRAM tier through its backend ops table. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -95,9 +96,26 @@ static void put_small(void *st, uint32_t i, uint64_t len) {
     ck_assert_int_eq(ops->put(st, &k, buf, len), KVS_OK);
 }
 
+static pid_t runner_pid; /* set in main, inherited by the test processes Check forks */
+
 static void unique_shm_name(char *buf, size_t len) {
     static unsigned counter;
-    snprintf(buf, len, "kvs-test-dram-%d-%u", (int)getpid(), counter++);
+    snprintf(buf, len, "kvs-test-dram-%d-%d-%u", (int)runner_pid, (int)getpid(), counter++);
+}
+
+/* Names left by a test that was killed (timeout, crash) are removed when the run ends. */
+static void remove_leftover_shm(void) {
+    char prefix[64];
+    int n = snprintf(prefix, sizeof prefix, "kvs-test-dram-%d-", (int)runner_pid);
+    DIR *dir = opendir("/dev/shm");
+    if (!dir) return;
+    for (struct dirent *e = readdir(dir); e; e = readdir(dir)) {
+        char path[300];
+        if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
+        snprintf(path, sizeof path, "/%s", e->d_name);
+        shm_unlink(path);
+    }
+    closedir(dir);
 }
 
 static int shm_exists(const char *name) {
@@ -278,8 +296,13 @@ START_TEST(pin_stops_at_the_first_missing_key) {
     uint64_t n_pinned = 9;
     ck_assert_int_eq(ops->pin(st, keys, 3, 60000, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 1);
-    ck_assert_int_eq(ops->remove(st, &keys[2]), KVS_OK); /* 2 was not pinned */
-    ck_assert_int_eq(ops->remove(st, &keys[0]), KVS_EAGAIN);
+    /* Four more objects in a four-slot tier: only the pinned key 0 survives; 2 was not pinned. */
+    for (int i = 3; i < 7; i++) put_small(st, i, 10);
+    uint64_t present = 9;
+    ck_assert_int_eq(ops->contains(st, &keys[0], 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+    ck_assert_int_eq(ops->contains(st, &keys[2], 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
     ops->destroy(st);
 }
 END_TEST
@@ -390,7 +413,7 @@ START_TEST(put_over_a_pinned_key_keeps_the_stored_bytes) {
 }
 END_TEST
 
-START_TEST(remove_frees_the_object_and_refuses_while_it_is_pinned) {
+START_TEST(remove_frees_the_object_even_while_it_is_pinned) {
     evict_log log = {0};
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
@@ -408,12 +431,12 @@ START_TEST(remove_frees_the_object_and_refuses_while_it_is_pinned) {
     put_small(st, 2, 10); /* the freed slab is used without evicting 1 */
     ck_assert_int_eq(log.n, 0);
     ck_assert_int_eq(ops->pin(st, &k1, 1, 60000, &n_pinned), KVS_OK);
-    ck_assert_int_eq(ops->remove(st, &k1), KVS_EAGAIN);
-    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
-    ck_assert_int_eq(ops->unpin(st, &k1, 1), KVS_OK);
-    ck_assert_int_eq(ops->remove(st, &k1), KVS_OK);
+    ck_assert_int_eq(ops->remove(st, &k1), KVS_OK); /* forced: a corrupt object must go */
     ck_assert_int_eq(ops->contains(st, &k1, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 0);
+    ck_assert_int_eq(ops->unpin(st, &k1, 1), KVS_OK); /* the stale pin is a harmless no-op */
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 1);
     ops->destroy(st);
 }
 END_TEST
@@ -703,8 +726,8 @@ START_TEST(concurrent_opens_and_closes_of_one_name_never_fail_or_leak) {
         ck_assert_int_ge(pids[p], 0);
         if (pids[p] > 0) continue;
         int bad = 0;
-        for (uint32_t it = 0; it < 150 && !bad; it++) {
-            void *st = open_shared(shm, 1024, NULL);
+        for (uint32_t it = 0; it < 100 && !bad; it++) {
+            void *st = open_shared(shm, 64, NULL);
             if (!st) {
                 bad = 1;
                 break;
@@ -784,7 +807,7 @@ static Suite *dram_suite(void) {
     tcase_add_test(local, double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin);
     tcase_add_test(local, put_of_an_existing_key_replaces_its_bytes);
     tcase_add_test(local, put_over_a_pinned_key_keeps_the_stored_bytes);
-    tcase_add_test(local, remove_frees_the_object_and_refuses_while_it_is_pinned);
+    tcase_add_test(local, remove_frees_the_object_even_while_it_is_pinned);
     tcase_add_test(local, put_larger_than_the_max_object_size_is_refused);
     tcase_add_test(local, capacity_too_small_for_one_object_is_refused_with_a_sentence);
     tcase_add_test(local, unknown_option_is_refused_with_the_valid_ones_listed);
@@ -794,6 +817,7 @@ static Suite *dram_suite(void) {
     suite_add_tcase(s, local);
 
     TCase *shared = tcase_create("shared");
+    tcase_set_timeout(shared, 60); /* process churn is slow under sanitizers on a loaded machine */
     tcase_add_checked_fixture(shared, setup, NULL);
     tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
@@ -806,9 +830,11 @@ static Suite *dram_suite(void) {
 }
 
 int main(void) {
+    runner_pid = getpid();
     SRunner *runner = srunner_create(dram_suite());
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);
     srunner_free(runner);
+    remove_leftover_shm();
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
