@@ -52,8 +52,9 @@ typedef struct view_dim {
 
 /* Rows of two distinct (block, token, head) indices must not share a byte. Sorting the dimensions
  * by stride, each one must step over the whole extent of the ones below it; a dimension of count 1
- * is never stepped and constrains nothing. This accepts every layout that is a permutation of a
- * (possibly padded) dense tensor, and rejects any stride set that can alias. */
+ * is never stepped and constrains nothing. This accepts every permutation of a (possibly padded)
+ * dense tensor and never a stride set that aliases; it also refuses interleavings that happen not
+ * to alias, which no engine layout uses. */
 static kvs_status check_overlap(const kvs_layer_view *view, const kvs_kv_shape *shape, char *err,
                                 size_t err_len) {
     view_dim dims[3] = {
@@ -244,11 +245,44 @@ static void walk_init(layer_walk *w, const kvs_layer_view *view, const kvs_kv_sh
     w->n_parts = shape->has_v ? 2 : 1;
 }
 
+/* Runs at least this long are written into the pages with non-temporal stores: the engine's pages
+ * are far larger than the cache, so reading each destination line before overwriting it (what
+ * ordinary stores do) would add a third of the memory traffic to a restore. */
+#define STREAM_MIN_BYTES ((size_t)4096)
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+static void copy_streaming(char *dst, const char *src, size_t n) {
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    n -= head;
+    for (; n >= 64; n -= 64, dst += 64, src += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
+        _mm_stream_si128((__m128i *)(void *)dst, a);
+        _mm_stream_si128((__m128i *)(void *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(dst + 48), d);
+    }
+    memcpy(dst, src, n);
+}
+static void streaming_done(void) { _mm_sfence(); }
+#else
+static void copy_streaming(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
+static void streaming_done(void) {}
+#endif
+
 static inline void move_bytes(direction dir, char *page, char *payload, size_t n) {
-    if (dir == TO_PAGES)
-        memcpy(page, payload, n);
-    else
+    if (dir == TO_PAGES) {
+        if (n >= STREAM_MIN_BYTES && n >= 64 + 16) copy_streaming(page, payload, n);
+        else memcpy(page, payload, n);
+    } else {
         memcpy(payload, page, n);
+    }
 }
 
 /* Move tokens [t, t + count) of the span (0-based within the span) of one part between the pages at
@@ -297,6 +331,7 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
     size_t part_bytes = w.n_tokens * w.token_bytes;
     for (int p = 0; p < w.n_parts; p++)
         move_tokens(&w, dir, w.parts[p], payload + (size_t)p * part_bytes, 0, w.n_tokens);
+    if (dir == TO_PAGES) streaming_done(); /* order the non-temporal stores before returning */
 }
 
 /* Move the layer a piece of whole tokens at a time, hashing each piece of the payload while it is
@@ -322,6 +357,7 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
                 payload += n;
             }
         }
+        if (dir == TO_PAGES) streaming_done();
     }
     return XXH3_64bits_digest(&state);
 }
