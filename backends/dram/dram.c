@@ -746,9 +746,10 @@ static kvs_status dram_remove(void *state, const kvs_key *key) {
     if (rc != KVS_OK) return rc;
     uint64_t bucket = 0;
     uint32_t s = index_find(st, key, &bucket);
-    /* A removal is forced even under pins: the connector removes objects that failed verification,
-     * and no reader may keep using those. Zero-copy readers verify against checksums they copied, so
-     * a slab reused later fails their check instead of passing as the old object. */
+    /* A removal is forced even under pins: the connector removes objects that failed
+     * verification, and no reader may keep using those. Zero-copy readers verify against checksums
+     * they copied, so a slab reused later fails their check instead of passing as the old
+     * object. */
     if (s != DRAM_NIL) drop_object(st, s, bucket);
     unlock_tier(st);
     return KVS_OK;
