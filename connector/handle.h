@@ -104,7 +104,6 @@ struct kvs_handle {
     uint8_t *layer_saved; /* per layer: save_layer seen this step */
     uint32_t *error_blocks;
     uint64_t n_error_blocks, cap_error_blocks;
-    uint64_t load_started_ns;
     uint8_t *scratch; /* one layer payload, for partial-chunk loads */
 
     /* both */
