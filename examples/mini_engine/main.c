@@ -2,25 +2,19 @@
  * KV cache, once with libkvstrata (loaded at run time) driving every KV-connector hook the way vLLM
  * does, once without, and compares time to first token. --verify checks that every restored prompt's
  * KV and logits equal a from-scratch computation bit for bit. See docs/mini_engine.md. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "engine.h"
 #include "kvcache.h"
-#include "kvstrata.h"
 #include "model.h"
 #include "workload.h"
 
 #define PROG "kvs-mini-engine"
-#define MAX_STEP_RETRIES 8         /* load-error recomputes per request before giving up */
-#define LOOKUP_POLL_LIMIT 5000     /* "unknown yet" lookups (1 ms apart) before treating as a miss */
-#define FINISHED_POLL_LIMIT 60000  /* get_finished polls (1 ms apart) for async loads/saves */
 
 /* Flags ------------------------------------------------------------------------------------------- */
 
@@ -50,7 +44,7 @@ static void usage(FILE *f)
             "                        'none' for the library's built-in defaults)\n"
             "  --no-connector        run only without the library\n"
             "model:\n"
-            "  --dim N (128) --layers N (4) --heads N (4) --kv-heads N (2) --ffn N (344)\n"
+            "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
             "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
             "kv cache:\n"
             "  --dtype fp16|bf16|fp32|fp8 (fp16)\n"
@@ -86,7 +80,7 @@ static int parse_options(int argc, char **argv, options *o)
 {
     *o = (options){
         .config_path = "examples/configs/default.yaml",
-        .model = {.dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn = 344, .vocab = 2048,
+        .model = {.dim = 128, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .ffn = 256, .vocab = 2048,
                   .latent = 64, .seed = 42},
         .layout = KV_LAYOUT_NHD,
         .dtype = KVS_DTYPE_FP16,
@@ -183,459 +177,6 @@ static int parse_options(int argc, char **argv, options *o)
     return 0;
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {0, (long)ms * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* The connector -------------------------------------------------------------------------------------- */
-
-typedef struct connector {
-    void *dl;
-    const kvs_api *api;
-    kvs_handle *h;
-    uint8_t *meta;      /* build_meta output, grown on KVS_EOVERFLOW */
-    uint64_t meta_cap;
-    uint32_t *errors;   /* load_error_blocks output */
-    uint64_t errors_cap;
-    uint64_t events_stored, events_removed;
-    char model_id[160];
-} connector;
-
-/* Print the failed hook with the library's sentence; returns -1 for the caller to pass up. */
-static int hook_failed(const connector *c, const char *hook, kvs_status st)
-{
-    fprintf(stderr, PROG ": %s failed: %s: %s\n", hook, c->api->strerror(st), c->api->last_error(c->h));
-    return -1;
-}
-
-#define HOOK(c, call, name)                                                                        \
-    do {                                                                                           \
-        kvs_status st_ = (call);                                                                   \
-        if (st_ != KVS_OK)                                                                         \
-            return hook_failed((c), (name), st_);                                                  \
-    } while (0)
-
-static void *load_library(const char *explicit_path)
-{
-    if (explicit_path) {
-        void *dl = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl)
-            fprintf(stderr, PROG ": cannot load %s: %s\n", explicit_path, dlerror());
-        return dl;
-    }
-    char exe[PATH_MAX], first_error[1024] = "";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            char path[PATH_MAX + 32];
-            snprintf(path, sizeof path, "%s/../lib/libkvstrata.so.1", exe);
-            void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (dl)
-                return dl;
-            snprintf(first_error, sizeof first_error, "%s", dlerror());
-        }
-    }
-    void *dl = dlopen("libkvstrata.so", RTLD_NOW | RTLD_LOCAL);
-    if (!dl)
-        fprintf(stderr, PROG ": cannot load libkvstrata: %s; %s (build it, or pass --lib PATH)\n",
-                first_error, dlerror());
-    return dl;
-}
-
-static int connector_open(connector *c, const options *o, const model *m, const kvcache *kv)
-{
-    memset(c, 0, sizeof *c);
-    const char *config = strcmp(o->config_path, "none") == 0 ? NULL : o->config_path;
-    if (config && access(config, R_OK) != 0) {
-        fprintf(stderr,
-                PROG ": config file '%s' not found (%s): run from the repository root, pass --config PATH, "
-                     "or --config none for the library's built-in defaults\n",
-                config, strerror(errno));
-        return -1;
-    }
-    if (!(c->dl = load_library(o->lib_path)))
-        return -1;
-    const kvs_api *(*get_api)(uint32_t);
-    *(void **)&get_api = dlsym(c->dl, "kvs_get_api");
-    if (!get_api) {
-        fprintf(stderr, PROG ": the library exports no kvs_get_api: %s\n", dlerror());
-        return -1;
-    }
-    c->api = get_api(KVS_ABI_MAJOR);
-    if (!c->api) {
-        fprintf(stderr, PROG ": the library does not implement ABI major %d\n", KVS_ABI_MAJOR);
-        return -1;
-    }
-    if (c->api->struct_size < sizeof(kvs_api)) {
-        fprintf(stderr, PROG ": the library's API table has %u bytes, this engine needs %zu (older library)\n",
-                c->api->struct_size, sizeof(kvs_api));
-        return -1;
-    }
-    const model_config *mc = model_config_of(m);
-    /* Everything that changes the KV goes into the model id, so different weights never share keys. */
-    char attention[32];
-    if (mc->is_mla)
-        snprintf(attention, sizeof attention, "mla%d", mc->latent);
-    else
-        snprintf(attention, sizeof attention, "kv%d", mc->n_kv_heads);
-    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu", mc->dim,
-             mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, (unsigned long long)mc->seed);
-    kvs_model_desc desc = {
-        .struct_size = sizeof desc,
-        .model_id = c->model_id,
-        .dtype = o->dtype,
-        .n_layers = (uint32_t)mc->n_layers,
-        .n_kv_heads = model_cache_heads(m),
-        .head_dim = model_cache_width(m),
-        .block_tokens = KV_BLOCK_TOKENS,
-        .is_mla = (uint32_t)mc->is_mla,
-        .tp_rank = 0,
-        .tp_size = 1,
-        .salt = NULL,
-        .vocab_size = (uint32_t)mc->vocab,
-    };
-    kvs_open_params params = {.struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = config,
-                              .model = &desc};
-    char err[512];
-    kvs_status st = c->api->open(&params, &c->h, err, sizeof err);
-    if (st != KVS_OK) {
-        fprintf(stderr, PROG ": open failed: %s: %s\n", c->api->strerror(st), err);
-        return -1;
-    }
-    HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), (uint32_t)mc->n_layers), "register_kv");
-    c->meta_cap = 4096;
-    c->meta = malloc(c->meta_cap);
-    c->errors_cap = kvcache_params_of(kv)->n_blocks;
-    c->errors = malloc(c->errors_cap * sizeof *c->errors);
-    if (!c->meta || !c->errors) {
-        fprintf(stderr, PROG ": out of memory\n");
-        return -1;
-    }
-    return 0;
-}
-
-static void connector_close(connector *c)
-{
-    if (c->api && c->h)
-        c->api->close(c->h);
-    if (c->dl)
-        dlclose(c->dl);
-    free(c->meta);
-    free(c->errors);
-    memset(c, 0, sizeof *c);
-}
-
-/* Drain the stored/removed events (vLLM forwards them to routers; here they are only counted). */
-static int connector_take_events(connector *c)
-{
-    kvs_event ev[64];
-    uint64_t n;
-    do {
-        HOOK(c, c->api->take_events(c->h, ev, 64, &n), "take_events");
-        for (uint64_t i = 0; i < n; i++) {
-            if (ev[i].kind == KVS_EVENT_STORED)
-                c->events_stored++;
-            else if (ev[i].kind == KVS_EVENT_REMOVED)
-                c->events_removed++;
-        }
-    } while (n == 64);
-    return 0;
-}
-
-/* 1 if req_id is in the NUL-separated list of n ids. */
-static int id_listed(const char *list, uint64_t n, const char *req_id)
-{
-    for (uint64_t i = 0; i < n; i++) {
-        if (strcmp(list, req_id) == 0)
-            return 1;
-        list += strlen(list) + 1;
-    }
-    return 0;
-}
-
-/* get_finished: whether req_id finished sending (async save) or receiving (async load). */
-static int connector_poll_finished(connector *c, const char *req_id, int *sending, int *receiving)
-{
-    char sent[4096], recv[4096];
-    uint64_t n_sent = 0, n_recv = 0;
-    HOOK(c, c->api->get_finished(c->h, sent, sizeof sent, &n_sent, recv, sizeof recv, &n_recv), "get_finished");
-    *sending = id_listed(sent, n_sent, req_id);
-    *receiving = id_listed(recv, n_recv, req_id);
-    return 0;
-}
-
-/* The engine ------------------------------------------------------------------------------------------- */
-
-typedef struct engine {
-    const options *o;
-    const model *m;
-    model_scratch *s;
-    kvcache *kv;
-    connector *conn; /* NULL without the connector */
-    float *logits;
-    uint32_t *table; /* the current request's block table */
-    int32_t *tokens; /* the current request's tokens: prompt, then outputs */
-} engine;
-
-typedef struct turn_result {
-    int session, turn;
-    uint64_t prompt;
-    uint64_t local_hit, ext_hit; /* tokens from the engine's prefix cache / loaded by the connector */
-    uint64_t error_blocks;       /* blocks reported by load_error_blocks */
-    double ttft_ms;
-    int32_t first_token;
-} turn_result;
-
-typedef struct step_io {
-    const char *req_id;
-    uint64_t n_tokens;   /* tokens known so far */
-    uint64_t n_blocks;   /* the request's whole block table */
-    uint64_t n_computed; /* tokens whose KV is in the pages before this step */
-    int n_scheduled;
-    uint64_t first_bad;  /* out: first token of the first block whose load failed */
-} step_io;
-
-/* One engine step for one request: the connector's per-step hooks around a forward pass of
- * n_scheduled tokens. Returns 0, 1 when a load failed (the step's results are void), -1 on error. */
-static int engine_step(engine *e, step_io *io)
-{
-    connector *c = e->conn;
-    const int n_layers = model_config_of(e->m)->n_layers;
-    if (c) {
-        kvs_step_request r = {.req_id = io->req_id, .tokens = e->tokens, .n_tokens = io->n_tokens,
-                              .block_ids = e->table, .n_block_ids = io->n_blocks,
-                              .n_computed = io->n_computed, .n_scheduled = (uint64_t)io->n_scheduled};
-        uint64_t len = 0;
-        kvs_status st = c->api->build_meta(c->h, &r, 1, c->meta, c->meta_cap, &len);
-        if (st == KVS_EOVERFLOW) {
-            uint8_t *grown = realloc(c->meta, len);
-            if (!grown) {
-                fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
-                return -1;
-            }
-            c->meta = grown;
-            c->meta_cap = len;
-            st = c->api->build_meta(c->h, &r, 1, c->meta, c->meta_cap, &len);
-        }
-        if (st != KVS_OK)
-            return hook_failed(c, "build_meta", st);
-        HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
-        HOOK(c, c->api->start_load(c->h), "start_load");
-    }
-    model_embed(e->m, e->s, e->tokens + io->n_computed, io->n_scheduled);
-    for (int l = 0; l < n_layers; l++) {
-        if (c)
-            HOOK(c, c->api->wait_layer_load(c->h, (uint32_t)l), "wait_layer_load");
-        model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, io->n_computed, io->n_scheduled);
-        if (c)
-            HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
-    }
-    if (!c)
-        return 0;
-    HOOK(c, c->api->wait_save(c->h), "wait_save");
-    uint64_t n_bad = 0;
-    HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");
-    if (n_bad == 0)
-        return 0;
-    /* Recompute from the first failed block: everything computed after it read garbage. */
-    uint64_t first = UINT64_MAX;
-    for (uint64_t i = 0; i < n_bad; i++) {
-        uint64_t b = 0;
-        while (b < io->n_blocks && e->table[b] != c->errors[i])
-            b++;
-        if (b == io->n_blocks) {
-            fprintf(stderr, PROG ": load_error_blocks reported block %u, which request '%s' does not hold\n",
-                    c->errors[i], io->req_id);
-            return -1;
-        }
-        if (b * KV_BLOCK_TOKENS < first)
-            first = b * KV_BLOCK_TOKENS;
-    }
-    io->first_bad = first;
-    return (int)n_bad;
-}
-
-/* Ask the connector how much of the prompt it can load beyond the n_local tokens the engine has. */
-static int connector_lookup(connector *c, const char *req_id, const int32_t *tokens, uint64_t n,
-                            uint64_t n_local, kvs_lookup_result *res)
-{
-    for (int tries = 0;; tries++) {
-        memset(res, 0, sizeof *res);
-        res->struct_size = sizeof *res;
-        HOOK(c, c->api->lookup(c->h, req_id, tokens, n, n_local, res), "lookup");
-        if (!res->unknown_yet)
-            break;
-        if (tries == LOOKUP_POLL_LIMIT) { /* still unknown: schedule it as a miss */
-            res->n_hit_tokens = 0;
-            res->load_async = 0;
-            break;
-        }
-        sleep_ms(1); /* stands for the next scheduler step */
-    }
-    if (n_local + res->n_hit_tokens >= n) {
-        fprintf(stderr,
-                PROG ": lookup for '%s' offered %llu tokens beyond %llu of a %llu-token prompt: the last token "
-                     "must be left to compute\n",
-                req_id, (unsigned long long)res->n_hit_tokens, (unsigned long long)n_local,
-                (unsigned long long)n);
-        return -1;
-    }
-    return 0;
-}
-
-/* An asynchronous load happens between steps: the request waits, unscheduled, until get_finished
- * lists it as received. Returns the first failed token (or UINT64_MAX) in *first_bad. */
-static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t n_blocks,
-                      uint64_t n_computed, uint64_t *first_bad)
-{
-    connector *c = e->conn;
-    *first_bad = UINT64_MAX;
-    for (int polls = 0; polls < FINISHED_POLL_LIMIT; polls++) {
-        /* The first step carries the waiting request with nothing scheduled, so the connector can
-         * issue its load; later steps only poll. */
-        kvs_step_request r = {.req_id = req_id, .tokens = e->tokens, .n_tokens = n_prompt,
-                              .block_ids = e->table, .n_block_ids = n_blocks, .n_computed = n_computed,
-                              .n_scheduled = 0};
-        uint64_t len = 0;
-        HOOK(c, c->api->build_meta(c->h, &r, polls == 0, c->meta, c->meta_cap, &len), "build_meta");
-        HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
-        HOOK(c, c->api->start_load(c->h), "start_load");
-        HOOK(c, c->api->wait_save(c->h), "wait_save");
-        uint64_t n_bad = 0;
-        HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");
-        for (uint64_t i = 0; i < n_bad; i++)
-            for (uint64_t b = 0; b < n_blocks; b++)
-                if (e->table[b] == c->errors[i] && b * KV_BLOCK_TOKENS < *first_bad)
-                    *first_bad = b * KV_BLOCK_TOKENS;
-        int sending, receiving;
-        if (connector_poll_finished(c, req_id, &sending, &receiving) != 0)
-            return -1;
-        if (receiving)
-            return 0;
-        sleep_ms(1);
-    }
-    fprintf(stderr, PROG ": the asynchronous load of '%s' never finished\n", req_id);
-    return -1;
-}
-
-typedef int (*prefill_done_fn)(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
-
-/* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
- * e->tokens holds the prompt; outputs are appended after it. on_prefill (may be NULL) runs once the
- * first token's logits exist, outside the TTFT. */
-static int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
-                        int32_t *outputs, prefill_done_fn on_prefill, void *ctx)
-{
-    connector *c = e->conn;
-    const double t0 = now_ms(); /* the turn arrives */
-
-    /* 1. Local hits: full blocks from the engine's own prefix cache. */
-    uint32_t n_local_blocks = kvcache_match_prefix(e->kv, e->tokens, n_prompt, e->table);
-    uint64_t n_local = (uint64_t)n_local_blocks * KV_BLOCK_TOKENS;
-
-    /* 2. External hits from the connector. */
-    kvs_lookup_result lr = {0};
-    if (c && connector_lookup(c, req_id, e->tokens, n_prompt, n_local, &lr) != 0)
-        return -1;
-    uint64_t n_ext = lr.n_hit_tokens;
-
-    /* 3. Pages for the whole request: the prompt and every output but the last get KV. */
-    uint64_t kv_tokens = n_prompt + (uint64_t)n_out - 1;
-    uint32_t n_blocks = (uint32_t)((kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
-    if (kvcache_alloc(e->kv, n_blocks - n_local_blocks, e->table + n_local_blocks) != 0) {
-        fprintf(stderr, PROG ": '%s' needs %u pages but the block budget leaves %u: raise --block-budget\n",
-                req_id, n_blocks - n_local_blocks, kvcache_available(e->kv));
-        kvcache_release(e->kv, e->table, n_local_blocks, e->tokens, 0);
-        return -1;
-    }
-    if (c)
-        HOOK(c, c->api->on_alloc(c->h, req_id, e->table, n_blocks, n_ext), "on_alloc");
-
-    uint64_t computed = n_local + n_ext;
-    if (c && n_ext && lr.load_async) {
-        uint64_t bad;
-        if (async_load(e, req_id, n_prompt, n_blocks, computed, &bad) != 0)
-            return -1;
-        if (bad < computed)
-            computed = bad < n_local ? n_local : bad;
-    }
-
-    /* 4./5. Steps until n_out tokens exist: prefill chunks, then one token per step. */
-    r->prompt = n_prompt;
-    r->local_hit = n_local;
-    r->ext_hit = n_ext;
-    r->error_blocks = 0;
-    uint64_t n_known = n_prompt;
-    int produced = 0, retries = 0;
-    while (produced < n_out) {
-        uint64_t left = n_known - computed;
-        int n = left < (uint64_t)e->o->prefill_chunk ? (int)left : e->o->prefill_chunk;
-        step_io io = {.req_id = req_id, .n_tokens = n_known, .n_blocks = n_blocks, .n_computed = computed,
-                      .n_scheduled = n};
-        int rc = engine_step(e, &io);
-        if (rc < 0)
-            return -1;
-        if (rc > 0) {
-            r->error_blocks += (uint64_t)rc;
-            if (++retries > MAX_STEP_RETRIES) {
-                fprintf(stderr, PROG ": '%s': loads kept failing after %d recomputes\n", req_id, retries - 1);
-                return -1;
-            }
-            if (io.first_bad < computed)
-                computed = io.first_bad;
-            continue; /* discard this step: nothing it computed is used */
-        }
-        computed += (uint64_t)n;
-        if (computed < n_known)
-            continue;
-        model_logits(e->m, e->s, n - 1, e->logits);
-        int32_t next = model_argmax(e->logits, model_config_of(e->m)->vocab);
-        if (produced == 0) {
-            r->ttft_ms = now_ms() - t0;
-            r->first_token = next;
-            if (on_prefill && on_prefill(ctx, e, n_prompt, r) != 0)
-                return -1;
-        }
-        outputs[produced++] = next;
-        e->tokens[n_known++] = next;
-    }
-
-    /* 6. Finished: the connector may keep the pages for an async save; then they go back to the
-     * engine's prefix cache. */
-    if (c) {
-        int keep = 0;
-        HOOK(c, c->api->request_finished(c->h, req_id, &keep), "request_finished");
-        for (int polls = 0; keep; polls++) {
-            int sending, receiving;
-            if (connector_poll_finished(c, req_id, &sending, &receiving) != 0)
-                return -1;
-            if (sending)
-                break;
-            if (polls == FINISHED_POLL_LIMIT) {
-                fprintf(stderr, PROG ": the asynchronous save of '%s' never finished\n", req_id);
-                return -1;
-            }
-            sleep_ms(1);
-        }
-        if (connector_take_events(c) != 0)
-            return -1;
-    }
-    kvcache_release(e->kv, e->table, n_blocks, e->tokens, kv_tokens);
-    return 0;
-}
-
 /* --verify: a reference engine with no connector and no prefix cache ------------------------------- */
 
 typedef struct reference {
@@ -703,6 +244,7 @@ typedef struct sizing {
     uint32_t blocks, budget;
 } sizing;
 
+/* One way of serving the workload (with or without the connector), with its own engine state. */
 typedef struct mode_run {
     const char *name;
     int use_connector;
@@ -711,6 +253,12 @@ typedef struct mode_run {
     int have_stats;
     uint64_t events_stored, events_removed;
     kvcache_stats cache;
+    /* state while running */
+    engine e;
+    connector conn;
+    reference *ref;
+    int32_t **history; /* per session: every token so far */
+    uint64_t *n_history;
 } mode_run;
 
 static kvcache *make_cache(const options *o, const model *m, uint32_t blocks, uint32_t budget)
@@ -725,93 +273,110 @@ static kvcache *make_cache(const options *o, const model *m, uint32_t blocks, ui
     return kv;
 }
 
-static int run_mode(const options *o, const model *m, const workload *w, const sizing *z, mode_run *run,
-                    reference *ref)
+/* A fresh engine: pages, prefix cache, sessions and (with the connector) a new handle. */
+static int mode_begin(mode_run *run, const options *o, const model *m, const workload *w, const sizing *z,
+                      reference *ref)
 {
-    int rc = -1;
-    connector conn = {0};
-    engine e = {.o = o, .m = m};
-    int32_t **history = calloc((size_t)w->n_sessions, sizeof *history);
-    uint64_t *n_history = calloc((size_t)w->n_sessions, sizeof *n_history);
-    int32_t *outputs = malloc(sizeof *outputs * (z->max_request + 1));
-    e.kv = make_cache(o, m, z->blocks, z->budget);
-    e.s = model_scratch_create(m, o->prefill_chunk, (int)z->max_request);
-    e.logits = malloc((size_t)model_config_of(m)->vocab * sizeof *e.logits);
-    e.table = calloc(z->blocks, sizeof *e.table);
-    e.tokens = malloc((size_t)z->max_request * sizeof *e.tokens);
-    if (!history || !n_history || !outputs || !e.kv || !e.s || !e.logits || !e.table || !e.tokens) {
+    engine *e = &run->e;
+    *e = (engine){.m = m, .prefill_chunk = o->prefill_chunk};
+    run->ref = run->use_connector ? ref : NULL;
+    run->turns = calloc((size_t)w->n_turns, sizeof *run->turns);
+    run->history = calloc((size_t)w->n_sessions, sizeof *run->history);
+    run->n_history = calloc((size_t)w->n_sessions, sizeof *run->n_history);
+    e->kv = make_cache(o, m, z->blocks, z->budget);
+    e->s = model_scratch_create(m, o->prefill_chunk, (int)z->max_request);
+    e->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *e->logits);
+    e->table = calloc(z->blocks, sizeof *e->table);
+    e->tokens = malloc((size_t)z->max_request * sizeof *e->tokens);
+    if (!run->turns || !run->history || !run->n_history || !e->kv || !e->s || !e->logits || !e->table ||
+        !e->tokens) {
         fprintf(stderr, PROG ": out of memory\n");
-        goto out;
+        return -1;
     }
     for (int s = 0; s < w->n_sessions; s++) {
-        history[s] = malloc((size_t)z->max_request * sizeof **history);
-        if (!history[s]) {
+        int32_t *h = malloc((size_t)z->max_request * sizeof *h);
+        if (!h) {
             fprintf(stderr, PROG ": out of memory\n");
-            goto out;
+            return -1;
         }
-        memcpy(history[s], w->system, (size_t)w->n_system * sizeof(int32_t));
-        memcpy(history[s] + w->n_system, w->docs[s], (size_t)w->n_docs[s] * sizeof(int32_t));
-        n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
+        run->history[s] = h;
+        memcpy(h, w->system, (size_t)w->n_system * sizeof(int32_t));
+        if (w->n_docs[s])
+            memcpy(h + w->n_system, w->docs[s], (size_t)w->n_docs[s] * sizeof(int32_t));
+        run->n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
     }
     if (run->use_connector) {
-        if (connector_open(&conn, o, m, e.kv) != 0)
-            goto out;
-        e.conn = &conn;
+        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv) != 0)
+            return -1;
+        e->conn = &run->conn;
     }
+    return 0;
+}
 
-    for (int i = 0; i < w->n_turns; i++) {
-        const workload_turn *t = &w->turns[i];
-        int s = t->session;
-        uint64_t n_prompt = n_history[s] + (uint64_t)t->n_user;
-        memcpy(e.tokens, history[s], n_history[s] * sizeof(int32_t));
-        memcpy(e.tokens + n_history[s], t->user, (size_t)t->n_user * sizeof(int32_t));
-        char req_id[256];
-        snprintf(req_id, sizeof req_id, "%.200s/turn%d", w->session_names[s], t->turn);
-        turn_result *r = &run->turns[i];
-        r->session = s;
-        r->turn = t->turn;
-        if (ref) {
-            ref->session = w->session_names[s];
-            ref->turn = t->turn;
-        }
-        if (engine_serve(&e, req_id, n_prompt, t->output_tokens, r, outputs, ref ? reference_check : NULL, ref) != 0)
-            goto out;
-        /* The session's history is now the prompt plus what was generated. */
-        memcpy(history[s], e.tokens, (n_prompt + (uint64_t)t->output_tokens) * sizeof(int32_t));
-        n_history[s] = n_prompt + (uint64_t)t->output_tokens;
-        if (!o->quiet)
-            printf("[%-12s] %-8s turn %-2d prompt %6llu  local %6llu  connector %6llu  ttft %8.2f ms%s\n",
-                   run->name, w->session_names[s], t->turn, (unsigned long long)r->prompt,
-                   (unsigned long long)r->local_hit, (unsigned long long)r->ext_hit, r->ttft_ms,
-                   r->error_blocks ? "  (load errors: recomputed)" : "");
+/* Serve turn i of the workload: the prompt is the session's history plus the new user tokens. */
+static int mode_turn(mode_run *run, const options *o, const workload *w, int i)
+{
+    engine *e = &run->e;
+    const workload_turn *t = &w->turns[i];
+    const int s = t->session;
+    const uint64_t n_prompt = run->n_history[s] + (uint64_t)t->n_user;
+    memcpy(e->tokens, run->history[s], run->n_history[s] * sizeof(int32_t));
+    memcpy(e->tokens + run->n_history[s], t->user, (size_t)t->n_user * sizeof(int32_t));
+    char req_id[256];
+    snprintf(req_id, sizeof req_id, "%.200s/turn%d", w->session_names[s], t->turn);
+    turn_result *r = &run->turns[i];
+    r->session = s;
+    r->turn = t->turn;
+    if (run->ref) {
+        run->ref->session = w->session_names[s];
+        run->ref->turn = t->turn;
     }
-    fflush(stdout);
-    if (e.conn) {
-        run->stats.struct_size = sizeof run->stats;
-        kvs_status st = conn.api->stats(conn.h, &run->stats);
-        if (st != KVS_OK) {
-            hook_failed(&conn, "stats", st);
-            goto out;
-        }
+    if (engine_serve(e, req_id, n_prompt, t->output_tokens, r, run->ref ? reference_check : NULL, run->ref) != 0)
+        return -1;
+    /* The session's history is now the prompt plus what was generated. */
+    run->n_history[s] = n_prompt + (uint64_t)t->output_tokens;
+    memcpy(run->history[s], e->tokens, run->n_history[s] * sizeof(int32_t));
+    if (!o->quiet) {
+        printf("[%-12s] %-8s turn %-2d prompt %6llu  local %6llu  connector %6llu  ttft %8.2f ms%s\n", run->name,
+               w->session_names[s], t->turn, (unsigned long long)r->prompt, (unsigned long long)r->local_hit,
+               (unsigned long long)r->ext_hit, r->ttft_ms, r->error_blocks ? "  (load errors: recomputed)" : "");
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* Collect the counters. */
+static int mode_collect(mode_run *run)
+{
+    if (run->e.conn) {
+        if (connector_stats(&run->conn, &run->stats) != 0)
+            return -1;
         run->have_stats = 1;
-        run->events_stored = conn.events_stored;
-        run->events_removed = conn.events_removed;
+        run->events_stored = run->conn.events_stored;
+        run->events_removed = run->conn.events_removed;
     }
-    run->cache = kvcache_get_stats(e.kv);
-    rc = 0;
-out:
-    connector_close(&conn);
-    for (int s = 0; history && s < w->n_sessions; s++)
-        free(history[s]);
-    free(history);
-    free(n_history);
-    free(outputs);
-    kvcache_destroy(e.kv);
-    model_scratch_free(e.s);
-    free(e.logits);
-    free(e.table);
-    free(e.tokens);
-    return rc;
+    if (run->e.kv)
+        run->cache = kvcache_get_stats(run->e.kv);
+    return 0;
+}
+
+static void mode_end(mode_run *run, const workload *w)
+{
+    connector_close(&run->conn);
+    for (int s = 0; run->history && s < w->n_sessions; s++)
+        free(run->history[s]);
+    free(run->history);
+    free(run->n_history);
+    kvcache_destroy(run->e.kv);
+    model_scratch_free(run->e.s);
+    free(run->e.logits);
+    free(run->e.table);
+    free(run->e.tokens);
+    free(run->turns);
+    run->history = NULL;
+    run->n_history = NULL;
+    run->turns = NULL;
+    memset(&run->e, 0, sizeof run->e);
 }
 
 /* Summary ----------------------------------------------------------------------------------------------- */
@@ -879,6 +444,9 @@ static ttft_summary summarize(const turn_result *turns, int n_turns, int group)
     return s;
 }
 
+static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs, int n_runs,
+                       const reference *ref, ttft_summary s[2][N_GROUPS]);
+
 static void print_summary(const options *o, const workload *w, const sizing *z, mode_run *runs, int n_runs,
                           const reference *ref)
 {
@@ -927,8 +495,14 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n", ref->turns_checked,
                ref->mismatches);
-    if (!o->json)
-        return;
+    if (o->json)
+        print_json(o, w, z, runs, n_runs, ref, s);
+    fflush(stdout);
+}
+
+static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs, int n_runs,
+                       const reference *ref, ttft_summary s[2][N_GROUPS])
+{
     printf("{\"layout\":\"%s\",\"dtype\":\"%s\",\"turns\":%d,\"sessions\":%d,\"blocks\":%u,\"block_budget\":%u",
            kv_layout_name(o->layout), kv_dtype_name(o->dtype), w->n_turns, w->n_sessions, z->blocks, z->budget);
     for (int k = 0; k < n_runs; k++) {
@@ -978,16 +552,15 @@ int main(int argc, char **argv)
     }
 
     /* Size the cache: the budget is a third of all sessions' final histories, so that interleaved
-     * sessions push each other out, but always room for the largest request plus a little. */
+     * sessions push each other out, but never less than the largest request. */
     sizing z = {0};
     workload_sizes(&w, &z.max_prompt, &z.max_request, &z.total_history);
     uint64_t max_request_blocks = (z.max_request + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     uint64_t budget = o.block_budget;
     if (!budget) {
         budget = (z.total_history + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS / 3;
-        if (budget < max_request_blocks + 16)
-            budget = max_request_blocks + 16;
-        budget = (budget + 15) / 16 * 16;
+        if (budget < max_request_blocks + 1)
+            budget = max_request_blocks + 1;
         if (o.blocks && budget > (uint64_t)o.blocks)
             budget = (uint64_t)o.blocks;
     }
@@ -1020,7 +593,7 @@ int main(int argc, char **argv)
     reference *refp = NULL;
     if (o.verify) {
         uint32_t ref_blocks = (uint32_t)((z.max_prompt + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
-        ref.e = (engine){.o = &o, .m = m};
+        ref.e = (engine){.m = m, .prefill_chunk = (int)z.max_prompt};
         ref.e.kv = make_cache(&o, m, ref_blocks, ref_blocks);
         ref.e.s = model_scratch_create(m, (int)z.max_prompt, (int)z.max_prompt);
         ref.e.logits = malloc((size_t)o.model.vocab * sizeof(float));
@@ -1035,33 +608,33 @@ int main(int argc, char **argv)
         refp = &ref;
     }
 
+    /* Both modes run side by side, turn by turn, each with its own fresh engine: on a shared machine
+     * they see the same background load, so the comparison is fair. */
     mode_run runs[2] = {{.name = "connector", .use_connector = 1}, {.name = "no-connector", .use_connector = 0}};
-    mode_run *first = o.no_connector ? &runs[1] : &runs[0];
-    int n_runs = o.no_connector ? 1 : 2;
-    for (int k = 0; k < n_runs; k++) {
-        first[k].turns = calloc((size_t)w.n_turns, sizeof *first[k].turns);
-        if (!first[k].turns) {
-            fprintf(stderr, PROG ": out of memory\n");
-            goto out_runs;
+    mode_run *modes = o.no_connector ? &runs[1] : &runs[0];
+    int n_modes = o.no_connector ? 1 : 2;
+    int failed = 0;
+    for (int k = 0; k < n_modes && !failed; k++)
+        failed = mode_begin(&modes[k], &o, m, &w, &z, refp) != 0;
+    for (int i = 0; i < w.n_turns && !failed; i++)
+        for (int k = 0; k < n_modes && !failed; k++)
+            failed = mode_turn(&modes[k], &o, &w, i) != 0;
+    for (int k = 0; k < n_modes && !failed; k++)
+        failed = mode_collect(&modes[k]) != 0;
+    if (!failed) {
+        print_summary(&o, &w, &z, modes, n_modes, refp);
+        rc = 0;
+        if (refp && ref.mismatches) {
+            fprintf(stderr, PROG ": verify FAILED: %d of %d turns differ from a full recompute\n", ref.mismatches,
+                    ref.turns_checked);
+            rc = 1;
+        } else if (refp && ref.turns_checked == 0) {
+            fprintf(stderr, PROG ": verify FAILED: no turn had a connector hit, so nothing restored was checked\n");
+            rc = 1;
         }
-        /* A fresh engine each time: pages, prefix cache and connector handle. */
-        if (run_mode(&o, m, &w, &z, &first[k], first[k].use_connector ? refp : NULL) != 0)
-            goto out_runs;
     }
-    print_summary(&o, &w, &z, first, n_runs, refp);
-
-    rc = 0;
-    if (refp && ref.mismatches) {
-        fprintf(stderr, PROG ": verify FAILED: %d of %d turns differ from a full recompute\n", ref.mismatches,
-                ref.turns_checked);
-        rc = 1;
-    } else if (refp && ref.turns_checked == 0) {
-        fprintf(stderr, PROG ": verify FAILED: no turn had a connector hit, so nothing restored was checked\n");
-        rc = 1;
-    }
-out_runs:
-    free(runs[0].turns);
-    free(runs[1].turns);
+    for (int k = 0; k < n_modes; k++)
+        mode_end(&modes[k], &w);
 out_model:
     if (o.verify) {
         kvcache_destroy(ref.e.kv);

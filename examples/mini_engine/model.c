@@ -28,6 +28,7 @@ struct model {
     float *wcls;       /* [dim][vocab] */
     layer_weights *layers;
     float *inv_freq; /* [head_dim / 2] RoPE frequencies */
+    float attn_scale; /* 1 / sqrt(head_dim) */
     float **allocs;  /* every weight array, for model_free */
     int n_allocs;
 };
@@ -112,6 +113,7 @@ model *model_create(const model_config *c)
         goto fail;
     for (int i = 0; i < hd / 2; i++)
         m->inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
+    m->attn_scale = 1.0f / sqrtf((float)hd);
 
     uint64_t rng = c->seed ^ 0x6d696e69656e67ull; /* "miniengine" */
     float s_dim = 1.0f / sqrtf((float)dim);
@@ -369,7 +371,8 @@ static void gather_context(const model *m, model_scratch *s, const kvcache *kv, 
     }
 }
 
-/* Causal attention of one query head at position pos over context head g: out[hd]. */
+/* Causal attention of one query head at position pos over context head g: out[hd]. The query
+ * arrives already scaled by 1/sqrt(head_dim). */
 static void attend(const model *m, model_scratch *s, const float *q, int g, uint64_t pos, float *out)
 {
     const int hd = m->head_dim;
@@ -378,23 +381,25 @@ static void attend(const model *m, model_scratch *s, const float *q, int g, uint
     float *sc = s->scores;
     /* scores = q . K over the context; K is stored transposed, [hd][context] */
     matvec_strided(sc, q, s->kt + (size_t)g * hd * ctx, hd, (int)n, ctx);
-    const float scale = 1.0f / sqrtf((float)hd);
-    float max = -INFINITY;
-    for (size_t p = 0; p < n; p++) {
-        sc[p] *= scale;
-        if (sc[p] > max)
-            max = sc[p];
-    }
+    /* The maximum is exact whatever the order, so four running maxima are as good as one. */
+    float mx[4] = {sc[0], sc[0], sc[0], sc[0]};
+    size_t p = 0;
+    for (; p + 4 <= n; p += 4)
+        for (int k = 0; k < 4; k++)
+            mx[k] = sc[p + k] > mx[k] ? sc[p + k] : mx[k];
+    for (; p < n; p++)
+        mx[0] = sc[p] > mx[0] ? sc[p] : mx[0];
+    const float max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
     float sum = 0.0f;
-    for (size_t p = 0; p < n; p++) {
+    for (p = 0; p < n; p++) {
         sc[p] = expf(sc[p] - max);
         sum += sc[p];
     }
-    const float inv = 1.0f / sum;
-    for (size_t p = 0; p < n; p++)
-        sc[p] *= inv;
-    /* out = softmax weights . V over the context; V is stored [context][hd] */
+    /* out = exp-weights . V over the context (V is stored [context][hd]), then normalised */
     matvec_strided(out, sc, s->vc + (size_t)g * ctx * hd, (int)n, hd, (size_t)hd);
+    const float inv = 1.0f / sum;
+    for (int d = 0; d < hd; d++)
+        out[d] *= inv;
 }
 
 void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t layer,
@@ -412,6 +417,8 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
         matvec(q, s->xn, w->wq, dim, qw);
         for (int h = 0; h < c->n_heads; h++)
             rope(m, q + h * hd, pos);
+        for (int i = 0; i < qw; i++)
+            q[i] *= m->attn_scale;
         if (c->is_mla) {
             matvec(s->proj, s->xn, w->wdkv, dim, c->latent);
             kvcache_write(kv, layer, KV_K, block_table, pos, 0, s->proj);

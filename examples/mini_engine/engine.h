@@ -1,0 +1,62 @@
+/* engine.h - the serving loop of the mini engine: one request at a time through the paged cache
+ * and, when a connector is open, through libkvstrata's KV-connector hooks in vLLM's order. */
+#ifndef MINI_ENGINE_H
+#define MINI_ENGINE_H
+
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "kvstrata.h"
+#include "model.h"
+
+/* libkvstrata, loaded with dlopen, and one handle of role KVS_ROLE_BOTH. */
+typedef struct connector {
+    void *dl;
+    const kvs_api *api;
+    kvs_handle *h;
+    uint8_t *meta; /* build_meta output, grown on KVS_EOVERFLOW */
+    uint64_t meta_cap;
+    uint32_t *errors; /* load_error_blocks output */
+    uint64_t errors_cap;
+    uint64_t events_stored, events_removed; /* from take_events */
+    char model_id[160];
+} connector;
+
+/* Load the library (lib_path, or <exe dir>/../lib/libkvstrata.so.1, then libkvstrata.so), open a
+ * handle with config_path ("none": built-in defaults) and register the cache's layer views.
+ * Returns 0, or -1 after printing why. */
+int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
+                   const model *m, const kvcache *kv);
+void connector_close(connector *c);
+int connector_stats(connector *c, kvs_stats *out);
+
+typedef struct engine {
+    const model *m;
+    model_scratch *s;
+    kvcache *kv;
+    connector *conn; /* NULL: serve without the connector */
+    int prefill_chunk; /* most tokens computed per prefill step */
+    float *logits;     /* vocab floats: the logits of the last step */
+    uint32_t *table;   /* the current request's block table */
+    int32_t *tokens;   /* the current request's tokens: prompt, then outputs */
+} engine;
+
+typedef struct turn_result {
+    int session, turn;
+    uint64_t prompt;
+    uint64_t local_hit, ext_hit; /* tokens from the engine's prefix cache / loaded by the connector */
+    uint64_t error_blocks;       /* blocks reported by load_error_blocks */
+    double ttft_ms;
+    int32_t first_token;
+} turn_result;
+
+/* Called once the first token's logits are in e->logits, outside the TTFT. Non-zero stops the run. */
+typedef int (*prefill_done_fn)(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
+
+/* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
+ * e->tokens holds the n_prompt prompt tokens and must have room for n_out more, which are appended.
+ * req_id must be unique per request. Returns 0, or -1 after printing why. */
+int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
+                 prefill_done_fn on_prefill, void *ctx);
+
+#endif
