@@ -35,6 +35,8 @@ typedef struct kvs_request {
     uint64_t external;      /* tokens the engine allocated for (on_alloc) */
     int load_pending;       /* on_alloc armed a load; build_meta emits it once */
     uint64_t saved_upto;    /* tokens, chunk aligned, stored or already scheduled for saving */
+    uint64_t step_end;      /* n_computed + n_scheduled of the last step: the engine rolled back if
+                             * a later step starts below it (load error, preemption) */
     kvs_pin *pins;          /* the lease */
     uint64_t n_pins;
     uint64_t lease_deadline_ns;

@@ -301,8 +301,13 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
     if (!h->cfg->save_decode && limit > prompt) limit = prompt;
-    uint64_t from = (r ? r->saved_upto : 0) / C, to = limit / C;
     plan->saved_upto = r ? r->saved_upto : 0;
+    /* The engine recomputes from n_computed (a failed load, a preemption): what it recomputes was
+     * never stored by this request, so saving resumes there. Chunks already stored are skipped by
+     * the workers. */
+    if (r && s->n_computed < r->step_end && s->n_computed < plan->saved_upto)
+        plan->saved_upto = s->n_computed / C * C;
+    uint64_t from = plan->saved_upto / C, to = limit / C;
     if (to > from) {
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
@@ -339,6 +344,7 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
     r->n_keys = plan->n_keys;
     plan->keys = NULL;
     r->saved_upto = plan->saved_upto;
+    r->step_end = s->n_computed + s->n_scheduled;
     if (plan->emits_load) {
         r->load_pending = 0;
         r->lease_release_step = h->step; /* the workers load during this step */

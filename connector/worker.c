@@ -283,10 +283,13 @@ kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
 
 /* --- saving ---------------------------------------------------------------------------------------- */
 
-static int overlaps_error(kvs_handle *h, const kvs_save_work *w) {
-    uint64_t bt = h->model.block_tokens;
-    uint64_t b0 = w->save->chunk_first / bt, b1 = (w->save->chunk_first + h->chunk_tokens - 1) / bt;
-    for (uint64_t b = b0; b <= b1; b++)
+/* A chunk's KV depends on every token before it, so a failed load taints every chunk that ends after
+ * a failed block begins: the engine computed it on top of garbage. This covers the request's own
+ * failed loads and pages it shares with a request whose load failed. */
+static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
+    if (!h->n_error_blocks) return 0;
+    uint64_t last = (w->save->chunk_first + h->chunk_tokens - 1) / h->model.block_tokens;
+    for (uint64_t b = 0; b <= last && b < w->req->n_block_ids; b++)
         for (uint64_t e = 0; e < h->n_error_blocks; e++)
             if (w->req->block_ids[b] == h->error_blocks[e]) return 1;
     return 0;
@@ -296,7 +299,7 @@ static int overlaps_error(kvs_handle *h, const kvs_save_work *w) {
 static void open_saves(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
-        if (overlaps_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
+        if (tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
             h->stats.saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
             continue;
         }
@@ -348,7 +351,7 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
         kvs_save_work *w = &h->saves[i];
         if (!w->slab) continue;
         /* A chunk whose load failed after its save began holds garbage: drop it. */
-        if (w->layers_done != h->n_views || overlaps_error(h, w)) {
+        if (w->layers_done != h->n_views || tainted_by_error(h, w)) {
             if (w->layers_done != h->n_views)
                 kvs_log(h->cfg->log_level, KVS_LOG_WARN,
                         "request '%s': save dropped: save_layer called for %u of %u layers", w->req->id,

@@ -454,6 +454,60 @@ START_TEST(a_corrupt_object_becomes_error_blocks_and_is_dropped) {
 }
 END_TEST
 
+/* Chunks computed in the step of a failed load attended to garbage, so they are not stored; when the
+ * engine recomputes the request, saving resumes from where it rolled back. */
+START_TEST(chunks_computed_after_a_failed_load_are_not_stored) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], c[8];
+    make_tokens(t, 128, 57);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    blocks_from(c, 8, 40);
+    prefill(&r, "one", t, 64, a); /* stores chunks 0 and 1 */
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    const void *obj;
+    uint64_t len;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[0], &obj, &len), KVS_OK);
+    ((uint8_t *)obj)[len - 10] ^= 0x01; /* corrupt chunk 0 */
+
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 64);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 64), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, 64, 64};
+    uint8_t meta[65536];
+    uint64_t mlen;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    worker_step(&r, meta, mlen, b, t, 64, 128);
+    uint64_t n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2); /* chunk 0 = blocks b[0], b[1] */
+    ck_assert(!stored(&r, t, 0)); /* corrupt: dropped */
+    ck_assert(stored(&r, t, 1));  /* loaded fine, untouched */
+    ck_assert(!stored(&r, t, 2)); /* computed on top of the failed chunk */
+    ck_assert(!stored(&r, t, 3));
+
+    /* The engine recomputes the whole request in the next step. */
+    kvs_step_request again = {"two", t, 128, b, 8, 0, 128};
+    ck_assert_int_eq(api->build_meta(r.h, &again, 1, meta, sizeof meta, &mlen), KVS_OK);
+    worker_step(&r, meta, mlen, b, t, 0, 128);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    for (uint64_t k = 0; k < 4; k++) ck_assert(stored(&r, t, k));
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(r.h, "two", &keep), KVS_OK);
+
+    ck_assert_uint_eq(prefill(&r, "three", t, 128, c), 127);
+    ck_assert(kv_matches(&r, c, t, 0, 128));
+    rig_close(&r);
+}
+END_TEST
+
 /* --- plugins -------------------------------------------------------------------------------------- */
 
 static const char *plugin_config(const char *so) {
@@ -869,6 +923,7 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, releasing_twice_is_harmless);
     tcase_add_test(tc, saves_without_staging_memory_are_skipped_and_counted);
     tcase_add_test(tc, a_corrupt_object_becomes_error_blocks_and_is_dropped);
+    tcase_add_test(tc, chunks_computed_after_a_failed_load_are_not_stored);
     tcase_add_test(tc, a_plugin_backend_round_trips_through_staging);
     tcase_add_test(tc, a_plugin_of_another_major_is_refused);
     tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
