@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 0
+#define KVS_ABI_MINOR 1
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -211,10 +211,22 @@ typedef struct kvs_api {
      * Each list is a buffer of NUL-separated request ids; *n_* get counts. Sync mode reports none. */
     kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap, uint64_t *n_sending,
                                char *receiving, uint64_t receiving_cap, uint64_t *n_receiving);
-    /* Block ids whose load failed in the bound step; the engine recomputes them. */
+    /* Block ids whose load failed in the last bound step; the engine recomputes them. Complete
+     * after wait_save (a CUDA device verifies checksums on the host while the copies run, so a
+     * mismatch can surface only then: the engine discards what the step computed for the requests
+     * owning these blocks, as vLLM does for failed loads); kept until the next bind_meta. */
     kvs_status (*load_error_blocks)(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
     /* Counters since open. */
     kvs_status (*stats)(kvs_handle *h, kvs_stats *out);
+
+    /* --- 1.1 --- */
+
+    /* The engine's CUDA stream (a cudaStream_t) that later wait_layer_load and save_layer calls
+     * order against; NULL (the default) is the legacy default stream. Call it before each step if
+     * the engine's current stream changes (e.g. around CUDA graph capture). Worker role; a no-op on
+     * the host device. wait_layer_load is legal inside stream capture; save_layer is not (it
+     * returns KVS_ESTATE there). */
+    kvs_status (*set_stream)(kvs_handle *h, void *cuda_stream);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

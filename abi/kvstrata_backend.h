@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 0
+#define KVS_BACKEND_ABI_MINOR 1
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -68,6 +68,8 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */
 #define KVS_BACKEND_CAP_THREAD_SAFE (1u << 1)
 #define KVS_BACKEND_CAP_SHARED (1u << 2)     /* visible to other processes that open the same tier */
+#define KVS_BACKEND_CAP_RESERVE (1u << 3)    /* 1.1: reserve/commit/abort are implemented */
+#define KVS_BACKEND_CAP_MEMORY (1u << 4)     /* 1.1: memory is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -102,6 +104,22 @@ typedef struct kvs_backend_ops {
     kvs_status (*remove)(void *state, const kvs_key *key);
     /* Objects and bytes held now. */
     kvs_status (*usage)(void *state, uint64_t *n_objects, uint64_t *bytes);
+
+    /* --- 1.1 (present when struct_size covers them and caps says so) --- */
+
+    /* CAP_RESERVE: room for an object of len bytes that the connector writes in place (a device
+     * gathers straight into it: no staging copy). *dst gets where to write, *ticket names the
+     * reservation. The object is invisible (contains/get miss it) until commit; the room is never
+     * evicted meanwhile. KVS_ENOMEM if no room can be made, as put. */
+    kvs_status (*reserve)(void *state, const kvs_key *key, uint64_t len, void **dst, uint64_t *ticket);
+    /* Publish a reservation as the object for its key (replacing an unpinned one; when a pinned
+     * object of the key exists the reservation is dropped instead, equal keys holding equal bytes). */
+    kvs_status (*commit)(void *state, uint64_t ticket);
+    /* Give a reservation's room back; nothing becomes visible. */
+    kvs_status (*abort)(void *state, uint64_t ticket);
+    /* CAP_MEMORY: the one range all objects live in, for registering with a device (CUDA pinned
+     * host memory), io_uring or UCX. Valid from create until destroy. */
+    kvs_status (*memory)(void *state, void **base, uint64_t *len);
 } kvs_backend_ops;
 
 /* The symbol a plugin .so exports. */

@@ -130,7 +130,6 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     if (h->role & KVS_ROLE_WORKER) {
         if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err, err_len)) != KVS_OK)
             return st;
-        if (!(h->scratch = malloc(h->layer_bytes))) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     }
     return kvs_tiers_open(h->cfg, h->object_bytes, on_tier_event, h, &h->tiers, err, err_len);
 }
@@ -162,15 +161,12 @@ static kvs_status api_open(const kvs_open_params *p, kvs_handle **out, char *err
 static void api_close(kvs_handle *h) {
     if (!h) return;
     if (h->tiers) {
-        kvs_worker_reset(h);
+        kvs_worker_close(h); /* waits for the device before pins and slabs go */
         kvs_sched_release_all(h);
     }
     kvs_tiers_close(h->tiers);
     kvs_pool_destroy(h->pool);
-    free(h->views);
-    free(h->layer_saved);
     free(h->error_blocks);
-    free(h->scratch);
     free(h->model_id);
     free(h->salt);
     kvs_config_free(h->cfg);
@@ -259,6 +255,10 @@ static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t c
     ENTER(h);
     return kvs_worker_error_blocks(h, out, cap, n);
 }
+static kvs_status api_set_stream(kvs_handle *h, void *stream) {
+    ENTER(h);
+    return kvs_worker_set_stream(h, stream);
+}
 static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     ENTER(h);
     if (!out) return kvs_set_error(h, KVS_EINVAL, "stats: out is NULL");
@@ -293,6 +293,7 @@ static const kvs_api api_v1 = {
     .get_finished = api_get_finished,
     .load_error_blocks = api_load_error_blocks,
     .stats = api_stats,
+    .set_stream = api_set_stream,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

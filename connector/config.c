@@ -55,8 +55,12 @@ typedef struct builder {
 
 static const char *const ROOT_KEYS[] = {"version",     "chunk_tokens", "lease_timeout_ms",
                                         "save_decode", "log_level",    "pool",
-                                        "tiers"};
-enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_COUNT };
+                                        "tiers",       "device"};
+enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_COUNT };
+
+static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step"};
+enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_COUNT };
+static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_COPY_* order */
 
 static const char *const POOL_KEYS[] = {"staging_bytes"};
 enum { PK_STAGING, PK_COUNT };
@@ -782,6 +786,32 @@ static void set_defaults(kvs_config *cfg) {
     cfg->save_decode = 0;
     cfg->log_level = KVS_LOG_WARN;
     cfg->staging_bytes = 256ull << 20;
+    cfg->copy_method = 0;
+    cfg->hash_threads = 4;
+    cfg->max_chunks_per_step = 1024;
+}
+
+static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
+    const node *keys[DK_COUNT] = {NULL}, *values[DK_COUNT] = {NULL};
+    if (v->kind != NODE_MAPPING)
+        return fail(ctx, v, "device", "expected a mapping, found %s", describe(v));
+    kvs_status st = map_fields(ctx, v, "device", DEVICE_KEYS, DK_COUNT, keys, values);
+    uint64_t value;
+    size_t choice;
+    if (st == KVS_OK && values[DK_METHOD]) {
+        st = get_choice(ctx, values[DK_METHOD], "device.copy_method", COPY_METHODS, COUNT_OF(COPY_METHODS),
+                        &choice);
+        if (st == KVS_OK) cfg->copy_method = (int)choice;
+    }
+    if (st == KVS_OK && values[DK_HASH_THREADS]) {
+        st = get_uint(ctx, values[DK_HASH_THREADS], "device.hash_threads", 1, 64, &value);
+        if (st == KVS_OK) cfg->hash_threads = (uint32_t)value;
+    }
+    if (st == KVS_OK && values[DK_MAX_CHUNKS]) {
+        st = get_uint(ctx, values[DK_MAX_CHUNKS], "device.max_chunks_per_step", 1, 1u << 20, &value);
+        if (st == KVS_OK) cfg->max_chunks_per_step = (uint32_t)value;
+    }
+    return st;
 }
 
 static kvs_status parse_pool(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
@@ -844,6 +874,7 @@ static kvs_status parse_root(const parse_ctx *ctx, const node *root, kvs_config 
     kvs_status st = map_fields(ctx, root, NULL, ROOT_KEYS, RK_COUNT, keys, values);
     if (st == KVS_OK) st = parse_scalars(ctx, values, cfg);
     if (st == KVS_OK && values[RK_POOL]) st = parse_pool(ctx, values[RK_POOL], cfg);
+    if (st == KVS_OK && values[RK_DEVICE]) st = parse_device(ctx, values[RK_DEVICE], cfg);
     if (st == KVS_OK) st = parse_tiers(ctx, root, values[RK_TIERS], cfg);
     return st;
 }

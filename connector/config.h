@@ -42,6 +42,9 @@ typedef struct kvs_config {
     int save_decode;           /* default 0: decode-phase tokens are not saved */
     int log_level;             /* KVS_LOG_*; default KVS_LOG_WARN */
     uint64_t staging_bytes;    /* pinned staging pool; default 256MiB; >= one object (checked at open) */
+    int copy_method;           /* device.copy_method: KVS_DEV_COPY_* (auto, kernel, dma); default auto */
+    uint32_t hash_threads;     /* device.hash_threads: checksum threads of a CUDA device; default 4 */
+    uint32_t max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
     kvs_tier_config *tiers;    /* at least one */
     size_t n_tiers;
 } kvs_config;

@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "device.h"
+#include "hashpool.h"
 #include "kernels.h"
 #include "meta.h"
 #include "pool.h"
@@ -58,7 +60,8 @@ typedef struct kvs_load_work {
     const kvs_meta_load *load;
     const uint8_t *object; /* in a zero-copy tier, or in `slab` */
     void *slab;            /* staging copy, or NULL */
-    uint64_t *layer_hash;  /* expected checksums, copied from the verified header */
+    uint64_t *layer_hash;  /* [n_layers] expected checksums, copied from the verified header, then
+                            * [n_layers] computed ones (a CUDA device's hash pool writes them) */
     int tier;
     int pinned;
     int failed;
@@ -69,7 +72,9 @@ typedef struct kvs_load_work {
 typedef struct kvs_save_work {
     const kvs_meta_req *req;
     const kvs_meta_save *save;
-    uint8_t *slab;
+    uint8_t *object;  /* where the object is built: a reservation in the top tier or `slab` */
+    uint8_t *slab;    /* staging slab when the top tier cannot be written in place */
+    uint64_t ticket;  /* the reservation, when object is not slab */
     uint32_t layers_done;
 } kvs_save_work;
 
@@ -106,7 +111,15 @@ struct kvs_handle {
     uint8_t *layer_saved; /* per layer: save_layer seen this step */
     uint32_t *error_blocks;
     uint64_t n_error_blocks, cap_error_blocks;
-    uint8_t *scratch; /* one layer payload, for partial-chunk loads */
+    const kvs_device_ops *dev;
+    void *dev_state;
+    void *dev_module; /* dlopen handle of the CUDA module, or NULL */
+    kvs_device_info dev_info;
+    kvs_dev_copy *copies; /* one layer's copies, max_chunks_per_step */
+    void **copy_owner;    /* the load or save work behind each copy */
+    int loads_pending;    /* CUDA device: loads enqueued, not yet completed */
+    kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
+    kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
 
     /* both */
     pthread_mutex_t event_lock;
@@ -138,6 +151,9 @@ kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer);
 kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer);
 kvs_status kvs_worker_wait_save(kvs_handle *h);
 kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
+kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream);
+/* Closes the device (waiting for its copies) and everything register_kv made. */
+void kvs_worker_close(kvs_handle *h);
 void kvs_worker_reset(kvs_handle *h);
 
 #endif

@@ -94,3 +94,8 @@ uint64_t kvs_pool_n_free(kvs_pool *pool) {
     pthread_mutex_unlock(&pool->lock);
     return n;
 }
+
+void kvs_pool_region(const kvs_pool *pool, void **base, uint64_t *len) {
+    *base = pool->base;
+    *len = pool->map_bytes;
+}

@@ -18,6 +18,8 @@ void kvs_pool_destroy(kvs_pool *pool);
 void *kvs_pool_alloc(kvs_pool *pool);
 void kvs_pool_free(kvs_pool *pool, void *slab);
 uint64_t kvs_pool_slab_bytes(const kvs_pool *pool);
+/* The whole mapping the slabs live in (to register with a device). */
+void kvs_pool_region(const kvs_pool *pool, void **base, uint64_t *len);
 uint64_t kvs_pool_n_slabs(const kvs_pool *pool);
 uint64_t kvs_pool_n_free(kvs_pool *pool);
 

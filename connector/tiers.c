@@ -2,11 +2,16 @@
 
 #include <dlfcn.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dram.h"
 #include "log.h"
+
+/* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
+#define KVS_BACKEND_OPS_1_0_SIZE offsetof(kvs_backend_ops, reserve)
+#define HAS_OP(ops, field) ((ops)->struct_size >= offsetof(kvs_backend_ops, field) + sizeof((ops)->field) && (ops)->field)
 
 typedef struct kvs_tier {
     char name[KVS_NAME_MAX];
@@ -73,9 +78,9 @@ static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_co
                 tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
         return KVS_EVERSION;
     }
-    if (ops->struct_size < sizeof(kvs_backend_ops)) {
+    if (ops->struct_size < KVS_BACKEND_OPS_1_0_SIZE) {
         kvs_fmt(err, err_len, "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0",
-                tc->name, tc->plugin, ops->struct_size, sizeof(kvs_backend_ops));
+                tc->name, tc->plugin, ops->struct_size, (size_t)KVS_BACKEND_OPS_1_0_SIZE);
         return KVS_EVERSION;
     }
     const char *missing = !ops->create ? "create" : !ops->destroy ? "destroy"
@@ -83,6 +88,10 @@ static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_co
                         : !ops->pin ? "pin" : !ops->unpin ? "unpin" : !ops->get ? "get"
                         : !ops->put ? "put" : !ops->remove ? "remove" : !ops->usage ? "usage" : NULL;
     if (!missing && (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !ops->get_ref) missing = "get_ref";
+    if (!missing && (ops->caps & KVS_BACKEND_CAP_RESERVE))
+        missing = !HAS_OP(ops, reserve) ? "reserve" : !HAS_OP(ops, commit) ? "commit"
+                : !HAS_OP(ops, abort) ? "abort" : NULL;
+    if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !HAS_OP(ops, memory)) missing = "memory";
     if (missing) {
         kvs_fmt(err, err_len, "tier \"%s\": plugin %s has no '%s' operation", tc->name, tc->plugin,
                 missing);
@@ -236,3 +245,49 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
 }
 
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) { return atomic_load(&c->evictions); }
+
+int kvs_tiers_can_reserve(const kvs_tier_chain *c) {
+    return c->n > 0 && (c->tiers[0].ops->caps & KVS_BACKEND_CAP_RESERVE) != 0;
+}
+
+kvs_status kvs_tiers_reserve(kvs_tier_chain *c, const kvs_key *key, uint64_t len, void **dst,
+                             uint64_t *ticket, char *err, uint64_t err_len) {
+    if (!kvs_tiers_can_reserve(c)) {
+        kvs_fmt(err, err_len, "tier \"%s\" cannot be written in place", c->n ? c->tiers[0].name : "");
+        return KVS_ENOTSUP;
+    }
+    kvs_tier *t = &c->tiers[0];
+    kvs_status st = t->ops->reserve(t->state, key, len, dst, ticket);
+    if (st != KVS_OK) kvs_fmt(err, err_len, "tier \"%s\": %s", t->name, t->ops->last_error(t->state));
+    return st;
+}
+
+kvs_status kvs_tiers_commit(kvs_tier_chain *c, const kvs_key *key, uint64_t ticket, const void *object,
+                            uint64_t len, char *err, uint64_t err_len) {
+    kvs_tier *top = &c->tiers[0];
+    /* Write-through copies first: until commit the reserved bytes cannot be evicted under us. */
+    for (uint32_t i = 1; i < c->n && c->tiers[i - 1].write == KVS_WRITE_THROUGH; i++) {
+        kvs_tier *t = &c->tiers[i];
+        if (t->ops->put(t->state, key, object, len) == KVS_OK) {
+            if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, i);
+        }
+    }
+    kvs_status st = top->ops->commit(top->state, ticket);
+    if (st != KVS_OK) {
+        kvs_fmt(err, err_len, "tier \"%s\": %s", top->name, top->ops->last_error(top->state));
+        return st;
+    }
+    if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, 0);
+    return KVS_OK;
+}
+
+void kvs_tiers_abort(kvs_tier_chain *c, uint64_t ticket) {
+    kvs_tier *top = &c->tiers[0];
+    top->ops->abort(top->state, ticket);
+}
+
+kvs_status kvs_tiers_memory(const kvs_tier_chain *c, uint32_t tier, void **base, uint64_t *len) {
+    const kvs_tier *t = &c->tiers[tier];
+    if (!(t->ops->caps & KVS_BACKEND_CAP_MEMORY)) return KVS_ENOTSUP;
+    return t->ops->memory(t->state, base, len);
+}

@@ -29,6 +29,17 @@ kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *
                          char *err, uint64_t err_len);
 /* Remove a key from every tier (a corrupt object is dropped everywhere). */
 void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
+/* In-place saves into the top tier (backend ABI 1.1 reserve/commit/abort): 1 if it supports them. */
+int kvs_tiers_can_reserve(const kvs_tier_chain *chain);
+/* Room for an object in the top tier; *dst is where to build it. KVS_ENOTSUP if the top tier cannot. */
+kvs_status kvs_tiers_reserve(kvs_tier_chain *chain, const kvs_key *key, uint64_t len, void **dst,
+                             uint64_t *ticket, char *err, uint64_t err_len);
+/* Publish the object built at a reservation (object/len: its bytes, for write-through copies). */
+kvs_status kvs_tiers_commit(kvs_tier_chain *chain, const kvs_key *key, uint64_t ticket, const void *object,
+                            uint64_t len, char *err, uint64_t err_len);
+void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
+/* The memory range a tier keeps its objects in (backend CAP_MEMORY), else KVS_ENOTSUP. */
+kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);
 /* Objects dropped from the last tier since open. */
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *chain);
 

@@ -1,5 +1,11 @@
 /* worker.c - the worker-role hooks: register the engine's pages, bind a step's metadata, load chunks
- * layer by layer (verifying every layer's checksum while scattering it), gather and seal saves. */
+ * layer by layer (verifying every layer's checksum), gather and seal saves. The copies go through
+ * the device interface (kernels/device.h): the host device runs them at once and checksums in the
+ * same pass; the CUDA device enqueues them on its streams and the hash pool checksums on the host
+ * while they run. */
+/* dladdr needs _GNU_SOURCE, which the build defines */
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -8,6 +14,113 @@
 #include "keys.h"
 #include "log.h"
 #include "object.h"
+
+/* The CUDA module lives beside libkvstrata.so; fall back to the loader's search path. */
+static void *open_cuda_module(char *why, size_t why_len) {
+    Dl_info self;
+    char path[4096];
+    void *dl = NULL;
+    if (dladdr((void *)&kvs_worker_register, &self) && self.dli_fname) {
+        const char *slash = strrchr(self.dli_fname, '/');
+        if (slash && (size_t)(slash - self.dli_fname) + sizeof(KVS_DEVICE_CUDA_MODULE) + 1 < sizeof path) {
+            snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
+                     KVS_DEVICE_CUDA_MODULE);
+            dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    if (!dl) dl = dlopen(KVS_DEVICE_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *e = dlerror();
+        snprintf(why, why_len, "%s", e ? e : "not found");
+    }
+    return dl;
+}
+
+static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
+    if (views[0].device_kind == KVS_DEVICE_HOST) {
+        h->dev = kvs_host_device();
+        return KVS_OK;
+    }
+    char why[512];
+    if (!(h->dev_module = open_cuda_module(why, sizeof why)))
+        return kvs_set_error(h, KVS_ENOTSUP,
+                             "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
+                             "this library may have been built without CUDA",
+                             KVS_DEVICE_CUDA_MODULE, why);
+    kvs_device_entry_fn entry;
+    *(void **)&entry = dlsym(h->dev_module, KVS_DEVICE_ENTRY_SYMBOL);
+    h->dev = entry ? entry(KVS_DEVICE_ABI_VERSION) : NULL;
+    if (!h->dev)
+        return kvs_set_error(h, KVS_EVERSION, "register_kv: %s does not offer device interface version %d "
+                             "(a module from another build?)", KVS_DEVICE_CUDA_MODULE, KVS_DEVICE_ABI_VERSION);
+    return KVS_OK;
+}
+
+/* Make the pool and every tier that exposes its memory reachable by the device's copies. */
+static kvs_status register_memory(kvs_handle *h) {
+    char why[512] = "";
+    void *base;
+    uint64_t len;
+    kvs_pool_region(h->pool, &base, &len);
+    if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+        return kvs_set_error(h, KVS_EIO, "register_kv: staging pool: %s", why);
+    for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
+        if (kvs_tiers_memory(h->tiers, t, &base, &len) != KVS_OK) continue;
+        if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+            return kvs_set_error(h, KVS_EIO, "register_kv: tier \"%s\": %s", kvs_tiers_name(h->tiers, t), why);
+    }
+    return KVS_OK;
+}
+
+static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers) {
+    kvs_status st = select_device(h, views);
+    if (st != KVS_OK) return st;
+    uint32_t max_chunks = h->cfg->max_chunks_per_step;
+    kvs_device_init init = {.struct_size = sizeof init, .views = views, .n_layers = n_layers,
+                            .shape = h->shape, .max_copies_per_layer = max_chunks,
+                            .max_tokens_per_layer = max_chunks * h->chunk_tokens,
+                            .method = (kvs_dev_copy_method)h->cfg->copy_method,
+                            .log_level = h->cfg->log_level};
+    char why[512] = "";
+    if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
+        h->dev_state = NULL;
+        return kvs_set_error(h, st, "register_kv: device %s: %s", h->dev->name, why);
+    }
+    if ((st = register_memory(h)) != KVS_OK) return st;
+    h->copy_owner = calloc(max_chunks, sizeof *h->copy_owner);
+    if (!(h->copies = calloc(max_chunks, sizeof *h->copies)) || !h->copy_owner)
+        return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+    if (!h->dev_info.hashes_inline) {
+        if (!(h->hash_jobs = calloc((uint64_t)n_layers * max_chunks, sizeof *h->hash_jobs)))
+            return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+        if ((st = kvs_hashpool_create(h->cfg->hash_threads, &h->hashpool)) != KVS_OK)
+            return kvs_set_error(h, st, "register_kv: cannot start %u checksum threads", h->cfg->hash_threads);
+    }
+    kvs_log(h->cfg->log_level, KVS_LOG_INFO, "device %s: loads by %s, saves by %s", h->dev_info.name,
+            h->dev_info.load_uses_dma ? "DMA" : "kernel", h->dev_info.save_uses_dma ? "DMA" : "kernel");
+    return KVS_OK;
+}
+
+/* Everything register_kv made, in reverse; the device first waits for its copies. */
+static void close_device(kvs_handle *h) {
+    if (h->dev && h->dev_state) h->dev->close(h->dev_state);
+    kvs_hashpool_destroy(h->hashpool);
+    if (h->dev_module) dlclose(h->dev_module);
+    free(h->copies);
+    free(h->copy_owner);
+    h->copy_owner = NULL;
+    free(h->hash_jobs);
+    free(h->views);
+    free(h->layer_saved);
+    h->dev = NULL;
+    h->dev_state = h->dev_module = NULL;
+    h->hashpool = NULL;
+    h->copies = NULL;
+    h->hash_jobs = NULL;
+    h->views = NULL;
+    h->layer_saved = NULL;
+    h->n_views = 0;
+}
 
 kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "register_kv");
@@ -22,24 +135,39 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint3
         if (views[l].struct_size < sizeof(kvs_layer_view))
             return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: struct_size %u is smaller than %zu",
                                  l, views[l].struct_size, sizeof(kvs_layer_view));
-        if (views[l].device_kind != KVS_DEVICE_HOST)
-            return kvs_set_error(h, KVS_ENOTSUP,
-                                 "register_kv: layer %u: device kind %d is not supported by this build "
-                                 "(host device only)", l, (int)views[l].device_kind);
+        if (views[l].device_kind != KVS_DEVICE_HOST && views[l].device_kind != KVS_DEVICE_CUDA)
+            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: unknown device kind %d", l,
+                                 (int)views[l].device_kind);
+        if (views[l].device_kind != views[0].device_kind || views[l].device_index != views[0].device_index)
+            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u is on another device than layer 0", l);
         if (kvs_kernel_check_view(&views[l], &h->shape, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: %s", l, why);
     }
     h->views = malloc(n_layers * sizeof *h->views);
     h->layer_saved = calloc(n_layers, 1);
     if (!h->views || !h->layer_saved) {
-        free(h->views);
-        free(h->layer_saved);
-        h->views = NULL;
-        h->layer_saved = NULL;
+        close_device(h);
         return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
     }
     memcpy(h->views, views, n_layers * sizeof *h->views);
     h->n_views = n_layers;
+    if ((st = open_device(h, views, n_layers)) != KVS_OK) {
+        char keep[KVS_ERROR_MAX];
+        memcpy(keep, h->last_error, sizeof keep);
+        close_device(h);
+        memcpy(h->last_error, keep, sizeof keep);
+        return st;
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "set_stream");
+    if (st != KVS_OK) return st;
+    if (!h->dev) return kvs_set_error(h, KVS_ESTATE, "set_stream: register_kv has not been called");
+    char why[512] = "";
+    if ((st = h->dev->set_stream(h->dev_state, stream, why, sizeof why)) != KVS_OK)
+        return kvs_set_error(h, st, "set_stream: %s", why);
     return KVS_OK;
 }
 
@@ -70,8 +198,11 @@ void kvs_worker_reset(kvs_handle *h) {
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
     }
-    for (uint64_t i = 0; i < h->n_saves; i++)
-        if (h->saves[i].slab) kvs_pool_free(h->pool, h->saves[i].slab);
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (w->slab) kvs_pool_free(h->pool, w->slab);
+        else if (w->object) kvs_tiers_abort(h->tiers, w->ticket);
+    }
     free(h->loads);
     free(h->saves);
     h->loads = NULL;
@@ -81,7 +212,18 @@ void kvs_worker_reset(kvs_handle *h) {
     h->bound = NULL;
     h->wstate = WORKER_IDLE;
     h->layers_loaded = 0;
+    h->loads_pending = 0;
     if (h->layer_saved) memset(h->layer_saved, 0, h->n_views);
+}
+
+void kvs_worker_close(kvs_handle *h) {
+    if (h->wstate != WORKER_IDLE && h->dev) {
+        char why[512];
+        h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab or a pin */
+        if (h->hashpool) kvs_hashpool_wait(h->hashpool);
+    }
+    kvs_worker_reset(h);
+    close_device(h);
 }
 
 kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
@@ -190,61 +332,102 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     }
     /* Keep the verified checksums: the payload is checked against these, never against a header
      * that could change under a zero-copy reference. */
-    if (!(w->layer_hash = malloc(h->model.n_layers * sizeof *w->layer_hash)))
+    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
         return fail_load(h, w, "out of memory");
     memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj), h->model.n_layers * sizeof *w->layer_hash);
     w->object = obj;
 }
 
-kvs_status kvs_worker_start_load(kvs_handle *h) {
-    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "start_load");
-    if (st != KVS_OK) return st;
-    if (h->wstate != WORKER_BOUND)
-        return kvs_set_error(h, KVS_ESTATE, "start_load: %s",
-                             h->wstate == WORKER_IDLE ? "no metadata bound (call bind_meta first)"
-                                                      : "already started for this step");
-    uint64_t t0 = kvs_now_ns();
-    for (uint64_t i = 0; i < h->n_loads; i++) open_load(h, &h->loads[i]);
-    h->stats.load_ns += kvs_now_ns() - t0;
-    h->wstate = WORKER_LOADING;
-    h->layers_loaded = 0;
-    return KVS_OK;
+/* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
+static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs_dev_copy *c) {
+    const kvs_meta_load *l = w->load;
+    uint8_t *payload = kvs_object_layer((void *)w->object, layer);
+    uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
+    uint64_t off = (l->first_token - l->chunk_first) * row;
+    *c = (kvs_dev_copy){.block_ids = w->req->block_ids, .n_block_ids = w->req->n_block_ids,
+                        .first_token = l->first_token, .n_tokens = l->n_tokens,
+                        .k_payload = payload + off,
+                        .v_payload = h->shape.has_v ? payload + h->chunk_tokens * row + off : NULL};
 }
 
-/* Scatter one layer of one chunk, verifying its checksum. A partial chunk (the range does not cover
- * the whole chunk) is verified first, then its rows are packed into scratch and scattered. */
-static void load_one_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
-    const kvs_meta_load *l = w->load;
-    const uint8_t *payload = kvs_object_layer((void *)w->object, layer);
-    uint64_t want = w->layer_hash[layer];
-    kvs_token_span span = {w->req->block_ids, w->req->n_block_ids, l->first_token, l->n_tokens};
-    uint64_t got;
-    if (l->n_tokens == h->chunk_tokens) {
-        got = kvs_kernel_scatter_layer_hash(&h->views[layer], &h->shape, &span, payload);
-    } else {
-        got = XXH3_64bits(payload, h->layer_bytes);
-        if (got == want) {
-            uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
-            uint64_t off = (l->first_token - l->chunk_first) * row, part = l->n_tokens * row;
-            memcpy(h->scratch, payload + off, part);
-            if (h->shape.has_v) memcpy(h->scratch + part, payload + h->chunk_tokens * row + off, part);
-            kvs_kernel_scatter_layer(&h->views[layer], &h->shape, &span, h->scratch);
+static int load_live(const kvs_load_work *w) { return !w->failed && w->object; }
+
+static void layer_mismatch(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
+    char why[64];
+    kvs_fmt(why, sizeof why, "layer %u checksum mismatch", layer);
+    fail_load(h, w, why);
+    w->drop = 1;
+}
+
+static void device_failed_loads(kvs_handle *h, const char *what, const char *why) {
+    for (uint64_t i = 0; i < h->n_loads; i++)
+        if (load_live(&h->loads[i])) fail_load(h, &h->loads[i], why);
+    kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: %s: %s", h->dev_info.name, what, why);
+}
+
+/* Host device: one layer at a time, when the engine reaches it. A whole chunk is checksummed in
+ * the same pass as its copy; a partial one is checked before its rows are copied. */
+static void load_layer_sync(kvs_handle *h, uint32_t layer) {
+    uint64_t n = 0, nl = h->model.n_layers;
+    kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
+    for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
+        kvs_load_work *w = &h->loads[i];
+        if (!load_live(w)) continue;
+        int whole = w->load->n_tokens == h->chunk_tokens;
+        if (!whole) {
+            const void *payload = kvs_object_layer((void *)w->object, layer);
+            if (XXH3_64bits(payload, h->layer_bytes) != w->layer_hash[layer]) {
+                layer_mismatch(h, w, layer);
+                continue;
+            }
         }
+        load_copy(h, w, layer, &h->copies[n]);
+        h->copies[n].hash = whole ? &w->layer_hash[nl + layer] : NULL;
+        in_copy[n++] = w;
     }
-    if (got != want) {
-        char why[64];
-        kvs_fmt(why, sizeof why, "layer %u checksum mismatch", layer);
-        fail_load(h, w, why);
-        w->drop = 1;
+    char why[512] = "";
+    if (h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+        for (uint64_t i = 0; i < n; i++) fail_load(h, in_copy[i], why);
         return;
     }
-    h->stats.bytes_loaded += (uint64_t)l->n_tokens * h->layer_bytes / h->chunk_tokens;
+    for (uint64_t i = 0; i < n; i++) {
+        kvs_load_work *w = in_copy[i];
+        if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
+        else h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes / h->chunk_tokens;
+    }
+}
+
+/* CUDA device: every layer is enqueued at once (events per layer let the engine wait on each), and
+ * the hash pool checksums every layer payload on the host while the copies run. */
+static void load_all_async(kvs_handle *h) {
+    uint64_t nl = h->model.n_layers, n_jobs = 0;
+    for (uint32_t layer = 0; layer < h->n_views; layer++) {
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < h->n_loads; i++)
+            if (load_live(&h->loads[i])) load_copy(h, &h->loads[i], layer, &h->copies[n++]);
+        char why[512] = "";
+        if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+            char what[64];
+            kvs_fmt(what, sizeof what, "load of layer %u", layer);
+            device_failed_loads(h, what, why);
+            break;
+        }
+    }
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        kvs_load_work *w = &h->loads[i];
+        if (!load_live(w)) continue;
+        for (uint32_t layer = 0; layer < nl; layer++)
+            h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer), h->layer_bytes,
+                                                    &w->layer_hash[nl + layer]};
+    }
+    if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
+    h->loads_pending = 1;
 }
 
 static void finish_loads(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (!w->failed && w->object) h->stats.chunks_loaded++;
+        if (load_live(w)) h->stats.chunks_loaded++;
         if (w->pinned) {
             const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
             ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
@@ -260,14 +443,52 @@ static void finish_loads(kvs_handle *h) {
     }
 }
 
-/* Only time spent moving and verifying counts as load time: the engine computes between layers. */
+/* CUDA device: wait for the copies and the checksums, turn mismatches into error blocks, unpin. */
+static void complete_async_loads(kvs_handle *h) {
+    if (!h->loads_pending) return;
+    h->loads_pending = 0;
+    char why[512] = "";
+    kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
+    kvs_hashpool_wait(h->hashpool);
+    if (st != KVS_OK) device_failed_loads(h, "loads", why);
+    uint64_t nl = h->model.n_layers;
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        kvs_load_work *w = &h->loads[i];
+        for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
+            if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
+        if (load_live(w)) h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * nl / h->chunk_tokens;
+    }
+    finish_loads(h);
+}
+
+/* Only time spent in the connector counts as load time: the engine computes between layers. */
 static void load_layers_through(kvs_handle *h, uint32_t layer) {
+    if (!h->dev_info.synchronous) return; /* enqueued by start_load */
     uint64_t t0 = kvs_now_ns();
     for (; h->layers_loaded <= layer && h->layers_loaded < h->n_views; h->layers_loaded++)
-        for (uint64_t i = 0; i < h->n_loads; i++)
-            if (!h->loads[i].failed && h->loads[i].object) load_one_layer(h, &h->loads[i], h->layers_loaded);
+        load_layer_sync(h, h->layers_loaded);
     if (h->layers_loaded == h->n_views) finish_loads(h);
     h->stats.load_ns += kvs_now_ns() - t0;
+}
+
+kvs_status kvs_worker_start_load(kvs_handle *h) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "start_load");
+    if (st != KVS_OK) return st;
+    if (h->wstate != WORKER_BOUND)
+        return kvs_set_error(h, KVS_ESTATE, "start_load: %s",
+                             h->wstate == WORKER_IDLE ? "no metadata bound (call bind_meta first)"
+                                                      : "already started for this step");
+    uint64_t t0 = kvs_now_ns();
+    uint64_t max = h->cfg->max_chunks_per_step;
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        if (i < max) open_load(h, &h->loads[i]);
+        else fail_load(h, &h->loads[i], "the step loads more chunks than device.max_chunks_per_step");
+    }
+    h->wstate = WORKER_LOADING;
+    h->layers_loaded = 0;
+    if (!h->dev_info.synchronous) load_all_async(h);
+    h->stats.load_ns += kvs_now_ns() - t0;
+    return KVS_OK;
 }
 
 kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
@@ -277,7 +498,13 @@ kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
         return kvs_set_error(h, KVS_ESTATE, "wait_layer_load: start_load has not been called for this step");
     if (layer >= h->n_views)
         return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer, h->n_views);
-    if (h->layers_loaded <= layer) load_layers_through(h, layer);
+    if (h->dev_info.synchronous) {
+        if (h->layers_loaded <= layer) load_layers_through(h, layer);
+        return KVS_OK;
+    }
+    char why[512] = "";
+    if ((st = h->dev->wait_layer(h->dev_state, layer, why, sizeof why)) != KVS_OK)
+        return kvs_set_error(h, st, "wait_layer_load: layer %u: %s", layer, why);
     return KVS_OK;
 }
 
@@ -295,19 +522,44 @@ static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
     return 0;
 }
 
-/* At the first save_layer of a step: decide which saves happen and take their slabs. */
+/* Where a save's object is built: a reservation in the top tier when it can be written in place
+ * (the gather lands in the tier: one copy in all), else a staging slab put into the tiers later. */
+static int place_save(kvs_handle *h, kvs_save_work *w) {
+    if (kvs_tiers_can_reserve(h->tiers)) {
+        char why[256];
+        void *dst = NULL;
+        if (kvs_tiers_reserve(h->tiers, &w->save->key, h->object_bytes, &dst, &w->ticket, why, sizeof why) == KVS_OK) {
+            w->object = dst;
+            return 1;
+        }
+        kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s", w->req->id, why);
+    }
+    if (!(w->slab = kvs_pool_alloc(h->pool))) return 0;
+    w->object = w->slab;
+    return 1;
+}
+
+static void release_save(kvs_handle *h, kvs_save_work *w) {
+    if (w->slab) kvs_pool_free(h->pool, w->slab);
+    else if (w->object) kvs_tiers_abort(h->tiers, w->ticket);
+    w->slab = w->object = NULL;
+}
+
+/* At the first save_layer of a step: decide which saves happen and where they are built. */
 static void open_saves(kvs_handle *h) {
+    uint64_t placed = 0;
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
         if (tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
             h->stats.saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
             continue;
         }
-        if (!(w->slab = kvs_pool_alloc(h->pool))) {
+        if (placed == h->cfg->max_chunks_per_step || !place_save(h, w)) {
             h->stats.saves_skipped++;
             continue;
         }
-        kvs_object_init(w->slab, &h->fingerprint, &w->save->key, h->model.n_layers, h->chunk_tokens,
+        placed++;
+        kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers, h->chunk_tokens,
                         h->layer_bytes);
     }
 }
@@ -328,16 +580,69 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
     uint64_t t0 = kvs_now_ns();
     if (first) open_saves(h);
     h->layer_saved[layer] = 1;
+    uint64_t n = 0, part = (uint64_t)h->chunk_tokens * h->shape.n_heads * h->shape.head_bytes;
+    kvs_save_work **owner = (kvs_save_work **)h->copy_owner;
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
-        if (!w->slab) continue;
-        kvs_token_span span = {w->req->block_ids, w->req->n_block_ids, w->save->chunk_first, h->chunk_tokens};
-        kvs_object_layer_hashes(w->slab)[layer] = kvs_kernel_gather_layer_hash(
-            &h->views[layer], &h->shape, &span, kvs_object_layer(w->slab, layer));
-        w->layers_done++;
+        if (!w->object) continue;
+        uint8_t *payload = kvs_object_layer(w->object, layer);
+        h->copies[n] = (kvs_dev_copy){.block_ids = w->req->block_ids, .n_block_ids = w->req->n_block_ids,
+                                      .first_token = w->save->chunk_first, .n_tokens = h->chunk_tokens,
+                                      .k_payload = payload, .v_payload = h->shape.has_v ? payload + part : NULL,
+                                      .hash = h->dev_info.hashes_inline ? &kvs_object_layer_hashes(w->object)[layer]
+                                                                        : NULL};
+        owner[n++] = w;
     }
+    char why[512] = "";
+    if (n && (st = h->dev->save_layer(h->dev_state, layer, h->copies, n, why, sizeof why)) != KVS_OK) {
+        h->stats.save_ns += kvs_now_ns() - t0;
+        /* These objects will miss a layer, so wait_save drops them. */
+        return kvs_set_error(h, st, "save_layer: layer %u: %s", layer, why);
+    }
+    for (uint64_t i = 0; i < n; i++) owner[i]->layers_done++;
     h->stats.save_ns += kvs_now_ns() - t0;
     return KVS_OK;
+}
+
+/* CUDA device: the gathers have landed; checksum every layer of every save on the hash pool. */
+static kvs_status hash_saves(kvs_handle *h) {
+    char why[512] = "";
+    kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
+    if (st != KVS_OK) {
+        kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: saves: %s", h->dev_info.name, why);
+        for (uint64_t i = 0; i < h->n_saves; i++) release_save(h, &h->saves[i]);
+        return kvs_set_error(h, st, "wait_save: %s", why);
+    }
+    uint64_t n_jobs = 0;
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (!w->object || w->layers_done != h->n_views) continue;
+        for (uint32_t l = 0; l < h->n_views; l++)
+            h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer(w->object, l), h->layer_bytes,
+                                                    &kvs_object_layer_hashes(w->object)[l]};
+    }
+    if (n_jobs) {
+        kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
+        kvs_hashpool_wait(h->hashpool);
+    }
+    return KVS_OK;
+}
+
+static void store_save(kvs_handle *h, kvs_save_work *w) {
+    kvs_object_seal(w->object);
+    char why[256];
+    kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes, why, sizeof why)
+                            : kvs_tiers_commit(h->tiers, &w->save->key, w->ticket, w->object, h->object_bytes,
+                                               why, sizeof why);
+    if (st == KVS_OK) {
+        h->stats.chunks_saved++;
+        h->stats.bytes_saved += (uint64_t)h->n_views * h->layer_bytes;
+    } else {
+        kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': save not stored: %s", w->req->id, why);
+        h->stats.saves_skipped++;
+    }
+    if (w->slab) kvs_pool_free(h->pool, w->slab);
+    w->slab = w->object = NULL; /* a committed reservation belongs to the tier now */
 }
 
 kvs_status kvs_worker_wait_save(kvs_handle *h) {
@@ -347,31 +652,27 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
         return kvs_set_error(h, KVS_ESTATE, "wait_save: no metadata bound (call bind_meta first)");
     if (h->wstate == WORKER_LOADING) load_layers_through(h, h->n_views - 1);
     uint64_t t0 = kvs_now_ns();
+    complete_async_loads(h); /* errors found here taint the saves below */
+    kvs_status result = KVS_OK;
+    if (!h->dev_info.synchronous) result = hash_saves(h);
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
-        if (!w->slab) continue;
+        if (!w->object) continue;
         /* A chunk whose load failed after its save began holds garbage: drop it. */
         if (w->layers_done != h->n_views || tainted_by_error(h, w)) {
             if (w->layers_done != h->n_views)
                 kvs_log(h->cfg->log_level, KVS_LOG_WARN,
-                        "request '%s': save dropped: save_layer called for %u of %u layers", w->req->id,
+                        "request '%s': save dropped: %u of %u layers were gathered", w->req->id,
                         w->layers_done, h->n_views);
             h->stats.saves_skipped++;
+            release_save(h, w);
             continue;
         }
-        kvs_object_seal(w->slab);
-        char why[256];
-        if (kvs_tiers_put(h->tiers, &w->save->key, w->slab, h->object_bytes, why, sizeof why) == KVS_OK) {
-            h->stats.chunks_saved++;
-            h->stats.bytes_saved += (uint64_t)h->n_views * h->layer_bytes;
-        } else {
-            kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': save not stored: %s", w->req->id, why);
-            h->stats.saves_skipped++;
-        }
+        store_save(h, w);
     }
     h->stats.save_ns += kvs_now_ns() - t0;
     kvs_worker_reset(h);
-    return KVS_OK;
+    return result;
 }
 
 kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {

@@ -133,7 +133,8 @@ START_TEST(ops_table_declares_its_version_and_capabilities) {
     ck_assert_uint_eq(ops->abi_major, KVS_BACKEND_ABI_MAJOR);
     ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
     ck_assert_str_eq(ops->type_name, "dram");
-    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE);
+    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE |
+                                     KVS_BACKEND_CAP_RESERVE | KVS_BACKEND_CAP_MEMORY);
 }
 END_TEST
 
@@ -409,6 +410,81 @@ START_TEST(put_over_a_pinned_key_keeps_the_stored_bytes) {
     ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
     ck_assert_uint_eq(len, 300);
     ck_assert(bytes_match(out, len, 5));
+    ops->destroy(st);
+}
+END_TEST
+
+/* In-place writes: invisible until commit, never evicted while reserved, gone on abort; a ticket
+ * is good for one commit or abort only. */
+START_TEST(reserved_room_is_invisible_until_commit_and_survives_eviction) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    kvs_key k0 = key_of(0);
+    void *dst = NULL;
+    uint64_t ticket = 0, present = 1;
+    ck_assert_int_eq(ops->reserve(st, &k0, 100, &dst, &ticket), KVS_OK);
+    fill(dst, 100, 0);
+    ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
+    put_small(st, 1, 10);
+    put_small(st, 2, 10); /* evicts 1: the reservation holds the other slab */
+    put_small(st, 3, 10);
+    ck_assert_int_eq(log.n, 2);
+    kvs_key k1 = key_of(1);
+    ck_assert(memcmp(&log.keys[0], &k1, sizeof k1) == 0);
+    ck_assert(bytes_match(dst, 100, 0));
+    ck_assert_int_eq(ops->commit(st, ticket), KVS_OK);
+    ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+    uint8_t buf[4096];
+    uint64_t len = 0;
+    ck_assert_int_eq(ops->get(st, &k0, buf, sizeof buf, &len), KVS_OK);
+    ck_assert_uint_eq(len, 100);
+    ck_assert(bytes_match(buf, 100, 0));
+    ck_assert_int_eq(ops->commit(st, ticket), KVS_ENOTFOUND); /* used up */
+    ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);        /* and harmless */
+    ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+
+    kvs_key k9 = key_of(9);
+    ck_assert_int_eq(ops->reserve(st, &k9, 100, &dst, &ticket), KVS_OK);
+    ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);
+    ck_assert_int_eq(ops->contains(st, &k9, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
+    ck_assert_int_eq(ops->commit(st, ticket), KVS_ENOTFOUND);
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 1); /* the reservation for 9 evicted 3, the LRU object */
+    ck_assert_int_eq(log.n, 3);
+
+    void *base = NULL;
+    uint64_t span = 0;
+    ck_assert_int_eq(ops->memory(st, &base, &span), KVS_OK);
+    ck_assert_uint_ge(span, 2 * 4 * KIB);
+    ops->destroy(st);
+}
+END_TEST
+
+/* When every slab is pinned or reserved, reserve fails like put, and nothing leaks. */
+START_TEST(reserve_fails_cleanly_when_everything_is_pinned) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    put_small(st, 0, 10);
+    kvs_key k0 = key_of(0), k1 = key_of(1);
+    uint64_t n_pinned = 0, ticket = 0;
+    ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
+    void *dst = NULL;
+    ck_assert_int_eq(ops->reserve(st, &k1, 10, &dst, &ticket), KVS_OK);
+    kvs_key k2 = key_of(2);
+    uint64_t t2 = 0;
+    ck_assert_int_eq(ops->reserve(st, &k2, 10, &dst, &t2), KVS_ENOMEM);
+    ck_assert_int_eq(ops->reserve(st, &k2, 8 * KIB, &dst, &t2), KVS_EINVAL); /* over max object size */
+    ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);
+    ck_assert_int_eq(ops->reserve(st, &k2, 10, &dst, &t2), KVS_OK);
+    ck_assert_int_eq(ops->commit(st, t2), KVS_OK);
+    ck_assert_int_eq(log.n, 0);
     ops->destroy(st);
 }
 END_TEST
@@ -812,6 +888,8 @@ static Suite *dram_suite(void) {
     tcase_add_test(local, double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin);
     tcase_add_test(local, put_of_an_existing_key_replaces_its_bytes);
     tcase_add_test(local, put_over_a_pinned_key_keeps_the_stored_bytes);
+    tcase_add_test(local, reserved_room_is_invisible_until_commit_and_survives_eviction);
+    tcase_add_test(local, reserve_fails_cleanly_when_everything_is_pinned);
     tcase_add_test(local, remove_frees_the_object_even_while_it_is_pinned);
     tcase_add_test(local, put_larger_than_the_max_object_size_is_refused);
     tcase_add_test(local, capacity_too_small_for_one_object_is_refused_with_a_sentence);

@@ -22,14 +22,18 @@
 #include <unistd.h>
 
 #define DRAM_MAGIC 0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
-#define DRAM_LAYOUT_VERSION 1u
+#define DRAM_LAYOUT_VERSION 2u
 #define DRAM_PAGE 4096u
 #define DRAM_NIL UINT32_MAX
 #define DRAM_MAX_SLABS (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
 #define DRAM_SHM_NAME_MAX 200
 #define DRAM_ATTACH_WAIT_NS (5ull * 1000 * 1000 * 1000)
 
-enum { SLAB_FREE = 0, SLAB_USED = 1 };
+enum { SLAB_FREE = 0, SLAB_USED = 1, SLAB_RESERVED = 2 };
+
+/* A reservation not committed within this long belongs to a process that died: its slab may be
+ * reclaimed when the tier is otherwise full. */
+#define DRAM_RESERVE_TIMEOUT_NS (120ull * 1000 * 1000 * 1000)
 
 typedef struct slab_entry {
     kvs_key key;
@@ -55,6 +59,7 @@ typedef struct shared_header {
     uint32_t lru_head, lru_tail; /* head = most recently used */
     uint32_t free_head;
     uint32_t attach_count;
+    uint32_t reserve_generation; /* bumped per reservation: tickets carry it */
     pthread_mutex_t mutex; /* process-shared and robust */
 } shared_header;
 
@@ -238,6 +243,16 @@ static uint32_t take_slab(dram_state *st, uint64_t now) {
         uint64_t bucket = 0;
         if (index_find(st, &e->key, &bucket) == s) drop_object(st, s, bucket);
         break;
+    }
+    if (h->free_head == DRAM_NIL) {
+        /* Last resort: a reservation its process never committed. */
+        for (uint64_t i = 0; i < h->geo.n_slabs; i++) {
+            slab_entry *e = &st->slabs[i];
+            if (e->state == SLAB_RESERVED && now > e->pin_deadline_ns) {
+                free_list_push(st, (uint32_t)i);
+                break;
+            }
+        }
     }
     uint32_t s = h->free_head;
     if (s != DRAM_NIL) h->free_head = st->slabs[s].next;
@@ -739,6 +754,105 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
     return KVS_OK;
 }
 
+/* A reserved slab is out of the index, the LRU and the free list: nothing evicts or reuses it. Its
+ * prev field holds the reservation's generation, so a stale or forged ticket is refused. */
+static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, void **dst, uint64_t *ticket) {
+    dram_state *st = state;
+    if (!st || !key || !dst || !ticket) return KVS_EINVAL;
+    if (len > st->max_object_bytes) {
+        set_error(st, "reservation of %llu bytes is larger than the tier's max object size %llu",
+                  (unsigned long long)len, (unsigned long long)st->max_object_bytes);
+        return KVS_EINVAL;
+    }
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint64_t now = now_ns();
+    uint32_t s = take_slab(st, now);
+    if (s == DRAM_NIL) {
+        set_error(st, "all %llu objects are pinned or reserved; no room for another",
+                  (unsigned long long)st->header->geo.n_slabs);
+        unlock_tier(st);
+        return KVS_ENOMEM;
+    }
+    slab_entry *e = &st->slabs[s];
+    uint32_t gen = ++st->header->reserve_generation;
+    e->key = *key;
+    e->len = len;
+    e->pins = 0;
+    e->pin_deadline_ns = now + DRAM_RESERVE_TIMEOUT_NS;
+    e->prev = gen;
+    e->next = DRAM_NIL;
+    __atomic_store_n(&e->state, (uint32_t)SLAB_RESERVED, __ATOMIC_RELEASE);
+    unlock_tier(st);
+    *dst = slab_data(st, s);
+    *ticket = (uint64_t)gen << 32 | s;
+    return KVS_OK;
+}
+
+/* With the lock held: the reserved slab a ticket names, or DRAM_NIL. */
+static uint32_t ticket_slab(dram_state *st, uint64_t ticket) {
+    uint32_t s = (uint32_t)ticket;
+    if (s >= st->header->geo.n_slabs) return DRAM_NIL;
+    slab_entry *e = &st->slabs[s];
+    if (e->state != SLAB_RESERVED || e->prev != (uint32_t)(ticket >> 32)) return DRAM_NIL;
+    return s;
+}
+
+static kvs_status dram_commit(void *state, uint64_t ticket) {
+    dram_state *st = state;
+    if (!st) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint32_t s = ticket_slab(st, ticket);
+    if (s == DRAM_NIL) {
+        set_error(st, "commit: ticket %llx names no reservation (reclaimed after %llu s, or never made)",
+                  (unsigned long long)ticket, (unsigned long long)(DRAM_RESERVE_TIMEOUT_NS / 1000000000ull));
+        unlock_tier(st);
+        return KVS_ENOTFOUND;
+    }
+    shared_header *h = st->header;
+    slab_entry *e = &st->slabs[s];
+    uint64_t bucket = 0;
+    uint32_t old = index_find(st, &e->key, &bucket);
+    if (old != DRAM_NIL) {
+        if (slab_pinned(&st->slabs[old], now_ns())) {
+            lru_touch(st, old); /* a reader holds the stored copy; equal keys carry equal bytes */
+            free_list_push(st, s);
+            unlock_tier(st);
+            return KVS_OK;
+        }
+        drop_object(st, old, bucket);
+    }
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    __atomic_store_n(&e->state, (uint32_t)SLAB_USED, __ATOMIC_RELEASE);
+    index_insert(st, s);
+    lru_push_head(st, s);
+    h->n_objects++;
+    h->object_bytes += e->len;
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_abort(void *state, uint64_t ticket) {
+    dram_state *st = state;
+    if (!st) return KVS_EINVAL;
+    kvs_status rc = lock_tier(st);
+    if (rc != KVS_OK) return rc;
+    uint32_t s = ticket_slab(st, ticket);
+    if (s != DRAM_NIL) free_list_push(st, s);
+    unlock_tier(st);
+    return KVS_OK;
+}
+
+static kvs_status dram_memory(void *state, void **base, uint64_t *len) {
+    dram_state *st = state;
+    if (!st || !base || !len) return KVS_EINVAL;
+    *base = st->data;
+    *len = st->header->geo.n_slabs * st->header->geo.slab_bytes;
+    return KVS_OK;
+}
+
 static kvs_status dram_remove(void *state, const kvs_key *key) {
     dram_state *st = state;
     if (!st || !key) return KVS_EINVAL;
@@ -770,7 +884,8 @@ static const kvs_backend_ops dram_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE,
+    .caps = KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_RESERVE |
+            KVS_BACKEND_CAP_MEMORY,
     .type_name = "dram",
     .create = dram_create,
     .destroy = dram_destroy,
@@ -783,6 +898,10 @@ static const kvs_backend_ops dram_ops = {
     .put = dram_put,
     .remove = dram_remove,
     .usage = dram_usage,
+    .reserve = dram_reserve,
+    .commit = dram_commit,
+    .abort = dram_abort,
+    .memory = dram_memory,
 };
 
 const kvs_backend_ops *kvs_dram_backend(void) { return &dram_ops; }

@@ -382,3 +382,15 @@ uint64_t kvs_kernel_gather_layer_hash(const kvs_layer_view *view, const kvs_kv_s
                                       const kvs_token_span *span, void *dst) {
     return move_layer_hash(view, shape, span, TO_PAYLOAD, (char *)dst);
 }
+
+void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                              const kvs_token_span *span, void *k_payload, void *v_payload,
+                              int to_pages) {
+    if (span->n_tokens == 0) return;
+    layer_walk w;
+    walk_init(&w, view, shape, span);
+    direction dir = to_pages ? TO_PAGES : TO_PAYLOAD;
+    char *payload[2] = {(char *)k_payload, (char *)v_payload};
+    for (int p = 0; p < w.n_parts; p++) move_tokens(&w, dir, w.parts[p], payload[p], 0, w.n_tokens);
+    if (dir == TO_PAGES) streaming_done();
+}

@@ -60,6 +60,12 @@ uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_
 uint64_t kvs_kernel_gather_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                       const kvs_token_span *span, void *dst);
 
+/* Either direction with separate K and V payload rows: n_tokens rows of n_heads * head_bytes at
+ * k_payload and at v_payload (ignored for MLA). to_pages: payload -> pages, else pages -> payload. */
+void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                              const kvs_token_span *span, void *k_payload, void *v_payload,
+                              int to_pages);
+
 #ifdef __cplusplus
 }
 #endif

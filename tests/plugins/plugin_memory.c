@@ -1,5 +1,6 @@
 /* A minimal backend plugin for the tests: a fixed number of object copies in malloc'd memory, FIFO
  * eviction, no zero-copy (so the connector's staging path is exercised). Option `slots` (default 64). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,7 +132,7 @@ static kvs_status m_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
 
 static const kvs_backend_ops ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR, .abi_minor = KVS_BACKEND_ABI_MINOR,
-    .struct_size = sizeof(kvs_backend_ops), .caps = 0, .type_name = "memory",
+    .struct_size = offsetof(kvs_backend_ops, reserve) /* a 1.0 table: still accepted */, .caps = 0, .type_name = "memory",
     .create = m_create, .destroy = m_destroy, .last_error = m_last_error, .contains = m_contains,
     .pin = m_pin, .unpin = m_unpin, .get = m_get, .get_ref = NULL, .put = m_put, .remove = m_remove,
     .usage = m_usage,

@@ -1,0 +1,112 @@
+/* device.h - the device interface: how the connector moves one layer of a step's chunks between the
+ * engine's paged KV cache and object payloads in host memory. Two devices implement it:
+ *   host - kernels/cpu, synchronous; the "GPU" pages are ordinary RAM (tests, CI, CPU engines).
+ *   cuda - kernels/cuda, built as the module libkvstrata-cuda.so.1 and loaded with dlopen when an
+ *          engine registers CUDA layer views, so libkvstrata.so itself never links the CUDA runtime.
+ *
+ * The CUDA module exports one symbol, KVS_DEVICE_ENTRY_SYMBOL, returning its table for
+ * KVS_DEVICE_ABI_VERSION or NULL. The table is internal to kvstrata (the module is built with the
+ * library and installed beside it); the version check only catches a stale module on disk.
+ *
+ * Ordering model (CUDA; the host device does everything at once, in call order):
+ *   load_layer(l)  enqueues the scatter of layer l on the device's load stream and records event l.
+ *   wait_layer(l)  makes the engine's stream wait for event l; the host never blocks, so it is
+ *                  legal inside CUDA graph capture (the wait becomes an external-event node).
+ *   save_layer(l)  makes the save stream wait for the engine's stream (it has written layer l),
+ *                  then enqueues the gather of layer l. Not allowed during graph capture.
+ *   sync()         blocks the host until every enqueued load and save has finished; payload
+ *                  memory may be reused and objects unpinned only after it.
+ * Every call comes from the one thread that drives the worker handle. Errors are a status plus a
+ * sentence in err naming the operation and layer; nothing aborts. */
+#ifndef KVS_DEVICE_H
+#define KVS_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "kvstrata.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_DEVICE_ABI_VERSION 1
+#define KVS_DEVICE_ENTRY_SYMBOL "kvs_device_entry"
+#define KVS_DEVICE_CUDA_MODULE "libkvstrata-cuda.so.1"
+
+/* One request's token range of one layer: rows [first_token, first_token + n_tokens) of the
+ * request's block table, and where their payload rows are. The payload holds, for K and for V,
+ * n_tokens consecutive rows of shape.n_heads * shape.head_bytes bytes starting at k_payload and
+ * v_payload (v_payload NULL for MLA). Payload memory is host memory registered with the device
+ * (register_host) or, for the host device, any memory. */
+typedef struct kvs_dev_copy {
+    const uint32_t *block_ids; /* host copy of the request's block table */
+    uint64_t n_block_ids;
+    uint64_t first_token;
+    uint32_t n_tokens;
+    void *k_payload;
+    void *v_payload;
+    /* Optional: a device with info.hashes_inline writes here the XXH3-64 (seed 0) of the payload it
+     * read (load) or wrote (save), computed in the same pass. Only set for copies whose V rows
+     * directly follow the K rows (the whole layer payload is one range). Others ignore it. */
+    uint64_t *hash;
+} kvs_dev_copy;
+
+/* Copy method for layouts with long contiguous runs (whole pages of one layer's K or V). */
+typedef enum kvs_dev_copy_method {
+    KVS_DEV_COPY_AUTO = 0,   /* measured at open: the faster of kernel and DMA per direction */
+    KVS_DEV_COPY_KERNEL = 1, /* SM copy kernels, one launch per layer and direction */
+    KVS_DEV_COPY_DMA = 2     /* copy engines (batched memcpy of contiguous runs) where runs allow */
+} kvs_dev_copy_method;
+
+typedef struct kvs_device_init {
+    uint32_t struct_size;
+    const kvs_layer_view *views; /* the engine's layers, checked by the connector */
+    uint32_t n_layers;
+    kvs_kv_shape shape;
+    uint32_t max_tokens_per_layer; /* upper bound of the summed n_tokens of one layer's copies */
+    uint32_t max_copies_per_layer; /* upper bound of n in one load_layer / save_layer call */
+    kvs_dev_copy_method method;
+    int log_level;                 /* KVS_LOG_* threshold for the module's own messages */
+} kvs_device_init;
+
+/* What open measured or chose, for stats and logs. */
+typedef struct kvs_device_info {
+    char name[128];        /* "host" or "cuda:0 NVIDIA H100 80GB HBM3" */
+    int load_uses_dma;     /* the chosen method per direction */
+    int save_uses_dma;
+    uint64_t run_bytes;    /* contiguous bytes per page run of the layout (0: none) */
+    int hashes_inline;     /* fills kvs_dev_copy.hash (the host device) */
+    int synchronous;       /* copies are done when the call returns (the host device) */
+} kvs_device_info;
+
+typedef struct kvs_device_ops {
+    uint32_t version; /* KVS_DEVICE_ABI_VERSION */
+    const char *name;
+    kvs_status (*open)(const kvs_device_init *init, void **state, kvs_device_info *info, char *err,
+                       size_t err_len);
+    /* Waits for outstanding work, then frees everything (and unregisters host memory). */
+    void (*close)(void *state);
+    /* Make [base, base+len) usable as payload memory (cudaHostRegister). Idempotent per range. */
+    kvs_status (*register_host)(void *state, void *base, uint64_t len, char *err, size_t err_len);
+    /* The engine's stream for wait_layer and save_layer (cudaStream_t; NULL: the legacy stream). */
+    kvs_status (*set_stream)(void *state, void *stream, char *err, size_t err_len);
+    kvs_status (*load_layer)(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                             char *err, size_t err_len);
+    kvs_status (*wait_layer)(void *state, uint32_t layer, char *err, size_t err_len);
+    kvs_status (*save_layer)(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                             char *err, size_t err_len);
+    kvs_status (*sync)(void *state, char *err, size_t err_len);
+} kvs_device_ops;
+
+typedef const kvs_device_ops *(*kvs_device_entry_fn)(uint32_t version);
+
+/* The host device (kernels/cpu). */
+const kvs_device_ops *kvs_host_device(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
