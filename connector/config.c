@@ -58,8 +58,10 @@ static const char *const ROOT_KEYS[] = {"version",     "chunk_tokens", "lease_ti
                                         "tiers",       "device"};
 enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_COUNT };
 
-static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step"};
-enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_COUNT };
+static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step",
+                                          "host_copies"};
+enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_HOST_COPIES, DK_COUNT };
+static const char *const HOST_COPIES[] = {"immediate", "deferred"};
 static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_COPY_* order */
 
 static const char *const POOL_KEYS[] = {"staging_bytes"};
@@ -810,6 +812,11 @@ static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *
     if (st == KVS_OK && values[DK_MAX_CHUNKS]) {
         st = get_uint(ctx, values[DK_MAX_CHUNKS], "device.max_chunks_per_step", 1, 1u << 20, &value);
         if (st == KVS_OK) cfg->max_chunks_per_step = (uint32_t)value;
+    }
+    if (st == KVS_OK && values[DK_HOST_COPIES]) {
+        st = get_choice(ctx, values[DK_HOST_COPIES], "device.host_copies", HOST_COPIES, COUNT_OF(HOST_COPIES),
+                        &choice);
+        if (st == KVS_OK) cfg->host_deferred = choice == 1;
     }
     return st;
 }

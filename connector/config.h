@@ -45,6 +45,8 @@ typedef struct kvs_config {
     int copy_method;           /* device.copy_method: KVS_DEV_COPY_* (auto, kernel, dma); default auto */
     uint32_t hash_threads;     /* device.hash_threads: checksum threads of a CUDA device; default 4 */
     uint32_t max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
+    int host_deferred;         /* device.host_copies: deferred makes the host device behave like an
+                                * asynchronous one (tests of the CUDA ordering without a GPU) */
     kvs_tier_config *tiers;    /* at least one */
     size_t n_tiers;
 } kvs_config;

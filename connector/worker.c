@@ -80,7 +80,7 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
                             .shape = h->shape, .max_copies_per_layer = max_chunks,
                             .max_tokens_per_layer = max_chunks * h->chunk_tokens,
                             .method = (kvs_dev_copy_method)h->cfg->copy_method,
-                            .log_level = h->cfg->log_level};
+                            .log_level = h->cfg->log_level, .host_deferred = h->cfg->host_deferred};
     char why[512] = "";
     if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
         h->dev_state = NULL;

@@ -69,6 +69,9 @@ typedef struct kvs_device_init {
     uint32_t max_copies_per_layer; /* upper bound of n in one load_layer / save_layer call */
     kvs_dev_copy_method method;
     int log_level;                 /* KVS_LOG_* threshold for the module's own messages */
+    int host_deferred;             /* host device only: behave like an asynchronous device (copies
+                                    * run at wait_layer / sync, no inline checksums) so the
+                                    * connector's CUDA ordering logic runs without a GPU */
 } kvs_device_init;
 
 /* What open measured or chose, for stats and logs. */

@@ -372,6 +372,23 @@ START_TEST(zero_sizes_are_refused) {
 }
 END_TEST
 
+START_TEST(device_section_parses_and_refuses_bad_values) {
+    kvs_config *cfg = load_ok("device:\n  copy_method: dma\n  hash_threads: 8\n  max_chunks_per_step: 64\n"
+                              "  host_copies: deferred\n" ONE_TIER);
+    ck_assert_int_eq(cfg->copy_method, 2);
+    ck_assert_uint_eq(cfg->hash_threads, 8);
+    ck_assert_uint_eq(cfg->max_chunks_per_step, 64);
+    ck_assert_int_eq(cfg->host_deferred, 1);
+    kvs_config_free(cfg);
+    expect_refused("device:\n  copy_method: fast\n" ONE_TIER, KVS_ECONFIG,
+                   "cfg.yaml:2:16: key 'device.copy_method'", "auto, kernel, dma");
+    expect_refused("device:\n  hash_threads: 0\n" ONE_TIER, KVS_ECONFIG,
+                   "key 'device.hash_threads'", NULL);
+    expect_refused("device:\n  streams: 2\n" ONE_TIER, KVS_ECONFIG, "key 'device.streams': unknown key",
+                   "copy_method, hash_threads, max_chunks_per_step, host_copies");
+}
+END_TEST
+
 START_TEST(duplicate_tier_name_is_refused) {
     expect_refused(ONE_TIER "  - name: dram\n    type: dram\n    capacity: 2GiB\n", KVS_ECONFIG,
                    "cfg.yaml:5:11: key 'tiers[1].name'", "duplicate tier name 'dram'");
@@ -682,6 +699,7 @@ static TCase *error_tests(void) {
     tcase_add_test(errors, zero_and_oversized_chunk_tokens_are_out_of_range);
     tcase_add_test(errors, version_other_than_1_is_refused);
     tcase_add_test(errors, zero_sizes_are_refused);
+    tcase_add_test(errors, device_section_parses_and_refuses_bad_values);
     tcase_add_test(errors, duplicate_tier_name_is_refused);
     tcase_add_test(errors, bad_tier_name_is_refused);
     tcase_add_test(errors, capacity_over_physical_memory_is_refused);

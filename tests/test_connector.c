@@ -46,6 +46,13 @@ static const char *config(const char *name, const char *text) {
     return path;
 }
 
+/* KVS_TEST_HOST_COPIES=deferred runs the suite with the host device acting like an asynchronous
+ * one (copies at wait_layer_load / wait_save, checksums on the hash pool): the CUDA ordering path. */
+static const char *device_section(void) {
+    const char *mode = getenv("KVS_TEST_HOST_COPIES");
+    return mode && strcmp(mode, "deferred") == 0 ? "device:\n  host_copies: deferred\n  hash_threads: 2\n" : "";
+}
+
 static kvs_model_desc model(void) {
     return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc), .model_id = "test-model",
                             .dtype = KVS_DTYPE_FP16, .n_layers = LAYERS, .n_kv_heads = HEADS,
@@ -146,9 +153,10 @@ static const char *dram_config(uint64_t capacity_objects, uint64_t lease_ms) {
     /* one object: 4096 header + 2 layers * 2 * 32 tokens * 64 bytes = 12288 bytes */
     static char text[512];
     snprintf(text, sizeof text,
-             "chunk_tokens: %d\nlease_timeout_ms: %llu\npool:\n  staging_bytes: 1MiB\n"
+             "%schunk_tokens: %d\nlease_timeout_ms: %llu\npool:\n  staging_bytes: 1MiB\n"
              "tiers:\n  - name: dram\n    type: dram\n    capacity: %llu\n",
-             CHUNK, (unsigned long long)lease_ms, (unsigned long long)(capacity_objects * 12288));
+             device_section(), CHUNK, (unsigned long long)lease_ms,
+             (unsigned long long)(capacity_objects * 12288));
     return config("dram.yaml", text);
 }
 
@@ -517,8 +525,8 @@ END_TEST
 static const char *plugin_config(const char *so) {
     static char text[1024];
     snprintf(text, sizeof text,
-             "chunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n    plugin: %s/%s\n"
-             "    options:\n      slots: \"16\"\n", KVS_TEST_LIB_DIR, so);
+             "%schunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n    plugin: %s/%s\n"
+             "    options:\n      slots: \"16\"\n", device_section(), KVS_TEST_LIB_DIR, so);
     return config("plugin.yaml", text);
 }
 
@@ -759,8 +767,8 @@ END_TEST
 static const char *shared_config(void) {
     static char text[512];
     snprintf(text, sizeof text,
-             "chunk_tokens: %d\ntiers:\n  - name: dram\n    type: dram\n    capacity: 4MiB\n"
-             "    options:\n      shm_name: kvs-test-%d\n", CHUNK, (int)getpid());
+             "%schunk_tokens: %d\ntiers:\n  - name: dram\n    type: dram\n    capacity: 4MiB\n"
+             "    options:\n      shm_name: kvs-test-%d\n", device_section(), CHUNK, (int)getpid());
     return config("shared.yaml", text);
 }
 

@@ -11,10 +11,20 @@ static void say(char *err, size_t err_len, const char *what) {
     if (err && err_len) snprintf(err, err_len, "host device: %s", what);
 }
 
+/* Deferred mode: a queued copy, run later on the calling thread. */
+typedef struct queued_copy {
+    kvs_dev_copy copy;
+    uint32_t layer;
+    int to_pages;
+} queued_copy;
+
 typedef struct host_device {
     kvs_layer_view *views;
     uint32_t n_layers;
     kvs_kv_shape shape;
+    int deferred;
+    queued_copy *queue;
+    uint64_t n_queued, cap_queued;
 } host_device;
 
 static kvs_status host_open(const kvs_device_init *init, void **state, kvs_device_info *info, char *err,
@@ -33,11 +43,12 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
     memcpy(d->views, init->views, init->n_layers * sizeof *d->views);
     d->n_layers = init->n_layers;
     d->shape = init->shape;
+    d->deferred = init->struct_size >= sizeof *init && init->host_deferred;
     if (info) {
         memset(info, 0, sizeof *info);
-        strcpy(info->name, "host");
-        info->hashes_inline = 1;
-        info->synchronous = 1;
+        strcpy(info->name, d->deferred ? "host (deferred)" : "host");
+        info->hashes_inline = !d->deferred;
+        info->synchronous = !d->deferred;
     }
     *state = d;
     return KVS_OK;
@@ -46,6 +57,7 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
 static void host_close(void *state) {
     host_device *d = state;
     if (!d) return;
+    free(d->queue);
     free(d->views);
     free(d);
 }
@@ -86,23 +98,71 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
     return KVS_OK;
 }
 
+/* Deferred mode keeps the caller's copies (their block tables and payloads must stay valid until
+ * they run, as for a real asynchronous device). */
+static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, int to_pages,
+                          char *err, size_t err_len) {
+    if (layer >= d->n_layers) {
+        say(err, err_len, "layer out of range");
+        return KVS_EINVAL;
+    }
+    if (d->n_queued + n > d->cap_queued) {
+        uint64_t cap = d->cap_queued ? d->cap_queued : 64;
+        while (cap < d->n_queued + n) cap *= 2;
+        queued_copy *grown = realloc(d->queue, cap * sizeof *grown);
+        if (!grown) {
+            say(err, err_len, "out of memory queueing copies");
+            return KVS_ENOMEM;
+        }
+        d->queue = grown;
+        d->cap_queued = cap;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        d->queue[d->n_queued] = (queued_copy){copies[i], layer, to_pages};
+        d->queue[d->n_queued++].copy.hash = NULL;
+    }
+    return KVS_OK;
+}
+
+/* Run the queued copies that match (loads of layers <= through, or everything), in queue order. */
+static void run_queued(host_device *d, int loads_only, uint32_t through) {
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < d->n_queued; i++) {
+        queued_copy *q = &d->queue[i];
+        if (loads_only && (!q->to_pages || q->layer > through)) {
+            d->queue[kept++] = *q;
+            continue;
+        }
+        move(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
+    }
+    d->n_queued = kept;
+}
+
 static kvs_status host_load(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, char *err,
                             size_t err_len) {
-    return move(state, layer, copies, n, 1, err, err_len);
+    host_device *d = state;
+    if (d->deferred) return enqueue(d, layer, copies, n, 1, err, err_len);
+    return move(d, layer, copies, n, 1, err, err_len);
 }
 
 static kvs_status host_save(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, char *err,
                             size_t err_len) {
-    return move(state, layer, copies, n, 0, err, err_len);
+    host_device *d = state;
+    if (d->deferred) return enqueue(d, layer, copies, n, 0, err, err_len);
+    return move(d, layer, copies, n, 0, err, err_len);
 }
 
 static kvs_status host_wait(void *state, uint32_t layer, char *err, size_t err_len) {
-    (void)state, (void)layer, (void)err, (void)err_len;
+    (void)err, (void)err_len;
+    host_device *d = state;
+    if (d->deferred) run_queued(d, 1, layer);
     return KVS_OK;
 }
 
 static kvs_status host_sync(void *state, char *err, size_t err_len) {
-    (void)state, (void)err, (void)err_len;
+    (void)err, (void)err_len;
+    host_device *d = state;
+    if (d->deferred) run_queued(d, 0, 0);
     return KVS_OK;
 }
 
