@@ -51,6 +51,22 @@ typedef struct kvs_backend_host {
     /* Called by the backend when it drops an object to make room, before the bytes are reused, so
      * the connector can write it back to the next tier. Must not call back into the backend. */
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
+
+    /* --- 1.1: placement and retrieval policy for tiers over several devices (the connector takes
+     * them from schedulers/, so backends and schedulers stay independent). NULL when absent. --- */
+
+    /* Where the units of one object go: unit u's copy r is written to path
+     * paths_out[u * replicas + r]. *pointer is the tier's global stripe pointer (start 0; persist it
+     * or rebuild it as you like): the policy reads and advances it. */
+    void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
+                  uint32_t *paths_out);
+    /* One step's reads: each read r may be served by any of its n_copies paths
+     * (paths[r * max_copies + c]). The policy writes the chosen path of each read into chosen[r] and
+     * a submission order (a permutation of 0..n) into order, interleaved across paths so one
+     * batched submission keeps every device busy. Duplicate (key, unit) reads must already be
+     * merged by the caller. */
+    void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
+                     const uint32_t *paths, uint32_t *chosen, uint64_t *order);
 } kvs_backend_host;
 
 typedef struct kvs_backend_init {
@@ -63,6 +79,13 @@ typedef struct kvs_backend_init {
     const kvs_backend_host *host;
     char *error;       /* create writes a sentence here on failure (NUL-terminated) */
     uint64_t error_len;
+
+    /* --- 1.1 --- */
+    /* The worker's staging pool: every dst given to get/get_many and every object given to put by
+     * the connector lies in it, 4 KiB aligned. A backend may register it once (io_uring fixed
+     * buffers, ucp_mem_map). NULL/0 on a scheduler-only handle. Valid until destroy. */
+    void *staging_base;
+    uint64_t staging_len;
 } kvs_backend_init;
 
 #define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */
@@ -70,6 +93,7 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_SHARED (1u << 2)     /* visible to other processes that open the same tier */
 #define KVS_BACKEND_CAP_RESERVE (1u << 3)    /* 1.1: reserve/commit/abort are implemented */
 #define KVS_BACKEND_CAP_MEMORY (1u << 4)     /* 1.1: memory is implemented */
+#define KVS_BACKEND_CAP_GET_MANY (1u << 5)   /* 1.1: get_many is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -120,6 +144,12 @@ typedef struct kvs_backend_ops {
     /* CAP_MEMORY: the one range all objects live in, for registering with a device (CUDA pinned
      * host memory), io_uring or UCX. Valid from create until destroy. */
     kvs_status (*memory)(void *state, void **base, uint64_t *len);
+    /* CAP_GET_MANY: get of n objects at once (one step's loads from this tier), so a backend over
+     * several devices schedules and submits them together. dsts[i] has room for caps[i] bytes;
+     * lens[i] and statuses[i] are filled per object as get would. Returns KVS_OK when the call
+     * itself worked (per-object failures are in statuses). */
+    kvs_status (*get_many)(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                           uint64_t n, uint64_t *lens, kvs_status *statuses);
 } kvs_backend_ops;
 
 /* The symbol a plugin .so exports. */

@@ -131,7 +131,11 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
         if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err, err_len)) != KVS_OK)
             return st;
     }
-    return kvs_tiers_open(h->cfg, h->object_bytes, on_tier_event, h, &h->tiers, err, err_len);
+    void *staging = NULL;
+    uint64_t staging_len = 0;
+    if (h->pool) kvs_pool_region(h->pool, &staging, &staging_len);
+    return kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers, err,
+                          err_len);
 }
 
 static void api_close(kvs_handle *h);

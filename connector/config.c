@@ -67,12 +67,12 @@ static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_
 static const char *const POOL_KEYS[] = {"staging_bytes"};
 enum { PK_STAGING, PK_COUNT };
 
-static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options"};
-enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_COUNT };
+static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options", "paths"};
+enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_PATHS, TK_COUNT };
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug"};
-static const char *const TIER_TYPES[] = {"dram", "plugin"};
-enum { TYPE_DRAM, TYPE_PLUGIN };
+static const char *const TIER_TYPES[] = {"dram", "plugin", "ssd"};
+enum { TYPE_DRAM, TYPE_PLUGIN, TYPE_SSD };
 static const char *const WRITE_POLICIES[] = {"back", "through"};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -635,7 +635,7 @@ static kvs_status tier_name(const parse_ctx *ctx, const tier_fields *f, kvs_conf
 static kvs_status tier_type(const parse_ctx *ctx, tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     if (!f->values[TK_TYPE])
-        return missing_key(ctx, f->map, f->path, "type", " (dram or plugin)");
+        return missing_key(ctx, f->map, f->path, "type", " (dram, ssd or plugin)");
     key_path(kp, f->path, "type");
     kvs_status st = get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES, COUNT_OF(TIER_TYPES),
                                &f->type);
@@ -650,6 +650,8 @@ static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_
     if (!v) {
         if (f->type == TYPE_DRAM)
             return missing_key(ctx, f->map, f->path, "capacity", " (a dram tier needs a size)");
+        if (f->type == TYPE_SSD)
+            return missing_key(ctx, f->map, f->path, "capacity", " (an ssd tier needs a size, over all paths)");
         return KVS_OK;
     }
     key_path(kp, f->path, "capacity");
@@ -712,25 +714,75 @@ static kvs_status tier_option(const parse_ctx *ctx, const node *k, const node *v
     return KVS_OK;
 }
 
+/* `paths:` of an ssd tier: a sequence of directories, one per device, handed to the backend as
+ * options named `path` (in file order, before the tier's own options). Relative paths resolve
+ * against the file's directory, as plugin paths do. */
+static kvs_status tier_paths(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
+    char kp[KEY_PATH_MAX];
+    const node *v = f->values[TK_PATHS];
+    key_path(kp, f->path, "paths");
+    if (f->type != TYPE_SSD) {
+        if (!v) return KVS_OK;
+        return fail(ctx, f->keys[TK_PATHS], kp, "only a tier of type ssd takes paths (this tier is type %s)",
+                    TIER_TYPES[f->type]);
+    }
+    if (!v) return missing_key(ctx, f->map, f->path, "paths", " (one directory per SSD)");
+    if (v->kind != NODE_SEQUENCE || v->n_items == 0)
+        return fail(ctx, v, kp, "expected a non-empty sequence of directories, found %s", describe(v));
+    for (size_t i = 0; i < v->n_items; i++) {
+        const node *p = v->items[i];
+        char ip[KEY_PATH_MAX], given[KVS_PATH_MAX], full[KVS_PATH_MAX];
+        snprintf(ip, sizeof ip, "%s[%zu]", kp, i);
+        kvs_status st = get_text(ctx, p, ip, given, sizeof given);
+        if (st != KVS_OK) return st;
+        if (given[0] == '\0') return fail(ctx, p, ip, "an empty path");
+        int n = given[0] == '/' || !ctx->base_dir ? snprintf(full, sizeof full, "%s", given)
+                                                  : snprintf(full, sizeof full, "%s/%s", ctx->base_dir, given);
+        if (n < 0 || (size_t)n >= sizeof full)
+            return fail(ctx, p, ip, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
+        for (size_t j = 0; j < t->n_options; j++)
+            if (strcmp(t->options[j].value, full) == 0) return fail(ctx, p, ip, "path '%s' is listed twice", full);
+        kvs_config_option *o = &t->options[t->n_options];
+        o->key = strdup("path");
+        o->value = strdup(full);
+        if (!o->key || !o->value) {
+            free(o->key);
+            free(o->value);
+            o->key = o->value = NULL;
+            return out_of_memory(ctx);
+        }
+        t->n_options++;
+    }
+    return KVS_OK;
+}
+
 static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_OPTIONS];
-    if (!v) return KVS_OK;
+    const node *paths = f->type == TYPE_SSD ? f->values[TK_PATHS] : NULL;
+    size_t n_paths = paths && paths->kind == NODE_SEQUENCE ? paths->n_items : 0;
     key_path(kp, f->path, "options");
-    if (v->kind != NODE_MAPPING)
+    if (v && v->kind != NODE_MAPPING)
         return fail(ctx, v, kp, "expected a mapping of option names to values, found %s",
                     describe(v));
-    size_t n = v->n_items / 2;
-    if (n > KVS_CONFIG_MAX_OPTIONS)
-        return fail(ctx, v, kp, "%zu options, at most %d are allowed", n, KVS_CONFIG_MAX_OPTIONS);
-    if (n == 0) return KVS_OK;
-    t->options = calloc(n, sizeof *t->options);
+    size_t n = v ? v->n_items / 2 : 0;
+    if (n + n_paths > KVS_CONFIG_MAX_OPTIONS)
+        return fail(ctx, v ? v : paths, kp, "%zu options and paths, at most %d are allowed", n + n_paths,
+                    KVS_CONFIG_MAX_OPTIONS);
+    if (n + n_paths == 0) return tier_paths(ctx, f, t);
+    t->options = calloc(n + n_paths, sizeof *t->options);
     if (!t->options) return out_of_memory(ctx);
-    for (size_t i = 0; i < n; i++) {
-        kvs_status st = tier_option(ctx, v->items[2 * i], v->items[2 * i + 1], kp, t);
-        if (st != KVS_OK) return st;
+    kvs_status st = tier_paths(ctx, f, t);
+    for (size_t i = 0; st == KVS_OK && i < n; i++) {
+        const node *k = v->items[2 * i];
+        if (f->type == TYPE_SSD && k->kind == NODE_SCALAR && strcmp(k->text, "path") == 0) {
+            char op[KEY_PATH_MAX];
+            key_path(op, kp, "path");
+            return fail(ctx, k, op, "list an ssd tier's directories under `paths:`, not as an option");
+        }
+        st = tier_option(ctx, k, v->items[2 * i + 1], kp, t);
     }
-    return KVS_OK;
+    return st;
 }
 
 static kvs_status parse_tier(const parse_ctx *ctx, const node *n, kvs_config *cfg, size_t index) {

@@ -28,6 +28,8 @@ typedef struct kvs_tier {
 struct kvs_tier_chain {
     kvs_tier *tiers;
     uint32_t n;
+    void *staging_base; /* the worker's pool, told to backends (io_uring fixed buffers) */
+    uint64_t staging_len;
     int log_level;
     kvs_tier_event_fn on_event;
     void *event_ctx;
@@ -154,7 +156,8 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config
     kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
                              .capacity_bytes = tc->capacity_bytes, .max_object_bytes = max_object_bytes,
                              .options = t->options, .n_options = tc->n_options, .host = &t->host,
-                             .error = why, .error_len = sizeof why};
+                             .error = why, .error_len = sizeof why, .staging_base = c->staging_base,
+                             .staging_len = c->staging_len};
     st = t->ops->create(&init, &t->state);
     if (st != KVS_OK) {
         t->state = NULL;
@@ -165,8 +168,9 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config
     return KVS_OK;
 }
 
-kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, kvs_tier_event_fn on_event,
-                          void *event_ctx, kvs_tier_chain **out, char *err, uint64_t err_len) {
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,
+                          uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
+                          kvs_tier_chain **out, char *err, uint64_t err_len) {
     *out = NULL;
     kvs_tier_chain *c = calloc(1, sizeof *c);
     if (!c || !(c->tiers = calloc(cfg->n_tiers, sizeof *c->tiers))) {
@@ -175,6 +179,8 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, kvs_
         return KVS_ENOMEM;
     }
     c->log_level = cfg->log_level;
+    c->staging_base = staging_base;
+    c->staging_len = staging_len;
     c->on_event = on_event;
     c->event_ctx = event_ctx;
     for (uint32_t i = 0; i < cfg->n_tiers; i++) {

@@ -13,8 +13,10 @@ typedef struct kvs_tier_chain kvs_tier_chain;
 /* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
 typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
 
-kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, kvs_tier_event_fn on_event,
-                          void *event_ctx, kvs_tier_chain **out, char *err, uint64_t err_len);
+/* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend. */
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,
+                          uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
+                          kvs_tier_chain **out, char *err, uint64_t err_len);
 void kvs_tiers_close(kvs_tier_chain *chain);
 
 uint32_t kvs_tiers_count(const kvs_tier_chain *chain);

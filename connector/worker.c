@@ -303,9 +303,25 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
         add_error_block(h, w->req->block_ids[b]);
 }
 
-/* Resolve one chunk: pin it where it lives and get a pointer to its verified header. */
-static void open_load(kvs_handle *h, kvs_load_work *w) {
+/* Check a chunk's header and keep its checksums: the payload is checked against these, never
+ * against a header that could change under a zero-copy reference. */
+static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256];
+    if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers, h->chunk_tokens,
+                                h->layer_bytes, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return;
+    }
+    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
+        return fail_load(h, w, "out of memory");
+    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj), h->model.n_layers * sizeof *w->layer_hash);
+    w->object = obj;
+}
+
+/* Resolve one chunk: pin it where it lives; a zero-copy tier hands out its bytes at once, any other
+ * gets a staging slab to be filled by fetch_objects. */
+static void open_load(kvs_handle *h, kvs_load_work *w) {
     const kvs_key *key = &w->load->key;
     w->tier = kvs_tiers_find(h->tiers, key);
     if (w->tier < 0) return fail_load(h, w, "not in any tier (evicted after lookup)");
@@ -315,27 +331,64 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (ops->pin(state, key, 1, h->cfg->lease_timeout_ms, &pinned) != KVS_OK || pinned != 1)
         return fail_load(h, w, "evicted before it could be pinned");
     w->pinned = 1;
-    const void *obj = NULL;
     if (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) {
+        const void *obj = NULL;
         if (ops->get_ref(state, key, &obj, &len) != KVS_OK) return fail_load(h, w, ops->last_error(state));
-    } else {
-        if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
-        if (ops->get(state, key, w->slab, kvs_pool_slab_bytes(h->pool), &len) != KVS_OK)
-            return fail_load(h, w, ops->last_error(state));
-        obj = w->slab;
+        return accept_object(h, w, obj, len);
     }
-    if (kvs_object_check_header(obj, len, &h->fingerprint, key, h->model.n_layers, h->chunk_tokens,
-                                h->layer_bytes, why, sizeof why) != KVS_OK) {
-        fail_load(h, w, why);
-        w->drop = 1;
-        return;
+    if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
+}
+
+/* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
+ * tier over several devices submits the step's reads together), else one get per chunk. */
+static void fetch_objects(kvs_handle *h) {
+    uint64_t cap = kvs_pool_slab_bytes(h->pool);
+    for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
+        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
+        void *state = kvs_tiers_state(h->tiers, t);
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < h->n_loads; i++)
+            if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].tier == (int)t) n++;
+        if (n == 0) continue;
+        int many = (ops->caps & KVS_BACKEND_CAP_GET_MANY) && ops->struct_size >= sizeof *ops && ops->get_many;
+        kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
+        void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
+        uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL, *lens = many ? calloc(n, sizeof *lens) : NULL;
+        kvs_status *sts = many ? calloc(n, sizeof *sts) : NULL;
+        kvs_load_work **ws = many ? malloc(n * sizeof *ws) : NULL;
+        if (many && (!keys || !dsts || !caps || !lens || !sts || !ws)) many = 0; /* fall back to single gets */
+        if (many) {
+            uint64_t k = 0;
+            for (uint64_t i = 0; i < h->n_loads; i++) {
+                kvs_load_work *w = &h->loads[i];
+                if (!w->slab || w->failed || w->tier != (int)t) continue;
+                keys[k] = w->load->key;
+                dsts[k] = w->slab;
+                caps[k] = cap;
+                ws[k++] = w;
+            }
+            if (ops->get_many(state, keys, dsts, caps, n, lens, sts) != KVS_OK)
+                for (uint64_t k2 = 0; k2 < n; k2++) sts[k2] = KVS_EIO;
+            for (uint64_t k2 = 0; k2 < n; k2++) {
+                if (sts[k2] == KVS_OK) accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
+                else fail_load(h, ws[k2], ops->last_error(state));
+            }
+        } else {
+            for (uint64_t i = 0; i < h->n_loads; i++) {
+                kvs_load_work *w = &h->loads[i];
+                if (!w->slab || w->failed || w->tier != (int)t) continue;
+                uint64_t len = 0;
+                if (ops->get(state, &w->load->key, w->slab, cap, &len) != KVS_OK) fail_load(h, w, ops->last_error(state));
+                else accept_object(h, w, w->slab, len);
+            }
+        }
+        free(keys);
+        free(dsts);
+        free(caps);
+        free(lens);
+        free(sts);
+        free(ws);
     }
-    /* Keep the verified checksums: the payload is checked against these, never against a header
-     * that could change under a zero-copy reference. */
-    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
-        return fail_load(h, w, "out of memory");
-    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj), h->model.n_layers * sizeof *w->layer_hash);
-    w->object = obj;
 }
 
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
@@ -484,6 +537,7 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
         if (i < max) open_load(h, &h->loads[i]);
         else fail_load(h, &h->loads[i], "the step loads more chunks than device.max_chunks_per_step");
     }
+    fetch_objects(h);
     h->wstate = WORKER_LOADING;
     h->layers_loaded = 0;
     if (!h->dev_info.synchronous) load_all_async(h);

@@ -389,6 +389,33 @@ START_TEST(device_section_parses_and_refuses_bad_values) {
 }
 END_TEST
 
+START_TEST(ssd_tier_paths_become_path_options_before_the_others) {
+    kvs_config *cfg = load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
+                              "  - name: ssd\n    type: ssd\n    capacity: 64GiB\n"
+                              "    paths: [/mnt/a, rel/b]\n    options:\n      stripe_bytes: 1MiB\n");
+    const kvs_tier_config *t = &cfg->tiers[1];
+    ck_assert_str_eq(t->type, "ssd");
+    ck_assert_uint_eq(t->n_options, 3);
+    ck_assert_str_eq(t->options[0].key, "path");
+    ck_assert_str_eq(t->options[0].value, "/mnt/a");
+    ck_assert_str_eq(t->options[1].key, "path");
+    ck_assert_ptr_nonnull(strstr(t->options[1].value, "rel/b"));
+    ck_assert_str_eq(t->options[2].key, "stripe_bytes");
+    kvs_config_free(cfg);
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n", KVS_ECONFIG,
+                   "key 'tiers[0].paths'", "one directory per SSD");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    paths: [/a]\n", KVS_ECONFIG,
+                   "key 'tiers[0].capacity'", NULL);
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: []\n", KVS_ECONFIG,
+                   "key 'tiers[0].paths'", "non-empty sequence");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a, /a]\n", KVS_ECONFIG,
+                   "key 'tiers[0].paths[1]'", "listed twice");
+    expect_refused(ONE_TIER "    paths: [/a]\n", KVS_ECONFIG, "key 'tiers[0].paths'", "only a tier of type ssd");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a]\n"
+                   "    options:\n      path: /b\n", KVS_ECONFIG, "key 'tiers[0].options.path'", "paths:");
+}
+END_TEST
+
 START_TEST(duplicate_tier_name_is_refused) {
     expect_refused(ONE_TIER "  - name: dram\n    type: dram\n    capacity: 2GiB\n", KVS_ECONFIG,
                    "cfg.yaml:5:11: key 'tiers[1].name'", "duplicate tier name 'dram'");
@@ -452,8 +479,8 @@ END_TEST
 START_TEST(bad_enum_values_list_the_choices) {
     expect_refused("log_level: verbose\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:12: key 'log_level'",
                    "bad value 'verbose' (expected one of error, warn, info, debug)");
-    expect_refused("tiers:\n  - name: x\n    type: ssd\n", KVS_ECONFIG,
-                   "cfg.yaml:3:11: key 'tiers[0].type'", "expected one of dram, plugin");
+    expect_refused("tiers:\n  - name: x\n    type: nvme\n", KVS_ECONFIG,
+                   "cfg.yaml:3:11: key 'tiers[0].type'", "expected one of dram, plugin, ssd");
     expect_refused(ONE_TIER "    write: sideways\n", KVS_ECONFIG,
                    "cfg.yaml:5:12: key 'tiers[0].write'", "expected one of back, through");
 }
@@ -700,6 +727,7 @@ static TCase *error_tests(void) {
     tcase_add_test(errors, version_other_than_1_is_refused);
     tcase_add_test(errors, zero_sizes_are_refused);
     tcase_add_test(errors, device_section_parses_and_refuses_bad_values);
+    tcase_add_test(errors, ssd_tier_paths_become_path_options_before_the_others);
     tcase_add_test(errors, duplicate_tier_name_is_refused);
     tcase_add_test(errors, bad_tier_name_is_refused);
     tcase_add_test(errors, capacity_over_physical_memory_is_refused);
