@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages kvstrata builds and tests with, if any are missing. Idempotent and quiet
-# when everything is present. The CUDA toolkit is optional and never installed here.
+# when everything is present. The CUDA toolkit is optional and never installed here. fio is the
+# reference the SSD benchmark measures against.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libxxhash-dev check liburing-dev
-      libucx-dev)
+      libucx-dev fio)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
