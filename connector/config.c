@@ -688,6 +688,21 @@ static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_ti
     return KVS_OK;
 }
 
+/* Copies key and value into the next free entry of t->options (allocated by the caller). */
+static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const char *key, const char *value) {
+    kvs_config_option *o = &t->options[t->n_options];
+    o->key = strdup(key);
+    o->value = strdup(value);
+    if (!o->key || !o->value) {
+        free(o->key);
+        free(o->value);
+        o->key = o->value = NULL;
+        return out_of_memory(ctx);
+    }
+    t->n_options++;
+    return KVS_OK;
+}
+
 static kvs_status tier_option(const parse_ctx *ctx, const node *k, const node *v, const char *path,
                               kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
@@ -701,17 +716,7 @@ static kvs_status tier_option(const parse_ctx *ctx, const node *k, const node *v
     }
     if (v->kind != NODE_SCALAR)
         return fail(ctx, v, kp, "an option value must be a scalar, found %s", describe(v));
-    kvs_config_option *o = &t->options[t->n_options];
-    o->key = strdup(k->text);
-    o->value = strdup(v->text);
-    if (!o->key || !o->value) {
-        free(o->key);
-        free(o->value);
-        o->key = o->value = NULL;
-        return out_of_memory(ctx);
-    }
-    t->n_options++;
-    return KVS_OK;
+    return append_option(ctx, t, k->text, v->text);
 }
 
 /* `paths:` of an ssd tier: a sequence of directories, one per device, handed to the backend as
@@ -742,16 +747,7 @@ static kvs_status tier_paths(const parse_ctx *ctx, const tier_fields *f, kvs_tie
             return fail(ctx, p, ip, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
         for (size_t j = 0; j < t->n_options; j++)
             if (strcmp(t->options[j].value, full) == 0) return fail(ctx, p, ip, "path '%s' is listed twice", full);
-        kvs_config_option *o = &t->options[t->n_options];
-        o->key = strdup("path");
-        o->value = strdup(full);
-        if (!o->key || !o->value) {
-            free(o->key);
-            free(o->value);
-            o->key = o->value = NULL;
-            return out_of_memory(ctx);
-        }
-        t->n_options++;
+        if ((st = append_option(ctx, t, "path", full)) != KVS_OK) return st;
     }
     return KVS_OK;
 }
