@@ -1,0 +1,622 @@
+/* swarm_cluster.c - co-activation profile, distance graph, Algorithm 1 and cluster layout (see
+ * swarm_cluster.h). */
+#include "swarm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define EMPTY_KEY UINT64_MAX
+#define INITIAL_PAIR_CAPACITY 1024u
+
+/* ---- profile ------------------------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t pair_key(uint32_t i, uint32_t j) {
+    return i < j ? ((uint64_t)i << 32) | j : ((uint64_t)j << 32) | i;
+}
+
+/* Slot of key, or of the empty slot where it would go. The table is never full (load <= 0.7). */
+static uint64_t pair_find(const kvs_swarm_profile *p, uint64_t key) {
+    uint64_t mask = p->pair_capacity - 1, slot = mix64(key) & mask;
+    while (p->pair_keys[slot] != EMPTY_KEY && p->pair_keys[slot] != key) slot = (slot + 1) & mask;
+    return slot;
+}
+
+/* Re-insert every pair with count > floor into a table of new_capacity slots. */
+static kvs_status pair_rehash(kvs_swarm_profile *p, uint64_t new_capacity, uint32_t floor) {
+    uint64_t *keys = malloc(new_capacity * sizeof *keys);
+    uint32_t *counts = malloc(new_capacity * sizeof *counts);
+    if (!keys || !counts) {
+        free(keys);
+        free(counts);
+        return KVS_ENOMEM;
+    }
+    for (uint64_t s = 0; s < new_capacity; s++) keys[s] = EMPTY_KEY;
+    uint64_t *old_keys = p->pair_keys, old_capacity = p->pair_capacity;
+    uint32_t *old_counts = p->pair_counts;
+    p->pair_keys = keys;
+    p->pair_counts = counts;
+    p->pair_capacity = new_capacity;
+    p->n_pairs = 0;
+    for (uint64_t s = 0; s < old_capacity; s++) {
+        if (old_keys[s] == EMPTY_KEY || old_counts[s] <= floor) continue;
+        uint64_t slot = pair_find(p, old_keys[s]);
+        keys[slot] = old_keys[s];
+        counts[slot] = old_counts[s];
+        p->n_pairs++;
+    }
+    free(old_keys);
+    free(old_counts);
+    return KVS_OK;
+}
+
+kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs, kvs_swarm_profile **out) {
+    if (!out) return KVS_EINVAL;
+    *out = NULL;
+    if (n_entries == 0) return KVS_EINVAL;
+    kvs_swarm_profile *p = calloc(1, sizeof *p);
+    if (!p) return KVS_ENOMEM;
+    p->n_entries = n_entries;
+    p->max_pairs = max_pairs;
+    p->activations = calloc(n_entries, sizeof *p->activations);
+    p->step_ids = malloc((size_t)n_entries * sizeof *p->step_ids);
+    p->step_stamp = calloc(n_entries, sizeof *p->step_stamp);
+    p->pair_keys = malloc(INITIAL_PAIR_CAPACITY * sizeof *p->pair_keys);
+    p->pair_counts = malloc(INITIAL_PAIR_CAPACITY * sizeof *p->pair_counts);
+    if (!p->activations || !p->step_ids || !p->step_stamp || !p->pair_keys || !p->pair_counts) {
+        kvs_swarm_profile_destroy(p);
+        return KVS_ENOMEM;
+    }
+    p->pair_capacity = INITIAL_PAIR_CAPACITY;
+    for (uint64_t s = 0; s < p->pair_capacity; s++) p->pair_keys[s] = EMPTY_KEY;
+    *out = p;
+    return KVS_OK;
+}
+
+void kvs_swarm_profile_destroy(kvs_swarm_profile *p) {
+    if (!p) return;
+    free(p->activations);
+    free(p->step_ids);
+    free(p->step_stamp);
+    free(p->pair_keys);
+    free(p->pair_counts);
+    free(p);
+}
+
+/* Make room for one more pair: grow while under max_pairs, else drop the rarest pairs. */
+static kvs_status pair_make_room(kvs_swarm_profile *p) {
+    if (p->max_pairs && p->n_pairs + 1 > p->max_pairs) {
+        while (p->n_pairs > p->max_pairs / 2) {
+            kvs_status st = pair_rehash(p, p->pair_capacity, ++p->prune_floor);
+            if (st != KVS_OK) return st;
+        }
+    }
+    if ((p->n_pairs + 1) * 10 > p->pair_capacity * 7) return pair_rehash(p, p->pair_capacity * 2, 0);
+    return KVS_OK;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *p, const uint32_t *active, uint32_t n_active) {
+    if (!p || (n_active && !active)) return KVS_EINVAL;
+    for (uint32_t k = 0; k < n_active; k++)
+        if (active[k] >= p->n_entries) return KVS_EINVAL;
+    /* Duplicates within one step count once (the stamp marks ids taken this step); sorting makes each
+     * pair's key and the order of table updates a function of the set alone. */
+    uint64_t step = p->n_steps + 1;
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < n_active; k++) {
+        if (p->step_stamp[active[k]] == step) continue;
+        p->step_stamp[active[k]] = step;
+        p->step_ids[n++] = active[k];
+    }
+    qsort(p->step_ids, n, sizeof *p->step_ids, cmp_u32);
+    p->n_steps++;
+    for (uint32_t a = 0; a < n; a++) p->activations[p->step_ids[a]]++;
+    for (uint32_t a = 0; a < n; a++) {
+        for (uint32_t b = a + 1; b < n; b++) {
+            uint64_t key = pair_key(p->step_ids[a], p->step_ids[b]);
+            uint64_t slot = pair_find(p, key);
+            if (p->pair_keys[slot] == EMPTY_KEY) {
+                kvs_status st = pair_make_room(p);
+                if (st != KVS_OK) return st;
+                slot = pair_find(p, key);
+                p->pair_keys[slot] = key;
+                p->pair_counts[slot] = 0;
+                p->n_pairs++;
+            }
+            p->pair_counts[slot]++;
+            p->pair_increments++;
+        }
+    }
+    return KVS_OK;
+}
+
+uint32_t kvs_swarm_profile_count(const kvs_swarm_profile *p, uint32_t i, uint32_t j) {
+    if (!p || i >= p->n_entries || j >= p->n_entries) return 0;
+    if (i == j) return p->activations[i];
+    uint64_t slot = pair_find(p, pair_key(i, j));
+    return p->pair_keys[slot] == EMPTY_KEY ? 0 : p->pair_counts[slot];
+}
+
+uint64_t kvs_swarm_profile_total(const kvs_swarm_profile *p) {
+    return p ? 2 * p->pair_increments : 0;
+}
+
+/* ---- distance ----------------------------------------------------------------------------------- */
+
+static double metric_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i, uint32_t j,
+                              uint32_t f_ij) {
+    double f = (double)f_ij;
+    switch (metric) {
+    case KVS_SWARM_METRIC_GLOBAL: {
+        uint64_t total = kvs_swarm_profile_total(p);
+        return total ? 1.0 - f / (double)total : 1.0;
+    }
+    case KVS_SWARM_METRIC_RATE:
+        return p->n_steps ? 1.0 - f / (double)p->n_steps : 1.0;
+    case KVS_SWARM_METRIC_JACCARD:
+    default: {
+        /* f_ij <= min(f_ii, f_jj), so the union is at least max(f_ii, f_jj) and d is in [0, 1]. */
+        double uni = (double)p->activations[i] + (double)p->activations[j] - f;
+        return uni > 0.0 ? 1.0 - f / uni : 1.0;
+    }
+    }
+}
+
+double kvs_swarm_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i, uint32_t j) {
+    if (!p || i >= p->n_entries || j >= p->n_entries) return 1.0;
+    if (i == j) return 0.0;
+    return metric_distance(p, metric, i, j, kvs_swarm_profile_count(p, i, j));
+}
+
+/* ---- graph -------------------------------------------------------------------------------------- */
+
+typedef struct row_item {
+    uint32_t neighbour;
+    uint32_t position; /* arrival order within the row, so a repeated pair keeps its last distance */
+    double distance;
+} row_item;
+
+static int cmp_row_item(const void *a, const void *b) {
+    const row_item *x = a, *y = b;
+    if (x->neighbour != y->neighbour) return x->neighbour < y->neighbour ? -1 : 1;
+    return (x->position > y->position) - (x->position < y->position);
+}
+
+void kvs_swarm_graph_destroy(kvs_swarm_graph *g) {
+    if (!g) return;
+    free(g->row_start);
+    free(g->neighbour);
+    free(g->distance);
+    free(g);
+}
+
+/* CSR from undirected edges (a[k], b[k], d[k]); each edge is stored in both rows. */
+static kvs_status graph_from_edges(uint32_t n_entries, const uint32_t *a, const uint32_t *b, const double *d,
+                                   uint64_t n_edges, kvs_swarm_graph **out) {
+    kvs_status st = KVS_ENOMEM;
+    kvs_swarm_graph *g = calloc(1, sizeof *g);
+    row_item *items = NULL;
+    uint64_t *fill = NULL;
+    if (!g) goto fail;
+    g->n_entries = n_entries;
+    g->row_start = calloc((size_t)n_entries + 1, sizeof *g->row_start);
+    fill = calloc((size_t)n_entries, sizeof *fill);
+    items = malloc((size_t)(2 * n_edges + 1) * sizeof *items);
+    if (!g->row_start || !fill || !items) goto fail;
+    for (uint64_t k = 0; k < n_edges; k++) {
+        g->row_start[a[k] + 1]++;
+        g->row_start[b[k] + 1]++;
+    }
+    for (uint32_t i = 0; i < n_entries; i++) g->row_start[i + 1] += g->row_start[i];
+    for (uint64_t k = 0; k < n_edges; k++) {
+        uint64_t pa = g->row_start[a[k]] + fill[a[k]], pb = g->row_start[b[k]] + fill[b[k]];
+        items[pa] = (row_item){b[k], (uint32_t)fill[a[k]]++, d[k]};
+        items[pb] = (row_item){a[k], (uint32_t)fill[b[k]]++, d[k]};
+    }
+    /* Sort each row by neighbour and keep the last of each repeated neighbour, compacting in place. */
+    uint64_t write = 0;
+    for (uint32_t i = 0; i < n_entries; i++) {
+        uint64_t begin = g->row_start[i], end = g->row_start[i + 1];
+        qsort(items + begin, end - begin, sizeof *items, cmp_row_item);
+        g->row_start[i] = write;
+        for (uint64_t k = begin; k < end; k++) {
+            if (k + 1 < end && items[k + 1].neighbour == items[k].neighbour) continue;
+            items[write++] = items[k];
+        }
+    }
+    g->row_start[n_entries] = write;
+    g->neighbour = malloc((size_t)(write + 1) * sizeof *g->neighbour);
+    g->distance = malloc((size_t)(write + 1) * sizeof *g->distance);
+    if (!g->neighbour || !g->distance) goto fail;
+    for (uint64_t k = 0; k < write; k++) {
+        g->neighbour[k] = items[k].neighbour;
+        g->distance[k] = items[k].distance;
+    }
+    free(items);
+    free(fill);
+    *out = g;
+    return KVS_OK;
+fail:
+    free(items);
+    free(fill);
+    kvs_swarm_graph_destroy(g);
+    return st;
+}
+
+kvs_status kvs_swarm_graph_from_pairs(uint32_t n_entries, const uint32_t *a, const uint32_t *b,
+                                      const double *d, uint64_t n_pairs, kvs_swarm_graph **out) {
+    if (!out) return KVS_EINVAL;
+    *out = NULL;
+    if (n_entries == 0 || (n_pairs && (!a || !b || !d))) return KVS_EINVAL;
+    uint64_t n_edges = 0;
+    for (uint64_t k = 0; k < n_pairs; k++) {
+        if (a[k] >= n_entries || b[k] >= n_entries || !(d[k] >= 0.0 && d[k] <= 1.0)) return KVS_EINVAL;
+        if (a[k] != b[k]) n_edges++;
+    }
+    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea), *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
+    double *ed = malloc((size_t)(n_edges + 1) * sizeof *ed);
+    kvs_status st = KVS_ENOMEM;
+    if (ea && eb && ed) {
+        uint64_t e = 0;
+        for (uint64_t k = 0; k < n_pairs; k++) {
+            if (a[k] == b[k]) continue;
+            ea[e] = a[k];
+            eb[e] = b[k];
+            ed[e++] = d[k];
+        }
+        st = graph_from_edges(n_entries, ea, eb, ed, n_edges, out);
+    }
+    free(ea);
+    free(eb);
+    free(ed);
+    return st;
+}
+
+kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric metric, double keep_radius,
+                                 kvs_swarm_graph **out) {
+    if (!out) return KVS_EINVAL;
+    *out = NULL;
+    if (!p) return KVS_EINVAL;
+    uint64_t n_edges = 0;
+    for (uint64_t s = 0; s < p->pair_capacity; s++) {
+        if (p->pair_keys[s] == EMPTY_KEY) continue;
+        uint32_t i = (uint32_t)(p->pair_keys[s] >> 32), j = (uint32_t)p->pair_keys[s];
+        if (metric_distance(p, metric, i, j, p->pair_counts[s]) <= keep_radius) n_edges++;
+    }
+    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea), *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
+    double *ed = malloc((size_t)(n_edges + 1) * sizeof *ed);
+    kvs_status st = KVS_ENOMEM;
+    if (ea && eb && ed) {
+        /* Table order is a fixed function of the keys, so the graph is deterministic. */
+        uint64_t e = 0;
+        for (uint64_t s = 0; s < p->pair_capacity; s++) {
+            if (p->pair_keys[s] == EMPTY_KEY) continue;
+            uint32_t i = (uint32_t)(p->pair_keys[s] >> 32), j = (uint32_t)p->pair_keys[s];
+            double d = metric_distance(p, metric, i, j, p->pair_counts[s]);
+            if (d > keep_radius) continue;
+            ea[e] = i;
+            eb[e] = j;
+            ed[e++] = d;
+        }
+        st = graph_from_edges(p->n_entries, ea, eb, ed, n_edges, out);
+    }
+    free(ea);
+    free(eb);
+    free(ed);
+    return st;
+}
+
+double kvs_swarm_graph_distance(const kvs_swarm_graph *g, uint32_t i, uint32_t j) {
+    if (!g || i >= g->n_entries || j >= g->n_entries) return 1.0;
+    if (i == j) return 0.0;
+    uint64_t lo = g->row_start[i], hi = g->row_start[i + 1];
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (g->neighbour[mid] < j)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->row_start[i + 1] && g->neighbour[lo] == j ? g->distance[lo] : 1.0;
+}
+
+/* ---- clusters ----------------------------------------------------------------------------------- */
+
+void kvs_swarm_cluster_defaults(kvs_swarm_cluster_params *params) {
+    if (!params) return;
+    memset(params, 0, sizeof *params);
+    params->tau = 0.5;
+    params->max_copies = 3;
+    params->max_extra_slots = 0.25;
+}
+
+kvs_status kvs_swarm_clusters_create(uint32_t max_entries, kvs_swarm_clusters **out) {
+    if (!out) return KVS_EINVAL;
+    *out = NULL;
+    if (max_entries == 0) return KVS_EINVAL;
+    kvs_swarm_clusters *c = calloc(1, sizeof *c);
+    if (!c) return KVS_ENOMEM;
+    c->max_entries = max_entries;
+    c->copies = calloc(max_entries, sizeof *c->copies);
+    if (!c->copies) {
+        free(c);
+        return KVS_ENOMEM;
+    }
+    *out = c;
+    return KVS_OK;
+}
+
+void kvs_swarm_clusters_destroy(kvs_swarm_clusters *c) {
+    if (!c) return;
+    for (uint32_t k = 0; k < c->n_clusters; k++) {
+        free(c->items[k].members);
+        free(c->items[k].paths);
+        free(c->items[k].slots);
+    }
+    free(c->items);
+    free(c->copies);
+    free(c);
+}
+
+kvs_status kvs_swarm_clusters_add(kvs_swarm_clusters *c, uint32_t *index) {
+    if (!c) return KVS_EINVAL;
+    if (c->n_clusters == UINT32_MAX) return KVS_ENOMEM;
+    if (c->n_clusters == c->capacity) {
+        uint32_t cap = c->capacity ? c->capacity * 2 : 64;
+        kvs_swarm_cluster *items = realloc(c->items, (size_t)cap * sizeof *items);
+        if (!items) return KVS_ENOMEM;
+        c->items = items;
+        c->capacity = cap;
+    }
+    memset(&c->items[c->n_clusters], 0, sizeof c->items[0]);
+    c->items[c->n_clusters].start_path = KVS_SWARM_UNPLACED;
+    if (index) *index = c->n_clusters;
+    c->n_clusters++;
+    return KVS_OK;
+}
+
+kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *c, uint32_t k, uint32_t entry) {
+    if (!c || k >= c->n_clusters || entry >= c->max_entries) return KVS_EINVAL;
+    kvs_swarm_cluster *cl = &c->items[k];
+    if (cl->n_members == cl->capacity) {
+        uint32_t cap = cl->capacity ? cl->capacity * 2 : 8;
+        uint32_t *members = realloc(cl->members, (size_t)cap * sizeof *members);
+        if (!members) return KVS_ENOMEM;
+        cl->members = members;
+        uint32_t *paths = realloc(cl->paths, (size_t)cap * sizeof *paths);
+        if (!paths) return KVS_ENOMEM;
+        cl->paths = paths;
+        uint64_t *slots = realloc(cl->slots, (size_t)cap * sizeof *slots);
+        if (!slots) return KVS_ENOMEM;
+        cl->slots = slots;
+        cl->capacity = cap;
+    }
+    cl->members[cl->n_members] = entry;
+    cl->paths[cl->n_members] = KVS_SWARM_UNPLACED;
+    cl->slots[cl->n_members] = 0;
+    cl->n_members++;
+    if (c->copies[entry]++ == 0) c->n_covered++;
+    c->n_slots++;
+    return KVS_OK;
+}
+
+typedef struct ranked {
+    uint32_t key; /* rho, or unused */
+    uint32_t id;
+    double distance;
+} ranked;
+
+static int cmp_medoid_rank(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int cmp_candidate(const void *a, const void *b) {
+    const ranked *x = a, *y = b;
+    if (x->distance != y->distance) return x->distance < y->distance ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* rho over the entries with member[e] set (all when member is NULL). */
+static uint32_t density(const kvs_swarm_graph *g, double tau, const uint8_t *member, uint32_t e) {
+    uint32_t rho = 0;
+    for (uint64_t k = g->row_start[e]; k < g->row_start[e + 1]; k++)
+        if (g->distance[k] <= tau && (!member || member[g->neighbour[k]])) rho++;
+    return rho;
+}
+
+kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_t *rho, uint32_t *order) {
+    if (!g || !rho || !order) return KVS_EINVAL;
+    ranked *r = malloc((size_t)g->n_entries * sizeof *r);
+    if (!r) return KVS_ENOMEM;
+    for (uint32_t e = 0; e < g->n_entries; e++) {
+        rho[e] = density(g, tau, NULL, e);
+        r[e] = (ranked){rho[e], e, 0.0};
+    }
+    qsort(r, g->n_entries, sizeof *r, cmp_medoid_rank);
+    for (uint32_t e = 0; e < g->n_entries; e++) order[e] = r[e].id;
+    free(r);
+    return KVS_OK;
+}
+
+/* Algorithm 1 over entries[0..n) (subset flags in `member`). */
+static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params, const uint32_t *entries,
+                        uint32_t n, const uint8_t *member, kvs_swarm_clusters *c) {
+    kvs_status st = KVS_ENOMEM;
+    double tau = params->tau;
+    ranked *queue = malloc((size_t)n * sizeof *queue + 1);
+    ranked *cand = NULL;
+    uint8_t *pending = NULL; /* pending[k]: candidate k may still be admitted to the current cluster */
+    if (!queue) goto done;
+
+    uint64_t n_uncovered = 0, max_degree = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t e = entries[k];
+        queue[k] = (ranked){density(g, tau, member, e), e, 0.0};
+        if (c->copies[e] == 0) n_uncovered++;
+        uint64_t degree = g->row_start[e + 1] - g->row_start[e];
+        if (degree > max_degree) max_degree = degree;
+    }
+    qsort(queue, n, sizeof *queue, cmp_medoid_rank);
+    cand = malloc((size_t)max_degree * sizeof *cand + 1);
+    pending = malloc((size_t)max_degree + 1);
+    if (!cand || !pending) goto done;
+
+    uint64_t replica_cap = params->max_extra_slots < 0.0 ? UINT64_MAX : (uint64_t)(params->max_extra_slots * n);
+    uint64_t replicas = 0;
+    st = KVS_OK;
+    for (uint32_t q = 0; q < n && n_uncovered > 0; q++) {
+        uint32_t m = queue[q].id;
+        if (c->copies[m] > 0) continue;
+        uint32_t ci;
+        if ((st = kvs_swarm_clusters_add(c, &ci)) != KVS_OK) goto done;
+        if ((st = kvs_swarm_clusters_add_member(c, ci, m)) != KVS_OK) goto done;
+        n_uncovered--;
+
+        uint32_t n_cand = 0;
+        for (uint64_t k = g->row_start[m]; k < g->row_start[m + 1]; k++) {
+            uint32_t x = g->neighbour[k];
+            if (g->distance[k] <= tau && (!member || member[x])) cand[n_cand++] = (ranked){0, x, g->distance[k]};
+        }
+        qsort(cand, n_cand, sizeof *cand, cmp_candidate);
+        memset(pending, 1, n_cand);
+        int admitted_any = 1;
+        while (admitted_any) {
+            admitted_any = 0;
+            for (uint32_t k = 0; k < n_cand; k++) {
+                if (!pending[k]) continue;
+                uint32_t x = cand[k].id;
+                int replica = c->copies[x] > 0;
+                /* A budget refusal is final for this cluster; only the mean test can change. */
+                if (replica && (params->no_replica || (params->max_copies && c->copies[x] >= params->max_copies) ||
+                                replicas >= replica_cap)) {
+                    pending[k] = 0;
+                    continue;
+                }
+                if (!params->medoid_only) {
+                    const kvs_swarm_cluster *cl = &c->items[ci];
+                    double sum = 0.0;
+                    for (uint32_t y = 0; y < cl->n_members; y++) sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
+                    if (sum > tau * cl->n_members) continue;
+                }
+                if ((st = kvs_swarm_clusters_add_member(c, ci, x)) != KVS_OK) goto done;
+                pending[k] = 0;
+                if (replica)
+                    replicas++;
+                else
+                    n_uncovered--;
+                admitted_any = 1;
+            }
+            if (!params->fixpoint) break;
+        }
+    }
+done:
+    free(queue);
+    free(cand);
+    free(pending);
+    return st;
+}
+
+kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
+                                   kvs_swarm_clusters *c) {
+    if (!g || !params || !c || g->n_entries > c->max_entries || !(params->tau >= 0.0)) return KVS_EINVAL;
+    uint32_t *entries = malloc((size_t)g->n_entries * sizeof *entries);
+    if (!entries) return KVS_ENOMEM;
+    for (uint32_t e = 0; e < g->n_entries; e++) entries[e] = e;
+    kvs_status st = build(g, params, entries, g->n_entries, NULL, c);
+    free(entries);
+    return st;
+}
+
+kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
+                                          const uint32_t *entries, uint32_t n, kvs_swarm_clusters *c) {
+    if (!g || !params || !c || (n && !entries) || g->n_entries > c->max_entries || !(params->tau >= 0.0))
+        return KVS_EINVAL;
+    uint8_t *member = calloc(g->n_entries, 1);
+    if (!member) return KVS_ENOMEM;
+    kvs_status st = KVS_OK;
+    for (uint32_t k = 0; k < n; k++) {
+        if (entries[k] >= g->n_entries || member[entries[k]]) {
+            st = KVS_EINVAL;
+            break;
+        }
+        member[entries[k]] = 1;
+    }
+    if (st == KVS_OK) st = build(g, params, entries, n, member, c);
+    free(member);
+    return st;
+}
+
+/* ---- layout and routes -------------------------------------------------------------------------- */
+
+kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths, kvs_swarm_balance balance) {
+    if (!layout || n_paths == 0 || n_paths > KVS_SWARM_MAX_PATHS) return KVS_EINVAL;
+    memset(layout, 0, sizeof *layout);
+    layout->n_paths = n_paths;
+    layout->balance = balance;
+    return KVS_OK;
+}
+
+void kvs_swarm_layout_place(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t first) {
+    if (!layout || !c) return;
+    for (uint32_t k = first; k < c->n_clusters; k++) {
+        kvs_swarm_cluster *cl = &c->items[k];
+        if (cl->placed != 0 || cl->n_members == 0) continue;
+        uint64_t zero = 0;
+        uint64_t *pointer = layout->balance == KVS_SWARM_BALANCE_NONE ? &zero : &layout->pointer;
+        kvs_swarm_place(pointer, layout->n_paths, cl->n_members, 1, cl->paths);
+        cl->start_path = cl->paths[0];
+        for (uint32_t m = 0; m < cl->n_members; m++) cl->slots[m] = layout->next_slot[cl->paths[m]]++;
+        cl->placed = cl->n_members;
+    }
+}
+
+void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t k, uint32_t paper_offset) {
+    if (!layout || !c || k >= c->n_clusters) return;
+    kvs_swarm_cluster *cl = &c->items[k];
+    if (cl->placed == 0) { /* never placed: place the whole cluster as a new stripe */
+        kvs_swarm_layout_place(layout, c, k);
+        return;
+    }
+    for (uint32_t m = cl->placed; m < cl->n_members; m++) {
+        uint32_t d = (uint32_t)(((uint64_t)cl->start_path + m + paper_offset) % layout->n_paths);
+        cl->paths[m] = d;
+        cl->slots[m] = layout->next_slot[d]++;
+    }
+    cl->placed = cl->n_members;
+}
+
+uint64_t kvs_swarm_routes(const kvs_swarm_clusters *c, uint32_t n_entries, uint32_t max_copies, uint32_t *n_copies,
+                          uint32_t *paths, uint64_t *slots) {
+    if (!c || !n_copies || !paths || max_copies == 0) return 0;
+    memset(n_copies, 0, (size_t)n_entries * sizeof *n_copies);
+    uint64_t dropped = 0;
+    for (uint32_t k = 0; k < c->n_clusters; k++) {
+        const kvs_swarm_cluster *cl = &c->items[k];
+        for (uint32_t m = 0; m < cl->placed; m++) {
+            uint32_t e = cl->members[m];
+            if (e >= n_entries) continue;
+            if (n_copies[e] == max_copies) {
+                dropped++;
+                continue;
+            }
+            uint64_t at = (uint64_t)e * max_copies + n_copies[e]++;
+            paths[at] = cl->paths[m];
+            if (slots) slots[at] = cl->slots[m];
+        }
+    }
+    return dropped;
+}
