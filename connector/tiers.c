@@ -8,6 +8,7 @@
 
 #include "dram.h"
 #include "log.h"
+#include "policy.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
 #define KVS_BACKEND_OPS_1_0_SIZE offsetof(kvs_backend_ops, reserve)
@@ -152,6 +153,7 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config
     }
     t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host), .ctx = t, .log = host_log,
                                  .on_evict = host_on_evict};
+    kvs_policy_install(&t->host);
     char why[512] = "";
     kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
                              .capacity_bytes = tc->capacity_bytes, .max_object_bytes = max_object_bytes,

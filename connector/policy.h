@@ -1,0 +1,10 @@
+/* policy.h - placement/retrieval callbacks for multi-device tiers (schedulers/swarm behind them). */
+#ifndef KVS_POLICY_H
+#define KVS_POLICY_H
+
+#include "kvstrata_backend.h"
+
+/* Fill host->place and host->schedule. */
+void kvs_policy_install(kvs_backend_host *host);
+
+#endif
