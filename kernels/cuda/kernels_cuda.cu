@@ -1,133 +1,122 @@
-/* kernels_cuda.cu - CUDA paged <-> payload moves (see kernels_cuda.h). */
+/* kernels_cuda.cu - the copy kernel and the copy-engine issue of the CUDA device (see
+ * kernels_cuda.h). */
 #include "kernels_cuda.h"
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace {
 
-/* Threads per thread block. A block copies several token rows at once when a token row is
- * narrower than the block, so small rows (MLA, fp8) still keep every lane busy. */
+/* Threads per thread block. A block moves several token rows at once when a row is narrower than
+ * the block, so small rows (MLA latents, fp8) still keep every lane busy. */
 constexpr unsigned kThreads = 256;
-/* Enough blocks to fill any current GPU several times over; larger spans loop (grid stride). */
-constexpr unsigned kMaxBlocks = 1u << 16;
 
-struct move_params {
-    char *parts[2]; /* k_base, v_base */
-    char *payload;
-    const uint32_t *block_ids;
-    long long block_stride;
-    long long token_stride;
-    long long head_stride;
-    unsigned long long first_token;
-    unsigned long long n_rows; /* n_parts * n_tokens token rows */
-    unsigned n_tokens;
-    unsigned block_tokens;
-    unsigned head_units;  /* head_bytes / sizeof(Unit) */
-    unsigned token_units; /* n_heads * head_units */
-};
-
-/* One token row (one part, one token, every head) per threadIdx.y; threadIdx.x walks its units.
- * Unit is uint4 when every address and stride is 16-byte aligned, so each lane moves 16 bytes per
- * load and store. */
+/* One token row (one part of one token: n_heads heads) per threadIdx.y; threadIdx.x walks the
+ * row's units. Rows are visited in launch order (the copies' K rows, then their V rows), so
+ * neighbouring thread blocks touch neighbouring tokens of one block and the payload is read or
+ * written front to back. Unit is the widest type every address of the launch is aligned to. */
 template <typename Unit, bool kToPages>
-__global__ void __launch_bounds__(kThreads) move_rows(const move_params p) {
-    const unsigned long long row_step = (unsigned long long)gridDim.x * blockDim.y;
-    for (unsigned long long row = (unsigned long long)blockIdx.x * blockDim.y + threadIdx.y;
-         row < p.n_rows; row += row_step) {
-        const unsigned part = (unsigned)(row / p.n_tokens);
-        const unsigned t = (unsigned)(row - (unsigned long long)part * p.n_tokens);
-        const unsigned long long token = p.first_token + t;
-        const unsigned long long table_index = token / p.block_tokens;
-        const unsigned in_block = (unsigned)(token - table_index * p.block_tokens);
-        const long long block = (long long)p.block_ids[table_index];
-        char *page = p.parts[part] + block * p.block_stride + (long long)in_block * p.token_stride;
-        Unit *payload = reinterpret_cast<Unit *>(p.payload) + row * p.token_units;
-        for (unsigned i = threadIdx.x; i < p.token_units; i += blockDim.x) {
-            const unsigned head = i / p.head_units;
-            const unsigned unit = i - head * p.head_units;
-            Unit *cell = reinterpret_cast<Unit *>(page + (long long)head * p.head_stride) + unit;
-            if (kToPages)
-                *cell = payload[i];
-            else
-                payload[i] = *cell;
+__global__ void __launch_bounds__(kThreads) move_rows(const kvs_cuda_move m) {
+    const kvs_cuda_layer layer = m.layer;
+    const uint64_t n_rows = m.n_tokens * layer.n_parts;
+    const uint32_t head_units = layer.head_bytes / (uint32_t)sizeof(Unit);
+    const uint32_t row_units = head_units * layer.n_heads;
+    const uint64_t row_step = (uint64_t)gridDim.x * blockDim.y;
+    for (uint64_t row = (uint64_t)blockIdx.x * blockDim.y + threadIdx.y; row < n_rows;
+         row += row_step) {
+        uint64_t page = 0, payload = 0;
+        kvs_cuda_locate_row(&layer, m.descs, m.n_copies, m.ids, m.n_tokens, row, &page, &payload);
+        Unit *row_payload = reinterpret_cast<Unit *>(static_cast<uintptr_t>(payload));
+        if (layer.heads_contiguous) {
+            /* The row is one run in the pages too. */
+            Unit *row_page = reinterpret_cast<Unit *>(static_cast<uintptr_t>(page));
+            for (uint32_t i = threadIdx.x; i < row_units; i += blockDim.x) {
+                if (kToPages)
+                    row_page[i] = row_payload[i];
+                else
+                    row_payload[i] = row_page[i];
+            }
+        } else {
+            for (uint32_t i = threadIdx.x; i < row_units; i += blockDim.x) {
+                const uint32_t head = i / head_units;
+                const uint32_t unit = i - head * head_units;
+                Unit *cell = reinterpret_cast<Unit *>(static_cast<uintptr_t>(
+                                 page + (uint64_t)head * (uint64_t)layer.head_stride)) +
+                             unit;
+                if (kToPages)
+                    *cell = row_payload[i];
+                else
+                    row_payload[i] = *cell;
+            }
         }
     }
 }
 
 template <typename Unit>
-cudaError_t launch_rows(move_params p, unsigned head_bytes, unsigned n_heads, bool to_pages,
-                        cudaStream_t stream) {
-    p.head_units = head_bytes / (unsigned)sizeof(Unit);
-    p.token_units = n_heads * p.head_units;
-    /* x: lanes for one token row, a multiple of the warp size; y: token rows per block. */
-    unsigned lanes = (p.token_units + 31u) / 32u * 32u;
+cudaError_t launch(const kvs_cuda_move *move, uint32_t max_grid, cudaStream_t stream) {
+    const uint32_t row_units = move->layer.head_bytes / (uint32_t)sizeof(Unit) * move->layer.n_heads;
+    /* x: lanes for one row, whole warps so a warp never straddles two rows; y: rows per block. */
+    uint32_t lanes = (row_units + 31u) / 32u * 32u;
     if (lanes > kThreads) lanes = kThreads;
-    const unsigned rows_per_block = kThreads / lanes;
-    unsigned long long blocks = (p.n_rows + rows_per_block - 1) / rows_per_block;
-    if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+    const uint32_t rows_per_block = kThreads / lanes;
+    const uint64_t n_rows = move->n_tokens * move->layer.n_parts;
+    uint64_t blocks = (n_rows + rows_per_block - 1) / rows_per_block;
+    if (blocks > max_grid) blocks = max_grid;
+    if (blocks == 0) blocks = 1;
     const dim3 grid((unsigned)blocks), block(lanes, rows_per_block);
-    if (to_pages)
-        move_rows<Unit, true><<<grid, block, 0, stream>>>(p);
-    else
-        move_rows<Unit, false><<<grid, block, 0, stream>>>(p);
-    return cudaGetLastError();
+    kvs_cuda_move args = *move;
+    void *params[] = {&args};
+    const void *kernel = move->to_pages ? reinterpret_cast<const void *>(&move_rows<Unit, true>)
+                                        : reinterpret_cast<const void *>(&move_rows<Unit, false>);
+    /* cudaLaunchKernel returns this launch's own error, so a stale error the engine left in the
+     * thread's last-error slot is neither taken nor blamed on us. */
+    return cudaLaunchKernel(kernel, grid, block, params, 0, stream);
 }
 
-kvs_status move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                      const kvs_token_span *span, const uint32_t *block_ids_dev, void *payload,
-                      bool to_pages, cudaStream_t stream) {
-    if (!view || !shape || !span) return KVS_EINVAL;
-    if (span->n_tokens == 0) return KVS_OK;
-    if (!block_ids_dev || !payload || !view->k_base || (shape->has_v && !view->v_base) ||
-        shape->n_heads == 0 || shape->head_bytes == 0 || shape->block_tokens == 0 ||
-        view->device_kind != KVS_DEVICE_CUDA)
-        return KVS_EINVAL;
-
-    move_params p = {};
-    p.parts[0] = static_cast<char *>(view->k_base);
-    p.parts[1] = static_cast<char *>(shape->has_v ? view->v_base : view->k_base);
-    p.payload = static_cast<char *>(payload);
-    p.block_ids = block_ids_dev;
-    p.block_stride = view->block_stride;
-    p.token_stride = view->token_stride;
-    p.head_stride = view->head_stride;
-    p.first_token = span->first_token;
-    p.n_tokens = span->n_tokens;
-    p.block_tokens = shape->block_tokens;
-    p.n_rows = (unsigned long long)(shape->has_v ? 2 : 1) * span->n_tokens;
-
-    /* The widest unit every address, stride and row length is a multiple of. */
-    const uintptr_t bits = reinterpret_cast<uintptr_t>(view->k_base) |
-                           reinterpret_cast<uintptr_t>(p.parts[1]) |
-                           reinterpret_cast<uintptr_t>(payload) | (uintptr_t)view->block_stride |
-                           (uintptr_t)view->token_stride | (uintptr_t)view->head_stride |
-                           (uintptr_t)shape->head_bytes;
-    cudaError_t rc;
-    if ((bits & 15u) == 0)
-        rc = launch_rows<uint4>(p, shape->head_bytes, shape->n_heads, to_pages, stream);
-    else if ((bits & 7u) == 0)
-        rc = launch_rows<uint2>(p, shape->head_bytes, shape->n_heads, to_pages, stream);
-    else if ((bits & 3u) == 0)
-        rc = launch_rows<uint32_t>(p, shape->head_bytes, shape->n_heads, to_pages, stream);
-    else
-        rc = launch_rows<uint8_t>(p, shape->head_bytes, shape->n_heads, to_pages, stream);
-    return rc == cudaSuccess ? KVS_OK : KVS_EIO;
+/* Errors that mean "this driver does not do batched copies", as opposed to a failed device. */
+bool batch_refused(cudaError_t rc) {
+    return rc == cudaErrorNotSupported || rc == cudaErrorInvalidValue ||
+           rc == cudaErrorCallRequiresNewerDriver || rc == cudaErrorNotYetImplemented;
 }
 
 } // namespace
 
-extern "C" kvs_status kvs_cuda_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                            const kvs_token_span *span,
-                                            const uint32_t *block_ids_dev, void *dst,
+extern "C" cudaError_t kvs_cuda_launch_move(const kvs_cuda_move *move, uint32_t max_grid,
                                             cudaStream_t stream) {
-    return move_layer(view, shape, span, block_ids_dev, dst, false, stream);
+    if (!move || move->n_copies == 0 || move->n_tokens == 0) return cudaSuccess;
+    if (max_grid == 0) max_grid = 1;
+    switch (move->unit_bytes) {
+    case 16: return launch<uint4>(move, max_grid, stream);
+    case 8: return launch<uint2>(move, max_grid, stream);
+    case 4: return launch<uint32_t>(move, max_grid, stream);
+    case 2: return launch<uint16_t>(move, max_grid, stream);
+    case 1: return launch<uint8_t>(move, max_grid, stream);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
-extern "C" kvs_status kvs_cuda_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                             const kvs_token_span *span,
-                                             const uint32_t *block_ids_dev, const void *src,
-                                             cudaStream_t stream) {
-    /* Scatter only reads the payload; the shared mover takes one pointer type. */
-    return move_layer(view, shape, span, block_ids_dev, const_cast<void *>(src), true, stream);
+extern "C" cudaError_t kvs_cuda_issue_runs(const kvs_cuda_runs *runs, cudaStream_t stream,
+                                           int *use_batch) {
+    if (runs->n == 0) return cudaSuccess;
+    if (*use_batch) {
+        cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        /* The sources are pages the engine's stream wrote (save) or payload the host filled before
+         * the call (load): both must be read in stream order, after the waits before them. */
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+        size_t first_index = 0;
+        cudaError_t rc = cudaMemcpyBatchAsync(runs->dst, runs->src, runs->bytes, (size_t)runs->n,
+                                              &attr, &first_index, 1, stream);
+        if (rc == cudaSuccess || !batch_refused(rc)) return rc;
+        (void)cudaGetLastError(); /* the refusal is handled: do not leave it for the next caller */
+        *use_batch = 0;
+    }
+    for (uint64_t i = 0; i < runs->n; i++) {
+        cudaError_t rc =
+            cudaMemcpyAsync(runs->dst[i], runs->src[i], runs->bytes[i], cudaMemcpyDefault, stream);
+        if (rc != cudaSuccess) return rc;
+    }
+    return cudaSuccess;
 }

@@ -1,35 +1,42 @@
-/* kernels_cuda.h - CUDA versions of the paged <-> payload moves of kernels.h, with the same
- * meaning: the same view strides, shape, token span and payload layout (K rows [n_tokens][n_heads]
- * [head_bytes], then V rows unless MLA).
- *
- * Both calls enqueue one kernel launch on `stream` for the whole span of one layer and return at
- * once; the copy is done when the stream reaches it. The caller has made view->device_index the
- * current device and has checked view and span with kvs_kernel_check_view / kvs_kernel_check_span
- * (on the host copy of the block table). block_ids_dev is a device-readable copy of
- * span->block_ids (span->block_ids itself is not read and may be NULL); it, the pages and the
- * payload must stay valid until the stream has run the copy. The payload may be device memory or
- * pinned host memory the device can address. Thread-safe: no state besides the stream. */
+/* kernels_cuda.h - the two ways the CUDA device moves one layer of a step between the engine's
+ * pages and pinned host payload, both enqueued on a caller's stream and returning at once:
+ *   - the copy kernel: one launch for every copy of the layer, reading a descriptor block
+ *     (copy_plan.h) from device memory; any stride permutation, any element size;
+ *   - the copy engines: a list of contiguous runs (kvs_cuda_plan_runs) as one
+ *     cudaMemcpyBatchAsync, or one cudaMemcpyAsync per run where the batch call is refused.
+ * The caller has made the layer's device current and checked the copies. Thread-safe: no state. */
 #ifndef KVS_KERNELS_CUDA_H
 #define KVS_KERNELS_CUDA_H
 
 #include <cuda_runtime_api.h>
 
-#include "kernels.h"
+#include "copy_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Paged -> payload. dst holds kvs_kernel_layer_bytes(shape, span->n_tokens). Returns KVS_OK
- * (nothing is launched for 0 tokens), KVS_EINVAL for a null pointer, a zero shape field or a view
- * that is not on a CUDA device, KVS_EIO if the launch failed. */
-kvs_status kvs_cuda_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                 const kvs_token_span *span, const uint32_t *block_ids_dev,
-                                 void *dst, cudaStream_t stream);
-/* Payload -> paged; returns as kvs_cuda_gather_layer. */
-kvs_status kvs_cuda_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                  const kvs_token_span *span, const uint32_t *block_ids_dev,
-                                  const void *src, cudaStream_t stream);
+/* One launch. descs and ids point at the device copy of a packed descriptor block; they, the pages
+ * and the payload must stay valid until the stream has run the launch. */
+typedef struct kvs_cuda_move {
+    kvs_cuda_layer layer;             /* device addresses */
+    const kvs_cuda_copy_desc *descs;  /* device memory, n_copies entries */
+    const uint32_t *ids;              /* device memory */
+    uint32_t n_copies;                /* > 0 */
+    uint64_t n_tokens;                /* summed tokens of the copies, > 0 */
+    uint32_t unit_bytes;              /* 16, 8, 4, 2 or 1: see kvs_cuda_unit_bytes */
+    int to_pages;                     /* 1: payload -> pages (load), 0: pages -> payload (save) */
+} kvs_cuda_move;
+
+/* Enqueue the copy kernel on `stream` with at most max_grid thread blocks (it loops over rows).
+ * Returns the launch's error (cudaSuccess once enqueued). */
+cudaError_t kvs_cuda_launch_move(const kvs_cuda_move *move, uint32_t max_grid, cudaStream_t stream);
+
+/* Enqueue runs->n runs on the copy engines of `stream` (not the legacy NULL stream), sources read in
+ * stream order. *use_batch selects cudaMemcpyBatchAsync; if the driver refuses it the runs are
+ * issued one by one instead and *use_batch is cleared, so later calls skip the attempt. The run
+ * arrays are read during the call only. */
+cudaError_t kvs_cuda_issue_runs(const kvs_cuda_runs *runs, cudaStream_t stream, int *use_batch);
 
 #ifdef __cplusplus
 }

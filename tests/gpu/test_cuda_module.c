@@ -1,0 +1,104 @@
+/* test_cuda_module.c - the CUDA module as the connector loads it, on any machine: it dlopens
+ * without a GPU or even a driver (the CUDA runtime is linked in statically), answers only its own
+ * device ABI version, refuses bad open arguments with a sentence before touching CUDA, and without
+ * a usable GPU fails open with KVS_EIO and the reason instead of crashing. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu_support.h"
+#include "kvstrata_backend.h" /* KVS_LOG_* */
+
+static const kvs_device_ops *ops;
+static char fake_pages[4096]; /* never dereferenced: open refuses before any copy */
+
+static kvs_device_init good_init(kvs_layer_view *views) {
+    for (int l = 0; l < 2; l++)
+        views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view),
+                                    .device_kind = KVS_DEVICE_CUDA, .device_index = 0,
+                                    .n_blocks = 4, .k_base = fake_pages + 1024 * l,
+                                    .v_base = fake_pages + 1024 * l + 512, .block_stride = 128,
+                                    .token_stride = 32, .head_stride = 16};
+    return (kvs_device_init){.struct_size = sizeof(kvs_device_init), .views = views, .n_layers = 2,
+                             .shape = {2, 16, 4, 1}, .max_tokens_per_layer = 16,
+                             .max_copies_per_layer = 2, .method = KVS_DEV_COPY_AUTO,
+                             .log_level = KVS_LOG_ERROR};
+}
+
+static void expect_refused(const kvs_device_init *init, const char *fragment) {
+    void *state = (void *)1;
+    char err[512] = "";
+    ck_assert_int_eq(ops->open(init, &state, NULL, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_null(state);
+    ck_assert_msg(strstr(err, fragment) != NULL, "\"%s\" does not mention \"%s\"", err, fragment);
+}
+
+START_TEST(the_module_answers_only_its_own_version) {
+    ck_assert_str_eq(ops->name, "cuda");
+    ck_assert_uint_eq(ops->version, KVS_DEVICE_ABI_VERSION);
+}
+END_TEST
+
+START_TEST(open_refuses_bad_arguments_with_a_sentence) {
+    kvs_layer_view views[2];
+    kvs_device_init init = good_init(views);
+    expect_refused(NULL, "init is NULL");
+    init.struct_size = 8;
+    expect_refused(&init, "struct_size");
+    init = good_init(views);
+    init.max_copies_per_layer = 0;
+    expect_refused(&init, "max_copies_per_layer (0)");
+    init = good_init(views);
+    views[1].device_kind = KVS_DEVICE_HOST;
+    expect_refused(&init, "layer 1 is not a CUDA view");
+    init = good_init(views);
+    views[1].device_index = 3;
+    expect_refused(&init, "layer 1 is on another device");
+    init = good_init(views);
+    views[0].v_base = NULL;
+    expect_refused(&init, "no v_base");
+    init = good_init(views);
+    views[0].token_stride = -32;
+    expect_refused(&init, "negative stride");
+}
+END_TEST
+
+/* Without a GPU: KVS_EIO naming the CUDA error. With one: the fake host pointers are refused. */
+START_TEST(open_fails_cleanly_when_no_gpu_can_take_the_views) {
+    kvs_layer_view views[2];
+    kvs_device_init init = good_init(views);
+    void *state = (void *)1;
+    char err[512] = "";
+    int count = 0;
+    const int have_gpu = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+    kvs_status st = ops->open(&init, &state, NULL, err, sizeof err);
+    ck_assert_ptr_null(state);
+    if (have_gpu) {
+        ck_assert_int_eq(st, KVS_EINVAL);
+        ck_assert_msg(strstr(err, "not memory of this device") != NULL, "%s", err);
+    } else {
+        ck_assert_int_eq(st, KVS_EIO);
+        ck_assert_msg(strstr(err, "no usable CUDA device") != NULL, "%s", err);
+    }
+}
+END_TEST
+
+static Suite *module_suite(void) {
+    Suite *s = suite_create("cuda_module");
+    TCase *t = tcase_create("module");
+    tcase_add_test(t, the_module_answers_only_its_own_version);
+    tcase_add_test(t, open_refuses_bad_arguments_with_a_sentence);
+    tcase_add_test(t, open_fails_cleanly_when_no_gpu_can_take_the_views);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) {
+    ops = gpu_load_module();
+    SRunner *r = srunner_create(module_suite());
+    srunner_set_fork_status(r, CK_NOFORK); /* CUDA may be initialised in this process */
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
