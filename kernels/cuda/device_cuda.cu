@@ -387,6 +387,9 @@ void choose_methods(cuda_device *d, kvs_dev_copy_method method, uint64_t run_byt
     }
     for (int k = LOAD; k <= SAVE; k++)
         d->dir[k].use_dma = c.dma_gbps[k] >= kDmaPreference * c.kernel_gbps[k];
+    if (!d->use_batch)
+        log_line(d->log_level, KVS_LOG_INFO,
+                 "cuda:%d: the driver refused cudaMemcpyBatchAsync; runs are copied one by one", o);
     log_line(d->log_level, KVS_LOG_INFO,
              "cuda:%d: copy calibration (%u tokens in %u copies, %llu runs of up to %llu bytes): "
              "load kernel %.1f GB/s, copy engines %.1f GB/s; save kernel %.1f GB/s, copy engines "
@@ -657,9 +660,13 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
     }
 
     if (n_tokens > 0 && dir->use_dma) {
+        const int had_batch = d->use_batch;
         if ((rc = kvs_cuda_issue_runs(&d->runs, dir->stream, &d->use_batch)) != cudaSuccess)
             return cuda_fail(o, rc, err, err_len, "%s(%u): enqueueing %llu copy-engine runs",
                              dir->op, layer, (unsigned long long)d->runs.n);
+        if (had_batch && !d->use_batch)
+            log_line(d->log_level, KVS_LOG_WARN,
+                     "cuda:%d: the driver refused cudaMemcpyBatchAsync; copying run by run", o);
     } else if (n_tokens > 0) {
         if ((rc = cudaMemcpyAsync(slot->device, slot->host, packed.bytes, cudaMemcpyHostToDevice,
                                   dir->stream)) != cudaSuccess ||
