@@ -34,7 +34,9 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	@for b in $(BUILD)/bin/kvs-bench-*; do echo "== $$b"; $$b || exit 1; done
+	@for b in $(BUILD)/bin/kvs-bench-*; do echo "== $$b"; $$b; rc=$$?; \
+	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs hardware this machine lacks)"; \
+	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
 
 install: build
 	cmake --install $(BUILD)

@@ -89,7 +89,8 @@ typedef struct kvs_device_ops {
     const char *name;
     kvs_status (*open)(const kvs_device_init *init, void **state, kvs_device_info *info, char *err,
                        size_t err_len);
-    /* Waits for outstanding work, then frees everything (and unregisters host memory). */
+    /* Waits for outstanding work, then frees everything (and unregisters host memory). An engine
+     * that captured wait_layer into a CUDA graph destroys that graph first: it names our events. */
     void (*close)(void *state);
     /* Make [base, base+len) usable as payload memory (cudaHostRegister). Idempotent per range. */
     kvs_status (*register_host)(void *state, void *base, uint64_t len, char *err, size_t err_len);
