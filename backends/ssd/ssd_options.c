@@ -1,0 +1,270 @@
+/*
+ * ssd_options.c - strict parsing of the ssd tier's backend options (contract in ssd_options.h).
+ */
+#include "ssd_options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ssd_format.h"
+#include "ssd_io.h"
+
+#define VALID_OPTIONS                                                                                        \
+    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, "            \
+    "pread_threads, io_timeout_ms, sim_bandwidth, sim_iops, fault_inject"
+
+typedef struct unit {
+    const char *name;
+    uint64_t bytes;
+} unit;
+
+static const unit UNITS[] = {
+    {"", 1},
+    {"B", 1},
+    {"K", 1ull << 10},
+    {"KiB", 1ull << 10},
+    {"M", 1ull << 20},
+    {"MiB", 1ull << 20},
+    {"G", 1ull << 30},
+    {"GiB", 1ull << 30},
+    {"T", 1ull << 40},
+    {"TiB", 1ull << 40},
+    {"KB", 1000ull},
+    {"MB", 1000ull * 1000},
+    {"GB", 1000ull * 1000 * 1000},
+    {"TB", 1000ull * 1000 * 1000 * 1000},
+};
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int ssd_options_parse_size(const char *text, uint64_t *bytes) {
+    const char *p = text;
+    if (!p || !is_digit(*p)) return -1;
+    unsigned __int128 whole = 0, fraction = 0, scale = 1;
+    for (; is_digit(*p); p++) {
+        whole = whole * 10 + (unsigned)(*p - '0');
+        if (whole > UINT64_MAX) return -1;
+    }
+    if (*p == '.') {
+        p++;
+        if (!is_digit(*p)) return -1;
+        for (int digits = 0; is_digit(*p); p++, digits++) {
+            if (digits >= 18) return -1;
+            fraction = fraction * 10 + (unsigned)(*p - '0');
+            scale *= 10;
+        }
+    }
+    while (*p == ' ') p++;
+    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
+        if (strcmp(p, UNITS[i].name) != 0) continue;
+        unsigned __int128 frac_bytes = fraction * UNITS[i].bytes;
+        if (frac_bytes % scale != 0) return -1; /* not a whole number of bytes */
+        unsigned __int128 total = whole * UNITS[i].bytes + frac_bytes / scale;
+        if (total > UINT64_MAX) return -1;
+        *bytes = (uint64_t)total;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+    if (!text || !is_digit(*text)) return -1;
+    uint64_t v = 0;
+    for (const char *p = text; *p; p++) {
+        if (!is_digit(*p) || v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "enospc_after:N,eio_path:K,eio_after:N" */
+static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_len) {
+    char buf[256];
+    if (strlen(text) >= sizeof buf) {
+        snprintf(why, why_len, "fault_inject \"%.60s...\" is too long", text);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        while (*item == ' ') item++;
+        char *colon = strchr(item, ':');
+        uint64_t v = 0;
+        if (!colon || parse_count(colon + 1, 0, INT32_MAX, &v) != 0) {
+            snprintf(why, why_len, "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, eio_after)",
+                     item);
+            return -1;
+        }
+        *colon = '\0';
+        if (strcmp(item, "enospc_after") == 0) o->enospc_after = (int64_t)v;
+        else if (strcmp(item, "eio_path") == 0) o->eio_path = (int32_t)v;
+        else if (strcmp(item, "eio_after") == 0) o->eio_after = v;
+        else {
+            snprintf(why, why_len, "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after)", item);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static const char *const NAMES[] = {"stripe_bytes",  "replicas",      "queue_depth", "write_inflight",
+                                    "write_buffer_bytes", "io_engine", "pread_threads", "io_timeout_ms",
+                                    "sim_bandwidth", "sim_iops",      "fault_inject"};
+#define N_NAMES (sizeof NAMES / sizeof NAMES[0])
+
+static int parse_one(unsigned which, const char *value, ssd_options *o, char *why, size_t why_len) {
+    uint64_t v = 0;
+    const char *name = NAMES[which];
+    switch (which) {
+    case 0: /* stripe_bytes */
+        if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 || v > SSD_MAX_STRIPE_BYTES) {
+            snprintf(why, why_len, "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB",
+                     value);
+            return -1;
+        }
+        o->stripe_bytes = v;
+        return 0;
+    case 1: /* replicas */
+        if (parse_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
+            snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %d", value, SSD_MAX_REPLICAS);
+            return -1;
+        }
+        o->replicas = (uint32_t)v;
+        return 0;
+    case 2: /* queue_depth */
+        if (parse_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+            snprintf(why, why_len, "queue_depth \"%.40s\" is not a whole number from 2 to %u", value,
+                     SSD_MAX_QUEUE_DEPTH);
+            return -1;
+        }
+        o->queue_depth = (uint32_t)v;
+        return 0;
+    case 3: /* write_inflight */
+        if (parse_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+            snprintf(why, why_len, "write_inflight \"%.40s\" is not a whole number from 1 to %u", value,
+                     SSD_MAX_QUEUE_DEPTH);
+            return -1;
+        }
+        o->write_inflight = (uint32_t)v;
+        return 0;
+    case 4: /* write_buffer_bytes */
+        if (ssd_options_parse_size(value, &v) != 0 || v == 0) {
+            snprintf(why, why_len, "write_buffer_bytes \"%.40s\" is not a size such as 64MiB", value);
+            return -1;
+        }
+        o->write_buffer_bytes = v;
+        return 0;
+    case 5: /* io_engine */
+        if (strcmp(value, "uring") == 0) o->engine = SSD_ENGINE_URING;
+        else if (strcmp(value, "pread") == 0) o->engine = SSD_ENGINE_PREAD;
+        else {
+            snprintf(why, why_len, "io_engine \"%.40s\" is not uring or pread", value);
+            return -1;
+        }
+        return 0;
+    case 6: /* pread_threads */
+        if (parse_count(value, 1, 64, &v) != 0) {
+            snprintf(why, why_len, "pread_threads \"%.40s\" is not a whole number from 1 to 64", value);
+            return -1;
+        }
+        o->pread_threads = (uint32_t)v;
+        return 0;
+    case 7: /* io_timeout_ms */
+        if (parse_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
+            snprintf(why, why_len, "io_timeout_ms \"%.40s\" is not a whole number of milliseconds from 1 to 86400000",
+                     value);
+            return -1;
+        }
+        o->io_timeout_ms = v;
+        return 0;
+    case 8: { /* sim_bandwidth */
+        char buf[64];
+        size_t n = strlen(value);
+        if (n >= sizeof buf) n = sizeof buf - 1;
+        memcpy(buf, value, n);
+        buf[n] = '\0';
+        if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
+        if (ssd_options_parse_size(buf, &v) != 0 || v == 0) {
+            snprintf(why, why_len, "sim_bandwidth \"%.40s\" is not a rate such as 250MB/s", value);
+            return -1;
+        }
+        o->sim_bandwidth = v;
+        return 0;
+    }
+    case 9: /* sim_iops */
+        if (parse_count(value, 1, 1000000000ull, &v) != 0) {
+            snprintf(why, why_len, "sim_iops \"%.40s\" is not a whole number from 1 to 1000000000", value);
+            return -1;
+        }
+        o->sim_iops = v;
+        return 0;
+    case 10: /* fault_inject */
+        return parse_faults(value, o, why, why_len);
+    }
+    snprintf(why, why_len, "option %s is not handled", name);
+    return -1;
+}
+
+kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *o, char *why,
+                             size_t why_len) {
+    memset(o, 0, sizeof *o);
+    o->stripe_bytes = 1ull << 20;
+    o->replicas = 1;
+    o->queue_depth = 128;
+    o->write_inflight = 8;
+    o->pread_threads = 2;
+    o->write_buffer_bytes = 64ull << 20;
+    o->engine = SSD_ENGINE_URING;
+    o->io_timeout_ms = 30000;
+    o->enospc_after = -1;
+    o->eio_path = -1;
+    int seen[N_NAMES] = {0};
+    for (uint64_t i = 0; i < n_options; i++) {
+        const char *key = options[i].key ? options[i].key : "";
+        const char *value = options[i].value ? options[i].value : "";
+        if (strcmp(key, "path") == 0) {
+            if (!*value) {
+                snprintf(why, why_len, "a path is empty");
+                return KVS_ECONFIG;
+            }
+            if (o->n_paths == SSD_MAX_PATHS) {
+                snprintf(why, why_len, "more than %d paths", SSD_MAX_PATHS);
+                return KVS_ECONFIG;
+            }
+            o->paths[o->n_paths++] = value;
+            continue;
+        }
+        unsigned which = 0;
+        while (which < N_NAMES && strcmp(key, NAMES[which]) != 0) which++;
+        if (which == N_NAMES) {
+            snprintf(why, why_len, "unknown option \"%.60s\" (valid options: " VALID_OPTIONS ")", key);
+            return KVS_ECONFIG;
+        }
+        if (seen[which]++) {
+            snprintf(why, why_len, "option %s is given twice", key);
+            return KVS_ECONFIG;
+        }
+        if (parse_one(which, value, o, why, why_len) != 0) return KVS_ECONFIG;
+    }
+    if (o->n_paths == 0) {
+        snprintf(why, why_len, "needs at least one path (YAML `paths: [/mnt/nvme0/kvs, ...]`)");
+        return KVS_ECONFIG;
+    }
+    if (o->replicas > o->n_paths) {
+        snprintf(why, why_len, "replicas %u needs at least %u paths; %u given", o->replicas, o->replicas, o->n_paths);
+        return KVS_ECONFIG;
+    }
+    if (!seen[3] && o->write_inflight >= o->queue_depth) o->write_inflight = o->queue_depth - 1;
+    if (o->write_inflight >= o->queue_depth) {
+        snprintf(why, why_len, "write_inflight %u must be below queue_depth %u (reads need room in the ring)",
+                 o->write_inflight, o->queue_depth);
+        return KVS_ECONFIG;
+    }
+    if (o->eio_path >= 0 && (uint32_t)o->eio_path >= o->n_paths) {
+        snprintf(why, why_len, "fault_inject eio_path:%d names no path (there are %u)", o->eio_path, o->n_paths);
+        return KVS_ECONFIG;
+    }
+    return KVS_OK;
+}
