@@ -32,6 +32,7 @@
 
 #define NIL UINT32_MAX
 #define NO_PATH UINT32_MAX
+#define LOCK_WAIT_NS (2ull * 1000 * 1000 * 1000)
 
 enum { OBJ_FREE = 0, OBJ_WRITING, OBJ_LIVE, OBJ_DROPPED };
 
@@ -593,6 +594,18 @@ static kvs_status ssd_put(void *state, const kvs_key *key, const void *object, u
         checksums[u] = XXH3_64bits(data + (uint64_t)u * t->stripe_bytes, ssd_format_unit_bytes(len, t->stripe_bytes, u));
 
     pthread_mutex_lock(&t->mutex);
+    if (choose_paths(t, n_units, paths) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        set_error(t, "every path has failed; nothing can be stored");
+        rc = KVS_EIO;
+        goto undo_budget;
+    }
+    for (uint32_t i = 0; i < n_copies; i++) per_path_need[paths[i]]++;
+    if (make_room(t, per_path_need) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        goto undo_budget; /* make_room set the error */
+    }
+    /* A free slot means a free record: every record in use holds at least one slot. */
     uint32_t o = object_alloc(t, n_units, R);
     if (o == NIL) {
         pthread_mutex_unlock(&t->mutex);
@@ -604,19 +617,6 @@ static kvs_status ssd_put(void *state, const kvs_key *key, const void *object, u
     e->len = len;
     e->seq = t->next_seq++;
     memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
-    if (choose_paths(t, n_units, paths) != 0) {
-        object_release(t, o);
-        pthread_mutex_unlock(&t->mutex);
-        set_error(t, "every path has failed; nothing can be stored");
-        rc = KVS_EIO;
-        goto undo_budget;
-    }
-    for (uint32_t i = 0; i < n_copies; i++) per_path_need[paths[i]]++;
-    if (make_room(t, per_path_need) != 0) {
-        object_release(t, o);
-        pthread_mutex_unlock(&t->mutex);
-        goto undo_budget; /* make_room set the error */
-    }
     job->object = o;
     for (uint32_t u = 0; u < n_units; u++) {
         uint64_t unit_bytes = ssd_format_unit_bytes(len, t->stripe_bytes, u);
@@ -1202,9 +1202,17 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         set_error(t, "cannot open %s (%s)", file, errno_name(err));
         return err == EACCES || err == EROFS || err == EPERM ? KVS_ECONFIG : KVS_EIO;
     }
-    if (flock(p->fd, LOCK_EX | LOCK_NB) != 0) {
-        set_error(t, "%s is in use by another tier or process (%s)", file, errno_name(errno));
-        return KVS_ECONFIG;
+    /* After a crash the kernel may hold the dead process's file for a moment while its ring's
+     * requests drain, so a busy lock is retried for a while before it counts as in use. */
+    uint64_t give_up = now_ns() + LOCK_WAIT_NS;
+    while (flock(p->fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err != EWOULDBLOCK || now_ns() > give_up) {
+            set_error(t, "%s is in use by another tier or process (%s)", file, errno_name(err));
+            return KVS_ECONFIG;
+        }
+        struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
     }
     uint64_t want = SSD_BLOCK + p->n_slots * t->slot_bytes;
     struct stat st;

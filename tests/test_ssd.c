@@ -1,0 +1,1202 @@
+/* test_ssd.c - the built-in SSD tier through its backend ops table, on files in temporary
+ * directories (each directory stands for one device). */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ssd.h"
+#include "ssd_place.h"
+#include "test_support.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+#define MAX_TEST_PATHS 4
+
+static const kvs_backend_ops *ops;
+static char error_text[512];
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+static kvs_key key_of(uint32_t i) {
+    kvs_key k;
+    memset(&k, 0, sizeof k);
+    uint32_t hi = i * 2654435761u + 7u;
+    memcpy(k.bytes, &i, sizeof i);
+    memcpy(k.bytes + 8, &hi, sizeof hi);
+    return k;
+}
+
+/* The content of object `seed`: any torn or misplaced unit shows up as a mismatch. */
+static void fill(uint8_t *buf, uint64_t len, uint32_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (uint64_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (uint8_t)(x >> 24);
+    }
+}
+
+static int bytes_match(const uint8_t *buf, uint64_t len, uint32_t seed) {
+    uint8_t *want = malloc(len ? len : 1);
+    fill(want, len, seed);
+    int same = memcmp(buf, want, len) == 0;
+    free(want);
+    return same;
+}
+
+static uint8_t *aligned_buffer(uint64_t len) {
+    void *p = NULL;
+    ck_assert_int_eq(posix_memalign(&p, 4096, len ? len : 4096), 0);
+    return p;
+}
+
+/* Log lines the tier wrote, for checks on what it told the operator. */
+static pthread_mutex_t log_mutex = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+
+static void capture_log(void *ctx, int level, const char *message) {
+    (void)ctx;
+    (void)level;
+    pthread_mutex_lock(&log_mutex);
+    size_t used = strlen(log_text);
+    snprintf(log_text + used, sizeof log_text - used, "%s\n", message);
+    pthread_mutex_unlock(&log_mutex);
+}
+
+static int log_contains(const char *needle) {
+    pthread_mutex_lock(&log_mutex);
+    int found = strstr(log_text, needle) != NULL;
+    pthread_mutex_unlock(&log_mutex);
+    return found;
+}
+
+static kvs_backend_host plain_host = {.struct_size = sizeof(kvs_backend_host), .log = capture_log};
+
+/* Directories dir[0..n) under one temporary root. */
+typedef struct test_dirs {
+    char root[256];
+    char dir[MAX_TEST_PATHS][320];
+} test_dirs;
+
+static void make_dirs(test_dirs *d) {
+    ck_assert_int_eq(kvs_test_tmpdir(d->root, sizeof d->root), 0);
+    for (int i = 0; i < MAX_TEST_PATHS; i++) {
+        snprintf(d->dir[i], sizeof d->dir[i], "%s/disk%d", d->root, i);
+        ck_assert_int_eq(mkdir(d->dir[i], 0700), 0);
+    }
+}
+
+typedef struct tier_args {
+    uint32_t n_paths;
+    uint64_t capacity, max_object;
+    const char *options[12][2]; /* extra name/value pairs, NULL-terminated */
+    const kvs_backend_host *host;
+    void *staging;
+    uint64_t staging_len;
+    const char *name;
+} tier_args;
+
+static kvs_status try_open(const test_dirs *d, const tier_args *a, void **st) {
+    kvs_backend_option opts[MAX_TEST_PATHS + 12];
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < a->n_paths; i++) opts[n++] = (kvs_backend_option){"path", d->dir[i]};
+    for (int i = 0; i < 12 && a->options[i][0]; i++) opts[n++] = (kvs_backend_option){a->options[i][0], a->options[i][1]};
+    error_text[0] = '\0';
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = a->name ? a->name : "ssd0",
+                             .capacity_bytes = a->capacity,
+                             .max_object_bytes = a->max_object,
+                             .options = opts,
+                             .n_options = n,
+                             .host = a->host ? a->host : &plain_host,
+                             .error = error_text,
+                             .error_len = sizeof error_text,
+                             .staging_base = a->staging,
+                             .staging_len = a->staging_len};
+    *st = NULL;
+    return ops->create(&init, st);
+}
+
+static void *open_ok(const test_dirs *d, const tier_args *a) {
+    void *st = NULL;
+    kvs_status rc = try_open(d, a, &st);
+    ck_assert_msg(rc == KVS_OK, "create: %s", error_text);
+    return st;
+}
+
+static void put_object(void *st, uint32_t i, uint64_t len) {
+    uint8_t *buf = malloc(len ? len : 1);
+    fill(buf, len, i);
+    kvs_key k = key_of(i);
+    kvs_status rc = ops->put(st, &k, buf, len);
+    ck_assert_msg(rc == KVS_OK, "put %u: %s", i, ops->last_error(st));
+    free(buf);
+}
+
+static void flush(void *st) { ck_assert_int_eq(kvs_ssd_flush(st, 20000), KVS_OK); }
+
+/* get into an aligned buffer; returns the status and checks the bytes when it is KVS_OK. */
+static kvs_status get_and_check(void *st, uint32_t i, uint64_t want_len) {
+    uint64_t cap = want_len + 8192, len = 0;
+    uint8_t *buf = aligned_buffer(cap);
+    kvs_key k = key_of(i);
+    kvs_status rc = ops->get(st, &k, buf, cap, &len);
+    if (rc == KVS_OK) {
+        ck_assert_uint_eq(len, want_len);
+        ck_assert_msg(bytes_match(buf, len, i), "object %u came back with other bytes", i);
+    }
+    free(buf);
+    return rc;
+}
+
+static uint64_t present(void *st, uint32_t i) {
+    kvs_key k = key_of(i);
+    uint64_t n = 0;
+    ck_assert_int_eq(ops->contains(st, &k, 1, &n), KVS_OK);
+    return n;
+}
+
+static kvs_ssd_stats_t stats_of(void *st) {
+    kvs_ssd_stats_t s;
+    ck_assert_int_eq(kvs_ssd_stats(st, &s), KVS_OK);
+    return s;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void setup(void) {
+    ops = kvs_ssd_backend();
+    log_text[0] = '\0';
+}
+
+/* ---- the table and basic round trips --------------------------------------------------------- */
+
+START_TEST(ops_table_declares_its_version_and_capabilities) {
+    ck_assert_uint_eq(ops->abi_major, KVS_BACKEND_ABI_MAJOR);
+    ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
+    ck_assert_str_eq(ops->type_name, "ssd");
+    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY);
+    ck_assert_ptr_nonnull(ops->get_many);
+    ck_assert_ptr_null(ops->get_ref);
+}
+END_TEST
+
+/* Lengths around every boundary: empty, sub-block, block, stripe, stripe + 1, the maximum. */
+static const uint64_t LENGTHS[] = {0, 1, 4095, 4096, 5000, 16 * KIB, 16 * KIB + 1, 40 * KIB + 123, 64 * KIB};
+#define N_LENGTHS (sizeof LENGTHS / sizeof LENGTHS[0])
+
+START_TEST(put_then_get_is_byte_exact_over_1_2_and_4_paths) {
+    static const uint32_t path_counts[] = {1, 2, 4};
+    for (int c = 0; c < 3; c++) {
+        test_dirs d;
+        make_dirs(&d);
+        tier_args a = {.n_paths = path_counts[c], .capacity = 8 * MIB, .max_object = 64 * KIB,
+                       .options = {{"stripe_bytes", "16KiB"}}};
+        void *st = open_ok(&d, &a);
+        for (uint32_t i = 0; i < N_LENGTHS; i++) put_object(st, i, LENGTHS[i]);
+        flush(st);
+        for (uint32_t i = 0; i < N_LENGTHS; i++)
+            ck_assert_msg(get_and_check(st, i, LENGTHS[i]) == KVS_OK, "%u paths, object %u: %s", path_counts[c], i,
+                          ops->last_error(st));
+        uint64_t n_objects = 0, bytes = 0, want_bytes = 0;
+        for (uint32_t i = 0; i < N_LENGTHS; i++) want_bytes += LENGTHS[i];
+        ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+        ck_assert_uint_eq(n_objects, N_LENGTHS);
+        ck_assert_uint_eq(bytes, want_bytes);
+        kvs_ssd_stats_t s = stats_of(st);
+        ck_assert_uint_eq(s.n_paths, path_counts[c]);
+        ck_assert_uint_eq(s.failed_paths, 0);
+        ops->destroy(st);
+        kvs_test_rmtree(d.root);
+    }
+}
+END_TEST
+
+START_TEST(an_object_is_invisible_until_its_writes_complete) {
+    test_dirs d;
+    make_dirs(&d);
+    /* 64KiB at 2MB/s: the write takes about 35 ms, long enough to look before it lands */
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{"sim_bandwidth", "2MB/s"}}};
+    void *st = open_ok(&d, &a);
+    put_object(st, 1, 64 * KIB);
+    ck_assert_uint_eq(present(st, 1), 0);
+    ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_ENOTFOUND);
+    ck_assert_uint_ge(stats_of(st).writes_pending, 1);
+    flush(st);
+    ck_assert_uint_eq(present(st, 1), 1);
+    ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(units_are_striped_over_every_path) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    uint64_t superblocks = stats_of(st).writes;
+    ck_assert_uint_eq(superblocks, 4);
+    for (uint32_t i = 0; i < 10; i++) put_object(st, i, 64 * KIB); /* 4 units each */
+    put_object(st, 10, 20 * KIB);                                     /* 2 units */
+    flush(st);
+    kvs_ssd_stats_t s = stats_of(st);
+    uint64_t total = 0;
+    for (uint32_t p = 0; p < 4; p++) {
+        total += s.paths[p].units;
+        ck_assert_uint_ge(s.paths[p].units, 10); /* every 4-unit object put one unit on each path */
+        ck_assert_uint_le(s.paths[p].units, 11);
+        ck_assert_uint_ge(s.paths[p].writes, 11);
+    }
+    ck_assert_uint_eq(total, 42);
+    ck_assert_uint_eq(s.writes - superblocks, 42);
+    for (uint32_t i = 0; i < 11; i++) ck_assert_int_eq(get_and_check(st, i, i < 10 ? 64 * KIB : 20 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(get_reports_overflow_and_absence_with_sentences) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB};
+    void *st = open_ok(&d, &a);
+    put_object(st, 1, 10000);
+    flush(st);
+    uint8_t *buf = aligned_buffer(8192);
+    uint64_t len = 0;
+    kvs_key k = key_of(1), missing = key_of(99);
+    ck_assert_int_eq(ops->get(st, &k, buf, 8192, &len), KVS_EOVERFLOW);
+    ck_assert_uint_eq(len, 10000);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "does not fit"));
+    ck_assert_int_eq(ops->get(st, &missing, buf, 8192, &len), KVS_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "ssd tier \"ssd0\": object not stored"));
+    uint8_t too_big[1];
+    ck_assert_int_eq(ops->put(st, &k, too_big, 64 * KIB + 1), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "larger than the tier's max object size"));
+    free(buf);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(unaligned_buffers_read_through_a_bounce_buffer) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    put_object(st, 3, 50000);
+    flush(st);
+    uint8_t *raw = aligned_buffer(64 * KIB + 4096);
+    uint64_t len = 0;
+    kvs_key k = key_of(3);
+    ck_assert_int_eq(ops->get(st, &k, raw + 1, 50000, &len), KVS_OK); /* misaligned and exactly len */
+    ck_assert_uint_eq(len, 50000);
+    ck_assert(bytes_match(raw + 1, len, 3));
+    ck_assert_uint_eq(stats_of(st).bounce_reads, 4);
+    /* aligned, but cap is the length: only the last unit, whose read is rounded up, bounces */
+    ck_assert_int_eq(ops->get(st, &k, raw, 50000, &len), KVS_OK);
+    ck_assert(bytes_match(raw, len, 3));
+    ck_assert_uint_eq(stats_of(st).bounce_reads, 5);
+    free(raw);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(reads_into_the_staging_pool_use_registered_buffers) {
+    test_dirs d;
+    make_dirs(&d);
+    uint64_t pool_len = 2 * MIB;
+    uint8_t *pool = mmap(NULL, pool_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(pool, MAP_FAILED);
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .staging = pool,
+                   .staging_len = pool_len, .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 4; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    kvs_key keys[4];
+    void *dsts[4];
+    uint64_t caps[4], lens[4];
+    kvs_status statuses[4];
+    for (uint32_t i = 0; i < 4; i++) {
+        keys[i] = key_of(i);
+        dsts[i] = pool + i * 64 * KIB;
+        caps[i] = 64 * KIB;
+    }
+    ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, 4, lens, statuses), KVS_OK);
+    for (uint32_t i = 0; i < 4; i++) {
+        ck_assert_int_eq(statuses[i], KVS_OK);
+        ck_assert(bytes_match(dsts[i], lens[i], i));
+    }
+    kvs_ssd_stats_t s = stats_of(st);
+    if (s.paths[0].uring) ck_assert_uint_eq(s.fixed_reads, 16);
+    ck_assert_uint_eq(s.bounce_reads, 0);
+    ops->destroy(st);
+    munmap(pool, pool_len);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* ---- get_many, placement and scheduling policies --------------------------------------------- */
+
+START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 16; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    enum { N = 20 };
+    kvs_key keys[N];
+    void *dsts[N];
+    uint64_t caps[N], lens[N];
+    kvs_status statuses[N];
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t id = i < 16 ? i : i == 16 ? 3 : i == 17 ? 5 : i == 18 ? 999 : 7;
+        keys[i] = key_of(id);
+        dsts[i] = aligned_buffer(64 * KIB);
+        caps[i] = i == 19 ? 1000 : 64 * KIB;
+    }
+    kvs_ssd_stats_t before = stats_of(st);
+    ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, N, lens, statuses), KVS_OK);
+    kvs_ssd_stats_t after = stats_of(st);
+    for (uint32_t i = 0; i < 18; i++) {
+        uint32_t id = i < 16 ? i : i == 16 ? 3 : 5;
+        ck_assert_int_eq(statuses[i], KVS_OK);
+        ck_assert_uint_eq(lens[i], 64 * KIB);
+        ck_assert_msg(bytes_match(dsts[i], lens[i], id), "item %u", i);
+    }
+    ck_assert_int_eq(statuses[18], KVS_ENOTFOUND);
+    ck_assert_int_eq(statuses[19], KVS_EOVERFLOW);
+    ck_assert_uint_eq(lens[19], 64 * KIB);
+    /* 16 distinct objects of 4 units: the duplicates cost no I/O */
+    ck_assert_uint_eq(after.reads - before.reads, 64);
+    if (after.paths[0].uring) /* each ring got its share as one batch: one io_uring_enter per path */
+        ck_assert_uint_le(after.submits - before.submits, 4);
+    else
+        ck_assert_uint_eq(after.submits - before.submits, 64);
+    for (uint32_t i = 0; i < N; i++) free(dsts[i]);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+typedef struct policy_log {
+    int place_calls, schedule_calls;
+    uint64_t last_n;
+    uint32_t last_max_copies;
+    int bad_copy;
+} policy_log;
+
+/* Every copy of every unit on the last path, replicas on the ones before it. */
+static void place_on_last(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
+                          uint32_t *paths_out) {
+    policy_log *log = ctx;
+    log->place_calls++;
+    for (uint32_t u = 0; u < n_units; u++)
+        for (uint32_t r = 0; r < replicas; r++) paths_out[u * replicas + r] = n_paths - 1 - r;
+    *pointer += n_units;
+}
+
+/* Always read the last offered copy; submit in reverse. */
+static void schedule_last_copy(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
+                               const uint32_t *paths, uint32_t *chosen, uint64_t *order) {
+    policy_log *log = ctx;
+    log->schedule_calls++;
+    log->last_n = n;
+    log->last_max_copies = max_copies;
+    for (uint64_t r = 0; r < n; r++) {
+        if (n_copies[r] == 0 || n_copies[r] > max_copies) log->bad_copy = 1;
+        chosen[r] = paths[r * max_copies + n_copies[r] - 1];
+        if (chosen[r] >= n_paths) log->bad_copy = 1;
+        order[r] = n - 1 - r;
+    }
+}
+
+START_TEST(host_policies_choose_the_paths_and_the_read_order) {
+    test_dirs d;
+    make_dirs(&d);
+    policy_log plog = {0};
+    kvs_backend_host host = {.struct_size = sizeof host, .ctx = &plog, .log = capture_log,
+                             .place = place_on_last, .schedule = schedule_last_copy};
+    tier_args a = {.n_paths = 3, .capacity = 12 * MIB, .max_object = 64 * KIB, .host = &host,
+                   .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 5; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    ck_assert_int_eq(plog.place_calls, 5);
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.paths[0].units, 0);
+    ck_assert_uint_eq(s.paths[1].units, 20);
+    ck_assert_uint_eq(s.paths[2].units, 20);
+    kvs_key keys[6];
+    void *dsts[6];
+    uint64_t caps[6], lens[6];
+    kvs_status statuses[6];
+    for (uint32_t i = 0; i < 6; i++) {
+        keys[i] = key_of(i % 5); /* key 0 twice */
+        dsts[i] = aligned_buffer(64 * KIB);
+        caps[i] = 64 * KIB;
+    }
+    uint64_t reads_before = s.paths[1].reads, reads_before_2 = s.paths[2].reads;
+    ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, 6, lens, statuses), KVS_OK);
+    ck_assert_int_eq(plog.schedule_calls, 1);
+    ck_assert_uint_eq(plog.last_n, 20); /* 5 distinct objects x 4 units, duplicates merged */
+    ck_assert_uint_eq(plog.last_max_copies, 2);
+    ck_assert_int_eq(plog.bad_copy, 0);
+    for (uint32_t i = 0; i < 6; i++) {
+        ck_assert_int_eq(statuses[i], KVS_OK);
+        ck_assert(bytes_match(dsts[i], lens[i], i % 5));
+        free(dsts[i]);
+    }
+    s = stats_of(st);
+    /* copies were offered in replica order (path 2, then path 1): the policy took path 1 each time */
+    ck_assert_uint_eq(s.paths[1].reads - reads_before, 20);
+    ck_assert_uint_eq(s.paths[2].reads - reads_before_2, 0);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(built_in_schedule_balances_reads_and_interleaves_paths) {
+    /* 6 reads: two forced to path 0, four that may go to 0 or 1 */
+    uint32_t n_copies[6] = {1, 1, 2, 2, 2, 2};
+    uint32_t paths[12] = {0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0};
+    uint32_t chosen[6];
+    uint64_t order[6];
+    ck_assert_int_eq(ssd_place_schedule(2, 6, 2, n_copies, paths, chosen, order), 0);
+    uint32_t load[2] = {0, 0};
+    for (int r = 0; r < 6; r++) load[chosen[r]]++;
+    ck_assert_uint_eq(load[0], 3); /* the optimum: max(forced 2, ceil(6/2)) = 3 */
+    ck_assert_uint_eq(load[1], 3);
+    ck_assert_uint_eq(chosen[0], 0);
+    ck_assert_uint_eq(chosen[1], 0);
+    int seen[6] = {0};
+    for (int k = 0; k < 6; k++) {
+        ck_assert_uint_lt(order[k], 6);
+        seen[order[k]]++;
+        if (k % 2 == 1) ck_assert_uint_ne(chosen[order[k]], chosen[order[k - 1]]); /* alternating paths */
+    }
+    for (int r = 0; r < 6; r++) ck_assert_int_eq(seen[r], 1);
+    /* built-in striping: copies of one unit on distinct paths, the pointer advances by units */
+    uint64_t pointer = 5;
+    uint32_t out[6];
+    ssd_place_stripe(&pointer, 3, 3, 2, out);
+    ck_assert_uint_eq(pointer, 8);
+    for (int u = 0; u < 3; u++) {
+        ck_assert_uint_eq(out[u * 2], (5u + (uint32_t)u) % 3);
+        ck_assert_uint_ne(out[u * 2], out[u * 2 + 1]);
+    }
+}
+END_TEST
+
+/* ---- restart and the crash model ------------------------------------------------------------- */
+
+START_TEST(objects_survive_destroy_and_create_on_the_same_paths) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 12; i++) put_object(st, i, LENGTHS[i % N_LENGTHS]);
+    flush(st);
+    kvs_key gone = key_of(5);
+    ck_assert_int_eq(ops->remove(st, &gone), KVS_OK);
+    ops->destroy(st);
+
+    st = open_ok(&d, &a);
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.recovered, 11);
+    for (uint32_t i = 0; i < 12; i++) {
+        kvs_status rc = get_and_check(st, i, LENGTHS[i % N_LENGTHS]);
+        ck_assert_msg(rc == (i == 5 ? KVS_ENOTFOUND : KVS_OK), "object %u: %d %s", i, rc, ops->last_error(st));
+    }
+    /* new writes after a restart do not land on recovered objects */
+    for (uint32_t i = 100; i < 110; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    for (uint32_t i = 0; i < 12; i++)
+        if (i != 5) ck_assert_int_eq(get_and_check(st, i, LENGTHS[i % N_LENGTHS]), KVS_OK);
+    for (uint32_t i = 100; i < 110; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(the_newest_write_of_a_key_wins_after_a_restart) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB};
+    void *st = open_ok(&d, &a);
+    uint8_t *buf = malloc(30000);
+    kvs_key k = key_of(1);
+    fill(buf, 30000, 500);
+    ck_assert_int_eq(ops->put(st, &k, buf, 30000), KVS_OK);
+    flush(st);
+    fill(buf, 20000, 1);
+    ck_assert_int_eq(ops->put(st, &k, buf, 20000), KVS_OK);
+    flush(st);
+    ck_assert_int_eq(get_and_check(st, 1, 20000), KVS_OK);
+    ops->destroy(st);
+    st = open_ok(&d, &a);
+    ck_assert_uint_eq(stats_of(st).recovered, 1);
+    ck_assert_int_eq(get_and_check(st, 1, 20000), KVS_OK);
+    free(buf);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+static void data_file(const test_dirs *d, int path, char *out, size_t len) {
+    snprintf(out, len, "%s/kvstrata-ssd0.data", d->dir[path]);
+}
+
+START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    put_object(st, 1, 64 * KIB); /* slots 0..3 of a fresh file */
+    put_object(st, 2, 64 * KIB); /* slots 4..7 */
+    flush(st);
+    ops->destroy(st);
+    /* A crash mid-write of unit 2 of object 1: its header landed, its data did not. */
+    char file[400];
+    data_file(&d, 0, file, sizeof file);
+    int fd = open(file, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    uint8_t junk[512];
+    memset(junk, 0x5a, sizeof junk);
+    off_t unit2_data = 4096 + 2 * (4096 + 16 * 1024) + 4096 + 1000;
+    ck_assert_int_eq(pwrite(fd, junk, sizeof junk, unit2_data), (ssize_t)sizeof junk);
+    close(fd);
+
+    st = open_ok(&d, &a);
+    ck_assert_uint_eq(stats_of(st).recovered, 2);
+    ck_assert_uint_eq(present(st, 1), 1); /* the headers are intact: found, not yet read */
+    ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_ECORRUPT);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "checksum"));
+    ck_assert_uint_eq(present(st, 1), 0);
+    ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_OK);
+    ck_assert_uint_eq(stats_of(st).corrupt_drops, 1);
+    ops->destroy(st);
+    st = open_ok(&d, &a); /* the tombstone keeps it away */
+    ck_assert_uint_eq(stats_of(st).recovered, 1);
+    ck_assert_uint_eq(present(st, 1), 0);
+    ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(a_torn_header_drops_its_object_at_the_restart_scan) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    put_object(st, 1, 64 * KIB);
+    put_object(st, 2, 64 * KIB);
+    flush(st);
+    ops->destroy(st);
+    char file[400];
+    data_file(&d, 0, file, sizeof file);
+    int fd = open(file, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t b = 0;
+    off_t header3 = 4096 + 3 * (4096 + 16 * 1024) + 40; /* the sequence field of object 1, unit 3 */
+    ck_assert_int_eq(pread(fd, &b, 1, header3), 1);
+    b ^= 1;
+    ck_assert_int_eq(pwrite(fd, &b, 1, header3), 1);
+    close(fd);
+    st = open_ok(&d, &a);
+    ck_assert_uint_eq(stats_of(st).recovered, 1);
+    ck_assert_uint_eq(present(st, 1), 0);
+    ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
+    test_dirs d;
+    make_dirs(&d);
+    const uint32_t confirmed = 20, burst = 400;
+    const uint64_t len = 256 * KIB;
+    tier_args a = {.n_paths = 2, .capacity = 256 * MIB, .max_object = 256 * KIB,
+                   .options = {{"stripe_bytes", "64KiB"}, {"write_buffer_bytes", "16MiB"}}};
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        void *st = NULL;
+        if (try_open(&d, &a, &st) != KVS_OK) _exit(2);
+        uint8_t *buf = malloc(len);
+        for (uint32_t i = 0; i < burst; i++) {
+            fill(buf, len, i);
+            kvs_key k = key_of(i);
+            while (ops->put(st, &k, buf, len) == KVS_ENOMEM) usleep(200); /* write queue full: retry */
+            if (i + 1 == confirmed) {
+                if (kvs_ssd_flush(st, 20000) != KVS_OK) _exit(3);
+                char c = 'R';
+                if (write(ready[1], &c, 1) != 1) _exit(4);
+            }
+        }
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char c = 0;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    usleep(40 * 1000);
+    kill(child, SIGKILL);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFSIGNALED(status));
+    close(ready[0]);
+
+    void *st = open_ok(&d, &a);
+    uint32_t survived = 0, corrupt = 0;
+    for (uint32_t i = 0; i < burst; i++) {
+        kvs_status rc = get_and_check(st, i, len); /* a served object must be byte-exact */
+        if (rc == KVS_OK) survived++;
+        else if (rc == KVS_ECORRUPT) corrupt++;
+        else ck_assert_int_eq(rc, KVS_ENOTFOUND);
+        if (i < confirmed) ck_assert_msg(rc == KVS_OK, "confirmed object %u was lost: %s", i, ops->last_error(st));
+    }
+    printf("kill -9 mid-burst: %u of %u objects survived, %u torn ones caught\n", survived, burst, corrupt);
+    ck_assert_uint_ge(survived, confirmed);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* ---- faults ---------------------------------------------------------------------------------- */
+
+/* Puts until the device refuses: objects that made it stay byte-exact, the rest are counted. */
+static void check_full_device(void *st, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        put_object(st, i, 64 * KIB);
+        flush(st); /* one at a time, so the file fills in order */
+    }
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_ge(s.enospc_skips, 1);
+    ck_assert_uint_eq(s.failed_paths, 0);
+    uint32_t stored = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_status rc = get_and_check(st, i, 64 * KIB);
+        ck_assert_msg(rc == KVS_OK || rc == KVS_ENOTFOUND, "object %u: %d", i, rc);
+        stored += rc == KVS_OK;
+    }
+    ck_assert_uint_ge(stored, 1);
+    ck_assert_uint_eq(stored + s.enospc_skips, n);
+}
+
+START_TEST(enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
+                   .options = {{"fault_inject", "enospc_after:5"}}};
+    void *st = open_ok(&d, &a);
+    check_full_device(st, 12);
+    ck_assert_uint_eq(stats_of(st).enospc_skips, 7);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(a_full_tmpfs_skips_writes_and_serves_nothing_corrupt) {
+    test_dirs d;
+    make_dirs(&d);
+    int mounted = mount("tmpfs", d.dir[0], "tmpfs", 0, "size=1m") == 0;
+    /* Where mounting is not allowed the same path runs on an injected ENOSPC. */
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "enospc_after:10"}}};
+    void *st = open_ok(&d, &a);
+    if (mounted) ck_assert(log_contains("cannot preallocate"));
+    check_full_device(st, 24); /* 1MiB holds about 15 slots of 68KiB */
+    /* what was stored is still there after the failures */
+    ops->destroy(st);
+    st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 24; i++) {
+        kvs_status rc = get_and_check(st, i, 64 * KIB);
+        ck_assert(rc == KVS_OK || rc == KVS_ENOTFOUND);
+    }
+    ops->destroy(st);
+    if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(a_failing_path_turns_its_objects_into_misses_while_the_others_serve) {
+    test_dirs d;
+    make_dirs(&d);
+    /* one-unit objects alternate between the two paths; path 1 fails after its 5 writes */
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 16 * KIB,
+                   .options = {{"fault_inject", "eio_path:1,eio_after:5"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 10; i++) put_object(st, i, 16 * KIB);
+    flush(st);
+    ck_assert_uint_eq(stats_of(st).paths[1].units, 5);
+    uint32_t ok = 0, failed = 0;
+    for (uint32_t i = 0; i < 10; i++) {
+        kvs_status rc = get_and_check(st, i, 16 * KIB);
+        if (rc == KVS_OK) ok++;
+        else {
+            ck_assert_msg(rc == KVS_EIO || rc == KVS_ENOTFOUND, "object %u: %d", i, rc);
+            failed++;
+        }
+    }
+    ck_assert_uint_eq(ok, 5);
+    ck_assert_uint_eq(failed, 5);
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.failed_paths, 1);
+    ck_assert_uint_eq(s.paths[1].failed, 1);
+    ck_assert_uint_ge(s.path_errors, 1);
+    ck_assert(log_contains("is isolated"));
+    /* afterwards: misses, and new objects go to the path that works */
+    uint64_t n_objects = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
+    ck_assert_uint_eq(n_objects, 5);
+    for (uint32_t i = 20; i < 24; i++) put_object(st, i, 16 * KIB);
+    flush(st);
+    for (uint32_t i = 20; i < 24; i++) ck_assert_int_eq(get_and_check(st, i, 16 * KIB), KVS_OK);
+    ck_assert_uint_eq(stats_of(st).paths[0].units, 9);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(replicas_keep_every_object_readable_when_a_path_fails) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 3, .capacity = 12 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}, {"fault_inject", "eio_path:2,eio_after:12"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 8; i++) put_object(st, i, 64 * KIB); /* 64 unit copies, 1/3 on path 2 */
+    flush(st);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_msg(get_and_check(st, i, 64 * KIB) == KVS_OK, "object %u: %s", i, ops->last_error(st));
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.failed_paths, 1);
+    for (uint32_t i = 0; i < 8; i++) ck_assert_uint_eq(present(st, i), 1);
+    ops->destroy(st);
+    /* after a restart the path works again; every object is still whole */
+    tier_args b = a;
+    b.options[2][0] = NULL;
+    st = open_ok(&d, &b);
+    for (uint32_t i = 0; i < 8; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* ---- engines, pacing, priorities, room --------------------------------------------------------- */
+
+START_TEST(pread_engine_reads_what_uring_wrote_and_the_other_way_round) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args uring = {.n_paths = 2, .capacity = 8 * MIB, .max_object = 64 * KIB,
+                       .options = {{"stripe_bytes", "16KiB"}, {"io_engine", "uring"}}};
+    tier_args pread_engine = uring;
+    pread_engine.options[1][1] = "pread";
+    void *st = open_ok(&d, &uring);
+    for (uint32_t i = 0; i < N_LENGTHS; i++) put_object(st, i, LENGTHS[i]);
+    flush(st);
+    ops->destroy(st);
+    st = open_ok(&d, &pread_engine);
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.paths[0].uring, 0);
+    ck_assert_uint_eq(s.fallbacks, 0); /* chosen, not fallen back to */
+    for (uint32_t i = 0; i < N_LENGTHS; i++) ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
+    for (uint32_t i = 50; i < 60; i++) put_object(st, i, 40 * KIB);
+    flush(st);
+    ops->destroy(st);
+    st = open_ok(&d, &uring);
+    for (uint32_t i = 0; i < N_LENGTHS; i++) ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
+    for (uint32_t i = 50; i < 60; i++) ck_assert_int_eq(get_and_check(st, i, 40 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_bandwidth) {
+    test_dirs d;
+    make_dirs(&d);
+    const double bandwidth = 25e6;
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 256 * KIB,
+                   .options = {{"stripe_bytes", "64KiB"}, {"sim_bandwidth", "25MB/s"}}};
+    void *st = open_ok(&d, &a);
+    enum { N = 8 };
+    for (uint32_t i = 0; i < N; i++) put_object(st, i, 256 * KIB);
+    flush(st);
+    kvs_key keys[N];
+    void *dsts[N];
+    uint64_t caps[N], lens[N];
+    kvs_status statuses[N];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = key_of(i);
+        dsts[i] = aligned_buffer(256 * KIB);
+        caps[i] = 256 * KIB;
+    }
+    kvs_ssd_stats_t before = stats_of(st);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, N, lens, statuses), KVS_OK);
+    double took = seconds_since(&t0);
+    kvs_ssd_stats_t after = stats_of(st);
+    double bytes = (double)(after.read_bytes - before.read_bytes);
+    double bound = bytes / (4 * bandwidth);
+    printf("paced: %.0f bytes over 4 paths at 25MB/s in %.1f ms (bound %.1f ms, one path %.1f ms)\n", bytes,
+           took * 1e3, bound * 1e3, bytes / bandwidth * 1e3);
+    ck_assert_uint_eq((uint64_t)bytes, N * 256 * KIB);
+    ck_assert_msg(took >= bound * 0.999, "took %.4f s, less than the bound %.4f s", took, bound);
+    for (uint32_t i = 0; i < N; i++) {
+        ck_assert_int_eq(statuses[i], KVS_OK);
+        ck_assert(bytes_match(dsts[i], lens[i], i));
+        free(dsts[i]);
+    }
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(restore_reads_overtake_queued_writes) {
+    static const char *const engines[] = {"uring", "pread"};
+    for (int e = 0; e < 2; e++) {
+        test_dirs d;
+        make_dirs(&d);
+        /* 64KiB units at 4MB/s: each write holds the device for about 17 ms */
+        tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
+                       .options = {{"sim_bandwidth", "4MB/s"}, {"write_inflight", "1"}, {"io_engine", engines[e]},
+                                   {"pread_threads", "1"}}};
+        void *st = open_ok(&d, &a);
+        put_object(st, 0, 64 * KIB);
+        flush(st);
+        for (uint32_t i = 1; i <= 12; i++) put_object(st, i, 64 * KIB);
+        kvs_key k = key_of(0);
+        void *dst = aligned_buffer(64 * KIB);
+        kvs_key keys[1] = {k};
+        void *dsts[1] = {dst};
+        uint64_t caps[1] = {64 * KIB}, lens[1];
+        kvs_status statuses[1];
+        ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, 1, lens, statuses), KVS_OK);
+        ck_assert_int_eq(statuses[0], KVS_OK);
+        ck_assert(bytes_match(dst, lens[0], 0));
+        uint64_t pending = stats_of(st).writes_pending;
+        ck_assert_msg(pending >= 6, "%s: only %llu of 12 writes were still queued behind the read", engines[e],
+                      (unsigned long long)pending);
+        flush(st);
+        free(dst);
+        ops->destroy(st);
+        kvs_test_rmtree(d.root);
+    }
+}
+END_TEST
+
+START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
+                   .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
+    void *st = open_ok(&d, &a);
+    uint8_t *buf = malloc(64 * KIB);
+    int refused = 0;
+    for (uint32_t i = 0; i < 6; i++) {
+        fill(buf, 64 * KIB, i);
+        kvs_key k = key_of(i);
+        kvs_status rc = ops->put(st, &k, buf, 64 * KIB);
+        if (i < 3) ck_assert_int_eq(rc, KVS_OK); /* 3 x (4KiB + 64KiB) fit in 256KiB */
+        else if (rc == KVS_ENOMEM) refused++;
+    }
+    ck_assert_int_ge(refused, 1);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "write queue full"));
+    ck_assert_uint_eq(stats_of(st).queue_full_skips, (uint64_t)refused);
+    flush(st);
+    ck_assert_uint_eq(stats_of(st).buffered_bytes, 0);
+    for (uint32_t i = 0; i < 3; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    free(buf);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(eviction_drops_the_least_recently_used_unpinned_object) {
+    test_dirs d;
+    make_dirs(&d);
+    /* one path of 8 slots of 16KiB + 4KiB */
+    tier_args a = {.n_paths = 1, .capacity = 4096 + 8 * 20 * KIB, .max_object = 16 * KIB};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 8; i++) put_object(st, i, 16 * KIB);
+    flush(st);
+    ck_assert_int_eq(get_and_check(st, 0, 16 * KIB), KVS_OK); /* 1 is now the least recently used */
+    kvs_key k2 = key_of(2);
+    uint64_t pinned = 0;
+    ck_assert_int_eq(ops->pin(st, &k2, 1, 60000, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 1);
+    put_object(st, 8, 16 * KIB);
+    put_object(st, 9, 16 * KIB);
+    flush(st);
+    ck_assert_uint_eq(present(st, 1), 0);
+    ck_assert_uint_eq(present(st, 2), 1); /* pinned: skipped */
+    ck_assert_uint_eq(present(st, 3), 0);
+    ck_assert_uint_eq(present(st, 0), 1);
+    ck_assert_uint_eq(stats_of(st).evictions, 2);
+    /* everything pinned: put fails at once and changes nothing */
+    kvs_key all[8];
+    uint32_t ids[8] = {0, 2, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < 8; i++) all[i] = key_of(ids[i]);
+    ck_assert_int_eq(ops->pin(st, all, 8, 60000, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 8);
+    uint8_t buf[100];
+    kvs_key k10 = key_of(10);
+    ck_assert_int_eq(ops->put(st, &k10, buf, sizeof buf), KVS_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
+    ck_assert_uint_eq(stats_of(st).buffered_bytes, 0);
+    ck_assert_int_eq(ops->unpin(st, all, 8), KVS_OK);
+    ck_assert_int_eq(ops->unpin(st, all, 8), KVS_OK); /* key 2 held two pins */
+    ck_assert_int_eq(ops->unpin(st, all, 8), KVS_OK); /* no pins left: a no-op */
+    put_object(st, 10, 100);
+    flush(st);
+    ck_assert_uint_eq(present(st, 10), 1);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(a_pin_expires_after_its_timeout) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 4096 + 2 * 20 * KIB, .max_object = 16 * KIB};
+    void *st = open_ok(&d, &a);
+    put_object(st, 0, 16 * KIB);
+    put_object(st, 1, 16 * KIB);
+    flush(st);
+    kvs_key both[2] = {key_of(0), key_of(1)};
+    uint64_t pinned = 0;
+    ck_assert_int_eq(ops->pin(st, both, 2, 50, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 2);
+    kvs_key k2 = key_of(2);
+    uint8_t buf[16];
+    ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM);
+    usleep(80 * 1000);
+    ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_OK);
+    flush(st);
+    ck_assert_uint_eq(present(st, 2), 1);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* ---- options --------------------------------------------------------------------------------- */
+
+static void expect_refused(const test_dirs *d, const tier_args *a, kvs_status want, const char *phrase) {
+    void *st = NULL;
+    kvs_status rc = try_open(d, a, &st);
+    ck_assert_msg(rc == want, "expected %d, got %d (%s)", want, rc, error_text);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(error_text, phrase) != NULL, "\"%s\" does not say \"%s\"", error_text, phrase);
+    ck_assert_msg(strncmp(error_text, "ssd tier \"ssd0\": ", 17) == 0, "\"%s\" does not name the tier", error_text);
+}
+
+START_TEST(bad_options_are_refused_with_a_sentence) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB};
+    a.options[0][0] = "colour";
+    a.options[0][1] = "red";
+    expect_refused(&d, &a, KVS_ECONFIG, "unknown option \"colour\" (valid options: path, stripe_bytes, replicas");
+    a.options[0][0] = "stripe_bytes";
+    a.options[0][1] = "5000";
+    expect_refused(&d, &a, KVS_ECONFIG, "stripe_bytes \"5000\" is not a multiple of 4KiB");
+    a.options[0][0] = "replicas";
+    a.options[0][1] = "2";
+    expect_refused(&d, &a, KVS_ECONFIG, "replicas 2 needs at least 2 paths; 1 given");
+    a.options[0][0] = "sim_bandwidth";
+    a.options[0][1] = "fast";
+    expect_refused(&d, &a, KVS_ECONFIG, "is not a rate such as 250MB/s");
+    a.options[0][0] = "io_engine";
+    a.options[0][1] = "aio";
+    expect_refused(&d, &a, KVS_ECONFIG, "io_engine \"aio\" is not uring or pread");
+    a.options[0][0] = "fault_inject";
+    a.options[0][1] = "eio_path:3";
+    expect_refused(&d, &a, KVS_ECONFIG, "eio_path:3 names no path");
+    a.options[0][0] = "write_buffer_bytes";
+    a.options[0][1] = "16KiB";
+    expect_refused(&d, &a, KVS_ECONFIG, "cannot hold one object");
+    a.options[0][0] = NULL;
+
+    tier_args none = {.n_paths = 0, .capacity = 4 * MIB, .max_object = 64 * KIB};
+    expect_refused(&d, &none, KVS_ECONFIG, "needs at least one path");
+    tier_args small = {.n_paths = 2, .capacity = 128 * KIB, .max_object = 64 * KIB};
+    expect_refused(&d, &small, KVS_ECONFIG, "capacity 128KiB over 2 paths gives 0 slots");
+    tier_args no_capacity = {.n_paths = 1, .max_object = 64 * KIB};
+    expect_refused(&d, &no_capacity, KVS_ECONFIG, "needs a capacity");
+
+    test_dirs bad = d;
+    snprintf(bad.dir[0], sizeof bad.dir[0], "%s/missing", d.root);
+    expect_refused(&bad, &a, KVS_ECONFIG, "/missing\" cannot be used (ENOENT)");
+    char file[400];
+    ck_assert_int_eq(kvs_test_write_file(d.root, "plain", "x", file, sizeof file), 0);
+    snprintf(bad.dir[0], sizeof bad.dir[0], "%s", file);
+    expect_refused(&bad, &a, KVS_ECONFIG, "is not a directory");
+    tier_args two = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB};
+    bad = d;
+    snprintf(bad.dir[1], sizeof bad.dir[1], "%s/.", d.dir[0]);
+    expect_refused(&bad, &two, KVS_ECONFIG, "are the same directory");
+
+    /* one tier per data file: a second opener is refused while the first holds it */
+    void *st = open_ok(&d, &a);
+    expect_refused(&d, &a, KVS_ECONFIG, "is in use by another tier or process");
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+START_TEST(sizes_and_rates_take_units) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "0.5 MiB"}, {"write_buffer_bytes", "1GB"}, {"sim_bandwidth", "1.5GiB/s"},
+                               {"sim_iops", "1000000"}, {"queue_depth", "4"}, {"io_timeout_ms", "1000"}}};
+    void *st = open_ok(&d, &a);
+    put_object(st, 1, 64 * KIB);
+    flush(st);
+    ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* ---- threads --------------------------------------------------------------------------------- */
+
+typedef struct worker_arg {
+    void *st;
+    uint32_t base;
+    int bad;
+} worker_arg;
+
+static void *worker(void *p) {
+    worker_arg *w = p;
+    uint8_t *buf = aligned_buffer(32 * KIB);
+    for (uint32_t round = 0; round < 40; round++) {
+        uint32_t id = w->base + round % 10;
+        uint64_t len = 1000 + (uint64_t)(id % 7) * 4000;
+        fill(buf, len, id);
+        kvs_key k = key_of(id);
+        kvs_status rc = ops->put(w->st, &k, buf, len);
+        if (rc != KVS_OK && rc != KVS_ENOMEM) w->bad = 1;
+        uint32_t other = (id * 7 + round) % 40; /* any thread's key */
+        uint64_t got = 0, want = 1000 + (uint64_t)(other % 7) * 4000;
+        kvs_key ko = key_of(other);
+        rc = ops->get(w->st, &ko, buf, 32 * KIB, &got);
+        if (rc == KVS_OK && (got != want || !bytes_match(buf, got, other))) w->bad = 1;
+        if (rc != KVS_OK && rc != KVS_ENOTFOUND) w->bad = 1;
+        if (round % 9 == 0) ops->remove(w->st, &ko);
+    }
+    free(buf);
+    return NULL;
+}
+
+START_TEST(threads_sharing_one_tier_never_see_torn_or_foreign_bytes) {
+    test_dirs d;
+    make_dirs(&d);
+    /* small enough that eviction runs all the time */
+    tier_args a = {.n_paths = 2, .capacity = 2 * (4096 + 12 * 12 * KIB), .max_object = 32 * KIB,
+                   .options = {{"stripe_bytes", "8KiB"}}};
+    void *st = open_ok(&d, &a);
+    pthread_t threads[4];
+    worker_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (worker_arg){.st = st, .base = (uint32_t)i * 10};
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, worker, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        ck_assert_int_eq(args[i].bad, 0);
+    }
+    flush(st);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+static Suite *ssd_suite(void) {
+    Suite *s = suite_create("ssd");
+    TCase *basic = tcase_create("basic");
+    tcase_add_checked_fixture(basic, setup, NULL);
+    tcase_add_test(basic, ops_table_declares_its_version_and_capabilities);
+    tcase_add_test(basic, put_then_get_is_byte_exact_over_1_2_and_4_paths);
+    tcase_add_test(basic, an_object_is_invisible_until_its_writes_complete);
+    tcase_add_test(basic, units_are_striped_over_every_path);
+    tcase_add_test(basic, get_reports_overflow_and_absence_with_sentences);
+    tcase_add_test(basic, unaligned_buffers_read_through_a_bounce_buffer);
+    tcase_add_test(basic, reads_into_the_staging_pool_use_registered_buffers);
+    tcase_add_test(basic, get_many_merges_equal_keys_and_reports_each_object);
+    tcase_add_test(basic, host_policies_choose_the_paths_and_the_read_order);
+    tcase_add_test(basic, built_in_schedule_balances_reads_and_interleaves_paths);
+    tcase_add_test(basic, bad_options_are_refused_with_a_sentence);
+    tcase_add_test(basic, sizes_and_rates_take_units);
+    suite_add_tcase(s, basic);
+
+    TCase *crash = tcase_create("restart");
+    tcase_add_checked_fixture(crash, setup, NULL);
+    tcase_set_timeout(crash, 60);
+    tcase_add_test(crash, objects_survive_destroy_and_create_on_the_same_paths);
+    tcase_add_test(crash, the_newest_write_of_a_key_wins_after_a_restart);
+    tcase_add_test(crash, a_torn_unit_is_caught_on_first_read_and_removed_for_good);
+    tcase_add_test(crash, a_torn_header_drops_its_object_at_the_restart_scan);
+    tcase_add_test(crash, kill_9_during_a_write_burst_never_serves_a_torn_object);
+    suite_add_tcase(s, crash);
+
+    TCase *faults = tcase_create("faults");
+    tcase_add_checked_fixture(faults, setup, NULL);
+    tcase_add_test(faults, enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored);
+    tcase_add_test(faults, a_full_tmpfs_skips_writes_and_serves_nothing_corrupt);
+    tcase_add_test(faults, a_failing_path_turns_its_objects_into_misses_while_the_others_serve);
+    tcase_add_test(faults, replicas_keep_every_object_readable_when_a_path_fails);
+    suite_add_tcase(s, faults);
+
+    TCase *io = tcase_create("io");
+    tcase_add_checked_fixture(io, setup, NULL);
+    tcase_set_timeout(io, 60);
+    tcase_add_test(io, pread_engine_reads_what_uring_wrote_and_the_other_way_round);
+    tcase_add_test(io, paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_bandwidth);
+    tcase_add_test(io, restore_reads_overtake_queued_writes);
+    tcase_add_test(io, a_full_write_buffer_refuses_puts_with_a_sentence);
+    tcase_add_test(io, eviction_drops_the_least_recently_used_unpinned_object);
+    tcase_add_test(io, a_pin_expires_after_its_timeout);
+    tcase_add_test(io, threads_sharing_one_tier_never_see_torn_or_foreign_bytes);
+    suite_add_tcase(s, io);
+    return s;
+}
+
+int main(void) {
+    SRunner *runner = srunner_create(ssd_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
