@@ -53,6 +53,11 @@ static uint32_t popcount64(uint64_t x) {
     return n;
 }
 
+/* Counting-sort key of a read held by `flexibility` distinct paths: 0..n_paths-1, unplaceable last. */
+static uint32_t sort_key(uint32_t flexibility, uint32_t n_paths) {
+    return flexibility == 0 ? n_paths : flexibility - 1;
+}
+
 /* The one scheduler; bytes and path_bytes_per_s are both NULL for the read-counting variant. */
 static void schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
                      const uint32_t *paths, const uint64_t *bytes, const double *path_bytes_per_s,
@@ -71,13 +76,10 @@ static void schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const ui
     uint64_t key_start[KVS_SWARM_MAX_PATHS + 2] = {0};
     for (uint64_t r = 0; r < n; r++) {
         chosen[r] = popcount64(holder_mask(n_paths, max_copies, n_copies, paths, path_bytes_per_s, r));
-        key_start[chosen[r] == 0 ? n_paths + 1 : chosen[r] + 1]++;
+        key_start[sort_key(chosen[r], n_paths) + 1]++;
     }
     for (uint32_t k = 1; k <= n_paths + 1; k++) key_start[k] += key_start[k - 1];
-    for (uint64_t r = 0; r < n; r++) {
-        uint32_t key = chosen[r] == 0 ? n_paths : chosen[r] - 1;
-        order[key_start[key]++] = r;
-    }
+    for (uint64_t r = 0; r < n; r++) order[key_start[sort_key(chosen[r], n_paths)]++] = r;
 
     double load[KVS_SWARM_MAX_PATHS] = {0};
     uint64_t bucket_size[KVS_SWARM_MAX_PATHS] = {0};

@@ -29,31 +29,36 @@ static uint64_t pair_find(const kvs_swarm_profile *p, uint64_t key) {
     return slot;
 }
 
-/* Re-insert every pair with count > floor into a table of new_capacity slots. */
-static kvs_status pair_rehash(kvs_swarm_profile *p, uint64_t new_capacity, uint32_t floor) {
+/* Re-insert every pair whose count + delta is above drop_limit into a table of new_capacity slots. */
+static kvs_status pair_rehash(kvs_swarm_profile *p, uint64_t new_capacity, uint32_t drop_limit) {
     uint64_t *keys = malloc(new_capacity * sizeof *keys);
     uint32_t *counts = malloc(new_capacity * sizeof *counts);
-    if (!keys || !counts) {
+    uint32_t *deltas = malloc(new_capacity * sizeof *deltas);
+    if (!keys || !counts || !deltas) {
         free(keys);
         free(counts);
+        free(deltas);
         return KVS_ENOMEM;
     }
     for (uint64_t s = 0; s < new_capacity; s++) keys[s] = EMPTY_KEY;
     uint64_t *old_keys = p->pair_keys, old_capacity = p->pair_capacity;
-    uint32_t *old_counts = p->pair_counts;
+    uint32_t *old_counts = p->pair_counts, *old_deltas = p->pair_deltas;
     p->pair_keys = keys;
     p->pair_counts = counts;
+    p->pair_deltas = deltas;
     p->pair_capacity = new_capacity;
     p->n_pairs = 0;
     for (uint64_t s = 0; s < old_capacity; s++) {
-        if (old_keys[s] == EMPTY_KEY || old_counts[s] <= floor) continue;
+        if (old_keys[s] == EMPTY_KEY || (uint64_t)old_counts[s] + old_deltas[s] <= drop_limit) continue;
         uint64_t slot = pair_find(p, old_keys[s]);
         keys[slot] = old_keys[s];
         counts[slot] = old_counts[s];
+        deltas[slot] = old_deltas[s];
         p->n_pairs++;
     }
     free(old_keys);
     free(old_counts);
+    free(old_deltas);
     return KVS_OK;
 }
 
@@ -70,7 +75,9 @@ kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs, kvs_
     p->step_stamp = calloc(n_entries, sizeof *p->step_stamp);
     p->pair_keys = malloc(INITIAL_PAIR_CAPACITY * sizeof *p->pair_keys);
     p->pair_counts = malloc(INITIAL_PAIR_CAPACITY * sizeof *p->pair_counts);
-    if (!p->activations || !p->step_ids || !p->step_stamp || !p->pair_keys || !p->pair_counts) {
+    p->pair_deltas = malloc(INITIAL_PAIR_CAPACITY * sizeof *p->pair_deltas);
+    if (!p->activations || !p->step_ids || !p->step_stamp || !p->pair_keys || !p->pair_counts ||
+        !p->pair_deltas) {
         kvs_swarm_profile_destroy(p);
         return KVS_ENOMEM;
     }
@@ -87,24 +94,39 @@ void kvs_swarm_profile_destroy(kvs_swarm_profile *p) {
     free(p->step_stamp);
     free(p->pair_keys);
     free(p->pair_counts);
+    free(p->pair_deltas);
     free(p);
-}
-
-/* Make room for one more pair: grow while under max_pairs, else drop the rarest pairs. */
-static kvs_status pair_make_room(kvs_swarm_profile *p) {
-    if (p->max_pairs && p->n_pairs + 1 > p->max_pairs) {
-        while (p->n_pairs > p->max_pairs / 2) {
-            kvs_status st = pair_rehash(p, p->pair_capacity, ++p->prune_floor);
-            if (st != KVS_OK) return st;
-        }
-    }
-    if ((p->n_pairs + 1) * 10 > p->pair_capacity * 7) return pair_rehash(p, p->pair_capacity * 2, 0);
-    return KVS_OK;
 }
 
 static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Make room for one more pair: grow while under max_pairs, else drop the rarest pairs (lossy counting:
+ * a pair goes when count + delta <= floor, so a pair that is not stored occurred at most floor times,
+ * and a stored one at most count + delta times, with delta the floor when it was last inserted). */
+static kvs_status pair_make_room(kvs_swarm_profile *p) {
+    if (p->max_pairs && p->n_pairs + 1 > p->max_pairs) {
+        /* The new floor in one go: the largest count + delta that must go for at most half of
+         * max_pairs to stay (all pairs tied with it go too), and at least one above the old floor. */
+        uint32_t *values = malloc((size_t)p->n_pairs * sizeof *values + 1);
+        if (!values) return KVS_ENOMEM;
+        uint64_t n = 0, keep = p->max_pairs / 2;
+        for (uint64_t s = 0; s < p->pair_capacity; s++) {
+            if (p->pair_keys[s] == EMPTY_KEY) continue;
+            uint64_t v = (uint64_t)p->pair_counts[s] + p->pair_deltas[s];
+            values[n++] = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+        }
+        qsort(values, n, sizeof *values, cmp_u32);
+        uint32_t new_floor = n > keep ? values[n - keep - 1] : 0;
+        free(values);
+        p->prune_floor = new_floor > p->prune_floor ? new_floor : p->prune_floor + 1;
+        kvs_status st = pair_rehash(p, p->pair_capacity, p->prune_floor);
+        if (st != KVS_OK) return st;
+    }
+    if ((p->n_pairs + 1) * 10 > p->pair_capacity * 7) return pair_rehash(p, p->pair_capacity * 2, 0);
+    return KVS_OK;
 }
 
 kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *p, const uint32_t *active, uint32_t n_active) {
@@ -133,6 +155,7 @@ kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *p, const uint32_t *acti
                 slot = pair_find(p, key);
                 p->pair_keys[slot] = key;
                 p->pair_counts[slot] = 0;
+                p->pair_deltas[slot] = p->prune_floor;
                 p->n_pairs++;
             }
             p->pair_counts[slot]++;
@@ -285,7 +308,7 @@ kvs_status kvs_swarm_graph_from_pairs(uint32_t n_entries, const uint32_t *a, con
 }
 
 kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric metric, double keep_radius,
-                                 kvs_swarm_graph **out) {
+                                 uint32_t min_count, kvs_swarm_graph **out) {
     if (!out) return KVS_EINVAL;
     *out = NULL;
     if (!p) return KVS_EINVAL;
@@ -293,7 +316,8 @@ kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric me
     for (uint64_t s = 0; s < p->pair_capacity; s++) {
         if (p->pair_keys[s] == EMPTY_KEY) continue;
         uint32_t i = (uint32_t)(p->pair_keys[s] >> 32), j = (uint32_t)p->pair_keys[s];
-        if (metric_distance(p, metric, i, j, p->pair_counts[s]) <= keep_radius) n_edges++;
+        if (p->pair_counts[s] >= min_count && metric_distance(p, metric, i, j, p->pair_counts[s]) <= keep_radius)
+            n_edges++;
     }
     uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea), *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
     double *ed = malloc((size_t)(n_edges + 1) * sizeof *ed);
@@ -302,7 +326,7 @@ kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric me
         /* Table order is a fixed function of the keys, so the graph is deterministic. */
         uint64_t e = 0;
         for (uint64_t s = 0; s < p->pair_capacity; s++) {
-            if (p->pair_keys[s] == EMPTY_KEY) continue;
+            if (p->pair_keys[s] == EMPTY_KEY || p->pair_counts[s] < min_count) continue;
             uint32_t i = (uint32_t)(p->pair_keys[s] >> 32), j = (uint32_t)p->pair_keys[s];
             double d = metric_distance(p, metric, i, j, p->pair_counts[s]);
             if (d > keep_radius) continue;

@@ -20,8 +20,10 @@
 /* Co-activation counts f: f[i][i] = steps in which i was active, f[i][j] (i != j, symmetric) = steps in
  * which both were. The diagonal is a dense array; pairs live in an open-addressing table that holds
  * only pairs seen at least once. When it would exceed max_pairs (0 = no bound) the rarest pairs are
- * dropped: the floor rises one count at a time and every pair at or below it goes, until at most half
- * of max_pairs remain. A pair's count is therefore low by at most prune_floor (0 = exact). */
+ * dropped, lossy-counting style: the floor rises one count at a time and every pair whose count plus
+ * its delta (the floor when it was inserted) is at or below it goes, until at most half of max_pairs
+ * remain. A reported count is then never above the true one and low by at most prune_floor (0 while
+ * nothing was dropped: exact). */
 typedef struct kvs_swarm_profile {
     uint32_t n_entries;
     uint64_t n_steps;
@@ -29,6 +31,7 @@ typedef struct kvs_swarm_profile {
     uint32_t *activations;    /* [n_entries] the diagonal */
     uint64_t *pair_keys;      /* [pair_capacity] i << 32 | j with i < j, UINT64_MAX when empty */
     uint32_t *pair_counts;    /* [pair_capacity] */
+    uint32_t *pair_deltas;    /* [pair_capacity] prune_floor when the pair was inserted */
     uint64_t pair_capacity;   /* a power of two */
     uint64_t n_pairs;
     uint64_t max_pairs;
@@ -62,7 +65,10 @@ double kvs_swarm_distance(const kvs_swarm_profile *profile, kvs_swarm_metric met
 /* The sparse distance matrix D: for each entry, its neighbours at distance <= keep_radius in
  * ascending id order (CSR). Every pair absent from it reads as distance 1. Keep keep_radius >= the
  * clustering radius; 1.0 keeps every pair the profile saw, which makes Algorithm 1's mean-distance
- * test exact (a pair never seen together has distance exactly 1 under every metric). */
+ * test exact (a pair never seen together has distance exactly 1 under every metric).
+ * min_count is the support a pair needs to be kept at all (1 = every pair seen): two entries that
+ * each fired once, in the same step, have Jaccard distance 0, so one chance co-firing of rarely active
+ * entries would otherwise glue them together. Pairs below it read as distance 1. */
 typedef struct kvs_swarm_graph {
     uint32_t n_entries;
     uint64_t *row_start; /* [n_entries + 1] */
@@ -71,7 +77,7 @@ typedef struct kvs_swarm_graph {
 } kvs_swarm_graph;
 
 kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *profile, kvs_swarm_metric metric,
-                                 double keep_radius, kvs_swarm_graph **out);
+                                 double keep_radius, uint32_t min_count, kvs_swarm_graph **out);
 /* A graph from explicit undirected pairs (a[k], b[k]) at distance d[k] in [0, 1] (tests, hand graphs).
  * A repeated pair keeps its last distance; self pairs are ignored. KVS_EINVAL on an id >= n_entries or
  * a distance outside [0, 1]. */

@@ -13,6 +13,7 @@ void kvs_swarm_maint_defaults(kvs_swarm_maint_params *params) {
     params->paper_offset = 0;
     params->pending_windows = 4;
     params->pending_metric = KVS_SWARM_METRIC_JACCARD;
+    params->pending_min_count = 3;
     kvs_swarm_cluster_defaults(&params->pending_cluster);
 }
 
@@ -165,7 +166,8 @@ kvs_status kvs_swarm_maint_flush(kvs_swarm_maint *m) {
     if (m->n_pending == 0) return KVS_OK;
     kvs_swarm_graph *g = NULL;
     uint32_t first = m->clusters->n_clusters;
-    kvs_status st = kvs_swarm_graph_build(m->pool_profile, m->params.pending_metric, 1.0, &g);
+    kvs_status st = kvs_swarm_graph_build(m->pool_profile, m->params.pending_metric, 1.0,
+                                          m->params.pending_min_count, &g);
     if (st == KVS_OK)
         st = kvs_swarm_cluster_build_subset(g, &m->params.pending_cluster, m->pending, m->n_pending, m->clusters);
     kvs_swarm_graph_destroy(g);

@@ -22,10 +22,12 @@ typedef struct kvs_swarm_maint_params {
     uint32_t paper_offset;    /* 0: path (id_i + |C_i|) mod N, our default; 1: (id_i + |C_i| + 1) as printed */
     uint32_t pending_windows; /* cluster the pending pool every this many windows; 0 = only on flush */
     kvs_swarm_metric pending_metric;          /* metric for the pool's co-activation graph */
+    uint32_t pending_min_count;               /* support a pool pair needs (kvs_swarm_graph_build) */
     kvs_swarm_cluster_params pending_cluster; /* Algorithm 1 parameters for the pool */
 } kvs_swarm_maint_params;
 
-/* W 256, tau 0.5, max_copies 3, paper_offset 0, pool every 4 windows, Jaccard, cluster defaults. */
+/* W 256, tau 0.5, max_copies 3, paper_offset 0, pool every 4 windows, Jaccard with support 3,
+ * cluster defaults. */
 void kvs_swarm_maint_defaults(kvs_swarm_maint_params *params);
 
 /* One copy written by maintenance: the caller stores `entry` at (path, slot). */
