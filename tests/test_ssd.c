@@ -92,9 +92,11 @@ typedef struct test_dirs {
 } test_dirs;
 
 static void make_dirs(test_dirs *d) {
-    ck_assert_int_eq(kvs_test_tmpdir(d->root, sizeof d->root), 0);
+    char root[256];
+    ck_assert_int_eq(kvs_test_tmpdir(root, sizeof root), 0);
+    memcpy(d->root, root, sizeof root);
     for (int i = 0; i < MAX_TEST_PATHS; i++) {
-        snprintf(d->dir[i], sizeof d->dir[i], "%s/disk%d", d->root, i);
+        snprintf(d->dir[i], sizeof d->dir[i], "%s/disk%d", root, i);
         ck_assert_int_eq(mkdir(d->dir[i], 0700), 0);
     }
 }
@@ -1060,7 +1062,7 @@ START_TEST(bad_options_are_refused_with_a_sentence) {
     expect_refused(&bad, &a, KVS_ECONFIG, "/missing\" cannot be used (ENOENT)");
     char file[400];
     ck_assert_int_eq(kvs_test_write_file(d.root, "plain", "x", file, sizeof file), 0);
-    snprintf(bad.dir[0], sizeof bad.dir[0], "%s", file);
+    snprintf(bad.dir[0], sizeof bad.dir[0], "%.300s", file);
     expect_refused(&bad, &a, KVS_ECONFIG, "is not a directory");
     tier_args two = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB};
     bad = d;

@@ -543,6 +543,16 @@ static void *ring_main(void *arg) {
     return NULL;
 }
 
+/* With the mutex held: wake the ring thread if it sleeps (or is about to) in io_uring_enter. */
+static void ring_doorbell(ssd_io_path *p) {
+    if (!p->sleeping) return;
+    uint64_t one = 1;
+    p->sleeping = 0;
+    if (write(p->doorbell_fd, &one, sizeof one) < 0) {
+        /* only a counter at its maximum refuses, and then the ring is awake already */
+    }
+}
+
 static int start_uring(ssd_io_path *p) {
     p->start_state = 0;
     int rc = pthread_create(&p->threads[0], NULL, ring_main, p);
@@ -616,13 +626,7 @@ void ssd_io_submit(ssd_io_path *p, ssd_io_request *const *reqs, uint64_t n) {
     }
 #ifdef KVS_HAVE_URING
     if (p->use_uring) {
-        if (p->sleeping) {
-            uint64_t one = 1;
-            p->sleeping = 0;
-            if (write(p->doorbell_fd, &one, sizeof one) < 0) {
-                /* cannot happen short of a counter at its maximum; the next completion wakes the ring */
-            }
-        }
+        ring_doorbell(p);
         pthread_mutex_unlock(&p->mutex);
         return;
     }
@@ -631,21 +635,22 @@ void ssd_io_submit(ssd_io_path *p, ssd_io_request *const *reqs, uint64_t n) {
     pthread_mutex_unlock(&p->mutex);
 }
 
-void ssd_io_close(ssd_io_path *p) {
+void ssd_io_stop(ssd_io_path *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mutex);
     p->stop = 1;
 #ifdef KVS_HAVE_URING
-    if (p->use_uring && p->sleeping) {
-        uint64_t one = 1;
-        p->sleeping = 0;
-        if (write(p->doorbell_fd, &one, sizeof one) < 0) {
-        }
-    }
+    if (p->use_uring) ring_doorbell(p);
 #endif
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mutex);
     for (uint32_t i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    p->n_threads = 0;
+}
+
+void ssd_io_close(ssd_io_path *p) {
+    if (!p) return;
+    ssd_io_stop(p);
     pthread_cond_destroy(&p->started);
     pthread_cond_destroy(&p->work);
     pthread_mutex_destroy(&p->mutex);

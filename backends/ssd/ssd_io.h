@@ -91,7 +91,10 @@ typedef struct ssd_io_path ssd_io_path;
  * that cannot start (ENOSYS, EPERM, io_uring_disabled, a build without liburing) falls back to
  * pread and says so at INFO through cfg->log. */
 int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t err_len);
-/* Stop the threads after the queued and in-flight requests completed, and free. NULL is a no-op. */
+/* Let the queued and in-flight requests complete, then end the threads. Later submits are not
+ * allowed. Idempotent; NULL is a no-op. */
+void ssd_io_stop(ssd_io_path *p);
+/* Stop, then free. NULL is a no-op. */
 void ssd_io_close(ssd_io_path *p);
 
 /* Queue n requests as one batch: an io_uring engine issues a batch that fits its ring with one

@@ -1,0 +1,358 @@
+/*
+ * ssd_objects.c - the ssd tier's index, LRU and object lifecycle, pins, removal with tombstones,
+ * and what happens to objects when a path fails (contracts in ssd_tier.h).
+ */
+#include "ssd_tier.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+void ssd_set_error(ssd_tier *t, const char *fmt, ...) {
+    char body[420];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&t->error_mutex);
+    snprintf(t->error, sizeof t->error, "ssd tier \"%s\": %s", t->tier_name, body);
+    pthread_mutex_unlock(&t->error_mutex);
+}
+
+void ssd_log(ssd_tier *t, int level, const char *fmt, ...) {
+    if (!t->log) return;
+    char body[400], message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    snprintf(message, sizeof message, "ssd tier \"%s\": %s", t->tier_name, body);
+    t->log(t->host_ctx, level, message);
+}
+
+const char *ssd_errno_name(int err) {
+    const char *name = strerrorname_np(err);
+    return name ? name : "unknown error";
+}
+
+void ssd_format_bytes(uint64_t v, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned u = 0;
+    uint64_t scale = 1;
+    while (u + 1 < sizeof units / sizeof units[0] && v / scale >= 1024) {
+        scale *= 1024;
+        u++;
+    }
+    if (v % scale == 0) snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
+    else snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
+}
+
+static uint64_t hash_key(const kvs_key *key) {
+    uint64_t a, b;
+    memcpy(&a, key->bytes, 8);
+    memcpy(&b, key->bytes + 8, 8);
+    uint64_t h = a ^ (b * 0x9E3779B97F4A7C15ull);
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 29);
+}
+
+/* ---- index (linear probing, backward-shift deletion), LRU, object lifecycle ------------------ */
+
+uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_out) {
+    uint64_t mask = t->n_buckets - 1;
+    for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
+        uint32_t o = t->buckets[b];
+        if (o == SSD_NIL) return SSD_NIL;
+        if (memcmp(&t->objects[o].key, key, sizeof *key) == 0) {
+            if (bucket_out) *bucket_out = b;
+            return o;
+        }
+    }
+}
+
+static void index_insert(ssd_tier *t, uint32_t o) {
+    uint64_t mask = t->n_buckets - 1;
+    uint64_t b = hash_key(&t->objects[o].key) & mask;
+    while (t->buckets[b] != SSD_NIL) b = (b + 1) & mask;
+    t->buckets[b] = o;
+}
+
+static void index_erase(ssd_tier *t, uint64_t hole) {
+    uint64_t mask = t->n_buckets - 1;
+    for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
+        uint32_t o = t->buckets[j];
+        if (o == SSD_NIL) break;
+        uint64_t home = hash_key(&t->objects[o].key) & mask;
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            t->buckets[hole] = o;
+            hole = j;
+        }
+    }
+    t->buckets[hole] = SSD_NIL;
+}
+
+static void lru_unlink(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    if (e->prev != SSD_NIL) t->objects[e->prev].next = e->next;
+    else t->lru_head = e->next;
+    if (e->next != SSD_NIL) t->objects[e->next].prev = e->prev;
+    else t->lru_tail = e->prev;
+    e->prev = e->next = SSD_NIL;
+}
+
+static void lru_push_head(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    e->prev = SSD_NIL;
+    e->next = t->lru_head;
+    if (t->lru_head != SSD_NIL) t->objects[t->lru_head].prev = o;
+    else t->lru_tail = o;
+    t->lru_head = o;
+}
+
+void ssd_lru_touch(ssd_tier *t, uint32_t o) {
+    if (t->lru_head == o) return;
+    lru_unlink(t, o);
+    lru_push_head(t, o);
+}
+
+int ssd_object_pinned(ssd_object *e, uint64_t now) {
+    if (e->pins == 0) return 0;
+    if (now < e->pin_deadline_ns) return 1;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    return 0;
+}
+
+/* A record with room for n_units * replicas copies, or SSD_NIL. */
+uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas) {
+    uint32_t o = t->free_head;
+    if (o == SSD_NIL) return SSD_NIL;
+    ssd_object *e = &t->objects[o];
+    uint64_t n_copies = (uint64_t)n_units * replicas;
+    e->copies = malloc(n_copies * sizeof *e->copies);
+    e->checksums = malloc((uint64_t)n_units * sizeof *e->checksums);
+    if (!e->copies || !e->checksums) {
+        free(e->copies);
+        free(e->checksums);
+        e->copies = NULL;
+        e->checksums = NULL;
+        return SSD_NIL;
+    }
+    t->free_head = e->next;
+    for (uint64_t i = 0; i < n_copies; i++) e->copies[i] = (ssd_copy){SSD_NO_PATH, 0};
+    e->n_units = n_units;
+    e->replicas = replicas;
+    e->pins = e->refs = 0;
+    e->pin_deadline_ns = 0;
+    e->prev = e->next = SSD_NIL;
+    e->verified = 1;
+    e->state = OBJ_WRITING;
+    return o;
+}
+
+void ssd_slot_release(ssd_tier *t, ssd_copy *c) {
+    if (c->path == SSD_NO_PATH) return;
+    ssd_path *p = &t->paths[c->path];
+    p->free_slots[p->n_free++] = c->slot;
+    c->path = SSD_NO_PATH;
+}
+
+/* Give every slot of the record back and put it on the free list. */
+void ssd_object_release(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
+    for (uint64_t i = 0; i < n_copies; i++) ssd_slot_release(t, &e->copies[i]);
+    free(e->copies);
+    free(e->checksums);
+    e->copies = NULL;
+    e->checksums = NULL;
+    e->state = OBJ_FREE;
+    e->next = t->free_head;
+    t->free_head = o;
+}
+
+/* Take a live object out of the index and the LRU; its slots follow once nothing uses them. */
+void ssd_drop_live(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    uint64_t bucket = 0;
+    if (ssd_index_find(t, &e->key, &bucket) == o) index_erase(t, bucket);
+    lru_unlink(t, o);
+    t->live_objects--;
+    t->live_bytes -= e->len;
+    uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
+    for (uint64_t i = 0; i < n_copies; i++)
+        if (e->copies[i].path != SSD_NO_PATH) t->paths[e->copies[i].path].units--;
+    e->pins = 0;
+    e->state = OBJ_DROPPED;
+    if (e->refs == 0) ssd_object_release(t, o);
+}
+
+void ssd_object_unref(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    if (e->refs > 0) e->refs--;
+    if (e->refs == 0 && e->state == OBJ_DROPPED) ssd_object_release(t, o);
+}
+
+void ssd_install_live(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    e->state = OBJ_LIVE;
+    index_insert(t, o);
+    lru_push_head(t, o);
+    t->live_objects++;
+    t->live_bytes += e->len;
+    uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
+    for (uint64_t i = 0; i < n_copies; i++)
+        if (e->copies[i].path != SSD_NO_PATH) t->paths[e->copies[i].path].units++;
+}
+
+/* Every unit has a copy on a path that works. */
+int ssd_object_readable(const ssd_tier *t, const ssd_object *e) {
+    for (uint32_t u = 0; u < e->n_units; u++) {
+        int ok = 0;
+        for (uint32_t r = 0; r < e->replicas && !ok; r++) {
+            const ssd_copy *c = &e->copies[(uint64_t)u * e->replicas + r];
+            ok = c->path != SSD_NO_PATH && ssd_path_usable(t, c->path);
+        }
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* With the lock held: the live, readable object of key, or SSD_NIL (an unreadable one is dropped). */
+uint32_t ssd_find_readable(ssd_tier *t, const kvs_key *key) {
+    uint32_t o = ssd_index_find(t, key, NULL);
+    if (o == SSD_NIL) return SSD_NIL;
+    if (ssd_object_readable(t, &t->objects[o])) return o;
+    ssd_drop_live(t, o);
+    return SSD_NIL;
+}
+
+/* ---- tombstones ------------------------------------------------------------------------------ */
+
+typedef struct tombstone_job {
+    ssd_io_request req;
+    ssd_tier *tier;
+    uint32_t object;
+} tombstone_job;
+
+static void tombstone_done(ssd_io_request *req, int result) {
+    (void)result; /* a lost tombstone only lets the object be found again, unverified, after a restart */
+    tombstone_job *job = req->ctx;
+    ssd_tier *t = job->tier;
+    pthread_mutex_lock(&t->mutex);
+    ssd_object_unref(t, job->object);
+    pthread_mutex_unlock(&t->mutex);
+    free(job);
+}
+
+/* With the lock held: overwrite the header of unit 0 of every copy, then drop the object, so it
+ * does not come back after a restart. The slots stay taken until the tombstones landed. */
+void ssd_remove_with_tombstone(ssd_tier *t, uint32_t o) {
+    ssd_object *e = &t->objects[o];
+    for (uint32_t r = 0; r < e->replicas; r++) {
+        ssd_copy *c = &e->copies[r];
+        if (c->path == SSD_NO_PATH || !ssd_path_usable(t, c->path)) continue;
+        tombstone_job *job = malloc(sizeof *job);
+        if (!job) continue; /* the object is dropped anyway; only a restart could find it again */
+        job->tier = t;
+        job->object = o;
+        ssd_io_prepare(&job->req, SSD_IO_OP_WRITE, SSD_IO_WRITE, t->zero_block, SSD_BLOCK, ssd_slot_offset(t, c->slot),
+                       tombstone_done, job);
+        e->refs++;
+        ssd_io_request *req = &job->req;
+        ssd_io_submit(t->paths[c->path].io, &req, 1);
+    }
+    ssd_drop_live(t, o);
+}
+
+/* ---- path failure ---------------------------------------------------------------------------- */
+
+void ssd_on_path_failed(void *ctx, uint32_t index, int err) {
+    ssd_tier *t = ctx;
+    uint64_t lost = 0;
+    pthread_mutex_lock(&t->mutex);
+    for (uint32_t o = t->lru_head; o != SSD_NIL;) {
+        uint32_t next = t->objects[o].next;
+        if (!ssd_object_readable(t, &t->objects[o])) {
+            ssd_drop_live(t, o);
+            lost++;
+        }
+        o = next;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    ssd_log(t, KVS_LOG_ERROR, "path %u (%s) is isolated after %s; %llu objects without another copy are now misses",
+                index, t->paths[index].dir, ssd_errno_name(err), (unsigned long long)lost);
+}
+
+/* ---- lookups, pins, removal, usage ----------------------------------------------------------- */
+kvs_status ssd_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
+    ssd_tier *t = state;
+    if (!t || (!keys && n) || !n_present) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    uint64_t i = 0;
+    while (i < n && ssd_find_readable(t, &keys[i]) != SSD_NIL) i++;
+    pthread_mutex_unlock(&t->mutex);
+    *n_present = i;
+    return KVS_OK;
+}
+
+kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned) {
+    ssd_tier *t = state;
+    if (!t || (!keys && n) || !n_pinned) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    uint64_t now = ssd_now_ns();
+    uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
+    uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
+    uint64_t i = 0;
+    for (; i < n; i++) {
+        uint32_t o = ssd_find_readable(t, &keys[i]);
+        if (o == SSD_NIL) break;
+        ssd_object *e = &t->objects[o];
+        ssd_object_pinned(e, now);
+        if (e->pins < UINT32_MAX) e->pins++;
+        if (deadline > e->pin_deadline_ns) e->pin_deadline_ns = deadline;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    *n_pinned = i;
+    return KVS_OK;
+}
+
+kvs_status ssd_unpin(void *state, const kvs_key *keys, uint64_t n) {
+    ssd_tier *t = state;
+    if (!t || (!keys && n)) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    uint64_t now = ssd_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t o = ssd_index_find(t, &keys[i], NULL);
+        if (o == SSD_NIL) continue;
+        ssd_object *e = &t->objects[o];
+        if (!ssd_object_pinned(e, now)) continue;
+        if (--e->pins == 0) e->pin_deadline_ns = 0;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
+kvs_status ssd_remove(void *state, const kvs_key *key) {
+    ssd_tier *t = state;
+    if (!t || !key) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    uint32_t o = ssd_index_find(t, key, NULL);
+    if (o != SSD_NIL) ssd_remove_with_tombstone(t, o);
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
+kvs_status ssd_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
+    ssd_tier *t = state;
+    if (!t || !n_objects || !bytes) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    *n_objects = t->live_objects;
+    *bytes = t->live_bytes;
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}

@@ -1,0 +1,348 @@
+/*
+ * ssd_read.c - get and get_many for the ssd tier: every unit of every object of one call is read
+ * once, on the copy a policy chose, each path's share submitted as one batch; failed reads retry on
+ * another copy; objects found by the restart scan are checked against their unit checksums once.
+ */
+#include "ssd_tier.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ssd_place.h"
+
+/* ---- reads ----------------------------------------------------------------------------------- */
+
+typedef struct read_unit {
+    ssd_io_request req;
+    ssd_io_waiter *waiter;
+    uint64_t item;       /* index into the call's keys */
+    uint32_t unit;
+    uint32_t tried;      /* bit r: copy r was tried */
+    uint32_t path;       /* copy being read */
+    uint8_t *dst;        /* where the unit's data belongs */
+    uint8_t *bounce;     /* aligned buffer when dst cannot take the read directly */
+    uint64_t data_bytes; /* object bytes in this unit */
+    uint64_t read_bytes; /* data_bytes rounded up to 4KiB */
+    int result;
+} read_unit;
+
+#define READ_PENDING INT_MIN
+
+static void read_done(ssd_io_request *req, int result) {
+    read_unit *ru = req->ctx;
+    __atomic_store_n(&ru->result, result, __ATOMIC_RELAXED);
+    ssd_io_waiter_signal(ru->waiter);
+}
+
+/* Point ru at copy `path` (a usable path holding it) and pick direct, fixed or bounce. */
+static int prepare_read(ssd_tier *t, read_unit *ru, const ssd_object *e, uint32_t replica, uint64_t cap_left) {
+    const ssd_copy *c = &e->copies[(uint64_t)ru->unit * e->replicas + replica];
+    ru->path = c->path;
+    ru->tried |= 1u << replica;
+    ssd_io_path *io = t->paths[c->path].io;
+    uint8_t *target = ru->dst;
+    if (((uintptr_t)ru->dst % SSD_BLOCK) != 0 || ru->read_bytes > cap_left) {
+        if (!ru->bounce && !(ru->bounce = aligned_alloc(SSD_BLOCK, ru->read_bytes))) return -1;
+        target = ru->bounce;
+    }
+    ssd_io_prepare(&ru->req, SSD_IO_OP_READ, SSD_IO_RESTORE, target, ru->read_bytes,
+                   ssd_slot_offset(t, c->slot) + SSD_BLOCK, read_done, ru);
+    __atomic_store_n(&ru->result, READ_PENDING, __ATOMIC_RELAXED);
+    if (target == ru->dst) ru->req.fixed_index = ssd_io_fixed_index(io, target, ru->read_bytes);
+    return 0;
+}
+
+/* Submit reads[list[0..n)) grouped by path, each path's share as one batch in list order. */
+static void submit_reads(ssd_tier *t, read_unit *reads, const uint64_t *list, uint64_t n, int io_class,
+                         ssd_io_request **scratch) {
+    for (uint32_t p = 0; p < t->n_paths; p++) {
+        uint64_t k = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            read_unit *ru = &reads[list[i]];
+            if (ru->path != p) continue;
+            ru->req.io_class = (uint8_t)io_class;
+            scratch[k++] = &ru->req;
+        }
+        if (k) ssd_io_submit(t->paths[p].io, scratch, k);
+    }
+}
+
+/* Wait for every read of the call; a path that stalls past io_timeout_ms is isolated, but the call
+ * still waits for its buffers back (O_DIRECT transfers cannot be abandoned). */
+static void wait_reads(ssd_tier *t, ssd_io_waiter *w, read_unit *reads, uint64_t n) {
+    if (ssd_io_waiter_wait(w, t->io_timeout_ms) != ETIMEDOUT) return;
+    for (uint64_t i = 0; i < n; i++) {
+        if (__atomic_load_n(&reads[i].result, __ATOMIC_RELAXED) == READ_PENDING && reads[i].path != SSD_NO_PATH &&
+            !ssd_io_failed(t->paths[reads[i].path].io)) {
+            ssd_log(t, KVS_LOG_ERROR, "path %u (%s): a read took longer than io_timeout_ms %llu", reads[i].path,
+                        t->paths[reads[i].path].dir, (unsigned long long)t->io_timeout_ms);
+            ssd_io_fail(t->paths[reads[i].path].io, ETIMEDOUT);
+        }
+    }
+    while (ssd_io_waiter_wait(w, t->io_timeout_ms) == ETIMEDOUT) {
+    }
+}
+
+/* Per item of a get_many call. */
+typedef struct read_item {
+    uint32_t object; /* SSD_NIL: nothing to read */
+    uint64_t first_read, n_reads;
+    uint64_t same_as; /* an earlier item with the same key, or UINT64_MAX */
+    int failed_path; /* a read failed on every copy: the path of the last try */
+    int failed_errno;
+    int corrupt;
+} read_item;
+
+static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
+                                 uint64_t *lens, kvs_status *statuses, int io_class) {
+    read_item *items = calloc(n ? n : 1, sizeof *items);
+    uint64_t set_cap = 2;
+    while (set_cap < 2 * n) set_cap <<= 1;
+    uint64_t *seen_item = malloc(set_cap * sizeof *seen_item); /* object -> first item, to merge equal keys */
+    read_unit *reads = NULL;
+    uint32_t *n_copies = NULL, *copy_paths = NULL, *chosen = NULL;
+    uint64_t *order = NULL;
+    ssd_io_request **scratch = NULL;
+    ssd_io_waiter waiter;
+    int waiter_ready = 0;
+    kvs_status rc = KVS_ENOMEM;
+    if (!items || !seen_item) goto fail;
+    for (uint64_t b = 0; b < set_cap; b++) seen_item[b] = UINT64_MAX;
+
+    /* 1. Find the objects and hold them (refs) so their slots cannot be reused under the reads. */
+    uint64_t total_reads = 0;
+    uint32_t max_copies = 1;
+    pthread_mutex_lock(&t->mutex);
+    for (uint64_t i = 0; i < n; i++) {
+        read_item *it = &items[i];
+        it->object = SSD_NIL;
+        it->same_as = UINT64_MAX;
+        it->failed_path = -1;
+        lens[i] = 0;
+        uint32_t o = ssd_find_readable(t, &keys[i]);
+        if (o == SSD_NIL) {
+            statuses[i] = KVS_ENOTFOUND;
+            continue;
+        }
+        ssd_object *e = &t->objects[o];
+        lens[i] = e->len;
+        if (caps[i] < e->len || (!dsts[i] && e->len)) {
+            statuses[i] = KVS_EOVERFLOW;
+            continue;
+        }
+        statuses[i] = KVS_OK;
+        ssd_lru_touch(t, o);
+        uint64_t b = (o * 0x9E3779B97F4A7C15ull >> 7) & (set_cap - 1);
+        while (seen_item[b] != UINT64_MAX && items[seen_item[b]].object != o) b = (b + 1) & (set_cap - 1);
+        if (seen_item[b] != UINT64_MAX) {
+            it->same_as = seen_item[b];
+            continue;
+        }
+        seen_item[b] = i;
+        e->refs++;
+        it->object = o;
+        it->first_read = total_reads;
+        it->n_reads = e->len ? e->n_units : 0;
+        total_reads += it->n_reads;
+        if (e->replicas > max_copies) max_copies = e->replicas;
+    }
+    pthread_mutex_unlock(&t->mutex);
+
+    /* 2. One read per (object, unit), each with its usable copies; a policy picks copy and order. */
+    reads = calloc(total_reads ? total_reads : 1, sizeof *reads);
+    n_copies = calloc(total_reads ? total_reads : 1, sizeof *n_copies);
+    copy_paths = calloc(total_reads * max_copies + 1, sizeof *copy_paths);
+    chosen = calloc(total_reads ? total_reads : 1, sizeof *chosen);
+    order = calloc(total_reads ? total_reads : 1, sizeof *order);
+    scratch = calloc(total_reads ? total_reads : 1, sizeof *scratch);
+    if (!reads || !n_copies || !copy_paths || !chosen || !order || !scratch || ssd_io_waiter_init(&waiter, 0) != 0)
+        goto release;
+    waiter_ready = 1;
+    for (uint64_t i = 0; i < n; i++) {
+        read_item *it = &items[i];
+        if (it->object == SSD_NIL) continue;
+        const ssd_object *e = &t->objects[it->object]; /* copies of a live object do not change */
+        for (uint32_t u = 0; u < it->n_reads; u++) {
+            uint64_t r = it->first_read + u;
+            read_unit *ru = &reads[r];
+            ru->waiter = &waiter;
+            ru->item = i;
+            ru->unit = u;
+            ru->path = SSD_NO_PATH;
+            ru->dst = (uint8_t *)dsts[i] + (uint64_t)u * t->stripe_bytes;
+            ru->data_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
+            ru->read_bytes = ssd_round_up(ru->data_bytes, SSD_BLOCK);
+            for (uint32_t c = 0; c < e->replicas; c++) {
+                const ssd_copy *cp = &e->copies[(uint64_t)u * e->replicas + c];
+                if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) copy_paths[r * max_copies + n_copies[r]++] = cp->path;
+            }
+            if (n_copies[r] == 0) copy_paths[r * max_copies] = 0; /* reported below, never read */
+        }
+    }
+    if (t->schedule) t->schedule(t->host_ctx, t->n_paths, total_reads, max_copies, n_copies, copy_paths, chosen, order);
+    else ssd_place_schedule(t->n_paths, total_reads, max_copies, n_copies, copy_paths, chosen, order);
+    /* Trust the policy only as far as it is right: a copy it did not offer, or an order that is not a
+     * permutation, falls back to the plain choice. */
+    {
+        uint8_t *seen = calloc(total_reads ? total_reads : 1, 1);
+        int permutation = seen != NULL;
+        for (uint64_t k = 0; k < total_reads && permutation; k++) {
+            if (order[k] >= total_reads || seen[order[k]]) permutation = 0;
+            else seen[order[k]] = 1;
+        }
+        free(seen);
+        if (!permutation)
+            for (uint64_t k = 0; k < total_reads; k++) order[k] = k;
+    }
+
+    /* 3. Issue: each path's reads as one batch, in the policy's order. */
+    uint64_t n_issue = 0;
+    for (uint64_t k = 0; k < total_reads; k++) {
+        read_unit *ru = &reads[order[k]];
+        read_item *it = &items[ru->item];
+        const ssd_object *e = &t->objects[it->object];
+        uint64_t r = order[k];
+        uint32_t replica = SSD_NO_PATH;
+        for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
+            const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
+            if (cp->path == chosen[r] && n_copies[r] && ssd_path_usable(t, cp->path)) replica = c;
+        }
+        for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH && n_copies[r]; c++) {
+            const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
+            if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) replica = c;
+        }
+        if (replica == SSD_NO_PATH) {
+            ru->result = -EIO;
+            continue;
+        }
+        if (prepare_read(t, ru, e, replica, caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes) != 0) {
+            ru->result = -ENOMEM;
+            continue;
+        }
+        if (ru->bounce) atomic_fetch_add(&t->bounce_reads, 1);
+        order[n_issue++] = r;
+    }
+    ssd_io_waiter_add(&waiter, n_issue);
+    submit_reads(t, reads, order, n_issue, io_class, scratch);
+    wait_reads(t, &waiter, reads, total_reads);
+
+    /* 4. A read that failed tries the unit's next usable copy, until none is left. */
+    for (;;) {
+        uint64_t n_retry = 0;
+        for (uint64_t r = 0; r < total_reads; r++) {
+            read_unit *ru = &reads[r];
+            if (ru->result >= 0 || ru->result == -ENOMEM) continue;
+            const ssd_object *e = &t->objects[items[ru->item].object];
+            uint32_t replica = SSD_NO_PATH;
+            for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
+                const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
+                if (!(ru->tried & (1u << c)) && cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) replica = c;
+            }
+            if (replica == SSD_NO_PATH) continue;
+            if (prepare_read(t, ru, e, replica, caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes) != 0) continue;
+            order[n_retry++] = r;
+        }
+        if (n_retry == 0) break;
+        ssd_io_waiter_add(&waiter, n_retry);
+        submit_reads(t, reads, order, n_retry, io_class, scratch);
+        wait_reads(t, &waiter, reads, total_reads);
+    }
+
+    /* 5. Bounce copies, first-read verification of recovered objects, statuses. */
+    for (uint64_t r = 0; r < total_reads; r++) {
+        read_unit *ru = &reads[r];
+        read_item *it = &items[ru->item];
+        if (ru->result < 0) {
+            if (!it->failed_errno) {
+                it->failed_errno = -ru->result;
+                it->failed_path = ru->path == SSD_NO_PATH ? -1 : (int)ru->path;
+            }
+            continue;
+        }
+        if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
+        const ssd_object *e = &t->objects[it->object];
+        if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
+            XXH3_64bits(ru->dst, ru->data_bytes) != e->checksums[ru->unit])
+            it->corrupt = 1;
+    }
+    rc = KVS_OK;
+
+release:
+    pthread_mutex_lock(&t->mutex);
+    for (uint64_t i = 0; i < n; i++) {
+        read_item *it = &items[i];
+        if (it->object == SSD_NIL) continue;
+        ssd_object *e = &t->objects[it->object];
+        if (rc != KVS_OK) {
+            statuses[i] = KVS_ENOMEM;
+        } else if (it->failed_errno) {
+            statuses[i] = it->failed_errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
+            if (it->failed_path >= 0)
+                ssd_set_error(t, "reading an object failed on path %d (%s): %s", it->failed_path,
+                          t->paths[it->failed_path].dir, ssd_errno_name(it->failed_errno));
+            else
+                ssd_set_error(t, "reading an object failed: %s", ssd_errno_name(it->failed_errno));
+            if (e->state == OBJ_LIVE && !ssd_object_readable(t, e)) ssd_drop_live(t, it->object);
+        } else if (it->corrupt) {
+            statuses[i] = KVS_ECORRUPT;
+            atomic_fetch_add(&t->corrupt_drops, 1);
+            ssd_set_error(t, "an object found after a restart failed its unit checksum (a torn write); removed");
+            if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
+        } else {
+            __atomic_store_n(&e->verified, 1, __ATOMIC_RELAXED);
+        }
+        ssd_object_unref(t, it->object);
+    }
+    pthread_mutex_unlock(&t->mutex);
+    /* Equal keys in one call: the first one's bytes and status. */
+    for (uint64_t i = 0; i < n; i++) {
+        if (items[i].same_as == UINT64_MAX) continue;
+        uint64_t j = items[i].same_as;
+        statuses[i] = rc == KVS_OK ? statuses[j] : KVS_ENOMEM;
+        lens[i] = lens[j];
+        if (statuses[i] == KVS_OK && lens[i]) memcpy(dsts[i], dsts[j], lens[i]);
+    }
+    if (waiter_ready) ssd_io_waiter_destroy(&waiter);
+    if (reads)
+        for (uint64_t r = 0; r < total_reads; r++) free(reads[r].bounce);
+    free(items);
+    free(seen_item);
+    free(reads);
+    free(n_copies);
+    free(copy_paths);
+    free(chosen);
+    free(order);
+    free(scratch);
+    return rc;
+
+fail:
+    free(items);
+    free(seen_item);
+    ssd_set_error(t, "out of memory for a read of %llu objects", (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++) statuses[i] = KVS_ENOMEM;
+    return KVS_ENOMEM;
+}
+
+kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
+                               uint64_t *lens, kvs_status *statuses) {
+    ssd_tier *t = state;
+    if (!t || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
+    return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE);
+}
+
+kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
+    ssd_tier *t = state;
+    if (!t || !key || !len || (!dst && cap)) return KVS_EINVAL;
+    kvs_status status = KVS_OK;
+    void *dsts[1] = {dst};
+    kvs_status rc = ssd_read_objects(t, key, dsts, &cap, 1, len, &status, SSD_IO_PREFETCH);
+    if (rc != KVS_OK) return rc;
+    if (status == KVS_ENOTFOUND) ssd_set_error(t, "object not stored");
+    else if (status == KVS_EOVERFLOW)
+        ssd_set_error(t, "object of %llu bytes does not fit a buffer of %llu bytes", (unsigned long long)*len,
+                  (unsigned long long)cap);
+    return status;
+}

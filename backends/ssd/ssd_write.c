@@ -1,0 +1,295 @@
+/*
+ * ssd_write.c - put for the ssd tier: the object is copied into the write buffer with a header per
+ * unit copy, placed, given slots (evicting least recently used objects when a path is full) and
+ * queued on the paths' engines; it becomes visible when its last unit write completes.
+ */
+#include "ssd_tier.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ssd_place.h"
+
+/* ---- put ------------------------------------------------------------------------------------- */
+
+typedef struct write_job {
+    ssd_tier *tier;
+    uint32_t object;
+    uint32_t n_copies, remaining;
+    int enospc, error;
+    uint8_t *buffer;
+    uint64_t buffer_bytes;
+    uint8_t *copy_failed;   /* [n_copies] */
+    ssd_io_request *reqs;   /* [n_copies] */
+} write_job;
+
+static void free_write_job(write_job *job) {
+    if (!job) return;
+    free(job->buffer);
+    free(job->copy_failed);
+    free(job->reqs);
+    free(job);
+}
+
+/* With the lock held: the last unit write of job finished. */
+static void finish_write(ssd_tier *t, write_job *job) {
+    uint32_t o = job->object;
+    ssd_object *e = &t->objects[o];
+    for (uint32_t i = 0; i < job->n_copies; i++)
+        if (job->copy_failed[i]) ssd_slot_release(t, &e->copies[i]);
+    int complete = 1;
+    for (uint32_t u = 0; u < e->n_units && complete; u++) {
+        int ok = 0;
+        for (uint32_t r = 0; r < e->replicas; r++) ok |= e->copies[(uint64_t)u * e->replicas + r].path != SSD_NO_PATH;
+        complete = ok;
+    }
+    t->buffered_bytes -= job->buffer_bytes;
+    t->writes_pending--;
+    pthread_cond_broadcast(&t->drained);
+    if (!complete) {
+        if (job->enospc) atomic_fetch_add(&t->enospc_skips, 1);
+        ssd_object_release(t, o);
+        return;
+    }
+    uint32_t old = ssd_index_find(t, &e->key, NULL);
+    if (old != SSD_NIL) {
+        ssd_object *x = &t->objects[old];
+        if (x->seq > e->seq || ssd_object_pinned(x, ssd_now_ns())) {
+            ssd_object_release(t, o); /* a newer write won, or a reader holds the stored copy: same key, same bytes */
+            return;
+        }
+        ssd_drop_live(t, old);
+    }
+    ssd_install_live(t, o);
+}
+
+static void write_done(ssd_io_request *req, int result) {
+    write_job *job = req->ctx;
+    ssd_tier *t = job->tier;
+    int finished = 0;
+    pthread_mutex_lock(&t->mutex);
+    if (result < 0) {
+        job->copy_failed[req - job->reqs] = 1;
+        if (result == -ENOSPC) job->enospc = 1;
+        else job->error = -result;
+    }
+    if (--job->remaining == 0) {
+        finish_write(t, job);
+        finished = 1;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    if (finished) free_write_job(job);
+}
+
+/* With the lock held: paths for every copy of an object of n_units units, on usable paths, the
+ * copies of one unit on distinct paths where there are enough. 0, or -1 when no path works. */
+static int choose_paths(ssd_tier *t, uint32_t n_units, uint32_t *paths_out) {
+    uint32_t R = t->replicas, n = t->n_paths, usable = 0;
+    for (uint32_t p = 0; p < n; p++) usable += (uint32_t)ssd_path_usable(t, p);
+    if (usable == 0) return -1;
+    if (t->place) t->place(t->host_ctx, &t->place_pointer, n, n_units, R, paths_out);
+    else ssd_place_stripe(&t->place_pointer, n, n_units, R, paths_out);
+    for (uint32_t u = 0; u < n_units; u++) {
+        uint32_t *copy = &paths_out[(uint64_t)u * R];
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t p = copy[r] % n;
+            int clash = 0;
+            for (uint32_t q = 0; q < r; q++) clash |= copy[q] == p;
+            if (ssd_path_usable(t, p) && (!clash || usable <= r)) {
+                copy[r] = p;
+                continue;
+            }
+            /* the next usable path not holding this unit yet, else any usable one */
+            uint32_t pick = SSD_NO_PATH;
+            for (uint32_t step = 1; step <= n && pick == SSD_NO_PATH; step++) {
+                uint32_t c = (p + step) % n;
+                int used = 0;
+                for (uint32_t q = 0; q < r; q++) used |= copy[q] == c;
+                if (ssd_path_usable(t, c) && (!used || usable <= r)) pick = c;
+            }
+            copy[r] = pick;
+        }
+    }
+    return 0;
+}
+
+/* With the lock held: evict least recently used objects until every path p has need[p] free
+ * slots. 0, or -1 with the error set. */
+static int make_room(ssd_tier *t, const uint64_t *need) {
+    uint64_t now = ssd_now_ns();
+    for (uint32_t p = 0; p < t->n_paths; p++) {
+        if (need[p] > t->paths[p].n_slots) {
+            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu", (unsigned long long)need[p], p,
+                      t->paths[p].dir, (unsigned long long)t->paths[p].n_slots);
+            return -1;
+        }
+    }
+    for (;;) {
+        uint32_t short_path = SSD_NO_PATH;
+        for (uint32_t p = 0; p < t->n_paths && short_path == SSD_NO_PATH; p++)
+            if (t->paths[p].n_free < need[p]) short_path = p;
+        if (short_path == SSD_NO_PATH) return 0;
+        uint32_t victim = SSD_NIL;
+        for (uint32_t o = t->lru_tail; o != SSD_NIL && victim == SSD_NIL; o = t->objects[o].prev) {
+            ssd_object *e = &t->objects[o];
+            if (e->refs || ssd_object_pinned(e, now)) continue;
+            uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
+            for (uint64_t i = 0; i < n_copies && victim == SSD_NIL; i++) {
+                uint32_t p = e->copies[i].path;
+                if (p != SSD_NO_PATH && t->paths[p].n_free < need[p]) victim = o;
+            }
+        }
+        if (victim == SSD_NIL) {
+            ssd_set_error(t, "path %u (%s) is full and every object on it is pinned, being read or being written",
+                      short_path, t->paths[short_path].dir);
+            return -1;
+        }
+        ssd_drop_live(t, victim);
+        atomic_fetch_add(&t->evictions, 1);
+    }
+}
+
+kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
+    ssd_tier *t = state;
+    if (!t || !key || (!object && len)) return KVS_EINVAL;
+    if (len > t->max_object_bytes) {
+        char got[32], max[32];
+        ssd_format_bytes(len, got, sizeof got);
+        ssd_format_bytes(t->max_object_bytes, max, sizeof max);
+        ssd_set_error(t, "object of %s is larger than the tier's max object size %s", got, max);
+        return KVS_EINVAL;
+    }
+    uint32_t n_units = ssd_format_unit_count(len, t->stripe_bytes), R = t->replicas;
+    uint32_t n_copies = n_units * R;
+    uint64_t header_bytes = (uint64_t)n_copies * SSD_BLOCK, data_bytes = ssd_round_up(len, SSD_BLOCK);
+    uint64_t need = header_bytes + data_bytes;
+
+    pthread_mutex_lock(&t->mutex);
+    uint32_t existing = ssd_index_find(t, key, NULL);
+    if (existing != SSD_NIL && ssd_object_pinned(&t->objects[existing], ssd_now_ns())) {
+        ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
+        pthread_mutex_unlock(&t->mutex);
+        return KVS_OK;
+    }
+    if (t->buffered_bytes + need > t->write_buffer_bytes) {
+        char held[32], limit[32];
+        ssd_format_bytes(t->buffered_bytes, held, sizeof held);
+        ssd_format_bytes(t->write_buffer_bytes, limit, sizeof limit);
+        pthread_mutex_unlock(&t->mutex);
+        atomic_fetch_add(&t->queue_full_skips, 1);
+        ssd_set_error(t, "write queue full (%s of write_buffer_bytes %s waiting for the devices); object skipped", held,
+                  limit);
+        return KVS_ENOMEM;
+    }
+    t->buffered_bytes += need;
+    t->writes_pending++;
+    pthread_mutex_unlock(&t->mutex);
+
+    /* Copy and checksum outside the lock. */
+    write_job *job = calloc(1, sizeof *job);
+    uint32_t *paths = malloc((uint64_t)n_copies * sizeof *paths);
+    uint64_t *per_path_need = calloc(t->n_paths, sizeof *per_path_need);
+    ssd_io_request **batch = malloc((uint64_t)n_copies * sizeof *batch);
+    uint64_t *checksums = malloc((uint64_t)n_units * sizeof *checksums);
+    if (job) {
+        job->tier = t;
+        job->n_copies = job->remaining = n_copies;
+        job->buffer_bytes = need;
+        job->buffer = aligned_alloc(SSD_BLOCK, need);
+        job->copy_failed = calloc(n_copies, 1);
+        job->reqs = calloc(n_copies, sizeof *job->reqs);
+    }
+    kvs_status rc = KVS_ENOMEM;
+    if (!job || !job->buffer || !job->copy_failed || !job->reqs || !paths || !per_path_need || !batch || !checksums) {
+        ssd_set_error(t, "out of memory for a write buffer of %llu bytes", (unsigned long long)need);
+        goto undo_budget;
+    }
+    uint8_t *data = job->buffer + header_bytes;
+    memset(job->buffer, 0, header_bytes);
+    if (len) memcpy(data, object, len);
+    memset(data + len, 0, data_bytes - len);
+    for (uint32_t u = 0; u < n_units; u++)
+        checksums[u] = XXH3_64bits(data + (uint64_t)u * t->stripe_bytes, ssd_format_unit_bytes(len, t->stripe_bytes, u));
+
+    pthread_mutex_lock(&t->mutex);
+    if (choose_paths(t, n_units, paths) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "every path has failed; nothing can be stored");
+        rc = KVS_EIO;
+        goto undo_budget;
+    }
+    for (uint32_t i = 0; i < n_copies; i++) per_path_need[paths[i]]++;
+    if (make_room(t, per_path_need) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        goto undo_budget; /* make_room set the error */
+    }
+    /* A free slot means a free record: every record in use holds at least one slot. */
+    uint32_t o = ssd_object_alloc(t, n_units, R);
+    if (o == SSD_NIL) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "out of memory for an object record");
+        goto undo_budget;
+    }
+    ssd_object *e = &t->objects[o];
+    e->key = *key;
+    e->len = len;
+    e->seq = t->next_seq++;
+    memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
+    job->object = o;
+    for (uint32_t u = 0; u < n_units; u++) {
+        uint64_t unit_bytes = ssd_format_unit_bytes(len, t->stripe_bytes, u);
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t i = u * R + r;
+            ssd_path *p = &t->paths[paths[i]];
+            e->copies[i] = (ssd_copy){paths[i], p->free_slots[--p->n_free]};
+            ssd_unit_header h = {.key = *key,
+                                 .object_len = len,
+                                 .sequence = e->seq,
+                                 .unit_index = u,
+                                 .unit_count = n_units,
+                                 .replica_index = r,
+                                 .replica_count = R,
+                                 .stripe_bytes = t->stripe_bytes,
+                                 .data_bytes = (uint32_t)unit_bytes,
+                                 .data_checksum = checksums[u]};
+            uint8_t *header = job->buffer + (uint64_t)i * SSD_BLOCK;
+            ssd_format_encode_unit(&h, header);
+            ssd_io_request *req = &job->reqs[i];
+            ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, header, SSD_BLOCK, ssd_slot_offset(t, e->copies[i].slot),
+                           write_done, job);
+            if (unit_bytes) {
+                req->n_iov = 2;
+                req->iov[1].iov_base = data + (uint64_t)u * t->stripe_bytes;
+                req->iov[1].iov_len = (size_t)ssd_round_up(unit_bytes, SSD_BLOCK);
+            }
+        }
+    }
+    /* One batch per path, so a ring issues an object's units on it with one system call. */
+    for (uint32_t p = 0; p < t->n_paths; p++) {
+        uint64_t k = 0;
+        for (uint32_t i = 0; i < n_copies; i++)
+            if (paths[i] == p) batch[k++] = &job->reqs[i];
+        if (k) ssd_io_submit(t->paths[p].io, batch, k);
+    }
+    pthread_mutex_unlock(&t->mutex);
+    free(paths);
+    free(per_path_need);
+    free(batch);
+    free(checksums);
+    return KVS_OK;
+
+undo_budget:
+    pthread_mutex_lock(&t->mutex);
+    t->buffered_bytes -= need;
+    t->writes_pending--;
+    pthread_cond_broadcast(&t->drained);
+    pthread_mutex_unlock(&t->mutex);
+    free_write_job(job);
+    free(paths);
+    free(per_path_need);
+    free(batch);
+    free(checksums);
+    return rc;
+}
