@@ -115,7 +115,8 @@ static kvs_status try_open(const test_dirs *d, const tier_args *a, void **st) {
     kvs_backend_option opts[MAX_TEST_PATHS + 12];
     uint64_t n = 0;
     for (uint32_t i = 0; i < a->n_paths; i++) opts[n++] = (kvs_backend_option){"path", d->dir[i]};
-    for (int i = 0; i < 12 && a->options[i][0]; i++) opts[n++] = (kvs_backend_option){a->options[i][0], a->options[i][1]};
+    for (int i = 0; i < 12 && a->options[i][0]; i++)
+        opts[n++] = (kvs_backend_option){a->options[i][0], a->options[i][1]};
     error_text[0] = '\0';
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = a->name ? a->name : "ssd0",
@@ -209,7 +210,9 @@ START_TEST(put_then_get_is_byte_exact_over_1_2_and_4_paths) {
     for (int c = 0; c < 3; c++) {
         test_dirs d;
         make_dirs(&d);
-        tier_args a = {.n_paths = path_counts[c], .capacity = 8 * MIB, .max_object = 64 * KIB,
+        tier_args a = {.n_paths = path_counts[c],
+                       .capacity = 8 * MIB,
+                       .max_object = 64 * KIB,
                        .options = {{"stripe_bytes", "16KiB"}}};
         void *st = open_ok(&d, &a);
         for (uint32_t i = 0; i < N_LENGTHS; i++) put_object(st, i, LENGTHS[i]);
@@ -235,8 +238,7 @@ START_TEST(an_object_is_invisible_until_its_writes_complete) {
     test_dirs d;
     make_dirs(&d);
     /* 64KiB at 2MB/s: the write takes about 35 ms, long enough to look before it lands */
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{"sim_bandwidth", "2MB/s"}}};
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"sim_bandwidth", "2MB/s"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     ck_assert_uint_eq(present(st, 1), 0);
@@ -253,13 +255,12 @@ END_TEST
 START_TEST(units_are_striped_over_every_path) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     uint64_t superblocks = stats_of(st).writes;
     ck_assert_uint_eq(superblocks, 4);
     for (uint32_t i = 0; i < 10; i++) put_object(st, i, 64 * KIB); /* 4 units each */
-    put_object(st, 10, 20 * KIB);                                     /* 2 units */
+    put_object(st, 10, 20 * KIB);                                  /* 2 units */
     flush(st);
     kvs_ssd_stats_t s = stats_of(st);
     uint64_t total = 0;
@@ -304,8 +305,7 @@ END_TEST
 START_TEST(unaligned_buffers_read_through_a_bounce_buffer) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 3, 50000);
     flush(st);
@@ -332,8 +332,12 @@ START_TEST(reads_into_the_staging_pool_use_registered_buffers) {
     uint64_t pool_len = 2 * MIB;
     uint8_t *pool = mmap(NULL, pool_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(pool, MAP_FAILED);
-    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .staging = pool,
-                   .staging_len = pool_len, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 2,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .staging = pool,
+                   .staging_len = pool_len,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 4; i++) put_object(st, i, 64 * KIB);
     flush(st);
@@ -365,8 +369,7 @@ END_TEST
 START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 16; i++) put_object(st, i, 64 * KIB);
     flush(st);
@@ -441,9 +444,15 @@ START_TEST(host_policies_choose_the_paths_and_the_read_order) {
     test_dirs d;
     make_dirs(&d);
     policy_log plog = {0};
-    kvs_backend_host host = {.struct_size = sizeof host, .ctx = &plog, .log = capture_log,
-                             .place = place_on_last, .schedule = schedule_last_copy};
-    tier_args a = {.n_paths = 3, .capacity = 12 * MIB, .max_object = 64 * KIB, .host = &host,
+    kvs_backend_host host = {.struct_size = sizeof host,
+                             .ctx = &plog,
+                             .log = capture_log,
+                             .place = place_on_last,
+                             .schedule = schedule_last_copy};
+    tier_args a = {.n_paths = 3,
+                   .capacity = 12 * MIB,
+                   .max_object = 64 * KIB,
+                   .host = &host,
                    .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 5; i++) put_object(st, i, 64 * KIB);
@@ -519,7 +528,9 @@ END_TEST
 START_TEST(objects_survive_destroy_and_create_on_the_same_paths) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB,
+    tier_args a = {.n_paths = 4,
+                   .capacity = 16 * MIB,
+                   .max_object = 64 * KIB,
                    .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 12; i++) put_object(st, i, LENGTHS[i % N_LENGTHS]);
@@ -577,8 +588,7 @@ static void data_file(const test_dirs *d, int path, char *out, size_t len) {
 START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB); /* slots 0..3 of a fresh file */
     put_object(st, 2, 64 * KIB); /* slots 4..7 */
@@ -616,8 +626,7 @@ END_TEST
 START_TEST(a_torn_header_drops_its_object_at_the_restart_scan) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     put_object(st, 2, 64 * KIB);
@@ -647,7 +656,9 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
     make_dirs(&d);
     const uint32_t confirmed = 20, burst = 400;
     const uint64_t len = 256 * KIB;
-    tier_args a = {.n_paths = 2, .capacity = 256 * MIB, .max_object = 256 * KIB,
+    tier_args a = {.n_paths = 2,
+                   .capacity = 256 * MIB,
+                   .max_object = 256 * KIB,
                    .options = {{"stripe_bytes", "64KiB"}, {"write_buffer_bytes", "16MiB"}}};
     int ready[2];
     ck_assert_int_eq(pipe(ready), 0);
@@ -683,9 +694,12 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
     uint32_t survived = 0, corrupt = 0;
     for (uint32_t i = 0; i < burst; i++) {
         kvs_status rc = get_and_check(st, i, len); /* a served object must be byte-exact */
-        if (rc == KVS_OK) survived++;
-        else if (rc == KVS_ECORRUPT) corrupt++;
-        else ck_assert_int_eq(rc, KVS_ENOTFOUND);
+        if (rc == KVS_OK)
+            survived++;
+        else if (rc == KVS_ECORRUPT)
+            corrupt++;
+        else
+            ck_assert_int_eq(rc, KVS_ENOTFOUND);
         if (i < confirmed) ck_assert_msg(rc == KVS_OK, "confirmed object %u was lost: %s", i, ops->last_error(st));
     }
     printf("kill -9 mid-burst: %u of %u objects survived, %u torn ones caught\n", survived, burst, corrupt);
@@ -719,8 +733,8 @@ static void check_full_device(void *st, uint32_t n) {
 START_TEST(enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
-                   .options = {{"fault_inject", "enospc_after:5"}}};
+    tier_args a = {
+        .n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB, .options = {{"fault_inject", "enospc_after:5"}}};
     void *st = open_ok(&d, &a);
     check_full_device(st, 12);
     ck_assert_uint_eq(stats_of(st).enospc_skips, 7);
@@ -734,7 +748,9 @@ START_TEST(a_full_tmpfs_skips_writes_and_serves_nothing_corrupt) {
     make_dirs(&d);
     int mounted = mount("tmpfs", d.dir[0], "tmpfs", 0, "size=1m") == 0;
     /* Where mounting is not allowed the same path runs on an injected ENOSPC. */
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+    tier_args a = {.n_paths = 1,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
                    .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "enospc_after:10"}}};
     void *st = open_ok(&d, &a);
     if (mounted) ck_assert(log_contains("cannot preallocate"));
@@ -756,7 +772,9 @@ START_TEST(a_failing_path_turns_its_objects_into_misses_while_the_others_serve) 
     test_dirs d;
     make_dirs(&d);
     /* one-unit objects alternate between the two paths; path 1 fails after its 5 writes */
-    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 16 * KIB,
+    tier_args a = {.n_paths = 2,
+                   .capacity = 4 * MIB,
+                   .max_object = 16 * KIB,
                    .options = {{"fault_inject", "eio_path:1,eio_after:5"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 10; i++) put_object(st, i, 16 * KIB);
@@ -765,7 +783,8 @@ START_TEST(a_failing_path_turns_its_objects_into_misses_while_the_others_serve) 
     uint32_t ok = 0, failed = 0;
     for (uint32_t i = 0; i < 10; i++) {
         kvs_status rc = get_and_check(st, i, 16 * KIB);
-        if (rc == KVS_OK) ok++;
+        if (rc == KVS_OK)
+            ok++;
         else {
             ck_assert_msg(rc == KVS_EIO || rc == KVS_ENOTFOUND, "object %u: %d", i, rc);
             failed++;
@@ -794,8 +813,11 @@ END_TEST
 START_TEST(replicas_keep_every_object_readable_when_a_path_fails) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 3, .capacity = 12 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}, {"fault_inject", "eio_path:2,eio_after:12"}}};
+    tier_args a = {
+        .n_paths = 3,
+        .capacity = 12 * MIB,
+        .max_object = 64 * KIB,
+        .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}, {"fault_inject", "eio_path:2,eio_after:12"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 8; i++) put_object(st, i, 64 * KIB); /* 64 unit copies, 1/3 on path 2 */
     flush(st);
@@ -820,7 +842,9 @@ END_TEST
 START_TEST(pread_engine_reads_what_uring_wrote_and_the_other_way_round) {
     test_dirs d;
     make_dirs(&d);
-    tier_args uring = {.n_paths = 2, .capacity = 8 * MIB, .max_object = 64 * KIB,
+    tier_args uring = {.n_paths = 2,
+                       .capacity = 8 * MIB,
+                       .max_object = 64 * KIB,
                        .options = {{"stripe_bytes", "16KiB"}, {"io_engine", "uring"}}};
     tier_args pread_engine = uring;
     pread_engine.options[1][1] = "pread";
@@ -848,7 +872,9 @@ START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_band
     test_dirs d;
     make_dirs(&d);
     const double bandwidth = 25e6;
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 256 * KIB,
+    tier_args a = {.n_paths = 4,
+                   .capacity = 16 * MIB,
+                   .max_object = 256 * KIB,
                    .options = {{"stripe_bytes", "64KiB"}, {"sim_bandwidth", "25MB/s"}}};
     void *st = open_ok(&d, &a);
     enum { N = 8 };
@@ -871,8 +897,8 @@ START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_band
     kvs_ssd_stats_t after = stats_of(st);
     double bytes = (double)(after.read_bytes - before.read_bytes);
     double bound = bytes / (4 * bandwidth);
-    printf("paced: %.0f bytes over 4 paths at 25MB/s in %.1f ms (bound %.1f ms, one path %.1f ms)\n", bytes,
-           took * 1e3, bound * 1e3, bytes / bandwidth * 1e3);
+    printf("paced: %.0f bytes over 4 paths at 25MB/s in %.1f ms (bound %.1f ms, one path %.1f ms)\n", bytes, took * 1e3,
+           bound * 1e3, bytes / bandwidth * 1e3);
     ck_assert_uint_eq((uint64_t)bytes, N * 256 * KIB);
     ck_assert_msg(took >= bound * 0.999, "took %.4f s, less than the bound %.4f s", took, bound);
     for (uint32_t i = 0; i < N; i++) {
@@ -891,8 +917,12 @@ START_TEST(restore_reads_overtake_queued_writes) {
         test_dirs d;
         make_dirs(&d);
         /* 64KiB units at 4MB/s: each write holds the device for about 17 ms */
-        tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
-                       .options = {{"sim_bandwidth", "4MB/s"}, {"write_inflight", "1"}, {"io_engine", engines[e]},
+        tier_args a = {.n_paths = 1,
+                       .capacity = 8 * MIB,
+                       .max_object = 64 * KIB,
+                       .options = {{"sim_bandwidth", "4MB/s"},
+                                   {"write_inflight", "1"},
+                                   {"io_engine", engines[e]},
                                    {"pread_threads", "1"}}};
         void *st = open_ok(&d, &a);
         put_object(st, 0, 64 * KIB);
@@ -921,7 +951,9 @@ END_TEST
 START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
+    tier_args a = {.n_paths = 1,
+                   .capacity = 8 * MIB,
+                   .max_object = 64 * KIB,
                    .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
     void *st = open_ok(&d, &a);
     uint8_t *buf = malloc(64 * KIB);
@@ -930,8 +962,10 @@ START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
         fill(buf, 64 * KIB, i);
         kvs_key k = key_of(i);
         kvs_status rc = ops->put(st, &k, buf, 64 * KIB);
-        if (i < 3) ck_assert_int_eq(rc, KVS_OK); /* 3 x (4KiB + 64KiB) fit in 256KiB */
-        else if (rc == KVS_ENOMEM) refused++;
+        if (i < 3)
+            ck_assert_int_eq(rc, KVS_OK); /* 3 x (4KiB + 64KiB) fit in 256KiB */
+        else if (rc == KVS_ENOMEM)
+            refused++;
     }
     ck_assert_int_ge(refused, 1);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "write queue full"));
@@ -1080,9 +1114,15 @@ END_TEST
 START_TEST(sizes_and_rates_take_units) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{"stripe_bytes", "0.5 MiB"}, {"write_buffer_bytes", "1GB"}, {"sim_bandwidth", "1.5GiB/s"},
-                               {"sim_iops", "1000000"}, {"queue_depth", "4"}, {"io_timeout_ms", "1000"}}};
+    tier_args a = {.n_paths = 1,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "0.5 MiB"},
+                               {"write_buffer_bytes", "1GB"},
+                               {"sim_bandwidth", "1.5GiB/s"},
+                               {"sim_iops", "1000000"},
+                               {"queue_depth", "4"},
+                               {"io_timeout_ms", "1000"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     flush(st);
@@ -1126,7 +1166,9 @@ START_TEST(threads_sharing_one_tier_never_see_torn_or_foreign_bytes) {
     test_dirs d;
     make_dirs(&d);
     /* small enough that eviction runs all the time */
-    tier_args a = {.n_paths = 2, .capacity = 2 * (4096 + 12 * 12 * KIB), .max_object = 32 * KIB,
+    tier_args a = {.n_paths = 2,
+                   .capacity = 2 * (4096 + 12 * 12 * KIB),
+                   .max_object = 32 * KIB,
                    .options = {{"stripe_bytes", "8KiB"}}};
     void *st = open_ok(&d, &a);
     pthread_t threads[4];

@@ -77,7 +77,8 @@ kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
     uint64_t left = t->writes_pending;
     pthread_mutex_unlock(&t->mutex);
     if (left == 0) return KVS_OK;
-    ssd_set_error(t, "%llu writes still pending after %llu ms", (unsigned long long)left, (unsigned long long)timeout_ms);
+    ssd_set_error(t, "%llu writes still pending after %llu ms", (unsigned long long)left,
+                  (unsigned long long)timeout_ms);
     return KVS_ETIMEDOUT;
 }
 
@@ -165,14 +166,15 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
     if (fallocate(p->fd, 0, 0, (off_t)want) != 0) {
         int err = errno;
         if (ftruncate(p->fd, (off_t)want) != 0) {
-            ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want, ssd_errno_name(errno));
+            ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want,
+                          ssd_errno_name(errno));
             return KVS_EIO;
         }
         if (err != EOPNOTSUPP) {
             char size[32];
             ssd_format_bytes(want, size, sizeof size);
-            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); writes are skipped when the device fills",
-                        file, size, ssd_errno_name(err));
+            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); writes are skipped when the device fills", file,
+                    size, ssd_errno_name(err));
         }
     }
     return KVS_OK;
@@ -235,7 +237,7 @@ static kvs_status recover(ssd_tier *t) {
             ssd_format_bytes(sb.stripe_bytes, was, sizeof was);
             ssd_format_bytes(t->stripe_bytes, now, sizeof now);
             ssd_log(t, KVS_LOG_WARN, "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
-                        p->dir, was, now);
+                    p->dir, was, now);
         }
         memset(block, 0, SSD_BLOCK);
         memset(&sb, 0, sizeof sb);
@@ -275,7 +277,7 @@ static kvs_status recover(ssd_tier *t) {
         t->next_seq = found.max_sequence + 1 > wall ? found.max_sequence + 1 : wall;
         if (t->recovered)
             ssd_log(t, KVS_LOG_INFO, "recovered %llu objects from %llu unit headers", (unsigned long long)t->recovered,
-                        (unsigned long long)found.headers_read);
+                    (unsigned long long)found.headers_read);
     } else {
         ssd_set_error(t, "out of memory while rebuilding the index");
     }
@@ -291,7 +293,8 @@ static void ssd_destroy(void *state);
 static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt) {
     char cap[32], obj[32], slot[32];
     if (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 50)) {
-        ssd_set_error(t, "max_object_bytes %llu is not a usable object size", (unsigned long long)init->max_object_bytes);
+        ssd_set_error(t, "max_object_bytes %llu is not a usable object size",
+                      (unsigned long long)init->max_object_bytes);
         return KVS_EINVAL;
     }
     if (init->capacity_bytes == 0) {
@@ -309,13 +312,13 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     ssd_format_bytes(init->max_object_bytes, obj, sizeof obj);
     ssd_format_bytes(t->slot_bytes, slot, sizeof slot);
     if (n_slots < units) {
-        ssd_set_error(t, "capacity %s over %u paths gives %llu slots of %s per path; an object of up to %s needs %u", cap,
-                  opt->n_paths, (unsigned long long)n_slots, slot, obj, units);
+        ssd_set_error(t, "capacity %s over %u paths gives %llu slots of %s per path; an object of up to %s needs %u",
+                      cap, opt->n_paths, (unsigned long long)n_slots, slot, obj, units);
         return KVS_ECONFIG;
     }
     if (n_slots >= UINT32_MAX || n_slots * opt->n_paths >= UINT32_MAX) {
-        ssd_set_error(t, "capacity %s is %llu slots of %s per path; raise stripe_bytes", cap, (unsigned long long)n_slots,
-                  slot);
+        ssd_set_error(t, "capacity %s is %llu slots of %s per path; raise stripe_bytes", cap,
+                      (unsigned long long)n_slots, slot);
         return KVS_ECONFIG;
     }
     uint64_t need = (uint64_t)units * opt->replicas * SSD_BLOCK + object_rounded;
@@ -442,7 +445,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     t->fallbacks = on_pread;
     if (on_pread)
         ssd_log(t, KVS_LOG_INFO, "io_uring is unavailable (%s%s); %u paths use the pread engine",
-                    ssd_errno_name(uring_error), uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
+                ssd_errno_name(uring_error), uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
     uint32_t usable = 0;

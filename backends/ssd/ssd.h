@@ -35,29 +35,29 @@ extern "C" {
 #define KVS_SSD_STATS_MAX_PATHS 16 /* per-path figures are reported for the first 16 paths */
 
 typedef struct kvs_ssd_path_stats {
-    uint64_t units;    /* unit copies stored on this path now (visible objects only) */
-    uint64_t reads;    /* read I/Os completed */
-    uint64_t writes;   /* write I/Os completed (unit writes and tombstones) */
-    uint32_t failed;   /* 1 once the path is isolated */
-    uint32_t uring;    /* 1 when the path runs on io_uring, 0 on the pread engine */
+    uint64_t units;  /* unit copies stored on this path now (visible objects only) */
+    uint64_t reads;  /* read I/Os completed */
+    uint64_t writes; /* write I/Os completed (unit writes and tombstones) */
+    uint32_t failed; /* 1 once the path is isolated */
+    uint32_t uring;  /* 1 when the path runs on io_uring, 0 on the pread engine */
 } kvs_ssd_path_stats;
 
 /* Counters since create. I/O figures count device operations: one unit read or write is one. */
 typedef struct kvs_ssd_stats_t {
-    uint64_t reads, writes;               /* I/Os completed without error */
-    uint64_t read_bytes, written_bytes;   /* bytes moved by them (4KiB-rounded, headers included) */
-    uint64_t submits;       /* system calls that issued I/O: io_uring_enter with SQEs, pread, pwrite */
-    uint64_t fixed_reads;   /* reads into the registered staging pool (io_uring read_fixed) */
-    uint64_t bounce_reads;  /* unit reads through a bounce buffer (dst not 4KiB aligned or short) */
-    uint64_t enospc_skips;  /* objects not stored because a device was full */
-    uint64_t queue_full_skips; /* puts refused: the write buffer was full */
-    uint64_t path_errors;   /* I/Os that failed with an error other than ENOSPC */
-    uint64_t fallbacks;     /* paths that run the pread engine because io_uring could not start */
-    uint64_t evictions;     /* objects dropped to make room */
-    uint64_t corrupt_drops; /* recovered objects whose unit data failed its checksum on first read */
-    uint64_t recovered;     /* objects found by the scan at create */
-    uint64_t writes_pending;  /* objects accepted by put and not yet visible or skipped (now) */
-    uint64_t buffered_bytes;  /* write buffer bytes held by them (now) */
+    uint64_t reads, writes;             /* I/Os completed without error */
+    uint64_t read_bytes, written_bytes; /* bytes moved by them (4KiB-rounded, headers included) */
+    uint64_t submits;                   /* system calls that issued I/O: io_uring_enter with SQEs, pread, pwrite */
+    uint64_t fixed_reads;               /* reads into the registered staging pool (io_uring read_fixed) */
+    uint64_t bounce_reads;              /* unit reads through a bounce buffer (dst not 4KiB aligned or short) */
+    uint64_t enospc_skips;              /* objects not stored because a device was full */
+    uint64_t queue_full_skips;          /* puts refused: the write buffer was full */
+    uint64_t path_errors;               /* I/Os that failed with an error other than ENOSPC */
+    uint64_t fallbacks;                 /* paths that run the pread engine because io_uring could not start */
+    uint64_t evictions;                 /* objects dropped to make room */
+    uint64_t corrupt_drops;             /* recovered objects whose unit data failed its checksum on first read */
+    uint64_t recovered;                 /* objects found by the scan at create */
+    uint64_t writes_pending;            /* objects accepted by put and not yet visible or skipped (now) */
+    uint64_t buffered_bytes;            /* write buffer bytes held by them (now) */
     uint32_t n_paths;
     uint32_t failed_paths;
     kvs_ssd_path_stats paths[KVS_SSD_STATS_MAX_PATHS];

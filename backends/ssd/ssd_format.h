@@ -10,9 +10,9 @@
 
 #include "kvstrata_backend.h"
 
-#define SSD_BLOCK 4096u            /* O_DIRECT alignment, superblock and unit header size */
+#define SSD_BLOCK 4096u /* O_DIRECT alignment, superblock and unit header size */
 #define SSD_FORMAT_VERSION 1u
-#define SSD_TIER_NAME_BYTES 64u    /* tier name kept in the superblock, NUL-padded */
+#define SSD_TIER_NAME_BYTES 64u /* tier name kept in the superblock, NUL-padded */
 
 typedef struct ssd_superblock {
     uint64_t stripe_bytes; /* data bytes per slot */
@@ -24,7 +24,7 @@ typedef struct ssd_superblock {
 typedef struct ssd_unit_header {
     kvs_key key;
     uint64_t object_len;
-    uint64_t sequence;      /* per-tier write number; the newest complete one of a key wins */
+    uint64_t sequence; /* per-tier write number; the newest complete one of a key wins */
     uint32_t unit_index, unit_count;
     uint32_t replica_index, replica_count;
     uint64_t stripe_bytes;

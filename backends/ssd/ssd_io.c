@@ -33,8 +33,8 @@
 #include "kvstrata_backend.h"
 
 #define MAX_PREAD_THREADS 64
-#define MAX_RETRIES 8                         /* EAGAIN/EINTR resubmissions of one request */
-#define FIXED_CHUNK_BYTES (1ull << 30)        /* io_uring caps one registered buffer at 1GiB */
+#define MAX_RETRIES 8                  /* EAGAIN/EINTR resubmissions of one request */
+#define FIXED_CHUNK_BYTES (1ull << 30) /* io_uring caps one registered buffer at 1GiB */
 #define MAX_FIXED_CHUNKS 1024
 #define START_TIMEOUT_MS 10000
 
@@ -91,8 +91,8 @@ static void log_path(ssd_io_path *p, int level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    snprintf(message, sizeof message, "ssd tier \"%s\": path %u (%s): %s", p->cfg.tier_name, p->cfg.index,
-             p->cfg.dir, body);
+    snprintf(message, sizeof message, "ssd tier \"%s\": path %u (%s): %s", p->cfg.tier_name, p->cfg.index, p->cfg.dir,
+             body);
     p->cfg.log(p->cfg.ctx, level, message);
 }
 
@@ -188,8 +188,10 @@ static uint32_t remaining_iov(const ssd_io_request *r, struct iovec *out) {
 static void push_back(ssd_io_path *p, ssd_io_request *r) {
     unsigned c = r->io_class < SSD_IO_CLASSES ? r->io_class : SSD_IO_WRITE;
     r->next = NULL;
-    if (p->tail[c]) p->tail[c]->next = r;
-    else p->head[c] = r;
+    if (p->tail[c])
+        p->tail[c]->next = r;
+    else
+        p->head[c] = r;
     p->tail[c] = r;
     p->queued++;
 }
@@ -326,8 +328,7 @@ static int64_t transfer_once(ssd_io_path *p, ssd_io_request *r) {
     if (r->op == SSD_IO_OP_READ)
         got = n == 1 ? pread(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off) : preadv(p->cfg.fd, iov, (int)n, off);
     else
-        got = n == 1 ? pwrite(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off)
-                     : pwritev(p->cfg.fd, iov, (int)n, off);
+        got = n == 1 ? pwrite(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off) : pwritev(p->cfg.fd, iov, (int)n, off);
     return got < 0 ? -(int64_t)errno : (int64_t)got;
 }
 
@@ -336,8 +337,7 @@ static void *pread_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&p->mutex);
         ssd_io_request *r = NULL;
-        while (!(r = pop_next(p, UINT32_MAX)) && !(p->stop && p->queued == 0))
-            pthread_cond_wait(&p->work, &p->mutex);
+        while (!(r = pop_next(p, UINT32_MAX)) && !(p->stop && p->queued == 0)) pthread_cond_wait(&p->work, &p->mutex);
         pthread_mutex_unlock(&p->mutex);
         if (!r) break;
         r->start_ns = now_ns();
@@ -401,10 +401,13 @@ static int ring_setup(ssd_io_path *p) {
             reg = io_uring_register_buffers(&p->ring, iov, (unsigned)n);
             free(iov);
         }
-        if (reg == 0) p->n_fixed = (uint32_t)n;
+        if (reg == 0)
+            p->n_fixed = (uint32_t)n;
         else if (p->cfg.index == 0) /* once per tier: every path would say the same */
-            log_path(p, KVS_LOG_INFO, "the staging pool cannot be registered with io_uring (%s); reads into it "
-                     "are plain reads", errno_name(-reg));
+            log_path(p, KVS_LOG_INFO,
+                     "the staging pool cannot be registered with io_uring (%s); reads into it "
+                     "are plain reads",
+                     errno_name(-reg));
     }
     return 0;
 }
@@ -415,8 +418,7 @@ static void ring_prep(ssd_io_path *p, struct io_uring_sqe *sqe, ssd_io_request *
     uint64_t off = r->offset + r->moved;
     if (r->op == SSD_IO_OP_READ) {
         if (n == 1 && r->fixed_index >= 0 && (uint32_t)r->fixed_index < p->n_fixed) {
-            io_uring_prep_read_fixed(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off,
-                                     r->fixed_index);
+            io_uring_prep_read_fixed(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off, r->fixed_index);
             if (r->moved == 0) atomic_fetch_add(&p->cfg.counters->fixed_reads, 1);
         } else if (n == 1) {
             io_uring_prep_read(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off);
@@ -479,8 +481,10 @@ static void *ring_main(void *arg) {
         pthread_mutex_unlock(&p->mutex);
 
         while ((r = again) || (r = popped)) {
-            if (r == again) again = r->next;
-            else popped = r->next;
+            if (r == again)
+                again = r->next;
+            else
+                popped = r->next;
             int fault = r->moved == 0 && r->retries == 0 ? fault_check(p, r) : 0;
             if (!fault && !(sqe = next_sqe(p))) fault = -EBUSY;
             if (fault) {
@@ -597,8 +601,10 @@ int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t
     if (cfg->engine == SSD_ENGINE_URING) {
 #ifdef KVS_HAVE_URING
         rc = start_uring(p);
-        if (rc == 0) p->use_uring = 1;
-        else p->uring_error = -rc;
+        if (rc == 0)
+            p->use_uring = 1;
+        else
+            p->uring_error = -rc;
 #else
         p->uring_error = ENOSYS;
 #endif

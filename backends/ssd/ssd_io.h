@@ -36,8 +36,8 @@ struct ssd_io_request {
     void *ctx;
     /* engine-owned while queued or in flight */
     ssd_io_request *next;
-    uint64_t moved;       /* bytes done so far (short transfers continue) */
-    uint64_t start_ns;    /* when it was issued, for the paced model */
+    uint64_t moved;    /* bytes done so far (short transfers continue) */
+    uint64_t start_ns; /* when it was issued, for the paced model */
     uint32_t retries;
     int result;
     struct iovec iov_scratch[2]; /* the remainder handed to readv/writev */
@@ -76,8 +76,8 @@ typedef struct ssd_io_config {
     uint64_t sim_iops;      /* 0 = off */
     void *staging_base;     /* registered as fixed buffers in 1GiB chunks when possible */
     uint64_t staging_len;
-    int eio;                /* fault injection: this path fails ... */
-    uint64_t eio_after;     /* ... after this many I/Os completed once armed */
+    int eio;            /* fault injection: this path fails ... */
+    uint64_t eio_after; /* ... after this many I/Os completed once armed */
     ssd_io_counters *counters;
     void *ctx; /* for log and on_failed */
     void (*log)(void *ctx, int level, const char *message);

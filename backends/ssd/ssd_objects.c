@@ -46,8 +46,10 @@ void ssd_format_bytes(uint64_t v, char *buf, size_t len) {
         scale *= 1024;
         u++;
     }
-    if (v % scale == 0) snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
-    else snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
+    if (v % scale == 0)
+        snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
+    else
+        snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
 }
 
 static uint64_t hash_key(const kvs_key *key) {
@@ -97,10 +99,14 @@ static void index_erase(ssd_tier *t, uint64_t hole) {
 
 static void lru_unlink(ssd_tier *t, uint32_t o) {
     ssd_object *e = &t->objects[o];
-    if (e->prev != SSD_NIL) t->objects[e->prev].next = e->next;
-    else t->lru_head = e->next;
-    if (e->next != SSD_NIL) t->objects[e->next].prev = e->prev;
-    else t->lru_tail = e->prev;
+    if (e->prev != SSD_NIL)
+        t->objects[e->prev].next = e->next;
+    else
+        t->lru_head = e->next;
+    if (e->next != SSD_NIL)
+        t->objects[e->next].prev = e->prev;
+    else
+        t->lru_tail = e->prev;
     e->prev = e->next = SSD_NIL;
 }
 
@@ -108,8 +114,10 @@ static void lru_push_head(ssd_tier *t, uint32_t o) {
     ssd_object *e = &t->objects[o];
     e->prev = SSD_NIL;
     e->next = t->lru_head;
-    if (t->lru_head != SSD_NIL) t->objects[t->lru_head].prev = o;
-    else t->lru_tail = o;
+    if (t->lru_head != SSD_NIL)
+        t->objects[t->lru_head].prev = o;
+    else
+        t->lru_tail = o;
     t->lru_head = o;
 }
 
@@ -285,7 +293,7 @@ void ssd_on_path_failed(void *ctx, uint32_t index, int err) {
     }
     pthread_mutex_unlock(&t->mutex);
     ssd_log(t, KVS_LOG_ERROR, "path %u (%s) is isolated after %s; %llu objects without another copy are now misses",
-                index, t->paths[index].dir, ssd_errno_name(err), (unsigned long long)lost);
+            index, t->paths[index].dir, ssd_errno_name(err), (unsigned long long)lost);
 }
 
 /* ---- lookups, pins, removal, usage ----------------------------------------------------------- */

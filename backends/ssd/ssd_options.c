@@ -9,8 +9,8 @@
 #include "ssd_format.h"
 #include "ssd_io.h"
 
-#define VALID_OPTIONS                                                                                        \
-    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, "            \
+#define VALID_OPTIONS                                                                                                  \
+    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, "                       \
     "pread_threads, io_timeout_ms, sim_bandwidth, sim_iops, fault_inject"
 
 typedef struct unit {
@@ -98,9 +98,12 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
             return -1;
         }
         *colon = '\0';
-        if (strcmp(item, "enospc_after") == 0) o->enospc_after = (int64_t)v;
-        else if (strcmp(item, "eio_path") == 0) o->eio_path = (int32_t)v;
-        else if (strcmp(item, "eio_after") == 0) o->eio_after = v;
+        if (strcmp(item, "enospc_after") == 0)
+            o->enospc_after = (int64_t)v;
+        else if (strcmp(item, "eio_path") == 0)
+            o->eio_path = (int32_t)v;
+        else if (strcmp(item, "eio_after") == 0)
+            o->eio_after = v;
         else {
             snprintf(why, why_len, "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after)", item);
             return -1;
@@ -109,9 +112,9 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
     return 0;
 }
 
-static const char *const NAMES[] = {"stripe_bytes",  "replicas",      "queue_depth", "write_inflight",
+static const char *const NAMES[] = {"stripe_bytes",       "replicas",  "queue_depth",   "write_inflight",
                                     "write_buffer_bytes", "io_engine", "pread_threads", "io_timeout_ms",
-                                    "sim_bandwidth", "sim_iops",      "fault_inject"};
+                                    "sim_bandwidth",      "sim_iops",  "fault_inject"};
 #define N_NAMES (sizeof NAMES / sizeof NAMES[0])
 
 static int parse_one(unsigned which, const char *value, ssd_options *o, char *why, size_t why_len) {
@@ -120,8 +123,7 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
     switch (which) {
     case 0: /* stripe_bytes */
         if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 || v > SSD_MAX_STRIPE_BYTES) {
-            snprintf(why, why_len, "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB",
-                     value);
+            snprintf(why, why_len, "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB", value);
             return -1;
         }
         o->stripe_bytes = v;
@@ -157,8 +159,10 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
         o->write_buffer_bytes = v;
         return 0;
     case 5: /* io_engine */
-        if (strcmp(value, "uring") == 0) o->engine = SSD_ENGINE_URING;
-        else if (strcmp(value, "pread") == 0) o->engine = SSD_ENGINE_PREAD;
+        if (strcmp(value, "uring") == 0)
+            o->engine = SSD_ENGINE_URING;
+        else if (strcmp(value, "pread") == 0)
+            o->engine = SSD_ENGINE_PREAD;
         else {
             snprintf(why, why_len, "io_engine \"%.40s\" is not uring or pread", value);
             return -1;

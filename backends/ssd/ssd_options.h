@@ -35,8 +35,8 @@ typedef struct ssd_options {
 
 /* Defaults, then the options in order. On failure returns KVS_ECONFIG and writes a sentence
  * (without the tier prefix) into why. Paths are not checked against the file system here. */
-kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *out,
-                             char *why, size_t why_len);
+kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *out, char *why,
+                             size_t why_len);
 
 /* "1.5GiB", "250MB", "4096": units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (K/M/G/T alone are
  * binary). 0 on success. */

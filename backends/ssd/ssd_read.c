@@ -18,7 +18,7 @@
 typedef struct read_unit {
     ssd_io_request req;
     ssd_io_waiter *waiter;
-    uint64_t item;       /* index into the call's keys */
+    uint64_t item; /* index into the call's keys */
     uint32_t unit;
     uint32_t tried;      /* bit r: copy r was tried */
     uint32_t path;       /* copy being read */
@@ -78,7 +78,7 @@ static void wait_reads(ssd_tier *t, ssd_io_waiter *w, read_unit *reads, uint64_t
         if (__atomic_load_n(&reads[i].result, __ATOMIC_RELAXED) == READ_PENDING && reads[i].path != SSD_NO_PATH &&
             !ssd_io_failed(t->paths[reads[i].path].io)) {
             ssd_log(t, KVS_LOG_ERROR, "path %u (%s): a read took longer than io_timeout_ms %llu", reads[i].path,
-                        t->paths[reads[i].path].dir, (unsigned long long)t->io_timeout_ms);
+                    t->paths[reads[i].path].dir, (unsigned long long)t->io_timeout_ms);
             ssd_io_fail(t->paths[reads[i].path].io, ETIMEDOUT);
         }
     }
@@ -91,20 +91,20 @@ typedef struct read_item {
     uint32_t object; /* SSD_NIL: nothing to read */
     uint64_t first_read, n_reads;
     uint64_t same_as; /* an earlier item with the same key, or UINT64_MAX */
-    int failed_path; /* a read failed on every copy: the path of the last try */
+    int failed_path;  /* a read failed on every copy: the path of the last try */
     int failed_errno;
     int corrupt;
 } read_item;
 
-static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                                 uint64_t *lens, kvs_status *statuses, int io_class) {
+static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                                   uint64_t n, uint64_t *lens, kvs_status *statuses, int io_class) {
     read_item *items = calloc(n ? n : 1, sizeof *items);
     uint64_t set_cap = 2;
     while (set_cap < 2 * n) set_cap <<= 1;
     uint64_t *seen_item = malloc(set_cap * sizeof *seen_item); /* object -> first item, to merge equal keys */
     read_unit *reads = NULL;
     uint32_t *n_copies = NULL, *copy_paths = NULL, *chosen = NULL;
-    uint64_t *order = NULL;
+    uint64_t *order = NULL, *sched = NULL;
     ssd_io_request **scratch = NULL;
     ssd_io_waiter waiter;
     int waiter_ready = 0;
@@ -151,14 +151,18 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
     }
     pthread_mutex_unlock(&t->mutex);
 
-    /* 2. One read per (object, unit), each with its usable copies; a policy picks copy and order. */
-    reads = calloc(total_reads ? total_reads : 1, sizeof *reads);
-    n_copies = calloc(total_reads ? total_reads : 1, sizeof *n_copies);
-    copy_paths = calloc(total_reads * max_copies + 1, sizeof *copy_paths);
-    chosen = calloc(total_reads ? total_reads : 1, sizeof *chosen);
-    order = calloc(total_reads ? total_reads : 1, sizeof *order);
-    scratch = calloc(total_reads ? total_reads : 1, sizeof *scratch);
-    if (!reads || !n_copies || !copy_paths || !chosen || !order || !scratch || ssd_io_waiter_init(&waiter, 0) != 0)
+    /* 2. One read per (object, unit). Those with a usable copy go to the policy, which picks the copy
+     * and the submission order; sched[] maps its indices back to reads. */
+    uint64_t n_sched = 0, alloc = total_reads ? total_reads : 1;
+    reads = calloc(alloc, sizeof *reads);
+    sched = calloc(alloc, sizeof *sched);
+    n_copies = calloc(alloc, sizeof *n_copies);
+    copy_paths = calloc(alloc * max_copies, sizeof *copy_paths);
+    chosen = calloc(alloc, sizeof *chosen);
+    order = calloc(alloc, sizeof *order);
+    scratch = calloc(alloc, sizeof *scratch);
+    if (!reads || !sched || !n_copies || !copy_paths || !chosen || !order || !scratch ||
+        ssd_io_waiter_init(&waiter, 0) != 0)
         goto release;
     waiter_ready = 1;
     for (uint64_t i = 0; i < n; i++) {
@@ -166,58 +170,61 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         if (it->object == SSD_NIL) continue;
         const ssd_object *e = &t->objects[it->object]; /* copies of a live object do not change */
         for (uint32_t u = 0; u < it->n_reads; u++) {
-            uint64_t r = it->first_read + u;
-            read_unit *ru = &reads[r];
+            read_unit *ru = &reads[it->first_read + u];
             ru->waiter = &waiter;
             ru->item = i;
             ru->unit = u;
             ru->path = SSD_NO_PATH;
+            ru->result = -EIO; /* until it is issued: no usable copy */
             ru->dst = (uint8_t *)dsts[i] + (uint64_t)u * t->stripe_bytes;
             ru->data_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
             ru->read_bytes = ssd_round_up(ru->data_bytes, SSD_BLOCK);
+            uint32_t k = 0;
             for (uint32_t c = 0; c < e->replicas; c++) {
                 const ssd_copy *cp = &e->copies[(uint64_t)u * e->replicas + c];
-                if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) copy_paths[r * max_copies + n_copies[r]++] = cp->path;
+                if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path))
+                    copy_paths[n_sched * max_copies + k++] = cp->path;
             }
-            if (n_copies[r] == 0) copy_paths[r * max_copies] = 0; /* reported below, never read */
+            if (k == 0) continue;
+            n_copies[n_sched] = k;
+            sched[n_sched++] = it->first_read + u;
         }
     }
-    if (t->schedule) t->schedule(t->host_ctx, t->n_paths, total_reads, max_copies, n_copies, copy_paths, chosen, order);
-    else ssd_place_schedule(t->n_paths, total_reads, max_copies, n_copies, copy_paths, chosen, order);
-    /* Trust the policy only as far as it is right: a copy it did not offer, or an order that is not a
-     * permutation, falls back to the plain choice. */
+    if (n_sched && t->schedule)
+        t->schedule(t->host_ctx, t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen, order);
+    else if (n_sched)
+        ssd_place_schedule(t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen, order);
+    /* Trust the policy as far as it is right: an order that is not a permutation becomes the plain
+     * order, and a path it was not offered becomes the first copy that was. */
     {
-        uint8_t *seen = calloc(total_reads ? total_reads : 1, 1);
+        uint8_t *seen = calloc(alloc, 1);
         int permutation = seen != NULL;
-        for (uint64_t k = 0; k < total_reads && permutation; k++) {
-            if (order[k] >= total_reads || seen[order[k]]) permutation = 0;
-            else seen[order[k]] = 1;
+        for (uint64_t k = 0; k < n_sched && permutation; k++) {
+            if (order[k] >= n_sched || seen[order[k]])
+                permutation = 0;
+            else
+                seen[order[k]] = 1;
         }
         free(seen);
         if (!permutation)
-            for (uint64_t k = 0; k < total_reads; k++) order[k] = k;
+            for (uint64_t k = 0; k < n_sched; k++) order[k] = k;
     }
 
     /* 3. Issue: each path's reads as one batch, in the policy's order. */
     uint64_t n_issue = 0;
-    for (uint64_t k = 0; k < total_reads; k++) {
-        read_unit *ru = &reads[order[k]];
-        read_item *it = &items[ru->item];
-        const ssd_object *e = &t->objects[it->object];
-        uint64_t r = order[k];
-        uint32_t replica = SSD_NO_PATH;
+    for (uint64_t k = 0; k < n_sched; k++) {
+        uint64_t s = order[k], r = sched[s];
+        read_unit *ru = &reads[r];
+        const ssd_object *e = &t->objects[items[ru->item].object];
+        uint32_t replica = SSD_NO_PATH, first_usable = SSD_NO_PATH;
         for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
             const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
-            if (cp->path == chosen[r] && n_copies[r] && ssd_path_usable(t, cp->path)) replica = c;
+            if (cp->path == SSD_NO_PATH || !ssd_path_usable(t, cp->path)) continue;
+            if (first_usable == SSD_NO_PATH) first_usable = c;
+            if (cp->path == chosen[s]) replica = c;
         }
-        for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH && n_copies[r]; c++) {
-            const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
-            if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) replica = c;
-        }
-        if (replica == SSD_NO_PATH) {
-            ru->result = -EIO;
-            continue;
-        }
+        if (replica == SSD_NO_PATH) replica = first_usable;
+        if (replica == SSD_NO_PATH) continue; /* its path failed since: -EIO stands, a retry may find another */
         if (prepare_read(t, ru, e, replica, caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes) != 0) {
             ru->result = -ENOMEM;
             continue;
@@ -282,7 +289,7 @@ release:
             statuses[i] = it->failed_errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
             if (it->failed_path >= 0)
                 ssd_set_error(t, "reading an object failed on path %d (%s): %s", it->failed_path,
-                          t->paths[it->failed_path].dir, ssd_errno_name(it->failed_errno));
+                              t->paths[it->failed_path].dir, ssd_errno_name(it->failed_errno));
             else
                 ssd_set_error(t, "reading an object failed: %s", ssd_errno_name(it->failed_errno));
             if (e->state == OBJ_LIVE && !ssd_object_readable(t, e)) ssd_drop_live(t, it->object);
@@ -311,6 +318,7 @@ release:
     free(items);
     free(seen_item);
     free(reads);
+    free(sched);
     free(n_copies);
     free(copy_paths);
     free(chosen);
@@ -327,7 +335,7 @@ fail:
 }
 
 kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                               uint64_t *lens, kvs_status *statuses) {
+                        uint64_t *lens, kvs_status *statuses) {
     ssd_tier *t = state;
     if (!t || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
     return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE);
@@ -340,9 +348,10 @@ kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uin
     void *dsts[1] = {dst};
     kvs_status rc = ssd_read_objects(t, key, dsts, &cap, 1, len, &status, SSD_IO_PREFETCH);
     if (rc != KVS_OK) return rc;
-    if (status == KVS_ENOTFOUND) ssd_set_error(t, "object not stored");
+    if (status == KVS_ENOTFOUND)
+        ssd_set_error(t, "object not stored");
     else if (status == KVS_EOVERFLOW)
         ssd_set_error(t, "object of %llu bytes does not fit a buffer of %llu bytes", (unsigned long long)*len,
-                  (unsigned long long)cap);
+                      (unsigned long long)cap);
     return status;
 }

@@ -72,8 +72,8 @@ int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *s
                 s->waiter = &waiter;
                 s->path = p;
                 s->slot = (uint32_t)(next[p] + i);
-                ssd_io_prepare(&s->req, SSD_IO_OP_READ, SSD_IO_RESTORE, buffers + (issued + i) * SSD_BLOCK,
-                               SSD_BLOCK, SSD_BLOCK + (uint64_t)s->slot * slot_bytes, scan_done, s);
+                ssd_io_prepare(&s->req, SSD_IO_OP_READ, SSD_IO_RESTORE, buffers + (issued + i) * SSD_BLOCK, SSD_BLOCK,
+                               SSD_BLOCK + (uint64_t)s->slot * slot_bytes, scan_done, s);
                 list[i] = &s->req;
             }
             ssd_io_submit(io[p], list, k);

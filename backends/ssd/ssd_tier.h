@@ -42,8 +42,8 @@ typedef struct ssd_object {
     uint32_t n_units, replicas;
     uint32_t prev, next; /* LRU while live, free list while free */
     uint8_t state;
-    uint8_t verified; /* 0 for a recovered object until one read matched its data checksums */
-    ssd_copy *copies;   /* [n_units * replicas] */
+    uint8_t verified;    /* 0 for a recovered object until one read matched its data checksums */
+    ssd_copy *copies;    /* [n_units * replicas] */
     uint64_t *checksums; /* [n_units] XXH3-64 of each unit's data */
 } ssd_object;
 
@@ -98,7 +98,9 @@ static inline uint64_t ssd_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static inline uint64_t ssd_slot_offset(const ssd_tier *t, uint32_t slot) { return SSD_BLOCK + (uint64_t)slot * t->slot_bytes; }
+static inline uint64_t ssd_slot_offset(const ssd_tier *t, uint32_t slot) {
+    return SSD_BLOCK + (uint64_t)slot * t->slot_bytes;
+}
 
 static inline int ssd_path_usable(const ssd_tier *t, uint32_t p) {
     return p < t->n_paths && t->paths[p].io && !ssd_io_failed(t->paths[p].io);
@@ -114,7 +116,7 @@ void ssd_format_bytes(uint64_t v, char *buf, size_t len); /* "4MiB", "1.5GiB" */
 /* With the lock held. */
 uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_out); /* SSD_NIL if absent */
 void ssd_lru_touch(ssd_tier *t, uint32_t o);
-int ssd_object_pinned(ssd_object *e, uint64_t now); /* clears an expired pin */
+int ssd_object_pinned(ssd_object *e, uint64_t now);                          /* clears an expired pin */
 uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas); /* a WRITING record or SSD_NIL */
 void ssd_slot_release(ssd_tier *t, ssd_copy *c);
 void ssd_object_release(ssd_tier *t, uint32_t o); /* slots back, record free */
@@ -122,7 +124,7 @@ void ssd_drop_live(ssd_tier *t, uint32_t o);      /* out of index and LRU; relea
 void ssd_object_unref(ssd_tier *t, uint32_t o);
 void ssd_install_live(ssd_tier *t, uint32_t o);
 int ssd_object_readable(const ssd_tier *t, const ssd_object *e); /* every unit has a usable copy */
-uint32_t ssd_find_readable(ssd_tier *t, const kvs_key *key); /* drops an unreadable object; SSD_NIL */
+uint32_t ssd_find_readable(ssd_tier *t, const kvs_key *key);     /* drops an unreadable object; SSD_NIL */
 void ssd_remove_with_tombstone(ssd_tier *t, uint32_t o);
 /* The engines' on_failed: drops every object left without a readable copy. Takes the lock. */
 void ssd_on_path_failed(void *ctx, uint32_t index, int err);

@@ -21,8 +21,8 @@ typedef struct write_job {
     int enospc, error;
     uint8_t *buffer;
     uint64_t buffer_bytes;
-    uint8_t *copy_failed;   /* [n_copies] */
-    ssd_io_request *reqs;   /* [n_copies] */
+    uint8_t *copy_failed; /* [n_copies] */
+    ssd_io_request *reqs; /* [n_copies] */
 } write_job;
 
 static void free_write_job(write_job *job) {
@@ -72,8 +72,10 @@ static void write_done(ssd_io_request *req, int result) {
     pthread_mutex_lock(&t->mutex);
     if (result < 0) {
         job->copy_failed[req - job->reqs] = 1;
-        if (result == -ENOSPC) job->enospc = 1;
-        else job->error = -result;
+        if (result == -ENOSPC)
+            job->enospc = 1;
+        else
+            job->error = -result;
     }
     if (--job->remaining == 0) {
         finish_write(t, job);
@@ -89,8 +91,10 @@ static int choose_paths(ssd_tier *t, uint32_t n_units, uint32_t *paths_out) {
     uint32_t R = t->replicas, n = t->n_paths, usable = 0;
     for (uint32_t p = 0; p < n; p++) usable += (uint32_t)ssd_path_usable(t, p);
     if (usable == 0) return -1;
-    if (t->place) t->place(t->host_ctx, &t->place_pointer, n, n_units, R, paths_out);
-    else ssd_place_stripe(&t->place_pointer, n, n_units, R, paths_out);
+    if (t->place)
+        t->place(t->host_ctx, &t->place_pointer, n, n_units, R, paths_out);
+    else
+        ssd_place_stripe(&t->place_pointer, n, n_units, R, paths_out);
     for (uint32_t u = 0; u < n_units; u++) {
         uint32_t *copy = &paths_out[(uint64_t)u * R];
         for (uint32_t r = 0; r < R; r++) {
@@ -121,8 +125,8 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
     uint64_t now = ssd_now_ns();
     for (uint32_t p = 0; p < t->n_paths; p++) {
         if (need[p] > t->paths[p].n_slots) {
-            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu", (unsigned long long)need[p], p,
-                      t->paths[p].dir, (unsigned long long)t->paths[p].n_slots);
+            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu", (unsigned long long)need[p],
+                          p, t->paths[p].dir, (unsigned long long)t->paths[p].n_slots);
             return -1;
         }
     }
@@ -143,7 +147,7 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
         }
         if (victim == SSD_NIL) {
             ssd_set_error(t, "path %u (%s) is full and every object on it is pinned, being read or being written",
-                      short_path, t->paths[short_path].dir);
+                          short_path, t->paths[short_path].dir);
             return -1;
         }
         ssd_drop_live(t, victim);
@@ -180,7 +184,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         pthread_mutex_unlock(&t->mutex);
         atomic_fetch_add(&t->queue_full_skips, 1);
         ssd_set_error(t, "write queue full (%s of write_buffer_bytes %s waiting for the devices); object skipped", held,
-                  limit);
+                      limit);
         return KVS_ENOMEM;
     }
     t->buffered_bytes += need;
@@ -211,7 +215,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     if (len) memcpy(data, object, len);
     memset(data + len, 0, data_bytes - len);
     for (uint32_t u = 0; u < n_units; u++)
-        checksums[u] = XXH3_64bits(data + (uint64_t)u * t->stripe_bytes, ssd_format_unit_bytes(len, t->stripe_bytes, u));
+        checksums[u] =
+            XXH3_64bits(data + (uint64_t)u * t->stripe_bytes, ssd_format_unit_bytes(len, t->stripe_bytes, u));
 
     pthread_mutex_lock(&t->mutex);
     if (choose_paths(t, n_units, paths) != 0) {
