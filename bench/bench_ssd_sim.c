@@ -26,16 +26,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
 #include "../schedulers/swarm/swarm.h"
 #include "../schedulers/swarm/swarm_synth.h"
+#include "bench_common.h"
 
-#define ENTRY_BYTES 4096u           /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
+#define ENTRY_BYTES 4096u /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
 #define PREFIX_UNIT_BYTES (256u << 10)
 #define PREFIX_UNITS 32u
 #define PREFIX_OBJECTS 64u
 #define MAX_COPIES 3u
-#define CLUSTER_TAU 0.65            /* calibrated on the planted workload (tests/test_swarm.c) */
+#define CLUSTER_TAU 0.65 /* calibrated on the planted workload (tests/test_swarm.c) */
 #define CLUSTER_MIN_COUNT 3u
 #define CHUNK_ENTRIES 256u
 #define MAX_PATHS 8u
@@ -124,8 +124,7 @@ static options parse_options(int argc, char **argv) {
             o.profile_steps = (uint32_t)bench_parse_u64(argv[i], v, 10, 100000);
         else if (!strcmp(argv[i], "--eval-steps"))
             o.eval_steps = (uint32_t)bench_parse_u64(argv[i], v, 8, 100000);
-        else if (!strcmp(argv[i], "--seed"))
-            o.seed = bench_parse_u64(argv[i], v, 0, UINT64_MAX);
+        else if (!strcmp(argv[i], "--seed")) o.seed = bench_parse_u64(argv[i], v, 0, UINT64_MAX);
         else {
             usage(argv[0]);
             exit(2);
@@ -334,7 +333,8 @@ static run_result prefix_load(uint32_t n_paths, const kvs_swarm_disk *disk) {
     uint32_t *paths = xcalloc(n, sizeof *paths), *n_copies = xcalloc(n, sizeof *n_copies);
     uint32_t *chosen = xcalloc(n, sizeof *chosen);
     uint64_t *order = xcalloc(n, sizeof *order), pointer = 0;
-    for (uint32_t o = 0; o < PREFIX_OBJECTS; o++) kvs_swarm_place(&pointer, n_paths, PREFIX_UNITS, 1, paths + o * PREFIX_UNITS);
+    for (uint32_t o = 0; o < PREFIX_OBJECTS; o++)
+        kvs_swarm_place(&pointer, n_paths, PREFIX_UNITS, 1, paths + o * PREFIX_UNITS);
     for (uint32_t u = 0; u < n; u++) n_copies[u] = 1;
     kvs_swarm_schedule(n_paths, n, 1, n_copies, paths, chosen, order);
     uint64_t ios[MAX_PATHS], bytes[MAX_PATHS];
@@ -354,9 +354,7 @@ static run_result prefix_load(uint32_t n_paths, const kvs_swarm_disk *disk) {
     return res;
 }
 
-static double gbps(const run_result *r) {
-    return r->time_s > 0.0 ? (double)r->bytes / r->time_s / 1e9 : 0.0;
-}
+static double gbps(const run_result *r) { return r->time_s > 0.0 ? (double)r->bytes / r->time_s / 1e9 : 0.0; }
 
 static void report_b1(const char *workload, const kvs_swarm_disk *disk, uint32_t n_paths, uint32_t batch,
                       const run_result *r, const run_result *one) {
@@ -407,10 +405,11 @@ static void report_ratio(const char *bench, const world *w, uint32_t batch, cons
            bench, w->name, variant, MAX_PATHS, batch, ratio, reference, bytes_ratio, r->time_s, ref->time_s,
            (unsigned long long)r->bytes, (unsigned long long)ref->bytes, r->imbalance_sum / r->steps,
            ref->imbalance_sum / ref->steps, (double)ref->reads / ref->steps);
-    printf("%s %s batch %u: %s takes %.2fx Swarm's I/O time and reads %.2fx its bytes (makespan/ideal %.2f vs "
-           "%.2f)\n",
-           bench, w->name, batch, variant, ratio, bytes_ratio, r->imbalance_sum / r->steps,
-           ref->imbalance_sum / ref->steps);
+    printf(
+        "%s %s batch %u: %s takes %.2fx Swarm's I/O time and reads %.2fx its bytes (makespan/ideal %.2f vs "
+        "%.2f)\n",
+        bench, w->name, batch, variant, ratio, bytes_ratio, r->imbalance_sum / r->steps,
+        ref->imbalance_sum / ref->steps);
 }
 
 static void bench_b2(world *w, scratch *s) {

@@ -18,9 +18,7 @@ static uint64_t rng_next(uint64_t *state) {
     return x ^ (x >> 31);
 }
 
-static uint32_t rng_below(uint64_t *state, uint32_t n) {
-    return (uint32_t)(rng_next(state) % n);
-}
+static uint32_t rng_below(uint64_t *state, uint32_t n) { return (uint32_t)(rng_next(state) % n); }
 
 /* ---- 1. profiling ------------------------------------------------------------------------------- */
 
@@ -131,8 +129,10 @@ END_TEST
 /* Algorithm 1 as notes §2.3 states it, written independently over raw counts: neighbours are pairs
  * with f >= theta, candidates in descending f, admitted when the mean f to the members is >= theta.
  * No replication budget. Returns clusters as a CSR in start/member (caller-sized). */
-static uint32_t count_reference(uint32_t n, const uint32_t *f, double theta, uint32_t *start, uint32_t *member) {
-    uint32_t *rho = calloc(n, sizeof *rho), *order = malloc(n * sizeof *order), *covered = calloc(n, sizeof *covered);
+static uint32_t count_reference(uint32_t n, const uint32_t *f, double theta, uint32_t *start,
+                                uint32_t *member) {
+    uint32_t *rho = calloc(n, sizeof *rho), *order = malloc(n * sizeof *order),
+             *covered = calloc(n, sizeof *covered);
     for (uint32_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < n; j++)
             if (j != i && f[i * n + j] >= theta) rho[i]++;
@@ -313,10 +313,11 @@ END_TEST
 /* ---- 5. invariants and a dense reference of Algorithm 1 ----------------------------------------- */
 
 /* Algorithm 1 over a dense distance matrix, with the budget rules of swarm_cluster.h. */
-static uint32_t dense_reference(uint32_t n, const double *dist, const kvs_swarm_cluster_params *prm, uint32_t *start,
-                                uint32_t *member) {
+static uint32_t dense_reference(uint32_t n, const double *dist, const kvs_swarm_cluster_params *prm,
+                                uint32_t *start, uint32_t *member) {
     double tau = prm->tau;
-    uint32_t *rho = calloc(n, sizeof *rho), *order = malloc(n * sizeof *order), *copies = calloc(n, sizeof *copies);
+    uint32_t *rho = calloc(n, sizeof *rho), *order = malloc(n * sizeof *order),
+             *copies = calloc(n, sizeof *copies);
     for (uint32_t i = 0; i < n; i++) {
         for (uint32_t j = 0; j < n; j++)
             if (j != i && dist[i * n + j] <= tau) rho[i]++;
@@ -433,9 +434,7 @@ static kvs_swarm_synth planted_workload(int scattered, double overlap) {
     return s;
 }
 
-static kvs_swarm_synth planted(int scattered) {
-    return planted_workload(scattered, 0.10);
-}
+static kvs_swarm_synth planted(int scattered) { return planted_workload(scattered, 0.10); }
 
 /* Calibrated once on the fixed seed and frozen (docs/swarm.md): a pair needs 3 co-activations to be an
  * edge; tau 0.65 for the workload whose overlapping entries fire with two or three groups. */
@@ -625,7 +624,8 @@ START_TEST(cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_s
     for (uint32_t n_paths = 1; n_paths <= 8; n_paths *= 2) {
         kvs_swarm_layout layout;
         ck_assert_int_eq(kvs_swarm_layout_init(&layout, n_paths, KVS_SWARM_BALANCE_GLOBAL_POINTER), KVS_OK);
-        for (uint32_t k = 0; k < c->n_clusters; k++) c->items[k].placed = 0; /* re-place for this path count */
+        for (uint32_t k = 0; k < c->n_clusters; k++)
+            c->items[k].placed = 0; /* re-place for this path count */
         kvs_swarm_layout_place(&layout, c, 0);
         uint64_t lo = UINT64_MAX, hi = 0, sum = 0;
         for (uint32_t d = 0; d < n_paths; d++) {
@@ -662,7 +662,8 @@ START_TEST(cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_s
     for (uint32_t k = 0; k < c->n_clusters; k++) c->items[k].placed = 0;
     kvs_swarm_layout_place(&one, c, 0);
     for (uint32_t k = 0; k < c->n_clusters; k++)
-        for (uint32_t m = 0; m < c->items[k].n_members; m++) ck_assert_uint_eq(c->items[k].slots[m], expect++);
+        for (uint32_t m = 0; m < c->items[k].n_members; m++)
+            ck_assert_uint_eq(c->items[k].slots[m], expect++);
     /* No balance: every cluster starts on path 0, so path 0 is the fullest. */
     kvs_swarm_layout nb;
     ck_assert_int_eq(kvs_swarm_layout_init(&nb, 8, KVS_SWARM_BALANCE_NONE), KVS_OK);
@@ -684,7 +685,8 @@ START_TEST(dedup_keeps_first_occurrences_of_units_not_in_dram) {
         kvs_swarm_unit *units = malloc(n * sizeof *units), *res = malloc((n_res + 1) * sizeof *res);
         uint64_t *keep = malloc(n * sizeof *keep), n_keep = 0;
         for (uint64_t i = 0; i < n; i++) units[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
-        for (uint64_t i = 0; i < n_res; i++) res[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
+        for (uint64_t i = 0; i < n_res; i++)
+            res[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
         kvs_swarm_units_sort(res, n_res);
         for (uint64_t i = 1; i < n_res; i++)
             ck_assert(res[i - 1].object < res[i].object ||
@@ -694,7 +696,8 @@ START_TEST(dedup_keeps_first_occurrences_of_units_not_in_dram) {
         uint64_t expect = 0;
         for (uint64_t i = 0; i < n; i++) {
             int dup = 0, resident = 0;
-            for (uint64_t j = 0; j < i && !dup; j++) dup = units[j].object == units[i].object && units[j].unit == units[i].unit;
+            for (uint64_t j = 0; j < i && !dup; j++)
+                dup = units[j].object == units[i].object && units[j].unit == units[i].unit;
             for (uint64_t j = 0; j < n_res && !resident; j++)
                 resident = res[j].object == units[i].object && res[j].unit == units[i].unit;
             if (dup || resident) continue;
@@ -874,7 +877,7 @@ START_TEST(single_copy_reads_stay_on_their_path_and_full_replication_is_water_fi
         in.n_paths = 2 + rng_below(&rng, MAXC - 1);
         in.n = 1 + rng_below(&rng, 16);
         uint32_t forced[MAXC] = {0};
-        uint8_t fixed[16];
+        uint8_t fixed[16] = {0};
         for (uint32_t r = 0; r < in.n; r++) {
             fixed[r] = (uint8_t)rng_below(&rng, 2);
             if (fixed[r]) {
@@ -893,7 +896,8 @@ START_TEST(single_copy_reads_stay_on_their_path_and_full_replication_is_water_fi
         uint32_t makespan = check_schedule(&in, chosen, order), max_forced = 0;
         for (uint32_t r = 0; r < in.n; r++)
             if (fixed[r]) ck_assert_uint_eq(chosen[r], in.paths[r * MAXC]);
-        for (uint32_t d = 0; d < in.n_paths; d++) max_forced = forced[d] > max_forced ? forced[d] : max_forced;
+        for (uint32_t d = 0; d < in.n_paths; d++)
+            max_forced = forced[d] > max_forced ? forced[d] : max_forced;
         uint32_t fill = (in.n + in.n_paths - 1) / in.n_paths;
         ck_assert_uint_eq(makespan, max_forced > fill ? max_forced : fill);
         above_fill += max_forced > fill;
@@ -1102,8 +1106,8 @@ static void assert_heap(const kvs_swarm_cache *c) {
     for (uint32_t i = 1; i < c->n_heap; i++) {
         uint32_t parent = c->heap[(i - 1) / 2], child = c->heap[i];
         if (c->params.policy == KVS_SWARM_CACHE_LRU) {
-            ck_assert(c->last_use[parent] < c->last_use[child] ||
-                      (c->last_use[parent] == c->last_use[child] && parent < child));
+            uint64_t up = c->last_use[parent], uc = c->last_use[child];
+            ck_assert(up < uc || (up == uc && parent < child));
         } else {
             double sp = kvs_swarm_cache_score(c, parent), sc = kvs_swarm_cache_score(c, child);
             ck_assert(sp < sc || (sp == sc && parent < child));
@@ -1242,7 +1246,7 @@ START_TEST(disk_model_sums_or_maxes_per_path_and_the_step_waits_for_the_slowest)
     ck_assert_uint_eq(bytes[0], 60);
     ck_assert_uint_eq(bytes[1], 50);
     const uint64_t slots[8] = {3, 4, 4, 5, 9, 10, 11, 12};
-    ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 0), 7);           /* no merging */
+    ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 0), 7);          /* no merging */
     ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 128 * 1024), 2); /* 3-5, 9-12 */
     ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 2 * 4096), 4);   /* 3-4, 5, 9-10, 11-12 */
 }

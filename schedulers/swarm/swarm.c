@@ -47,6 +47,13 @@ static uint64_t holder_mask(uint32_t n_paths, uint32_t max_copies, const uint32_
     return mask;
 }
 
+/* Index of the lowest set bit of a non-zero mask. */
+static uint32_t lowest_bit(uint64_t mask) {
+    uint32_t d = 0;
+    while (!((mask >> d) & 1u)) d++;
+    return d;
+}
+
 static uint32_t popcount64(uint64_t x) {
     uint32_t n = 0;
     for (; x; x &= x - 1) n++;
@@ -91,14 +98,14 @@ static void schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const ui
             chosen[r] = KVS_SWARM_NO_PATH;
             continue;
         }
-        uint32_t best = KVS_SWARM_NO_PATH;
-        double best_finish = 0.0, best_cost = 0.0;
-        for (uint64_t m = mask; m; m &= m - 1) {
-            uint32_t d = 0;
-            while (!((m >> d) & 1u)) d++;
+        /* Holders visited upwards and replaced only when strictly better: ties go to the lowest index. */
+        uint32_t best = lowest_bit(mask);
+        double best_cost = bytes ? (double)bytes[r] / path_bytes_per_s[best] : 1.0;
+        double best_finish = load[best] + best_cost;
+        for (uint64_t m = mask & (mask - 1); m; m &= m - 1) {
+            uint32_t d = lowest_bit(m);
             double cost = bytes ? (double)bytes[r] / path_bytes_per_s[d] : 1.0;
-            /* Strictly smaller only: the lowest index wins ties since bits are visited upwards. */
-            if (best == KVS_SWARM_NO_PATH || load[d] + cost < best_finish) {
+            if (load[d] + cost < best_finish) {
                 best = d;
                 best_finish = load[d] + cost;
                 best_cost = cost;
@@ -131,9 +138,9 @@ void kvs_swarm_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const
     schedule(n_paths, n, max_copies, n_copies, paths, NULL, NULL, chosen, order);
 }
 
-void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies,
-                                 const uint32_t *n_copies, const uint32_t *paths, const uint64_t *bytes,
-                                 const double *path_bytes_per_s, uint32_t *chosen, uint64_t *order) {
+void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
+                                 const uint32_t *paths, const uint64_t *bytes, const double *path_bytes_per_s,
+                                 uint32_t *chosen, uint64_t *order) {
     if (!bytes || !path_bytes_per_s) {
         schedule(0, n, max_copies, n_copies, paths, NULL, NULL, chosen, order); /* all unassigned */
         return;

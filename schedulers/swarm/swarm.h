@@ -50,9 +50,9 @@ void kvs_swarm_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const
  * (load[d] + bytes[r] / path_bytes_per_s[d], in seconds; ties to the lowest index) and that path's load
  * grows by the same amount. With equal speeds and sizes it chooses exactly what kvs_swarm_schedule does.
  * Every path_bytes_per_s[d] must be > 0; a path with a rate <= 0 is treated as not holding anything. */
-void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies,
-                                 const uint32_t *n_copies, const uint32_t *paths, const uint64_t *bytes,
-                                 const double *path_bytes_per_s, uint32_t *chosen, uint64_t *order);
+void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
+                                 const uint32_t *paths, const uint64_t *bytes, const double *path_bytes_per_s,
+                                 uint32_t *chosen, uint64_t *order);
 
 /* ---- merge and dedup (Eq. 8) -------------------------------------------------------------------- */
 

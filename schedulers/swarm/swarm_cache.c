@@ -73,12 +73,12 @@ static kvs_status grow(kvs_swarm_cache *c, uint32_t need) {
     if (need <= c->capacity) return KVS_OK;
     uint32_t cap = c->capacity ? c->capacity : 16;
     while (cap < need) cap = cap > UINT32_MAX / 2 ? need : cap * 2;
-    /* Each array is replaced only once its realloc succeeded, so a failure leaves a usable cache. */
-#define GROW(field)                                                                                        \
-    do {                                                                                                   \
-        void *p = realloc(c->field, (size_t)cap * sizeof *c->field);                                       \
-        if (!p) return KVS_ENOMEM;                                                                         \
-        c->field = p;                                                                                      \
+        /* Each array is replaced only once its realloc succeeded, so a failure leaves a usable cache. */
+#define GROW(field)                                                                                          \
+    do {                                                                                                     \
+        void *p = realloc(c->field, (size_t)cap * sizeof *c->field);                                         \
+        if (!p) return KVS_ENOMEM;                                                                           \
+        c->field = p;                                                                                        \
     } while (0)
     GROW(size);
     GROW(freq);
@@ -175,7 +175,8 @@ static void admit_by_score(kvs_swarm_cache *c, uint32_t k, kvs_swarm_cache_resul
 }
 
 static void admit_lru(kvs_swarm_cache *c, uint32_t k, kvs_swarm_cache_result *r) {
-    while (c->params.capacity_entries - c->used_entries < c->size[k] && c->n_heap > 0) evict(c, heap_pop(c), r);
+    while (c->params.capacity_entries - c->used_entries < c->size[k] && c->n_heap > 0)
+        evict(c, heap_pop(c), r);
     admit(c, k, r);
 }
 
@@ -213,10 +214,8 @@ kvs_status kvs_swarm_cache_step(kvs_swarm_cache *c, const uint32_t *activated, u
     }
     /* f: +1 for every activated cluster, -1 (not below 0) for every cached one that was not. */
     for (uint32_t k = 0; k < c->n_clusters; k++) {
-        if (c->active[k] == step)
-            c->freq[k]++;
-        else if (c->cached[k] && c->freq[k] > 0)
-            c->freq[k]--;
+        if (c->active[k] == step) c->freq[k]++;
+        else if (c->cached[k] && c->freq[k] > 0) c->freq[k]--;
     }
     /* The decrements move keys by different amounts (t_base / s_k), so rebuild rather than patch. */
     for (uint32_t i = c->n_heap / 2; i-- > 0;) sift_down(c, i);
@@ -234,10 +233,8 @@ kvs_status kvs_swarm_cache_step(kvs_swarm_cache *c, const uint32_t *activated, u
     for (uint32_t i = 0; i < n_cand; i++) {
         uint32_t k = c->scratch[i];
         if (c->size[k] > c->params.capacity_entries) continue;
-        if (c->params.policy == KVS_SWARM_CACHE_SCORE)
-            admit_by_score(c, k, &r);
-        else
-            admit_lru(c, k, &r);
+        if (c->params.policy == KVS_SWARM_CACHE_SCORE) admit_by_score(c, k, &r);
+        else admit_lru(c, k, &r);
     }
 
     c->total.hits += r.hits;

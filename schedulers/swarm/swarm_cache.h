@@ -38,15 +38,15 @@ typedef struct kvs_swarm_cache_result {
 typedef struct kvs_swarm_cache {
     kvs_swarm_cache_params params;
     uint32_t n_clusters, capacity;
-    uint32_t *size;      /* [capacity] s_i, entries */
-    uint32_t *freq;      /* [capacity] f_i, activations (profiled, then +1 / -1 per step) */
-    uint64_t *last_use;  /* [capacity] step of the last activation (LRU key) */
-    uint8_t *cached;     /* [capacity] */
-    uint32_t *heap;      /* [capacity] cached cluster ids, min-heap on the policy's key, ties by id */
-    uint32_t *heap_pos;  /* [capacity] index in heap, UINT32_MAX when not cached */
-    uint64_t *active;    /* [capacity] step a cluster was last activated in (this step's membership) */
-    uint32_t *scratch;   /* [capacity] this step's admission candidates */
-    uint32_t *victims;   /* [capacity] clusters popped while making room for one candidate */
+    uint32_t *size;     /* [capacity] s_i, entries */
+    uint32_t *freq;     /* [capacity] f_i, activations (profiled, then +1 / -1 per step) */
+    uint64_t *last_use; /* [capacity] step of the last activation (LRU key) */
+    uint8_t *cached;    /* [capacity] */
+    uint32_t *heap;     /* [capacity] cached cluster ids, min-heap on the policy's key, ties by id */
+    uint32_t *heap_pos; /* [capacity] index in heap, UINT32_MAX when not cached */
+    uint64_t *active;   /* [capacity] step a cluster was last activated in (this step's membership) */
+    uint32_t *scratch;  /* [capacity] this step's admission candidates */
+    uint32_t *victims;  /* [capacity] clusters popped while making room for one candidate */
     uint32_t n_heap;
     uint64_t used_entries;
     uint64_t step;

@@ -172,9 +172,7 @@ uint32_t kvs_swarm_profile_count(const kvs_swarm_profile *p, uint32_t i, uint32_
     return p->pair_keys[slot] == EMPTY_KEY ? 0 : p->pair_counts[slot];
 }
 
-uint64_t kvs_swarm_profile_total(const kvs_swarm_profile *p) {
-    return p ? 2 * p->pair_increments : 0;
-}
+uint64_t kvs_swarm_profile_total(const kvs_swarm_profile *p) { return p ? 2 * p->pair_increments : 0; }
 
 /* ---- distance ----------------------------------------------------------------------------------- */
 
@@ -288,7 +286,8 @@ kvs_status kvs_swarm_graph_from_pairs(uint32_t n_entries, const uint32_t *a, con
         if (a[k] >= n_entries || b[k] >= n_entries || !(d[k] >= 0.0 && d[k] <= 1.0)) return KVS_EINVAL;
         if (a[k] != b[k]) n_edges++;
     }
-    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea), *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
+    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea),
+             *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
     double *ed = malloc((size_t)(n_edges + 1) * sizeof *ed);
     kvs_status st = KVS_ENOMEM;
     if (ea && eb && ed) {
@@ -316,10 +315,12 @@ kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric me
     for (uint64_t s = 0; s < p->pair_capacity; s++) {
         if (p->pair_keys[s] == EMPTY_KEY) continue;
         uint32_t i = (uint32_t)(p->pair_keys[s] >> 32), j = (uint32_t)p->pair_keys[s];
-        if (p->pair_counts[s] >= min_count && metric_distance(p, metric, i, j, p->pair_counts[s]) <= keep_radius)
+        if (p->pair_counts[s] >= min_count &&
+            metric_distance(p, metric, i, j, p->pair_counts[s]) <= keep_radius)
             n_edges++;
     }
-    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea), *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
+    uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea),
+             *eb = malloc((size_t)(n_edges + 1) * sizeof *eb);
     double *ed = malloc((size_t)(n_edges + 1) * sizeof *ed);
     kvs_status st = KVS_ENOMEM;
     if (ea && eb && ed) {
@@ -348,10 +349,8 @@ double kvs_swarm_graph_distance(const kvs_swarm_graph *g, uint32_t i, uint32_t j
     uint64_t lo = g->row_start[i], hi = g->row_start[i + 1];
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (g->neighbour[mid] < j)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (g->neighbour[mid] < j) lo = mid + 1;
+        else hi = mid;
     }
     return lo < g->row_start[i + 1] && g->neighbour[lo] == j ? g->distance[lo] : 1.0;
 }
@@ -411,9 +410,9 @@ kvs_status kvs_swarm_clusters_add(kvs_swarm_clusters *c, uint32_t *index) {
     return KVS_OK;
 }
 
-kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *c, uint32_t k, uint32_t entry) {
-    if (!c || k >= c->n_clusters || entry >= c->max_entries) return KVS_EINVAL;
-    kvs_swarm_cluster *cl = &c->items[k];
+kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *c, uint32_t index, uint32_t entry) {
+    if (!c || index >= c->n_clusters || entry >= c->max_entries) return KVS_EINVAL;
+    kvs_swarm_cluster *cl = &c->items[index];
     if (cl->n_members == cl->capacity) {
         uint32_t cap = cl->capacity ? cl->capacity * 2 : 8;
         uint32_t *members = realloc(cl->members, (size_t)cap * sizeof *members);
@@ -477,8 +476,8 @@ kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_
 }
 
 /* Algorithm 1 over entries[0..n) (subset flags in `member`). */
-static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params, const uint32_t *entries,
-                        uint32_t n, const uint8_t *member, kvs_swarm_clusters *c) {
+static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
+                        const uint32_t *entries, uint32_t n, const uint8_t *member, kvs_swarm_clusters *c) {
     kvs_status st = KVS_ENOMEM;
     double tau = params->tau;
     ranked *queue = malloc((size_t)n * sizeof *queue + 1);
@@ -499,7 +498,8 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
     pending = malloc((size_t)max_degree + 1);
     if (!cand || !pending) goto done;
 
-    uint64_t replica_cap = params->max_extra_slots < 0.0 ? UINT64_MAX : (uint64_t)(params->max_extra_slots * n);
+    uint64_t replica_cap =
+        params->max_extra_slots < 0.0 ? UINT64_MAX : (uint64_t)(params->max_extra_slots * n);
     uint64_t replicas = 0;
     st = KVS_OK;
     for (uint32_t q = 0; q < n && n_uncovered > 0; q++) {
@@ -513,7 +513,8 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
         uint32_t n_cand = 0;
         for (uint64_t k = g->row_start[m]; k < g->row_start[m + 1]; k++) {
             uint32_t x = g->neighbour[k];
-            if (g->distance[k] <= tau && (!member || member[x])) cand[n_cand++] = (ranked){0, x, g->distance[k]};
+            if (g->distance[k] <= tau && (!member || member[x]))
+                cand[n_cand++] = (ranked){0, x, g->distance[k]};
         }
         qsort(cand, n_cand, sizeof *cand, cmp_candidate);
         memset(pending, 1, n_cand);
@@ -525,23 +526,23 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
                 uint32_t x = cand[k].id;
                 int replica = c->copies[x] > 0;
                 /* A budget refusal is final for this cluster; only the mean test can change. */
-                if (replica && (params->no_replica || (params->max_copies && c->copies[x] >= params->max_copies) ||
-                                replicas >= replica_cap)) {
+                if (replica &&
+                    (params->no_replica || (params->max_copies && c->copies[x] >= params->max_copies) ||
+                     replicas >= replica_cap)) {
                     pending[k] = 0;
                     continue;
                 }
                 if (!params->medoid_only) {
                     const kvs_swarm_cluster *cl = &c->items[ci];
                     double sum = 0.0;
-                    for (uint32_t y = 0; y < cl->n_members; y++) sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
+                    for (uint32_t y = 0; y < cl->n_members; y++)
+                        sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
                     if (sum > tau * cl->n_members) continue;
                 }
                 if ((st = kvs_swarm_clusters_add_member(c, ci, x)) != KVS_OK) goto done;
                 pending[k] = 0;
-                if (replica)
-                    replicas++;
-                else
-                    n_uncovered--;
+                if (replica) replicas++;
+                else n_uncovered--;
                 admitted_any = 1;
             }
             if (!params->fixpoint) break;
@@ -594,25 +595,28 @@ kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths, kvs
     return KVS_OK;
 }
 
-void kvs_swarm_layout_place(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t first) {
-    if (!layout || !c) return;
-    for (uint32_t k = first; k < c->n_clusters; k++) {
-        kvs_swarm_cluster *cl = &c->items[k];
-        if (cl->placed != 0 || cl->n_members == 0) continue;
-        uint64_t zero = 0;
-        uint64_t *pointer = layout->balance == KVS_SWARM_BALANCE_NONE ? &zero : &layout->pointer;
-        kvs_swarm_place(pointer, layout->n_paths, cl->n_members, 1, cl->paths);
-        cl->start_path = cl->paths[0];
-        for (uint32_t m = 0; m < cl->n_members; m++) cl->slots[m] = layout->next_slot[cl->paths[m]]++;
-        cl->placed = cl->n_members;
-    }
+/* One cluster as a new stripe: Eq. 7 from the global pointer (or from path 0 without balance). */
+static void place_cluster(kvs_swarm_layout *layout, kvs_swarm_cluster *cl) {
+    uint64_t zero = 0;
+    uint64_t *pointer = layout->balance == KVS_SWARM_BALANCE_NONE ? &zero : &layout->pointer;
+    kvs_swarm_place(pointer, layout->n_paths, cl->n_members, 1, cl->paths);
+    cl->start_path = cl->paths[0];
+    for (uint32_t m = 0; m < cl->n_members; m++) cl->slots[m] = layout->next_slot[cl->paths[m]]++;
+    cl->placed = cl->n_members;
 }
 
-void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t k, uint32_t paper_offset) {
-    if (!layout || !c || k >= c->n_clusters) return;
-    kvs_swarm_cluster *cl = &c->items[k];
-    if (cl->placed == 0) { /* never placed: place the whole cluster as a new stripe */
-        kvs_swarm_layout_place(layout, c, k);
+void kvs_swarm_layout_place(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t first) {
+    if (!layout || !c) return;
+    for (uint32_t k = first; k < c->n_clusters; k++)
+        if (c->items[k].placed == 0 && c->items[k].n_members > 0) place_cluster(layout, &c->items[k]);
+}
+
+void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t index,
+                             uint32_t paper_offset) {
+    if (!layout || !c || index >= c->n_clusters || c->items[index].n_members == 0) return;
+    kvs_swarm_cluster *cl = &c->items[index];
+    if (cl->placed == 0) {
+        place_cluster(layout, cl);
         return;
     }
     for (uint32_t m = cl->placed; m < cl->n_members; m++) {
@@ -623,8 +627,8 @@ void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *c, ui
     cl->placed = cl->n_members;
 }
 
-uint64_t kvs_swarm_routes(const kvs_swarm_clusters *c, uint32_t n_entries, uint32_t max_copies, uint32_t *n_copies,
-                          uint32_t *paths, uint64_t *slots) {
+uint64_t kvs_swarm_routes(const kvs_swarm_clusters *c, uint32_t n_entries, uint32_t max_copies,
+                          uint32_t *n_copies, uint32_t *paths, uint64_t *slots) {
     if (!c || !n_copies || !paths || max_copies == 0) return 0;
     memset(n_copies, 0, (size_t)n_entries * sizeof *n_copies);
     uint64_t dropped = 0;

@@ -90,12 +90,12 @@ double kvs_swarm_graph_distance(const kvs_swarm_graph *graph, uint32_t i, uint32
 /* ---- clusters (notes §2.3, Algorithm 1) --------------------------------------------------------- */
 
 typedef struct kvs_swarm_cluster_params {
-    double tau;              /* cluster radius: D(medoid, x) <= tau and mean distance <= tau */
-    uint32_t max_copies;     /* R_max: clusters one entry may be in; 0 = no limit */
-    double max_extra_slots;  /* global cap: replicas <= this fraction of the entries; < 0 = no cap */
-    int medoid_only;         /* ablation: admit everything within tau of the medoid, no mean test */
-    int no_replica;          /* ablation: a covered entry is never admitted again */
-    int fixpoint;            /* retry rejected candidates until a pass admits nothing */
+    double tau;             /* cluster radius: D(medoid, x) <= tau and mean distance <= tau */
+    uint32_t max_copies;    /* R_max: clusters one entry may be in; 0 = no limit */
+    double max_extra_slots; /* global cap: replicas <= this fraction of the entries; < 0 = no cap */
+    int medoid_only;        /* ablation: admit everything within tau of the medoid, no mean test */
+    int no_replica;         /* ablation: a covered entry is never admitted again */
+    int fixpoint;           /* retry rejected candidates until a pass admits nothing */
 } kvs_swarm_cluster_params;
 
 /* tau 0.5 (Jaccard), R_max 3, +25% slots, single pass, no ablation. */
@@ -128,8 +128,8 @@ typedef struct kvs_swarm_clusters {
 
 kvs_status kvs_swarm_clusters_create(uint32_t max_entries, kvs_swarm_clusters **out);
 void kvs_swarm_clusters_destroy(kvs_swarm_clusters *clusters);
-/* Append a member (a copy) to cluster c; the copy is unplaced. KVS_EINVAL for bad ids. */
-kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *clusters, uint32_t c, uint32_t entry);
+/* Append a member (a copy) to cluster `index`; the copy is unplaced. KVS_EINVAL for bad ids. */
+kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *clusters, uint32_t index, uint32_t entry);
 /* Append an empty cluster; its index goes to *index. */
 kvs_status kvs_swarm_clusters_add(kvs_swarm_clusters *clusters, uint32_t *index);
 
@@ -147,8 +147,9 @@ kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *graph, const kvs_swarm
                                    kvs_swarm_clusters *clusters);
 /* The same restricted to entries[0..n) (distinct ids): neighbours outside the subset are ignored and
  * replicas are counted against the subset's size. Maintenance clusters its pending pool with it. */
-kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *graph, const kvs_swarm_cluster_params *params,
-                                          const uint32_t *entries, uint32_t n, kvs_swarm_clusters *clusters);
+kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *graph,
+                                          const kvs_swarm_cluster_params *params, const uint32_t *entries,
+                                          uint32_t n, kvs_swarm_clusters *clusters);
 
 /* ---- layout (Eq. 7) and routes ------------------------------------------------------------------ */
 
@@ -172,11 +173,11 @@ kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths, kvs
  * kvs_swarm_place with one replica, then slots appended per path in stripe order (so a cluster's copies
  * on one path have consecutive slots). */
 void kvs_swarm_layout_place(kvs_swarm_layout *layout, kvs_swarm_clusters *clusters, uint32_t first);
-/* Place the unplaced members at the end of cluster c, continuing that cluster's own stripe: the member
+/* Place the unplaced members at the end of cluster `index`, continuing that cluster's own stripe: the member
  * at position k (0-based) goes to (start_path + k + paper_offset) mod n_paths. paper_offset 0 continues
  * the stripe (our default); 1 is the formula as printed in §3.5, (id_i + |C_i| + 1) mod N_disk, with
  * |C_i| counted before the append. */
-void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *clusters, uint32_t c,
+void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *clusters, uint32_t index,
                              uint32_t paper_offset);
 
 /* Route table for the scheduler: for entry e < n_entries, n_copies[e] copies (at most max_copies, in

@@ -3,13 +3,9 @@
 
 #include <stddef.h>
 
-kvs_swarm_disk kvs_swarm_disk_pm9a3(void) {
-    return (kvs_swarm_disk){"pm9a3", 1.1e6, 6.9e9};
-}
+kvs_swarm_disk kvs_swarm_disk_pm9a3(void) { return (kvs_swarm_disk){"pm9a3", 1.1e6, 6.9e9}; }
 
-kvs_swarm_disk kvs_swarm_disk_optane_900p(void) {
-    return (kvs_swarm_disk){"optane-900p", 0.55e6, 2.5e9};
-}
+kvs_swarm_disk kvs_swarm_disk_optane_900p(void) { return (kvs_swarm_disk){"optane-900p", 0.55e6, 2.5e9}; }
 
 double kvs_swarm_disk_time(const kvs_swarm_disk *disk, kvs_swarm_time_model model, uint64_t n_ios,
                            uint64_t bytes) {

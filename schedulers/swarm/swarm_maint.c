@@ -30,8 +30,8 @@ kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params, kvs_swar
     m->clusters = clusters;
     m->layout = layout;
     m->window_of = calloc(clusters->max_entries, sizeof *m->window_of);
-    kvs_status st = m->window_of ? kvs_swarm_profile_create(clusters->max_entries, 0, &m->pool_profile)
-                                 : KVS_ENOMEM;
+    kvs_status st =
+        m->window_of ? kvs_swarm_profile_create(clusters->max_entries, 0, &m->pool_profile) : KVS_ENOMEM;
     if (st != KVS_OK) {
         kvs_swarm_maint_destroy(m);
         return st;
@@ -84,7 +84,8 @@ kvs_status kvs_swarm_maint_add(kvs_swarm_maint *m, uint32_t entry) {
         m->n_window = live;
         for (uint32_t k = 0; k < live; k++) m->window_of[m->window[k].entry] = k + 1;
     }
-    kvs_swarm_window_entry *window = grow_array(m->window, &m->cap_window, (uint64_t)m->n_window + 1, sizeof *window);
+    kvs_swarm_window_entry *window =
+        grow_array(m->window, &m->cap_window, (uint64_t)m->n_window + 1, sizeof *window);
     if (!window || m->n_window == UINT32_MAX - 1) return KVS_ENOMEM;
     m->window = window;
     m->window[m->n_window] = (kvs_swarm_window_entry){entry, m->step, 0, 0, NULL, NULL};
@@ -141,7 +142,8 @@ static kvs_status retire(kvs_swarm_maint *m) {
         st = log_copy(m, w->entry, c, m->clusters->items[c].n_members - 1);
     }
     if (st == KVS_OK && n_match == 0) {
-        uint32_t *pending = grow_array(m->pending, &m->cap_pending, (uint64_t)m->n_pending + 1, sizeof *pending);
+        uint32_t *pending =
+            grow_array(m->pending, &m->cap_pending, (uint64_t)m->n_pending + 1, sizeof *pending);
         if (pending) {
             m->pending = pending;
             m->pending[m->n_pending++] = w->entry;
@@ -169,7 +171,8 @@ kvs_status kvs_swarm_maint_flush(kvs_swarm_maint *m) {
     kvs_status st = kvs_swarm_graph_build(m->pool_profile, m->params.pending_metric, 1.0,
                                           m->params.pending_min_count, &g);
     if (st == KVS_OK)
-        st = kvs_swarm_cluster_build_subset(g, &m->params.pending_cluster, m->pending, m->n_pending, m->clusters);
+        st = kvs_swarm_cluster_build_subset(g, &m->params.pending_cluster, m->pending, m->n_pending,
+                                            m->clusters);
     kvs_swarm_graph_destroy(g);
     if (st != KVS_OK) return st;
     kvs_swarm_layout_place(m->layout, m->clusters, first);

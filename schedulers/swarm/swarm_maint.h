@@ -16,13 +16,13 @@
 #include "swarm_cluster.h"
 
 typedef struct kvs_swarm_maint_params {
-    uint32_t window_steps;    /* W, >= 1 */
-    double tau;               /* join when 1 - f / W <= tau */
-    uint32_t max_copies;      /* clusters one new entry joins at most; 0 = no limit */
-    uint32_t paper_offset;    /* 0: path (id_i + |C_i|) mod N, our default; 1: (id_i + |C_i| + 1) as printed */
-    uint32_t pending_windows; /* cluster the pending pool every this many windows; 0 = only on flush */
-    kvs_swarm_metric pending_metric;          /* metric for the pool's co-activation graph */
-    uint32_t pending_min_count;               /* support a pool pair needs (kvs_swarm_graph_build) */
+    uint32_t window_steps; /* W, >= 1 */
+    double tau;            /* join when 1 - f / W <= tau */
+    uint32_t max_copies;   /* clusters one new entry joins at most; 0 = no limit */
+    uint32_t paper_offset; /* 0: path (id_i + |C_i|) mod N, our default; 1: (id_i + |C_i| + 1) as printed */
+    uint32_t pending_windows;        /* cluster the pending pool every this many windows; 0 = only on flush */
+    kvs_swarm_metric pending_metric; /* metric for the pool's co-activation graph */
+    uint32_t pending_min_count;      /* support a pool pair needs (kvs_swarm_graph_build) */
     kvs_swarm_cluster_params pending_cluster; /* Algorithm 1 parameters for the pool */
 } kvs_swarm_maint_params;
 
@@ -49,8 +49,8 @@ typedef struct kvs_swarm_window_entry {
 
 typedef struct kvs_swarm_maint {
     kvs_swarm_maint_params params;
-    kvs_swarm_clusters *clusters; /* borrowed */
-    kvs_swarm_layout *layout;     /* borrowed */
+    kvs_swarm_clusters *clusters;    /* borrowed */
+    kvs_swarm_layout *layout;        /* borrowed */
     kvs_swarm_profile *pool_profile; /* co-activation among new entries while in the window */
     kvs_swarm_window_entry *window;  /* [window_head, n_window) are live, oldest first */
     uint32_t window_head, n_window;
@@ -64,9 +64,9 @@ typedef struct kvs_swarm_maint {
     /* Copies written since the caller last set n_placed to 0; the caller performs these writes. */
     kvs_swarm_placement *placed;
     uint64_t n_placed, cap_placed;
-    uint64_t n_joined;     /* entries that joined at least one existing cluster */
-    uint64_t n_replicas;   /* joins beyond each entry's first */
-    uint64_t n_pooled;     /* entries sent to the pending pool */
+    uint64_t n_joined;   /* entries that joined at least one existing cluster */
+    uint64_t n_replicas; /* joins beyond each entry's first */
+    uint64_t n_pooled;   /* entries sent to the pending pool */
     uint64_t n_pool_clusters;
 } kvs_swarm_maint;
 

@@ -17,26 +17,26 @@
 #include "swarm_cluster.h"
 
 typedef struct kvs_swarm_synth_params {
-    uint32_t n_entries;        /* N */
-    uint32_t n_groups;         /* G */
-    uint32_t min_group;        /* members per group, before overlap */
+    uint32_t n_entries; /* N */
+    uint32_t n_groups;  /* G */
+    uint32_t min_group; /* members per group, before overlap */
     uint32_t max_group;
-    int scattered;             /* 0: each group is a run of consecutive entries; 1: members anywhere */
-    double overlap_fraction;   /* of the grouped entries, each also joins 1 or 2 more groups */
-    double zipf_s;             /* popularity of rank r is 1 / (r + 1)^zipf_s */
-    uint32_t groups_per_step;  /* k */
-    double member_p;           /* a member of an active group fires with this probability */
-    double noise_fraction;     /* random entries per step, as a fraction of N */
+    int scattered;            /* 0: each group is a run of consecutive entries; 1: members anywhere */
+    double overlap_fraction;  /* of the grouped entries, each also joins 1 or 2 more groups */
+    double zipf_s;            /* popularity of rank r is 1 / (r + 1)^zipf_s */
+    uint32_t groups_per_step; /* k */
+    double member_p;          /* a member of an active group fires with this probability */
+    double noise_fraction;    /* random entries per step, as a fraction of N */
     uint64_t seed;
 } kvs_swarm_synth_params;
 
 typedef struct kvs_swarm_synth {
     kvs_swarm_synth_params params;
-    uint32_t *group_start;   /* [G + 1] CSR into group_member */
-    uint32_t *group_member;  /* members of every group, each group sorted ascending */
-    double *cumulative;      /* [G] cumulative popularity */
-    uint64_t *stamp;         /* [N] step an entry last fired in */
-    uint8_t *step_group;     /* [G] scratch */
+    uint32_t *group_start;  /* [G + 1] CSR into group_member */
+    uint32_t *group_member; /* members of every group, each group sorted ascending */
+    double *cumulative;     /* [G] cumulative popularity */
+    uint64_t *stamp;        /* [N] step an entry last fired in */
+    uint8_t *step_group;    /* [G] scratch */
     uint64_t step;
     uint64_t rng;
 } kvs_swarm_synth;
@@ -94,7 +94,8 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     s->stamp = calloc(n, sizeof *s->stamp);
     s->step_group = calloc(g_count, 1);
     perm = malloc((size_t)n * sizeof *perm);
-    if (!size || !base || !s->group_start || !s->cumulative || !s->stamp || !s->step_group || !perm) goto fail;
+    if (!size || !base || !s->group_start || !s->cumulative || !s->stamp || !s->step_group || !perm)
+        goto fail;
 
     /* Base members: runs separated by random gaps that use up the free space, or a random subset. */
     uint64_t grouped = 0;
@@ -173,7 +174,8 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
         qsort(s->group_member + begin, end - begin, sizeof *s->group_member, kvs_swarm_synth_cmp_u32);
         s->group_start[g] = write;
         for (uint32_t k = begin; k < end; k++)
-            if (k == begin || s->group_member[k] != s->group_member[k - 1]) s->group_member[write++] = s->group_member[k];
+            if (k == begin || s->group_member[k] != s->group_member[k - 1])
+                s->group_member[write++] = s->group_member[k];
     }
     s->group_start[g_count] = write;
 
@@ -222,10 +224,8 @@ static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active
             uint32_t lo = 0, hi = p->n_groups - 1;
             while (lo < hi) {
                 uint32_t mid = (lo + hi) / 2;
-                if (s->cumulative[mid] > x)
-                    hi = mid;
-                else
-                    lo = mid + 1;
+                if (s->cumulative[mid] > x) hi = mid;
+                else lo = mid + 1;
             }
             g = lo;
         } while (s->step_group[g]);
