@@ -195,7 +195,7 @@ static void adopt_recovered(void *ctx, const ssd_found_unit *copies, uint64_t n)
         rc->out_of_memory = 1;
         return;
     }
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     e->key = first->key;
     e->len = first->object_len;
     e->seq = first->sequence;
@@ -388,21 +388,18 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     if (opt.enospc_after >= 0) atomic_store(&t->io.enospc_budget, opt.enospc_after);
 
     rc = KVS_ENOMEM;
-    t->objects = calloc(t->n_object_slots, sizeof *t->objects);
+    t->max_chunks = (t->n_object_slots + SSD_CHUNK_RECORDS - 1) / SSD_CHUNK_RECORDS;
+    t->chunks = calloc(t->max_chunks, sizeof *t->chunks);
     t->n_buckets = 1;
     while (t->n_buckets < 2ull * t->n_object_slots) t->n_buckets <<= 1;
     t->buckets = malloc(t->n_buckets * sizeof *t->buckets);
     t->zero_block = aligned_alloc(SSD_BLOCK, SSD_BLOCK);
-    if (!t->objects || !t->buckets || !t->zero_block) {
+    if (!t->chunks || !t->buckets || !t->zero_block) {
         ssd_set_error(t, "out of memory for the index of %u slots", t->n_object_slots);
         goto fail;
     }
     memset(t->zero_block, 0, SSD_BLOCK);
     for (uint64_t b = 0; b < t->n_buckets; b++) t->buckets[b] = SSD_NIL;
-    for (uint32_t o = t->n_object_slots; o-- > 0;) {
-        t->objects[o].next = t->free_head;
-        t->free_head = o;
-    }
 
     int uring_error = 0;
     uint32_t on_pread = 0;
@@ -480,12 +477,14 @@ static void ssd_destroy(void *state) {
         fdatasync(t->paths[i].fd); /* best effort: a clean shutdown survives a power cut */
         close(t->paths[i].fd);
     }
-    if (t->objects)
-        for (uint32_t o = 0; o < t->n_object_slots; o++) {
-            free(t->objects[o].copies);
-            free(t->objects[o].checksums);
+    for (uint32_t c = 0; c < t->n_chunks; c++) {
+        for (uint32_t i = 0; i < SSD_CHUNK_RECORDS; i++) {
+            free(t->chunks[c][i].copies);
+            free(t->chunks[c][i].checksums);
         }
-    free(t->objects);
+        free(t->chunks[c]);
+    }
+    free(t->chunks);
     free(t->buckets);
     free(t->zero_block);
     pthread_cond_destroy(&t->drained);

@@ -69,7 +69,7 @@ uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_
     for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
         uint32_t o = t->buckets[b];
         if (o == SSD_NIL) return SSD_NIL;
-        if (memcmp(&t->objects[o].key, key, sizeof *key) == 0) {
+        if (memcmp(&ssd_obj(t, o)->key, key, sizeof *key) == 0) {
             if (bucket_out) *bucket_out = b;
             return o;
         }
@@ -78,7 +78,7 @@ uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_
 
 static void index_insert(ssd_tier *t, uint32_t o) {
     uint64_t mask = t->n_buckets - 1;
-    uint64_t b = hash_key(&t->objects[o].key) & mask;
+    uint64_t b = hash_key(&ssd_obj(t, o)->key) & mask;
     while (t->buckets[b] != SSD_NIL) b = (b + 1) & mask;
     t->buckets[b] = o;
 }
@@ -88,7 +88,7 @@ static void index_erase(ssd_tier *t, uint64_t hole) {
     for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
         uint32_t o = t->buckets[j];
         if (o == SSD_NIL) break;
-        uint64_t home = hash_key(&t->objects[o].key) & mask;
+        uint64_t home = hash_key(&ssd_obj(t, o)->key) & mask;
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             t->buckets[hole] = o;
             hole = j;
@@ -98,24 +98,24 @@ static void index_erase(ssd_tier *t, uint64_t hole) {
 }
 
 static void lru_unlink(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     if (e->prev != SSD_NIL)
-        t->objects[e->prev].next = e->next;
+        ssd_obj(t, e->prev)->next = e->next;
     else
         t->lru_head = e->next;
     if (e->next != SSD_NIL)
-        t->objects[e->next].prev = e->prev;
+        ssd_obj(t, e->next)->prev = e->prev;
     else
         t->lru_tail = e->prev;
     e->prev = e->next = SSD_NIL;
 }
 
 static void lru_push_head(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     e->prev = SSD_NIL;
     e->next = t->lru_head;
     if (t->lru_head != SSD_NIL)
-        t->objects[t->lru_head].prev = o;
+        ssd_obj(t, t->lru_head)->prev = o;
     else
         t->lru_tail = o;
     t->lru_head = o;
@@ -136,10 +136,24 @@ int ssd_object_pinned(ssd_object *e, uint64_t now) {
 }
 
 /* A record with room for n_units * replicas copies, or SSD_NIL. */
+/* Another chunk of records on the free list; 0, or -1 when out of memory or at the limit. */
+static int grow_records(ssd_tier *t) {
+    if (t->n_chunks == t->max_chunks) return -1;
+    ssd_object *chunk = calloc(SSD_CHUNK_RECORDS, sizeof *chunk);
+    if (!chunk) return -1;
+    uint32_t first = t->n_chunks * SSD_CHUNK_RECORDS;
+    t->chunks[t->n_chunks++] = chunk;
+    for (uint32_t i = SSD_CHUNK_RECORDS; i-- > 0;) {
+        chunk[i].next = t->free_head;
+        t->free_head = first + i;
+    }
+    return 0;
+}
+
 uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas) {
+    if (t->free_head == SSD_NIL && grow_records(t) != 0) return SSD_NIL;
     uint32_t o = t->free_head;
-    if (o == SSD_NIL) return SSD_NIL;
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     uint64_t n_copies = (uint64_t)n_units * replicas;
     e->copies = malloc(n_copies * sizeof *e->copies);
     e->checksums = malloc((uint64_t)n_units * sizeof *e->checksums);
@@ -171,7 +185,7 @@ void ssd_slot_release(ssd_tier *t, ssd_copy *c) {
 
 /* Give every slot of the record back and put it on the free list. */
 void ssd_object_release(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
     for (uint64_t i = 0; i < n_copies; i++) ssd_slot_release(t, &e->copies[i]);
     free(e->copies);
@@ -185,7 +199,7 @@ void ssd_object_release(ssd_tier *t, uint32_t o) {
 
 /* Take a live object out of the index and the LRU; its slots follow once nothing uses them. */
 void ssd_drop_live(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     uint64_t bucket = 0;
     if (ssd_index_find(t, &e->key, &bucket) == o) index_erase(t, bucket);
     lru_unlink(t, o);
@@ -200,13 +214,13 @@ void ssd_drop_live(ssd_tier *t, uint32_t o) {
 }
 
 void ssd_object_unref(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     if (e->refs > 0) e->refs--;
     if (e->refs == 0 && e->state == OBJ_DROPPED) ssd_object_release(t, o);
 }
 
 void ssd_install_live(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     e->state = OBJ_LIVE;
     index_insert(t, o);
     lru_push_head(t, o);
@@ -234,7 +248,7 @@ int ssd_object_readable(const ssd_tier *t, const ssd_object *e) {
 uint32_t ssd_find_readable(ssd_tier *t, const kvs_key *key) {
     uint32_t o = ssd_index_find(t, key, NULL);
     if (o == SSD_NIL) return SSD_NIL;
-    if (ssd_object_readable(t, &t->objects[o])) return o;
+    if (ssd_object_readable(t, ssd_obj(t, o))) return o;
     ssd_drop_live(t, o);
     return SSD_NIL;
 }
@@ -260,7 +274,7 @@ static void tombstone_done(ssd_io_request *req, int result) {
 /* With the lock held: overwrite the header of unit 0 of every copy, then drop the object, so it
  * does not come back after a restart. The slots stay taken until the tombstones landed. */
 void ssd_remove_with_tombstone(ssd_tier *t, uint32_t o) {
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     for (uint32_t r = 0; r < e->replicas; r++) {
         ssd_copy *c = &e->copies[r];
         if (c->path == SSD_NO_PATH || !ssd_path_usable(t, c->path)) continue;
@@ -284,8 +298,8 @@ void ssd_on_path_failed(void *ctx, uint32_t index, int err) {
     uint64_t lost = 0;
     pthread_mutex_lock(&t->mutex);
     for (uint32_t o = t->lru_head; o != SSD_NIL;) {
-        uint32_t next = t->objects[o].next;
-        if (!ssd_object_readable(t, &t->objects[o])) {
+        uint32_t next = ssd_obj(t, o)->next;
+        if (!ssd_object_readable(t, ssd_obj(t, o))) {
             ssd_drop_live(t, o);
             lost++;
         }
@@ -319,7 +333,7 @@ kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeou
     for (; i < n; i++) {
         uint32_t o = ssd_find_readable(t, &keys[i]);
         if (o == SSD_NIL) break;
-        ssd_object *e = &t->objects[o];
+        ssd_object *e = ssd_obj(t, o);
         ssd_object_pinned(e, now);
         if (e->pins < UINT32_MAX) e->pins++;
         if (deadline > e->pin_deadline_ns) e->pin_deadline_ns = deadline;
@@ -337,7 +351,7 @@ kvs_status ssd_unpin(void *state, const kvs_key *keys, uint64_t n) {
     for (uint64_t i = 0; i < n; i++) {
         uint32_t o = ssd_index_find(t, &keys[i], NULL);
         if (o == SSD_NIL) continue;
-        ssd_object *e = &t->objects[o];
+        ssd_object *e = ssd_obj(t, o);
         if (!ssd_object_pinned(e, now)) continue;
         if (--e->pins == 0) e->pin_deadline_ns = 0;
     }

@@ -127,7 +127,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             statuses[i] = KVS_ENOTFOUND;
             continue;
         }
-        ssd_object *e = &t->objects[o];
+        ssd_object *e = ssd_obj(t, o);
         lens[i] = e->len;
         if (caps[i] < e->len || (!dsts[i] && e->len)) {
             statuses[i] = KVS_EOVERFLOW;
@@ -168,7 +168,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
     for (uint64_t i = 0; i < n; i++) {
         read_item *it = &items[i];
         if (it->object == SSD_NIL) continue;
-        const ssd_object *e = &t->objects[it->object]; /* copies of a live object do not change */
+        const ssd_object *e = ssd_obj(t, it->object); /* copies of a live object do not change */
         for (uint32_t u = 0; u < it->n_reads; u++) {
             read_unit *ru = &reads[it->first_read + u];
             ru->waiter = &waiter;
@@ -215,7 +215,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
     for (uint64_t k = 0; k < n_sched; k++) {
         uint64_t s = order[k], r = sched[s];
         read_unit *ru = &reads[r];
-        const ssd_object *e = &t->objects[items[ru->item].object];
+        const ssd_object *e = ssd_obj(t, items[ru->item].object);
         uint32_t replica = SSD_NO_PATH, first_usable = SSD_NO_PATH;
         for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
             const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
@@ -242,7 +242,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         for (uint64_t r = 0; r < total_reads; r++) {
             read_unit *ru = &reads[r];
             if (ru->result >= 0 || ru->result == -ENOMEM) continue;
-            const ssd_object *e = &t->objects[items[ru->item].object];
+            const ssd_object *e = ssd_obj(t, items[ru->item].object);
             uint32_t replica = SSD_NO_PATH;
             for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
                 const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
@@ -270,7 +270,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             continue;
         }
         if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
-        const ssd_object *e = &t->objects[it->object];
+        const ssd_object *e = ssd_obj(t, it->object);
         if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
             XXH3_64bits(ru->dst, ru->data_bytes) != e->checksums[ru->unit])
             it->corrupt = 1;
@@ -282,7 +282,7 @@ release:
     for (uint64_t i = 0; i < n; i++) {
         read_item *it = &items[i];
         if (it->object == SSD_NIL) continue;
-        ssd_object *e = &t->objects[it->object];
+        ssd_object *e = ssd_obj(t, it->object);
         if (rc != KVS_OK) {
             statuses[i] = KVS_ENOMEM;
         } else if (it->failed_errno) {

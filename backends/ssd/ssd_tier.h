@@ -27,6 +27,8 @@
 #define SSD_NIL UINT32_MAX
 #define SSD_NO_PATH UINT32_MAX
 
+#define SSD_CHUNK_RECORDS 1024u
+
 enum { OBJ_FREE = 0, OBJ_WRITING, OBJ_LIVE, OBJ_DROPPED };
 
 typedef struct ssd_copy {
@@ -65,8 +67,9 @@ typedef struct ssd_tier {
 
     pthread_mutex_t mutex;
     pthread_cond_t drained; /* writes_pending dropped (CLOCK_MONOTONIC) */
-    ssd_object *objects;
-    uint32_t n_object_slots, free_head;
+    ssd_object **chunks;    /* records, SSD_CHUNK_RECORDS per chunk, allocated as they are needed */
+    uint32_t n_chunks, max_chunks;
+    uint32_t n_object_slots, free_head; /* at most one record per slot: each record holds a slot */
     uint32_t *buckets;
     uint64_t n_buckets;
     uint32_t lru_head, lru_tail; /* head = most recently used */
@@ -91,6 +94,11 @@ typedef struct ssd_tier {
     pthread_mutex_t error_mutex;
     char error[512];
 } ssd_tier;
+
+/* Record o; records never move, so a pointer stays valid while the record is held. */
+static inline ssd_object *ssd_obj(const ssd_tier *t, uint32_t o) {
+    return &t->chunks[o / SSD_CHUNK_RECORDS][o % SSD_CHUNK_RECORDS];
+}
 
 static inline uint64_t ssd_now_ns(void) {
     struct timespec ts;

@@ -36,7 +36,7 @@ static void free_write_job(write_job *job) {
 /* With the lock held: the last unit write of job finished. */
 static void finish_write(ssd_tier *t, write_job *job) {
     uint32_t o = job->object;
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     for (uint32_t i = 0; i < job->n_copies; i++)
         if (job->copy_failed[i]) ssd_slot_release(t, &e->copies[i]);
     int complete = 1;
@@ -55,7 +55,7 @@ static void finish_write(ssd_tier *t, write_job *job) {
     }
     uint32_t old = ssd_index_find(t, &e->key, NULL);
     if (old != SSD_NIL) {
-        ssd_object *x = &t->objects[old];
+        ssd_object *x = ssd_obj(t, old);
         if (x->seq > e->seq || ssd_object_pinned(x, ssd_now_ns())) {
             ssd_object_release(t, o); /* a newer write won, or a reader holds the stored copy: same key, same bytes */
             return;
@@ -136,8 +136,8 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
             if (t->paths[p].n_free < need[p]) short_path = p;
         if (short_path == SSD_NO_PATH) return 0;
         uint32_t victim = SSD_NIL;
-        for (uint32_t o = t->lru_tail; o != SSD_NIL && victim == SSD_NIL; o = t->objects[o].prev) {
-            ssd_object *e = &t->objects[o];
+        for (uint32_t o = t->lru_tail; o != SSD_NIL && victim == SSD_NIL; o = ssd_obj(t, o)->prev) {
+            ssd_object *e = ssd_obj(t, o);
             if (e->refs || ssd_object_pinned(e, now)) continue;
             uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
             for (uint64_t i = 0; i < n_copies && victim == SSD_NIL; i++) {
@@ -172,7 +172,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
 
     pthread_mutex_lock(&t->mutex);
     uint32_t existing = ssd_index_find(t, key, NULL);
-    if (existing != SSD_NIL && ssd_object_pinned(&t->objects[existing], ssd_now_ns())) {
+    if (existing != SSD_NIL && ssd_object_pinned(ssd_obj(t, existing), ssd_now_ns())) {
         ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
         pthread_mutex_unlock(&t->mutex);
         return KVS_OK;
@@ -237,7 +237,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         ssd_set_error(t, "out of memory for an object record");
         goto undo_budget;
     }
-    ssd_object *e = &t->objects[o];
+    ssd_object *e = ssd_obj(t, o);
     e->key = *key;
     e->len = len;
     e->seq = t->next_seq++;
