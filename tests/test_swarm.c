@@ -1077,6 +1077,61 @@ START_TEST(paper_offset_places_one_path_further_and_a_tighter_tau_rejects_the_bo
 }
 END_TEST
 
+START_TEST(pool_is_clustered_every_k_windows_and_max_copies_keeps_the_closest_cluster) {
+    maint_fixture f;
+    maint_setup(&f, 0, 0.5);
+    f.m->params.pending_windows = 2; /* every 20 steps */
+    f.m->params.max_copies = 1;
+    maint_run(&f);
+    /* Entry 11 matched both clusters (8 and 7 of 10) but may join one: the closer, cluster 0. */
+    uint32_t path;
+    ck_assert_uint_eq(f.c->copies[11], 1);
+    ck_assert(member_at(f.c, 0, 11, &path));
+    ck_assert_uint_eq(f.m->n_pending, 2);
+    uint32_t before = f.c->n_clusters;
+    for (uint32_t t = 10; t < 20; t++) {
+        ck_assert_uint_eq(f.c->n_clusters, before); /* not due before step 20 */
+        ck_assert_int_eq(kvs_swarm_maint_step(f.m, NULL, 0, NULL, 0), KVS_OK);
+    }
+    ck_assert_uint_eq(f.c->n_clusters, before + 1);
+    ck_assert_uint_eq(f.m->n_pending, 0);
+    ck_assert_uint_eq(f.m->n_pool_clusters, 1);
+    maint_teardown(&f);
+}
+END_TEST
+
+START_TEST(a_stream_of_new_entries_each_leaves_the_window_after_exactly_w_steps) {
+    maint_fixture f;
+    ck_assert_int_eq(kvs_swarm_layout_init(&f.layout, 4, KVS_SWARM_BALANCE_GLOBAL_POINTER), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_clusters_create(4000, &f.c), KVS_OK);
+    uint32_t k;
+    ck_assert_int_eq(kvs_swarm_clusters_add(f.c, &k), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_clusters_add_member(f.c, k, 0), KVS_OK);
+    kvs_swarm_layout_place(&f.layout, f.c, 0);
+    kvs_swarm_maint_params prm;
+    kvs_swarm_maint_defaults(&prm);
+    prm.window_steps = 7;
+    prm.pending_windows = 3;
+    ck_assert_int_eq(kvs_swarm_maint_create(&prm, f.c, &f.layout, &f.m), KVS_OK);
+    /* Two new entries a step; even ones fire with cluster 0's medoid every step, odd ones never. */
+    uint32_t next = 1;
+    for (uint32_t t = 0; t < 1500; t++) {
+        uint32_t active[16], n = 0;
+        for (int i = 0; i < 2; i++) ck_assert_int_eq(kvs_swarm_maint_add(f.m, next++), KVS_OK);
+        for (uint32_t e = next > 16 ? next - 16 : 1; e < next; e++)
+            if (e % 2 == 0) active[n++] = e;
+        const uint32_t cluster0 = 0;
+        ck_assert_int_eq(kvs_swarm_maint_step(f.m, active, n, &cluster0, 1), KVS_OK);
+        uint64_t left = t + 1 >= prm.window_steps ? 2ull * (t + 2 - prm.window_steps) : 0;
+        ck_assert_uint_eq(f.m->n_joined + f.m->n_pooled, left);
+    }
+    ck_assert_uint_eq(f.m->n_joined, f.m->n_pooled); /* the even half joined, the odd half pooled */
+    ck_assert_uint_eq(f.c->items[0].n_members, 1 + f.m->n_joined);
+    ck_assert_int_eq(kvs_swarm_maint_add(f.m, next - 1), KVS_EINVAL); /* already in the window */
+    maint_teardown(&f);
+}
+END_TEST
+
 /* ---- 12. cache ---------------------------------------------------------------------------------- */
 
 static kvs_swarm_cache_params cache_params(kvs_swarm_cache_policy policy, uint64_t capacity) {
@@ -1291,6 +1346,8 @@ static Suite *swarm_suite(void) {
     TCase *online = tcase_create("maintenance_and_cache");
     tcase_add_test(online, new_entry_joins_matching_clusters_continuing_their_stripe);
     tcase_add_test(online, paper_offset_places_one_path_further_and_a_tighter_tau_rejects_the_boundary);
+    tcase_add_test(online, pool_is_clustered_every_k_windows_and_max_copies_keeps_the_closest_cluster);
+    tcase_add_test(online, a_stream_of_new_entries_each_leaves_the_window_after_exactly_w_steps);
     tcase_add_test(online, frequencies_move_by_one_and_the_heap_holds_after_every_step);
     tcase_add_test(online, lowest_score_cluster_is_evicted_first);
     tcase_add_test(online, score_cache_beats_lru_on_big_one_shot_and_small_recurrent_clusters);
