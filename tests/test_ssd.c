@@ -651,6 +651,30 @@ START_TEST(a_torn_header_drops_its_object_at_the_restart_scan) {
 }
 END_TEST
 
+START_TEST(a_file_written_with_another_stripe_starts_empty_and_says_so) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 4; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    ops->destroy(st);
+    a.options[0][1] = "32KiB";
+    st = open_ok(&d, &a);
+    ck_assert(log_contains("was written with stripe 16KiB, now 32KiB: its objects are dropped"));
+    ck_assert_uint_eq(stats_of(st).recovered, 0);
+    for (uint32_t i = 0; i < 4; i++) ck_assert_uint_eq(present(st, i), 0);
+    for (uint32_t i = 10; i < 14; i++) put_object(st, i, 64 * KIB);
+    flush(st);
+    ops->destroy(st);
+    st = open_ok(&d, &a);
+    ck_assert_uint_eq(stats_of(st).recovered, 4);
+    for (uint32_t i = 10; i < 14; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
 START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
     test_dirs d;
     make_dirs(&d);
@@ -1212,6 +1236,7 @@ static Suite *ssd_suite(void) {
     tcase_add_test(crash, the_newest_write_of_a_key_wins_after_a_restart);
     tcase_add_test(crash, a_torn_unit_is_caught_on_first_read_and_removed_for_good);
     tcase_add_test(crash, a_torn_header_drops_its_object_at_the_restart_scan);
+    tcase_add_test(crash, a_file_written_with_another_stripe_starts_empty_and_says_so);
     tcase_add_test(crash, kill_9_during_a_write_burst_never_serves_a_torn_object);
     suite_add_tcase(s, crash);
 

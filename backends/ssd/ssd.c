@@ -190,6 +190,8 @@ static void adopt_recovered(void *ctx, const ssd_found_unit *copies, uint64_t n)
     recover_ctx *rc = ctx;
     ssd_tier *t = rc->tier;
     const ssd_found_unit *first = &copies[0];
+    /* Larger than this configuration's objects (max_object_bytes shrank), or not written by us. */
+    if (first->object_len > t->max_object_bytes || first->replica_count > SSD_MAX_REPLICAS) return;
     uint32_t o = ssd_object_alloc(t, first->unit_count, first->replica_count);
     if (o == SSD_NIL) {
         rc->out_of_memory = 1;
