@@ -47,7 +47,6 @@ struct ssd_io_path {
     uint64_t queued;
     uint32_t inflight, writes_inflight;
     int stop;
-    int start_state;        /* uring thread: 0 starting, 1 running, -errno failed */
     uint64_t busy_until_ns; /* paced model clock */
     atomic_int failed;
     atomic_int armed;
@@ -61,7 +60,8 @@ struct ssd_io_path {
     struct io_uring ring;
     int doorbell_fd;
     uint64_t doorbell_value;
-    int sleeping; /* under mutex: the ring thread is (about to be) blocked in io_uring_enter */
+    int sleeping;    /* under mutex: the ring thread is (about to be) blocked in io_uring_enter */
+    int start_state; /* under mutex: 0 starting, 1 running, -errno failed */
 #endif
     uint32_t n_fixed;
 };
@@ -597,20 +597,19 @@ int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t
     pthread_cond_init(&p->work, &attr);
     pthread_condattr_destroy(&attr);
     pthread_cond_init(&p->started, NULL);
-    int rc = 0;
     if (cfg->engine == SSD_ENGINE_URING) {
 #ifdef KVS_HAVE_URING
-        rc = start_uring(p);
-        if (rc == 0)
+        int started = start_uring(p);
+        if (started == 0)
             p->use_uring = 1;
         else
-            p->uring_error = -rc;
+            p->uring_error = -started;
 #else
         p->uring_error = ENOSYS;
 #endif
     }
     if (!p->use_uring) {
-        rc = start_pread(p);
+        int rc = start_pread(p);
         if (rc) {
             snprintf(err, (size_t)err_len, "cannot start I/O threads for %s (%s)", cfg->dir, errno_name(rc));
             ssd_io_close(p);

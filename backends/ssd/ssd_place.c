@@ -47,7 +47,12 @@ int ssd_place_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const 
         for (uint32_t c = 0; c < c_max; c++) {
             uint32_t p = paths[r * max_copies + c];
             if (p >= n_paths) continue;
-            if (best == UINT32_MAX || load[p] < load[best] || (load[p] == load[best] && p < best)) best = p;
+            if (best == UINT32_MAX) {
+                best = p;
+                continue;
+            }
+            uint64_t here = load[p], there = load[best];
+            if (here < there || (here == there && p < best)) best = p;
         }
         if (best == UINT32_MAX) best = paths[r * max_copies] < n_paths ? paths[r * max_copies] : 0;
         chosen[r] = best;
