@@ -1056,12 +1056,12 @@ START_TEST(a_pin_expires_after_its_timeout) {
     flush(st);
     kvs_key both[2] = {key_of(0), key_of(1)};
     uint64_t pinned = 0;
-    ck_assert_int_eq(ops->pin(st, both, 2, 50, &pinned), KVS_OK);
+    ck_assert_int_eq(ops->pin(st, both, 2, 300, &pinned), KVS_OK);
     ck_assert_uint_eq(pinned, 2);
     kvs_key k2 = key_of(2);
     uint8_t buf[16];
     ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM);
-    usleep(80 * 1000);
+    usleep(400 * 1000);
     ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_OK);
     flush(st);
     ck_assert_uint_eq(present(st, 2), 1);
