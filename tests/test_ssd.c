@@ -876,7 +876,11 @@ START_TEST(pread_engine_reads_what_uring_wrote_and_the_other_way_round) {
     for (uint32_t i = 0; i < N_LENGTHS; i++) put_object(st, i, LENGTHS[i]);
     flush(st);
     ops->destroy(st);
+    log_text[0] = '\0';
     st = open_ok(&d, &pread_engine);
+    ck_assert(log_contains("2 of 2 paths usable"));
+    ck_assert(log_contains("pread engine"));
+    ck_assert(log_contains(" objects recovered"));
     kvs_ssd_stats_t s = stats_of(st);
     ck_assert_uint_eq(s.paths[0].uring, 0);
     ck_assert_uint_eq(s.fallbacks, 0); /* chosen, not fallen back to */

@@ -277,9 +277,7 @@ static kvs_status recover(ssd_tier *t) {
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t wall = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
         t->next_seq = found.max_sequence + 1 > wall ? found.max_sequence + 1 : wall;
-        if (t->recovered)
-            ssd_log(t, KVS_LOG_INFO, "recovered %llu objects from %llu unit headers", (unsigned long long)t->recovered,
-                    (unsigned long long)found.headers_read);
+        t->headers_scanned = found.headers_read;
     } else {
         ssd_set_error(t, "out of memory while rebuilding the index");
     }
@@ -455,6 +453,18 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         goto fail;
     }
     for (uint32_t i = 0; i < t->n_paths; i++) ssd_io_arm_faults(t->paths[i].io);
+    /* One line says what the tier runs on, so a slow fallback is never silent. */
+    char stripe[32], cap[32];
+    ssd_format_bytes(t->stripe_bytes, stripe, sizeof stripe);
+    ssd_format_bytes((uint64_t)t->n_object_slots * t->stripe_bytes, cap, sizeof cap);
+    int uring = ssd_io_uses_uring(t->paths[0].io), fixed = ssd_io_has_fixed(t->paths[0].io);
+    ssd_log(t, KVS_LOG_INFO,
+            "%u of %u paths usable, %s of data in %llu slots of %s, %u replica(s), %s%s, %s; %llu objects recovered "
+            "from %llu unit headers",
+            usable, t->n_paths, cap, (unsigned long long)t->n_object_slots, stripe, t->replicas,
+            uring ? "io_uring" : "pread engine", uring ? (fixed ? " with the staging pool registered" : "") : "",
+            opt.sim_bandwidth || opt.sim_iops ? "paced" : "not paced", (unsigned long long)t->recovered,
+            (unsigned long long)t->headers_scanned);
     *out = t;
     return KVS_OK;
 

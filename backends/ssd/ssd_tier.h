@@ -79,7 +79,7 @@ typedef struct ssd_tier {
 
     ssd_io_counters io;
     atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads;
-    uint64_t recovered, fallbacks;
+    uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;
     void (*log)(void *ctx, int level, const char *message);
