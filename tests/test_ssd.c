@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -770,12 +771,16 @@ END_TEST
 START_TEST(a_full_tmpfs_skips_writes_and_serves_nothing_corrupt) {
     test_dirs d;
     make_dirs(&d);
-    int mounted = mount("tmpfs", d.dir[0], "tmpfs", 0, "size=1m") == 0;
+    /* In a mount namespace of its own the tmpfs goes away with this test's process, even if an
+     * assertion ends it early. */
+    int mounted = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+                  mount("tmpfs", d.dir[0], "tmpfs", 0, "size=1m") == 0;
     /* Where mounting is not allowed the same path runs on an injected ENOSPC. */
     tier_args a = {.n_paths = 1,
                    .capacity = 4 * MIB,
                    .max_object = 64 * KIB,
                    .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "enospc_after:10"}}};
+    printf("full device: %s\n", mounted ? "a 1MiB tmpfs" : "mount refused, injected ENOSPC instead");
     void *st = open_ok(&d, &a);
     if (mounted) ck_assert(log_contains("cannot preallocate"));
     check_full_device(st, 24); /* 1MiB holds about 15 slots of 68KiB */
