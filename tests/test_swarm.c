@@ -841,7 +841,8 @@ static uint32_t check_schedule(const instance *in, const uint32_t *chosen, const
             if (size[d] <= round) continue;
             uint32_t r = next[d];
             while (chosen[r] != d) r++;
-            ck_assert_uint_eq(order[pos++], r);
+            ck_assert_uint_eq(order[pos], r);
+            pos++;
             next[d] = r + 1;
         }
     uint32_t makespan = 0;
