@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 1
+#define KVS_ABI_MINOR 2
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -140,6 +140,8 @@ typedef struct kvs_event {
 
 /* worker side ----------------------------------------------------------------------------------- */
 
+#define KVS_STATS_MAX_TIERS 8
+
 typedef struct kvs_stats {
     uint32_t struct_size;
     uint64_t lookups, lookup_hit_tokens, lookup_miss_tokens;
@@ -150,6 +152,9 @@ typedef struct kvs_stats {
     uint64_t evictions;         /* objects dropped from the last tier */
     uint64_t leases_active, leases_expired;
     double load_gbps, save_gbps; /* bytes / time over the handle's life */
+    /* ABI 1.2: where loads came from. Read only when struct_size covers them. */
+    uint32_t n_tiers;                                /* tiers in the chain (the first 8 are reported) */
+    uint64_t tier_chunks_loaded[KVS_STATS_MAX_TIERS]; /* chunks_loaded, split by the tier that served them */
 } kvs_stats;
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */

@@ -480,7 +480,10 @@ static void load_all_async(kvs_handle *h) {
 static void finish_loads(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (load_live(w)) h->stats.chunks_loaded++;
+        if (load_live(w)) {
+            h->stats.chunks_loaded++;
+            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS) h->stats.tier_chunks_loaded[w->tier]++;
+        }
         if (w->pinned) {
             const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
             ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);

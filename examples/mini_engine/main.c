@@ -489,6 +489,10 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
                    (unsigned long long)st->chunks_saved, (double)st->bytes_saved / 1048576.0,
                    (unsigned long long)st->saves_skipped, (unsigned long long)st->load_errors,
                    (unsigned long long)runs[k].events_stored, (unsigned long long)runs[k].events_removed);
+            printf("; loaded per tier [");
+            for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
+                printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
+            printf("]");
         }
         printf("\n");
     }
@@ -516,6 +520,12 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
             printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu",
                    (unsigned long long)runs[k].stats.chunks_loaded, (unsigned long long)runs[k].stats.chunks_saved,
                    (unsigned long long)runs[k].stats.load_errors);
+        if (runs[k].have_stats) {
+            printf(",\"tier_chunks_loaded\":[");
+            for (uint32_t t = 0; t < runs[k].stats.n_tiers && t < KVS_STATS_MAX_TIERS; t++)
+                printf("%s%llu", t ? "," : "", (unsigned long long)runs[k].stats.tier_chunks_loaded[t]);
+            printf("]");
+        }
         printf("}");
     }
     if (n_runs > 1) {
