@@ -1,0 +1,436 @@
+/* bench_ssd.c - restore throughput of the ssd tier on this machine's disk, against fio reading the
+ * same files in the same run; system calls per restore step of the io_uring engine against the
+ * pread/pwrite thread pool; and, with every path paced like a slower device, how the effective
+ * bandwidth of a whole-prefix restore grows with 1, 2, 4 and 8 paths.
+ *
+ * The tier is driven through its backend table with the connector's placement and scheduling
+ * policy installed (kvs_policy_install), as a `type: ssd` tier in YAML is. Objects stand for chunks:
+ * one object of 8 MiB is, for example, 256 tokens of an 8-layer slice of Llama-3-8B's KV cache.
+ *
+ * 1. restore (real device): the data set fills every slot of every path's data file exactly, so
+ *    the reference reads exactly the bytes the tier wrote. A round restores every object with
+ *    get_many calls of --batch objects (one call is one restore step) into a staging region the
+ *    tier registered as io_uring fixed buffers. Reference: fio, ioengine=io_uring, direct=1,
+ *    fixedbufs=1, reads of stripe_bytes, one job per data file, each with the queue depth the tier
+ *    has in flight per path during a step (units per path in one batch, capped at the ring); both
+ *    random and sequential order are run and the better one is the reference (a step's units are
+ *    mostly adjacent slots, so the tier's pattern lies between the two). Rounds alternate tier and
+ *    fio; the figure is the median. Round 0, untimed, checks every restored byte.
+ * 2. syscalls (notes B5): the same restore steps on a second tier with io_engine=pread. Counted by
+ *    the tier (submits: io_uring_enter calls that issued I/O, or preads) and, independently, by
+ *    the kernel's per-process read-call count (/proc/self/io syscr).
+ * 3. paced: sim_bandwidth per path set to a tenth of the measured single-file fio throughput (so 8
+ *    paced paths stay below what the real disk gives), restore of one batch, 1/2/4/8 paths.
+ *
+ * Exit 77 when fio is missing or the directory does not take O_DIRECT (tmpfs). */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "kvstrata_backend.h"
+#include "policy.h"
+#include "ssd.h"
+
+#define MIB (1024ull * 1024ull)
+#define SLOT_HEADER 4096ull
+
+typedef struct options {
+    const char *dir;
+    uint32_t paths;
+    uint64_t object_bytes;
+    uint32_t objects;
+    uint32_t batch;
+    uint64_t stripe;
+    uint32_t queue_depth;
+    uint32_t rounds;
+    int keep;
+} options;
+
+typedef struct tier {
+    void *state;
+    const kvs_backend_ops *ops;
+    kvs_backend_host host;
+    char dirs[8][512];
+    uint32_t n_paths;
+} tier;
+
+static char run_root[400];
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: kvs-bench-ssd [--dir DIR] [--paths N] [--object-mib N] [--objects N] [--batch N]\n"
+            "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--keep]\n"
+            "  --dir         where the data files go (default $KVS_BENCH_DIR, else /var/tmp); must take O_DIRECT\n"
+            "  --paths       data files (directories) of the real-device tier, 1..8 (default 2)\n"
+            "  --object-mib  object size in MiB (default 8)\n"
+            "  --objects     objects in the data set, a multiple of --batch (default 128: 1 GiB)\n"
+            "  --batch       objects per restore step, one get_many (default 16)\n"
+            "  --stripe-kib  unit size in KiB, a multiple of 4 (default 1024)\n"
+            "  --queue-depth io_uring entries per path (default 128)\n"
+            "  --rounds      timed rounds of tier and fio each (default 5)\n"
+            "  --keep        leave the data files in place\n");
+    exit(2);
+}
+
+static options parse_options(int argc, char **argv) {
+    const char *env = getenv("KVS_BENCH_DIR");
+    options o = {.dir = env && *env ? env : "/var/tmp", .paths = 2, .object_bytes = 8 * MIB, .objects = 128,
+                 .batch = 16, .stripe = MIB, .queue_depth = 128, .rounds = 5};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--keep")) {
+            o.keep = 1;
+            continue;
+        }
+        if (!v) usage();
+        if (!strcmp(a, "--dir")) o.dir = v;
+        else if (!strcmp(a, "--paths")) o.paths = (uint32_t)bench_parse_u64(a, v, 1, 8);
+        else if (!strcmp(a, "--object-mib")) o.object_bytes = bench_parse_u64(a, v, 1, 256) * MIB;
+        else if (!strcmp(a, "--objects")) o.objects = (uint32_t)bench_parse_u64(a, v, 1, 1u << 16);
+        else if (!strcmp(a, "--batch")) o.batch = (uint32_t)bench_parse_u64(a, v, 1, 1024);
+        else if (!strcmp(a, "--stripe-kib")) o.stripe = bench_parse_u64(a, v, 4, 1u << 20) * 1024;
+        else if (!strcmp(a, "--queue-depth")) o.queue_depth = (uint32_t)bench_parse_u64(a, v, 2, 4096);
+        else if (!strcmp(a, "--rounds")) o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 1000);
+        else usage();
+        i++;
+    }
+    if (o.stripe % 4096 || o.objects % o.batch) {
+        fprintf(stderr, "--stripe-kib must be a multiple of 4 and --objects a multiple of --batch\n");
+        exit(2);
+    }
+    if (o.stripe > o.object_bytes) o.stripe = o.object_bytes;
+    return o;
+}
+
+static void die(const char *what, const char *why) {
+    fprintf(stderr, "kvs-bench-ssd: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void bench_log(void *ctx, int level, const char *message) {
+    (void)ctx;
+    if (level <= KVS_LOG_WARN) fprintf(stderr, "ssd: %s\n", message);
+}
+
+static uint64_t units_of(const options *o) { return (o->object_bytes + o->stripe - 1) / o->stripe; }
+
+/* A data set that fills every slot: capacity is the superblock plus exactly the units per path. */
+static uint64_t exact_capacity(const options *o, uint32_t n_paths, uint32_t objects) {
+    uint64_t units = (uint64_t)objects * units_of(o);
+    uint64_t per_path = (units + n_paths - 1) / n_paths;
+    return (uint64_t)n_paths * (SLOT_HEADER + per_path * (SLOT_HEADER + o->stripe));
+}
+
+static void tier_open(tier *t, const options *o, const char *tag, uint32_t n_paths, uint32_t objects,
+                      const char *engine, const char *pace, void *staging, uint64_t staging_len) {
+    memset(t, 0, sizeof *t);
+    t->ops = kvs_ssd_backend();
+    t->n_paths = n_paths;
+    t->host = (kvs_backend_host){.struct_size = sizeof t->host, .log = bench_log};
+    kvs_policy_install(&t->host);
+    kvs_backend_option opts[24];
+    uint64_t n = 0;
+    for (uint32_t p = 0; p < n_paths; p++) {
+        snprintf(t->dirs[p], sizeof t->dirs[p], "%s/%s-p%u", run_root, tag, p);
+        if (mkdir(t->dirs[p], 0700) != 0) die(t->dirs[p], strerror(errno));
+        opts[n++] = (kvs_backend_option){"path", t->dirs[p]};
+    }
+    char stripe[32], qd[32];
+    snprintf(stripe, sizeof stripe, "%llu", (unsigned long long)o->stripe);
+    snprintf(qd, sizeof qd, "%u", o->queue_depth);
+    opts[n++] = (kvs_backend_option){"stripe_bytes", stripe};
+    opts[n++] = (kvs_backend_option){"queue_depth", qd};
+    opts[n++] = (kvs_backend_option){"io_engine", engine};
+    opts[n++] = (kvs_backend_option){"write_buffer_bytes", "512MiB"};
+    if (pace) opts[n++] = (kvs_backend_option){"sim_bandwidth", pace};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init, .tier_name = "bench",
+                             .capacity_bytes = exact_capacity(o, n_paths, objects),
+                             .max_object_bytes = o->object_bytes, .options = opts, .n_options = n,
+                             .host = &t->host, .error = err, .error_len = sizeof err,
+                             .staging_base = staging, .staging_len = staging_len};
+    if (t->ops->create(&init, &t->state) != KVS_OK) die("create", err);
+}
+
+static void tier_close(tier *t) {
+    t->ops->destroy(t->state);
+    t->state = NULL;
+}
+
+static kvs_key key_of(uint32_t i) {
+    kvs_key k;
+    uint64_t a = bench_mix64(i), b = bench_mix64(a ^ 0x5353445f42454e43ull);
+    memcpy(k.bytes, &a, 8);
+    memcpy(k.bytes + 8, &b, 8);
+    return k;
+}
+
+static void fill_object(uint64_t *words, uint64_t n_words, uint32_t i) {
+    uint64_t x = (uint64_t)i << 40;
+    for (uint64_t w = 0; w < n_words; w++) words[w] = bench_mix64(x + w);
+}
+
+/* Store objects [0, n); waits until every one is visible. */
+static void tier_fill(tier *t, const options *o, uint32_t n, uint64_t *buf) {
+    for (uint32_t i = 0; i < n; i++) {
+        fill_object(buf, o->object_bytes / 8, i);
+        kvs_key k = key_of(i);
+        kvs_status st;
+        while ((st = t->ops->put(t->state, &k, buf, o->object_bytes)) == KVS_ENOMEM) usleep(1000);
+        if (st != KVS_OK) die("put", t->ops->last_error(t->state));
+    }
+    if (kvs_ssd_flush(t->state, 600000) != KVS_OK) die("flush", "writes did not finish in 10 minutes");
+    kvs_ssd_stats_t s;
+    kvs_ssd_stats(t->state, &s);
+    if (s.enospc_skips || s.queue_full_skips || s.path_errors || s.evictions)
+        die("fill", "the data set was not stored whole (device full, errors or evictions)");
+}
+
+/* One round: every object of [0, n) restored with get_many calls of `batch`. Returns ns. */
+static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *staging, int check) {
+    kvs_key keys[1024];
+    void *dsts[1024];
+    uint64_t caps[1024], lens[1024];
+    kvs_status sts[1024];
+    uint64_t ns = 0;
+    uint64_t *expect = check ? malloc(o->object_bytes) : NULL;
+    if (check && !expect) die("restore", "out of memory");
+    for (uint32_t first = 0; first < n; first += o->batch) {
+        uint32_t m = n - first < o->batch ? n - first : o->batch;
+        for (uint32_t j = 0; j < m; j++) {
+            keys[j] = key_of(first + j);
+            dsts[j] = staging + (uint64_t)j * o->object_bytes;
+            caps[j] = o->object_bytes;
+        }
+        uint64_t t0 = bench_now_ns();
+        kvs_status st = t->ops->get_many(t->state, keys, dsts, caps, m, lens, sts);
+        ns += bench_now_ns() - t0;
+        if (st != KVS_OK) die("get_many", t->ops->last_error(t->state));
+        for (uint32_t j = 0; j < m; j++) {
+            if (sts[j] != KVS_OK || lens[j] != o->object_bytes) die("get_many", "an object did not come back whole");
+            if (check) {
+                fill_object(expect, o->object_bytes / 8, first + j);
+                if (memcmp(expect, dsts[j], o->object_bytes) != 0) die("restore", "restored bytes differ");
+            }
+        }
+    }
+    free(expect);
+    return ns;
+}
+
+/* fio over the data files of t: bytes/s, or 0 when fio fails. */
+static double fio_read(const tier *t, const options *o, const char *rw, uint32_t iodepth, uint64_t bytes_per_file) {
+    char cmd[8192];
+    int len = snprintf(cmd, sizeof cmd,
+                       "fio --output-format=json --ioengine=io_uring --direct=1 --fixedbufs=1 --rw=%s "
+                       "--bs=%llu --iodepth=%u --io_size=%llu --norandommap --randrepeat=0 --group_reporting=1",
+                       rw, (unsigned long long)o->stripe, iodepth, (unsigned long long)bytes_per_file);
+    for (uint32_t p = 0; p < t->n_paths; p++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --name=p%u --filename=%s/kvstrata-bench.data", p,
+                        t->dirs[p]);
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>&1");
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0.0;
+    static char out[1 << 20];
+    size_t got = fread(out, 1, sizeof out - 1, f);
+    out[got] = '\0';
+    int rc = pclose(f);
+    const char *read = strstr(out, "\"read\"");
+    const char *bw = read ? strstr(read, "\"bw_bytes\"") : NULL;
+    const char *colon = bw ? strchr(bw, ':') : NULL;
+    if (rc != 0 || !colon) {
+        fprintf(stderr, "fio failed (%d): %.400s\n", rc, out);
+        return 0.0;
+    }
+    return strtod(colon + 1, NULL);
+}
+
+static uint64_t proc_syscr(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[128];
+    unsigned long long v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "syscr: %llu", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+static void remove_tree(const tier *t) {
+    for (uint32_t p = 0; p < t->n_paths; p++) {
+        char file[600];
+        snprintf(file, sizeof file, "%s/kvstrata-bench.data", t->dirs[p]);
+        unlink(file);
+        rmdir(t->dirs[p]);
+    }
+}
+
+static int direct_io_works(const char *dir) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/.kvs-bench-direct-XXXXXX", dir);
+    int fd = mkstemp(file);
+    if (fd < 0) return 0;
+    close(fd);
+    fd = open(file, O_RDWR | O_DIRECT);
+    unlink(file);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
+static int have_fio(void) { return system("fio --version >/dev/null 2>&1") == 0; }
+
+int main(int argc, char **argv) {
+    options o = parse_options(argc, argv);
+    if (!have_fio()) {
+        fprintf(stderr, "kvs-bench-ssd: fio is not installed (scripts/install-deps.sh installs it); skipped\n");
+        return 77;
+    }
+    snprintf(run_root, sizeof run_root, "%s/kvs-bench-ssd-XXXXXX", o.dir);
+    if (!mkdtemp(run_root)) die(o.dir, strerror(errno));
+    if (!direct_io_works(run_root)) {
+        fprintf(stderr, "kvs-bench-ssd: %s does not take O_DIRECT (tmpfs?); use --dir on a disk; skipped\n", o.dir);
+        rmdir(run_root);
+        return 77;
+    }
+    uint64_t staging_len = (uint64_t)o.batch * o.object_bytes;
+    uint8_t *staging = mmap(NULL, staging_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint64_t *buf = aligned_alloc(4096, o.object_bytes);
+    if (staging == MAP_FAILED || !buf) die("memory", strerror(errno));
+    memset(staging, 0, staging_len);
+    uint64_t data_bytes = (uint64_t)o.objects * o.object_bytes;
+    uint64_t units_pp = (uint64_t)o.objects * units_of(&o) / o.paths;
+    uint64_t batch_units_pp = (uint64_t)o.batch * units_of(&o) / o.paths;
+    uint32_t iodepth = (uint32_t)(batch_units_pp < o.queue_depth - 1 ? batch_units_pp : o.queue_depth - 1);
+    if (iodepth == 0) iodepth = 1;
+    printf("# kvs-bench-ssd: %u objects of %llu MiB (%llu MiB), %u paths under %s, stripe %llu KiB, "
+           "%u objects per step, queue depth %u\n",
+           o.objects, (unsigned long long)(o.object_bytes / MIB), (unsigned long long)(data_bytes / MIB), o.paths,
+           o.dir, (unsigned long long)(o.stripe / 1024), o.batch, o.queue_depth);
+
+    /* 1. restore vs fio */
+    tier u;
+    tier_open(&u, &o, "uring", o.paths, o.objects, "uring", NULL, staging, staging_len);
+    uint64_t t0 = bench_now_ns();
+    tier_fill(&u, &o, o.objects, buf);
+    double fill_s = (double)(bench_now_ns() - t0) / 1e9;
+    kvs_ssd_stats_t s0, s1;
+    kvs_ssd_stats(u.state, &s0);
+    for (uint32_t p = 0; p < o.paths && p < KVS_SSD_STATS_MAX_PATHS; p++)
+        if (s0.paths[p].units != units_pp) die("fill", "the units are not spread evenly over the paths");
+    tier_restore(&u, &o, o.objects, staging, 1); /* warm-up and full check */
+    double *tier_bps = calloc(o.rounds, sizeof *tier_bps), *fio_bps = calloc(o.rounds, sizeof *fio_bps);
+    double *seq_bps = calloc(o.rounds, sizeof *seq_bps);
+    uint64_t steps = 0, submits = 0, syscr = 0;
+    for (uint32_t r = 0; r < o.rounds; r++) {
+        kvs_ssd_stats(u.state, &s0);
+        uint64_t c0 = proc_syscr();
+        uint64_t ns = tier_restore(&u, &o, o.objects, staging, 0);
+        syscr += proc_syscr() - c0;
+        kvs_ssd_stats(u.state, &s1);
+        submits += s1.submits - s0.submits;
+        steps += o.objects / o.batch;
+        tier_bps[r] = (double)data_bytes / ((double)ns / 1e9);
+        fio_bps[r] = fio_read(&u, &o, "randread", iodepth, units_pp * o.stripe);
+        seq_bps[r] = fio_read(&u, &o, "read", iodepth, units_pp * o.stripe);
+        if (fio_bps[r] <= 0.0 || seq_bps[r] <= 0.0) die("fio", "the reference run failed");
+    }
+    double tier_med = bench_median(tier_bps, o.rounds), rand_med = bench_median(fio_bps, o.rounds);
+    double seq_med = bench_median(seq_bps, o.rounds);
+    /* The reference is the better of fio's random and sequential reads of the same files. */
+    double fio_med = rand_med > seq_med ? rand_med : seq_med;
+    kvs_ssd_stats(u.state, &s1);
+    printf("{\"bench\":\"ssd_restore\",\"ratio\":%.3f,\"reference\":\"fio io_uring direct fixedbufs, "
+           "the better of randread and read\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"fio_randread_gbps\":%.3f,"
+           "\"fio_read_gbps\":%.3f,\"bytes\":%llu,\"paths\":%u,\"stripe_bytes\":%llu,"
+           "\"object_bytes\":%llu,\"objects_per_step\":%u,\"fio_iodepth\":%u,\"rounds\":%u,"
+           "\"fixed_reads\":%llu,\"bounce_reads\":%llu,\"fill_gbps\":%.3f}\n",
+           tier_med / fio_med, tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9,
+           (unsigned long long)data_bytes, o.paths, (unsigned long long)o.stripe,
+           (unsigned long long)o.object_bytes, o.batch, iodepth, o.rounds, (unsigned long long)s1.fixed_reads,
+           (unsigned long long)s1.bounce_reads, (double)data_bytes / fill_s / 1e9);
+    printf("ssd restore: %.2f GB/s, fio %.2f GB/s (randread %.2f, read %.2f; %u jobs, bs %llu KiB, iodepth %u), "
+           "ratio %.3f (median of %u rounds of %llu MiB); fill %.2f GB/s (pattern generation included)\n",
+           tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9, o.paths,
+           (unsigned long long)(o.stripe / 1024), iodepth, tier_med / fio_med, o.rounds,
+           (unsigned long long)(data_bytes / MIB), (double)data_bytes / fill_s / 1e9);
+
+    /* 2. syscalls per step: the pread thread pool over its own copy of the data set */
+    tier pr;
+    tier_open(&pr, &o, "pread", o.paths, o.objects, "pread", NULL, staging, staging_len);
+    tier_fill(&pr, &o, o.objects, buf);
+    tier_restore(&pr, &o, o.objects, staging, 1);
+    uint64_t p_submits = 0, p_syscr = 0;
+    double *pread_bps = calloc(o.rounds, sizeof *pread_bps);
+    for (uint32_t r = 0; r < o.rounds; r++) {
+        kvs_ssd_stats(pr.state, &s0);
+        uint64_t c0 = proc_syscr();
+        uint64_t ns = tier_restore(&pr, &o, o.objects, staging, 0);
+        p_syscr += proc_syscr() - c0;
+        kvs_ssd_stats(pr.state, &s1);
+        p_submits += s1.submits - s0.submits;
+        pread_bps[r] = (double)data_bytes / ((double)ns / 1e9);
+    }
+    double pread_med = bench_median(pread_bps, o.rounds);
+    double u_step = (double)submits / (double)steps, p_step = (double)p_submits / (double)steps;
+    printf("{\"bench\":\"ssd_syscalls_per_step\",\"ratio\":%.3f,\"reference\":\"pread thread pool\","
+           "\"uring_submits_per_step\":%.2f,\"pread_submits_per_step\":%.2f,\"uring_syscr_per_step\":%.2f,"
+           "\"pread_syscr_per_step\":%.2f,\"uring_gbps\":%.3f,\"pread_gbps\":%.3f,\"steps\":%llu,"
+           "\"units_per_step\":%llu,\"paths\":%u}\n",
+           u_step / p_step, u_step, p_step, (double)syscr / (double)steps, (double)p_syscr / (double)steps,
+           tier_med / 1e9, pread_med / 1e9, (unsigned long long)steps,
+           (unsigned long long)(o.batch * units_of(&o)), o.paths);
+    printf("syscalls per step (%llu unit reads over %u paths): io_uring %.2f, pread pool %.2f (ratio %.3f); "
+           "kernel read-call count per step %.2f vs %.2f; throughput %.2f vs %.2f GB/s\n",
+           (unsigned long long)(o.batch * units_of(&o)), o.paths, u_step, p_step, u_step / p_step,
+           (double)syscr / (double)steps, (double)p_syscr / (double)steps, tier_med / 1e9, pread_med / 1e9);
+    tier_close(&pr);
+    if (!o.keep) remove_tree(&pr);
+
+    /* 3. paced paths: does a whole-prefix restore read every path at once? */
+    double single_file = fio_med / o.paths;
+    tier_close(&u);
+    if (!o.keep) remove_tree(&u);
+    uint64_t pace = (uint64_t)(single_file / 10.0);
+    if (pace > 256 * 1000 * 1000ull) pace = 256 * 1000 * 1000ull;
+    char pace_text[48];
+    snprintf(pace_text, sizeof pace_text, "%lluB/s", (unsigned long long)pace);
+    double base = 0.0;
+    static const uint32_t counts[] = {1, 2, 4, 8};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        uint32_t n = counts[c];
+        tier t;
+        char tag[32];
+        snprintf(tag, sizeof tag, "paced%u", n);
+        tier_open(&t, &o, tag, n, o.batch, "uring", pace_text, staging, staging_len);
+        tier_fill(&t, &o, o.batch, buf);
+        tier_restore(&t, &o, o.batch, staging, 1);
+        double *bps = calloc(o.rounds, sizeof *bps);
+        for (uint32_t r = 0; r < o.rounds; r++)
+            bps[r] = (double)o.batch * (double)o.object_bytes / ((double)tier_restore(&t, &o, o.batch, staging, 0) / 1e9);
+        double med = bench_median(bps, o.rounds);
+        if (n == 1) base = med;
+        printf("{\"bench\":\"ssd_paced_paths\",\"ratio\":%.3f,\"reference\":\"the same restore on 1 paced path\","
+               "\"paths\":%u,\"gbps\":%.4f,\"reference_gbps\":%.4f,\"pace_bytes_per_s\":%llu,\"ideal_ratio\":%u,"
+               "\"bytes\":%llu,\"rounds\":%u}\n",
+               med / base, n, med / 1e9, base / 1e9, (unsigned long long)pace, n,
+               (unsigned long long)(o.batch * o.object_bytes), o.rounds);
+        printf("paced %u path(s) at %.0f MB/s each: %.3f GB/s, %.2fx one path (ideal %ux)\n", n, (double)pace / 1e6,
+               med / 1e9, med / base, n);
+        free(bps);
+        tier_close(&t);
+        if (!o.keep) remove_tree(&t);
+    }
+    if (!o.keep) rmdir(run_root);
+    free(tier_bps);
+    free(fio_bps);
+    free(seq_bps);
+    free(pread_bps);
+    free(buf);
+    munmap(staging, staging_len);
+    return 0;
+}
