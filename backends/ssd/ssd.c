@@ -329,6 +329,8 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
         ssd_set_error(t, "write_buffer_bytes %s cannot hold one object of up to %s (needs %s)", have, obj, want);
         return KVS_ECONFIG;
     }
+    t->spare_bytes = need;
+    t->max_spare = (uint32_t)(opt->write_buffer_bytes / need < 1024 ? opt->write_buffer_bytes / need : 1024);
     for (uint32_t i = 0; i < opt->n_paths; i++) t->paths[i].n_slots = n_slots;
     t->n_object_slots = (uint32_t)(n_slots * opt->n_paths);
     return KVS_OK;
@@ -394,7 +396,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     while (t->n_buckets < 2ull * t->n_object_slots) t->n_buckets <<= 1;
     t->buckets = malloc(t->n_buckets * sizeof *t->buckets);
     t->zero_block = aligned_alloc(SSD_BLOCK, SSD_BLOCK);
-    if (!t->chunks || !t->buckets || !t->zero_block) {
+    t->spare = calloc(t->max_spare ? t->max_spare : 1, sizeof *t->spare);
+    if (!t->chunks || !t->buckets || !t->zero_block || !t->spare) {
         ssd_set_error(t, "out of memory for the index of %u slots", t->n_object_slots);
         goto fail;
     }
@@ -497,6 +500,8 @@ static void ssd_destroy(void *state) {
         free(t->chunks[c]);
     }
     free(t->chunks);
+    for (uint32_t i = 0; i < t->n_spare; i++) free(t->spare[i]);
+    free(t->spare);
     free(t->buckets);
     free(t->zero_block);
     pthread_cond_destroy(&t->drained);

@@ -20,13 +20,38 @@ typedef struct write_job {
     uint32_t n_copies, remaining;
     int enospc, error;
     uint8_t *buffer;
-    uint64_t buffer_bytes;
+    uint64_t buffer_bytes; /* bytes of the budget this write holds */
+    uint64_t buffer_cap;   /* bytes allocated: spare_bytes when the buffer is one kept for reuse */
     uint8_t *copy_failed; /* [n_copies] */
     ssd_io_request *reqs; /* [n_copies] */
 } write_job;
 
+/* A buffer for an object whose write needs `need` bytes: a kept one when it is large (most objects
+ * of a deployment are the same, largest size), else a fresh one of its own size. Lock not held. */
+static uint8_t *take_buffer(ssd_tier *t, uint64_t need, uint64_t *cap) {
+    if (need <= t->spare_bytes / 2) {
+        *cap = need;
+        return aligned_alloc(SSD_BLOCK, need);
+    }
+    *cap = t->spare_bytes;
+    uint8_t *b = NULL;
+    pthread_mutex_lock(&t->mutex);
+    if (t->n_spare) b = t->spare[--t->n_spare];
+    pthread_mutex_unlock(&t->mutex);
+    return b ? b : aligned_alloc(SSD_BLOCK, t->spare_bytes);
+}
+
 static void free_write_job(write_job *job) {
     if (!job) return;
+    ssd_tier *t = job->tier;
+    if (job->buffer && job->buffer_cap == t->spare_bytes) {
+        pthread_mutex_lock(&t->mutex);
+        if (t->n_spare < t->max_spare) {
+            t->spare[t->n_spare++] = job->buffer;
+            job->buffer = NULL;
+        }
+        pthread_mutex_unlock(&t->mutex);
+    }
     free(job->buffer);
     free(job->copy_failed);
     free(job->reqs);
@@ -201,7 +226,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->tier = t;
         job->n_copies = job->remaining = n_copies;
         job->buffer_bytes = need;
-        job->buffer = aligned_alloc(SSD_BLOCK, need);
+        job->buffer = take_buffer(t, need, &job->buffer_cap);
         job->copy_failed = calloc(n_copies, 1);
         job->reqs = calloc(n_copies, sizeof *job->reqs);
     }
