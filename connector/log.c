@@ -33,15 +33,15 @@ void kvs_fmt(char *buf, size_t len, const char *fmt, ...) {
 }
 
 const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes) {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    unsigned u = 0;
+    unsigned long long scale = 1;
+    while (u + 1 < sizeof units / sizeof units[0] && bytes / scale >= 1024) {
+        scale *= 1024;
         u++;
     }
-    if (u == 0) kvs_fmt(buf, len, "%lluB", bytes);
-    else kvs_fmt(buf, len, "%.1f%s", v, units[u]);
+    if (bytes % scale == 0) kvs_fmt(buf, len, "%llu%s", bytes / scale, units[u]);
+    else kvs_fmt(buf, len, "%.1f%s", (double)bytes / (double)scale, units[u]);
     return buf;
 }
 

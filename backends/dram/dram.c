@@ -7,6 +7,7 @@
  * otherwise).
  */
 #include "dram.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -98,21 +99,6 @@ static void log_message(dram_state *st, int level, const char *message) {
 static const char *errno_name(int err) {
     const char *name = strerrorname_np(err);
     return name ? name : "unknown error";
-}
-
-/* "4MiB", "1.5GiB", "100B": exact multiples print without a fraction. */
-static void format_bytes(uint64_t v, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    unsigned u = 0;
-    uint64_t scale = 1;
-    while (u + 1 < sizeof units / sizeof units[0] && v / scale >= 1024) {
-        scale *= 1024;
-        u++;
-    }
-    if (v % scale == 0)
-        snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
-    else
-        snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
 }
 
 static uint64_t now_ns(void) {
@@ -345,9 +331,9 @@ static kvs_status plan_geometry(dram_state *st, uint64_t capacity_bytes, geometr
     memset(g, 0, sizeof *g);
     g->slab_bytes = round_up(st->max_object_bytes, DRAM_PAGE);
     g->n_slabs = capacity_bytes / g->slab_bytes;
-    format_bytes(capacity_bytes, cap, sizeof cap);
-    format_bytes(st->max_object_bytes, obj, sizeof obj);
-    format_bytes(g->slab_bytes, slab, sizeof slab);
+    kvs_fmt_bytes(cap, sizeof cap, capacity_bytes);
+    kvs_fmt_bytes(obj, sizeof obj, st->max_object_bytes);
+    kvs_fmt_bytes(slab, sizeof slab, g->slab_bytes);
     if (g->n_slabs == 0) {
         set_error(st, "capacity %s holds no object of %s", cap, obj);
         return KVS_ECONFIG;
@@ -409,7 +395,7 @@ static kvs_status create_layout(dram_state *st, const geometry *g, int fd) {
     const char *what = fd >= 0 ? st->shm_path : "(private)";
     kvs_status rc = KVS_ENOMEM;
     void *base = MAP_FAILED;
-    format_bytes(g->mapping_bytes, size, sizeof size);
+    kvs_fmt_bytes(size, sizeof size, g->mapping_bytes);
     if (fd >= 0 && ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
         set_error(st, "cannot size shared memory \"%s\" to %s (%s)", what, size, errno_name(errno));
         goto fail;
@@ -479,8 +465,8 @@ static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
     if (h->layout_version != DRAM_LAYOUT_VERSION || memcmp(&h->geo, g, sizeof *g) != 0 ||
         mapped < g->mapping_bytes) {
         char theirs[32], ours[32];
-        format_bytes(h->geo.slab_bytes, theirs, sizeof theirs);
-        format_bytes(g->slab_bytes, ours, sizeof ours);
+        kvs_fmt_bytes(theirs, sizeof theirs, h->geo.slab_bytes);
+        kvs_fmt_bytes(ours, sizeof ours, g->slab_bytes);
         set_error(st, "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
                       "for %llu slabs of %s (layout %u); capacity and max object size must agree "
                       "in every process", st->shm_path, (unsigned long long)h->geo.n_slabs, theirs,
@@ -712,8 +698,8 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
     if (!st || !key || (!object && len)) return KVS_EINVAL;
     if (len > st->max_object_bytes) {
         char got[32], max[32];
-        format_bytes(len, got, sizeof got);
-        format_bytes(st->max_object_bytes, max, sizeof max);
+        kvs_fmt_bytes(got, sizeof got, len);
+        kvs_fmt_bytes(max, sizeof max, st->max_object_bytes);
         set_error(st, "object of %s is larger than the tier's max object size %s", got, max);
         return KVS_EINVAL;
     }

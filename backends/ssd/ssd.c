@@ -172,7 +172,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         }
         if (err != EOPNOTSUPP) {
             char size[32];
-            ssd_format_bytes(want, size, sizeof size);
+            kvs_fmt_bytes(size, sizeof size, want);
             ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); writes are skipped when the device fills", file,
                     size, ssd_errno_name(err));
         }
@@ -236,8 +236,8 @@ static kvs_status recover(ssd_tier *t) {
             if (sb.n_slots == p->n_slots) continue;
         } else if (valid) {
             char was[32], now[32];
-            ssd_format_bytes(sb.stripe_bytes, was, sizeof was);
-            ssd_format_bytes(t->stripe_bytes, now, sizeof now);
+            kvs_fmt_bytes(was, sizeof was, sb.stripe_bytes);
+            kvs_fmt_bytes(now, sizeof now, t->stripe_bytes);
             ssd_log(t, KVS_LOG_WARN, "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
                     p->dir, was, now);
         }
@@ -308,9 +308,9 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     uint64_t per_path = init->capacity_bytes / opt->n_paths;
     uint64_t n_slots = per_path > SSD_BLOCK ? (per_path - SSD_BLOCK) / t->slot_bytes : 0;
     uint32_t units = ssd_format_unit_count(init->max_object_bytes, t->stripe_bytes);
-    ssd_format_bytes(init->capacity_bytes, cap, sizeof cap);
-    ssd_format_bytes(init->max_object_bytes, obj, sizeof obj);
-    ssd_format_bytes(t->slot_bytes, slot, sizeof slot);
+    kvs_fmt_bytes(cap, sizeof cap, init->capacity_bytes);
+    kvs_fmt_bytes(obj, sizeof obj, init->max_object_bytes);
+    kvs_fmt_bytes(slot, sizeof slot, t->slot_bytes);
     if (n_slots < units) {
         ssd_set_error(t, "capacity %s over %u paths gives %llu slots of %s per path; an object of up to %s needs %u",
                       cap, opt->n_paths, (unsigned long long)n_slots, slot, obj, units);
@@ -324,8 +324,8 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     uint64_t need = (uint64_t)units * opt->replicas * SSD_BLOCK + object_rounded;
     if (opt->write_buffer_bytes < need) {
         char have[32], want[32];
-        ssd_format_bytes(opt->write_buffer_bytes, have, sizeof have);
-        ssd_format_bytes(need, want, sizeof want);
+        kvs_fmt_bytes(have, sizeof have, opt->write_buffer_bytes);
+        kvs_fmt_bytes(want, sizeof want, need);
         ssd_set_error(t, "write_buffer_bytes %s cannot hold one object of up to %s (needs %s)", have, obj, want);
         return KVS_ECONFIG;
     }
@@ -458,8 +458,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     for (uint32_t i = 0; i < t->n_paths; i++) ssd_io_arm_faults(t->paths[i].io);
     /* One line says what the tier runs on, so a slow fallback is never silent. */
     char stripe[32], cap[32];
-    ssd_format_bytes(t->stripe_bytes, stripe, sizeof stripe);
-    ssd_format_bytes((uint64_t)t->n_object_slots * t->stripe_bytes, cap, sizeof cap);
+    kvs_fmt_bytes(stripe, sizeof stripe, t->stripe_bytes);
+    kvs_fmt_bytes(cap, sizeof cap, (uint64_t)t->n_object_slots * t->stripe_bytes);
     int uring = ssd_io_uses_uring(t->paths[0].io), fixed = ssd_io_has_fixed(t->paths[0].io);
     ssd_log(t, KVS_LOG_INFO,
             "%u of %u paths usable, %s of data in %llu slots of %s, %u replica(s), %s%s, %s; %llu objects recovered "

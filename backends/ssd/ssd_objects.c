@@ -38,20 +38,6 @@ const char *ssd_errno_name(int err) {
     return name ? name : "unknown error";
 }
 
-void ssd_format_bytes(uint64_t v, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    unsigned u = 0;
-    uint64_t scale = 1;
-    while (u + 1 < sizeof units / sizeof units[0] && v / scale >= 1024) {
-        scale *= 1024;
-        u++;
-    }
-    if (v % scale == 0)
-        snprintf(buf, len, "%llu%s", (unsigned long long)(v / scale), units[u]);
-    else
-        snprintf(buf, len, "%.1f%s", (double)v / (double)scale, units[u]);
-}
-
 static uint64_t hash_key(const kvs_key *key) {
     uint64_t a, b;
     memcpy(&a, key->bytes, 8);

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "ssd.h"
+#include "log.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 #include "ssd_options.h"
@@ -124,7 +125,6 @@ static inline int ssd_path_usable(const ssd_tier *t, uint32_t p) {
 void ssd_set_error(ssd_tier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ssd_log(ssd_tier *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 const char *ssd_errno_name(int err);
-void ssd_format_bytes(uint64_t v, char *buf, size_t len); /* "4MiB", "1.5GiB" */
 
 /* With the lock held. */
 uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_out); /* SSD_NIL if absent */

@@ -185,8 +185,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     if (!t || !key || (!object && len)) return KVS_EINVAL;
     if (len > t->max_object_bytes) {
         char got[32], max[32];
-        ssd_format_bytes(len, got, sizeof got);
-        ssd_format_bytes(t->max_object_bytes, max, sizeof max);
+        kvs_fmt_bytes(got, sizeof got, len);
+        kvs_fmt_bytes(max, sizeof max, t->max_object_bytes);
         ssd_set_error(t, "object of %s is larger than the tier's max object size %s", got, max);
         return KVS_EINVAL;
     }
@@ -204,8 +204,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     }
     if (t->buffered_bytes + need > t->write_buffer_bytes) {
         char held[32], limit[32];
-        ssd_format_bytes(t->buffered_bytes, held, sizeof held);
-        ssd_format_bytes(t->write_buffer_bytes, limit, sizeof limit);
+        kvs_fmt_bytes(held, sizeof held, t->buffered_bytes);
+        kvs_fmt_bytes(limit, sizeof limit, t->write_buffer_bytes);
         pthread_mutex_unlock(&t->mutex);
         atomic_fetch_add(&t->queue_full_skips, 1);
         ssd_set_error(t, "write queue full (%s of write_buffer_bytes %s waiting for the devices); object skipped", held,
