@@ -49,7 +49,9 @@ typedef struct kvs_backend_host {
     void *ctx; /* pass back as the first argument */
     void (*log)(void *ctx, int level, const char *message);
     /* Called by the backend when it drops an object to make room, before the bytes are reused, so
-     * the connector can write it back to the next tier. Must not call back into the backend. */
+     * the connector can write it back to the next tier. Must not call back into the backend.
+     * object may be NULL (len 0) when the backend does not hold the bytes in memory (a device
+     * tier): the eviction is then counted and reported, and nothing is written back. */
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
 
     /* --- 1.1: placement and retrieval policy for tiers over several devices (the connector takes

@@ -55,7 +55,7 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
     kvs_tier *t = ctx;
     kvs_tier_chain *c = t->chain;
     uint32_t next = t->index + 1;
-    if (next < c->n && t->write == KVS_WRITE_BACK) {
+    if (next < c->n && t->write == KVS_WRITE_BACK && object) {
         kvs_tier *down = &c->tiers[next];
         if (down->ops->put(down->state, key, object, len) == KVS_OK) {
             if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, next);
@@ -63,8 +63,8 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
             kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": write-back to \"%s\" failed: %s",
                     t->name, down->name, down->ops->last_error(down->state));
         }
-    } else if (next >= c->n) {
-        atomic_fetch_add(&c->evictions, 1);
+    } else if (next >= c->n || !object) {
+        atomic_fetch_add(&c->evictions, 1); /* gone from the chain (a tier without the bytes cannot pass them down) */
     }
     if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, t->index);
 }

@@ -1012,6 +1012,44 @@ START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
 }
 END_TEST
 
+/* on_evict records: the keys it was given and whether any came with bytes. */
+static struct {
+    kvs_key keys[16];
+    int n, with_bytes;
+} evicted;
+
+static void record_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    (void)ctx;
+    if (evicted.n < 16) evicted.keys[evicted.n] = *key;
+    evicted.n++;
+    if (object || len) evicted.with_bytes++;
+}
+
+START_TEST(eviction_tells_the_host_without_bytes) {
+    test_dirs d;
+    make_dirs(&d);
+    memset(&evicted, 0, sizeof evicted);
+    kvs_backend_host host = {.struct_size = sizeof host, .log = capture_log, .on_evict = record_evict};
+    /* one path of 4 slots: the 5th and 6th objects evict the two least recently used */
+    tier_args a = {.n_paths = 1, .capacity = 4096 + 4 * 20 * KIB, .max_object = 16 * KIB, .host = &host};
+    void *st = open_ok(&d, &a);
+    for (uint32_t i = 0; i < 4; i++) put_object(st, i, 16 * KIB);
+    flush(st);
+    ck_assert_int_eq(evicted.n, 0);
+    put_object(st, 4, 16 * KIB);
+    put_object(st, 5, 16 * KIB);
+    flush(st);
+    ck_assert_int_eq(evicted.n, 2);
+    ck_assert_int_eq(evicted.with_bytes, 0);
+    kvs_key k0 = key_of(0), k1 = key_of(1);
+    ck_assert_mem_eq(evicted.keys[0].bytes, k0.bytes, 16);
+    ck_assert_mem_eq(evicted.keys[1].bytes, k1.bytes, 16);
+    ck_assert_uint_eq(stats_of(st).evictions, 2);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
 START_TEST(eviction_drops_the_least_recently_used_unpinned_object) {
     test_dirs d;
     make_dirs(&d);
@@ -1265,6 +1303,7 @@ static Suite *ssd_suite(void) {
     tcase_add_test(io, restore_reads_overtake_queued_writes);
     tcase_add_test(io, a_full_write_buffer_refuses_puts_with_a_sentence);
     tcase_add_test(io, eviction_drops_the_least_recently_used_unpinned_object);
+    tcase_add_test(io, eviction_tells_the_host_without_bytes);
     tcase_add_test(io, a_pin_expires_after_its_timeout);
     tcase_add_test(io, threads_sharing_one_tier_never_see_torn_or_foreign_bytes);
     suite_add_tcase(s, io);

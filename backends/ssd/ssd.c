@@ -360,6 +360,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     if (host) {
         t->host_ctx = host->ctx;
         if (host->struct_size >= offsetof(kvs_backend_host, log) + sizeof host->log) t->log = host->log;
+        if (host->struct_size >= offsetof(kvs_backend_host, on_evict) + sizeof host->on_evict)
+            t->on_evict = host->on_evict;
         if (host->struct_size >= offsetof(kvs_backend_host, place) + sizeof host->place) t->place = host->place;
         if (host->struct_size >= offsetof(kvs_backend_host, schedule) + sizeof host->schedule)
             t->schedule = host->schedule;

@@ -21,7 +21,8 @@
  * Capabilities: THREAD_SAFE and GET_MANY. Every op may be called from any thread at any time; ops
  * never wait for I/O while holding the tier's lock. put returns once the object is copied into the
  * write buffer; the object becomes visible to contains/get after all of its unit writes completed.
- * host->on_evict is never called: an evicted object's bytes are on disk, not at hand.
+ * An eviction calls host->on_evict(ctx, key, NULL, 0) under the tier's lock: the bytes are on disk,
+ * not at hand, so nothing can be written further down.
  */
 #ifndef KVS_SSD_H
 #define KVS_SSD_H

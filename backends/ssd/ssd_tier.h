@@ -89,6 +89,7 @@ typedef struct ssd_tier {
 
     void *host_ctx;
     void (*log)(void *ctx, int level, const char *message);
+    void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len); /* object NULL */
     void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
                   uint32_t *paths_out);
     void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,

@@ -175,8 +175,11 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
                           short_path, t->paths[short_path].dir);
             return -1;
         }
+        kvs_key key = ssd_obj(t, victim)->key;
         ssd_drop_live(t, victim);
         atomic_fetch_add(&t->evictions, 1);
+        /* The bytes are on disk, not at hand: the connector counts the eviction and reports it. */
+        if (t->on_evict) t->on_evict(t->host_ctx, &key, NULL, 0);
     }
 }
 
