@@ -4,6 +4,7 @@
 # restart the second run must find objects the first one wrote and serve them exactly.
 #
 # usage: ssd_verify.sh MINI_ENGINE WORKDIR [mini engine workload flags...]
+# HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
 set -eu
 engine=$1
 work=$2
@@ -11,10 +12,12 @@ shift 2
 
 rm -rf "$work"
 mkdir -p "$work/ssd0" "$work/ssd1"
-cat >"$work/config.yaml" <<'YAML'
+cat >"$work/config.yaml" <<YAML
 version: 1
 chunk_tokens: 256
 log_level: info
+device:
+  host_copies: ${HOST_COPIES:-immediate}
 tiers:
   - name: dram
     type: dram
