@@ -1,0 +1,124 @@
+/* ucx_transport.h - the UCX layer under the remote tier: one UCP context and worker per transport,
+ * a sockaddr listener and client connect, active messages (header + payload, eager or rendezvous),
+ * memory registration with packed remote keys, and RMA get/put with timeouts.
+ *
+ * Threading: a transport and everything made from it (connections, memory, remote keys) belong to
+ * the thread that created the transport (UCS_THREAD_MODE_SINGLE). No call is thread-safe; another
+ * thread that wants to talk to a peer hands work to the owner through its own queue and wakes it.
+ *
+ * Events (accepted connection, message, dead connection) are delivered only from kvs_ucx_progress
+ * and kvs_ucx_wait, never from inside a blocking call, so callbacks may call any kvs_ucx_ function,
+ * blocking ones included. Every blocking call has a timeout; a timeout or a peer failure fails the
+ * operation and marks the connection dead (later operations on it return KVS_EIO at once). */
+#ifndef KVS_UCX_TRANSPORT_H
+#define KVS_UCX_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstrata.h"
+
+typedef struct kvs_ucx_transport kvs_ucx_transport; /* opaque */
+typedef struct kvs_ucx_conn kvs_ucx_conn;           /* one endpoint to one peer; owned by the transport */
+typedef struct kvs_ucx_mem kvs_ucx_mem;             /* a registered caller buffer */
+typedef struct kvs_ucx_rkey kvs_ucx_rkey;           /* a peer's memory key, usable on one connection */
+
+#define KVS_UCX_MAX_AM_ID 64u /* active-message ids are 0 .. KVS_UCX_MAX_AM_ID - 1 */
+
+/* A message arrived. header and data are valid only during the call (the library frees them after). */
+typedef void (*kvs_ucx_am_fn)(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                              const void *data, size_t data_len);
+/* A peer connected to our listener. The connection is usable at once. */
+typedef void (*kvs_ucx_accept_fn)(void *user, kvs_ucx_conn *conn);
+/* A connection failed or the peer closed it (`why` is a sentence). Reported once per connection; the
+ * owner still calls kvs_ucx_conn_close to release it. */
+typedef void (*kvs_ucx_dead_fn)(void *user, kvs_ucx_conn *conn, const char *why);
+
+typedef struct kvs_ucx_params {
+    uint32_t struct_size;          /* sizeof(kvs_ucx_params) */
+    const char *name;              /* for messages ("kvstrata-node"); copied; NULL: "ucx" */
+    const char *listen_host;       /* IPv4 address or name to listen on; NULL: no listener; copied */
+    uint16_t listen_port;          /* 0 picks a free port (see kvs_ucx_listen_port) */
+    int log_level;                 /* KVS_LOG_*: transport choice at INFO, slow fallback at WARN */
+    kvs_ucx_accept_fn on_accept;   /* may be NULL */
+    kvs_ucx_dead_fn on_dead;       /* may be NULL */
+    void *user;                    /* passed to on_accept and on_dead */
+} kvs_ucx_params;
+
+/* Create the context, worker and (when listen_host is set) the listener. UCX reads its UCX_*
+ * environment variables here. On failure *out is NULL and, when err is not NULL, err[0..err_len)
+ * holds the sentence. */
+kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out, char *err,
+                          size_t err_len);
+/* Close every connection (force on dead peers), release remote keys and registrations the caller
+ * left, destroy the listener, worker and context. NULL is a no-op. */
+void kvs_ucx_destroy(kvs_ucx_transport *t);
+/* The last error sentence of this transport; valid until the next call on it. */
+const char *kvs_ucx_last_error(const kvs_ucx_transport *t);
+/* The port the listener is bound to (the chosen one when listen_port was 0); 0 without a listener. */
+uint16_t kvs_ucx_listen_port(const kvs_ucx_transport *t);
+/* The worker's event fd: readable when kvs_ucx_progress has work. For the owner's own poll loop;
+ * call kvs_ucx_progress when it fires and before sleeping on it again. */
+int kvs_ucx_event_fd(const kvs_ucx_transport *t);
+
+/* Progress without blocking and deliver pending events. Returns KVS_OK. */
+kvs_status kvs_ucx_progress(kvs_ucx_transport *t);
+/* Sleep on the event fd (no busy loop) until something happens or timeout_ms passes (-1: forever),
+ * then progress and deliver events. KVS_OK when an event was delivered or UCX made progress,
+ * KVS_ETIMEDOUT when nothing happened. */
+kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms);
+
+/* Register the handler for active-message id `id` (replacing any earlier one; fn NULL removes it). */
+kvs_status kvs_ucx_am_handler(kvs_ucx_transport *t, uint16_t id, kvs_ucx_am_fn fn, void *user);
+
+/* Connect to an IPv4 host:port listener, waiting at most timeout_ms for the connection to be
+ * established. *out is owned by the transport until kvs_ucx_conn_close. */
+kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port, int timeout_ms,
+                           kvs_ucx_conn **out);
+/* Close a connection (gracefully when alive, bounded by a short timeout, forced otherwise), destroy
+ * its remote keys and drop its undelivered messages. NULL is a no-op. */
+void kvs_ucx_conn_close(kvs_ucx_conn *conn);
+/* 1 while the connection is usable, 0 once it failed, timed out or the peer went away. */
+int kvs_ucx_conn_alive(const kvs_ucx_conn *conn);
+/* "host:port" of the peer, for messages. Valid while the connection is. */
+const char *kvs_ucx_conn_peer(const kvs_ucx_conn *conn);
+/* The UCX transports carrying this connection ("tcp", "posix+cma", ...) as UCX reported them
+ * once the connection was established; "unknown" before. Valid while the connection is. */
+const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn);
+/* The dead connection's reason, or "" while alive. */
+const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn);
+/* A pointer the owner keeps with the connection (NULL until set). */
+void kvs_ucx_conn_set_user(kvs_ucx_conn *conn, void *user);
+void *kvs_ucx_conn_user(const kvs_ucx_conn *conn);
+
+/* Send header (up to a few hundred bytes) + data as one message with id `id` and wait for local
+ * completion: both buffers are caller-owned and reusable on return. Small payloads go eager, large
+ * ones rendezvous (UCX decides). */
+kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, size_t header_len,
+                           const void *data, size_t data_len, int timeout_ms);
+
+/* Register [addr, addr + len) of a caller buffer for RMA; the buffer must outlive the registration. */
+kvs_status kvs_ucx_mem_register(kvs_ucx_transport *t, void *addr, size_t len, kvs_ucx_mem **out);
+/* Release a registration. NULL is a no-op. */
+void kvs_ucx_mem_deregister(kvs_ucx_mem *mem);
+/* Pack the registration's remote key into buf[0..cap) for a peer; *len_out gets its size. A too
+ * small buf returns KVS_EOVERFLOW with the needed size in *len_out. */
+kvs_status kvs_ucx_mem_pack(kvs_ucx_mem *mem, void *buf, size_t cap, size_t *len_out);
+/* Unpack a peer's packed key for use on `conn`; the key is destroyed with the connection at the
+ * latest (do not call kvs_ucx_rkey_destroy after kvs_ucx_conn_close). */
+kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len, kvs_ucx_rkey **out);
+/* Destroy a remote key before its connection closes. NULL is a no-op. */
+void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey);
+
+/* Read len bytes at the peer's remote_addr (inside the registration `rkey` came from) into local
+ * buffer `local`, which `local_mem` registers (NULL: UCX registers it on the fly). Returns when the
+ * bytes are in `local`, or with an error / KVS_ETIMEDOUT after timeout_ms (the connection is then
+ * dead). */
+kvs_status kvs_ucx_get(kvs_ucx_conn *conn, void *local, size_t len, kvs_ucx_mem *local_mem,
+                       uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms);
+/* Write len bytes of `local` to the peer's remote_addr and flush: on KVS_OK the bytes are in the
+ * peer's memory. Same timeout and failure rules as kvs_ucx_get. */
+kvs_status kvs_ucx_put(kvs_ucx_conn *conn, const void *local, size_t len, kvs_ucx_mem *local_mem,
+                       uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms);
+
+#endif
