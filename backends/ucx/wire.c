@@ -1,0 +1,674 @@
+/* wire.c - encode with msgpack-c's packer; decode with a strict reader of the msgpack subset we use.
+ *
+ * msgpack-c's unpacker is not used to decode: it allocates room for an array's declared element count
+ * before checking that the bytes exist, so five bytes from a peer could ask for gigabytes. The reader
+ * below checks every count and length against its limit and the bytes left, and points into the input. */
+#include "wire.h"
+
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define N_HEADER_FIELDS 4u /* version, type, request_id, body */
+
+void kvs_wire_msg_init(kvs_wire_msg *msg, kvs_wire_type type, uint64_t request_id) {
+    memset(msg, 0, sizeof *msg);
+    msg->version = KVS_WIRE_VERSION;
+    msg->type = (uint32_t)type;
+    msg->request_id = request_id;
+}
+
+const char *kvs_wire_type_name(uint32_t type) {
+    static const char *const names[] = {NULL,          "hello",     "challenge",    "auth",
+                                        "auth_ok",     "error",     "lookup",       "lookup_reply",
+                                        "get",         "get_reply", "put",          "put_reply",
+                                        "delete",      "delete_reply", "stats",     "stats_reply"};
+    if (type == 0 || type >= sizeof names / sizeof names[0]) return "unknown";
+    return names[type];
+}
+
+const char *kvs_wire_error_name(uint32_t code) {
+    static const char *const names[] = {"none",  "truncated",  "too_large",    "limit",
+                                        "type",  "trailing",   "version",      "unknown_type",
+                                        "value", "auth",       "state",        "internal"};
+    if (code >= sizeof names / sizeof names[0]) return "unknown";
+    return names[code];
+}
+
+static void refuse(kvs_wire_refusal *why, kvs_wire_error code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void refuse(kvs_wire_refusal *why, kvs_wire_error code, const char *fmt, ...) {
+    if (!why || why->code != KVS_WIRE_ERR_NONE) return; /* keep the first reason */
+    why->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why->text, sizeof why->text, fmt, ap);
+    va_end(ap);
+}
+
+static int is_batch_type(uint32_t type) {
+    return type == KVS_WIRE_LOOKUP || type == KVS_WIRE_LOOKUP_REPLY || type == KVS_WIRE_GET ||
+           type == KVS_WIRE_GET_REPLY || type == KVS_WIRE_PUT || type == KVS_WIRE_PUT_REPLY ||
+           type == KVS_WIRE_DELETE || type == KVS_WIRE_DELETE_REPLY;
+}
+
+static int tenant_ok(const char *tenant, uint32_t len) {
+    if (len == 0 || len > KVS_WIRE_MAX_TENANT_BYTES) return 0;
+    for (uint32_t i = 0; i < len; i++) {
+        char c = tenant[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* ---- encoding ------------------------------------------------------------------------------------ */
+
+typedef struct sink {
+    uint8_t *buf;
+    size_t cap;
+    size_t used; /* bytes the message needs so far, even past cap */
+} sink;
+
+static int sink_write(void *data, const char *bytes, size_t len) {
+    sink *s = data;
+    if (s->buf && s->used <= s->cap && len <= s->cap - s->used) memcpy(s->buf + s->used, bytes, len);
+    s->used += len;
+    return 0;
+}
+
+static void pack_bytes(msgpack_packer *pk, const void *bytes, uint32_t len) {
+    msgpack_pack_bin(pk, len);
+    msgpack_pack_bin_body(pk, bytes, len);
+}
+
+static void pack_keys(msgpack_packer *pk, const kvs_wire_msg *msg) {
+    msgpack_pack_bin(pk, msg->n_entries * KVS_WIRE_KEY_BYTES);
+    for (uint32_t i = 0; i < msg->n_entries; i++)
+        msgpack_pack_bin_body(pk, msg->entries[i].key, KVS_WIRE_KEY_BYTES);
+}
+
+/* What a decoder would refuse, refused before writing. */
+static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
+    uint32_t t = msg->type;
+    if (t < KVS_WIRE_HELLO || t > KVS_WIRE_STATS_REPLY) {
+        refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: cannot encode unknown message type %u", t);
+        return -1;
+    }
+    if (t == KVS_WIRE_HELLO && (!msg->tenant || !tenant_ok(msg->tenant, msg->tenant_len) || !msg->nonce)) {
+        refuse(why, KVS_WIRE_ERR_VALUE,
+               "wire: hello needs a nonce and a tenant name of 1..%u bytes of [A-Za-z0-9._-]",
+               KVS_WIRE_MAX_TENANT_BYTES);
+        return -1;
+    }
+    if ((t == KVS_WIRE_CHALLENGE && !msg->challenge) || (t == KVS_WIRE_AUTH && !msg->proof)) {
+        refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s without its 32 bytes", kvs_wire_type_name(t));
+        return -1;
+    }
+    if (t == KVS_WIRE_ERROR && (msg->error_text_len > KVS_WIRE_MAX_ERROR_TEXT ||
+                                (msg->error_text_len && !msg->error_text))) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: error text of %u bytes is over %u", msg->error_text_len,
+               KVS_WIRE_MAX_ERROR_TEXT);
+        return -1;
+    }
+    if (!is_batch_type(t)) return 0;
+    if (msg->n_entries > KVS_WIRE_MAX_KEYS || (msg->n_entries && !msg->entries)) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: %s of %u keys is over the limit of %u",
+               kvs_wire_type_name(t), msg->n_entries, KVS_WIRE_MAX_KEYS);
+        return -1;
+    }
+    for (uint32_t i = 0; i < msg->n_entries; i++) {
+        const kvs_wire_entry *e = &msg->entries[i];
+        int keyed = t == KVS_WIRE_LOOKUP || t == KVS_WIRE_GET || t == KVS_WIRE_PUT || t == KVS_WIRE_DELETE;
+        if (keyed && !e->key) {
+            refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s entry %u has no key", kvs_wire_type_name(t), i);
+            return -1;
+        }
+        int remote = t == KVS_WIRE_GET || (t == KVS_WIRE_PUT && !e->inline_data);
+        if (remote && (!e->rkey || e->rkey_len == 0 || e->rkey_len > KVS_WIRE_MAX_RKEY_BYTES)) {
+            refuse(why, KVS_WIRE_ERR_LIMIT, "wire: %s entry %u has an rkey of %u bytes (1..%u allowed)",
+                   kvs_wire_type_name(t), i, e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES);
+            return -1;
+        }
+        if (t == KVS_WIRE_PUT && e->inline_data && e->length > KVS_WIRE_MAX_INLINE_BYTES) {
+            refuse(why, KVS_WIRE_ERR_LIMIT, "wire: put entry %u carries %llu inline bytes, over %u", i,
+                   (unsigned long long)e->length, KVS_WIRE_MAX_INLINE_BYTES);
+            return -1;
+        }
+        if (t == KVS_WIRE_LOOKUP_REPLY && e->present > 1) {
+            refuse(why, KVS_WIRE_ERR_VALUE, "wire: lookup_reply entry %u has presence flag %u", i,
+                   e->present);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
+    uint32_t n = msg->n_entries;
+    switch ((kvs_wire_type)msg->type) {
+    case KVS_WIRE_HELLO:
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_str(pk, msg->tenant_len);
+        msgpack_pack_str_body(pk, msg->tenant, msg->tenant_len);
+        pack_bytes(pk, msg->nonce, KVS_WIRE_NONCE_BYTES);
+        break;
+    case KVS_WIRE_CHALLENGE:
+        msgpack_pack_array(pk, 1);
+        pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
+        break;
+    case KVS_WIRE_AUTH:
+        msgpack_pack_array(pk, 1);
+        pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES);
+        break;
+    case KVS_WIRE_AUTH_OK:
+    case KVS_WIRE_STATS:
+        msgpack_pack_array(pk, 0);
+        break;
+    case KVS_WIRE_ERROR:
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_uint32(pk, msg->error_code);
+        msgpack_pack_str(pk, msg->error_text_len);
+        msgpack_pack_str_body(pk, msg->error_text, msg->error_text_len);
+        break;
+    case KVS_WIRE_LOOKUP:
+    case KVS_WIRE_DELETE:
+        msgpack_pack_array(pk, 1);
+        pack_keys(pk, msg);
+        break;
+    case KVS_WIRE_LOOKUP_REPLY:
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_bin(pk, n);
+        for (uint32_t i = 0; i < n; i++) msgpack_pack_bin_body(pk, &msg->entries[i].present, 1);
+        break;
+    case KVS_WIRE_GET:
+        msgpack_pack_array(pk, 2);
+        pack_keys(pk, msg);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            const kvs_wire_entry *e = &msg->entries[i];
+            msgpack_pack_array(pk, 3);
+            msgpack_pack_uint64(pk, e->remote_addr);
+            msgpack_pack_uint64(pk, e->length);
+            pack_bytes(pk, e->rkey, e->rkey_len);
+        }
+        break;
+    case KVS_WIRE_GET_REPLY:
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            msgpack_pack_array(pk, 2);
+            msgpack_pack_int32(pk, msg->entries[i].status);
+            msgpack_pack_uint64(pk, msg->entries[i].length);
+        }
+        break;
+    case KVS_WIRE_PUT:
+        msgpack_pack_array(pk, 2);
+        pack_keys(pk, msg);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+            const kvs_wire_entry *e = &msg->entries[i];
+            if (e->inline_data) { /* [bytes]: the length is the bin's */
+                msgpack_pack_array(pk, 1);
+                pack_bytes(pk, e->inline_data, (uint32_t)e->length);
+            } else { /* [length, addr, rkey] */
+                msgpack_pack_array(pk, 3);
+                msgpack_pack_uint64(pk, e->length);
+                msgpack_pack_uint64(pk, e->remote_addr);
+                pack_bytes(pk, e->rkey, e->rkey_len);
+            }
+        }
+        break;
+    case KVS_WIRE_PUT_REPLY:
+    case KVS_WIRE_DELETE_REPLY:
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, n);
+        for (uint32_t i = 0; i < n; i++) msgpack_pack_int32(pk, msg->entries[i].status);
+        break;
+    case KVS_WIRE_STATS_REPLY:
+        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, KVS_WIRE_STATS_COUNT);
+        for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msgpack_pack_uint64(pk, msg->counters[i]);
+        break;
+    }
+}
+
+kvs_status kvs_wire_encode(const kvs_wire_msg *msg, void *buf, size_t cap, size_t *len,
+                           kvs_wire_refusal *why) {
+    if (why) memset(why, 0, sizeof *why);
+    if (!msg || !len || (!buf && cap)) return KVS_EINVAL;
+    if (encode_check(msg, why) != 0) return KVS_EINVAL;
+    sink s = {.buf = buf, .cap = cap, .used = 0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &s, sink_write);
+    msgpack_pack_array(&pk, N_HEADER_FIELDS);
+    msgpack_pack_uint32(&pk, msg->version);
+    msgpack_pack_uint32(&pk, msg->type);
+    msgpack_pack_uint64(&pk, msg->request_id);
+    pack_body(&pk, msg);
+    *len = s.used;
+    if (s.used > KVS_WIRE_MAX_MESSAGE_BYTES) {
+        refuse(why, KVS_WIRE_ERR_TOO_LARGE, "wire: %s message of %zu bytes is over the limit of %u",
+               kvs_wire_type_name(msg->type), s.used, KVS_WIRE_MAX_MESSAGE_BYTES);
+        return KVS_EINVAL;
+    }
+    return s.used > cap ? KVS_EOVERFLOW : KVS_OK;
+}
+
+kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap, size_t *len) {
+    if (!why) return KVS_EINVAL;
+    kvs_wire_msg msg;
+    kvs_wire_msg_init(&msg, KVS_WIRE_ERROR, why->have_request_id ? why->request_id : 0);
+    msg.error_code = (uint32_t)why->code;
+    msg.error_text = why->text;
+    size_t text_len = strnlen(why->text, sizeof why->text);
+    msg.error_text_len = (uint32_t)text_len;
+    return kvs_wire_encode(&msg, buf, cap, len, NULL);
+}
+
+/* ---- decoding ------------------------------------------------------------------------------------ */
+
+typedef struct reader {
+    const uint8_t *p;
+    size_t left;
+    kvs_wire_refusal *why;
+    const char *where; /* message type name, for sentences */
+    int caller_short;  /* refused because entries_cap was smaller than a valid count */
+} reader;
+
+static uint64_t load_be(const uint8_t *p, size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) v = (v << 8) | p[i];
+    return v;
+}
+
+static int take(reader *r, size_t n, const uint8_t **out, const char *what) {
+    if (n > r->left) {
+        refuse(r->why, KVS_WIRE_ERR_TRUNCATED, "wire: %s message ends inside %s (%zu bytes needed, %zu left)",
+               r->where, what, n, r->left);
+        return -1;
+    }
+    *out = r->p;
+    r->p += n;
+    r->left -= n;
+    return 0;
+}
+
+static int wrong_type(reader *r, uint8_t tag, const char *what, const char *wanted) {
+    refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: %s message: %s should be %s, found msgpack tag 0x%02x",
+           r->where, what, wanted, tag);
+    return -1;
+}
+
+/* A big-endian length or value of n bytes following a tag. */
+static int take_be(reader *r, size_t n, uint64_t *v, const char *what) {
+    const uint8_t *p;
+    if (take(r, n, &p, what) != 0) return -1;
+    *v = load_be(p, n);
+    return 0;
+}
+
+static int read_int(reader *r, int64_t *v, const char *what) {
+    const uint8_t *p;
+    if (take(r, 1, &p, what) != 0) return -1;
+    uint8_t tag = *p;
+    uint64_t u;
+    if (tag <= 0x7f) {
+        *v = tag;
+        return 0;
+    }
+    if (tag >= 0xe0) {
+        *v = (int64_t)tag - 256;
+        return 0;
+    }
+    if (tag >= 0xcc && tag <= 0xcf) { /* uint 8/16/32/64 */
+        if (take_be(r, (size_t)1 << (tag - 0xcc), &u, what) != 0) return -1;
+        if (u > INT64_MAX) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is out of range", r->where, what);
+            return -1;
+        }
+        *v = (int64_t)u;
+        return 0;
+    }
+    if (tag >= 0xd0 && tag <= 0xd3) { /* int 8/16/32/64: sign-extend */
+        size_t n = (size_t)1 << (tag - 0xd0);
+        if (take_be(r, n, &u, what) != 0) return -1;
+        if (n < 8 && (u >> (n * 8 - 1)) & 1) u |= ~(uint64_t)0 << (n * 8);
+        memcpy(v, &u, sizeof *v);
+        return 0;
+    }
+    return wrong_type(r, tag, what, "an integer");
+}
+
+static int read_uint(reader *r, uint64_t *v, uint64_t max, const char *what) {
+    const uint8_t *p;
+    if (r->left && (r->p[0] == 0xcf)) { /* uint64 beyond INT64_MAX is legal here */
+        if (take(r, 1, &p, what) != 0 || take_be(r, 8, v, what) != 0) return -1;
+    } else {
+        int64_t s;
+        if (read_int(r, &s, what) != 0) return -1;
+        if (s < 0) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is negative", r->where, what);
+            return -1;
+        }
+        *v = (uint64_t)s;
+    }
+    if (*v > max) {
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s %llu is over %llu", r->where, what,
+               (unsigned long long)*v, (unsigned long long)max);
+        return -1;
+    }
+    return 0;
+}
+
+/* An array header whose count must be in [min, max]. */
+static int read_array(reader *r, uint32_t *n, uint32_t min, uint32_t max, kvs_wire_error over,
+                      const char *what) {
+    const uint8_t *p;
+    if (take(r, 1, &p, what) != 0) return -1;
+    uint8_t tag = *p;
+    uint64_t count;
+    if (tag >= 0x90 && tag <= 0x9f) count = tag & 0x0fu;
+    else if (tag == 0xdc || tag == 0xdd) {
+        if (take_be(r, tag == 0xdc ? 2 : 4, &count, what) != 0) return -1;
+    } else return wrong_type(r, tag, what, "an array");
+    if (count > max || count < min) {
+        if (count > max && over == KVS_WIRE_ERR_LIMIT)
+            refuse(r->why, over, "wire: %s message: %s has %llu elements, over the limit of %u", r->where,
+                   what, (unsigned long long)count, max);
+        else
+            refuse(r->why, over == KVS_WIRE_ERR_LIMIT ? KVS_WIRE_ERR_TYPE : over,
+                   "wire: %s message: %s has %llu elements, %u..%u expected", r->where, what,
+                   (unsigned long long)count, min, max);
+        return -1;
+    }
+    *n = (uint32_t)count;
+    return 0;
+}
+
+/* A bin (or, with want_str, a str) of at most max bytes; the limit is checked before the bytes. */
+static int read_blob(reader *r, int want_str, const uint8_t **out, uint32_t *n, uint32_t max,
+                     const char *what) {
+    const uint8_t *p;
+    if (take(r, 1, &p, what) != 0) return -1;
+    uint8_t tag = *p;
+    uint64_t len;
+    if (want_str && tag >= 0xa0 && tag <= 0xbf) len = tag & 0x1fu;
+    else if ((want_str && tag >= 0xd9 && tag <= 0xdb) || (!want_str && tag >= 0xc4 && tag <= 0xc6)) {
+        uint8_t base = want_str ? 0xd9 : 0xc4;
+        if (take_be(r, (size_t)1 << (tag - base), &len, what) != 0) return -1;
+    } else return wrong_type(r, tag, what, want_str ? "a string" : "binary");
+    if (len > max) {
+        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message: %s of %llu bytes is over the limit of %u",
+               r->where, what, (unsigned long long)len, max);
+        return -1;
+    }
+    if (take(r, (size_t)len, out, what) != 0) return -1;
+    *n = (uint32_t)len;
+    return 0;
+}
+
+static int read_fixed(reader *r, const uint8_t **out, uint32_t size, const char *what) {
+    uint32_t n;
+    if (read_blob(r, 0, out, &n, size, what) != 0) return -1;
+    if (n != size) {
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is %u bytes, %u expected", r->where,
+               what, n, size);
+        return -1;
+    }
+    return 0;
+}
+
+/* The keys blob: n * 16 bytes, n <= KVS_WIRE_MAX_KEYS. */
+static int read_keys(reader *r, kvs_wire_msg *out, uint32_t entries_cap, uint32_t *n_keys) {
+    const uint8_t *keys;
+    uint32_t bytes;
+    if (read_blob(r, 0, &keys, &bytes, KVS_WIRE_MAX_KEYS * KVS_WIRE_KEY_BYTES, "the keys") != 0) return -1;
+    if (bytes % KVS_WIRE_KEY_BYTES != 0) {
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: keys blob of %u bytes is not a multiple of %u",
+               r->where, bytes, KVS_WIRE_KEY_BYTES);
+        return -1;
+    }
+    uint32_t n = bytes / KVS_WIRE_KEY_BYTES;
+    if (n > entries_cap) {
+        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message has %u keys, the caller has room for %u",
+               r->where, n, entries_cap);
+        r->caller_short = 1;
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) out->entries[i].key = keys + (size_t)i * KVS_WIRE_KEY_BYTES;
+    *n_keys = n;
+    return 0;
+}
+
+/* A per-key array that must have exactly one element per key. */
+static int read_per_key(reader *r, uint32_t n_keys, uint32_t entries_cap, uint32_t *n, const char *what) {
+    if (read_array(r, n, 0, KVS_WIRE_MAX_KEYS, KVS_WIRE_ERR_LIMIT, what) != 0) return -1;
+    if (*n > entries_cap) {
+        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message has %u entries, the caller has room for %u",
+               r->where, *n, entries_cap);
+        r->caller_short = 1;
+        return -1;
+    }
+    if (n_keys != UINT32_MAX && *n != n_keys) {
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message has %u keys but %u %s", r->where, n_keys, *n,
+               what);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_status(reader *r, int32_t *status) {
+    int64_t v;
+    if (read_int(r, &v, "a status") != 0) return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: status %lld is out of range", r->where,
+               (long long)v);
+        return -1;
+    }
+    *status = (int32_t)v;
+    return 0;
+}
+
+static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields, n, len;
+    const uint8_t *bytes;
+    switch ((kvs_wire_type)out->type) {
+    case KVS_WIRE_HELLO:
+        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TENANT_BYTES, "the tenant name") != 0) return -1;
+        out->tenant = (const char *)bytes;
+        out->tenant_len = len;
+        if (!tenant_ok(out->tenant, len)) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE,
+                   "wire: hello message: tenant name must be 1..%u bytes of [A-Za-z0-9._-]",
+                   KVS_WIRE_MAX_TENANT_BYTES);
+            return -1;
+        }
+        return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
+    case KVS_WIRE_CHALLENGE:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        return read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge");
+    case KVS_WIRE_AUTH:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof");
+    case KVS_WIRE_AUTH_OK:
+    case KVS_WIRE_STATS:
+        return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
+    case KVS_WIRE_ERROR: {
+        uint64_t code;
+        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_uint(r, &code, UINT32_MAX, "the error code") != 0) return -1;
+        out->error_code = (uint32_t)code;
+        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_ERROR_TEXT, "the error text") != 0) return -1;
+        out->error_text = (const char *)bytes;
+        out->error_text_len = len;
+        return 0;
+    }
+    case KVS_WIRE_LOOKUP:
+    case KVS_WIRE_DELETE:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        return read_keys(r, out, entries_cap, &out->n_entries);
+    case KVS_WIRE_LOOKUP_REPLY:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_blob(r, 0, &bytes, &len, KVS_WIRE_MAX_KEYS, "the presence flags") != 0) return -1;
+        if (len > entries_cap) {
+            refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: lookup_reply has %u flags, the caller has room for %u",
+                   len, entries_cap);
+            r->caller_short = 1;
+            return -1;
+        }
+        for (uint32_t i = 0; i < len; i++) {
+            if (bytes[i] > 1) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: lookup_reply message: flag %u is %u, not 0 or 1",
+                       i, bytes[i]);
+                return -1;
+            }
+            out->entries[i].present = bytes[i];
+        }
+        out->n_entries = len;
+        return 0;
+    case KVS_WIRE_GET:
+    case KVS_WIRE_PUT: {
+        uint32_t n_keys;
+        int get = out->type == KVS_WIRE_GET;
+        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
+        if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            kvs_wire_entry *e = &out->entries[i];
+            if (read_array(r, &n_fields, get ? 3 : 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") != 0) return -1;
+            if (!get && n_fields == 1) {
+                if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES, "inline data") != 0)
+                    return -1;
+                e->length = len;
+                continue;
+            }
+            if (n_fields != 3) {
+                refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: put message: descriptor %u has %u fields, 1 or 3 "
+                       "expected", i, n_fields);
+                return -1;
+            }
+            if (get) {
+                if (read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0 ||
+                    read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0)
+                    return -1;
+            } else if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0 ||
+                       read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0) {
+                return -1;
+            }
+            if (read_blob(r, 0, &e->rkey, &e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES, "an rkey") != 0) return -1;
+            if (e->rkey_len == 0) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: descriptor %u has an empty rkey",
+                       r->where, i);
+                return -1;
+            }
+        }
+        out->n_entries = n;
+        return 0;
+    }
+    case KVS_WIRE_GET_REPLY:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_per_key(r, UINT32_MAX, entries_cap, &n, "results") != 0) return -1;
+        for (uint32_t i = 0; i < n; i++) {
+            kvs_wire_entry *e = &out->entries[i];
+            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "a result") != 0 ||
+                read_status(r, &e->status) != 0 || read_uint(r, &e->length, UINT64_MAX, "a length") != 0)
+                return -1;
+        }
+        out->n_entries = n;
+        return 0;
+    case KVS_WIRE_PUT_REPLY:
+    case KVS_WIRE_DELETE_REPLY:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_per_key(r, UINT32_MAX, entries_cap, &n, "statuses") != 0) return -1;
+        for (uint32_t i = 0; i < n; i++)
+            if (read_status(r, &out->entries[i].status) != 0) return -1;
+        out->n_entries = n;
+        return 0;
+    case KVS_WIRE_STATS_REPLY:
+        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_array(r, &n, KVS_WIRE_STATS_COUNT, KVS_WIRE_STATS_COUNT, KVS_WIRE_ERR_TYPE, "the counters") != 0)
+            return -1;
+        for (uint32_t i = 0; i < n; i++)
+            if (read_uint(r, &out->counters[i], UINT64_MAX, "a counter") != 0) return -1;
+        return 0;
+    }
+    refuse(r->why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %u", out->type);
+    return -1;
+}
+
+static kvs_status status_of(kvs_wire_error code) {
+    switch (code) {
+    case KVS_WIRE_ERR_VERSION: return KVS_EVERSION;
+    case KVS_WIRE_ERR_TOO_LARGE:
+    case KVS_WIRE_ERR_LIMIT: return KVS_EINVAL;
+    default: return KVS_ECORRUPT;
+    }
+}
+
+kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries, uint32_t entries_cap,
+                           kvs_wire_msg *out, kvs_wire_refusal *why) {
+    kvs_wire_refusal local;
+    if (!why) why = &local;
+    memset(why, 0, sizeof *why);
+    if (!out || (!buf && len) || (!entries && entries_cap)) return KVS_EINVAL;
+    memset(out, 0, sizeof *out);
+    out->entries = entries;
+    if (len > KVS_WIRE_MAX_MESSAGE_BYTES) {
+        refuse(why, KVS_WIRE_ERR_TOO_LARGE, "wire: message of %zu bytes is over the limit of %u", len,
+               KVS_WIRE_MAX_MESSAGE_BYTES);
+        return KVS_EINVAL;
+    }
+    reader r = {.p = buf, .left = len, .why = why, .where = "a", .caller_short = 0};
+    uint32_t n_fields;
+    uint64_t version, type, request_id;
+    /* Any header of at least version, type and request id is read before the version is judged, so a
+     * newer peer gets a version error naming its request rather than a shape error. */
+    if (read_array(&r, &n_fields, 3, UINT32_MAX, KVS_WIRE_ERR_TYPE, "the header") != 0 ||
+        read_uint(&r, &version, UINT32_MAX, "the version") != 0)
+        return status_of(why->code);
+    if (version != KVS_WIRE_VERSION) {
+        if (read_uint(&r, &type, UINT32_MAX, "the type") == 0 &&
+            read_uint(&r, &request_id, UINT64_MAX, "the request id") == 0) {
+            why->request_id = request_id;
+            why->have_request_id = 1;
+        }
+        memset(why->text, 0, sizeof why->text);
+        why->code = KVS_WIRE_ERR_NONE;
+        refuse(why, KVS_WIRE_ERR_VERSION, "wire: protocol version %llu is not spoken here (this side speaks %u)",
+               (unsigned long long)version, KVS_WIRE_VERSION);
+        return KVS_EVERSION;
+    }
+    if (n_fields != N_HEADER_FIELDS) {
+        refuse(why, KVS_WIRE_ERR_TYPE, "wire: version %u message has %u header fields, %u expected",
+               KVS_WIRE_VERSION, n_fields, N_HEADER_FIELDS);
+        return KVS_ECORRUPT;
+    }
+    if (read_uint(&r, &type, UINT32_MAX, "the type") != 0 ||
+        read_uint(&r, &request_id, UINT64_MAX, "the request id") != 0)
+        return status_of(why->code);
+    out->version = (uint32_t)version;
+    out->type = (uint32_t)type;
+    out->request_id = request_id;
+    why->request_id = request_id;
+    why->have_request_id = 1;
+    if (type < KVS_WIRE_HELLO || type > KVS_WIRE_STATS_REPLY) {
+        refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %llu", (unsigned long long)type);
+        return KVS_ECORRUPT;
+    }
+    r.where = kvs_wire_type_name(out->type);
+    if (read_body(&r, out, entries_cap) != 0) {
+        /* more entries than the caller made room for is the caller's limit, not the peer's fault */
+        if (r.caller_short) return KVS_EOVERFLOW;
+        return status_of(why->code);
+    }
+    if (r.left != 0) {
+        refuse(why, KVS_WIRE_ERR_TRAILING, "wire: %s message is followed by %zu stray bytes", r.where, r.left);
+        return KVS_ECORRUPT;
+    }
+    return KVS_OK;
+}
