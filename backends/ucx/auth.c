@@ -1,0 +1,220 @@
+/* auth.c - HMAC-SHA256 challenge/response and SHA-256 tenant keys, all from libcrypto. */
+#include "auth.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define AUTH_LABEL "kvstrata-auth-v1"
+#define TENANT_LABEL "kvstrata-tenant-v1"
+
+enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
+
+static void say(char *error, size_t error_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void say(char *error, size_t error_len, const char *fmt, ...) {
+    if (!error || error_len == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(error, error_len, fmt, ap);
+    va_end(ap);
+}
+
+kvs_status kvs_remote_psk_set(kvs_remote_psk *out, const void *bytes, size_t len, char *error,
+                              size_t error_len) {
+    if (!out || (!bytes && len)) return KVS_EINVAL;
+    if (len < KVS_REMOTE_PSK_MIN_BYTES || len > KVS_REMOTE_PSK_MAX_BYTES) {
+        say(error, error_len, "remote auth: a pre-shared key must be %u..%u bytes, this one is %zu",
+            KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES, len);
+        return KVS_EINVAL;
+    }
+    memcpy(out->bytes, bytes, len);
+    out->len = len;
+    return KVS_OK;
+}
+
+kvs_status kvs_remote_psk_load(const char *path, kvs_remote_psk *out, char *error, size_t error_len) {
+    if (!path || !out) return KVS_EINVAL;
+    memset(out, 0, sizeof *out);
+    kvs_status st = KVS_EIO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+    if (fd < 0) {
+        say(error, error_len, "remote auth: key file %s cannot be opened (%s)", path, strerror(errno));
+        return KVS_EIO;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        say(error, error_len, "remote auth: key file %s cannot be examined (%s)", path, strerror(errno));
+        goto fail;
+    }
+    st = KVS_EINVAL;
+    if (!S_ISREG(sb.st_mode)) {
+        say(error, error_len, "remote auth: key file %s is not a regular file", path);
+        goto fail;
+    }
+    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
+        say(error, error_len,
+            "remote auth: key file %s has mode %04o; it must not be open to group or others (chmod 600)",
+            path, (unsigned)(sb.st_mode & 07777));
+        goto fail;
+    }
+    if (sb.st_size < (off_t)KVS_REMOTE_PSK_MIN_BYTES || sb.st_size > (off_t)KVS_REMOTE_PSK_MAX_BYTES) {
+        say(error, error_len, "remote auth: key file %s holds %lld bytes; a key is %u..%u bytes", path,
+            (long long)sb.st_size, KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES);
+        goto fail;
+    }
+    size_t want = (size_t)sb.st_size, got = 0;
+    while (got < want) {
+        ssize_t n = read(fd, out->bytes + got, want - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            say(error, error_len, "remote auth: key file %s could not be read whole (%s)", path,
+                n < 0 ? strerror(errno) : "it shrank");
+            st = KVS_EIO;
+            goto fail;
+        }
+        got += (size_t)n;
+    }
+    out->len = got;
+    close(fd);
+    return KVS_OK;
+fail:
+    kvs_remote_psk_clear(out);
+    close(fd);
+    return st;
+}
+
+void kvs_remote_psk_clear(kvs_remote_psk *psk) {
+    if (!psk) return;
+    OPENSSL_cleanse(psk->bytes, sizeof psk->bytes);
+    psk->len = 0;
+}
+
+kvs_status kvs_remote_random(uint8_t *out, size_t n) {
+    if (!out || n > INT32_MAX) return KVS_EINVAL;
+    return RAND_bytes(out, (int)n) == 1 ? KVS_OK : KVS_EIO;
+}
+
+kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    if (!psk || psk->len < KVS_REMOTE_PSK_MIN_BYTES || !challenge || !nonce || !tenant || !proof ||
+        tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
+        return KVS_EINVAL;
+    /* every part but the last has a fixed size, so the concatenation is unambiguous */
+    uint8_t msg[sizeof AUTH_LABEL - 1 + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES +
+                KVS_WIRE_MAX_TENANT_BYTES];
+    size_t at = 0;
+    memcpy(msg, AUTH_LABEL, sizeof AUTH_LABEL - 1);
+    at += sizeof AUTH_LABEL - 1;
+    memcpy(msg + at, challenge, KVS_WIRE_CHALLENGE_BYTES);
+    at += KVS_WIRE_CHALLENGE_BYTES;
+    memcpy(msg + at, nonce, KVS_WIRE_NONCE_BYTES);
+    at += KVS_WIRE_NONCE_BYTES;
+    memcpy(msg + at, tenant, tenant_len);
+    at += tenant_len;
+    unsigned int md_len = 0;
+    uint8_t md[EVP_MAX_MD_SIZE];
+    if (!HMAC(EVP_sha256(), psk->bytes, (int)psk->len, msg, at, md, &md_len) ||
+        md_len != KVS_WIRE_PROOF_BYTES)
+        return KVS_EIO;
+    memcpy(proof, md, KVS_WIRE_PROOF_BYTES);
+    OPENSSL_cleanse(md, sizeof md);
+    return KVS_OK;
+}
+
+kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire_msg *hello,
+                                      const uint8_t **challenge_out, char *error, size_t error_len) {
+    if (!node || !hello || !challenge_out) return KVS_EINVAL;
+    if (node->state != NODE_FRESH) {
+        say(error, error_len, "remote auth: a second hello on one connection is refused");
+        node->state = NODE_REFUSED;
+        return KVS_ESTATE;
+    }
+    if (hello->type != KVS_WIRE_HELLO || !hello->nonce || !hello->tenant || hello->tenant_len == 0 ||
+        hello->tenant_len > KVS_WIRE_MAX_TENANT_BYTES) {
+        say(error, error_len, "remote auth: the first message must be a hello with a tenant and a nonce");
+        node->state = NODE_REFUSED;
+        return KVS_EINVAL;
+    }
+    if (kvs_remote_random(node->challenge, sizeof node->challenge) != KVS_OK) {
+        say(error, error_len, "remote auth: the random generator failed; no challenge made");
+        node->state = NODE_REFUSED;
+        return KVS_EIO;
+    }
+    memcpy(node->nonce, hello->nonce, KVS_WIRE_NONCE_BYTES);
+    memcpy(node->tenant, hello->tenant, hello->tenant_len);
+    node->tenant[hello->tenant_len] = '\0';
+    node->tenant_len = hello->tenant_len;
+    node->state = NODE_CHALLENGED;
+    *challenge_out = node->challenge;
+    return KVS_OK;
+}
+
+kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remote_psk *psk,
+                                      const uint8_t *proof, size_t proof_len, char *error, size_t error_len) {
+    if (!node || !psk) return KVS_EINVAL;
+    if (node->state != NODE_CHALLENGED) {
+        say(error, error_len, "remote auth: an auth without a live challenge is refused");
+        node->state = NODE_REFUSED;
+        return KVS_ESTATE;
+    }
+    node->state = NODE_REFUSED; /* the challenge is used up whatever happens below */
+    if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) {
+        say(error, error_len, "remote auth: tenant \"%s\" sent a proof of %zu bytes, %u expected", node->tenant,
+            proof ? proof_len : 0, KVS_WIRE_PROOF_BYTES);
+        return KVS_EINVAL;
+    }
+    uint8_t want[KVS_WIRE_PROOF_BYTES];
+    kvs_status st = kvs_remote_auth_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len, want);
+    OPENSSL_cleanse(node->challenge, sizeof node->challenge);
+    if (st != KVS_OK) {
+        say(error, error_len, "remote auth: could not compute the expected proof (libcrypto)");
+        return st;
+    }
+    int same = CRYPTO_memcmp(want, proof, KVS_WIRE_PROOF_BYTES) == 0;
+    OPENSSL_cleanse(want, sizeof want);
+    if (!same) {
+        say(error, error_len, "remote auth: tenant \"%s\" failed the handshake (wrong key or stale proof)",
+            node->tenant);
+        return KVS_EINVAL;
+    }
+    node->state = NODE_ACCEPTED;
+    return KVS_OK;
+}
+
+int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node) {
+    return node && node->state == NODE_ACCEPTED;
+}
+
+kvs_status kvs_remote_tenant_key(const char *tenant, size_t tenant_len, const kvs_key *key, kvs_key *out) {
+    if (!tenant || !key || !out || tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
+        return KVS_EINVAL;
+    uint8_t msg[sizeof TENANT_LABEL - 1 + 4 + KVS_WIRE_MAX_TENANT_BYTES + sizeof key->bytes];
+    size_t at = 0;
+    memcpy(msg, TENANT_LABEL, sizeof TENANT_LABEL - 1);
+    at += sizeof TENANT_LABEL - 1;
+    uint32_t n = (uint32_t)tenant_len;
+    msg[at++] = (uint8_t)(n >> 24);
+    msg[at++] = (uint8_t)(n >> 16);
+    msg[at++] = (uint8_t)(n >> 8);
+    msg[at++] = (uint8_t)n;
+    memcpy(msg + at, tenant, tenant_len);
+    at += tenant_len;
+    memcpy(msg + at, key->bytes, sizeof key->bytes);
+    at += sizeof key->bytes;
+    uint8_t md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    if (EVP_Digest(msg, at, md, &md_len, EVP_sha256(), NULL) != 1 || md_len < sizeof out->bytes)
+        return KVS_EIO;
+    memcpy(out->bytes, md, sizeof out->bytes);
+    return KVS_OK;
+}
