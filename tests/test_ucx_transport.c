@@ -1,0 +1,480 @@
+/* test_ucx_transport.c - the UCX transport between this process (client) and a forked child
+ * (server) on 127.0.0.1: connect, active messages, remote keys, RMA, timeouts, peer death, idle CPU. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef KVS_HAVE_UCX
+int main(void) {
+    printf("test_ucx_transport: skipped, this build has no UCX\n");
+    return 77;
+}
+#else
+
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvstrata_backend.h"
+#include "ucx_transport.h"
+
+#define MIB (1024u * 1024u)
+#define RMA_BYTES MIB
+#define TIMEOUT_MS 5000
+
+enum { AM_ECHO = 1, AM_ECHO_REPLY, AM_RKEY_REQUEST, AM_RKEY_REPLY, AM_CHECK, AM_CHECK_REPLY, AM_STALL };
+
+typedef struct rkey_header {
+    uint64_t addr;
+    uint64_t len;
+} rkey_header;
+
+/* UCX_TLS=tcp,sm,self, set before ucp_init (each side reads it at create): there is no RDMA
+ * here, and without the restriction UCX also opens the ib/rdmacm modules and prints diagnostics
+ * about missing devices. (UCX_MEM_* hook settings cannot be set this way: libucm reads them when
+ * the library loads, before main; see backends/ucx/README.md for ASan.) */
+static void ucx_env(void) { setenv("UCX_TLS", "tcp,sm,self", 0); }
+
+static void fill(uint8_t *buf, size_t len, uint32_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (uint8_t)(x >> 24);
+    }
+}
+
+static int matches(const uint8_t *buf, size_t len, uint32_t seed) {
+    uint8_t *want = malloc(len);
+    fill(want, len, seed);
+    int same = memcmp(buf, want, len) == 0;
+    free(want);
+    return same;
+}
+
+static double now_ms(clockid_t clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- the server (forked child) --------------------------------------------------------------- */
+
+typedef struct server {
+    kvs_ucx_transport *t;
+    uint8_t *buf;
+    kvs_ucx_mem *mem;
+    int done;
+} server;
+
+static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      const void *data, size_t data_len);
+
+static void server_dead(void *user, kvs_ucx_conn *conn, const char *why) {
+    server *s = user;
+    (void)why;
+    kvs_ucx_conn_close(conn);
+    s->done = 1;
+}
+
+static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      const void *data, size_t data_len) {
+    server *s = user;
+    uint16_t id = 0;
+    memcpy(&id, header, sizeof id); /* every test header starts with the message id */
+    if (id == AM_ECHO) {
+        uint16_t reply = AM_ECHO_REPLY;
+        uint8_t h[64];
+        memcpy(h, header, header_len);
+        memcpy(h, &reply, sizeof reply);
+        kvs_ucx_am_send(conn, AM_ECHO_REPLY, h, header_len, data, data_len, TIMEOUT_MS);
+    } else if (id == AM_RKEY_REQUEST) {
+        uint8_t blob[1024];
+        size_t blob_len = 0;
+        if (kvs_ucx_mem_pack(s->mem, blob, sizeof blob, &blob_len) != KVS_OK) blob_len = 0;
+        struct {
+            uint16_t id;
+            rkey_header r;
+        } h = {AM_RKEY_REPLY, {(uint64_t)(uintptr_t)s->buf, RMA_BYTES}};
+        kvs_ucx_am_send(conn, AM_RKEY_REPLY, &h, sizeof h, blob, blob_len, TIMEOUT_MS);
+    } else if (id == AM_CHECK) {
+        uint32_t seed;
+        memcpy(&seed, (const uint8_t *)header + 4, sizeof seed);
+        uint8_t ok = (uint8_t)matches(s->buf, RMA_BYTES, seed);
+        uint16_t reply = AM_CHECK_REPLY;
+        kvs_ucx_am_send(conn, AM_CHECK_REPLY, &reply, sizeof reply, &ok, 1, TIMEOUT_MS);
+    } else if (id == AM_STALL) {
+        for (;;) pause(); /* stop progressing until killed */
+    }
+    (void)data;
+    (void)data_len;
+}
+
+static void server_main(int port_fd) {
+    ucx_env();
+    server s = {0};
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-server", .listen_host = "127.0.0.1",
+                        .listen_port = 0, .log_level = KVS_LOG_ERROR, .on_dead = server_dead,
+                        .user = &s};
+    char err[512];
+    uint16_t port = 0;
+    if (kvs_ucx_create(&p, &s.t, err, sizeof err) != KVS_OK) {
+        fprintf(stderr, "server: %s\n", err);
+    } else {
+        s.buf = malloc(RMA_BYTES);
+        fill(s.buf, RMA_BYTES, 1);
+        if (kvs_ucx_mem_register(s.t, s.buf, RMA_BYTES, &s.mem) == KVS_OK) port = kvs_ucx_listen_port(s.t);
+        for (uint16_t id = AM_ECHO; id <= AM_STALL; id++) kvs_ucx_am_handler(s.t, id, server_am, &s);
+    }
+    if (write(port_fd, &port, sizeof port) != (ssize_t)sizeof port) port = 0;
+    close(port_fd);
+    while (port && !s.done) kvs_ucx_wait(s.t, 1000);
+    kvs_ucx_destroy(s.t);
+    free(s.buf);
+    _exit(0);
+}
+
+static pid_t start_server(uint16_t *port) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        server_main(fds[1]);
+    }
+    close(fds[1]);
+    struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+    ck_assert_msg(poll(&pfd, 1, 10000) == 1, "the server did not report its port");
+    ck_assert_int_eq(read(fds[0], port, sizeof *port), (ssize_t)sizeof *port);
+    close(fds[0]);
+    ck_assert_msg(*port != 0, "the server failed to start");
+    return pid;
+}
+
+static void stop_server(pid_t pid) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* ---- the client ------------------------------------------------------------------------------ */
+
+typedef struct reply {
+    int arrived;
+    uint8_t header[64];
+    size_t header_len;
+    uint8_t *data;
+    size_t data_len;
+} reply;
+
+static reply replies[AM_STALL + 1];
+static int dead_count;
+static char dead_why[256];
+
+static void client_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      const void *data, size_t data_len) {
+    reply *r = user;
+    (void)conn;
+    free(r->data);
+    r->arrived = 1;
+    r->header_len = header_len < sizeof r->header ? header_len : sizeof r->header;
+    memcpy(r->header, header, r->header_len);
+    r->data = malloc(data_len ? data_len : 1);
+    memcpy(r->data, data, data_len);
+    r->data_len = data_len;
+}
+
+static void client_dead(void *user, kvs_ucx_conn *conn, const char *why) {
+    (void)user;
+    (void)conn;
+    dead_count++;
+    snprintf(dead_why, sizeof dead_why, "%s", why);
+}
+
+static kvs_ucx_transport *client_create(void) {
+    ucx_env();
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-client", .log_level = KVS_LOG_INFO,
+                        .on_dead = client_dead};
+    kvs_ucx_transport *t = NULL;
+    char err[512];
+    kvs_status rc = kvs_ucx_create(&p, &t, err, sizeof err);
+    ck_assert_msg(rc == KVS_OK, "create: %s", err);
+    for (uint16_t id = AM_ECHO_REPLY; id <= AM_CHECK_REPLY; id += 2)
+        ck_assert_int_eq(kvs_ucx_am_handler(t, id, client_am, &replies[id]), KVS_OK);
+    return t;
+}
+
+static reply *await_reply(kvs_ucx_transport *t, uint16_t id) {
+    double until = now_ms(CLOCK_MONOTONIC) + TIMEOUT_MS;
+    while (!replies[id].arrived && now_ms(CLOCK_MONOTONIC) < until) kvs_ucx_wait(t, 100);
+    ck_assert_msg(replies[id].arrived, "no reply %u within %d ms", id, TIMEOUT_MS);
+    replies[id].arrived = 0;
+    return &replies[id];
+}
+
+static void setup(void) {
+    memset(replies, 0, sizeof replies);
+    dead_count = 0;
+    dead_why[0] = '\0';
+}
+
+static void teardown(void) {
+    for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) free(replies[i].data);
+}
+
+static void echo(kvs_ucx_transport *t, kvs_ucx_conn *conn, size_t len, uint32_t seed) {
+    uint8_t *payload = malloc(len);
+    fill(payload, len, seed);
+    struct {
+        uint16_t id;
+        uint32_t seed;
+    } h = {AM_ECHO, seed};
+    kvs_status rc = kvs_ucx_am_send(conn, AM_ECHO, &h, sizeof h, payload, len, TIMEOUT_MS);
+    ck_assert_msg(rc == KVS_OK, "send: %s", kvs_ucx_last_error(t));
+    reply *r = await_reply(t, AM_ECHO_REPLY);
+    ck_assert_uint_eq(r->header_len, sizeof h);
+    ck_assert_uint_eq(r->data_len, len);
+    ck_assert_msg(memcmp(r->data, payload, len) == 0, "the %zu-byte echo differs", len);
+    free(payload);
+}
+
+static kvs_ucx_rkey *fetch_rkey(kvs_ucx_transport *t, kvs_ucx_conn *conn, uint64_t *remote_addr) {
+    uint16_t id = AM_RKEY_REQUEST;
+    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_RKEY_REQUEST, &id, sizeof id, NULL, 0, TIMEOUT_MS), KVS_OK);
+    reply *r = await_reply(t, AM_RKEY_REPLY);
+    rkey_header h;
+    memcpy(&h, r->header + 8, sizeof h); /* after the id and padding of the server's struct */
+    ck_assert_uint_eq(h.len, RMA_BYTES);
+    ck_assert_uint_gt(r->data_len, 0);
+    kvs_ucx_rkey *rkey = NULL;
+    kvs_status rc = kvs_ucx_rkey_unpack(conn, r->data, r->data_len, &rkey);
+    ck_assert_msg(rc == KVS_OK, "unpack: %s", kvs_ucx_last_error(t));
+    *remote_addr = h.addr;
+    return rkey;
+}
+
+START_TEST(connects_and_echoes_small_and_4mib_messages) {
+    uint16_t port;
+    pid_t pid = start_server(&port);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = NULL;
+    kvs_status rc = kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn);
+    ck_assert_msg(rc == KVS_OK, "connect: %s", kvs_ucx_last_error(t));
+    ck_assert(kvs_ucx_conn_alive(conn));
+    printf("ucx loopback transports: %s\n", kvs_ucx_conn_transports(conn));
+    ck_assert_str_ne(kvs_ucx_conn_transports(conn), "unknown");
+    echo(t, conn, 100, 7);
+    echo(t, conn, 4 * MIB, 8);
+    echo(t, conn, 0, 9);
+    kvs_ucx_conn_close(conn);
+    kvs_ucx_destroy(t);
+    stop_server(pid);
+}
+END_TEST
+
+START_TEST(rma_get_and_put_of_1mib_through_an_exchanged_key_are_byte_exact) {
+    uint16_t port;
+    pid_t pid = start_server(&port);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = NULL;
+    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    uint64_t remote = 0;
+    kvs_ucx_rkey *rkey = fetch_rkey(t, conn, &remote);
+
+    uint8_t *local = calloc(1, RMA_BYTES);
+    kvs_ucx_mem *mem = NULL;
+    ck_assert_int_eq(kvs_ucx_mem_register(t, local, RMA_BYTES, &mem), KVS_OK);
+    size_t blob_len = 0;
+    uint8_t tiny[1];
+    ck_assert_int_eq(kvs_ucx_mem_pack(mem, tiny, sizeof tiny, &blob_len), KVS_EOVERFLOW);
+    ck_assert_uint_gt(blob_len, sizeof tiny);
+
+    kvs_status rc = kvs_ucx_get(conn, local, RMA_BYTES, mem, remote, rkey, TIMEOUT_MS);
+    ck_assert_msg(rc == KVS_OK, "get: %s", kvs_ucx_last_error(t));
+    ck_assert_msg(matches(local, RMA_BYTES, 1), "the 1 MiB get returned other bytes");
+
+    fill(local, RMA_BYTES, 2);
+    rc = kvs_ucx_put(conn, local, RMA_BYTES, mem, remote, rkey, TIMEOUT_MS);
+    ck_assert_msg(rc == KVS_OK, "put: %s", kvs_ucx_last_error(t));
+    struct {
+        uint16_t id;
+        uint32_t seed;
+    } h = {AM_CHECK, 2};
+    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_CHECK, &h, sizeof h, NULL, 0, TIMEOUT_MS), KVS_OK);
+    reply *r = await_reply(t, AM_CHECK_REPLY);
+    ck_assert_uint_eq(r->data_len, 1);
+    ck_assert_msg(r->data[0] == 1, "the server's buffer does not hold the put bytes");
+
+    /* a get without a local registration works too (UCX registers on the fly) */
+    uint8_t *plain = malloc(4096);
+    ck_assert_int_eq(kvs_ucx_get(conn, plain, 4096, NULL, remote, rkey, TIMEOUT_MS), KVS_OK);
+    ck_assert(memcmp(plain, local, 4096) == 0);
+    free(plain);
+
+    kvs_ucx_rkey_destroy(rkey);
+    kvs_ucx_mem_deregister(mem);
+    kvs_ucx_conn_close(conn);
+    kvs_ucx_destroy(t);
+    free(local);
+    stop_server(pid);
+}
+END_TEST
+
+START_TEST(connect_to_a_port_nobody_listens_on_fails_within_the_timeout) {
+    /* a port that was free a moment ago */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(s, (struct sockaddr *)&sin, sizeof sin), 0);
+    socklen_t sl = sizeof sin;
+    getsockname(s, (struct sockaddr *)&sin, &sl);
+    close(s);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = (kvs_ucx_conn *)&sin;
+    double start = now_ms(CLOCK_MONOTONIC);
+    kvs_status rc = kvs_ucx_connect(t, "127.0.0.1", ntohs(sin.sin_port), 2000, &conn);
+    double elapsed = now_ms(CLOCK_MONOTONIC) - start;
+    ck_assert_msg(rc == KVS_EIO || rc == KVS_ETIMEDOUT, "connect returned %d", rc);
+    ck_assert_ptr_null(conn);
+    ck_assert_msg(elapsed < 2500, "connect took %.0f ms", elapsed);
+    ck_assert_msg(strstr(kvs_ucx_last_error(t), "127.0.0.1:") != NULL, "sentence: %s",
+                  kvs_ucx_last_error(t));
+    printf("refused connect (%.0f ms): %s\n", elapsed, kvs_ucx_last_error(t));
+    ck_assert_int_eq(kvs_ucx_wait(t, 10), KVS_ETIMEDOUT);
+    ck_assert_int_eq(dead_count, 0); /* a failed connect is reported by its status, not on_dead */
+    kvs_ucx_destroy(t);
+}
+END_TEST
+
+typedef struct killer {
+    pid_t pid;
+    int delay_ms;
+} killer;
+
+static void *kill_later(void *arg) {
+    killer *k = arg;
+    struct timespec ts = {k->delay_ms / 1000, (long)(k->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    kill(k->pid, SIGKILL);
+    return NULL;
+}
+
+START_TEST(a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout) {
+    uint16_t port;
+    pid_t pid = start_server(&port);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = NULL;
+    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    uint64_t remote = 0;
+    kvs_ucx_rkey *rkey = fetch_rkey(t, conn, &remote);
+    uint16_t id = AM_STALL;
+    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_STALL, &id, sizeof id, NULL, 0, TIMEOUT_MS), KVS_OK);
+
+    /* a rendezvous send needs the stalled server: it stays pending until the kill */
+    killer k = {pid, 300};
+    pthread_t thread;
+    pthread_create(&thread, NULL, kill_later, &k);
+    uint8_t *big = calloc(1, 4 * MIB);
+    double start = now_ms(CLOCK_MONOTONIC);
+    kvs_status rc = kvs_ucx_am_send(conn, AM_ECHO, &id, sizeof id, big, 4 * MIB, 10000);
+    double elapsed = now_ms(CLOCK_MONOTONIC) - start;
+    pthread_join(thread, NULL);
+    ck_assert_msg(rc == KVS_EIO, "send returned %d after %.0f ms: %s", rc, elapsed,
+                  kvs_ucx_last_error(t));
+    ck_assert_msg(elapsed >= 250 && elapsed < 5000, "failed after %.0f ms", elapsed);
+    ck_assert(!kvs_ucx_conn_alive(conn));
+    printf("killed peer (%.0f ms): %s\n", elapsed, kvs_ucx_last_error(t));
+
+    /* later operations fail at once, with the reason */
+    start = now_ms(CLOCK_MONOTONIC);
+    ck_assert_int_eq(kvs_ucx_get(conn, big, RMA_BYTES, NULL, remote, rkey, TIMEOUT_MS), KVS_EIO);
+    ck_assert(now_ms(CLOCK_MONOTONIC) - start < 100);
+    ck_assert_msg(strstr(kvs_ucx_last_error(t), "dead") != NULL, "%s", kvs_ucx_last_error(t));
+
+    /* the owner hears of it once */
+    kvs_ucx_wait(t, 100);
+    kvs_ucx_wait(t, 10);
+    ck_assert_int_eq(dead_count, 1);
+    ck_assert_msg(strstr(dead_why, "127.0.0.1") != NULL, "%s", dead_why);
+    kvs_ucx_conn_close(conn); /* also destroys rkey */
+    kvs_ucx_destroy(t);
+    free(big);
+    waitpid(pid, NULL, 0);
+}
+END_TEST
+
+START_TEST(an_operation_past_its_timeout_fails_and_marks_the_connection_dead) {
+    uint16_t port;
+    pid_t pid = start_server(&port);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = NULL;
+    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    uint16_t id = AM_STALL;
+    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_STALL, &id, sizeof id, NULL, 0, TIMEOUT_MS), KVS_OK);
+    uint8_t *big = calloc(1, 4 * MIB);
+    double start = now_ms(CLOCK_MONOTONIC);
+    kvs_status rc = kvs_ucx_am_send(conn, AM_ECHO, &id, sizeof id, big, 4 * MIB, 300);
+    double elapsed = now_ms(CLOCK_MONOTONIC) - start;
+    ck_assert_msg(rc == KVS_ETIMEDOUT, "send returned %d: %s", rc, kvs_ucx_last_error(t));
+    ck_assert_msg(elapsed >= 290 && elapsed < 2000, "timed out after %.0f ms", elapsed);
+    ck_assert(!kvs_ucx_conn_alive(conn));
+    ck_assert_msg(strstr(kvs_ucx_last_error(t), "300 ms") != NULL, "%s", kvs_ucx_last_error(t));
+    kvs_ucx_conn_close(conn);
+    kvs_ucx_destroy(t);
+    free(big);
+    stop_server(pid);
+}
+END_TEST
+
+START_TEST(an_idle_wait_sleeps_instead_of_spinning) {
+    uint16_t port;
+    pid_t pid = start_server(&port);
+    kvs_ucx_transport *t = client_create();
+    kvs_ucx_conn *conn = NULL;
+    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    echo(t, conn, 100, 3);
+    ck_assert_int_ge(kvs_ucx_event_fd(t), 0);
+    double cpu0 = now_ms(CLOCK_PROCESS_CPUTIME_ID), wall0 = now_ms(CLOCK_MONOTONIC);
+    while (now_ms(CLOCK_MONOTONIC) - wall0 < 300) kvs_ucx_wait(t, 300);
+    double cpu = now_ms(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    double wall = now_ms(CLOCK_MONOTONIC) - wall0;
+    printf("idle wait: %.1f ms CPU over %.0f ms\n", cpu, wall);
+    ck_assert_msg(cpu < 50, "an idle 300 ms wait used %.1f ms of CPU", cpu);
+    kvs_ucx_conn_close(conn);
+    kvs_ucx_destroy(t);
+    stop_server(pid);
+}
+END_TEST
+
+static Suite *ucx_suite(void) {
+    Suite *s = suite_create("ucx_transport");
+    TCase *tc = tcase_create("loopback");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, connects_and_echoes_small_and_4mib_messages);
+    tcase_add_test(tc, rma_get_and_put_of_1mib_through_an_exchanged_key_are_byte_exact);
+    tcase_add_test(tc, connect_to_a_port_nobody_listens_on_fails_within_the_timeout);
+    tcase_add_test(tc, a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout);
+    tcase_add_test(tc, an_operation_past_its_timeout_fails_and_marks_the_connection_dead);
+    tcase_add_test(tc, an_idle_wait_sleeps_instead_of_spinning);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *runner = srunner_create(ucx_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+#endif
