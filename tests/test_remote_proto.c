@@ -164,6 +164,13 @@ START_TEST(error_round_trips_code_and_sentence) {
     ck_assert_uint_eq(back.error_text_len, msg.error_text_len);
     ck_assert_int_eq(memcmp(back.error_text, msg.error_text, msg.error_text_len), 0);
     free(copy);
+    msg.error_text = NULL; /* no sentence at all */
+    msg.error_text_len = 0;
+    msg.error_code = KVS_WIRE_ERR_INTERNAL;
+    copy = round_trip(&msg, &back);
+    ck_assert_uint_eq(back.error_code, KVS_WIRE_ERR_INTERNAL);
+    ck_assert_uint_eq(back.error_text_len, 0);
+    free(copy);
 }
 END_TEST
 
@@ -1149,6 +1156,7 @@ static Suite *remote_proto_suite(void) {
     suite_add_tcase(s, auth);
 
     TCase *ring = tcase_create("hashring");
+    tcase_set_timeout(ring, 60);
     tcase_add_test(ring, homes_are_distinct_ordered_and_independent_of_insertion_order);
     tcase_add_test(ring, keys_spread_evenly_over_nodes);
     tcase_add_test(ring, adding_a_node_moves_about_one_key_in_n_and_only_onto_it);

@@ -75,6 +75,7 @@ typedef struct sink {
 
 static int sink_write(void *data, const char *bytes, size_t len) {
     sink *s = data;
+    if (len == 0) return 0; /* an empty str/bin body may come with a NULL pointer */
     if (s->buf && s->used <= s->cap && len <= s->cap - s->used) memcpy(s->buf + s->used, bytes, len);
     s->used += len;
     return 0;
