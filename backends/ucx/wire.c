@@ -116,7 +116,12 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         return -1;
     }
     if (!is_batch_type(t)) return 0;
-    if (msg->n_entries > KVS_WIRE_MAX_KEYS || (msg->n_entries && !msg->entries)) {
+    if (msg->n_entries && !msg->entries) {
+        refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s of %u keys has no entries", kvs_wire_type_name(t),
+               msg->n_entries);
+        return -1;
+    }
+    if (msg->n_entries > KVS_WIRE_MAX_KEYS) {
         refuse(why, KVS_WIRE_ERR_LIMIT, "wire: %s of %u keys is over the limit of %u",
                kvs_wire_type_name(t), msg->n_entries, KVS_WIRE_MAX_KEYS);
         return -1;
