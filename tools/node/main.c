@@ -1,0 +1,141 @@
+/* main.c - kvstrata-node: command line, signals, readiness and final stats lines (docs/node.md). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "node.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvstrata-node --config PATH --psk-file PATH [--listen HOST:PORT] [--max-clients N]\n"
+               "                     [--timeout-ms N] [--max-object-bytes SIZE]\n"
+               "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 picks one)\n"
+               "  --max-clients N         connections served at once (default 64)\n"
+               "  --timeout-ms N          bound on each send and RMA transfer (default 5000)\n"
+               "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n");
+}
+
+static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    if (!text || !*text || *text == '-') return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *config_path = NULL, *psk_path = NULL, *listen = "0.0.0.0:0";
+    uint64_t max_clients = 64, timeout_ms = 5000, max_object = 64ull << 20;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!v) {
+            bad = 1;
+        } else if (!strcmp(a, "--config")) {
+            config_path = v;
+        } else if (!strcmp(a, "--psk-file")) {
+            psk_path = v;
+        } else if (!strcmp(a, "--listen")) {
+            listen = v;
+        } else if (!strcmp(a, "--max-clients")) {
+            bad = parse_u64(v, 1, 1u << 20, &max_clients);
+        } else if (!strcmp(a, "--timeout-ms")) {
+            bad = parse_u64(v, 1, 3600000, &timeout_ms);
+        } else if (!strcmp(a, "--max-object-bytes")) {
+            bad = kvs_config_parse_size(v, &max_object) != KVS_OK || max_object == 0 || max_object > (1ull << 32);
+        } else {
+            bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, "kvstrata-node: bad argument %s%s%s\n", a, v ? " " : "", v ? v : "");
+            usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!config_path || !psk_path) {
+        fprintf(stderr, "kvstrata-node: --config and --psk-file are required\n");
+        usage(stderr);
+        return 2;
+    }
+    char host[256];
+    uint64_t port = 0;
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host ||
+        parse_u64(colon + 1, 0, 65535, &port) != 0) {
+        fprintf(stderr, "kvstrata-node: --listen %s: expected HOST:PORT\n", listen);
+        return 2;
+    }
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = '\0';
+
+    /* Signals go to the loop through a signalfd; block them before UCX starts its threads. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL) != 0) {
+        perror("kvstrata-node: sigprocmask");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0) {
+        perror("kvstrata-node: signalfd");
+        return 1;
+    }
+
+    int rc = 1;
+    char err[1024] = "";
+    kvs_config *cfg = NULL;
+    kvs_node *node = NULL;
+    kvs_remote_psk psk;
+    memset(&psk, 0, sizeof psk);
+    if (kvs_config_load(config_path, &cfg, err, sizeof err) != KVS_OK) goto out;
+    if (kvs_remote_psk_load(psk_path, &psk, err, sizeof err) != KVS_OK) goto out;
+    kvs_node_params p = {.config = cfg, .psk = &psk, .listen_host = host, .listen_port = (uint16_t)port,
+                         .max_clients = (uint32_t)max_clients, .timeout_ms = (int)timeout_ms,
+                         .max_object_bytes = max_object, .max_refusals = 16};
+    kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
+    kvs_remote_psk_clear(&psk);
+    kvs_config_free(cfg);
+    cfg = NULL;
+    if (st != KVS_OK) goto out;
+
+    printf("kvstrata-node ready listen=%s:%u tiers=%u\n", host, kvs_node_port(node), kvs_node_tier_count(node));
+    fflush(stdout);
+    kvs_node_run(node, sfd);
+    struct signalfd_siginfo si;
+    const char *signame = "signal";
+    if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) signame = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+
+    kvs_node_stats s;
+    kvs_node_get_stats(node, &s);
+    kvs_node_destroy(node);
+    node = NULL;
+    printf("kvstrata-node stopped on %s connections=%llu rejected=%llu auth_ok=%llu auth_failures=%llu "
+           "refusals=%llu lookups=%llu hits=%llu misses=%llu gets=%llu puts=%llu deletes=%llu "
+           "bytes_in=%llu bytes_out=%llu\n",
+           signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
+           (unsigned long long)s.auth_ok, (unsigned long long)s.auth_failures, (unsigned long long)s.refusals,
+           (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
+           (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,
+           (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
+    fflush(stdout);
+    rc = 0;
+out:
+    if (rc != 0) fprintf(stderr, "kvstrata-node: %s\n", err[0] ? err : "failed");
+    kvs_remote_psk_clear(&psk);
+    kvs_config_free(cfg);
+    close(sfd);
+    return rc;
+}

@@ -1,0 +1,457 @@
+/* node.c - kvstrata-node's server: connections, handshake, and the LOOKUP/GET/PUT/DELETE/STATS
+ * requests over the tier chain. One thread owns everything; requests run to completion in the
+ * transport's message callback, so a connection's requests are answered in order. */
+#include "node.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "tiers.h"
+#include "ucx_transport.h"
+#include "wire.h"
+
+#define RKEY_CACHE 8      /* unpacked client keys kept per connection */
+#define LOOP_WAIT_MS 100  /* the loop looks at stop_fd at least this often */
+#define STAGING_ALIGN 4096u
+
+typedef struct rkey_slot {
+    uint8_t blob[KVS_WIRE_MAX_RKEY_BYTES];
+    uint32_t len; /* 0: empty */
+    kvs_ucx_rkey *rkey;
+} rkey_slot;
+
+typedef struct node_conn {
+    kvs_ucx_conn *conn;
+    kvs_remote_auth_node auth;
+    uint32_t refusals;
+    int closing; /* closed by the loop after the current callback returns */
+    rkey_slot rkeys[RKEY_CACHE];
+    uint32_t rkey_next; /* round-robin replacement */
+    struct node_conn *next;
+} node_conn;
+
+struct kvs_node {
+    kvs_node_params params;
+    kvs_remote_psk psk;
+    kvs_tier_chain *chain;
+    uint64_t capacity_bytes; /* sum over tiers, for STATS */
+    kvs_ucx_transport *t;
+    uint8_t *staging; /* max_object_bytes, registered with UCX and given to the tiers */
+    kvs_ucx_mem *staging_mem;
+    node_conn *conns;
+    uint32_t n_conns;
+    kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];
+    kvs_wire_entry reply_entries[KVS_WIRE_MAX_KEYS];
+    uint8_t *reply; /* KVS_WIRE_MAX_MESSAGE_BYTES */
+    kvs_node_stats stats;
+};
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+static void conn_free(node_conn *c) {
+    for (uint32_t i = 0; i < RKEY_CACHE; i++)
+        if (c->rkeys[i].len) kvs_ucx_rkey_destroy(c->rkeys[i].rkey);
+    kvs_ucx_conn_close(c->conn);
+    memset(&c->auth, 0, sizeof c->auth);
+    free(c);
+}
+
+static void on_accept(void *user, kvs_ucx_conn *conn) {
+    kvs_node *n = user;
+    if (n->n_conns >= n->params.max_clients) {
+        n->stats.rejected++;
+        fprintf(stderr, "kvstrata-node: %s refused: already %u connections (--max-clients)\n",
+                kvs_ucx_conn_peer(conn), n->n_conns);
+        kvs_ucx_conn_close(conn);
+        return;
+    }
+    node_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        kvs_ucx_conn_close(conn);
+        return;
+    }
+    c->conn = conn;
+    c->next = n->conns;
+    n->conns = c;
+    n->n_conns++;
+    n->stats.connections++;
+    kvs_ucx_conn_set_user(conn, c);
+}
+
+static void on_dead(void *user, kvs_ucx_conn *conn, const char *why) {
+    (void)user;
+    (void)why;
+    node_conn *c = kvs_ucx_conn_user(conn);
+    if (c) c->closing = 1; /* a connection refused at accept was closed there already */
+}
+
+/* Close the connections marked closing (never from inside their own callback). */
+static void sweep(kvs_node *n) {
+    for (node_conn **p = &n->conns; *p;) {
+        node_conn *c = *p;
+        if (c->closing) {
+            *p = c->next;
+            n->n_conns--;
+            conn_free(c);
+        } else {
+            p = &c->next;
+        }
+    }
+}
+
+/* The unpacked key for a client's packed rkey blob, from the connection's cache or unpacked now. */
+static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
+    for (uint32_t i = 0; i < RKEY_CACHE; i++)
+        if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0) return c->rkeys[i].rkey;
+    kvs_ucx_rkey *rkey = NULL;
+    if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
+    if (kvs_ucx_rkey_unpack(c->conn, blob, len, &rkey) != KVS_OK) return NULL;
+    rkey_slot *s = &c->rkeys[c->rkey_next];
+    c->rkey_next = (c->rkey_next + 1) % RKEY_CACHE;
+    if (s->len) kvs_ucx_rkey_destroy(s->rkey);
+    memcpy(s->blob, blob, len);
+    s->len = len;
+    s->rkey = rkey;
+    return rkey;
+}
+
+/* ---- replies ---------------------------------------------------------------------------------- */
+
+static void send_encoded(kvs_node *n, node_conn *c, size_t len) {
+    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, n->reply, len, n->params.timeout_ms) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+        c->closing = 1;
+    }
+}
+
+static void send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
+    size_t len = 0;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_encode(msg, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len, &why) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: cannot encode a %s reply: %s\n", kvs_wire_type_name(msg->type),
+                why.text);
+        c->closing = 1;
+        return;
+    }
+    send_encoded(n, c, len);
+}
+
+/* Answer with ERROR; a connection that keeps sending what the node refuses is closed. */
+static void send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why) {
+    size_t len = 0;
+    n->stats.refusals++;
+    if (kvs_wire_encode_refusal(why, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len) == KVS_OK) send_encoded(n, c, len);
+    if (++c->refusals > n->params.max_refusals) {
+        fprintf(stderr, "kvstrata-node: %s: closed after %u refused messages\n", kvs_ucx_conn_peer(c->conn),
+                c->refusals);
+        c->closing = 1;
+    }
+}
+
+static void refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    why.code = code;
+    why.request_id = request_id;
+    why.have_request_id = 1;
+    kvs_fmt(why.text, sizeof why.text, "%s", text);
+    send_refusal(n, c, &why);
+}
+
+/* ---- requests --------------------------------------------------------------------------------- */
+
+/* The stored key of a request key: namespaced by the connection's tenant. */
+static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
+    kvs_key k;
+    memcpy(k.bytes, key_bytes, KVS_WIRE_KEY_BYTES);
+    return kvs_remote_tenant_key(c->auth.tenant, c->auth.tenant_len, &k, out) == KVS_OK ? 0 : -1;
+}
+
+static void do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_key k;
+        int present = stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
+        n->reply_entries[i].present = (uint8_t)present;
+        n->stats.lookups++;
+        if (present) n->stats.hits++;
+        else n->stats.misses++;
+    }
+}
+
+static kvs_status get_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e, uint64_t *len) {
+    kvs_key k;
+    *len = 0;
+    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    int tier = kvs_tiers_find(n->chain, &k);
+    if (tier < 0) return KVS_ENOTFOUND;
+    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
+    kvs_status st = ops->get(kvs_tiers_state(n->chain, (uint32_t)tier), &k, n->staging,
+                             n->params.max_object_bytes, len);
+    if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
+    if (*len > e->length) return KVS_EOVERFLOW;
+    if (*len == 0) return KVS_OK;
+    kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
+    if (!rkey) {
+        *len = 0;
+        return KVS_EINVAL;
+    }
+    st = kvs_ucx_put(c->conn, n->staging, (size_t)*len, n->staging_mem, e->remote_addr, rkey,
+                     n->params.timeout_ms);
+    if (st != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+        *len = 0;
+        return KVS_EIO;
+    }
+    n->stats.bytes_out += *len;
+    return KVS_OK;
+}
+
+static void do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_wire_entry *r = &n->reply_entries[i];
+        kvs_status st = kvs_ucx_conn_alive(c->conn) ? get_one(n, c, &req->entries[i], &r->length) : KVS_EIO;
+        r->status = st;
+        n->stats.gets++;
+        if (st == KVS_OK || st == KVS_EOVERFLOW) n->stats.hits++;
+        else if (st == KVS_ENOTFOUND) n->stats.misses++;
+    }
+}
+
+static kvs_status put_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e) {
+    kvs_key k;
+    char err[256];
+    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
+    const void *object = e->inline_data;
+    if (!object) {
+        kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
+        if (!rkey) return KVS_EINVAL;
+        kvs_status st = kvs_ucx_get(c->conn, n->staging, (size_t)e->length, n->staging_mem, e->remote_addr,
+                                    rkey, n->params.timeout_ms);
+        if (st != KVS_OK) {
+            fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+            return KVS_EIO;
+        }
+        object = n->staging;
+    }
+    kvs_status st = kvs_tiers_put(n->chain, &k, object, e->length, err, sizeof err);
+    if (st != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+        return st;
+    }
+    n->stats.puts++;
+    n->stats.bytes_in += e->length;
+    return KVS_OK;
+}
+
+static void do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++)
+        n->reply_entries[i].status = kvs_ucx_conn_alive(c->conn) ? put_one(n, c, &req->entries[i]) : KVS_EIO;
+}
+
+static void do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_key k;
+        kvs_status st = KVS_EINVAL;
+        if (stored_key(c, req->entries[i].key, &k) == 0) {
+            st = kvs_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
+            if (st == KVS_OK) {
+                kvs_tiers_remove(n->chain, &k);
+                n->stats.deletes++;
+            }
+        }
+        n->reply_entries[i].status = st;
+    }
+}
+
+static void do_stats(kvs_node *n, kvs_wire_msg *rep) {
+    uint64_t objects = 0, bytes = 0;
+    for (uint32_t i = 0; i < kvs_tiers_count(n->chain); i++) {
+        uint64_t o = 0, b = 0;
+        const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, i);
+        if (ops->usage(kvs_tiers_state(n->chain, i), &o, &b) == KVS_OK) {
+            objects += o;
+            bytes += b;
+        }
+    }
+    rep->counters[KVS_WIRE_STAT_OBJECTS] = objects;
+    rep->counters[KVS_WIRE_STAT_BYTES_USED] = bytes;
+    rep->counters[KVS_WIRE_STAT_CAPACITY_BYTES] = n->capacity_bytes;
+    rep->counters[KVS_WIRE_STAT_HITS] = n->stats.hits;
+    rep->counters[KVS_WIRE_STAT_MISSES] = n->stats.misses;
+    rep->counters[KVS_WIRE_STAT_PUTS] = n->stats.puts;
+    rep->counters[KVS_WIRE_STAT_EVICTIONS] = kvs_tiers_evictions(n->chain);
+    rep->counters[KVS_WIRE_STAT_AUTH_FAILURES] = n->stats.auth_failures;
+}
+
+static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    char err[256] = "";
+    kvs_wire_msg rep;
+    if (req->type == KVS_WIRE_HELLO) {
+        const uint8_t *challenge = NULL;
+        if (kvs_remote_auth_node_hello(&c->auth, req, &challenge, err, sizeof err) != KVS_OK) {
+            refuse(n, c, req->request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: a second hello");
+            return;
+        }
+        kvs_wire_msg_init(&rep, KVS_WIRE_CHALLENGE, req->request_id);
+        rep.challenge = challenge;
+        send_msg(n, c, &rep);
+        return;
+    }
+    /* AUTH */
+    kvs_status st = kvs_remote_auth_node_check(&c->auth, &n->psk, req->proof, req->proof ? KVS_WIRE_PROOF_BYTES : 0,
+                                               err, sizeof err);
+    if (st == KVS_ESTATE) {
+        refuse(n, c, req->request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: auth without a challenge");
+        return;
+    }
+    if (st != KVS_OK) {
+        n->stats.auth_failures++;
+        fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n",
+                kvs_ucx_conn_peer(c->conn), c->auth.tenant);
+        refuse(n, c, req->request_id, KVS_WIRE_ERR_AUTH, "node: authentication failed");
+        c->closing = 1;
+        return;
+    }
+    n->stats.auth_ok++;
+    kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
+    send_msg(n, c, &rep);
+}
+
+static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
+                       size_t data_len) {
+    kvs_node *n = user;
+    node_conn *c = kvs_ucx_conn_user(conn);
+    if (!c || c->closing) return;
+    const void *buf = data_len ? data : header;
+    size_t len = data_len ? data_len : header_len;
+    kvs_wire_msg req;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_decode(buf, len, n->entries, KVS_WIRE_MAX_KEYS, &req, &why) != KVS_OK) {
+        send_refusal(n, c, &why);
+        return;
+    }
+    int authed = kvs_remote_auth_node_ok(&c->auth);
+    if (req.type == KVS_WIRE_HELLO || req.type == KVS_WIRE_AUTH) {
+        if (authed) refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, "node: the connection is already authenticated");
+        else handshake(n, c, &req);
+        return;
+    }
+    if (!authed) {
+        char text[128];
+        kvs_fmt(text, sizeof text, "node: %s before the handshake finished", kvs_wire_type_name(req.type));
+        refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
+        return;
+    }
+    kvs_wire_msg rep;
+    switch (req.type) {
+    case KVS_WIRE_LOOKUP: kvs_wire_msg_init(&rep, KVS_WIRE_LOOKUP_REPLY, req.request_id); break;
+    case KVS_WIRE_GET: kvs_wire_msg_init(&rep, KVS_WIRE_GET_REPLY, req.request_id); break;
+    case KVS_WIRE_PUT: kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, req.request_id); break;
+    case KVS_WIRE_DELETE: kvs_wire_msg_init(&rep, KVS_WIRE_DELETE_REPLY, req.request_id); break;
+    case KVS_WIRE_STATS:
+        kvs_wire_msg_init(&rep, KVS_WIRE_STATS_REPLY, req.request_id);
+        do_stats(n, &rep);
+        send_msg(n, c, &rep);
+        return;
+    default: {
+        char text[128];
+        kvs_fmt(text, sizeof text, "node: %s is not a request", kvs_wire_type_name(req.type));
+        refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
+        return;
+    }
+    }
+    memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
+    rep.entries = n->reply_entries;
+    rep.n_entries = req.n_entries;
+    if (req.type == KVS_WIRE_LOOKUP) do_lookup(n, c, &req);
+    else if (req.type == KVS_WIRE_GET) do_get(n, c, &req);
+    else if (req.type == KVS_WIRE_PUT) do_put(n, c, &req);
+    else do_delete(n, c, &req);
+    if (kvs_ucx_conn_alive(c->conn)) send_msg(n, c, &rep);
+    else c->closing = 1;
+}
+
+/* ---- lifetime --------------------------------------------------------------------------------- */
+
+kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err, size_t err_len) {
+    kvs_status st = KVS_EINVAL;
+    *out = NULL;
+    if (!params || !params->config || !params->psk || !params->listen_host || params->max_object_bytes == 0) {
+        kvs_fmt(err, err_len, "node: missing parameters");
+        return KVS_EINVAL;
+    }
+    kvs_node *n = calloc(1, sizeof *n);
+    if (!n) {
+        kvs_fmt(err, err_len, "node: no memory");
+        return KVS_ENOMEM;
+    }
+    n->params = *params;
+    n->params.config = NULL;
+    n->params.psk = NULL;
+    n->psk = *params->psk;
+    uint64_t staging_len = (params->max_object_bytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+    n->staging = aligned_alloc(STAGING_ALIGN, (size_t)staging_len);
+    n->reply = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
+    if (!n->staging || !n->reply) {
+        kvs_fmt(err, err_len, "node: no memory for a %llu-byte staging buffer",
+                (unsigned long long)staging_len);
+        st = KVS_ENOMEM;
+        goto fail;
+    }
+    memset(n->staging, 0, (size_t)staging_len);
+    st = kvs_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len, NULL, NULL, &n->chain,
+                        err, err_len);
+    if (st != KVS_OK) goto fail;
+    for (size_t i = 0; i < params->config->n_tiers; i++) n->capacity_bytes += params->config->tiers[i].capacity_bytes;
+
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "kvstrata-node", .listen_host = params->listen_host,
+                        .listen_port = params->listen_port, .log_level = params->config->log_level,
+                        .on_accept = on_accept, .on_dead = on_dead, .user = n};
+    st = kvs_ucx_create(&p, &n->t, err, err_len);
+    if (st != KVS_OK) goto fail;
+    st = kvs_ucx_mem_register(n->t, n->staging, (size_t)staging_len, &n->staging_mem);
+    if (st == KVS_OK) st = kvs_ucx_am_handler(n->t, KVS_NODE_AM_ID, on_message, n);
+    if (st != KVS_OK) {
+        kvs_fmt(err, err_len, "%s", kvs_ucx_last_error(n->t));
+        goto fail;
+    }
+    *out = n;
+    return KVS_OK;
+fail:
+    kvs_node_destroy(n);
+    return st;
+}
+
+uint16_t kvs_node_port(const kvs_node *n) { return kvs_ucx_listen_port(n->t); }
+uint32_t kvs_node_tier_count(const kvs_node *n) { return kvs_tiers_count(n->chain); }
+void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) { *out = n->stats; }
+
+kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
+    for (;;) {
+        struct pollfd p = {.fd = stop_fd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) return KVS_OK;
+        kvs_ucx_wait(n->t, LOOP_WAIT_MS);
+        sweep(n);
+    }
+}
+
+void kvs_node_destroy(kvs_node *n) {
+    if (!n) return;
+    for (node_conn *c = n->conns; c; c = c->next) c->closing = 1;
+    sweep(n);
+    kvs_ucx_mem_deregister(n->staging_mem);
+    kvs_ucx_destroy(n->t);
+    kvs_tiers_close(n->chain);
+    free(n->reply);
+    free(n->staging);
+    kvs_remote_psk_clear(&n->psk);
+    free(n);
+}

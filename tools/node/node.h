@@ -1,0 +1,62 @@
+/* node.h - the kvstrata-node server: serves a tier chain (kvs_tiers_open) to remote-tier clients over
+ * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h.
+ *
+ * Threading: a node and its transport belong to the thread that created it; no call is thread-safe.
+ * kvs_node_run is the event loop: it returns when stop_fd (a signalfd or pipe) becomes readable. */
+#ifndef KVS_NODE_H
+#define KVS_NODE_H
+
+#include <stdint.h>
+
+#include "auth.h"
+#include "config.h"
+#include "kvstrata.h"
+
+/* Requests and replies travel as one active message of this id; the encoded wire message is the
+ * message's data segment and its header is empty (a node also takes a message in the header when
+ * the data segment is empty). */
+#define KVS_NODE_AM_ID 1u
+
+typedef struct kvs_node kvs_node;
+
+typedef struct kvs_node_params {
+    const kvs_config *config;     /* tiers to serve; borrowed for kvs_node_create only */
+    const kvs_remote_psk *psk;    /* copied */
+    const char *listen_host;      /* IPv4 address or name */
+    uint16_t listen_port;         /* 0: pick a free one (kvs_node_port) */
+    uint32_t max_clients;         /* connections beyond this are closed at accept */
+    int timeout_ms;               /* bound on each send and RMA transfer */
+    uint64_t max_object_bytes;    /* largest object stored or served; the staging buffer's size */
+    uint32_t max_refusals;        /* refused messages a connection may send before it is closed */
+} kvs_node_params;
+
+/* Node counters since create; also printed as the final stats line. */
+typedef struct kvs_node_stats {
+    uint64_t connections;     /* accepted */
+    uint64_t rejected;        /* closed at accept (over max_clients) */
+    uint64_t auth_ok;
+    uint64_t auth_failures;
+    uint64_t refusals;        /* ERROR replies for malformed or out-of-state messages */
+    uint64_t lookups;         /* keys asked by LOOKUP */
+    uint64_t hits;            /* keys found by LOOKUP or GET */
+    uint64_t misses;
+    uint64_t gets;            /* keys asked by GET */
+    uint64_t puts;            /* objects stored */
+    uint64_t deletes;         /* keys removed */
+    uint64_t bytes_in;        /* object bytes stored */
+    uint64_t bytes_out;       /* object bytes written to clients */
+} kvs_node_stats;
+
+/* Open the tiers, register the staging buffer, start listening. On failure *out is NULL and err
+ * holds a sentence naming what failed. */
+kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err, size_t err_len);
+/* The bound listener port. */
+uint16_t kvs_node_port(const kvs_node *node);
+uint32_t kvs_node_tier_count(const kvs_node *node);
+/* Serve until stop_fd is readable (the caller drains it). Returns KVS_OK then. */
+kvs_status kvs_node_run(kvs_node *node, int stop_fd);
+void kvs_node_get_stats(const kvs_node *node, kvs_node_stats *out);
+/* Close every connection, the transport and the tiers; wipe the key. NULL is a no-op. */
+void kvs_node_destroy(kvs_node *node);
+
+#endif
