@@ -18,6 +18,7 @@ int main(void) {
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -149,6 +150,8 @@ static pid_t start_server(uint16_t *port) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
+        /* a failed assertion in the client never reaches stop_server: die with the client */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(fds[0]);
         server_main(fds[1]);
     }
