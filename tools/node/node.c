@@ -295,8 +295,11 @@ static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     kvs_wire_msg rep;
     if (req->type == KVS_WIRE_HELLO) {
         const uint8_t *challenge = NULL;
-        if (kvs_remote_auth_node_hello(&c->auth, req, &challenge, err, sizeof err) != KVS_OK) {
-            refuse(n, c, req->request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: a second hello");
+        kvs_status st = kvs_remote_auth_node_hello(&c->auth, req, &challenge, err, sizeof err);
+        if (st != KVS_OK) { /* the handshake is over for this connection (auth.c refuses from now on) */
+            refuse(n, c, req->request_id, st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
+                   err[0] ? err : "node: hello refused");
+            c->closing = 1;
             return;
         }
         kvs_wire_msg_init(&rep, KVS_WIRE_CHALLENGE, req->request_id);
@@ -309,6 +312,7 @@ static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
                                                err, sizeof err);
     if (st == KVS_ESTATE) {
         refuse(n, c, req->request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: auth without a challenge");
+        c->closing = 1;
         return;
     }
     if (st != KVS_OK) {

@@ -1,0 +1,593 @@
+/* test_node.c - the kvstrata-node daemon as a child process, driven by this process as a client over
+ * UCX on 127.0.0.1: handshake, state checks, put/lookup/get round trips through RMA, tenant
+ * isolation, malformed input, SIGTERM shutdown. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef KVS_HAVE_UCX
+int main(void) {
+    printf("test_node: skipped, this build has no UCX\n");
+    return 77;
+}
+#else
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../tools/node/node.h" /* KVS_NODE_AM_ID */
+#include "auth.h"
+#include "test_support.h"
+#include "ucx_transport.h"
+#include "wire.h"
+
+#define TIMEOUT_MS 5000
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+#define CLIENT_BYTES (4u * MIB) /* registered client memory: sources and destinations */
+
+/* ---- the daemon ------------------------------------------------------------------------------ */
+
+typedef struct daemon_proc {
+    pid_t pid;
+    int out_fd; /* its stdout */
+    uint16_t port;
+    char dir[512];
+    char psk_path[600];
+    uint8_t psk[32];
+    char out[4096]; /* what it printed so far */
+    size_t out_len;
+} daemon_proc;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Read the daemon's stdout until `want` appears or deadline_ms passes; 1 if it appeared. */
+static int read_until(daemon_proc *d, const char *want, int deadline_ms) {
+    double until = now_ms() + deadline_ms;
+    while (!strstr(d->out, want)) {
+        int left = (int)(until - now_ms());
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = d->out_fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0) return 0;
+        ssize_t k = read(d->out_fd, d->out + d->out_len, sizeof d->out - 1 - d->out_len);
+        if (k <= 0) return strstr(d->out, want) != NULL;
+        d->out_len += (size_t)k;
+        d->out[d->out_len] = '\0';
+    }
+    return 1;
+}
+
+static void daemon_start(daemon_proc *d) {
+    memset(d, 0, sizeof *d);
+    ck_assert_int_eq(kvs_test_tmpdir(d->dir, sizeof d->dir), 0);
+    for (size_t i = 0; i < sizeof d->psk; i++) d->psk[i] = (uint8_t)(i * 7 + 3);
+    snprintf(d->psk_path, sizeof d->psk_path, "%s/node.key", d->dir);
+    int fd = open(d->psk_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, d->psk, sizeof d->psk), (ssize_t)sizeof d->psk);
+    close(fd);
+    char yaml[700];
+    ck_assert_int_eq(kvs_test_write_file(d->dir, "node.yaml",
+                                         "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n",
+                                         yaml, sizeof yaml),
+                     0);
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    d->pid = fork();
+    ck_assert_int_ge(d->pid, 0);
+    if (d->pid == 0) {
+        dup2(pipefd[1], 1);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file", d->psk_path,
+              "--listen", "127.0.0.1:0", "--max-clients", "8", "--timeout-ms", "3000", "--max-object-bytes",
+              "2MiB", (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    d->out_fd = pipefd[0];
+    ck_assert_msg(read_until(d, "\n", 10000), "no readiness line; got \"%s\"", d->out);
+    unsigned port = 0, tiers = 0;
+    ck_assert_msg(sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
+                  "readiness line: \"%s\"", d->out);
+    ck_assert_uint_gt(port, 0);
+    ck_assert_uint_eq(tiers, 1);
+    d->port = (uint16_t)port;
+}
+
+/* SIGTERM and reap; returns the wait status. */
+static int daemon_stop(daemon_proc *d) {
+    int status = -1;
+    if (d->pid > 0) {
+        kill(d->pid, SIGTERM);
+        double until = now_ms() + 5000;
+        while (waitpid(d->pid, &status, WNOHANG) == 0) {
+            if (now_ms() > until) {
+                kill(d->pid, SIGKILL);
+                waitpid(d->pid, &status, 0);
+                status = -1;
+                break;
+            }
+            usleep(10000);
+        }
+        d->pid = 0;
+    }
+    if (d->out_fd > 0) {
+        read_until(d, "bytes_out=", 1000);
+        close(d->out_fd);
+        d->out_fd = 0;
+    }
+    kvs_test_rmtree(d->dir);
+    return status;
+}
+
+/* ---- the client ------------------------------------------------------------------------------ */
+
+typedef struct client {
+    kvs_ucx_transport *t;
+    kvs_ucx_conn *conn;
+    uint8_t reply[KVS_WIRE_MAX_MESSAGE_BYTES];
+    size_t reply_len;
+    int arrived;
+    int dead;
+    uint64_t next_id;
+    kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];
+    uint8_t *mem; /* CLIENT_BYTES, registered */
+    kvs_ucx_mem *mem_reg;
+    uint8_t rkey[KVS_WIRE_MAX_RKEY_BYTES];
+    size_t rkey_len;
+} client;
+
+static void client_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
+                      size_t data_len) {
+    client *c = user;
+    (void)conn;
+    (void)header;
+    (void)header_len;
+    c->arrived = 1;
+    c->reply_len = data_len <= sizeof c->reply ? data_len : 0;
+    if (c->reply_len) memcpy(c->reply, data, data_len);
+}
+
+static void client_dead(void *user, kvs_ucx_conn *conn, const char *why) {
+    client *c = user;
+    (void)conn;
+    (void)why;
+    c->dead = 1;
+}
+
+static client *client_open(const daemon_proc *d) {
+    client *c = calloc(1, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-node-client", .log_level = KVS_LOG_ERROR,
+                        .on_dead = client_dead, .user = c};
+    char err[512];
+    ck_assert_msg(kvs_ucx_create(&p, &c->t, err, sizeof err) == KVS_OK, "create: %s", err);
+    ck_assert_int_eq(kvs_ucx_am_handler(c->t, KVS_NODE_AM_ID, client_am, c), KVS_OK);
+    ck_assert_msg(kvs_ucx_connect(c->t, "127.0.0.1", d->port, TIMEOUT_MS, &c->conn) == KVS_OK, "connect: %s",
+                  kvs_ucx_last_error(c->t));
+    c->mem = aligned_alloc(4096, CLIENT_BYTES);
+    ck_assert_ptr_nonnull(c->mem);
+    memset(c->mem, 0, CLIENT_BYTES);
+    ck_assert_int_eq(kvs_ucx_mem_register(c->t, c->mem, CLIENT_BYTES, &c->mem_reg), KVS_OK);
+    ck_assert_int_eq(kvs_ucx_mem_pack(c->mem_reg, c->rkey, sizeof c->rkey, &c->rkey_len), KVS_OK);
+    c->next_id = 100;
+    return c;
+}
+
+static void client_close(client *c) {
+    kvs_ucx_conn_close(c->conn);
+    kvs_ucx_mem_deregister(c->mem_reg);
+    kvs_ucx_destroy(c->t);
+    free(c->mem);
+    free(c);
+}
+
+/* Send raw bytes and wait for one reply; 1 when a reply arrived. */
+static int send_raw(client *c, const void *bytes, size_t len) {
+    c->arrived = 0;
+    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, bytes, len, TIMEOUT_MS) != KVS_OK) return 0;
+    double until = now_ms() + TIMEOUT_MS;
+    while (!c->arrived && !c->dead && now_ms() < until) kvs_ucx_wait(c->t, 50);
+    return c->arrived;
+}
+
+/* Encode msg (its request_id is set here), send it, decode the reply into *rep. */
+static void request(client *c, kvs_wire_msg *msg, kvs_wire_msg *rep) {
+    static uint8_t buf[KVS_WIRE_MAX_MESSAGE_BYTES];
+    size_t len = 0;
+    kvs_wire_refusal why;
+    msg->request_id = ++c->next_id;
+    ck_assert_int_eq(kvs_wire_encode(msg, buf, sizeof buf, &len, &why), KVS_OK);
+    ck_assert_msg(send_raw(c, buf, len), "no reply to %s", kvs_wire_type_name(msg->type));
+    kvs_status st = kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, rep, &why);
+    ck_assert_msg(st == KVS_OK, "reply does not decode: %s", why.text);
+    ck_assert_uint_eq(rep->request_id, msg->request_id);
+}
+
+/* HELLO + AUTH with the given key; returns the type of the answer to AUTH (AUTH_OK or ERROR). */
+static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_bytes, size_t psk_len,
+                          uint32_t *error_code) {
+    kvs_remote_psk psk;
+    char err[256];
+    ck_assert_int_eq(kvs_remote_psk_set(&psk, psk_bytes, psk_len, err, sizeof err), KVS_OK);
+    uint8_t nonce[KVS_WIRE_NONCE_BYTES], challenge[KVS_WIRE_CHALLENGE_BYTES], proof[KVS_WIRE_PROOF_BYTES];
+    ck_assert_int_eq(kvs_remote_random(nonce, sizeof nonce), KVS_OK);
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
+    m.tenant = tenant;
+    m.tenant_len = (uint32_t)strlen(tenant);
+    m.nonce = nonce;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_CHALLENGE);
+    memcpy(challenge, rep.challenge, sizeof challenge);
+    ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, tenant, strlen(tenant), proof), KVS_OK);
+    kvs_remote_psk_clear(&psk);
+    kvs_wire_msg_init(&m, KVS_WIRE_AUTH, 0);
+    m.proof = proof;
+    request(c, &m, &rep);
+    if (error_code) *error_code = rep.type == KVS_WIRE_ERROR ? rep.error_code : 0;
+    return rep.type;
+}
+
+static client *client_authed(const daemon_proc *d, const char *tenant) {
+    client *c = client_open(d);
+    ck_assert_uint_eq(handshake(c, tenant, d->psk, sizeof d->psk, NULL), KVS_WIRE_AUTH_OK);
+    return c;
+}
+
+static void fill(uint8_t *buf, size_t len, uint32_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf[i] = (uint8_t)(x >> 24);
+    }
+}
+
+static void make_key(uint8_t key[16], uint32_t n) {
+    memset(key, 0, 16);
+    memcpy(key, &n, sizeof n);
+    key[15] = 0xA5;
+}
+
+/* PUT one object from client memory at offset off (RMA), or inline when inline_ok and it fits. */
+static int32_t put_one(client *c, const uint8_t key[16], size_t off, size_t len, int use_inline) {
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    e.length = len;
+    if (use_inline) {
+        e.inline_data = c->mem + off;
+    } else {
+        e.remote_addr = (uint64_t)(uintptr_t)(c->mem + off);
+        e.rkey = c->rkey;
+        e.rkey_len = (uint32_t)c->rkey_len;
+    }
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_PUT_REPLY);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    return rep.entries[0].status;
+}
+
+/* GET one object into client memory at offset off with capacity cap; *len gets the reported length. */
+static int32_t get_one(client *c, const uint8_t key[16], size_t off, size_t cap, uint64_t *len) {
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    e.remote_addr = (uint64_t)(uintptr_t)(c->mem + off);
+    e.length = cap;
+    e.rkey = c->rkey;
+    e.rkey_len = (uint32_t)c->rkey_len;
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_GET, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_GET_REPLY);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    *len = rep.entries[0].length;
+    return rep.entries[0].status;
+}
+
+static uint8_t lookup_one(client *c, const uint8_t key[16]) {
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_LOOKUP_REPLY);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    return rep.entries[0].present;
+}
+
+static void stats(client *c, uint64_t counters[KVS_WIRE_STATS_COUNT]) {
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_STATS, 0);
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_STATS_REPLY);
+    memcpy(counters, rep.counters, sizeof rep.counters);
+}
+
+static daemon_proc node;
+
+static void setup(void) {
+    setenv("UCX_TLS", "tcp,sm,self", 0);
+    daemon_start(&node);
+}
+
+static void teardown(void) { daemon_stop(&node); }
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+START_TEST(handshake_with_the_right_key_is_accepted) {
+    client *c = client_authed(&node, "tenant-a");
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 0);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_CAPACITY_BYTES], 32u * MIB);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_OBJECTS], 0);
+    client_close(c);
+}
+END_TEST
+
+START_TEST(handshake_with_a_wrong_key_is_refused_and_the_connection_closed) {
+    client *c = client_open(&node);
+    uint8_t wrong[32];
+    memcpy(wrong, node.psk, sizeof wrong);
+    wrong[5] ^= 1;
+    uint32_t code = 0;
+    ck_assert_uint_eq(handshake(c, "tenant-a", wrong, sizeof wrong, &code), KVS_WIRE_ERROR);
+    ck_assert_uint_eq(code, KVS_WIRE_ERR_AUTH);
+    /* The node closes the connection: a later request gets no answer. */
+    double until = now_ms() + TIMEOUT_MS;
+    while (!c->dead && now_ms() < until) kvs_ucx_wait(c->t, 50);
+    ck_assert_msg(c->dead, "the node kept the connection after a wrong proof");
+    client_close(c);
+    /* A good client is still served and sees the failure counted. */
+    c = client_authed(&node, "tenant-a");
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 1);
+    client_close(c);
+}
+END_TEST
+
+START_TEST(requests_before_the_handshake_are_refused_with_state) {
+    client *c = client_open(&node);
+    uint8_t key[16];
+    make_key(key, 1);
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    kvs_wire_msg_init(&m, KVS_WIRE_STATS, 0);
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    uint8_t proof[KVS_WIRE_PROOF_BYTES] = {0};
+    kvs_wire_msg_init(&m, KVS_WIRE_AUTH, 0); /* AUTH without HELLO: no challenge yet */
+    m.proof = proof;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    /* A handshake out of order ends the connection; a fresh one is served. */
+    double until = now_ms() + TIMEOUT_MS;
+    while (!c->dead && now_ms() < until) kvs_ucx_wait(c->t, 50);
+    ck_assert_msg(c->dead, "the node kept a connection that sent auth before hello");
+    client_close(c);
+    c = client_authed(&node, "tenant-a");
+    ck_assert_uint_eq(lookup_one(c, key), 0);
+    /* HELLO again after AUTH_OK: STATE, and the connection stays authenticated. */
+    uint8_t nonce[KVS_WIRE_NONCE_BYTES] = {0};
+    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
+    m.tenant = "tenant-b";
+    m.tenant_len = 8;
+    m.nonce = nonce;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    ck_assert_uint_eq(lookup_one(c, key), 0);
+    client_close(c);
+}
+END_TEST
+
+START_TEST(put_lookup_get_round_trip_64k_1m_and_inline_objects) {
+    client *c = client_authed(&node, "tenant-a");
+    const size_t sizes[3] = {64 * KIB, MIB, 1000};
+    const size_t src_off[3] = {0, 64 * KIB, 64 * KIB + MIB};
+    uint8_t keys[4][16];
+    for (uint32_t i = 0; i < 4; i++) make_key(keys[i], 10 + i);
+    for (uint32_t i = 0; i < 3; i++) {
+        fill(c->mem + src_off[i], sizes[i], 50 + i);
+        ck_assert_int_eq(put_one(c, keys[i], src_off[i], sizes[i], i == 2), KVS_OK);
+    }
+    for (uint32_t i = 0; i < 3; i++) ck_assert_uint_eq(lookup_one(c, keys[i]), 1);
+    ck_assert_uint_eq(lookup_one(c, keys[3]), 0);
+
+    const size_t dst = 2 * MIB;
+    for (uint32_t i = 0; i < 3; i++) {
+        memset(c->mem + dst, 0, MIB + 4096);
+        uint64_t len = 0;
+        ck_assert_int_eq(get_one(c, keys[i], dst, MIB + 4096, &len), KVS_OK);
+        ck_assert_uint_eq(len, sizes[i]);
+        ck_assert_msg(memcmp(c->mem + dst, c->mem + src_off[i], sizes[i]) == 0, "object %u differs", i);
+        ck_assert_uint_eq(c->mem[dst + sizes[i]], 0); /* nothing written past the object */
+    }
+    uint64_t len = 7;
+    ck_assert_int_eq(get_one(c, keys[3], dst, MIB, &len), KVS_ENOTFOUND);
+    ck_assert_uint_eq(len, 0);
+    memset(c->mem + dst, 0xEE, 64 * KIB);
+    ck_assert_int_eq(get_one(c, keys[1], dst, 64 * KIB, &len), KVS_EOVERFLOW); /* 1 MiB into 64 KiB */
+    ck_assert_uint_eq(len, MIB);
+    ck_assert_uint_eq(c->mem[dst], 0xEE); /* the destination is untouched */
+
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_OBJECTS], 3);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_PUTS], 3);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_BYTES_USED], 64 * KIB + MIB + 1000);
+
+    /* DELETE, then the key is gone. */
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = keys[0];
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_DELETE, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_DELETE_REPLY);
+    ck_assert_int_eq(rep.entries[0].status, KVS_OK);
+    ck_assert_uint_eq(lookup_one(c, keys[0]), 0);
+    client_close(c);
+}
+END_TEST
+
+START_TEST(tenants_cannot_see_or_overwrite_each_others_objects) {
+    client *a = client_authed(&node, "alice");
+    client *b = client_authed(&node, "bob");
+    uint8_t key[16];
+    make_key(key, 77);
+    fill(a->mem, 64 * KIB, 1);
+    fill(b->mem, 64 * KIB, 2);
+    ck_assert_int_eq(put_one(a, key, 0, 64 * KIB, 0), KVS_OK);
+    ck_assert_uint_eq(lookup_one(b, key), 0);
+    uint64_t len = 0;
+    ck_assert_int_eq(get_one(b, key, MIB, 64 * KIB, &len), KVS_ENOTFOUND);
+    ck_assert_int_eq(put_one(b, key, 0, 64 * KIB, 0), KVS_OK); /* bob's own object of the same key */
+    ck_assert_int_eq(get_one(a, key, MIB, 64 * KIB, &len), KVS_OK);
+    ck_assert_uint_eq(len, 64 * KIB);
+    ck_assert_msg(memcmp(a->mem + MIB, a->mem, 64 * KIB) == 0, "alice reads bob's bytes");
+    ck_assert_int_eq(get_one(b, key, MIB, 64 * KIB, &len), KVS_OK);
+    ck_assert_msg(memcmp(b->mem + MIB, b->mem, 64 * KIB) == 0, "bob reads alice's bytes");
+    client_close(a);
+    client_close(b);
+}
+END_TEST
+
+START_TEST(malformed_messages_get_an_error_and_the_node_keeps_serving) {
+    client *c = client_authed(&node, "tenant-a");
+    kvs_wire_msg rep;
+    kvs_wire_refusal why;
+    const uint8_t garbage[] = {0xc1, 0xff, 0x00, 0x13};
+    ck_assert(send_raw(c, garbage, sizeof garbage));
+    ck_assert_int_eq(kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_ne(rep.error_code, KVS_WIRE_ERR_NONE);
+
+    /* A valid LOOKUP cut short: TRUNCATED, naming its request id. */
+    uint8_t buf[256], key[16];
+    make_key(key, 5);
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 4242);
+    m.entries = &e;
+    m.n_entries = 1;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_wire_encode(&m, buf, sizeof buf, &len, &why), KVS_OK);
+    ck_assert(send_raw(c, buf, len - 3));
+    ck_assert_int_eq(kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_TRUNCATED);
+    ck_assert_uint_eq(rep.request_id, 4242);
+
+    /* A reply type sent as a request. */
+    kvs_wire_msg_init(&m, KVS_WIRE_AUTH_OK, 0);
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+
+    /* Still serving on the same connection. */
+    ck_assert_uint_eq(lookup_one(c, key), 0);
+    ck_assert(!c->dead);
+    client_close(c);
+}
+END_TEST
+
+START_TEST(a_peer_that_keeps_sending_garbage_is_disconnected) {
+    client *c = client_authed(&node, "tenant-a");
+    const uint8_t garbage[] = {0x93, 0x01};
+    int answered = 0;
+    for (int i = 0; i < 40 && !c->dead; i++) answered += send_raw(c, garbage, sizeof garbage);
+    double until = now_ms() + TIMEOUT_MS;
+    while (!c->dead && now_ms() < until) kvs_ucx_wait(c->t, 50);
+    ck_assert_msg(c->dead, "the node kept an abusive connection");
+    ck_assert_int_ge(answered, 16);
+    ck_assert_int_le(answered, 17);
+    client_close(c);
+    c = client_authed(&node, "tenant-a"); /* others are still served */
+    client_close(c);
+}
+END_TEST
+
+START_TEST(sigterm_stops_the_node_with_status_0_and_a_stats_line) {
+    client *c = client_authed(&node, "tenant-a");
+    uint8_t key[16];
+    make_key(key, 9);
+    fill(c->mem, 64 * KIB, 3);
+    ck_assert_int_eq(put_one(c, key, 0, 64 * KIB, 0), KVS_OK);
+    double t0 = now_ms();
+    int status = daemon_stop(&node);
+    double took = now_ms() - t0;
+    ck_assert_msg(status != -1, "the node did not exit within 5 s of SIGTERM");
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_msg(took < 3000, "shutdown took %.0f ms", took);
+    ck_assert_msg(strstr(node.out, "kvstrata-node stopped on SIGTERM") != NULL, "output: %s", node.out);
+    ck_assert_msg(strstr(node.out, " puts=1 ") != NULL, "output: %s", node.out);
+    ck_assert_msg(strstr(node.out, " bytes_in=65536 ") != NULL, "output: %s", node.out);
+    client_close(c);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("node");
+    TCase *tc = tcase_create("node");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, handshake_with_the_right_key_is_accepted);
+    tcase_add_test(tc, handshake_with_a_wrong_key_is_refused_and_the_connection_closed);
+    tcase_add_test(tc, requests_before_the_handshake_are_refused_with_state);
+    tcase_add_test(tc, put_lookup_get_round_trip_64k_1m_and_inline_objects);
+    tcase_add_test(tc, tenants_cannot_see_or_overwrite_each_others_objects);
+    tcase_add_test(tc, malformed_messages_get_an_error_and_the_node_keeps_serving);
+    tcase_add_test(tc, a_peer_that_keeps_sending_garbage_is_disconnected);
+    tcase_add_test(tc, sigterm_stops_the_node_with_status_0_and_a_stats_line);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
+#endif
