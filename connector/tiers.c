@@ -9,6 +9,7 @@
 #include "dram.h"
 #include "log.h"
 #include "policy.h"
+#include "remote.h"
 #include "ssd.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
@@ -43,7 +44,7 @@ typedef struct builtin {
     const kvs_backend_ops *(*ops)(void);
 } builtin;
 
-static const builtin builtins[] = {{"dram", kvs_dram_backend}, {"ssd", kvs_ssd_backend}};
+static const builtin builtins[] = {{"dram", kvs_dram_backend}, {"ssd", kvs_ssd_backend}, {"remote", kvs_remote_backend}};
 
 static void host_log(void *ctx, int level, const char *message) {
     kvs_tier *t = ctx;

@@ -452,6 +452,14 @@ kvs_status kvs_ucx_progress(kvs_ucx_transport *t) {
     return KVS_OK;
 }
 
+kvs_status kvs_ucx_arm(kvs_ucx_transport *t) {
+    if (!t) return KVS_EINVAL;
+    if (progress_all(t) + deliver_all(t) > 0 || t->queue_head) return KVS_EAGAIN;
+    ucs_status_t st = ucp_worker_arm(t->worker);
+    if (st == UCS_ERR_BUSY) return KVS_EAGAIN;
+    return st == UCS_OK ? KVS_OK : KVS_EIO;
+}
+
 kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms) {
     if (!t) return KVS_EINVAL;
     unsigned long long deadline = deadline_after(timeout_ms);

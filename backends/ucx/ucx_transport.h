@@ -61,6 +61,9 @@ uint16_t kvs_ucx_listen_port(const kvs_ucx_transport *t);
  * call kvs_ucx_progress when it fires and before sleeping on it again. */
 int kvs_ucx_event_fd(const kvs_ucx_transport *t);
 
+/* Arm the event fd before the owner sleeps on it in its own poll loop: KVS_OK when armed (the fd
+ * fires on the next event), KVS_EAGAIN when events are already pending (progress instead). */
+kvs_status kvs_ucx_arm(kvs_ucx_transport *t);
 /* Progress without blocking and deliver pending events. Returns KVS_OK. */
 kvs_status kvs_ucx_progress(kvs_ucx_transport *t);
 /* Sleep on the event fd (no busy loop) until something happens or timeout_ms passes (-1: forever),

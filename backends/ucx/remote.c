@@ -1,0 +1,266 @@
+/*
+ * remote.c - the remote tier's ops table and strict option parsing (contract in remote.h). The I/O
+ * lives in ucx_remote.c, built only with UCX; without it create refuses with KVS_ENOTSUP.
+ */
+#include "remote.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire.h"
+
+#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms"
+
+static int parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
+    if (!text || *text < '0' || *text > '9') return -1;
+    uint64_t v = 0;
+    for (const char *p = text; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    if (v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int valid_tenant(const char *s) {
+    size_t len = strlen(s);
+    if (len == 0 || len > KVS_WIRE_MAX_TENANT_BYTES) return 0;
+    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == len;
+}
+
+static int parse_node(const char *value, kvs_remote_options *o, char *why, size_t why_len) {
+    const char *colon = strrchr(value, ':');
+    uint64_t port = 0;
+    if (!colon || colon == value || parse_count(colon + 1, 1, 65535, &port) != 0) {
+        snprintf(why, why_len, "node \"%.80s\" is not HOST:PORT (port 1..65535)", value);
+        return -1;
+    }
+    size_t host_len = (size_t)(colon - value);
+    if (host_len >= KVS_REMOTE_HOST_BYTES || strlen(value) > KVS_REMOTE_RING_MAX_ID_BYTES) {
+        snprintf(why, why_len, "node \"%.80s\" is too long", value);
+        return -1;
+    }
+    if (o->n_nodes == KVS_REMOTE_RING_MAX_NODES) {
+        snprintf(why, why_len, "more than %u nodes", KVS_REMOTE_RING_MAX_NODES);
+        return -1;
+    }
+    for (uint32_t i = 0; i < o->n_nodes; i++) {
+        if (strcmp(o->ids[i], value) == 0) {
+            snprintf(why, why_len, "node \"%.80s\" is listed twice", value);
+            return -1;
+        }
+    }
+    memcpy(o->hosts[o->n_nodes], value, host_len);
+    o->hosts[o->n_nodes][host_len] = '\0';
+    o->ports[o->n_nodes] = (uint16_t)port;
+    o->ids[o->n_nodes] = value;
+    o->n_nodes++;
+    return 0;
+}
+
+kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
+                                    char *why, size_t why_len) {
+    static const char *const names[] = {"psk_file", "tenant", "replicas", "timeout_ms", "connect_backoff_ms"};
+    enum { N_NAMES = sizeof names / sizeof names[0] };
+    int seen[N_NAMES] = {0};
+    memset(o, 0, sizeof *o);
+    o->replicas = 1;
+    o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
+    o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
+    for (uint64_t i = 0; i < n_options; i++) {
+        const char *key = options[i].key ? options[i].key : "";
+        const char *value = options[i].value ? options[i].value : "";
+        uint64_t v = 0;
+        if (strcmp(key, "node") == 0) {
+            if (parse_node(value, o, why, why_len) != 0) return KVS_ECONFIG;
+            continue;
+        }
+        unsigned which = 0;
+        while (which < N_NAMES && strcmp(key, names[which]) != 0) which++;
+        if (which == N_NAMES) {
+            snprintf(why, why_len, "unknown option \"%.60s\" (valid options: " VALID_OPTIONS ")", key);
+            return KVS_ECONFIG;
+        }
+        if (seen[which]++) {
+            snprintf(why, why_len, "option %s is given twice", key);
+            return KVS_ECONFIG;
+        }
+        switch (which) {
+        case 0:
+            if (!*value) {
+                snprintf(why, why_len, "psk_file is empty");
+                return KVS_ECONFIG;
+            }
+            o->psk_file = value;
+            break;
+        case 1:
+            if (!valid_tenant(value)) {
+                snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
+                         KVS_WIRE_MAX_TENANT_BYTES);
+                return KVS_ECONFIG;
+            }
+            o->tenant = value;
+            break;
+        case 2:
+            if (parse_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
+                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u", value,
+                         KVS_REMOTE_RING_MAX_REPLICAS);
+                return KVS_ECONFIG;
+            }
+            o->replicas = (uint32_t)v;
+            break;
+        case 3:
+            if (parse_count(value, 1, 600000, &v) != 0) {
+                snprintf(why, why_len, "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
+                return KVS_ECONFIG;
+            }
+            o->timeout_ms = (uint32_t)v;
+            break;
+        default:
+            if (parse_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
+                snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
+                         KVS_REMOTE_MAX_BACKOFF_MS);
+                return KVS_ECONFIG;
+            }
+            o->connect_backoff_ms = (uint32_t)v;
+            break;
+        }
+    }
+    if (o->n_nodes == 0) {
+        snprintf(why, why_len, "needs at least one node (YAML `nodes: [10.0.0.7:13337, ...]`)");
+        return KVS_ECONFIG;
+    }
+    if (!o->psk_file) {
+        snprintf(why, why_len, "needs option psk_file (the pre-shared key file of the nodes)");
+        return KVS_ECONFIG;
+    }
+    if (!o->tenant) {
+        snprintf(why, why_len, "needs option tenant (this client's namespace on the nodes)");
+        return KVS_ECONFIG;
+    }
+    if (o->replicas > o->n_nodes) {
+        snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas, o->replicas,
+                 o->n_nodes);
+        return KVS_ECONFIG;
+    }
+    return KVS_OK;
+}
+
+static kvs_status remote_create(const kvs_backend_init *init, void **state) {
+    char why[256] = "";
+    kvs_remote_options *o = calloc(1, sizeof *o);
+    *state = NULL;
+    if (!o) {
+        if (init->error && init->error_len)
+            snprintf(init->error, init->error_len, "remote tier \"%s\": out of memory", init->tier_name);
+        return KVS_ENOMEM;
+    }
+    kvs_status st = kvs_remote_options_parse(init->options, init->n_options, o, why, sizeof why);
+    if (st != KVS_OK) {
+        if (init->error && init->error_len)
+            snprintf(init->error, init->error_len, "remote tier \"%s\": %s", init->tier_name, why);
+        free(o);
+        return st;
+    }
+    st = kvs_remote_create(init, o, state);
+    free(o);
+    return st;
+}
+
+static kvs_status remote_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned) {
+    (void)timeout_ms; /* remote objects are not leased: a pin only reports what is present now */
+    return kvs_remote_contains(state, keys, n, n_pinned);
+}
+
+static kvs_status remote_unpin(void *state, const kvs_key *keys, uint64_t n) {
+    (void)state;
+    (void)keys;
+    (void)n;
+    return KVS_OK;
+}
+
+static kvs_status remote_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
+    void *dsts[1] = {dst};
+    kvs_status st = KVS_EIO;
+    *len = 0;
+    kvs_status call = kvs_remote_get_many(state, key, dsts, &cap, 1, len, &st);
+    return call != KVS_OK ? call : st;
+}
+
+static kvs_status remote_get_ref(void *state, const kvs_key *key, const void **object, uint64_t *len) {
+    (void)state;
+    (void)key;
+    (void)object;
+    (void)len;
+    return KVS_ENOTSUP;
+}
+
+static const kvs_backend_ops REMOTE_OPS = {
+    .abi_major = KVS_BACKEND_ABI_MAJOR,
+    .abi_minor = KVS_BACKEND_ABI_MINOR,
+    .struct_size = sizeof(kvs_backend_ops),
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY,
+    .type_name = "remote",
+    .create = remote_create,
+    .destroy = kvs_remote_destroy,
+    .last_error = kvs_remote_last_error,
+    .contains = kvs_remote_contains,
+    .pin = remote_pin,
+    .unpin = remote_unpin,
+    .get = remote_get,
+    .get_ref = remote_get_ref,
+    .put = kvs_remote_put,
+    .remove = kvs_remote_remove,
+    .usage = kvs_remote_usage,
+    .get_many = kvs_remote_get_many,
+};
+
+const kvs_backend_ops *kvs_remote_backend(void) { return &REMOTE_OPS; }
+
+#ifndef KVS_HAVE_UCX
+/* A build without UCX keeps the type known so a configuration names the real problem. */
+kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state) {
+    (void)o;
+    *state = NULL;
+    if (init->error && init->error_len)
+        snprintf(init->error, init->error_len,
+                 "remote tier \"%s\": this build of kvstrata has no UCX (install UCX and rebuild to use type remote)",
+                 init->tier_name);
+    return KVS_ENOTSUP;
+}
+void kvs_remote_destroy(void *state) { (void)state; }
+const char *kvs_remote_last_error(void *state) {
+    (void)state;
+    return "this build has no UCX";
+}
+kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
+    (void)state, (void)keys, (void)n;
+    *n_present = 0;
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
+                               uint64_t *lens, kvs_status *statuses) {
+    (void)state, (void)keys, (void)dsts, (void)caps, (void)n, (void)lens, (void)statuses;
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
+    (void)state, (void)key, (void)object, (void)len;
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_remove(void *state, const kvs_key *key) {
+    (void)state, (void)key;
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
+    (void)state;
+    *n_objects = *bytes = 0;
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_stats(void *state, kvs_remote_stats_t *out) {
+    (void)state;
+    memset(out, 0, sizeof *out);
+    return KVS_ENOTSUP;
+}
+#endif

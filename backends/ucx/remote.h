@@ -1,0 +1,77 @@
+/*
+ * remote.h - the remote tier client: a backend (`type: remote`) that keeps objects in the DRAM of
+ * kvstrata-node daemons over UCX (docs/remote.md, "Client tier").
+ *
+ * Options (YAML `nodes:` arrive first as repeated `node`):
+ *   node                host:port of a kvstrata-node, at least one
+ *   psk_file            the pre-shared key file (required; rules in auth.h)
+ *   tenant              namespace on the nodes (required; 1..64 of [A-Za-z0-9._-])
+ *   replicas            homes per key, 1..min(8, nodes) (default 1)
+ *   timeout_ms          bound on every operation (default 2000)
+ *   connect_backoff_ms  first reconnect delay of a down node; doubles to 30 s (default 100)
+ *
+ * Capabilities: THREAD_SAFE and GET_MANY. One progress thread owns the UCX transport; ops from any
+ * thread queue a job for it and wait at most timeout_ms (KVS_ETIMEDOUT then). A node that fails is
+ * marked down and reconnected in the background: its keys are misses, puts to it are dropped and
+ * counted. Remote objects are not leased: pin only counts present keys. Without UCX in the build,
+ * create fails with KVS_ENOTSUP.
+ */
+#ifndef KVS_REMOTE_H
+#define KVS_REMOTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hashring.h"
+#include "kvstrata_backend.h"
+
+#define KVS_REMOTE_DEFAULT_TIMEOUT_MS 2000u
+#define KVS_REMOTE_DEFAULT_BACKOFF_MS 100u
+#define KVS_REMOTE_MAX_BACKOFF_MS 30000u
+#define KVS_REMOTE_HOST_BYTES 96u
+
+/* Parsed options. Strings point into the options given to kvs_remote_options_parse. */
+typedef struct kvs_remote_options {
+    char hosts[KVS_REMOTE_RING_MAX_NODES][KVS_REMOTE_HOST_BYTES]; /* NUL-terminated */
+    uint16_t ports[KVS_REMOTE_RING_MAX_NODES];
+    const char *ids[KVS_REMOTE_RING_MAX_NODES]; /* "host:port" as written */
+    uint32_t n_nodes;
+    const char *psk_file;
+    const char *tenant;
+    uint32_t replicas;
+    uint32_t timeout_ms;
+    uint32_t connect_backoff_ms;
+} kvs_remote_options;
+
+/* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
+kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
+                                    char *why, size_t why_len);
+
+/* Counters of a tier made by kvs_remote_backend()->create (thread-safe snapshot). */
+typedef struct kvs_remote_stats_t {
+    uint32_t n_nodes;
+    uint32_t nodes_up;         /* connected and authenticated now */
+    uint64_t puts_dropped;     /* put copies not sent because their home node was down */
+    uint64_t node_failures;    /* times a node was marked down */
+    uint64_t reconnects;       /* successful reconnects after a failure */
+    uint64_t auth_refusals;    /* handshakes a node refused */
+    uint64_t rma_gets;         /* objects the node wrote straight into the staging pool */
+    uint64_t bounce_gets;      /* objects that went through the bounce buffer */
+} kvs_remote_stats_t;
+
+/* The remote backend's ops table (static storage). */
+const kvs_backend_ops *kvs_remote_backend(void);
+kvs_status kvs_remote_stats(void *state, kvs_remote_stats_t *out);
+
+/* Implemented by ucx_remote.c (or refused without UCX); used by the ops table in remote.c. */
+kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state);
+void kvs_remote_destroy(void *state);
+const char *kvs_remote_last_error(void *state);
+kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present);
+kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                               uint64_t n, uint64_t *lens, kvs_status *statuses);
+kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, uint64_t len);
+kvs_status kvs_remote_remove(void *state, const kvs_key *key);
+kvs_status kvs_remote_usage(void *state, uint64_t *n_objects, uint64_t *bytes);
+
+#endif
