@@ -5,6 +5,32 @@
 #include <stdlib.h>
 
 #ifndef KVS_HAVE_UCX
+START_TEST(objects_evicted_to_the_ssd_tier_are_still_served) {
+    client *c = client_authed(&node, "tenant-a");
+    uint8_t keys[4][16];
+    for (uint32_t i = 0; i < 4; i++) {
+        make_key(keys[i], 200 + i);
+        fill(c->mem, MIB, 90 + i);
+        ck_assert_int_eq(put_one(c, keys[i], 0, MIB, 0), KVS_OK);
+    }
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_CAPACITY_BYTES], 34u * MIB);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_OBJECTS], 3); /* summed over DRAM and SSD */
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_EVICTIONS], 0); /* nothing fell off the last tier */
+    for (uint32_t i = 0; i < 4; i++) {
+        ck_assert_uint_eq(lookup_one(c, keys[i]), 1);
+        uint64_t len = 0;
+        memset(c->mem + 2 * MIB, 0, MIB);
+        ck_assert_int_eq(get_one(c, keys[i], 2 * MIB, MIB, &len), KVS_OK);
+        ck_assert_uint_eq(len, MIB);
+        fill(c->mem, MIB, 90 + i);
+        ck_assert_msg(memcmp(c->mem + 2 * MIB, c->mem, MIB) == 0, "object %u differs", i);
+    }
+    client_close(c);
+}
+END_TEST
+
 int main(void) {
     printf("test_node: skipped, this build has no UCX\n");
     return 77;
@@ -69,9 +95,18 @@ static int read_until(daemon_proc *d, const char *want, int deadline_ms) {
     return 1;
 }
 
-static void daemon_start(daemon_proc *d) {
+#define DRAM_YAML "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n"
+/* 2 MiB of DRAM over an SSD tier: 1 MiB objects spill to the SSD tier after two puts. */
+#define SSD_YAML                                                                                             \
+    "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 2MiB\n"            \
+    "  - name: ssd\n    type: ssd\n    capacity: 32MiB\n    paths: [ssd0]\n"
+
+static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_tiers) {
     memset(d, 0, sizeof *d);
     ck_assert_int_eq(kvs_test_tmpdir(d->dir, sizeof d->dir), 0);
+    char ssd_dir[600];
+    snprintf(ssd_dir, sizeof ssd_dir, "%s/ssd0", d->dir);
+    ck_assert_int_eq(mkdir(ssd_dir, 0700), 0);
     for (size_t i = 0; i < sizeof d->psk; i++) d->psk[i] = (uint8_t)(i * 7 + 3);
     snprintf(d->psk_path, sizeof d->psk_path, "%s/node.key", d->dir);
     int fd = open(d->psk_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -79,10 +114,7 @@ static void daemon_start(daemon_proc *d) {
     ck_assert_int_eq(write(fd, d->psk, sizeof d->psk), (ssize_t)sizeof d->psk);
     close(fd);
     char yaml[700];
-    ck_assert_int_eq(kvs_test_write_file(d->dir, "node.yaml",
-                                         "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n",
-                                         yaml, sizeof yaml),
-                     0);
+    ck_assert_int_eq(kvs_test_write_file(d->dir, "node.yaml", yaml_text, yaml, sizeof yaml), 0);
     int pipefd[2];
     ck_assert_int_eq(pipe(pipefd), 0);
     d->pid = fork();
@@ -103,7 +135,7 @@ static void daemon_start(daemon_proc *d) {
     ck_assert_msg(sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
                   "readiness line: \"%s\"", d->out);
     ck_assert_uint_gt(port, 0);
-    ck_assert_uint_eq(tiers, 1);
+    ck_assert_uint_eq(tiers, want_tiers);
     d->port = (uint16_t)port;
 }
 
@@ -333,7 +365,12 @@ static daemon_proc node;
 
 static void setup(void) {
     setenv("UCX_TLS", "tcp,sm,self", 0);
-    daemon_start(&node);
+    daemon_start(&node, DRAM_YAML, 1);
+}
+
+static void setup_ssd(void) {
+    setenv("UCX_TLS", "tcp,sm,self", 0);
+    daemon_start(&node, SSD_YAML, 2);
 }
 
 static void teardown(void) { daemon_stop(&node); }
@@ -569,6 +606,32 @@ START_TEST(sigterm_stops_the_node_with_status_0_and_a_stats_line) {
 }
 END_TEST
 
+START_TEST(objects_evicted_to_the_ssd_tier_are_still_served) {
+    client *c = client_authed(&node, "tenant-a");
+    uint8_t keys[4][16];
+    for (uint32_t i = 0; i < 4; i++) {
+        make_key(keys[i], 200 + i);
+        fill(c->mem, MIB, 90 + i);
+        ck_assert_int_eq(put_one(c, keys[i], 0, MIB, 0), KVS_OK);
+    }
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_CAPACITY_BYTES], 34u * MIB);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_OBJECTS], 3); /* summed over DRAM and SSD */
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_EVICTIONS], 0); /* nothing fell off the last tier */
+    for (uint32_t i = 0; i < 4; i++) {
+        ck_assert_uint_eq(lookup_one(c, keys[i]), 1);
+        uint64_t len = 0;
+        memset(c->mem + 2 * MIB, 0, MIB);
+        ck_assert_int_eq(get_one(c, keys[i], 2 * MIB, MIB, &len), KVS_OK);
+        ck_assert_uint_eq(len, MIB);
+        fill(c->mem, MIB, 90 + i);
+        ck_assert_msg(memcmp(c->mem + 2 * MIB, c->mem, MIB) == 0, "object %u differs", i);
+    }
+    client_close(c);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("node");
     TCase *tc = tcase_create("node");
@@ -583,6 +646,11 @@ int main(void) {
     tcase_add_test(tc, a_peer_that_keeps_sending_garbage_is_disconnected);
     tcase_add_test(tc, sigterm_stops_the_node_with_status_0_and_a_stats_line);
     suite_add_tcase(s, tc);
+    TCase *ssd = tcase_create("ssd");
+    tcase_add_checked_fixture(ssd, setup_ssd, teardown);
+    tcase_set_timeout(ssd, 30);
+    tcase_add_test(ssd, objects_evicted_to_the_ssd_tier_are_still_served);
+    suite_add_tcase(s, ssd);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
