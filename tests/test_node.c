@@ -44,6 +44,7 @@ int main(void) {
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -120,6 +121,7 @@ static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_ti
     d->pid = fork();
     ck_assert_int_ge(d->pid, 0);
     if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a failed test never leaves a daemon behind */
         dup2(pipefd[1], 1);
         close(pipefd[0]);
         close(pipefd[1]);
