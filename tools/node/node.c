@@ -16,7 +16,7 @@
 #include "wire.h"
 
 #define RKEY_CACHE 8      /* unpacked client keys kept per connection */
-#define LOOP_WAIT_MS 100  /* the loop looks at stop_fd at least this often */
+#define LOOP_WAIT_MS 1000 /* the loop progresses UCX at least this often, events or not */
 #define STAGING_ALIGN 4096u
 
 typedef struct rkey_slot {
@@ -440,10 +440,11 @@ void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) { *out = n->stat
 
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
-        struct pollfd p = {.fd = stop_fd, .events = POLLIN};
-        if (poll(&p, 1, 0) > 0) return KVS_OK;
-        kvs_ucx_wait(n->t, LOOP_WAIT_MS);
+        kvs_ucx_progress(n->t);
         sweep(n);
+        if (kvs_ucx_arm(n->t) == KVS_EAGAIN) continue; /* events pending: progress again first */
+        struct pollfd p[2] = {{.fd = stop_fd, .events = POLLIN}, {.fd = kvs_ucx_event_fd(n->t), .events = POLLIN}};
+        if (poll(p, 2, LOOP_WAIT_MS) > 0 && (p[0].revents & POLLIN)) return KVS_OK;
     }
 }
 
