@@ -454,7 +454,12 @@ kvs_status kvs_ucx_progress(kvs_ucx_transport *t) {
 
 kvs_status kvs_ucx_arm(kvs_ucx_transport *t) {
     if (!t) return KVS_EINVAL;
-    if (progress_all(t) + deliver_all(t) > 0 || t->queue_head) return KVS_EAGAIN;
+    /* Messages still queued after deliver_all are not ready yet (a rendezvous payload arriving, or
+     * held behind one): their completion is UCX progress, which the armed event fd reports. So only
+     * work done now asks the caller to come back, or a busy-wait would follow every large message. */
+    unsigned n = progress_all(t);
+    n += deliver_all(t);
+    if (n > 0) return KVS_EAGAIN;
     ucs_status_t st = ucp_worker_arm(t->worker);
     if (st == UCS_ERR_BUSY) return KVS_EAGAIN;
     return st == UCS_OK ? KVS_OK : KVS_EIO;
