@@ -67,12 +67,12 @@ static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_
 static const char *const POOL_KEYS[] = {"staging_bytes"};
 enum { PK_STAGING, PK_COUNT };
 
-static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options", "paths"};
-enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_PATHS, TK_COUNT };
+static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options", "paths", "nodes"};
+enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_PATHS, TK_NODES, TK_COUNT };
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug"};
-static const char *const TIER_TYPES[] = {"dram", "plugin", "ssd"};
-enum { TYPE_DRAM, TYPE_PLUGIN, TYPE_SSD };
+static const char *const TIER_TYPES[] = {"dram", "plugin", "remote", "ssd"};
+enum { TYPE_DRAM, TYPE_PLUGIN, TYPE_REMOTE, TYPE_SSD };
 static const char *const WRITE_POLICIES[] = {"back", "through"};
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -635,7 +635,7 @@ static kvs_status tier_name(const parse_ctx *ctx, const tier_fields *f, kvs_conf
 static kvs_status tier_type(const parse_ctx *ctx, tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     if (!f->values[TK_TYPE])
-        return missing_key(ctx, f->map, f->path, "type", " (dram, ssd or plugin)");
+        return missing_key(ctx, f->map, f->path, "type", " (dram, ssd, remote or plugin)");
     key_path(kp, f->path, "type");
     kvs_status st = get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES, COUNT_OF(TIER_TYPES),
                                &f->type);
@@ -752,10 +752,43 @@ static kvs_status tier_paths(const parse_ctx *ctx, const tier_fields *f, kvs_tie
     return KVS_OK;
 }
 
+/* `nodes:` of a remote tier: a sequence of host:port, handed to the backend as options named `node`
+ * (in file order, before the tier's own options), as `paths:` is for ssd. */
+static kvs_status tier_nodes(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
+    char kp[KEY_PATH_MAX];
+    const node *v = f->values[TK_NODES];
+    key_path(kp, f->path, "nodes");
+    if (f->type != TYPE_REMOTE) {
+        if (!v) return KVS_OK;
+        return fail(ctx, f->keys[TK_NODES], kp, "only a tier of type remote takes nodes (this tier is type %s)",
+                    TIER_TYPES[f->type]);
+    }
+    if (!v) return missing_key(ctx, f->map, f->path, "nodes", " (host:port of each kvstrata-node)");
+    if (v->kind != NODE_SEQUENCE || v->n_items == 0)
+        return fail(ctx, v, kp, "expected a non-empty sequence of host:port, found %s", describe(v));
+    for (size_t i = 0; i < v->n_items; i++) {
+        const node *p = v->items[i];
+        char ip[KEY_PATH_MAX], given[KVS_PATH_MAX];
+        snprintf(ip, sizeof ip, "%s[%zu]", kp, i);
+        kvs_status st = get_text(ctx, p, ip, given, sizeof given);
+        if (st != KVS_OK) return st;
+        if (given[0] == '\0') return fail(ctx, p, ip, "an empty node");
+        for (size_t j = 0; j < t->n_options; j++)
+            if (strcmp(t->options[j].value, given) == 0) return fail(ctx, p, ip, "node '%s' is listed twice", given);
+        if ((st = append_option(ctx, t, "node", given)) != KVS_OK) return st;
+    }
+    return KVS_OK;
+}
+
+static kvs_status tier_lists(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
+    kvs_status st = tier_paths(ctx, f, t);
+    return st == KVS_OK ? tier_nodes(ctx, f, t) : st;
+}
+
 static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_OPTIONS];
-    const node *paths = f->type == TYPE_SSD ? f->values[TK_PATHS] : NULL;
+    const node *paths = f->type == TYPE_SSD ? f->values[TK_PATHS] : f->type == TYPE_REMOTE ? f->values[TK_NODES] : NULL;
     size_t n_paths = paths && paths->kind == NODE_SEQUENCE ? paths->n_items : 0;
     key_path(kp, f->path, "options");
     if (v && v->kind != NODE_MAPPING)
@@ -765,16 +798,21 @@ static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_t
     if (n + n_paths > KVS_CONFIG_MAX_OPTIONS)
         return fail(ctx, v ? v : paths, kp, "%zu options and paths, at most %d are allowed", n + n_paths,
                     KVS_CONFIG_MAX_OPTIONS);
-    if (n + n_paths == 0) return tier_paths(ctx, f, t);
+    if (n + n_paths == 0) return tier_lists(ctx, f, t);
     t->options = calloc(n + n_paths, sizeof *t->options);
     if (!t->options) return out_of_memory(ctx);
-    kvs_status st = tier_paths(ctx, f, t);
+    kvs_status st = tier_lists(ctx, f, t);
     for (size_t i = 0; st == KVS_OK && i < n; i++) {
         const node *k = v->items[2 * i];
         if (f->type == TYPE_SSD && k->kind == NODE_SCALAR && strcmp(k->text, "path") == 0) {
             char op[KEY_PATH_MAX];
             key_path(op, kp, "path");
             return fail(ctx, k, op, "list an ssd tier's directories under `paths:`, not as an option");
+        }
+        if (f->type == TYPE_REMOTE && k->kind == NODE_SCALAR && strcmp(k->text, "node") == 0) {
+            char op[KEY_PATH_MAX];
+            key_path(op, kp, "node");
+            return fail(ctx, k, op, "list a remote tier's nodes under `nodes:`, not as an option");
         }
         st = tier_option(ctx, k, v->items[2 * i + 1], kp, t);
     }

@@ -416,6 +416,35 @@ START_TEST(ssd_tier_paths_become_path_options_before_the_others) {
 }
 END_TEST
 
+START_TEST(remote_tier_nodes_become_node_options_before_the_others) {
+    kvs_config *cfg = load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
+                              "  - name: far\n    type: remote\n"
+                              "    nodes: [10.0.0.7:13337, \"node-b:13337\"]\n    options:\n      tenant: a\n");
+    const kvs_tier_config *t = &cfg->tiers[1];
+    ck_assert_str_eq(t->type, "remote");
+    ck_assert_uint_eq(t->n_options, 3);
+    ck_assert_str_eq(t->options[0].key, "node");
+    ck_assert_str_eq(t->options[0].value, "10.0.0.7:13337");
+    ck_assert_str_eq(t->options[1].key, "node");
+    ck_assert_str_eq(t->options[1].value, "node-b:13337");
+    ck_assert_str_eq(t->options[2].key, "tenant");
+    kvs_config_free(cfg);
+    expect_refused("tiers:\n  - name: r\n    type: remote\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
+                   "host:port of each kvstrata-node");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: []\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
+                   "non-empty sequence");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1, a:1]\n", KVS_ECONFIG,
+                   "key 'tiers[0].nodes[1]'", "listed twice");
+    expect_refused(ONE_TIER "    nodes: [a:1]\n", KVS_ECONFIG, "key 'tiers[0].nodes'", "only a tier of type remote");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a]\n    nodes: [a:1]\n",
+                   KVS_ECONFIG, "key 'tiers[0].nodes'", "only a tier of type remote");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    paths: [/a]\n", KVS_ECONFIG,
+                   "key 'tiers[0].paths'", "only a tier of type ssd");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    options:\n      node: b:2\n",
+                   KVS_ECONFIG, "key 'tiers[0].options.node'", "nodes:");
+}
+END_TEST
+
 START_TEST(duplicate_tier_name_is_refused) {
     expect_refused(ONE_TIER "  - name: dram\n    type: dram\n    capacity: 2GiB\n", KVS_ECONFIG,
                    "cfg.yaml:5:11: key 'tiers[1].name'", "duplicate tier name 'dram'");
@@ -480,7 +509,7 @@ START_TEST(bad_enum_values_list_the_choices) {
     expect_refused("log_level: verbose\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:12: key 'log_level'",
                    "bad value 'verbose' (expected one of error, warn, info, debug)");
     expect_refused("tiers:\n  - name: x\n    type: nvme\n", KVS_ECONFIG,
-                   "cfg.yaml:3:11: key 'tiers[0].type'", "expected one of dram, plugin, ssd");
+                   "cfg.yaml:3:11: key 'tiers[0].type'", "expected one of dram, plugin, remote, ssd");
     expect_refused(ONE_TIER "    write: sideways\n", KVS_ECONFIG,
                    "cfg.yaml:5:12: key 'tiers[0].write'", "expected one of back, through");
 }
@@ -728,6 +757,7 @@ static TCase *error_tests(void) {
     tcase_add_test(errors, zero_sizes_are_refused);
     tcase_add_test(errors, device_section_parses_and_refuses_bad_values);
     tcase_add_test(errors, ssd_tier_paths_become_path_options_before_the_others);
+    tcase_add_test(errors, remote_tier_nodes_become_node_options_before_the_others);
     tcase_add_test(errors, duplicate_tier_name_is_refused);
     tcase_add_test(errors, bad_tier_name_is_refused);
     tcase_add_test(errors, capacity_over_physical_memory_is_refused);
