@@ -112,6 +112,39 @@ static void assert_refused(kvs_status st, const kvs_wire_refusal *why, kvs_statu
 
 /* ---- round trips ----------------------------------------------------------------------------- */
 
+/* A node decodes every message into one entries array: an rkey PUT after an inline PUT must not keep
+ * the earlier message's inline_data pointer (it pointed into a freed frame). */
+START_TEST(decoding_into_reused_entries_leaves_no_field_of_the_last_message) {
+    static uint8_t buf[4096], buf2[4096];
+    static kvs_wire_entry in[1], out[KVS_WIRE_MAX_KEYS];
+    uint8_t key[16] = {1}, data[8] = {9}, rkey[4] = {7, 7, 7, 7};
+    kvs_wire_msg m, d;
+    kvs_wire_refusal why;
+    size_t len = 0, len2 = 0;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 1);
+    memset(in, 0, sizeof in);
+    in[0].key = key;
+    in[0].inline_data = data;
+    in[0].length = sizeof data;
+    m.entries = in;
+    m.n_entries = 1;
+    ck_assert_int_eq(kvs_wire_encode(&m, buf, sizeof buf, &len, &why), KVS_OK);
+    memset(in, 0, sizeof in);
+    in[0].key = key;
+    in[0].length = 300000;
+    in[0].remote_addr = 0x1000;
+    in[0].rkey = rkey;
+    in[0].rkey_len = sizeof rkey;
+    ck_assert_int_eq(kvs_wire_encode(&m, buf2, sizeof buf2, &len2, &why), KVS_OK);
+    ck_assert_int_eq(kvs_wire_decode(buf, len, out, KVS_WIRE_MAX_KEYS, &d, &why), KVS_OK);
+    ck_assert_ptr_nonnull(out[0].inline_data);
+    ck_assert_int_eq(kvs_wire_decode(buf2, len2, out, KVS_WIRE_MAX_KEYS, &d, &why), KVS_OK);
+    ck_assert_ptr_null(out[0].inline_data);
+    ck_assert_uint_eq(out[0].length, 300000);
+    ck_assert_uint_eq(out[0].remote_addr, 0x1000);
+}
+END_TEST
+
 START_TEST(hello_round_trips_tenant_and_nonce) {
     uint8_t nonce[32];
     for (int i = 0; i < 32; i++) nonce[i] = (uint8_t)(i * 3 + 1);
@@ -1114,6 +1147,7 @@ static Suite *remote_proto_suite(void) {
     Suite *s = suite_create("remote_proto");
     TCase *wire = tcase_create("wire");
     tcase_add_test(wire, hello_round_trips_tenant_and_nonce);
+    tcase_add_test(wire, decoding_into_reused_entries_leaves_no_field_of_the_last_message);
     tcase_add_test(wire, challenge_auth_auth_ok_and_stats_round_trip);
     tcase_add_test(wire, error_round_trips_code_and_sentence);
     tcase_add_test(wire, lookup_and_delete_round_trip_keys_in_order);

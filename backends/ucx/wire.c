@@ -445,7 +445,11 @@ static int read_keys(reader *r, kvs_wire_msg *out, uint32_t entries_cap, uint32_
         r->caller_short = 1;
         return -1;
     }
-    for (uint32_t i = 0; i < n; i++) out->entries[i].key = keys + (size_t)i * KVS_WIRE_KEY_BYTES;
+    /* entries are reused across decodes: clear each, so no field of an earlier message survives */
+    for (uint32_t i = 0; i < n; i++) {
+        memset(&out->entries[i], 0, sizeof out->entries[i]);
+        out->entries[i].key = keys + (size_t)i * KVS_WIRE_KEY_BYTES;
+    }
     *n_keys = n;
     return 0;
 }
