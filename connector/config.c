@@ -814,7 +814,21 @@ static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_t
             key_path(op, kp, "node");
             return fail(ctx, k, op, "list a remote tier's nodes under `nodes:`, not as an option");
         }
-        st = tier_option(ctx, k, v->items[2 * i + 1], kp, t);
+        const node *val = v->items[2 * i + 1];
+        if (f->type == TYPE_REMOTE && k->kind == NODE_SCALAR && strcmp(k->text, "psk_file") == 0 &&
+            val->kind == NODE_SCALAR && val->len > 0 && val->text[0] != '/' && ctx->base_dir) {
+            /* a key file beside the YAML, like plugin paths and ssd paths */
+            char full[KVS_PATH_MAX], op[KEY_PATH_MAX];
+            key_path(op, kp, "psk_file");
+            int len = snprintf(full, sizeof full, "%s/%s", ctx->base_dir, val->text);
+            if (len < 0 || (size_t)len >= sizeof full)
+                return fail(ctx, val, op, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
+            for (size_t j = 0; j < t->n_options; j++)
+                if (strcmp(t->options[j].key, "psk_file") == 0) return fail(ctx, k, op, "duplicate key (given twice in options)");
+            st = append_option(ctx, t, "psk_file", full);
+            continue;
+        }
+        st = tier_option(ctx, k, val, kp, t);
     }
     return st;
 }

@@ -603,6 +603,36 @@ START_TEST(relative_plugin_path_resolves_against_the_file_directory) {
 }
 END_TEST
 
+START_TEST(relative_psk_file_of_a_remote_tier_resolves_against_the_file_directory) {
+    char dir[512], path[1024], want[2048];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    ck_assert_int_eq(kvs_test_write_file(dir, "cfg.yaml",
+                                         "tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n"
+                                         "    options:\n      tenant: t\n      psk_file: keys/node.key\n"
+                                         "  - name: s\n    type: remote\n    nodes: [b:1]\n"
+                                         "    options:\n      psk_file: /etc/node.key\n",
+                                         path, sizeof path),
+                     0);
+    char *real_dir = realpath(dir, NULL);
+    ck_assert_ptr_nonnull(real_dir);
+    snprintf(want, sizeof want, "%s/keys/node.key", real_dir);
+    free(real_dir);
+    kvs_config *cfg = NULL;
+    kvs_status st = kvs_config_load(path, &cfg, err, sizeof err);
+    ck_assert_msg(st == KVS_OK, "%s", err);
+    ck_assert_uint_eq(cfg->tiers[0].n_options, 3);
+    ck_assert_str_eq(cfg->tiers[0].options[1].key, "tenant");
+    ck_assert_str_eq(cfg->tiers[0].options[2].key, "psk_file");
+    ck_assert_str_eq(cfg->tiers[0].options[2].value, want);
+    ck_assert_str_eq(cfg->tiers[1].options[1].value, "/etc/node.key");
+    kvs_config_free(cfg);
+    kvs_test_rmtree(dir);
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    options:\n"
+                   "      psk_file: a\n      psk_file: b\n",
+                   KVS_ECONFIG, "psk_file", "duplicate");
+}
+END_TEST
+
 START_TEST(parse_string_resolves_plugins_against_the_name_directory_or_keeps_them) {
     static const char text[] = "tiers:\n  - name: p\n    type: plugin\n    plugin: lib/p.so\n";
     kvs_config *cfg = &not_set;
@@ -798,6 +828,7 @@ static Suite *config_suite(void) {
 
     TCase *files = tcase_create("files");
     tcase_add_test(files, relative_plugin_path_resolves_against_the_file_directory);
+    tcase_add_test(files, relative_psk_file_of_a_remote_tier_resolves_against_the_file_directory);
     tcase_add_test(files, parse_string_resolves_plugins_against_the_name_directory_or_keeps_them);
     tcase_add_test(files, unreadable_file_is_an_io_error_with_the_system_reason);
     tcase_add_test(files, every_example_config_parses);

@@ -68,7 +68,7 @@ tiers:
     type: remote
     nodes: [127.0.0.1:$port1, 127.0.0.1:$port2]
     options:
-      psk_file: $work/psk
+      psk_file: psk       # relative to this file
       tenant: e2e
       replicas: 2
       timeout_ms: 5000
