@@ -5,31 +5,6 @@
 #include <stdlib.h>
 
 #ifndef KVS_HAVE_UCX
-START_TEST(objects_evicted_to_the_ssd_tier_are_still_served) {
-    client *c = client_authed(&node, "tenant-a");
-    uint8_t keys[4][16];
-    for (uint32_t i = 0; i < 4; i++) {
-        make_key(keys[i], 200 + i);
-        fill(c->mem, MIB, 90 + i);
-        ck_assert_int_eq(put_one(c, keys[i], 0, MIB, 0), KVS_OK);
-    }
-    uint64_t s[KVS_WIRE_STATS_COUNT];
-    stats(c, s);
-    ck_assert_uint_eq(s[KVS_WIRE_STAT_CAPACITY_BYTES], 34u * MIB);
-    ck_assert_uint_eq(s[KVS_WIRE_STAT_EVICTIONS], 0); /* nothing fell off the last tier */
-    for (uint32_t i = 0; i < 4; i++) {
-        ck_assert_uint_eq(lookup_one(c, keys[i]), 1);
-        uint64_t len = 0;
-        memset(c->mem + 2 * MIB, 0, MIB);
-        ck_assert_int_eq(get_one(c, keys[i], 2 * MIB, MIB, &len), KVS_OK);
-        ck_assert_uint_eq(len, MIB);
-        fill(c->mem, MIB, 90 + i);
-        ck_assert_msg(memcmp(c->mem + 2 * MIB, c->mem, MIB) == 0, "object %u differs", i);
-    }
-    client_close(c);
-}
-END_TEST
-
 int main(void) {
     printf("test_node: skipped, this build has no UCX\n");
     return 77;
