@@ -60,6 +60,7 @@ fail() {
 
 # Namespaces: the bridge "switch" and three hosts, each with lo up.
 if ! ip netns add "$ns_br" 2>"$work/netns.err"; then
+    grep -q 'File exists' "$work/netns.err" && fail "namespace $ns_br exists already (left by a killed run?)"
     skip "ip netns add is not permitted here: $(cat "$work/netns.err")"
 fi
 made=$ns_br
