@@ -1,0 +1,537 @@
+/* bench_ucx.c - the remote tier (backends/ucx/remote.h) against ucx_perftest on the same machine, in
+ * the same run: one kvstrata-node child on 127.0.0.1, one tier opened on it (replicas 1), driven
+ * through the backend ops as the connector drives them.
+ *
+ * 1. throughput: per object size (1 MiB, 64 KiB) a round restores a batch of objects with one
+ *    get_many straight into the staging pool (init->staging_base, so the node writes them with RMA),
+ *    then stores the same objects again with one put each from the staging pool (removed first, not
+ *    timed). Reference in the same round: ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of
+ *    the same message size, server and client children on 127.0.0.1. Figures are medians of rounds.
+ * 2. lookup latency: contains of 512 present keys (one LOOKUP to the one node) against ucx_perftest
+ *    ucp_am_lat with a message the size of the encoded LOOKUP; perftest reports one-way latency, so
+ *    its round trip is twice that.
+ * 3. idle CPU: process CPU time (getrusage) over 1 s of sleep with the tier open, as a fraction of a
+ *    core.
+ *
+ * Both sides run with the same UCX_TLS (tcp,sm,self unless set). The tier connects through UCX's
+ * client-server (sockaddr) path, which on UCX 1.13 uses tcp only; the perftest reference therefore
+ * runs with UCX_TLS=tcp (override: --perftest-tls), and, once per size, with the tier's UCX_TLS too
+ * (what shared memory would give, reported beside it).
+ *
+ * Exit 77 without UCX in the build, without ucx_perftest in PATH, or without kvstrata-node next to
+ * this binary. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef KVS_HAVE_UCX
+int main(void) {
+    printf("kvs-bench-ucx: skipped, this build has no UCX\n");
+    return 77;
+}
+#else
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "kvstrata_backend.h"
+#include "remote.h"
+#include "wire.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+#define STAGING_BYTES (32ull * MIB)
+#define LOOKUP_KEYS 512u
+
+typedef struct options {
+    uint32_t rounds;
+    uint32_t warmup;
+    uint32_t lookups;
+    const char *perftest_tls;
+} options;
+
+typedef struct node_proc {
+    pid_t pid;
+    int out_fd;
+    char id[64];
+} node_proc;
+
+static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096];
+static const char *tier_tls;
+
+static void usage(void) {
+    fprintf(stderr, "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
+                    "  --rounds        measured rounds per object size (default 5)\n"
+                    "  --warmup        rounds run first and not counted (default 1)\n"
+                    "  --lookups       timed contains calls of 512 keys (default 300)\n"
+                    "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default tcp, the tier's transport)\n");
+    exit(2);
+}
+
+static options parse_options(int argc, char **argv) {
+    options o = {.rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = "tcp"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        if (!strcmp(a, "--rounds")) o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 100);
+        else if (!strcmp(a, "--warmup")) o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100);
+        else if (!strcmp(a, "--lookups")) o.lookups = (uint32_t)bench_parse_u64(a, v, 1, 100000);
+        else if (!strcmp(a, "--perftest-tls")) o.perftest_tls = v;
+        else usage();
+        i++;
+    }
+    return o;
+}
+
+static void die(const char *what, const char *why) {
+    fprintf(stderr, "kvs-bench-ucx: %s: %s\n", what, why);
+    exit(1);
+}
+
+static int in_path(const char *prog) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char dir[4096];
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        if (n > 0 && n < sizeof dir - 64) {
+            memcpy(dir, path, n);
+            snprintf(dir + n, sizeof dir - n, "/%s", prog);
+            if (access(dir, X_OK) == 0) return 1;
+        }
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, data, len) != (ssize_t)len || close(fd) != 0) die(path, strerror(errno));
+}
+
+static void setup_files(void) {
+    const char *t = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/kvs-bench-ucx-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmp_dir)) die("mkdtemp", strerror(errno));
+    snprintf(key_path, sizeof key_path, "%s/node.key", tmp_dir);
+    snprintf(yaml_path, sizeof yaml_path, "%s/node.yaml", tmp_dir);
+    uint8_t psk[32];
+    for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)bench_mix64(i);
+    write_file(key_path, psk, sizeof psk);
+    static const char yaml[] = "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+                               "    capacity: 256MiB\n";
+    write_file(yaml_path, yaml, sizeof yaml - 1);
+}
+
+static void cleanup_files(void) {
+    unlink(key_path);
+    unlink(yaml_path);
+    rmdir(tmp_dir);
+}
+
+static void node_start(node_proc *n) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) die("pipe", strerror(errno));
+    n->pid = fork();
+    if (n->pid < 0) die("fork", strerror(errno));
+    if (n->pid == 0) {
+        dup2(pipefd[1], 1);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        execl(node_bin, "kvstrata-node", "--config", yaml_path, "--psk-file", key_path, "--listen", "127.0.0.1:0",
+              "--max-object-bytes", "2MiB", (char *)NULL);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    n->out_fd = pipefd[0];
+    char line[512];
+    size_t len = 0;
+    line[0] = '\0';
+    uint64_t until = bench_now_ns() + 10000000000ull;
+    while (!strchr(line, '\n')) {
+        uint64_t now = bench_now_ns();
+        struct pollfd p = {.fd = n->out_fd, .events = POLLIN};
+        if (now >= until || poll(&p, 1, (int)((until - now) / 1000000)) <= 0) die("kvstrata-node", "no readiness line");
+        ssize_t k = read(n->out_fd, line + len, sizeof line - 1 - len);
+        if (k <= 0) die("kvstrata-node", "exited before it was ready");
+        len += (size_t)k;
+        line[len] = '\0';
+    }
+    unsigned port = 0;
+    if (sscanf(line, "kvstrata-node ready listen=127.0.0.1:%u", &port) != 1) die("kvstrata-node readiness line", line);
+    snprintf(n->id, sizeof n->id, "127.0.0.1:%u", port);
+}
+
+static void node_stop(node_proc *n) {
+    if (n->pid <= 0) return;
+    kill(n->pid, SIGTERM);
+    uint64_t until = bench_now_ns() + 5000000000ull;
+    while (waitpid(n->pid, NULL, WNOHANG) == 0) {
+        if (bench_now_ns() > until) {
+            kill(n->pid, SIGKILL);
+            waitpid(n->pid, NULL, 0);
+            break;
+        }
+        usleep(10000);
+    }
+    close(n->out_fd);
+    n->pid = 0;
+}
+
+/* ---- ucx_perftest ------------------------------------------------------------------------------- */
+
+static int port_listening(unsigned port);
+
+/* A TCP port for the next perftest pair: counted up from one derived from the pid, skipping ports
+ * something listens on. */
+static unsigned free_port(void) {
+    static unsigned next = 0;
+    if (next == 0) next = 20000u + (unsigned)(getpid() % 20000);
+    while (port_listening(next)) next++;
+    return next++;
+}
+
+static int port_listening(unsigned port) {
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    int found = 0;
+    unsigned lport = 0, state = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, " %*u: %*x:%x %*x:%*x %x", &lport, &state) == 2 && lport == port && state == 0x0A)
+            found = 1;
+    if (f) fclose(f);
+    return found;
+}
+
+/* Run one ucx_perftest test between a server and a client child with UCX_TLS=tls. Fills the figures
+ * of the final line: one-way latency (50th percentile, µs) and overall bandwidth (bytes/s). Returns 0
+ * on success. */
+static int perftest(const char *tls, const char *test, uint64_t size, uint64_t iters, double *lat_us,
+                    double *bytes_per_s) {
+    for (int attempt = 0; attempt < 3; attempt++) {
+        unsigned port = free_port();
+        char port_s[16];
+        snprintf(port_s, sizeof port_s, "%u", port);
+        pid_t server = fork();
+        if (server < 0) die("fork", strerror(errno));
+        if (server == 0) {
+            int devnull = open("/dev/null", O_WRONLY);
+            dup2(devnull, 1);
+            dup2(devnull, 2);
+            setenv("UCX_TLS", tls, 1);
+            execlp("ucx_perftest", "ucx_perftest", "-p", port_s, (char *)NULL);
+            _exit(127);
+        }
+        uint64_t until = bench_now_ns() + 5000000000ull;
+        while (!port_listening(port) && bench_now_ns() < until && waitpid(server, NULL, WNOHANG) == 0) usleep(2000);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "UCX_TLS=%s ucx_perftest 127.0.0.1 -p %u -t %s -s %llu -n %llu -w %llu 2>&1", tls, port, test,
+                 (unsigned long long)size, (unsigned long long)iters, (unsigned long long)(iters / 10 + 1));
+        FILE *f = popen(cmd, "r");
+        char line[512], final[512] = "";
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "Final:", 6)) snprintf(final, sizeof final, "%s", line);
+        int rc = f ? pclose(f) : -1;
+        uint64_t wait_until = bench_now_ns() + 3000000000ull;
+        while (waitpid(server, NULL, WNOHANG) == 0) {
+            if (bench_now_ns() > wait_until) {
+                kill(server, SIGKILL);
+                waitpid(server, NULL, 0);
+                break;
+            }
+            usleep(2000);
+        }
+        double n_iters, lat50, lat_avg, lat_all, bw_avg, bw_all;
+        if (rc == 0 && sscanf(final, "Final: %lf %lf %lf %lf %lf %lf", &n_iters, &lat50, &lat_avg, &lat_all, &bw_avg,
+                              &bw_all) == 6) {
+            *lat_us = lat50;
+            *bytes_per_s = bw_all * (double)MIB; /* perftest's MB/s is MiB/s */
+            return 0;
+        }
+        fprintf(stderr, "kvs-bench-ucx: ucx_perftest -t %s -s %llu failed (%d), attempt %d\n", test,
+                (unsigned long long)size, rc, attempt + 1);
+    }
+    return -1;
+}
+
+/* ---- the tier ----------------------------------------------------------------------------------- */
+
+typedef struct tier {
+    const kvs_backend_ops *ops;
+    void *state;
+} tier;
+
+static void check(const tier *t, const char *what, kvs_status st) {
+    if (st == KVS_OK) return;
+    fprintf(stderr, "%s failed: %s (%d): %s\n", what, kvs_strerror(st), (int)st, t->ops->last_error(t->state));
+    exit(1);
+}
+
+static tier tier_open(const node_proc *n, uint8_t *staging) {
+    tier t = {.ops = kvs_remote_backend()};
+    kvs_backend_option opts[] = {{"node", n->id},          {"psk_file", key_path}, {"tenant", "bench"},
+                                 {"replicas", "1"},        {"timeout_ms", "20000"}};
+    char err[512] = "";
+    kvs_backend_init init;
+    memset(&init, 0, sizeof init);
+    init.struct_size = sizeof init;
+    init.tier_name = "far";
+    init.max_object_bytes = MIB;
+    init.options = opts;
+    init.n_options = sizeof opts / sizeof opts[0];
+    init.error = err;
+    init.error_len = sizeof err;
+    init.staging_base = staging;
+    init.staging_len = STAGING_BYTES;
+    kvs_status st = t.ops->create(&init, &t.state);
+    if (st != KVS_OK) {
+        fprintf(stderr, "remote create failed: %s (%d): %s\n", kvs_strerror(st), (int)st, err);
+        exit(1);
+    }
+    return t;
+}
+
+static kvs_key key_of(uint64_t size, uint64_t i) {
+    kvs_key k;
+    uint64_t a = bench_mix64(size * 1000003u + i), b = bench_mix64(a);
+    memcpy(k.bytes, &a, 8);
+    memcpy(k.bytes + 8, &b, 8);
+    return k;
+}
+
+static void fill(uint8_t *p, uint64_t len, uint64_t seed) {
+    for (uint64_t i = 0; i < len; i += 8) {
+        uint64_t v = bench_mix64(seed ^ i);
+        memcpy(p + i, &v, 8);
+    }
+}
+
+static double rusage_ms(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec * 1e3 + (double)u.ru_utime.tv_usec / 1e3 + (double)u.ru_stime.tv_sec * 1e3 +
+           (double)u.ru_stime.tv_usec / 1e3;
+}
+
+static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t size) {
+    uint64_t n = STAGING_BYTES / size;
+    kvs_key *keys = calloc(n, sizeof *keys);
+    void **dsts = calloc(n, sizeof *dsts);
+    uint64_t *caps = calloc(n, sizeof *caps), *lens = calloc(n, sizeof *lens);
+    kvs_status *sts = calloc(n, sizeof *sts);
+    double *get_ns = calloc(o->rounds, sizeof *get_ns), *put_ns = calloc(o->rounds, sizeof *put_ns);
+    double *pget = calloc(o->rounds, sizeof *pget), *pput = calloc(o->rounds, sizeof *pput);
+    if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput) die("calloc", "no memory");
+    for (uint64_t i = 0; i < n; i++) {
+        keys[i] = key_of(size, i);
+        dsts[i] = staging + i * size;
+        caps[i] = size;
+    }
+
+    /* correctness, once: put every object from the pool, clear the pool, get them back, compare */
+    for (uint64_t i = 0; i < n; i++) {
+        fill(staging + i * size, size, size + i);
+        check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+    }
+    memset(staging, 0, STAGING_BYTES);
+    check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
+    uint8_t *want = malloc(size);
+    if (!want) die("malloc", "no memory");
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        fill(want, size, size + i);
+        if (sts[i] != KVS_OK || lens[i] != size || memcmp(staging + i * size, want, size) != 0) wrong++;
+    }
+    free(want);
+    if (wrong) {
+        fprintf(stderr, "kvs-bench-ucx: %llu of %llu objects of %llu bytes did not come back intact\n",
+                (unsigned long long)wrong, (unsigned long long)n, (unsigned long long)size);
+        exit(1);
+    }
+    kvs_remote_stats_t before, after;
+    check(t, "stats", kvs_remote_stats(t->state, &before));
+
+    /* perftest moves at least 256 MiB per run so its start-up is amortised inside its own timing */
+    uint64_t iters = (256 * MIB) / size;
+    for (uint32_t r = 0; r < o->warmup + o->rounds; r++) {
+        uint64_t t0 = bench_now_ns();
+        check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
+        uint64_t t1 = bench_now_ns();
+        for (uint64_t i = 0; i < n; i++)
+            if (sts[i] != KVS_OK || lens[i] != size) die("get_many", "an object was missing or short");
+        for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
+        uint64_t t2 = bench_now_ns();
+        for (uint64_t i = 0; i < n; i++) check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+        uint64_t t3 = bench_now_ns();
+        double lat, get_bw = 0, put_bw = 0;
+        if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
+            perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
+            die("ucx_perftest", "no result (see above)");
+        if (r < o->warmup) continue;
+        get_ns[r - o->warmup] = (double)(t1 - t0);
+        put_ns[r - o->warmup] = (double)(t3 - t2);
+        pget[r - o->warmup] = get_bw;
+        pput[r - o->warmup] = put_bw;
+    }
+    check(t, "stats", kvs_remote_stats(t->state, &after));
+    uint64_t rma = after.rma_gets - before.rma_gets, bounce = after.bounce_gets - before.bounce_gets;
+    if (bounce != 0) die("get_many", "objects went through the bounce buffer, not RMA into the pool");
+
+    double sm_lat, sm_get = 0, sm_put = 0;
+    if (perftest(tier_tls, "ucp_get", size, iters, &sm_lat, &sm_get) != 0 ||
+        perftest(tier_tls, "ucp_put_bw", size, iters, &sm_lat, &sm_put) != 0)
+        die("ucx_perftest", "no result with the tier's UCX_TLS (see above)");
+
+    double bytes = (double)(n * size);
+    double gns = bench_median(get_ns, o->rounds), pns = bench_median(put_ns, o->rounds);
+    double ref_get = bench_median(pget, o->rounds), ref_put = bench_median(pput, o->rounds);
+    double get_gbps = bytes / gns, put_gbps = bytes / pns;
+    const char *names[2] = {"ucx_get", "ucx_put"};
+    double gbps[2] = {get_gbps, put_gbps}, ref[2] = {ref_get / 1e9, ref_put / 1e9}, ns[2] = {gns, pns};
+    double sm[2] = {sm_get / 1e9, sm_put / 1e9};
+    const char *tests[2] = {"ucp_get", "ucp_put_bw"};
+    for (int k = 0; k < 2; k++) {
+        printf("{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,\"gbps\":%.3f,"
+               "\"reference\":\"ucx_perftest -t %s -s %llu (UCX_TLS=%s)\",\"reference_gbps\":%.3f,\"ns\":%.0f,"
+               "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%llu,"
+               "\"bounce_gets\":%llu,\"iterations\":%u}\n",
+               names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / ref[k], gbps[k], tests[k],
+               (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k], tier_tls,
+               (unsigned long long)rma, (unsigned long long)bounce, o->rounds);
+        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio %.3f; perftest with "
+               "UCX_TLS=%s: %.3f GB/s\n",
+               k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB), (unsigned long long)n, gbps[k],
+               tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k], tier_tls, sm[k]);
+    }
+    fflush(stdout);
+    for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
+    free(keys);
+    free(dsts);
+    free(caps);
+    free(lens);
+    free(sts);
+    free(get_ns);
+    free(put_ns);
+    free(pget);
+    free(pput);
+}
+
+static void run_lookup(const tier *t, const options *o) {
+    kvs_key keys[LOOKUP_KEYS];
+    uint8_t small[64];
+    memset(small, 7, sizeof small);
+    for (uint32_t i = 0; i < LOOKUP_KEYS; i++) {
+        keys[i] = key_of(1, i);
+        check(t, "put", t->ops->put(t->state, &keys[i], small, sizeof small));
+    }
+    /* the size of the LOOKUP the tier sends for these keys: the AM message size of the reference */
+    static uint8_t blob[LOOKUP_KEYS * sizeof(kvs_key)];
+    static kvs_wire_entry entries[LOOKUP_KEYS];
+    static uint8_t msg_buf[2 * sizeof blob];
+    memset(entries, 0, sizeof entries);
+    for (uint32_t i = 0; i < LOOKUP_KEYS; i++) {
+        memcpy(blob + i * sizeof(kvs_key), keys[i].bytes, sizeof(kvs_key));
+        entries[i].key = blob + i * sizeof(kvs_key);
+    }
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 1ull << 40);
+    m.entries = entries;
+    m.n_entries = LOOKUP_KEYS;
+    size_t msg_len = 0;
+    kvs_wire_refusal why;
+    if (kvs_wire_encode(&m, msg_buf, sizeof msg_buf, &msg_len, &why) != KVS_OK) die("kvs_wire_encode", why.text);
+
+    double *rtt = calloc(o->lookups, sizeof *rtt);
+    if (!rtt) die("calloc", "no memory");
+    for (uint32_t i = 0; i < o->lookups + o->lookups / 10; i++) {
+        uint64_t present = 0;
+        uint64_t t0 = bench_now_ns();
+        check(t, "contains", t->ops->contains(t->state, keys, LOOKUP_KEYS, &present));
+        uint64_t t1 = bench_now_ns();
+        if (present != LOOKUP_KEYS) die("contains", "not every key was present");
+        if (i >= o->lookups / 10) rtt[i - o->lookups / 10] = (double)(t1 - t0) / 1e3;
+    }
+    double tier_us = bench_median(rtt, o->lookups);
+    double lat_us = 0, bw = 0;
+    if (perftest(o->perftest_tls, "ucp_am_lat", msg_len, 20000, &lat_us, &bw) != 0)
+        die("ucx_perftest", "no ucp_am_lat result (see above)");
+    double sm_lat = 0;
+    if (perftest(tier_tls, "ucp_am_lat", msg_len, 20000, &sm_lat, &bw) != 0)
+        die("ucx_perftest", "no ucp_am_lat result with the tier's UCX_TLS (see above)");
+    double ref_us = 2 * lat_us;
+    printf("{\"bench\":\"ucx_lookup\",\"keys\":%u,\"message_bytes\":%zu,\"ratio\":%.3f,\"rtt_us\":%.2f,"
+           "\"reference\":\"ucx_perftest -t ucp_am_lat -s %zu (UCX_TLS=%s), round trip = 2 x median one-way\","
+           "\"reference_rtt_us\":%.2f,\"perftest_tier_tls_rtt_us\":%.2f,\"tier_tls\":\"%s\",\"iterations\":%u}\n",
+           LOOKUP_KEYS, msg_len, tier_us / ref_us, tier_us, msg_len, o->perftest_tls, ref_us, 2 * sm_lat, tier_tls,
+           o->lookups);
+    printf("lookup of %u keys (LOOKUP of %zu bytes): median round trip %.1f us, ucx_perftest ucp_am_lat round trip "
+           "%.1f us (UCX_TLS=%s) -> ratio %.2f; with UCX_TLS=%s: %.1f us\n",
+           LOOKUP_KEYS, msg_len, tier_us, ref_us, o->perftest_tls, tier_us / ref_us, tier_tls, 2 * sm_lat);
+    fflush(stdout);
+    free(rtt);
+    for (uint32_t i = 0; i < LOOKUP_KEYS; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
+}
+
+static void run_idle(const tier *t) {
+    uint64_t present = 0;
+    kvs_key k = key_of(2, 0);
+    check(t, "contains", t->ops->contains(t->state, &k, 1, &present));
+    double c0 = rusage_ms();
+    uint64_t w0 = bench_now_ns();
+    usleep(1000000);
+    double c1 = rusage_ms();
+    double wall_ms = (double)(bench_now_ns() - w0) / 1e6;
+    double used = c1 - c0;
+    printf("{\"bench\":\"ucx_idle_cpu\",\"ratio\":%.4f,\"cpu_ms\":%.2f,\"reference\":\"wall time (one core)\","
+           "\"wall_ms\":%.1f,\"iterations\":1}\n",
+           used / wall_ms, used, wall_ms);
+    printf("idle tier: %.2f ms of CPU over %.0f ms of wall time -> %.4f of a core\n", used, wall_ms, used / wall_ms);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    options o = parse_options(argc, argv);
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) die("/proc/self/exe", strerror(errno));
+    self[len] = '\0';
+    snprintf(node_bin, sizeof node_bin, "%s/kvstrata-node", dirname(self));
+    if (access(node_bin, X_OK) != 0) {
+        printf("kvs-bench-ucx: skipped, %s is missing\n", node_bin);
+        return 77;
+    }
+    if (!in_path("ucx_perftest")) {
+        printf("kvs-bench-ucx: skipped, ucx_perftest is not in PATH (package ucx-utils)\n");
+        return 77;
+    }
+    setenv("UCX_TLS", "tcp,sm,self", 0);
+    tier_tls = getenv("UCX_TLS");
+    signal(SIGPIPE, SIG_IGN);
+    setup_files();
+    node_proc node = {0};
+    node_start(&node);
+    uint8_t *staging = aligned_alloc(4096, STAGING_BYTES);
+    if (!staging) die("aligned_alloc", "no memory");
+    memset(staging, 0, STAGING_BYTES);
+    tier t = tier_open(&node, staging);
+    uint64_t t_start = bench_now_ns();
+    run_size(&t, &o, staging, MIB);
+    run_size(&t, &o, staging, 64 * KIB);
+    run_lookup(&t, &o);
+    run_idle(&t);
+    t.ops->destroy(t.state);
+    node_stop(&node);
+    free(staging);
+    cleanup_files();
+    fprintf(stderr, "kvs-bench-ucx: %.1f s\n", (double)(bench_now_ns() - t_start) / 1e9);
+    return 0;
+}
+#endif
