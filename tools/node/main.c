@@ -30,6 +30,10 @@ static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out
 }
 
 int main(int argc, char **argv) {
+    /* A restarted node must rebind its port at once, while the previous process's connections sit
+     * in TIME-WAIT; UCX leaves SO_REUSEADDR off on its listener by default. Set before UCX reads its
+     * configuration and before any thread exists; a value the operator exported wins. */
+    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
     const char *config_path = NULL, *psk_path = NULL, *listen = "0.0.0.0:0";
     uint64_t max_clients = 64, timeout_ms = 5000, max_object = 64ull << 20;
     for (int i = 1; i < argc; i++) {
