@@ -23,14 +23,15 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# AddressSanitizer + UndefinedBehaviorSanitizer build: one switch (KVS_SANITIZE).
+# AddressSanitizer + UndefinedBehaviorSanitizer build: one switch (KVS_SANITIZE). Sanitized code runs
+# several times slower, so Check timeouts are tripled there.
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVS_SANITIZE=ON -DKVS_WITH_CUDA=OFF \
 	  $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 test-asan: asan
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+	cd $(ASAN_BUILD) && CK_TIMEOUT_MULTIPLIER=3 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
 
 bench: build
