@@ -414,7 +414,20 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     st = kvs_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len, NULL, NULL, &n->chain,
                         err, err_len);
     if (st != KVS_OK) goto fail;
-    for (size_t i = 0; i < params->config->n_tiers; i++) n->capacity_bytes += params->config->tiers[i].capacity_bytes;
+    for (size_t i = 0; i < params->config->n_tiers; i++) {
+        const kvs_tier_config *tc = &params->config->tiers[i];
+        n->capacity_bytes += tc->capacity_bytes;
+        /* The dram tier gives every object a slab sized for the largest one. */
+        if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
+            char cap[32], obj[32];
+            kvs_log(params->config->log_level, KVS_LOG_WARN,
+                    "tier \"%s\" holds at most %llu objects: each takes a slab of --max-object-bytes %s out "
+                    "of its %s; set --max-object-bytes to the engine's object size",
+                    tc->name, (unsigned long long)(tc->capacity_bytes / params->max_object_bytes),
+                    kvs_fmt_bytes(obj, sizeof obj, params->max_object_bytes),
+                    kvs_fmt_bytes(cap, sizeof cap, tc->capacity_bytes));
+        }
+    }
 
     kvs_ucx_params p = {.struct_size = sizeof p, .name = "kvstrata-node", .listen_host = params->listen_host,
                         .listen_port = params->listen_port, .log_level = params->config->log_level,
