@@ -665,6 +665,17 @@ static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_
                 shown(v, buf), (unsigned long long)t->capacity_bytes, (unsigned long long)physical);
 }
 
+/* A path from the file: relative ones resolve against the file's directory (kept as written when
+ * the text has no file). */
+static kvs_status resolve_path(const parse_ctx *ctx, const node *at, const char *kp, const char *given, char *out,
+                               size_t len) {
+    int n = given[0] == '/' || !ctx->base_dir ? snprintf(out, len, "%s", given)
+                                              : snprintf(out, len, "%s/%s", ctx->base_dir, given);
+    if (n < 0 || (size_t)n >= len)
+        return fail(ctx, at, kp, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
+    return KVS_OK;
+}
+
 static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX], given[KVS_PATH_MAX];
     const node *v = f->values[TK_PLUGIN];
@@ -677,15 +688,7 @@ static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_ti
     }
     if (!v) return missing_key(ctx, f->map, f->path, "plugin", " (path of the backend .so)");
     kvs_status st = get_text(ctx, v, kp, given, sizeof given);
-    if (st != KVS_OK) return st;
-    int n;
-    if (given[0] == '/' || !ctx->base_dir)
-        n = snprintf(t->plugin, sizeof t->plugin, "%s", given);
-    else
-        n = snprintf(t->plugin, sizeof t->plugin, "%s/%s", ctx->base_dir, given);
-    if (n < 0 || (size_t)n >= sizeof t->plugin)
-        return fail(ctx, v, kp, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
-    return KVS_OK;
+    return st == KVS_OK ? resolve_path(ctx, v, kp, given, t->plugin, sizeof t->plugin) : st;
 }
 
 /* Copies key and value into the next free entry of t->options (allocated by the caller). */
@@ -703,8 +706,14 @@ static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const 
     return KVS_OK;
 }
 
-static kvs_status tier_option(const parse_ctx *ctx, const node *k, const node *v, const char *path,
-                              kvs_tier_config *t) {
+/* Options whose value is a path: relative ones resolve against the file's directory. */
+static const struct {
+    int type;
+    const char *option;
+} PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"}};
+
+static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const node *k, const node *v,
+                              const char *path, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     if (k->kind != NODE_SCALAR || k->len == 0)
         return fail(ctx, k, path, "an option name must be a non-empty scalar, found %s",
@@ -716,79 +725,80 @@ static kvs_status tier_option(const parse_ctx *ctx, const node *k, const node *v
     }
     if (v->kind != NODE_SCALAR)
         return fail(ctx, v, kp, "an option value must be a scalar, found %s", describe(v));
+    for (size_t i = 0; i < COUNT_OF(PATH_OPTIONS); i++) {
+        if ((size_t)PATH_OPTIONS[i].type != f->type || strcmp(PATH_OPTIONS[i].option, k->text) != 0 || v->len == 0)
+            continue;
+        char full[KVS_PATH_MAX];
+        kvs_status st = resolve_path(ctx, v, kp, v->text, full, sizeof full);
+        return st == KVS_OK ? append_option(ctx, t, k->text, full) : st;
+    }
     return append_option(ctx, t, k->text, v->text);
 }
 
-/* `paths:` of an ssd tier: a sequence of directories, one per device, handed to the backend as
- * options named `path` (in file order, before the tier's own options). Relative paths resolve
- * against the file's directory, as plugin paths do. */
-static kvs_status tier_paths(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
+/* Sequences of a tier type handed to the backend as repeated options (in file order, before the
+ * tier's own options): `paths:` of an ssd tier, one directory per device, resolved like plugin
+ * paths; `nodes:` of a remote tier, host:port of each kvstrata-node. */
+static const struct tier_list {
+    int type;          /* the only tier type that takes it, and must */
+    int field;         /* TK_* */
+    const char *name;  /* the YAML key */
+    const char *option; /* the option each entry becomes; refused under options: */
+    int is_path;
+    const char *hint;  /* for a missing key */
+    const char *items; /* what the sequence holds, for messages */
+    const char *owner; /* "an ssd tier's directories", for the refusal under options: */
+} TIER_LISTS[] = {
+    {TYPE_SSD, TK_PATHS, "paths", "path", 1, " (one directory per SSD)", "directories", "an ssd tier's directories"},
+    {TYPE_REMOTE, TK_NODES, "nodes", "node", 0, " (host:port of each kvstrata-node)", "host:port",
+     "a remote tier's nodes"},
+};
+
+static kvs_status tier_list(const parse_ctx *ctx, const tier_fields *f, const struct tier_list *l,
+                            kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
-    const node *v = f->values[TK_PATHS];
-    key_path(kp, f->path, "paths");
-    if (f->type != TYPE_SSD) {
+    const node *v = f->values[l->field];
+    key_path(kp, f->path, l->name);
+    if (f->type != (size_t)l->type) {
         if (!v) return KVS_OK;
-        return fail(ctx, f->keys[TK_PATHS], kp, "only a tier of type ssd takes paths (this tier is type %s)",
-                    TIER_TYPES[f->type]);
+        return fail(ctx, f->keys[l->field], kp, "only a tier of type %s takes %s (this tier is type %s)",
+                    TIER_TYPES[l->type], l->name, TIER_TYPES[f->type]);
     }
-    if (!v) return missing_key(ctx, f->map, f->path, "paths", " (one directory per SSD)");
+    if (!v) return missing_key(ctx, f->map, f->path, l->name, l->hint);
     if (v->kind != NODE_SEQUENCE || v->n_items == 0)
-        return fail(ctx, v, kp, "expected a non-empty sequence of directories, found %s", describe(v));
+        return fail(ctx, v, kp, "expected a non-empty sequence of %s, found %s", l->items, describe(v));
     for (size_t i = 0; i < v->n_items; i++) {
         const node *p = v->items[i];
         char ip[KEY_PATH_MAX], given[KVS_PATH_MAX], full[KVS_PATH_MAX];
         snprintf(ip, sizeof ip, "%s[%zu]", kp, i);
         kvs_status st = get_text(ctx, p, ip, given, sizeof given);
         if (st != KVS_OK) return st;
-        if (given[0] == '\0') return fail(ctx, p, ip, "an empty path");
-        int n = given[0] == '/' || !ctx->base_dir ? snprintf(full, sizeof full, "%s", given)
-                                                  : snprintf(full, sizeof full, "%s/%s", ctx->base_dir, given);
-        if (n < 0 || (size_t)n >= sizeof full)
-            return fail(ctx, p, ip, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
+        if (given[0] == '\0') return fail(ctx, p, ip, "an empty %s", l->option);
+        if (l->is_path) {
+            if ((st = resolve_path(ctx, p, ip, given, full, sizeof full)) != KVS_OK) return st;
+        } else {
+            snprintf(full, sizeof full, "%s", given);
+        }
         for (size_t j = 0; j < t->n_options; j++)
-            if (strcmp(t->options[j].value, full) == 0) return fail(ctx, p, ip, "path '%s' is listed twice", full);
-        if ((st = append_option(ctx, t, "path", full)) != KVS_OK) return st;
-    }
-    return KVS_OK;
-}
-
-/* `nodes:` of a remote tier: a sequence of host:port, handed to the backend as options named `node`
- * (in file order, before the tier's own options), as `paths:` is for ssd. */
-static kvs_status tier_nodes(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
-    char kp[KEY_PATH_MAX];
-    const node *v = f->values[TK_NODES];
-    key_path(kp, f->path, "nodes");
-    if (f->type != TYPE_REMOTE) {
-        if (!v) return KVS_OK;
-        return fail(ctx, f->keys[TK_NODES], kp, "only a tier of type remote takes nodes (this tier is type %s)",
-                    TIER_TYPES[f->type]);
-    }
-    if (!v) return missing_key(ctx, f->map, f->path, "nodes", " (host:port of each kvstrata-node)");
-    if (v->kind != NODE_SEQUENCE || v->n_items == 0)
-        return fail(ctx, v, kp, "expected a non-empty sequence of host:port, found %s", describe(v));
-    for (size_t i = 0; i < v->n_items; i++) {
-        const node *p = v->items[i];
-        char ip[KEY_PATH_MAX], given[KVS_PATH_MAX];
-        snprintf(ip, sizeof ip, "%s[%zu]", kp, i);
-        kvs_status st = get_text(ctx, p, ip, given, sizeof given);
-        if (st != KVS_OK) return st;
-        if (given[0] == '\0') return fail(ctx, p, ip, "an empty node");
-        for (size_t j = 0; j < t->n_options; j++)
-            if (strcmp(t->options[j].value, given) == 0) return fail(ctx, p, ip, "node '%s' is listed twice", given);
-        if ((st = append_option(ctx, t, "node", given)) != KVS_OK) return st;
+            if (strcmp(t->options[j].value, full) == 0)
+                return fail(ctx, p, ip, "%s '%s' is listed twice", l->option, full);
+        if ((st = append_option(ctx, t, l->option, full)) != KVS_OK) return st;
     }
     return KVS_OK;
 }
 
 static kvs_status tier_lists(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
-    kvs_status st = tier_paths(ctx, f, t);
-    return st == KVS_OK ? tier_nodes(ctx, f, t) : st;
+    kvs_status st = KVS_OK;
+    for (size_t i = 0; st == KVS_OK && i < COUNT_OF(TIER_LISTS); i++) st = tier_list(ctx, f, &TIER_LISTS[i], t);
+    return st;
 }
 
 static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_OPTIONS];
-    const node *paths = f->type == TYPE_SSD ? f->values[TK_PATHS] : f->type == TYPE_REMOTE ? f->values[TK_NODES] : NULL;
+    const struct tier_list *list = NULL;
+    for (size_t i = 0; i < COUNT_OF(TIER_LISTS); i++)
+        if ((size_t)TIER_LISTS[i].type == f->type) list = &TIER_LISTS[i];
+    const node *paths = list ? f->values[list->field] : NULL;
     size_t n_paths = paths && paths->kind == NODE_SEQUENCE ? paths->n_items : 0;
     key_path(kp, f->path, "options");
     if (v && v->kind != NODE_MAPPING)
@@ -804,31 +814,13 @@ static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_t
     kvs_status st = tier_lists(ctx, f, t);
     for (size_t i = 0; st == KVS_OK && i < n; i++) {
         const node *k = v->items[2 * i];
-        if (f->type == TYPE_SSD && k->kind == NODE_SCALAR && strcmp(k->text, "path") == 0) {
+        if (list && k->kind == NODE_SCALAR && strcmp(k->text, list->option) == 0) {
             char op[KEY_PATH_MAX];
-            key_path(op, kp, "path");
-            return fail(ctx, k, op, "list an ssd tier's directories under `paths:`, not as an option");
-        }
-        if (f->type == TYPE_REMOTE && k->kind == NODE_SCALAR && strcmp(k->text, "node") == 0) {
-            char op[KEY_PATH_MAX];
-            key_path(op, kp, "node");
-            return fail(ctx, k, op, "list a remote tier's nodes under `nodes:`, not as an option");
+            key_path(op, kp, list->option);
+            return fail(ctx, k, op, "list %s under `%s:`, not as an option", list->owner, list->name);
         }
         const node *val = v->items[2 * i + 1];
-        if (f->type == TYPE_REMOTE && k->kind == NODE_SCALAR && strcmp(k->text, "psk_file") == 0 &&
-            val->kind == NODE_SCALAR && val->len > 0 && val->text[0] != '/' && ctx->base_dir) {
-            /* a key file beside the YAML, like plugin paths and ssd paths */
-            char full[KVS_PATH_MAX], op[KEY_PATH_MAX];
-            key_path(op, kp, "psk_file");
-            int len = snprintf(full, sizeof full, "%s/%s", ctx->base_dir, val->text);
-            if (len < 0 || (size_t)len >= sizeof full)
-                return fail(ctx, val, op, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
-            for (size_t j = 0; j < t->n_options; j++)
-                if (strcmp(t->options[j].key, "psk_file") == 0) return fail(ctx, k, op, "duplicate key (given twice in options)");
-            st = append_option(ctx, t, "psk_file", full);
-            continue;
-        }
-        st = tier_option(ctx, k, val, kp, t);
+        st = tier_option(ctx, f, k, val, kp, t);
     }
     return st;
 }
