@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "options.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 
@@ -67,18 +68,6 @@ int ssd_options_parse_size(const char *text, uint64_t *bytes) {
     return -1;
 }
 
-static int parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
-    if (!text || !is_digit(*text)) return -1;
-    uint64_t v = 0;
-    for (const char *p = text; *p; p++) {
-        if (!is_digit(*p) || v > (UINT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    if (v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 /* "enospc_after:N,eio_path:K,eio_after:N" */
 static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_len) {
     char buf[256];
@@ -92,7 +81,7 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
         while (*item == ' ') item++;
         char *colon = strchr(item, ':');
         uint64_t v = 0;
-        if (!colon || parse_count(colon + 1, 0, INT32_MAX, &v) != 0) {
+        if (!colon || kvs_option_count(colon + 1, 0, INT32_MAX, &v) != 0) {
             snprintf(why, why_len, "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, eio_after)",
                      item);
             return -1;
@@ -129,14 +118,14 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
         o->stripe_bytes = v;
         return 0;
     case 1: /* replicas */
-        if (parse_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
+        if (kvs_option_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
             snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %d", value, SSD_MAX_REPLICAS);
             return -1;
         }
         o->replicas = (uint32_t)v;
         return 0;
     case 2: /* queue_depth */
-        if (parse_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+        if (kvs_option_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
             snprintf(why, why_len, "queue_depth \"%.40s\" is not a whole number from 2 to %u", value,
                      SSD_MAX_QUEUE_DEPTH);
             return -1;
@@ -144,7 +133,7 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
         o->queue_depth = (uint32_t)v;
         return 0;
     case 3: /* write_inflight */
-        if (parse_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+        if (kvs_option_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
             snprintf(why, why_len, "write_inflight \"%.40s\" is not a whole number from 1 to %u", value,
                      SSD_MAX_QUEUE_DEPTH);
             return -1;
@@ -169,14 +158,14 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
         }
         return 0;
     case 6: /* pread_threads */
-        if (parse_count(value, 1, 64, &v) != 0) {
+        if (kvs_option_count(value, 1, 64, &v) != 0) {
             snprintf(why, why_len, "pread_threads \"%.40s\" is not a whole number from 1 to 64", value);
             return -1;
         }
         o->pread_threads = (uint32_t)v;
         return 0;
     case 7: /* io_timeout_ms */
-        if (parse_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
+        if (kvs_option_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
             snprintf(why, why_len, "io_timeout_ms \"%.40s\" is not a whole number of milliseconds from 1 to 86400000",
                      value);
             return -1;
@@ -198,7 +187,7 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
         return 0;
     }
     case 9: /* sim_iops */
-        if (parse_count(value, 1, 1000000000ull, &v) != 0) {
+        if (kvs_option_count(value, 1, 1000000000ull, &v) != 0) {
             snprintf(why, why_len, "sim_iops \"%.40s\" is not a whole number from 1 to 1000000000", value);
             return -1;
         }
@@ -240,17 +229,8 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
             o->paths[o->n_paths++] = value;
             continue;
         }
-        unsigned which = 0;
-        while (which < N_NAMES && strcmp(key, NAMES[which]) != 0) which++;
-        if (which == N_NAMES) {
-            snprintf(why, why_len, "unknown option \"%.60s\" (valid options: " VALID_OPTIONS ")", key);
-            return KVS_ECONFIG;
-        }
-        if (seen[which]++) {
-            snprintf(why, why_len, "option %s is given twice", key);
-            return KVS_ECONFIG;
-        }
-        if (parse_one(which, value, o, why, why_len) != 0) return KVS_ECONFIG;
+        int which = kvs_option_index(NAMES, N_NAMES, seen, key, VALID_OPTIONS, why, why_len);
+        if (which < 0 || parse_one((unsigned)which, value, o, why, why_len) != 0) return KVS_ECONFIG;
     }
     if (o->n_paths == 0) {
         snprintf(why, why_len, "needs at least one path (YAML `paths: [/mnt/nvme0/kvs, ...]`)");

@@ -8,21 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "options.h"
 #include "wire.h"
 
 #define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms"
-
-static int parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
-    if (!text || *text < '0' || *text > '9') return -1;
-    uint64_t v = 0;
-    for (const char *p = text; *p; p++) {
-        if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    if (v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
 
 static int valid_tenant(const char *s) {
     size_t len = strlen(s);
@@ -33,7 +22,7 @@ static int valid_tenant(const char *s) {
 static int parse_node(const char *value, kvs_remote_options *o, char *why, size_t why_len) {
     const char *colon = strrchr(value, ':');
     uint64_t port = 0;
-    if (!colon || colon == value || parse_count(colon + 1, 1, 65535, &port) != 0) {
+    if (!colon || colon == value || kvs_option_count(colon + 1, 1, 65535, &port) != 0) {
         snprintf(why, why_len, "node \"%.80s\" is not HOST:PORT (port 1..65535)", value);
         return -1;
     }
@@ -77,16 +66,8 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
             if (parse_node(value, o, why, why_len) != 0) return KVS_ECONFIG;
             continue;
         }
-        unsigned which = 0;
-        while (which < N_NAMES && strcmp(key, names[which]) != 0) which++;
-        if (which == N_NAMES) {
-            snprintf(why, why_len, "unknown option \"%.60s\" (valid options: " VALID_OPTIONS ")", key);
-            return KVS_ECONFIG;
-        }
-        if (seen[which]++) {
-            snprintf(why, why_len, "option %s is given twice", key);
-            return KVS_ECONFIG;
-        }
+        int which = kvs_option_index(names, N_NAMES, seen, key, VALID_OPTIONS, why, why_len);
+        if (which < 0) return KVS_ECONFIG;
         switch (which) {
         case 0:
             if (!*value) {
@@ -104,7 +85,7 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
             o->tenant = value;
             break;
         case 2:
-            if (parse_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
+            if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
                 snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u", value,
                          KVS_REMOTE_RING_MAX_REPLICAS);
                 return KVS_ECONFIG;
@@ -112,14 +93,14 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
             o->replicas = (uint32_t)v;
             break;
         case 3:
-            if (parse_count(value, 1, 600000, &v) != 0) {
+            if (kvs_option_count(value, 1, 600000, &v) != 0) {
                 snprintf(why, why_len, "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
                 return KVS_ECONFIG;
             }
             o->timeout_ms = (uint32_t)v;
             break;
         default:
-            if (parse_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
+            if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
                 snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
                          KVS_REMOTE_MAX_BACKOFF_MS);
                 return KVS_ECONFIG;
