@@ -1033,8 +1033,10 @@ START_TEST(eviction_tells_the_host_without_bytes) {
     /* one path of 4 slots: the 5th and 6th objects evict the two least recently used */
     tier_args a = {.n_paths = 1, .capacity = 4096 + 4 * 20 * KIB, .max_object = 16 * KIB, .host = &host};
     void *st = open_ok(&d, &a);
-    for (uint32_t i = 0; i < 4; i++) put_object(st, i, 16 * KIB);
-    flush(st);
+    for (uint32_t i = 0; i < 4; i++) {
+        put_object(st, i, 16 * KIB);
+        flush(st); /* visible one by one, so the LRU order is 0, 1, 2, 3 whatever order writes finish in */
+    }
     ck_assert_int_eq(evicted.n, 0);
     put_object(st, 4, 16 * KIB);
     put_object(st, 5, 16 * KIB);
