@@ -26,32 +26,24 @@ typedef struct write_job {
     ssd_io_request *reqs; /* [n_copies] */
 } write_job;
 
-/* A buffer for an object whose write needs `need` bytes: a kept one when it is large (most objects
- * of a deployment are the same, largest size), else a fresh one of its own size. Lock not held. */
-static uint8_t *take_buffer(ssd_tier *t, uint64_t need, uint64_t *cap) {
-    if (need <= t->spare_bytes / 2) {
-        *cap = need;
-        return aligned_alloc(SSD_BLOCK, need);
+/* A buffer for an object whose write needs `need` bytes: `kept` (a buffer taken from t->spare under
+ * the lock) when there is one, else a fresh one, of the largest object's size when the object is
+ * large (most objects of a deployment are the same, largest size) or of its own size. */
+static uint8_t *take_buffer(const ssd_tier *t, uint64_t need, uint8_t *kept, uint64_t *cap) {
+    *cap = need <= t->spare_bytes / 2 ? need : t->spare_bytes;
+    return kept ? kept : aligned_alloc(SSD_BLOCK, *cap);
+}
+
+/* With the lock held: keep the job's buffer for a later put when it has the largest size. */
+static void keep_buffer(ssd_tier *t, write_job *job) {
+    if (job->buffer && job->buffer_cap == t->spare_bytes && t->n_spare < t->max_spare) {
+        t->spare[t->n_spare++] = job->buffer;
+        job->buffer = NULL;
     }
-    *cap = t->spare_bytes;
-    uint8_t *b = NULL;
-    pthread_mutex_lock(&t->mutex);
-    if (t->n_spare) b = t->spare[--t->n_spare];
-    pthread_mutex_unlock(&t->mutex);
-    return b ? b : aligned_alloc(SSD_BLOCK, t->spare_bytes);
 }
 
 static void free_write_job(write_job *job) {
     if (!job) return;
-    ssd_tier *t = job->tier;
-    if (job->buffer && job->buffer_cap == t->spare_bytes) {
-        pthread_mutex_lock(&t->mutex);
-        if (t->n_spare < t->max_spare) {
-            t->spare[t->n_spare++] = job->buffer;
-            job->buffer = NULL;
-        }
-        pthread_mutex_unlock(&t->mutex);
-    }
     free(job->buffer);
     free(job->copy_failed);
     free(job->reqs);
@@ -104,6 +96,7 @@ static void write_done(ssd_io_request *req, int result) {
     }
     if (--job->remaining == 0) {
         finish_write(t, job);
+        keep_buffer(t, job);
         finished = 1;
     }
     pthread_mutex_unlock(&t->mutex);
@@ -217,6 +210,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     }
     t->buffered_bytes += need;
     t->writes_pending++;
+    uint8_t *kept = need > t->spare_bytes / 2 && t->n_spare ? t->spare[--t->n_spare] : NULL;
     pthread_mutex_unlock(&t->mutex);
 
     /* Copy and checksum outside the lock. */
@@ -229,7 +223,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->tier = t;
         job->n_copies = job->remaining = n_copies;
         job->buffer_bytes = need;
-        job->buffer = take_buffer(t, need, &job->buffer_cap);
+        job->buffer = take_buffer(t, need, kept, &job->buffer_cap);
+        kept = NULL;
         job->copy_failed = calloc(n_copies, 1);
         job->reqs = calloc(n_copies, sizeof *job->reqs);
     }
@@ -315,6 +310,10 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
 
 undo_budget:
     pthread_mutex_lock(&t->mutex);
+    if (job) keep_buffer(t, job);
+    if (kept && t->n_spare < t->max_spare) t->spare[t->n_spare++] = kept; /* no job to hand it to */
+    else free(kept);
+    kept = NULL;
     t->buffered_bytes -= need;
     t->writes_pending--;
     pthread_cond_broadcast(&t->drained);
