@@ -23,6 +23,7 @@
  *
  * Exit 77 without UCX in the build, without ucx_perftest in PATH, or without kvstrata-node next to
  * this binary. */
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -58,6 +59,7 @@ typedef struct options {
     uint32_t warmup;
     uint32_t lookups;
     const char *perftest_tls;
+    const char *shared_memory; /* the tier's shared_memory option */
 } options;
 
 typedef struct node_proc {
@@ -72,15 +74,18 @@ static const char *tier_tls;
 
 static void usage(void) {
     fprintf(stderr, "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
+                    "                     [--shared-memory auto|off]\n"
                     "  --rounds        measured rounds per object size (default 5)\n"
                     "  --warmup        rounds run first and not counted (default 1)\n"
                     "  --lookups       timed contains calls of 512 keys (default 300)\n"
-                    "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default tcp, the tier's transport)\n");
+                    "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default: the tier's payload\n"
+                    "                  transports, tcp, or tcp,sm,self with --shared-memory auto)\n"
+                    "  --shared-memory the tier's shared_memory option (default off)\n");
     exit(2);
 }
 
 static options parse_options(int argc, char **argv) {
-    options o = {.rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = "tcp"};
+    options o = {.rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = NULL, .shared_memory = "off"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
@@ -88,9 +93,11 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100);
         else if (!strcmp(a, "--lookups")) o.lookups = (uint32_t)bench_parse_u64(a, v, 1, 100000);
         else if (!strcmp(a, "--perftest-tls")) o.perftest_tls = v;
+        else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off"))) o.shared_memory = v;
         else usage();
         i++;
     }
+    if (!o.perftest_tls) o.perftest_tls = strcmp(o.shared_memory, "auto") == 0 ? "tcp,sm,self" : "tcp";
     return o;
 }
 
@@ -129,7 +136,7 @@ static void setup_files(void) {
     uint8_t psk[32];
     for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)bench_mix64(i);
     write_file(key_path, psk, sizeof psk);
-    static const char yaml[] = "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+    static const char yaml[] = "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
                                "    capacity: 1GiB\n";
     write_file(yaml_path, yaml, sizeof yaml - 1);
 }
@@ -153,19 +160,45 @@ static void cleanup_files(void) {
     rmdir(tmp_dir);
 }
 
+/* Start argv[0] (searched in PATH) with UCX_TLS=tls when tls is set, stdout to out_fd (-1: /dev/null,
+ * stderr too). posix_spawn, not fork: a forked child would leave the tier's staging pool
+ * copy-on-write in this process, and every later RMA write into it would fault page by page (a
+ * 30-fold slowdown of the gets measured after the first perftest, before this was found). */
+static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out_fd >= 0) {
+        posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    } else {
+        posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+        posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    }
+    size_t n_env = 0;
+    while (environ[n_env]) n_env++;
+    char **env = calloc(n_env + 2, sizeof *env);
+    char tls_var[128];
+    if (!env) die("spawn", "no memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (!tls || strncmp(environ[i], "UCX_TLS=", 8) != 0) env[k++] = environ[i];
+    if (tls) {
+        snprintf(tls_var, sizeof tls_var, "UCX_TLS=%s", tls);
+        env[k++] = tls_var;
+    }
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    if (rc != 0) die(argv[0], strerror(rc));
+    return pid;
+}
+
 static void node_start(node_proc *n) {
     int pipefd[2];
-    if (pipe(pipefd) != 0) die("pipe", strerror(errno));
-    n->pid = fork();
-    if (n->pid < 0) die("fork", strerror(errno));
-    if (n->pid == 0) {
-        dup2(pipefd[1], 1);
-        close(pipefd[0]);
-        close(pipefd[1]);
-        execl(node_bin, "kvstrata-node", "--config", yaml_path, "--psk-file", key_path, "--listen", "127.0.0.1:0",
-              "--max-object-bytes", "2MiB", (char *)NULL);
-        _exit(127);
-    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
+    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", "127.0.0.1:0",
+                    "--max-object-bytes", "2MiB", NULL};
+    n->pid = spawn(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
     node_pid = n->pid;
@@ -208,6 +241,8 @@ static void node_stop(node_proc *n) {
     node_pid = 0;
 }
 
+extern char **environ;
+
 /* ---- ucx_perftest ------------------------------------------------------------------------------- */
 
 static int port_listening(unsigned port);
@@ -242,16 +277,8 @@ static int perftest(const char *tls, const char *test, uint64_t size, uint64_t i
         unsigned port = free_port();
         char port_s[16];
         snprintf(port_s, sizeof port_s, "%u", port);
-        pid_t server = fork();
-        if (server < 0) die("fork", strerror(errno));
-        if (server == 0) {
-            int devnull = open("/dev/null", O_WRONLY);
-            dup2(devnull, 1);
-            dup2(devnull, 2);
-            setenv("UCX_TLS", tls, 1);
-            execlp("ucx_perftest", "ucx_perftest", "-p", port_s, (char *)NULL);
-            _exit(127);
-        }
+        char *argv[] = {"ucx_perftest", "-p", port_s, NULL};
+        pid_t server = spawn(argv, tls, -1);
         uint64_t until = bench_now_ns() + 5000000000ull;
         while (!port_listening(port) && bench_now_ns() < until && waitpid(server, NULL, WNOHANG) == 0) usleep(2000);
         char cmd[512];
@@ -298,10 +325,10 @@ static void check(const tier *t, const char *what, kvs_status st) {
     exit(1);
 }
 
-static tier tier_open(const node_proc *n, uint8_t *staging) {
+static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory) {
     tier t = {.ops = kvs_remote_backend()};
-    kvs_backend_option opts[] = {{"node", n->id},          {"psk_file", key_path}, {"tenant", "bench"},
-                                 {"replicas", "1"},        {"timeout_ms", "20000"}};
+    kvs_backend_option opts[] = {{"node", n->id},       {"psk_file", key_path},   {"tenant", "bench"},
+                                 {"replicas", "1"},     {"timeout_ms", "20000"}, {"shared_memory", shared_memory}};
     char err[512] = "";
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
@@ -551,7 +578,16 @@ int main(int argc, char **argv) {
     uint8_t *staging = aligned_alloc(4096, STAGING_BYTES);
     if (!staging) die("aligned_alloc", "no memory");
     memset(staging, 0, STAGING_BYTES);
-    tier t = tier_open(&node, staging);
+    tier t = tier_open(&node, staging, o.shared_memory);
+    kvs_remote_stats_t st;
+    check(&t, "stats", kvs_remote_stats(t.state, &st));
+    int on_sm = st.nodes_shared_memory == 1;
+    if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
+        die("--shared-memory auto", "the node did not take the payloads over shared memory (see its log above)");
+    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%s\"}\n",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls);
+    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s\n",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls);
     uint64_t t_start = bench_now_ns();
     run_size(&t, &o, staging, MIB);
     run_size(&t, &o, staging, 64 * KIB);

@@ -1,6 +1,7 @@
 /* test_remote.c - the remote tier client (backends/ucx/remote.h) through its backend ops: option
  * errors, then two kvstrata-node daemons as child processes on 127.0.0.1: round trips, get_many
- * across nodes, replication with a killed node, a wrong key, and an idle progress thread. */
+ * across nodes, replication with a killed node, a wrong key, an idle progress thread, payloads over
+ * shared memory when turned on (tcp otherwise), and clients killed in the middle of gets. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -414,6 +415,107 @@ START_TEST(a_wrong_key_fails_create_with_a_sentence) {
 }
 END_TEST
 
+static void *open_sm(const char *shared_memory) {
+    kvs_backend_option opts[] = {{"node", nodes[0].id},        {"node", nodes[1].id},
+                                 {"psk_file", key_path},       {"tenant", "test-tenant"},
+                                 {"timeout_ms", "2000"},       {"shared_memory", shared_memory}};
+    char err[512];
+    void *state = NULL;
+    kvs_status st = create_with(opts, 6, err, sizeof err, &state, staging, STAGING_BYTES);
+    ck_assert_msg(st == KVS_OK, "create: %d %s", st, err);
+    return state;
+}
+
+/* Put objects from the pool and read them back into the pool, comparing every byte. */
+static void round_trip_in_pool(void *s, uint32_t first, uint32_t n) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_key k = key_of(first + i);
+        fill(staging, MIB, first + i);
+        ck_assert_int_eq(ops->put(s, &k, staging, MIB), KVS_OK);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_key k = key_of(first + i);
+        memset(staging, 0, MIB);
+        uint64_t got = 0;
+        ck_assert_int_eq(ops->get(s, &k, staging, MIB, &got), KVS_OK);
+        ck_assert_uint_eq(got, MIB);
+        uint8_t *want = malloc(MIB);
+        fill(want, MIB, first + i);
+        ck_assert_msg(memcmp(staging, want, MIB) == 0, "object %u differs", first + i);
+        free(want);
+    }
+}
+
+START_TEST(nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off) {
+    void *s = open_sm("auto");
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_up, 2);
+    ck_assert_uint_eq(stats.nodes_shared_memory, 2); /* UCX_TLS=tcp,sm,self, same host and namespace */
+    round_trip_in_pool(s, 500, 6);
+    kvs_remote_backend()->destroy(s);
+    s = open_sm("off");
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_up, 2);
+    ck_assert_uint_eq(stats.nodes_shared_memory, 0);
+    round_trip_in_pool(s, 600, 6);
+    kvs_remote_backend()->destroy(s);
+}
+END_TEST
+
+/* A client killed in the middle of gets (shared_memory: mode): the nodes live on; over tcp (off)
+ * they notice at once and serve the next client. Over shared memory UCX 1.13 gives no failure
+ * detection, the node watches the client's pidfd, and the next client is not asserted (a known
+ * issue: the node's other endpoints can time out after such a kill; docs/remote.md). */
+static void kill_a_client_during_gets(const char *mode) {
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        void *s = open_sm(mode);
+        const kvs_backend_ops *ops = kvs_remote_backend();
+        enum { N = 6 };
+        kvs_key keys[N];
+        void *dsts[N];
+        uint64_t caps[N], lens[N];
+        kvs_status sts[N];
+        for (uint32_t i = 0; i < N; i++) {
+            keys[i] = key_of(700 + i);
+            fill(staging, MIB, 700 + i);
+            if (ops->put(s, &keys[i], staging, MIB) != KVS_OK) _exit(2);
+            dsts[i] = staging + (size_t)i * MIB;
+            caps[i] = MIB;
+        }
+        for (;;) ops->get_many(s, keys, dsts, caps, N, lens, sts); /* until killed */
+    }
+    usleep(700000);
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    ck_assert(WIFSIGNALED(status));
+    usleep(100000);
+    ck_assert_int_eq(kill(nodes[0].pid, 0), 0);
+    ck_assert_int_eq(kill(nodes[1].pid, 0), 0);
+}
+
+START_TEST(a_client_killed_during_gets_leaves_the_nodes_serving) {
+    kill_a_client_during_gets("off");
+    void *s = open_sm("off");
+    double t0 = now_ms();
+    round_trip_in_pool(s, 800, 4);
+    ck_assert_msg(now_ms() - t0 < 5000, "round trips after the kill took %.0f ms", now_ms() - t0);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_msg(stats.nodes_up == 2, "nodes up %u: %s", stats.nodes_up, kvs_remote_backend()->last_error(s));
+    kvs_remote_backend()->destroy(s);
+}
+END_TEST
+
+START_TEST(a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes) {
+    kill_a_client_during_gets("auto");
+}
+END_TEST
+
 START_TEST(an_idle_tier_uses_almost_no_cpu) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     void *s = open_ok("1", "2000");
@@ -447,6 +549,9 @@ int main(void) {
     tcase_add_test(live, with_two_replicas_a_killed_node_leaves_the_other_serving);
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);
     tcase_add_test(live, an_idle_tier_uses_almost_no_cpu);
+    tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
+    tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
+    tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);
     suite_add_tcase(suite, live);
     SRunner *runner = srunner_create(suite);
     srunner_run_all(runner, CK_NORMAL);

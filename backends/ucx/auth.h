@@ -67,4 +67,12 @@ int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node);
  * two tenants never name the same stored object. tenant_len must be 1..KVS_WIRE_MAX_TENANT_BYTES. */
 kvs_status kvs_remote_tenant_key(const char *tenant, size_t tenant_len, const kvs_key *key, kvs_key *out);
 
+/* This machine's identity for choosing shared memory: SHA-256("kvstrata-host-v1" || hostname ||
+ * "\n" || kernel boot id || network namespace || pid namespace). Another machine, VM, container
+ * with its own hostname, or network or pid namespace differs (UCX 1.13 shared-memory transfers between network
+ * namespaces were seen to hang, so those peers use tcp). KVS_EIO when the boot id cannot be read
+ * (the caller then does not offer shared memory). */
+#define KVS_REMOTE_HOST_ID_BYTES 32u
+kvs_status kvs_remote_host_id(uint8_t out[KVS_REMOTE_HOST_ID_BYTES]);
+
 #endif

@@ -11,7 +11,7 @@
 #include "options.h"
 #include "wire.h"
 
-#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms"
+#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory"
 
 static int valid_tenant(const char *s) {
     size_t len = strlen(s);
@@ -51,13 +51,15 @@ static int parse_node(const char *value, kvs_remote_options *o, char *why, size_
 
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
                                     char *why, size_t why_len) {
-    static const char *const names[] = {"psk_file", "tenant", "replicas", "timeout_ms", "connect_backoff_ms"};
+    static const char *const names[] = {"psk_file", "tenant", "replicas", "timeout_ms", "connect_backoff_ms",
+                                        "shared_memory"};
     enum { N_NAMES = sizeof names / sizeof names[0] };
     int seen[N_NAMES] = {0};
     memset(o, 0, sizeof *o);
     o->replicas = 1;
     o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
     o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
+    o->shared_memory = 0; /* experimental: see docs/remote.md, "Shared memory on one host" */
     for (uint64_t i = 0; i < n_options; i++) {
         const char *key = options[i].key ? options[i].key : "";
         const char *value = options[i].value ? options[i].value : "";
@@ -99,13 +101,23 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
             }
             o->timeout_ms = (uint32_t)v;
             break;
-        default:
+        case 4:
             if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
                 snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
                          KVS_REMOTE_MAX_BACKOFF_MS);
                 return KVS_ECONFIG;
             }
             o->connect_backoff_ms = (uint32_t)v;
+            break;
+        default:
+            if (strcmp(value, "auto") == 0) {
+                o->shared_memory = 1;
+            } else if (strcmp(value, "off") == 0) {
+                o->shared_memory = 0;
+            } else {
+                snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
+                return KVS_ECONFIG;
+            }
             break;
         }
     }

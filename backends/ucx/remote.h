@@ -9,6 +9,10 @@
  *   replicas            homes per key, 1..min(8, nodes) (default 1)
  *   timeout_ms          bound on every operation (default 2000)
  *   connect_backoff_ms  first reconnect delay of a down node; doubles to 30 s (default 100)
+ *   shared_memory       auto: a node on this host moves payloads over shared memory (the tier
+ *                       sends its worker address after authenticating); off: over the request
+ *                       connection, tcp (default off: experimental, a client killed mid-transfer
+ *                       can stall the node's other clients; docs/remote.md)
  *
  * Capabilities: THREAD_SAFE and GET_MANY. One progress thread owns the UCX transport; ops from any
  * thread queue a job for it and wait at most timeout_ms (KVS_ETIMEDOUT then). A node that fails is
@@ -41,6 +45,7 @@ typedef struct kvs_remote_options {
     uint32_t replicas;
     uint32_t timeout_ms;
     uint32_t connect_backoff_ms;
+    int shared_memory; /* 1: offer the worker address to nodes on this host */
 } kvs_remote_options;
 
 /* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
@@ -57,6 +62,7 @@ typedef struct kvs_remote_stats_t {
     uint64_t auth_refusals;    /* handshakes a node refused */
     uint64_t rma_gets;         /* objects the node wrote straight into the staging pool */
     uint64_t bounce_gets;      /* objects that went through the bounce buffer */
+    uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
 } kvs_remote_stats_t;
 
 /* The remote backend's ops table (static storage). */

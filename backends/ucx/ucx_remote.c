@@ -59,9 +59,11 @@ typedef struct rnode {
     uint8_t nonce[KVS_WIRE_NONCE_BYTES];
     uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
     char refusal[KVS_WIRE_MAX_ERROR_TEXT + 1];
+    char payload_tls[KVS_WIRE_MAX_TRANSPORTS_TEXT + 1]; /* AUTH_OK: what the node's RMA to us runs over */
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
+    int shared_memory; /* up, and its payloads run over something other than tcp */
     /* the one outstanding request of this node */
     int pending;
     uint64_t request_id;
@@ -101,6 +103,9 @@ typedef struct remote {
     kvs_ucx_mem *bounce_mem;
     uint8_t staging_rkey[KVS_WIRE_MAX_RKEY_BYTES], bounce_rkey[KVS_WIRE_MAX_RKEY_BYTES];
     uint32_t staging_rkey_len, bounce_rkey_len;
+    uint8_t *worker_addr; /* offered to nodes on this host (shared_memory: auto); NULL: not offered */
+    size_t worker_addr_len;
+    uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
     kvs_remote_ring ring;
     rnode *nodes;
     uint64_t next_id;
@@ -164,6 +169,8 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
         return;
     }
     if (m->type == KVS_WIRE_AUTH_OK && nd->hs == HS_AUTH_SENT && m->request_id == nd->request_id) {
+        snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m->transports_len,
+                 m->transports ? m->transports : "");
         nd->hs = HS_OK;
         return;
     }
@@ -251,6 +258,8 @@ static void node_down(remote *r, rnode *nd, const char *why) {
         pthread_mutex_lock(&r->mutex);
         r->stats.node_failures++;
         r->stats.nodes_up--;
+        r->stats.nodes_shared_memory -= (uint32_t)nd->shared_memory;
+        nd->shared_memory = 0;
         pthread_mutex_unlock(&r->mutex);
         set_error(r, "node %s is down (%s); its keys are misses until it reconnects", node_id(r, nd), why);
     }
@@ -277,6 +286,35 @@ static kvs_status send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t
 static void wait_handshake(remote *r, rnode *nd, int until, uint64_t deadline) {
     while (nd->hs != until && nd->hs != HS_REFUSED && !nd->conn_dead && ms_left(deadline) > 0)
         kvs_ucx_wait(r->t, ms_left(deadline));
+}
+
+/* 1 when a "+"-joined transport list names nothing but tcp and self. */
+static int tcp_only(const char *list) {
+    int any = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, "+");
+        if (!((n == 3 && strncmp(p, "tcp", 3) == 0) || (n == 4 && strncmp(p, "self", 4) == 0))) return 0;
+        any = 1;
+        p += n + (p[n] == '+');
+    }
+    return any;
+}
+
+/* Say once per connect what the node's requests and payloads run over; tcp-only payloads loudly. */
+static void log_transports(remote *r, rnode *nd) {
+    const char *req = kvs_ucx_conn_transports(nd->conn);
+    const char *pay = nd->payload_tls[0] ? nd->payload_tls : "unknown (the node did not say)";
+    int slow = tcp_only(nd->payload_tls);
+    if (!r->host || !r->host->log || r->host->struct_size < offsetof(kvs_backend_host, log) + sizeof r->host->log)
+        return;
+    char line[ERROR_BYTES];
+    snprintf(line, sizeof line, "remote tier \"%s\": node %s: requests over %s, payloads over %s%s", r->name,
+             node_id(r, nd), req, pay,
+             slow ? (r->worker_addr ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
+                                      "is on another host or shared memory did not connect)"
+                                    : " only - a slow fallback (shared_memory: off)")
+                  : "");
+    r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 
 /* Connect and authenticate one node. Returns KVS_OK when it is up. */
@@ -307,15 +345,26 @@ static kvs_status node_connect(remote *r, rnode *nd) {
     if (st != KVS_OK) return st;
     kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
     m.proof = proof;
+    if (r->worker_addr) {
+        m.host_id = r->host_id;
+        m.host_id_len = sizeof r->host_id;
+        m.worker_addr = r->worker_addr;
+        m.worker_addr_len = (uint32_t)r->worker_addr_len;
+        m.pid = (uint32_t)getpid();
+    }
+    nd->payload_tls[0] = '\0';
     nd->hs = HS_AUTH_SENT;
     if ((st = send_msg(r, nd, &m, deadline)) != KVS_OK) return st;
     wait_handshake(r, nd, HS_OK, deadline);
     if (nd->hs != HS_OK) goto refused;
     nd->up = 1;
     nd->backoff_ms = r->opt.connect_backoff_ms;
+    nd->shared_memory = nd->payload_tls[0] && !tcp_only(nd->payload_tls);
+    log_transports(r, nd);
     kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     pthread_mutex_lock(&r->mutex);
     r->stats.nodes_up++;
+    r->stats.nodes_shared_memory += (uint32_t)nd->shared_memory;
     if (nd->was_up) r->stats.reconnects++;
     pthread_mutex_unlock(&r->mutex);
     nd->was_up = 1;
@@ -574,6 +623,16 @@ static kvs_status thread_start(remote *r) {
     if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) != KVS_OK) goto ucx_fail;
     if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) != KVS_OK) goto ucx_fail;
     r->bounce_rkey_len = (uint32_t)len;
+    if (r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK) {
+        /* offered to every node; a node on another host ignores it */
+        size_t need = 0;
+        if (kvs_ucx_worker_address(r->t, NULL, 0, &need) == KVS_EOVERFLOW && need <= KVS_WIRE_MAX_WORKER_ADDR_BYTES &&
+            (r->worker_addr = malloc(need)) != NULL &&
+            kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
+            free(r->worker_addr);
+            r->worker_addr = NULL;
+        }
+    }
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (node_connect(r, nd) == KVS_OK) continue;
@@ -611,6 +670,8 @@ static void thread_stop(remote *r) {
     kvs_ucx_mem_deregister(r->staging_mem);
     kvs_ucx_destroy(r->t);
     r->t = NULL;
+    free(r->worker_addr);
+    r->worker_addr = NULL;
 }
 
 static void *progress_main(void *arg) {

@@ -55,7 +55,11 @@ struct kvs_ucx_conn {
     int dead;
     int dead_reported;
     int accept_pending;   /* accepted by the listener, not yet told to the owner */
-    int transports_known; /* logged once */
+    int transports_known; /* learned once wired up */
+    int only_tcp;         /* no transport but tcp (and self) reaches the peer */
+    int no_peer_errors;   /* made without peer-failure handling (worker address): never force-closed */
+    kvs_ucx_conn *guard;  /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
+    int watch_fd;         /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
     char peer[64];
     char transports[96];
     char why[256];
@@ -77,6 +81,7 @@ struct kvs_ucx_transport {
     kvs_ucx_dead_fn on_dead;
     void *user;
     kvs_ucx_conn *conns;
+    kvs_ucx_conn *watch; /* during a transfer on it: stop waiting when its guard dies */
     kvs_ucx_mem *mems;
     message *queue_head, *queue_tail;
     am_slot am[KVS_UCX_MAX_AM_ID];
@@ -92,8 +97,16 @@ static unsigned long long deadline_after(int timeout_ms) {
     return kvs_now_ns() + (unsigned long long)timeout_ms * 1000000ull;
 }
 
-/* Sleep on the worker's event fd until it fires or `deadline` passes; returns at once when the
- * worker has events pending (arm says busy). */
+/* 1 once a connection's guard died or its watched fd fired (the peer process exited). */
+static int guard_dead(const kvs_ucx_conn *conn) {
+    if (conn->guard && conn->guard->dead) return 1;
+    if (conn->watch_fd < 0) return 0;
+    struct pollfd p = {.fd = conn->watch_fd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Sleep on the worker's event fd (and the watched connection's fd) until one fires or `deadline`
+ * passes; returns at once when the worker has events pending (arm says busy). */
 static void sleep_until_event(kvs_ucx_transport *t, unsigned long long deadline) {
     ucs_status_t st = ucp_worker_arm(t->worker);
     if (st == UCS_ERR_BUSY) return;
@@ -104,8 +117,9 @@ static void sleep_until_event(kvs_ucx_transport *t, unsigned long long deadline)
         unsigned long long left = (deadline - now + 999999ull) / 1000000ull;
         ms = left > 60000ull ? 60000 : (int)left;
     }
-    struct pollfd p = {.fd = t->event_fd, .events = POLLIN};
-    (void)poll(&p, 1, ms);
+    struct pollfd p[2] = {{.fd = t->event_fd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
+    if (t->watch) p[1].fd = t->watch->watch_fd;
+    (void)poll(p, 2, ms);
 }
 
 static unsigned progress_all(kvs_ucx_transport *t) {
@@ -127,7 +141,7 @@ static ucs_status_t request_wait(kvs_ucx_transport *t, void *request, unsigned l
         progress_all(t);
         st = ucp_request_check_status(request);
         if (st != UCS_INPROGRESS) break;
-        if (kvs_now_ns() >= deadline) {
+        if (kvs_now_ns() >= deadline || (t->watch && guard_dead(t->watch))) {
             *timed_out = 1;
             break;
         }
@@ -152,6 +166,14 @@ static void request_abandon(kvs_ucx_transport *t, void *request) {
 static void close_ep(kvs_ucx_conn *conn, int force) {
     kvs_ucx_transport *t = conn->t;
     if (!conn->ep) return;
+    if (conn->no_peer_errors && (force || conn->dead || guard_dead(conn))) {
+        /* UCX cannot force-close an endpoint without peer-failure handling, and a graceful close to
+         * a dead peer never completes: leave the endpoint to UCX until the worker is destroyed. */
+        kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": endpoint to %s left to UCX (peer gone)", t->name,
+                conn->peer);
+        conn->ep = NULL;
+        return;
+    }
     ucp_request_param_t param;
     memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -192,6 +214,7 @@ static kvs_ucx_conn *conn_new(kvs_ucx_transport *t, const char *peer) {
     kvs_ucx_conn *conn = calloc(1, sizeof *conn);
     if (!conn) return NULL;
     conn->t = t;
+    conn->watch_fd = -1;
     kvs_fmt(conn->peer, sizeof conn->peer, "%s", peer);
     kvs_fmt(conn->transports, sizeof conn->transports, "unknown");
     return conn;
@@ -253,14 +276,10 @@ static void learn_transports(kvs_ucx_conn *conn) {
     free(text);
     if (!any) return; /* not wired up yet; try again later */
     conn->transports_known = 1;
+    conn->only_tcp = only_tcp;
     kvs_fmt(conn->transports, sizeof conn->transports, "%s", found);
-    if (only_tcp)
-        kvs_log(t->log_level, KVS_LOG_WARN,
-                "ucx \"%s\": peer %s runs over %s only - a slow fallback (RMA is emulated over "
-                "messages; no RDMA or shared-memory transport reached this peer)",
-                t->name, conn->peer, found);
-    else
-        kvs_log(t->log_level, KVS_LOG_INFO, "ucx \"%s\": peer %s uses %s", t->name, conn->peer, found);
+    /* The owner logs the choice with its context (which tier, which node, what the lane carries). */
+    kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": peer %s uses %s", t->name, conn->peer, found);
 }
 
 /* ---- active messages ------------------------------------------------------------------------- */
@@ -668,6 +687,37 @@ const char *kvs_ucx_last_error(const kvs_ucx_transport *t) { return t ? t->err :
 uint16_t kvs_ucx_listen_port(const kvs_ucx_transport *t) { return t ? t->port : 0; }
 int kvs_ucx_event_fd(const kvs_ucx_transport *t) { return t ? t->event_fd : -1; }
 
+/* Wait until a new endpoint is wired up (its flush completes) or fails; closes it on failure. */
+static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int timeout_ms, kvs_ucx_conn **out) {
+    const char *peer = conn->peer;
+    /* The flush completes once the wire-up with the server did (or fails when it cannot). */
+    ucp_request_param_t fp;
+    memset(&fp, 0, sizeof fp);
+    void *request = ucp_ep_flush_nbx(conn->ep, &fp);
+    int timed_out;
+    ucs_status_t st = request_wait(t, request, deadline_after(timeout_ms), &timed_out);
+    if (timed_out) {
+        char why[128];
+        kvs_fmt(why, sizeof why, "no connection within %d ms", timeout_ms);
+        fail_conn(conn, why);
+        request_abandon(t, request);
+        set_err(t, "ucx \"%s\": connect to %s: %s", t->name, peer, why);
+        conn->dead_reported = 1;
+        kvs_ucx_conn_close(conn);
+        return KVS_ETIMEDOUT;
+    }
+    if (st != UCS_OK || conn->dead) {
+        set_err(t, "ucx \"%s\": connect to %s failed: %s", t->name, peer,
+                conn->dead ? conn->why : ucs_status_string(st));
+        conn->dead_reported = 1;
+        kvs_ucx_conn_close(conn);
+        return KVS_EIO;
+    }
+    learn_transports(conn);
+    *out = conn;
+    return KVS_OK;
+}
+
 kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port, int timeout_ms,
                            kvs_ucx_conn **out) {
     if (out) *out = NULL;
@@ -699,32 +749,56 @@ kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port
         return KVS_EIO;
     }
     conn_link(conn);
-    /* The flush completes once the wire-up with the server did (or fails when it cannot). */
-    ucp_request_param_t fp;
-    memset(&fp, 0, sizeof fp);
-    void *request = ucp_ep_flush_nbx(conn->ep, &fp);
-    int timed_out;
-    st = request_wait(t, request, deadline_after(timeout_ms), &timed_out);
-    if (timed_out) {
-        char why[128];
-        kvs_fmt(why, sizeof why, "no connection within %d ms", timeout_ms);
-        fail_conn(conn, why);
-        request_abandon(t, request);
-        set_err(t, "ucx \"%s\": connect to %s: %s", t->name, peer, why);
-        conn->dead_reported = 1;
-        kvs_ucx_conn_close(conn);
-        return KVS_ETIMEDOUT;
-    }
-    if (st != UCS_OK || conn->dead) {
-        set_err(t, "ucx \"%s\": connect to %s failed: %s", t->name, peer,
-                conn->dead ? conn->why : ucs_status_string(st));
-        conn->dead_reported = 1;
-        kvs_ucx_conn_close(conn);
+    return finish_connect(t, conn, timeout_ms, out);
+}
+
+kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, size_t *len_out) {
+    if (!t || !len_out || (cap && !buf)) return KVS_EINVAL;
+    ucp_address_t *addr = NULL;
+    size_t len = 0;
+    ucs_status_t st = ucp_worker_get_address(t->worker, &addr, &len);
+    if (st != UCS_OK) {
+        set_err(t, "ucx \"%s\": cannot get the worker address: %s", t->name, ucs_status_string(st));
         return KVS_EIO;
     }
-    learn_transports(conn);
-    *out = conn;
-    return KVS_OK;
+    *len_out = len;
+    kvs_status rc = KVS_OK;
+    if (len > cap) {
+        set_err(t, "ucx \"%s\": the worker address needs %zu bytes, the buffer has %zu", t->name, len, cap);
+        rc = KVS_EOVERFLOW;
+    } else {
+        memcpy(buf, addr, len);
+    }
+    ucp_worker_release_address(t->worker, addr);
+    return rc;
+}
+
+kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
+                                   int timeout_ms, kvs_ucx_conn **out) {
+    if (out) *out = NULL;
+    if (!t || !addr || len == 0 || !out) return KVS_EINVAL;
+    kvs_ucx_conn *conn = conn_new(t, peer ? peer : "worker address");
+    if (!conn) {
+        set_err(t, "ucx \"%s\": no memory to connect to %s", t->name, peer ? peer : "a worker address");
+        return KVS_ENOMEM;
+    }
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof p);
+    /* Without peer-failure handling: UCX 1.13 leaves shared-memory transports out of endpoints
+     * that ask for it. The guard connection stands in for failure detection. */
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = addr;
+    p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    conn->no_peer_errors = 1;
+    ucs_status_t st = ucp_ep_create(t->worker, &p, &conn->ep);
+    if (st != UCS_OK) {
+        set_err(t, "ucx \"%s\": cannot connect to the worker address of %s: %s", t->name, conn->peer,
+                ucs_status_string(st));
+        free(conn);
+        return KVS_EIO;
+    }
+    conn_link(conn);
+    return finish_connect(t, conn, timeout_ms, out);
 }
 
 void kvs_ucx_conn_close(kvs_ucx_conn *conn) {
@@ -759,13 +833,29 @@ void kvs_ucx_conn_close(kvs_ucx_conn *conn) {
     free(conn);
 }
 
-int kvs_ucx_conn_alive(const kvs_ucx_conn *conn) { return conn && !conn->dead && conn->ep; }
+int kvs_ucx_conn_alive(const kvs_ucx_conn *conn) {
+    return conn && !conn->dead && conn->ep && !guard_dead(conn);
+}
+
+void kvs_ucx_conn_watch_fd(kvs_ucx_conn *conn, int fd) {
+    if (conn) conn->watch_fd = fd;
+}
+
+void kvs_ucx_conn_guard(kvs_ucx_conn *conn, kvs_ucx_conn *guard) {
+    if (conn && conn != guard) conn->guard = guard;
+}
 const char *kvs_ucx_conn_peer(const kvs_ucx_conn *conn) { return conn ? conn->peer : ""; }
 const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn) { return conn ? conn->why : ""; }
 void kvs_ucx_conn_set_user(kvs_ucx_conn *conn, void *user) {
     if (conn) conn->user = user;
 }
 void *kvs_ucx_conn_user(const kvs_ucx_conn *conn) { return conn ? conn->user : NULL; }
+
+int kvs_ucx_conn_is_slow(kvs_ucx_conn *conn) {
+    if (!conn) return 0;
+    learn_transports(conn);
+    return conn->transports_known && conn->only_tcp;
+}
 
 const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn) {
     if (!conn) return "";
@@ -879,47 +969,88 @@ void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey) {
     free(rkey);
 }
 
-static kvs_status rma(kvs_ucx_conn *conn, int is_put, void *local, size_t len, kvs_ucx_mem *mem,
-                      uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
-    if (!conn || !local || len == 0 || !rkey || rkey->conn != conn) return KVS_EINVAL;
+/* Issue every transfer at once so UCX keeps them in flight together, wait for all of them, and for
+ * puts flush once at the end. One failure fails the whole batch (and, on timeout, the connection). */
+kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n, int timeout_ms) {
+    if (!conn || (n && !ops)) return KVS_EINVAL;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ops[i].local || ops[i].len == 0 || !ops[i].rkey || ops[i].rkey->conn != conn) return KVS_EINVAL;
+        total += ops[i].len;
+    }
+    if (n == 0) return KVS_OK;
     kvs_ucx_transport *t = conn->t;
     const char *what = is_put ? "put" : "get";
     char size[32];
-    kvs_fmt_bytes(size, sizeof size, len);
+    kvs_fmt_bytes(size, sizeof size, total);
+    if (guard_dead(conn) && !conn->dead) fail_conn(conn, "the peer died (its guard connection or process)");
     if (conn->dead || !conn->ep) {
-        set_err(t, "ucx \"%s\": %s of %s from %s: the connection is dead: %s", t->name, what, size,
-                conn->peer, conn->why);
+        set_err(t, "ucx \"%s\": %s of %s from %s: the connection is dead: %s", t->name, what, size, conn->peer,
+                conn->why);
         return KVS_EIO;
     }
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    if (mem) {
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = mem->memh;
+    void **requests = calloc(n + 1, sizeof *requests); /* + 1: the flush */
+    if (!requests) {
+        set_err(t, "ucx \"%s\": no memory for %zu transfers", t->name, n);
+        return KVS_ENOMEM;
     }
     unsigned long long deadline = deadline_after(timeout_ms);
-    void *request = is_put ? ucp_put_nbx(conn->ep, local, len, remote_addr, rkey->rkey, &p)
-                           : ucp_get_nbx(conn->ep, local, len, remote_addr, rkey->rkey, &p);
-    int timed_out;
-    ucs_status_t st = request_wait(t, request, deadline, &timed_out);
+    ucs_status_t st = UCS_OK;
+    size_t issued = 0;
+    for (; issued < n; issued++) {
+        const kvs_ucx_rma *op = &ops[issued];
+        ucp_request_param_t p;
+        memset(&p, 0, sizeof p);
+        if (op->local_mem) {
+            p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+            p.memh = op->local_mem->memh;
+        }
+        void *request = is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
+                               : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
+        if (UCS_PTR_IS_ERR(request)) {
+            st = UCS_PTR_STATUS(request);
+            break;
+        }
+        requests[issued] = request;
+    }
+    int timed_out = 0;
+    size_t waited = 0;
+    t->watch = conn;
+    for (; waited < issued && !timed_out; waited++) {
+        ucs_status_t s = request_wait(t, requests[waited], deadline, &timed_out);
+        if (!timed_out) requests[waited] = NULL;
+        if (!timed_out && s != UCS_OK && st == UCS_OK) st = s;
+    }
+    if (timed_out) waited--; /* requests[waited] is still owned by us */
+    void *flush = NULL;
     if (!timed_out && st == UCS_OK && is_put && !conn->dead) {
-        /* the put completed locally; the flush says the bytes reached the peer */
+        /* the puts completed locally; the flush says the bytes reached the peer */
         ucp_request_param_t fp;
         memset(&fp, 0, sizeof fp);
-        request = ucp_ep_flush_nbx(conn->ep, &fp);
-        st = request_wait(t, request, deadline, &timed_out);
+        flush = ucp_ep_flush_nbx(conn->ep, &fp);
+        st = request_wait(t, flush, deadline, &timed_out);
+        if (!timed_out) flush = NULL;
     }
+    t->watch = NULL;
     if (timed_out) {
         char why[160];
-        kvs_fmt(why, sizeof why, "a %s of %s did not complete within %d ms", what, size, timeout_ms);
+        if (guard_dead(conn))
+            kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what, n == 1 ? "" : "s",
+                    size);
+        else
+            kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what, n == 1 ? "" : "s",
+                    size, timeout_ms);
         fail_conn(conn, why);
-        request_abandon(t, request);
+        for (size_t i = waited; i < issued; i++) request_abandon(t, requests[i]);
+        request_abandon(t, flush);
+        free(requests);
         set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
         return KVS_ETIMEDOUT;
     }
+    free(requests);
     if (st != UCS_OK || conn->dead) {
-        set_err(t, "ucx \"%s\": %s of %s at 0x%llx on %s failed: %s", t->name, what, size,
-                (unsigned long long)remote_addr, conn->peer,
+        set_err(t, "ucx \"%s\": %zu %s%s of %s (first at 0x%llx) on %s failed: %s", t->name, n, what,
+                n == 1 ? "" : "s", size, (unsigned long long)ops[0].remote_addr, conn->peer,
                 conn->dead ? conn->why : ucs_status_string(st));
         return KVS_EIO;
     }
@@ -928,11 +1059,14 @@ static kvs_status rma(kvs_ucx_conn *conn, int is_put, void *local, size_t len, k
 
 kvs_status kvs_ucx_get(kvs_ucx_conn *conn, void *local, size_t len, kvs_ucx_mem *local_mem,
                        uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
-    return rma(conn, 0, local, len, local_mem, remote_addr, rkey, timeout_ms);
+    kvs_ucx_rma op = {.local = local, .len = len, .local_mem = local_mem, .remote_addr = remote_addr, .rkey = rkey};
+    return kvs_ucx_rma_many(conn, 0, &op, 1, timeout_ms);
 }
 
 kvs_status kvs_ucx_put(kvs_ucx_conn *conn, const void *local, size_t len, kvs_ucx_mem *local_mem,
                        uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
     /* UCX reads but never writes a put's source; the cast only shares the get path */
-    return rma(conn, 1, (void *)(uintptr_t)local, len, local_mem, remote_addr, rkey, timeout_ms);
+    kvs_ucx_rma op = {.local = (void *)(uintptr_t)local, .len = len, .local_mem = local_mem,
+                      .remote_addr = remote_addr, .rkey = rkey};
+    return kvs_ucx_rma_many(conn, 1, &op, 1, timeout_ms);
 }

@@ -39,7 +39,7 @@ typedef struct kvs_ucx_params {
     const char *name;              /* for messages ("kvstrata-node"); copied; NULL: "ucx" */
     const char *listen_host;       /* IPv4 address or name to listen on; NULL: no listener; copied */
     uint16_t listen_port;          /* 0 picks a free port (see kvs_ucx_listen_port) */
-    int log_level;                 /* KVS_LOG_*: transport choice at INFO, slow fallback at WARN */
+    int log_level;                 /* KVS_LOG_*: failures at WARN, details at DEBUG */
     kvs_ucx_accept_fn on_accept;   /* may be NULL */
     kvs_ucx_dead_fn on_dead;       /* may be NULL */
     void *user;                    /* passed to on_accept and on_dead */
@@ -78,16 +78,37 @@ kvs_status kvs_ucx_am_handler(kvs_ucx_transport *t, uint16_t id, kvs_ucx_am_fn f
  * established. *out is owned by the transport until kvs_ucx_conn_close. */
 kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port, int timeout_ms,
                            kvs_ucx_conn **out);
+/* This transport's worker address (for a peer's kvs_ucx_connect_address) into buf[0..cap); *len_out
+ * gets its size. A too small buf returns KVS_EOVERFLOW with the needed size in *len_out. */
+kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, size_t *len_out);
+/* Connect to a peer's worker address, waiting at most timeout_ms for the wire-up. Unlike the
+ * sockaddr path this lets UCX pick every transport both sides share, shared memory (posix, cma)
+ * included for a peer on the same host. `peer` names it in messages. Same ownership as connect.
+ * The endpoint has no peer-failure detection (UCX 1.13 drops shared memory from endpoints that ask
+ * for it): a transfer to a dead peer hangs until its timeout, and a dead endpoint is left to UCX
+ * rather than closed. Give it a guard (kvs_ucx_conn_guard) so it fails as soon as that does. */
+kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
+                                   int timeout_ms, kvs_ucx_conn **out);
 /* Close a connection (gracefully when alive, bounded by a short timeout, forced otherwise), destroy
  * its remote keys and drop its undelivered messages. NULL is a no-op. */
 void kvs_ucx_conn_close(kvs_ucx_conn *conn);
-/* 1 while the connection is usable, 0 once it failed, timed out or the peer went away. */
+/* 1 while the connection is usable, 0 once it failed, timed out, the peer went away or its guard
+ * died. */
 int kvs_ucx_conn_alive(const kvs_ucx_conn *conn);
+/* Tie conn's life to guard's (both on one transport; the guard must outlive conn or be unset with
+ * NULL first): once guard is dead, transfers on conn fail at once and conn is never closed. */
+void kvs_ucx_conn_guard(kvs_ucx_conn *conn, kvs_ucx_conn *guard);
+/* Also treat conn as dead once fd is readable (a pidfd of the peer process: it fires at exit);
+ * waits on conn wake up when it fires. The caller keeps fd open while conn lives; -1 removes it. */
+void kvs_ucx_conn_watch_fd(kvs_ucx_conn *conn, int fd);
 /* "host:port" of the peer, for messages. Valid while the connection is. */
 const char *kvs_ucx_conn_peer(const kvs_ucx_conn *conn);
 /* The UCX transports carrying this connection ("tcp", "posix+cma", ...) as UCX reported them
  * once the connection was established; "unknown" before. Valid while the connection is. */
 const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn);
+/* 1 when UCX reaches the peer over tcp only (RMA emulated over messages: a slow fallback the
+ * owner should say loudly), 0 otherwise or while not yet known. */
+int kvs_ucx_conn_is_slow(kvs_ucx_conn *conn);
 /* The dead connection's reason, or "" while alive. */
 const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn);
 /* A pointer the owner keeps with the connection (NULL until set). */
@@ -123,5 +144,21 @@ kvs_status kvs_ucx_get(kvs_ucx_conn *conn, void *local, size_t len, kvs_ucx_mem 
  * peer's memory. Same timeout and failure rules as kvs_ucx_get. */
 kvs_status kvs_ucx_put(kvs_ucx_conn *conn, const void *local, size_t len, kvs_ucx_mem *local_mem,
                        uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms);
+
+/* One transfer of a batch: len bytes between local (inside local_mem, or NULL: UCX registers it on
+ * the fly) and the peer's remote_addr inside the registration rkey came from. */
+typedef struct kvs_ucx_rma {
+    void *local; /* a put only reads it */
+    size_t len;
+    kvs_ucx_mem *local_mem;
+    uint64_t remote_addr;
+    kvs_ucx_rkey *rkey;
+} kvs_ucx_rma;
+
+/* Run n gets (is_put 0) or puts (is_put 1) on one connection with all of them in flight at once,
+ * and return when every one is done (puts: flushed, the bytes are in the peer's memory). One
+ * failure fails the batch (KVS_EIO; which bytes arrived is unknown); the timeout covers the whole
+ * batch and, when it passes, kills the connection as kvs_ucx_get does. */
+kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n, int timeout_ms);
 
 #endif

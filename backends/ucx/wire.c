@@ -109,6 +109,21 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s without its 32 bytes", kvs_wire_type_name(t));
         return -1;
     }
+    if (t == KVS_WIRE_AUTH && (msg->host_id_len || msg->worker_addr_len) &&
+        (!msg->host_id || !msg->worker_addr || msg->host_id_len > KVS_WIRE_MAX_HOST_ID_BYTES ||
+         msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || msg->host_id_len == 0 ||
+         msg->worker_addr_len == 0 || msg->pid == 0 || msg->pid > INT32_MAX)) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth carries a host id of %u bytes (1..%u), a worker address "
+               "of %u bytes (1..%u) and a pid: all or none", msg->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES,
+               msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES);
+        return -1;
+    }
+    if (t == KVS_WIRE_AUTH_OK && (msg->transports_len > KVS_WIRE_MAX_TRANSPORTS_TEXT ||
+                                  (msg->transports_len && !msg->transports))) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok transports text of %u bytes is over %u", msg->transports_len,
+               KVS_WIRE_MAX_TRANSPORTS_TEXT);
+        return -1;
+    }
     if (t == KVS_WIRE_ERROR && (msg->error_text_len > KVS_WIRE_MAX_ERROR_TEXT ||
                                 (msg->error_text_len && !msg->error_text))) {
         refuse(why, KVS_WIRE_ERR_LIMIT, "wire: error text of %u bytes is over %u", msg->error_text_len,
@@ -167,10 +182,21 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
         pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
         break;
     case KVS_WIRE_AUTH:
-        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, msg->worker_addr_len ? 4 : 1);
         pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES);
+        if (msg->worker_addr_len) {
+            pack_bytes(pk, msg->host_id, msg->host_id_len);
+            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+            msgpack_pack_uint32(pk, msg->pid);
+        }
         break;
     case KVS_WIRE_AUTH_OK:
+        msgpack_pack_array(pk, msg->transports_len ? 1 : 0);
+        if (msg->transports_len) {
+            msgpack_pack_str(pk, msg->transports_len);
+            msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
+        }
+        break;
     case KVS_WIRE_STATS:
         msgpack_pack_array(pk, 0);
         break;
@@ -503,9 +529,37 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
         if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
         return read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge");
     case KVS_WIRE_AUTH:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof");
+        if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (n_fields != 1 && n_fields != 4) {
+            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth message has %u fields: 1 (proof) or 4 (proof, host id, "
+                   "worker address, pid) expected", n_fields);
+            return -1;
+        }
+        if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
+        if (n_fields == 1) return 0;
+        if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES, "the host id") != 0 ||
+            read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                      "the worker address") != 0)
+            return -1;
+        if (out->host_id_len == 0 || out->worker_addr_len == 0) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty host id or worker address");
+            return -1;
+        }
+        uint64_t pid;
+        if (read_uint(r, &pid, INT32_MAX, "the pid") != 0) return -1;
+        if (pid == 0) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: pid 0");
+            return -1;
+        }
+        out->pid = (uint32_t)pid;
+        return 0;
     case KVS_WIRE_AUTH_OK:
+        if (read_array(r, &n_fields, 0, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (n_fields == 0) return 0;
+        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0) return -1;
+        out->transports = (const char *)bytes;
+        out->transports_len = len;
+        return 0;
     case KVS_WIRE_STATS:
         return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
     case KVS_WIRE_ERROR: {

@@ -22,6 +22,9 @@
 #define KVS_WIRE_MAX_INLINE_BYTES 4096u       /* one PUT object carried inside the message */
 #define KVS_WIRE_MAX_TENANT_BYTES 64u         /* tenant name: 1..64 bytes of [A-Za-z0-9._-] */
 #define KVS_WIRE_MAX_ERROR_TEXT 256u          /* ERROR sentence */
+#define KVS_WIRE_MAX_HOST_ID_BYTES 64u         /* AUTH: the client's host identity */
+#define KVS_WIRE_MAX_WORKER_ADDR_BYTES 16384u  /* AUTH: the client's UCX worker address */
+#define KVS_WIRE_MAX_TRANSPORTS_TEXT 96u       /* AUTH_OK: transports the node's RMA uses */
 #define KVS_WIRE_KEY_BYTES 16u
 #define KVS_WIRE_NONCE_BYTES 32u     /* HELLO client nonce */
 #define KVS_WIRE_CHALLENGE_BYTES 32u /* CHALLENGE */
@@ -30,8 +33,8 @@
 typedef enum kvs_wire_type {
     KVS_WIRE_HELLO = 1,        /* client -> node: tenant, nonce */
     KVS_WIRE_CHALLENGE = 2,    /* node -> client: challenge */
-    KVS_WIRE_AUTH = 3,         /* client -> node: proof */
-    KVS_WIRE_AUTH_OK = 4,      /* node -> client: empty */
+    KVS_WIRE_AUTH = 3,         /* client -> node: proof [, host_id, worker_addr, pid] */
+    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports] */
     KVS_WIRE_ERROR = 5,        /* either way: error_code, error_text */
     KVS_WIRE_LOOKUP = 6,       /* entries[].key */
     KVS_WIRE_LOOKUP_REPLY = 7, /* entries[].present */
@@ -98,6 +101,13 @@ typedef struct kvs_wire_msg {
     const uint8_t *nonce;     /* HELLO */
     const uint8_t *challenge; /* CHALLENGE */
     const uint8_t *proof;     /* AUTH */
+    const uint8_t *host_id;   /* AUTH, optional with worker_addr: same host -> node RMA by address */
+    uint32_t host_id_len;
+    const uint8_t *worker_addr; /* AUTH, optional */
+    uint32_t worker_addr_len;
+    uint32_t pid;             /* AUTH, with worker_addr: the client process (1..INT32_MAX) */
+    const char *transports;   /* AUTH_OK, optional: what the node's RMA to this client runs over */
+    uint32_t transports_len;
     uint32_t error_code;      /* ERROR: kvs_wire_error */
     const char *error_text;   /* ERROR: 0..KVS_WIRE_MAX_ERROR_TEXT bytes */
     uint32_t error_text_len;

@@ -1,6 +1,11 @@
 /* node.c - kvstrata-node's server: connections, handshake, and the LOOKUP/GET/PUT/DELETE/STATS
  * requests over the tier chain. One thread owns everything; requests run to completion in the
- * transport's message callback, so a connection's requests are answered in order. */
+ * transport's message callback, so a connection's requests are answered in order.
+ *
+ * Payloads move without a copy on the node where the tier allows it: a GET pins each object in a
+ * zero-copy tier (dram) and writes it from its slab into the client's memory, all of a request's
+ * objects in flight at once with one flush; a PUT reserves room in the top tier and reads the
+ * client's bytes straight into it. Tiers without those (ssd) go through staging slots. */
 #include "node.h"
 
 #include <errno.h>
@@ -8,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -18,6 +24,20 @@
 #define RKEY_CACHE 8      /* unpacked client keys kept per connection */
 #define LOOP_WAIT_MS 1000 /* the loop progresses UCX at least this often, events or not */
 #define STAGING_ALIGN 4096u
+#define STAGING_MAX_SLOTS 8u              /* objects of one GET batch read out of copy-only tiers */
+#define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
+#define MAX_REGIONS 8u                    /* tier ranges registered with UCX, plus the staging */
+
+typedef struct region {
+    const uint8_t *base;
+    uint64_t len;
+    kvs_ucx_mem *mem;
+} region;
+
+typedef struct pinned {
+    uint32_t tier;
+    kvs_key key;
+} pinned;
 
 typedef struct rkey_slot {
     uint8_t blob[KVS_WIRE_MAX_RKEY_BYTES];
@@ -26,7 +46,9 @@ typedef struct rkey_slot {
 } rkey_slot;
 
 typedef struct node_conn {
-    kvs_ucx_conn *conn;
+    kvs_ucx_conn *conn; /* requests and replies (the client's sockaddr connection) */
+    kvs_ucx_conn *rma;  /* payloads: conn, or an endpoint to the client's worker address (same host) */
+    int pidfd;          /* with that endpoint: the client process, readable once it exits; else -1 */
     kvs_remote_auth_node auth;
     uint32_t refusals;
     int closing; /* closed by the loop after the current callback returns */
@@ -41,14 +63,26 @@ struct kvs_node {
     kvs_tier_chain *chain;
     uint64_t capacity_bytes; /* sum over tiers, for STATS */
     kvs_ucx_transport *t;
-    uint8_t *staging; /* max_object_bytes, registered with UCX and given to the tiers */
+    uint8_t *staging; /* staging_slots x slot_len, registered with UCX and given to the tiers */
+    uint64_t slot_len;
+    uint32_t staging_slots;
     kvs_ucx_mem *staging_mem;
+    region regions[MAX_REGIONS];
+    uint32_t n_regions;
+    /* one GET batch: transfers, their reply entries, the pins to drop after */
+    kvs_ucx_rma batch[KVS_WIRE_MAX_KEYS];
+    uint32_t batch_entry[KVS_WIRE_MAX_KEYS];
+    pinned pins[KVS_WIRE_MAX_KEYS];
+    uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
     uint32_t n_conns;
     kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];
     kvs_wire_entry reply_entries[KVS_WIRE_MAX_KEYS];
     uint8_t *reply; /* KVS_WIRE_MAX_MESSAGE_BYTES */
     kvs_node_stats stats;
+    uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
+    int host_id_ok;
+    int log_level;
 };
 
 /* ---- connections ------------------------------------------------------------------------------ */
@@ -56,7 +90,9 @@ struct kvs_node {
 static void conn_free(node_conn *c) {
     for (uint32_t i = 0; i < RKEY_CACHE; i++)
         if (c->rkeys[i].len) kvs_ucx_rkey_destroy(c->rkeys[i].rkey);
+    if (c->rma && c->rma != c->conn) kvs_ucx_conn_close(c->rma);
     kvs_ucx_conn_close(c->conn);
+    if (c->pidfd >= 0) close(c->pidfd);
     memset(&c->auth, 0, sizeof c->auth);
     free(c);
 }
@@ -76,6 +112,8 @@ static void on_accept(void *user, kvs_ucx_conn *conn) {
         return;
     }
     c->conn = conn;
+    c->rma = conn;
+    c->pidfd = -1;
     c->next = n->conns;
     n->conns = c;
     n->n_conns++;
@@ -110,7 +148,7 @@ static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
         if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0) return c->rkeys[i].rkey;
     kvs_ucx_rkey *rkey = NULL;
     if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
-    if (kvs_ucx_rkey_unpack(c->conn, blob, len, &rkey) != KVS_OK) return NULL;
+    if (kvs_ucx_rkey_unpack(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
     rkey_slot *s = &c->rkeys[c->rkey_next];
     c->rkey_next = (c->rkey_next + 1) % RKEY_CACHE;
     if (s->len) kvs_ucx_rkey_destroy(s->rkey);
@@ -166,6 +204,8 @@ static void refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_erro
 
 /* ---- requests --------------------------------------------------------------------------------- */
 
+static int alive(const node_conn *c) { return kvs_ucx_conn_alive(c->conn) && kvs_ucx_conn_alive(c->rma); }
+
 /* The stored key of a request key: namespaced by the connection's tenant. */
 static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
     kvs_key k;
@@ -184,63 +224,138 @@ static void do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     }
 }
 
-static kvs_status get_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e, uint64_t *len) {
+/* The registration holding [p, p + len), or NULL (UCX then registers on the fly). */
+static kvs_ucx_mem *mem_for(const kvs_node *n, const void *p, uint64_t len) {
+    const uint8_t *b = p;
+    for (uint32_t i = 0; i < n->n_regions; i++) {
+        const region *r = &n->regions[i];
+        if (b >= r->base && len <= r->len && (uint64_t)(b - r->base) <= r->len - len) return r->mem;
+    }
+    return NULL;
+}
+
+/* Write the batch's objects into the client and drop the batch's pins. A failed batch turns its
+ * entries into KVS_EIO with no length. */
+static void get_flush(kvs_node *n, node_conn *c) {
+    if (n->n_batch > 0) {
+        kvs_status st = kvs_ucx_rma_many(c->rma, 1, n->batch, n->n_batch, n->params.timeout_ms);
+        for (uint32_t i = 0; i < n->n_batch; i++) {
+            kvs_wire_entry *r = &n->reply_entries[n->batch_entry[i]];
+            if (st == KVS_OK) {
+                n->stats.bytes_out += n->batch[i].len;
+            } else {
+                r->status = KVS_EIO;
+                r->length = 0;
+            }
+        }
+        if (st != KVS_OK)
+            fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+    }
+    for (uint32_t i = 0; i < n->n_pins; i++) {
+        const pinned *p = &n->pins[i];
+        kvs_tiers_ops(n->chain, p->tier)->unpin(kvs_tiers_state(n->chain, p->tier), &p->key, 1);
+    }
+    n->n_batch = n->n_pins = n->slots_used = 0;
+}
+
+/* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
+ * in a staging slot (flushing the batch first when the slots are taken). */
+static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e, uint64_t *len) {
     kvs_key k;
     *len = 0;
     if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
     int tier = kvs_tiers_find(n->chain, &k);
     if (tier < 0) return KVS_ENOTFOUND;
     const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
-    kvs_status st = ops->get(kvs_tiers_state(n->chain, (uint32_t)tier), &k, n->staging,
-                             n->params.max_object_bytes, len);
-    if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
-    if (*len > e->length) return KVS_EOVERFLOW;
-    if (*len == 0) return KVS_OK;
-    kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
-    if (!rkey) {
-        *len = 0;
-        return KVS_EINVAL;
+    void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
+    const void *object = NULL;
+    int pin = 0;
+    kvs_status st;
+    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
+        uint64_t n_pinned = 0;
+        /* the pin outlives the batch's transfers, which are bounded by timeout_ms */
+        st = ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms * 2 + 1000, &n_pinned);
+        if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
+        st = ops->get_ref(state, &k, &object, len);
+        if (st != KVS_OK) {
+            ops->unpin(state, &k, 1);
+            *len = 0;
+            return st;
+        }
+        pin = 1;
+    } else {
+        if (n->slots_used == n->staging_slots) get_flush(n, c);
+        uint8_t *slot = n->staging + (uint64_t)n->slots_used * n->slot_len;
+        st = ops->get(state, &k, slot, n->params.max_object_bytes, len);
+        if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
+        object = slot;
+        n->slots_used++;
     }
-    st = kvs_ucx_put(c->conn, n->staging, (size_t)*len, n->staging_mem, e->remote_addr, rkey,
-                     n->params.timeout_ms);
-    if (st != KVS_OK) {
-        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
-        *len = 0;
-        return KVS_EIO;
+    kvs_ucx_rkey *rkey = NULL;
+    st = KVS_OK;
+    if (*len > e->length) st = KVS_EOVERFLOW;
+    else if (*len > 0 && !(rkey = rkey_for(c, e->rkey, e->rkey_len))) st = KVS_EINVAL;
+    if (st != KVS_OK || *len == 0) {
+        if (pin) ops->unpin(state, &k, 1);
+        if (st == KVS_EINVAL) *len = 0;
+        return st;
     }
-    n->stats.bytes_out += *len;
+    if (pin) n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = (void *)(uintptr_t)object, .len = (size_t)*len,
+                                         .local_mem = mem_for(n, object, *len), .remote_addr = e->remote_addr,
+                                         .rkey = rkey};
+    n->batch_entry[n->n_batch++] = index;
     return KVS_OK;
 }
 
 static void do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_wire_entry *r = &n->reply_entries[i];
-        kvs_status st = kvs_ucx_conn_alive(c->conn) ? get_one(n, c, &req->entries[i], &r->length) : KVS_EIO;
-        r->status = st;
+        r->status = alive(c) ? get_one(n, c, i, &req->entries[i], &r->length) : KVS_EIO;
+    }
+    get_flush(n, c);
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_status st = n->reply_entries[i].status;
         n->stats.gets++;
         if (st == KVS_OK || st == KVS_EOVERFLOW) n->stats.hits++;
         else if (st == KVS_ENOTFOUND) n->stats.misses++;
     }
 }
 
+/* Read a client's object with RMA: into room reserved in the top tier when it allows (no copy on
+ * the node), else into the first staging slot and then put. */
 static kvs_status put_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e) {
     kvs_key k;
     char err[256];
     if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
     if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
-    const void *object = e->inline_data;
-    if (!object) {
+    kvs_status st;
+    if (e->inline_data) {
+        st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
+    } else {
         kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
         if (!rkey) return KVS_EINVAL;
-        kvs_status st = kvs_ucx_get(c->conn, n->staging, (size_t)e->length, n->staging_mem, e->remote_addr,
-                                    rkey, n->params.timeout_ms);
+        void *dst = n->staging;
+        uint64_t ticket = 0;
+        int reserved = 0;
+        if (kvs_tiers_can_reserve(n->chain)) {
+            st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &ticket, err, sizeof err);
+            if (st != KVS_OK) {
+                fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+                return st;
+            }
+            reserved = 1;
+        }
+        st = kvs_ucx_get(c->rma, dst, (size_t)e->length, mem_for(n, dst, e->length), e->remote_addr, rkey,
+                         n->params.timeout_ms);
         if (st != KVS_OK) {
             fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+            if (reserved) kvs_tiers_abort(n->chain, ticket);
             return KVS_EIO;
         }
-        object = n->staging;
+        st = reserved ? kvs_tiers_commit(n->chain, &k, ticket, dst, e->length, err, sizeof err)
+                      : kvs_tiers_put(n->chain, &k, dst, e->length, err, sizeof err);
     }
-    kvs_status st = kvs_tiers_put(n->chain, &k, object, e->length, err, sizeof err);
     if (st != KVS_OK) {
         fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
         return st;
@@ -252,7 +367,7 @@ static kvs_status put_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e) {
 
 static void do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++)
-        n->reply_entries[i].status = kvs_ucx_conn_alive(c->conn) ? put_one(n, c, &req->entries[i]) : KVS_EIO;
+        n->reply_entries[i].status = alive(c) ? put_one(n, c, &req->entries[i]) : KVS_EIO;
 }
 
 static void do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
@@ -290,6 +405,41 @@ static void do_stats(kvs_node *n, kvs_wire_msg *rep) {
     rep->counters[KVS_WIRE_STAT_AUTH_FAILURES] = n->stats.auth_failures;
 }
 
+/* A client on this host that sent its worker address gets its payloads over an endpoint to that
+ * address, where UCX can use shared memory; the sockaddr path reaches it over tcp only. Any failure
+ * keeps the sockaddr connection for payloads (said at WARN). */
+static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    if (!req->worker_addr_len) return; /* not offered (shared_memory: off) */
+    if (!n->host_id_ok || req->host_id_len != sizeof n->host_id || memcmp(req->host_id, n->host_id, sizeof n->host_id)) {
+        kvs_log(n->log_level, KVS_LOG_DEBUG, "kvstrata-node: client %s is on another host",
+                kvs_ucx_conn_peer(c->conn));
+        return;
+    }
+    /* UCX has no failure detection on that endpoint: the client's pidfd fires the moment it exits */
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)req->pid, 0);
+    if (pidfd < 0) {
+        kvs_log(n->log_level, KVS_LOG_WARN, "kvstrata-node: client %s: no pidfd for its pid %u (%s); payloads go "
+                "over the request connection", kvs_ucx_conn_peer(c->conn), req->pid, strerror(errno));
+        return;
+    }
+    char name[96];
+    kvs_fmt(name, sizeof name, "%s (worker address)", kvs_ucx_conn_peer(c->conn));
+    kvs_ucx_conn *rma = NULL;
+    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, n->params.timeout_ms, &rma) !=
+        KVS_OK) {
+        kvs_log(n->log_level, KVS_LOG_WARN,
+                "kvstrata-node: client %s is on this host but its worker address does not connect (%s); "
+                "payloads go over the request connection", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+        close(pidfd);
+        return;
+    }
+    kvs_ucx_conn_set_user(rma, c);
+    kvs_ucx_conn_guard(rma, c->conn); /* a client that dies shows on the request connection... */
+    kvs_ucx_conn_watch_fd(rma, pidfd); /* ...or, sooner, on its pidfd */
+    c->pidfd = pidfd;
+    c->rma = rma;
+}
+
 static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     char err[256] = "";
     kvs_wire_msg rep;
@@ -324,7 +474,14 @@ static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         return;
     }
     n->stats.auth_ok++;
+    rma_by_address(n, c, req);
+    const char *tls = kvs_ucx_conn_transports(c->rma);
     kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
+    rep.transports = tls;
+    rep.transports_len = (uint32_t)strnlen(tls, KVS_WIRE_MAX_TRANSPORTS_TEXT);
+    kvs_log(n->log_level, kvs_ucx_conn_is_slow(c->rma) ? KVS_LOG_WARN : KVS_LOG_INFO,
+            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", kvs_ucx_conn_peer(c->conn),
+            c->auth.tenant, tls, kvs_ucx_conn_is_slow(c->rma) ? " only - a slow fallback (RMA emulated over messages)" : "");
     send_msg(n, c, &rep);
 }
 
@@ -379,7 +536,7 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
     else if (req.type == KVS_WIRE_GET) do_get(n, c, &req);
     else if (req.type == KVS_WIRE_PUT) do_put(n, c, &req);
     else do_delete(n, c, &req);
-    if (kvs_ucx_conn_alive(c->conn)) send_msg(n, c, &rep);
+    if (alive(c)) send_msg(n, c, &rep);
     else c->closing = 1;
 }
 
@@ -398,10 +555,16 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         return KVS_ENOMEM;
     }
     n->params = *params;
+    n->host_id_ok = kvs_remote_host_id(n->host_id) == KVS_OK;
+    n->log_level = params->config->log_level;
     n->params.config = NULL;
     n->params.psk = NULL;
     n->psk = *params->psk;
-    uint64_t staging_len = (params->max_object_bytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+    n->slot_len = (params->max_object_bytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+    n->staging_slots = 1;
+    while (n->staging_slots < STAGING_MAX_SLOTS && (n->staging_slots + 1) * n->slot_len <= STAGING_SLOT_BUDGET)
+        n->staging_slots++;
+    uint64_t staging_len = n->slot_len * n->staging_slots;
     n->staging = aligned_alloc(STAGING_ALIGN, (size_t)staging_len);
     n->reply = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
     if (!n->staging || !n->reply) {
@@ -440,6 +603,21 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         kvs_fmt(err, err_len, "%s", kvs_ucx_last_error(n->t));
         goto fail;
     }
+    n->regions[n->n_regions++] = (region){.base = n->staging, .len = staging_len, .mem = n->staging_mem};
+    /* Tiers that keep their objects in one range (dram) are registered whole, so RMA moves objects
+     * straight out of and into their slabs. */
+    for (uint32_t i = 0; i < kvs_tiers_count(n->chain) && n->n_regions < MAX_REGIONS; i++) {
+        void *base = NULL;
+        uint64_t len = 0;
+        kvs_ucx_mem *mem = NULL;
+        if (kvs_tiers_memory(n->chain, i, &base, &len) != KVS_OK || !base || len == 0) continue;
+        if (kvs_ucx_mem_register(n->t, base, (size_t)len, &mem) != KVS_OK) {
+            kvs_log(params->config->log_level, KVS_LOG_WARN, "tier \"%s\": %s; its objects are registered per "
+                    "transfer instead", kvs_tiers_name(n->chain, i), kvs_ucx_last_error(n->t));
+            continue;
+        }
+        n->regions[n->n_regions++] = (region){.base = base, .len = len, .mem = mem};
+    }
     *out = n;
     return KVS_OK;
 fail:
@@ -465,7 +643,8 @@ void kvs_node_destroy(kvs_node *n) {
     if (!n) return;
     for (node_conn *c = n->conns; c; c = c->next) c->closing = 1;
     sweep(n);
-    kvs_ucx_mem_deregister(n->staging_mem);
+    for (uint32_t i = 0; i < n->n_regions; i++) kvs_ucx_mem_deregister(n->regions[i].mem);
+    n->n_regions = 0; /* a staging registration made before a failed create goes with the transport */
     kvs_ucx_destroy(n->t);
     kvs_tiers_close(n->chain);
     free(n->reply);

@@ -26,7 +26,7 @@ typedef struct kvs_node_params {
     uint16_t listen_port;         /* 0: pick a free one (kvs_node_port) */
     uint32_t max_clients;         /* connections beyond this are closed at accept */
     int timeout_ms;               /* bound on each send and RMA transfer */
-    uint64_t max_object_bytes;    /* largest object stored or served; the staging buffer's size */
+    uint64_t max_object_bytes;    /* largest object stored or served; the size of a staging slot */
     uint32_t max_refusals;        /* refused messages a connection may send before it is closed */
 } kvs_node_params;
 
