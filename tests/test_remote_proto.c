@@ -409,6 +409,105 @@ START_TEST(a_per_key_array_declaring_four_billion_entries_is_refused_before_read
 }
 END_TEST
 
+START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
+    uint8_t proof[KVS_WIRE_PROOF_BYTES], host[32], addr[300];
+    memset(proof, 3, sizeof proof);
+    memset(host, 4, sizeof host);
+    for (size_t i = 0; i < sizeof addr; i++) addr[i] = (uint8_t)i;
+    kvs_wire_msg msg, back;
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 5);
+    msg.proof = proof;
+    msg.host_id = host;
+    msg.host_id_len = sizeof host;
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
+    msg.pid = 4242;
+    uint8_t *copy = round_trip(&msg, &back);
+    ck_assert_int_eq(memcmp(back.proof, proof, sizeof proof), 0);
+    ck_assert_uint_eq(back.host_id_len, sizeof host);
+    ck_assert_int_eq(memcmp(back.host_id, host, sizeof host), 0);
+    ck_assert_uint_eq(back.worker_addr_len, sizeof addr);
+    ck_assert_int_eq(memcmp(back.worker_addr, addr, sizeof addr), 0);
+    ck_assert_uint_eq(back.pid, 4242);
+    free(copy);
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 6);
+    msg.transports = "sysv+posix+cma";
+    msg.transports_len = 14;
+    copy = round_trip(&msg, &back);
+    ck_assert_uint_eq(back.transports_len, 14);
+    ck_assert_int_eq(memcmp(back.transports, "sysv+posix+cma", 14), 0);
+    free(copy);
+    /* half of the optional group, or a pid of 0, is not encoded */
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 7);
+    msg.proof = proof;
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
+    msg.pid = 1;
+    size_t len = 0;
+    kvs_wire_refusal why;
+    uint8_t buf[1024];
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+    msg.host_id = host;
+    msg.host_id_len = sizeof host;
+    msg.pid = 0;
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+}
+END_TEST
+
+START_TEST(an_auth_with_a_bad_address_group_is_refused) {
+    kvs_wire_msg msg;
+    kvs_wire_refusal why;
+    raw r;
+    /* three fields: the pid is missing */
+    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    msgpack_pack_array(&r.pk, 3);
+    raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
+    raw_bin(&r, 32, 2);
+    raw_bin(&r, 100, 3);
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "has 3 fields");
+    /* a worker address over the limit, refused before its bytes are read */
+    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    msgpack_pack_array(&r.pk, 4);
+    raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
+    raw_bin(&r, 32, 2);
+    raw_bin(&r, KVS_WIRE_MAX_WORKER_ADDR_BYTES + 1, 3);
+    msgpack_pack_uint32(&r.pk, 7);
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the worker address");
+    /* a host id over the limit */
+    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    msgpack_pack_array(&r.pk, 4);
+    raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
+    raw_bin(&r, KVS_WIRE_MAX_HOST_ID_BYTES + 1, 2);
+    raw_bin(&r, 100, 3);
+    msgpack_pack_uint32(&r.pk, 7);
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the host id");
+    /* pid 0 and a pid over INT32_MAX */
+    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    msgpack_pack_array(&r.pk, 4);
+    raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
+    raw_bin(&r, 32, 2);
+    raw_bin(&r, 100, 3);
+    msgpack_pack_uint32(&r.pk, 0);
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "pid 0");
+    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    msgpack_pack_array(&r.pk, 4);
+    raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
+    raw_bin(&r, 32, 2);
+    raw_bin(&r, 100, 3);
+    msgpack_pack_uint64(&r.pk, 1ull << 40);
+    kvs_status st = raw_decode(&r, &msg, &why);
+    ck_assert_int_ne(st, KVS_OK);
+    /* a transports text over the limit in AUTH_OK */
+    raw_begin(&r, 1, KVS_WIRE_AUTH_OK, 1);
+    msgpack_pack_array(&r.pk, 1);
+    char text[KVS_WIRE_MAX_TRANSPORTS_TEXT + 1];
+    memset(text, 'a', sizeof text);
+    msgpack_pack_str(&r.pk, sizeof text);
+    msgpack_pack_str_body(&r.pk, text, sizeof text);
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the transports");
+}
+END_TEST
+
 START_TEST(an_rkey_over_the_limit_is_refused) {
     raw r;
     raw_begin(&r, 1, KVS_WIRE_GET, 1);
@@ -1149,6 +1248,8 @@ static Suite *remote_proto_suite(void) {
     tcase_add_test(wire, hello_round_trips_tenant_and_nonce);
     tcase_add_test(wire, decoding_into_reused_entries_leaves_no_field_of_the_last_message);
     tcase_add_test(wire, challenge_auth_auth_ok_and_stats_round_trip);
+    tcase_add_test(wire, auth_with_a_worker_address_and_auth_ok_with_transports_round_trip);
+    tcase_add_test(wire, an_auth_with_a_bad_address_group_is_refused);
     tcase_add_test(wire, error_round_trips_code_and_sentence);
     tcase_add_test(wire, lookup_and_delete_round_trip_keys_in_order);
     tcase_add_test(wire, lookup_reply_round_trips_presence_flags);
