@@ -288,23 +288,11 @@ static void wait_handshake(remote *r, rnode *nd, int until, uint64_t deadline) {
         kvs_ucx_wait(r->t, ms_left(deadline));
 }
 
-/* 1 when a "+"-joined transport list names nothing but tcp and self. */
-static int tcp_only(const char *list) {
-    int any = 0;
-    for (const char *p = list; *p;) {
-        size_t n = strcspn(p, "+");
-        if (!((n == 3 && strncmp(p, "tcp", 3) == 0) || (n == 4 && strncmp(p, "self", 4) == 0))) return 0;
-        any = 1;
-        p += n + (p[n] == '+');
-    }
-    return any;
-}
-
 /* Say once per connect what the node's requests and payloads run over; tcp-only payloads loudly. */
 static void log_transports(remote *r, rnode *nd) {
     const char *req = kvs_ucx_conn_transports(nd->conn);
     const char *pay = nd->payload_tls[0] ? nd->payload_tls : "unknown (the node did not say)";
-    int slow = tcp_only(nd->payload_tls);
+    int slow = kvs_ucx_tls_slow(nd->payload_tls);
     if (!r->host || !r->host->log || r->host->struct_size < offsetof(kvs_backend_host, log) + sizeof r->host->log)
         return;
     char line[ERROR_BYTES];
@@ -359,7 +347,7 @@ static kvs_status node_connect(remote *r, rnode *nd) {
     if (nd->hs != HS_OK) goto refused;
     nd->up = 1;
     nd->backoff_ms = r->opt.connect_backoff_ms;
-    nd->shared_memory = nd->payload_tls[0] && !tcp_only(nd->payload_tls);
+    nd->shared_memory = nd->payload_tls[0] && !kvs_ucx_tls_slow(nd->payload_tls);
     log_transports(r, nd);
     kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     pthread_mutex_lock(&r->mutex);

@@ -56,7 +56,6 @@ struct kvs_ucx_conn {
     int dead_reported;
     int accept_pending;   /* accepted by the listener, not yet told to the owner */
     int transports_known; /* learned once wired up */
-    int only_tcp;         /* no transport but tcp (and self) reaches the peer */
     int no_peer_errors;   /* made without peer-failure handling (worker address): never force-closed */
     kvs_ucx_conn *guard;  /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
     int watch_fd;         /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
@@ -243,7 +242,7 @@ static void learn_transports(kvs_ucx_conn *conn) {
     ucp_ep_print_info(conn->ep, f);
     fclose(f);
     char found[96] = "";
-    int only_tcp = 1, any = 0;
+    int any = 0;
     for (char *line = text; line && *line;) {
         char *end = strchr(line, '\n');
         if (end) *end = '\0';
@@ -268,7 +267,6 @@ static void learn_transports(kvs_ucx_conn *conn) {
                     kvs_fmt(found + used, sizeof found - used, "%s%s", used ? "+" : "", name);
                 }
                 any = 1;
-                if (strcmp(name, "tcp") != 0 && strcmp(name, "self") != 0) only_tcp = 0;
             }
         }
         line = end ? end + 1 : NULL;
@@ -276,7 +274,6 @@ static void learn_transports(kvs_ucx_conn *conn) {
     free(text);
     if (!any) return; /* not wired up yet; try again later */
     conn->transports_known = 1;
-    conn->only_tcp = only_tcp;
     kvs_fmt(conn->transports, sizeof conn->transports, "%s", found);
     /* The owner logs the choice with its context (which tier, which node, what the lane carries). */
     kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": peer %s uses %s", t->name, conn->peer, found);
@@ -851,10 +848,21 @@ void kvs_ucx_conn_set_user(kvs_ucx_conn *conn, void *user) {
 }
 void *kvs_ucx_conn_user(const kvs_ucx_conn *conn) { return conn ? conn->user : NULL; }
 
+int kvs_ucx_tls_slow(const char *list) {
+    int any = 0;
+    for (const char *p = list ? list : ""; *p;) {
+        size_t n = strcspn(p, "+");
+        if (!((n == 3 && strncmp(p, "tcp", 3) == 0) || (n == 4 && strncmp(p, "self", 4) == 0))) return 0;
+        any = 1;
+        p += n + (p[n] == '+');
+    }
+    return any;
+}
+
 int kvs_ucx_conn_is_slow(kvs_ucx_conn *conn) {
     if (!conn) return 0;
     learn_transports(conn);
-    return conn->transports_known && conn->only_tcp;
+    return conn->transports_known && kvs_ucx_tls_slow(conn->transports);
 }
 
 const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn) {

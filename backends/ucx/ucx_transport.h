@@ -109,6 +109,9 @@ const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn);
 /* 1 when UCX reaches the peer over tcp only (RMA emulated over messages: a slow fallback the
  * owner should say loudly), 0 otherwise or while not yet known. */
 int kvs_ucx_conn_is_slow(kvs_ucx_conn *conn);
+/* The same test on a "+"-joined transport list (as kvs_ucx_conn_transports gives, or a peer sent):
+ * 1 when it names nothing but tcp and self, 0 otherwise or when empty. */
+int kvs_ucx_tls_slow(const char *list);
 /* The dead connection's reason, or "" while alive. */
 const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn);
 /* A pointer the owner keeps with the connection (NULL until set). */
