@@ -479,9 +479,10 @@ static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
     rep.transports = tls;
     rep.transports_len = (uint32_t)strnlen(tls, KVS_WIRE_MAX_TRANSPORTS_TEXT);
-    kvs_log(n->log_level, kvs_ucx_conn_is_slow(c->rma) ? KVS_LOG_WARN : KVS_LOG_INFO,
+    int slow = kvs_ucx_tls_slow(tls);
+    kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
             "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", kvs_ucx_conn_peer(c->conn),
-            c->auth.tenant, tls, kvs_ucx_conn_is_slow(c->rma) ? " only - a slow fallback (RMA emulated over messages)" : "");
+            c->auth.tenant, tls, slow ? " only - a slow fallback (RMA emulated over messages)" : "");
     send_msg(n, c, &rep);
 }
 
