@@ -8,7 +8,9 @@
  * 1. throughput: per object size (1 MiB, 64 KiB) a round restores a batch of objects with one
  *    get_many straight into the staging pool (init->staging_base, so the node writes them with RMA),
  *    then stores the same objects again with one put each from the staging pool (removed first, not
- *    timed). Reference in the same round: ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of
+ *    timed) and waits for the nodes to confirm them all (kvs_remote_flush): puts are copied into the
+ *    tier's put queue and go out in batches, so the time is from the first put to the last
+ *    confirmation; a round in which any put was not stored fails the benchmark. Reference in the same round: ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of
  *    the same message size, server and client children on 127.0.0.1. Figures are medians of rounds.
  * 2. lookup latency: contains of 512 present keys (one LOOKUP to the one node) against ucx_perftest
  *    ucp_am_lat with a message the size of the encoded LOOKUP; perftest reports one-way latency, so
@@ -416,7 +418,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     check(t, "stats", kvs_remote_stats(t->state, &before));
 
     /* perftest moves the bytes of one tier round (its start-up is outside its own timing) */
-    uint64_t iters = n;
+    uint64_t iters = n, put_requests = 0;
     for (uint32_t r = 0; r < o->warmup + o->rounds; r++) {
         uint64_t t0 = bench_now_ns();
         check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
@@ -425,8 +427,14 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
             if (sts[i] != KVS_OK || lens[i] != size) die("get_many", "an object was missing or short");
         for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
         uint64_t t2 = bench_now_ns();
+        kvs_remote_stats_t p0, p1;
+        check(t, "stats", kvs_remote_stats(t->state, &p0));
         for (uint64_t i = 0; i < n; i++) check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+        check(t, "flush", kvs_remote_flush(t->state));
         uint64_t t3 = bench_now_ns();
+        check(t, "stats", kvs_remote_stats(t->state, &p1));
+        if (p1.puts_stored - p0.puts_stored != n) die("put", "not every object was stored (see the node's output)");
+        put_requests += p1.put_requests - p0.put_requests;
         double lat, get_bw = 0, put_bw = 0;
         if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
             perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
@@ -458,10 +466,11 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         printf("{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,\"gbps\":%.3f,"
                "\"reference\":\"ucx_perftest -t %s -s %llu (UCX_TLS=%s)\",\"reference_gbps\":%.3f,\"ns\":%.0f,"
                "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%llu,"
-               "\"bounce_gets\":%llu,\"iterations\":%u}\n",
+               "\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / ref[k], gbps[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k], tier_tls,
-               (unsigned long long)rma, (unsigned long long)bounce, o->rounds);
+               (unsigned long long)rma, (unsigned long long)bounce,
+               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
         printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio %.3f; perftest with "
                "UCX_TLS=%s: %.3f GB/s\n",
                k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB), (unsigned long long)n, gbps[k],

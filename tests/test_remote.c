@@ -387,6 +387,7 @@ START_TEST(with_two_replicas_a_killed_node_leaves_the_other_serving) {
     /* puts still succeed, the dead home's copy dropped and counted */
     kvs_key k = key_of(300);
     ck_assert_int_eq(ops->put(s, &k, buf, 100), KVS_OK);
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
     ck_assert_uint_ge(stats.puts_dropped, 1);
     daemon_kill(&nodes[1]);
@@ -402,6 +403,126 @@ START_TEST(with_two_replicas_a_killed_node_leaves_the_other_serving) {
         ck_assert_uint_eq(n, 0);
     }
     ops->destroy(s);
+}
+END_TEST
+
+/* Puts return once their object is copied into the put queue: the caller's buffer is reused at
+ * once, the queued puts go out in fewer requests than puts, and every object reads back exactly. */
+START_TEST(queued_puts_go_out_in_batches_and_read_back_exactly) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    void *s = open_ok("1", "5000");
+    enum { N = 64, LEN = 64 * 1024 };
+    uint8_t *buf = malloc(LEN), *want = malloc(LEN), *dst = malloc(LEN);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(dst);
+    for (uint32_t i = 0; i < N; i++) {
+        kvs_key k = key_of(500 + i);
+        fill(buf, LEN, 500 + i);
+        ck_assert_int_eq(ops->put(s, &k, buf, LEN - i), KVS_OK);
+        memset(buf, 0xEE, LEN); /* the put kept its own copy */
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.puts_queued, N);
+    ck_assert_uint_eq(stats.puts_stored, N);
+    ck_assert_uint_eq(stats.puts_dropped, 0);
+    ck_assert_msg(stats.put_requests < N, "%llu PUT requests for %d puts", (unsigned long long)stats.put_requests, N);
+    for (uint32_t i = 0; i < N; i++) {
+        kvs_key k = key_of(500 + i);
+        fill(want, LEN, 500 + i);
+        uint64_t got = 0;
+        ck_assert_int_eq(ops->get(s, &k, dst, LEN, &got), KVS_OK);
+        ck_assert_uint_eq(got, LEN - i);
+        ck_assert_msg(memcmp(dst, want, LEN - i) == 0, "object %u differs", i);
+    }
+    ops->destroy(s);
+    free(buf);
+    free(want);
+    free(dst);
+}
+END_TEST
+
+/* Closing the tier sends what is still queued: a new client finds every object. */
+START_TEST(a_closed_tier_sends_its_queued_puts_first) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    void *s = open_ok("2", "5000");
+    enum { N = 24, LEN = 256 * 1024 };
+    uint8_t *buf = malloc(LEN);
+    ck_assert_ptr_nonnull(buf);
+    for (uint32_t i = 0; i < N; i++) {
+        kvs_key k = key_of(700 + i);
+        fill(buf, LEN, 700 + i);
+        ck_assert_int_eq(ops->put(s, &k, buf, LEN), KVS_OK);
+    }
+    ops->destroy(s);
+    s = open_ok("1", "5000");
+    uint8_t *want = malloc(LEN);
+    ck_assert_ptr_nonnull(want);
+    for (uint32_t i = 0; i < N; i++) {
+        kvs_key k = key_of(700 + i);
+        fill(want, LEN, 700 + i);
+        uint64_t got = 0;
+        ck_assert_int_eq(ops->get(s, &k, buf, LEN, &got), KVS_OK);
+        ck_assert_uint_eq(got, LEN);
+        ck_assert_msg(memcmp(buf, want, LEN) == 0, "object %u differs", i);
+    }
+    ops->destroy(s);
+    free(buf);
+    free(want);
+}
+END_TEST
+
+/* Hung nodes: puts still return within timeout_ms (waiting for queue room at most), their copies are
+ * dropped and counted, and once the nodes run again puts are stored again. */
+START_TEST(puts_to_hung_nodes_are_dropped_within_the_timeout) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", nodes[1].id}, {"psk_file", key_path},
+                                 {"tenant", "test-tenant"}, {"timeout_ms", "400"}, {"connect_backoff_ms", "50"},
+                                 {"put_queue_mb", "2"}};
+    char err[512];
+    void *s = NULL;
+    ck_assert_int_eq(create_with(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES), KVS_OK);
+    kill(nodes[0].pid, SIGSTOP);
+    kill(nodes[1].pid, SIGSTOP);
+    uint8_t *buf = malloc(MIB);
+    ck_assert_ptr_nonnull(buf);
+    fill(buf, MIB, 9);
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_key k = key_of(900 + i);
+        double t0 = now_ms();
+        kvs_status st = ops->put(s, &k, buf, MIB);
+        ck_assert_msg(now_ms() - t0 < 1000, "put %u took %.0f ms", i, now_ms() - t0);
+        ck_assert_msg(st == KVS_OK || st == KVS_ETIMEDOUT, "put %u: %d", i, st);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.puts_stored, 0);
+    ck_assert_uint_eq(stats.puts_dropped, 4);
+    kill(nodes[0].pid, SIGCONT);
+    kill(nodes[1].pid, SIGCONT);
+    double until = now_ms() + 5000;
+    while (now_ms() < until) {
+        ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+        if (stats.nodes_up == 2) break;
+        usleep(20000);
+    }
+    ck_assert_uint_eq(stats.nodes_up, 2);
+    kvs_key k = key_of(950);
+    ck_assert_int_eq(ops->put(s, &k, buf, MIB), KVS_OK);
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.puts_stored, 1);
+    uint64_t got = 0;
+    uint8_t *dst = malloc(MIB);
+    ck_assert_ptr_nonnull(dst);
+    ck_assert_int_eq(ops->get(s, &k, dst, MIB, &got), KVS_OK);
+    ck_assert_int_eq(memcmp(dst, buf, MIB), 0);
+    ops->destroy(s);
+    free(buf);
+    free(dst);
 }
 END_TEST
 
@@ -545,6 +666,9 @@ int main(void) {
     tcase_add_checked_fixture(live, two_nodes_setup, two_nodes_teardown);
     tcase_set_timeout(live, 60);
     tcase_add_test(live, put_then_get_returns_the_same_bytes);
+    tcase_add_test(live, queued_puts_go_out_in_batches_and_read_back_exactly);
+    tcase_add_test(live, a_closed_tier_sends_its_queued_puts_first);
+    tcase_add_test(live, puts_to_hung_nodes_are_dropped_within_the_timeout);
     tcase_add_test(live, get_many_reads_keys_from_both_nodes);
     tcase_add_test(live, with_two_replicas_a_killed_node_leaves_the_other_serving);
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);

@@ -11,7 +11,7 @@
 #include "options.h"
 #include "wire.h"
 
-#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory"
+#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory, put_queue_mb"
 
 static int valid_tenant(const char *s) {
     size_t len = strlen(s);
@@ -52,13 +52,14 @@ static int parse_node(const char *value, kvs_remote_options *o, char *why, size_
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
                                     char *why, size_t why_len) {
     static const char *const names[] = {"psk_file", "tenant", "replicas", "timeout_ms", "connect_backoff_ms",
-                                        "shared_memory"};
+                                        "shared_memory", "put_queue_mb"};
     enum { N_NAMES = sizeof names / sizeof names[0] };
     int seen[N_NAMES] = {0};
     memset(o, 0, sizeof *o);
     o->replicas = 1;
     o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
     o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
+    o->put_queue_mb = KVS_REMOTE_DEFAULT_PUT_QUEUE_MB;
     o->shared_memory = 0; /* experimental: see docs/remote.md, "Shared memory on one host" */
     for (uint64_t i = 0; i < n_options; i++) {
         const char *key = options[i].key ? options[i].key : "";
@@ -108,6 +109,13 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
                 return KVS_ECONFIG;
             }
             o->connect_backoff_ms = (uint32_t)v;
+            break;
+        case 6:
+            if (kvs_option_count(value, 1, 65536, &v) != 0) {
+                snprintf(why, why_len, "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
+                return KVS_ECONFIG;
+            }
+            o->put_queue_mb = (uint32_t)v;
             break;
         default:
             if (strcmp(value, "auto") == 0) {
@@ -254,6 +262,10 @@ kvs_status kvs_remote_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
 kvs_status kvs_remote_stats(void *state, kvs_remote_stats_t *out) {
     (void)state;
     memset(out, 0, sizeof *out);
+    return KVS_ENOTSUP;
+}
+kvs_status kvs_remote_flush(void *state) {
+    (void)state;
     return KVS_ENOTSUP;
 }
 #endif

@@ -13,9 +13,14 @@
  *                       sends its worker address after authenticating); off: over the request
  *                       connection, tcp (default off: experimental, a client killed mid-transfer
  *                       can stall the node's other clients; docs/remote.md)
+ *   put_queue_mb        room for puts not yet confirmed by their nodes, MiB (default 64; at least
+ *                       the largest object)
  *
  * Capabilities: THREAD_SAFE and GET_MANY. One progress thread owns the UCX transport; ops from any
- * thread queue a job for it and wait at most timeout_ms (KVS_ETIMEDOUT then). A node that fails is
+ * thread queue a job for it and wait at most timeout_ms (KVS_ETIMEDOUT then). A put does not wait for
+ * a node: it copies the object into the put queue and returns (waiting at most timeout_ms for room);
+ * the thread sends the queued puts in batches, one request per node. Jobs run in the order they were
+ * queued, so a lookup or get after a put sees it (if the node stored it). A node that fails is
  * marked down and reconnected in the background: its keys are misses, puts to it are dropped and
  * counted. Remote objects are not leased: pin only counts present keys. Without UCX in the build,
  * create fails with KVS_ENOTSUP.
@@ -32,6 +37,7 @@
 #define KVS_REMOTE_DEFAULT_TIMEOUT_MS 2000u
 #define KVS_REMOTE_DEFAULT_BACKOFF_MS 100u
 #define KVS_REMOTE_MAX_BACKOFF_MS 30000u
+#define KVS_REMOTE_DEFAULT_PUT_QUEUE_MB 64u
 #define KVS_REMOTE_HOST_BYTES 96u
 
 /* Parsed options. Strings point into the options given to kvs_remote_options_parse. */
@@ -46,6 +52,7 @@ typedef struct kvs_remote_options {
     uint32_t timeout_ms;
     uint32_t connect_backoff_ms;
     int shared_memory; /* 1: offer the worker address to nodes on this host */
+    uint32_t put_queue_mb;
 } kvs_remote_options;
 
 /* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
@@ -56,7 +63,11 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
 typedef struct kvs_remote_stats_t {
     uint32_t n_nodes;
     uint32_t nodes_up;         /* connected and authenticated now */
-    uint64_t puts_dropped;     /* put copies not sent because their home node was down */
+    uint64_t puts_queued;      /* puts accepted into the put queue */
+    uint64_t put_requests;     /* PUT messages sent: queued puts go out in batches, one per node */
+    uint64_t puts_stored;      /* copies a node confirmed */
+    uint64_t puts_refused;     /* copies a node answered with an error (full, bad key) */
+    uint64_t puts_dropped;     /* copies lost: home node down or failing mid-put, queue full, deadline passed */
     uint64_t node_failures;    /* times a node was marked down */
     uint64_t reconnects;       /* successful reconnects after a failure */
     uint64_t auth_refusals;    /* handshakes a node refused */
@@ -68,6 +79,8 @@ typedef struct kvs_remote_stats_t {
 /* The remote backend's ops table (static storage). */
 const kvs_backend_ops *kvs_remote_backend(void);
 kvs_status kvs_remote_stats(void *state, kvs_remote_stats_t *out);
+/* Wait (at most 2 x timeout_ms) until every put queued before the call is confirmed or dropped. */
+kvs_status kvs_remote_flush(void *state);
 
 /* Implemented by ucx_remote.c (or refused without UCX); used by the ops table in remote.c. */
 kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state);

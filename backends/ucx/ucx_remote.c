@@ -26,7 +26,9 @@
 #define BOUNCE_DEFAULT (16u << 20) /* when the connector gives no max_object_bytes */
 #define ERROR_BYTES 512u
 
-enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS };
+#define PUT_BATCH_BYTES (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
+
+enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
 enum { HS_NONE, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK, HS_REFUSED };
 
 typedef struct job {
@@ -41,12 +43,14 @@ typedef struct job {
     uint64_t *cap;
     uint8_t *resolved;     /* n: answered (hit, miss or error) */
     uint64_t *off;         /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
-    const void *object;    /* PUT */
+    const void *object;    /* PUT: the copy in the put queue */
     uint64_t len;
+    uint64_t queue_span;   /* PUT: bytes of the put queue this job holds (with any wrap-around gap) */
     uint64_t objects, bytes; /* STATS */
     uint64_t deadline_ns;
     kvs_status status;
     int done, abandoned;
+    int detached;          /* PUT: nobody waits; the thread frees it */
     struct job *next;
 } job;
 
@@ -83,6 +87,7 @@ typedef struct remote {
 
     pthread_t thread;
     int thread_started;
+    pthread_mutex_t put_order; /* one put at a time takes queue room and queues: room is freed in order */
     pthread_mutex_t mutex;
     pthread_cond_t cond;
     int doorbell;
@@ -94,6 +99,16 @@ typedef struct remote {
 
     /* counters, under mutex */
     kvs_remote_stats_t stats;
+
+    /* the put queue: a registered ring; puts copy their object in and return, the thread sends them
+     * in batches and frees the room in queue order (head, used: under mutex) */
+    uint8_t *queue;
+    uint64_t queue_len, queue_head, queue_used;
+    kvs_ucx_mem *queue_mem;
+    uint8_t queue_rkey[KVS_WIRE_MAX_RKEY_BYTES];
+    uint32_t queue_rkey_len;
+    job **put_jobs; /* the batch being sent: KVS_WIRE_MAX_KEYS */
+    uint32_t n_put_jobs;
 
     /* owned by the progress thread */
     kvs_ucx_transport *t;
@@ -195,6 +210,13 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
             j->resolved[k] = 1;
             break;
         case KVS_WIRE_PUT_REPLY:
+            if (k < r->n_put_jobs) {
+                pthread_mutex_lock(&r->mutex);
+                if (e->status == KVS_OK) r->stats.puts_stored++;
+                else r->stats.puts_refused++;
+                pthread_mutex_unlock(&r->mutex);
+            }
+            break;
         case KVS_WIRE_DELETE_REPLY:
             if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
             break;
@@ -370,6 +392,8 @@ refused:
 
 /* ---- jobs on the progress thread ---------------------------------------------------------------- */
 
+static void finish(remote *r, job *j);
+
 static int in_staging(const remote *r, const void *p, uint64_t len) {
     const uint8_t *b = p;
     return r->staging_mem && b >= r->staging && len <= r->staging_len &&
@@ -399,7 +423,7 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             kvs_wire_entry *e = &r->entries[b];
             memset(e, 0, sizeof *e);
             uint32_t k = nd->batch[b];
-            e->key = type == KVS_WIRE_PUT ? j->keys[0].bytes : j->keys[k].bytes;
+            e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
             if (type == KVS_WIRE_GET) {
                 int direct = j->off[k] == UINT64_MAX;
                 e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k] : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
@@ -407,17 +431,14 @@ static void exchange(remote *r, int type, uint64_t deadline) {
                 e->rkey = direct ? r->staging_rkey : r->bounce_rkey;
                 e->rkey_len = direct ? r->staging_rkey_len : r->bounce_rkey_len;
             } else if (type == KVS_WIRE_PUT) {
-                e->length = j->len;
-                if (j->len <= KVS_WIRE_MAX_INLINE_BYTES) {
-                    e->inline_data = r->bounce;
-                } else if (in_staging(r, j->object, j->len)) {
-                    e->remote_addr = (uint64_t)(uintptr_t)j->object;
-                    e->rkey = r->staging_rkey;
-                    e->rkey_len = r->staging_rkey_len;
+                const job *pj = r->put_jobs[k];
+                e->length = pj->len;
+                if (pj->len <= KVS_WIRE_MAX_INLINE_BYTES) {
+                    e->inline_data = pj->object;
                 } else {
-                    e->remote_addr = (uint64_t)(uintptr_t)r->bounce;
-                    e->rkey = r->bounce_rkey;
-                    e->rkey_len = r->bounce_rkey_len;
+                    e->remote_addr = (uint64_t)(uintptr_t)pj->object;
+                    e->rkey = r->queue_rkey;
+                    e->rkey_len = r->queue_rkey_len;
                 }
             }
         }
@@ -425,6 +446,10 @@ static void exchange(remote *r, int type, uint64_t deadline) {
         if (send_msg(r, nd, &m, deadline) != KVS_OK) {
             nd->pending = 0;
             nd->failed = 1;
+        } else if (type == KVS_WIRE_PUT) {
+            pthread_mutex_lock(&r->mutex);
+            r->stats.put_requests++;
+            pthread_mutex_unlock(&r->mutex);
         }
     }
     for (;;) {
@@ -440,7 +465,14 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             nd->pending = 0;
             nd->failed = 1;
         }
-        if (nd->failed || nd->conn_dead) node_down(r, nd, nd->refusal[0] ? nd->refusal : "request failed");
+        if (nd->failed || nd->conn_dead) {
+            if (type == KVS_WIRE_PUT) { /* the copies this node did not confirm */
+                pthread_mutex_lock(&r->mutex);
+                r->stats.puts_dropped += nd->n_batch;
+                pthread_mutex_unlock(&r->mutex);
+            }
+            node_down(r, nd, nd->refusal[0] ? nd->refusal : "request failed");
+        }
         nd->n_batch = 0;
     }
 }
@@ -496,46 +528,80 @@ static void run_keyed(remote *r, job *j) {
     }
 }
 
-/* PUT to every live home, DELETE at every live home, STATS from every live node. */
+/* Add key k of the current batch to each live home's batch; homes that are down drop their copy. */
+static void to_homes(remote *r, const kvs_key *key, uint32_t k, int is_put) {
+    uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n_homes = 0;
+    if (kvs_remote_ring_homes(&r->ring, key, r->opt.replicas, homes, &n_homes) != KVS_OK) n_homes = 0;
+    if (is_put && n_homes < r->opt.replicas) {
+        pthread_mutex_lock(&r->mutex);
+        r->stats.puts_dropped += r->opt.replicas - n_homes;
+        pthread_mutex_unlock(&r->mutex);
+    }
+    for (uint32_t h = 0; h < n_homes; h++) {
+        rnode *nd = &r->nodes[homes[h]];
+        nd->batch[nd->n_batch++] = k;
+        nd->pending = 1;
+    }
+}
+
+/* DELETE at every live home, STATS from every live node. */
 static void run_broadcast(remote *r, job *j) {
     if (j->kind == JOB_STATS) {
         for (uint32_t i = 0; i < r->opt.n_nodes; i++) r->nodes[i].pending = r->nodes[i].up;
         exchange(r, KVS_WIRE_STATS, j->deadline_ns);
         return;
     }
-    for (uint64_t k = 0; k < j->n; k++) {
-        uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n_homes = 0;
-        if (kvs_remote_ring_homes(&r->ring, &j->keys[k], r->opt.replicas, homes, &n_homes) != KVS_OK) n_homes = 0;
-        if (j->kind == JOB_PUT && n_homes < r->opt.replicas) {
+    for (uint64_t k = 0; k < j->n; k++) to_homes(r, &j->keys[k], (uint32_t)k, 0);
+    exchange(r, KVS_WIRE_DELETE, j->deadline_ns);
+}
+
+/* What one queued put adds to a PUT message: the entry's fields, and the object when it is inline. */
+static uint64_t put_entry_bytes(const job *j) {
+    return 96u + (j->len <= KVS_WIRE_MAX_INLINE_BYTES ? j->len : KVS_WIRE_MAX_RKEY_BYTES);
+}
+
+/* The queued puts from first on, as many as one PUT message per node carries: one request per home
+ * node, the node reads the objects out of the put queue with RMA (all in flight, one flush). Puts
+ * whose deadline passed while queued are dropped and counted. */
+static void run_puts(remote *r, job *first) {
+    uint32_t n = 0;
+    uint64_t bytes = 0, deadline = 0;
+    job *j = first;
+    for (;;) {
+        if (ms_left(j->deadline_ns) > 0) {
+            if (!n || j->deadline_ns < deadline) deadline = j->deadline_ns;
+            r->put_jobs[n++] = j;
+            bytes += put_entry_bytes(j);
+        } else {
             pthread_mutex_lock(&r->mutex);
-            r->stats.puts_dropped += r->opt.replicas - n_homes;
+            r->stats.puts_dropped += r->opt.replicas;
             pthread_mutex_unlock(&r->mutex);
+            r->put_jobs[n++] = j;          /* finished with the batch, never sent */
+            j->status = KVS_ETIMEDOUT;
         }
-        for (uint32_t h = 0; h < n_homes; h++) {
-            rnode *nd = &r->nodes[homes[h]];
-            nd->batch[nd->n_batch++] = (uint32_t)k;
-            nd->pending = 1;
+        pthread_mutex_lock(&r->mutex);
+        j = r->head;
+        if (j && j->kind == JOB_PUT && n < KVS_WIRE_MAX_KEYS && bytes + put_entry_bytes(j) <= PUT_BATCH_BYTES) {
+            r->head = j->next;
+            if (!r->head) r->tail = NULL;
+        } else {
+            j = NULL;
         }
+        pthread_mutex_unlock(&r->mutex);
+        if (!j) break;
     }
-    if (j->kind == JOB_PUT) {
-        j->statuses[0] = KVS_OK;
-        if (j->len <= KVS_WIRE_MAX_INLINE_BYTES || !in_staging(r, j->object, j->len)) {
-            int skip = 0;
-            pthread_mutex_lock(&r->mutex); /* the caller's object is read only while it waits */
-            if (j->abandoned) skip = 1;
-            else if (j->len > r->bounce_len) skip = 2;
-            else memcpy(r->bounce, j->object, j->len);
-            pthread_mutex_unlock(&r->mutex);
-            if (skip) {
-                for (uint32_t i = 0; i < r->opt.n_nodes; i++) r->nodes[i].pending = 0, r->nodes[i].n_batch = 0;
-                j->statuses[0] = KVS_ENOMEM;
-                return;
-            }
-        }
-        exchange(r, KVS_WIRE_PUT, j->deadline_ns);
-    } else {
-        exchange(r, KVS_WIRE_DELETE, j->deadline_ns);
+    r->n_put_jobs = n;
+    r->current = first;
+    int any = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (r->put_jobs[k]->status == KVS_ETIMEDOUT) continue;
+        to_homes(r, &r->put_jobs[k]->keys[0], k, 1);
+        any = 1;
     }
+    if (any) exchange(r, KVS_WIRE_PUT, deadline);
+    r->current = NULL;
+    r->n_put_jobs = 0;
+    for (uint32_t k = 0; k < n; k++) finish(r, r->put_jobs[k]);
 }
 
 static void run_job(remote *r, job *j) {
@@ -544,6 +610,8 @@ static void run_job(remote *r, job *j) {
     case JOB_LOOKUP:
     case JOB_GET:
         run_keyed(r, j);
+        break;
+    case JOB_FLUSH: /* done by being reached: every job queued before it has finished */
         break;
     default:
         run_broadcast(r, j);
@@ -556,7 +624,11 @@ static void run_job(remote *r, job *j) {
 
 static void finish(remote *r, job *j) {
     pthread_mutex_lock(&r->mutex);
-    if (j->abandoned) {
+    if (j->kind == JOB_PUT) { /* its room in the queue: puts finish in the order they took it */
+        r->queue_used -= j->queue_span;
+        pthread_cond_broadcast(&r->cond);
+    }
+    if (j->abandoned || j->detached) {
         pthread_mutex_unlock(&r->mutex);
         free(j);
         return;
@@ -611,6 +683,9 @@ static kvs_status thread_start(remote *r) {
     if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) != KVS_OK) goto ucx_fail;
     if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) != KVS_OK) goto ucx_fail;
     r->bounce_rkey_len = (uint32_t)len;
+    if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK) goto ucx_fail;
+    r->queue_rkey_len = (uint32_t)len;
     if (r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK) {
         /* offered to every node; a node on another host ignores it */
         size_t need = 0;
@@ -655,6 +730,7 @@ static void thread_stop(remote *r) {
         }
     }
     kvs_ucx_mem_deregister(r->bounce_mem);
+    kvs_ucx_mem_deregister(r->queue_mem);
     kvs_ucx_mem_deregister(r->staging_mem);
     kvs_ucx_destroy(r->t);
     r->t = NULL;
@@ -687,6 +763,10 @@ static void *progress_main(void *arg) {
         int stopping = r->stopping;
         pthread_mutex_unlock(&r->mutex);
         if (j) {
+            if (j->kind == JOB_PUT) { /* even when stopping: queued puts drain within their deadlines */
+                run_puts(r, j);
+                continue;
+            }
             if (stopping) j->status = KVS_EIO;
             else if (!j->abandoned && ms_left(j->deadline_ns) > 0) run_job(r, j);
             finish(r, j);
@@ -741,8 +821,8 @@ static job *job_new(int kind, uint64_t n) {
 
 /* Queue j and wait for it at most timeout_ms. KVS_OK: done (results in j; the caller frees it).
  * KVS_ETIMEDOUT: abandoned (the thread frees it). */
-static kvs_status submit(remote *r, job *j) {
-    uint64_t timeout_ns = (uint64_t)r->opt.timeout_ms * 1000000ull;
+static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
+    uint64_t timeout_ns = timeout_ms * 1000000ull;
     uint64_t start = now_ns();
     /* the thread gives up a little before the caller does, so results normally arrive in time */
     uint64_t margin = timeout_ns / 10 < 20000000ull ? timeout_ns / 10 : 20000000ull;
@@ -770,12 +850,14 @@ static kvs_status submit(remote *r, job *j) {
     if (!j->done) {
         j->abandoned = 1;
         pthread_mutex_unlock(&r->mutex);
-        set_error(r, "no answer within timeout_ms %u", r->opt.timeout_ms);
+        set_error(r, "no answer within %llu ms", (unsigned long long)timeout_ms);
         return KVS_ETIMEDOUT;
     }
     pthread_mutex_unlock(&r->mutex);
     return KVS_OK;
 }
+
+static kvs_status submit(remote *r, job *j) { return submit_for(r, j, r->opt.timeout_ms); }
 
 kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
     remote *r = state;
@@ -820,21 +902,96 @@ kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *ds
     return KVS_OK;
 }
 
+/* Room for need bytes in the put queue, contiguous (under mutex). Allocations are freed in the order
+ * they were made, so the live bytes run from tail = head - used (mod len) to head. */
+static int queue_take(remote *r, uint64_t need, uint64_t *off, uint64_t *span) {
+    if (r->queue_used == 0) r->queue_head = 0;
+    uint64_t head = r->queue_head, len = r->queue_len;
+    uint64_t tail = r->queue_used == 0 ? 0 : head >= r->queue_used ? head - r->queue_used : head + len - r->queue_used;
+    if (r->queue_used == 0 || tail < head) {
+        if (len - head >= need) {
+            *off = head, *span = need;
+        } else if (tail >= need) {
+            *off = 0, *span = (len - head) + need; /* the gap at the end is charged to this object */
+        } else {
+            return 0;
+        }
+    } else if (tail - head >= need) {
+        *off = head, *span = need;
+    } else {
+        return 0;
+    }
+    r->queue_head = *off + need;
+    r->queue_used += *span;
+    return 1;
+}
+
+/* Queue the object: copied into the put queue, sent by the progress thread with the puts queued
+ * around it (one request per node), so the caller never waits for a node. It waits for queue room
+ * only, at most timeout_ms. */
 kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     remote *r = state;
     if (len == 0) return KVS_EINVAL;
+    uint64_t need = (len + 63) & ~63ull;
+    if (need > r->queue_len) {
+        set_error(r, "an object of %llu bytes does not fit the put queue of %llu bytes (put_queue_mb)",
+                  (unsigned long long)len, (unsigned long long)r->queue_len);
+        return KVS_ENOMEM;
+    }
     job *j = job_new(JOB_PUT, 1);
     if (!j) return KVS_ENOMEM;
     j->keys[0] = *key;
-    j->object = object;
     j->len = len;
-    kvs_status st = submit(r, j);
+    j->detached = 1;
+    j->status = KVS_OK;
+    uint64_t timeout_ns = (uint64_t)r->opt.timeout_ms * 1000000ull;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + timeout_ns % 1000000000ull;
+    until.tv_sec += (time_t)(timeout_ns / 1000000000ull + ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    uint64_t off = 0;
+    pthread_mutex_lock(&r->put_order);
+    pthread_mutex_lock(&r->mutex);
+    int rc = 0, got = 0;
+    while (!r->stopping && !(got = queue_take(r, need, &off, &j->queue_span)) && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&r->cond, &r->mutex, &until);
+    if (!got) {
+        r->stats.puts_dropped += r->opt.replicas;
+        pthread_mutex_unlock(&r->mutex);
+        pthread_mutex_unlock(&r->put_order);
+        free(j);
+        set_error(r, "put dropped: the put queue (%llu bytes) stayed full for timeout_ms %u", (unsigned long long)r->queue_len,
+                  r->opt.timeout_ms);
+        return KVS_ETIMEDOUT;
+    }
+    pthread_mutex_unlock(&r->mutex);
+    memcpy(r->queue + off, object, len); /* the room is ours until the job finishes */
+    j->object = r->queue + off;
+    j->deadline_ns = now_ns() + timeout_ns;
+    pthread_mutex_lock(&r->mutex);
+    if (r->tail) r->tail->next = j;
+    else r->head = j;
+    r->tail = j;
+    r->stats.puts_queued++;
+    pthread_mutex_unlock(&r->mutex);
+    pthread_mutex_unlock(&r->put_order);
+    uint64_t one = 1;
+    if (write(r->doorbell, &one, sizeof one) < 0) (void)0;
+    return KVS_OK;
+}
+
+kvs_status kvs_remote_flush(void *state) {
+    remote *r = state;
+    if (!r) return KVS_EINVAL;
+    job *j = job_new(JOB_FLUSH, 0);
+    if (!j) return KVS_ENOMEM;
+    /* every queued put finishes by its deadline (queued at most timeout_ms ago); a node marked down on
+     * the way costs at most one more timeout */
+    kvs_status st = submit_for(r, j, 2ull * r->opt.timeout_ms + 100);
     if (st != KVS_OK) return st;
-    st = j->statuses[0];
     free(j);
-    if (st == KVS_ENOMEM) set_error(r, "no node took the object of %llu bytes (full, or larger than the bounce buffer)",
-                                    (unsigned long long)len);
-    return st == KVS_EIO ? KVS_OK : st; /* a node that failed mid-put: the copy is dropped */
+    return KVS_OK;
 }
 
 kvs_status kvs_remote_remove(void *state, const kvs_key *key) {
@@ -888,6 +1045,9 @@ static void remote_free(remote *r) {
     free(r->reply_entries);
     free(r->send_buf);
     free(r->bounce);
+    free(r->queue);
+    free(r->put_jobs);
+    pthread_mutex_destroy(&r->put_order);
     kvs_remote_psk_clear(&r->psk);
     free(r);
 }
@@ -910,6 +1070,7 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     remote *r = calloc(1, sizeof *r);
     if (!r) return KVS_ENOMEM;
     r->doorbell = -1;
+    pthread_mutex_init(&r->put_order, NULL);
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->cond, NULL);
     snprintf(r->name, sizeof r->name, "%s", init->tier_name ? init->tier_name : "remote");
@@ -928,13 +1089,17 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     r->bounce_len = init->max_object_bytes ? init->max_object_bytes : BOUNCE_DEFAULT;
     if (r->bounce_len < (1u << 20)) r->bounce_len = 1u << 20;
     r->bounce = aligned_alloc(4096, (r->bounce_len + 4095) & ~4095ull);
+    r->queue_len = (uint64_t)o->put_queue_mb << 20;
+    if (r->queue_len < r->bounce_len) r->queue_len = r->bounce_len; /* room for the largest object */
+    r->queue = aligned_alloc(4096, (r->queue_len + 4095) & ~4095ull);
+    r->put_jobs = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->put_jobs);
     r->send_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
     r->entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->entries);
     r->reply_entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->reply_entries);
     r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
     r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st = KVS_ENOMEM;
-    if (!r->bounce || !r->send_buf || !r->entries || !r->reply_entries || !r->nodes || r->doorbell < 0) {
+    if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries || !r->reply_entries || !r->nodes || r->doorbell < 0) {
         snprintf(r->error, sizeof r->error, "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
                  strerror(errno));
         goto fail;

@@ -39,6 +39,13 @@ typedef struct pinned {
     kvs_key key;
 } pinned;
 
+/* One object of a PUT batch being read from the client: into a reservation or a staging slot. */
+typedef struct put_pending {
+    kvs_key key;
+    uint64_t ticket;
+    int reserved; /* 0: in a staging slot, put into the tiers after the read */
+} put_pending;
+
 typedef struct rkey_slot {
     uint8_t blob[KVS_WIRE_MAX_RKEY_BYTES];
     uint32_t len; /* 0: empty */
@@ -73,6 +80,7 @@ struct kvs_node {
     kvs_ucx_rma batch[KVS_WIRE_MAX_KEYS];
     uint32_t batch_entry[KVS_WIRE_MAX_KEYS];
     pinned pins[KVS_WIRE_MAX_KEYS];
+    put_pending puts[KVS_WIRE_MAX_KEYS]; /* one PUT batch: with batch[] and batch_entry[] */
     uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
     uint32_t n_conns;
@@ -322,52 +330,87 @@ static void do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     }
 }
 
-/* Read a client's object with RMA: into room reserved in the top tier when it allows (no copy on
- * the node), else into the first staging slot and then put. */
-static kvs_status put_one(kvs_node *n, node_conn *c, const kvs_wire_entry *e) {
+static void put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err) {
+    if (st != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+        return;
+    }
+    n->stats.puts++;
+    n->stats.bytes_in += len;
+}
+
+/* Read the batch's objects from the client (all in flight, one flush), then publish each: commit
+ * its reservation or put its staging slot into the tiers. A failed read stores none of them. */
+static void put_flush(kvs_node *n, node_conn *c) {
+    if (n->n_batch == 0) return;
+    kvs_status st = kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, n->params.timeout_ms);
+    if (st != KVS_OK)
+        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+    for (uint32_t i = 0; i < n->n_batch; i++) {
+        const put_pending *p = &n->puts[i];
+        const kvs_ucx_rma *op = &n->batch[i];
+        kvs_status *out = &n->reply_entries[n->batch_entry[i]].status;
+        char err[256] = "";
+        if (st != KVS_OK) {
+            if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+            *out = KVS_EIO;
+            continue;
+        }
+        *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err, sizeof err)
+                           : kvs_tiers_put(n->chain, &p->key, op->local, op->len, err, sizeof err);
+        put_stored(n, c, *out, op->len, err);
+    }
+    n->n_batch = n->slots_used = 0;
+}
+
+/* Store one object of a PUT: inline ones at once; others join the batch of RMA reads, into room
+ * reserved in the top tier when it allows (no copy on the node), else into a staging slot (flushing
+ * the batch first when the slots are taken). */
+static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e) {
     kvs_key k;
-    char err[256];
+    char err[256] = "";
     if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
     if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
     kvs_status st;
     if (e->inline_data) {
         st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
-    } else {
-        kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
-        if (!rkey) return KVS_EINVAL;
-        void *dst = n->staging;
-        uint64_t ticket = 0;
-        int reserved = 0;
-        if (kvs_tiers_can_reserve(n->chain)) {
-            st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &ticket, err, sizeof err);
-            if (st != KVS_OK) {
-                fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
-                return st;
-            }
-            reserved = 1;
-        }
-        st = kvs_ucx_get(c->rma, dst, (size_t)e->length, mem_for(n, dst, e->length), e->remote_addr, rkey,
-                         n->params.timeout_ms);
-        if (st != KVS_OK) {
-            fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
-            if (reserved) kvs_tiers_abort(n->chain, ticket);
-            return KVS_EIO;
-        }
-        st = reserved ? kvs_tiers_commit(n->chain, &k, ticket, dst, e->length, err, sizeof err)
-                      : kvs_tiers_put(n->chain, &k, dst, e->length, err, sizeof err);
-    }
-    if (st != KVS_OK) {
-        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+        put_stored(n, c, st, e->length, err);
         return st;
     }
-    n->stats.puts++;
-    n->stats.bytes_in += e->length;
-    return KVS_OK;
+    kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
+    if (!rkey) return KVS_EINVAL;
+    put_pending *p = &n->puts[n->n_batch];
+    void *dst = NULL;
+    p->key = k;
+    p->ticket = 0;
+    p->reserved = 0;
+    if (kvs_tiers_can_reserve(n->chain)) {
+        st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
+        if (st != KVS_OK) {
+            put_stored(n, c, st, e->length, err);
+            return st;
+        }
+        p->reserved = 1;
+    } else {
+        if (n->slots_used == n->staging_slots) {
+            put_flush(n, c);
+            p = &n->puts[0];
+            p->key = k;
+            p->ticket = 0;
+            p->reserved = 0;
+        }
+        dst = n->staging + (uint64_t)n->slots_used++ * n->slot_len;
+    }
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = dst, .len = (size_t)e->length, .local_mem = mem_for(n, dst, e->length),
+                                         .remote_addr = e->remote_addr, .rkey = rkey};
+    n->batch_entry[n->n_batch++] = index;
+    return KVS_OK; /* for now: put_flush writes the outcome */
 }
 
 static void do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++)
-        n->reply_entries[i].status = alive(c) ? put_one(n, c, &req->entries[i]) : KVS_EIO;
+        n->reply_entries[i].status = alive(c) ? put_one(n, c, i, &req->entries[i]) : KVS_EIO;
+    put_flush(n, c);
 }
 
 static void do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
