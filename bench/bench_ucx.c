@@ -62,6 +62,8 @@ typedef struct options {
     uint32_t lookups;
     const char *perftest_tls;
     const char *shared_memory; /* the tier's shared_memory option */
+    const char *server_netns;  /* node and perftest servers in this network namespace (NULL: here) */
+    const char *server_addr;   /* where they listen and are reached */
 } options;
 
 typedef struct node_proc {
@@ -73,16 +75,20 @@ typedef struct node_proc {
 static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096];
 static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
+static const char *server_netns, *server_addr = "127.0.0.1";
 
 static void usage(void) {
     fprintf(stderr, "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
-                    "                     [--shared-memory auto|off]\n"
+                    "                     [--shared-memory auto|off] [--server-netns NS --server-addr IP]\n"
                     "  --rounds        measured rounds per object size (default 5)\n"
                     "  --warmup        rounds run first and not counted (default 1)\n"
                     "  --lookups       timed contains calls of 512 keys (default 300)\n"
                     "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default: the tier's payload\n"
                     "                  transports, tcp, or tcp,sm,self with --shared-memory auto)\n"
-                    "  --shared-memory the tier's shared_memory option (default off)\n");
+                    "  --shared-memory the tier's shared_memory option (default off)\n"
+                    "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
+                    "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
+                    "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
     exit(2);
 }
 
@@ -96,8 +102,18 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--lookups")) o.lookups = (uint32_t)bench_parse_u64(a, v, 1, 100000);
         else if (!strcmp(a, "--perftest-tls")) o.perftest_tls = v;
         else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off"))) o.shared_memory = v;
+        else if (!strcmp(a, "--server-netns")) o.server_netns = v;
+        else if (!strcmp(a, "--server-addr")) o.server_addr = v;
         else usage();
         i++;
+    }
+    if (!o.server_netns != !o.server_addr) {
+        fprintf(stderr, "kvs-bench-ucx: --server-netns and --server-addr go together\n");
+        usage();
+    }
+    if (o.server_addr && (strlen(o.server_addr) > 45 || strchr(o.server_addr, ':'))) {
+        fprintf(stderr, "kvs-bench-ucx: --server-addr takes an IPv4 address\n");
+        usage();
     }
     if (!o.perftest_tls) o.perftest_tls = strcmp(o.shared_memory, "auto") == 0 ? "tcp,sm,self" : "tcp";
     return o;
@@ -166,6 +182,23 @@ static void cleanup_files(void) {
  * stderr too). posix_spawn, not fork: a forked child would leave the tier's staging pool
  * copy-on-write in this process, and every later RMA write into it would fault page by page (a
  * 30-fold slowdown of the gets measured after the first perftest, before this was found). */
+static pid_t spawn(char *const argv[], const char *tls, int out_fd);
+
+/* spawn, in the server namespace when there is one: `ip netns exec NS argv...` (ip execs argv in
+ * the same process, so the pid is the server's). */
+static pid_t spawn_server(char *const argv[], const char *tls, int out_fd) {
+    if (!server_netns) return spawn(argv, tls, out_fd);
+    char *full[24];
+    size_t n = 0;
+    full[n++] = "ip";
+    full[n++] = "netns";
+    full[n++] = "exec";
+    full[n++] = (char *)server_netns;
+    for (size_t i = 0; argv[i] && n < sizeof full / sizeof full[0] - 1; i++) full[n++] = argv[i];
+    full[n] = NULL;
+    return spawn(full, tls, out_fd);
+}
+
 static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -198,9 +231,11 @@ static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
 static void node_start(node_proc *n) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
-    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", "127.0.0.1:0",
+    char listen[64];
+    snprintf(listen, sizeof listen, "%s:0", server_addr);
+    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", listen,
                     "--max-object-bytes", "2MiB", NULL};
-    n->pid = spawn(argv, NULL, pipefd[1]);
+    n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
     node_pid = n->pid;
@@ -222,8 +257,9 @@ static void node_start(node_proc *n) {
         ready = strstr(out, "kvstrata-node ready ");
     }
     unsigned port = 0;
-    if (sscanf(ready, "kvstrata-node ready listen=127.0.0.1:%u", &port) != 1) die("kvstrata-node readiness line", ready);
-    snprintf(n->id, sizeof n->id, "127.0.0.1:%u", port);
+    char addr[64];
+    if (sscanf(ready, "kvstrata-node ready listen=%63[^:]:%u", addr, &port) != 2) die("kvstrata-node readiness line", ready);
+    snprintf(n->id, sizeof n->id, "%s:%u", addr, port);
 }
 
 static void node_stop(node_proc *n) {
@@ -247,19 +283,23 @@ extern char **environ;
 
 /* ---- ucx_perftest ------------------------------------------------------------------------------- */
 
-static int port_listening(unsigned port);
+static int port_listening(pid_t in_netns_of, unsigned port);
 
 /* A TCP port for the next perftest pair: counted up from one derived from the pid, skipping ports
- * something listens on. */
+ * something here listens on (in a server namespace a taken port fails the attempt, and the next
+ * attempt takes the next port). */
 static unsigned free_port(void) {
     static unsigned next = 0;
     if (next == 0) next = 20000u + (unsigned)(getpid() % 20000);
-    while (port_listening(next)) next++;
+    while (port_listening(0, next)) next++;
     return next++;
 }
 
-static int port_listening(unsigned port) {
-    FILE *f = fopen("/proc/net/tcp", "r");
+/* Whether something listens on TCP port in the network namespace of process pid (0: this one). */
+static int port_listening(pid_t pid, unsigned port) {
+    char path[64];
+    snprintf(path, sizeof path, pid ? "/proc/%d/net/tcp" : "/proc/net/tcp", (int)pid);
+    FILE *f = fopen(path, "r");
     char line[512];
     int found = 0;
     unsigned lport = 0, state = 0;
@@ -280,13 +320,14 @@ static int perftest(const char *tls, const char *test, uint64_t size, uint64_t i
         char port_s[16];
         snprintf(port_s, sizeof port_s, "%u", port);
         char *argv[] = {"ucx_perftest", "-p", port_s, NULL};
-        pid_t server = spawn(argv, tls, -1);
+        pid_t server = spawn_server(argv, tls, -1);
         uint64_t until = bench_now_ns() + 5000000000ull;
-        while (!port_listening(port) && bench_now_ns() < until && waitpid(server, NULL, WNOHANG) == 0) usleep(2000);
+        while (!port_listening(server, port) && bench_now_ns() < until && waitpid(server, NULL, WNOHANG) == 0)
+            usleep(2000);
         char cmd[512];
-        snprintf(cmd, sizeof cmd,
-                 "UCX_TLS=%s ucx_perftest 127.0.0.1 -p %u -t %s -s %llu -n %llu -w %llu 2>&1", tls, port, test,
-                 (unsigned long long)size, (unsigned long long)iters, (unsigned long long)(iters / 10 + 1));
+        snprintf(cmd, sizeof cmd, "UCX_TLS=%s ucx_perftest %s -p %u -t %s -s %llu -n %llu -w %llu 2>&1", tls,
+                 server_addr, port, test, (unsigned long long)size, (unsigned long long)iters,
+                 (unsigned long long)(iters / 10 + 1));
         FILE *f = popen(cmd, "r");
         char line[512], final[512] = "";
         while (f && fgets(line, sizeof line, f))
@@ -449,9 +490,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     uint64_t rma = after.rma_gets - before.rma_gets, bounce = after.bounce_gets - before.bounce_gets;
     if (bounce != 0) die("get_many", "objects went through the bounce buffer, not RMA into the pool");
 
-    double sm_lat, sm_get = 0, sm_put = 0;
-    if (perftest(tier_tls, "ucp_get", size, iters, &sm_lat, &sm_get) != 0 ||
-        perftest(tier_tls, "ucp_put_bw", size, iters, &sm_lat, &sm_put) != 0)
+    double sm_lat, sm_get = 0, sm_put = 0; /* across namespaces not measured: shared memory is not used there */
+    if (!server_netns && (perftest(tier_tls, "ucp_get", size, iters, &sm_lat, &sm_get) != 0 ||
+                          perftest(tier_tls, "ucp_put_bw", size, iters, &sm_lat, &sm_put) != 0))
         die("ucx_perftest", "no result with the tier's UCX_TLS (see above)");
 
     double bytes = (double)(n * size);
@@ -471,10 +512,11 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
                k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
-        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio %.3f; perftest with "
-               "UCX_TLS=%s: %.3f GB/s\n",
+        char also[96] = "";
+        if (!server_netns) snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
+        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio %.3f%s\n",
                k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB), (unsigned long long)n, gbps[k],
-               tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k], tier_tls, sm[k]);
+               tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k], also);
     }
     fflush(stdout);
     for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
@@ -529,7 +571,7 @@ static void run_lookup(const tier *t, const options *o) {
     if (perftest(o->perftest_tls, "ucp_am_lat", msg_len, 2000, &lat_us, &bw) != 0)
         die("ucx_perftest", "no ucp_am_lat result (see above)");
     double sm_lat = 0;
-    if (perftest(tier_tls, "ucp_am_lat", msg_len, 2000, &sm_lat, &bw) != 0)
+    if (!server_netns && perftest(tier_tls, "ucp_am_lat", msg_len, 2000, &sm_lat, &bw) != 0)
         die("ucx_perftest", "no ucp_am_lat result with the tier's UCX_TLS (see above)");
     double ref_us = 2 * lat_us;
     printf("{\"bench\":\"ucx_lookup\",\"keys\":%u,\"message_bytes\":%zu,\"ratio\":%.3f,\"rtt_us\":%.2f,"
@@ -537,9 +579,11 @@ static void run_lookup(const tier *t, const options *o) {
            "\"reference_rtt_us\":%.2f,\"perftest_tier_tls_rtt_us\":%.2f,\"tier_tls\":\"%s\",\"iterations\":%u}\n",
            LOOKUP_KEYS, msg_len, tier_us / ref_us, tier_us, msg_len, o->perftest_tls, ref_us, 2 * sm_lat, tier_tls,
            o->lookups);
+    char also[96] = "";
+    if (!server_netns) snprintf(also, sizeof also, "; with UCX_TLS=%s: %.1f us", tier_tls, 2 * sm_lat);
     printf("lookup of %u keys (LOOKUP of %zu bytes): median round trip %.1f us, ucx_perftest ucp_am_lat round trip "
-           "%.1f us (UCX_TLS=%s) -> ratio %.2f; with UCX_TLS=%s: %.1f us\n",
-           LOOKUP_KEYS, msg_len, tier_us, ref_us, o->perftest_tls, tier_us / ref_us, tier_tls, 2 * sm_lat);
+           "%.1f us (UCX_TLS=%s) -> ratio %.2f%s\n",
+           LOOKUP_KEYS, msg_len, tier_us, ref_us, o->perftest_tls, tier_us / ref_us, also);
     fflush(stdout);
     free(rtt);
     for (uint32_t i = 0; i < LOOKUP_KEYS; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
@@ -579,6 +623,10 @@ int main(int argc, char **argv) {
     }
     setenv("UCX_TLS", "tcp,sm,self", 0);
     tier_tls = getenv("UCX_TLS");
+    server_netns = o.server_netns;
+    if (o.server_addr) server_addr = o.server_addr;
+    if (server_netns && strcmp(o.shared_memory, "auto") == 0)
+        die("--shared-memory auto", "peers in other network namespaces never use shared memory (docs/remote.md)");
     signal(SIGPIPE, SIG_IGN);
     setup_files();
     atexit(at_exit);
@@ -593,10 +641,12 @@ int main(int argc, char **argv) {
     int on_sm = st.nodes_shared_memory == 1;
     if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
         die("--shared-memory auto", "the node did not take the payloads over shared memory (see its log above)");
-    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%s\"}\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls);
-    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls);
+    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%s\","
+           "\"server\":\"%s\",\"server_netns\":\"%s\"}\n",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr, server_netns ? server_netns : "");
+    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; servers at %s%s%s\n",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr, server_netns ? " in network namespace " : "",
+           server_netns ? server_netns : "");
     uint64_t t_start = bench_now_ns();
     run_size(&t, &o, staging, MIB);
     run_size(&t, &o, staging, 64 * KIB);
