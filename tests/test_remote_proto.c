@@ -978,6 +978,22 @@ START_TEST(tenant_keys_are_deterministic_and_differ_across_tenants) {
     static const uint8_t want[16] = {0x63, 0xc0, 0xe0, 0x26, 0x2c, 0xf8, 0xbc, 0x27,
                                      0x77, 0xdd, 0x73, 0xe7, 0x86, 0x8e, 0xa6, 0x04};
     ck_assert_int_eq(memcmp(a1.bytes, want, 16), 0);
+    /* the hasher a node keeps per connection gives the same keys, key after key */
+    kvs_remote_tenant_hasher *h = kvs_remote_tenant_hasher_new("tenant-a", 8);
+    ck_assert_ptr_nonnull(h);
+    for (int round = 0; round < 3; round++) {
+        kvs_key via;
+        ck_assert_int_eq(kvs_remote_tenant_hasher_key(h, &key, &via), KVS_OK);
+        ck_assert_int_eq(memcmp(via.bytes, want, 16), 0);
+        kvs_key other = key, direct;
+        other.bytes[round] ^= 0x5a;
+        ck_assert_int_eq(kvs_remote_tenant_hasher_key(h, &other, &via), KVS_OK);
+        ck_assert_int_eq(kvs_remote_tenant_key("tenant-a", 8, &other, &direct), KVS_OK);
+        ck_assert_int_eq(memcmp(via.bytes, direct.bytes, 16), 0);
+    }
+    kvs_remote_tenant_hasher_free(h);
+    ck_assert_ptr_null(kvs_remote_tenant_hasher_new("", 0));
+    ck_assert_ptr_null(kvs_remote_tenant_hasher_new("x", KVS_WIRE_MAX_TENANT_BYTES + 1));
     ck_assert_int_eq(kvs_remote_tenant_key("tenant-b", 8, &key, &b), KVS_OK);
     ck_assert_int_ne(memcmp(a1.bytes, b.bytes, 16), 0);
     ck_assert_int_ne(memcmp(a1.bytes, key.bytes, 16), 0);

@@ -57,6 +57,7 @@ typedef struct node_conn {
     kvs_ucx_conn *rma;  /* payloads: conn, or an endpoint to the client's worker address (same host) */
     int pidfd;          /* with that endpoint: the client process, readable once it exits; else -1 */
     kvs_remote_auth_node auth;
+    kvs_remote_tenant_hasher *hasher; /* the tenant's stored keys, from AUTH_OK on */
     uint32_t refusals;
     int closing; /* closed by the loop after the current callback returns */
     rkey_slot rkeys[RKEY_CACHE];
@@ -101,6 +102,7 @@ static void conn_free(node_conn *c) {
     if (c->rma && c->rma != c->conn) kvs_ucx_conn_close(c->rma);
     kvs_ucx_conn_close(c->conn);
     if (c->pidfd >= 0) close(c->pidfd);
+    kvs_remote_tenant_hasher_free(c->hasher);
     memset(&c->auth, 0, sizeof c->auth);
     free(c);
 }
@@ -218,7 +220,7 @@ static int alive(const node_conn *c) { return kvs_ucx_conn_alive(c->conn) && kvs
 static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
     kvs_key k;
     memcpy(k.bytes, key_bytes, KVS_WIRE_KEY_BYTES);
-    return kvs_remote_tenant_key(c->auth.tenant, c->auth.tenant_len, &k, out) == KVS_OK ? 0 : -1;
+    return kvs_remote_tenant_hasher_key(c->hasher, &k, out) == KVS_OK ? 0 : -1;
 }
 
 static void do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
@@ -513,6 +515,11 @@ static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n",
                 kvs_ucx_conn_peer(c->conn), c->auth.tenant);
         refuse(n, c, req->request_id, KVS_WIRE_ERR_AUTH, "node: authentication failed");
+        c->closing = 1;
+        return;
+    }
+    if (!(c->hasher = kvs_remote_tenant_hasher_new(c->auth.tenant, c->auth.tenant_len))) {
+        refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: out of memory");
         c->closing = 1;
         return;
     }
