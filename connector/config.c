@@ -55,8 +55,12 @@ typedef struct builder {
 
 static const char *const ROOT_KEYS[] = {"version",     "chunk_tokens", "lease_timeout_ms",
                                         "save_decode", "log_level",    "pool",
-                                        "tiers",       "device"};
-enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_COUNT };
+                                        "tiers",       "device",       "node"};
+enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_NODE, RK_COUNT };
+
+/* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
+static const char *const NODE_KEYS[] = {"listen", "psk_file", "max_clients", "timeout_ms", "max_object_bytes"};
+enum { NK_LISTEN, NK_PSK, NK_MAX_CLIENTS, NK_TIMEOUT, NK_MAX_OBJECT, NK_COUNT };
 
 static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step",
                                           "host_copies"};
@@ -913,6 +917,45 @@ static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *
     return st;
 }
 
+static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
+    const node *keys[NK_COUNT] = {NULL}, *values[NK_COUNT] = {NULL};
+    if (v->kind != NODE_MAPPING)
+        return fail(ctx, v, "node", "expected a mapping, found %s", describe(v));
+    kvs_status st = map_fields(ctx, v, "node", NODE_KEYS, NK_COUNT, keys, values);
+    uint64_t value;
+    if (st == KVS_OK && values[NK_LISTEN]) {
+        st = get_text(ctx, values[NK_LISTEN], "node.listen", cfg->node.listen, sizeof cfg->node.listen);
+        const char *colon = st == KVS_OK ? strrchr(cfg->node.listen, ':') : NULL;
+        char *end = NULL;
+        unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
+        if (st == KVS_OK && (!colon || colon == cfg->node.listen || !colon[1] || *end || port > 65535))
+            st = fail(ctx, values[NK_LISTEN], "node.listen", "expected HOST:PORT (port 0..65535; 0 picks one), found "
+                      "'%s'", cfg->node.listen);
+    }
+    if (st == KVS_OK && values[NK_PSK]) {
+        char given[KVS_PATH_MAX];
+        st = get_text(ctx, values[NK_PSK], "node.psk_file", given, sizeof given);
+        if (st == KVS_OK)
+            st = resolve_path(ctx, values[NK_PSK], "node.psk_file", given, cfg->node.psk_file,
+                              sizeof cfg->node.psk_file);
+    }
+    if (st == KVS_OK && values[NK_MAX_CLIENTS]) {
+        st = get_uint(ctx, values[NK_MAX_CLIENTS], "node.max_clients", 1, 1u << 20, &value);
+        if (st == KVS_OK) cfg->node.max_clients = (uint32_t)value;
+    }
+    if (st == KVS_OK && values[NK_TIMEOUT]) {
+        st = get_uint(ctx, values[NK_TIMEOUT], "node.timeout_ms", 1, 3600000, &value);
+        if (st == KVS_OK) cfg->node.timeout_ms = (uint32_t)value;
+    }
+    if (st == KVS_OK && values[NK_MAX_OBJECT]) {
+        st = get_size(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes", &value);
+        if (st == KVS_OK && (value == 0 || value > (1ull << 32)))
+            st = fail(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes", "must be from 1 byte to 4GiB");
+        if (st == KVS_OK) cfg->node.max_object_bytes = value;
+    }
+    return st;
+}
+
 static kvs_status parse_pool(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[PK_COUNT] = {NULL}, *values[PK_COUNT] = {NULL};
     if (v->kind != NODE_MAPPING)
@@ -974,6 +1017,7 @@ static kvs_status parse_root(const parse_ctx *ctx, const node *root, kvs_config 
     if (st == KVS_OK) st = parse_scalars(ctx, values, cfg);
     if (st == KVS_OK && values[RK_POOL]) st = parse_pool(ctx, values[RK_POOL], cfg);
     if (st == KVS_OK && values[RK_DEVICE]) st = parse_device(ctx, values[RK_DEVICE], cfg);
+    if (st == KVS_OK && values[RK_NODE]) st = parse_node(ctx, values[RK_NODE], cfg);
     if (st == KVS_OK) st = parse_tiers(ctx, root, values[RK_TIERS], cfg);
     return st;
 }

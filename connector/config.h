@@ -49,6 +49,13 @@ typedef struct kvs_config {
                                 * asynchronous one (tests of the CUDA ordering without a GPU) */
     kvs_tier_config *tiers;    /* at least one */
     size_t n_tiers;
+    struct {                   /* `node:`, read by kvstrata-node only; 0 or "" where not given */
+        char listen[128];      /* HOST:PORT */
+        char psk_file[KVS_PATH_MAX]; /* resolved against the file's directory */
+        uint32_t max_clients;
+        uint32_t timeout_ms;
+        uint64_t max_object_bytes;
+    } node;
 } kvs_config;
 
 /* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes

@@ -114,6 +114,33 @@ START_TEST(full_file_parses_to_the_values_it_states) {
 }
 END_TEST
 
+/* kvstrata-node's section: values as stated, the key file resolved against the file's directory. */
+START_TEST(the_node_section_parses_for_kvstrata_node) {
+    kvs_config *cfg = load_ok("node:\n  listen: 10.0.0.7:13337\n  psk_file: keys/node.key\n  max_clients: 9\n"
+                              "  timeout_ms: 1234\n  max_object_bytes: 8MiB\n" ONE_TIER);
+    ck_assert_str_eq(cfg->node.listen, "10.0.0.7:13337");
+    const char *slash = strrchr(last_path, '/');
+    ck_assert_ptr_nonnull(slash);
+    char want[1200];
+    snprintf(want, sizeof want, "%.*s/keys/node.key", (int)(slash - last_path), last_path);
+    ck_assert_str_eq(cfg->node.psk_file, want);
+    ck_assert_uint_eq(cfg->node.max_clients, 9);
+    ck_assert_uint_eq(cfg->node.timeout_ms, 1234);
+    ck_assert_uint_eq(cfg->node.max_object_bytes, 8ull << 20);
+    kvs_config_free(cfg);
+    cfg = load_ok(ONE_TIER);
+    ck_assert_str_eq(cfg->node.listen, "");
+    ck_assert_uint_eq(cfg->node.max_clients, 0);
+    kvs_config_free(cfg);
+    expect_refused("node:\n  listen: 10.0.0.7\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:2:11: key 'node.listen'",
+                   "expected HOST:PORT");
+    expect_refused("node:\n  listen: 10.0.0.7:70000\n" ONE_TIER, KVS_ECONFIG, "key 'node.listen'", "HOST:PORT");
+    expect_refused("node:\n  timeout_ms: 0\n" ONE_TIER, KVS_ECONFIG, "key 'node.timeout_ms'", "");
+    expect_refused("node:\n  port: 1\n" ONE_TIER, KVS_ECONFIG, "key 'node.port': unknown key",
+                   "valid keys: listen, psk_file, max_clients, timeout_ms, max_object_bytes");
+}
+END_TEST
+
 START_TEST(keys_left_out_take_their_defaults) {
     kvs_config *cfg = load_ok(ONE_TIER);
     ck_assert_uint_eq(cfg->version, 1);
@@ -774,6 +801,7 @@ static TCase *error_tests(void) {
     tcase_add_test(errors, yaml_syntax_error_names_file_line_and_problem);
     tcase_add_test(errors, invalid_utf8_is_a_syntax_error_at_its_byte);
     tcase_add_test(errors, unknown_key_names_file_line_and_valid_keys);
+    tcase_add_test(errors, the_node_section_parses_for_kvstrata_node);
     tcase_add_test(errors, unknown_key_inside_a_tier_names_its_full_path);
     tcase_add_test(errors, mapping_where_an_integer_belongs_is_a_type_error);
     tcase_add_test(errors, text_where_an_integer_belongs_is_a_type_error);

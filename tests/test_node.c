@@ -76,7 +76,13 @@ static int read_until(daemon_proc *d, const char *want, int deadline_ms) {
     "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 2MiB\n"            \
     "  - name: ssd\n    type: ssd\n    capacity: 32MiB\n    paths: [ssd0]\n"
 
-static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_tiers) {
+/* Settings from the `node:` section instead of flags (the key path relative to the config). */
+#define NODE_SECTION "node:\n  listen: 127.0.0.1:0\n  psk_file: node.key\n  max_clients: 8\n" \
+                     "  timeout_ms: 3000\n  max_object_bytes: 2MiB\n"
+
+/* Start the daemon on yaml_text; from_yaml: its settings come from NODE_SECTION appended to it, and
+ * the command line is only --config. */
+static void daemon_start_as(daemon_proc *d, const char *yaml_text, uint32_t want_tiers, int from_yaml) {
     memset(d, 0, sizeof *d);
     ck_assert_int_eq(kvs_test_tmpdir(d->dir, sizeof d->dir), 0);
     char ssd_dir[600];
@@ -88,8 +94,9 @@ static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_ti
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, d->psk, sizeof d->psk), (ssize_t)sizeof d->psk);
     close(fd);
-    char yaml[700];
-    ck_assert_int_eq(kvs_test_write_file(d->dir, "node.yaml", yaml_text, yaml, sizeof yaml), 0);
+    char yaml[700], text[2048];
+    snprintf(text, sizeof text, "%s%s", yaml_text, from_yaml ? NODE_SECTION : "");
+    ck_assert_int_eq(kvs_test_write_file(d->dir, "node.yaml", text, yaml, sizeof yaml), 0);
     int pipefd[2];
     ck_assert_int_eq(pipe(pipefd), 0);
     d->pid = fork();
@@ -99,6 +106,7 @@ static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_ti
         dup2(pipefd[1], 1);
         close(pipefd[0]);
         close(pipefd[1]);
+        if (from_yaml) execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, (char *)NULL);
         execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file", d->psk_path,
               "--listen", "127.0.0.1:0", "--max-clients", "8", "--timeout-ms", "3000", "--max-object-bytes",
               "2MiB", (char *)NULL);
@@ -113,6 +121,10 @@ static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_ti
     ck_assert_uint_gt(port, 0);
     ck_assert_uint_eq(tiers, want_tiers);
     d->port = (uint16_t)port;
+}
+
+static void daemon_start(daemon_proc *d, const char *yaml_text, uint32_t want_tiers) {
+    daemon_start_as(d, yaml_text, want_tiers, 0);
 }
 
 /* SIGTERM and reap; returns the wait status. */
@@ -347,6 +359,11 @@ static void setup(void) {
 static void setup_ssd(void) {
     setenv("UCX_TLS", "tcp,sm,self", 0);
     daemon_start(&node, SSD_YAML, 2);
+}
+
+static void setup_from_yaml(void) {
+    setenv("UCX_TLS", "tcp,sm,self", 0);
+    daemon_start_as(&node, DRAM_YAML, 1, 1);
 }
 
 static void teardown(void) { daemon_stop(&node); }
@@ -607,6 +624,55 @@ START_TEST(objects_evicted_to_the_ssd_tier_are_still_served) {
 }
 END_TEST
 
+/* Started with --config only: listen address, key file (relative to the config), limits from node:. */
+START_TEST(settings_come_from_the_node_section_of_the_config) {
+    client *c = client_authed(&node, "tenant-y");
+    uint8_t key[16];
+    make_key(key, 7);
+    fill(c->mem, 3 * MIB, 7);
+    ck_assert_int_eq(put_one(c, key, 0, MIB, 0), KVS_OK);
+    ck_assert_int_ne(put_one(c, key, 0, 3 * MIB, 0), KVS_OK); /* over node.max_object_bytes (2MiB) */
+    uint64_t len = 0;
+    ck_assert_int_eq(get_one(c, key, 3 * MIB, MIB, &len), KVS_OK);
+    ck_assert_uint_eq(len, MIB);
+    ck_assert_int_eq(memcmp(c->mem + 3 * MIB, c->mem, MIB), 0);
+    client_close(c);
+}
+END_TEST
+
+/* Run the node on a config text with extra arguments; returns its exit status, its stderr in err. */
+static int node_exit_status(const char *yaml_text, const char *extra, char *err, size_t err_len) {
+    char dir[512], yaml[700];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    ck_assert_int_eq(kvs_test_write_file(dir, "node.yaml", yaml_text, yaml, sizeof yaml), 0);
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "%s/kvstrata-node --config %s %s 2>&1 >/dev/null", KVS_TEST_BIN_DIR, yaml, extra);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(err, 1, err_len - 1, f);
+    err[n] = '\0';
+    int status = pclose(f);
+    kvs_test_rmtree(dir);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+START_TEST(a_bad_node_section_or_no_key_file_is_refused_with_a_sentence) {
+    char err[2048];
+    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  listen: 127.0.0.1\n", "", err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "node.listen") && strstr(err, "HOST:PORT"), "stderr: %s", err);
+    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  colour: red\n", "", err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "unknown key") && strstr(err, "listen, psk_file"), "stderr: %s", err);
+    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  max_object_bytes: 0\n", "", err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "node.max_object_bytes"), "stderr: %s", err);
+    ck_assert_int_eq(node_exit_status(DRAM_YAML, "", err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "--psk-file or node.psk_file"), "stderr: %s", err);
+    /* a flag wins over the section: a bad --listen is refused although node.listen is fine */
+    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  listen: 127.0.0.1:0\n  psk_file: /nonexistent\n",
+                                      "--listen nonsense", err, sizeof err), 2);
+    ck_assert_msg(strstr(err, "--listen nonsense"), "stderr: %s", err);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("node");
     TCase *tc = tcase_create("node");
@@ -626,6 +692,15 @@ int main(void) {
     tcase_set_timeout(ssd, 30);
     tcase_add_test(ssd, objects_evicted_to_the_ssd_tier_are_still_served);
     suite_add_tcase(s, ssd);
+    TCase *yaml = tcase_create("yaml");
+    tcase_add_checked_fixture(yaml, setup_from_yaml, teardown);
+    tcase_set_timeout(yaml, 30);
+    tcase_add_test(yaml, settings_come_from_the_node_section_of_the_config);
+    suite_add_tcase(s, yaml);
+    TCase *refused = tcase_create("refused");
+    tcase_set_timeout(refused, 30);
+    tcase_add_test(refused, a_bad_node_section_or_no_key_file_is_refused_with_a_sentence);
+    suite_add_tcase(s, refused);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

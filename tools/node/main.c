@@ -11,8 +11,10 @@
 #include "node.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvstrata-node --config PATH --psk-file PATH [--listen HOST:PORT] [--max-clients N]\n"
+    fprintf(f, "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients N]\n"
                "                     [--timeout-ms N] [--max-object-bytes SIZE]\n"
+               "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
+               "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
                "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 picks one)\n"
                "  --max-clients N         connections served at once (default 64)\n"
                "  --timeout-ms N          bound on each send and RMA transfer (default 5000)\n"
@@ -34,8 +36,8 @@ int main(int argc, char **argv) {
      * in TIME-WAIT; UCX leaves SO_REUSEADDR off on its listener by default. Set before UCX reads its
      * configuration and before any thread exists; a value the operator exported wins. */
     setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
-    const char *config_path = NULL, *psk_path = NULL, *listen = "0.0.0.0:0";
-    uint64_t max_clients = 64, timeout_ms = 5000, max_object = 64ull << 20;
+    const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
+    uint64_t max_clients = 0, timeout_ms = 0, max_object = 0; /* 0: not given on the command line */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -66,9 +68,26 @@ int main(int argc, char **argv) {
         }
         i++;
     }
-    if (!config_path || !psk_path) {
-        fprintf(stderr, "kvstrata-node: --config and --psk-file are required\n");
+    if (!config_path) {
+        fprintf(stderr, "kvstrata-node: --config is required\n");
         usage(stderr);
+        return 2;
+    }
+    char err[1024] = "";
+    kvs_config *cfg = NULL;
+    if (kvs_config_load(config_path, &cfg, err, sizeof err) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s\n", err);
+        return 2;
+    }
+    /* command line, else the config's node: section, else the defaults */
+    if (!psk_path && cfg->node.psk_file[0]) psk_path = cfg->node.psk_file;
+    if (!listen) listen = cfg->node.listen[0] ? cfg->node.listen : "0.0.0.0:0";
+    if (!max_clients) max_clients = cfg->node.max_clients ? cfg->node.max_clients : 64;
+    if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
+    if (!max_object) max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
+    if (!psk_path) {
+        fprintf(stderr, "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n", config_path);
+        kvs_config_free(cfg);
         return 2;
     }
     char host[256];
@@ -77,6 +96,7 @@ int main(int argc, char **argv) {
     if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host ||
         parse_u64(colon + 1, 0, 65535, &port) != 0) {
         fprintf(stderr, "kvstrata-node: --listen %s: expected HOST:PORT\n", listen);
+        kvs_config_free(cfg);
         return 2;
     }
     memcpy(host, listen, (size_t)(colon - listen));
@@ -89,22 +109,21 @@ int main(int argc, char **argv) {
     sigaddset(&mask, SIGINT);
     if (sigprocmask(SIG_BLOCK, &mask, NULL) != 0) {
         perror("kvstrata-node: sigprocmask");
+        kvs_config_free(cfg);
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
         perror("kvstrata-node: signalfd");
+        kvs_config_free(cfg);
         return 1;
     }
 
     int rc = 1;
-    char err[1024] = "";
-    kvs_config *cfg = NULL;
     kvs_node *node = NULL;
     kvs_remote_psk psk;
     memset(&psk, 0, sizeof psk);
-    if (kvs_config_load(config_path, &cfg, err, sizeof err) != KVS_OK) goto out;
     if (kvs_remote_psk_load(psk_path, &psk, err, sizeof err) != KVS_OK) goto out;
     kvs_node_params p = {.config = cfg, .psk = &psk, .listen_host = host, .listen_port = (uint16_t)port,
                          .max_clients = (uint32_t)max_clients, .timeout_ms = (int)timeout_ms,
