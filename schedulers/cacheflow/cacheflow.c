@@ -1,0 +1,495 @@
+/* cacheflow.c - restore plans: cost model, one-request two-pointers, the batch scheduler and the
+ * prefix-only planner (contract in cacheflow.h, design in docs/cacheflow.md). */
+#include "cacheflow.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- cost model ---------------------------------------------------------------------------------- */
+
+double cf_unit_compute_s(const cf_compute *m, uint64_t offset, uint64_t n) {
+    double nn = (double)n;
+    return m->lin_s_per_token * nn + m->att_s_per_token2 * nn * ((double)offset + (nn + 1.0) / 2.0);
+}
+
+double cf_forward_s(const cf_compute *m, uint64_t offset, uint64_t n) {
+    return n ? m->fix_s + cf_unit_compute_s(m, offset, n) : 0.0;
+}
+
+double cf_load_s(const cf_channel *c, uint64_t bytes) { return bytes ? c->lat_s + (double)bytes / c->bytes_per_s : 0.0; }
+
+uint32_t cf_chunks(const cf_params *p, uint32_t n_cached) {
+    return (uint32_t)(((uint64_t)n_cached + p->chunk_tokens - 1) / p->chunk_tokens);
+}
+
+uint32_t cf_chunk_tokens(const cf_params *p, uint32_t n_cached, uint32_t i) {
+    uint64_t first = (uint64_t)i * p->chunk_tokens;
+    if (first >= n_cached) return 0;
+    uint64_t left = n_cached - first;
+    return (uint32_t)(left < p->chunk_tokens ? left : p->chunk_tokens);
+}
+
+/* What one unit of a request costs: recomputed (variable part, plus the fixed share a layer unit
+ * carries) and loaded. */
+typedef struct unit_cost {
+    double compute, load;
+} unit_cost;
+
+static unit_cost cost_of(const cf_params *p, const cf_compute *m, const cf_channel *c, cf_mode mode,
+                         uint32_t n_cached, uint32_t unit) {
+    unit_cost u;
+    if (mode == CF_MODE_TOKEN) {
+        uint32_t n = cf_chunk_tokens(p, n_cached, unit);
+        u.compute = cf_unit_compute_s(m, (uint64_t)unit * p->chunk_tokens, n);
+        u.load = cf_load_s(c, (uint64_t)n * p->n_layers * p->kv_bytes_per_token_layer);
+    } else { /* one layer of the whole prefix: a 1/L share of the full forward */
+        u.compute = cf_forward_s(m, 0, n_cached) / p->n_layers;
+        u.load = cf_load_s(c, (uint64_t)n_cached * p->kv_bytes_per_token_layer);
+    }
+    return u;
+}
+
+/* ---- one request -------------------------------------------------------------------------------- */
+
+static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_channel *c, cf_mode mode,
+                           uint32_t n_cached) {
+    cf_split s = {.mode = mode};
+    s.units = mode == CF_MODE_TOKEN ? cf_chunks(p, n_cached) : p->n_layers;
+    if (n_cached == 0) return s;
+    /* A(k) = recompute [0, k) (token mode: one forward per chunk), D(k) = load [k, K) */
+    double load_all = 0;
+    for (uint32_t i = 0; i < s.units; i++) load_all += cost_of(p, m, c, mode, n_cached, i).load;
+    double a = 0, d = load_all;
+    s.split = 0;
+    s.compute_s = 0;
+    s.load_s = load_all;
+    s.total_s = load_all;
+    for (uint32_t k = 1; k <= s.units; k++) {
+        unit_cost u = cost_of(p, m, c, mode, n_cached, k - 1);
+        a += mode == CF_MODE_TOKEN ? m->fix_s + u.compute : u.compute;
+        d -= u.load;
+        if (d < 0) d = 0;
+        double t = a > d ? a : d;
+        if (t < s.total_s) {
+            s.split = k;
+            s.compute_s = a;
+            s.load_s = d;
+            s.total_s = t;
+        }
+    }
+    return s;
+}
+
+cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+    return scan_split(p, m, c, CF_MODE_TOKEN, n_cached);
+}
+
+cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+    return scan_split(p, m, c, CF_MODE_LAYER, n_cached);
+}
+
+cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+    if (p->l_delta)
+        return n_cached >= p->l_delta ? cf_token_split(p, m, c, n_cached) : cf_layer_split(p, m, c, n_cached);
+    cf_split t = cf_token_split(p, m, c, n_cached), l = cf_layer_split(p, m, c, n_cached);
+    return l.total_s < t.total_s ? l : t;
+}
+
+uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t max_tokens) {
+    uint32_t last_worse = 0; /* the largest length at which token mode was slower */
+    for (uint64_t n = p->chunk_tokens; n <= max_tokens; n += p->chunk_tokens) {
+        double t = cf_token_split(p, m, c, (uint32_t)n).total_s, l = cf_layer_split(p, m, c, (uint32_t)n).total_s;
+        if (t > l) last_worse = (uint32_t)n;
+    }
+    if (last_worse == 0) return p->chunk_tokens;
+    return last_worse + p->chunk_tokens > max_tokens ? max_tokens + 1 : last_worse + p->chunk_tokens;
+}
+
+double cf_staged_s(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached,
+                   uint32_t stages, uint64_t boundary_bytes_per_token, int shared_channel) {
+    if (stages == 0) stages = 1;
+    if (stages > p->n_layers) stages = p->n_layers;
+    cf_channel ch = *c;
+    if (shared_channel) ch.bytes_per_s = c->bytes_per_s / stages;
+    double worst = 0;
+    for (uint32_t s = 0; s < stages; s++) {
+        uint32_t layers = p->n_layers / stages + (s < p->n_layers % stages);
+        double share = (double)layers / p->n_layers;
+        cf_params ps = *p;
+        ps.n_layers = layers;
+        cf_compute ms = {m->fix_s * share, m->lin_s_per_token * share, m->att_s_per_token2 * share};
+        double t = cf_best_split(&ps, &ms, &ch, n_cached).total_s;
+        if (s > 0) t += cf_load_s(&ch, (uint64_t)n_cached * boundary_bytes_per_token);
+        if (t > worst) worst = t;
+    }
+    return worst;
+}
+
+const char *cf_priority_name(cf_priority prio) {
+    switch (prio) {
+    case CF_PRIO_LRF: return "lrf";
+    case CF_PRIO_SRF: return "srf";
+    case CF_PRIO_MEAN: return "mean";
+    default: return "?";
+    }
+}
+
+/* ---- the batch scheduler -------------------------------------------------------------------------- */
+
+typedef struct rstate {
+    cf_mode mode;
+    uint32_t units;
+    int64_t pc, pio;      /* unclaimed units are [pc, pio] */
+    uint32_t inflight;
+    int done;
+    double done_s;
+    uint32_t io_rank;
+} rstate;
+
+size_t cf_batch_scratch_bytes(uint32_t n_requests) {
+    return (size_t)n_requests * (sizeof(rstate) + sizeof(uint32_t)) + 64;
+}
+
+typedef struct batch {
+    const cf_params *p;
+    const cf_compute *m;
+    const cf_channel *ch;
+    const cf_request *reqs;
+    uint32_t n;
+    rstate *st;
+    cf_event *events;
+    uint32_t cap, count;
+} batch;
+
+static unit_cost unit_of(const batch *b, uint32_t r, int64_t unit) {
+    return cost_of(b->p, b->m, &b->ch[b->reqs[r].channel], b->st[r].mode, b->reqs[r].n_cached, (uint32_t)unit);
+}
+
+/* Recompute and load time of r's unclaimed units (compute with one fixed cost per token unit). */
+static void remaining(const batch *b, uint32_t r, double *compute, double *load) {
+    const rstate *s = &b->st[r];
+    *compute = *load = 0;
+    for (int64_t u = s->pc; u <= s->pio; u++) {
+        unit_cost c = unit_of(b, r, u);
+        *compute += c.compute + (s->mode == CF_MODE_TOKEN ? b->m->fix_s : 0);
+        *load += c.load;
+    }
+}
+
+static void record(batch *b, uint32_t r, int64_t unit, int loaded, uint32_t channel, uint32_t step, double t0,
+                   double t1) {
+    if (b->events && b->count < b->cap)
+        b->events[b->count] = (cf_event){.request = r, .unit = (uint32_t)unit, .loaded = (uint8_t)loaded,
+                                         .channel = channel, .step = step, .start_s = t0, .end_s = t1};
+    b->count++;
+}
+
+/* The channel's pick: priority key, smaller is served first. */
+static double priority_key(const batch *b, uint32_t r) {
+    double comp, load;
+    remaining(b, r, &comp, &load);
+    switch (b->p->priority) {
+    case CF_PRIO_LRF: return -comp;
+    case CF_PRIO_SRF: return comp;
+    default: return comp + load > 0 ? comp * load / (comp + load) : 0; /* the request alone, two-pointer */
+    }
+}
+
+double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
+                     const cf_request *reqs, uint32_t n, void *scratch, cf_plan *plans, cf_event *events,
+                     uint32_t n_events_cap, uint32_t *n_events) {
+    if (!p || !m || !channels || (!reqs && n) || (!scratch && n) || (!plans && n) || n_channels == 0 ||
+        n_channels > CF_MAX_CHANNELS || p->chunk_tokens == 0 || p->n_layers == 0)
+        return -1;
+    for (uint32_t r = 0; r < n; r++)
+        if (reqs[r].channel >= n_channels) return -1;
+    batch b = {p, m, channels, reqs, n, scratch, events, n_events_cap, 0};
+    uint32_t *step_units = (uint32_t *)(b.st + n);
+    for (uint32_t r = 0; r < n; r++) {
+        rstate *s = &b.st[r];
+        cf_split sp = cf_best_split(p, m, &channels[reqs[r].channel], reqs[r].n_cached);
+        s->mode = sp.mode;
+        s->units = reqs[r].n_cached ? sp.units : 0;
+        s->pc = 0;
+        s->pio = (int64_t)s->units - 1;
+        s->inflight = 0;
+        s->done = s->units == 0;
+        s->done_s = 0;
+        s->io_rank = UINT32_MAX;
+    }
+    double t = 0, step_end = 0;
+    int computing = 0;
+    uint32_t step = 0, n_step = 0, ranks[CF_MAX_CHANNELS] = {0};
+    double chan_end[CF_MAX_CHANNELS];
+    int64_t chan_unit[CF_MAX_CHANNELS];
+    uint32_t chan_req[CF_MAX_CHANNELS];
+    for (uint32_t k = 0; k < n_channels; k++) chan_end[k] = 0, chan_unit[k] = -1, chan_req[k] = 0;
+    for (int guard = 1;;) {
+        /* the compute engine: one batched forward over the next unit of each request it takes */
+        if (!computing) {
+            double cost = 0;
+            int token = 0;
+            n_step = 0;
+            for (uint32_t r = 0; r < n; r++) {
+                rstate *s = &b.st[r];
+                if (s->pc > s->pio) continue;
+                unit_cost u = unit_of(&b, r, s->pc);
+                double mine = u.compute + (s->mode == CF_MODE_TOKEN ? m->fix_s : 0);
+                if (guard) { /* leave the unit to I/O if it could load everything left sooner */
+                    uint32_t k = reqs[r].channel;
+                    double comp, load, io_free = chan_unit[k] >= 0 ? chan_end[k] : t;
+                    remaining(&b, r, &comp, &load);
+                    if (!(t + mine < io_free + load)) continue;
+                }
+                step_units[n_step++] = r;
+                token |= s->mode == CF_MODE_TOKEN;
+                cost += u.compute;
+            }
+            if (n_step) {
+                cost += token ? m->fix_s : 0;
+                step_end = t + cost;
+                computing = 1;
+                for (uint32_t i = 0; i < n_step; i++) {
+                    rstate *s = &b.st[step_units[i]];
+                    record(&b, step_units[i], s->pc, 0, 0, step, t, step_end);
+                    s->pc++;
+                    s->inflight++;
+                }
+            }
+        }
+        /* each idle channel: the request the priority rule picks, its last unclaimed unit */
+        int loading = 0;
+        for (uint32_t k = 0; k < n_channels; k++) {
+            if (chan_unit[k] >= 0) {
+                loading = 1;
+                continue;
+            }
+            int64_t best = -1;
+            double best_key = 0;
+            for (uint32_t r = 0; r < n; r++) {
+                rstate *s = &b.st[r];
+                if (reqs[r].channel != k || s->pc > s->pio) continue;
+                if (guard) { /* leave the unit to compute if it could recompute everything left sooner */
+                    double comp, load, comp_free = computing ? step_end : t;
+                    remaining(&b, r, &comp, &load);
+                    if (!(t + unit_of(&b, r, s->pio).load <= comp_free + comp)) continue;
+                }
+                double key = priority_key(&b, r);
+                if (best < 0 || key < best_key) best = r, best_key = key;
+            }
+            if (best < 0) continue;
+            rstate *s = &b.st[best];
+            double end = t + unit_of(&b, (uint32_t)best, s->pio).load;
+            if (s->io_rank == UINT32_MAX) s->io_rank = ranks[k]++;
+            record(&b, (uint32_t)best, s->pio, 1, k, 0, t, end);
+            chan_unit[k] = s->pio;
+            chan_req[k] = (uint32_t)best;
+            chan_end[k] = end;
+            s->pio--;
+            s->inflight++;
+            loading = 1;
+        }
+        if (!computing && !loading) {
+            int left = 0;
+            for (uint32_t r = 0; r < n; r++) left |= b.st[r].pc <= b.st[r].pio;
+            if (!left) break;
+            guard = 0; /* both sides declined the last units: compute takes them */
+            continue;
+        }
+        guard = 1;
+        /* the next completion */
+        double next = computing ? step_end : DBL_MAX;
+        for (uint32_t k = 0; k < n_channels; k++)
+            if (chan_unit[k] >= 0 && chan_end[k] < next) next = chan_end[k];
+        t = next;
+        if (computing && step_end <= t) {
+            computing = 0;
+            step++;
+            for (uint32_t i = 0; i < n_step; i++) b.st[step_units[i]].inflight--;
+        }
+        for (uint32_t k = 0; k < n_channels; k++) {
+            if (chan_unit[k] >= 0 && chan_end[k] <= t) {
+                b.st[chan_req[k]].inflight--;
+                chan_unit[k] = -1;
+            }
+        }
+        for (uint32_t r = 0; r < n; r++) {
+            rstate *s = &b.st[r];
+            if (!s->done && s->pc > s->pio && s->inflight == 0) {
+                s->done = 1;
+                s->done_s = t;
+            }
+        }
+    }
+    double makespan = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        rstate *s = &b.st[r];
+        plans[r] = (cf_plan){.mode = s->mode, .units = s->units, .split = (uint32_t)s->pc, .done_s = s->done_s,
+                             .io_rank = s->io_rank};
+        if (s->done_s > makespan) makespan = s->done_s;
+    }
+    if (n_events) *n_events = b.count;
+    return makespan;
+}
+
+void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                        const cf_request *reqs, uint32_t n, const uint32_t *split, const uint32_t *order,
+                        double *makespan, double *mean, double *done) {
+    double t = 0, sum = 0, worst = 0;
+    uint32_t steps = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        done[r] = 0;
+        if (split[r] > steps) steps = split[r];
+    }
+    for (uint32_t k = 0; k < steps; k++) { /* forward k holds chunk k of every request recomputing it */
+        double cost = m->fix_s;
+        for (uint32_t r = 0; r < n; r++)
+            if (split[r] > k)
+                cost += cost_of(p, m, &channels[reqs[r].channel], CF_MODE_TOKEN, reqs[r].n_cached, k).compute;
+        t += cost;
+        for (uint32_t r = 0; r < n; r++)
+            if (split[r] == k + 1) done[r] = t;
+    }
+    double chan_t[CF_MAX_CHANNELS] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t r = order[i], k = reqs[r].channel, units = cf_chunks(p, reqs[r].n_cached);
+        for (uint32_t u = split[r]; u < units; u++)
+            chan_t[k] += cost_of(p, m, &channels[k], CF_MODE_TOKEN, reqs[r].n_cached, u).load;
+        if (split[r] < units && chan_t[k] > done[r]) done[r] = chan_t[k];
+    }
+    for (uint32_t r = 0; r < n; r++) {
+        sum += done[r];
+        if (done[r] > worst) worst = done[r];
+    }
+    *makespan = worst;
+    *mean = n ? sum / n : 0;
+}
+
+/* ---- prefix-only engines -------------------------------------------------------------------------- */
+
+/* Loading chunks [0, x) of request r, then recomputing the tail [x, K) in one forward. */
+static double prefix_load_s(const cf_params *p, const cf_channel *c, uint32_t n_cached, uint32_t x) {
+    double s = 0;
+    for (uint32_t i = 0; i < x; i++) s += cf_load_s(c, (uint64_t)cf_chunk_tokens(p, n_cached, i) * p->n_layers *
+                                                          p->kv_bytes_per_token_layer);
+    return s;
+}
+
+static double prefix_tail_s(const cf_params *p, const cf_compute *m, uint32_t n_cached, uint32_t x) {
+    uint64_t first = (uint64_t)x * p->chunk_tokens;
+    return first >= n_cached ? 0 : cf_forward_s(m, first, n_cached - first);
+}
+
+#define EXHAUSTIVE_MAX 20000.0 /* prefix plans searched exhaustively up to this many choices */
+
+typedef struct pjob {
+    uint32_t r;
+    double tail;
+} pjob;
+
+static int by_tail_desc(const void *a, const void *b) {
+    const pjob *x = a, *y = b;
+    if (x->tail != y->tail) return x->tail > y->tail ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+/* Each channel serves its requests' loads back to back, longest tail first (a job's tail runs after
+ * its loads, in parallel with others: Jackson's rule minimises the latest finish). */
+static double prefix_eval(const cf_params *p, const cf_compute *m, const cf_channel *channels, const cf_request *reqs,
+                          uint32_t n, const uint32_t *x, pjob *jobs, double *done, double *mean) {
+    for (uint32_t r = 0; r < n; r++) jobs[r] = (pjob){r, prefix_tail_s(p, m, reqs[r].n_cached, x[r])};
+    qsort(jobs, n, sizeof *jobs, by_tail_desc);
+    double chan_t[CF_MAX_CHANNELS] = {0}, worst = 0, sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t r = jobs[i].r, k = reqs[r].channel;
+        chan_t[k] += prefix_load_s(p, &channels[k], reqs[r].n_cached, x[r]);
+        double d = (x[r] ? chan_t[k] : 0) + jobs[i].tail;
+        if (done) done[r] = d;
+        sum += d;
+        if (d > worst) worst = d;
+    }
+    if (mean) *mean = n ? sum / n : 0;
+    return worst;
+}
+
+/* Improve x one request at a time while the batch gains (makespan first, then mean finish). */
+static double prefix_descend(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                             const cf_request *reqs, uint32_t n, uint32_t *x, pjob *jobs, double *mean) {
+    double span = prefix_eval(p, m, channels, reqs, n, x, jobs, NULL, mean);
+    for (int pass = 0, improved = 1; improved && pass < 32; pass++) {
+        improved = 0;
+        for (uint32_t r = 0; r < n; r++) {
+            uint32_t keep = x[r], k = cf_chunks(p, reqs[r].n_cached);
+            for (uint32_t v = 0; v <= k; v++) {
+                if (v == keep) continue;
+                x[r] = v;
+                double mn = 0, s = prefix_eval(p, m, channels, reqs, n, x, jobs, NULL, &mn);
+                if (s < span - 1e-12 || (s <= span + 1e-12 && mn < *mean - 1e-12)) {
+                    span = s, *mean = mn, keep = v, improved = 1;
+                }
+            }
+            x[r] = keep;
+        }
+    }
+    return span;
+}
+
+double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
+                      const cf_request *reqs, uint32_t n, uint32_t *load_chunks, double *done_s) {
+    if (!p || !m || !channels || n_channels == 0 || n_channels > CF_MAX_CHANNELS || p->chunk_tokens == 0) return -1;
+    for (uint32_t r = 0; r < n; r++)
+        if (reqs[r].channel >= n_channels) return -1;
+    size_t count = n ? n : 1;
+    pjob *jobs = malloc(count * sizeof *jobs);
+    uint32_t *x = malloc(count * sizeof *x);
+    if (!jobs || !x) {
+        free(jobs);
+        free(x);
+        return -1;
+    }
+    double best_span = DBL_MAX, best_mean = DBL_MAX;
+    /* small batches: every choice (up to EXHAUSTIVE_MAX of them) */
+    double combos = 1;
+    for (uint32_t r = 0; r < n; r++) combos *= cf_chunks(p, reqs[r].n_cached) + 1.0;
+    if (combos <= EXHAUSTIVE_MAX) {
+        memset(x, 0, count * sizeof *x);
+        for (;;) {
+            double mean = 0, span = prefix_eval(p, m, channels, reqs, n, x, jobs, NULL, &mean);
+            if (span < best_span - 1e-12 || (span <= best_span + 1e-12 && mean < best_mean - 1e-12)) {
+                best_span = span, best_mean = mean;
+                memcpy(load_chunks, x, n * sizeof *x);
+            }
+            uint32_t r = 0;
+            while (r < n && x[r] == cf_chunks(p, reqs[r].n_cached)) x[r++] = 0;
+            if (r == n) break;
+            x[r]++;
+        }
+    }
+    /* larger ones: local descent from three starts (each request's own best, load nothing, load
+     * everything); the best end wins */
+    for (int start = 0; start < 3 && combos > EXHAUSTIVE_MAX; start++) {
+        for (uint32_t r = 0; r < n; r++) {
+            uint32_t k = cf_chunks(p, reqs[r].n_cached), pick = start == 1 ? 0 : k;
+            if (start == 0) {
+                double best_t = DBL_MAX;
+                for (uint32_t v = 0; v <= k; v++) {
+                    double t = prefix_load_s(p, &channels[reqs[r].channel], reqs[r].n_cached, v) +
+                               prefix_tail_s(p, m, reqs[r].n_cached, v);
+                    if (t < best_t) best_t = t, pick = v;
+                }
+            }
+            x[r] = pick;
+        }
+        double mean = 0, span = prefix_descend(p, m, channels, reqs, n, x, jobs, &mean);
+        if (span < best_span - 1e-12 || (span <= best_span + 1e-12 && mean < best_mean - 1e-12)) {
+            best_span = span, best_mean = mean;
+            memcpy(load_chunks, x, n * sizeof *x);
+        }
+    }
+    double span = prefix_eval(p, m, channels, reqs, n, load_chunks, jobs, done_s, NULL);
+    free(jobs);
+    free(x);
+    return span;
+}
