@@ -1,0 +1,150 @@
+/* restore_sim.c - kvs-restore-sim: restore policies on the CacheFlow cost model (docs/cacheflow.md).
+ *
+ * Draws closed batches (every request arrives at 0) of cached-prefix lengths (log-normal, median
+ * --median tokens, clipped to [--min, --max]) restored from one tier of --gbps, and reports per
+ * policy the mean, P50 and P99 of TTFT = restore finish + a forward over --new-tokens new tokens:
+ *   recompute   every chunk recomputed (batched forwards)
+ *   load        every chunk loaded, requests served first come first served
+ *   cake        each request's own two-pointer split (planned alone), then run as a batch
+ *   cf-lrf, cf-srf, cf-mean   the batch scheduler (cf_plan_batch) with each priority rule
+ * Ratios are to the better (lower mean) of recompute and load in the same run.
+ *
+ * The default model is an 8B-class model on one H100-like GPU (docs/cacheflow.md, "Simulator"):
+ * assumptions, not measurements. Batches arrive closed; arrival processes are not simulated. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cacheflow.h"
+
+enum { P_RECOMPUTE, P_LOAD, P_CAKE, P_CF_LRF, P_CF_SRF, P_CF_MEAN, P_COUNT };
+static const char *const NAMES[P_COUNT] = {"recompute", "load", "cake", "cf-lrf", "cf-srf", "cf-mean"};
+
+typedef struct opts {
+    uint32_t batch, batches, median, min_tokens, max_tokens, new_tokens;
+    double gbps, sigma;
+    uint64_t seed;
+    int layer_mode; /* 1: cf policies may pick layer mode per request */
+} opts;
+
+static uint64_t rng;
+static double uniform01(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
+}
+static double normal(void) { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
+
+static void usage(void) {
+    fprintf(stderr, "usage: kvs-restore-sim [--batch B] [--batches N] [--gbps G] [--median TOKENS] [--sigma S]\n"
+                    "                       [--min TOKENS] [--max TOKENS] [--new-tokens Q] [--seed X] [--layer-mode 0|1]\n");
+    exit(2);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double q) {
+    qsort(v, n, sizeof *v, cmp_double);
+    size_t i = (size_t)ceil(q * (double)n) - 1;
+    return v[i < n ? i : n - 1];
+}
+
+int main(int argc, char **argv) {
+    opts o = {.batch = 4, .batches = 200, .median = 5000, .min_tokens = 256, .max_tokens = 30000, .new_tokens = 256,
+              .gbps = 10, .sigma = 0.8, .seed = 1, .layer_mode = 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) usage();
+        char *end = NULL;
+        double d = strtod(v, &end);
+        if (*end || d < 0) usage();
+        if (!strcmp(a, "--batch") && d >= 1 && d <= 64) o.batch = (uint32_t)d;
+        else if (!strcmp(a, "--batches") && d >= 1) o.batches = (uint32_t)d;
+        else if (!strcmp(a, "--gbps") && d > 0) o.gbps = d;
+        else if (!strcmp(a, "--median") && d >= 1) o.median = (uint32_t)d;
+        else if (!strcmp(a, "--sigma")) o.sigma = d;
+        else if (!strcmp(a, "--min") && d >= 1) o.min_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--max") && d >= 1) o.max_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--new-tokens")) o.new_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--seed")) o.seed = (uint64_t)d;
+        else if (!strcmp(a, "--layer-mode") && (d == 0 || d == 1)) o.layer_mode = (int)d;
+        else usage();
+        i++;
+    }
+    if (o.min_tokens > o.max_tokens) usage();
+    rng = 0x9E3779B97F4A7C15ull ^ (o.seed * 0xBF58476D1CE4E5B9ull);
+    /* 8B-class model (36 layers, 8 KV heads of 128, bf16: 4 KiB per token per layer), H100-like
+     * compute: 15 ms fixed, 2 x 8e9 FLOPs per token at 400 TFLOP/s, attention 4 L n_q d_head / 300e12 */
+    cf_params p = {.chunk_tokens = 512, .n_layers = 36, .kv_bytes_per_token_layer = 4096, .l_delta = o.layer_mode ? 0 : 1};
+    cf_compute m = {.fix_s = 0.015, .lin_s_per_token = 2 * 8e9 / 400e12, .att_s_per_token2 = 4.0 * 36 * 32 * 128 / 300e12};
+    cf_channel c = {.lat_s = 0.0002, .bytes_per_s = o.gbps * 1e9 / 8};
+    size_t total = (size_t)o.batch * o.batches;
+    double *ttft[P_COUNT];
+    for (int k = 0; k < P_COUNT; k++) ttft[k] = calloc(total, sizeof(double));
+    cf_request *reqs = calloc(o.batch, sizeof *reqs);
+    cf_plan *plans = calloc(o.batch, sizeof *plans);
+    uint32_t *split = calloc(o.batch, sizeof *split), *order = calloc(o.batch, sizeof *order);
+    double *done = calloc(o.batch, sizeof *done);
+    void *scratch = malloc(cf_batch_scratch_bytes(o.batch));
+    if (!reqs || !plans || !split || !order || !done || !scratch) return 1;
+    for (int k = 0; k < P_COUNT; k++)
+        if (!ttft[k]) return 1;
+    for (uint32_t b = 0; b < o.batches; b++) {
+        for (uint32_t r = 0; r < o.batch; r++) {
+            double n = o.median * exp(o.sigma * normal());
+            n = n < o.min_tokens ? o.min_tokens : n > o.max_tokens ? o.max_tokens : n;
+            reqs[r] = (cf_request){.n_cached = (uint32_t)n, .channel = 0};
+            order[r] = r;
+        }
+        for (int k = 0; k < P_COUNT; k++) {
+            double span, mean;
+            if (k <= P_CAKE) {
+                for (uint32_t r = 0; r < o.batch; r++) {
+                    uint32_t units = cf_chunks(&p, reqs[r].n_cached);
+                    split[r] = k == P_RECOMPUTE ? units : k == P_LOAD ? 0 : cf_token_split(&p, &m, &c, reqs[r].n_cached).split;
+                }
+                cf_evaluate_splits(&p, &m, &c, reqs, o.batch, split, order, &span, &mean, done);
+            } else {
+                cf_params q = p;
+                q.priority = k == P_CF_LRF ? CF_PRIO_LRF : k == P_CF_SRF ? CF_PRIO_SRF : CF_PRIO_MEAN;
+                cf_plan_batch(&q, &m, &c, 1, reqs, o.batch, scratch, plans, NULL, 0, NULL);
+                for (uint32_t r = 0; r < o.batch; r++) done[r] = plans[r].done_s;
+            }
+            for (uint32_t r = 0; r < o.batch; r++)
+                ttft[k][(size_t)b * o.batch + r] = done[r] + cf_forward_s(&m, reqs[r].n_cached, o.new_tokens);
+        }
+    }
+    double means[P_COUNT];
+    for (int k = 0; k < P_COUNT; k++) {
+        double s = 0;
+        for (size_t i = 0; i < total; i++) s += ttft[k][i];
+        means[k] = s / (double)total;
+    }
+    double base = means[P_RECOMPUTE] < means[P_LOAD] ? means[P_RECOMPUTE] : means[P_LOAD];
+    const char *base_name = means[P_RECOMPUTE] < means[P_LOAD] ? "recompute" : "load";
+    printf("kvs-restore-sim: %u batches of %u, prefix median %u tokens (sigma %.2f, %u..%u), %g Gbit/s, "
+           "%u new tokens, modes: %s\n",
+           o.batches, o.batch, o.median, o.sigma, o.min_tokens, o.max_tokens, o.gbps, o.new_tokens,
+           o.layer_mode ? "token or layer per request" : "token");
+    for (int k = 0; k < P_COUNT; k++) {
+        double p50 = pct(ttft[k], total, 0.50), p99 = pct(ttft[k], total, 0.99);
+        printf("{\"policy\":\"%s\",\"mean_s\":%.4f,\"p50_s\":%.4f,\"p99_s\":%.4f,\"ratio_mean\":%.3f,"
+               "\"reference\":\"%s\",\"gbps\":%g,\"batch\":%u}\n",
+               NAMES[k], means[k], p50, p99, means[k] / base, base_name, o.gbps, o.batch);
+        printf("%-10s mean %.3f s  p50 %.3f s  p99 %.3f s  mean/%s %.3f\n", NAMES[k], means[k], p50, p99, base_name,
+               means[k] / base);
+    }
+    for (int k = 0; k < P_COUNT; k++) free(ttft[k]);
+    free(reqs);
+    free(plans);
+    free(split);
+    free(order);
+    free(done);
+    free(scratch);
+    return 0;
+}
