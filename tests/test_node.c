@@ -237,6 +237,18 @@ static void request(client *c, kvs_wire_msg *msg, kvs_wire_msg *rep) {
     ck_assert_uint_eq(rep->request_id, msg->request_id);
 }
 
+/* A request of one entry; the reply must be reply_type with one entry, which is returned. */
+static const kvs_wire_entry *request_one(client *c, uint32_t type, uint32_t reply_type, kvs_wire_entry *e) {
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, (kvs_wire_type)type, 0);
+    m.entries = e;
+    m.n_entries = 1;
+    request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, reply_type);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    return &rep.entries[0]; /* points into c->entries */
+}
+
 /* HELLO + AUTH with the given key; returns the type of the answer to AUTH (AUTH_OK or ERROR). */
 static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_bytes, size_t psk_len,
                           uint32_t *error_code) {
@@ -297,14 +309,7 @@ static int32_t put_one(client *c, const uint8_t key[16], size_t off, size_t len,
         e.rkey = c->rkey;
         e.rkey_len = (uint32_t)c->rkey_len;
     }
-    kvs_wire_msg m, rep;
-    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 0);
-    m.entries = &e;
-    m.n_entries = 1;
-    request(c, &m, &rep);
-    ck_assert_uint_eq(rep.type, KVS_WIRE_PUT_REPLY);
-    ck_assert_uint_eq(rep.n_entries, 1);
-    return rep.entries[0].status;
+    return request_one(c, KVS_WIRE_PUT, KVS_WIRE_PUT_REPLY, &e)->status;
 }
 
 /* GET one object into client memory at offset off with capacity cap; *len gets the reported length. */
@@ -316,29 +321,16 @@ static int32_t get_one(client *c, const uint8_t key[16], size_t off, size_t cap,
     e.length = cap;
     e.rkey = c->rkey;
     e.rkey_len = (uint32_t)c->rkey_len;
-    kvs_wire_msg m, rep;
-    kvs_wire_msg_init(&m, KVS_WIRE_GET, 0);
-    m.entries = &e;
-    m.n_entries = 1;
-    request(c, &m, &rep);
-    ck_assert_uint_eq(rep.type, KVS_WIRE_GET_REPLY);
-    ck_assert_uint_eq(rep.n_entries, 1);
-    *len = rep.entries[0].length;
-    return rep.entries[0].status;
+    const kvs_wire_entry *r = request_one(c, KVS_WIRE_GET, KVS_WIRE_GET_REPLY, &e);
+    *len = r->length;
+    return r->status;
 }
 
 static uint8_t lookup_one(client *c, const uint8_t key[16]) {
     kvs_wire_entry e;
     memset(&e, 0, sizeof e);
     e.key = key;
-    kvs_wire_msg m, rep;
-    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
-    m.entries = &e;
-    m.n_entries = 1;
-    request(c, &m, &rep);
-    ck_assert_uint_eq(rep.type, KVS_WIRE_LOOKUP_REPLY);
-    ck_assert_uint_eq(rep.n_entries, 1);
-    return rep.entries[0].present;
+    return request_one(c, KVS_WIRE_LOOKUP, KVS_WIRE_LOOKUP_REPLY, &e)->present;
 }
 
 static void stats(client *c, uint64_t counters[KVS_WIRE_STATS_COUNT]) {

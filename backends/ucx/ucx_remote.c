@@ -819,6 +819,33 @@ static job *job_new(int kind, uint64_t n) {
     return j;
 }
 
+/* The CLOCK_REALTIME instant timeout_ns from now, for pthread_cond_timedwait. */
+static struct timespec realtime_after(uint64_t timeout_ns) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + timeout_ns % 1000000000ull;
+    until.tv_sec += (time_t)(timeout_ns / 1000000000ull + ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    return until;
+}
+
+/* Append j to the job queue and wake the thread. KVS_EIO (j not queued) once the tier is stopping. */
+static kvs_status enqueue(remote *r, job *j) {
+    pthread_mutex_lock(&r->mutex);
+    if (r->stopping) {
+        pthread_mutex_unlock(&r->mutex);
+        return KVS_EIO;
+    }
+    if (r->tail) r->tail->next = j;
+    else r->head = j;
+    r->tail = j;
+    if (j->kind == JOB_PUT) r->stats.puts_queued++;
+    pthread_mutex_unlock(&r->mutex);
+    uint64_t one = 1;
+    if (write(r->doorbell, &one, sizeof one) < 0) (void)0; /* a full counter still wakes the thread */
+    return KVS_OK;
+}
+
 /* Queue j and wait for it at most timeout_ms. KVS_OK: done (results in j; the caller frees it).
  * KVS_ETIMEDOUT: abandoned (the thread frees it). */
 static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
@@ -827,23 +854,11 @@ static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
     /* the thread gives up a little before the caller does, so results normally arrive in time */
     uint64_t margin = timeout_ns / 10 < 20000000ull ? timeout_ns / 10 : 20000000ull;
     j->deadline_ns = start + timeout_ns - margin;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + timeout_ns % 1000000000ull;
-    until.tv_sec += (time_t)(timeout_ns / 1000000000ull + ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_mutex_lock(&r->mutex);
-    if (r->stopping) {
-        pthread_mutex_unlock(&r->mutex);
+    struct timespec until = realtime_after(timeout_ns);
+    if (enqueue(r, j) != KVS_OK) {
         free(j);
         return KVS_EIO;
     }
-    if (r->tail) r->tail->next = j;
-    else r->head = j;
-    r->tail = j;
-    pthread_mutex_unlock(&r->mutex);
-    uint64_t one = 1;
-    if (write(r->doorbell, &one, sizeof one) < 0) (void)0; /* a full counter still wakes the thread */
     pthread_mutex_lock(&r->mutex);
     int rc = 0;
     while (!j->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&r->cond, &r->mutex, &until);
@@ -945,11 +960,7 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
     j->detached = 1;
     j->status = KVS_OK;
     uint64_t timeout_ns = (uint64_t)r->opt.timeout_ms * 1000000ull;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + timeout_ns % 1000000000ull;
-    until.tv_sec += (time_t)(timeout_ns / 1000000000ull + ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec until = realtime_after(timeout_ns);
     uint64_t off = 0;
     pthread_mutex_lock(&r->put_order);
     pthread_mutex_lock(&r->mutex);
@@ -969,16 +980,15 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
     memcpy(r->queue + off, object, len); /* the room is ours until the job finishes */
     j->object = r->queue + off;
     j->deadline_ns = now_ns() + timeout_ns;
-    pthread_mutex_lock(&r->mutex);
-    if (r->tail) r->tail->next = j;
-    else r->head = j;
-    r->tail = j;
-    r->stats.puts_queued++;
-    pthread_mutex_unlock(&r->mutex);
+    kvs_status st = enqueue(r, j);
     pthread_mutex_unlock(&r->put_order);
-    uint64_t one = 1;
-    if (write(r->doorbell, &one, sizeof one) < 0) (void)0;
-    return KVS_OK;
+    if (st != KVS_OK) { /* the tier is closing: the room goes back, nothing is sent */
+        pthread_mutex_lock(&r->mutex);
+        r->queue_used -= j->queue_span;
+        pthread_mutex_unlock(&r->mutex);
+        free(j);
+    }
+    return st;
 }
 
 kvs_status kvs_remote_flush(void *state) {

@@ -186,10 +186,8 @@ static void record(batch *b, uint32_t r, int64_t unit, int loaded, uint32_t chan
     b->count++;
 }
 
-/* The channel's pick: priority key, smaller is served first. */
-static double priority_key(const batch *b, uint32_t r) {
-    double comp, load;
-    remaining(b, r, &comp, &load);
+/* The channel's pick from a request's remaining recompute and load time: smaller is served first. */
+static double priority_key(const batch *b, double comp, double load) {
     switch (b->p->priority) {
     case CF_PRIO_LRF: return -comp;
     case CF_PRIO_SRF: return comp;
@@ -271,12 +269,11 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
             for (uint32_t r = 0; r < n; r++) {
                 rstate *s = &b.st[r];
                 if (reqs[r].channel != k || s->pc > s->pio) continue;
-                if (guard) { /* leave the unit to compute if it could recompute everything left sooner */
-                    double comp, load, comp_free = computing ? step_end : t;
-                    remaining(&b, r, &comp, &load);
-                    if (!(t + unit_of(&b, r, s->pio).load <= comp_free + comp)) continue;
-                }
-                double key = priority_key(&b, r);
+                double comp, load, comp_free = computing ? step_end : t;
+                remaining(&b, r, &comp, &load);
+                /* the guard: leave the unit to compute if it could recompute everything left sooner */
+                if (guard && !(t + unit_of(&b, r, s->pio).load <= comp_free + comp)) continue;
+                double key = priority_key(&b, comp, load);
                 if (best < 0 || key < best_key) best = r, best_key = key;
             }
             if (best < 0) continue;

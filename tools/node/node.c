@@ -381,12 +381,12 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     }
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
     if (!rkey) return KVS_EINVAL;
+    int reserve = kvs_tiers_can_reserve(n->chain);
+    if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c);
     put_pending *p = &n->puts[n->n_batch];
     void *dst = NULL;
-    p->key = k;
-    p->ticket = 0;
-    p->reserved = 0;
-    if (kvs_tiers_can_reserve(n->chain)) {
+    *p = (put_pending){.key = k};
+    if (reserve) {
         st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
         if (st != KVS_OK) {
             put_stored(n, c, st, e->length, err);
@@ -394,13 +394,6 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
         }
         p->reserved = 1;
     } else {
-        if (n->slots_used == n->staging_slots) {
-            put_flush(n, c);
-            p = &n->puts[0];
-            p->key = k;
-            p->ticket = 0;
-            p->reserved = 0;
-        }
         dst = n->staging + (uint64_t)n->slots_used++ * n->slot_len;
     }
     n->batch[n->n_batch] = (kvs_ucx_rma){.local = dst, .len = (size_t)e->length, .local_mem = mem_for(n, dst, e->length),
