@@ -269,7 +269,7 @@ static void on_dead(void *user, kvs_ucx_conn *conn, const char *why) {
 static void node_down(remote *r, rnode *nd, const char *why) {
     if (nd->conn) {
         kvs_ucx_conn_set_user(nd->conn, NULL);
-        kvs_ucx_conn_close(nd->conn);
+        kvs_ucx_conn_abort(nd->conn); /* the node may still read queue room we are about to reuse */
         nd->conn = NULL;
     }
     nd->pending = 0;

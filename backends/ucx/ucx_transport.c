@@ -798,11 +798,10 @@ kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_
     return finish_connect(t, conn, timeout_ms, out);
 }
 
-void kvs_ucx_conn_close(kvs_ucx_conn *conn) {
-    if (!conn) return;
+static void conn_release(kvs_ucx_conn *conn, int force) {
     kvs_ucx_transport *t = conn->t;
     while (conn->rkeys) kvs_ucx_rkey_destroy(conn->rkeys);
-    close_ep(conn, conn->dead);
+    close_ep(conn, force || conn->dead);
     for (kvs_ucx_conn **pp = &t->conns; *pp; pp = &(*pp)->next) {
         if (*pp == conn) {
             *pp = conn->next;
@@ -828,6 +827,14 @@ void kvs_ucx_conn_close(kvs_ucx_conn *conn) {
         m = next;
     }
     free(conn);
+}
+
+void kvs_ucx_conn_close(kvs_ucx_conn *conn) {
+    if (conn) conn_release(conn, 0);
+}
+
+void kvs_ucx_conn_abort(kvs_ucx_conn *conn) {
+    if (conn) conn_release(conn, 1);
 }
 
 int kvs_ucx_conn_alive(const kvs_ucx_conn *conn) {

@@ -92,6 +92,11 @@ kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_
 /* Close a connection (gracefully when alive, bounded by a short timeout, forced otherwise), destroy
  * its remote keys and drop its undelivered messages. NULL is a no-op. */
 void kvs_ucx_conn_close(kvs_ucx_conn *conn);
+/* Close a connection at once, without flushing, as for a peer given up on. Unlike a graceful close
+ * this retires the endpoint immediately, so requests the peer sends later (a stalled node that
+ * resumes and reads the memory of a request this side timed out) find no endpoint and are dropped
+ * by UCX instead of being answered through a failed one, which UCX 1.13 treats as fatal. */
+void kvs_ucx_conn_abort(kvs_ucx_conn *conn);
 /* 1 while the connection is usable, 0 once it failed, timed out, the peer went away or its guard
  * died. */
 int kvs_ucx_conn_alive(const kvs_ucx_conn *conn);
