@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 2
+#define KVS_ABI_MINOR 3
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -138,6 +138,28 @@ typedef struct kvs_event {
 #define KVS_EVENT_STORED 1
 #define KVS_EVENT_REMOVED 2
 
+/* restore plans (ABI 1.3) ------------------------------------------------------------------------ */
+
+/* What an engine can execute besides loading the whole external range (set_plan_caps). */
+#define KVS_PLAN_CAP_TOKEN 1u /* recompute the front of the external range while the rest loads */
+
+typedef enum kvs_plan_mode {
+    KVS_PLAN_LOAD = 0,      /* the connector loads the whole external range (stock behaviour) */
+    KVS_PLAN_TOKEN = 1,     /* the engine computes [first_token, first_token + recompute_tokens) while
+                             * the connector loads [first_token + recompute_tokens, end_token) */
+    KVS_PLAN_RECOMPUTE = 2  /* the engine computes the whole external range; nothing is loaded */
+} kvs_plan_mode;
+
+/* How one request's external range is restored in the step build_meta just planned. */
+typedef struct kvs_restore_plan {
+    uint32_t struct_size;      /* sizeof(kvs_restore_plan), set by the caller */
+    uint32_t mode;             /* kvs_plan_mode */
+    uint64_t first_token;      /* the external range [first_token, end_token): n_computed at lookup .. */
+    uint64_t end_token;        /* .. plus the external tokens given to on_alloc */
+    uint64_t recompute_tokens; /* leading tokens of the range the engine computes itself */
+    double predicted_ms;       /* the planner's restore time for the request (0: no planner) */
+} kvs_restore_plan;
+
 /* worker side ----------------------------------------------------------------------------------- */
 
 #define KVS_STATS_MAX_TIERS 8
@@ -232,6 +254,18 @@ typedef struct kvs_api {
      * the host device. wait_layer_load is legal inside stream capture; save_layer is not (it
      * returns KVS_ESTATE there). */
     kvs_status (*set_stream)(kvs_handle *h, void *cuda_stream);
+
+    /* --- 1.3: restore plans --- */
+
+    /* Declare the plans this engine executes (KVS_PLAN_CAP_* bits; 0, the default, for a stock
+     * engine). Scheduler role, before the first lookup. With `restore.scheduler: cacheflow` an engine
+     * with no caps gets prefix plans through lookup (fewer tokens offered when recomputing the tail is
+     * faster than loading it); one with KVS_PLAN_CAP_TOKEN gets two-pointer plans through `plan`. */
+    kvs_status (*set_plan_caps)(kvs_handle *h, uint32_t caps);
+    /* The plan the last build_meta made for req_id. Every request whose load that build_meta
+     * emitted has one (KVS_PLAN_LOAD when no planner is configured); KVS_ENOTFOUND for any other.
+     * The engine must follow it: loads of the recomputed tokens are not issued. */
+    kvs_status (*plan)(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

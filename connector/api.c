@@ -134,8 +134,9 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     void *staging = NULL;
     uint64_t staging_len = 0;
     if (h->pool) kvs_pool_region(h->pool, &staging, &staging_len);
-    return kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers, err,
-                          err_len);
+    st = kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers, err, err_len);
+    if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
+    return st;
 }
 
 static void api_close(kvs_handle *h);
@@ -259,6 +260,14 @@ static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t c
     ENTER(h);
     return kvs_worker_error_blocks(h, out, cap, n);
 }
+static kvs_status api_set_plan_caps(kvs_handle *h, uint32_t caps) {
+    ENTER(h);
+    return kvs_sched_set_plan_caps(h, caps);
+}
+static kvs_status api_plan(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
+    ENTER(h);
+    return kvs_restore_plan_of(h, req_id, out);
+}
 static kvs_status api_set_stream(kvs_handle *h, void *stream) {
     ENTER(h);
     return kvs_worker_set_stream(h, stream);
@@ -299,6 +308,8 @@ static const kvs_api api_v1 = {
     .load_error_blocks = api_load_error_blocks,
     .stats = api_stats,
     .set_stream = api_set_stream,
+    .set_plan_caps = api_set_plan_caps,
+    .plan = api_plan,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

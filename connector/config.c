@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +56,22 @@ typedef struct builder {
 
 static const char *const ROOT_KEYS[] = {"version",     "chunk_tokens", "lease_timeout_ms",
                                         "save_decode", "log_level",    "pool",
-                                        "tiers",       "device",       "node"};
-enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_NODE, RK_COUNT };
+                                        "tiers",       "device",       "node",
+                                        "restore"};
+enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_NODE,
+       RK_RESTORE, RK_COUNT };
+
+static const char *const RESTORE_KEYS[] = {"scheduler", "priority", "profile"};
+enum { RSK_SCHEDULER, RSK_PRIORITY, RSK_PROFILE, RSK_COUNT };
+static const char *const RESTORE_SCHEDULERS[] = {"none", "cacheflow"}; /* KVS_RESTORE_* order */
+static const char *const RESTORE_PRIORITIES[] = {"lrf", "srf", "mean"}; /* cf_priority order */
+/* The restore profile (kvs-mini-engine --profile writes one). */
+static const char *const PROFILE_KEYS[] = {"compute", "tiers"};
+enum { PFK_COMPUTE, PFK_TIERS, PFK_COUNT };
+static const char *const PROFILE_COMPUTE_KEYS[] = {"fixed_us", "per_token_us", "attention_ns_per_token2"};
+enum { PCK_FIXED, PCK_TOKEN, PCK_ATT, PCK_COUNT };
+static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth_mb_s"};
+enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_COUNT };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
 static const char *const NODE_KEYS[] = {"listen", "psk_file", "max_clients", "timeout_ms", "max_object_bytes"};
@@ -548,6 +563,23 @@ static kvs_status get_bool(const parse_ctx *ctx, const node *n, const char *path
                 n->plain ? "" : "the quoted string ", shown(n, buf));
 }
 
+/* A plain finite decimal number in [min, max]. */
+static kvs_status get_double(const parse_ctx *ctx, const node *n, const char *path, double min, double max,
+                             double *out) {
+    char buf[SHOWN_MAX + 4];
+    kvs_status st = expect_scalar(ctx, n, path, "a number");
+    if (st != KVS_OK) return st;
+    char *end = NULL;
+    errno = 0;
+    double v = n->plain ? strtod(n->text, &end) : 0;
+    if (!n->plain || end == n->text || *end || errno == ERANGE || !isfinite(v))
+        return fail(ctx, n, path, "expected a number, found %s'%s'", n->plain ? "" : "the quoted string ",
+                    shown(n, buf));
+    if (v < min || v > max) return fail(ctx, n, path, "%s is out of range (must be between %g and %g)", shown(n, buf), min, max);
+    *out = v;
+    return KVS_OK;
+}
+
 static kvs_status get_choice(const parse_ctx *ctx, const node *n, const char *path,
                              const char *const *names, size_t n_names, size_t *out) {
     char valid[128], buf[SHOWN_MAX + 4];
@@ -887,6 +919,7 @@ static void set_defaults(kvs_config *cfg) {
     cfg->copy_method = 0;
     cfg->hash_threads = 4;
     cfg->max_chunks_per_step = 1024;
+    cfg->restore.priority = 1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
 }
 
 static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
@@ -956,6 +989,38 @@ static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cf
     return st;
 }
 
+static kvs_status parse_profile_file(const parse_ctx *outer, const node *at, kvs_config *cfg);
+
+static kvs_status parse_restore(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
+    const node *keys[RSK_COUNT] = {NULL}, *values[RSK_COUNT] = {NULL};
+    if (v->kind != NODE_MAPPING)
+        return fail(ctx, v, "restore", "expected a mapping, found %s", describe(v));
+    kvs_status st = map_fields(ctx, v, "restore", RESTORE_KEYS, RSK_COUNT, keys, values);
+    size_t choice;
+    if (st == KVS_OK && values[RSK_SCHEDULER]) {
+        st = get_choice(ctx, values[RSK_SCHEDULER], "restore.scheduler", RESTORE_SCHEDULERS,
+                        COUNT_OF(RESTORE_SCHEDULERS), &choice);
+        if (st == KVS_OK) cfg->restore.scheduler = (int)choice;
+    }
+    if (st == KVS_OK && values[RSK_PRIORITY]) {
+        st = get_choice(ctx, values[RSK_PRIORITY], "restore.priority", RESTORE_PRIORITIES,
+                        COUNT_OF(RESTORE_PRIORITIES), &choice);
+        if (st == KVS_OK) cfg->restore.priority = (int)choice;
+    }
+    if (st == KVS_OK && values[RSK_PROFILE]) {
+        char given[KVS_PATH_MAX];
+        st = get_text(ctx, values[RSK_PROFILE], "restore.profile", given, sizeof given);
+        if (st == KVS_OK)
+            st = resolve_path(ctx, values[RSK_PROFILE], "restore.profile", given, cfg->restore.profile,
+                              sizeof cfg->restore.profile);
+        if (st == KVS_OK) st = parse_profile_file(ctx, values[RSK_PROFILE], cfg);
+    }
+    if (st == KVS_OK && cfg->restore.scheduler == KVS_RESTORE_CACHEFLOW && !cfg->restore.profile[0])
+        st = fail(ctx, v, "restore", "scheduler cacheflow needs `profile:` (the compute and tier coefficients; "
+                  "kvs-mini-engine --profile writes one)");
+    return st;
+}
+
 static kvs_status parse_pool(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[PK_COUNT] = {NULL}, *values[PK_COUNT] = {NULL};
     if (v->kind != NODE_MAPPING)
@@ -1019,6 +1084,93 @@ static kvs_status parse_root(const parse_ctx *ctx, const node *root, kvs_config 
     if (st == KVS_OK && values[RK_DEVICE]) st = parse_device(ctx, values[RK_DEVICE], cfg);
     if (st == KVS_OK && values[RK_NODE]) st = parse_node(ctx, values[RK_NODE], cfg);
     if (st == KVS_OK) st = parse_tiers(ctx, root, values[RK_TIERS], cfg);
+    if (st == KVS_OK && values[RK_RESTORE]) st = parse_restore(ctx, values[RK_RESTORE], cfg);
+    return st;
+}
+
+/* ---- the restore profile --------------------------------------------------------------------- */
+
+static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t i, kvs_config *cfg) {
+    const node *keys[PTK_COUNT] = {NULL}, *values[PTK_COUNT] = {NULL};
+    char kp[KEY_PATH_MAX];
+    snprintf(kp, sizeof kp, "tiers[%zu]", i);
+    if (v->kind != NODE_MAPPING) return fail(ctx, v, kp, "expected a mapping, found %s", describe(v));
+    kvs_status st = map_fields(ctx, v, kp, PROFILE_TIER_KEYS, PTK_COUNT, keys, values);
+    for (int k = 0; st == KVS_OK && k < PTK_COUNT; k++)
+        if (!values[k]) st = missing_key(ctx, v, kp, PROFILE_TIER_KEYS[k], "");
+    if (st != KVS_OK) return st;
+    kvs_restore_tier *t = &cfg->restore.tiers[i];
+    double lat_us, mb_s;
+    snprintf(kp, sizeof kp, "tiers[%zu].name", i);
+    st = get_text(ctx, values[PTK_NAME], kp, t->name, sizeof t->name);
+    for (size_t j = 0; st == KVS_OK && j < i; j++)
+        if (strcmp(cfg->restore.tiers[j].name, t->name) == 0)
+            st = fail(ctx, values[PTK_NAME], kp, "tier '%s' is profiled twice", t->name);
+    snprintf(kp, sizeof kp, "tiers[%zu].latency_us", i);
+    if (st == KVS_OK) st = get_double(ctx, values[PTK_LATENCY], kp, 0, 1e9, &lat_us);
+    snprintf(kp, sizeof kp, "tiers[%zu].bandwidth_mb_s", i);
+    if (st == KVS_OK) st = get_double(ctx, values[PTK_BANDWIDTH], kp, 1e-3, 1e9, &mb_s);
+    if (st != KVS_OK) return st;
+    t->latency_s = lat_us * 1e-6;
+    t->bytes_per_s = mb_s * 1e6;
+    return KVS_OK;
+}
+
+static kvs_status parse_profile_root(const parse_ctx *ctx, const node *root, kvs_config *cfg) {
+    const node *keys[PFK_COUNT] = {NULL}, *values[PFK_COUNT] = {NULL};
+    const node *ck[PCK_COUNT] = {NULL}, *cv[PCK_COUNT] = {NULL};
+    if (!root || root->kind != NODE_MAPPING)
+        return fail_at(ctx, root ? root->line : 1, root ? root->column : 1, NULL,
+                       "a restore profile is a mapping with `compute:` and `tiers:`");
+    kvs_status st = map_fields(ctx, root, NULL, PROFILE_KEYS, PFK_COUNT, keys, values);
+    if (st == KVS_OK && !values[PFK_COMPUTE]) st = missing_key(ctx, root, NULL, "compute", "");
+    if (st == KVS_OK && !values[PFK_TIERS]) st = missing_key(ctx, root, NULL, "tiers", " (a sequence)");
+    if (st != KVS_OK) return st;
+    const node *c = values[PFK_COMPUTE], *t = values[PFK_TIERS];
+    if (c->kind != NODE_MAPPING) return fail(ctx, c, "compute", "expected a mapping, found %s", describe(c));
+    st = map_fields(ctx, c, "compute", PROFILE_COMPUTE_KEYS, PCK_COUNT, ck, cv);
+    for (int k = 0; st == KVS_OK && k < PCK_COUNT; k++)
+        if (!cv[k]) st = missing_key(ctx, c, "compute", PROFILE_COMPUTE_KEYS[k], "");
+    double fixed_us = 0, token_us = 0, att_ns = 0;
+    if (st == KVS_OK) st = get_double(ctx, cv[PCK_FIXED], "compute.fixed_us", 0, 1e9, &fixed_us);
+    if (st == KVS_OK) st = get_double(ctx, cv[PCK_TOKEN], "compute.per_token_us", 0, 1e9, &token_us);
+    if (st == KVS_OK) st = get_double(ctx, cv[PCK_ATT], "compute.attention_ns_per_token2", 0, 1e9, &att_ns);
+    if (st == KVS_OK && fixed_us + token_us + att_ns <= 0)
+        st = fail(ctx, c, "compute", "every coefficient is 0: recomputing would look free");
+    if (st != KVS_OK) return st;
+    if (t->kind != NODE_SEQUENCE || t->n_items == 0)
+        return fail(ctx, t, "tiers", "expected a sequence of at least one tier, found %s", describe(t));
+    if (t->n_items > KVS_CONFIG_MAX_TIERS)
+        return fail(ctx, t, "tiers", "%zu tiers, at most %d are allowed", t->n_items, KVS_CONFIG_MAX_TIERS);
+    for (size_t i = 0; st == KVS_OK && i < t->n_items; i++) st = parse_profile_tier(ctx, t->items[i], i, cfg);
+    if (st != KVS_OK) return st;
+    cfg->restore.n_tiers = (uint32_t)t->n_items;
+    cfg->restore.fixed_s = fixed_us * 1e-6;
+    cfg->restore.per_token_s = token_us * 1e-6;
+    cfg->restore.attention_s_per_token2 = att_ns * 1e-9;
+    return KVS_OK;
+}
+
+static kvs_status read_whole_file(const char *path, char **text, size_t *len, char *err, size_t err_len);
+
+/* Read and check the file cfg->restore.profile names; errors name that file (and `at` in the
+ * config when it cannot be read). */
+static kvs_status parse_profile_file(const parse_ctx *outer, const node *at, kvs_config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    char why[512];
+    if (read_whole_file(cfg->restore.profile, &text, &len, why, sizeof why) != KVS_OK)
+        return fail(outer, at, "restore.profile", "%s", why);
+    parse_ctx ctx = {cfg->restore.profile, NULL, text, len, outer->err, outer->err_len};
+    node *root = NULL;
+    kvs_status st = len > KVS_CONFIG_MAX_BYTES
+                        ? fail_at(&ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed", len,
+                                  KVS_CONFIG_MAX_BYTES)
+                        : build_tree(&ctx, &root);
+    if (st == KVS_OK && root) st = check_plain_yaml(&ctx, root, "");
+    if (st == KVS_OK) st = parse_profile_root(&ctx, root, cfg);
+    node_free(root);
+    free(text);
     return st;
 }
 

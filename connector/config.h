@@ -34,6 +34,12 @@ typedef struct kvs_tier_config {
     int line, column; /* where the tier's entry starts, for later messages */
 } kvs_tier_config;
 
+/* Profiled read cost of one tier: latency + bytes / bandwidth per transfer. */
+typedef struct kvs_restore_tier {
+    char name[KVS_NAME_MAX];
+    double latency_s, bytes_per_s;
+} kvs_restore_tier;
+
 typedef struct kvs_config {
     char source[KVS_PATH_MAX]; /* file path, or "<defaults>" / the name given to parse_string */
     uint32_t version;          /* must be 1 */
@@ -56,7 +62,19 @@ typedef struct kvs_config {
         uint32_t timeout_ms;
         uint64_t max_object_bytes;
     } node;
+    struct {                   /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
+        int scheduler;         /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */
+        int priority;          /* cf_priority: lrf, srf (default), mean */
+        char profile[KVS_PATH_MAX]; /* resolved against the file's directory; required by cacheflow */
+        /* read from the profile */
+        double fixed_s, per_token_s, attention_s_per_token2;
+        uint32_t n_tiers;
+        kvs_restore_tier tiers[KVS_CONFIG_MAX_TIERS];
+    } restore;
 } kvs_config;
+
+#define KVS_RESTORE_NONE 0
+#define KVS_RESTORE_CACHEFLOW 1
 
 /* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes
  * "file:line:column: key 'a.b[1].c': what is wrong" into err. *out is NULL on error. */

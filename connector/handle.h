@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "cacheflow.h"
 #include "config.h"
 #include "device.h"
 #include "hashpool.h"
@@ -43,8 +44,18 @@ typedef struct kvs_request {
     uint64_t n_pins;
     uint64_t lease_deadline_ns;
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
+    kvs_restore_plan plan;       /* how its load in step plan_step is restored (the `plan` hook) */
+    uint64_t plan_step;
     struct kvs_request *next;    /* hash chain */
 } kvs_request;
+
+/* One request of a step, as the restore planner sees it. */
+typedef struct kvs_restore_step {
+    int loading;                    /* the step emits its load */
+    uint32_t tier;                  /* where its first chunk is read from */
+    uint64_t first_token, end_token; /* the external range */
+    kvs_restore_plan plan;          /* out */
+} kvs_restore_step;
 
 #define KVS_REQ_BUCKETS 1024
 
@@ -97,6 +108,11 @@ struct kvs_handle {
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
     uint64_t step;
+    uint32_t plan_caps;            /* set_plan_caps */
+    int restore_on;                /* restore.scheduler is cacheflow */
+    cf_params restore_params;
+    cf_compute restore_compute;
+    cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */
 
     /* worker side */
     kvs_layer_view *views;
@@ -141,6 +157,16 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
                                 uint64_t cap, uint64_t *len);
 kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
 void kvs_sched_release_all(kvs_handle *h);
+kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id);
+kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps);
+
+/* restore.c */
+kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);
+/* Prefix plans (an engine with no plan caps): how many of the n_chunks stored leading chunks on
+ * `tier` are worth loading; n_chunks when no planner is configured. */
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t n_chunks);
+kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n);
+kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
 void kvs_sched_expire_leases(kvs_handle *h);
 
 /* worker.c */

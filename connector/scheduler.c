@@ -20,6 +20,21 @@ static kvs_request *find_request(kvs_handle *h, const char *id) {
     return NULL;
 }
 
+kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) { return find_request(h, req_id); }
+
+kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
+    if (st != KVS_OK) return st;
+    if (caps & ~KVS_PLAN_CAP_TOKEN)
+        return kvs_set_error(h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
+                             caps & ~KVS_PLAN_CAP_TOKEN, KVS_PLAN_CAP_TOKEN);
+    if (h->n_requests)
+        return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: call it before the first lookup (%llu requests known)",
+                             (unsigned long long)h->n_requests);
+    h->plan_caps = caps;
+    return KVS_OK;
+}
+
 static kvs_request *create_request(kvs_handle *h, const char *id) {
     kvs_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -190,6 +205,18 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t first = n_computed / C; /* chunks the engine already holds need not be stored */
     uint64_t run = pin_run(h, r, first);
     uint64_t hit = (first + run) * C;
+    if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
+        uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, run);
+        if (keep < run) {
+            const kvs_backend_ops *ops;
+            for (uint64_t i = keep; i < run; i++) {
+                ops = kvs_tiers_ops(h->tiers, r->pins[i].tier);
+                ops->unpin(kvs_tiers_state(h->tiers, r->pins[i].tier), &r->pins[i].key, 1);
+            }
+            r->n_pins = keep;
+            hit = (first + keep) * C;
+        }
+    }
     uint64_t end = hit;
     if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
     uint64_t ext = end > n_computed ? end - n_computed : 0;
@@ -274,6 +301,7 @@ typedef struct req_plan {
     uint64_t n_keys;
     uint64_t saved_upto;
     int emits_load;
+    kvs_restore_step restore;
 } req_plan;
 
 static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_step_request *s,
@@ -297,6 +325,8 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         }
         load_end = end;
         plan->emits_load = 1;
+        plan->restore = (kvs_restore_step){.loading = 1, .tier = r->pins[0].tier, .first_token = start,
+                                           .end_token = end};
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
@@ -348,8 +378,21 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
     if (plan->emits_load) {
         r->load_pending = 0;
         r->lease_release_step = h->step; /* the workers load during this step */
+        r->plan = plan->restore.plan;
+        r->plan_step = h->step;
     }
     return KVS_OK;
+}
+
+/* The restore planner over the step's loads (it may drop loads the engine recomputes). */
+static kvs_status plan_restores(kvs_handle *h, kvs_meta *meta, req_plan *plans) {
+    kvs_restore_step *info = meta->n_reqs ? calloc(meta->n_reqs, sizeof *info) : NULL;
+    if (meta->n_reqs && !info) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    for (uint64_t i = 0; i < meta->n_reqs; i++) info[i] = plans[i].restore;
+    kvs_status st = kvs_restore_plan_step(h, meta->reqs, info, meta->n_reqs);
+    for (uint64_t i = 0; i < meta->n_reqs; i++) plans[i].restore = info[i];
+    free(info);
+    return st;
 }
 
 static void release_finished_leases(kvs_handle *h) {
@@ -381,6 +424,7 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
         meta.n_reqs = i + 1;
     }
     if (st != KVS_OK) goto out;
+    if ((st = plan_restores(h, &meta, plans)) != KVS_OK) goto out;
     if ((st = kvs_meta_encode(&meta, &blob, &blob_len)) != KVS_OK) {
         kvs_set_error(h, st, "build_meta: out of memory encoding metadata");
         goto out;

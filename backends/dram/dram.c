@@ -7,6 +7,7 @@
  * otherwise).
  */
 #include "dram.h"
+#include "config.h"
 #include "log.h"
 
 #include <errno.h>
@@ -77,6 +78,11 @@ typedef struct dram_state {
     void *host_ctx;
     void (*log)(void *ctx, int level, const char *message);
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
+    /* read pacing (options read_bandwidth, read_latency_us): reads are served one after another at
+     * this rate, so the tier stands for a slower device in benchmarks and tests */
+    uint64_t pace_bytes_per_s, pace_latency_ns;
+    pthread_mutex_t pace_lock;
+    uint64_t pace_free_ns; /* when the modelled device finishes the reads already admitted */
     char error[512];
 } dram_state;
 
@@ -297,24 +303,62 @@ static int valid_shm_name(const char *name) {
            strcmp(name, "..");
 }
 
+static kvs_status parse_shm_name(dram_state *st, const char *value) {
+    if (!value || !valid_shm_name(value)) {
+        set_error(st,
+                  "shm_name \"%.100s\" is not a valid name (1 to %d characters of "
+                  "A-Z a-z 0-9 _ . -)",
+                  value ? value : "", DRAM_SHM_NAME_MAX);
+        return KVS_ECONFIG;
+    }
+    snprintf(st->shm_path, sizeof st->shm_path, "/%s", value);
+    return KVS_OK;
+}
+
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
     for (uint64_t i = 0; i < init->n_options; i++) {
         const kvs_backend_option *opt = &init->options[i];
         const char *key = opt->key ? opt->key : "";
-        if (strcmp(key, "shm_name") != 0) {
-            set_error(st, "unknown option \"%.100s\" (valid options: shm_name)", key);
-            return KVS_ECONFIG;
+        const char *value = opt->value ? opt->value : "";
+        kvs_status rc = KVS_OK;
+        if (strcmp(key, "shm_name") == 0) {
+            rc = parse_shm_name(st, opt->value);
+        } else if (strcmp(key, "read_bandwidth") == 0) {
+            if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
+                set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
+                rc = KVS_ECONFIG;
+            }
+        } else if (strcmp(key, "read_latency_us") == 0) {
+            char *end = NULL;
+            unsigned long long us = strtoull(value, &end, 10);
+            if (!*value || *end || us > 10000000ull) {
+                set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
+                rc = KVS_ECONFIG;
+            }
+            st->pace_latency_ns = us * 1000ull;
+        } else {
+            set_error(st, "unknown option \"%.100s\" (valid options: shm_name, read_bandwidth, read_latency_us)", key);
+            rc = KVS_ECONFIG;
         }
-        if (!opt->value || !valid_shm_name(opt->value)) {
-            set_error(st,
-                      "shm_name \"%.100s\" is not a valid name (1 to %d characters of "
-                      "A-Z a-z 0-9 _ . -)",
-                      opt->value ? opt->value : "", DRAM_SHM_NAME_MAX);
-            return KVS_ECONFIG;
-        }
-        snprintf(st->shm_path, sizeof st->shm_path, "/%s", opt->value);
+        if (rc != KVS_OK) return rc;
     }
     return KVS_OK;
+}
+
+/* A paced tier: admit a read of len bytes behind the ones before it and sleep until it is done. */
+static void pace_read(dram_state *st, uint64_t len) {
+    if (!st->pace_bytes_per_s && !st->pace_latency_ns) return;
+    uint64_t cost = st->pace_latency_ns;
+    if (st->pace_bytes_per_s) cost += (uint64_t)((double)len * 1e9 / (double)st->pace_bytes_per_s);
+    pthread_mutex_lock(&st->pace_lock);
+    uint64_t now = now_ns();
+    uint64_t start = st->pace_free_ns > now ? st->pace_free_ns : now;
+    st->pace_free_ns = start + cost;
+    uint64_t until = st->pace_free_ns;
+    pthread_mutex_unlock(&st->pace_lock);
+    struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
 }
 
 static kvs_status plan_geometry(dram_state *st, uint64_t capacity_bytes, geometry *g) {
@@ -535,6 +579,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
         return KVS_ENOMEM;
     }
     snprintf(st->tier_name, sizeof st->tier_name, "%s", init->tier_name ? init->tier_name : "dram");
+    pthread_mutex_init(&st->pace_lock, NULL);
     st->max_object_bytes = init->max_object_bytes;
     const kvs_backend_host *host = init->host;
     if (host) {
@@ -563,6 +608,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
 
 fail:
     write_init_error(init, st->error);
+    pthread_mutex_destroy(&st->pace_lock);
     free(st);
     return rc;
 }
@@ -586,6 +632,7 @@ static void dram_destroy(void *state) {
         pthread_mutex_destroy(&st->header->mutex);
     }
     munmap(st->header, st->mapping_bytes);
+    pthread_mutex_destroy(&st->pace_lock);
     free(st);
 }
 
@@ -676,6 +723,7 @@ static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t 
         lru_touch(st, s);
     }
     unlock_tier(st);
+    if (rc == KVS_OK) pace_read(st, *len);
     return rc;
 }
 
@@ -690,6 +738,7 @@ static kvs_status dram_get_ref(void *state, const kvs_key *key, const void **obj
     *len = st->slabs[s].len;
     lru_touch(st, s);
     unlock_tier(st);
+    pace_read(st, *len);
     return KVS_OK;
 }
 

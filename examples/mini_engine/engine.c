@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,7 @@ static void *load_library(const char *explicit_path)
 }
 
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype, const model *m,
-                   const kvcache *kv)
+                   const kvcache *kv, int restore_plans)
 {
     memset(c, 0, sizeof *c);
     const char *config = strcmp(config_path, "none") == 0 ? NULL : config_path;
@@ -137,6 +138,10 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         return -1;
     }
     HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), (uint32_t)mc->n_layers), "register_kv");
+    if (restore_plans) {
+        HOOK(c, c->api->set_plan_caps(c->h, KVS_PLAN_CAP_TOKEN), "set_plan_caps");
+        c->plans = 1;
+    }
     c->meta_cap = 4096;
     c->meta = malloc(c->meta_cap);
     c->errors_cap = kvcache_params_of(kv)->n_blocks;
@@ -209,6 +214,71 @@ typedef struct step_io {
     uint64_t first_bad;  /* out: first token of the first block whose load failed */
 } step_io;
 
+/* The connector's side of a restore: issue the step's loads and land every layer. */
+typedef struct load_job {
+    connector *c;
+    int n_layers;
+    const char *failed_hook;
+    kvs_status st;
+} load_job;
+
+static void *load_all_layers(void *arg)
+{
+    load_job *j = arg;
+    j->st = j->c->api->start_load(j->c->h);
+    j->failed_hook = "start_load";
+    for (int l = 0; j->st == KVS_OK && l < j->n_layers; l++) {
+        j->st = j->c->api->wait_layer_load(j->c->h, (uint32_t)l);
+        j->failed_hook = "wait_layer_load";
+    }
+    return NULL;
+}
+
+/* Compute tokens [first, first + n) through every layer, in prefill-sized pieces. */
+static void recompute_range(engine *e, uint64_t first, uint64_t n)
+{
+    const int n_layers = model_config_of(e->m)->n_layers;
+    for (uint64_t done = 0; done < n;) {
+        int piece = n - done < (uint64_t)e->prefill_chunk ? (int)(n - done) : e->prefill_chunk;
+        model_embed(e->m, e->s, e->tokens + first + done, piece);
+        for (int l = 0; l < n_layers; l++)
+            model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, first + done, piece);
+        done += (uint64_t)piece;
+    }
+}
+
+/* Start the step's loads. With a token plan for this request (the connector left the front of its
+ * range out of the loads), recompute that front here while a second thread runs the loads: the only
+ * connector calls in that window are the loader's, so calls on the handle stay serialised. Positions
+ * before the front are already in the pages, and the front never attends to the loaded back, so the
+ * two touch different pages and the result is the same bits as loading everything. */
+static int restore_step(engine *e, const char *req_id)
+{
+    connector *c = e->conn;
+    kvs_restore_plan plan = {.struct_size = sizeof plan};
+    if (!c->plans || c->api->plan(c->h, req_id, &plan) != KVS_OK || plan.recompute_tokens == 0) {
+        HOOK(c, c->api->start_load(c->h), "start_load");
+        return 0;
+    }
+    if (plan.mode == KVS_PLAN_RECOMPUTE)
+        c->plans_recompute++;
+    else
+        c->plans_token++;
+    c->plan_recomputed_tokens += plan.recompute_tokens;
+    load_job job = {.c = c, .n_layers = model_config_of(e->m)->n_layers};
+    pthread_t loader;
+    int rc = pthread_create(&loader, NULL, load_all_layers, &job);
+    if (rc != 0) { /* no thread: load first, then recompute */
+        load_all_layers(&job);
+    }
+    recompute_range(e, plan.first_token, plan.recompute_tokens);
+    if (rc == 0)
+        pthread_join(loader, NULL);
+    if (job.st != KVS_OK)
+        return hook_failed(c, job.failed_hook, job.st);
+    return 0;
+}
+
 /* One engine step for one request: the connector's per-step hooks around a forward pass of
  * n_scheduled tokens. Returns 0; the number of blocks whose load failed (the step's results are
  * void and io->first_bad says where to recompute from); or -1 on error. */
@@ -235,7 +305,8 @@ static int engine_step(engine *e, step_io *io)
         if (st != KVS_OK)
             return hook_failed(c, "build_meta", st);
         HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
-        HOOK(c, c->api->start_load(c->h), "start_load");
+        if (restore_step(e, io->req_id) != 0)
+            return -1;
     }
     model_embed(e->m, e->s, e->tokens + io->n_computed, io->n_scheduled);
     for (int l = 0; l < n_layers; l++) {

@@ -19,14 +19,17 @@ typedef struct connector {
     uint32_t *errors; /* load_error_blocks output */
     uint64_t errors_cap;
     uint64_t events_stored, events_removed; /* from take_events */
+    int plans; /* the engine executes token restore plans (set_plan_caps) */
+    uint64_t plans_token, plans_recompute, plan_recomputed_tokens; /* plans followed */
     char model_id[160];
 } connector;
 
 /* Load the library (lib_path, or <exe dir>/../lib/libkvstrata.so.1, then libkvstrata.so), open a
- * handle with config_path ("none": built-in defaults) and register the cache's layer views.
- * Returns 0, or -1 after printing why. */
+ * handle with config_path ("none": built-in defaults) and register the cache's layer views. With
+ * restore_plans the engine declares that it executes token restore plans (ABI 1.3): it recomputes the
+ * front of a loaded range while the connector loads the back. Returns 0, or -1 after printing why. */
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
-                   const model *m, const kvcache *kv);
+                   const model *m, const kvcache *kv, int restore_plans);
 void connector_close(connector *c);
 int connector_stats(connector *c, kvs_stats *out);
 

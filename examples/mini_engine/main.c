@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "profile.h"
 #include "kvcache.h"
 #include "model.h"
 #include "workload.h"
@@ -31,6 +32,10 @@ typedef struct options {
     int system_tokens, user_tokens, doc_tokens;
     int sessions, turns;
     int no_connector, verify, json, quiet;
+    int restore_plans;        /* execute the connector's token restore plans */
+    const char *profile_path; /* --profile: measure, write this restore profile, exit */
+    const char *profile_tier; /* the name the profile gives the tier that served the loads */
+    int profile_tokens;
 } options;
 
 static void usage(FILE *f)
@@ -43,6 +48,11 @@ static void usage(FILE *f)
             "  --config PATH         YAML configuration (default examples/configs/default.yaml;\n"
             "                        'none' for the library's built-in defaults)\n"
             "  --no-connector        run only without the library\n"
+            "  --restore-plans       execute token restore plans (recompute the front of a restored range\n"
+            "                        while the connector loads the back; needs restore.scheduler: cacheflow)\n"
+            "  --profile FILE        measure recompute and load costs, write them as a restore profile, exit\n"
+            "  --profile-tier NAME   tier name written into the profile (dram)\n"
+            "  --profile-tokens N    prompt length the profile measures (4096)\n"
             "model:\n"
             "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
             "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
@@ -91,6 +101,8 @@ static int parse_options(int argc, char **argv, options *o)
         .doc_tokens = 1536,
         .sessions = 8,
         .turns = 5,
+        .profile_tier = "dram",
+        .profile_tokens = 4096,
     };
     struct {
         const char *name;
@@ -105,6 +117,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"--decode-tokens", &o->decode_tokens, 1}, {"--system-tokens", &o->system_tokens, 0},
         {"--user-tokens", &o->user_tokens, 0}, {"--doc-tokens", &o->doc_tokens, 0},
         {"--sessions", &o->sessions, 1},       {"--turns", &o->turns, 1},
+        {"--profile-tokens", &o->profile_tokens, 64},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -132,6 +145,15 @@ static int parse_options(int argc, char **argv, options *o)
             o->json = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if (strcmp(a, "--restore-plans") == 0) {
+            o->restore_plans = 1;
+        } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0)) {
+            fprintf(stderr, PROG ": %s needs a value\n", a);
+            return -1;
+        } else if (strcmp(a, "--profile") == 0) {
+            o->profile_path = argv[++i];
+        } else if (strcmp(a, "--profile-tier") == 0) {
+            o->profile_tier = argv[++i];
         } else if (!v && (strcmp(a, "--lib") == 0 || strcmp(a, "--config") == 0 || strcmp(a, "--trace") == 0 ||
                           strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 || strcmp(a, "--layout") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
@@ -170,6 +192,10 @@ static int parse_options(int argc, char **argv, options *o)
         }
     }
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
+    if ((o->restore_plans || o->profile_path) && o->no_connector) {
+        fprintf(stderr, PROG ": --restore-plans and --profile need the connector (drop --no-connector)\n");
+        return -1;
+    }
     if (o->verify && o->no_connector) {
         fprintf(stderr, PROG ": --verify checks restored KV and needs the connector (drop --no-connector)\n");
         return -1;
@@ -306,7 +332,7 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
         run->n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
     }
     if (run->use_connector) {
-        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv) != 0)
+        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv, o->restore_plans) != 0)
             return -1;
         e->conn = &run->conn;
     }
@@ -537,6 +563,36 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
     printf("}\n");
 }
 
+/* --profile ------------------------------------------------------------------------------------------ */
+
+static int run_profile(const options *o, const model *m)
+{
+    uint64_t tokens = (uint64_t)o->profile_tokens;
+    uint32_t blocks = (uint32_t)((tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) * 2 + 1;
+    engine e = {.m = m, .prefill_chunk = o->prefill_chunk};
+    connector conn;
+    memset(&conn, 0, sizeof conn);
+    int rc = -1;
+    e.kv = make_cache(o, m, blocks, blocks);
+    e.s = model_scratch_create(m, o->prefill_chunk, (int)tokens + 1);
+    e.logits = malloc((size_t)model_config_of(m)->vocab * sizeof *e.logits);
+    e.table = calloc(blocks, sizeof *e.table);
+    e.tokens = malloc(((size_t)tokens + 1) * sizeof *e.tokens);
+    if (!e.kv || !e.s || !e.logits || !e.table || !e.tokens)
+        fprintf(stderr, PROG ": out of memory\n");
+    else if (connector_open(&conn, o->lib_path, o->config_path, o->dtype, m, e.kv, 0) == 0) {
+        e.conn = &conn;
+        rc = profile_run(&e, tokens, o->profile_tier, o->profile_path);
+    }
+    connector_close(&conn);
+    kvcache_destroy(e.kv);
+    model_scratch_free(e.s);
+    free(e.logits);
+    free(e.table);
+    free(e.tokens);
+    return rc;
+}
+
 /* main ------------------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -599,6 +655,11 @@ int main(int argc, char **argv)
         goto out_workload;
     }
 
+    if (o.profile_path) {
+        rc = run_profile(&o, m) == 0 ? 0 : 1;
+        goto out_model_only;
+    }
+
     reference ref = {0};
     reference *refp = NULL;
     if (o.verify) {
@@ -653,6 +714,7 @@ out_model:
         free(ref.e.tokens);
         free(ref.identity);
     }
+out_model_only:
     model_free(m);
 out_workload:
     workload_free(&w);

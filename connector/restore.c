@@ -1,0 +1,109 @@
+/* restore.c - the CacheFlow restore planner inside the connector (docs/cacheflow.md, "In the
+ * connector"): coefficients from the profile at open, prefix plans for engines that can only load a
+ * prefix (lookup), and two-pointer plans over a step's whole batch for engines that can recompute the
+ * front of a range while its back loads (build_meta, the `plan` hook). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "handle.h"
+#include "log.h"
+
+kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
+    const kvs_config *cfg = h->cfg;
+    if (cfg->restore.scheduler != KVS_RESTORE_CACHEFLOW) return KVS_OK;
+    uint32_t n = kvs_tiers_count(h->tiers);
+    if (n > CF_MAX_CHANNELS)
+        return kvs_fmt(err, err_len, "%s: key 'restore.scheduler': cacheflow plans over at most %u tiers, the chain has %u",
+                       cfg->source, CF_MAX_CHANNELS, n), KVS_ECONFIG;
+    for (uint32_t t = 0; t < n; t++) {
+        const char *name = kvs_tiers_name(h->tiers, t);
+        uint32_t i = 0;
+        while (i < cfg->restore.n_tiers && strcmp(cfg->restore.tiers[i].name, name) != 0) i++;
+        if (i == cfg->restore.n_tiers)
+            return kvs_fmt(err, err_len, "%s: the restore profile has no coefficients for tier '%s' (profile it, or "
+                           "add it to the profile's `tiers:`)", cfg->restore.profile, name), KVS_ECONFIG;
+        h->restore_channels[t] = (cf_channel){cfg->restore.tiers[i].latency_s, cfg->restore.tiers[i].bytes_per_s};
+    }
+    h->restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
+                                      cfg->restore.attention_s_per_token2};
+    /* Token mode only: l_delta 1 puts every request in token mode (layer plans are not executed yet). */
+    h->restore_params = (cf_params){.chunk_tokens = h->chunk_tokens, .n_layers = h->model.n_layers,
+                                    .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
+                                    .l_delta = 1, .priority = (cf_priority)cfg->restore.priority};
+    h->restore_on = 1;
+    return KVS_OK;
+}
+
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t n_chunks) {
+    if (!h->restore_on || h->plan_caps || n_chunks == 0 || n_chunks > UINT32_MAX / h->chunk_tokens) return n_chunks;
+    cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier};
+    uint32_t load = 0;
+    if (cf_plan_prefix(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), &req, 1,
+                       &load, NULL) < 0)
+        return n_chunks;
+    return load < n_chunks ? load : n_chunks;
+}
+
+/* Every request of the step with loads gets a plan; with a planner and an engine that executes
+ * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
+kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n) {
+    uint32_t m = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!info[i].loading) continue;
+        info[i].plan = (kvs_restore_plan){.struct_size = sizeof info[i].plan, .mode = KVS_PLAN_LOAD,
+                                          .first_token = info[i].first_token, .end_token = info[i].end_token};
+        m++;
+    }
+    if (m == 0 || !h->restore_on || !(h->plan_caps & KVS_PLAN_CAP_TOKEN)) return KVS_OK;
+    cf_request *cr = calloc(m, sizeof *cr);
+    uint64_t *which = calloc(m, sizeof *which);
+    cf_plan *plans = calloc(m, sizeof *plans);
+    void *scratch = malloc(cf_batch_scratch_bytes(m));
+    kvs_status st = KVS_OK;
+    if (!cr || !which || !plans || !scratch) {
+        st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for the restore plan");
+        goto out;
+    }
+    uint32_t k = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!info[i].loading) continue;
+        uint64_t tokens = reqs[i].n_loads * h->chunk_tokens; /* one planner unit per chunk loaded */
+        cr[k] = (cf_request){tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)tokens, info[i].tier};
+        which[k++] = i;
+    }
+    if (cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), cr, m,
+                      scratch, plans, NULL, 0, NULL) < 0) {
+        st = kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
+        goto out;
+    }
+    for (uint32_t j = 0; j < m; j++) {
+        kvs_meta_req *mr = &reqs[which[j]];
+        kvs_restore_step *in = &info[which[j]];
+        uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
+        in->plan.predicted_ms = plans[j].done_s * 1e3;
+        if (split == 0) continue;
+        in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
+        in->plan.recompute_tokens =
+            split == mr->n_loads ? in->end_token - in->first_token : mr->loads[split].first_token - in->first_token;
+        memmove(mr->loads, mr->loads + split, (mr->n_loads - split) * sizeof *mr->loads);
+        mr->n_loads -= split;
+    }
+out:
+    free(cr);
+    free(which);
+    free(plans);
+    free(scratch);
+    return st;
+}
+
+kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "plan");
+    if (st != KVS_OK) return st;
+    if (!req_id || !out || out->struct_size < sizeof *out)
+        return kvs_set_error(h, KVS_EINVAL, "plan: req_id or out is NULL, or out->struct_size is not set");
+    const kvs_request *r = kvs_sched_find(h, req_id);
+    if (!r || r->plan_step != h->step || h->step == 0)
+        return kvs_set_error(h, KVS_ENOTFOUND, "plan: request '%s' loads nothing in the last step", req_id);
+    *out = r->plan;
+    return KVS_OK;
+}
