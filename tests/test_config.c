@@ -141,6 +141,74 @@ START_TEST(the_node_section_parses_for_kvstrata_node) {
 }
 END_TEST
 
+
+/* cfg.yaml with `restore:` beside a profile.yaml holding profile_text (NULL: no profile file). */
+static kvs_status load_with_profile(const char *profile_text, const char *restore, kvs_config **cfg) {
+    char dir[512], path[1024], text[2048];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    if (profile_text) ck_assert_int_eq(kvs_test_write_file(dir, "profile.yaml", profile_text, path, sizeof path), 0);
+    snprintf(text, sizeof text, "restore:\n%s" ONE_TIER, restore);
+    ck_assert_int_eq(kvs_test_write_file(dir, "cfg.yaml", text, last_path, sizeof last_path), 0);
+    err[0] = '\0';
+    *cfg = &not_set;
+    kvs_status st = kvs_config_load(last_path, cfg, err, sizeof err);
+    kvs_test_rmtree(dir);
+    return st;
+}
+
+#define PROFILE_OK "compute:\n  fixed_us: 50\n  per_token_us: 2.5\n  attention_ns_per_token2: 0.125\n" \
+                   "tiers:\n  - name: dram\n    latency_us: 20\n    bandwidth_mb_s: 1500\n"
+#define CACHEFLOW "  scheduler: cacheflow\n  profile: profile.yaml\n"
+
+START_TEST(the_restore_section_reads_its_profile) {
+    kvs_config *cfg;
+    ck_assert_msg(load_with_profile(PROFILE_OK, CACHEFLOW "  priority: mean\n", &cfg) == KVS_OK, "%s", err);
+    ck_assert_int_eq(cfg->restore.scheduler, KVS_RESTORE_CACHEFLOW);
+    ck_assert_int_eq(cfg->restore.priority, 2);
+    ck_assert_ptr_nonnull(strstr(cfg->restore.profile, "/profile.yaml"));
+    ck_assert_double_eq_tol(cfg->restore.fixed_s, 50e-6, 1e-15);
+    ck_assert_double_eq_tol(cfg->restore.per_token_s, 2.5e-6, 1e-15);
+    ck_assert_double_eq_tol(cfg->restore.attention_s_per_token2, 0.125e-9, 1e-20);
+    ck_assert_uint_eq(cfg->restore.n_tiers, 1);
+    ck_assert_str_eq(cfg->restore.tiers[0].name, "dram");
+    ck_assert_double_eq_tol(cfg->restore.tiers[0].latency_s, 20e-6, 1e-15);
+    ck_assert_double_eq_tol(cfg->restore.tiers[0].bytes_per_s, 1500e6, 1e-3);
+    kvs_config_free(cfg);
+    cfg = load_ok(ONE_TIER); /* no section: no planner, srf if one is configured later */
+    ck_assert_int_eq(cfg->restore.scheduler, KVS_RESTORE_NONE);
+    ck_assert_int_eq(cfg->restore.priority, 1);
+    kvs_config_free(cfg);
+}
+END_TEST
+
+START_TEST(restore_errors_name_the_file_and_key) {
+    kvs_config *cfg;
+    ck_assert_int_eq(load_with_profile(NULL, "  scheduler: cacheflow\n", &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "key 'restore'") && strstr(err, "needs `profile:`"), "%s", err);
+    ck_assert_int_eq(load_with_profile(NULL, CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "key 'restore.profile'") && strstr(err, "cannot open"), "%s", err);
+    ck_assert_int_eq(load_with_profile(PROFILE_OK, "  scheduler: magic\n", &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "none, cacheflow"), "%s", err);
+    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: x\n  attention_ns_per_token2: 0\n"
+                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
+                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "profile.yaml:3:17: key 'compute.per_token_us'") && strstr(err, "expected a number"),
+                  "%s", err);
+    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
+                                       "tiers:\n  - {name: dram, latency_us: 0}\n",
+                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "tiers[0].bandwidth_mb_s"), "%s", err);
+    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 0\n  per_token_us: 0\n  attention_ns_per_token2: 0\n"
+                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
+                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "recomputing would look free"), "%s", err);
+    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
+                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 0}\n",
+                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "out of range"), "%s", err);
+}
+END_TEST
+
 START_TEST(keys_left_out_take_their_defaults) {
     kvs_config *cfg = load_ok(ONE_TIER);
     ck_assert_uint_eq(cfg->version, 1);
@@ -802,6 +870,8 @@ static TCase *error_tests(void) {
     tcase_add_test(errors, invalid_utf8_is_a_syntax_error_at_its_byte);
     tcase_add_test(errors, unknown_key_names_file_line_and_valid_keys);
     tcase_add_test(errors, the_node_section_parses_for_kvstrata_node);
+    tcase_add_test(errors, the_restore_section_reads_its_profile);
+    tcase_add_test(errors, restore_errors_name_the_file_and_key);
     tcase_add_test(errors, unknown_key_inside_a_tier_names_its_full_path);
     tcase_add_test(errors, mapping_where_an_integer_belongs_is_a_type_error);
     tcase_add_test(errors, text_where_an_integer_belongs_is_a_type_error);

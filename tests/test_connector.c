@@ -920,6 +920,165 @@ START_TEST(threads_sharing_a_tier_restore_exact_kv) {
 }
 END_TEST
 
+
+/* --- restore plans (ABI 1.3, docs/cacheflow.md) ---------------------------------------------------- */
+
+/* A dram config with `restore: cacheflow` and a profile: per_token_us of recompute per token, mb_s of
+ * tier bandwidth (an object is 8 KiB of KV: 32 tokens x 2 layers x 2 x 64 bytes). */
+static const char *restore_config(double per_token_us, double mb_s, const char *tier_name) {
+    char profile[512];
+    snprintf(profile, sizeof profile,
+             "compute:\n  fixed_us: 0\n  per_token_us: %g\n  attention_ns_per_token2: 0\n"
+             "tiers:\n  - name: %s\n    latency_us: 0\n    bandwidth_mb_s: %g\n",
+             per_token_us, tier_name, mb_s);
+    config("profile.yaml", profile);
+    static char text[768];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\nrestore:\n  scheduler: cacheflow\n"
+             "  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n",
+             device_section(), CHUNK);
+    return config("restore.yaml", text);
+}
+
+/* Store 256 tokens (8 chunks) under request "a", then restore them for "b" into other pages as an
+ * engine that follows the plan: it computes the front the plan leaves to it, the connector loads the
+ * rest. Returns the plan; *loaded gets the chunks the connector loaded. */
+static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded) {
+    int32_t tokens[257];
+    uint32_t a[17], b[17];
+    make_tokens(tokens, 257, 9);
+    blocks_from(a, 17, 0);
+    blocks_from(b, 17, 20);
+    ck_assert_int_eq(api->set_plan_caps(r->h, caps), KVS_OK);
+    prefill(r, "a", tokens, 257, a);
+    kvs_stats s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    ck_assert_int_eq(api->stats(r->h, &s0), KVS_OK);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, "b", tokens, 257, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->on_alloc(r->h, "b", b, 17, res.n_hit_tokens), KVS_OK);
+    kvs_step_request st = {"b", tokens, 257, b, 17, res.n_hit_tokens, 257 - res.n_hit_tokens};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r->h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    kvs_restore_plan plan = {.struct_size = sizeof plan};
+    kvs_status ps = api->plan(r->h, "b", &plan);
+    if (res.n_hit_tokens == 0) {
+        ck_assert_int_eq(ps, KVS_ENOTFOUND);
+        plan.mode = KVS_PLAN_RECOMPUTE;
+        plan.end_token = 0;
+    } else {
+        ck_assert_int_eq(ps, KVS_OK);
+        ck_assert_uint_eq(plan.first_token, 0);
+        ck_assert_uint_eq(plan.end_token, res.n_hit_tokens);
+        ck_assert_uint_le(plan.recompute_tokens, plan.end_token - plan.first_token);
+        write_kv(r, b, tokens, plan.first_token, plan.first_token + plan.recompute_tokens);
+    }
+    worker_step(r, meta, len, b, tokens, res.n_hit_tokens, 257);
+    ck_assert_msg(kv_matches(r, b, tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
+                  (unsigned long long)plan.recompute_tokens);
+    ck_assert_int_eq(api->stats(r->h, &s1), KVS_OK);
+    *loaded = s1.chunks_loaded - s0.chunks_loaded;
+    /* The plan belongs to the step that loads: the next one has none. */
+    ck_assert_int_eq(api->build_meta(r->h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->plan(r->h, "b", &plan), KVS_ENOTFOUND);
+    worker_step(r, meta, len, b, tokens, 257, 257);
+    int keep;
+    ck_assert_int_eq(api->request_finished(r->h, "b", &keep), KVS_OK);
+    return plan;
+}
+
+START_TEST(without_a_planner_every_plan_loads_everything) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    uint64_t loaded = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
+    ck_assert_uint_eq(p.recompute_tokens, 0);
+    ck_assert_uint_eq(p.end_token, 256);
+    ck_assert_uint_eq(loaded, 8);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(token_plans_split_the_range_between_compute_and_the_tier) {
+    rig r;
+    /* one chunk: 320 us of recompute, 8192 B / 25.6 MB/s = 320 us of load: they meet in the middle */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
+    uint64_t loaded = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_TOKEN);
+    ck_assert_uint_eq(p.recompute_tokens % CHUNK, 0);
+    ck_assert_uint_ge(p.recompute_tokens, 3 * CHUNK);
+    ck_assert_uint_le(p.recompute_tokens, 5 * CHUNK);
+    ck_assert_uint_eq(loaded, 8 - p.recompute_tokens / CHUNK);
+    ck_assert(p.predicted_ms > 0.9 && p.predicted_ms < 1.7);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(plans_follow_the_cost_model_to_either_end) {
+    rig r;
+    uint64_t loaded = 0;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded); /* a slow tier, cheap compute */
+    ck_assert_uint_eq(p.mode, KVS_PLAN_RECOMPUTE);
+    ck_assert_uint_eq(p.recompute_tokens, 256);
+    ck_assert_uint_eq(loaded, 0);
+    rig_close(&r);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(1000, 100000, "dram")), KVS_OK);
+    p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
+    ck_assert_uint_eq(loaded, 8);
+    rig_close(&r);
+}
+END_TEST
+
+/* An engine with no plan caps gets prefix plans: lookup offers only the prefix worth loading (for one
+ * request with uniform chunk costs that is all or nothing; batches are planned in test_cacheflow). */
+START_TEST(stock_engines_get_prefix_plans_through_lookup) {
+    rig r;
+    uint64_t loaded = 0;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
+    restore_with_plan(&r, 0, &loaded);
+    ck_assert_uint_eq(loaded, 0); /* lookup offered nothing: recomputing is faster */
+    rig_close(&r);
+    /* loading a chunk (160 us) beats recomputing it (320 us): the whole prefix is offered */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 51.2, "dram")), KVS_OK);
+    kvs_restore_plan p = restore_with_plan(&r, 0, &loaded);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
+    ck_assert_uint_eq(p.end_token, 256);
+    ck_assert_uint_eq(loaded, 8);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(plan_caps_and_profiles_are_checked) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
+    ck_assert_int_eq(api->set_plan_caps(r.h, 0x80), KVS_ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "unknown capability"));
+    int32_t tokens[64];
+    make_tokens(tokens, 64, 4);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "x", tokens, 64, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_TOKEN), KVS_ESTATE);
+    kvs_restore_plan p = {.struct_size = sizeof p};
+    ck_assert_int_eq(api->plan(r.h, "nobody", &p), KVS_ENOTFOUND);
+    p.struct_size = 8;
+    ck_assert_int_eq(api->plan(r.h, "x", &p), KVS_EINVAL);
+    rig_close(&r);
+    /* A profile without the chain's tier refuses to open, naming the tier and the profile. */
+    kvs_model_desc m = model();
+    kvs_open_params op = {.struct_size = sizeof op, .role = KVS_ROLE_BOTH,
+                          .config_path = restore_config(10, 25.6, "ssd"), .model = &m};
+    kvs_handle *h = NULL;
+    char err[512];
+    ck_assert_int_eq(api->open(&op, &h, err, sizeof err), KVS_ECONFIG);
+    ck_assert_ptr_null(h);
+    ck_assert_msg(strstr(err, "profile.yaml") && strstr(err, "tier 'dram'"), "error: %s", err);
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -949,6 +1108,11 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, garbage_metadata_is_refused_without_harm);
     tcase_add_test(tc, metadata_crosses_a_process_boundary);
     tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);
+    tcase_add_test(tc, without_a_planner_every_plan_loads_everything);
+    tcase_add_test(tc, token_plans_split_the_range_between_compute_and_the_tier);
+    tcase_add_test(tc, plans_follow_the_cost_model_to_either_end);
+    tcase_add_test(tc, stock_engines_get_prefix_plans_through_lookup);
+    tcase_add_test(tc, plan_caps_and_profiles_are_checked);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -553,6 +553,38 @@ START_TEST(unknown_option_is_refused_with_the_valid_ones_listed) {
 }
 END_TEST
 
+
+/* read_bandwidth and read_latency_us pace reads back to back (a slower device for benchmarks). */
+START_TEST(paced_reads_take_at_least_their_modelled_time) {
+    kvs_backend_option opts[] = {{"read_bandwidth", "1MiB"}, {"read_latency_us", "10000"}};
+    void *st = NULL;
+    ck_assert_msg(open_tier_with("slow", MIB, 64 * KIB, opts, 2, NULL, &st) == KVS_OK, "%s", error_text);
+    static uint8_t buf[64 * KIB], out[64 * KIB];
+    fill(buf, sizeof buf, 5);
+    kvs_key k = key_of(5);
+    ck_assert_int_eq(ops->put(st, &k, buf, sizeof buf), KVS_OK);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 3; i++) {
+        uint64_t len = 0;
+        ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
+        ck_assert_mem_eq(out, buf, sizeof buf);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ck_assert_msg(ms >= 3 * (10.0 + 62.5) - 1, "3 paced reads of 64 KiB took %.1f ms", ms); /* 64 KiB at 1 MiB/s */
+    ops->destroy(st);
+    const char *bad[][2] = {{"read_bandwidth", "fast"}, {"read_bandwidth", "0"}, {"read_latency_us", "-1"},
+                            {"read_latency_us", "1e3"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kvs_backend_option opt = {bad[i][0], bad[i][1]};
+        st = NULL;
+        ck_assert_int_eq(open_tier_with("x", MIB, 4096, &opt, 1, NULL, &st), KVS_ECONFIG);
+        ck_assert_msg(strstr(error_text, bad[i][0]) != NULL, "%s", error_text);
+    }
+}
+END_TEST
+
 START_TEST(invalid_shm_names_are_refused) {
     char long_name[260];
     memset(long_name, 'a', sizeof long_name - 1);
@@ -895,6 +927,7 @@ static Suite *dram_suite(void) {
     tcase_add_test(local, capacity_too_small_for_one_object_is_refused_with_a_sentence);
     tcase_add_test(local, unknown_option_is_refused_with_the_valid_ones_listed);
     tcase_add_test(local, invalid_shm_names_are_refused);
+    tcase_add_test(local, paced_reads_take_at_least_their_modelled_time);
     tcase_add_test(local, index_agrees_with_a_model_under_random_puts_and_removes);
     tcase_add_test(local, threads_sharing_one_tier_never_see_torn_or_foreign_bytes);
     suite_add_tcase(s, local);

@@ -519,6 +519,10 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
             for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
                 printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
             printf("]");
+            if (runs[k].conn.plans)
+                printf("; restore plans followed: token %llu, recompute %llu (%llu tokens recomputed)",
+                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plan_recomputed_tokens);
         }
         printf("\n");
     }
@@ -551,6 +555,10 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
             for (uint32_t t = 0; t < runs[k].stats.n_tiers && t < KVS_STATS_MAX_TIERS; t++)
                 printf("%s%llu", t ? "," : "", (unsigned long long)runs[k].stats.tier_chunks_loaded[t]);
             printf("]");
+            if (runs[k].conn.plans)
+                printf(",\"plans_token\":%llu,\"plans_recompute\":%llu,\"plan_recomputed_tokens\":%llu",
+                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plan_recomputed_tokens);
         }
         printf("}");
     }
