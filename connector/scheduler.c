@@ -205,6 +205,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t first = n_computed / C; /* chunks the engine already holds need not be stored */
     uint64_t run = pin_run(h, r, first);
     uint64_t hit = (first + run) * C;
+    uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
         uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, run);
         if (keep < run) {
@@ -230,7 +231,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
-    if (first == 0 && r->saved_upto < hit) r->saved_upto = hit;
+    if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
     h->stats.lookup_miss_tokens += n_tokens - n_computed - ext;
