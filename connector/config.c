@@ -712,8 +712,15 @@ static kvs_status resolve_path(const parse_ctx *ctx, const node *at, const char 
     return KVS_OK;
 }
 
+/* A path given as text at n, resolved against the file's directory into out. */
+static kvs_status get_path(const parse_ctx *ctx, const node *n, const char *kp, char *out, size_t cap) {
+    char given[KVS_PATH_MAX];
+    kvs_status st = get_text(ctx, n, kp, given, sizeof given);
+    return st == KVS_OK ? resolve_path(ctx, n, kp, given, out, cap) : st;
+}
+
 static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
-    char kp[KEY_PATH_MAX], given[KVS_PATH_MAX];
+    char kp[KEY_PATH_MAX];
     const node *v = f->values[TK_PLUGIN];
     key_path(kp, f->path, "plugin");
     if (f->type != TYPE_PLUGIN) {
@@ -723,8 +730,7 @@ static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_ti
                     TIER_TYPES[f->type]);
     }
     if (!v) return missing_key(ctx, f->map, f->path, "plugin", " (path of the backend .so)");
-    kvs_status st = get_text(ctx, v, kp, given, sizeof given);
-    return st == KVS_OK ? resolve_path(ctx, v, kp, given, t->plugin, sizeof t->plugin) : st;
+    return get_path(ctx, v, kp, t->plugin, sizeof t->plugin);
 }
 
 /* Copies key and value into the next free entry of t->options (allocated by the caller). */
@@ -965,13 +971,8 @@ static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cf
             st = fail(ctx, values[NK_LISTEN], "node.listen", "expected HOST:PORT (port 0..65535; 0 picks one), found "
                       "'%s'", cfg->node.listen);
     }
-    if (st == KVS_OK && values[NK_PSK]) {
-        char given[KVS_PATH_MAX];
-        st = get_text(ctx, values[NK_PSK], "node.psk_file", given, sizeof given);
-        if (st == KVS_OK)
-            st = resolve_path(ctx, values[NK_PSK], "node.psk_file", given, cfg->node.psk_file,
-                              sizeof cfg->node.psk_file);
-    }
+    if (st == KVS_OK && values[NK_PSK])
+        st = get_path(ctx, values[NK_PSK], "node.psk_file", cfg->node.psk_file, sizeof cfg->node.psk_file);
     if (st == KVS_OK && values[NK_MAX_CLIENTS]) {
         st = get_uint(ctx, values[NK_MAX_CLIENTS], "node.max_clients", 1, 1u << 20, &value);
         if (st == KVS_OK) cfg->node.max_clients = (uint32_t)value;
@@ -1008,11 +1009,7 @@ static kvs_status parse_restore(const parse_ctx *ctx, const node *v, kvs_config 
         if (st == KVS_OK) cfg->restore.priority = (int)choice;
     }
     if (st == KVS_OK && values[RSK_PROFILE]) {
-        char given[KVS_PATH_MAX];
-        st = get_text(ctx, values[RSK_PROFILE], "restore.profile", given, sizeof given);
-        if (st == KVS_OK)
-            st = resolve_path(ctx, values[RSK_PROFILE], "restore.profile", given, cfg->restore.profile,
-                              sizeof cfg->restore.profile);
+        st = get_path(ctx, values[RSK_PROFILE], "restore.profile", cfg->restore.profile, sizeof cfg->restore.profile);
         if (st == KVS_OK) st = parse_profile_file(ctx, values[RSK_PROFILE], cfg);
     }
     if (st == KVS_OK && cfg->restore.scheduler == KVS_RESTORE_CACHEFLOW && !cfg->restore.profile[0])
@@ -1152,6 +1149,7 @@ static kvs_status parse_profile_root(const parse_ctx *ctx, const node *root, kvs
 }
 
 static kvs_status read_whole_file(const char *path, char **text, size_t *len, char *err, size_t err_len);
+static kvs_status read_tree(const parse_ctx *ctx, node **root);
 
 /* Read and check the file cfg->restore.profile names; errors name that file (and `at` in the
  * config when it cannot be read). */
@@ -1163,14 +1161,20 @@ static kvs_status parse_profile_file(const parse_ctx *outer, const node *at, kvs
         return fail(outer, at, "restore.profile", "%s", why);
     parse_ctx ctx = {cfg->restore.profile, NULL, text, len, outer->err, outer->err_len};
     node *root = NULL;
-    kvs_status st = len > KVS_CONFIG_MAX_BYTES
-                        ? fail_at(&ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed", len,
-                                  KVS_CONFIG_MAX_BYTES)
-                        : build_tree(&ctx, &root);
-    if (st == KVS_OK && root) st = check_plain_yaml(&ctx, root, "");
+    kvs_status st = read_tree(&ctx, &root);
     if (st == KVS_OK) st = parse_profile_root(&ctx, root, cfg);
     node_free(root);
     free(text);
+    return st;
+}
+
+/* The checked node tree of ctx's text (size limit, YAML syntax, no anchors or tags). */
+static kvs_status read_tree(const parse_ctx *ctx, node **root) {
+    if (ctx->input_len > KVS_CONFIG_MAX_BYTES)
+        return fail_at(ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed", ctx->input_len,
+                       KVS_CONFIG_MAX_BYTES);
+    kvs_status st = build_tree(ctx, root);
+    if (st == KVS_OK && *root) st = check_plain_yaml(ctx, *root, "");
     return st;
 }
 
@@ -1178,12 +1182,8 @@ static kvs_status parse_buffer(const parse_ctx *ctx, kvs_config **out) {
     node *root = NULL;
     kvs_config *cfg = NULL;
     kvs_status st;
-    if (ctx->input_len > KVS_CONFIG_MAX_BYTES)
-        return fail_at(ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed",
-                       ctx->input_len, KVS_CONFIG_MAX_BYTES);
-    st = build_tree(ctx, &root);
+    st = read_tree(ctx, &root);
     if (st != KVS_OK) goto fail;
-    if (root && (st = check_plain_yaml(ctx, root, "")) != KVS_OK) goto fail;
     cfg = calloc(1, sizeof *cfg);
     if (!cfg) {
         st = out_of_memory(ctx);
