@@ -142,12 +142,15 @@ typedef struct kvs_event {
 
 /* What an engine can execute besides loading the whole external range (set_plan_caps). */
 #define KVS_PLAN_CAP_TOKEN 1u /* recompute the front of the external range while the rest loads */
+#define KVS_PLAN_CAP_LAYER 2u /* recompute the lower layers of the external range while the upper load */
 
 typedef enum kvs_plan_mode {
     KVS_PLAN_LOAD = 0,      /* the connector loads the whole external range (stock behaviour) */
     KVS_PLAN_TOKEN = 1,     /* the engine computes [first_token, first_token + recompute_tokens) while
                              * the connector loads [first_token + recompute_tokens, end_token) */
-    KVS_PLAN_RECOMPUTE = 2  /* the engine computes the whole external range; nothing is loaded */
+    KVS_PLAN_RECOMPUTE = 2, /* the engine computes the whole external range; nothing is loaded */
+    KVS_PLAN_LAYER = 3      /* the engine computes layers [0, recompute_layers) of every token of the
+                             * range while the connector loads layers [recompute_layers, n_layers) */
 } kvs_plan_mode;
 
 /* How one request's external range is restored in the step build_meta just planned. */
@@ -156,8 +159,11 @@ typedef struct kvs_restore_plan {
     uint32_t mode;             /* kvs_plan_mode */
     uint64_t first_token;      /* the external range [first_token, end_token): n_computed at lookup .. */
     uint64_t end_token;        /* .. plus the external tokens given to on_alloc */
-    uint64_t recompute_tokens; /* leading tokens of the range the engine computes itself */
+    uint64_t recompute_tokens; /* leading tokens of the range the engine computes itself (all of them,
+                                * through the lower layers only, in layer mode) */
     double predicted_ms;       /* the planner's restore time for the request (0: no planner) */
+    uint32_t recompute_layers; /* layer mode: layers the engine computes; 0 otherwise */
+    uint32_t reserved;
 } kvs_restore_plan;
 
 /* worker side ----------------------------------------------------------------------------------- */

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 1
+#define KVS_BACKEND_ABI_MINOR 2
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -96,6 +96,7 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_RESERVE (1u << 3)    /* 1.1: reserve/commit/abort are implemented */
 #define KVS_BACKEND_CAP_MEMORY (1u << 4)     /* 1.1: memory is implemented */
 #define KVS_BACKEND_CAP_GET_MANY (1u << 5)   /* 1.1: get_many is implemented */
+#define KVS_BACKEND_CAP_GET_RANGE (1u << 6)  /* 1.2: get_range is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -152,6 +153,11 @@ typedef struct kvs_backend_ops {
      * itself worked (per-object failures are in statuses). */
     kvs_status (*get_many)(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
                            uint64_t n, uint64_t *lens, kvs_status *statuses);
+    /* CAP_GET_RANGE (1.2): bytes [offset, offset + len) of the stored object into dst, so a reader
+     * that needs some layers reads (and a device pays for) only those. *got gets the bytes copied
+     * (fewer when the object ends first); *object_len the object's whole length. */
+    kvs_status (*get_range)(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
+                            uint64_t *got, uint64_t *object_len);
 } kvs_backend_ops;
 
 /* The symbol a plugin .so exports. */

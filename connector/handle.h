@@ -77,6 +77,7 @@ typedef struct kvs_load_work {
     int pinned;
     int failed;
     int drop; /* corrupt: remove from the tiers once unpinned */
+    int ranged; /* some layers only, read with get_range into slab */
 } kvs_load_work;
 
 /* One chunk being saved in the bound step. */

@@ -7,7 +7,7 @@
 #include "log.h"
 
 /* Wire form (msgpack): [version, step, fingerprint bin16, chunk_tokens, [req...]]
- * req: [id str, [block ids], [[key bin16, chunk_first, first_token, n_tokens]...],
+ * req: [id str, [block ids], [[key bin16, chunk_first, first_token, n_tokens, first_layer]...],
  *       [[key bin16, chunk_first]...]] */
 
 static void pack_key(msgpack_packer *pk, const kvs_key *key) {
@@ -25,11 +25,12 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
     msgpack_pack_array(pk, (size_t)r->n_loads);
     for (uint64_t i = 0; i < r->n_loads; i++) {
         const kvs_meta_load *l = &r->loads[i];
-        msgpack_pack_array(pk, 4);
+        msgpack_pack_array(pk, 5);
         pack_key(pk, &l->key);
         msgpack_pack_uint64(pk, l->chunk_first);
         msgpack_pack_uint64(pk, l->first_token);
         msgpack_pack_uint32(pk, l->n_tokens);
+        msgpack_pack_uint32(pk, l->first_layer);
     }
     msgpack_pack_array(pk, (size_t)r->n_saves);
     for (uint64_t i = 0; i < r->n_saves; i++) {
@@ -102,13 +103,15 @@ static int decode_loads(decoder *d, const msgpack_object *o, kvs_meta_req *r, ui
     for (uint64_t i = 0; i < r->n_loads; i++) {
         const msgpack_object *e = &o->via.array.ptr[i];
         kvs_meta_load *l = &r->loads[i];
-        uint64_t n = 0;
-        if (!get_array(d, e, 4, "load entry") || !get_key(d, &e->via.array.ptr[0], &l->key) ||
+        uint64_t n = 0, first_layer = 0;
+        if (!get_array(d, e, 5, "load entry") || !get_key(d, &e->via.array.ptr[0], &l->key) ||
             !get_u64(d, &e->via.array.ptr[1], UINT64_MAX / 2, &l->chunk_first, "load chunk_first") ||
             !get_u64(d, &e->via.array.ptr[2], UINT64_MAX / 2, &l->first_token, "load first_token") ||
-            !get_u64(d, &e->via.array.ptr[3], chunk_tokens, &n, "load n_tokens"))
+            !get_u64(d, &e->via.array.ptr[3], chunk_tokens, &n, "load n_tokens") ||
+            !get_u64(d, &e->via.array.ptr[4], UINT32_MAX, &first_layer, "load first_layer"))
             return 0;
         l->n_tokens = (uint32_t)n;
+        l->first_layer = (uint32_t)first_layer; /* checked against the model by the worker */
         if (n == 0 || l->first_token < l->chunk_first ||
             l->first_token + n > l->chunk_first + chunk_tokens || l->chunk_first % chunk_tokens)
             return bad(d, "a load range lies outside its chunk");

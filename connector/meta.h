@@ -8,15 +8,17 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_META_VERSION 1
+#define KVS_META_VERSION 2 /* 2: loads carry first_layer */
 #define KVS_REQ_ID_MAX 256
 
-/* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first. */
+/* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first, layers
+ * [first_layer, n_layers) (a layer restore plan leaves the layers below to the engine). */
 typedef struct kvs_meta_load {
     kvs_key key;
     uint64_t chunk_first;
     uint64_t first_token;
     uint32_t n_tokens;
+    uint32_t first_layer;
 } kvs_meta_load;
 
 /* Save the whole chunk starting at chunk_first. */

@@ -26,7 +26,7 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     }
     h->restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
                                       cfg->restore.attention_s_per_token2};
-    /* Token mode only: l_delta 1 puts every request in token mode (layer plans are not executed yet). */
+    /* l_delta follows the engine's caps (set_plan_caps): token mode until it says otherwise */
     h->restore_params = (cf_params){.chunk_tokens = h->chunk_tokens, .n_layers = h->model.n_layers,
                                     .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
                                     .l_delta = 1, .priority = (cf_priority)cfg->restore.priority};
@@ -54,7 +54,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                                           .first_token = info[i].first_token, .end_token = info[i].end_token};
         m++;
     }
-    if (m == 0 || !h->restore_on || !(h->plan_caps & KVS_PLAN_CAP_TOKEN)) return KVS_OK;
+    if (m == 0 || !h->restore_on || !h->plan_caps) return KVS_OK;
     cf_request *cr = calloc(m, sizeof *cr);
     uint64_t *which = calloc(m, sizeof *which);
     cf_plan *plans = calloc(m, sizeof *plans);
@@ -79,8 +79,23 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
     for (uint32_t j = 0; j < m; j++) {
         kvs_meta_req *mr = &reqs[which[j]];
         kvs_restore_step *in = &info[which[j]];
-        uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
         in->plan.predicted_ms = plans[j].done_s * 1e3;
+        if (plans[j].mode == CF_MODE_LAYER) {
+            uint32_t l = plans[j].split, nl = h->model.n_layers;
+            if (l == 0) continue;
+            if (l >= nl) { /* every layer recomputed: nothing to load */
+                in->plan.mode = KVS_PLAN_RECOMPUTE;
+                in->plan.recompute_tokens = in->end_token - in->first_token;
+                mr->n_loads = 0;
+                continue;
+            }
+            in->plan.mode = KVS_PLAN_LAYER;
+            in->plan.recompute_layers = l;
+            in->plan.recompute_tokens = in->end_token - in->first_token;
+            for (uint64_t i = 0; i < mr->n_loads; i++) mr->loads[i].first_layer = l;
+            continue;
+        }
+        uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
         if (split == 0) continue;
         in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
         in->plan.recompute_tokens =

@@ -25,13 +25,16 @@ kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) { return find_req
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
     if (st != KVS_OK) return st;
-    if (caps & ~KVS_PLAN_CAP_TOKEN)
+    const uint32_t known = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+    if (caps & ~known)
         return kvs_set_error(h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
-                             caps & ~KVS_PLAN_CAP_TOKEN, KVS_PLAN_CAP_TOKEN);
+                             caps & ~known, known);
     if (h->n_requests)
         return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: call it before the first lookup (%llu requests known)",
                              (unsigned long long)h->n_requests);
     h->plan_caps = caps;
+    /* token mode only, layer mode only, or each request's faster one */
+    h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER ? UINT32_MAX : caps == KVS_PLAN_CAP_TOKEN ? 1 : 0;
     return KVS_OK;
 }
 
@@ -322,7 +325,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
             uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
+            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo), 0};
         }
         load_end = end;
         plan->emits_load = 1;

@@ -14,7 +14,6 @@
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
 #define KVS_BACKEND_OPS_1_0_SIZE offsetof(kvs_backend_ops, reserve)
-#define HAS_OP(ops, field) ((ops)->struct_size >= offsetof(kvs_backend_ops, field) + sizeof((ops)->field) && (ops)->field)
 
 typedef struct kvs_tier {
     char name[KVS_NAME_MAX];
@@ -94,9 +93,9 @@ static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_co
                         : !ops->put ? "put" : !ops->remove ? "remove" : !ops->usage ? "usage" : NULL;
     if (!missing && (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !ops->get_ref) missing = "get_ref";
     if (!missing && (ops->caps & KVS_BACKEND_CAP_RESERVE))
-        missing = !HAS_OP(ops, reserve) ? "reserve" : !HAS_OP(ops, commit) ? "commit"
-                : !HAS_OP(ops, abort) ? "abort" : NULL;
-    if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !HAS_OP(ops, memory)) missing = "memory";
+        missing = !KVS_HAS_OP(ops, reserve) ? "reserve" : !KVS_HAS_OP(ops, commit) ? "commit"
+                : !KVS_HAS_OP(ops, abort) ? "abort" : NULL;
+    if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !KVS_HAS_OP(ops, memory)) missing = "memory";
     if (missing) {
         kvs_fmt(err, err_len, "tier \"%s\": plugin %s has no '%s' operation", tc->name, tc->plugin,
                 missing);

@@ -179,6 +179,9 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token, r->loads[i].n_tokens};
         if (kvs_kernel_check_span(&h->views[0], &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: %s", r->id, why);
+        if (r->loads[i].first_layer >= h->model.n_layers)
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': a load starts at layer %u of a %u-layer model",
+                                 r->id, r->loads[i].first_layer, h->model.n_layers);
     }
     for (uint64_t i = 0; i < r->n_saves; i++) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first, h->chunk_tokens};
@@ -331,7 +334,9 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (ops->pin(state, key, 1, h->cfg->lease_timeout_ms, &pinned) != KVS_OK || pinned != 1)
         return fail_load(h, w, "evicted before it could be pinned");
     w->pinned = 1;
-    if (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) {
+    /* Some layers only (a layer plan): read just those where the tier can, into a slab. */
+    w->ranged = w->load->first_layer > 0 && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
+    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !w->ranged) {
         const void *obj = NULL;
         if (ops->get_ref(state, key, &obj, &len) != KVS_OK) return fail_load(h, w, ops->last_error(state));
         return accept_object(h, w, obj, len);
@@ -339,18 +344,35 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
 }
 
+/* A load of layers [first_layer, n) only: the header and checksum table, then those layers, each
+ * read to its place in the slab (the layers below stay unread and are never used). */
+static void fetch_range(kvs_handle *h, kvs_load_work *w) {
+    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
+    void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
+    uint64_t head = kvs_object_payload_offset(h->model.n_layers);
+    uint64_t from = head + (uint64_t)w->load->first_layer * h->layer_bytes;
+    uint64_t got = 0, got2 = 0, len = 0;
+    if (ops->get_range(state, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK ||
+        ops->get_range(state, &w->load->key, from, h->object_bytes - from, (uint8_t *)w->slab + from, &got2, &len) != KVS_OK)
+        return fail_load(h, w, ops->last_error(state));
+    if (got != head || from + got2 != len) return fail_load(h, w, "the stored object is shorter than its layers");
+    accept_object(h, w, w->slab, len);
+}
+
 /* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
  * tier over several devices submits the step's reads together), else one get per chunk. */
 static void fetch_objects(kvs_handle *h) {
     uint64_t cap = kvs_pool_slab_bytes(h->pool);
+    for (uint64_t i = 0; i < h->n_loads; i++)
+        if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged) fetch_range(h, &h->loads[i]);
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
         void *state = kvs_tiers_state(h->tiers, t);
         uint64_t n = 0;
         for (uint64_t i = 0; i < h->n_loads; i++)
-            if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].tier == (int)t) n++;
+            if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged && h->loads[i].tier == (int)t) n++;
         if (n == 0) continue;
-        int many = (ops->caps & KVS_BACKEND_CAP_GET_MANY) && ops->struct_size >= sizeof *ops && ops->get_many;
+        int many = (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);
         kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
         void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
         uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL, *lens = many ? calloc(n, sizeof *lens) : NULL;
@@ -361,7 +383,7 @@ static void fetch_objects(kvs_handle *h) {
             uint64_t k = 0;
             for (uint64_t i = 0; i < h->n_loads; i++) {
                 kvs_load_work *w = &h->loads[i];
-                if (!w->slab || w->failed || w->tier != (int)t) continue;
+                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 keys[k] = w->load->key;
                 dsts[k] = w->slab;
                 caps[k] = cap;
@@ -376,7 +398,7 @@ static void fetch_objects(kvs_handle *h) {
         } else {
             for (uint64_t i = 0; i < h->n_loads; i++) {
                 kvs_load_work *w = &h->loads[i];
-                if (!w->slab || w->failed || w->tier != (int)t) continue;
+                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 uint64_t len = 0;
                 if (ops->get(state, &w->load->key, w->slab, cap, &len) != KVS_OK) fail_load(h, w, ops->last_error(state));
                 else accept_object(h, w, w->slab, len);
@@ -425,7 +447,7 @@ static void load_layer_sync(kvs_handle *h, uint32_t layer) {
     kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
     for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (!load_live(w)) continue;
+        if (!load_live(w) || layer < w->load->first_layer) continue; /* below it: the engine computes */
         int whole = w->load->n_tokens == h->chunk_tokens;
         if (!whole) {
             const void *payload = kvs_object_layer((void *)w->object, layer);
@@ -457,7 +479,8 @@ static void load_all_async(kvs_handle *h) {
     for (uint32_t layer = 0; layer < h->n_views; layer++) {
         uint64_t n = 0;
         for (uint64_t i = 0; i < h->n_loads; i++)
-            if (load_live(&h->loads[i])) load_copy(h, &h->loads[i], layer, &h->copies[n++]);
+            if (load_live(&h->loads[i]) && layer >= h->loads[i].load->first_layer)
+                load_copy(h, &h->loads[i], layer, &h->copies[n++]);
         char why[512] = "";
         if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
             char what[64];
@@ -469,7 +492,7 @@ static void load_all_async(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
         if (!load_live(w)) continue;
-        for (uint32_t layer = 0; layer < nl; layer++)
+        for (uint32_t layer = w->load->first_layer; layer < nl; layer++)
             h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer), h->layer_bytes,
                                                     &w->layer_hash[nl + layer]};
     }
@@ -510,9 +533,10 @@ static void complete_async_loads(kvs_handle *h) {
     uint64_t nl = h->model.n_layers;
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
-        for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
+        for (uint32_t layer = w->load->first_layer; layer < nl && load_live(w); layer++)
             if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
-        if (load_live(w)) h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * nl / h->chunk_tokens;
+        if (load_live(w))
+            h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * (nl - w->load->first_layer) / h->chunk_tokens;
     }
     finish_loads(h);
 }

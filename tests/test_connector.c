@@ -92,14 +92,20 @@ static uint8_t *kv_at(rig *r, int layer, int kv, const uint32_t *blocks, uint64_
            ((uint64_t)blocks[t / BT] * BT + t % BT) * TOKEN_BYTES;
 }
 
-/* What the engine "computed" for a token: a function of the token's value, position, layer and kv. */
-static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
-    for (int l = 0; l < LAYERS; l++)
+/* What the engine "computed" for a token in layers [l0, l1): a function of the token's value,
+ * position, layer and kv. */
+static void write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to,
+                            int l0, int l1) {
+    for (int l = l0; l < l1; l++)
         for (int kv = 0; kv < 2; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = kv_at(r, l, kv, blocks, t);
                 for (int b = 0; b < TOKEN_BYTES; b++) p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b);
             }
+}
+
+static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
+    write_kv_layers(r, blocks, tokens, from, to, 0, LAYERS);
 }
 
 static int kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
@@ -943,7 +949,7 @@ static const char *restore_config(double per_token_us, double mb_s, const char *
 /* Store 256 tokens (8 chunks) under request "a", then restore them for "b" into other pages as an
  * engine that follows the plan: it computes the front the plan leaves to it, the connector loads the
  * rest. Returns the plan; *loaded gets the chunks the connector loaded. */
-static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded) {
+static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded, uint64_t *bytes) {
     int32_t tokens[257];
     uint32_t a[17], b[17];
     make_tokens(tokens, 257, 9);
@@ -971,13 +977,15 @@ static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loade
         ck_assert_uint_eq(plan.first_token, 0);
         ck_assert_uint_eq(plan.end_token, res.n_hit_tokens);
         ck_assert_uint_le(plan.recompute_tokens, plan.end_token - plan.first_token);
-        write_kv(r, b, tokens, plan.first_token, plan.first_token + plan.recompute_tokens);
+        int layers = plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : LAYERS;
+        write_kv_layers(r, b, tokens, plan.first_token, plan.first_token + plan.recompute_tokens, 0, layers);
     }
     worker_step(r, meta, len, b, tokens, res.n_hit_tokens, 257);
     ck_assert_msg(kv_matches(r, b, tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
                   (unsigned long long)plan.recompute_tokens);
     ck_assert_int_eq(api->stats(r->h, &s1), KVS_OK);
     *loaded = s1.chunks_loaded - s0.chunks_loaded;
+    *bytes = s1.bytes_loaded - s0.bytes_loaded;
     /* The plan belongs to the step that loads: the next one has none. */
     ck_assert_int_eq(api->build_meta(r->h, &st, 1, meta, sizeof meta, &len), KVS_OK);
     ck_assert_int_eq(api->plan(r->h, "b", &plan), KVS_ENOTFOUND);
@@ -990,8 +998,8 @@ static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loade
 START_TEST(without_a_planner_every_plan_loads_everything) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
-    uint64_t loaded = 0;
-    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    uint64_t loaded = 0, bytes = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes);
     ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
     ck_assert_uint_eq(p.recompute_tokens, 0);
     ck_assert_uint_eq(p.end_token, 256);
@@ -1004,8 +1012,8 @@ START_TEST(token_plans_split_the_range_between_compute_and_the_tier) {
     rig r;
     /* one chunk: 320 us of recompute, 8192 B / 25.6 MB/s = 320 us of load: they meet in the middle */
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
-    uint64_t loaded = 0;
-    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    uint64_t loaded = 0, bytes = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes);
     ck_assert_uint_eq(p.mode, KVS_PLAN_TOKEN);
     ck_assert_uint_eq(p.recompute_tokens % CHUNK, 0);
     ck_assert_uint_ge(p.recompute_tokens, 3 * CHUNK);
@@ -1018,15 +1026,15 @@ END_TEST
 
 START_TEST(plans_follow_the_cost_model_to_either_end) {
     rig r;
-    uint64_t loaded = 0;
+    uint64_t loaded = 0, bytes = 0;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
-    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded); /* a slow tier, cheap compute */
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes); /* a slow tier, cheap compute */
     ck_assert_uint_eq(p.mode, KVS_PLAN_RECOMPUTE);
     ck_assert_uint_eq(p.recompute_tokens, 256);
     ck_assert_uint_eq(loaded, 0);
     rig_close(&r);
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(1000, 100000, "dram")), KVS_OK);
-    p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded);
+    p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes);
     ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
     ck_assert_uint_eq(loaded, 8);
     rig_close(&r);
@@ -1037,17 +1045,41 @@ END_TEST
  * request with uniform chunk costs that is all or nothing; batches are planned in test_cacheflow). */
 START_TEST(stock_engines_get_prefix_plans_through_lookup) {
     rig r;
-    uint64_t loaded = 0;
+    uint64_t loaded = 0, bytes = 0;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
-    restore_with_plan(&r, 0, &loaded);
+    restore_with_plan(&r, 0, &loaded, &bytes);
     ck_assert_uint_eq(loaded, 0); /* lookup offered nothing: recomputing is faster */
     rig_close(&r);
     /* loading a chunk (160 us) beats recomputing it (320 us): the whole prefix is offered */
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 51.2, "dram")), KVS_OK);
-    kvs_restore_plan p = restore_with_plan(&r, 0, &loaded);
+    kvs_restore_plan p = restore_with_plan(&r, 0, &loaded, &bytes);
     ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
     ck_assert_uint_eq(p.end_token, 256);
     ck_assert_uint_eq(loaded, 8);
+    rig_close(&r);
+}
+END_TEST
+
+
+/* Layer plans: the engine computes the lower layers of the whole range, the connector reads and
+ * copies only the upper layers of each chunk (get_range on the dram tier). */
+START_TEST(layer_plans_load_only_the_upper_layers) {
+    rig r;
+    /* one layer of the 256-token range: 2560 us / 2 of recompute, 32 KiB / 25.6 MB/s = 1280 us of load */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
+    uint64_t loaded = 0, bytes = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_LAYER, &loaded, &bytes);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LAYER);
+    ck_assert_uint_eq(p.recompute_layers, 1);
+    ck_assert_uint_eq(p.recompute_tokens, 256);
+    ck_assert_uint_eq(loaded, 8);
+    ck_assert_uint_eq(bytes, 256ull * 1 * 2 * TOKEN_BYTES); /* one layer of K and V */
+    rig_close(&r);
+    /* both caps: each request gets the faster mode; a slow tier still means recompute */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
+    p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER, &loaded, &bytes);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_RECOMPUTE);
+    ck_assert_uint_eq(loaded, 0);
     rig_close(&r);
 }
 END_TEST
@@ -1112,6 +1144,7 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, token_plans_split_the_range_between_compute_and_the_tier);
     tcase_add_test(tc, plans_follow_the_cost_model_to_either_end);
     tcase_add_test(tc, stock_engines_get_prefix_plans_through_lookup);
+    tcase_add_test(tc, layer_plans_load_only_the_upper_layers);
     tcase_add_test(tc, plan_caps_and_profiles_are_checked);
     suite_add_tcase(s, tc);
     return s;

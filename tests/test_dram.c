@@ -134,7 +134,34 @@ START_TEST(ops_table_declares_its_version_and_capabilities) {
     ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
     ck_assert_str_eq(ops->type_name, "dram");
     ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE |
-                                     KVS_BACKEND_CAP_RESERVE | KVS_BACKEND_CAP_MEMORY);
+                                     KVS_BACKEND_CAP_RESERVE | KVS_BACKEND_CAP_MEMORY |
+                                     KVS_BACKEND_CAP_GET_RANGE);
+}
+END_TEST
+
+START_TEST(get_range_copies_the_bytes_asked_for_and_stops_at_the_end) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(4, &log, &host);
+    uint8_t buf[3000], out[4096];
+    fill(buf, sizeof buf, 7);
+    kvs_key k = key_of(7);
+    ck_assert_int_eq(ops->put(st, &k, buf, sizeof buf), KVS_OK);
+    uint64_t got = 0, len = 0;
+    memset(out, 0xAB, sizeof out);
+    ck_assert_int_eq(ops->get_range(st, &k, 1000, 500, out, &got, &len), KVS_OK);
+    ck_assert_uint_eq(got, 500);
+    ck_assert_uint_eq(len, sizeof buf);
+    ck_assert_mem_eq(out, buf + 1000, 500);
+    ck_assert_uint_eq(out[500], 0xAB);
+    ck_assert_int_eq(ops->get_range(st, &k, 2900, 4096, out, &got, &len), KVS_OK);
+    ck_assert_uint_eq(got, 100);
+    ck_assert_mem_eq(out, buf + 2900, 100);
+    ck_assert_int_eq(ops->get_range(st, &k, 5000, 10, out, &got, &len), KVS_OK);
+    ck_assert_uint_eq(got, 0);
+    kvs_key missing = key_of(8);
+    ck_assert_int_eq(ops->get_range(st, &missing, 0, 10, out, &got, &len), KVS_ENOTFOUND);
+    ops->destroy(st);
 }
 END_TEST
 
@@ -908,6 +935,7 @@ static Suite *dram_suite(void) {
     TCase *local = tcase_create("private");
     tcase_add_checked_fixture(local, setup, NULL);
     tcase_add_test(local, ops_table_declares_its_version_and_capabilities);
+    tcase_add_test(local, get_range_copies_the_bytes_asked_for_and_stops_at_the_end);
     tcase_add_test(local, put_then_get_returns_the_same_bytes);
     tcase_add_test(local, get_with_a_short_buffer_reports_overflow_and_the_needed_length);
     tcase_add_test(local, get_ref_points_at_the_stored_bytes);

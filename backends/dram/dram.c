@@ -727,6 +727,22 @@ static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t 
     return rc;
 }
 
+static kvs_status dram_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
+                                 uint64_t *got, uint64_t *object_len) {
+    dram_state *st = state;
+    uint32_t s = DRAM_NIL;
+    if (!st || !key || !got || !object_len || (!dst && len)) return KVS_EINVAL;
+    kvs_status rc = lock_and_find(st, key, &s);
+    if (rc != KVS_OK) return rc;
+    *object_len = st->slabs[s].len;
+    *got = offset >= *object_len ? 0 : (len < *object_len - offset ? len : *object_len - offset);
+    if (*got) memcpy(dst, slab_data(st, s) + offset, *got);
+    lru_touch(st, s);
+    unlock_tier(st);
+    pace_read(st, *got);
+    return KVS_OK;
+}
+
 static kvs_status dram_get_ref(void *state, const kvs_key *key, const void **object,
                                uint64_t *len) {
     dram_state *st = state;
@@ -920,7 +936,7 @@ static const kvs_backend_ops dram_ops = {
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
     .caps = KVS_BACKEND_CAP_ZERO_COPY | KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_RESERVE |
-            KVS_BACKEND_CAP_MEMORY,
+            KVS_BACKEND_CAP_MEMORY | KVS_BACKEND_CAP_GET_RANGE,
     .type_name = "dram",
     .create = dram_create,
     .destroy = dram_destroy,
@@ -937,6 +953,7 @@ static const kvs_backend_ops dram_ops = {
     .commit = dram_commit,
     .abort = dram_abort,
     .memory = dram_memory,
+    .get_range = dram_get_range,
 };
 
 const kvs_backend_ops *kvs_dram_backend(void) { return &dram_ops; }
