@@ -139,7 +139,7 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
     }
     HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), (uint32_t)mc->n_layers), "register_kv");
     if (restore_plans) {
-        HOOK(c, c->api->set_plan_caps(c->h, KVS_PLAN_CAP_TOKEN), "set_plan_caps");
+        HOOK(c, c->api->set_plan_caps(c->h, (uint32_t)restore_plans), "set_plan_caps");
         c->plans = 1;
     }
     c->meta_cap = 4096;
@@ -234,10 +234,9 @@ static void *load_all_layers(void *arg)
     return NULL;
 }
 
-/* Compute tokens [first, first + n) through every layer, in prefill-sized pieces. */
-static void recompute_range(engine *e, uint64_t first, uint64_t n)
+/* Compute tokens [first, first + n) through layers [0, n_layers), in prefill-sized pieces. */
+static void recompute_range(engine *e, uint64_t first, uint64_t n, int n_layers)
 {
-    const int n_layers = model_config_of(e->m)->n_layers;
     for (uint64_t done = 0; done < n;) {
         int piece = n - done < (uint64_t)e->prefill_chunk ? (int)(n - done) : e->prefill_chunk;
         model_embed(e->m, e->s, e->tokens + first + done, piece);
@@ -251,7 +250,9 @@ static void recompute_range(engine *e, uint64_t first, uint64_t n)
  * range out of the loads), recompute that front here while a second thread runs the loads: the only
  * connector calls in that window are the loader's, so calls on the handle stay serialised. Positions
  * before the front are already in the pages, and the front never attends to the loaded back, so the
- * two touch different pages and the result is the same bits as loading everything. */
+ * two touch different pages and the result is the same bits as loading everything. A layer plan is
+ * the same with the whole range through the lower layers: layer j's K/V of a token depends only on
+ * layers below j, so the loaded upper layers are never an input to what is recomputed. */
 static int restore_step(engine *e, const char *req_id)
 {
     connector *c = e->conn;
@@ -260,8 +261,11 @@ static int restore_step(engine *e, const char *req_id)
         HOOK(c, c->api->start_load(c->h), "start_load");
         return 0;
     }
+    int layers = model_config_of(e->m)->n_layers;
     if (plan.mode == KVS_PLAN_RECOMPUTE)
         c->plans_recompute++;
+    else if (plan.mode == KVS_PLAN_LAYER)
+        c->plans_layer++, layers = (int)plan.recompute_layers;
     else
         c->plans_token++;
     c->plan_recomputed_tokens += plan.recompute_tokens;
@@ -271,7 +275,7 @@ static int restore_step(engine *e, const char *req_id)
     if (rc != 0) { /* no thread: load first, then recompute */
         load_all_layers(&job);
     }
-    recompute_range(e, plan.first_token, plan.recompute_tokens);
+    recompute_range(e, plan.first_token, plan.recompute_tokens, layers);
     if (rc == 0)
         pthread_join(loader, NULL);
     if (job.st != KVS_OK)

@@ -19,15 +19,16 @@ typedef struct connector {
     uint32_t *errors; /* load_error_blocks output */
     uint64_t errors_cap;
     uint64_t events_stored, events_removed; /* from take_events */
-    int plans; /* the engine executes token restore plans (set_plan_caps) */
-    uint64_t plans_token, plans_recompute, plan_recomputed_tokens; /* plans followed */
+    int plans; /* the engine executes restore plans (set_plan_caps) */
+    uint64_t plans_token, plans_layer, plans_recompute, plan_recomputed_tokens; /* plans followed */
     char model_id[160];
 } connector;
 
 /* Load the library (lib_path, or <exe dir>/../lib/libkvstrata.so.1, then libkvstrata.so), open a
- * handle with config_path ("none": built-in defaults) and register the cache's layer views. With
- * restore_plans the engine declares that it executes token restore plans (ABI 1.3): it recomputes the
- * front of a loaded range while the connector loads the back. Returns 0, or -1 after printing why. */
+ * handle with config_path ("none": built-in defaults) and register the cache's layer views.
+ * restore_plans (KVS_PLAN_CAP_* bits, 0 for none) declares the restore plans the engine executes (ABI
+ * 1.3): token plans recompute the front of a restored range while the connector loads the back, layer
+ * plans the lower layers while it loads the upper ones. Returns 0, or -1 after printing why. */
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
                    const model *m, const kvcache *kv, int restore_plans);
 void connector_close(connector *c);

@@ -32,10 +32,11 @@ typedef struct options {
     int system_tokens, user_tokens, doc_tokens;
     int sessions, turns;
     int no_connector, verify, json, quiet;
-    int restore_plans;        /* execute the connector's token restore plans */
+    int restore_plans;        /* KVS_PLAN_CAP_* bits: the restore plans the engine executes */
     const char *profile_path; /* --profile: measure, write this restore profile, exit */
     const char *profile_tier; /* the name the profile gives the tier that served the loads */
     int profile_tokens;
+    int plan_modes; /* --plan-modes; 0: both */
 } options;
 
 static void usage(FILE *f)
@@ -48,8 +49,10 @@ static void usage(FILE *f)
             "  --config PATH         YAML configuration (default examples/configs/default.yaml;\n"
             "                        'none' for the library's built-in defaults)\n"
             "  --no-connector        run only without the library\n"
-            "  --restore-plans       execute token restore plans (recompute the front of a restored range\n"
-            "                        while the connector loads the back; needs restore.scheduler: cacheflow)\n"
+            "  --restore-plans       execute restore plans (needs restore.scheduler: cacheflow): token plans\n"
+            "                        recompute the front of a restored range while the back loads, layer\n"
+            "                        plans its lower layers while the upper ones load\n"
+            "  --plan-modes token|layer|both  the plans --restore-plans accepts (both)\n"
             "  --profile FILE        measure recompute and load costs, write them as a restore profile, exit\n"
             "  --profile-tier NAME   tier name written into the profile (dram)\n"
             "  --profile-tokens N    prompt length the profile measures (4096)\n"
@@ -146,10 +149,24 @@ static int parse_options(int argc, char **argv, options *o)
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
         } else if (strcmp(a, "--restore-plans") == 0) {
-            o->restore_plans = 1;
-        } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0)) {
+            if (!o->restore_plans)
+                o->restore_plans = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+        } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0 ||
+                          strcmp(a, "--plan-modes") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
             return -1;
+        } else if (strcmp(a, "--plan-modes") == 0) {
+            i++;
+            if (strcmp(v, "token") == 0)
+                o->plan_modes = KVS_PLAN_CAP_TOKEN;
+            else if (strcmp(v, "layer") == 0)
+                o->plan_modes = KVS_PLAN_CAP_LAYER;
+            else if (strcmp(v, "both") == 0)
+                o->plan_modes = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+            else {
+                fprintf(stderr, PROG ": --plan-modes must be token, layer or both, got '%s'\n", v);
+                return -1;
+            }
         } else if (strcmp(a, "--profile") == 0) {
             o->profile_path = argv[++i];
         } else if (strcmp(a, "--profile-tier") == 0) {
@@ -192,6 +209,12 @@ static int parse_options(int argc, char **argv, options *o)
         }
     }
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
+    if (o->restore_plans && o->plan_modes)
+        o->restore_plans = o->plan_modes;
+    if (o->plan_modes && !o->restore_plans) {
+        fprintf(stderr, PROG ": --plan-modes needs --restore-plans\n");
+        return -1;
+    }
     if ((o->restore_plans || o->profile_path) && o->no_connector) {
         fprintf(stderr, PROG ": --restore-plans and --profile need the connector (drop --no-connector)\n");
         return -1;
@@ -520,8 +543,9 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
                 printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
             printf("]");
             if (runs[k].conn.plans)
-                printf("; restore plans followed: token %llu, recompute %llu (%llu tokens recomputed)",
-                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_recompute,
+                printf("; restore plans followed: token %llu, layer %llu, recompute %llu (%llu tokens recomputed)",
+                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
+                       (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
         }
         printf("\n");
@@ -556,8 +580,10 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                 printf("%s%llu", t ? "," : "", (unsigned long long)runs[k].stats.tier_chunks_loaded[t]);
             printf("]");
             if (runs[k].conn.plans)
-                printf(",\"plans_token\":%llu,\"plans_recompute\":%llu,\"plan_recomputed_tokens\":%llu",
-                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_recompute,
+                printf(",\"plans_token\":%llu,\"plans_layer\":%llu,\"plans_recompute\":%llu,"
+                       "\"plan_recomputed_tokens\":%llu",
+                       (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
+                       (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
         }
         printf("}");

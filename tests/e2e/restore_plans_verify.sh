@@ -1,16 +1,18 @@
 #!/bin/sh
 # restore_plans_verify.sh - the mini engine executing the connector's token restore plans: profile a
 # paced DRAM tier (a bandwidth-limited device), configure `restore: cacheflow` with that profile, and
-# run --restore-plans --verify: every restored prompt must match a full recompute bit for bit, and the
-# engine must have recomputed the front of some restored ranges while the back loaded.
+# run --restore-plans --plan-modes MODES --verify: every restored prompt must match a full recompute bit
+# for bit, and the engine must have followed plans of the modes asked for (token: recompute the front
+# of a range while the back loads; layer: the lower layers while the upper ones load).
 #
-# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR READ_BANDWIDTH [mini engine workload flags...]
+# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR READ_BANDWIDTH token|layer|both [workload flags...]
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
 set -eu
 engine=$1
 work=$2
 bandwidth=$3
-shift 3
+modes=$4
+shift 4
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -34,13 +36,19 @@ fail() {
     fail "profiling failed"
 grep -q '^compute:' "$work/profile.yaml" || fail "the profile has no compute section"
 out="$work/run.out"
-if ! "$engine" --verify --quiet --restore-plans --config "$work/cacheflow.yaml" "$@" >"$out" 2>"$work/run.err"; then
+if ! "$engine" --verify --quiet --restore-plans --plan-modes "$modes" --config "$work/cacheflow.yaml" "$@" \
+    >"$out" 2>"$work/run.err"; then
     cat "$out" "$work/run.err" >&2
     fail "the mini engine failed"
 fi
 cat "$out"
 grep -q '^verify: .* 0 mismatches$' "$out" || fail "restored KV differs from a full recompute"
 token=$(sed -n 's/.*restore plans followed: token \([0-9]*\), .*/\1/p' "$out")
-[ -n "$token" ] || fail "the summary reports no restore plans"
-[ "$token" -gt 0 ] || fail "no token plan was followed (the tier or the profile left nothing to split)"
-echo "restore_plans_verify: $token token plans followed, KV exact"
+layer=$(sed -n 's/.*restore plans followed: token [0-9]*, layer \([0-9]*\), .*/\1/p' "$out")
+[ -n "$token" ] && [ -n "$layer" ] || fail "the summary reports no restore plans"
+case $modes in
+token) [ "$token" -gt 0 ] && [ "$layer" -eq 0 ] || fail "token plans asked for, followed token $token, layer $layer" ;;
+layer) [ "$layer" -gt 0 ] && [ "$token" -eq 0 ] || fail "layer plans asked for, followed token $token, layer $layer" ;;
+*) [ $((token + layer)) -gt 0 ] || fail "no token or layer plan was followed" ;;
+esac
+echo "restore_plans_verify: $token token and $layer layer plans followed, KV exact"
