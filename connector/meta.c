@@ -172,11 +172,70 @@ static int decode_root(decoder *d, const msgpack_object *root, kvs_meta *m) {
     return 1;
 }
 
+static uint64_t be(const uint8_t *p, unsigned n) {
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* Walk the msgpack structure of buf without building it: 1 when every declared length fits in the
+ * bytes left and every container's count could be filled by them. msgpack-c allocates a container's
+ * declared count before reading it, so a corrupt count (up to 2^32 entries) would otherwise ask for
+ * tens of GiB. */
+static int plausible_msgpack(const uint8_t *b, uint64_t len) {
+    uint64_t pos = 0, pending = 1;
+    while (pending) {
+        if (pos >= len) return 0;
+        uint8_t t = b[pos++];
+        uint64_t skip = 0, items = 0;
+        unsigned n = 0;
+        pending--;
+        if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+            /* one byte */
+        } else if (t >= 0x80 && t <= 0x8f) {
+            items = 2ull * (t & 0x0f);
+        } else if (t >= 0x90 && t <= 0x9f) {
+            items = t & 0x0f;
+        } else if (t >= 0xa0 && t <= 0xbf) {
+            skip = t & 0x1f;
+        } else {
+            switch (t) {
+            case 0xc4: case 0xc5: case 0xc6: n = 1u << (t - 0xc4); break; /* bin: length then bytes */
+            case 0xd9: case 0xda: case 0xdb: n = 1u << (t - 0xd9); break; /* str */
+            case 0xc7: case 0xc8: case 0xc9: n = 1u << (t - 0xc7); break; /* ext: length, type, bytes */
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xcd: case 0xce: case 0xcf: skip = 1ull << (t - 0xcc); break;
+            case 0xd0: case 0xd1: case 0xd2: case 0xd3: skip = 1ull << (t - 0xd0); break;
+            case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8: skip = 1 + (1ull << (t - 0xd4)); break;
+            case 0xdc: case 0xdd: case 0xde: case 0xdf: n = t == 0xdc || t == 0xde ? 2 : 4; break;
+            default: return 0; /* 0xc1 is never used */
+            }
+            if (n) {
+                if (len - pos < n) return 0;
+                uint64_t v = be(b + pos, n);
+                pos += n;
+                if (t >= 0xdc) items = t >= 0xde ? 2 * v : v;
+                else skip = v + (t >= 0xc7 && t <= 0xc9);
+            }
+        }
+        if (skip > len - pos) return 0;
+        pos += skip;
+        pending += items;
+        if (pending > len - pos) return 0; /* every item takes at least one byte */
+    }
+    return 1;
+}
+
 kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len) {
     *out = NULL;
     decoder d = {err, err_len};
     if (!buf || len == 0) {
         bad(&d, "empty blob");
+        return KVS_EINVAL;
+    }
+    if (!plausible_msgpack(buf, len)) {
+        bad(&d, "not valid msgpack (a length or count runs past the blob)");
         return KVS_EINVAL;
     }
     msgpack_unpacked up;

@@ -762,6 +762,13 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
         ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
     }
     ck_assert_int_gt(refused, 1500);
+    /* counts and lengths larger than the blob are refused before anything is allocated for them */
+    const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01}, huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+                  huge_bin[] = {0x91, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+    ck_assert_int_eq(api->bind_meta(r.h, huge_array, sizeof huge_array), KVS_EINVAL);
+    ck_assert_int_eq(api->bind_meta(r.h, huge_map, sizeof huge_map), KVS_EINVAL);
+    ck_assert_int_eq(api->bind_meta(r.h, huge_bin, sizeof huge_bin), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "runs past the blob"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
     rig_close(&r);

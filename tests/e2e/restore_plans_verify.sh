@@ -1,40 +1,45 @@
 #!/bin/sh
-# restore_plans_verify.sh - the mini engine executing the connector's token restore plans: profile a
-# paced DRAM tier (a bandwidth-limited device), configure `restore: cacheflow` with that profile, and
+# restore_plans_verify.sh - the mini engine executing the connector's restore plans: profile this
+# build's compute (fast, or slowed by a sanitizer), pace a DRAM tier so that loading a chunk costs
+# about what recomputing it does (SPEED x faster), configure `restore: cacheflow` with that profile, and
 # run --restore-plans --plan-modes MODES --verify: every restored prompt must match a full recompute bit
 # for bit, and the engine must have followed plans of the modes asked for (token: recompute the front
 # of a range while the back loads; layer: the lower layers while the upper ones load).
 #
-# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR READ_BANDWIDTH token|layer|both [workload flags...]
+# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both [workload flags...]
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
 set -eu
 engine=$1
 work=$2
-bandwidth=$3
+speed=$3
 modes=$4
 shift 4
 
 rm -rf "$work"
 mkdir -p "$work"
-tiers="tiers:
-  - name: dram
-    type: dram
-    capacity: 1GiB
-    options:
-      read_bandwidth: $bandwidth"
-printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\n%s\n' "${HOST_COPIES:-immediate}" "$tiers" \
-    >"$work/paced.yaml"
-printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\n%s\n' \
-    "${HOST_COPIES:-immediate}" "$tiers" >"$work/cacheflow.yaml"
-
+copies=${HOST_COPIES:-immediate}
+printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\ntiers:\n  - {name: dram, type: dram, capacity: 1GiB}\n' \
+    "$copies" >"$work/plain.yaml"
 fail() {
     echo "restore_plans_verify: $*" >&2
     exit 1
 }
 
-"$engine" --config "$work/paced.yaml" --profile "$work/profile.yaml" --profile-tokens 2048 ||
+"$engine" --config "$work/plain.yaml" --profile "$work/measured.yaml" --profile-tokens 1024 ||
     fail "profiling failed"
-grep -q '^compute:' "$work/profile.yaml" || fail "the profile has no compute section"
+per_token=$(sed -n 's/^  per_token_us: //p' "$work/measured.yaml")
+chunk_bytes=$(sed -n 's/^# \([0-9]*\) bytes (.*/\1/p' "$work/measured.yaml")
+[ -n "$per_token" ] && [ -n "$chunk_bytes" ] || fail "the profile lacks per_token_us or the chunk size"
+# bytes per second at which one chunk loads in the time 256 tokens take to recompute, times SPEED
+bandwidth=$(awk -v b="$chunk_bytes" -v t="$per_token" -v s="$speed" 'BEGIN { printf "%d", s * b / (256 * t * 1e-6) }')
+mb_s=$(awk -v b="$bandwidth" 'BEGIN { printf "%.6f", b / 1e6 }')
+echo "restore_plans_verify: ${per_token} us per token, chunks of $chunk_bytes bytes: tier paced at $bandwidth B/s"
+{
+    sed -n '/^compute:/,/^tiers:/p' "$work/measured.yaml" | grep -v '^tiers:'
+    printf 'tiers:\n  - name: dram\n    latency_us: 0\n    bandwidth_mb_s: %s\n' "$mb_s"
+} >"$work/profile.yaml"
+printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n    options:\n      read_bandwidth: %s\n' \
+    "$copies" "$bandwidth" >"$work/cacheflow.yaml"
 out="$work/run.out"
 if ! "$engine" --verify --quiet --restore-plans --plan-modes "$modes" --config "$work/cacheflow.yaml" "$@" \
     >"$out" 2>"$work/run.err"; then
