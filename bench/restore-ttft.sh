@@ -4,12 +4,14 @@
 # on this machine:
 #   load-only       the connector loads every hit (no planner)
 #   recompute-only  no connector: the engine recomputes every prompt (measured beside each connector run)
-#   two-pointer     restore.scheduler cacheflow with a profile measured first, and the engine following
-#                   token plans (--restore-plans): the front of a restored range is recomputed while the
-#                   back loads
-# and prints two-pointer mean TTFT (turns after the first) as a ratio to the better of the other two.
+#   plans           restore.scheduler cacheflow with a profile measured first, and the engine following
+#                   its plans (--restore-plans --plan-modes M) for each M in $MODES (default
+#                   "token layer both"): token plans recompute the front of a restored range while the
+#                   back loads, layer plans its lower layers while the upper ones load
+# and prints each mean TTFT (turns after the first) as a ratio to the better of load-only and
+# recompute-only.
 #
-# usage: bench/restore-ttft.sh [READ_BANDWIDTH (4MB)] [mini engine workload flags...]
+# usage: [MODES="token layer both"] bench/restore-ttft.sh [READ_BANDWIDTH (4MB)] [mini engine flags...]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 engine=$here/build/bin/kvs-mini-engine
@@ -31,30 +33,32 @@ printf 'version: 1\nchunk_tokens: 256\n%s\n' "$tiers" >"$work/paced.yaml"
 printf 'version: 1\nchunk_tokens: 256\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\n%s\n' "$tiers" \
     >"$work/cacheflow.yaml"
 
-"$engine" --config "$work/paced.yaml" --profile "$work/profile.yaml"
+"$engine" --config "$work/paced.yaml" --profile "$work/profile.yaml" "$@"
 "$engine" --config "$work/paced.yaml" --quiet --json "$@" >"$work/load.out"
-"$engine" --config "$work/cacheflow.yaml" --restore-plans --quiet --json "$@" >"$work/plans.out"
+modes=${MODES:-token layer both}
+for m in $modes; do
+    "$engine" --config "$work/cacheflow.yaml" --restore-plans --plan-modes "$m" --quiet --json "$@" >"$work/plans-$m.out"
+done
 
 # mean_ms of the later turns of run "$2" ("connector" or "no_connector") in the JSON line of file $1
 mean() {
     tail -n 1 "$1" | sed -n "s/.*\"$2\":{\"later_turns\":{\"n\":[0-9]*,\"mean_ms\":\([0-9.]*\).*/\1/p"
 }
 load=$(mean "$work/load.out" connector)
-rec1=$(mean "$work/load.out" no_connector)
-plans=$(mean "$work/plans.out" connector)
-rec2=$(mean "$work/plans.out" no_connector)
-[ -n "$load" ] && [ -n "$rec1" ] && [ -n "$plans" ] && [ -n "$rec2" ] || {
+recs=$(mean "$work/load.out" no_connector)
+for m in $modes; do recs="$recs $(mean "$work/plans-$m.out" no_connector)"; done
+[ -n "$load" ] && [ "$(echo "$recs" | wc -w)" -eq "$(( $(echo "$modes" | wc -w) + 1 ))" ] || {
     echo "restore-ttft: could not read the summaries" >&2
-    cat "$work/load.out" "$work/plans.out" >&2
     exit 1
 }
-grep -o 'restore plans followed[^;]*' "$work/plans.out" | head -n 1
-awk -v load="$load" -v r1="$rec1" -v plans="$plans" -v r2="$rec2" -v bw="$bandwidth" 'BEGIN {
-    rec = (r1 + r2) / 2
-    best = load < rec ? load : rec
-    printf "restore-ttft (tier read_bandwidth %s): mean TTFT of turns after the first, ms\n", bw
-    printf "  load-only      %8.1f\n", load
-    printf "  recompute-only %8.1f  (%.1f beside load-only, %.1f beside two-pointer)\n", rec, r1, r2
-    printf "  two-pointer    %8.1f\n", plans
-    printf "  two-pointer / better of the two: %.3f\n", plans / best
-}'
+rec=$(echo "$recs" | awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; printf "%.3f", s / NF }')
+best=$(awk -v a="$load" -v b="$rec" 'BEGIN { print (a < b ? a : b) }')
+echo "restore-ttft (tier read_bandwidth $bandwidth): mean TTFT of turns after the first, ms"
+printf '  load-only        %8.1f\n' "$load"
+printf '  recompute-only   %8.1f  (mean of %s, one beside each connector run)\n' "$rec" "$recs"
+for m in $modes; do
+    t=$(mean "$work/plans-$m.out" connector)
+    followed=$(grep -o 'restore plans followed: [^(]*' "$work/plans-$m.out" | head -n 1 | sed 's/restore plans followed: //')
+    awk -v m="$m" -v t="$t" -v best="$best" -v f="$followed" \
+        'BEGIN { printf "  plans %-10s %8.1f  ratio to the better of the two %.3f  (%s)\n", m, t, t / best, f }'
+done
