@@ -257,7 +257,10 @@ static int restore_step(engine *e, const char *req_id)
 {
     connector *c = e->conn;
     kvs_restore_plan plan = {.struct_size = sizeof plan};
-    if (!c->plans || c->api->plan(c->h, req_id, &plan) != KVS_OK || plan.recompute_tokens == 0) {
+    kvs_status ps = c->plans ? c->api->plan(c->h, req_id, &plan) : KVS_ENOTFOUND;
+    if (ps != KVS_OK && ps != KVS_ENOTFOUND) /* the loads may lack what the plan gives us: never guess */
+        return hook_failed(c, "plan", ps);
+    if (ps != KVS_OK || plan.recompute_tokens == 0) {
         HOOK(c, c->api->start_load(c->h), "start_load");
         return 0;
     }
