@@ -163,9 +163,9 @@ kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps);
 
 /* restore.c */
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);
-/* Prefix plans (an engine with no plan caps): how many of the n_chunks stored leading chunks on
- * `tier` are worth loading; n_chunks when no planner is configured. */
-uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t n_chunks);
+/* Prefix plans (an engine with no plan caps): how many of the n_chunks stored chunks from chunk
+ * first_chunk on, on `tier`, are worth loading; n_chunks when no planner is configured. */
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk, uint64_t n_chunks);
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n);
 kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
 void kvs_sched_expire_leases(kvs_handle *h);

@@ -34,9 +34,11 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     return KVS_OK;
 }
 
-uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t n_chunks) {
-    if (!h->restore_on || h->plan_caps || n_chunks == 0 || n_chunks > UINT32_MAX / h->chunk_tokens) return n_chunks;
-    cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier};
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk, uint64_t n_chunks) {
+    uint64_t offset = first_chunk * h->chunk_tokens;
+    if (!h->restore_on || h->plan_caps || n_chunks == 0 || n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
+        return n_chunks;
+    cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier, (uint32_t)offset};
     uint32_t load = 0;
     if (cf_plan_prefix(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), &req, 1,
                        &load, NULL) < 0)
@@ -68,7 +70,9 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
     for (uint64_t i = 0; i < n; i++) {
         if (!info[i].loading) continue;
         uint64_t tokens = reqs[i].n_loads * h->chunk_tokens; /* one planner unit per chunk loaded */
-        cr[k] = (cf_request){tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)tokens, info[i].tier};
+        uint64_t offset = reqs[i].loads[0].chunk_first;      /* what the engine holds costs nothing */
+        cr[k] = (cf_request){tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)tokens, info[i].tier,
+                             offset > UINT32_MAX ? UINT32_MAX : (uint32_t)offset};
         which[k++] = i;
     }
     if (cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), cr, m,

@@ -210,7 +210,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
-        uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, run);
+        uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, first, run);
         if (keep < run) {
             const kvs_backend_ops *ops;
             for (uint64_t i = keep; i < run; i++) {

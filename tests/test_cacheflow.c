@@ -112,6 +112,7 @@ START_TEST(a_slow_tier_recomputes_everything_and_a_fast_one_loads_everything) {
 }
 END_TEST
 
+
 START_TEST(stages_with_their_own_io_and_free_boundaries_divide_the_time) {
     for (int trial = 0; trial < 200; trial++) {
         cf_params p;
@@ -328,6 +329,36 @@ END_TEST
 
 /* ---- prefix-only ------------------------------------------------------------------------------------ */
 
+/* A range that starts late (its offset: tokens the engine already holds) costs more attention to
+ * recompute, so the planners recompute no more of it and load no less, and finish no sooner. */
+START_TEST(a_later_start_makes_recompute_costlier_and_plans_load_more) {
+    int fewer = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        cf_params p;
+        cf_compute m;
+        cf_channel c;
+        random_model(&p, &m, &c);
+        p.l_delta = 1; /* token mode: the unit that moves is a chunk */
+        uint32_t n = 2000 + (uint32_t)uniform(0, 8000);
+        cf_request early = {n, 0, 0}, late = {n, 0, 16384};
+        cf_plan a, b;
+        cf_event ev[MAX_EVENTS];
+        uint32_t n_ev;
+        double ta = plan(&p, &m, &c, 1, &early, 1, &a, ev, &n_ev);
+        double tb = plan(&p, &m, &c, 1, &late, 1, &b, ev, &n_ev);
+        ck_assert_msg(b.split <= a.split + 1, "trial %d: %u chunks recomputed late, %u early", trial, b.split, a.split);
+        ck_assert(tb >= ta * (1 - 1e-9));
+        fewer += b.split < a.split;
+        uint32_t la = 0, lb = 0;
+        cf_plan_prefix(&p, &m, &c, 1, &early, 1, &la, NULL);
+        cf_plan_prefix(&p, &m, &c, 1, &late, 1, &lb, NULL);
+        ck_assert_uint_ge(lb, la);
+    }
+    ck_assert_int_gt(fewer, 20); /* the offset changes plans, not only times */
+}
+END_TEST
+
+
 START_TEST(the_prefix_plan_matches_brute_force_and_loads_nothing_from_a_slow_tier) {
     double gap_sum = 0, gap_worst = 0;
     int exact = 0;
@@ -426,6 +457,7 @@ int main(void) {
     tcase_add_test(batch, batches_over_several_channels_and_both_modes_keep_the_invariants);
     tcase_add_test(batch, small_batches_come_close_to_the_brute_force_oracle);
     tcase_add_test(batch, the_prefix_plan_matches_brute_force_and_loads_nothing_from_a_slow_tier);
+    tcase_add_test(batch, a_later_start_makes_recompute_costlier_and_plans_load_more);
     suite_add_tcase(s, batch);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

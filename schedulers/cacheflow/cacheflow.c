@@ -38,14 +38,14 @@ typedef struct unit_cost {
 } unit_cost;
 
 static unit_cost cost_of(const cf_params *p, const cf_compute *m, const cf_channel *c, cf_mode mode,
-                         uint32_t n_cached, uint32_t unit) {
+                         uint64_t offset, uint32_t n_cached, uint32_t unit) {
     unit_cost u;
     if (mode == CF_MODE_TOKEN) {
         uint32_t n = cf_chunk_tokens(p, n_cached, unit);
-        u.compute = cf_unit_compute_s(m, (uint64_t)unit * p->chunk_tokens, n);
+        u.compute = cf_unit_compute_s(m, offset + (uint64_t)unit * p->chunk_tokens, n);
         u.load = cf_load_s(c, (uint64_t)n * p->n_layers * p->kv_bytes_per_token_layer);
     } else { /* one layer of the whole prefix: a 1/L share of the full forward */
-        u.compute = cf_forward_s(m, 0, n_cached) / p->n_layers;
+        u.compute = cf_forward_s(m, offset, n_cached) / p->n_layers;
         u.load = cf_load_s(c, (uint64_t)n_cached * p->kv_bytes_per_token_layer);
     }
     return u;
@@ -54,20 +54,20 @@ static unit_cost cost_of(const cf_params *p, const cf_compute *m, const cf_chann
 /* ---- one request -------------------------------------------------------------------------------- */
 
 static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_channel *c, cf_mode mode,
-                           uint32_t n_cached) {
+                           uint64_t offset, uint32_t n_cached) {
     cf_split s = {.mode = mode};
     s.units = mode == CF_MODE_TOKEN ? cf_chunks(p, n_cached) : p->n_layers;
     if (n_cached == 0) return s;
     /* A(k) = recompute [0, k) (token mode: one forward per chunk), D(k) = load [k, K) */
     double load_all = 0;
-    for (uint32_t i = 0; i < s.units; i++) load_all += cost_of(p, m, c, mode, n_cached, i).load;
+    for (uint32_t i = 0; i < s.units; i++) load_all += cost_of(p, m, c, mode, offset, n_cached, i).load;
     double a = 0, d = load_all;
     s.split = 0;
     s.compute_s = 0;
     s.load_s = load_all;
     s.total_s = load_all;
     for (uint32_t k = 1; k <= s.units; k++) {
-        unit_cost u = cost_of(p, m, c, mode, n_cached, k - 1);
+        unit_cost u = cost_of(p, m, c, mode, offset, n_cached, k - 1);
         a += mode == CF_MODE_TOKEN ? m->fix_s + u.compute : u.compute;
         d -= u.load;
         if (d < 0) d = 0;
@@ -83,18 +83,24 @@ static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_cha
 }
 
 cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
-    return scan_split(p, m, c, CF_MODE_TOKEN, n_cached);
+    return scan_split(p, m, c, CF_MODE_TOKEN, 0, n_cached);
 }
 
 cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
-    return scan_split(p, m, c, CF_MODE_LAYER, n_cached);
+    return scan_split(p, m, c, CF_MODE_LAYER, 0, n_cached);
+}
+
+/* The mode params ask for, or the faster, for a prefix whose first token is at position offset. */
+static cf_split best_split_at(const cf_params *p, const cf_compute *m, const cf_channel *c, uint64_t offset,
+                              uint32_t n_cached) {
+    int token = p->l_delta ? n_cached >= p->l_delta : -1;
+    cf_split t = token != 0 ? scan_split(p, m, c, CF_MODE_TOKEN, offset, n_cached) : (cf_split){0};
+    cf_split l = token != 1 ? scan_split(p, m, c, CF_MODE_LAYER, offset, n_cached) : (cf_split){0};
+    return token == 1 ? t : token == 0 ? l : l.total_s < t.total_s ? l : t;
 }
 
 cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
-    if (p->l_delta)
-        return n_cached >= p->l_delta ? cf_token_split(p, m, c, n_cached) : cf_layer_split(p, m, c, n_cached);
-    cf_split t = cf_token_split(p, m, c, n_cached), l = cf_layer_split(p, m, c, n_cached);
-    return l.total_s < t.total_s ? l : t;
+    return best_split_at(p, m, c, 0, n_cached);
 }
 
 uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t max_tokens) {
@@ -164,7 +170,8 @@ typedef struct batch {
 } batch;
 
 static unit_cost unit_of(const batch *b, uint32_t r, int64_t unit) {
-    return cost_of(b->p, b->m, &b->ch[b->reqs[r].channel], b->st[r].mode, b->reqs[r].n_cached, (uint32_t)unit);
+    return cost_of(b->p, b->m, &b->ch[b->reqs[r].channel], b->st[r].mode, b->reqs[r].offset, b->reqs[r].n_cached,
+                   (uint32_t)unit);
 }
 
 /* Recompute and load time of r's unclaimed units (compute with one fixed cost per token unit). */
@@ -207,7 +214,7 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
     uint32_t *step_units = (uint32_t *)(b.st + n);
     for (uint32_t r = 0; r < n; r++) {
         rstate *s = &b.st[r];
-        cf_split sp = cf_best_split(p, m, &channels[reqs[r].channel], reqs[r].n_cached);
+        cf_split sp = best_split_at(p, m, &channels[reqs[r].channel], reqs[r].offset, reqs[r].n_cached);
         s->mode = sp.mode;
         s->units = reqs[r].n_cached ? sp.units : 0;
         s->pc = 0;
@@ -344,7 +351,8 @@ void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channe
         double cost = m->fix_s;
         for (uint32_t r = 0; r < n; r++)
             if (split[r] > k)
-                cost += cost_of(p, m, &channels[reqs[r].channel], CF_MODE_TOKEN, reqs[r].n_cached, k).compute;
+                cost += cost_of(p, m, &channels[reqs[r].channel], CF_MODE_TOKEN, reqs[r].offset, reqs[r].n_cached, k)
+                            .compute;
         t += cost;
         for (uint32_t r = 0; r < n; r++)
             if (split[r] == k + 1) done[r] = t;
@@ -353,7 +361,7 @@ void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channe
     for (uint32_t i = 0; i < n; i++) {
         uint32_t r = order[i], k = reqs[r].channel, units = cf_chunks(p, reqs[r].n_cached);
         for (uint32_t u = split[r]; u < units; u++)
-            chan_t[k] += cost_of(p, m, &channels[k], CF_MODE_TOKEN, reqs[r].n_cached, u).load;
+            chan_t[k] += cost_of(p, m, &channels[k], CF_MODE_TOKEN, reqs[r].offset, reqs[r].n_cached, u).load;
         if (split[r] < units && chan_t[k] > done[r]) done[r] = chan_t[k];
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -374,9 +382,9 @@ static double prefix_load_s(const cf_params *p, const cf_channel *c, uint32_t n_
     return s;
 }
 
-static double prefix_tail_s(const cf_params *p, const cf_compute *m, uint32_t n_cached, uint32_t x) {
+static double prefix_tail_s(const cf_params *p, const cf_compute *m, const cf_request *q, uint32_t x) {
     uint64_t first = (uint64_t)x * p->chunk_tokens;
-    return first >= n_cached ? 0 : cf_forward_s(m, first, n_cached - first);
+    return first >= q->n_cached ? 0 : cf_forward_s(m, q->offset + first, q->n_cached - first);
 }
 
 #define EXHAUSTIVE_MAX 20000.0 /* prefix plans searched exhaustively up to this many choices */
@@ -396,7 +404,7 @@ static int by_tail_desc(const void *a, const void *b) {
  * its loads, in parallel with others: Jackson's rule minimises the latest finish). */
 static double prefix_eval(const cf_params *p, const cf_compute *m, const cf_channel *channels, const cf_request *reqs,
                           uint32_t n, const uint32_t *x, pjob *jobs, double *done, double *mean) {
-    for (uint32_t r = 0; r < n; r++) jobs[r] = (pjob){r, prefix_tail_s(p, m, reqs[r].n_cached, x[r])};
+    for (uint32_t r = 0; r < n; r++) jobs[r] = (pjob){r, prefix_tail_s(p, m, &reqs[r], x[r])};
     qsort(jobs, n, sizeof *jobs, by_tail_desc);
     double chan_t[CF_MAX_CHANNELS] = {0}, worst = 0, sum = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -473,7 +481,7 @@ double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel 
                 double best_t = DBL_MAX;
                 for (uint32_t v = 0; v <= k; v++) {
                     double t = prefix_load_s(p, &channels[reqs[r].channel], reqs[r].n_cached, v) +
-                               prefix_tail_s(p, m, reqs[r].n_cached, v);
+                               prefix_tail_s(p, m, &reqs[r], v);
                     if (t < best_t) best_t = t, pick = v;
                 }
             }

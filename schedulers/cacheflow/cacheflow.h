@@ -55,6 +55,8 @@ typedef struct cf_params {
 typedef struct cf_request {
     uint32_t n_cached; /* restorable prefix tokens */
     uint32_t channel;  /* index of the channel (tier) its stored KV is read from */
+    uint32_t offset;   /* position of its first restorable token (tokens before it are already in the
+                        * engine): recomputing costs more attention the later a range starts */
 } cf_request;
 
 /* ---- cost model ---------------------------------------------------------------------------------- */
