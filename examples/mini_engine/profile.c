@@ -220,9 +220,20 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
         ly[lm++] = best;
     }
     double lb[2];
-    if (tier < 0 || bytes_per_chunk == 0 || least_squares(lx, ly, lm, 2, lb) != 0 || lb[1] <= 0) {
+    if (tier < 0 || bytes_per_chunk == 0 || least_squares(lx, ly, lm, 2, lb) != 0) {
         fprintf(stderr, PROG ": profile: the load measurements do not fit a cost per chunk\n");
         return -1;
+    }
+    if (lb[1] <= 0) { /* loads too fast to tell from noise: charge each restore's whole time to its chunks */
+        lb[0] = 0;
+        lb[1] = 0;
+        for (int i = 0; i < lm; i++)
+            if (lx[i * 2 + 1] > 0 && ly[i] / lx[i * 2 + 1] > lb[1])
+                lb[1] = ly[i] / lx[i * 2 + 1];
+        if (lb[1] <= 0) {
+            fprintf(stderr, PROG ": profile: no restore loaded a chunk\n");
+            return -1;
+        }
     }
     double mb_s = (double)bytes_per_chunk / lb[1] / 1e6;
 
