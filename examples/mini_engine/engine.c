@@ -246,44 +246,71 @@ static void recompute_range(engine *e, uint64_t first, uint64_t n, int n_layers)
     }
 }
 
-/* Start the step's loads. With a token plan for this request (the connector left the front of its
- * range out of the loads), recompute that front here while a second thread runs the loads: the only
- * connector calls in that window are the loader's, so calls on the handle stay serialised. Positions
- * before the front are already in the pages, and the front never attends to the loaded back, so the
- * two touch different pages and the result is the same bits as loading everything. A layer plan is
- * the same with the whole range through the lower layers: layer j's K/V of a token depends only on
- * layers below j, so the loaded upper layers are never an input to what is recomputed. */
-static int restore_step(engine *e, const char *req_id)
+/* Start the step's loads. Where a restore plan leaves part of a request's range to the engine (the
+ * connector left the front of the range, or its lower layers, out of the loads), recompute that part
+ * here while a second thread runs the loads: the only connector calls in that window are the
+ * loader's, so calls on the handle stay serialised. Positions before the front are already in the
+ * pages and the front never attends to the loaded back; layer j's K/V of a token depends only on
+ * layers below j, so the loaded upper layers are never an input to what is recomputed. Either way the
+ * two touch different bytes and the result is the same bits as loading everything. es[idx[j]] is the
+ * engine (pages, tokens) of the j-th of m requests, as[idx[j]] its admission. */
+static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
 {
-    connector *c = e->conn;
-    kvs_restore_plan plan = {.struct_size = sizeof plan};
-    kvs_status ps = c->plans ? c->api->plan(c->h, req_id, &plan) : KVS_ENOTFOUND;
-    if (ps != KVS_OK && ps != KVS_ENOTFOUND) /* the loads may lack what the plan gives us: never guess */
-        return hook_failed(c, "plan", ps);
-    if (ps != KVS_OK || plan.recompute_tokens == 0) {
+    connector *c = es[0]->conn;
+    kvs_restore_plan *plans = calloc((size_t)m, sizeof *plans);
+    if (!plans) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return -1;
+    }
+    int any = 0;
+    for (int j = 0; j < m; j++) {
+        plans[j].struct_size = sizeof plans[j];
+        kvs_status ps = c->plans ? c->api->plan(c->h, as[idx[j]].req_id, &plans[j]) : KVS_ENOTFOUND;
+        if (ps != KVS_OK && ps != KVS_ENOTFOUND) { /* the loads may lack what the plan gives us: never guess */
+            free(plans);
+            return hook_failed(c, "plan", ps);
+        }
+        if (ps != KVS_OK)
+            plans[j].recompute_tokens = 0;
+        any |= plans[j].recompute_tokens > 0;
+    }
+    if (!any) {
+        free(plans);
         HOOK(c, c->api->start_load(c->h), "start_load");
         return 0;
     }
-    int layers = model_config_of(e->m)->n_layers;
-    if (plan.mode == KVS_PLAN_RECOMPUTE)
-        c->plans_recompute++;
-    else if (plan.mode == KVS_PLAN_LAYER)
-        c->plans_layer++, layers = (int)plan.recompute_layers;
-    else
-        c->plans_token++;
-    c->plan_recomputed_tokens += plan.recompute_tokens;
-    load_job job = {.c = c, .n_layers = model_config_of(e->m)->n_layers};
+    load_job job = {.c = c, .n_layers = model_config_of(es[0]->m)->n_layers};
     pthread_t loader;
     int rc = pthread_create(&loader, NULL, load_all_layers, &job);
-    if (rc != 0) { /* no thread: load first, then recompute */
+    if (rc != 0) /* no thread: load first, then recompute */
         load_all_layers(&job);
+    for (int j = 0; j < m; j++) {
+        const kvs_restore_plan *p = &plans[j];
+        if (p->recompute_tokens == 0)
+            continue;
+        int layers = model_config_of(es[0]->m)->n_layers;
+        if (p->mode == KVS_PLAN_RECOMPUTE)
+            c->plans_recompute++;
+        else if (p->mode == KVS_PLAN_LAYER)
+            c->plans_layer++, layers = (int)p->recompute_layers;
+        else
+            c->plans_token++;
+        c->plan_recomputed_tokens += p->recompute_tokens;
+        recompute_range(es[idx[j]], p->first_token, p->recompute_tokens, layers);
     }
-    recompute_range(e, plan.first_token, plan.recompute_tokens, layers);
     if (rc == 0)
         pthread_join(loader, NULL);
+    free(plans);
     if (job.st != KVS_OK)
         return hook_failed(c, job.failed_hook, job.st);
     return 0;
+}
+
+static int restore_step(engine *e, const char *req_id)
+{
+    admitted a = {.req_id = req_id};
+    int zero = 0;
+    return restore_plans_run(&e, &a, &zero, 1);
 }
 
 /* One engine step for one request: the connector's per-step hooks around a forward pass of
@@ -414,57 +441,139 @@ static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t
     return -1;
 }
 
-/* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
- * e->tokens holds the prompt; the n_out generated tokens are appended after it. on_prefill (may be NULL) runs once the
- * first token's logits exist, outside the TTFT. */
-int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
-                        prefill_done_fn on_prefill, void *ctx)
+/* Admit one turn: prefix-cache match, lookup, allocation (and an asynchronous load if the connector
+ * asks for one). e->tokens holds the prompt. */
+int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0, admitted *a)
 {
     connector *c = e->conn;
-    const double t0 = now_ms(); /* the turn arrives */
+    *a = (admitted){.req_id = req_id, .n_prompt = n_prompt, .n_out = n_out, .t0 = t0};
 
     /* 1. Local hits: full blocks from the engine's own prefix cache. */
     uint32_t n_local_blocks = kvcache_match_prefix(e->kv, e->tokens, n_prompt, e->table);
-    uint64_t n_local = (uint64_t)n_local_blocks * KV_BLOCK_TOKENS;
+    a->n_local = (uint64_t)n_local_blocks * KV_BLOCK_TOKENS;
 
     /* 2. External hits from the connector. */
     kvs_lookup_result lr = {0};
-    if (c && connector_lookup(c, req_id, e->tokens, n_prompt, n_local, &lr) != 0)
+    if (c && connector_lookup(c, req_id, e->tokens, n_prompt, a->n_local, &lr) != 0)
         return -1;
-    uint64_t n_ext = lr.n_hit_tokens;
+    a->n_ext = lr.n_hit_tokens;
 
     /* 3. Pages for the whole request: the prompt and every output but the last get KV. */
-    uint64_t kv_tokens = n_prompt + (uint64_t)n_out - 1;
-    uint32_t n_blocks = (uint32_t)((kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
-    if (kvcache_alloc(e->kv, n_blocks - n_local_blocks, e->table + n_local_blocks) != 0) {
+    a->kv_tokens = n_prompt + (uint64_t)n_out - 1;
+    a->n_blocks = (uint32_t)((a->kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
+    if (kvcache_alloc(e->kv, a->n_blocks - n_local_blocks, e->table + n_local_blocks) != 0) {
         fprintf(stderr, PROG ": '%s' needs %u pages but the block budget leaves %u: raise --block-budget\n",
-                req_id, n_blocks - n_local_blocks, kvcache_available(e->kv));
+                req_id, a->n_blocks - n_local_blocks, kvcache_available(e->kv));
         kvcache_release(e->kv, e->table, n_local_blocks, e->tokens, 0);
         return -1;
     }
     if (c)
-        HOOK(c, c->api->on_alloc(c->h, req_id, e->table, n_blocks, n_ext), "on_alloc");
+        HOOK(c, c->api->on_alloc(c->h, req_id, e->table, a->n_blocks, a->n_ext), "on_alloc");
 
-    uint64_t computed = n_local + n_ext;
-    if (c && n_ext && lr.load_async) {
+    a->computed = a->n_local + a->n_ext;
+    if (c && a->n_ext && lr.load_async) {
         uint64_t bad;
-        if (async_load(e, req_id, n_prompt, n_blocks, computed, &bad) != 0)
+        if (async_load(e, req_id, n_prompt, a->n_blocks, a->computed, &bad) != 0)
             return -1;
-        if (bad < computed)
-            computed = bad < n_local ? n_local : bad;
+        if (bad < a->computed)
+            a->computed = bad < a->n_local ? a->n_local : bad;
+        a->restored = 1;
     }
+    return 0;
+}
 
-    /* 4./5. Steps until n_out tokens exist: prefill chunks, then one token per step. */
-    r->prompt = n_prompt;
-    r->local_hit = n_local;
-    r->ext_hit = n_ext;
-    r->error_blocks = 0;
-    uint64_t n_known = n_prompt;
+/* Restore the external ranges of n admitted requests in one step of their own (nothing scheduled
+ * besides): one build_meta over all of them, so the connector plans the batch, then the loads on a
+ * loader thread while this thread recomputes what each request's plan leaves to the engine. */
+int engine_restore_batch(engine **es, admitted *as, int n)
+{
+    connector *c = es[0]->conn;
+    kvs_step_request *rs = calloc((size_t)n, sizeof *rs);
+    int *idx = calloc((size_t)n, sizeof *idx);
+    int m = 0, rc = -1;
+    if (!rs || !idx) {
+        fprintf(stderr, PROG ": out of memory\n");
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (as[i].restored || as[i].n_ext == 0)
+            continue;
+        rs[m] = (kvs_step_request){.req_id = as[i].req_id, .tokens = es[i]->tokens, .n_tokens = as[i].n_prompt,
+                                   .block_ids = es[i]->table, .n_block_ids = as[i].n_blocks,
+                                   .n_computed = as[i].computed, .n_scheduled = 0};
+        idx[m++] = i;
+    }
+    if (m == 0) {
+        rc = 0;
+        goto out;
+    }
+    uint64_t len = 0;
+    kvs_status st = c->api->build_meta(c->h, rs, (uint64_t)m, c->meta, c->meta_cap, &len);
+    if (st == KVS_EOVERFLOW) {
+        uint8_t *grown = realloc(c->meta, len);
+        if (!grown) {
+            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
+            goto out;
+        }
+        c->meta = grown;
+        c->meta_cap = len;
+        st = c->api->build_meta(c->h, rs, (uint64_t)m, c->meta, c->meta_cap, &len);
+    }
+    if (st != KVS_OK) {
+        hook_failed(c, "build_meta", st);
+        goto out;
+    }
+    if ((st = c->api->bind_meta(c->h, c->meta, len)) != KVS_OK) {
+        hook_failed(c, "bind_meta", st);
+        goto out;
+    }
+    if (restore_plans_run(es, as, idx, m) != 0)
+        goto out;
+    uint64_t n_bad = 0;
+    if ((st = c->api->wait_save(c->h)) != KVS_OK ||
+        (st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad)) != KVS_OK) {
+        hook_failed(c, "wait_save or load_error_blocks", st);
+        goto out;
+    }
+    for (uint64_t k = 0; k < n_bad; k++) /* recompute each owner from its first failed block */
+        for (int j = 0; j < m; j++) {
+            admitted *a = &as[idx[j]];
+            for (uint32_t b = 0; b < a->n_blocks; b++) {
+                uint64_t first = (uint64_t)b * KV_BLOCK_TOKENS;
+                if (es[idx[j]]->table[b] == c->errors[k] && first < a->computed) {
+                    a->computed = first < a->n_local ? a->n_local : first;
+                    a->error_blocks++;
+                }
+            }
+        }
+    for (int j = 0; j < m; j++)
+        as[idx[j]].restored = 1;
+    rc = 0;
+out:
+    free(rs);
+    free(idx);
+    return rc;
+}
+
+/* Steps until n_out tokens exist (prefill chunks, then one token per step), then finish. TTFT counts
+ * from a->t0. on_prefill (may be NULL) runs once the first token's logits exist, outside the TTFT. */
+int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx)
+{
+    connector *c = e->conn;
+    const char *req_id = a->req_id;
+    uint64_t computed = a->computed;
+
+    /* 4./5. */
+    r->prompt = a->n_prompt;
+    r->local_hit = a->n_local;
+    r->ext_hit = a->n_ext;
+    r->error_blocks = a->error_blocks;
+    uint64_t n_known = a->n_prompt;
     int produced = 0, retries = 0;
-    while (produced < n_out) {
+    while (produced < a->n_out) {
         uint64_t left = n_known - computed;
         int n = left < (uint64_t)e->prefill_chunk ? (int)left : e->prefill_chunk;
-        step_io io = {.req_id = req_id, .n_tokens = n_known, .n_blocks = n_blocks, .n_computed = computed,
+        step_io io = {.req_id = req_id, .n_tokens = n_known, .n_blocks = a->n_blocks, .n_computed = computed,
                       .n_scheduled = n};
         int rc = engine_step(e, &io);
         if (rc < 0)
@@ -485,9 +594,9 @@ int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, tu
         model_logits(e->m, e->s, n - 1, e->logits);
         int32_t next = model_argmax(e->logits, model_config_of(e->m)->vocab);
         if (produced == 0) {
-            r->ttft_ms = now_ms() - t0;
+            r->ttft_ms = now_ms() - a->t0;
             r->first_token = next;
-            if (on_prefill && on_prefill(ctx, e, n_prompt, r) != 0)
+            if (on_prefill && on_prefill(ctx, e, a->n_prompt, r) != 0)
                 return -1;
         }
         produced++;
@@ -514,8 +623,17 @@ int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, tu
         if (connector_take_events(c) != 0)
             return -1;
     }
-    kvcache_release(e->kv, e->table, n_blocks, e->tokens, kv_tokens);
+    kvcache_release(e->kv, e->table, a->n_blocks, e->tokens, a->kv_tokens);
     return 0;
+}
+
+int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
+                 prefill_done_fn on_prefill, void *ctx)
+{
+    admitted a;
+    if (engine_admit(e, req_id, n_prompt, n_out, now_ms(), &a) != 0)
+        return -1;
+    return engine_run(e, &a, r, on_prefill, ctx);
 }
 
 int connector_stats(connector *c, kvs_stats *out)

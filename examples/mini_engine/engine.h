@@ -57,6 +57,28 @@ typedef struct turn_result {
 /* Called once the first token's logits are in e->logits, outside the TTFT. Non-zero stops the run. */
 typedef int (*prefill_done_fn)(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
 
+/* A request between admission and its steps. */
+typedef struct admitted {
+    const char *req_id;
+    uint64_t n_prompt;
+    int n_out;
+    uint64_t n_local, n_ext;  /* engine prefix-cache hit, connector hit */
+    uint64_t computed;        /* tokens whose KV is in the pages (or will be once restored) */
+    uint32_t n_blocks;
+    uint64_t kv_tokens;
+    uint64_t error_blocks;    /* failed loads of a batch restore */
+    int restored;             /* its external range was restored before its steps */
+    double t0;                /* arrival: TTFT counts from here */
+} admitted;
+
+/* The phases of engine_serve, for serving several requests at once: admit each (prefix-cache match,
+ * lookup, allocation; e->tokens holds the prompt), restore their external ranges in one step that
+ * the connector plans as a batch (es[i] and as[i] belong together; the engines share the model,
+ * scratch, cache and connector but each has its own tokens and block table), then run each. */
+int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0, admitted *a);
+int engine_restore_batch(engine **es, admitted *as, int n);
+int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx);
+
 /* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
  * e->tokens holds the n_prompt prompt tokens and must have room for n_out more, which are appended.
  * req_id must be unique per request. Returns 0, or -1 after printing why. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "profile.h"
@@ -37,6 +38,7 @@ typedef struct options {
     const char *profile_tier; /* the name the profile gives the tier that served the loads */
     int profile_tokens;
     int plan_modes; /* --plan-modes; 0: both */
+    int batch;      /* turns of different sessions admitted and restored together */
 } options;
 
 static void usage(FILE *f)
@@ -56,6 +58,8 @@ static void usage(FILE *f)
             "  --profile FILE        measure recompute and load costs, write them as a restore profile, exit\n"
             "  --profile-tier NAME   tier name written into the profile (dram)\n"
             "  --profile-tokens N    prompt length the profile measures (4096)\n"
+            "  --batch N             admit up to N turns of different sessions at once and restore their\n"
+            "                        prefixes in one step the connector plans as a batch (1)\n"
             "model:\n"
             "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
             "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
@@ -106,6 +110,7 @@ static int parse_options(int argc, char **argv, options *o)
         .turns = 5,
         .profile_tier = "dram",
         .profile_tokens = 4096,
+        .batch = 1,
     };
     struct {
         const char *name;
@@ -120,7 +125,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"--decode-tokens", &o->decode_tokens, 1}, {"--system-tokens", &o->system_tokens, 0},
         {"--user-tokens", &o->user_tokens, 0}, {"--doc-tokens", &o->doc_tokens, 0},
         {"--sessions", &o->sessions, 1},       {"--turns", &o->turns, 1},
-        {"--profile-tokens", &o->profile_tokens, 64},
+        {"--profile-tokens", &o->profile_tokens, 64}, {"--batch", &o->batch, 1},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -209,6 +214,10 @@ static int parse_options(int argc, char **argv, options *o)
         }
     }
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
+    if (o->batch > 64) {
+        fprintf(stderr, PROG ": --batch is at most 64\n");
+        return -1;
+    }
     if (o->restore_plans && o->plan_modes)
         o->restore_plans = o->plan_modes;
     if (o->plan_modes && !o->restore_plans) {
@@ -235,9 +244,23 @@ typedef struct reference {
     int mismatches;
     const char *session;
     int turn;
+    double check_ms; /* time spent checking, kept out of the TTFT of requests served after it */
 } reference;
 
+static int reference_check_timed(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
+
 static int reference_check(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r)
+{
+    reference *ref = ctx;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = reference_check_timed(ctx, e, n_prompt, r);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    ref->check_ms += (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+    return rc;
+}
+
+static int reference_check_timed(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r)
 {
     reference *ref = ctx;
     if (r->ext_hit == 0)
@@ -304,6 +327,8 @@ typedef struct mode_run {
     kvcache_stats cache;
     /* state while running */
     engine e;
+    engine *more; /* --batch: engines 1..batch-1, sharing e's model, scratch, cache and connector */
+    int n_more;
     connector conn;
     reference *ref;
     int32_t **history; /* per session: every token so far */
@@ -359,7 +384,43 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
             return -1;
         e->conn = &run->conn;
     }
+    if (o->batch > 1) {
+        run->more = calloc((size_t)o->batch - 1, sizeof *run->more);
+        if (!run->more) {
+            fprintf(stderr, PROG ": out of memory\n");
+            return -1;
+        }
+        run->n_more = o->batch - 1;
+        for (int k = 0; k < run->n_more; k++) {
+            engine *x = &run->more[k];
+            *x = (engine){.m = m, .s = e->s, .kv = e->kv, .conn = e->conn, .prefill_chunk = e->prefill_chunk};
+            x->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *x->logits);
+            x->table = calloc(z->blocks, sizeof *x->table);
+            x->tokens = malloc((size_t)z->max_request * sizeof *x->tokens);
+            if (!x->logits || !x->table || !x->tokens) {
+                fprintf(stderr, PROG ": out of memory\n");
+                return -1;
+            }
+        }
+    }
     return 0;
+}
+
+static double now_ms_main(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void print_turn(const mode_run *run, const options *o, const workload *w, const turn_result *r)
+{
+    if (o->quiet)
+        return;
+    printf("[%-12s] %-8s turn %-2d prompt %6llu  local %6llu  connector %6llu  ttft %8.2f ms%s\n", run->name,
+           w->session_names[r->session], r->turn, (unsigned long long)r->prompt, (unsigned long long)r->local_hit,
+           (unsigned long long)r->ext_hit, r->ttft_ms, r->error_blocks ? "  (load errors: recomputed)" : "");
+    fflush(stdout);
 }
 
 /* Serve turn i of the workload: the prompt is the session's history plus the new user tokens. */
@@ -385,13 +446,69 @@ static int mode_turn(mode_run *run, const options *o, const workload *w, int i)
     /* The session's history is now the prompt plus what was generated. */
     run->n_history[s] = n_prompt + (uint64_t)t->output_tokens;
     memcpy(run->history[s], e->tokens, run->n_history[s] * sizeof(int32_t));
-    if (!o->quiet) {
-        printf("[%-12s] %-8s turn %-2d prompt %6llu  local %6llu  connector %6llu  ttft %8.2f ms%s\n", run->name,
-               w->session_names[s], t->turn, (unsigned long long)r->prompt, (unsigned long long)r->local_hit,
-               (unsigned long long)r->ext_hit, r->ttft_ms, r->error_blocks ? "  (load errors: recomputed)" : "");
-        fflush(stdout);
+    print_turn(run, o, w, r);
+    return 0;
+}
+
+/* --batch: serve turns [i, i + n) (different sessions) together: admit each, restore their
+ * prefixes in one step planned as a batch, then run each. TTFT counts from the group's arrival. */
+static int mode_group(mode_run *run, const options *o, const workload *w, int i, int n)
+{
+    engine *es[64];
+    admitted as[64];
+    char ids[64][256];
+    const double t0 = now_ms_main();
+    for (int j = 0; j < n; j++) {
+        engine *e = j == 0 ? &run->e : &run->more[j - 1];
+        const workload_turn *t = &w->turns[i + j];
+        const int s = t->session;
+        const uint64_t n_prompt = run->n_history[s] + (uint64_t)t->n_user;
+        memcpy(e->tokens, run->history[s], run->n_history[s] * sizeof(int32_t));
+        memcpy(e->tokens + run->n_history[s], t->user, (size_t)t->n_user * sizeof(int32_t));
+        snprintf(ids[j], sizeof ids[j], "%.200s/turn%d", w->session_names[s], t->turn);
+        es[j] = e;
+        if (engine_admit(e, ids[j], n_prompt, t->output_tokens, t0, &as[j]) != 0)
+            return -1;
+    }
+    if (run->e.conn && engine_restore_batch(es, as, n) != 0)
+        return -1;
+    for (int j = 0; j < n; j++) {
+        const workload_turn *t = &w->turns[i + j];
+        const int s = t->session;
+        turn_result *r = &run->turns[i + j];
+        r->session = s;
+        r->turn = t->turn;
+        if (run->ref) {
+            run->ref->session = w->session_names[s];
+            run->ref->turn = t->turn;
+        }
+        double checking = run->ref ? run->ref->check_ms : 0;
+        if (engine_run(es[j], &as[j], r, run->ref ? reference_check : NULL, run->ref) != 0)
+            return -1;
+        /* --verify's reference runs inside the group: it is no one's waiting time */
+        if (run->ref)
+            for (int k = j + 1; k < n; k++)
+                as[k].t0 += run->ref->check_ms - checking;
+        run->n_history[s] = as[j].n_prompt + (uint64_t)t->output_tokens;
+        memcpy(run->history[s], es[j]->tokens, run->n_history[s] * sizeof(int32_t));
+        print_turn(run, o, w, r);
     }
     return 0;
+}
+
+/* How many turns from i on form the next group: at most --batch, all of different sessions. */
+static int group_size(const options *o, const workload *w, int i)
+{
+    int n = 1;
+    while (n < o->batch && n < 64 && i + n < w->n_turns) {
+        int dup = 0;
+        for (int j = 0; j < n; j++)
+            dup |= w->turns[i + j].session == w->turns[i + n].session;
+        if (dup)
+            break;
+        n++;
+    }
+    return n;
 }
 
 /* Collect the counters. */
@@ -416,6 +533,14 @@ static void mode_end(mode_run *run, const workload *w)
         free(run->history[s]);
     free(run->history);
     free(run->n_history);
+    for (int k = 0; k < run->n_more; k++) {
+        free(run->more[k].logits);
+        free(run->more[k].table);
+        free(run->more[k].tokens);
+    }
+    free(run->more);
+    run->more = NULL;
+    run->n_more = 0;
     kvcache_destroy(run->e.kv);
     model_scratch_free(run->e.s);
     free(run->e.logits);
@@ -659,8 +784,8 @@ int main(int argc, char **argv)
     uint64_t budget = o.block_budget;
     if (!budget) {
         budget = (z.total_history + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS / 3;
-        if (budget < max_request_blocks + 1)
-            budget = max_request_blocks + 1;
+        if (budget < max_request_blocks * (uint64_t)o.batch + 1)
+            budget = max_request_blocks * (uint64_t)o.batch + 1; /* a group holds its pages at once */
         if (o.blocks && budget > (uint64_t)o.blocks)
             budget = (uint64_t)o.blocks;
     }
@@ -721,9 +846,11 @@ int main(int argc, char **argv)
     int failed = 0;
     for (int k = 0; k < n_modes && !failed; k++)
         failed = mode_begin(&modes[k], &o, m, &w, &z, refp) != 0;
-    for (int i = 0; i < w.n_turns && !failed; i++)
+    for (int i = 0, g = 1; i < w.n_turns && !failed; i += g) {
+        g = group_size(&o, &w, i);
         for (int k = 0; k < n_modes && !failed; k++)
-            failed = mode_turn(&modes[k], &o, &w, i) != 0;
+            failed = (o.batch > 1 ? mode_group(&modes[k], &o, &w, i, g) : mode_turn(&modes[k], &o, &w, i)) != 0;
+    }
     for (int k = 0; k < n_modes && !failed; k++)
         failed = mode_collect(&modes[k]) != 0;
     if (!failed) {
