@@ -9,6 +9,8 @@
 #include "dram.h"
 #include "config.h"
 #include "log.h"
+#include "options.h"
+#include "pace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,8 +83,7 @@ typedef struct dram_state {
     /* read pacing (options read_bandwidth, read_latency_us): reads are served one after another at
      * this rate, so the tier stands for a slower device in benchmarks and tests */
     uint64_t pace_bytes_per_s, pace_latency_ns;
-    pthread_mutex_t pace_lock;
-    uint64_t pace_free_ns; /* when the modelled device finishes the reads already admitted */
+    kvs_pace pace;
     char error[512];
 } dram_state;
 
@@ -316,49 +317,43 @@ static kvs_status parse_shm_name(dram_state *st, const char *value) {
 }
 
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
+    static const char *const names[] = {"shm_name", "read_bandwidth", "read_latency_us"};
+    int seen[3] = {0};
+    char why[256];
     for (uint64_t i = 0; i < init->n_options; i++) {
         const kvs_backend_option *opt = &init->options[i];
-        const char *key = opt->key ? opt->key : "";
         const char *value = opt->value ? opt->value : "";
-        kvs_status rc = KVS_OK;
-        if (strcmp(key, "shm_name") == 0) {
-            rc = parse_shm_name(st, opt->value);
-        } else if (strcmp(key, "read_bandwidth") == 0) {
+        uint64_t us = 0;
+        switch (kvs_option_index(names, 3, seen, opt->key ? opt->key : "", "shm_name, read_bandwidth, read_latency_us",
+                                 why, sizeof why)) {
+        case 0:
+            if (parse_shm_name(st, opt->value) != KVS_OK) return KVS_ECONFIG;
+            break;
+        case 1:
             if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
                 set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
-                rc = KVS_ECONFIG;
+                return KVS_ECONFIG;
             }
-        } else if (strcmp(key, "read_latency_us") == 0) {
-            char *end = NULL;
-            unsigned long long us = strtoull(value, &end, 10);
-            if (!*value || *end || us > 10000000ull) {
+            break;
+        case 2:
+            if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
                 set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
-                rc = KVS_ECONFIG;
+                return KVS_ECONFIG;
             }
             st->pace_latency_ns = us * 1000ull;
-        } else {
-            set_error(st, "unknown option \"%.100s\" (valid options: shm_name, read_bandwidth, read_latency_us)", key);
-            rc = KVS_ECONFIG;
+            break;
+        default:
+            set_error(st, "%s", why);
+            return KVS_ECONFIG;
         }
-        if (rc != KVS_OK) return rc;
     }
     return KVS_OK;
 }
 
-/* A paced tier: admit a read of len bytes behind the ones before it and sleep until it is done. */
+/* A paced tier: a read of len bytes waits its turn on the modelled device, then for its own time. */
 static void pace_read(dram_state *st, uint64_t len) {
-    if (!st->pace_bytes_per_s && !st->pace_latency_ns) return;
-    uint64_t cost = st->pace_latency_ns;
-    if (st->pace_bytes_per_s) cost += (uint64_t)((double)len * 1e9 / (double)st->pace_bytes_per_s);
-    pthread_mutex_lock(&st->pace_lock);
-    uint64_t now = now_ns();
-    uint64_t start = st->pace_free_ns > now ? st->pace_free_ns : now;
-    st->pace_free_ns = start + cost;
-    uint64_t until = st->pace_free_ns;
-    pthread_mutex_unlock(&st->pace_lock);
-    struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
+    if (st->pace_bytes_per_s || st->pace_latency_ns)
+        kvs_pace_wait(&st->pace, now_ns(), kvs_pace_cost_ns(len, st->pace_bytes_per_s, st->pace_latency_ns));
 }
 
 static kvs_status plan_geometry(dram_state *st, uint64_t capacity_bytes, geometry *g) {
@@ -579,7 +574,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
         return KVS_ENOMEM;
     }
     snprintf(st->tier_name, sizeof st->tier_name, "%s", init->tier_name ? init->tier_name : "dram");
-    pthread_mutex_init(&st->pace_lock, NULL);
+    kvs_pace_init(&st->pace);
     st->max_object_bytes = init->max_object_bytes;
     const kvs_backend_host *host = init->host;
     if (host) {
@@ -608,7 +603,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
 
 fail:
     write_init_error(init, st->error);
-    pthread_mutex_destroy(&st->pace_lock);
+    kvs_pace_destroy(&st->pace);
     free(st);
     return rc;
 }
@@ -632,7 +627,7 @@ static void dram_destroy(void *state) {
         pthread_mutex_destroy(&st->header->mutex);
     }
     munmap(st->header, st->mapping_bytes);
-    pthread_mutex_destroy(&st->pace_lock);
+    kvs_pace_destroy(&st->pace);
     free(st);
 }
 

@@ -31,6 +31,7 @@
 #endif
 
 #include "kvstrata_backend.h"
+#include "pace.h"
 
 #define MAX_PREAD_THREADS 64
 #define MAX_RETRIES 8                  /* EAGAIN/EINTR resubmissions of one request */
@@ -47,7 +48,7 @@ struct ssd_io_path {
     uint64_t queued;
     uint32_t inflight, writes_inflight;
     int stop;
-    uint64_t busy_until_ns; /* paced model clock */
+    kvs_pace pace; /* the paced model (sim_bandwidth, sim_iops) */
     atomic_int failed;
     atomic_int armed;
     atomic_uint_fast64_t completed; /* successful I/Os since armed, for eio_after */
@@ -266,18 +267,9 @@ static void complete(ssd_io_path *p, ssd_io_request *r, int result) {
             atomic_fetch_add(&p->n_writes, 1);
         }
         if (atomic_load(&p->armed)) atomic_fetch_add(&p->completed, 1);
-        if (p->cfg.sim_bandwidth || p->cfg.sim_iops) {
-            uint64_t cost = 0;
-            if (p->cfg.sim_bandwidth)
-                cost += (uint64_t)((unsigned __int128)bytes * 1000000000ull / p->cfg.sim_bandwidth);
-            if (p->cfg.sim_iops) cost += 1000000000ull / p->cfg.sim_iops;
-            pthread_mutex_lock(&p->mutex);
-            uint64_t start = p->busy_until_ns > r->start_ns ? p->busy_until_ns : r->start_ns;
-            p->busy_until_ns = start + cost;
-            uint64_t release = p->busy_until_ns;
-            pthread_mutex_unlock(&p->mutex);
-            sleep_until(release);
-        }
+        if (p->cfg.sim_bandwidth || p->cfg.sim_iops)
+            kvs_pace_wait(&p->pace, r->start_ns,
+                          kvs_pace_cost_ns(bytes, p->cfg.sim_bandwidth, p->cfg.sim_iops ? 1000000000ull / p->cfg.sim_iops : 0));
     } else if (result != -ENOSPC && !atomic_load(&p->failed)) {
         atomic_fetch_add(&p->cfg.counters->path_errors, 1);
         log_path(p, KVS_LOG_ERROR, "%s at offset %llu (%s); the path is isolated",
@@ -594,6 +586,7 @@ int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&p->mutex, NULL);
+    kvs_pace_init(&p->pace);
     pthread_cond_init(&p->work, &attr);
     pthread_condattr_destroy(&attr);
     pthread_cond_init(&p->started, NULL);
@@ -659,6 +652,7 @@ void ssd_io_close(ssd_io_path *p) {
     pthread_cond_destroy(&p->started);
     pthread_cond_destroy(&p->work);
     pthread_mutex_destroy(&p->mutex);
+    kvs_pace_destroy(&p->pace);
     free(p);
 }
 
