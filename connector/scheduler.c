@@ -49,12 +49,19 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
     return r;
 }
 
-static void release_lease(kvs_handle *h, kvs_request *r) {
-    for (uint64_t i = 0; i < r->n_pins; i++) {
+/* Unpin r's pins from index `from` on and keep only those before it. */
+static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
+    for (uint64_t i = from; i < r->n_pins; i++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, r->pins[i].tier);
         ops->unpin(kvs_tiers_state(h->tiers, r->pins[i].tier), &r->pins[i].key, 1);
     }
-    if (r->n_pins && h->stats.leases_active) h->stats.leases_active--;
+    if (from < r->n_pins) r->n_pins = from;
+}
+
+static void release_lease(kvs_handle *h, kvs_request *r) {
+    int had = r->n_pins != 0;
+    unpin_from(h, r, 0);
+    if (had && h->stats.leases_active) h->stats.leases_active--;
     free(r->pins);
     r->pins = NULL;
     r->n_pins = 0;
@@ -212,12 +219,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
         uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, first, run);
         if (keep < run) {
-            const kvs_backend_ops *ops;
-            for (uint64_t i = keep; i < run; i++) {
-                ops = kvs_tiers_ops(h->tiers, r->pins[i].tier);
-                ops->unpin(kvs_tiers_state(h->tiers, r->pins[i].tier), &r->pins[i].key, 1);
-            }
-            r->n_pins = keep;
+            unpin_from(h, r, keep);
             hit = (first + keep) * C;
         }
     }
@@ -305,11 +307,10 @@ typedef struct req_plan {
     uint64_t n_keys;
     uint64_t saved_upto;
     int emits_load;
-    kvs_restore_step restore;
 } req_plan;
 
 static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_step_request *s,
-                               kvs_meta_req *out, req_plan *plan) {
+                               kvs_meta_req *out, req_plan *plan, kvs_restore_step *restore) {
     uint64_t C = h->chunk_tokens;
     int oom;
     memset(plan, 0, sizeof *plan);
@@ -329,7 +330,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         }
         load_end = end;
         plan->emits_load = 1;
-        plan->restore = (kvs_restore_step){.loading = 1, .tier = r->pins[0].tier, .first_token = start,
+        *restore = (kvs_restore_step){.loading = 1, .tier = r->pins[0].tier, .first_token = start,
                                            .end_token = end};
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
@@ -360,7 +361,8 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     return KVS_OK;
 }
 
-static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan *plan) {
+static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan *plan,
+                             const kvs_restore_step *restore) {
     kvs_request *r = find_request(h, s->req_id);
     if (!r) {
         if (!(r = create_request(h, s->req_id)))
@@ -382,21 +384,10 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
     if (plan->emits_load) {
         r->load_pending = 0;
         r->lease_release_step = h->step; /* the workers load during this step */
-        r->plan = plan->restore.plan;
+        r->plan = restore->plan;
         r->plan_step = h->step;
     }
     return KVS_OK;
-}
-
-/* The restore planner over the step's loads (it may drop loads the engine recomputes). */
-static kvs_status plan_restores(kvs_handle *h, kvs_meta *meta, req_plan *plans) {
-    kvs_restore_step *info = meta->n_reqs ? calloc(meta->n_reqs, sizeof *info) : NULL;
-    if (meta->n_reqs && !info) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    for (uint64_t i = 0; i < meta->n_reqs; i++) info[i] = plans[i].restore;
-    kvs_status st = kvs_restore_plan_step(h, meta->reqs, info, meta->n_reqs);
-    for (uint64_t i = 0; i < meta->n_reqs; i++) plans[i].restore = info[i];
-    free(info);
-    return st;
 }
 
 static void release_finished_leases(kvs_handle *h) {
@@ -417,18 +408,20 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     kvs_meta meta = {.step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
+    kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
     void *blob = NULL;
     uint64_t blob_len = 0;
-    if (n_reqs && (!meta.reqs || !plans)) {
+    if (n_reqs && (!meta.reqs || !plans || !restores)) {
         st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         goto out;
     }
     for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
-        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i]);
+        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
         meta.n_reqs = i + 1;
     }
     if (st != KVS_OK) goto out;
-    if ((st = plan_restores(h, &meta, plans)) != KVS_OK) goto out;
+    /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
+    if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
     if ((st = kvs_meta_encode(&meta, &blob, &blob_len)) != KVS_OK) {
         kvs_set_error(h, st, "build_meta: out of memory encoding metadata");
         goto out;
@@ -442,7 +435,7 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     memcpy(buf, blob, blob_len);
     h->step++;
     release_finished_leases(h);
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) st = apply_plan(h, &reqs[i], &plans[i]);
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
 out:
     for (uint64_t i = 0; i < meta.n_reqs; i++) {
         kvs_meta_req_clear(&meta.reqs[i]);
@@ -450,6 +443,7 @@ out:
     }
     free(meta.reqs);
     free(plans);
+    free(restores);
     free(blob);
     return st;
 }
