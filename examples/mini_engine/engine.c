@@ -17,7 +17,7 @@
 #define LOOKUP_POLL_LIMIT 5000    /* "unknown yet" lookups (1 ms apart) before treating as a miss */
 #define FINISHED_POLL_LIMIT 60000 /* get_finished polls (1 ms apart) for async loads and saves */
 
-static double now_ms(void)
+double engine_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -203,6 +203,26 @@ static int connector_poll_finished(connector *c, const char *req_id, int *sendin
     return 0;
 }
 
+int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n)
+{
+    uint64_t len = 0;
+    kvs_status st = c->api->build_meta(c->h, reqs, n, c->meta, c->meta_cap, &len);
+    if (st == KVS_EOVERFLOW) {
+        uint8_t *grown = realloc(c->meta, len);
+        if (!grown) {
+            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
+            return -1;
+        }
+        c->meta = grown;
+        c->meta_cap = len;
+        st = c->api->build_meta(c->h, reqs, n, c->meta, c->meta_cap, &len);
+    }
+    if (st != KVS_OK)
+        return hook_failed(c, "build_meta", st);
+    HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
+    return 0;
+}
+
 /* The engine ------------------------------------------------------------------------------------------- */
 
 typedef struct step_io {
@@ -324,22 +344,7 @@ static int engine_step(engine *e, step_io *io)
         kvs_step_request r = {.req_id = io->req_id, .tokens = e->tokens, .n_tokens = io->n_tokens,
                               .block_ids = e->table, .n_block_ids = io->n_blocks,
                               .n_computed = io->n_computed, .n_scheduled = (uint64_t)io->n_scheduled};
-        uint64_t len = 0;
-        kvs_status st = c->api->build_meta(c->h, &r, 1, c->meta, c->meta_cap, &len);
-        if (st == KVS_EOVERFLOW) {
-            uint8_t *grown = realloc(c->meta, len);
-            if (!grown) {
-                fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
-                return -1;
-            }
-            c->meta = grown;
-            c->meta_cap = len;
-            st = c->api->build_meta(c->h, &r, 1, c->meta, c->meta_cap, &len);
-        }
-        if (st != KVS_OK)
-            return hook_failed(c, "build_meta", st);
-        HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
-        if (restore_step(e, io->req_id) != 0)
+        if (connector_step_meta(c, &r, 1) != 0 || restore_step(e, io->req_id) != 0)
             return -1;
     }
     model_embed(e->m, e->s, e->tokens + io->n_computed, io->n_scheduled);
@@ -507,28 +512,9 @@ int engine_restore_batch(engine **es, admitted *as, int n)
         rc = 0;
         goto out;
     }
-    uint64_t len = 0;
-    kvs_status st = c->api->build_meta(c->h, rs, (uint64_t)m, c->meta, c->meta_cap, &len);
-    if (st == KVS_EOVERFLOW) {
-        uint8_t *grown = realloc(c->meta, len);
-        if (!grown) {
-            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
-            goto out;
-        }
-        c->meta = grown;
-        c->meta_cap = len;
-        st = c->api->build_meta(c->h, rs, (uint64_t)m, c->meta, c->meta_cap, &len);
-    }
-    if (st != KVS_OK) {
-        hook_failed(c, "build_meta", st);
+    if (connector_step_meta(c, rs, (uint64_t)m) != 0 || restore_plans_run(es, as, idx, m) != 0)
         goto out;
-    }
-    if ((st = c->api->bind_meta(c->h, c->meta, len)) != KVS_OK) {
-        hook_failed(c, "bind_meta", st);
-        goto out;
-    }
-    if (restore_plans_run(es, as, idx, m) != 0)
-        goto out;
+    kvs_status st;
     uint64_t n_bad = 0;
     if ((st = c->api->wait_save(c->h)) != KVS_OK ||
         (st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad)) != KVS_OK) {
@@ -594,7 +580,7 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
         model_logits(e->m, e->s, n - 1, e->logits);
         int32_t next = model_argmax(e->logits, model_config_of(e->m)->vocab);
         if (produced == 0) {
-            r->ttft_ms = now_ms() - a->t0;
+            r->ttft_ms = engine_now_ms() - a->t0;
             r->first_token = next;
             if (on_prefill && on_prefill(ctx, e, a->n_prompt, r) != 0)
                 return -1;
@@ -631,7 +617,7 @@ int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, tu
                  prefill_done_fn on_prefill, void *ctx)
 {
     admitted a;
-    if (engine_admit(e, req_id, n_prompt, n_out, now_ms(), &a) != 0)
+    if (engine_admit(e, req_id, n_prompt, n_out, engine_now_ms(), &a) != 0)
         return -1;
     return engine_run(e, &a, r, on_prefill, ctx);
 }

@@ -32,6 +32,11 @@ typedef struct connector {
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
                    const model *m, const kvcache *kv, int restore_plans);
 void connector_close(connector *c);
+/* build_meta for the step's requests (growing c->meta as needed) and bind_meta. 0, or -1 after
+ * printing why. */
+int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n);
+/* CLOCK_MONOTONIC in milliseconds. */
+double engine_now_ms(void);
 int connector_stats(connector *c, kvs_stats *out);
 
 typedef struct engine {

@@ -406,13 +406,6 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
     return 0;
 }
 
-static double now_ms_main(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void print_turn(const mode_run *run, const options *o, const workload *w, const turn_result *r)
 {
     if (o->quiet)
@@ -457,7 +450,7 @@ static int mode_group(mode_run *run, const options *o, const workload *w, int i,
     engine *es[64];
     admitted as[64];
     char ids[64][256];
-    const double t0 = now_ms_main();
+    const double t0 = engine_now_ms();
     for (int j = 0; j < n; j++) {
         engine *e = j == 0 ? &run->e : &run->more[j - 1];
         const workload_turn *t = &w->turns[i + j];

@@ -11,13 +11,6 @@
 #define PROG "kvs-mini-engine"
 #define REPEATS 3
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Least squares for y = X b with k <= 3 columns (normal equations, Gaussian elimination). */
 static int least_squares(const double *x, const double *y, int n, int k, double *b)
 {
@@ -61,11 +54,11 @@ static double time_forward(engine *e, uint64_t o, int n)
     const int n_layers = model_config_of(e->m)->n_layers;
     double best = 1e30;
     for (int k = 0; k < REPEATS; k++) {
-        double t0 = now_s();
+        double t0 = engine_now_ms() / 1e3;
         model_embed(e->m, e->s, e->tokens + o, n);
         for (int l = 0; l < n_layers; l++)
             model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, o, n);
-        double t = now_s() - t0;
+        double t = engine_now_ms() / 1e3 - t0;
         if (t < best)
             best = t;
     }
@@ -97,20 +90,20 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     c->api->stats(c->h, &before);
     kvs_step_request r = {.req_id = id, .tokens = e->tokens, .n_tokens = n, .block_ids = e->table,
                           .n_block_ids = n_blocks, .n_computed = lr.n_hit_tokens, .n_scheduled = 0};
-    uint64_t len = 0, n_bad = 0;
+    uint64_t n_bad = 0;
     int keep = 0;
     int rc = -1;
     st = c->api->on_alloc(c->h, id, e->table, n_blocks, lr.n_hit_tokens);
-    double t0 = now_s();
-    if (st == KVS_OK)
-        st = c->api->build_meta(c->h, &r, 1, c->meta, c->meta_cap, &len);
-    if (st == KVS_OK)
-        st = c->api->bind_meta(c->h, c->meta, len);
+    double t0 = engine_now_ms() / 1e3;
+    if (st == KVS_OK && connector_step_meta(c, &r, 1) != 0) {
+        kvcache_release(e->kv, e->table, n_blocks, e->tokens, 0);
+        return -1;
+    }
     if (st == KVS_OK)
         st = c->api->start_load(c->h);
     for (int l = 0; st == KVS_OK && l < model_config_of(e->m)->n_layers; l++)
         st = c->api->wait_layer_load(c->h, (uint32_t)l);
-    *secs = now_s() - t0;
+    *secs = engine_now_ms() / 1e3 - t0;
     if (st == KVS_OK)
         st = c->api->wait_save(c->h);
     if (st == KVS_OK)
