@@ -634,6 +634,16 @@ static kvs_status missing_key(const parse_ctx *ctx, const node *map, const char 
     return fail(ctx, map, kp, "missing required key%s", hint);
 }
 
+/* v as a mapping of the keys in names (map_fields); with `required` every one of them must be there. */
+static kvs_status mapping_fields(const parse_ctx *ctx, const node *v, const char *path, const char *const *names,
+                                 size_t n_names, const node **keys, const node **values, int required) {
+    if (v->kind != NODE_MAPPING) return fail(ctx, v, path, "expected a mapping, found %s", describe(v));
+    kvs_status st = map_fields(ctx, v, path, names, n_names, keys, values);
+    for (size_t k = 0; required && st == KVS_OK && k < n_names; k++)
+        if (!values[k]) st = missing_key(ctx, v, path, names[k], "");
+    return st;
+}
+
 static uint64_t physical_memory_bytes(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
     if (pages <= 0 || page_size <= 0) return UINT64_MAX; /* unknown: do not refuse */
@@ -930,9 +940,7 @@ static void set_defaults(kvs_config *cfg) {
 
 static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[DK_COUNT] = {NULL}, *values[DK_COUNT] = {NULL};
-    if (v->kind != NODE_MAPPING)
-        return fail(ctx, v, "device", "expected a mapping, found %s", describe(v));
-    kvs_status st = map_fields(ctx, v, "device", DEVICE_KEYS, DK_COUNT, keys, values);
+    kvs_status st = mapping_fields(ctx, v, "device", DEVICE_KEYS, DK_COUNT, keys, values, 0);
     uint64_t value;
     size_t choice;
     if (st == KVS_OK && values[DK_METHOD]) {
@@ -958,9 +966,7 @@ static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *
 
 static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[NK_COUNT] = {NULL}, *values[NK_COUNT] = {NULL};
-    if (v->kind != NODE_MAPPING)
-        return fail(ctx, v, "node", "expected a mapping, found %s", describe(v));
-    kvs_status st = map_fields(ctx, v, "node", NODE_KEYS, NK_COUNT, keys, values);
+    kvs_status st = mapping_fields(ctx, v, "node", NODE_KEYS, NK_COUNT, keys, values, 0);
     uint64_t value;
     if (st == KVS_OK && values[NK_LISTEN]) {
         st = get_text(ctx, values[NK_LISTEN], "node.listen", cfg->node.listen, sizeof cfg->node.listen);
@@ -994,9 +1000,7 @@ static kvs_status parse_profile_file(const parse_ctx *outer, const node *at, kvs
 
 static kvs_status parse_restore(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[RSK_COUNT] = {NULL}, *values[RSK_COUNT] = {NULL};
-    if (v->kind != NODE_MAPPING)
-        return fail(ctx, v, "restore", "expected a mapping, found %s", describe(v));
-    kvs_status st = map_fields(ctx, v, "restore", RESTORE_KEYS, RSK_COUNT, keys, values);
+    kvs_status st = mapping_fields(ctx, v, "restore", RESTORE_KEYS, RSK_COUNT, keys, values, 0);
     size_t choice;
     if (st == KVS_OK && values[RSK_SCHEDULER]) {
         st = get_choice(ctx, values[RSK_SCHEDULER], "restore.scheduler", RESTORE_SCHEDULERS,
@@ -1020,9 +1024,7 @@ static kvs_status parse_restore(const parse_ctx *ctx, const node *v, kvs_config 
 
 static kvs_status parse_pool(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
     const node *keys[PK_COUNT] = {NULL}, *values[PK_COUNT] = {NULL};
-    if (v->kind != NODE_MAPPING)
-        return fail(ctx, v, "pool", "expected a mapping, found %s", describe(v));
-    kvs_status st = map_fields(ctx, v, "pool", POOL_KEYS, PK_COUNT, keys, values);
+    kvs_status st = mapping_fields(ctx, v, "pool", POOL_KEYS, PK_COUNT, keys, values, 0);
     if (st == KVS_OK && values[PK_STAGING])
         st = get_size(ctx, values[PK_STAGING], "pool.staging_bytes", &cfg->staging_bytes);
     return st;
@@ -1091,10 +1093,7 @@ static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t
     const node *keys[PTK_COUNT] = {NULL}, *values[PTK_COUNT] = {NULL};
     char kp[KEY_PATH_MAX];
     snprintf(kp, sizeof kp, "tiers[%zu]", i);
-    if (v->kind != NODE_MAPPING) return fail(ctx, v, kp, "expected a mapping, found %s", describe(v));
-    kvs_status st = map_fields(ctx, v, kp, PROFILE_TIER_KEYS, PTK_COUNT, keys, values);
-    for (int k = 0; st == KVS_OK && k < PTK_COUNT; k++)
-        if (!values[k]) st = missing_key(ctx, v, kp, PROFILE_TIER_KEYS[k], "");
+    kvs_status st = mapping_fields(ctx, v, kp, PROFILE_TIER_KEYS, PTK_COUNT, keys, values, 1);
     if (st != KVS_OK) return st;
     kvs_restore_tier *t = &cfg->restore.tiers[i];
     double lat_us, mb_s;
@@ -1124,10 +1123,7 @@ static kvs_status parse_profile_root(const parse_ctx *ctx, const node *root, kvs
     if (st == KVS_OK && !values[PFK_TIERS]) st = missing_key(ctx, root, NULL, "tiers", " (a sequence)");
     if (st != KVS_OK) return st;
     const node *c = values[PFK_COMPUTE], *t = values[PFK_TIERS];
-    if (c->kind != NODE_MAPPING) return fail(ctx, c, "compute", "expected a mapping, found %s", describe(c));
-    st = map_fields(ctx, c, "compute", PROFILE_COMPUTE_KEYS, PCK_COUNT, ck, cv);
-    for (int k = 0; st == KVS_OK && k < PCK_COUNT; k++)
-        if (!cv[k]) st = missing_key(ctx, c, "compute", PROFILE_COMPUTE_KEYS[k], "");
+    st = mapping_fields(ctx, c, "compute", PROFILE_COMPUTE_KEYS, PCK_COUNT, ck, cv, 1);
     double fixed_us = 0, token_us = 0, att_ns = 0;
     if (st == KVS_OK) st = get_double(ctx, cv[PCK_FIXED], "compute.fixed_us", 0, 1e9, &fixed_us);
     if (st == KVS_OK) st = get_double(ctx, cv[PCK_TOKEN], "compute.per_token_us", 0, 1e9, &token_us);
