@@ -122,7 +122,8 @@ struct kvs_handle {
     kvs_meta *bound;
     kvs_load_work *loads;
     uint64_t n_loads;
-    uint32_t layers_loaded;
+    uint32_t layers_loaded; /* host device: layers landed this step, */
+    uint8_t *layer_loaded;  /* and which (n_views flags) */
     kvs_save_work *saves;
     uint64_t n_saves;
     uint8_t *layer_saved; /* per layer: save_layer seen this step */

@@ -7,8 +7,8 @@
 #include "log.h"
 
 /* Wire form (msgpack): [version, step, fingerprint bin16, chunk_tokens, [req...]]
- * req: [id str, [block ids], [[key bin16, chunk_first, first_token, n_tokens, first_layer]...],
- *       [[key bin16, chunk_first]...]] */
+ * req: [id str, [block ids], [[key bin16, chunk_first, first_token, n_tokens]...],
+ *       [[key bin16, chunk_first]...], layer mask bin (empty: every layer)] */
 
 static void pack_key(msgpack_packer *pk, const kvs_key *key) {
     msgpack_pack_bin(pk, sizeof key->bytes);
@@ -16,7 +16,7 @@ static void pack_key(msgpack_packer *pk, const kvs_key *key) {
 }
 
 static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
-    msgpack_pack_array(pk, 4);
+    msgpack_pack_array(pk, 5);
     size_t idlen = strnlen(r->id, KVS_REQ_ID_MAX - 1);
     msgpack_pack_str(pk, idlen);
     msgpack_pack_str_body(pk, r->id, idlen);
@@ -25,12 +25,11 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
     msgpack_pack_array(pk, (size_t)r->n_loads);
     for (uint64_t i = 0; i < r->n_loads; i++) {
         const kvs_meta_load *l = &r->loads[i];
-        msgpack_pack_array(pk, 5);
+        msgpack_pack_array(pk, 4);
         pack_key(pk, &l->key);
         msgpack_pack_uint64(pk, l->chunk_first);
         msgpack_pack_uint64(pk, l->first_token);
         msgpack_pack_uint32(pk, l->n_tokens);
-        msgpack_pack_uint32(pk, l->first_layer);
     }
     msgpack_pack_array(pk, (size_t)r->n_saves);
     for (uint64_t i = 0; i < r->n_saves; i++) {
@@ -38,6 +37,8 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
         pack_key(pk, &r->saves[i].key);
         msgpack_pack_uint64(pk, r->saves[i].chunk_first);
     }
+    msgpack_pack_bin(pk, r->layers ? r->n_layer_bytes : 0);
+    if (r->layers && r->n_layer_bytes) msgpack_pack_bin_body(pk, r->layers, r->n_layer_bytes);
 }
 
 kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
@@ -103,15 +104,13 @@ static int decode_loads(decoder *d, const msgpack_object *o, kvs_meta_req *r, ui
     for (uint64_t i = 0; i < r->n_loads; i++) {
         const msgpack_object *e = &o->via.array.ptr[i];
         kvs_meta_load *l = &r->loads[i];
-        uint64_t n = 0, first_layer = 0;
-        if (!get_array(d, e, 5, "load entry") || !get_key(d, &e->via.array.ptr[0], &l->key) ||
+        uint64_t n = 0;
+        if (!get_array(d, e, 4, "load entry") || !get_key(d, &e->via.array.ptr[0], &l->key) ||
             !get_u64(d, &e->via.array.ptr[1], UINT64_MAX / 2, &l->chunk_first, "load chunk_first") ||
             !get_u64(d, &e->via.array.ptr[2], UINT64_MAX / 2, &l->first_token, "load first_token") ||
-            !get_u64(d, &e->via.array.ptr[3], chunk_tokens, &n, "load n_tokens") ||
-            !get_u64(d, &e->via.array.ptr[4], UINT32_MAX, &first_layer, "load first_layer"))
+            !get_u64(d, &e->via.array.ptr[3], chunk_tokens, &n, "load n_tokens"))
             return 0;
         l->n_tokens = (uint32_t)n;
-        l->first_layer = (uint32_t)first_layer; /* checked against the model by the worker */
         if (n == 0 || l->first_token < l->chunk_first ||
             l->first_token + n > l->chunk_first + chunk_tokens || l->chunk_first % chunk_tokens)
             return bad(d, "a load range lies outside its chunk");
@@ -135,7 +134,7 @@ static int decode_saves(decoder *d, const msgpack_object *o, kvs_meta_req *r, ui
 }
 
 static int decode_req(decoder *d, const msgpack_object *o, kvs_meta_req *r, uint32_t chunk_tokens) {
-    if (!get_array(d, o, 4, "request")) return 0;
+    if (!get_array(d, o, 5, "request")) return 0;
     const msgpack_object *f = o->via.array.ptr;
     if (f[0].type != MSGPACK_OBJECT_STR || f[0].via.str.size == 0 ||
         f[0].via.str.size >= KVS_REQ_ID_MAX || memchr(f[0].via.str.ptr, 0, f[0].via.str.size))
@@ -151,7 +150,16 @@ static int decode_req(decoder *d, const msgpack_object *o, kvs_meta_req *r, uint
         if (!get_u64(d, &f[1].via.array.ptr[i], UINT32_MAX, &v, "a block id")) return 0;
         r->block_ids[i] = (uint32_t)v;
     }
-    return decode_loads(d, &f[2], r, chunk_tokens) && decode_saves(d, &f[3], r, chunk_tokens);
+    if (!decode_loads(d, &f[2], r, chunk_tokens) || !decode_saves(d, &f[3], r, chunk_tokens)) return 0;
+    /* the layer mask: its size against the model is checked by the worker */
+    if (f[4].type != MSGPACK_OBJECT_BIN || f[4].via.bin.size > KVS_META_MAX_LAYER_BYTES)
+        return bad(d, "a request's layer mask is not a bin of at most 8192 bytes");
+    r->n_layer_bytes = f[4].via.bin.size;
+    if (r->n_layer_bytes) {
+        if (!(r->layers = malloc(r->n_layer_bytes))) return bad(d, "out of memory");
+        memcpy(r->layers, f[4].via.bin.ptr, r->n_layer_bytes);
+    }
+    return 1;
 }
 
 static int decode_root(decoder *d, const msgpack_object *root, kvs_meta *m) {
@@ -267,10 +275,13 @@ void kvs_meta_req_clear(kvs_meta_req *r) {
     free(r->block_ids);
     free(r->loads);
     free(r->saves);
+    free(r->layers);
     r->block_ids = NULL;
     r->loads = NULL;
     r->saves = NULL;
+    r->layers = NULL;
     r->n_block_ids = r->n_loads = r->n_saves = 0;
+    r->n_layer_bytes = 0;
 }
 
 void kvs_meta_free(kvs_meta *m) {

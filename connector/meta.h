@@ -8,17 +8,16 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_META_VERSION 2 /* 2: loads carry first_layer */
+#define KVS_META_VERSION 3 /* 2: loads carry first_layer; 3: requests carry a layer mask instead */
 #define KVS_REQ_ID_MAX 256
 
-/* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first, layers
- * [first_layer, n_layers) (a layer restore plan leaves the layers below to the engine). */
+/* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first (the layers
+ * its request's layer mask names). */
 typedef struct kvs_meta_load {
     kvs_key key;
     uint64_t chunk_first;
     uint64_t first_token;
     uint32_t n_tokens;
-    uint32_t first_layer;
 } kvs_meta_load;
 
 /* Save the whole chunk starting at chunk_first. */
@@ -35,7 +34,17 @@ typedef struct kvs_meta_req {
     uint64_t n_loads;
     kvs_meta_save *saves;
     uint64_t n_saves;
+    uint8_t *layers;        /* which layers its loads read: bit l of byte l / 8; NULL: every layer (a
+                             * layer or stage restore plan leaves the others to the engine) */
+    uint32_t n_layer_bytes; /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
 } kvs_meta_req;
+
+#define KVS_META_MAX_LAYER_BYTES 8192u
+
+/* 1 when the loads of r read layer `layer`. */
+static inline int kvs_meta_wants_layer(const kvs_meta_req *r, uint32_t layer) {
+    return !r->n_layer_bytes || (layer / 8 < r->n_layer_bytes && (r->layers[layer / 8] >> (layer % 8) & 1));
+}
 
 typedef struct kvs_meta {
     uint64_t step;

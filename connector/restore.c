@@ -46,6 +46,18 @@ uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_
     return load < n_chunks ? load : n_chunks;
 }
 
+/* Leave layers [from, to) of the request's loads to the engine (the loads read the others). */
+static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t from, uint32_t to) {
+    if (!mr->layers) {
+        mr->n_layer_bytes = (n_layers + 7) / 8;
+        if (!(mr->layers = malloc(mr->n_layer_bytes))) return mr->n_layer_bytes = 0, KVS_ENOMEM;
+        memset(mr->layers, 0, mr->n_layer_bytes);
+        for (uint32_t l = 0; l < n_layers; l++) mr->layers[l / 8] |= (uint8_t)(1u << (l % 8));
+    }
+    for (uint32_t l = from; l < to && l < n_layers; l++) mr->layers[l / 8] &= (uint8_t)~(1u << (l % 8));
+    return KVS_OK;
+}
+
 /* Every request of the step with loads gets a plan; with a planner and an engine that executes
  * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n) {
@@ -93,10 +105,13 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                 mr->n_loads = 0;
                 continue;
             }
+            if (set_layer_mask(mr, nl, 0, l) != KVS_OK) {
+                st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
+                goto out;
+            }
             in->plan.mode = KVS_PLAN_LAYER;
             in->plan.recompute_layers = l;
             in->plan.recompute_tokens = in->end_token - in->first_token;
-            for (uint64_t i = 0; i < mr->n_loads; i++) mr->loads[i].first_layer = l;
             continue;
         }
         uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;

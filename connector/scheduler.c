@@ -326,7 +326,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
             uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo), 0};
+            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
         }
         load_end = end;
         plan->emits_load = 1;

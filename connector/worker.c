@@ -112,6 +112,7 @@ static void close_device(kvs_handle *h) {
     free(h->hash_jobs);
     free(h->views);
     free(h->layer_saved);
+    free(h->layer_loaded);
     h->dev = NULL;
     h->dev_state = h->dev_module = NULL;
     h->hashpool = NULL;
@@ -119,6 +120,7 @@ static void close_device(kvs_handle *h) {
     h->hash_jobs = NULL;
     h->views = NULL;
     h->layer_saved = NULL;
+    h->layer_loaded = NULL;
     h->n_views = 0;
 }
 
@@ -145,7 +147,8 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint3
     }
     h->views = malloc(n_layers * sizeof *h->views);
     h->layer_saved = calloc(n_layers, 1);
-    if (!h->views || !h->layer_saved) {
+    h->layer_loaded = calloc(n_layers, 1);
+    if (!h->views || !h->layer_saved || !h->layer_loaded) {
         close_device(h);
         return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
     }
@@ -179,9 +182,14 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token, r->loads[i].n_tokens};
         if (kvs_kernel_check_span(&h->views[0], &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: %s", r->id, why);
-        if (r->loads[i].first_layer >= h->model.n_layers)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': a load starts at layer %u of a %u-layer model",
-                                 r->id, r->loads[i].first_layer, h->model.n_layers);
+    }
+    if (r->n_layer_bytes) { /* the layer mask: one bit per layer, none past the last */
+        uint32_t nl = h->model.n_layers, bits = r->n_layer_bytes * 8;
+        int stray = r->n_layer_bytes != (nl + 7) / 8;
+        for (uint32_t l = nl; !stray && l < bits; l++) stray = r->layers[l / 8] >> (l % 8) & 1;
+        if (stray)
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': its layer mask (%u bytes) does not fit a "
+                                 "%u-layer model", r->id, r->n_layer_bytes, nl);
     }
     for (uint64_t i = 0; i < r->n_saves; i++) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first, h->chunk_tokens};
@@ -217,6 +225,7 @@ void kvs_worker_reset(kvs_handle *h) {
     h->layers_loaded = 0;
     h->loads_pending = 0;
     if (h->layer_saved) memset(h->layer_saved, 0, h->n_views);
+    if (h->layer_loaded) memset(h->layer_loaded, 0, h->n_views);
 }
 
 void kvs_worker_close(kvs_handle *h) {
@@ -334,8 +343,10 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (ops->pin(state, key, 1, h->cfg->lease_timeout_ms, &pinned) != KVS_OK || pinned != 1)
         return fail_load(h, w, "evicted before it could be pinned");
     w->pinned = 1;
-    /* Some layers only (a layer plan): read just those where the tier can, into a slab. */
-    w->ranged = w->load->first_layer > 0 && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
+    /* Some layers only (a layer or stage plan): read just those where the tier can, into a slab. */
+    int some = 0;
+    for (uint32_t l = 0; l < h->model.n_layers && !some; l++) some = !kvs_meta_wants_layer(w->req, l);
+    w->ranged = some && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
     if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !w->ranged) {
         const void *obj = NULL;
         if (ops->get_ref(state, key, &obj, &len) != KVS_OK) return fail_load(h, w, ops->last_error(state));
@@ -344,19 +355,33 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
 }
 
-/* A load of layers [first_layer, n) only: the header and checksum table, then those layers, each
- * read to its place in the slab (the layers below stay unread and are never used). */
+/* A load of some layers only reads the header and checksum table first (fetch_range), then each
+ * wanted layer to its place in the slab when it is needed (fetch_layer): at start_load on a CUDA
+ * device, when the engine waits for the layer on the host device, so the reads follow the order the
+ * engine asks for layers in. Unwanted layers stay unread and are never used. */
+static int load_live(const kvs_load_work *w);
+
+static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
+    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
+    void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
+    uint64_t from = kvs_object_payload_offset(h->model.n_layers) + (uint64_t)layer * h->layer_bytes;
+    uint64_t got = 0, len = 0;
+    if (ops->get_range(state, &w->load->key, from, h->layer_bytes, (uint8_t *)w->slab + from, &got, &len) != KVS_OK)
+        return fail_load(h, w, ops->last_error(state));
+    if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
+}
+
 static void fetch_range(kvs_handle *h, kvs_load_work *w) {
     const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
     void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
     uint64_t head = kvs_object_payload_offset(h->model.n_layers);
-    uint64_t from = head + (uint64_t)w->load->first_layer * h->layer_bytes;
-    uint64_t got = 0, got2 = 0, len = 0;
-    if (ops->get_range(state, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK ||
-        ops->get_range(state, &w->load->key, from, h->object_bytes - from, (uint8_t *)w->slab + from, &got2, &len) != KVS_OK)
+    uint64_t got = 0, len = 0;
+    if (ops->get_range(state, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK)
         return fail_load(h, w, ops->last_error(state));
-    if (got != head || from + got2 != len) return fail_load(h, w, "the stored object is shorter than its layers");
+    if (got != head) return fail_load(h, w, "the stored object is shorter than its header");
     accept_object(h, w, w->slab, len);
+    for (uint32_t l = 0; !h->dev_info.synchronous && l < h->model.n_layers && load_live(w); l++)
+        if (kvs_meta_wants_layer(w->req, l)) fetch_layer(h, w, l);
 }
 
 /* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
@@ -447,7 +472,11 @@ static void load_layer_sync(kvs_handle *h, uint32_t layer) {
     kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
     for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (!load_live(w) || layer < w->load->first_layer) continue; /* below it: the engine computes */
+        if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer)) continue; /* the engine computes it */
+        if (w->ranged) {
+            fetch_layer(h, w, layer);
+            if (!load_live(w)) continue;
+        }
         int whole = w->load->n_tokens == h->chunk_tokens;
         if (!whole) {
             const void *payload = kvs_object_layer((void *)w->object, layer);
@@ -479,7 +508,7 @@ static void load_all_async(kvs_handle *h) {
     for (uint32_t layer = 0; layer < h->n_views; layer++) {
         uint64_t n = 0;
         for (uint64_t i = 0; i < h->n_loads; i++)
-            if (load_live(&h->loads[i]) && layer >= h->loads[i].load->first_layer)
+            if (load_live(&h->loads[i]) && kvs_meta_wants_layer(h->loads[i].req, layer))
                 load_copy(h, &h->loads[i], layer, &h->copies[n++]);
         char why[512] = "";
         if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
@@ -492,8 +521,9 @@ static void load_all_async(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
         if (!load_live(w)) continue;
-        for (uint32_t layer = w->load->first_layer; layer < nl; layer++)
-            h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer), h->layer_bytes,
+        for (uint32_t layer = 0; layer < nl; layer++)
+            if (kvs_meta_wants_layer(w->req, layer))
+                h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer), h->layer_bytes,
                                                     &w->layer_hash[nl + layer]};
     }
     if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
@@ -533,21 +563,29 @@ static void complete_async_loads(kvs_handle *h) {
     uint64_t nl = h->model.n_layers;
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
-        for (uint32_t layer = w->load->first_layer; layer < nl && load_live(w); layer++)
-            if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
-        if (load_live(w))
-            h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * (nl - w->load->first_layer) / h->chunk_tokens;
+        uint32_t wanted = 0;
+        for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
+            if (kvs_meta_wants_layer(w->req, layer)) {
+                wanted++;
+                if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
+            }
+        if (load_live(w)) h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * wanted / h->chunk_tokens;
     }
     finish_loads(h);
 }
 
-/* Only time spent in the connector counts as load time: the engine computes between layers. */
-static void load_layers_through(kvs_handle *h, uint32_t layer) {
+/* Host device: land layers [from, to] not landed yet (in any order the engine asks for them; the
+ * loads finish, unpinning, once every layer has landed). Only time spent in the connector counts as
+ * load time: the engine computes between layers. */
+static void load_layers(kvs_handle *h, uint32_t from, uint32_t to) {
     if (!h->dev_info.synchronous) return; /* enqueued by start_load */
     uint64_t t0 = kvs_now_ns();
-    for (; h->layers_loaded <= layer && h->layers_loaded < h->n_views; h->layers_loaded++)
-        load_layer_sync(h, h->layers_loaded);
-    if (h->layers_loaded == h->n_views) finish_loads(h);
+    for (uint32_t l = from; l <= to && l < h->n_views; l++) {
+        if (h->layer_loaded[l]) continue;
+        load_layer_sync(h, l);
+        h->layer_loaded[l] = 1;
+        if (++h->layers_loaded == h->n_views) finish_loads(h);
+    }
     h->stats.load_ns += kvs_now_ns() - t0;
 }
 
@@ -567,6 +605,7 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
     fetch_objects(h);
     h->wstate = WORKER_LOADING;
     h->layers_loaded = 0;
+    memset(h->layer_loaded, 0, h->n_views);
     if (!h->dev_info.synchronous) load_all_async(h);
     h->stats.load_ns += kvs_now_ns() - t0;
     return KVS_OK;
@@ -580,7 +619,7 @@ kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
     if (layer >= h->n_views)
         return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer, h->n_views);
     if (h->dev_info.synchronous) {
-        if (h->layers_loaded <= layer) load_layers_through(h, layer);
+        load_layers(h, layer, layer);
         return KVS_OK;
     }
     char why[512] = "";
@@ -657,7 +696,7 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
     int first = 1;
     for (uint32_t l = 0; l < h->n_views; l++) first &= !h->layer_saved[l];
     /* The engine computed this layer, so its loads must have landed (and failed ones be known). */
-    if (h->wstate == WORKER_LOADING && h->layers_loaded <= layer) load_layers_through(h, layer);
+    if (h->wstate == WORKER_LOADING) load_layers(h, layer, layer);
     uint64_t t0 = kvs_now_ns();
     if (first) open_saves(h);
     h->layer_saved[layer] = 1;
@@ -731,7 +770,7 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
     if (st != KVS_OK) return st;
     if (h->wstate == WORKER_IDLE)
         return kvs_set_error(h, KVS_ESTATE, "wait_save: no metadata bound (call bind_meta first)");
-    if (h->wstate == WORKER_LOADING) load_layers_through(h, h->n_views - 1);
+    if (h->wstate == WORKER_LOADING) load_layers(h, 0, h->n_views - 1);
     uint64_t t0 = kvs_now_ns();
     complete_async_loads(h); /* errors found here taint the saves below */
     kvs_status result = KVS_OK;
