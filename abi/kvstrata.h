@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 3
+#define KVS_ABI_MINOR 4
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -140,17 +140,26 @@ typedef struct kvs_event {
 
 /* restore plans (ABI 1.3) ------------------------------------------------------------------------ */
 
+#define KVS_MAX_STAGES 8u
+
 /* What an engine can execute besides loading the whole external range (set_plan_caps). */
 #define KVS_PLAN_CAP_TOKEN 1u /* recompute the front of the external range while the rest loads */
 #define KVS_PLAN_CAP_LAYER 2u /* recompute the lower layers of the external range while the upper load */
+#define KVS_PLAN_CAP_STAGE 4u /* (1.4) pipeline stages restore their own layers at once, each from its
+                               * stored boundary activations (set_stages first) */
 
 typedef enum kvs_plan_mode {
     KVS_PLAN_LOAD = 0,      /* the connector loads the whole external range (stock behaviour) */
     KVS_PLAN_TOKEN = 1,     /* the engine computes [first_token, first_token + recompute_tokens) while
                              * the connector loads [first_token + recompute_tokens, end_token) */
     KVS_PLAN_RECOMPUTE = 2, /* the engine computes the whole external range; nothing is loaded */
-    KVS_PLAN_LAYER = 3      /* the engine computes layers [0, recompute_layers) of every token of the
+    KVS_PLAN_LAYER = 3,     /* the engine computes layers [0, recompute_layers) of every token of the
                              * range while the connector loads layers [recompute_layers, n_layers) */
+    KVS_PLAN_STAGE = 4      /* (1.4) stage s computes its layers [first_layer[s], first_layer[s] +
+                             * stage_recompute_layers[s]) of every token of the range (stage 0 from the
+                             * embeddings, stage s > 0 from its boundary activations, which the
+                             * connector loads first) while the connector loads every other KV layer;
+                             * the stages may run at once */
 } kvs_plan_mode;
 
 /* How one request's external range is restored in the step build_meta just planned. */
@@ -164,7 +173,27 @@ typedef struct kvs_restore_plan {
     double predicted_ms;       /* the planner's restore time for the request (0: no planner) */
     uint32_t recompute_layers; /* layer mode: layers the engine computes; 0 otherwise */
     uint32_t reserved;
+    /* --- 1.4 (filled when struct_size covers them) --- */
+    uint32_t n_stages;                               /* stage mode: the engine's stages; 0 otherwise */
+    uint32_t stage_recompute_layers[KVS_MAX_STAGES]; /* stage mode: layers each stage computes */
 } kvs_restore_plan;
+
+/* sizeof(kvs_restore_plan) in ABI 1.3, which `plan` still accepts */
+#define KVS_RESTORE_PLAN_SIZE_1_3 48u
+
+/* An engine's pipeline stages (set_stages, ABI 1.4). The model's registered layers are the KV layers
+ * [0, n_kv_layers) followed by one group of boundary_layers registered layers per stage boundary:
+ * the activations entering stage s > 0 (its first layer's input) live in layers n_kv_layers + (s - 1)
+ * * boundary_layers .. + boundary_layers - 1, written by the engine in its forward and saved and
+ * loaded like KV (same view shape; the bytes are the engine's business). */
+typedef struct kvs_stage_desc {
+    uint32_t struct_size;     /* sizeof(kvs_stage_desc) */
+    uint32_t n_stages;        /* 2..KVS_MAX_STAGES */
+    uint32_t n_kv_layers;     /* kvs_model_desc.n_layers = n_kv_layers + (n_stages - 1) * boundary_layers */
+    uint32_t boundary_layers; /* >= 1 */
+    uint32_t first_layer[KVS_MAX_STAGES]; /* stage s owns KV layers [first_layer[s], first_layer[s + 1])
+                                           * (n_kv_layers after the last); first_layer[0] = 0 */
+} kvs_stage_desc;
 
 /* worker side ----------------------------------------------------------------------------------- */
 
@@ -272,6 +301,13 @@ typedef struct kvs_api {
      * emitted has one (KVS_PLAN_LOAD when no planner is configured); KVS_ENOTFOUND for any other.
      * The engine must follow it: loads of the recomputed tokens are not issued. */
     kvs_status (*plan)(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
+
+    /* --- 1.4: stage plans --- */
+
+    /* Describe the engine's pipeline stages and where their boundary activations are registered
+     * (kvs_stage_desc). Scheduler role, before set_plan_caps(KVS_PLAN_CAP_STAGE) and the first lookup.
+     * Restore plans then price layers as the n_kv_layers KV layers only. */
+    kvs_status (*set_stages)(kvs_handle *h, const kvs_stage_desc *stages);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

@@ -268,6 +268,10 @@ static kvs_status api_plan(kvs_handle *h, const char *req_id, kvs_restore_plan *
     ENTER(h);
     return kvs_restore_plan_of(h, req_id, out);
 }
+static kvs_status api_set_stages(kvs_handle *h, const kvs_stage_desc *stages) {
+    ENTER(h);
+    return kvs_sched_set_stages(h, stages);
+}
 static kvs_status api_set_stream(kvs_handle *h, void *stream) {
     ENTER(h);
     return kvs_worker_set_stream(h, stream);
@@ -310,6 +314,7 @@ static const kvs_api api_v1 = {
     .set_stream = api_set_stream,
     .set_plan_caps = api_set_plan_caps,
     .plan = api_plan,
+    .set_stages = api_set_stages,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

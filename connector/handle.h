@@ -114,6 +114,9 @@ struct kvs_handle {
     cf_params restore_params;
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */
+    cf_stages stages;              /* set_stages (n_stages 0: none) */
+    uint32_t n_kv_layers;          /* KV layers: model.n_layers less the stage boundary layers */
+    uint32_t boundary_layers;      /* registered layers per stage boundary */
 
     /* worker side */
     kvs_layer_view *views;
@@ -161,6 +164,7 @@ kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *ke
 void kvs_sched_release_all(kvs_handle *h);
 kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id);
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps);
+kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d);
 
 /* restore.c */
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);

@@ -2,6 +2,7 @@
  * connector"): coefficients from the profile at open, prefix plans for engines that can only load a
  * prefix (lookup), and two-pointer plans over a step's whole batch for engines that can recompute the
  * front of a range while its back loads (build_meta, the `plan` hook). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,30 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
     return KVS_OK;
 }
 
+/* A stage plan for one request (an engine with KVS_PLAN_CAP_STAGE), taken when the planner predicts
+ * it sooner than beat_s: the loads leave each stage's lowest stage_recompute_layers[s] KV layers to
+ * the engine. Boundary layers are always loaded: pages of loaded tokens may be shared with a later
+ * request that saves a new chunk over them, which must not store stale activations. 1 if taken, 0 if
+ * not, -1 out of memory. */
+static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr, double beat_s) {
+    uint32_t rec[CF_MAX_STAGES] = {0};
+    double t = cf_stage_split(&h->restore_params, &h->restore_compute, &h->restore_channels[cr->channel], &h->stages,
+                              cr->offset, cr->n_cached, rec);
+    if (t < 0 || !(t < beat_s)) return 0;
+    in->plan.predicted_ms = t * 1e3;
+    uint32_t any = 0;
+    for (uint32_t s = 0; s < h->stages.n_stages; s++) any += rec[s];
+    if (!any) return 1; /* load everything */
+    for (uint32_t s = 0; s < h->stages.n_stages; s++)
+        if (set_layer_mask(mr, h->model.n_layers, h->stages.first_layer[s], h->stages.first_layer[s] + rec[s]) != KVS_OK)
+            return -1;
+    in->plan.mode = KVS_PLAN_STAGE;
+    in->plan.recompute_tokens = in->end_token - in->first_token;
+    in->plan.n_stages = h->stages.n_stages;
+    memcpy(in->plan.stage_recompute_layers, rec, sizeof rec);
+    return 1;
+}
+
 /* Every request of the step with loads gets a plan; with a planner and an engine that executes
  * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n) {
@@ -87,17 +112,26 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                              offset > UINT32_MAX ? UINT32_MAX : (uint32_t)offset};
         which[k++] = i;
     }
-    if (cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), cr, m,
-                      scratch, plans, NULL, 0, NULL) < 0) {
+    int batch = (h->plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
+    if (batch && cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers),
+                               cr, m, scratch, plans, NULL, 0, NULL) < 0) {
         st = kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
         goto out;
     }
     for (uint32_t j = 0; j < m; j++) {
         kvs_meta_req *mr = &reqs[which[j]];
         kvs_restore_step *in = &info[which[j]];
+        if (h->plan_caps & KVS_PLAN_CAP_STAGE) { /* planned per request, against its batch plan's finish */
+            int taken = stage_plan(h, mr, in, &cr[j], batch ? plans[j].done_s : 1e300);
+            if (taken < 0) {
+                st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
+                goto out;
+            }
+            if (taken || !batch) continue;
+        }
         in->plan.predicted_ms = plans[j].done_s * 1e3;
         if (plans[j].mode == CF_MODE_LAYER) {
-            uint32_t l = plans[j].split, nl = h->model.n_layers;
+            uint32_t l = plans[j].split, nl = h->restore_params.n_layers; /* KV layers */
             if (l == 0) continue;
             if (l >= nl) { /* every layer recomputed: nothing to load */
                 in->plan.mode = KVS_PLAN_RECOMPUTE;
@@ -133,11 +167,17 @@ out:
 kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "plan");
     if (st != KVS_OK) return st;
-    if (!req_id || !out || out->struct_size < sizeof *out)
+    _Static_assert(offsetof(kvs_restore_plan, n_stages) == KVS_RESTORE_PLAN_SIZE_1_3, "1.3 plan size");
+    if (!req_id || !out || out->struct_size < KVS_RESTORE_PLAN_SIZE_1_3)
         return kvs_set_error(h, KVS_EINVAL, "plan: req_id or out is NULL, or out->struct_size is not set");
     const kvs_request *r = kvs_sched_find(h, req_id);
     if (!r || r->plan_step != h->step || h->step == 0)
         return kvs_set_error(h, KVS_ENOTFOUND, "plan: request '%s' loads nothing in the last step", req_id);
-    *out = r->plan;
+    if (out->struct_size < sizeof *out && r->plan.mode == KVS_PLAN_STAGE) /* an engine built before 1.4 */
+        return kvs_set_error(h, KVS_ENOTSUP, "plan: request '%s' has a stage plan, which a %u-byte plan cannot hold",
+                             req_id, out->struct_size);
+    uint32_t size = out->struct_size < sizeof *out ? out->struct_size : (uint32_t)sizeof *out;
+    memcpy(out, &r->plan, size);
+    out->struct_size = size;
     return KVS_OK;
 }

@@ -25,16 +25,50 @@ kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) { return find_req
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
     if (st != KVS_OK) return st;
-    const uint32_t known = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+    const uint32_t known = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE;
     if (caps & ~known)
         return kvs_set_error(h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
                              caps & ~known, known);
     if (h->n_requests)
         return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: call it before the first lookup (%llu requests known)",
                              (unsigned long long)h->n_requests);
+    if ((caps & KVS_PLAN_CAP_STAGE) && h->stages.n_stages < 2)
+        return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
+                             "(set_stages)");
     h->plan_caps = caps;
     /* token mode only, layer mode only, or each request's faster one */
+    caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
     h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER ? UINT32_MAX : caps == KVS_PLAN_CAP_TOKEN ? 1 : 0;
+    return KVS_OK;
+}
+
+kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_stages");
+    if (st != KVS_OK) return st;
+    if (!d || d->struct_size < sizeof *d)
+        return kvs_set_error(h, KVS_EINVAL, "set_stages: stages is NULL or its struct_size is not set");
+    if (h->n_requests || h->plan_caps)
+        return kvs_set_error(h, KVS_ESTATE, "set_stages: call it before set_plan_caps and the first lookup");
+    if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 || d->n_kv_layers < d->n_stages)
+        return kvs_set_error(h, KVS_EINVAL, "set_stages: %u stages over %u KV layers with %u layers per boundary "
+                             "(want 2..%u stages, at most one per layer, >= 1 layer per boundary)",
+                             d->n_stages, d->n_kv_layers, d->boundary_layers, KVS_MAX_STAGES);
+    uint64_t want = d->n_kv_layers + (uint64_t)(d->n_stages - 1) * d->boundary_layers;
+    if (want != h->model.n_layers)
+        return kvs_set_error(h, KVS_EINVAL, "set_stages: %u KV layers and %u boundaries of %u layers make %llu "
+                             "registered layers, but the model has %u", d->n_kv_layers, d->n_stages - 1,
+                             d->boundary_layers, (unsigned long long)want, h->model.n_layers);
+    for (uint32_t s = 0; s < d->n_stages; s++)
+        if ((s == 0 && d->first_layer[0] != 0) || (s > 0 && d->first_layer[s] <= d->first_layer[s - 1]) ||
+            d->first_layer[s] >= d->n_kv_layers)
+            return kvs_set_error(h, KVS_EINVAL, "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
+                                 "at increasing layers below %u", s, d->first_layer[s], d->n_kv_layers);
+    h->stages = (cf_stages){.n_stages = d->n_stages,
+                            .boundary_bytes_per_token = d->boundary_layers * (h->layer_bytes / h->chunk_tokens)};
+    memcpy(h->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
+    h->n_kv_layers = d->n_kv_layers;
+    h->boundary_layers = d->boundary_layers;
+    h->restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
     return KVS_OK;
 }
 

@@ -137,6 +137,217 @@ START_TEST(stages_with_their_own_io_and_free_boundaries_divide_the_time) {
 }
 END_TEST
 
+/* The per-stage objective straight from the definition in cacheflow.h: boundaries read first, in stage
+ * order, then every loaded layer; each stage computes from its boundary's arrival. */
+static double stage_choice_time(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
+                                uint64_t offset, uint32_t n, const uint32_t *r) {
+    double boundary = cf_load_s(c, (uint64_t)n * st->boundary_bytes_per_token);
+    double layer = cf_load_s(c, (uint64_t)n * p->kv_bytes_per_token_layer);
+    double lc = cf_forward_s(m, offset, n) / p->n_layers, comp = 0;
+    uint32_t reads = 0, loaded = 0;
+    for (uint32_t s = 0; s < st->n_stages; s++) {
+        uint32_t end = s + 1 < st->n_stages ? st->first_layer[s + 1] : p->n_layers;
+        loaded += end - st->first_layer[s] - r[s];
+        if (r[s] == 0) continue;
+        double start = s ? (double)++reads * boundary : 0.0;
+        comp = fmax(comp, start + (double)r[s] * lc);
+    }
+    return fmax((double)reads * boundary + (double)loaded * layer, comp);
+}
+
+/* Random stages over p->n_layers: n_stages of them, first layers strictly increasing from 0. */
+static void random_stages(const cf_params *p, cf_stages *st, uint32_t max_stages) {
+    memset(st, 0, sizeof *st);
+    uint32_t most = p->n_layers < max_stages ? p->n_layers : max_stages;
+    st->n_stages = 1 + (uint32_t)uniform(0, most);
+    if (st->n_stages > most) st->n_stages = most;
+    for (;;) { /* distinct sorted cut points in 1..L-1 */
+        uint32_t cuts = 0;
+        for (uint32_t s = 1; s < st->n_stages; s++) st->first_layer[s] = 1 + (uint32_t)uniform(0, p->n_layers - 1);
+        for (uint32_t a = 1; a < st->n_stages; a++)
+            for (uint32_t b = a + 1; b < st->n_stages; b++)
+                if (st->first_layer[b] < st->first_layer[a]) {
+                    uint32_t t = st->first_layer[a];
+                    st->first_layer[a] = st->first_layer[b];
+                    st->first_layer[b] = t;
+                }
+        for (uint32_t s = 1; s < st->n_stages; s++) cuts += st->first_layer[s] > st->first_layer[s - 1];
+        if (cuts == st->n_stages - 1) break;
+    }
+    double kv = (double)p->kv_bytes_per_token_layer; /* from 1/64 of a layer's KV to 16 times it */
+    st->boundary_bytes_per_token = uniform(0, 1) < 0.05 ? 0 : (uint64_t)(kv * exp2(uniform(-6, 4)));
+}
+
+/* A second exact oracle for stages too deep for brute force: per set of boundary-reading stages (their
+ * starts then fixed, each at least one layer), the least latest compute end for a total of R layers
+ * comes from adding layers one at a time to the stage that would finish it first; scan R upward until
+ * compute reaches the reads. Returns the optimum and the least total recompute reaching it. */
+static double stage_split_by_subsets(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                                     const cf_stages *st, uint64_t offset, uint32_t n, uint32_t *least_total) {
+    double boundary = cf_load_s(c, (uint64_t)n * st->boundary_bytes_per_token);
+    double layer = cf_load_s(c, (uint64_t)n * p->kv_bytes_per_token_layer);
+    double lc = cf_forward_s(m, offset, n) / p->n_layers, best = INFINITY;
+    uint32_t S = st->n_stages, layers[CF_MAX_STAGES];
+    for (uint32_t s = 0; s < S; s++)
+        layers[s] = (s + 1 < S ? st->first_layer[s + 1] : p->n_layers) - st->first_layer[s];
+    for (uint32_t mask = 0; mask < 1u << (S - 1); mask++) {
+        uint32_t r[CF_MAX_STAGES] = {0}, total = 0, reads = 0;
+        double start[CF_MAX_STAGES] = {0};
+        for (uint32_t s = 1; s < S; s++)
+            if (mask >> (s - 1) & 1) r[s] = 1, total++, start[s] = (double)++reads * boundary;
+        for (;;) {
+            double t = stage_choice_time(p, m, c, st, offset, n, r), comp = 0;
+            if (t < best || (t == best && total < *least_total)) best = t, *least_total = total;
+            for (uint32_t s = 0; s < S; s++)
+                if (r[s]) comp = fmax(comp, start[s] + (double)r[s] * lc);
+            if (comp >= (double)reads * boundary + (double)(p->n_layers - total) * layer) break;
+            uint32_t pick = S;
+            for (uint32_t s = 0; s < S; s++)
+                if (r[s] < layers[s] && (s == 0 || r[s]) &&
+                    (pick == S || start[s] + (double)(r[s] + 1) * lc < start[pick] + (double)(r[pick] + 1) * lc))
+                    pick = s;
+            if (pick == S) break;
+            r[pick]++, total++;
+        }
+    }
+    return best;
+}
+
+START_TEST(the_stage_split_is_the_brute_force_optimum) {
+    int models = 0, with_boundary = 0, with_stage0 = 0, beats_one = 0;
+    uint32_t most_stages = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        cf_params p;
+        cf_compute m;
+        cf_channel c;
+        random_model(&p, &m, &c);
+        int wide = trial >= 400; /* the last third: up to CF_MAX_STAGES stages over up to 16 layers */
+        p.n_layers = wide ? (uint32_t)uniform(5, 17) : (uint32_t)uniform(2, 10);
+        cf_stages st;
+        random_stages(&p, &st, wide ? CF_MAX_STAGES : 4);
+        uint32_t n = (uint32_t)uniform(1, 40000);
+        uint64_t offset = uniform(0, 1) < 0.5 ? 0 : (uint64_t)uniform(0, 20000);
+        uint32_t got[CF_MAX_STAGES];
+        double t = cf_stage_split(&p, &m, &c, &st, offset, n, got);
+        ck_assert_msg(t >= 0, "trial %d: refused", trial);
+        /* every recompute vector */
+        uint32_t layers[CF_MAX_STAGES], r[CF_MAX_STAGES] = {0};
+        for (uint32_t s = 0; s < st.n_stages; s++)
+            layers[s] = (s + 1 < st.n_stages ? st.first_layer[s + 1] : p.n_layers) - st.first_layer[s];
+        double best = INFINITY;
+        uint32_t least = 0; /* the least total recompute over the optimal vectors */
+        for (;;) {
+            double v = stage_choice_time(&p, &m, &c, &st, offset, n, r);
+            uint32_t total = 0;
+            for (uint32_t s = 0; s < st.n_stages; s++) total += r[s];
+            if (v < best || (v == best && total < least)) best = v, least = total;
+            uint32_t s = 0;
+            while (s < st.n_stages && r[s] == layers[s]) r[s++] = 0;
+            if (s == st.n_stages) break;
+            r[s]++;
+        }
+        uint32_t ref_least = 0;
+        ck_assert(stage_split_by_subsets(&p, &m, &c, &st, offset, n, &ref_least) == best && ref_least == least);
+        ck_assert_msg(fabs(t - best) <= 1e-9 * best, "trial %d (%u stages, %u layers): %.12g vs brute force %.12g",
+                      trial, st.n_stages, p.n_layers, t, best);
+        uint32_t got_total = 0;
+        for (uint32_t s = 0; s < st.n_stages; s++) {
+            ck_assert_uint_le(got[s], layers[s]);
+            got_total += got[s];
+        }
+        ck_assert_msg(t != best || got_total == least, "trial %d: %u layers recomputed, %u would do", trial,
+                      got_total, least);
+        ck_assert_msg(fabs(stage_choice_time(&p, &m, &c, &st, offset, n, got) - t) <= 1e-12 * t,
+                      "trial %d: the returned choice does not achieve the returned time", trial);
+        /* never worse than loading everything or than splitting stage 0 alone */
+        uint32_t zero[CF_MAX_STAGES] = {0};
+        ck_assert(t <= stage_choice_time(&p, &m, &c, &st, offset, n, zero) * (1 + 1e-12));
+        double stage0 = INFINITY;
+        for (uint32_t k = 0; k <= layers[0]; k++) {
+            memset(r, 0, sizeof r);
+            r[0] = k;
+            stage0 = fmin(stage0, stage_choice_time(&p, &m, &c, &st, offset, n, r));
+        }
+        ck_assert(t <= stage0 * (1 + 1e-12));
+        /* one stage: the layer two-pointer */
+        cf_stages one = {.n_stages = 1, .boundary_bytes_per_token = st.boundary_bytes_per_token};
+        uint32_t r1;
+        double single = cf_stage_split(&p, &m, &c, &one, 0, n, &r1), layer = cf_layer_split(&p, &m, &c, n).total_s;
+        ck_assert_msg(fabs(single - layer) <= 1e-9 * layer, "trial %d: one stage %.12g, layer split %.12g", trial,
+                      single, layer);
+        models++;
+        int reads = 0;
+        for (uint32_t s = 1; s < st.n_stages; s++) reads |= got[s] > 0;
+        with_boundary += reads;
+        with_stage0 += got[0] > 0;
+        beats_one += t < stage0 * (1 - 1e-9);
+        if (st.n_stages > most_stages) most_stages = st.n_stages;
+    }
+    printf("cacheflow stage split, %d models of 1-%u stages: optimal in all (brute force), %d read a boundary, "
+           "%d recompute in stage 0, %d beat the best stage-0-only split\n",
+           models, most_stages, with_boundary, with_stage0, beats_one);
+    ck_assert_int_gt(with_boundary, 20); /* the boundary path is exercised, not only stage 0 */
+    /* deep stages (up to 320 layers): against the subset oracle */
+    int deep_boundary = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        cf_params p;
+        cf_compute m;
+        cf_channel c;
+        random_model(&p, &m, &c);
+        p.n_layers = (uint32_t)uniform(8, 321);
+        cf_stages st;
+        random_stages(&p, &st, CF_MAX_STAGES);
+        uint32_t n = (uint32_t)uniform(1, 40000), got[CF_MAX_STAGES], least = 0, got_total = 0;
+        uint64_t offset = (uint64_t)uniform(0, 20000);
+        double t = cf_stage_split(&p, &m, &c, &st, offset, n, got);
+        double best = stage_split_by_subsets(&p, &m, &c, &st, offset, n, &least);
+        ck_assert_msg(fabs(t - best) <= 1e-9 * best, "deep trial %d (%u stages, %u layers): %.12g vs %.12g", trial,
+                      st.n_stages, p.n_layers, t, best);
+        ck_assert(stage_choice_time(&p, &m, &c, &st, offset, n, got) == t);
+        for (uint32_t s = 0; s < st.n_stages; s++) got_total += got[s], deep_boundary += s && got[s];
+        ck_assert(t != best || got_total == least);
+    }
+    printf("cacheflow stage split, 200 deep models (8-320 layers, 1-%u stages): optimal in all (subset oracle), "
+           "%d boundary reads\n", CF_MAX_STAGES, deep_boundary);
+    /* nothing cached: nothing to do */
+    cf_params p;
+    cf_compute m;
+    cf_channel c;
+    random_model(&p, &m, &c);
+    cf_stages st = {.n_stages = 2, .first_layer = {0, 4}, .boundary_bytes_per_token = 1024};
+    uint32_t r[CF_MAX_STAGES] = {7, 7};
+    ck_assert(cf_stage_split(&p, &m, &c, &st, 0, 0, r) == 0);
+    ck_assert_uint_eq(r[0], 0);
+    ck_assert_uint_eq(r[1], 0);
+    /* bad arguments */
+    ck_assert(cf_stage_split(NULL, &m, &c, &st, 0, 100, r) < 0);
+    ck_assert(cf_stage_split(&p, NULL, &c, &st, 0, 100, r) < 0);
+    ck_assert(cf_stage_split(&p, &m, NULL, &st, 0, 100, r) < 0);
+    ck_assert(cf_stage_split(&p, &m, &c, NULL, 0, 100, r) < 0);
+    ck_assert(cf_stage_split(&p, &m, &c, &st, 0, 100, NULL) < 0);
+    cf_stages bad = st;
+    bad.n_stages = 0;
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    bad.n_stages = CF_MAX_STAGES + 1;
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    bad = st;
+    bad.first_layer[0] = 1;
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    bad = (cf_stages){.n_stages = 3, .first_layer = {0, 4, 4}};
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    bad = (cf_stages){.n_stages = 3, .first_layer = {0, 5, 3}};
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    bad = (cf_stages){.n_stages = 2, .first_layer = {0, p.n_layers}};
+    ck_assert(cf_stage_split(&p, &m, &c, &bad, 0, 100, r) < 0);
+    cf_params few = p;
+    few.n_layers = 2;
+    bad = (cf_stages){.n_stages = 3, .first_layer = {0, 1, 2}};
+    ck_assert(cf_stage_split(&few, &m, &c, &bad, 0, 100, r) < 0);
+    few.n_layers = 3;
+    ck_assert(cf_stage_split(&few, &m, &c, &bad, 0, 100, r) >= 0);
+}
+END_TEST
+
 /* ---- the batch scheduler ---------------------------------------------------------------------- */
 
 #define MAX_B 8
@@ -450,6 +661,7 @@ int main(void) {
     tcase_add_test(one, the_layer_split_meets_the_closed_form_within_one_layer);
     tcase_add_test(one, a_slow_tier_recomputes_everything_and_a_fast_one_loads_everything);
     tcase_add_test(one, stages_with_their_own_io_and_free_boundaries_divide_the_time);
+    tcase_add_test(one, the_stage_split_is_the_brute_force_optimum);
     suite_add_tcase(s, one);
     TCase *batch = tcase_create("batch");
     tcase_set_timeout(batch, 120);

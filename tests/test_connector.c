@@ -25,16 +25,19 @@ enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 16, BT = 16, CHUNK = 32, BLOCKS = 64 };
 
 static const kvs_api *api;
 static char tmpdir[512];
+static int rig_layers = LAYERS; /* registered layers of the rigs a test opens (stage tests add some) */
+#define RIG_MAX_LAYERS 8
 
 typedef struct rig {
     kvs_handle *h;
     uint8_t *pages; /* [LAYERS][2][BLOCKS][BT][HEADS][HEAD_BYTES] */
-    kvs_layer_view views[LAYERS];
+    kvs_layer_view views[RIG_MAX_LAYERS];
     char error[512];
 } rig;
 
 static void setup(void) {
     api = kvs_get_api(KVS_ABI_MAJOR);
+    rig_layers = LAYERS;
     ck_assert_int_eq(kvs_test_tmpdir(tmpdir, sizeof tmpdir), 0);
 }
 
@@ -55,7 +58,7 @@ static const char *device_section(void) {
 
 static kvs_model_desc model(void) {
     return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc), .model_id = "test-model",
-                            .dtype = KVS_DTYPE_FP16, .n_layers = LAYERS, .n_kv_heads = HEADS,
+                            .dtype = KVS_DTYPE_FP16, .n_layers = (uint32_t)rig_layers, .n_kv_heads = HEADS,
                             .head_dim = HEAD_DIM, .block_tokens = BT, .tp_size = 1, .vocab_size = 1000};
 }
 
@@ -67,8 +70,8 @@ static kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
     kvs_open_params p = {.struct_size = sizeof p, .role = role, .config_path = cfg, .model = &m};
     kvs_status st = api->open(&p, &r->h, r->error, sizeof r->error);
     if (st != KVS_OK || !(role & KVS_ROLE_WORKER)) return st;
-    r->pages = calloc(LAYERS, layer_span());
-    for (int l = 0; l < LAYERS; l++) {
+    r->pages = calloc((size_t)rig_layers, layer_span());
+    for (int l = 0; l < rig_layers; l++) {
         uint8_t *base = r->pages + l * layer_span();
         r->views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view), .device_kind = KVS_DEVICE_HOST,
                                        .n_blocks = BLOCKS, .k_base = base,
@@ -76,7 +79,7 @@ static kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
                                        .block_stride = BT * TOKEN_BYTES, .token_stride = TOKEN_BYTES,
                                        .head_stride = HEAD_BYTES};
     }
-    return api->register_kv(r->h, r->views, LAYERS);
+    return api->register_kv(r->h, r->views, (uint32_t)rig_layers);
 }
 
 static void rig_close(rig *r) {
@@ -105,11 +108,11 @@ static void write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *token
 }
 
 static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
-    write_kv_layers(r, blocks, tokens, from, to, 0, LAYERS);
+    write_kv_layers(r, blocks, tokens, from, to, 0, rig_layers);
 }
 
 static int kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
-    for (int l = 0; l < LAYERS; l++)
+    for (int l = 0; l < rig_layers; l++)
         for (int kv = 0; kv < 2; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = kv_at(r, l, kv, blocks, t);
@@ -132,9 +135,9 @@ static void worker_step(rig *r, const void *meta, uint64_t len, const uint32_t *
                         const int32_t *tokens, uint64_t compute_from, uint64_t compute_to) {
     ck_assert_int_eq(api->bind_meta(r->h, meta, len), KVS_OK);
     ck_assert_int_eq(api->start_load(r->h), KVS_OK);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
     write_kv(r, blocks, tokens, compute_from, compute_to);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
     ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
 }
 
@@ -953,6 +956,8 @@ static const char *restore_config(double per_token_us, double mb_s, const char *
     return config("restore.yaml", text);
 }
 
+static int stage_first[KVS_MAX_STAGES]; /* the first KV layer of each stage, for stage plans */
+
 /* Store 256 tokens (8 chunks) under request "a", then restore them for "b" into other pages as an
  * engine that follows the plan: it computes the front the plan leaves to it, the connector loads the
  * rest. Returns the plan; *loaded gets the chunks the connector loaded. */
@@ -984,8 +989,12 @@ static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loade
         ck_assert_uint_eq(plan.first_token, 0);
         ck_assert_uint_eq(plan.end_token, res.n_hit_tokens);
         ck_assert_uint_le(plan.recompute_tokens, plan.end_token - plan.first_token);
-        int layers = plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : LAYERS;
-        write_kv_layers(r, b, tokens, plan.first_token, plan.first_token + plan.recompute_tokens, 0, layers);
+        uint64_t from = plan.first_token, to = plan.first_token + plan.recompute_tokens;
+        if (plan.mode == KVS_PLAN_STAGE) /* each stage its lowest layers (the rig's stages: stage_first) */
+            for (uint32_t s = 0; s < plan.n_stages; s++)
+                write_kv_layers(r, b, tokens, from, to, stage_first[s], stage_first[s] + (int)plan.stage_recompute_layers[s]);
+        else
+            write_kv_layers(r, b, tokens, from, to, 0, plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : rig_layers);
     }
     worker_step(r, meta, len, b, tokens, res.n_hit_tokens, 257);
     ck_assert_msg(kv_matches(r, b, tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
@@ -1118,6 +1127,92 @@ START_TEST(plan_caps_and_profiles_are_checked) {
 }
 END_TEST
 
+/* Stage plans (ABI 1.4): 4 KV layers in two stages ({0, 1} and {2, 3}) and one registered layer of
+ * boundary activations (layer 4, the input of stage 1). */
+static void stage_rig(rig *r, const char *cfg) {
+    rig_layers = 5;
+    ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, cfg), KVS_OK);
+    kvs_stage_desc d = {.struct_size = sizeof d, .n_stages = 2, .n_kv_layers = 4, .boundary_layers = 1,
+                        .first_layer = {0, 2}};
+    stage_first[0] = 0;
+    stage_first[1] = 2;
+    ck_assert_int_eq(api->set_stages(r->h, &d), KVS_OK);
+}
+
+START_TEST(stage_plans_restore_each_stage_from_its_boundary) {
+    rig r;
+    /* A layer of the 256-token range: 640 us / 2 = 320 us of recompute, 32 KiB / 25.6 MB/s = 1280 us of
+     * load (the boundary costs the same). Loading all 4 layers: 5120 us; stage 0 recomputing its two
+     * layers while 2 load: 2560 us; reading the boundary (1280 us) and then recomputing both stages'
+     * layers at once: 1280 + 640 = 1920 us, the optimum, which loads nothing but the boundary. */
+    stage_rig(&r, restore_config(5, 25.6, "dram"));
+    uint64_t loaded = 0, bytes = 0;
+    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_STAGE, &loaded, &bytes);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_STAGE);
+    ck_assert_uint_eq(p.n_stages, 2);
+    ck_assert_uint_eq(p.stage_recompute_layers[0], 2);
+    ck_assert_uint_eq(p.stage_recompute_layers[1], 2);
+    ck_assert_uint_eq(p.recompute_tokens, 256);
+    ck_assert(p.predicted_ms > 1.9 && p.predicted_ms < 1.95);
+    ck_assert_uint_eq(loaded, 8);
+    ck_assert_uint_eq(bytes, 256ull * 2 * TOKEN_BYTES); /* the boundary layer only */
+    rig_close(&r);
+    /* A fast tier: stage plans still load everything when that is soonest, boundaries included. */
+    stage_rig(&r, restore_config(1000, 100000, "dram"));
+    p = restore_with_plan(&r, KVS_PLAN_CAP_STAGE | KVS_PLAN_CAP_TOKEN, &loaded, &bytes);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LOAD);
+    ck_assert_uint_eq(bytes, 256ull * 5 * 2 * TOKEN_BYTES);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(stage_descriptions_and_old_plan_structs_are_checked) {
+    rig r;
+    rig_layers = 5;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(5, 25.6, "dram")), KVS_OK);
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_STAGE), KVS_ESTATE); /* stages not described */
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "set_stages"));
+    kvs_stage_desc d = {.struct_size = sizeof d, .n_stages = 2, .n_kv_layers = 4, .boundary_layers = 2,
+                        .first_layer = {0, 2}};
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* 4 + 2 layers, the model has 5 */
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the model has 5"));
+    d.boundary_layers = 1;
+    d.first_layer[1] = 0;
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* stages must start at increasing layers */
+    d.first_layer[1] = 4;
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* stage 1 would own no layer */
+    d.first_layer[1] = 3;
+    d.struct_size = 8;
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL);
+    d.struct_size = sizeof d;
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_OK);
+    stage_first[0] = 0;
+    stage_first[1] = 3;
+    /* An engine built against 1.3 passes the smaller plan struct: a stage plan does not fit in it. */
+    int32_t tokens[257];
+    uint32_t a[17], b[17];
+    make_tokens(tokens, 257, 9);
+    blocks_from(a, 17, 0);
+    blocks_from(b, 17, 20);
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_STAGE), KVS_OK);
+    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_ESTATE); /* after set_plan_caps */
+    prefill(&r, "a", tokens, 257, a);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 257, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->on_alloc(r.h, "b", b, 17, res.n_hit_tokens), KVS_OK);
+    kvs_step_request st = {"b", tokens, 257, b, 17, res.n_hit_tokens, 257 - res.n_hit_tokens};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    kvs_restore_plan p = {.struct_size = KVS_RESTORE_PLAN_SIZE_1_3};
+    ck_assert_int_eq(api->plan(r.h, "b", &p), KVS_ENOTSUP);
+    p.struct_size = sizeof p;
+    ck_assert_int_eq(api->plan(r.h, "b", &p), KVS_OK);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_STAGE);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -1153,6 +1248,8 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, stock_engines_get_prefix_plans_through_lookup);
     tcase_add_test(tc, layer_plans_load_only_the_upper_layers);
     tcase_add_test(tc, plan_caps_and_profiles_are_checked);
+    tcase_add_test(tc, stage_plans_restore_each_stage_from_its_boundary);
+    tcase_add_test(tc, stage_descriptions_and_old_plan_structs_are_checked);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -77,7 +77,7 @@ static void *load_library(const char *explicit_path)
 }
 
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype, const model *m,
-                   const kvcache *kv, int restore_plans)
+                   const kvcache *kv, int restore_plans, const stage_layout *sl)
 {
     memset(c, 0, sizeof *c);
     const char *config = strcmp(config_path, "none") == 0 ? NULL : config_path;
@@ -113,13 +113,16 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         snprintf(attention, sizeof attention, "mla%d", mc->latent);
     else
         snprintf(attention, sizeof attention, "kv%d", mc->n_kv_heads);
-    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu", mc->dim,
-             mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, (unsigned long long)mc->seed);
+    int staged = sl && sl->n_stages > 1;
+    uint32_t n_layers = staged ? stage_cache_layers(sl) : (uint32_t)mc->n_layers;
+    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu-s%d", mc->dim,
+             mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, (unsigned long long)mc->seed,
+             staged ? sl->n_stages : 1);
     kvs_model_desc desc = {
         .struct_size = sizeof desc,
         .model_id = c->model_id,
         .dtype = dtype,
-        .n_layers = (uint32_t)mc->n_layers,
+        .n_layers = n_layers,
         .n_kv_heads = model_cache_heads(m),
         .head_dim = model_cache_width(m),
         .block_tokens = KV_BLOCK_TOKENS,
@@ -137,7 +140,11 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         fprintf(stderr, PROG ": open failed: %s: %s\n", c->api->strerror(st), err);
         return -1;
     }
-    HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), (uint32_t)mc->n_layers), "register_kv");
+    HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), n_layers), "register_kv");
+    if (staged) {
+        kvs_stage_desc d = stage_desc(sl);
+        HOOK(c, c->api->set_stages(c->h, &d), "set_stages");
+    }
     if (restore_plans) {
         HOOK(c, c->api->set_plan_caps(c->h, (uint32_t)restore_plans), "set_plan_caps");
         c->plans = 1;
@@ -234,36 +241,119 @@ typedef struct step_io {
     uint64_t first_bad;  /* out: first token of the first block whose load failed */
 } step_io;
 
-/* The connector's side of a restore: issue the step's loads and land every layer. */
+/* The connector's side of a restore: issue the step's loads and land every layer, the stage
+ * boundaries first (each stage's thread starts once its boundary has landed: `ready` counts the
+ * boundaries landed, in stage order). */
 typedef struct load_job {
     connector *c;
-    int n_layers;
+    const stage_layout *sl; /* NULL: no boundaries to land first */
+    int n_layers;           /* registered layers */
     const char *failed_hook;
     kvs_status st;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ready;
 } load_job;
+
+static void job_ready(load_job *j, int ready)
+{
+    pthread_mutex_lock(&j->mu);
+    j->ready = ready;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
 
 static void *load_all_layers(void *arg)
 {
     load_job *j = arg;
     j->st = j->c->api->start_load(j->c->h);
     j->failed_hook = "start_load";
+    int stages = j->sl ? j->sl->n_stages : 1;
+    for (int s = 1; j->st == KVS_OK && s < stages; s++) {
+        for (int b = 0; j->st == KVS_OK && b < j->sl->boundary_layers; b++)
+            j->st = j->c->api->wait_layer_load(j->c->h, (uint32_t)(j->sl->model_layers + (s - 1) * j->sl->boundary_layers + b));
+        j->failed_hook = "wait_layer_load";
+        job_ready(j, s);
+    }
     for (int l = 0; j->st == KVS_OK && l < j->n_layers; l++) {
         j->st = j->c->api->wait_layer_load(j->c->h, (uint32_t)l);
         j->failed_hook = "wait_layer_load";
     }
+    job_ready(j, stages); /* on failure too: no stage thread waits for ever */
     return NULL;
 }
 
-/* Compute tokens [first, first + n) through layers [0, n_layers), in prefill-sized pieces. */
-static void recompute_range(engine *e, uint64_t first, uint64_t n, int n_layers)
+/* Before the forward runs model layer l over n tokens at pos0: if a stage starts there, keep the
+ * tokens' hidden states as its boundary. */
+static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n)
+{
+    int stage = e->stages && e->stages->n_stages > 1 ? stage_starting_at(e->stages, l) : 0;
+    if (stage)
+        stage_boundary_write(e->stages, e->kv, stage, model_config_of(e->m)->dim, e->table, pos0, n,
+                             model_scratch_hidden(s));
+}
+
+/* Compute tokens [first, first + n) through layers [0, n_layers), in prefill-sized pieces. Through
+ * every layer (capture: 1), the boundaries are stored too; a partial depth leaves them to the loads. */
+static void recompute_range(engine *e, uint64_t first, uint64_t n, int n_layers, int capture)
 {
     for (uint64_t done = 0; done < n;) {
         int piece = n - done < (uint64_t)e->prefill_chunk ? (int)(n - done) : e->prefill_chunk;
         model_embed(e->m, e->s, e->tokens + first + done, piece);
-        for (int l = 0; l < n_layers; l++)
+        for (int l = 0; l < n_layers; l++) {
+            if (capture)
+                capture_boundary(e, e->s, l, first + done, piece);
             model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, first + done, piece);
+        }
         done += (uint64_t)piece;
     }
+}
+
+/* Stage s's part of the stage plans of a restore: for every request whose plan gives stage s layers,
+ * wait for its boundary (stage 0: the embeddings), then compute those layers over the request's range,
+ * with the stage's own activations. */
+typedef struct stage_work {
+    int stage;
+    engine **es;
+    const int *idx;
+    const kvs_restore_plan *plans;
+    int m;
+    load_job *job;
+} stage_work;
+
+static void *run_stage(void *arg)
+{
+    stage_work *w = arg;
+    const stage_layout *sl = w->es[0]->stages;
+    int s = w->stage;
+    model_scratch *scr = s == 0 ? w->es[0]->s : sl->scratch[s];
+    if (s > 0) {
+        pthread_mutex_lock(&w->job->mu);
+        while (w->job->ready < s)
+            pthread_cond_wait(&w->job->cv, &w->job->mu);
+        pthread_mutex_unlock(&w->job->mu);
+        if (w->job->st != KVS_OK)
+            return NULL; /* the restore failed: the step reports it */
+    }
+    for (int j = 0; j < w->m; j++) {
+        const kvs_restore_plan *p = &w->plans[j];
+        if (p->mode != KVS_PLAN_STAGE || p->stage_recompute_layers[s] == 0)
+            continue;
+        engine *e = w->es[w->idx[j]];
+        int dim = model_config_of(e->m)->dim, top = sl->first[s] + (int)p->stage_recompute_layers[s];
+        for (uint64_t done = 0; done < p->recompute_tokens;) {
+            uint64_t left = p->recompute_tokens - done, pos = p->first_token + done;
+            int piece = left < (uint64_t)e->prefill_chunk ? (int)left : e->prefill_chunk;
+            if (s == 0)
+                model_embed(e->m, scr, e->tokens + pos, piece);
+            else
+                stage_boundary_read(sl, e->kv, s, dim, e->table, pos, piece, model_scratch_hidden(scr));
+            for (int l = sl->first[s]; l < top; l++)
+                model_layer(e->m, scr, e->kv, (uint32_t)l, e->table, pos, piece);
+            done += (uint64_t)piece;
+        }
+    }
+    return NULL;
 }
 
 /* Start the step's loads. Where a restore plan leaves part of a request's range to the engine (the
@@ -299,27 +389,54 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
         HOOK(c, c->api->start_load(c->h), "start_load");
         return 0;
     }
-    load_job job = {.c = c, .n_layers = model_config_of(es[0]->m)->n_layers};
-    pthread_t loader;
+    stage_layout *sl = es[0]->stages && es[0]->stages->n_stages > 1 ? es[0]->stages : NULL;
+    const int model_layers = model_config_of(es[0]->m)->n_layers;
+    load_job job = {.c = c, .sl = sl, .n_layers = sl ? (int)stage_cache_layers(sl) : model_layers};
+    pthread_mutex_init(&job.mu, NULL);
+    pthread_cond_init(&job.cv, NULL);
+    pthread_t loader, stage_threads[KVS_MAX_STAGES];
+    int stage_rc[KVS_MAX_STAGES];
+    stage_work works[KVS_MAX_STAGES];
     int rc = pthread_create(&loader, NULL, load_all_layers, &job);
     if (rc != 0) /* no thread: load first, then recompute */
         load_all_layers(&job);
+    for (int s = 1; sl && s < sl->n_stages; s++) { /* stages 1..: a thread each; stage 0: this one */
+        works[s] = (stage_work){.stage = s, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
+        stage_rc[s] = pthread_create(&stage_threads[s], NULL, run_stage, &works[s]);
+    }
     for (int j = 0; j < m; j++) {
         const kvs_restore_plan *p = &plans[j];
         if (p->recompute_tokens == 0)
             continue;
-        int layers = model_config_of(es[0]->m)->n_layers;
+        int layers = model_layers;
+        c->plan_recomputed_tokens += p->recompute_tokens;
+        if (p->mode == KVS_PLAN_STAGE) {
+            c->plans_stage++;
+            for (uint32_t st = 1; st < p->n_stages && st < KVS_MAX_STAGES; st++)
+                c->stage_boundary_restores += p->stage_recompute_layers[st] > 0;
+            continue; /* below, and on the stage threads */
+        }
         if (p->mode == KVS_PLAN_RECOMPUTE)
             c->plans_recompute++;
         else if (p->mode == KVS_PLAN_LAYER)
             c->plans_layer++, layers = (int)p->recompute_layers;
         else
             c->plans_token++;
-        c->plan_recomputed_tokens += p->recompute_tokens;
-        recompute_range(es[idx[j]], p->first_token, p->recompute_tokens, layers);
+        recompute_range(es[idx[j]], p->first_token, p->recompute_tokens, layers, layers == model_layers);
+    }
+    if (sl) {
+        works[0] = (stage_work){.stage = 0, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
+        run_stage(&works[0]);
+        for (int s = 1; s < sl->n_stages; s++)
+            if (stage_rc[s] == 0)
+                pthread_join(stage_threads[s], NULL);
+            else /* no thread: this one runs the stage once its boundary has landed */
+                run_stage(&works[s]);
     }
     if (rc == 0)
         pthread_join(loader, NULL);
+    pthread_mutex_destroy(&job.mu);
+    pthread_cond_destroy(&job.cv);
     free(plans);
     if (job.st != KVS_OK)
         return hook_failed(c, job.failed_hook, job.st);
@@ -351,12 +468,16 @@ static int engine_step(engine *e, step_io *io)
     for (int l = 0; l < n_layers; l++) {
         if (c)
             HOOK(c, c->api->wait_layer_load(c->h, (uint32_t)l), "wait_layer_load");
+        capture_boundary(e, e->s, l, io->n_computed, io->n_scheduled);
         model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, io->n_computed, io->n_scheduled);
         if (c)
             HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
     }
     if (!c)
         return 0;
+    /* the boundaries were written before their stage's first layer: save them with the KV */
+    for (uint32_t l = (uint32_t)n_layers; e->stages && l < stage_cache_layers(e->stages); l++)
+        HOOK(c, c->api->save_layer(c->h, l), "save_layer");
     HOOK(c, c->api->wait_save(c->h), "wait_save");
     uint64_t n_bad = 0;
     HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");

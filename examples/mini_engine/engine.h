@@ -8,6 +8,7 @@
 #include "kvcache.h"
 #include "kvstrata.h"
 #include "model.h"
+#include "stages.h"
 
 /* libkvstrata, loaded with dlopen, and one handle of role KVS_ROLE_BOTH. */
 typedef struct connector {
@@ -20,17 +21,19 @@ typedef struct connector {
     uint64_t errors_cap;
     uint64_t events_stored, events_removed; /* from take_events */
     int plans; /* the engine executes restore plans (set_plan_caps) */
-    uint64_t plans_token, plans_layer, plans_recompute, plan_recomputed_tokens; /* plans followed */
+    uint64_t plans_token, plans_layer, plans_recompute, plans_stage, plan_recomputed_tokens; /* plans followed */
+    uint64_t stage_boundary_restores; /* stages s > 0 of stage plans that recomputed from their boundary */
     char model_id[160];
 } connector;
 
 /* Load the library (lib_path, or <exe dir>/../lib/libkvstrata.so.1, then libkvstrata.so), open a
- * handle with config_path ("none": built-in defaults) and register the cache's layer views.
+ * handle with config_path ("none": built-in defaults) and register the cache's layer views (with
+ * stages, sl not NULL and more than one stage: the boundary layers too, described with set_stages).
  * restore_plans (KVS_PLAN_CAP_* bits, 0 for none) declares the restore plans the engine executes (ABI
  * 1.3): token plans recompute the front of a restored range while the connector loads the back, layer
  * plans the lower layers while it loads the upper ones. Returns 0, or -1 after printing why. */
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
-                   const model *m, const kvcache *kv, int restore_plans);
+                   const model *m, const kvcache *kv, int restore_plans, const stage_layout *sl);
 void connector_close(connector *c);
 /* build_meta for the step's requests (growing c->meta as needed) and bind_meta. 0, or -1 after
  * printing why. */
@@ -48,6 +51,7 @@ typedef struct engine {
     float *logits;     /* vocab floats: the logits of the last step */
     uint32_t *table;   /* the current request's block table */
     int32_t *tokens;   /* the current request's tokens: prompt, then outputs */
+    stage_layout *stages; /* NULL or one stage: none; else every forward stores the boundaries */
 } engine;
 
 typedef struct turn_result {

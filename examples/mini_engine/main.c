@@ -39,7 +39,12 @@ typedef struct options {
     int profile_tokens;
     int plan_modes; /* --plan-modes; 0: both */
     int batch;      /* turns of different sessions admitted and restored together */
+    int stages;     /* pipeline stages (boundary activations stored with the KV); 1: none */
 } options;
+
+/* --stages: the layout every engine of the run shares (set once the model exists), with the stage
+ * threads' activations. */
+static stage_layout run_stages;
 
 static void usage(FILE *f)
 {
@@ -54,7 +59,11 @@ static void usage(FILE *f)
             "  --restore-plans       execute restore plans (needs restore.scheduler: cacheflow): token plans\n"
             "                        recompute the front of a restored range while the back loads, layer\n"
             "                        plans its lower layers while the upper ones load\n"
-            "  --plan-modes token|layer|both  the plans --restore-plans accepts (both)\n"
+            "  --plan-modes token|layer|both|stage  the plans --restore-plans accepts (both; with --stages\n"
+            "                        also stage plans; 'stage': stage plans only)\n"
+            "  --stages N            split the layers into N pipeline stages whose input activations are\n"
+            "                        stored with the KV; stage plans restore each stage's layers from them\n"
+            "                        on a thread per stage (1)\n"
             "  --profile FILE        measure recompute and load costs, write them as a restore profile, exit\n"
             "  --profile-tier NAME   tier name written into the profile (dram)\n"
             "  --profile-tokens N    prompt length the profile measures (4096)\n"
@@ -111,6 +120,7 @@ static int parse_options(int argc, char **argv, options *o)
         .profile_tier = "dram",
         .profile_tokens = 4096,
         .batch = 1,
+        .stages = 1,
     };
     struct {
         const char *name;
@@ -125,7 +135,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"--decode-tokens", &o->decode_tokens, 1}, {"--system-tokens", &o->system_tokens, 0},
         {"--user-tokens", &o->user_tokens, 0}, {"--doc-tokens", &o->doc_tokens, 0},
         {"--sessions", &o->sessions, 1},       {"--turns", &o->turns, 1},
-        {"--profile-tokens", &o->profile_tokens, 64}, {"--batch", &o->batch, 1},
+        {"--profile-tokens", &o->profile_tokens, 64}, {"--batch", &o->batch, 1}, {"--stages", &o->stages, 1},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -168,8 +178,10 @@ static int parse_options(int argc, char **argv, options *o)
                 o->plan_modes = KVS_PLAN_CAP_LAYER;
             else if (strcmp(v, "both") == 0)
                 o->plan_modes = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+            else if (strcmp(v, "stage") == 0)
+                o->plan_modes = KVS_PLAN_CAP_STAGE;
             else {
-                fprintf(stderr, PROG ": --plan-modes must be token, layer or both, got '%s'\n", v);
+                fprintf(stderr, PROG ": --plan-modes must be token, layer, both or stage, got '%s'\n", v);
                 return -1;
             }
         } else if (strcmp(a, "--profile") == 0) {
@@ -220,6 +232,12 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (o->restore_plans && o->plan_modes)
         o->restore_plans = o->plan_modes;
+    else if (o->restore_plans && o->stages > 1)
+        o->restore_plans |= KVS_PLAN_CAP_STAGE;
+    if ((o->plan_modes & KVS_PLAN_CAP_STAGE) && o->stages < 2) {
+        fprintf(stderr, PROG ": --plan-modes stage needs --stages 2 or more\n");
+        return -1;
+    }
     if (o->plan_modes && !o->restore_plans) {
         fprintf(stderr, PROG ": --plan-modes needs --restore-plans\n");
         return -1;
@@ -337,7 +355,7 @@ typedef struct mode_run {
 
 static kvcache *make_cache(const options *o, const model *m, uint32_t blocks, uint32_t budget)
 {
-    kvcache_params p = {.layout = o->layout, .dtype = o->dtype, .n_layers = (uint32_t)model_config_of(m)->n_layers,
+    kvcache_params p = {.layout = o->layout, .dtype = o->dtype, .n_layers = stage_cache_layers(&run_stages),
                         .n_heads = model_cache_heads(m), .head_dim = model_cache_width(m),
                         .n_blocks = blocks, .block_budget = budget};
     char err[256];
@@ -352,7 +370,7 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
                       reference *ref)
 {
     engine *e = &run->e;
-    *e = (engine){.m = m, .prefill_chunk = o->prefill_chunk};
+    *e = (engine){.m = m, .prefill_chunk = o->prefill_chunk, .stages = &run_stages};
     run->ref = run->use_connector ? ref : NULL;
     run->turns = calloc((size_t)w->n_turns, sizeof *run->turns);
     run->history = calloc((size_t)w->n_sessions, sizeof *run->history);
@@ -380,7 +398,8 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
         run->n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
     }
     if (run->use_connector) {
-        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv, o->restore_plans) != 0)
+        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv, o->restore_plans,
+                           &run_stages) != 0)
             return -1;
         e->conn = &run->conn;
     }
@@ -393,7 +412,8 @@ static int mode_begin(mode_run *run, const options *o, const model *m, const wor
         run->n_more = o->batch - 1;
         for (int k = 0; k < run->n_more; k++) {
             engine *x = &run->more[k];
-            *x = (engine){.m = m, .s = e->s, .kv = e->kv, .conn = e->conn, .prefill_chunk = e->prefill_chunk};
+            *x = (engine){.m = m, .s = e->s, .kv = e->kv, .conn = e->conn, .prefill_chunk = e->prefill_chunk,
+                          .stages = e->stages};
             x->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *x->logits);
             x->table = calloc(z->blocks, sizeof *x->table);
             x->tokens = malloc((size_t)z->max_request * sizeof *x->tokens);
@@ -661,11 +681,15 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
                 printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
             printf("]");
             if (runs[k].conn.plans)
-                printf("; restore plans followed: token %llu, layer %llu, recompute %llu (%llu tokens recomputed)",
+                printf("; restore plans followed: token %llu, layer %llu, stage %llu, recompute %llu (%llu tokens "
+                       "recomputed)",
                        (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
-                       (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plans_stage, (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
         }
+        if (runs[k].have_stats && runs[k].conn.plans && o->stages > 1)
+            printf("; stages restored from their boundary %llu",
+                   (unsigned long long)runs[k].conn.stage_boundary_restores);
         printf("\n");
     }
     if (ref)
@@ -698,11 +722,13 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                 printf("%s%llu", t ? "," : "", (unsigned long long)runs[k].stats.tier_chunks_loaded[t]);
             printf("]");
             if (runs[k].conn.plans)
-                printf(",\"plans_token\":%llu,\"plans_layer\":%llu,\"plans_recompute\":%llu,"
+                printf(",\"plans_token\":%llu,\"plans_layer\":%llu,\"plans_stage\":%llu,\"plans_recompute\":%llu,"
                        "\"plan_recomputed_tokens\":%llu",
                        (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
-                       (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plans_stage, (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
+            if (runs[k].conn.plans)
+                printf(",\"stage_boundary_restores\":%llu", (unsigned long long)runs[k].conn.stage_boundary_restores);
         }
         printf("}");
     }
@@ -732,7 +758,7 @@ static int run_profile(const options *o, const model *m)
     e.tokens = malloc(((size_t)tokens + 1) * sizeof *e.tokens);
     if (!e.kv || !e.s || !e.logits || !e.table || !e.tokens)
         fprintf(stderr, PROG ": out of memory\n");
-    else if (connector_open(&conn, o->lib_path, o->config_path, o->dtype, m, e.kv, 0) == 0) {
+    else if (connector_open(&conn, o->lib_path, o->config_path, o->dtype, m, e.kv, 0, NULL) == 0) {
         e.conn = &conn;
         rc = profile_run(&e, tokens, o->profile_tier, o->profile_path);
     }
@@ -808,9 +834,19 @@ int main(int argc, char **argv)
     }
 
     if (o.profile_path) {
+        stage_layout_init(&run_stages, m, o.dtype, 1, err, sizeof err); /* profiles measure the model's layers */
         rc = run_profile(&o, m) == 0 ? 0 : 1;
         goto out_model_only;
     }
+    if (stage_layout_init(&run_stages, m, o.dtype, o.stages, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": %s\n", err);
+        goto out_model_only;
+    }
+    for (int st = 1; st < run_stages.n_stages; st++)
+        if (!(run_stages.scratch[st] = model_scratch_create(m, o.prefill_chunk, (int)z.max_request))) {
+            fprintf(stderr, PROG ": out of memory for the stage threads\n");
+            goto out_model_only;
+        }
 
     reference ref = {0};
     reference *refp = NULL;
@@ -869,6 +905,8 @@ out_model:
         free(ref.identity);
     }
 out_model_only:
+    for (int st = 1; st < (int)KVS_MAX_STAGES; st++)
+        model_scratch_free(run_stages.scratch[st]);
     model_free(m);
 out_workload:
     workload_free(&w);

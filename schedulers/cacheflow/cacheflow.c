@@ -133,6 +133,167 @@ double cf_staged_s(const cf_params *p, const cf_compute *m, const cf_channel *c,
     return worst;
 }
 
+/* ---- per-stage split ------------------------------------------------------------------------------- */
+
+/* One request's stages: layer counts and the three unit costs of cf_stage_split. */
+typedef struct stage_ctx {
+    uint32_t n_stages, n_layers, layers[CF_MAX_STAGES];
+    double boundary, layer_load, lc;
+} stage_ctx;
+
+/* The times every formula here is built from, so that one choice evaluates the same everywhere: the
+ * j-th boundary read (and the compute start of the stage reading it) ends at j * boundary; the reads
+ * end at n_boundaries * boundary + loaded * layer_load; a stage starting at `start` finishes k layers
+ * at start + k * lc. */
+static double stage_io_end(const stage_ctx *x, uint32_t n_boundaries, uint32_t loaded) {
+    return (double)n_boundaries * x->boundary + (double)loaded * x->layer_load;
+}
+
+static double stage_start(const stage_ctx *x, uint32_t position) {
+    return position ? (double)position * x->boundary : 0.0;
+}
+
+static double stage_end(const stage_ctx *x, uint32_t position, uint32_t k) {
+    return stage_start(x, position) + (double)k * x->lc;
+}
+
+/* The predicted time of one choice (the definition in cacheflow.h). */
+static double stage_time(const stage_ctx *x, const uint32_t *recompute) {
+    uint32_t n_boundaries = 0, loaded = 0;
+    double comp = 0;
+    for (uint32_t s = 0; s < x->n_stages; s++) {
+        loaded += x->layers[s] - recompute[s];
+        if (recompute[s] == 0) continue;
+        double end = stage_end(x, s ? ++n_boundaries : 0, recompute[s]);
+        if (end > comp) comp = end;
+    }
+    double io = stage_io_end(x, n_boundaries, loaded);
+    return io > comp ? io : comp;
+}
+
+/* The most layers (0..most) a stage at `position` finishes by time t. */
+static uint32_t stage_layers_by(const stage_ctx *x, uint32_t position, uint32_t most, double t) {
+    double start = stage_start(x, position);
+    if (start > t) return 0;
+    if (!(x->lc > 0)) return most;
+    double g = floor((t - start) / x->lc); /* a guess, corrected on the exact sums */
+    uint32_t k = g <= 0 ? 0 : g >= (double)most ? most : (uint32_t)g;
+    while (k < most && stage_end(x, position, k + 1) <= t) k++;
+    while (k > 0 && stage_end(x, position, k) > t) k--;
+    return k;
+}
+
+/* Whether some choice finishes by t. Stages in order, dp[j] the most layers recomputable by t with j
+ * boundaries read so far (-1: none), took[s][j] whether stage s reads the j-th on that best way: a
+ * stage's compute bound depends only on its position among the readers, and for a given number of
+ * readers the reads end soonest with the most layers recomputed. */
+static int stage_feasible(const stage_ctx *x, double t, int32_t *dp, uint8_t took[][CF_MAX_STAGES]) {
+    const uint32_t S = x->n_stages;
+    dp[0] = (int32_t)stage_layers_by(x, 0, x->layers[0], t);
+    for (uint32_t j = 1; j < S; j++) dp[j] = -1;
+    for (uint32_t s = 1; s < S; s++) {
+        memset(took[s], 0, sizeof took[s]);
+        for (uint32_t j = s; j >= 1; j--) { /* stage s as the j-th reader; j - 1 before it */
+            if (dp[j - 1] < 0) continue;
+            uint32_t k = stage_layers_by(x, j, x->layers[s], t);
+            if (k == 0) continue;
+            int32_t v = dp[j - 1] + (int32_t)k;
+            if (v > dp[j]) dp[j] = v, took[s][j] = 1;
+        }
+    }
+    for (uint32_t j = 0; j < S; j++)
+        if (dp[j] >= 0 && stage_io_end(x, j, x->n_layers - (uint32_t)dp[j]) <= t) return 1;
+    return 0;
+}
+
+/* The candidate times: family f < S is the read ends with f boundaries, stage_io_end(f, k) for
+ * k = 0..n_layers loaded layers; family S + j the compute ends at position j, stage_end(j, k) for
+ * k = 1..(most layers of a stage that can be j-th). Each is non-decreasing in k. */
+static double stage_candidate(const stage_ctx *x, uint32_t f, uint32_t k) {
+    return f < x->n_stages ? stage_io_end(x, f, k) : stage_end(x, f - x->n_stages, k);
+}
+
+/* The exact optimum: every choice's time is a candidate (its read end or a stage's compute end), and
+ * whether some choice finishes by t is monotone in t, so the optimum is the smallest feasible
+ * candidate: per family, binary search for its smallest feasible member below the best so far. Then
+ * the least total recompute finishing by it: with j readers any total from max(j, what the reads
+ * need) up to dp[j] is reachable by dropping layers from the dp choice. */
+double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
+                      uint64_t offset, uint32_t n_cached, uint32_t *recompute) {
+    if (!p || !m || !c || !st || !recompute || st->n_stages == 0 || st->n_stages > CF_MAX_STAGES ||
+        st->n_stages > p->n_layers || st->first_layer[0] != 0)
+        return -1;
+    for (uint32_t s = 1; s < st->n_stages; s++)
+        if (st->first_layer[s] <= st->first_layer[s - 1] || st->first_layer[s] >= p->n_layers) return -1;
+    memset(recompute, 0, st->n_stages * sizeof *recompute);
+    if (n_cached == 0) return 0;
+    const uint32_t S = st->n_stages, L = p->n_layers;
+    stage_ctx x = {.n_stages = S, .n_layers = L};
+    for (uint32_t s = 0; s < S; s++) x.layers[s] = (s + 1 < S ? st->first_layer[s + 1] : L) - st->first_layer[s];
+    x.boundary = cf_load_s(c, (uint64_t)n_cached * st->boundary_bytes_per_token);
+    x.layer_load = cf_load_s(c, (uint64_t)n_cached * p->kv_bytes_per_token_layer);
+    x.lc = cf_forward_s(m, offset, n_cached) / L;
+    int32_t dp[CF_MAX_STAGES];
+    uint8_t took[CF_MAX_STAGES][CF_MAX_STAGES];
+    double best = stage_io_end(&x, 0, L); /* load everything */
+    for (uint32_t f = 0; f < 2 * S; f++) {
+        uint32_t lo = f < S ? 0 : 1, hi = 0;
+        if (f < S) hi = L;
+        else
+            for (uint32_t s = f - S; s < S; s++) hi = x.layers[s] > hi ? x.layers[s] : hi;
+        if (!(stage_candidate(&x, f, lo) < best)) continue;
+        while (lo < hi) { /* the last member below best */
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            if (stage_candidate(&x, f, mid) < best) lo = mid;
+            else hi = mid - 1;
+        }
+        if (!stage_feasible(&x, stage_candidate(&x, f, lo), dp, took)) continue;
+        hi = lo;
+        lo = f < S ? 0 : 1;
+        while (lo < hi) { /* its first feasible member */
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (stage_feasible(&x, stage_candidate(&x, f, mid), dp, took)) hi = mid;
+            else lo = mid + 1;
+        }
+        best = stage_candidate(&x, f, lo);
+    }
+    /* the least recompute finishing by best, fewest readers on a tie */
+    stage_feasible(&x, best, dp, took);
+    uint32_t pick_j = S, pick_total = 0;
+    for (uint32_t j = 0; j < S; j++) {
+        if (dp[j] < 0) continue;
+        uint32_t lo = 0, hi = L; /* the fewest recomputed layers whose reads end by best */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (stage_io_end(&x, j, L - mid) <= best) hi = mid;
+            else lo = mid + 1;
+        }
+        uint32_t need = lo > j ? lo : j;
+        if (need <= (uint32_t)dp[j] && (pick_j == S || need < pick_total)) pick_j = j, pick_total = need;
+    }
+    if (pick_j == S) return stage_time(&x, recompute); /* not reached: best is feasible */
+    uint32_t position[CF_MAX_STAGES] = {0}, total = 0;
+    for (uint32_t s = S - 1, j = pick_j; s >= 1; s--) /* the dp choice with pick_j readers */
+        if (took[s][j]) position[s] = j--;
+    for (uint32_t s = 0; s < S; s++) {
+        if (s && !position[s]) continue;
+        recompute[s] = stage_layers_by(&x, position[s], x.layers[s], best);
+        total += recompute[s];
+    }
+    for (; total > pick_total; total--) { /* drop layers from the stage finishing last (the later on a tie) */
+        uint32_t drop = S;
+        double latest = 0;
+        for (uint32_t s = 0; s < S; s++) {
+            if (recompute[s] <= (s ? 1u : 0u)) continue;
+            double end = stage_end(&x, position[s], recompute[s]);
+            if (drop == S || end >= latest) drop = s, latest = end;
+        }
+        if (drop == S) break;
+        recompute[drop]--;
+    }
+    return stage_time(&x, recompute);
+}
+
 const char *cf_priority_name(cf_priority prio) {
     switch (prio) {
     case CF_PRIO_LRF: return "lrf";

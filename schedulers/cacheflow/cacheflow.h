@@ -99,6 +99,36 @@ uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel 
 double cf_staged_s(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached,
                    uint32_t stages, uint64_t boundary_bytes_per_token, int shared_channel);
 
+#define CF_MAX_STAGES 8u
+
+/* An engine's pipeline stages: stage s owns layers [first_layer[s], first_layer[s + 1]) (p->n_layers
+ * after the last); first_layer[0] = 0, strictly increasing. */
+typedef struct cf_stages {
+    uint32_t n_stages;                   /* 1..CF_MAX_STAGES */
+    uint32_t first_layer[CF_MAX_STAGES];
+    uint64_t boundary_bytes_per_token;   /* stored activations entering one stage s > 0 */
+} cf_stages;
+
+/* Per-stage layer split, the exact optimum. Every stage restores its own L_s layers at once: stage s
+ * recomputes its first recompute[s] (0..L_s) layers over the whole prefix of n_cached tokens starting
+ * at context position offset, each costing lc = cf_forward_s(m, offset, n_cached) / p->n_layers;
+ * stage 0 starts from the token embeddings at time 0, a stage s > 0 from its stored boundary
+ * activations, which it reads first. The rest of each stage's layers is loaded. The one channel c
+ * serves the reads one at a time, in this order: the boundary of every stage s > 0 with
+ * recompute[s] > 0, in stage order (cf_load_s(c, n_cached * boundary_bytes_per_token) each), then the
+ * KV of every loaded layer (cf_load_s(c, n_cached * kv_bytes_per_token_layer) each). Stage s computes
+ * from the end of its boundary's read (stage 0 from 0) for recompute[s] * lc, on its own device, in
+ * parallel with the others. Predicted time: max(end of the last read, latest stage compute end); the
+ * k-th boundary read ends at k * boundary, the last read at n_boundaries * boundary + n_loaded * layer.
+ * Returns the minimum over every choice of recompute[] (exact, evaluated with that formula) and writes
+ * the minimising one to recompute[0..n_stages) (ties: the least total recompute, then the fewest
+ * boundaries, then deterministic). n_cached 0: 0, nothing recomputed. Negative on bad arguments: a
+ * NULL pointer, n_stages 0 or above CF_MAX_STAGES or p->n_layers, first_layer not starting at 0, not
+ * strictly increasing or reaching p->n_layers. With one stage and offset 0 it is
+ * cf_layer_split(...).total_s. Cost: O(S^3 log L) (S stages, L layers); a few microseconds at S = 8. */
+double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
+                      uint64_t offset, uint32_t n_cached, uint32_t *recompute);
+
 /* ---- a batch --------------------------------------------------------------------------------------- */
 
 /* One unit of work in a plan's trace. */

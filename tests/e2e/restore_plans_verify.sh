@@ -4,9 +4,11 @@
 # about what recomputing it does (SPEED x faster), configure `restore: cacheflow` with that profile, and
 # run --restore-plans --plan-modes MODES --verify: every restored prompt must match a full recompute bit
 # for bit, and the engine must have followed plans of the modes asked for (token: recompute the front
-# of a range while the back loads; layer: the lower layers while the upper ones load).
+# of a range while the back loads; layer: the lower layers while the upper ones load; stage: each
+# pipeline stage its lowest layers from its stored boundary activations, on a thread per stage, while
+# the other layers load; pass --stages N among the flags).
 #
-# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both [workload flags...]
+# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both|stage [workload flags...]
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
 set -eu
 engine=$1
@@ -50,10 +52,16 @@ cat "$out"
 grep -q '^verify: .* 0 mismatches$' "$out" || fail "restored KV differs from a full recompute"
 token=$(sed -n 's/.*restore plans followed: token \([0-9]*\), .*/\1/p' "$out")
 layer=$(sed -n 's/.*restore plans followed: token [0-9]*, layer \([0-9]*\), .*/\1/p' "$out")
-[ -n "$token" ] && [ -n "$layer" ] || fail "the summary reports no restore plans"
+stage=$(sed -n 's/.*restore plans followed: token [0-9]*, layer [0-9]*, stage \([0-9]*\), .*/\1/p' "$out")
+[ -n "$token" ] && [ -n "$layer" ] && [ -n "$stage" ] || fail "the summary reports no restore plans"
 case $modes in
-token) [ "$token" -gt 0 ] && [ "$layer" -eq 0 ] || fail "token plans asked for, followed token $token, layer $layer" ;;
-layer) [ "$layer" -gt 0 ] && [ "$token" -eq 0 ] || fail "layer plans asked for, followed token $token, layer $layer" ;;
+token) [ "$token" -gt 0 ] && [ $((layer + stage)) -eq 0 ] || fail "token plans asked for, followed token $token, layer $layer, stage $stage" ;;
+layer) [ "$layer" -gt 0 ] && [ $((token + stage)) -eq 0 ] || fail "layer plans asked for, followed token $token, layer $layer, stage $stage" ;;
+stage)
+    [ "$stage" -gt 0 ] && [ $((token + layer)) -eq 0 ] || fail "stage plans asked for, followed token $token, layer $layer, stage $stage"
+    bnd=$(sed -n 's/.*stages restored from their boundary \([0-9]*\).*/\1/p' "$out")
+    [ -n "$bnd" ] && [ "$bnd" -gt 0 ] || fail "no stage past the first restored from its boundary (${bnd:-none})"
+    ;;
 *) [ $((token + layer)) -gt 0 ] || fail "no token or layer plan was followed" ;;
 esac
-echo "restore_plans_verify: $token token and $layer layer plans followed, KV exact"
+echo "restore_plans_verify: $token token, $layer layer and $stage stage plans followed, KV exact"
