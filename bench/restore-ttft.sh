@@ -7,11 +7,15 @@
 #   plans           restore.scheduler cacheflow with a profile measured first, and the engine following
 #                   its plans (--restore-plans --plan-modes M) for each M in $MODES (default
 #                   "token layer both"): token plans recompute the front of a restored range while the
-#                   back loads, layer plans its lower layers while the upper ones load
+#                   back loads, layer plans its lower layers while the upper ones load; mode "stage"
+#                   runs the engine with --stages $STAGES (default 2): each pipeline stage recomputes
+#                   its lowest layers from its stored boundary activations on a thread of its own
+#                   while the other layers load (the baselines run without stages: they store and load
+#                   no boundaries)
 # and prints each mean TTFT (turns after the first) as a ratio to the better of load-only and
 # recompute-only.
 #
-# usage: [MODES="token layer both"] bench/restore-ttft.sh [READ_BANDWIDTH (4MB)] [mini engine flags...]
+# usage: [MODES="token layer both"] [STAGES=2] bench/restore-ttft.sh [READ_BANDWIDTH (4MB)] [mini engine flags...]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 engine=$here/build/bin/kvs-mini-engine
@@ -37,7 +41,11 @@ printf 'version: 1\nchunk_tokens: 256\nrestore:\n  scheduler: cacheflow\n  profi
 "$engine" --config "$work/paced.yaml" --quiet --json "$@" >"$work/load.out"
 modes=${MODES:-token layer both}
 for m in $modes; do
-    "$engine" --config "$work/cacheflow.yaml" --restore-plans --plan-modes "$m" --quiet --json "$@" >"$work/plans-$m.out"
+    extra=
+    [ "$m" = stage ] && extra="--stages ${STAGES:-2}"
+    # shellcheck disable=SC2086 # $extra is empty or two words
+    "$engine" --config "$work/cacheflow.yaml" --restore-plans --plan-modes "$m" $extra --quiet --json "$@" \
+        >"$work/plans-$m.out"
 done
 
 # mean_ms of the later turns of run "$2" ("connector" or "no_connector") in the JSON line of file $1

@@ -27,7 +27,8 @@ fail() {
     exit 1
 }
 
-"$engine" --config "$work/plain.yaml" --profile "$work/measured.yaml" --profile-tokens 1024 ||
+# the profile measures the model the flags describe (workload flags do not matter to it)
+"$engine" --config "$work/plain.yaml" --profile "$work/measured.yaml" --profile-tokens 1024 "$@" ||
     fail "profiling failed"
 per_token=$(sed -n 's/^  per_token_us: //p' "$work/measured.yaml")
 chunk_bytes=$(sed -n 's/^# \([0-9]*\) bytes (.*/\1/p' "$work/measured.yaml")
