@@ -139,7 +139,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                 mr->n_loads = 0;
                 continue;
             }
-            if (set_layer_mask(mr, nl, 0, l) != KVS_OK) {
+            if (set_layer_mask(mr, h->model.n_layers, 0, l) != KVS_OK) {
                 st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
                 goto out;
             }

@@ -1157,6 +1157,14 @@ START_TEST(stage_plans_restore_each_stage_from_its_boundary) {
     ck_assert_uint_eq(loaded, 8);
     ck_assert_uint_eq(bytes, 256ull * 2 * TOKEN_BYTES); /* the boundary layer only */
     rig_close(&r);
+    /* Layer plans of a staged engine: the mask spans every registered layer, boundaries loaded. */
+    stage_rig(&r, restore_config(10, 25.6, "dram"));
+    p = restore_with_plan(&r, KVS_PLAN_CAP_LAYER, &loaded, &bytes);
+    ck_assert_uint_eq(p.mode, KVS_PLAN_LAYER);
+    ck_assert_uint_ge(p.recompute_layers, 1);
+    ck_assert_uint_le(p.recompute_layers, 3);
+    ck_assert_uint_eq(bytes, 256ull * (5 - p.recompute_layers) * 2 * TOKEN_BYTES);
+    rig_close(&r);
     /* A fast tier: stage plans still load everything when that is soonest, boundaries included. */
     stage_rig(&r, restore_config(1000, 100000, "dram"));
     p = restore_with_plan(&r, KVS_PLAN_CAP_STAGE | KVS_PLAN_CAP_TOKEN, &loaded, &bytes);
