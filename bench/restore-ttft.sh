@@ -67,6 +67,8 @@ printf '  recompute-only   %8.1f  (mean of %s, one beside each connector run)\n'
 for m in $modes; do
     t=$(mean "$work/plans-$m.out" connector)
     followed=$(grep -o 'restore plans followed: [^(]*' "$work/plans-$m.out" | head -n 1 | sed 's/restore plans followed: //')
+    bnd=$(grep -o 'stages restored from their boundary [0-9]*' "$work/plans-$m.out" | head -n 1 | sed 's/.* //')
+    [ -n "$bnd" ] && followed="$followed; stages past the first restored from their boundary: $bnd"
     awk -v m="$m" -v t="$t" -v best="$best" -v f="$followed" \
         'BEGIN { printf "  plans %-10s %8.1f  ratio to the better of the two %.3f  (%s)\n", m, t, t / best, f }'
 done

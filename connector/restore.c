@@ -61,9 +61,9 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
 
 /* A stage plan for one request (an engine with KVS_PLAN_CAP_STAGE), taken when the planner predicts
  * it sooner than beat_s: the loads leave each stage's lowest stage_recompute_layers[s] KV layers to
- * the engine. Boundary layers are always loaded: pages of loaded tokens may be shared with a later
- * request that saves a new chunk over them, which must not store stale activations. 1 if taken, 0 if
- * not, -1 out of memory. */
+ * the engine. Boundary layers are always loaded (and priced so: read_all_boundaries): pages of loaded
+ * tokens may be shared with a later request that saves a new chunk over them, which must not store
+ * stale activations. 1 if taken, 0 if not, -1 out of memory. */
 static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr, double beat_s) {
     uint32_t rec[CF_MAX_STAGES] = {0};
     double t = cf_stage_split(&h->restore_params, &h->restore_compute, &h->restore_channels[cr->channel], &h->stages,

@@ -64,7 +64,8 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
             return kvs_set_error(h, KVS_EINVAL, "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
                                  "at increasing layers below %u", s, d->first_layer[s], d->n_kv_layers);
     h->stages = (cf_stages){.n_stages = d->n_stages,
-                            .boundary_bytes_per_token = d->boundary_layers * (h->layer_bytes / h->chunk_tokens)};
+                            .boundary_bytes_per_token = d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
+                            .read_all_boundaries = 1}; /* restore.c loads every boundary */
     memcpy(h->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
     h->n_kv_layers = d->n_kv_layers;
     h->boundary_layers = d->boundary_layers;

@@ -213,6 +213,68 @@ static double stage_candidate(const stage_ctx *x, uint32_t f, uint32_t k) {
     return f < x->n_stages ? stage_io_end(x, f, k) : stage_end(x, f - x->n_stages, k);
 }
 
+/* Every boundary read whatever the split: stage s starts at s * boundary. */
+static double stage_time_all(const stage_ctx *x, const uint32_t *recompute) {
+    uint32_t loaded = 0;
+    double comp = 0;
+    for (uint32_t s = 0; s < x->n_stages; s++) {
+        loaded += x->layers[s] - recompute[s];
+        if (recompute[s] && stage_end(x, s, recompute[s]) > comp) comp = stage_end(x, s, recompute[s]);
+    }
+    double io = stage_io_end(x, x->n_stages - 1, loaded);
+    return io > comp ? io : comp;
+}
+
+/* Whether some split finishes by t when every boundary is read: each stage recomputes the most it can
+ * by t (r[] gets it); the reads of the rest must end by t too. */
+static int stage_feasible_all(const stage_ctx *x, double t, uint32_t *r) {
+    uint32_t total = 0;
+    for (uint32_t s = 0; s < x->n_stages; s++) total += r[s] = stage_layers_by(x, s, x->layers[s], t);
+    return stage_io_end(x, x->n_stages - 1, x->n_layers - total) <= t;
+}
+
+/* cf_stage_split with read_all_boundaries: the optimum is the smallest feasible candidate among the
+ * read ends ((S - 1) boundaries, k layers loaded) and each stage's compute ends (s * boundary + k * lc),
+ * each family non-decreasing in k and feasibility monotone in t; then the least recompute by dropping
+ * layers from the stage finishing last while the reads still end in time. */
+static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
+    const uint32_t S = x->n_stages, L = x->n_layers;
+    uint32_t r[CF_MAX_STAGES];
+    double best = stage_io_end(x, S - 1, L); /* load everything */
+    for (uint32_t f = 0; f <= S; f++) { /* f == S: the read ends; else stage f's compute ends */
+        uint32_t lo = f == S ? 0 : 1, hi = f == S ? L : x->layers[f];
+#define CAND(k) (f == S ? stage_io_end(x, S - 1, (k)) : stage_end(x, f, (k)))
+        if (lo > hi || !(CAND(lo) < best)) continue;
+        while (lo < hi) { /* the last member below best */
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            if (CAND(mid) < best) lo = mid;
+            else hi = mid - 1;
+        }
+        if (!stage_feasible_all(x, CAND(lo), r)) continue;
+        hi = lo;
+        lo = f == S ? 0 : 1;
+        while (lo < hi) { /* its first feasible member */
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (stage_feasible_all(x, CAND(mid), r)) hi = mid;
+            else lo = mid + 1;
+        }
+        best = CAND(lo);
+#undef CAND
+    }
+    stage_feasible_all(x, best, recompute);
+    uint32_t total = 0;
+    for (uint32_t s = 0; s < S; s++) total += recompute[s];
+    for (; total > 0; total--) { /* drop from the stage finishing last while the reads keep up */
+        uint32_t drop = S;
+        for (uint32_t s = 0; s < S; s++)
+            if (recompute[s] && (drop == S || stage_end(x, s, recompute[s]) >= stage_end(x, drop, recompute[drop])))
+                drop = s;
+        if (stage_io_end(x, S - 1, L - (total - 1)) > best) break;
+        recompute[drop]--;
+    }
+    return stage_time_all(x, recompute);
+}
+
 /* The exact optimum: every choice's time is a candidate (its read end or a stage's compute end), and
  * whether some choice finishes by t is monotone in t, so the optimum is the smallest feasible
  * candidate: per family, binary search for its smallest feasible member below the best so far. Then
@@ -233,6 +295,7 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
     x.boundary = cf_load_s(c, (uint64_t)n_cached * st->boundary_bytes_per_token);
     x.layer_load = cf_load_s(c, (uint64_t)n_cached * p->kv_bytes_per_token_layer);
     x.lc = cf_forward_s(m, offset, n_cached) / L;
+    if (st->read_all_boundaries) return stage_split_all_read(&x, recompute);
     int32_t dp[CF_MAX_STAGES];
     uint8_t took[CF_MAX_STAGES][CF_MAX_STAGES];
     double best = stage_io_end(&x, 0, L); /* load everything */

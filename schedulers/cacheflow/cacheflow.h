@@ -107,6 +107,9 @@ typedef struct cf_stages {
     uint32_t n_stages;                   /* 1..CF_MAX_STAGES */
     uint32_t first_layer[CF_MAX_STAGES];
     uint64_t boundary_bytes_per_token;   /* stored activations entering one stage s > 0 */
+    uint8_t read_all_boundaries;         /* 1: every boundary is read (first, in stage order) whatever
+                                          * the split, so stage s starts at s * boundary; 0: only those of
+                                          * stages that recompute */
 } cf_stages;
 
 /* Per-stage layer split, the exact optimum. Every stage restores its own L_s layers at once: stage s
@@ -125,7 +128,10 @@ typedef struct cf_stages {
  * boundaries, then deterministic). n_cached 0: 0, nothing recomputed. Negative on bad arguments: a
  * NULL pointer, n_stages 0 or above CF_MAX_STAGES or p->n_layers, first_layer not starting at 0, not
  * strictly increasing or reaching p->n_layers. With one stage and offset 0 it is
- * cf_layer_split(...).total_s. Cost: O(S^3 log L) (S stages, L layers); a few microseconds at S = 8. */
+ * cf_layer_split(...).total_s. Cost: O(S^3 log L) (S stages, L layers); a few microseconds at S = 8.
+ * With st->read_all_boundaries every boundary is read whatever the split (what the connector does, so
+ * pages it loads never hold stale activations): stage s computes from s * boundary, the reads end at
+ * (S - 1) * boundary + loaded * layer; the same exactness and ties, O(S^2 log L). */
 double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
                       uint64_t offset, uint32_t n_cached, uint32_t *recompute);
 
