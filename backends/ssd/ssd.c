@@ -516,7 +516,7 @@ static const kvs_backend_ops ssd_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY,
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_GET_RANGE,
     .type_name = "ssd",
     .create = ssd_create,
     .destroy = ssd_destroy,
@@ -529,6 +529,7 @@ static const kvs_backend_ops ssd_ops = {
     .remove = ssd_remove,
     .usage = ssd_usage,
     .get_many = ssd_get_many,
+    .get_range = ssd_get_range,
 };
 
 const kvs_backend_ops *kvs_ssd_backend(void) { return &ssd_ops; }

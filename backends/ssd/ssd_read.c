@@ -1,7 +1,9 @@
 /*
- * ssd_read.c - get and get_many for the ssd tier: every unit of every object of one call is read
- * once, on the copy a policy chose, each path's share submitted as one batch; failed reads retry on
- * another copy; objects found by the restart scan are checked against their unit checksums once.
+ * ssd_read.c - get, get_many and get_range for the ssd tier: every unit of every object of one call
+ * is read once, on the copy a policy chose, each path's share submitted as one batch; failed reads
+ * retry on another copy; objects found by the restart scan are checked against their unit checksums
+ * once. A range read reads only the 4KiB blocks of the units it covers (whole units of an object not
+ * verified yet, whose checksums cover whole units) and copies the range out of them.
  */
 #include "ssd_tier.h"
 
@@ -25,7 +27,11 @@ typedef struct read_unit {
     uint8_t *dst;        /* where the unit's data belongs */
     uint8_t *bounce;     /* aligned buffer when dst cannot take the read directly */
     uint64_t data_bytes; /* object bytes in this unit */
-    uint64_t read_bytes; /* data_bytes rounded up to 4KiB */
+    uint64_t read_bytes; /* bytes read: data_bytes rounded up to 4KiB, or a range's blocks */
+    uint64_t unit_off;   /* range reads: where in the unit the read starts (4KiB-aligned) */
+    uint8_t *range_dst;  /* range reads: where the range's bytes of this unit go (dst is NULL) */
+    uint64_t copy_from, copy_bytes; /* ... taken from the bounce at copy_from */
+    int skip;            /* range reads: a unit outside the range */
     int result;
 } read_unit;
 
@@ -44,12 +50,12 @@ static int prepare_read(ssd_tier *t, read_unit *ru, const ssd_object *e, uint32_
     ru->tried |= 1u << replica;
     ssd_io_path *io = t->paths[c->path].io;
     uint8_t *target = ru->dst;
-    if (((uintptr_t)ru->dst % SSD_BLOCK) != 0 || ru->read_bytes > cap_left) {
+    if (!ru->dst || ((uintptr_t)ru->dst % SSD_BLOCK) != 0 || ru->read_bytes > cap_left) {
         if (!ru->bounce && !(ru->bounce = aligned_alloc(SSD_BLOCK, ru->read_bytes))) return -1;
         target = ru->bounce;
     }
     ssd_io_prepare(&ru->req, SSD_IO_OP_READ, SSD_IO_RESTORE, target, ru->read_bytes,
-                   ssd_slot_offset(t, c->slot) + SSD_BLOCK, read_done, ru);
+                   ssd_slot_offset(t, c->slot) + SSD_BLOCK + ru->unit_off, read_done, ru);
     __atomic_store_n(&ru->result, READ_PENDING, __ATOMIC_RELAXED);
     if (target == ru->dst) ru->req.fixed_index = ssd_io_fixed_index(io, target, ru->read_bytes);
     return 0;
@@ -86,6 +92,12 @@ static void wait_reads(ssd_tier *t, ssd_io_waiter *w, read_unit *reads, uint64_t
     }
 }
 
+/* Room left in the caller's buffer from a whole-object read's unit on (range reads go through a
+ * bounce: no limit applies). */
+static uint64_t cap_left(const ssd_tier *t, const read_unit *ru, const uint64_t *caps) {
+    return ru->range_dst ? UINT64_MAX : caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes;
+}
+
 /* Per item of a get_many call. */
 typedef struct read_item {
     uint32_t object; /* SSD_NIL: nothing to read */
@@ -96,8 +108,30 @@ typedef struct read_item {
     int corrupt;
 } read_item;
 
+/* Where a range [off, off + len) of an object meets unit u (unit_start us, data_bytes bytes): fills
+ * the read's offset, size and copy; marks it skipped when they do not meet. Whole units when the
+ * object is not verified yet (its checksums cover whole units). */
+static void range_unit(read_unit *ru, uint64_t us, uint64_t off, uint64_t len, uint8_t *dst, int whole) {
+    uint64_t lo = off > us ? off : us, hi = off + len < us + ru->data_bytes ? off + len : us + ru->data_bytes;
+    if (lo >= hi) {
+        ru->skip = 1;
+        ru->result = 0;
+        return;
+    }
+    ru->unit_off = whole ? 0 : (lo - us) / SSD_BLOCK * SSD_BLOCK;
+    uint64_t end = whole ? ssd_round_up(ru->data_bytes, SSD_BLOCK) : ssd_round_up(hi - us, SSD_BLOCK);
+    ru->read_bytes = end - ru->unit_off;
+    ru->dst = NULL; /* through a bounce, then the range's part copied out */
+    ru->range_dst = dst + (lo - off);
+    ru->copy_from = lo - us - ru->unit_off;
+    ru->copy_bytes = hi - lo;
+}
+
+/* ranges (NULL: whole objects) gives per item the [offset, offset + length) pair to read; dsts[i]
+ * then has room for the range, and lens[i] still gets the object's length. */
 static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                                   uint64_t n, uint64_t *lens, kvs_status *statuses, int io_class) {
+                                   uint64_t n, uint64_t *lens, kvs_status *statuses, int io_class,
+                                   const uint64_t (*ranges)[2]) {
     read_item *items = calloc(n ? n : 1, sizeof *items);
     uint64_t set_cap = 2;
     while (set_cap < 2 * n) set_cap <<= 1;
@@ -129,7 +163,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         }
         ssd_object *e = ssd_obj(t, o);
         lens[i] = e->len;
-        if (caps[i] < e->len || (!dsts[i] && e->len)) {
+        if ((!ranges && caps[i] < e->len) || (ranges && caps[i] < ranges[i][1]) || (!dsts[i] && e->len)) {
             statuses[i] = KVS_EOVERFLOW;
             continue;
         }
@@ -179,6 +213,11 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             ru->dst = (uint8_t *)dsts[i] + (uint64_t)u * t->stripe_bytes;
             ru->data_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
             ru->read_bytes = ssd_round_up(ru->data_bytes, SSD_BLOCK);
+            if (ranges) {
+                range_unit(ru, (uint64_t)u * t->stripe_bytes, ranges[i][0], ranges[i][1], dsts[i],
+                           !__atomic_load_n(&e->verified, __ATOMIC_RELAXED));
+                if (ru->skip) continue;
+            }
             uint32_t k = 0;
             for (uint32_t c = 0; c < e->replicas; c++) {
                 const ssd_copy *cp = &e->copies[(uint64_t)u * e->replicas + c];
@@ -225,11 +264,11 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         }
         if (replica == SSD_NO_PATH) replica = first_usable;
         if (replica == SSD_NO_PATH) continue; /* its path failed since: -EIO stands, a retry may find another */
-        if (prepare_read(t, ru, e, replica, caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes) != 0) {
+        if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) {
             ru->result = -ENOMEM;
             continue;
         }
-        if (ru->bounce) atomic_fetch_add(&t->bounce_reads, 1);
+        if (ru->bounce && !ru->range_dst) atomic_fetch_add(&t->bounce_reads, 1);
         order[n_issue++] = r;
     }
     ssd_io_waiter_add(&waiter, n_issue);
@@ -249,7 +288,7 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
                 if (!(ru->tried & (1u << c)) && cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) replica = c;
             }
             if (replica == SSD_NO_PATH) continue;
-            if (prepare_read(t, ru, e, replica, caps[ru->item] - (uint64_t)ru->unit * t->stripe_bytes) != 0) continue;
+            if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) continue;
             order[n_retry++] = r;
         }
         if (n_retry == 0) break;
@@ -269,8 +308,17 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             }
             continue;
         }
-        if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
+        if (ru->skip) continue;
         const ssd_object *e = ssd_obj(t, it->object);
+        if (ru->range_dst) { /* an unverified object's units were read whole: check, then copy */
+            if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
+                XXH3_64bits(ru->bounce, ru->data_bytes) != e->checksums[ru->unit])
+                it->corrupt = 1;
+            else
+                memcpy(ru->range_dst, ru->bounce + ru->copy_from, ru->copy_bytes);
+            continue;
+        }
+        if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
         if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
             XXH3_64bits(ru->dst, ru->data_bytes) != e->checksums[ru->unit])
             it->corrupt = 1;
@@ -298,7 +346,7 @@ release:
             atomic_fetch_add(&t->corrupt_drops, 1);
             ssd_set_error(t, "an object found after a restart failed its unit checksum (a torn write); removed");
             if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
-        } else {
+        } else if (!ranges) { /* a range checked only some units */
             __atomic_store_n(&e->verified, 1, __ATOMIC_RELAXED);
         }
         ssd_object_unref(t, it->object);
@@ -338,7 +386,7 @@ kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, con
                         uint64_t *lens, kvs_status *statuses) {
     ssd_tier *t = state;
     if (!t || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
-    return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE);
+    return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE, NULL);
 }
 
 kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
@@ -346,7 +394,7 @@ kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uin
     if (!t || !key || !len || (!dst && cap)) return KVS_EINVAL;
     kvs_status status = KVS_OK;
     void *dsts[1] = {dst};
-    kvs_status rc = ssd_read_objects(t, key, dsts, &cap, 1, len, &status, SSD_IO_PREFETCH);
+    kvs_status rc = ssd_read_objects(t, key, dsts, &cap, 1, len, &status, SSD_IO_PREFETCH, NULL);
     if (rc != KVS_OK) return rc;
     if (status == KVS_ENOTFOUND)
         ssd_set_error(t, "object not stored");
@@ -354,4 +402,24 @@ kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uin
         ssd_set_error(t, "object of %llu bytes does not fit a buffer of %llu bytes", (unsigned long long)*len,
                       (unsigned long long)cap);
     return status;
+}
+
+kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst, uint64_t *got,
+                         uint64_t *object_len) {
+    ssd_tier *t = state;
+    if (!t || !key || !got || !object_len || (!dst && len)) return KVS_EINVAL;
+    *got = 0;
+    *object_len = 0;
+    /* clip to the object first: its length is known once found, so ask for the whole range and let
+     * range_unit clip each unit; the bytes copied are the overlap with [0, object length) */
+    uint64_t range[1][2] = {{offset, len}}, cap = len, olen = 0;
+    kvs_status status = KVS_OK;
+    void *dsts[1] = {dst};
+    kvs_status rc = ssd_read_objects(t, key, dsts, &cap, 1, &olen, &status, SSD_IO_RESTORE, range);
+    if (rc != KVS_OK) return rc;
+    if (status == KVS_ENOTFOUND) ssd_set_error(t, "object not stored");
+    if (status != KVS_OK) return status;
+    *object_len = olen;
+    *got = offset >= olen ? 0 : olen - offset < len ? olen - offset : len;
+    return KVS_OK;
 }

@@ -153,6 +153,8 @@ kvs_status ssd_usage(void *state, uint64_t *n_objects, uint64_t *bytes);
 kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len);
 /* ssd_read.c */
 kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len);
+kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst, uint64_t *got,
+                         uint64_t *object_len);
 kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
                         uint64_t *lens, kvs_status *statuses);
 

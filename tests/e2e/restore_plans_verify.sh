@@ -9,7 +9,9 @@
 # the other layers load; pass --stages N among the flags).
 #
 # usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both|stage [workload flags...]
-# HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
+# HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU; TIER=ssd
+# restores from an ssd tier in WORKDIR paced by sim_bandwidth instead (partial reads through its
+# get_range) rather than the paced dram tier.
 set -eu
 engine=$1
 work=$2
@@ -39,10 +41,18 @@ mb_s=$(awk -v b="$bandwidth" 'BEGIN { printf "%.6f", b / 1e6 }')
 echo "restore_plans_verify: ${per_token} us per token, chunks of $chunk_bytes bytes: tier paced at $bandwidth B/s"
 {
     sed -n '/^compute:/,/^tiers:/p' "$work/measured.yaml" | grep -v '^tiers:'
-    printf 'tiers:\n  - name: dram\n    latency_us: 0\n    bandwidth_mb_s: %s\n' "$mb_s"
+    printf 'tiers:\n  - name: %s\n    latency_us: 0\n    bandwidth_mb_s: %s\n' "${TIER:-dram}" "$mb_s"
 } >"$work/profile.yaml"
-printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n    options:\n      read_bandwidth: %s\n' \
-    "$copies" "$bandwidth" >"$work/cacheflow.yaml"
+printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\n' \
+    "$copies" >"$work/cacheflow.yaml"
+if [ "${TIER:-dram}" = ssd ]; then
+    mkdir -p "$work/ssd"
+    printf 'tiers:\n  - name: ssd\n    type: ssd\n    capacity: 256MiB\n    paths: [%s]\n    options:\n      stripe_bytes: 64KiB\n      sim_bandwidth: %s\n' \
+        "$work/ssd" "$bandwidth" >>"$work/cacheflow.yaml"
+else
+    printf 'tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n    options:\n      read_bandwidth: %s\n' \
+        "$bandwidth" >>"$work/cacheflow.yaml"
+fi
 out="$work/run.out"
 if ! "$engine" --verify --quiet --restore-plans --plan-modes "$modes" --config "$work/cacheflow.yaml" "$@" \
     >"$out" 2>"$work/run.err"; then
