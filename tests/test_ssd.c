@@ -587,18 +587,17 @@ static void data_file(const test_dirs *d, int path, char *out, size_t len) {
     snprintf(out, len, "%s/kvstrata-ssd0.data", d->dir[path]);
 }
 
-START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
-    test_dirs d;
-    make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
-    void *st = open_ok(&d, &a);
-    put_object(st, 1, 64 * KIB); /* slots 0..3 of a fresh file */
-    put_object(st, 2, 64 * KIB); /* slots 4..7 */
+/* One path, 16KiB stripes: objects 1..n of 64KiB each in slots 4(i-1)..4i-1 of a fresh file, then a
+ * crash mid-write of unit 2 of object 1 (its header landed, its data did not). */
+static const tier_args torn_args = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                                    .options = {{"stripe_bytes", "16KiB"}}};
+static void store_and_tear_unit2_of_object1(const test_dirs *d, uint32_t n) {
+    void *st = open_ok(d, &torn_args);
+    for (uint32_t i = 1; i <= n; i++) put_object(st, i, 64 * KIB);
     flush(st);
     ops->destroy(st);
-    /* A crash mid-write of unit 2 of object 1: its header landed, its data did not. */
     char file[400];
-    data_file(&d, 0, file, sizeof file);
+    data_file(d, 0, file, sizeof file);
     int fd = open(file, O_WRONLY);
     ck_assert_int_ge(fd, 0);
     uint8_t junk[512];
@@ -606,6 +605,14 @@ START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
     off_t unit2_data = 4096 + 2 * (4096 + 16 * 1024) + 4096 + 1000;
     ck_assert_int_eq(pwrite(fd, junk, sizeof junk, unit2_data), (ssize_t)sizeof junk);
     close(fd);
+}
+
+START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
+    test_dirs d;
+    make_dirs(&d);
+    tier_args a = torn_args;
+    store_and_tear_unit2_of_object1(&d, 2);
+    void *st;
 
     st = open_ok(&d, &a);
     ck_assert_uint_eq(stats_of(st).recovered, 2);
@@ -680,22 +687,10 @@ START_TEST(get_range_reads_only_the_blocks_it_covers) {
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 
-    /* one path, unit 2 of object 1 torn as in a_torn_unit_is_caught_on_first_read_and_removed_for_good */
+    /* unit 2 of object 1 torn */
     make_dirs(&d);
-    tier_args one = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
-    st = open_ok(&d, &one);
-    put_object(st, 1, 64 * KIB);
-    flush(st);
-    ops->destroy(st);
-    char file[400];
-    data_file(&d, 0, file, sizeof file);
-    int fd = open(file, O_WRONLY);
-    ck_assert_int_ge(fd, 0);
-    uint8_t junk[512];
-    memset(junk, 0x5a, sizeof junk);
-    ck_assert_int_eq(pwrite(fd, junk, sizeof junk, 4096 + 2 * (4096 + 16 * 1024) + 4096 + 1000), (ssize_t)sizeof junk);
-    close(fd);
-    st = open_ok(&d, &one);
+    store_and_tear_unit2_of_object1(&d, 1);
+    st = open_ok(&d, &torn_args);
     range_check(st, 1, 64 * KIB, 100, 1000); /* unit 0 is intact */
     uint8_t out[64];
     kvs_key k1 = key_of(1);
