@@ -774,6 +774,23 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "runs past the blob"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
+     * one of the right size is taken, one naming a layer past the model's two or of another size is not. */
+    ck_assert(len > 2 && meta[len - 2] == 0xc4 && meta[len - 1] == 0x00);
+    const uint8_t masks[][4] = {{0xc4, 0x01, 0x01}, {0xc4, 0x01, 0x07}, {0xc4, 0x02, 0x03, 0x00}};
+    const uint64_t mask_len[] = {3, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        memcpy(bad, meta, len - 2);
+        memcpy(bad + len - 2, masks[k], mask_len[k]);
+        kvs_status st = api->bind_meta(r.h, bad, len - 2 + mask_len[k]);
+        if (k == 0) {
+            ck_assert_int_eq(st, KVS_OK);
+            ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+        } else {
+            ck_assert_int_eq(st, KVS_EINVAL);
+            ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "layer mask"));
+        }
+    }
     rig_close(&r);
 }
 END_TEST
