@@ -115,8 +115,6 @@ struct kvs_handle {
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */
     cf_stages stages;              /* set_stages (n_stages 0: none) */
-    uint32_t n_kv_layers;          /* KV layers: model.n_layers less the stage boundary layers */
-    uint32_t boundary_layers;      /* registered layers per stage boundary */
 
     /* worker side */
     kvs_layer_view *views;

@@ -67,8 +67,6 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                             .boundary_bytes_per_token = d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
                             .read_all_boundaries = 1}; /* restore.c loads every boundary */
     memcpy(h->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
-    h->n_kv_layers = d->n_kv_layers;
-    h->boundary_layers = d->boundary_layers;
     h->restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
     return KVS_OK;
 }

@@ -343,10 +343,9 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     if (ops->pin(state, key, 1, h->cfg->lease_timeout_ms, &pinned) != KVS_OK || pinned != 1)
         return fail_load(h, w, "evicted before it could be pinned");
     w->pinned = 1;
-    /* Some layers only (a layer or stage plan): read just those where the tier can, into a slab. */
-    int some = 0;
-    for (uint32_t l = 0; l < h->model.n_layers && !some; l++) some = !kvs_meta_wants_layer(w->req, l);
-    w->ranged = some && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
+    /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
+     * slab. */
+    w->ranged = w->req->n_layer_bytes && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
     if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !w->ranged) {
         const void *obj = NULL;
         if (ops->get_ref(state, key, &obj, &len) != KVS_OK) return fail_load(h, w, ops->last_error(state));

@@ -978,51 +978,65 @@ static int stage_first[KVS_MAX_STAGES]; /* the first KV layer of each stage, for
 /* Store 256 tokens (8 chunks) under request "a", then restore them for "b" into other pages as an
  * engine that follows the plan: it computes the front the plan leaves to it, the connector loads the
  * rest. Returns the plan; *loaded gets the chunks the connector loaded. */
-static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded, uint64_t *bytes) {
+/* The scheduler half of a planned restore: 256 tokens (8 chunks) stored under request "a", then
+ * request "b" with the same prompt looked up, allocated other pages and its step's metadata built. */
+typedef struct plan_step {
     int32_t tokens[257];
     uint32_t a[17], b[17];
-    make_tokens(tokens, 257, 9);
-    blocks_from(a, 17, 0);
-    blocks_from(b, 17, 20);
-    ck_assert_int_eq(api->set_plan_caps(r->h, caps), KVS_OK);
-    prefill(r, "a", tokens, 257, a);
-    kvs_stats s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
-    ck_assert_int_eq(api->stats(r->h, &s0), KVS_OK);
-    kvs_lookup_result res = {.struct_size = sizeof res};
-    ck_assert_int_eq(api->lookup(r->h, "b", tokens, 257, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->on_alloc(r->h, "b", b, 17, res.n_hit_tokens), KVS_OK);
-    kvs_step_request st = {"b", tokens, 257, b, 17, res.n_hit_tokens, 257 - res.n_hit_tokens};
+    kvs_lookup_result res;
+    kvs_step_request st;
     uint8_t meta[65536];
-    uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta(r->h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    uint64_t len;
+} plan_step;
+
+static void store_and_plan(rig *r, plan_step *ps) {
+    make_tokens(ps->tokens, 257, 9);
+    blocks_from(ps->a, 17, 0);
+    blocks_from(ps->b, 17, 20);
+    prefill(r, "a", ps->tokens, 257, ps->a);
+    ps->res = (kvs_lookup_result){.struct_size = sizeof ps->res};
+    ck_assert_int_eq(api->lookup(r->h, "b", ps->tokens, 257, 0, &ps->res), KVS_OK);
+    ck_assert_int_eq(api->on_alloc(r->h, "b", ps->b, 17, ps->res.n_hit_tokens), KVS_OK);
+    ps->st = (kvs_step_request){"b", ps->tokens, 257, ps->b, 17, ps->res.n_hit_tokens, 257 - ps->res.n_hit_tokens};
+    ck_assert_int_eq(api->build_meta(r->h, &ps->st, 1, ps->meta, sizeof ps->meta, &ps->len), KVS_OK);
+}
+
+static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded, uint64_t *bytes) {
+    ck_assert_int_eq(api->set_plan_caps(r->h, caps), KVS_OK);
+    static plan_step ps;
+    store_and_plan(r, &ps);
+    kvs_stats s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    ck_assert_int_eq(api->stats(r->h, &s0), KVS_OK); /* nothing loads before the worker step */
     kvs_restore_plan plan = {.struct_size = sizeof plan};
-    kvs_status ps = api->plan(r->h, "b", &plan);
-    if (res.n_hit_tokens == 0) {
-        ck_assert_int_eq(ps, KVS_ENOTFOUND);
+    kvs_status st = api->plan(r->h, "b", &plan);
+    if (ps.res.n_hit_tokens == 0) {
+        ck_assert_int_eq(st, KVS_ENOTFOUND);
         plan.mode = KVS_PLAN_RECOMPUTE;
         plan.end_token = 0;
     } else {
-        ck_assert_int_eq(ps, KVS_OK);
+        ck_assert_int_eq(st, KVS_OK);
         ck_assert_uint_eq(plan.first_token, 0);
-        ck_assert_uint_eq(plan.end_token, res.n_hit_tokens);
+        ck_assert_uint_eq(plan.end_token, ps.res.n_hit_tokens);
         ck_assert_uint_le(plan.recompute_tokens, plan.end_token - plan.first_token);
         uint64_t from = plan.first_token, to = plan.first_token + plan.recompute_tokens;
         if (plan.mode == KVS_PLAN_STAGE) /* each stage its lowest layers (the rig's stages: stage_first) */
             for (uint32_t s = 0; s < plan.n_stages; s++)
-                write_kv_layers(r, b, tokens, from, to, stage_first[s], stage_first[s] + (int)plan.stage_recompute_layers[s]);
+                write_kv_layers(r, ps.b, ps.tokens, from, to, stage_first[s],
+                                stage_first[s] + (int)plan.stage_recompute_layers[s]);
         else
-            write_kv_layers(r, b, tokens, from, to, 0, plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : rig_layers);
+            write_kv_layers(r, ps.b, ps.tokens, from, to, 0,
+                            plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : rig_layers);
     }
-    worker_step(r, meta, len, b, tokens, res.n_hit_tokens, 257);
-    ck_assert_msg(kv_matches(r, b, tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
+    worker_step(r, ps.meta, ps.len, ps.b, ps.tokens, ps.res.n_hit_tokens, 257);
+    ck_assert_msg(kv_matches(r, ps.b, ps.tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
                   (unsigned long long)plan.recompute_tokens);
     ck_assert_int_eq(api->stats(r->h, &s1), KVS_OK);
     *loaded = s1.chunks_loaded - s0.chunks_loaded;
     *bytes = s1.bytes_loaded - s0.bytes_loaded;
     /* The plan belongs to the step that loads: the next one has none. */
-    ck_assert_int_eq(api->build_meta(r->h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->build_meta(r->h, &ps.st, 1, ps.meta, sizeof ps.meta, &ps.len), KVS_OK);
     ck_assert_int_eq(api->plan(r->h, "b", &plan), KVS_ENOTFOUND);
-    worker_step(r, meta, len, b, tokens, 257, 257);
+    worker_step(r, ps.meta, ps.len, ps.b, ps.tokens, 257, 257);
     int keep;
     ck_assert_int_eq(api->request_finished(r->h, "b", &keep), KVS_OK);
     return plan;
@@ -1214,21 +1228,10 @@ START_TEST(stage_descriptions_and_old_plan_structs_are_checked) {
     stage_first[0] = 0;
     stage_first[1] = 3;
     /* An engine built against 1.3 passes the smaller plan struct: a stage plan does not fit in it. */
-    int32_t tokens[257];
-    uint32_t a[17], b[17];
-    make_tokens(tokens, 257, 9);
-    blocks_from(a, 17, 0);
-    blocks_from(b, 17, 20);
     ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_STAGE), KVS_OK);
     ck_assert_int_eq(api->set_stages(r.h, &d), KVS_ESTATE); /* after set_plan_caps */
-    prefill(&r, "a", tokens, 257, a);
-    kvs_lookup_result res = {.struct_size = sizeof res};
-    ck_assert_int_eq(api->lookup(r.h, "b", tokens, 257, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->on_alloc(r.h, "b", b, 17, res.n_hit_tokens), KVS_OK);
-    kvs_step_request st = {"b", tokens, 257, b, 17, res.n_hit_tokens, 257 - res.n_hit_tokens};
-    uint8_t meta[65536];
-    uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta(r.h, &st, 1, meta, sizeof meta, &len), KVS_OK);
+    static plan_step ps;
+    store_and_plan(&r, &ps);
     kvs_restore_plan p = {.struct_size = KVS_RESTORE_PLAN_SIZE_1_3};
     ck_assert_int_eq(api->plan(r.h, "b", &p), KVS_ENOTSUP);
     p.struct_size = sizeof p;

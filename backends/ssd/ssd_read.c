@@ -410,8 +410,8 @@ kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint6
     if (!t || !key || !got || !object_len || (!dst && len)) return KVS_EINVAL;
     *got = 0;
     *object_len = 0;
-    /* clip to the object first: its length is known once found, so ask for the whole range and let
-     * range_unit clip each unit; the bytes copied are the overlap with [0, object length) */
+    /* range_unit clips the range to each unit (and so to the object): the bytes copied are its overlap
+     * with [0, object length) */
     uint64_t range[1][2] = {{offset, len}}, cap = len, olen = 0;
     kvs_status status = KVS_OK;
     void *dsts[1] = {dst};

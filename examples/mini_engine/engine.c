@@ -293,17 +293,24 @@ static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, 
                              model_scratch_hidden(s));
 }
 
-/* Compute tokens [first, first + n) through layers [0, n_layers), in prefill-sized pieces. Through
- * every layer (capture: 1), the boundaries are stored too; a partial depth leaves them to the loads. */
-static void recompute_range(engine *e, uint64_t first, uint64_t n, int n_layers, int capture)
+/* Compute tokens [first, first + n) through layers [from, to), in prefill-sized pieces, with the
+ * activations in scr: from the embeddings when from is 0, else from the boundary of the stage that
+ * starts at `from`. capture: store the boundaries the pieces cross (a restore that computes only some
+ * layers leaves them to the loads). */
+static void compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from, int to, int capture)
 {
+    int stage = from ? stage_starting_at(e->stages, from) : 0, dim = model_config_of(e->m)->dim;
     for (uint64_t done = 0; done < n;) {
         int piece = n - done < (uint64_t)e->prefill_chunk ? (int)(n - done) : e->prefill_chunk;
-        model_embed(e->m, e->s, e->tokens + first + done, piece);
-        for (int l = 0; l < n_layers; l++) {
+        uint64_t pos = first + done;
+        if (stage)
+            stage_boundary_read(e->stages, e->kv, stage, dim, e->table, pos, piece, model_scratch_hidden(scr));
+        else
+            model_embed(e->m, scr, e->tokens + pos, piece);
+        for (int l = from; l < to; l++) {
             if (capture)
-                capture_boundary(e, e->s, l, first + done, piece);
-            model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, first + done, piece);
+                capture_boundary(e, scr, l, pos, piece);
+            model_layer(e->m, scr, e->kv, (uint32_t)l, e->table, pos, piece);
         }
         done += (uint64_t)piece;
     }
@@ -339,19 +346,8 @@ static void *run_stage(void *arg)
         const kvs_restore_plan *p = &w->plans[j];
         if (p->mode != KVS_PLAN_STAGE || p->stage_recompute_layers[s] == 0)
             continue;
-        engine *e = w->es[w->idx[j]];
-        int dim = model_config_of(e->m)->dim, top = sl->first[s] + (int)p->stage_recompute_layers[s];
-        for (uint64_t done = 0; done < p->recompute_tokens;) {
-            uint64_t left = p->recompute_tokens - done, pos = p->first_token + done;
-            int piece = left < (uint64_t)e->prefill_chunk ? (int)left : e->prefill_chunk;
-            if (s == 0)
-                model_embed(e->m, scr, e->tokens + pos, piece);
-            else
-                stage_boundary_read(sl, e->kv, s, dim, e->table, pos, piece, model_scratch_hidden(scr));
-            for (int l = sl->first[s]; l < top; l++)
-                model_layer(e->m, scr, e->kv, (uint32_t)l, e->table, pos, piece);
-            done += (uint64_t)piece;
-        }
+        compute_layers(w->es[w->idx[j]], scr, p->first_token, p->recompute_tokens, sl->first[s],
+                       sl->first[s] + (int)p->stage_recompute_layers[s], 0);
     }
     return NULL;
 }
@@ -422,7 +418,8 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
             c->plans_layer++, layers = (int)p->recompute_layers;
         else
             c->plans_token++;
-        recompute_range(es[idx[j]], p->first_token, p->recompute_tokens, layers, layers == model_layers);
+        compute_layers(es[idx[j]], es[idx[j]]->s, p->first_token, p->recompute_tokens, 0, layers,
+                       layers == model_layers);
     }
     if (sl) {
         works[0] = (stage_work){.stage = 0, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};

@@ -167,7 +167,9 @@ static int parse_options(int argc, char **argv, options *o)
             if (!o->restore_plans)
                 o->restore_plans = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
         } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0 ||
-                          strcmp(a, "--plan-modes") == 0)) {
+                          strcmp(a, "--plan-modes") == 0 || strcmp(a, "--lib") == 0 || strcmp(a, "--config") == 0 ||
+                          strcmp(a, "--trace") == 0 || strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 ||
+                          strcmp(a, "--layout") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
             return -1;
         } else if (strcmp(a, "--plan-modes") == 0) {
@@ -188,10 +190,6 @@ static int parse_options(int argc, char **argv, options *o)
             o->profile_path = argv[++i];
         } else if (strcmp(a, "--profile-tier") == 0) {
             o->profile_tier = argv[++i];
-        } else if (!v && (strcmp(a, "--lib") == 0 || strcmp(a, "--config") == 0 || strcmp(a, "--trace") == 0 ||
-                          strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 || strcmp(a, "--layout") == 0)) {
-            fprintf(stderr, PROG ": %s needs a value\n", a);
-            return -1;
         } else if (strcmp(a, "--lib") == 0) {
             o->lib_path = argv[++i];
         } else if (strcmp(a, "--config") == 0) {
@@ -686,10 +684,10 @@ static void print_summary(const options *o, const workload *w, const sizing *z, 
                        (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
                        (unsigned long long)runs[k].conn.plans_stage, (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
+            if (runs[k].conn.plans && o->stages > 1)
+                printf("; stages restored from their boundary %llu",
+                       (unsigned long long)runs[k].conn.stage_boundary_restores);
         }
-        if (runs[k].have_stats && runs[k].conn.plans && o->stages > 1)
-            printf("; stages restored from their boundary %llu",
-                   (unsigned long long)runs[k].conn.stage_boundary_restores);
         printf("\n");
     }
     if (ref)
@@ -723,12 +721,11 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
             printf("]");
             if (runs[k].conn.plans)
                 printf(",\"plans_token\":%llu,\"plans_layer\":%llu,\"plans_stage\":%llu,\"plans_recompute\":%llu,"
-                       "\"plan_recomputed_tokens\":%llu",
+                       "\"plan_recomputed_tokens\":%llu,\"stage_boundary_restores\":%llu",
                        (unsigned long long)runs[k].conn.plans_token, (unsigned long long)runs[k].conn.plans_layer,
                        (unsigned long long)runs[k].conn.plans_stage, (unsigned long long)runs[k].conn.plans_recompute,
-                       (unsigned long long)runs[k].conn.plan_recomputed_tokens);
-            if (runs[k].conn.plans)
-                printf(",\"stage_boundary_restores\":%llu", (unsigned long long)runs[k].conn.stage_boundary_restores);
+                       (unsigned long long)runs[k].conn.plan_recomputed_tokens,
+                       (unsigned long long)runs[k].conn.stage_boundary_restores);
         }
         printf("}");
     }
