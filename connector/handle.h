@@ -42,6 +42,7 @@ typedef struct kvs_request {
                              * a later step starts below it (load error, preemption) */
     kvs_pin *pins;          /* the lease */
     uint64_t n_pins;
+    int lease_counted;           /* the pins count in stats.leases_active */
     uint64_t lease_deadline_ns;
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
     kvs_restore_plan plan;       /* how its load in step plan_step is restored (the `plan` hook) */

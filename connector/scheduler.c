@@ -91,10 +91,18 @@ static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
     if (from < r->n_pins) r->n_pins = from;
 }
 
+/* Count r's pins as an active lease (once). */
+static void count_lease(kvs_handle *h, kvs_request *r) {
+    if (r->n_pins && !r->lease_counted) {
+        r->lease_counted = 1;
+        h->stats.leases_active++;
+    }
+}
+
 static void release_lease(kvs_handle *h, kvs_request *r) {
-    int had = r->n_pins != 0;
     unpin_from(h, r, 0);
-    if (had && h->stats.leases_active) h->stats.leases_active--;
+    if (r->lease_counted) h->stats.leases_active--;
+    r->lease_counted = 0;
     free(r->pins);
     r->pins = NULL;
     r->n_pins = 0;
@@ -117,17 +125,22 @@ void kvs_sched_release_all(kvs_handle *h) {
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
 }
 
+/* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
+ * and is counted once. A load on_alloc accepted stays armed: the engine already counts those tokens
+ * as loaded, so build_meta still emits it, and a chunk evicted meanwhile fails its load and comes
+ * back through load_error_blocks (the engine recomputes it) instead of being silently dropped. */
+static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
+    if (!r->n_pins || now <= r->lease_deadline_ns) return;
+    kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired%s", r->id,
+            (unsigned long long)r->n_pins, r->load_pending ? " (its load stays armed)" : "");
+    release_lease(h, r);
+    h->stats.leases_expired++;
+}
+
 void kvs_sched_expire_leases(kvs_handle *h) {
     uint64_t now = kvs_now_ns();
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
-            if (r->n_pins && now > r->lease_deadline_ns) {
-                kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired",
-                        r->id, (unsigned long long)r->n_pins);
-                release_lease(h, r);
-                r->load_pending = 0; /* what it pinned may be gone: never load unpinned chunks */
-                h->stats.leases_expired++;
-            }
+        for (kvs_request *r = h->buckets[b]; r; r = r->next) expire_lease(h, r, now);
 }
 
 /* --- argument checks ------------------------------------------------------------------------------ */
@@ -201,13 +214,17 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *token
 
 /* --- lookup and on_alloc -------------------------------------------------------------------------- */
 
-/* Pin the stored run of chunks starting at `first`; returns how many are pinned. */
-static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first) {
+/* Pin the stored run of chunks [first, end) (end clipped to the request's keys); returns how many are
+ * pinned. */
+static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t end) {
     uint64_t timeout = h->cfg->lease_timeout_ms;
-    r->pins = r->n_keys > first ? calloc(r->n_keys - first, sizeof *r->pins) : NULL;
+    if (end > r->n_keys) end = r->n_keys;
+    free(r->pins); /* called with no pins held */
+    r->n_pins = 0;
+    r->pins = end > first ? calloc(end - first, sizeof *r->pins) : NULL;
     if (!r->pins) return 0;
     uint64_t c = first;
-    for (; c < r->n_keys; c++) {
+    for (; c < end; c++) {
         int t = kvs_tiers_find(h->tiers, &r->keys[c]);
         if (t < 0) break;
         uint64_t pinned = 0;
@@ -246,7 +263,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     release_lease(h, r); /* a repeated lookup replaces the earlier lease */
     uint64_t C = h->chunk_tokens;
     uint64_t first = n_computed / C; /* chunks the engine already holds need not be stored */
-    uint64_t run = pin_run(h, r, first);
+    uint64_t run = pin_run(h, r, first, r->n_keys);
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
@@ -262,7 +279,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (ext == 0) release_lease(h, r);
     else {
         r->lease_deadline_ns = kvs_now_ns() + h->cfg->lease_timeout_ms * 1000000ull;
-        h->stats.leases_active++;
+        count_lease(h, r);
     }
     r->n_local = n_computed;
     r->hit_tokens = hit;
@@ -296,9 +313,6 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
         return kvs_set_error(h, KVS_EINVAL,
                              "on_alloc: request '%s': n_external_tokens %llu exceeds the %llu lookup offered",
                              req_id, (unsigned long long)n_external_tokens, (unsigned long long)r->offered);
-    if (r->n_pins == 0)
-        return kvs_set_error(h, KVS_ESTATE, "on_alloc: request '%s': its lease expired; look it up again",
-                             req_id);
     uint64_t need = r->n_local + n_external_tokens;
     if (n_block_ids && !block_ids)
         return kvs_set_error(h, KVS_EINVAL, "on_alloc: request '%s': block_ids is NULL", req_id);
@@ -307,9 +321,19 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
                              "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens",
                              req_id, (unsigned long long)n_block_ids, h->model.block_tokens,
                              (unsigned long long)need);
+    uint64_t now = kvs_now_ns();
+    expire_lease(h, r, now);
+    if (r->n_pins == 0) {
+        /* The lease ran out before the pages came (a stalled scheduler). The engine has allocated
+         * them, so the load goes ahead: pin again what is still stored; what is gone by the load
+         * becomes error blocks. */
+        uint64_t C = h->chunk_tokens;
+        pin_run(h, r, r->n_local / C, (need - 1) / C + 1);
+        count_lease(h, r);
+    }
     r->external = n_external_tokens;
     r->load_pending = 1;
-    r->lease_deadline_ns = kvs_now_ns() + h->cfg->lease_timeout_ms * 1000000ull;
+    r->lease_deadline_ns = now + h->cfg->lease_timeout_ms * 1000000ull;
     return KVS_OK;
 }
 
@@ -351,7 +375,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     plan->keys = keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
     if (oom) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     uint64_t load_end = 0;
-    if (r && r->load_pending && r->external && r->n_pins) {
+    if (r && r->load_pending && r->external) {
         uint64_t start = r->n_local, end = r->n_local + r->external;
         uint64_t c0 = start / C, c1 = (end - 1) / C;
         if (c1 >= r->n_keys) return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys", r->id);
@@ -363,8 +387,9 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         }
         load_end = end;
         plan->emits_load = 1;
-        *restore = (kvs_restore_step){.loading = 1, .tier = r->pins[0].tier, .first_token = start,
-                                           .end_token = end};
+        int tier = r->n_pins ? (int)r->pins[0].tier : kvs_tiers_find(h->tiers, &r->keys[c0]);
+        *restore = (kvs_restore_step){.loading = 1, .tier = tier > 0 ? (uint32_t)tier : 0, .first_token = start,
+                                      .end_token = end};
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;

@@ -1241,6 +1241,120 @@ START_TEST(stage_descriptions_and_old_plan_structs_are_checked) {
 }
 END_TEST
 
+
+/* --- the engine's contract, from outside (leases, unequal layers, duplicate saves) ---------------- */
+
+/* Lookup and on_alloc of 127 tokens of t into blocks b, then `stall_us` of a stalled scheduler. */
+static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b, unsigned stall_us) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, id, t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, 127), KVS_OK);
+    usleep(stall_us);
+}
+
+/* The worker step of a request whose 127 external tokens on_alloc accepted; returns the error blocks. */
+static uint64_t load_accepted(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint32_t *errs) {
+    kvs_step_request s = {id, t, 128, b, 8, 127, 1};
+    uint8_t meta[65536];
+    uint64_t len = 0, n = 0;
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    worker_step(r, meta, len, b, t, 127, 128);
+    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    return n;
+}
+
+START_TEST(a_lease_expiring_after_on_alloc_still_loads_what_it_accepted) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    make_tokens(t, 128, 81);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    prefill(&r, "one", t, 128, a);
+    offer_and_alloc(&r, "two", t, b, 80 * 1000); /* the lease runs out before build_meta */
+    ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 0);
+    ck_assert(kv_matches(&r, b, t, 0, 128)); /* loaded, not silently left stale */
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.chunks_loaded, 4);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    ck_assert_uint_eq(s.leases_active, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    make_tokens(t, 128, 82);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    prefill(&r, "one", t, 128, a);
+    offer_and_alloc(&r, "two", t, b, 80 * 1000);
+    kvs_sched_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    ck_assert_int_eq(kvs_tiers_ops(r.h->tiers, 0)->remove(kvs_tiers_state(r.h->tiers, 0), &keys[1]), KVS_OK);
+    ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 2); /* chunk 1 = blocks b[2], b[3] */
+    ck_assert_uint_eq(errs[0] + errs[1], b[2] + b[3]);
+    ck_assert(kv_matches(&r, b, t, 0, 32));
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    make_tokens(t, 128, 83);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    prefill(&r, "one", t, 128, a);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    usleep(80 * 1000); /* expired before on_alloc, and no other hook ran */
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127), KVS_OK);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    ck_assert_uint_eq(s.leases_active, 1); /* the new pins */
+    ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 0);
+    ck_assert(kv_matches(&r, b, t, 0, 128));
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1); /* counted once */
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_lookup_that_offers_nothing_leaves_other_leases_counted) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    make_tokens(t, 128, 84);
+    blocks_from(a, 8, 0);
+    prefill(&r, "one", t, 128, a);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "holder", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    /* The engine holds 127 tokens itself: the stored chunk 3 is found and pinned, nothing offered. */
+    ck_assert_int_eq(api->lookup(r.h, "nothing", t, 128, 127, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_active, 1);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -1279,6 +1393,14 @@ static Suite *connector_suite(void) {
     tcase_add_test(tc, stage_plans_restore_each_stage_from_its_boundary);
     tcase_add_test(tc, stage_descriptions_and_old_plan_structs_are_checked);
     suite_add_tcase(s, tc);
+    TCase *contract = tcase_create("contract");
+    tcase_add_checked_fixture(contract, setup, teardown);
+    tcase_set_timeout(contract, 60);
+    tcase_add_test(contract, a_lease_expiring_after_on_alloc_still_loads_what_it_accepted);
+    tcase_add_test(contract, a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks);
+    tcase_add_test(contract, on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again);
+    tcase_add_test(contract, a_lookup_that_offers_nothing_leaves_other_leases_counted);
+    suite_add_tcase(s, contract);
     return s;
 }
 
