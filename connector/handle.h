@@ -120,6 +120,7 @@ struct kvs_handle {
     /* worker side */
     kvs_layer_view *views;
     uint32_t n_views;
+    uint32_t fewest_blocks_layer; /* the view with the fewest pages (layers may differ) */
     worker_state wstate;
     kvs_meta *bound;
     kvs_load_work *loads;

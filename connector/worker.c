@@ -154,6 +154,9 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint3
     }
     memcpy(h->views, views, n_layers * sizeof *h->views);
     h->n_views = n_layers;
+    h->fewest_blocks_layer = 0; /* block ids are checked against the layer with the fewest pages */
+    for (uint32_t l = 1; l < n_layers; l++)
+        if (views[l].n_blocks < views[h->fewest_blocks_layer].n_blocks) h->fewest_blocks_layer = l;
     if ((st = open_device(h, views, n_layers)) != KVS_OK) {
         char keep[KVS_ERROR_MAX];
         memcpy(keep, h->last_error, sizeof keep);
@@ -178,10 +181,12 @@ kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
 
 static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
+    const kvs_layer_view *fewest = &h->views[h->fewest_blocks_layer]; /* a block id fits every layer */
     for (uint64_t i = 0; i < r->n_loads; i++) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token, r->loads[i].n_tokens};
-        if (kvs_kernel_check_span(&h->views[0], &h->shape, &span, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: %s", r->id, why);
+        if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: layer %u: %s", r->id,
+                                 h->fewest_blocks_layer, why);
     }
     if (r->n_layer_bytes) { /* the layer mask: one bit per layer, none past the last */
         uint32_t nl = h->model.n_layers, bits = r->n_layer_bytes * 8;
@@ -193,8 +198,9 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     }
     for (uint64_t i = 0; i < r->n_saves; i++) {
         kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first, h->chunk_tokens};
-        if (kvs_kernel_check_span(&h->views[0], &h->shape, &span, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: %s", r->id, why);
+        if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: layer %u: %s", r->id,
+                                 h->fewest_blocks_layer, why);
     }
     return KVS_OK;
 }

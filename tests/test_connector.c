@@ -1355,6 +1355,44 @@ START_TEST(a_lookup_that_offers_nothing_leaves_other_leases_counted) {
 }
 END_TEST
 
+
+START_TEST(block_ids_are_checked_against_the_layer_with_the_fewest_pages) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    api->close(r.h);
+    kvs_model_desc m = model();
+    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_BOTH, .config_path = dram_config(64, 30000),
+                         .model = &m};
+    ck_assert_int_eq(api->open(&p, &r.h, r.error, sizeof r.error), KVS_OK);
+    r.views[1].n_blocks = 8; /* layer 1 holds pages 0..7 only */
+    ck_assert_int_eq(api->register_kv(r.h, r.views, LAYERS), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    make_tokens(t, 128, 85);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20); /* past layer 1's pages */
+    prefill(&r, "one", t, 128, a); /* fits every layer */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, res.n_hit_tokens), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, res.n_hit_tokens, 128 - res.n_hit_tokens};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "layer 1"));
+    /* A save into those pages is refused the same way, before any gather reads past layer 1. */
+    kvs_step_request fresh = {"three", t, 128, b, 8, 0, 128};
+    int32_t u[128];
+    make_tokens(u, 128, 86);
+    fresh.tokens = u;
+    ck_assert_int_eq(api->build_meta(r.h, &fresh, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "save: layer 1"));
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -1400,6 +1438,7 @@ static Suite *connector_suite(void) {
     tcase_add_test(contract, a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks);
     tcase_add_test(contract, on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again);
     tcase_add_test(contract, a_lookup_that_offers_nothing_leaves_other_leases_counted);
+    tcase_add_test(contract, block_ids_are_checked_against_the_layer_with_the_fewest_pages);
     suite_add_tcase(s, contract);
     return s;
 }
