@@ -59,6 +59,7 @@ typedef struct kvs_restore_step {
 } kvs_restore_step;
 
 #define KVS_REQ_BUCKETS 1024
+#define KVS_FINISHED_IDS 1024 /* recently finished request ids remembered (hashed) for messages */
 
 typedef enum worker_state {
     WORKER_IDLE = 0,  /* nothing bound */
@@ -109,6 +110,8 @@ struct kvs_handle {
     /* scheduler side */
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
+    uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
+    uint32_t finished_next;
     uint64_t step;
     uint32_t plan_caps;            /* set_plan_caps */
     int restore_on;                /* restore.scheduler is cacheflow */

@@ -454,6 +454,35 @@ static void release_finished_leases(kvs_handle *h) {
             if (r->lease_release_step && r->lease_release_step < h->step) release_lease(h, r);
 }
 
+/* One save per key per step: requests sharing a prefix in one step would each save every chunk of
+ * it. The first request to save a key keeps the save; later ones drop it (their saved_upto still
+ * moves on, as the chunk is being stored). Keys are hashes, so their first bytes index the set. */
+static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
+    uint64_t total = 0, cap = 1;
+    for (uint64_t i = 0; i < meta->n_reqs; i++) total += meta->reqs[i].n_saves;
+    if (total < 2) return KVS_OK;
+    while (cap < 2 * total) cap <<= 1;
+    const kvs_key **set = calloc(cap, sizeof *set);
+    if (!set) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    for (uint64_t i = 0; i < meta->n_reqs; i++) {
+        kvs_meta_req *r = &meta->reqs[i];
+        uint64_t kept = 0;
+        for (uint64_t j = 0; j < r->n_saves; j++) {
+            uint64_t slot;
+            memcpy(&slot, r->saves[j].key.bytes, sizeof slot);
+            slot &= cap - 1;
+            while (set[slot] && memcmp(set[slot], &r->saves[j].key, sizeof(kvs_key)) != 0) slot = (slot + 1) & (cap - 1);
+            if (set[slot]) continue; /* an earlier request of this step saves it */
+            r->saves[kept] = r->saves[j];
+            set[slot] = &r->saves[kept].key;
+            kept++;
+        }
+        r->n_saves = kept;
+    }
+    free(set);
+    return KVS_OK;
+}
+
 kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
                                 uint64_t cap, uint64_t *len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
@@ -477,7 +506,7 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
         st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
         meta.n_reqs = i + 1;
     }
-    if (st != KVS_OK) goto out;
+    if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
     /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
     if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
     if ((st = kvs_meta_encode(&meta, &blob, &blob_len)) != KVS_OK) {
@@ -512,8 +541,14 @@ kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *ke
     if (st != KVS_OK) return st;
     if (keep_blocks) *keep_blocks = 0; /* saves complete inside the step: nothing to keep */
     kvs_request *r = find_request(h, req_id);
-    if (!r)
+    uint64_t id_hash = XXH3_64bits(req_id, strlen(req_id));
+    if (!r) {
+        for (uint32_t i = 0; i < KVS_FINISHED_IDS; i++)
+            if (h->finished_ids[i] == id_hash && id_hash)
+                return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' already finished", req_id);
         return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen", req_id);
+    }
     destroy_request(h, r);
+    h->finished_ids[h->finished_next++ % KVS_FINISHED_IDS] = id_hash;
     return KVS_OK;
 }

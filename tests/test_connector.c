@@ -1393,6 +1393,63 @@ START_TEST(block_ids_are_checked_against_the_layer_with_the_fewest_pages) {
 }
 END_TEST
 
+
+START_TEST(two_requests_with_one_prefix_in_one_step_save_each_chunk_once) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[160];
+    uint32_t a[10], b[10];
+    make_tokens(t, 160, 87);
+    blocks_from(a, 10, 0);
+    blocks_from(b, 10, 20);
+    kvs_step_request s[2] = {{"x", t, 160, a, 10, 0, 160}, {"y", t, 160, b, 10, 0, 160}};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, s, 2, meta, sizeof meta, &len), KVS_OK);
+    kvs_meta *m = NULL;
+    char err[256];
+    ck_assert_int_eq(kvs_meta_decode(meta, len, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->n_reqs, 2);
+    ck_assert_uint_eq(m->reqs[0].n_saves + m->reqs[1].n_saves, 5); /* 5 chunks, one save each */
+    kvs_meta_free(m);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+    write_kv(&r, a, t, 0, 160);
+    write_kv(&r, b, t, 0, 160);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.chunks_saved, 5);
+    ck_assert_uint_eq(st.saves_skipped, 0);
+    /* The next step does not save them again for either request. */
+    kvs_step_request next[2] = {{"x", t, 160, a, 10, 160, 0}, {"y", t, 160, b, 10, 160, 0}};
+    ck_assert_int_eq(api->build_meta(r.h, next, 2, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(kvs_meta_decode(meta, len, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->reqs[0].n_saves + m->reqs[1].n_saves, 0);
+    kvs_meta_free(m);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(finishing_a_request_twice_says_it_already_finished) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    make_tokens(t, 128, 88);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "once", t, 128, 0, &res), KVS_OK);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(r.h, "once", &keep), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "once", &keep), KVS_ENOTFOUND);
+    ck_assert_int_eq(keep, 0);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "'once' already finished"));
+    ck_assert_int_eq(api->request_finished(r.h, "never", &keep), KVS_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "'never' was never seen"));
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *connector_suite(void) {
     Suite *s = suite_create("connector");
     TCase *tc = tcase_create("connector");
@@ -1439,6 +1496,8 @@ static Suite *connector_suite(void) {
     tcase_add_test(contract, on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again);
     tcase_add_test(contract, a_lookup_that_offers_nothing_leaves_other_leases_counted);
     tcase_add_test(contract, block_ids_are_checked_against_the_layer_with_the_fewest_pages);
+    tcase_add_test(contract, two_requests_with_one_prefix_in_one_step_save_each_chunk_once);
+    tcase_add_test(contract, finishing_a_request_twice_says_it_already_finished);
     suite_add_tcase(s, contract);
     return s;
 }
