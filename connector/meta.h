@@ -8,7 +8,10 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_META_VERSION 3 /* 2: loads carry first_layer; 3: requests carry a layer mask instead */
+#define KVS_META_VERSION 4 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+                            * 4: the blob starts with a magic and a checksum of the rest */
+#define KVS_META_MAGIC "KVSM"
+#define KVS_META_HEADER_BYTES 12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
 #define KVS_REQ_ID_MAX 256
 
 /* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first (the layers
@@ -56,7 +59,9 @@ typedef struct kvs_meta {
 
 /* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). */
 kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len);
-/* Parse and validate; *out is freed with kvs_meta_free. */
+/* Verify the checksum (KVS_ECORRUPT on a mismatch) and parse with the strict reader (KVS_EINVAL and a
+ * sentence on anything malformed, allocating no more than the blob's size can justify); *out is freed
+ * with kvs_meta_free. */
 kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len);
 void kvs_meta_free(kvs_meta *meta);
 /* Free the arrays of one request (used by the builder too). */

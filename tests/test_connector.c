@@ -9,10 +9,12 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "handle.h"
 #include "keys.h"
 #include "kvstrata.h"
+#include "meta.h"
 #include "test_support.h"
 
 #ifndef KVS_TEST_LIB_DIR
@@ -730,6 +732,51 @@ START_TEST(build_meta_overflow_changes_nothing) {
 }
 END_TEST
 
+/* Step metadata carries a checksum of its body (KVS_META_HEADER_BYTES); a test that edits the body
+ * seals it again so the edit reaches the decoder. */
+static void reseal(uint8_t *blob, uint64_t len) {
+    uint64_t sum = XXH3_64bits(blob + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES);
+    for (unsigned i = 0; i < 8; i++) blob[4 + i] = (uint8_t)(sum >> (56 - 8 * i));
+}
+
+/* A blob of header + body; returns its length. */
+static uint64_t sealed(uint8_t *out, const uint8_t *body, uint64_t n) {
+    memcpy(out, KVS_META_MAGIC, 4);
+    memcpy(out + KVS_META_HEADER_BYTES, body, n);
+    reseal(out, n + KVS_META_HEADER_BYTES);
+    return n + KVS_META_HEADER_BYTES;
+}
+
+START_TEST(every_flipped_bit_of_step_metadata_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    make_tokens(t, 128, 89);
+    blocks_from(a, 8, 40); /* block 47 and block 6 differ in one bit of the blob: 0x2f, 0x06 */
+    kvs_step_request s = {"a", t, 128, a, 8, 0, 128};
+    uint8_t meta[4096], bad[4096];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    for (uint64_t k = 0; k < len; k++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(bad, meta, len);
+            bad[k] ^= (uint8_t)(1u << bit);
+            kvs_status st = api->bind_meta(r.h, bad, len);
+            if (st == KVS_OK) ck_abort_msg("a flip of bit %d of byte %llu was bound", bit, (unsigned long long)k);
+            ck_assert(st == KVS_ECORRUPT || st == KVS_EINVAL); /* the checksum, or the magic */
+        }
+    memcpy(bad, meta, len);
+    bad[len - 1] ^= 1;
+    ck_assert_int_eq(api->bind_meta(r.h, bad, len), KVS_ECORRUPT);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "checksum mismatch"));
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len - 1), KVS_ECORRUPT); /* cut short */
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(garbage_metadata_is_refused_without_harm) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
@@ -753,6 +800,10 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
         } else {
             bad[(uint64_t)rand_r(&seed) % len] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
         }
+        if (i % 2 && blen > KVS_META_HEADER_BYTES) { /* half of them sealed again: the decoder sees them */
+            memcpy(bad, KVS_META_MAGIC, 4);
+            reseal(bad, blen);
+        }
         kvs_status st = api->bind_meta(r.h, bad, blen);
         if (st != KVS_OK) {
             refused++;
@@ -767,11 +818,17 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_int_gt(refused, 1500);
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
     const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01}, huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
-                  huge_bin[] = {0x91, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
-    ck_assert_int_eq(api->bind_meta(r.h, huge_array, sizeof huge_array), KVS_EINVAL);
-    ck_assert_int_eq(api->bind_meta(r.h, huge_map, sizeof huge_map), KVS_EINVAL);
-    ck_assert_int_eq(api->bind_meta(r.h, huge_bin, sizeof huge_bin), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "runs past the blob"));
+                  huge_bin[] = {0x95, 0x04, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_map, sizeof huge_map)), KVS_EINVAL);
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_bin, sizeof huge_bin)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the fingerprint of 4294967040 bytes is over the limit of 16"));
+    /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
+    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
     /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
@@ -782,6 +839,7 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     for (int k = 0; k < 3; k++) {
         memcpy(bad, meta, len - 2);
         memcpy(bad + len - 2, masks[k], mask_len[k]);
+        reseal(bad, len - 2 + mask_len[k]);
         kvs_status st = api->bind_meta(r.h, bad, len - 2 + mask_len[k]);
         if (k == 0) {
             ck_assert_int_eq(st, KVS_OK);
@@ -1498,6 +1556,7 @@ static Suite *connector_suite(void) {
     tcase_add_test(contract, block_ids_are_checked_against_the_layer_with_the_fewest_pages);
     tcase_add_test(contract, two_requests_with_one_prefix_in_one_step_save_each_chunk_once);
     tcase_add_test(contract, finishing_a_request_twice_says_it_already_finished);
+    tcase_add_test(contract, every_flipped_bit_of_step_metadata_is_refused);
     suite_add_tcase(s, contract);
     return s;
 }
