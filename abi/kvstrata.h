@@ -9,6 +9,17 @@
  *
  * Versioning: a new minor version only appends fields to the structs and tables below. A caller that
  * reads a field checks struct_size first. A different major version is refused by kvs_get_api.
+ *  - Structs the caller passes in (kvs_open_params, kvs_model_desc, kvs_layer_view, kvs_stage_desc):
+ *    any struct_size from the struct's first size (KVS_*_SIZE_1_0 below) up is accepted; fields past
+ *    the caller's struct_size read as zero, fields this library does not know are ignored.
+ *  - Structs the library fills (kvs_lookup_result, kvs_stats, kvs_restore_plan): the caller sets
+ *    struct_size; the library writes min(struct_size, its own sizeof) bytes and refuses a size below
+ *    the struct's first size (KVS_EINVAL).
+ *  - Arrays: the views array of register_kv steps by views[0].struct_size (every element carries the
+ *    same size). kvs_step_request and kvs_event have no struct_size and are frozen for major 1: a
+ *    later need is met by a new hook, never by changing them.
+ *  - Struct fields are fixed-width integers; the enums name their values only.
+ *  Field offsets and sizes are pinned by tests/test_abi.c.
  *
  * Threading: kvs_get_api and kvs_strerror are thread-safe. Calls on one handle must be serialised by
  * the caller (vLLM and the mini engine call each handle from one thread); different handles are
@@ -66,7 +77,7 @@ typedef enum kvs_dtype {
 typedef struct kvs_model_desc {
     uint32_t struct_size;  /* sizeof(kvs_model_desc) */
     const char *model_id;  /* e.g. "meta-llama/Llama-3.1-8B"; copied at open */
-    kvs_dtype dtype;       /* element type of the KV cache */
+    uint32_t dtype;        /* element type of the KV cache (kvs_dtype) */
     uint32_t n_layers;     /* attention layers held by this rank */
     uint32_t n_kv_heads;   /* KV heads held by this rank (1 for MLA) */
     uint32_t head_dim;     /* elements per head (MLA: latent width, e.g. 576) */
@@ -75,15 +86,20 @@ typedef struct kvs_model_desc {
     uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA */
     uint32_t tp_size;
     const char *salt;      /* optional extra fingerprint input (LoRA id, ...); NULL for none */
+    /* appended during 1.0: a struct of KVS_MODEL_DESC_SIZE_1_0 bytes, from before it, reads it as 0 */
     uint32_t vocab_size;   /* token ids must lie in [0, vocab_size); 0 checks only for negatives */
 } kvs_model_desc;
 
+#define KVS_MODEL_DESC_SIZE_1_0 56u /* up to and including salt: the smallest accepted */
+
 typedef struct kvs_open_params {
     uint32_t struct_size;        /* sizeof(kvs_open_params) */
-    kvs_role role;
+    uint32_t role;               /* kvs_role */
     const char *config_path;     /* YAML file; NULL means built-in defaults (one DRAM tier) */
     const kvs_model_desc *model; /* required */
 } kvs_open_params;
+
+#define KVS_OPEN_PARAMS_SIZE_1_0 24u
 
 typedef enum kvs_device_kind {
     KVS_DEVICE_HOST = 0, /* host device emulation: the "GPU" pages are ordinary RAM */
@@ -100,7 +116,7 @@ typedef enum kvs_device_kind {
  */
 typedef struct kvs_layer_view {
     uint32_t struct_size; /* sizeof(kvs_layer_view) */
-    kvs_device_kind device_kind;
+    uint32_t device_kind; /* kvs_device_kind */
     int32_t device_index; /* CUDA ordinal; 0 for the host device */
     uint32_t n_blocks;    /* pages in this layer's cache */
     void *k_base;         /* K (MLA: the latent) of block 0, token 0, head 0 */
@@ -109,6 +125,8 @@ typedef struct kvs_layer_view {
     int64_t token_stride; /* bytes between consecutive tokens of a block */
     int64_t head_stride;  /* bytes between consecutive heads of a token */
 } kvs_layer_view;
+
+#define KVS_LAYER_VIEW_SIZE_1_0 56u
 
 /* scheduler side -------------------------------------------------------------------------------- */
 
@@ -119,7 +137,10 @@ typedef struct kvs_lookup_result {
     uint8_t load_async;    /* 1: load between steps (request waits for remote KV); 0: in the forward */
 } kvs_lookup_result;
 
-/* One request scheduled in this step, as the engine's scheduler sees it. */
+#define KVS_LOOKUP_RESULT_SIZE_1_0 24u
+
+/* One request scheduled in this step, as the engine's scheduler sees it. Frozen for major 1 (no
+ * struct_size: build_meta reads an array of them). */
 typedef struct kvs_step_request {
     const char *req_id;       /* NUL-terminated, <= 255 bytes */
     const int32_t *tokens;    /* every token of the request known so far (prompt, then outputs) */
@@ -130,6 +151,7 @@ typedef struct kvs_step_request {
     uint64_t n_scheduled; /* tokens the engine computes in this step */
 } kvs_step_request;
 
+/* A cache event (take_events). Frozen for major 1 (no struct_size: take_events fills an array). */
 typedef struct kvs_event {
     uint8_t kind; /* KVS_EVENT_* */
     uint8_t key[16];
@@ -195,6 +217,8 @@ typedef struct kvs_stage_desc {
                                            * (n_kv_layers after the last); first_layer[0] = 0 */
 } kvs_stage_desc;
 
+#define KVS_STAGE_DESC_SIZE_1_4 48u /* its first size */
+
 /* worker side ----------------------------------------------------------------------------------- */
 
 #define KVS_STATS_MAX_TIERS 8
@@ -213,6 +237,8 @@ typedef struct kvs_stats {
     uint32_t n_tiers;                                /* tiers in the chain (the first 8 are reported) */
     uint64_t tier_chunks_loaded[KVS_STATS_MAX_TIERS]; /* chunks_loaded, split by the tier that served them */
 } kvs_stats;
+
+#define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {
@@ -256,7 +282,8 @@ typedef struct kvs_api {
     /* --- worker role --- */
 
     /* Describe the engine's paged cache, one view per layer, once, before any load or save. The
-     * views are copied; the memory they point to is borrowed until close. */
+     * views are copied; the memory they point to is borrowed until close. The array's element size
+     * is views[0].struct_size (>= KVS_LAYER_VIEW_SIZE_1_0; every element carries the same). */
     kvs_status (*register_kv)(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers);
     /* Bind the step's metadata (from build_meta, possibly in another process). Copied. */
     kvs_status (*bind_meta)(kvs_handle *h, const void *meta, uint64_t len);

@@ -19,6 +19,8 @@
 #ifndef KVSTRATA_BACKEND_H
 #define KVSTRATA_BACKEND_H
 
+#include <stddef.h>
+
 #include "kvstrata.h"
 
 #ifdef __cplusplus
@@ -159,6 +161,13 @@ typedef struct kvs_backend_ops {
     kvs_status (*get_range)(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
                             uint64_t *got, uint64_t *object_len);
 } kvs_backend_ops;
+
+/* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the
+ * connector, which may be older or newer than the plugin) reaches `field`: read a field appended in a
+ * later minor version only when this says so. */
+#define KVS_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
+/* 1 when a backend's table (possibly older than the connector) reaches op `field` and sets it. */
+#define KVS_HAS_OP(ops, field) (KVS_HAS_FIELD(ops, kvs_backend_ops, field) && (ops)->field != NULL)
 
 /* The symbol a plugin .so exports. */
 typedef const kvs_backend_ops *(*kvs_backend_entry_fn)(uint32_t abi_major);

@@ -46,6 +46,22 @@ kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook) {
     return KVS_OK;
 }
 
+int kvs_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size) {
+    uint32_t size;
+    memcpy(&size, src, sizeof size);
+    if (size < min_size) return -1;
+    memset(dst, 0, dst_size);
+    memcpy(dst, src, size < dst_size ? size : dst_size);
+    return 0;
+}
+
+uint32_t kvs_struct_out_size(const void *dst, size_t own_size, size_t min_size) {
+    uint32_t size;
+    memcpy(&size, dst, sizeof size);
+    if (size < min_size) return 0;
+    return size < own_size ? size : (uint32_t)own_size;
+}
+
 static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
     kvs_handle *h = ctx;
     pthread_mutex_lock(&h->event_lock);
@@ -65,8 +81,8 @@ static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t 
 
 /* --- open / close ---------------------------------------------------------------------------------- */
 
-static uint32_t dtype_bytes(kvs_dtype d) {
-    switch (d) {
+static uint32_t dtype_bytes(uint32_t d) {
+    switch ((kvs_dtype)d) {
     case KVS_DTYPE_FP16:
     case KVS_DTYPE_BF16: return 2;
     case KVS_DTYPE_FP32: return 4;
@@ -76,19 +92,20 @@ static uint32_t dtype_bytes(kvs_dtype d) {
     return 0;
 }
 
-static kvs_status check_params(const kvs_open_params *p, char *err, size_t err_len) {
-    if (!p) return kvs_fmt(err, err_len, "open: params is NULL"), KVS_EINVAL;
-    if (p->struct_size < sizeof(kvs_open_params))
-        return kvs_fmt(err, err_len, "open: params struct_size %u is smaller than %zu", p->struct_size,
-                       sizeof(kvs_open_params)), KVS_EINVAL;
+/* The caller's params and model, copied up to their struct_size (the rest zero), into *p and *m. */
+static kvs_status check_params(const kvs_open_params *in, kvs_open_params *p, kvs_model_desc *m, char *err,
+                               size_t err_len) {
+    if (!in) return kvs_fmt(err, err_len, "open: params is NULL"), KVS_EINVAL;
+    if (kvs_struct_in(p, sizeof *p, in, KVS_OPEN_PARAMS_SIZE_1_0) != 0)
+        return kvs_fmt(err, err_len, "open: params struct_size %u is below the 1.0 size %u", in->struct_size,
+                       KVS_OPEN_PARAMS_SIZE_1_0), KVS_EINVAL;
     if (p->role != KVS_ROLE_SCHEDULER && p->role != KVS_ROLE_WORKER && p->role != KVS_ROLE_BOTH)
-        return kvs_fmt(err, err_len, "open: role %d is not scheduler, worker or both", (int)p->role),
-               KVS_EINVAL;
-    const kvs_model_desc *m = p->model;
-    if (!m) return kvs_fmt(err, err_len, "open: model description is NULL"), KVS_EINVAL;
-    if (m->struct_size < sizeof(kvs_model_desc))
-        return kvs_fmt(err, err_len, "open: model struct_size %u is smaller than %zu", m->struct_size,
-                       sizeof(kvs_model_desc)), KVS_EINVAL;
+        return kvs_fmt(err, err_len, "open: role %u is not scheduler, worker or both", p->role), KVS_EINVAL;
+    if (!p->model) return kvs_fmt(err, err_len, "open: model description is NULL"), KVS_EINVAL;
+    if (kvs_struct_in(m, sizeof *m, p->model, KVS_MODEL_DESC_SIZE_1_0) != 0)
+        return kvs_fmt(err, err_len, "open: model struct_size %u is below the 1.0 size %u", p->model->struct_size,
+                       KVS_MODEL_DESC_SIZE_1_0), KVS_EINVAL;
+    p->model = m;
     const char *bad = !m->model_id || !m->model_id[0] ? "model_id is empty"
                     : dtype_bytes(m->dtype) == 0 ? "dtype is not a kvs_dtype"
                     : m->n_layers == 0 || m->n_layers > 4096 ? "n_layers must be 1..4096"
@@ -141,20 +158,22 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
 
 static void api_close(kvs_handle *h);
 
-static kvs_status api_open(const kvs_open_params *p, kvs_handle **out, char *error, size_t error_len) {
+static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *error, size_t error_len) {
     char scratch[KVS_ERROR_MAX];
     char *err = error && error_len ? error : scratch;
     size_t err_len = error && error_len ? error_len : sizeof scratch;
     err[0] = '\0';
     if (!out) return kvs_fmt(err, err_len, "open: out is NULL"), KVS_EINVAL;
     *out = NULL;
-    kvs_status st = check_params(p, err, err_len);
+    kvs_open_params params;
+    kvs_model_desc model;
+    kvs_status st = check_params(in, &params, &model, err, err_len);
     if (st != KVS_OK) return st;
     kvs_handle *h = calloc(1, sizeof *h);
     if (!h) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
-    h->role = p->role;
+    h->role = (kvs_role)params.role;
     pthread_mutex_init(&h->event_lock, NULL);
-    if ((st = setup(h, p, err, err_len)) != KVS_OK) {
+    if ((st = setup(h, &params, err, err_len)) != KVS_OK) {
         api_close(h);
         return st;
     }
@@ -278,8 +297,10 @@ static kvs_status api_set_stream(kvs_handle *h, void *stream) {
 }
 static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     ENTER(h);
-    if (!out) return kvs_set_error(h, KVS_EINVAL, "stats: out is NULL");
-    uint32_t size = out->struct_size && out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
+    uint32_t size = out ? kvs_struct_out_size(out, sizeof *out, KVS_STATS_SIZE_1_0) : 0;
+    if (!size)
+        return kvs_set_error(h, KVS_EINVAL, "stats: out is NULL or its struct_size %u is below the 1.0 size %u",
+                             out ? out->struct_size : 0, KVS_STATS_SIZE_1_0);
     kvs_stats s = h->stats;
     s.struct_size = size;
     s.n_tiers = h->tiers ? kvs_tiers_count(h->tiers) : 0;

@@ -45,8 +45,11 @@ kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
 kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_stages");
     if (st != KVS_OK) return st;
-    if (!d || d->struct_size < sizeof *d)
-        return kvs_set_error(h, KVS_EINVAL, "set_stages: stages is NULL or its struct_size is not set");
+    kvs_stage_desc copy;
+    if (!d || kvs_struct_in(&copy, sizeof copy, d, KVS_STAGE_DESC_SIZE_1_4) != 0)
+        return kvs_set_error(h, KVS_EINVAL, "set_stages: stages is NULL or its struct_size %u is below %u",
+                             d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
+    d = &copy;
     if (h->n_requests || h->plan_caps)
         return kvs_set_error(h, KVS_ESTATE, "set_stages: call it before set_plan_caps and the first lookup");
     if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 || d->n_kv_layers < d->n_stages)
@@ -243,7 +246,10 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (st == KVS_OK) st = check_id(h, "lookup", req_id);
     if (st == KVS_OK) st = check_tokens(h, "lookup", req_id, tokens, n_tokens);
     if (st != KVS_OK) return st;
-    if (!out) return kvs_set_error(h, KVS_EINVAL, "lookup: result pointer is NULL");
+    uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
+    if (!out_size)
+        return kvs_set_error(h, KVS_EINVAL, "lookup: the result is NULL or its struct_size %u is below the 1.0 size %u",
+                             out ? out->struct_size : 0, KVS_LOOKUP_RESULT_SIZE_1_0);
     if (n_computed > n_tokens)
         return kvs_set_error(h, KVS_EINVAL, "lookup: request '%s': n_computed %llu exceeds n_tokens %llu",
                              req_id, (unsigned long long)n_computed, (unsigned long long)n_tokens);
@@ -290,9 +296,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
     h->stats.lookup_miss_tokens += n_tokens - n_computed - ext;
-    out->n_hit_tokens = ext;
-    out->unknown_yet = 0;
-    out->load_async = 0;
+    kvs_lookup_result res = {.struct_size = out_size, .n_hit_tokens = ext, .unknown_yet = 0, .load_async = 0};
+    memcpy(out, &res, out_size);
     return KVS_OK;
 }
 

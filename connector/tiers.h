@@ -14,10 +14,6 @@ typedef struct kvs_tier_chain kvs_tier_chain;
 /* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
 typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
 
-/* 1 if a backend's table reaches `field` (it may be older than this library) and sets it. */
-#define KVS_HAS_OP(ops, field) \
-    ((ops)->struct_size >= offsetof(kvs_backend_ops, field) + sizeof((ops)->field) && (ops)->field)
-
 /* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend. */
 kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,
                           uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,

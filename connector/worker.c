@@ -124,35 +124,60 @@ static void close_device(kvs_handle *h) {
     h->n_views = 0;
 }
 
-kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers) {
+/* The engine's views, whatever their struct_size, as this library's structs in *out (the array steps
+ * by views[0].struct_size; fields past it read as zero). */
+static kvs_status copy_views(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers, kvs_layer_view **out) {
+    uint32_t stride = views[0].struct_size;
+    if (stride < KVS_LAYER_VIEW_SIZE_1_0 || stride > 4096)
+        return kvs_set_error(h, KVS_EINVAL, "register_kv: layer 0: struct_size %u is not a layer view size "
+                             "(%u..4096)", stride, KVS_LAYER_VIEW_SIZE_1_0);
+    kvs_layer_view *copy = calloc(n_layers, sizeof *copy);
+    if (!copy) return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+    for (uint32_t l = 0; l < n_layers; l++) {
+        const kvs_layer_view *v = (const void *)((const char *)views + (size_t)l * stride);
+        if (v->struct_size != stride) {
+            free(copy);
+            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: struct_size %u differs from layer 0's %u "
+                                 "(the array steps by layer 0's)", l, v->struct_size, stride);
+        }
+        kvs_struct_in(&copy[l], sizeof copy[l], v, KVS_LAYER_VIEW_SIZE_1_0);
+    }
+    *out = copy;
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views, uint32_t n_layers) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "register_kv");
     if (st != KVS_OK) return st;
     if (h->views) return kvs_set_error(h, KVS_ESTATE, "register_kv: the KV cache is already registered");
-    if (!views) return kvs_set_error(h, KVS_EINVAL, "register_kv: views is NULL");
+    if (!engine_views) return kvs_set_error(h, KVS_EINVAL, "register_kv: views is NULL");
     if (n_layers != h->model.n_layers)
         return kvs_set_error(h, KVS_EINVAL, "register_kv: %u views for a model of %u layers", n_layers,
                              h->model.n_layers);
+    kvs_layer_view *views = NULL;
+    if ((st = copy_views(h, engine_views, n_layers, &views)) != KVS_OK) return st;
     for (uint32_t l = 0; l < n_layers; l++) {
         char why[256];
-        if (views[l].struct_size < sizeof(kvs_layer_view))
-            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: struct_size %u is smaller than %zu",
-                                 l, views[l].struct_size, sizeof(kvs_layer_view));
+        st = KVS_EINVAL;
         if (views[l].device_kind != KVS_DEVICE_HOST && views[l].device_kind != KVS_DEVICE_CUDA)
-            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: unknown device kind %d", l,
-                                 (int)views[l].device_kind);
-        if (views[l].device_kind != views[0].device_kind || views[l].device_index != views[0].device_index)
-            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u is on another device than layer 0", l);
-        if (kvs_kernel_check_view(&views[l], &h->shape, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: %s", l, why);
+            kvs_set_error(h, st, "register_kv: layer %u: unknown device kind %u", l, views[l].device_kind);
+        else if (views[l].device_kind != views[0].device_kind || views[l].device_index != views[0].device_index)
+            kvs_set_error(h, st, "register_kv: layer %u is on another device than layer 0", l);
+        else if (kvs_kernel_check_view(&views[l], &h->shape, why, sizeof why) != KVS_OK)
+            kvs_set_error(h, st, "register_kv: layer %u: %s", l, why);
+        else st = KVS_OK;
+        if (st != KVS_OK) {
+            free(views);
+            return st;
+        }
     }
-    h->views = malloc(n_layers * sizeof *h->views);
+    h->views = views;
     h->layer_saved = calloc(n_layers, 1);
     h->layer_loaded = calloc(n_layers, 1);
-    if (!h->views || !h->layer_saved || !h->layer_loaded) {
+    if (!h->layer_saved || !h->layer_loaded) {
         close_device(h);
         return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
     }
-    memcpy(h->views, views, n_layers * sizeof *h->views);
     h->n_views = n_layers;
     h->fewest_blocks_layer = 0; /* block ids are checked against the layer with the fewest pages */
     for (uint32_t l = 1; l < n_layers; l++)

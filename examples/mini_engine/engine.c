@@ -576,7 +576,7 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
     a->n_local = (uint64_t)n_local_blocks * KV_BLOCK_TOKENS;
 
     /* 2. External hits from the connector. */
-    kvs_lookup_result lr = {0};
+    kvs_lookup_result lr = {.struct_size = sizeof lr};
     if (c && connector_lookup(c, req_id, e->tokens, n_prompt, a->n_local, &lr) != 0)
         return -1;
     a->n_ext = lr.n_hit_tokens;
