@@ -1302,6 +1302,17 @@ END_TEST
 
 /* --- the engine's contract, from outside (leases, unequal layers, duplicate saves) ---------------- */
 
+/* A rig with 50 ms leases and the 128 tokens of seed `seed` stored from blocks 0..7; b gets blocks
+ * 20..27, where a second request restores them. */
+static void lease_rig(rig *r, int32_t *t, uint32_t *b, int seed) {
+    uint32_t a[8];
+    ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
+    make_tokens(t, 128, seed);
+    blocks_from(a, 8, 0);
+    blocks_from(b, 8, 20);
+    prefill(r, "one", t, 128, a);
+}
+
 /* Lookup and on_alloc of 127 tokens of t into blocks b, then `stall_us` of a stalled scheduler. */
 static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b, unsigned stall_us) {
     kvs_lookup_result res = {.struct_size = sizeof res};
@@ -1324,13 +1335,9 @@ static uint64_t load_accepted(rig *r, const char *id, const int32_t *t, const ui
 
 START_TEST(a_lease_expiring_after_on_alloc_still_loads_what_it_accepted) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8], errs[16];
-    make_tokens(t, 128, 81);
-    blocks_from(a, 8, 0);
-    blocks_from(b, 8, 20);
-    prefill(&r, "one", t, 128, a);
+    uint32_t b[8], errs[16];
+    lease_rig(&r, t, b, 81);
     offer_and_alloc(&r, "two", t, b, 80 * 1000); /* the lease runs out before build_meta */
     ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 0);
     ck_assert(kv_matches(&r, b, t, 0, 128)); /* loaded, not silently left stale */
@@ -1345,13 +1352,9 @@ END_TEST
 
 START_TEST(a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8], errs[16];
-    make_tokens(t, 128, 82);
-    blocks_from(a, 8, 0);
-    blocks_from(b, 8, 20);
-    prefill(&r, "one", t, 128, a);
+    uint32_t b[8], errs[16];
+    lease_rig(&r, t, b, 82);
     offer_and_alloc(&r, "two", t, b, 80 * 1000);
     kvs_sched_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
     kvs_key keys[4];
@@ -1369,13 +1372,9 @@ END_TEST
 
 START_TEST(on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8], errs[16];
-    make_tokens(t, 128, 83);
-    blocks_from(a, 8, 0);
-    blocks_from(b, 8, 20);
-    prefill(&r, "one", t, 128, a);
+    uint32_t b[8], errs[16];
+    lease_rig(&r, t, b, 83);
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
     usleep(80 * 1000); /* expired before on_alloc, and no other hook ran */
