@@ -71,7 +71,29 @@ int kvs_mp_read_uint(kvs_mp_reader *r, uint64_t max, uint64_t *out, const char *
     return 0;
 }
 
-int kvs_mp_read_array(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n, const char *what) {
+int kvs_mp_read_int(kvs_mp_reader *r, int64_t *out, const char *what) {
+    if (r->refusal == KVS_MP_OK && r->left && ((r->p[0] >= 0xd0 && r->p[0] <= 0xd3) || r->p[0] >= 0xe0)) {
+        const uint8_t *p = NULL;
+        uint8_t tag = r->p[0];
+        uint64_t u;
+        if (take(r, 1, &p, what) != 0) return -1;
+        if (tag >= 0xe0) {
+            *out = (int64_t)tag - 256;
+            return 0;
+        }
+        size_t n = (size_t)1 << (tag - 0xd0); /* int 8/16/32/64: sign-extend */
+        if (take_be(r, n, &u, what) != 0) return -1;
+        if (n < 8 && (u >> (n * 8 - 1)) & 1) u |= ~(uint64_t)0 << (n * 8);
+        memcpy(out, &u, sizeof *out);
+        return 0;
+    }
+    uint64_t v;
+    if (kvs_mp_read_uint(r, INT64_MAX, &v, what) != 0) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int read_array(kvs_mp_reader *r, uint32_t min, uint32_t max, int need_bytes, uint32_t *n, const char *what) {
     const uint8_t *p = NULL;
     if (take(r, 1, &p, what) != 0) return -1;
     uint8_t tag = *p;
@@ -86,11 +108,19 @@ int kvs_mp_read_array(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n,
     if (count < min)
         return kvs_mp_refuse(r, KVS_MP_TYPE, "%s has %llu elements, %u..%u expected", what,
                              (unsigned long long)count, min, max);
-    if (count > r->left) /* every element takes at least one byte */
+    if (need_bytes && count > r->left) /* every element takes at least one byte */
         return kvs_mp_refuse(r, KVS_MP_TRUNCATED, "%s declares %llu elements but %zu bytes are left", what,
                              (unsigned long long)count, r->left);
     *n = (uint32_t)count;
     return 0;
+}
+
+int kvs_mp_read_array(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n, const char *what) {
+    return read_array(r, min, max, 1, n, what);
+}
+
+int kvs_mp_read_array_header(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n, const char *what) {
+    return read_array(r, min, max, 0, n, what);
 }
 
 int kvs_mp_read_bytes(kvs_mp_reader *r, int want_str, uint32_t max, const uint8_t **out, uint32_t *n,

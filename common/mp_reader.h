@@ -32,8 +32,13 @@ void kvs_mp_reader_init(kvs_mp_reader *r, const void *buf, size_t len, const cha
                         size_t err_len);
 /* An unsigned integer (any msgpack integer encoding with a value >= 0) in [0, max]. 0, or -1. */
 int kvs_mp_read_uint(kvs_mp_reader *r, uint64_t max, uint64_t *out, const char *what);
+/* A signed integer (any msgpack integer encoding that fits int64_t). 0, or -1. */
+int kvs_mp_read_int(kvs_mp_reader *r, int64_t *out, const char *what);
 /* An array header whose count is in [min, max] and could fit in the bytes left. 0, or -1. */
 int kvs_mp_read_array(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n, const char *what);
+/* The same without the bytes-left check, for a count nothing is sized from (a header that names
+ * the version before the rest of a newer, possibly cut, message is judged). 0, or -1. */
+int kvs_mp_read_array_header(kvs_mp_reader *r, uint32_t min, uint32_t max, uint32_t *n, const char *what);
 /* A bin (want_str 0) or str (want_str 1) of at most max bytes: *out points into the buffer. 0, or -1. */
 int kvs_mp_read_bytes(kvs_mp_reader *r, int want_str, uint32_t max, const uint8_t **out, uint32_t *n,
                       const char *what);

@@ -1,14 +1,17 @@
-/* wire.c - encode with msgpack-c's packer; decode with a strict reader of the msgpack subset we use.
+/* wire.c - encode with msgpack-c's packer; decode with the strict reader (common/mp_reader) that step
+ * metadata uses too.
  *
  * msgpack-c's unpacker is not used to decode: it allocates room for an array's declared element count
  * before checking that the bytes exist, so five bytes from a peer could ask for gigabytes. The reader
- * below checks every count and length against its limit and the bytes left, and points into the input. */
+ * checks every count and length against its limit and the bytes left, and points into the input. */
 #include "wire.h"
 
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "mp_reader.h"
 
 #define N_HEADER_FIELDS 4u /* version, type, request_id, body */
 
@@ -303,144 +306,53 @@ kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_
 
 /* ---- decoding ------------------------------------------------------------------------------------ */
 
+/* The primitives are the strict reader every untrusted blob goes through (common/mp_reader); this
+ * layer adds the wire's refusal codes and its message-level checks. */
 typedef struct reader {
-    const uint8_t *p;
-    size_t left;
+    kvs_mp_reader mp;
     kvs_wire_refusal *why;
     const char *where; /* message type name, for sentences */
+    char prefix[48];   /* "wire: <where> message" */
     int caller_short;  /* refused because entries_cap was smaller than a valid count */
 } reader;
 
-static uint64_t load_be(const uint8_t *p, size_t n) {
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) v = (v << 8) | p[i];
-    return v;
+static void set_where(reader *r, const char *where) {
+    r->where = where;
+    snprintf(r->prefix, sizeof r->prefix, "wire: %s message", where);
+    r->mp.prefix = r->prefix;
 }
 
-static int take(reader *r, size_t n, const uint8_t **out, const char *what) {
-    if (n > r->left) {
-        refuse(r->why, KVS_WIRE_ERR_TRUNCATED, "wire: %s message ends inside %s (%zu bytes needed, %zu left)",
-               r->where, what, n, r->left);
-        return -1;
+/* A primitive refused: its sentence is in why->text already; record the wire's code for it (a count or
+ * length over a limit counts as `over`). */
+static int failed(reader *r, kvs_wire_error over) {
+    if (r->why->code != KVS_WIRE_ERR_NONE) return -1;
+    switch (r->mp.refusal) {
+    case KVS_MP_TRUNCATED: r->why->code = KVS_WIRE_ERR_TRUNCATED; break;
+    case KVS_MP_TYPE: r->why->code = KVS_WIRE_ERR_TYPE; break;
+    case KVS_MP_LIMIT: r->why->code = over; break;
+    default: r->why->code = KVS_WIRE_ERR_VALUE; break;
     }
-    *out = r->p;
-    r->p += n;
-    r->left -= n;
-    return 0;
-}
-
-static int wrong_type(reader *r, uint8_t tag, const char *what, const char *wanted) {
-    refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: %s message: %s should be %s, found msgpack tag 0x%02x",
-           r->where, what, wanted, tag);
     return -1;
 }
 
-/* A big-endian length or value of n bytes following a tag. */
-static int take_be(reader *r, size_t n, uint64_t *v, const char *what) {
-    const uint8_t *p;
-    if (take(r, n, &p, what) != 0) return -1;
-    *v = load_be(p, n);
-    return 0;
-}
-
 static int read_int(reader *r, int64_t *v, const char *what) {
-    const uint8_t *p;
-    if (take(r, 1, &p, what) != 0) return -1;
-    uint8_t tag = *p;
-    uint64_t u;
-    if (tag <= 0x7f) {
-        *v = tag;
-        return 0;
-    }
-    if (tag >= 0xe0) {
-        *v = (int64_t)tag - 256;
-        return 0;
-    }
-    if (tag >= 0xcc && tag <= 0xcf) { /* uint 8/16/32/64 */
-        if (take_be(r, (size_t)1 << (tag - 0xcc), &u, what) != 0) return -1;
-        if (u > INT64_MAX) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is out of range", r->where, what);
-            return -1;
-        }
-        *v = (int64_t)u;
-        return 0;
-    }
-    if (tag >= 0xd0 && tag <= 0xd3) { /* int 8/16/32/64: sign-extend */
-        size_t n = (size_t)1 << (tag - 0xd0);
-        if (take_be(r, n, &u, what) != 0) return -1;
-        if (n < 8 && (u >> (n * 8 - 1)) & 1) u |= ~(uint64_t)0 << (n * 8);
-        memcpy(v, &u, sizeof *v);
-        return 0;
-    }
-    return wrong_type(r, tag, what, "an integer");
+    return kvs_mp_read_int(&r->mp, v, what) != 0 ? failed(r, KVS_WIRE_ERR_VALUE) : 0;
 }
 
 static int read_uint(reader *r, uint64_t *v, uint64_t max, const char *what) {
-    const uint8_t *p;
-    if (r->left && (r->p[0] == 0xcf)) { /* uint64 beyond INT64_MAX is legal here */
-        if (take(r, 1, &p, what) != 0 || take_be(r, 8, v, what) != 0) return -1;
-    } else {
-        int64_t s;
-        if (read_int(r, &s, what) != 0) return -1;
-        if (s < 0) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is negative", r->where, what);
-            return -1;
-        }
-        *v = (uint64_t)s;
-    }
-    if (*v > max) {
-        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s %llu is over %llu", r->where, what,
-               (unsigned long long)*v, (unsigned long long)max);
-        return -1;
-    }
-    return 0;
+    return kvs_mp_read_uint(&r->mp, max, v, what) != 0 ? failed(r, KVS_WIRE_ERR_VALUE) : 0;
 }
 
-/* An array header whose count must be in [min, max]. */
+/* An array header whose count must be in [min, max]; over max is `over` (LIMIT or TYPE). */
 static int read_array(reader *r, uint32_t *n, uint32_t min, uint32_t max, kvs_wire_error over,
                       const char *what) {
-    const uint8_t *p;
-    if (take(r, 1, &p, what) != 0) return -1;
-    uint8_t tag = *p;
-    uint64_t count;
-    if (tag >= 0x90 && tag <= 0x9f) count = tag & 0x0fu;
-    else if (tag == 0xdc || tag == 0xdd) {
-        if (take_be(r, tag == 0xdc ? 2 : 4, &count, what) != 0) return -1;
-    } else return wrong_type(r, tag, what, "an array");
-    if (count > max || count < min) {
-        if (count > max && over == KVS_WIRE_ERR_LIMIT)
-            refuse(r->why, over, "wire: %s message: %s has %llu elements, over the limit of %u", r->where,
-                   what, (unsigned long long)count, max);
-        else
-            refuse(r->why, over == KVS_WIRE_ERR_LIMIT ? KVS_WIRE_ERR_TYPE : over,
-                   "wire: %s message: %s has %llu elements, %u..%u expected", r->where, what,
-                   (unsigned long long)count, min, max);
-        return -1;
-    }
-    *n = (uint32_t)count;
-    return 0;
+    return kvs_mp_read_array(&r->mp, min, max, n, what) != 0 ? failed(r, over) : 0;
 }
 
 /* A bin (or, with want_str, a str) of at most max bytes; the limit is checked before the bytes. */
 static int read_blob(reader *r, int want_str, const uint8_t **out, uint32_t *n, uint32_t max,
                      const char *what) {
-    const uint8_t *p;
-    if (take(r, 1, &p, what) != 0) return -1;
-    uint8_t tag = *p;
-    uint64_t len;
-    if (want_str && tag >= 0xa0 && tag <= 0xbf) len = tag & 0x1fu;
-    else if ((want_str && tag >= 0xd9 && tag <= 0xdb) || (!want_str && tag >= 0xc4 && tag <= 0xc6)) {
-        uint8_t base = want_str ? 0xd9 : 0xc4;
-        if (take_be(r, (size_t)1 << (tag - base), &len, what) != 0) return -1;
-    } else return wrong_type(r, tag, what, want_str ? "a string" : "binary");
-    if (len > max) {
-        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message: %s of %llu bytes is over the limit of %u",
-               r->where, what, (unsigned long long)len, max);
-        return -1;
-    }
-    if (take(r, (size_t)len, out, what) != 0) return -1;
-    *n = (uint32_t)len;
-    return 0;
+    return kvs_mp_read_bytes(&r->mp, want_str, max, out, n, what) != 0 ? failed(r, KVS_WIRE_ERR_LIMIT) : 0;
 }
 
 static int read_fixed(reader *r, const uint8_t **out, uint32_t size, const char *what) {
@@ -687,12 +599,14 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
                KVS_WIRE_MAX_MESSAGE_BYTES);
         return KVS_EINVAL;
     }
-    reader r = {.p = buf, .left = len, .why = why, .where = "a", .caller_short = 0};
+    reader r = {.why = why};
+    kvs_mp_reader_init(&r.mp, buf, len, NULL, why->text, sizeof why->text);
+    set_where(&r, "a");
     uint32_t n_fields;
     uint64_t version, type, request_id;
     /* Any header of at least version, type and request id is read before the version is judged, so a
      * newer peer gets a version error naming its request rather than a shape error. */
-    if (read_array(&r, &n_fields, 3, UINT32_MAX, KVS_WIRE_ERR_TYPE, "the header") != 0 ||
+    if ((kvs_mp_read_array_header(&r.mp, 3, UINT32_MAX, &n_fields, "the header") != 0 && failed(&r, KVS_WIRE_ERR_TYPE)) ||
         read_uint(&r, &version, UINT32_MAX, "the version") != 0)
         return status_of(why->code);
     if (version != KVS_WIRE_VERSION) {
@@ -724,14 +638,14 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
         refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %llu", (unsigned long long)type);
         return KVS_ECORRUPT;
     }
-    r.where = kvs_wire_type_name(out->type);
+    set_where(&r, kvs_wire_type_name(out->type));
     if (read_body(&r, out, entries_cap) != 0) {
         /* more entries than the caller made room for is the caller's limit, not the peer's fault */
         if (r.caller_short) return KVS_EOVERFLOW;
         return status_of(why->code);
     }
-    if (r.left != 0) {
-        refuse(why, KVS_WIRE_ERR_TRAILING, "wire: %s message is followed by %zu stray bytes", r.where, r.left);
+    if (r.mp.left != 0) {
+        refuse(why, KVS_WIRE_ERR_TRAILING, "wire: %s message is followed by %zu stray bytes", r.where, r.mp.left);
         return KVS_ECORRUPT;
     }
     return KVS_OK;
