@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 2
+#define KVS_BACKEND_ABI_MINOR 3
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -88,6 +88,16 @@ typedef struct kvs_backend_init {
      * buffers, ucp_mem_map). NULL/0 on a scheduler-only handle. Valid until destroy. */
     void *staging_base;
     uint64_t staging_len;
+
+    /* --- 1.3 --- */
+    /* When create refuses its configuration (KVS_ECONFIG) it names here what it refused, so the
+     * connector can point at that line of the YAML: an option's name as given (`read_latency_us`,
+     * also one it does not know, or one it needs and did not get), the k-th entry of a repeated
+     * option as `path[k]` (k from 0, in the order given), or a tier key (`capacity`). NUL-terminated,
+     * at most error_option_len bytes; left empty when no one option is at fault. NULL/0 from a 1.2
+     * connector: a backend checks struct_size before writing it. */
+    char *error_option;
+    uint64_t error_option_len;
 } kvs_backend_init;
 
 #define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */

@@ -119,8 +119,9 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     if (copy_model(h, p->model) != KVS_OK) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->chunk_tokens = h->cfg->chunk_tokens;
     if (h->chunk_tokens % h->model.block_tokens)
-        return kvs_fmt(err, err_len, "%s: key 'chunk_tokens': %u is not a multiple of the engine block size %u",
-                       h->cfg->source, h->chunk_tokens, h->model.block_tokens), KVS_ECONFIG;
+        return kvs_config_refuse(h->cfg, h->cfg->chunk_tokens_at, "chunk_tokens", err, err_len,
+                                 "%u is not a multiple of the engine block size %u", h->chunk_tokens,
+                                 h->model.block_tokens);
     h->shape = (kvs_kv_shape){.n_heads = h->model.n_kv_heads,
                               .head_bytes = h->model.head_dim * dtype_bytes(h->model.dtype),
                               .block_tokens = h->model.block_tokens, .has_v = !h->model.is_mla};

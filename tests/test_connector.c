@@ -564,12 +564,14 @@ END_TEST
 
 START_TEST(a_shared_object_that_is_not_a_backend_is_refused) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_EINVAL);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, ": key 'tiers[0].plugin': "));
     ck_assert_ptr_nonnull(strstr(r.error, "not a kvstrata backend"));
     char text[1024];
     snprintf(text, sizeof text, "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", tmpdir);
     dram_config(4, 100); /* a file that exists and is not a shared object */
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_EINVAL);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, "p.yaml:4:13: key 'tiers[0].plugin'"));
     ck_assert_ptr_nonnull(strstr(r.error, "cannot load plugin"));
 }
 END_TEST

@@ -316,34 +316,44 @@ static kvs_status parse_shm_name(dram_state *st, const char *value) {
     return KVS_OK;
 }
 
+/* The options, looked up by name; the switch below goes by these names, never by a position. */
+enum { OPT_SHM_NAME, OPT_READ_BANDWIDTH, OPT_READ_LATENCY_US, OPT_COUNT };
+static const char *const OPTION_NAMES[OPT_COUNT] = {
+    [OPT_SHM_NAME] = "shm_name", [OPT_READ_BANDWIDTH] = "read_bandwidth", [OPT_READ_LATENCY_US] = "read_latency_us"};
+
+static kvs_status parse_option(dram_state *st, int which, const char *value) {
+    uint64_t us = 0;
+    switch (which) {
+    case OPT_SHM_NAME:
+        return parse_shm_name(st, value);
+    case OPT_READ_BANDWIDTH:
+        if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
+            set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
+            return KVS_ECONFIG;
+        }
+        return KVS_OK;
+    case OPT_READ_LATENCY_US:
+        if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
+            set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
+            return KVS_ECONFIG;
+        }
+        st->pace_latency_ns = us * 1000ull;
+        return KVS_OK;
+    }
+    return KVS_ECONFIG;
+}
+
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
-    static const char *const names[] = {"shm_name", "read_bandwidth", "read_latency_us"};
-    int seen[3] = {0};
+    int seen[OPT_COUNT] = {0};
     char why[256];
     for (uint64_t i = 0; i < init->n_options; i++) {
         const kvs_backend_option *opt = &init->options[i];
-        const char *value = opt->value ? opt->value : "";
-        uint64_t us = 0;
-        switch (kvs_option_index(names, 3, seen, opt->key ? opt->key : "", "shm_name, read_bandwidth, read_latency_us",
-                                 why, sizeof why)) {
-        case 0:
-            if (parse_shm_name(st, opt->value) != KVS_OK) return KVS_ECONFIG;
-            break;
-        case 1:
-            if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
-                set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
-                return KVS_ECONFIG;
-            }
-            break;
-        case 2:
-            if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
-                set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
-                return KVS_ECONFIG;
-            }
-            st->pace_latency_ns = us * 1000ull;
-            break;
-        default:
-            set_error(st, "%s", why);
+        const char *key = opt->key ? opt->key : "";
+        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, "shm_name, read_bandwidth, read_latency_us",
+                                     why, sizeof why);
+        if (which < 0) set_error(st, "%s", why);
+        if (which < 0 || parse_option(st, which, opt->value ? opt->value : "") != KVS_OK) {
+            kvs_option_refused(init, key, -1);
             return KVS_ECONFIG;
         }
     }
@@ -567,7 +577,7 @@ static void write_init_error(const kvs_backend_init *init, const char *message) 
 static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
     *out = NULL;
-    if (init->struct_size < sizeof(kvs_backend_init)) return KVS_EVERSION;
+    if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
     dram_state *st = calloc(1, sizeof *st);
     if (!st) {
         write_init_error(init, "dram tier: out of memory for its state");
@@ -593,8 +603,10 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     rc = parse_options(st, init);
     if (rc != KVS_OK) goto fail;
     rc = plan_geometry(st, init->capacity_bytes, &g);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1);
     if (rc != KVS_OK) goto fail;
     rc = st->shm_path[0] ? open_shared(st, &g) : create_layout(st, &g, -1);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1); /* the shared geometry differs */
     if (rc != KVS_OK) goto fail;
     /* Large pages for the slab data where the kernel allows it; a refusal costs only speed. */
     madvise(st->data, g.n_slabs * g.slab_bytes, MADV_HUGEPAGE);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "options.h"
 #include "ssd_recover.h"
 #include "ssd_tier.h"
 
@@ -99,11 +100,13 @@ static void file_name_of(const char *tier, char *out, size_t len) {
     out[n] = '\0';
 }
 
-static kvs_status check_directories(ssd_tier *t, const ssd_options *opt) {
+/* Each path must exist, be a directory, be writable and be listed once; a refusal names path[i]. */
+static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *refused, size_t refused_len) {
     struct stat seen[SSD_MAX_PATHS];
     for (uint32_t i = 0; i < opt->n_paths; i++) {
         const char *dir = opt->paths[i];
         struct stat st;
+        snprintf(refused, refused_len, "path[%u]", i);
         if (stat(dir, &st) != 0) {
             ssd_set_error(t, "path \"%.300s\" cannot be used (%s)", dir, ssd_errno_name(errno));
             return KVS_ECONFIG;
@@ -124,6 +127,7 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt) {
         }
         seen[i] = st;
     }
+    refused[0] = '\0';
     return KVS_OK;
 }
 
@@ -290,13 +294,15 @@ static kvs_status recover(ssd_tier *t) {
 
 static void ssd_destroy(void *state);
 
-static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt) {
+static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt, char *refused,
+                                size_t refused_len) {
     char cap[32], obj[32], slot[32];
     if (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 50)) {
         ssd_set_error(t, "max_object_bytes %llu is not a usable object size",
                       (unsigned long long)init->max_object_bytes);
         return KVS_EINVAL;
     }
+    snprintf(refused, refused_len, "capacity");
     if (init->capacity_bytes == 0) {
         ssd_set_error(t, "needs a capacity (YAML key `capacity`, the total over all paths)");
         return KVS_ECONFIG;
@@ -323,6 +329,7 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     }
     uint64_t need = (uint64_t)units * opt->replicas * SSD_BLOCK + object_rounded;
     if (opt->write_buffer_bytes < need) {
+        snprintf(refused, refused_len, "write_buffer_bytes");
         char have[32], want[32];
         kvs_fmt_bytes(have, sizeof have, opt->write_buffer_bytes);
         kvs_fmt_bytes(want, sizeof want, need);
@@ -333,6 +340,7 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     t->max_spare = (uint32_t)(opt->write_buffer_bytes / need < 1024 ? opt->write_buffer_bytes / need : 1024);
     for (uint32_t i = 0; i < opt->n_paths; i++) t->paths[i].n_slots = n_slots;
     t->n_object_slots = (uint32_t)(n_slots * opt->n_paths);
+    refused[0] = '\0';
     return KVS_OK;
 }
 
@@ -372,18 +380,19 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     }
 
     ssd_options opt;
-    char why[400];
+    char why[400], refused[80] = "";
     kvs_status rc = KVS_EINVAL;
     if (init->n_options && !init->options) {
         ssd_set_error(t, "n_options is %llu but options is NULL", (unsigned long long)init->n_options);
         goto fail;
     }
-    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why)) != KVS_OK) {
+    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why, refused, sizeof refused)) !=
+        KVS_OK) {
         ssd_set_error(t, "%s", why);
         goto fail;
     }
-    if ((rc = plan_geometry(t, init, &opt)) != KVS_OK) goto fail;
-    if ((rc = check_directories(t, &opt)) != KVS_OK) goto fail;
+    if ((rc = plan_geometry(t, init, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
+    if ((rc = check_directories(t, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
     t->n_paths = opt.n_paths;
     t->replicas = opt.replicas;
     t->queue_depth = opt.queue_depth;
@@ -415,7 +424,10 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
             rc = KVS_ENOMEM;
             goto fail;
         }
-        if ((rc = open_data_file(t, i, opt.paths[i])) != KVS_OK) goto fail;
+        if ((rc = open_data_file(t, i, opt.paths[i])) != KVS_OK) {
+            snprintf(refused, sizeof refused, "path[%u]", i);
+            goto fail;
+        }
         ssd_io_config cfg = {.tier_name = t->tier_name,
                              .dir = p->dir,
                              .index = i,
@@ -475,6 +487,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
 
 fail:
     write_init_error(init, t->error);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, refused, -1);
     ssd_destroy(t);
     return rc;
 }
