@@ -69,6 +69,14 @@ typedef struct kvs_backend_host {
      * merged by the caller. */
     void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
                      const uint32_t *paths, uint32_t *chosen, uint64_t *order);
+
+    /* --- 1.3 --- */
+    /* A backend that stores after put returned (a device tier writing in the background) calls this
+     * when such an object could not be stored after all: why is KVS_ENOMEM when no room could be
+     * made (the device is full and nothing could be evicted), KVS_EIO when the device failed. The
+     * connector counts it as a skipped save. May run on a backend thread under the backend's lock:
+     * must not call back into the backend. NULL when absent. */
+    void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
 } kvs_backend_host;
 
 typedef struct kvs_backend_init {

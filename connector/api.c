@@ -283,6 +283,11 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     uint32_t size = out->struct_size && out->struct_size < sizeof *out ? out->struct_size : sizeof *out;
     kvs_stats s = h->stats;
     s.struct_size = size;
+    if (h->tiers) { /* saves a background-writing top tier dropped after accepting them were not saved */
+        uint64_t dropped = kvs_tiers_dropped_saves(h->tiers);
+        s.saves_skipped += dropped;
+        s.chunks_saved -= dropped < s.chunks_saved ? dropped : s.chunks_saved;
+    }
     s.n_tiers = h->tiers ? kvs_tiers_count(h->tiers) : 0;
     s.load_gbps = s.load_ns ? (double)s.bytes_loaded / (double)s.load_ns : 0.0;
     s.save_gbps = s.save_ns ? (double)s.bytes_saved / (double)s.save_ns : 0.0;

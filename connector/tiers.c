@@ -38,6 +38,7 @@ struct kvs_tier_chain {
     kvs_tier_event_fn on_event;
     void *event_ctx;
     _Atomic uint64_t evictions;
+    _Atomic uint64_t dropped_saves; /* puts the top tier accepted and could not store after all */
 };
 
 typedef struct builtin {
@@ -73,6 +74,19 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
 
 /* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
  * another backend ABI major keeps KVS_EVERSION, with the same position. */
+/* A put the tier accepted could not be stored after all (a device tier that writes in the
+ * background). From the top tier it was a save: counted as skipped. From a lower tier it was a
+ * write-back or write-through copy: gone from the chain, counted as an eviction. */
+static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
+    kvs_tier *t = ctx;
+    kvs_tier_chain *c = t->chain;
+    (void)key;
+    uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1 : atomic_fetch_add(&c->evictions, 1) + 1;
+    if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th ...: a full device cannot flood the log */
+        kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far",
+                t->name, t->index == 0 ? "save" : "copy", kvs_strerror(why), (unsigned long long)n);
+}
+
 static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i, char *err,
                                    uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
@@ -159,7 +173,7 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
         t->options[k].value = tc->options[k].value;
     }
     t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host), .ctx = t, .log = host_log,
-                                 .on_evict = host_on_evict};
+                                 .on_evict = host_on_evict, .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
@@ -263,6 +277,7 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
 }
 
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) { return atomic_load(&c->evictions); }
+uint64_t kvs_tiers_dropped_saves(const kvs_tier_chain *c) { return atomic_load(&c->dropped_saves); }
 
 int kvs_tiers_can_reserve(const kvs_tier_chain *c) {
     return c->n > 0 && (c->tiers[0].ops->caps & KVS_BACKEND_CAP_RESERVE) != 0;

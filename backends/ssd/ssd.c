@@ -131,8 +131,9 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
     return KVS_OK;
 }
 
-/* Open, lock and size one path's data file. */
-static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
+/* Open, lock and size one path's data file. *preallocated: the device holds every byte of it.
+ * model_device: a modelled small device (fault_inject device_bytes), so the file stays sparse. */
+static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int model_device, int *preallocated) {
     ssd_path *p = &t->paths[i];
     char base[96], file[4200];
     file_name_of(t->tier_name, base, sizeof base);
@@ -167,8 +168,9 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want, ssd_errno_name(errno));
         return KVS_EIO;
     }
-    if (fallocate(p->fd, 0, 0, (off_t)want) != 0) {
-        int err = errno;
+    *preallocated = !model_device && fallocate(p->fd, 0, 0, (off_t)want) == 0;
+    if (!*preallocated) {
+        int err = model_device ? ENOSPC : errno;
         if (ftruncate(p->fd, (off_t)want) != 0) {
             ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want,
                           ssd_errno_name(errno));
@@ -177,7 +179,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         if (err != EOPNOTSUPP) {
             char size[32];
             kvs_fmt_bytes(size, sizeof size, want);
-            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); writes are skipped when the device fills", file,
+            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); if the device fills, this path's capacity is lowered to what it holds", file,
                     size, ssd_errno_name(err));
         }
     }
@@ -252,7 +254,14 @@ static kvs_status recover(ssd_tier *t) {
         sb.n_slots = p->n_slots;
         snprintf(sb.tier_name, sizeof sb.tier_name, "%s", t->tier_name);
         ssd_format_encode_superblock(&sb, block);
-        ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
+        int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
+        if (wrote < 0) {
+            /* Without a valid superblock the next start could not tell this file's slots apart. */
+            ssd_set_error(t, "path %u (%s): its superblock cannot be written (%s); the path has no valid superblock",
+                          i, p->dir, ssd_errno_name((int)-wrote));
+            free(block);
+            return KVS_EIO;
+        }
     }
     free(block);
 
@@ -293,6 +302,29 @@ static kvs_status recover(ssd_tier *t) {
 }
 
 static void ssd_destroy(void *state);
+
+/* Which slots of path i the device holds blocks for: all of a preallocated file, else the slots the
+ * file holds data for (SEEK_DATA / SEEK_HOLE), so a sparse file on a small device starts with what it
+ * already has. */
+static void find_backed_slots(ssd_tier *t, uint32_t i, int preallocated) {
+    ssd_path *p = &t->paths[i];
+    if (preallocated) {
+        memset(p->backed, 1, p->n_slots);
+        return;
+    }
+    off_t end = (off_t)(SSD_BLOCK + p->n_slots * t->slot_bytes);
+    for (off_t at = SSD_BLOCK; at < end;) {
+        off_t data = lseek(p->fd, at, SEEK_DATA);
+        if (data < 0) return;
+        off_t hole = lseek(p->fd, data, SEEK_HOLE);
+        if (hole < 0) hole = end;
+        uint64_t first = ((uint64_t)data - SSD_BLOCK + t->slot_bytes - 1) / t->slot_bytes;
+        for (uint64_t s = first; s < p->n_slots && ssd_slot_offset(t, (uint32_t)s) + t->slot_bytes <= (uint64_t)hole;
+             s++)
+            p->backed[s] = 1;
+        at = hole;
+    }
+}
 
 static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt, char *refused,
                                 size_t refused_len) {
@@ -373,6 +405,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         if (host->struct_size >= offsetof(kvs_backend_host, place) + sizeof host->place) t->place = host->place;
         if (host->struct_size >= offsetof(kvs_backend_host, schedule) + sizeof host->schedule)
             t->schedule = host->schedule;
+        if (host->struct_size >= offsetof(kvs_backend_host, on_put_dropped) + sizeof host->on_put_dropped)
+            t->on_put_dropped = host->on_put_dropped;
     }
     if (init->struct_size >= offsetof(kvs_backend_init, staging_len) + sizeof init->staging_len) {
         t->staging_base = init->staging_base;
@@ -415,16 +449,16 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     memset(t->zero_block, 0, SSD_BLOCK);
     for (uint64_t b = 0; b < t->n_buckets; b++) t->buckets[b] = SSD_NIL;
 
-    int uring_error = 0;
+    int uring_error = 0, preallocated[SSD_MAX_PATHS] = {0};
     uint32_t on_pread = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) {
         ssd_path *p = &t->paths[i];
-        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots))) {
+        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots)) || !(p->backed = calloc(p->n_slots, 1))) {
             ssd_set_error(t, "out of memory for the slot table of %s", opt.paths[i]);
             rc = KVS_ENOMEM;
             goto fail;
         }
-        if ((rc = open_data_file(t, i, opt.paths[i])) != KVS_OK) {
+        if ((rc = open_data_file(t, i, opt.paths[i], opt.device_bytes >= 0, &preallocated[i])) != KVS_OK) {
             snprintf(refused, sizeof refused, "path[%u]", i);
             goto fail;
         }
@@ -442,6 +476,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
                              .staging_len = t->staging_len,
                              .eio = opt.eio_path == (int32_t)i,
                              .eio_after = opt.eio_after,
+                             .device_bytes = opt.device_bytes,
                              .counters = &t->io,
                              .ctx = t,
                              .log = t->log,
@@ -462,6 +497,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
                 ssd_errno_name(uring_error), uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
+    for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
     uint32_t usable = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) usable += (uint32_t)ssd_path_usable(t, i);
     if (usable == 0) {
@@ -503,6 +539,7 @@ static void ssd_destroy(void *state) {
         ssd_io_close(t->paths[i].io);
         t->paths[i].io = NULL;
         free(t->paths[i].free_slots);
+        free(t->paths[i].backed);
         if (t->paths[i].fd < 0) continue;
         fdatasync(t->paths[i].fd); /* best effort: a clean shutdown survives a power cut */
         close(t->paths[i].fd);

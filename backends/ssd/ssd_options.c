@@ -68,7 +68,7 @@ int ssd_options_parse_size(const char *text, uint64_t *bytes) {
     return -1;
 }
 
-/* "enospc_after:N,eio_path:K,eio_after:N" */
+/* "enospc_after:N,eio_path:K,eio_after:N,device_bytes:N" */
 static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_len) {
     char buf[256];
     if (strlen(text) >= sizeof buf) {
@@ -82,7 +82,8 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
         char *colon = strchr(item, ':');
         uint64_t v = 0;
         if (!colon || kvs_option_count(colon + 1, 0, INT32_MAX, &v) != 0) {
-            snprintf(why, why_len, "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, eio_after)",
+            snprintf(why, why_len,
+                     "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, eio_after, device_bytes)",
                      item);
             return -1;
         }
@@ -93,8 +94,11 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
             o->eio_path = (int32_t)v;
         else if (strcmp(item, "eio_after") == 0)
             o->eio_after = v;
+        else if (strcmp(item, "device_bytes") == 0)
+            o->device_bytes = (int64_t)v;
         else {
-            snprintf(why, why_len, "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after)", item);
+            snprintf(why, why_len,
+                     "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after, device_bytes)", item);
             return -1;
         }
     }
@@ -228,6 +232,7 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
     o->engine = SSD_ENGINE_URING;
     o->io_timeout_ms = 30000;
     o->enospc_after = -1;
+    o->device_bytes = -1;
     o->eio_path = -1;
     int seen[OPT_COUNT] = {0};
     for (uint64_t i = 0; i < n_options; i++) {
