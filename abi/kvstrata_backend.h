@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 2
+#define KVS_BACKEND_ABI_MINOR 3
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -71,6 +71,14 @@ typedef struct kvs_backend_host {
      * merged by the caller. */
     void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
                      const uint32_t *paths, uint32_t *chosen, uint64_t *order);
+
+    /* --- 1.3 --- */
+    /* A backend that stores after put returned (a device tier writing in the background) calls this
+     * when such an object could not be stored after all: why is KVS_ENOMEM when no room could be
+     * made (the device is full and nothing could be evicted), KVS_EIO when the device failed. The
+     * connector counts it as a skipped save. May run on a backend thread under the backend's lock:
+     * must not call back into the backend. NULL when absent. */
+    void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
 } kvs_backend_host;
 
 typedef struct kvs_backend_init {
@@ -90,6 +98,16 @@ typedef struct kvs_backend_init {
      * buffers, ucp_mem_map). NULL/0 on a scheduler-only handle. Valid until destroy. */
     void *staging_base;
     uint64_t staging_len;
+
+    /* --- 1.3 --- */
+    /* When create refuses its configuration (KVS_ECONFIG) it names here what it refused, so the
+     * connector can point at that line of the YAML: an option's name as given (`read_latency_us`,
+     * also one it does not know, or one it needs and did not get), the k-th entry of a repeated
+     * option as `path[k]` (k from 0, in the order given), or a tier key (`capacity`). NUL-terminated,
+     * at most error_option_len bytes; left empty when no one option is at fault. NULL/0 from a 1.2
+     * connector: a backend checks struct_size before writing it. */
+    char *error_option;
+    uint64_t error_option_len;
 } kvs_backend_init;
 
 #define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */

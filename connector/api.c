@@ -136,8 +136,9 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     if (copy_model(h, p->model) != KVS_OK) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->chunk_tokens = h->cfg->chunk_tokens;
     if (h->chunk_tokens % h->model.block_tokens)
-        return kvs_fmt(err, err_len, "%s: key 'chunk_tokens': %u is not a multiple of the engine block size %u",
-                       h->cfg->source, h->chunk_tokens, h->model.block_tokens), KVS_ECONFIG;
+        return kvs_config_refuse(h->cfg, h->cfg->chunk_tokens_at, "chunk_tokens", err, err_len,
+                                 "%u is not a multiple of the engine block size %u", h->chunk_tokens,
+                                 h->model.block_tokens);
     h->shape = (kvs_kv_shape){.n_heads = h->model.n_kv_heads,
                               .head_bytes = h->model.head_dim * dtype_bytes(h->model.dtype),
                               .block_tokens = h->model.block_tokens, .has_v = !h->model.is_mla};
@@ -303,6 +304,11 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
                              out ? out->struct_size : 0, KVS_STATS_SIZE_1_0);
     kvs_stats s = h->stats;
     s.struct_size = size;
+    if (h->tiers) { /* saves a background-writing top tier dropped after accepting them were not saved */
+        uint64_t dropped = kvs_tiers_dropped_saves(h->tiers);
+        s.saves_skipped += dropped;
+        s.chunks_saved -= dropped < s.chunks_saved ? dropped : s.chunks_saved;
+    }
     s.n_tiers = h->tiers ? kvs_tiers_count(h->tiers) : 0;
     s.load_gbps = s.load_ns ? (double)s.bytes_loaded / (double)s.load_ns : 0.0;
     s.save_gbps = s.save_ns ? (double)s.bytes_saved / (double)s.save_ns : 0.0;

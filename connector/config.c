@@ -88,6 +88,7 @@ enum { PK_STAGING, PK_COUNT };
 
 static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options", "paths", "nodes"};
 enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_PATHS, TK_NODES, TK_COUNT };
+_Static_assert(TK_COUNT == KVS_TIER_KEYS, "kvs_tier_config.keys_at holds one position per tier key");
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug"};
 static const char *const TIER_TYPES[] = {"dram", "plugin", "remote", "ssd"};
@@ -129,6 +130,84 @@ static kvs_status fail(const parse_ctx *ctx, const node *at, const char *key, co
     va_list ap;
     va_start(ap, fmt);
     kvs_status st = vfail_at(ctx, at->line, at->column, key, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* Refusals found when the connector opens, after parsing: same format, from the kept positions. */
+static kvs_status vrefuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
+                          const char *fmt, va_list ap) {
+    if (at.line > 0) {
+        parse_ctx ctx = {.name = cfg->source, .err = err, .err_len = err_len};
+        return vfail_at(&ctx, at.line, at.column, key, fmt, ap);
+    }
+    if (!err || err_len == 0) return KVS_ECONFIG;
+    int n = snprintf(err, err_len, "%s: key '%s': ", cfg->source, key);
+    if (n >= 0 && (size_t)n < err_len) vsnprintf(err + n, err_len - (size_t)n, fmt, ap);
+    return KVS_ECONFIG;
+}
+
+kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
+                             const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_status st = vrefuse(cfg, at, key, err, err_len, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* The YAML list a repeated option comes from (`path` from `paths:`), or NULL. */
+static const char *list_of_option(const char *option) {
+    return strcmp(option, "path") == 0 ? "paths" : strcmp(option, "node") == 0 ? "nodes" : NULL;
+}
+
+/* Where name (see kvs_config_refuse_tier) stands in tier t (number index): its key path and position. */
+static kvs_config_at tier_position(const kvs_tier_config *t, size_t index, const char *name, char *key,
+                                   size_t key_len) {
+    char option[KVS_NAME_MAX];
+    long nth = 0;
+    const char *bracket = name ? strchr(name, '[') : NULL;
+    size_t n = !name ? 0 : bracket ? (size_t)(bracket - name) : strlen(name);
+    if (n == 0 || n >= sizeof option) {
+        snprintf(key, key_len, "tiers[%zu]", index);
+        return (kvs_config_at){t->line, t->column};
+    }
+    memcpy(option, name, n);
+    option[n] = '\0';
+    if (bracket) nth = strtol(bracket + 1, NULL, 10);
+    for (size_t i = 0; i < t->n_options; i++) {
+        const kvs_config_option *o = &t->options[i];
+        if (strcmp(o->key, option) != 0 || nth-- > 0) continue;
+        const char *list = list_of_option(option);
+        if (o->list_index >= 0 && list)
+            snprintf(key, key_len, "tiers[%zu].%s[%d]", index, list, o->list_index);
+        else
+            snprintf(key, key_len, "tiers[%zu].options.%s", index, option);
+        return o->at;
+    }
+    for (size_t k = 0; k < TK_COUNT; k++) {
+        if (strcmp(TIER_KEYS[k], option) != 0) continue;
+        snprintf(key, key_len, "tiers[%zu].%s", index, option);
+        return t->keys_at[k].line > 0 ? t->keys_at[k] : (kvs_config_at){t->line, t->column};
+    }
+    const char *list = list_of_option(option);
+    if (list) { /* a list entry the file does not have: the list, else the tier */
+        size_t k = strcmp(list, "paths") == 0 ? TK_PATHS : TK_NODES;
+        snprintf(key, key_len, "tiers[%zu].%s", index, list);
+        return t->keys_at[k].line > 0 ? t->keys_at[k] : (kvs_config_at){t->line, t->column};
+    }
+    /* an option the backend needs and the file lacks: at the tier's `options:`, else the tier */
+    snprintf(key, key_len, "tiers[%zu].options.%s", index, option);
+    return t->keys_at[TK_OPTIONS].line > 0 ? t->keys_at[TK_OPTIONS] : (kvs_config_at){t->line, t->column};
+}
+
+kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err, size_t err_len,
+                                  const char *fmt, ...) {
+    char key[KEY_PATH_MAX];
+    kvs_config_at at = tier_position(&cfg->tiers[tier], tier, name, key, sizeof key);
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_status st = vrefuse(cfg, at, key, err, err_len, fmt, ap);
     va_end(ap);
     return st;
 }
@@ -744,8 +823,11 @@ static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_ti
 }
 
 /* Copies key and value into the next free entry of t->options (allocated by the caller). */
-static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const char *key, const char *value) {
+static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const char *key, const char *value,
+                                const node *at, int list_index) {
     kvs_config_option *o = &t->options[t->n_options];
+    o->at = (kvs_config_at){at->line, at->column};
+    o->list_index = list_index;
     o->key = strdup(key);
     o->value = strdup(value);
     if (!o->key || !o->value) {
@@ -782,9 +864,9 @@ static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const 
             continue;
         char full[KVS_PATH_MAX];
         kvs_status st = resolve_path(ctx, v, kp, v->text, full, sizeof full);
-        return st == KVS_OK ? append_option(ctx, t, k->text, full) : st;
+        return st == KVS_OK ? append_option(ctx, t, k->text, full, k, -1) : st;
     }
-    return append_option(ctx, t, k->text, v->text);
+    return append_option(ctx, t, k->text, v->text, k, -1);
 }
 
 /* Sequences of a tier type handed to the backend as repeated options (in file order, before the
@@ -833,7 +915,7 @@ static kvs_status tier_list(const parse_ctx *ctx, const tier_fields *f, const st
         for (size_t j = 0; j < t->n_options; j++)
             if (strcmp(t->options[j].value, full) == 0)
                 return fail(ctx, p, ip, "%s '%s' is listed twice", l->option, full);
-        if ((st = append_option(ctx, t, l->option, full)) != KVS_OK) return st;
+        if ((st = append_option(ctx, t, l->option, full, p, (int)i)) != KVS_OK) return st;
     }
     return KVS_OK;
 }
@@ -888,6 +970,8 @@ static kvs_status parse_tier(const parse_ctx *ctx, const node *n, kvs_config *cf
     t->line = n->line;
     t->column = n->column;
     kvs_status st = map_fields(ctx, n, f.path, TIER_KEYS, TK_COUNT, f.keys, f.values);
+    for (size_t k = 0; st == KVS_OK && k < TK_COUNT; k++)
+        if (f.values[k]) t->keys_at[k] = (kvs_config_at){f.values[k]->line, f.values[k]->column};
     if (st == KVS_OK) st = tier_name(ctx, &f, cfg, index);
     if (st == KVS_OK) st = tier_type(ctx, &f, t);
     if (st == KVS_OK) st = tier_capacity(ctx, &f, t);
@@ -1043,6 +1127,7 @@ static kvs_status parse_scalars(const parse_ctx *ctx, const node *const *values,
         st = get_uint(ctx, values[RK_CHUNK], "chunk_tokens", 1, 65536, &value);
         if (st != KVS_OK) return st;
         cfg->chunk_tokens = (uint32_t)value;
+        cfg->chunk_tokens_at = (kvs_config_at){values[RK_CHUNK]->line, values[RK_CHUNK]->column};
     }
     if (values[RK_LEASE]) {
         st = get_uint(ctx, values[RK_LEASE], "lease_timeout_ms", 1, UINT64_MAX,

@@ -18,10 +18,20 @@ typedef enum kvs_write_policy {
     KVS_WRITE_THROUGH = 1 /* objects are copied to the next tier as soon as they are saved here */
 } kvs_write_policy;
 
+/* Where a value stands in the file (1-based); 0 for one the file did not give. */
+typedef struct kvs_config_at {
+    int line, column;
+} kvs_config_at;
+
 typedef struct kvs_config_option {
     char *key;
     char *value;
+    kvs_config_at at;  /* the option's name under `options:`, or the entry of `paths:`/`nodes:` */
+    int list_index;    /* k for the entry paths[k] or nodes[k]; -1 for an entry of `options:` */
 } kvs_config_option;
+
+/* Tier keys whose position is kept for refusals found when the connector opens. */
+#define KVS_TIER_KEYS 8 /* name, type, capacity, write, plugin, options, paths, nodes */
 
 typedef struct kvs_tier_config {
     char name[KVS_NAME_MAX];  /* unique within the file */
@@ -32,6 +42,7 @@ typedef struct kvs_tier_config {
     kvs_config_option *options; /* the `options:` map, scalars only, in file order */
     size_t n_options;
     int line, column; /* where the tier's entry starts, for later messages */
+    kvs_config_at keys_at[KVS_TIER_KEYS]; /* each key's value, in the order of KVS_TIER_KEYS */
 } kvs_tier_config;
 
 /* Profiled read cost of one tier: latency + bytes / bandwidth per transfer. */
@@ -44,6 +55,7 @@ typedef struct kvs_config {
     char source[KVS_PATH_MAX]; /* file path, or "<defaults>" / the name given to parse_string */
     uint32_t version;          /* must be 1 */
     uint32_t chunk_tokens;     /* default 256; multiple of the engine block size (checked at open) */
+    kvs_config_at chunk_tokens_at; /* its value, for that check's message */
     uint64_t lease_timeout_ms; /* default 30000; > 0 */
     int save_decode;           /* default 0: decode-phase tokens are not saved */
     int log_level;             /* KVS_LOG_*; default KVS_LOG_WARN */
@@ -88,6 +100,18 @@ kvs_status kvs_config_defaults(kvs_config **out);
 /* Frees a config from load, parse_string or defaults, with its tiers and option strings. NULL is a
  * no-op. Not thread-safe on one config; parsing different configs concurrently is. */
 void kvs_config_free(kvs_config *cfg);
+
+/* A refusal found after parsing (when the connector opens), in the loader's format:
+ * "file:line:column: key 'KEY': sentence" into err, or "file: key 'KEY': sentence" when the value
+ * has no position (a default). Returns KVS_ECONFIG. */
+kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
+                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The same for tier `tier`, pointing at what `name` names (kvs_backend_init.error_option): an option
+ * given (`shm_name`), the k-th of a repeated one (`path[1]` is that entry of `paths:`), a tier key
+ * (`capacity`), or an option not given (at the tier's `options:`, or the tier). NULL or "": the
+ * tier's entry. */
+kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err, size_t err_len,
+                                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary)
  * and KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text,

@@ -1,6 +1,7 @@
 /* options.c - shared pieces of the built-in backends' option parsers (contract in options.h). */
 #include "options.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,4 +30,14 @@ int kvs_option_count(const char *text, uint64_t min, uint64_t max, uint64_t *out
     if (v < min || v > max) return -1;
     *out = v;
     return 0;
+}
+
+void kvs_option_refused(const kvs_backend_init *init, const char *name, int64_t nth) {
+    if (!init || init->struct_size < offsetof(kvs_backend_init, error_option_len) + sizeof init->error_option_len ||
+        !init->error_option || init->error_option_len == 0)
+        return;
+    if (nth >= 0)
+        snprintf(init->error_option, (size_t)init->error_option_len, "%s[%lld]", name, (long long)nth);
+    else
+        snprintf(init->error_option, (size_t)init->error_option_len, "%s", name);
 }

@@ -1,10 +1,12 @@
 #include "tiers.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dram.h"
 #include "log.h"
@@ -36,6 +38,7 @@ struct kvs_tier_chain {
     kvs_tier_event_fn on_event;
     void *event_ctx;
     _Atomic uint64_t evictions;
+    _Atomic uint64_t dropped_saves; /* puts the top tier accepted and could not store after all */
 };
 
 typedef struct builtin {
@@ -69,24 +72,39 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
     if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, t->index);
 }
 
-static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_config *tc, char *err,
+/* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
+ * another backend ABI major keeps KVS_EVERSION, with the same position. */
+/* A put the tier accepted could not be stored after all (a device tier that writes in the
+ * background). From the top tier it was a save: counted as skipped. From a lower tier it was a
+ * write-back or write-through copy: gone from the chain, counted as an eviction. */
+static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
+    kvs_tier *t = ctx;
+    kvs_tier_chain *c = t->chain;
+    (void)key;
+    uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1 : atomic_fetch_add(&c->evictions, 1) + 1;
+    if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th ...: a full device cannot flood the log */
+        kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far",
+                t->name, t->index == 0 ? "save" : "copy", kvs_strerror(why), (unsigned long long)n);
+}
+
+static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i, char *err,
                                    uint64_t err_len) {
-    if (!ops) {
-        kvs_fmt(err, err_len, "tier \"%s\": plugin %s refuses backend ABI major %d", tc->name,
-                tc->plugin, KVS_BACKEND_ABI_MAJOR);
+    const kvs_tier_config *tc = &cfg->tiers[i];
+    if (!ops || ops->abi_major != KVS_BACKEND_ABI_MAJOR) {
+        if (ops)
+            kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                   "tier \"%s\": plugin %s implements backend ABI major %u; this library needs %d",
+                                   tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
+        else
+            kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                   "tier \"%s\": plugin %s refuses backend ABI major %d", tc->name, tc->plugin,
+                                   KVS_BACKEND_ABI_MAJOR);
         return KVS_EVERSION;
     }
-    if (ops->abi_major != KVS_BACKEND_ABI_MAJOR) {
-        kvs_fmt(err, err_len,
-                "tier \"%s\": plugin %s implements backend ABI major %u; this library needs %d",
-                tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
-        return KVS_EVERSION;
-    }
-    if (ops->struct_size < KVS_BACKEND_OPS_1_0_SIZE) {
-        kvs_fmt(err, err_len, "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0",
-                tc->name, tc->plugin, ops->struct_size, (size_t)KVS_BACKEND_OPS_1_0_SIZE);
-        return KVS_EVERSION;
-    }
+    if (ops->struct_size < KVS_BACKEND_OPS_1_0_SIZE)
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                      "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0",
+                                      tc->name, tc->plugin, ops->struct_size, (size_t)KVS_BACKEND_OPS_1_0_SIZE);
     const char *missing = !ops->create ? "create" : !ops->destroy ? "destroy"
                         : !ops->last_error ? "last_error" : !ops->contains ? "contains"
                         : !ops->pin ? "pin" : !ops->unpin ? "unpin" : !ops->get ? "get"
@@ -96,19 +114,18 @@ static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_tier_co
         missing = !KVS_HAS_OP(ops, reserve) ? "reserve" : !KVS_HAS_OP(ops, commit) ? "commit"
                 : !KVS_HAS_OP(ops, abort) ? "abort" : NULL;
     if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !KVS_HAS_OP(ops, memory)) missing = "memory";
-    if (missing) {
-        kvs_fmt(err, err_len, "tier \"%s\": plugin %s has no '%s' operation", tc->name, tc->plugin,
-                missing);
-        return KVS_EINVAL;
-    }
+    if (missing)
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": plugin %s has no '%s' operation",
+                                      tc->name, tc->plugin, missing);
     return KVS_OK;
 }
 
-static kvs_status resolve_ops(kvs_tier *t, const kvs_tier_config *tc, char *err, uint64_t err_len) {
+static kvs_status resolve_ops(kvs_tier *t, const kvs_config *cfg, uint32_t i, char *err, uint64_t err_len) {
+    const kvs_tier_config *tc = &cfg->tiers[i];
     if (strcmp(tc->type, "plugin") != 0) {
-        for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
-            if (strcmp(tc->type, builtins[i].type) == 0) {
-                t->ops = builtins[i].ops();
+        for (size_t b = 0; b < sizeof builtins / sizeof builtins[0]; b++) {
+            if (strcmp(tc->type, builtins[b].type) == 0) {
+                t->ops = builtins[b].ops();
                 return KVS_OK;
             }
         }
@@ -116,32 +133,35 @@ static kvs_status resolve_ops(kvs_tier *t, const kvs_tier_config *tc, char *err,
                 tc->name, tc->type);
         return KVS_ENOTSUP;
     }
+    struct stat sb;
+    if (stat(tc->plugin, &sb) != 0)
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": plugin %s does not exist (%s)",
+                                      tc->name, tc->plugin, strerror(errno));
     dlerror();
     t->dl = dlopen(tc->plugin, RTLD_NOW | RTLD_LOCAL);
     if (!t->dl) {
         const char *why = dlerror();
-        kvs_fmt(err, err_len, "tier \"%s\": cannot load plugin: %s", tc->name, why ? why : tc->plugin);
-        return KVS_EINVAL;
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": cannot load plugin: %s",
+                                      tc->name, why ? why : tc->plugin);
     }
     kvs_backend_entry_fn entry;
     *(void **)&entry = dlsym(t->dl, KVS_BACKEND_ENTRY_SYMBOL);
-    if (!entry) {
-        kvs_fmt(err, err_len, "tier \"%s\": %s is not a kvstrata backend (no symbol %s)", tc->name,
-                tc->plugin, KVS_BACKEND_ENTRY_SYMBOL);
-        return KVS_EINVAL;
-    }
+    if (!entry)
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": %s is not a kvstrata backend (no symbol %s)",
+                                      tc->name, tc->plugin, KVS_BACKEND_ENTRY_SYMBOL);
     t->ops = entry(KVS_BACKEND_ABI_MAJOR);
-    return check_plugin_ops(t->ops, tc, err, err_len);
+    return check_plugin_ops(t->ops, cfg, i, err, err_len);
 }
 
-static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config *tc,
-                            uint64_t max_object_bytes, char *err, uint64_t err_len) {
+static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg, uint64_t max_object_bytes,
+                            char *err, uint64_t err_len) {
+    const kvs_tier_config *tc = &cfg->tiers[i];
     kvs_tier *t = &c->tiers[i];
     memcpy(t->name, tc->name, sizeof t->name);
     t->index = i;
     t->chain = c;
     t->write = tc->write;
-    kvs_status st = resolve_ops(t, tc, err, err_len);
+    kvs_status st = resolve_ops(t, cfg, i, err, err_len);
     if (st != KVS_OK) return st;
     t->options = calloc(tc->n_options ? tc->n_options : 1, sizeof *t->options);
     if (!t->options) {
@@ -153,19 +173,22 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_tier_config
         t->options[k].value = tc->options[k].value;
     }
     t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host), .ctx = t, .log = host_log,
-                                 .on_evict = host_on_evict};
+                                 .on_evict = host_on_evict, .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
-    char why[512] = "";
+    char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
                              .capacity_bytes = tc->capacity_bytes, .max_object_bytes = max_object_bytes,
                              .options = t->options, .n_options = tc->n_options, .host = &t->host,
                              .error = why, .error_len = sizeof why, .staging_base = c->staging_base,
-                             .staging_len = c->staging_len};
+                             .staging_len = c->staging_len, .error_option = refused,
+                             .error_option_len = sizeof refused};
     st = t->ops->create(&init, &t->state);
     if (st != KVS_OK) {
         t->state = NULL;
-        kvs_fmt(err, err_len, "%s", why[0] ? why : "tier could not be created");
-        if (!why[0]) kvs_fmt(err, err_len, "tier \"%s\": create failed (%d)", tc->name, (int)st);
+        if (!why[0]) kvs_fmt(why, sizeof why, "tier \"%s\": create failed (%d)", tc->name, (int)st);
+        /* A refused configuration points at the line of what the backend named (or the tier). */
+        if (st == KVS_ECONFIG) return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
+        kvs_fmt(err, err_len, "%s", why);
         return st;
     }
     return KVS_OK;
@@ -188,7 +211,7 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void
     c->event_ctx = event_ctx;
     for (uint32_t i = 0; i < cfg->n_tiers; i++) {
         c->n = i + 1; /* so close() tears down exactly what was set up */
-        kvs_status st = open_tier(c, i, &cfg->tiers[i], max_object_bytes, err, err_len);
+        kvs_status st = open_tier(c, i, cfg, max_object_bytes, err, err_len);
         if (st != KVS_OK) {
             kvs_tiers_close(c);
             return st;
@@ -254,6 +277,7 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
 }
 
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) { return atomic_load(&c->evictions); }
+uint64_t kvs_tiers_dropped_saves(const kvs_tier_chain *c) { return atomic_load(&c->dropped_saves); }
 
 int kvs_tiers_can_reserve(const kvs_tier_chain *c) {
     return c->n > 0 && (c->tiers[0].ops->caps & KVS_BACKEND_CAP_RESERVE) != 0;

@@ -45,5 +45,7 @@ void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
 kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);
 /* Objects dropped from the last tier since open. */
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *chain);
+/* Saves the top tier accepted and then could not store (backend ABI 1.3 on_put_dropped) since open. */
+uint64_t kvs_tiers_dropped_saves(const kvs_tier_chain *chain);
 
 #endif

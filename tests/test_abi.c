@@ -155,7 +155,8 @@ AT(kvs_backend_host, log, 16, 8);
 AT(kvs_backend_host, on_evict, 24, 8);
 AT(kvs_backend_host, place, 32, 8);
 AT(kvs_backend_host, schedule, 40, 8);
-SIZE(kvs_backend_host, 48);
+AT(kvs_backend_host, on_put_dropped, 48, 8); /* 1.3 */
+SIZE(kvs_backend_host, 56);
 AT(kvs_backend_init, struct_size, 0, 4);
 AT(kvs_backend_init, tier_name, 8, 8);
 AT(kvs_backend_init, capacity_bytes, 16, 8);
@@ -167,7 +168,9 @@ AT(kvs_backend_init, error, 56, 8);
 AT(kvs_backend_init, error_len, 64, 8);
 AT(kvs_backend_init, staging_base, 72, 8); /* 1.1 */
 AT(kvs_backend_init, staging_len, 80, 8);
-SIZE(kvs_backend_init, 88);
+AT(kvs_backend_init, error_option, 88, 8); /* 1.3 */
+AT(kvs_backend_init, error_option_len, 96, 8);
+SIZE(kvs_backend_init, 104);
 AT(kvs_backend_ops, abi_major, 0, 4);
 AT(kvs_backend_ops, abi_minor, 4, 4);
 AT(kvs_backend_ops, struct_size, 8, 4);

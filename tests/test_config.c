@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "kvstrata_backend.h"
+#include "kvstrata.h"
 #include "test_support.h"
 
 #ifndef KVS_SOURCE_DIR
@@ -863,6 +864,112 @@ START_TEST(small_error_buffers_are_cut_not_overrun) {
 }
 END_TEST
 
+/* ---- refusals while the connector opens ------------------------------------------------------ */
+
+/* Opening a connector (scheduler role: the tiers, no staging pool) on `text`, written as open.yaml
+ * in dir, must fail with KVS_ECONFIG and a message naming the file at `where` ("L:C: key '...'")
+ * and holding `what`. */
+static void expect_open_refused(const char *dir, const char *text, const char *where, const char *what) {
+    char path[1024], want[1200];
+    ck_assert_int_eq(kvs_test_write_file(dir, "open.yaml", text, path, sizeof path), 0);
+    const kvs_api *api = kvs_get_api(KVS_ABI_MAJOR);
+    kvs_model_desc m = {.struct_size = sizeof m, .model_id = "m", .dtype = KVS_DTYPE_FP16, .n_layers = 2,
+                        .n_kv_heads = 2, .head_dim = 16, .block_tokens = 16, .tp_size = 1, .vocab_size = 100};
+    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_SCHEDULER, .config_path = path, .model = &m};
+    kvs_handle *h = NULL;
+    err[0] = '\0';
+    kvs_status st = api->open(&p, &h, err, sizeof err);
+    ck_assert_msg(st == KVS_ECONFIG, "status %d, want KVS_ECONFIG (message: %s)", st, err);
+    ck_assert_ptr_null(h);
+    snprintf(want, sizeof want, "%s:%s", path, where);
+    ck_assert_msg(strstr(err, want) != NULL, "message \"%s\" lacks \"%s\"", err, want);
+    ck_assert_msg(strstr(err, what) != NULL, "message \"%s\" lacks \"%s\"", err, what);
+}
+
+START_TEST(an_unknown_tier_option_is_refused_at_its_line) {
+    char dir[512];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    expect_open_refused(dir,
+                        "tiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n    options:\n"
+                        "      read_latency_us: 5\n      colour: blue\n",
+                        "7:7: key 'tiers[0].options.colour'", "unknown option \"colour\"");
+    expect_open_refused(dir,
+                        "tiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n    options:\n"
+                        "      read_latency_us: soon\n",
+                        "6:7: key 'tiers[0].options.read_latency_us'", "not a whole number");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
+START_TEST(a_remote_tier_without_psk_file_points_at_its_options) {
+    char dir[512];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    expect_open_refused(dir,
+                        "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
+                        "      tenant: t\n",
+                        "6:7: key 'tiers[0].options.psk_file'", "needs option psk_file");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
+START_TEST(a_psk_file_missing_or_readable_by_others_is_refused_at_its_line) {
+    char dir[512], key[1024];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    ck_assert_int_eq(kvs_test_write_file(dir, "psk", "0123456789abcdef0123456789abcdef", key, sizeof key), 0);
+    ck_assert_int_eq(chmod(key, 0644), 0);
+    static const char text[] = "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
+                               "      tenant: t\n      psk_file: %s\n";
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml, text, "psk");
+    expect_open_refused(dir, yaml, "7:7: key 'tiers[0].options.psk_file'", "group or others");
+    snprintf(yaml, sizeof yaml, text, "no-such-psk");
+    expect_open_refused(dir, yaml, "7:7: key 'tiers[0].options.psk_file'", "cannot be opened");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
+START_TEST(a_plugin_path_that_does_not_exist_is_refused_at_its_line) {
+    char dir[512];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    expect_open_refused(dir, "tiers:\n  - name: p\n    type: plugin\n    plugin: plugins/none.so\n",
+                        "4:13: key 'tiers[0].plugin'", "does not exist");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
+START_TEST(an_ssd_path_that_is_missing_not_a_directory_or_not_writable_names_its_entry) {
+    char dir[512], file[1024], yaml[2048];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    ck_assert_int_eq(kvs_test_write_file(dir, "plain", "x", file, sizeof file), 0);
+    char a[600], ro[600];
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(ro, sizeof ro, "%s/ro", dir);
+    ck_assert_int_eq(mkdir(a, 0700), 0);
+    ck_assert_int_eq(mkdir(ro, 0500), 0);
+    static const char text[] = "tiers:\n  - name: s\n    type: ssd\n    capacity: 64MiB\n    paths:\n"
+                               "      - a\n      - %s\n";
+    snprintf(yaml, sizeof yaml, text, "missing");
+    expect_open_refused(dir, yaml, "7:9: key 'tiers[0].paths[1]'", "ENOENT");
+    snprintf(yaml, sizeof yaml, text, "plain");
+    expect_open_refused(dir, yaml, "7:9: key 'tiers[0].paths[1]'", "is not a directory");
+    if (geteuid() != 0) { /* root may write anywhere */
+        snprintf(yaml, sizeof yaml, text, "ro");
+        expect_open_refused(dir, yaml, "7:9: key 'tiers[0].paths[1]'", "is not writable");
+    }
+    chmod(ro, 0700);
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
+START_TEST(chunk_tokens_not_a_multiple_of_the_block_size_is_refused_at_its_line) {
+    char dir[512];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    expect_open_refused(dir, "version: 1\nchunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n",
+                        "2:15: key 'chunk_tokens'", "multiple of the engine block size 16");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
 /* One test per error class, each checking status, file:line:column and key. */
 static TCase *error_tests(void) {
     TCase *errors = tcase_create("errors");
@@ -932,6 +1039,15 @@ static Suite *config_suite(void) {
     tcase_add_test(files, every_example_config_parses);
     tcase_add_test(files, shipped_examples_state_what_the_demos_rely_on);
     suite_add_tcase(s, files);
+
+    TCase *open = tcase_create("open");
+    tcase_add_test(open, an_unknown_tier_option_is_refused_at_its_line);
+    tcase_add_test(open, a_remote_tier_without_psk_file_points_at_its_options);
+    tcase_add_test(open, a_psk_file_missing_or_readable_by_others_is_refused_at_its_line);
+    tcase_add_test(open, a_plugin_path_that_does_not_exist_is_refused_at_its_line);
+    tcase_add_test(open, an_ssd_path_that_is_missing_not_a_directory_or_not_writable_names_its_entry);
+    tcase_add_test(open, chunk_tokens_not_a_multiple_of_the_block_size_is_refused_at_its_line);
+    suite_add_tcase(s, open);
 
     TCase *robust = tcase_create("robustness");
     tcase_set_timeout(robust, 120);

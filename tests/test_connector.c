@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -566,13 +568,45 @@ END_TEST
 
 START_TEST(a_shared_object_that_is_not_a_backend_is_refused) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_EINVAL);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, ": key 'tiers[0].plugin': "));
     ck_assert_ptr_nonnull(strstr(r.error, "not a kvstrata backend"));
     char text[1024];
     snprintf(text, sizeof text, "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", tmpdir);
     dram_config(4, 100); /* a file that exists and is not a shared object */
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_EINVAL);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, "p.yaml:4:13: key 'tiers[0].plugin'"));
     ck_assert_ptr_nonnull(strstr(r.error, "cannot load plugin"));
+}
+END_TEST
+
+/* An ssd top tier whose device refuses every write (ENOSPC, nothing to evict) accepts each put and
+ * drops it in the background: the drops reach the stats as skipped saves, not as saved chunks. */
+START_TEST(saves_a_full_device_drops_after_accepting_them_count_as_skipped) {
+    rig r;
+    char text[1024], disk[600];
+    snprintf(disk, sizeof disk, "%s/disk", tmpdir);
+    ck_assert_int_eq(mkdir(disk, 0700), 0);
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: nvme\n    type: ssd\n"
+             "    capacity: 4MiB\n    paths: [%s]\n    options:\n      fault_inject: enospc_after:0\n",
+             device_section(), CHUNK, disk);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("ssd.yaml", text)), KVS_OK);
+    int32_t tokens[128];
+    uint32_t a[8];
+    make_tokens(tokens, 128, 5);
+    blocks_from(a, 8, 0);
+    prefill(&r, "a", tokens, 128, a);
+    kvs_stats s = {.struct_size = sizeof s};
+    for (int tries = 0; tries < 2000; tries++) { /* the writes finish in the background */
+        ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+        if (s.saves_skipped == 4) break;
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    ck_assert_uint_eq(s.saves_skipped, 4);
+    ck_assert_uint_eq(s.chunks_saved, 0);
+    rig_close(&r);
 }
 END_TEST
 
@@ -1512,6 +1546,7 @@ static Suite *connector_suite(void) {
     TCase *tc = tcase_create("connector");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
     tcase_add_test(tc, restore_into_other_pages_is_byte_identical);
     tcase_add_test(tc, lookup_stops_at_first_missing_chunk);
     tcase_add_test(tc, partial_local_hit_loads_only_the_rest);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -923,10 +924,69 @@ START_TEST(a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier) {
     ck_assert_int_eq(ops->contains(st, &k2, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 1);
     ops->destroy(st);
-    /* The dead child never detached, so the object outlives us: remove it by hand. */
-    char path[80];
-    snprintf(path, sizeof path, "/%s", shm);
-    shm_unlink(path);
+    ck_assert(!shm_exists(shm)); /* the dead child never detached, and does not count */
+}
+END_TEST
+
+/* A child attaches, says so through the pipe, and waits to be killed. */
+static pid_t attach_in_child_and_wait(const char *shm, int *ready_fd, int *go_fd) {
+    int ready[2], go[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(ready[0]);
+        close(go[1]);
+        void *child = open_shared(shm, 4, NULL);
+        char c = child ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1) _exit(3);
+        if (read(go[0], &c, 1) != 1) _exit(4); /* the parent says when to leave */
+        ops->destroy(child);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    char c = 0;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    ck_assert_int_eq(c, 'y');
+    *ready_fd = ready[0];
+    *go_fd = go[1];
+    return pid;
+}
+
+START_TEST(a_killed_attacher_does_not_keep_the_shared_memory_alive) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_ptr_nonnull(st);
+    int ready, go;
+    pid_t pid = attach_in_child_and_wait(shm, &ready, &go);
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    ck_assert_int_eq(wait_child(pid), 128);
+    close(ready);
+    close(go);
+    put_small(st, 1, 10); /* the survivor keeps working */
+    ops->destroy(st);
+    ck_assert_msg(!shm_exists(shm), "/dev/shm/%s outlived its last live attacher", shm);
+}
+END_TEST
+
+START_TEST(a_live_second_attacher_keeps_the_shared_memory) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_ptr_nonnull(st);
+    int ready, go;
+    pid_t pid = attach_in_child_and_wait(shm, &ready, &go);
+    ops->destroy(st);
+    ck_assert(shm_exists(shm)); /* the child is alive and attached */
+    char c = 'x';
+    ck_assert_int_eq(write(go, &c, 1), 1);
+    ck_assert_int_eq(wait_child(pid), 0);
+    close(ready);
+    close(go);
+    ck_assert(!shm_exists(shm)); /* its detach was the last */
 }
 END_TEST
 
@@ -969,6 +1029,8 @@ static Suite *dram_suite(void) {
     tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);
     tcase_add_test(shared, concurrent_opens_and_closes_of_one_name_never_fail_or_leak);
     tcase_add_test(shared, a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier);
+    tcase_add_test(shared, a_killed_attacher_does_not_keep_the_shared_memory_alive);
+    tcase_add_test(shared, a_live_second_attacher_keeps_the_shared_memory);
     suite_add_tcase(s, shared);
     return s;
 }

@@ -632,6 +632,41 @@ START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
 }
 END_TEST
 
+/* A payload checksum failure says what was found: data that differs from its header's checksum, or
+ * data blocks that are all zero (the header landed and the data never did: a torn write). */
+START_TEST(a_payload_checksum_failure_says_what_was_found) {
+    test_dirs d;
+    make_dirs(&d);
+    store_and_tear_unit2_of_object1(&d, 2);
+    void *st = open_ok(&d, &torn_args);
+    ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_ECORRUPT);
+    const char *why = ops->last_error(st);
+    ck_assert_msg(strstr(why, "unit 2 of ") && strstr(why, "payload checksum mismatch (header records ") &&
+                      strstr(why, "partly written or changed on the device"),
+                  "message: %s", why);
+    ck_assert_msg(!strstr(why, "torn write"), "a changed unit is called a torn write: %s", why);
+    ck_assert(log_contains("payload checksum mismatch"));
+    ops->destroy(st);
+    /* object 2, unit 1: its data blocks zeroed, as if only the header had reached the disk */
+    char file[400];
+    data_file(&d, 0, file, sizeof file);
+    int fd = open(file, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    uint8_t zeros[16 * 1024];
+    memset(zeros, 0, sizeof zeros);
+    off_t unit1_data = 4096 + 5 * (4096 + 16 * 1024) + 4096;
+    ck_assert_int_eq(pwrite(fd, zeros, sizeof zeros, unit1_data), (ssize_t)sizeof zeros);
+    close(fd);
+    st = open_ok(&d, &torn_args);
+    ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_ECORRUPT);
+    why = ops->last_error(st);
+    ck_assert_msg(strstr(why, "unit 1 of ") && strstr(why, "all zero") && strstr(why, "a torn write"), "message: %s",
+                  why);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
 /* get_range of object i (of len bytes, filled with seed i): the bytes [off, off + n) and no more. */
 static void range_check(void *st, uint32_t i, uint64_t len, uint64_t off, uint64_t n) {
     uint8_t *whole = malloc(len), *out = malloc(n + 16);
@@ -832,47 +867,146 @@ static void check_full_device(void *st, uint32_t n) {
     ck_assert_uint_eq(stored + s.enospc_skips, n);
 }
 
+static _Atomic unsigned dropped_puts;
+static void count_dropped(void *ctx, const kvs_key *key, kvs_status why) {
+    (void)ctx, (void)key;
+    if (why == KVS_ENOMEM) dropped_puts++;
+}
+
+/* Writes that keep failing with ENOSPC (nothing evicted makes room) drop their saves: counted, told
+ * to the host (a skipped save for the connector) and logged. */
 START_TEST(enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {
-        .n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB, .options = {{"fault_inject", "enospc_after:5"}}};
+    kvs_backend_host host = {.struct_size = sizeof host, .log = capture_log, .on_put_dropped = count_dropped};
+    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
+                   .options = {{"fault_inject", "enospc_after:5"}}, .host = &host};
+    dropped_puts = 0;
     void *st = open_ok(&d, &a);
     check_full_device(st, 12);
     ck_assert_uint_eq(stats_of(st).enospc_skips, 7);
+    ck_assert_uint_eq(dropped_puts, 7);
+    ck_assert(log_contains("dropped"));
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 }
 END_TEST
 
-START_TEST(a_full_tmpfs_skips_writes_and_serves_nothing_corrupt) {
+static int write_small_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0) return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* A small file system on dir: a tmpfs of `size` in a mount namespace of this test's process (so it
+ * goes away with the process, even if an assertion ends it early), as root or in a user namespace.
+ * 0 where neither is allowed. */
+static int mount_small_tmpfs(const char *dir, const char *size) {
+    char options[64];
+    snprintf(options, sizeof options, "size=%s", size);
+    if (unshare(CLONE_NEWNS) != 0) {
+        /* Unprivileged: a user namespace of our own, where this uid and gid stay themselves. */
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return 0;
+        char map[64];
+        snprintf(map, sizeof map, "%d %d 1", (int)uid, (int)uid);
+        if (write_small_file("/proc/self/uid_map", map) != 0 || write_small_file("/proc/self/setgroups", "deny") != 0)
+            return 0;
+        snprintf(map, sizeof map, "%d %d 1", (int)gid, (int)gid);
+        if (write_small_file("/proc/self/gid_map", map) != 0) return 0;
+    }
+    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 && mount("tmpfs", dir, "tmpfs", 0, options) == 0;
+}
+
+/* The tier's capacity is 4MiB, the device 1MiB: once the device is full the tier lowers that path's
+ * capacity to what it holds and evicts to make room, so later saves are stored, none is dropped, and
+ * nothing corrupt is ever served. On a real 1MiB tmpfs where mounting is allowed, else on the
+ * device_bytes model of a 1MiB device (fault_inject). */
+START_TEST(a_device_smaller_than_capacity_evicts_to_make_room_and_keeps_saving) {
     test_dirs d;
     make_dirs(&d);
-    /* In a mount namespace of its own the tmpfs goes away with this test's process, even if an
-     * assertion ends it early. */
-    int mounted = unshare(CLONE_NEWNS) == 0 && mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
-                  mount("tmpfs", d.dir[0], "tmpfs", 0, "size=1m") == 0;
-    /* Where mounting is not allowed the same path runs on an injected ENOSPC. */
+    int mounted = mount_small_tmpfs(d.dir[0], "1m");
     tier_args a = {.n_paths = 1,
                    .capacity = 4 * MIB,
                    .max_object = 64 * KIB,
-                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "enospc_after:10"}}};
-    printf("full device: %s\n", mounted ? "a 1MiB tmpfs" : "mount refused, injected ENOSPC instead");
+                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "device_bytes:1048576"}}};
+    printf("full device: %s\n", mounted ? "a 1MiB tmpfs" : "mount refused, a modelled 1MiB device instead");
     void *st = open_ok(&d, &a);
     if (mounted) ck_assert(log_contains("cannot preallocate"));
-    check_full_device(st, 24); /* 1MiB holds about 15 slots of 68KiB */
-    /* what was stored is still there after the failures */
+    const uint32_t n = 40; /* 1MiB holds about 15 slots of 68KiB */
+    for (uint32_t i = 0; i < n; i++) {
+        put_object(st, i, 64 * KIB);
+        flush(st); /* one at a time, so the file fills in order */
+    }
+    kvs_ssd_stats_t s = stats_of(st);
+    ck_assert_uint_eq(s.enospc_skips, 0);
+    ck_assert_uint_eq(s.failed_paths, 0);
+    ck_assert_uint_ge(s.evictions, n - 16);
+    ck_assert(log_contains("is full"));
+    uint32_t stored = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_status rc = get_and_check(st, i, 64 * KIB);
+        ck_assert_msg(rc == KVS_OK || rc == KVS_ENOTFOUND, "object %u: %d", i, rc);
+        stored += rc == KVS_OK;
+    }
+    for (uint32_t i = n - 8; i < n; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    ck_assert_uint_ge(stored, 8);
+    /* what was stored is still there after a restart, and saving goes on */
     ops->destroy(st);
     st = open_ok(&d, &a);
-    for (uint32_t i = 0; i < 24; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         kvs_status rc = get_and_check(st, i, 64 * KIB);
         ck_assert(rc == KVS_OK || rc == KVS_ENOTFOUND);
     }
+    for (uint32_t i = n; i < n + 20; i++) {
+        put_object(st, i, 64 * KIB);
+        flush(st);
+    }
+    ck_assert_uint_eq(stats_of(st).enospc_skips, 0);
+    for (uint32_t i = n + 12; i < n + 20; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
     ops->destroy(st);
     if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
     kvs_test_rmtree(d.root);
 }
 END_TEST
+
+/* Fill the file system holding dir until it refuses a write. */
+static void fill_file_system(const char *dir) {
+    char file[400];
+    snprintf(file, sizeof file, "%s/filler", dir);
+    int fd = open(file, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    static uint8_t block[4096];
+    while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {
+    }
+    close(fd);
+}
+
+/* A path whose superblock cannot be written (a full file system; where mounting is not allowed, the
+ * device_bytes model of a device that holds nothing) is refused, naming it. */
+START_TEST(a_path_whose_superblock_cannot_be_written_is_refused) {
+    test_dirs d;
+    make_dirs(&d);
+    int mounted = mount_small_tmpfs(d.dir[0], "64k");
+    if (mounted) fill_file_system(d.dir[0]);
+    printf("superblock: %s\n", mounted ? "a full 64KiB tmpfs" : "mount refused, a modelled empty device instead");
+    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "device_bytes:0"}}};
+    void *st = NULL;
+    kvs_status rc = try_open(&d, &a, &st);
+    if (rc == KVS_OK) ops->destroy(st);
+    ck_assert_msg(rc != KVS_OK, "a tier without a superblock opened");
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(error_text, "superblock") && strstr(error_text, d.dir[0]) && strstr(error_text, "ENOSPC"),
+                  "message: %s", error_text);
+    if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
 
 START_TEST(a_failing_path_turns_its_objects_into_misses_while_the_others_serve) {
     test_dirs d;
@@ -1361,6 +1495,7 @@ static Suite *ssd_suite(void) {
     tcase_add_test(crash, objects_survive_destroy_and_create_on_the_same_paths);
     tcase_add_test(crash, the_newest_write_of_a_key_wins_after_a_restart);
     tcase_add_test(crash, a_torn_unit_is_caught_on_first_read_and_removed_for_good);
+    tcase_add_test(crash, a_payload_checksum_failure_says_what_was_found);
     tcase_add_test(crash, get_range_reads_only_the_blocks_it_covers);
     tcase_add_test(crash, a_torn_header_drops_its_object_at_the_restart_scan);
     tcase_add_test(crash, a_file_written_with_another_stripe_starts_empty_and_says_so);
@@ -1370,7 +1505,8 @@ static Suite *ssd_suite(void) {
     TCase *faults = tcase_create("faults");
     tcase_add_checked_fixture(faults, setup, NULL);
     tcase_add_test(faults, enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored);
-    tcase_add_test(faults, a_full_tmpfs_skips_writes_and_serves_nothing_corrupt);
+    tcase_add_test(faults, a_device_smaller_than_capacity_evicts_to_make_room_and_keeps_saving);
+    tcase_add_test(faults, a_path_whose_superblock_cannot_be_written_is_refused);
     tcase_add_test(faults, a_failing_path_turns_its_objects_into_misses_while_the_others_serve);
     tcase_add_test(faults, replicas_keep_every_object_readable_when_a_path_fails);
     suite_add_tcase(s, faults);

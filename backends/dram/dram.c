@@ -20,13 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DRAM_MAGIC 0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
-#define DRAM_LAYOUT_VERSION 2u
+#define DRAM_LAYOUT_VERSION 3u
+#define DRAM_MAX_ATTACHERS 256u
 #define DRAM_PAGE 4096u
 #define DRAM_NIL UINT32_MAX
 #define DRAM_MAX_SLABS (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
@@ -54,6 +56,14 @@ typedef struct geometry {
     uint64_t slab_table_offset, bucket_offset, data_offset, mapping_bytes;
 } geometry;
 
+/* One attach of the shared tier: the process and its start time (/proc/PID/stat field 22), so a pid
+ * reused by another process never passes for the attacher. pid 0: a free entry. */
+typedef struct attacher {
+    int32_t pid;
+    uint32_t reserved;
+    uint64_t start_time; /* clock ticks since boot; 0 when /proc could not be read (the pid alone counts) */
+} attacher;
+
 typedef struct shared_header {
     uint64_t magic; /* stored last by the creator (release), read first by attachers (acquire) */
     uint32_t layout_version;
@@ -62,9 +72,10 @@ typedef struct shared_header {
     uint64_t n_objects, object_bytes;
     uint32_t lru_head, lru_tail; /* head = most recently used */
     uint32_t free_head;
-    uint32_t attach_count;
+    uint32_t attach_count;       /* live entries of attachers, after the last reap */
     uint32_t reserve_generation; /* bumped per reservation: tickets carry it */
     pthread_mutex_t mutex; /* process-shared and robust */
+    attacher attachers[DRAM_MAX_ATTACHERS];
 } shared_header;
 
 /* Process-local view of one tier. */
@@ -84,6 +95,7 @@ typedef struct dram_state {
      * this rate, so the tier stands for a slower device in benchmarks and tests */
     uint64_t pace_bytes_per_s, pace_latency_ns;
     kvs_pace pace;
+    uint32_t attach_slot; /* our entry in header->attachers (shared tiers) */
     char error[512];
 } dram_state;
 
@@ -296,6 +308,88 @@ static void unlock_tier(dram_state *st) { pthread_mutex_unlock(&st->header->mute
 
 /* ---- create / attach / destroy -------------------------------------------------------------- */
 
+/* A process's start time and whether it has exited (a zombie counts as gone). 0, or -1 when its
+ * /proc entry cannot be read (no such process, or no /proc). */
+static int process_start(pid_t pid, uint64_t *start_time, int *exited) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    text[n] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'. */
+    char *p = strrchr(text, ')');
+    if (!p || p[1] != ' ') return -1;
+    p += 2;
+    *exited = *p == 'Z' || *p == 'X';
+    for (int field = 3; field < 22; field++) { /* field 3 is the state; 22 the start time */
+        p = strchr(p, ' ');
+        if (!p) return -1;
+        p++;
+    }
+    char *end = NULL;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p) return -1;
+    *start_time = v;
+    return 0;
+}
+
+/* With the lock held: is entry a still the process that attached? */
+static int attacher_alive(const attacher *a) {
+    if (a->pid <= 0) return 0;
+    if (kill(a->pid, 0) != 0 && errno == ESRCH) return 0;
+    uint64_t start = 0;
+    int exited = 0;
+    if (process_start(a->pid, &start, &exited) != 0) return 1; /* it exists but cannot be inspected */
+    return !exited && (a->start_time == 0 || start == a->start_time);
+}
+
+/* With the lock held: free the entries of attachers that died without detaching (kill -9, a crash)
+ * and recount the live ones. */
+static void reap_attachers(dram_state *st) {
+    shared_header *h = st->header;
+    uint32_t live = 0, reaped = 0;
+    for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
+        attacher *a = &h->attachers[i];
+        if (a->pid == 0) continue;
+        if (attacher_alive(a)) {
+            live++;
+        } else {
+            memset(a, 0, sizeof *a);
+            reaped++;
+        }
+    }
+    h->attach_count = live;
+    if (reaped) {
+        char message[256];
+        snprintf(message, sizeof message, "dram tier \"%s\": %u process(es) that attached %s died without "
+                 "detaching; no longer counted", st->tier_name, reaped, st->shm_path);
+        log_message(st, KVS_LOG_INFO, message);
+    }
+}
+
+/* With the lock held: count this process in. KVS_OK, or KVS_EIO with the error set. */
+static kvs_status add_attacher(dram_state *st) {
+    shared_header *h = st->header;
+    uint64_t start = 0; /* 0 where /proc cannot be read: the pid alone then says whether we live */
+    int exited = 0;
+    if (process_start(getpid(), &start, &exited) != 0) start = 0;
+    reap_attachers(st);
+    for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
+        if (h->attachers[i].pid != 0) continue;
+        h->attachers[i] = (attacher){.pid = (int32_t)getpid(), .start_time = start};
+        st->attach_slot = i;
+        h->attach_count++;
+        return KVS_OK;
+    }
+    set_error(st, "shared memory \"%s\" has %u live attachments already, the most it tracks", st->shm_path,
+              DRAM_MAX_ATTACHERS);
+    return KVS_EIO;
+}
+
+
 static int valid_shm_name(const char *name) {
     static const char allowed[] =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
@@ -316,34 +410,44 @@ static kvs_status parse_shm_name(dram_state *st, const char *value) {
     return KVS_OK;
 }
 
+/* The options, looked up by name; the switch below goes by these names, never by a position. */
+enum { OPT_SHM_NAME, OPT_READ_BANDWIDTH, OPT_READ_LATENCY_US, OPT_COUNT };
+static const char *const OPTION_NAMES[OPT_COUNT] = {
+    [OPT_SHM_NAME] = "shm_name", [OPT_READ_BANDWIDTH] = "read_bandwidth", [OPT_READ_LATENCY_US] = "read_latency_us"};
+
+static kvs_status parse_option(dram_state *st, int which, const char *value) {
+    uint64_t us = 0;
+    switch (which) {
+    case OPT_SHM_NAME:
+        return parse_shm_name(st, value);
+    case OPT_READ_BANDWIDTH:
+        if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
+            set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
+            return KVS_ECONFIG;
+        }
+        return KVS_OK;
+    case OPT_READ_LATENCY_US:
+        if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
+            set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
+            return KVS_ECONFIG;
+        }
+        st->pace_latency_ns = us * 1000ull;
+        return KVS_OK;
+    }
+    return KVS_ECONFIG;
+}
+
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
-    static const char *const names[] = {"shm_name", "read_bandwidth", "read_latency_us"};
-    int seen[3] = {0};
+    int seen[OPT_COUNT] = {0};
     char why[256];
     for (uint64_t i = 0; i < init->n_options; i++) {
         const kvs_backend_option *opt = &init->options[i];
-        const char *value = opt->value ? opt->value : "";
-        uint64_t us = 0;
-        switch (kvs_option_index(names, 3, seen, opt->key ? opt->key : "", "shm_name, read_bandwidth, read_latency_us",
-                                 why, sizeof why)) {
-        case 0:
-            if (parse_shm_name(st, opt->value) != KVS_OK) return KVS_ECONFIG;
-            break;
-        case 1:
-            if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
-                set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
-                return KVS_ECONFIG;
-            }
-            break;
-        case 2:
-            if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
-                set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
-                return KVS_ECONFIG;
-            }
-            st->pace_latency_ns = us * 1000ull;
-            break;
-        default:
-            set_error(st, "%s", why);
+        const char *key = opt->key ? opt->key : "";
+        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, "shm_name, read_bandwidth, read_latency_us",
+                                     why, sizeof why);
+        if (which < 0) set_error(st, "%s", why);
+        if (which < 0 || parse_option(st, which, opt->value ? opt->value : "") != KVS_OK) {
+            kvs_option_refused(init, key, -1);
             return KVS_ECONFIG;
         }
     }
@@ -408,7 +512,6 @@ static kvs_status init_layout(dram_state *st, const geometry *g) {
     shared_header *h = st->header;
     h->layout_version = DRAM_LAYOUT_VERSION;
     h->geo = *g;
-    h->attach_count = 1;
     repair_tables(st); /* on the zeroed (all free) slabs: the empty index, LRU and free list */
 
     pthread_mutexattr_t attr;
@@ -423,7 +526,7 @@ static kvs_status init_layout(dram_state *st, const geometry *g) {
         set_error(st, "cannot make its process-shared lock (%s)", errno_name(rc));
         return KVS_EIO;
     }
-    return KVS_OK;
+    return st->shm_path[0] ? add_attacher(st) : KVS_OK; /* nobody else sees it yet: no lock needed */
 }
 
 /* First opener (or the only one, with fd < 0 for a private tier): size and reserve the shared
@@ -521,8 +624,9 @@ static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
         rc = KVS_EAGAIN;
         goto fail;
     }
-    h->attach_count++;
+    rc = add_attacher(st);
     unlock_tier(st);
+    if (rc != KVS_OK) goto fail;
     st->mapping_bytes = mapped;
     close(fd);
     return KVS_OK;
@@ -567,7 +671,7 @@ static void write_init_error(const kvs_backend_init *init, const char *message) 
 static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
     *out = NULL;
-    if (init->struct_size < sizeof(kvs_backend_init)) return KVS_EVERSION;
+    if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
     dram_state *st = calloc(1, sizeof *st);
     if (!st) {
         write_init_error(init, "dram tier: out of memory for its state");
@@ -593,8 +697,10 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     rc = parse_options(st, init);
     if (rc != KVS_OK) goto fail;
     rc = plan_geometry(st, init->capacity_bytes, &g);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1);
     if (rc != KVS_OK) goto fail;
     rc = st->shm_path[0] ? open_shared(st, &g) : create_layout(st, &g, -1);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1); /* the shared geometry differs */
     if (rc != KVS_OK) goto fail;
     /* Large pages for the slab data where the kernel allows it; a refusal costs only speed. */
     madvise(st->data, g.n_slabs * g.slab_bytes, MADV_HUGEPAGE);
@@ -616,7 +722,11 @@ static void dram_destroy(void *state) {
          * before us or sees `dead` and reopens by name. */
         if (lock_tier(st) == KVS_OK) {
             shared_header *h = st->header;
-            if (h->attach_count > 0) h->attach_count--;
+            attacher *mine = &h->attachers[st->attach_slot];
+            /* A process forked from an attacher may destroy the handle it inherited: only the
+             * attacher itself gives its entry back. */
+            if (mine->pid == (int32_t)getpid()) memset(mine, 0, sizeof *mine);
+            reap_attachers(st);
             if (h->attach_count == 0) {
                 h->dead = 1;
                 shm_unlink(st->shm_path);

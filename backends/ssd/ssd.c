@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "options.h"
 #include "ssd_recover.h"
 #include "ssd_tier.h"
 
@@ -99,11 +100,13 @@ static void file_name_of(const char *tier, char *out, size_t len) {
     out[n] = '\0';
 }
 
-static kvs_status check_directories(ssd_tier *t, const ssd_options *opt) {
+/* Each path must exist, be a directory, be writable and be listed once; a refusal names path[i]. */
+static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *refused, size_t refused_len) {
     struct stat seen[SSD_MAX_PATHS];
     for (uint32_t i = 0; i < opt->n_paths; i++) {
         const char *dir = opt->paths[i];
         struct stat st;
+        snprintf(refused, refused_len, "path[%u]", i);
         if (stat(dir, &st) != 0) {
             ssd_set_error(t, "path \"%.300s\" cannot be used (%s)", dir, ssd_errno_name(errno));
             return KVS_ECONFIG;
@@ -124,11 +127,13 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt) {
         }
         seen[i] = st;
     }
+    refused[0] = '\0';
     return KVS_OK;
 }
 
-/* Open, lock and size one path's data file. */
-static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
+/* Open, lock and size one path's data file. *preallocated: the device holds every byte of it.
+ * model_device: a modelled small device (fault_inject device_bytes), so the file stays sparse. */
+static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int model_device, int *preallocated) {
     ssd_path *p = &t->paths[i];
     char base[96], file[4200];
     file_name_of(t->tier_name, base, sizeof base);
@@ -163,8 +168,9 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want, ssd_errno_name(errno));
         return KVS_EIO;
     }
-    if (fallocate(p->fd, 0, 0, (off_t)want) != 0) {
-        int err = errno;
+    *preallocated = !model_device && fallocate(p->fd, 0, 0, (off_t)want) == 0;
+    if (!*preallocated) {
+        int err = model_device ? ENOSPC : errno;
         if (ftruncate(p->fd, (off_t)want) != 0) {
             ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want,
                           ssd_errno_name(errno));
@@ -173,7 +179,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir) {
         if (err != EOPNOTSUPP) {
             char size[32];
             kvs_fmt_bytes(size, sizeof size, want);
-            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); writes are skipped when the device fills", file,
+            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); if the device fills, this path's capacity is lowered to what it holds", file,
                     size, ssd_errno_name(err));
         }
     }
@@ -248,7 +254,14 @@ static kvs_status recover(ssd_tier *t) {
         sb.n_slots = p->n_slots;
         snprintf(sb.tier_name, sizeof sb.tier_name, "%s", t->tier_name);
         ssd_format_encode_superblock(&sb, block);
-        ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
+        int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
+        if (wrote < 0) {
+            /* Without a valid superblock the next start could not tell this file's slots apart. */
+            ssd_set_error(t, "path %u (%s): its superblock cannot be written (%s); the path has no valid superblock",
+                          i, p->dir, ssd_errno_name((int)-wrote));
+            free(block);
+            return KVS_EIO;
+        }
     }
     free(block);
 
@@ -290,13 +303,38 @@ static kvs_status recover(ssd_tier *t) {
 
 static void ssd_destroy(void *state);
 
-static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt) {
+/* Which slots of path i the device holds blocks for: all of a preallocated file, else the slots the
+ * file holds data for (SEEK_DATA / SEEK_HOLE), so a sparse file on a small device starts with what it
+ * already has. */
+static void find_backed_slots(ssd_tier *t, uint32_t i, int preallocated) {
+    ssd_path *p = &t->paths[i];
+    if (preallocated) {
+        memset(p->backed, 1, p->n_slots);
+        return;
+    }
+    off_t end = (off_t)(SSD_BLOCK + p->n_slots * t->slot_bytes);
+    for (off_t at = SSD_BLOCK; at < end;) {
+        off_t data = lseek(p->fd, at, SEEK_DATA);
+        if (data < 0) return;
+        off_t hole = lseek(p->fd, data, SEEK_HOLE);
+        if (hole < 0) hole = end;
+        uint64_t first = ((uint64_t)data - SSD_BLOCK + t->slot_bytes - 1) / t->slot_bytes;
+        for (uint64_t s = first; s < p->n_slots && ssd_slot_offset(t, (uint32_t)s) + t->slot_bytes <= (uint64_t)hole;
+             s++)
+            p->backed[s] = 1;
+        at = hole;
+    }
+}
+
+static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt, char *refused,
+                                size_t refused_len) {
     char cap[32], obj[32], slot[32];
     if (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 50)) {
         ssd_set_error(t, "max_object_bytes %llu is not a usable object size",
                       (unsigned long long)init->max_object_bytes);
         return KVS_EINVAL;
     }
+    snprintf(refused, refused_len, "capacity");
     if (init->capacity_bytes == 0) {
         ssd_set_error(t, "needs a capacity (YAML key `capacity`, the total over all paths)");
         return KVS_ECONFIG;
@@ -323,6 +361,7 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     }
     uint64_t need = (uint64_t)units * opt->replicas * SSD_BLOCK + object_rounded;
     if (opt->write_buffer_bytes < need) {
+        snprintf(refused, refused_len, "write_buffer_bytes");
         char have[32], want[32];
         kvs_fmt_bytes(have, sizeof have, opt->write_buffer_bytes);
         kvs_fmt_bytes(want, sizeof want, need);
@@ -333,6 +372,7 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     t->max_spare = (uint32_t)(opt->write_buffer_bytes / need < 1024 ? opt->write_buffer_bytes / need : 1024);
     for (uint32_t i = 0; i < opt->n_paths; i++) t->paths[i].n_slots = n_slots;
     t->n_object_slots = (uint32_t)(n_slots * opt->n_paths);
+    refused[0] = '\0';
     return KVS_OK;
 }
 
@@ -365,6 +405,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         if (host->struct_size >= offsetof(kvs_backend_host, place) + sizeof host->place) t->place = host->place;
         if (host->struct_size >= offsetof(kvs_backend_host, schedule) + sizeof host->schedule)
             t->schedule = host->schedule;
+        if (host->struct_size >= offsetof(kvs_backend_host, on_put_dropped) + sizeof host->on_put_dropped)
+            t->on_put_dropped = host->on_put_dropped;
     }
     if (init->struct_size >= offsetof(kvs_backend_init, staging_len) + sizeof init->staging_len) {
         t->staging_base = init->staging_base;
@@ -372,18 +414,19 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     }
 
     ssd_options opt;
-    char why[400];
+    char why[400], refused[80] = "";
     kvs_status rc = KVS_EINVAL;
     if (init->n_options && !init->options) {
         ssd_set_error(t, "n_options is %llu but options is NULL", (unsigned long long)init->n_options);
         goto fail;
     }
-    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why)) != KVS_OK) {
+    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why, refused, sizeof refused)) !=
+        KVS_OK) {
         ssd_set_error(t, "%s", why);
         goto fail;
     }
-    if ((rc = plan_geometry(t, init, &opt)) != KVS_OK) goto fail;
-    if ((rc = check_directories(t, &opt)) != KVS_OK) goto fail;
+    if ((rc = plan_geometry(t, init, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
+    if ((rc = check_directories(t, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
     t->n_paths = opt.n_paths;
     t->replicas = opt.replicas;
     t->queue_depth = opt.queue_depth;
@@ -406,16 +449,19 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     memset(t->zero_block, 0, SSD_BLOCK);
     for (uint64_t b = 0; b < t->n_buckets; b++) t->buckets[b] = SSD_NIL;
 
-    int uring_error = 0;
+    int uring_error = 0, preallocated[SSD_MAX_PATHS] = {0};
     uint32_t on_pread = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) {
         ssd_path *p = &t->paths[i];
-        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots))) {
+        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots)) || !(p->backed = calloc(p->n_slots, 1))) {
             ssd_set_error(t, "out of memory for the slot table of %s", opt.paths[i]);
             rc = KVS_ENOMEM;
             goto fail;
         }
-        if ((rc = open_data_file(t, i, opt.paths[i])) != KVS_OK) goto fail;
+        if ((rc = open_data_file(t, i, opt.paths[i], opt.device_bytes >= 0, &preallocated[i])) != KVS_OK) {
+            snprintf(refused, sizeof refused, "path[%u]", i);
+            goto fail;
+        }
         ssd_io_config cfg = {.tier_name = t->tier_name,
                              .dir = p->dir,
                              .index = i,
@@ -430,6 +476,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
                              .staging_len = t->staging_len,
                              .eio = opt.eio_path == (int32_t)i,
                              .eio_after = opt.eio_after,
+                             .device_bytes = opt.device_bytes,
                              .counters = &t->io,
                              .ctx = t,
                              .log = t->log,
@@ -450,6 +497,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
                 ssd_errno_name(uring_error), uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
+    for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
     uint32_t usable = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) usable += (uint32_t)ssd_path_usable(t, i);
     if (usable == 0) {
@@ -475,6 +523,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
 
 fail:
     write_init_error(init, t->error);
+    if (rc == KVS_ECONFIG) kvs_option_refused(init, refused, -1);
     ssd_destroy(t);
     return rc;
 }
@@ -490,6 +539,7 @@ static void ssd_destroy(void *state) {
         ssd_io_close(t->paths[i].io);
         t->paths[i].io = NULL;
         free(t->paths[i].free_slots);
+        free(t->paths[i].backed);
         if (t->paths[i].fd < 0) continue;
         fdatasync(t->paths[i].fd); /* best effort: a clean shutdown survives a power cut */
         close(t->paths[i].fd);

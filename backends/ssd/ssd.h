@@ -16,7 +16,7 @@
  *   io_timeout_ms       a path whose I/O takes longer is isolated (default 30000)
  *   sim_bandwidth       pace every path like a device of this many bytes/s ("250MB/s"; default off)
  *   sim_iops            pace every path to this many I/Os per second (default off)
- *   fault_inject        tests only: "enospc_after:N", "eio_path:K", "eio_after:N", comma-separated
+ *   fault_inject        tests only: "enospc_after:N", "eio_path:K", "eio_after:N", "device_bytes:N", comma-separated
  *
  * Capabilities: THREAD_SAFE and GET_MANY. Every op may be called from any thread at any time; ops
  * never wait for I/O while holding the tier's lock. put returns once the object is copied into the

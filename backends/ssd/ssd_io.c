@@ -235,6 +235,9 @@ void ssd_io_arm_faults(ssd_io_path *p) {
 /* 0 to issue r, or the -errno it completes with at once (a failed path or an injected fault). */
 static int fault_check(ssd_io_path *p, const ssd_io_request *r) {
     if (atomic_load(&p->failed)) return -EIO;
+    if (r->op == SSD_IO_OP_WRITE && p->cfg.device_bytes >= 0 &&
+        r->offset + request_bytes(r) > (uint64_t)p->cfg.device_bytes)
+        return -ENOSPC;
     if (!atomic_load(&p->armed)) return 0;
     if (p->cfg.eio && atomic_load(&p->completed) >= p->cfg.eio_after) {
         atomic_fetch_add(&p->cfg.counters->path_errors, 1);

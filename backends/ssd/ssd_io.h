@@ -78,6 +78,8 @@ typedef struct ssd_io_config {
     uint64_t staging_len;
     int eio;            /* fault injection: this path fails ... */
     uint64_t eio_after; /* ... after this many I/Os completed once armed */
+    int64_t device_bytes; /* a modelled small device: writes past this byte fail with ENOSPC, from the
+                           * start (the superblock too); -1 = off */
     ssd_io_counters *counters;
     void *ctx; /* for log and on_failed */
     void (*log)(void *ctx, int level, const char *message);

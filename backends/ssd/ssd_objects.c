@@ -165,8 +165,33 @@ uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas) {
 void ssd_slot_release(ssd_tier *t, ssd_copy *c) {
     if (c->path == SSD_NO_PATH) return;
     ssd_path *p = &t->paths[c->path];
-    p->free_slots[p->n_free++] = c->slot;
+    if (p->full && !p->backed[c->slot])
+        p->retired++; /* writing it would only meet ENOSPC again */
+    else
+        p->free_slots[p->n_free++] = c->slot;
     c->path = SSD_NO_PATH;
+}
+
+void ssd_path_full(ssd_tier *t, uint32_t index, uint32_t slot) {
+    ssd_path *p = &t->paths[index];
+    p->backed[slot] = 0;
+    p->retired++;
+    if (p->full) return;
+    p->full = 1;
+    uint64_t kept = 0;
+    for (uint64_t i = 0; i < p->n_free; i++) {
+        if (p->backed[p->free_slots[i]])
+            p->free_slots[kept++] = p->free_slots[i];
+        else
+            p->retired++;
+    }
+    p->n_free = kept;
+    char size[32];
+    kvs_fmt_bytes(size, sizeof size, (p->n_slots - p->retired) * t->stripe_bytes);
+    ssd_log(t, KVS_LOG_WARN,
+            "path %u (%s) is full: a write met ENOSPC; its capacity is lowered from %llu slots to the %llu (%s of "
+            "data) the device holds, and room is made by evicting",
+            index, p->dir, (unsigned long long)p->n_slots, (unsigned long long)(p->n_slots - p->retired), size);
 }
 
 /* Give every slot of the record back and put it on the free list. */

@@ -29,14 +29,16 @@ typedef struct ssd_options {
     uint64_t sim_bandwidth; /* bytes per second, 0 = off */
     uint64_t sim_iops;      /* 0 = off */
     int64_t enospc_after;   /* -1 = off */
+    int64_t device_bytes;   /* -1 = off: writes past this byte of a data file fail with ENOSPC */
     int32_t eio_path;       /* -1 = off */
     uint64_t eio_after;
 } ssd_options;
 
-/* Defaults, then the options in order. On failure returns KVS_ECONFIG and writes a sentence
- * (without the tier prefix) into why. Paths are not checked against the file system here. */
+/* Defaults, then the options in order. On failure returns KVS_ECONFIG, writes a sentence (without
+ * the tier prefix) into why and what it refuses into refused (an option's name, `path[k]` for the k-th
+ * path; see kvs_backend_init.error_option). Paths are not checked against the file system here. */
 kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *out, char *why,
-                             size_t why_len);
+                             size_t why_len, char *refused, size_t refused_len);
 
 /* "1.5GiB", "250MB", "4096": units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (K/M/G/T alone are
  * binary). 0 on success. */

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -106,7 +107,34 @@ typedef struct read_item {
     int failed_path;  /* a read failed on every copy: the path of the last try */
     int failed_errno;
     int corrupt;
+    /* the first unit that failed its checksum, for the message */
+    uint32_t corrupt_unit, corrupt_path;
+    uint64_t corrupt_offset, stored_sum, computed_sum;
+    int corrupt_zero; /* its data was all zero bytes: the data write never landed */
 } read_item;
+
+static int all_zero(const uint8_t *p, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+/* A unit's data against the checksum its header records; the first mismatch of an item is kept
+ * with what was found, so the message says it. 1 when the data matches. */
+static int unit_matches(read_item *it, const read_unit *ru, const uint8_t *data, uint64_t stored) {
+    uint64_t computed = XXH3_64bits(data, ru->data_bytes);
+    if (computed == stored) return 1;
+    if (!it->corrupt) {
+        it->corrupt = 1;
+        it->corrupt_unit = ru->unit;
+        it->corrupt_path = ru->path;
+        it->corrupt_offset = ru->req.offset;
+        it->stored_sum = stored;
+        it->computed_sum = computed;
+        it->corrupt_zero = all_zero(data, ru->data_bytes);
+    }
+    return 0;
+}
 
 /* Where a range [off, off + len) of an object meets unit u (unit_start us, data_bytes bytes): fills
  * the read's offset, size and copy; marks it skipped when they do not meet. Whole units when the
@@ -312,16 +340,14 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         const ssd_object *e = ssd_obj(t, it->object);
         if (ru->range_dst) { /* an unverified object's units were read whole: check, then copy */
             if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
-                XXH3_64bits(ru->bounce, ru->data_bytes) != e->checksums[ru->unit])
-                it->corrupt = 1;
+                !unit_matches(it, ru, ru->bounce, e->checksums[ru->unit]))
+                continue;
             else
                 memcpy(ru->range_dst, ru->bounce + ru->copy_from, ru->copy_bytes);
             continue;
         }
         if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
-        if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED) &&
-            XXH3_64bits(ru->dst, ru->data_bytes) != e->checksums[ru->unit])
-            it->corrupt = 1;
+        if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED)) unit_matches(it, ru, ru->dst, e->checksums[ru->unit]);
     }
     rc = KVS_OK;
 
@@ -344,7 +370,21 @@ release:
         } else if (it->corrupt) {
             statuses[i] = KVS_ECORRUPT;
             atomic_fetch_add(&t->corrupt_drops, 1);
-            ssd_set_error(t, "an object found after a restart failed its unit checksum (a torn write); removed");
+            char key[40], what[640];
+            for (int b = 0; b < 16; b++) snprintf(key + 2 * b, 3, "%02x", e->key.bytes[b]);
+            if (it->corrupt_zero)
+                snprintf(what, sizeof what, "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                         "checksum mismatch, its data blocks are all zero (the header landed, the data write did not: "
+                         "a torn write); removed", it->corrupt_unit, key, it->corrupt_path,
+                         t->paths[it->corrupt_path].dir, (unsigned long long)it->corrupt_offset);
+            else
+                snprintf(what, sizeof what, "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                         "checksum mismatch (header records %016llx, data hashes to %016llx): the data was partly "
+                         "written or changed on the device; removed", it->corrupt_unit, key, it->corrupt_path,
+                         t->paths[it->corrupt_path].dir, (unsigned long long)it->corrupt_offset,
+                         (unsigned long long)it->stored_sum, (unsigned long long)it->computed_sum);
+            ssd_set_error(t, "%s", what);
+            ssd_log(t, KVS_LOG_WARN, "%s", what);
             if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
         } else if (!ranges) { /* a range checked only some units */
             __atomic_store_n(&e->verified, 1, __ATOMIC_RELAXED);

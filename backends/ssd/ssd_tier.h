@@ -58,6 +58,13 @@ typedef struct ssd_path {
     uint32_t *free_slots; /* stack */
     uint64_t n_free;
     uint64_t units; /* unit copies of live objects */
+    /* The device under the file may hold less than the file's size (a sparse file on a small device).
+     * backed[s]: slot s is known to hold blocks (preallocated, found as data, or written). Once a
+     * write fails with ENOSPC the path is full: its unbacked slots are retired (taken out of service)
+     * and room is made by eviction among the backed ones. */
+    uint8_t *backed;
+    int full;
+    uint64_t retired; /* slots out of service: capacity is n_slots - retired */
 } ssd_path;
 
 typedef struct ssd_tier {
@@ -84,12 +91,13 @@ typedef struct ssd_tier {
     uint64_t spare_bytes;
 
     ssd_io_counters io;
-    atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads;
+    atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads, dropped_puts;
     uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;
     void (*log)(void *ctx, int level, const char *message);
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len); /* object NULL */
+    void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
     void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
                   uint32_t *paths_out);
     void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
@@ -132,7 +140,10 @@ uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_
 void ssd_lru_touch(ssd_tier *t, uint32_t o);
 int ssd_object_pinned(ssd_object *e, uint64_t now);                          /* clears an expired pin */
 uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas); /* a WRITING record or SSD_NIL */
-void ssd_slot_release(ssd_tier *t, ssd_copy *c);
+void ssd_slot_release(ssd_tier *t, ssd_copy *c); /* back to its path's free slots (retired if full and unbacked) */
+/* With the lock held: a write to slot of path p failed with ENOSPC. Retires the slot; the first time,
+ * marks the path full, retires its unbacked free slots and logs the lowered capacity. */
+void ssd_path_full(ssd_tier *t, uint32_t p, uint32_t slot);
 void ssd_object_release(ssd_tier *t, uint32_t o); /* slots back, record free */
 void ssd_drop_live(ssd_tier *t, uint32_t o);      /* out of index and LRU; released once refs is 0 */
 void ssd_object_unref(ssd_tier *t, uint32_t o);

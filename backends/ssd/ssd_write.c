@@ -6,11 +6,17 @@
 #include "ssd_tier.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "ssd_place.h"
+
+static int make_room(ssd_tier *t, const uint64_t *need);
+
+/* Times one unit copy is written again elsewhere on its path after ENOSPC before its save is dropped. */
+#define ENOSPC_RETRIES 2
 
 /* ---- put ------------------------------------------------------------------------------------- */
 
@@ -23,6 +29,7 @@ typedef struct write_job {
     uint64_t buffer_bytes; /* bytes of the budget this write holds */
     uint64_t buffer_cap;   /* bytes allocated: spare_bytes when the buffer is one kept for reuse */
     uint8_t *copy_failed; /* [n_copies] */
+    uint8_t *tries;       /* [n_copies] rewrites after ENOSPC */
     ssd_io_request *reqs; /* [n_copies] */
 } write_job;
 
@@ -46,8 +53,26 @@ static void free_write_job(write_job *job) {
     if (!job) return;
     free(job->buffer);
     free(job->copy_failed);
+    free(job->tries);
     free(job->reqs);
     free(job);
+}
+
+/* With the lock held: a save put accepted could not be stored. The host counts it (a skipped save for
+ * the connector); the log says so for the 1st, 2nd, 4th, 8th ... drop, so a full device cannot flood it. */
+static void report_dropped(ssd_tier *t, const kvs_key *key, const write_job *job) {
+    uint64_t n = atomic_fetch_add(&t->dropped_puts, 1) + 1;
+    if (t->on_put_dropped) t->on_put_dropped(t->host_ctx, key, job->enospc ? KVS_ENOMEM : KVS_EIO);
+    if ((n & (n - 1)) != 0) return;
+    char hex[40];
+    for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", key->bytes[b]);
+    if (job->enospc)
+        ssd_log(t, KVS_LOG_WARN, "a save of %s was dropped: the device is full (ENOSPC) and no room could be made "
+                "(every object on the path is pinned or being read); %llu saves dropped so far", hex,
+                (unsigned long long)n);
+    else
+        ssd_log(t, KVS_LOG_WARN, "a save of %s was dropped: its write failed (%s); %llu saves dropped so far", hex,
+                ssd_errno_name(job->error), (unsigned long long)n);
 }
 
 /* With the lock held: the last unit write of job finished. */
@@ -67,6 +92,7 @@ static void finish_write(ssd_tier *t, write_job *job) {
     pthread_cond_broadcast(&t->drained);
     if (!complete) {
         if (job->enospc) atomic_fetch_add(&t->enospc_skips, 1);
+        report_dropped(t, &e->key, job);
         ssd_object_release(t, o);
         return;
     }
@@ -82,17 +108,52 @@ static void finish_write(ssd_tier *t, write_job *job) {
     ssd_install_live(t, o);
 }
 
+static void write_done(ssd_io_request *req, int result);
+
+/* With the lock held: copy i of job met ENOSPC. The device is full: its slot is retired, and the copy
+ * is written again on a backed slot of the same path, evicting to make one. 1 when resubmitted. */
+static int rewrite_after_enospc(ssd_tier *t, write_job *job, uint32_t i) {
+    ssd_copy *c = &ssd_obj(t, job->object)->copies[i];
+    uint32_t p = c->path;
+    ssd_path_full(t, p, c->slot);
+    c->path = SSD_NO_PATH; /* retired: never back on the free stack */
+    if (job->tries[i] >= ENOSPC_RETRIES || !ssd_path_usable(t, p)) return 0;
+    job->tries[i]++;
+    uint64_t need[SSD_MAX_PATHS] = {0};
+    need[p] = 1;
+    if (make_room(t, need) != 0) return 0;
+    ssd_path *path = &t->paths[p];
+    *c = (ssd_copy){p, path->free_slots[--path->n_free]};
+    ssd_io_request *req = &job->reqs[i];
+    struct iovec data = req->iov[1];
+    uint32_t n_iov = req->n_iov;
+    ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, req->iov[0].iov_base, SSD_BLOCK, ssd_slot_offset(t, c->slot),
+                   write_done, job);
+    req->n_iov = n_iov;
+    req->iov[1] = data;
+    ssd_io_submit(path->io, &req, 1);
+    return 1;
+}
+
 static void write_done(ssd_io_request *req, int result) {
     write_job *job = req->ctx;
     ssd_tier *t = job->tier;
     int finished = 0;
+    uint32_t i = (uint32_t)(req - job->reqs);
     pthread_mutex_lock(&t->mutex);
+    if (result == -ENOSPC && rewrite_after_enospc(t, job, i)) {
+        pthread_mutex_unlock(&t->mutex);
+        return;
+    }
     if (result < 0) {
-        job->copy_failed[req - job->reqs] = 1;
+        job->copy_failed[i] = 1;
         if (result == -ENOSPC)
             job->enospc = 1;
         else
             job->error = -result;
+    } else {
+        const ssd_copy *c = &ssd_obj(t, job->object)->copies[i];
+        t->paths[c->path].backed[c->slot] = 1;
     }
     if (--job->remaining == 0) {
         finish_write(t, job);
@@ -142,9 +203,11 @@ static int choose_paths(ssd_tier *t, uint32_t n_units, uint32_t *paths_out) {
 static int make_room(ssd_tier *t, const uint64_t *need) {
     uint64_t now = ssd_now_ns();
     for (uint32_t p = 0; p < t->n_paths; p++) {
-        if (need[p] > t->paths[p].n_slots) {
-            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu", (unsigned long long)need[p],
-                          p, t->paths[p].dir, (unsigned long long)t->paths[p].n_slots);
+        uint64_t capacity = t->paths[p].n_slots - t->paths[p].retired;
+        if (need[p] > capacity) {
+            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu%s", (unsigned long long)need[p],
+                          p, t->paths[p].dir, (unsigned long long)capacity,
+                          t->paths[p].full ? " (the device is full)" : "");
             return -1;
         }
     }
@@ -226,10 +289,11 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->buffer = take_buffer(t, need, kept, &job->buffer_cap);
         kept = NULL;
         job->copy_failed = calloc(n_copies, 1);
+        job->tries = calloc(n_copies, 1);
         job->reqs = calloc(n_copies, sizeof *job->reqs);
     }
     kvs_status rc = KVS_ENOMEM;
-    if (!job || !job->buffer || !job->copy_failed || !job->reqs || !paths || !per_path_need || !batch || !checksums) {
+    if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths || !per_path_need || !batch || !checksums) {
         ssd_set_error(t, "out of memory for a write buffer of %llu bytes", (unsigned long long)need);
         goto undo_budget;
     }

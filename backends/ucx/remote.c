@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "options.h"
 #include "wire.h"
 
@@ -49,12 +50,96 @@ static int parse_node(const char *value, kvs_remote_options *o, char *why, size_
     return 0;
 }
 
+/* The options, looked up by name; the parser below goes by these names, never by a position. */
+enum {
+    OPT_PSK_FILE, OPT_TENANT, OPT_REPLICAS, OPT_TIMEOUT_MS, OPT_CONNECT_BACKOFF_MS, OPT_SHARED_MEMORY, OPT_PUT_QUEUE_MB,
+    OPT_COUNT
+};
+static const char *const OPTION_NAMES[OPT_COUNT] = {
+    [OPT_PSK_FILE] = "psk_file",     [OPT_TENANT] = "tenant",
+    [OPT_REPLICAS] = "replicas",     [OPT_TIMEOUT_MS] = "timeout_ms",
+    [OPT_CONNECT_BACKOFF_MS] = "connect_backoff_ms", [OPT_SHARED_MEMORY] = "shared_memory",
+    [OPT_PUT_QUEUE_MB] = "put_queue_mb"};
+
+static int parse_option(int which, const char *value, kvs_remote_options *o, char *why, size_t why_len) {
+    uint64_t v = 0;
+    switch (which) {
+    case OPT_PSK_FILE:
+        if (!*value) {
+            snprintf(why, why_len, "psk_file is empty");
+            return -1;
+        }
+        o->psk_file = value;
+        return 0;
+    case OPT_TENANT:
+        if (!valid_tenant(value)) {
+            snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
+                     KVS_WIRE_MAX_TENANT_BYTES);
+            return -1;
+        }
+        o->tenant = value;
+        return 0;
+    case OPT_REPLICAS:
+        if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
+            snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u", value,
+                     KVS_REMOTE_RING_MAX_REPLICAS);
+            return -1;
+        }
+        o->replicas = (uint32_t)v;
+        return 0;
+    case OPT_TIMEOUT_MS:
+        if (kvs_option_count(value, 1, 600000, &v) != 0) {
+            snprintf(why, why_len, "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
+            return -1;
+        }
+        o->timeout_ms = (uint32_t)v;
+        return 0;
+    case OPT_CONNECT_BACKOFF_MS:
+        if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
+            snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
+                     KVS_REMOTE_MAX_BACKOFF_MS);
+            return -1;
+        }
+        o->connect_backoff_ms = (uint32_t)v;
+        return 0;
+    case OPT_SHARED_MEMORY:
+        if (strcmp(value, "auto") != 0 && strcmp(value, "off") != 0) {
+            snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
+            return -1;
+        }
+        o->shared_memory = strcmp(value, "auto") == 0;
+        return 0;
+    case OPT_PUT_QUEUE_MB:
+        if (kvs_option_count(value, 1, 65536, &v) != 0) {
+            snprintf(why, why_len, "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
+            return -1;
+        }
+        o->put_queue_mb = (uint32_t)v;
+        return 0;
+    }
+    snprintf(why, why_len, "an option in the table has no parser");
+    return -1;
+}
+
+/* Names what a refusal is about (see kvs_backend_init.error_option); returns KVS_ECONFIG. */
+static kvs_status refuse(char *refused, size_t refused_len, const char *name, int64_t nth) {
+    if (!refused || refused_len == 0) return KVS_ECONFIG;
+    if (nth >= 0)
+        snprintf(refused, refused_len, "%s[%lld]", name, (long long)nth);
+    else
+        snprintf(refused, refused_len, "%s", name);
+    return KVS_ECONFIG;
+}
+
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
                                     char *why, size_t why_len) {
-    static const char *const names[] = {"psk_file", "tenant", "replicas", "timeout_ms", "connect_backoff_ms",
-                                        "shared_memory", "put_queue_mb"};
-    enum { N_NAMES = sizeof names / sizeof names[0] };
-    int seen[N_NAMES] = {0};
+    return kvs_remote_options_parse_named(options, n_options, o, why, why_len, NULL, 0);
+}
+
+kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uint64_t n_options,
+                                          kvs_remote_options *o, char *why, size_t why_len, char *refused,
+                                          size_t refused_len) {
+    int seen[OPT_COUNT] = {0};
     memset(o, 0, sizeof *o);
     o->replicas = 1;
     o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
@@ -64,93 +149,45 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
     for (uint64_t i = 0; i < n_options; i++) {
         const char *key = options[i].key ? options[i].key : "";
         const char *value = options[i].value ? options[i].value : "";
-        uint64_t v = 0;
         if (strcmp(key, "node") == 0) {
-            if (parse_node(value, o, why, why_len) != 0) return KVS_ECONFIG;
+            if (parse_node(value, o, why, why_len) != 0) return refuse(refused, refused_len, "node", o->n_nodes);
             continue;
         }
-        int which = kvs_option_index(names, N_NAMES, seen, key, VALID_OPTIONS, why, why_len);
-        if (which < 0) return KVS_ECONFIG;
-        switch (which) {
-        case 0:
-            if (!*value) {
-                snprintf(why, why_len, "psk_file is empty");
-                return KVS_ECONFIG;
-            }
-            o->psk_file = value;
-            break;
-        case 1:
-            if (!valid_tenant(value)) {
-                snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
-                         KVS_WIRE_MAX_TENANT_BYTES);
-                return KVS_ECONFIG;
-            }
-            o->tenant = value;
-            break;
-        case 2:
-            if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
-                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u", value,
-                         KVS_REMOTE_RING_MAX_REPLICAS);
-                return KVS_ECONFIG;
-            }
-            o->replicas = (uint32_t)v;
-            break;
-        case 3:
-            if (kvs_option_count(value, 1, 600000, &v) != 0) {
-                snprintf(why, why_len, "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
-                return KVS_ECONFIG;
-            }
-            o->timeout_ms = (uint32_t)v;
-            break;
-        case 4:
-            if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
-                snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
-                         KVS_REMOTE_MAX_BACKOFF_MS);
-                return KVS_ECONFIG;
-            }
-            o->connect_backoff_ms = (uint32_t)v;
-            break;
-        case 6:
-            if (kvs_option_count(value, 1, 65536, &v) != 0) {
-                snprintf(why, why_len, "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
-                return KVS_ECONFIG;
-            }
-            o->put_queue_mb = (uint32_t)v;
-            break;
-        default:
-            if (strcmp(value, "auto") == 0) {
-                o->shared_memory = 1;
-            } else if (strcmp(value, "off") == 0) {
-                o->shared_memory = 0;
-            } else {
-                snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
-                return KVS_ECONFIG;
-            }
-            break;
-        }
+        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, VALID_OPTIONS, why, why_len);
+        if (which < 0 || parse_option(which, value, o, why, why_len) != 0)
+            return refuse(refused, refused_len, key, -1);
     }
     if (o->n_nodes == 0) {
         snprintf(why, why_len, "needs at least one node (YAML `nodes: [10.0.0.7:13337, ...]`)");
-        return KVS_ECONFIG;
+        return refuse(refused, refused_len, "node", -1);
     }
     if (!o->psk_file) {
         snprintf(why, why_len, "needs option psk_file (the pre-shared key file of the nodes)");
-        return KVS_ECONFIG;
+        return refuse(refused, refused_len, "psk_file", -1);
     }
     if (!o->tenant) {
         snprintf(why, why_len, "needs option tenant (this client's namespace on the nodes)");
-        return KVS_ECONFIG;
+        return refuse(refused, refused_len, "tenant", -1);
     }
     if (o->replicas > o->n_nodes) {
         snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas, o->replicas,
                  o->n_nodes);
-        return KVS_ECONFIG;
+        return refuse(refused, refused_len, "replicas", -1);
     }
     return KVS_OK;
 }
 
+/* The key file is part of the configuration: one that is missing, unreadable or open to others is
+ * refused here, as KVS_ECONFIG naming psk_file, before any connection is made. */
+static kvs_status check_psk_file(const kvs_remote_options *o, char *why, size_t why_len) {
+    kvs_remote_psk psk;
+    kvs_status st = kvs_remote_psk_load(o->psk_file, &psk, why, why_len);
+    kvs_remote_psk_clear(&psk);
+    return st == KVS_OK ? KVS_OK : KVS_ECONFIG;
+}
+
 static kvs_status remote_create(const kvs_backend_init *init, void **state) {
-    char why[256] = "";
+    char why[512] = "", refused[80] = "";
     kvs_remote_options *o = calloc(1, sizeof *o);
     *state = NULL;
     if (!o) {
@@ -158,10 +195,13 @@ static kvs_status remote_create(const kvs_backend_init *init, void **state) {
             snprintf(init->error, init->error_len, "remote tier \"%s\": out of memory", init->tier_name);
         return KVS_ENOMEM;
     }
-    kvs_status st = kvs_remote_options_parse(init->options, init->n_options, o, why, sizeof why);
+    kvs_status st = kvs_remote_options_parse_named(init->options, init->n_options, o, why, sizeof why, refused,
+                                                   sizeof refused);
+    if (st == KVS_OK && (st = check_psk_file(o, why, sizeof why)) != KVS_OK) snprintf(refused, sizeof refused, "psk_file");
     if (st != KVS_OK) {
         if (init->error && init->error_len)
             snprintf(init->error, init->error_len, "remote tier \"%s\": %s", init->tier_name, why);
+        kvs_option_refused(init, refused, -1);
         free(o);
         return st;
     }

@@ -59,6 +59,12 @@ typedef struct kvs_remote_options {
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
                                     char *why, size_t why_len);
 
+/* The same, also naming what a refusal is about in refused (an option's name, `node[k]` for the k-th
+ * node; see kvs_backend_init.error_option). refused may be NULL. */
+kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uint64_t n_options,
+                                          kvs_remote_options *o, char *why, size_t why_len, char *refused,
+                                          size_t refused_len);
+
 /* Counters of a tier made by kvs_remote_backend()->create (thread-safe snapshot). */
 typedef struct kvs_remote_stats_t {
     uint32_t n_nodes;
