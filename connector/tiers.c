@@ -80,7 +80,8 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
 static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
     kvs_tier *t = ctx;
     kvs_tier_chain *c = t->chain;
-    (void)key;
+    /* its STORED event went out at put: routers learn it is gone (not an eviction) */
+    if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED | KVS_TIER_EVENT_DROPPED, key, t->index);
     uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1 : atomic_fetch_add(&c->evictions, 1) + 1;
     if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th ...: a full device cannot flood the log */
         kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far",

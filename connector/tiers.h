@@ -13,6 +13,8 @@ typedef struct kvs_tier_chain kvs_tier_chain;
 
 /* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
 typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
+/* Or'ed into a REMOVED kind: a put the tier accepted and then dropped (not an eviction). */
+#define KVS_TIER_EVENT_DROPPED 0x80u
 
 /* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend. */
 kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,

@@ -606,6 +606,17 @@ START_TEST(saves_a_full_device_drops_after_accepting_them_count_as_skipped) {
     }
     ck_assert_uint_eq(s.saves_skipped, 4);
     ck_assert_uint_eq(s.chunks_saved, 0);
+    ck_assert_uint_eq(s.evictions, 0); /* a dropped save is not an eviction */
+    /* A router that saw the saves stored also learns they are gone. */
+    kvs_event ev[16];
+    uint64_t n = 0, stored_events = 0, removed_events = 0;
+    ck_assert_int_eq(api->take_events(r.h, ev, 16, &n), KVS_OK);
+    for (uint64_t i = 0; i < n; i++) {
+        stored_events += ev[i].kind == KVS_EVENT_STORED;
+        removed_events += ev[i].kind == KVS_EVENT_REMOVED;
+    }
+    ck_assert_uint_eq(stored_events, 4);
+    ck_assert_uint_eq(removed_events, 4);
     rig_close(&r);
 }
 END_TEST
