@@ -4,31 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi_struct.h"
 #include "handle.h"
 #include "keys.h"
 #include "log.h"
 #include "object.h"
+#include "status.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 
-KVS_EXPORT const char *kvs_strerror(kvs_status status) {
-    switch (status) {
-    case KVS_OK: return "success";
-    case KVS_EINVAL: return "invalid argument";
-    case KVS_ENOMEM: return "out of memory";
-    case KVS_ENOTFOUND: return "not found";
-    case KVS_EIO: return "input/output error";
-    case KVS_ECONFIG: return "invalid configuration";
-    case KVS_EVERSION: return "ABI version mismatch";
-    case KVS_ESTATE: return "call out of order or on a handle of the wrong role";
-    case KVS_ETIMEDOUT: return "timed out";
-    case KVS_ENOTSUP: return "not supported";
-    case KVS_ECORRUPT: return "stored data is corrupt";
-    case KVS_EAGAIN: return "not ready, try again";
-    case KVS_EOVERFLOW: return "output buffer too small";
-    }
-    return "unknown status";
-}
+KVS_EXPORT const char *kvs_strerror(kvs_status status) { return kvs_status_sentence(status); }
 
 kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...) {
     va_list ap;
@@ -44,22 +29,6 @@ kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook) {
         return kvs_set_error(h, KVS_ESTATE, "%s: this handle was opened with role %s", hook,
                              h->role == KVS_ROLE_SCHEDULER ? "scheduler" : "worker");
     return KVS_OK;
-}
-
-int kvs_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size) {
-    uint32_t size;
-    memcpy(&size, src, sizeof size);
-    if (size < min_size) return -1;
-    memset(dst, 0, dst_size);
-    memcpy(dst, src, size < dst_size ? size : dst_size);
-    return 0;
-}
-
-uint32_t kvs_struct_out_size(const void *dst, size_t own_size, size_t min_size) {
-    uint32_t size;
-    memcpy(&size, dst, sizeof size);
-    if (size < min_size) return 0;
-    return size < own_size ? size : (uint32_t)own_size;
 }
 
 static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
@@ -321,7 +290,7 @@ static const kvs_api api_v1 = {
     .abi_major = KVS_ABI_MAJOR,
     .abi_minor = KVS_ABI_MINOR,
     .struct_size = sizeof(kvs_api),
-    .strerror = kvs_strerror,
+    .strerror = kvs_status_sentence,
     .open = api_open,
     .close = api_close,
     .last_error = api_last_error,

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "abi_struct.h"
 #include "cacheflow.h"
 #include "config.h"
 #include "device.h"
@@ -155,13 +156,6 @@ struct kvs_handle {
 kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook);
-/* A caller's inbound struct (starting with struct_size) into dst, this library's struct of dst_size
- * bytes: min(struct_size, dst_size) bytes copied, the rest zero. 0, or -1 when struct_size is below
- * min_size (the struct's first size). */
-int kvs_struct_in(void *dst, size_t dst_size, const void *src, size_t min_size);
-/* How many bytes to write into a caller's outbound struct of its struct_size: min(struct_size,
- * own_size), or 0 when struct_size is below min_size. */
-uint32_t kvs_struct_out_size(const void *dst, size_t own_size, size_t min_size);
 
 /* scheduler.c */
 kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,

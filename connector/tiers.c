@@ -13,6 +13,7 @@
 #include "policy.h"
 #include "remote.h"
 #include "ssd.h"
+#include "status.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
 #define KVS_BACKEND_OPS_1_0_SIZE offsetof(kvs_backend_ops, reserve)
@@ -85,7 +86,7 @@ static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
     uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1 : atomic_fetch_add(&c->evictions, 1) + 1;
     if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th ...: a full device cannot flood the log */
         kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far",
-                t->name, t->index == 0 ? "save" : "copy", kvs_strerror(why), (unsigned long long)n);
+                t->name, t->index == 0 ? "save" : "copy", kvs_status_sentence(why), (unsigned long long)n);
 }
 
 static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i, char *err,
