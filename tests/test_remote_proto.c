@@ -344,7 +344,7 @@ END_TEST
 START_TEST(stats_reply_round_trips_counters) {
     kvs_wire_msg msg, back;
     kvs_wire_msg_init(&msg, KVS_WIRE_STATS_REPLY, 11);
-    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i << (i * 7);
+    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i << ((i * 7) % 64);
     msg.counters[KVS_WIRE_STAT_CAPACITY_BYTES] = UINT64_MAX;
     uint8_t *copy = round_trip(&msg, &back);
     for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) ck_assert_uint_eq(back.counters[i], msg.counters[i]);
