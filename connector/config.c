@@ -74,8 +74,9 @@ static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth
 enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_COUNT };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
-static const char *const NODE_KEYS[] = {"listen", "psk_file", "max_clients", "timeout_ms", "max_object_bytes"};
-enum { NK_LISTEN, NK_PSK, NK_MAX_CLIENTS, NK_TIMEOUT, NK_MAX_OBJECT, NK_COUNT };
+static const char *const NODE_KEYS[] = {"listen",     "psk_file",         "max_clients",
+                                        "timeout_ms", "max_object_bytes", "max_handshakes"};
+enum { NK_LISTEN, NK_PSK, NK_MAX_CLIENTS, NK_TIMEOUT, NK_MAX_OBJECT, NK_MAX_HANDSHAKES, NK_COUNT };
 
 static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step",
                                           "host_copies"};
@@ -1076,6 +1077,10 @@ static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cf
         if (st == KVS_OK && (value == 0 || value > (1ull << 32)))
             st = fail(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes", "must be from 1 byte to 4GiB");
         if (st == KVS_OK) cfg->node.max_object_bytes = value;
+    }
+    if (st == KVS_OK && values[NK_MAX_HANDSHAKES]) {
+        st = get_uint(ctx, values[NK_MAX_HANDSHAKES], "node.max_handshakes", 1, 1u << 16, &value);
+        if (st == KVS_OK) cfg->node.max_handshakes = (uint32_t)value;
     }
     return st;
 }

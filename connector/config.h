@@ -73,6 +73,7 @@ typedef struct kvs_config {
         uint32_t max_clients;
         uint32_t timeout_ms;
         uint64_t max_object_bytes;
+        uint32_t max_handshakes; /* control connections not yet authenticated, at once */
     } node;
     struct {                   /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
         int scheduler;         /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */

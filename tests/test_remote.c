@@ -12,8 +12,13 @@ int main(void) {
 }
 #else
 
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -639,6 +644,131 @@ START_TEST(a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes) {
 }
 END_TEST
 
+/* ---- a fake node: a plain TCP server at a node's address ---------------------------------------- */
+
+enum { FAKE_GARBAGE, FAKE_SILENT, FAKE_HUGE_LENGTH, FAKE_TRUNCATED };
+
+typedef struct fake_node {
+    int fd;
+    int mode;
+    char id[64];
+    volatile int stop;
+    volatile int accepted;
+    pthread_t thread;
+} fake_node;
+
+/* Accept each connection and answer the client's HELLO with the mode's bytes (or nothing), keeping
+ * the connection open until the client gives up on it. */
+static void *fake_main(void *arg) {
+    fake_node *f = arg;
+    int open_fds[64], n_open = 0;
+    uint8_t out[4 + 4096];
+    while (!f->stop) {
+        struct pollfd p = {.fd = f->fd, .events = POLLIN};
+        if (poll(&p, 1, 50) <= 0) continue;
+        int c = accept(f->fd, NULL, NULL);
+        if (c < 0) continue;
+        f->accepted++;
+        size_t len = 0;
+        if (f->mode == FAKE_GARBAGE) {
+            memset(out, 0, 64); /* the 64 zero bytes of issue #14, then noise */
+            fill(out + 64, 1024, (uint32_t)f->accepted);
+            len = 64 + 1024;
+        } else if (f->mode == FAKE_HUGE_LENGTH) {
+            memset(out, 0xff, sizeof out);
+            len = sizeof out;
+        } else if (f->mode == FAKE_TRUNCATED) {
+            memset(out, 0x93, 40);
+            out[0] = 0, out[1] = 0, out[2] = 0, out[3] = 200; /* announces 200 bytes, sends 36 */
+            len = 40;
+        }
+        if (len) (void)send(c, out, len, MSG_NOSIGNAL);
+        if (n_open < 64) open_fds[n_open++] = c;
+        else close(c);
+    }
+    for (int i = 0; i < n_open; i++) close(open_fds[i]);
+    return NULL;
+}
+
+static void fake_start(fake_node *f, int mode) {
+    memset(f, 0, sizeof *f);
+    f->mode = mode;
+    f->fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(f->fd, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sin;
+    ck_assert_int_eq(bind(f->fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    ck_assert_int_eq(listen(f->fd, 16), 0);
+    ck_assert_int_eq(getsockname(f->fd, (struct sockaddr *)&sin, &sl), 0);
+    snprintf(f->id, sizeof f->id, "127.0.0.1:%u", ntohs(sin.sin_port));
+    ck_assert_int_eq(pthread_create(&f->thread, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake_node *f) {
+    f->stop = 1;
+    pthread_join(f->thread, NULL);
+    close(f->fd);
+}
+
+/* A fake node beside a real one, replicas 2: create succeeds with the fake marked down, every key
+ * is served by the real node, and the tier keeps trying the fake with backoff. */
+static void fake_node_beside_a_real_one(int mode) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    fake_node f;
+    fake_start(&f, mode);
+    kvs_backend_option opts[] = {{"node", f.id}, {"node", nodes[0].id}, {"psk_file", key_path},
+                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "500"},
+                                 {"connect_backoff_ms", "50"}};
+    char err[512];
+    void *s = NULL;
+    kvs_status st = create_with(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES);
+    ck_assert_msg(st == KVS_OK, "mode %d: create: %d %s", mode, st, err);
+    ck_assert_msg(strstr(ops->last_error(s), f.id) != NULL, "mode %d: last error: %s", mode, ops->last_error(s));
+    printf("fake node (mode %d): %s\n", mode, ops->last_error(s));
+    uint8_t buf[8192];
+    for (uint32_t i = 0; i < 8; i++) {
+        kvs_key k = key_of(700 + i);
+        fill(buf, sizeof buf, 700 + i);
+        ck_assert_int_eq(ops->put(s, &k, buf, sizeof buf), KVS_OK);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    for (uint32_t i = 0; i < 8; i++) {
+        kvs_key k = key_of(700 + i);
+        uint64_t got = 0;
+        memset(staging, 0, sizeof buf);
+        st = ops->get(s, &k, staging, sizeof buf, &got);
+        ck_assert_msg(st == KVS_OK, "mode %d, key %u: %d (%s)", mode, i, st, ops->last_error(s));
+        fill(buf, sizeof buf, 700 + i);
+        ck_assert_int_eq(memcmp(staging, buf, sizeof buf), 0);
+    }
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_up, 1);
+    ck_assert_uint_eq(stats.auth_refusals, 0); /* garbage is not a refusal: the fake is only down */
+    double until = now_ms() + 5000;
+    while (f.accepted < 2 && now_ms() < until) usleep(20000);
+    ck_assert_msg(f.accepted >= 2, "mode %d: the tier did not try the fake node again", mode);
+    ops->destroy(s);
+    fake_stop(&f);
+}
+
+START_TEST(a_fake_node_sending_garbage_is_down_and_the_real_node_serves) { fake_node_beside_a_real_one(FAKE_GARBAGE); }
+END_TEST
+
+START_TEST(a_fake_node_saying_nothing_is_down_and_the_real_node_serves) { fake_node_beside_a_real_one(FAKE_SILENT); }
+END_TEST
+
+START_TEST(a_fake_node_announcing_a_huge_length_is_down_and_the_real_node_serves) {
+    fake_node_beside_a_real_one(FAKE_HUGE_LENGTH);
+}
+END_TEST
+
+START_TEST(a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serves) {
+    fake_node_beside_a_real_one(FAKE_TRUNCATED);
+}
+END_TEST
+
 START_TEST(an_idle_tier_uses_almost_no_cpu) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     void *s = open_ok("1", "2000");
@@ -675,6 +805,10 @@ int main(void) {
     tcase_add_test(live, with_two_replicas_a_killed_node_leaves_the_other_serving);
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);
     tcase_add_test(live, an_idle_tier_uses_almost_no_cpu);
+    tcase_add_test(live, a_fake_node_sending_garbage_is_down_and_the_real_node_serves);
+    tcase_add_test(live, a_fake_node_saying_nothing_is_down_and_the_real_node_serves);
+    tcase_add_test(live, a_fake_node_announcing_a_huge_length_is_down_and_the_real_node_serves);
+    tcase_add_test(live, a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serves);
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);

@@ -344,7 +344,7 @@ END_TEST
 START_TEST(stats_reply_round_trips_counters) {
     kvs_wire_msg msg, back;
     kvs_wire_msg_init(&msg, KVS_WIRE_STATS_REPLY, 11);
-    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i << (i * 7);
+    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i << ((i * 7) % 64);
     msg.counters[KVS_WIRE_STAT_CAPACITY_BYTES] = UINT64_MAX;
     uint8_t *copy = round_trip(&msg, &back);
     for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) ck_assert_uint_eq(back.counters[i], msg.counters[i]);
@@ -381,7 +381,7 @@ END_TEST
 
 START_TEST(a_batch_over_the_key_limit_is_refused) {
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_LOOKUP, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_LOOKUP, 1);
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, (KVS_WIRE_MAX_KEYS + 1) * KVS_WIRE_KEY_BYTES, 1);
     kvs_wire_msg msg;
@@ -400,7 +400,7 @@ END_TEST
 
 START_TEST(a_per_key_array_declaring_four_billion_entries_is_refused_before_reading_them) {
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_PUT_REPLY, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_PUT_REPLY, 1);
     msgpack_pack_array(&r.pk, 1);
     msgpack_pack_array(&r.pk, UINT32_MAX); /* five bytes, no elements */
     kvs_wire_msg msg;
@@ -437,19 +437,48 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     ck_assert_uint_eq(back.transports_len, 14);
     ck_assert_int_eq(memcmp(back.transports, "sysv+posix+cma", 14), 0);
     free(copy);
-    /* half of the optional group, or a pid of 0, is not encoded */
-    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 7);
+    /* version 2: a worker address alone (every client sends one), and AUTH_OK with the node's worker
+     * address and the session token */
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 8);
     msg.proof = proof;
     msg.worker_addr = addr;
     msg.worker_addr_len = sizeof addr;
+    copy = round_trip(&msg, &back);
+    ck_assert_uint_eq(back.worker_addr_len, sizeof addr);
+    ck_assert_int_eq(memcmp(back.worker_addr, addr, sizeof addr), 0);
+    ck_assert_uint_eq(back.host_id_len, 0);
+    free(copy);
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
+    memset(token, 0x3c, sizeof token);
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 9);
+    msg.transports = "tcp";
+    msg.transports_len = 3;
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
+    msg.session_token = token;
+    copy = round_trip(&msg, &back);
+    ck_assert_uint_eq(back.transports_len, 3);
+    ck_assert_uint_eq(back.worker_addr_len, sizeof addr);
+    ck_assert_int_eq(memcmp(back.session_token, token, sizeof token), 0);
+    free(copy);
+    /* a host id without a worker address or without a pid, or an AUTH_OK address without a token, is
+     * not encoded */
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 7);
+    msg.proof = proof;
+    msg.host_id = host;
+    msg.host_id_len = sizeof host;
     msg.pid = 1;
     size_t len = 0;
     kvs_wire_refusal why;
     uint8_t buf[1024];
     ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
-    msg.host_id = host;
-    msg.host_id_len = sizeof host;
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
     msg.pid = 0;
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 7);
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
     ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
 }
 END_TEST
@@ -459,14 +488,14 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     kvs_wire_refusal why;
     raw r;
     /* three fields: the pid is missing */
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 3);
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, 32, 2);
     raw_bin(&r, 100, 3);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "has 3 fields");
     /* a worker address over the limit, refused before its bytes are read */
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, 32, 2);
@@ -474,7 +503,7 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     msgpack_pack_uint32(&r.pk, 7);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the worker address");
     /* a host id over the limit */
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, KVS_WIRE_MAX_HOST_ID_BYTES + 1, 2);
@@ -482,14 +511,14 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     msgpack_pack_uint32(&r.pk, 7);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the host id");
     /* pid 0 and a pid over INT32_MAX */
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, 32, 2);
     raw_bin(&r, 100, 3);
     msgpack_pack_uint32(&r.pk, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "pid 0");
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, 32, 2);
@@ -498,7 +527,7 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     kvs_status st = raw_decode(&r, &msg, &why);
     ck_assert_int_ne(st, KVS_OK);
     /* a transports text over the limit in AUTH_OK */
-    raw_begin(&r, 1, KVS_WIRE_AUTH_OK, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1);
     msgpack_pack_array(&r.pk, 1);
     char text[KVS_WIRE_MAX_TRANSPORTS_TEXT + 1];
     memset(text, 'a', sizeof text);
@@ -510,7 +539,7 @@ END_TEST
 
 START_TEST(an_rkey_over_the_limit_is_refused) {
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_GET, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_GET, 1);
     msgpack_pack_array(&r.pk, 2);
     raw_bin(&r, 16, 1);
     msgpack_pack_array(&r.pk, 1);
@@ -526,7 +555,7 @@ END_TEST
 
 START_TEST(an_inline_payload_over_the_limit_is_refused) {
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_PUT, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_PUT, 1);
     msgpack_pack_array(&r.pk, 2);
     raw_bin(&r, 16, 1);
     msgpack_pack_array(&r.pk, 1);
@@ -542,7 +571,7 @@ START_TEST(a_tenant_name_over_the_limit_is_refused) {
     char name[KVS_WIRE_MAX_TENANT_BYTES + 1];
     memset(name, 'a', sizeof name);
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_HELLO, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_HELLO, 1);
     msgpack_pack_array(&r.pk, 2);
     msgpack_pack_str(&r.pk, sizeof name);
     msgpack_pack_str_body(&r.pk, name, sizeof name);
@@ -557,7 +586,7 @@ START_TEST(an_error_text_over_the_limit_is_refused) {
     char text[KVS_WIRE_MAX_ERROR_TEXT + 1];
     memset(text, 'e', sizeof text);
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_ERROR, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_ERROR, 1);
     msgpack_pack_array(&r.pk, 2);
     msgpack_pack_uint32(&r.pk, 3);
     msgpack_pack_str(&r.pk, sizeof text);
@@ -623,7 +652,7 @@ START_TEST(a_wrong_typed_field_is_refused) {
     msgpack_sbuffer_init(&r.sbuf);
     msgpack_packer_init(&r.pk, &r.sbuf, msgpack_sbuffer_write);
     msgpack_pack_array(&r.pk, 4);
-    msgpack_pack_uint32(&r.pk, 1);
+    msgpack_pack_uint32(&r.pk, KVS_WIRE_VERSION);
     msgpack_pack_uint32(&r.pk, KVS_WIRE_STATS);
     msgpack_pack_str(&r.pk, 2);
     msgpack_pack_str_body(&r.pk, "42", 2);
@@ -631,12 +660,12 @@ START_TEST(a_wrong_typed_field_is_refused) {
     kvs_wire_msg msg;
     kvs_wire_refusal why;
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "the request id");
-    raw_begin(&r, 1, KVS_WIRE_LOOKUP, 1); /* keys as a string instead of binary */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_LOOKUP, 1); /* keys as a string instead of binary */
     msgpack_pack_array(&r.pk, 1);
     msgpack_pack_str(&r.pk, 16);
     msgpack_pack_str_body(&r.pk, "0123456789abcdef", 16);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "should be binary");
-    raw_begin(&r, 1, KVS_WIRE_AUTH_OK, 1); /* a body that is a map */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1); /* a body that is a map */
     msgpack_pack_map(&r.pk, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "an array");
 }
@@ -657,14 +686,14 @@ END_TEST
 START_TEST(an_unknown_version_is_refused_and_answered_with_an_error_reply) {
     kvs_wire_msg msg;
     kvs_wire_msg_init(&msg, KVS_WIRE_LOOKUP, 0xabcdef);
-    msg.version = 2;
+    msg.version = KVS_WIRE_VERSION + 1;
     keyed_entries(2);
     msg.entries = in_entries;
     msg.n_entries = 2;
     size_t len = encode_ok(&msg);
     kvs_wire_refusal why;
     assert_refused(decode_copy(out_buf, len, &msg, &why, NULL), &why, KVS_EVERSION, KVS_WIRE_ERR_VERSION,
-                   "version 2");
+                   "version 3");
     ck_assert_int_eq(why.have_request_id, 1);
     ck_assert_uint_eq(why.request_id, 0xabcdef);
     /* a newer header with more fields still gets a version error, not a shape error */
@@ -696,7 +725,7 @@ END_TEST
 
 START_TEST(an_unknown_message_type_is_refused) {
     raw r;
-    raw_begin(&r, 1, 99, 8);
+    raw_begin(&r, KVS_WIRE_VERSION, 99, 8);
     msgpack_pack_array(&r.pk, 0);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
@@ -709,28 +738,28 @@ START_TEST(impossible_values_are_refused) {
     kvs_wire_msg msg;
     kvs_wire_refusal why;
     raw r;
-    raw_begin(&r, 1, KVS_WIRE_LOOKUP_REPLY, 1); /* a presence flag of 2 */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_LOOKUP_REPLY, 1); /* a presence flag of 2 */
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 3, 2);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "not 0 or 1");
-    raw_begin(&r, 1, KVS_WIRE_DELETE, 1); /* 17 bytes of keys */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_DELETE, 1); /* 17 bytes of keys */
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 17, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "not a multiple of 16");
-    raw_begin(&r, 1, KVS_WIRE_PUT, 1); /* two keys, one descriptor */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_PUT, 1); /* two keys, one descriptor */
     msgpack_pack_array(&r.pk, 2);
     raw_bin(&r, 32, 0);
     msgpack_pack_array(&r.pk, 1);
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 4, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "2 keys but 1");
-    raw_begin(&r, 1, KVS_WIRE_HELLO, 1); /* a tenant with a slash, a short nonce */
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_HELLO, 1); /* a tenant with a slash, a short nonce */
     msgpack_pack_array(&r.pk, 2);
     msgpack_pack_str(&r.pk, 3);
     msgpack_pack_str_body(&r.pk, "a/b", 3);
     raw_bin(&r, 32, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "tenant name");
-    raw_begin(&r, 1, KVS_WIRE_AUTH, 1);
+    raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 31, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "31 bytes, 32 expected");

@@ -1,5 +1,7 @@
 /* test_ucx_transport.c - the UCX transport between this process (client) and a forked child
- * (server) on 127.0.0.1: connect, active messages, remote keys, RMA, timeouts, peer death, idle CPU. */
+ * (server) on this host: endpoints from worker addresses swapped over pipes (as the remote tier swaps
+ * them over its control connection), active messages, remote keys, RMA, timeouts, peer death, idle
+ * CPU. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -72,6 +74,7 @@ static double now_ms(clockid_t clock) {
 
 typedef struct server {
     kvs_ucx_transport *t;
+    kvs_ucx_conn *peer; /* to the client's worker address: replies go here */
     uint8_t *buf;
     kvs_ucx_mem *mem;
     int done;
@@ -90,6 +93,7 @@ static void server_dead(void *user, kvs_ucx_conn *conn, const char *why) {
 static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
                       const void *data, size_t data_len) {
     server *s = user;
+    (void)conn; /* UCX may name an endpoint of its own as the sender */
     uint16_t id = 0;
     memcpy(&id, header, sizeof id); /* every test header starts with the message id */
     if (id == AM_ECHO) {
@@ -97,7 +101,7 @@ static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t
         uint8_t h[64];
         memcpy(h, header, header_len);
         memcpy(h, &reply, sizeof reply);
-        kvs_ucx_am_send(conn, AM_ECHO_REPLY, h, header_len, data, data_len, TIMEOUT_MS);
+        kvs_ucx_am_send(s->peer, AM_ECHO_REPLY, h, header_len, data, data_len, TIMEOUT_MS);
     } else if (id == AM_RKEY_REQUEST) {
         uint8_t blob[1024];
         size_t blob_len = 0;
@@ -106,13 +110,13 @@ static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t
             uint16_t id;
             rkey_header r;
         } h = {AM_RKEY_REPLY, {(uint64_t)(uintptr_t)s->buf, RMA_BYTES}};
-        kvs_ucx_am_send(conn, AM_RKEY_REPLY, &h, sizeof h, blob, blob_len, TIMEOUT_MS);
+        kvs_ucx_am_send(s->peer, AM_RKEY_REPLY, &h, sizeof h, blob, blob_len, TIMEOUT_MS);
     } else if (id == AM_CHECK) {
         uint32_t seed;
         memcpy(&seed, (const uint8_t *)header + 4, sizeof seed);
         uint8_t ok = (uint8_t)matches(s->buf, RMA_BYTES, seed);
         uint16_t reply = AM_CHECK_REPLY;
-        kvs_ucx_am_send(conn, AM_CHECK_REPLY, &reply, sizeof reply, &ok, 1, TIMEOUT_MS);
+        kvs_ucx_am_send(s->peer, AM_CHECK_REPLY, &reply, sizeof reply, &ok, 1, TIMEOUT_MS);
     } else if (id == AM_STALL) {
         for (;;) pause(); /* stop progressing until killed */
     }
@@ -120,53 +124,99 @@ static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t
     (void)data_len;
 }
 
-static void server_main(int port_fd) {
+#define MAX_ADDR 16384u
+
+/* A worker address over a pipe: its length, then its bytes. */
+static int addr_write(int fd, const uint8_t *addr, uint32_t len) {
+    return write(fd, &len, sizeof len) == (ssize_t)sizeof len && write(fd, addr, len) == (ssize_t)len ? 0 : -1;
+}
+
+static int addr_read(int fd, uint8_t *addr, uint32_t *len) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    if (poll(&pfd, 1, 10000) != 1 || read(fd, len, sizeof *len) != (ssize_t)sizeof *len || *len == 0 ||
+        *len > MAX_ADDR)
+        return -1;
+    size_t got = 0;
+    while (got < *len) {
+        ssize_t k = read(fd, addr + got, *len - got);
+        if (k <= 0) return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* The server sends its worker address, takes the client's and connects back to it. */
+static void server_main(int out_fd, int in_fd) {
     ucx_env();
     server s = {0};
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-server", .listen_host = "127.0.0.1",
-                        .listen_port = 0, .log_level = KVS_LOG_ERROR, .on_dead = server_dead,
-                        .user = &s};
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-server", .log_level = KVS_LOG_ERROR,
+                        .on_dead = server_dead, .user = &s};
     char err[512];
-    uint16_t port = 0;
+    static uint8_t addr[MAX_ADDR];
+    size_t len = 0;
+    uint32_t alen = 0;
     if (kvs_ucx_create(&p, &s.t, err, sizeof err) != KVS_OK) {
         fprintf(stderr, "server: %s\n", err);
     } else {
         s.buf = malloc(RMA_BYTES);
         fill(s.buf, RMA_BYTES, 1);
-        if (kvs_ucx_mem_register(s.t, s.buf, RMA_BYTES, &s.mem) == KVS_OK) port = kvs_ucx_listen_port(s.t);
         for (uint16_t id = AM_ECHO; id <= AM_STALL; id++) kvs_ucx_am_handler(s.t, id, server_am, &s);
+        if (kvs_ucx_mem_register(s.t, s.buf, RMA_BYTES, &s.mem) != KVS_OK ||
+            kvs_ucx_worker_address(s.t, addr, sizeof addr, &len) != KVS_OK)
+            len = 0;
     }
-    if (write(port_fd, &port, sizeof port) != (ssize_t)sizeof port) port = 0;
-    close(port_fd);
-    while (port && !s.done) kvs_ucx_wait(s.t, 1000);
+    alen = (uint32_t)len;
+    if (addr_write(out_fd, addr, alen) != 0 || alen == 0) _exit(1);
+    close(out_fd);
+    if (addr_read(in_fd, addr, &alen) != 0 ||
+        kvs_ucx_connect_address(s.t, addr, alen, "test-client", 1, TIMEOUT_MS, &s.peer) != KVS_OK)
+        _exit(1);
+    while (!s.done) kvs_ucx_wait(s.t, 1000);
     kvs_ucx_destroy(s.t);
     free(s.buf);
     _exit(0);
 }
 
-static pid_t start_server(uint16_t *port) {
-    int fds[2];
-    ck_assert_int_eq(pipe(fds), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
+typedef struct server_ref {
+    pid_t pid;
+    int to_server; /* the pipe the client's worker address goes into */
+    uint8_t addr[MAX_ADDR];
+    uint32_t addr_len;
+} server_ref;
+
+static void start_server(server_ref *srv) {
+    int up[2], down[2];
+    ck_assert_int_eq(pipe(up), 0);
+    ck_assert_int_eq(pipe(down), 0);
+    srv->pid = fork();
+    ck_assert_int_ge(srv->pid, 0);
+    if (srv->pid == 0) {
         /* a failed assertion in the client never reaches stop_server: die with the client */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(fds[0]);
-        server_main(fds[1]);
+        close(up[0]);
+        close(down[1]);
+        server_main(up[1], down[0]);
     }
-    close(fds[1]);
-    struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-    ck_assert_msg(poll(&pfd, 1, 10000) == 1, "the server did not report its port");
-    ck_assert_int_eq(read(fds[0], port, sizeof *port), (ssize_t)sizeof *port);
-    close(fds[0]);
-    ck_assert_msg(*port != 0, "the server failed to start");
-    return pid;
+    close(up[1]);
+    close(down[0]);
+    ck_assert_msg(addr_read(up[0], srv->addr, &srv->addr_len) == 0, "the server did not report its address");
+    close(up[0]);
+    srv->to_server = down[1];
 }
 
-static void stop_server(pid_t pid) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+/* Give the server our address (it connects back) and connect to its address. */
+static kvs_status connect_server(kvs_ucx_transport *t, server_ref *srv, kvs_ucx_conn **conn) {
+    static uint8_t addr[MAX_ADDR];
+    size_t len = 0;
+    ck_assert_int_eq(kvs_ucx_worker_address(t, addr, sizeof addr, &len), KVS_OK);
+    ck_assert_int_eq(addr_write(srv->to_server, addr, (uint32_t)len), 0);
+    return kvs_ucx_connect_address(t, srv->addr, srv->addr_len, "test-server", 1, TIMEOUT_MS, conn);
+}
+
+static void stop_server(server_ref *srv) {
+    kill(srv->pid, SIGKILL);
+    waitpid(srv->pid, NULL, 0);
+    close(srv->to_server);
 }
 
 /* ---- the client ------------------------------------------------------------------------------ */
@@ -266,11 +316,11 @@ static kvs_ucx_rkey *fetch_rkey(kvs_ucx_transport *t, kvs_ucx_conn *conn, uint64
 }
 
 START_TEST(connects_and_echoes_small_and_4mib_messages) {
-    uint16_t port;
-    pid_t pid = start_server(&port);
+    static server_ref srv;
+    start_server(&srv);
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = NULL;
-    kvs_status rc = kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn);
+    kvs_status rc = connect_server(t, &srv, &conn);
     ck_assert_msg(rc == KVS_OK, "connect: %s", kvs_ucx_last_error(t));
     ck_assert(kvs_ucx_conn_alive(conn));
     printf("ucx loopback transports: %s\n", kvs_ucx_conn_transports(conn));
@@ -280,16 +330,16 @@ START_TEST(connects_and_echoes_small_and_4mib_messages) {
     echo(t, conn, 0, 9);
     kvs_ucx_conn_close(conn);
     kvs_ucx_destroy(t);
-    stop_server(pid);
+    stop_server(&srv);
 }
 END_TEST
 
 START_TEST(rma_get_and_put_of_1mib_through_an_exchanged_key_are_byte_exact) {
-    uint16_t port;
-    pid_t pid = start_server(&port);
+    static server_ref srv;
+    start_server(&srv);
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = NULL;
-    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    ck_assert_int_eq(connect_server(t, &srv, &conn), KVS_OK);
     uint64_t remote = 0;
     kvs_ucx_rkey *rkey = fetch_rkey(t, conn, &remote);
 
@@ -328,28 +378,23 @@ START_TEST(rma_get_and_put_of_1mib_through_an_exchanged_key_are_byte_exact) {
     kvs_ucx_conn_close(conn);
     kvs_ucx_destroy(t);
     free(local);
-    stop_server(pid);
+    stop_server(&srv);
 }
 END_TEST
 
-START_TEST(connect_to_a_port_nobody_listens_on_fails_within_the_timeout) {
-    /* a port that was free a moment ago */
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(s, (struct sockaddr *)&sin, sizeof sin), 0);
-    socklen_t sl = sizeof sin;
-    getsockname(s, (struct sockaddr *)&sin, &sl);
-    close(s);
+START_TEST(connect_to_the_address_of_a_dead_worker_fails_within_the_timeout) {
+    static server_ref srv;
+    start_server(&srv);
+    stop_server(&srv); /* its address names ports nobody listens on any more */
     kvs_ucx_transport *t = client_create();
-    kvs_ucx_conn *conn = (kvs_ucx_conn *)&sin;
+    kvs_ucx_conn *conn = (kvs_ucx_conn *)&srv;
     double start = now_ms(CLOCK_MONOTONIC);
-    kvs_status rc = kvs_ucx_connect(t, "127.0.0.1", ntohs(sin.sin_port), 2000, &conn);
+    kvs_status rc = kvs_ucx_connect_address(t, srv.addr, srv.addr_len, "dead-server", 1, 2000, &conn);
     double elapsed = now_ms(CLOCK_MONOTONIC) - start;
     ck_assert_msg(rc == KVS_EIO || rc == KVS_ETIMEDOUT, "connect returned %d", rc);
     ck_assert_ptr_null(conn);
     ck_assert_msg(elapsed < 2500, "connect took %.0f ms", elapsed);
-    ck_assert_msg(strstr(kvs_ucx_last_error(t), "127.0.0.1:") != NULL, "sentence: %s",
-                  kvs_ucx_last_error(t));
+    ck_assert_msg(strstr(kvs_ucx_last_error(t), "dead-server") != NULL, "sentence: %s", kvs_ucx_last_error(t));
     printf("refused connect (%.0f ms): %s\n", elapsed, kvs_ucx_last_error(t));
     ck_assert_int_eq(kvs_ucx_wait(t, 10), KVS_ETIMEDOUT);
     ck_assert_int_eq(dead_count, 0); /* a failed connect is reported by its status, not on_dead */
@@ -371,11 +416,11 @@ static void *kill_later(void *arg) {
 }
 
 START_TEST(a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout) {
-    uint16_t port;
-    pid_t pid = start_server(&port);
+    static server_ref srv;
+    start_server(&srv);
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = NULL;
-    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    ck_assert_int_eq(connect_server(t, &srv, &conn), KVS_OK);
     uint64_t remote = 0;
     kvs_ucx_rkey *rkey = fetch_rkey(t, conn, &remote);
     uint16_t id = AM_STALL;
@@ -385,7 +430,7 @@ START_TEST(a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout
      * pending (rendezvous) or lands in socket buffers depends on the transport UCX picks and on
      * the machine's load, so keep sending: once the buffers are full a send pends until the kill,
      * and the kill must turn it into an error, not a hang. */
-    killer k = {pid, 300};
+    killer k = {srv.pid, 300};
     pthread_t thread;
     pthread_create(&thread, NULL, kill_later, &k);
     uint8_t *big = calloc(1, 4 * MIB);
@@ -412,25 +457,26 @@ START_TEST(a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout
     kvs_ucx_wait(t, 100);
     kvs_ucx_wait(t, 10);
     ck_assert_int_eq(dead_count, 1);
-    ck_assert_msg(strstr(dead_why, "127.0.0.1") != NULL, "%s", dead_why);
+    ck_assert_msg(strstr(dead_why, "test-server") != NULL, "%s", dead_why);
     kvs_ucx_conn_close(conn); /* also destroys rkey */
     kvs_ucx_destroy(t);
     free(big);
-    waitpid(pid, NULL, 0);
+    waitpid(srv.pid, NULL, 0);
+    close(srv.to_server);
 }
 END_TEST
 
 START_TEST(an_operation_past_its_timeout_fails_and_marks_the_connection_dead) {
-    uint16_t port;
-    pid_t pid = start_server(&port);
+    static server_ref srv;
+    start_server(&srv);
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = NULL;
-    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    ck_assert_int_eq(connect_server(t, &srv, &conn), KVS_OK);
     uint16_t id = AM_STALL;
     /* Freeze the whole server process (a stalled handler is not enough: UCX's own threads there
      * keep receiving over tcp). It reads nothing now, so once socket buffers are full a send cannot
      * complete. Send until one fails (the first ones may land in buffers). */
-    ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(srv.pid, SIGSTOP), 0);
     uint8_t *big = calloc(1, 4 * MIB);
     kvs_status rc = KVS_OK;
     double elapsed = 0, total = 0;
@@ -448,16 +494,16 @@ START_TEST(an_operation_past_its_timeout_fails_and_marks_the_connection_dead) {
     kvs_ucx_conn_close(conn);
     kvs_ucx_destroy(t);
     free(big);
-    stop_server(pid);
+    stop_server(&srv);
 }
 END_TEST
 
 START_TEST(an_idle_wait_sleeps_instead_of_spinning) {
-    uint16_t port;
-    pid_t pid = start_server(&port);
+    static server_ref srv;
+    start_server(&srv);
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = NULL;
-    ck_assert_int_eq(kvs_ucx_connect(t, "127.0.0.1", port, TIMEOUT_MS, &conn), KVS_OK);
+    ck_assert_int_eq(connect_server(t, &srv, &conn), KVS_OK);
     echo(t, conn, 100, 3);
     ck_assert_int_ge(kvs_ucx_event_fd(t), 0);
     double cpu0 = now_ms(CLOCK_PROCESS_CPUTIME_ID), wall0 = now_ms(CLOCK_MONOTONIC);
@@ -468,7 +514,7 @@ START_TEST(an_idle_wait_sleeps_instead_of_spinning) {
     ck_assert_msg(cpu < 50, "an idle 300 ms wait used %.1f ms of CPU", cpu);
     kvs_ucx_conn_close(conn);
     kvs_ucx_destroy(t);
-    stop_server(pid);
+    stop_server(&srv);
 }
 END_TEST
 
@@ -479,7 +525,7 @@ static Suite *ucx_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, connects_and_echoes_small_and_4mib_messages);
     tcase_add_test(tc, rma_get_and_put_of_1mib_through_an_exchanged_key_are_byte_exact);
-    tcase_add_test(tc, connect_to_a_port_nobody_listens_on_fails_within_the_timeout);
+    tcase_add_test(tc, connect_to_the_address_of_a_dead_worker_fails_within_the_timeout);
     tcase_add_test(tc, a_peer_killed_mid_operation_turns_it_into_an_error_before_the_timeout);
     tcase_add_test(tc, an_operation_past_its_timeout_fails_and_marks_the_connection_dead);
     tcase_add_test(tc, an_idle_wait_sleeps_instead_of_spinning);

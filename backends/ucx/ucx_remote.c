@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "control.h"
 #include "hashring.h"
 #include "log.h"
 #include "remote.h"
@@ -56,7 +57,10 @@ typedef struct job {
 
 typedef struct rnode {
     uint32_t index;
-    kvs_ucx_conn *conn;
+    int ctl_fd;              /* the control connection (TCP): open while the session lives; -1 */
+    kvs_control_reader *rd;  /* its frames during the handshake */
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* AUTH_OK: the header of every request */
+    kvs_ucx_conn *conn;      /* requests: an endpoint to the node's worker address (from AUTH_OK) */
     int up;
     int conn_dead;
     int hs;
@@ -118,9 +122,11 @@ typedef struct remote {
     kvs_ucx_mem *bounce_mem;
     uint8_t staging_rkey[KVS_WIRE_MAX_RKEY_BYTES], bounce_rkey[KVS_WIRE_MAX_RKEY_BYTES];
     uint32_t staging_rkey_len, bounce_rkey_len;
-    uint8_t *worker_addr; /* offered to nodes on this host (shared_memory: auto); NULL: not offered */
+    uint8_t *worker_addr; /* sent in AUTH: the node makes its endpoint to us from it */
     size_t worker_addr_len;
     uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
+    int offer_shared_memory; /* shared_memory: auto and a host id: AUTH carries host_id and pid too */
+    struct pollfd *pfds;     /* the idle poll: worker, doorbell, each node's control connection */
     kvs_remote_ring ring;
     rnode *nodes;
     uint64_t next_id;
@@ -168,25 +174,10 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
     job *j = r->current;
     if (m->type == KVS_WIRE_ERROR) {
         snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len, m->error_text ? m->error_text : "");
-        if (nd->hs != HS_OK) {
-            nd->hs = HS_REFUSED;
-            return;
-        }
         if (nd->pending && m->request_id == nd->request_id) {
             nd->pending = 0;
             nd->failed = 1;
         }
-        return;
-    }
-    if (m->type == KVS_WIRE_CHALLENGE && nd->hs == HS_HELLO_SENT && m->request_id == nd->request_id) {
-        memcpy(nd->challenge, m->challenge, KVS_WIRE_CHALLENGE_BYTES);
-        nd->hs = HS_CHALLENGE;
-        return;
-    }
-    if (m->type == KVS_WIRE_AUTH_OK && nd->hs == HS_AUTH_SENT && m->request_id == nd->request_id) {
-        snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m->transports_len,
-                 m->transports ? m->transports : "");
-        nd->hs = HS_OK;
         return;
     }
     if (!nd->pending || m->request_id != nd->request_id || !j) return; /* late reply of a past job */
@@ -231,17 +222,26 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
     nd->pending = 0;
 }
 
+/* The node waiting for the reply to request_id (request ids are unique across the tier's nodes). */
+static rnode *node_of_request(remote *r, uint64_t request_id) {
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+        if (r->nodes[i].conn && r->nodes[i].pending && r->nodes[i].request_id == request_id) return &r->nodes[i];
+    return NULL;
+}
+
 static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
                        size_t data_len) {
     remote *r = user;
-    rnode *nd = kvs_ucx_conn_user(conn);
-    if (!nd) return;
-    const void *buf = data_len ? data : header;
-    size_t len = data_len ? data_len : header_len;
+    (void)header;
+    (void)header_len;
+    /* UCX names our endpoint as the sender when it paired it with the node's; else the request id does */
+    rnode *nd = conn ? kvs_ucx_conn_user(conn) : NULL;
     kvs_wire_msg m;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
-    if (kvs_wire_decode(buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS, &m, &why) != KVS_OK) {
+    if (kvs_wire_decode(data, data_len, r->reply_entries, KVS_WIRE_MAX_KEYS, &m, &why) != KVS_OK) {
+        if (!nd && why.have_request_id) nd = node_of_request(r, why.request_id);
+        if (!nd) return;
         snprintf(nd->refusal, sizeof nd->refusal, "unreadable reply: %s", why.text);
         if (nd->pending) {
             nd->pending = 0;
@@ -249,7 +249,8 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
         }
         return;
     }
-    take_reply(r, nd, &m);
+    if (!nd) nd = node_of_request(r, m.request_id);
+    if (nd && nd->conn) take_reply(r, nd, &m);
 }
 
 static void on_dead(void *user, kvs_ucx_conn *conn, const char *why) {
@@ -266,12 +267,20 @@ static void on_dead(void *user, kvs_ucx_conn *conn, const char *why) {
 
 /* ---- connections ------------------------------------------------------------------------------- */
 
+static void control_close(rnode *nd) {
+    if (nd->ctl_fd >= 0) close(nd->ctl_fd);
+    nd->ctl_fd = -1;
+    free(nd->rd);
+    nd->rd = NULL;
+}
+
 static void node_down(remote *r, rnode *nd, const char *why) {
     if (nd->conn) {
         kvs_ucx_conn_set_user(nd->conn, NULL);
         kvs_ucx_conn_abort(nd->conn); /* the node may still read queue room we are about to reuse */
         nd->conn = NULL;
     }
+    control_close(nd);
     nd->pending = 0;
     nd->conn_dead = 0;
     if (nd->up) {
@@ -300,14 +309,72 @@ static kvs_status send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t
     }
     int ms = ms_left(deadline);
     if (ms <= 0) return KVS_ETIMEDOUT;
-    st = kvs_ucx_am_send(nd->conn, REMOTE_AM_ID, NULL, 0, r->send_buf, len, ms);
+    st = kvs_ucx_am_send(nd->conn, REMOTE_AM_ID, nd->token, sizeof nd->token, r->send_buf, len, ms);
     if (st != KVS_OK) snprintf(nd->refusal, sizeof nd->refusal, "%s", kvs_ucx_last_error(r->t));
     return st;
 }
 
-static void wait_handshake(remote *r, rnode *nd, int until, uint64_t deadline) {
-    while (nd->hs != until && nd->hs != HS_REFUSED && !nd->conn_dead && ms_left(deadline) > 0)
-        kvs_ucx_wait(r->t, ms_left(deadline));
+/* Send one handshake frame on the control connection by the deadline. */
+static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+    char err[256];
+    size_t len = 0;
+    kvs_status st = kvs_control_encode(m, r->send_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len, err, sizeof err);
+    if (st == KVS_OK) st = kvs_control_write(nd->ctl_fd, r->send_buf, len, deadline, err, sizeof err);
+    if (st != KVS_OK) snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
+    return st;
+}
+
+/* Wait for the node's next handshake frame until the deadline and decode it into *m (pointing into
+ * nd->rd). The worker progresses meanwhile: the node wires up its endpoint to us before AUTH_OK.
+ * Whatever the peer sends (garbage, a huge length, nothing) ends in a status, never in a crash or a
+ * wait past the deadline. */
+static kvs_status control_wait(remote *r, rnode *nd, kvs_wire_msg *m, uint64_t deadline) {
+    char err[160];
+    for (;;) {
+        size_t len = 0;
+        kvs_status st = kvs_control_read(nd->rd, nd->ctl_fd, &len, err, sizeof err);
+        if (st == KVS_OK) {
+            kvs_wire_refusal why;
+            memset(&why, 0, sizeof why);
+            if (kvs_wire_decode(nd->rd->frame, len, r->reply_entries, KVS_WIRE_MAX_KEYS, m, &why) == KVS_OK)
+                return KVS_OK;
+            snprintf(nd->refusal, sizeof nd->refusal, "unreadable handshake reply: %s", why.text);
+            return KVS_ECORRUPT;
+        }
+        if (st != KVS_EAGAIN) {
+            snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
+            return st;
+        }
+        int ms = ms_left(deadline);
+        if (ms <= 0) {
+            snprintf(nd->refusal, sizeof nd->refusal, "no handshake reply within %u ms", r->opt.timeout_ms);
+            return KVS_ETIMEDOUT;
+        }
+        kvs_ucx_progress(r->t);
+        if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
+        struct pollfd p[2] = {{.fd = nd->ctl_fd, .events = POLLIN}, {.fd = kvs_ucx_event_fd(r->t), .events = POLLIN}};
+        (void)poll(p, 2, ms);
+    }
+}
+
+/* The node's answer to a handshake step: the wanted type, or ERROR (refused), or anything else. */
+static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_msg *m, uint64_t deadline) {
+    kvs_status st = control_wait(r, nd, m, deadline);
+    if (st != KVS_OK) return st;
+    if (m->type == KVS_WIRE_ERROR) {
+        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len, m->error_text ? m->error_text : "");
+        nd->hs = HS_REFUSED;
+        pthread_mutex_lock(&r->mutex);
+        r->stats.auth_refusals++;
+        pthread_mutex_unlock(&r->mutex);
+        return KVS_EIO;
+    }
+    if (m->type != want || m->request_id != nd->request_id) {
+        snprintf(nd->refusal, sizeof nd->refusal, "handshake: a %s (request %llu) where a %s was due",
+                 kvs_wire_type_name(m->type), (unsigned long long)m->request_id, kvs_wire_type_name(want));
+        return KVS_ECORRUPT;
+    }
+    return KVS_OK;
 }
 
 /* Say once per connect what the node's requests and payloads run over; tcp-only payloads loudly. */
@@ -327,46 +394,76 @@ static void log_transports(remote *r, rnode *nd) {
     r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 
-/* Connect and authenticate one node. Returns KVS_OK when it is up. */
+/* Connect and authenticate one node over a control connection, then make the request endpoint from
+ * the worker address the node sent in AUTH_OK. Returns KVS_OK when it is up; on failure nd->refusal
+ * says why and the caller's node_down closes what was opened. */
 static kvs_status node_connect(remote *r, rnode *nd) {
     uint64_t deadline = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
-    kvs_status st = kvs_ucx_connect(r->t, r->opt.hosts[nd->index], r->opt.ports[nd->index], (int)r->opt.timeout_ms,
-                                    &nd->conn);
+    const char *host = r->opt.hosts[nd->index];
+    uint16_t port = r->opt.ports[nd->index];
+    char err[256];
+    nd->refusal[0] = '\0';
+    nd->hs = HS_NONE;
+    nd->conn_dead = 0;
+    control_close(nd);
+    if (!(nd->rd = malloc(sizeof *nd->rd))) {
+        snprintf(nd->refusal, sizeof nd->refusal, "no memory for a control connection");
+        return KVS_ENOMEM;
+    }
+    nd->rd->have_prefix = 0;
+    kvs_status st = kvs_control_connect(host, port, deadline, &nd->ctl_fd, err, sizeof err);
     if (st != KVS_OK) {
-        nd->conn = NULL;
-        snprintf(nd->refusal, sizeof nd->refusal, "%s", kvs_ucx_last_error(r->t));
+        snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
         return st;
     }
-    kvs_ucx_conn_set_user(nd->conn, nd);
-    nd->conn_dead = 0;
-    nd->hs = HS_HELLO_SENT;
-    nd->refusal[0] = '\0';
     kvs_wire_msg m;
     kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
     if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
     m.tenant = r->opt.tenant;
     m.tenant_len = (uint32_t)strlen(r->opt.tenant);
     m.nonce = nd->nonce;
-    if ((st = send_msg(r, nd, &m, deadline)) != KVS_OK) return st;
-    wait_handshake(r, nd, HS_CHALLENGE, deadline);
-    if (nd->hs != HS_CHALLENGE) goto refused;
+    nd->hs = HS_HELLO_SENT;
+    if ((st = control_send(r, nd, &m, deadline)) != KVS_OK) return st;
+    if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m, deadline)) != KVS_OK) return st;
+    memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
+    nd->hs = HS_CHALLENGE;
     uint8_t proof[KVS_WIRE_PROOF_BYTES];
     st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), proof);
     if (st != KVS_OK) return st;
     kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
     m.proof = proof;
-    if (r->worker_addr) {
+    m.worker_addr = r->worker_addr;
+    m.worker_addr_len = (uint32_t)r->worker_addr_len;
+    if (r->offer_shared_memory) {
         m.host_id = r->host_id;
         m.host_id_len = sizeof r->host_id;
-        m.worker_addr = r->worker_addr;
-        m.worker_addr_len = (uint32_t)r->worker_addr_len;
         m.pid = (uint32_t)getpid();
     }
     nd->payload_tls[0] = '\0';
     nd->hs = HS_AUTH_SENT;
-    if ((st = send_msg(r, nd, &m, deadline)) != KVS_OK) return st;
-    wait_handshake(r, nd, HS_OK, deadline);
-    if (nd->hs != HS_OK) goto refused;
+    if ((st = control_send(r, nd, &m, deadline)) != KVS_OK) return st;
+    if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m, deadline)) != KVS_OK) return st;
+    if (!m.worker_addr_len || !m.session_token) {
+        snprintf(nd->refusal, sizeof nd->refusal, "handshake: auth_ok without a worker address and session token "
+                 "(a node older than wire version %u?)", KVS_WIRE_VERSION);
+        return KVS_ECORRUPT;
+    }
+    memcpy(nd->token, m.session_token, sizeof nd->token);
+    snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m.transports_len, m.transports ? m.transports : "");
+    char peer[96];
+    snprintf(peer, sizeof peer, "node %s", node_id(r, nd));
+    int ms = ms_left(deadline);
+    st = ms > 0 ? kvs_ucx_connect_address(r->t, m.worker_addr, m.worker_addr_len, peer, 1, ms, &nd->conn)
+                : KVS_ETIMEDOUT;
+    if (st != KVS_OK) {
+        nd->conn = NULL;
+        snprintf(nd->refusal, sizeof nd->refusal, "%s", ms > 0 ? kvs_ucx_last_error(r->t) : "handshake took the whole timeout");
+        return st;
+    }
+    kvs_ucx_conn_set_user(nd->conn, nd);
+    free(nd->rd); /* the control connection stays open, read only for its end */
+    nd->rd = NULL;
+    nd->hs = HS_OK;
     nd->up = 1;
     nd->backoff_ms = r->opt.connect_backoff_ms;
     nd->shared_memory = nd->payload_tls[0] && !kvs_ucx_tls_slow(nd->payload_tls);
@@ -379,15 +476,6 @@ static kvs_status node_connect(remote *r, rnode *nd) {
     pthread_mutex_unlock(&r->mutex);
     nd->was_up = 1;
     return KVS_OK;
-refused:
-    if (nd->hs == HS_REFUSED) {
-        pthread_mutex_lock(&r->mutex);
-        r->stats.auth_refusals++;
-        pthread_mutex_unlock(&r->mutex);
-        return KVS_EIO; /* nd->hs says it was refused */
-    }
-    if (!nd->refusal[0]) snprintf(nd->refusal, sizeof nd->refusal, "no handshake reply within %u ms", r->opt.timeout_ms);
-    return KVS_ETIMEDOUT;
 }
 
 /* ---- jobs on the progress thread ---------------------------------------------------------------- */
@@ -686,15 +774,19 @@ static kvs_status thread_start(remote *r) {
     if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK) goto ucx_fail;
     if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK) goto ucx_fail;
     r->queue_rkey_len = (uint32_t)len;
-    if (r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK) {
-        /* offered to every node; a node on another host ignores it */
-        size_t need = 0;
-        if (kvs_ucx_worker_address(r->t, NULL, 0, &need) == KVS_EOVERFLOW && need <= KVS_WIRE_MAX_WORKER_ADDR_BYTES &&
-            (r->worker_addr = malloc(need)) != NULL &&
-            kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
-            free(r->worker_addr);
-            r->worker_addr = NULL;
-        }
+    /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
+     * another host ignores it) */
+    r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
+    size_t need = 0;
+    if (kvs_ucx_worker_address(r->t, NULL, 0, &need) != KVS_EOVERFLOW || need == 0 ||
+        need > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !(r->worker_addr = malloc(need)) ||
+        kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
+        st = KVS_EIO;
+        goto ucx_fail;
+    }
+    if (!(r->pfds = calloc(r->opt.n_nodes + 2, sizeof *r->pfds))) {
+        st = KVS_ENOMEM;
+        goto ucx_fail;
     }
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
@@ -728,6 +820,7 @@ static void thread_stop(remote *r) {
             kvs_ucx_conn_close(r->nodes[i].conn);
             r->nodes[i].conn = NULL;
         }
+        control_close(&r->nodes[i]);
     }
     kvs_ucx_mem_deregister(r->bounce_mem);
     kvs_ucx_mem_deregister(r->queue_mem);
@@ -736,6 +829,8 @@ static void thread_stop(remote *r) {
     r->t = NULL;
     free(r->worker_addr);
     r->worker_addr = NULL;
+    free(r->pfds);
+    r->pfds = NULL;
 }
 
 static void *progress_main(void *arg) {
@@ -782,10 +877,21 @@ static void *progress_main(void *arg) {
         if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
         int ms = -1;
         if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
-        struct pollfd fds[2] = {{.fd = kvs_ucx_event_fd(r->t), .events = POLLIN}, {.fd = r->doorbell, .events = POLLIN}};
-        if (poll(fds, 2, ms) > 0 && (fds[1].revents & POLLIN)) {
-            uint64_t v;
-            if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
+        /* a node's control connection becomes readable only when the node closes it (or breaks the
+         * protocol): either way the session is over */
+        struct pollfd *fds = r->pfds;
+        fds[0] = (struct pollfd){.fd = kvs_ucx_event_fd(r->t), .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+            fds[2 + i] = (struct pollfd){.fd = r->nodes[i].up ? r->nodes[i].ctl_fd : -1, .events = POLLIN};
+        if (poll(fds, r->opt.n_nodes + 2, ms) > 0) {
+            if (fds[1].revents & POLLIN) {
+                uint64_t v;
+                if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
+            }
+            for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+                if (fds[2 + i].revents && r->nodes[i].up)
+                    node_down(r, &r->nodes[i], "the node closed its control connection");
         }
     }
     thread_stop(r);
@@ -1118,6 +1224,7 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     for (uint32_t i = 0; i < o->n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         nd->index = i;
+        nd->ctl_fd = -1;
         nd->backoff_ms = o->connect_backoff_ms;
         nd->batch = calloc(KVS_WIRE_MAX_KEYS, sizeof *nd->batch);
         if (!nd->batch || kvs_remote_ring_add(&r->ring, o->ids[i]) != KVS_OK) {

@@ -1,16 +1,12 @@
-/* ucx_transport.c - UCP context/worker, listener, connections, active messages and RMA; see the
+/* ucx_transport.c - UCP context/worker, connections, active messages and RMA; see the
  * header for the contract. Requests are created without callbacks and polled, so a request that
  * outlives its timeout never calls back into freed memory. */
 #include "ucx_transport.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
 #include "log.h"
@@ -19,7 +15,8 @@
 
 typedef struct message {
     struct message *next;
-    kvs_ucx_conn *conn; /* NULL once the connection closed before delivery */
+    kvs_ucx_conn *conn; /* NULL: the sender is no connection of ours (the owner names it from the bytes) */
+    int orphaned;       /* its connection closed before delivery: dropped */
     uint16_t id;
     int ready;  /* bytes complete (or failed) */
     int failed; /* rendezvous receive failed; dropped at delivery */
@@ -54,7 +51,6 @@ struct kvs_ucx_conn {
     ucp_ep_h ep;          /* NULL once force-closed after a failure */
     int dead;
     int dead_reported;
-    int accept_pending;   /* accepted by the listener, not yet told to the owner */
     int transports_known; /* learned once wired up */
     int no_peer_errors;   /* made without peer-failure handling (worker address): never force-closed */
     kvs_ucx_conn *guard;  /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
@@ -70,13 +66,10 @@ struct kvs_ucx_conn {
 struct kvs_ucx_transport {
     ucp_context_h context;
     ucp_worker_h worker;
-    ucp_listener_h listener;
     int event_fd;
-    uint16_t port;
     int depth; /* > 0 inside a blocking call: events are queued, not delivered */
     int log_level;
     char name[64];
-    kvs_ucx_accept_fn on_accept;
     kvs_ucx_dead_fn on_dead;
     void *user;
     kvs_ucx_conn *conns;
@@ -302,9 +295,9 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len,
     kvs_ucx_transport *t = slot->t;
     kvs_ucx_conn *conn = NULL;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) conn = conn_of_ep(t, param->reply_ep);
-    if (!conn || !slot->fn) {
-        kvs_log(t->log_level, KVS_LOG_WARN, "ucx \"%s\": dropped message id %u of %zu bytes (%s)",
-                t->name, slot->id, length, conn ? "no handler" : "unknown sender");
+    if (!slot->fn) {
+        kvs_log(t->log_level, KVS_LOG_WARN, "ucx \"%s\": dropped message id %u of %zu bytes (no handler)",
+                t->name, slot->id, length);
         return UCS_OK;
     }
     message *m = calloc(1, sizeof *m);
@@ -315,7 +308,7 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len,
     if (!m || !m->header || !m->data) {
         if (m) message_free(m);
         kvs_log(t->log_level, KVS_LOG_ERROR, "ucx \"%s\": no memory for a %zu-byte message from %s",
-                t->name, length, conn->peer);
+                t->name, length, conn ? conn->peer : "a peer");
         return UCS_OK;
     }
     m->conn = conn;
@@ -415,26 +408,19 @@ kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, 
 /* Deliver one pending event to the owner; returns 1 if one was delivered. A message waits behind
  * an earlier, still incomplete message of the same connection, so per-connection order holds. */
 static int deliver_one(kvs_ucx_transport *t) {
-    for (kvs_ucx_conn *c = t->conns; c; c = c->next) {
-        if (c->accept_pending) {
-            c->accept_pending = 0;
-            if (t->on_accept) t->on_accept(t->user, c);
-            return 1;
-        }
-    }
     message *prev = NULL;
     for (message *m = t->queue_head; m; prev = m, m = m->next) {
         int blocked = 0;
         if (!m->ready) continue;
         for (message *e = t->queue_head; e != m; e = e->next)
-            if (!e->ready && e->conn == m->conn) blocked = 1;
+            if (!e->ready && !e->orphaned && e->conn == m->conn) blocked = 1;
         if (blocked) continue;
         if (prev) prev->next = m->next;
         else t->queue_head = m->next;
         if (t->queue_tail == m) t->queue_tail = prev;
         kvs_ucx_conn *conn = m->conn;
-        if (conn && !m->failed) {
-            learn_transports(conn);
+        if (!m->orphaned && !m->failed) {
+            if (conn) learn_transports(conn);
             am_slot *slot = &t->am[m->id];
             if (slot->fn) slot->fn(slot->user, conn, m->header, m->header_len, m->data, m->data_len);
         } else if (m->failed) {
@@ -495,61 +481,6 @@ kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms) {
 
 /* ---- lifetime -------------------------------------------------------------------------------- */
 
-static void conn_handler(ucp_conn_request_h request, void *arg) {
-    kvs_ucx_transport *t = arg;
-    char peer[64] = "unknown peer";
-    ucp_conn_request_attr_t attr;
-    memset(&attr, 0, sizeof attr);
-    attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-    if (ucp_conn_request_query(request, &attr) == UCS_OK && attr.client_address.ss_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)&attr.client_address;
-        char host[INET_ADDRSTRLEN];
-        if (inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host))
-            kvs_fmt(peer, sizeof peer, "%s:%u", host, ntohs(sin->sin_port));
-    }
-    kvs_ucx_conn *conn = conn_new(t, peer);
-    if (!conn) {
-        ucp_listener_reject(t->listener, request);
-        kvs_log(t->log_level, KVS_LOG_ERROR, "ucx \"%s\": no memory to accept %s", t->name, peer);
-        return;
-    }
-    ucp_ep_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p.conn_request = request;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    p.err_handler.cb = ep_error_cb;
-    p.err_handler.arg = conn;
-    ucs_status_t st = ucp_ep_create(t->worker, &p, &conn->ep);
-    if (st != UCS_OK) {
-        kvs_log(t->log_level, KVS_LOG_WARN, "ucx \"%s\": cannot accept %s: %s", t->name, peer,
-                ucs_status_string(st));
-        free(conn);
-        return;
-    }
-    conn->accept_pending = 1;
-    conn_link(conn);
-}
-
-static kvs_status resolve(kvs_ucx_transport *t, const char *host, uint16_t port,
-                          struct sockaddr_in *out) {
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0 || !res) {
-        set_err(t, "ucx \"%s\": cannot resolve \"%s\" to an IPv4 address: %s", t->name, host,
-                gai_strerror(rc));
-        return KVS_EINVAL;
-    }
-    memcpy(out, res->ai_addr, sizeof *out);
-    out->sin_port = htons(port);
-    freeaddrinfo(res);
-    return KVS_OK;
-}
-
 kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out, char *err,
                           size_t err_len) {
     if (out) *out = NULL;
@@ -566,7 +497,6 @@ kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out,
     }
     kvs_fmt(t->name, sizeof t->name, "%s", params->name ? params->name : "ucx");
     t->log_level = params->log_level;
-    t->on_accept = params->on_accept;
     t->on_dead = params->on_dead;
     t->user = params->user;
     t->event_fd = -1;
@@ -604,43 +534,9 @@ kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out,
         set_err(t, "ucx \"%s\": the worker has no event fd: %s", t->name, ucs_status_string(st));
         goto fail_worker;
     }
-    if (params->listen_host) {
-        struct sockaddr_in sin;
-        rc = resolve(t, params->listen_host, params->listen_port, &sin);
-        if (rc != KVS_OK) goto fail_worker;
-        ucp_listener_params_t lp;
-        memset(&lp, 0, sizeof lp);
-        lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-        lp.sockaddr.addr = (const struct sockaddr *)&sin;
-        lp.sockaddr.addrlen = sizeof sin;
-        lp.conn_handler.cb = conn_handler;
-        lp.conn_handler.arg = t;
-        st = ucp_listener_create(t->worker, &lp, &t->listener);
-        if (st != UCS_OK) {
-            set_err(t, "ucx \"%s\": cannot listen on %s:%u: %s", t->name, params->listen_host,
-                    params->listen_port, ucs_status_string(st));
-            rc = KVS_EIO;
-            goto fail_worker;
-        }
-        ucp_listener_attr_t la;
-        memset(&la, 0, sizeof la);
-        la.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-        st = ucp_listener_query(t->listener, &la);
-        if (st != UCS_OK || la.sockaddr.ss_family != AF_INET) {
-            set_err(t, "ucx \"%s\": cannot learn the listener's port: %s", t->name,
-                    ucs_status_string(st));
-            rc = KVS_EIO;
-            goto fail_listener;
-        }
-        t->port = ntohs(((const struct sockaddr_in *)&la.sockaddr)->sin_port);
-        kvs_log(t->log_level, KVS_LOG_INFO, "ucx \"%s\": listening on %s:%u", t->name,
-                params->listen_host, t->port);
-    }
     *out = t;
     return KVS_OK;
 
-fail_listener:
-    ucp_listener_destroy(t->listener);
 fail_worker:
     ucp_worker_destroy(t->worker);
 fail_context:
@@ -653,7 +549,6 @@ fail:
 
 void kvs_ucx_destroy(kvs_ucx_transport *t) {
     if (!t) return;
-    if (t->listener) ucp_listener_destroy(t->listener);
     while (t->conns) kvs_ucx_conn_close(t->conns);
     /* rendezvous receives whose connection closed complete with an error shortly */
     unsigned long long deadline = deadline_after(CLOSE_TIMEOUT_MS);
@@ -681,7 +576,6 @@ void kvs_ucx_destroy(kvs_ucx_transport *t) {
 }
 
 const char *kvs_ucx_last_error(const kvs_ucx_transport *t) { return t ? t->err : "no transport"; }
-uint16_t kvs_ucx_listen_port(const kvs_ucx_transport *t) { return t ? t->port : 0; }
 int kvs_ucx_event_fd(const kvs_ucx_transport *t) { return t ? t->event_fd : -1; }
 
 /* Wait until a new endpoint is wired up (its flush completes) or fails; closes it on failure. */
@@ -715,40 +609,6 @@ static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int t
     return KVS_OK;
 }
 
-kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port, int timeout_ms,
-                           kvs_ucx_conn **out) {
-    if (out) *out = NULL;
-    if (!t || !host || !out || port == 0) return KVS_EINVAL;
-    struct sockaddr_in sin;
-    kvs_status rc = resolve(t, host, port, &sin);
-    if (rc != KVS_OK) return rc;
-    char peer[64];
-    kvs_fmt(peer, sizeof peer, "%s:%u", host, port);
-    kvs_ucx_conn *conn = conn_new(t, peer);
-    if (!conn) {
-        set_err(t, "ucx \"%s\": no memory to connect to %s", t->name, peer);
-        return KVS_ENOMEM;
-    }
-    ucp_ep_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    p.sockaddr.addr = (const struct sockaddr *)&sin;
-    p.sockaddr.addrlen = sizeof sin;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    p.err_handler.cb = ep_error_cb;
-    p.err_handler.arg = conn;
-    ucs_status_t st = ucp_ep_create(t->worker, &p, &conn->ep);
-    if (st != UCS_OK) {
-        set_err(t, "ucx \"%s\": cannot connect to %s: %s", t->name, peer, ucs_status_string(st));
-        free(conn);
-        return KVS_EIO;
-    }
-    conn_link(conn);
-    return finish_connect(t, conn, timeout_ms, out);
-}
-
 kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, size_t *len_out) {
     if (!t || !len_out || (cap && !buf)) return KVS_EINVAL;
     ucp_address_t *addr = NULL;
@@ -771,7 +631,7 @@ kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, s
 }
 
 kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
-                                   int timeout_ms, kvs_ucx_conn **out) {
+                                   int peer_errors, int timeout_ms, kvs_ucx_conn **out) {
     if (out) *out = NULL;
     if (!t || !addr || len == 0 || !out) return KVS_EINVAL;
     kvs_ucx_conn *conn = conn_new(t, peer ? peer : "worker address");
@@ -781,12 +641,19 @@ kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_
     }
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
-    /* Without peer-failure handling: UCX 1.13 leaves shared-memory transports out of endpoints
-     * that ask for it. The guard connection stands in for failure detection. */
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     p.address = addr;
-    p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    conn->no_peer_errors = 1;
+    if (peer_errors) {
+        p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        p.err_handler.cb = ep_error_cb;
+        p.err_handler.arg = conn;
+    } else {
+        /* UCX 1.13 leaves shared-memory transports out of endpoints that ask for peer-failure
+         * handling; the guard connection stands in for failure detection. */
+        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        conn->no_peer_errors = 1;
+    }
     ucs_status_t st = ucp_ep_create(t->worker, &p, &conn->ep);
     if (st != UCS_OK) {
         set_err(t, "ucx \"%s\": cannot connect to the worker address of %s: %s", t->name, conn->peer,
@@ -814,6 +681,7 @@ static void conn_release(kvs_ucx_conn *conn, int force) {
         message *next = m->next;
         if (m->conn == conn) {
             m->conn = NULL;
+            m->orphaned = 1;
             if (!m->request) {
                 if (prev) prev->next = next;
                 else t->queue_head = next;

@@ -1,12 +1,13 @@
 /* ucx_transport.h - the UCX layer under the remote tier: one UCP context and worker per transport,
- * a sockaddr listener and client connect, active messages (header + payload, eager or rendezvous),
- * memory registration with packed remote keys, and RMA get/put with timeouts.
+ * endpoints made from a peer's worker address (exchanged out of band, after authentication: UCX
+ * parses nothing an unauthenticated peer sends), active messages (header + payload, eager or
+ * rendezvous), memory registration with packed remote keys, and RMA get/put with timeouts.
  *
  * Threading: a transport and everything made from it (connections, memory, remote keys) belong to
  * the thread that created the transport (UCS_THREAD_MODE_SINGLE). No call is thread-safe; another
  * thread that wants to talk to a peer hands work to the owner through its own queue and wakes it.
  *
- * Events (accepted connection, message, dead connection) are delivered only from kvs_ucx_progress
+ * Events (message, dead connection) are delivered only from kvs_ucx_progress
  * and kvs_ucx_wait, never from inside a blocking call, so callbacks may call any kvs_ucx_ function,
  * blocking ones included. Every blocking call has a timeout; a timeout or a peer failure fails the
  * operation and marks the connection dead (later operations on it return KVS_EIO at once). */
@@ -25,11 +26,11 @@ typedef struct kvs_ucx_rkey kvs_ucx_rkey;           /* a peer's memory key, usab
 
 #define KVS_UCX_MAX_AM_ID 64u /* active-message ids are 0 .. KVS_UCX_MAX_AM_ID - 1 */
 
-/* A message arrived. header and data are valid only during the call (the library frees them after). */
+/* A message arrived. header and data are valid only during the call (the library frees them after).
+ * conn is the connection it came on, or NULL when UCX names no connection of ours as the sender (a
+ * peer's endpoint that UCX did not pair with ours): the owner then names the sender from the bytes. */
 typedef void (*kvs_ucx_am_fn)(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
                               const void *data, size_t data_len);
-/* A peer connected to our listener. The connection is usable at once. */
-typedef void (*kvs_ucx_accept_fn)(void *user, kvs_ucx_conn *conn);
 /* A connection failed or the peer closed it (`why` is a sentence). Reported once per connection; the
  * owner still calls kvs_ucx_conn_close to release it. */
 typedef void (*kvs_ucx_dead_fn)(void *user, kvs_ucx_conn *conn, const char *why);
@@ -37,26 +38,21 @@ typedef void (*kvs_ucx_dead_fn)(void *user, kvs_ucx_conn *conn, const char *why)
 typedef struct kvs_ucx_params {
     uint32_t struct_size;          /* sizeof(kvs_ucx_params) */
     const char *name;              /* for messages ("kvstrata-node"); copied; NULL: "ucx" */
-    const char *listen_host;       /* IPv4 address or name to listen on; NULL: no listener; copied */
-    uint16_t listen_port;          /* 0 picks a free port (see kvs_ucx_listen_port) */
     int log_level;                 /* KVS_LOG_*: failures at WARN, details at DEBUG */
-    kvs_ucx_accept_fn on_accept;   /* may be NULL */
     kvs_ucx_dead_fn on_dead;       /* may be NULL */
-    void *user;                    /* passed to on_accept and on_dead */
+    void *user;                    /* passed to on_dead */
 } kvs_ucx_params;
 
-/* Create the context, worker and (when listen_host is set) the listener. UCX reads its UCX_*
+/* Create the context and worker. UCX reads its UCX_*
  * environment variables here. On failure *out is NULL and, when err is not NULL, err[0..err_len)
  * holds the sentence. */
 kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out, char *err,
                           size_t err_len);
 /* Close every connection (force on dead peers), release remote keys and registrations the caller
- * left, destroy the listener, worker and context. NULL is a no-op. */
+ * left, destroy the worker and context. NULL is a no-op. */
 void kvs_ucx_destroy(kvs_ucx_transport *t);
 /* The last error sentence of this transport; valid until the next call on it. */
 const char *kvs_ucx_last_error(const kvs_ucx_transport *t);
-/* The port the listener is bound to (the chosen one when listen_port was 0); 0 without a listener. */
-uint16_t kvs_ucx_listen_port(const kvs_ucx_transport *t);
 /* The worker's event fd: readable when kvs_ucx_progress has work. For the owner's own poll loop;
  * call kvs_ucx_progress when it fires and before sleeping on it again. */
 int kvs_ucx_event_fd(const kvs_ucx_transport *t);
@@ -74,21 +70,19 @@ kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms);
 /* Register the handler for active-message id `id` (replacing any earlier one; fn NULL removes it). */
 kvs_status kvs_ucx_am_handler(kvs_ucx_transport *t, uint16_t id, kvs_ucx_am_fn fn, void *user);
 
-/* Connect to an IPv4 host:port listener, waiting at most timeout_ms for the connection to be
- * established. *out is owned by the transport until kvs_ucx_conn_close. */
-kvs_status kvs_ucx_connect(kvs_ucx_transport *t, const char *host, uint16_t port, int timeout_ms,
-                           kvs_ucx_conn **out);
 /* This transport's worker address (for a peer's kvs_ucx_connect_address) into buf[0..cap); *len_out
  * gets its size. A too small buf returns KVS_EOVERFLOW with the needed size in *len_out. */
 kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, size_t *len_out);
-/* Connect to a peer's worker address, waiting at most timeout_ms for the wire-up. Unlike the
- * sockaddr path this lets UCX pick every transport both sides share, shared memory (posix, cma)
- * included for a peer on the same host. `peer` names it in messages. Same ownership as connect.
- * The endpoint has no peer-failure detection (UCX 1.13 drops shared memory from endpoints that ask
- * for it): a transfer to a dead peer hangs until its timeout, and a dead endpoint is left to UCX
- * rather than closed. Give it a guard (kvs_ucx_conn_guard) so it fails as soon as that does. */
+/* Connect to a peer's worker address (learnt over an authenticated control connection), waiting at
+ * most timeout_ms for the wire-up (the peer must progress its worker meanwhile). `peer` names it in
+ * messages. *out is owned by the transport until kvs_ucx_conn_close.
+ * peer_errors 1: UCP_ERR_HANDLING_MODE_PEER, a dead peer fails the connection (UCX 1.13 then picks
+ * tcp only). peer_errors 0: UCX may pick shared memory (posix, cma) for a peer on this host, but the
+ * endpoint has no peer-failure detection: a transfer to a dead peer hangs until its timeout, and a
+ * dead endpoint is left to UCX rather than closed. Give it a guard (kvs_ucx_conn_guard) and a
+ * watched fd so it fails as soon as those do. */
 kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
-                                   int timeout_ms, kvs_ucx_conn **out);
+                                   int peer_errors, int timeout_ms, kvs_ucx_conn **out);
 /* Close a connection (gracefully when alive, bounded by a short timeout, forced otherwise), destroy
  * its remote keys and drop its undelivered messages. NULL is a no-op. */
 void kvs_ucx_conn_close(kvs_ucx_conn *conn);

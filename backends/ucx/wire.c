@@ -113,18 +113,24 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         return -1;
     }
     if (t == KVS_WIRE_AUTH && (msg->host_id_len || msg->worker_addr_len) &&
-        (!msg->host_id || !msg->worker_addr || msg->host_id_len > KVS_WIRE_MAX_HOST_ID_BYTES ||
-         msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || msg->host_id_len == 0 ||
-         msg->worker_addr_len == 0 || msg->pid == 0 || msg->pid > INT32_MAX)) {
-        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth carries a host id of %u bytes (1..%u), a worker address "
-               "of %u bytes (1..%u) and a pid: all or none", msg->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES,
-               msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES);
+        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || msg->worker_addr_len == 0 ||
+         (msg->host_id_len && (!msg->host_id || msg->host_id_len > KVS_WIRE_MAX_HOST_ID_BYTES || msg->pid == 0 ||
+                               msg->pid > INT32_MAX)))) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth carries a worker address of %u bytes (1..%u), and with it "
+               "optionally a host id of %u bytes (1..%u) and a pid", msg->worker_addr_len,
+               KVS_WIRE_MAX_WORKER_ADDR_BYTES, msg->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES);
         return -1;
     }
     if (t == KVS_WIRE_AUTH_OK && (msg->transports_len > KVS_WIRE_MAX_TRANSPORTS_TEXT ||
                                   (msg->transports_len && !msg->transports))) {
         refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok transports text of %u bytes is over %u", msg->transports_len,
                KVS_WIRE_MAX_TRANSPORTS_TEXT);
+        return -1;
+    }
+    if (t == KVS_WIRE_AUTH_OK && msg->worker_addr_len &&
+        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !msg->session_token)) {
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok carries a worker address of %u bytes (1..%u) with a "
+               "session token", msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES);
         return -1;
     }
     if (t == KVS_WIRE_ERROR && (msg->error_text_len > KVS_WIRE_MAX_ERROR_TEXT ||
@@ -185,19 +191,25 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
         pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
         break;
     case KVS_WIRE_AUTH:
-        msgpack_pack_array(pk, msg->worker_addr_len ? 4 : 1);
+        msgpack_pack_array(pk, msg->host_id_len ? 4 : msg->worker_addr_len ? 2 : 1);
         pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES);
-        if (msg->worker_addr_len) {
+        if (msg->host_id_len) {
             pack_bytes(pk, msg->host_id, msg->host_id_len);
             pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
             msgpack_pack_uint32(pk, msg->pid);
+        } else if (msg->worker_addr_len) {
+            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
         }
         break;
     case KVS_WIRE_AUTH_OK:
-        msgpack_pack_array(pk, msg->transports_len ? 1 : 0);
-        if (msg->transports_len) {
+        msgpack_pack_array(pk, msg->worker_addr_len ? 3 : msg->transports_len ? 1 : 0);
+        if (msg->transports_len || msg->worker_addr_len) {
             msgpack_pack_str(pk, msg->transports_len);
             msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
+        }
+        if (msg->worker_addr_len) {
+            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+            pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
         }
         break;
     case KVS_WIRE_STATS:
@@ -442,13 +454,23 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
         return read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge");
     case KVS_WIRE_AUTH:
         if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (n_fields != 1 && n_fields != 4) {
-            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth message has %u fields: 1 (proof) or 4 (proof, host id, "
-                   "worker address, pid) expected", n_fields);
+        if (n_fields == 3) {
+            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth message has 3 fields: 1 (proof), 2 (proof, worker "
+                   "address) or 4 (proof, host id, worker address, pid) expected");
             return -1;
         }
         if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
         if (n_fields == 1) return 0;
+        if (n_fields == 2) {
+            if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                          "the worker address") != 0)
+                return -1;
+            if (out->worker_addr_len == 0) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty worker address");
+                return -1;
+            }
+            return 0;
+        }
         if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES, "the host id") != 0 ||
             read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
                       "the worker address") != 0)
@@ -466,12 +488,25 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
         out->pid = (uint32_t)pid;
         return 0;
     case KVS_WIRE_AUTH_OK:
-        if (read_array(r, &n_fields, 0, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (read_array(r, &n_fields, 0, 3, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+        if (n_fields == 2) {
+            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth_ok message has 2 fields: 0, 1 (transports) or 3 "
+                   "(transports, worker address, session token) expected");
+            return -1;
+        }
         if (n_fields == 0) return 0;
         if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0) return -1;
         out->transports = (const char *)bytes;
         out->transports_len = len;
-        return 0;
+        if (n_fields == 1) return 0;
+        if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                      "the worker address") != 0)
+            return -1;
+        if (out->worker_addr_len == 0) {
+            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth_ok message: empty worker address");
+            return -1;
+        }
+        return read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES, "the session token");
     case KVS_WIRE_STATS:
         return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
     case KVS_WIRE_ERROR: {

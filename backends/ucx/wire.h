@@ -12,7 +12,7 @@
 
 #include "kvstrata.h"
 
-#define KVS_WIRE_VERSION 1u
+#define KVS_WIRE_VERSION 2u /* 2: AUTH carries the worker address, AUTH_OK the node's and a session token */
 
 /* Limits: a decoder refuses anything over them before it reads the field's bytes; an encoder refuses
  * to write what a decoder would refuse. */
@@ -29,12 +29,13 @@
 #define KVS_WIRE_NONCE_BYTES 32u     /* HELLO client nonce */
 #define KVS_WIRE_CHALLENGE_BYTES 32u /* CHALLENGE */
 #define KVS_WIRE_PROOF_BYTES 32u     /* AUTH: HMAC-SHA256 */
+#define KVS_WIRE_SESSION_TOKEN_BYTES 16u /* AUTH_OK: names the session in every UCX request header */
 
 typedef enum kvs_wire_type {
     KVS_WIRE_HELLO = 1,        /* client -> node: tenant, nonce */
     KVS_WIRE_CHALLENGE = 2,    /* node -> client: challenge */
-    KVS_WIRE_AUTH = 3,         /* client -> node: proof [, host_id, worker_addr, pid] */
-    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports] */
+    KVS_WIRE_AUTH = 3,         /* client -> node: proof [, worker_addr] or proof, host_id, worker_addr, pid */
+    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports [, worker_addr, session_token]] */
     KVS_WIRE_ERROR = 5,        /* either way: error_code, error_text */
     KVS_WIRE_LOOKUP = 6,       /* entries[].key */
     KVS_WIRE_LOOKUP_REPLY = 7, /* entries[].present */
@@ -74,6 +75,9 @@ enum {
     KVS_WIRE_STAT_PUTS,
     KVS_WIRE_STAT_EVICTIONS,
     KVS_WIRE_STAT_AUTH_FAILURES,
+    KVS_WIRE_STAT_HANDSHAKE_REFUSALS, /* control connections closed for bad bytes, size or order (v2) */
+    KVS_WIRE_STAT_HANDSHAKE_TIMEOUTS, /* control connections closed at the handshake deadline (v2) */
+    KVS_WIRE_STAT_CONNECTIONS_REJECTED, /* closed at accept: over a cap, or no fd left (v2) */
     KVS_WIRE_STATS_COUNT
 };
 
@@ -103,9 +107,10 @@ typedef struct kvs_wire_msg {
     const uint8_t *proof;     /* AUTH */
     const uint8_t *host_id;   /* AUTH, optional with worker_addr: same host -> node RMA by address */
     uint32_t host_id_len;
-    const uint8_t *worker_addr; /* AUTH, optional */
+    const uint8_t *worker_addr; /* AUTH: the client's UCX worker address; AUTH_OK: the node's */
     uint32_t worker_addr_len;
-    uint32_t pid;             /* AUTH, with worker_addr: the client process (1..INT32_MAX) */
+    uint32_t pid;             /* AUTH, with host_id: the client process (1..INT32_MAX) */
+    const uint8_t *session_token; /* AUTH_OK, with worker_addr: KVS_WIRE_SESSION_TOKEN_BYTES */
     const char *transports;   /* AUTH_OK, optional: what the node's RMA to this client runs over */
     uint32_t transports_len;
     uint32_t error_code;      /* ERROR: kvs_wire_error */

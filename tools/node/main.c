@@ -12,12 +12,13 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients N]\n"
-               "                     [--timeout-ms N] [--max-object-bytes SIZE]\n"
+               "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
                "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
                "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
                "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 picks one)\n"
-               "  --max-clients N         connections served at once (default 64)\n"
-               "  --timeout-ms N          bound on each send and RMA transfer (default 5000)\n"
+               "  --max-clients N         authenticated sessions served at once (default 64)\n"
+               "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
+               "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
                "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n");
 }
 
@@ -32,12 +33,8 @@ static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out
 }
 
 int main(int argc, char **argv) {
-    /* A restarted node must rebind its port at once, while the previous process's connections sit
-     * in TIME-WAIT; UCX leaves SO_REUSEADDR off on its listener by default. Set before UCX reads its
-     * configuration and before any thread exists; a value the operator exported wins. */
-    setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
     const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
-    uint64_t max_clients = 0, timeout_ms = 0, max_object = 0; /* 0: not given on the command line */
+    uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -54,6 +51,8 @@ int main(int argc, char **argv) {
             listen = v;
         } else if (!strcmp(a, "--max-clients")) {
             bad = parse_u64(v, 1, 1u << 20, &max_clients);
+        } else if (!strcmp(a, "--max-handshakes")) {
+            bad = parse_u64(v, 1, 1u << 16, &max_handshakes);
         } else if (!strcmp(a, "--timeout-ms")) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
         } else if (!strcmp(a, "--max-object-bytes")) {
@@ -83,6 +82,7 @@ int main(int argc, char **argv) {
     if (!psk_path && cfg->node.psk_file[0]) psk_path = cfg->node.psk_file;
     if (!listen) listen = cfg->node.listen[0] ? cfg->node.listen : "0.0.0.0:0";
     if (!max_clients) max_clients = cfg->node.max_clients ? cfg->node.max_clients : 64;
+    if (!max_handshakes) max_handshakes = cfg->node.max_handshakes ? cfg->node.max_handshakes : 16;
     if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
     if (!max_object) max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
     if (!psk_path) {
@@ -126,7 +126,8 @@ int main(int argc, char **argv) {
     memset(&psk, 0, sizeof psk);
     if (kvs_remote_psk_load(psk_path, &psk, err, sizeof err) != KVS_OK) goto out;
     kvs_node_params p = {.config = cfg, .psk = &psk, .listen_host = host, .listen_port = (uint16_t)port,
-                         .max_clients = (uint32_t)max_clients, .timeout_ms = (int)timeout_ms,
+                         .max_clients = (uint32_t)max_clients, .max_handshakes = (uint32_t)max_handshakes,
+                         .timeout_ms = (int)timeout_ms,
                          .max_object_bytes = max_object, .max_refusals = 16};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
@@ -145,10 +146,13 @@ int main(int argc, char **argv) {
     kvs_node_get_stats(node, &s);
     kvs_node_destroy(node);
     node = NULL;
-    printf("kvstrata-node stopped on %s connections=%llu rejected=%llu auth_ok=%llu auth_failures=%llu "
+    printf("kvstrata-node stopped on %s connections=%llu rejected=%llu handshake_refusals=%llu "
+           "handshake_timeouts=%llu unknown_sessions=%llu auth_ok=%llu auth_failures=%llu "
            "refusals=%llu lookups=%llu hits=%llu misses=%llu gets=%llu puts=%llu deletes=%llu "
            "bytes_in=%llu bytes_out=%llu\n",
            signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
+           (unsigned long long)s.handshake_refusals, (unsigned long long)s.handshake_timeouts,
+           (unsigned long long)s.unknown_sessions,
            (unsigned long long)s.auth_ok, (unsigned long long)s.auth_failures, (unsigned long long)s.refusals,
            (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
            (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,

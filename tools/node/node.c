@@ -1,6 +1,12 @@
-/* node.c - kvstrata-node's server: connections, handshake, and the LOOKUP/GET/PUT/DELETE/STATS
- * requests over the tier chain. One thread owns everything; requests run to completion in the
- * transport's message callback, so a connection's requests are answered in order.
+/* node.c - kvstrata-node's server: control connections and their handshake, sessions, and the
+ * LOOKUP/GET/PUT/DELETE/STATS requests over the tier chain. One thread owns everything and sleeps in
+ * one poll over the listening socket, every control connection and the UCX worker; requests run to
+ * completion in the transport's message callback, so a session's requests are answered in order.
+ *
+ * A control connection is plain TCP with our own framing (control.h): the handshake is bounded in
+ * bytes (KVS_CONTROL_MAX_FRAME_BYTES per frame) and time (timeout_ms for all of it), read without
+ * blocking, and anything wrong closes it. Only after AUTH_OK does the node make a UCX endpoint (from
+ * the client's worker address) and hand out its own worker address and a session token.
  *
  * Payloads move without a copy on the node where the tier allows it: a GET pins each object in a
  * zero-copy tier (dram) and writes it from its slab into the client's memory, all of a request's
@@ -9,13 +15,19 @@
 #include "node.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <openssl/crypto.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "log.h"
 #include "tiers.h"
 #include "ucx_transport.h"
@@ -27,6 +39,9 @@
 #define STAGING_MAX_SLOTS 8u              /* objects of one GET batch read out of copy-only tiers */
 #define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
 #define MAX_REGIONS 8u                    /* tier ranges registered with UCX, plus the staging */
+#define ACCEPTS_PER_WAKE 64u              /* accepts per loop pass, so sessions are served meanwhile */
+#define ACCEPT_PAUSE_MS 100               /* out of fds: stop accepting for this long */
+#define REFUSAL_LOG_INTERVAL_NS 1000000000ull /* at most one refusal line per second */
 
 typedef struct region {
     const uint8_t *base;
@@ -53,8 +68,15 @@ typedef struct rkey_slot {
 } rkey_slot;
 
 typedef struct node_conn {
-    kvs_ucx_conn *conn; /* requests and replies (the client's sockaddr connection) */
-    kvs_ucx_conn *rma;  /* payloads: conn, or an endpoint to the client's worker address (same host) */
+    int fd;                 /* the control connection (TCP); the session lives while it is open */
+    char peer[64];          /* its host:port, for messages */
+    kvs_control_reader *rd; /* during the handshake; freed at AUTH_OK */
+    uint64_t deadline_ns;   /* the handshake's */
+    int session;            /* authenticated: conn, token and hasher are set */
+    int peer_gone;          /* the control connection ended: endpoints are aborted, not flushed */
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
+    kvs_ucx_conn *conn; /* replies: an endpoint to the client's worker address, peer failures detected */
+    kvs_ucx_conn *rma;  /* payloads: conn, or a shared-memory endpoint to the same address (same host) */
     int pidfd;          /* with that endpoint: the client process, readable once it exits; else -1 */
     kvs_remote_auth_node auth;
     kvs_remote_tenant_hasher *hasher; /* the tenant's stored keys, from AUTH_OK on */
@@ -84,7 +106,18 @@ struct kvs_node {
     put_pending puts[KVS_WIRE_MAX_KEYS]; /* one PUT batch: with batch[] and batch_entry[] */
     uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
-    uint32_t n_conns;
+    uint32_t n_sessions, n_handshakes;
+    int listen_fd;
+    uint16_t port;
+    uint64_t accept_paused_until_ns;
+    struct pollfd *pfds; /* the loop's poll set: stop, worker, listener, then one per connection */
+    node_conn **pconns;  /* the connection of each pfds entry from index 3 */
+    uint32_t pfds_cap;
+    uint8_t *worker_addr; /* this node's, sent in AUTH_OK */
+    size_t worker_addr_len;
+    uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES]; /* a control reply */
+    uint64_t refusal_log_ns; /* rate limit of refusal lines */
+    uint64_t refusals_unlogged;
     kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];
     kvs_wire_entry reply_entries[KVS_WIRE_MAX_KEYS];
     uint8_t *reply; /* KVS_WIRE_MAX_MESSAGE_BYTES */
@@ -96,46 +129,98 @@ struct kvs_node {
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
+/* A refusal line on stderr, at most one a second; the lines left out are counted in the next one. */
+static void log_refusal(kvs_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_refusal(kvs_node *n, const char *fmt, ...) {
+    uint64_t now = kvs_now_ns();
+    if (n->refusal_log_ns && now - n->refusal_log_ns < REFUSAL_LOG_INTERVAL_NS) {
+        n->refusals_unlogged++;
+        return;
+    }
+    char line[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n->refusals_unlogged)
+        fprintf(stderr, "kvstrata-node: %s (and %llu more refusals not logged in the last second)\n", line,
+                (unsigned long long)n->refusals_unlogged);
+    else
+        fprintf(stderr, "kvstrata-node: %s\n", line);
+    n->refusal_log_ns = now;
+    n->refusals_unlogged = 0;
+}
+
 static void conn_free(node_conn *c) {
     for (uint32_t i = 0; i < RKEY_CACHE; i++)
         if (c->rkeys[i].len) kvs_ucx_rkey_destroy(c->rkeys[i].rkey);
     if (c->rma && c->rma != c->conn) kvs_ucx_conn_close(c->rma);
-    kvs_ucx_conn_close(c->conn);
+    /* a client whose control connection ended is gone or gave up: no flush towards it */
+    if (c->peer_gone) kvs_ucx_conn_abort(c->conn);
+    else kvs_ucx_conn_close(c->conn);
     if (c->pidfd >= 0) close(c->pidfd);
+    if (c->fd >= 0) close(c->fd);
+    free(c->rd);
     kvs_remote_tenant_hasher_free(c->hasher);
     memset(&c->auth, 0, sizeof c->auth);
+    memset(c->token, 0, sizeof c->token);
     free(c);
 }
 
-static void on_accept(void *user, kvs_ucx_conn *conn) {
-    kvs_node *n = user;
-    if (n->n_conns >= n->params.max_clients) {
-        n->stats.rejected++;
-        fprintf(stderr, "kvstrata-node: %s refused: already %u connections (--max-clients)\n",
-                kvs_ucx_conn_peer(conn), n->n_conns);
-        kvs_ucx_conn_close(conn);
-        return;
+/* Take the connections waiting on the listener: each gets the handshake deadline and a frame
+ * reader, unless a cap is reached (then it is closed at once, counted and logged). */
+static void accept_all(kvs_node *n) {
+    for (uint32_t i = 0; i < ACCEPTS_PER_WAKE; i++) {
+        struct sockaddr_in sin;
+        socklen_t sl = sizeof sin;
+        int fd = accept4(n->listen_fd, (struct sockaddr *)&sin, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* the connection stays in the backlog; try again shortly rather than spin on it */
+                n->stats.rejected++;
+                n->accept_paused_until_ns = kvs_now_ns() + ACCEPT_PAUSE_MS * 1000000ull;
+                log_refusal(n, "cannot accept a connection: %s; accepting again in %d ms", strerror(errno),
+                            ACCEPT_PAUSE_MS);
+            }
+            return; /* EAGAIN: none left; others (ECONNABORTED, ...) concern that connection only */
+        }
+        char peer[64] = "unknown peer", host[INET_ADDRSTRLEN];
+        if (sin.sin_family == AF_INET && inet_ntop(AF_INET, &sin.sin_addr, host, sizeof host))
+            kvs_fmt(peer, sizeof peer, "%s:%u", host, ntohs(sin.sin_port));
+        const char *cap = NULL;
+        if (n->n_handshakes >= n->params.max_handshakes) cap = "handshakes in progress (--max-handshakes)";
+        else if (n->n_sessions >= n->params.max_clients) cap = "sessions (--max-clients)";
+        node_conn *c = cap ? NULL : calloc(1, sizeof *c);
+        kvs_control_reader *rd = c ? malloc(sizeof *rd) : NULL;
+        if (!rd) {
+            n->stats.rejected++;
+            if (cap)
+                log_refusal(n, "%s refused: already %u %s", peer,
+                            cap[0] == 'h' ? n->n_handshakes : n->n_sessions, cap);
+            else
+                log_refusal(n, "%s refused: no memory for a connection", peer);
+            free(c);
+            close(fd);
+            continue;
+        }
+        rd->have_prefix = 0;
+        c->fd = fd;
+        c->rd = rd;
+        c->pidfd = -1;
+        c->deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+        kvs_fmt(c->peer, sizeof c->peer, "%s", peer);
+        c->next = n->conns;
+        n->conns = c;
+        n->n_handshakes++;
+        n->stats.connections++;
     }
-    node_conn *c = calloc(1, sizeof *c);
-    if (!c) {
-        kvs_ucx_conn_close(conn);
-        return;
-    }
-    c->conn = conn;
-    c->rma = conn;
-    c->pidfd = -1;
-    c->next = n->conns;
-    n->conns = c;
-    n->n_conns++;
-    n->stats.connections++;
-    kvs_ucx_conn_set_user(conn, c);
 }
 
 static void on_dead(void *user, kvs_ucx_conn *conn, const char *why) {
     (void)user;
     (void)why;
     node_conn *c = kvs_ucx_conn_user(conn);
-    if (c) c->closing = 1; /* a connection refused at accept was closed there already */
+    if (c) c->closing = 1;
 }
 
 /* Close the connections marked closing (never from inside their own callback). */
@@ -144,7 +229,8 @@ static void sweep(kvs_node *n) {
         node_conn *c = *p;
         if (c->closing) {
             *p = c->next;
-            n->n_conns--;
+            if (c->session) n->n_sessions--;
+            else n->n_handshakes--;
             conn_free(c);
         } else {
             p = &c->next;
@@ -172,7 +258,7 @@ static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
 
 static void send_encoded(kvs_node *n, node_conn *c, size_t len) {
     if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, n->reply, len, n->params.timeout_ms) != KVS_OK) {
-        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
         c->closing = 1;
     }
 }
@@ -196,7 +282,7 @@ static void send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why)
     n->stats.refusals++;
     if (kvs_wire_encode_refusal(why, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len) == KVS_OK) send_encoded(n, c, len);
     if (++c->refusals > n->params.max_refusals) {
-        fprintf(stderr, "kvstrata-node: %s: closed after %u refused messages\n", kvs_ucx_conn_peer(c->conn),
+        fprintf(stderr, "kvstrata-node: %s: closed after %u refused messages\n", c->peer,
                 c->refusals);
         c->closing = 1;
     }
@@ -259,7 +345,7 @@ static void get_flush(kvs_node *n, node_conn *c) {
             }
         }
         if (st != KVS_OK)
-            fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+            fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
     }
     for (uint32_t i = 0; i < n->n_pins; i++) {
         const pinned *p = &n->pins[i];
@@ -347,7 +433,7 @@ static void put_flush(kvs_node *n, node_conn *c) {
     if (n->n_batch == 0) return;
     kvs_status st = kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, n->params.timeout_ms);
     if (st != KVS_OK)
-        fprintf(stderr, "kvstrata-node: %s: %s\n", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
     for (uint32_t i = 0; i < n->n_batch; i++) {
         const put_pending *p = &n->puts[i];
         const kvs_ucx_rma *op = &n->batch[i];
@@ -441,101 +527,257 @@ static void do_stats(kvs_node *n, kvs_wire_msg *rep) {
     rep->counters[KVS_WIRE_STAT_PUTS] = n->stats.puts;
     rep->counters[KVS_WIRE_STAT_EVICTIONS] = kvs_tiers_evictions(n->chain);
     rep->counters[KVS_WIRE_STAT_AUTH_FAILURES] = n->stats.auth_failures;
+    rep->counters[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] = n->stats.handshake_refusals;
+    rep->counters[KVS_WIRE_STAT_HANDSHAKE_TIMEOUTS] = n->stats.handshake_timeouts;
+    rep->counters[KVS_WIRE_STAT_CONNECTIONS_REJECTED] = n->stats.rejected;
 }
 
-/* A client on this host that sent its worker address gets its payloads over an endpoint to that
- * address, where UCX can use shared memory; the sockaddr path reaches it over tcp only. Any failure
- * keeps the sockaddr connection for payloads (said at WARN). */
+/* A client on this host that offered shared memory (a host id with its worker address) gets its
+ * payloads over a second endpoint to that address without peer-failure handling, where UCX can use
+ * shared memory; the session's endpoint reaches it over tcp only. Any failure keeps the session's
+ * endpoint for payloads (said at WARN). */
 static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
-    if (!req->worker_addr_len) return; /* not offered (shared_memory: off) */
+    if (!req->host_id_len) return; /* not offered (shared_memory: off) */
     if (!n->host_id_ok || req->host_id_len != sizeof n->host_id || memcmp(req->host_id, n->host_id, sizeof n->host_id)) {
         kvs_log(n->log_level, KVS_LOG_DEBUG, "kvstrata-node: client %s is on another host",
-                kvs_ucx_conn_peer(c->conn));
+                c->peer);
         return;
     }
     /* UCX has no failure detection on that endpoint: the client's pidfd fires the moment it exits */
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)req->pid, 0);
     if (pidfd < 0) {
         kvs_log(n->log_level, KVS_LOG_WARN, "kvstrata-node: client %s: no pidfd for its pid %u (%s); payloads go "
-                "over the request connection", kvs_ucx_conn_peer(c->conn), req->pid, strerror(errno));
+                "over the request connection", c->peer, req->pid, strerror(errno));
         return;
     }
     char name[96];
-    kvs_fmt(name, sizeof name, "%s (worker address)", kvs_ucx_conn_peer(c->conn));
+    kvs_fmt(name, sizeof name, "%s (worker address)", c->peer);
     kvs_ucx_conn *rma = NULL;
-    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, n->params.timeout_ms, &rma) !=
-        KVS_OK) {
+    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 0, n->params.timeout_ms,
+                                &rma) != KVS_OK) {
         kvs_log(n->log_level, KVS_LOG_WARN,
                 "kvstrata-node: client %s is on this host but its worker address does not connect (%s); "
-                "payloads go over the request connection", kvs_ucx_conn_peer(c->conn), kvs_ucx_last_error(n->t));
+                "payloads go over the request connection", c->peer, kvs_ucx_last_error(n->t));
         close(pidfd);
         return;
     }
     kvs_ucx_conn_set_user(rma, c);
-    kvs_ucx_conn_guard(rma, c->conn); /* a client that dies shows on the request connection... */
+    kvs_ucx_conn_guard(rma, c->conn); /* a client that dies shows on the session's endpoint... */
     kvs_ucx_conn_watch_fd(rma, pidfd); /* ...or, sooner, on its pidfd */
     c->pidfd = pidfd;
     c->rma = rma;
 }
 
-static void handshake(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
-    char err[256] = "";
-    kvs_wire_msg rep;
-    if (req->type == KVS_WIRE_HELLO) {
-        const uint8_t *challenge = NULL;
-        kvs_status st = kvs_remote_auth_node_hello(&c->auth, req, &challenge, err, sizeof err);
-        if (st != KVS_OK) { /* the handshake is over for this connection (auth.c refuses from now on) */
-            refuse(n, c, req->request_id, st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
-                   err[0] ? err : "node: hello refused");
-            c->closing = 1;
-            return;
+/* ---- control connections ---------------------------------------------------------------------- */
+
+/* Send one frame on a control connection without waiting: a handshake reply is small, and a peer
+ * whose socket has no room for it is not worth waiting for. */
+static int control_send(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
+    char err[192];
+    size_t len = 0;
+    if (kvs_control_encode(msg, n->frame, sizeof n->frame, &len, err, sizeof err) != KVS_OK ||
+        kvs_control_write(c->fd, n->frame, len, 0, err, sizeof err) != KVS_OK) {
+        log_refusal(n, "%s: %s", c->peer, err);
+        c->closing = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* End a handshake: an ERROR frame when there is something to say (best effort), then close. */
+static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+    if (code != KVS_WIRE_ERR_NONE) {
+        kvs_wire_refusal why;
+        memset(&why, 0, sizeof why);
+        why.code = code;
+        why.request_id = request_id;
+        why.have_request_id = 1;
+        kvs_fmt(why.text, sizeof why.text, "%s", text);
+        size_t len = 0;
+        char err[64];
+        if (kvs_wire_encode_refusal(&why, n->frame + KVS_CONTROL_PREFIX_BYTES,
+                                    sizeof n->frame - KVS_CONTROL_PREFIX_BYTES, &len) == KVS_OK) {
+            n->frame[0] = (uint8_t)(len >> 24);
+            n->frame[1] = (uint8_t)(len >> 16);
+            n->frame[2] = (uint8_t)(len >> 8);
+            n->frame[3] = (uint8_t)len;
+            (void)kvs_control_write(c->fd, n->frame, len + KVS_CONTROL_PREFIX_BYTES, 0, err, sizeof err);
         }
-        kvs_wire_msg_init(&rep, KVS_WIRE_CHALLENGE, req->request_id);
-        rep.challenge = challenge;
-        send_msg(n, c, &rep);
+    }
+    c->closing = 1;
+}
+
+/* The same for a peer that broke the protocol: counted and logged (rate-limited). */
+static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+    n->stats.handshake_refusals++;
+    log_refusal(n, "%s: handshake refused: %s", c->peer, text);
+    handshake_close(n, c, request_id, code, text);
+}
+
+/* AUTH accepted: make the session's endpoint from the client's worker address, then AUTH_OK with
+ * this node's worker address and the session token. The client progresses its worker while it
+ * waits for AUTH_OK, so the endpoint's wire-up completes. */
+static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    char name[96];
+    if (!req->worker_addr_len) {
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_VALUE, "node: auth without a worker address");
         return;
     }
-    /* AUTH */
-    kvs_status st = kvs_remote_auth_node_check(&c->auth, &n->psk, req->proof, req->proof ? KVS_WIRE_PROOF_BYTES : 0,
+    if (n->n_sessions >= n->params.max_clients) {
+        n->stats.rejected++;
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: already serving --max-clients sessions");
+        return;
+    }
+    if (!(c->hasher = kvs_remote_tenant_hasher_new(c->auth.tenant, c->auth.tenant_len)) ||
+        kvs_remote_random(c->token, sizeof c->token) != KVS_OK) {
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: out of memory or randomness");
+        return;
+    }
+    kvs_fmt(name, sizeof name, "%s (tenant %s)", c->peer, c->auth.tenant);
+    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 1, n->params.timeout_ms,
+                                &c->conn) != KVS_OK) {
+        char text[KVS_WIRE_MAX_ERROR_TEXT];
+        kvs_fmt(text, sizeof text, "node: cannot reach the client's worker address: %s", kvs_ucx_last_error(n->t));
+        c->conn = NULL;
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, text);
+        return;
+    }
+    kvs_ucx_conn_set_user(c->conn, c);
+    c->rma = c->conn;
+    rma_by_address(n, c, req);
+    free(c->rd);
+    c->rd = NULL;
+    c->session = 1;
+    n->n_handshakes--;
+    n->n_sessions++;
+    n->stats.auth_ok++;
+    const char *tls = kvs_ucx_conn_transports(c->rma);
+    kvs_wire_msg rep;
+    kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
+    rep.transports = tls;
+    rep.transports_len = (uint32_t)strnlen(tls, KVS_WIRE_MAX_TRANSPORTS_TEXT);
+    rep.worker_addr = n->worker_addr;
+    rep.worker_addr_len = (uint32_t)n->worker_addr_len;
+    rep.session_token = c->token;
+    int slow = kvs_ucx_tls_slow(tls);
+    kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
+            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant, tls,
+            slow ? " only - a slow fallback (RMA emulated over messages)" : "");
+    control_send(n, c, &rep);
+}
+
+/* One whole frame of a control connection in its handshake: HELLO, then AUTH; anything else, or
+ * anything that does not decode, ends it. */
+static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t len) {
+    char err[256] = "";
+    kvs_wire_msg req;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_decode(frame, len, n->entries, KVS_WIRE_MAX_KEYS, &req, &why) != KVS_OK) {
+        handshake_refuse(n, c, why.have_request_id ? why.request_id : 0, why.code, why.text);
+        return;
+    }
+    if (req.type == KVS_WIRE_HELLO) {
+        const uint8_t *challenge = NULL;
+        kvs_status st = kvs_remote_auth_node_hello(&c->auth, &req, &challenge, err, sizeof err);
+        if (st != KVS_OK) {
+            handshake_refuse(n, c, req.request_id, st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
+                             err[0] ? err : "node: hello refused");
+            return;
+        }
+        kvs_wire_msg rep;
+        kvs_wire_msg_init(&rep, KVS_WIRE_CHALLENGE, req.request_id);
+        rep.challenge = challenge;
+        control_send(n, c, &rep);
+        return;
+    }
+    if (req.type != KVS_WIRE_AUTH) {
+        char text[128];
+        kvs_fmt(text, sizeof text, "node: %s before the handshake finished", kvs_wire_type_name(req.type));
+        handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
+        return;
+    }
+    kvs_status st = kvs_remote_auth_node_check(&c->auth, &n->psk, req.proof, req.proof ? KVS_WIRE_PROOF_BYTES : 0,
                                                err, sizeof err);
     if (st == KVS_ESTATE) {
-        refuse(n, c, req->request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: auth without a challenge");
-        c->closing = 1;
+        handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: auth without a challenge");
         return;
     }
     if (st != KVS_OK) {
         n->stats.auth_failures++;
-        fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n",
-                kvs_ucx_conn_peer(c->conn), c->auth.tenant);
-        refuse(n, c, req->request_id, KVS_WIRE_ERR_AUTH, "node: authentication failed");
+        fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n", c->peer, c->auth.tenant);
+        handshake_close(n, c, req.request_id, KVS_WIRE_ERR_AUTH, "node: authentication failed");
+        return;
+    }
+    session_open(n, c, &req);
+}
+
+/* The control connection is readable: handshake bytes, or, for a session, its end (a session's
+ * client sends nothing more on it; bytes there are a protocol error and end the session too). */
+static void control_readable(kvs_node *n, node_conn *c) {
+    char err[160];
+    if (c->session) {
+        uint8_t byte;
+        ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT);
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        if (k > 0) log_refusal(n, "%s: bytes on the control connection of a session; session closed", c->peer);
+        c->peer_gone = 1;
         c->closing = 1;
         return;
     }
-    if (!(c->hasher = kvs_remote_tenant_hasher_new(c->auth.tenant, c->auth.tenant_len))) {
-        refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: out of memory");
-        c->closing = 1;
-        return;
+    for (;;) {
+        size_t len = 0;
+        kvs_status st = kvs_control_read(c->rd, c->fd, &len, err, sizeof err);
+        if (st == KVS_EAGAIN) return;
+        if (st != KVS_OK) {
+            c->peer_gone = 1;
+            handshake_refuse(n, c, 0, KVS_WIRE_ERR_NONE, err);
+            return;
+        }
+        handshake(n, c, c->rd->frame, len);
+        if (c->closing || c->session) return;
     }
-    n->stats.auth_ok++;
-    rma_by_address(n, c, req);
-    const char *tls = kvs_ucx_conn_transports(c->rma);
-    kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
-    rep.transports = tls;
-    rep.transports_len = (uint32_t)strnlen(tls, KVS_WIRE_MAX_TRANSPORTS_TEXT);
-    int slow = kvs_ucx_tls_slow(tls);
-    kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
-            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", kvs_ucx_conn_peer(c->conn),
-            c->auth.tenant, tls, slow ? " only - a slow fallback (RMA emulated over messages)" : "");
-    send_msg(n, c, &rep);
+}
+
+/* Handshakes past their deadline are closed: a peer that trickles bytes holds a slot for
+ * timeout_ms at most. Returns the nearest deadline still ahead (UINT64_MAX: none). */
+static uint64_t expire_handshakes(kvs_node *n) {
+    uint64_t now = kvs_now_ns(), next = UINT64_MAX;
+    for (node_conn *c = n->conns; c; c = c->next) {
+        if (c->session || c->closing) continue;
+        if (now >= c->deadline_ns) {
+            n->stats.handshake_timeouts++;
+            log_refusal(n, "%s: handshake not finished within %d ms; closed", c->peer, n->params.timeout_ms);
+            c->peer_gone = 1;
+            c->closing = 1;
+        } else if (c->deadline_ns < next) {
+            next = c->deadline_ns;
+        }
+    }
+    return next;
+}
+
+/* The session a request header names (its token), or NULL. */
+static node_conn *session_of(kvs_node *n, const void *header, size_t header_len) {
+    if (header_len != KVS_WIRE_SESSION_TOKEN_BYTES) return NULL;
+    for (node_conn *c = n->conns; c; c = c->next)
+        if (c->session && !c->closing && CRYPTO_memcmp(c->token, header, KVS_WIRE_SESSION_TOKEN_BYTES) == 0)
+            return c;
+    return NULL;
 }
 
 static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
                        size_t data_len) {
     kvs_node *n = user;
-    node_conn *c = kvs_ucx_conn_user(conn);
-    if (!c || c->closing) return;
-    const void *buf = data_len ? data : header;
-    size_t len = data_len ? data_len : header_len;
+    (void)conn; /* UCX may deliver on an endpoint of its own making: the token names the session */
+    node_conn *c = session_of(n, header, header_len);
+    if (!c) {
+        n->stats.unknown_sessions++;
+        log_refusal(n, "dropped a %zu-byte request that names no live session", data_len);
+        return;
+    }
+    const void *buf = data;
+    size_t len = data_len;
     kvs_wire_msg req;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
@@ -543,16 +785,8 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
         send_refusal(n, c, &why);
         return;
     }
-    int authed = kvs_remote_auth_node_ok(&c->auth);
     if (req.type == KVS_WIRE_HELLO || req.type == KVS_WIRE_AUTH) {
-        if (authed) refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, "node: the connection is already authenticated");
-        else handshake(n, c, &req);
-        return;
-    }
-    if (!authed) {
-        char text[128];
-        kvs_fmt(text, sizeof text, "node: %s before the handshake finished", kvs_wire_type_name(req.type));
-        refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
+        refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, "node: the session is already authenticated");
         return;
     }
     kvs_wire_msg rep;
@@ -598,7 +832,9 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         kvs_fmt(err, err_len, "node: no memory");
         return KVS_ENOMEM;
     }
+    n->listen_fd = -1;
     n->params = *params;
+    if (n->params.max_handshakes == 0) n->params.max_handshakes = 16;
     n->host_id_ok = kvs_remote_host_id(n->host_id) == KVS_OK;
     n->log_level = params->config->log_level;
     n->params.config = NULL;
@@ -636,11 +872,33 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         }
     }
 
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "kvstrata-node", .listen_host = params->listen_host,
-                        .listen_port = params->listen_port, .log_level = params->config->log_level,
-                        .on_accept = on_accept, .on_dead = on_dead, .user = n};
+    n->pfds_cap = params->max_clients + params->max_handshakes + 3;
+    n->pfds = calloc(n->pfds_cap, sizeof *n->pfds);
+    n->pconns = calloc(n->pfds_cap, sizeof *n->pconns);
+    if (!n->pfds || !n->pconns) {
+        kvs_fmt(err, err_len, "node: no memory for %u connections", n->pfds_cap);
+        st = KVS_ENOMEM;
+        goto fail;
+    }
+    char why[256];
+    st = kvs_control_listen(params->listen_host, params->listen_port, &n->listen_fd, &n->port, why, sizeof why);
+    if (st != KVS_OK) {
+        kvs_fmt(err, err_len, "node: %s", why);
+        goto fail;
+    }
+    kvs_ucx_params p = {.struct_size = sizeof p, .name = "kvstrata-node", .log_level = params->config->log_level,
+                        .on_dead = on_dead, .user = n};
     st = kvs_ucx_create(&p, &n->t, err, err_len);
     if (st != KVS_OK) goto fail;
+    size_t need = 0;
+    if (kvs_ucx_worker_address(n->t, NULL, 0, &need) != KVS_EOVERFLOW || need == 0 ||
+        need > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !(n->worker_addr = malloc(need)) ||
+        kvs_ucx_worker_address(n->t, n->worker_addr, need, &n->worker_addr_len) != KVS_OK) {
+        kvs_fmt(err, err_len, "node: no UCX worker address of at most %u bytes (%zu): %s",
+                KVS_WIRE_MAX_WORKER_ADDR_BYTES, need, kvs_ucx_last_error(n->t));
+        st = KVS_EIO;
+        goto fail;
+    }
     st = kvs_ucx_mem_register(n->t, n->staging, (size_t)staging_len, &n->staging_mem);
     if (st == KVS_OK) st = kvs_ucx_am_handler(n->t, KVS_NODE_AM_ID, on_message, n);
     if (st != KVS_OK) {
@@ -669,17 +927,37 @@ fail:
     return st;
 }
 
-uint16_t kvs_node_port(const kvs_node *n) { return kvs_ucx_listen_port(n->t); }
+uint16_t kvs_node_port(const kvs_node *n) { return n->port; }
 uint32_t kvs_node_tier_count(const kvs_node *n) { return kvs_tiers_count(n->chain); }
 void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) { *out = n->stats; }
 
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
+        uint64_t next_ns = expire_handshakes(n);
         sweep(n);
         if (kvs_ucx_arm(n->t) == KVS_EAGAIN) continue; /* events pending: progress again first */
-        struct pollfd p[2] = {{.fd = stop_fd, .events = POLLIN}, {.fd = kvs_ucx_event_fd(n->t), .events = POLLIN}};
-        if (poll(p, 2, LOOP_WAIT_MS) > 0 && (p[0].revents & POLLIN)) return KVS_OK;
+        uint64_t now = kvs_now_ns();
+        int accepting = now >= n->accept_paused_until_ns;
+        if (!accepting && n->accept_paused_until_ns < next_ns) next_ns = n->accept_paused_until_ns;
+        n->pfds[0] = (struct pollfd){.fd = stop_fd, .events = POLLIN};
+        n->pfds[1] = (struct pollfd){.fd = kvs_ucx_event_fd(n->t), .events = POLLIN};
+        n->pfds[2] = (struct pollfd){.fd = accepting ? n->listen_fd : -1, .events = POLLIN};
+        uint32_t np = 3;
+        for (node_conn *c = n->conns; c && np < n->pfds_cap; c = c->next) {
+            n->pfds[np] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+            n->pconns[np++] = c;
+        }
+        int ms = LOOP_WAIT_MS;
+        if (next_ns != UINT64_MAX) {
+            uint64_t left = next_ns > now ? (next_ns - now + 999999ull) / 1000000ull : 0;
+            if (left < (uint64_t)ms) ms = (int)left;
+        }
+        if (poll(n->pfds, np, ms) <= 0) continue;
+        if (n->pfds[0].revents & POLLIN) return KVS_OK;
+        for (uint32_t i = 3; i < np; i++)
+            if (n->pfds[i].revents) control_readable(n, n->pconns[i]);
+        if (n->pfds[2].revents & POLLIN) accept_all(n);
     }
 }
 
@@ -690,6 +968,10 @@ void kvs_node_destroy(kvs_node *n) {
     for (uint32_t i = 0; i < n->n_regions; i++) kvs_ucx_mem_deregister(n->regions[i].mem);
     n->n_regions = 0; /* a staging registration made before a failed create goes with the transport */
     kvs_ucx_destroy(n->t);
+    if (n->listen_fd >= 0) close(n->listen_fd);
+    free(n->worker_addr);
+    free(n->pfds);
+    free(n->pconns);
     kvs_tiers_close(n->chain);
     free(n->reply);
     free(n->staging);

@@ -1,5 +1,6 @@
 /* node.h - the kvstrata-node server: serves a tier chain (kvs_tiers_open) to remote-tier clients over
- * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h.
+ * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h, which runs
+ * over a plain TCP control connection (backends/ucx/control.h) before any UCX endpoint exists.
  *
  * Threading: a node and its transport belong to the thread that created it; no call is thread-safe.
  * kvs_node_run is the event loop: it returns when stop_fd (a signalfd or pipe) becomes readable. */
@@ -13,8 +14,9 @@
 #include "kvstrata.h"
 
 /* Requests and replies travel as one active message of this id; the encoded wire message is the
- * message's data segment and its header is empty (a node also takes a message in the header when
- * the data segment is empty). */
+ * message's data segment. A request's header is the session token of AUTH_OK
+ * (KVS_WIRE_SESSION_TOKEN_BYTES); a request naming no live session is dropped. Replies have an
+ * empty header. */
 #define KVS_NODE_AM_ID 1u
 
 typedef struct kvs_node kvs_node;
@@ -24,8 +26,9 @@ typedef struct kvs_node_params {
     const kvs_remote_psk *psk;    /* copied */
     const char *listen_host;      /* IPv4 address or name */
     uint16_t listen_port;         /* 0: pick a free one (kvs_node_port) */
-    uint32_t max_clients;         /* connections beyond this are closed at accept */
-    int timeout_ms;               /* bound on each send and RMA transfer */
+    uint32_t max_clients;         /* authenticated sessions; connections beyond this are closed at accept */
+    uint32_t max_handshakes;      /* control connections not yet authenticated; more are closed at accept */
+    int timeout_ms;               /* bound on each send and RMA transfer, and on a whole handshake */
     uint64_t max_object_bytes;    /* largest object stored or served; the size of a staging slot */
     uint32_t max_refusals;        /* refused messages a connection may send before it is closed */
 } kvs_node_params;
@@ -33,7 +36,10 @@ typedef struct kvs_node_params {
 /* Node counters since create; also printed as the final stats line. */
 typedef struct kvs_node_stats {
     uint64_t connections;     /* accepted */
-    uint64_t rejected;        /* closed at accept (over max_clients) */
+    uint64_t rejected;        /* closed at accept: over max_clients or max_handshakes, or no fd left */
+    uint64_t handshake_refusals; /* control connections closed for bad bytes, size, order or early EOF */
+    uint64_t handshake_timeouts; /* control connections closed at the handshake deadline */
+    uint64_t unknown_sessions;   /* UCX requests dropped because they named no live session */
     uint64_t auth_ok;
     uint64_t auth_failures;
     uint64_t refusals;        /* ERROR replies for malformed or out-of-state messages */
