@@ -208,7 +208,7 @@ ip netns exec "$ns_n1" ss -tan >"$work/node1-sockets.txt" 2>&1 || true
 if ! start_node 1 "$ns_n1" "$addr1" "$port1"; then
     grep -q 'Address already in use' "$work/node1.out" "$work/node1.err" &&
         fail "node 1 cannot listen again on $addr1:$port1: its killed predecessor's TIME-WAIT sockets hold" \
-            "the port and the listener does not set SO_REUSEADDR (UCX_TCP_CM_REUSEADDR=n); sockets in" \
+            "the port and the control listener did not get SO_REUSEADDR (backends/ucx/control.c); sockets in" \
             "$ns_n1 before the restart: $(grep -c TIME-WAIT "$work/node1-sockets.txt") in TIME-WAIT"
     fail "node 1 exited before it was ready after its restart on $addr1:$port1"
 fi
