@@ -535,16 +535,26 @@ END_TEST
 
 /* ---- hostile plain sockets ----------------------------------------------------------------------- */
 
-static int raw_connect(uint16_t port) {
+/* A plain TCP connection to addr (sin_addr.s_addr) and port. */
+static int raw_connect_to(uint32_t addr, uint16_t port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_addr.s_addr = addr;
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
     return fd;
 }
 
-/* Connect, send bytes, close at once. */
+static int raw_connect(uint16_t port) { return raw_connect_to(htonl(INADDR_LOOPBACK), port); }
+
+/* Connect, send bytes (as many as the peer takes before it closes), close at once. */
+static void raw_send_close_to(uint32_t addr, uint16_t port, const void *bytes, size_t len) {
+    int fd = raw_connect_to(addr, port);
+    ssize_t sent = send(fd, bytes, len, MSG_NOSIGNAL);
+    ck_assert_int_ge(sent, 0);
+    close(fd);
+}
+
 static void raw_send_close(uint16_t port, const void *bytes, size_t len) {
     int fd = raw_connect(port);
     ck_assert_int_eq(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
@@ -612,6 +622,71 @@ START_TEST(garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_th
     /* each is refused, or closed at accept when the other four still hold the handshake slots */
     ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED], 5);
     ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 0);
+    ck_assert(daemon_alive(&node));
+}
+END_TEST
+
+/* The IPv4 TCP sockets pid listens on other than port `skip` (its UCX transport's own listeners), up to
+ * max: their addresses (as sin_addr.s_addr, 0 for any) and ports. */
+static unsigned listening_ports(pid_t pid, uint16_t skip, uint32_t *addrs, uint16_t *ports, unsigned max) {
+    char path[64], line[512];
+    unsigned long long inodes[64];
+    unsigned n_inodes = 0, n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    for (struct dirent *de; (de = readdir(dir)) != NULL && n_inodes < 64;) {
+        char link[128], target[128];
+        snprintf(link, sizeof link, "%s/%s", path, de->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        if (sscanf(target, "socket:[%llu]", &inodes[n_inodes]) == 1) n_inodes++;
+    }
+    closedir(dir);
+    snprintf(path, sizeof path, "/proc/%d/net/tcp", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f) && n < max) {
+        unsigned addr, port, state;
+        unsigned long long inode;
+        if (sscanf(line, " %*u: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %llu", &addr, &port, &state, &inode) != 4 ||
+            state != 0x0a || port == skip)
+            continue;
+        for (unsigned i = 0; i < n_inodes; i++)
+            if (inodes[i] == inode) { /* /proc prints the address as the host-order view of its bytes */
+                addrs[n] = addr ? addr : htonl(INADDR_LOOPBACK);
+                ports[n++] = (uint16_t)port;
+            }
+    }
+    fclose(f);
+    return n;
+}
+
+/* Nothing of ours listens there, but UCX's tcp transport does (endpoints from worker addresses reach
+ * it): whatever a plain socket sends to those ports must not take the node down either. */
+START_TEST(garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving) {
+    uint16_t ports[16];
+    uint32_t addrs[16];
+    unsigned n = listening_ports(node.pid, node.port, addrs, ports, 16);
+    ck_assert_msg(n >= 1, "no UCX listening port found beside the control port %u", node.port);
+    printf("garbage sent to %u UCX listening port(s) of the node, first %u\n", n, ports[0]);
+    uint8_t zeros[64] = {0}, junk[65536], huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    fill(junk, sizeof junk, 91);
+    for (unsigned i = 0; i < n; i++) {
+        raw_send_close_to(addrs[i], ports[i], zeros, sizeof zeros);
+        raw_send_close_to(addrs[i], ports[i], junk, sizeof junk);
+        raw_send_close_to(addrs[i], ports[i], huge, sizeof huge);
+        int fd = raw_connect_to(addrs[i], ports[i]); /* a trickle that stops halfway */
+        for (int b = 0; b < 3; b++) {
+            send(fd, junk + b, 1, MSG_NOSIGNAL);
+            usleep(100 * 1000);
+        }
+        close(fd);
+    }
+    usleep(200 * 1000);
+    ck_assert_msg(daemon_alive(&node), "the node died of garbage sent to a UCX port");
+    a_real_client_is_served(&node, 3);
     ck_assert(daemon_alive(&node));
 }
 END_TEST
@@ -934,6 +1009,7 @@ int main(void) {
     tcase_add_checked_fixture(hostile, setup, teardown);
     tcase_set_timeout(hostile, 60);
     tcase_add_test(hostile, garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving);
+    tcase_add_test(hostile, garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving);
     tcase_add_test(hostile, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
     tcase_add_test(hostile, two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors);
     tcase_add_test(hostile, connections_over_the_handshake_cap_are_refused_while_a_session_is_served);
