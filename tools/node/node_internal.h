@@ -1,0 +1,139 @@
+/* node_internal.h - what the node's three files share: the node and its connections, and the calls
+ * between them. node.c owns the node's lifetime and routes its events; node_control.c runs the control
+ * connections and their handshake up to a session; node_requests.c serves a session's requests.
+ * Private to tools/node: main.c and tests use node.h. Like node.h, nothing here is thread-safe. */
+#ifndef KVS_NODE_INTERNAL_H
+#define KVS_NODE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "control.h"
+#include "node.h"
+#include "tiers.h"
+#include "ucx_transport.h"
+#include "wire.h"
+
+#define RKEY_CACHE 8  /* unpacked client keys kept per connection */
+#define MAX_REGIONS 8u /* tier ranges registered with UCX, plus the staging */
+
+typedef struct region {
+    const uint8_t *base;
+    uint64_t len;
+    kvs_ucx_mem *mem;
+} region;
+
+typedef struct pinned {
+    uint32_t tier;
+    kvs_key key;
+} pinned;
+
+/* One object of a PUT batch being read from the client: into a reservation or a staging slot. */
+typedef struct put_pending {
+    kvs_key key;
+    uint64_t ticket;
+    int reserved; /* 0: in a staging slot, put into the tiers after the read */
+} put_pending;
+
+typedef struct rkey_slot {
+    uint8_t blob[KVS_WIRE_MAX_RKEY_BYTES];
+    uint32_t len; /* 0: empty */
+    kvs_ucx_rkey *rkey;
+} rkey_slot;
+
+/* One control connection: a handshake, then from AUTH_OK a session. On the node's list from accept
+ * until, once marked closing, the loop's sweep (node.c) frees it. */
+typedef struct node_conn {
+    int fd;                 /* the control connection (TCP); the session lives while it is open */
+    char peer[64];          /* its host:port, for messages */
+    kvs_control_reader *rd; /* during the handshake; freed at AUTH_OK */
+    uint64_t deadline_ns;   /* the handshake's */
+    int session;            /* authenticated: conn, token and hasher are set */
+    int peer_gone;          /* the control connection ended: endpoints are aborted, not flushed */
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
+    kvs_ucx_conn *conn; /* replies: an endpoint to the client's worker address, peer failures detected */
+    kvs_ucx_conn *rma;  /* payloads: conn, or a shared-memory endpoint to the same address (same host) */
+    int pidfd;          /* with that endpoint: the client process, readable once it exits; else -1 */
+    kvs_remote_auth_node auth;
+    kvs_remote_tenant_hasher *hasher; /* the tenant's stored keys, from AUTH_OK on */
+    uint32_t refusals;
+    int closing; /* closed by the loop after the current callback returns */
+    rkey_slot rkeys[RKEY_CACHE];
+    uint32_t rkey_next; /* round-robin replacement */
+    struct node_conn *next;
+} node_conn;
+
+/* The node: created, run and destroyed by node.c; every field belongs to the loop's thread. */
+struct kvs_node {
+    kvs_node_params params;
+    kvs_remote_psk psk;
+    kvs_tier_chain *chain;
+    uint64_t capacity_bytes; /* sum over tiers, for STATS */
+    kvs_ucx_transport *t;
+    uint8_t *staging; /* staging_slots x slot_len, registered with UCX and given to the tiers */
+    uint64_t slot_len;
+    uint32_t staging_slots;
+    kvs_ucx_mem *staging_mem;
+    region regions[MAX_REGIONS];
+    uint32_t n_regions;
+    /* one GET batch: transfers, their reply entries, the pins to drop after */
+    kvs_ucx_rma batch[KVS_WIRE_MAX_KEYS];
+    uint32_t batch_entry[KVS_WIRE_MAX_KEYS];
+    pinned pins[KVS_WIRE_MAX_KEYS];
+    put_pending puts[KVS_WIRE_MAX_KEYS]; /* one PUT batch: with batch[] and batch_entry[] */
+    uint32_t n_batch, n_pins, slots_used;
+    node_conn *conns;
+    uint32_t n_sessions, n_handshakes;
+    int listen_fd;
+    uint16_t port;
+    uint64_t accept_paused_until_ns;
+    struct pollfd *pfds; /* the loop's poll set: stop, worker, listener, then one per connection */
+    node_conn **pconns;  /* the connection of each pfds entry from index 3 */
+    uint32_t pfds_cap;
+    uint8_t *worker_addr; /* this node's, sent in AUTH_OK */
+    size_t worker_addr_len;
+    uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES]; /* a control reply */
+    uint64_t refusal_log_ns; /* rate limit of refusal lines */
+    uint64_t refusals_unlogged;
+    kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];
+    kvs_wire_entry reply_entries[KVS_WIRE_MAX_KEYS];
+    uint8_t *reply; /* KVS_WIRE_MAX_MESSAGE_BYTES */
+    kvs_node_stats stats;
+    uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
+    int host_id_ok;
+    int log_level;
+};
+
+/* ---- node_control.c: control connections, handshake, sessions ---------------------------------- */
+
+/* A refusal line on stderr, at most one a second; the lines left out are counted in the next one. */
+void node_log_refusal(kvs_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The control connection c is readable: handshake bytes (at AUTH_OK c becomes a session), or a
+ * session's end. Anything wrong marks c closing; the loop closes it. */
+void node_control_readable(kvs_node *n, node_conn *c);
+/* Mark closing the handshakes past their deadline. Returns the nearest deadline still ahead (CLOCK_MONOTONIC
+ * ns, kvs_now_ns), UINT64_MAX when none. */
+uint64_t node_expire_handshakes(kvs_node *n);
+/* The live session whose token a request header holds, or NULL. */
+node_conn *node_session_of(kvs_node *n, const void *header, size_t header_len);
+
+/* ---- node_requests.c: a session's requests and their replies ------------------------------------ */
+
+/* Whether both of the session's endpoints (replies, payloads) still reach the client. */
+int node_alive(const node_conn *c);
+/* Encode and send a reply on the session's endpoint; a failure marks c closing. */
+void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg);
+/* Answer with ERROR (counted); past params.max_refusals refused messages c is marked closing. */
+void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why);
+/* node_send_refusal with a refusal built from a request id, an error code and its text. */
+void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text);
+/* Serve one decoded request of session c: each fills n->reply_entries[0, req->n_entries), zeroed by the
+ * caller, and counts in n->stats; the caller sends the reply. GET and PUT move the payloads by RMA. */
+void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
+void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
+void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
+void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
+/* Fill the STATS reply's counters: the tiers' usage and the node's counters. */
+void node_do_stats(kvs_node *n, kvs_wire_msg *rep);
+
+#endif

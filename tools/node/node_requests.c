@@ -1,0 +1,308 @@
+/* node_requests.c - a session's LOOKUP/GET/PUT/DELETE/STATS requests over the tier chain, and their
+ * replies. Requests run to completion in the transport's message callback (node.c routes them here),
+ * so a session's requests are answered in order.
+ *
+ * Payloads move without a copy on the node where the tier allows it: a GET pins each object in a
+ * zero-copy tier (dram) and writes it from its slab into the client's memory, all of a request's
+ * objects in flight at once with one flush; a PUT reserves room in the top tier and reads the
+ * client's bytes straight into it. Tiers without those (ssd) go through staging slots. */
+#include "node_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+/* ---- replies ---------------------------------------------------------------------------------- */
+
+static void send_encoded(kvs_node *n, node_conn *c, size_t len) {
+    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, n->reply, len, n->params.timeout_ms) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+        c->closing = 1;
+    }
+}
+
+void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
+    size_t len = 0;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_encode(msg, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len, &why) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: cannot encode a %s reply: %s\n", kvs_wire_type_name(msg->type),
+                why.text);
+        c->closing = 1;
+        return;
+    }
+    send_encoded(n, c, len);
+}
+
+/* Answer with ERROR; a connection that keeps sending what the node refuses is closed. */
+void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why) {
+    size_t len = 0;
+    n->stats.refusals++;
+    if (kvs_wire_encode_refusal(why, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len) == KVS_OK) send_encoded(n, c, len);
+    if (++c->refusals > n->params.max_refusals) {
+        fprintf(stderr, "kvstrata-node: %s: closed after %u refused messages\n", c->peer,
+                c->refusals);
+        c->closing = 1;
+    }
+}
+
+void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    why.code = code;
+    why.request_id = request_id;
+    why.have_request_id = 1;
+    kvs_fmt(why.text, sizeof why.text, "%s", text);
+    node_send_refusal(n, c, &why);
+}
+
+/* ---- requests --------------------------------------------------------------------------------- */
+
+int node_alive(const node_conn *c) { return kvs_ucx_conn_alive(c->conn) && kvs_ucx_conn_alive(c->rma); }
+
+/* The stored key of a request key: namespaced by the connection's tenant. */
+static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
+    kvs_key k;
+    memcpy(k.bytes, key_bytes, KVS_WIRE_KEY_BYTES);
+    return kvs_remote_tenant_hasher_key(c->hasher, &k, out) == KVS_OK ? 0 : -1;
+}
+
+void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_key k;
+        int present = stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
+        n->reply_entries[i].present = (uint8_t)present;
+        n->stats.lookups++;
+        if (present) n->stats.hits++;
+        else n->stats.misses++;
+    }
+}
+
+/* The unpacked key for a client's packed rkey blob, from the connection's cache or unpacked now. */
+static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
+    for (uint32_t i = 0; i < RKEY_CACHE; i++)
+        if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0) return c->rkeys[i].rkey;
+    kvs_ucx_rkey *rkey = NULL;
+    if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
+    if (kvs_ucx_rkey_unpack(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
+    rkey_slot *s = &c->rkeys[c->rkey_next];
+    c->rkey_next = (c->rkey_next + 1) % RKEY_CACHE;
+    if (s->len) kvs_ucx_rkey_destroy(s->rkey);
+    memcpy(s->blob, blob, len);
+    s->len = len;
+    s->rkey = rkey;
+    return rkey;
+}
+
+/* The registration holding [p, p + len), or NULL (UCX then registers on the fly). */
+static kvs_ucx_mem *mem_for(const kvs_node *n, const void *p, uint64_t len) {
+    const uint8_t *b = p;
+    for (uint32_t i = 0; i < n->n_regions; i++) {
+        const region *r = &n->regions[i];
+        if (b >= r->base && len <= r->len && (uint64_t)(b - r->base) <= r->len - len) return r->mem;
+    }
+    return NULL;
+}
+
+/* Write the batch's objects into the client and drop the batch's pins. A failed batch turns its
+ * entries into KVS_EIO with no length. */
+static void get_flush(kvs_node *n, node_conn *c) {
+    if (n->n_batch > 0) {
+        kvs_status st = kvs_ucx_rma_many(c->rma, 1, n->batch, n->n_batch, n->params.timeout_ms);
+        for (uint32_t i = 0; i < n->n_batch; i++) {
+            kvs_wire_entry *r = &n->reply_entries[n->batch_entry[i]];
+            if (st == KVS_OK) {
+                n->stats.bytes_out += n->batch[i].len;
+            } else {
+                r->status = KVS_EIO;
+                r->length = 0;
+            }
+        }
+        if (st != KVS_OK)
+            fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    }
+    for (uint32_t i = 0; i < n->n_pins; i++) {
+        const pinned *p = &n->pins[i];
+        kvs_tiers_ops(n->chain, p->tier)->unpin(kvs_tiers_state(n->chain, p->tier), &p->key, 1);
+    }
+    n->n_batch = n->n_pins = n->slots_used = 0;
+}
+
+/* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
+ * in a staging slot (flushing the batch first when the slots are taken). */
+static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e, uint64_t *len) {
+    kvs_key k;
+    *len = 0;
+    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    int tier = kvs_tiers_find(n->chain, &k);
+    if (tier < 0) return KVS_ENOTFOUND;
+    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
+    void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
+    const void *object = NULL;
+    int pin = 0;
+    kvs_status st;
+    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
+        uint64_t n_pinned = 0;
+        /* the pin outlives the batch's transfers, which are bounded by timeout_ms */
+        st = ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms * 2 + 1000, &n_pinned);
+        if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
+        st = ops->get_ref(state, &k, &object, len);
+        if (st != KVS_OK) {
+            ops->unpin(state, &k, 1);
+            *len = 0;
+            return st;
+        }
+        pin = 1;
+    } else {
+        if (n->slots_used == n->staging_slots) get_flush(n, c);
+        uint8_t *slot = n->staging + (uint64_t)n->slots_used * n->slot_len;
+        st = ops->get(state, &k, slot, n->params.max_object_bytes, len);
+        if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
+        object = slot;
+        n->slots_used++;
+    }
+    kvs_ucx_rkey *rkey = NULL;
+    st = KVS_OK;
+    if (*len > e->length) st = KVS_EOVERFLOW;
+    else if (*len > 0 && !(rkey = rkey_for(c, e->rkey, e->rkey_len))) st = KVS_EINVAL;
+    if (st != KVS_OK || *len == 0) {
+        if (pin) ops->unpin(state, &k, 1);
+        if (st == KVS_EINVAL) *len = 0;
+        return st;
+    }
+    if (pin) n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = (void *)(uintptr_t)object, .len = (size_t)*len,
+                                         .local_mem = mem_for(n, object, *len), .remote_addr = e->remote_addr,
+                                         .rkey = rkey};
+    n->batch_entry[n->n_batch++] = index;
+    return KVS_OK;
+}
+
+void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_wire_entry *r = &n->reply_entries[i];
+        r->status = node_alive(c) ? get_one(n, c, i, &req->entries[i], &r->length) : KVS_EIO;
+    }
+    get_flush(n, c);
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_status st = n->reply_entries[i].status;
+        n->stats.gets++;
+        if (st == KVS_OK || st == KVS_EOVERFLOW) n->stats.hits++;
+        else if (st == KVS_ENOTFOUND) n->stats.misses++;
+    }
+}
+
+static void put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err) {
+    if (st != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+        return;
+    }
+    n->stats.puts++;
+    n->stats.bytes_in += len;
+}
+
+/* Read the batch's objects from the client (all in flight, one flush), then publish each: commit
+ * its reservation or put its staging slot into the tiers. A failed read stores none of them. */
+static void put_flush(kvs_node *n, node_conn *c) {
+    if (n->n_batch == 0) return;
+    kvs_status st = kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, n->params.timeout_ms);
+    if (st != KVS_OK)
+        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    for (uint32_t i = 0; i < n->n_batch; i++) {
+        const put_pending *p = &n->puts[i];
+        const kvs_ucx_rma *op = &n->batch[i];
+        kvs_status *out = &n->reply_entries[n->batch_entry[i]].status;
+        char err[256] = "";
+        if (st != KVS_OK) {
+            if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+            *out = KVS_EIO;
+            continue;
+        }
+        *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err, sizeof err)
+                           : kvs_tiers_put(n->chain, &p->key, op->local, op->len, err, sizeof err);
+        put_stored(n, c, *out, op->len, err);
+    }
+    n->n_batch = n->slots_used = 0;
+}
+
+/* Store one object of a PUT: inline ones at once; others join the batch of RMA reads, into room
+ * reserved in the top tier when it allows (no copy on the node), else into a staging slot (flushing
+ * the batch first when the slots are taken). */
+static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e) {
+    kvs_key k;
+    char err[256] = "";
+    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
+    kvs_status st;
+    if (e->inline_data) {
+        st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
+        put_stored(n, c, st, e->length, err);
+        return st;
+    }
+    kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
+    if (!rkey) return KVS_EINVAL;
+    int reserve = kvs_tiers_can_reserve(n->chain);
+    if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c);
+    put_pending *p = &n->puts[n->n_batch];
+    void *dst = NULL;
+    *p = (put_pending){.key = k};
+    if (reserve) {
+        st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
+        if (st != KVS_OK) {
+            put_stored(n, c, st, e->length, err);
+            return st;
+        }
+        p->reserved = 1;
+    } else {
+        dst = n->staging + (uint64_t)n->slots_used++ * n->slot_len;
+    }
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = dst, .len = (size_t)e->length, .local_mem = mem_for(n, dst, e->length),
+                                         .remote_addr = e->remote_addr, .rkey = rkey};
+    n->batch_entry[n->n_batch++] = index;
+    return KVS_OK; /* for now: put_flush writes the outcome */
+}
+
+void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++)
+        n->reply_entries[i].status = node_alive(c) ? put_one(n, c, i, &req->entries[i]) : KVS_EIO;
+    put_flush(n, c);
+}
+
+void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        kvs_key k;
+        kvs_status st = KVS_EINVAL;
+        if (stored_key(c, req->entries[i].key, &k) == 0) {
+            st = kvs_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
+            if (st == KVS_OK) {
+                kvs_tiers_remove(n->chain, &k);
+                n->stats.deletes++;
+            }
+        }
+        n->reply_entries[i].status = st;
+    }
+}
+
+void node_do_stats(kvs_node *n, kvs_wire_msg *rep) {
+    uint64_t objects = 0, bytes = 0;
+    for (uint32_t i = 0; i < kvs_tiers_count(n->chain); i++) {
+        uint64_t o = 0, b = 0;
+        const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, i);
+        if (ops->usage(kvs_tiers_state(n->chain, i), &o, &b) == KVS_OK) {
+            objects += o;
+            bytes += b;
+        }
+    }
+    rep->counters[KVS_WIRE_STAT_OBJECTS] = objects;
+    rep->counters[KVS_WIRE_STAT_BYTES_USED] = bytes;
+    rep->counters[KVS_WIRE_STAT_CAPACITY_BYTES] = n->capacity_bytes;
+    rep->counters[KVS_WIRE_STAT_HITS] = n->stats.hits;
+    rep->counters[KVS_WIRE_STAT_MISSES] = n->stats.misses;
+    rep->counters[KVS_WIRE_STAT_PUTS] = n->stats.puts;
+    rep->counters[KVS_WIRE_STAT_EVICTIONS] = kvs_tiers_evictions(n->chain);
+    rep->counters[KVS_WIRE_STAT_AUTH_FAILURES] = n->stats.auth_failures;
+    rep->counters[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] = n->stats.handshake_refusals;
+    rep->counters[KVS_WIRE_STAT_HANDSHAKE_TIMEOUTS] = n->stats.handshake_timeouts;
+    rep->counters[KVS_WIRE_STAT_CONNECTIONS_REJECTED] = n->stats.rejected;
+}
