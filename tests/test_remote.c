@@ -769,6 +769,42 @@ START_TEST(a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serve
 }
 END_TEST
 
+/* The tier keeps retrying a node that accepts connections and never answers; each handshake waits up to
+ * timeout_ms for it. Those waits must not hold up requests to the real node: every get of 2.5 s of
+ * them is answered (a get that queued behind a blocked handshake ran out of its own timeout_ms). */
+START_TEST(a_silent_node_being_retried_does_not_hold_up_requests_to_the_others) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    fake_node f;
+    fake_start(&f, FAKE_SILENT);
+    kvs_backend_option opts[] = {{"node", f.id}, {"node", nodes[0].id}, {"psk_file", key_path},
+                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "1000"},
+                                 {"connect_backoff_ms", "20"}};
+    char err[512];
+    void *s = NULL;
+    kvs_status st = create_with(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES);
+    ck_assert_msg(st == KVS_OK, "create: %d %s", st, err);
+    uint8_t buf[8192];
+    for (uint32_t i = 0; i < 8; i++) {
+        kvs_key k = key_of(900 + i);
+        fill(buf, sizeof buf, 900 + i);
+        ck_assert_int_eq(ops->put(s, &k, buf, sizeof buf), KVS_OK);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    unsigned gets = 0;
+    for (double until = now_ms() + 2500; now_ms() < until; gets++) {
+        kvs_key k = key_of(900 + gets % 8);
+        uint64_t got = 0;
+        st = ops->get(s, &k, staging, sizeof buf, &got);
+        ck_assert_msg(st == KVS_OK, "get %u: %d (%s)", gets, st, ops->last_error(s));
+        usleep(5000);
+    }
+    printf("silent node beside a real one: %u gets answered while it was retried %d times\n", gets, f.accepted);
+    ck_assert_int_ge(f.accepted, 2); /* it was retried meanwhile */
+    ops->destroy(s);
+    fake_stop(&f);
+}
+END_TEST
+
 START_TEST(an_idle_tier_uses_almost_no_cpu) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     void *s = open_ok("1", "2000");
@@ -809,6 +845,7 @@ int main(void) {
     tcase_add_test(live, a_fake_node_saying_nothing_is_down_and_the_real_node_serves);
     tcase_add_test(live, a_fake_node_announcing_a_huge_length_is_down_and_the_real_node_serves);
     tcase_add_test(live, a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serves);
+    tcase_add_test(live, a_silent_node_being_retried_does_not_hold_up_requests_to_the_others);
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);

@@ -62,8 +62,7 @@ kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint
     return KVS_OK;
 }
 
-kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out, char *err,
-                               size_t err_len) {
+kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err, size_t err_len) {
     *fd_out = -1;
     struct sockaddr_in sin;
     char why[160];
@@ -84,26 +83,49 @@ kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadlin
         close(fd);
         return KVS_EIO;
     }
+    *fd_out = fd;
+    return KVS_OK;
+}
+
+kvs_status kvs_control_connect_finish(int fd, char *err, size_t err_len) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int rc;
+    while ((rc = poll(&p, 1, 0)) < 0 && errno == EINTR) {
+    }
+    if (rc <= 0) return KVS_EAGAIN;
+    int soerr = 0;
+    socklen_t len = sizeof soerr;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
+    if (soerr != 0) {
+        kvs_fmt(err, err_len, "connect failed: %s", strerror(soerr));
+        return KVS_EIO;
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out, char *err,
+                               size_t err_len) {
+    int fd;
+    kvs_status st = kvs_control_connect_start(host, port, &fd, err, err_len);
+    if (st != KVS_OK) return st;
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int ms;
-    while ((ms = ms_until(deadline_ns)) > 0) {
-        int rc = poll(&p, 1, ms);
-        if (rc < 0 && errno == EINTR) continue;
-        if (rc <= 0) break;
-        int soerr = 0;
-        socklen_t len = sizeof soerr;
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0) soerr = errno;
-        if (soerr != 0) {
-            kvs_fmt(err, err_len, "connect to %s:%u failed: %s", host, port, strerror(soerr));
-            close(fd);
-            return KVS_EIO;
-        }
+    while ((st = kvs_control_connect_finish(fd, err, err_len)) == KVS_EAGAIN && (ms = ms_until(deadline_ns)) > 0)
+        (void)poll(&p, 1, ms);
+    if (st == KVS_OK) {
         *fd_out = fd;
         return KVS_OK;
     }
-    kvs_fmt(err, err_len, "connect to %s:%u: no connection by the deadline", host, port);
+    if (st == KVS_EAGAIN) {
+        kvs_fmt(err, err_len, "connect to %s:%u: no connection by the deadline", host, port);
+        st = KVS_ETIMEDOUT;
+    } else {
+        char why[200];
+        kvs_fmt(why, sizeof why, "%s", err);
+        kvs_fmt(err, err_len, "connect to %s:%u: %s", host, port, why);
+    }
     close(fd);
-    return KVS_ETIMEDOUT;
+    return st;
 }
 
 /* Read up to want bytes into dst; returns bytes read, 0 when none are there yet, -1 at EOF/error. */

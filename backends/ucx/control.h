@@ -32,6 +32,13 @@ typedef struct kvs_control_reader {
  * once) on host:port; *port_out gets the bound port (the chosen one for 0). */
 kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint16_t *port_out, char *err,
                               size_t err_len);
+/* Start connecting to host:port without waiting: *fd_out (non-blocking) becomes writable when the
+ * connection is made or fails; kvs_control_connect_finish tells which. KVS_EIO/KVS_EINVAL with a
+ * sentence when it cannot even start. */
+kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err, size_t err_len);
+/* Without waiting: KVS_OK once fd's connection is made, KVS_EAGAIN while it is in progress, KVS_EIO
+ * (a sentence in err) when it failed. */
+kvs_status kvs_control_connect_finish(int fd, char *err, size_t err_len);
 /* Connect to host:port by the deadline; *fd_out is non-blocking. KVS_ETIMEDOUT or KVS_EIO with a
  * sentence naming the peer. */
 kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out, char *err,

@@ -30,7 +30,9 @@
 #define PUT_BATCH_BYTES (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
 
 enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
-enum { HS_NONE, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK, HS_REFUSED };
+/* A node's handshake, driven without blocking by the progress thread (handshake_advance) so a node
+ * that answers slowly or not at all never holds up requests to the others. */
+enum { HS_NONE, HS_CONNECTING, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK, HS_REFUSED };
 
 typedef struct job {
     int kind;
@@ -64,6 +66,7 @@ typedef struct rnode {
     int up;
     int conn_dead;
     int hs;
+    uint64_t hs_deadline_ns; /* the whole handshake's, timeout_ms after it began */
     uint8_t nonce[KVS_WIRE_NONCE_BYTES];
     uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
     char refusal[KVS_WIRE_MAX_ERROR_TEXT + 1];
@@ -324,42 +327,29 @@ static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint
     return st;
 }
 
-/* Wait for the node's next handshake frame until the deadline and decode it into *m (pointing into
- * nd->rd). The worker progresses meanwhile: the node wires up its endpoint to us before AUTH_OK.
- * Whatever the peer sends (garbage, a huge length, nothing) ends in a status, never in a crash or a
- * wait past the deadline. */
-static kvs_status control_wait(remote *r, rnode *nd, kvs_wire_msg *m, uint64_t deadline) {
+/* The node's next handshake frame, if it is all there, decoded into *m (pointing into nd->rd):
+ * KVS_OK, KVS_EAGAIN (not yet), or an error with nd->refusal set. Whatever the peer sends (garbage, a
+ * huge length) ends in a status, never in a crash. */
+static kvs_status control_take(remote *r, rnode *nd, kvs_wire_msg *m) {
     char err[160];
-    for (;;) {
-        size_t len = 0;
-        kvs_status st = kvs_control_read(nd->rd, nd->ctl_fd, &len, err, sizeof err);
-        if (st == KVS_OK) {
-            kvs_wire_refusal why;
-            memset(&why, 0, sizeof why);
-            if (kvs_wire_decode(nd->rd->frame, len, r->reply_entries, KVS_WIRE_MAX_KEYS, m, &why) == KVS_OK)
-                return KVS_OK;
-            snprintf(nd->refusal, sizeof nd->refusal, "unreadable handshake reply: %s", why.text);
-            return KVS_ECORRUPT;
-        }
-        if (st != KVS_EAGAIN) {
-            snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
-            return st;
-        }
-        int ms = ms_left(deadline);
-        if (ms <= 0) {
-            snprintf(nd->refusal, sizeof nd->refusal, "no handshake reply within %u ms", r->opt.timeout_ms);
-            return KVS_ETIMEDOUT;
-        }
-        kvs_ucx_progress(r->t);
-        if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
-        struct pollfd p[2] = {{.fd = nd->ctl_fd, .events = POLLIN}, {.fd = kvs_ucx_event_fd(r->t), .events = POLLIN}};
-        (void)poll(p, 2, ms);
+    size_t len = 0;
+    kvs_status st = kvs_control_read(nd->rd, nd->ctl_fd, &len, err, sizeof err);
+    if (st == KVS_EAGAIN) return st;
+    if (st != KVS_OK) {
+        snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
+        return st;
     }
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_decode(nd->rd->frame, len, r->reply_entries, KVS_WIRE_MAX_KEYS, m, &why) == KVS_OK) return KVS_OK;
+    snprintf(nd->refusal, sizeof nd->refusal, "unreadable handshake reply: %s", why.text);
+    return KVS_ECORRUPT;
 }
 
-/* The node's answer to a handshake step: the wanted type, or ERROR (refused), or anything else. */
-static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_msg *m, uint64_t deadline) {
-    kvs_status st = control_wait(r, nd, m, deadline);
+/* The node's answer to a handshake step, if it came: the wanted type (KVS_OK), not yet (KVS_EAGAIN),
+ * ERROR (refused), or anything else. */
+static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_msg *m) {
+    kvs_status st = control_take(r, nd, m);
     if (st != KVS_OK) return st;
     if (m->type == KVS_WIRE_ERROR) {
         snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len, m->error_text ? m->error_text : "");
@@ -394,67 +384,46 @@ static void log_transports(remote *r, rnode *nd) {
     r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 
-/* Connect and authenticate one node over a control connection, then make the request endpoint from
- * the worker address the node sent in AUTH_OK. Returns KVS_OK when it is up; on failure nd->refusal
- * says why and the caller's node_down closes what was opened. */
-static kvs_status node_connect(remote *r, rnode *nd) {
-    uint64_t deadline = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
-    const char *host = r->opt.hosts[nd->index];
-    uint16_t port = r->opt.ports[nd->index];
+/* Begin a node's handshake: a control connection that is still being made (HS_CONNECTING). On
+ * failure nd->refusal says why and the caller's node_down closes what was opened. */
+static kvs_status handshake_begin(remote *r, rnode *nd) {
     char err[256];
     nd->refusal[0] = '\0';
     nd->hs = HS_NONE;
     nd->conn_dead = 0;
     control_close(nd);
+    nd->hs_deadline_ns = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
     if (!(nd->rd = malloc(sizeof *nd->rd))) {
         snprintf(nd->refusal, sizeof nd->refusal, "no memory for a control connection");
         return KVS_ENOMEM;
     }
     nd->rd->have_prefix = 0;
-    kvs_status st = kvs_control_connect(host, port, deadline, &nd->ctl_fd, err, sizeof err);
+    kvs_status st = kvs_control_connect_start(r->opt.hosts[nd->index], r->opt.ports[nd->index], &nd->ctl_fd, err,
+                                              sizeof err);
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
         return st;
     }
-    kvs_wire_msg m;
-    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
-    if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
-    m.tenant = r->opt.tenant;
-    m.tenant_len = (uint32_t)strlen(r->opt.tenant);
-    m.nonce = nd->nonce;
-    nd->hs = HS_HELLO_SENT;
-    if ((st = control_send(r, nd, &m, deadline)) != KVS_OK) return st;
-    if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m, deadline)) != KVS_OK) return st;
-    memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
-    nd->hs = HS_CHALLENGE;
-    uint8_t proof[KVS_WIRE_PROOF_BYTES];
-    st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), proof);
-    if (st != KVS_OK) return st;
-    kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
-    m.proof = proof;
-    m.worker_addr = r->worker_addr;
-    m.worker_addr_len = (uint32_t)r->worker_addr_len;
-    if (r->offer_shared_memory) {
-        m.host_id = r->host_id;
-        m.host_id_len = sizeof r->host_id;
-        m.pid = (uint32_t)getpid();
-    }
-    nd->payload_tls[0] = '\0';
-    nd->hs = HS_AUTH_SENT;
-    if ((st = control_send(r, nd, &m, deadline)) != KVS_OK) return st;
-    if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m, deadline)) != KVS_OK) return st;
-    if (!m.worker_addr_len || !m.session_token) {
+    nd->hs = HS_CONNECTING;
+    return KVS_OK;
+}
+
+/* The node authenticated us and sent its worker address and our session token in AUTH_OK: make the
+ * request endpoint from the address (a short wait bounded by the handshake's deadline) and count the
+ * node up. */
+static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) {
+    if (!m->worker_addr_len || !m->session_token) {
         snprintf(nd->refusal, sizeof nd->refusal, "handshake: auth_ok without a worker address and session token "
                  "(a node older than wire version %u?)", KVS_WIRE_VERSION);
         return KVS_ECORRUPT;
     }
-    memcpy(nd->token, m.session_token, sizeof nd->token);
-    snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m.transports_len, m.transports ? m.transports : "");
+    memcpy(nd->token, m->session_token, sizeof nd->token);
+    snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m->transports_len, m->transports ? m->transports : "");
     char peer[96];
     snprintf(peer, sizeof peer, "node %s", node_id(r, nd));
-    int ms = ms_left(deadline);
-    st = ms > 0 ? kvs_ucx_connect_address(r->t, m.worker_addr, m.worker_addr_len, peer, 1, ms, &nd->conn)
-                : KVS_ETIMEDOUT;
+    int ms = ms_left(nd->hs_deadline_ns);
+    kvs_status st = ms > 0 ? kvs_ucx_connect_address(r->t, m->worker_addr, m->worker_addr_len, peer, 1, ms, &nd->conn)
+                           : KVS_ETIMEDOUT;
     if (st != KVS_OK) {
         nd->conn = NULL;
         snprintf(nd->refusal, sizeof nd->refusal, "%s", ms > 0 ? kvs_ucx_last_error(r->t) : "handshake took the whole timeout");
@@ -476,6 +445,87 @@ static kvs_status node_connect(remote *r, rnode *nd) {
     pthread_mutex_unlock(&r->mutex);
     nd->was_up = 1;
     return KVS_OK;
+}
+
+/* Take a node's handshake as far as it can go now, without waiting: KVS_OK once the node is up,
+ * KVS_EAGAIN while it waits for the connection or a reply (handshake_events says for what), else a
+ * failure with nd->refusal set (its deadline passing included). */
+static kvs_status handshake_advance(remote *r, rnode *nd) {
+    kvs_wire_msg m;
+    kvs_status st;
+    char err[200];
+    if (now_ns() >= nd->hs_deadline_ns) {
+        snprintf(nd->refusal, sizeof nd->refusal, nd->hs == HS_CONNECTING ? "no connection within %u ms"
+                                                                          : "no handshake reply within %u ms",
+                 r->opt.timeout_ms);
+        return KVS_ETIMEDOUT;
+    }
+    switch (nd->hs) {
+    case HS_CONNECTING:
+        if ((st = kvs_control_connect_finish(nd->ctl_fd, err, sizeof err)) != KVS_OK) {
+            if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+            return st;
+        }
+        kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
+        if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
+        m.tenant = r->opt.tenant;
+        m.tenant_len = (uint32_t)strlen(r->opt.tenant);
+        m.nonce = nd->nonce;
+        nd->hs = HS_HELLO_SENT;
+        if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
+        __attribute__((fallthrough)); /* the challenge may be there already */
+    case HS_HELLO_SENT: {
+        if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
+        memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
+        nd->hs = HS_CHALLENGE;
+        uint8_t proof[KVS_WIRE_PROOF_BYTES];
+        st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), proof);
+        if (st != KVS_OK) return st;
+        kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
+        m.proof = proof;
+        m.worker_addr = r->worker_addr;
+        m.worker_addr_len = (uint32_t)r->worker_addr_len;
+        if (r->offer_shared_memory) {
+            m.host_id = r->host_id;
+            m.host_id_len = sizeof r->host_id;
+            m.pid = (uint32_t)getpid();
+        }
+        nd->payload_tls[0] = '\0';
+        nd->hs = HS_AUTH_SENT;
+        if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
+    }
+        __attribute__((fallthrough));
+    case HS_AUTH_SENT:
+        if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
+        return handshake_finish(r, nd, &m);
+    default:
+        snprintf(nd->refusal, sizeof nd->refusal, "handshake in an unexpected state %d", nd->hs);
+        return KVS_ESTATE;
+    }
+}
+
+/* What a node in its handshake waits for on its control connection. */
+static short handshake_events(const rnode *nd) { return nd->hs == HS_CONNECTING ? POLLOUT : POLLIN; }
+
+/* 1 while a node's handshake is under way (begun, neither up nor failed). */
+static int in_handshake(const rnode *nd) {
+    return !nd->up && nd->ctl_fd >= 0 && nd->hs >= HS_CONNECTING && nd->hs <= HS_AUTH_SENT;
+}
+
+/* Connect and authenticate one node, waiting for it (at create, before the progress loop runs): the
+ * worker progresses meanwhile, as the node wires up its endpoint to us before AUTH_OK. */
+static kvs_status node_connect(remote *r, rnode *nd) {
+    kvs_status st = handshake_begin(r, nd);
+    if (st != KVS_OK) return st;
+    while ((st = handshake_advance(r, nd)) == KVS_EAGAIN) {
+        kvs_ucx_progress(r->t);
+        if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
+        struct pollfd p[2] = {{.fd = nd->ctl_fd, .events = handshake_events(nd)},
+                              {.fd = kvs_ucx_event_fd(r->t), .events = POLLIN}};
+        int ms = ms_left(nd->hs_deadline_ns);
+        (void)poll(p, 2, ms > 0 ? ms : 0);
+    }
+    return st;
 }
 
 /* ---- jobs on the progress thread ---------------------------------------------------------------- */
@@ -726,24 +776,30 @@ static void finish(remote *r, job *j) {
     pthread_mutex_unlock(&r->mutex);
 }
 
+/* Start the handshakes that are due and move on those under way, without waiting on any. */
 static void reconnect_due(remote *r, uint64_t *next_ns) {
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (nd->up) continue;
-        uint64_t now = now_ns();
-        if (now < nd->next_attempt_ns) {
+        kvs_status st = KVS_EAGAIN;
+        if (in_handshake(nd)) st = handshake_advance(r, nd);
+        else if (now_ns() >= nd->next_attempt_ns) {
+            st = handshake_begin(r, nd);
+            if (st == KVS_OK) st = handshake_advance(r, nd);
+        } else {
             if (nd->next_attempt_ns < *next_ns) *next_ns = nd->next_attempt_ns;
             continue;
         }
-        if (node_connect(r, nd) == KVS_OK) {
+        if (st == KVS_EAGAIN) {
+            if (nd->hs_deadline_ns < *next_ns) *next_ns = nd->hs_deadline_ns;
+        } else if (st == KVS_OK) {
             set_error(r, "node %s is up again", node_id(r, nd));
-            continue;
+        } else {
+            char why[KVS_WIRE_MAX_ERROR_TEXT + 1];
+            snprintf(why, sizeof why, "%s", nd->refusal);
+            node_down(r, nd, why);
+            if (nd->next_attempt_ns < *next_ns) *next_ns = nd->next_attempt_ns;
         }
-        char why[KVS_WIRE_MAX_ERROR_TEXT + 1];
-        snprintf(why, sizeof why, "%s", nd->refusal);
-        node_down(r, nd, why);
-        if (nd->next_attempt_ns < *next_ns) *next_ns = nd->next_attempt_ns;
-        return; /* one attempt per pass: queued jobs go first */
     }
 }
 
@@ -877,13 +933,17 @@ static void *progress_main(void *arg) {
         if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
         int ms = -1;
         if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
-        /* a node's control connection becomes readable only when the node closes it (or breaks the
-         * protocol): either way the session is over */
+        /* an up node's control connection becomes readable only when the node closes it (or breaks
+         * the protocol): either way the session is over; a handshaking node's moves its handshake on
+         * (reconnect_due, next pass) */
         struct pollfd *fds = r->pfds;
         fds[0] = (struct pollfd){.fd = kvs_ucx_event_fd(r->t), .events = POLLIN};
         fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
-        for (uint32_t i = 0; i < r->opt.n_nodes; i++)
-            fds[2 + i] = (struct pollfd){.fd = r->nodes[i].up ? r->nodes[i].ctl_fd : -1, .events = POLLIN};
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+            const rnode *nd = &r->nodes[i];
+            fds[2 + i] = (struct pollfd){.fd = nd->up || in_handshake(nd) ? nd->ctl_fd : -1,
+                                         .events = nd->up ? POLLIN : handshake_events(nd)};
+        }
         if (poll(fds, r->opt.n_nodes + 2, ms) > 0) {
             if (fds[1].revents & POLLIN) {
                 uint64_t v;
