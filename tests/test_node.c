@@ -169,6 +169,7 @@ typedef struct client {
     uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES];
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* from AUTH_OK */
     kvs_ucx_conn *conn;        /* to the node's worker address, after AUTH_OK */
+    int node_proved;           /* the node's CHALLENGE proved it holds this client's key */
     uint8_t reply[KVS_WIRE_MAX_MESSAGE_BYTES];
     size_t reply_len;
     int arrived;
@@ -322,6 +323,10 @@ static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_byte
     m.nonce = nonce;
     ck_assert_msg(control_request(c, &m, &rep), "no challenge");
     ck_assert_uint_eq(rep.type, KVS_WIRE_CHALLENGE);
+    /* the node proves it holds the key before the client says anything of its own (the tier stops
+     * here when it does not; a test client goes on, to see the node refuse a wrong proof) */
+    c->node_proved = kvs_remote_node_proof_check(&psk, rep.challenge, nonce, tenant, strlen(tenant), rep.proof,
+                                                 KVS_WIRE_PROOF_BYTES) == KVS_OK;
     memcpy(challenge, rep.challenge, sizeof challenge);
     ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, tenant, strlen(tenant), proof), KVS_OK);
     kvs_remote_psk_clear(&psk);
@@ -347,6 +352,7 @@ static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_byte
 static client *client_authed(const daemon_proc *d, const char *tenant) {
     client *c = client_open(d);
     ck_assert_uint_eq(handshake(c, tenant, d->psk, sizeof d->psk, NULL), KVS_WIRE_AUTH_OK);
+    ck_assert(c->node_proved);
     return c;
 }
 
@@ -450,6 +456,7 @@ START_TEST(handshake_with_a_wrong_key_is_refused_and_the_connection_closed) {
     wrong[5] ^= 1;
     uint32_t code = 0;
     ck_assert_uint_eq(handshake(c, "tenant-a", wrong, sizeof wrong, &code), KVS_WIRE_ERROR);
+    ck_assert(!c->node_proved); /* to a client with another key the node's proof does not check out */
     ck_assert_uint_eq(code, KVS_WIRE_ERR_AUTH);
     ck_assert_ptr_null(c->conn); /* no UCX endpoint was made */
     ck_assert_msg(control_closed(c->ctl_fd), "the node kept the connection after a wrong proof");

@@ -28,6 +28,7 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "remote.h"
 #include "test_support.h"
 
@@ -646,7 +647,7 @@ END_TEST
 
 /* ---- a fake node: a plain TCP server at a node's address ---------------------------------------- */
 
-enum { FAKE_GARBAGE, FAKE_SILENT, FAKE_HUGE_LENGTH, FAKE_TRUNCATED };
+enum { FAKE_GARBAGE, FAKE_SILENT, FAKE_HUGE_LENGTH, FAKE_TRUNCATED, FAKE_CHALLENGE };
 
 typedef struct fake_node {
     int fd;
@@ -654,8 +655,43 @@ typedef struct fake_node {
     char id[64];
     volatile int stop;
     volatile int accepted;
+    volatile int challenged;         /* FAKE_CHALLENGE: well-formed challenges sent */
+    volatile size_t after_challenge; /* FAKE_CHALLENGE: bytes the client sent after one (its AUTH) */
     pthread_t thread;
 } fake_node;
+
+/* FAKE_CHALLENGE: read the client's HELLO and answer with a well-formed CHALLENGE whose node proof is
+ * made up (the peer does not hold the key); then count what the client still sends until it closes. */
+static void fake_challenge(fake_node *f, int c) {
+    static kvs_control_reader rd;
+    static kvs_wire_entry entries[4];
+    uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES], challenge[32], proof[32];
+    char err[160];
+    size_t len = 0;
+    memset(&rd, 0, sizeof rd);
+    struct pollfd p = {.fd = c, .events = POLLIN};
+    kvs_status st = KVS_EAGAIN;
+    (void)fcntl(c, F_SETFL, O_NONBLOCK);
+    for (int tries = 0; st == KVS_EAGAIN && tries < 40 && poll(&p, 1, 50) >= 0; tries++)
+        st = kvs_control_read(&rd, c, &len, err, sizeof err);
+    kvs_wire_msg hello, m;
+    if (st != KVS_OK || kvs_wire_decode(rd.frame, len, entries, 4, &hello, NULL) != KVS_OK) return;
+    fill(challenge, sizeof challenge, 5);
+    fill(proof, sizeof proof, 6);
+    kvs_wire_msg_init(&m, KVS_WIRE_CHALLENGE, hello.request_id);
+    m.challenge = challenge;
+    m.proof = proof;
+    if (kvs_control_encode(&m, frame, sizeof frame, &len, err, sizeof err) != KVS_OK ||
+        send(c, frame, len, MSG_NOSIGNAL) != (ssize_t)len)
+        return;
+    f->challenged++;
+    for (int tries = 0; tries < 40; tries++) { /* up to 2 s: the client closes at once */
+        if (poll(&p, 1, 50) <= 0) continue;
+        ssize_t k = recv(c, frame, sizeof frame, 0);
+        if (k <= 0) break;
+        f->after_challenge += (size_t)k;
+    }
+}
 
 /* Accept each connection and answer the client's HELLO with the mode's bytes (or nothing), keeping
  * the connection open until the client gives up on it. */
@@ -683,6 +719,7 @@ static void *fake_main(void *arg) {
             len = 40;
         }
         if (len) (void)send(c, out, len, MSG_NOSIGNAL);
+        if (f->mode == FAKE_CHALLENGE) fake_challenge(f, c);
         if (n_open < 64) open_fds[n_open++] = c;
         else close(c);
     }
@@ -769,6 +806,29 @@ START_TEST(a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serve
 }
 END_TEST
 
+/* A peer at a node's address that speaks the protocol but does not hold the key: its challenge does
+ * not prove the key, so the client refuses it before sending anything of its own - no proof to replay,
+ * no worker address to reach its UCX with - and serves from the real node. */
+START_TEST(a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_address) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    fake_node f;
+    fake_start(&f, FAKE_CHALLENGE);
+    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", f.id}, {"psk_file", key_path},
+                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "1000"}};
+    char err[512];
+    void *s = NULL;
+    kvs_status st = create_with(opts, 6, err, sizeof err, &s, staging, STAGING_BYTES);
+    /* a peer that refuses to prove the key at create is a refused handshake, as a wrong key is */
+    ck_assert_int_ne(st, KVS_OK);
+    ck_assert_msg(strstr(err, "does not prove it holds the key") != NULL, "create: %s", err);
+    ck_assert_int_ge(f.challenged, 1);
+    ck_assert_msg(f.after_challenge == 0, "the client sent %zu bytes (its AUTH) to a peer that did not prove the key",
+                  f.after_challenge);
+    fake_stop(&f);
+    (void)ops;
+}
+END_TEST
+
 /* The tier keeps retrying a node that accepts connections and never answers; each handshake waits up to
  * timeout_ms for it. Those waits must not hold up requests to the real node: every get of 2.5 s of
  * them is answered (a get that queued behind a blocked handshake ran out of its own timeout_ms). */
@@ -846,6 +906,7 @@ int main(void) {
     tcase_add_test(live, a_fake_node_announcing_a_huge_length_is_down_and_the_real_node_serves);
     tcase_add_test(live, a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serves);
     tcase_add_test(live, a_silent_node_being_retried_does_not_hold_up_requests_to_the_others);
+    tcase_add_test(live, a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_address);
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);

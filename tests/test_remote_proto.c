@@ -170,8 +170,10 @@ START_TEST(challenge_auth_auth_ok_and_stats_round_trip) {
     kvs_wire_msg msg, back;
     kvs_wire_msg_init(&msg, KVS_WIRE_CHALLENGE, 1);
     msg.challenge = bytes;
+    msg.proof = bytes;
     uint8_t *copy = round_trip(&msg, &back);
     ck_assert_int_eq(memcmp(back.challenge, bytes, 32), 0);
+    ck_assert_int_eq(memcmp(back.proof, bytes, 32), 0); /* the node's proof travels with it */
     free(copy);
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 2);
     msg.proof = bytes;

@@ -15,7 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define AUTH_LABEL "kvstrata-auth-v1"
+#define AUTH_LABEL "kvstrata-auth-v1" /* the client's proof */
+#define NODE_LABEL "kvstrata-node-v1" /* the node's */
+#define LABEL_BYTES (sizeof AUTH_LABEL - 1)
+_Static_assert(sizeof AUTH_LABEL == sizeof NODE_LABEL, "labels of one length");
 #define TENANT_LABEL "kvstrata-tenant-v1"
 
 enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
@@ -105,18 +108,20 @@ kvs_status kvs_remote_random(uint8_t *out, size_t n) {
     return RAND_bytes(out, (int)n) == 1 ? KVS_OK : KVS_EIO;
 }
 
-kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+/* HMAC-SHA256(psk, label || challenge || nonce || tenant); the two labels have one length, so a
+ * client's proof is never a node's and the other way round. */
+static kvs_status labeled_proof(const char label[LABEL_BYTES + 1], const kvs_remote_psk *psk,
+                                const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant, size_t tenant_len,
+                                uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
     if (!psk || psk->len < KVS_REMOTE_PSK_MIN_BYTES || !challenge || !nonce || !tenant || !proof ||
         tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
         return KVS_EINVAL;
     /* every part but the last has a fixed size, so the concatenation is unambiguous */
-    uint8_t msg[sizeof AUTH_LABEL - 1 + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES +
-                KVS_WIRE_MAX_TENANT_BYTES];
+    uint8_t msg[LABEL_BYTES + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES + KVS_WIRE_MAX_TENANT_BYTES];
     size_t at = 0;
-    memcpy(msg, AUTH_LABEL, sizeof AUTH_LABEL - 1);
-    at += sizeof AUTH_LABEL - 1;
+    memcpy(msg, label, LABEL_BYTES);
+    at += LABEL_BYTES;
     memcpy(msg + at, challenge, KVS_WIRE_CHALLENGE_BYTES);
     at += KVS_WIRE_CHALLENGE_BYTES;
     memcpy(msg + at, nonce, KVS_WIRE_NONCE_BYTES);
@@ -131,6 +136,30 @@ kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challe
     memcpy(proof, md, KVS_WIRE_PROOF_BYTES);
     OPENSSL_cleanse(md, sizeof md);
     return KVS_OK;
+}
+
+kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    return labeled_proof(AUTH_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
+}
+
+kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    return labeled_proof(NODE_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
+}
+
+kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                       size_t tenant_len, const uint8_t *proof, size_t proof_len) {
+    uint8_t want[KVS_WIRE_PROOF_BYTES];
+    if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) return KVS_EINVAL;
+    kvs_status st = kvs_remote_node_proof(psk, challenge, nonce, tenant, tenant_len, want);
+    if (st != KVS_OK) return st;
+    int same = CRYPTO_memcmp(want, proof, KVS_WIRE_PROOF_BYTES) == 0;
+    OPENSSL_cleanse(want, sizeof want);
+    return same ? KVS_OK : KVS_EINVAL;
 }
 
 kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire_msg *hello,
@@ -191,6 +220,12 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remo
     }
     node->state = NODE_ACCEPTED;
     return KVS_OK;
+}
+
+kvs_status kvs_remote_auth_node_proof(const kvs_remote_auth_node *node, const kvs_remote_psk *psk,
+                                      uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    if (!node || node->state != NODE_CHALLENGED) return KVS_ESTATE;
+    return kvs_remote_node_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len, proof);
 }
 
 int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node) {

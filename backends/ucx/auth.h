@@ -42,6 +42,17 @@ kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challe
                                  const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
                                  size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]);
 
+/* The node's proof for (challenge, nonce, tenant), sent with its CHALLENGE: the client checks it
+ * before it sends anything of its own (its proof, its worker address), so a peer that answers at a
+ * node's address without the key learns nothing and can hand the client nothing for UCX to parse. */
+kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]);
+/* KVS_OK when proof (proof_len bytes) is the node's proof for these; KVS_EINVAL otherwise. */
+kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                       size_t tenant_len, const uint8_t *proof, size_t proof_len);
+
 /* Node side of one connection's handshake. One per connection, owned by its connection thread. */
 typedef struct kvs_remote_auth_node {
     uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
@@ -59,6 +70,10 @@ kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire
  * up either way. KVS_OK: authenticated; KVS_EINVAL: wrong proof; KVS_ESTATE: no live challenge. */
 kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remote_psk *psk,
                                       const uint8_t *proof, size_t proof_len, char *error, size_t error_len);
+/* The node's proof for the challenge kvs_remote_auth_node_hello just made (for the CHALLENGE reply).
+ * KVS_ESTATE when no challenge is live. */
+kvs_status kvs_remote_auth_node_proof(const kvs_remote_auth_node *node, const kvs_remote_psk *psk,
+                                      uint8_t proof[KVS_WIRE_PROOF_BYTES]);
 /* 1 when this connection finished the handshake and was accepted. */
 int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node);
 

@@ -476,6 +476,17 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
         __attribute__((fallthrough)); /* the challenge may be there already */
     case HS_HELLO_SENT: {
         if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
+        if (kvs_remote_node_proof_check(&r->psk, m.challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), m.proof,
+                                        m.proof ? KVS_WIRE_PROOF_BYTES : 0) != KVS_OK) {
+            /* not a node holding our key: it gets neither our proof nor our worker address */
+            snprintf(nd->refusal, sizeof nd->refusal, "the peer's challenge does not prove it holds the key (not a "
+                     "kvstrata node, or another psk_file)");
+            nd->hs = HS_REFUSED;
+            pthread_mutex_lock(&r->mutex);
+            r->stats.auth_refusals++;
+            pthread_mutex_unlock(&r->mutex);
+            return KVS_EIO;
+        }
         memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
         nd->hs = HS_CHALLENGE;
         uint8_t proof[KVS_WIRE_PROOF_BYTES];

@@ -108,7 +108,7 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
                KVS_WIRE_MAX_TENANT_BYTES);
         return -1;
     }
-    if ((t == KVS_WIRE_CHALLENGE && !msg->challenge) || (t == KVS_WIRE_AUTH && !msg->proof)) {
+    if ((t == KVS_WIRE_CHALLENGE && (!msg->challenge || !msg->proof)) || (t == KVS_WIRE_AUTH && !msg->proof)) {
         refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s without its 32 bytes", kvs_wire_type_name(t));
         return -1;
     }
@@ -187,8 +187,9 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
         pack_bytes(pk, msg->nonce, KVS_WIRE_NONCE_BYTES);
         break;
     case KVS_WIRE_CHALLENGE:
-        msgpack_pack_array(pk, 1);
+        msgpack_pack_array(pk, 2);
         pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
+        pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES); /* the node's */
         break;
     case KVS_WIRE_AUTH:
         msgpack_pack_array(pk, msg->host_id_len ? 4 : msg->worker_addr_len ? 2 : 1);
@@ -450,8 +451,10 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
         }
         return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
     case KVS_WIRE_CHALLENGE:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        return read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge");
+        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0 ||
+            read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge") != 0)
+            return -1;
+        return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof");
     case KVS_WIRE_AUTH:
         if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
         if (n_fields == 3) {

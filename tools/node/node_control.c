@@ -192,9 +192,15 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
                              err[0] ? err : "node: hello refused");
             return;
         }
+        uint8_t node_proof[KVS_WIRE_PROOF_BYTES];
+        if (kvs_remote_auth_node_proof(&c->auth, &n->psk, node_proof) != KVS_OK) {
+            handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_AUTH, "node: could not compute its own proof");
+            return;
+        }
         kvs_wire_msg rep;
         kvs_wire_msg_init(&rep, KVS_WIRE_CHALLENGE, req.request_id);
         rep.challenge = challenge;
+        rep.proof = node_proof; /* the client checks it before it says anything of its own */
         control_send(n, c, &rep);
         return;
     }
