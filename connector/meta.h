@@ -60,8 +60,9 @@ typedef struct kvs_meta {
 /* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). */
 kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len);
 /* Verify the checksum (KVS_ECORRUPT on a mismatch) and parse with the strict reader (KVS_EINVAL and a
- * sentence on anything malformed, allocating no more than the blob's size can justify); *out is freed
- * with kvs_meta_free. */
+ * sentence on anything malformed; every count is checked against the bytes left before anything is
+ * allocated for it, so memory stays proportional to the blob's length); *out is freed with
+ * kvs_meta_free. */
 kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len);
 void kvs_meta_free(kvs_meta *meta);
 /* Free the arrays of one request (used by the builder too). */

@@ -73,8 +73,6 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
     if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, t->index);
 }
 
-/* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
- * another backend ABI major keeps KVS_EVERSION, with the same position. */
 /* A put the tier accepted could not be stored after all (a device tier that writes in the
  * background). From the top tier it was a save: counted as skipped. From a lower tier it was a
  * write-back or write-through copy: gone from the chain, counted as an eviction. */
@@ -89,6 +87,8 @@ static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
                 t->name, t->index == 0 ? "save" : "copy", kvs_status_sentence(why), (unsigned long long)n);
 }
 
+/* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
+ * another backend ABI major keeps KVS_EVERSION, with the same position. */
 static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i, char *err,
                                    uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];

@@ -1,5 +1,6 @@
 /* test_dram.c - the built-in DRAM tier through its backend ops table. */
 #include <check.h>
+#include <sched.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -955,6 +956,80 @@ static pid_t attach_in_child_and_wait(const char *shm, int *ready_fd, int *go_fd
     return pid;
 }
 
+/* Attach from a process in a new pid namespace (as containers sharing /dev/shm are) whose pid there
+ * names no process in ours, so looking it up from here finds nothing; it waits for `go`. */
+static pid_t attach_from_another_pid_namespace(const char *shm, int *ready_fd, int *go_fd) {
+    int ready[2], go[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(ready[0]);
+        close(go[1]);
+        char c = 'u';
+        if (unshare(CLONE_NEWPID) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0) {
+            if (write(ready[1], &c, 1) != 1) _exit(3);
+            _exit(5);
+        }
+        /* the namespace's first process (its init) stays while it forks children until one's pid there
+         * is free in ours (in /proc) */
+        pid_t init = fork();
+        if (init < 0) _exit(6);
+        if (init > 0) {
+            int status = 0;
+            waitpid(init, &status, 0);
+            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+        }
+        for (;;) {
+            pid_t inner = fork();
+            if (inner < 0) _exit(6);
+            if (inner > 0) {
+                int status = 0;
+                waitpid(inner, &status, 0);
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 42) continue; /* taken: try the next pid */
+                _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+            }
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d", (int)getpid());
+            if (access(path, F_OK) == 0) _exit(42);
+            void *child = open_shared(shm, 4, NULL);
+            c = child ? 'y' : 'n';
+            if (write(ready[1], &c, 1) != 1) _exit(3);
+            if (read(go[0], &c, 1) != 1) _exit(4);
+            ops->destroy(child);
+            _exit(0);
+        }
+    }
+    close(ready[1]);
+    close(go[0]);
+    char c = 0;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    ck_assert_msg(c != 'u', "cannot make a pid namespace (unshare): this test needs root or user namespaces");
+    ck_assert_int_eq(c, 'y');
+    *ready_fd = ready[0];
+    *go_fd = go[1];
+    return pid;
+}
+
+START_TEST(an_attacher_in_another_pid_namespace_keeps_the_shared_memory) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *st = open_shared(shm, 4, NULL);
+    ck_assert_ptr_nonnull(st);
+    int ready, go;
+    pid_t pid = attach_from_another_pid_namespace(shm, &ready, &go);
+    ops->destroy(st);
+    ck_assert_msg(shm_exists(shm), "/dev/shm/%s was unlinked under an attacher in another pid namespace", shm);
+    char c = 'x';
+    ck_assert_int_eq(write(go, &c, 1), 1);
+    ck_assert_int_eq(wait_child(pid), 0);
+    close(ready);
+    close(go);
+    ck_assert(!shm_exists(shm)); /* its detach was the last */
+}
+END_TEST
+
 START_TEST(a_killed_attacher_does_not_keep_the_shared_memory_alive) {
     char shm[64];
     unique_shm_name(shm, sizeof shm);
@@ -1031,6 +1106,7 @@ static Suite *dram_suite(void) {
     tcase_add_test(shared, a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier);
     tcase_add_test(shared, a_killed_attacher_does_not_keep_the_shared_memory_alive);
     tcase_add_test(shared, a_live_second_attacher_keeps_the_shared_memory);
+    tcase_add_test(shared, an_attacher_in_another_pid_namespace_keeps_the_shared_memory);
     suite_add_tcase(s, shared);
     return s;
 }

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define DRAM_MAGIC 0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
-#define DRAM_LAYOUT_VERSION 3u
+#define DRAM_LAYOUT_VERSION 4u
 #define DRAM_MAX_ATTACHERS 256u
 #define DRAM_PAGE 4096u
 #define DRAM_NIL UINT32_MAX
@@ -62,6 +62,7 @@ typedef struct attacher {
     int32_t pid;
     uint32_t reserved;
     uint64_t start_time; /* clock ticks since boot; 0 when /proc could not be read (the pid alone counts) */
+    uint64_t pid_ns;     /* inode of its /proc/self/ns/pid; 0 when unknown */
 } attacher;
 
 typedef struct shared_header {
@@ -336,9 +337,19 @@ static int process_start(pid_t pid, uint64_t *start_time, int *exited) {
     return 0;
 }
 
-/* With the lock held: is entry a still the process that attached? */
+/* The inode naming this process's pid namespace, or 0 when /proc cannot say. */
+static uint64_t own_pid_ns(void) {
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* With the lock held: is entry a still the process that attached? An attacher in another pid
+ * namespace (containers sharing /dev/shm) cannot be looked up by its pid from here, so it counts as
+ * alive: its memory is never unlinked under it (it stays counted until it detaches). */
 static int attacher_alive(const attacher *a) {
     if (a->pid <= 0) return 0;
+    uint64_t ns = own_pid_ns();
+    if (a->pid_ns && ns && a->pid_ns != ns) return 1;
     if (kill(a->pid, 0) != 0 && errno == ESRCH) return 0;
     uint64_t start = 0;
     int exited = 0;
@@ -379,7 +390,7 @@ static kvs_status add_attacher(dram_state *st) {
     reap_attachers(st);
     for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
         if (h->attachers[i].pid != 0) continue;
-        h->attachers[i] = (attacher){.pid = (int32_t)getpid(), .start_time = start};
+        h->attachers[i] = (attacher){.pid = (int32_t)getpid(), .start_time = start, .pid_ns = own_pid_ns()};
         st->attach_slot = i;
         h->attach_count++;
         return KVS_OK;

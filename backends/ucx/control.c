@@ -159,6 +159,8 @@ kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *er
             if (r->need == 0 || r->need > KVS_CONTROL_MAX_FRAME_BYTES) {
                 kvs_fmt(err, err_len, "a frame of %u bytes announced (1..%u taken)", r->need,
                         KVS_CONTROL_MAX_FRAME_BYTES);
+                r->have_prefix = 0; /* never read into frame[] for it, should a caller read on */
+                r->need = 0;
                 return KVS_EINVAL;
             }
         }

@@ -327,6 +327,7 @@ typedef struct reader {
     const char *where; /* message type name, for sentences */
     char prefix[48];   /* "wire: <where> message" */
     int caller_short;  /* refused because entries_cap was smaller than a valid count */
+    kvs_wire_entry *entries; /* the caller's, reused across decodes */
 } reader;
 
 static void set_where(reader *r, const char *where) {
@@ -419,6 +420,8 @@ static int read_per_key(reader *r, uint32_t n_keys, uint32_t entries_cap, uint32
                what);
         return -1;
     }
+    if (n_keys == UINT32_MAX) /* a reply's entries: clear them, so no field of an earlier message survives */
+        memset(r->entries, 0, *n * sizeof *r->entries);
     return 0;
 }
 
@@ -637,7 +640,7 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
                KVS_WIRE_MAX_MESSAGE_BYTES);
         return KVS_EINVAL;
     }
-    reader r = {.why = why};
+    reader r = {.why = why, .entries = entries};
     kvs_mp_reader_init(&r.mp, buf, len, NULL, why->text, sizeof why->text);
     set_where(&r, "a");
     uint32_t n_fields;
