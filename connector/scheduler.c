@@ -128,6 +128,9 @@ void kvs_sched_release_all(kvs_handle *h) {
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
 }
 
+/* The clock leases run on: monotonic, moved on by tests through lease_clock_skew_ns. */
+static uint64_t lease_now_ns(const kvs_handle *h) { return kvs_now_ns() + h->lease_clock_skew_ns; }
+
 /* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
  * and is counted once. A load on_alloc accepted stays armed: the engine already counts those tokens
  * as loaded, so build_meta still emits it, and a chunk evicted meanwhile fails its load and comes
@@ -141,7 +144,7 @@ static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
 }
 
 void kvs_sched_expire_leases(kvs_handle *h) {
-    uint64_t now = kvs_now_ns();
+    uint64_t now = lease_now_ns(h);
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
         for (kvs_request *r = h->buckets[b]; r; r = r->next) expire_lease(h, r, now);
 }
@@ -284,7 +287,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t ext = end > n_computed ? end - n_computed : 0;
     if (ext == 0) release_lease(h, r);
     else {
-        r->lease_deadline_ns = kvs_now_ns() + h->cfg->lease_timeout_ms * 1000000ull;
+        r->lease_deadline_ns = lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull;
         count_lease(h, r);
     }
     r->n_local = n_computed;
@@ -326,7 +329,7 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
                              "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens",
                              req_id, (unsigned long long)n_block_ids, h->model.block_tokens,
                              (unsigned long long)need);
-    uint64_t now = kvs_now_ns();
+    uint64_t now = lease_now_ns(h);
     expire_lease(h, r, now);
     if (r->n_pins == 0) {
         /* The lease ran out before the pages came (a stalled scheduler). The engine has allocated

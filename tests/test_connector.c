@@ -1347,24 +1347,30 @@ END_TEST
 
 /* --- the engine's contract, from outside (leases, unequal layers, duplicate saves) ---------------- */
 
-/* A rig with 50 ms leases and the 128 tokens of seed `seed` stored from blocks 0..7; b gets blocks
+/* Leases of LEASE_MS that run out only when a test moves their clock past them (stall_ms). */
+#define LEASE_MS 10000u
+
+/* A rig with LEASE_MS leases and the 128 tokens of seed `seed` stored from blocks 0..7; b gets blocks
  * 20..27, where a second request restores them. */
 static void lease_rig(rig *r, int32_t *t, uint32_t *b, int seed) {
     uint32_t a[8];
-    ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, dram_config(64, 50)), KVS_OK);
+    ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, dram_config(64, LEASE_MS)), KVS_OK);
     make_tokens(t, 128, seed);
     blocks_from(a, 8, 0);
     blocks_from(b, 8, 20);
     prefill(r, "one", t, 128, a);
 }
 
-/* Lookup and on_alloc of 127 tokens of t into blocks b, then `stall_us` of a stalled scheduler. */
-static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b, unsigned stall_us) {
+/* A scheduler that stalls for ms: the leases' clock moves on (no sleeping, whatever the machine's load). */
+static void stall_ms(rig *r, uint64_t ms) { r->h->lease_clock_skew_ns += ms * 1000000ull; }
+
+/* Lookup and on_alloc of 127 tokens of t into blocks b, then a stalled scheduler for stall_for ms. */
+static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint64_t stall_for) {
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r->h, id, t, 128, 0, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 127);
     ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, 127), KVS_OK);
-    usleep(stall_us);
+    stall_ms(r, stall_for);
 }
 
 /* The worker step of a request whose 127 external tokens on_alloc accepted; returns the error blocks. */
@@ -1383,7 +1389,7 @@ START_TEST(a_lease_expiring_after_on_alloc_still_loads_what_it_accepted) {
     int32_t t[128];
     uint32_t b[8], errs[16];
     lease_rig(&r, t, b, 81);
-    offer_and_alloc(&r, "two", t, b, 80 * 1000); /* the lease runs out before build_meta */
+    offer_and_alloc(&r, "two", t, b, LEASE_MS + 30); /* the lease runs out before build_meta */
     ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 0);
     ck_assert(kv_matches(&r, b, t, 0, 128)); /* loaded, not silently left stale */
     kvs_stats s = {.struct_size = sizeof s};
@@ -1400,7 +1406,7 @@ START_TEST(a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks) {
     int32_t t[128];
     uint32_t b[8], errs[16];
     lease_rig(&r, t, b, 82);
-    offer_and_alloc(&r, "two", t, b, 80 * 1000);
+    offer_and_alloc(&r, "two", t, b, LEASE_MS + 30);
     kvs_sched_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
     kvs_key keys[4];
     kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
@@ -1423,7 +1429,7 @@ START_TEST(on_alloc_after_the_lease_expired_counts_the_expiry_and_pins_again) {
     lease_rig(&r, t, b, 83);
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
-    usleep(80 * 1000); /* expired before on_alloc, and no other hook ran */
+    stall_ms(&r, LEASE_MS + 30); /* expired before on_alloc, and no other hook ran */
     ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127), KVS_OK);
     kvs_stats s = {.struct_size = sizeof s};
     ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
