@@ -592,6 +592,10 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             }
         }
         if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
+        if (type == KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
+            uint64_t fair = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
+            if (deadline < fair) deadline = fair;
+        }
         if (send_msg(r, nd, &m, deadline) != KVS_OK) {
             nd->pending = 0;
             nd->failed = 1;
@@ -747,6 +751,11 @@ static void run_puts(remote *r, job *first) {
         to_homes(r, &r->put_jobs[k]->keys[0], k, 1);
         any = 1;
     }
+    /* exchange gives each node timeout_ms from its send: a batch that waited in the queue (behind a
+     * node that did not answer) must not cost a live node its connection for a wait that was ours.
+     * The puts are detached, so nobody waits on the longer deadline, and their queue room stays held
+     * until the nodes answer, so a late read by a node still finds its bytes. (Gets keep their own
+     * deadline: their bytes land in the caller's buffer, which must not be written after it gave up.) */
     if (any) exchange(r, KVS_WIRE_PUT, deadline);
     r->current = NULL;
     r->n_put_jobs = 0;
