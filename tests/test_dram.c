@@ -929,36 +929,52 @@ START_TEST(a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier) {
 }
 END_TEST
 
-/* A child attaches, says so through the pipe, and waits to be killed. */
-static pid_t attach_in_child_and_wait(const char *shm, int *ready_fd, int *go_fd) {
-    int ready[2], go[2];
-    ck_assert_int_eq(pipe(ready), 0);
-    ck_assert_int_eq(pipe(go), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        close(ready[0]);
-        close(go[1]);
-        void *child = open_shared(shm, 4, NULL);
-        char c = child ? 'y' : 'n';
-        if (write(ready[1], &c, 1) != 1) _exit(3);
-        if (read(go[0], &c, 1) != 1) _exit(4); /* the parent says when to leave */
-        ops->destroy(child);
-        _exit(0);
-    }
-    close(ready[1]);
-    close(go[0]);
-    char c = 0;
-    ck_assert_int_eq(read(ready[0], &c, 1), 1);
-    ck_assert_int_eq(c, 'y');
-    *ready_fd = ready[0];
-    *go_fd = go[1];
-    return pid;
+/* In a child: attach, say so through ready ('y', or 'n' when it could not), leave when go says. */
+static void attach_signal_wait(const char *shm, int ready_w, int go_r) {
+    void *child = open_shared(shm, 4, NULL);
+    char c = child ? 'y' : 'n';
+    if (write(ready_w, &c, 1) != 1) _exit(3);
+    if (read(go_r, &c, 1) != 1) _exit(4); /* the parent says when to leave (or is killed first) */
+    ops->destroy(child);
+    _exit(0);
 }
 
-/* Attach from a process in a new pid namespace (as containers sharing /dev/shm are) whose pid there
- * names no process in ours, so looking it up from here finds nothing; it waits for `go`. */
-static pid_t attach_from_another_pid_namespace(const char *shm, int *ready_fd, int *go_fd) {
+/* In a child: move to a new pid namespace (as containers sharing /dev/shm are) and attach from a
+ * process whose pid there names no process in ours, so looking it up from here finds nothing. */
+static void attach_from_another_pid_namespace(const char *shm, int ready_w, int go_r) {
+    char c = 'u';
+    if (unshare(CLONE_NEWPID) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0) {
+        if (write(ready_w, &c, 1) != 1) _exit(3);
+        _exit(5);
+    }
+    /* the namespace's first process (its init) stays while it forks children until one's pid there
+     * is free in ours (in /proc) */
+    pid_t init = fork();
+    if (init < 0) _exit(6);
+    if (init > 0) {
+        int status = 0;
+        waitpid(init, &status, 0);
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+    }
+    for (;;) {
+        pid_t inner = fork();
+        if (inner < 0) _exit(6);
+        if (inner > 0) {
+            int status = 0;
+            waitpid(inner, &status, 0);
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 42) continue; /* taken: try the next pid */
+            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d", (int)getpid());
+        if (access(path, F_OK) == 0) _exit(42);
+        attach_signal_wait(shm, ready_w, go_r);
+    }
+}
+
+/* A child attaches (from another pid namespace with other_pid_ns), says so through the pipe, and
+ * waits for go or to be killed. */
+static pid_t attach_in_child_and_wait(const char *shm, int other_pid_ns, int *ready_fd, int *go_fd) {
     int ready[2], go[2];
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(go), 0);
@@ -967,39 +983,8 @@ static pid_t attach_from_another_pid_namespace(const char *shm, int *ready_fd, i
     if (pid == 0) {
         close(ready[0]);
         close(go[1]);
-        char c = 'u';
-        if (unshare(CLONE_NEWPID) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0) {
-            if (write(ready[1], &c, 1) != 1) _exit(3);
-            _exit(5);
-        }
-        /* the namespace's first process (its init) stays while it forks children until one's pid there
-         * is free in ours (in /proc) */
-        pid_t init = fork();
-        if (init < 0) _exit(6);
-        if (init > 0) {
-            int status = 0;
-            waitpid(init, &status, 0);
-            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
-        }
-        for (;;) {
-            pid_t inner = fork();
-            if (inner < 0) _exit(6);
-            if (inner > 0) {
-                int status = 0;
-                waitpid(inner, &status, 0);
-                if (WIFEXITED(status) && WEXITSTATUS(status) == 42) continue; /* taken: try the next pid */
-                _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
-            }
-            char path[64];
-            snprintf(path, sizeof path, "/proc/%d", (int)getpid());
-            if (access(path, F_OK) == 0) _exit(42);
-            void *child = open_shared(shm, 4, NULL);
-            c = child ? 'y' : 'n';
-            if (write(ready[1], &c, 1) != 1) _exit(3);
-            if (read(go[0], &c, 1) != 1) _exit(4);
-            ops->destroy(child);
-            _exit(0);
-        }
+        if (other_pid_ns) attach_from_another_pid_namespace(shm, ready[1], go[0]);
+        attach_signal_wait(shm, ready[1], go[0]);
     }
     close(ready[1]);
     close(go[0]);
@@ -1018,7 +1003,7 @@ START_TEST(an_attacher_in_another_pid_namespace_keeps_the_shared_memory) {
     void *st = open_shared(shm, 4, NULL);
     ck_assert_ptr_nonnull(st);
     int ready, go;
-    pid_t pid = attach_from_another_pid_namespace(shm, &ready, &go);
+    pid_t pid = attach_in_child_and_wait(shm, 1, &ready, &go);
     ops->destroy(st);
     ck_assert_msg(shm_exists(shm), "/dev/shm/%s was unlinked under an attacher in another pid namespace", shm);
     char c = 'x';
@@ -1036,7 +1021,7 @@ START_TEST(a_killed_attacher_does_not_keep_the_shared_memory_alive) {
     void *st = open_shared(shm, 4, NULL);
     ck_assert_ptr_nonnull(st);
     int ready, go;
-    pid_t pid = attach_in_child_and_wait(shm, &ready, &go);
+    pid_t pid = attach_in_child_and_wait(shm, 0, &ready, &go);
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
     ck_assert_int_eq(wait_child(pid), 128);
     close(ready);
@@ -1053,7 +1038,7 @@ START_TEST(a_live_second_attacher_keeps_the_shared_memory) {
     void *st = open_shared(shm, 4, NULL);
     ck_assert_ptr_nonnull(st);
     int ready, go;
-    pid_t pid = attach_in_child_and_wait(shm, &ready, &go);
+    pid_t pid = attach_in_child_and_wait(shm, 0, &ready, &go);
     ops->destroy(st);
     ck_assert(shm_exists(shm)); /* the child is alive and attached */
     char c = 'x';

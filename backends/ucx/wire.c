@@ -306,6 +306,14 @@ kvs_status kvs_wire_encode(const kvs_wire_msg *msg, void *buf, size_t cap, size_
     return s.used > cap ? KVS_EOVERFLOW : KVS_OK;
 }
 
+void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id, const char *text) {
+    memset(why, 0, sizeof *why);
+    why->code = code;
+    why->request_id = request_id;
+    why->have_request_id = 1;
+    snprintf(why->text, sizeof why->text, "%s", text ? text : "");
+}
+
 kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap, size_t *len) {
     if (!why) return KVS_EINVAL;
     kvs_wire_msg msg;

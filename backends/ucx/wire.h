@@ -150,6 +150,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
 /* Encode the ERROR reply a node sends for a refused message: the refusal's code and sentence, its
  * request id when known (else 0), in this side's version. Same buffer contract as kvs_wire_encode. */
 kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap, size_t *len);
+/* A refusal of request request_id with code and the sentence text (cut to fit), for kvs_wire_encode_refusal. */
+void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id, const char *text);
 
 /* Lower-case name of a message type ("lookup_reply"), or "unknown". */
 const char *kvs_wire_type_name(uint32_t type);

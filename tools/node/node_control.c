@@ -59,11 +59,7 @@ static int control_send(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
 static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
     if (code != KVS_WIRE_ERR_NONE) {
         kvs_wire_refusal why;
-        memset(&why, 0, sizeof why);
-        why.code = code;
-        why.request_id = request_id;
-        why.have_request_id = 1;
-        kvs_fmt(why.text, sizeof why.text, "%s", text);
+        kvs_wire_refusal_make(&why, code, request_id, text);
         size_t len = 0;
         char err[64];
         if (kvs_wire_encode_refusal(&why, n->frame + KVS_CONTROL_PREFIX_BYTES,

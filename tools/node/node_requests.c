@@ -49,11 +49,7 @@ void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why) {
 
 void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
     kvs_wire_refusal why;
-    memset(&why, 0, sizeof why);
-    why.code = code;
-    why.request_id = request_id;
-    why.have_request_id = 1;
-    kvs_fmt(why.text, sizeof why.text, "%s", text);
+    kvs_wire_refusal_make(&why, code, request_id, text);
     node_send_refusal(n, c, &why);
 }
 
