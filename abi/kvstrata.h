@@ -85,9 +85,9 @@ typedef struct kvs_model_desc {
     uint32_t is_mla;       /* 1: one latent tensor per layer, no V; keys are rank-agnostic */
     uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA */
     uint32_t tp_size;
-    const char *salt;      /* optional extra fingerprint input (LoRA id, ...); NULL for none */
+    const char *salt; /* optional extra fingerprint input (LoRA id, ...); NULL for none */
     /* appended during 1.0: a struct of KVS_MODEL_DESC_SIZE_1_0 bytes, from before it, reads it as 0 */
-    uint32_t vocab_size;   /* token ids must lie in [0, vocab_size); 0 checks only for negatives */
+    uint32_t vocab_size; /* token ids must lie in [0, vocab_size); 0 checks only for negatives */
 } kvs_model_desc;
 
 #define KVS_MODEL_DESC_SIZE_1_0 56u /* up to and including salt: the smallest accepted */
@@ -132,9 +132,10 @@ typedef struct kvs_layer_view {
 
 typedef struct kvs_lookup_result {
     uint32_t struct_size;
-    uint64_t n_hit_tokens; /* tokens loadable beyond n_computed; a full-prompt hit reports one less */
-    uint8_t unknown_yet;   /* 1: cannot tell without blocking; ask again next step (vLLM's None) */
-    uint8_t load_async;    /* 1: load between steps (request waits for remote KV); 0: in the forward */
+    uint64_t
+        n_hit_tokens;    /* tokens loadable beyond n_computed; a full-prompt hit reports one less */
+    uint8_t unknown_yet; /* 1: cannot tell without blocking; ask again next step (vLLM's None) */
+    uint8_t load_async; /* 1: load between steps (request waits for remote KV); 0: in the forward */
 } kvs_lookup_result;
 
 #define KVS_LOOKUP_RESULT_SIZE_1_0 24u
@@ -142,12 +143,13 @@ typedef struct kvs_lookup_result {
 /* One request scheduled in this step, as the engine's scheduler sees it. Frozen for major 1 (no
  * struct_size: build_meta reads an array of them). */
 typedef struct kvs_step_request {
-    const char *req_id;       /* NUL-terminated, <= 255 bytes */
-    const int32_t *tokens;    /* every token of the request known so far (prompt, then outputs) */
+    const char *req_id;    /* NUL-terminated, <= 255 bytes */
+    const int32_t *tokens; /* every token of the request known so far (prompt, then outputs) */
     uint64_t n_tokens;
     const uint32_t *block_ids; /* the request's whole block table, in token order */
     uint64_t n_block_ids;
-    uint64_t n_computed;  /* tokens whose KV is in the pages before this step, external hits included */
+    uint64_t
+        n_computed; /* tokens whose KV is in the pages before this step, external hits included */
     uint64_t n_scheduled; /* tokens the engine computes in this step */
 } kvs_step_request;
 
@@ -157,7 +159,7 @@ typedef struct kvs_event {
     uint8_t key[16];
     uint32_t tier; /* index in the configured chain */
 } kvs_event;
-#define KVS_EVENT_STORED 1
+#define KVS_EVENT_STORED  1
 #define KVS_EVENT_REMOVED 2
 
 /* restore plans (ABI 1.3) ------------------------------------------------------------------------ */
@@ -166,18 +168,20 @@ typedef struct kvs_event {
 
 /* What an engine can execute besides loading the whole external range (set_plan_caps). */
 #define KVS_PLAN_CAP_TOKEN 1u /* recompute the front of the external range while the rest loads */
-#define KVS_PLAN_CAP_LAYER 2u /* recompute the lower layers of the external range while the upper load */
-#define KVS_PLAN_CAP_STAGE 4u /* (1.4) pipeline stages restore their own layers at once, each from its
+#define KVS_PLAN_CAP_LAYER \
+    2u /* recompute the lower layers of the external range while the upper load */
+#define KVS_PLAN_CAP_STAGE \
+    4u /* (1.4) pipeline stages restore their own layers at once, each from its
                                * stored boundary activations (set_stages first) */
 
 typedef enum kvs_plan_mode {
-    KVS_PLAN_LOAD = 0,      /* the connector loads the whole external range (stock behaviour) */
-    KVS_PLAN_TOKEN = 1,     /* the engine computes [first_token, first_token + recompute_tokens) while
+    KVS_PLAN_LOAD = 0,  /* the connector loads the whole external range (stock behaviour) */
+    KVS_PLAN_TOKEN = 1, /* the engine computes [first_token, first_token + recompute_tokens) while
                              * the connector loads [first_token + recompute_tokens, end_token) */
     KVS_PLAN_RECOMPUTE = 2, /* the engine computes the whole external range; nothing is loaded */
-    KVS_PLAN_LAYER = 3,     /* the engine computes layers [0, recompute_layers) of every token of the
+    KVS_PLAN_LAYER = 3, /* the engine computes layers [0, recompute_layers) of every token of the
                              * range while the connector loads layers [recompute_layers, n_layers) */
-    KVS_PLAN_STAGE = 4      /* (1.4) stage s computes its layers [first_layer[s], first_layer[s] +
+    KVS_PLAN_STAGE = 4  /* (1.4) stage s computes its layers [first_layer[s], first_layer[s] +
                              * stage_recompute_layers[s]) of every token of the range (stage 0 from the
                              * embeddings, stage s > 0 from its boundary activations, which the
                              * connector loads first) while the connector loads every other KV layer;
@@ -186,17 +190,18 @@ typedef enum kvs_plan_mode {
 
 /* How one request's external range is restored in the step build_meta just planned. */
 typedef struct kvs_restore_plan {
-    uint32_t struct_size;      /* sizeof(kvs_restore_plan), set by the caller */
-    uint32_t mode;             /* kvs_plan_mode */
-    uint64_t first_token;      /* the external range [first_token, end_token): n_computed at lookup .. */
-    uint64_t end_token;        /* .. plus the external tokens given to on_alloc */
-    uint64_t recompute_tokens; /* leading tokens of the range the engine computes itself (all of them,
+    uint32_t struct_size; /* sizeof(kvs_restore_plan), set by the caller */
+    uint32_t mode;        /* kvs_plan_mode */
+    uint64_t first_token; /* the external range [first_token, end_token): n_computed at lookup .. */
+    uint64_t end_token;   /* .. plus the external tokens given to on_alloc */
+    uint64_t
+        recompute_tokens; /* leading tokens of the range the engine computes itself (all of them,
                                 * through the lower layers only, in layer mode) */
-    double predicted_ms;       /* the planner's restore time for the request (0: no planner) */
+    double predicted_ms;  /* the planner's restore time for the request (0: no planner) */
     uint32_t recompute_layers; /* layer mode: layers the engine computes; 0 otherwise */
     uint32_t reserved;
     /* --- 1.4 (filled when struct_size covers them) --- */
-    uint32_t n_stages;                               /* stage mode: the engine's stages; 0 otherwise */
+    uint32_t n_stages; /* stage mode: the engine's stages; 0 otherwise */
     uint32_t stage_recompute_layers[KVS_MAX_STAGES]; /* stage mode: layers each stage computes */
 } kvs_restore_plan;
 
@@ -209,11 +214,13 @@ typedef struct kvs_restore_plan {
  * * boundary_layers .. + boundary_layers - 1, written by the engine in its forward and saved and
  * loaded like KV (same view shape; the bytes are the engine's business). */
 typedef struct kvs_stage_desc {
-    uint32_t struct_size;     /* sizeof(kvs_stage_desc) */
-    uint32_t n_stages;        /* 2..KVS_MAX_STAGES */
-    uint32_t n_kv_layers;     /* kvs_model_desc.n_layers = n_kv_layers + (n_stages - 1) * boundary_layers */
+    uint32_t struct_size; /* sizeof(kvs_stage_desc) */
+    uint32_t n_stages;    /* 2..KVS_MAX_STAGES */
+    uint32_t
+        n_kv_layers; /* kvs_model_desc.n_layers = n_kv_layers + (n_stages - 1) * boundary_layers */
     uint32_t boundary_layers; /* >= 1 */
-    uint32_t first_layer[KVS_MAX_STAGES]; /* stage s owns KV layers [first_layer[s], first_layer[s + 1])
+    uint32_t
+        first_layer[KVS_MAX_STAGES]; /* stage s owns KV layers [first_layer[s], first_layer[s + 1])
                                            * (n_kv_layers after the last); first_layer[0] = 0 */
 } kvs_stage_desc;
 
@@ -228,14 +235,15 @@ typedef struct kvs_stats {
     uint64_t lookups, lookup_hit_tokens, lookup_miss_tokens;
     uint64_t chunks_loaded, bytes_loaded, load_ns;
     uint64_t chunks_saved, bytes_saved, save_ns;
-    uint64_t saves_skipped;     /* saves dropped for lack of pool memory or because already stored */
-    uint64_t load_errors;       /* chunks whose load failed (checksum, I/O): reported as error blocks */
-    uint64_t evictions;         /* objects dropped from the last tier */
+    uint64_t saves_skipped; /* saves dropped for lack of pool memory or because already stored */
+    uint64_t load_errors;   /* chunks whose load failed (checksum, I/O): reported as error blocks */
+    uint64_t evictions;     /* objects dropped from the last tier */
     uint64_t leases_active, leases_expired;
     double load_gbps, save_gbps; /* bytes / time over the handle's life */
     /* ABI 1.2: where loads came from. Read only when struct_size covers them. */
-    uint32_t n_tiers;                                /* tiers in the chain (the first 8 are reported) */
-    uint64_t tier_chunks_loaded[KVS_STATS_MAX_TIERS]; /* chunks_loaded, split by the tier that served them */
+    uint32_t n_tiers; /* tiers in the chain (the first 8 are reported) */
+    uint64_t tier_chunks_loaded
+        [KVS_STATS_MAX_TIERS]; /* chunks_loaded, split by the tier that served them */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */
@@ -252,7 +260,8 @@ typedef struct kvs_api {
 
     /* Open a handle. On failure *out is NULL and, if `error` is non-NULL, the reason is copied into
      * error[0..error_len) (NUL-terminated). Nothing is left half-initialised. */
-    kvs_status (*open)(const kvs_open_params *params, kvs_handle **out, char *error, size_t error_len);
+    kvs_status (*open)(const kvs_open_params *params, kvs_handle **out, char *error,
+                       size_t error_len);
     /* Close a handle: waits for in-flight saves (bounded), releases every lease. NULL is a no-op. */
     void (*close)(kvs_handle *h);
     /* The last error of this handle as a sentence, "" if none. Valid until the next call on h. */
@@ -263,16 +272,16 @@ typedef struct kvs_api {
     /* How many tokens beyond n_computed can be loaded now. Pins what it counts (a lease) until the
      * load completes, the request finishes or lease_timeout_ms passes. Calling again for the same
      * request replaces the earlier lease. tokens are borrowed for the call. */
-    kvs_status (*lookup)(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
-                         uint64_t n_computed, kvs_lookup_result *out);
+    kvs_status (*lookup)(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                         uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out);
     /* The engine allocated pages for n_external_tokens tokens reported by lookup; block_ids is the
      * request's block table so far. n_external_tokens 0 cancels the load. */
     kvs_status (*on_alloc)(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
                            uint64_t n_block_ids, uint64_t n_external_tokens);
     /* Build the step's metadata for the workers into buf[0..cap). *len gets the size; if cap is too
      * small, returns KVS_EOVERFLOW with *len set to the size needed and changes no state. */
-    kvs_status (*build_meta)(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
-                             uint64_t cap, uint64_t *len);
+    kvs_status (*build_meta)(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                             void *buf, uint64_t cap, uint64_t *len);
     /* The request is done; its leases are released. *keep_blocks is set to 1 if the engine must keep
      * the request's pages until get_finished reports it (an async save still reads them). */
     kvs_status (*request_finished)(kvs_handle *h, const char *req_id, int *keep_blocks);
@@ -298,8 +307,9 @@ typedef struct kvs_api {
     kvs_status (*wait_save)(kvs_handle *h);
     /* Requests whose async saves (sending) or async loads (receiving) ended since the last call.
      * Each list is a buffer of NUL-separated request ids; *n_* get counts. Sync mode reports none. */
-    kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap, uint64_t *n_sending,
-                               char *receiving, uint64_t receiving_cap, uint64_t *n_receiving);
+    kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap,
+                               uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
+                               uint64_t *n_receiving);
     /* Block ids whose load failed in the last bound step; the engine recomputes them. Complete
      * after wait_save (a CUDA device verifies checksums on the host while the copies run, so a
      * mismatch can surface only then: the engine discards what the step computed for the requests

@@ -41,8 +41,8 @@ typedef struct kvs_backend_option {
 } kvs_backend_option;
 
 #define KVS_LOG_ERROR 0
-#define KVS_LOG_WARN 1
-#define KVS_LOG_INFO 2
+#define KVS_LOG_WARN  1
+#define KVS_LOG_INFO  2
 #define KVS_LOG_DEBUG 3
 
 /* Services the connector offers a backend. Valid from create until destroy. */
@@ -62,15 +62,16 @@ typedef struct kvs_backend_host {
     /* Where the units of one object go: unit u's copy r is written to path
      * paths_out[u * replicas + r]. *pointer is the tier's global stripe pointer (start 0; persist it
      * or rebuild it as you like): the policy reads and advances it. */
-    void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
-                  uint32_t *paths_out);
+    void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                  uint32_t replicas, uint32_t *paths_out);
     /* One step's reads: each read r may be served by any of its n_copies paths
      * (paths[r * max_copies + c]). The policy writes the chosen path of each read into chosen[r] and
      * a submission order (a permutation of 0..n) into order, interleaved across paths so one
      * batched submission keeps every device busy. Duplicate (key, unit) reads must already be
      * merged by the caller. */
-    void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
-                     const uint32_t *paths, uint32_t *chosen, uint64_t *order);
+    void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies,
+                     const uint32_t *n_copies, const uint32_t *paths, uint32_t *chosen,
+                     uint64_t *order);
 
     /* --- 1.3 --- */
     /* A backend that stores after put returned (a device tier writing in the background) calls this
@@ -83,13 +84,13 @@ typedef struct kvs_backend_host {
 
 typedef struct kvs_backend_init {
     uint32_t struct_size;
-    const char *tier_name;      /* from YAML, for messages */
-    uint64_t capacity_bytes;    /* from YAML `capacity`; 0 when the tier has none */
-    uint64_t max_object_bytes;  /* no object put into this tier is larger */
+    const char *tier_name;             /* from YAML, for messages */
+    uint64_t capacity_bytes;           /* from YAML `capacity`; 0 when the tier has none */
+    uint64_t max_object_bytes;         /* no object put into this tier is larger */
     const kvs_backend_option *options; /* the tier's `options:` map, in file order */
     uint64_t n_options;
     const kvs_backend_host *host;
-    char *error;       /* create writes a sentence here on failure (NUL-terminated) */
+    char *error; /* create writes a sentence here on failure (NUL-terminated) */
     uint64_t error_len;
 
     /* --- 1.1 --- */
@@ -110,13 +111,13 @@ typedef struct kvs_backend_init {
     uint64_t error_option_len;
 } kvs_backend_init;
 
-#define KVS_BACKEND_CAP_ZERO_COPY (1u << 0)  /* get_ref is implemented */
+#define KVS_BACKEND_CAP_ZERO_COPY   (1u << 0) /* get_ref is implemented */
 #define KVS_BACKEND_CAP_THREAD_SAFE (1u << 1)
-#define KVS_BACKEND_CAP_SHARED (1u << 2)     /* visible to other processes that open the same tier */
-#define KVS_BACKEND_CAP_RESERVE (1u << 3)    /* 1.1: reserve/commit/abort are implemented */
-#define KVS_BACKEND_CAP_MEMORY (1u << 4)     /* 1.1: memory is implemented */
-#define KVS_BACKEND_CAP_GET_MANY (1u << 5)   /* 1.1: get_many is implemented */
-#define KVS_BACKEND_CAP_GET_RANGE (1u << 6)  /* 1.2: get_range is implemented */
+#define KVS_BACKEND_CAP_SHARED      (1u << 2) /* visible to other processes that open the same tier */
+#define KVS_BACKEND_CAP_RESERVE     (1u << 3) /* 1.1: reserve/commit/abort are implemented */
+#define KVS_BACKEND_CAP_MEMORY      (1u << 4) /* 1.1: memory is implemented */
+#define KVS_BACKEND_CAP_GET_MANY    (1u << 5) /* 1.1: get_many is implemented */
+#define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -158,7 +159,8 @@ typedef struct kvs_backend_ops {
      * gathers straight into it: no staging copy). *dst gets where to write, *ticket names the
      * reservation. The object is invisible (contains/get miss it) until commit; the room is never
      * evicted meanwhile. KVS_ENOMEM if no room can be made, as put. */
-    kvs_status (*reserve)(void *state, const kvs_key *key, uint64_t len, void **dst, uint64_t *ticket);
+    kvs_status (*reserve)(void *state, const kvs_key *key, uint64_t len, void **dst,
+                          uint64_t *ticket);
     /* Publish a reservation as the object for its key (replacing an unpinned one; when a pinned
      * object of the key exists the reservation is dropped instead, equal keys holding equal bytes). */
     kvs_status (*commit)(void *state, uint64_t ticket);
@@ -171,19 +173,20 @@ typedef struct kvs_backend_ops {
      * several devices schedules and submits them together. dsts[i] has room for caps[i] bytes;
      * lens[i] and statuses[i] are filled per object as get would. Returns KVS_OK when the call
      * itself worked (per-object failures are in statuses). */
-    kvs_status (*get_many)(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                           uint64_t n, uint64_t *lens, kvs_status *statuses);
+    kvs_status (*get_many)(void *state, const kvs_key *keys, void *const *dsts,
+                           const uint64_t *caps, uint64_t n, uint64_t *lens, kvs_status *statuses);
     /* CAP_GET_RANGE (1.2): bytes [offset, offset + len) of the stored object into dst, so a reader
      * that needs some layers reads (and a device pays for) only those. *got gets the bytes copied
      * (fewer when the object ends first); *object_len the object's whole length. */
-    kvs_status (*get_range)(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
-                            uint64_t *got, uint64_t *object_len);
+    kvs_status (*get_range)(void *state, const kvs_key *key, uint64_t offset, uint64_t len,
+                            void *dst, uint64_t *got, uint64_t *object_len);
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the
  * connector, which may be older or newer than the plugin) reaches `field`: read a field appended in a
  * later minor version only when this says so. */
-#define KVS_HAS_FIELD(ptr, type, field) ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
+#define KVS_HAS_FIELD(ptr, type, field) \
+    ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))
 /* 1 when a backend's table (possibly older than the connector) reaches op `field` and sets it. */
 #define KVS_HAS_OP(ops, field) (KVS_HAS_FIELD(ops, kvs_backend_ops, field) && (ops)->field != NULL)
 

@@ -40,7 +40,8 @@ static inline uint64_t bench_mix64(uint64_t x) {
 }
 
 /* Parse a flag value as an unsigned integer in [min, max]; exits with a message otherwise. */
-static inline uint64_t bench_parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max) {
+static inline uint64_t bench_parse_u64(const char *flag, const char *text, uint64_t min,
+                                       uint64_t max) {
     char *end = NULL;
     errno = 0;
     unsigned long long v = text ? strtoull(text, &end, 10) : 0;
@@ -53,16 +54,17 @@ static inline uint64_t bench_parse_u64(const char *flag, const char *text, uint6
 }
 
 /* A failed kvstrata call: name it, print the handle's last error and exit non-zero. */
-static inline void bench_fail(const kvs_api *api, const kvs_handle *h, const char *what, kvs_status st) {
-    fprintf(stderr, "%s failed: %s (%d): %s\n", what, api ? api->strerror(st) : kvs_strerror(st), (int)st,
-            api && h ? api->last_error(h) : "");
+static inline void bench_fail(const kvs_api *api, const kvs_handle *h, const char *what,
+                              kvs_status st) {
+    fprintf(stderr, "%s failed: %s (%d): %s\n", what, api ? api->strerror(st) : kvs_strerror(st),
+            (int)st, api && h ? api->last_error(h) : "");
     exit(1);
 }
 
-#define BENCH_CHECK(api, h, call)                                                                        \
-    do {                                                                                                 \
-        kvs_status bench_st_ = (call);                                                                   \
-        if (bench_st_ != KVS_OK) bench_fail((api), (h), #call, bench_st_);                               \
+#define BENCH_CHECK(api, h, call)                                          \
+    do {                                                                   \
+        kvs_status bench_st_ = (call);                                     \
+        if (bench_st_ != KVS_OK) bench_fail((api), (h), #call, bench_st_); \
     } while (0)
 
 /* Write text to a new temporary file and return its path in path[0..len); exits on failure. */

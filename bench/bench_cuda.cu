@@ -57,15 +57,15 @@ struct bench {
     const kvs_device_ops *ops = nullptr;
     uint64_t head_bytes = 0, token_bytes = 0, block_bytes = 0; /* block: one part (K or V) */
     uint64_t n_blocks = 0, used_blocks = 0;
-    uint64_t layer_bytes = 0;       /* one layer's pages [2][n_blocks][block] */
-    uint64_t chunk_layer_bytes = 0; /* K+V of one chunk of one layer */
-    uint64_t step_bytes = 0;        /* what one step moves */
-    unsigned char *pages = nullptr; /* device, layers x layer_bytes */
-    unsigned char *payload = nullptr; /* host, chunks x layers x chunk_layer_bytes */
+    uint64_t layer_bytes = 0;            /* one layer's pages [2][n_blocks][block] */
+    uint64_t chunk_layer_bytes = 0;      /* K+V of one chunk of one layer */
+    uint64_t step_bytes = 0;             /* what one step moves */
+    unsigned char *pages = nullptr;      /* device, layers x layer_bytes */
+    unsigned char *payload = nullptr;    /* host, chunks x layers x chunk_layer_bytes */
     unsigned char *contiguous = nullptr; /* device, step_bytes: the memcpy reference */
-    uint32_t *table = nullptr;      /* used_blocks ids: chunk c owns [c * per_chunk, ...) */
-    uint32_t *table_dev = nullptr;  /* the same on the device, for the compute kernels */
-    kvs_dev_copy *copies = nullptr; /* layers x chunks */
+    uint32_t *table = nullptr;           /* used_blocks ids: chunk c owns [c * per_chunk, ...) */
+    uint32_t *table_dev = nullptr;       /* the same on the device, for the compute kernels */
+    kvs_dev_copy *copies = nullptr;      /* layers x chunks */
     kvs_layer_view *views = nullptr;
     unsigned long long *sink = nullptr; /* device: keeps the compute kernels' reads alive */
     cudaStream_t engine = nullptr;
@@ -77,10 +77,10 @@ void die(const char *what, cudaError_t rc) {
     exit(1);
 }
 
-#define CUDA_OR_DIE(call)                                                                          \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) die(#call, rc_);                                                   \
+#define CUDA_OR_DIE(call)                        \
+    do {                                         \
+        cudaError_t rc_ = (call);                \
+        if (rc_ != cudaSuccess) die(#call, rc_); \
     } while (0)
 
 void check_status(kvs_status st, const char *what, const char *err) {
@@ -109,7 +109,8 @@ __global__ void attention_like(const unsigned char *layer, const uint32_t *table
          i += (uint64_t)gridDim.x * blockDim.x) {
         const uint64_t part = i / (used * units), rest = i % (used * units);
         const uint64_t block = table[rest / units], unit = rest % units;
-        const uint4 v = reinterpret_cast<const uint4 *>(layer + (part * n_blocks + block) * block_bytes)[unit];
+        const uint4 v =
+            reinterpret_cast<const uint4 *>(layer + (part * n_blocks + block) * block_bytes)[unit];
         acc += v.x ^ v.w;
     }
     while (now_ns() - start < busy_ns) {
@@ -185,7 +186,8 @@ void setup(bench *b) {
     CUDA_OR_DIE(cudaMemset(b->pages, 0, b->layer_bytes * o.layers));
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&b->contiguous), b->step_bytes));
     CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&b->sink), sizeof *b->sink));
-    void *map = mmap(nullptr, b->step_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *map =
+        mmap(nullptr, b->step_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (map == MAP_FAILED) {
         fprintf(stderr, "cannot map %llu bytes of payload\n", (unsigned long long)b->step_bytes);
         exit(1);
@@ -214,7 +216,8 @@ void setup(bench *b) {
     }
     memcpy(b->table, perm, b->used_blocks * sizeof *b->table);
     free(perm);
-    CUDA_OR_DIE(cudaMalloc(reinterpret_cast<void **>(&b->table_dev), b->used_blocks * sizeof(uint32_t)));
+    CUDA_OR_DIE(
+        cudaMalloc(reinterpret_cast<void **>(&b->table_dev), b->used_blocks * sizeof(uint32_t)));
     CUDA_OR_DIE(cudaMemcpy(b->table_dev, b->table, b->used_blocks * sizeof(uint32_t),
                            cudaMemcpyHostToDevice));
 
@@ -231,7 +234,8 @@ void setup(bench *b) {
         v->head_stride = (int64_t)b->head_bytes;
         for (uint32_t c = 0; c < o.chunks; c++) {
             kvs_dev_copy *d = &b->copies[(size_t)l * o.chunks + c];
-            unsigned char *object = b->payload + ((uint64_t)c * o.layers + l) * b->chunk_layer_bytes;
+            unsigned char *object =
+                b->payload + ((uint64_t)c * o.layers + l) * b->chunk_layer_bytes;
             d->block_ids = b->table + (uint64_t)c * per_chunk;
             d->n_block_ids = per_chunk;
             d->first_token = 0;
@@ -269,8 +273,8 @@ void *open_device(bench *b, kvs_dev_copy_method method, kvs_device_info *info) {
 void enqueue_loads(bench *b, void *dev) {
     char err[512] = "";
     for (uint32_t l = 0; l < b->opt.layers; l++)
-        check_status(b->ops->load_layer(dev, l, &b->copies[(size_t)l * b->opt.chunks], b->opt.chunks,
-                                        err, sizeof err),
+        check_status(b->ops->load_layer(dev, l, &b->copies[(size_t)l * b->opt.chunks],
+                                        b->opt.chunks, err, sizeof err),
                      "load_layer", err);
 }
 
@@ -290,8 +294,8 @@ double save_step_ns(bench *b, void *dev) {
     char err[512] = "";
     const uint64_t t0 = bench_now_ns();
     for (uint32_t l = 0; l < b->opt.layers; l++)
-        check_status(b->ops->save_layer(dev, l, &b->copies[(size_t)l * b->opt.chunks], b->opt.chunks,
-                                        err, sizeof err),
+        check_status(b->ops->save_layer(dev, l, &b->copies[(size_t)l * b->opt.chunks],
+                                        b->opt.chunks, err, sizeof err),
                      "save_layer", err);
     sync_device(b, dev);
     return (double)(bench_now_ns() - t0);
@@ -309,8 +313,8 @@ double memcpy_ns(bench *b, cudaMemcpyKind kind) {
 
 void launch_attention(bench *b, uint32_t layer, unsigned long long busy_ns) {
     attention_like<<<b->n_sms, 256, 0, b->engine>>>(b->pages + layer * b->layer_bytes, b->table_dev,
-                                                     b->used_blocks, b->n_blocks, b->block_bytes,
-                                                     busy_ns, b->sink);
+                                                    b->used_blocks, b->n_blocks, b->block_bytes,
+                                                    busy_ns, b->sink);
     CUDA_OR_DIE(cudaGetLastError());
 }
 
@@ -338,8 +342,8 @@ double overlapped_ns(bench *b, void *dev, unsigned long long busy_ns) {
 float fixed_work_ms(bench *b, cudaEvent_t start, cudaEvent_t stop) {
     CUDA_OR_DIE(cudaEventRecord(start, b->engine));
     fixed_work<<<b->n_sms * 4, 256, 0, b->engine>>>(b->pages, b->table_dev, b->opt.layers,
-                                                     b->used_blocks, b->n_blocks, b->block_bytes,
-                                                     b->opt.work_passes, b->sink);
+                                                    b->used_blocks, b->n_blocks, b->block_bytes,
+                                                    b->opt.work_passes, b->sink);
     CUDA_OR_DIE(cudaGetLastError());
     CUDA_OR_DIE(cudaEventRecord(stop, b->engine));
     CUDA_OR_DIE(cudaEventSynchronize(stop));
@@ -358,10 +362,11 @@ void verify_load(bench *b, void *dev) {
             const unsigned char *page =
                 b->pages + ((uint64_t)part * b->n_blocks + b->table[i]) * b->block_bytes;
             CUDA_OR_DIE(cudaMemcpy(row, page, b->block_bytes, cudaMemcpyDeviceToHost));
-            const unsigned char *want = b->payload + (uint64_t)part * b->chunk_layer_bytes / 2 +
-                                        i * b->block_bytes;
+            const unsigned char *want =
+                b->payload + (uint64_t)part * b->chunk_layer_bytes / 2 + i * b->block_bytes;
             if (memcmp(row, want, b->block_bytes) != 0) {
-                fprintf(stderr, "load check: layer 0 chunk 0 block %llu %s differs from the payload\n",
+                fprintf(stderr,
+                        "load check: layer 0 chunk 0 block %llu %s differs from the payload\n",
                         (unsigned long long)i, part ? "V" : "K");
                 exit(1);
             }
@@ -370,22 +375,23 @@ void verify_load(bench *b, void *dev) {
 }
 
 void usage(const char *prog) {
-    fprintf(stderr,
-            "usage: %s [--layers L] [--chunks C] [--chunk-tokens T] [--heads H] [--head-dim D]\n"
-            "          [--block B] [--spread S] [--iters R] [--warmup W] [--compute-us U]\n"
-            "          [--work-passes P]\n"
-            "  --layers       model layers (default 32)\n"
-            "  --chunks       chunks per step, each its own request-sized copy (default 16)\n"
-            "  --chunk-tokens tokens per chunk (default 256)\n"
-            "  --heads, --head-dim  KV heads and head dim, bf16 (default 8, 128)\n"
-            "  --block        tokens per page (default 16)\n"
-            "  --spread       pages per layer = spread x the pages a step uses (default 4)\n"
-            "  --iters        measured rounds, median reported (default 10)\n"
-            "  --warmup       unmeasured rounds first (default 2)\n"
-            "  --compute-us   busy time of the attention stand-in per layer (default 0: one layer's\n"
-            "                 measured transfer time)\n"
-            "  --work-passes  passes over the step's pages of the fixed-work kernel (default 4)\n",
-            prog);
+    fprintf(
+        stderr,
+        "usage: %s [--layers L] [--chunks C] [--chunk-tokens T] [--heads H] [--head-dim D]\n"
+        "          [--block B] [--spread S] [--iters R] [--warmup W] [--compute-us U]\n"
+        "          [--work-passes P]\n"
+        "  --layers       model layers (default 32)\n"
+        "  --chunks       chunks per step, each its own request-sized copy (default 16)\n"
+        "  --chunk-tokens tokens per chunk (default 256)\n"
+        "  --heads, --head-dim  KV heads and head dim, bf16 (default 8, 128)\n"
+        "  --block        tokens per page (default 16)\n"
+        "  --spread       pages per layer = spread x the pages a step uses (default 4)\n"
+        "  --iters        measured rounds, median reported (default 10)\n"
+        "  --warmup       unmeasured rounds first (default 2)\n"
+        "  --compute-us   busy time of the attention stand-in per layer (default 0: one layer's\n"
+        "                 measured transfer time)\n"
+        "  --work-passes  passes over the step's pages of the fixed-work kernel (default 4)\n",
+        prog);
 }
 
 options parse(int argc, char **argv) {
@@ -394,17 +400,28 @@ options parse(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : nullptr;
         uint32_t *field = nullptr;
         uint64_t lo = 1, hi = 1u << 20;
-        if (!strcmp(a, "--layers")) field = &o.layers, hi = 1024;
-        else if (!strcmp(a, "--chunks")) field = &o.chunks, hi = 4096;
-        else if (!strcmp(a, "--chunk-tokens")) field = &o.chunk_tokens;
-        else if (!strcmp(a, "--heads")) field = &o.heads, hi = 1024;
-        else if (!strcmp(a, "--head-dim")) field = &o.head_dim, lo = 8, hi = 4096;
-        else if (!strcmp(a, "--block")) field = &o.block_tokens, hi = 1024;
-        else if (!strcmp(a, "--spread")) field = &o.spread, hi = 64;
-        else if (!strcmp(a, "--iters")) field = &o.iters, hi = 10000;
-        else if (!strcmp(a, "--warmup")) field = &o.warmup, lo = 0, hi = 1000;
-        else if (!strcmp(a, "--compute-us")) field = &o.compute_us, lo = 0, hi = 1000000;
-        else if (!strcmp(a, "--work-passes")) field = &o.work_passes, hi = 1000;
+        if (!strcmp(a, "--layers"))
+            field = &o.layers, hi = 1024;
+        else if (!strcmp(a, "--chunks"))
+            field = &o.chunks, hi = 4096;
+        else if (!strcmp(a, "--chunk-tokens"))
+            field = &o.chunk_tokens;
+        else if (!strcmp(a, "--heads"))
+            field = &o.heads, hi = 1024;
+        else if (!strcmp(a, "--head-dim"))
+            field = &o.head_dim, lo = 8, hi = 4096;
+        else if (!strcmp(a, "--block"))
+            field = &o.block_tokens, hi = 1024;
+        else if (!strcmp(a, "--spread"))
+            field = &o.spread, hi = 64;
+        else if (!strcmp(a, "--iters"))
+            field = &o.iters, hi = 10000;
+        else if (!strcmp(a, "--warmup"))
+            field = &o.warmup, lo = 0, hi = 1000;
+        else if (!strcmp(a, "--compute-us"))
+            field = &o.compute_us, lo = 0, hi = 1000000;
+        else if (!strcmp(a, "--work-passes"))
+            field = &o.work_passes, hi = 1000;
         else {
             usage(argv[0]);
             exit(!strcmp(a, "--help") || !strcmp(a, "-h") ? 0 : 2);
@@ -419,7 +436,9 @@ options parse(int argc, char **argv) {
     return o;
 }
 
-const char *method_name(int dma) { return dma ? "dma" : "kernel"; }
+const char *method_name(int dma) {
+    return dma ? "dma" : "kernel";
+}
 
 } // namespace
 
@@ -438,7 +457,8 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CUDA_OR_DIE(cudaGetDeviceProperties(&prop, 0));
     const options &o = b.opt;
-    printf("# %s: %u layers x %u chunks x %u tokens, %u heads x %u bf16, block %u: %.0f MiB per step\n",
+    printf("# %s: %u layers x %u chunks x %u tokens, %u heads x %u bf16, block %u: %.0f MiB per "
+           "step\n",
            prop.name, o.layers, o.chunks, o.chunk_tokens, o.heads, o.head_dim, o.block_tokens,
            (double)b.step_bytes / (1 << 20));
 
@@ -466,8 +486,10 @@ int main(int argc, char **argv) {
 
         /* (1) transfers; rounds interleave ours and the reference so drift hits both alike */
         for (uint32_t r = 0; r < rounds; r++) {
-            const double load = load_step_ns(&b, dev), ref_load = memcpy_ns(&b, cudaMemcpyHostToDevice);
-            const double save = save_step_ns(&b, dev), ref_save = memcpy_ns(&b, cudaMemcpyDeviceToHost);
+            const double load = load_step_ns(&b, dev),
+                         ref_load = memcpy_ns(&b, cudaMemcpyHostToDevice);
+            const double save = save_step_ns(&b, dev),
+                         ref_save = memcpy_ns(&b, cudaMemcpyDeviceToHost);
             if (r < o.warmup) continue;
             const uint32_t k = r - o.warmup;
             v[0][k] = load, v[1][k] = ref_load, v[2][k] = save, v[3][k] = ref_save;
@@ -481,22 +503,22 @@ int main(int argc, char **argv) {
         } t[2] = {{"load", load, ref_load}, {"save", save, ref_save}};
         for (int d = 0; d < 2; d++) {
             const double gbps = bytes / t[d].ns, ref = bytes / t[d].ref_ns;
-            printf("{\"bench\":\"cuda_%s_%s\",\"ratio\":%.3f,\"reference\":\"cudaMemcpyAsync %s of "
-                   "the same bytes, one contiguous pinned buffer\",\"gbps\":%.3f,\"reference_gbps\":"
-                   "%.3f,\"ns\":%.0f,\"reference_ns\":%.0f,\"bytes\":%.0f,\"layers\":%u,\"chunks\":%u,"
-                   "\"chunk_tokens\":%u,\"method\":\"%s\",\"run_bytes\":%llu,\"iterations\":%u,"
-                   "\"warmup\":%u}\n",
-                   t[d].dir, m, gbps / ref, d ? "D2H" : "H2D", gbps, ref, t[d].ns, t[d].ref_ns, bytes,
-                   o.layers, o.chunks, o.chunk_tokens, m, (unsigned long long)info.run_bytes, o.iters,
-                   o.warmup);
+            printf(
+                "{\"bench\":\"cuda_%s_%s\",\"ratio\":%.3f,\"reference\":\"cudaMemcpyAsync %s of "
+                "the same bytes, one contiguous pinned buffer\",\"gbps\":%.3f,\"reference_gbps\":"
+                "%.3f,\"ns\":%.0f,\"reference_ns\":%.0f,\"bytes\":%.0f,\"layers\":%u,\"chunks\":%u,"
+                "\"chunk_tokens\":%u,\"method\":\"%s\",\"run_bytes\":%llu,\"iterations\":%u,"
+                "\"warmup\":%u}\n",
+                t[d].dir, m, gbps / ref, d ? "D2H" : "H2D", gbps, ref, t[d].ns, t[d].ref_ns, bytes,
+                o.layers, o.chunks, o.chunk_tokens, m, (unsigned long long)info.run_bytes, o.iters,
+                o.warmup);
             printf("%s by %s: %.2f GB/s, one cudaMemcpyAsync %.2f GB/s, ratio %.3f\n", t[d].dir, m,
                    gbps, ref, gbps / ref);
         }
 
         /* (2) overlap */
-        const unsigned long long busy_ns =
-            o.compute_us ? (unsigned long long)o.compute_us * 1000ull
-                         : (unsigned long long)(load / o.layers);
+        const unsigned long long busy_ns = o.compute_us ? (unsigned long long)o.compute_us * 1000ull
+                                                        : (unsigned long long)(load / o.layers);
         for (uint32_t r = 0; r < rounds; r++) {
             const double c = compute_alone_ns(&b, busy_ns), x = load_step_ns(&b, dev);
             const double both = overlapped_ns(&b, dev, busy_ns);
@@ -505,11 +527,12 @@ int main(int argc, char **argv) {
         }
         const double c = bench_median(v[4], o.iters), x = bench_median(v[5], o.iters);
         const double both = bench_median(v[6], o.iters), ref = c > x ? c : x;
-        printf("{\"bench\":\"cuda_overlap_%s\",\"ratio\":%.3f,\"reference\":\"max(compute alone, "
-               "transfer alone)\",\"target\":1.15,\"ns\":%.0f,\"reference_ns\":%.0f,\"compute_ns\":"
-               "%.0f,\"transfer_ns\":%.0f,\"busy_ns_per_layer\":%llu,\"layers\":%u,\"method\":\"%s\","
-               "\"iterations\":%u,\"warmup\":%u}\n",
-               m, both / ref, both, ref, c, x, busy_ns, o.layers, m, o.iters, o.warmup);
+        printf(
+            "{\"bench\":\"cuda_overlap_%s\",\"ratio\":%.3f,\"reference\":\"max(compute alone, "
+            "transfer alone)\",\"target\":1.15,\"ns\":%.0f,\"reference_ns\":%.0f,\"compute_ns\":"
+            "%.0f,\"transfer_ns\":%.0f,\"busy_ns_per_layer\":%llu,\"layers\":%u,\"method\":\"%s\","
+            "\"iterations\":%u,\"warmup\":%u}\n",
+            m, both / ref, both, ref, c, x, busy_ns, o.layers, m, o.iters, o.warmup);
         printf("overlap by %s: step %.2f ms, compute alone %.2f ms, transfer alone %.2f ms, ratio "
                "%.3f (target <= 1.15)\n",
                m, both / 1e6, c / 1e6, x / 1e6, both / ref);
@@ -526,10 +549,11 @@ int main(int argc, char **argv) {
         }
         const double slowdown = bench_median(v[7], o.iters);
         const double alone = bench_median(v[4], o.iters), beside = bench_median(v[5], o.iters);
-        printf("{\"bench\":\"cuda_sm_cost_%s\",\"ratio\":%.3f,\"reference\":\"the fixed-work kernel "
-               "alone\",\"ms\":%.3f,\"reference_ms\":%.3f,\"work_passes\":%u,\"method\":\"%s\","
-               "\"iterations\":%u,\"warmup\":%u}\n",
-               m, slowdown, beside, alone, o.work_passes, m, o.iters, o.warmup);
+        printf(
+            "{\"bench\":\"cuda_sm_cost_%s\",\"ratio\":%.3f,\"reference\":\"the fixed-work kernel "
+            "alone\",\"ms\":%.3f,\"reference_ms\":%.3f,\"work_passes\":%u,\"method\":\"%s\","
+            "\"iterations\":%u,\"warmup\":%u}\n",
+            m, slowdown, beside, alone, o.work_passes, m, o.iters, o.warmup);
         printf("SM cost of %s loads: compute kernel %.3f ms beside a load vs %.3f ms alone, "
                "slowdown %.3f\n",
                m, beside, alone, slowdown);

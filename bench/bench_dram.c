@@ -26,19 +26,19 @@
 #include "object.h"
 #include "tiers.h"
 
-#define N_HEADS 8u
-#define HEAD_DIM 128u
-#define ELEMENT_BYTES 2u /* fp16 */
-#define BLOCK_TOKENS 16u
-#define CHUNK_TOKENS 256u
-#define TAIL_TOKENS 16u /* the load request's last block: computed by the engine, never loaded */
-#define HEAD_BYTES (HEAD_DIM * ELEMENT_BYTES)
-#define TOKEN_BYTES ((uint64_t)N_HEADS * HEAD_BYTES)
-#define BLOCK_BYTES ((uint64_t)BLOCK_TOKENS * TOKEN_BYTES)
-#define PIECE_BYTES (2 * (uint64_t)CHUNK_TOKENS * TOKEN_BYTES) /* K+V of one layer of one chunk */
+#define N_HEADS          8u
+#define HEAD_DIM         128u
+#define ELEMENT_BYTES    2u /* fp16 */
+#define BLOCK_TOKENS     16u
+#define CHUNK_TOKENS     256u
+#define TAIL_TOKENS      16u /* the load request's last block: computed by the engine, never loaded */
+#define HEAD_BYTES       (HEAD_DIM * ELEMENT_BYTES)
+#define TOKEN_BYTES      ((uint64_t)N_HEADS * HEAD_BYTES)
+#define BLOCK_BYTES      ((uint64_t)BLOCK_TOKENS * TOKEN_BYTES)
+#define PIECE_BYTES      (2 * (uint64_t)CHUNK_TOKENS * TOKEN_BYTES) /* K+V of one layer of one chunk */
 #define BLOCKS_PER_CHUNK (CHUNK_TOKENS / BLOCK_TOKENS)
-#define VOCAB 128256u
-#define PATTERN_SEED 0x6b7673747261ull
+#define VOCAB            128256u
+#define PATTERN_SEED     0x6b7673747261ull
 
 typedef struct options {
     uint64_t chunks;
@@ -82,10 +82,14 @@ static options parse_options(int argc, char **argv) {
     options o = {.chunks = 64, .layers = 8, .iters = 10, .warmup = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--chunks") == 0) o.chunks = bench_parse_u64(a, v, 1, 1u << 16);
-        else if (strcmp(a, "--layers") == 0) o.layers = (uint32_t)bench_parse_u64(a, v, 1, 1024);
-        else if (strcmp(a, "--iters") == 0) o.iters = (uint32_t)bench_parse_u64(a, v, 1, 100000);
-        else if (strcmp(a, "--warmup") == 0) o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100000);
+        if (strcmp(a, "--chunks") == 0)
+            o.chunks = bench_parse_u64(a, v, 1, 1u << 16);
+        else if (strcmp(a, "--layers") == 0)
+            o.layers = (uint32_t)bench_parse_u64(a, v, 1, 1024);
+        else if (strcmp(a, "--iters") == 0)
+            o.iters = (uint32_t)bench_parse_u64(a, v, 1, 100000);
+        else if (strcmp(a, "--warmup") == 0)
+            o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100000);
         else {
             usage(argv[0]);
             exit(strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? 0 : 2);
@@ -109,7 +113,9 @@ static uint8_t *map_memory(uint64_t bytes, int huge, const char *what) {
 
 /* --- the engine's pages ------------------------------------------------------------------------- */
 
-static uint64_t pattern_word(uint64_t word_index) { return bench_mix64(PATTERN_SEED ^ word_index); }
+static uint64_t pattern_word(uint64_t word_index) {
+    return bench_mix64(PATTERN_SEED ^ word_index);
+}
 
 static void fill_pages(bench *b) {
     uint64_t *w = (uint64_t *)b->pages;
@@ -118,7 +124,8 @@ static void fill_pages(bench *b) {
 
 /* Byte offset in `pages` of K (kv 0) or V (kv 1) of block `block` of layer `layer`. */
 static uint64_t block_offset(const bench *b, uint32_t layer, uint32_t kv, uint32_t block) {
-    return layer * b->layer_tensor_bytes + (uint64_t)kv * b->n_blocks * BLOCK_BYTES + block * BLOCK_BYTES;
+    return layer * b->layer_tensor_bytes + (uint64_t)kv * b->n_blocks * BLOCK_BYTES +
+           block * BLOCK_BYTES;
 }
 
 /* Every block the chunks occupy: 0 everywhere (clear) or equal to the fill pattern (check). */
@@ -136,7 +143,8 @@ static uint64_t count_wrong_words(const bench *b) {
             for (uint32_t kv = 0; kv < 2; kv++) {
                 uint64_t off = block_offset(b, l, kv, b->block_table[i]);
                 const uint64_t *w = (const uint64_t *)(b->pages + off);
-                for (uint64_t j = 0; j < BLOCK_BYTES / 8; j++) wrong += w[j] != pattern_word(off / 8 + j);
+                for (uint64_t j = 0; j < BLOCK_BYTES / 8; j++)
+                    wrong += w[j] != pattern_word(off / 8 + j);
             }
     return wrong;
 }
@@ -182,12 +190,13 @@ static step_time load_step(bench *b) {
     uint64_t t0 = bench_now_ns();
     BENCH_CHECK(api, h, api->lookup(h, "load", b->tokens, n_tokens, 0, &res));
     if (res.n_hit_tokens != hit) {
-        fprintf(stderr, "lookup offered %llu tokens, expected %llu\n", (unsigned long long)res.n_hit_tokens,
-                (unsigned long long)hit);
+        fprintf(stderr, "lookup offered %llu tokens, expected %llu\n",
+                (unsigned long long)res.n_hit_tokens, (unsigned long long)hit);
         exit(1);
     }
     BENCH_CHECK(api, h, api->on_alloc(h, "load", b->block_table, b->n_blocks, hit));
-    kvs_step_request s = {"load", b->tokens, n_tokens, b->block_table, b->n_blocks, hit, TAIL_TOKENS};
+    kvs_step_request s = {"load",      b->tokens, n_tokens,   b->block_table,
+                          b->n_blocks, hit,       TAIL_TOKENS};
     build_meta(b, &s, &len);
     uint64_t t1 = bench_now_ns();
     BENCH_CHECK(api, h, api->bind_meta(h, b->meta, len));
@@ -199,7 +208,8 @@ static step_time load_step(bench *b) {
     int keep = 0;
     BENCH_CHECK(api, h, api->request_finished(h, "load", &keep));
     kvs_stats after = get_stats(b);
-    expect_delta("chunks loaded in a load step", before.chunks_loaded, after.chunks_loaded, b->opt.chunks);
+    expect_delta("chunks loaded in a load step", before.chunks_loaded, after.chunks_loaded,
+                 b->opt.chunks);
     expect_delta("load errors in a load step", before.load_errors, after.load_errors, 0);
     expect_delta("payload bytes loaded in a load step", before.bytes_loaded, after.bytes_loaded,
                  b->payload_bytes);
@@ -222,8 +232,8 @@ static step_time save_step(bench *b) {
                 (unsigned long long)res.n_hit_tokens);
         exit(1);
     }
-    kvs_step_request s = {"save", b->tokens, n_tokens, b->block_table, b->opt.chunks * BLOCKS_PER_CHUNK,
-                          0, n_tokens};
+    kvs_step_request s = {
+        "save", b->tokens, n_tokens, b->block_table, b->opt.chunks * BLOCKS_PER_CHUNK, 0, n_tokens};
     build_meta(b, &s, &len);
     uint64_t t1 = bench_now_ns();
     BENCH_CHECK(api, h, api->bind_meta(h, b->meta, len));
@@ -234,7 +244,8 @@ static step_time save_step(bench *b) {
     int keep = 0;
     BENCH_CHECK(api, h, api->request_finished(h, "save", &keep));
     kvs_stats after = get_stats(b);
-    expect_delta("chunks saved in a save step", before.chunks_saved, after.chunks_saved, b->opt.chunks);
+    expect_delta("chunks saved in a save step", before.chunks_saved, after.chunks_saved,
+                 b->opt.chunks);
     expect_delta("saves skipped in a save step", before.saves_skipped, after.saves_skipped, 0);
     return (step_time){t1 - t0, t2 - t1};
 }
@@ -248,7 +259,8 @@ static uint64_t memcpy_round(const bench *b, uint8_t *dst, const uint8_t *src) {
     uint64_t t0 = bench_now_ns();
     for (uint64_t l = 0; l < layers; l++)
         for (uint64_t c = 0; c < chunks; c++)
-            memcpy(dst + (l * chunks + c) * PIECE_BYTES, src + (c * layers + l) * PIECE_BYTES, PIECE_BYTES);
+            memcpy(dst + (l * chunks + c) * PIECE_BYTES, src + (c * layers + l) * PIECE_BYTES,
+                   PIECE_BYTES);
     __asm__ __volatile__("" ::: "memory");
     uint64_t t1 = bench_now_ns();
     sink = (uint8_t)(sink ^ dst[(chunks * layers - 1) * PIECE_BYTES]);
@@ -291,8 +303,8 @@ static void open_handle(bench *b) {
              CHUNK_TOKENS, (unsigned long long)(slab * b->opt.chunks),
              (unsigned long long)(slab * b->opt.chunks));
     bench_write_temp(yaml, path, sizeof path);
-    kvs_open_params params = {.struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = path,
-                              .model = &model};
+    kvs_open_params params = {
+        .struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = path, .model = &model};
     kvs_status st = b->api->open(&params, &b->h, err, sizeof err);
     remove(path);
     if (st != KVS_OK) {
@@ -350,27 +362,33 @@ static void make_request(bench *b) {
     kvs_keys_chain(&b->h->fingerprint, b->tokens, b->opt.chunks, CHUNK_TOKENS, b->keys);
 }
 
-static void report_path(const bench *b, const char *name, const char *what, double ns, double ref_ns) {
+static void report_path(const bench *b, const char *name, const char *what, double ns,
+                        double ref_ns) {
     double gbps = (double)b->payload_bytes / ns, ref_gbps = (double)b->payload_bytes / ref_ns;
     printf("{\"bench\":\"%s\",\"ratio\":%.3f,\"reference\":\"memcpy\",\"gbps\":%.3f,"
            "\"reference_gbps\":%.3f,\"ns\":%.0f,\"reference_ns\":%.0f,\"bytes\":%llu,"
            "\"piece_bytes\":%llu,\"chunks\":%llu,\"layers\":%u,\"iterations\":%u,\"warmup\":%u}\n",
            name, gbps / ref_gbps, gbps, ref_gbps, ns, ref_ns, (unsigned long long)b->payload_bytes,
-           (unsigned long long)PIECE_BYTES, (unsigned long long)b->opt.chunks, b->opt.layers, b->opt.iters,
-           b->opt.warmup);
-    printf("%s: %.2f GB/s, memcpy %.2f GB/s, ratio %.3f (%llu chunks x %u layers x 1 MiB, median of %u)\n",
+           (unsigned long long)PIECE_BYTES, (unsigned long long)b->opt.chunks, b->opt.layers,
+           b->opt.iters, b->opt.warmup);
+    printf("%s: %.2f GB/s, memcpy %.2f GB/s, ratio %.3f (%llu chunks x %u layers x 1 MiB, median "
+           "of %u)\n",
            what, gbps, ref_gbps, gbps / ref_gbps, (unsigned long long)b->opt.chunks, b->opt.layers,
            b->opt.iters);
 }
 
-static void report_sched(const bench *b, const char *name, const char *hooks, double ns, double ref_ns) {
-    printf("{\"bench\":\"%s\",\"ratio\":%.5f,\"reference\":\"memcpy of the step's payload\",\"ns\":%.0f,"
-           "\"ns_per_chunk\":%.1f,\"reference_ns\":%.0f,\"bytes\":%llu,\"chunks\":%llu,\"layers\":%u,"
-           "\"iterations\":%u,\"warmup\":%u,\"hooks\":\"%s\"}\n",
-           name, ns / ref_ns, ns, ns / (double)b->opt.chunks, ref_ns, (unsigned long long)b->payload_bytes,
-           (unsigned long long)b->opt.chunks, b->opt.layers, b->opt.iters, b->opt.warmup, hooks);
-    printf("%s: %.1f us per step (%.0f ns per chunk), %.4f of the memcpy time of its payload\n", name,
-           ns / 1e3, ns / (double)b->opt.chunks, ns / ref_ns);
+static void report_sched(const bench *b, const char *name, const char *hooks, double ns,
+                         double ref_ns) {
+    printf(
+        "{\"bench\":\"%s\",\"ratio\":%.5f,\"reference\":\"memcpy of the step's "
+        "payload\",\"ns\":%.0f,"
+        "\"ns_per_chunk\":%.1f,\"reference_ns\":%.0f,\"bytes\":%llu,\"chunks\":%llu,\"layers\":%u,"
+        "\"iterations\":%u,\"warmup\":%u,\"hooks\":\"%s\"}\n",
+        name, ns / ref_ns, ns, ns / (double)b->opt.chunks, ref_ns,
+        (unsigned long long)b->payload_bytes, (unsigned long long)b->opt.chunks, b->opt.layers,
+        b->opt.iters, b->opt.warmup, hooks);
+    printf("%s: %.1f us per step (%.0f ns per chunk), %.4f of the memcpy time of its payload\n",
+           name, ns / 1e3, ns / (double)b->opt.chunks, ns / ref_ns);
 }
 
 int main(int argc, char **argv) {
@@ -394,7 +412,8 @@ int main(int argc, char **argv) {
     uint8_t *src = map_memory(b.payload_bytes, 1, "the memcpy source");
     uint8_t *dst = map_memory(b.payload_bytes, 0, "the memcpy destination");
     uint32_t n = b.opt.iters;
-    double *ref = calloc(n, sizeof *ref), *load = calloc(n, sizeof *load), *save = calloc(n, sizeof *save);
+    double *ref = calloc(n, sizeof *ref), *load = calloc(n, sizeof *load),
+           *save = calloc(n, sizeof *save);
     double *load_sched = calloc(n, sizeof *load_sched), *save_sched = calloc(n, sizeof *save_sched);
     if (!ref || !load || !save || !load_sched || !save_sched) {
         fprintf(stderr, "out of memory\n");
@@ -412,16 +431,18 @@ int main(int argc, char **argv) {
         save_sched[k] = (double)sv.sched_ns;
     }
     double ref_ns = bench_median(ref, n);
-    printf("{\"bench\":\"dram_correctness\",\"ratio\":1.000,\"reference\":\"saved bytes\",\"bytes\":%llu,"
+    printf("{\"bench\":\"dram_correctness\",\"ratio\":1.000,\"reference\":\"saved "
+           "bytes\",\"bytes\":%llu,"
            "\"wrong_words\":0,\"iterations\":1}\n",
            (unsigned long long)b.payload_bytes);
     printf("dram correctness: %llu bytes saved, cleared and restored, all equal\n",
            (unsigned long long)b.payload_bytes);
     report_path(&b, "dram_load", "dram load", bench_median(load, n), ref_ns);
     report_path(&b, "dram_save", "dram save", bench_median(save, n), ref_ns);
-    report_sched(&b, "dram_load_scheduler", "lookup+on_alloc+build_meta", bench_median(load_sched, n),
+    report_sched(&b, "dram_load_scheduler", "lookup+on_alloc+build_meta",
+                 bench_median(load_sched, n), ref_ns);
+    report_sched(&b, "dram_save_scheduler", "lookup+build_meta", bench_median(save_sched, n),
                  ref_ns);
-    report_sched(&b, "dram_save_scheduler", "lookup+build_meta", bench_median(save_sched, n), ref_ns);
 
     b.api->close(b.h);
     munmap(src, b.payload_bytes);

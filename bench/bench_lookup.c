@@ -17,12 +17,12 @@
 #include "object.h"
 #include "tiers.h"
 
-#define CHUNK_TOKENS 256u
-#define BLOCK_TOKENS 16u
-#define VOCAB 128256u
-#define DEFAULT_CHUNKS 1048576ull
+#define CHUNK_TOKENS    256u
+#define BLOCK_TOKENS    16u
+#define VOCAB           128256u
+#define DEFAULT_CHUNKS  1048576ull
 #define FALLBACK_CHUNKS 262144ull
-#define MISS_SEED_BASE (1ull << 40) /* sequence seeds never used for stored requests */
+#define MISS_SEED_BASE  (1ull << 40) /* sequence seeds never used for stored requests */
 
 typedef struct options {
     uint64_t chunks;   /* stored in the tier */
@@ -34,14 +34,15 @@ typedef struct options {
 } options;
 
 static void usage(const char *prog) {
-    fprintf(stderr,
-            "usage: %s [--chunks N] [--prefix P] [--requests Q] [--iters R] [--warmup W]\n"
-            "  --chunks    chunks stored in the DRAM tier (default %llu; %llu when memory is short)\n"
-            "  --prefix    chunks per request, all stored for a hit (default 64)\n"
-            "  --requests  distinct requests per measured round (default 1024)\n"
-            "  --iters     measured rounds, median reported (default 7)\n"
-            "  --warmup    unmeasured rounds first (default 1)\n",
-            prog, DEFAULT_CHUNKS, FALLBACK_CHUNKS);
+    fprintf(
+        stderr,
+        "usage: %s [--chunks N] [--prefix P] [--requests Q] [--iters R] [--warmup W]\n"
+        "  --chunks    chunks stored in the DRAM tier (default %llu; %llu when memory is short)\n"
+        "  --prefix    chunks per request, all stored for a hit (default 64)\n"
+        "  --requests  distinct requests per measured round (default 1024)\n"
+        "  --iters     measured rounds, median reported (default 7)\n"
+        "  --warmup    unmeasured rounds first (default 1)\n",
+        prog, DEFAULT_CHUNKS, FALLBACK_CHUNKS);
 }
 
 static options parse_options(int argc, char **argv) {
@@ -51,10 +52,14 @@ static options parse_options(int argc, char **argv) {
         if (strcmp(a, "--chunks") == 0) {
             o.chunks = bench_parse_u64(a, v, 1, 1ull << 28);
             o.chunks_given = 1;
-        } else if (strcmp(a, "--prefix") == 0) o.prefix = bench_parse_u64(a, v, 1, 4096);
-        else if (strcmp(a, "--requests") == 0) o.requests = bench_parse_u64(a, v, 1, 1u << 20);
-        else if (strcmp(a, "--iters") == 0) o.iters = (uint32_t)bench_parse_u64(a, v, 1, 100000);
-        else if (strcmp(a, "--warmup") == 0) o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100000);
+        } else if (strcmp(a, "--prefix") == 0)
+            o.prefix = bench_parse_u64(a, v, 1, 4096);
+        else if (strcmp(a, "--requests") == 0)
+            o.requests = bench_parse_u64(a, v, 1, 1u << 20);
+        else if (strcmp(a, "--iters") == 0)
+            o.iters = (uint32_t)bench_parse_u64(a, v, 1, 100000);
+        else if (strcmp(a, "--warmup") == 0)
+            o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100000);
         else {
             usage(argv[0]);
             exit(strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? 0 : 2);
@@ -77,13 +82,16 @@ static uint64_t mem_available_bytes(void) {
 
 /* Resident memory the stored chunks cost: one 4 KiB page of slab data (objects are one page; huge
  * pages are off, see main), the 48-byte slab entry and two 4-byte hash buckets. */
-static uint64_t resident_bytes(uint64_t chunks) { return chunks * (4096 + 48 + 8); }
+static uint64_t resident_bytes(uint64_t chunks) {
+    return chunks * (4096 + 48 + 8);
+}
 
 /* The tokens of synthetic request `seed`: prefix full chunks. */
 static void make_tokens(uint64_t seed, uint64_t n_tokens, int32_t *out) {
     uint64_t s = bench_mix64(seed);
     /* Multiply-shift instead of %: filling a million chunks is mostly token generation otherwise. */
-    for (uint64_t i = 0; i < n_tokens; i++) out[i] = (int32_t)(((bench_mix64(s ^ i) >> 32) * VOCAB) >> 32);
+    for (uint64_t i = 0; i < n_tokens; i++)
+        out[i] = (int32_t)(((bench_mix64(s ^ i) >> 32) * VOCAB) >> 32);
 }
 
 static double per_chunk(uint64_t ns, const options *o) {
@@ -97,8 +105,8 @@ typedef struct round_time {
 
 static volatile uint8_t sink;
 
-static uint64_t lookup_once(const kvs_api *api, kvs_handle *h, const int32_t *tokens, uint64_t n_tokens,
-                            uint64_t *offered) {
+static uint64_t lookup_once(const kvs_api *api, kvs_handle *h, const int32_t *tokens,
+                            uint64_t n_tokens, uint64_t *offered) {
     kvs_lookup_result res = {.struct_size = sizeof res};
     int keep = 0;
     uint64_t t0 = bench_now_ns();
@@ -112,8 +120,8 @@ static uint64_t lookup_once(const kvs_api *api, kvs_handle *h, const int32_t *to
 /* One round: every request once in each of the three measurements, interleaved request by request so
  * a noisy neighbour slows all three alike. The hit lookup takes the request half a round away from
  * the one just hashed, so neither finds the other's tokens in cache. */
-static round_time run_round(const kvs_api *api, kvs_handle *h, const options *o, const int32_t *hit_tokens,
-                            const int32_t *miss_tokens, kvs_key *keys) {
+static round_time run_round(const kvs_api *api, kvs_handle *h, const options *o,
+                            const int32_t *hit_tokens, const int32_t *miss_tokens, kvs_key *keys) {
     uint64_t n_tokens = o->prefix * CHUNK_TOKENS;
     round_time t = {0};
     for (uint64_t r = 0; r < o->requests; r++) {
@@ -175,7 +183,9 @@ int main(int argc, char **argv) {
              "tiers:\n  - name: dram\n    type: dram\n    capacity: %llu\n",
              CHUNK_TOKENS, (unsigned long long)(slab * o.chunks));
     bench_write_temp(yaml, path, sizeof path);
-    kvs_open_params params = {.struct_size = sizeof params, .role = KVS_ROLE_SCHEDULER, .config_path = path,
+    kvs_open_params params = {.struct_size = sizeof params,
+                              .role = KVS_ROLE_SCHEDULER,
+                              .config_path = path,
                               .model = &model};
     kvs_handle *h = NULL;
     kvs_status st = api->open(&params, &h, err, sizeof err);
@@ -207,8 +217,9 @@ int main(int argc, char **argv) {
             kvs_object_init(object, &h->fingerprint, &keys[c], 1, CHUNK_TOKENS, layer_bytes);
             kvs_object_seal(object);
             if ((st = ops->put(tier, &keys[c], object, header_bytes)) != KVS_OK) {
-                fprintf(stderr, "put of chunk %llu failed: %s: %s\n", (unsigned long long)(s * o.prefix + c),
-                        api->strerror(st), ops->last_error(tier));
+                fprintf(stderr, "put of chunk %llu failed: %s: %s\n",
+                        (unsigned long long)(s * o.prefix + c), api->strerror(st),
+                        ops->last_error(tier));
                 return 1;
             }
         }
@@ -217,8 +228,8 @@ int main(int argc, char **argv) {
     uint64_t n_objects = 0, tier_bytes = 0;
     BENCH_CHECK(api, h, ops->usage(tier, &n_objects, &tier_bytes));
     if (n_objects != o.chunks) {
-        fprintf(stderr, "the tier holds %llu objects, expected %llu\n", (unsigned long long)n_objects,
-                (unsigned long long)o.chunks);
+        fprintf(stderr, "the tier holds %llu objects, expected %llu\n",
+                (unsigned long long)n_objects, (unsigned long long)o.chunks);
         return 1;
     }
 
@@ -229,7 +240,8 @@ int main(int argc, char **argv) {
     }
 
     uint32_t n = o.iters;
-    double *hash = calloc(n, sizeof *hash), *hit = calloc(n, sizeof *hit), *miss = calloc(n, sizeof *miss);
+    double *hash = calloc(n, sizeof *hash), *hit = calloc(n, sizeof *hit),
+           *miss = calloc(n, sizeof *miss);
     if (!hash || !hit || !miss) {
         fprintf(stderr, "out of memory\n");
         return 1;
@@ -257,23 +269,28 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    double hash_ns = bench_median(hash, n), hit_ns = bench_median(hit, n), miss_ns = bench_median(miss, n);
+    double hash_ns = bench_median(hash, n), hit_ns = bench_median(hit, n),
+           miss_ns = bench_median(miss, n);
     const char *kinds[2] = {"lookup_hit", "lookup_miss"};
     const double figures[2] = {hit_ns, miss_ns};
     for (int k = 0; k < 2; k++) {
-        printf("{\"bench\":\"%s\",\"ratio\":%.3f,\"reference\":\"kvs_keys_chain over the same tokens\","
-               "\"ns_per_chunk\":%.1f,\"reference_ns_per_chunk\":%.1f,\"ns_per_lookup\":%.0f,"
-               "\"chunks_per_lookup\":%llu,\"index_chunks\":%llu,\"requests\":%llu,\"iterations\":%u,"
-               "\"warmup\":%u,\"bytes_hashed_per_chunk\":%u,\"fill_s\":%.2f,\"thp_disabled\":%s,"
-               "\"note\":\"%s\"}\n",
-               kinds[k], figures[k] / hash_ns, figures[k], hash_ns, figures[k] * (double)o.prefix,
-               (unsigned long long)o.prefix, (unsigned long long)o.chunks, (unsigned long long)o.requests, n,
-               o.warmup, CHUNK_TOKENS * 4, (double)fill_ns / 1e9, thp_off ? "true" : "false", note);
-        printf("%s: %.1f ns per chunk (%.2f us per %llu-chunk lookup + request_finished), key hashing alone "
+        printf(
+            "{\"bench\":\"%s\",\"ratio\":%.3f,\"reference\":\"kvs_keys_chain over the same "
+            "tokens\","
+            "\"ns_per_chunk\":%.1f,\"reference_ns_per_chunk\":%.1f,\"ns_per_lookup\":%.0f,"
+            "\"chunks_per_lookup\":%llu,\"index_chunks\":%llu,\"requests\":%llu,\"iterations\":%u,"
+            "\"warmup\":%u,\"bytes_hashed_per_chunk\":%u,\"fill_s\":%.2f,\"thp_disabled\":%s,"
+            "\"note\":\"%s\"}\n",
+            kinds[k], figures[k] / hash_ns, figures[k], hash_ns, figures[k] * (double)o.prefix,
+            (unsigned long long)o.prefix, (unsigned long long)o.chunks,
+            (unsigned long long)o.requests, n, o.warmup, CHUNK_TOKENS * 4, (double)fill_ns / 1e9,
+            thp_off ? "true" : "false", note);
+        printf("%s: %.1f ns per chunk (%.2f us per %llu-chunk lookup + request_finished), key "
+               "hashing alone "
                "%.1f ns per chunk, ratio %.3f, index of %llu chunks%s%s\n",
-               kinds[k], figures[k], figures[k] * (double)o.prefix / 1e3, (unsigned long long)o.prefix,
-               hash_ns,
-               figures[k] / hash_ns, (unsigned long long)o.chunks, note[0] ? "; " : "", note);
+               kinds[k], figures[k], figures[k] * (double)o.prefix / 1e3,
+               (unsigned long long)o.prefix, hash_ns, figures[k] / hash_ns,
+               (unsigned long long)o.chunks, note[0] ? "; " : "", note);
     }
 
     api->close(h);

@@ -37,7 +37,7 @@
 #include "policy.h"
 #include "ssd.h"
 
-#define MIB (1024ull * 1024ull)
+#define MIB         (1024ull * 1024ull)
 #define SLOT_HEADER 4096ull
 
 typedef struct options {
@@ -63,25 +63,33 @@ typedef struct tier {
 static char run_root[400];
 
 static void usage(void) {
-    fprintf(stderr,
-            "usage: kvs-bench-ssd [--dir DIR] [--paths N] [--object-mib N] [--objects N] [--batch N]\n"
-            "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--keep]\n"
-            "  --dir         where the data files go (default $KVS_BENCH_DIR, else /var/tmp); must take O_DIRECT\n"
-            "  --paths       data files (directories) of the real-device tier, 1..8 (default 2)\n"
-            "  --object-mib  object size in MiB (default 8)\n"
-            "  --objects     objects in the data set, a multiple of --batch (default 128: 1 GiB)\n"
-            "  --batch       objects per restore step, one get_many (default 16)\n"
-            "  --stripe-kib  unit size in KiB, a multiple of 4 (default 1024)\n"
-            "  --queue-depth io_uring entries per path (default 128)\n"
-            "  --rounds      timed rounds of tier and fio each (default 7)\n"
-            "  --keep        leave the data files in place\n");
+    fprintf(
+        stderr,
+        "usage: kvs-bench-ssd [--dir DIR] [--paths N] [--object-mib N] [--objects N] [--batch N]\n"
+        "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--keep]\n"
+        "  --dir         where the data files go (default $KVS_BENCH_DIR, else /var/tmp); must "
+        "take O_DIRECT\n"
+        "  --paths       data files (directories) of the real-device tier, 1..8 (default 2)\n"
+        "  --object-mib  object size in MiB (default 8)\n"
+        "  --objects     objects in the data set, a multiple of --batch (default 128: 1 GiB)\n"
+        "  --batch       objects per restore step, one get_many (default 16)\n"
+        "  --stripe-kib  unit size in KiB, a multiple of 4 (default 1024)\n"
+        "  --queue-depth io_uring entries per path (default 128)\n"
+        "  --rounds      timed rounds of tier and fio each (default 7)\n"
+        "  --keep        leave the data files in place\n");
     exit(2);
 }
 
 static options parse_options(int argc, char **argv) {
     const char *env = getenv("KVS_BENCH_DIR");
-    options o = {.dir = env && *env ? env : "/var/tmp", .paths = 2, .object_bytes = 8 * MIB, .objects = 128,
-                 .batch = 16, .stripe = MIB, .queue_depth = 128, .rounds = 7};
+    options o = {.dir = env && *env ? env : "/var/tmp",
+                 .paths = 2,
+                 .object_bytes = 8 * MIB,
+                 .objects = 128,
+                 .batch = 16,
+                 .stripe = MIB,
+                 .queue_depth = 128,
+                 .rounds = 7};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--keep")) {
@@ -89,19 +97,29 @@ static options parse_options(int argc, char **argv) {
             continue;
         }
         if (!v) usage();
-        if (!strcmp(a, "--dir")) o.dir = v;
-        else if (!strcmp(a, "--paths")) o.paths = (uint32_t)bench_parse_u64(a, v, 1, 8);
-        else if (!strcmp(a, "--object-mib")) o.object_bytes = bench_parse_u64(a, v, 1, 256) * MIB;
-        else if (!strcmp(a, "--objects")) o.objects = (uint32_t)bench_parse_u64(a, v, 1, 1u << 16);
-        else if (!strcmp(a, "--batch")) o.batch = (uint32_t)bench_parse_u64(a, v, 1, 1024);
-        else if (!strcmp(a, "--stripe-kib")) o.stripe = bench_parse_u64(a, v, 4, 1u << 20) * 1024;
-        else if (!strcmp(a, "--queue-depth")) o.queue_depth = (uint32_t)bench_parse_u64(a, v, 2, 4096);
-        else if (!strcmp(a, "--rounds")) o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 1000);
-        else usage();
+        if (!strcmp(a, "--dir"))
+            o.dir = v;
+        else if (!strcmp(a, "--paths"))
+            o.paths = (uint32_t)bench_parse_u64(a, v, 1, 8);
+        else if (!strcmp(a, "--object-mib"))
+            o.object_bytes = bench_parse_u64(a, v, 1, 256) * MIB;
+        else if (!strcmp(a, "--objects"))
+            o.objects = (uint32_t)bench_parse_u64(a, v, 1, 1u << 16);
+        else if (!strcmp(a, "--batch"))
+            o.batch = (uint32_t)bench_parse_u64(a, v, 1, 1024);
+        else if (!strcmp(a, "--stripe-kib"))
+            o.stripe = bench_parse_u64(a, v, 4, 1u << 20) * 1024;
+        else if (!strcmp(a, "--queue-depth"))
+            o.queue_depth = (uint32_t)bench_parse_u64(a, v, 2, 4096);
+        else if (!strcmp(a, "--rounds"))
+            o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 1000);
+        else
+            usage();
         i++;
     }
     if (o.stripe % 4096 || o.objects % o.batch) {
-        fprintf(stderr, "--stripe-kib must be a multiple of 4 and --objects a multiple of --batch\n");
+        fprintf(stderr,
+                "--stripe-kib must be a multiple of 4 and --objects a multiple of --batch\n");
         exit(2);
     }
     if (o.stripe > o.object_bytes) o.stripe = o.object_bytes;
@@ -118,7 +136,9 @@ static void bench_log(void *ctx, int level, const char *message) {
     if (level <= KVS_LOG_WARN) fprintf(stderr, "ssd: %s\n", message);
 }
 
-static uint64_t units_of(const options *o) { return (o->object_bytes + o->stripe - 1) / o->stripe; }
+static uint64_t units_of(const options *o) {
+    return (o->object_bytes + o->stripe - 1) / o->stripe;
+}
 
 /* A data set that fills every slot: capacity is the superblock plus exactly the units per path. */
 static uint64_t exact_capacity(const options *o, uint32_t n_paths, uint32_t objects) {
@@ -127,8 +147,9 @@ static uint64_t exact_capacity(const options *o, uint32_t n_paths, uint32_t obje
     return (uint64_t)n_paths * (SLOT_HEADER + per_path * (SLOT_HEADER + o->stripe));
 }
 
-static void tier_open(tier *t, const options *o, const char *tag, uint32_t n_paths, uint32_t objects,
-                      const char *engine, const char *pace, void *staging, uint64_t staging_len) {
+static void tier_open(tier *t, const options *o, const char *tag, uint32_t n_paths,
+                      uint32_t objects, const char *engine, const char *pace, void *staging,
+                      uint64_t staging_len) {
     memset(t, 0, sizeof *t);
     t->ops = kvs_ssd_backend();
     t->n_paths = n_paths;
@@ -150,11 +171,17 @@ static void tier_open(tier *t, const options *o, const char *tag, uint32_t n_pat
     opts[n++] = (kvs_backend_option){"write_buffer_bytes", "512MiB"};
     if (pace) opts[n++] = (kvs_backend_option){"sim_bandwidth", pace};
     char err[512] = "";
-    kvs_backend_init init = {.struct_size = sizeof init, .tier_name = "bench",
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "bench",
                              .capacity_bytes = exact_capacity(o, n_paths, objects),
-                             .max_object_bytes = o->object_bytes, .options = opts, .n_options = n,
-                             .host = &t->host, .error = err, .error_len = sizeof err,
-                             .staging_base = staging, .staging_len = staging_len};
+                             .max_object_bytes = o->object_bytes,
+                             .options = opts,
+                             .n_options = n,
+                             .host = &t->host,
+                             .error = err,
+                             .error_len = sizeof err,
+                             .staging_base = staging,
+                             .staging_len = staging_len};
     if (t->ops->create(&init, &t->state) != KVS_OK) die("create", err);
 }
 
@@ -190,7 +217,8 @@ static uint64_t tier_fill(tier *t, const options *o, uint32_t n, uint64_t *buf) 
         if (st != KVS_OK) die("put", t->ops->last_error(t->state));
     }
     uint64_t t0 = bench_now_ns();
-    if (kvs_ssd_flush(t->state, 600000) != KVS_OK) die("flush", "writes did not finish in 10 minutes");
+    if (kvs_ssd_flush(t->state, 600000) != KVS_OK)
+        die("flush", "writes did not finish in 10 minutes");
     ns += bench_now_ns() - t0;
     kvs_ssd_stats_t s;
     kvs_ssd_stats(t->state, &s);
@@ -220,10 +248,12 @@ static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *sta
         ns += bench_now_ns() - t0;
         if (st != KVS_OK) die("get_many", t->ops->last_error(t->state));
         for (uint32_t j = 0; j < m; j++) {
-            if (sts[j] != KVS_OK || lens[j] != o->object_bytes) die("get_many", "an object did not come back whole");
+            if (sts[j] != KVS_OK || lens[j] != o->object_bytes)
+                die("get_many", "an object did not come back whole");
             if (check) {
                 fill_object(expect, o->object_bytes / 8, first + j);
-                if (memcmp(expect, dsts[j], o->object_bytes) != 0) die("restore", "restored bytes differ");
+                if (memcmp(expect, dsts[j], o->object_bytes) != 0)
+                    die("restore", "restored bytes differ");
             }
         }
     }
@@ -232,15 +262,17 @@ static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *sta
 }
 
 /* fio over the data files of t: bytes/s, or 0 when fio fails. */
-static double fio_read(const tier *t, const options *o, const char *rw, uint32_t iodepth, uint64_t bytes_per_file) {
+static double fio_read(const tier *t, const options *o, const char *rw, uint32_t iodepth,
+                       uint64_t bytes_per_file) {
     char cmd[8192];
-    int len = snprintf(cmd, sizeof cmd,
-                       "fio --output-format=json --ioengine=io_uring --direct=1 --fixedbufs=1 --rw=%s "
-                       "--bs=%llu --iodepth=%u --io_size=%llu --norandommap --randrepeat=0 --group_reporting=1",
-                       rw, (unsigned long long)o->stripe, iodepth, (unsigned long long)bytes_per_file);
+    int len = snprintf(
+        cmd, sizeof cmd,
+        "fio --output-format=json --ioengine=io_uring --direct=1 --fixedbufs=1 --rw=%s "
+        "--bs=%llu --iodepth=%u --io_size=%llu --norandommap --randrepeat=0 --group_reporting=1",
+        rw, (unsigned long long)o->stripe, iodepth, (unsigned long long)bytes_per_file);
     for (uint32_t p = 0; p < t->n_paths; p++)
-        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --name=p%u --filename=%s/kvstrata-bench.data", p,
-                        t->dirs[p]);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len,
+                        " --name=p%u --filename=%s/kvstrata-bench.data", p, t->dirs[p]);
     snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>&1");
     FILE *f = popen(cmd, "r");
     if (!f) return 0.0;
@@ -290,35 +322,45 @@ static int direct_io_works(const char *dir) {
     return 1;
 }
 
-static int have_fio(void) { return system("fio --version >/dev/null 2>&1") == 0; }
+static int have_fio(void) {
+    return system("fio --version >/dev/null 2>&1") == 0;
+}
 
 int main(int argc, char **argv) {
     options o = parse_options(argc, argv);
     if (!have_fio()) {
-        fprintf(stderr, "kvs-bench-ssd: fio is not installed (scripts/install-deps.sh installs it); skipped\n");
+        fprintf(
+            stderr,
+            "kvs-bench-ssd: fio is not installed (scripts/install-deps.sh installs it); skipped\n");
         return 77;
     }
     snprintf(run_root, sizeof run_root, "%s/kvs-bench-ssd-XXXXXX", o.dir);
     if (!mkdtemp(run_root)) die(o.dir, strerror(errno));
     if (!direct_io_works(run_root)) {
-        fprintf(stderr, "kvs-bench-ssd: %s does not take O_DIRECT (tmpfs?); use --dir on a disk; skipped\n", o.dir);
+        fprintf(stderr,
+                "kvs-bench-ssd: %s does not take O_DIRECT (tmpfs?); use --dir on a disk; skipped\n",
+                o.dir);
         rmdir(run_root);
         return 77;
     }
     uint64_t staging_len = (uint64_t)o.batch * o.object_bytes;
-    uint8_t *staging = mmap(NULL, staging_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *staging =
+        mmap(NULL, staging_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t *buf = aligned_alloc(4096, o.object_bytes);
     if (staging == MAP_FAILED || !buf) die("memory", strerror(errno));
     memset(staging, 0, staging_len);
     uint64_t data_bytes = (uint64_t)o.objects * o.object_bytes;
     uint64_t units_pp = (uint64_t)o.objects * units_of(&o) / o.paths;
     uint64_t batch_units_pp = (uint64_t)o.batch * units_of(&o) / o.paths;
-    uint32_t iodepth = (uint32_t)(batch_units_pp < o.queue_depth - 1 ? batch_units_pp : o.queue_depth - 1);
+    uint32_t iodepth =
+        (uint32_t)(batch_units_pp < o.queue_depth - 1 ? batch_units_pp : o.queue_depth - 1);
     if (iodepth == 0) iodepth = 1;
-    printf("# kvs-bench-ssd: %u objects of %llu MiB (%llu MiB), %u paths under %s, stripe %llu KiB, "
-           "%u objects per step, queue depth %u\n",
-           o.objects, (unsigned long long)(o.object_bytes / MIB), (unsigned long long)(data_bytes / MIB), o.paths,
-           o.dir, (unsigned long long)(o.stripe / 1024), o.batch, o.queue_depth);
+    printf(
+        "# kvs-bench-ssd: %u objects of %llu MiB (%llu MiB), %u paths under %s, stripe %llu KiB, "
+        "%u objects per step, queue depth %u\n",
+        o.objects, (unsigned long long)(o.object_bytes / MIB),
+        (unsigned long long)(data_bytes / MIB), o.paths, o.dir,
+        (unsigned long long)(o.stripe / 1024), o.batch, o.queue_depth);
 
     /* 1. restore vs fio */
     tier u;
@@ -327,9 +369,11 @@ int main(int argc, char **argv) {
     kvs_ssd_stats_t s0, s1;
     kvs_ssd_stats(u.state, &s0);
     for (uint32_t p = 0; p < o.paths && p < KVS_SSD_STATS_MAX_PATHS; p++)
-        if (s0.paths[p].units != units_pp) die("fill", "the units are not spread evenly over the paths");
+        if (s0.paths[p].units != units_pp)
+            die("fill", "the units are not spread evenly over the paths");
     tier_restore(&u, &o, o.objects, staging, 1); /* warm-up and full check */
-    double *tier_bps = calloc(o.rounds, sizeof *tier_bps), *fio_bps = calloc(o.rounds, sizeof *fio_bps);
+    double *tier_bps = calloc(o.rounds, sizeof *tier_bps),
+           *fio_bps = calloc(o.rounds, sizeof *fio_bps);
     double *seq_bps = calloc(o.rounds, sizeof *seq_bps);
     uint64_t steps = 0, submits = 0, syscr = 0;
     for (uint32_t r = 0; r < o.rounds; r++) {
@@ -354,20 +398,25 @@ int main(int argc, char **argv) {
     double *ratios = calloc(o.rounds, sizeof *ratios);
     for (uint32_t r = 0; r < o.rounds; r++)
         ratios[r] = tier_bps[r] / (fio_bps[r] > seq_bps[r] ? fio_bps[r] : seq_bps[r]);
-    double ratio = bench_median(ratios, o.rounds), ratio_min = ratios[0], ratio_max = ratios[o.rounds - 1];
+    double ratio = bench_median(ratios, o.rounds), ratio_min = ratios[0],
+           ratio_max = ratios[o.rounds - 1];
     free(ratios);
     kvs_ssd_stats(u.state, &s1);
-    printf("{\"bench\":\"ssd_restore\",\"ratio\":%.3f,\"reference\":\"fio io_uring direct fixedbufs, "
-           "the better of randread and read\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"fio_randread_gbps\":%.3f,"
-           "\"fio_read_gbps\":%.3f,\"bytes\":%llu,\"paths\":%u,\"stripe_bytes\":%llu,"
-           "\"object_bytes\":%llu,\"objects_per_step\":%u,\"fio_iodepth\":%u,\"rounds\":%u,"
-           "\"fixed_reads\":%llu,\"bounce_reads\":%llu,\"fill_gbps\":%.3f,\"ratio_min\":%.3f,"
-           "\"ratio_max\":%.3f}\n",
-           ratio, tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9,
-           (unsigned long long)data_bytes, o.paths, (unsigned long long)o.stripe,
-           (unsigned long long)o.object_bytes, o.batch, iodepth, o.rounds, (unsigned long long)s1.fixed_reads,
-           (unsigned long long)s1.bounce_reads, (double)data_bytes / fill_s / 1e9, ratio_min, ratio_max);
-    printf("ssd restore: %.2f GB/s, fio %.2f GB/s (randread %.2f, read %.2f; %u jobs, bs %llu KiB, iodepth %u), "
+    printf(
+        "{\"bench\":\"ssd_restore\",\"ratio\":%.3f,\"reference\":\"fio io_uring direct fixedbufs, "
+        "the better of randread and "
+        "read\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"fio_randread_gbps\":%.3f,"
+        "\"fio_read_gbps\":%.3f,\"bytes\":%llu,\"paths\":%u,\"stripe_bytes\":%llu,"
+        "\"object_bytes\":%llu,\"objects_per_step\":%u,\"fio_iodepth\":%u,\"rounds\":%u,"
+        "\"fixed_reads\":%llu,\"bounce_reads\":%llu,\"fill_gbps\":%.3f,\"ratio_min\":%.3f,"
+        "\"ratio_max\":%.3f}\n",
+        ratio, tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9,
+        (unsigned long long)data_bytes, o.paths, (unsigned long long)o.stripe,
+        (unsigned long long)o.object_bytes, o.batch, iodepth, o.rounds,
+        (unsigned long long)s1.fixed_reads, (unsigned long long)s1.bounce_reads,
+        (double)data_bytes / fill_s / 1e9, ratio_min, ratio_max);
+    printf("ssd restore: %.2f GB/s, fio %.2f GB/s (randread %.2f, read %.2f; %u jobs, bs %llu KiB, "
+           "iodepth %u), "
            "ratio %.3f (median of %u per-round ratios, %.3f to %.3f; rounds of %llu MiB); "
            "fill (put + flush) %.2f GB/s\n",
            tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9, o.paths,
@@ -392,17 +441,21 @@ int main(int argc, char **argv) {
     }
     double pread_med = bench_median(pread_bps, o.rounds);
     double u_step = (double)submits / (double)steps, p_step = (double)p_submits / (double)steps;
-    printf("{\"bench\":\"ssd_syscalls_per_step\",\"ratio\":%.3f,\"reference\":\"pread thread pool\","
-           "\"uring_submits_per_step\":%.2f,\"pread_submits_per_step\":%.2f,\"uring_syscr_per_step\":%.2f,"
-           "\"pread_syscr_per_step\":%.2f,\"uring_gbps\":%.3f,\"pread_gbps\":%.3f,\"steps\":%llu,"
-           "\"units_per_step\":%llu,\"paths\":%u}\n",
-           u_step / p_step, u_step, p_step, (double)syscr / (double)steps, (double)p_syscr / (double)steps,
-           tier_med / 1e9, pread_med / 1e9, (unsigned long long)steps,
-           (unsigned long long)(o.batch * units_of(&o)), o.paths);
-    printf("syscalls per step (%llu unit reads over %u paths): io_uring %.2f, pread pool %.2f (ratio %.3f); "
+    printf(
+        "{\"bench\":\"ssd_syscalls_per_step\",\"ratio\":%.3f,\"reference\":\"pread thread pool\","
+        "\"uring_submits_per_step\":%.2f,\"pread_submits_per_step\":%.2f,\"uring_syscr_per_step\":%"
+        ".2f,"
+        "\"pread_syscr_per_step\":%.2f,\"uring_gbps\":%.3f,\"pread_gbps\":%.3f,\"steps\":%llu,"
+        "\"units_per_step\":%llu,\"paths\":%u}\n",
+        u_step / p_step, u_step, p_step, (double)syscr / (double)steps,
+        (double)p_syscr / (double)steps, tier_med / 1e9, pread_med / 1e9, (unsigned long long)steps,
+        (unsigned long long)(o.batch * units_of(&o)), o.paths);
+    printf("syscalls per step (%llu unit reads over %u paths): io_uring %.2f, pread pool %.2f "
+           "(ratio %.3f); "
            "kernel read-call count per step %.2f vs %.2f; throughput %.2f vs %.2f GB/s\n",
            (unsigned long long)(o.batch * units_of(&o)), o.paths, u_step, p_step, u_step / p_step,
-           (double)syscr / (double)steps, (double)p_syscr / (double)steps, tier_med / 1e9, pread_med / 1e9);
+           (double)syscr / (double)steps, (double)p_syscr / (double)steps, tier_med / 1e9,
+           pread_med / 1e9);
     tier_close(&pr);
     if (!o.keep) remove_tree(&pr);
 
@@ -426,16 +479,19 @@ int main(int argc, char **argv) {
         tier_restore(&t, &o, o.batch, staging, 1);
         double *bps = calloc(o.rounds, sizeof *bps);
         for (uint32_t r = 0; r < o.rounds; r++)
-            bps[r] = (double)o.batch * (double)o.object_bytes / ((double)tier_restore(&t, &o, o.batch, staging, 0) / 1e9);
+            bps[r] = (double)o.batch * (double)o.object_bytes /
+                     ((double)tier_restore(&t, &o, o.batch, staging, 0) / 1e9);
         double med = bench_median(bps, o.rounds);
         if (n == 1) base = med;
-        printf("{\"bench\":\"ssd_paced_paths\",\"ratio\":%.3f,\"reference\":\"the same restore on 1 paced path\","
-               "\"paths\":%u,\"gbps\":%.4f,\"reference_gbps\":%.4f,\"pace_bytes_per_s\":%llu,\"ideal_ratio\":%u,"
+        printf("{\"bench\":\"ssd_paced_paths\",\"ratio\":%.3f,\"reference\":\"the same restore on "
+               "1 paced path\","
+               "\"paths\":%u,\"gbps\":%.4f,\"reference_gbps\":%.4f,\"pace_bytes_per_s\":%llu,"
+               "\"ideal_ratio\":%u,"
                "\"bytes\":%llu,\"rounds\":%u}\n",
                med / base, n, med / 1e9, base / 1e9, (unsigned long long)pace, n,
                (unsigned long long)(o.batch * o.object_bytes), o.rounds);
-        printf("paced %u path(s) at %.0f MB/s each: %.3f GB/s, %.2fx one path (ideal %ux)\n", n, (double)pace / 1e6,
-               med / 1e9, med / base, n);
+        printf("paced %u path(s) at %.0f MB/s each: %.3f GB/s, %.2fx one path (ideal %ux)\n", n,
+               (double)pace / 1e6, med / 1e9, med / base, n);
         free(bps);
         tier_close(&t);
         if (!o.keep) remove_tree(&t);

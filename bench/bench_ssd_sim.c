@@ -30,15 +30,15 @@
 #include "../schedulers/swarm/swarm_synth.h"
 #include "bench_common.h"
 
-#define ENTRY_BYTES 4096u /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
+#define ENTRY_BYTES       4096u /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
 #define PREFIX_UNIT_BYTES (256u << 10)
-#define PREFIX_UNITS 32u
-#define PREFIX_OBJECTS 64u
-#define MAX_COPIES 3u
-#define CLUSTER_TAU 0.65 /* calibrated on the planted workload (tests/test_swarm.c) */
+#define PREFIX_UNITS      32u
+#define PREFIX_OBJECTS    64u
+#define MAX_COPIES        3u
+#define CLUSTER_TAU       0.65 /* calibrated on the planted workload (tests/test_swarm.c) */
 #define CLUSTER_MIN_COUNT 3u
-#define CHUNK_ENTRIES 256u
-#define MAX_PATHS 8u
+#define CHUNK_ENTRIES     256u
+#define MAX_PATHS         8u
 
 typedef struct options {
     uint32_t profile_steps;
@@ -124,7 +124,8 @@ static options parse_options(int argc, char **argv) {
             o.profile_steps = (uint32_t)bench_parse_u64(argv[i], v, 10, 100000);
         else if (!strcmp(argv[i], "--eval-steps"))
             o.eval_steps = (uint32_t)bench_parse_u64(argv[i], v, 8, 100000);
-        else if (!strcmp(argv[i], "--seed")) o.seed = bench_parse_u64(argv[i], v, 0, UINT64_MAX);
+        else if (!strcmp(argv[i], "--seed"))
+            o.seed = bench_parse_u64(argv[i], v, 0, UINT64_MAX);
         else {
             usage(argv[0]);
             exit(2);
@@ -136,7 +137,8 @@ static options parse_options(int argc, char **argv) {
 
 /* ---- the planted world -------------------------------------------------------------------------- */
 
-static void world_build(world *w, const char *name, int scattered, double overlap, const options *o) {
+static void world_build(world *w, const char *name, int scattered, double overlap,
+                        const options *o) {
     memset(w, 0, sizeof *w);
     w->name = name;
     kvs_swarm_synth_params sp = kvs_swarm_synth_defaults();
@@ -150,10 +152,12 @@ static void world_build(world *w, const char *name, int scattered, double overla
     if (kvs_swarm_profile_create(n, 0, &profile) != KVS_OK) die("profile_create failed");
     for (uint32_t t = 0; t < o->profile_steps; t++) {
         uint32_t k = kvs_swarm_synth_step(&w->synth, active, NULL);
-        if (kvs_swarm_profile_add_step(profile, active, k) != KVS_OK) die("profile_add_step failed");
+        if (kvs_swarm_profile_add_step(profile, active, k) != KVS_OK)
+            die("profile_add_step failed");
     }
     kvs_swarm_graph *graph = NULL;
-    if (kvs_swarm_graph_build(profile, KVS_SWARM_METRIC_JACCARD, 1.0, CLUSTER_MIN_COUNT, &graph) != KVS_OK)
+    if (kvs_swarm_graph_build(profile, KVS_SWARM_METRIC_JACCARD, 1.0, CLUSTER_MIN_COUNT, &graph) !=
+        KVS_OK)
         die("graph_build failed");
     kvs_swarm_cluster_params prm;
     kvs_swarm_cluster_defaults(&prm);
@@ -269,7 +273,8 @@ static void scratch_free(scratch *s) {
 
 /* Read one (batched) step: select clusters, build the reads for the policy, schedule, model the time. */
 static void run_step(const world *w, scratch *s, uint32_t first, uint32_t batch, const routes *r,
-                     uint32_t n_paths, read_policy policy, const kvs_swarm_disk *disk, run_result *out) {
+                     uint32_t n_paths, read_policy policy, const kvs_swarm_disk *disk,
+                     run_result *out) {
     uint64_t epoch = ++s->epoch;
     uint32_t n_selected = 0;
     for (uint32_t t = first; t < first + batch && t < w->n_steps; t++)
@@ -317,11 +322,12 @@ static void run_step(const world *w, scratch *s, uint32_t first, uint32_t batch,
     }
 }
 
-static run_result run_trace(const world *w, scratch *s, uint32_t batch, const routes *r, uint32_t n_paths,
-                            read_policy policy, const kvs_swarm_disk *disk) {
+static run_result run_trace(const world *w, scratch *s, uint32_t batch, const routes *r,
+                            uint32_t n_paths, read_policy policy, const kvs_swarm_disk *disk) {
     run_result res;
     memset(&res, 0, sizeof res);
-    for (uint32_t t = 0; t < w->n_steps; t += batch) run_step(w, s, t, batch, r, n_paths, policy, disk, &res);
+    for (uint32_t t = 0; t < w->n_steps; t += batch)
+        run_step(w, s, t, batch, r, n_paths, policy, disk, &res);
     return res;
 }
 
@@ -354,19 +360,24 @@ static run_result prefix_load(uint32_t n_paths, const kvs_swarm_disk *disk) {
     return res;
 }
 
-static double gbps(const run_result *r) { return r->time_s > 0.0 ? (double)r->bytes / r->time_s / 1e9 : 0.0; }
+static double gbps(const run_result *r) {
+    return r->time_s > 0.0 ? (double)r->bytes / r->time_s / 1e9 : 0.0;
+}
 
-static void report_b1(const char *workload, const kvs_swarm_disk *disk, uint32_t n_paths, uint32_t batch,
-                      const run_result *r, const run_result *one) {
+static void report_b1(const char *workload, const kvs_swarm_disk *disk, uint32_t n_paths,
+                      uint32_t batch, const run_result *r, const run_result *one) {
     double ratio = gbps(r) / gbps(one), util = gbps(r) * 1e9 / (disk->bytes_per_s * n_paths);
-    printf("{\"bench\":\"ssd_sim_b1_aggregation\",\"workload\":\"%s\",\"disk\":\"%s\",\"model\":\"sum\","
-           "\"paths\":%u,\"batch\":%u,\"ratio\":%.3f,\"reference\":\"1 path, same trace\",\"gbps\":%.3f,"
+    printf("{\"bench\":\"ssd_sim_b1_aggregation\",\"workload\":\"%s\",\"disk\":\"%s\",\"model\":"
+           "\"sum\","
+           "\"paths\":%u,\"batch\":%u,\"ratio\":%.3f,\"reference\":\"1 path, same "
+           "trace\",\"gbps\":%.3f,"
            "\"reference_gbps\":%.3f,\"utilisation\":%.3f,\"time_s\":%.6e,\"reference_time_s\":%.6e,"
            "\"bytes\":%llu,\"reads\":%llu,\"steps\":%u,\"makespan_over_ideal\":%.3f}\n",
-           workload, disk->name, n_paths, batch, ratio, gbps(r), gbps(one), util, r->time_s, one->time_s,
-           (unsigned long long)r->bytes, (unsigned long long)r->reads, r->steps,
+           workload, disk->name, n_paths, batch, ratio, gbps(r), gbps(one), util, r->time_s,
+           one->time_s, (unsigned long long)r->bytes, (unsigned long long)r->reads, r->steps,
            r->steps ? r->imbalance_sum / r->steps : 1.0);
-    printf("B1 %s batch %u, %s x%u: %.2f GB/s effective, %.2fx one path (%.2f GB/s), utilisation %.2f\n",
+    printf("B1 %s batch %u, %s x%u: %.2f GB/s effective, %.2fx one path (%.2f GB/s), utilisation "
+           "%.2f\n",
            workload, batch, disk->name, n_paths, gbps(r), ratio, gbps(one), util);
 }
 
@@ -398,18 +409,21 @@ static void bench_b1(world *w, scratch *s) {
 static void report_ratio(const char *bench, const world *w, uint32_t batch, const char *variant,
                          const char *reference, const run_result *r, const run_result *ref) {
     double ratio = r->time_s / ref->time_s, bytes_ratio = (double)r->bytes / (double)ref->bytes;
-    printf("{\"bench\":\"%s\",\"workload\":\"%s\",\"variant\":\"%s\",\"disk\":\"pm9a3\",\"model\":\"sum\","
+    printf("{\"bench\":\"%s\",\"workload\":\"%s\",\"variant\":\"%s\",\"disk\":\"pm9a3\",\"model\":"
+           "\"sum\","
            "\"paths\":%u,\"batch\":%u,\"ratio\":%.3f,\"reference\":\"%s\",\"bytes_ratio\":%.3f,"
            "\"time_s\":%.6e,\"reference_time_s\":%.6e,\"bytes\":%llu,\"reference_bytes\":%llu,"
-           "\"makespan_over_ideal\":%.3f,\"reference_makespan_over_ideal\":%.3f,\"reads_per_step\":%.1f}\n",
-           bench, w->name, variant, MAX_PATHS, batch, ratio, reference, bytes_ratio, r->time_s, ref->time_s,
-           (unsigned long long)r->bytes, (unsigned long long)ref->bytes, r->imbalance_sum / r->steps,
-           ref->imbalance_sum / ref->steps, (double)ref->reads / ref->steps);
-    printf(
-        "%s %s batch %u: %s takes %.2fx Swarm's I/O time and reads %.2fx its bytes (makespan/ideal %.2f vs "
-        "%.2f)\n",
-        bench, w->name, batch, variant, ratio, bytes_ratio, r->imbalance_sum / r->steps,
-        ref->imbalance_sum / ref->steps);
+           "\"makespan_over_ideal\":%.3f,\"reference_makespan_over_ideal\":%.3f,\"reads_per_step\":"
+           "%.1f}\n",
+           bench, w->name, variant, MAX_PATHS, batch, ratio, reference, bytes_ratio, r->time_s,
+           ref->time_s, (unsigned long long)r->bytes, (unsigned long long)ref->bytes,
+           r->imbalance_sum / r->steps, ref->imbalance_sum / ref->steps,
+           (double)ref->reads / ref->steps);
+    printf("%s %s batch %u: %s takes %.2fx Swarm's I/O time and reads %.2fx its bytes "
+           "(makespan/ideal %.2f vs "
+           "%.2f)\n",
+           bench, w->name, batch, variant, ratio, bytes_ratio, r->imbalance_sum / r->steps,
+           ref->imbalance_sum / ref->steps);
 }
 
 static void bench_b2(world *w, scratch *s) {
@@ -432,7 +446,8 @@ static void bench_b2(world *w, scratch *s) {
         r = run_trace(w, s, batch, &other, MAX_PATHS, READ_SWARM, &disk);
         report_ratio("ssd_sim_b2_layout", w, batch, "token_striping", reference, &r, &ref);
     }
-    layout_clusters(w, MAX_PATHS, KVS_SWARM_BALANCE_GLOBAL_POINTER, &swarm); /* leave the Swarm layout */
+    layout_clusters(w, MAX_PATHS, KVS_SWARM_BALANCE_GLOBAL_POINTER,
+                    &swarm); /* leave the Swarm layout */
     routes_free(&swarm);
     routes_free(&other);
 }
@@ -445,7 +460,8 @@ static void bench_b3(world *w, scratch *s) {
     layout_clusters(w, MAX_PATHS, KVS_SWARM_BALANCE_GLOBAL_POINTER, &r);
     const char *reference = "swarm: dedup, least-loaded copy";
     const read_policy policies[3] = {READ_STATIC, READ_NO_BALANCE, READ_NO_DEDUP};
-    const char *names[3] = {"static_first_replica_no_dedup", "no_balance_first_replica", "no_dedup_balanced"};
+    const char *names[3] = {"static_first_replica_no_dedup", "no_balance_first_replica",
+                            "no_dedup_balanced"};
     for (uint32_t batch = 1; batch <= 8; batch *= 8) {
         run_result ref = run_trace(w, s, batch, &r, MAX_PATHS, READ_SWARM, &disk);
         for (int i = 0; i < 3; i++) {
@@ -461,12 +477,15 @@ static void report_world(const world *w) {
     uint32_t multi = 0;
     for (uint32_t k = 0; k < c->n_clusters; k++) multi += c->items[k].n_members > 1;
     double slots = (double)c->n_slots / (double)w->n_entries;
-    printf("{\"bench\":\"ssd_sim_clusters\",\"workload\":\"%s\",\"ratio\":%.4f,\"reference\":\"one copy per "
+    printf("{\"bench\":\"ssd_sim_clusters\",\"workload\":\"%s\",\"ratio\":%.4f,\"reference\":\"one "
+           "copy per "
            "entry\",\"entries\":%u,\"slots\":%llu,\"clusters\":%u,\"clusters_over_one\":%u,"
-           "\"pair_precision\":%.3f,\"pair_recall\":%.3f,\"pair_f1\":%.3f,\"tau\":%.2f,\"min_count\":%u}\n",
-           w->name, slots, w->n_entries, (unsigned long long)c->n_slots, c->n_clusters, multi, w->precision,
-           w->recall, w->f1, CLUSTER_TAU, CLUSTER_MIN_COUNT);
-    printf("clusters %s: %u clusters (%u with more than one member), %.3f slots per entry, planted-pair "
+           "\"pair_precision\":%.3f,\"pair_recall\":%.3f,\"pair_f1\":%.3f,\"tau\":%.2f,\"min_"
+           "count\":%u}\n",
+           w->name, slots, w->n_entries, (unsigned long long)c->n_slots, c->n_clusters, multi,
+           w->precision, w->recall, w->f1, CLUSTER_TAU, CLUSTER_MIN_COUNT);
+    printf("clusters %s: %u clusters (%u with more than one member), %.3f slots per entry, "
+           "planted-pair "
            "F1 %.3f (precision %.3f, recall %.3f)\n",
            w->name, c->n_clusters, multi, slots, w->f1, w->precision, w->recall);
 }

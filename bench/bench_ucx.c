@@ -51,10 +51,10 @@ int main(void) {
 #include "remote.h"
 #include "wire.h"
 
-#define KIB 1024ull
-#define MIB (1024ull * 1024ull)
+#define KIB           1024ull
+#define MIB           (1024ull * 1024ull)
 #define STAGING_BYTES (32ull * MIB)
-#define LOOKUP_KEYS 512u
+#define LOOKUP_KEYS   512u
 
 typedef struct options {
     uint32_t rounds;
@@ -62,8 +62,8 @@ typedef struct options {
     uint32_t lookups;
     const char *perftest_tls;
     const char *shared_memory; /* the tier's shared_memory option */
-    const char *server_netns;  /* node and perftest servers in this network namespace (NULL: here) */
-    const char *server_addr;   /* where they listen and are reached */
+    const char *server_netns; /* node and perftest servers in this network namespace (NULL: here) */
+    const char *server_addr;  /* where they listen and are reached */
 } options;
 
 typedef struct node_proc {
@@ -78,33 +78,44 @@ static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
 
 static void usage(void) {
-    fprintf(stderr, "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
-                    "                     [--shared-memory auto|off] [--server-netns NS --server-addr IP]\n"
-                    "  --rounds        measured rounds per object size (default 5)\n"
-                    "  --warmup        rounds run first and not counted (default 1)\n"
-                    "  --lookups       timed contains calls of 512 keys (default 300)\n"
-                    "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default: the tier's payload\n"
-                    "                  transports, tcp, or tcp,sm,self with --shared-memory auto)\n"
-                    "  --shared-memory the tier's shared_memory option (default off)\n"
-                    "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
-                    "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
-                    "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
+    fprintf(
+        stderr,
+        "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
+        "                     [--shared-memory auto|off] [--server-netns NS --server-addr IP]\n"
+        "  --rounds        measured rounds per object size (default 5)\n"
+        "  --warmup        rounds run first and not counted (default 1)\n"
+        "  --lookups       timed contains calls of 512 keys (default 300)\n"
+        "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default: the tier's payload\n"
+        "                  transports, tcp, or tcp,sm,self with --shared-memory auto)\n"
+        "  --shared-memory the tier's shared_memory option (default off)\n"
+        "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
+        "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
+        "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
     exit(2);
 }
 
 static options parse_options(int argc, char **argv) {
-    options o = {.rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = NULL, .shared_memory = "off"};
+    options o = {
+        .rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = NULL, .shared_memory = "off"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
-        if (!strcmp(a, "--rounds")) o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 100);
-        else if (!strcmp(a, "--warmup")) o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100);
-        else if (!strcmp(a, "--lookups")) o.lookups = (uint32_t)bench_parse_u64(a, v, 1, 100000);
-        else if (!strcmp(a, "--perftest-tls")) o.perftest_tls = v;
-        else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off"))) o.shared_memory = v;
-        else if (!strcmp(a, "--server-netns")) o.server_netns = v;
-        else if (!strcmp(a, "--server-addr")) o.server_addr = v;
-        else usage();
+        if (!strcmp(a, "--rounds"))
+            o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 100);
+        else if (!strcmp(a, "--warmup"))
+            o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100);
+        else if (!strcmp(a, "--lookups"))
+            o.lookups = (uint32_t)bench_parse_u64(a, v, 1, 100000);
+        else if (!strcmp(a, "--perftest-tls"))
+            o.perftest_tls = v;
+        else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off")))
+            o.shared_memory = v;
+        else if (!strcmp(a, "--server-netns"))
+            o.server_netns = v;
+        else if (!strcmp(a, "--server-addr"))
+            o.server_addr = v;
+        else
+            usage();
         i++;
     }
     if (!o.server_netns != !o.server_addr) {
@@ -115,7 +126,8 @@ static options parse_options(int argc, char **argv) {
         fprintf(stderr, "kvs-bench-ucx: --server-addr takes an IPv4 address\n");
         usage();
     }
-    if (!o.perftest_tls) o.perftest_tls = strcmp(o.shared_memory, "auto") == 0 ? "tcp,sm,self" : "tcp";
+    if (!o.perftest_tls)
+        o.perftest_tls = strcmp(o.shared_memory, "auto") == 0 ? "tcp,sm,self" : "tcp";
     return o;
 }
 
@@ -142,7 +154,8 @@ static int in_path(const char *prog) {
 
 static void write_file(const char *path, const void *data, size_t len) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || write(fd, data, len) != (ssize_t)len || close(fd) != 0) die(path, strerror(errno));
+    if (fd < 0 || write(fd, data, len) != (ssize_t)len || close(fd) != 0)
+        die(path, strerror(errno));
 }
 
 static void setup_files(void) {
@@ -154,8 +167,9 @@ static void setup_files(void) {
     uint8_t psk[32];
     for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)bench_mix64(i);
     write_file(key_path, psk, sizeof psk);
-    static const char yaml[] = "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
-                               "    capacity: 1GiB\n";
+    static const char yaml[] =
+        "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
+        "    capacity: 1GiB\n";
     write_file(yaml_path, yaml, sizeof yaml - 1);
 }
 
@@ -233,8 +247,8 @@ static void node_start(node_proc *n) {
     if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
     char listen[64];
     snprintf(listen, sizeof listen, "%s:0", server_addr);
-    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", listen,
-                    "--max-object-bytes", "2MiB", NULL};
+    char *argv[] = {node_bin, "--config",           yaml_path, "--psk-file", key_path, "--listen",
+                    listen,   "--max-object-bytes", "2MiB",    NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
@@ -248,7 +262,8 @@ static void node_start(node_proc *n) {
     while (!ready || !strchr(ready, '\n')) {
         uint64_t now = bench_now_ns();
         struct pollfd p = {.fd = n->out_fd, .events = POLLIN};
-        if (now >= until || len + 1 >= sizeof out || poll(&p, 1, (int)((until - now) / 1000000)) <= 0)
+        if (now >= until || len + 1 >= sizeof out ||
+            poll(&p, 1, (int)((until - now) / 1000000)) <= 0)
             die("kvstrata-node: no readiness line; its output", out);
         ssize_t k = read(n->out_fd, out + len, sizeof out - 1 - len);
         if (k <= 0) die("kvstrata-node exited before it was ready; its output", out);
@@ -258,7 +273,8 @@ static void node_start(node_proc *n) {
     }
     unsigned port = 0;
     char addr[64];
-    if (sscanf(ready, "kvstrata-node ready listen=%63[^:]:%u", addr, &port) != 2) die("kvstrata-node readiness line", ready);
+    if (sscanf(ready, "kvstrata-node ready listen=%63[^:]:%u", addr, &port) != 2)
+        die("kvstrata-node readiness line", ready);
     snprintf(n->id, sizeof n->id, "%s:%u", addr, port);
 }
 
@@ -304,7 +320,8 @@ static int port_listening(pid_t pid, unsigned port) {
     int found = 0;
     unsigned lport = 0, state = 0;
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, " %*u: %*x:%x %*x:%*x %x", &lport, &state) == 2 && lport == port && state == 0x0A)
+        if (sscanf(line, " %*u: %*x:%x %*x:%*x %x", &lport, &state) == 2 && lport == port &&
+            state == 0x0A)
             found = 1;
     if (f) fclose(f);
     return found;
@@ -313,8 +330,8 @@ static int port_listening(pid_t pid, unsigned port) {
 /* Run one ucx_perftest test between a server and a client child with UCX_TLS=tls. Fills the figures
  * of the final line: one-way latency (50th percentile, µs) and overall bandwidth (bytes/s). Returns 0
  * on success. */
-static int perftest(const char *tls, const char *test, uint64_t size, uint64_t iters, double *lat_us,
-                    double *bytes_per_s) {
+static int perftest(const char *tls, const char *test, uint64_t size, uint64_t iters,
+                    double *lat_us, double *bytes_per_s) {
     for (int attempt = 0; attempt < 3; attempt++) {
         unsigned port = free_port();
         char port_s[16];
@@ -322,10 +339,12 @@ static int perftest(const char *tls, const char *test, uint64_t size, uint64_t i
         char *argv[] = {"ucx_perftest", "-p", port_s, NULL};
         pid_t server = spawn_server(argv, tls, -1);
         uint64_t until = bench_now_ns() + 5000000000ull;
-        while (!port_listening(server, port) && bench_now_ns() < until && waitpid(server, NULL, WNOHANG) == 0)
+        while (!port_listening(server, port) && bench_now_ns() < until &&
+               waitpid(server, NULL, WNOHANG) == 0)
             usleep(2000);
         char cmd[512];
-        snprintf(cmd, sizeof cmd, "UCX_TLS=%s ucx_perftest %s -p %u -t %s -s %llu -n %llu -w %llu 2>&1", tls,
+        snprintf(cmd, sizeof cmd,
+                 "UCX_TLS=%s ucx_perftest %s -p %u -t %s -s %llu -n %llu -w %llu 2>&1", tls,
                  server_addr, port, test, (unsigned long long)size, (unsigned long long)iters,
                  (unsigned long long)(iters / 10 + 1));
         FILE *f = popen(cmd, "r");
@@ -343,8 +362,8 @@ static int perftest(const char *tls, const char *test, uint64_t size, uint64_t i
             usleep(2000);
         }
         double n_iters, lat50, lat_avg, lat_all, bw_avg, bw_all;
-        if (rc == 0 && sscanf(final, "Final: %lf %lf %lf %lf %lf %lf", &n_iters, &lat50, &lat_avg, &lat_all, &bw_avg,
-                              &bw_all) == 6) {
+        if (rc == 0 && sscanf(final, "Final: %lf %lf %lf %lf %lf %lf", &n_iters, &lat50, &lat_avg,
+                              &lat_all, &bw_avg, &bw_all) == 6) {
             *lat_us = lat50;
             *bytes_per_s = bw_all * (double)MIB; /* perftest's MB/s is MiB/s */
             return 0;
@@ -364,14 +383,16 @@ typedef struct tier {
 
 static void check(const tier *t, const char *what, kvs_status st) {
     if (st == KVS_OK) return;
-    fprintf(stderr, "%s failed: %s (%d): %s\n", what, kvs_strerror(st), (int)st, t->ops->last_error(t->state));
+    fprintf(stderr, "%s failed: %s (%d): %s\n", what, kvs_strerror(st), (int)st,
+            t->ops->last_error(t->state));
     exit(1);
 }
 
 static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory) {
     tier t = {.ops = kvs_remote_backend()};
-    kvs_backend_option opts[] = {{"node", n->id},       {"psk_file", key_path},   {"tenant", "bench"},
-                                 {"replicas", "1"},     {"timeout_ms", "20000"}, {"shared_memory", shared_memory}};
+    kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", key_path},
+                                 {"tenant", "bench"},     {"replicas", "1"},
+                                 {"timeout_ms", "20000"}, {"shared_memory", shared_memory}};
     char err[512] = "";
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
@@ -410,8 +431,8 @@ static void fill(uint8_t *p, uint64_t len, uint64_t seed) {
 static double rusage_ms(void) {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_utime.tv_sec * 1e3 + (double)u.ru_utime.tv_usec / 1e3 + (double)u.ru_stime.tv_sec * 1e3 +
-           (double)u.ru_stime.tv_usec / 1e3;
+    return (double)u.ru_utime.tv_sec * 1e3 + (double)u.ru_utime.tv_usec / 1e3 +
+           (double)u.ru_stime.tv_sec * 1e3 + (double)u.ru_stime.tv_usec / 1e3;
 }
 
 static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t size) {
@@ -422,7 +443,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     kvs_status *sts = calloc(n, sizeof *sts);
     double *get_ns = calloc(o->rounds, sizeof *get_ns), *put_ns = calloc(o->rounds, sizeof *put_ns);
     double *pget = calloc(o->rounds, sizeof *pget), *pput = calloc(o->rounds, sizeof *pput);
-    if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput) die("calloc", "no memory");
+    if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput)
+        die("calloc", "no memory");
     for (uint64_t i = 0; i < n; i++) {
         keys[i] = key_of(size, i);
         dsts[i] = staging + i * size;
@@ -443,15 +465,16 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         fill(want, size, size + i);
         if (sts[i] != KVS_OK || lens[i] != size || memcmp(staging + i * size, want, size) != 0) {
             if (wrong < 5)
-                fprintf(stderr, "object %llu: status %d, length %llu, bytes %s\n", (unsigned long long)i, (int)sts[i],
-                        (unsigned long long)lens[i],
+                fprintf(stderr, "object %llu: status %d, length %llu, bytes %s\n",
+                        (unsigned long long)i, (int)sts[i], (unsigned long long)lens[i],
                         memcmp(staging + i * size, want, size) ? "differ" : "equal");
             wrong++;
         }
     }
     free(want);
     if (wrong) {
-        fprintf(stderr, "kvs-bench-ucx: %llu of %llu objects of %llu bytes did not come back intact\n",
+        fprintf(stderr,
+                "kvs-bench-ucx: %llu of %llu objects of %llu bytes did not come back intact\n",
                 (unsigned long long)wrong, (unsigned long long)n, (unsigned long long)size);
         exit(1);
     }
@@ -465,16 +488,19 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
         uint64_t t1 = bench_now_ns();
         for (uint64_t i = 0; i < n; i++)
-            if (sts[i] != KVS_OK || lens[i] != size) die("get_many", "an object was missing or short");
+            if (sts[i] != KVS_OK || lens[i] != size)
+                die("get_many", "an object was missing or short");
         for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
         uint64_t t2 = bench_now_ns();
         kvs_remote_stats_t p0, p1;
         check(t, "stats", kvs_remote_stats(t->state, &p0));
-        for (uint64_t i = 0; i < n; i++) check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+        for (uint64_t i = 0; i < n; i++)
+            check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
         check(t, "flush", kvs_remote_flush(t->state));
         uint64_t t3 = bench_now_ns();
         check(t, "stats", kvs_remote_stats(t->state, &p1));
-        if (p1.puts_stored - p0.puts_stored != n) die("put", "not every object was stored (see the node's output)");
+        if (p1.puts_stored - p0.puts_stored != n)
+            die("put", "not every object was stored (see the node's output)");
         put_requests += p1.put_requests - p0.put_requests;
         double lat, get_bw = 0, put_bw = 0;
         if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
@@ -487,10 +513,13 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         pput[r - o->warmup] = put_bw;
     }
     check(t, "stats", kvs_remote_stats(t->state, &after));
-    uint64_t rma = after.rma_gets - before.rma_gets, bounce = after.bounce_gets - before.bounce_gets;
-    if (bounce != 0) die("get_many", "objects went through the bounce buffer, not RMA into the pool");
+    uint64_t rma = after.rma_gets - before.rma_gets,
+             bounce = after.bounce_gets - before.bounce_gets;
+    if (bounce != 0)
+        die("get_many", "objects went through the bounce buffer, not RMA into the pool");
 
-    double sm_lat, sm_get = 0, sm_put = 0; /* across namespaces not measured: shared memory is not used there */
+    double sm_lat, sm_get = 0,
+                   sm_put = 0; /* across namespaces not measured: shared memory is not used there */
     if (!server_netns && (perftest(tier_tls, "ucp_get", size, iters, &sm_lat, &sm_get) != 0 ||
                           perftest(tier_tls, "ucp_put_bw", size, iters, &sm_lat, &sm_put) != 0))
         die("ucx_perftest", "no result with the tier's UCX_TLS (see above)");
@@ -500,23 +529,29 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     double ref_get = bench_median(pget, o->rounds), ref_put = bench_median(pput, o->rounds);
     double get_gbps = bytes / gns, put_gbps = bytes / pns;
     const char *names[2] = {"ucx_get", "ucx_put"};
-    double gbps[2] = {get_gbps, put_gbps}, ref[2] = {ref_get / 1e9, ref_put / 1e9}, ns[2] = {gns, pns};
+    double gbps[2] = {get_gbps, put_gbps}, ref[2] = {ref_get / 1e9, ref_put / 1e9},
+           ns[2] = {gns, pns};
     double sm[2] = {sm_get / 1e9, sm_put / 1e9};
     const char *tests[2] = {"ucp_get", "ucp_put_bw"};
     for (int k = 0; k < 2; k++) {
-        printf("{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,\"gbps\":%.3f,"
-               "\"reference\":\"ucx_perftest -t %s -s %llu (UCX_TLS=%s)\",\"reference_gbps\":%.3f,\"ns\":%.0f,"
-               "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%llu,"
-               "\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
-               names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / ref[k], gbps[k], tests[k],
-               (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k], tier_tls,
-               (unsigned long long)rma, (unsigned long long)bounce,
-               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
+        printf(
+            "{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,\"gbps\":%.3f,"
+            "\"reference\":\"ucx_perftest -t %s -s %llu "
+            "(UCX_TLS=%s)\",\"reference_gbps\":%.3f,\"ns\":%.0f,"
+            "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%llu,"
+            "\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
+            names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / ref[k], gbps[k],
+            tests[k], (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k],
+            tier_tls, (unsigned long long)rma, (unsigned long long)bounce,
+            k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
         char also[96] = "";
-        if (!server_netns) snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
-        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio %.3f%s\n",
-               k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB), (unsigned long long)n, gbps[k],
-               tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k], also);
+        if (!server_netns)
+            snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
+        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio "
+               "%.3f%s\n",
+               k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB),
+               (unsigned long long)n, gbps[k], tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k],
+               also);
     }
     fflush(stdout);
     for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
@@ -554,7 +589,8 @@ static void run_lookup(const tier *t, const options *o) {
     m.n_entries = LOOKUP_KEYS;
     size_t msg_len = 0;
     kvs_wire_refusal why;
-    if (kvs_wire_encode(&m, msg_buf, sizeof msg_buf, &msg_len, &why) != KVS_OK) die("kvs_wire_encode", why.text);
+    if (kvs_wire_encode(&m, msg_buf, sizeof msg_buf, &msg_len, &why) != KVS_OK)
+        die("kvs_wire_encode", why.text);
 
     double *rtt = calloc(o->lookups, sizeof *rtt);
     if (!rtt) die("calloc", "no memory");
@@ -574,19 +610,25 @@ static void run_lookup(const tier *t, const options *o) {
     if (!server_netns && perftest(tier_tls, "ucp_am_lat", msg_len, 2000, &sm_lat, &bw) != 0)
         die("ucx_perftest", "no ucp_am_lat result with the tier's UCX_TLS (see above)");
     double ref_us = 2 * lat_us;
-    printf("{\"bench\":\"ucx_lookup\",\"keys\":%u,\"message_bytes\":%zu,\"ratio\":%.3f,\"rtt_us\":%.2f,"
-           "\"reference\":\"ucx_perftest -t ucp_am_lat -s %zu (UCX_TLS=%s), round trip = 2 x median one-way\","
-           "\"reference_rtt_us\":%.2f,\"perftest_tier_tls_rtt_us\":%.2f,\"tier_tls\":\"%s\",\"iterations\":%u}\n",
-           LOOKUP_KEYS, msg_len, tier_us / ref_us, tier_us, msg_len, o->perftest_tls, ref_us, 2 * sm_lat, tier_tls,
-           o->lookups);
+    printf("{\"bench\":\"ucx_lookup\",\"keys\":%u,\"message_bytes\":%zu,\"ratio\":%.3f,\"rtt_us\":%"
+           ".2f,"
+           "\"reference\":\"ucx_perftest -t ucp_am_lat -s %zu (UCX_TLS=%s), round trip = 2 x "
+           "median one-way\","
+           "\"reference_rtt_us\":%.2f,\"perftest_tier_tls_rtt_us\":%.2f,\"tier_tls\":\"%s\","
+           "\"iterations\":%u}\n",
+           LOOKUP_KEYS, msg_len, tier_us / ref_us, tier_us, msg_len, o->perftest_tls, ref_us,
+           2 * sm_lat, tier_tls, o->lookups);
     char also[96] = "";
-    if (!server_netns) snprintf(also, sizeof also, "; with UCX_TLS=%s: %.1f us", tier_tls, 2 * sm_lat);
-    printf("lookup of %u keys (LOOKUP of %zu bytes): median round trip %.1f us, ucx_perftest ucp_am_lat round trip "
+    if (!server_netns)
+        snprintf(also, sizeof also, "; with UCX_TLS=%s: %.1f us", tier_tls, 2 * sm_lat);
+    printf("lookup of %u keys (LOOKUP of %zu bytes): median round trip %.1f us, ucx_perftest "
+           "ucp_am_lat round trip "
            "%.1f us (UCX_TLS=%s) -> ratio %.2f%s\n",
            LOOKUP_KEYS, msg_len, tier_us, ref_us, o->perftest_tls, tier_us / ref_us, also);
     fflush(stdout);
     free(rtt);
-    for (uint32_t i = 0; i < LOOKUP_KEYS; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
+    for (uint32_t i = 0; i < LOOKUP_KEYS; i++)
+        check(t, "remove", t->ops->remove(t->state, &keys[i]));
 }
 
 static void run_idle(const tier *t) {
@@ -599,10 +641,12 @@ static void run_idle(const tier *t) {
     double c1 = rusage_ms();
     double wall_ms = (double)(bench_now_ns() - w0) / 1e6;
     double used = c1 - c0;
-    printf("{\"bench\":\"ucx_idle_cpu\",\"ratio\":%.4f,\"cpu_ms\":%.2f,\"reference\":\"wall time (one core)\","
+    printf("{\"bench\":\"ucx_idle_cpu\",\"ratio\":%.4f,\"cpu_ms\":%.2f,\"reference\":\"wall time "
+           "(one core)\","
            "\"wall_ms\":%.1f,\"iterations\":1}\n",
            used / wall_ms, used, wall_ms);
-    printf("idle tier: %.2f ms of CPU over %.0f ms of wall time -> %.4f of a core\n", used, wall_ms, used / wall_ms);
+    printf("idle tier: %.2f ms of CPU over %.0f ms of wall time -> %.4f of a core\n", used, wall_ms,
+           used / wall_ms);
     fflush(stdout);
 }
 
@@ -626,7 +670,8 @@ int main(int argc, char **argv) {
     server_netns = o.server_netns;
     if (o.server_addr) server_addr = o.server_addr;
     if (server_netns && strcmp(o.shared_memory, "auto") == 0)
-        die("--shared-memory auto", "peers in other network namespaces never use shared memory (docs/remote.md)");
+        die("--shared-memory auto",
+            "peers in other network namespaces never use shared memory (docs/remote.md)");
     signal(SIGPIPE, SIG_IGN);
     setup_files();
     atexit(at_exit);
@@ -640,13 +685,17 @@ int main(int argc, char **argv) {
     check(&t, "stats", kvs_remote_stats(t.state, &st));
     int on_sm = st.nodes_shared_memory == 1;
     if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
-        die("--shared-memory auto", "the node did not take the payloads over shared memory (see its log above)");
-    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%s\","
+        die("--shared-memory auto",
+            "the node did not take the payloads over shared memory (see its log above)");
+    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%"
+           "s\","
            "\"server\":\"%s\",\"server_netns\":\"%s\"}\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr, server_netns ? server_netns : "");
-    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; servers at %s%s%s\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr, server_netns ? " in network namespace " : "",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
            server_netns ? server_netns : "");
+    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; "
+           "servers at %s%s%s\n",
+           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
+           server_netns ? " in network namespace " : "", server_netns ? server_netns : "");
     uint64_t t_start = bench_now_ns();
     run_size(&t, &o, staging, MIB);
     run_size(&t, &o, staging, 64 * KIB);

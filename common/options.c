@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-int kvs_option_index(const char *const *names, unsigned n, int *seen, const char *key, const char *valid, char *why,
-                     size_t why_len) {
+int kvs_option_index(const char *const *names, unsigned n, int *seen, const char *key,
+                     const char *valid, char *why, size_t why_len) {
     unsigned which = 0;
     while (which < n && strcmp(key, names[which]) != 0) which++;
     if (which == n) {
@@ -33,11 +33,14 @@ int kvs_option_count(const char *text, uint64_t min, uint64_t max, uint64_t *out
 }
 
 void kvs_option_refused(const kvs_backend_init *init, const char *name, int64_t nth) {
-    if (!init || init->struct_size < offsetof(kvs_backend_init, error_option_len) + sizeof init->error_option_len ||
+    if (!init ||
+        init->struct_size <
+            offsetof(kvs_backend_init, error_option_len) + sizeof init->error_option_len ||
         !init->error_option || init->error_option_len == 0)
         return;
     if (nth >= 0)
-        snprintf(init->error_option, (size_t)init->error_option_len, "%s[%lld]", name, (long long)nth);
+        snprintf(init->error_option, (size_t)init->error_option_len, "%s[%lld]", name,
+                 (long long)nth);
     else
         snprintf(init->error_option, (size_t)init->error_option_len, "%s", name);
 }

@@ -10,8 +10,8 @@
 
 /* The index of key in names[0..n), counted in seen[index]. -1 with a sentence in why when the name
  * is unknown (the sentence lists `valid`) or was given before. */
-int kvs_option_index(const char *const *names, unsigned n, int *seen, const char *key, const char *valid, char *why,
-                     size_t why_len);
+int kvs_option_index(const char *const *names, unsigned n, int *seen, const char *key,
+                     const char *valid, char *why, size_t why_len);
 
 /* Backend ABI 1.3: tell the connector which option create refuses (see kvs_backend_init.error_option):
  * `name`, or `name[nth]` when nth >= 0 (the nth of a repeated option). A no-op for a 1.2 connector. */

@@ -13,7 +13,9 @@
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 
-KVS_EXPORT const char *kvs_strerror(kvs_status status) { return kvs_status_sentence(status); }
+KVS_EXPORT const char *kvs_strerror(kvs_status status) {
+    return kvs_status_sentence(status);
+}
 
 kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...) {
     va_list ap;
@@ -53,38 +55,42 @@ static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t 
 
 static uint32_t dtype_bytes(uint32_t d) {
     switch ((kvs_dtype)d) {
-    case KVS_DTYPE_FP16:
-    case KVS_DTYPE_BF16: return 2;
-    case KVS_DTYPE_FP32: return 4;
-    case KVS_DTYPE_FP8_E4M3:
-    case KVS_DTYPE_FP8_E5M2: return 1;
+        case KVS_DTYPE_FP16:
+        case KVS_DTYPE_BF16: return 2;
+        case KVS_DTYPE_FP32: return 4;
+        case KVS_DTYPE_FP8_E4M3:
+        case KVS_DTYPE_FP8_E5M2: return 1;
     }
     return 0;
 }
 
 /* The caller's params and model, copied up to their struct_size (the rest zero), into *p and *m. */
-static kvs_status check_params(const kvs_open_params *in, kvs_open_params *p, kvs_model_desc *m, char *err,
-                               size_t err_len) {
+static kvs_status check_params(const kvs_open_params *in, kvs_open_params *p, kvs_model_desc *m,
+                               char *err, size_t err_len) {
     if (!in) return kvs_fmt(err, err_len, "open: params is NULL"), KVS_EINVAL;
     if (kvs_struct_in(p, sizeof *p, in, KVS_OPEN_PARAMS_SIZE_1_0) != 0)
-        return kvs_fmt(err, err_len, "open: params struct_size %u is below the 1.0 size %u", in->struct_size,
-                       KVS_OPEN_PARAMS_SIZE_1_0), KVS_EINVAL;
+        return kvs_fmt(err, err_len, "open: params struct_size %u is below the 1.0 size %u",
+                       in->struct_size, KVS_OPEN_PARAMS_SIZE_1_0),
+               KVS_EINVAL;
     if (p->role != KVS_ROLE_SCHEDULER && p->role != KVS_ROLE_WORKER && p->role != KVS_ROLE_BOTH)
-        return kvs_fmt(err, err_len, "open: role %u is not scheduler, worker or both", p->role), KVS_EINVAL;
+        return kvs_fmt(err, err_len, "open: role %u is not scheduler, worker or both", p->role),
+               KVS_EINVAL;
     if (!p->model) return kvs_fmt(err, err_len, "open: model description is NULL"), KVS_EINVAL;
     if (kvs_struct_in(m, sizeof *m, p->model, KVS_MODEL_DESC_SIZE_1_0) != 0)
-        return kvs_fmt(err, err_len, "open: model struct_size %u is below the 1.0 size %u", p->model->struct_size,
-                       KVS_MODEL_DESC_SIZE_1_0), KVS_EINVAL;
+        return kvs_fmt(err, err_len, "open: model struct_size %u is below the 1.0 size %u",
+                       p->model->struct_size, KVS_MODEL_DESC_SIZE_1_0),
+               KVS_EINVAL;
     p->model = m;
-    const char *bad = !m->model_id || !m->model_id[0] ? "model_id is empty"
-                    : dtype_bytes(m->dtype) == 0 ? "dtype is not a kvs_dtype"
-                    : m->n_layers == 0 || m->n_layers > 4096 ? "n_layers must be 1..4096"
-                    : m->n_kv_heads == 0 || m->n_kv_heads > 1024 ? "n_kv_heads must be 1..1024"
-                    : m->head_dim == 0 || m->head_dim > 65536 ? "head_dim must be 1..65536"
-                    : m->block_tokens == 0 || m->block_tokens > 65536 ? "block_tokens must be 1..65536"
-                    : m->is_mla && m->n_kv_heads != 1 ? "an MLA model has one latent head (n_kv_heads 1)"
-                    : m->tp_size == 0 || m->tp_rank >= m->tp_size ? "tp_rank must be below tp_size >= 1"
-                    : NULL;
+    const char *bad =
+        !m->model_id || !m->model_id[0]                   ? "model_id is empty"
+        : dtype_bytes(m->dtype) == 0                      ? "dtype is not a kvs_dtype"
+        : m->n_layers == 0 || m->n_layers > 4096          ? "n_layers must be 1..4096"
+        : m->n_kv_heads == 0 || m->n_kv_heads > 1024      ? "n_kv_heads must be 1..1024"
+        : m->head_dim == 0 || m->head_dim > 65536         ? "head_dim must be 1..65536"
+        : m->block_tokens == 0 || m->block_tokens > 65536 ? "block_tokens must be 1..65536"
+        : m->is_mla && m->n_kv_heads != 1 ? "an MLA model has one latent head (n_kv_heads 1)"
+        : m->tp_size == 0 || m->tp_rank >= m->tp_size ? "tp_rank must be below tp_size >= 1"
+                                                      : NULL;
     if (bad) return kvs_fmt(err, err_len, "open: model: %s", bad), KVS_EINVAL;
     return KVS_OK;
 }
@@ -103,33 +109,38 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     kvs_status st = p->config_path ? kvs_config_load(p->config_path, &h->cfg, err, err_len)
                                    : kvs_config_defaults(&h->cfg);
     if (st != KVS_OK) return st;
-    if (copy_model(h, p->model) != KVS_OK) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
+    if (copy_model(h, p->model) != KVS_OK)
+        return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->chunk_tokens = h->cfg->chunk_tokens;
     if (h->chunk_tokens % h->model.block_tokens)
         return kvs_config_refuse(h->cfg, h->cfg->chunk_tokens_at, "chunk_tokens", err, err_len,
-                                 "%u is not a multiple of the engine block size %u", h->chunk_tokens,
-                                 h->model.block_tokens);
+                                 "%u is not a multiple of the engine block size %u",
+                                 h->chunk_tokens, h->model.block_tokens);
     h->shape = (kvs_kv_shape){.n_heads = h->model.n_kv_heads,
                               .head_bytes = h->model.head_dim * dtype_bytes(h->model.dtype),
-                              .block_tokens = h->model.block_tokens, .has_v = !h->model.is_mla};
+                              .block_tokens = h->model.block_tokens,
+                              .has_v = !h->model.is_mla};
     h->layer_bytes = kvs_kernel_layer_bytes(&h->shape, h->chunk_tokens);
     h->object_bytes = kvs_object_bytes(h->model.n_layers, h->layer_bytes);
     kvs_keys_fingerprint(&h->model, h->chunk_tokens, &h->fingerprint);
     if (h->role & KVS_ROLE_WORKER) {
-        if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err, err_len)) != KVS_OK)
+        if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err,
+                                  err_len)) != KVS_OK)
             return st;
     }
     void *staging = NULL;
     uint64_t staging_len = 0;
     if (h->pool) kvs_pool_region(h->pool, &staging, &staging_len);
-    st = kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers, err, err_len);
+    st = kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers,
+                        err, err_len);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     return st;
 }
 
 static void api_close(kvs_handle *h);
 
-static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *error, size_t error_len) {
+static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *error,
+                           size_t error_len) {
     char scratch[KVS_ERROR_MAX];
     char *err = error && error_len ? error : scratch;
     size_t err_len = error && error_len ? error_len : sizeof scratch;
@@ -169,14 +180,16 @@ static void api_close(kvs_handle *h) {
     free(h);
 }
 
-static const char *api_last_error(const kvs_handle *h) { return h ? h->last_error : "handle is NULL"; }
+static const char *api_last_error(const kvs_handle *h) {
+    return h ? h->last_error : "handle is NULL";
+}
 
 /* --- hook wrappers: NULL handle check, clear the last error, forward -------------------------------- */
 
-#define ENTER(h)                                                                                     \
-    do {                                                                                             \
-        if (!(h)) return KVS_EINVAL;                                                                 \
-        (h)->last_error[0] = '\0';                                                                   \
+#define ENTER(h)                     \
+    do {                             \
+        if (!(h)) return KVS_EINVAL; \
+        (h)->last_error[0] = '\0';   \
     } while (0)
 
 static kvs_status api_lookup(kvs_handle *h, const char *id, const int32_t *tokens, uint64_t n,
@@ -234,12 +247,14 @@ static kvs_status api_wait_save(kvs_handle *h) {
     ENTER(h);
     return kvs_worker_wait_save(h);
 }
-static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sending_cap, uint64_t *n_sending,
-                                   char *receiving, uint64_t receiving_cap, uint64_t *n_receiving) {
+static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sending_cap,
+                                   uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
+                                   uint64_t *n_receiving) {
     ENTER(h);
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "get_finished");
     if (st != KVS_OK) return st;
-    if (!n_sending || !n_receiving) return kvs_set_error(h, KVS_EINVAL, "get_finished: count pointer is NULL");
+    if (!n_sending || !n_receiving)
+        return kvs_set_error(h, KVS_EINVAL, "get_finished: count pointer is NULL");
     /* Loads and saves complete inside the step: nothing is ever in flight between steps. */
     *n_sending = *n_receiving = 0;
     if (sending && sending_cap) sending[0] = '\0';
@@ -270,7 +285,8 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     ENTER(h);
     uint32_t size = out ? kvs_struct_out_size(out, sizeof *out, KVS_STATS_SIZE_1_0) : 0;
     if (!size)
-        return kvs_set_error(h, KVS_EINVAL, "stats: out is NULL or its struct_size %u is below the 1.0 size %u",
+        return kvs_set_error(h, KVS_EINVAL,
+                             "stats: out is NULL or its struct_size %u is below the 1.0 size %u",
                              out ? out->struct_size : 0, KVS_STATS_SIZE_1_0);
     kvs_stats s = h->stats;
     s.struct_size = size;

@@ -20,9 +20,9 @@
 
 #include "kvstrata_backend.h"
 
-#define MAX_DEPTH 32     /* the schema needs 4; deeper input is refused before it can cost stack */
+#define MAX_DEPTH    32  /* the schema needs 4; deeper input is refused before it can cost stack */
 #define KEY_PATH_MAX 256 /* 'tiers[3].options.shm_name' and the like; longer paths are cut */
-#define SHOWN_MAX 40     /* characters of a bad value quoted back in a message */
+#define SHOWN_MAX    40  /* characters of a bad value quoted back in a message */
 
 typedef enum node_kind { NODE_SCALAR, NODE_SEQUENCE, NODE_MAPPING, NODE_ALIAS } node_kind;
 
@@ -54,21 +54,32 @@ typedef struct builder {
     int done;
 } builder;
 
-static const char *const ROOT_KEYS[] = {"version",     "chunk_tokens", "lease_timeout_ms",
-                                        "save_decode", "log_level",    "pool",
-                                        "tiers",       "device",       "node",
-                                        "restore"};
-enum { RK_VERSION, RK_CHUNK, RK_LEASE, RK_SAVE_DECODE, RK_LOG_LEVEL, RK_POOL, RK_TIERS, RK_DEVICE, RK_NODE,
-       RK_RESTORE, RK_COUNT };
+static const char *const ROOT_KEYS[] = {
+    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level",
+    "pool",    "tiers",        "device",           "node",        "restore"};
+enum {
+    RK_VERSION,
+    RK_CHUNK,
+    RK_LEASE,
+    RK_SAVE_DECODE,
+    RK_LOG_LEVEL,
+    RK_POOL,
+    RK_TIERS,
+    RK_DEVICE,
+    RK_NODE,
+    RK_RESTORE,
+    RK_COUNT
+};
 
 static const char *const RESTORE_KEYS[] = {"scheduler", "priority", "profile"};
 enum { RSK_SCHEDULER, RSK_PRIORITY, RSK_PROFILE, RSK_COUNT };
-static const char *const RESTORE_SCHEDULERS[] = {"none", "cacheflow"}; /* KVS_RESTORE_* order */
+static const char *const RESTORE_SCHEDULERS[] = {"none", "cacheflow"};  /* KVS_RESTORE_* order */
 static const char *const RESTORE_PRIORITIES[] = {"lrf", "srf", "mean"}; /* cf_priority order */
 /* The restore profile (kvs-mini-engine --profile writes one). */
 static const char *const PROFILE_KEYS[] = {"compute", "tiers"};
 enum { PFK_COMPUTE, PFK_TIERS, PFK_COUNT };
-static const char *const PROFILE_COMPUTE_KEYS[] = {"fixed_us", "per_token_us", "attention_ns_per_token2"};
+static const char *const PROFILE_COMPUTE_KEYS[] = {"fixed_us", "per_token_us",
+                                                   "attention_ns_per_token2"};
 enum { PCK_FIXED, PCK_TOKEN, PCK_ATT, PCK_COUNT };
 static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth_mb_s"};
 enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_COUNT };
@@ -87,9 +98,21 @@ static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_
 static const char *const POOL_KEYS[] = {"staging_bytes"};
 enum { PK_STAGING, PK_COUNT };
 
-static const char *const TIER_KEYS[] = {"name", "type", "capacity", "write", "plugin", "options", "paths", "nodes"};
-enum { TK_NAME, TK_TYPE, TK_CAPACITY, TK_WRITE, TK_PLUGIN, TK_OPTIONS, TK_PATHS, TK_NODES, TK_COUNT };
-_Static_assert(TK_COUNT == KVS_TIER_KEYS, "kvs_tier_config.keys_at holds one position per tier key");
+static const char *const TIER_KEYS[] = {"name",   "type",    "capacity", "write",
+                                        "plugin", "options", "paths",    "nodes"};
+enum {
+    TK_NAME,
+    TK_TYPE,
+    TK_CAPACITY,
+    TK_WRITE,
+    TK_PLUGIN,
+    TK_OPTIONS,
+    TK_PATHS,
+    TK_NODES,
+    TK_COUNT
+};
+_Static_assert(TK_COUNT == KVS_TIER_KEYS,
+               "kvs_tier_config.keys_at holds one position per tier key");
 
 static const char *const LOG_LEVELS[] = {"error", "warn", "info", "debug"};
 static const char *const TIER_TYPES[] = {"dram", "plugin", "remote", "ssd"};
@@ -136,8 +159,8 @@ static kvs_status fail(const parse_ctx *ctx, const node *at, const char *key, co
 }
 
 /* Refusals found when the connector opens, after parsing: same format, from the kept positions. */
-static kvs_status vrefuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
-                          const char *fmt, va_list ap) {
+static kvs_status vrefuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err,
+                          size_t err_len, const char *fmt, va_list ap) {
     if (at.line > 0) {
         parse_ctx ctx = {.name = cfg->source, .err = err, .err_len = err_len};
         return vfail_at(&ctx, at.line, at.column, key, fmt, ap);
@@ -148,8 +171,8 @@ static kvs_status vrefuse(const kvs_config *cfg, kvs_config_at at, const char *k
     return KVS_ECONFIG;
 }
 
-kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
-                             const char *fmt, ...) {
+kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err,
+                             size_t err_len, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     kvs_status st = vrefuse(cfg, at, key, err, err_len, fmt, ap);
@@ -163,8 +186,8 @@ static const char *list_of_option(const char *option) {
 }
 
 /* Where name (see kvs_config_refuse_tier) stands in tier t (number index): its key path and position. */
-static kvs_config_at tier_position(const kvs_tier_config *t, size_t index, const char *name, char *key,
-                                   size_t key_len) {
+static kvs_config_at tier_position(const kvs_tier_config *t, size_t index, const char *name,
+                                   char *key, size_t key_len) {
     char option[KVS_NAME_MAX];
     long nth = 0;
     const char *bracket = name ? strchr(name, '[') : NULL;
@@ -199,11 +222,12 @@ static kvs_config_at tier_position(const kvs_tier_config *t, size_t index, const
     }
     /* an option the backend needs and the file lacks: at the tier's `options:`, else the tier */
     snprintf(key, key_len, "tiers[%zu].options.%s", index, option);
-    return t->keys_at[TK_OPTIONS].line > 0 ? t->keys_at[TK_OPTIONS] : (kvs_config_at){t->line, t->column};
+    return t->keys_at[TK_OPTIONS].line > 0 ? t->keys_at[TK_OPTIONS]
+                                           : (kvs_config_at){t->line, t->column};
 }
 
-kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err, size_t err_len,
-                                  const char *fmt, ...) {
+kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err,
+                                  size_t err_len, const char *fmt, ...) {
     char key[KEY_PATH_MAX];
     kvs_config_at at = tier_position(&cfg->tiers[tier], tier, name, key, sizeof key);
     va_list ap;
@@ -239,10 +263,10 @@ static int is_empty_scalar(const node *n) {
 
 static const char *describe(const node *n) {
     switch (n->kind) {
-    case NODE_MAPPING: return "a mapping";
-    case NODE_SEQUENCE: return "a sequence";
-    case NODE_ALIAS: return "an alias";
-    case NODE_SCALAR: break;
+        case NODE_MAPPING: return "a mapping";
+        case NODE_SEQUENCE: return "a sequence";
+        case NODE_ALIAS: return "an alias";
+        case NODE_SCALAR: break;
     }
     return is_empty_scalar(n) ? "an empty value" : "a scalar";
 }
@@ -282,10 +306,12 @@ static const size_unit SIZE_UNITS[] = {
     {"GB", 1000ull * 1000 * 1000},
     {"TB", 1000ull * 1000 * 1000 * 1000},
 };
-#define SIZE_UNIT_LIST "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
+#define SIZE_UNIT_LIST      "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
 #define FRACTION_DIGITS_MAX 18 /* 10^18 * 2^40 still fits in 128 bits */
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 static int size_unit_bytes(const char *unit, uint64_t *bytes) {
     if (!*unit) {
@@ -460,20 +486,20 @@ static kvs_status builder_add(const parse_ctx *ctx, builder *b, const yaml_event
 
 static kvs_status builder_event(const parse_ctx *ctx, builder *b, const yaml_event_t *ev) {
     switch (ev->type) {
-    case YAML_STREAM_END_EVENT: b->done = 1; return KVS_OK;
-    case YAML_DOCUMENT_START_EVENT:
-        if (b->documents++ == 0) return KVS_OK;
-        return fail_at(ctx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1, NULL,
-                       "a second YAML document: the file must hold exactly one");
-    case YAML_SCALAR_EVENT:
-    case YAML_ALIAS_EVENT:
-    case YAML_SEQUENCE_START_EVENT:
-    case YAML_MAPPING_START_EVENT: return builder_add(ctx, b, ev);
-    case YAML_SEQUENCE_END_EVENT:
-    case YAML_MAPPING_END_EVENT:
-        if (b->depth > 0) b->depth--;
-        return KVS_OK;
-    default: return KVS_OK;
+        case YAML_STREAM_END_EVENT: b->done = 1; return KVS_OK;
+        case YAML_DOCUMENT_START_EVENT:
+            if (b->documents++ == 0) return KVS_OK;
+            return fail_at(ctx, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1, NULL,
+                           "a second YAML document: the file must hold exactly one");
+        case YAML_SCALAR_EVENT:
+        case YAML_ALIAS_EVENT:
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT: return builder_add(ctx, b, ev);
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            if (b->depth > 0) b->depth--;
+            return KVS_OK;
+        default: return KVS_OK;
     }
 }
 
@@ -618,8 +644,10 @@ static kvs_status get_uint(const parse_ctx *ctx, const node *n, const char *path
     int overflow = 0;
     for (; *s; s++) {
         uint64_t d = (uint64_t)(*s - '0');
-        if (value > (UINT64_MAX - d) / 10) overflow = 1;
-        else value = value * 10 + d;
+        if (value > (UINT64_MAX - d) / 10)
+            overflow = 1;
+        else
+            value = value * 10 + d;
     }
     if (overflow || (negative && value != 0) || value < min || value > max)
         return range_error(ctx, n, path, min, max);
@@ -644,8 +672,8 @@ static kvs_status get_bool(const parse_ctx *ctx, const node *n, const char *path
 }
 
 /* A plain finite decimal number in [min, max]. */
-static kvs_status get_double(const parse_ctx *ctx, const node *n, const char *path, double min, double max,
-                             double *out) {
+static kvs_status get_double(const parse_ctx *ctx, const node *n, const char *path, double min,
+                             double max, double *out) {
     char buf[SHOWN_MAX + 4];
     kvs_status st = expect_scalar(ctx, n, path, "a number");
     if (st != KVS_OK) return st;
@@ -653,9 +681,11 @@ static kvs_status get_double(const parse_ctx *ctx, const node *n, const char *pa
     errno = 0;
     double v = n->plain ? strtod(n->text, &end) : 0;
     if (!n->plain || end == n->text || *end || errno == ERANGE || !isfinite(v))
-        return fail(ctx, n, path, "expected a number, found %s'%s'", n->plain ? "" : "the quoted string ",
-                    shown(n, buf));
-    if (v < min || v > max) return fail(ctx, n, path, "%s is out of range (must be between %g and %g)", shown(n, buf), min, max);
+        return fail(ctx, n, path, "expected a number, found %s'%s'",
+                    n->plain ? "" : "the quoted string ", shown(n, buf));
+    if (v < min || v > max)
+        return fail(ctx, n, path, "%s is out of range (must be between %g and %g)", shown(n, buf),
+                    min, max);
     *out = v;
     return KVS_OK;
 }
@@ -715,9 +745,11 @@ static kvs_status missing_key(const parse_ctx *ctx, const node *map, const char 
 }
 
 /* v as a mapping of the keys in names (map_fields); with `required` every one of them must be there. */
-static kvs_status mapping_fields(const parse_ctx *ctx, const node *v, const char *path, const char *const *names,
-                                 size_t n_names, const node **keys, const node **values, int required) {
-    if (v->kind != NODE_MAPPING) return fail(ctx, v, path, "expected a mapping, found %s", describe(v));
+static kvs_status mapping_fields(const parse_ctx *ctx, const node *v, const char *path,
+                                 const char *const *names, size_t n_names, const node **keys,
+                                 const node **values, int required) {
+    if (v->kind != NODE_MAPPING)
+        return fail(ctx, v, path, "expected a mapping, found %s", describe(v));
     kvs_status st = map_fields(ctx, v, path, names, n_names, keys, values);
     for (size_t k = 0; required && st == KVS_OK && k < n_names; k++)
         if (!values[k]) st = missing_key(ctx, v, path, names[k], "");
@@ -763,8 +795,8 @@ static kvs_status tier_type(const parse_ctx *ctx, tier_fields *f, kvs_tier_confi
     if (!f->values[TK_TYPE])
         return missing_key(ctx, f->map, f->path, "type", " (dram, ssd, remote or plugin)");
     key_path(kp, f->path, "type");
-    kvs_status st = get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES, COUNT_OF(TIER_TYPES),
-                               &f->type);
+    kvs_status st =
+        get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES, COUNT_OF(TIER_TYPES), &f->type);
     if (st != KVS_OK) return st;
     snprintf(t->type, sizeof t->type, "%s", TIER_TYPES[f->type]);
     return KVS_OK;
@@ -777,7 +809,8 @@ static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_
         if (f->type == TYPE_DRAM)
             return missing_key(ctx, f->map, f->path, "capacity", " (a dram tier needs a size)");
         if (f->type == TYPE_SSD)
-            return missing_key(ctx, f->map, f->path, "capacity", " (an ssd tier needs a size, over all paths)");
+            return missing_key(ctx, f->map, f->path, "capacity",
+                               " (an ssd tier needs a size, over all paths)");
         return KVS_OK;
     }
     key_path(kp, f->path, "capacity");
@@ -786,24 +819,27 @@ static kvs_status tier_capacity(const parse_ctx *ctx, const tier_fields *f, kvs_
     uint64_t physical = physical_memory_bytes();
     if (f->type != TYPE_DRAM || t->capacity_bytes <= physical) return KVS_OK;
     char buf[SHOWN_MAX + 4];
-    return fail(ctx, v, kp, "%s (%llu bytes) is more than this machine's physical memory "
+    return fail(ctx, v, kp,
+                "%s (%llu bytes) is more than this machine's physical memory "
                 "(%llu bytes)",
                 shown(v, buf), (unsigned long long)t->capacity_bytes, (unsigned long long)physical);
 }
 
 /* A path from the file: relative ones resolve against the file's directory (kept as written when
  * the text has no file). */
-static kvs_status resolve_path(const parse_ctx *ctx, const node *at, const char *kp, const char *given, char *out,
-                               size_t len) {
+static kvs_status resolve_path(const parse_ctx *ctx, const node *at, const char *kp,
+                               const char *given, char *out, size_t len) {
     int n = given[0] == '/' || !ctx->base_dir ? snprintf(out, len, "%s", given)
                                               : snprintf(out, len, "%s/%s", ctx->base_dir, given);
     if (n < 0 || (size_t)n >= len)
-        return fail(ctx, at, kp, "the resolved path is longer than %d characters", KVS_PATH_MAX - 1);
+        return fail(ctx, at, kp, "the resolved path is longer than %d characters",
+                    KVS_PATH_MAX - 1);
     return KVS_OK;
 }
 
 /* A path given as text at n, resolved against the file's directory into out. */
-static kvs_status get_path(const parse_ctx *ctx, const node *n, const char *kp, char *out, size_t cap) {
+static kvs_status get_path(const parse_ctx *ctx, const node *n, const char *kp, char *out,
+                           size_t cap) {
     char given[KVS_PATH_MAX];
     kvs_status st = get_text(ctx, n, kp, given, sizeof given);
     return st == KVS_OK ? resolve_path(ctx, n, kp, given, out, cap) : st;
@@ -824,8 +860,8 @@ static kvs_status tier_plugin(const parse_ctx *ctx, const tier_fields *f, kvs_ti
 }
 
 /* Copies key and value into the next free entry of t->options (allocated by the caller). */
-static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const char *key, const char *value,
-                                const node *at, int list_index) {
+static kvs_status append_option(const parse_ctx *ctx, kvs_tier_config *t, const char *key,
+                                const char *value, const node *at, int list_index) {
     kvs_config_option *o = &t->options[t->n_options];
     o->at = (kvs_config_at){at->line, at->column};
     o->list_index = list_index;
@@ -847,8 +883,8 @@ static const struct {
     const char *option;
 } PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"}};
 
-static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const node *k, const node *v,
-                              const char *path, kvs_tier_config *t) {
+static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const node *k,
+                              const node *v, const char *path, kvs_tier_config *t) {
     char kp[KEY_PATH_MAX];
     if (k->kind != NODE_SCALAR || k->len == 0)
         return fail(ctx, k, path, "an option name must be a non-empty scalar, found %s",
@@ -861,7 +897,8 @@ static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const 
     if (v->kind != NODE_SCALAR)
         return fail(ctx, v, kp, "an option value must be a scalar, found %s", describe(v));
     for (size_t i = 0; i < COUNT_OF(PATH_OPTIONS); i++) {
-        if ((size_t)PATH_OPTIONS[i].type != f->type || strcmp(PATH_OPTIONS[i].option, k->text) != 0 || v->len == 0)
+        if ((size_t)PATH_OPTIONS[i].type != f->type ||
+            strcmp(PATH_OPTIONS[i].option, k->text) != 0 || v->len == 0)
             continue;
         char full[KVS_PATH_MAX];
         kvs_status st = resolve_path(ctx, v, kp, v->text, full, sizeof full);
@@ -874,16 +911,17 @@ static kvs_status tier_option(const parse_ctx *ctx, const tier_fields *f, const 
  * tier's own options): `paths:` of an ssd tier, one directory per device, resolved like plugin
  * paths; `nodes:` of a remote tier, host:port of each kvstrata-node. */
 static const struct tier_list {
-    int type;          /* the only tier type that takes it, and must */
-    int field;         /* TK_* */
-    const char *name;  /* the YAML key */
+    int type;           /* the only tier type that takes it, and must */
+    int field;          /* TK_* */
+    const char *name;   /* the YAML key */
     const char *option; /* the option each entry becomes; refused under options: */
     int is_path;
     const char *hint;  /* for a missing key */
     const char *items; /* what the sequence holds, for messages */
     const char *owner; /* "an ssd tier's directories", for the refusal under options: */
 } TIER_LISTS[] = {
-    {TYPE_SSD, TK_PATHS, "paths", "path", 1, " (one directory per SSD)", "directories", "an ssd tier's directories"},
+    {TYPE_SSD, TK_PATHS, "paths", "path", 1, " (one directory per SSD)", "directories",
+     "an ssd tier's directories"},
     {TYPE_REMOTE, TK_NODES, "nodes", "node", 0, " (host:port of each kvstrata-node)", "host:port",
      "a remote tier's nodes"},
 };
@@ -895,12 +933,14 @@ static kvs_status tier_list(const parse_ctx *ctx, const tier_fields *f, const st
     key_path(kp, f->path, l->name);
     if (f->type != (size_t)l->type) {
         if (!v) return KVS_OK;
-        return fail(ctx, f->keys[l->field], kp, "only a tier of type %s takes %s (this tier is type %s)",
-                    TIER_TYPES[l->type], l->name, TIER_TYPES[f->type]);
+        return fail(ctx, f->keys[l->field], kp,
+                    "only a tier of type %s takes %s (this tier is type %s)", TIER_TYPES[l->type],
+                    l->name, TIER_TYPES[f->type]);
     }
     if (!v) return missing_key(ctx, f->map, f->path, l->name, l->hint);
     if (v->kind != NODE_SEQUENCE || v->n_items == 0)
-        return fail(ctx, v, kp, "expected a non-empty sequence of %s, found %s", l->items, describe(v));
+        return fail(ctx, v, kp, "expected a non-empty sequence of %s, found %s", l->items,
+                    describe(v));
     for (size_t i = 0; i < v->n_items; i++) {
         const node *p = v->items[i];
         char ip[KEY_PATH_MAX], given[KVS_PATH_MAX], full[KVS_PATH_MAX];
@@ -923,7 +963,8 @@ static kvs_status tier_list(const parse_ctx *ctx, const tier_fields *f, const st
 
 static kvs_status tier_lists(const parse_ctx *ctx, const tier_fields *f, kvs_tier_config *t) {
     kvs_status st = KVS_OK;
-    for (size_t i = 0; st == KVS_OK && i < COUNT_OF(TIER_LISTS); i++) st = tier_list(ctx, f, &TIER_LISTS[i], t);
+    for (size_t i = 0; st == KVS_OK && i < COUNT_OF(TIER_LISTS); i++)
+        st = tier_list(ctx, f, &TIER_LISTS[i], t);
     return st;
 }
 
@@ -941,8 +982,8 @@ static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_t
                     describe(v));
     size_t n = v ? v->n_items / 2 : 0;
     if (n + n_paths > KVS_CONFIG_MAX_OPTIONS)
-        return fail(ctx, v ? v : paths, kp, "%zu options and paths, at most %d are allowed", n + n_paths,
-                    KVS_CONFIG_MAX_OPTIONS);
+        return fail(ctx, v ? v : paths, kp, "%zu options and paths, at most %d are allowed",
+                    n + n_paths, KVS_CONFIG_MAX_OPTIONS);
     if (n + n_paths == 0) return tier_lists(ctx, f, t);
     t->options = calloc(n + n_paths, sizeof *t->options);
     if (!t->options) return out_of_memory(ctx);
@@ -952,7 +993,8 @@ static kvs_status tier_options(const parse_ctx *ctx, const tier_fields *f, kvs_t
         if (list && k->kind == NODE_SCALAR && strcmp(k->text, list->option) == 0) {
             char op[KEY_PATH_MAX];
             key_path(op, kp, list->option);
-            return fail(ctx, k, op, "list %s under `%s:`, not as an option", list->owner, list->name);
+            return fail(ctx, k, op, "list %s under `%s:`, not as an option", list->owner,
+                        list->name);
         }
         const node *val = v->items[2 * i + 1];
         st = tier_option(ctx, f, k, val, kp, t);
@@ -1020,7 +1062,8 @@ static void set_defaults(kvs_config *cfg) {
     cfg->copy_method = 0;
     cfg->hash_threads = 4;
     cfg->max_chunks_per_step = 1024;
-    cfg->restore.priority = 1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
+    cfg->restore.priority =
+        1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
 }
 
 static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *cfg) {
@@ -1029,8 +1072,8 @@ static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *
     uint64_t value;
     size_t choice;
     if (st == KVS_OK && values[DK_METHOD]) {
-        st = get_choice(ctx, values[DK_METHOD], "device.copy_method", COPY_METHODS, COUNT_OF(COPY_METHODS),
-                        &choice);
+        st = get_choice(ctx, values[DK_METHOD], "device.copy_method", COPY_METHODS,
+                        COUNT_OF(COPY_METHODS), &choice);
         if (st == KVS_OK) cfg->copy_method = (int)choice;
     }
     if (st == KVS_OK && values[DK_HASH_THREADS]) {
@@ -1038,12 +1081,13 @@ static kvs_status parse_device(const parse_ctx *ctx, const node *v, kvs_config *
         if (st == KVS_OK) cfg->hash_threads = (uint32_t)value;
     }
     if (st == KVS_OK && values[DK_MAX_CHUNKS]) {
-        st = get_uint(ctx, values[DK_MAX_CHUNKS], "device.max_chunks_per_step", 1, 1u << 20, &value);
+        st =
+            get_uint(ctx, values[DK_MAX_CHUNKS], "device.max_chunks_per_step", 1, 1u << 20, &value);
         if (st == KVS_OK) cfg->max_chunks_per_step = (uint32_t)value;
     }
     if (st == KVS_OK && values[DK_HOST_COPIES]) {
-        st = get_choice(ctx, values[DK_HOST_COPIES], "device.host_copies", HOST_COPIES, COUNT_OF(HOST_COPIES),
-                        &choice);
+        st = get_choice(ctx, values[DK_HOST_COPIES], "device.host_copies", HOST_COPIES,
+                        COUNT_OF(HOST_COPIES), &choice);
         if (st == KVS_OK) cfg->host_deferred = choice == 1;
     }
     return st;
@@ -1054,16 +1098,21 @@ static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cf
     kvs_status st = mapping_fields(ctx, v, "node", NODE_KEYS, NK_COUNT, keys, values, 0);
     uint64_t value;
     if (st == KVS_OK && values[NK_LISTEN]) {
-        st = get_text(ctx, values[NK_LISTEN], "node.listen", cfg->node.listen, sizeof cfg->node.listen);
+        st = get_text(ctx, values[NK_LISTEN], "node.listen", cfg->node.listen,
+                      sizeof cfg->node.listen);
         const char *colon = st == KVS_OK ? strrchr(cfg->node.listen, ':') : NULL;
         char *end = NULL;
         unsigned long port = colon ? strtoul(colon + 1, &end, 10) : 0;
-        if (st == KVS_OK && (!colon || colon == cfg->node.listen || !colon[1] || *end || port > 65535))
-            st = fail(ctx, values[NK_LISTEN], "node.listen", "expected HOST:PORT (port 0..65535; 0 picks one), found "
-                      "'%s'", cfg->node.listen);
+        if (st == KVS_OK &&
+            (!colon || colon == cfg->node.listen || !colon[1] || *end || port > 65535))
+            st = fail(ctx, values[NK_LISTEN], "node.listen",
+                      "expected HOST:PORT (port 0..65535; 0 picks one), found "
+                      "'%s'",
+                      cfg->node.listen);
     }
     if (st == KVS_OK && values[NK_PSK])
-        st = get_path(ctx, values[NK_PSK], "node.psk_file", cfg->node.psk_file, sizeof cfg->node.psk_file);
+        st = get_path(ctx, values[NK_PSK], "node.psk_file", cfg->node.psk_file,
+                      sizeof cfg->node.psk_file);
     if (st == KVS_OK && values[NK_MAX_CLIENTS]) {
         st = get_uint(ctx, values[NK_MAX_CLIENTS], "node.max_clients", 1, 1u << 20, &value);
         if (st == KVS_OK) cfg->node.max_clients = (uint32_t)value;
@@ -1075,7 +1124,8 @@ static kvs_status parse_node(const parse_ctx *ctx, const node *v, kvs_config *cf
     if (st == KVS_OK && values[NK_MAX_OBJECT]) {
         st = get_size(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes", &value);
         if (st == KVS_OK && (value == 0 || value > (1ull << 32)))
-            st = fail(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes", "must be from 1 byte to 4GiB");
+            st = fail(ctx, values[NK_MAX_OBJECT], "node.max_object_bytes",
+                      "must be from 1 byte to 4GiB");
         if (st == KVS_OK) cfg->node.max_object_bytes = value;
     }
     if (st == KVS_OK && values[NK_MAX_HANDSHAKES]) {
@@ -1102,11 +1152,13 @@ static kvs_status parse_restore(const parse_ctx *ctx, const node *v, kvs_config 
         if (st == KVS_OK) cfg->restore.priority = (int)choice;
     }
     if (st == KVS_OK && values[RSK_PROFILE]) {
-        st = get_path(ctx, values[RSK_PROFILE], "restore.profile", cfg->restore.profile, sizeof cfg->restore.profile);
+        st = get_path(ctx, values[RSK_PROFILE], "restore.profile", cfg->restore.profile,
+                      sizeof cfg->restore.profile);
         if (st == KVS_OK) st = parse_profile_file(ctx, values[RSK_PROFILE], cfg);
     }
     if (st == KVS_OK && cfg->restore.scheduler == KVS_RESTORE_CACHEFLOW && !cfg->restore.profile[0])
-        st = fail(ctx, v, "restore", "scheduler cacheflow needs `profile:` (the compute and tier coefficients; "
+        st = fail(ctx, v, "restore",
+                  "scheduler cacheflow needs `profile:` (the compute and tier coefficients; "
                   "kvs-mini-engine --profile writes one)");
     return st;
 }
@@ -1161,7 +1213,8 @@ static kvs_status parse_root(const parse_ctx *ctx, const node *root, kvs_config 
     const node *keys[RK_COUNT] = {NULL}, *values[RK_COUNT] = {NULL};
     if (!root || is_null_scalar(root)) {
         int line = root ? root->line : 1, column = root ? root->column : 1;
-        return fail_at(ctx, line, column, NULL, "the document is empty (a mapping with at least "
+        return fail_at(ctx, line, column, NULL,
+                       "the document is empty (a mapping with at least "
                        "`tiers:` is required)");
     }
     if (root->kind != NODE_MAPPING)
@@ -1179,7 +1232,8 @@ static kvs_status parse_root(const parse_ctx *ctx, const node *root, kvs_config 
 
 /* ---- the restore profile --------------------------------------------------------------------- */
 
-static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t i, kvs_config *cfg) {
+static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t i,
+                                     kvs_config *cfg) {
     const node *keys[PTK_COUNT] = {NULL}, *values[PTK_COUNT] = {NULL};
     char kp[KEY_PATH_MAX];
     snprintf(kp, sizeof kp, "tiers[%zu]", i);
@@ -1210,22 +1264,28 @@ static kvs_status parse_profile_root(const parse_ctx *ctx, const node *root, kvs
                        "a restore profile is a mapping with `compute:` and `tiers:`");
     kvs_status st = map_fields(ctx, root, NULL, PROFILE_KEYS, PFK_COUNT, keys, values);
     if (st == KVS_OK && !values[PFK_COMPUTE]) st = missing_key(ctx, root, NULL, "compute", "");
-    if (st == KVS_OK && !values[PFK_TIERS]) st = missing_key(ctx, root, NULL, "tiers", " (a sequence)");
+    if (st == KVS_OK && !values[PFK_TIERS])
+        st = missing_key(ctx, root, NULL, "tiers", " (a sequence)");
     if (st != KVS_OK) return st;
     const node *c = values[PFK_COMPUTE], *t = values[PFK_TIERS];
     st = mapping_fields(ctx, c, "compute", PROFILE_COMPUTE_KEYS, PCK_COUNT, ck, cv, 1);
     double fixed_us = 0, token_us = 0, att_ns = 0;
     if (st == KVS_OK) st = get_double(ctx, cv[PCK_FIXED], "compute.fixed_us", 0, 1e9, &fixed_us);
-    if (st == KVS_OK) st = get_double(ctx, cv[PCK_TOKEN], "compute.per_token_us", 0, 1e9, &token_us);
-    if (st == KVS_OK) st = get_double(ctx, cv[PCK_ATT], "compute.attention_ns_per_token2", 0, 1e9, &att_ns);
+    if (st == KVS_OK)
+        st = get_double(ctx, cv[PCK_TOKEN], "compute.per_token_us", 0, 1e9, &token_us);
+    if (st == KVS_OK)
+        st = get_double(ctx, cv[PCK_ATT], "compute.attention_ns_per_token2", 0, 1e9, &att_ns);
     if (st == KVS_OK && fixed_us + token_us + att_ns <= 0)
         st = fail(ctx, c, "compute", "every coefficient is 0: recomputing would look free");
     if (st != KVS_OK) return st;
     if (t->kind != NODE_SEQUENCE || t->n_items == 0)
-        return fail(ctx, t, "tiers", "expected a sequence of at least one tier, found %s", describe(t));
+        return fail(ctx, t, "tiers", "expected a sequence of at least one tier, found %s",
+                    describe(t));
     if (t->n_items > KVS_CONFIG_MAX_TIERS)
-        return fail(ctx, t, "tiers", "%zu tiers, at most %d are allowed", t->n_items, KVS_CONFIG_MAX_TIERS);
-    for (size_t i = 0; st == KVS_OK && i < t->n_items; i++) st = parse_profile_tier(ctx, t->items[i], i, cfg);
+        return fail(ctx, t, "tiers", "%zu tiers, at most %d are allowed", t->n_items,
+                    KVS_CONFIG_MAX_TIERS);
+    for (size_t i = 0; st == KVS_OK && i < t->n_items; i++)
+        st = parse_profile_tier(ctx, t->items[i], i, cfg);
     if (st != KVS_OK) return st;
     cfg->restore.n_tiers = (uint32_t)t->n_items;
     cfg->restore.fixed_s = fixed_us * 1e-6;
@@ -1234,7 +1294,8 @@ static kvs_status parse_profile_root(const parse_ctx *ctx, const node *root, kvs
     return KVS_OK;
 }
 
-static kvs_status read_whole_file(const char *path, char **text, size_t *len, char *err, size_t err_len);
+static kvs_status read_whole_file(const char *path, char **text, size_t *len, char *err,
+                                  size_t err_len);
 static kvs_status read_tree(const parse_ctx *ctx, node **root);
 
 /* Read and check the file cfg->restore.profile names; errors name that file (and `at` in the
@@ -1257,8 +1318,8 @@ static kvs_status parse_profile_file(const parse_ctx *outer, const node *at, kvs
 /* The checked node tree of ctx's text (size limit, YAML syntax, no anchors or tags). */
 static kvs_status read_tree(const parse_ctx *ctx, node **root) {
     if (ctx->input_len > KVS_CONFIG_MAX_BYTES)
-        return fail_at(ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed", ctx->input_len,
-                       KVS_CONFIG_MAX_BYTES);
+        return fail_at(ctx, 1, 1, NULL, "the file is %zu bytes, more than the %d allowed",
+                       ctx->input_len, KVS_CONFIG_MAX_BYTES);
     kvs_status st = build_tree(ctx, root);
     if (st == KVS_OK && *root) st = check_plain_yaml(ctx, *root, "");
     return st;

@@ -7,10 +7,10 @@
 
 #include "kvstrata.h"
 
-#define KVS_NAME_MAX 64
-#define KVS_PATH_MAX 4096
-#define KVS_CONFIG_MAX_BYTES (1024 * 1024) /* a larger file is refused before parsing */
-#define KVS_CONFIG_MAX_TIERS 64
+#define KVS_NAME_MAX           64
+#define KVS_PATH_MAX           4096
+#define KVS_CONFIG_MAX_BYTES   (1024 * 1024) /* a larger file is refused before parsing */
+#define KVS_CONFIG_MAX_TIERS   64
 #define KVS_CONFIG_MAX_OPTIONS 256 /* entries in one tier's `options:` */
 
 typedef enum kvs_write_policy {
@@ -26,22 +26,22 @@ typedef struct kvs_config_at {
 typedef struct kvs_config_option {
     char *key;
     char *value;
-    kvs_config_at at;  /* the option's name under `options:`, or the entry of `paths:`/`nodes:` */
-    int list_index;    /* k for the entry paths[k] or nodes[k]; -1 for an entry of `options:` */
+    kvs_config_at at; /* the option's name under `options:`, or the entry of `paths:`/`nodes:` */
+    int list_index;   /* k for the entry paths[k] or nodes[k]; -1 for an entry of `options:` */
 } kvs_config_option;
 
 /* Tier keys whose position is kept for refusals found when the connector opens. */
 #define KVS_TIER_KEYS 8 /* name, type, capacity, write, plugin, options, paths, nodes */
 
 typedef struct kvs_tier_config {
-    char name[KVS_NAME_MAX];  /* unique within the file */
-    char type[KVS_NAME_MAX];  /* "dram" or "plugin" */
-    uint64_t capacity_bytes;  /* required for dram; optional (0) for plugin */
-    kvs_write_policy write;   /* default back */
-    char plugin[KVS_PATH_MAX]; /* path of the .so, required iff type is plugin */
+    char name[KVS_NAME_MAX];    /* unique within the file */
+    char type[KVS_NAME_MAX];    /* "dram" or "plugin" */
+    uint64_t capacity_bytes;    /* required for dram; optional (0) for plugin */
+    kvs_write_policy write;     /* default back */
+    char plugin[KVS_PATH_MAX];  /* path of the .so, required iff type is plugin */
     kvs_config_option *options; /* the `options:` map, scalars only, in file order */
     size_t n_options;
-    int line, column; /* where the tier's entry starts, for later messages */
+    int line, column;                     /* where the tier's entry starts, for later messages */
     kvs_config_at keys_at[KVS_TIER_KEYS]; /* each key's value, in the order of KVS_TIER_KEYS */
 } kvs_tier_config;
 
@@ -54,31 +54,34 @@ typedef struct kvs_restore_tier {
 typedef struct kvs_config {
     char source[KVS_PATH_MAX]; /* file path, or "<defaults>" / the name given to parse_string */
     uint32_t version;          /* must be 1 */
-    uint32_t chunk_tokens;     /* default 256; multiple of the engine block size (checked at open) */
+    uint32_t chunk_tokens; /* default 256; multiple of the engine block size (checked at open) */
     kvs_config_at chunk_tokens_at; /* its value, for that check's message */
-    uint64_t lease_timeout_ms; /* default 30000; > 0 */
-    int save_decode;           /* default 0: decode-phase tokens are not saved */
-    int log_level;             /* KVS_LOG_*; default KVS_LOG_WARN */
-    uint64_t staging_bytes;    /* pinned staging pool; default 256MiB; >= one object (checked at open) */
-    int copy_method;           /* device.copy_method: KVS_DEV_COPY_* (auto, kernel, dma); default auto */
-    uint32_t hash_threads;     /* device.hash_threads: checksum threads of a CUDA device; default 4 */
-    uint32_t max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
-    int host_deferred;         /* device.host_copies: deferred makes the host device behave like an
+    uint64_t lease_timeout_ms;     /* default 30000; > 0 */
+    int save_decode;               /* default 0: decode-phase tokens are not saved */
+    int log_level;                 /* KVS_LOG_*; default KVS_LOG_WARN */
+    uint64_t
+        staging_bytes; /* pinned staging pool; default 256MiB; >= one object (checked at open) */
+    int copy_method;   /* device.copy_method: KVS_DEV_COPY_* (auto, kernel, dma); default auto */
+    uint32_t hash_threads; /* device.hash_threads: checksum threads of a CUDA device; default 4 */
+    uint32_t
+        max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
+    int host_deferred;       /* device.host_copies: deferred makes the host device behave like an
                                 * asynchronous one (tests of the CUDA ordering without a GPU) */
-    kvs_tier_config *tiers;    /* at least one */
+    kvs_tier_config *tiers; /* at least one */
     size_t n_tiers;
-    struct {                   /* `node:`, read by kvstrata-node only; 0 or "" where not given */
-        char listen[128];      /* HOST:PORT */
+    struct {              /* `node:`, read by kvstrata-node only; 0 or "" where not given */
+        char listen[128]; /* HOST:PORT */
         char psk_file[KVS_PATH_MAX]; /* resolved against the file's directory */
         uint32_t max_clients;
         uint32_t timeout_ms;
         uint64_t max_object_bytes;
         uint32_t max_handshakes; /* control connections not yet authenticated, at once */
     } node;
-    struct {                   /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
-        int scheduler;         /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */
-        int priority;          /* cf_priority: lrf, srf (default), mean */
-        char profile[KVS_PATH_MAX]; /* resolved against the file's directory; required by cacheflow */
+    struct {           /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
+        int scheduler; /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */
+        int priority;  /* cf_priority: lrf, srf (default), mean */
+        char profile
+            [KVS_PATH_MAX]; /* resolved against the file's directory; required by cacheflow */
         /* read from the profile */
         double fixed_s, per_token_s, attention_s_per_token2;
         uint32_t n_tiers;
@@ -86,7 +89,7 @@ typedef struct kvs_config {
     } restore;
 } kvs_config;
 
-#define KVS_RESTORE_NONE 0
+#define KVS_RESTORE_NONE      0
 #define KVS_RESTORE_CACHEFLOW 1
 
 /* Parse and validate a YAML file. On error returns KVS_ECONFIG (KVS_EIO if unreadable) and writes
@@ -105,14 +108,16 @@ void kvs_config_free(kvs_config *cfg);
 /* A refusal found after parsing (when the connector opens), in the loader's format:
  * "file:line:column: key 'KEY': sentence" into err, or "file: key 'KEY': sentence" when the value
  * has no position (a default). Returns KVS_ECONFIG. */
-kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err, size_t err_len,
-                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+kvs_status kvs_config_refuse(const kvs_config *cfg, kvs_config_at at, const char *key, char *err,
+                             size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 /* The same for tier `tier`, pointing at what `name` names (kvs_backend_init.error_option): an option
  * given (`shm_name`), the k-th of a repeated one (`path[1]` is that entry of `paths:`), a tier key
  * (`capacity`), or an option not given (at the tier's `options:`, or the tier). NULL or "": the
  * tier's entry. */
-kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err, size_t err_len,
-                                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char *name, char *err,
+                                  size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 
 /* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary)
  * and KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text,

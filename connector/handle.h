@@ -16,7 +16,7 @@
 #include "pool.h"
 #include "tiers.h"
 
-#define KVS_ERROR_MAX 512
+#define KVS_ERROR_MAX  512
 #define KVS_EVENT_RING 4096
 
 /* A tier pin held on behalf of a request between lookup and the load. */
@@ -33,39 +33,39 @@ typedef struct kvs_request {
     uint64_t prompt_tokens; /* tokens known at the first sighting: saved unless save_decode */
     kvs_key *keys;          /* keys of full chunks of tokens[0..n_tokens) */
     uint64_t n_keys;
-    uint64_t n_local;       /* n_computed at lookup: tokens the engine had itself */
-    uint64_t hit_tokens;    /* chunk-aligned end of the stored prefix at lookup */
-    uint64_t offered;       /* tokens offered by lookup (n_hit_tokens) */
-    uint64_t external;      /* tokens the engine allocated for (on_alloc) */
-    int load_pending;       /* on_alloc armed a load; build_meta emits it once */
-    uint64_t saved_upto;    /* tokens, chunk aligned, stored or already scheduled for saving */
-    uint64_t step_end;      /* n_computed + n_scheduled of the last step: the engine rolled back if
+    uint64_t n_local;    /* n_computed at lookup: tokens the engine had itself */
+    uint64_t hit_tokens; /* chunk-aligned end of the stored prefix at lookup */
+    uint64_t offered;    /* tokens offered by lookup (n_hit_tokens) */
+    uint64_t external;   /* tokens the engine allocated for (on_alloc) */
+    int load_pending;    /* on_alloc armed a load; build_meta emits it once */
+    uint64_t saved_upto; /* tokens, chunk aligned, stored or already scheduled for saving */
+    uint64_t step_end;   /* n_computed + n_scheduled of the last step: the engine rolled back if
                              * a later step starts below it (load error, preemption) */
-    kvs_pin *pins;          /* the lease */
+    kvs_pin *pins;       /* the lease */
     uint64_t n_pins;
-    int lease_counted;           /* the pins count in stats.leases_active */
+    int lease_counted; /* the pins count in stats.leases_active */
     uint64_t lease_deadline_ns;
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
     kvs_restore_plan plan;       /* how its load in step plan_step is restored (the `plan` hook) */
     uint64_t plan_step;
-    struct kvs_request *next;    /* hash chain */
+    struct kvs_request *next; /* hash chain */
 } kvs_request;
 
 /* One request of a step, as the restore planner sees it. */
 typedef struct kvs_restore_step {
-    int loading;                    /* the step emits its load */
-    uint32_t tier;                  /* where its first chunk is read from */
+    int loading;                     /* the step emits its load */
+    uint32_t tier;                   /* where its first chunk is read from */
     uint64_t first_token, end_token; /* the external range */
-    kvs_restore_plan plan;          /* out */
+    kvs_restore_plan plan;           /* out */
 } kvs_restore_step;
 
-#define KVS_REQ_BUCKETS 1024
+#define KVS_REQ_BUCKETS  1024
 #define KVS_FINISHED_IDS 1024 /* recently finished request ids remembered (hashed) for messages */
 
 typedef enum worker_state {
-    WORKER_IDLE = 0,  /* nothing bound */
-    WORKER_BOUND,     /* bind_meta done */
-    WORKER_LOADING    /* start_load done: layers land through wait_layer_load */
+    WORKER_IDLE = 0, /* nothing bound */
+    WORKER_BOUND,    /* bind_meta done */
+    WORKER_LOADING   /* start_load done: layers land through wait_layer_load */
 } worker_state;
 
 /* One chunk being loaded in the bound step. */
@@ -79,7 +79,7 @@ typedef struct kvs_load_work {
     int tier;
     int pinned;
     int failed;
-    int drop; /* corrupt: remove from the tiers once unpinned */
+    int drop;   /* corrupt: remove from the tiers once unpinned */
     int ranged; /* some layers only, read with get_range into slab */
 } kvs_load_work;
 
@@ -87,9 +87,9 @@ typedef struct kvs_load_work {
 typedef struct kvs_save_work {
     const kvs_meta_req *req;
     const kvs_meta_save *save;
-    uint8_t *object;  /* where the object is built: a reservation in the top tier or `slab` */
-    uint8_t *slab;    /* staging slab when the top tier cannot be written in place */
-    uint64_t ticket;  /* the reservation, when object is not slab */
+    uint8_t *object; /* where the object is built: a reservation in the top tier or `slab` */
+    uint8_t *slab;   /* staging slab when the top tier cannot be written in place */
+    uint64_t ticket; /* the reservation, when object is not slab */
     uint32_t layers_done;
 } kvs_save_work;
 
@@ -111,16 +111,17 @@ struct kvs_handle {
     /* scheduler side */
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
-    uint64_t lease_clock_skew_ns; /* added to the monotonic clock leases run on (tests move time on) */
+    uint64_t
+        lease_clock_skew_ns; /* added to the monotonic clock leases run on (tests move time on) */
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
     uint32_t finished_next;
     uint64_t step;
-    uint32_t plan_caps;            /* set_plan_caps */
-    int restore_on;                /* restore.scheduler is cacheflow */
+    uint32_t plan_caps; /* set_plan_caps */
+    int restore_on;     /* restore.scheduler is cacheflow */
     cf_params restore_params;
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */
-    cf_stages stages;              /* set_stages (n_stages 0: none) */
+    cf_stages stages;                             /* set_stages (n_stages 0: none) */
 
     /* worker side */
     kvs_layer_view *views;
@@ -141,9 +142,9 @@ struct kvs_handle {
     void *dev_state;
     void *dev_module; /* dlopen handle of the CUDA module, or NULL */
     kvs_device_info dev_info;
-    kvs_dev_copy *copies; /* one layer's copies, max_chunks_per_step */
-    void **copy_owner;    /* the load or save work behind each copy */
-    int loads_pending;    /* CUDA device: loads enqueued, not yet completed */
+    kvs_dev_copy *copies;    /* one layer's copies, max_chunks_per_step */
+    void **copy_owner;       /* the load or save work behind each copy */
+    int loads_pending;       /* CUDA device: loads enqueued, not yet completed */
     kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
     kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
 
@@ -159,12 +160,12 @@ kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...)
 kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook);
 
 /* scheduler.c */
-kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
-                            uint64_t n_computed, kvs_lookup_result *out);
+kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out);
 kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
                               uint64_t n_block_ids, uint64_t n_external_tokens);
-kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
-                                uint64_t cap, uint64_t *len);
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                                void *buf, uint64_t cap, uint64_t *len);
 kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
 void kvs_sched_release_all(kvs_handle *h);
 kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id);
@@ -175,8 +176,10 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d);
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);
 /* Prefix plans (an engine with no plan caps): how many of the n_chunks stored chunks from chunk
  * first_chunk on, on `tier`, are worth loading; n_chunks when no planner is configured. */
-uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk, uint64_t n_chunks);
-kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n);
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
+                                   uint64_t n_chunks);
+kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
+                                 uint64_t n);
 kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
 void kvs_sched_expire_leases(kvs_handle *h);
 

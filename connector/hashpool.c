@@ -8,8 +8,8 @@
 
 struct kvs_hashpool {
     pthread_mutex_t lock;
-    pthread_cond_t work;  /* a batch was submitted, or stop */
-    pthread_cond_t done;  /* the last job of a batch finished */
+    pthread_cond_t work; /* a batch was submitted, or stop */
+    pthread_cond_t done; /* the last job of a batch finished */
     kvs_hash_job *jobs;
     uint64_t n_jobs, next, finished;
     int stop;

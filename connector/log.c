@@ -6,10 +6,10 @@
 
 static const char *level_name(int level) {
     switch (level) {
-    case KVS_LOG_ERROR: return "error";
-    case KVS_LOG_WARN: return "warn";
-    case KVS_LOG_INFO: return "info";
-    default: return "debug";
+        case KVS_LOG_ERROR: return "error";
+        case KVS_LOG_WARN: return "warn";
+        case KVS_LOG_INFO: return "info";
+        default: return "debug";
     }
 }
 
@@ -40,8 +40,10 @@ const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes) {
         scale *= 1024;
         u++;
     }
-    if (bytes % scale == 0) kvs_fmt(buf, len, "%llu%s", bytes / scale, units[u]);
-    else kvs_fmt(buf, len, "%.1f%s", (double)bytes / (double)scale, units[u]);
+    if (bytes % scale == 0)
+        kvs_fmt(buf, len, "%llu%s", bytes / scale, units[u]);
+    else
+        kvs_fmt(buf, len, "%.1f%s", (double)bytes / (double)scale, units[u]);
     return buf;
 }
 

@@ -75,7 +75,8 @@ static int read_key(kvs_mp_reader *rd, kvs_key *out, const char *what) {
     const uint8_t *p;
     uint32_t n;
     if (kvs_mp_read_bytes(rd, 0, sizeof out->bytes, &p, &n, what) != 0) return -1;
-    if (n != sizeof out->bytes) return kvs_mp_refuse(rd, KVS_MP_VALUE, "%s is %u bytes, 16 expected", what, n);
+    if (n != sizeof out->bytes)
+        return kvs_mp_refuse(rd, KVS_MP_VALUE, "%s is %u bytes, 16 expected", what, n);
     memcpy(out->bytes, p, sizeof out->bytes);
     return 0;
 }
@@ -83,7 +84,8 @@ static int read_key(kvs_mp_reader *rd, kvs_key *out, const char *what) {
 /* calloc of n elements; n was bounded by the blob's bytes (kvs_mp_read_array). */
 static void *alloc_n(kvs_mp_reader *rd, uint64_t n, size_t size) {
     void *p = n ? calloc(n, size) : NULL;
-    if (n && !p) kvs_mp_refuse(rd, KVS_MP_LIMIT, "out of memory for %llu entries", (unsigned long long)n);
+    if (n && !p)
+        kvs_mp_refuse(rd, KVS_MP_LIMIT, "out of memory for %llu entries", (unsigned long long)n);
     return p;
 }
 
@@ -96,14 +98,15 @@ static int decode_loads(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_token
         kvs_meta_load *l = &r->loads[i];
         uint32_t fields;
         uint64_t count = 0;
-        if (kvs_mp_read_array(rd, 4, 4, &fields, "a load entry") != 0 || read_key(rd, &l->key, "a load key") != 0 ||
+        if (kvs_mp_read_array(rd, 4, 4, &fields, "a load entry") != 0 ||
+            read_key(rd, &l->key, "a load key") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &l->chunk_first, "a load's chunk_first") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &l->first_token, "a load's first_token") != 0 ||
             kvs_mp_read_uint(rd, chunk_tokens, &count, "a load's n_tokens") != 0)
             return -1;
         l->n_tokens = (uint32_t)count;
-        if (count == 0 || l->first_token < l->chunk_first || l->first_token + count > l->chunk_first + chunk_tokens ||
-            l->chunk_first % chunk_tokens)
+        if (count == 0 || l->first_token < l->chunk_first ||
+            l->first_token + count > l->chunk_first + chunk_tokens || l->chunk_first % chunk_tokens)
             return kvs_mp_refuse(rd, KVS_MP_VALUE, "a load range lies outside its chunk");
     }
     return 0;
@@ -117,7 +120,8 @@ static int decode_saves(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_token
     for (uint64_t i = 0; i < n; i++) {
         kvs_meta_save *sv = &r->saves[i];
         uint32_t fields;
-        if (kvs_mp_read_array(rd, 2, 2, &fields, "a save entry") != 0 || read_key(rd, &sv->key, "a save key") != 0 ||
+        if (kvs_mp_read_array(rd, 2, 2, &fields, "a save entry") != 0 ||
+            read_key(rd, &sv->key, "a save key") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &sv->chunk_first, "a save's chunk_first") != 0)
             return -1;
         if (sv->chunk_first % chunk_tokens)
@@ -132,7 +136,8 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens)
     if (kvs_mp_read_array(rd, 5, 5, &fields, "a request") != 0 ||
         kvs_mp_read_bytes(rd, 1, KVS_REQ_ID_MAX - 1, &p, &n, "a request id") != 0)
         return -1;
-    if (n == 0 || memchr(p, 0, n)) return kvs_mp_refuse(rd, KVS_MP_VALUE, "a request id is not 1..255 bytes of text");
+    if (n == 0 || memchr(p, 0, n))
+        return kvs_mp_refuse(rd, KVS_MP_VALUE, "a request id is not 1..255 bytes of text");
     memcpy(r->id, p, n);
     r->id[n] = '\0';
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "a block table") != 0) return -1;
@@ -145,7 +150,8 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens)
     }
     if (decode_loads(rd, r, chunk_tokens) != 0 || decode_saves(rd, r, chunk_tokens) != 0) return -1;
     /* the layer mask: its size against the model is checked by the worker */
-    if (kvs_mp_read_bytes(rd, 0, KVS_META_MAX_LAYER_BYTES, &p, &n, "a request's layer mask") != 0) return -1;
+    if (kvs_mp_read_bytes(rd, 0, KVS_META_MAX_LAYER_BYTES, &p, &n, "a request's layer mask") != 0)
+        return -1;
     r->n_layer_bytes = n;
     if (n) {
         if (!(r->layers = alloc_n(rd, n, 1))) return -1;
@@ -161,8 +167,10 @@ static int decode_root(kvs_mp_reader *rd, kvs_meta *m) {
         kvs_mp_read_uint(rd, UINT32_MAX, &version, "the version") != 0)
         return -1;
     if (version != KVS_META_VERSION)
-        return kvs_mp_refuse(rd, KVS_MP_VALUE, "version %llu, this library reads version %d (a worker and a "
-                             "scheduler of different builds?)", (unsigned long long)version, KVS_META_VERSION);
+        return kvs_mp_refuse(rd, KVS_MP_VALUE,
+                             "version %llu, this library reads version %d (a worker and a "
+                             "scheduler of different builds?)",
+                             (unsigned long long)version, KVS_META_VERSION);
     if (kvs_mp_read_uint(rd, UINT64_MAX, &m->step, "the step") != 0 ||
         read_key(rd, &m->fingerprint, "the fingerprint") != 0 ||
         kvs_mp_read_uint(rd, 1u << 20, &chunk, "chunk_tokens") != 0)
@@ -183,20 +191,26 @@ static uint64_t load_be64(const uint8_t *p) {
     return v;
 }
 
-kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len) {
+kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err,
+                           uint64_t err_len) {
     *out = NULL;
     const uint8_t *b = buf;
     if (!buf || len < KVS_META_HEADER_BYTES || memcmp(b, KVS_META_MAGIC, 4) != 0) {
-        kvs_fmt(err, err_len, "step metadata: %s", !buf || len == 0 ? "empty blob"
-                                                   : len < KVS_META_HEADER_BYTES ? "shorter than its header"
-                                                                                : "not step metadata (bad magic)");
+        kvs_fmt(err, err_len, "step metadata: %s",
+                !buf || len == 0              ? "empty blob"
+                : len < KVS_META_HEADER_BYTES ? "shorter than its header"
+                                              : "not step metadata (bad magic)");
         return KVS_EINVAL;
     }
-    uint64_t want = load_be64(b + 4), got = XXH3_64bits(b + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES);
+    uint64_t want = load_be64(b + 4),
+             got = XXH3_64bits(b + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES);
     if (want != got) {
-        kvs_fmt(err, err_len, "step metadata: checksum mismatch over %llu bytes (stored %016llx, computed %016llx): "
-                "the blob was changed or cut between build_meta and bind_meta",
-                (unsigned long long)(len - KVS_META_HEADER_BYTES), (unsigned long long)want, (unsigned long long)got);
+        kvs_fmt(
+            err, err_len,
+            "step metadata: checksum mismatch over %llu bytes (stored %016llx, computed %016llx): "
+            "the blob was changed or cut between build_meta and bind_meta",
+            (unsigned long long)(len - KVS_META_HEADER_BYTES), (unsigned long long)want,
+            (unsigned long long)got);
         return KVS_ECORRUPT;
     }
     kvs_meta *m = calloc(1, sizeof *m);
@@ -205,8 +219,8 @@ kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *
         return KVS_ENOMEM;
     }
     kvs_mp_reader rd;
-    kvs_mp_reader_init(&rd, b + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES, "step metadata", err,
-                       (size_t)err_len);
+    kvs_mp_reader_init(&rd, b + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES, "step metadata",
+                       err, (size_t)err_len);
     if (decode_root(&rd, m) != 0) {
         kvs_meta_free(m);
         return KVS_EINVAL;

@@ -8,11 +8,12 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_META_VERSION 4 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+#define KVS_META_VERSION \
+    4 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
                             * 4: the blob starts with a magic and a checksum of the rest */
-#define KVS_META_MAGIC "KVSM"
+#define KVS_META_MAGIC        "KVSM"
 #define KVS_META_HEADER_BYTES 12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
-#define KVS_REQ_ID_MAX 256
+#define KVS_REQ_ID_MAX        256
 
 /* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first (the layers
  * its request's layer mask names). */
@@ -37,16 +38,18 @@ typedef struct kvs_meta_req {
     uint64_t n_loads;
     kvs_meta_save *saves;
     uint64_t n_saves;
-    uint8_t *layers;        /* which layers its loads read: bit l of byte l / 8; NULL: every layer (a
+    uint8_t *layers; /* which layers its loads read: bit l of byte l / 8; NULL: every layer (a
                              * layer or stage restore plan leaves the others to the engine) */
-    uint32_t n_layer_bytes; /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
+    uint32_t
+        n_layer_bytes; /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
 } kvs_meta_req;
 
 #define KVS_META_MAX_LAYER_BYTES 8192u
 
 /* 1 when the loads of r read layer `layer`. */
 static inline int kvs_meta_wants_layer(const kvs_meta_req *r, uint32_t layer) {
-    return !r->n_layer_bytes || (layer / 8 < r->n_layer_bytes && (r->layers[layer / 8] >> (layer % 8) & 1));
+    return !r->n_layer_bytes ||
+           (layer / 8 < r->n_layer_bytes && (r->layers[layer / 8] >> (layer % 8) & 1));
 }
 
 typedef struct kvs_meta {
@@ -63,7 +66,8 @@ kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len);
  * sentence on anything malformed; every count is checked against the bytes left before anything is
  * allocated for it, so memory stays proportional to the blob's length); *out is freed with
  * kvs_meta_free. */
-kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err, uint64_t err_len);
+kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err,
+                           uint64_t err_len);
 void kvs_meta_free(kvs_meta *meta);
 /* Free the arrays of one request (used by the builder too). */
 void kvs_meta_req_clear(kvs_meta_req *req);

@@ -16,8 +16,8 @@ uint64_t kvs_object_bytes(uint32_t n_layers, uint64_t layer_bytes) {
     return kvs_object_payload_offset(n_layers) + (uint64_t)n_layers * layer_bytes;
 }
 
-void kvs_object_init(void *object, const kvs_key *fingerprint, const kvs_key *key, uint32_t n_layers,
-                     uint32_t n_tokens, uint64_t layer_bytes) {
+void kvs_object_init(void *object, const kvs_key *fingerprint, const kvs_key *key,
+                     uint32_t n_layers, uint32_t n_tokens, uint64_t layer_bytes) {
     kvs_object_header *h = object;
     memset(h, 0, sizeof *h);
     h->magic = KVS_OBJECT_MAGIC;
@@ -40,7 +40,8 @@ static uint64_t header_digest(const void *object) {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, &copy, sizeof copy);
-    XXH3_64bits_update(&st, (const uint8_t *)object + sizeof *h, (size_t)h->n_layers * sizeof(uint64_t));
+    XXH3_64bits_update(&st, (const uint8_t *)object + sizeof *h,
+                       (size_t)h->n_layers * sizeof(uint64_t));
     return XXH3_64bits_digest(&st);
 }
 
@@ -59,7 +60,8 @@ kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_k
         return KVS_ECORRUPT;
     }
     const kvs_object_header *h = object;
-    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION || h->codec != KVS_CODEC_RAW) {
+    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
+        h->codec != KVS_CODEC_RAW) {
         kvs_fmt(err, err_len, "object %s: bad magic/version/codec (%08x/%u/%u)", hex, h->magic,
                 h->version, h->codec);
         return KVS_ECORRUPT;

@@ -8,10 +8,10 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_OBJECT_MAGIC 0x4f53564bu /* "KVSO" little-endian */
+#define KVS_OBJECT_MAGIC   0x4f53564bu /* "KVSO" little-endian */
 #define KVS_OBJECT_VERSION 1
-#define KVS_CODEC_RAW 0
-#define KVS_OBJECT_ALIGN 4096 /* payload offset alignment, so O_DIRECT tiers can read layers */
+#define KVS_CODEC_RAW      0
+#define KVS_OBJECT_ALIGN   4096 /* payload offset alignment, so O_DIRECT tiers can read layers */
 
 typedef struct kvs_object_header {
     uint32_t magic;
@@ -42,8 +42,8 @@ static inline uint8_t *kvs_object_layer(void *object, uint32_t layer) {
 }
 
 /* Fill the header fields (hashes zeroed) before layers are written. */
-void kvs_object_init(void *object, const kvs_key *fingerprint, const kvs_key *key, uint32_t n_layers,
-                     uint32_t n_tokens, uint64_t layer_bytes);
+void kvs_object_init(void *object, const kvs_key *fingerprint, const kvs_key *key,
+                     uint32_t n_layers, uint32_t n_tokens, uint64_t layer_bytes);
 /* Compute header_hash once every layer hash is set. */
 void kvs_object_seal(void *object);
 /* Check magic, version, codec, header hash, fingerprint, key, geometry and the length; on failure

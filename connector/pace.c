@@ -9,7 +9,9 @@ void kvs_pace_init(kvs_pace *p) {
     p->busy_until_ns = 0;
 }
 
-void kvs_pace_destroy(kvs_pace *p) { pthread_mutex_destroy(&p->lock); }
+void kvs_pace_destroy(kvs_pace *p) {
+    pthread_mutex_destroy(&p->lock);
+}
 
 uint64_t kvs_pace_cost_ns(uint64_t bytes, uint64_t bytes_per_s, uint64_t per_op_ns) {
     uint64_t cost = per_op_ns;

@@ -85,8 +85,12 @@ void kvs_pool_free(kvs_pool *pool, void *slab) {
     pthread_mutex_unlock(&pool->lock);
 }
 
-uint64_t kvs_pool_slab_bytes(const kvs_pool *pool) { return pool->slab_bytes; }
-uint64_t kvs_pool_n_slabs(const kvs_pool *pool) { return pool->n_slabs; }
+uint64_t kvs_pool_slab_bytes(const kvs_pool *pool) {
+    return pool->slab_bytes;
+}
+uint64_t kvs_pool_n_slabs(const kvs_pool *pool) {
+    return pool->n_slabs;
+}
 
 uint64_t kvs_pool_n_free(kvs_pool *pool) {
     pthread_mutex_lock(&pool->lock);

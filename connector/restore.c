@@ -14,35 +14,47 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     if (cfg->restore.scheduler != KVS_RESTORE_CACHEFLOW) return KVS_OK;
     uint32_t n = kvs_tiers_count(h->tiers);
     if (n > CF_MAX_CHANNELS)
-        return kvs_fmt(err, err_len, "%s: key 'restore.scheduler': cacheflow plans over at most %u tiers, the chain has %u",
-                       cfg->source, CF_MAX_CHANNELS, n), KVS_ECONFIG;
+        return kvs_fmt(err, err_len,
+                       "%s: key 'restore.scheduler': cacheflow plans over at most %u tiers, the "
+                       "chain has %u",
+                       cfg->source, CF_MAX_CHANNELS, n),
+               KVS_ECONFIG;
     for (uint32_t t = 0; t < n; t++) {
         const char *name = kvs_tiers_name(h->tiers, t);
         uint32_t i = 0;
         while (i < cfg->restore.n_tiers && strcmp(cfg->restore.tiers[i].name, name) != 0) i++;
         if (i == cfg->restore.n_tiers)
-            return kvs_fmt(err, err_len, "%s: the restore profile has no coefficients for tier '%s' (profile it, or "
-                           "add it to the profile's `tiers:`)", cfg->restore.profile, name), KVS_ECONFIG;
-        h->restore_channels[t] = (cf_channel){cfg->restore.tiers[i].latency_s, cfg->restore.tiers[i].bytes_per_s};
+            return kvs_fmt(
+                       err, err_len,
+                       "%s: the restore profile has no coefficients for tier '%s' (profile it, or "
+                       "add it to the profile's `tiers:`)",
+                       cfg->restore.profile, name),
+                   KVS_ECONFIG;
+        h->restore_channels[t] =
+            (cf_channel){cfg->restore.tiers[i].latency_s, cfg->restore.tiers[i].bytes_per_s};
     }
     h->restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
                                       cfg->restore.attention_s_per_token2};
     /* l_delta follows the engine's caps (set_plan_caps): token mode until it says otherwise */
-    h->restore_params = (cf_params){.chunk_tokens = h->chunk_tokens, .n_layers = h->model.n_layers,
+    h->restore_params = (cf_params){.chunk_tokens = h->chunk_tokens,
+                                    .n_layers = h->model.n_layers,
                                     .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
-                                    .l_delta = 1, .priority = (cf_priority)cfg->restore.priority};
+                                    .l_delta = 1,
+                                    .priority = (cf_priority)cfg->restore.priority};
     h->restore_on = 1;
     return KVS_OK;
 }
 
-uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk, uint64_t n_chunks) {
+uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
+                                   uint64_t n_chunks) {
     uint64_t offset = first_chunk * h->chunk_tokens;
-    if (!h->restore_on || h->plan_caps || n_chunks == 0 || n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
+    if (!h->restore_on || h->plan_caps || n_chunks == 0 ||
+        n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
         return n_chunks;
     cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier, (uint32_t)offset};
     uint32_t load = 0;
-    if (cf_plan_prefix(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers), &req, 1,
-                       &load, NULL) < 0)
+    if (cf_plan_prefix(&h->restore_params, &h->restore_compute, h->restore_channels,
+                       kvs_tiers_count(h->tiers), &req, 1, &load, NULL) < 0)
         return n_chunks;
     return load < n_chunks ? load : n_chunks;
 }
@@ -55,7 +67,8 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
         memset(mr->layers, 0, mr->n_layer_bytes);
         for (uint32_t l = 0; l < n_layers; l++) mr->layers[l / 8] |= (uint8_t)(1u << (l % 8));
     }
-    for (uint32_t l = from; l < to && l < n_layers; l++) mr->layers[l / 8] &= (uint8_t)~(1u << (l % 8));
+    for (uint32_t l = from; l < to && l < n_layers; l++)
+        mr->layers[l / 8] &= (uint8_t) ~(1u << (l % 8));
     return KVS_OK;
 }
 
@@ -64,17 +77,20 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
  * the engine. Boundary layers are always loaded (and priced so: read_all_boundaries): pages of loaded
  * tokens may be shared with a later request that saves a new chunk over them, which must not store
  * stale activations. 1 if taken, 0 if not, -1 out of memory. */
-static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr, double beat_s) {
+static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr,
+                      double beat_s) {
     uint32_t rec[CF_MAX_STAGES] = {0};
-    double t = cf_stage_split(&h->restore_params, &h->restore_compute, &h->restore_channels[cr->channel], &h->stages,
-                              cr->offset, cr->n_cached, rec);
+    double t =
+        cf_stage_split(&h->restore_params, &h->restore_compute, &h->restore_channels[cr->channel],
+                       &h->stages, cr->offset, cr->n_cached, rec);
     if (t < 0 || !(t < beat_s)) return 0;
     in->plan.predicted_ms = t * 1e3;
     uint32_t any = 0;
     for (uint32_t s = 0; s < h->stages.n_stages; s++) any += rec[s];
     if (!any) return 1; /* load everything */
     for (uint32_t s = 0; s < h->stages.n_stages; s++)
-        if (set_layer_mask(mr, h->model.n_layers, h->stages.first_layer[s], h->stages.first_layer[s] + rec[s]) != KVS_OK)
+        if (set_layer_mask(mr, h->model.n_layers, h->stages.first_layer[s],
+                           h->stages.first_layer[s] + rec[s]) != KVS_OK)
             return -1;
     in->plan.mode = KVS_PLAN_STAGE;
     in->plan.recompute_tokens = in->end_token - in->first_token;
@@ -85,12 +101,15 @@ static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, con
 
 /* Every request of the step with loads gets a plan; with a planner and an engine that executes
  * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
-kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n) {
+kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
+                                 uint64_t n) {
     uint32_t m = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!info[i].loading) continue;
-        info[i].plan = (kvs_restore_plan){.struct_size = sizeof info[i].plan, .mode = KVS_PLAN_LOAD,
-                                          .first_token = info[i].first_token, .end_token = info[i].end_token};
+        info[i].plan = (kvs_restore_plan){.struct_size = sizeof info[i].plan,
+                                          .mode = KVS_PLAN_LOAD,
+                                          .first_token = info[i].first_token,
+                                          .end_token = info[i].end_token};
         m++;
     }
     if (m == 0 || !h->restore_on || !h->plan_caps) return KVS_OK;
@@ -107,21 +126,23 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
     for (uint64_t i = 0; i < n; i++) {
         if (!info[i].loading) continue;
         uint64_t tokens = reqs[i].n_loads * h->chunk_tokens; /* one planner unit per chunk loaded */
-        uint64_t offset = reqs[i].loads[0].chunk_first;      /* what the engine holds costs nothing */
+        uint64_t offset = reqs[i].loads[0].chunk_first; /* what the engine holds costs nothing */
         cr[k] = (cf_request){tokens > UINT32_MAX ? UINT32_MAX : (uint32_t)tokens, info[i].tier,
                              offset > UINT32_MAX ? UINT32_MAX : (uint32_t)offset};
         which[k++] = i;
     }
     int batch = (h->plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
-    if (batch && cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels, kvs_tiers_count(h->tiers),
-                               cr, m, scratch, plans, NULL, 0, NULL) < 0) {
+    if (batch &&
+        cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels,
+                      kvs_tiers_count(h->tiers), cr, m, scratch, plans, NULL, 0, NULL) < 0) {
         st = kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
         goto out;
     }
     for (uint32_t j = 0; j < m; j++) {
         kvs_meta_req *mr = &reqs[which[j]];
         kvs_restore_step *in = &info[which[j]];
-        if (h->plan_caps & KVS_PLAN_CAP_STAGE) { /* planned per request, against its batch plan's finish */
+        if (h->plan_caps &
+            KVS_PLAN_CAP_STAGE) { /* planned per request, against its batch plan's finish */
             int taken = stage_plan(h, mr, in, &cr[j], batch ? plans[j].done_s : 1e300);
             if (taken < 0) {
                 st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
@@ -151,8 +172,9 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
         uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
         if (split == 0) continue;
         in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
-        in->plan.recompute_tokens =
-            split == mr->n_loads ? in->end_token - in->first_token : mr->loads[split].first_token - in->first_token;
+        in->plan.recompute_tokens = split == mr->n_loads
+                                        ? in->end_token - in->first_token
+                                        : mr->loads[split].first_token - in->first_token;
         memmove(mr->loads, mr->loads + split, (mr->n_loads - split) * sizeof *mr->loads);
         mr->n_loads -= split;
     }
@@ -167,15 +189,20 @@ out:
 kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "plan");
     if (st != KVS_OK) return st;
-    _Static_assert(offsetof(kvs_restore_plan, n_stages) == KVS_RESTORE_PLAN_SIZE_1_3, "1.3 plan size");
+    _Static_assert(offsetof(kvs_restore_plan, n_stages) == KVS_RESTORE_PLAN_SIZE_1_3,
+                   "1.3 plan size");
     if (!req_id || !out || out->struct_size < KVS_RESTORE_PLAN_SIZE_1_3)
-        return kvs_set_error(h, KVS_EINVAL, "plan: req_id or out is NULL, or out->struct_size is not set");
+        return kvs_set_error(h, KVS_EINVAL,
+                             "plan: req_id or out is NULL, or out->struct_size is not set");
     const kvs_request *r = kvs_sched_find(h, req_id);
     if (!r || r->plan_step != h->step || h->step == 0)
-        return kvs_set_error(h, KVS_ENOTFOUND, "plan: request '%s' loads nothing in the last step", req_id);
-    if (out->struct_size < sizeof *out && r->plan.mode == KVS_PLAN_STAGE) /* an engine built before 1.4 */
-        return kvs_set_error(h, KVS_ENOTSUP, "plan: request '%s' has a stage plan, which a %u-byte plan cannot hold",
-                             req_id, out->struct_size);
+        return kvs_set_error(h, KVS_ENOTFOUND, "plan: request '%s' loads nothing in the last step",
+                             req_id);
+    if (out->struct_size < sizeof *out &&
+        r->plan.mode == KVS_PLAN_STAGE) /* an engine built before 1.4 */
+        return kvs_set_error(
+            h, KVS_ENOTSUP, "plan: request '%s' has a stage plan, which a %u-byte plan cannot hold",
+            req_id, out->struct_size);
     uint32_t size = out->struct_size < sizeof *out ? out->struct_size : (uint32_t)sizeof *out;
     memcpy(out, &r->plan, size);
     out->struct_size = size;

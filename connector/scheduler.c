@@ -20,25 +20,32 @@ static kvs_request *find_request(kvs_handle *h, const char *id) {
     return NULL;
 }
 
-kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) { return find_request(h, req_id); }
+kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) {
+    return find_request(h, req_id);
+}
 
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
     if (st != KVS_OK) return st;
     const uint32_t known = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE;
     if (caps & ~known)
-        return kvs_set_error(h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
-                             caps & ~known, known);
+        return kvs_set_error(
+            h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
+            caps & ~known, known);
     if (h->n_requests)
-        return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: call it before the first lookup (%llu requests known)",
+        return kvs_set_error(h, KVS_ESTATE,
+                             "set_plan_caps: call it before the first lookup (%llu requests known)",
                              (unsigned long long)h->n_requests);
     if ((caps & KVS_PLAN_CAP_STAGE) && h->stages.n_stages < 2)
-        return kvs_set_error(h, KVS_ESTATE, "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
+        return kvs_set_error(h, KVS_ESTATE,
+                             "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
                              "(set_stages)");
     h->plan_caps = caps;
     /* token mode only, layer mode only, or each request's faster one */
     caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
-    h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER ? UINT32_MAX : caps == KVS_PLAN_CAP_TOKEN ? 1 : 0;
+    h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
+                                : caps == KVS_PLAN_CAP_TOKEN ? 1
+                                                             : 0;
     return KVS_OK;
 }
 
@@ -47,27 +54,38 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
     if (st != KVS_OK) return st;
     kvs_stage_desc copy;
     if (!d || kvs_struct_in(&copy, sizeof copy, d, KVS_STAGE_DESC_SIZE_1_4) != 0)
-        return kvs_set_error(h, KVS_EINVAL, "set_stages: stages is NULL or its struct_size %u is below %u",
+        return kvs_set_error(h, KVS_EINVAL,
+                             "set_stages: stages is NULL or its struct_size %u is below %u",
                              d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
     d = &copy;
     if (h->n_requests || h->plan_caps)
-        return kvs_set_error(h, KVS_ESTATE, "set_stages: call it before set_plan_caps and the first lookup");
-    if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 || d->n_kv_layers < d->n_stages)
-        return kvs_set_error(h, KVS_EINVAL, "set_stages: %u stages over %u KV layers with %u layers per boundary "
+        return kvs_set_error(h, KVS_ESTATE,
+                             "set_stages: call it before set_plan_caps and the first lookup");
+    if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 ||
+        d->n_kv_layers < d->n_stages)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "set_stages: %u stages over %u KV layers with %u layers per boundary "
                              "(want 2..%u stages, at most one per layer, >= 1 layer per boundary)",
                              d->n_stages, d->n_kv_layers, d->boundary_layers, KVS_MAX_STAGES);
     uint64_t want = d->n_kv_layers + (uint64_t)(d->n_stages - 1) * d->boundary_layers;
     if (want != h->model.n_layers)
-        return kvs_set_error(h, KVS_EINVAL, "set_stages: %u KV layers and %u boundaries of %u layers make %llu "
-                             "registered layers, but the model has %u", d->n_kv_layers, d->n_stages - 1,
-                             d->boundary_layers, (unsigned long long)want, h->model.n_layers);
+        return kvs_set_error(h, KVS_EINVAL,
+                             "set_stages: %u KV layers and %u boundaries of %u layers make %llu "
+                             "registered layers, but the model has %u",
+                             d->n_kv_layers, d->n_stages - 1, d->boundary_layers,
+                             (unsigned long long)want, h->model.n_layers);
     for (uint32_t s = 0; s < d->n_stages; s++)
-        if ((s == 0 && d->first_layer[0] != 0) || (s > 0 && d->first_layer[s] <= d->first_layer[s - 1]) ||
+        if ((s == 0 && d->first_layer[0] != 0) ||
+            (s > 0 && d->first_layer[s] <= d->first_layer[s - 1]) ||
             d->first_layer[s] >= d->n_kv_layers)
-            return kvs_set_error(h, KVS_EINVAL, "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
-                                 "at increasing layers below %u", s, d->first_layer[s], d->n_kv_layers);
+            return kvs_set_error(
+                h, KVS_EINVAL,
+                "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
+                "at increasing layers below %u",
+                s, d->first_layer[s], d->n_kv_layers);
     h->stages = (cf_stages){.n_stages = d->n_stages,
-                            .boundary_bytes_per_token = d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
+                            .boundary_bytes_per_token =
+                                d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
                             .read_all_boundaries = 1}; /* restore.c loads every boundary */
     memcpy(h->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
     h->restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
@@ -129,7 +147,9 @@ void kvs_sched_release_all(kvs_handle *h) {
 }
 
 /* The clock leases run on: monotonic, moved on by tests through lease_clock_skew_ns. */
-static uint64_t lease_now_ns(const kvs_handle *h) { return kvs_now_ns() + h->lease_clock_skew_ns; }
+static uint64_t lease_now_ns(const kvs_handle *h) {
+    return kvs_now_ns() + h->lease_clock_skew_ns;
+}
 
 /* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
  * and is counted once. A load on_alloc accepted stays armed: the engine already counts those tokens
@@ -155,27 +175,29 @@ static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
     if (!id) return kvs_set_error(h, KVS_EINVAL, "%s: request id is NULL", hook);
     size_t n = strnlen(id, KVS_REQ_ID_MAX);
     if (n == 0 || n >= KVS_REQ_ID_MAX)
-        return kvs_set_error(h, KVS_EINVAL, "%s: request id must be 1..%d bytes", hook, KVS_REQ_ID_MAX - 1);
+        return kvs_set_error(h, KVS_EINVAL, "%s: request id must be 1..%d bytes", hook,
+                             KVS_REQ_ID_MAX - 1);
     return KVS_OK;
 }
 
-static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id, const int32_t *tokens,
-                               uint64_t n) {
-    if (n && !tokens) return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
+static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
+                               const int32_t *tokens, uint64_t n) {
+    if (n && !tokens)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
     uint32_t vocab = h->model.vocab_size;
     for (uint64_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (vocab && (uint32_t)tokens[i] >= vocab))
-            return kvs_set_error(h, KVS_EINVAL,
-                                 "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
-                                 tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
+            return kvs_set_error(
+                h, KVS_EINVAL, "%s: request '%s': token %d at position %llu is outside [0, %u)",
+                hook, id, tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
     }
     return KVS_OK;
 }
 
 /* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
  * Returns a malloc'd array (NULL with n_chunks 0 is fine). */
-static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens, uint64_t n_tokens,
-                         uint64_t n_chunks, int *oom) {
+static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                         uint64_t n_tokens, uint64_t n_chunks, int *oom) {
     *oom = 0;
     if (n_chunks == 0) return NULL;
     kvs_key *keys = malloc(n_chunks * sizeof *keys);
@@ -194,7 +216,8 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
         }
     }
     const kvs_key *prev = reuse ? &keys[reuse - 1] : &h->fingerprint;
-    kvs_keys_chain(prev, tokens + reuse * h->chunk_tokens, n_chunks - reuse, h->chunk_tokens, keys + reuse);
+    kvs_keys_chain(prev, tokens + reuse * h->chunk_tokens, n_chunks - reuse, h->chunk_tokens,
+                   keys + reuse);
     return keys;
 }
 
@@ -235,7 +258,8 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
         if (t < 0) break;
         uint64_t pinned = 0;
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)t);
-        if (ops->pin(kvs_tiers_state(h->tiers, (uint32_t)t), &r->keys[c], 1, timeout, &pinned) != KVS_OK ||
+        if (ops->pin(kvs_tiers_state(h->tiers, (uint32_t)t), &r->keys[c], 1, timeout, &pinned) !=
+                KVS_OK ||
             pinned != 1)
             break; /* evicted between find and pin: the run ends here */
         r->pins[r->n_pins++] = (kvs_pin){r->keys[c], (uint32_t)t};
@@ -243,19 +267,22 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
     return c - first;
 }
 
-kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens, uint64_t n_tokens,
-                            uint64_t n_computed, kvs_lookup_result *out) {
+kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
     if (st == KVS_OK) st = check_id(h, "lookup", req_id);
     if (st == KVS_OK) st = check_tokens(h, "lookup", req_id, tokens, n_tokens);
     if (st != KVS_OK) return st;
     uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
     if (!out_size)
-        return kvs_set_error(h, KVS_EINVAL, "lookup: the result is NULL or its struct_size %u is below the 1.0 size %u",
-                             out ? out->struct_size : 0, KVS_LOOKUP_RESULT_SIZE_1_0);
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "lookup: the result is NULL or its struct_size %u is below the 1.0 size %u",
+            out ? out->struct_size : 0, KVS_LOOKUP_RESULT_SIZE_1_0);
     if (n_computed > n_tokens)
-        return kvs_set_error(h, KVS_EINVAL, "lookup: request '%s': n_computed %llu exceeds n_tokens %llu",
-                             req_id, (unsigned long long)n_computed, (unsigned long long)n_tokens);
+        return kvs_set_error(h, KVS_EINVAL,
+                             "lookup: request '%s': n_computed %llu exceeds n_tokens %llu", req_id,
+                             (unsigned long long)n_computed, (unsigned long long)n_tokens);
     kvs_sched_expire_leases(h);
     kvs_request *r = find_request(h, req_id);
     int created = 0;
@@ -285,7 +312,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t end = hit;
     if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
     uint64_t ext = end > n_computed ? end - n_computed : 0;
-    if (ext == 0) release_lease(h, r);
+    if (ext == 0)
+        release_lease(h, r);
     else {
         r->lease_deadline_ns = lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull;
         count_lease(h, r);
@@ -299,7 +327,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
     h->stats.lookup_miss_tokens += n_tokens - n_computed - ext;
-    kvs_lookup_result res = {.struct_size = out_size, .n_hit_tokens = ext, .unknown_yet = 0, .load_async = 0};
+    kvs_lookup_result res = {
+        .struct_size = out_size, .n_hit_tokens = ext, .unknown_yet = 0, .load_async = 0};
     memcpy(out, &res, out_size);
     return KVS_OK;
 }
@@ -311,24 +340,26 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     if (st != KVS_OK) return st;
     kvs_request *r = find_request(h, req_id);
     if (!r)
-        return kvs_set_error(h, KVS_ENOTFOUND, "on_alloc: request '%s' was never looked up", req_id);
+        return kvs_set_error(h, KVS_ENOTFOUND, "on_alloc: request '%s' was never looked up",
+                             req_id);
     if (n_external_tokens == 0) {
         release_lease(h, r);
         r->load_pending = 0;
         return KVS_OK;
     }
     if (n_external_tokens > r->offered)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "on_alloc: request '%s': n_external_tokens %llu exceeds the %llu lookup offered",
-                             req_id, (unsigned long long)n_external_tokens, (unsigned long long)r->offered);
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "on_alloc: request '%s': n_external_tokens %llu exceeds the %llu lookup offered",
+            req_id, (unsigned long long)n_external_tokens, (unsigned long long)r->offered);
     uint64_t need = r->n_local + n_external_tokens;
     if (n_block_ids && !block_ids)
         return kvs_set_error(h, KVS_EINVAL, "on_alloc: request '%s': block_ids is NULL", req_id);
     if (n_block_ids * h->model.block_tokens < need)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens",
-                             req_id, (unsigned long long)n_block_ids, h->model.block_tokens,
-                             (unsigned long long)need);
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens", req_id,
+            (unsigned long long)n_block_ids, h->model.block_tokens, (unsigned long long)need);
     uint64_t now = lease_now_ns(h);
     expire_lease(h, r, now);
     if (r->n_pins == 0) {
@@ -353,16 +384,19 @@ static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *s) {
     if (st != KVS_OK) return st;
     uint64_t done = s->n_computed + s->n_scheduled;
     if (done > s->n_tokens || done < s->n_computed)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "build_meta: request '%s': n_computed %llu + n_scheduled %llu exceeds n_tokens %llu",
-                             s->req_id, (unsigned long long)s->n_computed,
-                             (unsigned long long)s->n_scheduled, (unsigned long long)s->n_tokens);
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "build_meta: request '%s': n_computed %llu + n_scheduled %llu exceeds n_tokens %llu",
+            s->req_id, (unsigned long long)s->n_computed, (unsigned long long)s->n_scheduled,
+            (unsigned long long)s->n_tokens);
     if (s->n_block_ids && !s->block_ids)
-        return kvs_set_error(h, KVS_EINVAL, "build_meta: request '%s': block_ids is NULL", s->req_id);
+        return kvs_set_error(h, KVS_EINVAL, "build_meta: request '%s': block_ids is NULL",
+                             s->req_id);
     if (s->n_block_ids * h->model.block_tokens < done)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "build_meta: request '%s': block table of %llu blocks cannot hold %llu tokens",
-                             s->req_id, (unsigned long long)s->n_block_ids, (unsigned long long)done);
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "build_meta: request '%s': block table of %llu blocks cannot hold %llu tokens",
+            s->req_id, (unsigned long long)s->n_block_ids, (unsigned long long)done);
     return KVS_OK;
 }
 
@@ -386,17 +420,22 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     if (r && r->load_pending && r->external) {
         uint64_t start = r->n_local, end = r->n_local + r->external;
         uint64_t c0 = start / C, c1 = (end - 1) / C;
-        if (c1 >= r->n_keys) return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys", r->id);
+        if (c1 >= r->n_keys)
+            return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys",
+                                 r->id);
         out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
             uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            out->loads[out->n_loads++] = (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
+            out->loads[out->n_loads++] =
+                (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
         }
         load_end = end;
         plan->emits_load = 1;
         int tier = r->n_pins ? (int)r->pins[0].tier : kvs_tiers_find(h->tiers, &r->keys[c0]);
-        *restore = (kvs_restore_step){.loading = 1, .tier = tier > 0 ? (uint32_t)tier : 0, .first_token = start,
+        *restore = (kvs_restore_step){.loading = 1,
+                                      .tier = tier > 0 ? (uint32_t)tier : 0,
+                                      .first_token = start,
                                       .end_token = end};
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
@@ -412,7 +451,8 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     if (to > from) {
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = from; c < to; c++) out->saves[out->n_saves++] = (kvs_meta_save){plan->keys[c], c * C};
+        for (uint64_t c = from; c < to; c++)
+            out->saves[out->n_saves++] = (kvs_meta_save){plan->keys[c], c * C};
         plan->saved_upto = to * C;
     }
     uint64_t cover = load_end > to * C ? load_end : to * C;
@@ -479,7 +519,8 @@ static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
             uint64_t slot;
             memcpy(&slot, r->saves[j].key.bytes, sizeof slot);
             slot &= cap - 1;
-            while (set[slot] && memcmp(set[slot], &r->saves[j].key, sizeof(kvs_key)) != 0) slot = (slot + 1) & (cap - 1);
+            while (set[slot] && memcmp(set[slot], &r->saves[j].key, sizeof(kvs_key)) != 0)
+                slot = (slot + 1) & (cap - 1);
             if (set[slot]) continue; /* an earlier request of this step saves it */
             r->saves[kept] = r->saves[j];
             set[slot] = &r->saves[kept].key;
@@ -491,8 +532,8 @@ static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
     return KVS_OK;
 }
 
-kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs, void *buf,
-                                uint64_t cap, uint64_t *len) {
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                                void *buf, uint64_t cap, uint64_t *len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
     if (st != KVS_OK) return st;
     if (!len || (n_reqs && !reqs) || (cap && !buf))
@@ -500,7 +541,8 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     for (uint64_t i = 0; i < n_reqs; i++)
         if ((st = check_step_request(h, &reqs[i])) != KVS_OK) return st;
     kvs_sched_expire_leases(h);
-    kvs_meta meta = {.step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
+    kvs_meta meta = {
+        .step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
@@ -511,7 +553,8 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
         goto out;
     }
     for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
-        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
+        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i],
+                          &restores[i]);
         meta.n_reqs = i + 1;
     }
     if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
@@ -523,14 +566,16 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     }
     *len = blob_len;
     if (blob_len > cap) {
-        st = kvs_set_error(h, KVS_EOVERFLOW, "build_meta: metadata needs %llu bytes, buffer has %llu",
+        st = kvs_set_error(h, KVS_EOVERFLOW,
+                           "build_meta: metadata needs %llu bytes, buffer has %llu",
                            (unsigned long long)blob_len, (unsigned long long)cap);
         goto out;
     }
     memcpy(buf, blob, blob_len);
     h->step++;
     release_finished_leases(h);
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
+        st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
 out:
     for (uint64_t i = 0; i < meta.n_reqs; i++) {
         kvs_meta_req_clear(&meta.reqs[i]);
@@ -553,8 +598,10 @@ kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *ke
     if (!r) {
         for (uint32_t i = 0; i < KVS_FINISHED_IDS; i++)
             if (h->finished_ids[i] == id_hash && id_hash)
-                return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' already finished", req_id);
-        return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen", req_id);
+                return kvs_set_error(h, KVS_ENOTFOUND,
+                                     "request_finished: request '%s' already finished", req_id);
+        return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen",
+                             req_id);
     }
     destroy_request(h, r);
     h->finished_ids[h->finished_next++ % KVS_FINISHED_IDS] = id_hash;

@@ -47,7 +47,8 @@ typedef struct builtin {
     const kvs_backend_ops *(*ops)(void);
 } builtin;
 
-static const builtin builtins[] = {{"dram", kvs_dram_backend}, {"ssd", kvs_ssd_backend}, {"remote", kvs_remote_backend}};
+static const builtin builtins[] = {
+    {"dram", kvs_dram_backend}, {"ssd", kvs_ssd_backend}, {"remote", kvs_remote_backend}};
 
 static void host_log(void *ctx, int level, const char *message) {
     kvs_tier *t = ctx;
@@ -68,7 +69,9 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
                     t->name, down->name, down->ops->last_error(down->state));
         }
     } else if (next >= c->n || !object) {
-        atomic_fetch_add(&c->evictions, 1); /* gone from the chain (a tier without the bytes cannot pass them down) */
+        atomic_fetch_add(
+            &c->evictions,
+            1); /* gone from the chain (a tier without the bytes cannot pass them down) */
     }
     if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, t->index);
 }
@@ -80,49 +83,66 @@ static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
     kvs_tier *t = ctx;
     kvs_tier_chain *c = t->chain;
     /* its STORED event went out at put: routers learn it is gone (not an eviction) */
-    if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED | KVS_TIER_EVENT_DROPPED, key, t->index);
-    uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1 : atomic_fetch_add(&c->evictions, 1) + 1;
+    if (c->on_event)
+        c->on_event(c->event_ctx, KVS_EVENT_REMOVED | KVS_TIER_EVENT_DROPPED, key, t->index);
+    uint64_t n = t->index == 0 ? atomic_fetch_add(&c->dropped_saves, 1) + 1
+                               : atomic_fetch_add(&c->evictions, 1) + 1;
     if ((n & (n - 1)) == 0) /* the 1st, 2nd, 4th, 8th ...: a full device cannot flood the log */
-        kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far",
-                t->name, t->index == 0 ? "save" : "copy", kvs_status_sentence(why), (unsigned long long)n);
+        kvs_log(c->log_level, KVS_LOG_WARN,
+                "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far", t->name,
+                t->index == 0 ? "save" : "copy", kvs_status_sentence(why), (unsigned long long)n);
 }
 
 /* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
  * another backend ABI major keeps KVS_EVERSION, with the same position. */
-static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i, char *err,
-                                   uint64_t err_len) {
+static kvs_status check_plugin_ops(const kvs_backend_ops *ops, const kvs_config *cfg, uint32_t i,
+                                   char *err, uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
     if (!ops || ops->abi_major != KVS_BACKEND_ABI_MAJOR) {
         if (ops)
-            kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
-                                   "tier \"%s\": plugin %s implements backend ABI major %u; this library needs %d",
-                                   tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
+            kvs_config_refuse_tier(
+                cfg, i, "plugin", err, err_len,
+                "tier \"%s\": plugin %s implements backend ABI major %u; this library needs %d",
+                tc->name, tc->plugin, ops->abi_major, KVS_BACKEND_ABI_MAJOR);
         else
             kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
-                                   "tier \"%s\": plugin %s refuses backend ABI major %d", tc->name, tc->plugin,
-                                   KVS_BACKEND_ABI_MAJOR);
+                                   "tier \"%s\": plugin %s refuses backend ABI major %d", tc->name,
+                                   tc->plugin, KVS_BACKEND_ABI_MAJOR);
         return KVS_EVERSION;
     }
     if (ops->struct_size < KVS_BACKEND_OPS_1_0_SIZE)
-        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
-                                      "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0",
-                                      tc->name, tc->plugin, ops->struct_size, (size_t)KVS_BACKEND_OPS_1_0_SIZE);
-    const char *missing = !ops->create ? "create" : !ops->destroy ? "destroy"
-                        : !ops->last_error ? "last_error" : !ops->contains ? "contains"
-                        : !ops->pin ? "pin" : !ops->unpin ? "unpin" : !ops->get ? "get"
-                        : !ops->put ? "put" : !ops->remove ? "remove" : !ops->usage ? "usage" : NULL;
+        return kvs_config_refuse_tier(
+            cfg, i, "plugin", err, err_len,
+            "tier \"%s\": plugin %s table is %u bytes, smaller than the %zu of ABI 1.0", tc->name,
+            tc->plugin, ops->struct_size, (size_t)KVS_BACKEND_OPS_1_0_SIZE);
+    const char *missing = !ops->create       ? "create"
+                          : !ops->destroy    ? "destroy"
+                          : !ops->last_error ? "last_error"
+                          : !ops->contains   ? "contains"
+                          : !ops->pin        ? "pin"
+                          : !ops->unpin      ? "unpin"
+                          : !ops->get        ? "get"
+                          : !ops->put        ? "put"
+                          : !ops->remove     ? "remove"
+                          : !ops->usage      ? "usage"
+                                             : NULL;
     if (!missing && (ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !ops->get_ref) missing = "get_ref";
     if (!missing && (ops->caps & KVS_BACKEND_CAP_RESERVE))
-        missing = !KVS_HAS_OP(ops, reserve) ? "reserve" : !KVS_HAS_OP(ops, commit) ? "commit"
-                : !KVS_HAS_OP(ops, abort) ? "abort" : NULL;
-    if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !KVS_HAS_OP(ops, memory)) missing = "memory";
+        missing = !KVS_HAS_OP(ops, reserve)  ? "reserve"
+                  : !KVS_HAS_OP(ops, commit) ? "commit"
+                  : !KVS_HAS_OP(ops, abort)  ? "abort"
+                                             : NULL;
+    if (!missing && (ops->caps & KVS_BACKEND_CAP_MEMORY) && !KVS_HAS_OP(ops, memory))
+        missing = "memory";
     if (missing)
-        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": plugin %s has no '%s' operation",
-                                      tc->name, tc->plugin, missing);
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                      "tier \"%s\": plugin %s has no '%s' operation", tc->name,
+                                      tc->plugin, missing);
     return KVS_OK;
 }
 
-static kvs_status resolve_ops(kvs_tier *t, const kvs_config *cfg, uint32_t i, char *err, uint64_t err_len) {
+static kvs_status resolve_ops(kvs_tier *t, const kvs_config *cfg, uint32_t i, char *err,
+                              uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
     if (strcmp(tc->type, "plugin") != 0) {
         for (size_t b = 0; b < sizeof builtins / sizeof builtins[0]; b++) {
@@ -137,26 +157,29 @@ static kvs_status resolve_ops(kvs_tier *t, const kvs_config *cfg, uint32_t i, ch
     }
     struct stat sb;
     if (stat(tc->plugin, &sb) != 0)
-        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": plugin %s does not exist (%s)",
-                                      tc->name, tc->plugin, strerror(errno));
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                      "tier \"%s\": plugin %s does not exist (%s)", tc->name,
+                                      tc->plugin, strerror(errno));
     dlerror();
     t->dl = dlopen(tc->plugin, RTLD_NOW | RTLD_LOCAL);
     if (!t->dl) {
         const char *why = dlerror();
-        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": cannot load plugin: %s",
-                                      tc->name, why ? why : tc->plugin);
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                      "tier \"%s\": cannot load plugin: %s", tc->name,
+                                      why ? why : tc->plugin);
     }
     kvs_backend_entry_fn entry;
     *(void **)&entry = dlsym(t->dl, KVS_BACKEND_ENTRY_SYMBOL);
     if (!entry)
-        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len, "tier \"%s\": %s is not a kvstrata backend (no symbol %s)",
+        return kvs_config_refuse_tier(cfg, i, "plugin", err, err_len,
+                                      "tier \"%s\": %s is not a kvstrata backend (no symbol %s)",
                                       tc->name, tc->plugin, KVS_BACKEND_ENTRY_SYMBOL);
     t->ops = entry(KVS_BACKEND_ABI_MAJOR);
     return check_plugin_ops(t->ops, cfg, i, err, err_len);
 }
 
-static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg, uint64_t max_object_bytes,
-                            char *err, uint64_t err_len) {
+static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg,
+                            uint64_t max_object_bytes, char *err, uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
     kvs_tier *t = &c->tiers[i];
     memcpy(t->name, tc->name, sizeof t->name);
@@ -174,22 +197,33 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
         t->options[k].key = tc->options[k].key;
         t->options[k].value = tc->options[k].value;
     }
-    t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host), .ctx = t, .log = host_log,
-                                 .on_evict = host_on_evict, .on_put_dropped = host_on_put_dropped};
+    t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host),
+                                 .ctx = t,
+                                 .log = host_log,
+                                 .on_evict = host_on_evict,
+                                 .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
-    kvs_backend_init init = {.struct_size = sizeof init, .tier_name = tc->name,
-                             .capacity_bytes = tc->capacity_bytes, .max_object_bytes = max_object_bytes,
-                             .options = t->options, .n_options = tc->n_options, .host = &t->host,
-                             .error = why, .error_len = sizeof why, .staging_base = c->staging_base,
-                             .staging_len = c->staging_len, .error_option = refused,
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = tc->name,
+                             .capacity_bytes = tc->capacity_bytes,
+                             .max_object_bytes = max_object_bytes,
+                             .options = t->options,
+                             .n_options = tc->n_options,
+                             .host = &t->host,
+                             .error = why,
+                             .error_len = sizeof why,
+                             .staging_base = c->staging_base,
+                             .staging_len = c->staging_len,
+                             .error_option = refused,
                              .error_option_len = sizeof refused};
     st = t->ops->create(&init, &t->state);
     if (st != KVS_OK) {
         t->state = NULL;
         if (!why[0]) kvs_fmt(why, sizeof why, "tier \"%s\": create failed (%d)", tc->name, (int)st);
         /* A refused configuration points at the line of what the backend named (or the tier). */
-        if (st == KVS_ECONFIG) return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
+        if (st == KVS_ECONFIG)
+            return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
         kvs_fmt(err, err_len, "%s", why);
         return st;
     }
@@ -236,17 +270,24 @@ void kvs_tiers_close(kvs_tier_chain *c) {
     free(c);
 }
 
-uint32_t kvs_tiers_count(const kvs_tier_chain *c) { return c->n; }
-const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) { return c->tiers[tier].name; }
+uint32_t kvs_tiers_count(const kvs_tier_chain *c) {
+    return c->n;
+}
+const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) {
+    return c->tiers[tier].name;
+}
 const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *c, uint32_t tier) {
     return c->tiers[tier].ops;
 }
-void *kvs_tiers_state(const kvs_tier_chain *c, uint32_t tier) { return c->tiers[tier].state; }
+void *kvs_tiers_state(const kvs_tier_chain *c, uint32_t tier) {
+    return c->tiers[tier].state;
+}
 
 int kvs_tiers_find(kvs_tier_chain *c, const kvs_key *key) {
     for (uint32_t i = 0; i < c->n; i++) {
         uint64_t n = 0;
-        if (c->tiers[i].ops->contains(c->tiers[i].state, key, 1, &n) == KVS_OK && n == 1) return (int)i;
+        if (c->tiers[i].ops->contains(c->tiers[i].state, key, 1, &n) == KVS_OK && n == 1)
+            return (int)i;
     }
     return -1;
 }
@@ -278,8 +319,12 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
     }
 }
 
-uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) { return atomic_load(&c->evictions); }
-uint64_t kvs_tiers_dropped_saves(const kvs_tier_chain *c) { return atomic_load(&c->dropped_saves); }
+uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) {
+    return atomic_load(&c->evictions);
+}
+uint64_t kvs_tiers_dropped_saves(const kvs_tier_chain *c) {
+    return atomic_load(&c->dropped_saves);
+}
 
 int kvs_tiers_can_reserve(const kvs_tier_chain *c) {
     return c->n > 0 && (c->tiers[0].ops->caps & KVS_BACKEND_CAP_RESERVE) != 0;
@@ -288,17 +333,19 @@ int kvs_tiers_can_reserve(const kvs_tier_chain *c) {
 kvs_status kvs_tiers_reserve(kvs_tier_chain *c, const kvs_key *key, uint64_t len, void **dst,
                              uint64_t *ticket, char *err, uint64_t err_len) {
     if (!kvs_tiers_can_reserve(c)) {
-        kvs_fmt(err, err_len, "tier \"%s\" cannot be written in place", c->n ? c->tiers[0].name : "");
+        kvs_fmt(err, err_len, "tier \"%s\" cannot be written in place",
+                c->n ? c->tiers[0].name : "");
         return KVS_ENOTSUP;
     }
     kvs_tier *t = &c->tiers[0];
     kvs_status st = t->ops->reserve(t->state, key, len, dst, ticket);
-    if (st != KVS_OK) kvs_fmt(err, err_len, "tier \"%s\": %s", t->name, t->ops->last_error(t->state));
+    if (st != KVS_OK)
+        kvs_fmt(err, err_len, "tier \"%s\": %s", t->name, t->ops->last_error(t->state));
     return st;
 }
 
-kvs_status kvs_tiers_commit(kvs_tier_chain *c, const kvs_key *key, uint64_t ticket, const void *object,
-                            uint64_t len, char *err, uint64_t err_len) {
+kvs_status kvs_tiers_commit(kvs_tier_chain *c, const kvs_key *key, uint64_t ticket,
+                            const void *object, uint64_t len, char *err, uint64_t err_len) {
     kvs_tier *top = &c->tiers[0];
     /* Write-through copies first: until commit the reserved bytes cannot be evicted under us. */
     for (uint32_t i = 1; i < c->n && c->tiers[i - 1].write == KVS_WRITE_THROUGH; i++) {

@@ -30,8 +30,8 @@ void *kvs_tiers_state(const kvs_tier_chain *chain, uint32_t tier);
 /* Index of the first tier holding key, or -1. */
 int kvs_tiers_find(kvs_tier_chain *chain, const kvs_key *key);
 /* Store a sealed object in the top tier (and, for write-through tiers, in the next ones). */
-kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *object, uint64_t len,
-                         char *err, uint64_t err_len);
+kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *object,
+                         uint64_t len, char *err, uint64_t err_len);
 /* Remove a key from every tier (a corrupt object is dropped everywhere). */
 void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
 /* In-place saves into the top tier (backend ABI 1.1 reserve/commit/abort): 1 if it supports them. */
@@ -40,8 +40,8 @@ int kvs_tiers_can_reserve(const kvs_tier_chain *chain);
 kvs_status kvs_tiers_reserve(kvs_tier_chain *chain, const kvs_key *key, uint64_t len, void **dst,
                              uint64_t *ticket, char *err, uint64_t err_len);
 /* Publish the object built at a reservation (object/len: its bytes, for write-through copies). */
-kvs_status kvs_tiers_commit(kvs_tier_chain *chain, const kvs_key *key, uint64_t ticket, const void *object,
-                            uint64_t len, char *err, uint64_t err_len);
+kvs_status kvs_tiers_commit(kvs_tier_chain *chain, const kvs_key *key, uint64_t ticket,
+                            const void *object, uint64_t len, char *err, uint64_t err_len);
 void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
 /* The memory range a tier keeps its objects in (backend CAP_MEMORY), else KVS_ENOTSUP. */
 kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);

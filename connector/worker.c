@@ -22,7 +22,8 @@ static void *open_cuda_module(char *why, size_t why_len) {
     void *dl = NULL;
     if (dladdr((void *)&kvs_worker_register, &self) && self.dli_fname) {
         const char *slash = strrchr(self.dli_fname, '/');
-        if (slash && (size_t)(slash - self.dli_fname) + sizeof(KVS_DEVICE_CUDA_MODULE) + 1 < sizeof path) {
+        if (slash &&
+            (size_t)(slash - self.dli_fname) + sizeof(KVS_DEVICE_CUDA_MODULE) + 1 < sizeof path) {
             snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
                      KVS_DEVICE_CUDA_MODULE);
             dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -43,16 +44,19 @@ static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
     }
     char why[512];
     if (!(h->dev_module = open_cuda_module(why, sizeof why)))
-        return kvs_set_error(h, KVS_ENOTSUP,
-                             "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
-                             "this library may have been built without CUDA",
-                             KVS_DEVICE_CUDA_MODULE, why);
+        return kvs_set_error(
+            h, KVS_ENOTSUP,
+            "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
+            "this library may have been built without CUDA",
+            KVS_DEVICE_CUDA_MODULE, why);
     kvs_device_entry_fn entry;
     *(void **)&entry = dlsym(h->dev_module, KVS_DEVICE_ENTRY_SYMBOL);
     h->dev = entry ? entry(KVS_DEVICE_ABI_VERSION) : NULL;
     if (!h->dev)
-        return kvs_set_error(h, KVS_EVERSION, "register_kv: %s does not offer device interface version %d "
-                             "(a module from another build?)", KVS_DEVICE_CUDA_MODULE, KVS_DEVICE_ABI_VERSION);
+        return kvs_set_error(h, KVS_EVERSION,
+                             "register_kv: %s does not offer device interface version %d "
+                             "(a module from another build?)",
+                             KVS_DEVICE_CUDA_MODULE, KVS_DEVICE_ABI_VERSION);
     return KVS_OK;
 }
 
@@ -67,7 +71,8 @@ static kvs_status register_memory(kvs_handle *h) {
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
         if (kvs_tiers_memory(h->tiers, t, &base, &len) != KVS_OK) continue;
         if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EIO, "register_kv: tier \"%s\": %s", kvs_tiers_name(h->tiers, t), why);
+            return kvs_set_error(h, KVS_EIO, "register_kv: tier \"%s\": %s",
+                                 kvs_tiers_name(h->tiers, t), why);
     }
     return KVS_OK;
 }
@@ -76,11 +81,15 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
     kvs_status st = select_device(h, views);
     if (st != KVS_OK) return st;
     uint32_t max_chunks = h->cfg->max_chunks_per_step;
-    kvs_device_init init = {.struct_size = sizeof init, .views = views, .n_layers = n_layers,
-                            .shape = h->shape, .max_copies_per_layer = max_chunks,
+    kvs_device_init init = {.struct_size = sizeof init,
+                            .views = views,
+                            .n_layers = n_layers,
+                            .shape = h->shape,
+                            .max_copies_per_layer = max_chunks,
                             .max_tokens_per_layer = max_chunks * h->chunk_tokens,
                             .method = (kvs_dev_copy_method)h->cfg->copy_method,
-                            .log_level = h->cfg->log_level, .host_deferred = h->cfg->host_deferred};
+                            .log_level = h->cfg->log_level,
+                            .host_deferred = h->cfg->host_deferred};
     char why[512] = "";
     if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
         h->dev_state = NULL;
@@ -94,10 +103,12 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
         if (!(h->hash_jobs = calloc((uint64_t)n_layers * max_chunks, sizeof *h->hash_jobs)))
             return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
         if ((st = kvs_hashpool_create(h->cfg->hash_threads, &h->hashpool)) != KVS_OK)
-            return kvs_set_error(h, st, "register_kv: cannot start %u checksum threads", h->cfg->hash_threads);
+            return kvs_set_error(h, st, "register_kv: cannot start %u checksum threads",
+                                 h->cfg->hash_threads);
     }
-    kvs_log(h->cfg->log_level, KVS_LOG_INFO, "device %s: loads by %s, saves by %s", h->dev_info.name,
-            h->dev_info.load_uses_dma ? "DMA" : "kernel", h->dev_info.save_uses_dma ? "DMA" : "kernel");
+    kvs_log(h->cfg->log_level, KVS_LOG_INFO, "device %s: loads by %s, saves by %s",
+            h->dev_info.name, h->dev_info.load_uses_dma ? "DMA" : "kernel",
+            h->dev_info.save_uses_dma ? "DMA" : "kernel");
     return KVS_OK;
 }
 
@@ -126,19 +137,24 @@ static void close_device(kvs_handle *h) {
 
 /* The engine's views, whatever their struct_size, as this library's structs in *out (the array steps
  * by views[0].struct_size; fields past it read as zero). */
-static kvs_status copy_views(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers, kvs_layer_view **out) {
+static kvs_status copy_views(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers,
+                             kvs_layer_view **out) {
     uint32_t stride = views[0].struct_size;
     if (stride < KVS_LAYER_VIEW_SIZE_1_0 || stride > 4096)
-        return kvs_set_error(h, KVS_EINVAL, "register_kv: layer 0: struct_size %u is not a layer view size "
-                             "(%u..4096)", stride, KVS_LAYER_VIEW_SIZE_1_0);
+        return kvs_set_error(h, KVS_EINVAL,
+                             "register_kv: layer 0: struct_size %u is not a layer view size "
+                             "(%u..4096)",
+                             stride, KVS_LAYER_VIEW_SIZE_1_0);
     kvs_layer_view *copy = calloc(n_layers, sizeof *copy);
     if (!copy) return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
     for (uint32_t l = 0; l < n_layers; l++) {
         const kvs_layer_view *v = (const void *)((const char *)views + (size_t)l * stride);
         if (v->struct_size != stride) {
             free(copy);
-            return kvs_set_error(h, KVS_EINVAL, "register_kv: layer %u: struct_size %u differs from layer 0's %u "
-                                 "(the array steps by layer 0's)", l, v->struct_size, stride);
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "register_kv: layer %u: struct_size %u differs from layer 0's %u "
+                                 "(the array steps by layer 0's)",
+                                 l, v->struct_size, stride);
         }
         kvs_struct_in(&copy[l], sizeof copy[l], v, KVS_LAYER_VIEW_SIZE_1_0);
     }
@@ -146,26 +162,31 @@ static kvs_status copy_views(kvs_handle *h, const kvs_layer_view *views, uint32_
     return KVS_OK;
 }
 
-kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views, uint32_t n_layers) {
+kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views,
+                               uint32_t n_layers) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "register_kv");
     if (st != KVS_OK) return st;
-    if (h->views) return kvs_set_error(h, KVS_ESTATE, "register_kv: the KV cache is already registered");
+    if (h->views)
+        return kvs_set_error(h, KVS_ESTATE, "register_kv: the KV cache is already registered");
     if (!engine_views) return kvs_set_error(h, KVS_EINVAL, "register_kv: views is NULL");
     if (n_layers != h->model.n_layers)
-        return kvs_set_error(h, KVS_EINVAL, "register_kv: %u views for a model of %u layers", n_layers,
-                             h->model.n_layers);
+        return kvs_set_error(h, KVS_EINVAL, "register_kv: %u views for a model of %u layers",
+                             n_layers, h->model.n_layers);
     kvs_layer_view *views = NULL;
     if ((st = copy_views(h, engine_views, n_layers, &views)) != KVS_OK) return st;
     for (uint32_t l = 0; l < n_layers; l++) {
         char why[256];
         st = KVS_EINVAL;
         if (views[l].device_kind != KVS_DEVICE_HOST && views[l].device_kind != KVS_DEVICE_CUDA)
-            kvs_set_error(h, st, "register_kv: layer %u: unknown device kind %u", l, views[l].device_kind);
-        else if (views[l].device_kind != views[0].device_kind || views[l].device_index != views[0].device_index)
+            kvs_set_error(h, st, "register_kv: layer %u: unknown device kind %u", l,
+                          views[l].device_kind);
+        else if (views[l].device_kind != views[0].device_kind ||
+                 views[l].device_index != views[0].device_index)
             kvs_set_error(h, st, "register_kv: layer %u is on another device than layer 0", l);
         else if (kvs_kernel_check_view(&views[l], &h->shape, why, sizeof why) != KVS_OK)
             kvs_set_error(h, st, "register_kv: layer %u: %s", l, why);
-        else st = KVS_OK;
+        else
+            st = KVS_OK;
         if (st != KVS_OK) {
             free(views);
             return st;
@@ -206,26 +227,32 @@ kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
 
 static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
-    const kvs_layer_view *fewest = &h->views[h->fewest_blocks_layer]; /* a block id fits every layer */
+    const kvs_layer_view *fewest =
+        &h->views[h->fewest_blocks_layer]; /* a block id fits every layer */
     for (uint64_t i = 0; i < r->n_loads; i++) {
-        kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token, r->loads[i].n_tokens};
+        kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token,
+                               r->loads[i].n_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: layer %u: %s", r->id,
-                                 h->fewest_blocks_layer, why);
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: layer %u: %s",
+                                 r->id, h->fewest_blocks_layer, why);
     }
     if (r->n_layer_bytes) { /* the layer mask: one bit per layer, none past the last */
         uint32_t nl = h->model.n_layers, bits = r->n_layer_bytes * 8;
         int stray = r->n_layer_bytes != (nl + 7) / 8;
         for (uint32_t l = nl; !stray && l < bits; l++) stray = r->layers[l / 8] >> (l % 8) & 1;
         if (stray)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': its layer mask (%u bytes) does not fit a "
-                                 "%u-layer model", r->id, r->n_layer_bytes, nl);
+            return kvs_set_error(
+                h, KVS_EINVAL,
+                "bind_meta: request '%s': its layer mask (%u bytes) does not fit a "
+                "%u-layer model",
+                r->id, r->n_layer_bytes, nl);
     }
     for (uint64_t i = 0; i < r->n_saves; i++) {
-        kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first, h->chunk_tokens};
+        kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first,
+                               h->chunk_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
-            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: layer %u: %s", r->id,
-                                 h->fewest_blocks_layer, why);
+            return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: layer %u: %s",
+                                 r->id, h->fewest_blocks_layer, why);
     }
     return KVS_OK;
 }
@@ -242,8 +269,10 @@ void kvs_worker_reset(kvs_handle *h) {
     }
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
-        if (w->slab) kvs_pool_free(h->pool, w->slab);
-        else if (w->object) kvs_tiers_abort(h->tiers, w->ticket);
+        if (w->slab)
+            kvs_pool_free(h->pool, w->slab);
+        else if (w->object)
+            kvs_tiers_abort(h->tiers, w->ticket);
     }
     free(h->loads);
     free(h->saves);
@@ -272,9 +301,11 @@ void kvs_worker_close(kvs_handle *h) {
 kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "bind_meta");
     if (st != KVS_OK) return st;
-    if (!h->views) return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
+    if (!h->views)
+        return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
     if (h->wstate != WORKER_IDLE)
-        return kvs_set_error(h, KVS_ESTATE, "bind_meta: step %llu is still bound; call wait_save first",
+        return kvs_set_error(h, KVS_ESTATE,
+                             "bind_meta: step %llu is still bound; call wait_save first",
                              (unsigned long long)h->bound->step);
     char why[256];
     kvs_meta *m = NULL;
@@ -283,8 +314,8 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     if (memcmp(&m->fingerprint, &h->fingerprint, sizeof m->fingerprint) != 0 ||
         m->chunk_tokens != h->chunk_tokens) {
         kvs_meta_free(m);
-        return kvs_set_error(h, KVS_EINVAL,
-                             "bind_meta: metadata was built for another model, layout or chunk size");
+        return kvs_set_error(
+            h, KVS_EINVAL, "bind_meta: metadata was built for another model, layout or chunk size");
     }
     uint64_t n_loads = 0, n_saves = 0;
     for (uint64_t i = 0; i < m->n_reqs; i++) {
@@ -326,7 +357,8 @@ static void add_error_block(kvs_handle *h, uint32_t block) {
     if (h->n_error_blocks == h->cap_error_blocks) {
         uint64_t cap = h->cap_error_blocks ? h->cap_error_blocks * 2 : 64;
         uint32_t *grown = realloc(h->error_blocks, cap * sizeof *grown);
-        if (!grown) return; /* the load is already marked failed; the engine still sees a short list */
+        if (!grown)
+            return; /* the load is already marked failed; the engine still sees a short list */
         h->error_blocks = grown;
         h->cap_error_blocks = cap;
     }
@@ -336,8 +368,8 @@ static void add_error_block(kvs_handle *h, uint32_t block) {
 static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
     char hex[33];
     kvs_key_hex(&w->load->key, hex);
-    kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': load of chunk %s failed: %s", w->req->id, hex,
-            why);
+    kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': load of chunk %s failed: %s",
+            w->req->id, hex, why);
     w->failed = 1;
     h->stats.load_errors++;
     uint64_t bt = h->model.block_tokens;
@@ -350,15 +382,16 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
  * against a header that could change under a zero-copy reference. */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256];
-    if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers, h->chunk_tokens,
-                                h->layer_bytes, why, sizeof why) != KVS_OK) {
+    if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+                                h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK) {
         fail_load(h, w, why);
         w->drop = 1;
         return;
     }
     if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
         return fail_load(h, w, "out of memory");
-    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj), h->model.n_layers * sizeof *w->layer_hash);
+    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj),
+           h->model.n_layers * sizeof *w->layer_hash);
     w->object = obj;
 }
 
@@ -376,10 +409,12 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     w->pinned = 1;
     /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
      * slab. */
-    w->ranged = w->req->n_layer_bytes && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
+    w->ranged = w->req->n_layer_bytes && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) &&
+                KVS_HAS_OP(ops, get_range);
     if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !w->ranged) {
         const void *obj = NULL;
-        if (ops->get_ref(state, key, &obj, &len) != KVS_OK) return fail_load(h, w, ops->last_error(state));
+        if (ops->get_ref(state, key, &obj, &len) != KVS_OK)
+            return fail_load(h, w, ops->last_error(state));
         return accept_object(h, w, obj, len);
     }
     if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
@@ -396,7 +431,8 @@ static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
     uint64_t from = kvs_object_payload_offset(h->model.n_layers) + (uint64_t)layer * h->layer_bytes;
     uint64_t got = 0, len = 0;
-    if (ops->get_range(state, &w->load->key, from, h->layer_bytes, (uint8_t *)w->slab + from, &got, &len) != KVS_OK)
+    if (ops->get_range(state, &w->load->key, from, h->layer_bytes, (uint8_t *)w->slab + from, &got,
+                       &len) != KVS_OK)
         return fail_load(h, w, ops->last_error(state));
     if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
 }
@@ -419,21 +455,26 @@ static void fetch_range(kvs_handle *h, kvs_load_work *w) {
 static void fetch_objects(kvs_handle *h) {
     uint64_t cap = kvs_pool_slab_bytes(h->pool);
     for (uint64_t i = 0; i < h->n_loads; i++)
-        if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged) fetch_range(h, &h->loads[i]);
+        if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged)
+            fetch_range(h, &h->loads[i]);
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
         void *state = kvs_tiers_state(h->tiers, t);
         uint64_t n = 0;
         for (uint64_t i = 0; i < h->n_loads; i++)
-            if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged && h->loads[i].tier == (int)t) n++;
+            if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged &&
+                h->loads[i].tier == (int)t)
+                n++;
         if (n == 0) continue;
         int many = (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);
         kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
         void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
-        uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL, *lens = many ? calloc(n, sizeof *lens) : NULL;
+        uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL,
+                 *lens = many ? calloc(n, sizeof *lens) : NULL;
         kvs_status *sts = many ? calloc(n, sizeof *sts) : NULL;
         kvs_load_work **ws = many ? malloc(n * sizeof *ws) : NULL;
-        if (many && (!keys || !dsts || !caps || !lens || !sts || !ws)) many = 0; /* fall back to single gets */
+        if (many && (!keys || !dsts || !caps || !lens || !sts || !ws))
+            many = 0; /* fall back to single gets */
         if (many) {
             uint64_t k = 0;
             for (uint64_t i = 0; i < h->n_loads; i++) {
@@ -447,16 +488,20 @@ static void fetch_objects(kvs_handle *h) {
             if (ops->get_many(state, keys, dsts, caps, n, lens, sts) != KVS_OK)
                 for (uint64_t k2 = 0; k2 < n; k2++) sts[k2] = KVS_EIO;
             for (uint64_t k2 = 0; k2 < n; k2++) {
-                if (sts[k2] == KVS_OK) accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
-                else fail_load(h, ws[k2], ops->last_error(state));
+                if (sts[k2] == KVS_OK)
+                    accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
+                else
+                    fail_load(h, ws[k2], ops->last_error(state));
             }
         } else {
             for (uint64_t i = 0; i < h->n_loads; i++) {
                 kvs_load_work *w = &h->loads[i];
                 if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 uint64_t len = 0;
-                if (ops->get(state, &w->load->key, w->slab, cap, &len) != KVS_OK) fail_load(h, w, ops->last_error(state));
-                else accept_object(h, w, w->slab, len);
+                if (ops->get(state, &w->load->key, w->slab, cap, &len) != KVS_OK)
+                    fail_load(h, w, ops->last_error(state));
+                else
+                    accept_object(h, w, w->slab, len);
             }
         }
         free(keys);
@@ -474,13 +519,17 @@ static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs
     uint8_t *payload = kvs_object_layer((void *)w->object, layer);
     uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
     uint64_t off = (l->first_token - l->chunk_first) * row;
-    *c = (kvs_dev_copy){.block_ids = w->req->block_ids, .n_block_ids = w->req->n_block_ids,
-                        .first_token = l->first_token, .n_tokens = l->n_tokens,
+    *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
+                        .n_block_ids = w->req->n_block_ids,
+                        .first_token = l->first_token,
+                        .n_tokens = l->n_tokens,
                         .k_payload = payload + off,
                         .v_payload = h->shape.has_v ? payload + h->chunk_tokens * row + off : NULL};
 }
 
-static int load_live(const kvs_load_work *w) { return !w->failed && w->object; }
+static int load_live(const kvs_load_work *w) {
+    return !w->failed && w->object;
+}
 
 static void layer_mismatch(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     char why[64];
@@ -502,7 +551,8 @@ static void load_layer_sync(kvs_handle *h, uint32_t layer) {
     kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
     for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer)) continue; /* the engine computes it */
+        if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
+            continue; /* the engine computes it */
         if (w->ranged) {
             fetch_layer(h, w, layer);
             if (!load_live(w)) continue;
@@ -526,8 +576,10 @@ static void load_layer_sync(kvs_handle *h, uint32_t layer) {
     }
     for (uint64_t i = 0; i < n; i++) {
         kvs_load_work *w = in_copy[i];
-        if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
-        else h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes / h->chunk_tokens;
+        if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
+            layer_mismatch(h, w, layer);
+        else
+            h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes / h->chunk_tokens;
     }
 }
 
@@ -553,8 +605,8 @@ static void load_all_async(kvs_handle *h) {
         if (!load_live(w)) continue;
         for (uint32_t layer = 0; layer < nl; layer++)
             if (kvs_meta_wants_layer(w->req, layer))
-                h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer), h->layer_bytes,
-                                                    &w->layer_hash[nl + layer]};
+                h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer),
+                                                        h->layer_bytes, &w->layer_hash[nl + layer]};
     }
     if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
     h->loads_pending = 1;
@@ -565,14 +617,16 @@ static void finish_loads(kvs_handle *h) {
         kvs_load_work *w = &h->loads[i];
         if (load_live(w)) {
             h->stats.chunks_loaded++;
-            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS) h->stats.tier_chunks_loaded[w->tier]++;
+            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
+                h->stats.tier_chunks_loaded[w->tier]++;
         }
         if (w->pinned) {
             const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
             ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
             w->pinned = 0;
         }
-        if (w->drop) kvs_tiers_remove(h->tiers, &w->load->key); /* a bad object is a miss from now on */
+        if (w->drop)
+            kvs_tiers_remove(h->tiers, &w->load->key); /* a bad object is a miss from now on */
         w->drop = 0;
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
@@ -599,7 +653,9 @@ static void complete_async_loads(kvs_handle *h) {
                 wanted++;
                 if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
             }
-        if (load_live(w)) h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes * wanted / h->chunk_tokens;
+        if (load_live(w))
+            h->stats.bytes_loaded +=
+                (uint64_t)w->load->n_tokens * h->layer_bytes * wanted / h->chunk_tokens;
     }
     finish_loads(h);
 }
@@ -629,8 +685,11 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
     uint64_t t0 = kvs_now_ns();
     uint64_t max = h->cfg->max_chunks_per_step;
     for (uint64_t i = 0; i < h->n_loads; i++) {
-        if (i < max) open_load(h, &h->loads[i]);
-        else fail_load(h, &h->loads[i], "the step loads more chunks than device.max_chunks_per_step");
+        if (i < max)
+            open_load(h, &h->loads[i]);
+        else
+            fail_load(h, &h->loads[i],
+                      "the step loads more chunks than device.max_chunks_per_step");
     }
     fetch_objects(h);
     h->wstate = WORKER_LOADING;
@@ -645,9 +704,11 @@ kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "wait_layer_load");
     if (st != KVS_OK) return st;
     if (h->wstate != WORKER_LOADING)
-        return kvs_set_error(h, KVS_ESTATE, "wait_layer_load: start_load has not been called for this step");
+        return kvs_set_error(h, KVS_ESTATE,
+                             "wait_layer_load: start_load has not been called for this step");
     if (layer >= h->n_views)
-        return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer, h->n_views);
+        return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer,
+                             h->n_views);
     if (h->dev_info.synchronous) {
         load_layers(h, layer, layer);
         return KVS_OK;
@@ -678,11 +739,13 @@ static int place_save(kvs_handle *h, kvs_save_work *w) {
     if (kvs_tiers_can_reserve(h->tiers)) {
         char why[256];
         void *dst = NULL;
-        if (kvs_tiers_reserve(h->tiers, &w->save->key, h->object_bytes, &dst, &w->ticket, why, sizeof why) == KVS_OK) {
+        if (kvs_tiers_reserve(h->tiers, &w->save->key, h->object_bytes, &dst, &w->ticket, why,
+                              sizeof why) == KVS_OK) {
             w->object = dst;
             return 1;
         }
-        kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s", w->req->id, why);
+        kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s",
+                w->req->id, why);
     }
     if (!(w->slab = kvs_pool_alloc(h->pool))) return 0;
     w->object = w->slab;
@@ -690,8 +753,10 @@ static int place_save(kvs_handle *h, kvs_save_work *w) {
 }
 
 static void release_save(kvs_handle *h, kvs_save_work *w) {
-    if (w->slab) kvs_pool_free(h->pool, w->slab);
-    else if (w->object) kvs_tiers_abort(h->tiers, w->ticket);
+    if (w->slab)
+        kvs_pool_free(h->pool, w->slab);
+    else if (w->object)
+        kvs_tiers_abort(h->tiers, w->ticket);
     w->slab = w->object = NULL;
 }
 
@@ -701,7 +766,8 @@ static void open_saves(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
         if (tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
-            h->stats.saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
+            h->stats
+                .saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
             continue;
         }
         if (placed == h->cfg->max_chunks_per_step || !place_save(h, w)) {
@@ -709,8 +775,8 @@ static void open_saves(kvs_handle *h) {
             continue;
         }
         placed++;
-        kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers, h->chunk_tokens,
-                        h->layer_bytes);
+        kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers,
+                        h->chunk_tokens, h->layer_bytes);
     }
 }
 
@@ -720,9 +786,11 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
     if (h->wstate == WORKER_IDLE)
         return kvs_set_error(h, KVS_ESTATE, "save_layer: no metadata bound (call bind_meta first)");
     if (layer >= h->n_views)
-        return kvs_set_error(h, KVS_EINVAL, "save_layer: layer %u of a %u-layer model", layer, h->n_views);
+        return kvs_set_error(h, KVS_EINVAL, "save_layer: layer %u of a %u-layer model", layer,
+                             h->n_views);
     if (h->layer_saved[layer])
-        return kvs_set_error(h, KVS_ESTATE, "save_layer: layer %u was already saved in this step", layer);
+        return kvs_set_error(h, KVS_ESTATE, "save_layer: layer %u was already saved in this step",
+                             layer);
     int first = 1;
     for (uint32_t l = 0; l < h->n_views; l++) first &= !h->layer_saved[l];
     /* The engine computed this layer, so its loads must have landed (and failed ones be known). */
@@ -736,15 +804,19 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
         kvs_save_work *w = &h->saves[i];
         if (!w->object) continue;
         uint8_t *payload = kvs_object_layer(w->object, layer);
-        h->copies[n] = (kvs_dev_copy){.block_ids = w->req->block_ids, .n_block_ids = w->req->n_block_ids,
-                                      .first_token = w->save->chunk_first, .n_tokens = h->chunk_tokens,
-                                      .k_payload = payload, .v_payload = h->shape.has_v ? payload + part : NULL,
-                                      .hash = h->dev_info.hashes_inline ? &kvs_object_layer_hashes(w->object)[layer]
-                                                                        : NULL};
+        h->copies[n] = (kvs_dev_copy){
+            .block_ids = w->req->block_ids,
+            .n_block_ids = w->req->n_block_ids,
+            .first_token = w->save->chunk_first,
+            .n_tokens = h->chunk_tokens,
+            .k_payload = payload,
+            .v_payload = h->shape.has_v ? payload + part : NULL,
+            .hash = h->dev_info.hashes_inline ? &kvs_object_layer_hashes(w->object)[layer] : NULL};
         owner[n++] = w;
     }
     char why[512] = "";
-    if (n && (st = h->dev->save_layer(h->dev_state, layer, h->copies, n, why, sizeof why)) != KVS_OK) {
+    if (n &&
+        (st = h->dev->save_layer(h->dev_state, layer, h->copies, n, why, sizeof why)) != KVS_OK) {
         h->stats.save_ns += kvs_now_ns() - t0;
         /* These objects will miss a layer, so wait_save drops them. */
         return kvs_set_error(h, st, "save_layer: layer %u: %s", layer, why);
@@ -781,14 +853,16 @@ static kvs_status hash_saves(kvs_handle *h) {
 static void store_save(kvs_handle *h, kvs_save_work *w) {
     kvs_object_seal(w->object);
     char why[256];
-    kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes, why, sizeof why)
-                            : kvs_tiers_commit(h->tiers, &w->save->key, w->ticket, w->object, h->object_bytes,
-                                               why, sizeof why);
+    kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes,
+                                            why, sizeof why)
+                            : kvs_tiers_commit(h->tiers, &w->save->key, w->ticket, w->object,
+                                               h->object_bytes, why, sizeof why);
     if (st == KVS_OK) {
         h->stats.chunks_saved++;
         h->stats.bytes_saved += (uint64_t)h->n_views * h->layer_bytes;
     } else {
-        kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': save not stored: %s", w->req->id, why);
+        kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': save not stored: %s", w->req->id,
+                why);
         h->stats.saves_skipped++;
     }
     if (w->slab) kvs_pool_free(h->pool, w->slab);
@@ -828,10 +902,12 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
 kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "load_error_blocks");
     if (st != KVS_OK) return st;
-    if (!n || (cap && !out)) return kvs_set_error(h, KVS_EINVAL, "load_error_blocks: out or n is NULL");
+    if (!n || (cap && !out))
+        return kvs_set_error(h, KVS_EINVAL, "load_error_blocks: out or n is NULL");
     *n = h->n_error_blocks;
     if (cap < h->n_error_blocks)
-        return kvs_set_error(h, KVS_EOVERFLOW, "load_error_blocks: %llu blocks failed, buffer holds %llu",
+        return kvs_set_error(h, KVS_EOVERFLOW,
+                             "load_error_blocks: %llu blocks failed, buffer holds %llu",
                              (unsigned long long)h->n_error_blocks, (unsigned long long)cap);
     if (h->n_error_blocks) memcpy(out, h->error_blocks, h->n_error_blocks * sizeof *out);
     return KVS_OK;

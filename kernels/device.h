@@ -31,9 +31,9 @@
 extern "C" {
 #endif
 
-#define KVS_DEVICE_ABI_VERSION 1
+#define KVS_DEVICE_ABI_VERSION  1
 #define KVS_DEVICE_ENTRY_SYMBOL "kvs_device_entry"
-#define KVS_DEVICE_CUDA_MODULE "libkvstrata-cuda.so.1"
+#define KVS_DEVICE_CUDA_MODULE  "libkvstrata-cuda.so.1"
 
 /* One request's token range of one layer: rows [first_token, first_token + n_tokens) of the
  * request's block table, and where their payload rows are. The payload holds, for K and for V,
@@ -68,20 +68,20 @@ typedef struct kvs_device_init {
     uint32_t max_tokens_per_layer; /* upper bound of the summed n_tokens of one layer's copies */
     uint32_t max_copies_per_layer; /* upper bound of n in one load_layer / save_layer call */
     kvs_dev_copy_method method;
-    int log_level;                 /* KVS_LOG_* threshold for the module's own messages */
-    int host_deferred;             /* host device only: behave like an asynchronous device (copies
+    int log_level;     /* KVS_LOG_* threshold for the module's own messages */
+    int host_deferred; /* host device only: behave like an asynchronous device (copies
                                     * run at wait_layer / sync, no inline checksums) so the
                                     * connector's CUDA ordering logic runs without a GPU */
 } kvs_device_init;
 
 /* What open measured or chose, for stats and logs. */
 typedef struct kvs_device_info {
-    char name[128];        /* "host" or "cuda:0 NVIDIA H100 80GB HBM3" */
-    int load_uses_dma;     /* the chosen method per direction */
+    char name[128];    /* "host" or "cuda:0 NVIDIA H100 80GB HBM3" */
+    int load_uses_dma; /* the chosen method per direction */
     int save_uses_dma;
-    uint64_t run_bytes;    /* contiguous bytes per page run of the layout (0: none) */
-    int hashes_inline;     /* fills kvs_dev_copy.hash (the host device) */
-    int synchronous;       /* copies are done when the call returns (the host device) */
+    uint64_t run_bytes; /* contiguous bytes per page run of the layout (0: none) */
+    int hashes_inline;  /* fills kvs_dev_copy.hash (the host device) */
+    int synchronous;    /* copies are done when the call returns (the host device) */
 } kvs_device_info;
 
 typedef struct kvs_device_ops {

@@ -14,8 +14,9 @@
 
 /* --- layouts (LP64): appending a field adds a line and changes only its struct's size ------------- */
 
-#define AT(T, field, offset, size)                                                                      \
-    _Static_assert(offsetof(T, field) == (offset) && sizeof(((T *)0)->field) == (size), #T "." #field)
+#define AT(T, field, offset, size)                                                      \
+    _Static_assert(offsetof(T, field) == (offset) && sizeof(((T *)0)->field) == (size), \
+                   #T "." #field)
 #define SIZE(T, size) _Static_assert(sizeof(T) == (size), "sizeof " #T)
 
 _Static_assert(sizeof(kvs_status) == 4, "kvs_status");
@@ -138,7 +139,7 @@ AT(kvs_api, save_layer, 120, 8);
 AT(kvs_api, wait_save, 128, 8);
 AT(kvs_api, get_finished, 136, 8);
 AT(kvs_api, load_error_blocks, 144, 8);
-AT(kvs_api, stats, 152, 8); /* end of 1.0 */
+AT(kvs_api, stats, 152, 8);         /* end of 1.0 */
 AT(kvs_api, set_stream, 160, 8);    /* 1.1 */
 AT(kvs_api, set_plan_caps, 168, 8); /* 1.3 */
 AT(kvs_api, plan, 176, 8);
@@ -219,21 +220,33 @@ static void setup(void) {
     ck_assert_uint_ge(api->struct_size, offsetof(kvs_api, set_stages) + sizeof api->set_stages);
 }
 
-static void teardown(void) { dlclose(lib); }
+static void teardown(void) {
+    dlclose(lib);
+}
 
 static kvs_model_desc model(void) {
-    return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc), .model_id = "abi-model",
-                            .dtype = KVS_DTYPE_FP16, .n_layers = LAYERS, .n_kv_heads = HEADS,
-                            .head_dim = HEAD_DIM, .block_tokens = BT, .tp_size = 1, .vocab_size = 1000};
+    return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc),
+                            .model_id = "abi-model",
+                            .dtype = KVS_DTYPE_FP16,
+                            .n_layers = LAYERS,
+                            .n_kv_heads = HEADS,
+                            .head_dim = HEAD_DIM,
+                            .block_tokens = BT,
+                            .tp_size = 1,
+                            .vocab_size = 1000};
 }
 
 /* open with params and model given as raw bytes of the sizes a caller may have been built with */
-static kvs_status open_sized(uint32_t params_size, const void *model_bytes, kvs_handle **h, char *err) {
+static kvs_status open_sized(uint32_t params_size, const void *model_bytes, kvs_handle **h,
+                             char *err) {
     unsigned char params[64] = {0};
-    kvs_open_params p = {.struct_size = params_size, .role = KVS_ROLE_BOTH, .config_path = NULL,
+    kvs_open_params p = {.struct_size = params_size,
+                         .role = KVS_ROLE_BOTH,
+                         .config_path = NULL,
                          .model = model_bytes};
     memcpy(params, &p, sizeof p);
-    memset(params + sizeof p, 0x5a, sizeof params - sizeof p); /* a newer engine's fields we do not know */
+    memset(params + sizeof p, 0x5a,
+           sizeof params - sizeof p); /* a newer engine's fields we do not know */
     return api->open((const kvs_open_params *)params, h, err, 512);
 }
 
@@ -297,11 +310,15 @@ typedef struct future_view {
 static void future_views(future_view *views, unsigned char *pages) {
     for (int l = 0; l < LAYERS; l++) {
         unsigned char *base = pages + (size_t)l * LAYER_BYTES;
-        views[l] = (future_view){
-            .v = {.struct_size = sizeof(future_view), .device_kind = KVS_DEVICE_HOST, .n_blocks = BLOCKS,
-                  .k_base = base, .v_base = base + LAYER_BYTES / 2, .block_stride = BT * TOKEN_BYTES,
-                  .token_stride = TOKEN_BYTES, .head_stride = HEAD_DIM * 2},
-            .appended = 0xdeadbeefull};
+        views[l] = (future_view){.v = {.struct_size = sizeof(future_view),
+                                       .device_kind = KVS_DEVICE_HOST,
+                                       .n_blocks = BLOCKS,
+                                       .k_base = base,
+                                       .v_base = base + LAYER_BYTES / 2,
+                                       .block_stride = BT * TOKEN_BYTES,
+                                       .token_stride = TOKEN_BYTES,
+                                       .head_stride = HEAD_DIM * 2},
+                                 .appended = 0xdeadbeefull};
     }
 }
 
@@ -324,7 +341,8 @@ START_TEST(a_newer_engine_s_larger_structs_are_accepted_and_views_step_by_their_
     uint32_t blocks[BLOCKS + 1];
     for (int i = 0; i <= CHUNK; i++) tokens[i] = i * 3 % 1000;
     for (uint32_t b = 0; b <= BLOCKS; b++) blocks[b] = b % BLOCKS;
-    for (size_t i = 0; i < (size_t)LAYERS * LAYER_BYTES; i++) pages[i] = (unsigned char)(i * 13 + i / 4099);
+    for (size_t i = 0; i < (size_t)LAYERS * LAYER_BYTES; i++)
+        pages[i] = (unsigned char)(i * 13 + i / 4099);
     kvs_step_request s = {"w", tokens, CHUNK, blocks, BLOCKS, 0, CHUNK};
     unsigned char meta[8192];
     uint64_t len = 0;
@@ -346,17 +364,22 @@ START_TEST(a_newer_engine_s_larger_structs_are_accepted_and_views_step_by_their_
     ck_assert_int_eq(api->start_load(h), KVS_OK);
     for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(h, l), KVS_OK);
     ck_assert_int_eq(api->wait_save(h), KVS_OK);
-    ck_assert_mem_eq(pages, want, (size_t)LAYERS * LAYER_BYTES); /* every byte of both layers back */
+    ck_assert_mem_eq(pages, want,
+                     (size_t)LAYERS * LAYER_BYTES); /* every byte of both layers back */
     /* a larger stage description is read up to what this library knows */
     unsigned char stage_bytes[sizeof(kvs_stage_desc) + 8] = {0};
-    kvs_stage_desc d = {.struct_size = sizeof stage_bytes, .n_stages = 2, .n_kv_layers = 3, .boundary_layers = 1,
+    kvs_stage_desc d = {.struct_size = sizeof stage_bytes,
+                        .n_stages = 2,
+                        .n_kv_layers = 3,
+                        .boundary_layers = 1,
                         .first_layer = {0, 1}};
     memcpy(stage_bytes, &d, sizeof d);
     api->close(h);
     m.n_layers = 4;
     memcpy(bytes, &m, sizeof m);
     ck_assert_int_eq(open_sized(sizeof(kvs_open_params), bytes, &h, err), KVS_OK);
-    ck_assert_msg(api->set_stages(h, (const kvs_stage_desc *)stage_bytes) == KVS_OK, "%s", api->last_error(h));
+    ck_assert_msg(api->set_stages(h, (const kvs_stage_desc *)stage_bytes) == KVS_OK, "%s",
+                  api->last_error(h));
     api->close(h);
     free(want);
     free(pages);
@@ -395,13 +418,15 @@ START_TEST(outbound_structs_are_written_no_further_than_their_struct_size) {
     ck_assert_int_eq(api->stats(h, &st.s), KVS_OK);
     ck_assert_uint_eq(st.s.struct_size, KVS_STATS_SIZE_1_0);
     ck_assert_uint_eq(st.s.lookups, 0);
-    for (size_t i = KVS_STATS_SIZE_1_0; i < sizeof st.bytes; i++) ck_assert_uint_eq(st.bytes[i], 0xab);
+    for (size_t i = KVS_STATS_SIZE_1_0; i < sizeof st.bytes; i++)
+        ck_assert_uint_eq(st.bytes[i], 0xab);
     memset(&st, 0xab, sizeof st);
     st.s.struct_size = sizeof st.bytes; /* a newer engine: this library writes what it has */
     ck_assert_int_eq(api->stats(h, &st.s), KVS_OK);
     ck_assert_uint_eq(st.s.struct_size, sizeof(kvs_stats));
     ck_assert_uint_eq(st.s.n_tiers, 1);
-    for (size_t i = sizeof(kvs_stats); i < sizeof st.bytes; i++) ck_assert_uint_eq(st.bytes[i], 0xab);
+    for (size_t i = sizeof(kvs_stats); i < sizeof st.bytes; i++)
+        ck_assert_uint_eq(st.bytes[i], 0xab);
     union {
         kvs_lookup_result r;
         unsigned char bytes[sizeof(kvs_lookup_result) + 16];
@@ -412,7 +437,8 @@ START_TEST(outbound_structs_are_written_no_further_than_their_struct_size) {
     ck_assert_int_eq(api->lookup(h, "r", tokens, 4, 0, &lr.r), KVS_OK);
     ck_assert_uint_eq(lr.r.n_hit_tokens, 0);
     ck_assert_uint_eq(lr.r.struct_size, sizeof(kvs_lookup_result));
-    for (size_t i = sizeof(kvs_lookup_result); i < sizeof lr.bytes; i++) ck_assert_uint_eq(lr.bytes[i], 0xab);
+    for (size_t i = sizeof(kvs_lookup_result); i < sizeof lr.bytes; i++)
+        ck_assert_uint_eq(lr.bytes[i], 0xab);
     api->close(h);
 }
 END_TEST
@@ -423,7 +449,8 @@ START_TEST(a_plugin_finds_what_an_older_table_offers_with_the_public_macros) {
     memset(&ops, 0, sizeof ops);
     ops.struct_size = (uint32_t)offsetof(kvs_backend_ops, reserve); /* a 1.0 table */
     ops.put = (kvs_status(*)(void *, const kvs_key *, const void *, uint64_t))1;
-    ops.reserve = (kvs_status(*)(void *, const kvs_key *, uint64_t, void **, uint64_t *))1; /* past its size */
+    ops.reserve = (kvs_status(*)(void *, const kvs_key *, uint64_t, void **,
+                                 uint64_t *))1; /* past its size */
     ck_assert(KVS_HAS_OP(&ops, put));
     ck_assert(!KVS_HAS_OP(&ops, reserve));
     ck_assert(!KVS_HAS_OP(&ops, get_ref)); /* inside, but NULL */

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "kvstrata_backend.h"
 #include "kvstrata.h"
+#include "kvstrata_backend.h"
 #include "test_support.h"
 
 #ifndef KVS_SOURCE_DIR
@@ -117,8 +117,9 @@ END_TEST
 
 /* kvstrata-node's section: values as stated, the key file resolved against the file's directory. */
 START_TEST(the_node_section_parses_for_kvstrata_node) {
-    kvs_config *cfg = load_ok("node:\n  listen: 10.0.0.7:13337\n  psk_file: keys/node.key\n  max_clients: 9\n"
-                              "  timeout_ms: 1234\n  max_object_bytes: 8MiB\n" ONE_TIER);
+    kvs_config *cfg =
+        load_ok("node:\n  listen: 10.0.0.7:13337\n  psk_file: keys/node.key\n  max_clients: 9\n"
+                "  timeout_ms: 1234\n  max_object_bytes: 8MiB\n" ONE_TIER);
     ck_assert_str_eq(cfg->node.listen, "10.0.0.7:13337");
     const char *slash = strrchr(last_path, '/');
     ck_assert_ptr_nonnull(slash);
@@ -133,21 +134,24 @@ START_TEST(the_node_section_parses_for_kvstrata_node) {
     ck_assert_str_eq(cfg->node.listen, "");
     ck_assert_uint_eq(cfg->node.max_clients, 0);
     kvs_config_free(cfg);
-    expect_refused("node:\n  listen: 10.0.0.7\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:2:11: key 'node.listen'",
-                   "expected HOST:PORT");
-    expect_refused("node:\n  listen: 10.0.0.7:70000\n" ONE_TIER, KVS_ECONFIG, "key 'node.listen'", "HOST:PORT");
+    expect_refused("node:\n  listen: 10.0.0.7\n" ONE_TIER, KVS_ECONFIG,
+                   "cfg.yaml:2:11: key 'node.listen'", "expected HOST:PORT");
+    expect_refused("node:\n  listen: 10.0.0.7:70000\n" ONE_TIER, KVS_ECONFIG, "key 'node.listen'",
+                   "HOST:PORT");
     expect_refused("node:\n  timeout_ms: 0\n" ONE_TIER, KVS_ECONFIG, "key 'node.timeout_ms'", "");
     expect_refused("node:\n  port: 1\n" ONE_TIER, KVS_ECONFIG, "key 'node.port': unknown key",
                    "valid keys: listen, psk_file, max_clients, timeout_ms, max_object_bytes");
 }
 END_TEST
 
-
 /* cfg.yaml with `restore:` beside a profile.yaml holding profile_text (NULL: no profile file). */
-static kvs_status load_with_profile(const char *profile_text, const char *restore, kvs_config **cfg) {
+static kvs_status load_with_profile(const char *profile_text, const char *restore,
+                                    kvs_config **cfg) {
     char dir[512], path[1024], text[2048];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
-    if (profile_text) ck_assert_int_eq(kvs_test_write_file(dir, "profile.yaml", profile_text, path, sizeof path), 0);
+    if (profile_text)
+        ck_assert_int_eq(kvs_test_write_file(dir, "profile.yaml", profile_text, path, sizeof path),
+                         0);
     snprintf(text, sizeof text, "restore:\n%s" ONE_TIER, restore);
     ck_assert_int_eq(kvs_test_write_file(dir, "cfg.yaml", text, last_path, sizeof last_path), 0);
     err[0] = '\0';
@@ -157,13 +161,15 @@ static kvs_status load_with_profile(const char *profile_text, const char *restor
     return st;
 }
 
-#define PROFILE_OK "compute:\n  fixed_us: 50\n  per_token_us: 2.5\n  attention_ns_per_token2: 0.125\n" \
-                   "tiers:\n  - name: dram\n    latency_us: 20\n    bandwidth_mb_s: 1500\n"
+#define PROFILE_OK                                                                      \
+    "compute:\n  fixed_us: 50\n  per_token_us: 2.5\n  attention_ns_per_token2: 0.125\n" \
+    "tiers:\n  - name: dram\n    latency_us: 20\n    bandwidth_mb_s: 1500\n"
 #define CACHEFLOW "  scheduler: cacheflow\n  profile: profile.yaml\n"
 
 START_TEST(the_restore_section_reads_its_profile) {
     kvs_config *cfg;
-    ck_assert_msg(load_with_profile(PROFILE_OK, CACHEFLOW "  priority: mean\n", &cfg) == KVS_OK, "%s", err);
+    ck_assert_msg(load_with_profile(PROFILE_OK, CACHEFLOW "  priority: mean\n", &cfg) == KVS_OK,
+                  "%s", err);
     ck_assert_int_eq(cfg->restore.scheduler, KVS_RESTORE_CACHEFLOW);
     ck_assert_int_eq(cfg->restore.priority, 2);
     ck_assert_ptr_nonnull(strstr(cfg->restore.profile, "/profile.yaml"));
@@ -190,22 +196,35 @@ START_TEST(restore_errors_name_the_file_and_key) {
     ck_assert_msg(strstr(err, "key 'restore.profile'") && strstr(err, "cannot open"), "%s", err);
     ck_assert_int_eq(load_with_profile(PROFILE_OK, "  scheduler: magic\n", &cfg), KVS_ECONFIG);
     ck_assert_msg(strstr(err, "none, cacheflow"), "%s", err);
-    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: x\n  attention_ns_per_token2: 0\n"
-                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
-                                       CACHEFLOW, &cfg), KVS_ECONFIG);
-    ck_assert_msg(strstr(err, "profile.yaml:3:17: key 'compute.per_token_us'") && strstr(err, "expected a number"),
+    ck_assert_int_eq(
+        load_with_profile(
+            "compute:\n  fixed_us: 1\n  per_token_us: x\n  attention_ns_per_token2: 0\n"
+            "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
+            CACHEFLOW, &cfg),
+        KVS_ECONFIG);
+    ck_assert_msg(strstr(err, "profile.yaml:3:17: key 'compute.per_token_us'") &&
+                      strstr(err, "expected a number"),
                   "%s", err);
-    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
-                                       "tiers:\n  - {name: dram, latency_us: 0}\n",
-                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_int_eq(
+        load_with_profile(
+            "compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
+            "tiers:\n  - {name: dram, latency_us: 0}\n",
+            CACHEFLOW, &cfg),
+        KVS_ECONFIG);
     ck_assert_msg(strstr(err, "tiers[0].bandwidth_mb_s"), "%s", err);
-    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 0\n  per_token_us: 0\n  attention_ns_per_token2: 0\n"
-                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
-                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_int_eq(
+        load_with_profile(
+            "compute:\n  fixed_us: 0\n  per_token_us: 0\n  attention_ns_per_token2: 0\n"
+            "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 1}\n",
+            CACHEFLOW, &cfg),
+        KVS_ECONFIG);
     ck_assert_msg(strstr(err, "recomputing would look free"), "%s", err);
-    ck_assert_int_eq(load_with_profile("compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
-                                       "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 0}\n",
-                                       CACHEFLOW, &cfg), KVS_ECONFIG);
+    ck_assert_int_eq(
+        load_with_profile(
+            "compute:\n  fixed_us: 1\n  per_token_us: 1\n  attention_ns_per_token2: 0\n"
+            "tiers:\n  - {name: dram, latency_us: 0, bandwidth_mb_s: 0}\n",
+            CACHEFLOW, &cfg),
+        KVS_ECONFIG);
     ck_assert_msg(strstr(err, "out of range"), "%s", err);
 }
 END_TEST
@@ -250,7 +269,7 @@ START_TEST(booleans_accept_true_false_yes_no_on_off) {
     static const struct {
         const char *text;
         int value;
-    } cases[] = {{"true", 1}, {"false", 0}, {"yes", 1}, {"no", 0},
+    } cases[] = {{"true", 1}, {"false", 0}, {"yes", 1},  {"no", 0},
                  {"on", 1},   {"off", 0},   {"True", 1}, {"OFF", 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[256];
@@ -315,10 +334,30 @@ END_TEST
 
 START_TEST(sizes_refuse_negative_overflow_unknown_units_and_empty) {
     static const char *const bad[] = {
-        "",      "-1GiB",     "-0",    "1gib",    "1Gb",     "1 GiBs", "1kB",
-        "1GiB ", " 1GiB",     "GiB",   "1.",      ".5GiB",   "1.5",    "1.1GiB",
-        "1e9",   "0x10",      "1,000", "1.5.2MB", "1\tGiB", "+1GiB", "18446744073709551616",
-        "16777216TiB", "99999999999999999999999999 B", "0.0000000000000000001B",
+        "",
+        "-1GiB",
+        "-0",
+        "1gib",
+        "1Gb",
+        "1 GiBs",
+        "1kB",
+        "1GiB ",
+        " 1GiB",
+        "GiB",
+        "1.",
+        ".5GiB",
+        "1.5",
+        "1.1GiB",
+        "1e9",
+        "0x10",
+        "1,000",
+        "1.5.2MB",
+        "1\tGiB",
+        "+1GiB",
+        "18446744073709551616",
+        "16777216TiB",
+        "99999999999999999999999999 B",
+        "0.0000000000000000001B",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t bytes = 12345;
@@ -432,8 +471,8 @@ START_TEST(nested_option_value_is_a_type_error) {
 END_TEST
 
 START_TEST(top_level_that_is_not_a_mapping_is_a_type_error) {
-    expect_refused("- a\n- b\n", KVS_ECONFIG, "cfg.yaml:1:1: ",
-                   "expected a mapping at the top level, found a sequence");
+    expect_refused("- a\n- b\n", KVS_ECONFIG,
+                   "cfg.yaml:1:1: ", "expected a mapping at the top level, found a sequence");
 }
 END_TEST
 
@@ -469,8 +508,9 @@ START_TEST(zero_sizes_are_refused) {
 END_TEST
 
 START_TEST(device_section_parses_and_refuses_bad_values) {
-    kvs_config *cfg = load_ok("device:\n  copy_method: dma\n  hash_threads: 8\n  max_chunks_per_step: 64\n"
-                              "  host_copies: deferred\n" ONE_TIER);
+    kvs_config *cfg =
+        load_ok("device:\n  copy_method: dma\n  hash_threads: 8\n  max_chunks_per_step: 64\n"
+                "  host_copies: deferred\n" ONE_TIER);
     ck_assert_int_eq(cfg->copy_method, 2);
     ck_assert_uint_eq(cfg->hash_threads, 8);
     ck_assert_uint_eq(cfg->max_chunks_per_step, 64);
@@ -480,15 +520,17 @@ START_TEST(device_section_parses_and_refuses_bad_values) {
                    "cfg.yaml:2:16: key 'device.copy_method'", "auto, kernel, dma");
     expect_refused("device:\n  hash_threads: 0\n" ONE_TIER, KVS_ECONFIG,
                    "key 'device.hash_threads'", NULL);
-    expect_refused("device:\n  streams: 2\n" ONE_TIER, KVS_ECONFIG, "key 'device.streams': unknown key",
+    expect_refused("device:\n  streams: 2\n" ONE_TIER, KVS_ECONFIG,
+                   "key 'device.streams': unknown key",
                    "copy_method, hash_threads, max_chunks_per_step, host_copies");
 }
 END_TEST
 
 START_TEST(ssd_tier_paths_become_path_options_before_the_others) {
-    kvs_config *cfg = load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
-                              "  - name: ssd\n    type: ssd\n    capacity: 64GiB\n"
-                              "    paths: [/mnt/a, rel/b]\n    options:\n      stripe_bytes: 1MiB\n");
+    kvs_config *cfg =
+        load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
+                "  - name: ssd\n    type: ssd\n    capacity: 64GiB\n"
+                "    paths: [/mnt/a, rel/b]\n    options:\n      stripe_bytes: 1MiB\n");
     const kvs_tier_config *t = &cfg->tiers[1];
     ck_assert_str_eq(t->type, "ssd");
     ck_assert_uint_eq(t->n_options, 3);
@@ -502,20 +544,23 @@ START_TEST(ssd_tier_paths_become_path_options_before_the_others) {
                    "key 'tiers[0].paths'", "one directory per SSD");
     expect_refused("tiers:\n  - name: s\n    type: ssd\n    paths: [/a]\n", KVS_ECONFIG,
                    "key 'tiers[0].capacity'", NULL);
-    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: []\n", KVS_ECONFIG,
-                   "key 'tiers[0].paths'", "non-empty sequence");
-    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a, /a]\n", KVS_ECONFIG,
-                   "key 'tiers[0].paths[1]'", "listed twice");
-    expect_refused(ONE_TIER "    paths: [/a]\n", KVS_ECONFIG, "key 'tiers[0].paths'", "only a tier of type ssd");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: []\n",
+                   KVS_ECONFIG, "key 'tiers[0].paths'", "non-empty sequence");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a, /a]\n",
+                   KVS_ECONFIG, "key 'tiers[0].paths[1]'", "listed twice");
+    expect_refused(ONE_TIER "    paths: [/a]\n", KVS_ECONFIG, "key 'tiers[0].paths'",
+                   "only a tier of type ssd");
     expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a]\n"
-                   "    options:\n      path: /b\n", KVS_ECONFIG, "key 'tiers[0].options.path'", "paths:");
+                   "    options:\n      path: /b\n",
+                   KVS_ECONFIG, "key 'tiers[0].options.path'", "paths:");
 }
 END_TEST
 
 START_TEST(remote_tier_nodes_become_node_options_before_the_others) {
-    kvs_config *cfg = load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
-                              "  - name: far\n    type: remote\n"
-                              "    nodes: [10.0.0.7:13337, \"node-b:13337\"]\n    options:\n      tenant: a\n");
+    kvs_config *cfg =
+        load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
+                "  - name: far\n    type: remote\n"
+                "    nodes: [10.0.0.7:13337, \"node-b:13337\"]\n    options:\n      tenant: a\n");
     const kvs_tier_config *t = &cfg->tiers[1];
     ck_assert_str_eq(t->type, "remote");
     ck_assert_uint_eq(t->n_options, 3);
@@ -527,17 +572,20 @@ START_TEST(remote_tier_nodes_become_node_options_before_the_others) {
     kvs_config_free(cfg);
     expect_refused("tiers:\n  - name: r\n    type: remote\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
                    "host:port of each kvstrata-node");
-    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: []\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
-                   "non-empty sequence");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: []\n", KVS_ECONFIG,
+                   "key 'tiers[0].nodes'", "non-empty sequence");
     expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1, a:1]\n", KVS_ECONFIG,
                    "key 'tiers[0].nodes[1]'", "listed twice");
-    expect_refused(ONE_TIER "    nodes: [a:1]\n", KVS_ECONFIG, "key 'tiers[0].nodes'", "only a tier of type remote");
-    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a]\n    nodes: [a:1]\n",
+    expect_refused(ONE_TIER "    nodes: [a:1]\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
+                   "only a tier of type remote");
+    expect_refused("tiers:\n  - name: s\n    type: ssd\n    capacity: 1GiB\n    paths: [/a]\n    "
+                   "nodes: [a:1]\n",
                    KVS_ECONFIG, "key 'tiers[0].nodes'", "only a tier of type remote");
-    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    paths: [/a]\n", KVS_ECONFIG,
-                   "key 'tiers[0].paths'", "only a tier of type ssd");
-    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    options:\n      node: b:2\n",
-                   KVS_ECONFIG, "key 'tiers[0].options.node'", "nodes:");
+    expect_refused("tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    paths: [/a]\n",
+                   KVS_ECONFIG, "key 'tiers[0].paths'", "only a tier of type ssd");
+    expect_refused(
+        "tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n    options:\n      node: b:2\n",
+        KVS_ECONFIG, "key 'tiers[0].options.node'", "nodes:");
 }
 END_TEST
 
@@ -605,7 +653,8 @@ START_TEST(bad_enum_values_list_the_choices) {
     expect_refused("log_level: verbose\n" ONE_TIER, KVS_ECONFIG, "cfg.yaml:1:12: key 'log_level'",
                    "bad value 'verbose' (expected one of error, warn, info, debug)");
     expect_refused("tiers:\n  - name: x\n    type: nvme\n", KVS_ECONFIG,
-                   "cfg.yaml:3:11: key 'tiers[0].type'", "expected one of dram, plugin, remote, ssd");
+                   "cfg.yaml:3:11: key 'tiers[0].type'",
+                   "expected one of dram, plugin, remote, ssd");
     expect_refused(ONE_TIER "    write: sideways\n", KVS_ECONFIG,
                    "cfg.yaml:5:12: key 'tiers[0].write'", "expected one of back, through");
 }
@@ -702,13 +751,14 @@ END_TEST
 START_TEST(relative_psk_file_of_a_remote_tier_resolves_against_the_file_directory) {
     char dir[512], path[1024], want[2048];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
-    ck_assert_int_eq(kvs_test_write_file(dir, "cfg.yaml",
-                                         "tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n"
-                                         "    options:\n      tenant: t\n      psk_file: keys/node.key\n"
-                                         "  - name: s\n    type: remote\n    nodes: [b:1]\n"
-                                         "    options:\n      psk_file: /etc/node.key\n",
-                                         path, sizeof path),
-                     0);
+    ck_assert_int_eq(
+        kvs_test_write_file(dir, "cfg.yaml",
+                            "tiers:\n  - name: r\n    type: remote\n    nodes: [a:1]\n"
+                            "    options:\n      tenant: t\n      psk_file: keys/node.key\n"
+                            "  - name: s\n    type: remote\n    nodes: [b:1]\n"
+                            "    options:\n      psk_file: /etc/node.key\n",
+                            path, sizeof path),
+        0);
     char *real_dir = realpath(dir, NULL);
     ck_assert_ptr_nonnull(real_dir);
     snprintf(want, sizeof want, "%s/keys/node.key", real_dir);
@@ -732,9 +782,9 @@ END_TEST
 START_TEST(parse_string_resolves_plugins_against_the_name_directory_or_keeps_them) {
     static const char text[] = "tiers:\n  - name: p\n    type: plugin\n    plugin: lib/p.so\n";
     kvs_config *cfg = &not_set;
-    ck_assert_int_eq(kvs_config_parse_string(text, strlen(text), "/etc/kvs/node.yaml", &cfg, err,
-                                             sizeof err),
-                     KVS_OK);
+    ck_assert_int_eq(
+        kvs_config_parse_string(text, strlen(text), "/etc/kvs/node.yaml", &cfg, err, sizeof err),
+        KVS_OK);
     ck_assert_str_eq(cfg->source, "/etc/kvs/node.yaml");
     /* /etc/kvs need not exist: the directory is then used as written. */
     ck_assert_str_eq(cfg->tiers[0].plugin, "/etc/kvs/lib/p.so");
@@ -819,7 +869,7 @@ END_TEST
 /* Every prefix and many one-byte changes of a valid file: each is accepted or refused cleanly (ASan
  * and LeakSanitizer watch for the rest), and *out is NULL exactly when the status is not OK. */
 START_TEST(truncated_and_mutated_files_never_crash_or_leak) {
-    static const char swaps[] = {':', '-', '[', ']', '{', '&', '*', '!', '\0',
+    static const char swaps[] = {':',  '-', '[', ']',  '{', '&',  '*', '!',    '\0',
                                  '\n', ' ', '"', '\'', '#', '\t', '|', '\xff', '%'};
     size_t len = strlen(FULL);
     char *text = malloc(len + 1);
@@ -869,13 +919,22 @@ END_TEST
 /* Opening a connector (scheduler role: the tiers, no staging pool) on `text`, written as open.yaml
  * in dir, must fail with KVS_ECONFIG and a message naming the file at `where` ("L:C: key '...'")
  * and holding `what`. */
-static void expect_open_refused(const char *dir, const char *text, const char *where, const char *what) {
+static void expect_open_refused(const char *dir, const char *text, const char *where,
+                                const char *what) {
     char path[1024], want[1200];
     ck_assert_int_eq(kvs_test_write_file(dir, "open.yaml", text, path, sizeof path), 0);
     const kvs_api *api = kvs_get_api(KVS_ABI_MAJOR);
-    kvs_model_desc m = {.struct_size = sizeof m, .model_id = "m", .dtype = KVS_DTYPE_FP16, .n_layers = 2,
-                        .n_kv_heads = 2, .head_dim = 16, .block_tokens = 16, .tp_size = 1, .vocab_size = 100};
-    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_SCHEDULER, .config_path = path, .model = &m};
+    kvs_model_desc m = {.struct_size = sizeof m,
+                        .model_id = "m",
+                        .dtype = KVS_DTYPE_FP16,
+                        .n_layers = 2,
+                        .n_kv_heads = 2,
+                        .head_dim = 16,
+                        .block_tokens = 16,
+                        .tp_size = 1,
+                        .vocab_size = 100};
+    kvs_open_params p = {
+        .struct_size = sizeof p, .role = KVS_ROLE_SCHEDULER, .config_path = path, .model = &m};
     kvs_handle *h = NULL;
     err[0] = '\0';
     kvs_status st = api->open(&p, &h, err, sizeof err);
@@ -904,10 +963,11 @@ END_TEST
 START_TEST(a_remote_tier_without_psk_file_points_at_its_options) {
     char dir[512];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
-    expect_open_refused(dir,
-                        "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
-                        "      tenant: t\n",
-                        "6:7: key 'tiers[0].options.psk_file'", "needs option psk_file");
+    expect_open_refused(
+        dir,
+        "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
+        "      tenant: t\n",
+        "6:7: key 'tiers[0].options.psk_file'", "needs option psk_file");
     kvs_test_rmtree(dir);
 }
 END_TEST
@@ -915,10 +975,12 @@ END_TEST
 START_TEST(a_psk_file_missing_or_readable_by_others_is_refused_at_its_line) {
     char dir[512], key[1024];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
-    ck_assert_int_eq(kvs_test_write_file(dir, "psk", "0123456789abcdef0123456789abcdef", key, sizeof key), 0);
+    ck_assert_int_eq(
+        kvs_test_write_file(dir, "psk", "0123456789abcdef0123456789abcdef", key, sizeof key), 0);
     ck_assert_int_eq(chmod(key, 0644), 0);
-    static const char text[] = "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
-                               "      tenant: t\n      psk_file: %s\n";
+    static const char text[] =
+        "tiers:\n  - name: r\n    type: remote\n    nodes: [127.0.0.1:9]\n    options:\n"
+        "      tenant: t\n      psk_file: %s\n";
     char yaml[1024];
     snprintf(yaml, sizeof yaml, text, "psk");
     expect_open_refused(dir, yaml, "7:7: key 'tiers[0].options.psk_file'", "group or others");
@@ -946,8 +1008,9 @@ START_TEST(an_ssd_path_that_is_missing_not_a_directory_or_not_writable_names_its
     snprintf(ro, sizeof ro, "%s/ro", dir);
     ck_assert_int_eq(mkdir(a, 0700), 0);
     ck_assert_int_eq(mkdir(ro, 0500), 0);
-    static const char text[] = "tiers:\n  - name: s\n    type: ssd\n    capacity: 64MiB\n    paths:\n"
-                               "      - a\n      - %s\n";
+    static const char text[] =
+        "tiers:\n  - name: s\n    type: ssd\n    capacity: 64MiB\n    paths:\n"
+        "      - a\n      - %s\n";
     snprintf(yaml, sizeof yaml, text, "missing");
     expect_open_refused(dir, yaml, "7:9: key 'tiers[0].paths[1]'", "ENOENT");
     snprintf(yaml, sizeof yaml, text, "plain");
@@ -964,8 +1027,10 @@ END_TEST
 START_TEST(chunk_tokens_not_a_multiple_of_the_block_size_is_refused_at_its_line) {
     char dir[512];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
-    expect_open_refused(dir, "version: 1\nchunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n",
-                        "2:15: key 'chunk_tokens'", "multiple of the engine block size 16");
+    expect_open_refused(
+        dir,
+        "version: 1\nchunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n",
+        "2:15: key 'chunk_tokens'", "multiple of the engine block size 16");
     kvs_test_rmtree(dir);
 }
 END_TEST
@@ -1045,7 +1110,8 @@ static Suite *config_suite(void) {
     tcase_add_test(open, a_remote_tier_without_psk_file_points_at_its_options);
     tcase_add_test(open, a_psk_file_missing_or_readable_by_others_is_refused_at_its_line);
     tcase_add_test(open, a_plugin_path_that_does_not_exist_is_refused_at_its_line);
-    tcase_add_test(open, an_ssd_path_that_is_missing_not_a_directory_or_not_writable_names_its_entry);
+    tcase_add_test(open,
+                   an_ssd_path_that_is_missing_not_a_directory_or_not_writable_names_its_entry);
     tcase_add_test(open, chunk_tokens_not_a_multiple_of_the_block_size_is_refused_at_its_line);
     suite_add_tcase(s, open);
 

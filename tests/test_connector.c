@@ -24,12 +24,13 @@
 #endif
 
 enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 16, BT = 16, CHUNK = 32, BLOCKS = 64 };
-#define HEAD_BYTES (HEAD_DIM * 2)
+#define HEAD_BYTES  (HEAD_DIM * 2)
 #define TOKEN_BYTES (HEADS * HEAD_BYTES)
 
 static const kvs_api *api;
 static char tmpdir[512];
-static int rig_layers = LAYERS; /* registered layers of the rigs a test opens (stage tests add some) */
+static int rig_layers =
+    LAYERS; /* registered layers of the rigs a test opens (stage tests add some) */
 #define RIG_MAX_LAYERS 8
 
 typedef struct rig {
@@ -45,7 +46,9 @@ static void setup(void) {
     ck_assert_int_eq(kvs_test_tmpdir(tmpdir, sizeof tmpdir), 0);
 }
 
-static void teardown(void) { kvs_test_rmtree(tmpdir); }
+static void teardown(void) {
+    kvs_test_rmtree(tmpdir);
+}
 
 static const char *config(const char *name, const char *text) {
     static char path[1024];
@@ -57,16 +60,26 @@ static const char *config(const char *name, const char *text) {
  * one (copies at wait_layer_load / wait_save, checksums on the hash pool): the CUDA ordering path. */
 static const char *device_section(void) {
     const char *mode = getenv("KVS_TEST_HOST_COPIES");
-    return mode && strcmp(mode, "deferred") == 0 ? "device:\n  host_copies: deferred\n  hash_threads: 2\n" : "";
+    return mode && strcmp(mode, "deferred") == 0
+               ? "device:\n  host_copies: deferred\n  hash_threads: 2\n"
+               : "";
 }
 
 static kvs_model_desc model(void) {
-    return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc), .model_id = "test-model",
-                            .dtype = KVS_DTYPE_FP16, .n_layers = (uint32_t)rig_layers, .n_kv_heads = HEADS,
-                            .head_dim = HEAD_DIM, .block_tokens = BT, .tp_size = 1, .vocab_size = 1000};
+    return (kvs_model_desc){.struct_size = sizeof(kvs_model_desc),
+                            .model_id = "test-model",
+                            .dtype = KVS_DTYPE_FP16,
+                            .n_layers = (uint32_t)rig_layers,
+                            .n_kv_heads = HEADS,
+                            .head_dim = HEAD_DIM,
+                            .block_tokens = BT,
+                            .tp_size = 1,
+                            .vocab_size = 1000};
 }
 
-static uint64_t layer_span(void) { return 2ull * BLOCKS * BT * TOKEN_BYTES; }
+static uint64_t layer_span(void) {
+    return 2ull * BLOCKS * BT * TOKEN_BYTES;
+}
 
 static kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
     memset(r, 0, sizeof *r);
@@ -77,10 +90,13 @@ static kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
     r->pages = calloc((size_t)rig_layers, layer_span());
     for (int l = 0; l < rig_layers; l++) {
         uint8_t *base = r->pages + l * layer_span();
-        r->views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view), .device_kind = KVS_DEVICE_HOST,
-                                       .n_blocks = BLOCKS, .k_base = base,
+        r->views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view),
+                                       .device_kind = KVS_DEVICE_HOST,
+                                       .n_blocks = BLOCKS,
+                                       .k_base = base,
                                        .v_base = base + layer_span() / 2,
-                                       .block_stride = BT * TOKEN_BYTES, .token_stride = TOKEN_BYTES,
+                                       .block_stride = BT * TOKEN_BYTES,
+                                       .token_stride = TOKEN_BYTES,
                                        .head_stride = HEAD_BYTES};
     }
     return api->register_kv(r->h, r->views, (uint32_t)rig_layers);
@@ -101,27 +117,31 @@ static uint8_t *kv_at(rig *r, int layer, int kv, const uint32_t *blocks, uint64_
 
 /* What the engine "computed" for a token in layers [l0, l1): a function of the token's value,
  * position, layer and kv. */
-static void write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to,
-                            int l0, int l1) {
+static void write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
+                            uint64_t to, int l0, int l1) {
     for (int l = l0; l < l1; l++)
         for (int kv = 0; kv < 2; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = kv_at(r, l, kv, blocks, t);
-                for (int b = 0; b < TOKEN_BYTES; b++) p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b);
+                for (int b = 0; b < TOKEN_BYTES; b++)
+                    p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b);
             }
 }
 
-static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
+static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
+                     uint64_t to) {
     write_kv_layers(r, blocks, tokens, from, to, 0, rig_layers);
 }
 
-static int kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from, uint64_t to) {
+static int kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
+                      uint64_t to) {
     for (int l = 0; l < rig_layers; l++)
         for (int kv = 0; kv < 2; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = kv_at(r, l, kv, blocks, t);
                 for (int b = 0; b < TOKEN_BYTES; b++)
-                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b)) return 0;
+                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b))
+                        return 0;
             }
     return 1;
 }
@@ -139,14 +159,17 @@ static void worker_step(rig *r, const void *meta, uint64_t len, const uint32_t *
                         const int32_t *tokens, uint64_t compute_from, uint64_t compute_to) {
     ck_assert_int_eq(api->bind_meta(r->h, meta, len), KVS_OK);
     ck_assert_int_eq(api->start_load(r->h), KVS_OK);
-    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++)
+        ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
     write_kv(r, blocks, tokens, compute_from, compute_to);
-    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++)
+        ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
     ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
 }
 
 /* One whole prefill of a request in one step, on a handle of role both: returns the hit tokens. */
-static uint64_t prefill(rig *r, const char *id, const int32_t *tokens, uint64_t n, const uint32_t *blocks) {
+static uint64_t prefill(rig *r, const char *id, const int32_t *tokens, uint64_t n,
+                        const uint32_t *blocks) {
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r->h, id, tokens, n, 0, &res), KVS_OK);
     uint64_t nb = (n + BT - 1) / BT;
@@ -418,9 +441,11 @@ END_TEST
 /* A tier that cannot be written in place (a backend ABI 1.0 plugin) saves through staging slabs. */
 START_TEST(saves_without_staging_memory_are_skipped_and_counted) {
     char text[1024];
-    snprintf(text, sizeof text,
-             "chunk_tokens: 32\npool:\n  staging_bytes: 16KiB\ntiers:\n  - name: mem\n    type: plugin\n"
-             "    plugin: %s/plugin_memory.so\n    options:\n      slots: \"16\"\n", KVS_TEST_LIB_DIR);
+    snprintf(
+        text, sizeof text,
+        "chunk_tokens: 32\npool:\n  staging_bytes: 16KiB\ntiers:\n  - name: mem\n    type: plugin\n"
+        "    plugin: %s/plugin_memory.so\n    options:\n      slots: \"16\"\n",
+        KVS_TEST_LIB_DIR);
     const char *cfg = config("tiny.yaml", text);
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_OK);
@@ -511,7 +536,7 @@ START_TEST(chunks_computed_after_a_failed_load_are_not_stored) {
     uint64_t n = 0;
     uint32_t errs[16];
     ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
-    ck_assert_uint_eq(n, 2); /* chunk 0 = blocks b[0], b[1] */
+    ck_assert_uint_eq(n, 2);      /* chunk 0 = blocks b[0], b[1] */
     ck_assert(!stored(&r, t, 0)); /* corrupt: dropped */
     ck_assert(stored(&r, t, 1));  /* loaded fine, untouched */
     ck_assert(!stored(&r, t, 2)); /* computed on top of the failed chunk */
@@ -539,7 +564,8 @@ static const char *plugin_config(const char *so) {
     static char text[1024];
     snprintf(text, sizeof text,
              "%schunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n    plugin: %s/%s\n"
-             "    options:\n      slots: \"16\"\n", device_section(), KVS_TEST_LIB_DIR, so);
+             "    options:\n      slots: \"16\"\n",
+             device_section(), KVS_TEST_LIB_DIR, so);
     return config("plugin.yaml", text);
 }
 
@@ -560,7 +586,8 @@ END_TEST
 
 START_TEST(a_plugin_of_another_major_is_refused) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")), KVS_EVERSION);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")),
+                     KVS_EVERSION);
     ck_assert_ptr_null(r.h);
     ck_assert_ptr_nonnull(strstr(r.error, "major 2"));
 }
@@ -568,11 +595,13 @@ END_TEST
 
 START_TEST(a_shared_object_that_is_not_a_backend_is_refused) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")), KVS_ECONFIG);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")),
+                     KVS_ECONFIG);
     ck_assert_ptr_nonnull(strstr(r.error, ": key 'tiers[0].plugin': "));
     ck_assert_ptr_nonnull(strstr(r.error, "not a kvstrata backend"));
     char text[1024];
-    snprintf(text, sizeof text, "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", tmpdir);
+    snprintf(text, sizeof text,
+             "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", tmpdir);
     dram_config(4, 100); /* a file that exists and is not a shared object */
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("p.yaml", text)), KVS_ECONFIG);
     ck_assert_ptr_nonnull(strstr(r.error, "p.yaml:4:13: key 'tiers[0].plugin'"));
@@ -587,10 +616,11 @@ START_TEST(saves_a_full_device_drops_after_accepting_them_count_as_skipped) {
     char text[1024], disk[600];
     snprintf(disk, sizeof disk, "%s/disk", tmpdir);
     ck_assert_int_eq(mkdir(disk, 0700), 0);
-    snprintf(text, sizeof text,
-             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: nvme\n    type: ssd\n"
-             "    capacity: 4MiB\n    paths: [%s]\n    options:\n      fault_inject: enospc_after:0\n",
-             device_section(), CHUNK, disk);
+    snprintf(
+        text, sizeof text,
+        "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: nvme\n    type: ssd\n"
+        "    capacity: 4MiB\n    paths: [%s]\n    options:\n      fault_inject: enospc_after:0\n",
+        device_section(), CHUNK, disk);
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config("ssd.yaml", text)), KVS_OK);
     int32_t tokens[128];
     uint32_t a[8];
@@ -634,13 +664,15 @@ END_TEST
 
 START_TEST(a_bad_config_refuses_to_open) {
     rig r;
-    const char *cfg = config("bad.yaml", "chunk_tokens: 32\ntiers:\n  - name: dram\n    type: dram\n"
-                                         "    capacity: 1GiB\n    colour: blue\n");
+    const char *cfg =
+        config("bad.yaml", "chunk_tokens: 32\ntiers:\n  - name: dram\n    type: dram\n"
+                           "    capacity: 1GiB\n    colour: blue\n");
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_ECONFIG);
     ck_assert_ptr_null(r.h);
     ck_assert_ptr_nonnull(strstr(r.error, "bad.yaml:6:5"));
     ck_assert_ptr_nonnull(strstr(r.error, "colour"));
-    cfg = config("chunk.yaml", "chunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n");
+    cfg = config("chunk.yaml",
+                 "chunk_tokens: 40\ntiers:\n  - name: d\n    type: dram\n    capacity: 1MiB\n");
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, cfg), KVS_ECONFIG);
     ck_assert_ptr_nonnull(strstr(r.error, "multiple of the engine block size 16"));
     kvs_model_desc m = model();
@@ -665,9 +697,12 @@ START_TEST(impossible_strides_are_refused) {
     uint8_t *mem = calloc(1, layer_span() * LAYERS);
     kvs_layer_view v[LAYERS];
     for (int l = 0; l < LAYERS; l++)
-        v[l] = (kvs_layer_view){.struct_size = sizeof v[l], .n_blocks = BLOCKS, .k_base = mem + l * layer_span(),
+        v[l] = (kvs_layer_view){.struct_size = sizeof v[l],
+                                .n_blocks = BLOCKS,
+                                .k_base = mem + l * layer_span(),
                                 .v_base = mem + l * layer_span() + layer_span() / 2,
-                                .block_stride = BT * TOKEN_BYTES, .token_stride = HEAD_BYTES, /* overlaps heads */
+                                .block_stride = BT * TOKEN_BYTES,
+                                .token_stride = HEAD_BYTES, /* overlaps heads */
                                 .head_stride = HEAD_BYTES};
     ck_assert_int_eq(api->register_kv(h, v, LAYERS), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(h), "layer 0"));
@@ -808,7 +843,8 @@ START_TEST(every_flipped_bit_of_step_metadata_is_refused) {
             memcpy(bad, meta, len);
             bad[k] ^= (uint8_t)(1u << bit);
             kvs_status st = api->bind_meta(r.h, bad, len);
-            if (st == KVS_OK) ck_abort_msg("a flip of bit %d of byte %llu was bound", bit, (unsigned long long)k);
+            if (st == KVS_OK)
+                ck_abort_msg("a flip of bit %d of byte %llu was bound", bit, (unsigned long long)k);
             ck_assert(st == KVS_ECORRUPT || st == KVS_EINVAL); /* the checksum, or the magic */
         }
     memcpy(bad, meta, len);
@@ -845,7 +881,8 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
         } else {
             bad[(uint64_t)rand_r(&seed) % len] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
         }
-        if (i % 2 && blen > KVS_META_HEADER_BYTES) { /* half of them sealed again: the decoder sees them */
+        if (i % 2 &&
+            blen > KVS_META_HEADER_BYTES) { /* half of them sealed again: the decoder sees them */
             memcpy(bad, KVS_META_MAGIC, 4);
             reseal(bad, blen);
         }
@@ -862,18 +899,24 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     }
     ck_assert_int_gt(refused, 1500);
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
-    const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01}, huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+    const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+                  huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
                   huge_bin[] = {0x95, 0x04, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
-    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)), KVS_EINVAL);
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
+                     KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_map, sizeof huge_map)), KVS_EINVAL);
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_bin, sizeof huge_bin)), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the fingerprint of 4294967040 bytes is over the limit of 16"));
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h),
+                                 "the fingerprint of 4294967040 bytes is over the limit of 16"));
     /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
-    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
-    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
+    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0,    0,    0,   0, 0,
+                                 0,    0,    0,    0,    0,    0,    0,    0,   0, 0,
+                                 0,    0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(
+        strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
     /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
@@ -904,7 +947,8 @@ static const char *shared_config(void) {
     static char text[512];
     snprintf(text, sizeof text,
              "%schunk_tokens: %d\ntiers:\n  - name: dram\n    type: dram\n    capacity: 4MiB\n"
-             "    options:\n      shm_name: kvs-test-%d\n", device_section(), CHUNK, (int)getpid());
+             "    options:\n      shm_name: kvs-test-%d\n",
+             device_section(), CHUNK, (int)getpid());
     return config("shared.yaml", text);
 }
 
@@ -1056,7 +1100,6 @@ START_TEST(threads_sharing_a_tier_restore_exact_kv) {
 }
 END_TEST
 
-
 /* --- restore plans (ABI 1.3, docs/cacheflow.md) ---------------------------------------------------- */
 
 /* A dram config with `restore: cacheflow` and a profile: per_token_us of recompute per token, mb_s of
@@ -1069,10 +1112,11 @@ static const char *restore_config(double per_token_us, double mb_s, const char *
              per_token_us, tier_name, mb_s);
     config("profile.yaml", profile);
     static char text[768];
-    snprintf(text, sizeof text,
-             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\nrestore:\n  scheduler: cacheflow\n"
-             "  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n",
-             device_section(), CHUNK);
+    snprintf(
+        text, sizeof text,
+        "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\nrestore:\n  scheduler: cacheflow\n"
+        "  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n",
+        device_section(), CHUNK);
     return config("restore.yaml", text);
 }
 
@@ -1100,11 +1144,14 @@ static void store_and_plan(rig *r, plan_step *ps) {
     ps->res = (kvs_lookup_result){.struct_size = sizeof ps->res};
     ck_assert_int_eq(api->lookup(r->h, "b", ps->tokens, 257, 0, &ps->res), KVS_OK);
     ck_assert_int_eq(api->on_alloc(r->h, "b", ps->b, 17, ps->res.n_hit_tokens), KVS_OK);
-    ps->st = (kvs_step_request){"b", ps->tokens, 257, ps->b, 17, ps->res.n_hit_tokens, 257 - ps->res.n_hit_tokens};
-    ck_assert_int_eq(api->build_meta(r->h, &ps->st, 1, ps->meta, sizeof ps->meta, &ps->len), KVS_OK);
+    ps->st = (kvs_step_request){
+        "b", ps->tokens, 257, ps->b, 17, ps->res.n_hit_tokens, 257 - ps->res.n_hit_tokens};
+    ck_assert_int_eq(api->build_meta(r->h, &ps->st, 1, ps->meta, sizeof ps->meta, &ps->len),
+                     KVS_OK);
 }
 
-static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded, uint64_t *bytes) {
+static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loaded,
+                                          uint64_t *bytes) {
     ck_assert_int_eq(api->set_plan_caps(r->h, caps), KVS_OK);
     static plan_step ps;
     store_and_plan(r, &ps);
@@ -1122,7 +1169,8 @@ static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loade
         ck_assert_uint_eq(plan.end_token, ps.res.n_hit_tokens);
         ck_assert_uint_le(plan.recompute_tokens, plan.end_token - plan.first_token);
         uint64_t from = plan.first_token, to = plan.first_token + plan.recompute_tokens;
-        if (plan.mode == KVS_PLAN_STAGE) /* each stage its lowest layers (the rig's stages: stage_first) */
+        if (plan.mode ==
+            KVS_PLAN_STAGE) /* each stage its lowest layers (the rig's stages: stage_first) */
             for (uint32_t s = 0; s < plan.n_stages; s++)
                 write_kv_layers(r, ps.b, ps.tokens, from, to, stage_first[s],
                                 stage_first[s] + (int)plan.stage_recompute_layers[s]);
@@ -1131,7 +1179,8 @@ static kvs_restore_plan restore_with_plan(rig *r, uint32_t caps, uint64_t *loade
                             plan.mode == KVS_PLAN_LAYER ? (int)plan.recompute_layers : rig_layers);
     }
     worker_step(r, ps.meta, ps.len, ps.b, ps.tokens, ps.res.n_hit_tokens, 257);
-    ck_assert_msg(kv_matches(r, ps.b, ps.tokens, 0, 257), "restored KV differs (mode %u, recompute %llu)", plan.mode,
+    ck_assert_msg(kv_matches(r, ps.b, ps.tokens, 0, 257),
+                  "restored KV differs (mode %u, recompute %llu)", plan.mode,
                   (unsigned long long)plan.recompute_tokens);
     ck_assert_int_eq(api->stats(r->h, &s1), KVS_OK);
     *loaded = s1.chunks_loaded - s0.chunks_loaded;
@@ -1178,7 +1227,8 @@ START_TEST(plans_follow_the_cost_model_to_either_end) {
     rig r;
     uint64_t loaded = 0, bytes = 0;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(0.001, 0.01, "dram")), KVS_OK);
-    kvs_restore_plan p = restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes); /* a slow tier, cheap compute */
+    kvs_restore_plan p =
+        restore_with_plan(&r, KVS_PLAN_CAP_TOKEN, &loaded, &bytes); /* a slow tier, cheap compute */
     ck_assert_uint_eq(p.mode, KVS_PLAN_RECOMPUTE);
     ck_assert_uint_eq(p.recompute_tokens, 256);
     ck_assert_uint_eq(loaded, 0);
@@ -1209,7 +1259,6 @@ START_TEST(stock_engines_get_prefix_plans_through_lookup) {
     rig_close(&r);
 }
 END_TEST
-
 
 /* Layer plans: the engine computes the lower layers of the whole range, the connector reads and
  * copies only the upper layers of each chunk (get_range on the dram tier). */
@@ -1251,8 +1300,10 @@ START_TEST(plan_caps_and_profiles_are_checked) {
     rig_close(&r);
     /* A profile without the chain's tier refuses to open, naming the tier and the profile. */
     kvs_model_desc m = model();
-    kvs_open_params op = {.struct_size = sizeof op, .role = KVS_ROLE_BOTH,
-                          .config_path = restore_config(10, 25.6, "ssd"), .model = &m};
+    kvs_open_params op = {.struct_size = sizeof op,
+                          .role = KVS_ROLE_BOTH,
+                          .config_path = restore_config(10, 25.6, "ssd"),
+                          .model = &m};
     kvs_handle *h = NULL;
     char err[512];
     ck_assert_int_eq(api->open(&op, &h, err, sizeof err), KVS_ECONFIG);
@@ -1266,7 +1317,10 @@ END_TEST
 static void stage_rig(rig *r, const char *cfg) {
     rig_layers = 5;
     ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, cfg), KVS_OK);
-    kvs_stage_desc d = {.struct_size = sizeof d, .n_stages = 2, .n_kv_layers = 4, .boundary_layers = 1,
+    kvs_stage_desc d = {.struct_size = sizeof d,
+                        .n_stages = 2,
+                        .n_kv_layers = 4,
+                        .boundary_layers = 1,
                         .first_layer = {0, 2}};
     stage_first[0] = 0;
     stage_first[1] = 2;
@@ -1312,15 +1366,20 @@ START_TEST(stage_descriptions_and_old_plan_structs_are_checked) {
     rig r;
     rig_layers = 5;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(5, 25.6, "dram")), KVS_OK);
-    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_STAGE), KVS_ESTATE); /* stages not described */
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_STAGE),
+                     KVS_ESTATE); /* stages not described */
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "set_stages"));
-    kvs_stage_desc d = {.struct_size = sizeof d, .n_stages = 2, .n_kv_layers = 4, .boundary_layers = 2,
+    kvs_stage_desc d = {.struct_size = sizeof d,
+                        .n_stages = 2,
+                        .n_kv_layers = 4,
+                        .boundary_layers = 2,
                         .first_layer = {0, 2}};
     ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* 4 + 2 layers, the model has 5 */
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the model has 5"));
     d.boundary_layers = 1;
     d.first_layer[1] = 0;
-    ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* stages must start at increasing layers */
+    ck_assert_int_eq(api->set_stages(r.h, &d),
+                     KVS_EINVAL); /* stages must start at increasing layers */
     d.first_layer[1] = 4;
     ck_assert_int_eq(api->set_stages(r.h, &d), KVS_EINVAL); /* stage 1 would own no layer */
     d.first_layer[1] = 3;
@@ -1344,7 +1403,6 @@ START_TEST(stage_descriptions_and_old_plan_structs_are_checked) {
 }
 END_TEST
 
-
 /* --- the engine's contract, from outside (leases, unequal layers, duplicate saves) ---------------- */
 
 /* Leases of LEASE_MS that run out only when a test moves their clock past them (stall_ms). */
@@ -1362,10 +1420,13 @@ static void lease_rig(rig *r, int32_t *t, uint32_t *b, int seed) {
 }
 
 /* A scheduler that stalls for ms: the leases' clock moves on (no sleeping, whatever the machine's load). */
-static void stall_ms(rig *r, uint64_t ms) { r->h->lease_clock_skew_ns += ms * 1000000ull; }
+static void stall_ms(rig *r, uint64_t ms) {
+    r->h->lease_clock_skew_ns += ms * 1000000ull;
+}
 
 /* Lookup and on_alloc of 127 tokens of t into blocks b, then a stalled scheduler for stall_for ms. */
-static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint64_t stall_for) {
+static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                            uint64_t stall_for) {
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r->h, id, t, 128, 0, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 127);
@@ -1374,7 +1435,8 @@ static void offer_and_alloc(rig *r, const char *id, const int32_t *t, const uint
 }
 
 /* The worker step of a request whose 127 external tokens on_alloc accepted; returns the error blocks. */
-static uint64_t load_accepted(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint32_t *errs) {
+static uint64_t load_accepted(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                              uint32_t *errs) {
     kvs_step_request s = {id, t, 128, b, 8, 127, 1};
     uint8_t meta[65536];
     uint64_t len = 0, n = 0;
@@ -1410,7 +1472,8 @@ START_TEST(a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks) {
     kvs_sched_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
     kvs_key keys[4];
     kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
-    ck_assert_int_eq(kvs_tiers_ops(r.h->tiers, 0)->remove(kvs_tiers_state(r.h->tiers, 0), &keys[1]), KVS_OK);
+    ck_assert_int_eq(kvs_tiers_ops(r.h->tiers, 0)->remove(kvs_tiers_state(r.h->tiers, 0), &keys[1]),
+                     KVS_OK);
     ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 2); /* chunk 1 = blocks b[2], b[3] */
     ck_assert_uint_eq(errs[0] < errs[1] ? errs[0] : errs[1], b[2]);
     ck_assert_uint_eq(errs[0] < errs[1] ? errs[1] : errs[0], b[3]);
@@ -1464,13 +1527,14 @@ START_TEST(a_lookup_that_offers_nothing_leaves_other_leases_counted) {
 }
 END_TEST
 
-
 START_TEST(block_ids_are_checked_against_the_layer_with_the_fewest_pages) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(64, 30000)), KVS_OK);
     api->close(r.h);
     kvs_model_desc m = model();
-    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_BOTH, .config_path = dram_config(64, 30000),
+    kvs_open_params p = {.struct_size = sizeof p,
+                         .role = KVS_ROLE_BOTH,
+                         .config_path = dram_config(64, 30000),
                          .model = &m};
     ck_assert_int_eq(api->open(&p, &r.h, r.error, sizeof r.error), KVS_OK);
     r.views[1].n_blocks = 8; /* layer 1 holds pages 0..7 only */
@@ -1479,7 +1543,7 @@ START_TEST(block_ids_are_checked_against_the_layer_with_the_fewest_pages) {
     uint32_t a[8], b[8];
     make_tokens(t, 128, 85);
     blocks_from(a, 8, 0);
-    blocks_from(b, 8, 20); /* past layer 1's pages */
+    blocks_from(b, 8, 20);         /* past layer 1's pages */
     prefill(&r, "one", t, 128, a); /* fits every layer */
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
@@ -1501,7 +1565,6 @@ START_TEST(block_ids_are_checked_against_the_layer_with_the_fewest_pages) {
     rig_close(&r);
 }
 END_TEST
-
 
 START_TEST(two_requests_with_one_prefix_in_one_step_save_each_chunk_once) {
     rig r;

@@ -1,10 +1,10 @@
 /* test_dram.c - the built-in DRAM tier through its backend ops table. */
 #include <check.h>
-#include <sched.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -129,7 +129,9 @@ static int shm_exists(const char *name) {
     return 1;
 }
 
-static void setup(void) { ops = kvs_dram_backend(); }
+static void setup(void) {
+    ops = kvs_dram_backend();
+}
 
 START_TEST(ops_table_declares_its_version_and_capabilities) {
     ck_assert_uint_eq(ops->abi_major, KVS_BACKEND_ABI_MAJOR);
@@ -472,7 +474,7 @@ START_TEST(reserved_room_is_invisible_until_commit_and_survives_eviction) {
     ck_assert_uint_eq(len, 100);
     ck_assert(bytes_match(buf, 100, 0));
     ck_assert_int_eq(ops->commit(st, ticket), KVS_ENOTFOUND); /* used up */
-    ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);        /* and harmless */
+    ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);         /* and harmless */
     ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 1);
 
@@ -509,7 +511,8 @@ START_TEST(reserve_fails_cleanly_when_everything_is_pinned) {
     kvs_key k2 = key_of(2);
     uint64_t t2 = 0;
     ck_assert_int_eq(ops->reserve(st, &k2, 10, &dst, &t2), KVS_ENOMEM);
-    ck_assert_int_eq(ops->reserve(st, &k2, 8 * KIB, &dst, &t2), KVS_EINVAL); /* over max object size */
+    ck_assert_int_eq(ops->reserve(st, &k2, 8 * KIB, &dst, &t2),
+                     KVS_EINVAL); /* over max object size */
     ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);
     ck_assert_int_eq(ops->reserve(st, &k2, 10, &dst, &t2), KVS_OK);
     ck_assert_int_eq(ops->commit(st, t2), KVS_OK);
@@ -582,12 +585,12 @@ START_TEST(unknown_option_is_refused_with_the_valid_ones_listed) {
 }
 END_TEST
 
-
 /* read_bandwidth and read_latency_us pace reads back to back (a slower device for benchmarks). */
 START_TEST(paced_reads_take_at_least_their_modelled_time) {
     kvs_backend_option opts[] = {{"read_bandwidth", "1MiB"}, {"read_latency_us", "10000"}};
     void *st = NULL;
-    ck_assert_msg(open_tier_with("slow", MIB, 64 * KIB, opts, 2, NULL, &st) == KVS_OK, "%s", error_text);
+    ck_assert_msg(open_tier_with("slow", MIB, 64 * KIB, opts, 2, NULL, &st) == KVS_OK, "%s",
+                  error_text);
     static uint8_t buf[64 * KIB], out[64 * KIB];
     fill(buf, sizeof buf, 5);
     kvs_key k = key_of(5);
@@ -601,9 +604,12 @@ START_TEST(paced_reads_take_at_least_their_modelled_time) {
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-    ck_assert_msg(ms >= 3 * (10.0 + 62.5) - 1, "3 paced reads of 64 KiB took %.1f ms", ms); /* 64 KiB at 1 MiB/s */
+    ck_assert_msg(ms >= 3 * (10.0 + 62.5) - 1, "3 paced reads of 64 KiB took %.1f ms",
+                  ms); /* 64 KiB at 1 MiB/s */
     ops->destroy(st);
-    const char *bad[][2] = {{"read_bandwidth", "fast"}, {"read_bandwidth", "0"}, {"read_latency_us", "-1"},
+    const char *bad[][2] = {{"read_bandwidth", "fast"},
+                            {"read_bandwidth", "0"},
+                            {"read_latency_us", "-1"},
                             {"read_latency_us", "1e3"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvs_backend_option opt = {bad[i][0], bad[i][1]};
@@ -695,33 +701,35 @@ static void *hammer(void *p) {
         kvs_key k = key_of(i);
         uint64_t len = 1000 + i * 10;
         switch ((rng >> 20) % 4) {
-        case 0:
-            fill(buf, len, i);
-            if (ops->put(w->st, &k, buf, len) != KVS_OK) w->bad++;
-            break;
-        case 1: {
-            uint64_t got = 0;
-            kvs_status rc = ops->get(w->st, &k, buf, sizeof buf, &got);
-            if (rc == KVS_OK && (got != len || !bytes_match(buf, got, i))) w->bad++;
-            break;
-        }
-        case 2: {
-            uint64_t n_pinned = 0, got = 0;
-            const void *ref = NULL;
-            k = key_of(i & ~1u);
-            len = 1000 + (i & ~1u) * 10;
-            ops->pin(w->st, &k, 1, 60000, &n_pinned);
-            if (n_pinned == 1) {
-                if (ops->get_ref(w->st, &k, &ref, &got) != KVS_OK) w->bad++;
-                else if (got != len || !bytes_match(ref, got, i & ~1u)) w->bad++;
-                ops->unpin(w->st, &k, 1);
+            case 0:
+                fill(buf, len, i);
+                if (ops->put(w->st, &k, buf, len) != KVS_OK) w->bad++;
+                break;
+            case 1: {
+                uint64_t got = 0;
+                kvs_status rc = ops->get(w->st, &k, buf, sizeof buf, &got);
+                if (rc == KVS_OK && (got != len || !bytes_match(buf, got, i))) w->bad++;
+                break;
             }
-            break;
-        }
-        default:
-            k = key_of(i | 1u);
-            ops->remove(w->st, &k);
-            break;
+            case 2: {
+                uint64_t n_pinned = 0, got = 0;
+                const void *ref = NULL;
+                k = key_of(i & ~1u);
+                len = 1000 + (i & ~1u) * 10;
+                ops->pin(w->st, &k, 1, 60000, &n_pinned);
+                if (n_pinned == 1) {
+                    if (ops->get_ref(w->st, &k, &ref, &got) != KVS_OK)
+                        w->bad++;
+                    else if (got != len || !bytes_match(ref, got, i & ~1u))
+                        w->bad++;
+                    ops->unpin(w->st, &k, 1);
+                }
+                break;
+            }
+            default:
+                k = key_of(i | 1u);
+                ops->remove(w->st, &k);
+                break;
         }
     }
     return NULL;
@@ -878,9 +886,12 @@ START_TEST(concurrent_opens_and_closes_of_one_name_never_fail_or_leak) {
             uint64_t len = 0;
             kvs_key k = key_of(id);
             fill(buf, sizeof buf, id);
-            if (ops->put(st, &k, buf, sizeof buf) != KVS_OK) bad = 2;
-            else if (ops->get(st, &k, out, sizeof out, &len) != KVS_OK) bad = 3;
-            else if (len != sizeof buf || !bytes_match(out, len, id)) bad = 4;
+            if (ops->put(st, &k, buf, sizeof buf) != KVS_OK)
+                bad = 2;
+            else if (ops->get(st, &k, out, sizeof out, &len) != KVS_OK)
+                bad = 3;
+            else if (len != sizeof buf || !bytes_match(out, len, id))
+                bad = 4;
             if (ops->remove(st, &k) != KVS_OK) bad = 5; /* keeps the tier free of evictions */
             ops->destroy(st);
         }
@@ -962,7 +973,8 @@ static void attach_from_another_pid_namespace(const char *shm, int ready_w, int 
         if (inner > 0) {
             int status = 0;
             waitpid(inner, &status, 0);
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 42) continue; /* taken: try the next pid */
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 42)
+                continue; /* taken: try the next pid */
             _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
         }
         char path[64];
@@ -974,7 +986,8 @@ static void attach_from_another_pid_namespace(const char *shm, int ready_w, int 
 
 /* A child attaches (from another pid namespace with other_pid_ns), says so through the pipe, and
  * waits for go or to be killed. */
-static pid_t attach_in_child_and_wait(const char *shm, int other_pid_ns, int *ready_fd, int *go_fd) {
+static pid_t attach_in_child_and_wait(const char *shm, int other_pid_ns, int *ready_fd,
+                                      int *go_fd) {
     int ready[2], go[2];
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(go), 0);
@@ -990,7 +1003,8 @@ static pid_t attach_in_child_and_wait(const char *shm, int other_pid_ns, int *re
     close(go[0]);
     char c = 0;
     ck_assert_int_eq(read(ready[0], &c, 1), 1);
-    ck_assert_msg(c != 'u', "cannot make a pid namespace (unshare): this test needs root or user namespaces");
+    ck_assert_msg(c != 'u',
+                  "cannot make a pid namespace (unshare): this test needs root or user namespaces");
     ck_assert_int_eq(c, 'y');
     *ready_fd = ready[0];
     *go_fd = go[1];
@@ -1005,7 +1019,8 @@ START_TEST(an_attacher_in_another_pid_namespace_keeps_the_shared_memory) {
     int ready, go;
     pid_t pid = attach_in_child_and_wait(shm, 1, &ready, &go);
     ops->destroy(st);
-    ck_assert_msg(shm_exists(shm), "/dev/shm/%s was unlinked under an attacher in another pid namespace", shm);
+    ck_assert_msg(shm_exists(shm),
+                  "/dev/shm/%s was unlinked under an attacher in another pid namespace", shm);
     char c = 'x';
     ck_assert_int_eq(write(go, &c, 1), 1);
     ck_assert_int_eq(wait_child(pid), 0);

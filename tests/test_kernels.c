@@ -24,7 +24,9 @@ typedef struct geometry {
     uint32_t elem_bytes;
 } geometry;
 
-static size_t head_bytes_of(const geometry *g) { return (size_t)g->head_dim * g->elem_bytes; }
+static size_t head_bytes_of(const geometry *g) {
+    return (size_t)g->head_dim * g->elem_bytes;
+}
 
 static kvs_kv_shape shape_of(const geometry *g) {
     kvs_kv_shape s = {g->n_heads, (uint32_t)head_bytes_of(g), g->block_tokens,
@@ -39,18 +41,16 @@ static size_t layout_offset(const geometry *g, size_t layer, size_t part, size_t
     const size_t L = g->n_layers, B = g->n_blocks, T = g->block_tokens, H = g->n_heads;
     const size_t D = head_bytes_of(g);
     switch (g->layout) {
-    case KVS_TEST_LAYOUT_NHD:
-        return (((((layer * 2 + part) * B + block) * T + token) * H + head) * D) + byte;
-    case KVS_TEST_LAYOUT_HND:
-        return (((((layer * 2 + part) * B + block) * H + head) * T + token) * D) + byte;
-    case KVS_TEST_LAYOUT_FLASHINFER:
-        return (((((layer * B + block) * 2 + part) * T + token) * H + head) * D) + byte;
-    case KVS_TEST_LAYOUT_MLA:
-        return (((layer * B + block) * T + token) * D) + byte;
-    case KVS_TEST_LAYOUT_CROSS_LAYER:
-        return (((((block * L + layer) * 2 + part) * T + token) * H + head) * D) + byte;
-    case KVS_TEST_LAYOUT_COUNT:
-        break;
+        case KVS_TEST_LAYOUT_NHD:
+            return (((((layer * 2 + part) * B + block) * T + token) * H + head) * D) + byte;
+        case KVS_TEST_LAYOUT_HND:
+            return (((((layer * 2 + part) * B + block) * H + head) * T + token) * D) + byte;
+        case KVS_TEST_LAYOUT_FLASHINFER:
+            return (((((layer * B + block) * 2 + part) * T + token) * H + head) * D) + byte;
+        case KVS_TEST_LAYOUT_MLA: return (((layer * B + block) * T + token) * D) + byte;
+        case KVS_TEST_LAYOUT_CROSS_LAYER:
+            return (((((block * L + layer) * 2 + part) * T + token) * H + head) * D) + byte;
+        case KVS_TEST_LAYOUT_COUNT: break;
     }
     ck_abort_msg("unknown layout %d", (int)g->layout);
     return 0;
@@ -83,7 +83,9 @@ static void cache_alloc(cache *c, const geometry *g) {
     ck_assert_msg(c->buf != NULL, "layout %s did not allocate", kvs_test_layout_name(g->layout));
 }
 
-static void cache_free(cache *c) { kvs_test_free_kv_layout(c->buf); }
+static void cache_free(cache *c) {
+    kvs_test_free_kv_layout(c->buf);
+}
 
 static geometry small_geometry(kvs_test_layout layout, uint32_t elem_bytes) {
     geometry g = {layout, 3, 12, 16, 3, 24, elem_bytes};
@@ -98,7 +100,7 @@ static geometry small_geometry(kvs_test_layout layout, uint32_t elem_bytes) {
  * (4, 11, 0, 7) are neither sorted nor adjacent. */
 static const uint32_t shuffled_table[] = {9, 4, 11, 0, 7, 2};
 #define SHUFFLED_FIRST_TOKEN 21
-#define SHUFFLED_N_TOKENS 55
+#define SHUFFLED_N_TOKENS    55
 
 static kvs_token_span shuffled_span(void) {
     kvs_token_span s = {shuffled_table, sizeof shuffled_table / sizeof shuffled_table[0],
@@ -127,9 +129,9 @@ static void check_payload(const cache *c, uint32_t layer, const kvs_token_span *
                                      payload[at], c->buf[off]);
                 }
         }
-    ck_assert_uint_eq(at, kvs_kernel_layer_bytes(&(kvs_kv_shape){g->n_heads, (uint32_t)D,
-                                                                  g->block_tokens, parts == 2},
-                                                 span->n_tokens));
+    ck_assert_uint_eq(at, kvs_kernel_layer_bytes(
+                              &(kvs_kv_shape){g->n_heads, (uint32_t)D, g->block_tokens, parts == 2},
+                              span->n_tokens));
 }
 
 /* After scattering `layer`'s span into the zeroed `dst`, the rows of that span equal `src`'s and
@@ -174,8 +176,8 @@ static void round_trip(kvs_test_layout layout, uint32_t elem_bytes) {
     ck_assert_ptr_nonnull(payload);
     char err[256] = "";
     for (uint32_t l = 0; l < g.n_layers; l++) {
-        ck_assert_msg(kvs_kernel_check_view(&src.views[l], &shape, err, sizeof err) == KVS_OK,
-                      "%s", err);
+        ck_assert_msg(kvs_kernel_check_view(&src.views[l], &shape, err, sizeof err) == KVS_OK, "%s",
+                      err);
         ck_assert_msg(kvs_kernel_check_span(&src.views[l], &shape, &span, err, sizeof err) ==
                           KVS_OK,
                       "%s", err);
@@ -192,8 +194,10 @@ static void round_trip(kvs_test_layout layout, uint32_t elem_bytes) {
     cache_free(&src);
 }
 
-#define ROUND_TRIP_TEST(name, layout, elem_bytes)                                              \
-    START_TEST(gather_then_scatter_round_trips_##name) { round_trip(layout, elem_bytes); }      \
+#define ROUND_TRIP_TEST(name, layout, elem_bytes)        \
+    START_TEST(gather_then_scatter_round_trips_##name) { \
+        round_trip(layout, elem_bytes);                  \
+    }                                                    \
     END_TEST
 
 ROUND_TRIP_TEST(nhd_fp16, KVS_TEST_LAYOUT_NHD, 2)
@@ -223,8 +227,8 @@ static void padded_round_trip(int64_t head_pad, int64_t token_pad) {
     uint8_t *src = malloc(2 * part_bytes), *dst = calloc(2 * part_bytes, 1);
     ck_assert(src && dst);
     fill_pattern(src, 2 * part_bytes);
-    kvs_layer_view v = {sizeof v, KVS_DEVICE_HOST, 0, n_blocks, NULL, NULL,
-                        block_stride, token_stride, head_stride};
+    kvs_layer_view v = {sizeof v,     KVS_DEVICE_HOST, 0,          n_blocks, NULL, NULL,
+                        block_stride, token_stride,    head_stride};
     kvs_kv_shape shape = {n_heads, head_bytes, block_tokens, 1};
     const uint32_t table[] = {3, 8, 1, 9, 0};
     kvs_token_span span = {table, 5, 5, 27}; /* tokens 5..31: table indices 0..3 */
@@ -257,8 +261,7 @@ static void padded_round_trip(int64_t head_pad, int64_t token_pad) {
     v.k_base = dst;
     v.v_base = dst + part_bytes;
     kvs_kernel_scatter_layer(&v, &shape, &span, payload);
-    for (size_t i = 0; i < 2 * part_bytes; i++)
-        ck_assert_uint_eq(dst[i], touched[i] ? src[i] : 0);
+    for (size_t i = 0; i < 2 * part_bytes; i++) ck_assert_uint_eq(dst[i], touched[i] ? src[i] : 0);
     free(touched);
     free(payload);
     free(dst);
@@ -290,8 +293,7 @@ static void check_hash_variants(const geometry *g, const kvs_token_span *span) {
     ck_assert(plain && hashed);
     char err[256] = "";
     for (uint32_t l = 0; l < g->n_layers; l++) {
-        ck_assert_msg(kvs_kernel_check_span(&src.views[l], &shape, span, err, sizeof err) ==
-                          KVS_OK,
+        ck_assert_msg(kvs_kernel_check_span(&src.views[l], &shape, span, err, sizeof err) == KVS_OK,
                       "%s", err);
         kvs_kernel_gather_layer(&src.views[l], &shape, span, plain);
         memset(hashed, 0, n);
@@ -374,8 +376,11 @@ END_TEST
 static char view_buffer[2 * 8 * 16 * 2 * 256];
 
 static kvs_layer_view good_view(void) {
-    kvs_layer_view v = {sizeof v, KVS_DEVICE_HOST, 0, 8, view_buffer,
-                        view_buffer + sizeof view_buffer / 2, 16 * 512, 512, 256};
+    kvs_layer_view v = {sizeof v,    KVS_DEVICE_HOST,
+                        0,           8,
+                        view_buffer, view_buffer + sizeof view_buffer / 2,
+                        16 * 512,    512,
+                        256};
     return v;
 }
 

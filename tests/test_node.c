@@ -16,14 +16,14 @@ int main(void) {
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -37,9 +37,9 @@ int main(void) {
 #include "ucx_transport.h"
 #include "wire.h"
 
-#define TIMEOUT_MS 5000
-#define KIB 1024u
-#define MIB (1024u * 1024u)
+#define TIMEOUT_MS   5000
+#define KIB          1024u
+#define MIB          (1024u * 1024u)
 #define CLIENT_BYTES (4u * MIB) /* registered client memory: sources and destinations */
 
 /* ---- the daemon ------------------------------------------------------------------------------ */
@@ -77,19 +77,22 @@ static int read_until(daemon_proc *d, const char *want, int deadline_ms) {
     return 1;
 }
 
-#define DRAM_YAML "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n"
+#define DRAM_YAML \
+    "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n"
 /* 2 MiB of DRAM over an SSD tier: 1 MiB objects spill to the SSD tier after two puts. */
-#define SSD_YAML                                                                                             \
-    "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 2MiB\n"            \
+#define SSD_YAML                                                                                 \
+    "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 2MiB\n" \
     "  - name: ssd\n    type: ssd\n    capacity: 32MiB\n    paths: [ssd0]\n"
 
 /* Settings from the `node:` section instead of flags (the key path relative to the config). */
-#define NODE_SECTION "node:\n  listen: 127.0.0.1:0\n  psk_file: node.key\n  max_clients: 8\n" \
-                     "  timeout_ms: 3000\n  max_object_bytes: 2MiB\n"
+#define NODE_SECTION                                                         \
+    "node:\n  listen: 127.0.0.1:0\n  psk_file: node.key\n  max_clients: 8\n" \
+    "  timeout_ms: 3000\n  max_object_bytes: 2MiB\n"
 
 /* Start the daemon on yaml_text; from_yaml: its settings come from NODE_SECTION appended to it, and
  * the command line is only --config. */
-static void daemon_start_as(daemon_proc *d, const char *yaml_text, uint32_t want_tiers, int from_yaml) {
+static void daemon_start_as(daemon_proc *d, const char *yaml_text, uint32_t want_tiers,
+                            int from_yaml) {
     memset(d, 0, sizeof *d);
     ck_assert_int_eq(kvs_test_tmpdir(d->dir, sizeof d->dir), 0);
     char ssd_dir[600];
@@ -113,18 +116,21 @@ static void daemon_start_as(daemon_proc *d, const char *yaml_text, uint32_t want
         dup2(pipefd[1], 1);
         close(pipefd[0]);
         close(pipefd[1]);
-        if (from_yaml) execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, (char *)NULL);
-        execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file", d->psk_path,
-              "--listen", "127.0.0.1:0", "--max-clients", "8", "--max-handshakes", "4", "--timeout-ms", "3000",
-              "--max-object-bytes", "2MiB", (char *)NULL);
+        if (from_yaml)
+            execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml,
+                  (char *)NULL);
+        execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file",
+              d->psk_path, "--listen", "127.0.0.1:0", "--max-clients", "8", "--max-handshakes", "4",
+              "--timeout-ms", "3000", "--max-object-bytes", "2MiB", (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);
     d->out_fd = pipefd[0];
     ck_assert_msg(read_until(d, "\n", 10000), "no readiness line; got \"%s\"", d->out);
     unsigned port = 0, tiers = 0;
-    ck_assert_msg(sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
-                  "readiness line: \"%s\"", d->out);
+    ck_assert_msg(
+        sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
+        "readiness line: \"%s\"", d->out);
     ck_assert_uint_gt(port, 0);
     ck_assert_uint_eq(tiers, want_tiers);
     d->port = (uint16_t)port;
@@ -164,12 +170,12 @@ static int daemon_stop(daemon_proc *d) {
 
 typedef struct client {
     kvs_ucx_transport *t;
-    int ctl_fd;                /* the control connection */
+    int ctl_fd; /* the control connection */
     kvs_control_reader rd;
     uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES];
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* from AUTH_OK */
-    kvs_ucx_conn *conn;        /* to the node's worker address, after AUTH_OK */
-    int node_proved;           /* the node's CHALLENGE proved it holds this client's key */
+    kvs_ucx_conn *conn;                          /* to the node's worker address, after AUTH_OK */
+    int node_proved; /* the node's CHALLENGE proved it holds this client's key */
     uint8_t reply[KVS_WIRE_MAX_MESSAGE_BYTES];
     size_t reply_len;
     int arrived;
@@ -182,8 +188,8 @@ typedef struct client {
     size_t rkey_len;
 } client;
 
-static void client_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
-                      size_t data_len) {
+static void client_am(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      const void *data, size_t data_len) {
     client *c = user;
     (void)conn;
     (void)header;
@@ -203,13 +209,17 @@ static void client_dead(void *user, kvs_ucx_conn *conn, const char *why) {
 static client *client_open(const daemon_proc *d) {
     client *c = calloc(1, sizeof *c);
     ck_assert_ptr_nonnull(c);
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-node-client", .log_level = KVS_LOG_ERROR,
-                        .on_dead = client_dead, .user = c};
+    kvs_ucx_params p = {.struct_size = sizeof p,
+                        .name = "test-node-client",
+                        .log_level = KVS_LOG_ERROR,
+                        .on_dead = client_dead,
+                        .user = c};
     char err[512];
     ck_assert_msg(kvs_ucx_create(&p, &c->t, err, sizeof err) == KVS_OK, "create: %s", err);
     ck_assert_int_eq(kvs_ucx_am_handler(c->t, KVS_NODE_AM_ID, client_am, c), KVS_OK);
-    ck_assert_msg(kvs_control_connect("127.0.0.1", d->port, kvs_now_ns() + TIMEOUT_MS * 1000000ull, &c->ctl_fd, err,
-                                      sizeof err) == KVS_OK, "connect: %s", err);
+    ck_assert_msg(kvs_control_connect("127.0.0.1", d->port, kvs_now_ns() + TIMEOUT_MS * 1000000ull,
+                                      &c->ctl_fd, err, sizeof err) == KVS_OK,
+                  "connect: %s", err);
     c->mem = aligned_alloc(4096, CLIENT_BYTES);
     ck_assert_ptr_nonnull(c->mem);
     memset(c->mem, 0, CLIENT_BYTES);
@@ -232,7 +242,9 @@ static void client_close(client *c) {
 static int send_raw(client *c, const void *bytes, size_t len) {
     c->arrived = 0;
     if (!c->conn) return 0;
-    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, c->token, sizeof c->token, bytes, len, TIMEOUT_MS) != KVS_OK) return 0;
+    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, c->token, sizeof c->token, bytes, len,
+                        TIMEOUT_MS) != KVS_OK)
+        return 0;
     double until = now_ms() + TIMEOUT_MS;
     while (!c->arrived && !c->dead && now_ms() < until) {
         kvs_ucx_wait(c->t, 50);
@@ -251,13 +263,15 @@ static void request(client *c, kvs_wire_msg *msg, kvs_wire_msg *rep) {
     msg->request_id = ++c->next_id;
     ck_assert_int_eq(kvs_wire_encode(msg, buf, sizeof buf, &len, &why), KVS_OK);
     ck_assert_msg(send_raw(c, buf, len), "no reply to %s", kvs_wire_type_name(msg->type));
-    kvs_status st = kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, rep, &why);
+    kvs_status st =
+        kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, rep, &why);
     ck_assert_msg(st == KVS_OK, "reply does not decode: %s", why.text);
     ck_assert_uint_eq(rep->request_id, msg->request_id);
 }
 
 /* A request of one entry; the reply must be reply_type with one entry, which is returned. */
-static const kvs_wire_entry *request_one(client *c, uint32_t type, uint32_t reply_type, kvs_wire_entry *e) {
+static const kvs_wire_entry *request_one(client *c, uint32_t type, uint32_t reply_type,
+                                         kvs_wire_entry *e) {
     kvs_wire_msg m, rep;
     kvs_wire_msg_init(&m, (kvs_wire_type)type, 0);
     m.entries = e;
@@ -275,8 +289,11 @@ static int control_request(client *c, kvs_wire_msg *msg, kvs_wire_msg *rep) {
     char err[256];
     size_t len = 0;
     msg->request_id = ++c->next_id;
-    ck_assert_msg(kvs_control_encode(msg, c->frame, sizeof c->frame, &len, err, sizeof err) == KVS_OK, "%s", err);
-    if (kvs_control_write(c->ctl_fd, c->frame, len, kvs_now_ns() + TIMEOUT_MS * 1000000ull, err, sizeof err) != KVS_OK)
+    ck_assert_msg(kvs_control_encode(msg, c->frame, sizeof c->frame, &len, err, sizeof err) ==
+                      KVS_OK,
+                  "%s", err);
+    if (kvs_control_write(c->ctl_fd, c->frame, len, kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
+                          sizeof err) != KVS_OK)
         return 0;
     double until = now_ms() + TIMEOUT_MS;
     for (;;) {
@@ -284,11 +301,13 @@ static int control_request(client *c, kvs_wire_msg *msg, kvs_wire_msg *rep) {
         if (st == KVS_OK) break;
         if (st != KVS_EAGAIN || now_ms() > until) return 0;
         kvs_ucx_progress(c->t);
-        struct pollfd p[2] = {{.fd = c->ctl_fd, .events = POLLIN}, {.fd = kvs_ucx_event_fd(c->t), .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = c->ctl_fd, .events = POLLIN},
+                              {.fd = kvs_ucx_event_fd(c->t), .events = POLLIN}};
         if (kvs_ucx_arm(c->t) == KVS_OK) poll(p, 2, 50);
     }
     kvs_wire_refusal why;
-    ck_assert_msg(kvs_wire_decode(c->rd.frame, len, c->entries, KVS_WIRE_MAX_KEYS, rep, &why) == KVS_OK,
+    ck_assert_msg(kvs_wire_decode(c->rd.frame, len, c->entries, KVS_WIRE_MAX_KEYS, rep, &why) ==
+                      KVS_OK,
                   "control reply does not decode: %s", why.text);
     ck_assert_uint_eq(rep->request_id, msg->request_id);
     return 1;
@@ -314,7 +333,8 @@ static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_byte
     kvs_remote_psk psk;
     char err[256];
     ck_assert_int_eq(kvs_remote_psk_set(&psk, psk_bytes, psk_len, err, sizeof err), KVS_OK);
-    uint8_t nonce[KVS_WIRE_NONCE_BYTES], challenge[KVS_WIRE_CHALLENGE_BYTES], proof[KVS_WIRE_PROOF_BYTES];
+    uint8_t nonce[KVS_WIRE_NONCE_BYTES], challenge[KVS_WIRE_CHALLENGE_BYTES],
+        proof[KVS_WIRE_PROOF_BYTES];
     ck_assert_int_eq(kvs_remote_random(nonce, sizeof nonce), KVS_OK);
     kvs_wire_msg m, rep;
     kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
@@ -325,10 +345,11 @@ static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_byte
     ck_assert_uint_eq(rep.type, KVS_WIRE_CHALLENGE);
     /* the node proves it holds the key before the client says anything of its own (the tier stops
      * here when it does not; a test client goes on, to see the node refuse a wrong proof) */
-    c->node_proved = kvs_remote_node_proof_check(&psk, rep.challenge, nonce, tenant, strlen(tenant), rep.proof,
-                                                 KVS_WIRE_PROOF_BYTES) == KVS_OK;
+    c->node_proved = kvs_remote_node_proof_check(&psk, rep.challenge, nonce, tenant, strlen(tenant),
+                                                 rep.proof, KVS_WIRE_PROOF_BYTES) == KVS_OK;
     memcpy(challenge, rep.challenge, sizeof challenge);
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, tenant, strlen(tenant), proof), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, tenant, strlen(tenant), proof),
+                     KVS_OK);
     kvs_remote_psk_clear(&psk);
     uint8_t addr[KVS_WIRE_MAX_WORKER_ADDR_BYTES];
     size_t addr_len = 0;
@@ -343,8 +364,9 @@ static uint32_t handshake(client *c, const char *tenant, const uint8_t *psk_byte
         ck_assert_uint_gt(rep.worker_addr_len, 0);
         ck_assert_ptr_nonnull(rep.session_token);
         memcpy(c->token, rep.session_token, sizeof c->token);
-        ck_assert_msg(kvs_ucx_connect_address(c->t, rep.worker_addr, rep.worker_addr_len, "node", 1, TIMEOUT_MS,
-                                              &c->conn) == KVS_OK, "connect: %s", kvs_ucx_last_error(c->t));
+        ck_assert_msg(kvs_ucx_connect_address(c->t, rep.worker_addr, rep.worker_addr_len, "node", 1,
+                                              TIMEOUT_MS, &c->conn) == KVS_OK,
+                      "connect: %s", kvs_ucx_last_error(c->t));
     }
     return rep.type;
 }
@@ -434,7 +456,9 @@ static void setup_from_yaml(void) {
     daemon_start_as(&node, DRAM_YAML, 1, 1);
 }
 
-static void teardown(void) { daemon_stop(&node); }
+static void teardown(void) {
+    daemon_stop(&node);
+}
 
 /* ---- tests ----------------------------------------------------------------------------------- */
 
@@ -456,7 +480,8 @@ START_TEST(handshake_with_a_wrong_key_is_refused_and_the_connection_closed) {
     wrong[5] ^= 1;
     uint32_t code = 0;
     ck_assert_uint_eq(handshake(c, "tenant-a", wrong, sizeof wrong, &code), KVS_WIRE_ERROR);
-    ck_assert(!c->node_proved); /* to a client with another key the node's proof does not check out */
+    ck_assert(
+        !c->node_proved); /* to a client with another key the node's proof does not check out */
     ck_assert_uint_eq(code, KVS_WIRE_ERR_AUTH);
     ck_assert_ptr_null(c->conn); /* no UCX endpoint was made */
     ck_assert_msg(control_closed(c->ctl_fd), "the node kept the connection after a wrong proof");
@@ -484,7 +509,8 @@ START_TEST(requests_before_the_handshake_are_refused_with_state) {
     ck_assert(control_request(c, &m, &rep));
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
-    ck_assert_msg(control_closed(c->ctl_fd), "the node kept a connection that sent a lookup before hello");
+    ck_assert_msg(control_closed(c->ctl_fd),
+                  "the node kept a connection that sent a lookup before hello");
     client_close(c);
     c = client_open(&node);
     uint8_t proof[KVS_WIRE_PROOF_BYTES] = {0}, addr[1] = {1};
@@ -495,7 +521,8 @@ START_TEST(requests_before_the_handshake_are_refused_with_state) {
     ck_assert(control_request(c, &m, &rep));
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
-    ck_assert_msg(control_closed(c->ctl_fd), "the node kept a connection that sent auth before hello");
+    ck_assert_msg(control_closed(c->ctl_fd),
+                  "the node kept a connection that sent auth before hello");
     client_close(c);
     c = client_authed(&node, "tenant-a");
     ck_assert_uint_eq(lookup_one(c, key), 0);
@@ -530,7 +557,9 @@ START_TEST(a_request_naming_no_session_is_dropped) {
     kvs_wire_refusal why;
     ck_assert_int_eq(kvs_wire_encode(&m, buf, sizeof buf, &len, &why), KVS_OK);
     c->arrived = 0;
-    ck_assert_int_eq(kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, c->token, sizeof c->token, buf, len, TIMEOUT_MS), KVS_OK);
+    ck_assert_int_eq(
+        kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, c->token, sizeof c->token, buf, len, TIMEOUT_MS),
+        KVS_OK);
     double until = now_ms() + 500;
     while (!c->arrived && now_ms() < until) kvs_ucx_wait(c->t, 50);
     ck_assert_msg(!c->arrived, "the node answered a request with a wrong session token");
@@ -552,7 +581,9 @@ static int raw_connect_to(uint32_t addr, uint16_t port) {
     return fd;
 }
 
-static int raw_connect(uint16_t port) { return raw_connect_to(htonl(INADDR_LOOPBACK), port); }
+static int raw_connect(uint16_t port) {
+    return raw_connect_to(htonl(INADDR_LOOPBACK), port);
+}
 
 /* Connect, send bytes (as many as the peer takes before it closes), close at once. */
 static void raw_send_close_to(uint32_t addr, uint16_t port, const void *bytes, size_t len) {
@@ -606,13 +637,15 @@ static void node_counters(const daemon_proc *d, uint64_t s[KVS_WIRE_STATS_COUNT]
 
 START_TEST(garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving) {
     uint8_t zeros[64] = {0};
-    raw_send_close(node.port, zeros, sizeof zeros); /* aborted UCX 1.13's sockaddr listener (issue #14) */
+    raw_send_close(node.port, zeros,
+                   sizeof zeros); /* aborted UCX 1.13's sockaddr listener (issue #14) */
     uint8_t junk[4096];
     fill(junk, sizeof junk, 77);
     raw_send_close(node.port, junk, sizeof junk);
     uint8_t truncated[4 + 50];
     memset(truncated, 0x93, sizeof truncated);
-    truncated[0] = 0, truncated[1] = 0, truncated[2] = 0, truncated[3] = 100; /* announces 100, sends 50 */
+    truncated[0] = 0, truncated[1] = 0, truncated[2] = 0,
+    truncated[3] = 100; /* announces 100, sends 50 */
     raw_send_close(node.port, truncated, sizeof truncated);
     uint8_t huge[4 + 4096];
     memset(huge, 0xab, sizeof huge);
@@ -627,7 +660,8 @@ START_TEST(garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_th
     uint64_t s[KVS_WIRE_STATS_COUNT];
     node_counters(&node, s);
     /* each is refused, or closed at accept when the other four still hold the handshake slots */
-    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED], 5);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED],
+                      5);
     ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 0);
     ck_assert(daemon_alive(&node));
 }
@@ -635,7 +669,8 @@ END_TEST
 
 /* The IPv4 TCP sockets pid listens on other than port `skip` (its UCX transport's own listeners), up to
  * max: their addresses (as sin_addr.s_addr, 0 for any) and ports. */
-static unsigned listening_ports(pid_t pid, uint16_t skip, uint32_t *addrs, uint16_t *ports, unsigned max) {
+static unsigned listening_ports(pid_t pid, uint16_t skip, uint32_t *addrs, uint16_t *ports,
+                                unsigned max) {
     char path[64], line[512];
     unsigned long long inodes[64];
     unsigned n_inodes = 0, n = 0;
@@ -657,11 +692,13 @@ static unsigned listening_ports(pid_t pid, uint16_t skip, uint32_t *addrs, uint1
     while (fgets(line, sizeof line, f) && n < max) {
         unsigned addr, port, state;
         unsigned long long inode;
-        if (sscanf(line, " %*u: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %llu", &addr, &port, &state, &inode) != 4 ||
+        if (sscanf(line, " %*u: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %llu", &addr, &port,
+                   &state, &inode) != 4 ||
             state != 0x0a || port == skip)
             continue;
         for (unsigned i = 0; i < n_inodes; i++)
-            if (inodes[i] == inode) { /* /proc prints the address as the host-order view of its bytes */
+            if (inodes[i] ==
+                inode) { /* /proc prints the address as the host-order view of its bytes */
                 addrs[n] = addr ? addr : htonl(INADDR_LOOPBACK);
                 ports[n++] = (uint16_t)port;
             }
@@ -678,7 +715,8 @@ START_TEST(garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving) {
     unsigned n = listening_ports(node.pid, node.port, addrs, ports, 16);
     ck_assert_msg(n >= 1, "no UCX listening port found beside the control port %u", node.port);
     printf("garbage sent to %u UCX listening port(s) of the node, first %u\n", n, ports[0]);
-    uint8_t zeros[64] = {0}, junk[65536], huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    uint8_t zeros[64] = {0}, junk[65536],
+            huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
     fill(junk, sizeof junk, 91);
     for (unsigned i = 0; i < n; i++) {
         raw_send_close_to(addrs[i], ports[i], zeros, sizeof zeros);
@@ -729,18 +767,22 @@ START_TEST(two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors)
     unsigned before = fd_count(node.pid);
     uint8_t junk[4 + 4096];
     memset(junk, 0x5a, sizeof junk);
-    junk[0] = 0x7f, junk[1] = 0xff, junk[2] = 0xff, junk[3] = 0xff; /* a huge length, a few KB, close */
+    junk[0] = 0x7f, junk[1] = 0xff, junk[2] = 0xff,
+    junk[3] = 0xff; /* a huge length, a few KB, close */
     for (int i = 0; i < 2000; i++) raw_send_close(node.port, junk, sizeof junk);
     uint64_t s[KVS_WIRE_STATS_COUNT];
     double until = now_ms() + 20000;
     do {
         usleep(100000);
         node_counters(&node, s);
-    } while (s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED] < 2000 && now_ms() < until);
-    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED], 2000);
+    } while (s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED] < 2000 &&
+             now_ms() < until);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED],
+                      2000);
     unsigned after = fd_count(node.pid);
-    printf("node fds before 2000 junk connections: %u, after: %u (refused %llu, rejected at accept %llu)\n", before,
-           after, (unsigned long long)s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS],
+    printf("node fds before 2000 junk connections: %u, after: %u (refused %llu, rejected at accept "
+           "%llu)\n",
+           before, after, (unsigned long long)s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS],
            (unsigned long long)s[KVS_WIRE_STAT_CONNECTIONS_REJECTED]);
     ck_assert_msg(after <= before + 2, "node fds grew from %u to %u", before, after);
     a_real_client_is_served(&node, 4);
@@ -750,12 +792,14 @@ END_TEST
 START_TEST(connections_over_the_handshake_cap_are_refused_while_a_session_is_served) {
     client *c = client_authed(&node, "tenant-a"); /* authenticated before the flood */
     int idle[10];
-    for (int i = 0; i < 10; i++) idle[i] = raw_connect(node.port); /* say nothing: hold handshake slots */
+    for (int i = 0; i < 10; i++)
+        idle[i] = raw_connect(node.port); /* say nothing: hold handshake slots */
     int refused = 0;
     for (int i = 0; i < 10; i++) {
         struct pollfd p = {.fd = idle[i], .events = POLLIN};
         uint8_t buf[8];
-        if (poll(&p, 1, i < 4 ? 0 : 1000) > 0 && recv(idle[i], buf, sizeof buf, MSG_DONTWAIT) == 0) refused++;
+        if (poll(&p, 1, i < 4 ? 0 : 1000) > 0 && recv(idle[i], buf, sizeof buf, MSG_DONTWAIT) == 0)
+            refused++;
     }
     ck_assert_int_eq(refused, 6); /* --max-handshakes 4: the first 4 hold, the other 6 are closed */
     uint8_t key[16];
@@ -793,14 +837,16 @@ START_TEST(put_lookup_get_round_trip_64k_1m_and_inline_objects) {
         uint64_t len = 0;
         ck_assert_int_eq(get_one(c, keys[i], dst, MIB + 4096, &len), KVS_OK);
         ck_assert_uint_eq(len, sizes[i]);
-        ck_assert_msg(memcmp(c->mem + dst, c->mem + src_off[i], sizes[i]) == 0, "object %u differs", i);
+        ck_assert_msg(memcmp(c->mem + dst, c->mem + src_off[i], sizes[i]) == 0, "object %u differs",
+                      i);
         ck_assert_uint_eq(c->mem[dst + sizes[i]], 0); /* nothing written past the object */
     }
     uint64_t len = 7;
     ck_assert_int_eq(get_one(c, keys[3], dst, MIB, &len), KVS_ENOTFOUND);
     ck_assert_uint_eq(len, 0);
     memset(c->mem + dst, 0xEE, 64 * KIB);
-    ck_assert_int_eq(get_one(c, keys[1], dst, 64 * KIB, &len), KVS_EOVERFLOW); /* 1 MiB into 64 KiB */
+    ck_assert_int_eq(get_one(c, keys[1], dst, 64 * KIB, &len),
+                     KVS_EOVERFLOW); /* 1 MiB into 64 KiB */
     ck_assert_uint_eq(len, MIB);
     ck_assert_uint_eq(c->mem[dst], 0xEE); /* the destination is untouched */
 
@@ -837,7 +883,8 @@ START_TEST(tenants_cannot_see_or_overwrite_each_others_objects) {
     ck_assert_uint_eq(lookup_one(b, key), 0);
     uint64_t len = 0;
     ck_assert_int_eq(get_one(b, key, MIB, 64 * KIB, &len), KVS_ENOTFOUND);
-    ck_assert_int_eq(put_one(b, key, 0, 64 * KIB, 0), KVS_OK); /* bob's own object of the same key */
+    ck_assert_int_eq(put_one(b, key, 0, 64 * KIB, 0),
+                     KVS_OK); /* bob's own object of the same key */
     ck_assert_int_eq(get_one(a, key, MIB, 64 * KIB, &len), KVS_OK);
     ck_assert_uint_eq(len, 64 * KIB);
     ck_assert_msg(memcmp(a->mem + MIB, a->mem, 64 * KIB) == 0, "alice reads bob's bytes");
@@ -854,7 +901,8 @@ START_TEST(malformed_messages_get_an_error_and_the_node_keeps_serving) {
     kvs_wire_refusal why;
     const uint8_t garbage[] = {0xc1, 0xff, 0x00, 0x13};
     ck_assert(send_raw(c, garbage, sizeof garbage));
-    ck_assert_int_eq(kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_int_eq(
+        kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_ne(rep.error_code, KVS_WIRE_ERR_NONE);
 
@@ -871,7 +919,8 @@ START_TEST(malformed_messages_get_an_error_and_the_node_keeps_serving) {
     size_t len = 0;
     ck_assert_int_eq(kvs_wire_encode(&m, buf, sizeof buf, &len, &why), KVS_OK);
     ck_assert(send_raw(c, buf, len - 3));
-    ck_assert_int_eq(kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_int_eq(
+        kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_TRUNCATED);
     ck_assert_uint_eq(rep.request_id, 4242);
@@ -916,7 +965,8 @@ START_TEST(sigterm_stops_the_node_with_status_0_and_a_stats_line) {
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 0);
     ck_assert_msg(took < 3000, "shutdown took %.0f ms", took);
-    ck_assert_msg(strstr(node.out, "kvstrata-node stopped on SIGTERM") != NULL, "output: %s", node.out);
+    ck_assert_msg(strstr(node.out, "kvstrata-node stopped on SIGTERM") != NULL, "output: %s",
+                  node.out);
     ck_assert_msg(strstr(node.out, " puts=1 ") != NULL, "output: %s", node.out);
     ck_assert_msg(strstr(node.out, " bytes_in=65536 ") != NULL, "output: %s", node.out);
     client_close(c);
@@ -955,7 +1005,8 @@ START_TEST(settings_come_from_the_node_section_of_the_config) {
     make_key(key, 7);
     fill(c->mem, 3 * MIB, 7);
     ck_assert_int_eq(put_one(c, key, 0, MIB, 0), KVS_OK);
-    ck_assert_int_ne(put_one(c, key, 0, 3 * MIB, 0), KVS_OK); /* over node.max_object_bytes (2MiB) */
+    ck_assert_int_ne(put_one(c, key, 0, 3 * MIB, 0),
+                     KVS_OK); /* over node.max_object_bytes (2MiB) */
     uint64_t len = 0;
     ck_assert_int_eq(get_one(c, key, 3 * MIB, MIB, &len), KVS_OK);
     ck_assert_uint_eq(len, MIB);
@@ -970,7 +1021,8 @@ static int node_exit_status(const char *yaml_text, const char *extra, char *err,
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
     ck_assert_int_eq(kvs_test_write_file(dir, "node.yaml", yaml_text, yaml, sizeof yaml), 0);
     char cmd[1600];
-    snprintf(cmd, sizeof cmd, "%s/kvstrata-node --config %s %s 2>&1 >/dev/null", KVS_TEST_BIN_DIR, yaml, extra);
+    snprintf(cmd, sizeof cmd, "%s/kvstrata-node --config %s %s 2>&1 >/dev/null", KVS_TEST_BIN_DIR,
+             yaml, extra);
     FILE *f = popen(cmd, "r");
     ck_assert_ptr_nonnull(f);
     size_t n = fread(err, 1, err_len - 1, f);
@@ -982,17 +1034,21 @@ static int node_exit_status(const char *yaml_text, const char *extra, char *err,
 
 START_TEST(a_bad_node_section_or_no_key_file_is_refused_with_a_sentence) {
     char err[2048];
-    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  listen: 127.0.0.1\n", "", err, sizeof err), 2);
+    ck_assert_int_eq(
+        node_exit_status(DRAM_YAML "node:\n  listen: 127.0.0.1\n", "", err, sizeof err), 2);
     ck_assert_msg(strstr(err, "node.listen") && strstr(err, "HOST:PORT"), "stderr: %s", err);
     ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  colour: red\n", "", err, sizeof err), 2);
     ck_assert_msg(strstr(err, "unknown key") && strstr(err, "listen, psk_file"), "stderr: %s", err);
-    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  max_object_bytes: 0\n", "", err, sizeof err), 2);
+    ck_assert_int_eq(
+        node_exit_status(DRAM_YAML "node:\n  max_object_bytes: 0\n", "", err, sizeof err), 2);
     ck_assert_msg(strstr(err, "node.max_object_bytes"), "stderr: %s", err);
     ck_assert_int_eq(node_exit_status(DRAM_YAML, "", err, sizeof err), 2);
     ck_assert_msg(strstr(err, "--psk-file or node.psk_file"), "stderr: %s", err);
     /* a flag wins over the section: a bad --listen is refused although node.listen is fine */
-    ck_assert_int_eq(node_exit_status(DRAM_YAML "node:\n  listen: 127.0.0.1:0\n  psk_file: /nonexistent\n",
-                                      "--listen nonsense", err, sizeof err), 2);
+    ck_assert_int_eq(node_exit_status(DRAM_YAML
+                                      "node:\n  listen: 127.0.0.1:0\n  psk_file: /nonexistent\n",
+                                      "--listen nonsense", err, sizeof err),
+                     2);
     ck_assert_msg(strstr(err, "--listen nonsense"), "stderr: %s", err);
 }
 END_TEST
@@ -1015,11 +1071,15 @@ int main(void) {
     TCase *hostile = tcase_create("hostile");
     tcase_add_checked_fixture(hostile, setup, teardown);
     tcase_set_timeout(hostile, 60);
-    tcase_add_test(hostile, garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving);
+    tcase_add_test(
+        hostile,
+        garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving);
     tcase_add_test(hostile, garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving);
-    tcase_add_test(hostile, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
+    tcase_add_test(hostile,
+                   a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
     tcase_add_test(hostile, two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors);
-    tcase_add_test(hostile, connections_over_the_handshake_cap_are_refused_while_a_session_is_served);
+    tcase_add_test(hostile,
+                   connections_over_the_handshake_cap_are_refused_while_a_session_is_served);
     suite_add_tcase(s, hostile);
     TCase *ssd = tcase_create("ssd");
     tcase_add_checked_fixture(ssd, setup_ssd, teardown);

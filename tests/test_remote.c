@@ -17,12 +17,12 @@ int main(void) {
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,9 +32,10 @@ int main(void) {
 #include "remote.h"
 #include "test_support.h"
 
-#define MIB (1024u * 1024u)
+#define MIB           (1024u * 1024u)
 #define STAGING_BYTES (8u * MIB)
-#define NODE_YAML "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 256MiB\n"
+#define NODE_YAML \
+    "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 256MiB\n"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -44,8 +45,8 @@ static double now_ms(void) {
 
 /* ---- options ------------------------------------------------------------------------------------ */
 
-static kvs_status create_with(const kvs_backend_option *opts, uint64_t n, char *err, size_t err_len, void **state,
-                              void *staging, uint64_t staging_len) {
+static kvs_status create_with(const kvs_backend_option *opts, uint64_t n, char *err, size_t err_len,
+                              void **state, void *staging, uint64_t staging_len) {
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
     init.struct_size = sizeof init;
@@ -71,11 +72,15 @@ static void expect_refused(const kvs_backend_option *opts, uint64_t n, const cha
 }
 
 START_TEST(bad_options_are_refused_with_a_sentence) {
-    kvs_backend_option unknown[] = {{"node", "127.0.0.1:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"colour", "red"}};
-    expect_refused(unknown, 4, "valid options: node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms");
+    kvs_backend_option unknown[] = {
+        {"node", "127.0.0.1:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"colour", "red"}};
+    expect_refused(
+        unknown, 4,
+        "valid options: node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms");
     kvs_backend_option no_node[] = {{"psk_file", "/x"}, {"tenant", "t"}};
     expect_refused(no_node, 2, "at least one node");
-    kvs_backend_option bad_port[] = {{"node", "127.0.0.1:99999"}, {"psk_file", "/x"}, {"tenant", "t"}};
+    kvs_backend_option bad_port[] = {
+        {"node", "127.0.0.1:99999"}, {"psk_file", "/x"}, {"tenant", "t"}};
     expect_refused(bad_port, 3, "not HOST:PORT");
     kvs_backend_option no_psk[] = {{"node", "a:1"}, {"tenant", "t"}};
     expect_refused(no_psk, 2, "psk_file");
@@ -83,11 +88,14 @@ START_TEST(bad_options_are_refused_with_a_sentence) {
     expect_refused(no_tenant, 2, "needs option tenant");
     kvs_backend_option bad_tenant[] = {{"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "a b"}};
     expect_refused(bad_tenant, 3, "tenant \"a b\"");
-    kvs_backend_option too_many[] = {{"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"replicas", "2"}};
+    kvs_backend_option too_many[] = {
+        {"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"replicas", "2"}};
     expect_refused(too_many, 4, "replicas 2 needs at least 2 nodes; 1 given");
-    kvs_backend_option twice[] = {{"node", "a:1"}, {"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}};
+    kvs_backend_option twice[] = {
+        {"node", "a:1"}, {"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}};
     expect_refused(twice, 4, "listed twice");
-    kvs_backend_option bad_timeout[] = {{"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"timeout_ms", "0"}};
+    kvs_backend_option bad_timeout[] = {
+        {"node", "a:1"}, {"psk_file", "/x"}, {"tenant", "t"}, {"timeout_ms", "0"}};
     expect_refused(bad_timeout, 4, "timeout_ms \"0\"");
 }
 END_TEST
@@ -95,7 +103,8 @@ END_TEST
 START_TEST(a_missing_key_file_fails_create_naming_it) {
     char err[512];
     void *state = NULL;
-    kvs_backend_option opts[] = {{"node", "127.0.0.1:1"}, {"psk_file", "/nonexistent/kvs.key"}, {"tenant", "t"}};
+    kvs_backend_option opts[] = {
+        {"node", "127.0.0.1:1"}, {"psk_file", "/nonexistent/kvs.key"}, {"tenant", "t"}};
     kvs_status st = create_with(opts, 3, err, sizeof err, &state, NULL, 0);
     ck_assert_int_ne(st, KVS_OK);
     ck_assert_ptr_null(state);
@@ -163,16 +172,17 @@ static void daemon_start(daemon_proc *d) {
         dup2(pipefd[1], 1);
         close(pipefd[0]);
         close(pipefd[1]);
-        execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file", key_path,
-              "--listen", "127.0.0.1:0", "--max-object-bytes", "2MiB", (char *)NULL);
+        execl(KVS_TEST_BIN_DIR "/kvstrata-node", "kvstrata-node", "--config", yaml, "--psk-file",
+              key_path, "--listen", "127.0.0.1:0", "--max-object-bytes", "2MiB", (char *)NULL);
         _exit(127);
     }
     close(pipefd[1]);
     d->out_fd = pipefd[0];
     ck_assert_msg(read_line(d, 10000), "no readiness line; got \"%s\"", d->out);
     unsigned port = 0, tiers = 0;
-    ck_assert_msg(sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
-                  "readiness line: \"%s\"", d->out);
+    ck_assert_msg(
+        sscanf(d->out, "kvstrata-node ready listen=127.0.0.1:%u tiers=%u", &port, &tiers) == 2,
+        "readiness line: \"%s\"", d->out);
     d->port = (uint16_t)port;
     snprintf(d->id, sizeof d->id, "127.0.0.1:%u", port);
 }
@@ -224,10 +234,11 @@ static void two_nodes_teardown(void) {
     kvs_test_rmtree(key_dir);
 }
 
-static void *open_tier(const char *replicas, const char *psk, const char *timeout_ms, char *err, size_t err_len,
-                       kvs_status *st_out) {
-    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", nodes[1].id}, {"psk_file", psk},
-                                 {"tenant", "test-tenant"}, {"replicas", replicas}, {"timeout_ms", timeout_ms},
+static void *open_tier(const char *replicas, const char *psk, const char *timeout_ms, char *err,
+                       size_t err_len, kvs_status *st_out) {
+    kvs_backend_option opts[] = {{"node", nodes[0].id},       {"node", nodes[1].id},
+                                 {"psk_file", psk},           {"tenant", "test-tenant"},
+                                 {"replicas", replicas},      {"timeout_ms", timeout_ms},
                                  {"connect_backoff_ms", "50"}};
     void *state = NULL;
     *st_out = create_with(opts, 7, err, err_len, &state, staging, STAGING_BYTES);
@@ -259,7 +270,9 @@ static void fill(uint8_t *buf, size_t len, uint32_t seed) {
 }
 
 /* The object of key i: sizes alternate between inline (small) and RMA (large) puts. */
-static size_t object_len(uint32_t i) { return i % 2 ? 1000 + i : 200000 + 4096 * i; }
+static size_t object_len(uint32_t i) {
+    return i % 2 ? 1000 + i : 200000 + 4096 * i;
+}
 
 START_TEST(put_then_get_returns_the_same_bytes) {
     const kvs_backend_ops *ops = kvs_remote_backend();
@@ -270,7 +283,8 @@ START_TEST(put_then_get_returns_the_same_bytes) {
     for (uint32_t i = 0; i < 4; i++) {
         kvs_key k = key_of(i);
         size_t len = object_len(i);
-        uint8_t *src = i < 2 ? staging + i * 1024 * 1024 : malloc(len); /* from the pool and from outside */
+        uint8_t *src =
+            i < 2 ? staging + i * 1024 * 1024 : malloc(len); /* from the pool and from outside */
         fill(src, len, i);
         ck_assert_int_eq(ops->put(s, &k, src, len), KVS_OK);
         if (i >= 2) free(src);
@@ -280,7 +294,8 @@ START_TEST(put_then_get_returns_the_same_bytes) {
         size_t len = object_len(i);
         uint8_t *want = malloc(len);
         fill(want, len, i);
-        uint8_t *dst = i % 2 ? staging + 4 * MIB : malloc(2 * MIB); /* RMA into the pool, or bounce */
+        uint8_t *dst =
+            i % 2 ? staging + 4 * MIB : malloc(2 * MIB); /* RMA into the pool, or bounce */
         memset(dst, 0, len);
         uint64_t got = 0;
         ck_assert_int_eq(ops->get(s, &k, dst, 2 * MIB, &got), KVS_OK);
@@ -389,7 +404,8 @@ START_TEST(with_two_replicas_a_killed_node_leaves_the_other_serving) {
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
     ck_assert_uint_eq(stats.nodes_up, 1);
     ck_assert_uint_ge(stats.node_failures, 1);
-    ck_assert_msg(strstr(ops->last_error(s), nodes[0].id) != NULL, "last error: %s", ops->last_error(s));
+    ck_assert_msg(strstr(ops->last_error(s), nodes[0].id) != NULL, "last error: %s",
+                  ops->last_error(s));
     /* puts still succeed, the dead home's copy dropped and counted */
     kvs_key k = key_of(300);
     ck_assert_int_eq(ops->put(s, &k, buf, 100), KVS_OK);
@@ -434,7 +450,8 @@ START_TEST(queued_puts_go_out_in_batches_and_read_back_exactly) {
     ck_assert_uint_eq(stats.puts_queued, N);
     ck_assert_uint_eq(stats.puts_stored, N);
     ck_assert_uint_eq(stats.puts_dropped, 0);
-    ck_assert_msg(stats.put_requests < N, "%llu PUT requests for %d puts", (unsigned long long)stats.put_requests, N);
+    ck_assert_msg(stats.put_requests < N, "%llu PUT requests for %d puts",
+                  (unsigned long long)stats.put_requests, N);
     for (uint32_t i = 0; i < N; i++) {
         kvs_key k = key_of(500 + i);
         fill(want, LEN, 500 + i);
@@ -486,8 +503,9 @@ END_TEST
  * made UCX 1.13 abort the client, docs/remote.md). */
 START_TEST(puts_to_hung_nodes_are_dropped_within_the_timeout) {
     const kvs_backend_ops *ops = kvs_remote_backend();
-    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", nodes[1].id}, {"psk_file", key_path},
-                                 {"tenant", "test-tenant"}, {"timeout_ms", "400"}, {"connect_backoff_ms", "50"},
+    kvs_backend_option opts[] = {{"node", nodes[0].id},  {"node", nodes[1].id},
+                                 {"psk_file", key_path}, {"tenant", "test-tenant"},
+                                 {"timeout_ms", "400"},  {"connect_backoff_ms", "50"},
                                  {"put_queue_mb", "2"}};
     char err[512];
     void *s = NULL;
@@ -539,15 +557,17 @@ END_TEST
  * ms left, and a node whose connection is cut while it reads our queue can make UCX 1.13 abort). */
 START_TEST(puts_queued_behind_a_hung_node_do_not_take_the_live_node_down) {
     const kvs_backend_ops *ops = kvs_remote_backend();
-    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", nodes[1].id}, {"psk_file", key_path},
-                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "600"},
-                                 {"connect_backoff_ms", "20000"}};
+    kvs_backend_option opts[] = {
+        {"node", nodes[0].id},          {"node", nodes[1].id}, {"psk_file", key_path},
+        {"tenant", "test-tenant"},      {"replicas", "2"},     {"timeout_ms", "600"},
+        {"connect_backoff_ms", "20000"}};
     char err[512];
     void *s = NULL;
     ck_assert_int_eq(create_with(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES), KVS_OK);
     kill(nodes[0].pid, SIGSTOP);
     uint8_t buf[8192];
-    for (uint32_t i = 0; i < 6; i++) { /* the first batch waits 600 ms on node 0; the rest queue behind it */
+    for (uint32_t i = 0; i < 6;
+         i++) { /* the first batch waits 600 ms on node 0; the rest queue behind it */
         kvs_key k = key_of(960 + i);
         fill(buf, sizeof buf, 960 + i);
         ck_assert_int_eq(ops->put(s, &k, buf, sizeof buf), KVS_OK);
@@ -575,14 +595,15 @@ START_TEST(a_wrong_key_fails_create_with_a_sentence) {
     void *s = open_tier("1", wrong_key_path, "2000", err, sizeof err, &st);
     ck_assert_ptr_null(s);
     ck_assert_int_eq(st, KVS_EIO);
-    ck_assert_msg(strstr(err, "refused authentication") && strstr(err, "test-tenant"), "error: %s", err);
+    ck_assert_msg(strstr(err, "refused authentication") && strstr(err, "test-tenant"), "error: %s",
+                  err);
 }
 END_TEST
 
 static void *open_sm(const char *shared_memory) {
-    kvs_backend_option opts[] = {{"node", nodes[0].id},        {"node", nodes[1].id},
-                                 {"psk_file", key_path},       {"tenant", "test-tenant"},
-                                 {"timeout_ms", "2000"},       {"shared_memory", shared_memory}};
+    kvs_backend_option opts[] = {{"node", nodes[0].id},  {"node", nodes[1].id},
+                                 {"psk_file", key_path}, {"tenant", "test-tenant"},
+                                 {"timeout_ms", "2000"}, {"shared_memory", shared_memory}};
     char err[512];
     void *state = NULL;
     kvs_status st = create_with(opts, 6, err, sizeof err, &state, staging, STAGING_BYTES);
@@ -616,7 +637,8 @@ START_TEST(nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off
     kvs_remote_stats_t stats;
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
     ck_assert_uint_eq(stats.nodes_up, 2);
-    ck_assert_uint_eq(stats.nodes_shared_memory, 2); /* UCX_TLS=tcp,sm,self, same host and namespace */
+    ck_assert_uint_eq(stats.nodes_shared_memory,
+                      2); /* UCX_TLS=tcp,sm,self, same host and namespace */
     round_trip_in_pool(s, 500, 6);
     kvs_remote_backend()->destroy(s);
     s = open_sm("off");
@@ -670,7 +692,8 @@ START_TEST(a_client_killed_during_gets_leaves_the_nodes_serving) {
     ck_assert_msg(now_ms() - t0 < 5000, "round trips after the kill took %.0f ms", now_ms() - t0);
     kvs_remote_stats_t stats;
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
-    ck_assert_msg(stats.nodes_up == 2, "nodes up %u: %s", stats.nodes_up, kvs_remote_backend()->last_error(s));
+    ck_assert_msg(stats.nodes_up == 2, "nodes up %u: %s", stats.nodes_up,
+                  kvs_remote_backend()->last_error(s));
     kvs_remote_backend()->destroy(s);
 }
 END_TEST
@@ -690,8 +713,9 @@ typedef struct fake_node {
     char id[64];
     volatile int stop;
     volatile int accepted;
-    volatile int challenged;         /* FAKE_CHALLENGE: well-formed challenges sent */
-    volatile size_t after_challenge; /* FAKE_CHALLENGE: bytes the client sent after one (its AUTH) */
+    volatile int challenged; /* FAKE_CHALLENGE: well-formed challenges sent */
+    volatile size_t
+        after_challenge; /* FAKE_CHALLENGE: bytes the client sent after one (its AUTH) */
     pthread_t thread;
 } fake_node;
 
@@ -755,8 +779,10 @@ static void *fake_main(void *arg) {
         }
         if (len) (void)send(c, out, len, MSG_NOSIGNAL);
         if (f->mode == FAKE_CHALLENGE) fake_challenge(f, c);
-        if (n_open < 64) open_fds[n_open++] = c;
-        else close(c);
+        if (n_open < 64)
+            open_fds[n_open++] = c;
+        else
+            close(c);
     }
     for (int i = 0; i < n_open; i++) close(open_fds[i]);
     return NULL;
@@ -789,14 +815,19 @@ static void fake_node_beside_a_real_one(int mode) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     fake_node f;
     fake_start(&f, mode);
-    kvs_backend_option opts[] = {{"node", f.id}, {"node", nodes[0].id}, {"psk_file", key_path},
-                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "500"},
+    kvs_backend_option opts[] = {{"node", f.id},
+                                 {"node", nodes[0].id},
+                                 {"psk_file", key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"replicas", "2"},
+                                 {"timeout_ms", "500"},
                                  {"connect_backoff_ms", "50"}};
     char err[512];
     void *s = NULL;
     kvs_status st = create_with(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES);
     ck_assert_msg(st == KVS_OK, "mode %d: create: %d %s", mode, st, err);
-    ck_assert_msg(strstr(ops->last_error(s), f.id) != NULL, "mode %d: last error: %s", mode, ops->last_error(s));
+    ck_assert_msg(strstr(ops->last_error(s), f.id) != NULL, "mode %d: last error: %s", mode,
+                  ops->last_error(s));
     printf("fake node (mode %d): %s\n", mode, ops->last_error(s));
     uint8_t buf[8192];
     for (uint32_t i = 0; i < 8; i++) {
@@ -825,10 +856,14 @@ static void fake_node_beside_a_real_one(int mode) {
     fake_stop(&f);
 }
 
-START_TEST(a_fake_node_sending_garbage_is_down_and_the_real_node_serves) { fake_node_beside_a_real_one(FAKE_GARBAGE); }
+START_TEST(a_fake_node_sending_garbage_is_down_and_the_real_node_serves) {
+    fake_node_beside_a_real_one(FAKE_GARBAGE);
+}
 END_TEST
 
-START_TEST(a_fake_node_saying_nothing_is_down_and_the_real_node_serves) { fake_node_beside_a_real_one(FAKE_SILENT); }
+START_TEST(a_fake_node_saying_nothing_is_down_and_the_real_node_serves) {
+    fake_node_beside_a_real_one(FAKE_SILENT);
+}
 END_TEST
 
 START_TEST(a_fake_node_announcing_a_huge_length_is_down_and_the_real_node_serves) {
@@ -848,8 +883,9 @@ START_TEST(a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_
     const kvs_backend_ops *ops = kvs_remote_backend();
     fake_node f;
     fake_start(&f, FAKE_CHALLENGE);
-    kvs_backend_option opts[] = {{"node", nodes[0].id}, {"node", f.id}, {"psk_file", key_path},
-                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "1000"}};
+    kvs_backend_option opts[] = {{"node", nodes[0].id},  {"node", f.id},
+                                 {"psk_file", key_path}, {"tenant", "test-tenant"},
+                                 {"replicas", "2"},      {"timeout_ms", "1000"}};
     char err[512];
     void *s = NULL;
     kvs_status st = create_with(opts, 6, err, sizeof err, &s, staging, STAGING_BYTES);
@@ -857,7 +893,8 @@ START_TEST(a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_
     ck_assert_int_ne(st, KVS_OK);
     ck_assert_msg(strstr(err, "does not prove it holds the key") != NULL, "create: %s", err);
     ck_assert_int_ge(f.challenged, 1);
-    ck_assert_msg(f.after_challenge == 0, "the client sent %zu bytes (its AUTH) to a peer that did not prove the key",
+    ck_assert_msg(f.after_challenge == 0,
+                  "the client sent %zu bytes (its AUTH) to a peer that did not prove the key",
                   f.after_challenge);
     fake_stop(&f);
     (void)ops;
@@ -871,8 +908,12 @@ START_TEST(a_silent_node_being_retried_does_not_hold_up_requests_to_the_others) 
     const kvs_backend_ops *ops = kvs_remote_backend();
     fake_node f;
     fake_start(&f, FAKE_SILENT);
-    kvs_backend_option opts[] = {{"node", f.id}, {"node", nodes[0].id}, {"psk_file", key_path},
-                                 {"tenant", "test-tenant"}, {"replicas", "2"}, {"timeout_ms", "1000"},
+    kvs_backend_option opts[] = {{"node", f.id},
+                                 {"node", nodes[0].id},
+                                 {"psk_file", key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"replicas", "2"},
+                                 {"timeout_ms", "1000"},
                                  {"connect_backoff_ms", "20"}};
     char err[512];
     void *s = NULL;
@@ -893,7 +934,8 @@ START_TEST(a_silent_node_being_retried_does_not_hold_up_requests_to_the_others) 
         ck_assert_msg(st == KVS_OK, "get %u: %d (%s)", gets, st, ops->last_error(s));
         usleep(5000);
     }
-    printf("silent node beside a real one: %u gets answered while it was retried %d times\n", gets, f.accepted);
+    printf("silent node beside a real one: %u gets answered while it was retried %d times\n", gets,
+           f.accepted);
     ck_assert_int_ge(f.accepted, 2); /* it was retried meanwhile */
     ops->destroy(s);
     fake_stop(&f);
@@ -942,7 +984,8 @@ int main(void) {
     tcase_add_test(live, a_fake_node_sending_a_truncated_frame_is_down_and_the_real_node_serves);
     tcase_add_test(live, a_silent_node_being_retried_does_not_hold_up_requests_to_the_others);
     tcase_add_test(live, puts_queued_behind_a_hung_node_do_not_take_the_live_node_down);
-    tcase_add_test(live, a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_address);
+    tcase_add_test(live,
+                   a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_address);
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);

@@ -49,14 +49,16 @@ static size_t encode_ok(const kvs_wire_msg *msg) {
 }
 
 /* Decode a copy in an exact-size heap block, so any overread shows under ASan. */
-static kvs_status decode_copy(const void *bytes, size_t len, kvs_wire_msg *msg, kvs_wire_refusal *why,
-                              uint8_t **keep) {
+static kvs_status decode_copy(const void *bytes, size_t len, kvs_wire_msg *msg,
+                              kvs_wire_refusal *why, uint8_t **keep) {
     uint8_t *copy = malloc(len ? len : 1);
     ck_assert_ptr_nonnull(copy);
     memcpy(copy, bytes, len);
     kvs_status st = kvs_wire_decode(copy, len, entries, KVS_WIRE_MAX_KEYS, msg, why);
-    if (keep) *keep = copy;
-    else free(copy);
+    if (keep)
+        *keep = copy;
+    else
+        free(copy);
     return st;
 }
 
@@ -107,7 +109,8 @@ static void assert_refused(kvs_status st, const kvs_wire_refusal *why, kvs_statu
     ck_assert_msg(st == want_st, "status %d, wanted %d (%s)", st, want_st, why->text);
     ck_assert_msg(why->code == want_code, "code %s, wanted %s (%s)", kvs_wire_error_name(why->code),
                   kvs_wire_error_name(want_code), why->text);
-    ck_assert_msg(strstr(why->text, needle) != NULL, "sentence \"%s\" lacks \"%s\"", why->text, needle);
+    ck_assert_msg(strstr(why->text, needle) != NULL, "sentence \"%s\" lacks \"%s\"", why->text,
+                  needle);
 }
 
 /* ---- round trips ----------------------------------------------------------------------------- */
@@ -159,7 +162,8 @@ START_TEST(hello_round_trips_tenant_and_nonce) {
     ck_assert_int_eq(memcmp(back.tenant, "team-a.prod_1", 13), 0);
     ck_assert_int_eq(memcmp(back.nonce, nonce, 32), 0);
     /* points into the input */
-    ck_assert((uintptr_t)back.nonce >= (uintptr_t)copy && (uintptr_t)back.nonce + 32 <= (uintptr_t)copy + len);
+    ck_assert((uintptr_t)back.nonce >= (uintptr_t)copy &&
+              (uintptr_t)back.nonce + 32 <= (uintptr_t)copy + len);
     free(copy);
 }
 END_TEST
@@ -346,10 +350,12 @@ END_TEST
 START_TEST(stats_reply_round_trips_counters) {
     kvs_wire_msg msg, back;
     kvs_wire_msg_init(&msg, KVS_WIRE_STATS_REPLY, 11);
-    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i << ((i * 7) % 64);
+    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++)
+        msg.counters[i] = (uint64_t)i << ((i * 7) % 64);
     msg.counters[KVS_WIRE_STAT_CAPACITY_BYTES] = UINT64_MAX;
     uint8_t *copy = round_trip(&msg, &back);
-    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) ck_assert_uint_eq(back.counters[i], msg.counters[i]);
+    for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++)
+        ck_assert_uint_eq(back.counters[i], msg.counters[i]);
     free(copy);
 }
 END_TEST
@@ -388,7 +394,8 @@ START_TEST(a_batch_over_the_key_limit_is_refused) {
     raw_bin(&r, (KVS_WIRE_MAX_KEYS + 1) * KVS_WIRE_KEY_BYTES, 1);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "over the limit");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "over the limit");
     /* and the encoder will not write one */
     keyed_entries(KVS_WIRE_MAX_KEYS + 1);
     kvs_wire_msg_init(&msg, KVS_WIRE_LOOKUP, 1);
@@ -407,7 +414,8 @@ START_TEST(a_per_key_array_declaring_four_billion_entries_is_refused_before_read
     msgpack_pack_array(&r.pk, UINT32_MAX); /* five bytes, no elements */
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "4294967295 elements");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "4294967295 elements");
 }
 END_TEST
 
@@ -495,7 +503,8 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     raw_bin(&r, 32, 2);
     raw_bin(&r, 100, 3);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "has 3 fields");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE,
+                   "has 3 fields");
     /* a worker address over the limit, refused before its bytes are read */
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
@@ -503,7 +512,8 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     raw_bin(&r, 32, 2);
     raw_bin(&r, KVS_WIRE_MAX_WORKER_ADDR_BYTES + 1, 3);
     msgpack_pack_uint32(&r.pk, 7);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the worker address");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "the worker address");
     /* a host id over the limit */
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 4);
@@ -535,7 +545,8 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     memset(text, 'a', sizeof text);
     msgpack_pack_str(&r.pk, sizeof text);
     msgpack_pack_str_body(&r.pk, text, sizeof text);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "the transports");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "the transports");
 }
 END_TEST
 
@@ -551,7 +562,8 @@ START_TEST(an_rkey_over_the_limit_is_refused) {
     raw_bin(&r, KVS_WIRE_MAX_RKEY_BYTES + 1, 2);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "an rkey of 513 bytes");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "an rkey of 513 bytes");
 }
 END_TEST
 
@@ -565,7 +577,8 @@ START_TEST(an_inline_payload_over_the_limit_is_refused) {
     raw_bin(&r, KVS_WIRE_MAX_INLINE_BYTES + 1, 3);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "inline data of 4097");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "inline data of 4097");
 }
 END_TEST
 
@@ -580,7 +593,8 @@ START_TEST(a_tenant_name_over_the_limit_is_refused) {
     raw_bin(&r, 32, 0);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "tenant name of 65 bytes");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "tenant name of 65 bytes");
 }
 END_TEST
 
@@ -595,7 +609,8 @@ START_TEST(an_error_text_over_the_limit_is_refused) {
     msgpack_pack_str_body(&r.pk, text, sizeof text);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT, "error text of 257");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EINVAL, KVS_WIRE_ERR_LIMIT,
+                   "error text of 257");
 }
 END_TEST
 
@@ -643,8 +658,8 @@ START_TEST(every_truncation_of_a_valid_message_is_refused_as_truncated) {
     for (size_t cut = 0; cut < len; cut++) {
         kvs_wire_refusal why;
         kvs_status st = decode_copy(out_buf, cut, &msg, &why, NULL);
-        ck_assert_msg(st == KVS_ECORRUPT && why.code == KVS_WIRE_ERR_TRUNCATED, "cut at %zu: %d %s", cut, st,
-                      why.text);
+        ck_assert_msg(st == KVS_ECORRUPT && why.code == KVS_WIRE_ERR_TRUNCATED, "cut at %zu: %d %s",
+                      cut, st, why.text);
     }
 }
 END_TEST
@@ -661,12 +676,14 @@ START_TEST(a_wrong_typed_field_is_refused) {
     msgpack_pack_array(&r.pk, 0);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "the request id");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE,
+                   "the request id");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_LOOKUP, 1); /* keys as a string instead of binary */
     msgpack_pack_array(&r.pk, 1);
     msgpack_pack_str(&r.pk, 16);
     msgpack_pack_str_body(&r.pk, "0123456789abcdef", 16);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "should be binary");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE,
+                   "should be binary");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1); /* a body that is a map */
     msgpack_pack_map(&r.pk, 0);
     assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TYPE, "an array");
@@ -679,8 +696,8 @@ START_TEST(trailing_bytes_after_a_message_are_refused) {
     size_t len = encode_ok(&msg);
     out_buf[len] = 0xc0; /* msgpack nil */
     kvs_wire_refusal why;
-    assert_refused(decode_copy(out_buf, len + 1, &msg, &why, NULL), &why, KVS_ECORRUPT, KVS_WIRE_ERR_TRAILING,
-                   "1 stray bytes");
+    assert_refused(decode_copy(out_buf, len + 1, &msg, &why, NULL), &why, KVS_ECORRUPT,
+                   KVS_WIRE_ERR_TRAILING, "1 stray bytes");
     ck_assert_int_eq(decode_copy(out_buf, len, &msg, &why, NULL), KVS_OK);
 }
 END_TEST
@@ -694,8 +711,8 @@ START_TEST(an_unknown_version_is_refused_and_answered_with_an_error_reply) {
     msg.n_entries = 2;
     size_t len = encode_ok(&msg);
     kvs_wire_refusal why;
-    assert_refused(decode_copy(out_buf, len, &msg, &why, NULL), &why, KVS_EVERSION, KVS_WIRE_ERR_VERSION,
-                   "version 3");
+    assert_refused(decode_copy(out_buf, len, &msg, &why, NULL), &why, KVS_EVERSION,
+                   KVS_WIRE_ERR_VERSION, "version 3");
     ck_assert_int_eq(why.have_request_id, 1);
     ck_assert_uint_eq(why.request_id, 0xabcdef);
     /* a newer header with more fields still gets a version error, not a shape error */
@@ -706,7 +723,8 @@ START_TEST(an_unknown_version_is_refused_and_answered_with_an_error_reply) {
     msgpack_pack_uint32(&r.pk, 7);
     msgpack_pack_uint32(&r.pk, 99);
     msgpack_pack_uint64(&r.pk, 5);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EVERSION, KVS_WIRE_ERR_VERSION, "version 7");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_EVERSION, KVS_WIRE_ERR_VERSION,
+                   "version 7");
     ck_assert_uint_eq(why.request_id, 5);
     /* the node's reply */
     uint8_t reply[512];
@@ -731,7 +749,8 @@ START_TEST(an_unknown_message_type_is_refused) {
     msgpack_pack_array(&r.pk, 0);
     kvs_wire_msg msg;
     kvs_wire_refusal why;
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_UNKNOWN_TYPE, "type 99");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_UNKNOWN_TYPE,
+                   "type 99");
     ck_assert_uint_eq(why.request_id, 8);
 }
 END_TEST
@@ -743,28 +762,33 @@ START_TEST(impossible_values_are_refused) {
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_LOOKUP_REPLY, 1); /* a presence flag of 2 */
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 3, 2);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "not 0 or 1");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE,
+                   "not 0 or 1");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_DELETE, 1); /* 17 bytes of keys */
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 17, 0);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "not a multiple of 16");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE,
+                   "not a multiple of 16");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_PUT, 1); /* two keys, one descriptor */
     msgpack_pack_array(&r.pk, 2);
     raw_bin(&r, 32, 0);
     msgpack_pack_array(&r.pk, 1);
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 4, 0);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "2 keys but 1");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE,
+                   "2 keys but 1");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_HELLO, 1); /* a tenant with a slash, a short nonce */
     msgpack_pack_array(&r.pk, 2);
     msgpack_pack_str(&r.pk, 3);
     msgpack_pack_str_body(&r.pk, "a/b", 3);
     raw_bin(&r, 32, 0);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "tenant name");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE,
+                   "tenant name");
     raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH, 1);
     msgpack_pack_array(&r.pk, 1);
     raw_bin(&r, 31, 0);
-    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE, "31 bytes, 32 expected");
+    assert_refused(raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT, KVS_WIRE_ERR_VALUE,
+                   "31 bytes, 32 expected");
 }
 END_TEST
 
@@ -783,8 +807,9 @@ END_TEST
 
 /* ---- handshake ------------------------------------------------------------------------------- */
 
-static const uint8_t test_psk_bytes[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
-                                           16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+static const uint8_t test_psk_bytes[32] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                           11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                           22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
 
 static void psk_of(kvs_remote_psk *psk, uint8_t tweak) {
     uint8_t bytes[32];
@@ -812,7 +837,8 @@ static void conn_hello(conn *c, const char *tenant) {
     uint8_t *copy = round_trip(&hello, &back);
     const uint8_t *challenge = NULL;
     char error[200];
-    ck_assert_int_eq(kvs_remote_auth_node_hello(&c->node, &back, &challenge, error, sizeof error), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_node_hello(&c->node, &back, &challenge, error, sizeof error),
+                     KVS_OK);
     free(copy);
     memcpy(c->challenge, challenge, 32);
 }
@@ -827,9 +853,10 @@ START_TEST(the_proof_matches_a_known_answer) {
     }
     ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, "tenant-a", 8, proof), KVS_OK);
     /* HMAC-SHA256 computed independently (Python's hmac module) */
-    static const uint8_t want[32] = {0x35, 0x3f, 0xb8, 0xb2, 0x4a, 0x09, 0x2e, 0x18, 0xc1, 0xdb, 0xac,
-                                     0x78, 0xee, 0x5d, 0x06, 0x5f, 0xf4, 0xb7, 0x45, 0x88, 0x78, 0xae,
-                                     0xb4, 0xe5, 0xec, 0x97, 0xbf, 0x3b, 0x84, 0x5f, 0x1a, 0x5b};
+    static const uint8_t want[32] = {0x35, 0x3f, 0xb8, 0xb2, 0x4a, 0x09, 0x2e, 0x18,
+                                     0xc1, 0xdb, 0xac, 0x78, 0xee, 0x5d, 0x06, 0x5f,
+                                     0xf4, 0xb7, 0x45, 0x88, 0x78, 0xae, 0xb4, 0xe5,
+                                     0xec, 0x97, 0xbf, 0x3b, 0x84, 0x5f, 0x1a, 0x5b};
     ck_assert_int_eq(memcmp(proof, want, 32), 0);
 }
 END_TEST
@@ -840,9 +867,11 @@ START_TEST(the_right_key_is_accepted) {
     conn c;
     conn_hello(&c, "tenant-a");
     ck_assert_int_eq(kvs_remote_auth_node_ok(&c.node), 0);
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-a", 8, c.proof), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-a", 8, c.proof),
+                     KVS_OK);
     char error[200] = "";
-    ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, c.proof, 32, error, sizeof error), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, c.proof, 32, error, sizeof error),
+                     KVS_OK);
     ck_assert_int_eq(kvs_remote_auth_node_ok(&c.node), 1);
 }
 END_TEST
@@ -853,9 +882,12 @@ START_TEST(a_wrong_key_is_refused) {
     psk_of(&client_psk, 1); /* one bit off */
     conn c;
     conn_hello(&c, "tenant-a");
-    ck_assert_int_eq(kvs_remote_auth_proof(&client_psk, c.challenge, c.nonce, "tenant-a", 8, c.proof), KVS_OK);
+    ck_assert_int_eq(
+        kvs_remote_auth_proof(&client_psk, c.challenge, c.nonce, "tenant-a", 8, c.proof), KVS_OK);
     char error[200] = "";
-    ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &node_psk, c.proof, 32, error, sizeof error), KVS_EINVAL);
+    ck_assert_int_eq(
+        kvs_remote_auth_node_check(&c.node, &node_psk, c.proof, 32, error, sizeof error),
+        KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(error, "tenant \"tenant-a\" failed the handshake"));
     ck_assert_int_eq(kvs_remote_auth_node_ok(&c.node), 0);
 }
@@ -866,7 +898,8 @@ START_TEST(a_proof_for_another_tenant_is_refused) {
     psk_of(&psk, 0);
     conn c;
     conn_hello(&c, "tenant-a");
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-b", 8, c.proof), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-b", 8, c.proof),
+                     KVS_OK);
     ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, c.proof, 32, NULL, 0), KVS_EINVAL);
 }
 END_TEST
@@ -878,13 +911,15 @@ START_TEST(an_empty_or_missing_proof_is_refused) {
     for (int i = 0; i < 4; i++) {
         conn c;
         conn_hello(&c, "t");
-        ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "t", 1, c.proof), KVS_OK);
+        ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "t", 1, c.proof),
+                         KVS_OK);
         uint8_t padded[33] = {0};
         memcpy(padded, c.proof, 32);
         char error[200] = "";
         const uint8_t *proof = i == 0 ? NULL : padded;
-        ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, proof, lens[i], error, sizeof error),
-                         KVS_EINVAL);
+        ck_assert_int_eq(
+            kvs_remote_auth_node_check(&c.node, &psk, proof, lens[i], error, sizeof error),
+            KVS_EINVAL);
         ck_assert_ptr_nonnull(strstr(error, "32 expected"));
         ck_assert_int_eq(kvs_remote_auth_node_ok(&c.node), 0);
     }
@@ -901,14 +936,17 @@ START_TEST(a_replayed_proof_fails_on_a_new_connection) {
     psk_of(&psk, 0);
     conn first;
     conn_hello(&first, "tenant-a");
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, first.challenge, first.nonce, "tenant-a", 8, first.proof), KVS_OK);
+    ck_assert_int_eq(
+        kvs_remote_auth_proof(&psk, first.challenge, first.nonce, "tenant-a", 8, first.proof),
+        KVS_OK);
     kvs_wire_msg auth;
     kvs_wire_msg_init(&auth, KVS_WIRE_AUTH, 2);
     auth.proof = first.proof;
     size_t recorded_len = encode_ok(&auth);
     uint8_t recorded[128];
     memcpy(recorded, out_buf, recorded_len);
-    ck_assert_int_eq(kvs_remote_auth_node_check(&first.node, &psk, first.proof, 32, NULL, 0), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_node_check(&first.node, &psk, first.proof, 32, NULL, 0),
+                     KVS_OK);
 
     /* the attacker replays the same HELLO (same nonce) and the recorded AUTH */
     conn second;
@@ -924,8 +962,9 @@ START_TEST(a_replayed_proof_fails_on_a_new_connection) {
     kvs_wire_msg replayed;
     ck_assert_int_eq(decode_copy(recorded, recorded_len, &replayed, NULL, NULL), KVS_OK);
     char error[200] = "";
-    ck_assert_int_eq(kvs_remote_auth_node_check(&second.node, &psk, first.proof, 32, error, sizeof error),
-                     KVS_EINVAL);
+    ck_assert_int_eq(
+        kvs_remote_auth_node_check(&second.node, &psk, first.proof, 32, error, sizeof error),
+        KVS_EINVAL);
     ck_assert_int_eq(kvs_remote_auth_node_ok(&second.node), 0);
 }
 END_TEST
@@ -938,7 +977,8 @@ START_TEST(a_challenge_answers_one_auth_only) {
     uint8_t wrong[32] = {1};
     ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, wrong, 32, NULL, 0), KVS_EINVAL);
     /* the right proof after a wrong guess is too late: no guessing loop on one challenge */
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-a", 8, c.proof), KVS_OK);
+    ck_assert_int_eq(kvs_remote_auth_proof(&psk, c.challenge, c.nonce, "tenant-a", 8, c.proof),
+                     KVS_OK);
     ck_assert_int_eq(kvs_remote_auth_node_check(&c.node, &psk, c.proof, 32, NULL, 0), KVS_ESTATE);
     ck_assert_int_eq(kvs_remote_auth_node_ok(&c.node), 0);
     /* and an AUTH before any HELLO is refused */
@@ -973,7 +1013,9 @@ START_TEST(key_files_must_be_private_and_long_enough) {
     ck_assert_int_eq(chmod(path, 0400), 0);
     ck_assert_int_eq(kvs_remote_psk_load(path, &psk, error, sizeof error), KVS_OK);
 
-    ck_assert_int_eq(kvs_test_write_file(dir, "short.key", "only-31-bytes-of-key-material!!", path, sizeof path), 0);
+    ck_assert_int_eq(
+        kvs_test_write_file(dir, "short.key", "only-31-bytes-of-key-material!!", path, sizeof path),
+        0);
     ck_assert_int_eq(chmod(path, 0600), 0);
     ck_assert_int_eq(kvs_remote_psk_load(path, &psk, error, sizeof error), KVS_EINVAL);
     ck_assert_msg(strstr(error, "holds 31 bytes"), "%s", error);
@@ -988,7 +1030,8 @@ START_TEST(key_files_must_be_private_and_long_enough) {
     snprintf(path, sizeof path, "%s/missing.key", dir);
     ck_assert_int_eq(kvs_remote_psk_load(path, &psk, error, sizeof error), KVS_EIO);
     ck_assert_msg(strstr(error, "missing.key cannot be opened"), "%s", error);
-    ck_assert_int_eq(kvs_remote_psk_load(dir, &psk, error, sizeof error), KVS_EINVAL); /* a directory */
+    ck_assert_int_eq(kvs_remote_psk_load(dir, &psk, error, sizeof error),
+                     KVS_EINVAL); /* a directory */
     kvs_test_rmtree(dir);
 }
 END_TEST
@@ -1039,11 +1082,13 @@ START_TEST(tenant_keys_are_deterministic_and_differ_across_tenants) {
         int n = snprintf(name, sizeof name, "t%d", t);
         for (uint32_t k = 0; k < KEYS; k++) {
             kvs_key in = key_of(k);
-            ck_assert_int_eq(kvs_remote_tenant_key(name, (size_t)n, &in, &seen[t * KEYS + (int)k]), KVS_OK);
+            ck_assert_int_eq(kvs_remote_tenant_key(name, (size_t)n, &in, &seen[t * KEYS + (int)k]),
+                             KVS_OK);
         }
     }
     qsort(seen, TENANTS * KEYS, sizeof seen[0], compare_keys);
-    for (int i = 1; i < TENANTS * KEYS; i++) ck_assert_int_ne(memcmp(seen[i - 1].bytes, seen[i].bytes, 16), 0);
+    for (int i = 1; i < TENANTS * KEYS; i++)
+        ck_assert_int_ne(memcmp(seen[i - 1].bytes, seen[i].bytes, 16), 0);
     ck_assert_int_eq(kvs_remote_tenant_key("", 0, &key, &b), KVS_EINVAL);
 }
 END_TEST
@@ -1095,7 +1140,8 @@ START_TEST(homes_are_distinct_ordered_and_independent_of_insertion_order) {
     ck_assert_int_eq(kvs_remote_ring_homes(&fwd, &key, 8, out, &n), KVS_OK);
     ck_assert_uint_eq(n, 6); /* fewer nodes than asked for */
     ck_assert_int_eq(kvs_remote_ring_homes(&fwd, &key, 0, out, &n), KVS_EINVAL);
-    ck_assert_int_eq(kvs_remote_ring_homes(&fwd, &key, KVS_REMOTE_RING_MAX_REPLICAS + 1, out, &n), KVS_EINVAL);
+    ck_assert_int_eq(kvs_remote_ring_homes(&fwd, &key, KVS_REMOTE_RING_MAX_REPLICAS + 1, out, &n),
+                     KVS_EINVAL);
     ck_assert_int_eq(kvs_remote_ring_add(&fwd, "node-1:13337"), KVS_EINVAL); /* duplicate */
     ck_assert_int_eq(kvs_remote_ring_add(&fwd, ""), KVS_EINVAL);
 }
@@ -1114,7 +1160,8 @@ START_TEST(keys_spread_evenly_over_nodes) {
         count[out[0]]++;
     }
     for (int i = 0; i < 10; i++) /* 10000 expected, sd ~95 */
-        ck_assert_msg(count[i] > 9400 && count[i] < 10600, "node %d holds %u of %u keys", i, count[i], SPREAD_KEYS);
+        ck_assert_msg(count[i] > 9400 && count[i] < 10600, "node %d holds %u of %u keys", i,
+                      count[i], SPREAD_KEYS);
 }
 END_TEST
 
@@ -1173,7 +1220,8 @@ START_TEST(a_down_node_is_skipped_for_the_next_preferred) {
         skipped++;
     }
     ck_assert_uint_eq(skipped, 500);
-    for (uint32_t i = 0; i < 5; i++) ck_assert_int_eq(kvs_remote_ring_set_down(&ring, ring.nodes[i].id, 1), KVS_OK);
+    for (uint32_t i = 0; i < 5; i++)
+        ck_assert_int_eq(kvs_remote_ring_set_down(&ring, ring.nodes[i].id, 1), KVS_OK);
     kvs_key key = key_of(0);
     uint32_t out[1], n = 99;
     ck_assert_int_eq(kvs_remote_ring_homes(&ring, &key, 1, out, &n), KVS_ENOTFOUND);
@@ -1193,7 +1241,7 @@ static uint64_t rng(void) {
 }
 
 #define FUZZ_ITERATIONS 200000u
-#define N_SEEDS 15
+#define N_SEEDS         15
 
 START_TEST(mutated_messages_decode_cleanly_or_are_refused) {
     /* one valid message of every type as seeds */
@@ -1224,8 +1272,10 @@ START_TEST(mutated_messages_decode_cleanly_or_are_refused) {
         msg.error_code = 4;
         msg.error_text = "a sentence";
         msg.error_text_len = 10;
-        for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msg.counters[i] = (uint64_t)i * 1000003u;
-        ck_assert_int_eq(kvs_wire_encode(&msg, seeds[t - 1], sizeof seeds[0], &seed_len[t - 1], NULL), KVS_OK);
+        for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++)
+            msg.counters[i] = (uint64_t)i * 1000003u;
+        ck_assert_int_eq(
+            kvs_wire_encode(&msg, seeds[t - 1], sizeof seeds[0], &seed_len[t - 1], NULL), KVS_OK);
     }
     rng_state = 0x5eed5eed5eedull;
     uint32_t accepted = 0, refused_by_code[16] = {0};
@@ -1238,16 +1288,17 @@ START_TEST(mutated_messages_decode_cleanly_or_are_refused) {
         for (uint32_t m = 0; m < n_mutations && len > 0; m++) {
             size_t at = (size_t)(rng() % len);
             switch (rng() % 5) {
-            case 0: work[at] ^= (uint8_t)(1u << (rng() % 8)); break; /* bit flip */
-            case 1: len = at; break;                              /* truncation */
-            case 2: work[at] = (uint8_t)rng(); break;             /* random byte */
-            case 3: /* length-field inflation: turn a byte into a 32-bit length/count tag of ~all ones */
-                work[at] = (uint8_t)(rng() % 2 ? 0xc6 : 0xdd);
-                for (size_t j = at + 1; j < at + 5 && j < len; j++) work[j] = 0xff;
-                break;
-            case 4: /* append random bytes */
-                for (uint32_t j = 0; j < 1 + rng() % 8 && len < sizeof work; j++) work[len++] = (uint8_t)rng();
-                break;
+                case 0: work[at] ^= (uint8_t)(1u << (rng() % 8)); break; /* bit flip */
+                case 1: len = at; break;                                 /* truncation */
+                case 2: work[at] = (uint8_t)rng(); break;                /* random byte */
+                case 3: /* length-field inflation: turn a byte into a 32-bit length/count tag of ~all ones */
+                    work[at] = (uint8_t)(rng() % 2 ? 0xc6 : 0xdd);
+                    for (size_t j = at + 1; j < at + 5 && j < len; j++) work[j] = 0xff;
+                    break;
+                case 4: /* append random bytes */
+                    for (uint32_t j = 0; j < 1 + rng() % 8 && len < sizeof work; j++)
+                        work[len++] = (uint8_t)rng();
+                    break;
             }
         }
         kvs_wire_msg msg;
@@ -1265,7 +1316,8 @@ START_TEST(mutated_messages_decode_cleanly_or_are_refused) {
                           "iteration %u: decoded but cannot re-encode: %s", it, ewhy.text);
             static kvs_wire_entry entries2[KVS_WIRE_MAX_KEYS];
             kvs_wire_msg back;
-            ck_assert_int_eq(kvs_wire_decode(out_buf, again, entries2, KVS_WIRE_MAX_KEYS, &back, NULL), KVS_OK);
+            ck_assert_int_eq(
+                kvs_wire_decode(out_buf, again, entries2, KVS_WIRE_MAX_KEYS, &back, NULL), KVS_OK);
             ck_assert_uint_eq(back.type, msg.type);
             ck_assert_uint_eq(back.request_id, msg.request_id);
             ck_assert_uint_eq(back.n_entries, msg.n_entries);
@@ -1310,7 +1362,8 @@ static Suite *remote_proto_suite(void) {
 
     TCase *refusals = tcase_create("refusals");
     tcase_add_test(refusals, a_batch_over_the_key_limit_is_refused);
-    tcase_add_test(refusals, a_per_key_array_declaring_four_billion_entries_is_refused_before_reading_them);
+    tcase_add_test(refusals,
+                   a_per_key_array_declaring_four_billion_entries_is_refused_before_reading_them);
     tcase_add_test(refusals, an_rkey_over_the_limit_is_refused);
     tcase_add_test(refusals, an_inline_payload_over_the_limit_is_refused);
     tcase_add_test(refusals, a_tenant_name_over_the_limit_is_refused);

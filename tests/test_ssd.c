@@ -21,8 +21,8 @@
 #include "ssd_place.h"
 #include "test_support.h"
 
-#define KIB 1024ull
-#define MIB (1024ull * 1024ull)
+#define KIB            1024ull
+#define MIB            (1024ull * 1024ull)
 #define MAX_TEST_PATHS 4
 
 static const kvs_backend_ops *ops;
@@ -150,7 +150,9 @@ static void put_object(void *st, uint32_t i, uint64_t len) {
     free(buf);
 }
 
-static void flush(void *st) { ck_assert_int_eq(kvs_ssd_flush(st, 20000), KVS_OK); }
+static void flush(void *st) {
+    ck_assert_int_eq(kvs_ssd_flush(st, 20000), KVS_OK);
+}
 
 /* get into an aligned buffer; returns the status and checks the bytes when it is KVS_OK. */
 static kvs_status get_and_check(void *st, uint32_t i, uint64_t want_len) {
@@ -196,7 +198,8 @@ START_TEST(ops_table_declares_its_version_and_capabilities) {
     ck_assert_uint_eq(ops->abi_major, KVS_BACKEND_ABI_MAJOR);
     ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
     ck_assert_str_eq(ops->type_name, "ssd");
-    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_GET_RANGE);
+    ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY |
+                                     KVS_BACKEND_CAP_GET_RANGE);
     ck_assert_ptr_nonnull(ops->get_many);
     ck_assert_ptr_nonnull(ops->get_range);
     ck_assert_ptr_null(ops->get_ref);
@@ -204,7 +207,8 @@ START_TEST(ops_table_declares_its_version_and_capabilities) {
 END_TEST
 
 /* Lengths around every boundary: empty, sub-block, block, stripe, stripe + 1, the maximum. */
-static const uint64_t LENGTHS[] = {0, 1, 4095, 4096, 5000, 16 * KIB, 16 * KIB + 1, 40 * KIB + 123, 64 * KIB};
+static const uint64_t LENGTHS[] = {
+    0, 1, 4095, 4096, 5000, 16 * KIB, 16 * KIB + 1, 40 * KIB + 123, 64 * KIB};
 #define N_LENGTHS (sizeof LENGTHS / sizeof LENGTHS[0])
 
 START_TEST(put_then_get_is_byte_exact_over_1_2_and_4_paths) {
@@ -220,8 +224,8 @@ START_TEST(put_then_get_is_byte_exact_over_1_2_and_4_paths) {
         for (uint32_t i = 0; i < N_LENGTHS; i++) put_object(st, i, LENGTHS[i]);
         flush(st);
         for (uint32_t i = 0; i < N_LENGTHS; i++)
-            ck_assert_msg(get_and_check(st, i, LENGTHS[i]) == KVS_OK, "%u paths, object %u: %s", path_counts[c], i,
-                          ops->last_error(st));
+            ck_assert_msg(get_and_check(st, i, LENGTHS[i]) == KVS_OK, "%u paths, object %u: %s",
+                          path_counts[c], i, ops->last_error(st));
         uint64_t n_objects = 0, bytes = 0, want_bytes = 0;
         for (uint32_t i = 0; i < N_LENGTHS; i++) want_bytes += LENGTHS[i];
         ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
@@ -240,7 +244,10 @@ START_TEST(an_object_is_invisible_until_its_writes_complete) {
     test_dirs d;
     make_dirs(&d);
     /* 64KiB at 2MB/s: the write takes about 35 ms, long enough to look before it lands */
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"sim_bandwidth", "2MB/s"}}};
+    tier_args a = {.n_paths = 1,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"sim_bandwidth", "2MB/s"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     ck_assert_uint_eq(present(st, 1), 0);
@@ -257,7 +264,10 @@ END_TEST
 START_TEST(units_are_striped_over_every_path) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 4,
+                   .capacity = 16 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     uint64_t superblocks = stats_of(st).writes;
     ck_assert_uint_eq(superblocks, 4);
@@ -274,7 +284,8 @@ START_TEST(units_are_striped_over_every_path) {
     }
     ck_assert_uint_eq(total, 42);
     ck_assert_uint_eq(s.writes - superblocks, 42);
-    for (uint32_t i = 0; i < 11; i++) ck_assert_int_eq(get_and_check(st, i, i < 10 ? 64 * KIB : 20 * KIB), KVS_OK);
+    for (uint32_t i = 0; i < 11; i++)
+        ck_assert_int_eq(get_and_check(st, i, i < 10 ? 64 * KIB : 20 * KIB), KVS_OK);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 }
@@ -307,14 +318,18 @@ END_TEST
 START_TEST(unaligned_buffers_read_through_a_bounce_buffer) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 2,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 3, 50000);
     flush(st);
     uint8_t *raw = aligned_buffer(64 * KIB + 4096);
     uint64_t len = 0;
     kvs_key k = key_of(3);
-    ck_assert_int_eq(ops->get(st, &k, raw + 1, 50000, &len), KVS_OK); /* misaligned and exactly len */
+    ck_assert_int_eq(ops->get(st, &k, raw + 1, 50000, &len),
+                     KVS_OK); /* misaligned and exactly len */
     ck_assert_uint_eq(len, 50000);
     ck_assert(bytes_match(raw + 1, len, 3));
     ck_assert_uint_eq(stats_of(st).bounce_reads, 4);
@@ -332,7 +347,8 @@ START_TEST(reads_into_the_staging_pool_use_registered_buffers) {
     test_dirs d;
     make_dirs(&d);
     uint64_t pool_len = 2 * MIB;
-    uint8_t *pool = mmap(NULL, pool_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *pool =
+        mmap(NULL, pool_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ck_assert_ptr_ne(pool, MAP_FAILED);
     tier_args a = {.n_paths = 2,
                    .capacity = 4 * MIB,
@@ -371,7 +387,10 @@ END_TEST
 START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 4, .capacity = 16 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 4,
+                   .capacity = 16 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 16; i++) put_object(st, i, 64 * KIB);
     flush(st);
@@ -400,7 +419,8 @@ START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
     ck_assert_uint_eq(lens[19], 64 * KIB);
     /* 16 distinct objects of 4 units: the duplicates cost no I/O */
     ck_assert_uint_eq(after.reads - before.reads, 64);
-    if (after.paths[0].uring) /* each ring got its share as one batch: one io_uring_enter per path */
+    if (after.paths[0]
+            .uring) /* each ring got its share as one batch: one io_uring_enter per path */
         ck_assert_uint_le(after.submits - before.submits, 4);
     else
         ck_assert_uint_eq(after.submits - before.submits, 64);
@@ -418,8 +438,8 @@ typedef struct policy_log {
 } policy_log;
 
 /* Every copy of every unit on the last path, replicas on the ones before it. */
-static void place_on_last(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
-                          uint32_t *paths_out) {
+static void place_on_last(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                          uint32_t replicas, uint32_t *paths_out) {
     policy_log *log = ctx;
     log->place_calls++;
     for (uint32_t u = 0; u < n_units; u++)
@@ -428,8 +448,9 @@ static void place_on_last(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32
 }
 
 /* Always read the last offered copy; submit in reverse. */
-static void schedule_last_copy(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
-                               const uint32_t *paths, uint32_t *chosen, uint64_t *order) {
+static void schedule_last_copy(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies,
+                               const uint32_t *n_copies, const uint32_t *paths, uint32_t *chosen,
+                               uint64_t *order) {
     policy_log *log = ctx;
     log->schedule_calls++;
     log->last_n = n;
@@ -510,7 +531,8 @@ START_TEST(built_in_schedule_balances_reads_and_interleaves_paths) {
     for (int k = 0; k < 6; k++) {
         ck_assert_uint_lt(order[k], 6);
         seen[order[k]]++;
-        if (k % 2 == 1) ck_assert_uint_ne(chosen[order[k]], chosen[order[k - 1]]); /* alternating paths */
+        if (k % 2 == 1)
+            ck_assert_uint_ne(chosen[order[k]], chosen[order[k - 1]]); /* alternating paths */
     }
     for (int r = 0; r < 6; r++) ck_assert_int_eq(seen[r], 1);
     /* built-in striping: copies of one unit on distinct paths, the pointer advances by units */
@@ -546,7 +568,8 @@ START_TEST(objects_survive_destroy_and_create_on_the_same_paths) {
     ck_assert_uint_eq(s.recovered, 11);
     for (uint32_t i = 0; i < 12; i++) {
         kvs_status rc = get_and_check(st, i, LENGTHS[i % N_LENGTHS]);
-        ck_assert_msg(rc == (i == 5 ? KVS_ENOTFOUND : KVS_OK), "object %u: %d %s", i, rc, ops->last_error(st));
+        ck_assert_msg(rc == (i == 5 ? KVS_ENOTFOUND : KVS_OK), "object %u: %d %s", i, rc,
+                      ops->last_error(st));
     }
     /* new writes after a restart do not land on recovered objects */
     for (uint32_t i = 100; i < 110; i++) put_object(st, i, 64 * KIB);
@@ -589,7 +612,9 @@ static void data_file(const test_dirs *d, int path, char *out, size_t len) {
 
 /* One path, 16KiB stripes: objects 1..n of 64KiB each in slots 4(i-1)..4i-1 of a fresh file, then a
  * crash mid-write of unit 2 of object 1 (its header landed, its data did not). */
-static const tier_args torn_args = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
+static const tier_args torn_args = {.n_paths = 1,
+                                    .capacity = 4 * MIB,
+                                    .max_object = 64 * KIB,
                                     .options = {{"stripe_bytes", "16KiB"}}};
 static void store_and_tear_unit2_of_object1(const test_dirs *d, uint32_t n) {
     void *st = open_ok(d, &torn_args);
@@ -641,7 +666,8 @@ START_TEST(a_payload_checksum_failure_says_what_was_found) {
     void *st = open_ok(&d, &torn_args);
     ck_assert_int_eq(get_and_check(st, 1, 64 * KIB), KVS_ECORRUPT);
     const char *why = ops->last_error(st);
-    ck_assert_msg(strstr(why, "unit 2 of ") && strstr(why, "payload checksum mismatch (header records ") &&
+    ck_assert_msg(strstr(why, "unit 2 of ") &&
+                      strstr(why, "payload checksum mismatch (header records ") &&
                       strstr(why, "partly written or changed on the device"),
                   "message: %s", why);
     ck_assert_msg(!strstr(why, "torn write"), "a changed unit is called a torn write: %s", why);
@@ -660,8 +686,9 @@ START_TEST(a_payload_checksum_failure_says_what_was_found) {
     st = open_ok(&d, &torn_args);
     ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_ECORRUPT);
     why = ops->last_error(st);
-    ck_assert_msg(strstr(why, "unit 1 of ") && strstr(why, "all zero") && strstr(why, "a torn write"), "message: %s",
-                  why);
+    ck_assert_msg(strstr(why, "unit 1 of ") && strstr(why, "all zero") &&
+                      strstr(why, "a torn write"),
+                  "message: %s", why);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 }
@@ -679,9 +706,11 @@ static void range_check(void *st, uint32_t i, uint64_t len, uint64_t off, uint64
     uint64_t want = off >= len ? 0 : len - off < n ? len - off : n;
     ck_assert_uint_eq(olen, len);
     ck_assert_uint_eq(got, want);
-    ck_assert_msg(want == 0 || memcmp(out, whole + off, want) == 0, "range %llu+%llu of object %u differs",
-                  (unsigned long long)off, (unsigned long long)n, i);
-    for (uint64_t b = want; b < n + 16; b++) ck_assert_uint_eq(out[b], 0xee); /* nothing past the range */
+    ck_assert_msg(want == 0 || memcmp(out, whole + off, want) == 0,
+                  "range %llu+%llu of object %u differs", (unsigned long long)off,
+                  (unsigned long long)n, i);
+    for (uint64_t b = want; b < n + 16; b++)
+        ck_assert_uint_eq(out[b], 0xee); /* nothing past the range */
     free(whole);
     free(out);
 }
@@ -693,13 +722,16 @@ static void range_check(void *st, uint32_t i, uint64_t len, uint64_t off, uint64
 START_TEST(get_range_reads_only_the_blocks_it_covers) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 2, .capacity = 8 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 2,
+                   .capacity = 8 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     put_object(st, 2, 40 * KIB + 123);
     flush(st);
     kvs_ssd_stats_t s0 = stats_of(st);
-    range_check(st, 1, 64 * KIB, 5000, 3000);          /* inside one block */
+    range_check(st, 1, 64 * KIB, 5000, 3000); /* inside one block */
     kvs_ssd_stats_t s1 = stats_of(st);
     ck_assert_uint_eq(s1.reads - s0.reads, 1);
     ck_assert_uint_eq(s1.read_bytes - s0.read_bytes, 4096); /* one block, not the object */
@@ -710,7 +742,8 @@ START_TEST(get_range_reads_only_the_blocks_it_covers) {
     kvs_key missing = key_of(77);
     uint64_t got = 0, olen = 0;
     uint8_t small[16];
-    ck_assert_int_eq(ops->get_range(st, &missing, 0, sizeof small, small, &got, &olen), KVS_ENOTFOUND);
+    ck_assert_int_eq(ops->get_range(st, &missing, 0, sizeof small, small, &got, &olen),
+                     KVS_ENOTFOUND);
     ops->destroy(st);
 
     /* recovered: whole units of the range, checked; a torn unit in the range is a corrupt object */
@@ -729,7 +762,8 @@ START_TEST(get_range_reads_only_the_blocks_it_covers) {
     range_check(st, 1, 64 * KIB, 100, 1000); /* unit 0 is intact */
     uint8_t out[64];
     kvs_key k1 = key_of(1);
-    ck_assert_int_eq(ops->get_range(st, &k1, 2 * 16 * KIB + 10, sizeof out, out, &got, &olen), KVS_ECORRUPT);
+    ck_assert_int_eq(ops->get_range(st, &k1, 2 * 16 * KIB + 10, sizeof out, out, &got, &olen),
+                     KVS_ECORRUPT);
     ck_assert_uint_eq(present(st, 1), 0);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
@@ -739,7 +773,10 @@ END_TEST
 START_TEST(a_torn_header_drops_its_object_at_the_restart_scan) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 1,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     put_object(st, 1, 64 * KIB);
     put_object(st, 2, 64 * KIB);
@@ -767,7 +804,10 @@ END_TEST
 START_TEST(a_file_written_with_another_stripe_starts_empty_and_says_so) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB, .options = {{"stripe_bytes", "16KiB"}}};
+    tier_args a = {.n_paths = 2,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"}}};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 4; i++) put_object(st, i, 64 * KIB);
     flush(st);
@@ -808,7 +848,8 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
         for (uint32_t i = 0; i < burst; i++) {
             fill(buf, len, i);
             kvs_key k = key_of(i);
-            while (ops->put(st, &k, buf, len) == KVS_ENOMEM) usleep(200); /* write queue full: retry */
+            while (ops->put(st, &k, buf, len) == KVS_ENOMEM)
+                usleep(200); /* write queue full: retry */
             if (i + 1 == confirmed) {
                 if (kvs_ssd_flush(st, 20000) != KVS_OK) _exit(3);
                 char c = 'R';
@@ -837,9 +878,11 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
             corrupt++;
         else
             ck_assert_int_eq(rc, KVS_ENOTFOUND);
-        if (i < confirmed) ck_assert_msg(rc == KVS_OK, "confirmed object %u was lost: %s", i, ops->last_error(st));
+        if (i < confirmed)
+            ck_assert_msg(rc == KVS_OK, "confirmed object %u was lost: %s", i, ops->last_error(st));
     }
-    printf("kill -9 mid-burst: %u of %u objects survived, %u torn ones caught\n", survived, burst, corrupt);
+    printf("kill -9 mid-burst: %u of %u objects survived, %u torn ones caught\n", survived, burst,
+           corrupt);
     ck_assert_uint_ge(survived, confirmed);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
@@ -878,9 +921,13 @@ static void count_dropped(void *ctx, const kvs_key *key, kvs_status why) {
 START_TEST(enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored) {
     test_dirs d;
     make_dirs(&d);
-    kvs_backend_host host = {.struct_size = sizeof host, .log = capture_log, .on_put_dropped = count_dropped};
-    tier_args a = {.n_paths = 1, .capacity = 8 * MIB, .max_object = 64 * KIB,
-                   .options = {{"fault_inject", "enospc_after:5"}}, .host = &host};
+    kvs_backend_host host = {
+        .struct_size = sizeof host, .log = capture_log, .on_put_dropped = count_dropped};
+    tier_args a = {.n_paths = 1,
+                   .capacity = 8 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"fault_inject", "enospc_after:5"}},
+                   .host = &host};
     dropped_puts = 0;
     void *st = open_ok(&d, &a);
     check_full_device(st, 12);
@@ -913,12 +960,14 @@ static int mount_small_tmpfs(const char *dir, const char *size) {
         if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return 0;
         char map[64];
         snprintf(map, sizeof map, "%d %d 1", (int)uid, (int)uid);
-        if (write_small_file("/proc/self/uid_map", map) != 0 || write_small_file("/proc/self/setgroups", "deny") != 0)
+        if (write_small_file("/proc/self/uid_map", map) != 0 ||
+            write_small_file("/proc/self/setgroups", "deny") != 0)
             return 0;
         snprintf(map, sizeof map, "%d %d 1", (int)gid, (int)gid);
         if (write_small_file("/proc/self/gid_map", map) != 0) return 0;
     }
-    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 && mount("tmpfs", dir, "tmpfs", 0, options) == 0;
+    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+           mount("tmpfs", dir, "tmpfs", 0, options) == 0;
 }
 
 /* The tier's capacity is 4MiB, the device 1MiB: once the device is full the tier lowers that path's
@@ -932,8 +981,10 @@ START_TEST(a_device_smaller_than_capacity_evicts_to_make_room_and_keeps_saving) 
     tier_args a = {.n_paths = 1,
                    .capacity = 4 * MIB,
                    .max_object = 64 * KIB,
-                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "device_bytes:1048576"}}};
-    printf("full device: %s\n", mounted ? "a 1MiB tmpfs" : "mount refused, a modelled 1MiB device instead");
+                   .options = {{mounted ? "io_timeout_ms" : "fault_inject",
+                                mounted ? "30000" : "device_bytes:1048576"}}};
+    printf("full device: %s\n",
+           mounted ? "a 1MiB tmpfs" : "mount refused, a modelled 1MiB device instead");
     void *st = open_ok(&d, &a);
     if (mounted) ck_assert(log_contains("cannot preallocate"));
     const uint32_t n = 40; /* 1MiB holds about 15 slots of 68KiB */
@@ -966,7 +1017,8 @@ START_TEST(a_device_smaller_than_capacity_evicts_to_make_room_and_keeps_saving) 
         flush(st);
     }
     ck_assert_uint_eq(stats_of(st).enospc_skips, 0);
-    for (uint32_t i = n + 12; i < n + 20; i++) ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
+    for (uint32_t i = n + 12; i < n + 20; i++)
+        ck_assert_int_eq(get_and_check(st, i, 64 * KIB), KVS_OK);
     ops->destroy(st);
     if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
     kvs_test_rmtree(d.root);
@@ -992,21 +1044,25 @@ START_TEST(a_path_whose_superblock_cannot_be_written_is_refused) {
     make_dirs(&d);
     int mounted = mount_small_tmpfs(d.dir[0], "64k");
     if (mounted) fill_file_system(d.dir[0]);
-    printf("superblock: %s\n", mounted ? "a full 64KiB tmpfs" : "mount refused, a modelled empty device instead");
-    tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB,
-                   .options = {{mounted ? "io_timeout_ms" : "fault_inject", mounted ? "30000" : "device_bytes:0"}}};
+    printf("superblock: %s\n",
+           mounted ? "a full 64KiB tmpfs" : "mount refused, a modelled empty device instead");
+    tier_args a = {.n_paths = 1,
+                   .capacity = 4 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{mounted ? "io_timeout_ms" : "fault_inject",
+                                mounted ? "30000" : "device_bytes:0"}}};
     void *st = NULL;
     kvs_status rc = try_open(&d, &a, &st);
     if (rc == KVS_OK) ops->destroy(st);
     ck_assert_msg(rc != KVS_OK, "a tier without a superblock opened");
     ck_assert_ptr_null(st);
-    ck_assert_msg(strstr(error_text, "superblock") && strstr(error_text, d.dir[0]) && strstr(error_text, "ENOSPC"),
+    ck_assert_msg(strstr(error_text, "superblock") && strstr(error_text, d.dir[0]) &&
+                      strstr(error_text, "ENOSPC"),
                   "message: %s", error_text);
     if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
     kvs_test_rmtree(d.root);
 }
 END_TEST
-
 
 START_TEST(a_failing_path_turns_its_objects_into_misses_while_the_others_serve) {
     test_dirs d;
@@ -1053,16 +1109,19 @@ END_TEST
 START_TEST(replicas_keep_every_object_readable_when_a_path_fails) {
     test_dirs d;
     make_dirs(&d);
-    tier_args a = {
-        .n_paths = 3,
-        .capacity = 12 * MIB,
-        .max_object = 64 * KIB,
-        .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}, {"fault_inject", "eio_path:2,eio_after:12"}}};
+    tier_args a = {.n_paths = 3,
+                   .capacity = 12 * MIB,
+                   .max_object = 64 * KIB,
+                   .options = {{"stripe_bytes", "16KiB"},
+                               {"replicas", "2"},
+                               {"fault_inject", "eio_path:2,eio_after:12"}}};
     void *st = open_ok(&d, &a);
-    for (uint32_t i = 0; i < 8; i++) put_object(st, i, 64 * KIB); /* 64 unit copies, 1/3 on path 2 */
+    for (uint32_t i = 0; i < 8; i++)
+        put_object(st, i, 64 * KIB); /* 64 unit copies, 1/3 on path 2 */
     flush(st);
     for (uint32_t i = 0; i < 8; i++)
-        ck_assert_msg(get_and_check(st, i, 64 * KIB) == KVS_OK, "object %u: %s", i, ops->last_error(st));
+        ck_assert_msg(get_and_check(st, i, 64 * KIB) == KVS_OK, "object %u: %s", i,
+                      ops->last_error(st));
     kvs_ssd_stats_t s = stats_of(st);
     ck_assert_uint_eq(s.failed_paths, 1);
     for (uint32_t i = 0; i < 8; i++) ck_assert_uint_eq(present(st, i), 1);
@@ -1100,12 +1159,14 @@ START_TEST(pread_engine_reads_what_uring_wrote_and_the_other_way_round) {
     kvs_ssd_stats_t s = stats_of(st);
     ck_assert_uint_eq(s.paths[0].uring, 0);
     ck_assert_uint_eq(s.fallbacks, 0); /* chosen, not fallen back to */
-    for (uint32_t i = 0; i < N_LENGTHS; i++) ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
+    for (uint32_t i = 0; i < N_LENGTHS; i++)
+        ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
     for (uint32_t i = 50; i < 60; i++) put_object(st, i, 40 * KIB);
     flush(st);
     ops->destroy(st);
     st = open_ok(&d, &uring);
-    for (uint32_t i = 0; i < N_LENGTHS; i++) ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
+    for (uint32_t i = 0; i < N_LENGTHS; i++)
+        ck_assert_int_eq(get_and_check(st, i, LENGTHS[i]), KVS_OK);
     for (uint32_t i = 50; i < 60; i++) ck_assert_int_eq(get_and_check(st, i, 40 * KIB), KVS_OK);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
@@ -1141,8 +1202,9 @@ START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_band
     kvs_ssd_stats_t after = stats_of(st);
     double bytes = (double)(after.read_bytes - before.read_bytes);
     double bound = bytes / (4 * bandwidth);
-    printf("paced: %.0f bytes over 4 paths at 25MB/s in %.1f ms (bound %.1f ms, one path %.1f ms)\n", bytes, took * 1e3,
-           bound * 1e3, bytes / bandwidth * 1e3);
+    printf(
+        "paced: %.0f bytes over 4 paths at 25MB/s in %.1f ms (bound %.1f ms, one path %.1f ms)\n",
+        bytes, took * 1e3, bound * 1e3, bytes / bandwidth * 1e3);
     ck_assert_uint_eq((uint64_t)bytes, N * 256 * KIB);
     ck_assert_msg(took >= bound * 0.999, "took %.4f s, less than the bound %.4f s", took, bound);
     for (uint32_t i = 0; i < N; i++) {
@@ -1182,8 +1244,8 @@ START_TEST(restore_reads_overtake_queued_writes) {
         ck_assert_int_eq(statuses[0], KVS_OK);
         ck_assert(bytes_match(dst, lens[0], 0));
         uint64_t pending = stats_of(st).writes_pending;
-        ck_assert_msg(pending >= 6, "%s: only %llu of 12 writes were still queued behind the read", engines[e],
-                      (unsigned long long)pending);
+        ck_assert_msg(pending >= 6, "%s: only %llu of 12 writes were still queued behind the read",
+                      engines[e], (unsigned long long)pending);
         flush(st);
         free(dst);
         ops->destroy(st);
@@ -1240,13 +1302,16 @@ START_TEST(eviction_tells_the_host_without_bytes) {
     test_dirs d;
     make_dirs(&d);
     memset(&evicted, 0, sizeof evicted);
-    kvs_backend_host host = {.struct_size = sizeof host, .log = capture_log, .on_evict = record_evict};
+    kvs_backend_host host = {
+        .struct_size = sizeof host, .log = capture_log, .on_evict = record_evict};
     /* one path of 4 slots: the 5th and 6th objects evict the two least recently used */
-    tier_args a = {.n_paths = 1, .capacity = 4096 + 4 * 20 * KIB, .max_object = 16 * KIB, .host = &host};
+    tier_args a = {
+        .n_paths = 1, .capacity = 4096 + 4 * 20 * KIB, .max_object = 16 * KIB, .host = &host};
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 4; i++) {
         put_object(st, i, 16 * KIB);
-        flush(st); /* visible one by one, so the LRU order is 0, 1, 2, 3 whatever order writes finish in */
+        flush(
+            st); /* visible one by one, so the LRU order is 0, 1, 2, 3 whatever order writes finish in */
     }
     ck_assert_int_eq(evicted.n, 0);
     put_object(st, 4, 16 * KIB);
@@ -1269,7 +1334,8 @@ START_TEST(eviction_drops_the_least_recently_used_unpinned_object) {
     /* one path of 8 slots of 16KiB + 4KiB */
     tier_args a = {.n_paths = 1, .capacity = 4096 + 8 * 20 * KIB, .max_object = 16 * KIB};
     void *st = open_ok(&d, &a);
-    for (uint32_t i = 0; i < 8; i++) { /* one at a time: an object enters the LRU when its write completes,
+    for (uint32_t i = 0; i < 8;
+         i++) { /* one at a time: an object enters the LRU when its write completes,
                                         * and writes in flight together may complete in any order */
         put_object(st, i, 16 * KIB);
         flush(st);
@@ -1335,13 +1401,16 @@ END_TEST
 
 /* ---- options --------------------------------------------------------------------------------- */
 
-static void expect_refused(const test_dirs *d, const tier_args *a, kvs_status want, const char *phrase) {
+static void expect_refused(const test_dirs *d, const tier_args *a, kvs_status want,
+                           const char *phrase) {
     void *st = NULL;
     kvs_status rc = try_open(d, a, &st);
     ck_assert_msg(rc == want, "expected %d, got %d (%s)", want, rc, error_text);
     ck_assert_ptr_null(st);
-    ck_assert_msg(strstr(error_text, phrase) != NULL, "\"%s\" does not say \"%s\"", error_text, phrase);
-    ck_assert_msg(strncmp(error_text, "ssd tier \"ssd0\": ", 17) == 0, "\"%s\" does not name the tier", error_text);
+    ck_assert_msg(strstr(error_text, phrase) != NULL, "\"%s\" does not say \"%s\"", error_text,
+                  phrase);
+    ck_assert_msg(strncmp(error_text, "ssd tier \"ssd0\": ", 17) == 0,
+                  "\"%s\" does not name the tier", error_text);
 }
 
 START_TEST(bad_options_are_refused_with_a_sentence) {
@@ -1350,7 +1419,8 @@ START_TEST(bad_options_are_refused_with_a_sentence) {
     tier_args a = {.n_paths = 1, .capacity = 4 * MIB, .max_object = 64 * KIB};
     a.options[0][0] = "colour";
     a.options[0][1] = "red";
-    expect_refused(&d, &a, KVS_ECONFIG, "unknown option \"colour\" (valid options: path, stripe_bytes, replicas");
+    expect_refused(&d, &a, KVS_ECONFIG,
+                   "unknown option \"colour\" (valid options: path, stripe_bytes, replicas");
     a.options[0][0] = "stripe_bytes";
     a.options[0][1] = "5000";
     expect_refused(&d, &a, KVS_ECONFIG, "stripe_bytes \"5000\" is not a multiple of 4KiB");

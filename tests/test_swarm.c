@@ -18,7 +18,9 @@ static uint64_t rng_next(uint64_t *state) {
     return x ^ (x >> 31);
 }
 
-static uint32_t rng_below(uint64_t *state, uint32_t n) { return (uint32_t)(rng_next(state) % n); }
+static uint32_t rng_below(uint64_t *state, uint32_t n) {
+    return (uint32_t)(rng_next(state) % n);
+}
 
 /* ---- 1. profiling ------------------------------------------------------------------------------- */
 
@@ -27,7 +29,8 @@ START_TEST(profile_of_a_three_step_trace_has_exact_symmetric_counts) {
     ck_assert_int_eq(kvs_swarm_profile_create(5, 0, &p), KVS_OK);
     const uint32_t s1[] = {0, 1, 2}, s2[] = {2, 1, 1}, s3[] = {3, 0, 2};
     ck_assert_int_eq(kvs_swarm_profile_add_step(p, s1, 3), KVS_OK);
-    ck_assert_int_eq(kvs_swarm_profile_add_step(p, s2, 3), KVS_OK); /* 1 listed twice: counts once */
+    ck_assert_int_eq(kvs_swarm_profile_add_step(p, s2, 3),
+                     KVS_OK); /* 1 listed twice: counts once */
     ck_assert_int_eq(kvs_swarm_profile_add_step(p, s3, 3), KVS_OK);
     /* f by hand: steps {0,1,2}, {1,2}, {0,2,3}. */
     const uint32_t expected[5][5] = {
@@ -69,7 +72,8 @@ START_TEST(pruned_profile_keeps_frequent_pairs_and_undercounts_by_at_most_the_fl
     ck_assert_uint_eq(kvs_swarm_profile_total(pruned), kvs_swarm_profile_total(exact));
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = i + 1; j < n; j++) {
-            uint32_t e = kvs_swarm_profile_count(exact, i, j), q = kvs_swarm_profile_count(pruned, i, j);
+            uint32_t e = kvs_swarm_profile_count(exact, i, j),
+                     q = kvs_swarm_profile_count(pruned, i, j);
             ck_assert_uint_le(q, e);
             ck_assert_uint_le(e - q, pruned->prune_floor);
         }
@@ -114,13 +118,15 @@ START_TEST(jaccard_distance_is_in_unit_range_and_zero_for_identical_histories) {
     ck_assert_int_eq(kvs_swarm_profile_add_step(q, a, 3), KVS_OK);
     ck_assert_int_eq(kvs_swarm_profile_add_step(q, b, 2), KVS_OK);
     ck_assert_int_eq(kvs_swarm_profile_add_step(q, c, 2), KVS_OK);
-    ck_assert(kvs_swarm_distance(q, KVS_SWARM_METRIC_JACCARD, 0, 1) == 0.0); /* identical histories */
+    ck_assert(kvs_swarm_distance(q, KVS_SWARM_METRIC_JACCARD, 0, 1) ==
+              0.0); /* identical histories */
     /* 0: steps {1,2}, 2: steps {1,3}: J = 1/3. */
     ck_assert(fabs(kvs_swarm_distance(q, KVS_SWARM_METRIC_JACCARD, 0, 2) - 2.0 / 3.0) < 1e-12);
     ck_assert(kvs_swarm_distance(q, KVS_SWARM_METRIC_JACCARD, 1, 3) == 1.0);
     /* RATE: f / steps; GLOBAL: f / total with total = 2 * (3 + 1 + 1) = 10. */
     ck_assert(fabs(kvs_swarm_distance(q, KVS_SWARM_METRIC_RATE, 0, 1) - (1.0 - 2.0 / 3.0)) < 1e-12);
-    ck_assert(fabs(kvs_swarm_distance(q, KVS_SWARM_METRIC_GLOBAL, 0, 1) - (1.0 - 2.0 / 10.0)) < 1e-12);
+    ck_assert(fabs(kvs_swarm_distance(q, KVS_SWARM_METRIC_GLOBAL, 0, 1) - (1.0 - 2.0 / 10.0)) <
+              1e-12);
     kvs_swarm_profile_destroy(q);
     kvs_swarm_profile_destroy(p);
 }
@@ -194,7 +200,8 @@ START_TEST(global_metric_clusters_equal_the_raw_count_threshold_clusters) {
         kvs_swarm_profile *p = small_profile(n, 60, seed);
         uint32_t f[20 * 20];
         for (uint32_t i = 0; i < n; i++)
-            for (uint32_t j = 0; j < n; j++) f[i * n + j] = i == j ? 0 : kvs_swarm_profile_count(p, i, j);
+            for (uint32_t j = 0; j < n; j++)
+                f[i * n + j] = i == j ? 0 : kvs_swarm_profile_count(p, i, j);
         /* theta off the integers so no mean lands exactly on it; tau = 1 - theta / total. */
         double theta = 9.37 + (double)seed;
         double tau = 1.0 - theta / (double)kvs_swarm_profile_total(p);
@@ -210,7 +217,8 @@ START_TEST(global_metric_clusters_equal_the_raw_count_threshold_clusters) {
         ck_assert_int_eq(kvs_swarm_cluster_build(g, &params, c), KVS_OK);
         uint32_t start[21], member[20 * 20];
         uint32_t n_ref = count_reference(n, f, theta, start, member);
-        ck_assert_uint_gt(c->n_slots, c->n_clusters); /* not all singletons: the test means something */
+        ck_assert_uint_gt(c->n_slots,
+                          c->n_clusters); /* not all singletons: the test means something */
         assert_same_clusters(c, n_ref, start, member);
         kvs_swarm_clusters_destroy(c);
         kvs_swarm_graph_destroy(g);
@@ -329,7 +337,8 @@ static uint32_t dense_reference(uint32_t n, const double *dist, const kvs_swarm_
             order[k] = order[k - 1];
             order[k - 1] = t;
         }
-    uint64_t cap = prm->max_extra_slots < 0 ? UINT64_MAX : (uint64_t)(prm->max_extra_slots * n), replicas = 0;
+    uint64_t cap = prm->max_extra_slots < 0 ? UINT64_MAX : (uint64_t)(prm->max_extra_slots * n),
+             replicas = 0;
     uint32_t n_clusters = 0, n_members = 0;
     for (uint32_t q = 0; q < n; q++) {
         uint32_t m = order[q];
@@ -356,8 +365,9 @@ static uint32_t dense_reference(uint32_t n, const double *dist, const kvs_swarm_
             for (uint32_t k = 0; k < n_cand; k++) {
                 if (!open[k]) continue;
                 uint32_t x = cand[k];
-                if (copies[x] && (prm->no_replica || (prm->max_copies && copies[x] >= prm->max_copies) ||
-                                  replicas >= cap)) {
+                if (copies[x] &&
+                    (prm->no_replica || (prm->max_copies && copies[x] >= prm->max_copies) ||
+                     replicas >= cap)) {
                     open[k] = 0;
                     continue;
                 }
@@ -392,7 +402,8 @@ START_TEST(algorithm_1_matches_a_dense_reference_for_every_metric_and_flag) {
         for (int mi = 0; mi < 2; mi++) {
             double dist[24 * 24];
             for (uint32_t i = 0; i < n; i++)
-                for (uint32_t j = 0; j < n; j++) dist[i * n + j] = kvs_swarm_distance(p, metrics[mi], i, j);
+                for (uint32_t j = 0; j < n; j++)
+                    dist[i * n + j] = kvs_swarm_distance(p, metrics[mi], i, j);
             kvs_swarm_graph *g = NULL;
             ck_assert_int_eq(kvs_swarm_graph_build(p, metrics[mi], 1.0, 1, &g), KVS_OK);
             for (int ti = 0; ti < 3; ti++)
@@ -434,12 +445,14 @@ static kvs_swarm_synth planted_workload(int scattered, double overlap) {
     return s;
 }
 
-static kvs_swarm_synth planted(int scattered) { return planted_workload(scattered, 0.10); }
+static kvs_swarm_synth planted(int scattered) {
+    return planted_workload(scattered, 0.10);
+}
 
 /* Calibrated once on the fixed seed and frozen (docs/swarm.md): a pair needs 3 co-activations to be an
  * edge; tau 0.65 for the workload whose overlapping entries fire with two or three groups. */
 #define PLANTED_MIN_COUNT 3
-#define PLANTED_TAU 0.65
+#define PLANTED_TAU       0.65
 
 static kvs_swarm_profile *profile_synth(kvs_swarm_synth *s, uint32_t steps) {
     kvs_swarm_profile *p = NULL;
@@ -458,7 +471,8 @@ START_TEST(clusters_of_the_planted_workload_keep_every_invariant) {
     kvs_swarm_synth s = planted(0);
     kvs_swarm_profile *p = profile_synth(&s, 400);
     kvs_swarm_graph *g = NULL;
-    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g),
+                     KVS_OK);
     uint32_t n = s.params.n_entries;
     for (int fixpoint = 0; fixpoint < 2; fixpoint++) {
         kvs_swarm_cluster_params prm;
@@ -479,7 +493,8 @@ START_TEST(clusters_of_the_planted_workload_keep_every_invariant) {
                 ck_assert(kvs_swarm_graph_distance(g, cl->members[0], x) <= prm.tau); /* radius */
                 /* Mean distance to the members admitted before x. */
                 sum = 0;
-                for (uint32_t y = 0; y < m; y++) sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
+                for (uint32_t y = 0; y < m; y++)
+                    sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
                 ck_assert(sum <= prm.tau * m);
             }
         }
@@ -508,7 +523,8 @@ static double planted_f1(int scattered, double overlap, double tau) {
     kvs_swarm_synth s = planted_workload(scattered, overlap);
     kvs_swarm_profile *p = profile_synth(&s, 400);
     kvs_swarm_graph *g = NULL;
-    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g),
+                     KVS_OK);
     kvs_swarm_cluster_params prm;
     kvs_swarm_cluster_defaults(&prm);
     prm.tau = tau;
@@ -582,7 +598,8 @@ START_TEST(place_puts_the_copies_of_a_unit_on_distinct_paths) {
                     kvs_swarm_place(&pointer, n_paths, n_units, replicas, paths);
                     ck_assert_uint_eq(pointer, start + 5 * n_paths + (uint64_t)n_units * replicas);
                     for (uint32_t u = 0; u < n_units; u++) {
-                        ck_assert_uint_eq(paths[u * replicas], (start + u) % n_paths); /* copy 0: Eq. 7 */
+                        ck_assert_uint_eq(paths[u * replicas],
+                                          (start + u) % n_paths); /* copy 0: Eq. 7 */
                         for (uint32_t r = 0; r < replicas; r++)
                             for (uint32_t q = 0; q < r; q++)
                                 ck_assert_uint_ne(paths[u * replicas + r], paths[u * replicas + q]);
@@ -590,7 +607,8 @@ START_TEST(place_puts_the_copies_of_a_unit_on_distinct_paths) {
                     /* Copy 1 continues the stripe unless that would collide with copy 0. */
                     if (replicas >= 2 && paths[1] != (start + n_units) % n_paths) shifted++;
                 }
-    ck_assert_uint_gt(shifted, 0); /* some layouts (n_units a multiple of n_paths) needed the shift */
+    ck_assert_uint_gt(shifted,
+                      0); /* some layouts (n_units a multiple of n_paths) needed the shift */
     /* More replicas than paths: copies repeat paths, no shift; nothing is written for zero units. */
     uint64_t pointer = 0;
     kvs_swarm_place(&pointer, 2, 1, 3, paths);
@@ -603,10 +621,12 @@ START_TEST(place_puts_the_copies_of_a_unit_on_distinct_paths) {
 }
 END_TEST
 
-static kvs_swarm_clusters *planted_clusters(kvs_swarm_synth *s, const kvs_swarm_cluster_params *prm) {
+static kvs_swarm_clusters *planted_clusters(kvs_swarm_synth *s,
+                                            const kvs_swarm_cluster_params *prm) {
     kvs_swarm_profile *p = profile_synth(s, 300);
     kvs_swarm_graph *g = NULL;
-    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_graph_build(p, KVS_SWARM_METRIC_JACCARD, 1.0, PLANTED_MIN_COUNT, &g),
+                     KVS_OK);
     kvs_swarm_clusters *c = NULL;
     ck_assert_int_eq(kvs_swarm_clusters_create(s->params.n_entries, &c), KVS_OK);
     ck_assert_int_eq(kvs_swarm_cluster_build(g, prm, c), KVS_OK);
@@ -623,7 +643,8 @@ START_TEST(cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_s
     kvs_swarm_clusters *c = planted_clusters(&s, &prm);
     for (uint32_t n_paths = 1; n_paths <= 8; n_paths *= 2) {
         kvs_swarm_layout layout;
-        ck_assert_int_eq(kvs_swarm_layout_init(&layout, n_paths, KVS_SWARM_BALANCE_GLOBAL_POINTER), KVS_OK);
+        ck_assert_int_eq(kvs_swarm_layout_init(&layout, n_paths, KVS_SWARM_BALANCE_GLOBAL_POINTER),
+                         KVS_OK);
         for (uint32_t k = 0; k < c->n_clusters; k++)
             c->items[k].placed = 0; /* re-place for this path count */
         kvs_swarm_layout_place(&layout, c, 0);
@@ -684,7 +705,8 @@ START_TEST(dedup_keeps_first_occurrences_of_units_not_in_dram) {
         uint64_t n = 1 + rng_below(&rng, 300), n_res = rng_below(&rng, 40);
         kvs_swarm_unit *units = malloc(n * sizeof *units), *res = malloc((n_res + 1) * sizeof *res);
         uint64_t *keep = malloc(n * sizeof *keep), n_keep = 0;
-        for (uint64_t i = 0; i < n; i++) units[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
+        for (uint64_t i = 0; i < n; i++)
+            units[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
         for (uint64_t i = 0; i < n_res; i++)
             res[i] = (kvs_swarm_unit){rng_below(&rng, 4), rng_below(&rng, 30)};
         kvs_swarm_units_sort(res, n_res);
@@ -797,7 +819,8 @@ static uint32_t holds(const instance *in, uint32_t r, uint32_t d) {
 }
 
 /* Branch and bound over every assignment: the optimal makespan in reads. */
-static void optimum_dfs(const instance *in, uint32_t r, uint32_t *load, uint32_t current, uint32_t *best) {
+static void optimum_dfs(const instance *in, uint32_t r, uint32_t *load, uint32_t current,
+                        uint32_t *best) {
     if (current >= *best) return;
     if (r == in->n) {
         *best = current;
@@ -864,7 +887,8 @@ START_TEST(greedy_is_within_one_of_the_brute_force_optimum_and_usually_equal) {
         ck_assert_uint_le(greedy, opt + 1);
         equal += greedy == opt;
     }
-    ck_assert_msg(equal * 100 >= 97 * total, "greedy equal to the optimum in %u of %u", equal, total);
+    ck_assert_msg(equal * 100 >= 97 * total, "greedy equal to the optimum in %u of %u", equal,
+                  total);
 }
 END_TEST
 
@@ -888,7 +912,8 @@ START_TEST(single_copy_reads_stay_on_their_path_and_full_replication_is_water_fi
                 forced[d]++;
             } else {
                 in.n_copies[r] = in.n_paths;
-                for (uint32_t c = 0; c < in.n_paths; c++) in.paths[r * MAXC + c] = in.n_paths - 1 - c;
+                for (uint32_t c = 0; c < in.n_paths; c++)
+                    in.paths[r * MAXC + c] = in.n_paths - 1 - c;
             }
         }
         uint32_t chosen[16];
@@ -970,10 +995,13 @@ static void maint_setup(maint_fixture *f, uint32_t paper_offset, double tau) {
     ck_assert_int_eq(kvs_swarm_clusters_create(32, &f->c), KVS_OK);
     uint32_t k;
     ck_assert_int_eq(kvs_swarm_clusters_add(f->c, &k), KVS_OK);
-    for (uint32_t e = 0; e < 3; e++) ck_assert_int_eq(kvs_swarm_clusters_add_member(f->c, k, e), KVS_OK);
+    for (uint32_t e = 0; e < 3; e++)
+        ck_assert_int_eq(kvs_swarm_clusters_add_member(f->c, k, e), KVS_OK);
     ck_assert_int_eq(kvs_swarm_clusters_add(f->c, &k), KVS_OK);
-    for (uint32_t e = 3; e < 5; e++) ck_assert_int_eq(kvs_swarm_clusters_add_member(f->c, k, e), KVS_OK);
-    ck_assert_int_eq(kvs_swarm_layout_init(&f->layout, 4, KVS_SWARM_BALANCE_GLOBAL_POINTER), KVS_OK);
+    for (uint32_t e = 3; e < 5; e++)
+        ck_assert_int_eq(kvs_swarm_clusters_add_member(f->c, k, e), KVS_OK);
+    ck_assert_int_eq(kvs_swarm_layout_init(&f->layout, 4, KVS_SWARM_BALANCE_GLOBAL_POINTER),
+                     KVS_OK);
     kvs_swarm_layout_place(&f->layout, f->c, 0);
     ck_assert_uint_eq(f->c->items[0].start_path, 0);
     ck_assert_uint_eq(f->c->items[1].start_path, 3);
@@ -1275,8 +1303,8 @@ START_TEST(score_cache_beats_lru_on_big_one_shot_and_small_recurrent_clusters) {
             (double)c->total.hit_entries / (double)(c->total.hit_entries + c->total.miss_entries);
         kvs_swarm_cache_destroy(c);
     }
-    ck_assert_msg(hit_rate[KVS_SWARM_CACHE_SCORE] > hit_rate[KVS_SWARM_CACHE_LRU], "score %.3f, LRU %.3f",
-                  hit_rate[0], hit_rate[1]);
+    ck_assert_msg(hit_rate[KVS_SWARM_CACHE_SCORE] > hit_rate[KVS_SWARM_CACHE_LRU],
+                  "score %.3f, LRU %.3f", hit_rate[0], hit_rate[1]);
     ck_assert(entry_hit_rate[KVS_SWARM_CACHE_SCORE] > entry_hit_rate[KVS_SWARM_CACHE_LRU]);
 }
 END_TEST
@@ -1285,7 +1313,8 @@ END_TEST
 
 START_TEST(disk_model_sums_or_maxes_per_path_and_the_step_waits_for_the_slowest) {
     kvs_swarm_disk pm = kvs_swarm_disk_pm9a3(), op = kvs_swarm_disk_optane_900p();
-    ck_assert(fabs(kvs_swarm_disk_time(&pm, KVS_SWARM_TIME_SUM, 1100, 6900000) - (1e-3 + 1e-3)) < 1e-12);
+    ck_assert(fabs(kvs_swarm_disk_time(&pm, KVS_SWARM_TIME_SUM, 1100, 6900000) - (1e-3 + 1e-3)) <
+              1e-12);
     ck_assert(fabs(kvs_swarm_disk_time(&pm, KVS_SWARM_TIME_MAX, 1100, 3450000) - 1e-3) < 1e-12);
     kvs_swarm_disk disks[2] = {pm, op};
     uint64_t ios[2] = {550, 550}, bytes[2] = {0, 0};
@@ -1304,7 +1333,8 @@ START_TEST(disk_model_sums_or_maxes_per_path_and_the_step_waits_for_the_slowest)
     const uint64_t slots[8] = {3, 4, 4, 5, 9, 10, 11, 12};
     ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 0), 7);          /* no merging */
     ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 128 * 1024), 2); /* 3-5, 9-12 */
-    ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 2 * 4096), 4);   /* 3-4, 5, 9-10, 11-12 */
+    ck_assert_uint_eq(kvs_swarm_coalesced_ios(slots, 8, 4096, 2 * 4096),
+                      4); /* 3-4, 5, 9-10, 11-12 */
 }
 END_TEST
 
@@ -1312,7 +1342,8 @@ static Suite *swarm_suite(void) {
     Suite *s = suite_create("swarm");
     TCase *profile = tcase_create("profile");
     tcase_add_test(profile, profile_of_a_three_step_trace_has_exact_symmetric_counts);
-    tcase_add_test(profile, pruned_profile_keeps_frequent_pairs_and_undercounts_by_at_most_the_floor);
+    tcase_add_test(profile,
+                   pruned_profile_keeps_frequent_pairs_and_undercounts_by_at_most_the_floor);
     tcase_add_test(profile, jaccard_distance_is_in_unit_range_and_zero_for_identical_histories);
     tcase_add_test(profile, global_metric_clusters_equal_the_raw_count_threshold_clusters);
     suite_add_tcase(s, profile);
@@ -1325,13 +1356,15 @@ static Suite *swarm_suite(void) {
     tcase_add_test(cluster, clusters_of_the_planted_workload_keep_every_invariant);
     tcase_add_test(cluster, planted_contiguous_groups_are_recovered_with_pairwise_f1_at_least_0_8);
     tcase_add_test(cluster, planted_scattered_groups_are_recovered_with_pairwise_f1_at_least_0_8);
-    tcase_add_test(cluster, planted_groups_sharing_entries_are_recovered_with_pairwise_f1_at_least_0_8);
+    tcase_add_test(cluster,
+                   planted_groups_sharing_entries_are_recovered_with_pairwise_f1_at_least_0_8);
     suite_add_tcase(s, cluster);
 
     TCase *place = tcase_create("placement");
     tcase_add_test(place, place_with_one_replica_is_eq7_and_keeps_path_totals_within_one);
     tcase_add_test(place, place_puts_the_copies_of_a_unit_on_distinct_paths);
-    tcase_add_test(place, cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_slots);
+    tcase_add_test(place,
+                   cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_slots);
     suite_add_tcase(s, place);
 
     TCase *io = tcase_create("dedup_and_schedule");
@@ -1346,8 +1379,10 @@ static Suite *swarm_suite(void) {
 
     TCase *online = tcase_create("maintenance_and_cache");
     tcase_add_test(online, new_entry_joins_matching_clusters_continuing_their_stripe);
-    tcase_add_test(online, paper_offset_places_one_path_further_and_a_tighter_tau_rejects_the_boundary);
-    tcase_add_test(online, pool_is_clustered_every_k_windows_and_max_copies_keeps_the_closest_cluster);
+    tcase_add_test(online,
+                   paper_offset_places_one_path_further_and_a_tighter_tau_rejects_the_boundary);
+    tcase_add_test(online,
+                   pool_is_clustered_every_k_windows_and_max_copies_keeps_the_closest_cluster);
     tcase_add_test(online, a_stream_of_new_entries_each_leaves_the_window_after_exactly_w_steps);
     tcase_add_test(online, frequencies_move_by_one_and_the_heap_holds_after_every_step);
     tcase_add_test(online, lowest_score_cluster_is_evicted_first);

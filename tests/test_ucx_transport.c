@@ -29,11 +29,19 @@ int main(void) {
 #include "kvstrata_backend.h"
 #include "ucx_transport.h"
 
-#define MIB (1024u * 1024u)
-#define RMA_BYTES MIB
+#define MIB        (1024u * 1024u)
+#define RMA_BYTES  MIB
 #define TIMEOUT_MS 5000
 
-enum { AM_ECHO = 1, AM_ECHO_REPLY, AM_RKEY_REQUEST, AM_RKEY_REPLY, AM_CHECK, AM_CHECK_REPLY, AM_STALL };
+enum {
+    AM_ECHO = 1,
+    AM_ECHO_REPLY,
+    AM_RKEY_REQUEST,
+    AM_RKEY_REPLY,
+    AM_CHECK,
+    AM_CHECK_REPLY,
+    AM_STALL
+};
 
 typedef struct rkey_header {
     uint64_t addr;
@@ -44,7 +52,9 @@ typedef struct rkey_header {
  * here, and without the restriction UCX also opens the ib/rdmacm modules and prints diagnostics
  * about missing devices. (UCX_MEM_* hook settings cannot be set this way: libucm reads them when
  * the library loads, before main; see backends/ucx/README.md for ASan.) */
-static void ucx_env(void) { setenv("UCX_TLS", "tcp,sm,self", 0); }
+static void ucx_env(void) {
+    setenv("UCX_TLS", "tcp,sm,self", 0);
+}
 
 static void fill(uint8_t *buf, size_t len, uint32_t seed) {
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -128,13 +138,16 @@ static void server_am(void *user, kvs_ucx_conn *conn, const void *header, size_t
 
 /* A worker address over a pipe: its length, then its bytes. */
 static int addr_write(int fd, const uint8_t *addr, uint32_t len) {
-    return write(fd, &len, sizeof len) == (ssize_t)sizeof len && write(fd, addr, len) == (ssize_t)len ? 0 : -1;
+    return write(fd, &len, sizeof len) == (ssize_t)sizeof len &&
+                   write(fd, addr, len) == (ssize_t)len
+               ? 0
+               : -1;
 }
 
 static int addr_read(int fd, uint8_t *addr, uint32_t *len) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    if (poll(&pfd, 1, 10000) != 1 || read(fd, len, sizeof *len) != (ssize_t)sizeof *len || *len == 0 ||
-        *len > MAX_ADDR)
+    if (poll(&pfd, 1, 10000) != 1 || read(fd, len, sizeof *len) != (ssize_t)sizeof *len ||
+        *len == 0 || *len > MAX_ADDR)
         return -1;
     size_t got = 0;
     while (got < *len) {
@@ -149,8 +162,11 @@ static int addr_read(int fd, uint8_t *addr, uint32_t *len) {
 static void server_main(int out_fd, int in_fd) {
     ucx_env();
     server s = {0};
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-server", .log_level = KVS_LOG_ERROR,
-                        .on_dead = server_dead, .user = &s};
+    kvs_ucx_params p = {.struct_size = sizeof p,
+                        .name = "test-server",
+                        .log_level = KVS_LOG_ERROR,
+                        .on_dead = server_dead,
+                        .user = &s};
     char err[512];
     static uint8_t addr[MAX_ADDR];
     size_t len = 0;
@@ -160,7 +176,8 @@ static void server_main(int out_fd, int in_fd) {
     } else {
         s.buf = malloc(RMA_BYTES);
         fill(s.buf, RMA_BYTES, 1);
-        for (uint16_t id = AM_ECHO; id <= AM_STALL; id++) kvs_ucx_am_handler(s.t, id, server_am, &s);
+        for (uint16_t id = AM_ECHO; id <= AM_STALL; id++)
+            kvs_ucx_am_handler(s.t, id, server_am, &s);
         if (kvs_ucx_mem_register(s.t, s.buf, RMA_BYTES, &s.mem) != KVS_OK ||
             kvs_ucx_worker_address(s.t, addr, sizeof addr, &len) != KVS_OK)
             len = 0;
@@ -199,7 +216,8 @@ static void start_server(server_ref *srv) {
     }
     close(up[1]);
     close(down[0]);
-    ck_assert_msg(addr_read(up[0], srv->addr, &srv->addr_len) == 0, "the server did not report its address");
+    ck_assert_msg(addr_read(up[0], srv->addr, &srv->addr_len) == 0,
+                  "the server did not report its address");
     close(up[0]);
     srv->to_server = down[1];
 }
@@ -255,7 +273,9 @@ static void client_dead(void *user, kvs_ucx_conn *conn, const char *why) {
 
 static kvs_ucx_transport *client_create(void) {
     ucx_env();
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "test-client", .log_level = KVS_LOG_INFO,
+    kvs_ucx_params p = {.struct_size = sizeof p,
+                        .name = "test-client",
+                        .log_level = KVS_LOG_INFO,
                         .on_dead = client_dead};
     kvs_ucx_transport *t = NULL;
     char err[512];
@@ -302,7 +322,8 @@ static void echo(kvs_ucx_transport *t, kvs_ucx_conn *conn, size_t len, uint32_t 
 
 static kvs_ucx_rkey *fetch_rkey(kvs_ucx_transport *t, kvs_ucx_conn *conn, uint64_t *remote_addr) {
     uint16_t id = AM_RKEY_REQUEST;
-    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_RKEY_REQUEST, &id, sizeof id, NULL, 0, TIMEOUT_MS), KVS_OK);
+    ck_assert_int_eq(kvs_ucx_am_send(conn, AM_RKEY_REQUEST, &id, sizeof id, NULL, 0, TIMEOUT_MS),
+                     KVS_OK);
     reply *r = await_reply(t, AM_RKEY_REPLY);
     rkey_header h;
     memcpy(&h, r->header + 8, sizeof h); /* after the id and padding of the server's struct */
@@ -389,12 +410,14 @@ START_TEST(connect_to_the_address_of_a_dead_worker_fails_within_the_timeout) {
     kvs_ucx_transport *t = client_create();
     kvs_ucx_conn *conn = (kvs_ucx_conn *)&srv;
     double start = now_ms(CLOCK_MONOTONIC);
-    kvs_status rc = kvs_ucx_connect_address(t, srv.addr, srv.addr_len, "dead-server", 1, 2000, &conn);
+    kvs_status rc =
+        kvs_ucx_connect_address(t, srv.addr, srv.addr_len, "dead-server", 1, 2000, &conn);
     double elapsed = now_ms(CLOCK_MONOTONIC) - start;
     ck_assert_msg(rc == KVS_EIO || rc == KVS_ETIMEDOUT, "connect returned %d", rc);
     ck_assert_ptr_null(conn);
     ck_assert_msg(elapsed < 2500, "connect took %.0f ms", elapsed);
-    ck_assert_msg(strstr(kvs_ucx_last_error(t), "dead-server") != NULL, "sentence: %s", kvs_ucx_last_error(t));
+    ck_assert_msg(strstr(kvs_ucx_last_error(t), "dead-server") != NULL, "sentence: %s",
+                  kvs_ucx_last_error(t));
     printf("refused connect (%.0f ms): %s\n", elapsed, kvs_ucx_last_error(t));
     ck_assert_int_eq(kvs_ucx_wait(t, 10), KVS_ETIMEDOUT);
     ck_assert_int_eq(dead_count, 0); /* a failed connect is reported by its status, not on_dead */

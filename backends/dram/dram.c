@@ -15,24 +15,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#define DRAM_MAGIC 0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
+#define DRAM_MAGIC          0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
 #define DRAM_LAYOUT_VERSION 4u
-#define DRAM_MAX_ATTACHERS 256u
-#define DRAM_PAGE 4096u
-#define DRAM_NIL UINT32_MAX
-#define DRAM_MAX_SLABS (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
-#define DRAM_SHM_NAME_MAX 200
+#define DRAM_MAX_ATTACHERS  256u
+#define DRAM_PAGE           4096u
+#define DRAM_NIL            UINT32_MAX
+#define DRAM_MAX_SLABS      (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
+#define DRAM_SHM_NAME_MAX   200
 #define DRAM_ATTACH_WAIT_NS (5ull * 1000 * 1000 * 1000)
 
 enum { SLAB_FREE = 0, SLAB_USED = 1, SLAB_RESERVED = 2 };
@@ -61,8 +61,9 @@ typedef struct geometry {
 typedef struct attacher {
     int32_t pid;
     uint32_t reserved;
-    uint64_t start_time; /* clock ticks since boot; 0 when /proc could not be read (the pid alone counts) */
-    uint64_t pid_ns;     /* inode of its /proc/self/ns/pid; 0 when unknown */
+    uint64_t
+        start_time; /* clock ticks since boot; 0 when /proc could not be read (the pid alone counts) */
+    uint64_t pid_ns; /* inode of its /proc/self/ns/pid; 0 when unknown */
 } attacher;
 
 typedef struct shared_header {
@@ -75,7 +76,7 @@ typedef struct shared_header {
     uint32_t free_head;
     uint32_t attach_count;       /* live entries of attachers, after the last reap */
     uint32_t reserve_generation; /* bumped per reservation: tickets carry it */
-    pthread_mutex_t mutex; /* process-shared and robust */
+    pthread_mutex_t mutex;       /* process-shared and robust */
     attacher attachers[DRAM_MAX_ATTACHERS];
 } shared_header;
 
@@ -127,7 +128,9 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t round_up(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
+static uint64_t round_up(uint64_t v, uint64_t align) {
+    return (v + align - 1) / align * align;
+}
 
 /* Keys are hashes already; mixing both halves still spreads keys that share one half. */
 static uint64_t hash_key(const kvs_key *key) {
@@ -185,10 +188,14 @@ static void index_erase(dram_state *st, uint64_t hole) {
 static void lru_unlink(dram_state *st, uint32_t s) {
     shared_header *h = st->header;
     slab_entry *e = &st->slabs[s];
-    if (e->prev != DRAM_NIL) st->slabs[e->prev].next = e->next;
-    else h->lru_head = e->next;
-    if (e->next != DRAM_NIL) st->slabs[e->next].prev = e->prev;
-    else h->lru_tail = e->prev;
+    if (e->prev != DRAM_NIL)
+        st->slabs[e->prev].next = e->next;
+    else
+        h->lru_head = e->next;
+    if (e->next != DRAM_NIL)
+        st->slabs[e->next].prev = e->prev;
+    else
+        h->lru_tail = e->prev;
     e->prev = e->next = DRAM_NIL;
 }
 
@@ -197,8 +204,10 @@ static void lru_push_head(dram_state *st, uint32_t s) {
     slab_entry *e = &st->slabs[s];
     e->prev = DRAM_NIL;
     e->next = h->lru_head;
-    if (h->lru_head != DRAM_NIL) st->slabs[h->lru_head].prev = s;
-    else h->lru_tail = s;
+    if (h->lru_head != DRAM_NIL)
+        st->slabs[h->lru_head].prev = s;
+    else
+        h->lru_tail = s;
     h->lru_head = s;
 }
 
@@ -305,7 +314,9 @@ static kvs_status lock_tier(dram_state *st) {
     return KVS_EIO;
 }
 
-static void unlock_tier(dram_state *st) { pthread_mutex_unlock(&st->header->mutex); }
+static void unlock_tier(dram_state *st) {
+    pthread_mutex_unlock(&st->header->mutex);
+}
 
 /* ---- create / attach / destroy -------------------------------------------------------------- */
 
@@ -353,7 +364,8 @@ static int attacher_alive(const attacher *a) {
     if (kill(a->pid, 0) != 0 && errno == ESRCH) return 0;
     uint64_t start = 0;
     int exited = 0;
-    if (process_start(a->pid, &start, &exited) != 0) return 1; /* it exists but cannot be inspected */
+    if (process_start(a->pid, &start, &exited) != 0)
+        return 1; /* it exists but cannot be inspected */
     return !exited && (a->start_time == 0 || start == a->start_time);
 }
 
@@ -375,8 +387,10 @@ static void reap_attachers(dram_state *st) {
     h->attach_count = live;
     if (reaped) {
         char message[256];
-        snprintf(message, sizeof message, "dram tier \"%s\": %u process(es) that attached %s died without "
-                 "detaching; no longer counted", st->tier_name, reaped, st->shm_path);
+        snprintf(message, sizeof message,
+                 "dram tier \"%s\": %u process(es) that attached %s died without "
+                 "detaching; no longer counted",
+                 st->tier_name, reaped, st->shm_path);
         log_message(st, KVS_LOG_INFO, message);
     }
 }
@@ -390,16 +404,16 @@ static kvs_status add_attacher(dram_state *st) {
     reap_attachers(st);
     for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
         if (h->attachers[i].pid != 0) continue;
-        h->attachers[i] = (attacher){.pid = (int32_t)getpid(), .start_time = start, .pid_ns = own_pid_ns()};
+        h->attachers[i] =
+            (attacher){.pid = (int32_t)getpid(), .start_time = start, .pid_ns = own_pid_ns()};
         st->attach_slot = i;
         h->attach_count++;
         return KVS_OK;
     }
-    set_error(st, "shared memory \"%s\" has %u live attachments already, the most it tracks", st->shm_path,
-              DRAM_MAX_ATTACHERS);
+    set_error(st, "shared memory \"%s\" has %u live attachments already, the most it tracks",
+              st->shm_path, DRAM_MAX_ATTACHERS);
     return KVS_EIO;
 }
-
 
 static int valid_shm_name(const char *name) {
     static const char allowed[] =
@@ -423,27 +437,32 @@ static kvs_status parse_shm_name(dram_state *st, const char *value) {
 
 /* The options, looked up by name; the switch below goes by these names, never by a position. */
 enum { OPT_SHM_NAME, OPT_READ_BANDWIDTH, OPT_READ_LATENCY_US, OPT_COUNT };
-static const char *const OPTION_NAMES[OPT_COUNT] = {
-    [OPT_SHM_NAME] = "shm_name", [OPT_READ_BANDWIDTH] = "read_bandwidth", [OPT_READ_LATENCY_US] = "read_latency_us"};
+static const char *const OPTION_NAMES[OPT_COUNT] = {[OPT_SHM_NAME] = "shm_name",
+                                                    [OPT_READ_BANDWIDTH] = "read_bandwidth",
+                                                    [OPT_READ_LATENCY_US] = "read_latency_us"};
 
 static kvs_status parse_option(dram_state *st, int which, const char *value) {
     uint64_t us = 0;
     switch (which) {
-    case OPT_SHM_NAME:
-        return parse_shm_name(st, value);
-    case OPT_READ_BANDWIDTH:
-        if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK || st->pace_bytes_per_s == 0) {
-            set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB", value);
-            return KVS_ECONFIG;
-        }
-        return KVS_OK;
-    case OPT_READ_LATENCY_US:
-        if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
-            set_error(st, "read_latency_us \"%.100s\" is not a whole number of microseconds up to 10000000", value);
-            return KVS_ECONFIG;
-        }
-        st->pace_latency_ns = us * 1000ull;
-        return KVS_OK;
+        case OPT_SHM_NAME: return parse_shm_name(st, value);
+        case OPT_READ_BANDWIDTH:
+            if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK ||
+                st->pace_bytes_per_s == 0) {
+                set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB",
+                          value);
+                return KVS_ECONFIG;
+            }
+            return KVS_OK;
+        case OPT_READ_LATENCY_US:
+            if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
+                set_error(st,
+                          "read_latency_us \"%.100s\" is not a whole number of microseconds up to "
+                          "10000000",
+                          value);
+                return KVS_ECONFIG;
+            }
+            st->pace_latency_ns = us * 1000ull;
+            return KVS_OK;
     }
     return KVS_ECONFIG;
 }
@@ -454,8 +473,8 @@ static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
     for (uint64_t i = 0; i < init->n_options; i++) {
         const kvs_backend_option *opt = &init->options[i];
         const char *key = opt->key ? opt->key : "";
-        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, "shm_name, read_bandwidth, read_latency_us",
-                                     why, sizeof why);
+        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key,
+                                     "shm_name, read_bandwidth, read_latency_us", why, sizeof why);
         if (which < 0) set_error(st, "%s", why);
         if (which < 0 || parse_option(st, which, opt->value ? opt->value : "") != KVS_OK) {
             kvs_option_refused(init, key, -1);
@@ -468,7 +487,8 @@ static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
 /* A paced tier: a read of len bytes waits its turn on the modelled device, then for its own time. */
 static void pace_read(dram_state *st, uint64_t len) {
     if (st->pace_bytes_per_s || st->pace_latency_ns)
-        kvs_pace_wait(&st->pace, now_ns(), kvs_pace_cost_ns(len, st->pace_bytes_per_s, st->pace_latency_ns));
+        kvs_pace_wait(&st->pace, now_ns(),
+                      kvs_pace_cost_ns(len, st->pace_bytes_per_s, st->pace_latency_ns));
 }
 
 static kvs_status plan_geometry(dram_state *st, uint64_t capacity_bytes, geometry *g) {
@@ -537,7 +557,8 @@ static kvs_status init_layout(dram_state *st, const geometry *g) {
         set_error(st, "cannot make its process-shared lock (%s)", errno_name(rc));
         return KVS_EIO;
     }
-    return st->shm_path[0] ? add_attacher(st) : KVS_OK; /* nobody else sees it yet: no lock needed */
+    return st->shm_path[0] ? add_attacher(st)
+                           : KVS_OK; /* nobody else sees it yet: no lock needed */
 }
 
 /* First opener (or the only one, with fd < 0 for a private tier): size and reserve the shared
@@ -608,8 +629,10 @@ static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
             continue;
         }
         if (now_ns() > deadline) {
-            set_error(st, "shared memory \"%s\" exists but was never initialised (its creator "
-                          "may have died); remove /dev/shm%s", st->shm_path, st->shm_path);
+            set_error(st,
+                      "shared memory \"%s\" exists but was never initialised (its creator "
+                      "may have died); remove /dev/shm%s",
+                      st->shm_path, st->shm_path);
             goto fail;
         }
         struct timespec pause = {0, 1000000};
@@ -620,10 +643,12 @@ static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
         char theirs[32], ours[32];
         kvs_fmt_bytes(theirs, sizeof theirs, h->geo.slab_bytes);
         kvs_fmt_bytes(ours, sizeof ours, g->slab_bytes);
-        set_error(st, "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
-                      "for %llu slabs of %s (layout %u); capacity and max object size must agree "
-                      "in every process", st->shm_path, (unsigned long long)h->geo.n_slabs, theirs,
-                  h->layout_version, (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
+        set_error(st,
+                  "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
+                  "for %llu slabs of %s (layout %u); capacity and max object size must agree "
+                  "in every process",
+                  st->shm_path, (unsigned long long)h->geo.n_slabs, theirs, h->layout_version,
+                  (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
         rc = KVS_ECONFIG;
         goto fail;
     }
@@ -663,8 +688,7 @@ static kvs_status open_shared(dram_state *st, const geometry *g) {
         fd = shm_open(st->shm_path, O_RDWR, 0);
         if (fd < 0) {
             if (errno == ENOENT) continue; /* its last user unlinked it in between */
-            set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path,
-                      errno_name(errno));
+            set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path, errno_name(errno));
             return KVS_EIO;
         }
         kvs_status rc = attach_shared(st, g, fd);
@@ -711,7 +735,8 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1);
     if (rc != KVS_OK) goto fail;
     rc = st->shm_path[0] ? open_shared(st, &g) : create_layout(st, &g, -1);
-    if (rc == KVS_ECONFIG) kvs_option_refused(init, "capacity", -1); /* the shared geometry differs */
+    if (rc == KVS_ECONFIG)
+        kvs_option_refused(init, "capacity", -1); /* the shared geometry differs */
     if (rc != KVS_OK) goto fail;
     /* Large pages for the slab data where the kernel allows it; a refusal costs only speed. */
     madvise(st->data, g.n_slabs * g.slab_bytes, MADV_HUGEPAGE);
@@ -843,8 +868,8 @@ static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t 
     return rc;
 }
 
-static kvs_status dram_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
-                                 uint64_t *got, uint64_t *object_len) {
+static kvs_status dram_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len,
+                                 void *dst, uint64_t *got, uint64_t *object_len) {
     dram_state *st = state;
     uint32_t s = DRAM_NIL;
     if (!st || !key || !got || !object_len || (!dst && len)) return KVS_EINVAL;
@@ -923,7 +948,8 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
 
 /* A reserved slab is out of the index, the LRU and the free list: nothing evicts or reuses it. Its
  * prev field holds the reservation's generation, so a stale or forged ticket is refused. */
-static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, void **dst, uint64_t *ticket) {
+static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, void **dst,
+                               uint64_t *ticket) {
     dram_state *st = state;
     if (!st || !key || !dst || !ticket) return KVS_EINVAL;
     if (len > st->max_object_bytes) {
@@ -972,8 +998,10 @@ static kvs_status dram_commit(void *state, uint64_t ticket) {
     if (rc != KVS_OK) return rc;
     uint32_t s = ticket_slab(st, ticket);
     if (s == DRAM_NIL) {
-        set_error(st, "commit: ticket %llx names no reservation (reclaimed after %llu s, or never made)",
-                  (unsigned long long)ticket, (unsigned long long)(DRAM_RESERVE_TIMEOUT_NS / 1000000000ull));
+        set_error(
+            st, "commit: ticket %llx names no reservation (reclaimed after %llu s, or never made)",
+            (unsigned long long)ticket,
+            (unsigned long long)(DRAM_RESERVE_TIMEOUT_NS / 1000000000ull));
         unlock_tier(st);
         return KVS_ENOTFOUND;
     }
@@ -1072,4 +1100,6 @@ static const kvs_backend_ops dram_ops = {
     .get_range = dram_get_range,
 };
 
-const kvs_backend_ops *kvs_dram_backend(void) { return &dram_ops; }
+const kvs_backend_ops *kvs_dram_backend(void) {
+    return &dram_ops;
+}

@@ -74,7 +74,8 @@ kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
     deadline.tv_nsec = (long)(ns % 1000000000ull);
     pthread_mutex_lock(&t->mutex);
     int rc = 0;
-    while (t->writes_pending > 0 && rc == 0) rc = pthread_cond_timedwait(&t->drained, &t->mutex, &deadline);
+    while (t->writes_pending > 0 && rc == 0)
+        rc = pthread_cond_timedwait(&t->drained, &t->mutex, &deadline);
     uint64_t left = t->writes_pending;
     pthread_mutex_unlock(&t->mutex);
     if (left == 0) return KVS_OK;
@@ -86,22 +87,24 @@ kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
 static void write_init_error(const kvs_backend_init *init, const char *message) {
-    if (init->error && init->error_len > 0) snprintf(init->error, (size_t)init->error_len, "%s", message);
+    if (init->error && init->error_len > 0)
+        snprintf(init->error, (size_t)init->error_len, "%s", message);
 }
 
 /* Tier names become part of a file name: keep [A-Za-z0-9_.-], replace the rest. */
 static void file_name_of(const char *tier, char *out, size_t len) {
     size_t n = 0;
     for (const char *c = tier; *c && n + 1 < len; c++) {
-        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
-                 *c == '-' || (*c == '.' && n > 0);
+        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                 *c == '_' || *c == '-' || (*c == '.' && n > 0);
         out[n++] = ok ? *c : '_';
     }
     out[n] = '\0';
 }
 
 /* Each path must exist, be a directory, be writable and be listed once; a refusal names path[i]. */
-static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *refused, size_t refused_len) {
+static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *refused,
+                                    size_t refused_len) {
     struct stat seen[SSD_MAX_PATHS];
     for (uint32_t i = 0; i < opt->n_paths; i++) {
         const char *dir = opt->paths[i];
@@ -121,7 +124,8 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
         }
         for (uint32_t j = 0; j < i; j++) {
             if (seen[j].st_dev == st.st_dev && seen[j].st_ino == st.st_ino) {
-                ssd_set_error(t, "paths \"%.200s\" and \"%.200s\" are the same directory", opt->paths[j], dir);
+                ssd_set_error(t, "paths \"%.200s\" and \"%.200s\" are the same directory",
+                              opt->paths[j], dir);
                 return KVS_ECONFIG;
             }
         }
@@ -133,7 +137,8 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
 
 /* Open, lock and size one path's data file. *preallocated: the device holds every byte of it.
  * model_device: a modelled small device (fault_inject device_bytes), so the file stays sparse. */
-static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int model_device, int *preallocated) {
+static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int model_device,
+                                 int *preallocated) {
     ssd_path *p = &t->paths[i];
     char base[96], file[4200];
     file_name_of(t->tier_name, base, sizeof base);
@@ -143,7 +148,8 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     if (p->fd < 0 && errno == EINVAL) {
         p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (p->fd >= 0)
-            ssd_log(t, KVS_LOG_INFO, "%s does not support O_DIRECT; path %u goes through the page cache", dir, i);
+            ssd_log(t, KVS_LOG_INFO,
+                    "%s does not support O_DIRECT; path %u goes through the page cache", dir, i);
     }
     if (p->fd < 0) {
         int err = errno;
@@ -156,7 +162,8 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     while (flock(p->fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         if (err != EWOULDBLOCK || ssd_now_ns() > give_up) {
-            ssd_set_error(t, "%s is in use by another tier or process (%s)", file, ssd_errno_name(err));
+            ssd_set_error(t, "%s is in use by another tier or process (%s)", file,
+                          ssd_errno_name(err));
             return KVS_ECONFIG;
         }
         struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
@@ -164,8 +171,10 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     }
     uint64_t want = SSD_BLOCK + p->n_slots * t->slot_bytes;
     struct stat st;
-    if (fstat(p->fd, &st) == 0 && (uint64_t)st.st_size > want && ftruncate(p->fd, (off_t)want) != 0) {
-        ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want, ssd_errno_name(errno));
+    if (fstat(p->fd, &st) == 0 && (uint64_t)st.st_size > want &&
+        ftruncate(p->fd, (off_t)want) != 0) {
+        ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want,
+                      ssd_errno_name(errno));
         return KVS_EIO;
     }
     *preallocated = !model_device && fallocate(p->fd, 0, 0, (off_t)want) == 0;
@@ -179,8 +188,10 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
         if (err != EOPNOTSUPP) {
             char size[32];
             kvs_fmt_bytes(size, sizeof size, want);
-            ssd_log(t, KVS_LOG_WARN, "cannot preallocate %s of %s (%s); if the device fills, this path's capacity is lowered to what it holds", file,
-                    size, ssd_errno_name(err));
+            ssd_log(t, KVS_LOG_WARN,
+                    "cannot preallocate %s of %s (%s); if the device fills, this path's capacity "
+                    "is lowered to what it holds",
+                    file, size, ssd_errno_name(err));
         }
     }
     return KVS_OK;
@@ -244,7 +255,8 @@ static kvs_status recover(ssd_tier *t) {
             char was[32], now[32];
             kvs_fmt_bytes(was, sizeof was, sb.stripe_bytes);
             kvs_fmt_bytes(now, sizeof now, t->stripe_bytes);
-            ssd_log(t, KVS_LOG_WARN, "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
+            ssd_log(t, KVS_LOG_WARN,
+                    "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
                     p->dir, was, now);
         }
         memset(block, 0, SSD_BLOCK);
@@ -257,7 +269,9 @@ static kvs_status recover(ssd_tier *t) {
         int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
         if (wrote < 0) {
             /* Without a valid superblock the next start could not tell this file's slots apart. */
-            ssd_set_error(t, "path %u (%s): its superblock cannot be written (%s); the path has no valid superblock",
+            ssd_set_error(t,
+                          "path %u (%s): its superblock cannot be written (%s); the path has no "
+                          "valid superblock",
                           i, p->dir, ssd_errno_name((int)-wrote));
             free(block);
             return KVS_EIO;
@@ -266,8 +280,8 @@ static kvs_status recover(ssd_tier *t) {
     free(block);
 
     ssd_scan_result found;
-    if (ssd_recover_scan(io, t->n_paths, scan_slots, t->slot_bytes, t->stripe_bytes, t->queue_depth - 1,
-                         t->io_timeout_ms, &found) != 0) {
+    if (ssd_recover_scan(io, t->n_paths, scan_slots, t->slot_bytes, t->stripe_bytes,
+                         t->queue_depth - 1, t->io_timeout_ms, &found) != 0) {
         ssd_set_error(t, "out of memory for the restart scan");
         return KVS_ENOMEM;
     }
@@ -283,7 +297,8 @@ static kvs_status recover(ssd_tier *t) {
         for (uint32_t i = 0; i < t->n_paths; i++) {
             ssd_path *p = &t->paths[i];
             p->n_free = 0;
-            for (uint64_t s = p->n_slots; s-- > 0;) /* low slots on top: the file fills from its start */
+            for (uint64_t s = p->n_slots;
+                 s-- > 0;) /* low slots on top: the file fills from its start */
                 if (!ctx.used[i][s]) p->free_slots[p->n_free++] = (uint32_t)s;
         }
         struct timespec ts;
@@ -319,15 +334,16 @@ static void find_backed_slots(ssd_tier *t, uint32_t i, int preallocated) {
         off_t hole = lseek(p->fd, data, SEEK_HOLE);
         if (hole < 0) hole = end;
         uint64_t first = ((uint64_t)data - SSD_BLOCK + t->slot_bytes - 1) / t->slot_bytes;
-        for (uint64_t s = first; s < p->n_slots && ssd_slot_offset(t, (uint32_t)s) + t->slot_bytes <= (uint64_t)hole;
+        for (uint64_t s = first;
+             s < p->n_slots && ssd_slot_offset(t, (uint32_t)s) + t->slot_bytes <= (uint64_t)hole;
              s++)
             p->backed[s] = 1;
         at = hole;
     }
 }
 
-static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt, char *refused,
-                                size_t refused_len) {
+static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt,
+                                char *refused, size_t refused_len) {
     char cap[32], obj[32], slot[32];
     if (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 50)) {
         ssd_set_error(t, "max_object_bytes %llu is not a usable object size",
@@ -350,7 +366,9 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     kvs_fmt_bytes(obj, sizeof obj, init->max_object_bytes);
     kvs_fmt_bytes(slot, sizeof slot, t->slot_bytes);
     if (n_slots < units) {
-        ssd_set_error(t, "capacity %s over %u paths gives %llu slots of %s per path; an object of up to %s needs %u",
+        ssd_set_error(t,
+                      "capacity %s over %u paths gives %llu slots of %s per path; an object of up "
+                      "to %s needs %u",
                       cap, opt->n_paths, (unsigned long long)n_slots, slot, obj, units);
         return KVS_ECONFIG;
     }
@@ -365,11 +383,13 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
         char have[32], want[32];
         kvs_fmt_bytes(have, sizeof have, opt->write_buffer_bytes);
         kvs_fmt_bytes(want, sizeof want, need);
-        ssd_set_error(t, "write_buffer_bytes %s cannot hold one object of up to %s (needs %s)", have, obj, want);
+        ssd_set_error(t, "write_buffer_bytes %s cannot hold one object of up to %s (needs %s)",
+                      have, obj, want);
         return KVS_ECONFIG;
     }
     t->spare_bytes = need;
-    t->max_spare = (uint32_t)(opt->write_buffer_bytes / need < 1024 ? opt->write_buffer_bytes / need : 1024);
+    t->max_spare =
+        (uint32_t)(opt->write_buffer_bytes / need < 1024 ? opt->write_buffer_bytes / need : 1024);
     for (uint32_t i = 0; i < opt->n_paths; i++) t->paths[i].n_slots = n_slots;
     t->n_object_slots = (uint32_t)(n_slots * opt->n_paths);
     refused[0] = '\0';
@@ -399,13 +419,16 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     const kvs_backend_host *host = init->host;
     if (host) {
         t->host_ctx = host->ctx;
-        if (host->struct_size >= offsetof(kvs_backend_host, log) + sizeof host->log) t->log = host->log;
+        if (host->struct_size >= offsetof(kvs_backend_host, log) + sizeof host->log)
+            t->log = host->log;
         if (host->struct_size >= offsetof(kvs_backend_host, on_evict) + sizeof host->on_evict)
             t->on_evict = host->on_evict;
-        if (host->struct_size >= offsetof(kvs_backend_host, place) + sizeof host->place) t->place = host->place;
+        if (host->struct_size >= offsetof(kvs_backend_host, place) + sizeof host->place)
+            t->place = host->place;
         if (host->struct_size >= offsetof(kvs_backend_host, schedule) + sizeof host->schedule)
             t->schedule = host->schedule;
-        if (host->struct_size >= offsetof(kvs_backend_host, on_put_dropped) + sizeof host->on_put_dropped)
+        if (host->struct_size >=
+            offsetof(kvs_backend_host, on_put_dropped) + sizeof host->on_put_dropped)
             t->on_put_dropped = host->on_put_dropped;
     }
     if (init->struct_size >= offsetof(kvs_backend_init, staging_len) + sizeof init->staging_len) {
@@ -417,11 +440,12 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     char why[400], refused[80] = "";
     kvs_status rc = KVS_EINVAL;
     if (init->n_options && !init->options) {
-        ssd_set_error(t, "n_options is %llu but options is NULL", (unsigned long long)init->n_options);
+        ssd_set_error(t, "n_options is %llu but options is NULL",
+                      (unsigned long long)init->n_options);
         goto fail;
     }
-    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why, refused, sizeof refused)) !=
-        KVS_OK) {
+    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why, refused,
+                                sizeof refused)) != KVS_OK) {
         ssd_set_error(t, "%s", why);
         goto fail;
     }
@@ -453,12 +477,14 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     uint32_t on_pread = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) {
         ssd_path *p = &t->paths[i];
-        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots)) || !(p->backed = calloc(p->n_slots, 1))) {
+        if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots)) ||
+            !(p->backed = calloc(p->n_slots, 1))) {
             ssd_set_error(t, "out of memory for the slot table of %s", opt.paths[i]);
             rc = KVS_ENOMEM;
             goto fail;
         }
-        if ((rc = open_data_file(t, i, opt.paths[i], opt.device_bytes >= 0, &preallocated[i])) != KVS_OK) {
+        if ((rc = open_data_file(t, i, opt.paths[i], opt.device_bytes >= 0, &preallocated[i])) !=
+            KVS_OK) {
             snprintf(refused, sizeof refused, "path[%u]", i);
             goto fail;
         }
@@ -494,7 +520,8 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     t->fallbacks = on_pread;
     if (on_pread)
         ssd_log(t, KVS_LOG_INFO, "io_uring is unavailable (%s%s); %u paths use the pread engine",
-                ssd_errno_name(uring_error), uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
+                ssd_errno_name(uring_error),
+                uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
     for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
@@ -512,12 +539,14 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     kvs_fmt_bytes(cap, sizeof cap, (uint64_t)t->n_object_slots * t->stripe_bytes);
     int uring = ssd_io_uses_uring(t->paths[0].io), fixed = ssd_io_has_fixed(t->paths[0].io);
     ssd_log(t, KVS_LOG_INFO,
-            "%u of %u paths usable, %s of data in %llu slots of %s, %u replica(s), %s%s, %s; %llu objects recovered "
+            "%u of %u paths usable, %s of data in %llu slots of %s, %u replica(s), %s%s, %s; %llu "
+            "objects recovered "
             "from %llu unit headers",
             usable, t->n_paths, cap, (unsigned long long)t->n_object_slots, stripe, t->replicas,
-            uring ? "io_uring" : "pread engine", uring ? (fixed ? " with the staging pool registered" : "") : "",
-            opt.sim_bandwidth || opt.sim_iops ? "paced" : "not paced", (unsigned long long)t->recovered,
-            (unsigned long long)t->headers_scanned);
+            uring ? "io_uring" : "pread engine",
+            uring ? (fixed ? " with the staging pool registered" : "") : "",
+            opt.sim_bandwidth || opt.sim_iops ? "paced" : "not paced",
+            (unsigned long long)t->recovered, (unsigned long long)t->headers_scanned);
     *out = t;
     return KVS_OK;
 
@@ -582,4 +611,6 @@ static const kvs_backend_ops ssd_ops = {
     .get_range = ssd_get_range,
 };
 
-const kvs_backend_ops *kvs_ssd_backend(void) { return &ssd_ops; }
+const kvs_backend_ops *kvs_ssd_backend(void) {
+    return &ssd_ops;
+}

@@ -47,18 +47,19 @@ typedef struct kvs_ssd_path_stats {
 typedef struct kvs_ssd_stats_t {
     uint64_t reads, writes;             /* I/Os completed without error */
     uint64_t read_bytes, written_bytes; /* bytes moved by them (4KiB-rounded, headers included) */
-    uint64_t submits;                   /* system calls that issued I/O: io_uring_enter with SQEs, pread, pwrite */
-    uint64_t fixed_reads;               /* reads into the registered staging pool (io_uring read_fixed) */
-    uint64_t bounce_reads;              /* unit reads through a bounce buffer (dst not 4KiB aligned or short) */
-    uint64_t enospc_skips;              /* objects not stored because a device was full */
-    uint64_t queue_full_skips;          /* puts refused: the write buffer was full */
-    uint64_t path_errors;               /* I/O errors other than ENOSPC; the first on a path isolates it */
-    uint64_t fallbacks;                 /* paths that run the pread engine because io_uring could not start */
-    uint64_t evictions;                 /* objects dropped to make room */
-    uint64_t corrupt_drops;             /* recovered objects whose unit data failed its checksum on first read */
-    uint64_t recovered;                 /* objects found by the scan at create */
-    uint64_t writes_pending;            /* objects accepted by put and not yet visible or skipped (now) */
-    uint64_t buffered_bytes;            /* write buffer bytes held by them (now) */
+    uint64_t submits; /* system calls that issued I/O: io_uring_enter with SQEs, pread, pwrite */
+    uint64_t fixed_reads;  /* reads into the registered staging pool (io_uring read_fixed) */
+    uint64_t bounce_reads; /* unit reads through a bounce buffer (dst not 4KiB aligned or short) */
+    uint64_t enospc_skips; /* objects not stored because a device was full */
+    uint64_t queue_full_skips; /* puts refused: the write buffer was full */
+    uint64_t path_errors;      /* I/O errors other than ENOSPC; the first on a path isolates it */
+    uint64_t fallbacks; /* paths that run the pread engine because io_uring could not start */
+    uint64_t evictions; /* objects dropped to make room */
+    uint64_t
+        corrupt_drops;  /* recovered objects whose unit data failed its checksum on first read */
+    uint64_t recovered; /* objects found by the scan at create */
+    uint64_t writes_pending; /* objects accepted by put and not yet visible or skipped (now) */
+    uint64_t buffered_bytes; /* write buffer bytes held by them (now) */
     uint32_t n_paths;
     uint32_t failed_paths;
     kvs_ssd_path_stats paths[KVS_SSD_STATS_MAX_PATHS];

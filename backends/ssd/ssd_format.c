@@ -8,7 +8,7 @@
 #include <xxhash.h>
 
 #define SUPER_MAGIC 0x314644535353564BULL /* "KVSSSDF1" as little-endian bytes: the file */
-#define UNIT_MAGIC 0x315544535353564BULL  /* "KVSSSDU1": a unit */
+#define UNIT_MAGIC  0x315544535353564BULL /* "KVSSSDU1": a unit */
 
 /* Superblock field offsets. */
 enum {
@@ -74,7 +74,8 @@ void ssd_format_encode_superblock(const ssd_superblock *sb, uint8_t *block) {
 
 int ssd_format_decode_superblock(const uint8_t *block, ssd_superblock *sb) {
     if (get64(block + SB_MAGIC) != SUPER_MAGIC || get32(block + SB_VERSION) != SSD_FORMAT_VERSION ||
-        get32(block + SB_HEADER_BYTES) != SSD_BLOCK || get64(block + SB_CHECKSUM) != XXH3_64bits(block, SB_CHECKSUM))
+        get32(block + SB_HEADER_BYTES) != SSD_BLOCK ||
+        get64(block + SB_CHECKSUM) != XXH3_64bits(block, SB_CHECKSUM))
         return -1;
     sb->stripe_bytes = get64(block + SB_STRIPE);
     sb->slot_bytes = get64(block + SB_SLOT);

@@ -10,8 +10,8 @@
 
 #include "kvstrata_backend.h"
 
-#define SSD_BLOCK 4096u /* O_DIRECT alignment, superblock and unit header size */
-#define SSD_FORMAT_VERSION 1u
+#define SSD_BLOCK           4096u /* O_DIRECT alignment, superblock and unit header size */
+#define SSD_FORMAT_VERSION  1u
 #define SSD_TIER_NAME_BYTES 64u /* tier name kept in the superblock, NUL-padded */
 
 typedef struct ssd_superblock {
@@ -47,6 +47,8 @@ uint32_t ssd_format_unit_count(uint64_t len, uint64_t stripe_bytes);
 /* Data bytes of unit u of that object. */
 uint64_t ssd_format_unit_bytes(uint64_t len, uint64_t stripe_bytes, uint32_t u);
 
-static inline uint64_t ssd_round_up(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
+static inline uint64_t ssd_round_up(uint64_t v, uint64_t align) {
+    return (v + align - 1) / align * align;
+}
 
 #endif /* KVS_SSD_FORMAT_H */

@@ -34,10 +34,10 @@
 #include "pace.h"
 
 #define MAX_PREAD_THREADS 64
-#define MAX_RETRIES 8                  /* EAGAIN/EINTR resubmissions of one request */
+#define MAX_RETRIES       8            /* EAGAIN/EINTR resubmissions of one request */
 #define FIXED_CHUNK_BYTES (1ull << 30) /* io_uring caps one registered buffer at 1GiB */
-#define MAX_FIXED_CHUNKS 1024
-#define START_TIMEOUT_MS 10000
+#define MAX_FIXED_CHUNKS  1024
+#define START_TIMEOUT_MS  10000
 
 struct ssd_io_path {
     ssd_io_config cfg;
@@ -79,12 +79,14 @@ static uint64_t now_ns(void) {
 }
 
 static void sleep_until(uint64_t ns) {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull), .tv_nsec = (long)(ns % 1000000000ull)};
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
     }
 }
 
-static void log_path(ssd_io_path *p, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void log_path(ssd_io_path *p, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void log_path(ssd_io_path *p, int level, const char *fmt, ...) {
     if (!p->cfg.log) return;
     char body[320], message[480];
@@ -92,8 +94,8 @@ static void log_path(ssd_io_path *p, int level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    snprintf(message, sizeof message, "ssd tier \"%s\": path %u (%s): %s", p->cfg.tier_name, p->cfg.index, p->cfg.dir,
-             body);
+    snprintf(message, sizeof message, "ssd tier \"%s\": path %u (%s): %s", p->cfg.tier_name,
+             p->cfg.index, p->cfg.dir, body);
     p->cfg.log(p->cfg.ctx, level, message);
 }
 
@@ -149,8 +151,8 @@ void ssd_io_waiter_destroy(ssd_io_waiter *w) {
 
 /* ---- queues ---------------------------------------------------------------------------------- */
 
-void ssd_io_prepare(ssd_io_request *req, int op, int io_class, void *buf, uint64_t len, uint64_t offset,
-                    ssd_io_done_fn done, void *ctx) {
+void ssd_io_prepare(ssd_io_request *req, int op, int io_class, void *buf, uint64_t len,
+                    uint64_t offset, ssd_io_done_fn done, void *ctx) {
     memset(req, 0, sizeof *req);
     req->op = (uint8_t)op;
     req->io_class = (uint8_t)io_class;
@@ -217,7 +219,9 @@ static ssd_io_request *pop_next(ssd_io_path *p, uint32_t max_inflight) {
 
 /* ---- faults and completion ------------------------------------------------------------------- */
 
-int ssd_io_failed(const ssd_io_path *p) { return atomic_load(&p->failed); }
+int ssd_io_failed(const ssd_io_path *p) {
+    return atomic_load(&p->failed);
+}
 
 void ssd_io_fail(ssd_io_path *p, int err) {
     if (atomic_exchange(&p->failed, 1)) return;
@@ -272,12 +276,13 @@ static void complete(ssd_io_path *p, ssd_io_request *r, int result) {
         if (atomic_load(&p->armed)) atomic_fetch_add(&p->completed, 1);
         if (p->cfg.sim_bandwidth || p->cfg.sim_iops)
             kvs_pace_wait(&p->pace, r->start_ns,
-                          kvs_pace_cost_ns(bytes, p->cfg.sim_bandwidth, p->cfg.sim_iops ? 1000000000ull / p->cfg.sim_iops : 0));
+                          kvs_pace_cost_ns(bytes, p->cfg.sim_bandwidth,
+                                           p->cfg.sim_iops ? 1000000000ull / p->cfg.sim_iops : 0));
     } else if (result != -ENOSPC && !atomic_load(&p->failed)) {
         atomic_fetch_add(&p->cfg.counters->path_errors, 1);
         log_path(p, KVS_LOG_ERROR, "%s at offset %llu (%s); the path is isolated",
-                 r->op == SSD_IO_OP_READ ? "read failed" : "write failed", (unsigned long long)r->offset,
-                 errno_name(-result));
+                 r->op == SSD_IO_OP_READ ? "read failed" : "write failed",
+                 (unsigned long long)r->offset, errno_name(-result));
         ssd_io_fail(p, -result);
     }
     pthread_mutex_lock(&p->mutex);
@@ -321,9 +326,11 @@ static int64_t transfer_once(ssd_io_path *p, ssd_io_request *r) {
     ssize_t got;
     atomic_fetch_add(&p->cfg.counters->submits, 1);
     if (r->op == SSD_IO_OP_READ)
-        got = n == 1 ? pread(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off) : preadv(p->cfg.fd, iov, (int)n, off);
+        got = n == 1 ? pread(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off)
+                     : preadv(p->cfg.fd, iov, (int)n, off);
     else
-        got = n == 1 ? pwrite(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off) : pwritev(p->cfg.fd, iov, (int)n, off);
+        got = n == 1 ? pwrite(p->cfg.fd, iov[0].iov_base, iov[0].iov_len, off)
+                     : pwritev(p->cfg.fd, iov, (int)n, off);
     return got < 0 ? -(int64_t)errno : (int64_t)got;
 }
 
@@ -332,7 +339,8 @@ static void *pread_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&p->mutex);
         ssd_io_request *r = NULL;
-        while (!(r = pop_next(p, UINT32_MAX)) && !(p->stop && p->queued == 0)) pthread_cond_wait(&p->work, &p->mutex);
+        while (!(r = pop_next(p, UINT32_MAX)) && !(p->stop && p->queued == 0))
+            pthread_cond_wait(&p->work, &p->mutex);
         pthread_mutex_unlock(&p->mutex);
         if (!r) break;
         r->start_ns = now_ns();
@@ -413,7 +421,8 @@ static void ring_prep(ssd_io_path *p, struct io_uring_sqe *sqe, ssd_io_request *
     uint64_t off = r->offset + r->moved;
     if (r->op == SSD_IO_OP_READ) {
         if (n == 1 && r->fixed_index >= 0 && (uint32_t)r->fixed_index < p->n_fixed) {
-            io_uring_prep_read_fixed(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off, r->fixed_index);
+            io_uring_prep_read_fixed(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off,
+                                     r->fixed_index);
             if (r->moved == 0) atomic_fetch_add(&p->cfg.counters->fixed_reads, 1);
         } else if (n == 1) {
             io_uring_prep_read(sqe, p->cfg.fd, iov[0].iov_base, (unsigned)iov[0].iov_len, off);
@@ -458,7 +467,8 @@ static void *ring_main(void *arg) {
         unsigned issued = 0;
         struct io_uring_sqe *sqe;
         if (arm_doorbell && (sqe = next_sqe(p))) {
-            io_uring_prep_read(sqe, p->doorbell_fd, &p->doorbell_value, sizeof p->doorbell_value, 0);
+            io_uring_prep_read(sqe, p->doorbell_fd, &p->doorbell_value, sizeof p->doorbell_value,
+                               0);
             io_uring_sqe_set_data(sqe, NULL);
             arm_doorbell = 0;
         }
@@ -502,11 +512,13 @@ static void *ring_main(void *arg) {
             rc = wait ? io_uring_submit_and_wait(&p->ring, 1) : io_uring_submit(&p->ring);
         } while (rc == -EINTR);
         if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && !atomic_load(&p->failed)) {
-            log_path(p, KVS_LOG_ERROR, "io_uring_enter failed (%s); the path is isolated", errno_name(-rc));
+            log_path(p, KVS_LOG_ERROR, "io_uring_enter failed (%s); the path is isolated",
+                     errno_name(-rc));
             atomic_fetch_add(&p->cfg.counters->path_errors, 1);
             ssd_io_fail(p, -rc);
         } else if (rc == -EAGAIN || rc == -EBUSY) {
-            sleep_until(now_ns() + 1000000ull); /* the kernel is short of memory: back off, do not spin */
+            sleep_until(now_ns() +
+                        1000000ull); /* the kernel is short of memory: back off, do not spin */
         }
         pthread_mutex_lock(&p->mutex);
         p->sleeping = 0;
@@ -560,7 +572,8 @@ static int start_uring(ssd_io_path *p) {
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += START_TIMEOUT_MS / 1000;
     pthread_mutex_lock(&p->mutex);
-    while (p->start_state == 0 && rc == 0) rc = pthread_cond_timedwait(&p->started, &p->mutex, &deadline);
+    while (p->start_state == 0 && rc == 0)
+        rc = pthread_cond_timedwait(&p->started, &p->mutex, &deadline);
     int state = p->start_state;
     pthread_mutex_unlock(&p->mutex);
     if (state == 1) {
@@ -607,7 +620,8 @@ int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t
     if (!p->use_uring) {
         int rc = start_pread(p);
         if (rc) {
-            snprintf(err, (size_t)err_len, "cannot start I/O threads for %s (%s)", cfg->dir, errno_name(rc));
+            snprintf(err, (size_t)err_len, "cannot start I/O threads for %s (%s)", cfg->dir,
+                     errno_name(rc));
             ssd_io_close(p);
             return rc;
         }
@@ -659,14 +673,21 @@ void ssd_io_close(ssd_io_path *p) {
     free(p);
 }
 
-int ssd_io_uses_uring(const ssd_io_path *p) { return p->use_uring; }
-int ssd_io_uring_error(const ssd_io_path *p) { return p->uring_error; }
-int ssd_io_has_fixed(const ssd_io_path *p) { return p->n_fixed > 0; }
+int ssd_io_uses_uring(const ssd_io_path *p) {
+    return p->use_uring;
+}
+int ssd_io_uring_error(const ssd_io_path *p) {
+    return p->uring_error;
+}
+int ssd_io_has_fixed(const ssd_io_path *p) {
+    return p->n_fixed > 0;
+}
 
 int ssd_io_fixed_index(const ssd_io_path *p, const void *buf, uint64_t len) {
     if (!p->n_fixed || !p->cfg.staging_base) return -1;
     uintptr_t base = (uintptr_t)p->cfg.staging_base, b = (uintptr_t)buf;
-    if (b < base || b - base > p->cfg.staging_len || len > p->cfg.staging_len - (b - base)) return -1;
+    if (b < base || b - base > p->cfg.staging_len || len > p->cfg.staging_len - (b - base))
+        return -1;
     uint64_t off = b - base;
     uint64_t chunk = off / FIXED_CHUNK_BYTES;
     if (chunk >= p->n_fixed || (off + len - 1) / FIXED_CHUNK_BYTES != chunk || len == 0) return -1;
@@ -690,7 +711,8 @@ static void sync_done(ssd_io_request *req, int result) {
     ssd_io_waiter_signal(&c->waiter);
 }
 
-int64_t ssd_io_sync(ssd_io_path *p, int op, void *buf, uint64_t len, uint64_t offset, uint64_t timeout_ms) {
+int64_t ssd_io_sync(ssd_io_path *p, int op, void *buf, uint64_t len, uint64_t offset,
+                    uint64_t timeout_ms) {
     sync_call c;
     int rc = ssd_io_waiter_init(&c.waiter, 1);
     if (rc) return -rc;

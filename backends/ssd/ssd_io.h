@@ -59,16 +59,18 @@ void ssd_io_waiter_destroy(ssd_io_waiter *w);
 
 /* Counters shared by all paths of a tier (relaxed atomics). */
 typedef struct ssd_io_counters {
-    atomic_uint_fast64_t reads, writes, read_bytes, written_bytes, submits, fixed_reads, path_errors;
-    atomic_int_fast64_t enospc_budget; /* fault injection: unit writes left before ENOSPC; -1 = off */
+    atomic_uint_fast64_t reads, writes, read_bytes, written_bytes, submits, fixed_reads,
+        path_errors;
+    atomic_int_fast64_t
+        enospc_budget; /* fault injection: unit writes left before ENOSPC; -1 = off */
 } ssd_io_counters;
 
 typedef struct ssd_io_config {
     const char *tier_name; /* for messages */
     const char *dir;       /* the path, for messages */
     uint32_t index;        /* the path's position in the tier */
-    int fd;                /* the data file, O_DIRECT where possible; the engine does not close it */
-    int engine;            /* SSD_ENGINE_* wanted; uring may fall back to pread */
+    int fd;     /* the data file, O_DIRECT where possible; the engine does not close it */
+    int engine; /* SSD_ENGINE_* wanted; uring may fall back to pread */
     uint32_t queue_depth;
     uint32_t write_inflight;
     uint32_t pread_threads;
@@ -78,7 +80,8 @@ typedef struct ssd_io_config {
     uint64_t staging_len;
     int eio;            /* fault injection: this path fails ... */
     uint64_t eio_after; /* ... after this many I/Os completed once armed */
-    int64_t device_bytes; /* a modelled small device: writes past this byte fail with ENOSPC, from the
+    int64_t
+        device_bytes; /* a modelled small device: writes past this byte fail with ENOSPC, from the
                            * start (the superblock too); -1 = off */
     ssd_io_counters *counters;
     void *ctx; /* for log and on_failed */
@@ -120,11 +123,12 @@ int ssd_io_fixed_index(const ssd_io_path *p, const void *buf, uint64_t len);
 void ssd_io_path_counts(const ssd_io_path *p, uint64_t *reads, uint64_t *writes);
 
 /* Fill req for one aligned transfer. */
-void ssd_io_prepare(ssd_io_request *req, int op, int io_class, void *buf, uint64_t len, uint64_t offset,
-                    ssd_io_done_fn done, void *ctx);
+void ssd_io_prepare(ssd_io_request *req, int op, int io_class, void *buf, uint64_t len,
+                    uint64_t offset, ssd_io_done_fn done, void *ctx);
 
 /* Read or write one aligned buffer and wait for it, at most timeout_ms (the path is isolated on
  * timeout). Returns bytes or -errno. For create-time metadata I/O. */
-int64_t ssd_io_sync(ssd_io_path *p, int op, void *buf, uint64_t len, uint64_t offset, uint64_t timeout_ms);
+int64_t ssd_io_sync(ssd_io_path *p, int op, void *buf, uint64_t len, uint64_t offset,
+                    uint64_t timeout_ms);
 
 #endif /* KVS_SSD_IO_H */

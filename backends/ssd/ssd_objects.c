@@ -189,9 +189,11 @@ void ssd_path_full(ssd_tier *t, uint32_t index, uint32_t slot) {
     char size[32];
     kvs_fmt_bytes(size, sizeof size, (p->n_slots - p->retired) * t->stripe_bytes);
     ssd_log(t, KVS_LOG_WARN,
-            "path %u (%s) is full: a write met ENOSPC; its capacity is lowered from %llu slots to the %llu (%s of "
+            "path %u (%s) is full: a write met ENOSPC; its capacity is lowered from %llu slots to "
+            "the %llu (%s of "
             "data) the device holds, and room is made by evicting",
-            index, p->dir, (unsigned long long)p->n_slots, (unsigned long long)(p->n_slots - p->retired), size);
+            index, p->dir, (unsigned long long)p->n_slots,
+            (unsigned long long)(p->n_slots - p->retired), size);
 }
 
 /* Give every slot of the record back and put it on the free list. */
@@ -273,7 +275,8 @@ typedef struct tombstone_job {
 } tombstone_job;
 
 static void tombstone_done(ssd_io_request *req, int result) {
-    (void)result; /* a lost tombstone only lets the object be found again, unverified, after a restart */
+    (void)
+        result; /* a lost tombstone only lets the object be found again, unverified, after a restart */
     tombstone_job *job = req->ctx;
     ssd_tier *t = job->tier;
     pthread_mutex_lock(&t->mutex);
@@ -293,8 +296,8 @@ void ssd_remove_with_tombstone(ssd_tier *t, uint32_t o) {
         if (!job) continue; /* the object is dropped anyway; only a restart could find it again */
         job->tier = t;
         job->object = o;
-        ssd_io_prepare(&job->req, SSD_IO_OP_WRITE, SSD_IO_WRITE, t->zero_block, SSD_BLOCK, ssd_slot_offset(t, c->slot),
-                       tombstone_done, job);
+        ssd_io_prepare(&job->req, SSD_IO_OP_WRITE, SSD_IO_WRITE, t->zero_block, SSD_BLOCK,
+                       ssd_slot_offset(t, c->slot), tombstone_done, job);
         e->refs++;
         ssd_io_request *req = &job->req;
         ssd_io_submit(t->paths[c->path].io, &req, 1);
@@ -317,7 +320,8 @@ void ssd_on_path_failed(void *ctx, uint32_t index, int err) {
         o = next;
     }
     pthread_mutex_unlock(&t->mutex);
-    ssd_log(t, KVS_LOG_ERROR, "path %u (%s) is isolated after %s; %llu objects without another copy are now misses",
+    ssd_log(t, KVS_LOG_ERROR,
+            "path %u (%s) is isolated after %s; %llu objects without another copy are now misses",
             index, t->paths[index].dir, ssd_errno_name(err), (unsigned long long)lost);
 }
 
@@ -333,7 +337,8 @@ kvs_status ssd_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *
     return KVS_OK;
 }
 
-kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned) {
+kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                   uint64_t *n_pinned) {
     ssd_tier *t = state;
     if (!t || (!keys && n) || !n_pinned) return KVS_EINVAL;
     pthread_mutex_lock(&t->mutex);

@@ -10,8 +10,8 @@
 #include "ssd_format.h"
 #include "ssd_io.h"
 
-#define VALID_OPTIONS                                                                                                  \
-    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, "                       \
+#define VALID_OPTIONS                                                                            \
+    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, " \
     "pread_threads, io_timeout_ms, sim_bandwidth, sim_iops, fault_inject"
 
 typedef struct unit {
@@ -36,7 +36,9 @@ static const unit UNITS[] = {
     {"TB", 1000ull * 1000 * 1000 * 1000},
 };
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_digit(char c) {
+    return c >= '0' && c <= '9';
+}
 
 int ssd_options_parse_size(const char *text, uint64_t *bytes) {
     const char *p = text;
@@ -83,7 +85,8 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
         uint64_t v = 0;
         if (!colon || kvs_option_count(colon + 1, 0, INT32_MAX, &v) != 0) {
             snprintf(why, why_len,
-                     "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, eio_after, device_bytes)",
+                     "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, "
+                     "eio_after, device_bytes)",
                      item);
             return -1;
         }
@@ -98,7 +101,9 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
             o->device_bytes = (int64_t)v;
         else {
             snprintf(why, why_len,
-                     "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after, device_bytes)", item);
+                     "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after, "
+                     "device_bytes)",
+                     item);
             return -1;
         }
     }
@@ -107,105 +112,129 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
 
 /* The options, looked up by name; the parser below goes by these names, never by a position. */
 enum {
-    OPT_STRIPE_BYTES, OPT_REPLICAS, OPT_QUEUE_DEPTH, OPT_WRITE_INFLIGHT, OPT_WRITE_BUFFER_BYTES, OPT_IO_ENGINE,
-    OPT_PREAD_THREADS, OPT_IO_TIMEOUT_MS, OPT_SIM_BANDWIDTH, OPT_SIM_IOPS, OPT_FAULT_INJECT, OPT_COUNT
+    OPT_STRIPE_BYTES,
+    OPT_REPLICAS,
+    OPT_QUEUE_DEPTH,
+    OPT_WRITE_INFLIGHT,
+    OPT_WRITE_BUFFER_BYTES,
+    OPT_IO_ENGINE,
+    OPT_PREAD_THREADS,
+    OPT_IO_TIMEOUT_MS,
+    OPT_SIM_BANDWIDTH,
+    OPT_SIM_IOPS,
+    OPT_FAULT_INJECT,
+    OPT_COUNT
 };
-static const char *const NAMES[OPT_COUNT] = {
-    [OPT_STRIPE_BYTES] = "stripe_bytes",   [OPT_REPLICAS] = "replicas",
-    [OPT_QUEUE_DEPTH] = "queue_depth",     [OPT_WRITE_INFLIGHT] = "write_inflight",
-    [OPT_WRITE_BUFFER_BYTES] = "write_buffer_bytes", [OPT_IO_ENGINE] = "io_engine",
-    [OPT_PREAD_THREADS] = "pread_threads", [OPT_IO_TIMEOUT_MS] = "io_timeout_ms",
-    [OPT_SIM_BANDWIDTH] = "sim_bandwidth", [OPT_SIM_IOPS] = "sim_iops",
-    [OPT_FAULT_INJECT] = "fault_inject"};
+static const char *const NAMES[OPT_COUNT] = {[OPT_STRIPE_BYTES] = "stripe_bytes",
+                                             [OPT_REPLICAS] = "replicas",
+                                             [OPT_QUEUE_DEPTH] = "queue_depth",
+                                             [OPT_WRITE_INFLIGHT] = "write_inflight",
+                                             [OPT_WRITE_BUFFER_BYTES] = "write_buffer_bytes",
+                                             [OPT_IO_ENGINE] = "io_engine",
+                                             [OPT_PREAD_THREADS] = "pread_threads",
+                                             [OPT_IO_TIMEOUT_MS] = "io_timeout_ms",
+                                             [OPT_SIM_BANDWIDTH] = "sim_bandwidth",
+                                             [OPT_SIM_IOPS] = "sim_iops",
+                                             [OPT_FAULT_INJECT] = "fault_inject"};
 
 static int parse_one(unsigned which, const char *value, ssd_options *o, char *why, size_t why_len) {
     uint64_t v = 0;
     switch (which) {
-    case OPT_STRIPE_BYTES:
-        if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 || v > SSD_MAX_STRIPE_BYTES) {
-            snprintf(why, why_len, "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB", value);
-            return -1;
+        case OPT_STRIPE_BYTES:
+            if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 ||
+                v > SSD_MAX_STRIPE_BYTES) {
+                snprintf(why, why_len,
+                         "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB",
+                         value);
+                return -1;
+            }
+            o->stripe_bytes = v;
+            return 0;
+        case OPT_REPLICAS:
+            if (kvs_option_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
+                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %d",
+                         value, SSD_MAX_REPLICAS);
+                return -1;
+            }
+            o->replicas = (uint32_t)v;
+            return 0;
+        case OPT_QUEUE_DEPTH:
+            if (kvs_option_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+                snprintf(why, why_len, "queue_depth \"%.40s\" is not a whole number from 2 to %u",
+                         value, SSD_MAX_QUEUE_DEPTH);
+                return -1;
+            }
+            o->queue_depth = (uint32_t)v;
+            return 0;
+        case OPT_WRITE_INFLIGHT:
+            if (kvs_option_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
+                snprintf(why, why_len,
+                         "write_inflight \"%.40s\" is not a whole number from 1 to %u", value,
+                         SSD_MAX_QUEUE_DEPTH);
+                return -1;
+            }
+            o->write_inflight = (uint32_t)v;
+            return 0;
+        case OPT_WRITE_BUFFER_BYTES:
+            if (ssd_options_parse_size(value, &v) != 0 || v == 0) {
+                snprintf(why, why_len, "write_buffer_bytes \"%.40s\" is not a size such as 64MiB",
+                         value);
+                return -1;
+            }
+            o->write_buffer_bytes = v;
+            return 0;
+        case OPT_IO_ENGINE:
+            if (strcmp(value, "uring") == 0)
+                o->engine = SSD_ENGINE_URING;
+            else if (strcmp(value, "pread") == 0)
+                o->engine = SSD_ENGINE_PREAD;
+            else {
+                snprintf(why, why_len, "io_engine \"%.40s\" is not uring or pread", value);
+                return -1;
+            }
+            return 0;
+        case OPT_PREAD_THREADS:
+            if (kvs_option_count(value, 1, 64, &v) != 0) {
+                snprintf(why, why_len, "pread_threads \"%.40s\" is not a whole number from 1 to 64",
+                         value);
+                return -1;
+            }
+            o->pread_threads = (uint32_t)v;
+            return 0;
+        case OPT_IO_TIMEOUT_MS:
+            if (kvs_option_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
+                snprintf(why, why_len,
+                         "io_timeout_ms \"%.40s\" is not a whole number of milliseconds from 1 to "
+                         "86400000",
+                         value);
+                return -1;
+            }
+            o->io_timeout_ms = v;
+            return 0;
+        case OPT_SIM_BANDWIDTH: {
+            char buf[64];
+            size_t n = strlen(value);
+            if (n >= sizeof buf) n = sizeof buf - 1;
+            memcpy(buf, value, n);
+            buf[n] = '\0';
+            if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
+            if (ssd_options_parse_size(buf, &v) != 0 || v == 0) {
+                snprintf(why, why_len, "sim_bandwidth \"%.40s\" is not a rate such as 250MB/s",
+                         value);
+                return -1;
+            }
+            o->sim_bandwidth = v;
+            return 0;
         }
-        o->stripe_bytes = v;
-        return 0;
-    case OPT_REPLICAS:
-        if (kvs_option_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
-            snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %d", value, SSD_MAX_REPLICAS);
-            return -1;
-        }
-        o->replicas = (uint32_t)v;
-        return 0;
-    case OPT_QUEUE_DEPTH:
-        if (kvs_option_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
-            snprintf(why, why_len, "queue_depth \"%.40s\" is not a whole number from 2 to %u", value,
-                     SSD_MAX_QUEUE_DEPTH);
-            return -1;
-        }
-        o->queue_depth = (uint32_t)v;
-        return 0;
-    case OPT_WRITE_INFLIGHT:
-        if (kvs_option_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
-            snprintf(why, why_len, "write_inflight \"%.40s\" is not a whole number from 1 to %u", value,
-                     SSD_MAX_QUEUE_DEPTH);
-            return -1;
-        }
-        o->write_inflight = (uint32_t)v;
-        return 0;
-    case OPT_WRITE_BUFFER_BYTES:
-        if (ssd_options_parse_size(value, &v) != 0 || v == 0) {
-            snprintf(why, why_len, "write_buffer_bytes \"%.40s\" is not a size such as 64MiB", value);
-            return -1;
-        }
-        o->write_buffer_bytes = v;
-        return 0;
-    case OPT_IO_ENGINE:
-        if (strcmp(value, "uring") == 0)
-            o->engine = SSD_ENGINE_URING;
-        else if (strcmp(value, "pread") == 0)
-            o->engine = SSD_ENGINE_PREAD;
-        else {
-            snprintf(why, why_len, "io_engine \"%.40s\" is not uring or pread", value);
-            return -1;
-        }
-        return 0;
-    case OPT_PREAD_THREADS:
-        if (kvs_option_count(value, 1, 64, &v) != 0) {
-            snprintf(why, why_len, "pread_threads \"%.40s\" is not a whole number from 1 to 64", value);
-            return -1;
-        }
-        o->pread_threads = (uint32_t)v;
-        return 0;
-    case OPT_IO_TIMEOUT_MS:
-        if (kvs_option_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
-            snprintf(why, why_len, "io_timeout_ms \"%.40s\" is not a whole number of milliseconds from 1 to 86400000",
-                     value);
-            return -1;
-        }
-        o->io_timeout_ms = v;
-        return 0;
-    case OPT_SIM_BANDWIDTH: {
-        char buf[64];
-        size_t n = strlen(value);
-        if (n >= sizeof buf) n = sizeof buf - 1;
-        memcpy(buf, value, n);
-        buf[n] = '\0';
-        if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
-        if (ssd_options_parse_size(buf, &v) != 0 || v == 0) {
-            snprintf(why, why_len, "sim_bandwidth \"%.40s\" is not a rate such as 250MB/s", value);
-            return -1;
-        }
-        o->sim_bandwidth = v;
-        return 0;
-    }
-    case OPT_SIM_IOPS:
-        if (kvs_option_count(value, 1, 1000000000ull, &v) != 0) {
-            snprintf(why, why_len, "sim_iops \"%.40s\" is not a whole number from 1 to 1000000000", value);
-            return -1;
-        }
-        o->sim_iops = v;
-        return 0;
-    case OPT_FAULT_INJECT:
-        return parse_faults(value, o, why, why_len);
+        case OPT_SIM_IOPS:
+            if (kvs_option_count(value, 1, 1000000000ull, &v) != 0) {
+                snprintf(why, why_len,
+                         "sim_iops \"%.40s\" is not a whole number from 1 to 1000000000", value);
+                return -1;
+            }
+            o->sim_iops = v;
+            return 0;
+        case OPT_FAULT_INJECT: return parse_faults(value, o, why, why_len);
     }
     snprintf(why, why_len, "an option in the table has no parser");
     return -1;
@@ -220,8 +249,8 @@ static kvs_status refuse(char *refused, size_t refused_len, const char *name, in
     return KVS_ECONFIG;
 }
 
-kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *o, char *why,
-                             size_t why_len, char *refused, size_t refused_len) {
+kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *o,
+                             char *why, size_t why_len, char *refused, size_t refused_len) {
     memset(o, 0, sizeof *o);
     o->stripe_bytes = 1ull << 20;
     o->replicas = 1;
@@ -259,17 +288,21 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
         return refuse(refused, refused_len, "path", -1);
     }
     if (o->replicas > o->n_paths) {
-        snprintf(why, why_len, "replicas %u needs at least %u paths; %u given", o->replicas, o->replicas, o->n_paths);
+        snprintf(why, why_len, "replicas %u needs at least %u paths; %u given", o->replicas,
+                 o->replicas, o->n_paths);
         return refuse(refused, refused_len, "replicas", -1);
     }
-    if (!seen[OPT_WRITE_INFLIGHT] && o->write_inflight >= o->queue_depth) o->write_inflight = o->queue_depth - 1;
+    if (!seen[OPT_WRITE_INFLIGHT] && o->write_inflight >= o->queue_depth)
+        o->write_inflight = o->queue_depth - 1;
     if (o->write_inflight >= o->queue_depth) {
-        snprintf(why, why_len, "write_inflight %u must be below queue_depth %u (reads need room in the ring)",
+        snprintf(why, why_len,
+                 "write_inflight %u must be below queue_depth %u (reads need room in the ring)",
                  o->write_inflight, o->queue_depth);
         return refuse(refused, refused_len, "write_inflight", -1);
     }
     if (o->eio_path >= 0 && (uint32_t)o->eio_path >= o->n_paths) {
-        snprintf(why, why_len, "fault_inject eio_path:%d names no path (there are %u)", o->eio_path, o->n_paths);
+        snprintf(why, why_len, "fault_inject eio_path:%d names no path (there are %u)", o->eio_path,
+                 o->n_paths);
         return refuse(refused, refused_len, "fault_inject", -1);
     }
     return KVS_OK;

@@ -10,10 +10,10 @@
 
 #include "kvstrata_backend.h"
 
-#define SSD_MAX_PATHS 64
-#define SSD_MAX_REPLICAS 8
+#define SSD_MAX_PATHS        64
+#define SSD_MAX_REPLICAS     8
 #define SSD_MAX_STRIPE_BYTES (1ull << 30)
-#define SSD_MAX_QUEUE_DEPTH 4096u
+#define SSD_MAX_QUEUE_DEPTH  4096u
 
 typedef struct ssd_options {
     const char *paths[SSD_MAX_PATHS]; /* borrowed from the option array: valid during create only */
@@ -37,8 +37,9 @@ typedef struct ssd_options {
 /* Defaults, then the options in order. On failure returns KVS_ECONFIG, writes a sentence (without
  * the tier prefix) into why and what it refuses into refused (an option's name, `path[k]` for the k-th
  * path; see kvs_backend_init.error_option). Paths are not checked against the file system here. */
-kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *out, char *why,
-                             size_t why_len, char *refused, size_t refused_len);
+kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options,
+                             ssd_options *out, char *why, size_t why_len, char *refused,
+                             size_t refused_len);
 
 /* "1.5GiB", "250MB", "4096": units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (K/M/G/T alone are
  * binary). 0 on success. */

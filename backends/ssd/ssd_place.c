@@ -6,7 +6,8 @@
 
 #include <stdlib.h>
 
-void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas, uint32_t *paths_out) {
+void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
+                      uint32_t *paths_out) {
     uint64_t base = *pointer;
     for (uint32_t u = 0; u < n_units; u++)
         for (uint32_t r = 0; r < replicas; r++)

@@ -11,7 +11,8 @@
 /* Global-pointer striping: copy r of unit u goes to path (*pointer + u + r) mod n_paths, so the
  * copies of one unit land on distinct paths while replicas <= n_paths, and consecutive objects
  * continue the stripe. *pointer advances by n_units. */
-void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas, uint32_t *paths_out);
+void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
+                      uint32_t *paths_out);
 
 /* Replica-aware bucket scheduling: reads with fewer copies are placed first, each on the least
  * loaded of its paths (ties: lowest path); the order then takes one read per path in turn, so one

@@ -32,7 +32,7 @@ typedef struct read_unit {
     uint64_t unit_off;   /* range reads: where in the unit the read starts (4KiB-aligned) */
     uint8_t *range_dst;  /* range reads: where the range's bytes of this unit go (dst is NULL) */
     uint64_t copy_from, copy_bytes; /* ... taken from the bounce at copy_from */
-    int skip;            /* range reads: a unit outside the range */
+    int skip;                       /* range reads: a unit outside the range */
     int result;
 } read_unit;
 
@@ -45,7 +45,8 @@ static void read_done(ssd_io_request *req, int result) {
 }
 
 /* Point ru at copy `path` (a usable path holding it) and pick direct, fixed or bounce. */
-static int prepare_read(ssd_tier *t, read_unit *ru, const ssd_object *e, uint32_t replica, uint64_t cap_left) {
+static int prepare_read(ssd_tier *t, read_unit *ru, const ssd_object *e, uint32_t replica,
+                        uint64_t cap_left) {
     const ssd_copy *c = &e->copies[(uint64_t)ru->unit * e->replicas + replica];
     ru->path = c->path;
     ru->tried |= 1u << replica;
@@ -63,8 +64,8 @@ static int prepare_read(ssd_tier *t, read_unit *ru, const ssd_object *e, uint32_
 }
 
 /* Submit reads[list[0..n)) grouped by path, each path's share as one batch in list order. */
-static void submit_reads(ssd_tier *t, read_unit *reads, const uint64_t *list, uint64_t n, int io_class,
-                         ssd_io_request **scratch) {
+static void submit_reads(ssd_tier *t, read_unit *reads, const uint64_t *list, uint64_t n,
+                         int io_class, ssd_io_request **scratch) {
     for (uint32_t p = 0; p < t->n_paths; p++) {
         uint64_t k = 0;
         for (uint64_t i = 0; i < n; i++) {
@@ -82,10 +83,11 @@ static void submit_reads(ssd_tier *t, read_unit *reads, const uint64_t *list, ui
 static void wait_reads(ssd_tier *t, ssd_io_waiter *w, read_unit *reads, uint64_t n) {
     if (ssd_io_waiter_wait(w, t->io_timeout_ms) != ETIMEDOUT) return;
     for (uint64_t i = 0; i < n; i++) {
-        if (__atomic_load_n(&reads[i].result, __ATOMIC_RELAXED) == READ_PENDING && reads[i].path != SSD_NO_PATH &&
-            !ssd_io_failed(t->paths[reads[i].path].io)) {
-            ssd_log(t, KVS_LOG_ERROR, "path %u (%s): a read took longer than io_timeout_ms %llu", reads[i].path,
-                    t->paths[reads[i].path].dir, (unsigned long long)t->io_timeout_ms);
+        if (__atomic_load_n(&reads[i].result, __ATOMIC_RELAXED) == READ_PENDING &&
+            reads[i].path != SSD_NO_PATH && !ssd_io_failed(t->paths[reads[i].path].io)) {
+            ssd_log(t, KVS_LOG_ERROR, "path %u (%s): a read took longer than io_timeout_ms %llu",
+                    reads[i].path, t->paths[reads[i].path].dir,
+                    (unsigned long long)t->io_timeout_ms);
             ssd_io_fail(t->paths[reads[i].path].io, ETIMEDOUT);
         }
     }
@@ -139,15 +141,18 @@ static int unit_matches(read_item *it, const read_unit *ru, const uint8_t *data,
 /* Where a range [off, off + len) of an object meets unit u (unit_start us, data_bytes bytes): fills
  * the read's offset, size and copy; marks it skipped when they do not meet. Whole units when the
  * object is not verified yet (its checksums cover whole units). */
-static void range_unit(read_unit *ru, uint64_t us, uint64_t off, uint64_t len, uint8_t *dst, int whole) {
-    uint64_t lo = off > us ? off : us, hi = off + len < us + ru->data_bytes ? off + len : us + ru->data_bytes;
+static void range_unit(read_unit *ru, uint64_t us, uint64_t off, uint64_t len, uint8_t *dst,
+                       int whole) {
+    uint64_t lo = off > us ? off : us,
+             hi = off + len < us + ru->data_bytes ? off + len : us + ru->data_bytes;
     if (lo >= hi) {
         ru->skip = 1;
         ru->result = 0;
         return;
     }
     ru->unit_off = whole ? 0 : (lo - us) / SSD_BLOCK * SSD_BLOCK;
-    uint64_t end = whole ? ssd_round_up(ru->data_bytes, SSD_BLOCK) : ssd_round_up(hi - us, SSD_BLOCK);
+    uint64_t end =
+        whole ? ssd_round_up(ru->data_bytes, SSD_BLOCK) : ssd_round_up(hi - us, SSD_BLOCK);
     ru->read_bytes = end - ru->unit_off;
     ru->dst = NULL; /* through a bounce, then the range's part copied out */
     ru->range_dst = dst + (lo - off);
@@ -157,13 +162,15 @@ static void range_unit(read_unit *ru, uint64_t us, uint64_t off, uint64_t len, u
 
 /* ranges (NULL: whole objects) gives per item the [offset, offset + length) pair to read; dsts[i]
  * then has room for the range, and lens[i] still gets the object's length. */
-static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                                   uint64_t n, uint64_t *lens, kvs_status *statuses, int io_class,
+static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts,
+                                   const uint64_t *caps, uint64_t n, uint64_t *lens,
+                                   kvs_status *statuses, int io_class,
                                    const uint64_t (*ranges)[2]) {
     read_item *items = calloc(n ? n : 1, sizeof *items);
     uint64_t set_cap = 2;
     while (set_cap < 2 * n) set_cap <<= 1;
-    uint64_t *seen_item = malloc(set_cap * sizeof *seen_item); /* object -> first item, to merge equal keys */
+    uint64_t *seen_item =
+        malloc(set_cap * sizeof *seen_item); /* object -> first item, to merge equal keys */
     read_unit *reads = NULL;
     uint32_t *n_copies = NULL, *copy_paths = NULL, *chosen = NULL;
     uint64_t *order = NULL, *sched = NULL;
@@ -191,14 +198,16 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         }
         ssd_object *e = ssd_obj(t, o);
         lens[i] = e->len;
-        if ((!ranges && caps[i] < e->len) || (ranges && caps[i] < ranges[i][1]) || (!dsts[i] && e->len)) {
+        if ((!ranges && caps[i] < e->len) || (ranges && caps[i] < ranges[i][1]) ||
+            (!dsts[i] && e->len)) {
             statuses[i] = KVS_EOVERFLOW;
             continue;
         }
         statuses[i] = KVS_OK;
         ssd_lru_touch(t, o);
         uint64_t b = (o * 0x9E3779B97F4A7C15ull >> 7) & (set_cap - 1);
-        while (seen_item[b] != UINT64_MAX && items[seen_item[b]].object != o) b = (b + 1) & (set_cap - 1);
+        while (seen_item[b] != UINT64_MAX && items[seen_item[b]].object != o)
+            b = (b + 1) & (set_cap - 1);
         if (seen_item[b] != UINT64_MAX) {
             it->same_as = seen_item[b];
             continue;
@@ -258,7 +267,8 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         }
     }
     if (n_sched && t->schedule)
-        t->schedule(t->host_ctx, t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen, order);
+        t->schedule(t->host_ctx, t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen,
+                    order);
     else if (n_sched)
         ssd_place_schedule(t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen, order);
     /* Trust the policy as far as it is right: an order that is not a permutation becomes the plain
@@ -291,7 +301,8 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             if (cp->path == chosen[s]) replica = c;
         }
         if (replica == SSD_NO_PATH) replica = first_usable;
-        if (replica == SSD_NO_PATH) continue; /* its path failed since: -EIO stands, a retry may find another */
+        if (replica == SSD_NO_PATH)
+            continue; /* its path failed since: -EIO stands, a retry may find another */
         if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) {
             ru->result = -ENOMEM;
             continue;
@@ -313,7 +324,9 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             uint32_t replica = SSD_NO_PATH;
             for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
                 const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
-                if (!(ru->tried & (1u << c)) && cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path)) replica = c;
+                if (!(ru->tried & (1u << c)) && cp->path != SSD_NO_PATH &&
+                    ssd_path_usable(t, cp->path))
+                    replica = c;
             }
             if (replica == SSD_NO_PATH) continue;
             if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) continue;
@@ -347,7 +360,8 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             continue;
         }
         if (ru->bounce && ru->data_bytes) memcpy(ru->dst, ru->bounce, ru->data_bytes);
-        if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED)) unit_matches(it, ru, ru->dst, e->checksums[ru->unit]);
+        if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED))
+            unit_matches(it, ru, ru->dst, e->checksums[ru->unit]);
     }
     rc = KVS_OK;
 
@@ -373,16 +387,22 @@ release:
             char key[40], what[640];
             for (int b = 0; b < 16; b++) snprintf(key + 2 * b, 3, "%02x", e->key.bytes[b]);
             if (it->corrupt_zero)
-                snprintf(what, sizeof what, "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
-                         "checksum mismatch, its data blocks are all zero (the header landed, the data write did not: "
-                         "a torn write); removed", it->corrupt_unit, key, it->corrupt_path,
-                         t->paths[it->corrupt_path].dir, (unsigned long long)it->corrupt_offset);
+                snprintf(what, sizeof what,
+                         "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                         "checksum mismatch, its data blocks are all zero (the header landed, the "
+                         "data write did not: "
+                         "a torn write); removed",
+                         it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
+                         (unsigned long long)it->corrupt_offset);
             else
-                snprintf(what, sizeof what, "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
-                         "checksum mismatch (header records %016llx, data hashes to %016llx): the data was partly "
-                         "written or changed on the device; removed", it->corrupt_unit, key, it->corrupt_path,
-                         t->paths[it->corrupt_path].dir, (unsigned long long)it->corrupt_offset,
-                         (unsigned long long)it->stored_sum, (unsigned long long)it->computed_sum);
+                snprintf(what, sizeof what,
+                         "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                         "checksum mismatch (header records %016llx, data hashes to %016llx): the "
+                         "data was partly "
+                         "written or changed on the device; removed",
+                         it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
+                         (unsigned long long)it->corrupt_offset, (unsigned long long)it->stored_sum,
+                         (unsigned long long)it->computed_sum);
             ssd_set_error(t, "%s", what);
             ssd_log(t, KVS_LOG_WARN, "%s", what);
             if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
@@ -422,8 +442,8 @@ fail:
     return KVS_ENOMEM;
 }
 
-kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                        uint64_t *lens, kvs_status *statuses) {
+kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                        uint64_t n, uint64_t *lens, kvs_status *statuses) {
     ssd_tier *t = state;
     if (!t || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
     return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE, NULL);
@@ -439,13 +459,13 @@ kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uin
     if (status == KVS_ENOTFOUND)
         ssd_set_error(t, "object not stored");
     else if (status == KVS_EOVERFLOW)
-        ssd_set_error(t, "object of %llu bytes does not fit a buffer of %llu bytes", (unsigned long long)*len,
-                      (unsigned long long)cap);
+        ssd_set_error(t, "object of %llu bytes does not fit a buffer of %llu bytes",
+                      (unsigned long long)*len, (unsigned long long)cap);
     return status;
 }
 
-kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst, uint64_t *got,
-                         uint64_t *object_len) {
+kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
+                         uint64_t *got, uint64_t *object_len) {
     ssd_tier *t = state;
     if (!t || !key || !got || !object_len || (!dst && len)) return KVS_EINVAL;
     *got = 0;

@@ -48,8 +48,9 @@ static int append(ssd_scan_result *out, const ssd_unit_header *h, uint32_t path,
     return 0;
 }
 
-int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots, uint64_t slot_bytes,
-                     uint64_t stripe_bytes, uint32_t batch, uint64_t timeout_ms, ssd_scan_result *out) {
+int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots,
+                     uint64_t slot_bytes, uint64_t stripe_bytes, uint32_t batch,
+                     uint64_t timeout_ms, ssd_scan_result *out) {
     memset(out, 0, sizeof *out);
     if (batch == 0) batch = 1;
     uint64_t per_round = (uint64_t)batch * n_paths;
@@ -72,7 +73,8 @@ int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *s
                 s->waiter = &waiter;
                 s->path = p;
                 s->slot = (uint32_t)(next[p] + i);
-                ssd_io_prepare(&s->req, SSD_IO_OP_READ, SSD_IO_RESTORE, buffers + (issued + i) * SSD_BLOCK, SSD_BLOCK,
+                ssd_io_prepare(&s->req, SSD_IO_OP_READ, SSD_IO_RESTORE,
+                               buffers + (issued + i) * SSD_BLOCK, SSD_BLOCK,
                                SSD_BLOCK + (uint64_t)s->slot * slot_bytes, scan_done, s);
                 list[i] = &s->req;
             }
@@ -83,7 +85,9 @@ int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *s
         if (issued == 0) break;
         if (ssd_io_waiter_wait(&waiter, timeout_ms) == ETIMEDOUT) {
             for (uint32_t p = 0; p < n_paths; p++)
-                if (io[p]) ssd_io_fail(io[p], ETIMEDOUT); /* which path stalls is unknown: all of them did */
+                if (io[p])
+                    ssd_io_fail(io[p],
+                                ETIMEDOUT); /* which path stalls is unknown: all of them did */
             while (ssd_io_waiter_wait(&waiter, timeout_ms) == ETIMEDOUT) {
             }
         }
@@ -91,7 +95,9 @@ int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *s
         for (uint64_t i = 0; i < issued && rc == 0; i++) {
             ssd_unit_header h;
             if (reads[i].req.result < 0) continue;
-            if (ssd_format_decode_unit(buffers + i * SSD_BLOCK, &h) != 0 || h.stripe_bytes != stripe_bytes) continue;
+            if (ssd_format_decode_unit(buffers + i * SSD_BLOCK, &h) != 0 ||
+                h.stripe_bytes != stripe_bytes)
+                continue;
             if (h.sequence > out->max_sequence) out->max_sequence = h.sequence;
             rc = append(out, &h, reads[i].path, reads[i].slot);
         }
@@ -143,14 +149,16 @@ static int complete_group(ssd_found_unit *u, uint64_t first, uint64_t end, uint6
     return covered == ref.unit_count;
 }
 
-void ssd_recover_select(ssd_scan_result *r, void (*emit)(void *ctx, const ssd_found_unit *copies, uint64_t n),
+void ssd_recover_select(ssd_scan_result *r,
+                        void (*emit)(void *ctx, const ssd_found_unit *copies, uint64_t n),
                         void *ctx) {
     if (r->n == 0) return;
     qsort(r->units, r->n, sizeof *r->units, compare_found);
     uint64_t i = 0;
     while (i < r->n) {
         uint64_t key_end = i;
-        while (key_end < r->n && memcmp(r->units[key_end].key.bytes, r->units[i].key.bytes, sizeof(kvs_key)) == 0)
+        while (key_end < r->n &&
+               memcmp(r->units[key_end].key.bytes, r->units[i].key.bytes, sizeof(kvs_key)) == 0)
             key_end++;
         for (uint64_t g = i; g < key_end;) {
             uint64_t g_end = g;

@@ -27,13 +27,15 @@ typedef struct ssd_scan_result {
 /* Read the headers of slots [0, scan_slots[p]) of every path p with io[p] != NULL, at most batch
  * per path at a time, keeping those valid for stripe_bytes. A path whose reads fail is isolated
  * by its engine and contributes nothing. Returns 0 or ENOMEM. */
-int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots, uint64_t slot_bytes,
-                     uint64_t stripe_bytes, uint32_t batch, uint64_t timeout_ms, ssd_scan_result *out);
+int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots,
+                     uint64_t slot_bytes, uint64_t stripe_bytes, uint32_t batch,
+                     uint64_t timeout_ms, ssd_scan_result *out);
 
 /* Sort the result and call emit once per live object: copies[0..n) hold one sequence of one key,
  * consistent in length and unit count, and cover every unit. Older sequences of an emitted key,
  * incomplete objects and stray units are not emitted (their slots are free). */
-void ssd_recover_select(ssd_scan_result *r, void (*emit)(void *ctx, const ssd_found_unit *copies, uint64_t n),
+void ssd_recover_select(ssd_scan_result *r,
+                        void (*emit)(void *ctx, const ssd_found_unit *copies, uint64_t n),
                         void *ctx);
 
 #endif /* KVS_SSD_RECOVER_H */

@@ -19,13 +19,13 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "ssd.h"
 #include "log.h"
+#include "ssd.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 #include "ssd_options.h"
 
-#define SSD_NIL UINT32_MAX
+#define SSD_NIL     UINT32_MAX
 #define SSD_NO_PATH UINT32_MAX
 
 #define SSD_CHUNK_RECORDS 1024u
@@ -91,17 +91,20 @@ typedef struct ssd_tier {
     uint64_t spare_bytes;
 
     ssd_io_counters io;
-    atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads, dropped_puts;
+    atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads,
+        dropped_puts;
     uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;
     void (*log)(void *ctx, int level, const char *message);
-    void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len); /* object NULL */
+    void (*on_evict)(void *ctx, const kvs_key *key, const void *object,
+                     uint64_t len); /* object NULL */
     void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
-    void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
-                  uint32_t *paths_out);
-    void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
-                     const uint32_t *paths, uint32_t *chosen, uint64_t *order);
+    void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                  uint32_t replicas, uint32_t *paths_out);
+    void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies,
+                     const uint32_t *n_copies, const uint32_t *paths, uint32_t *chosen,
+                     uint64_t *order);
     void *staging_base;
     uint64_t staging_len;
     uint8_t *zero_block; /* a tombstone: an all-zero unit header */
@@ -136,27 +139,32 @@ void ssd_log(ssd_tier *t, int level, const char *fmt, ...) __attribute__((format
 const char *ssd_errno_name(int err);
 
 /* With the lock held. */
-uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_out); /* SSD_NIL if absent */
+uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key,
+                        uint64_t *bucket_out); /* SSD_NIL if absent */
 void ssd_lru_touch(ssd_tier *t, uint32_t o);
-int ssd_object_pinned(ssd_object *e, uint64_t now);                          /* clears an expired pin */
-uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units, uint32_t replicas); /* a WRITING record or SSD_NIL */
-void ssd_slot_release(ssd_tier *t, ssd_copy *c); /* back to its path's free slots (retired if full and unbacked) */
+int ssd_object_pinned(ssd_object *e, uint64_t now); /* clears an expired pin */
+uint32_t ssd_object_alloc(ssd_tier *t, uint32_t n_units,
+                          uint32_t replicas); /* a WRITING record or SSD_NIL */
+void ssd_slot_release(
+    ssd_tier *t, ssd_copy *c); /* back to its path's free slots (retired if full and unbacked) */
 /* With the lock held: a write to slot of path p failed with ENOSPC. Retires the slot; the first time,
  * marks the path full, retires its unbacked free slots and logs the lowered capacity. */
 void ssd_path_full(ssd_tier *t, uint32_t p, uint32_t slot);
 void ssd_object_release(ssd_tier *t, uint32_t o); /* slots back, record free */
-void ssd_drop_live(ssd_tier *t, uint32_t o);      /* out of index and LRU; released once refs is 0 */
+void ssd_drop_live(ssd_tier *t, uint32_t o); /* out of index and LRU; released once refs is 0 */
 void ssd_object_unref(ssd_tier *t, uint32_t o);
 void ssd_install_live(ssd_tier *t, uint32_t o);
 int ssd_object_readable(const ssd_tier *t, const ssd_object *e); /* every unit has a usable copy */
-uint32_t ssd_find_readable(ssd_tier *t, const kvs_key *key);     /* drops an unreadable object; SSD_NIL */
+uint32_t ssd_find_readable(ssd_tier *t,
+                           const kvs_key *key); /* drops an unreadable object; SSD_NIL */
 void ssd_remove_with_tombstone(ssd_tier *t, uint32_t o);
 /* The engines' on_failed: drops every object left without a readable copy. Takes the lock. */
 void ssd_on_path_failed(void *ctx, uint32_t index, int err);
 
 /* Backend ops (state is an ssd_tier). */
 kvs_status ssd_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present);
-kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned);
+kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                   uint64_t *n_pinned);
 kvs_status ssd_unpin(void *state, const kvs_key *keys, uint64_t n);
 kvs_status ssd_remove(void *state, const kvs_key *key);
 kvs_status ssd_usage(void *state, uint64_t *n_objects, uint64_t *bytes);
@@ -164,9 +172,9 @@ kvs_status ssd_usage(void *state, uint64_t *n_objects, uint64_t *bytes);
 kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len);
 /* ssd_read.c */
 kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len);
-kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst, uint64_t *got,
-                         uint64_t *object_len);
-kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                        uint64_t *lens, kvs_status *statuses);
+kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len, void *dst,
+                         uint64_t *got, uint64_t *object_len);
+kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                        uint64_t n, uint64_t *lens, kvs_status *statuses);
 
 #endif /* KVS_SSD_TIER_H */

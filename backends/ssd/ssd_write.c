@@ -28,9 +28,9 @@ typedef struct write_job {
     uint8_t *buffer;
     uint64_t buffer_bytes; /* bytes of the budget this write holds */
     uint64_t buffer_cap;   /* bytes allocated: spare_bytes when the buffer is one kept for reuse */
-    uint8_t *copy_failed; /* [n_copies] */
-    uint8_t *tries;       /* [n_copies] rewrites after ENOSPC */
-    ssd_io_request *reqs; /* [n_copies] */
+    uint8_t *copy_failed;  /* [n_copies] */
+    uint8_t *tries;        /* [n_copies] rewrites after ENOSPC */
+    ssd_io_request *reqs;  /* [n_copies] */
 } write_job;
 
 /* A buffer for an object whose write needs `need` bytes: `kept` (a buffer taken from t->spare under
@@ -67,11 +67,13 @@ static void report_dropped(ssd_tier *t, const kvs_key *key, const write_job *job
     char hex[40];
     for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", key->bytes[b]);
     if (job->enospc)
-        ssd_log(t, KVS_LOG_WARN, "a save of %s was dropped: the device is full (ENOSPC) and no room could be made "
-                "(every object on the path is pinned or being read); %llu saves dropped so far", hex,
-                (unsigned long long)n);
+        ssd_log(t, KVS_LOG_WARN,
+                "a save of %s was dropped: the device is full (ENOSPC) and no room could be made "
+                "(every object on the path is pinned or being read); %llu saves dropped so far",
+                hex, (unsigned long long)n);
     else
-        ssd_log(t, KVS_LOG_WARN, "a save of %s was dropped: its write failed (%s); %llu saves dropped so far", hex,
+        ssd_log(t, KVS_LOG_WARN,
+                "a save of %s was dropped: its write failed (%s); %llu saves dropped so far", hex,
                 ssd_errno_name(job->error), (unsigned long long)n);
 }
 
@@ -84,7 +86,8 @@ static void finish_write(ssd_tier *t, write_job *job) {
     int complete = 1;
     for (uint32_t u = 0; u < e->n_units && complete; u++) {
         int ok = 0;
-        for (uint32_t r = 0; r < e->replicas; r++) ok |= e->copies[(uint64_t)u * e->replicas + r].path != SSD_NO_PATH;
+        for (uint32_t r = 0; r < e->replicas; r++)
+            ok |= e->copies[(uint64_t)u * e->replicas + r].path != SSD_NO_PATH;
         complete = ok;
     }
     t->buffered_bytes -= job->buffer_bytes;
@@ -100,7 +103,9 @@ static void finish_write(ssd_tier *t, write_job *job) {
     if (old != SSD_NIL) {
         ssd_object *x = ssd_obj(t, old);
         if (x->seq > e->seq || ssd_object_pinned(x, ssd_now_ns())) {
-            ssd_object_release(t, o); /* a newer write won, or a reader holds the stored copy: same key, same bytes */
+            ssd_object_release(
+                t,
+                o); /* a newer write won, or a reader holds the stored copy: same key, same bytes */
             return;
         }
         ssd_drop_live(t, old);
@@ -127,8 +132,8 @@ static int rewrite_after_enospc(ssd_tier *t, write_job *job, uint32_t i) {
     ssd_io_request *req = &job->reqs[i];
     struct iovec data = req->iov[1];
     uint32_t n_iov = req->n_iov;
-    ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, req->iov[0].iov_base, SSD_BLOCK, ssd_slot_offset(t, c->slot),
-                   write_done, job);
+    ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, req->iov[0].iov_base, SSD_BLOCK,
+                   ssd_slot_offset(t, c->slot), write_done, job);
     req->n_iov = n_iov;
     req->iov[1] = data;
     ssd_io_submit(path->io, &req, 1);
@@ -205,8 +210,9 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
     for (uint32_t p = 0; p < t->n_paths; p++) {
         uint64_t capacity = t->paths[p].n_slots - t->paths[p].retired;
         if (need[p] > capacity) {
-            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu%s", (unsigned long long)need[p],
-                          p, t->paths[p].dir, (unsigned long long)capacity,
+            ssd_set_error(t, "an object needs %llu slots on path %u (%s), which has %llu%s",
+                          (unsigned long long)need[p], p, t->paths[p].dir,
+                          (unsigned long long)capacity,
                           t->paths[p].full ? " (the device is full)" : "");
             return -1;
         }
@@ -227,7 +233,9 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
             }
         }
         if (victim == SSD_NIL) {
-            ssd_set_error(t, "path %u (%s) is full and every object on it is pinned, being read or being written",
+            ssd_set_error(t,
+                          "path %u (%s) is full and every object on it is pinned, being read or "
+                          "being written",
                           short_path, t->paths[short_path].dir);
             return -1;
         }
@@ -251,7 +259,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     }
     uint32_t n_units = ssd_format_unit_count(len, t->stripe_bytes), R = t->replicas;
     uint32_t n_copies = n_units * R;
-    uint64_t header_bytes = (uint64_t)n_copies * SSD_BLOCK, data_bytes = ssd_round_up(len, SSD_BLOCK);
+    uint64_t header_bytes = (uint64_t)n_copies * SSD_BLOCK,
+             data_bytes = ssd_round_up(len, SSD_BLOCK);
     uint64_t need = header_bytes + data_bytes;
 
     pthread_mutex_lock(&t->mutex);
@@ -267,8 +276,10 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         kvs_fmt_bytes(limit, sizeof limit, t->write_buffer_bytes);
         pthread_mutex_unlock(&t->mutex);
         atomic_fetch_add(&t->queue_full_skips, 1);
-        ssd_set_error(t, "write queue full (%s of write_buffer_bytes %s waiting for the devices); object skipped", held,
-                      limit);
+        ssd_set_error(t,
+                      "write queue full (%s of write_buffer_bytes %s waiting for the devices); "
+                      "object skipped",
+                      held, limit);
         return KVS_ENOMEM;
     }
     t->buffered_bytes += need;
@@ -293,8 +304,10 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->reqs = calloc(n_copies, sizeof *job->reqs);
     }
     kvs_status rc = KVS_ENOMEM;
-    if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths || !per_path_need || !batch || !checksums) {
-        ssd_set_error(t, "out of memory for a write buffer of %llu bytes", (unsigned long long)need);
+    if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths ||
+        !per_path_need || !batch || !checksums) {
+        ssd_set_error(t, "out of memory for a write buffer of %llu bytes",
+                      (unsigned long long)need);
         goto undo_budget;
     }
     uint8_t *data = job->buffer + header_bytes;
@@ -302,8 +315,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     if (len) memcpy(data, object, len);
     memset(data + len, 0, data_bytes - len);
     for (uint32_t u = 0; u < n_units; u++)
-        checksums[u] =
-            XXH3_64bits(data + (uint64_t)u * t->stripe_bytes, ssd_format_unit_bytes(len, t->stripe_bytes, u));
+        checksums[u] = XXH3_64bits(data + (uint64_t)u * t->stripe_bytes,
+                                   ssd_format_unit_bytes(len, t->stripe_bytes, u));
 
     pthread_mutex_lock(&t->mutex);
     if (choose_paths(t, n_units, paths) != 0) {
@@ -349,8 +362,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
             uint8_t *header = job->buffer + (uint64_t)i * SSD_BLOCK;
             ssd_format_encode_unit(&h, header);
             ssd_io_request *req = &job->reqs[i];
-            ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, header, SSD_BLOCK, ssd_slot_offset(t, e->copies[i].slot),
-                           write_done, job);
+            ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, header, SSD_BLOCK,
+                           ssd_slot_offset(t, e->copies[i].slot), write_done, job);
             if (unit_bytes) {
                 req->n_iov = 2;
                 req->iov[1].iov_base = data + (uint64_t)u * t->stripe_bytes;
@@ -375,8 +388,10 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
 undo_budget:
     pthread_mutex_lock(&t->mutex);
     if (job) keep_buffer(t, job);
-    if (kept && t->n_spare < t->max_spare) t->spare[t->n_spare++] = kept; /* no job to hand it to */
-    else free(kept);
+    if (kept && t->n_spare < t->max_spare)
+        t->spare[t->n_spare++] = kept; /* no job to hand it to */
+    else
+        free(kept);
     kept = NULL;
     t->buffered_bytes -= need;
     t->writes_pending--;

@@ -2,28 +2,29 @@
 #include "auth.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define AUTH_LABEL "kvstrata-auth-v1" /* the client's proof */
-#define NODE_LABEL "kvstrata-node-v1" /* the node's */
+#define AUTH_LABEL  "kvstrata-auth-v1" /* the client's proof */
+#define NODE_LABEL  "kvstrata-node-v1" /* the node's */
 #define LABEL_BYTES (sizeof AUTH_LABEL - 1)
 _Static_assert(sizeof AUTH_LABEL == sizeof NODE_LABEL, "labels of one length");
 #define TENANT_LABEL "kvstrata-tenant-v1"
 
 enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
 
-static void say(char *error, size_t error_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *error, size_t error_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void say(char *error, size_t error_len, const char *fmt, ...) {
     if (!error || error_len == 0) return;
@@ -46,18 +47,21 @@ kvs_status kvs_remote_psk_set(kvs_remote_psk *out, const void *bytes, size_t len
     return KVS_OK;
 }
 
-kvs_status kvs_remote_psk_load(const char *path, kvs_remote_psk *out, char *error, size_t error_len) {
+kvs_status kvs_remote_psk_load(const char *path, kvs_remote_psk *out, char *error,
+                               size_t error_len) {
     if (!path || !out) return KVS_EINVAL;
     memset(out, 0, sizeof *out);
     kvs_status st = KVS_EIO;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
     if (fd < 0) {
-        say(error, error_len, "remote auth: key file %s cannot be opened (%s)", path, strerror(errno));
+        say(error, error_len, "remote auth: key file %s cannot be opened (%s)", path,
+            strerror(errno));
         return KVS_EIO;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        say(error, error_len, "remote auth: key file %s cannot be examined (%s)", path, strerror(errno));
+        say(error, error_len, "remote auth: key file %s cannot be examined (%s)", path,
+            strerror(errno));
         goto fail;
     }
     st = KVS_EINVAL;
@@ -67,13 +71,15 @@ kvs_status kvs_remote_psk_load(const char *path, kvs_remote_psk *out, char *erro
     }
     if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
         say(error, error_len,
-            "remote auth: key file %s has mode %04o; it must not be open to group or others (chmod 600)",
+            "remote auth: key file %s has mode %04o; it must not be open to group or others (chmod "
+            "600)",
             path, (unsigned)(sb.st_mode & 07777));
         goto fail;
     }
-    if (sb.st_size < (off_t)KVS_REMOTE_PSK_MIN_BYTES || sb.st_size > (off_t)KVS_REMOTE_PSK_MAX_BYTES) {
-        say(error, error_len, "remote auth: key file %s holds %lld bytes; a key is %u..%u bytes", path,
-            (long long)sb.st_size, KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES);
+    if (sb.st_size < (off_t)KVS_REMOTE_PSK_MIN_BYTES ||
+        sb.st_size > (off_t)KVS_REMOTE_PSK_MAX_BYTES) {
+        say(error, error_len, "remote auth: key file %s holds %lld bytes; a key is %u..%u bytes",
+            path, (long long)sb.st_size, KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES);
         goto fail;
     }
     size_t want = (size_t)sb.st_size, got = 0;
@@ -112,13 +118,14 @@ kvs_status kvs_remote_random(uint8_t *out, size_t n) {
  * client's proof is never a node's and the other way round. */
 static kvs_status labeled_proof(const char label[LABEL_BYTES + 1], const kvs_remote_psk *psk,
                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant, size_t tenant_len,
-                                uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+                                const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
+                                size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
     if (!psk || psk->len < KVS_REMOTE_PSK_MIN_BYTES || !challenge || !nonce || !tenant || !proof ||
         tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
         return KVS_EINVAL;
     /* every part but the last has a fixed size, so the concatenation is unambiguous */
-    uint8_t msg[LABEL_BYTES + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES + KVS_WIRE_MAX_TENANT_BYTES];
+    uint8_t msg[LABEL_BYTES + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES +
+                KVS_WIRE_MAX_TENANT_BYTES];
     size_t at = 0;
     memcpy(msg, label, LABEL_BYTES);
     at += LABEL_BYTES;
@@ -138,21 +145,25 @@ static kvs_status labeled_proof(const char label[LABEL_BYTES + 1], const kvs_rem
     return KVS_OK;
 }
 
-kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk,
+                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
                                  const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
                                  size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
     return labeled_proof(AUTH_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
 }
 
-kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk,
+                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
                                  const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
                                  size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
     return labeled_proof(NODE_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
 }
 
-kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk, const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                       size_t tenant_len, const uint8_t *proof, size_t proof_len) {
+kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk,
+                                       const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
+                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES],
+                                       const char *tenant, size_t tenant_len, const uint8_t *proof,
+                                       size_t proof_len) {
     uint8_t want[KVS_WIRE_PROOF_BYTES];
     if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) return KVS_EINVAL;
     kvs_status st = kvs_remote_node_proof(psk, challenge, nonce, tenant, tenant_len, want);
@@ -163,16 +174,18 @@ kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk, const uint8_t 
 }
 
 kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire_msg *hello,
-                                      const uint8_t **challenge_out, char *error, size_t error_len) {
+                                      const uint8_t **challenge_out, char *error,
+                                      size_t error_len) {
     if (!node || !hello || !challenge_out) return KVS_EINVAL;
     if (node->state != NODE_FRESH) {
         say(error, error_len, "remote auth: a second hello on one connection is refused");
         node->state = NODE_REFUSED;
         return KVS_ESTATE;
     }
-    if (hello->type != KVS_WIRE_HELLO || !hello->nonce || !hello->tenant || hello->tenant_len == 0 ||
-        hello->tenant_len > KVS_WIRE_MAX_TENANT_BYTES) {
-        say(error, error_len, "remote auth: the first message must be a hello with a tenant and a nonce");
+    if (hello->type != KVS_WIRE_HELLO || !hello->nonce || !hello->tenant ||
+        hello->tenant_len == 0 || hello->tenant_len > KVS_WIRE_MAX_TENANT_BYTES) {
+        say(error, error_len,
+            "remote auth: the first message must be a hello with a tenant and a nonce");
         node->state = NODE_REFUSED;
         return KVS_EINVAL;
     }
@@ -191,7 +204,8 @@ kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire
 }
 
 kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remote_psk *psk,
-                                      const uint8_t *proof, size_t proof_len, char *error, size_t error_len) {
+                                      const uint8_t *proof, size_t proof_len, char *error,
+                                      size_t error_len) {
     if (!node || !psk) return KVS_EINVAL;
     if (node->state != NODE_CHALLENGED) {
         say(error, error_len, "remote auth: an auth without a live challenge is refused");
@@ -200,12 +214,13 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remo
     }
     node->state = NODE_REFUSED; /* the challenge is used up whatever happens below */
     if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) {
-        say(error, error_len, "remote auth: tenant \"%s\" sent a proof of %zu bytes, %u expected", node->tenant,
-            proof ? proof_len : 0, KVS_WIRE_PROOF_BYTES);
+        say(error, error_len, "remote auth: tenant \"%s\" sent a proof of %zu bytes, %u expected",
+            node->tenant, proof ? proof_len : 0, KVS_WIRE_PROOF_BYTES);
         return KVS_EINVAL;
     }
     uint8_t want[KVS_WIRE_PROOF_BYTES];
-    kvs_status st = kvs_remote_auth_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len, want);
+    kvs_status st = kvs_remote_auth_proof(psk, node->challenge, node->nonce, node->tenant,
+                                          node->tenant_len, want);
     OPENSSL_cleanse(node->challenge, sizeof node->challenge);
     if (st != KVS_OK) {
         say(error, error_len, "remote auth: could not compute the expected proof (libcrypto)");
@@ -214,7 +229,8 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remo
     int same = CRYPTO_memcmp(want, proof, KVS_WIRE_PROOF_BYTES) == 0;
     OPENSSL_cleanse(want, sizeof want);
     if (!same) {
-        say(error, error_len, "remote auth: tenant \"%s\" failed the handshake (wrong key or stale proof)",
+        say(error, error_len,
+            "remote auth: tenant \"%s\" failed the handshake (wrong key or stale proof)",
             node->tenant);
         return KVS_EINVAL;
     }
@@ -225,7 +241,8 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remo
 kvs_status kvs_remote_auth_node_proof(const kvs_remote_auth_node *node, const kvs_remote_psk *psk,
                                       uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
     if (!node || node->state != NODE_CHALLENGED) return KVS_ESTATE;
-    return kvs_remote_node_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len, proof);
+    return kvs_remote_node_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len,
+                                 proof);
 }
 
 int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node) {
@@ -237,7 +254,9 @@ int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node) {
  * absorbed (0.36 us a key with a fresh digest each time, 0.075 us this way). */
 static EVP_MD *sha256_md;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
-static void sha256_fetch(void) { sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL); }
+static void sha256_fetch(void) {
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
 
 struct kvs_remote_tenant_hasher {
     EVP_MD_CTX *prefix; /* label, length and tenant absorbed */
@@ -256,20 +275,23 @@ kvs_remote_tenant_hasher *kvs_remote_tenant_hasher_new(const char *tenant, size_
     pthread_once(&sha256_once, sha256_fetch);
     kvs_remote_tenant_hasher *h = calloc(1, sizeof *h);
     if (!h) return NULL;
-    uint8_t len[4] = {(uint8_t)(tenant_len >> 24), (uint8_t)(tenant_len >> 16), (uint8_t)(tenant_len >> 8),
-                      (uint8_t)tenant_len};
+    uint8_t len[4] = {(uint8_t)(tenant_len >> 24), (uint8_t)(tenant_len >> 16),
+                      (uint8_t)(tenant_len >> 8), (uint8_t)tenant_len};
     h->prefix = EVP_MD_CTX_new();
     h->work = EVP_MD_CTX_new();
-    if (!h->prefix || !h->work || EVP_DigestInit_ex(h->prefix, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1 ||
+    if (!h->prefix || !h->work ||
+        EVP_DigestInit_ex(h->prefix, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1 ||
         EVP_DigestUpdate(h->prefix, TENANT_LABEL, sizeof TENANT_LABEL - 1) != 1 ||
-        EVP_DigestUpdate(h->prefix, len, sizeof len) != 1 || EVP_DigestUpdate(h->prefix, tenant, tenant_len) != 1) {
+        EVP_DigestUpdate(h->prefix, len, sizeof len) != 1 ||
+        EVP_DigestUpdate(h->prefix, tenant, tenant_len) != 1) {
         kvs_remote_tenant_hasher_free(h);
         return NULL;
     }
     return h;
 }
 
-kvs_status kvs_remote_tenant_hasher_key(kvs_remote_tenant_hasher *h, const kvs_key *key, kvs_key *out) {
+kvs_status kvs_remote_tenant_hasher_key(kvs_remote_tenant_hasher *h, const kvs_key *key,
+                                        kvs_key *out) {
     uint8_t md[EVP_MAX_MD_SIZE];
     unsigned int md_len = 0;
     if (!h || !key || !out || EVP_MD_CTX_copy_ex(h->work, h->prefix) != 1 ||
@@ -280,7 +302,8 @@ kvs_status kvs_remote_tenant_hasher_key(kvs_remote_tenant_hasher *h, const kvs_k
     return KVS_OK;
 }
 
-kvs_status kvs_remote_tenant_key(const char *tenant, size_t tenant_len, const kvs_key *key, kvs_key *out) {
+kvs_status kvs_remote_tenant_key(const char *tenant, size_t tenant_len, const kvs_key *key,
+                                 kvs_key *out) {
     if (!tenant || !key || !out || tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
         return KVS_EINVAL;
     kvs_remote_tenant_hasher *h = kvs_remote_tenant_hasher_new(tenant, tenant_len);
@@ -303,15 +326,18 @@ kvs_status kvs_remote_host_id(uint8_t out[KVS_REMOTE_HOST_ID_BYTES]) {
     char net[64] = "", pidns[64] = "";
     ssize_t k = readlink("/proc/self/ns/net", net, sizeof net - 1);
     net[k > 0 ? k : 0] = '\0';
-    k = readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1); /* pids (AUTH's pid) mean the same */
+    k = readlink("/proc/self/ns/pid", pidns,
+                 sizeof pidns - 1); /* pids (AUTH's pid) mean the same */
     pidns[k > 0 ? k : 0] = '\0';
     static const char tag[] = "kvstrata-host-v1";
     unsigned int len = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
-             EVP_DigestUpdate(ctx, tag, sizeof tag - 1) == 1 && EVP_DigestUpdate(ctx, host, strlen(host)) == 1 &&
+             EVP_DigestUpdate(ctx, tag, sizeof tag - 1) == 1 &&
+             EVP_DigestUpdate(ctx, host, strlen(host)) == 1 &&
              EVP_DigestUpdate(ctx, "\n", 1) == 1 && EVP_DigestUpdate(ctx, boot, (size_t)n) == 1 &&
-             EVP_DigestUpdate(ctx, net, strlen(net)) == 1 && EVP_DigestUpdate(ctx, pidns, strlen(pidns)) == 1 &&
+             EVP_DigestUpdate(ctx, net, strlen(net)) == 1 &&
+             EVP_DigestUpdate(ctx, pidns, strlen(pidns)) == 1 &&
              EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == KVS_REMOTE_HOST_ID_BYTES;
     EVP_MD_CTX_free(ctx);
     return ok ? KVS_OK : KVS_EIO;

@@ -21,14 +21,16 @@ static int ms_until(uint64_t deadline_ns) {
     return ms > 60000 ? 60000 : (int)ms;
 }
 
-static kvs_status resolve(const char *host, uint16_t port, struct sockaddr_in *out, char *err, size_t err_len) {
+static kvs_status resolve(const char *host, uint16_t port, struct sockaddr_in *out, char *err,
+                          size_t err_len) {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || !res) {
-        kvs_fmt(err, err_len, "cannot resolve \"%s\" to an IPv4 address: %s", host, gai_strerror(rc));
+        kvs_fmt(err, err_len, "cannot resolve \"%s\" to an IPv4 address: %s", host,
+                gai_strerror(rc));
         return KVS_EINVAL;
     }
     memcpy(out, res->ai_addr, sizeof *out);
@@ -37,8 +39,8 @@ static kvs_status resolve(const char *host, uint16_t port, struct sockaddr_in *o
     return KVS_OK;
 }
 
-kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint16_t *port_out, char *err,
-                              size_t err_len) {
+kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint16_t *port_out,
+                              char *err, size_t err_len) {
     *fd_out = -1;
     struct sockaddr_in sin;
     kvs_status st = resolve(host, port, &sin, err, err_len);
@@ -62,7 +64,8 @@ kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint
     return KVS_OK;
 }
 
-kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err, size_t err_len) {
+kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err,
+                                     size_t err_len) {
     *fd_out = -1;
     struct sockaddr_in sin;
     char why[160];
@@ -73,7 +76,8 @@ kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_ou
     }
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        kvs_fmt(err, err_len, "connect to %s:%u: cannot make a socket: %s", host, port, strerror(errno));
+        kvs_fmt(err, err_len, "connect to %s:%u: cannot make a socket: %s", host, port,
+                strerror(errno));
         return KVS_EIO;
     }
     int one = 1;
@@ -103,14 +107,15 @@ kvs_status kvs_control_connect_finish(int fd, char *err, size_t err_len) {
     return KVS_OK;
 }
 
-kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out, char *err,
-                               size_t err_len) {
+kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out,
+                               char *err, size_t err_len) {
     int fd;
     kvs_status st = kvs_control_connect_start(host, port, &fd, err, err_len);
     if (st != KVS_OK) return st;
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int ms;
-    while ((st = kvs_control_connect_finish(fd, err, err_len)) == KVS_EAGAIN && (ms = ms_until(deadline_ns)) > 0)
+    while ((st = kvs_control_connect_finish(fd, err, err_len)) == KVS_EAGAIN &&
+           (ms = ms_until(deadline_ns)) > 0)
         (void)poll(&p, 1, ms);
     if (st == KVS_OK) {
         *fd_out = fd;
@@ -147,14 +152,14 @@ static ssize_t read_some(int fd, uint8_t *dst, size_t want, char *err, size_t er
 kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *err, size_t err_len) {
     *len = 0;
     while (r->have_prefix < KVS_CONTROL_PREFIX_BYTES) {
-        ssize_t k = read_some(fd, r->prefix + r->have_prefix, KVS_CONTROL_PREFIX_BYTES - r->have_prefix, err,
-                              err_len);
+        ssize_t k = read_some(fd, r->prefix + r->have_prefix,
+                              KVS_CONTROL_PREFIX_BYTES - r->have_prefix, err, err_len);
         if (k < 0) return KVS_EIO;
         if (k == 0) return KVS_EAGAIN;
         r->have_prefix += (uint32_t)k;
         if (r->have_prefix == KVS_CONTROL_PREFIX_BYTES) {
-            r->need = (uint32_t)r->prefix[0] << 24 | (uint32_t)r->prefix[1] << 16 | (uint32_t)r->prefix[2] << 8 |
-                      r->prefix[3];
+            r->need = (uint32_t)r->prefix[0] << 24 | (uint32_t)r->prefix[1] << 16 |
+                      (uint32_t)r->prefix[2] << 8 | r->prefix[3];
             r->have = 0;
             if (r->need == 0 || r->need > KVS_CONTROL_MAX_FRAME_BYTES) {
                 kvs_fmt(err, err_len, "a frame of %u bytes announced (1..%u taken)", r->need,
@@ -176,13 +181,14 @@ kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *er
     return KVS_OK;
 }
 
-kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap, size_t *len, char *err,
-                              size_t err_len) {
+kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap, size_t *len,
+                              char *err, size_t err_len) {
     size_t n = 0;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
     if (cap < KVS_CONTROL_PREFIX_BYTES) return KVS_EINVAL;
-    kvs_status st = kvs_wire_encode(msg, buf + KVS_CONTROL_PREFIX_BYTES, cap - KVS_CONTROL_PREFIX_BYTES, &n, &why);
+    kvs_status st = kvs_wire_encode(msg, buf + KVS_CONTROL_PREFIX_BYTES,
+                                    cap - KVS_CONTROL_PREFIX_BYTES, &n, &why);
     if (st != KVS_OK || n > KVS_CONTROL_MAX_FRAME_BYTES) {
         kvs_fmt(err, err_len, "cannot frame a %s: %s", kvs_wire_type_name(msg->type),
                 st != KVS_OK ? why.text : "over the frame cap");

@@ -17,7 +17,7 @@
 /* Largest handshake frame either side takes: a few KiB of fields plus a worker address. A length
  * prefix over it is refused before any of its bytes are read. */
 #define KVS_CONTROL_MAX_FRAME_BYTES (4096u + KVS_WIRE_MAX_WORKER_ADDR_BYTES)
-#define KVS_CONTROL_PREFIX_BYTES 4u
+#define KVS_CONTROL_PREFIX_BYTES    4u
 
 /* Reads one frame at a time from a non-blocking socket, never past the frame's end. */
 typedef struct kvs_control_reader {
@@ -30,19 +30,20 @@ typedef struct kvs_control_reader {
 
 /* A listening IPv4 socket (non-blocking, close-on-exec, SO_REUSEADDR so a restarted node rebinds at
  * once) on host:port; *port_out gets the bound port (the chosen one for 0). */
-kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint16_t *port_out, char *err,
-                              size_t err_len);
+kvs_status kvs_control_listen(const char *host, uint16_t port, int *fd_out, uint16_t *port_out,
+                              char *err, size_t err_len);
 /* Start connecting to host:port without waiting: *fd_out (non-blocking) becomes writable when the
  * connection is made or fails; kvs_control_connect_finish tells which. KVS_EIO/KVS_EINVAL with a
  * sentence when it cannot even start. */
-kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err, size_t err_len);
+kvs_status kvs_control_connect_start(const char *host, uint16_t port, int *fd_out, char *err,
+                                     size_t err_len);
 /* Without waiting: KVS_OK once fd's connection is made, KVS_EAGAIN while it is in progress, KVS_EIO
  * (a sentence in err) when it failed. */
 kvs_status kvs_control_connect_finish(int fd, char *err, size_t err_len);
 /* Connect to host:port by the deadline; *fd_out is non-blocking. KVS_ETIMEDOUT or KVS_EIO with a
  * sentence naming the peer. */
-kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out, char *err,
-                               size_t err_len);
+kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadline_ns, int *fd_out,
+                               char *err, size_t err_len);
 
 /* Take the bytes the socket has, up to the end of the current frame. KVS_OK: a whole frame is in
  * r->frame[0..*len) (the next call starts a new one); KVS_EAGAIN: more bytes are needed; KVS_EINVAL:
@@ -52,8 +53,8 @@ kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *er
 
 /* Encode msg as one frame into buf[0..cap) (cap at least KVS_CONTROL_MAX_FRAME_BYTES + prefix);
  * *len gets the frame size. KVS_EINVAL when the message does not encode or is over the frame cap. */
-kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap, size_t *len, char *err,
-                              size_t err_len);
+kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap, size_t *len,
+                              char *err, size_t err_len);
 /* Write buf[0..len) whole, waiting for room until the deadline (0: do not wait; a socket without
  * room is then KVS_EAGAIN). */
 kvs_status kvs_control_write(int fd, const void *buf, size_t len, uint64_t deadline_ns, char *err,

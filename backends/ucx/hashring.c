@@ -46,14 +46,16 @@ kvs_status kvs_remote_ring_set_down(kvs_remote_ring *ring, const char *id, int d
 
 /* a ranks before b: higher weight, and on a tie (rare) the smaller id, so the order never depends on
  * where a node sits in the array. */
-static int ranks_before(const kvs_remote_ring *ring, uint64_t wa, uint32_t a, uint64_t wb, uint32_t b) {
+static int ranks_before(const kvs_remote_ring *ring, uint64_t wa, uint32_t a, uint64_t wb,
+                        uint32_t b) {
     if (wa != wb) return wa > wb;
     return strcmp(ring->nodes[a].id, ring->nodes[b].id) < 0;
 }
 
-kvs_status kvs_remote_ring_homes(const kvs_remote_ring *ring, const kvs_key *key, uint32_t r, uint32_t *out,
-                                 uint32_t *n_out) {
-    if (!ring || !key || !out || !n_out || r == 0 || r > KVS_REMOTE_RING_MAX_REPLICAS) return KVS_EINVAL;
+kvs_status kvs_remote_ring_homes(const kvs_remote_ring *ring, const kvs_key *key, uint32_t r,
+                                 uint32_t *out, uint32_t *n_out) {
+    if (!ring || !key || !out || !n_out || r == 0 || r > KVS_REMOTE_RING_MAX_REPLICAS)
+        return KVS_EINVAL;
     uint64_t best_w[KVS_REMOTE_RING_MAX_REPLICAS];
     uint32_t n = 0;
     for (uint32_t i = 0; i < ring->n_nodes; i++) {

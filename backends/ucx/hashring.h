@@ -11,7 +11,7 @@
 
 #include "kvstrata_backend.h"
 
-#define KVS_REMOTE_RING_MAX_NODES 256u
+#define KVS_REMOTE_RING_MAX_NODES    256u
 #define KVS_REMOTE_RING_MAX_ID_BYTES 127u
 #define KVS_REMOTE_RING_MAX_REPLICAS 8u
 
@@ -39,7 +39,7 @@ int32_t kvs_remote_ring_find(const kvs_remote_ring *ring, const char *id);
 /* The key's first up-to-r homes among nodes that are not down, most preferred first, as indices into
  * ring->nodes (valid until the ring changes). *n_out = min(r, nodes up); KVS_ENOTFOUND when no node
  * is up, KVS_EINVAL when r is 0 or over KVS_REMOTE_RING_MAX_REPLICAS. */
-kvs_status kvs_remote_ring_homes(const kvs_remote_ring *ring, const kvs_key *key, uint32_t r, uint32_t *out,
-                                 uint32_t *n_out);
+kvs_status kvs_remote_ring_homes(const kvs_remote_ring *ring, const kvs_key *key, uint32_t r,
+                                 uint32_t *out, uint32_t *n_out);
 
 #endif

@@ -12,7 +12,9 @@
 #include "options.h"
 #include "wire.h"
 
-#define VALID_OPTIONS "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory, put_queue_mb"
+#define VALID_OPTIONS                                                                   \
+    "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory, " \
+    "put_queue_mb"
 
 static int valid_tenant(const char *s) {
     size_t len = strlen(s);
@@ -52,70 +54,82 @@ static int parse_node(const char *value, kvs_remote_options *o, char *why, size_
 
 /* The options, looked up by name; the parser below goes by these names, never by a position. */
 enum {
-    OPT_PSK_FILE, OPT_TENANT, OPT_REPLICAS, OPT_TIMEOUT_MS, OPT_CONNECT_BACKOFF_MS, OPT_SHARED_MEMORY, OPT_PUT_QUEUE_MB,
+    OPT_PSK_FILE,
+    OPT_TENANT,
+    OPT_REPLICAS,
+    OPT_TIMEOUT_MS,
+    OPT_CONNECT_BACKOFF_MS,
+    OPT_SHARED_MEMORY,
+    OPT_PUT_QUEUE_MB,
     OPT_COUNT
 };
-static const char *const OPTION_NAMES[OPT_COUNT] = {
-    [OPT_PSK_FILE] = "psk_file",     [OPT_TENANT] = "tenant",
-    [OPT_REPLICAS] = "replicas",     [OPT_TIMEOUT_MS] = "timeout_ms",
-    [OPT_CONNECT_BACKOFF_MS] = "connect_backoff_ms", [OPT_SHARED_MEMORY] = "shared_memory",
-    [OPT_PUT_QUEUE_MB] = "put_queue_mb"};
+static const char *const OPTION_NAMES[OPT_COUNT] = {[OPT_PSK_FILE] = "psk_file",
+                                                    [OPT_TENANT] = "tenant",
+                                                    [OPT_REPLICAS] = "replicas",
+                                                    [OPT_TIMEOUT_MS] = "timeout_ms",
+                                                    [OPT_CONNECT_BACKOFF_MS] = "connect_backoff_ms",
+                                                    [OPT_SHARED_MEMORY] = "shared_memory",
+                                                    [OPT_PUT_QUEUE_MB] = "put_queue_mb"};
 
-static int parse_option(int which, const char *value, kvs_remote_options *o, char *why, size_t why_len) {
+static int parse_option(int which, const char *value, kvs_remote_options *o, char *why,
+                        size_t why_len) {
     uint64_t v = 0;
     switch (which) {
-    case OPT_PSK_FILE:
-        if (!*value) {
-            snprintf(why, why_len, "psk_file is empty");
-            return -1;
-        }
-        o->psk_file = value;
-        return 0;
-    case OPT_TENANT:
-        if (!valid_tenant(value)) {
-            snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
-                     KVS_WIRE_MAX_TENANT_BYTES);
-            return -1;
-        }
-        o->tenant = value;
-        return 0;
-    case OPT_REPLICAS:
-        if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
-            snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u", value,
-                     KVS_REMOTE_RING_MAX_REPLICAS);
-            return -1;
-        }
-        o->replicas = (uint32_t)v;
-        return 0;
-    case OPT_TIMEOUT_MS:
-        if (kvs_option_count(value, 1, 600000, &v) != 0) {
-            snprintf(why, why_len, "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
-            return -1;
-        }
-        o->timeout_ms = (uint32_t)v;
-        return 0;
-    case OPT_CONNECT_BACKOFF_MS:
-        if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
-            snprintf(why, why_len, "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
-                     KVS_REMOTE_MAX_BACKOFF_MS);
-            return -1;
-        }
-        o->connect_backoff_ms = (uint32_t)v;
-        return 0;
-    case OPT_SHARED_MEMORY:
-        if (strcmp(value, "auto") != 0 && strcmp(value, "off") != 0) {
-            snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
-            return -1;
-        }
-        o->shared_memory = strcmp(value, "auto") == 0;
-        return 0;
-    case OPT_PUT_QUEUE_MB:
-        if (kvs_option_count(value, 1, 65536, &v) != 0) {
-            snprintf(why, why_len, "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
-            return -1;
-        }
-        o->put_queue_mb = (uint32_t)v;
-        return 0;
+        case OPT_PSK_FILE:
+            if (!*value) {
+                snprintf(why, why_len, "psk_file is empty");
+                return -1;
+            }
+            o->psk_file = value;
+            return 0;
+        case OPT_TENANT:
+            if (!valid_tenant(value)) {
+                snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -",
+                         value, KVS_WIRE_MAX_TENANT_BYTES);
+                return -1;
+            }
+            o->tenant = value;
+            return 0;
+        case OPT_REPLICAS:
+            if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
+                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u",
+                         value, KVS_REMOTE_RING_MAX_REPLICAS);
+                return -1;
+            }
+            o->replicas = (uint32_t)v;
+            return 0;
+        case OPT_TIMEOUT_MS:
+            if (kvs_option_count(value, 1, 600000, &v) != 0) {
+                snprintf(why, why_len,
+                         "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
+                return -1;
+            }
+            o->timeout_ms = (uint32_t)v;
+            return 0;
+        case OPT_CONNECT_BACKOFF_MS:
+            if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
+                snprintf(why, why_len,
+                         "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
+                         KVS_REMOTE_MAX_BACKOFF_MS);
+                return -1;
+            }
+            o->connect_backoff_ms = (uint32_t)v;
+            return 0;
+        case OPT_SHARED_MEMORY:
+            if (strcmp(value, "auto") != 0 && strcmp(value, "off") != 0) {
+                snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
+                return -1;
+            }
+            o->shared_memory = strcmp(value, "auto") == 0;
+            return 0;
+        case OPT_PUT_QUEUE_MB:
+            if (kvs_option_count(value, 1, 65536, &v) != 0) {
+                snprintf(why, why_len,
+                         "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
+                return -1;
+            }
+            o->put_queue_mb = (uint32_t)v;
+            return 0;
     }
     snprintf(why, why_len, "an option in the table has no parser");
     return -1;
@@ -131,14 +145,14 @@ static kvs_status refuse(char *refused, size_t refused_len, const char *name, in
     return KVS_ECONFIG;
 }
 
-kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
-                                    char *why, size_t why_len) {
+kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options,
+                                    kvs_remote_options *o, char *why, size_t why_len) {
     return kvs_remote_options_parse_named(options, n_options, o, why, why_len, NULL, 0);
 }
 
 kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uint64_t n_options,
-                                          kvs_remote_options *o, char *why, size_t why_len, char *refused,
-                                          size_t refused_len) {
+                                          kvs_remote_options *o, char *why, size_t why_len,
+                                          char *refused, size_t refused_len) {
     int seen[OPT_COUNT] = {0};
     memset(o, 0, sizeof *o);
     o->replicas = 1;
@@ -150,10 +164,12 @@ kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uin
         const char *key = options[i].key ? options[i].key : "";
         const char *value = options[i].value ? options[i].value : "";
         if (strcmp(key, "node") == 0) {
-            if (parse_node(value, o, why, why_len) != 0) return refuse(refused, refused_len, "node", o->n_nodes);
+            if (parse_node(value, o, why, why_len) != 0)
+                return refuse(refused, refused_len, "node", o->n_nodes);
             continue;
         }
-        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, VALID_OPTIONS, why, why_len);
+        int which =
+            kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, VALID_OPTIONS, why, why_len);
         if (which < 0 || parse_option(which, value, o, why, why_len) != 0)
             return refuse(refused, refused_len, key, -1);
     }
@@ -170,8 +186,8 @@ kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uin
         return refuse(refused, refused_len, "tenant", -1);
     }
     if (o->replicas > o->n_nodes) {
-        snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas, o->replicas,
-                 o->n_nodes);
+        snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas,
+                 o->replicas, o->n_nodes);
         return refuse(refused, refused_len, "replicas", -1);
     }
     return KVS_OK;
@@ -192,12 +208,14 @@ static kvs_status remote_create(const kvs_backend_init *init, void **state) {
     *state = NULL;
     if (!o) {
         if (init->error && init->error_len)
-            snprintf(init->error, init->error_len, "remote tier \"%s\": out of memory", init->tier_name);
+            snprintf(init->error, init->error_len, "remote tier \"%s\": out of memory",
+                     init->tier_name);
         return KVS_ENOMEM;
     }
-    kvs_status st = kvs_remote_options_parse_named(init->options, init->n_options, o, why, sizeof why, refused,
-                                                   sizeof refused);
-    if (st == KVS_OK && (st = check_psk_file(o, why, sizeof why)) != KVS_OK) snprintf(refused, sizeof refused, "psk_file");
+    kvs_status st = kvs_remote_options_parse_named(init->options, init->n_options, o, why,
+                                                   sizeof why, refused, sizeof refused);
+    if (st == KVS_OK && (st = check_psk_file(o, why, sizeof why)) != KVS_OK)
+        snprintf(refused, sizeof refused, "psk_file");
     if (st != KVS_OK) {
         if (init->error && init->error_len)
             snprintf(init->error, init->error_len, "remote tier \"%s\": %s", init->tier_name, why);
@@ -210,7 +228,8 @@ static kvs_status remote_create(const kvs_backend_init *init, void **state) {
     return st;
 }
 
-static kvs_status remote_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned) {
+static kvs_status remote_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                             uint64_t *n_pinned) {
     (void)timeout_ms; /* remote objects are not leased: a pin only reports what is present now */
     return kvs_remote_contains(state, keys, n, n_pinned);
 }
@@ -222,7 +241,8 @@ static kvs_status remote_unpin(void *state, const kvs_key *keys, uint64_t n) {
     return KVS_OK;
 }
 
-static kvs_status remote_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
+static kvs_status remote_get(void *state, const kvs_key *key, void *dst, uint64_t cap,
+                             uint64_t *len) {
     void *dsts[1] = {dst};
     kvs_status st = KVS_EIO;
     *len = 0;
@@ -230,7 +250,8 @@ static kvs_status remote_get(void *state, const kvs_key *key, void *dst, uint64_
     return call != KVS_OK ? call : st;
 }
 
-static kvs_status remote_get_ref(void *state, const kvs_key *key, const void **object, uint64_t *len) {
+static kvs_status remote_get_ref(void *state, const kvs_key *key, const void **object,
+                                 uint64_t *len) {
     (void)state;
     (void)key;
     (void)object;
@@ -258,20 +279,26 @@ static const kvs_backend_ops REMOTE_OPS = {
     .get_many = kvs_remote_get_many,
 };
 
-const kvs_backend_ops *kvs_remote_backend(void) { return &REMOTE_OPS; }
+const kvs_backend_ops *kvs_remote_backend(void) {
+    return &REMOTE_OPS;
+}
 
 #ifndef KVS_HAVE_UCX
 /* A build without UCX keeps the type known so a configuration names the real problem. */
-kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state) {
+kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o,
+                             void **state) {
     (void)o;
     *state = NULL;
     if (init->error && init->error_len)
         snprintf(init->error, init->error_len,
-                 "remote tier \"%s\": this build of kvstrata has no UCX (install UCX and rebuild to use type remote)",
+                 "remote tier \"%s\": this build of kvstrata has no UCX (install UCX and rebuild "
+                 "to use type remote)",
                  init->tier_name);
     return KVS_ENOTSUP;
 }
-void kvs_remote_destroy(void *state) { (void)state; }
+void kvs_remote_destroy(void *state) {
+    (void)state;
+}
 const char *kvs_remote_last_error(void *state) {
     (void)state;
     return "this build has no UCX";
@@ -281,8 +308,9 @@ kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uin
     *n_present = 0;
     return KVS_ENOTSUP;
 }
-kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                               uint64_t *lens, kvs_status *statuses) {
+kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts,
+                               const uint64_t *caps, uint64_t n, uint64_t *lens,
+                               kvs_status *statuses) {
     (void)state, (void)keys, (void)dsts, (void)caps, (void)n, (void)lens, (void)statuses;
     return KVS_ENOTSUP;
 }

@@ -34,11 +34,11 @@
 #include "hashring.h"
 #include "kvstrata_backend.h"
 
-#define KVS_REMOTE_DEFAULT_TIMEOUT_MS 2000u
-#define KVS_REMOTE_DEFAULT_BACKOFF_MS 100u
-#define KVS_REMOTE_MAX_BACKOFF_MS 30000u
+#define KVS_REMOTE_DEFAULT_TIMEOUT_MS   2000u
+#define KVS_REMOTE_DEFAULT_BACKOFF_MS   100u
+#define KVS_REMOTE_MAX_BACKOFF_MS       30000u
 #define KVS_REMOTE_DEFAULT_PUT_QUEUE_MB 64u
-#define KVS_REMOTE_HOST_BYTES 96u
+#define KVS_REMOTE_HOST_BYTES           96u
 
 /* Parsed options. Strings point into the options given to kvs_remote_options_parse. */
 typedef struct kvs_remote_options {
@@ -56,29 +56,30 @@ typedef struct kvs_remote_options {
 } kvs_remote_options;
 
 /* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
-kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options, kvs_remote_options *o,
-                                    char *why, size_t why_len);
+kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options,
+                                    kvs_remote_options *o, char *why, size_t why_len);
 
 /* The same, also naming what a refusal is about in refused (an option's name, `node[k]` for the k-th
  * node; see kvs_backend_init.error_option). refused may be NULL. */
 kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uint64_t n_options,
-                                          kvs_remote_options *o, char *why, size_t why_len, char *refused,
-                                          size_t refused_len);
+                                          kvs_remote_options *o, char *why, size_t why_len,
+                                          char *refused, size_t refused_len);
 
 /* Counters of a tier made by kvs_remote_backend()->create (thread-safe snapshot). */
 typedef struct kvs_remote_stats_t {
     uint32_t n_nodes;
-    uint32_t nodes_up;         /* connected and authenticated now */
-    uint64_t puts_queued;      /* puts accepted into the put queue */
-    uint64_t put_requests;     /* PUT messages sent: queued puts go out in batches, one per node */
-    uint64_t puts_stored;      /* copies a node confirmed */
-    uint64_t puts_refused;     /* copies a node answered with an error (full, bad key) */
-    uint64_t puts_dropped;     /* copies lost: home node down or failing mid-put, queue full, deadline passed */
-    uint64_t node_failures;    /* times a node was marked down */
-    uint64_t reconnects;       /* successful reconnects after a failure */
-    uint64_t auth_refusals;    /* handshakes a node refused */
-    uint64_t rma_gets;         /* objects the node wrote straight into the staging pool */
-    uint64_t bounce_gets;      /* objects that went through the bounce buffer */
+    uint32_t nodes_up;     /* connected and authenticated now */
+    uint64_t puts_queued;  /* puts accepted into the put queue */
+    uint64_t put_requests; /* PUT messages sent: queued puts go out in batches, one per node */
+    uint64_t puts_stored;  /* copies a node confirmed */
+    uint64_t puts_refused; /* copies a node answered with an error (full, bad key) */
+    uint64_t
+        puts_dropped; /* copies lost: home node down or failing mid-put, queue full, deadline passed */
+    uint64_t node_failures;       /* times a node was marked down */
+    uint64_t reconnects;          /* successful reconnects after a failure */
+    uint64_t auth_refusals;       /* handshakes a node refused */
+    uint64_t rma_gets;            /* objects the node wrote straight into the staging pool */
+    uint64_t bounce_gets;         /* objects that went through the bounce buffer */
     uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
 } kvs_remote_stats_t;
 
@@ -89,12 +90,14 @@ kvs_status kvs_remote_stats(void *state, kvs_remote_stats_t *out);
 kvs_status kvs_remote_flush(void *state);
 
 /* Implemented by ucx_remote.c (or refused without UCX); used by the ops table in remote.c. */
-kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state);
+kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o,
+                             void **state);
 void kvs_remote_destroy(void *state);
 const char *kvs_remote_last_error(void *state);
 kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present);
-kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                               uint64_t n, uint64_t *lens, kvs_status *statuses);
+kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts,
+                               const uint64_t *caps, uint64_t n, uint64_t *lens,
+                               kvs_status *statuses);
 kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, uint64_t len);
 kvs_status kvs_remote_remove(void *state, const kvs_key *key);
 kvs_status kvs_remote_usage(void *state, uint64_t *n_objects, uint64_t *bytes);

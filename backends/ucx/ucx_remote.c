@@ -23,11 +23,12 @@
 #include "ucx_transport.h"
 #include "wire.h"
 
-#define REMOTE_AM_ID 1u            /* the id kvstrata-node speaks (tools/node/node.h) */
+#define REMOTE_AM_ID   1u          /* the id kvstrata-node speaks (tools/node/node.h) */
 #define BOUNCE_DEFAULT (16u << 20) /* when the connector gives no max_object_bytes */
-#define ERROR_BYTES 512u
+#define ERROR_BYTES    512u
 
-#define PUT_BATCH_BYTES (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
+#define PUT_BATCH_BYTES \
+    (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
 
 enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
 /* A node's handshake, driven without blocking by the progress thread (handshake_advance) so a node
@@ -37,32 +38,32 @@ enum { HS_NONE, HS_CONNECTING, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK,
 typedef struct job {
     int kind;
     uint64_t n;
-    kvs_key *keys;         /* n, a copy */
-    uint8_t *present;      /* LOOKUP: n */
-    uint64_t *lens;        /* GET: n */
-    kvs_status *statuses;  /* GET, DELETE: n */
-    void *const *dsts;     /* GET: the caller's, touched only under the lock while not abandoned */
-    const uint64_t *caps;  /* GET: copied into cap */
+    kvs_key *keys;        /* n, a copy */
+    uint8_t *present;     /* LOOKUP: n */
+    uint64_t *lens;       /* GET: n */
+    kvs_status *statuses; /* GET, DELETE: n */
+    void *const *dsts;    /* GET: the caller's, touched only under the lock while not abandoned */
+    const uint64_t *caps; /* GET: copied into cap */
     uint64_t *cap;
-    uint8_t *resolved;     /* n: answered (hit, miss or error) */
-    uint64_t *off;         /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
-    const void *object;    /* PUT: the copy in the put queue */
+    uint8_t *resolved;  /* n: answered (hit, miss or error) */
+    uint64_t *off;      /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
+    const void *object; /* PUT: the copy in the put queue */
     uint64_t len;
-    uint64_t queue_span;   /* PUT: bytes of the put queue this job holds (with any wrap-around gap) */
+    uint64_t queue_span; /* PUT: bytes of the put queue this job holds (with any wrap-around gap) */
     uint64_t objects, bytes; /* STATS */
     uint64_t deadline_ns;
     kvs_status status;
     int done, abandoned;
-    int detached;          /* PUT: nobody waits; the thread frees it */
+    int detached; /* PUT: nobody waits; the thread frees it */
     struct job *next;
 } job;
 
 typedef struct rnode {
     uint32_t index;
-    int ctl_fd;              /* the control connection (TCP): open while the session lives; -1 */
-    kvs_control_reader *rd;  /* its frames during the handshake */
+    int ctl_fd;             /* the control connection (TCP): open while the session lives; -1 */
+    kvs_control_reader *rd; /* its frames during the handshake */
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* AUTH_OK: the header of every request */
-    kvs_ucx_conn *conn;      /* requests: an endpoint to the node's worker address (from AUTH_OK) */
+    kvs_ucx_conn *conn; /* requests: an endpoint to the node's worker address (from AUTH_OK) */
     int up;
     int conn_dead;
     int hs;
@@ -70,7 +71,8 @@ typedef struct rnode {
     uint8_t nonce[KVS_WIRE_NONCE_BYTES];
     uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
     char refusal[KVS_WIRE_MAX_ERROR_TEXT + 1];
-    char payload_tls[KVS_WIRE_MAX_TRANSPORTS_TEXT + 1]; /* AUTH_OK: what the node's RMA to us runs over */
+    char payload_tls[KVS_WIRE_MAX_TRANSPORTS_TEXT +
+                     1]; /* AUTH_OK: what the node's RMA to us runs over */
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
@@ -79,8 +81,8 @@ typedef struct rnode {
     int pending;
     uint64_t request_id;
     uint32_t n_batch;
-    uint32_t *batch;       /* KVS_WIRE_MAX_KEYS indices into the job's keys */
-    int failed;            /* the batch's reply did not come or was an ERROR */
+    uint32_t *batch; /* KVS_WIRE_MAX_KEYS indices into the job's keys */
+    int failed;      /* the batch's reply did not come or was an ERROR */
 } rnode;
 
 typedef struct remote {
@@ -94,7 +96,8 @@ typedef struct remote {
 
     pthread_t thread;
     int thread_started;
-    pthread_mutex_t put_order; /* one put at a time takes queue room and queues: room is freed in order */
+    pthread_mutex_t
+        put_order; /* one put at a time takes queue room and queues: room is freed in order */
     pthread_mutex_t mutex;
     pthread_cond_t cond;
     int doorbell;
@@ -134,7 +137,7 @@ typedef struct remote {
     rnode *nodes;
     uint64_t next_id;
     uint8_t *send_buf;
-    kvs_wire_entry *entries;      /* for encoding */
+    kvs_wire_entry *entries;       /* for encoding */
     kvs_wire_entry *reply_entries; /* for decoding */
     job *current;
 } remote;
@@ -162,28 +165,33 @@ static void set_error(remote *r, const char *fmt, ...) {
     pthread_mutex_lock(&r->mutex);
     snprintf(r->error, sizeof r->error, "remote tier \"%s\": %s", r->name, msg);
     pthread_mutex_unlock(&r->mutex);
-    if (r->host && r->host->log && r->host->struct_size >= offsetof(kvs_backend_host, log) + sizeof r->host->log) {
+    if (r->host && r->host->log &&
+        r->host->struct_size >= offsetof(kvs_backend_host, log) + sizeof r->host->log) {
         char line[ERROR_BYTES];
         snprintf(line, sizeof line, "remote tier \"%s\": %s", r->name, msg);
         r->host->log(r->host->ctx, KVS_LOG_WARN, line);
     }
 }
 
-static const char *node_id(const remote *r, const rnode *nd) { return r->opt.ids[nd->index]; }
+static const char *node_id(const remote *r, const rnode *nd) {
+    return r->opt.ids[nd->index];
+}
 
 /* ---- messages from nodes ----------------------------------------------------------------------- */
 
 static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
     job *j = r->current;
     if (m->type == KVS_WIRE_ERROR) {
-        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len, m->error_text ? m->error_text : "");
+        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len,
+                 m->error_text ? m->error_text : "");
         if (nd->pending && m->request_id == nd->request_id) {
             nd->pending = 0;
             nd->failed = 1;
         }
         return;
     }
-    if (!nd->pending || m->request_id != nd->request_id || !j) return; /* late reply of a past job */
+    if (!nd->pending || m->request_id != nd->request_id || !j)
+        return; /* late reply of a past job */
     uint32_t want = m->type == KVS_WIRE_STATS_REPLY ? 0 : nd->n_batch;
     if (m->n_entries != want) {
         nd->pending = 0;
@@ -194,28 +202,29 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
         uint32_t k = nd->batch[i];
         const kvs_wire_entry *e = &m->entries[i];
         switch (m->type) {
-        case KVS_WIRE_LOOKUP_REPLY:
-            j->present[k] = e->present;
-            j->resolved[k] = 1;
-            break;
-        case KVS_WIRE_GET_REPLY:
-            j->statuses[k] = e->status;
-            j->lens[k] = e->length;
-            j->resolved[k] = 1;
-            break;
-        case KVS_WIRE_PUT_REPLY:
-            if (k < r->n_put_jobs) {
-                pthread_mutex_lock(&r->mutex);
-                if (e->status == KVS_OK) r->stats.puts_stored++;
-                else r->stats.puts_refused++;
-                pthread_mutex_unlock(&r->mutex);
-            }
-            break;
-        case KVS_WIRE_DELETE_REPLY:
-            if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
-            break;
-        default:
-            break;
+            case KVS_WIRE_LOOKUP_REPLY:
+                j->present[k] = e->present;
+                j->resolved[k] = 1;
+                break;
+            case KVS_WIRE_GET_REPLY:
+                j->statuses[k] = e->status;
+                j->lens[k] = e->length;
+                j->resolved[k] = 1;
+                break;
+            case KVS_WIRE_PUT_REPLY:
+                if (k < r->n_put_jobs) {
+                    pthread_mutex_lock(&r->mutex);
+                    if (e->status == KVS_OK)
+                        r->stats.puts_stored++;
+                    else
+                        r->stats.puts_refused++;
+                    pthread_mutex_unlock(&r->mutex);
+                }
+                break;
+            case KVS_WIRE_DELETE_REPLY:
+                if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
+                break;
+            default: break;
         }
     }
     if (m->type == KVS_WIRE_STATS_REPLY) {
@@ -228,12 +237,13 @@ static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
 /* The node waiting for the reply to request_id (request ids are unique across the tier's nodes). */
 static rnode *node_of_request(remote *r, uint64_t request_id) {
     for (uint32_t i = 0; i < r->opt.n_nodes; i++)
-        if (r->nodes[i].conn && r->nodes[i].pending && r->nodes[i].request_id == request_id) return &r->nodes[i];
+        if (r->nodes[i].conn && r->nodes[i].pending && r->nodes[i].request_id == request_id)
+            return &r->nodes[i];
     return NULL;
 }
 
-static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
-                       size_t data_len) {
+static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                       const void *data, size_t data_len) {
     remote *r = user;
     (void)header;
     (void)header_len;
@@ -295,10 +305,12 @@ static void node_down(remote *r, rnode *nd, const char *why) {
         r->stats.nodes_shared_memory -= (uint32_t)nd->shared_memory;
         nd->shared_memory = 0;
         pthread_mutex_unlock(&r->mutex);
-        set_error(r, "node %s is down (%s); its keys are misses until it reconnects", node_id(r, nd), why);
+        set_error(r, "node %s is down (%s); its keys are misses until it reconnects",
+                  node_id(r, nd), why);
     }
     nd->next_attempt_ns = now_ns() + nd->backoff_ms * 1000000ull;
-    nd->backoff_ms = nd->backoff_ms * 2 > KVS_REMOTE_MAX_BACKOFF_MS ? KVS_REMOTE_MAX_BACKOFF_MS : nd->backoff_ms * 2;
+    nd->backoff_ms = nd->backoff_ms * 2 > KVS_REMOTE_MAX_BACKOFF_MS ? KVS_REMOTE_MAX_BACKOFF_MS
+                                                                    : nd->backoff_ms * 2;
 }
 
 static kvs_status send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
@@ -307,7 +319,8 @@ static kvs_status send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t
     memset(&why, 0, sizeof why);
     kvs_status st = kvs_wire_encode(m, r->send_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len, &why);
     if (st != KVS_OK) {
-        snprintf(nd->refusal, sizeof nd->refusal, "cannot encode a %s: %s", kvs_wire_type_name(m->type), why.text);
+        snprintf(nd->refusal, sizeof nd->refusal, "cannot encode a %s: %s",
+                 kvs_wire_type_name(m->type), why.text);
         return st;
     }
     int ms = ms_left(deadline);
@@ -321,8 +334,10 @@ static kvs_status send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t
 static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
     char err[256];
     size_t len = 0;
-    kvs_status st = kvs_control_encode(m, r->send_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len, err, sizeof err);
-    if (st == KVS_OK) st = kvs_control_write(nd->ctl_fd, r->send_buf, len, deadline, err, sizeof err);
+    kvs_status st =
+        kvs_control_encode(m, r->send_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len, err, sizeof err);
+    if (st == KVS_OK)
+        st = kvs_control_write(nd->ctl_fd, r->send_buf, len, deadline, err, sizeof err);
     if (st != KVS_OK) snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
     return st;
 }
@@ -341,7 +356,8 @@ static kvs_status control_take(remote *r, rnode *nd, kvs_wire_msg *m) {
     }
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
-    if (kvs_wire_decode(nd->rd->frame, len, r->reply_entries, KVS_WIRE_MAX_KEYS, m, &why) == KVS_OK) return KVS_OK;
+    if (kvs_wire_decode(nd->rd->frame, len, r->reply_entries, KVS_WIRE_MAX_KEYS, m, &why) == KVS_OK)
+        return KVS_OK;
     snprintf(nd->refusal, sizeof nd->refusal, "unreadable handshake reply: %s", why.text);
     return KVS_ECORRUPT;
 }
@@ -352,7 +368,8 @@ static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_m
     kvs_status st = control_take(r, nd, m);
     if (st != KVS_OK) return st;
     if (m->type == KVS_WIRE_ERROR) {
-        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len, m->error_text ? m->error_text : "");
+        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len,
+                 m->error_text ? m->error_text : "");
         nd->hs = HS_REFUSED;
         pthread_mutex_lock(&r->mutex);
         r->stats.auth_refusals++;
@@ -360,8 +377,9 @@ static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_m
         return KVS_EIO;
     }
     if (m->type != want || m->request_id != nd->request_id) {
-        snprintf(nd->refusal, sizeof nd->refusal, "handshake: a %s (request %llu) where a %s was due",
-                 kvs_wire_type_name(m->type), (unsigned long long)m->request_id, kvs_wire_type_name(want));
+        snprintf(nd->refusal, sizeof nd->refusal,
+                 "handshake: a %s (request %llu) where a %s was due", kvs_wire_type_name(m->type),
+                 (unsigned long long)m->request_id, kvs_wire_type_name(want));
         return KVS_ECORRUPT;
     }
     return KVS_OK;
@@ -372,15 +390,18 @@ static void log_transports(remote *r, rnode *nd) {
     const char *req = kvs_ucx_conn_transports(nd->conn);
     const char *pay = nd->payload_tls[0] ? nd->payload_tls : "unknown (the node did not say)";
     int slow = kvs_ucx_tls_slow(nd->payload_tls);
-    if (!r->host || !r->host->log || r->host->struct_size < offsetof(kvs_backend_host, log) + sizeof r->host->log)
+    if (!r->host || !r->host->log ||
+        r->host->struct_size < offsetof(kvs_backend_host, log) + sizeof r->host->log)
         return;
     char line[ERROR_BYTES];
-    snprintf(line, sizeof line, "remote tier \"%s\": node %s: requests over %s, payloads over %s%s", r->name,
-             node_id(r, nd), req, pay,
-             slow ? (r->worker_addr ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
-                                      "is on another host or shared memory did not connect)"
-                                    : " only - a slow fallback (shared_memory: off)")
-                  : "");
+    snprintf(
+        line, sizeof line, "remote tier \"%s\": node %s: requests over %s, payloads over %s%s",
+        r->name, node_id(r, nd), req, pay,
+        slow ? (r->worker_addr
+                    ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
+                      "is on another host or shared memory did not connect)"
+                    : " only - a slow fallback (shared_memory: off)")
+             : "");
     r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 
@@ -398,8 +419,8 @@ static kvs_status handshake_begin(remote *r, rnode *nd) {
         return KVS_ENOMEM;
     }
     nd->rd->have_prefix = 0;
-    kvs_status st = kvs_control_connect_start(r->opt.hosts[nd->index], r->opt.ports[nd->index], &nd->ctl_fd, err,
-                                              sizeof err);
+    kvs_status st = kvs_control_connect_start(r->opt.hosts[nd->index], r->opt.ports[nd->index],
+                                              &nd->ctl_fd, err, sizeof err);
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
         return st;
@@ -413,20 +434,25 @@ static kvs_status handshake_begin(remote *r, rnode *nd) {
  * node up. */
 static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) {
     if (!m->worker_addr_len || !m->session_token) {
-        snprintf(nd->refusal, sizeof nd->refusal, "handshake: auth_ok without a worker address and session token "
-                 "(a node older than wire version %u?)", KVS_WIRE_VERSION);
+        snprintf(nd->refusal, sizeof nd->refusal,
+                 "handshake: auth_ok without a worker address and session token "
+                 "(a node older than wire version %u?)",
+                 KVS_WIRE_VERSION);
         return KVS_ECORRUPT;
     }
     memcpy(nd->token, m->session_token, sizeof nd->token);
-    snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m->transports_len, m->transports ? m->transports : "");
+    snprintf(nd->payload_tls, sizeof nd->payload_tls, "%.*s", (int)m->transports_len,
+             m->transports ? m->transports : "");
     char peer[96];
     snprintf(peer, sizeof peer, "node %s", node_id(r, nd));
     int ms = ms_left(nd->hs_deadline_ns);
-    kvs_status st = ms > 0 ? kvs_ucx_connect_address(r->t, m->worker_addr, m->worker_addr_len, peer, 1, ms, &nd->conn)
+    kvs_status st = ms > 0 ? kvs_ucx_connect_address(r->t, m->worker_addr, m->worker_addr_len, peer,
+                                                     1, ms, &nd->conn)
                            : KVS_ETIMEDOUT;
     if (st != KVS_OK) {
         nd->conn = NULL;
-        snprintf(nd->refusal, sizeof nd->refusal, "%s", ms > 0 ? kvs_ucx_last_error(r->t) : "handshake took the whole timeout");
+        snprintf(nd->refusal, sizeof nd->refusal, "%s",
+                 ms > 0 ? kvs_ucx_last_error(r->t) : "handshake took the whole timeout");
         return st;
     }
     kvs_ucx_conn_set_user(nd->conn, nd);
@@ -455,68 +481,75 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
     kvs_status st;
     char err[200];
     if (now_ns() >= nd->hs_deadline_ns) {
-        snprintf(nd->refusal, sizeof nd->refusal, nd->hs == HS_CONNECTING ? "no connection within %u ms"
-                                                                          : "no handshake reply within %u ms",
+        snprintf(nd->refusal, sizeof nd->refusal,
+                 nd->hs == HS_CONNECTING ? "no connection within %u ms"
+                                         : "no handshake reply within %u ms",
                  r->opt.timeout_ms);
         return KVS_ETIMEDOUT;
     }
     switch (nd->hs) {
-    case HS_CONNECTING:
-        if ((st = kvs_control_connect_finish(nd->ctl_fd, err, sizeof err)) != KVS_OK) {
-            if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
-            return st;
+        case HS_CONNECTING:
+            if ((st = kvs_control_connect_finish(nd->ctl_fd, err, sizeof err)) != KVS_OK) {
+                if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+                return st;
+            }
+            kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
+            if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
+            m.tenant = r->opt.tenant;
+            m.tenant_len = (uint32_t)strlen(r->opt.tenant);
+            m.nonce = nd->nonce;
+            nd->hs = HS_HELLO_SENT;
+            if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
+            __attribute__((fallthrough)); /* the challenge may be there already */
+        case HS_HELLO_SENT: {
+            if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
+            if (kvs_remote_node_proof_check(&r->psk, m.challenge, nd->nonce, r->opt.tenant,
+                                            strlen(r->opt.tenant), m.proof,
+                                            m.proof ? KVS_WIRE_PROOF_BYTES : 0) != KVS_OK) {
+                /* not a node holding our key: it gets neither our proof nor our worker address */
+                snprintf(nd->refusal, sizeof nd->refusal,
+                         "the peer's challenge does not prove it holds the key (not a "
+                         "kvstrata node, or another psk_file)");
+                nd->hs = HS_REFUSED;
+                pthread_mutex_lock(&r->mutex);
+                r->stats.auth_refusals++;
+                pthread_mutex_unlock(&r->mutex);
+                return KVS_EIO;
+            }
+            memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
+            nd->hs = HS_CHALLENGE;
+            uint8_t proof[KVS_WIRE_PROOF_BYTES];
+            st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant,
+                                       strlen(r->opt.tenant), proof);
+            if (st != KVS_OK) return st;
+            kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
+            m.proof = proof;
+            m.worker_addr = r->worker_addr;
+            m.worker_addr_len = (uint32_t)r->worker_addr_len;
+            if (r->offer_shared_memory) {
+                m.host_id = r->host_id;
+                m.host_id_len = sizeof r->host_id;
+                m.pid = (uint32_t)getpid();
+            }
+            nd->payload_tls[0] = '\0';
+            nd->hs = HS_AUTH_SENT;
+            if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
         }
-        kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
-        if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
-        m.tenant = r->opt.tenant;
-        m.tenant_len = (uint32_t)strlen(r->opt.tenant);
-        m.nonce = nd->nonce;
-        nd->hs = HS_HELLO_SENT;
-        if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
-        __attribute__((fallthrough)); /* the challenge may be there already */
-    case HS_HELLO_SENT: {
-        if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
-        if (kvs_remote_node_proof_check(&r->psk, m.challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), m.proof,
-                                        m.proof ? KVS_WIRE_PROOF_BYTES : 0) != KVS_OK) {
-            /* not a node holding our key: it gets neither our proof nor our worker address */
-            snprintf(nd->refusal, sizeof nd->refusal, "the peer's challenge does not prove it holds the key (not a "
-                     "kvstrata node, or another psk_file)");
-            nd->hs = HS_REFUSED;
-            pthread_mutex_lock(&r->mutex);
-            r->stats.auth_refusals++;
-            pthread_mutex_unlock(&r->mutex);
-            return KVS_EIO;
-        }
-        memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
-        nd->hs = HS_CHALLENGE;
-        uint8_t proof[KVS_WIRE_PROOF_BYTES];
-        st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant, strlen(r->opt.tenant), proof);
-        if (st != KVS_OK) return st;
-        kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
-        m.proof = proof;
-        m.worker_addr = r->worker_addr;
-        m.worker_addr_len = (uint32_t)r->worker_addr_len;
-        if (r->offer_shared_memory) {
-            m.host_id = r->host_id;
-            m.host_id_len = sizeof r->host_id;
-            m.pid = (uint32_t)getpid();
-        }
-        nd->payload_tls[0] = '\0';
-        nd->hs = HS_AUTH_SENT;
-        if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
-    }
-        __attribute__((fallthrough));
-    case HS_AUTH_SENT:
-        if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
-        return handshake_finish(r, nd, &m);
-    default:
-        snprintf(nd->refusal, sizeof nd->refusal, "handshake in an unexpected state %d", nd->hs);
-        return KVS_ESTATE;
+            __attribute__((fallthrough));
+        case HS_AUTH_SENT:
+            if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
+            return handshake_finish(r, nd, &m);
+        default:
+            snprintf(nd->refusal, sizeof nd->refusal, "handshake in an unexpected state %d",
+                     nd->hs);
+            return KVS_ESTATE;
     }
 }
 
 /* What a node in its handshake waits for on its control connection. */
-static short handshake_events(const rnode *nd) { return nd->hs == HS_CONNECTING ? POLLOUT : POLLIN; }
+static short handshake_events(const rnode *nd) {
+    return nd->hs == HS_CONNECTING ? POLLOUT : POLLIN;
+}
 
 /* 1 while a node's handshake is under way (begun, neither up nor failed). */
 static int in_handshake(const rnode *nd) {
@@ -552,7 +585,8 @@ static int in_staging(const remote *r, const void *p, uint64_t len) {
 /* The first live home of key k, or -1. */
 static int32_t first_home(remote *r, const kvs_key *k) {
     uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n = 0;
-    if (kvs_remote_ring_homes(&r->ring, k, r->opt.replicas, homes, &n) != KVS_OK || n == 0) return -1;
+    if (kvs_remote_ring_homes(&r->ring, k, r->opt.replicas, homes, &n) != KVS_OK || n == 0)
+        return -1;
     return (int32_t)homes[0];
 }
 
@@ -575,7 +609,8 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
             if (type == KVS_WIRE_GET) {
                 int direct = j->off[k] == UINT64_MAX;
-                e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k] : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
+                e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k]
+                                        : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
                 e->length = j->cap[k];
                 e->rkey = direct ? r->staging_rkey : r->bounce_rkey;
                 e->rkey_len = direct ? r->staging_rkey_len : r->bounce_rkey_len;
@@ -592,7 +627,8 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             }
         }
         if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
-        if (type == KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
+        if (type ==
+            KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
             uint64_t fair = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
             if (deadline < fair) deadline = fair;
         }
@@ -607,14 +643,17 @@ static void exchange(remote *r, int type, uint64_t deadline) {
     }
     for (;;) {
         int waiting = 0;
-        for (uint32_t i = 0; i < r->opt.n_nodes; i++) waiting |= r->nodes[i].pending && !r->nodes[i].conn_dead;
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+            waiting |= r->nodes[i].pending && !r->nodes[i].conn_dead;
         if (!waiting || ms_left(deadline) <= 0) break;
         kvs_ucx_wait(r->t, ms_left(deadline));
     }
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (nd->pending) {
-            if (!nd->conn_dead) snprintf(nd->refusal, sizeof nd->refusal, "no reply within %u ms", r->opt.timeout_ms);
+            if (!nd->conn_dead)
+                snprintf(nd->refusal, sizeof nd->refusal, "no reply within %u ms",
+                         r->opt.timeout_ms);
             nd->pending = 0;
             nd->failed = 1;
         }
@@ -663,7 +702,8 @@ static void run_keyed(remote *r, job *j) {
         exchange(r, type, j->deadline_ns);
         if (type != KVS_WIRE_GET) continue;
         uint64_t rma = 0, bounced = 0;
-        pthread_mutex_lock(&r->mutex); /* an abandoning caller never races the copy into its memory */
+        pthread_mutex_lock(
+            &r->mutex); /* an abandoning caller never races the copy into its memory */
         for (uint64_t k = 0; k < j->n; k++) {
             if (!j->resolved[k] || j->off[k] == UINT64_MAX - 1) continue;
             if (j->off[k] == UINT64_MAX) {
@@ -684,7 +724,8 @@ static void run_keyed(remote *r, job *j) {
 /* Add key k of the current batch to each live home's batch; homes that are down drop their copy. */
 static void to_homes(remote *r, const kvs_key *key, uint32_t k, int is_put) {
     uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n_homes = 0;
-    if (kvs_remote_ring_homes(&r->ring, key, r->opt.replicas, homes, &n_homes) != KVS_OK) n_homes = 0;
+    if (kvs_remote_ring_homes(&r->ring, key, r->opt.replicas, homes, &n_homes) != KVS_OK)
+        n_homes = 0;
     if (is_put && n_homes < r->opt.replicas) {
         pthread_mutex_lock(&r->mutex);
         r->stats.puts_dropped += r->opt.replicas - n_homes;
@@ -729,12 +770,13 @@ static void run_puts(remote *r, job *first) {
             pthread_mutex_lock(&r->mutex);
             r->stats.puts_dropped += r->opt.replicas;
             pthread_mutex_unlock(&r->mutex);
-            r->put_jobs[n++] = j;          /* finished with the batch, never sent */
+            r->put_jobs[n++] = j; /* finished with the batch, never sent */
             j->status = KVS_ETIMEDOUT;
         }
         pthread_mutex_lock(&r->mutex);
         j = r->head;
-        if (j && j->kind == JOB_PUT && n < KVS_WIRE_MAX_KEYS && bytes + put_entry_bytes(j) <= PUT_BATCH_BYTES) {
+        if (j && j->kind == JOB_PUT && n < KVS_WIRE_MAX_KEYS &&
+            bytes + put_entry_bytes(j) <= PUT_BATCH_BYTES) {
             r->head = j->next;
             if (!r->head) r->tail = NULL;
         } else {
@@ -765,15 +807,10 @@ static void run_puts(remote *r, job *first) {
 static void run_job(remote *r, job *j) {
     r->current = j;
     switch (j->kind) {
-    case JOB_LOOKUP:
-    case JOB_GET:
-        run_keyed(r, j);
-        break;
-    case JOB_FLUSH: /* done by being reached: every job queued before it has finished */
-        break;
-    default:
-        run_broadcast(r, j);
-        break;
+        case JOB_LOOKUP:
+        case JOB_GET: run_keyed(r, j); break;
+        case JOB_FLUSH: /* done by being reached: every job queued before it has finished */ break;
+        default: run_broadcast(r, j); break;
     }
     r->current = NULL;
 }
@@ -802,7 +839,8 @@ static void reconnect_due(remote *r, uint64_t *next_ns) {
         rnode *nd = &r->nodes[i];
         if (nd->up) continue;
         kvs_status st = KVS_EAGAIN;
-        if (in_handshake(nd)) st = handshake_advance(r, nd);
+        if (in_handshake(nd))
+            st = handshake_advance(r, nd);
         else if (now_ns() >= nd->next_attempt_ns) {
             st = handshake_begin(r, nd);
             if (st == KVS_OK) st = handshake_advance(r, nd);
@@ -840,15 +878,25 @@ static kvs_status thread_start(remote *r) {
     if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
     size_t len = 0;
     if (r->staging && r->staging_len) {
-        if ((st = kvs_ucx_mem_register(r->t, r->staging, (size_t)r->staging_len, &r->staging_mem)) != KVS_OK) goto ucx_fail;
-        if ((st = kvs_ucx_mem_pack(r->staging_mem, r->staging_rkey, sizeof r->staging_rkey, &len)) != KVS_OK) goto ucx_fail;
+        if ((st = kvs_ucx_mem_register(r->t, r->staging, (size_t)r->staging_len,
+                                       &r->staging_mem)) != KVS_OK)
+            goto ucx_fail;
+        if ((st = kvs_ucx_mem_pack(r->staging_mem, r->staging_rkey, sizeof r->staging_rkey,
+                                   &len)) != KVS_OK)
+            goto ucx_fail;
         r->staging_rkey_len = (uint32_t)len;
     }
-    if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) != KVS_OK) goto ucx_fail;
-    if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) !=
+        KVS_OK)
+        goto ucx_fail;
+    if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) !=
+        KVS_OK)
+        goto ucx_fail;
     r->bounce_rkey_len = (uint32_t)len;
-    if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK) goto ucx_fail;
-    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK)
+        goto ucx_fail;
+    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK)
+        goto ucx_fail;
     r->queue_rkey_len = (uint32_t)len;
     /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
      * another host ignores it) */
@@ -868,8 +916,9 @@ static kvs_status thread_start(remote *r) {
         rnode *nd = &r->nodes[i];
         if (node_connect(r, nd) == KVS_OK) continue;
         if (nd->hs == HS_REFUSED) {
-            set_error(r, "node %s refused authentication for tenant \"%s\" (%s); check psk_file %s", node_id(r, nd),
-                      r->opt.tenant, nd->refusal[0] ? nd->refusal : "no reason given", r->opt.psk_file);
+            set_error(r, "node %s refused authentication for tenant \"%s\" (%s); check psk_file %s",
+                      node_id(r, nd), r->opt.tenant,
+                      nd->refusal[0] ? nd->refusal : "no reason given", r->opt.psk_file);
             return KVS_EIO;
         }
         char why[KVS_WIRE_MAX_ERROR_TEXT + 1];
@@ -934,12 +983,15 @@ static void *progress_main(void *arg) {
         int stopping = r->stopping;
         pthread_mutex_unlock(&r->mutex);
         if (j) {
-            if (j->kind == JOB_PUT) { /* even when stopping: queued puts drain within their deadlines */
+            if (j->kind ==
+                JOB_PUT) { /* even when stopping: queued puts drain within their deadlines */
                 run_puts(r, j);
                 continue;
             }
-            if (stopping) j->status = KVS_EIO;
-            else if (!j->abandoned && ms_left(j->deadline_ns) > 0) run_job(r, j);
+            if (stopping)
+                j->status = KVS_EIO;
+            else if (!j->abandoned && ms_left(j->deadline_ns) > 0)
+                run_job(r, j);
             finish(r, j);
             continue;
         }
@@ -982,7 +1034,8 @@ static void *progress_main(void *arg) {
 
 /* One allocation for a job and its arrays (freed by whoever sees it last: caller or thread). */
 static job *job_new(int kind, uint64_t n) {
-    size_t size = sizeof(job) + n * (sizeof(kvs_key) + 1 + 1 + sizeof(uint64_t) * 3 + sizeof(kvs_status)) + 64;
+    size_t size = sizeof(job) +
+                  n * (sizeof(kvs_key) + 1 + 1 + sizeof(uint64_t) * 3 + sizeof(kvs_status)) + 64;
     job *j = calloc(1, size);
     if (!j) return NULL;
     uint8_t *p = (uint8_t *)(j + 1);
@@ -1022,13 +1075,16 @@ static kvs_status enqueue(remote *r, job *j) {
         pthread_mutex_unlock(&r->mutex);
         return KVS_EIO;
     }
-    if (r->tail) r->tail->next = j;
-    else r->head = j;
+    if (r->tail)
+        r->tail->next = j;
+    else
+        r->head = j;
     r->tail = j;
     if (j->kind == JOB_PUT) r->stats.puts_queued++;
     pthread_mutex_unlock(&r->mutex);
     uint64_t one = 1;
-    if (write(r->doorbell, &one, sizeof one) < 0) (void)0; /* a full counter still wakes the thread */
+    if (write(r->doorbell, &one, sizeof one) < 0)
+        (void)0; /* a full counter still wakes the thread */
     return KVS_OK;
 }
 
@@ -1058,7 +1114,9 @@ static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
     return KVS_OK;
 }
 
-static kvs_status submit(remote *r, job *j) { return submit_for(r, j, r->opt.timeout_ms); }
+static kvs_status submit(remote *r, job *j) {
+    return submit_for(r, j, r->opt.timeout_ms);
+}
 
 kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
     remote *r = state;
@@ -1077,8 +1135,9 @@ kvs_status kvs_remote_contains(void *state, const kvs_key *keys, uint64_t n, uin
     return KVS_OK;
 }
 
-kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps, uint64_t n,
-                               uint64_t *lens, kvs_status *statuses) {
+kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *dsts,
+                               const uint64_t *caps, uint64_t n, uint64_t *lens,
+                               kvs_status *statuses) {
     remote *r = state;
     for (uint64_t i = 0; i < n; i++) lens[i] = 0, statuses[i] = KVS_ENOTFOUND;
     if (n == 0) return KVS_OK;
@@ -1096,7 +1155,8 @@ kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *ds
     if (st != KVS_OK) return st;
     for (uint64_t i = 0; i < n; i++) {
         statuses[i] = j->resolved[i] ? j->statuses[i] : KVS_ENOTFOUND;
-        if (statuses[i] == KVS_EINVAL || statuses[i] == KVS_EIO) statuses[i] = KVS_ENOTFOUND; /* a failed node: a miss */
+        if (statuses[i] == KVS_EINVAL || statuses[i] == KVS_EIO)
+            statuses[i] = KVS_ENOTFOUND; /* a failed node: a miss */
         lens[i] = statuses[i] == KVS_OK || statuses[i] == KVS_EOVERFLOW ? j->lens[i] : 0;
     }
     free(j);
@@ -1108,12 +1168,15 @@ kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *ds
 static int queue_take(remote *r, uint64_t need, uint64_t *off, uint64_t *span) {
     if (r->queue_used == 0) r->queue_head = 0;
     uint64_t head = r->queue_head, len = r->queue_len;
-    uint64_t tail = r->queue_used == 0 ? 0 : head >= r->queue_used ? head - r->queue_used : head + len - r->queue_used;
+    uint64_t tail = r->queue_used == 0      ? 0
+                    : head >= r->queue_used ? head - r->queue_used
+                                            : head + len - r->queue_used;
     if (r->queue_used == 0 || tail < head) {
         if (len - head >= need) {
             *off = head, *span = need;
         } else if (tail >= need) {
-            *off = 0, *span = (len - head) + need; /* the gap at the end is charged to this object */
+            *off = 0,
+            *span = (len - head) + need; /* the gap at the end is charged to this object */
         } else {
             return 0;
         }
@@ -1135,7 +1198,8 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
     if (len == 0) return KVS_EINVAL;
     uint64_t need = (len + 63) & ~63ull;
     if (need > r->queue_len) {
-        set_error(r, "an object of %llu bytes does not fit the put queue of %llu bytes (put_queue_mb)",
+        set_error(r,
+                  "an object of %llu bytes does not fit the put queue of %llu bytes (put_queue_mb)",
                   (unsigned long long)len, (unsigned long long)r->queue_len);
         return KVS_ENOMEM;
     }
@@ -1158,8 +1222,8 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
         pthread_mutex_unlock(&r->mutex);
         pthread_mutex_unlock(&r->put_order);
         free(j);
-        set_error(r, "put dropped: the put queue (%llu bytes) stayed full for timeout_ms %u", (unsigned long long)r->queue_len,
-                  r->opt.timeout_ms);
+        set_error(r, "put dropped: the put queue (%llu bytes) stayed full for timeout_ms %u",
+                  (unsigned long long)r->queue_len, r->opt.timeout_ms);
         return KVS_ETIMEDOUT;
     }
     pthread_mutex_unlock(&r->mutex);
@@ -1260,7 +1324,8 @@ void kvs_remote_destroy(void *state) {
     remote_free(r);
 }
 
-kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o, void **state) {
+kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o,
+                             void **state) {
     char err[256] = "";
     *state = NULL;
     remote *r = calloc(1, sizeof *r);
@@ -1286,7 +1351,8 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     if (r->bounce_len < (1u << 20)) r->bounce_len = 1u << 20;
     r->bounce = aligned_alloc(4096, (r->bounce_len + 4095) & ~4095ull);
     r->queue_len = (uint64_t)o->put_queue_mb << 20;
-    if (r->queue_len < r->bounce_len) r->queue_len = r->bounce_len; /* room for the largest object */
+    if (r->queue_len < r->bounce_len)
+        r->queue_len = r->bounce_len; /* room for the largest object */
     r->queue = aligned_alloc(4096, (r->queue_len + 4095) & ~4095ull);
     r->put_jobs = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->put_jobs);
     r->send_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
@@ -1295,8 +1361,10 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
     r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st = KVS_ENOMEM;
-    if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries || !r->reply_entries || !r->nodes || r->doorbell < 0) {
-        snprintf(r->error, sizeof r->error, "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
+    if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
+        !r->reply_entries || !r->nodes || r->doorbell < 0) {
+        snprintf(r->error, sizeof r->error,
+                 "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
                  strerror(errno));
         goto fail;
     }
@@ -1308,19 +1376,22 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
         nd->backoff_ms = o->connect_backoff_ms;
         nd->batch = calloc(KVS_WIRE_MAX_KEYS, sizeof *nd->batch);
         if (!nd->batch || kvs_remote_ring_add(&r->ring, o->ids[i]) != KVS_OK) {
-            snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot add node %s", r->name, o->ids[i]);
+            snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot add node %s", r->name,
+                     o->ids[i]);
             st = KVS_ECONFIG;
             goto fail;
         }
         kvs_remote_ring_set_down(&r->ring, o->ids[i], 1);
     }
     if (pthread_create(&r->thread, NULL, progress_main, r) != 0) {
-        snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot start the progress thread", r->name);
+        snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot start the progress thread",
+                 r->name);
         st = KVS_EIO;
         goto fail;
     }
     pthread_mutex_lock(&r->mutex);
-    while (r->ready == 0) pthread_cond_wait(&r->cond, &r->mutex); /* bounded: each connect has timeout_ms */
+    while (r->ready == 0)
+        pthread_cond_wait(&r->cond, &r->mutex); /* bounded: each connect has timeout_ms */
     st = r->ready_status;
     pthread_mutex_unlock(&r->mutex);
     if (st != KVS_OK) {

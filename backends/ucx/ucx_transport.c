@@ -15,8 +15,9 @@
 
 typedef struct message {
     struct message *next;
-    kvs_ucx_conn *conn; /* NULL: the sender is no connection of ours (the owner names it from the bytes) */
-    int orphaned;       /* its connection closed before delivery: dropped */
+    kvs_ucx_conn
+        *conn; /* NULL: the sender is no connection of ours (the owner names it from the bytes) */
+    int orphaned; /* its connection closed before delivery: dropped */
     uint16_t id;
     int ready;  /* bytes complete (or failed) */
     int failed; /* rendezvous receive failed; dropped at delivery */
@@ -48,13 +49,13 @@ struct kvs_ucx_mem {
 
 struct kvs_ucx_conn {
     kvs_ucx_transport *t;
-    ucp_ep_h ep;          /* NULL once force-closed after a failure */
+    ucp_ep_h ep; /* NULL once force-closed after a failure */
     int dead;
     int dead_reported;
     int transports_known; /* learned once wired up */
-    int no_peer_errors;   /* made without peer-failure handling (worker address): never force-closed */
-    kvs_ucx_conn *guard;  /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
-    int watch_fd;         /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
+    int no_peer_errors; /* made without peer-failure handling (worker address): never force-closed */
+    kvs_ucx_conn *guard; /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
+    int watch_fd;        /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
     char peer[64];
     char transports[96];
     char why[256];
@@ -82,7 +83,7 @@ struct kvs_ucx_transport {
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-#define set_err(t, ...) kvs_fmt((t)->err, sizeof (t)->err, __VA_ARGS__)
+#define set_err(t, ...) kvs_fmt((t)->err, sizeof(t)->err, __VA_ARGS__)
 
 static unsigned long long deadline_after(int timeout_ms) {
     if (timeout_ms < 0) return ~0ull;
@@ -161,8 +162,8 @@ static void close_ep(kvs_ucx_conn *conn, int force) {
     if (conn->no_peer_errors && (force || conn->dead || guard_dead(conn))) {
         /* UCX cannot force-close an endpoint without peer-failure handling, and a graceful close to
          * a dead peer never completes: leave the endpoint to UCX until the worker is destroyed. */
-        kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": endpoint to %s left to UCX (peer gone)", t->name,
-                conn->peer);
+        kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": endpoint to %s left to UCX (peer gone)",
+                t->name, conn->peer);
         conn->ep = NULL;
         return;
     }
@@ -198,7 +199,8 @@ static void ep_error_cb(void *arg, ucp_ep_h ep, ucs_status_t status) {
     (void)ep;
     if (conn->dead) return;
     conn->dead = 1;
-    kvs_fmt(conn->why, sizeof conn->why, "peer %s failed: %s", conn->peer, ucs_status_string(status));
+    kvs_fmt(conn->why, sizeof conn->why, "peer %s failed: %s", conn->peer,
+            ucs_status_string(status));
     kvs_log(conn->t->log_level, KVS_LOG_INFO, "ucx \"%s\": %s", conn->t->name, conn->why);
 }
 
@@ -296,8 +298,9 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len,
     kvs_ucx_conn *conn = NULL;
     if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) conn = conn_of_ep(t, param->reply_ep);
     if (!slot->fn) {
-        kvs_log(t->log_level, KVS_LOG_WARN, "ucx \"%s\": dropped message id %u of %zu bytes (no handler)",
-                t->name, slot->id, length);
+        kvs_log(t->log_level, KVS_LOG_WARN,
+                "ucx \"%s\": dropped message id %u of %zu bytes (no handler)", t->name, slot->id,
+                length);
         return UCS_OK;
     }
     message *m = calloc(1, sizeof *m);
@@ -335,8 +338,10 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len,
         if (length) memcpy(m->data, data, length);
         m->ready = 1;
     }
-    if (t->queue_tail) t->queue_tail->next = m;
-    else t->queue_head = m;
+    if (t->queue_tail)
+        t->queue_tail->next = m;
+    else
+        t->queue_head = m;
     t->queue_tail = m;
     return UCS_OK;
 }
@@ -389,7 +394,8 @@ kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, 
     kvs_fmt_bytes(size, sizeof size, data_len);
     if (timed_out) {
         char why[160];
-        kvs_fmt(why, sizeof why, "a %s message (id %u) was not sent within %d ms", size, id, timeout_ms);
+        kvs_fmt(why, sizeof why, "a %s message (id %u) was not sent within %d ms", size, id,
+                timeout_ms);
         fail_conn(conn, why);
         request_abandon(t, request);
         set_err(t, "ucx \"%s\": send to %s: %s", t->name, conn->peer, why);
@@ -415,17 +421,22 @@ static int deliver_one(kvs_ucx_transport *t) {
         for (message *e = t->queue_head; e != m; e = e->next)
             if (!e->ready && !e->orphaned && e->conn == m->conn) blocked = 1;
         if (blocked) continue;
-        if (prev) prev->next = m->next;
-        else t->queue_head = m->next;
+        if (prev)
+            prev->next = m->next;
+        else
+            t->queue_head = m->next;
         if (t->queue_tail == m) t->queue_tail = prev;
         kvs_ucx_conn *conn = m->conn;
         if (!m->orphaned && !m->failed) {
             if (conn) learn_transports(conn);
             am_slot *slot = &t->am[m->id];
-            if (slot->fn) slot->fn(slot->user, conn, m->header, m->header_len, m->data, m->data_len);
+            if (slot->fn)
+                slot->fn(slot->user, conn, m->header, m->header_len, m->data, m->data_len);
         } else if (m->failed) {
-            kvs_log(t->log_level, KVS_LOG_WARN, "ucx \"%s\": a %zu-byte message (id %u) was lost "
-                    "in transfer", t->name, m->data_len, m->id);
+            kvs_log(t->log_level, KVS_LOG_WARN,
+                    "ucx \"%s\": a %zu-byte message (id %u) was lost "
+                    "in transfer",
+                    t->name, m->data_len, m->id);
         }
         message_free(m);
         return 1;
@@ -510,7 +521,8 @@ kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out,
     }
     ucp_params_t cp;
     memset(&cp, 0, sizeof cp);
-    cp.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    cp.field_mask =
+        UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     cp.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
     cp.mt_workers_shared = 0;
     cp.name = t->name;
@@ -575,11 +587,16 @@ void kvs_ucx_destroy(kvs_ucx_transport *t) {
     free(t);
 }
 
-const char *kvs_ucx_last_error(const kvs_ucx_transport *t) { return t ? t->err : "no transport"; }
-int kvs_ucx_event_fd(const kvs_ucx_transport *t) { return t ? t->event_fd : -1; }
+const char *kvs_ucx_last_error(const kvs_ucx_transport *t) {
+    return t ? t->err : "no transport";
+}
+int kvs_ucx_event_fd(const kvs_ucx_transport *t) {
+    return t ? t->event_fd : -1;
+}
 
 /* Wait until a new endpoint is wired up (its flush completes) or fails; closes it on failure. */
-static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int timeout_ms, kvs_ucx_conn **out) {
+static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int timeout_ms,
+                                 kvs_ucx_conn **out) {
     const char *peer = conn->peer;
     /* The flush completes once the wire-up with the server did (or fails when it cannot). */
     ucp_request_param_t fp;
@@ -621,7 +638,8 @@ kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, s
     *len_out = len;
     kvs_status rc = KVS_OK;
     if (len > cap) {
-        set_err(t, "ucx \"%s\": the worker address needs %zu bytes, the buffer has %zu", t->name, len, cap);
+        set_err(t, "ucx \"%s\": the worker address needs %zu bytes, the buffer has %zu", t->name,
+                len, cap);
         rc = KVS_EOVERFLOW;
     } else {
         memcpy(buf, addr, len);
@@ -630,13 +648,15 @@ kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, s
     return rc;
 }
 
-kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
-                                   int peer_errors, int timeout_ms, kvs_ucx_conn **out) {
+kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len,
+                                   const char *peer, int peer_errors, int timeout_ms,
+                                   kvs_ucx_conn **out) {
     if (out) *out = NULL;
     if (!t || !addr || len == 0 || !out) return KVS_EINVAL;
     kvs_ucx_conn *conn = conn_new(t, peer ? peer : "worker address");
     if (!conn) {
-        set_err(t, "ucx \"%s\": no memory to connect to %s", t->name, peer ? peer : "a worker address");
+        set_err(t, "ucx \"%s\": no memory to connect to %s", t->name,
+                peer ? peer : "a worker address");
         return KVS_ENOMEM;
     }
     ucp_ep_params_t p;
@@ -656,8 +676,8 @@ kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_
     }
     ucs_status_t st = ucp_ep_create(t->worker, &p, &conn->ep);
     if (st != UCS_OK) {
-        set_err(t, "ucx \"%s\": cannot connect to the worker address of %s: %s", t->name, conn->peer,
-                ucs_status_string(st));
+        set_err(t, "ucx \"%s\": cannot connect to the worker address of %s: %s", t->name,
+                conn->peer, ucs_status_string(st));
         free(conn);
         return KVS_EIO;
     }
@@ -683,8 +703,10 @@ static void conn_release(kvs_ucx_conn *conn, int force) {
             m->conn = NULL;
             m->orphaned = 1;
             if (!m->request) {
-                if (prev) prev->next = next;
-                else t->queue_head = next;
+                if (prev)
+                    prev->next = next;
+                else
+                    t->queue_head = next;
                 if (t->queue_tail == m) t->queue_tail = prev;
                 message_free(m);
                 m = next;
@@ -716,18 +738,25 @@ void kvs_ucx_conn_watch_fd(kvs_ucx_conn *conn, int fd) {
 void kvs_ucx_conn_guard(kvs_ucx_conn *conn, kvs_ucx_conn *guard) {
     if (conn && conn != guard) conn->guard = guard;
 }
-const char *kvs_ucx_conn_peer(const kvs_ucx_conn *conn) { return conn ? conn->peer : ""; }
-const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn) { return conn ? conn->why : ""; }
+const char *kvs_ucx_conn_peer(const kvs_ucx_conn *conn) {
+    return conn ? conn->peer : "";
+}
+const char *kvs_ucx_conn_error(const kvs_ucx_conn *conn) {
+    return conn ? conn->why : "";
+}
 void kvs_ucx_conn_set_user(kvs_ucx_conn *conn, void *user) {
     if (conn) conn->user = user;
 }
-void *kvs_ucx_conn_user(const kvs_ucx_conn *conn) { return conn ? conn->user : NULL; }
+void *kvs_ucx_conn_user(const kvs_ucx_conn *conn) {
+    return conn ? conn->user : NULL;
+}
 
 int kvs_ucx_tls_slow(const char *list) {
     int any = 0;
     for (const char *p = list ? list : ""; *p;) {
         size_t n = strcspn(p, "+");
-        if (!((n == 3 && strncmp(p, "tcp", 3) == 0) || (n == 4 && strncmp(p, "self", 4) == 0))) return 0;
+        if (!((n == 3 && strncmp(p, "tcp", 3) == 0) || (n == 4 && strncmp(p, "self", 4) == 0)))
+            return 0;
         any = 1;
         p += n + (p[n] == '+');
     }
@@ -812,7 +841,8 @@ kvs_status kvs_ucx_mem_pack(kvs_ucx_mem *mem, void *buf, size_t cap, size_t *len
     return rc;
 }
 
-kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len, kvs_ucx_rkey **out) {
+kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len,
+                               kvs_ucx_rkey **out) {
     if (out) *out = NULL;
     if (!conn || !blob || len == 0 || !out) return KVS_EINVAL;
     kvs_ucx_transport *t = conn->t;
@@ -854,11 +884,13 @@ void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey) {
 
 /* Issue every transfer at once so UCX keeps them in flight together, wait for all of them, and for
  * puts flush once at the end. One failure fails the whole batch (and, on timeout, the connection). */
-kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n, int timeout_ms) {
+kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n,
+                            int timeout_ms) {
     if (!conn || (n && !ops)) return KVS_EINVAL;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!ops[i].local || ops[i].len == 0 || !ops[i].rkey || ops[i].rkey->conn != conn) return KVS_EINVAL;
+        if (!ops[i].local || ops[i].len == 0 || !ops[i].rkey || ops[i].rkey->conn != conn)
+            return KVS_EINVAL;
         total += ops[i].len;
     }
     if (n == 0) return KVS_OK;
@@ -866,10 +898,11 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
     const char *what = is_put ? "put" : "get";
     char size[32];
     kvs_fmt_bytes(size, sizeof size, total);
-    if (guard_dead(conn) && !conn->dead) fail_conn(conn, "the peer died (its guard connection or process)");
+    if (guard_dead(conn) && !conn->dead)
+        fail_conn(conn, "the peer died (its guard connection or process)");
     if (conn->dead || !conn->ep) {
-        set_err(t, "ucx \"%s\": %s of %s from %s: the connection is dead: %s", t->name, what, size, conn->peer,
-                conn->why);
+        set_err(t, "ucx \"%s\": %s of %s from %s: the connection is dead: %s", t->name, what, size,
+                conn->peer, conn->why);
         return KVS_EIO;
     }
     void **requests = calloc(n + 1, sizeof *requests); /* + 1: the flush */
@@ -888,8 +921,9 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
             p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
             p.memh = op->local_mem->memh;
         }
-        void *request = is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
-                               : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
+        void *request =
+            is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
+                   : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
         if (UCS_PTR_IS_ERR(request)) {
             st = UCS_PTR_STATUS(request);
             break;
@@ -918,11 +952,11 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
     if (timed_out) {
         char why[160];
         if (guard_dead(conn))
-            kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what, n == 1 ? "" : "s",
-                    size);
+            kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what,
+                    n == 1 ? "" : "s", size);
         else
-            kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what, n == 1 ? "" : "s",
-                    size, timeout_ms);
+            kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what,
+                    n == 1 ? "" : "s", size, timeout_ms);
         fail_conn(conn, why);
         for (size_t i = waited; i < issued; i++) request_abandon(t, requests[i]);
         request_abandon(t, flush);
@@ -932,8 +966,8 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
     }
     free(requests);
     if (st != UCS_OK || conn->dead) {
-        set_err(t, "ucx \"%s\": %zu %s%s of %s (first at 0x%llx) on %s failed: %s", t->name, n, what,
-                n == 1 ? "" : "s", size, (unsigned long long)ops[0].remote_addr, conn->peer,
+        set_err(t, "ucx \"%s\": %zu %s%s of %s (first at 0x%llx) on %s failed: %s", t->name, n,
+                what, n == 1 ? "" : "s", size, (unsigned long long)ops[0].remote_addr, conn->peer,
                 conn->dead ? conn->why : ucs_status_string(st));
         return KVS_EIO;
     }
@@ -942,14 +976,21 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
 
 kvs_status kvs_ucx_get(kvs_ucx_conn *conn, void *local, size_t len, kvs_ucx_mem *local_mem,
                        uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
-    kvs_ucx_rma op = {.local = local, .len = len, .local_mem = local_mem, .remote_addr = remote_addr, .rkey = rkey};
+    kvs_ucx_rma op = {.local = local,
+                      .len = len,
+                      .local_mem = local_mem,
+                      .remote_addr = remote_addr,
+                      .rkey = rkey};
     return kvs_ucx_rma_many(conn, 0, &op, 1, timeout_ms);
 }
 
 kvs_status kvs_ucx_put(kvs_ucx_conn *conn, const void *local, size_t len, kvs_ucx_mem *local_mem,
                        uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
     /* UCX reads but never writes a put's source; the cast only shares the get path */
-    kvs_ucx_rma op = {.local = (void *)(uintptr_t)local, .len = len, .local_mem = local_mem,
-                      .remote_addr = remote_addr, .rkey = rkey};
+    kvs_ucx_rma op = {.local = (void *)(uintptr_t)local,
+                      .len = len,
+                      .local_mem = local_mem,
+                      .remote_addr = remote_addr,
+                      .rkey = rkey};
     return kvs_ucx_rma_many(conn, 1, &op, 1, timeout_ms);
 }

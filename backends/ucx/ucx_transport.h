@@ -20,9 +20,9 @@
 #include "kvstrata.h"
 
 typedef struct kvs_ucx_transport kvs_ucx_transport; /* opaque */
-typedef struct kvs_ucx_conn kvs_ucx_conn;           /* one endpoint to one peer; owned by the transport */
-typedef struct kvs_ucx_mem kvs_ucx_mem;             /* a registered caller buffer */
-typedef struct kvs_ucx_rkey kvs_ucx_rkey;           /* a peer's memory key, usable on one connection */
+typedef struct kvs_ucx_conn kvs_ucx_conn; /* one endpoint to one peer; owned by the transport */
+typedef struct kvs_ucx_mem kvs_ucx_mem;   /* a registered caller buffer */
+typedef struct kvs_ucx_rkey kvs_ucx_rkey; /* a peer's memory key, usable on one connection */
 
 #define KVS_UCX_MAX_AM_ID 64u /* active-message ids are 0 .. KVS_UCX_MAX_AM_ID - 1 */
 
@@ -36,11 +36,11 @@ typedef void (*kvs_ucx_am_fn)(void *user, kvs_ucx_conn *conn, const void *header
 typedef void (*kvs_ucx_dead_fn)(void *user, kvs_ucx_conn *conn, const char *why);
 
 typedef struct kvs_ucx_params {
-    uint32_t struct_size;          /* sizeof(kvs_ucx_params) */
-    const char *name;              /* for messages ("kvstrata-node"); copied; NULL: "ucx" */
-    int log_level;                 /* KVS_LOG_*: failures at WARN, details at DEBUG */
-    kvs_ucx_dead_fn on_dead;       /* may be NULL */
-    void *user;                    /* passed to on_dead */
+    uint32_t struct_size;    /* sizeof(kvs_ucx_params) */
+    const char *name;        /* for messages ("kvstrata-node"); copied; NULL: "ucx" */
+    int log_level;           /* KVS_LOG_*: failures at WARN, details at DEBUG */
+    kvs_ucx_dead_fn on_dead; /* may be NULL */
+    void *user;              /* passed to on_dead */
 } kvs_ucx_params;
 
 /* Create the context and worker. UCX reads its UCX_*
@@ -81,8 +81,9 @@ kvs_status kvs_ucx_worker_address(kvs_ucx_transport *t, void *buf, size_t cap, s
  * endpoint has no peer-failure detection: a transfer to a dead peer hangs until its timeout, and a
  * dead endpoint is left to UCX rather than closed. Give it a guard (kvs_ucx_conn_guard) and a
  * watched fd so it fails as soon as those do. */
-kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len, const char *peer,
-                                   int peer_errors, int timeout_ms, kvs_ucx_conn **out);
+kvs_status kvs_ucx_connect_address(kvs_ucx_transport *t, const void *addr, size_t len,
+                                   const char *peer, int peer_errors, int timeout_ms,
+                                   kvs_ucx_conn **out);
 /* Close a connection (gracefully when alive, bounded by a short timeout, forced otherwise), destroy
  * its remote keys and drop its undelivered messages. NULL is a no-op. */
 void kvs_ucx_conn_close(kvs_ucx_conn *conn);
@@ -132,7 +133,8 @@ void kvs_ucx_mem_deregister(kvs_ucx_mem *mem);
 kvs_status kvs_ucx_mem_pack(kvs_ucx_mem *mem, void *buf, size_t cap, size_t *len_out);
 /* Unpack a peer's packed key for use on `conn`; the key is destroyed with the connection at the
  * latest (do not call kvs_ucx_rkey_destroy after kvs_ucx_conn_close). */
-kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len, kvs_ucx_rkey **out);
+kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len,
+                               kvs_ucx_rkey **out);
 /* Destroy a remote key before its connection closes. NULL is a no-op. */
 void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey);
 
@@ -161,6 +163,7 @@ typedef struct kvs_ucx_rma {
  * and return when every one is done (puts: flushed, the bytes are in the peer's memory). One
  * failure fails the batch (KVS_EIO; which bytes arrived is unknown); the timeout covers the whole
  * batch and, when it passes, kills the connection as kvs_ucx_get does. */
-kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n, int timeout_ms);
+kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n,
+                            int timeout_ms);
 
 #endif

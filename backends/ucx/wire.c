@@ -23,18 +23,18 @@ void kvs_wire_msg_init(kvs_wire_msg *msg, kvs_wire_type type, uint64_t request_i
 }
 
 const char *kvs_wire_type_name(uint32_t type) {
-    static const char *const names[] = {NULL,          "hello",     "challenge",    "auth",
-                                        "auth_ok",     "error",     "lookup",       "lookup_reply",
-                                        "get",         "get_reply", "put",          "put_reply",
-                                        "delete",      "delete_reply", "stats",     "stats_reply"};
+    static const char *const names[] = {NULL,      "hello",        "challenge", "auth",
+                                        "auth_ok", "error",        "lookup",    "lookup_reply",
+                                        "get",     "get_reply",    "put",       "put_reply",
+                                        "delete",  "delete_reply", "stats",     "stats_reply"};
     if (type == 0 || type >= sizeof names / sizeof names[0]) return "unknown";
     return names[type];
 }
 
 const char *kvs_wire_error_name(uint32_t code) {
-    static const char *const names[] = {"none",  "truncated",  "too_large",    "limit",
-                                        "type",  "trailing",   "version",      "unknown_type",
-                                        "value", "auth",       "state",        "internal"};
+    static const char *const names[] = {"none",  "truncated", "too_large", "limit",
+                                        "type",  "trailing",  "version",   "unknown_type",
+                                        "value", "auth",      "state",     "internal"};
     if (code >= sizeof names / sizeof names[0]) return "unknown";
     return names[code];
 }
@@ -79,7 +79,8 @@ typedef struct sink {
 static int sink_write(void *data, const char *bytes, size_t len) {
     sink *s = data;
     if (len == 0) return 0; /* an empty str/bin body may come with a NULL pointer */
-    if (s->buf && s->used <= s->cap && len <= s->cap - s->used) memcpy(s->buf + s->used, bytes, len);
+    if (s->buf && s->used <= s->cap && len <= s->cap - s->used)
+        memcpy(s->buf + s->used, bytes, len);
     s->used += len;
     return 0;
 }
@@ -102,41 +103,49 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: cannot encode unknown message type %u", t);
         return -1;
     }
-    if (t == KVS_WIRE_HELLO && (!msg->tenant || !tenant_ok(msg->tenant, msg->tenant_len) || !msg->nonce)) {
+    if (t == KVS_WIRE_HELLO &&
+        (!msg->tenant || !tenant_ok(msg->tenant, msg->tenant_len) || !msg->nonce)) {
         refuse(why, KVS_WIRE_ERR_VALUE,
                "wire: hello needs a nonce and a tenant name of 1..%u bytes of [A-Za-z0-9._-]",
                KVS_WIRE_MAX_TENANT_BYTES);
         return -1;
     }
-    if ((t == KVS_WIRE_CHALLENGE && (!msg->challenge || !msg->proof)) || (t == KVS_WIRE_AUTH && !msg->proof)) {
+    if ((t == KVS_WIRE_CHALLENGE && (!msg->challenge || !msg->proof)) ||
+        (t == KVS_WIRE_AUTH && !msg->proof)) {
         refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s without its 32 bytes", kvs_wire_type_name(t));
         return -1;
     }
     if (t == KVS_WIRE_AUTH && (msg->host_id_len || msg->worker_addr_len) &&
-        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || msg->worker_addr_len == 0 ||
-         (msg->host_id_len && (!msg->host_id || msg->host_id_len > KVS_WIRE_MAX_HOST_ID_BYTES || msg->pid == 0 ||
-                               msg->pid > INT32_MAX)))) {
-        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth carries a worker address of %u bytes (1..%u), and with it "
-               "optionally a host id of %u bytes (1..%u) and a pid", msg->worker_addr_len,
-               KVS_WIRE_MAX_WORKER_ADDR_BYTES, msg->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES);
+        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES ||
+         msg->worker_addr_len == 0 ||
+         (msg->host_id_len && (!msg->host_id || msg->host_id_len > KVS_WIRE_MAX_HOST_ID_BYTES ||
+                               msg->pid == 0 || msg->pid > INT32_MAX)))) {
+        refuse(why, KVS_WIRE_ERR_LIMIT,
+               "wire: auth carries a worker address of %u bytes (1..%u), and with it "
+               "optionally a host id of %u bytes (1..%u) and a pid",
+               msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES, msg->host_id_len,
+               KVS_WIRE_MAX_HOST_ID_BYTES);
         return -1;
     }
     if (t == KVS_WIRE_AUTH_OK && (msg->transports_len > KVS_WIRE_MAX_TRANSPORTS_TEXT ||
                                   (msg->transports_len && !msg->transports))) {
-        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok transports text of %u bytes is over %u", msg->transports_len,
-               KVS_WIRE_MAX_TRANSPORTS_TEXT);
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok transports text of %u bytes is over %u",
+               msg->transports_len, KVS_WIRE_MAX_TRANSPORTS_TEXT);
         return -1;
     }
     if (t == KVS_WIRE_AUTH_OK && msg->worker_addr_len &&
-        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !msg->session_token)) {
-        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: auth_ok carries a worker address of %u bytes (1..%u) with a "
-               "session token", msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES);
+        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES ||
+         !msg->session_token)) {
+        refuse(why, KVS_WIRE_ERR_LIMIT,
+               "wire: auth_ok carries a worker address of %u bytes (1..%u) with a "
+               "session token",
+               msg->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES);
         return -1;
     }
     if (t == KVS_WIRE_ERROR && (msg->error_text_len > KVS_WIRE_MAX_ERROR_TEXT ||
                                 (msg->error_text_len && !msg->error_text))) {
-        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: error text of %u bytes is over %u", msg->error_text_len,
-               KVS_WIRE_MAX_ERROR_TEXT);
+        refuse(why, KVS_WIRE_ERR_LIMIT, "wire: error text of %u bytes is over %u",
+               msg->error_text_len, KVS_WIRE_MAX_ERROR_TEXT);
         return -1;
     }
     if (!is_batch_type(t)) return 0;
@@ -152,20 +161,23 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
     }
     for (uint32_t i = 0; i < msg->n_entries; i++) {
         const kvs_wire_entry *e = &msg->entries[i];
-        int keyed = t == KVS_WIRE_LOOKUP || t == KVS_WIRE_GET || t == KVS_WIRE_PUT || t == KVS_WIRE_DELETE;
+        int keyed =
+            t == KVS_WIRE_LOOKUP || t == KVS_WIRE_GET || t == KVS_WIRE_PUT || t == KVS_WIRE_DELETE;
         if (keyed && !e->key) {
-            refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s entry %u has no key", kvs_wire_type_name(t), i);
+            refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s entry %u has no key", kvs_wire_type_name(t),
+                   i);
             return -1;
         }
         int remote = t == KVS_WIRE_GET || (t == KVS_WIRE_PUT && !e->inline_data);
         if (remote && (!e->rkey || e->rkey_len == 0 || e->rkey_len > KVS_WIRE_MAX_RKEY_BYTES)) {
-            refuse(why, KVS_WIRE_ERR_LIMIT, "wire: %s entry %u has an rkey of %u bytes (1..%u allowed)",
+            refuse(why, KVS_WIRE_ERR_LIMIT,
+                   "wire: %s entry %u has an rkey of %u bytes (1..%u allowed)",
                    kvs_wire_type_name(t), i, e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES);
             return -1;
         }
         if (t == KVS_WIRE_PUT && e->inline_data && e->length > KVS_WIRE_MAX_INLINE_BYTES) {
-            refuse(why, KVS_WIRE_ERR_LIMIT, "wire: put entry %u carries %llu inline bytes, over %u", i,
-                   (unsigned long long)e->length, KVS_WIRE_MAX_INLINE_BYTES);
+            refuse(why, KVS_WIRE_ERR_LIMIT, "wire: put entry %u carries %llu inline bytes, over %u",
+                   i, (unsigned long long)e->length, KVS_WIRE_MAX_INLINE_BYTES);
             return -1;
         }
         if (t == KVS_WIRE_LOOKUP_REPLY && e->present > 1) {
@@ -180,107 +192,106 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
 static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
     uint32_t n = msg->n_entries;
     switch ((kvs_wire_type)msg->type) {
-    case KVS_WIRE_HELLO:
-        msgpack_pack_array(pk, 2);
-        msgpack_pack_str(pk, msg->tenant_len);
-        msgpack_pack_str_body(pk, msg->tenant, msg->tenant_len);
-        pack_bytes(pk, msg->nonce, KVS_WIRE_NONCE_BYTES);
-        break;
-    case KVS_WIRE_CHALLENGE:
-        msgpack_pack_array(pk, 2);
-        pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
-        pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES); /* the node's */
-        break;
-    case KVS_WIRE_AUTH:
-        msgpack_pack_array(pk, msg->host_id_len ? 4 : msg->worker_addr_len ? 2 : 1);
-        pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES);
-        if (msg->host_id_len) {
-            pack_bytes(pk, msg->host_id, msg->host_id_len);
-            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
-            msgpack_pack_uint32(pk, msg->pid);
-        } else if (msg->worker_addr_len) {
-            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
-        }
-        break;
-    case KVS_WIRE_AUTH_OK:
-        msgpack_pack_array(pk, msg->worker_addr_len ? 3 : msg->transports_len ? 1 : 0);
-        if (msg->transports_len || msg->worker_addr_len) {
-            msgpack_pack_str(pk, msg->transports_len);
-            msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
-        }
-        if (msg->worker_addr_len) {
-            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
-            pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
-        }
-        break;
-    case KVS_WIRE_STATS:
-        msgpack_pack_array(pk, 0);
-        break;
-    case KVS_WIRE_ERROR:
-        msgpack_pack_array(pk, 2);
-        msgpack_pack_uint32(pk, msg->error_code);
-        msgpack_pack_str(pk, msg->error_text_len);
-        msgpack_pack_str_body(pk, msg->error_text, msg->error_text_len);
-        break;
-    case KVS_WIRE_LOOKUP:
-    case KVS_WIRE_DELETE:
-        msgpack_pack_array(pk, 1);
-        pack_keys(pk, msg);
-        break;
-    case KVS_WIRE_LOOKUP_REPLY:
-        msgpack_pack_array(pk, 1);
-        msgpack_pack_bin(pk, n);
-        for (uint32_t i = 0; i < n; i++) msgpack_pack_bin_body(pk, &msg->entries[i].present, 1);
-        break;
-    case KVS_WIRE_GET:
-        msgpack_pack_array(pk, 2);
-        pack_keys(pk, msg);
-        msgpack_pack_array(pk, n);
-        for (uint32_t i = 0; i < n; i++) {
-            const kvs_wire_entry *e = &msg->entries[i];
-            msgpack_pack_array(pk, 3);
-            msgpack_pack_uint64(pk, e->remote_addr);
-            msgpack_pack_uint64(pk, e->length);
-            pack_bytes(pk, e->rkey, e->rkey_len);
-        }
-        break;
-    case KVS_WIRE_GET_REPLY:
-        msgpack_pack_array(pk, 1);
-        msgpack_pack_array(pk, n);
-        for (uint32_t i = 0; i < n; i++) {
+        case KVS_WIRE_HELLO:
             msgpack_pack_array(pk, 2);
-            msgpack_pack_int32(pk, msg->entries[i].status);
-            msgpack_pack_uint64(pk, msg->entries[i].length);
-        }
-        break;
-    case KVS_WIRE_PUT:
-        msgpack_pack_array(pk, 2);
-        pack_keys(pk, msg);
-        msgpack_pack_array(pk, n);
-        for (uint32_t i = 0; i < n; i++) {
-            const kvs_wire_entry *e = &msg->entries[i];
-            if (e->inline_data) { /* [bytes]: the length is the bin's */
-                msgpack_pack_array(pk, 1);
-                pack_bytes(pk, e->inline_data, (uint32_t)e->length);
-            } else { /* [length, addr, rkey] */
+            msgpack_pack_str(pk, msg->tenant_len);
+            msgpack_pack_str_body(pk, msg->tenant, msg->tenant_len);
+            pack_bytes(pk, msg->nonce, KVS_WIRE_NONCE_BYTES);
+            break;
+        case KVS_WIRE_CHALLENGE:
+            msgpack_pack_array(pk, 2);
+            pack_bytes(pk, msg->challenge, KVS_WIRE_CHALLENGE_BYTES);
+            pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES); /* the node's */
+            break;
+        case KVS_WIRE_AUTH:
+            msgpack_pack_array(pk, msg->host_id_len ? 4 : msg->worker_addr_len ? 2 : 1);
+            pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES);
+            if (msg->host_id_len) {
+                pack_bytes(pk, msg->host_id, msg->host_id_len);
+                pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+                msgpack_pack_uint32(pk, msg->pid);
+            } else if (msg->worker_addr_len) {
+                pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+            }
+            break;
+        case KVS_WIRE_AUTH_OK:
+            msgpack_pack_array(pk, msg->worker_addr_len ? 3 : msg->transports_len ? 1 : 0);
+            if (msg->transports_len || msg->worker_addr_len) {
+                msgpack_pack_str(pk, msg->transports_len);
+                msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
+            }
+            if (msg->worker_addr_len) {
+                pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+                pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
+            }
+            break;
+        case KVS_WIRE_STATS: msgpack_pack_array(pk, 0); break;
+        case KVS_WIRE_ERROR:
+            msgpack_pack_array(pk, 2);
+            msgpack_pack_uint32(pk, msg->error_code);
+            msgpack_pack_str(pk, msg->error_text_len);
+            msgpack_pack_str_body(pk, msg->error_text, msg->error_text_len);
+            break;
+        case KVS_WIRE_LOOKUP:
+        case KVS_WIRE_DELETE:
+            msgpack_pack_array(pk, 1);
+            pack_keys(pk, msg);
+            break;
+        case KVS_WIRE_LOOKUP_REPLY:
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_bin(pk, n);
+            for (uint32_t i = 0; i < n; i++) msgpack_pack_bin_body(pk, &msg->entries[i].present, 1);
+            break;
+        case KVS_WIRE_GET:
+            msgpack_pack_array(pk, 2);
+            pack_keys(pk, msg);
+            msgpack_pack_array(pk, n);
+            for (uint32_t i = 0; i < n; i++) {
+                const kvs_wire_entry *e = &msg->entries[i];
                 msgpack_pack_array(pk, 3);
-                msgpack_pack_uint64(pk, e->length);
                 msgpack_pack_uint64(pk, e->remote_addr);
+                msgpack_pack_uint64(pk, e->length);
                 pack_bytes(pk, e->rkey, e->rkey_len);
             }
-        }
-        break;
-    case KVS_WIRE_PUT_REPLY:
-    case KVS_WIRE_DELETE_REPLY:
-        msgpack_pack_array(pk, 1);
-        msgpack_pack_array(pk, n);
-        for (uint32_t i = 0; i < n; i++) msgpack_pack_int32(pk, msg->entries[i].status);
-        break;
-    case KVS_WIRE_STATS_REPLY:
-        msgpack_pack_array(pk, 1);
-        msgpack_pack_array(pk, KVS_WIRE_STATS_COUNT);
-        for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++) msgpack_pack_uint64(pk, msg->counters[i]);
-        break;
+            break;
+        case KVS_WIRE_GET_REPLY:
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_array(pk, n);
+            for (uint32_t i = 0; i < n; i++) {
+                msgpack_pack_array(pk, 2);
+                msgpack_pack_int32(pk, msg->entries[i].status);
+                msgpack_pack_uint64(pk, msg->entries[i].length);
+            }
+            break;
+        case KVS_WIRE_PUT:
+            msgpack_pack_array(pk, 2);
+            pack_keys(pk, msg);
+            msgpack_pack_array(pk, n);
+            for (uint32_t i = 0; i < n; i++) {
+                const kvs_wire_entry *e = &msg->entries[i];
+                if (e->inline_data) { /* [bytes]: the length is the bin's */
+                    msgpack_pack_array(pk, 1);
+                    pack_bytes(pk, e->inline_data, (uint32_t)e->length);
+                } else { /* [length, addr, rkey] */
+                    msgpack_pack_array(pk, 3);
+                    msgpack_pack_uint64(pk, e->length);
+                    msgpack_pack_uint64(pk, e->remote_addr);
+                    pack_bytes(pk, e->rkey, e->rkey_len);
+                }
+            }
+            break;
+        case KVS_WIRE_PUT_REPLY:
+        case KVS_WIRE_DELETE_REPLY:
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_array(pk, n);
+            for (uint32_t i = 0; i < n; i++) msgpack_pack_int32(pk, msg->entries[i].status);
+            break;
+        case KVS_WIRE_STATS_REPLY:
+            msgpack_pack_array(pk, 1);
+            msgpack_pack_array(pk, KVS_WIRE_STATS_COUNT);
+            for (uint32_t i = 0; i < KVS_WIRE_STATS_COUNT; i++)
+                msgpack_pack_uint64(pk, msg->counters[i]);
+            break;
     }
 }
 
@@ -306,7 +317,8 @@ kvs_status kvs_wire_encode(const kvs_wire_msg *msg, void *buf, size_t cap, size_
     return s.used > cap ? KVS_EOVERFLOW : KVS_OK;
 }
 
-void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id, const char *text) {
+void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id,
+                           const char *text) {
     memset(why, 0, sizeof *why);
     why->code = code;
     why->request_id = request_id;
@@ -314,7 +326,8 @@ void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t 
     snprintf(why->text, sizeof why->text, "%s", text ? text : "");
 }
 
-kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap, size_t *len) {
+kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap,
+                                   size_t *len) {
     if (!why) return KVS_EINVAL;
     kvs_wire_msg msg;
     kvs_wire_msg_init(&msg, KVS_WIRE_ERROR, why->have_request_id ? why->request_id : 0);
@@ -332,9 +345,9 @@ kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_
 typedef struct reader {
     kvs_mp_reader mp;
     kvs_wire_refusal *why;
-    const char *where; /* message type name, for sentences */
-    char prefix[48];   /* "wire: <where> message" */
-    int caller_short;  /* refused because entries_cap was smaller than a valid count */
+    const char *where;       /* message type name, for sentences */
+    char prefix[48];         /* "wire: <where> message" */
+    int caller_short;        /* refused because entries_cap was smaller than a valid count */
     kvs_wire_entry *entries; /* the caller's, reused across decodes */
 } reader;
 
@@ -349,10 +362,10 @@ static void set_where(reader *r, const char *where) {
 static int failed(reader *r, kvs_wire_error over) {
     if (r->why->code != KVS_WIRE_ERR_NONE) return -1;
     switch (r->mp.refusal) {
-    case KVS_MP_TRUNCATED: r->why->code = KVS_WIRE_ERR_TRUNCATED; break;
-    case KVS_MP_TYPE: r->why->code = KVS_WIRE_ERR_TYPE; break;
-    case KVS_MP_LIMIT: r->why->code = over; break;
-    default: r->why->code = KVS_WIRE_ERR_VALUE; break;
+        case KVS_MP_TRUNCATED: r->why->code = KVS_WIRE_ERR_TRUNCATED; break;
+        case KVS_MP_TYPE: r->why->code = KVS_WIRE_ERR_TYPE; break;
+        case KVS_MP_LIMIT: r->why->code = over; break;
+        default: r->why->code = KVS_WIRE_ERR_VALUE; break;
     }
     return -1;
 }
@@ -374,15 +387,17 @@ static int read_array(reader *r, uint32_t *n, uint32_t min, uint32_t max, kvs_wi
 /* A bin (or, with want_str, a str) of at most max bytes; the limit is checked before the bytes. */
 static int read_blob(reader *r, int want_str, const uint8_t **out, uint32_t *n, uint32_t max,
                      const char *what) {
-    return kvs_mp_read_bytes(&r->mp, want_str, max, out, n, what) != 0 ? failed(r, KVS_WIRE_ERR_LIMIT) : 0;
+    return kvs_mp_read_bytes(&r->mp, want_str, max, out, n, what) != 0
+               ? failed(r, KVS_WIRE_ERR_LIMIT)
+               : 0;
 }
 
 static int read_fixed(reader *r, const uint8_t **out, uint32_t size, const char *what) {
     uint32_t n;
     if (read_blob(r, 0, out, &n, size, what) != 0) return -1;
     if (n != size) {
-        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is %u bytes, %u expected", r->where,
-               what, n, size);
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: %s is %u bytes, %u expected",
+               r->where, what, n, size);
         return -1;
     }
     return 0;
@@ -392,16 +407,19 @@ static int read_fixed(reader *r, const uint8_t **out, uint32_t size, const char 
 static int read_keys(reader *r, kvs_wire_msg *out, uint32_t entries_cap, uint32_t *n_keys) {
     const uint8_t *keys;
     uint32_t bytes;
-    if (read_blob(r, 0, &keys, &bytes, KVS_WIRE_MAX_KEYS * KVS_WIRE_KEY_BYTES, "the keys") != 0) return -1;
+    if (read_blob(r, 0, &keys, &bytes, KVS_WIRE_MAX_KEYS * KVS_WIRE_KEY_BYTES, "the keys") != 0)
+        return -1;
     if (bytes % KVS_WIRE_KEY_BYTES != 0) {
-        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: keys blob of %u bytes is not a multiple of %u",
-               r->where, bytes, KVS_WIRE_KEY_BYTES);
+        refuse(r->why, KVS_WIRE_ERR_VALUE,
+               "wire: %s message: keys blob of %u bytes is not a multiple of %u", r->where, bytes,
+               KVS_WIRE_KEY_BYTES);
         return -1;
     }
     uint32_t n = bytes / KVS_WIRE_KEY_BYTES;
     if (n > entries_cap) {
-        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message has %u keys, the caller has room for %u",
-               r->where, n, entries_cap);
+        refuse(r->why, KVS_WIRE_ERR_LIMIT,
+               "wire: %s message has %u keys, the caller has room for %u", r->where, n,
+               entries_cap);
         r->caller_short = 1;
         return -1;
     }
@@ -415,20 +433,23 @@ static int read_keys(reader *r, kvs_wire_msg *out, uint32_t entries_cap, uint32_
 }
 
 /* A per-key array that must have exactly one element per key. */
-static int read_per_key(reader *r, uint32_t n_keys, uint32_t entries_cap, uint32_t *n, const char *what) {
+static int read_per_key(reader *r, uint32_t n_keys, uint32_t entries_cap, uint32_t *n,
+                        const char *what) {
     if (read_array(r, n, 0, KVS_WIRE_MAX_KEYS, KVS_WIRE_ERR_LIMIT, what) != 0) return -1;
     if (*n > entries_cap) {
-        refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: %s message has %u entries, the caller has room for %u",
-               r->where, *n, entries_cap);
+        refuse(r->why, KVS_WIRE_ERR_LIMIT,
+               "wire: %s message has %u entries, the caller has room for %u", r->where, *n,
+               entries_cap);
         r->caller_short = 1;
         return -1;
     }
     if (n_keys != UINT32_MAX && *n != n_keys) {
-        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message has %u keys but %u %s", r->where, n_keys, *n,
-               what);
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message has %u keys but %u %s", r->where,
+               n_keys, *n, what);
         return -1;
     }
-    if (n_keys == UINT32_MAX) /* a reply's entries: clear them, so no field of an earlier message survives */
+    if (n_keys ==
+        UINT32_MAX) /* a reply's entries: clear them, so no field of an earlier message survives */
         memset(r->entries, 0, *n * sizeof *r->entries);
     return 0;
 }
@@ -437,8 +458,8 @@ static int read_status(reader *r, int32_t *status) {
     int64_t v;
     if (read_int(r, &v, "a status") != 0) return -1;
     if (v < INT32_MIN || v > INT32_MAX) {
-        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: status %lld is out of range", r->where,
-               (long long)v);
+        refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: status %lld is out of range",
+               r->where, (long long)v);
         return -1;
     }
     *status = (int32_t)v;
@@ -449,178 +470,196 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
     uint32_t n_fields, n, len;
     const uint8_t *bytes;
     switch ((kvs_wire_type)out->type) {
-    case KVS_WIRE_HELLO:
-        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TENANT_BYTES, "the tenant name") != 0) return -1;
-        out->tenant = (const char *)bytes;
-        out->tenant_len = len;
-        if (!tenant_ok(out->tenant, len)) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE,
-                   "wire: hello message: tenant name must be 1..%u bytes of [A-Za-z0-9._-]",
-                   KVS_WIRE_MAX_TENANT_BYTES);
-            return -1;
-        }
-        return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
-    case KVS_WIRE_CHALLENGE:
-        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0 ||
-            read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge") != 0)
-            return -1;
-        return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof");
-    case KVS_WIRE_AUTH:
-        if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (n_fields == 3) {
-            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth message has 3 fields: 1 (proof), 2 (proof, worker "
-                   "address) or 4 (proof, host id, worker address, pid) expected");
-            return -1;
-        }
-        if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
-        if (n_fields == 1) return 0;
-        if (n_fields == 2) {
-            if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
-                          "the worker address") != 0)
+        case KVS_WIRE_HELLO:
+            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TENANT_BYTES, "the tenant name") != 0)
+                return -1;
+            out->tenant = (const char *)bytes;
+            out->tenant_len = len;
+            if (!tenant_ok(out->tenant, len)) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE,
+                       "wire: hello message: tenant name must be 1..%u bytes of [A-Za-z0-9._-]",
+                       KVS_WIRE_MAX_TENANT_BYTES);
+                return -1;
+            }
+            return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
+        case KVS_WIRE_CHALLENGE:
+            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0 ||
+                read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge") != 0)
+                return -1;
+            return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof");
+        case KVS_WIRE_AUTH:
+            if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (n_fields == 3) {
+                refuse(r->why, KVS_WIRE_ERR_TYPE,
+                       "wire: auth message has 3 fields: 1 (proof), 2 (proof, worker "
+                       "address) or 4 (proof, host id, worker address, pid) expected");
+                return -1;
+            }
+            if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
+            if (n_fields == 1) return 0;
+            if (n_fields == 2) {
+                if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
+                              KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
+                    return -1;
+                if (out->worker_addr_len == 0) {
+                    refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty worker address");
+                    return -1;
+                }
+                return 0;
+            }
+            if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES,
+                          "the host id") != 0 ||
+                read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
+                          KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
+                return -1;
+            if (out->host_id_len == 0 || out->worker_addr_len == 0) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE,
+                       "wire: auth message: empty host id or worker address");
+                return -1;
+            }
+            uint64_t pid;
+            if (read_uint(r, &pid, INT32_MAX, "the pid") != 0) return -1;
+            if (pid == 0) {
+                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: pid 0");
+                return -1;
+            }
+            out->pid = (uint32_t)pid;
+            return 0;
+        case KVS_WIRE_AUTH_OK:
+            if (read_array(r, &n_fields, 0, 3, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (n_fields == 2) {
+                refuse(r->why, KVS_WIRE_ERR_TYPE,
+                       "wire: auth_ok message has 2 fields: 0, 1 (transports) or 3 "
+                       "(transports, worker address, session token) expected");
+                return -1;
+            }
+            if (n_fields == 0) return 0;
+            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0)
+                return -1;
+            out->transports = (const char *)bytes;
+            out->transports_len = len;
+            if (n_fields == 1) return 0;
+            if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
+                          KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
                 return -1;
             if (out->worker_addr_len == 0) {
-                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty worker address");
+                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth_ok message: empty worker address");
                 return -1;
             }
+            return read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES,
+                              "the session token");
+        case KVS_WIRE_STATS: return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
+        case KVS_WIRE_ERROR: {
+            uint64_t code;
+            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_uint(r, &code, UINT32_MAX, "the error code") != 0) return -1;
+            out->error_code = (uint32_t)code;
+            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_ERROR_TEXT, "the error text") != 0)
+                return -1;
+            out->error_text = (const char *)bytes;
+            out->error_text_len = len;
             return 0;
         }
-        if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES, "the host id") != 0 ||
-            read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
-                      "the worker address") != 0)
-            return -1;
-        if (out->host_id_len == 0 || out->worker_addr_len == 0) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty host id or worker address");
-            return -1;
-        }
-        uint64_t pid;
-        if (read_uint(r, &pid, INT32_MAX, "the pid") != 0) return -1;
-        if (pid == 0) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: pid 0");
-            return -1;
-        }
-        out->pid = (uint32_t)pid;
-        return 0;
-    case KVS_WIRE_AUTH_OK:
-        if (read_array(r, &n_fields, 0, 3, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (n_fields == 2) {
-            refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: auth_ok message has 2 fields: 0, 1 (transports) or 3 "
-                   "(transports, worker address, session token) expected");
-            return -1;
-        }
-        if (n_fields == 0) return 0;
-        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0) return -1;
-        out->transports = (const char *)bytes;
-        out->transports_len = len;
-        if (n_fields == 1) return 0;
-        if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
-                      "the worker address") != 0)
-            return -1;
-        if (out->worker_addr_len == 0) {
-            refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth_ok message: empty worker address");
-            return -1;
-        }
-        return read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES, "the session token");
-    case KVS_WIRE_STATS:
-        return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
-    case KVS_WIRE_ERROR: {
-        uint64_t code;
-        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_uint(r, &code, UINT32_MAX, "the error code") != 0) return -1;
-        out->error_code = (uint32_t)code;
-        if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_ERROR_TEXT, "the error text") != 0) return -1;
-        out->error_text = (const char *)bytes;
-        out->error_text_len = len;
-        return 0;
-    }
-    case KVS_WIRE_LOOKUP:
-    case KVS_WIRE_DELETE:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        return read_keys(r, out, entries_cap, &out->n_entries);
-    case KVS_WIRE_LOOKUP_REPLY:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_blob(r, 0, &bytes, &len, KVS_WIRE_MAX_KEYS, "the presence flags") != 0) return -1;
-        if (len > entries_cap) {
-            refuse(r->why, KVS_WIRE_ERR_LIMIT, "wire: lookup_reply has %u flags, the caller has room for %u",
-                   len, entries_cap);
-            r->caller_short = 1;
-            return -1;
-        }
-        for (uint32_t i = 0; i < len; i++) {
-            if (bytes[i] > 1) {
-                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: lookup_reply message: flag %u is %u, not 0 or 1",
-                       i, bytes[i]);
+        case KVS_WIRE_LOOKUP:
+        case KVS_WIRE_DELETE:
+            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            return read_keys(r, out, entries_cap, &out->n_entries);
+        case KVS_WIRE_LOOKUP_REPLY:
+            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_blob(r, 0, &bytes, &len, KVS_WIRE_MAX_KEYS, "the presence flags") != 0)
+                return -1;
+            if (len > entries_cap) {
+                refuse(r->why, KVS_WIRE_ERR_LIMIT,
+                       "wire: lookup_reply has %u flags, the caller has room for %u", len,
+                       entries_cap);
+                r->caller_short = 1;
                 return -1;
             }
-            out->entries[i].present = bytes[i];
-        }
-        out->n_entries = len;
-        return 0;
-    case KVS_WIRE_GET:
-    case KVS_WIRE_PUT: {
-        uint32_t n_keys;
-        int get = out->type == KVS_WIRE_GET;
-        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
-        if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
-        for (uint32_t i = 0; i < n; i++) {
-            kvs_wire_entry *e = &out->entries[i];
-            if (read_array(r, &n_fields, get ? 3 : 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") != 0) return -1;
-            if (!get && n_fields == 1) {
-                if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES, "inline data") != 0)
+            for (uint32_t i = 0; i < len; i++) {
+                if (bytes[i] > 1) {
+                    refuse(r->why, KVS_WIRE_ERR_VALUE,
+                           "wire: lookup_reply message: flag %u is %u, not 0 or 1", i, bytes[i]);
                     return -1;
-                e->length = len;
-                continue;
+                }
+                out->entries[i].present = bytes[i];
             }
-            if (n_fields != 3) {
-                refuse(r->why, KVS_WIRE_ERR_TYPE, "wire: put message: descriptor %u has %u fields, 1 or 3 "
-                       "expected", i, n_fields);
-                return -1;
-            }
-            if (get) {
-                if (read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0 ||
-                    read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0)
+            out->n_entries = len;
+            return 0;
+        case KVS_WIRE_GET:
+        case KVS_WIRE_PUT: {
+            uint32_t n_keys;
+            int get = out->type == KVS_WIRE_GET;
+            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
+            if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
+            for (uint32_t i = 0; i < n; i++) {
+                kvs_wire_entry *e = &out->entries[i];
+                if (read_array(r, &n_fields, get ? 3 : 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") !=
+                    0)
                     return -1;
-            } else if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0 ||
-                       read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0) {
-                return -1;
+                if (!get && n_fields == 1) {
+                    if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES,
+                                  "inline data") != 0)
+                        return -1;
+                    e->length = len;
+                    continue;
+                }
+                if (n_fields != 3) {
+                    refuse(r->why, KVS_WIRE_ERR_TYPE,
+                           "wire: put message: descriptor %u has %u fields, 1 or 3 "
+                           "expected",
+                           i, n_fields);
+                    return -1;
+                }
+                if (get) {
+                    if (read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0 ||
+                        read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0)
+                        return -1;
+                } else if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0 ||
+                           read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0) {
+                    return -1;
+                }
+                if (read_blob(r, 0, &e->rkey, &e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES, "an rkey") !=
+                    0)
+                    return -1;
+                if (e->rkey_len == 0) {
+                    refuse(r->why, KVS_WIRE_ERR_VALUE,
+                           "wire: %s message: descriptor %u has an empty rkey", r->where, i);
+                    return -1;
+                }
             }
-            if (read_blob(r, 0, &e->rkey, &e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES, "an rkey") != 0) return -1;
-            if (e->rkey_len == 0) {
-                refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: descriptor %u has an empty rkey",
-                       r->where, i);
-                return -1;
+            out->n_entries = n;
+            return 0;
+        }
+        case KVS_WIRE_GET_REPLY:
+            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_per_key(r, UINT32_MAX, entries_cap, &n, "results") != 0) return -1;
+            for (uint32_t i = 0; i < n; i++) {
+                kvs_wire_entry *e = &out->entries[i];
+                if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "a result") != 0 ||
+                    read_status(r, &e->status) != 0 ||
+                    read_uint(r, &e->length, UINT64_MAX, "a length") != 0)
+                    return -1;
             }
-        }
-        out->n_entries = n;
-        return 0;
-    }
-    case KVS_WIRE_GET_REPLY:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_per_key(r, UINT32_MAX, entries_cap, &n, "results") != 0) return -1;
-        for (uint32_t i = 0; i < n; i++) {
-            kvs_wire_entry *e = &out->entries[i];
-            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "a result") != 0 ||
-                read_status(r, &e->status) != 0 || read_uint(r, &e->length, UINT64_MAX, "a length") != 0)
+            out->n_entries = n;
+            return 0;
+        case KVS_WIRE_PUT_REPLY:
+        case KVS_WIRE_DELETE_REPLY:
+            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_per_key(r, UINT32_MAX, entries_cap, &n, "statuses") != 0) return -1;
+            for (uint32_t i = 0; i < n; i++)
+                if (read_status(r, &out->entries[i].status) != 0) return -1;
+            out->n_entries = n;
+            return 0;
+        case KVS_WIRE_STATS_REPLY:
+            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (read_array(r, &n, KVS_WIRE_STATS_COUNT, KVS_WIRE_STATS_COUNT, KVS_WIRE_ERR_TYPE,
+                           "the counters") != 0)
                 return -1;
-        }
-        out->n_entries = n;
-        return 0;
-    case KVS_WIRE_PUT_REPLY:
-    case KVS_WIRE_DELETE_REPLY:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_per_key(r, UINT32_MAX, entries_cap, &n, "statuses") != 0) return -1;
-        for (uint32_t i = 0; i < n; i++)
-            if (read_status(r, &out->entries[i].status) != 0) return -1;
-        out->n_entries = n;
-        return 0;
-    case KVS_WIRE_STATS_REPLY:
-        if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-        if (read_array(r, &n, KVS_WIRE_STATS_COUNT, KVS_WIRE_STATS_COUNT, KVS_WIRE_ERR_TYPE, "the counters") != 0)
-            return -1;
-        for (uint32_t i = 0; i < n; i++)
-            if (read_uint(r, &out->counters[i], UINT64_MAX, "a counter") != 0) return -1;
-        return 0;
+            for (uint32_t i = 0; i < n; i++)
+                if (read_uint(r, &out->counters[i], UINT64_MAX, "a counter") != 0) return -1;
+            return 0;
     }
     refuse(r->why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %u", out->type);
     return -1;
@@ -628,15 +667,15 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
 
 static kvs_status status_of(kvs_wire_error code) {
     switch (code) {
-    case KVS_WIRE_ERR_VERSION: return KVS_EVERSION;
-    case KVS_WIRE_ERR_TOO_LARGE:
-    case KVS_WIRE_ERR_LIMIT: return KVS_EINVAL;
-    default: return KVS_ECORRUPT;
+        case KVS_WIRE_ERR_VERSION: return KVS_EVERSION;
+        case KVS_WIRE_ERR_TOO_LARGE:
+        case KVS_WIRE_ERR_LIMIT: return KVS_EINVAL;
+        default: return KVS_ECORRUPT;
     }
 }
 
-kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries, uint32_t entries_cap,
-                           kvs_wire_msg *out, kvs_wire_refusal *why) {
+kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
+                           uint32_t entries_cap, kvs_wire_msg *out, kvs_wire_refusal *why) {
     kvs_wire_refusal local;
     if (!why) why = &local;
     memset(why, 0, sizeof *why);
@@ -644,8 +683,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
     memset(out, 0, sizeof *out);
     out->entries = entries;
     if (len > KVS_WIRE_MAX_MESSAGE_BYTES) {
-        refuse(why, KVS_WIRE_ERR_TOO_LARGE, "wire: message of %zu bytes is over the limit of %u", len,
-               KVS_WIRE_MAX_MESSAGE_BYTES);
+        refuse(why, KVS_WIRE_ERR_TOO_LARGE, "wire: message of %zu bytes is over the limit of %u",
+               len, KVS_WIRE_MAX_MESSAGE_BYTES);
         return KVS_EINVAL;
     }
     reader r = {.why = why, .entries = entries};
@@ -655,7 +694,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
     uint64_t version, type, request_id;
     /* Any header of at least version, type and request id is read before the version is judged, so a
      * newer peer gets a version error naming its request rather than a shape error. */
-    if ((kvs_mp_read_array_header(&r.mp, 3, UINT32_MAX, &n_fields, "the header") != 0 && failed(&r, KVS_WIRE_ERR_TYPE)) ||
+    if ((kvs_mp_read_array_header(&r.mp, 3, UINT32_MAX, &n_fields, "the header") != 0 &&
+         failed(&r, KVS_WIRE_ERR_TYPE)) ||
         read_uint(&r, &version, UINT32_MAX, "the version") != 0)
         return status_of(why->code);
     if (version != KVS_WIRE_VERSION) {
@@ -666,7 +706,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
         }
         memset(why->text, 0, sizeof why->text);
         why->code = KVS_WIRE_ERR_NONE;
-        refuse(why, KVS_WIRE_ERR_VERSION, "wire: protocol version %llu is not spoken here (this side speaks %u)",
+        refuse(why, KVS_WIRE_ERR_VERSION,
+               "wire: protocol version %llu is not spoken here (this side speaks %u)",
                (unsigned long long)version, KVS_WIRE_VERSION);
         return KVS_EVERSION;
     }
@@ -684,7 +725,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
     why->request_id = request_id;
     why->have_request_id = 1;
     if (type < KVS_WIRE_HELLO || type > KVS_WIRE_STATS_REPLY) {
-        refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %llu", (unsigned long long)type);
+        refuse(why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %llu",
+               (unsigned long long)type);
         return KVS_ECORRUPT;
     }
     set_where(&r, kvs_wire_type_name(out->type));
@@ -694,7 +736,8 @@ kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
         return status_of(why->code);
     }
     if (r.mp.left != 0) {
-        refuse(why, KVS_WIRE_ERR_TRAILING, "wire: %s message is followed by %zu stray bytes", r.where, r.mp.left);
+        refuse(why, KVS_WIRE_ERR_TRAILING, "wire: %s message is followed by %zu stray bytes",
+               r.where, r.mp.left);
         return KVS_ECORRUPT;
     }
     return KVS_OK;

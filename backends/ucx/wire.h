@@ -12,29 +12,32 @@
 
 #include "kvstrata.h"
 
-#define KVS_WIRE_VERSION 2u /* 2: AUTH carries the worker address, AUTH_OK the node's and a session token */
+#define KVS_WIRE_VERSION \
+    2u /* 2: AUTH carries the worker address, AUTH_OK the node's and a session token */
 
 /* Limits: a decoder refuses anything over them before it reads the field's bytes; an encoder refuses
  * to write what a decoder would refuse. */
-#define KVS_WIRE_MAX_MESSAGE_BYTES (1u << 20) /* whole encoded message */
-#define KVS_WIRE_MAX_KEYS 1024u               /* keys per LOOKUP/GET/PUT/DELETE and per reply */
-#define KVS_WIRE_MAX_RKEY_BYTES 512u          /* one packed UCX remote key */
-#define KVS_WIRE_MAX_INLINE_BYTES 4096u       /* one PUT object carried inside the message */
-#define KVS_WIRE_MAX_TENANT_BYTES 64u         /* tenant name: 1..64 bytes of [A-Za-z0-9._-] */
-#define KVS_WIRE_MAX_ERROR_TEXT 256u          /* ERROR sentence */
-#define KVS_WIRE_MAX_HOST_ID_BYTES 64u         /* AUTH: the client's host identity */
-#define KVS_WIRE_MAX_WORKER_ADDR_BYTES 16384u  /* AUTH: the client's UCX worker address */
-#define KVS_WIRE_MAX_TRANSPORTS_TEXT 96u       /* AUTH_OK: transports the node's RMA uses */
-#define KVS_WIRE_KEY_BYTES 16u
-#define KVS_WIRE_NONCE_BYTES 32u     /* HELLO client nonce */
-#define KVS_WIRE_CHALLENGE_BYTES 32u /* CHALLENGE */
-#define KVS_WIRE_PROOF_BYTES 32u     /* AUTH: HMAC-SHA256 */
-#define KVS_WIRE_SESSION_TOKEN_BYTES 16u /* AUTH_OK: names the session in every UCX request header */
+#define KVS_WIRE_MAX_MESSAGE_BYTES     (1u << 20) /* whole encoded message */
+#define KVS_WIRE_MAX_KEYS              1024u      /* keys per LOOKUP/GET/PUT/DELETE and per reply */
+#define KVS_WIRE_MAX_RKEY_BYTES        512u       /* one packed UCX remote key */
+#define KVS_WIRE_MAX_INLINE_BYTES      4096u      /* one PUT object carried inside the message */
+#define KVS_WIRE_MAX_TENANT_BYTES      64u        /* tenant name: 1..64 bytes of [A-Za-z0-9._-] */
+#define KVS_WIRE_MAX_ERROR_TEXT        256u       /* ERROR sentence */
+#define KVS_WIRE_MAX_HOST_ID_BYTES     64u        /* AUTH: the client's host identity */
+#define KVS_WIRE_MAX_WORKER_ADDR_BYTES 16384u     /* AUTH: the client's UCX worker address */
+#define KVS_WIRE_MAX_TRANSPORTS_TEXT   96u        /* AUTH_OK: transports the node's RMA uses */
+#define KVS_WIRE_KEY_BYTES             16u
+#define KVS_WIRE_NONCE_BYTES           32u /* HELLO client nonce */
+#define KVS_WIRE_CHALLENGE_BYTES       32u /* CHALLENGE */
+#define KVS_WIRE_PROOF_BYTES           32u /* AUTH: HMAC-SHA256 */
+#define KVS_WIRE_SESSION_TOKEN_BYTES \
+    16u /* AUTH_OK: names the session in every UCX request header */
 
 typedef enum kvs_wire_type {
-    KVS_WIRE_HELLO = 1,        /* client -> node: tenant, nonce */
-    KVS_WIRE_CHALLENGE = 2,    /* node -> client: challenge */
-    KVS_WIRE_AUTH = 3,         /* client -> node: proof [, worker_addr] or proof, host_id, worker_addr, pid */
+    KVS_WIRE_HELLO = 1,     /* client -> node: tenant, nonce */
+    KVS_WIRE_CHALLENGE = 2, /* node -> client: challenge */
+    KVS_WIRE_AUTH =
+        3, /* client -> node: proof [, worker_addr] or proof, host_id, worker_addr, pid */
     KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports [, worker_addr, session_token]] */
     KVS_WIRE_ERROR = 5,        /* either way: error_code, error_text */
     KVS_WIRE_LOOKUP = 6,       /* entries[].key */
@@ -45,8 +48,8 @@ typedef enum kvs_wire_type {
     KVS_WIRE_PUT_REPLY = 11,   /* entries[].status */
     KVS_WIRE_DELETE = 12,      /* entries[].key */
     KVS_WIRE_DELETE_REPLY = 13, /* entries[].status */
-    KVS_WIRE_STATS = 14,       /* empty */
-    KVS_WIRE_STATS_REPLY = 15  /* counters[] */
+    KVS_WIRE_STATS = 14,        /* empty */
+    KVS_WIRE_STATS_REPLY = 15   /* counters[] */
 } kvs_wire_type;
 
 /* Why a message was refused; also the code an ERROR message carries. Values are on the wire. */
@@ -84,14 +87,14 @@ enum {
 /* One key of a batch. Which fields a type uses is listed in kvs_wire_type; the rest stay zero.
  * Pointers point into the decoded input (or, for encoding, into caller memory). */
 typedef struct kvs_wire_entry {
-    const uint8_t *key;          /* KVS_WIRE_KEY_BYTES bytes */
-    uint64_t remote_addr;        /* GET destination / PUT source in the client's registered memory */
-    uint64_t length;             /* GET: destination capacity; PUT: object bytes; GET_REPLY: bytes */
-    const uint8_t *rkey;         /* packed remote key for remote_addr */
-    uint32_t rkey_len;           /* 1..KVS_WIRE_MAX_RKEY_BYTES when rkey is used */
-    const uint8_t *inline_data;  /* PUT: object bytes in the message (then no remote_addr/rkey) */
-    int32_t status;              /* replies: a kvs_status */
-    uint8_t present;             /* LOOKUP_REPLY: 1 when the node holds the key */
+    const uint8_t *key;         /* KVS_WIRE_KEY_BYTES bytes */
+    uint64_t remote_addr;       /* GET destination / PUT source in the client's registered memory */
+    uint64_t length;            /* GET: destination capacity; PUT: object bytes; GET_REPLY: bytes */
+    const uint8_t *rkey;        /* packed remote key for remote_addr */
+    uint32_t rkey_len;          /* 1..KVS_WIRE_MAX_RKEY_BYTES when rkey is used */
+    const uint8_t *inline_data; /* PUT: object bytes in the message (then no remote_addr/rkey) */
+    int32_t status;             /* replies: a kvs_status */
+    uint8_t present;            /* LOOKUP_REPLY: 1 when the node holds the key */
 } kvs_wire_entry;
 
 /* A decoded message or one to encode. Byte fields have the fixed sizes above; strings are not
@@ -105,16 +108,16 @@ typedef struct kvs_wire_msg {
     const uint8_t *nonce;     /* HELLO */
     const uint8_t *challenge; /* CHALLENGE */
     const uint8_t *proof;     /* AUTH */
-    const uint8_t *host_id;   /* AUTH, optional with worker_addr: same host -> node RMA by address */
+    const uint8_t *host_id; /* AUTH, optional with worker_addr: same host -> node RMA by address */
     uint32_t host_id_len;
     const uint8_t *worker_addr; /* AUTH: the client's UCX worker address; AUTH_OK: the node's */
     uint32_t worker_addr_len;
-    uint32_t pid;             /* AUTH, with host_id: the client process (1..INT32_MAX) */
+    uint32_t pid;                 /* AUTH, with host_id: the client process (1..INT32_MAX) */
     const uint8_t *session_token; /* AUTH_OK, with worker_addr: KVS_WIRE_SESSION_TOKEN_BYTES */
-    const char *transports;   /* AUTH_OK, optional: what the node's RMA to this client runs over */
+    const char *transports; /* AUTH_OK, optional: what the node's RMA to this client runs over */
     uint32_t transports_len;
-    uint32_t error_code;      /* ERROR: kvs_wire_error */
-    const char *error_text;   /* ERROR: 0..KVS_WIRE_MAX_ERROR_TEXT bytes */
+    uint32_t error_code;    /* ERROR: kvs_wire_error */
+    const char *error_text; /* ERROR: 0..KVS_WIRE_MAX_ERROR_TEXT bytes */
     uint32_t error_text_len;
     kvs_wire_entry *entries; /* batch types: n_entries (0..KVS_WIRE_MAX_KEYS) */
     uint32_t n_entries;
@@ -144,14 +147,15 @@ kvs_status kvs_wire_encode(const kvs_wire_msg *msg, void *buf, size_t cap, size_
  * and in entries points into buf and lives as long as buf. On refusal *why says which class:
  * KVS_EVERSION (ERR_VERSION), KVS_EINVAL (ERR_TOO_LARGE, ERR_LIMIT), KVS_EOVERFLOW (more entries
  * than entries_cap), KVS_ECORRUPT (all other classes). *out is unspecified after a refusal. */
-kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries, uint32_t entries_cap,
-                           kvs_wire_msg *out, kvs_wire_refusal *why);
+kvs_status kvs_wire_decode(const void *buf, size_t len, kvs_wire_entry *entries,
+                           uint32_t entries_cap, kvs_wire_msg *out, kvs_wire_refusal *why);
 
 /* Encode the ERROR reply a node sends for a refused message: the refusal's code and sentence, its
  * request id when known (else 0), in this side's version. Same buffer contract as kvs_wire_encode. */
 kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_t cap, size_t *len);
 /* A refusal of request request_id with code and the sentence text (cut to fit), for kvs_wire_encode_refusal. */
-void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id, const char *text);
+void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id,
+                           const char *text);
 
 /* Lower-case name of a message type ("lookup_reply"), or "unknown". */
 const char *kvs_wire_type_name(uint32_t type);

@@ -12,20 +12,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROG "kvs-mini-engine"
-#define MAX_STEP_RETRIES 8        /* load-error recomputes per request before giving up */
-#define LOOKUP_POLL_LIMIT 5000    /* "unknown yet" lookups (1 ms apart) before treating as a miss */
+#define PROG                "kvs-mini-engine"
+#define MAX_STEP_RETRIES    8     /* load-error recomputes per request before giving up */
+#define LOOKUP_POLL_LIMIT   5000  /* "unknown yet" lookups (1 ms apart) before treating as a miss */
 #define FINISHED_POLL_LIMIT 60000 /* get_finished polls (1 ms apart) for async loads and saves */
 
-double engine_now_ms(void)
-{
+double engine_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void sleep_ms(int ms)
-{
+static void sleep_ms(int ms) {
     struct timespec ts = {0, (long)ms * 1000000L};
     nanosleep(&ts, NULL);
 }
@@ -33,25 +31,22 @@ static void sleep_ms(int ms)
 /* The connector -------------------------------------------------------------------------------------- */
 
 /* Print the failed hook with the library's sentence; returns -1 for the caller to pass up. */
-static int hook_failed(const connector *c, const char *hook, kvs_status st)
-{
-    fprintf(stderr, PROG ": %s failed: %s: %s\n", hook, c->api->strerror(st), c->api->last_error(c->h));
+static int hook_failed(const connector *c, const char *hook, kvs_status st) {
+    fprintf(stderr, PROG ": %s failed: %s: %s\n", hook, c->api->strerror(st),
+            c->api->last_error(c->h));
     return -1;
 }
 
-#define HOOK(c, call, name)                                                                        \
-    do {                                                                                           \
-        kvs_status st_ = (call);                                                                   \
-        if (st_ != KVS_OK)                                                                         \
-            return hook_failed((c), (name), st_);                                                  \
+#define HOOK(c, call, name)                                      \
+    do {                                                         \
+        kvs_status st_ = (call);                                 \
+        if (st_ != KVS_OK) return hook_failed((c), (name), st_); \
     } while (0)
 
-static void *load_library(const char *explicit_path)
-{
+static void *load_library(const char *explicit_path) {
     if (explicit_path) {
         void *dl = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl)
-            fprintf(stderr, PROG ": cannot load %s: %s\n", explicit_path, dlerror());
+        if (!dl) fprintf(stderr, PROG ": cannot load %s: %s\n", explicit_path, dlerror());
         return dl;
     }
     char exe[PATH_MAX], first_error[1024] = "";
@@ -64,8 +59,7 @@ static void *load_library(const char *explicit_path)
             char path[PATH_MAX + 32];
             snprintf(path, sizeof path, "%s/../lib/libkvstrata.so.1", exe);
             void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-            if (dl)
-                return dl;
+            if (dl) return dl;
             snprintf(first_error, sizeof first_error, "%s", dlerror());
         }
     }
@@ -76,20 +70,20 @@ static void *load_library(const char *explicit_path)
     return dl;
 }
 
-int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype, const model *m,
-                   const kvcache *kv, int restore_plans, const stage_layout *sl)
-{
+int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
+                   const model *m, const kvcache *kv, int restore_plans, const stage_layout *sl) {
     memset(c, 0, sizeof *c);
     const char *config = strcmp(config_path, "none") == 0 ? NULL : config_path;
     if (config && access(config, R_OK) != 0) {
-        fprintf(stderr,
-                PROG ": config file '%s' not found (%s): run from the repository root, pass --config PATH, "
-                     "or --config none for the library's built-in defaults\n",
-                config, strerror(errno));
+        fprintf(
+            stderr,
+            PROG
+            ": config file '%s' not found (%s): run from the repository root, pass --config PATH, "
+            "or --config none for the library's built-in defaults\n",
+            config, strerror(errno));
         return -1;
     }
-    if (!(c->dl = load_library(lib_path)))
-        return -1;
+    if (!(c->dl = load_library(lib_path))) return -1;
     const kvs_api *(*get_api)(uint32_t);
     *(void **)&get_api = dlsym(c->dl, "kvs_get_api");
     if (!get_api) {
@@ -102,7 +96,9 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         return -1;
     }
     if (c->api->struct_size < sizeof(kvs_api)) {
-        fprintf(stderr, PROG ": the library's API table has %u bytes, this engine needs %zu (older library)\n",
+        fprintf(stderr,
+                PROG
+                ": the library's API table has %u bytes, this engine needs %zu (older library)\n",
                 c->api->struct_size, sizeof(kvs_api));
         return -1;
     }
@@ -115,9 +111,9 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         snprintf(attention, sizeof attention, "kv%d", mc->n_kv_heads);
     int staged = sl && sl->n_stages > 1;
     uint32_t n_layers = staged ? stage_cache_layers(sl) : (uint32_t)mc->n_layers;
-    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu-s%d", mc->dim,
-             mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, (unsigned long long)mc->seed,
-             staged ? sl->n_stages : 1);
+    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu-s%d",
+             mc->dim, mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab,
+             (unsigned long long)mc->seed, staged ? sl->n_stages : 1);
     kvs_model_desc desc = {
         .struct_size = sizeof desc,
         .model_id = c->model_id,
@@ -132,8 +128,8 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         .salt = NULL,
         .vocab_size = (uint32_t)mc->vocab,
     };
-    kvs_open_params params = {.struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = config,
-                              .model = &desc};
+    kvs_open_params params = {
+        .struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = config, .model = &desc};
     char err[512];
     kvs_status st = c->api->open(&params, &c->h, err, sizeof err);
     if (st != KVS_OK) {
@@ -160,20 +156,16 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
     return 0;
 }
 
-void connector_close(connector *c)
-{
-    if (c->api && c->h)
-        c->api->close(c->h);
-    if (c->dl)
-        dlclose(c->dl);
+void connector_close(connector *c) {
+    if (c->api && c->h) c->api->close(c->h);
+    if (c->dl) dlclose(c->dl);
     free(c->meta);
     free(c->errors);
     memset(c, 0, sizeof *c);
 }
 
 /* Drain the stored/removed events (vLLM forwards them to routers; here they are only counted). */
-static int connector_take_events(connector *c)
-{
+static int connector_take_events(connector *c) {
     kvs_event ev[64];
     uint64_t n;
     do {
@@ -189,43 +181,40 @@ static int connector_take_events(connector *c)
 }
 
 /* 1 if req_id is in the NUL-separated list of n ids. */
-static int id_listed(const char *list, uint64_t n, const char *req_id)
-{
+static int id_listed(const char *list, uint64_t n, const char *req_id) {
     for (uint64_t i = 0; i < n; i++) {
-        if (strcmp(list, req_id) == 0)
-            return 1;
+        if (strcmp(list, req_id) == 0) return 1;
         list += strlen(list) + 1;
     }
     return 0;
 }
 
 /* get_finished: whether req_id finished sending (async save) or receiving (async load). */
-static int connector_poll_finished(connector *c, const char *req_id, int *sending, int *receiving)
-{
+static int connector_poll_finished(connector *c, const char *req_id, int *sending, int *receiving) {
     char sent[4096], recv[4096];
     uint64_t n_sent = 0, n_recv = 0;
-    HOOK(c, c->api->get_finished(c->h, sent, sizeof sent, &n_sent, recv, sizeof recv, &n_recv), "get_finished");
+    HOOK(c, c->api->get_finished(c->h, sent, sizeof sent, &n_sent, recv, sizeof recv, &n_recv),
+         "get_finished");
     *sending = id_listed(sent, n_sent, req_id);
     *receiving = id_listed(recv, n_recv, req_id);
     return 0;
 }
 
-int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n)
-{
+int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n) {
     uint64_t len = 0;
     kvs_status st = c->api->build_meta(c->h, reqs, n, c->meta, c->meta_cap, &len);
     if (st == KVS_EOVERFLOW) {
         uint8_t *grown = realloc(c->meta, len);
         if (!grown) {
-            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
+            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n",
+                    (unsigned long long)len);
             return -1;
         }
         c->meta = grown;
         c->meta_cap = len;
         st = c->api->build_meta(c->h, reqs, n, c->meta, c->meta_cap, &len);
     }
-    if (st != KVS_OK)
-        return hook_failed(c, "build_meta", st);
+    if (st != KVS_OK) return hook_failed(c, "build_meta", st);
     HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
     return 0;
 }
@@ -238,7 +227,7 @@ typedef struct step_io {
     uint64_t n_blocks;   /* the request's whole block table */
     uint64_t n_computed; /* tokens whose KV is in the pages before this step */
     int n_scheduled;
-    uint64_t first_bad;  /* out: first token of the first block whose load failed */
+    uint64_t first_bad; /* out: first token of the first block whose load failed */
 } step_io;
 
 /* The connector's side of a restore: issue the step's loads and land every layer, the stage
@@ -255,23 +244,22 @@ typedef struct load_job {
     int ready;
 } load_job;
 
-static void job_ready(load_job *j, int ready)
-{
+static void job_ready(load_job *j, int ready) {
     pthread_mutex_lock(&j->mu);
     j->ready = ready;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
-static void *load_all_layers(void *arg)
-{
+static void *load_all_layers(void *arg) {
     load_job *j = arg;
     j->st = j->c->api->start_load(j->c->h);
     j->failed_hook = "start_load";
     int stages = j->sl ? j->sl->n_stages : 1;
     for (int s = 1; j->st == KVS_OK && s < stages; s++) {
         for (int b = 0; j->st == KVS_OK && b < j->sl->boundary_layers; b++)
-            j->st = j->c->api->wait_layer_load(j->c->h, (uint32_t)(j->sl->model_layers + (s - 1) * j->sl->boundary_layers + b));
+            j->st = j->c->api->wait_layer_load(
+                j->c->h, (uint32_t)(j->sl->model_layers + (s - 1) * j->sl->boundary_layers + b));
         j->failed_hook = "wait_layer_load";
         job_ready(j, s);
     }
@@ -285,8 +273,7 @@ static void *load_all_layers(void *arg)
 
 /* Before the forward runs model layer l over n tokens at pos0: if a stage starts there, keep the
  * tokens' hidden states as its boundary. */
-static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n)
-{
+static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n) {
     int stage = e->stages && e->stages->n_stages > 1 ? stage_starting_at(e->stages, l) : 0;
     if (stage)
         stage_boundary_write(e->stages, e->kv, stage, model_config_of(e->m)->dim, e->table, pos0, n,
@@ -297,19 +284,19 @@ static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, 
  * activations in scr: from the embeddings when from is 0, else from the boundary of the stage that
  * starts at `from`. capture: store the boundaries the pieces cross (a restore that computes only some
  * layers leaves them to the loads). */
-static void compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from, int to, int capture)
-{
+static void compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from,
+                           int to, int capture) {
     int stage = from ? stage_starting_at(e->stages, from) : 0, dim = model_config_of(e->m)->dim;
     for (uint64_t done = 0; done < n;) {
         int piece = n - done < (uint64_t)e->prefill_chunk ? (int)(n - done) : e->prefill_chunk;
         uint64_t pos = first + done;
         if (stage)
-            stage_boundary_read(e->stages, e->kv, stage, dim, e->table, pos, piece, model_scratch_hidden(scr));
+            stage_boundary_read(e->stages, e->kv, stage, dim, e->table, pos, piece,
+                                model_scratch_hidden(scr));
         else
             model_embed(e->m, scr, e->tokens + pos, piece);
         for (int l = from; l < to; l++) {
-            if (capture)
-                capture_boundary(e, scr, l, pos, piece);
+            if (capture) capture_boundary(e, scr, l, pos, piece);
             model_layer(e->m, scr, e->kv, (uint32_t)l, e->table, pos, piece);
         }
         done += (uint64_t)piece;
@@ -328,24 +315,20 @@ typedef struct stage_work {
     load_job *job;
 } stage_work;
 
-static void *run_stage(void *arg)
-{
+static void *run_stage(void *arg) {
     stage_work *w = arg;
     const stage_layout *sl = w->es[0]->stages;
     int s = w->stage;
     model_scratch *scr = s == 0 ? w->es[0]->s : sl->scratch[s];
     if (s > 0) {
         pthread_mutex_lock(&w->job->mu);
-        while (w->job->ready < s)
-            pthread_cond_wait(&w->job->cv, &w->job->mu);
+        while (w->job->ready < s) pthread_cond_wait(&w->job->cv, &w->job->mu);
         pthread_mutex_unlock(&w->job->mu);
-        if (w->job->st != KVS_OK)
-            return NULL; /* the restore failed: the step reports it */
+        if (w->job->st != KVS_OK) return NULL; /* the restore failed: the step reports it */
     }
     for (int j = 0; j < w->m; j++) {
         const kvs_restore_plan *p = &w->plans[j];
-        if (p->mode != KVS_PLAN_STAGE || p->stage_recompute_layers[s] == 0)
-            continue;
+        if (p->mode != KVS_PLAN_STAGE || p->stage_recompute_layers[s] == 0) continue;
         compute_layers(w->es[w->idx[j]], scr, p->first_token, p->recompute_tokens, sl->first[s],
                        sl->first[s] + (int)p->stage_recompute_layers[s], 0);
     }
@@ -360,8 +343,7 @@ static void *run_stage(void *arg)
  * layers below j, so the loaded upper layers are never an input to what is recomputed. Either way the
  * two touch different bytes and the result is the same bits as loading everything. es[idx[j]] is the
  * engine (pages, tokens) of the j-th of m requests, as[idx[j]] its admission. */
-static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
-{
+static int restore_plans_run(engine **es, admitted *as, const int *idx, int m) {
     connector *c = es[0]->conn;
     kvs_restore_plan *plans = calloc((size_t)m, sizeof *plans);
     if (!plans) {
@@ -372,12 +354,12 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
     for (int j = 0; j < m; j++) {
         plans[j].struct_size = sizeof plans[j];
         kvs_status ps = c->plans ? c->api->plan(c->h, as[idx[j]].req_id, &plans[j]) : KVS_ENOTFOUND;
-        if (ps != KVS_OK && ps != KVS_ENOTFOUND) { /* the loads may lack what the plan gives us: never guess */
+        if (ps != KVS_OK &&
+            ps != KVS_ENOTFOUND) { /* the loads may lack what the plan gives us: never guess */
             free(plans);
             return hook_failed(c, "plan", ps);
         }
-        if (ps != KVS_OK)
-            plans[j].recompute_tokens = 0;
+        if (ps != KVS_OK) plans[j].recompute_tokens = 0;
         any |= plans[j].recompute_tokens > 0;
     }
     if (!any) {
@@ -396,14 +378,15 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
     int rc = pthread_create(&loader, NULL, load_all_layers, &job);
     if (rc != 0) /* no thread: load first, then recompute */
         load_all_layers(&job);
-    for (int s = 1; sl && s < sl->n_stages; s++) { /* stages 1..: a thread each; stage 0: this one */
-        works[s] = (stage_work){.stage = s, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
+    for (int s = 1; sl && s < sl->n_stages;
+         s++) { /* stages 1..: a thread each; stage 0: this one */
+        works[s] =
+            (stage_work){.stage = s, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
         stage_rc[s] = pthread_create(&stage_threads[s], NULL, run_stage, &works[s]);
     }
     for (int j = 0; j < m; j++) {
         const kvs_restore_plan *p = &plans[j];
-        if (p->recompute_tokens == 0)
-            continue;
+        if (p->recompute_tokens == 0) continue;
         int layers = model_layers;
         c->plan_recomputed_tokens += p->recompute_tokens;
         if (p->mode == KVS_PLAN_STAGE) {
@@ -422,7 +405,8 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
                        layers == model_layers);
     }
     if (sl) {
-        works[0] = (stage_work){.stage = 0, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
+        works[0] =
+            (stage_work){.stage = 0, .es = es, .idx = idx, .plans = plans, .m = m, .job = &job};
         run_stage(&works[0]);
         for (int s = 1; s < sl->n_stages; s++)
             if (stage_rc[s] == 0)
@@ -430,18 +414,15 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m)
             else /* no thread: this one runs the stage once its boundary has landed */
                 run_stage(&works[s]);
     }
-    if (rc == 0)
-        pthread_join(loader, NULL);
+    if (rc == 0) pthread_join(loader, NULL);
     pthread_mutex_destroy(&job.mu);
     pthread_cond_destroy(&job.cv);
     free(plans);
-    if (job.st != KVS_OK)
-        return hook_failed(c, job.failed_hook, job.st);
+    if (job.st != KVS_OK) return hook_failed(c, job.failed_hook, job.st);
     return 0;
 }
 
-static int restore_step(engine *e, const char *req_id)
-{
+static int restore_step(engine *e, const char *req_id) {
     admitted a = {.req_id = req_id};
     int zero = 0;
     return restore_plans_run(&e, &a, &zero, 1);
@@ -450,52 +431,50 @@ static int restore_step(engine *e, const char *req_id)
 /* One engine step for one request: the connector's per-step hooks around a forward pass of
  * n_scheduled tokens. Returns 0; the number of blocks whose load failed (the step's results are
  * void and io->first_bad says where to recompute from); or -1 on error. */
-static int engine_step(engine *e, step_io *io)
-{
+static int engine_step(engine *e, step_io *io) {
     connector *c = e->conn;
     const int n_layers = model_config_of(e->m)->n_layers;
     if (c) {
-        kvs_step_request r = {.req_id = io->req_id, .tokens = e->tokens, .n_tokens = io->n_tokens,
-                              .block_ids = e->table, .n_block_ids = io->n_blocks,
-                              .n_computed = io->n_computed, .n_scheduled = (uint64_t)io->n_scheduled};
-        if (connector_step_meta(c, &r, 1) != 0 || restore_step(e, io->req_id) != 0)
-            return -1;
+        kvs_step_request r = {.req_id = io->req_id,
+                              .tokens = e->tokens,
+                              .n_tokens = io->n_tokens,
+                              .block_ids = e->table,
+                              .n_block_ids = io->n_blocks,
+                              .n_computed = io->n_computed,
+                              .n_scheduled = (uint64_t)io->n_scheduled};
+        if (connector_step_meta(c, &r, 1) != 0 || restore_step(e, io->req_id) != 0) return -1;
     }
     model_embed(e->m, e->s, e->tokens + io->n_computed, io->n_scheduled);
     for (int l = 0; l < n_layers; l++) {
-        if (c)
-            HOOK(c, c->api->wait_layer_load(c->h, (uint32_t)l), "wait_layer_load");
+        if (c) HOOK(c, c->api->wait_layer_load(c->h, (uint32_t)l), "wait_layer_load");
         capture_boundary(e, e->s, l, io->n_computed, io->n_scheduled);
         model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, io->n_computed, io->n_scheduled);
-        if (c)
-            HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
+        if (c) HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
     }
-    if (!c)
-        return 0;
+    if (!c) return 0;
     /* the boundaries were written before their stage's first layer: save them with the KV */
     for (uint32_t l = (uint32_t)n_layers; e->stages && l < stage_cache_layers(e->stages); l++)
         HOOK(c, c->api->save_layer(c->h, l), "save_layer");
     HOOK(c, c->api->wait_save(c->h), "wait_save");
     uint64_t n_bad = 0;
     HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");
-    int sending, receiving; /* vLLM asks every step; with one request at a time nothing waits on it */
-    if (connector_poll_finished(c, io->req_id, &sending, &receiving) != 0)
-        return -1;
-    if (n_bad == 0)
-        return 0;
+    int sending,
+        receiving; /* vLLM asks every step; with one request at a time nothing waits on it */
+    if (connector_poll_finished(c, io->req_id, &sending, &receiving) != 0) return -1;
+    if (n_bad == 0) return 0;
     /* Recompute from the first failed block: everything computed after it read garbage. */
     uint64_t first = UINT64_MAX;
     for (uint64_t i = 0; i < n_bad; i++) {
         uint64_t b = 0;
-        while (b < io->n_blocks && e->table[b] != c->errors[i])
-            b++;
+        while (b < io->n_blocks && e->table[b] != c->errors[i]) b++;
         if (b == io->n_blocks) {
-            fprintf(stderr, PROG ": load_error_blocks reported block %u, which request '%s' does not hold\n",
+            fprintf(stderr,
+                    PROG
+                    ": load_error_blocks reported block %u, which request '%s' does not hold\n",
                     c->errors[i], io->req_id);
             return -1;
         }
-        if (b * KV_BLOCK_TOKENS < first)
-            first = b * KV_BLOCK_TOKENS;
+        if (b * KV_BLOCK_TOKENS < first) first = b * KV_BLOCK_TOKENS;
     }
     io->first_bad = first;
     return (int)n_bad;
@@ -503,14 +482,12 @@ static int engine_step(engine *e, step_io *io)
 
 /* Ask the connector how much of the prompt it can load beyond the n_local tokens the engine has. */
 static int connector_lookup(connector *c, const char *req_id, const int32_t *tokens, uint64_t n,
-                            uint64_t n_local, kvs_lookup_result *res)
-{
+                            uint64_t n_local, kvs_lookup_result *res) {
     for (int tries = 0;; tries++) {
         memset(res, 0, sizeof *res);
         res->struct_size = sizeof *res;
         HOOK(c, c->api->lookup(c->h, req_id, tokens, n, n_local, res), "lookup");
-        if (!res->unknown_yet)
-            break;
+        if (!res->unknown_yet) break;
         if (tries == LOOKUP_POLL_LIMIT) { /* still unknown: schedule it as a miss */
             res->n_hit_tokens = 0;
             res->load_async = 0;
@@ -520,7 +497,8 @@ static int connector_lookup(connector *c, const char *req_id, const int32_t *tok
     }
     if (n_local + res->n_hit_tokens >= n) {
         fprintf(stderr,
-                PROG ": lookup for '%s' offered %llu tokens beyond %llu of a %llu-token prompt: the last token "
+                PROG ": lookup for '%s' offered %llu tokens beyond %llu of a %llu-token prompt: "
+                     "the last token "
                      "must be left to compute\n",
                 req_id, (unsigned long long)res->n_hit_tokens, (unsigned long long)n_local,
                 (unsigned long long)n);
@@ -532,15 +510,18 @@ static int connector_lookup(connector *c, const char *req_id, const int32_t *tok
 /* An asynchronous load happens between steps: the request waits, unscheduled, until get_finished
  * lists it as received. Returns the first failed token (or UINT64_MAX) in *first_bad. */
 static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t n_blocks,
-                      uint64_t n_computed, uint64_t *first_bad)
-{
+                      uint64_t n_computed, uint64_t *first_bad) {
     connector *c = e->conn;
     *first_bad = UINT64_MAX;
     for (int polls = 0; polls < FINISHED_POLL_LIMIT; polls++) {
         /* The first step carries the waiting request with nothing scheduled, so the connector can
          * issue its load; later steps only poll. */
-        kvs_step_request r = {.req_id = req_id, .tokens = e->tokens, .n_tokens = n_prompt,
-                              .block_ids = e->table, .n_block_ids = n_blocks, .n_computed = n_computed,
+        kvs_step_request r = {.req_id = req_id,
+                              .tokens = e->tokens,
+                              .n_tokens = n_prompt,
+                              .block_ids = e->table,
+                              .n_block_ids = n_blocks,
+                              .n_computed = n_computed,
                               .n_scheduled = 0};
         uint64_t len = 0;
         HOOK(c, c->api->build_meta(c->h, &r, polls == 0, c->meta, c->meta_cap, &len), "build_meta");
@@ -548,16 +529,15 @@ static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t
         HOOK(c, c->api->start_load(c->h), "start_load");
         HOOK(c, c->api->wait_save(c->h), "wait_save");
         uint64_t n_bad = 0;
-        HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");
+        HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad),
+             "load_error_blocks");
         for (uint64_t i = 0; i < n_bad; i++)
             for (uint64_t b = 0; b < n_blocks; b++)
                 if (e->table[b] == c->errors[i] && b * KV_BLOCK_TOKENS < *first_bad)
                     *first_bad = b * KV_BLOCK_TOKENS;
         int sending, receiving;
-        if (connector_poll_finished(c, req_id, &sending, &receiving) != 0)
-            return -1;
-        if (receiving)
-            return 0;
+        if (connector_poll_finished(c, req_id, &sending, &receiving) != 0) return -1;
+        if (receiving) return 0;
         sleep_ms(1);
     }
     fprintf(stderr, PROG ": the asynchronous load of '%s' never finished\n", req_id);
@@ -566,8 +546,8 @@ static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t
 
 /* Admit one turn: prefix-cache match, lookup, allocation (and an asynchronous load if the connector
  * asks for one). e->tokens holds the prompt. */
-int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0, admitted *a)
-{
+int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0,
+                 admitted *a) {
     connector *c = e->conn;
     *a = (admitted){.req_id = req_id, .n_prompt = n_prompt, .n_out = n_out, .t0 = t0};
 
@@ -577,29 +557,26 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
 
     /* 2. External hits from the connector. */
     kvs_lookup_result lr = {.struct_size = sizeof lr};
-    if (c && connector_lookup(c, req_id, e->tokens, n_prompt, a->n_local, &lr) != 0)
-        return -1;
+    if (c && connector_lookup(c, req_id, e->tokens, n_prompt, a->n_local, &lr) != 0) return -1;
     a->n_ext = lr.n_hit_tokens;
 
     /* 3. Pages for the whole request: the prompt and every output but the last get KV. */
     a->kv_tokens = n_prompt + (uint64_t)n_out - 1;
     a->n_blocks = (uint32_t)((a->kv_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (kvcache_alloc(e->kv, a->n_blocks - n_local_blocks, e->table + n_local_blocks) != 0) {
-        fprintf(stderr, PROG ": '%s' needs %u pages but the block budget leaves %u: raise --block-budget\n",
+        fprintf(stderr,
+                PROG ": '%s' needs %u pages but the block budget leaves %u: raise --block-budget\n",
                 req_id, a->n_blocks - n_local_blocks, kvcache_available(e->kv));
         kvcache_release(e->kv, e->table, n_local_blocks, e->tokens, 0);
         return -1;
     }
-    if (c)
-        HOOK(c, c->api->on_alloc(c->h, req_id, e->table, a->n_blocks, a->n_ext), "on_alloc");
+    if (c) HOOK(c, c->api->on_alloc(c->h, req_id, e->table, a->n_blocks, a->n_ext), "on_alloc");
 
     a->computed = a->n_local + a->n_ext;
     if (c && a->n_ext && lr.load_async) {
         uint64_t bad;
-        if (async_load(e, req_id, n_prompt, a->n_blocks, a->computed, &bad) != 0)
-            return -1;
-        if (bad < a->computed)
-            a->computed = bad < a->n_local ? a->n_local : bad;
+        if (async_load(e, req_id, n_prompt, a->n_blocks, a->computed, &bad) != 0) return -1;
+        if (bad < a->computed) a->computed = bad < a->n_local ? a->n_local : bad;
         a->restored = 1;
     }
     return 0;
@@ -608,8 +585,7 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
 /* Restore the external ranges of n admitted requests in one step of their own (nothing scheduled
  * besides): one build_meta over all of them, so the connector plans the batch, then the loads on a
  * loader thread while this thread recomputes what each request's plan leaves to the engine. */
-int engine_restore_batch(engine **es, admitted *as, int n)
-{
+int engine_restore_batch(engine **es, admitted *as, int n) {
     connector *c = es[0]->conn;
     kvs_step_request *rs = calloc((size_t)n, sizeof *rs);
     int *idx = calloc((size_t)n, sizeof *idx);
@@ -619,11 +595,14 @@ int engine_restore_batch(engine **es, admitted *as, int n)
         goto out;
     }
     for (int i = 0; i < n; i++) {
-        if (as[i].restored || as[i].n_ext == 0)
-            continue;
-        rs[m] = (kvs_step_request){.req_id = as[i].req_id, .tokens = es[i]->tokens, .n_tokens = as[i].n_prompt,
-                                   .block_ids = es[i]->table, .n_block_ids = as[i].n_blocks,
-                                   .n_computed = as[i].computed, .n_scheduled = 0};
+        if (as[i].restored || as[i].n_ext == 0) continue;
+        rs[m] = (kvs_step_request){.req_id = as[i].req_id,
+                                   .tokens = es[i]->tokens,
+                                   .n_tokens = as[i].n_prompt,
+                                   .block_ids = es[i]->table,
+                                   .n_block_ids = as[i].n_blocks,
+                                   .n_computed = as[i].computed,
+                                   .n_scheduled = 0};
         idx[m++] = i;
     }
     if (m == 0) {
@@ -650,8 +629,7 @@ int engine_restore_batch(engine **es, admitted *as, int n)
                 }
             }
         }
-    for (int j = 0; j < m; j++)
-        as[idx[j]].restored = 1;
+    for (int j = 0; j < m; j++) as[idx[j]].restored = 1;
     rc = 0;
 out:
     free(rs);
@@ -661,8 +639,7 @@ out:
 
 /* Steps until n_out tokens exist (prefill chunks, then one token per step), then finish. TTFT counts
  * from a->t0. on_prefill (may be NULL) runs once the first token's logits exist, outside the TTFT. */
-int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx)
-{
+int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx) {
     connector *c = e->conn;
     const char *req_id = a->req_id;
     uint64_t computed = a->computed;
@@ -677,31 +654,31 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
     while (produced < a->n_out) {
         uint64_t left = n_known - computed;
         int n = left < (uint64_t)e->prefill_chunk ? (int)left : e->prefill_chunk;
-        step_io io = {.req_id = req_id, .n_tokens = n_known, .n_blocks = a->n_blocks, .n_computed = computed,
+        step_io io = {.req_id = req_id,
+                      .n_tokens = n_known,
+                      .n_blocks = a->n_blocks,
+                      .n_computed = computed,
                       .n_scheduled = n};
         int rc = engine_step(e, &io);
-        if (rc < 0)
-            return -1;
+        if (rc < 0) return -1;
         if (rc > 0) {
             r->error_blocks += (uint64_t)rc;
             if (++retries > MAX_STEP_RETRIES) {
-                fprintf(stderr, PROG ": '%s': loads kept failing after %d recomputes\n", req_id, retries - 1);
+                fprintf(stderr, PROG ": '%s': loads kept failing after %d recomputes\n", req_id,
+                        retries - 1);
                 return -1;
             }
-            if (io.first_bad < computed)
-                computed = io.first_bad;
+            if (io.first_bad < computed) computed = io.first_bad;
             continue; /* discard this step: nothing it computed is used */
         }
         computed += (uint64_t)n;
-        if (computed < n_known)
-            continue;
+        if (computed < n_known) continue;
         model_logits(e->m, e->s, n - 1, e->logits);
         int32_t next = model_argmax(e->logits, model_config_of(e->m)->vocab);
         if (produced == 0) {
             r->ttft_ms = engine_now_ms() - a->t0;
             r->first_token = next;
-            if (on_prefill && on_prefill(ctx, e, a->n_prompt, r) != 0)
-                return -1;
+            if (on_prefill && on_prefill(ctx, e, a->n_prompt, r) != 0) return -1;
         }
         produced++;
         e->tokens[n_known++] = next;
@@ -714,34 +691,28 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
         HOOK(c, c->api->request_finished(c->h, req_id, &keep), "request_finished");
         for (int polls = 0; keep; polls++) {
             int sending, receiving;
-            if (connector_poll_finished(c, req_id, &sending, &receiving) != 0)
-                return -1;
-            if (sending)
-                break;
+            if (connector_poll_finished(c, req_id, &sending, &receiving) != 0) return -1;
+            if (sending) break;
             if (polls == FINISHED_POLL_LIMIT) {
                 fprintf(stderr, PROG ": the asynchronous save of '%s' never finished\n", req_id);
                 return -1;
             }
             sleep_ms(1);
         }
-        if (connector_take_events(c) != 0)
-            return -1;
+        if (connector_take_events(c) != 0) return -1;
     }
     kvcache_release(e->kv, e->table, a->n_blocks, e->tokens, a->kv_tokens);
     return 0;
 }
 
 int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
-                 prefill_done_fn on_prefill, void *ctx)
-{
+                 prefill_done_fn on_prefill, void *ctx) {
     admitted a;
-    if (engine_admit(e, req_id, n_prompt, n_out, engine_now_ms(), &a) != 0)
-        return -1;
+    if (engine_admit(e, req_id, n_prompt, n_out, engine_now_ms(), &a) != 0) return -1;
     return engine_run(e, &a, r, on_prefill, ctx);
 }
 
-int connector_stats(connector *c, kvs_stats *out)
-{
+int connector_stats(connector *c, kvs_stats *out) {
     memset(out, 0, sizeof *out);
     out->struct_size = sizeof *out;
     HOOK(c, c->api->stats(c->h, out), "stats");

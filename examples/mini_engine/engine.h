@@ -20,9 +20,11 @@ typedef struct connector {
     uint32_t *errors; /* load_error_blocks output */
     uint64_t errors_cap;
     uint64_t events_stored, events_removed; /* from take_events */
-    int plans; /* the engine executes restore plans (set_plan_caps) */
-    uint64_t plans_token, plans_layer, plans_recompute, plans_stage, plan_recomputed_tokens; /* plans followed */
-    uint64_t stage_boundary_restores; /* stages s > 0 of stage plans that recomputed from their boundary */
+    int plans;                              /* the engine executes restore plans (set_plan_caps) */
+    uint64_t plans_token, plans_layer, plans_recompute, plans_stage,
+        plan_recomputed_tokens; /* plans followed */
+    uint64_t
+        stage_boundary_restores; /* stages s > 0 of stage plans that recomputed from their boundary */
     char model_id[160];
 } connector;
 
@@ -46,19 +48,20 @@ typedef struct engine {
     const model *m;
     model_scratch *s;
     kvcache *kv;
-    connector *conn; /* NULL: serve without the connector */
-    int prefill_chunk; /* most tokens computed per prefill step */
-    float *logits;     /* vocab floats: the logits of the last step */
-    uint32_t *table;   /* the current request's block table */
-    int32_t *tokens;   /* the current request's tokens: prompt, then outputs */
+    connector *conn;      /* NULL: serve without the connector */
+    int prefill_chunk;    /* most tokens computed per prefill step */
+    float *logits;        /* vocab floats: the logits of the last step */
+    uint32_t *table;      /* the current request's block table */
+    int32_t *tokens;      /* the current request's tokens: prompt, then outputs */
     stage_layout *stages; /* NULL or one stage: none; else every forward stores the boundaries */
 } engine;
 
 typedef struct turn_result {
     int session, turn;
     uint64_t prompt;
-    uint64_t local_hit, ext_hit; /* tokens from the engine's prefix cache / loaded by the connector */
-    uint64_t error_blocks;       /* blocks reported by load_error_blocks */
+    uint64_t local_hit,
+        ext_hit;           /* tokens from the engine's prefix cache / loaded by the connector */
+    uint64_t error_blocks; /* blocks reported by load_error_blocks */
     double ttft_ms;
     int32_t first_token;
 } turn_result;
@@ -71,20 +74,21 @@ typedef struct admitted {
     const char *req_id;
     uint64_t n_prompt;
     int n_out;
-    uint64_t n_local, n_ext;  /* engine prefix-cache hit, connector hit */
-    uint64_t computed;        /* tokens whose KV is in the pages (or will be once restored) */
+    uint64_t n_local, n_ext; /* engine prefix-cache hit, connector hit */
+    uint64_t computed;       /* tokens whose KV is in the pages (or will be once restored) */
     uint32_t n_blocks;
     uint64_t kv_tokens;
-    uint64_t error_blocks;    /* failed loads of a batch restore */
-    int restored;             /* its external range was restored before its steps */
-    double t0;                /* arrival: TTFT counts from here */
+    uint64_t error_blocks; /* failed loads of a batch restore */
+    int restored;          /* its external range was restored before its steps */
+    double t0;             /* arrival: TTFT counts from here */
 } admitted;
 
 /* The phases of engine_serve, for serving several requests at once: admit each (prefix-cache match,
  * lookup, allocation; e->tokens holds the prompt), restore their external ranges in one step that
  * the connector plans as a batch (es[i] and as[i] belong together; the engines share the model,
  * scratch, cache and connector but each has its own tokens and block table), then run each. */
-int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0, admitted *a);
+int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0,
+                 admitted *a);
 int engine_restore_batch(engine **es, admitted *as, int n);
 int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx);
 

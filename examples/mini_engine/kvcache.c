@@ -9,41 +9,34 @@
 
 /* dtypes ---------------------------------------------------------------------------------------- */
 
-static uint32_t float_bits(float f)
-{
+static uint32_t float_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float bits_float(uint32_t u)
-{
+static float bits_float(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
 /* Round the integer mantissa m right by `shift` bits, ties to even. */
-static uint32_t shift_round_even(uint32_t m, uint32_t shift)
-{
+static uint32_t shift_round_even(uint32_t m, uint32_t shift) {
     uint32_t q = m >> shift;
     uint32_t rem = m & ((1u << shift) - 1u);
     uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++;
+    if (rem > half || (rem == half && (q & 1u))) q++;
     return q;
 }
 
-static uint16_t f32_to_f16(float f)
-{
+static uint16_t f32_to_f16(float f) {
     uint32_t x = float_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u); /* NaN */
-    if (ax >= 0x477ff000u)
-        return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
-    if (ax < 0x38800000u) {               /* below 2^-14: subnormal half, units of 2^-24 */
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal half, units of 2^-24 */
         uint32_t e = ax >> 23;
         if (e < 102u) /* below 2^-25: rounds to zero */
             return (uint16_t)sign;
@@ -54,8 +47,7 @@ static uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | shift_round_even(ax - 0x38000000u, 13u));
 }
 
-static float f16_to_f32(uint16_t h)
-{
+static float f16_to_f32(uint16_t h) {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
     uint32_t m = (uint32_t)h & 0x3ffu;
@@ -63,33 +55,27 @@ static float f16_to_f32(uint16_t h)
         float v = (float)m * 0x1p-24f;
         return sign ? -v : v;
     }
-    if (e == 31)
-        return bits_float(sign | 0x7f800000u | (m << 13));
+    if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
     return bits_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-static uint16_t f32_to_bf16(float f)
-{
+static uint16_t f32_to_bf16(float f) {
     uint32_t x = float_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u); /* keep NaN a NaN */
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* keep NaN a NaN */
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
 }
 
-static float bf16_to_f32(uint16_t h)
-{
+static float bf16_to_f32(uint16_t h) {
     return bits_float((uint32_t)h << 16);
 }
 
 /* e4m3 "fn": bias 7, no infinity, 0x7f is NaN, largest finite 448. */
-static uint8_t f32_to_e4m3(float f)
-{
+static uint8_t f32_to_e4m3(float f) {
     uint32_t x = float_bits(f);
     uint32_t sign = (x >> 24) & 0x80u;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u)
-        return (uint8_t)(sign | 0x7fu);
+    if (ax > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
     if (ax >= 0x43e00000u) /* >= 448 (and infinity): saturate */
         return (uint8_t)(sign | 0x7eu);
     if (ax < 0x3c800000u) { /* below 2^-6: subnormal, units of 2^-9 */
@@ -102,13 +88,11 @@ static uint8_t f32_to_e4m3(float f)
     return (uint8_t)(sign | shift_round_even(ax - 0x3c000000u, 20u));
 }
 
-static float e4m3_to_f32(uint8_t b)
-{
+static float e4m3_to_f32(uint8_t b) {
     uint32_t sign = ((uint32_t)b & 0x80u) << 24;
     uint32_t e = ((uint32_t)b >> 3) & 0xfu;
     uint32_t m = (uint32_t)b & 7u;
-    if (e == 15 && m == 7)
-        return bits_float(sign | 0x7fc00000u);
+    if (e == 15 && m == 7) return bits_float(sign | 0x7fc00000u);
     if (e == 0) {
         float v = (float)m * 0x1p-9f;
         return sign ? -v : v;
@@ -121,92 +105,71 @@ static float f16_table[65536];
 static float e4m3_table[256];
 static int tables_ready;
 
-static void build_tables(void)
-{
-    if (tables_ready)
-        return;
-    for (uint32_t i = 0; i < 65536u; i++)
-        f16_table[i] = f16_to_f32((uint16_t)i);
-    for (uint32_t i = 0; i < 256u; i++)
-        e4m3_table[i] = e4m3_to_f32((uint8_t)i);
+static void build_tables(void) {
+    if (tables_ready) return;
+    for (uint32_t i = 0; i < 65536u; i++) f16_table[i] = f16_to_f32((uint16_t)i);
+    for (uint32_t i = 0; i < 256u; i++) e4m3_table[i] = e4m3_to_f32((uint8_t)i);
     tables_ready = 1;
 }
 
-size_t kv_dtype_size(kvs_dtype dtype)
-{
+size_t kv_dtype_size(kvs_dtype dtype) {
     switch (dtype) {
-    case KVS_DTYPE_FP16:
-    case KVS_DTYPE_BF16:
-        return 2;
-    case KVS_DTYPE_FP32:
-        return 4;
-    case KVS_DTYPE_FP8_E4M3:
-    case KVS_DTYPE_FP8_E5M2:
-        return 1;
+        case KVS_DTYPE_FP16:
+        case KVS_DTYPE_BF16: return 2;
+        case KVS_DTYPE_FP32: return 4;
+        case KVS_DTYPE_FP8_E4M3:
+        case KVS_DTYPE_FP8_E5M2: return 1;
     }
     return 0;
 }
 
-void kv_from_float(kvs_dtype dtype, void *dst, const float *src, size_t n)
-{
+void kv_from_float(kvs_dtype dtype, void *dst, const float *src, size_t n) {
     switch (dtype) {
-    case KVS_DTYPE_FP32:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    case KVS_DTYPE_FP16: {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = f32_to_f16(src[i]);
-        break;
-    }
-    case KVS_DTYPE_BF16: {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = f32_to_bf16(src[i]);
-        break;
-    }
-    case KVS_DTYPE_FP8_E4M3:
-    case KVS_DTYPE_FP8_E5M2: { /* e5m2 is refused by the flag parser; never reached */
-        uint8_t *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = f32_to_e4m3(src[i]);
-        break;
-    }
+        case KVS_DTYPE_FP32: memcpy(dst, src, n * sizeof(float)); break;
+        case KVS_DTYPE_FP16: {
+            uint16_t *d = dst;
+            for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(src[i]);
+            break;
+        }
+        case KVS_DTYPE_BF16: {
+            uint16_t *d = dst;
+            for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+            break;
+        }
+        case KVS_DTYPE_FP8_E4M3:
+        case KVS_DTYPE_FP8_E5M2: { /* e5m2 is refused by the flag parser; never reached */
+            uint8_t *d = dst;
+            for (size_t i = 0; i < n; i++) d[i] = f32_to_e4m3(src[i]);
+            break;
+        }
     }
 }
 
-void kv_to_float(kvs_dtype dtype, float *dst, const void *src, size_t n)
-{
+void kv_to_float(kvs_dtype dtype, float *dst, const void *src, size_t n) {
     switch (dtype) {
-    case KVS_DTYPE_FP32:
-        memcpy(dst, src, n * sizeof(float));
-        break;
-    case KVS_DTYPE_FP16: {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = f16_table[s[i]];
-        break;
-    }
-    case KVS_DTYPE_BF16: {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(s[i]);
-        break;
-    }
-    case KVS_DTYPE_FP8_E4M3:
-    case KVS_DTYPE_FP8_E5M2: {
-        const uint8_t *s = src;
-        for (size_t i = 0; i < n; i++)
-            dst[i] = e4m3_table[s[i]];
-        break;
-    }
+        case KVS_DTYPE_FP32: memcpy(dst, src, n * sizeof(float)); break;
+        case KVS_DTYPE_FP16: {
+            const uint16_t *s = src;
+            for (size_t i = 0; i < n; i++) dst[i] = f16_table[s[i]];
+            break;
+        }
+        case KVS_DTYPE_BF16: {
+            const uint16_t *s = src;
+            for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+            break;
+        }
+        case KVS_DTYPE_FP8_E4M3:
+        case KVS_DTYPE_FP8_E5M2: {
+            const uint8_t *s = src;
+            for (size_t i = 0; i < n; i++) dst[i] = e4m3_table[s[i]];
+            break;
+        }
     }
 }
 
 static const char *const layout_names[] = {"nhd", "hnd", "flashinfer", "mla", "crosslayer"};
 
-int kv_layout_parse(const char *name, kv_layout *out)
-{
+int kv_layout_parse(const char *name, kv_layout *out) {
     for (int i = 0; i < 5; i++) {
         if (strcmp(name, layout_names[i]) == 0) {
             *out = (kv_layout)i;
@@ -216,13 +179,11 @@ int kv_layout_parse(const char *name, kv_layout *out)
     return -1;
 }
 
-const char *kv_layout_name(kv_layout layout)
-{
+const char *kv_layout_name(kv_layout layout) {
     return (unsigned)layout < 5u ? layout_names[layout] : "?";
 }
 
-int kv_dtype_parse(const char *name, kvs_dtype *out)
-{
+int kv_dtype_parse(const char *name, kvs_dtype *out) {
     if (strcmp(name, "fp16") == 0)
         *out = KVS_DTYPE_FP16;
     else if (strcmp(name, "bf16") == 0)
@@ -236,19 +197,13 @@ int kv_dtype_parse(const char *name, kvs_dtype *out)
     return 0;
 }
 
-const char *kv_dtype_name(kvs_dtype dtype)
-{
+const char *kv_dtype_name(kvs_dtype dtype) {
     switch (dtype) {
-    case KVS_DTYPE_FP16:
-        return "fp16";
-    case KVS_DTYPE_BF16:
-        return "bf16";
-    case KVS_DTYPE_FP32:
-        return "fp32";
-    case KVS_DTYPE_FP8_E4M3:
-        return "fp8";
-    case KVS_DTYPE_FP8_E5M2:
-        return "fp8_e5m2";
+        case KVS_DTYPE_FP16: return "fp16";
+        case KVS_DTYPE_BF16: return "bf16";
+        case KVS_DTYPE_FP32: return "fp32";
+        case KVS_DTYPE_FP8_E4M3: return "fp8";
+        case KVS_DTYPE_FP8_E5M2: return "fp8_e5m2";
     }
     return "?";
 }
@@ -284,29 +239,23 @@ struct kvcache {
     kvcache_stats stats;
 };
 
-static uint64_t mix64(uint64_t z)
-{
+static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
-static uint64_t chain_hash(uint64_t parent, const int32_t *tokens)
-{
+static uint64_t chain_hash(uint64_t parent, const int32_t *tokens) {
     uint64_t h = mix64(parent + 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < KV_BLOCK_TOKENS; i++)
-        h = mix64(h ^ (uint64_t)(uint32_t)tokens[i]);
+    for (int i = 0; i < KV_BLOCK_TOKENS; i++) h = mix64(h ^ (uint64_t)(uint32_t)tokens[i]);
     return h;
 }
 
-static void set_err(char *err, size_t len, const char *msg)
-{
-    if (err && len)
-        snprintf(err, len, "%s", msg);
+static void set_err(char *err, size_t len, const char *msg) {
+    if (err && len) snprintf(err, len, "%s", msg);
 }
 
-kvcache *kvcache_create(const kvcache_params *params, char *err, size_t err_len)
-{
+kvcache *kvcache_create(const kvcache_params *params, char *err, size_t err_len) {
     const kvcache_params *p = params;
     int is_mla = p->layout == KV_LAYOUT_MLA;
     if (p->n_layers == 0 || p->n_heads == 0 || p->head_dim == 0 || p->n_blocks == 0 ||
@@ -321,8 +270,7 @@ kvcache *kvcache_create(const kvcache_params *params, char *err, size_t err_len)
     build_tables();
 
     kvcache *kv = calloc(1, sizeof *kv);
-    if (!kv)
-        goto fail_nomem;
+    if (!kv) goto fail_nomem;
     kv->p = *p;
     kv->elem_size = kv_dtype_size(p->dtype);
     const int64_t head = (int64_t)p->head_dim * (int64_t)kv->elem_size; /* bytes of one head */
@@ -334,13 +282,12 @@ kvcache *kvcache_create(const kvcache_params *params, char *err, size_t err_len)
     kv->n_buffers = p->layout == KV_LAYOUT_CROSSLAYER ? 1 : p->n_layers;
     kv->buffers = calloc(kv->n_buffers, sizeof *kv->buffers);
     kv->views = calloc(p->n_layers, sizeof *kv->views);
-    if (!kv->buffers || !kv->views)
-        goto fail_nomem;
-    size_t buffer_bytes = (size_t)(p->layout == KV_LAYOUT_CROSSLAYER ? per_layer * p->n_layers : per_layer);
+    if (!kv->buffers || !kv->views) goto fail_nomem;
+    size_t buffer_bytes =
+        (size_t)(p->layout == KV_LAYOUT_CROSSLAYER ? per_layer * p->n_layers : per_layer);
     for (uint32_t i = 0; i < kv->n_buffers; i++) {
         kv->buffers[i] = calloc(1, buffer_bytes);
-        if (!kv->buffers[i])
-            goto fail_nomem;
+        if (!kv->buffers[i]) goto fail_nomem;
     }
 
     for (uint32_t l = 0; l < p->n_layers; l++) {
@@ -351,55 +298,52 @@ kvcache *kvcache_create(const kvcache_params *params, char *err, size_t err_len)
         v->n_blocks = p->n_blocks;
         uint8_t *base = kv->buffers[p->layout == KV_LAYOUT_CROSSLAYER ? 0 : l];
         switch (p->layout) {
-        case KV_LAYOUT_NHD: /* [2, blocks, bs, heads, dim] */
-            v->k_base = base;
-            v->v_base = base + blk * p->n_blocks;
-            v->block_stride = blk;
-            v->token_stride = tok;
-            v->head_stride = head;
-            break;
-        case KV_LAYOUT_HND: /* [2, blocks, heads, bs, dim] */
-            v->k_base = base;
-            v->v_base = base + blk * p->n_blocks;
-            v->block_stride = blk;
-            v->token_stride = head;
-            v->head_stride = head * KV_BLOCK_TOKENS;
-            break;
-        case KV_LAYOUT_FLASHINFER: /* [blocks, 2, bs, heads, dim] */
-            v->k_base = base;
-            v->v_base = base + blk;
-            v->block_stride = 2 * blk;
-            v->token_stride = tok;
-            v->head_stride = head;
-            break;
-        case KV_LAYOUT_MLA: /* [blocks, bs, latent] */
-            v->k_base = base;
-            v->v_base = NULL;
-            v->block_stride = blk;
-            v->token_stride = tok;
-            v->head_stride = head;
-            break;
-        case KV_LAYOUT_CROSSLAYER: /* [blocks, layers, 2, bs, heads, dim] */
-            v->k_base = base + (int64_t)l * 2 * blk;
-            v->v_base = base + (int64_t)l * 2 * blk + blk;
-            v->block_stride = 2 * blk * p->n_layers;
-            v->token_stride = tok;
-            v->head_stride = head;
-            break;
+            case KV_LAYOUT_NHD: /* [2, blocks, bs, heads, dim] */
+                v->k_base = base;
+                v->v_base = base + blk * p->n_blocks;
+                v->block_stride = blk;
+                v->token_stride = tok;
+                v->head_stride = head;
+                break;
+            case KV_LAYOUT_HND: /* [2, blocks, heads, bs, dim] */
+                v->k_base = base;
+                v->v_base = base + blk * p->n_blocks;
+                v->block_stride = blk;
+                v->token_stride = head;
+                v->head_stride = head * KV_BLOCK_TOKENS;
+                break;
+            case KV_LAYOUT_FLASHINFER: /* [blocks, 2, bs, heads, dim] */
+                v->k_base = base;
+                v->v_base = base + blk;
+                v->block_stride = 2 * blk;
+                v->token_stride = tok;
+                v->head_stride = head;
+                break;
+            case KV_LAYOUT_MLA: /* [blocks, bs, latent] */
+                v->k_base = base;
+                v->v_base = NULL;
+                v->block_stride = blk;
+                v->token_stride = tok;
+                v->head_stride = head;
+                break;
+            case KV_LAYOUT_CROSSLAYER: /* [blocks, layers, 2, bs, heads, dim] */
+                v->k_base = base + (int64_t)l * 2 * blk;
+                v->v_base = base + (int64_t)l * 2 * blk + blk;
+                v->block_stride = 2 * blk * p->n_layers;
+                v->token_stride = tok;
+                v->head_stride = head;
+                break;
         }
     }
 
     kv->blocks = calloc(p->n_blocks, sizeof *kv->blocks);
     kv->free_stack = calloc(p->n_blocks, sizeof *kv->free_stack);
     uint32_t n_buckets = 64;
-    while (n_buckets < 2 * p->n_blocks)
-        n_buckets *= 2;
+    while (n_buckets < 2 * p->n_blocks) n_buckets *= 2;
     kv->buckets = malloc(n_buckets * sizeof *kv->buckets);
-    if (!kv->blocks || !kv->free_stack || !kv->buckets)
-        goto fail_nomem;
+    if (!kv->blocks || !kv->free_stack || !kv->buckets) goto fail_nomem;
     kv->bucket_mask = n_buckets - 1;
-    for (uint32_t i = 0; i < n_buckets; i++)
-        kv->buckets[i] = NONE;
+    for (uint32_t i = 0; i < n_buckets; i++) kv->buckets[i] = NONE;
     /* Pop order hands out ids 0, 1, 2, ...: the stack holds them in reverse. */
     for (uint32_t i = 0; i < p->n_blocks; i++) {
         kv->free_stack[i] = p->n_blocks - 1 - i;
@@ -415,12 +359,9 @@ fail_nomem:
     return NULL;
 }
 
-void kvcache_destroy(kvcache *kv)
-{
-    if (!kv)
-        return;
-    for (uint32_t i = 0; kv->buffers && i < kv->n_buffers; i++)
-        free(kv->buffers[i]);
+void kvcache_destroy(kvcache *kv) {
+    if (!kv) return;
+    for (uint32_t i = 0; kv->buffers && i < kv->n_buffers; i++) free(kv->buffers[i]);
     free(kv->buffers);
     free(kv->views);
     free(kv->blocks);
@@ -429,19 +370,16 @@ void kvcache_destroy(kvcache *kv)
     free(kv);
 }
 
-const kvcache_params *kvcache_params_of(const kvcache *kv)
-{
+const kvcache_params *kvcache_params_of(const kvcache *kv) {
     return &kv->p;
 }
 
-const kvs_layer_view *kvcache_views(const kvcache *kv)
-{
+const kvs_layer_view *kvcache_views(const kvcache *kv) {
     return kv->views;
 }
 
 uint8_t *kvcache_head_ptr(const kvcache *kv, uint32_t layer, kv_part part, uint32_t block_id,
-                          uint32_t slot, uint32_t head)
-{
+                          uint32_t slot, uint32_t head) {
     const kvs_layer_view *v = &kv->views[layer];
     uint8_t *base = part == KV_K ? v->k_base : v->v_base;
     return base + (int64_t)block_id * v->block_stride + (int64_t)slot * v->token_stride +
@@ -449,23 +387,20 @@ uint8_t *kvcache_head_ptr(const kvcache *kv, uint32_t layer, kv_part part, uint3
 }
 
 void kvcache_write(const kvcache *kv, uint32_t layer, kv_part part, const uint32_t *block_table,
-                   uint64_t pos, uint32_t head, const float *src)
-{
+                   uint64_t pos, uint32_t head, const float *src) {
     uint8_t *dst = kvcache_head_ptr(kv, layer, part, block_table[pos / KV_BLOCK_TOKENS],
                                     (uint32_t)(pos % KV_BLOCK_TOKENS), head);
     kv_from_float(kv->p.dtype, dst, src, kv->p.head_dim);
 }
 
 void kvcache_read(const kvcache *kv, uint32_t layer, kv_part part, const uint32_t *block_table,
-                  uint64_t pos, uint32_t head, float *dst)
-{
+                  uint64_t pos, uint32_t head, float *dst) {
     const uint8_t *src = kvcache_head_ptr(kv, layer, part, block_table[pos / KV_BLOCK_TOKENS],
                                           (uint32_t)(pos % KV_BLOCK_TOKENS), head);
     kv_to_float(kv->p.dtype, dst, src, kv->p.head_dim);
 }
 
-static void lru_unlink(kvcache *kv, uint32_t id)
-{
+static void lru_unlink(kvcache *kv, uint32_t id) {
     block *b = &kv->blocks[id];
     if (b->lru_prev != NONE)
         kv->blocks[b->lru_prev].lru_next = b->lru_next;
@@ -479,8 +414,7 @@ static void lru_unlink(kvcache *kv, uint32_t id)
     kv->n_lru--;
 }
 
-static void lru_push_recent(kvcache *kv, uint32_t id)
-{
+static void lru_push_recent(kvcache *kv, uint32_t id) {
     block *b = &kv->blocks[id];
     b->lru_prev = kv->lru_tail;
     b->lru_next = NONE;
@@ -492,9 +426,10 @@ static void lru_push_recent(kvcache *kv, uint32_t id)
     kv->n_lru++;
 }
 
-static uint32_t table_find(const kvcache *kv, uint64_t hash, uint64_t parent, const int32_t *tokens)
-{
-    for (uint32_t id = kv->buckets[hash & kv->bucket_mask]; id != NONE; id = kv->blocks[id].bucket_next) {
+static uint32_t table_find(const kvcache *kv, uint64_t hash, uint64_t parent,
+                           const int32_t *tokens) {
+    for (uint32_t id = kv->buckets[hash & kv->bucket_mask]; id != NONE;
+         id = kv->blocks[id].bucket_next) {
         const block *b = &kv->blocks[id];
         if (b->hash == hash && b->parent == parent &&
             memcmp(b->tokens, tokens, sizeof b->tokens) == 0)
@@ -503,8 +438,8 @@ static uint32_t table_find(const kvcache *kv, uint64_t hash, uint64_t parent, co
     return NONE;
 }
 
-static void table_insert(kvcache *kv, uint32_t id, uint64_t hash, uint64_t parent, const int32_t *tokens)
-{
+static void table_insert(kvcache *kv, uint32_t id, uint64_t hash, uint64_t parent,
+                         const int32_t *tokens) {
     block *b = &kv->blocks[id];
     b->hash = hash;
     b->parent = parent;
@@ -516,22 +451,19 @@ static void table_insert(kvcache *kv, uint32_t id, uint64_t hash, uint64_t paren
     kv->stats.cached_now++;
 }
 
-static void table_remove(kvcache *kv, uint32_t id)
-{
+static void table_remove(kvcache *kv, uint32_t id) {
     block *b = &kv->blocks[id];
     uint32_t *link = &kv->buckets[b->hash & kv->bucket_mask];
-    while (*link != id)
-        link = &kv->blocks[*link].bucket_next;
+    while (*link != id) link = &kv->blocks[*link].bucket_next;
     *link = b->bucket_next;
     b->bucket_next = NONE;
     b->cached = 0;
     kv->stats.cached_now--;
 }
 
-uint32_t kvcache_match_prefix(kvcache *kv, const int32_t *tokens, uint64_t n_tokens, uint32_t *blocks_out)
-{
-    if (n_tokens == 0)
-        return 0;
+uint32_t kvcache_match_prefix(kvcache *kv, const int32_t *tokens, uint64_t n_tokens,
+                              uint32_t *blocks_out) {
+    if (n_tokens == 0) return 0;
     uint64_t max_blocks = (n_tokens - 1) / KV_BLOCK_TOKENS;
     uint64_t parent = 0;
     uint32_t n = 0;
@@ -539,11 +471,9 @@ uint32_t kvcache_match_prefix(kvcache *kv, const int32_t *tokens, uint64_t n_tok
         const int32_t *t = tokens + (uint64_t)n * KV_BLOCK_TOKENS;
         uint64_t h = chain_hash(parent, t);
         uint32_t id = table_find(kv, h, parent, t);
-        if (id == NONE)
-            break;
+        if (id == NONE) break;
         block *b = &kv->blocks[id];
-        if (b->ref++ == 0)
-            lru_unlink(kv, id);
+        if (b->ref++ == 0) lru_unlink(kv, id);
         blocks_out[n] = id;
         parent = h;
     }
@@ -551,15 +481,12 @@ uint32_t kvcache_match_prefix(kvcache *kv, const int32_t *tokens, uint64_t n_tok
     return n;
 }
 
-uint32_t kvcache_available(const kvcache *kv)
-{
+uint32_t kvcache_available(const kvcache *kv) {
     return kv->p.block_budget - kv->n_held + kv->n_lru;
 }
 
-int kvcache_alloc(kvcache *kv, uint32_t n, uint32_t *blocks_out)
-{
-    if (n > kvcache_available(kv))
-        return -1;
+int kvcache_alloc(kvcache *kv, uint32_t n, uint32_t *blocks_out) {
+    if (n > kvcache_available(kv)) return -1;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t id;
         if (kv->n_held < kv->p.block_budget) {
@@ -579,8 +506,7 @@ int kvcache_alloc(kvcache *kv, uint32_t n, uint32_t *blocks_out)
 }
 
 void kvcache_release(kvcache *kv, const uint32_t *blocks, uint32_t n_blocks, const int32_t *tokens,
-                     uint64_t n_valid_tokens)
-{
+                     uint64_t n_valid_tokens) {
     uint64_t parent = 0;
     uint64_t n_full = n_valid_tokens / KV_BLOCK_TOKENS;
     for (uint32_t i = 0; i < n_blocks && i < n_full; i++) {
@@ -596,8 +522,7 @@ void kvcache_release(kvcache *kv, const uint32_t *blocks, uint32_t n_blocks, con
     for (uint32_t i = n_blocks; i-- > 0;) {
         uint32_t id = blocks[i];
         block *b = &kv->blocks[id];
-        if (--b->ref > 0)
-            continue;
+        if (--b->ref > 0) continue;
         if (b->cached) {
             lru_push_recent(kv, id);
         } else {
@@ -608,7 +533,6 @@ void kvcache_release(kvcache *kv, const uint32_t *blocks, uint32_t n_blocks, con
     }
 }
 
-kvcache_stats kvcache_get_stats(const kvcache *kv)
-{
+kvcache_stats kvcache_get_stats(const kvcache *kv) {
     return kv->stats;
 }

@@ -25,16 +25,17 @@ typedef struct kvcache_params {
     kv_layout layout;
     kvs_dtype dtype;
     uint32_t n_layers;
-    uint32_t n_heads;      /* KV heads stored per token (1 for MLA) */
-    uint32_t head_dim;     /* elements per head (MLA: the latent width) */
-    uint32_t n_blocks;     /* pages in the cache */
-    uint32_t block_budget; /* pages the block manager may hold at once (in use + cached), <= n_blocks */
+    uint32_t n_heads;  /* KV heads stored per token (1 for MLA) */
+    uint32_t head_dim; /* elements per head (MLA: the latent width) */
+    uint32_t n_blocks; /* pages in the cache */
+    uint32_t
+        block_budget; /* pages the block manager may hold at once (in use + cached), <= n_blocks */
 } kvcache_params;
 
 typedef struct kvcache_stats {
-    uint64_t evictions;   /* cached blocks dropped to make room */
-    uint64_t hit_blocks;  /* blocks reused by match_prefix */
-    uint64_t cached_now;  /* blocks currently in the prefix cache (in use or free) */
+    uint64_t evictions;  /* cached blocks dropped to make room */
+    uint64_t hit_blocks; /* blocks reused by match_prefix */
+    uint64_t cached_now; /* blocks currently in the prefix cache (in use or free) */
 } kvcache_stats;
 
 typedef struct kvcache kvcache;

@@ -27,31 +27,30 @@ struct model {
     float *final_norm; /* [dim] */
     float *wcls;       /* [dim][vocab] */
     layer_weights *layers;
-    float *inv_freq; /* [head_dim / 2] RoPE frequencies */
+    float *inv_freq;  /* [head_dim / 2] RoPE frequencies */
     float attn_scale; /* 1 / sqrt(head_dim) */
-    float **allocs;  /* every weight array, for model_free */
+    float **allocs;   /* every weight array, for model_free */
     int n_allocs;
 };
 
 struct model_scratch {
     int max_step, max_context;
-    int att_heads; /* heads of the gathered context: kv_heads (GQA) or heads (MLA) */
-    float *x;      /* [max_step][dim] hidden states */
-    float *q;      /* [max_step][heads*hd] */
-    float *xn;     /* [dim] */
-    float *proj;   /* [max(heads*hd, latent, dim)] */
-    float *proj2;  /* same */
-    float *att;    /* [heads*hd] */
-    float *hb, *hb2;   /* [ffn] */
-    float *kt;     /* [att_heads][hd][max_context]: K of the context, transposed */
-    float *vc;     /* [att_heads][max_context][hd]: V of the context */
-    float *scores; /* [max_context] */
+    int att_heads;   /* heads of the gathered context: kv_heads (GQA) or heads (MLA) */
+    float *x;        /* [max_step][dim] hidden states */
+    float *q;        /* [max_step][heads*hd] */
+    float *xn;       /* [dim] */
+    float *proj;     /* [max(heads*hd, latent, dim)] */
+    float *proj2;    /* same */
+    float *att;      /* [heads*hd] */
+    float *hb, *hb2; /* [ffn] */
+    float *kt;       /* [att_heads][hd][max_context]: K of the context, transposed */
+    float *vc;       /* [att_heads][max_context][hd]: V of the context */
+    float *scores;   /* [max_context] */
 };
 
 /* Seeded weights ---------------------------------------------------------------------------------- */
 
-static uint64_t splitmix64(uint64_t *state)
-{
+static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -59,24 +58,19 @@ static uint64_t splitmix64(uint64_t *state)
 }
 
 /* Uniform in [-1, 1) from the top 24 bits. */
-static float uniform_pm1(uint64_t *state)
-{
+static float uniform_pm1(uint64_t *state) {
     return (float)(splitmix64(state) >> 40) * 0x1p-23f - 1.0f;
 }
 
-static float *weights(model *m, uint64_t *rng, size_t n, float scale, float offset)
-{
+static float *weights(model *m, uint64_t *rng, size_t n, float scale, float offset) {
     float *w = malloc(n * sizeof *w);
-    if (!w)
-        return NULL;
+    if (!w) return NULL;
     m->allocs[m->n_allocs++] = w;
-    for (size_t i = 0; i < n; i++)
-        w[i] = offset + scale * uniform_pm1(rng);
+    for (size_t i = 0; i < n; i++) w[i] = offset + scale * uniform_pm1(rng);
     return w;
 }
 
-int model_config_check(const model_config *c, char *err, size_t err_len)
-{
+int model_config_check(const model_config *c, char *err, size_t err_len) {
     const char *msg = NULL;
     if (c->dim < 2 || c->n_layers < 1 || c->n_heads < 1 || c->ffn < 1 || c->vocab < 2)
         msg = "--dim, --layers, --heads, --ffn must be positive and --vocab at least 2";
@@ -97,11 +91,9 @@ int model_config_check(const model_config *c, char *err, size_t err_len)
     return 0;
 }
 
-model *model_create(const model_config *c)
-{
+model *model_create(const model_config *c) {
     model *m = calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
+    if (!m) return NULL;
     m->c = *c;
     int dim = c->dim, hd = c->dim / c->n_heads, qw = c->n_heads * hd;
     int kvw = c->n_kv_heads * hd;
@@ -109,10 +101,8 @@ model *model_create(const model_config *c)
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     m->allocs = calloc((size_t)(4 + 12 * c->n_layers), sizeof *m->allocs);
     m->inv_freq = malloc((size_t)(hd / 2) * sizeof *m->inv_freq);
-    if (!m->layers || !m->allocs || !m->inv_freq)
-        goto fail;
-    for (int i = 0; i < hd / 2; i++)
-        m->inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
+    if (!m->layers || !m->allocs || !m->inv_freq) goto fail;
+    for (int i = 0; i < hd / 2; i++) m->inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
     m->attn_scale = 1.0f / sqrtf((float)hd);
 
     uint64_t rng = c->seed ^ 0x6d696e69656e67ull; /* "miniengine" */
@@ -120,8 +110,7 @@ model *model_create(const model_config *c)
     m->embed = weights(m, &rng, (size_t)c->vocab * dim, 1.0f, 0.0f);
     m->final_norm = weights(m, &rng, (size_t)dim, 0.1f, 1.0f);
     m->wcls = weights(m, &rng, (size_t)dim * c->vocab, s_dim, 0.0f);
-    if (!m->embed || !m->final_norm || !m->wcls)
-        goto fail;
+    if (!m->embed || !m->final_norm || !m->wcls) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *w = &m->layers[l];
         w->attn_norm = weights(m, &rng, (size_t)dim, 0.1f, 1.0f);
@@ -132,13 +121,11 @@ model *model_create(const model_config *c)
             w->wdkv = weights(m, &rng, (size_t)dim * c->latent, s_dim, 0.0f);
             w->wuk = weights(m, &rng, (size_t)c->latent * qw, s_lat, 0.0f);
             w->wuv = weights(m, &rng, (size_t)c->latent * qw, s_lat, 0.0f);
-            if (!w->wdkv || !w->wuk || !w->wuv)
-                goto fail;
+            if (!w->wdkv || !w->wuk || !w->wuv) goto fail;
         } else {
             w->wk = weights(m, &rng, (size_t)dim * kvw, s_dim, 0.0f);
             w->wv = weights(m, &rng, (size_t)dim * kvw, s_dim, 0.0f);
-            if (!w->wk || !w->wv)
-                goto fail;
+            if (!w->wk || !w->wv) goto fail;
         }
         w->wo = weights(m, &rng, (size_t)qw * dim, 1.0f / sqrtf((float)qw), 0.0f);
         w->w1 = weights(m, &rng, (size_t)dim * c->ffn, s_dim, 0.0f);
@@ -153,52 +140,41 @@ fail:
     return NULL;
 }
 
-void model_free(model *m)
-{
-    if (!m)
-        return;
-    for (int i = 0; i < m->n_allocs; i++)
-        free(m->allocs[i]);
+void model_free(model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_allocs; i++) free(m->allocs[i]);
     free(m->allocs);
     free(m->layers);
     free(m->inv_freq);
     free(m);
 }
 
-const model_config *model_config_of(const model *m)
-{
+const model_config *model_config_of(const model *m) {
     return &m->c;
 }
 
-int model_head_dim(const model *m)
-{
+int model_head_dim(const model *m) {
     return m->head_dim;
 }
 
-uint32_t model_cache_heads(const model *m)
-{
+uint32_t model_cache_heads(const model *m) {
     return m->c.is_mla ? 1u : (uint32_t)m->c.n_kv_heads;
 }
 
-uint32_t model_cache_width(const model *m)
-{
+uint32_t model_cache_width(const model *m) {
     return (uint32_t)(m->c.is_mla ? m->c.latent : m->head_dim);
 }
 
 /* Scratch ----------------------------------------------------------------------------------------- */
 
-model_scratch *model_scratch_create(const model *m, int max_step_tokens, int max_context)
-{
+model_scratch *model_scratch_create(const model *m, int max_step_tokens, int max_context) {
     const model_config *c = &m->c;
     int hd = m->head_dim, qw = c->n_heads * hd;
     int wide = qw > c->dim ? qw : c->dim;
-    if (c->is_mla && c->latent > wide)
-        wide = c->latent;
-    if (!c->is_mla && c->n_kv_heads * hd > wide)
-        wide = c->n_kv_heads * hd;
+    if (c->is_mla && c->latent > wide) wide = c->latent;
+    if (!c->is_mla && c->n_kv_heads * hd > wide) wide = c->n_kv_heads * hd;
     model_scratch *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
+    if (!s) return NULL;
     s->max_step = max_step_tokens;
     s->max_context = max_context;
     s->att_heads = c->is_mla ? c->n_heads : c->n_kv_heads;
@@ -214,18 +190,16 @@ model_scratch *model_scratch_create(const model *m, int max_step_tokens, int max
     s->kt = calloc((size_t)s->att_heads * hd * ctx, sizeof(float));
     s->vc = calloc((size_t)s->att_heads * hd * ctx, sizeof(float));
     s->scores = calloc(ctx, sizeof(float));
-    if (!s->x || !s->q || !s->xn || !s->proj || !s->proj2 || !s->att || !s->hb || !s->hb2 || !s->kt ||
-        !s->vc || !s->scores) {
+    if (!s->x || !s->q || !s->xn || !s->proj || !s->proj2 || !s->att || !s->hb || !s->hb2 ||
+        !s->kt || !s->vc || !s->scores) {
         model_scratch_free(s);
         return NULL;
     }
     return s;
 }
 
-void model_scratch_free(model_scratch *s)
-{
-    if (!s)
-        return;
+void model_scratch_free(model_scratch *s) {
+    if (!s) return;
     free(s->x);
     free(s->q);
     free(s->xn);
@@ -240,8 +214,7 @@ void model_scratch_free(model_scratch *s)
     free(s);
 }
 
-float *model_scratch_hidden(model_scratch *s)
-{
+float *model_scratch_hidden(model_scratch *s) {
     return s->x;
 }
 
@@ -252,8 +225,7 @@ float *model_scratch_hidden(model_scratch *s)
  * the scalar loop would. */
 typedef float f32x4 __attribute__((vector_size(16)));
 
-static f32x4 load4(const float *p)
-{
+static f32x4 load4(const float *p) {
     f32x4 v;
     memcpy(&v, p, sizeof v); /* rows need not be 16-byte aligned */
     return v;
@@ -262,9 +234,8 @@ static f32x4 load4(const float *p)
 /* out[i] = sum over j of x[j] * w[j * stride + i], for i < n_out, j < n_in, the sum taken in order
  * j = 0, 1, ... for every output. Outputs go 32 (then 4, then 1) at a time with the partial sums
  * held in registers. */
-static void matvec_strided(float *restrict out, const float *restrict x, const float *restrict w, int n_in,
-                           int n_out, size_t stride)
-{
+static void matvec_strided(float *restrict out, const float *restrict x, const float *restrict w,
+                           int n_in, int n_out, size_t stride) {
     int i = 0;
     for (; i + 32 <= n_out; i += 32) {
         f32x4 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
@@ -294,31 +265,26 @@ static void matvec_strided(float *restrict out, const float *restrict x, const f
     }
     for (; i < n_out; i++) {
         float a = 0.0f;
-        for (int j = 0; j < n_in; j++)
-            a += w[(size_t)j * stride + (size_t)i] * x[j];
+        for (int j = 0; j < n_in; j++) a += w[(size_t)j * stride + (size_t)i] * x[j];
         out[i] = a;
     }
 }
 
 /* out[0..n_out) = x[0..n_in) . w, with w stored [n_in][n_out]. */
-static void matvec(float *restrict out, const float *restrict x, const float *restrict w, int n_in, int n_out)
-{
+static void matvec(float *restrict out, const float *restrict x, const float *restrict w, int n_in,
+                   int n_out) {
     matvec_strided(out, x, w, n_in, n_out, (size_t)n_out);
 }
 
-static void rmsnorm(float *out, const float *x, const float *weight, int n)
-{
+static void rmsnorm(float *out, const float *x, const float *weight, int n) {
     float ss = 0.0f;
-    for (int i = 0; i < n; i++)
-        ss += x[i] * x[i];
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
     float inv = 1.0f / sqrtf(ss / (float)n + 1e-5f);
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * inv * weight[i];
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * weight[i];
 }
 
 /* Rotate consecutive pairs of one head by the angles of position pos. */
-static void rope(const model *m, float *head, uint64_t pos)
-{
+static void rope(const model *m, float *head, uint64_t pos) {
     for (int i = 0; i < m->head_dim / 2; i++) {
         float angle = (float)pos * m->inv_freq[i];
         float c = cosf(angle), s = sinf(angle);
@@ -328,18 +294,17 @@ static void rope(const model *m, float *head, uint64_t pos)
     }
 }
 
-void model_embed(const model *m, model_scratch *s, const int32_t *tokens, int n)
-{
+void model_embed(const model *m, model_scratch *s, const int32_t *tokens, int n) {
     int dim = m->c.dim;
     for (int t = 0; t < n; t++)
-        memcpy(s->x + (size_t)t * dim, m->embed + (size_t)tokens[t] * dim, (size_t)dim * sizeof(float));
+        memcpy(s->x + (size_t)t * dim, m->embed + (size_t)tokens[t] * dim,
+               (size_t)dim * sizeof(float));
 }
 
 /* Read the K/V of positions [0, end) of this layer from the pages into kt / vc. For MLA the cached
  * latent is up-projected per head and RoPE is applied to the resulting K, as the attention sees it. */
 static void gather_context(const model *m, model_scratch *s, const kvcache *kv, uint32_t layer,
-                           const uint32_t *block_table, uint64_t end)
-{
+                           const uint32_t *block_table, uint64_t end) {
     const int hd = m->head_dim;
     const size_t ctx = (size_t)s->max_context;
     if (m->c.is_mla) {
@@ -351,30 +316,30 @@ static void gather_context(const model *m, model_scratch *s, const kvcache *kv, 
             for (int h = 0; h < m->c.n_heads; h++) {
                 float *k = s->proj + h * hd;
                 rope(m, k, p);
-                for (int d = 0; d < hd; d++)
-                    s->kt[((size_t)h * hd + d) * ctx + p] = k[d];
+                for (int d = 0; d < hd; d++) s->kt[((size_t)h * hd + d) * ctx + p] = k[d];
             }
             float *v_all = s->proj;
             matvec(v_all, s->proj2, w->wuv, m->c.latent, qw);
             for (int h = 0; h < m->c.n_heads; h++)
-                memcpy(s->vc + ((size_t)h * ctx + p) * hd, v_all + h * hd, (size_t)hd * sizeof(float));
+                memcpy(s->vc + ((size_t)h * ctx + p) * hd, v_all + h * hd,
+                       (size_t)hd * sizeof(float));
         }
         return;
     }
     for (uint64_t p = 0; p < end; p++) {
         for (int g = 0; g < m->c.n_kv_heads; g++) {
             kvcache_read(kv, layer, KV_K, block_table, p, (uint32_t)g, s->proj);
-            for (int d = 0; d < hd; d++)
-                s->kt[((size_t)g * hd + d) * ctx + p] = s->proj[d];
-            kvcache_read(kv, layer, KV_V, block_table, p, (uint32_t)g, s->vc + ((size_t)g * ctx + p) * hd);
+            for (int d = 0; d < hd; d++) s->kt[((size_t)g * hd + d) * ctx + p] = s->proj[d];
+            kvcache_read(kv, layer, KV_V, block_table, p, (uint32_t)g,
+                         s->vc + ((size_t)g * ctx + p) * hd);
         }
     }
 }
 
 /* Causal attention of one query head at position pos over context head g: out[hd]. The query
  * arrives already scaled by 1/sqrt(head_dim). */
-static void attend(const model *m, model_scratch *s, const float *q, int g, uint64_t pos, float *out)
-{
+static void attend(const model *m, model_scratch *s, const float *q, int g, uint64_t pos,
+                   float *out) {
     const int hd = m->head_dim;
     const size_t ctx = (size_t)s->max_context;
     const size_t n = (size_t)pos + 1;
@@ -385,10 +350,8 @@ static void attend(const model *m, model_scratch *s, const float *q, int g, uint
     float mx[4] = {sc[0], sc[0], sc[0], sc[0]};
     size_t p = 0;
     for (; p + 4 <= n; p += 4)
-        for (int k = 0; k < 4; k++)
-            mx[k] = sc[p + k] > mx[k] ? sc[p + k] : mx[k];
-    for (; p < n; p++)
-        mx[0] = sc[p] > mx[0] ? sc[p] : mx[0];
+        for (int k = 0; k < 4; k++) mx[k] = sc[p + k] > mx[k] ? sc[p + k] : mx[k];
+    for (; p < n; p++) mx[0] = sc[p] > mx[0] ? sc[p] : mx[0];
     const float max = fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
     float sum = 0.0f;
     for (p = 0; p < n; p++) {
@@ -398,13 +361,11 @@ static void attend(const model *m, model_scratch *s, const float *q, int g, uint
     /* out = exp-weights . V over the context (V is stored [context][hd]), then normalised */
     matvec_strided(out, sc, s->vc + (size_t)g * ctx * hd, (int)n, hd, (size_t)hd);
     const float inv = 1.0f / sum;
-    for (int d = 0; d < hd; d++)
-        out[d] *= inv;
+    for (int d = 0; d < hd; d++) out[d] *= inv;
 }
 
 void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t layer,
-                 const uint32_t *block_table, uint64_t pos0, int n)
-{
+                 const uint32_t *block_table, uint64_t pos0, int n) {
     const model_config *c = &m->c;
     const layer_weights *w = &m->layers[layer];
     const int dim = c->dim, hd = m->head_dim, qw = c->n_heads * hd;
@@ -415,10 +376,8 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
         float *q = s->q + (size_t)t * qw;
         rmsnorm(s->xn, s->x + (size_t)t * dim, w->attn_norm, dim);
         matvec(q, s->xn, w->wq, dim, qw);
-        for (int h = 0; h < c->n_heads; h++)
-            rope(m, q + h * hd, pos);
-        for (int i = 0; i < qw; i++)
-            q[i] *= m->attn_scale;
+        for (int h = 0; h < c->n_heads; h++) rope(m, q + h * hd, pos);
+        for (int i = 0; i < qw; i++) q[i] *= m->attn_scale;
         if (c->is_mla) {
             matvec(s->proj, s->xn, w->wdkv, dim, c->latent);
             kvcache_write(kv, layer, KV_K, block_table, pos, 0, s->proj);
@@ -445,8 +404,7 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
         for (int h = 0; h < c->n_heads; h++)
             attend(m, s, q + h * hd, h / group, pos, s->att + h * hd);
         matvec(s->proj, s->att, w->wo, qw, dim);
-        for (int i = 0; i < dim; i++)
-            x[i] += s->proj[i];
+        for (int i = 0; i < dim; i++) x[i] += s->proj[i];
 
         rmsnorm(s->xn, x, w->ffn_norm, dim);
         matvec(s->hb, s->xn, w->w1, dim, c->ffn);
@@ -456,22 +414,18 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
             s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
         }
         matvec(s->proj, s->hb, w->w2, c->ffn, dim);
-        for (int i = 0; i < dim; i++)
-            x[i] += s->proj[i];
+        for (int i = 0; i < dim; i++) x[i] += s->proj[i];
     }
 }
 
-void model_logits(const model *m, model_scratch *s, int index, float *logits)
-{
+void model_logits(const model *m, model_scratch *s, int index, float *logits) {
     rmsnorm(s->xn, s->x + (size_t)index * m->c.dim, m->final_norm, m->c.dim);
     matvec(logits, s->xn, m->wcls, m->c.dim, m->c.vocab);
 }
 
-int32_t model_argmax(const float *logits, int vocab)
-{
+int32_t model_argmax(const float *logits, int vocab) {
     int32_t best = 0;
     for (int i = 1; i < vocab; i++)
-        if (logits[i] > logits[best])
-            best = i;
+        if (logits[i] > logits[best]) best = i;
     return best;
 }

@@ -11,13 +11,13 @@
 #include "kvcache.h"
 
 typedef struct model_config {
-    int dim;        /* model width */
+    int dim; /* model width */
     int n_layers;
     int n_heads;    /* query heads; head_dim = dim / n_heads */
     int n_kv_heads; /* K/V heads (grouped-query attention); ignored for MLA */
     int ffn;        /* SwiGLU hidden width */
     int vocab;
-    int is_mla;     /* 1: cache a latent of width `latent`, up-project K and V per head */
+    int is_mla; /* 1: cache a latent of width `latent`, up-project K and V per head */
     int latent;
     uint64_t seed;
 } model_config;

@@ -8,49 +8,43 @@
 #include <string.h>
 #include <time.h>
 
-#define PROG "kvs-mini-engine"
+#define PROG    "kvs-mini-engine"
 #define REPEATS 3
 
 /* Least squares for y = X b with k <= 3 columns (normal equations, Gaussian elimination). */
-static int least_squares(const double *x, const double *y, int n, int k, double *b)
-{
+static int least_squares(const double *x, const double *y, int n, int k, double *b) {
     double a[3][4] = {{0}};
     for (int i = 0; i < n; i++)
         for (int r = 0; r < k; r++) {
-            for (int c = 0; c < k; c++)
-                a[r][c] += x[i * k + r] * x[i * k + c];
+            for (int c = 0; c < k; c++) a[r][c] += x[i * k + r] * x[i * k + c];
             a[r][k] += x[i * k + r] * y[i];
         }
     for (int p = 0; p < k; p++) {
         int best = p;
         for (int r = p + 1; r < k; r++)
-            if (a[r][p] * a[r][p] > a[best][p] * a[best][p])
-                best = r;
-        if (a[best][p] == 0)
-            return -1;
+            if (a[r][p] * a[r][p] > a[best][p] * a[best][p]) best = r;
+        if (a[best][p] == 0) return -1;
         for (int c = 0; c <= k; c++) {
             double t = a[p][c];
             a[p][c] = a[best][c];
             a[best][c] = t;
         }
         for (int r = 0; r < k; r++) {
-            if (r == p)
-                continue;
+            if (r == p) continue;
             double f = a[r][p] / a[p][p];
-            for (int c = p; c <= k; c++)
-                a[r][c] -= f * a[p][c];
+            for (int c = p; c <= k; c++) a[r][c] -= f * a[p][c];
         }
     }
-    for (int r = 0; r < k; r++)
-        b[r] = a[r][k] / a[r][r];
+    for (int r = 0; r < k; r++) b[r] = a[r][k] / a[r][r];
     return 0;
 }
 
-static double clamp0(double v) { return v > 0 ? v : 0; }
+static double clamp0(double v) {
+    return v > 0 ? v : 0;
+}
 
 /* One forward over n tokens at offset o, through every layer: the time of the fastest of REPEATS. */
-static double time_forward(engine *e, uint64_t o, int n)
-{
+static double time_forward(engine *e, uint64_t o, int n) {
     const int n_layers = model_config_of(e->m)->n_layers;
     double best = 1e30;
     for (int k = 0; k < REPEATS; k++) {
@@ -59,17 +53,15 @@ static double time_forward(engine *e, uint64_t o, int n)
         for (int l = 0; l < n_layers; l++)
             model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, o, n);
         double t = engine_now_ms() / 1e3 - t0;
-        if (t < best)
-            best = t;
+        if (t < best) best = t;
     }
     return best;
 }
 
 /* Restore the first `tokens` tokens of the stored prompt through the hooks (no engine prefix cache,
  * nothing computed): seconds from build_meta to the last layer landed, and the chunks it loaded. */
-static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint64_t *chunks, uint64_t *bytes,
-                     int *tier)
-{
+static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint64_t *chunks,
+                     uint64_t *bytes, int *tier) {
     connector *c = e->conn;
     char id[64];
     snprintf(id, sizeof id, "profile/load%d", serial);
@@ -79,7 +71,8 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     uint32_t n_blocks = (uint32_t)((n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (st != KVS_OK || lr.unknown_yet || lr.n_hit_tokens == 0) {
         fprintf(stderr, PROG ": profile: lookup of the stored prompt found %llu tokens (%s)\n",
-                (unsigned long long)lr.n_hit_tokens, st != KVS_OK ? c->api->last_error(c->h) : "no hit");
+                (unsigned long long)lr.n_hit_tokens,
+                st != KVS_OK ? c->api->last_error(c->h) : "no hit");
         return -1;
     }
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
@@ -88,8 +81,13 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     }
     kvs_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
     c->api->stats(c->h, &before);
-    kvs_step_request r = {.req_id = id, .tokens = e->tokens, .n_tokens = n, .block_ids = e->table,
-                          .n_block_ids = n_blocks, .n_computed = lr.n_hit_tokens, .n_scheduled = 0};
+    kvs_step_request r = {.req_id = id,
+                          .tokens = e->tokens,
+                          .n_tokens = n,
+                          .block_ids = e->table,
+                          .n_block_ids = n_blocks,
+                          .n_computed = lr.n_hit_tokens,
+                          .n_scheduled = 0};
     uint64_t n_bad = 0;
     int keep = 0;
     int rc = -1;
@@ -99,19 +97,14 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
         kvcache_release(e->kv, e->table, n_blocks, e->tokens, 0);
         return -1;
     }
-    if (st == KVS_OK)
-        st = c->api->start_load(c->h);
+    if (st == KVS_OK) st = c->api->start_load(c->h);
     for (int l = 0; st == KVS_OK && l < model_config_of(e->m)->n_layers; l++)
         st = c->api->wait_layer_load(c->h, (uint32_t)l);
     *secs = engine_now_ms() / 1e3 - t0;
-    if (st == KVS_OK)
-        st = c->api->wait_save(c->h);
-    if (st == KVS_OK)
-        st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad);
-    if (st == KVS_OK)
-        st = c->api->stats(c->h, &after);
-    if (st == KVS_OK)
-        st = c->api->request_finished(c->h, id, &keep);
+    if (st == KVS_OK) st = c->api->wait_save(c->h);
+    if (st == KVS_OK) st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad);
+    if (st == KVS_OK) st = c->api->stats(c->h, &after);
+    if (st == KVS_OK) st = c->api->request_finished(c->h, id, &keep);
     if (st != KVS_OK) {
         fprintf(stderr, PROG ": profile: %s\n", c->api->last_error(c->h));
     } else if (n_bad) {
@@ -122,10 +115,11 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
         *tier = -1;
         rc = 0;
         for (uint32_t t = 0; t < after.n_tiers && t < KVS_STATS_MAX_TIERS; t++) {
-            if (after.tier_chunks_loaded[t] == before.tier_chunks_loaded[t])
-                continue;
+            if (after.tier_chunks_loaded[t] == before.tier_chunks_loaded[t]) continue;
             if (*tier >= 0) {
-                fprintf(stderr, PROG ": profile: loads came from more than one tier; profile a config with one\n");
+                fprintf(
+                    stderr, PROG
+                    ": profile: loads came from more than one tier; profile a config with one\n");
                 rc = -1;
             }
             *tier = (int)t;
@@ -135,8 +129,7 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     return rc;
 }
 
-int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const char *out_path)
-{
+int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const char *out_path) {
     const int vocab = model_config_of(e->m)->vocab;
     uint64_t state = 0x9e3779b97f4a7c15ull;
     for (uint64_t i = 0; i < max_tokens; i++) {
@@ -147,15 +140,15 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     /* Compute: forwards of n tokens at offset o; fit fixed + per-token + attention coefficients. */
     uint32_t n_blocks = (uint32_t)((max_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
-        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n", (unsigned long long)max_tokens);
+        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n",
+                (unsigned long long)max_tokens);
         return -1;
     }
     double x[64 * 3], y[64];
     int m = 0;
     for (int ni = 0; ni < 4; ni++) {
         int n = e->prefill_chunk >> (2 * (3 - ni)); /* chunk/64, chunk/16, chunk/4, chunk */
-        if (n < 1)
-            n = 1;
+        if (n < 1) n = 1;
         for (int oi = 0; oi < 4; oi++) {
             uint64_t o = (max_tokens - (uint64_t)n) * (uint64_t)oi / 3;
             x[m * 3] = 1;
@@ -168,8 +161,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     /* relative least squares: each forward weighs the same whatever its size */
     double wx[64 * 3], wy[64];
     for (int i = 0; i < m; i++) {
-        for (int k = 0; k < 3; k++)
-            wx[i * 3 + k] = x[i * 3 + k] / y[i];
+        for (int k = 0; k < 3; k++) wx[i * 3 + k] = x[i * 3 + k] / y[i];
         wy[i] = 1;
     }
     double b[3];
@@ -181,14 +173,12 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     for (int i = 0; i < m; i++) {
         double fit = clamp0(b[0]) + clamp0(b[1]) * x[i * 3 + 1] + clamp0(b[2]) * x[i * 3 + 2];
         double err = fit > y[i] ? fit / y[i] - 1 : y[i] / fit - 1;
-        if (err > worst)
-            worst = err;
+        if (err > worst) worst = err;
     }
 
     /* Loads: store the prompt once, then restore prefixes of it through the hooks. */
     turn_result tr;
-    if (engine_serve(e, "profile/store", max_tokens, 1, &tr, NULL, NULL) != 0)
-        return -1;
+    if (engine_serve(e, "profile/store", max_tokens, 1, &tr, NULL, NULL) != 0) return -1;
     double lx[32 * 2], ly[32];
     int lm = 0, tier = -1, serial = 0;
     uint64_t bytes_per_chunk = 0;
@@ -199,14 +189,10 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
         for (int r = 0; r < REPEATS; r++) {
             double t;
             int got_tier;
-            if (time_load(e, tokens, serial++, &t, &chunks, &bytes, &got_tier) != 0)
-                return -1;
-            if (chunks)
-                bytes_per_chunk = bytes / chunks;
-            if (got_tier >= 0)
-                tier = got_tier;
-            if (t < best)
-                best = t;
+            if (time_load(e, tokens, serial++, &t, &chunks, &bytes, &got_tier) != 0) return -1;
+            if (chunks) bytes_per_chunk = bytes / chunks;
+            if (got_tier >= 0) tier = got_tier;
+            if (t < best) best = t;
         }
         lx[lm * 2] = 1;
         lx[lm * 2 + 1] = (double)chunks;
@@ -217,12 +203,12 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
         fprintf(stderr, PROG ": profile: the load measurements do not fit a cost per chunk\n");
         return -1;
     }
-    if (lb[1] <= 0) { /* loads too fast to tell from noise: charge each restore's whole time to its chunks */
+    if (lb[1] <=
+        0) { /* loads too fast to tell from noise: charge each restore's whole time to its chunks */
         lb[0] = 0;
         lb[1] = 0;
         for (int i = 0; i < lm; i++)
-            if (lx[i * 2 + 1] > 0 && ly[i] / lx[i * 2 + 1] > lb[1])
-                lb[1] = ly[i] / lx[i * 2 + 1];
+            if (lx[i * 2 + 1] > 0 && ly[i] / lx[i * 2 + 1] > lb[1]) lb[1] = ly[i] / lx[i * 2 + 1];
         if (lb[1] <= 0) {
             fprintf(stderr, PROG ": profile: no restore loaded a chunk\n");
             return -1;
@@ -241,7 +227,8 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     fprintf(f,
             "# restore profile written by " PROG " --profile on %s\n"
             "# engine %s; %d forwards fitted (worst relative error %.2f);\n"
-            "# loads: %d restores of 1/4..4/4 of a %llu-token prompt from tier index %d, %.1f us per chunk of\n"
+            "# loads: %d restores of 1/4..4/4 of a %llu-token prompt from tier index %d, %.1f us "
+            "per chunk of\n"
             "# %llu bytes (+ %.1f us per restore), charged to bandwidth (latency 0).\n"
             "compute:\n"
             "  fixed_us: %.3f\n"
@@ -251,16 +238,17 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
             "  - name: %s\n"
             "    latency_us: 0\n"
             "    bandwidth_mb_s: %.3f\n",
-            when, e->conn->model_id, m, worst, lm, (unsigned long long)max_tokens, tier, lb[1] * 1e6,
-            (unsigned long long)bytes_per_chunk, clamp0(lb[0]) * 1e6, clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6,
-            clamp0(b[2]) * 1e9, tier_name, mb_s);
+            when, e->conn->model_id, m, worst, lm, (unsigned long long)max_tokens, tier,
+            lb[1] * 1e6, (unsigned long long)bytes_per_chunk, clamp0(lb[0]) * 1e6,
+            clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, tier_name, mb_s);
     if (fclose(f) != 0) {
         perror(out_path);
         return -1;
     }
-    printf("profile: compute %.1f us + %.3f us/token + %.4f ns/token^2 (worst fit error %.0f%%); tier '%s' "
+    printf("profile: compute %.1f us + %.3f us/token + %.4f ns/token^2 (worst fit error %.0f%%); "
+           "tier '%s' "
            "%.1f MB/s (%.1f us per %llu-byte chunk); written to %s\n",
-           clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, worst * 100, tier_name, mb_s, lb[1] * 1e6,
-           (unsigned long long)bytes_per_chunk, out_path);
+           clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, worst * 100, tier_name, mb_s,
+           lb[1] * 1e6, (unsigned long long)bytes_per_chunk, out_path);
     return 0;
 }

@@ -19,9 +19,9 @@ typedef struct workload_params {
 } workload_params;
 
 typedef struct workload_turn {
-    int session;       /* index into workload.session_names */
-    int turn;          /* 0 for the session's first turn */
-    int32_t *user;     /* new user tokens (owned) */
+    int session;   /* index into workload.session_names */
+    int turn;      /* 0 for the session's first turn */
+    int32_t *user; /* new user tokens (owned) */
     int n_user;
     int output_tokens; /* tokens to generate, >= 1 */
 } workload_turn;

@@ -27,8 +27,8 @@ typedef struct host_device {
     uint64_t n_queued, cap_queued;
 } host_device;
 
-static kvs_status host_open(const kvs_device_init *init, void **state, kvs_device_info *info, char *err,
-                            size_t err_len) {
+static kvs_status host_open(const kvs_device_init *init, void **state, kvs_device_info *info,
+                            char *err, size_t err_len) {
     if (!init || !state || !init->views || init->n_layers == 0) {
         say(err, err_len, "no layers to open");
         return KVS_EINVAL;
@@ -78,8 +78,8 @@ static int whole_payload(const kvs_kv_shape *shape, const kvs_dev_copy *c) {
     return (char *)c->v_payload == (char *)c->k_payload + part;
 }
 
-static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, int to_pages,
-                       char *err, size_t err_len) {
+static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                       int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
         say(err, err_len, "layer out of range");
         return KVS_EINVAL;
@@ -89,8 +89,9 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
         const kvs_dev_copy *c = &copies[i];
         kvs_token_span span = {c->block_ids, c->n_block_ids, c->first_token, c->n_tokens};
         if (c->hash && whole_payload(&d->shape, c)) {
-            *c->hash = to_pages ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
-                                : kvs_kernel_gather_layer_hash(view, &d->shape, &span, c->k_payload);
+            *c->hash = to_pages
+                           ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
+                           : kvs_kernel_gather_layer_hash(view, &d->shape, &span, c->k_payload);
         } else {
             kvs_kernel_move_layer_kv(view, &d->shape, &span, c->k_payload, c->v_payload, to_pages);
         }
@@ -100,8 +101,8 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
 
 /* Deferred mode keeps the caller's copies (their block tables and payloads must stay valid until
  * they run, as for a real asynchronous device). */
-static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, int to_pages,
-                          char *err, size_t err_len) {
+static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                          int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
         say(err, err_len, "layer out of range");
         return KVS_EINVAL;
@@ -138,15 +139,15 @@ static void run_queued(host_device *d, int loads_only, uint32_t through) {
     d->n_queued = kept;
 }
 
-static kvs_status host_load(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, char *err,
-                            size_t err_len) {
+static kvs_status host_load(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                            char *err, size_t err_len) {
     host_device *d = state;
     if (d->deferred) return enqueue(d, layer, copies, n, 1, err, err_len);
     return move(d, layer, copies, n, 1, err, err_len);
 }
 
-static kvs_status host_save(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n, char *err,
-                            size_t err_len) {
+static kvs_status host_save(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                            char *err, size_t err_len) {
     host_device *d = state;
     if (d->deferred) return enqueue(d, layer, copies, n, 0, err, err_len);
     return move(d, layer, copies, n, 0, err, err_len);
@@ -179,4 +180,6 @@ static const kvs_device_ops host_ops = {
     .sync = host_sync,
 };
 
-const kvs_device_ops *kvs_host_device(void) { return &host_ops; }
+const kvs_device_ops *kvs_host_device(void) {
+    return &host_ops;
+}

@@ -81,9 +81,8 @@ static kvs_status check_overlap(const kvs_layer_view *view, const kvs_kv_shape *
         uint64_t stride = (uint64_t)d->stride;
         if (stride < extent) {
             if (below)
-                set_error(err, err_len,
-                          "layer view: %s %lld makes %s overlap %s (needs >= %llu)", d->stride_name,
-                          (long long)d->stride, d->plural, below->plural,
+                set_error(err, err_len, "layer view: %s %lld makes %s overlap %s (needs >= %llu)",
+                          d->stride_name, (long long)d->stride, d->plural, below->plural,
                           (unsigned long long)extent);
             else
                 set_error(err, err_len,
@@ -159,7 +158,9 @@ kvs_status kvs_kernel_check_span(const kvs_layer_view *view, const kvs_kv_shape 
                                  const kvs_token_span *span, char *err, size_t err_len) {
     if (!view || !shape || !span) {
         set_error(err, err_len, "token span: %s is NULL",
-                  !view ? "view" : !shape ? "shape" : "span");
+                  !view    ? "view"
+                  : !shape ? "shape"
+                           : "span");
         return KVS_EINVAL;
     }
     if (shape->block_tokens == 0) {
@@ -270,16 +271,22 @@ static void copy_streaming(char *dst, const char *src, size_t n) {
     }
     memcpy(dst, src, n);
 }
-static void streaming_done(void) { _mm_sfence(); }
+static void streaming_done(void) {
+    _mm_sfence();
+}
 #else
-static void copy_streaming(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
+static void copy_streaming(char *dst, const char *src, size_t n) {
+    memcpy(dst, src, n);
+}
 static void streaming_done(void) {}
 #endif
 
 static inline void move_bytes(direction dir, char *page, char *payload, size_t n) {
     if (dir == TO_PAGES) {
-        if (n >= STREAM_MIN_BYTES && n >= 64 + 16) copy_streaming(page, payload, n);
-        else memcpy(page, payload, n);
+        if (n >= STREAM_MIN_BYTES && n >= 64 + 16)
+            copy_streaming(page, payload, n);
+        else
+            memcpy(page, payload, n);
     } else {
         memcpy(payload, page, n);
     }

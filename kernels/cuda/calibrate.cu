@@ -146,7 +146,8 @@ extern "C" kvs_status kvs_cuda_calibrate(const kvs_cuda_layer *engine, uint32_t 
     const uint64_t desc_bytes = kvs_cuda_desc_block_bytes((uint32_t)copies, n_blocks);
     const uint64_t max_runs = engine->n_parts * n_blocks;
     cudaError_t rc = cudaMalloc(reinterpret_cast<void **>(&s.pages), page_bytes + 16);
-    if (rc == cudaSuccess) rc = cudaMallocHost(reinterpret_cast<void **>(&s.payload), payload_bytes);
+    if (rc == cudaSuccess)
+        rc = cudaMallocHost(reinterpret_cast<void **>(&s.payload), payload_bytes);
     if (rc == cudaSuccess) rc = cudaMallocHost(reinterpret_cast<void **>(&s.desc_host), desc_bytes);
     if (rc == cudaSuccess) rc = cudaMalloc(reinterpret_cast<void **>(&s.desc_dev), desc_bytes);
     if (rc == cudaSuccess) rc = cudaEventCreate(&s.start);

@@ -18,10 +18,10 @@ extern "C" {
 typedef struct kvs_cuda_calibration {
     double kernel_gbps[2]; /* [0] load (host -> pages), [1] save (pages -> host); 0: not measured */
     double dma_gbps[2];
-    uint64_t bytes;        /* bytes one measured pass moves */
-    uint32_t tokens;       /* tokens of the scratch layer */
-    uint32_t copies;       /* copies it is split into */
-    uint64_t runs;         /* contiguous runs per pass (copy engines) */
+    uint64_t bytes;  /* bytes one measured pass moves */
+    uint32_t tokens; /* tokens of the scratch layer */
+    uint32_t copies; /* copies it is split into */
+    uint64_t runs;   /* contiguous runs per pass (copy engines) */
 } kvs_cuda_calibration;
 
 /* Measure both methods for a layer shaped like `engine` (which must have contiguous runs:

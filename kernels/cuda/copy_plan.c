@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static void say(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void say(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || err_len == 0) return;
@@ -29,11 +30,10 @@ void kvs_cuda_layer_from_view(const kvs_layer_view *view, const kvs_kv_shape *sh
     out->block_tokens = shape->block_tokens;
     out->n_parts = shape->has_v ? 2u : 1u;
     /* The same tests as the host walker (kernels/cpu/kernels.c), so both agree on what a run is. */
-    out->heads_contiguous =
-        shape->n_heads == 1 || view->head_stride == (int64_t)shape->head_bytes;
+    out->heads_contiguous = shape->n_heads == 1 || view->head_stride == (int64_t)shape->head_bytes;
     const uint64_t token_bytes = (uint64_t)shape->n_heads * shape->head_bytes;
-    out->tokens_contiguous = out->heads_contiguous &&
-                             (shape->block_tokens == 1 || view->token_stride == (int64_t)token_bytes);
+    out->tokens_contiguous = out->heads_contiguous && (shape->block_tokens == 1 ||
+                                                       view->token_stride == (int64_t)token_bytes);
 }
 
 uint64_t kvs_cuda_token_bytes(const kvs_cuda_layer *layer) {
@@ -81,8 +81,9 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
         const kvs_dev_copy *c = &copies[i];
         if (c->n_tokens == 0) continue;
         if (c->first_token > UINT64_MAX - c->n_tokens) {
-            say(err, err_len, "cuda device: %s(%u): copy %llu: first_token %llu + n_tokens %u overflows",
-                op, layer_index, (unsigned long long)i, (unsigned long long)c->first_token,
+            say(err, err_len,
+                "cuda device: %s(%u): copy %llu: first_token %llu + n_tokens %u overflows", op,
+                layer_index, (unsigned long long)i, (unsigned long long)c->first_token,
                 c->n_tokens);
             return KVS_EINVAL;
         }
@@ -100,7 +101,8 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
         const uint64_t last = (c->first_token + c->n_tokens - 1) / layer->block_tokens;
         if (last >= c->n_block_ids) {
             say(err, err_len,
-                "cuda device: %s(%u): copy %llu: block table has %llu ids but tokens %llu..%llu need "
+                "cuda device: %s(%u): copy %llu: block table has %llu ids but tokens %llu..%llu "
+                "need "
                 "%llu (block_tokens %u)",
                 op, layer_index, (unsigned long long)i, (unsigned long long)c->n_block_ids,
                 (unsigned long long)c->first_token,
@@ -111,7 +113,8 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
         for (uint64_t b = first; b <= last; b++) {
             if (c->block_ids[b] >= layer->n_blocks) {
                 say(err, err_len,
-                    "cuda device: %s(%u): copy %llu: block id %u at table index %llu is out of range "
+                    "cuda device: %s(%u): copy %llu: block id %u at table index %llu is out of "
+                    "range "
                     "(the layer has %u blocks)",
                     op, layer_index, (unsigned long long)i, c->block_ids[b], (unsigned long long)b,
                     layer->n_blocks);
@@ -125,7 +128,9 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
 }
 
 /* The id array starts after the descriptors; 40-byte descriptors keep it 8-byte aligned. */
-static uint64_t ids_offset_for(uint64_t n_copies) { return n_copies * sizeof(kvs_cuda_copy_desc); }
+static uint64_t ids_offset_for(uint64_t n_copies) {
+    return n_copies * sizeof(kvs_cuda_copy_desc);
+}
 
 uint64_t kvs_cuda_desc_block_bytes(uint32_t max_copies, uint64_t max_ids) {
     return ids_offset_for(max_copies) + max_ids * sizeof(uint32_t);
@@ -202,7 +207,8 @@ kvs_status kvs_cuda_plan_runs(const kvs_cuda_layer *layer, const kvs_dev_copy *c
                               int to_pages, kvs_cuda_runs *runs, char *err, size_t err_len) {
     runs->n = 0;
     if (!layer->tokens_contiguous) {
-        say(err, err_len, "cuda device: the layout has no contiguous page runs for the copy engines");
+        say(err, err_len,
+            "cuda device: the layout has no contiguous page runs for the copy engines");
         return KVS_EINVAL;
     }
     const uint64_t token_bytes = kvs_cuda_token_bytes(layer);
@@ -219,16 +225,19 @@ kvs_status kvs_cuda_plan_runs(const kvs_cuda_layer *layer, const kvs_dev_copy *c
                 const uint64_t in_block = token - index * layer->block_tokens;
                 uint64_t count = layer->block_tokens - in_block;
                 if (count > c->n_tokens - t) count = c->n_tokens - t;
-                char *page = (char *)(uintptr_t)(layer->part_base[p] +
-                                                 c->block_ids[index] * (uint64_t)layer->block_stride +
-                                                 in_block * (uint64_t)layer->token_stride);
+                char *page =
+                    (char *)(uintptr_t)(layer->part_base[p] +
+                                        c->block_ids[index] * (uint64_t)layer->block_stride +
+                                        in_block * (uint64_t)layer->token_stride);
                 char *payload = payload_base + t * token_bytes;
                 const size_t bytes = (size_t)(count * token_bytes);
                 char *dst = to_pages ? page : payload;
                 const char *src = to_pages ? payload : page;
-                if (runs->n > 0 && (char *)runs->dst[runs->n - 1] + runs->bytes[runs->n - 1] == dst &&
+                if (runs->n > 0 &&
+                    (char *)runs->dst[runs->n - 1] + runs->bytes[runs->n - 1] == dst &&
                     (const char *)runs->src[runs->n - 1] + runs->bytes[runs->n - 1] == src) {
-                    runs->bytes[runs->n - 1] += bytes; /* continues the previous run on both sides */
+                    runs->bytes[runs->n - 1] +=
+                        bytes; /* continues the previous run on both sides */
                 } else {
                     if (runs->n == runs->cap) {
                         say(err, err_len,

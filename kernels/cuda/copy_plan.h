@@ -30,7 +30,7 @@ extern "C" {
 /* One layer's pages as the copy code sees them. Addresses are device addresses (for the CUDA
  * device) or host addresses (in the tests); strides are bytes and never negative. */
 typedef struct kvs_cuda_layer {
-    uint64_t part_base[2];      /* k_base, v_base (v_base 0 for MLA) */
+    uint64_t part_base[2]; /* k_base, v_base (v_base 0 for MLA) */
     int64_t block_stride;
     int64_t token_stride;
     int64_t head_stride;
@@ -74,10 +74,10 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
 
 /* One copy of a launch. 40 bytes, 8-byte aligned; the block holds descs[n_copies] then ids. */
 typedef struct kvs_cuda_copy_desc {
-    uint64_t row_begin;      /* tokens in the launch's earlier copies: the copy's first token index */
-    uint64_t ids_offset;     /* index in the launch's id array of the block of the copy's first token */
-    uint64_t k_payload;      /* device address of the copy's K rows */
-    uint64_t v_payload;      /* device address of its V rows; 0 for MLA */
+    uint64_t row_begin;  /* tokens in the launch's earlier copies: the copy's first token index */
+    uint64_t ids_offset; /* index in the launch's id array of the block of the copy's first token */
+    uint64_t k_payload;  /* device address of the copy's K rows */
+    uint64_t v_payload;  /* device address of its V rows; 0 for MLA */
     uint32_t first_in_block; /* first_token % block_tokens */
     uint32_t n_tokens;       /* > 0 */
 } kvs_cuda_copy_desc;
@@ -140,10 +140,9 @@ KVS_CUDA_HD static inline void kvs_cuda_locate_row(const kvs_cuda_layer *layer,
     const uint64_t block = ids[d->ids_offset + index];
     /* A select, not part_base[part]: a dynamic index would put the layer on the GPU's stack. */
     *page = (part ? layer->part_base[1] : layer->part_base[0]) +
-            block * (uint64_t)layer->block_stride +
-            in_block * (uint64_t)layer->token_stride;
-    *payload = (part ? d->v_payload : d->k_payload) +
-               t * ((uint64_t)layer->n_heads * layer->head_bytes);
+            block * (uint64_t)layer->block_stride + in_block * (uint64_t)layer->token_stride;
+    *payload =
+        (part ? d->v_payload : d->k_payload) + t * ((uint64_t)layer->n_heads * layer->head_bytes);
 }
 
 /* --- contiguous runs for the copy engines --------------------------------------------------------- */

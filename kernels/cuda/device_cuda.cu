@@ -52,8 +52,8 @@ struct direction {
     const char *op; /* "load_layer" or "save_layer", for sentences */
     cudaStream_t stream;
     int use_dma;
-    desc_slot *slots;   /* n_layers * kSlotsPerLayer */
-    uint8_t *next_slot; /* per layer: the slot its next kernel copy packs into */
+    desc_slot *slots;     /* n_layers * kSlotsPerLayer */
+    uint8_t *next_slot;   /* per layer: the slot its next kernel copy packs into */
     long long last_layer; /* last layer enqueued, -1 before any: names the culprit in sync errors */
 };
 
@@ -77,10 +77,10 @@ struct cuda_device {
     uint32_t max_grid;
     int use_batch; /* cudaMemcpyBatchAsync accepted so far */
     cudaStream_t engine;
-    cudaEvent_t engine_ready;   /* engine stream position a step's loads wait for */
-    cudaEvent_t *loaded;        /* per layer: its loads of the step are done */
-    cudaEvent_t *engine_wrote;  /* per layer: the engine stream position save_layer waits for */
-    bool load_fenced;           /* this step's loads already wait for the engine stream */
+    cudaEvent_t engine_ready;  /* engine stream position a step's loads wait for */
+    cudaEvent_t *loaded;       /* per layer: its loads of the step are done */
+    cudaEvent_t *engine_wrote; /* per layer: the engine stream position save_layer waits for */
+    bool load_fenced;          /* this step's loads already wait for the engine stream */
     long long last_load_layer;
     direction dir[2];
     unsigned char *staging;     /* pinned: every slot's host side */
@@ -122,8 +122,7 @@ void log_line(int threshold, int level, const char *fmt, ...) {
 kvs_status cuda_fail(int ordinal, cudaError_t rc, char *err, size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-kvs_status cuda_fail(int ordinal, cudaError_t rc, char *err, size_t err_len, const char *fmt,
-                     ...) {
+kvs_status cuda_fail(int ordinal, cudaError_t rc, char *err, size_t err_len, const char *fmt, ...) {
     char what[512];
     va_list ap;
     va_start(ap, fmt);
@@ -184,9 +183,11 @@ kvs_status translate(void *ctx, const void *host, uint64_t bytes, uint64_t *devi
     cudaPointerAttributes first, last;
     cudaError_t rc = cudaPointerGetAttributes(&first, host);
     if (rc == cudaSuccess)
-        rc = cudaPointerGetAttributes(&last, static_cast<const char *>(host) + (bytes ? bytes - 1 : 0));
+        rc = cudaPointerGetAttributes(&last,
+                                      static_cast<const char *>(host) + (bytes ? bytes - 1 : 0));
     if (rc != cudaSuccess)
-        return cuda_fail(d->ordinal, rc, err, err_len, "payload %p: cudaPointerGetAttributes", host);
+        return cuda_fail(d->ordinal, rc, err, err_len, "payload %p: cudaPointerGetAttributes",
+                         host);
     const bool reachable =
         first.type != cudaMemoryTypeUnregistered && first.devicePointer &&
         last.type == first.type && last.devicePointer &&
@@ -200,7 +201,7 @@ kvs_status translate(void *ctx, const void *host, uint64_t bytes, uint64_t *devi
             d->ordinal, host, (unsigned long long)bytes);
         return KVS_EINVAL;
     }
-    *device = (uint64_t)reinterpret_cast<uintptr_t>(first.devicePointer);
+    *device = (uint64_t) reinterpret_cast<uintptr_t>(first.devicePointer);
     return KVS_OK;
 }
 
@@ -234,7 +235,8 @@ void destroy(cuda_device *d) {
     if (d->dir[SAVE].stream) cudaStreamDestroy(d->dir[SAVE].stream);
     if (d->dir[LOAD].stream) cudaStreamDestroy(d->dir[LOAD].stream);
     for (size_t i = d->n_ranges; i-- > 0;)
-        if (d->ranges[i].owned) (void)cudaHostUnregister(reinterpret_cast<void *>(d->ranges[i].base));
+        if (d->ranges[i].owned)
+            (void)cudaHostUnregister(reinterpret_cast<void *>(d->ranges[i].base));
     free(d->ranges);
     free(d->layers);
     (void)cudaGetLastError();
@@ -249,9 +251,11 @@ kvs_status check_init(const kvs_device_init *init, char *err, size_t err_len) {
     }
     const kvs_kv_shape *s = &init->shape;
     if (!init->views || init->n_layers == 0 || s->n_heads == 0 || s->head_bytes == 0 ||
-        s->block_tokens == 0 || init->max_copies_per_layer == 0 || init->max_tokens_per_layer == 0) {
+        s->block_tokens == 0 || init->max_copies_per_layer == 0 ||
+        init->max_tokens_per_layer == 0) {
         say(err, err_len,
-            "cuda device: open: needs layers (%u), n_heads (%u), head_bytes (%u), block_tokens (%u), "
+            "cuda device: open: needs layers (%u), n_heads (%u), head_bytes (%u), block_tokens "
+            "(%u), "
             "max_copies_per_layer (%u) and max_tokens_per_layer (%u) all above 0",
             init->views ? init->n_layers : 0, s->n_heads, s->head_bytes, s->block_tokens,
             init->max_copies_per_layer, init->max_tokens_per_layer);
@@ -262,10 +266,10 @@ kvs_status check_init(const kvs_device_init *init, char *err, size_t err_len) {
         const char *bad = v->device_kind != KVS_DEVICE_CUDA ? "is not a CUDA view"
                           : v->device_index != init->views[0].device_index
                               ? "is on another device than layer 0"
-                          : !v->k_base                 ? "has no k_base"
-                          : s->has_v && !v->v_base     ? "has no v_base but the shape has V"
-                          : !s->has_v && v->v_base     ? "has a v_base but the shape has no V (MLA)"
-                          : v->n_blocks == 0           ? "has no blocks"
+                          : !v->k_base             ? "has no k_base"
+                          : s->has_v && !v->v_base ? "has no v_base but the shape has V"
+                          : !s->has_v && v->v_base ? "has a v_base but the shape has no V (MLA)"
+                          : v->n_blocks == 0       ? "has no blocks"
                           : (v->block_stride < 0 || v->token_stride < 0 || v->head_stride < 0)
                               ? "has a negative stride"
                               : nullptr;
@@ -278,7 +282,8 @@ kvs_status check_init(const kvs_device_init *init, char *err, size_t err_len) {
 }
 
 /* The engine's bases must be memory this device can address. */
-kvs_status check_bases(const cuda_device *d, const kvs_device_init *init, char *err, size_t err_len) {
+kvs_status check_bases(const cuda_device *d, const kvs_device_init *init, char *err,
+                       size_t err_len) {
     for (uint32_t l = 0; l < init->n_layers; l++) {
         void *bases[2] = {init->views[l].k_base, init->views[l].v_base};
         for (int p = 0; p < (init->shape.has_v ? 2 : 1); p++) {
@@ -302,8 +307,10 @@ kvs_status create_resources(cuda_device *d, char *err, size_t err_len) {
     const int o = d->ordinal;
     cudaError_t rc;
     for (int k = LOAD; k <= SAVE; k++) {
-        if ((rc = cudaStreamCreateWithFlags(&d->dir[k].stream, cudaStreamNonBlocking)) != cudaSuccess)
-            return cuda_fail(o, rc, err, err_len, "open: creating the %s stream", k ? "save" : "load");
+        if ((rc = cudaStreamCreateWithFlags(&d->dir[k].stream, cudaStreamNonBlocking)) !=
+            cudaSuccess)
+            return cuda_fail(o, rc, err, err_len, "open: creating the %s stream",
+                             k ? "save" : "load");
     }
     if ((rc = cudaEventCreateWithFlags(&d->engine_ready, cudaEventDisableTiming)) != cudaSuccess)
         return cuda_fail(o, rc, err, err_len, "open: creating an event");
@@ -315,7 +322,8 @@ kvs_status create_resources(cuda_device *d, char *err, size_t err_len) {
     }
     for (uint32_t l = 0; l < d->n_layers; l++) {
         if ((rc = cudaEventCreateWithFlags(&d->loaded[l], cudaEventDisableTiming)) != cudaSuccess ||
-            (rc = cudaEventCreateWithFlags(&d->engine_wrote[l], cudaEventDisableTiming)) != cudaSuccess)
+            (rc = cudaEventCreateWithFlags(&d->engine_wrote[l], cudaEventDisableTiming)) !=
+                cudaSuccess)
             return cuda_fail(o, rc, err, err_len, "open: creating the events of layer %u", l);
     }
 
@@ -411,15 +419,17 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0) {
         if (rc == cudaSuccess) rc = cudaErrorNoDevice;
-        say(err, err_len, "cuda device: open: no usable CUDA device: %s (%s)", cudaGetErrorString(rc),
-            cudaGetErrorName(rc));
+        say(err, err_len, "cuda device: open: no usable CUDA device: %s (%s)",
+            cudaGetErrorString(rc), cudaGetErrorName(rc));
         (void)cudaGetLastError();
         return KVS_EIO;
     }
     const int ordinal = init->views[0].device_index;
     if (ordinal < 0 || ordinal >= count) {
-        say(err, err_len, "cuda device: open: the views are on cuda:%d but this process sees %d "
-            "device%s", ordinal, count, count == 1 ? "" : "s");
+        say(err, err_len,
+            "cuda device: open: the views are on cuda:%d but this process sees %d "
+            "device%s",
+            ordinal, count, count == 1 ? "" : "s");
         return KVS_EINVAL;
     }
 
@@ -451,7 +461,8 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
         goto fail;
     }
     snprintf(d->name, sizeof d->name, "cuda:%d %s", ordinal, prop.name);
-    d->max_grid = (uint32_t)(prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1) * kGridPerSm;
+    d->max_grid =
+        (uint32_t)(prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1) * kGridPerSm;
     if ((st = check_bases(d, init, err, err_len)) != KVS_OK) goto fail;
 
     d->layers = static_cast<kvs_cuda_layer *>(calloc(d->n_layers, sizeof *d->layers));
@@ -465,7 +476,8 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
     for (uint32_t l = 0; l < d->n_layers; l++) {
         kvs_cuda_layer_from_view(&init->views[l], &init->shape, &d->layers[l]);
         const uint64_t r = kvs_cuda_run_bytes(&d->layers[l]);
-        run_bytes = l == 0 || r == run_bytes ? r : 0; /* copy engines only if every layer has runs */
+        run_bytes =
+            l == 0 || r == run_bytes ? r : 0; /* copy engines only if every layer has runs */
     }
     if ((st = create_resources(d, err, err_len)) != KVS_OK) goto fail;
     choose_methods(d, init->method, run_bytes);
@@ -526,7 +538,8 @@ kvs_status cuda_register_host(void *state, void *base, uint64_t len, char *err, 
     rc = cudaHostGetDevicePointer(&device, base, 0);
     if (rc != cudaSuccess) {
         if (owned) {
-            st = cuda_fail(d->ordinal, rc, err, err_len, "register_host(%p): no device address", base);
+            st = cuda_fail(d->ordinal, rc, err, err_len, "register_host(%p): no device address",
+                           base);
             (void)cudaHostUnregister(base);
             return st;
         }
@@ -544,7 +557,7 @@ kvs_status cuda_register_host(void *state, void *base, uint64_t len, char *err, 
             return KVS_OK;
         }
     }
-    st = add_range(d, at, len, (uint64_t)reinterpret_cast<uintptr_t>(device), owned, err, err_len);
+    st = add_range(d, at, len, (uint64_t) reinterpret_cast<uintptr_t>(device), owned, err, err_len);
     if (st != KVS_OK && owned) (void)cudaHostUnregister(base);
     return st;
 }
@@ -564,8 +577,10 @@ kvs_status engine_capturing(const cuda_device *d, const char *op, uint32_t layer
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaError_t rc = cudaStreamIsCapturing(d->engine, &status);
     if (rc != cudaSuccess)
-        return cuda_fail(d->ordinal, rc, err, err_len, "%s(%u): cudaStreamIsCapturing on the engine "
-                         "stream", op, layer);
+        return cuda_fail(d->ordinal, rc, err, err_len,
+                         "%s(%u): cudaStreamIsCapturing on the engine "
+                         "stream",
+                         op, layer);
     *capturing = status != cudaStreamCaptureStatusNone;
     return KVS_OK;
 }
@@ -592,7 +607,8 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
     if ((st = engine_capturing(d, dir->op, layer, &capturing, err, err_len)) != KVS_OK) return st;
     if (capturing) {
         say(err, err_len,
-            "cuda:%d: %s(%u) was called while the engine stream is being captured into a CUDA graph; "
+            "cuda:%d: %s(%u) was called while the engine stream is being captured into a CUDA "
+            "graph; "
             "only wait_layer may be captured, loads and saves are enqueued outside the graph",
             o, dir->op, layer);
         return KVS_ESTATE;
@@ -620,8 +636,8 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
             void *payload[2] = {copies[i].k_payload, copies[i].v_payload};
             for (uint32_t p = 0; p < geometry->n_parts; p++) {
                 uint64_t unused = 0;
-                st = translate(d, payload[p], copies[i].n_tokens * part_bytes_per_token, &unused, err,
-                               err_len);
+                st = translate(d, payload[p], copies[i].n_tokens * part_bytes_per_token, &unused,
+                               err, err_len);
                 if (st != KVS_OK) return st;
             }
         }
@@ -681,7 +697,8 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
         move.ids = reinterpret_cast<const uint32_t *>(slot->device + packed.ids_offset);
         move.n_copies = packed.n_copies;
         move.n_tokens = packed.n_tokens;
-        move.unit_bytes = kvs_cuda_unit_bytes(kvs_cuda_layer_align_bits(geometry) | packed.align_bits);
+        move.unit_bytes =
+            kvs_cuda_unit_bytes(kvs_cuda_layer_align_bits(geometry) | packed.align_bits);
         move.to_pages = k == LOAD;
         if ((rc = kvs_cuda_launch_move(&move, d->max_grid, dir->stream)) != cudaSuccess)
             return cuda_fail(o, rc, err, err_len, "%s(%u): launching the copy kernel", dir->op,
@@ -768,7 +785,7 @@ const kvs_device_ops cuda_ops = {
 } // namespace
 
 /* The module's one exported symbol (see device.h). */
-extern "C" __attribute__((visibility("default"))) const kvs_device_ops *
-kvs_device_entry(uint32_t version) {
+extern "C" __attribute__((visibility("default"))) const kvs_device_ops *kvs_device_entry(
+    uint32_t version) {
     return version == KVS_DEVICE_ABI_VERSION ? &cuda_ops : nullptr;
 }

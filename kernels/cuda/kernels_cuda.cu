@@ -55,7 +55,8 @@ __global__ void __launch_bounds__(kThreads) move_rows(const kvs_cuda_move m) {
 
 template <typename Unit>
 cudaError_t launch(const kvs_cuda_move *move, uint32_t max_grid, cudaStream_t stream) {
-    const uint32_t row_units = move->layer.head_bytes / (uint32_t)sizeof(Unit) * move->layer.n_heads;
+    const uint32_t row_units =
+        move->layer.head_bytes / (uint32_t)sizeof(Unit) * move->layer.n_heads;
     /* x: lanes for one row, whole warps so a warp never straddles two rows; y: rows per block. */
     uint32_t lanes = (row_units + 31u) / 32u * 32u;
     if (lanes > kThreads) lanes = kThreads;
@@ -87,12 +88,12 @@ extern "C" cudaError_t kvs_cuda_launch_move(const kvs_cuda_move *move, uint32_t 
     if (!move || move->n_copies == 0 || move->n_tokens == 0) return cudaSuccess;
     if (max_grid == 0) max_grid = 1;
     switch (move->unit_bytes) {
-    case 16: return launch<uint4>(move, max_grid, stream);
-    case 8: return launch<uint2>(move, max_grid, stream);
-    case 4: return launch<uint32_t>(move, max_grid, stream);
-    case 2: return launch<uint16_t>(move, max_grid, stream);
-    case 1: return launch<uint8_t>(move, max_grid, stream);
-    default: return cudaErrorInvalidValue;
+        case 16: return launch<uint4>(move, max_grid, stream);
+        case 8: return launch<uint2>(move, max_grid, stream);
+        case 4: return launch<uint32_t>(move, max_grid, stream);
+        case 2: return launch<uint16_t>(move, max_grid, stream);
+        case 1: return launch<uint8_t>(move, max_grid, stream);
+        default: return cudaErrorInvalidValue;
     }
 }
 

@@ -19,13 +19,13 @@ extern "C" {
 /* One launch. descs and ids point at the device copy of a packed descriptor block; they, the pages
  * and the payload must stay valid until the stream has run the launch. */
 typedef struct kvs_cuda_move {
-    kvs_cuda_layer layer;             /* device addresses */
-    const kvs_cuda_copy_desc *descs;  /* device memory, n_copies entries */
-    const uint32_t *ids;              /* device memory */
-    uint32_t n_copies;                /* > 0 */
-    uint64_t n_tokens;                /* summed tokens of the copies, > 0 */
-    uint32_t unit_bytes;              /* 16, 8, 4, 2 or 1: see kvs_cuda_unit_bytes */
-    int to_pages;                     /* 1: payload -> pages (load), 0: pages -> payload (save) */
+    kvs_cuda_layer layer;            /* device addresses */
+    const kvs_cuda_copy_desc *descs; /* device memory, n_copies entries */
+    const uint32_t *ids;             /* device memory */
+    uint32_t n_copies;               /* > 0 */
+    uint64_t n_tokens;               /* summed tokens of the copies, > 0 */
+    uint32_t unit_bytes;             /* 16, 8, 4, 2 or 1: see kvs_cuda_unit_bytes */
+    int to_pages;                    /* 1: payload -> pages (load), 0: pages -> payload (save) */
 } kvs_cuda_move;
 
 /* Enqueue the copy kernel on `stream` with at most max_grid thread blocks (it loops over rows).

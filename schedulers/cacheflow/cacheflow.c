@@ -18,7 +18,9 @@ double cf_forward_s(const cf_compute *m, uint64_t offset, uint64_t n) {
     return n ? m->fix_s + cf_unit_compute_s(m, offset, n) : 0.0;
 }
 
-double cf_load_s(const cf_channel *c, uint64_t bytes) { return bytes ? c->lat_s + (double)bytes / c->bytes_per_s : 0.0; }
+double cf_load_s(const cf_channel *c, uint64_t bytes) {
+    return bytes ? c->lat_s + (double)bytes / c->bytes_per_s : 0.0;
+}
 
 uint32_t cf_chunks(const cf_params *p, uint32_t n_cached) {
     return (uint32_t)(((uint64_t)n_cached + p->chunk_tokens - 1) / p->chunk_tokens);
@@ -53,14 +55,15 @@ static unit_cost cost_of(const cf_params *p, const cf_compute *m, const cf_chann
 
 /* ---- one request -------------------------------------------------------------------------------- */
 
-static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_channel *c, cf_mode mode,
-                           uint64_t offset, uint32_t n_cached) {
+static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                           cf_mode mode, uint64_t offset, uint32_t n_cached) {
     cf_split s = {.mode = mode};
     s.units = mode == CF_MODE_TOKEN ? cf_chunks(p, n_cached) : p->n_layers;
     if (n_cached == 0) return s;
     /* A(k) = recompute [0, k) (token mode: one forward per chunk), D(k) = load [k, K) */
     double load_all = 0;
-    for (uint32_t i = 0; i < s.units; i++) load_all += cost_of(p, m, c, mode, offset, n_cached, i).load;
+    for (uint32_t i = 0; i < s.units; i++)
+        load_all += cost_of(p, m, c, mode, offset, n_cached, i).load;
     double a = 0, d = load_all;
     s.split = 0;
     s.compute_s = 0;
@@ -82,35 +85,41 @@ static cf_split scan_split(const cf_params *p, const cf_compute *m, const cf_cha
     return s;
 }
 
-cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                        uint32_t n_cached) {
     return scan_split(p, m, c, CF_MODE_TOKEN, 0, n_cached);
 }
 
-cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                        uint32_t n_cached) {
     return scan_split(p, m, c, CF_MODE_LAYER, 0, n_cached);
 }
 
 /* The mode params ask for, or the faster, for a prefix whose first token is at position offset. */
-static cf_split best_split_at(const cf_params *p, const cf_compute *m, const cf_channel *c, uint64_t offset,
-                              uint32_t n_cached) {
+static cf_split best_split_at(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                              uint64_t offset, uint32_t n_cached) {
     int token = p->l_delta ? n_cached >= p->l_delta : -1;
     cf_split t = token != 0 ? scan_split(p, m, c, CF_MODE_TOKEN, offset, n_cached) : (cf_split){0};
     cf_split l = token != 1 ? scan_split(p, m, c, CF_MODE_LAYER, offset, n_cached) : (cf_split){0};
     return token == 1 ? t : token == 0 ? l : l.total_s < t.total_s ? l : t;
 }
 
-cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached) {
+cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                       uint32_t n_cached) {
     return best_split_at(p, m, c, 0, n_cached);
 }
 
-uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t max_tokens) {
+uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                      uint32_t max_tokens) {
     uint32_t last_worse = 0; /* the largest length at which token mode was slower */
     for (uint64_t n = p->chunk_tokens; n <= max_tokens; n += p->chunk_tokens) {
-        double t = cf_token_split(p, m, c, (uint32_t)n).total_s, l = cf_layer_split(p, m, c, (uint32_t)n).total_s;
+        double t = cf_token_split(p, m, c, (uint32_t)n).total_s,
+               l = cf_layer_split(p, m, c, (uint32_t)n).total_s;
         if (t > l) last_worse = (uint32_t)n;
     }
     if (last_worse == 0) return p->chunk_tokens;
-    return last_worse + p->chunk_tokens > max_tokens ? max_tokens + 1 : last_worse + p->chunk_tokens;
+    return last_worse + p->chunk_tokens > max_tokens ? max_tokens + 1
+                                                     : last_worse + p->chunk_tokens;
 }
 
 double cf_staged_s(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached,
@@ -187,7 +196,8 @@ static uint32_t stage_layers_by(const stage_ctx *x, uint32_t position, uint32_t 
  * boundaries read so far (-1: none), took[s][j] whether stage s reads the j-th on that best way: a
  * stage's compute bound depends only on its position among the readers, and for a given number of
  * readers the reads end soonest with the most layers recomputed. */
-static int stage_feasible(const stage_ctx *x, double t, int32_t *dp, uint8_t took[][CF_MAX_STAGES]) {
+static int stage_feasible(const stage_ctx *x, double t, int32_t *dp,
+                          uint8_t took[][CF_MAX_STAGES]) {
     const uint32_t S = x->n_stages;
     dp[0] = (int32_t)stage_layers_by(x, 0, x->layers[0], t);
     for (uint32_t j = 1; j < S; j++) dp[j] = -1;
@@ -219,7 +229,8 @@ static double stage_time_all(const stage_ctx *x, const uint32_t *recompute) {
     double comp = 0;
     for (uint32_t s = 0; s < x->n_stages; s++) {
         loaded += x->layers[s] - recompute[s];
-        if (recompute[s] && stage_end(x, s, recompute[s]) > comp) comp = stage_end(x, s, recompute[s]);
+        if (recompute[s] && stage_end(x, s, recompute[s]) > comp)
+            comp = stage_end(x, s, recompute[s]);
     }
     double io = stage_io_end(x, x->n_stages - 1, loaded);
     return io > comp ? io : comp;
@@ -229,7 +240,8 @@ static double stage_time_all(const stage_ctx *x, const uint32_t *recompute) {
  * by t (r[] gets it); the reads of the rest must end by t too. */
 static int stage_feasible_all(const stage_ctx *x, double t, uint32_t *r) {
     uint32_t total = 0;
-    for (uint32_t s = 0; s < x->n_stages; s++) total += r[s] = stage_layers_by(x, s, x->layers[s], t);
+    for (uint32_t s = 0; s < x->n_stages; s++)
+        total += r[s] = stage_layers_by(x, s, x->layers[s], t);
     return stage_io_end(x, x->n_stages - 1, x->n_layers - total) <= t;
 }
 
@@ -247,16 +259,20 @@ static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
         if (lo > hi || !(CAND(lo) < best)) continue;
         while (lo < hi) { /* the last member below best */
             uint32_t mid = lo + (hi - lo + 1) / 2;
-            if (CAND(mid) < best) lo = mid;
-            else hi = mid - 1;
+            if (CAND(mid) < best)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         if (!stage_feasible_all(x, CAND(lo), r)) continue;
         hi = lo;
         lo = f == S ? 0 : 1;
         while (lo < hi) { /* its first feasible member */
             uint32_t mid = lo + (hi - lo) / 2;
-            if (stage_feasible_all(x, CAND(mid), r)) hi = mid;
-            else lo = mid + 1;
+            if (stage_feasible_all(x, CAND(mid), r))
+                hi = mid;
+            else
+                lo = mid + 1;
         }
         best = CAND(lo);
 #undef CAND
@@ -267,7 +283,8 @@ static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
     for (; total > 0; total--) { /* drop from the stage finishing last while the reads keep up */
         uint32_t drop = S;
         for (uint32_t s = 0; s < S; s++)
-            if (recompute[s] && (drop == S || stage_end(x, s, recompute[s]) >= stage_end(x, drop, recompute[drop])))
+            if (recompute[s] &&
+                (drop == S || stage_end(x, s, recompute[s]) >= stage_end(x, drop, recompute[drop])))
                 drop = s;
         if (stage_io_end(x, S - 1, L - (total - 1)) > best) break;
         recompute[drop]--;
@@ -280,18 +297,21 @@ static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
  * candidate: per family, binary search for its smallest feasible member below the best so far. Then
  * the least total recompute finishing by it: with j readers any total from max(j, what the reads
  * need) up to dp[j] is reachable by dropping layers from the dp choice. */
-double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
-                      uint64_t offset, uint32_t n_cached, uint32_t *recompute) {
+double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                      const cf_stages *st, uint64_t offset, uint32_t n_cached,
+                      uint32_t *recompute) {
     if (!p || !m || !c || !st || !recompute || st->n_stages == 0 || st->n_stages > CF_MAX_STAGES ||
         st->n_stages > p->n_layers || st->first_layer[0] != 0)
         return -1;
     for (uint32_t s = 1; s < st->n_stages; s++)
-        if (st->first_layer[s] <= st->first_layer[s - 1] || st->first_layer[s] >= p->n_layers) return -1;
+        if (st->first_layer[s] <= st->first_layer[s - 1] || st->first_layer[s] >= p->n_layers)
+            return -1;
     memset(recompute, 0, st->n_stages * sizeof *recompute);
     if (n_cached == 0) return 0;
     const uint32_t S = st->n_stages, L = p->n_layers;
     stage_ctx x = {.n_stages = S, .n_layers = L};
-    for (uint32_t s = 0; s < S; s++) x.layers[s] = (s + 1 < S ? st->first_layer[s + 1] : L) - st->first_layer[s];
+    for (uint32_t s = 0; s < S; s++)
+        x.layers[s] = (s + 1 < S ? st->first_layer[s + 1] : L) - st->first_layer[s];
     x.boundary = cf_load_s(c, (uint64_t)n_cached * st->boundary_bytes_per_token);
     x.layer_load = cf_load_s(c, (uint64_t)n_cached * p->kv_bytes_per_token_layer);
     x.lc = cf_forward_s(m, offset, n_cached) / L;
@@ -301,22 +321,27 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
     double best = stage_io_end(&x, 0, L); /* load everything */
     for (uint32_t f = 0; f < 2 * S; f++) {
         uint32_t lo = f < S ? 0 : 1, hi = 0;
-        if (f < S) hi = L;
+        if (f < S)
+            hi = L;
         else
             for (uint32_t s = f - S; s < S; s++) hi = x.layers[s] > hi ? x.layers[s] : hi;
         if (!(stage_candidate(&x, f, lo) < best)) continue;
         while (lo < hi) { /* the last member below best */
             uint32_t mid = lo + (hi - lo + 1) / 2;
-            if (stage_candidate(&x, f, mid) < best) lo = mid;
-            else hi = mid - 1;
+            if (stage_candidate(&x, f, mid) < best)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         if (!stage_feasible(&x, stage_candidate(&x, f, lo), dp, took)) continue;
         hi = lo;
         lo = f < S ? 0 : 1;
         while (lo < hi) { /* its first feasible member */
             uint32_t mid = lo + (hi - lo) / 2;
-            if (stage_feasible(&x, stage_candidate(&x, f, mid), dp, took)) hi = mid;
-            else lo = mid + 1;
+            if (stage_feasible(&x, stage_candidate(&x, f, mid), dp, took))
+                hi = mid;
+            else
+                lo = mid + 1;
         }
         best = stage_candidate(&x, f, lo);
     }
@@ -328,11 +353,14 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
         uint32_t lo = 0, hi = L; /* the fewest recomputed layers whose reads end by best */
         while (lo < hi) {
             uint32_t mid = lo + (hi - lo) / 2;
-            if (stage_io_end(&x, j, L - mid) <= best) hi = mid;
-            else lo = mid + 1;
+            if (stage_io_end(&x, j, L - mid) <= best)
+                hi = mid;
+            else
+                lo = mid + 1;
         }
         uint32_t need = lo > j ? lo : j;
-        if (need <= (uint32_t)dp[j] && (pick_j == S || need < pick_total)) pick_j = j, pick_total = need;
+        if (need <= (uint32_t)dp[j] && (pick_j == S || need < pick_total))
+            pick_j = j, pick_total = need;
     }
     if (pick_j == S) return stage_time(&x, recompute); /* not reached: best is feasible */
     uint32_t position[CF_MAX_STAGES] = {0}, total = 0;
@@ -343,7 +371,8 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
         recompute[s] = stage_layers_by(&x, position[s], x.layers[s], best);
         total += recompute[s];
     }
-    for (; total > pick_total; total--) { /* drop layers from the stage finishing last (the later on a tie) */
+    for (; total > pick_total;
+         total--) { /* drop layers from the stage finishing last (the later on a tie) */
         uint32_t drop = S;
         double latest = 0;
         for (uint32_t s = 0; s < S; s++) {
@@ -359,10 +388,10 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
 
 const char *cf_priority_name(cf_priority prio) {
     switch (prio) {
-    case CF_PRIO_LRF: return "lrf";
-    case CF_PRIO_SRF: return "srf";
-    case CF_PRIO_MEAN: return "mean";
-    default: return "?";
+        case CF_PRIO_LRF: return "lrf";
+        case CF_PRIO_SRF: return "srf";
+        case CF_PRIO_MEAN: return "mean";
+        default: return "?";
     }
 }
 
@@ -371,7 +400,7 @@ const char *cf_priority_name(cf_priority prio) {
 typedef struct rstate {
     cf_mode mode;
     uint32_t units;
-    int64_t pc, pio;      /* unclaimed units are [pc, pio] */
+    int64_t pc, pio; /* unclaimed units are [pc, pio] */
     uint32_t inflight;
     int done;
     double done_s;
@@ -394,8 +423,8 @@ typedef struct batch {
 } batch;
 
 static unit_cost unit_of(const batch *b, uint32_t r, int64_t unit) {
-    return cost_of(b->p, b->m, &b->ch[b->reqs[r].channel], b->st[r].mode, b->reqs[r].offset, b->reqs[r].n_cached,
-                   (uint32_t)unit);
+    return cost_of(b->p, b->m, &b->ch[b->reqs[r].channel], b->st[r].mode, b->reqs[r].offset,
+                   b->reqs[r].n_cached, (uint32_t)unit);
 }
 
 /* Recompute and load time of r's unclaimed units (compute with one fixed cost per token unit). */
@@ -409,28 +438,35 @@ static void remaining(const batch *b, uint32_t r, double *compute, double *load)
     }
 }
 
-static void record(batch *b, uint32_t r, int64_t unit, int loaded, uint32_t channel, uint32_t step, double t0,
-                   double t1) {
+static void record(batch *b, uint32_t r, int64_t unit, int loaded, uint32_t channel, uint32_t step,
+                   double t0, double t1) {
     if (b->events && b->count < b->cap)
-        b->events[b->count] = (cf_event){.request = r, .unit = (uint32_t)unit, .loaded = (uint8_t)loaded,
-                                         .channel = channel, .step = step, .start_s = t0, .end_s = t1};
+        b->events[b->count] = (cf_event){.request = r,
+                                         .unit = (uint32_t)unit,
+                                         .loaded = (uint8_t)loaded,
+                                         .channel = channel,
+                                         .step = step,
+                                         .start_s = t0,
+                                         .end_s = t1};
     b->count++;
 }
 
 /* The channel's pick from a request's remaining recompute and load time: smaller is served first. */
 static double priority_key(const batch *b, double comp, double load) {
     switch (b->p->priority) {
-    case CF_PRIO_LRF: return -comp;
-    case CF_PRIO_SRF: return comp;
-    default: return comp + load > 0 ? comp * load / (comp + load) : 0; /* the request alone, two-pointer */
+        case CF_PRIO_LRF: return -comp;
+        case CF_PRIO_SRF: return comp;
+        default:
+            return comp + load > 0 ? comp * load / (comp + load)
+                                   : 0; /* the request alone, two-pointer */
     }
 }
 
-double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
-                     const cf_request *reqs, uint32_t n, void *scratch, cf_plan *plans, cf_event *events,
-                     uint32_t n_events_cap, uint32_t *n_events) {
-    if (!p || !m || !channels || (!reqs && n) || (!scratch && n) || (!plans && n) || n_channels == 0 ||
-        n_channels > CF_MAX_CHANNELS || p->chunk_tokens == 0 || p->n_layers == 0)
+double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                     uint32_t n_channels, const cf_request *reqs, uint32_t n, void *scratch,
+                     cf_plan *plans, cf_event *events, uint32_t n_events_cap, uint32_t *n_events) {
+    if (!p || !m || !channels || (!reqs && n) || (!scratch && n) || (!plans && n) ||
+        n_channels == 0 || n_channels > CF_MAX_CHANNELS || p->chunk_tokens == 0 || p->n_layers == 0)
         return -1;
     for (uint32_t r = 0; r < n; r++)
         if (reqs[r].channel >= n_channels) return -1;
@@ -438,7 +474,8 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
     uint32_t *step_units = (uint32_t *)(b.st + n);
     for (uint32_t r = 0; r < n; r++) {
         rstate *s = &b.st[r];
-        cf_split sp = best_split_at(p, m, &channels[reqs[r].channel], reqs[r].offset, reqs[r].n_cached);
+        cf_split sp =
+            best_split_at(p, m, &channels[reqs[r].channel], reqs[r].offset, reqs[r].n_cached);
         s->mode = sp.mode;
         s->units = reqs[r].n_cached ? sp.units : 0;
         s->pc = 0;
@@ -554,7 +591,10 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
     double makespan = 0;
     for (uint32_t r = 0; r < n; r++) {
         rstate *s = &b.st[r];
-        plans[r] = (cf_plan){.mode = s->mode, .units = s->units, .split = (uint32_t)s->pc, .done_s = s->done_s,
+        plans[r] = (cf_plan){.mode = s->mode,
+                             .units = s->units,
+                             .split = (uint32_t)s->pc,
+                             .done_s = s->done_s,
                              .io_rank = s->io_rank};
         if (s->done_s > makespan) makespan = s->done_s;
     }
@@ -563,19 +603,21 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
 }
 
 void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channel *channels,
-                        const cf_request *reqs, uint32_t n, const uint32_t *split, const uint32_t *order,
-                        double *makespan, double *mean, double *done) {
+                        const cf_request *reqs, uint32_t n, const uint32_t *split,
+                        const uint32_t *order, double *makespan, double *mean, double *done) {
     double t = 0, sum = 0, worst = 0;
     uint32_t steps = 0;
     for (uint32_t r = 0; r < n; r++) {
         done[r] = 0;
         if (split[r] > steps) steps = split[r];
     }
-    for (uint32_t k = 0; k < steps; k++) { /* forward k holds chunk k of every request recomputing it */
+    for (uint32_t k = 0; k < steps;
+         k++) { /* forward k holds chunk k of every request recomputing it */
         double cost = m->fix_s;
         for (uint32_t r = 0; r < n; r++)
             if (split[r] > k)
-                cost += cost_of(p, m, &channels[reqs[r].channel], CF_MODE_TOKEN, reqs[r].offset, reqs[r].n_cached, k)
+                cost += cost_of(p, m, &channels[reqs[r].channel], CF_MODE_TOKEN, reqs[r].offset,
+                                reqs[r].n_cached, k)
                             .compute;
         t += cost;
         for (uint32_t r = 0; r < n; r++)
@@ -585,7 +627,9 @@ void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channe
     for (uint32_t i = 0; i < n; i++) {
         uint32_t r = order[i], k = reqs[r].channel, units = cf_chunks(p, reqs[r].n_cached);
         for (uint32_t u = split[r]; u < units; u++)
-            chan_t[k] += cost_of(p, m, &channels[k], CF_MODE_TOKEN, reqs[r].offset, reqs[r].n_cached, u).load;
+            chan_t[k] +=
+                cost_of(p, m, &channels[k], CF_MODE_TOKEN, reqs[r].offset, reqs[r].n_cached, u)
+                    .load;
         if (split[r] < units && chan_t[k] > done[r]) done[r] = chan_t[k];
     }
     for (uint32_t r = 0; r < n; r++) {
@@ -599,14 +643,17 @@ void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channe
 /* ---- prefix-only engines -------------------------------------------------------------------------- */
 
 /* Loading chunks [0, x) of request r, then recomputing the tail [x, K) in one forward. */
-static double prefix_load_s(const cf_params *p, const cf_channel *c, uint32_t n_cached, uint32_t x) {
+static double prefix_load_s(const cf_params *p, const cf_channel *c, uint32_t n_cached,
+                            uint32_t x) {
     double s = 0;
-    for (uint32_t i = 0; i < x; i++) s += cf_load_s(c, (uint64_t)cf_chunk_tokens(p, n_cached, i) * p->n_layers *
-                                                          p->kv_bytes_per_token_layer);
+    for (uint32_t i = 0; i < x; i++)
+        s += cf_load_s(c, (uint64_t)cf_chunk_tokens(p, n_cached, i) * p->n_layers *
+                              p->kv_bytes_per_token_layer);
     return s;
 }
 
-static double prefix_tail_s(const cf_params *p, const cf_compute *m, const cf_request *q, uint32_t x) {
+static double prefix_tail_s(const cf_params *p, const cf_compute *m, const cf_request *q,
+                            uint32_t x) {
     uint64_t first = (uint64_t)x * p->chunk_tokens;
     return first >= q->n_cached ? 0 : cf_forward_s(m, q->offset + first, q->n_cached - first);
 }
@@ -626,8 +673,9 @@ static int by_tail_desc(const void *a, const void *b) {
 
 /* Each channel serves its requests' loads back to back, longest tail first (a job's tail runs after
  * its loads, in parallel with others: Jackson's rule minimises the latest finish). */
-static double prefix_eval(const cf_params *p, const cf_compute *m, const cf_channel *channels, const cf_request *reqs,
-                          uint32_t n, const uint32_t *x, pjob *jobs, double *done, double *mean) {
+static double prefix_eval(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                          const cf_request *reqs, uint32_t n, const uint32_t *x, pjob *jobs,
+                          double *done, double *mean) {
     for (uint32_t r = 0; r < n; r++) jobs[r] = (pjob){r, prefix_tail_s(p, m, &reqs[r], x[r])};
     qsort(jobs, n, sizeof *jobs, by_tail_desc);
     double chan_t[CF_MAX_CHANNELS] = {0}, worst = 0, sum = 0;
@@ -645,7 +693,8 @@ static double prefix_eval(const cf_params *p, const cf_compute *m, const cf_chan
 
 /* Improve x one request at a time while the batch gains (makespan first, then mean finish). */
 static double prefix_descend(const cf_params *p, const cf_compute *m, const cf_channel *channels,
-                             const cf_request *reqs, uint32_t n, uint32_t *x, pjob *jobs, double *mean) {
+                             const cf_request *reqs, uint32_t n, uint32_t *x, pjob *jobs,
+                             double *mean) {
     double span = prefix_eval(p, m, channels, reqs, n, x, jobs, NULL, mean);
     for (int pass = 0, improved = 1; improved && pass < 32; pass++) {
         improved = 0;
@@ -665,9 +714,12 @@ static double prefix_descend(const cf_params *p, const cf_compute *m, const cf_c
     return span;
 }
 
-double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
-                      const cf_request *reqs, uint32_t n, uint32_t *load_chunks, double *done_s) {
-    if (!p || !m || !channels || n_channels == 0 || n_channels > CF_MAX_CHANNELS || p->chunk_tokens == 0) return -1;
+double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                      uint32_t n_channels, const cf_request *reqs, uint32_t n,
+                      uint32_t *load_chunks, double *done_s) {
+    if (!p || !m || !channels || n_channels == 0 || n_channels > CF_MAX_CHANNELS ||
+        p->chunk_tokens == 0)
+        return -1;
     for (uint32_t r = 0; r < n; r++)
         if (reqs[r].channel >= n_channels) return -1;
     size_t count = n ? n : 1;
@@ -686,7 +738,8 @@ double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel 
         memset(x, 0, count * sizeof *x);
         for (;;) {
             double mean = 0, span = prefix_eval(p, m, channels, reqs, n, x, jobs, NULL, &mean);
-            if (span < best_span - 1e-12 || (span <= best_span + 1e-12 && mean < best_mean - 1e-12)) {
+            if (span < best_span - 1e-12 ||
+                (span <= best_span + 1e-12 && mean < best_mean - 1e-12)) {
                 best_span = span, best_mean = mean;
                 memcpy(load_chunks, x, n * sizeof *x);
             }

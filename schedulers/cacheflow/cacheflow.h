@@ -33,21 +33,21 @@ typedef enum cf_priority {
 } cf_priority;
 
 typedef struct cf_compute {
-    double fix_s;             /* fixed cost of one batched forward (launches, weight streaming) */
-    double lin_s_per_token;   /* linear part per token (GEMMs) */
-    double att_s_per_token2;  /* attention: per token per context token */
+    double fix_s;            /* fixed cost of one batched forward (launches, weight streaming) */
+    double lin_s_per_token;  /* linear part per token (GEMMs) */
+    double att_s_per_token2; /* attention: per token per context token */
 } cf_compute;
 
 typedef struct cf_channel {
-    double lat_s;        /* per transfer */
-    double bytes_per_s;  /* > 0 */
+    double lat_s;       /* per transfer */
+    double bytes_per_s; /* > 0 */
 } cf_channel;
 
 typedef struct cf_params {
-    uint32_t chunk_tokens;               /* token-mode unit, > 0 */
-    uint32_t n_layers;                   /* > 0 */
-    uint64_t kv_bytes_per_token_layer;   /* K and V of one token in one layer */
-    uint32_t l_delta;                    /* 0: pick each request's mode by predicted time; else token
+    uint32_t chunk_tokens;             /* token-mode unit, > 0 */
+    uint32_t n_layers;                 /* > 0 */
+    uint64_t kv_bytes_per_token_layer; /* K and V of one token in one layer */
+    uint32_t l_delta;                  /* 0: pick each request's mode by predicted time; else token
                                           * mode from this many cached tokens on, layer mode below */
     cf_priority priority;
 } cf_params;
@@ -55,7 +55,7 @@ typedef struct cf_params {
 typedef struct cf_request {
     uint32_t n_cached; /* restorable prefix tokens */
     uint32_t channel;  /* index of the channel (tier) its stored KV is read from */
-    uint32_t offset;   /* position of its first restorable token (tokens before it are already in the
+    uint32_t offset; /* position of its first restorable token (tokens before it are already in the
                         * engine): recomputing costs more attention the later a range starts */
 } cf_request;
 
@@ -75,22 +75,26 @@ uint32_t cf_chunk_tokens(const cf_params *p, uint32_t n_cached, uint32_t i);
 
 typedef struct cf_split {
     cf_mode mode;
-    uint32_t units;    /* K chunks (token mode) or L layers (layer mode) */
-    uint32_t split;    /* recompute units [0, split), load [split, units) */
-    double compute_s;  /* predicted time of the recomputed part */
-    double load_s;     /* predicted time of the loaded part */
-    double total_s;    /* max of the two: they run at once */
+    uint32_t units;   /* K chunks (token mode) or L layers (layer mode) */
+    uint32_t split;   /* recompute units [0, split), load [split, units) */
+    double compute_s; /* predicted time of the recomputed part */
+    double load_s;    /* predicted time of the loaded part */
+    double total_s;   /* max of the two: they run at once */
 } cf_split;
 
 /* Token-wise two-pointer: chunks recomputed one forward each from the front, loaded from the back. */
-cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached);
+cf_split cf_token_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                        uint32_t n_cached);
 /* Layer-wise two-pointer: whole-prefix layers recomputed bottom-up, loaded top-down. */
-cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached);
+cf_split cf_layer_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                        uint32_t n_cached);
 /* The mode params ask for (l_delta), or the faster of the two when l_delta is 0. */
-cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t n_cached);
+cf_split cf_best_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                       uint32_t n_cached);
 /* The smallest prefix length from which token mode is predicted no slower than layer mode, searched
  * up to max_tokens in steps of chunk_tokens (the last crossing); max_tokens + 1 if never. */
-uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c, uint32_t max_tokens);
+uint32_t cf_crossover(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                      uint32_t max_tokens);
 
 /* Multi-stage (pipeline) restore: S stages each own n_layers / S layers (the first ones one more when
  * it does not divide) and restore them at once, stage s > 0 first fetching the boundary activations
@@ -104,10 +108,10 @@ double cf_staged_s(const cf_params *p, const cf_compute *m, const cf_channel *c,
 /* An engine's pipeline stages: stage s owns layers [first_layer[s], first_layer[s + 1]) (p->n_layers
  * after the last); first_layer[0] = 0, strictly increasing. */
 typedef struct cf_stages {
-    uint32_t n_stages;                   /* 1..CF_MAX_STAGES */
+    uint32_t n_stages; /* 1..CF_MAX_STAGES */
     uint32_t first_layer[CF_MAX_STAGES];
-    uint64_t boundary_bytes_per_token;   /* stored activations entering one stage s > 0 */
-    uint8_t read_all_boundaries;         /* 1: every boundary is read (first, in stage order) whatever
+    uint64_t boundary_bytes_per_token; /* stored activations entering one stage s > 0 */
+    uint8_t read_all_boundaries;       /* 1: every boundary is read (first, in stage order) whatever
                                           * the split, so stage s starts at s * boundary; 0: only those of
                                           * stages that recompute */
 } cf_stages;
@@ -132,8 +136,8 @@ typedef struct cf_stages {
  * With st->read_all_boundaries every boundary is read whatever the split (what the connector does, so
  * pages it loads never hold stale activations): stage s computes from s * boundary, the reads end at
  * (S - 1) * boundary + loaded * layer; the same exactness and ties, O(S^2 log L). */
-double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c, const cf_stages *st,
-                      uint64_t offset, uint32_t n_cached, uint32_t *recompute);
+double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
+                      const cf_stages *st, uint64_t offset, uint32_t n_cached, uint32_t *recompute);
 
 /* ---- a batch --------------------------------------------------------------------------------------- */
 
@@ -141,18 +145,18 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
 typedef struct cf_event {
     uint32_t request;
     uint32_t unit;
-    uint8_t loaded;    /* 1: read over `channel`; 0: recomputed in forward `step` */
+    uint8_t loaded; /* 1: read over `channel`; 0: recomputed in forward `step` */
     uint32_t channel;
-    uint32_t step;     /* recomputed: index of the batched forward */
+    uint32_t step; /* recomputed: index of the batched forward */
     double start_s, end_s;
 } cf_event;
 
 typedef struct cf_plan {
     cf_mode mode;
     uint32_t units;
-    uint32_t split;    /* recompute [0, split), load [split, units) */
-    double done_s;     /* predicted restore finish (batch starts at 0) */
-    uint32_t io_rank;  /* order of its first load on its channel (UINT32_MAX: loads nothing) */
+    uint32_t split;   /* recompute [0, split), load [split, units) */
+    double done_s;    /* predicted restore finish (batch starts at 0) */
+    uint32_t io_rank; /* order of its first load on its channel (UINT32_MAX: loads nothing) */
 } cf_plan;
 
 /* Scratch for cf_plan_batch, sized by cf_batch_scratch_bytes. */
@@ -165,16 +169,16 @@ size_t cf_batch_scratch_bytes(uint32_t n_requests);
  * could (the guard that makes a single request's plan optimal). Fills plans[n]; when events is not
  * NULL it gets the trace (capacity n_events_cap; *n_events the count, or what was needed if larger).
  * Returns the makespan, or a negative value on bad arguments (a channel index out of range). */
-double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
-                     const cf_request *reqs, uint32_t n, void *scratch, cf_plan *plans, cf_event *events,
-                     uint32_t n_events_cap, uint32_t *n_events);
+double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                     uint32_t n_channels, const cf_request *reqs, uint32_t n, void *scratch,
+                     cf_plan *plans, cf_event *events, uint32_t n_events_cap, uint32_t *n_events);
 
 /* Batch makespan and mean finish of fixed token-mode splits (split[r] chunks recomputed) with each
  * channel serving requests whole, in the order given by order[] (request indices; a request's loads
  * back to back), compute as in cf_plan_batch. For the brute-force oracle in the tests. */
 void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channel *channels,
-                        const cf_request *reqs, uint32_t n, const uint32_t *split, const uint32_t *order,
-                        double *makespan, double *mean, double *done);
+                        const cf_request *reqs, uint32_t n, const uint32_t *split,
+                        const uint32_t *order, double *makespan, double *mean, double *done);
 
 /* ---- prefix-only engines (stock vLLM) ------------------------------------------------------------- */
 
@@ -183,8 +187,9 @@ void cf_evaluate_splits(const cf_params *p, const cf_compute *m, const cf_channe
  * channel serves its requests' loads back to back, longest remaining recompute first; a request's
  * tail is recomputed after its loads land, chunk by chunk. done_s[r] (optional) gets each finish.
  * Returns the makespan. */
-double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel *channels, uint32_t n_channels,
-                      const cf_request *reqs, uint32_t n, uint32_t *load_chunks, double *done_s);
+double cf_plan_prefix(const cf_params *p, const cf_compute *m, const cf_channel *channels,
+                      uint32_t n_channels, const cf_request *reqs, uint32_t n,
+                      uint32_t *load_chunks, double *done_s);
 
 const char *cf_priority_name(cf_priority prio);
 

@@ -82,7 +82,8 @@ static void schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const ui
      * holds each read's key until the read is assigned, so no scratch array is needed. */
     uint64_t key_start[KVS_SWARM_MAX_PATHS + 2] = {0};
     for (uint64_t r = 0; r < n; r++) {
-        chosen[r] = popcount64(holder_mask(n_paths, max_copies, n_copies, paths, path_bytes_per_s, r));
+        chosen[r] =
+            popcount64(holder_mask(n_paths, max_copies, n_copies, paths, path_bytes_per_s, r));
         key_start[sort_key(chosen[r], n_paths) + 1]++;
     }
     for (uint32_t k = 1; k <= n_paths + 1; k++) key_start[k] += key_start[k - 1];
@@ -138,8 +139,9 @@ void kvs_swarm_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const
     schedule(n_paths, n, max_copies, n_copies, paths, NULL, NULL, chosen, order);
 }
 
-void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
-                                 const uint32_t *paths, const uint64_t *bytes, const double *path_bytes_per_s,
+void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies,
+                                 const uint32_t *n_copies, const uint32_t *paths,
+                                 const uint64_t *bytes, const double *path_bytes_per_s,
                                  uint32_t *chosen, uint64_t *order) {
     if (!bytes || !path_bytes_per_s) {
         schedule(0, n, max_copies, n_copies, paths, NULL, NULL, chosen, order); /* all unassigned */
@@ -167,7 +169,8 @@ static void sift_indices(const kvs_swarm_unit *units, uint64_t *v, uint64_t root
     for (;;) {
         uint64_t child = 2 * root + 1;
         if (child >= n) return;
-        if (child + 1 < n && (units ? index_less(units, v[child], v[child + 1]) : v[child] < v[child + 1]))
+        if (child + 1 < n &&
+            (units ? index_less(units, v[child], v[child + 1]) : v[child] < v[child + 1]))
             child++;
         if (!(units ? index_less(units, v[root], v[child]) : v[root] < v[child])) return;
         uint64_t t = v[root];
@@ -256,7 +259,8 @@ void kvs_swarm_seen_begin(kvs_swarm_seen *seen) {
 }
 
 int kvs_swarm_seen_mark(kvs_swarm_seen *seen, uint32_t id) {
-    if (!seen || id >= seen->n_entries || seen->epoch == 0 || seen->stamp[id] == seen->epoch) return 0;
+    if (!seen || id >= seen->n_entries || seen->epoch == 0 || seen->stamp[id] == seen->epoch)
+        return 0;
     seen->stamp[id] = seen->epoch;
     return 1;
 }

@@ -16,7 +16,7 @@
 /* The scheduler keeps per-path state on the stack; a tier with more paths must refuse its config. */
 #define KVS_SWARM_MAX_PATHS 64u
 /* chosen[] value of a read that no valid path holds. */
-#define KVS_SWARM_NO_PATH UINT32_MAX
+#define KVS_SWARM_NO_PATH   UINT32_MAX
 
 /* ---- placement (Eq. 7) -------------------------------------------------------------------------- */
 
@@ -50,8 +50,9 @@ void kvs_swarm_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const
  * (load[d] + bytes[r] / path_bytes_per_s[d], in seconds; ties to the lowest index) and that path's load
  * grows by the same amount. With equal speeds and sizes it chooses exactly what kvs_swarm_schedule does.
  * Every path_bytes_per_s[d] must be > 0; a path with a rate <= 0 is treated as not holding anything. */
-void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,
-                                 const uint32_t *paths, const uint64_t *bytes, const double *path_bytes_per_s,
+void kvs_swarm_schedule_weighted(uint32_t n_paths, uint64_t n, uint32_t max_copies,
+                                 const uint32_t *n_copies, const uint32_t *paths,
+                                 const uint64_t *bytes, const double *path_bytes_per_s,
                                  uint32_t *chosen, uint64_t *order);
 
 /* ---- merge and dedup (Eq. 8) -------------------------------------------------------------------- */

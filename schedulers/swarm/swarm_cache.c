@@ -74,11 +74,11 @@ static kvs_status grow(kvs_swarm_cache *c, uint32_t need) {
     uint32_t cap = c->capacity ? c->capacity : 16;
     while (cap < need) cap = cap > UINT32_MAX / 2 ? need : cap * 2;
         /* Each array is replaced only once its realloc succeeded, so a failure leaves a usable cache. */
-#define GROW(field)                                                                                          \
-    do {                                                                                                     \
-        void *p = realloc(c->field, (size_t)cap * sizeof *c->field);                                         \
-        if (!p) return KVS_ENOMEM;                                                                           \
-        c->field = p;                                                                                        \
+#define GROW(field)                                                  \
+    do {                                                             \
+        void *p = realloc(c->field, (size_t)cap * sizeof *c->field); \
+        if (!p) return KVS_ENOMEM;                                   \
+        c->field = p;                                                \
     } while (0)
     GROW(size);
     GROW(freq);
@@ -108,7 +108,8 @@ void kvs_swarm_cache_destroy(kvs_swarm_cache *c) {
     free(c);
 }
 
-kvs_status kvs_swarm_cache_add_cluster(kvs_swarm_cache *c, uint32_t size, uint32_t freq, uint32_t *id) {
+kvs_status kvs_swarm_cache_add_cluster(kvs_swarm_cache *c, uint32_t size, uint32_t freq,
+                                       uint32_t *id) {
     if (!c || c->n_clusters == UINT32_MAX) return KVS_EINVAL;
     kvs_status st = grow(c, c->n_clusters + 1);
     if (st != KVS_OK) return st;
@@ -124,10 +125,12 @@ kvs_status kvs_swarm_cache_add_cluster(kvs_swarm_cache *c, uint32_t size, uint32
 }
 
 kvs_status kvs_swarm_cache_create(const kvs_swarm_cache_params *params, uint32_t n_clusters,
-                                  const uint32_t *sizes, const uint32_t *freqs, kvs_swarm_cache **out) {
+                                  const uint32_t *sizes, const uint32_t *freqs,
+                                  kvs_swarm_cache **out) {
     if (!out) return KVS_EINVAL;
     *out = NULL;
-    if (!params || (n_clusters && !sizes) || !(params->t_base_s >= 0.0) || !(params->t_transfer_s >= 0.0))
+    if (!params || (n_clusters && !sizes) || !(params->t_base_s >= 0.0) ||
+        !(params->t_transfer_s >= 0.0))
         return KVS_EINVAL;
     kvs_swarm_cache *c = calloc(1, sizeof *c);
     if (!c) return KVS_ENOMEM;
@@ -214,8 +217,10 @@ kvs_status kvs_swarm_cache_step(kvs_swarm_cache *c, const uint32_t *activated, u
     }
     /* f: +1 for every activated cluster, -1 (not below 0) for every cached one that was not. */
     for (uint32_t k = 0; k < c->n_clusters; k++) {
-        if (c->active[k] == step) c->freq[k]++;
-        else if (c->cached[k] && c->freq[k] > 0) c->freq[k]--;
+        if (c->active[k] == step)
+            c->freq[k]++;
+        else if (c->cached[k] && c->freq[k] > 0)
+            c->freq[k]--;
     }
     /* The decrements move keys by different amounts (t_base / s_k), so rebuild rather than patch. */
     for (uint32_t i = c->n_heap / 2; i-- > 0;) sift_down(c, i);
@@ -233,8 +238,10 @@ kvs_status kvs_swarm_cache_step(kvs_swarm_cache *c, const uint32_t *activated, u
     for (uint32_t i = 0; i < n_cand; i++) {
         uint32_t k = c->scratch[i];
         if (c->size[k] > c->params.capacity_entries) continue;
-        if (c->params.policy == KVS_SWARM_CACHE_SCORE) admit_by_score(c, k, &r);
-        else admit_lru(c, k, &r);
+        if (c->params.policy == KVS_SWARM_CACHE_SCORE)
+            admit_by_score(c, k, &r);
+        else
+            admit_lru(c, k, &r);
     }
 
     c->total.hits += r.hits;

@@ -11,12 +11,13 @@
 
 typedef enum kvs_swarm_cache_policy {
     KVS_SWARM_CACHE_SCORE = 0, /* Swarm: evict the lowest S first, admit only over lower S */
-    KVS_SWARM_CACHE_LRU = 1    /* comparator: admit every miss, evict the least recently activated */
+    KVS_SWARM_CACHE_LRU = 1 /* comparator: admit every miss, evict the least recently activated */
 } kvs_swarm_cache_policy;
 
 typedef enum kvs_swarm_score_formula {
-    KVS_SWARM_SCORE_PAPER = 0,     /* Eq. 6 as printed: (f * t_base + s * t_transfer) / s */
-    KVS_SWARM_SCORE_SAVED_TIME = 1 /* I/O time saved per cached entry: f * (t_base + s * t_transfer) / s */
+    KVS_SWARM_SCORE_PAPER = 0, /* Eq. 6 as printed: (f * t_base + s * t_transfer) / s */
+    KVS_SWARM_SCORE_SAVED_TIME =
+        1 /* I/O time saved per cached entry: f * (t_base + s * t_transfer) / s */
 } kvs_swarm_score_formula;
 
 typedef struct kvs_swarm_cache_params {
@@ -42,11 +43,11 @@ typedef struct kvs_swarm_cache {
     uint32_t *freq;     /* [capacity] f_i, activations (profiled, then +1 / -1 per step) */
     uint64_t *last_use; /* [capacity] step of the last activation (LRU key) */
     uint8_t *cached;    /* [capacity] */
-    uint32_t *heap;     /* [capacity] cached cluster ids, min-heap on the policy's key, ties by id */
+    uint32_t *heap; /* [capacity] cached cluster ids, min-heap on the policy's key, ties by id */
     uint32_t *heap_pos; /* [capacity] index in heap, UINT32_MAX when not cached */
-    uint64_t *active;   /* [capacity] step a cluster was last activated in (this step's membership) */
-    uint32_t *scratch;  /* [capacity] this step's admission candidates */
-    uint32_t *victims;  /* [capacity] clusters popped while making room for one candidate */
+    uint64_t *active; /* [capacity] step a cluster was last activated in (this step's membership) */
+    uint32_t *scratch; /* [capacity] this step's admission candidates */
+    uint32_t *victims; /* [capacity] clusters popped while making room for one candidate */
     uint32_t n_heap;
     uint64_t used_entries;
     uint64_t step;
@@ -56,10 +57,12 @@ typedef struct kvs_swarm_cache {
 /* A cache over n_clusters clusters of sizes[k] entries with profiled frequencies freqs[k] (NULL: 0).
  * Nothing is cached at first. KVS_EINVAL for a NULL argument or t_base_s, t_transfer_s < 0. */
 kvs_status kvs_swarm_cache_create(const kvs_swarm_cache_params *params, uint32_t n_clusters,
-                                  const uint32_t *sizes, const uint32_t *freqs, kvs_swarm_cache **out);
+                                  const uint32_t *sizes, const uint32_t *freqs,
+                                  kvs_swarm_cache **out);
 void kvs_swarm_cache_destroy(kvs_swarm_cache *cache);
 /* Track one more cluster (made by maintenance); its index goes to *id. */
-kvs_status kvs_swarm_cache_add_cluster(kvs_swarm_cache *cache, uint32_t size, uint32_t freq, uint32_t *id);
+kvs_status kvs_swarm_cache_add_cluster(kvs_swarm_cache *cache, uint32_t size, uint32_t freq,
+                                       uint32_t *id);
 /* S(C_k) under the configured formula with the current f_k. */
 double kvs_swarm_cache_score(const kvs_swarm_cache *cache, uint32_t k);
 

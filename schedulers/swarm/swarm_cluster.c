@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EMPTY_KEY UINT64_MAX
+#define EMPTY_KEY             UINT64_MAX
 #define INITIAL_PAIR_CAPACITY 1024u
 
 /* ---- profile ------------------------------------------------------------------------------------ */
@@ -49,7 +49,8 @@ static kvs_status pair_rehash(kvs_swarm_profile *p, uint64_t new_capacity, uint3
     p->pair_capacity = new_capacity;
     p->n_pairs = 0;
     for (uint64_t s = 0; s < old_capacity; s++) {
-        if (old_keys[s] == EMPTY_KEY || (uint64_t)old_counts[s] + old_deltas[s] <= drop_limit) continue;
+        if (old_keys[s] == EMPTY_KEY || (uint64_t)old_counts[s] + old_deltas[s] <= drop_limit)
+            continue;
         uint64_t slot = pair_find(p, old_keys[s]);
         keys[slot] = old_keys[s];
         counts[slot] = old_counts[s];
@@ -62,7 +63,8 @@ static kvs_status pair_rehash(kvs_swarm_profile *p, uint64_t new_capacity, uint3
     return KVS_OK;
 }
 
-kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs, kvs_swarm_profile **out) {
+kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs,
+                                    kvs_swarm_profile **out) {
     if (!out) return KVS_EINVAL;
     *out = NULL;
     if (n_entries == 0) return KVS_EINVAL;
@@ -125,11 +127,13 @@ static kvs_status pair_make_room(kvs_swarm_profile *p) {
         kvs_status st = pair_rehash(p, p->pair_capacity, p->prune_floor);
         if (st != KVS_OK) return st;
     }
-    if ((p->n_pairs + 1) * 10 > p->pair_capacity * 7) return pair_rehash(p, p->pair_capacity * 2, 0);
+    if ((p->n_pairs + 1) * 10 > p->pair_capacity * 7)
+        return pair_rehash(p, p->pair_capacity * 2, 0);
     return KVS_OK;
 }
 
-kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *p, const uint32_t *active, uint32_t n_active) {
+kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *p, const uint32_t *active,
+                                      uint32_t n_active) {
     if (!p || (n_active && !active)) return KVS_EINVAL;
     for (uint32_t k = 0; k < n_active; k++)
         if (active[k] >= p->n_entries) return KVS_EINVAL;
@@ -172,30 +176,32 @@ uint32_t kvs_swarm_profile_count(const kvs_swarm_profile *p, uint32_t i, uint32_
     return p->pair_keys[slot] == EMPTY_KEY ? 0 : p->pair_counts[slot];
 }
 
-uint64_t kvs_swarm_profile_total(const kvs_swarm_profile *p) { return p ? 2 * p->pair_increments : 0; }
+uint64_t kvs_swarm_profile_total(const kvs_swarm_profile *p) {
+    return p ? 2 * p->pair_increments : 0;
+}
 
 /* ---- distance ----------------------------------------------------------------------------------- */
 
-static double metric_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i, uint32_t j,
-                              uint32_t f_ij) {
+static double metric_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i,
+                              uint32_t j, uint32_t f_ij) {
     double f = (double)f_ij;
     switch (metric) {
-    case KVS_SWARM_METRIC_GLOBAL: {
-        uint64_t total = kvs_swarm_profile_total(p);
-        return total ? 1.0 - f / (double)total : 1.0;
-    }
-    case KVS_SWARM_METRIC_RATE:
-        return p->n_steps ? 1.0 - f / (double)p->n_steps : 1.0;
-    case KVS_SWARM_METRIC_JACCARD:
-    default: {
-        /* f_ij <= min(f_ii, f_jj), so the union is at least max(f_ii, f_jj) and d is in [0, 1]. */
-        double uni = (double)p->activations[i] + (double)p->activations[j] - f;
-        return uni > 0.0 ? 1.0 - f / uni : 1.0;
-    }
+        case KVS_SWARM_METRIC_GLOBAL: {
+            uint64_t total = kvs_swarm_profile_total(p);
+            return total ? 1.0 - f / (double)total : 1.0;
+        }
+        case KVS_SWARM_METRIC_RATE: return p->n_steps ? 1.0 - f / (double)p->n_steps : 1.0;
+        case KVS_SWARM_METRIC_JACCARD:
+        default: {
+            /* f_ij <= min(f_ii, f_jj), so the union is at least max(f_ii, f_jj) and d is in [0, 1]. */
+            double uni = (double)p->activations[i] + (double)p->activations[j] - f;
+            return uni > 0.0 ? 1.0 - f / uni : 1.0;
+        }
     }
 }
 
-double kvs_swarm_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i, uint32_t j) {
+double kvs_swarm_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, uint32_t i,
+                          uint32_t j) {
     if (!p || i >= p->n_entries || j >= p->n_entries) return 1.0;
     if (i == j) return 0.0;
     return metric_distance(p, metric, i, j, kvs_swarm_profile_count(p, i, j));
@@ -205,7 +211,8 @@ double kvs_swarm_distance(const kvs_swarm_profile *p, kvs_swarm_metric metric, u
 
 typedef struct row_item {
     uint32_t neighbour;
-    uint32_t position; /* arrival order within the row, so a repeated pair keeps its last distance */
+    uint32_t
+        position; /* arrival order within the row, so a repeated pair keeps its last distance */
     double distance;
 } row_item;
 
@@ -224,8 +231,8 @@ void kvs_swarm_graph_destroy(kvs_swarm_graph *g) {
 }
 
 /* CSR from undirected edges (a[k], b[k], d[k]); each edge is stored in both rows. */
-static kvs_status graph_from_edges(uint32_t n_entries, const uint32_t *a, const uint32_t *b, const double *d,
-                                   uint64_t n_edges, kvs_swarm_graph **out) {
+static kvs_status graph_from_edges(uint32_t n_entries, const uint32_t *a, const uint32_t *b,
+                                   const double *d, uint64_t n_edges, kvs_swarm_graph **out) {
     kvs_status st = KVS_ENOMEM;
     kvs_swarm_graph *g = calloc(1, sizeof *g);
     row_item *items = NULL;
@@ -283,7 +290,8 @@ kvs_status kvs_swarm_graph_from_pairs(uint32_t n_entries, const uint32_t *a, con
     if (n_entries == 0 || (n_pairs && (!a || !b || !d))) return KVS_EINVAL;
     uint64_t n_edges = 0;
     for (uint64_t k = 0; k < n_pairs; k++) {
-        if (a[k] >= n_entries || b[k] >= n_entries || !(d[k] >= 0.0 && d[k] <= 1.0)) return KVS_EINVAL;
+        if (a[k] >= n_entries || b[k] >= n_entries || !(d[k] >= 0.0 && d[k] <= 1.0))
+            return KVS_EINVAL;
         if (a[k] != b[k]) n_edges++;
     }
     uint32_t *ea = malloc((size_t)(n_edges + 1) * sizeof *ea),
@@ -306,8 +314,8 @@ kvs_status kvs_swarm_graph_from_pairs(uint32_t n_entries, const uint32_t *a, con
     return st;
 }
 
-kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric metric, double keep_radius,
-                                 uint32_t min_count, kvs_swarm_graph **out) {
+kvs_status kvs_swarm_graph_build(const kvs_swarm_profile *p, kvs_swarm_metric metric,
+                                 double keep_radius, uint32_t min_count, kvs_swarm_graph **out) {
     if (!out) return KVS_EINVAL;
     *out = NULL;
     if (!p) return KVS_EINVAL;
@@ -349,8 +357,10 @@ double kvs_swarm_graph_distance(const kvs_swarm_graph *g, uint32_t i, uint32_t j
     uint64_t lo = g->row_start[i], hi = g->row_start[i + 1];
     while (lo < hi) {
         uint64_t mid = lo + (hi - lo) / 2;
-        if (g->neighbour[mid] < j) lo = mid + 1;
-        else hi = mid;
+        if (g->neighbour[mid] < j)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < g->row_start[i + 1] && g->neighbour[lo] == j ? g->distance[lo] : 1.0;
 }
@@ -461,7 +471,8 @@ static uint32_t density(const kvs_swarm_graph *g, double tau, const uint8_t *mem
     return rho;
 }
 
-kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_t *rho, uint32_t *order) {
+kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_t *rho,
+                                   uint32_t *order) {
     if (!g || !rho || !order) return KVS_EINVAL;
     ranked *r = malloc((size_t)g->n_entries * sizeof *r);
     if (!r) return KVS_ENOMEM;
@@ -477,12 +488,14 @@ kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_
 
 /* Algorithm 1 over entries[0..n) (subset flags in `member`). */
 static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
-                        const uint32_t *entries, uint32_t n, const uint8_t *member, kvs_swarm_clusters *c) {
+                        const uint32_t *entries, uint32_t n, const uint8_t *member,
+                        kvs_swarm_clusters *c) {
     kvs_status st = KVS_ENOMEM;
     double tau = params->tau;
     ranked *queue = malloc((size_t)n * sizeof *queue + 1);
     ranked *cand = NULL;
-    uint8_t *pending = NULL; /* pending[k]: candidate k may still be admitted to the current cluster */
+    uint8_t *pending =
+        NULL; /* pending[k]: candidate k may still be admitted to the current cluster */
     if (!queue) goto done;
 
     uint64_t n_uncovered = 0, max_degree = 0;
@@ -526,9 +539,9 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
                 uint32_t x = cand[k].id;
                 int replica = c->copies[x] > 0;
                 /* A budget refusal is final for this cluster; only the mean test can change. */
-                if (replica &&
-                    (params->no_replica || (params->max_copies && c->copies[x] >= params->max_copies) ||
-                     replicas >= replica_cap)) {
+                if (replica && (params->no_replica ||
+                                (params->max_copies && c->copies[x] >= params->max_copies) ||
+                                replicas >= replica_cap)) {
                     pending[k] = 0;
                     continue;
                 }
@@ -541,8 +554,10 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
                 }
                 if ((st = kvs_swarm_clusters_add_member(c, ci, x)) != KVS_OK) goto done;
                 pending[k] = 0;
-                if (replica) replicas++;
-                else n_uncovered--;
+                if (replica)
+                    replicas++;
+                else
+                    n_uncovered--;
                 admitted_any = 1;
             }
             if (!params->fixpoint) break;
@@ -557,7 +572,8 @@ done:
 
 kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
                                    kvs_swarm_clusters *c) {
-    if (!g || !params || !c || g->n_entries > c->max_entries || !(params->tau >= 0.0)) return KVS_EINVAL;
+    if (!g || !params || !c || g->n_entries > c->max_entries || !(params->tau >= 0.0))
+        return KVS_EINVAL;
     uint32_t *entries = malloc((size_t)g->n_entries * sizeof *entries);
     if (!entries) return KVS_ENOMEM;
     for (uint32_t e = 0; e < g->n_entries; e++) entries[e] = e;
@@ -566,9 +582,12 @@ kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *g, const kvs_swarm_clu
     return st;
 }
 
-kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
-                                          const uint32_t *entries, uint32_t n, kvs_swarm_clusters *c) {
-    if (!g || !params || !c || (n && !entries) || g->n_entries > c->max_entries || !(params->tau >= 0.0))
+kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *g,
+                                          const kvs_swarm_cluster_params *params,
+                                          const uint32_t *entries, uint32_t n,
+                                          kvs_swarm_clusters *c) {
+    if (!g || !params || !c || (n && !entries) || g->n_entries > c->max_entries ||
+        !(params->tau >= 0.0))
         return KVS_EINVAL;
     uint8_t *member = calloc(g->n_entries, 1);
     if (!member) return KVS_ENOMEM;
@@ -587,7 +606,8 @@ kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *g, const kvs_sw
 
 /* ---- layout and routes -------------------------------------------------------------------------- */
 
-kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths, kvs_swarm_balance balance) {
+kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths,
+                                 kvs_swarm_balance balance) {
     if (!layout || n_paths == 0 || n_paths > KVS_SWARM_MAX_PATHS) return KVS_EINVAL;
     memset(layout, 0, sizeof *layout);
     layout->n_paths = n_paths;
@@ -608,7 +628,8 @@ static void place_cluster(kvs_swarm_layout *layout, kvs_swarm_cluster *cl) {
 void kvs_swarm_layout_place(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t first) {
     if (!layout || !c) return;
     for (uint32_t k = first; k < c->n_clusters; k++)
-        if (c->items[k].placed == 0 && c->items[k].n_members > 0) place_cluster(layout, &c->items[k]);
+        if (c->items[k].placed == 0 && c->items[k].n_members > 0)
+            place_cluster(layout, &c->items[k]);
 }
 
 void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *c, uint32_t index,

@@ -27,12 +27,13 @@
 typedef struct kvs_swarm_profile {
     uint32_t n_entries;
     uint64_t n_steps;
-    uint64_t pair_increments; /* sum over steps of |S_t| choose 2: exact, pruning does not change it */
-    uint32_t *activations;    /* [n_entries] the diagonal */
-    uint64_t *pair_keys;      /* [pair_capacity] i << 32 | j with i < j, UINT64_MAX when empty */
-    uint32_t *pair_counts;    /* [pair_capacity] */
-    uint32_t *pair_deltas;    /* [pair_capacity] prune_floor when the pair was inserted */
-    uint64_t pair_capacity;   /* a power of two */
+    uint64_t
+        pair_increments;   /* sum over steps of |S_t| choose 2: exact, pruning does not change it */
+    uint32_t *activations; /* [n_entries] the diagonal */
+    uint64_t *pair_keys;   /* [pair_capacity] i << 32 | j with i < j, UINT64_MAX when empty */
+    uint32_t *pair_counts; /* [pair_capacity] */
+    uint32_t *pair_deltas; /* [pair_capacity] prune_floor when the pair was inserted */
+    uint64_t pair_capacity; /* a power of two */
     uint64_t n_pairs;
     uint64_t max_pairs;
     uint32_t prune_floor;
@@ -40,12 +41,14 @@ typedef struct kvs_swarm_profile {
     uint64_t *step_stamp; /* [n_entries] step number an id was last taken in */
 } kvs_swarm_profile;
 
-kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs, kvs_swarm_profile **out);
+kvs_status kvs_swarm_profile_create(uint32_t n_entries, uint64_t max_pairs,
+                                    kvs_swarm_profile **out);
 void kvs_swarm_profile_destroy(kvs_swarm_profile *profile);
 /* Count one step's activation set S_t (active[0..n_active), duplicates allowed, ids < n_entries).
  * O(|S_t|^2) expected. KVS_EINVAL for an out-of-range id (nothing counted), KVS_ENOMEM when the table
  * cannot grow (the step is partly counted). */
-kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *profile, const uint32_t *active, uint32_t n_active);
+kvs_status kvs_swarm_profile_add_step(kvs_swarm_profile *profile, const uint32_t *active,
+                                      uint32_t n_active);
 /* f[i][j]; the activation count of i when i == j; 0 for ids out of range. */
 uint32_t kvs_swarm_profile_count(const kvs_swarm_profile *profile, uint32_t i, uint32_t j);
 /* Eq. 2's denominator: the sum of f over all ordered pairs i != j (2 * pair_increments). */
@@ -60,7 +63,8 @@ typedef enum kvs_swarm_metric {
 } kvs_swarm_metric;
 
 /* d(i, j) in [0, 1] under the metric; 0 when i == j, 1 when the pair was never seen together. */
-double kvs_swarm_distance(const kvs_swarm_profile *profile, kvs_swarm_metric metric, uint32_t i, uint32_t j);
+double kvs_swarm_distance(const kvs_swarm_profile *profile, kvs_swarm_metric metric, uint32_t i,
+                          uint32_t j);
 
 /* The sparse distance matrix D: for each entry, its neighbours at distance <= keep_radius in
  * ascending id order (CSR). Every pair absent from it reads as distance 1. Keep keep_radius >= the
@@ -129,13 +133,15 @@ typedef struct kvs_swarm_clusters {
 kvs_status kvs_swarm_clusters_create(uint32_t max_entries, kvs_swarm_clusters **out);
 void kvs_swarm_clusters_destroy(kvs_swarm_clusters *clusters);
 /* Append a member (a copy) to cluster `index`; the copy is unplaced. KVS_EINVAL for bad ids. */
-kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *clusters, uint32_t index, uint32_t entry);
+kvs_status kvs_swarm_clusters_add_member(kvs_swarm_clusters *clusters, uint32_t index,
+                                         uint32_t entry);
 /* Append an empty cluster; its index goes to *index. */
 kvs_status kvs_swarm_clusters_add(kvs_swarm_clusters *clusters, uint32_t *index);
 
 /* Density rho[e] = |{j != e : D(e, j) <= tau}| for every entry and the medoid queue Q_m: order[] =
  * entries by rho descending, ties by id ascending. Both arrays hold graph->n_entries values. */
-kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *graph, double tau, uint32_t *rho, uint32_t *order);
+kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *graph, double tau, uint32_t *rho,
+                                   uint32_t *order);
 
 /* Algorithm 1 over all entries of the graph (n_entries <= clusters->max_entries), appending clusters.
  * Medoids are taken from Q_m while uncovered; each cluster admits its medoid's tau-neighbours in
@@ -143,19 +149,21 @@ kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *graph, double tau, uin
  * candidates are skipped. A covered candidate (a replica) is admitted only while it has fewer than
  * max_copies copies and the replica count is under the global cap; with no_replica never. Every entry
  * ends up covered (an entry without neighbours is a singleton). */
-kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *graph, const kvs_swarm_cluster_params *params,
+kvs_status kvs_swarm_cluster_build(const kvs_swarm_graph *graph,
+                                   const kvs_swarm_cluster_params *params,
                                    kvs_swarm_clusters *clusters);
 /* The same restricted to entries[0..n) (distinct ids): neighbours outside the subset are ignored and
  * replicas are counted against the subset's size. Maintenance clusters its pending pool with it. */
 kvs_status kvs_swarm_cluster_build_subset(const kvs_swarm_graph *graph,
-                                          const kvs_swarm_cluster_params *params, const uint32_t *entries,
-                                          uint32_t n, kvs_swarm_clusters *clusters);
+                                          const kvs_swarm_cluster_params *params,
+                                          const uint32_t *entries, uint32_t n,
+                                          kvs_swarm_clusters *clusters);
 
 /* ---- layout (Eq. 7) and routes ------------------------------------------------------------------ */
 
 typedef enum kvs_swarm_balance {
     KVS_SWARM_BALANCE_GLOBAL_POINTER = 0, /* Eq. 7: each cluster continues the global stripe */
-    KVS_SWARM_BALANCE_NONE = 1            /* ablation "No Balance": every cluster starts at path 0 */
+    KVS_SWARM_BALANCE_NONE = 1 /* ablation "No Balance": every cluster starts at path 0 */
 } kvs_swarm_balance;
 
 /* Where the next copy goes: the global pointer and each path's next free slot (slot = index of a
@@ -168,7 +176,8 @@ typedef struct kvs_swarm_layout {
 } kvs_swarm_layout;
 
 /* KVS_EINVAL when n_paths is 0 or above KVS_SWARM_MAX_PATHS. */
-kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths, kvs_swarm_balance balance);
+kvs_status kvs_swarm_layout_init(kvs_swarm_layout *layout, uint32_t n_paths,
+                                 kvs_swarm_balance balance);
 /* Place every cluster from `first` on whose members are all unplaced, in cluster order, medoid first:
  * kvs_swarm_place with one replica, then slots appended per path in stripe order (so a cluster's copies
  * on one path have consecutive slots). */
@@ -184,7 +193,8 @@ void kvs_swarm_layout_append(kvs_swarm_layout *layout, kvs_swarm_clusters *clust
  * cluster order) at paths[e * max_copies + k] and slots[e * max_copies + k] (slots may be NULL).
  * Unplaced copies are skipped. Returns the number of copies dropped because an entry had more than
  * max_copies. */
-uint64_t kvs_swarm_routes(const kvs_swarm_clusters *clusters, uint32_t n_entries, uint32_t max_copies,
-                          uint32_t *n_copies, uint32_t *paths, uint64_t *slots);
+uint64_t kvs_swarm_routes(const kvs_swarm_clusters *clusters, uint32_t n_entries,
+                          uint32_t max_copies, uint32_t *n_copies, uint32_t *paths,
+                          uint64_t *slots);
 
 #endif

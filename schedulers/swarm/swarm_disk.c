@@ -3,9 +3,13 @@
 
 #include <stddef.h>
 
-kvs_swarm_disk kvs_swarm_disk_pm9a3(void) { return (kvs_swarm_disk){"pm9a3", 1.1e6, 6.9e9}; }
+kvs_swarm_disk kvs_swarm_disk_pm9a3(void) {
+    return (kvs_swarm_disk){"pm9a3", 1.1e6, 6.9e9};
+}
 
-kvs_swarm_disk kvs_swarm_disk_optane_900p(void) { return (kvs_swarm_disk){"optane-900p", 0.55e6, 2.5e9}; }
+kvs_swarm_disk kvs_swarm_disk_optane_900p(void) {
+    return (kvs_swarm_disk){"optane-900p", 0.55e6, 2.5e9};
+}
 
 double kvs_swarm_disk_time(const kvs_swarm_disk *disk, kvs_swarm_time_model model, uint64_t n_ios,
                            uint64_t bytes) {
@@ -15,8 +19,9 @@ double kvs_swarm_disk_time(const kvs_swarm_disk *disk, kvs_swarm_time_model mode
     return t_io + t_bytes;
 }
 
-double kvs_swarm_step_time(const kvs_swarm_disk *disks, uint32_t n_paths, kvs_swarm_time_model model,
-                           const uint64_t *n_ios, const uint64_t *bytes, double *per_path_s) {
+double kvs_swarm_step_time(const kvs_swarm_disk *disks, uint32_t n_paths,
+                           kvs_swarm_time_model model, const uint64_t *n_ios, const uint64_t *bytes,
+                           double *per_path_s) {
     if (!disks || !n_ios || !bytes) return 0.0;
     double worst = 0.0;
     for (uint32_t d = 0; d < n_paths; d++) {

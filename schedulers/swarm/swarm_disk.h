@@ -29,8 +29,9 @@ double kvs_swarm_disk_time(const kvs_swarm_disk *disk, kvs_swarm_time_model mode
 
 /* Step time = max over paths d < n_paths of the path time of (n_ios[d], bytes[d]) on disks[d]; the
  * paths work in parallel. per_path_s (may be NULL) gets each path's time. */
-double kvs_swarm_step_time(const kvs_swarm_disk *disks, uint32_t n_paths, kvs_swarm_time_model model,
-                           const uint64_t *n_ios, const uint64_t *bytes, double *per_path_s);
+double kvs_swarm_step_time(const kvs_swarm_disk *disks, uint32_t n_paths,
+                           kvs_swarm_time_model model, const uint64_t *n_ios, const uint64_t *bytes,
+                           double *per_path_s);
 
 /* Per-path totals of a schedule: reads r < n with chosen[r] < n_paths add one I/O and bytes[r] (or
  * read_bytes each when bytes is NULL) to their path. n_ios and bytes_out are zeroed first. */

@@ -17,8 +17,9 @@ void kvs_swarm_maint_defaults(kvs_swarm_maint_params *params) {
     kvs_swarm_cluster_defaults(&params->pending_cluster);
 }
 
-kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params, kvs_swarm_clusters *clusters,
-                                  kvs_swarm_layout *layout, kvs_swarm_maint **out) {
+kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params,
+                                  kvs_swarm_clusters *clusters, kvs_swarm_layout *layout,
+                                  kvs_swarm_maint **out) {
     if (!out) return KVS_EINVAL;
     *out = NULL;
     if (!params || !clusters || !layout || params->window_steps == 0 || params->paper_offset > 1 ||
@@ -30,8 +31,9 @@ kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params, kvs_swar
     m->clusters = clusters;
     m->layout = layout;
     m->window_of = calloc(clusters->max_entries, sizeof *m->window_of);
-    kvs_status st =
-        m->window_of ? kvs_swarm_profile_create(clusters->max_entries, 0, &m->pool_profile) : KVS_ENOMEM;
+    kvs_status st = m->window_of
+                        ? kvs_swarm_profile_create(clusters->max_entries, 0, &m->pool_profile)
+                        : KVS_ENOMEM;
     if (st != KVS_OK) {
         kvs_swarm_maint_destroy(m);
         return st;
@@ -66,11 +68,13 @@ static void *grow_array(void *array, uint64_t *cap, uint64_t need, size_t size) 
 }
 
 static kvs_status log_copy(kvs_swarm_maint *m, uint32_t entry, uint32_t c, uint32_t member) {
-    kvs_swarm_placement *placed = grow_array(m->placed, &m->cap_placed, m->n_placed + 1, sizeof *placed);
+    kvs_swarm_placement *placed =
+        grow_array(m->placed, &m->cap_placed, m->n_placed + 1, sizeof *placed);
     if (!placed) return KVS_ENOMEM;
     m->placed = placed;
     const kvs_swarm_cluster *cl = &m->clusters->items[c];
-    m->placed[m->n_placed++] = (kvs_swarm_placement){entry, c, cl->paths[member], cl->slots[member]};
+    m->placed[m->n_placed++] =
+        (kvs_swarm_placement){entry, c, cl->paths[member], cl->slots[member]};
     return KVS_OK;
 }
 
@@ -178,15 +182,17 @@ kvs_status kvs_swarm_maint_flush(kvs_swarm_maint *m) {
     kvs_swarm_layout_place(m->layout, m->clusters, first);
     for (uint32_t c = first; c < m->clusters->n_clusters && st == KVS_OK; c++) {
         const kvs_swarm_cluster *cl = &m->clusters->items[c];
-        for (uint32_t k = 0; k < cl->n_members && st == KVS_OK; k++) st = log_copy(m, cl->members[k], c, k);
+        for (uint32_t k = 0; k < cl->n_members && st == KVS_OK; k++)
+            st = log_copy(m, cl->members[k], c, k);
     }
     m->n_pool_clusters += m->clusters->n_clusters - first;
     m->n_pending = 0;
     return st;
 }
 
-kvs_status kvs_swarm_maint_step(kvs_swarm_maint *m, const uint32_t *active_entries, uint32_t n_entries,
-                                const uint32_t *active_clusters, uint32_t n_clusters) {
+kvs_status kvs_swarm_maint_step(kvs_swarm_maint *m, const uint32_t *active_entries,
+                                uint32_t n_entries, const uint32_t *active_clusters,
+                                uint32_t n_clusters) {
     if (!m || (n_entries && !active_entries) || (n_clusters && !active_clusters)) return KVS_EINVAL;
     for (uint32_t k = 0; k < n_clusters; k++)
         if (active_clusters[k] >= m->clusters->n_clusters) return KVS_EINVAL;

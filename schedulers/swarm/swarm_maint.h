@@ -19,8 +19,10 @@ typedef struct kvs_swarm_maint_params {
     uint32_t window_steps; /* W, >= 1 */
     double tau;            /* join when 1 - f / W <= tau */
     uint32_t max_copies;   /* clusters one new entry joins at most; 0 = no limit */
-    uint32_t paper_offset; /* 0: path (id_i + |C_i|) mod N, our default; 1: (id_i + |C_i| + 1) as printed */
-    uint32_t pending_windows;        /* cluster the pending pool every this many windows; 0 = only on flush */
+    uint32_t
+        paper_offset; /* 0: path (id_i + |C_i|) mod N, our default; 1: (id_i + |C_i| + 1) as printed */
+    uint32_t
+        pending_windows; /* cluster the pending pool every this many windows; 0 = only on flush */
     kvs_swarm_metric pending_metric; /* metric for the pool's co-activation graph */
     uint32_t pending_min_count;      /* support a pool pair needs (kvs_swarm_graph_build) */
     kvs_swarm_cluster_params pending_cluster; /* Algorithm 1 parameters for the pool */
@@ -70,8 +72,9 @@ typedef struct kvs_swarm_maint {
     uint64_t n_pool_clusters;
 } kvs_swarm_maint;
 
-kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params, kvs_swarm_clusters *clusters,
-                                  kvs_swarm_layout *layout, kvs_swarm_maint **out);
+kvs_status kvs_swarm_maint_create(const kvs_swarm_maint_params *params,
+                                  kvs_swarm_clusters *clusters, kvs_swarm_layout *layout,
+                                  kvs_swarm_maint **out);
 void kvs_swarm_maint_destroy(kvs_swarm_maint *maint);
 /* A new entry (id < clusters->max_entries, not in the window already) enters the window now. */
 kvs_status kvs_swarm_maint_add(kvs_swarm_maint *maint, uint32_t entry);
@@ -79,8 +82,9 @@ kvs_status kvs_swarm_maint_add(kvs_swarm_maint *maint, uint32_t entry);
  * active_clusters[0..n_clusters) the clusters whose medoids were activated (selected). Counts
  * co-firing, then retires entries that have spent W steps in the window, then clusters the pool when
  * it is due. Copies written go to maint->placed. */
-kvs_status kvs_swarm_maint_step(kvs_swarm_maint *maint, const uint32_t *active_entries, uint32_t n_entries,
-                                const uint32_t *active_clusters, uint32_t n_clusters);
+kvs_status kvs_swarm_maint_step(kvs_swarm_maint *maint, const uint32_t *active_entries,
+                                uint32_t n_entries, const uint32_t *active_clusters,
+                                uint32_t n_clusters);
 /* Cluster the pending pool now (Algorithm 1 over the pool's own co-activation graph). */
 kvs_status kvs_swarm_maint_flush(kvs_swarm_maint *maint);
 

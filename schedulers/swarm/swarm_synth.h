@@ -21,7 +21,7 @@ typedef struct kvs_swarm_synth_params {
     uint32_t n_groups;  /* G */
     uint32_t min_group; /* members per group, before overlap */
     uint32_t max_group;
-    int scattered;            /* 0: each group is a run of consecutive entries; 1: members anywhere */
+    int scattered; /* 0: each group is a run of consecutive entries; 1: members anywhere */
     double overlap_fraction;  /* of the grouped entries, each also joins 1 or 2 more groups */
     double zipf_s;            /* popularity of rank r is 1 / (r + 1)^zipf_s */
     uint32_t groups_per_step; /* k */
@@ -129,10 +129,12 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     }
     /* Overlap: some grouped entries join one or two more groups. */
     uint64_t n_extra_entries = (uint64_t)(p->overlap_fraction * (double)grouped + 0.5);
-    extra_of = malloc((size_t)(4 * n_extra_entries + 1) * sizeof *extra_of); /* <= 2 (entry, group) each */
+    extra_of =
+        malloc((size_t)(4 * n_extra_entries + 1) * sizeof *extra_of); /* <= 2 (entry, group) each */
     if (!extra_of) goto fail;
     uint64_t n_extra = 0;
-    uint32_t *extra_count = s->group_start; /* reused as per-group extra counts until the CSR is built */
+    uint32_t *extra_count =
+        s->group_start; /* reused as per-group extra counts until the CSR is built */
     for (uint64_t k = 0; k < n_extra_entries; k++) {
         uint32_t g = kvs_swarm_synth_below(s, g_count);
         uint32_t e = perm[base[g] + kvs_swarm_synth_below(s, size[g])];
@@ -161,7 +163,8 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
         goto fail;
     }
     for (uint32_t g = 0; g < g_count; g++)
-        for (uint32_t m = 0; m < size[g]; m++) s->group_member[s->group_start[g] + m] = perm[base[g] + m];
+        for (uint32_t m = 0; m < size[g]; m++)
+            s->group_member[s->group_start[g] + m] = perm[base[g] + m];
     for (uint64_t k = 0; k < n_extra; k++) {
         uint32_t e = extra_of[2 * k], h = extra_of[2 * k + 1];
         s->group_member[s->group_start[h] + size[h] + extra_seen[h]++] = e;
@@ -170,8 +173,10 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     /* Sort each group and drop an entry listed twice (it joined the same extra group twice). */
     uint32_t write = 0;
     for (uint32_t g = 0; g < g_count; g++) {
-        uint32_t begin = s->group_start[g], end = g + 1 < g_count ? s->group_start[g + 1] : (uint32_t)total;
-        qsort(s->group_member + begin, end - begin, sizeof *s->group_member, kvs_swarm_synth_cmp_u32);
+        uint32_t begin = s->group_start[g],
+                 end = g + 1 < g_count ? s->group_start[g + 1] : (uint32_t)total;
+        qsort(s->group_member + begin, end - begin, sizeof *s->group_member,
+              kvs_swarm_synth_cmp_u32);
         s->group_start[g] = write;
         for (uint32_t k = begin; k < end; k++)
             if (k == begin || s->group_member[k] != s->group_member[k - 1])
@@ -211,7 +216,8 @@ static inline uint32_t kvs_swarm_synth_group_size(const kvs_swarm_synth *s, uint
 
 /* One step: active[0..returned) gets the distinct entries that fired (active must hold N ids);
  * groups (may be NULL; k entries) gets the groups drawn. */
-static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active, uint32_t *groups) {
+static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active,
+                                            uint32_t *groups) {
     const kvs_swarm_synth_params *p = &s->params;
     uint64_t step = ++s->step;
     uint32_t n_active = 0;
@@ -224,8 +230,10 @@ static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active
             uint32_t lo = 0, hi = p->n_groups - 1;
             while (lo < hi) {
                 uint32_t mid = (lo + hi) / 2;
-                if (s->cumulative[mid] > x) hi = mid;
-                else lo = mid + 1;
+                if (s->cumulative[mid] > x)
+                    hi = mid;
+                else
+                    lo = mid + 1;
             }
             g = lo;
         } while (s->step_group[g]);
@@ -255,8 +263,8 @@ static inline int kvs_swarm_synth_cmp_u64(const void *a, const void *b) {
 
 /* Distinct unordered pairs that share a set, sets given in CSR (start[0..n_sets], member). Returns the
  * sorted pair keys (caller frees) and their count in *n_pairs; NULL on no memory. */
-static inline uint64_t *kvs_swarm_synth_pairs(const uint32_t *start, const uint32_t *member, uint32_t n_sets,
-                                              uint64_t *n_pairs) {
+static inline uint64_t *kvs_swarm_synth_pairs(const uint32_t *start, const uint32_t *member,
+                                              uint32_t n_sets, uint64_t *n_pairs) {
     uint64_t cap = 0;
     for (uint32_t k = 0; k < n_sets; k++) {
         uint64_t n = start[k + 1] - start[k];
@@ -292,10 +300,12 @@ static inline int kvs_swarm_synth_pair_f1(const kvs_swarm_synth *s, const kvs_sw
         return -1;
     }
     for (uint32_t k = 0; k < c->n_clusters; k++)
-        memcpy(member + start[k], c->items[k].members, (size_t)c->items[k].n_members * sizeof *member);
+        memcpy(member + start[k], c->items[k].members,
+               (size_t)c->items[k].n_members * sizeof *member);
     uint64_t n_pred = 0, n_true = 0;
     uint64_t *pred = kvs_swarm_synth_pairs(start, member, c->n_clusters, &n_pred);
-    uint64_t *truth = kvs_swarm_synth_pairs(s->group_start, s->group_member, s->params.n_groups, &n_true);
+    uint64_t *truth =
+        kvs_swarm_synth_pairs(s->group_start, s->group_member, s->params.n_groups, &n_true);
     free(start);
     free(member);
     if (!pred || !truth) {

@@ -5,15 +5,15 @@
 #include <string.h>
 
 /* An id no layer has: a copy that reads an unused table entry fails its bounds check. */
-#define BOGUS_ID 1000000u
+#define BOGUS_ID  1000000u
 /* Payload bytes left unused between the copies' segments: a copy that writes past its rows shows. */
 #define GAP_BYTES 64u
 
 const char *gpu_layout_name(int layout) {
     switch (layout) {
-    case GPU_LAYOUT_PADDED_HEADS: return "padded_heads";
-    case GPU_LAYOUT_PADDED_TOKENS: return "padded_tokens";
-    default: return kvs_test_layout_name((kvs_test_layout)layout);
+        case GPU_LAYOUT_PADDED_HEADS: return "padded_heads";
+        case GPU_LAYOUT_PADDED_TOKENS: return "padded_tokens";
+        default: return kvs_test_layout_name((kvs_test_layout)layout);
     }
 }
 
@@ -55,7 +55,8 @@ static uint8_t *alloc_padded(const gpu_geometry *g, int pad_heads, kvs_layer_vie
 
 int gpu_cache_alloc(gpu_cache *c, const gpu_geometry *g) {
     memset(c, 0, sizeof *c);
-    if (g->n_layers == 0 || g->n_layers > GPU_MAX_LAYERS || g->n_blocks < GPU_CASE_BLOCKS) return -1;
+    if (g->n_layers == 0 || g->n_layers > GPU_MAX_LAYERS || g->n_blocks < GPU_CASE_BLOCKS)
+        return -1;
     c->g = *g;
     c->shape.n_heads = g->n_heads;
     c->shape.head_bytes = g->head_dim * g->elem_bytes;

@@ -14,9 +14,9 @@
 #include "device.h"
 #include "test_support.h"
 
-#define GPU_MAX_LAYERS 4
+#define GPU_MAX_LAYERS  4
 #define GPU_CASE_COPIES 6
-#define GPU_CASE_TABLE 8 /* entries of each copy's block table */
+#define GPU_CASE_TABLE  8  /* entries of each copy's block table */
 #define GPU_CASE_BLOCKS 32 /* blocks per layer the copies need (ids up to 30) */
 
 /* kvs_test_layout values, plus two padded layouts built here. */

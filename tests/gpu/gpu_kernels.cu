@@ -35,5 +35,6 @@ extern "C" cudaError_t gpu_copy_kernel(void *dst, const void *src, size_t bytes,
 
 extern "C" cudaError_t gpu_spin_kernel(unsigned long long ns, cudaStream_t stream) {
     void *args[] = {&ns};
-    return cudaLaunchKernel(reinterpret_cast<const void *>(&spin), dim3(1), dim3(1), args, 0, stream);
+    return cudaLaunchKernel(reinterpret_cast<const void *>(&spin), dim3(1), dim3(1), args, 0,
+                            stream);
 }

@@ -37,7 +37,8 @@ const kvs_device_ops *gpu_load_module(void) {
     if (!ops || entry(KVS_DEVICE_ABI_VERSION + 1) != NULL) {
         fprintf(stderr, "%s: %s\n", KVS_TEST_CUDA_MODULE,
                 !entry ? "no " KVS_DEVICE_ENTRY_SYMBOL
-                       : !ops ? "refuses the device ABI version" : "accepts an unknown ABI version");
+                : !ops ? "refuses the device ABI version"
+                       : "accepts an unknown ABI version");
         exit(1);
     }
     return ops; /* the module stays loaded for the process (it is built -z nodelete anyway) */
@@ -51,8 +52,8 @@ cudaError_t gpu_wait_stream(cudaStream_t stream, unsigned timeout_ms) {
         if (rc != cudaErrorNotReady) return rc;
         (void)cudaGetLastError(); /* NotReady is not an error to keep */
         clock_gettime(CLOCK_MONOTONIC, &now);
-        long long ms = (long long)(now.tv_sec - start.tv_sec) * 1000 +
-                       (now.tv_nsec - start.tv_nsec) / 1000000;
+        long long ms =
+            (long long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
         if (ms > (long long)timeout_ms) return cudaErrorTimeout;
         nanosleep(&pause, NULL);
     }

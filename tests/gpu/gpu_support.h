@@ -34,11 +34,11 @@ cudaError_t gpu_copy_kernel(void *dst, const void *src, size_t bytes, cudaStream
  * so that work ordered after it but wrongly not waiting for it runs first and shows. */
 cudaError_t gpu_spin_kernel(unsigned long long ns, cudaStream_t stream);
 
-#define GPU_CHECK(call)                                                                            \
-    do {                                                                                           \
-        cudaError_t gpu_rc_ = (call);                                                              \
-        ck_assert_msg(gpu_rc_ == cudaSuccess, "%s: %s (%s)", #call, cudaGetErrorString(gpu_rc_),  \
-                      cudaGetErrorName(gpu_rc_));                                                  \
+#define GPU_CHECK(call)                                                                          \
+    do {                                                                                         \
+        cudaError_t gpu_rc_ = (call);                                                            \
+        ck_assert_msg(gpu_rc_ == cudaSuccess, "%s: %s (%s)", #call, cudaGetErrorString(gpu_rc_), \
+                      cudaGetErrorName(gpu_rc_));                                                \
     } while (0)
 
 #ifdef __cplusplus

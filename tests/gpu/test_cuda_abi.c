@@ -15,9 +15,9 @@
 #include "test_support.h"
 
 enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 64, BT = 16, CHUNK = 32, BLOCKS = 64, TOKENS = 128 };
-#define HEAD_BYTES (HEAD_DIM * 2)
+#define HEAD_BYTES  (HEAD_DIM * 2)
 #define TOKEN_BYTES (HEADS * HEAD_BYTES)
-#define PART_BYTES ((uint64_t)BLOCKS * BT * TOKEN_BYTES) /* one layer's K (or V) */
+#define PART_BYTES  ((uint64_t)BLOCKS * BT * TOKEN_BYTES) /* one layer's K (or V) */
 #define LAYER_BYTES (2 * PART_BYTES)
 
 static const kvs_api *api;
@@ -45,7 +45,8 @@ static void write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint
         for (int kv = 0; kv < 2; kv++)
             for (uint64_t t = 0; t < to; t++)
                 for (int b = 0; b < TOKEN_BYTES; b++)
-                    r->host[kv_offset(l, kv, blocks, t) + (uint64_t)b] = kv_byte(tokens, t, l, kv, b);
+                    r->host[kv_offset(l, kv, blocks, t) + (uint64_t)b] =
+                        kv_byte(tokens, t, l, kv, b);
 }
 
 /* One whole-prompt step of a request: lookup, alloc, meta, then the worker hooks. The engine
@@ -56,8 +57,8 @@ static uint64_t step(rig *r, const char *id, const int32_t *tokens, const uint32
     ck_assert_int_eq(api->lookup(r->h, id, tokens, TOKENS, 0, &res), KVS_OK);
     const uint64_t nb = TOKENS / BT;
     ck_assert_int_eq(api->on_alloc(r->h, id, blocks, nb, res.n_hit_tokens), KVS_OK);
-    kvs_step_request s = {id, tokens, TOKENS, blocks, nb, res.n_hit_tokens,
-                          TOKENS - res.n_hit_tokens};
+    kvs_step_request s = {
+        id, tokens, TOKENS, blocks, nb, res.n_hit_tokens, TOKENS - res.n_hit_tokens};
     static uint8_t meta[65536];
     uint64_t len = 0;
     ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &len), KVS_OK);
@@ -93,13 +94,22 @@ START_TEST(restore_into_other_cuda_pages_is_byte_identical) {
              "chunk_tokens: %d\nlog_level: warn\npool:\n  staging_bytes: 4MiB\n"
              "device:\n  copy_method: %s\n  max_chunks_per_step: 16\n"
              "tiers:\n  - name: dram\n    type: dram\n    capacity: 16MiB\n",
-             CHUNK, _i == 0 ? "kernel" : _i == 1 ? "dma" : "auto");
+             CHUNK,
+             _i == 0   ? "kernel"
+             : _i == 1 ? "dma"
+                       : "auto");
     ck_assert_int_eq(kvs_test_write_file(r.tmpdir, "cuda.yaml", yaml, path, sizeof path), 0);
-    kvs_model_desc m = {.struct_size = sizeof m, .model_id = "test-cuda", .dtype = KVS_DTYPE_FP16,
-                        .n_layers = LAYERS, .n_kv_heads = HEADS, .head_dim = HEAD_DIM,
-                        .block_tokens = BT, .tp_size = 1, .vocab_size = 1000};
-    kvs_open_params p = {.struct_size = sizeof p, .role = KVS_ROLE_BOTH, .config_path = path,
-                         .model = &m};
+    kvs_model_desc m = {.struct_size = sizeof m,
+                        .model_id = "test-cuda",
+                        .dtype = KVS_DTYPE_FP16,
+                        .n_layers = LAYERS,
+                        .n_kv_heads = HEADS,
+                        .head_dim = HEAD_DIM,
+                        .block_tokens = BT,
+                        .tp_size = 1,
+                        .vocab_size = 1000};
+    kvs_open_params p = {
+        .struct_size = sizeof p, .role = KVS_ROLE_BOTH, .config_path = path, .model = &m};
     char err[512] = "";
     ck_assert_msg(api->open(&p, &r.h, err, sizeof err) == KVS_OK, "%s", err);
 
@@ -111,10 +121,13 @@ START_TEST(restore_into_other_cuda_pages_is_byte_identical) {
     kvs_layer_view views[LAYERS];
     for (int l = 0; l < LAYERS; l++)
         views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view),
-                                    .device_kind = KVS_DEVICE_CUDA, .device_index = 0,
-                                    .n_blocks = BLOCKS, .k_base = r.pages + l * LAYER_BYTES,
+                                    .device_kind = KVS_DEVICE_CUDA,
+                                    .device_index = 0,
+                                    .n_blocks = BLOCKS,
+                                    .k_base = r.pages + l * LAYER_BYTES,
                                     .v_base = r.pages + l * LAYER_BYTES + PART_BYTES,
-                                    .block_stride = BT * TOKEN_BYTES, .token_stride = TOKEN_BYTES,
+                                    .block_stride = BT * TOKEN_BYTES,
+                                    .token_stride = TOKEN_BYTES,
                                     .head_stride = HEAD_BYTES};
     ck_assert_msg(api->register_kv(r.h, views, LAYERS) == KVS_OK, "%s", api->last_error(r.h));
     GPU_CHECK(cudaStreamCreateWithFlags(&r.engine, cudaStreamNonBlocking));
@@ -124,8 +137,8 @@ START_TEST(restore_into_other_cuda_pages_is_byte_identical) {
     for (int i = 0; i < TOKENS; i++) tokens[i] = (int32_t)((i * 37 + 101) % 1000);
     uint32_t a[TOKENS / BT], b[TOKENS / BT];
     for (uint32_t i = 0; i < TOKENS / BT; i++) {
-        a[i] = 2 * i;                      /* even blocks */
-        b[i] = BLOCKS - 1 - 2 * i;         /* odd blocks, in reverse order */
+        a[i] = 2 * i;              /* even blocks */
+        b[i] = BLOCKS - 1 - 2 * i; /* odd blocks, in reverse order */
     }
     write_kv(&r, a, tokens, TOKENS); /* the engine computed the whole prompt into blocks a */
     GPU_CHECK(cudaMemcpy(r.pages, r.host, bytes, cudaMemcpyHostToDevice));

@@ -17,13 +17,13 @@ static const kvs_device_ops *ops;
 /* A CUDA device over a device copy of a gpu_cache, and a host device over the cache itself. */
 typedef struct rig {
     gpu_cache cache;
-    uint8_t *pages;                        /* device copy of cache.buf */
-    kvs_layer_view views[GPU_MAX_LAYERS];  /* CUDA views over pages */
-    uint8_t *payload;                      /* registered with the CUDA device */
-    uint8_t *expected;                     /* the host device's payload */
+    uint8_t *pages;                       /* device copy of cache.buf */
+    kvs_layer_view views[GPU_MAX_LAYERS]; /* CUDA views over pages */
+    uint8_t *payload;                     /* registered with the CUDA device */
+    uint8_t *expected;                    /* the host device's payload */
     uint64_t payload_bytes;
-    gpu_copies cp;                         /* over payload */
-    gpu_copies cp_ref;                     /* over expected */
+    gpu_copies cp;     /* over payload */
+    gpu_copies cp_ref; /* over expected */
     void *cuda;
     void *host;
     kvs_device_info info;
@@ -46,16 +46,19 @@ static void rig_open(rig *r, const gpu_geometry *g, kvs_dev_copy_method method) 
     gpu_copies_build(&r->cp, &r->cache, r->payload);
     gpu_copies_build(&r->cp_ref, &r->cache, r->expected);
 
-    kvs_device_init init = {.struct_size = sizeof init, .views = r->views,
-                            .n_layers = g->n_layers, .shape = r->cache.shape,
+    kvs_device_init init = {.struct_size = sizeof init,
+                            .views = r->views,
+                            .n_layers = g->n_layers,
+                            .shape = r->cache.shape,
                             .max_tokens_per_layer = (uint32_t)r->cp.tokens,
-                            .max_copies_per_layer = r->cp.n, .method = method,
+                            .max_copies_per_layer = r->cp.n,
+                            .method = method,
                             .log_level = KVS_LOG_WARN};
     ck_assert_msg(ops->open(&init, &r->cuda, &r->info, r->err, sizeof r->err) == KVS_OK, "%s",
                   r->err);
-    ck_assert_msg(ops->register_host(r->cuda, r->payload, r->payload_bytes, r->err,
-                                     sizeof r->err) == KVS_OK,
-                  "%s", r->err);
+    ck_assert_msg(
+        ops->register_host(r->cuda, r->payload, r->payload_bytes, r->err, sizeof r->err) == KVS_OK,
+        "%s", r->err);
     GPU_CHECK(cudaStreamCreateWithFlags(&r->engine, cudaStreamNonBlocking));
     ck_assert_int_eq(ops->set_stream(r->cuda, r->engine, r->err, sizeof r->err), KVS_OK);
 
@@ -90,12 +93,12 @@ static void save_then_load(rig *r, const char *method) {
     const kvs_device_ops *host = kvs_host_device();
     const uint32_t n_layers = r->cache.g.n_layers;
     for (uint32_t l = 0; l < n_layers; l++) {
-        ck_assert_msg(ops->save_layer(r->cuda, l, r->cp.copies[l], r->cp.n, r->err,
-                                      sizeof r->err) == KVS_OK,
-                      "%s", r->err);
-        ck_assert_int_eq(host->save_layer(r->host, l, r->cp_ref.copies[l], r->cp_ref.n, r->err,
-                                          sizeof r->err),
-                         KVS_OK);
+        ck_assert_msg(
+            ops->save_layer(r->cuda, l, r->cp.copies[l], r->cp.n, r->err, sizeof r->err) == KVS_OK,
+            "%s", r->err);
+        ck_assert_int_eq(
+            host->save_layer(r->host, l, r->cp_ref.copies[l], r->cp_ref.n, r->err, sizeof r->err),
+            KVS_OK);
     }
     ck_assert_msg(ops->sync(r->cuda, r->err, sizeof r->err) == KVS_OK, "%s", r->err);
     expect_equal(r->payload, r->expected, r->payload_bytes, "saved payload", r, method);
@@ -103,13 +106,13 @@ static void save_then_load(rig *r, const char *method) {
     gpu_fill(r->payload, r->payload_bytes, 7);
     memcpy(r->expected, r->payload, r->payload_bytes);
     for (uint32_t l = 0; l < n_layers; l++) {
-        ck_assert_msg(ops->load_layer(r->cuda, l, r->cp.copies[l], r->cp.n, r->err,
-                                      sizeof r->err) == KVS_OK,
-                      "%s", r->err);
+        ck_assert_msg(
+            ops->load_layer(r->cuda, l, r->cp.copies[l], r->cp.n, r->err, sizeof r->err) == KVS_OK,
+            "%s", r->err);
         ck_assert_msg(ops->wait_layer(r->cuda, l, r->err, sizeof r->err) == KVS_OK, "%s", r->err);
-        ck_assert_int_eq(host->load_layer(r->host, l, r->cp_ref.copies[l], r->cp_ref.n, r->err,
-                                          sizeof r->err),
-                         KVS_OK);
+        ck_assert_int_eq(
+            host->load_layer(r->host, l, r->cp_ref.copies[l], r->cp_ref.n, r->err, sizeof r->err),
+            KVS_OK);
     }
     /* The engine stream waited for every layer: once it is done, so are the loads. */
     GPU_CHECK(gpu_wait_stream(r->engine, 30000));
@@ -140,7 +143,8 @@ static void check_geometry(const gpu_geometry *g) {
     ck_assert_int_eq(r.info.load_uses_dma, dma);
     ck_assert_int_eq(r.info.save_uses_dma, dma);
     ck_assert_uint_eq(r.info.run_bytes,
-                      dma ? (uint64_t)g->block_tokens * g->n_heads * g->head_dim * g->elem_bytes : 0);
+                      dma ? (uint64_t)g->block_tokens * g->n_heads * g->head_dim * g->elem_bytes
+                          : 0);
     save_then_load(&r, "dma");
     rig_close(&r);
 }
@@ -206,9 +210,9 @@ START_TEST(bad_copies_are_refused_and_the_device_keeps_working) {
     ck_assert_ptr_nonnull(pageable);
     gpu_copies unregistered;
     gpu_copies_build(&unregistered, &r.cache, pageable);
-    ck_assert_int_eq(ops->save_layer(r.cuda, 0, unregistered.copies[0], unregistered.n, r.err,
-                                     sizeof r.err),
-                     KVS_EINVAL);
+    ck_assert_int_eq(
+        ops->save_layer(r.cuda, 0, unregistered.copies[0], unregistered.n, r.err, sizeof r.err),
+        KVS_EINVAL);
     ck_assert_msg(strstr(r.err, "register_host") != NULL, "%s", r.err);
     free(pageable);
     save_then_load(&r, "kernel after refusals");
@@ -228,7 +232,8 @@ START_TEST(register_host_is_idempotent_and_accepts_memory_pinned_elsewhere) {
     ck_assert_int_eq(ops->register_host(r.cuda, NULL, 64, r.err, sizeof r.err), KVS_EINVAL);
     uint8_t *pinned = NULL;
     GPU_CHECK(cudaMallocHost((void **)&pinned, r.payload_bytes));
-    ck_assert_msg(ops->register_host(r.cuda, pinned, r.payload_bytes, r.err, sizeof r.err) == KVS_OK,
+    ck_assert_msg(ops->register_host(r.cuda, pinned, r.payload_bytes, r.err, sizeof r.err) ==
+                      KVS_OK,
                   "%s", r.err);
     memset(pinned, 0, r.payload_bytes);
     gpu_copies cp;
@@ -254,9 +259,13 @@ START_TEST(open_refuses_views_that_are_not_this_devices_memory) {
     ck_assert_int_eq(gpu_cache_alloc(&c, &g), 0);
     kvs_layer_view views[GPU_MAX_LAYERS];
     gpu_cache_rebase(&c, c.buf, KVS_DEVICE_CUDA, 0, views); /* host memory claimed as CUDA */
-    kvs_device_init init = {.struct_size = sizeof init, .views = views, .n_layers = g.n_layers,
-                            .shape = c.shape, .max_tokens_per_layer = 64,
-                            .max_copies_per_layer = 4, .method = KVS_DEV_COPY_KERNEL,
+    kvs_device_init init = {.struct_size = sizeof init,
+                            .views = views,
+                            .n_layers = g.n_layers,
+                            .shape = c.shape,
+                            .max_tokens_per_layer = 64,
+                            .max_copies_per_layer = 4,
+                            .method = KVS_DEV_COPY_KERNEL,
                             .log_level = KVS_LOG_WARN};
     void *state = (void *)1;
     char err[512] = "";

@@ -16,20 +16,20 @@
 #include "gpu_support.h"
 #include "kvstrata_backend.h" /* KVS_LOG_* */
 
-#define REPLAYS 100
+#define REPLAYS            100
 #define SEQUENTIAL_REPLAYS 50
 
 static const kvs_device_ops *ops;
 
 typedef struct graph_rig {
-    gpu_cache mirror;                      /* host pages, kept equal to the device's expected pages */
-    uint8_t *pages;                        /* device */
+    gpu_cache mirror; /* host pages, kept equal to the device's expected pages */
+    uint8_t *pages;   /* device */
     kvs_layer_view views[GPU_MAX_LAYERS];
-    uint64_t layer_bytes;                  /* per-layer layouts: layer l is [l, l + 1) * layer_bytes */
-    uint8_t *payload[2];                   /* registered */
+    uint64_t layer_bytes; /* per-layer layouts: layer l is [l, l + 1) * layer_bytes */
+    uint8_t *payload[2];  /* registered */
     uint64_t payload_bytes;
     gpu_copies cp[2];
-    uint8_t *check[2];                     /* device: what each graph's kernels read */
+    uint8_t *check[2]; /* device: what each graph's kernels read */
     cudaGraphExec_t exec[2];
     cudaStream_t engine;
     void *cuda;
@@ -47,13 +47,13 @@ static void capture(graph_rig *r, int which) {
                                   r->pages + l * r->layer_bytes, r->layer_bytes, r->engine));
     }
     /* Refused, and the capture is still valid afterwards (EndCapture below succeeds). */
-    ck_assert_int_eq(ops->save_layer(r->cuda, 0, r->cp[0].copies[0], r->cp[0].n, r->err,
-                                     sizeof r->err),
-                     KVS_ESTATE);
+    ck_assert_int_eq(
+        ops->save_layer(r->cuda, 0, r->cp[0].copies[0], r->cp[0].n, r->err, sizeof r->err),
+        KVS_ESTATE);
     ck_assert_msg(strstr(r->err, "captured") != NULL, "%s", r->err);
-    ck_assert_int_eq(ops->load_layer(r->cuda, 0, r->cp[0].copies[0], r->cp[0].n, r->err,
-                                     sizeof r->err),
-                     KVS_ESTATE);
+    ck_assert_int_eq(
+        ops->load_layer(r->cuda, 0, r->cp[0].copies[0], r->cp[0].n, r->err, sizeof r->err),
+        KVS_ESTATE);
     GPU_CHECK(cudaStreamEndCapture(r->engine, &graph));
     GPU_CHECK(cudaGraphInstantiate(&r->exec[which], graph, 0));
     GPU_CHECK(cudaGraphDestroy(graph));
@@ -80,8 +80,8 @@ static void expect_check(graph_rig *r, int which, const uint8_t *mirror, int rep
     GPU_CHECK(cudaMemcpy(got, r->check[which], bytes, cudaMemcpyDeviceToHost));
     for (uint64_t i = 0; i < bytes; i++)
         if (got[i] != mirror[i])
-            ck_abort_msg("replay %d: layer %llu byte %llu read by the graph is %u, loaded %u", replay,
-                         (unsigned long long)(i / r->layer_bytes),
+            ck_abort_msg("replay %d: layer %llu byte %llu read by the graph is %u, loaded %u",
+                         replay, (unsigned long long)(i / r->layer_bytes),
                          (unsigned long long)(i % r->layer_bytes), got[i], mirror[i]);
     free(got);
 }
@@ -105,8 +105,11 @@ START_TEST(captured_wait_layer_orders_every_replay_after_its_loads) {
         gpu_copies_build(&r.cp[k], &r.mirror, r.payload[k]);
         GPU_CHECK(cudaMalloc((void **)&r.check[k], r.mirror.bytes));
     }
-    kvs_device_init init = {.struct_size = sizeof init, .views = r.views, .n_layers = g.n_layers,
-                            .shape = r.mirror.shape, .max_tokens_per_layer = (uint32_t)r.cp[0].tokens,
+    kvs_device_init init = {.struct_size = sizeof init,
+                            .views = r.views,
+                            .n_layers = g.n_layers,
+                            .shape = r.mirror.shape,
+                            .max_tokens_per_layer = (uint32_t)r.cp[0].tokens,
                             .max_copies_per_layer = r.cp[0].n,
                             .method = _i ? KVS_DEV_COPY_DMA : KVS_DEV_COPY_KERNEL,
                             .log_level = KVS_LOG_WARN};

@@ -15,13 +15,21 @@ static char fake_pages[4096]; /* never dereferenced: open refuses before any cop
 static kvs_device_init good_init(kvs_layer_view *views) {
     for (int l = 0; l < 2; l++)
         views[l] = (kvs_layer_view){.struct_size = sizeof(kvs_layer_view),
-                                    .device_kind = KVS_DEVICE_CUDA, .device_index = 0,
-                                    .n_blocks = 4, .k_base = fake_pages + 1024 * l,
-                                    .v_base = fake_pages + 1024 * l + 512, .block_stride = 128,
-                                    .token_stride = 32, .head_stride = 16};
-    return (kvs_device_init){.struct_size = sizeof(kvs_device_init), .views = views, .n_layers = 2,
-                             .shape = {2, 16, 4, 1}, .max_tokens_per_layer = 16,
-                             .max_copies_per_layer = 2, .method = KVS_DEV_COPY_AUTO,
+                                    .device_kind = KVS_DEVICE_CUDA,
+                                    .device_index = 0,
+                                    .n_blocks = 4,
+                                    .k_base = fake_pages + 1024 * l,
+                                    .v_base = fake_pages + 1024 * l + 512,
+                                    .block_stride = 128,
+                                    .token_stride = 32,
+                                    .head_stride = 16};
+    return (kvs_device_init){.struct_size = sizeof(kvs_device_init),
+                             .views = views,
+                             .n_layers = 2,
+                             .shape = {2, 16, 4, 1},
+                             .max_tokens_per_layer = 16,
+                             .max_copies_per_layer = 2,
+                             .method = KVS_DEV_COPY_AUTO,
                              .log_level = KVS_LOG_ERROR};
 }
 

@@ -34,8 +34,8 @@ static uint32_t emulate_kernel(const gpu_cache *c, const gpu_copies *cp, int to_
         kvs_cuda_layer_from_view(&c->views[l], &c->shape, &layer);
         char err[256] = "";
         uint64_t n_tokens = 0;
-        ck_assert_msg(kvs_cuda_check_copies(&layer, l, "test", cp->copies[l], cp->n, &n_tokens,
-                                            err, sizeof err) == KVS_OK,
+        ck_assert_msg(kvs_cuda_check_copies(&layer, l, "test", cp->copies[l], cp->n, &n_tokens, err,
+                                            sizeof err) == KVS_OK,
                       "%s", err);
         ck_assert_uint_eq(n_tokens, cp->tokens);
         const uint64_t max_ids = kvs_cuda_max_blocks_touched(cp->n, n_tokens, layer.block_tokens);
@@ -50,8 +50,10 @@ static uint32_t emulate_kernel(const gpu_cache *c, const gpu_copies *cp, int to_
         ck_assert_uint_le(packed.n_ids, max_ids);
         ck_assert_uint_eq(packed.ids_offset % 8, 0);
         const kvs_cuda_copy_desc *descs = (const kvs_cuda_copy_desc *)block;
-        const uint32_t *ids = (const uint32_t *)(const void *)((const char *)block + packed.ids_offset);
-        const uint32_t unit = kvs_cuda_unit_bytes(kvs_cuda_layer_align_bits(&layer) | packed.align_bits);
+        const uint32_t *ids =
+            (const uint32_t *)(const void *)((const char *)block + packed.ids_offset);
+        const uint32_t unit =
+            kvs_cuda_unit_bytes(kvs_cuda_layer_align_bits(&layer) | packed.align_bits);
         if (l == 0) unit0 = unit;
         const uint32_t head_units = layer.head_bytes / unit;
         const uint32_t row_units = head_units * layer.n_heads;
@@ -87,8 +89,8 @@ static uint64_t emulate_dma(const gpu_cache *c, const gpu_copies *cp, int to_pag
     for (uint32_t l = 0; l < c->g.n_layers; l++) {
         kvs_cuda_layer layer;
         kvs_cuda_layer_from_view(&c->views[l], &c->shape, &layer);
-        const uint64_t cap = layer.n_parts * kvs_cuda_max_blocks_touched(cp->n, cp->tokens,
-                                                                         layer.block_tokens);
+        const uint64_t cap =
+            layer.n_parts * kvs_cuda_max_blocks_touched(cp->n, cp->tokens, layer.block_tokens);
         kvs_cuda_runs runs = {malloc(cap * sizeof(void *)), malloc(cap * sizeof(void *)),
                               malloc(cap * sizeof(size_t)), 0, cap};
         ck_assert(runs.dst && runs.src && runs.bytes);
@@ -178,7 +180,8 @@ START_TEST(copy_engine_runs_match_the_host_reference_where_the_layout_has_runs) 
     kvs_cuda_layer_from_view(&c.views[0], &c.shape, &layer);
     const uint64_t run = kvs_cuda_run_bytes(&layer);
     gpu_cache_free(&c);
-    const int has_runs = g.layout == KVS_TEST_LAYOUT_NHD || g.layout == KVS_TEST_LAYOUT_FLASHINFER ||
+    const int has_runs = g.layout == KVS_TEST_LAYOUT_NHD ||
+                         g.layout == KVS_TEST_LAYOUT_FLASHINFER ||
                          g.layout == KVS_TEST_LAYOUT_MLA || g.layout == KVS_TEST_LAYOUT_CROSS_LAYER;
     ck_assert_msg((run != 0) == has_runs, "%s: run bytes %llu", gpu_layout_name(g.layout),
                   (unsigned long long)run);
@@ -190,8 +193,8 @@ END_TEST
 
 /* Heads of 3, 6 and 12 bytes over 5-token blocks: byte, 2-byte and 4-byte units. */
 START_TEST(odd_shapes_use_narrow_units_and_still_match) {
-    static const int layouts[] = {KVS_TEST_LAYOUT_NHD, KVS_TEST_LAYOUT_HND, GPU_LAYOUT_PADDED_TOKENS,
-                                  KVS_TEST_LAYOUT_CROSS_LAYER};
+    static const int layouts[] = {KVS_TEST_LAYOUT_NHD, KVS_TEST_LAYOUT_HND,
+                                  GPU_LAYOUT_PADDED_TOKENS, KVS_TEST_LAYOUT_CROSS_LAYER};
     for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
         gpu_geometry g = {layouts[k], 2, GPU_CASE_BLOCKS, 5, 2, 3, elem_sizes[_i]};
         compare_both_directions(&g, KERNEL);
@@ -282,7 +285,8 @@ START_TEST(check_copies_refuses_what_would_fault_a_gpu) {
     char payload[8];
     kvs_dev_copy copy = {table, 4, 0, 32, payload, payload + 1, NULL};
     char err[256] = "";
-    ck_assert_int_eq(kvs_cuda_check_copies(&layer, 0, "x", &copy, 1, NULL, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_cuda_check_copies(&layer, 0, "x", &copy, 1, NULL, err, sizeof err),
+                     KVS_OK);
     copy.n_tokens = 33; /* reaches table[2] */
     expect_refused(&layer, &copy, "block id 32 at table index 2", "32 blocks");
     copy.first_token = 40;
@@ -319,9 +323,9 @@ START_TEST(pack_and_plan_refuse_to_overflow_their_buffers) {
     uint64_t block[64];
     kvs_cuda_packed packed;
     char err[256] = "";
-    ck_assert_int_eq(kvs_cuda_pack(&layer, cp.copies[0], cp.n, NULL, NULL, block, 100, &packed, err,
-                                   sizeof err),
-                     KVS_EOVERFLOW);
+    ck_assert_int_eq(
+        kvs_cuda_pack(&layer, cp.copies[0], cp.n, NULL, NULL, block, 100, &packed, err, sizeof err),
+        KVS_EOVERFLOW);
     ck_assert_ptr_nonnull(strstr(err, "descriptor block"));
     void *dst[3];
     const void *src[3];

@@ -22,14 +22,16 @@ typedef struct mem {
 
 static entry *find(mem *m, const kvs_key *key) {
     for (uint64_t i = 0; i < m->n_slots; i++)
-        if (m->slots[i].object && memcmp(&m->slots[i].key, key, sizeof *key) == 0) return &m->slots[i];
+        if (m->slots[i].object && memcmp(&m->slots[i].key, key, sizeof *key) == 0)
+            return &m->slots[i];
     return NULL;
 }
 
 static kvs_status m_create(const kvs_backend_init *init, void **state) {
     uint64_t n = 64;
     for (uint64_t i = 0; i < init->n_options; i++) {
-        if (strcmp(init->options[i].key, "slots") == 0) n = strtoull(init->options[i].value, NULL, 10);
+        if (strcmp(init->options[i].key, "slots") == 0)
+            n = strtoull(init->options[i].value, NULL, 10);
         else {
             strncpy(init->error, "memory plugin: unknown option", init->error_len - 1);
             return KVS_EINVAL;
@@ -53,7 +55,9 @@ static void m_destroy(void *state) {
     free(m);
 }
 
-static const char *m_last_error(void *state) { return ((mem *)state)->error; }
+static const char *m_last_error(void *state) {
+    return ((mem *)state)->error;
+}
 
 static kvs_status m_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
     uint64_t i = 0;
@@ -62,7 +66,8 @@ static kvs_status m_contains(void *state, const kvs_key *keys, uint64_t n, uint6
     return KVS_OK;
 }
 
-static kvs_status m_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms, uint64_t *n_pinned) {
+static kvs_status m_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                        uint64_t *n_pinned) {
     (void)timeout_ms;
     uint64_t i = 0;
     for (entry *e; i < n && (e = find(state, &keys[i])); i++) e->pins++;
@@ -131,10 +136,21 @@ static kvs_status m_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
 }
 
 static const kvs_backend_ops ops = {
-    .abi_major = KVS_BACKEND_ABI_MAJOR, .abi_minor = KVS_BACKEND_ABI_MINOR,
-    .struct_size = offsetof(kvs_backend_ops, reserve) /* a 1.0 table: still accepted */, .caps = 0, .type_name = "memory",
-    .create = m_create, .destroy = m_destroy, .last_error = m_last_error, .contains = m_contains,
-    .pin = m_pin, .unpin = m_unpin, .get = m_get, .get_ref = NULL, .put = m_put, .remove = m_remove,
+    .abi_major = KVS_BACKEND_ABI_MAJOR,
+    .abi_minor = KVS_BACKEND_ABI_MINOR,
+    .struct_size = offsetof(kvs_backend_ops, reserve) /* a 1.0 table: still accepted */,
+    .caps = 0,
+    .type_name = "memory",
+    .create = m_create,
+    .destroy = m_destroy,
+    .last_error = m_last_error,
+    .contains = m_contains,
+    .pin = m_pin,
+    .unpin = m_unpin,
+    .get = m_get,
+    .get_ref = NULL,
+    .put = m_put,
+    .remove = m_remove,
     .usage = m_usage,
 };
 

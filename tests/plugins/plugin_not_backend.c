@@ -1,3 +1,5 @@
 /* A shared object that is not a kvstrata backend (no kvs_backend_entry). */
 int plugin_not_backend_marker(void);
-int plugin_not_backend_marker(void) { return 42; }
+int plugin_not_backend_marker(void) {
+    return 42;
+}

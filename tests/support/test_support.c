@@ -33,16 +33,18 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
-void kvs_test_rmtree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+void kvs_test_rmtree(const char *dir) {
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 const char *kvs_test_layout_name(kvs_test_layout layout) {
     switch (layout) {
-    case KVS_TEST_LAYOUT_NHD: return "nhd";
-    case KVS_TEST_LAYOUT_HND: return "hnd";
-    case KVS_TEST_LAYOUT_FLASHINFER: return "flashinfer";
-    case KVS_TEST_LAYOUT_MLA: return "mla";
-    case KVS_TEST_LAYOUT_CROSS_LAYER: return "cross_layer";
-    case KVS_TEST_LAYOUT_COUNT: break;
+        case KVS_TEST_LAYOUT_NHD: return "nhd";
+        case KVS_TEST_LAYOUT_HND: return "hnd";
+        case KVS_TEST_LAYOUT_FLASHINFER: return "flashinfer";
+        case KVS_TEST_LAYOUT_MLA: return "mla";
+        case KVS_TEST_LAYOUT_CROSS_LAYER: return "cross_layer";
+        case KVS_TEST_LAYOUT_COUNT: break;
     }
     return "unknown";
 }
@@ -73,48 +75,49 @@ void *kvs_test_alloc_kv_layout(kvs_test_layout layout, uint32_t n_layers, uint32
         v->n_blocks = n_blocks;
         char *layer = base + l * layer_bytes;
         switch (layout) {
-        case KVS_TEST_LAYOUT_NHD:
-            v->k_base = layer;
-            v->v_base = layer + n_blocks * page_bytes;
-            v->block_stride = (int64_t)page_bytes;
-            v->token_stride = (int64_t)(n_heads * head_bytes);
-            v->head_stride = (int64_t)head_bytes;
-            break;
-        case KVS_TEST_LAYOUT_HND:
-            v->k_base = layer;
-            v->v_base = layer + n_blocks * page_bytes;
-            v->block_stride = (int64_t)page_bytes;
-            v->token_stride = (int64_t)head_bytes;
-            v->head_stride = (int64_t)(block_tokens * head_bytes);
-            break;
-        case KVS_TEST_LAYOUT_FLASHINFER:
-            v->k_base = layer;
-            v->v_base = layer + page_bytes;
-            v->block_stride = (int64_t)(2 * page_bytes);
-            v->token_stride = (int64_t)(n_heads * head_bytes);
-            v->head_stride = (int64_t)head_bytes;
-            break;
-        case KVS_TEST_LAYOUT_MLA:
-            v->k_base = layer;
-            v->v_base = NULL;
-            v->block_stride = (int64_t)page_bytes;
-            v->token_stride = (int64_t)head_bytes;
-            v->head_stride = (int64_t)head_bytes;
-            break;
-        case KVS_TEST_LAYOUT_CROSS_LAYER:
-            /* Block-major: a block holds every layer's K and V pages back to back. */
-            v->k_base = base + (size_t)l * 2 * page_bytes;
-            v->v_base = (char *)v->k_base + page_bytes;
-            v->block_stride = (int64_t)((size_t)n_layers * 2 * page_bytes);
-            v->token_stride = (int64_t)(n_heads * head_bytes);
-            v->head_stride = (int64_t)head_bytes;
-            break;
-        case KVS_TEST_LAYOUT_COUNT:
-            break;
+            case KVS_TEST_LAYOUT_NHD:
+                v->k_base = layer;
+                v->v_base = layer + n_blocks * page_bytes;
+                v->block_stride = (int64_t)page_bytes;
+                v->token_stride = (int64_t)(n_heads * head_bytes);
+                v->head_stride = (int64_t)head_bytes;
+                break;
+            case KVS_TEST_LAYOUT_HND:
+                v->k_base = layer;
+                v->v_base = layer + n_blocks * page_bytes;
+                v->block_stride = (int64_t)page_bytes;
+                v->token_stride = (int64_t)head_bytes;
+                v->head_stride = (int64_t)(block_tokens * head_bytes);
+                break;
+            case KVS_TEST_LAYOUT_FLASHINFER:
+                v->k_base = layer;
+                v->v_base = layer + page_bytes;
+                v->block_stride = (int64_t)(2 * page_bytes);
+                v->token_stride = (int64_t)(n_heads * head_bytes);
+                v->head_stride = (int64_t)head_bytes;
+                break;
+            case KVS_TEST_LAYOUT_MLA:
+                v->k_base = layer;
+                v->v_base = NULL;
+                v->block_stride = (int64_t)page_bytes;
+                v->token_stride = (int64_t)head_bytes;
+                v->head_stride = (int64_t)head_bytes;
+                break;
+            case KVS_TEST_LAYOUT_CROSS_LAYER:
+                /* Block-major: a block holds every layer's K and V pages back to back. */
+                v->k_base = base + (size_t)l * 2 * page_bytes;
+                v->v_base = (char *)v->k_base + page_bytes;
+                v->block_stride = (int64_t)((size_t)n_layers * 2 * page_bytes);
+                v->token_stride = (int64_t)(n_heads * head_bytes);
+                v->head_stride = (int64_t)head_bytes;
+                break;
+            case KVS_TEST_LAYOUT_COUNT: break;
         }
     }
     if (bytes_out) *bytes_out = bytes;
     return buffer;
 }
 
-void kvs_test_free_kv_layout(void *buffer) { free(buffer); }
+void kvs_test_free_kv_layout(void *buffer) {
+    free(buffer);
+}

@@ -16,13 +16,13 @@ int kvs_test_write_file(const char *dir, const char *name, const char *text, cha
 void kvs_test_rmtree(const char *dir);
 
 /* Paged KV cache layouts an engine may use; each layer's view is described by strides only. */
-typedef enum kvs_test_layout {  /* bs = block_tokens, dim = head_dim */
-    KVS_TEST_LAYOUT_NHD,         /* per layer [2, blocks, bs, heads, dim] (vLLM FlashAttention) */
-    KVS_TEST_LAYOUT_HND,         /* per layer [2, blocks, heads, bs, dim] */
-    KVS_TEST_LAYOUT_FLASHINFER,  /* per layer [blocks, 2, bs, heads, dim] */
-    KVS_TEST_LAYOUT_MLA,         /* per layer [blocks, bs, latent]: n_heads 1, no V */
-    KVS_TEST_LAYOUT_CROSS_LAYER, /* one tensor [blocks, layers, 2, bs, heads, dim] */
-    KVS_TEST_LAYOUT_COUNT
+typedef enum kvs_test_layout {                      /* bs = block_tokens, dim = head_dim */
+                               KVS_TEST_LAYOUT_NHD, /* per layer [2, blocks, bs, heads, dim] (vLLM FlashAttention) */
+                               KVS_TEST_LAYOUT_HND, /* per layer [2, blocks, heads, bs, dim] */
+                               KVS_TEST_LAYOUT_FLASHINFER, /* per layer [blocks, 2, bs, heads, dim] */
+                               KVS_TEST_LAYOUT_MLA, /* per layer [blocks, bs, latent]: n_heads 1, no V */
+                               KVS_TEST_LAYOUT_CROSS_LAYER, /* one tensor [blocks, layers, 2, bs, heads, dim] */
+                               KVS_TEST_LAYOUT_COUNT
 } kvs_test_layout;
 
 /* Lower-case name of a layout ("nhd", "cross_layer"), for messages. */

@@ -11,15 +11,19 @@
 #include "node.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients N]\n"
-               "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
-               "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
-               "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
-               "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 picks one)\n"
-               "  --max-clients N         authenticated sessions served at once (default 64)\n"
-               "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
-               "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
-               "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n");
+    fprintf(
+        f,
+        "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients "
+        "N]\n"
+        "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
+        "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
+        "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
+        "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 "
+        "picks one)\n"
+        "  --max-clients N         authenticated sessions served at once (default 64)\n"
+        "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
+        "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
+        "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n");
 }
 
 static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -56,7 +60,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout-ms")) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
         } else if (!strcmp(a, "--max-object-bytes")) {
-            bad = kvs_config_parse_size(v, &max_object) != KVS_OK || max_object == 0 || max_object > (1ull << 32);
+            bad = kvs_config_parse_size(v, &max_object) != KVS_OK || max_object == 0 ||
+                  max_object > (1ull << 32);
         } else {
             bad = 1;
         }
@@ -84,9 +89,12 @@ int main(int argc, char **argv) {
     if (!max_clients) max_clients = cfg->node.max_clients ? cfg->node.max_clients : 64;
     if (!max_handshakes) max_handshakes = cfg->node.max_handshakes ? cfg->node.max_handshakes : 16;
     if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
-    if (!max_object) max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
+    if (!max_object)
+        max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
     if (!psk_path) {
-        fprintf(stderr, "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n", config_path);
+        fprintf(stderr,
+                "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
+                config_path);
         kvs_config_free(cfg);
         return 2;
     }
@@ -125,22 +133,29 @@ int main(int argc, char **argv) {
     kvs_remote_psk psk;
     memset(&psk, 0, sizeof psk);
     if (kvs_remote_psk_load(psk_path, &psk, err, sizeof err) != KVS_OK) goto out;
-    kvs_node_params p = {.config = cfg, .psk = &psk, .listen_host = host, .listen_port = (uint16_t)port,
-                         .max_clients = (uint32_t)max_clients, .max_handshakes = (uint32_t)max_handshakes,
+    kvs_node_params p = {.config = cfg,
+                         .psk = &psk,
+                         .listen_host = host,
+                         .listen_port = (uint16_t)port,
+                         .max_clients = (uint32_t)max_clients,
+                         .max_handshakes = (uint32_t)max_handshakes,
                          .timeout_ms = (int)timeout_ms,
-                         .max_object_bytes = max_object, .max_refusals = 16};
+                         .max_object_bytes = max_object,
+                         .max_refusals = 16};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
     kvs_config_free(cfg);
     cfg = NULL;
     if (st != KVS_OK) goto out;
 
-    printf("kvstrata-node ready listen=%s:%u tiers=%u\n", host, kvs_node_port(node), kvs_node_tier_count(node));
+    printf("kvstrata-node ready listen=%s:%u tiers=%u\n", host, kvs_node_port(node),
+           kvs_node_tier_count(node));
     fflush(stdout);
     kvs_node_run(node, sfd);
     struct signalfd_siginfo si;
     const char *signame = "signal";
-    if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) signame = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+    if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+        signame = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
 
     kvs_node_stats s;
     kvs_node_get_stats(node, &s);
@@ -152,8 +167,8 @@ int main(int argc, char **argv) {
            "bytes_in=%llu bytes_out=%llu\n",
            signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
            (unsigned long long)s.handshake_refusals, (unsigned long long)s.handshake_timeouts,
-           (unsigned long long)s.unknown_sessions,
-           (unsigned long long)s.auth_ok, (unsigned long long)s.auth_failures, (unsigned long long)s.refusals,
+           (unsigned long long)s.unknown_sessions, (unsigned long long)s.auth_ok,
+           (unsigned long long)s.auth_failures, (unsigned long long)s.refusals,
            (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
            (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,
            (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);

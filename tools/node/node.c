@@ -5,9 +5,9 @@
  * marked them returns. */
 #include "node_internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +16,12 @@
 
 #include "log.h"
 
-#define LOOP_WAIT_MS 1000 /* the loop progresses UCX at least this often, events or not */
-#define STAGING_ALIGN 4096u
-#define STAGING_MAX_SLOTS 8u              /* objects of one GET batch read out of copy-only tiers */
+#define LOOP_WAIT_MS        1000 /* the loop progresses UCX at least this often, events or not */
+#define STAGING_ALIGN       4096u
+#define STAGING_MAX_SLOTS   8u            /* objects of one GET batch read out of copy-only tiers */
 #define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
-#define ACCEPTS_PER_WAKE 64u              /* accepts per loop pass, so sessions are served meanwhile */
-#define ACCEPT_PAUSE_MS 100               /* out of fds: stop accepting for this long */
+#define ACCEPTS_PER_WAKE    64u /* accepts per loop pass, so sessions are served meanwhile */
+#define ACCEPT_PAUSE_MS     100 /* out of fds: stop accepting for this long */
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -30,8 +30,10 @@ static void conn_free(node_conn *c) {
         if (c->rkeys[i].len) kvs_ucx_rkey_destroy(c->rkeys[i].rkey);
     if (c->rma && c->rma != c->conn) kvs_ucx_conn_close(c->rma);
     /* a client whose control connection ended is gone or gave up: no flush towards it */
-    if (c->peer_gone) kvs_ucx_conn_abort(c->conn);
-    else kvs_ucx_conn_close(c->conn);
+    if (c->peer_gone)
+        kvs_ucx_conn_abort(c->conn);
+    else
+        kvs_ucx_conn_close(c->conn);
     if (c->pidfd >= 0) close(c->pidfd);
     if (c->fd >= 0) close(c->fd);
     free(c->rd);
@@ -53,8 +55,8 @@ static void accept_all(kvs_node *n) {
                 /* the connection stays in the backlog; try again shortly rather than spin on it */
                 n->stats.rejected++;
                 n->accept_paused_until_ns = kvs_now_ns() + ACCEPT_PAUSE_MS * 1000000ull;
-                node_log_refusal(n, "cannot accept a connection: %s; accepting again in %d ms", strerror(errno),
-                                 ACCEPT_PAUSE_MS);
+                node_log_refusal(n, "cannot accept a connection: %s; accepting again in %d ms",
+                                 strerror(errno), ACCEPT_PAUSE_MS);
             }
             return; /* EAGAIN: none left; others (ECONNABORTED, ...) concern that connection only */
         }
@@ -62,8 +64,10 @@ static void accept_all(kvs_node *n) {
         if (sin.sin_family == AF_INET && inet_ntop(AF_INET, &sin.sin_addr, host, sizeof host))
             kvs_fmt(peer, sizeof peer, "%s:%u", host, ntohs(sin.sin_port));
         const char *cap = NULL;
-        if (n->n_handshakes >= n->params.max_handshakes) cap = "handshakes in progress (--max-handshakes)";
-        else if (n->n_sessions >= n->params.max_clients) cap = "sessions (--max-clients)";
+        if (n->n_handshakes >= n->params.max_handshakes)
+            cap = "handshakes in progress (--max-handshakes)";
+        else if (n->n_sessions >= n->params.max_clients)
+            cap = "sessions (--max-clients)";
         node_conn *c = cap ? NULL : calloc(1, sizeof *c);
         kvs_control_reader *rd = c ? malloc(sizeof *rd) : NULL;
         if (!rd) {
@@ -103,8 +107,10 @@ static void sweep(kvs_node *n) {
         node_conn *c = *p;
         if (c->closing) {
             *p = c->next;
-            if (c->session) n->n_sessions--;
-            else n->n_handshakes--;
+            if (c->session)
+                n->n_sessions--;
+            else
+                n->n_handshakes--;
             conn_free(c);
         } else {
             p = &c->next;
@@ -116,8 +122,8 @@ static void sweep(kvs_node *n) {
 
 /* A request from UCX: to the session its token names, decoded, refused or handed to node_requests.c,
  * then answered. */
-static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len, const void *data,
-                       size_t data_len) {
+static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                       const void *data, size_t data_len) {
     kvs_node *n = user;
     (void)conn; /* UCX may deliver on an endpoint of its own making: the token names the session */
     node_conn *c = node_session_of(n, header, header_len);
@@ -136,44 +142,53 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
         return;
     }
     if (req.type == KVS_WIRE_HELLO || req.type == KVS_WIRE_AUTH) {
-        node_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, "node: the session is already authenticated");
+        node_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE,
+                    "node: the session is already authenticated");
         return;
     }
     kvs_wire_msg rep;
     switch (req.type) {
-    case KVS_WIRE_LOOKUP: kvs_wire_msg_init(&rep, KVS_WIRE_LOOKUP_REPLY, req.request_id); break;
-    case KVS_WIRE_GET: kvs_wire_msg_init(&rep, KVS_WIRE_GET_REPLY, req.request_id); break;
-    case KVS_WIRE_PUT: kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, req.request_id); break;
-    case KVS_WIRE_DELETE: kvs_wire_msg_init(&rep, KVS_WIRE_DELETE_REPLY, req.request_id); break;
-    case KVS_WIRE_STATS:
-        kvs_wire_msg_init(&rep, KVS_WIRE_STATS_REPLY, req.request_id);
-        node_do_stats(n, &rep);
-        node_send_msg(n, c, &rep);
-        return;
-    default: {
-        char text[128];
-        kvs_fmt(text, sizeof text, "node: %s is not a request", kvs_wire_type_name(req.type));
-        node_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
-        return;
-    }
+        case KVS_WIRE_LOOKUP: kvs_wire_msg_init(&rep, KVS_WIRE_LOOKUP_REPLY, req.request_id); break;
+        case KVS_WIRE_GET: kvs_wire_msg_init(&rep, KVS_WIRE_GET_REPLY, req.request_id); break;
+        case KVS_WIRE_PUT: kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, req.request_id); break;
+        case KVS_WIRE_DELETE: kvs_wire_msg_init(&rep, KVS_WIRE_DELETE_REPLY, req.request_id); break;
+        case KVS_WIRE_STATS:
+            kvs_wire_msg_init(&rep, KVS_WIRE_STATS_REPLY, req.request_id);
+            node_do_stats(n, &rep);
+            node_send_msg(n, c, &rep);
+            return;
+        default: {
+            char text[128];
+            kvs_fmt(text, sizeof text, "node: %s is not a request", kvs_wire_type_name(req.type));
+            node_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
+            return;
+        }
     }
     memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
     rep.entries = n->reply_entries;
     rep.n_entries = req.n_entries;
-    if (req.type == KVS_WIRE_LOOKUP) node_do_lookup(n, c, &req);
-    else if (req.type == KVS_WIRE_GET) node_do_get(n, c, &req);
-    else if (req.type == KVS_WIRE_PUT) node_do_put(n, c, &req);
-    else node_do_delete(n, c, &req);
-    if (node_alive(c)) node_send_msg(n, c, &rep);
-    else c->closing = 1;
+    if (req.type == KVS_WIRE_LOOKUP)
+        node_do_lookup(n, c, &req);
+    else if (req.type == KVS_WIRE_GET)
+        node_do_get(n, c, &req);
+    else if (req.type == KVS_WIRE_PUT)
+        node_do_put(n, c, &req);
+    else
+        node_do_delete(n, c, &req);
+    if (node_alive(c))
+        node_send_msg(n, c, &rep);
+    else
+        c->closing = 1;
 }
 
 /* ---- lifetime --------------------------------------------------------------------------------- */
 
-kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err, size_t err_len) {
+kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err,
+                           size_t err_len) {
     kvs_status st = KVS_EINVAL;
     *out = NULL;
-    if (!params || !params->config || !params->psk || !params->listen_host || params->max_object_bytes == 0) {
+    if (!params || !params->config || !params->psk || !params->listen_host ||
+        params->max_object_bytes == 0) {
         kvs_fmt(err, err_len, "node: missing parameters");
         return KVS_EINVAL;
     }
@@ -192,7 +207,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     n->psk = *params->psk;
     n->slot_len = (params->max_object_bytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     n->staging_slots = 1;
-    while (n->staging_slots < STAGING_MAX_SLOTS && (n->staging_slots + 1) * n->slot_len <= STAGING_SLOT_BUDGET)
+    while (n->staging_slots < STAGING_MAX_SLOTS &&
+           (n->staging_slots + 1) * n->slot_len <= STAGING_SLOT_BUDGET)
         n->staging_slots++;
     uint64_t staging_len = n->slot_len * n->staging_slots;
     n->staging = aligned_alloc(STAGING_ALIGN, (size_t)staging_len);
@@ -204,8 +220,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         goto fail;
     }
     memset(n->staging, 0, (size_t)staging_len);
-    st = kvs_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len, NULL, NULL, &n->chain,
-                        err, err_len);
+    st = kvs_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len, NULL,
+                        NULL, &n->chain, err, err_len);
     if (st != KVS_OK) goto fail;
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];
@@ -214,7 +230,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
             char cap[32], obj[32];
             kvs_log(params->config->log_level, KVS_LOG_WARN,
-                    "tier \"%s\" holds at most %llu objects: each takes a slab of --max-object-bytes %s out "
+                    "tier \"%s\" holds at most %llu objects: each takes a slab of "
+                    "--max-object-bytes %s out "
                     "of its %s; set --max-object-bytes to the engine's object size",
                     tc->name, (unsigned long long)(tc->capacity_bytes / params->max_object_bytes),
                     kvs_fmt_bytes(obj, sizeof obj, params->max_object_bytes),
@@ -231,13 +248,17 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         goto fail;
     }
     char why[256];
-    st = kvs_control_listen(params->listen_host, params->listen_port, &n->listen_fd, &n->port, why, sizeof why);
+    st = kvs_control_listen(params->listen_host, params->listen_port, &n->listen_fd, &n->port, why,
+                            sizeof why);
     if (st != KVS_OK) {
         kvs_fmt(err, err_len, "node: %s", why);
         goto fail;
     }
-    kvs_ucx_params p = {.struct_size = sizeof p, .name = "kvstrata-node", .log_level = params->config->log_level,
-                        .on_dead = on_dead, .user = n};
+    kvs_ucx_params p = {.struct_size = sizeof p,
+                        .name = "kvstrata-node",
+                        .log_level = params->config->log_level,
+                        .on_dead = on_dead,
+                        .user = n};
     st = kvs_ucx_create(&p, &n->t, err, err_len);
     if (st != KVS_OK) goto fail;
     size_t need = 0;
@@ -255,7 +276,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         kvs_fmt(err, err_len, "%s", kvs_ucx_last_error(n->t));
         goto fail;
     }
-    n->regions[n->n_regions++] = (region){.base = n->staging, .len = staging_len, .mem = n->staging_mem};
+    n->regions[n->n_regions++] =
+        (region){.base = n->staging, .len = staging_len, .mem = n->staging_mem};
     /* Tiers that keep their objects in one range (dram) are registered whole, so RMA moves objects
      * straight out of and into their slabs. */
     for (uint32_t i = 0; i < kvs_tiers_count(n->chain) && n->n_regions < MAX_REGIONS; i++) {
@@ -264,8 +286,10 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         kvs_ucx_mem *mem = NULL;
         if (kvs_tiers_memory(n->chain, i, &base, &len) != KVS_OK || !base || len == 0) continue;
         if (kvs_ucx_mem_register(n->t, base, (size_t)len, &mem) != KVS_OK) {
-            kvs_log(params->config->log_level, KVS_LOG_WARN, "tier \"%s\": %s; its objects are registered per "
-                    "transfer instead", kvs_tiers_name(n->chain, i), kvs_ucx_last_error(n->t));
+            kvs_log(params->config->log_level, KVS_LOG_WARN,
+                    "tier \"%s\": %s; its objects are registered per "
+                    "transfer instead",
+                    kvs_tiers_name(n->chain, i), kvs_ucx_last_error(n->t));
             continue;
         }
         n->regions[n->n_regions++] = (region){.base = base, .len = len, .mem = mem};
@@ -277,9 +301,15 @@ fail:
     return st;
 }
 
-uint16_t kvs_node_port(const kvs_node *n) { return n->port; }
-uint32_t kvs_node_tier_count(const kvs_node *n) { return kvs_tiers_count(n->chain); }
-void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) { *out = n->stats; }
+uint16_t kvs_node_port(const kvs_node *n) {
+    return n->port;
+}
+uint32_t kvs_node_tier_count(const kvs_node *n) {
+    return kvs_tiers_count(n->chain);
+}
+void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) {
+    *out = n->stats;
+}
 
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
@@ -316,7 +346,8 @@ void kvs_node_destroy(kvs_node *n) {
     for (node_conn *c = n->conns; c; c = c->next) c->closing = 1;
     sweep(n);
     for (uint32_t i = 0; i < n->n_regions; i++) kvs_ucx_mem_deregister(n->regions[i].mem);
-    n->n_regions = 0; /* a staging registration made before a failed create goes with the transport */
+    n->n_regions =
+        0; /* a staging registration made before a failed create goes with the transport */
     kvs_ucx_destroy(n->t);
     if (n->listen_fd >= 0) close(n->listen_fd);
     free(n->worker_addr);

@@ -22,40 +22,43 @@
 typedef struct kvs_node kvs_node;
 
 typedef struct kvs_node_params {
-    const kvs_config *config;     /* tiers to serve; borrowed for kvs_node_create only */
-    const kvs_remote_psk *psk;    /* copied */
-    const char *listen_host;      /* IPv4 address or name */
-    uint16_t listen_port;         /* 0: pick a free one (kvs_node_port) */
-    uint32_t max_clients;         /* authenticated sessions; connections beyond this are closed at accept */
-    uint32_t max_handshakes;      /* control connections not yet authenticated; more are closed at accept */
-    int timeout_ms;               /* bound on each send and RMA transfer, and on a whole handshake */
-    uint64_t max_object_bytes;    /* largest object stored or served; the size of a staging slot */
-    uint32_t max_refusals;        /* refused messages a connection may send before it is closed */
+    const kvs_config *config;  /* tiers to serve; borrowed for kvs_node_create only */
+    const kvs_remote_psk *psk; /* copied */
+    const char *listen_host;   /* IPv4 address or name */
+    uint16_t listen_port;      /* 0: pick a free one (kvs_node_port) */
+    uint32_t max_clients; /* authenticated sessions; connections beyond this are closed at accept */
+    uint32_t
+        max_handshakes; /* control connections not yet authenticated; more are closed at accept */
+    int timeout_ms;     /* bound on each send and RMA transfer, and on a whole handshake */
+    uint64_t max_object_bytes; /* largest object stored or served; the size of a staging slot */
+    uint32_t max_refusals;     /* refused messages a connection may send before it is closed */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */
 typedef struct kvs_node_stats {
-    uint64_t connections;     /* accepted */
-    uint64_t rejected;        /* closed at accept: over max_clients or max_handshakes, or no fd left */
-    uint64_t handshake_refusals; /* control connections closed for bad bytes, size, order or early EOF */
+    uint64_t connections; /* accepted */
+    uint64_t rejected;    /* closed at accept: over max_clients or max_handshakes, or no fd left */
+    uint64_t
+        handshake_refusals; /* control connections closed for bad bytes, size, order or early EOF */
     uint64_t handshake_timeouts; /* control connections closed at the handshake deadline */
     uint64_t unknown_sessions;   /* UCX requests dropped because they named no live session */
     uint64_t auth_ok;
     uint64_t auth_failures;
-    uint64_t refusals;        /* ERROR replies for malformed or out-of-state messages */
-    uint64_t lookups;         /* keys asked by LOOKUP */
-    uint64_t hits;            /* keys found by LOOKUP or GET */
+    uint64_t refusals; /* ERROR replies for malformed or out-of-state messages */
+    uint64_t lookups;  /* keys asked by LOOKUP */
+    uint64_t hits;     /* keys found by LOOKUP or GET */
     uint64_t misses;
-    uint64_t gets;            /* keys asked by GET */
-    uint64_t puts;            /* objects stored */
-    uint64_t deletes;         /* keys removed */
-    uint64_t bytes_in;        /* object bytes stored */
-    uint64_t bytes_out;       /* object bytes written to clients */
+    uint64_t gets;      /* keys asked by GET */
+    uint64_t puts;      /* objects stored */
+    uint64_t deletes;   /* keys removed */
+    uint64_t bytes_in;  /* object bytes stored */
+    uint64_t bytes_out; /* object bytes written to clients */
 } kvs_node_stats;
 
 /* Open the tiers, register the staging buffer, start listening. On failure *out is NULL and err
  * holds a sentence naming what failed. */
-kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err, size_t err_len);
+kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err,
+                           size_t err_len);
 /* The bound listener port. */
 uint16_t kvs_node_port(const kvs_node *node);
 uint32_t kvs_node_tier_count(const kvs_node *node);

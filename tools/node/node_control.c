@@ -33,7 +33,8 @@ void node_log_refusal(kvs_node *n, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (n->refusals_unlogged)
-        fprintf(stderr, "kvstrata-node: %s (and %llu more refusals not logged in the last second)\n", line,
+        fprintf(stderr,
+                "kvstrata-node: %s (and %llu more refusals not logged in the last second)\n", line,
                 (unsigned long long)n->refusals_unlogged);
     else
         fprintf(stderr, "kvstrata-node: %s\n", line);
@@ -56,7 +57,8 @@ static int control_send(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
 }
 
 /* End a handshake: an ERROR frame when there is something to say (best effort), then close. */
-static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code,
+                            const char *text) {
     if (code != KVS_WIRE_ERR_NONE) {
         kvs_wire_refusal why;
         kvs_wire_refusal_make(&why, code, request_id, text);
@@ -68,14 +70,16 @@ static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_
             n->frame[1] = (uint8_t)(len >> 16);
             n->frame[2] = (uint8_t)(len >> 8);
             n->frame[3] = (uint8_t)len;
-            (void)kvs_control_write(c->fd, n->frame, len + KVS_CONTROL_PREFIX_BYTES, 0, err, sizeof err);
+            (void)kvs_control_write(c->fd, n->frame, len + KVS_CONTROL_PREFIX_BYTES, 0, err,
+                                    sizeof err);
         }
     }
     c->closing = 1;
 }
 
 /* The same for a peer that broke the protocol: counted and logged (rate-limited). */
-static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code,
+                             const char *text) {
     n->stats.handshake_refusals++;
     node_log_refusal(n, "%s: handshake refused: %s", c->peer, text);
     handshake_close(n, c, request_id, code, text);
@@ -87,7 +91,8 @@ static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs
  * endpoint for payloads (said at WARN). */
 static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     if (!req->host_id_len) return; /* not offered (shared_memory: off) */
-    if (!n->host_id_ok || req->host_id_len != sizeof n->host_id || memcmp(req->host_id, n->host_id, sizeof n->host_id)) {
+    if (!n->host_id_ok || req->host_id_len != sizeof n->host_id ||
+        memcmp(req->host_id, n->host_id, sizeof n->host_id)) {
         kvs_log(n->log_level, KVS_LOG_DEBUG, "kvstrata-node: client %s is on another host",
                 c->peer);
         return;
@@ -95,23 +100,27 @@ static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     /* UCX has no failure detection on that endpoint: the client's pidfd fires the moment it exits */
     int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)req->pid, 0);
     if (pidfd < 0) {
-        kvs_log(n->log_level, KVS_LOG_WARN, "kvstrata-node: client %s: no pidfd for its pid %u (%s); payloads go "
-                "over the request connection", c->peer, req->pid, strerror(errno));
+        kvs_log(n->log_level, KVS_LOG_WARN,
+                "kvstrata-node: client %s: no pidfd for its pid %u (%s); payloads go "
+                "over the request connection",
+                c->peer, req->pid, strerror(errno));
         return;
     }
     char name[96];
     kvs_fmt(name, sizeof name, "%s (worker address)", c->peer);
     kvs_ucx_conn *rma = NULL;
-    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 0, n->params.timeout_ms,
-                                &rma) != KVS_OK) {
+    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 0,
+                                n->params.timeout_ms, &rma) != KVS_OK) {
         kvs_log(n->log_level, KVS_LOG_WARN,
-                "kvstrata-node: client %s is on this host but its worker address does not connect (%s); "
-                "payloads go over the request connection", c->peer, kvs_ucx_last_error(n->t));
+                "kvstrata-node: client %s is on this host but its worker address does not connect "
+                "(%s); "
+                "payloads go over the request connection",
+                c->peer, kvs_ucx_last_error(n->t));
         close(pidfd);
         return;
     }
     kvs_ucx_conn_set_user(rma, c);
-    kvs_ucx_conn_guard(rma, c->conn); /* a client that dies shows on the session's endpoint... */
+    kvs_ucx_conn_guard(rma, c->conn);  /* a client that dies shows on the session's endpoint... */
     kvs_ucx_conn_watch_fd(rma, pidfd); /* ...or, sooner, on its pidfd */
     c->pidfd = pidfd;
     c->rma = rma;
@@ -123,24 +132,28 @@ static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
 static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     char name[96];
     if (!req->worker_addr_len) {
-        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_VALUE, "node: auth without a worker address");
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_VALUE,
+                         "node: auth without a worker address");
         return;
     }
     if (n->n_sessions >= n->params.max_clients) {
         n->stats.rejected++;
-        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: already serving --max-clients sessions");
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL,
+                         "node: already serving --max-clients sessions");
         return;
     }
     if (!(c->hasher = kvs_remote_tenant_hasher_new(c->auth.tenant, c->auth.tenant_len)) ||
         kvs_remote_random(c->token, sizeof c->token) != KVS_OK) {
-        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, "node: out of memory or randomness");
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL,
+                         "node: out of memory or randomness");
         return;
     }
     kvs_fmt(name, sizeof name, "%s (tenant %s)", c->peer, c->auth.tenant);
-    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 1, n->params.timeout_ms,
-                                &c->conn) != KVS_OK) {
+    if (kvs_ucx_connect_address(n->t, req->worker_addr, req->worker_addr_len, name, 1,
+                                n->params.timeout_ms, &c->conn) != KVS_OK) {
         char text[KVS_WIRE_MAX_ERROR_TEXT];
-        kvs_fmt(text, sizeof text, "node: cannot reach the client's worker address: %s", kvs_ucx_last_error(n->t));
+        kvs_fmt(text, sizeof text, "node: cannot reach the client's worker address: %s",
+                kvs_ucx_last_error(n->t));
         c->conn = NULL;
         handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, text);
         return;
@@ -164,8 +177,8 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     rep.session_token = c->token;
     int slow = kvs_ucx_tls_slow(tls);
     kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
-            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant, tls,
-            slow ? " only - a slow fallback (RMA emulated over messages)" : "");
+            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant,
+            tls, slow ? " only - a slow fallback (RMA emulated over messages)" : "");
     control_send(n, c, &rep);
 }
 
@@ -184,13 +197,15 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
         const uint8_t *challenge = NULL;
         kvs_status st = kvs_remote_auth_node_hello(&c->auth, &req, &challenge, err, sizeof err);
         if (st != KVS_OK) {
-            handshake_refuse(n, c, req.request_id, st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
+            handshake_refuse(n, c, req.request_id,
+                             st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
                              err[0] ? err : "node: hello refused");
             return;
         }
         uint8_t node_proof[KVS_WIRE_PROOF_BYTES];
         if (kvs_remote_auth_node_proof(&c->auth, &n->psk, node_proof) != KVS_OK) {
-            handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_AUTH, "node: could not compute its own proof");
+            handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_AUTH,
+                             "node: could not compute its own proof");
             return;
         }
         kvs_wire_msg rep;
@@ -202,19 +217,22 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
     }
     if (req.type != KVS_WIRE_AUTH) {
         char text[128];
-        kvs_fmt(text, sizeof text, "node: %s before the handshake finished", kvs_wire_type_name(req.type));
+        kvs_fmt(text, sizeof text, "node: %s before the handshake finished",
+                kvs_wire_type_name(req.type));
         handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
         return;
     }
-    kvs_status st = kvs_remote_auth_node_check(&c->auth, &n->psk, req.proof, req.proof ? KVS_WIRE_PROOF_BYTES : 0,
-                                               err, sizeof err);
+    kvs_status st = kvs_remote_auth_node_check(
+        &c->auth, &n->psk, req.proof, req.proof ? KVS_WIRE_PROOF_BYTES : 0, err, sizeof err);
     if (st == KVS_ESTATE) {
-        handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, err[0] ? err : "node: auth without a challenge");
+        handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE,
+                         err[0] ? err : "node: auth without a challenge");
         return;
     }
     if (st != KVS_OK) {
         n->stats.auth_failures++;
-        fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n", c->peer, c->auth.tenant);
+        fprintf(stderr, "kvstrata-node: %s: authentication failed for tenant \"%s\"\n", c->peer,
+                c->auth.tenant);
         handshake_close(n, c, req.request_id, KVS_WIRE_ERR_AUTH, "node: authentication failed");
         return;
     }
@@ -229,7 +247,9 @@ void node_control_readable(kvs_node *n, node_conn *c) {
         uint8_t byte;
         ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT);
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (k > 0) node_log_refusal(n, "%s: bytes on the control connection of a session; session closed", c->peer);
+        if (k > 0)
+            node_log_refusal(n, "%s: bytes on the control connection of a session; session closed",
+                             c->peer);
         c->peer_gone = 1;
         c->closing = 1;
         return;
@@ -256,7 +276,8 @@ uint64_t node_expire_handshakes(kvs_node *n) {
         if (c->session || c->closing) continue;
         if (now >= c->deadline_ns) {
             n->stats.handshake_timeouts++;
-            node_log_refusal(n, "%s: handshake not finished within %d ms; closed", c->peer, n->params.timeout_ms);
+            node_log_refusal(n, "%s: handshake not finished within %d ms; closed", c->peer,
+                             n->params.timeout_ms);
             c->peer_gone = 1;
             c->closing = 1;
         } else if (c->deadline_ns < next) {
@@ -270,7 +291,8 @@ uint64_t node_expire_handshakes(kvs_node *n) {
 node_conn *node_session_of(kvs_node *n, const void *header, size_t header_len) {
     if (header_len != KVS_WIRE_SESSION_TOKEN_BYTES) return NULL;
     for (node_conn *c = n->conns; c; c = c->next)
-        if (c->session && !c->closing && CRYPTO_memcmp(c->token, header, KVS_WIRE_SESSION_TOKEN_BYTES) == 0)
+        if (c->session && !c->closing &&
+            CRYPTO_memcmp(c->token, header, KVS_WIRE_SESSION_TOKEN_BYTES) == 0)
             return c;
     return NULL;
 }

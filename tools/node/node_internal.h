@@ -14,7 +14,7 @@
 #include "ucx_transport.h"
 #include "wire.h"
 
-#define RKEY_CACHE 8  /* unpacked client keys kept per connection */
+#define RKEY_CACHE  8  /* unpacked client keys kept per connection */
 #define MAX_REGIONS 8u /* tier ranges registered with UCX, plus the staging */
 
 typedef struct region {
@@ -51,9 +51,11 @@ typedef struct node_conn {
     int session;            /* authenticated: conn, token and hasher are set */
     int peer_gone;          /* the control connection ended: endpoints are aborted, not flushed */
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
-    kvs_ucx_conn *conn; /* replies: an endpoint to the client's worker address, peer failures detected */
-    kvs_ucx_conn *rma;  /* payloads: conn, or a shared-memory endpoint to the same address (same host) */
-    int pidfd;          /* with that endpoint: the client process, readable once it exits; else -1 */
+    kvs_ucx_conn
+        *conn; /* replies: an endpoint to the client's worker address, peer failures detected */
+    kvs_ucx_conn
+        *rma;  /* payloads: conn, or a shared-memory endpoint to the same address (same host) */
+    int pidfd; /* with that endpoint: the client process, readable once it exits; else -1 */
     kvs_remote_auth_node auth;
     kvs_remote_tenant_hasher *hasher; /* the tenant's stored keys, from AUTH_OK on */
     uint32_t refusals;
@@ -126,7 +128,8 @@ void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg);
 /* Answer with ERROR (counted); past params.max_refusals refused messages c is marked closing. */
 void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why);
 /* node_send_refusal with a refusal built from a request id, an error code and its text. */
-void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text);
+void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code,
+                 const char *text);
 /* Serve one decoded request of session c: each fills n->reply_entries[0, req->n_entries), zeroed by the
  * caller, and counts in n->stats; the caller sends the reply. GET and PUT move the payloads by RMA. */
 void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req);

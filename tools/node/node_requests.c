@@ -16,7 +16,8 @@
 /* ---- replies ---------------------------------------------------------------------------------- */
 
 static void send_encoded(kvs_node *n, node_conn *c, size_t len) {
-    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, n->reply, len, n->params.timeout_ms) != KVS_OK) {
+    if (kvs_ucx_am_send(c->conn, KVS_NODE_AM_ID, NULL, 0, n->reply, len, n->params.timeout_ms) !=
+        KVS_OK) {
         fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
         c->closing = 1;
     }
@@ -27,8 +28,8 @@ void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
     if (kvs_wire_encode(msg, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len, &why) != KVS_OK) {
-        fprintf(stderr, "kvstrata-node: cannot encode a %s reply: %s\n", kvs_wire_type_name(msg->type),
-                why.text);
+        fprintf(stderr, "kvstrata-node: cannot encode a %s reply: %s\n",
+                kvs_wire_type_name(msg->type), why.text);
         c->closing = 1;
         return;
     }
@@ -39,7 +40,8 @@ void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
 void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why) {
     size_t len = 0;
     n->stats.refusals++;
-    if (kvs_wire_encode_refusal(why, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len) == KVS_OK) send_encoded(n, c, len);
+    if (kvs_wire_encode_refusal(why, n->reply, KVS_WIRE_MAX_MESSAGE_BYTES, &len) == KVS_OK)
+        send_encoded(n, c, len);
     if (++c->refusals > n->params.max_refusals) {
         fprintf(stderr, "kvstrata-node: %s: closed after %u refused messages\n", c->peer,
                 c->refusals);
@@ -47,7 +49,8 @@ void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why) {
     }
 }
 
-void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code, const char *text) {
+void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code,
+                 const char *text) {
     kvs_wire_refusal why;
     kvs_wire_refusal_make(&why, code, request_id, text);
     node_send_refusal(n, c, &why);
@@ -55,7 +58,9 @@ void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error 
 
 /* ---- requests --------------------------------------------------------------------------------- */
 
-int node_alive(const node_conn *c) { return kvs_ucx_conn_alive(c->conn) && kvs_ucx_conn_alive(c->rma); }
+int node_alive(const node_conn *c) {
+    return kvs_ucx_conn_alive(c->conn) && kvs_ucx_conn_alive(c->rma);
+}
 
 /* The stored key of a request key: namespaced by the connection's tenant. */
 static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
@@ -67,18 +72,22 @@ static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out
 void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_key k;
-        int present = stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
+        int present =
+            stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
         n->reply_entries[i].present = (uint8_t)present;
         n->stats.lookups++;
-        if (present) n->stats.hits++;
-        else n->stats.misses++;
+        if (present)
+            n->stats.hits++;
+        else
+            n->stats.misses++;
     }
 }
 
 /* The unpacked key for a client's packed rkey blob, from the connection's cache or unpacked now. */
 static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
     for (uint32_t i = 0; i < RKEY_CACHE; i++)
-        if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0) return c->rkeys[i].rkey;
+        if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0)
+            return c->rkeys[i].rkey;
     kvs_ucx_rkey *rkey = NULL;
     if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
     if (kvs_ucx_rkey_unpack(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
@@ -127,7 +136,8 @@ static void get_flush(kvs_node *n, node_conn *c) {
 
 /* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
  * in a staging slot (flushing the batch first when the slots are taken). */
-static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e, uint64_t *len) {
+static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e,
+                          uint64_t *len) {
     kvs_key k;
     *len = 0;
     if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
@@ -160,16 +170,20 @@ static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     }
     kvs_ucx_rkey *rkey = NULL;
     st = KVS_OK;
-    if (*len > e->length) st = KVS_EOVERFLOW;
-    else if (*len > 0 && !(rkey = rkey_for(c, e->rkey, e->rkey_len))) st = KVS_EINVAL;
+    if (*len > e->length)
+        st = KVS_EOVERFLOW;
+    else if (*len > 0 && !(rkey = rkey_for(c, e->rkey, e->rkey_len)))
+        st = KVS_EINVAL;
     if (st != KVS_OK || *len == 0) {
         if (pin) ops->unpin(state, &k, 1);
         if (st == KVS_EINVAL) *len = 0;
         return st;
     }
     if (pin) n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
-    n->batch[n->n_batch] = (kvs_ucx_rma){.local = (void *)(uintptr_t)object, .len = (size_t)*len,
-                                         .local_mem = mem_for(n, object, *len), .remote_addr = e->remote_addr,
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = (void *)(uintptr_t)object,
+                                         .len = (size_t)*len,
+                                         .local_mem = mem_for(n, object, *len),
+                                         .remote_addr = e->remote_addr,
                                          .rkey = rkey};
     n->batch_entry[n->n_batch++] = index;
     return KVS_OK;
@@ -184,8 +198,10 @@ void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_status st = n->reply_entries[i].status;
         n->stats.gets++;
-        if (st == KVS_OK || st == KVS_EOVERFLOW) n->stats.hits++;
-        else if (st == KVS_ENOTFOUND) n->stats.misses++;
+        if (st == KVS_OK || st == KVS_EOVERFLOW)
+            n->stats.hits++;
+        else if (st == KVS_ENOTFOUND)
+            n->stats.misses++;
     }
 }
 
@@ -203,8 +219,7 @@ static void put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, c
 static void put_flush(kvs_node *n, node_conn *c) {
     if (n->n_batch == 0) return;
     kvs_status st = kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, n->params.timeout_ms);
-    if (st != KVS_OK)
-        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    if (st != KVS_OK) fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
     for (uint32_t i = 0; i < n->n_batch; i++) {
         const put_pending *p = &n->puts[i];
         const kvs_ucx_rma *op = &n->batch[i];
@@ -215,7 +230,8 @@ static void put_flush(kvs_node *n, node_conn *c) {
             *out = KVS_EIO;
             continue;
         }
-        *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err, sizeof err)
+        *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err,
+                                              sizeof err)
                            : kvs_tiers_put(n->chain, &p->key, op->local, op->len, err, sizeof err);
         put_stored(n, c, *out, op->len, err);
     }
@@ -253,8 +269,11 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     } else {
         dst = n->staging + (uint64_t)n->slots_used++ * n->slot_len;
     }
-    n->batch[n->n_batch] = (kvs_ucx_rma){.local = dst, .len = (size_t)e->length, .local_mem = mem_for(n, dst, e->length),
-                                         .remote_addr = e->remote_addr, .rkey = rkey};
+    n->batch[n->n_batch] = (kvs_ucx_rma){.local = dst,
+                                         .len = (size_t)e->length,
+                                         .local_mem = mem_for(n, dst, e->length),
+                                         .remote_addr = e->remote_addr,
+                                         .rkey = rkey};
     n->batch_entry[n->n_batch++] = index;
     return KVS_OK; /* for now: put_flush writes the outcome */
 }

@@ -24,7 +24,8 @@
 #include "cacheflow.h"
 
 enum { P_RECOMPUTE, P_LOAD, P_CAKE, P_CF_LRF, P_CF_SRF, P_CF_MEAN, P_COUNT };
-static const char *const NAMES[P_COUNT] = {"recompute", "load", "cake", "cf-lrf", "cf-srf", "cf-mean"};
+static const char *const NAMES[P_COUNT] = {"recompute", "load",   "cake",
+                                           "cf-lrf",    "cf-srf", "cf-mean"};
 
 #define MAX_TIERS 4
 
@@ -54,15 +55,19 @@ static void plan_policy(model_set *ms, int k, const cf_request *reqs, uint32_t n
             uint32_t units = cf_chunks(&ms->p, reqs[r].n_cached);
             ms->split[r] = k == P_RECOMPUTE ? units
                            : k == P_LOAD    ? 0
-                                            : cf_token_split(&ms->p, &ms->m, &ms->c[reqs[r].channel], reqs[r].n_cached).split;
+                                         : cf_token_split(&ms->p, &ms->m, &ms->c[reqs[r].channel],
+                                                          reqs[r].n_cached)
+                                               .split;
             ms->order[r] = r;
         }
-        cf_evaluate_splits(&ms->p, &ms->m, ms->c, reqs, n, ms->split, ms->order, &span, &mean, done);
+        cf_evaluate_splits(&ms->p, &ms->m, ms->c, reqs, n, ms->split, ms->order, &span, &mean,
+                           done);
         return;
     }
     cf_params q = ms->p;
     q.priority = k == P_CF_LRF ? CF_PRIO_LRF : k == P_CF_SRF ? CF_PRIO_SRF : CF_PRIO_MEAN;
-    cf_plan_batch(&q, &ms->m, ms->c, ms->n_channels, reqs, n, ms->scratch, ms->plans, NULL, 0, NULL);
+    cf_plan_batch(&q, &ms->m, ms->c, ms->n_channels, reqs, n, ms->scratch, ms->plans, NULL, 0,
+                  NULL);
     for (uint32_t r = 0; r < n; r++) done[r] = ms->plans[r].done_s;
 }
 
@@ -75,12 +80,18 @@ static double uniform01(void) {
     rng ^= rng << 17;
     return ((double)(rng >> 11) + 0.5) / 9007199254740992.0;
 }
-static double normal(void) { return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01()); }
-static double exponential(double rate) { return -log(uniform01()) / rate; }
+static double normal(void) {
+    return sqrt(-2 * log(uniform01())) * cos(6.283185307179586 * uniform01());
+}
+static double exponential(double rate) {
+    return -log(uniform01()) / rate;
+}
 
 static void usage(void) {
-    fprintf(stderr, "usage: kvs-restore-sim [--batch B] [--batches N] [--gbps G[,G...]] [--median TOKENS] [--sigma S]\n"
-                    "                       [--min TOKENS] [--max TOKENS] [--new-tokens Q] [--seed X] [--layer-mode 0|1]\n"
+    fprintf(stderr, "usage: kvs-restore-sim [--batch B] [--batches N] [--gbps G[,G...]] [--median "
+                    "TOKENS] [--sigma S]\n"
+                    "                       [--min TOKENS] [--max TOKENS] [--new-tokens Q] [--seed "
+                    "X] [--layer-mode 0|1]\n"
                     "                       [--rate REQUESTS_PER_S]\n");
     exit(2);
 }
@@ -97,8 +108,17 @@ static double pct(double *v, size_t n, double q) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.batch = 4, .batches = 200, .median = 5000, .min_tokens = 256, .max_tokens = 30000, .new_tokens = 256,
-              .gbps = {10}, .n_tiers = 1, .sigma = 0.8, .seed = 1, .layer_mode = 0};
+    opts o = {.batch = 4,
+              .batches = 200,
+              .median = 5000,
+              .min_tokens = 256,
+              .max_tokens = 30000,
+              .new_tokens = 256,
+              .gbps = {10},
+              .n_tiers = 1,
+              .sigma = 0.8,
+              .seed = 1,
+              .layer_mode = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) usage();
@@ -116,29 +136,44 @@ int main(int argc, char **argv) {
         }
         double d = strtod(v, &end);
         if (*end || d < 0) usage();
-        if (!strcmp(a, "--batch") && d >= 1 && d <= 64) o.batch = (uint32_t)d;
-        else if (!strcmp(a, "--batches") && d >= 1) o.batches = (uint32_t)d;
-        else if (!strcmp(a, "--rate") && d > 0) o.rate = d;
-        else if (!strcmp(a, "--median") && d >= 1) o.median = (uint32_t)d;
-        else if (!strcmp(a, "--sigma")) o.sigma = d;
-        else if (!strcmp(a, "--min") && d >= 1) o.min_tokens = (uint32_t)d;
-        else if (!strcmp(a, "--max") && d >= 1) o.max_tokens = (uint32_t)d;
-        else if (!strcmp(a, "--new-tokens")) o.new_tokens = (uint32_t)d;
-        else if (!strcmp(a, "--seed")) o.seed = (uint64_t)d;
-        else if (!strcmp(a, "--layer-mode") && (d == 0 || d == 1)) o.layer_mode = (int)d;
-        else usage();
+        if (!strcmp(a, "--batch") && d >= 1 && d <= 64)
+            o.batch = (uint32_t)d;
+        else if (!strcmp(a, "--batches") && d >= 1)
+            o.batches = (uint32_t)d;
+        else if (!strcmp(a, "--rate") && d > 0)
+            o.rate = d;
+        else if (!strcmp(a, "--median") && d >= 1)
+            o.median = (uint32_t)d;
+        else if (!strcmp(a, "--sigma"))
+            o.sigma = d;
+        else if (!strcmp(a, "--min") && d >= 1)
+            o.min_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--max") && d >= 1)
+            o.max_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--new-tokens"))
+            o.new_tokens = (uint32_t)d;
+        else if (!strcmp(a, "--seed"))
+            o.seed = (uint64_t)d;
+        else if (!strcmp(a, "--layer-mode") && (d == 0 || d == 1))
+            o.layer_mode = (int)d;
+        else
+            usage();
         i++;
     }
     if (o.min_tokens > o.max_tokens) usage();
     rng = 0x9E3779B97F4A7C15ull ^ (o.seed * 0xBF58476D1CE4E5B9ull);
     /* 8B-class model (36 layers, 8 KV heads of 128, bf16: 4 KiB per token per layer), H100-like
      * compute: 15 ms fixed, 2 x 8e9 FLOPs per token at 400 TFLOP/s, attention 4 L n_q d_head / 300e12 */
-    model_set ms = {.p = {.chunk_tokens = 512, .n_layers = 36, .kv_bytes_per_token_layer = 4096,
+    model_set ms = {.p = {.chunk_tokens = 512,
+                          .n_layers = 36,
+                          .kv_bytes_per_token_layer = 4096,
                           .l_delta = o.layer_mode ? 0 : 1},
-                    .m = {.fix_s = 0.015, .lin_s_per_token = 2 * 8e9 / 400e12,
+                    .m = {.fix_s = 0.015,
+                          .lin_s_per_token = 2 * 8e9 / 400e12,
                           .att_s_per_token2 = 4.0 * 36 * 32 * 128 / 300e12},
                     .n_channels = o.n_tiers};
-    for (uint32_t t = 0; t < o.n_tiers; t++) ms.c[t] = (cf_channel){.lat_s = 0.0002, .bytes_per_s = o.gbps[t] * 1e9 / 8};
+    for (uint32_t t = 0; t < o.n_tiers; t++)
+        ms.c[t] = (cf_channel){.lat_s = 0.0002, .bytes_per_s = o.gbps[t] * 1e9 / 8};
     size_t total = (size_t)o.batch * o.batches;
     double *ttft[P_COUNT];
     for (int k = 0; k < P_COUNT; k++) ttft[k] = calloc(total, sizeof(double));
@@ -192,20 +227,25 @@ int main(int argc, char **argv) {
     const char *base_name = means[P_RECOMPUTE] < means[P_LOAD] ? "recompute" : "load";
     char tiers[96] = "";
     for (uint32_t t = 0; t < o.n_tiers; t++)
-        snprintf(tiers + strlen(tiers), sizeof tiers - strlen(tiers), "%s%g", t ? "," : "", o.gbps[t]);
+        snprintf(tiers + strlen(tiers), sizeof tiers - strlen(tiers), "%s%g", t ? "," : "",
+                 o.gbps[t]);
     if (o.rate > 0)
-        printf("kvs-restore-sim: %zu requests, Poisson %.3g/s, batches of at most %u", total, o.rate, o.batch);
+        printf("kvs-restore-sim: %zu requests, Poisson %.3g/s, batches of at most %u", total,
+               o.rate, o.batch);
     else
         printf("kvs-restore-sim: %u closed batches of %u", o.batches, o.batch);
-    printf(", prefix median %u tokens (sigma %.2f, %u..%u), tiers %s Gbit/s, %u new tokens, modes: %s\n", o.median,
-           o.sigma, o.min_tokens, o.max_tokens, tiers, o.new_tokens, o.layer_mode ? "token or layer per request" : "token");
+    printf(", prefix median %u tokens (sigma %.2f, %u..%u), tiers %s Gbit/s, %u new tokens, modes: "
+           "%s\n",
+           o.median, o.sigma, o.min_tokens, o.max_tokens, tiers, o.new_tokens,
+           o.layer_mode ? "token or layer per request" : "token");
     for (int k = 0; k < P_COUNT; k++) {
         double p50 = pct(ttft[k], total, 0.50), p99 = pct(ttft[k], total, 0.99);
-        printf("{\"policy\":\"%s\",\"mean_s\":%.4f,\"p50_s\":%.4f,\"p99_s\":%.4f,\"ratio_mean\":%.3f,"
-               "\"reference\":\"%s\",\"gbps\":%g,\"batch\":%u}\n",
-               NAMES[k], means[k], p50, p99, means[k] / base, base_name, o.gbps[0], o.batch);
-        printf("%-10s mean %.3f s  p50 %.3f s  p99 %.3f s  mean/%s %.3f\n", NAMES[k], means[k], p50, p99, base_name,
-               means[k] / base);
+        printf(
+            "{\"policy\":\"%s\",\"mean_s\":%.4f,\"p50_s\":%.4f,\"p99_s\":%.4f,\"ratio_mean\":%.3f,"
+            "\"reference\":\"%s\",\"gbps\":%g,\"batch\":%u}\n",
+            NAMES[k], means[k], p50, p99, means[k] / base, base_name, o.gbps[0], o.batch);
+        printf("%-10s mean %.3f s  p50 %.3f s  p99 %.3f s  mean/%s %.3f\n", NAMES[k], means[k], p50,
+               p99, base_name, means[k] / base);
     }
     for (int k = 0; k < P_COUNT; k++) free(ttft[k]);
     free(all);
