@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 static inline uint64_t bench_now_ns(void) {
     struct timespec ts;

@@ -28,9 +28,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "bench_common.h"
-#include "device.h"
-#include "kvstrata_backend.h" /* KVS_LOG_* */
+#include "kernels/device.h"
 
 #ifndef KVS_BENCH_CUDA_MODULE
 #define KVS_BENCH_CUDA_MODULE KVS_DEVICE_CUDA_MODULE

@@ -21,10 +21,10 @@
 #include <sys/mman.h>
 
 #include "bench_common.h"
-#include "handle.h"
-#include "keys.h"
-#include "object.h"
-#include "tiers.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/object.h"
+#include "connector/tiers.h"
 
 #define N_HEADS          8u
 #define HEAD_DIM         128u

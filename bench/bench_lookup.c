@@ -12,10 +12,10 @@
 #include <sys/prctl.h>
 
 #include "bench_common.h"
-#include "handle.h"
-#include "keys.h"
-#include "object.h"
-#include "tiers.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/object.h"
+#include "connector/tiers.h"
 
 #define CHUNK_TOKENS    256u
 #define BLOCK_TOKENS    16u

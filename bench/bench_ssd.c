@@ -32,10 +32,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "abi/kvstrata_backend.h"
+#include "backends/ssd/ssd.h"
 #include "bench_common.h"
-#include "kvstrata_backend.h"
-#include "policy.h"
-#include "ssd.h"
+#include "connector/policy.h"
 
 #define MIB         (1024ull * 1024ull)
 #define SLOT_HEADER 4096ull

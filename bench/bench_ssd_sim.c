@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../schedulers/swarm/swarm.h"
-#include "../schedulers/swarm/swarm_synth.h"
 #include "bench_common.h"
+#include "schedulers/swarm/swarm.h"
+#include "schedulers/swarm/swarm_synth.h"
 
 #define ENTRY_BYTES       4096u /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
 #define PREFIX_UNIT_BYTES (256u << 10)

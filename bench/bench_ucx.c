@@ -46,10 +46,10 @@ int main(void) {
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "abi/kvstrata_backend.h"
+#include "backends/ucx/remote.h"
+#include "backends/ucx/wire.h"
 #include "bench_common.h"
-#include "kvstrata_backend.h"
-#include "remote.h"
-#include "wire.h"
 
 #define KIB           1024ull
 #define MIB           (1024ull * 1024ull)

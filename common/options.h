@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 /* The index of key in names[0..n), counted in seen[index]. -1 with a sentence in why when the name
  * is unknown (the sentence lists `valid`) or was given before. */

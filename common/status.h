@@ -2,7 +2,7 @@
 #ifndef KVS_STATUS_H
 #define KVS_STATUS_H
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 /* A static English sentence for a status. Never NULL. */
 const char *kvs_status_sentence(kvs_status status);

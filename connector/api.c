@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "abi_struct.h"
+#include "common/abi_struct.h"
+#include "common/status.h"
 #include "handle.h"
 #include "keys.h"
 #include "log.h"
 #include "object.h"
-#include "status.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 

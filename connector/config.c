@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define MAX_DEPTH    32  /* the schema needs 4; deeper input is refused before it can cost stack */
 #define KEY_PATH_MAX 256 /* 'tiers[3].options.shm_name' and the like; longer paths are cut */

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 #define KVS_NAME_MAX           64
 #define KVS_PATH_MAX           4096

@@ -6,14 +6,14 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "abi_struct.h"
-#include "cacheflow.h"
+#include "common/abi_struct.h"
 #include "config.h"
-#include "device.h"
 #include "hashpool.h"
-#include "kernels.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/device.h"
 #include "meta.h"
 #include "pool.h"
+#include "schedulers/cacheflow/cacheflow.h"
 #include "tiers.h"
 
 #define KVS_ERROR_MAX  512

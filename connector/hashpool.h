@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 typedef struct kvs_hash_job {
     const void *data;

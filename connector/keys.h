@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 /* The fingerprint: model id, dtype, shape, block and chunk size, TP rank/size (or rank-agnostic for
  * MLA) and the salt, hashed. */

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 /* Print "kvstrata[level]: message" to stderr when level <= threshold. */
 void kvs_log(int threshold, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define KVS_META_VERSION \
     4 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define KVS_OBJECT_MAGIC   0x4f53564bu /* "KVSO" little-endian */
 #define KVS_OBJECT_VERSION 1

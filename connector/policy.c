@@ -3,7 +3,7 @@
  * schedulers never include each other. */
 #include "policy.h"
 
-#include "swarm.h"
+#include "schedulers/swarm/swarm.h"
 
 static void policy_place(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
                          uint32_t replicas, uint32_t *paths_out) {

@@ -2,7 +2,7 @@
 #ifndef KVS_POLICY_H
 #define KVS_POLICY_H
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 /* Fill host->place and host->schedule. */
 void kvs_policy_install(kvs_backend_host *host);

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 typedef struct kvs_pool kvs_pool;
 

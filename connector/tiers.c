@@ -8,12 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dram.h"
+#include "backends/dram/dram.h"
+#include "backends/ssd/ssd.h"
+#include "backends/ucx/remote.h"
+#include "common/status.h"
 #include "log.h"
 #include "policy.h"
-#include "remote.h"
-#include "ssd.h"
-#include "status.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
 #define KVS_BACKEND_OPS_1_0_SIZE offsetof(kvs_backend_ops, reserve)

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/kvstrata_backend.h"
 #include "config.h"
-#include "kvstrata_backend.h"
 
 typedef struct kvs_tier_chain kvs_tier_chain;
 

@@ -24,8 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels.h"
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
+#include "kernels/cpu/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {

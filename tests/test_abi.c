@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvstrata.h"
-#include "kvstrata_backend.h"
+#include "abi/kvstrata.h"
+#include "abi/kvstrata_backend.h"
 
 /* --- layouts (LP64): appending a field adds a line and changes only its struct's size ------------- */
 

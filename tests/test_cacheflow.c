@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cacheflow.h"
+#include "schedulers/cacheflow/cacheflow.h"
 
 /* xorshift, so every run draws the same instances */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "kvstrata.h"
-#include "kvstrata_backend.h"
-#include "test_support.h"
+#include "abi/kvstrata.h"
+#include "abi/kvstrata_backend.h"
+#include "connector/config.h"
+#include "tests/support/test_support.h"
 
 #ifndef KVS_SOURCE_DIR
 #define KVS_SOURCE_DIR "."

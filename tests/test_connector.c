@@ -13,11 +13,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "handle.h"
-#include "keys.h"
-#include "kvstrata.h"
-#include "meta.h"
-#include "test_support.h"
+#include "abi/kvstrata.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/meta.h"
+#include "tests/support/test_support.h"
 
 #ifndef KVS_TEST_LIB_DIR
 #define KVS_TEST_LIB_DIR "build/lib"

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dram.h"
-#include "test_support.h"
+#include "backends/dram/dram.h"
+#include "tests/support/test_support.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "kernels.h"
-#include "test_support.h"
+#include "kernels/cpu/kernels.h"
+#include "tests/support/test_support.h"
 
 /* --- fixtures ------------------------------------------------------------------------------- */
 

@@ -29,13 +29,13 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 
-#include "../tools/node/node.h" /* KVS_NODE_AM_ID */
-#include "auth.h"
-#include "control.h"
-#include "log.h"
-#include "test_support.h"
-#include "ucx_transport.h"
-#include "wire.h"
+#include "backends/ucx/auth.h"
+#include "backends/ucx/control.h"
+#include "backends/ucx/ucx_transport.h"
+#include "backends/ucx/wire.h"
+#include "connector/log.h"
+#include "tests/support/test_support.h"
+#include "tools/node/node.h" /* KVS_NODE_AM_ID */
 
 #define TIMEOUT_MS   5000
 #define KIB          1024u

@@ -28,9 +28,9 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
-#include "remote.h"
-#include "test_support.h"
+#include "backends/ucx/control.h"
+#include "backends/ucx/remote.h"
+#include "tests/support/test_support.h"
 
 #define MIB           (1024u * 1024u)
 #define STAGING_BYTES (8u * MIB)

@@ -9,10 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "hashring.h"
-#include "test_support.h"
-#include "wire.h"
+#include "backends/ucx/auth.h"
+#include "backends/ucx/hashring.h"
+#include "backends/ucx/wire.h"
+#include "tests/support/test_support.h"
 
 static uint8_t out_buf[KVS_WIRE_MAX_MESSAGE_BYTES + 64];
 static kvs_wire_entry entries[KVS_WIRE_MAX_KEYS];

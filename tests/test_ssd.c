@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ssd.h"
-#include "ssd_place.h"
-#include "test_support.h"
+#include "backends/ssd/ssd.h"
+#include "backends/ssd/ssd_place.h"
+#include "tests/support/test_support.h"
 
 #define KIB            1024ull
 #define MIB            (1024ull * 1024ull)

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../schedulers/swarm/swarm.h"
-#include "../schedulers/swarm/swarm_synth.h"
+#include "schedulers/swarm/swarm.h"
+#include "schedulers/swarm/swarm_synth.h"
 
 /* splitmix64, so every instance is the same on every run. */
 static uint64_t rng_next(uint64_t *state) {

@@ -26,8 +26,8 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 
-#include "kvstrata_backend.h"
-#include "ucx_transport.h"
+#include "abi/kvstrata_backend.h"
+#include "backends/ucx/ucx_transport.h"
 
 #define MIB        (1024u * 1024u)
 #define RMA_BYTES  MIB

@@ -7,10 +7,10 @@
  * otherwise).
  */
 #include "dram.h"
-#include "config.h"
-#include "log.h"
-#include "options.h"
-#include "pace.h"
+#include "common/options.h"
+#include "connector/config.h"
+#include "connector/log.h"
+#include "connector/pace.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #ifndef KVS_DRAM_H
 #define KVS_DRAM_H
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "options.h"
+#include "common/options.h"
 #include "ssd_recover.h"
 #include "ssd_tier.h"
 

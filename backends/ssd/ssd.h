@@ -27,7 +27,7 @@
 #ifndef KVS_SSD_H
 #define KVS_SSD_H
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define SSD_BLOCK           4096u /* O_DIRECT alignment, superblock and unit header size */
 #define SSD_FORMAT_VERSION  1u

@@ -30,8 +30,8 @@
 #include <liburing.h>
 #endif
 
-#include "kvstrata_backend.h"
-#include "pace.h"
+#include "abi/kvstrata_backend.h"
+#include "connector/pace.h"
 
 #define MAX_PREAD_THREADS 64
 #define MAX_RETRIES       8            /* EAGAIN/EINTR resubmissions of one request */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "options.h"
+#include "common/options.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 

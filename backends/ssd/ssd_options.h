@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define SSD_MAX_PATHS        64
 #define SSD_MAX_REPLICAS     8

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 #include "ssd_io.h"
 
 typedef struct ssd_found_unit {

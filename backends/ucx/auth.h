@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 #include "wire.h"
 
 #define KVS_REMOTE_PSK_MIN_BYTES 32u

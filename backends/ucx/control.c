@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "connector/log.h"
 
 static int ms_until(uint64_t deadline_ns) {
     unsigned long long now = kvs_now_ns();

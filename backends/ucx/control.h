@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 #include "wire.h"
 
 /* Largest handshake frame either side takes: a few KiB of fields plus a worker address. A length

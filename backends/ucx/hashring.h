@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 #define KVS_REMOTE_RING_MAX_NODES    256u
 #define KVS_REMOTE_RING_MAX_ID_BYTES 127u

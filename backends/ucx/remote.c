@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
-#include "options.h"
+#include "common/options.h"
 #include "wire.h"
 
 #define VALID_OPTIONS                                                                   \

@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/kvstrata_backend.h"
 #include "hashring.h"
-#include "kvstrata_backend.h"
 
 #define KVS_REMOTE_DEFAULT_TIMEOUT_MS   2000u
 #define KVS_REMOTE_DEFAULT_BACKOFF_MS   100u

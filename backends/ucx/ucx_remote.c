@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "connector/log.h"
 #include "control.h"
 #include "hashring.h"
-#include "log.h"
 #include "remote.h"
 #include "ucx_transport.h"
 #include "wire.h"

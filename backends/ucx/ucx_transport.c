@@ -9,7 +9,7 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 
-#include "log.h"
+#include "connector/log.h"
 
 #define CLOSE_TIMEOUT_MS 1000 /* graceful endpoint close, then force */
 

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 typedef struct kvs_ucx_transport kvs_ucx_transport; /* opaque */
 typedef struct kvs_ucx_conn kvs_ucx_conn; /* one endpoint to one peer; owned by the transport */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mp_reader.h"
+#include "common/mp_reader.h"
 
 #define N_HEADER_FIELDS 4u /* version, type, request_id, body */
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 #define KVS_WIRE_VERSION \
     2u /* 2: AUTH carries the worker address, AUTH_OK the node's and a session token */

@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
+#include "abi/kvstrata.h"
 #include "kvcache.h"
-#include "kvstrata.h"
 #include "model.h"
 #include "stages.h"
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 #define KV_BLOCK_TOKENS 16
 

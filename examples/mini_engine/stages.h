@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
+#include "abi/kvstrata.h"
 #include "kvcache.h"
-#include "kvstrata.h"
 #include "model.h"
 
 typedef struct stage_layout {

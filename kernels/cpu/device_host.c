@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "kernels/device.h"
 
 static void say(char *err, size_t err_len, const char *what) {
     if (err && err_len) snprintf(err, err_len, "host device: %s", what);

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
+#include "kernels/device.h"
 
 #ifdef __CUDACC__
 #define KVS_CUDA_HD __host__ __device__

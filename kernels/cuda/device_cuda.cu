@@ -24,11 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "calibrate.h"
 #include "copy_plan.h"
-#include "device.h"
+#include "kernels/device.h"
 #include "kernels_cuda.h"
-#include "kvstrata_backend.h" /* KVS_LOG_* */
 
 namespace {
 

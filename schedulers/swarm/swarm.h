@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 /* The scheduler keeps per-path state on the stack; a tier with more paths must refuse its config. */
 #define KVS_SWARM_MAX_PATHS 64u

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 typedef enum kvs_swarm_cache_policy {
     KVS_SWARM_CACHE_SCORE = 0, /* Swarm: evict the lowest S first, admit only over lower S */

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 /* Also defined, identically, in swarm.h (an identical redefinition is valid C). */
 #define KVS_SWARM_MAX_PATHS 64u

@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 #include "swarm_cluster.h"
 
 typedef struct kvs_swarm_maint_params {

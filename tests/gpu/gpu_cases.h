@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "device.h"
-#include "test_support.h"
+#include "kernels/device.h"
+#include "tests/support/test_support.h"
 
 #define GPU_MAX_LAYERS  4
 #define GPU_CASE_COPIES 6

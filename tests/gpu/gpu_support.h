@@ -8,7 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
-#include "device.h"
+#include "kernels/device.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata.h"
 #include "gpu_support.h"
-#include "kvstrata.h"
-#include "test_support.h"
+#include "tests/support/test_support.h"
 
 enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 64, BT = 16, CHUNK = 32, BLOCKS = 64, TOKENS = 128 };
 #define HEAD_BYTES  (HEAD_DIM * 2)

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "gpu_cases.h"
 #include "gpu_support.h"
-#include "kvstrata_backend.h" /* KVS_LOG_* */
 
 static const kvs_device_ops *ops;
 

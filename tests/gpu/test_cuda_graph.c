@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "gpu_cases.h"
 #include "gpu_support.h"
-#include "kvstrata_backend.h" /* KVS_LOG_* */
 
 #define REPLAYS            100
 #define SEQUENTIAL_REPLAYS 50

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "gpu_support.h"
-#include "kvstrata_backend.h" /* KVS_LOG_* */
 
 static const kvs_device_ops *ops;
 static char fake_pages[4096]; /* never dereferenced: open refuses before any copy */

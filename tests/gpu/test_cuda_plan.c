@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "copy_plan.h"
 #include "gpu_cases.h"
-#include "kernels.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cuda/copy_plan.h"
 
 /* --- the two emulated methods ----------------------------------------------------------------- */
 

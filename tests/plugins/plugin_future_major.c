@@ -1,5 +1,5 @@
 /* A plugin built against a future backend ABI major: the connector must refuse it. */
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 static const kvs_backend_ops ops = {.abi_major = KVS_BACKEND_ABI_MAJOR + 1,
                                     .abi_minor = 0,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvstrata_backend.h"
+#include "abi/kvstrata_backend.h"
 
 typedef struct entry {
     kvs_key key;

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
 
 /* Make a fresh directory under $TMPDIR (or /tmp) and return its path in buf. Returns 0 on success. */
 int kvs_test_tmpdir(char *buf, size_t len);

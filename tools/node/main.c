@@ -7,7 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "connector/config.h"
 #include "node.h"
 
 static void usage(FILE *f) {

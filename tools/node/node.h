@@ -9,9 +9,9 @@
 
 #include <stdint.h>
 
-#include "auth.h"
-#include "config.h"
-#include "kvstrata.h"
+#include "abi/kvstrata.h"
+#include "backends/ucx/auth.h"
+#include "connector/config.h"
 
 /* Requests and replies travel as one active message of this id; the encoded wire message is the
  * message's data segment. A request's header is the session token of AUTH_OK

@@ -17,7 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "connector/log.h"
 
 #define REFUSAL_LOG_INTERVAL_NS 1000000000ull /* at most one refusal line per second */
 

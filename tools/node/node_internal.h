@@ -8,11 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "control.h"
+#include "backends/ucx/control.h"
+#include "backends/ucx/ucx_transport.h"
+#include "backends/ucx/wire.h"
+#include "connector/tiers.h"
 #include "node.h"
-#include "tiers.h"
-#include "ucx_transport.h"
-#include "wire.h"
 
 #define RKEY_CACHE  8  /* unpacked client keys kept per connection */
 #define MAX_REGIONS 8u /* tier ranges registered with UCX, plus the staging */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
+#include "connector/log.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cacheflow.h"
+#include "schedulers/cacheflow/cacheflow.h"
 
 enum { P_RECOMPUTE, P_LOAD, P_CAKE, P_CF_LRF, P_CF_SRF, P_CF_MEAN, P_COUNT };
 static const char *const NAMES[P_COUNT] = {"recompute", "load",   "cake",
