@@ -5,10 +5,10 @@
 #include <string.h>
 
 #include "common/abi_struct.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "handle.h"
 #include "keys.h"
-#include "log.h"
 #include "object.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/log.h"
 #include "common/mp_reader.h"
-#include "log.h"
 
 /* Blob: "KVSM", XXH3-64 of the rest (8 bytes, big-endian), then msgpack:
  * [version, step, fingerprint bin16, chunk_tokens, [req...]]

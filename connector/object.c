@@ -4,8 +4,8 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include "common/log.h"
 #include "keys.h"
-#include "log.h"
 
 uint32_t kvs_object_payload_offset(uint32_t n_layers) {
     uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t);

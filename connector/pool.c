@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "log.h"
+#include "common/log.h"
 
 struct kvs_pool {
     pthread_mutex_t lock;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "handle.h"
-#include "log.h"
 
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     const kvs_config *cfg = h->cfg;

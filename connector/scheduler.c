@@ -4,9 +4,10 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "handle.h"
 #include "keys.h"
-#include "log.h"
 
 /* --- request table ------------------------------------------------------------------------------- */
 

@@ -11,8 +11,8 @@
 #include "backends/dram/dram.h"
 #include "backends/ssd/ssd.h"
 #include "backends/ucx/remote.h"
+#include "common/log.h"
 #include "common/status.h"
-#include "log.h"
 #include "policy.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */

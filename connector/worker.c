@@ -10,9 +10,10 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "handle.h"
 #include "keys.h"
-#include "log.h"
 #include "object.h"
 
 /* The CUDA module lives beside libkvstrata.so; fall back to the loader's search path. */

@@ -33,7 +33,8 @@ int main(void) {
 #include "backends/ucx/control.h"
 #include "backends/ucx/ucx_transport.h"
 #include "backends/ucx/wire.h"
-#include "connector/log.h"
+#include "common/clock.h"
+#include "common/log.h"
 #include "tests/support/test_support.h"
 #include "tools/node/node.h" /* KVS_NODE_AM_ID */
 

@@ -7,10 +7,10 @@
  * otherwise).
  */
 #include "dram.h"
+#include "common/log.h"
 #include "common/options.h"
+#include "common/pace.h"
 #include "connector/config.h"
-#include "connector/log.h"
-#include "connector/pace.h"
 
 #include <errno.h>
 #include <fcntl.h>

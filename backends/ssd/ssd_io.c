@@ -31,7 +31,7 @@
 #endif
 
 #include "abi/kvstrata_backend.h"
-#include "connector/pace.h"
+#include "common/pace.h"
 
 #define MAX_PREAD_THREADS 64
 #define MAX_RETRIES       8            /* EAGAIN/EINTR resubmissions of one request */

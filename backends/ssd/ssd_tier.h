@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "connector/log.h"
+#include "common/log.h"
 #include "ssd.h"
 #include "ssd_format.h"
 #include "ssd_io.h"

@@ -12,7 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "connector/log.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 static int ms_until(uint64_t deadline_ns) {
     unsigned long long now = kvs_now_ns();

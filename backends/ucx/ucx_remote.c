@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "connector/log.h"
+#include "common/log.h"
 #include "control.h"
 #include "hashring.h"
 #include "remote.h"

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 
-#include "connector/log.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define CLOSE_TIMEOUT_MS 1000 /* graceful endpoint close, then force */
 

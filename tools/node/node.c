@@ -14,7 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "connector/log.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define LOOP_WAIT_MS        1000 /* the loop progresses UCX at least this often, events or not */
 #define STAGING_ALIGN       4096u

@@ -17,7 +17,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "connector/log.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define REFUSAL_LOG_INTERVAL_NS 1000000000ull /* at most one refusal line per second */
 

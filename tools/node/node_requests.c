@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "connector/log.h"
+#include "common/log.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 

@@ -12,7 +12,5 @@ void kvs_log(int threshold, int level, const char *fmt, ...) __attribute__((form
 void kvs_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A byte count for messages: "4MiB" for an exact multiple of a unit, else "1.5GiB". Returns buf. */
 const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes);
-/* Monotonic nanoseconds. */
-unsigned long long kvs_now_ns(void);
 
 #endif

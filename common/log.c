@@ -2,7 +2,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
 static const char *level_name(int level) {
     switch (level) {
@@ -45,10 +44,4 @@ const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes) {
     else
         kvs_fmt(buf, len, "%.1f%s", (double)bytes / (double)scale, units[u]);
     return buf;
-}
-
-unsigned long long kvs_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }

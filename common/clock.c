@@ -1,0 +1,22 @@
+#include "clock.h"
+
+#include <time.h>
+
+uint64_t kvs_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t kvs_clock_now_ns(const kvs_clock *clock) {
+    if (!clock) return kvs_now_ns();
+    return atomic_load_explicit(&clock->manual_ns, memory_order_acquire);
+}
+
+void kvs_clock_init_manual(kvs_clock *clock, uint64_t start_ns) {
+    atomic_init(&clock->manual_ns, start_ns);
+}
+
+void kvs_clock_advance(kvs_clock *clock, uint64_t ns) {
+    atomic_fetch_add_explicit(&clock->manual_ns, ns, memory_order_acq_rel);
+}

@@ -1,0 +1,24 @@
+/* clock.h - the one monotonic clock. Code that times leases, pins or deadlines reads a kvs_clock it was
+ * given; production passes NULL (the system's CLOCK_MONOTONIC), tests pass a manual clock and advance
+ * it instead of sleeping. Reading and advancing are thread-safe. */
+#ifndef KVS_CLOCK_H
+#define KVS_CLOCK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* A manual clock: reads return its value, which only kvs_clock_advance/kvs_clock_set move. */
+typedef struct kvs_clock {
+    _Atomic uint64_t manual_ns;
+} kvs_clock;
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t kvs_now_ns(void);
+/* Nanoseconds on `clock`: CLOCK_MONOTONIC when clock is NULL, else the manual clock's value. */
+uint64_t kvs_clock_now_ns(const kvs_clock *clock);
+/* Start a manual clock at start_ns (tests usually start at the real monotonic time). */
+void kvs_clock_init_manual(kvs_clock *clock, uint64_t start_ns);
+/* Move a manual clock on by ns. */
+void kvs_clock_advance(kvs_clock *clock, uint64_t ns);
+
+#endif
