@@ -62,9 +62,9 @@ typedef struct tier {
 
 static char run_root[400];
 
-static void usage(void) {
+static void usage(int status) {
     fprintf(
-        stderr,
+        status ? stderr : stdout,
         "usage: kvs-bench-ssd [--dir DIR] [--paths N] [--object-mib N] [--objects N] [--batch N]\n"
         "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--keep]\n"
         "  --dir         where the data files go (default $KVS_BENCH_DIR, else /var/tmp); must "
@@ -77,7 +77,7 @@ static void usage(void) {
         "  --queue-depth io_uring entries per path (default 128)\n"
         "  --rounds      timed rounds of tier and fio each (default 7)\n"
         "  --keep        leave the data files in place\n");
-    exit(2);
+    exit(status);
 }
 
 static options parse_options(int argc, char **argv) {
@@ -96,7 +96,8 @@ static options parse_options(int argc, char **argv) {
             o.keep = 1;
             continue;
         }
-        if (!v) usage();
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(0);
+        if (!v) usage(2);
         if (!strcmp(a, "--dir"))
             o.dir = v;
         else if (!strcmp(a, "--paths"))
@@ -114,7 +115,7 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--rounds"))
             o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 1000);
         else
-            usage();
+            usage(2);
         i++;
     }
     if (o.stripe % 4096 || o.objects % o.batch) {

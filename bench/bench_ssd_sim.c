@@ -107,8 +107,8 @@ static void *xcalloc(size_t n, size_t size) {
     return p;
 }
 
-static void usage(const char *prog) {
-    fprintf(stderr,
+static void usage(FILE *f, const char *prog) {
+    fprintf(f,
             "usage: %s [--profile-steps N] [--eval-steps N] [--seed S]\n"
             "  --profile-steps  steps of the planted workload used to cluster (default 400)\n"
             "  --eval-steps     steps of the evaluation trace (default 400)\n"
@@ -126,8 +126,11 @@ static options parse_options(int argc, char **argv) {
             o.eval_steps = (uint32_t)bench_parse_u64(argv[i], v, 8, 100000);
         else if (!strcmp(argv[i], "--seed"))
             o.seed = bench_parse_u64(argv[i], v, 0, UINT64_MAX);
-        else {
-            usage(argv[0]);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout, argv[0]);
+            exit(0);
+        } else {
+            usage(stderr, argv[0]);
             exit(2);
         }
         i++;

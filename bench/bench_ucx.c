@@ -77,9 +77,9 @@ static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
 
-static void usage(void) {
+static void usage(int status) {
     fprintf(
-        stderr,
+        status ? stderr : stdout,
         "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
         "                     [--shared-memory auto|off] [--server-netns NS --server-addr IP]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
@@ -91,7 +91,7 @@ static void usage(void) {
         "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
         "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
         "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
-    exit(2);
+    exit(status);
 }
 
 static options parse_options(int argc, char **argv) {
@@ -99,7 +99,8 @@ static options parse_options(int argc, char **argv) {
         .rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = NULL, .shared_memory = "off"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) usage();
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(0);
+        if (!v) usage(2);
         if (!strcmp(a, "--rounds"))
             o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 100);
         else if (!strcmp(a, "--warmup"))
@@ -115,16 +116,16 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--server-addr"))
             o.server_addr = v;
         else
-            usage();
+            usage(2);
         i++;
     }
     if (!o.server_netns != !o.server_addr) {
         fprintf(stderr, "kvs-bench-ucx: --server-netns and --server-addr go together\n");
-        usage();
+        usage(2);
     }
     if (o.server_addr && (strlen(o.server_addr) > 45 || strchr(o.server_addr, ':'))) {
         fprintf(stderr, "kvs-bench-ucx: --server-addr takes an IPv4 address\n");
-        usage();
+        usage(2);
     }
     if (!o.perftest_tls)
         o.perftest_tls = strcmp(o.shared_memory, "auto") == 0 ? "tcp,sm,self" : "tcp";

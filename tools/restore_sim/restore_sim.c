@@ -87,13 +87,32 @@ static double exponential(double rate) {
     return -log(uniform01()) / rate;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: kvs-restore-sim [--batch B] [--batches N] [--gbps G[,G...]] [--median "
-                    "TOKENS] [--sigma S]\n"
-                    "                       [--min TOKENS] [--max TOKENS] [--new-tokens Q] [--seed "
-                    "X] [--layer-mode 0|1]\n"
-                    "                       [--rate REQUESTS_PER_S]\n");
-    exit(2);
+/* --help prints to stdout and exits 0; a bad flag prints to stderr and exits 2. */
+static void usage(int status) {
+    fprintf(
+        status ? stderr : stdout,
+        "usage: kvs-restore-sim [options]\n"
+        "Compares restore policies (recompute, load, cake, cf-lrf, cf-srf, cf-mean) on the\n"
+        "CacheFlow cost model of an 8B-class model on an H100-like GPU (docs/cacheflow.md):\n"
+        "mean, P50 and P99 of time to first token per policy, as ratios to the better of\n"
+        "recompute and load in the same run.\n"
+        "  --batch B          requests per closed batch; with --rate, the most the engine\n"
+        "                     takes at once (1..64, default 4)\n"
+        "  --batches N        batches drawn: B x N requests in all (default 200)\n"
+        "  --gbps G[,G...]    read bandwidth of each tier in Gbit/s, up to 4 tiers; each\n"
+        "                     request's prefix is on one of them, drawn uniformly (default 10)\n"
+        "  --median TOKENS    median cached-prefix length, log-normal (default 5000)\n"
+        "  --sigma S          sigma of the log-normal prefix lengths (default 0.8)\n"
+        "  --min TOKENS       shortest prefix; shorter draws are clipped (default 256)\n"
+        "  --max TOKENS       longest prefix; longer draws are clipped (default 30000)\n"
+        "  --new-tokens Q     new tokens of the forward after the restore (default 256)\n"
+        "  --seed X           random seed (default 1)\n"
+        "  --layer-mode 0|1   1: the cf policies may restore a request by layers instead of\n"
+        "                     by tokens (default 0)\n"
+        "  --rate R           requests arrive as a Poisson process of R per second instead\n"
+        "                     of in closed batches; TTFT counts from each arrival\n"
+        "  -h, --help         this text\n");
+    exit(status);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -121,21 +140,22 @@ int main(int argc, char **argv) {
               .layer_mode = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) usage();
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(0);
+        if (!v) usage(2);
         char *end = NULL;
         if (!strcmp(a, "--gbps")) {
             o.n_tiers = 0;
             for (const char *q = v; *q && o.n_tiers < MAX_TIERS; q = *end == ',' ? end + 1 : end) {
                 double g = strtod(q, &end);
-                if (end == q || g <= 0 || (*end && *end != ',')) usage();
+                if (end == q || g <= 0 || (*end && *end != ',')) usage(2);
                 o.gbps[o.n_tiers++] = g;
             }
-            if (*end) usage();
+            if (*end) usage(2);
             i++;
             continue;
         }
         double d = strtod(v, &end);
-        if (*end || d < 0) usage();
+        if (*end || d < 0) usage(2);
         if (!strcmp(a, "--batch") && d >= 1 && d <= 64)
             o.batch = (uint32_t)d;
         else if (!strcmp(a, "--batches") && d >= 1)
@@ -157,10 +177,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--layer-mode") && (d == 0 || d == 1))
             o.layer_mode = (int)d;
         else
-            usage();
+            usage(2);
         i++;
     }
-    if (o.min_tokens > o.max_tokens) usage();
+    if (o.min_tokens > o.max_tokens) usage(2);
     rng = 0x9E3779B97F4A7C15ull ^ (o.seed * 0xBF58476D1CE4E5B9ull);
     /* 8B-class model (36 layers, 8 KV heads of 128, bf16: 4 KiB per token per layer), H100-like
      * compute: 15 ms fixed, 2 x 8e9 FLOPs per token at 400 TFLOP/s, attention 4 L n_q d_head / 300e12 */
