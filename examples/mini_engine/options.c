@@ -1,0 +1,243 @@
+/* options.c - the command line of kvs-mini-engine (options.h): the usage text, and each flag parsed
+ * and checked against the others. */
+#include "options.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROG "kvs-mini-engine"
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: " PROG " [options]\n"
+        "connector:\n"
+        "  --lib PATH            libkvstrata to load (default <exe dir>/../lib/libkvstrata.so.1,\n"
+        "                        then libkvstrata.so from the loader's search path)\n"
+        "  --config PATH         YAML configuration (default examples/configs/default.yaml;\n"
+        "                        'none' for the library's built-in defaults)\n"
+        "  --no-connector        run only without the library\n"
+        "  --restore-plans       execute restore plans (needs restore.scheduler: cacheflow): token "
+        "plans\n"
+        "                        recompute the front of a restored range while the back loads, "
+        "layer\n"
+        "                        plans its lower layers while the upper ones load\n"
+        "  --plan-modes token|layer|both|stage  the plans --restore-plans accepts (both; with "
+        "--stages\n"
+        "                        also stage plans; 'stage': stage plans only)\n"
+        "  --stages N            split the layers into N pipeline stages whose input activations "
+        "are\n"
+        "                        stored with the KV; stage plans restore each stage's layers from "
+        "them\n"
+        "                        on a thread per stage (1)\n"
+        "  --profile FILE        measure recompute and load costs, write them as a restore "
+        "profile, exit\n"
+        "  --profile-tier NAME   tier name written into the profile (dram)\n"
+        "  --profile-tokens N    prompt length the profile measures (4096)\n"
+        "  --batch N             admit up to N turns of different sessions at once and restore "
+        "their\n"
+        "                        prefixes in one step the connector plans as a batch (1)\n"
+        "model:\n"
+        "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
+        "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
+        "kv cache:\n"
+        "  --dtype fp16|bf16|fp32|fp8 (fp16)\n"
+        "  --layout nhd|hnd|flashinfer|mla|crosslayer (nhd; mla switches to latent attention)\n"
+        "  --blocks N            pages in the paged cache (default: the block budget)\n"
+        "  --block-budget N      pages the engine may hold, in use or cached (default: a third of\n"
+        "                        the workload's final histories, so sessions evict each other)\n"
+        "  --prefill-chunk N     tokens computed per prefill step (512)\n"
+        "workload:\n"
+        "  --sessions N (8) --turns N (5) --system-tokens N (256) --doc-tokens N (1536)\n"
+        "  --user-tokens N (mean 120) --decode-tokens N (16)\n"
+        "  --trace FILE          JSONL turns instead of the generator\n"
+        "output:\n"
+        "  --verify              compare restored prompts with a from-scratch reference, bit for "
+        "bit\n"
+        "  --json                print the summary as one JSON object on the last line\n"
+        "  --quiet               no per-turn lines\n");
+}
+
+static int parse_int_flag(const char *flag, const char *value, int min, int *out) {
+    char *end;
+    errno = 0;
+    long v = value ? strtol(value, &end, 10) : 0;
+    if (!value || errno || *end || end == value || v < min || v > INT_MAX) {
+        fprintf(stderr, PROG ": %s needs an integer >= %d, got '%s'\n", flag, min,
+                value ? value : "");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int parse_options(int argc, char **argv, options *o) {
+    *o = (options){
+        .config_path = "examples/configs/default.yaml",
+        .model = {.dim = 128,
+                  .n_layers = 3,
+                  .n_heads = 4,
+                  .n_kv_heads = 2,
+                  .ffn = 256,
+                  .vocab = 2048,
+                  .latent = 64,
+                  .seed = 42},
+        .layout = KV_LAYOUT_NHD,
+        .dtype = KVS_DTYPE_FP16,
+        .prefill_chunk = 512,
+        .decode_tokens = 16,
+        .system_tokens = 256,
+        .user_tokens = 120,
+        .doc_tokens = 1536,
+        .sessions = 8,
+        .turns = 5,
+        .profile_tier = "dram",
+        .profile_tokens = 4096,
+        .batch = 1,
+        .stages = 1,
+    };
+    struct {
+        const char *name;
+        int *dst;
+        int min;
+    } ints[] = {
+        {"--dim", &o->model.dim, 2},
+        {"--layers", &o->model.n_layers, 1},
+        {"--heads", &o->model.n_heads, 1},
+        {"--kv-heads", &o->model.n_kv_heads, 1},
+        {"--ffn", &o->model.ffn, 1},
+        {"--vocab", &o->model.vocab, 2},
+        {"--latent", &o->model.latent, 1},
+        {"--blocks", &o->blocks, 1},
+        {"--block-budget", &o->block_budget, 1},
+        {"--prefill-chunk", &o->prefill_chunk, 1},
+        {"--decode-tokens", &o->decode_tokens, 1},
+        {"--system-tokens", &o->system_tokens, 0},
+        {"--user-tokens", &o->user_tokens, 0},
+        {"--doc-tokens", &o->doc_tokens, 0},
+        {"--sessions", &o->sessions, 1},
+        {"--turns", &o->turns, 1},
+        {"--profile-tokens", &o->profile_tokens, 64},
+        {"--batch", &o->batch, 1},
+        {"--stages", &o->stages, 1},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int matched = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+            if (strcmp(a, ints[k].name) == 0) {
+                if (parse_int_flag(a, v, ints[k].min, ints[k].dst) != 0) return -1;
+                i++;
+                matched = 1;
+                break;
+            }
+        }
+        if (matched) continue;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--no-connector") == 0) {
+            o->no_connector = 1;
+        } else if (strcmp(a, "--verify") == 0) {
+            o->verify = 1;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else if (strcmp(a, "--quiet") == 0) {
+            o->quiet = 1;
+        } else if (strcmp(a, "--restore-plans") == 0) {
+            if (!o->restore_plans) o->restore_plans = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+        } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0 ||
+                          strcmp(a, "--plan-modes") == 0 || strcmp(a, "--lib") == 0 ||
+                          strcmp(a, "--config") == 0 || strcmp(a, "--trace") == 0 ||
+                          strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 ||
+                          strcmp(a, "--layout") == 0)) {
+            fprintf(stderr, PROG ": %s needs a value\n", a);
+            return -1;
+        } else if (strcmp(a, "--plan-modes") == 0) {
+            i++;
+            if (strcmp(v, "token") == 0)
+                o->plan_modes = KVS_PLAN_CAP_TOKEN;
+            else if (strcmp(v, "layer") == 0)
+                o->plan_modes = KVS_PLAN_CAP_LAYER;
+            else if (strcmp(v, "both") == 0)
+                o->plan_modes = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
+            else if (strcmp(v, "stage") == 0)
+                o->plan_modes = KVS_PLAN_CAP_STAGE;
+            else {
+                fprintf(stderr,
+                        PROG ": --plan-modes must be token, layer, both or stage, got '%s'\n", v);
+                return -1;
+            }
+        } else if (strcmp(a, "--profile") == 0) {
+            o->profile_path = argv[++i];
+        } else if (strcmp(a, "--profile-tier") == 0) {
+            o->profile_tier = argv[++i];
+        } else if (strcmp(a, "--lib") == 0) {
+            o->lib_path = argv[++i];
+        } else if (strcmp(a, "--config") == 0) {
+            o->config_path = argv[++i];
+        } else if (strcmp(a, "--trace") == 0) {
+            o->trace_path = argv[++i];
+        } else if (strcmp(a, "--seed") == 0) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 0);
+            if (errno || *end || end == v) {
+                fprintf(stderr, PROG ": --seed needs an unsigned integer, got '%s'\n", v);
+                return -1;
+            }
+            o->model.seed = s;
+            i++;
+        } else if (strcmp(a, "--dtype") == 0) {
+            if (kv_dtype_parse(v, &o->dtype) != 0) {
+                fprintf(stderr, PROG ": --dtype must be fp16, bf16, fp32 or fp8, got '%s'\n", v);
+                return -1;
+            }
+            i++;
+        } else if (strcmp(a, "--layout") == 0) {
+            if (kv_layout_parse(v, &o->layout) != 0) {
+                fprintf(stderr,
+                        PROG
+                        ": --layout must be nhd, hnd, flashinfer, mla or crosslayer, got '%s'\n",
+                        v);
+                return -1;
+            }
+            i++;
+        } else {
+            fprintf(stderr, PROG ": unknown option '%s' (--help lists them)\n", a);
+            return -1;
+        }
+    }
+    o->model.is_mla = o->layout == KV_LAYOUT_MLA;
+    if (o->batch > 64) {
+        fprintf(stderr, PROG ": --batch is at most 64\n");
+        return -1;
+    }
+    if (o->restore_plans && o->plan_modes)
+        o->restore_plans = o->plan_modes;
+    else if (o->restore_plans && o->stages > 1)
+        o->restore_plans |= KVS_PLAN_CAP_STAGE;
+    if ((o->plan_modes & KVS_PLAN_CAP_STAGE) && o->stages < 2) {
+        fprintf(stderr, PROG ": --plan-modes stage needs --stages 2 or more\n");
+        return -1;
+    }
+    if (o->plan_modes && !o->restore_plans) {
+        fprintf(stderr, PROG ": --plan-modes needs --restore-plans\n");
+        return -1;
+    }
+    if ((o->restore_plans || o->profile_path) && o->no_connector) {
+        fprintf(stderr,
+                PROG ": --restore-plans and --profile need the connector (drop --no-connector)\n");
+        return -1;
+    }
+    if (o->verify && o->no_connector) {
+        fprintf(stderr, PROG
+                ": --verify checks restored KV and needs the connector (drop --no-connector)\n");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,36 @@
+/* options.h - the command line of kvs-mini-engine: every flag with its default, parsed and checked
+ * together (docs/mini_engine.md lists them). */
+#ifndef MINI_OPTIONS_H
+#define MINI_OPTIONS_H
+
+#include "abi/kvstrata.h"
+#include "kvcache.h"
+#include "model.h"
+
+typedef struct options {
+    const char *lib_path;    /* NULL: next to the executable, then the loader's search path */
+    const char *config_path; /* "none": the library's built-in defaults */
+    const char *trace_path;
+    model_config model;
+    kv_layout layout;
+    kvs_dtype dtype;
+    int blocks, block_budget; /* 0: sized from the workload */
+    int prefill_chunk;
+    int decode_tokens;
+    int system_tokens, user_tokens, doc_tokens;
+    int sessions, turns;
+    int no_connector, verify, json, quiet;
+    int restore_plans;        /* KVS_PLAN_CAP_* bits: the restore plans the engine executes */
+    const char *profile_path; /* --profile: measure, write this restore profile, exit */
+    const char *profile_tier; /* the name the profile gives the tier that served the loads */
+    int profile_tokens;
+    int plan_modes; /* --plan-modes; 0: both */
+    int batch;      /* turns of different sessions admitted and restored together */
+    int stages;     /* pipeline stages (boundary activations stored with the KV); 1: none */
+} options;
+
+/* Fill *o from argv, defaults first. --help prints the usage on stdout and exits 0. Returns 0, or -1
+ * after printing why on stderr. */
+int parse_options(int argc, char **argv, options *o);
+
+#endif

@@ -1,0 +1,178 @@
+/* report.c - the summary of a run (report.h). */
+#include "report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct ttft_summary {
+    int n;
+    double mean, p50, p99;
+    uint64_t local_hit, ext_hit;
+} ttft_summary;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double percentile(const double *v, int n, double p) {
+    int rank = (int)ceil(p / 100.0 * n);
+    if (rank < 1) rank = 1;
+    return v[rank - 1];
+}
+
+enum { GROUP_LATER, GROUP_LATER_2K, GROUP_ALL, N_GROUPS };
+static const char *const group_names[N_GROUPS] = {"turns after the first",
+                                                  "  of them prompt >= 2048", "all turns"};
+static const char *const group_keys[N_GROUPS] = {"later_turns", "later_turns_2k", "all_turns"};
+
+static int in_group(const turn_result *r, int group) {
+    switch (group) {
+        case GROUP_LATER: return r->turn > 0;
+        case GROUP_LATER_2K: return r->turn > 0 && r->prompt >= 2048;
+        default: return 1;
+    }
+}
+
+static ttft_summary summarize(const turn_result *turns, int n_turns, int group) {
+    ttft_summary s = {0};
+    double *v = malloc((size_t)(n_turns > 0 ? n_turns : 1) * sizeof *v);
+    if (!v) return s;
+    double sum = 0;
+    for (int i = 0; i < n_turns; i++) {
+        if (!in_group(&turns[i], group)) continue;
+        v[s.n++] = turns[i].ttft_ms;
+        sum += turns[i].ttft_ms;
+        s.local_hit += turns[i].local_hit;
+        s.ext_hit += turns[i].ext_hit;
+    }
+    if (s.n) {
+        qsort(v, (size_t)s.n, sizeof *v, cmp_double);
+        s.mean = sum / s.n;
+        s.p50 = percentile(v, s.n, 50);
+        s.p99 = percentile(v, s.n, 99);
+    }
+    free(v);
+    return s;
+}
+
+static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs,
+                       int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]);
+
+void print_summary(const options *o, const workload *w, const sizing *z, mode_run *runs, int n_runs,
+                   const reference *ref) {
+    const model_config *mc = &o->model;
+    printf("\nsummary: layout %s, dtype %s, model d%d l%d h%d kv%d%s, %d turns in %d sessions, "
+           "%u pages (budget %u)\n",
+           kv_layout_name(o->layout), kv_dtype_name(o->dtype), mc->dim, mc->n_layers, mc->n_heads,
+           mc->is_mla ? 1 : mc->n_kv_heads, mc->is_mla ? " (MLA)" : "", w->n_turns, w->n_sessions,
+           z->blocks, z->budget);
+    printf("TTFT ms                      n   %-28s", n_runs > 1 ? "with connector" : runs[0].name);
+    if (n_runs > 1) printf("%-28s speedup", "without connector");
+    printf("\n                                 %-28s", "mean / p50 / p99");
+    if (n_runs > 1) printf("%-28s mean / p50", "mean / p50 / p99");
+    printf("\n");
+    ttft_summary s[2][N_GROUPS];
+    for (int g = 0; g < N_GROUPS; g++) {
+        for (int k = 0; k < n_runs; k++) s[k][g] = summarize(runs[k].turns, w->n_turns, g);
+        printf("%-25s %5d   ", group_names[g], s[0][g].n);
+        for (int k = 0; k < n_runs; k++) {
+            char cell[64];
+            snprintf(cell, sizeof cell, "%.1f / %.1f / %.1f", s[k][g].mean, s[k][g].p50,
+                     s[k][g].p99);
+            printf("%-28s", cell);
+        }
+        if (n_runs > 1 && s[0][g].n && s[0][g].mean > 0 && s[0][g].p50 > 0)
+            printf(" %.2fx / %.2fx", s[1][g].mean / s[0][g].mean, s[1][g].p50 / s[0][g].p50);
+        printf("\n");
+    }
+    for (int k = 0; k < n_runs; k++) {
+        printf("%s: hit tokens local %llu, connector %llu; engine evictions %llu", runs[k].name,
+               (unsigned long long)s[k][GROUP_ALL].local_hit,
+               (unsigned long long)s[k][GROUP_ALL].ext_hit,
+               (unsigned long long)runs[k].cache.evictions);
+        if (runs[k].have_stats) {
+            const kvs_stats *st = &runs[k].stats;
+            printf("; connector chunks loaded %llu (%.1f MiB, %.2f GB/s), saved %llu (%.1f MiB), "
+                   "skipped %llu, "
+                   "load errors %llu, events stored %llu removed %llu",
+                   (unsigned long long)st->chunks_loaded, (double)st->bytes_loaded / 1048576.0,
+                   st->load_gbps, (unsigned long long)st->chunks_saved,
+                   (double)st->bytes_saved / 1048576.0, (unsigned long long)st->saves_skipped,
+                   (unsigned long long)st->load_errors, (unsigned long long)runs[k].events_stored,
+                   (unsigned long long)runs[k].events_removed);
+            printf("; loaded per tier [");
+            for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
+                printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
+            printf("]");
+            if (runs[k].conn.plans)
+                printf("; restore plans followed: token %llu, layer %llu, stage %llu, recompute "
+                       "%llu (%llu tokens "
+                       "recomputed)",
+                       (unsigned long long)runs[k].conn.plans_token,
+                       (unsigned long long)runs[k].conn.plans_layer,
+                       (unsigned long long)runs[k].conn.plans_stage,
+                       (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plan_recomputed_tokens);
+            if (runs[k].conn.plans && o->stages > 1)
+                printf("; stages restored from their boundary %llu",
+                       (unsigned long long)runs[k].conn.stage_boundary_restores);
+        }
+        printf("\n");
+    }
+    if (ref)
+        printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
+               ref->turns_checked, ref->mismatches);
+    if (o->json) print_json(o, w, z, runs, n_runs, ref, s);
+    fflush(stdout);
+}
+
+static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs,
+                       int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]) {
+    printf("{\"layout\":\"%s\",\"dtype\":\"%s\",\"turns\":%d,\"sessions\":%d,\"blocks\":%u,\"block_"
+           "budget\":%u",
+           kv_layout_name(o->layout), kv_dtype_name(o->dtype), w->n_turns, w->n_sessions, z->blocks,
+           z->budget);
+    for (int k = 0; k < n_runs; k++) {
+        printf(",\"%s\":{", runs[k].use_connector ? "connector" : "no_connector");
+        for (int g = 0; g < N_GROUPS; g++)
+            printf("%s\"%s\":{\"n\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+                   "\"local_hit_tokens\":%llu,\"connector_hit_tokens\":%llu}",
+                   g ? "," : "", group_keys[g], s[k][g].n, s[k][g].mean, s[k][g].p50, s[k][g].p99,
+                   (unsigned long long)s[k][g].local_hit, (unsigned long long)s[k][g].ext_hit);
+        if (runs[k].have_stats)
+            printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu",
+                   (unsigned long long)runs[k].stats.chunks_loaded,
+                   (unsigned long long)runs[k].stats.chunks_saved,
+                   (unsigned long long)runs[k].stats.load_errors);
+        if (runs[k].have_stats) {
+            printf(",\"tier_chunks_loaded\":[");
+            for (uint32_t t = 0; t < runs[k].stats.n_tiers && t < KVS_STATS_MAX_TIERS; t++)
+                printf("%s%llu", t ? "," : "",
+                       (unsigned long long)runs[k].stats.tier_chunks_loaded[t]);
+            printf("]");
+            if (runs[k].conn.plans)
+                printf(",\"plans_token\":%llu,\"plans_layer\":%llu,\"plans_stage\":%llu,\"plans_"
+                       "recompute\":%llu,"
+                       "\"plan_recomputed_tokens\":%llu,\"stage_boundary_restores\":%llu",
+                       (unsigned long long)runs[k].conn.plans_token,
+                       (unsigned long long)runs[k].conn.plans_layer,
+                       (unsigned long long)runs[k].conn.plans_stage,
+                       (unsigned long long)runs[k].conn.plans_recompute,
+                       (unsigned long long)runs[k].conn.plan_recomputed_tokens,
+                       (unsigned long long)runs[k].conn.stage_boundary_restores);
+        }
+        printf("}");
+    }
+    if (n_runs > 1) {
+        for (int g = 0; g < N_GROUPS; g++)
+            printf(",\"speedup_%s_mean\":%.3f", group_keys[g],
+                   s[0][g].mean > 0 ? s[1][g].mean / s[0][g].mean : 0.0);
+    }
+    if (ref)
+        printf(",\"verify\":{\"turns_checked\":%d,\"mismatches\":%d}", ref->turns_checked,
+               ref->mismatches);
+    printf("}\n");
+}
