@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CONFIG ?= examples/configs/default.yaml
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test asan test-asan bench install clean
+.PHONY: all deps build demo test asan test-asan check-format cppcheck bench install clean
 
 all: build
 
@@ -39,6 +39,20 @@ test-asan: asan
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE timing \
 	  --output-junit ctest-junit.xml || rc=$$?; \
 	  $(CURDIR)/scripts/ctest-skipped.sh ctest-junit.xml; exit $$rc
+
+# Every tracked C, header and CUDA file formatted as .clang-format says (`clang-format -i FILE` fixes
+# one).
+check-format: deps
+	@git ls-files -z '*.c' '*.h' '*.cu' | xargs -0 clang-format --dry-run -Werror
+	@echo "check-format: every tracked .c, .h and .cu file is formatted"
+
+# Static analysis of the C sources (a finding that is wrong is silenced in place with
+# `// cppcheck-suppress <id>` and a reason).
+CPPCHECK_DIRS = common connector backends schedulers kernels/cpu tools examples tests bench
+cppcheck: deps
+	@cppcheck --quiet --enable=warning,performance,portability --std=c11 -D_GNU_SOURCE -I . \
+	  --inline-suppr --error-exitcode=1 -j $(JOBS) $(CPPCHECK_DIRS)
+	@echo "cppcheck: no findings in $(CPPCHECK_DIRS)"
 
 bench: build
 	@for b in $(BUILD)/bin/kvs-bench-*; do echo "== $$b"; $$b; rc=$$?; \

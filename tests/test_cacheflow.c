@@ -261,7 +261,7 @@ START_TEST(the_stage_split_is_the_brute_force_optimum) {
         double t = cf_stage_split(&p, &m, &c, &st, offset, n, got);
         ck_assert_msg(t >= 0, "trial %d: refused", trial);
         /* every recompute vector */
-        uint32_t layers[CF_MAX_STAGES], r[CF_MAX_STAGES] = {0};
+        uint32_t layers[CF_MAX_STAGES] = {0}, r[CF_MAX_STAGES] = {0};
         for (uint32_t s = 0; s < st.n_stages; s++)
             layers[s] =
                 (s + 1 < st.n_stages ? st.first_layer[s + 1] : p.n_layers) - st.first_layer[s];

@@ -204,9 +204,11 @@ int main(int argc, char **argv) {
     ms.order = calloc(o.batch, sizeof *ms.order);
     double *done = calloc(o.batch, sizeof *done);
     ms.scratch = malloc(cf_batch_scratch_bytes(o.batch));
-    if (!all || !arrival || !ms.plans || !ms.split || !ms.order || !done || !ms.scratch) return 1;
+    int rc = 1;
+    if (!all || !arrival || !ms.plans || !ms.split || !ms.order || !done || !ms.scratch)
+        goto out_of_memory;
     for (int k = 0; k < P_COUNT; k++)
-        if (!ttft[k]) return 1;
+        if (!ttft[k]) goto out_of_memory;
     double clock = 0;
     for (size_t i = 0; i < total; i++) {
         double n = o.median * exp(o.sigma * normal());
@@ -267,13 +269,19 @@ int main(int argc, char **argv) {
         printf("%-10s mean %.3f s  p50 %.3f s  p99 %.3f s  mean/%s %.3f\n", NAMES[k], means[k], p50,
                p99, base_name, means[k] / base);
     }
-    for (int k = 0; k < P_COUNT; k++) free(ttft[k]);
-    free(all);
-    free(arrival);
-    free(ms.plans);
-    free(ms.split);
-    free(ms.order);
-    free(done);
+    rc = 0;
+    goto out;
+out_of_memory:
+    fprintf(stderr, "kvs-restore-sim: out of memory for %zu requests (--batch x --batches)\n",
+            total);
+out:
     free(ms.scratch);
-    return 0;
+    free(done);
+    free(ms.order);
+    free(ms.split);
+    free(ms.plans);
+    free(arrival);
+    free(all);
+    for (int k = 0; k < P_COUNT; k++) free(ttft[k]);
+    return rc;
 }
