@@ -221,7 +221,7 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-    dlclose(lib);
+    ck_assert_msg(dlclose(lib) == 0, "dlclose: %s", dlerror());
 }
 
 static kvs_model_desc model(void) {

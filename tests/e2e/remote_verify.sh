@@ -44,7 +44,7 @@ start_node() {
     i=0
     while ! grep -q '^kvstrata-node ready ' "$work/node$1.out" 2>/dev/null; do
         i=$((i + 1))
-        [ $i -le 100 ] || fail "node $1 printed no readiness line in 10 s"
+        [ $i -le 600 ] || fail "node $1 printed no readiness line in 60 s"
         kill -0 "$(cat "$work/node$1.pid")" 2>/dev/null || fail "node $1 exited before it was ready"
         sleep 0.1
     done

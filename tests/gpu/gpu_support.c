@@ -46,15 +46,15 @@ const kvs_device_ops *gpu_load_module(void) {
 
 cudaError_t gpu_wait_stream(cudaStream_t stream, unsigned timeout_ms) {
     struct timespec start, now, pause = {0, 200000};
-    clock_gettime(CLOCK_MONOTONIC, &start);
+    if (clock_gettime(CLOCK_MONOTONIC, &start) != 0) return cudaErrorUnknown;
     for (;;) {
         cudaError_t rc = cudaStreamQuery(stream);
         if (rc != cudaErrorNotReady) return rc;
         (void)cudaGetLastError(); /* NotReady is not an error to keep */
-        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (clock_gettime(CLOCK_MONOTONIC, &now) != 0) return cudaErrorUnknown;
         long long ms =
             (long long)(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
         if (ms > (long long)timeout_ms) return cudaErrorTimeout;
-        nanosleep(&pause, NULL);
+        (void)nanosleep(&pause, NULL); /* a pause between polls: waking early is harmless */
     }
 }
