@@ -1,11 +1,13 @@
 #!/bin/sh
-# example_plugin_test.sh HELLO MINI_ENGINE LIBRARY BUILD_DIR SOURCE_DIR WORK_DIR
+# example_plugin_test.sh HELLO MINI_ENGINE LIBRARY BUILD_DIR SOURCE_DIR WORK_DIR [WORKLOAD FLAGS...]
 # 1. examples/configs/plugin-example.yaml, copied byte for byte, opens with both tiers: its plugin
 #    path (relative to the file: ../../build/lib/...) reaches this build's lib/ through a link, so the
 #    file cannot name a .so the build does not make.
-# 2. The example backend alone, small enough to evict, serves the mini engine's restores bit for bit.
+# 2. The example backend alone, small enough to evict, serves the mini engine's restores bit for bit
+#    (kvs-mini-engine --verify with the workload flags given).
 set -eu
 hello=$1 engine=$2 lib=$3 build=$4 src=$5 work=$6
+shift 6
 fail() {
   echo "example_plugin_test: $*" >&2
   exit 1
@@ -28,6 +30,5 @@ tiers:
     plugin: $work/examples/configs/$plugin
     capacity: 1MiB
 YAML
-"$engine" --lib "$lib" --config "$work/plugin-only.yaml" --verify --quiet --sessions 3 --turns 3 \
-  --doc-tokens 600 --system-tokens 64 --user-tokens 40 --decode-tokens 4 ||
+"$engine" --lib "$lib" --config "$work/plugin-only.yaml" --verify --quiet "$@" ||
   fail "the mini engine's restores through the example backend failed"
