@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "common/pace.h"
+#include "common/units.h"
 #include "connector/config.h"
 
 #include <errno.h>
@@ -446,10 +447,9 @@ static kvs_status parse_option(dram_state *st, int which, const char *value) {
     switch (which) {
         case OPT_SHM_NAME: return parse_shm_name(st, value);
         case OPT_READ_BANDWIDTH:
-            if (kvs_config_parse_size(value, &st->pace_bytes_per_s) != KVS_OK ||
+            if (kvs_units_parse_rate(value, &st->pace_bytes_per_s, NULL, 0) != KVS_OK ||
                 st->pace_bytes_per_s == 0) {
-                set_error(st, "read_bandwidth \"%.100s\" is not a size per second such as 200MiB",
-                          value);
+                set_error(st, "read_bandwidth \"%.100s\" is not a rate such as 200MiB/s", value);
                 return KVS_ECONFIG;
             }
             return KVS_OK;

@@ -7,68 +7,13 @@
 #include <string.h>
 
 #include "common/options.h"
+#include "common/units.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 
 #define VALID_OPTIONS                                                                            \
     "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, " \
     "pread_threads, io_timeout_ms, sim_bandwidth, sim_iops, fault_inject"
-
-typedef struct unit {
-    const char *name;
-    uint64_t bytes;
-} unit;
-
-static const unit UNITS[] = {
-    {"", 1},
-    {"B", 1},
-    {"K", 1ull << 10},
-    {"KiB", 1ull << 10},
-    {"M", 1ull << 20},
-    {"MiB", 1ull << 20},
-    {"G", 1ull << 30},
-    {"GiB", 1ull << 30},
-    {"T", 1ull << 40},
-    {"TiB", 1ull << 40},
-    {"KB", 1000ull},
-    {"MB", 1000ull * 1000},
-    {"GB", 1000ull * 1000 * 1000},
-    {"TB", 1000ull * 1000 * 1000 * 1000},
-};
-
-static int is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
-
-int ssd_options_parse_size(const char *text, uint64_t *bytes) {
-    const char *p = text;
-    if (!p || !is_digit(*p)) return -1;
-    unsigned __int128 whole = 0, fraction = 0, scale = 1;
-    for (; is_digit(*p); p++) {
-        whole = whole * 10 + (unsigned)(*p - '0');
-        if (whole > UINT64_MAX) return -1;
-    }
-    if (*p == '.') {
-        p++;
-        if (!is_digit(*p)) return -1;
-        for (int digits = 0; is_digit(*p); p++, digits++) {
-            if (digits >= 18) return -1;
-            fraction = fraction * 10 + (unsigned)(*p - '0');
-            scale *= 10;
-        }
-    }
-    while (*p == ' ') p++;
-    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
-        if (strcmp(p, UNITS[i].name) != 0) continue;
-        unsigned __int128 frac_bytes = fraction * UNITS[i].bytes;
-        if (frac_bytes % scale != 0) return -1; /* not a whole number of bytes */
-        unsigned __int128 total = whole * UNITS[i].bytes + frac_bytes / scale;
-        if (total > UINT64_MAX) return -1;
-        *bytes = (uint64_t)total;
-        return 0;
-    }
-    return -1;
-}
 
 /* "enospc_after:N,eio_path:K,eio_after:N,device_bytes:N" */
 static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_len) {
@@ -141,8 +86,8 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
     uint64_t v = 0;
     switch (which) {
         case OPT_STRIPE_BYTES:
-            if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 ||
-                v > SSD_MAX_STRIPE_BYTES) {
+            if (kvs_units_parse_size(value, &v, NULL, 0) != KVS_OK || v == 0 ||
+                v % SSD_BLOCK != 0 || v > SSD_MAX_STRIPE_BYTES) {
                 snprintf(why, why_len,
                          "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB",
                          value);
@@ -176,7 +121,7 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
             o->write_inflight = (uint32_t)v;
             return 0;
         case OPT_WRITE_BUFFER_BYTES:
-            if (ssd_options_parse_size(value, &v) != 0 || v == 0) {
+            if (kvs_units_parse_size(value, &v, NULL, 0) != KVS_OK || v == 0) {
                 snprintf(why, why_len, "write_buffer_bytes \"%.40s\" is not a size such as 64MiB",
                          value);
                 return -1;
@@ -211,21 +156,14 @@ static int parse_one(unsigned which, const char *value, ssd_options *o, char *wh
             }
             o->io_timeout_ms = v;
             return 0;
-        case OPT_SIM_BANDWIDTH: {
-            char buf[64];
-            size_t n = strlen(value);
-            if (n >= sizeof buf) n = sizeof buf - 1;
-            memcpy(buf, value, n);
-            buf[n] = '\0';
-            if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
-            if (ssd_options_parse_size(buf, &v) != 0 || v == 0) {
+        case OPT_SIM_BANDWIDTH:
+            if (kvs_units_parse_rate(value, &v, NULL, 0) != KVS_OK || v == 0) {
                 snprintf(why, why_len, "sim_bandwidth \"%.40s\" is not a rate such as 250MB/s",
                          value);
                 return -1;
             }
             o->sim_bandwidth = v;
             return 0;
-        }
         case OPT_SIM_IOPS:
             if (kvs_option_count(value, 1, 1000000000ull, &v) != 0) {
                 snprintf(why, why_len,
