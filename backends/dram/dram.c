@@ -96,7 +96,7 @@ typedef struct dram_state {
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object, uint64_t len);
     /* read pacing (options read_bandwidth, read_latency_us): reads are served one after another at
      * this rate, so the tier stands for a slower device in benchmarks and tests */
-    uint64_t pace_bytes_per_s, pace_latency_ns;
+    uint64_t pace_bytes_per_s, pace_latency_us, pace_latency_ns;
     kvs_pace pace;
     uint32_t attach_slot; /* our entry in header->attachers (shared tiers) */
     char error[512];
@@ -424,63 +424,45 @@ static int valid_shm_name(const char *name) {
            strcmp(name, "..");
 }
 
-static kvs_status parse_shm_name(dram_state *st, const char *value) {
-    if (!value || !valid_shm_name(value)) {
-        set_error(st,
-                  "shm_name \"%.100s\" is not a valid name (1 to %d characters of "
-                  "A-Z a-z 0-9 _ . -)",
-                  value ? value : "", DRAM_SHM_NAME_MAX);
-        return KVS_ECONFIG;
+static int parse_shm_name(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
+    dram_state *st = out;
+    (void)nth;
+    if (!valid_shm_name(value)) {
+        snprintf(why, why_len,
+                 "shm_name \"%.100s\" is not a valid name (1 to %d characters of "
+                 "A-Z a-z 0-9 _ . -)",
+                 value, DRAM_SHM_NAME_MAX);
+        return -1;
     }
     snprintf(st->shm_path, sizeof st->shm_path, "/%s", value);
-    return KVS_OK;
+    return 0;
 }
 
-/* The options, looked up by name; the switch below goes by these names, never by a position. */
-enum { OPT_SHM_NAME, OPT_READ_BANDWIDTH, OPT_READ_LATENCY_US, OPT_COUNT };
-static const char *const OPTION_NAMES[OPT_COUNT] = {[OPT_SHM_NAME] = "shm_name",
-                                                    [OPT_READ_BANDWIDTH] = "read_bandwidth",
-                                                    [OPT_READ_LATENCY_US] = "read_latency_us"};
-
-static kvs_status parse_option(dram_state *st, int which, const char *value) {
-    uint64_t us = 0;
-    switch (which) {
-        case OPT_SHM_NAME: return parse_shm_name(st, value);
-        case OPT_READ_BANDWIDTH:
-            if (kvs_units_parse_rate(value, &st->pace_bytes_per_s, NULL, 0) != KVS_OK ||
-                st->pace_bytes_per_s == 0) {
-                set_error(st, "read_bandwidth \"%.100s\" is not a rate such as 200MiB/s", value);
-                return KVS_ECONFIG;
-            }
-            return KVS_OK;
-        case OPT_READ_LATENCY_US:
-            if (kvs_option_count(value, 0, 10000000ull, &us) != 0) {
-                set_error(st,
-                          "read_latency_us \"%.100s\" is not a whole number of microseconds up to "
-                          "10000000",
-                          value);
-                return KVS_ECONFIG;
-            }
-            st->pace_latency_ns = us * 1000ull;
-            return KVS_OK;
-    }
-    return KVS_ECONFIG;
-}
+/* The options, by name, and where each goes in the tier's state. */
+static const kvs_option_desc OPTIONS[] = {
+    {.name = "shm_name", .kind = KVS_OPTION_CUSTOM, .parse = parse_shm_name},
+    {.name = "read_bandwidth",
+     .kind = KVS_OPTION_RATE,
+     KVS_OPTION_FIELD(dram_state, pace_bytes_per_s),
+     .min = 1,
+     .example = "200MiB/s"},
+    {.name = "read_latency_us",
+     .kind = KVS_OPTION_MICROSECONDS,
+     KVS_OPTION_FIELD(dram_state, pace_latency_us),
+     .max = 10000000ull},
+};
 
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
-    int seen[OPT_COUNT] = {0};
-    char why[256];
-    for (uint64_t i = 0; i < init->n_options; i++) {
-        const kvs_backend_option *opt = &init->options[i];
-        const char *key = opt->key ? opt->key : "";
-        int which = kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key,
-                                     "shm_name, read_bandwidth, read_latency_us", why, sizeof why);
-        if (which < 0) set_error(st, "%s", why);
-        if (which < 0 || parse_option(st, which, opt->value ? opt->value : "") != KVS_OK) {
-            kvs_option_refused(init, key, -1);
-            return KVS_ECONFIG;
-        }
+    char why[400], refused[96];
+    kvs_status rc =
+        kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
+                          init->n_options, st, NULL, why, sizeof why, refused, sizeof refused);
+    if (rc != KVS_OK) {
+        set_error(st, "%s", why);
+        kvs_option_refused(init, refused, -1);
+        return rc;
     }
+    st->pace_latency_ns = st->pace_latency_us * 1000ull;
     return KVS_OK;
 }
 
