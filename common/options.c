@@ -36,6 +36,11 @@ void kvs_option_refused(const kvs_backend_init *init, const char *name, int64_t 
     kvs_options_refuse(init->error_option, (size_t)init->error_option_len, name, nth);
 }
 
+void kvs_create_error(const kvs_backend_init *init, const char *message) {
+    if (init && init->error && init->error_len > 0)
+        snprintf(init->error, (size_t)init->error_len, "%s", message);
+}
+
 /* ---- storing ---------------------------------------------------------------------------------- */
 
 static uint64_t width_max(size_t width) {

@@ -62,6 +62,9 @@ kvs_status kvs_options_refuse(char *refused, size_t refused_len, const char *nam
  * `name`, or `name[nth]` when nth >= 0 (the nth of a repeated option). A no-op for a 1.2 connector. */
 void kvs_option_refused(const kvs_backend_init *init, const char *name, int64_t nth);
 
+/* Copy create's failure sentence into init->error, when the connector gave room for one. */
+void kvs_create_error(const kvs_backend_init *init, const char *message);
+
 /* A whole decimal number (digits only, no sign or unit) in [min, max] into *out. 0, or -1. */
 int kvs_option_count(const char *text, uint64_t min, uint64_t max, uint64_t *out);
 

@@ -7,6 +7,9 @@
  * otherwise).
  */
 #include "dram.h"
+#include "common/clock.h"
+#include "common/errno_name.h"
+#include "common/key.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/pace.h"
@@ -106,42 +109,18 @@ typedef struct dram_state {
 
 static void set_error(dram_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_error(dram_state *st, const char *fmt, ...) {
-    char body[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    kvs_vfmt_tier(st->error, sizeof st->error, "dram", st->tier_name, fmt, ap);
     va_end(ap);
-    snprintf(st->error, sizeof st->error, "dram tier \"%s\": %s", st->tier_name, body);
 }
 
 static void log_message(dram_state *st, int level, const char *message) {
     if (st->log) st->log(st->host_ctx, level, message);
 }
 
-static const char *errno_name(int err) {
-    const char *name = strerrorname_np(err);
-    return name ? name : "unknown error";
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t round_up(uint64_t v, uint64_t align) {
     return (v + align - 1) / align * align;
-}
-
-/* Keys are hashes already; mixing both halves still spreads keys that share one half. */
-static uint64_t hash_key(const kvs_key *key) {
-    uint64_t a, b;
-    memcpy(&a, key->bytes, 8);
-    memcpy(&b, key->bytes + 8, 8);
-    uint64_t h = a ^ (b * 0x9E3779B97F4A7C15ull);
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 29);
 }
 
 static uint8_t *slab_data(const dram_state *st, uint32_t s) {
@@ -152,7 +131,7 @@ static uint8_t *slab_data(const dram_state *st, uint32_t s) {
 
 static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *bucket_out) {
     uint64_t mask = st->header->geo.n_buckets - 1;
-    for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
+    for (uint64_t b = kvs_key_hash(key) & mask;; b = (b + 1) & mask) {
         uint32_t s = st->buckets[b];
         if (s == DRAM_NIL) return DRAM_NIL;
         if (memcmp(&st->slabs[s].key, key, sizeof *key) == 0) {
@@ -164,7 +143,7 @@ static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *b
 
 static void index_insert(dram_state *st, uint32_t s) {
     uint64_t mask = st->header->geo.n_buckets - 1;
-    uint64_t b = hash_key(&st->slabs[s].key) & mask;
+    uint64_t b = kvs_key_hash(&st->slabs[s].key) & mask;
     while (st->buckets[b] != DRAM_NIL) b = (b + 1) & mask;
     st->buckets[b] = s;
 }
@@ -174,7 +153,7 @@ static void index_erase(dram_state *st, uint64_t hole) {
     for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
         uint32_t s = st->buckets[j];
         if (s == DRAM_NIL) break;
-        uint64_t home = hash_key(&st->slabs[s].key) & mask;
+        uint64_t home = kvs_key_hash(&st->slabs[s].key) & mask;
         /* Move the entry back unless its home lies cyclically in (hole, j]. */
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             st->buckets[hole] = s;
@@ -311,7 +290,7 @@ static kvs_status lock_tier(dram_state *st) {
         log_message(st, KVS_LOG_WARN, message);
         return KVS_OK;
     }
-    set_error(st, "its lock cannot be taken (%s)", errno_name(rc));
+    set_error(st, "its lock cannot be taken (%s)", kvs_errno_name(rc));
     return KVS_EIO;
 }
 
@@ -469,7 +448,7 @@ static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
 /* A paced tier: a read of len bytes waits its turn on the modelled device, then for its own time. */
 static void pace_read(dram_state *st, uint64_t len) {
     if (st->pace_bytes_per_s || st->pace_latency_ns)
-        kvs_pace_wait(&st->pace, now_ns(),
+        kvs_pace_wait(&st->pace, kvs_now_ns(),
                       kvs_pace_cost_ns(len, st->pace_bytes_per_s, st->pace_latency_ns));
 }
 
@@ -536,7 +515,7 @@ static kvs_status init_layout(dram_state *st, const geometry *g) {
         pthread_mutexattr_destroy(&attr);
     }
     if (rc != 0) {
-        set_error(st, "cannot make its process-shared lock (%s)", errno_name(rc));
+        set_error(st, "cannot make its process-shared lock (%s)", kvs_errno_name(rc));
         return KVS_EIO;
     }
     return st->shm_path[0] ? add_attacher(st)
@@ -553,19 +532,20 @@ static kvs_status create_layout(dram_state *st, const geometry *g, int fd) {
     void *base = MAP_FAILED;
     kvs_fmt_bytes(size, sizeof size, g->mapping_bytes);
     if (fd >= 0 && ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
-        set_error(st, "cannot size shared memory \"%s\" to %s (%s)", what, size, errno_name(errno));
+        set_error(st, "cannot size shared memory \"%s\" to %s (%s)", what, size,
+                  kvs_errno_name(errno));
         goto fail;
     }
     int err = fd >= 0 ? posix_fallocate(fd, 0, (off_t)g->mapping_bytes) : 0;
     if (err != 0) {
         set_error(st, "shared memory \"%s\" cannot hold %s (%s); is /dev/shm large enough?", what,
-                  size, errno_name(err));
+                  size, kvs_errno_name(err));
         goto fail;
     }
     int flags = fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
     base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
     if (base == MAP_FAILED) {
-        set_error(st, "cannot map %s of memory for %s (%s)", size, what, errno_name(errno));
+        set_error(st, "cannot map %s of memory for %s (%s)", size, what, kvs_errno_name(errno));
         goto fail;
     }
     bind_views(st, base, g);
@@ -589,14 +569,14 @@ fail:
  * The creator sizes the object in one ftruncate, so a non-empty object has its final size.
  * KVS_EAGAIN when its last user is unlinking it (the caller reopens by name). Takes fd. */
 static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
-    uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS, mapped = 0;
+    uint64_t deadline = kvs_now_ns() + DRAM_ATTACH_WAIT_NS, mapped = 0;
     kvs_status rc = KVS_EIO;
     shared_header *h = MAP_FAILED;
     while (h == MAP_FAILED || __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != DRAM_MAGIC) {
         struct stat sb;
         if (h == MAP_FAILED && fstat(fd, &sb) != 0) {
             set_error(st, "cannot inspect shared memory \"%s\" (%s)", st->shm_path,
-                      errno_name(errno));
+                      kvs_errno_name(errno));
             goto fail;
         }
         if (h == MAP_FAILED && (uint64_t)sb.st_size >= sizeof *h) {
@@ -604,13 +584,13 @@ static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
             h = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (h == MAP_FAILED) {
                 set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path,
-                          errno_name(errno));
+                          kvs_errno_name(errno));
                 rc = KVS_ENOMEM;
                 goto fail;
             }
             continue;
         }
-        if (now_ns() > deadline) {
+        if (kvs_now_ns() > deadline) {
             set_error(st,
                       "shared memory \"%s\" exists but was never initialised (its creator "
                       "may have died); remove /dev/shm%s",
@@ -659,18 +639,19 @@ fail:
 /* Create or attach by name. The name can disappear between our calls while its last user leaves,
  * so retry, bounded by time rather than by count. */
 static kvs_status open_shared(dram_state *st, const geometry *g) {
-    for (uint64_t deadline = now_ns() + DRAM_ATTACH_WAIT_NS; now_ns() < deadline;) {
+    for (uint64_t deadline = kvs_now_ns() + DRAM_ATTACH_WAIT_NS; kvs_now_ns() < deadline;) {
         int fd = shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0) return create_layout(st, g, fd);
         if (errno != EEXIST) {
             set_error(st, "cannot create shared memory \"%s\" (%s)", st->shm_path,
-                      errno_name(errno));
+                      kvs_errno_name(errno));
             return KVS_EIO;
         }
         fd = shm_open(st->shm_path, O_RDWR, 0);
         if (fd < 0) {
             if (errno == ENOENT) continue; /* its last user unlinked it in between */
-            set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path, errno_name(errno));
+            set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path,
+                      kvs_errno_name(errno));
             return KVS_EIO;
         }
         kvs_status rc = attach_shared(st, g, fd);
@@ -680,18 +661,13 @@ static kvs_status open_shared(dram_state *st, const geometry *g) {
     return KVS_EIO;
 }
 
-static void write_init_error(const kvs_backend_init *init, const char *message) {
-    if (init->error && init->error_len > 0)
-        snprintf(init->error, (size_t)init->error_len, "%s", message);
-}
-
 static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
     *out = NULL;
     if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
     dram_state *st = calloc(1, sizeof *st);
     if (!st) {
-        write_init_error(init, "dram tier: out of memory for its state");
+        kvs_create_error(init, "dram tier: out of memory for its state");
         return KVS_ENOMEM;
     }
     snprintf(st->tier_name, sizeof st->tier_name, "%s", init->tier_name ? init->tier_name : "dram");
@@ -726,7 +702,7 @@ static kvs_status dram_create(const kvs_backend_init *init, void **out) {
     return KVS_OK;
 
 fail:
-    write_init_error(init, st->error);
+    kvs_create_error(init, st->error);
     kvs_pace_destroy(&st->pace);
     free(st);
     return rc;
@@ -784,7 +760,7 @@ static kvs_status dram_pin(void *state, const kvs_key *keys, uint64_t n, uint64_
     if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
     kvs_status rc = lock_tier(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = now_ns();
+    uint64_t now = kvs_now_ns();
     uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
     uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
     uint64_t i = 0;
@@ -806,7 +782,7 @@ static kvs_status dram_unpin(void *state, const kvs_key *keys, uint64_t n) {
     if (!st || (!keys && n)) return KVS_EINVAL;
     kvs_status rc = lock_tier(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = now_ns();
+    uint64_t now = kvs_now_ns();
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = index_find(st, &keys[i], NULL);
         if (s == DRAM_NIL) continue;
@@ -894,7 +870,7 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
     kvs_status rc = lock_tier(st);
     if (rc != KVS_OK) return rc;
     shared_header *h = st->header;
-    uint64_t now = now_ns();
+    uint64_t now = kvs_now_ns();
     uint64_t bucket = 0;
     uint32_t s = index_find(st, key, &bucket);
     if (s != DRAM_NIL) {
@@ -941,7 +917,7 @@ static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, vo
     }
     kvs_status rc = lock_tier(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = now_ns();
+    uint64_t now = kvs_now_ns();
     uint32_t s = take_slab(st, now);
     if (s == DRAM_NIL) {
         set_error(st, "all %llu objects are pinned or reserved; no room for another",
@@ -992,7 +968,7 @@ static kvs_status dram_commit(void *state, uint64_t ticket) {
     uint64_t bucket = 0;
     uint32_t old = index_find(st, &e->key, &bucket);
     if (old != DRAM_NIL) {
-        if (slab_pinned(&st->slabs[old], now_ns())) {
+        if (slab_pinned(&st->slabs[old], kvs_now_ns())) {
             lru_touch(st, old); /* a reader holds the stored copy; equal keys carry equal bytes */
             free_list_push(st, s);
             unlock_tier(st);
