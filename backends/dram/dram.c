@@ -14,7 +14,6 @@
 #include "common/options.h"
 #include "common/pace.h"
 #include "common/units.h"
-#include "connector/config.h"
 
 #include <errno.h>
 #include <fcntl.h>
