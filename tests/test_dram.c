@@ -1,6 +1,7 @@
 /* test_dram.c - the built-in DRAM tier through its backend ops table. */
 #include <check.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 #include "backends/dram/dram.h"
+#include "connector/config.h"
+#include "connector/tiers.h"
 #include "tests/support/test_support.h"
 
 #define KIB 1024ull
@@ -129,8 +132,45 @@ static int shm_exists(const char *name) {
     return 1;
 }
 
+/* With KVS_TEST_DRAM_PLUGIN set (CTest test_dram_plugin) every test runs against the dram backend
+ * built as its own module (libkvstrata-dram.so), loaded the way a deployment would: a `type: plugin`
+ * tier opened by the connector's tier chain, whose table then serves the tests. */
+static kvs_tier_chain *plugin_chain;
+
+static const kvs_backend_ops *ops_from_plugin(const char *path) {
+    char yaml[1024], err[512] = "";
+    snprintf(
+        yaml, sizeof yaml,
+        "tiers:\n  - name: dram-plugin\n    type: plugin\n    plugin: %s\n    capacity: 1MiB\n",
+        path);
+    kvs_config *cfg = NULL;
+    ck_assert_msg(kvs_config_parse_string(yaml, strlen(yaml), NULL, &cfg, err, sizeof err) ==
+                      KVS_OK,
+                  "%s", err);
+    ck_assert_msg(
+        kvs_tiers_open(cfg, 4 * KIB, NULL, 0, NULL, NULL, &plugin_chain, err, sizeof err) == KVS_OK,
+        "%s", err);
+    kvs_config_free(cfg);
+    const kvs_backend_ops *table = kvs_tiers_ops(plugin_chain, 0);
+    /* the table really is the module's, not the library's built-in one */
+    Dl_info where;
+    char want[4096], got[4096];
+    ck_assert_ptr_ne(table, kvs_dram_backend());
+    ck_assert_int_ne(dladdr(table, &where), 0);
+    ck_assert_ptr_nonnull(realpath(path, want));
+    ck_assert_ptr_nonnull(realpath(where.dli_fname, got));
+    ck_assert_str_eq(got, want);
+    return table;
+}
+
 static void setup(void) {
-    ops = kvs_dram_backend();
+    const char *plugin = getenv("KVS_TEST_DRAM_PLUGIN");
+    ops = plugin ? ops_from_plugin(plugin) : kvs_dram_backend();
+}
+
+static void teardown(void) {
+    if (plugin_chain) kvs_tiers_close(plugin_chain);
+    plugin_chain = NULL;
 }
 
 START_TEST(ops_table_declares_its_version_and_capabilities) {
@@ -1068,7 +1108,7 @@ END_TEST
 static Suite *dram_suite(void) {
     Suite *s = suite_create("dram");
     TCase *local = tcase_create("private");
-    tcase_add_checked_fixture(local, setup, NULL);
+    tcase_add_checked_fixture(local, setup, teardown);
     tcase_add_test(local, ops_table_declares_its_version_and_capabilities);
     tcase_add_test(local, get_range_copies_the_bytes_asked_for_and_stops_at_the_end);
     tcase_add_test(local, put_then_get_returns_the_same_bytes);
@@ -1097,7 +1137,7 @@ static Suite *dram_suite(void) {
 
     TCase *shared = tcase_create("shared");
     tcase_set_timeout(shared, 60); /* process churn is slow under sanitizers on a loaded machine */
-    tcase_add_checked_fixture(shared, setup, NULL);
+    tcase_add_checked_fixture(shared, setup, teardown);
     tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
     tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
