@@ -17,35 +17,18 @@
 #include <unistd.h>
 
 #include "backends/dram/dram.h"
+#include "common/clock.h"
 #include "connector/config.h"
 #include "connector/tiers.h"
+#include "tests/support/objects.h"
 #include "tests/support/test_support.h"
+#include "tests/support/wait.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
 
 static const kvs_backend_ops *ops;
 static char error_text[512];
-
-/* Keys differ in both halves so the index sees realistic hashes. */
-static kvs_key key_of(uint32_t i) {
-    kvs_key k;
-    memset(&k, 0, sizeof k);
-    uint32_t hi = i * 2654435761u + 1u;
-    memcpy(k.bytes, &i, sizeof i);
-    memcpy(k.bytes + 8, &hi, sizeof hi);
-    return k;
-}
-
-static void fill(uint8_t *buf, uint64_t len, uint32_t seed) {
-    for (uint64_t i = 0; i < len; i++) buf[i] = (uint8_t)(seed * 131u + i * 7u + (i >> 8));
-}
-
-static int bytes_match(const uint8_t *buf, uint64_t len, uint32_t seed) {
-    for (uint64_t i = 0; i < len; i++)
-        if (buf[i] != (uint8_t)(seed * 131u + i * 7u + (i >> 8))) return 0;
-    return 1;
-}
 
 /* What on_evict saw. */
 typedef struct evict_log {
@@ -96,8 +79,8 @@ static void *open_small(uint64_t n_slabs, evict_log *log, kvs_backend_host *host
 
 static void put_small(void *st, uint32_t i, uint64_t len) {
     uint8_t buf[4096];
-    fill(buf, len, i);
-    kvs_key k = key_of(i);
+    kvs_test_fill(buf, len, i);
+    kvs_key k = kvs_test_key(i);
     ck_assert_int_eq(ops->put(st, &k, buf, len), KVS_OK);
 }
 
@@ -118,9 +101,9 @@ static void remove_leftover_shm(void) {
         char path[300];
         if (strncmp(e->d_name, prefix, (size_t)n) != 0) continue;
         snprintf(path, sizeof path, "/%s", e->d_name);
-        shm_unlink(path);
+        if (shm_unlink(path) != 0) fprintf(stderr, "test_dram: cannot remove /dev/shm%s\n", path);
     }
-    closedir(dir);
+    if (closedir(dir) != 0) fprintf(stderr, "test_dram: cannot close /dev/shm\n");
 }
 
 static int shm_exists(const char *name) {
@@ -128,7 +111,7 @@ static int shm_exists(const char *name) {
     snprintf(path, sizeof path, "/%s", name);
     int fd = shm_open(path, O_RDONLY, 0);
     if (fd < 0) return 0;
-    close(fd);
+    ck_assert_int_eq(close(fd), 0);
     return 1;
 }
 
@@ -163,9 +146,21 @@ static const kvs_backend_ops *ops_from_plugin(const char *path) {
     return table;
 }
 
+/* kvs_dram_set_clock of the backend under test: the library's, or the module's own. */
+static kvs_status (*set_clock)(void *tier, const struct kvs_clock *clock);
+
 static void setup(void) {
     const char *plugin = getenv("KVS_TEST_DRAM_PLUGIN");
     ops = plugin ? ops_from_plugin(plugin) : kvs_dram_backend();
+    set_clock = kvs_dram_set_clock;
+    if (plugin) {
+        void *module = dlopen(plugin, RTLD_NOW | RTLD_NOLOAD); /* the chain holds it open */
+        ck_assert_ptr_nonnull(module);
+        *(void **)&set_clock = dlsym(module, "kvs_dram_set_clock");
+        ck_assert_ptr_nonnull(set_clock);
+        ck_assert_ptr_ne(set_clock, kvs_dram_set_clock);
+        ck_assert_int_eq(dlclose(module), 0);
+    }
 }
 
 static void teardown(void) {
@@ -188,8 +183,8 @@ START_TEST(get_range_copies_the_bytes_asked_for_and_stops_at_the_end) {
     kvs_backend_host host;
     void *st = open_small(4, &log, &host);
     uint8_t buf[3000], out[4096];
-    fill(buf, sizeof buf, 7);
-    kvs_key k = key_of(7);
+    kvs_test_fill(buf, sizeof buf, 7);
+    kvs_key k = kvs_test_key(7);
     ck_assert_int_eq(ops->put(st, &k, buf, sizeof buf), KVS_OK);
     uint64_t got = 0, len = 0;
     memset(out, 0xAB, sizeof out);
@@ -203,7 +198,7 @@ START_TEST(get_range_copies_the_bytes_asked_for_and_stops_at_the_end) {
     ck_assert_mem_eq(out, buf + 2900, 100);
     ck_assert_int_eq(ops->get_range(st, &k, 5000, 10, out, &got, &len), KVS_OK);
     ck_assert_uint_eq(got, 0);
-    kvs_key missing = key_of(8);
+    kvs_key missing = kvs_test_key(8);
     ck_assert_int_eq(ops->get_range(st, &missing, 0, 10, out, &got, &len), KVS_ENOTFOUND);
     ops->destroy(st);
 }
@@ -214,8 +209,10 @@ START_TEST(put_then_get_returns_the_same_bytes) {
     ck_assert_int_eq(open_tier_with("t0", 8 * MIB, MIB + 5, NULL, 0, NULL, &st), KVS_OK);
     uint64_t len = MIB + 5;
     uint8_t *in = malloc(len), *out = malloc(len);
-    fill(in, len, 42);
-    kvs_key k = key_of(42);
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    kvs_test_fill(in, len, 42);
+    kvs_key k = kvs_test_key(42);
     ck_assert_int_eq(ops->put(st, &k, in, len), KVS_OK);
     memset(out, 0, len);
     uint64_t got = 0;
@@ -226,7 +223,7 @@ START_TEST(put_then_get_returns_the_same_bytes) {
     ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
     ck_assert_uint_eq(n_objects, 1);
     ck_assert_uint_eq(bytes, len);
-    kvs_key missing = key_of(43);
+    kvs_key missing = kvs_test_key(43);
     ck_assert_int_eq(ops->get(st, &missing, out, len, &got), KVS_ENOTFOUND);
     free(in);
     free(out);
@@ -241,7 +238,7 @@ START_TEST(get_with_a_short_buffer_reports_overflow_and_the_needed_length) {
     put_small(st, 1, 300);
     uint8_t out[100];
     uint64_t got = 0;
-    kvs_key k = key_of(1);
+    kvs_key k = kvs_test_key(1);
     ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &got), KVS_EOVERFLOW);
     ck_assert_uint_eq(got, 300);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "\"t0\""));
@@ -254,7 +251,7 @@ START_TEST(get_ref_points_at_the_stored_bytes) {
     kvs_backend_host host;
     void *st = open_small(4, &log, &host);
     put_small(st, 7, 4096);
-    kvs_key k = key_of(7);
+    kvs_key k = kvs_test_key(7);
     uint64_t n_pinned = 0;
     ck_assert_int_eq(ops->pin(st, &k, 1, 10000, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 1);
@@ -262,10 +259,10 @@ START_TEST(get_ref_points_at_the_stored_bytes) {
     uint64_t len = 0;
     ck_assert_int_eq(ops->get_ref(st, &k, &ref, &len), KVS_OK);
     ck_assert_uint_eq(len, 4096);
-    ck_assert(bytes_match(ref, len, 7));
+    ck_assert(kvs_test_bytes_match(ref, len, 7));
     /* Pinned: filling the tier many times over must not touch these bytes. */
     for (uint32_t i = 100; i < 120; i++) put_small(st, i, 4096);
-    ck_assert(bytes_match(ref, len, 7));
+    ck_assert(kvs_test_bytes_match(ref, len, 7));
     const void *again = NULL;
     ck_assert_int_eq(ops->get_ref(st, &k, &again, &len), KVS_OK);
     ck_assert_ptr_eq(again, ref);
@@ -281,7 +278,7 @@ START_TEST(contains_stops_at_the_first_missing_key) {
     put_small(st, 0, 10);
     put_small(st, 1, 10);
     put_small(st, 3, 10);
-    kvs_key keys[4] = {key_of(0), key_of(1), key_of(2), key_of(3)};
+    kvs_key keys[4] = {kvs_test_key(0), kvs_test_key(1), kvs_test_key(2), kvs_test_key(3)};
     uint64_t n = 99;
     ck_assert_int_eq(ops->contains(st, keys, 4, &n), KVS_OK);
     ck_assert_uint_eq(n, 2);
@@ -303,22 +300,23 @@ START_TEST(eviction_drops_the_least_recently_used_and_hands_each_victim_to_on_ev
     ck_assert_int_eq(log.n, 0);
     uint8_t out[4096];
     uint64_t len = 0;
-    kvs_key k0 = key_of(0);
+    kvs_key k0 = kvs_test_key(0);
     ck_assert_int_eq(ops->get(st, &k0, out, sizeof out, &len), KVS_OK); /* 0 is now newest */
     uint64_t present = 0;
-    kvs_key k1 = key_of(1);
+    kvs_key k1 = kvs_test_key(1);
     ck_assert_int_eq(ops->contains(st, &k1, 1, &present), KVS_OK); /* contains is no use */
     put_small(st, 4, 50);
     put_small(st, 5, 60);
     ck_assert_int_eq(log.n, 2);
-    kvs_key want1 = key_of(1), want2 = key_of(2);
+    kvs_key want1 = kvs_test_key(1), want2 = kvs_test_key(2);
     ck_assert(memcmp(&log.keys[0], &want1, sizeof want1) == 0);
     ck_assert(memcmp(&log.keys[1], &want2, sizeof want2) == 0);
     ck_assert_uint_eq(log.lens[0], 101);
     ck_assert_uint_eq(log.lens[1], 102);
-    ck_assert(bytes_match(log.bytes[0], 101, 1));
-    ck_assert(bytes_match(log.bytes[1], 102, 2));
-    kvs_key order[6] = {key_of(0), key_of(3), key_of(4), key_of(5), key_of(1), key_of(2)};
+    ck_assert(kvs_test_bytes_match(log.bytes[0], 101, 1));
+    ck_assert(kvs_test_bytes_match(log.bytes[1], 102, 2));
+    kvs_key order[6] = {kvs_test_key(0), kvs_test_key(3), kvs_test_key(4),
+                        kvs_test_key(5), kvs_test_key(1), kvs_test_key(2)};
     ck_assert_int_eq(ops->contains(st, order, 6, &present), KVS_OK);
     ck_assert_uint_eq(present, 4);
     uint64_t n_objects = 0, bytes = 0;
@@ -335,12 +333,12 @@ START_TEST(pinned_object_is_never_evicted_and_put_fails_when_all_are_pinned) {
     void *st = open_small(2, &log, &host);
     put_small(st, 0, 10);
     put_small(st, 1, 10);
-    kvs_key both[2] = {key_of(0), key_of(1)};
+    kvs_key both[2] = {kvs_test_key(0), kvs_test_key(1)};
     uint64_t n_pinned = 0;
     ck_assert_int_eq(ops->pin(st, both, 2, 60000, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 2);
     uint8_t buf[10] = {0};
-    kvs_key k2 = key_of(2);
+    kvs_key k2 = kvs_test_key(2);
     ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
     ck_assert_int_eq(log.n, 0);
@@ -364,7 +362,7 @@ START_TEST(pin_stops_at_the_first_missing_key) {
     void *st = open_small(4, &log, &host);
     put_small(st, 0, 10);
     put_small(st, 2, 10);
-    kvs_key keys[3] = {key_of(0), key_of(1), key_of(2)};
+    kvs_key keys[3] = {kvs_test_key(0), kvs_test_key(1), kvs_test_key(2)};
     uint64_t n_pinned = 9;
     ck_assert_int_eq(ops->pin(st, keys, 3, 60000, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 1);
@@ -379,28 +377,59 @@ START_TEST(pin_stops_at_the_first_missing_key) {
 }
 END_TEST
 
-START_TEST(pin_with_a_50ms_timeout_expires_and_the_object_becomes_evictable) {
+START_TEST(a_pin_expires_when_the_clock_passes_its_timeout_and_the_object_becomes_evictable) {
     evict_log log = {0};
     kvs_backend_host host;
     void *st = open_small(1, &log, &host);
+    kvs_clock clock;
+    kvs_clock_init_manual(&clock, kvs_now_ns());
+    ck_assert_int_eq(set_clock(st, &clock), KVS_OK);
     put_small(st, 0, 10);
-    kvs_key k0 = key_of(0), k1 = key_of(1);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1);
     uint64_t n_pinned = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     ck_assert_int_eq(ops->pin(st, &k0, 1, 50, &n_pinned), KVS_OK);
     ck_assert_uint_eq(n_pinned, 1);
     uint8_t buf[10] = {0};
-    kvs_status early = ops->put(st, &k1, buf, sizeof buf);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double elapsed_ms =
-        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-    if (elapsed_ms < 45.0) ck_assert_int_eq(early, KVS_ENOMEM); /* a slow machine may skip this */
-    struct timespec ts = {0, 80 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK);
+    kvs_clock_advance(&clock, 49 * 1000000ull);
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_ENOMEM); /* 1 ms left */
+    ck_assert_int_eq(log.n, 0);
+    kvs_clock_advance(&clock, 1000000ull);
+    ck_assert_int_eq(ops->put(st, &k1, buf, sizeof buf), KVS_OK); /* the deadline has passed */
     ck_assert_int_eq(log.n, 1);
     ck_assert(memcmp(&log.keys[0], &k0, sizeof k0) == 0);
+    ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK); /* the expired pin's unpin is a no-op */
+    ops->destroy(st);
+}
+END_TEST
+
+/* A reservation its process never committed (the process died) is reclaimed once it is 120 s old,
+ * and only when the tier has no other room. */
+START_TEST(an_uncommitted_reservation_is_reclaimed_after_120_s_when_nothing_else_is_free) {
+    evict_log log = {0};
+    kvs_backend_host host;
+    void *st = open_small(2, &log, &host);
+    kvs_clock clock;
+    kvs_clock_init_manual(&clock, kvs_now_ns());
+    ck_assert_int_eq(set_clock(st, &clock), KVS_OK);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1), k2 = kvs_test_key(2);
+    void *dst = NULL;
+    uint64_t stale = 0, ticket = 0, n_pinned = 0;
+    ck_assert_int_eq(ops->reserve(st, &k0, 100, &dst, &stale), KVS_OK);
+    put_small(st, 1, 10);
+    ck_assert_int_eq(ops->pin(st, &k1, 1, 3600 * 1000, &n_pinned), KVS_OK);
+    ck_assert_uint_eq(n_pinned, 1);
+    kvs_clock_advance(&clock, 119 * 1000000000ull);
+    ck_assert_int_eq(ops->reserve(st, &k2, 100, &dst, &ticket), KVS_ENOMEM);
+    kvs_clock_advance(&clock, 1000000000ull + 1);
+    ck_assert_int_eq(ops->reserve(st, &k2, 100, &dst, &ticket), KVS_OK);
+    ck_assert_int_eq(ops->commit(st, stale), KVS_ENOTFOUND); /* its slab went to k2 */
+    ck_assert_ptr_nonnull(strstr(ops->last_error(st), "names no reservation"));
+    ck_assert_int_eq(ops->commit(st, ticket), KVS_OK);
+    uint64_t present = 0;
+    ck_assert_int_eq(ops->contains(st, &k2, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 1);
+    ck_assert_int_eq(log.n, 0); /* nothing stored was evicted for it */
+    ck_assert_int_eq(ops->unpin(st, &k1, 1), KVS_OK);
     ops->destroy(st);
 }
 END_TEST
@@ -410,7 +439,7 @@ START_TEST(nested_pins_need_as_many_unpins) {
     kvs_backend_host host;
     void *st = open_small(1, &log, &host);
     put_small(st, 0, 10);
-    kvs_key k0 = key_of(0), k1 = key_of(1);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1);
     uint64_t n_pinned = 0;
     ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
     ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
@@ -428,7 +457,7 @@ START_TEST(double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin)
     kvs_backend_host host;
     void *st = open_small(1, &log, &host);
     put_small(st, 0, 10);
-    kvs_key k0 = key_of(0), k1 = key_of(1), absent = key_of(77);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1), absent = kvs_test_key(77);
     uint64_t n_pinned = 0;
     ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
     ck_assert_int_eq(ops->unpin(st, &k0, 1), KVS_OK);
@@ -448,16 +477,16 @@ START_TEST(put_of_an_existing_key_replaces_its_bytes) {
     evict_log log = {0};
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
-    kvs_key k = key_of(5);
+    kvs_key k = kvs_test_key(5);
     uint8_t a[300], b[200], out[4096];
-    fill(a, sizeof a, 1);
-    fill(b, sizeof b, 2);
+    kvs_test_fill(a, sizeof a, 1);
+    kvs_test_fill(b, sizeof b, 2);
     ck_assert_int_eq(ops->put(st, &k, a, sizeof a), KVS_OK);
     ck_assert_int_eq(ops->put(st, &k, b, sizeof b), KVS_OK);
     uint64_t len = 0;
     ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
     ck_assert_uint_eq(len, sizeof b);
-    ck_assert(bytes_match(out, len, 2));
+    ck_assert(kvs_test_bytes_match(out, len, 2));
     uint64_t n_objects = 0, bytes = 0;
     ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
     ck_assert_uint_eq(n_objects, 1);
@@ -472,7 +501,7 @@ START_TEST(put_over_a_pinned_key_keeps_the_stored_bytes) {
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
     put_small(st, 5, 300);
-    kvs_key k = key_of(5);
+    kvs_key k = kvs_test_key(5);
     uint64_t n_pinned = 0;
     ck_assert_int_eq(ops->pin(st, &k, 1, 60000, &n_pinned), KVS_OK);
     uint8_t other[20] = {0}, out[4096];
@@ -480,7 +509,7 @@ START_TEST(put_over_a_pinned_key_keeps_the_stored_bytes) {
     uint64_t len = 0;
     ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
     ck_assert_uint_eq(len, 300);
-    ck_assert(bytes_match(out, len, 5));
+    ck_assert(kvs_test_bytes_match(out, len, 5));
     ops->destroy(st);
 }
 END_TEST
@@ -491,20 +520,20 @@ START_TEST(reserved_room_is_invisible_until_commit_and_survives_eviction) {
     evict_log log = {0};
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
-    kvs_key k0 = key_of(0);
+    kvs_key k0 = kvs_test_key(0);
     void *dst = NULL;
     uint64_t ticket = 0, present = 1;
     ck_assert_int_eq(ops->reserve(st, &k0, 100, &dst, &ticket), KVS_OK);
-    fill(dst, 100, 0);
+    kvs_test_fill(dst, 100, 0);
     ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 0);
     put_small(st, 1, 10);
     put_small(st, 2, 10); /* evicts 1: the reservation holds the other slab */
     put_small(st, 3, 10);
     ck_assert_int_eq(log.n, 2);
-    kvs_key k1 = key_of(1);
+    kvs_key k1 = kvs_test_key(1);
     ck_assert(memcmp(&log.keys[0], &k1, sizeof k1) == 0);
-    ck_assert(bytes_match(dst, 100, 0));
+    ck_assert(kvs_test_bytes_match(dst, 100, 0));
     ck_assert_int_eq(ops->commit(st, ticket), KVS_OK);
     ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 1);
@@ -512,13 +541,13 @@ START_TEST(reserved_room_is_invisible_until_commit_and_survives_eviction) {
     uint64_t len = 0;
     ck_assert_int_eq(ops->get(st, &k0, buf, sizeof buf, &len), KVS_OK);
     ck_assert_uint_eq(len, 100);
-    ck_assert(bytes_match(buf, 100, 0));
+    ck_assert(kvs_test_bytes_match(buf, 100, 0));
     ck_assert_int_eq(ops->commit(st, ticket), KVS_ENOTFOUND); /* used up */
     ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);         /* and harmless */
     ck_assert_int_eq(ops->contains(st, &k0, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 1);
 
-    kvs_key k9 = key_of(9);
+    kvs_key k9 = kvs_test_key(9);
     ck_assert_int_eq(ops->reserve(st, &k9, 100, &dst, &ticket), KVS_OK);
     ck_assert_int_eq(ops->abort(st, ticket), KVS_OK);
     ck_assert_int_eq(ops->contains(st, &k9, 1, &present), KVS_OK);
@@ -543,12 +572,12 @@ START_TEST(reserve_fails_cleanly_when_everything_is_pinned) {
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
     put_small(st, 0, 10);
-    kvs_key k0 = key_of(0), k1 = key_of(1);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1);
     uint64_t n_pinned = 0, ticket = 0;
     ck_assert_int_eq(ops->pin(st, &k0, 1, 60000, &n_pinned), KVS_OK);
     void *dst = NULL;
     ck_assert_int_eq(ops->reserve(st, &k1, 10, &dst, &ticket), KVS_OK);
-    kvs_key k2 = key_of(2);
+    kvs_key k2 = kvs_test_key(2);
     uint64_t t2 = 0;
     ck_assert_int_eq(ops->reserve(st, &k2, 10, &dst, &t2), KVS_ENOMEM);
     ck_assert_int_eq(ops->reserve(st, &k2, 8 * KIB, &dst, &t2),
@@ -567,7 +596,7 @@ START_TEST(remove_frees_the_object_even_while_it_is_pinned) {
     void *st = open_small(2, &log, &host);
     put_small(st, 0, 10);
     put_small(st, 1, 20);
-    kvs_key k0 = key_of(0), k1 = key_of(1), absent = key_of(9);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1), absent = kvs_test_key(9);
     ck_assert_int_eq(ops->remove(st, &k0), KVS_OK);
     ck_assert_int_eq(ops->remove(st, &absent), KVS_OK);
     uint64_t present = 9, n_objects = 0, bytes = 0, n_pinned = 0;
@@ -594,7 +623,8 @@ START_TEST(put_larger_than_the_max_object_size_is_refused) {
     kvs_backend_host host;
     void *st = open_small(2, &log, &host);
     uint8_t *big = calloc(1, 4097);
-    kvs_key k = key_of(1);
+    ck_assert_ptr_nonnull(big);
+    kvs_key k = kvs_test_key(1);
     ck_assert_int_eq(ops->put(st, &k, big, 4097), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "larger than"));
     ck_assert_int_eq(ops->put(st, &k, big, 4096), KVS_OK);
@@ -632,30 +662,41 @@ START_TEST(paced_reads_take_at_least_their_modelled_time) {
     ck_assert_msg(open_tier_with("slow", MIB, 64 * KIB, opts, 2, NULL, &st) == KVS_OK, "%s",
                   error_text);
     static uint8_t buf[64 * KIB], out[64 * KIB];
-    fill(buf, sizeof buf, 5);
-    kvs_key k = key_of(5);
+    kvs_test_fill(buf, sizeof buf, 5);
+    kvs_key k = kvs_test_key(5);
     ck_assert_int_eq(ops->put(st, &k, buf, sizeof buf), KVS_OK);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = kvs_now_ns();
     for (int i = 0; i < 3; i++) {
         uint64_t len = 0;
         ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
         ck_assert_mem_eq(out, buf, sizeof buf);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    double ms = (double)(kvs_now_ns() - t0) / 1e6;
     ck_assert_msg(ms >= 3 * (10.0 + 62.5) - 1, "3 paced reads of 64 KiB took %.1f ms",
                   ms); /* 64 KiB at 1 MiB/s */
     ops->destroy(st);
-    const char *bad[][2] = {{"read_bandwidth", "fast"},
-                            {"read_bandwidth", "0"},
-                            {"read_latency_us", "-1"},
-                            {"read_latency_us", "1e3"}};
+    /* a rate is a size per second, and a bare size is one too */
+    static const char *const rates[] = {"1MiB/s", "1MiB", "1.5 GB/s", "4096"};
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        kvs_backend_option opt = {"read_bandwidth", rates[i]};
+        st = NULL;
+        ck_assert_msg(open_tier_with("x", MIB, 4096, &opt, 1, NULL, &st) == KVS_OK, "%s: %s",
+                      rates[i], error_text);
+        ops->destroy(st);
+    }
+    const char *bad[][3] = {
+        {"read_bandwidth", "fast", "read_bandwidth \"fast\" is not a rate such as 200MiB/s"},
+        {"read_bandwidth", "0", "read_bandwidth \"0\" is not a rate such as 200MiB/s"},
+        {"read_bandwidth", "4Mb/s", "unknown unit 'Mb'"},
+        {"read_latency_us", "-1", "read_latency_us \"-1\" is not a whole number of microseconds"},
+        {"read_latency_us", "1e3", "read_latency_us \"1e3\" is not a whole number"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvs_backend_option opt = {bad[i][0], bad[i][1]};
         st = NULL;
         ck_assert_int_eq(open_tier_with("x", MIB, 4096, &opt, 1, NULL, &st), KVS_ECONFIG);
-        ck_assert_msg(strstr(error_text, bad[i][0]) != NULL, "%s", error_text);
+        ck_assert_ptr_null(st);
+        ck_assert_msg(strstr(error_text, bad[i][2]) != NULL, "%s", error_text);
+        ck_assert_msg(strncmp(error_text, "dram tier \"x\": ", 15) == 0, "%s", error_text);
     }
 }
 END_TEST
@@ -689,7 +730,7 @@ START_TEST(index_agrees_with_a_model_under_random_puts_and_removes) {
     for (int step = 0; step < 20000; step++) {
         rng = rng * 1103515245u + 12345u;
         uint32_t i = (rng >> 8) % KEYS;
-        kvs_key k = key_of(i);
+        kvs_key k = kvs_test_key(i);
         if ((rng >> 20) % 3 != 0) {
             if (!present[i] && live == 32) continue;
             uint64_t len = 1 + (rng >> 4) % 4000;
@@ -704,13 +745,13 @@ START_TEST(index_agrees_with_a_model_under_random_puts_and_removes) {
         }
         if (step % 97 == 0) {
             for (uint32_t j = 0; j < KEYS; j++) {
-                kvs_key kj = key_of(j);
+                kvs_key kj = kvs_test_key(j);
                 uint64_t len = 0;
                 kvs_status rc = ops->get(st, &kj, out, sizeof out, &len);
                 ck_assert_int_eq(rc, present[j] ? KVS_OK : KVS_ENOTFOUND);
                 if (present[j]) {
                     ck_assert_uint_eq(len, model_len[j]);
-                    ck_assert(bytes_match(out, len, j));
+                    ck_assert(kvs_test_bytes_match(out, len, j));
                 }
             }
         }
@@ -738,37 +779,37 @@ static void *hammer(void *p) {
     for (int step = 0; step < 3000; step++) {
         rng = rng * 1103515245u + 12345u;
         uint32_t i = (rng >> 8) % 64;
-        kvs_key k = key_of(i);
+        kvs_key k = kvs_test_key(i);
         uint64_t len = 1000 + i * 10;
         switch ((rng >> 20) % 4) {
             case 0:
-                fill(buf, len, i);
+                kvs_test_fill(buf, len, i);
                 if (ops->put(w->st, &k, buf, len) != KVS_OK) w->bad++;
                 break;
             case 1: {
                 uint64_t got = 0;
                 kvs_status rc = ops->get(w->st, &k, buf, sizeof buf, &got);
-                if (rc == KVS_OK && (got != len || !bytes_match(buf, got, i))) w->bad++;
+                if (rc == KVS_OK && (got != len || !kvs_test_bytes_match(buf, got, i))) w->bad++;
                 break;
             }
             case 2: {
                 uint64_t n_pinned = 0, got = 0;
                 const void *ref = NULL;
-                k = key_of(i & ~1u);
+                k = kvs_test_key(i & ~1u);
                 len = 1000 + (i & ~1u) * 10;
-                ops->pin(w->st, &k, 1, 60000, &n_pinned);
+                if (ops->pin(w->st, &k, 1, 60000, &n_pinned) != KVS_OK) w->bad++;
                 if (n_pinned == 1) {
                     if (ops->get_ref(w->st, &k, &ref, &got) != KVS_OK)
                         w->bad++;
-                    else if (got != len || !bytes_match(ref, got, i & ~1u))
+                    else if (got != len || !kvs_test_bytes_match(ref, got, i & ~1u))
                         w->bad++;
-                    ops->unpin(w->st, &k, 1);
+                    if (ops->unpin(w->st, &k, 1) != KVS_OK) w->bad++;
                 }
                 break;
             }
             default:
-                k = key_of(i | 1u);
-                ops->remove(w->st, &k);
+                k = kvs_test_key(i | 1u);
+                if (ops->remove(w->st, &k) != KVS_OK) w->bad++;
                 break;
         }
     }
@@ -786,7 +827,7 @@ START_TEST(threads_sharing_one_tier_never_see_torn_or_foreign_bytes) {
         ck_assert_int_eq(pthread_create(&threads[t], NULL, hammer, &args[t]), 0);
     }
     for (int t = 0; t < 4; t++) {
-        pthread_join(threads[t], NULL);
+        ck_assert_int_eq(pthread_join(threads[t], NULL), 0);
         ck_assert_int_eq(args[t].bad, 0);
     }
     ops->destroy(st);
@@ -800,12 +841,6 @@ static void *open_shared(const char *shm, uint64_t n_slabs, const kvs_backend_ho
     return rc == KVS_OK ? st : NULL;
 }
 
-static int wait_child(pid_t pid) {
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
 START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
     char shm[64];
     unique_shm_name(shm, sizeof shm);
@@ -817,19 +852,19 @@ START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
         void *child = open_shared(shm, 4, NULL);
         if (!child) _exit(1);
         uint8_t buf[1000];
-        fill(buf, sizeof buf, 3);
-        kvs_key k = key_of(3);
+        kvs_test_fill(buf, sizeof buf, 3);
+        kvs_key k = kvs_test_key(3);
         int rc = ops->put(child, &k, buf, sizeof buf) == KVS_OK ? 0 : 2;
         ops->destroy(child);
         _exit(rc);
     }
-    ck_assert_int_eq(wait_child(pid), 0);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 0);
     uint8_t out[4096];
     uint64_t len = 0;
-    kvs_key k = key_of(3);
+    kvs_key k = kvs_test_key(3);
     ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
     ck_assert_uint_eq(len, 1000);
-    ck_assert(bytes_match(out, len, 3));
+    ck_assert(kvs_test_bytes_match(out, len, 3));
     ck_assert(shm_exists(shm)); /* the parent still holds it */
     ops->destroy(st);
 }
@@ -848,15 +883,15 @@ START_TEST(object_put_by_the_parent_is_seen_by_a_child_process) {
         if (!child) _exit(1);
         uint8_t out[4096];
         uint64_t len = 0;
-        kvs_key k = key_of(8);
+        kvs_key k = kvs_test_key(8);
         int rc = ops->get(child, &k, out, sizeof out, &len) == KVS_OK ? 0 : 2;
-        if (rc == 0 && (len != 2000 || !bytes_match(out, len, 8))) rc = 3;
-        kvs_key gone = key_of(9);
+        if (rc == 0 && (len != 2000 || !kvs_test_bytes_match(out, len, 8))) rc = 3;
+        kvs_key gone = kvs_test_key(9);
         if (rc == 0 && ops->get(child, &gone, out, sizeof out, &len) != KVS_ENOTFOUND) rc = 4;
         ops->destroy(child);
         _exit(rc);
     }
-    ck_assert_int_eq(wait_child(pid), 0);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 0);
     ops->destroy(st);
 }
 END_TEST
@@ -924,20 +959,20 @@ START_TEST(concurrent_opens_and_closes_of_one_name_never_fail_or_leak) {
             uint32_t id = (uint32_t)p * 1000u + it;
             uint8_t buf[100], out[4096];
             uint64_t len = 0;
-            kvs_key k = key_of(id);
-            fill(buf, sizeof buf, id);
+            kvs_key k = kvs_test_key(id);
+            kvs_test_fill(buf, sizeof buf, id);
             if (ops->put(st, &k, buf, sizeof buf) != KVS_OK)
                 bad = 2;
             else if (ops->get(st, &k, out, sizeof out, &len) != KVS_OK)
                 bad = 3;
-            else if (len != sizeof buf || !bytes_match(out, len, id))
+            else if (len != sizeof buf || !kvs_test_bytes_match(out, len, id))
                 bad = 4;
             if (ops->remove(st, &k) != KVS_OK) bad = 5; /* keeps the tier free of evictions */
             ops->destroy(st);
         }
         _exit(bad);
     }
-    for (int p = 0; p < 6; p++) ck_assert_int_eq(wait_child(pids[p]), 0);
+    for (int p = 0; p < 6; p++) ck_assert_int_eq(kvs_test_wait_child(pids[p]), 0);
     ck_assert(!shm_exists(shm));
 }
 END_TEST
@@ -963,16 +998,16 @@ START_TEST(a_process_dying_inside_the_tier_lock_does_not_wedge_the_tier) {
         put_small(child, 2, 10); /* evicts, and on_evict exits with the lock held */
         _exit(2);
     }
-    ck_assert_int_eq(wait_child(pid), 0);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 0);
     uint64_t present = 0, n_objects = 0, bytes = 0;
-    kvs_key keys[2] = {key_of(0), key_of(1)};
+    kvs_key keys[2] = {kvs_test_key(0), kvs_test_key(1)};
     ck_assert_int_eq(ops->contains(st, keys, 2, &present), KVS_OK);
     ck_assert_uint_eq(present, 2); /* the victim was never dropped */
     ck_assert_int_eq(ops->usage(st, &n_objects, &bytes), KVS_OK);
     ck_assert_uint_eq(n_objects, 2);
     ck_assert_uint_eq(bytes, 30);
     put_small(st, 2, 10);
-    kvs_key k2 = key_of(2);
+    kvs_key k2 = kvs_test_key(2);
     ck_assert_int_eq(ops->contains(st, &k2, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 1);
     ops->destroy(st);
@@ -1003,19 +1038,16 @@ static void attach_from_another_pid_namespace(const char *shm, int ready_w, int 
     pid_t init = fork();
     if (init < 0) _exit(6);
     if (init > 0) {
-        int status = 0;
-        waitpid(init, &status, 0);
-        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+        int code = kvs_test_wait_child(init);
+        _exit(code >= 0 && code != 128 ? code : 7);
     }
     for (;;) {
         pid_t inner = fork();
         if (inner < 0) _exit(6);
         if (inner > 0) {
-            int status = 0;
-            waitpid(inner, &status, 0);
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 42)
-                continue; /* taken: try the next pid */
-            _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 7);
+            int code = kvs_test_wait_child(inner);
+            if (code == 42) continue; /* taken: try the next pid */
+            _exit(code >= 0 && code != 128 ? code : 7);
         }
         char path[64];
         snprintf(path, sizeof path, "/proc/%d", (int)getpid());
@@ -1034,13 +1066,12 @@ static pid_t attach_in_child_and_wait(const char *shm, int other_pid_ns, int *re
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        close(ready[0]);
-        close(go[1]);
+        if (close(ready[0]) != 0 || close(go[1]) != 0) _exit(9);
         if (other_pid_ns) attach_from_another_pid_namespace(shm, ready[1], go[0]);
         attach_signal_wait(shm, ready[1], go[0]);
     }
-    close(ready[1]);
-    close(go[0]);
+    ck_assert_int_eq(close(ready[1]), 0);
+    ck_assert_int_eq(close(go[0]), 0);
     char c = 0;
     ck_assert_int_eq(read(ready[0], &c, 1), 1);
     ck_assert_msg(c != 'u',
@@ -1063,9 +1094,9 @@ START_TEST(an_attacher_in_another_pid_namespace_keeps_the_shared_memory) {
                   "/dev/shm/%s was unlinked under an attacher in another pid namespace", shm);
     char c = 'x';
     ck_assert_int_eq(write(go, &c, 1), 1);
-    ck_assert_int_eq(wait_child(pid), 0);
-    close(ready);
-    close(go);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 0);
+    ck_assert_int_eq(close(ready), 0);
+    ck_assert_int_eq(close(go), 0);
     ck_assert(!shm_exists(shm)); /* its detach was the last */
 }
 END_TEST
@@ -1078,9 +1109,9 @@ START_TEST(a_killed_attacher_does_not_keep_the_shared_memory_alive) {
     int ready, go;
     pid_t pid = attach_in_child_and_wait(shm, 0, &ready, &go);
     ck_assert_int_eq(kill(pid, SIGKILL), 0);
-    ck_assert_int_eq(wait_child(pid), 128);
-    close(ready);
-    close(go);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 128);
+    ck_assert_int_eq(close(ready), 0);
+    ck_assert_int_eq(close(go), 0);
     put_small(st, 1, 10); /* the survivor keeps working */
     ops->destroy(st);
     ck_assert_msg(!shm_exists(shm), "/dev/shm/%s outlived its last live attacher", shm);
@@ -1098,9 +1129,9 @@ START_TEST(a_live_second_attacher_keeps_the_shared_memory) {
     ck_assert(shm_exists(shm)); /* the child is alive and attached */
     char c = 'x';
     ck_assert_int_eq(write(go, &c, 1), 1);
-    ck_assert_int_eq(wait_child(pid), 0);
-    close(ready);
-    close(go);
+    ck_assert_int_eq(kvs_test_wait_child(pid), 0);
+    ck_assert_int_eq(close(ready), 0);
+    ck_assert_int_eq(close(go), 0);
     ck_assert(!shm_exists(shm)); /* its detach was the last */
 }
 END_TEST
@@ -1118,7 +1149,10 @@ static Suite *dram_suite(void) {
     tcase_add_test(local, eviction_drops_the_least_recently_used_and_hands_each_victim_to_on_evict);
     tcase_add_test(local, pinned_object_is_never_evicted_and_put_fails_when_all_are_pinned);
     tcase_add_test(local, pin_stops_at_the_first_missing_key);
-    tcase_add_test(local, pin_with_a_50ms_timeout_expires_and_the_object_becomes_evictable);
+    tcase_add_test(
+        local, a_pin_expires_when_the_clock_passes_its_timeout_and_the_object_becomes_evictable);
+    tcase_add_test(local,
+                   an_uncommitted_reservation_is_reclaimed_after_120_s_when_nothing_else_is_free);
     tcase_add_test(local, nested_pins_need_as_many_unpins);
     tcase_add_test(local, double_unpin_is_harmless_and_the_next_pin_still_pairs_with_its_unpin);
     tcase_add_test(local, put_of_an_existing_key_replaces_its_bytes);

@@ -19,7 +19,10 @@
 
 #include "backends/ssd/ssd.h"
 #include "backends/ssd/ssd_place.h"
+#include "common/clock.h"
+#include "tests/support/objects.h"
 #include "tests/support/test_support.h"
+#include "tests/support/wait.h"
 
 #define KIB            1024ull
 #define MIB            (1024ull * 1024ull)
@@ -29,34 +32,6 @@ static const kvs_backend_ops *ops;
 static char error_text[512];
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-
-static kvs_key key_of(uint32_t i) {
-    kvs_key k;
-    memset(&k, 0, sizeof k);
-    uint32_t hi = i * 2654435761u + 7u;
-    memcpy(k.bytes, &i, sizeof i);
-    memcpy(k.bytes + 8, &hi, sizeof hi);
-    return k;
-}
-
-/* The content of object `seed`: any torn or misplaced unit shows up as a mismatch. */
-static void fill(uint8_t *buf, uint64_t len, uint32_t seed) {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (uint64_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf[i] = (uint8_t)(x >> 24);
-    }
-}
-
-static int bytes_match(const uint8_t *buf, uint64_t len, uint32_t seed) {
-    uint8_t *want = malloc(len ? len : 1);
-    fill(want, len, seed);
-    int same = memcmp(buf, want, len) == 0;
-    free(want);
-    return same;
-}
 
 static uint8_t *aligned_buffer(uint64_t len) {
     void *p = NULL;
@@ -143,8 +118,9 @@ static void *open_ok(const test_dirs *d, const tier_args *a) {
 
 static void put_object(void *st, uint32_t i, uint64_t len) {
     uint8_t *buf = malloc(len ? len : 1);
-    fill(buf, len, i);
-    kvs_key k = key_of(i);
+    ck_assert_ptr_nonnull(buf);
+    kvs_test_fill(buf, len, i);
+    kvs_key k = kvs_test_key(i);
     kvs_status rc = ops->put(st, &k, buf, len);
     ck_assert_msg(rc == KVS_OK, "put %u: %s", i, ops->last_error(st));
     free(buf);
@@ -158,18 +134,18 @@ static void flush(void *st) {
 static kvs_status get_and_check(void *st, uint32_t i, uint64_t want_len) {
     uint64_t cap = want_len + 8192, len = 0;
     uint8_t *buf = aligned_buffer(cap);
-    kvs_key k = key_of(i);
+    kvs_key k = kvs_test_key(i);
     kvs_status rc = ops->get(st, &k, buf, cap, &len);
     if (rc == KVS_OK) {
         ck_assert_uint_eq(len, want_len);
-        ck_assert_msg(bytes_match(buf, len, i), "object %u came back with other bytes", i);
+        ck_assert_msg(kvs_test_bytes_match(buf, len, i), "object %u came back with other bytes", i);
     }
     free(buf);
     return rc;
 }
 
 static uint64_t present(void *st, uint32_t i) {
-    kvs_key k = key_of(i);
+    kvs_key k = kvs_test_key(i);
     uint64_t n = 0;
     ck_assert_int_eq(ops->contains(st, &k, 1, &n), KVS_OK);
     return n;
@@ -181,10 +157,8 @@ static kvs_ssd_stats_t stats_of(void *st) {
     return s;
 }
 
-static double seconds_since(const struct timespec *t0) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+static double seconds_since(uint64_t t0_ns) {
+    return (double)(kvs_now_ns() - t0_ns) / 1e9;
 }
 
 static void setup(void) {
@@ -300,7 +274,7 @@ START_TEST(get_reports_overflow_and_absence_with_sentences) {
     flush(st);
     uint8_t *buf = aligned_buffer(8192);
     uint64_t len = 0;
-    kvs_key k = key_of(1), missing = key_of(99);
+    kvs_key k = kvs_test_key(1), missing = kvs_test_key(99);
     ck_assert_int_eq(ops->get(st, &k, buf, 8192, &len), KVS_EOVERFLOW);
     ck_assert_uint_eq(len, 10000);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "does not fit"));
@@ -327,15 +301,15 @@ START_TEST(unaligned_buffers_read_through_a_bounce_buffer) {
     flush(st);
     uint8_t *raw = aligned_buffer(64 * KIB + 4096);
     uint64_t len = 0;
-    kvs_key k = key_of(3);
+    kvs_key k = kvs_test_key(3);
     ck_assert_int_eq(ops->get(st, &k, raw + 1, 50000, &len),
                      KVS_OK); /* misaligned and exactly len */
     ck_assert_uint_eq(len, 50000);
-    ck_assert(bytes_match(raw + 1, len, 3));
+    ck_assert(kvs_test_bytes_match(raw + 1, len, 3));
     ck_assert_uint_eq(stats_of(st).bounce_reads, 4);
     /* aligned, but cap is the length: only the last unit, whose read is rounded up, bounces */
     ck_assert_int_eq(ops->get(st, &k, raw, 50000, &len), KVS_OK);
-    ck_assert(bytes_match(raw, len, 3));
+    ck_assert(kvs_test_bytes_match(raw, len, 3));
     ck_assert_uint_eq(stats_of(st).bounce_reads, 5);
     free(raw);
     ops->destroy(st);
@@ -364,20 +338,20 @@ START_TEST(reads_into_the_staging_pool_use_registered_buffers) {
     uint64_t caps[4], lens[4];
     kvs_status statuses[4];
     for (uint32_t i = 0; i < 4; i++) {
-        keys[i] = key_of(i);
+        keys[i] = kvs_test_key(i);
         dsts[i] = pool + i * 64 * KIB;
         caps[i] = 64 * KIB;
     }
     ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, 4, lens, statuses), KVS_OK);
     for (uint32_t i = 0; i < 4; i++) {
         ck_assert_int_eq(statuses[i], KVS_OK);
-        ck_assert(bytes_match(dsts[i], lens[i], i));
+        ck_assert(kvs_test_bytes_match(dsts[i], lens[i], i));
     }
     kvs_ssd_stats_t s = stats_of(st);
     if (s.paths[0].uring) ck_assert_uint_eq(s.fixed_reads, 16);
     ck_assert_uint_eq(s.bounce_reads, 0);
     ops->destroy(st);
-    munmap(pool, pool_len);
+    ck_assert_int_eq(munmap(pool, pool_len), 0);
     kvs_test_rmtree(d.root);
 }
 END_TEST
@@ -401,7 +375,7 @@ START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
     kvs_status statuses[N];
     for (uint32_t i = 0; i < N; i++) {
         uint32_t id = i < 16 ? i : i == 16 ? 3 : i == 17 ? 5 : i == 18 ? 999 : 7;
-        keys[i] = key_of(id);
+        keys[i] = kvs_test_key(id);
         dsts[i] = aligned_buffer(64 * KIB);
         caps[i] = i == 19 ? 1000 : 64 * KIB;
     }
@@ -412,7 +386,7 @@ START_TEST(get_many_merges_equal_keys_and_reports_each_object) {
         uint32_t id = i < 16 ? i : i == 16 ? 3 : 5;
         ck_assert_int_eq(statuses[i], KVS_OK);
         ck_assert_uint_eq(lens[i], 64 * KIB);
-        ck_assert_msg(bytes_match(dsts[i], lens[i], id), "item %u", i);
+        ck_assert_msg(kvs_test_bytes_match(dsts[i], lens[i], id), "item %u", i);
     }
     ck_assert_int_eq(statuses[18], KVS_ENOTFOUND);
     ck_assert_int_eq(statuses[19], KVS_EOVERFLOW);
@@ -490,7 +464,7 @@ START_TEST(host_policies_choose_the_paths_and_the_read_order) {
     uint64_t caps[6], lens[6];
     kvs_status statuses[6];
     for (uint32_t i = 0; i < 6; i++) {
-        keys[i] = key_of(i % 5); /* key 0 twice */
+        keys[i] = kvs_test_key(i % 5); /* key 0 twice */
         dsts[i] = aligned_buffer(64 * KIB);
         caps[i] = 64 * KIB;
     }
@@ -502,7 +476,7 @@ START_TEST(host_policies_choose_the_paths_and_the_read_order) {
     ck_assert_int_eq(plog.bad_copy, 0);
     for (uint32_t i = 0; i < 6; i++) {
         ck_assert_int_eq(statuses[i], KVS_OK);
-        ck_assert(bytes_match(dsts[i], lens[i], i % 5));
+        ck_assert(kvs_test_bytes_match(dsts[i], lens[i], i % 5));
         free(dsts[i]);
     }
     s = stats_of(st);
@@ -559,7 +533,7 @@ START_TEST(objects_survive_destroy_and_create_on_the_same_paths) {
     void *st = open_ok(&d, &a);
     for (uint32_t i = 0; i < 12; i++) put_object(st, i, LENGTHS[i % N_LENGTHS]);
     flush(st);
-    kvs_key gone = key_of(5);
+    kvs_key gone = kvs_test_key(5);
     ck_assert_int_eq(ops->remove(st, &gone), KVS_OK);
     ops->destroy(st);
 
@@ -588,11 +562,12 @@ START_TEST(the_newest_write_of_a_key_wins_after_a_restart) {
     tier_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 64 * KIB};
     void *st = open_ok(&d, &a);
     uint8_t *buf = malloc(30000);
-    kvs_key k = key_of(1);
-    fill(buf, 30000, 500);
+    ck_assert_ptr_nonnull(buf);
+    kvs_key k = kvs_test_key(1);
+    kvs_test_fill(buf, 30000, 500);
     ck_assert_int_eq(ops->put(st, &k, buf, 30000), KVS_OK);
     flush(st);
-    fill(buf, 20000, 1);
+    kvs_test_fill(buf, 20000, 1);
     ck_assert_int_eq(ops->put(st, &k, buf, 20000), KVS_OK);
     flush(st);
     ck_assert_int_eq(get_and_check(st, 1, 20000), KVS_OK);
@@ -629,7 +604,7 @@ static void store_and_tear_unit2_of_object1(const test_dirs *d, uint32_t n) {
     memset(junk, 0x5a, sizeof junk);
     off_t unit2_data = 4096 + 2 * (4096 + 16 * 1024) + 4096 + 1000;
     ck_assert_int_eq(pwrite(fd, junk, sizeof junk, unit2_data), (ssize_t)sizeof junk);
-    close(fd);
+    ck_assert_int_eq(close(fd), 0);
 }
 
 START_TEST(a_torn_unit_is_caught_on_first_read_and_removed_for_good) {
@@ -682,7 +657,7 @@ START_TEST(a_payload_checksum_failure_says_what_was_found) {
     memset(zeros, 0, sizeof zeros);
     off_t unit1_data = 4096 + 5 * (4096 + 16 * 1024) + 4096;
     ck_assert_int_eq(pwrite(fd, zeros, sizeof zeros, unit1_data), (ssize_t)sizeof zeros);
-    close(fd);
+    ck_assert_int_eq(close(fd), 0);
     st = open_ok(&d, &torn_args);
     ck_assert_int_eq(get_and_check(st, 2, 64 * KIB), KVS_ECORRUPT);
     why = ops->last_error(st);
@@ -697,9 +672,11 @@ END_TEST
 /* get_range of object i (of len bytes, filled with seed i): the bytes [off, off + n) and no more. */
 static void range_check(void *st, uint32_t i, uint64_t len, uint64_t off, uint64_t n) {
     uint8_t *whole = malloc(len), *out = malloc(n + 16);
-    fill(whole, len, i);
+    ck_assert_ptr_nonnull(whole);
+    ck_assert_ptr_nonnull(out);
+    kvs_test_fill(whole, len, i);
     memset(out, 0xee, n + 16);
-    kvs_key k = key_of(i);
+    kvs_key k = kvs_test_key(i);
     uint64_t got = 1, olen = 0;
     ck_assert_msg(ops->get_range(st, &k, off, n, out, &got, &olen) == KVS_OK, "range %llu+%llu: %s",
                   (unsigned long long)off, (unsigned long long)n, ops->last_error(st));
@@ -739,7 +716,7 @@ START_TEST(get_range_reads_only_the_blocks_it_covers) {
     range_check(st, 1, 64 * KIB, 1, 64 * KIB - 2);
     range_check(st, 2, 40 * KIB + 123, 40 * KIB, 4096); /* clipped at the end */
     range_check(st, 2, 40 * KIB + 123, 50 * KIB, 100);  /* wholly past it */
-    kvs_key missing = key_of(77);
+    kvs_key missing = kvs_test_key(77);
     uint64_t got = 0, olen = 0;
     uint8_t small[16];
     ck_assert_int_eq(ops->get_range(st, &missing, 0, sizeof small, small, &got, &olen),
@@ -761,7 +738,7 @@ START_TEST(get_range_reads_only_the_blocks_it_covers) {
     st = open_ok(&d, &torn_args);
     range_check(st, 1, 64 * KIB, 100, 1000); /* unit 0 is intact */
     uint8_t out[64];
-    kvs_key k1 = key_of(1);
+    kvs_key k1 = kvs_test_key(1);
     ck_assert_int_eq(ops->get_range(st, &k1, 2 * 16 * KIB + 10, sizeof out, out, &got, &olen),
                      KVS_ECORRUPT);
     ck_assert_uint_eq(present(st, 1), 0);
@@ -791,7 +768,7 @@ START_TEST(a_torn_header_drops_its_object_at_the_restart_scan) {
     ck_assert_int_eq(pread(fd, &b, 1, header3), 1);
     b ^= 1;
     ck_assert_int_eq(pwrite(fd, &b, 1, header3), 1);
-    close(fd);
+    ck_assert_int_eq(close(fd), 0);
     st = open_ok(&d, &a);
     ck_assert_uint_eq(stats_of(st).recovered, 1);
     ck_assert_uint_eq(present(st, 1), 0);
@@ -828,10 +805,25 @@ START_TEST(a_file_written_with_another_stripe_starts_empty_and_says_so) {
 }
 END_TEST
 
+/* One put, retried while the write queue is full (KVS_ENOMEM), for kvs_test_wait_until. */
+typedef struct put_attempt {
+    void *st;
+    kvs_key key;
+    const uint8_t *buf;
+    uint64_t len;
+    kvs_status rc;
+} put_attempt;
+
+static int put_taken(void *ctx) {
+    put_attempt *p = ctx;
+    p->rc = ops->put(p->st, &p->key, p->buf, p->len);
+    return p->rc != KVS_ENOMEM;
+}
+
 START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
     test_dirs d;
     make_dirs(&d);
-    const uint32_t confirmed = 20, burst = 400;
+    const uint32_t confirmed = 20, killed_after = 60, burst = 400;
     const uint64_t len = 256 * KIB;
     tier_args a = {.n_paths = 2,
                    .capacity = 256 * MIB,
@@ -845,28 +837,32 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
         void *st = NULL;
         if (try_open(&d, &a, &st) != KVS_OK) _exit(2);
         uint8_t *buf = malloc(len);
+        if (!buf) _exit(6);
         for (uint32_t i = 0; i < burst; i++) {
-            fill(buf, len, i);
-            kvs_key k = key_of(i);
-            while (ops->put(st, &k, buf, len) == KVS_ENOMEM)
-                usleep(200); /* write queue full: retry */
+            kvs_test_fill(buf, len, i);
+            put_attempt put = {st, kvs_test_key(i), buf, len, KVS_EINVAL};
+            if (kvs_test_wait_until(put_taken, &put, 60000) != 0) _exit(5); /* queue stays full */
+            if (put.rc != KVS_OK) _exit(7);
+            char c = 0;
             if (i + 1 == confirmed) {
                 if (kvs_ssd_flush(st, 20000) != KVS_OK) _exit(3);
-                char c = 'R';
-                if (write(ready[1], &c, 1) != 1) _exit(4);
+                c = 'R'; /* the first `confirmed` objects are on disk */
+            } else if (i + 1 == killed_after) {
+                c = 'M'; /* mid-burst: writes queued and in flight */
             }
+            if (c && write(ready[1], &c, 1) != 1) _exit(4);
         }
         for (;;) pause();
     }
-    close(ready[1]);
-    char c = 0;
-    ck_assert_int_eq(read(ready[0], &c, 1), 1);
-    usleep(40 * 1000);
-    kill(child, SIGKILL);
-    int status = 0;
-    ck_assert_int_eq(waitpid(child, &status, 0), child);
-    ck_assert(WIFSIGNALED(status));
-    close(ready[0]);
+    ck_assert_int_eq(close(ready[1]), 0);
+    char c[2] = {0, 0};
+    ck_assert_int_eq(read(ready[0], &c[0], 1), 1);
+    ck_assert_int_eq(c[0], 'R');
+    ck_assert_int_eq(read(ready[0], &c[1], 1), 1);
+    ck_assert_int_eq(c[1], 'M');
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    ck_assert_int_eq(kvs_test_wait_child(child), 128);
+    ck_assert_int_eq(close(ready[0]), 0);
 
     void *st = open_ok(&d, &a);
     uint32_t survived = 0, corrupt = 0;
@@ -943,8 +939,8 @@ static int write_small_file(const char *path, const char *text) {
     int fd = open(path, O_WRONLY);
     if (fd < 0) return -1;
     ssize_t n = write(fd, text, strlen(text));
-    close(fd);
-    return n == (ssize_t)strlen(text) ? 0 : -1;
+    int closed = close(fd);
+    return n == (ssize_t)strlen(text) && closed == 0 ? 0 : -1;
 }
 
 /* A small file system on dir: a tmpfs of `size` in a mount namespace of this test's process (so it
@@ -1034,7 +1030,7 @@ static void fill_file_system(const char *dir) {
     static uint8_t block[4096];
     while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {
     }
-    close(fd);
+    ck_assert_int_eq(close(fd), 0);
 }
 
 /* A path whose superblock cannot be written (a full file system; where mounting is not allowed, the
@@ -1190,15 +1186,14 @@ START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_band
     uint64_t caps[N], lens[N];
     kvs_status statuses[N];
     for (uint32_t i = 0; i < N; i++) {
-        keys[i] = key_of(i);
+        keys[i] = kvs_test_key(i);
         dsts[i] = aligned_buffer(256 * KIB);
         caps[i] = 256 * KIB;
     }
     kvs_ssd_stats_t before = stats_of(st);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t t0 = kvs_now_ns();
     ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, N, lens, statuses), KVS_OK);
-    double took = seconds_since(&t0);
+    double took = seconds_since(t0);
     kvs_ssd_stats_t after = stats_of(st);
     double bytes = (double)(after.read_bytes - before.read_bytes);
     double bound = bytes / (4 * bandwidth);
@@ -1209,7 +1204,7 @@ START_TEST(paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_band
     ck_assert_msg(took >= bound * 0.999, "took %.4f s, less than the bound %.4f s", took, bound);
     for (uint32_t i = 0; i < N; i++) {
         ck_assert_int_eq(statuses[i], KVS_OK);
-        ck_assert(bytes_match(dsts[i], lens[i], i));
+        ck_assert(kvs_test_bytes_match(dsts[i], lens[i], i));
         free(dsts[i]);
     }
     ops->destroy(st);
@@ -1234,7 +1229,7 @@ START_TEST(restore_reads_overtake_queued_writes) {
         put_object(st, 0, 64 * KIB);
         flush(st);
         for (uint32_t i = 1; i <= 12; i++) put_object(st, i, 64 * KIB);
-        kvs_key k = key_of(0);
+        kvs_key k = kvs_test_key(0);
         void *dst = aligned_buffer(64 * KIB);
         kvs_key keys[1] = {k};
         void *dsts[1] = {dst};
@@ -1242,7 +1237,7 @@ START_TEST(restore_reads_overtake_queued_writes) {
         kvs_status statuses[1];
         ck_assert_int_eq(ops->get_many(st, keys, dsts, caps, 1, lens, statuses), KVS_OK);
         ck_assert_int_eq(statuses[0], KVS_OK);
-        ck_assert(bytes_match(dst, lens[0], 0));
+        ck_assert(kvs_test_bytes_match(dst, lens[0], 0));
         uint64_t pending = stats_of(st).writes_pending;
         ck_assert_msg(pending >= 6, "%s: only %llu of 12 writes were still queued behind the read",
                       engines[e], (unsigned long long)pending);
@@ -1263,10 +1258,11 @@ START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
                    .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
     void *st = open_ok(&d, &a);
     uint8_t *buf = malloc(64 * KIB);
+    ck_assert_ptr_nonnull(buf);
     int refused = 0;
     for (uint32_t i = 0; i < 6; i++) {
-        fill(buf, 64 * KIB, i);
-        kvs_key k = key_of(i);
+        kvs_test_fill(buf, 64 * KIB, i);
+        kvs_key k = kvs_test_key(i);
         kvs_status rc = ops->put(st, &k, buf, 64 * KIB);
         if (i < 3)
             ck_assert_int_eq(rc, KVS_OK); /* 3 x (4KiB + 64KiB) fit in 256KiB */
@@ -1319,7 +1315,7 @@ START_TEST(eviction_tells_the_host_without_bytes) {
     flush(st);
     ck_assert_int_eq(evicted.n, 2);
     ck_assert_int_eq(evicted.with_bytes, 0);
-    kvs_key k0 = key_of(0), k1 = key_of(1);
+    kvs_key k0 = kvs_test_key(0), k1 = kvs_test_key(1);
     ck_assert_mem_eq(evicted.keys[0].bytes, k0.bytes, 16);
     ck_assert_mem_eq(evicted.keys[1].bytes, k1.bytes, 16);
     ck_assert_uint_eq(stats_of(st).evictions, 2);
@@ -1341,7 +1337,7 @@ START_TEST(eviction_drops_the_least_recently_used_unpinned_object) {
         flush(st);
     }
     ck_assert_int_eq(get_and_check(st, 0, 16 * KIB), KVS_OK); /* 1 is now the least recently used */
-    kvs_key k2 = key_of(2);
+    kvs_key k2 = kvs_test_key(2);
     uint64_t pinned = 0;
     ck_assert_int_eq(ops->pin(st, &k2, 1, 60000, &pinned), KVS_OK);
     ck_assert_uint_eq(pinned, 1);
@@ -1356,11 +1352,11 @@ START_TEST(eviction_drops_the_least_recently_used_unpinned_object) {
     /* everything pinned: put fails at once and changes nothing */
     kvs_key all[8];
     uint32_t ids[8] = {0, 2, 4, 5, 6, 7, 8, 9};
-    for (int i = 0; i < 8; i++) all[i] = key_of(ids[i]);
+    for (int i = 0; i < 8; i++) all[i] = kvs_test_key(ids[i]);
     ck_assert_int_eq(ops->pin(st, all, 8, 60000, &pinned), KVS_OK);
     ck_assert_uint_eq(pinned, 8);
     uint8_t buf[100];
-    kvs_key k10 = key_of(10);
+    kvs_key k10 = kvs_test_key(10);
     ck_assert_int_eq(ops->put(st, &k10, buf, sizeof buf), KVS_ENOMEM);
     ck_assert_ptr_nonnull(strstr(ops->last_error(st), "pinned"));
     ck_assert_uint_eq(stats_of(st).buffered_bytes, 0);
@@ -1380,17 +1376,21 @@ START_TEST(a_pin_expires_after_its_timeout) {
     make_dirs(&d);
     tier_args a = {.n_paths = 1, .capacity = 4096 + 2 * 20 * KIB, .max_object = 16 * KIB};
     void *st = open_ok(&d, &a);
+    kvs_clock clock;
+    kvs_clock_init_manual(&clock, kvs_now_ns());
+    ck_assert_int_eq(kvs_ssd_set_clock(st, &clock), KVS_OK);
     put_object(st, 0, 16 * KIB);
     put_object(st, 1, 16 * KIB);
     flush(st);
-    kvs_key both[2] = {key_of(0), key_of(1)};
+    kvs_key both[2] = {kvs_test_key(0), kvs_test_key(1)};
     uint64_t pinned = 0;
     ck_assert_int_eq(ops->pin(st, both, 2, 300, &pinned), KVS_OK);
     ck_assert_uint_eq(pinned, 2);
-    kvs_key k2 = key_of(2);
-    uint8_t buf[16];
-    ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM);
-    usleep(400 * 1000);
+    kvs_key k2 = kvs_test_key(2);
+    uint8_t buf[16] = {0};
+    kvs_clock_advance(&clock, 299 * 1000000ull);
+    ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_ENOMEM); /* 1 ms left */
+    kvs_clock_advance(&clock, 1000000ull);
     ck_assert_int_eq(ops->put(st, &k2, buf, sizeof buf), KVS_OK);
     flush(st);
     ck_assert_uint_eq(present(st, 2), 1);
@@ -1503,15 +1503,15 @@ static void *worker(void *p) {
     for (uint32_t round = 0; round < 40; round++) {
         uint32_t id = w->base + round % 10;
         uint64_t len = 1000 + (uint64_t)(id % 7) * 4000;
-        fill(buf, len, id);
-        kvs_key k = key_of(id);
+        kvs_test_fill(buf, len, id);
+        kvs_key k = kvs_test_key(id);
         kvs_status rc = ops->put(w->st, &k, buf, len);
         if (rc != KVS_OK && rc != KVS_ENOMEM) w->bad = 1;
         uint32_t other = (id * 7 + round) % 40; /* any thread's key */
         uint64_t got = 0, want = 1000 + (uint64_t)(other % 7) * 4000;
-        kvs_key ko = key_of(other);
+        kvs_key ko = kvs_test_key(other);
         rc = ops->get(w->st, &ko, buf, 32 * KIB, &got);
-        if (rc == KVS_OK && (got != want || !bytes_match(buf, got, other))) w->bad = 1;
+        if (rc == KVS_OK && (got != want || !kvs_test_bytes_match(buf, got, other))) w->bad = 1;
         if (rc != KVS_OK && rc != KVS_ENOTFOUND) w->bad = 1;
         if (round % 9 == 0) ops->remove(w->st, &ko);
     }
@@ -1535,7 +1535,7 @@ START_TEST(threads_sharing_one_tier_never_see_torn_or_foreign_bytes) {
         ck_assert_int_eq(pthread_create(&threads[i], NULL, worker, &args[i]), 0);
     }
     for (int i = 0; i < 4; i++) {
-        pthread_join(threads[i], NULL);
+        ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
         ck_assert_int_eq(args[i].bad, 0);
     }
     flush(st);

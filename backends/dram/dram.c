@@ -317,6 +317,13 @@ static void dram_destroy(void *state) {
     free(st);
 }
 
+kvs_status kvs_dram_set_clock(void *tier, const kvs_clock *clock) {
+    dram_state *st = tier;
+    if (!st) return KVS_EINVAL;
+    st->clock = clock;
+    return KVS_OK;
+}
+
 static const char *dram_last_error(void *state) {
     dram_state *st = state;
     return st ? st->error : "";
@@ -342,7 +349,7 @@ static kvs_status dram_pin(void *state, const kvs_key *keys, uint64_t n, uint64_
     if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(st->clock);
     uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
     uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
     uint64_t i = 0;
@@ -364,7 +371,7 @@ static kvs_status dram_unpin(void *state, const kvs_key *keys, uint64_t n) {
     if (!st || (!keys && n)) return KVS_EINVAL;
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(st->clock);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = index_find(st, &keys[i], NULL);
         if (s == DRAM_NIL) continue;
@@ -452,7 +459,7 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
     shared_header *h = st->header;
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(st->clock);
     uint64_t bucket = 0;
     uint32_t s = index_find(st, key, &bucket);
     if (s != DRAM_NIL) {
@@ -500,7 +507,7 @@ static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, vo
     }
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(st->clock);
     uint32_t s = take_slab(st, now);
     if (s == DRAM_NIL) {
         dram_set_error(st, "all %llu objects are pinned or reserved; no room for another",
@@ -551,7 +558,7 @@ static kvs_status dram_commit(void *state, uint64_t ticket) {
     uint64_t bucket = 0;
     uint32_t old = index_find(st, &e->key, &bucket);
     if (old != DRAM_NIL) {
-        if (slab_pinned(&st->slabs[old], kvs_now_ns())) {
+        if (slab_pinned(&st->slabs[old], kvs_clock_now_ns(st->clock))) {
             lru_touch(st, old); /* a reader holds the stored copy; equal keys carry equal bytes */
             free_list_push(st, s);
             dram_unlock(st);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
+#include "common/clock.h"
 #include "common/pace.h"
 
 #define DRAM_MAGIC          0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
@@ -85,7 +86,8 @@ typedef struct dram_state {
      * this rate, so the tier stands for a slower device in benchmarks and tests */
     uint64_t pace_bytes_per_s, pace_latency_us, pace_latency_ns;
     kvs_pace pace;
-    uint32_t attach_slot; /* our entry in header->attachers (shared tiers) */
+    uint32_t attach_slot;   /* our entry in header->attachers (shared tiers) */
+    const kvs_clock *clock; /* pin and reservation deadlines (NULL: CLOCK_MONOTONIC) */
     char error[512];
 } dram_state;
 

@@ -26,6 +26,15 @@ static const char *ssd_last_error(void *state) {
     return t ? t->error : "";
 }
 
+kvs_status kvs_ssd_set_clock(void *state, const kvs_clock *clock) {
+    ssd_tier *t = state;
+    if (!t) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    t->clock = clock;
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
 kvs_status kvs_ssd_stats(void *state, kvs_ssd_stats_t *out) {
     ssd_tier *t = state;
     if (!t || !out) return KVS_EINVAL;

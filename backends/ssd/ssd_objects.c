@@ -326,7 +326,7 @@ kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeou
     ssd_tier *t = state;
     if (!t || (!keys && n) || !n_pinned) return KVS_EINVAL;
     pthread_mutex_lock(&t->mutex);
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(t->clock);
     uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
     uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
     uint64_t i = 0;
@@ -347,7 +347,7 @@ kvs_status ssd_unpin(void *state, const kvs_key *keys, uint64_t n) {
     ssd_tier *t = state;
     if (!t || (!keys && n)) return KVS_EINVAL;
     pthread_mutex_lock(&t->mutex);
-    uint64_t now = kvs_now_ns();
+    uint64_t now = kvs_clock_now_ns(t->clock);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t o = ssd_index_find(t, &keys[i], NULL);
         if (o == SSD_NIL) continue;

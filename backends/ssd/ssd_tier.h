@@ -98,6 +98,7 @@ typedef struct ssd_tier {
     uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;
+    const kvs_clock *clock; /* pin deadlines are on this clock (NULL: CLOCK_MONOTONIC) */
     void (*log)(void *ctx, int level, const char *message);
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object,
                      uint64_t len); /* object NULL */
