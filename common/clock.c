@@ -1,11 +1,19 @@
 #include "clock.h"
 
+#include <errno.h>
 #include <time.h>
 
 uint64_t kvs_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void kvs_sleep_until_ns(uint64_t ns) {
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
 }
 
 uint64_t kvs_clock_now_ns(const kvs_clock *clock) {

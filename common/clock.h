@@ -14,6 +14,8 @@ typedef struct kvs_clock {
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t kvs_now_ns(void);
+/* Sleep (no CPU) until CLOCK_MONOTONIC reaches ns; signals do not cut it short. */
+void kvs_sleep_until_ns(uint64_t ns);
 /* Nanoseconds on `clock`: CLOCK_MONOTONIC when clock is NULL, else the manual clock's value. */
 uint64_t kvs_clock_now_ns(const kvs_clock *clock);
 /* Start a manual clock at start_ns (tests usually start at the real monotonic time). */

@@ -31,6 +31,15 @@ void kvs_fmt(char *buf, size_t len, const char *fmt, ...) {
     if (n < 0) buf[0] = '\0';
 }
 
+void kvs_vfmt_tier(char *buf, size_t len, const char *backend, const char *tier, const char *fmt,
+                   va_list ap) {
+    if (!buf || len == 0) return;
+    int n = snprintf(buf, len, "%s tier \"%s\": ", backend, tier);
+    if (n < 0) n = 0;
+    if ((size_t)n >= len) return; /* the prefix alone fills it */
+    if (vsnprintf(buf + n, len - (size_t)n, fmt, ap) < 0) buf[n] = '\0';
+}
+
 const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     unsigned u = 0;

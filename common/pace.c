@@ -1,8 +1,7 @@
 /* pace.c - the modelled device of pace.h. */
 #include "pace.h"
 
-#include <errno.h>
-#include <time.h>
+#include "clock.h"
 
 void kvs_pace_init(kvs_pace *p) {
     pthread_mutex_init(&p->lock, NULL);
@@ -25,7 +24,5 @@ void kvs_pace_wait(kvs_pace *p, uint64_t start_ns, uint64_t cost_ns) {
     p->busy_until_ns = start + cost_ns;
     uint64_t until = p->busy_until_ns;
     pthread_mutex_unlock(&p->lock);
-    struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
+    kvs_sleep_until_ns(until);
 }

@@ -19,6 +19,7 @@
 #include <yaml.h>
 
 #include "abi/kvstrata_backend.h"
+#include "common/units.h"
 
 #define MAX_DEPTH    32  /* the schema needs 4; deeper input is refused before it can cost stack */
 #define KEY_PATH_MAX 256 /* 'tiers[3].options.shm_name' and the like; longer paths are cut */
@@ -81,8 +82,11 @@ enum { PFK_COMPUTE, PFK_TIERS, PFK_COUNT };
 static const char *const PROFILE_COMPUTE_KEYS[] = {"fixed_us", "per_token_us",
                                                    "attention_ns_per_token2"};
 enum { PCK_FIXED, PCK_TOKEN, PCK_ATT, PCK_COUNT };
-static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth_mb_s"};
-enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_COUNT };
+/* bandwidth is a rate (250MB/s); bandwidth_mb_s, a plain number of 10^6 bytes per second, is the
+ * older spelling (kvs-mini-engine --profile writes it): a tier gives one of the two. */
+static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth",
+                                                "bandwidth_mb_s"};
+enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_BANDWIDTH_MB_S, PTK_COUNT };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
 static const char *const NODE_KEYS[] = {"listen",     "psk_file",         "max_clients",
@@ -286,120 +290,6 @@ static void key_path(char out[KEY_PATH_MAX], const char *parent, const char *key
         snprintf(out, KEY_PATH_MAX, "%s.%s", parent, key);
     else
         snprintf(out, KEY_PATH_MAX, "%s", key);
-}
-
-/* ---- sizes ----------------------------------------------------------------------------------- */
-
-typedef struct size_unit {
-    const char *name;
-    uint64_t bytes;
-} size_unit;
-
-static const size_unit SIZE_UNITS[] = {
-    {"B", 1ull},
-    {"KiB", 1ull << 10},
-    {"MiB", 1ull << 20},
-    {"GiB", 1ull << 30},
-    {"TiB", 1ull << 40},
-    {"KB", 1000ull},
-    {"MB", 1000ull * 1000},
-    {"GB", 1000ull * 1000 * 1000},
-    {"TB", 1000ull * 1000 * 1000 * 1000},
-};
-#define SIZE_UNIT_LIST      "B, KiB, MiB, GiB, TiB, KB, MB, GB, TB"
-#define FRACTION_DIGITS_MAX 18 /* 10^18 * 2^40 still fits in 128 bits */
-
-static int is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
-
-static int size_unit_bytes(const char *unit, uint64_t *bytes) {
-    if (!*unit) {
-        *bytes = 1;
-        return 0;
-    }
-    for (size_t i = 0; i < COUNT_OF(SIZE_UNITS); i++) {
-        if (strcmp(unit, SIZE_UNITS[i].name) == 0) {
-            *bytes = SIZE_UNITS[i].bytes;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* "digits[.digits]": the fraction keeps FRACTION_DIGITS_MAX significant digits and flags any
- * non-zero digit beyond them (no unit makes such a value a whole number of bytes). */
-typedef struct size_number {
-    uint64_t whole, fraction, fraction_scale;
-    int whole_overflow, fraction_lost, bad_point;
-} size_number;
-
-static void read_size_number(const char **p, size_number *num) {
-    const char *s = *p;
-    memset(num, 0, sizeof *num);
-    num->fraction_scale = 1;
-    for (; is_digit(*s); s++) {
-        uint64_t d = (uint64_t)(*s - '0');
-        if (num->whole > (UINT64_MAX - d) / 10)
-            num->whole_overflow = 1;
-        else
-            num->whole = num->whole * 10 + d;
-    }
-    if (*s == '.') {
-        s++;
-        if (!is_digit(*s)) num->bad_point = 1;
-        int digits = 0;
-        for (; is_digit(*s); s++) {
-            if (digits < FRACTION_DIGITS_MAX) {
-                num->fraction = num->fraction * 10 + (uint64_t)(*s - '0');
-                num->fraction_scale *= 10;
-                digits++;
-            } else if (*s != '0') {
-                num->fraction_lost = 1;
-            }
-        }
-    }
-    *p = s;
-}
-
-static int refuse(char *why, size_t why_len, const char *reason) {
-    snprintf(why, why_len, "%s", reason);
-    return -1;
-}
-
-/* 0 on success; otherwise why (a phrase) explains the refusal. */
-static int size_parse(const char *text, uint64_t *bytes, char *why, size_t why_len) {
-    const char *p = text;
-    if (!*p) return refuse(why, why_len, "the size is empty");
-    if (*p == '-') return refuse(why, why_len, "a size cannot be negative");
-    if (!is_digit(*p)) return refuse(why, why_len, "a size starts with a number");
-    size_number num;
-    read_size_number(&p, &num);
-    if (num.bad_point) return refuse(why, why_len, "a digit must follow the decimal point");
-    while (*p == ' ') p++;
-    uint64_t unit;
-    if (size_unit_bytes(p, &unit) != 0) {
-        snprintf(why, why_len, "unknown unit '%.16s' (units: " SIZE_UNIT_LIST ")", p);
-        return -1;
-    }
-    unsigned __int128 fraction_bytes = (unsigned __int128)num.fraction * unit;
-    if (num.fraction_lost || fraction_bytes % num.fraction_scale != 0)
-        return refuse(why, why_len, "the size is not a whole number of bytes");
-    unsigned __int128 total =
-        (unsigned __int128)num.whole * unit + fraction_bytes / num.fraction_scale;
-    if (num.whole_overflow || total > UINT64_MAX)
-        return refuse(why, why_len, "the size is larger than 2^64-1 bytes");
-    *bytes = (uint64_t)total;
-    return 0;
-}
-
-kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes) {
-    char why[96];
-    uint64_t value;
-    if (!text || !bytes) return KVS_EINVAL;
-    if (size_parse(text, &value, why, sizeof why) != 0) return KVS_EINVAL;
-    *bytes = value;
-    return KVS_OK;
 }
 
 /* ---- the node tree --------------------------------------------------------------------------- */
@@ -705,16 +595,30 @@ static kvs_status get_choice(const parse_ctx *ctx, const node *n, const char *pa
     return fail(ctx, n, path, "bad value '%s' (expected one of %s)", shown(n, buf), valid);
 }
 
-/* A size with unit, > 0. */
+/* A size with unit (common/units.h), > 0. */
 static kvs_status get_size(const parse_ctx *ctx, const node *n, const char *path, uint64_t *out) {
-    char why[128];
+    char why[160];
     kvs_status st = expect_scalar(ctx, n, path, "a size such as 4GiB");
     if (st != KVS_OK) return st;
-    if (size_parse(n->text, out, why, sizeof why) != 0) {
+    if (kvs_units_parse_size(n->text, out, why, sizeof why) != KVS_OK) {
         char buf[SHOWN_MAX + 4];
         return fail(ctx, n, path, "bad size '%s': %s", shown(n, buf), why);
     }
     if (*out == 0) return fail(ctx, n, path, "the size must be greater than 0");
+    return KVS_OK;
+}
+
+/* A rate (common/units.h: a size per second such as 250MB/s), > 0. */
+static kvs_status get_rate(const parse_ctx *ctx, const node *n, const char *path, uint64_t *out) {
+    char why[160];
+    kvs_status st = expect_scalar(ctx, n, path, "a rate such as 250MB/s");
+    if (st != KVS_OK) return st;
+    if (kvs_units_parse_rate(n->text, out, why, sizeof why) != KVS_OK) {
+        char buf[SHOWN_MAX + 4];
+        return fail(ctx, n, path, "bad rate '%s' (a size per second such as 250MB/s): %s",
+                    shown(n, buf), why);
+    }
+    if (*out == 0) return fail(ctx, n, path, "the rate must be greater than 0");
     return KVS_OK;
 }
 
@@ -1237,10 +1141,18 @@ static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t
     const node *keys[PTK_COUNT] = {NULL}, *values[PTK_COUNT] = {NULL};
     char kp[KEY_PATH_MAX];
     snprintf(kp, sizeof kp, "tiers[%zu]", i);
-    kvs_status st = mapping_fields(ctx, v, kp, PROFILE_TIER_KEYS, PTK_COUNT, keys, values, 1);
+    kvs_status st = mapping_fields(ctx, v, kp, PROFILE_TIER_KEYS, PTK_COUNT, keys, values, 0);
+    if (st == KVS_OK && !values[PTK_NAME]) st = missing_key(ctx, v, kp, "name", "");
+    if (st == KVS_OK && !values[PTK_LATENCY]) st = missing_key(ctx, v, kp, "latency_us", "");
+    if (st == KVS_OK && !values[PTK_BANDWIDTH] && !values[PTK_BANDWIDTH_MB_S])
+        st = missing_key(ctx, v, kp, "bandwidth", " (a rate such as 250MB/s)");
+    if (st == KVS_OK && values[PTK_BANDWIDTH] && values[PTK_BANDWIDTH_MB_S])
+        st = fail(ctx, keys[PTK_BANDWIDTH_MB_S], kp,
+                  "give bandwidth or bandwidth_mb_s (its older spelling), not both");
     if (st != KVS_OK) return st;
     kvs_restore_tier *t = &cfg->restore.tiers[i];
-    double lat_us, mb_s;
+    double lat_us, mb_s = 0;
+    uint64_t bytes_per_s = 0;
     snprintf(kp, sizeof kp, "tiers[%zu].name", i);
     st = get_text(ctx, values[PTK_NAME], kp, t->name, sizeof t->name);
     for (size_t j = 0; st == KVS_OK && j < i; j++)
@@ -1248,11 +1160,15 @@ static kvs_status parse_profile_tier(const parse_ctx *ctx, const node *v, size_t
             st = fail(ctx, values[PTK_NAME], kp, "tier '%s' is profiled twice", t->name);
     snprintf(kp, sizeof kp, "tiers[%zu].latency_us", i);
     if (st == KVS_OK) st = get_double(ctx, values[PTK_LATENCY], kp, 0, 1e9, &lat_us);
-    snprintf(kp, sizeof kp, "tiers[%zu].bandwidth_mb_s", i);
-    if (st == KVS_OK) st = get_double(ctx, values[PTK_BANDWIDTH], kp, 1e-3, 1e9, &mb_s);
+    snprintf(kp, sizeof kp, "tiers[%zu].%s", i,
+             values[PTK_BANDWIDTH] ? "bandwidth" : "bandwidth_mb_s");
+    if (st == KVS_OK && values[PTK_BANDWIDTH])
+        st = get_rate(ctx, values[PTK_BANDWIDTH], kp, &bytes_per_s);
+    else if (st == KVS_OK)
+        st = get_double(ctx, values[PTK_BANDWIDTH_MB_S], kp, 1e-3, 1e9, &mb_s);
     if (st != KVS_OK) return st;
     t->latency_s = lat_us * 1e-6;
-    t->bytes_per_s = mb_s * 1e6;
+    t->bytes_per_s = values[PTK_BANDWIDTH] ? (double)bytes_per_s : mb_s * 1e6;
     return KVS_OK;
 }
 

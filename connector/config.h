@@ -119,10 +119,4 @@ kvs_status kvs_config_refuse_tier(const kvs_config *cfg, size_t tier, const char
                                   size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
-/* "4GiB", "512MiB", "1.5GB", "1.5 GiB", "4096" (bytes) -> bytes. Units B KiB MiB GiB TiB (binary)
- * and KB MB GB TB (decimal), case-sensitive. KVS_EINVAL for an empty, negative or malformed text,
- * an unknown unit, a fraction that is not a whole number of bytes, or more than UINT64_MAX.
- * "0" is 0 (callers that need > 0 check it). */
-kvs_status kvs_config_parse_size(const char *text, uint64_t *bytes);
-
 #endif

@@ -67,12 +67,3 @@ void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t 
         prev = out[c];
     }
 }
-
-void kvs_key_hex(const kvs_key *key, char out[33]) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = digits[key->bytes[i] >> 4];
-        out[2 * i + 1] = digits[key->bytes[i] & 15];
-    }
-    out[32] = '\0';
-}

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
+#include "common/key.h" /* kvs_key_hex */
 
 /* The fingerprint: model id, dtype, shape, block and chunk size, TP rank/size (or rank-agnostic for
  * MLA) and the salt, hashed. */
@@ -14,8 +15,5 @@ void kvs_keys_fingerprint(const kvs_model_desc *model, uint32_t chunk_tokens, kv
 /* Keys of the first n_chunks full chunks of tokens (n_tokens >= n_chunks * chunk_tokens). */
 void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t n_chunks,
                     uint32_t chunk_tokens, kvs_key *out);
-
-/* 32 lowercase hex digits + NUL. */
-void kvs_key_hex(const kvs_key *key, char out[33]);
 
 #endif

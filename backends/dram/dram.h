@@ -25,6 +25,15 @@ extern "C" {
 /* The dram backend's ops table (static storage; never freed). Thread-safe. */
 const kvs_backend_ops *kvs_dram_backend(void);
 
+struct kvs_clock;
+/* Read pin and reservation deadlines of a tier made by kvs_dram_backend()->create from clock (NULL:
+ * CLOCK_MONOTONIC) from now on, so tests expire them by advancing a manual clock instead of sleeping.
+ * Call before other threads use the tier; the clock must outlive it. Meant for private tiers: the
+ * processes sharing a tier must read one clock. KVS_EINVAL on a NULL tier. Exported by the plugin
+ * module too (libkvstrata-dram.so), for the tests that run against it. */
+__attribute__((visibility("default"))) kvs_status kvs_dram_set_clock(void *tier,
+                                                                     const struct kvs_clock *clock);
+
 #ifdef __cplusplus
 }
 #endif

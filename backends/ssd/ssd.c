@@ -26,6 +26,15 @@ static const char *ssd_last_error(void *state) {
     return t ? t->error : "";
 }
 
+kvs_status kvs_ssd_set_clock(void *state, const kvs_clock *clock) {
+    ssd_tier *t = state;
+    if (!t) return KVS_EINVAL;
+    pthread_mutex_lock(&t->mutex);
+    t->clock = clock;
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
 kvs_status kvs_ssd_stats(void *state, kvs_ssd_stats_t *out) {
     ssd_tier *t = state;
     if (!t || !out) return KVS_EINVAL;
@@ -86,11 +95,6 @@ kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
 
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
-static void write_init_error(const kvs_backend_init *init, const char *message) {
-    if (init->error && init->error_len > 0)
-        snprintf(init->error, (size_t)init->error_len, "%s", message);
-}
-
 /* Tier names become part of a file name: keep [A-Za-z0-9_.-], replace the rest. */
 static void file_name_of(const char *tier, char *out, size_t len) {
     size_t n = 0;
@@ -111,7 +115,7 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
         struct stat st;
         snprintf(refused, refused_len, "path[%u]", i);
         if (stat(dir, &st) != 0) {
-            ssd_set_error(t, "path \"%.300s\" cannot be used (%s)", dir, ssd_errno_name(errno));
+            ssd_set_error(t, "path \"%.300s\" cannot be used (%s)", dir, kvs_errno_name(errno));
             return KVS_ECONFIG;
         }
         if (!S_ISDIR(st.st_mode)) {
@@ -119,7 +123,7 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
             return KVS_ECONFIG;
         }
         if (access(dir, W_OK | X_OK) != 0) {
-            ssd_set_error(t, "path \"%.300s\" is not writable (%s)", dir, ssd_errno_name(errno));
+            ssd_set_error(t, "path \"%.300s\" is not writable (%s)", dir, kvs_errno_name(errno));
             return KVS_ECONFIG;
         }
         for (uint32_t j = 0; j < i; j++) {
@@ -153,17 +157,17 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     }
     if (p->fd < 0) {
         int err = errno;
-        ssd_set_error(t, "cannot open %s (%s)", file, ssd_errno_name(err));
+        ssd_set_error(t, "cannot open %s (%s)", file, kvs_errno_name(err));
         return err == EACCES || err == EROFS || err == EPERM ? KVS_ECONFIG : KVS_EIO;
     }
     /* After a crash the kernel may hold the dead process's file for a moment while its ring's
      * requests drain, so a busy lock is retried for a while before it counts as in use. */
-    uint64_t give_up = ssd_now_ns() + LOCK_WAIT_NS;
+    uint64_t give_up = kvs_now_ns() + LOCK_WAIT_NS;
     while (flock(p->fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
-        if (err != EWOULDBLOCK || ssd_now_ns() > give_up) {
+        if (err != EWOULDBLOCK || kvs_now_ns() > give_up) {
             ssd_set_error(t, "%s is in use by another tier or process (%s)", file,
-                          ssd_errno_name(err));
+                          kvs_errno_name(err));
             return KVS_ECONFIG;
         }
         struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
@@ -174,7 +178,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     if (fstat(p->fd, &st) == 0 && (uint64_t)st.st_size > want &&
         ftruncate(p->fd, (off_t)want) != 0) {
         ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want,
-                      ssd_errno_name(errno));
+                      kvs_errno_name(errno));
         return KVS_EIO;
     }
     *preallocated = !model_device && fallocate(p->fd, 0, 0, (off_t)want) == 0;
@@ -182,7 +186,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
         int err = model_device ? ENOSPC : errno;
         if (ftruncate(p->fd, (off_t)want) != 0) {
             ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want,
-                          ssd_errno_name(errno));
+                          kvs_errno_name(errno));
             return KVS_EIO;
         }
         if (err != EOPNOTSUPP) {
@@ -191,7 +195,7 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
             ssd_log(t, KVS_LOG_WARN,
                     "cannot preallocate %s of %s (%s); if the device fills, this path's capacity "
                     "is lowered to what it holds",
-                    file, size, ssd_errno_name(err));
+                    file, size, kvs_errno_name(err));
         }
     }
     return KVS_OK;
@@ -272,7 +276,7 @@ static kvs_status recover(ssd_tier *t) {
             ssd_set_error(t,
                           "path %u (%s): its superblock cannot be written (%s); the path has no "
                           "valid superblock",
-                          i, p->dir, ssd_errno_name((int)-wrote));
+                          i, p->dir, kvs_errno_name((int)-wrote));
             free(block);
             return KVS_EIO;
         }
@@ -402,7 +406,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
     ssd_tier *t = calloc(1, sizeof *t);
     if (!t) {
-        write_init_error(init, "ssd tier: out of memory for its state");
+        kvs_create_error(init, "ssd tier: out of memory for its state");
         return KVS_ENOMEM;
     }
     pthread_mutex_init(&t->error_mutex, NULL);
@@ -520,7 +524,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     t->fallbacks = on_pread;
     if (on_pread)
         ssd_log(t, KVS_LOG_INFO, "io_uring is unavailable (%s%s); %u paths use the pread engine",
-                ssd_errno_name(uring_error),
+                kvs_errno_name(uring_error),
                 uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
@@ -551,7 +555,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     return KVS_OK;
 
 fail:
-    write_init_error(init, t->error);
+    kvs_create_error(init, t->error);
     if (rc == KVS_ECONFIG) kvs_option_refused(init, refused, -1);
     ssd_destroy(t);
     return rc;

@@ -76,6 +76,12 @@ kvs_status kvs_ssd_stats(void *state, kvs_ssd_stats_t *out);
  * KVS_ETIMEDOUT when writes are still pending then. For tests and benchmarks. */
 kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms);
 
+/* Read pin deadlines from clock (NULL: CLOCK_MONOTONIC) from now on, so tests expire a pin by
+ * advancing a manual clock instead of sleeping. Call before other threads use the tier; the clock
+ * must outlive it. KVS_EINVAL on a NULL tier. */
+struct kvs_clock;
+kvs_status kvs_ssd_set_clock(void *state, const struct kvs_clock *clock);
+
 #ifdef __cplusplus
 }
 #endif

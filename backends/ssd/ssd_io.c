@@ -31,6 +31,8 @@
 #endif
 
 #include "abi/kvstrata_backend.h"
+#include "common/clock.h"
+#include "common/errno_name.h"
 #include "common/pace.h"
 
 #define MAX_PREAD_THREADS 64
@@ -66,24 +68,6 @@ struct ssd_io_path {
 #endif
     uint32_t n_fixed;
 };
-
-static const char *errno_name(int err) {
-    const char *name = strerrorname_np(err);
-    return name ? name : "unknown error";
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_until(uint64_t ns) {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                          .tv_nsec = (long)(ns % 1000000000ull)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
-    }
-}
 
 static void log_path(ssd_io_path *p, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -282,7 +266,7 @@ static void complete(ssd_io_path *p, ssd_io_request *r, int result) {
         atomic_fetch_add(&p->cfg.counters->path_errors, 1);
         log_path(p, KVS_LOG_ERROR, "%s at offset %llu (%s); the path is isolated",
                  r->op == SSD_IO_OP_READ ? "read failed" : "write failed",
-                 (unsigned long long)r->offset, errno_name(-result));
+                 (unsigned long long)r->offset, kvs_errno_name(-result));
         ssd_io_fail(p, -result);
     }
     pthread_mutex_lock(&p->mutex);
@@ -343,7 +327,7 @@ static void *pread_main(void *arg) {
             pthread_cond_wait(&p->work, &p->mutex);
         pthread_mutex_unlock(&p->mutex);
         if (!r) break;
-        r->start_ns = now_ns();
+        r->start_ns = kvs_now_ns();
         int fault = fault_check(p, r);
         if (fault) {
             complete(p, r, fault);
@@ -410,7 +394,7 @@ static int ring_setup(ssd_io_path *p) {
             log_path(p, KVS_LOG_INFO,
                      "the staging pool cannot be registered with io_uring (%s); reads into it "
                      "are plain reads",
-                     errno_name(-reg));
+                     kvs_errno_name(-reg));
     }
     return 0;
 }
@@ -498,7 +482,7 @@ static void *ring_main(void *arg) {
                 refused = r;
                 continue;
             }
-            if (r->moved == 0 && r->retries == 0) r->start_ns = now_ns();
+            if (r->moved == 0 && r->retries == 0) r->start_ns = kvs_now_ns();
             ring_prep(p, sqe, r);
             issued++;
         }
@@ -513,12 +497,13 @@ static void *ring_main(void *arg) {
         } while (rc == -EINTR);
         if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && !atomic_load(&p->failed)) {
             log_path(p, KVS_LOG_ERROR, "io_uring_enter failed (%s); the path is isolated",
-                     errno_name(-rc));
+                     kvs_errno_name(-rc));
             atomic_fetch_add(&p->cfg.counters->path_errors, 1);
             ssd_io_fail(p, -rc);
         } else if (rc == -EAGAIN || rc == -EBUSY) {
-            sleep_until(now_ns() +
-                        1000000ull); /* the kernel is short of memory: back off, do not spin */
+            kvs_sleep_until_ns(
+                kvs_now_ns() +
+                1000000ull); /* the kernel is short of memory: back off, do not spin */
         }
         pthread_mutex_lock(&p->mutex);
         p->sleeping = 0;
@@ -621,7 +606,7 @@ int ssd_io_open(const ssd_io_config *cfg, ssd_io_path **out, char *err, uint64_t
         int rc = start_pread(p);
         if (rc) {
             snprintf(err, (size_t)err_len, "cannot start I/O threads for %s (%s)", cfg->dir,
-                     errno_name(rc));
+                     kvs_errno_name(rc));
             ssd_io_close(p);
             return rc;
         }

@@ -4,6 +4,8 @@
  */
 #include "ssd_tier.h"
 
+#include "common/key.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,47 +14,29 @@
 /* ---- small helpers --------------------------------------------------------------------------- */
 
 void ssd_set_error(ssd_tier *t, const char *fmt, ...) {
-    char body[420];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
-    va_end(ap);
     pthread_mutex_lock(&t->error_mutex);
-    snprintf(t->error, sizeof t->error, "ssd tier \"%s\": %s", t->tier_name, body);
+    kvs_vfmt_tier(t->error, sizeof t->error, "ssd", t->tier_name, fmt, ap);
     pthread_mutex_unlock(&t->error_mutex);
+    va_end(ap);
 }
 
 void ssd_log(ssd_tier *t, int level, const char *fmt, ...) {
     if (!t->log) return;
-    char body[400], message[512];
+    char message[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    kvs_vfmt_tier(message, sizeof message, "ssd", t->tier_name, fmt, ap);
     va_end(ap);
-    snprintf(message, sizeof message, "ssd tier \"%s\": %s", t->tier_name, body);
     t->log(t->host_ctx, level, message);
-}
-
-const char *ssd_errno_name(int err) {
-    const char *name = strerrorname_np(err);
-    return name ? name : "unknown error";
-}
-
-static uint64_t hash_key(const kvs_key *key) {
-    uint64_t a, b;
-    memcpy(&a, key->bytes, 8);
-    memcpy(&b, key->bytes + 8, 8);
-    uint64_t h = a ^ (b * 0x9E3779B97F4A7C15ull);
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 29);
 }
 
 /* ---- index (linear probing, backward-shift deletion), LRU, object lifecycle ------------------ */
 
 uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_out) {
     uint64_t mask = t->n_buckets - 1;
-    for (uint64_t b = hash_key(key) & mask;; b = (b + 1) & mask) {
+    for (uint64_t b = kvs_key_hash(key) & mask;; b = (b + 1) & mask) {
         uint32_t o = t->buckets[b];
         if (o == SSD_NIL) return SSD_NIL;
         if (memcmp(&ssd_obj(t, o)->key, key, sizeof *key) == 0) {
@@ -64,7 +48,7 @@ uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_
 
 static void index_insert(ssd_tier *t, uint32_t o) {
     uint64_t mask = t->n_buckets - 1;
-    uint64_t b = hash_key(&ssd_obj(t, o)->key) & mask;
+    uint64_t b = kvs_key_hash(&ssd_obj(t, o)->key) & mask;
     while (t->buckets[b] != SSD_NIL) b = (b + 1) & mask;
     t->buckets[b] = o;
 }
@@ -74,7 +58,7 @@ static void index_erase(ssd_tier *t, uint64_t hole) {
     for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
         uint32_t o = t->buckets[j];
         if (o == SSD_NIL) break;
-        uint64_t home = hash_key(&ssd_obj(t, o)->key) & mask;
+        uint64_t home = kvs_key_hash(&ssd_obj(t, o)->key) & mask;
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             t->buckets[hole] = o;
             hole = j;
@@ -322,7 +306,7 @@ void ssd_on_path_failed(void *ctx, uint32_t index, int err) {
     pthread_mutex_unlock(&t->mutex);
     ssd_log(t, KVS_LOG_ERROR,
             "path %u (%s) is isolated after %s; %llu objects without another copy are now misses",
-            index, t->paths[index].dir, ssd_errno_name(err), (unsigned long long)lost);
+            index, t->paths[index].dir, kvs_errno_name(err), (unsigned long long)lost);
 }
 
 /* ---- lookups, pins, removal, usage ----------------------------------------------------------- */
@@ -342,7 +326,7 @@ kvs_status ssd_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeou
     ssd_tier *t = state;
     if (!t || (!keys && n) || !n_pinned) return KVS_EINVAL;
     pthread_mutex_lock(&t->mutex);
-    uint64_t now = ssd_now_ns();
+    uint64_t now = kvs_clock_now_ns(t->clock);
     uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
     uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
     uint64_t i = 0;
@@ -363,7 +347,7 @@ kvs_status ssd_unpin(void *state, const kvs_key *keys, uint64_t n) {
     ssd_tier *t = state;
     if (!t || (!keys && n)) return KVS_EINVAL;
     pthread_mutex_lock(&t->mutex);
-    uint64_t now = ssd_now_ns();
+    uint64_t now = kvs_clock_now_ns(t->clock);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t o = ssd_index_find(t, &keys[i], NULL);
         if (o == SSD_NIL) continue;

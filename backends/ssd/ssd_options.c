@@ -7,72 +7,15 @@
 #include <string.h>
 
 #include "common/options.h"
+#include "common/units.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 
-#define VALID_OPTIONS                                                                            \
-    "path, stripe_bytes, replicas, queue_depth, write_inflight, write_buffer_bytes, io_engine, " \
-    "pread_threads, io_timeout_ms, sim_bandwidth, sim_iops, fault_inject"
-
-typedef struct unit {
-    const char *name;
-    uint64_t bytes;
-} unit;
-
-static const unit UNITS[] = {
-    {"", 1},
-    {"B", 1},
-    {"K", 1ull << 10},
-    {"KiB", 1ull << 10},
-    {"M", 1ull << 20},
-    {"MiB", 1ull << 20},
-    {"G", 1ull << 30},
-    {"GiB", 1ull << 30},
-    {"T", 1ull << 40},
-    {"TiB", 1ull << 40},
-    {"KB", 1000ull},
-    {"MB", 1000ull * 1000},
-    {"GB", 1000ull * 1000 * 1000},
-    {"TB", 1000ull * 1000 * 1000 * 1000},
-};
-
-static int is_digit(char c) {
-    return c >= '0' && c <= '9';
-}
-
-int ssd_options_parse_size(const char *text, uint64_t *bytes) {
-    const char *p = text;
-    if (!p || !is_digit(*p)) return -1;
-    unsigned __int128 whole = 0, fraction = 0, scale = 1;
-    for (; is_digit(*p); p++) {
-        whole = whole * 10 + (unsigned)(*p - '0');
-        if (whole > UINT64_MAX) return -1;
-    }
-    if (*p == '.') {
-        p++;
-        if (!is_digit(*p)) return -1;
-        for (int digits = 0; is_digit(*p); p++, digits++) {
-            if (digits >= 18) return -1;
-            fraction = fraction * 10 + (unsigned)(*p - '0');
-            scale *= 10;
-        }
-    }
-    while (*p == ' ') p++;
-    for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
-        if (strcmp(p, UNITS[i].name) != 0) continue;
-        unsigned __int128 frac_bytes = fraction * UNITS[i].bytes;
-        if (frac_bytes % scale != 0) return -1; /* not a whole number of bytes */
-        unsigned __int128 total = whole * UNITS[i].bytes + frac_bytes / scale;
-        if (total > UINT64_MAX) return -1;
-        *bytes = (uint64_t)total;
-        return 0;
-    }
-    return -1;
-}
-
 /* "enospc_after:N,eio_path:K,eio_after:N,device_bytes:N" */
-static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_len) {
+static int parse_faults(const char *text, void *out, uint64_t nth, char *why, size_t why_len) {
+    ssd_options *o = out;
     char buf[256];
+    (void)nth;
     if (strlen(text) >= sizeof buf) {
         snprintf(why, why_len, "fault_inject \"%.60s...\" is too long", text);
         return -1;
@@ -110,8 +53,24 @@ static int parse_faults(const char *text, ssd_options *o, char *why, size_t why_
     return 0;
 }
 
-/* The options, looked up by name; the parser below goes by these names, never by a position. */
+static int parse_path(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
+    ssd_options *o = out;
+    (void)nth;
+    if (!*value) {
+        snprintf(why, why_len, "a path is empty");
+        return -1;
+    }
+    if (o->n_paths == SSD_MAX_PATHS) {
+        snprintf(why, why_len, "more than %d paths", SSD_MAX_PATHS);
+        return -1;
+    }
+    o->paths[o->n_paths++] = value;
+    return 0;
+}
+
+/* The options, by name (YAML `paths:` arrive as repeated `path`), and where each goes. */
 enum {
+    OPT_PATH,
     OPT_STRIPE_BYTES,
     OPT_REPLICAS,
     OPT_QUEUE_DEPTH,
@@ -125,129 +84,62 @@ enum {
     OPT_FAULT_INJECT,
     OPT_COUNT
 };
-static const char *const NAMES[OPT_COUNT] = {[OPT_STRIPE_BYTES] = "stripe_bytes",
-                                             [OPT_REPLICAS] = "replicas",
-                                             [OPT_QUEUE_DEPTH] = "queue_depth",
-                                             [OPT_WRITE_INFLIGHT] = "write_inflight",
-                                             [OPT_WRITE_BUFFER_BYTES] = "write_buffer_bytes",
-                                             [OPT_IO_ENGINE] = "io_engine",
-                                             [OPT_PREAD_THREADS] = "pread_threads",
-                                             [OPT_IO_TIMEOUT_MS] = "io_timeout_ms",
-                                             [OPT_SIM_BANDWIDTH] = "sim_bandwidth",
-                                             [OPT_SIM_IOPS] = "sim_iops",
-                                             [OPT_FAULT_INJECT] = "fault_inject"};
-
-static int parse_one(unsigned which, const char *value, ssd_options *o, char *why, size_t why_len) {
-    uint64_t v = 0;
-    switch (which) {
-        case OPT_STRIPE_BYTES:
-            if (ssd_options_parse_size(value, &v) != 0 || v == 0 || v % SSD_BLOCK != 0 ||
-                v > SSD_MAX_STRIPE_BYTES) {
-                snprintf(why, why_len,
-                         "stripe_bytes \"%.40s\" is not a multiple of 4KiB between 4KiB and 1GiB",
-                         value);
-                return -1;
-            }
-            o->stripe_bytes = v;
-            return 0;
-        case OPT_REPLICAS:
-            if (kvs_option_count(value, 1, SSD_MAX_REPLICAS, &v) != 0) {
-                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %d",
-                         value, SSD_MAX_REPLICAS);
-                return -1;
-            }
-            o->replicas = (uint32_t)v;
-            return 0;
-        case OPT_QUEUE_DEPTH:
-            if (kvs_option_count(value, 2, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
-                snprintf(why, why_len, "queue_depth \"%.40s\" is not a whole number from 2 to %u",
-                         value, SSD_MAX_QUEUE_DEPTH);
-                return -1;
-            }
-            o->queue_depth = (uint32_t)v;
-            return 0;
-        case OPT_WRITE_INFLIGHT:
-            if (kvs_option_count(value, 1, SSD_MAX_QUEUE_DEPTH, &v) != 0) {
-                snprintf(why, why_len,
-                         "write_inflight \"%.40s\" is not a whole number from 1 to %u", value,
-                         SSD_MAX_QUEUE_DEPTH);
-                return -1;
-            }
-            o->write_inflight = (uint32_t)v;
-            return 0;
-        case OPT_WRITE_BUFFER_BYTES:
-            if (ssd_options_parse_size(value, &v) != 0 || v == 0) {
-                snprintf(why, why_len, "write_buffer_bytes \"%.40s\" is not a size such as 64MiB",
-                         value);
-                return -1;
-            }
-            o->write_buffer_bytes = v;
-            return 0;
-        case OPT_IO_ENGINE:
-            if (strcmp(value, "uring") == 0)
-                o->engine = SSD_ENGINE_URING;
-            else if (strcmp(value, "pread") == 0)
-                o->engine = SSD_ENGINE_PREAD;
-            else {
-                snprintf(why, why_len, "io_engine \"%.40s\" is not uring or pread", value);
-                return -1;
-            }
-            return 0;
-        case OPT_PREAD_THREADS:
-            if (kvs_option_count(value, 1, 64, &v) != 0) {
-                snprintf(why, why_len, "pread_threads \"%.40s\" is not a whole number from 1 to 64",
-                         value);
-                return -1;
-            }
-            o->pread_threads = (uint32_t)v;
-            return 0;
-        case OPT_IO_TIMEOUT_MS:
-            if (kvs_option_count(value, 1, 24ull * 3600 * 1000, &v) != 0) {
-                snprintf(why, why_len,
-                         "io_timeout_ms \"%.40s\" is not a whole number of milliseconds from 1 to "
-                         "86400000",
-                         value);
-                return -1;
-            }
-            o->io_timeout_ms = v;
-            return 0;
-        case OPT_SIM_BANDWIDTH: {
-            char buf[64];
-            size_t n = strlen(value);
-            if (n >= sizeof buf) n = sizeof buf - 1;
-            memcpy(buf, value, n);
-            buf[n] = '\0';
-            if (n >= 2 && strcmp(buf + n - 2, "/s") == 0) buf[n - 2] = '\0';
-            if (ssd_options_parse_size(buf, &v) != 0 || v == 0) {
-                snprintf(why, why_len, "sim_bandwidth \"%.40s\" is not a rate such as 250MB/s",
-                         value);
-                return -1;
-            }
-            o->sim_bandwidth = v;
-            return 0;
-        }
-        case OPT_SIM_IOPS:
-            if (kvs_option_count(value, 1, 1000000000ull, &v) != 0) {
-                snprintf(why, why_len,
-                         "sim_iops \"%.40s\" is not a whole number from 1 to 1000000000", value);
-                return -1;
-            }
-            o->sim_iops = v;
-            return 0;
-        case OPT_FAULT_INJECT: return parse_faults(value, o, why, why_len);
-    }
-    snprintf(why, why_len, "an option in the table has no parser");
-    return -1;
-}
-
-/* Names what a refusal is about, for kvs_backend_init.error_option; returns KVS_ECONFIG. */
-static kvs_status refuse(char *refused, size_t refused_len, const char *name, int64_t nth) {
-    if (nth >= 0)
-        snprintf(refused, refused_len, "%s[%lld]", name, (long long)nth);
-    else
-        snprintf(refused, refused_len, "%s", name);
-    return KVS_ECONFIG;
-}
+static const kvs_option_desc OPTIONS[OPT_COUNT] = {
+    [OPT_PATH] = {.name = "path", .kind = KVS_OPTION_CUSTOM, .repeated = 1, .parse = parse_path},
+    [OPT_STRIPE_BYTES] = {.name = "stripe_bytes",
+                          .kind = KVS_OPTION_SIZE,
+                          KVS_OPTION_FIELD(ssd_options, stripe_bytes),
+                          .min = SSD_BLOCK,
+                          .max = SSD_MAX_STRIPE_BYTES,
+                          .multiple = SSD_BLOCK,
+                          .example = "1MiB"},
+    [OPT_REPLICAS] = {.name = "replicas",
+                      .kind = KVS_OPTION_COUNT,
+                      KVS_OPTION_FIELD(ssd_options, replicas),
+                      .min = 1,
+                      .max = SSD_MAX_REPLICAS},
+    [OPT_QUEUE_DEPTH] = {.name = "queue_depth",
+                         .kind = KVS_OPTION_COUNT,
+                         KVS_OPTION_FIELD(ssd_options, queue_depth),
+                         .min = 2,
+                         .max = SSD_MAX_QUEUE_DEPTH},
+    [OPT_WRITE_INFLIGHT] = {.name = "write_inflight",
+                            .kind = KVS_OPTION_COUNT,
+                            KVS_OPTION_FIELD(ssd_options, write_inflight),
+                            .min = 1,
+                            .max = SSD_MAX_QUEUE_DEPTH},
+    [OPT_WRITE_BUFFER_BYTES] = {.name = "write_buffer_bytes",
+                                .kind = KVS_OPTION_SIZE,
+                                KVS_OPTION_FIELD(ssd_options, write_buffer_bytes),
+                                .min = 1,
+                                .example = "64MiB"},
+    [OPT_IO_ENGINE] = {.name = "io_engine", /* SSD_ENGINE_URING 0, SSD_ENGINE_PREAD 1 */
+                       .kind = KVS_OPTION_CHOICE,
+                       KVS_OPTION_FIELD(ssd_options, engine),
+                       .choices = "uring|pread"},
+    [OPT_PREAD_THREADS] = {.name = "pread_threads",
+                           .kind = KVS_OPTION_COUNT,
+                           KVS_OPTION_FIELD(ssd_options, pread_threads),
+                           .min = 1,
+                           .max = 64},
+    [OPT_IO_TIMEOUT_MS] = {.name = "io_timeout_ms",
+                           .kind = KVS_OPTION_MILLISECONDS,
+                           KVS_OPTION_FIELD(ssd_options, io_timeout_ms),
+                           .min = 1,
+                           .max = 24ull * 3600 * 1000},
+    [OPT_SIM_BANDWIDTH] = {.name = "sim_bandwidth",
+                           .kind = KVS_OPTION_RATE,
+                           KVS_OPTION_FIELD(ssd_options, sim_bandwidth),
+                           .min = 1,
+                           .example = "250MB/s"},
+    [OPT_SIM_IOPS] = {.name = "sim_iops",
+                      .kind = KVS_OPTION_COUNT,
+                      KVS_OPTION_FIELD(ssd_options, sim_iops),
+                      .min = 1,
+                      .max = 1000000000ull},
+    [OPT_FAULT_INJECT] = {.name = "fault_inject", .kind = KVS_OPTION_CUSTOM, .parse = parse_faults},
+};
+_Static_assert(SSD_ENGINE_URING == 0 && SSD_ENGINE_PREAD == 1, "io_engine's choices are in order");
 
 kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_options, ssd_options *o,
                              char *why, size_t why_len, char *refused, size_t refused_len) {
@@ -263,47 +155,31 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
     o->enospc_after = -1;
     o->device_bytes = -1;
     o->eio_path = -1;
-    int seen[OPT_COUNT] = {0};
-    for (uint64_t i = 0; i < n_options; i++) {
-        const char *key = options[i].key ? options[i].key : "";
-        const char *value = options[i].value ? options[i].value : "";
-        if (strcmp(key, "path") == 0) {
-            if (!*value) {
-                snprintf(why, why_len, "a path is empty");
-                return refuse(refused, refused_len, "path", o->n_paths);
-            }
-            if (o->n_paths == SSD_MAX_PATHS) {
-                snprintf(why, why_len, "more than %d paths", SSD_MAX_PATHS);
-                return refuse(refused, refused_len, "path", o->n_paths);
-            }
-            o->paths[o->n_paths++] = value;
-            continue;
-        }
-        int which = kvs_option_index(NAMES, OPT_COUNT, seen, key, VALID_OPTIONS, why, why_len);
-        if (which < 0 || parse_one((unsigned)which, value, o, why, why_len) != 0)
-            return refuse(refused, refused_len, key, -1);
-    }
+    uint32_t given[OPT_COUNT] = {0};
+    kvs_status rc = kvs_options_parse(OPTIONS, OPT_COUNT, options, n_options, o, given, why,
+                                      why_len, refused, refused_len);
+    if (rc != KVS_OK) return rc;
     if (o->n_paths == 0) {
         snprintf(why, why_len, "needs at least one path (YAML `paths: [/mnt/nvme0/kvs, ...]`)");
-        return refuse(refused, refused_len, "path", -1);
+        return kvs_options_refuse(refused, refused_len, "path", -1);
     }
     if (o->replicas > o->n_paths) {
         snprintf(why, why_len, "replicas %u needs at least %u paths; %u given", o->replicas,
                  o->replicas, o->n_paths);
-        return refuse(refused, refused_len, "replicas", -1);
+        return kvs_options_refuse(refused, refused_len, "replicas", -1);
     }
-    if (!seen[OPT_WRITE_INFLIGHT] && o->write_inflight >= o->queue_depth)
+    if (!given[OPT_WRITE_INFLIGHT] && o->write_inflight >= o->queue_depth)
         o->write_inflight = o->queue_depth - 1;
     if (o->write_inflight >= o->queue_depth) {
         snprintf(why, why_len,
                  "write_inflight %u must be below queue_depth %u (reads need room in the ring)",
                  o->write_inflight, o->queue_depth);
-        return refuse(refused, refused_len, "write_inflight", -1);
+        return kvs_options_refuse(refused, refused_len, "write_inflight", -1);
     }
     if (o->eio_path >= 0 && (uint32_t)o->eio_path >= o->n_paths) {
         snprintf(why, why_len, "fault_inject eio_path:%d names no path (there are %u)", o->eio_path,
                  o->n_paths);
-        return refuse(refused, refused_len, "fault_inject", -1);
+        return kvs_options_refuse(refused, refused_len, "fault_inject", -1);
     }
     return KVS_OK;
 }

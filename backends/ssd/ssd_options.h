@@ -41,8 +41,4 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
                              ssd_options *out, char *why, size_t why_len, char *refused,
                              size_t refused_len);
 
-/* "1.5GiB", "250MB", "4096": units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB (K/M/G/T alone are
- * binary). 0 on success. */
-int ssd_options_parse_size(const char *text, uint64_t *bytes);
-
 #endif /* KVS_SSD_OPTIONS_H */

@@ -377,9 +377,9 @@ release:
             statuses[i] = it->failed_errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
             if (it->failed_path >= 0)
                 ssd_set_error(t, "reading an object failed on path %d (%s): %s", it->failed_path,
-                              t->paths[it->failed_path].dir, ssd_errno_name(it->failed_errno));
+                              t->paths[it->failed_path].dir, kvs_errno_name(it->failed_errno));
             else
-                ssd_set_error(t, "reading an object failed: %s", ssd_errno_name(it->failed_errno));
+                ssd_set_error(t, "reading an object failed: %s", kvs_errno_name(it->failed_errno));
             if (e->state == OBJ_LIVE && !ssd_object_readable(t, e)) ssd_drop_live(t, it->object);
         } else if (it->corrupt) {
             statuses[i] = KVS_ECORRUPT;

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/errno_name.h"
 #include "common/log.h"
 #include "ssd.h"
 #include "ssd_format.h"
@@ -96,6 +98,7 @@ typedef struct ssd_tier {
     uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;
+    const kvs_clock *clock; /* pin deadlines are on this clock (NULL: CLOCK_MONOTONIC) */
     void (*log)(void *ctx, int level, const char *message);
     void (*on_evict)(void *ctx, const kvs_key *key, const void *object,
                      uint64_t len); /* object NULL */
@@ -118,12 +121,6 @@ static inline ssd_object *ssd_obj(const ssd_tier *t, uint32_t o) {
     return &t->chunks[o / SSD_CHUNK_RECORDS][o % SSD_CHUNK_RECORDS];
 }
 
-static inline uint64_t ssd_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static inline uint64_t ssd_slot_offset(const ssd_tier *t, uint32_t slot) {
     return SSD_BLOCK + (uint64_t)slot * t->slot_bytes;
 }
@@ -136,7 +133,6 @@ static inline int ssd_path_usable(const ssd_tier *t, uint32_t p) {
 
 void ssd_set_error(ssd_tier *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ssd_log(ssd_tier *t, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-const char *ssd_errno_name(int err);
 
 /* With the lock held. */
 uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key,

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/key.h"
 #include "ssd_place.h"
 
 static int make_room(ssd_tier *t, const uint64_t *need);
@@ -64,8 +65,8 @@ static void report_dropped(ssd_tier *t, const kvs_key *key, const write_job *job
     uint64_t n = atomic_fetch_add(&t->dropped_puts, 1) + 1;
     if (t->on_put_dropped) t->on_put_dropped(t->host_ctx, key, job->enospc ? KVS_ENOMEM : KVS_EIO);
     if ((n & (n - 1)) != 0) return;
-    char hex[40];
-    for (int b = 0; b < 16; b++) snprintf(hex + 2 * b, 3, "%02x", key->bytes[b]);
+    char hex[33];
+    kvs_key_hex(key, hex);
     if (job->enospc)
         ssd_log(t, KVS_LOG_WARN,
                 "a save of %s was dropped: the device is full (ENOSPC) and no room could be made "
@@ -74,7 +75,7 @@ static void report_dropped(ssd_tier *t, const kvs_key *key, const write_job *job
     else
         ssd_log(t, KVS_LOG_WARN,
                 "a save of %s was dropped: its write failed (%s); %llu saves dropped so far", hex,
-                ssd_errno_name(job->error), (unsigned long long)n);
+                kvs_errno_name(job->error), (unsigned long long)n);
 }
 
 /* With the lock held: the last unit write of job finished. */
@@ -102,7 +103,7 @@ static void finish_write(ssd_tier *t, write_job *job) {
     uint32_t old = ssd_index_find(t, &e->key, NULL);
     if (old != SSD_NIL) {
         ssd_object *x = ssd_obj(t, old);
-        if (x->seq > e->seq || ssd_object_pinned(x, ssd_now_ns())) {
+        if (x->seq > e->seq || ssd_object_pinned(x, kvs_clock_now_ns(t->clock))) {
             ssd_object_release(
                 t,
                 o); /* a newer write won, or a reader holds the stored copy: same key, same bytes */
@@ -206,7 +207,7 @@ static int choose_paths(ssd_tier *t, uint32_t n_units, uint32_t *paths_out) {
 /* With the lock held: evict least recently used objects until every path p has need[p] free
  * slots. 0, or -1 with the error set. */
 static int make_room(ssd_tier *t, const uint64_t *need) {
-    uint64_t now = ssd_now_ns();
+    uint64_t now = kvs_clock_now_ns(t->clock);
     for (uint32_t p = 0; p < t->n_paths; p++) {
         uint64_t capacity = t->paths[p].n_slots - t->paths[p].retired;
         if (need[p] > capacity) {
@@ -265,7 +266,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
 
     pthread_mutex_lock(&t->mutex);
     uint32_t existing = ssd_index_find(t, key, NULL);
-    if (existing != SSD_NIL && ssd_object_pinned(ssd_obj(t, existing), ssd_now_ns())) {
+    if (existing != SSD_NIL &&
+        ssd_object_pinned(ssd_obj(t, existing), kvs_clock_now_ns(t->clock))) {
         ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
         pthread_mutex_unlock(&t->mutex);
         return KVS_OK;

@@ -12,17 +12,15 @@
 #include "common/options.h"
 #include "wire.h"
 
-#define VALID_OPTIONS                                                                   \
-    "node, psk_file, tenant, replicas, timeout_ms, connect_backoff_ms, shared_memory, " \
-    "put_queue_mb"
-
 static int valid_tenant(const char *s) {
     size_t len = strlen(s);
     if (len == 0 || len > KVS_WIRE_MAX_TENANT_BYTES) return 0;
     return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == len;
 }
 
-static int parse_node(const char *value, kvs_remote_options *o, char *why, size_t why_len) {
+static int parse_node(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
+    kvs_remote_options *o = out;
+    (void)nth;
     const char *colon = strrchr(value, ':');
     uint64_t port = 0;
     if (!colon || colon == value || kvs_option_count(colon + 1, 1, 65535, &port) != 0) {
@@ -52,98 +50,48 @@ static int parse_node(const char *value, kvs_remote_options *o, char *why, size_
     return 0;
 }
 
-/* The options, looked up by name; the parser below goes by these names, never by a position. */
-enum {
-    OPT_PSK_FILE,
-    OPT_TENANT,
-    OPT_REPLICAS,
-    OPT_TIMEOUT_MS,
-    OPT_CONNECT_BACKOFF_MS,
-    OPT_SHARED_MEMORY,
-    OPT_PUT_QUEUE_MB,
-    OPT_COUNT
-};
-static const char *const OPTION_NAMES[OPT_COUNT] = {[OPT_PSK_FILE] = "psk_file",
-                                                    [OPT_TENANT] = "tenant",
-                                                    [OPT_REPLICAS] = "replicas",
-                                                    [OPT_TIMEOUT_MS] = "timeout_ms",
-                                                    [OPT_CONNECT_BACKOFF_MS] = "connect_backoff_ms",
-                                                    [OPT_SHARED_MEMORY] = "shared_memory",
-                                                    [OPT_PUT_QUEUE_MB] = "put_queue_mb"};
-
-static int parse_option(int which, const char *value, kvs_remote_options *o, char *why,
-                        size_t why_len) {
-    uint64_t v = 0;
-    switch (which) {
-        case OPT_PSK_FILE:
-            if (!*value) {
-                snprintf(why, why_len, "psk_file is empty");
-                return -1;
-            }
-            o->psk_file = value;
-            return 0;
-        case OPT_TENANT:
-            if (!valid_tenant(value)) {
-                snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -",
-                         value, KVS_WIRE_MAX_TENANT_BYTES);
-                return -1;
-            }
-            o->tenant = value;
-            return 0;
-        case OPT_REPLICAS:
-            if (kvs_option_count(value, 1, KVS_REMOTE_RING_MAX_REPLICAS, &v) != 0) {
-                snprintf(why, why_len, "replicas \"%.40s\" is not a whole number from 1 to %u",
-                         value, KVS_REMOTE_RING_MAX_REPLICAS);
-                return -1;
-            }
-            o->replicas = (uint32_t)v;
-            return 0;
-        case OPT_TIMEOUT_MS:
-            if (kvs_option_count(value, 1, 600000, &v) != 0) {
-                snprintf(why, why_len,
-                         "timeout_ms \"%.40s\" is not a whole number from 1 to 600000", value);
-                return -1;
-            }
-            o->timeout_ms = (uint32_t)v;
-            return 0;
-        case OPT_CONNECT_BACKOFF_MS:
-            if (kvs_option_count(value, 1, KVS_REMOTE_MAX_BACKOFF_MS, &v) != 0) {
-                snprintf(why, why_len,
-                         "connect_backoff_ms \"%.40s\" is not a whole number from 1 to %u", value,
-                         KVS_REMOTE_MAX_BACKOFF_MS);
-                return -1;
-            }
-            o->connect_backoff_ms = (uint32_t)v;
-            return 0;
-        case OPT_SHARED_MEMORY:
-            if (strcmp(value, "auto") != 0 && strcmp(value, "off") != 0) {
-                snprintf(why, why_len, "shared_memory \"%.40s\" is not auto or off", value);
-                return -1;
-            }
-            o->shared_memory = strcmp(value, "auto") == 0;
-            return 0;
-        case OPT_PUT_QUEUE_MB:
-            if (kvs_option_count(value, 1, 65536, &v) != 0) {
-                snprintf(why, why_len,
-                         "put_queue_mb \"%.40s\" is not a whole number from 1 to 65536", value);
-                return -1;
-            }
-            o->put_queue_mb = (uint32_t)v;
-            return 0;
+static int parse_tenant(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
+    kvs_remote_options *o = out;
+    (void)nth;
+    if (!valid_tenant(value)) {
+        snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
+                 KVS_WIRE_MAX_TENANT_BYTES);
+        return -1;
     }
-    snprintf(why, why_len, "an option in the table has no parser");
-    return -1;
+    o->tenant = value;
+    return 0;
 }
 
-/* Names what a refusal is about (see kvs_backend_init.error_option); returns KVS_ECONFIG. */
-static kvs_status refuse(char *refused, size_t refused_len, const char *name, int64_t nth) {
-    if (!refused || refused_len == 0) return KVS_ECONFIG;
-    if (nth >= 0)
-        snprintf(refused, refused_len, "%s[%lld]", name, (long long)nth);
-    else
-        snprintf(refused, refused_len, "%s", name);
-    return KVS_ECONFIG;
-}
+/* The options, by name (YAML `nodes:` arrive as repeated `node`), and where each goes. */
+static const kvs_option_desc OPTIONS[] = {
+    {.name = "node", .kind = KVS_OPTION_CUSTOM, .repeated = 1, .parse = parse_node},
+    {.name = "psk_file", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(kvs_remote_options, psk_file)},
+    {.name = "tenant", .kind = KVS_OPTION_CUSTOM, .parse = parse_tenant},
+    {.name = "replicas",
+     .kind = KVS_OPTION_COUNT,
+     KVS_OPTION_FIELD(kvs_remote_options, replicas),
+     .min = 1,
+     .max = KVS_REMOTE_RING_MAX_REPLICAS},
+    {.name = "timeout_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(kvs_remote_options, timeout_ms),
+     .min = 1,
+     .max = 600000},
+    {.name = "connect_backoff_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(kvs_remote_options, connect_backoff_ms),
+     .min = 1,
+     .max = KVS_REMOTE_MAX_BACKOFF_MS},
+    {.name = "shared_memory", /* its index is the flag: off 0, auto 1 */
+     .kind = KVS_OPTION_CHOICE,
+     KVS_OPTION_FIELD(kvs_remote_options, shared_memory),
+     .choices = "off|auto"},
+    {.name = "put_queue_mb",
+     .kind = KVS_OPTION_COUNT,
+     KVS_OPTION_FIELD(kvs_remote_options, put_queue_mb),
+     .min = 1,
+     .max = 65536},
+};
 
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options,
                                     kvs_remote_options *o, char *why, size_t why_len) {
@@ -153,42 +101,31 @@ kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t 
 kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uint64_t n_options,
                                           kvs_remote_options *o, char *why, size_t why_len,
                                           char *refused, size_t refused_len) {
-    int seen[OPT_COUNT] = {0};
     memset(o, 0, sizeof *o);
     o->replicas = 1;
     o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
     o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
     o->put_queue_mb = KVS_REMOTE_DEFAULT_PUT_QUEUE_MB;
     o->shared_memory = 0; /* experimental: see docs/remote.md, "Shared memory on one host" */
-    for (uint64_t i = 0; i < n_options; i++) {
-        const char *key = options[i].key ? options[i].key : "";
-        const char *value = options[i].value ? options[i].value : "";
-        if (strcmp(key, "node") == 0) {
-            if (parse_node(value, o, why, why_len) != 0)
-                return refuse(refused, refused_len, "node", o->n_nodes);
-            continue;
-        }
-        int which =
-            kvs_option_index(OPTION_NAMES, OPT_COUNT, seen, key, VALID_OPTIONS, why, why_len);
-        if (which < 0 || parse_option(which, value, o, why, why_len) != 0)
-            return refuse(refused, refused_len, key, -1);
-    }
+    kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], options,
+                                      n_options, o, NULL, why, why_len, refused, refused_len);
+    if (rc != KVS_OK) return rc;
     if (o->n_nodes == 0) {
         snprintf(why, why_len, "needs at least one node (YAML `nodes: [10.0.0.7:13337, ...]`)");
-        return refuse(refused, refused_len, "node", -1);
+        return kvs_options_refuse(refused, refused_len, "node", -1);
     }
     if (!o->psk_file) {
         snprintf(why, why_len, "needs option psk_file (the pre-shared key file of the nodes)");
-        return refuse(refused, refused_len, "psk_file", -1);
+        return kvs_options_refuse(refused, refused_len, "psk_file", -1);
     }
     if (!o->tenant) {
         snprintf(why, why_len, "needs option tenant (this client's namespace on the nodes)");
-        return refuse(refused, refused_len, "tenant", -1);
+        return kvs_options_refuse(refused, refused_len, "tenant", -1);
     }
     if (o->replicas > o->n_nodes) {
         snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas,
                  o->replicas, o->n_nodes);
-        return refuse(refused, refused_len, "replicas", -1);
+        return kvs_options_refuse(refused, refused_len, "replicas", -1);
     }
     return KVS_OK;
 }

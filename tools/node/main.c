@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "common/units.h"
 #include "connector/config.h"
 #include "node.h"
 
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout-ms")) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
         } else if (!strcmp(a, "--max-object-bytes")) {
-            bad = kvs_config_parse_size(v, &max_object) != KVS_OK || max_object == 0 ||
+            bad = kvs_units_parse_size(v, &max_object, NULL, 0) != KVS_OK || max_object == 0 ||
                   max_object > (1ull << 32);
         } else {
             bad = 1;

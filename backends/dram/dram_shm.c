@@ -1,0 +1,365 @@
+/*
+ * dram_shm.c - the dram tier's mapping: geometry, creating or attaching it by name, attacher
+ * tracking, detaching (contract in dram_shm.h).
+ */
+#include "dram_shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/errno_name.h"
+#include "common/log.h"
+
+static uint64_t round_up(uint64_t v, uint64_t align) {
+    return (v + align - 1) / align * align;
+}
+
+/* A process's start time and whether it has exited (a zombie counts as gone). 0, or -1 when its
+ * /proc entry cannot be read (no such process, or no /proc). */
+static int process_start(pid_t pid, uint64_t *start_time, int *exited) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    text[n] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'. */
+    char *p = strrchr(text, ')');
+    if (!p || p[1] != ' ') return -1;
+    p += 2;
+    *exited = *p == 'Z' || *p == 'X';
+    for (int field = 3; field < 22; field++) { /* field 3 is the state; 22 the start time */
+        p = strchr(p, ' ');
+        if (!p) return -1;
+        p++;
+    }
+    char *end = NULL;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (end == p) return -1;
+    *start_time = v;
+    return 0;
+}
+
+/* The inode naming this process's pid namespace, or 0 when /proc cannot say. */
+static uint64_t own_pid_ns(void) {
+    struct stat sb;
+    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+/* With the lock held: is entry a still the process that attached? An attacher in another pid
+ * namespace (containers sharing /dev/shm) cannot be looked up by its pid from here, so it counts as
+ * alive: its memory is never unlinked under it (it stays counted until it detaches). */
+static int attacher_alive(const attacher *a) {
+    if (a->pid <= 0) return 0;
+    uint64_t ns = own_pid_ns();
+    if (a->pid_ns && ns && a->pid_ns != ns) return 1;
+    if (kill(a->pid, 0) != 0 && errno == ESRCH) return 0;
+    uint64_t start = 0;
+    int exited = 0;
+    if (process_start(a->pid, &start, &exited) != 0)
+        return 1; /* it exists but cannot be inspected */
+    return !exited && (a->start_time == 0 || start == a->start_time);
+}
+
+/* With the lock held: free the entries of attachers that died without detaching (kill -9, a crash)
+ * and recount the live ones. */
+static void reap_attachers(dram_state *st) {
+    shared_header *h = st->header;
+    uint32_t live = 0, reaped = 0;
+    for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
+        attacher *a = &h->attachers[i];
+        if (a->pid == 0) continue;
+        if (attacher_alive(a)) {
+            live++;
+        } else {
+            memset(a, 0, sizeof *a);
+            reaped++;
+        }
+    }
+    h->attach_count = live;
+    if (reaped) {
+        char message[256];
+        snprintf(message, sizeof message,
+                 "dram tier \"%s\": %u process(es) that attached %s died without "
+                 "detaching; no longer counted",
+                 st->tier_name, reaped, st->shm_path);
+        dram_log(st, KVS_LOG_INFO, message);
+    }
+}
+
+/* With the lock held: count this process in. KVS_OK, or KVS_EIO with the error set. */
+static kvs_status add_attacher(dram_state *st) {
+    shared_header *h = st->header;
+    uint64_t start = 0; /* 0 where /proc cannot be read: the pid alone then says whether we live */
+    int exited = 0;
+    if (process_start(getpid(), &start, &exited) != 0) start = 0;
+    reap_attachers(st);
+    for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
+        if (h->attachers[i].pid != 0) continue;
+        h->attachers[i] =
+            (attacher){.pid = (int32_t)getpid(), .start_time = start, .pid_ns = own_pid_ns()};
+        st->attach_slot = i;
+        h->attach_count++;
+        return KVS_OK;
+    }
+    dram_set_error(st, "shared memory \"%s\" has %u live attachments already, the most it tracks",
+                   st->shm_path, DRAM_MAX_ATTACHERS);
+    return KVS_EIO;
+}
+
+int dram_shm_valid_name(const char *name) {
+    static const char allowed[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
+    size_t n = strlen(name);
+    return n > 0 && n <= DRAM_SHM_NAME_MAX && strspn(name, allowed) == n && strcmp(name, ".") &&
+           strcmp(name, "..");
+}
+
+kvs_status dram_shm_plan(dram_state *st, uint64_t capacity_bytes, geometry *g) {
+    char cap[32], obj[32], slab[32];
+    if (st->max_object_bytes == 0 || st->max_object_bytes > UINT64_MAX / 2) {
+        dram_set_error(st, "max_object_bytes %llu is not a usable object size",
+                       (unsigned long long)st->max_object_bytes);
+        return KVS_EINVAL;
+    }
+    if (capacity_bytes == 0) {
+        dram_set_error(st, "needs a capacity (YAML key `capacity`)");
+        return KVS_ECONFIG;
+    }
+    memset(g, 0, sizeof *g);
+    g->slab_bytes = round_up(st->max_object_bytes, DRAM_PAGE);
+    g->n_slabs = capacity_bytes / g->slab_bytes;
+    kvs_fmt_bytes(cap, sizeof cap, capacity_bytes);
+    kvs_fmt_bytes(obj, sizeof obj, st->max_object_bytes);
+    kvs_fmt_bytes(slab, sizeof slab, g->slab_bytes);
+    if (g->n_slabs == 0) {
+        dram_set_error(st, "capacity %s holds no object of %s", cap, obj);
+        return KVS_ECONFIG;
+    }
+    if (g->n_slabs > DRAM_MAX_SLABS) {
+        dram_set_error(st, "capacity %s is %llu slabs of %s; at most %u are supported", cap,
+                       (unsigned long long)g->n_slabs, slab, DRAM_MAX_SLABS);
+        return KVS_ECONFIG;
+    }
+    g->n_buckets = 1;
+    while (g->n_buckets < 2 * g->n_slabs) g->n_buckets <<= 1;
+    g->slab_table_offset = round_up(sizeof(shared_header), 64);
+    g->bucket_offset = g->slab_table_offset + g->n_slabs * sizeof(slab_entry);
+    g->data_offset = round_up(g->bucket_offset + g->n_buckets * sizeof(uint32_t), DRAM_PAGE);
+    g->mapping_bytes = g->data_offset + g->n_slabs * g->slab_bytes;
+    if (g->mapping_bytes < g->data_offset) {
+        dram_set_error(st, "capacity %s does not fit in an address space", cap);
+        return KVS_ECONFIG;
+    }
+    return KVS_OK;
+}
+
+static void bind_views(dram_state *st, void *base, const geometry *g) {
+    st->header = base;
+    st->slabs = (slab_entry *)((uint8_t *)base + g->slab_table_offset);
+    st->buckets = (uint32_t *)((uint8_t *)base + g->bucket_offset);
+    st->data = (uint8_t *)base + g->data_offset;
+    st->mapping_bytes = g->mapping_bytes;
+}
+
+/* Fill a fresh, zeroed mapping; everything but the magic. */
+static kvs_status init_layout(dram_state *st, const geometry *g) {
+    shared_header *h = st->header;
+    h->layout_version = DRAM_LAYOUT_VERSION;
+    h->geo = *g;
+    dram_repair_tables(st); /* on the zeroed (all free) slabs: the empty index, LRU and free list */
+
+    pthread_mutexattr_t attr;
+    int rc = pthread_mutexattr_init(&attr);
+    if (rc == 0) {
+        rc = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+        if (rc == 0) rc = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+        if (rc == 0) rc = pthread_mutex_init(&h->mutex, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    if (rc != 0) {
+        dram_set_error(st, "cannot make its process-shared lock (%s)", kvs_errno_name(rc));
+        return KVS_EIO;
+    }
+    return st->shm_path[0] ? add_attacher(st)
+                           : KVS_OK; /* nobody else sees it yet: no lock needed */
+}
+
+/* First opener (or the only one, with fd < 0 for a private tier): size and reserve the shared
+ * object, so a full /dev/shm fails here and not as SIGBUS inside a put; map, initialise, and
+ * publish by storing the magic last. Takes ownership of fd and unlinks the name on failure. */
+static kvs_status create_layout(dram_state *st, const geometry *g, int fd) {
+    char size[32];
+    const char *what = fd >= 0 ? st->shm_path : "(private)";
+    kvs_status rc = KVS_ENOMEM;
+    void *base = MAP_FAILED;
+    kvs_fmt_bytes(size, sizeof size, g->mapping_bytes);
+    if (fd >= 0 && ftruncate(fd, (off_t)g->mapping_bytes) != 0) {
+        dram_set_error(st, "cannot size shared memory \"%s\" to %s (%s)", what, size,
+                       kvs_errno_name(errno));
+        goto fail;
+    }
+    int err = fd >= 0 ? posix_fallocate(fd, 0, (off_t)g->mapping_bytes) : 0;
+    if (err != 0) {
+        dram_set_error(st, "shared memory \"%s\" cannot hold %s (%s); is /dev/shm large enough?",
+                       what, size, kvs_errno_name(err));
+        goto fail;
+    }
+    int flags = fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    base = mmap(NULL, g->mapping_bytes, PROT_READ | PROT_WRITE, flags, fd, 0);
+    if (base == MAP_FAILED) {
+        dram_set_error(st, "cannot map %s of memory for %s (%s)", size, what,
+                       kvs_errno_name(errno));
+        goto fail;
+    }
+    bind_views(st, base, g);
+    rc = init_layout(st, g);
+    if (rc != KVS_OK) goto fail;
+    __atomic_store_n(&st->header->magic, DRAM_MAGIC, __ATOMIC_RELEASE);
+    if (fd >= 0) close(fd);
+    return KVS_OK;
+
+fail:
+    if (base != MAP_FAILED) munmap(base, g->mapping_bytes);
+    st->header = NULL;
+    if (fd >= 0) {
+        shm_unlink(st->shm_path);
+        close(fd);
+    }
+    return rc;
+}
+
+/* Later opener: wait (bounded) for the creator to publish, check the geometry, count ourselves in.
+ * The creator sizes the object in one ftruncate, so a non-empty object has its final size.
+ * KVS_EAGAIN when its last user is unlinking it (the caller reopens by name). Takes fd. */
+static kvs_status attach_shared(dram_state *st, const geometry *g, int fd) {
+    uint64_t deadline = kvs_now_ns() + DRAM_ATTACH_WAIT_NS, mapped = 0;
+    kvs_status rc = KVS_EIO;
+    shared_header *h = MAP_FAILED;
+    while (h == MAP_FAILED || __atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != DRAM_MAGIC) {
+        struct stat sb;
+        if (h == MAP_FAILED && fstat(fd, &sb) != 0) {
+            dram_set_error(st, "cannot inspect shared memory \"%s\" (%s)", st->shm_path,
+                           kvs_errno_name(errno));
+            goto fail;
+        }
+        if (h == MAP_FAILED && (uint64_t)sb.st_size >= sizeof *h) {
+            mapped = (uint64_t)sb.st_size;
+            h = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (h == MAP_FAILED) {
+                dram_set_error(st, "cannot map shared memory \"%s\" (%s)", st->shm_path,
+                               kvs_errno_name(errno));
+                rc = KVS_ENOMEM;
+                goto fail;
+            }
+            continue;
+        }
+        if (kvs_now_ns() > deadline) {
+            dram_set_error(st,
+                           "shared memory \"%s\" exists but was never initialised (its creator "
+                           "may have died); remove /dev/shm%s",
+                           st->shm_path, st->shm_path);
+            goto fail;
+        }
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+    if (h->layout_version != DRAM_LAYOUT_VERSION || memcmp(&h->geo, g, sizeof *g) != 0 ||
+        mapped < g->mapping_bytes) {
+        char theirs[32], ours[32];
+        kvs_fmt_bytes(theirs, sizeof theirs, h->geo.slab_bytes);
+        kvs_fmt_bytes(ours, sizeof ours, g->slab_bytes);
+        dram_set_error(st,
+                       "shared memory \"%s\" holds %llu slabs of %s (layout %u) but this tier asks "
+                       "for %llu slabs of %s (layout %u); capacity and max object size must agree "
+                       "in every process",
+                       st->shm_path, (unsigned long long)h->geo.n_slabs, theirs, h->layout_version,
+                       (unsigned long long)g->n_slabs, ours, DRAM_LAYOUT_VERSION);
+        rc = KVS_ECONFIG;
+        goto fail;
+    }
+    bind_views(st, h, g);
+    rc = dram_lock(st);
+    if (rc != KVS_OK) goto fail;
+    if (h->dead) {
+        dram_unlock(st);
+        rc = KVS_EAGAIN;
+        goto fail;
+    }
+    rc = add_attacher(st);
+    dram_unlock(st);
+    if (rc != KVS_OK) goto fail;
+    st->mapping_bytes = mapped;
+    close(fd);
+    return KVS_OK;
+
+fail:
+    if (h != MAP_FAILED) munmap(h, mapped);
+    st->header = NULL;
+    close(fd);
+    return rc;
+}
+
+/* Create or attach by name. The name can disappear between our calls while its last user leaves,
+ * so retry, bounded by time rather than by count. */
+static kvs_status open_shared(dram_state *st, const geometry *g) {
+    for (uint64_t deadline = kvs_now_ns() + DRAM_ATTACH_WAIT_NS; kvs_now_ns() < deadline;) {
+        int fd = shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) return create_layout(st, g, fd);
+        if (errno != EEXIST) {
+            dram_set_error(st, "cannot create shared memory \"%s\" (%s)", st->shm_path,
+                           kvs_errno_name(errno));
+            return KVS_EIO;
+        }
+        fd = shm_open(st->shm_path, O_RDWR, 0);
+        if (fd < 0) {
+            if (errno == ENOENT) continue; /* its last user unlinked it in between */
+            dram_set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path,
+                           kvs_errno_name(errno));
+            return KVS_EIO;
+        }
+        kvs_status rc = attach_shared(st, g, fd);
+        if (rc != KVS_EAGAIN) return rc;
+    }
+    dram_set_error(st, "shared memory \"%s\" kept vanishing while it was being opened",
+                   st->shm_path);
+    return KVS_EIO;
+}
+
+kvs_status dram_shm_map(dram_state *st, const geometry *g) {
+    return st->shm_path[0] ? open_shared(st, g) : create_layout(st, g, -1);
+}
+
+void dram_shm_unmap(dram_state *st) {
+    if (st->shm_path[0]) {
+        /* Unlink under the lock with `dead` set, so a concurrent attacher either counted itself in
+         * before us or sees `dead` and reopens by name. */
+        if (dram_lock(st) == KVS_OK) {
+            shared_header *h = st->header;
+            attacher *mine = &h->attachers[st->attach_slot];
+            /* A process forked from an attacher may destroy the handle it inherited: only the
+             * attacher itself gives its entry back. */
+            if (mine->pid == (int32_t)getpid()) memset(mine, 0, sizeof *mine);
+            reap_attachers(st);
+            if (h->attach_count == 0) {
+                h->dead = 1;
+                shm_unlink(st->shm_path);
+            }
+            dram_unlock(st);
+        }
+    } else {
+        pthread_mutex_destroy(&st->header->mutex);
+    }
+    munmap(st->header, st->mapping_bytes);
+}
