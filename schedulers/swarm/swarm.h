@@ -97,6 +97,7 @@ int kvs_swarm_seen_mark(kvs_swarm_seen *seen, uint32_t id);
 #include "swarm_cache.h"
 #include "swarm_cluster.h"
 #include "swarm_disk.h"
+#include "swarm_graph.h"
 #include "swarm_maint.h"
 
 #endif
