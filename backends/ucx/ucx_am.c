@@ -1,6 +1,6 @@
-/* ucx_am.c - the transport's active messages (see ucx_transport.h): a handler per message id, a queue
- * of received messages (rendezvous payloads completing in the background) delivered to the owner in
- * order per connection, and sends that wait for completion by a timeout. */
+/* ucx_am.c - the transport's active messages (see ucx_transport.h): a handler per message id, a
+ * queue of received messages (rendezvous payloads completing in the background) delivered to the
+ * owner in order per connection, and sends that wait for completion by a timeout. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,8 @@
 /*
  * ucx_remote.c - the remote tier's ops (contract in remote.h): each queues a job for the progress
- * thread (ucx_remote_progress.c) and waits on a condition variable, at most timeout_ms; a put copies
- * its object into the registered put queue and returns. Create starts the thread, destroy joins it.
+ * thread (ucx_remote_progress.c) and waits on a condition variable, at most timeout_ms; a put
+ * copies its object into the registered put queue and returns. Create starts the thread, destroy
+ * joins it.
  */
 #include <errno.h>
 #include <pthread.h>

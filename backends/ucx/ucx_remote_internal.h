@@ -1,7 +1,8 @@
 /*
- * ucx_remote_internal.h - what the remote tier's I/O files share, nothing public: the tier (remote),
- * its nodes (rnode) and its queued jobs (job). Ops on any thread queue jobs (ucx_remote.c); the one
- * progress thread runs them (ucx_remote_progress.c) and keeps the node connections (ucx_remote_nodes.c).
+ * ucx_remote_internal.h - what the remote tier's I/O files share, nothing public: the tier
+ * (remote), its nodes (rnode) and its queued jobs (job). Ops on any thread queue jobs
+ * (ucx_remote.c); the one progress thread runs them (ucx_remote_progress.c) and keeps the node
+ * connections (ucx_remote_nodes.c).
  */
 #ifndef KVS_UCX_REMOTE_INTERNAL_H
 #define KVS_UCX_REMOTE_INTERNAL_H
@@ -179,8 +180,8 @@ void remote_on_dead(void *user, kvs_ucx_conn *conn, const char *why);
 
 /* ---- the progress thread (ucx_remote_progress.c) --------------------------------------------- */
 
-/* The thread's body (arg: the remote): starts UCX and connects the nodes, reports r->ready, then runs
- * queued jobs until r->stopping and the queue is drained. */
+/* The thread's body (arg: the remote): starts UCX and connects the nodes, reports r->ready, then
+ * runs queued jobs until r->stopping and the queue is drained. */
 void *remote_progress_main(void *arg);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * ucx_remote_nodes.c - the remote tier's connections to its nodes (see ucx_remote_internal.h): the
- * non-blocking handshake on each node's control connection, the request endpoint made from the worker
- * address the node returns, and the up/down state with its reconnect backoff. Progress thread only.
+ * non-blocking handshake on each node's control connection, the request endpoint made from the
+ * worker address the node returns, and the up/down state with its reconnect backoff. Progress
+ * thread only.
  */
 #include <poll.h>
 #include <pthread.h>

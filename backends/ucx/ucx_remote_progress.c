@@ -1,7 +1,8 @@
 /*
- * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_internal.h): it owns the
- * UCX transport and the registered memory, runs the queued jobs one at a time (a batch per node,
- * replies matched by request id) and sleeps on the worker's event fd and the eventfd doorbell.
+ * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_internal.h): it owns
+ * the UCX transport and the registered memory, runs the queued jobs one at a time (a batch per
+ * node, replies matched by request id) and sleeps on the worker's event fd and the eventfd
+ * doorbell.
  */
 #include <errno.h>
 #include <poll.h>

@@ -1,5 +1,6 @@
 /* ucx_rma.c - the transport's memory registration, remote keys and RMA (see ucx_transport.h): every
- * transfer of a batch is issued at once and waited for by one timeout; puts flush once at the end. */
+ * transfer of a batch is issued at once and waited for by one timeout; puts flush once at the end.
+ */
 #include <stdlib.h>
 #include <string.h>
 

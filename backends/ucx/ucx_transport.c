@@ -1,6 +1,7 @@
 /* ucx_transport.c - the UCP context and worker, events and connections (endpoints); see the header
- * for the contract. Requests are created without callbacks and polled, so a request that outlives its
- * timeout never calls back into freed memory. Active messages are in ucx_am.c, RMA in ucx_rma.c. */
+ * for the contract. Requests are created without callbacks and polled, so a request that outlives
+ * its timeout never calls back into freed memory. Active messages are in ucx_am.c, RMA in
+ * ucx_rma.c. */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* ucx_transport_internal.h - what the UCX transport's files share, nothing public: the structs behind
- * the handles of ucx_transport.h and the helpers that wait on requests. Same threading as the
- * transport: one thread per kvs_ucx_transport. */
+/* ucx_transport_internal.h - what the UCX transport's files share, nothing public: the structs
+ * behind the handles of ucx_transport.h and the helpers that wait on requests. Same threading as
+ * the transport: one thread per kvs_ucx_transport. */
 #ifndef KVS_UCX_TRANSPORT_INTERNAL_H
 #define KVS_UCX_TRANSPORT_INTERNAL_H
 
@@ -93,7 +93,8 @@ int ucx_guard_dead(const kvs_ucx_conn *conn);
  * freed; on timeout *timed_out is set and the request is left to the caller. */
 ucs_status_t ucx_request_wait(kvs_ucx_transport *t, void *request, unsigned long long deadline,
                               int *timed_out);
-/* Release a request that timed out, once its (force-closed) endpoint completed it or after a grace. */
+/* Release a request that timed out, once its (force-closed) endpoint completed it or after a grace.
+ */
 void ucx_request_abandon(kvs_ucx_transport *t, void *request);
 /* Mark a connection dead with a reason and force-close its endpoint. */
 void ucx_fail_conn(kvs_ucx_conn *conn, const char *why);
@@ -106,8 +107,8 @@ void ucx_learn_transports(kvs_ucx_conn *conn);
 
 /* Free a queued message and its buffers. */
 void ucx_message_free(message *m);
-/* Deliver every deliverable message and death to the owner (none inside a blocking call); returns how
- * many. */
+/* Deliver every deliverable message and death to the owner (none inside a blocking call); returns
+ * how many. */
 unsigned ucx_deliver_all(kvs_ucx_transport *t);
 
 #endif

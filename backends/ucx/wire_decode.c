@@ -1,9 +1,10 @@
-/* wire_decode.c - decode a message with the strict reader (common/mp_reader) that step metadata uses too
- * (see wire.h).
+/* wire_decode.c - decode a message with the strict reader (common/mp_reader) that step metadata
+ * uses too (see wire.h).
  *
- * msgpack-c's unpacker is not used to decode: it allocates room for an array's declared element count
- * before checking that the bytes exist, so five bytes from a peer could ask for gigabytes. The reader
- * checks every count and length against its limit and the bytes left, and points into the input. */
+ * msgpack-c's unpacker is not used to decode: it allocates room for an array's declared element
+ * count before checking that the bytes exist, so five bytes from a peer could ask for gigabytes.
+ * The reader checks every count and length against its limit and the bytes left, and points into
+ * the input. */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* wire_encode.c - encode a message with msgpack-c's packer (see wire.h), after checking it against the
- * limits a decoder enforces, so nothing is sent that a peer must wire_refuse. */
+/* wire_encode.c - encode a message with msgpack-c's packer (see wire.h), after checking it against
+ * the limits a decoder enforces, so nothing is sent that a peer must wire_refuse. */
 #include <msgpack.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
-/* wire_internal.h - the checks the wire's encoder (wire_encode.c) and decoder (wire_decode.c) share;
- * nothing public. Pure functions, any thread. */
+/* wire_internal.h - the checks the wire's encoder (wire_encode.c) and decoder (wire_decode.c)
+ * share; nothing public. Pure functions, any thread. */
 #ifndef KVS_WIRE_INTERNAL_H
 #define KVS_WIRE_INTERNAL_H
 

@@ -1,4 +1,5 @@
-/* swarm_cluster.c - Algorithm 1 and the cluster layout with its route table (see swarm_cluster.h). */
+/* swarm_cluster.c - Algorithm 1 and the cluster layout with its route table (see swarm_cluster.h).
+ */
 #include "swarm.h"
 
 #include <stdlib.h>

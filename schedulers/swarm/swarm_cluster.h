@@ -1,9 +1,9 @@
 /* swarm_cluster.h - Swarm's offline phase for one layer (notes §2.3): Algorithm 1 (medoid selection
- * and cluster expansion with a replication budget) over the distance graph of swarm_graph.h, and the
- * Eq. 7 layout of clusters over SSD paths with the route table the scheduler reads.
+ * and cluster expansion with a replication budget) over the distance graph of swarm_graph.h, and
+ * the Eq. 7 layout of clusters over SSD paths with the route table the scheduler reads.
  *
- * Objects made by a _create call are owned by the caller and freed with the matching _destroy; none is
- * thread-safe (one owner thread each), and every result is deterministic. */
+ * Objects made by a _create call are owned by the caller and freed with the matching _destroy; none
+ * is thread-safe (one owner thread each), and every result is deterministic. */
 #ifndef KVS_SWARM_CLUSTER_H
 #define KVS_SWARM_CLUSTER_H
 

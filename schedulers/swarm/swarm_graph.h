@@ -1,5 +1,6 @@
-/* swarm_graph.h - the input of Swarm's offline phase for one layer (notes §2.1-2.2): the co-activation
- * profile of a trace, the distance metric over it, and the sparse distance graph Algorithm 1 reads.
+/* swarm_graph.h - the input of Swarm's offline phase for one layer (notes §2.1-2.2): the
+ * co-activation profile of a trace, the distance metric over it, and the sparse distance graph
+ * Algorithm 1 reads.
  *
  * Entries are dense ids 0..n_entries-1 (for the connector: the (page, layer) units of one context).
  * Objects made by a _create or _build call are owned by the caller and freed with the matching
