@@ -9,6 +9,7 @@
 
 #include "schedulers/swarm/swarm.h"
 #include "schedulers/swarm/swarm_synth.h"
+#include "tests/support/placement_digest.h"
 
 /* splitmix64, so every instance is the same on every run. */
 static uint64_t rng_next(uint64_t *state) {
@@ -618,6 +619,67 @@ START_TEST(place_puts_the_copies_of_a_unit_on_distinct_paths) {
     ck_assert_uint_eq(pointer, 3);
     kvs_swarm_place(&pointer, 2, 0, 3, paths);
     ck_assert_uint_eq(pointer, 3);
+}
+END_TEST
+
+static void swarm_place(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                        uint32_t replicas, uint32_t *paths_out) {
+    (void)ctx;
+    kvs_swarm_place(pointer, n_paths, n_units, replicas, paths_out);
+}
+
+/* The expected values were computed from kvs_swarm_place as it stood before the ssd tier's rule was
+ * folded into it: a change here moves data the connector's policy already placed. */
+START_TEST(place_puts_every_copy_where_earlier_builds_did) {
+    static const struct {
+        uint32_t n_paths, n_units, replicas;
+        uint32_t paths[12];
+        uint64_t pointer_after;
+    } cases[] = {
+        {4, 4, 3, {3, 0, 1, 0, 1, 2, 1, 2, 3, 2, 3, 0}, 19},
+        {5, 3, 2, {2, 0, 3, 1, 4, 2}, 13},
+        {2, 3, 3, {1, 0, 1, 0, 1, 0, 1, 0, 1}, 16},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint64_t pointer = 7;
+        uint32_t out[12];
+        kvs_swarm_place(&pointer, cases[c].n_paths, cases[c].n_units, cases[c].replicas, out);
+        ck_assert_uint_eq(pointer, cases[c].pointer_after);
+        for (uint32_t i = 0; i < cases[c].n_units * cases[c].replicas; i++)
+            ck_assert_uint_eq(out[i], cases[c].paths[i]);
+    }
+    /* every (paths 1..8, replicas 1..9, units 0..9) combination, from two starting pointers */
+    ck_assert_uint_eq(kvs_test_placement_digest(swarm_place, NULL, 0), 0xa769e090665ecfb6ull);
+    ck_assert_uint_eq(kvs_test_placement_digest(swarm_place, NULL, 0x0123456789abcdefull),
+                      0xe72715a7477c3e7dull);
+}
+END_TEST
+
+static void units_stride_place(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                               uint32_t replicas, uint32_t *paths_out) {
+    (void)ctx;
+    kvs_swarm_place_stride(pointer, n_paths, n_units, replicas, KVS_SWARM_STRIDE_UNITS, paths_out);
+}
+
+/* The units stride is the ssd tier's built-in rule: its expected values (tests/test_ssd_place.c) were
+ * computed from that rule before it moved here. */
+START_TEST(place_with_the_units_stride_puts_copies_on_the_next_paths_and_counts_units) {
+    uint32_t paths[9 * 40];
+    for (uint32_t n_paths = 1; n_paths <= 8; n_paths++)
+        for (uint32_t replicas = 1; replicas <= n_paths + 1; replicas++)
+            for (uint32_t n_units = 1; n_units <= 40; n_units += 3) {
+                uint64_t pointer = 3 * n_paths + 1;
+                kvs_swarm_place_stride(&pointer, n_paths, n_units, replicas, KVS_SWARM_STRIDE_UNITS,
+                                       paths);
+                ck_assert_uint_eq(pointer, 3 * n_paths + 1 + (uint64_t)n_units);
+                for (uint32_t u = 0; u < n_units; u++)
+                    for (uint32_t r = 0; r < replicas; r++)
+                        ck_assert_uint_eq(paths[u * replicas + r], (1 + u + r) % n_paths);
+            }
+    ck_assert_uint_eq(kvs_test_placement_digest(units_stride_place, NULL, 0),
+                      0xed48e0dda4128f1aull);
+    ck_assert_uint_eq(kvs_test_placement_digest(units_stride_place, NULL, 0x0123456789abcdefull),
+                      0xb05a920bd5211491ull);
 }
 END_TEST
 
@@ -1363,6 +1425,9 @@ static Suite *swarm_suite(void) {
     TCase *place = tcase_create("placement");
     tcase_add_test(place, place_with_one_replica_is_eq7_and_keeps_path_totals_within_one);
     tcase_add_test(place, place_puts_the_copies_of_a_unit_on_distinct_paths);
+    tcase_add_test(place, place_puts_every_copy_where_earlier_builds_did);
+    tcase_add_test(place,
+                   place_with_the_units_stride_puts_copies_on_the_next_paths_and_counts_units);
     tcase_add_test(place,
                    cluster_layout_is_balanced_per_path_and_per_cluster_with_contiguous_slots);
     suite_add_tcase(s, place);
