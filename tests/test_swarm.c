@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "schedulers/swarm/swarm.h"
-#include "schedulers/swarm/swarm_synth.h"
 #include "tests/support/placement_digest.h"
+#include "tests/support/swarm_synth.h"
 
 /* splitmix64, so every instance is the same on every run. */
 static uint64_t rng_next(uint64_t *state) {
