@@ -113,7 +113,7 @@ const kvs_wire_entry *kvs_test_client_request_one(kvs_test_client *c, uint32_t t
     kvs_test_client_request(c, &m, &rep);
     ck_assert_uint_eq(rep.type, reply_type);
     ck_assert_uint_eq(rep.n_entries, 1);
-    return &rep.entries[0]; /* points into c->entries */
+    return &c->entries[0]; /* where the reply was decoded: rep.entries */
 }
 
 /* Send msg on the control connection and wait for the node's next frame there (progressing UCX
