@@ -318,7 +318,7 @@ START_TEST(a_file_written_with_another_stripe_starts_empty_and_says_so) {
 }
 END_TEST
 
-/* One put, retried while the write queue is full (KVS_ENOMEM), for kvs_test_wait_until. */
+/* One put, retried while the write queue is full (KVS_ENOMEM), for kvs_test_wait_for. */
 typedef struct put_attempt {
     void *st;
     kvs_key key;
@@ -354,7 +354,7 @@ START_TEST(kill_9_during_a_write_burst_never_serves_a_torn_object) {
         for (uint32_t i = 0; i < burst; i++) {
             kvs_test_fill(buf, len, i);
             put_attempt put = {st, kvs_test_key(i), buf, len, KVS_EINVAL};
-            if (kvs_test_wait_until(put_taken, &put, 60000) != 0) _exit(5); /* queue stays full */
+            if (!kvs_test_wait_for(put_taken, &put, 60000)) _exit(5); /* queue stays full */
             if (put.rc != KVS_OK) _exit(7);
             char c = 0;
             if (i + 1 == confirmed) {

@@ -1,18 +1,17 @@
 /*
- * ssd_place.c - built-in placement and read scheduling (contract in ssd_place.h; the algorithm is
- * the Swarm entry-bucket greedy, docs/research/seed-swarm.md section 3.3).
+ * ssd_place.c - built-in placement and read scheduling (contract in ssd_place.h): placement is
+ * Swarm's rule with the units stride (schedulers/swarm); the scheduler is the Swarm entry-bucket
+ * greedy, docs/research/seed-swarm.md section 3.3.
  */
 #include "ssd_place.h"
 
 #include <stdlib.h>
 
+#include "schedulers/swarm/swarm.h"
+
 void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
                       uint32_t *paths_out) {
-    uint64_t base = *pointer;
-    for (uint32_t u = 0; u < n_units; u++)
-        for (uint32_t r = 0; r < replicas; r++)
-            paths_out[(uint64_t)u * replicas + r] = (uint32_t)((base + u + r) % n_paths);
-    *pointer = base + n_units;
+    kvs_swarm_place_stride(pointer, n_paths, n_units, replicas, KVS_SWARM_STRIDE_UNITS, paths_out);
 }
 
 int ssd_place_schedule(uint32_t n_paths, uint64_t n, uint32_t max_copies, const uint32_t *n_copies,

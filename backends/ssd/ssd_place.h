@@ -10,7 +10,8 @@
 
 /* Global-pointer striping: copy r of unit u goes to path (*pointer + u + r) mod n_paths, so the
  * copies of one unit land on distinct paths while replicas <= n_paths, and consecutive objects
- * continue the stripe. *pointer advances by n_units. */
+ * continue the stripe. *pointer advances by n_units. This is kvs_swarm_place_stride with
+ * KVS_SWARM_STRIDE_UNITS (schedulers/swarm/swarm.h); n_paths, n_units and replicas are >= 1. */
 void ssd_place_stripe(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
                       uint32_t *paths_out);
 

@@ -1,98 +1,24 @@
-/* ucx_transport.c - UCP context/worker, connections, active messages and RMA; see the
- * header for the contract. Requests are created without callbacks and polled, so a request that
- * outlives its timeout never calls back into freed memory. */
-#include "ucx_transport.h"
-
+/* ucx_transport.c - the UCP context and worker, events and connections (endpoints); see the header
+ * for the contract. Requests are created without callbacks and polled, so a request that outlives
+ * its timeout never calls back into freed memory. Active messages are in ucx_am.c, RMA in
+ * ucx_rma.c. */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucp/api/ucp.h>
 
 #include "common/clock.h"
-#include "common/log.h"
-
-#define CLOSE_TIMEOUT_MS 1000 /* graceful endpoint close, then force */
-
-typedef struct message {
-    struct message *next;
-    kvs_ucx_conn
-        *conn; /* NULL: the sender is no connection of ours (the owner names it from the bytes) */
-    int orphaned; /* its connection closed before delivery: dropped */
-    uint16_t id;
-    int ready;  /* bytes complete (or failed) */
-    int failed; /* rendezvous receive failed; dropped at delivery */
-    void *header;
-    size_t header_len;
-    void *data;
-    size_t data_len;
-    void *request; /* rendezvous receive still in flight */
-} message;
-
-typedef struct am_slot {
-    kvs_ucx_transport *t;
-    uint16_t id;
-    kvs_ucx_am_fn fn;
-    void *user;
-} am_slot;
-
-struct kvs_ucx_rkey {
-    kvs_ucx_conn *conn;
-    ucp_rkey_h rkey;
-    kvs_ucx_rkey *next;
-};
-
-struct kvs_ucx_mem {
-    kvs_ucx_transport *t;
-    ucp_mem_h memh;
-    kvs_ucx_mem *next;
-};
-
-struct kvs_ucx_conn {
-    kvs_ucx_transport *t;
-    ucp_ep_h ep; /* NULL once force-closed after a failure */
-    int dead;
-    int dead_reported;
-    int transports_known; /* learned once wired up */
-    int no_peer_errors; /* made without peer-failure handling (worker address): never force-closed */
-    kvs_ucx_conn *guard; /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
-    int watch_fd;        /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
-    char peer[64];
-    char transports[96];
-    char why[256];
-    void *user;
-    kvs_ucx_rkey *rkeys;
-    kvs_ucx_conn *next;
-};
-
-struct kvs_ucx_transport {
-    ucp_context_h context;
-    ucp_worker_h worker;
-    int event_fd;
-    int depth; /* > 0 inside a blocking call: events are queued, not delivered */
-    int log_level;
-    char name[64];
-    kvs_ucx_dead_fn on_dead;
-    void *user;
-    kvs_ucx_conn *conns;
-    kvs_ucx_conn *watch; /* during a transfer on it: stop waiting when its guard dies */
-    kvs_ucx_mem *mems;
-    message *queue_head, *queue_tail;
-    am_slot am[KVS_UCX_MAX_AM_ID];
-    char err[512];
-};
+#include "ucx_transport_internal.h"
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-#define set_err(t, ...) kvs_fmt((t)->err, sizeof(t)->err, __VA_ARGS__)
-
-static unsigned long long deadline_after(int timeout_ms) {
+unsigned long long ucx_deadline_after(int timeout_ms) {
     if (timeout_ms < 0) return ~0ull;
     return kvs_now_ns() + (unsigned long long)timeout_ms * 1000000ull;
 }
 
 /* 1 once a connection's guard died or its watched fd fired (the peer process exited). */
-static int guard_dead(const kvs_ucx_conn *conn) {
+int ucx_guard_dead(const kvs_ucx_conn *conn) {
     if (conn->guard && conn->guard->dead) return 1;
     if (conn->watch_fd < 0) return 0;
     struct pollfd p = {.fd = conn->watch_fd, .events = POLLIN};
@@ -124,8 +50,8 @@ static unsigned progress_all(kvs_ucx_transport *t) {
 
 /* Poll a callback-less request until it completes or the deadline passes. Completed requests are
  * freed; on timeout *timed_out is set and the request is left to the caller. */
-static ucs_status_t request_wait(kvs_ucx_transport *t, void *request, unsigned long long deadline,
-                                 int *timed_out) {
+ucs_status_t ucx_request_wait(kvs_ucx_transport *t, void *request, unsigned long long deadline,
+                              int *timed_out) {
     *timed_out = 0;
     if (request == NULL) return UCS_OK;
     if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
@@ -135,7 +61,7 @@ static ucs_status_t request_wait(kvs_ucx_transport *t, void *request, unsigned l
         progress_all(t);
         st = ucp_request_check_status(request);
         if (st != UCS_INPROGRESS) break;
-        if (kvs_now_ns() >= deadline || (t->watch && guard_dead(t->watch))) {
+        if (kvs_now_ns() >= deadline || (t->watch && ucx_guard_dead(t->watch))) {
             *timed_out = 1;
             break;
         }
@@ -148,11 +74,12 @@ static ucs_status_t request_wait(kvs_ucx_transport *t, void *request, unsigned l
 
 /* A request that timed out: its endpoint is force-closed by now, which completes it with an error
  * soon; wait a little so its buffer is no longer touched, then release it either way. */
-static void request_abandon(kvs_ucx_transport *t, void *request) {
+void ucx_request_abandon(kvs_ucx_transport *t, void *request) {
     if (request == NULL || UCS_PTR_IS_ERR(request)) return;
     int timed_out;
     if (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_request_cancel(t->worker, request);
-    ucs_status_t st = request_wait(t, request, deadline_after(CLOSE_TIMEOUT_MS), &timed_out);
+    ucs_status_t st =
+        ucx_request_wait(t, request, ucx_deadline_after(CLOSE_TIMEOUT_MS), &timed_out);
     (void)st;
     if (timed_out) ucp_request_free(request);
 }
@@ -160,7 +87,7 @@ static void request_abandon(kvs_ucx_transport *t, void *request) {
 static void close_ep(kvs_ucx_conn *conn, int force) {
     kvs_ucx_transport *t = conn->t;
     if (!conn->ep) return;
-    if (conn->no_peer_errors && (force || conn->dead || guard_dead(conn))) {
+    if (conn->no_peer_errors && (force || conn->dead || ucx_guard_dead(conn))) {
         /* UCX cannot force-close an endpoint without peer-failure handling, and a graceful close to
          * a dead peer never completes: leave the endpoint to UCX until the worker is destroyed. */
         kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": endpoint to %s left to UCX (peer gone)",
@@ -174,7 +101,8 @@ static void close_ep(kvs_ucx_conn *conn, int force) {
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void *request = ucp_ep_close_nbx(conn->ep, &param);
     int timed_out;
-    ucs_status_t st = request_wait(t, request, deadline_after(CLOSE_TIMEOUT_MS), &timed_out);
+    ucs_status_t st =
+        ucx_request_wait(t, request, ucx_deadline_after(CLOSE_TIMEOUT_MS), &timed_out);
     /* Either way the endpoint handle is no longer ours: UCX releases it when the close completes. */
     if (timed_out) ucp_request_free(request);
     if (timed_out || st != UCS_OK)
@@ -185,7 +113,7 @@ static void close_ep(kvs_ucx_conn *conn, int force) {
 
 /* Mark a connection dead with a reason and force-close its endpoint so every pending operation on
  * it completes with an error. */
-static void fail_conn(kvs_ucx_conn *conn, const char *why) {
+void ucx_fail_conn(kvs_ucx_conn *conn, const char *why) {
     if (!conn->dead) {
         conn->dead = 1;
         kvs_fmt(conn->why, sizeof conn->why, "%s", why);
@@ -220,7 +148,7 @@ static void conn_link(kvs_ucx_conn *conn) {
     conn->t->conns = conn;
 }
 
-static kvs_ucx_conn *conn_of_ep(kvs_ucx_transport *t, ucp_ep_h ep) {
+kvs_ucx_conn *ucx_conn_of_ep(kvs_ucx_transport *t, ucp_ep_h ep) {
     for (kvs_ucx_conn *c = t->conns; c; c = c->next)
         if (c->ep == ep) return c;
     return NULL;
@@ -228,7 +156,7 @@ static kvs_ucx_conn *conn_of_ep(kvs_ucx_transport *t, ucp_ep_h ep) {
 
 /* Transport names from ucp_ep_print_info's lane lines ("lane[0]:  2:tcp/lo.0 md[1] ..."): 1.13 has
  * no ucp_ep_query field for them. */
-static void learn_transports(kvs_ucx_conn *conn) {
+void ucx_learn_transports(kvs_ucx_conn *conn) {
     kvs_ucx_transport *t = conn->t;
     if (conn->transports_known || !conn->ep || conn->dead) return;
     char *text = NULL;
@@ -275,204 +203,22 @@ static void learn_transports(kvs_ucx_conn *conn) {
     kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": peer %s uses %s", t->name, conn->peer, found);
 }
 
-/* ---- active messages ------------------------------------------------------------------------- */
-
-static void message_free(message *m) {
-    free(m->header);
-    free(m->data);
-    free(m);
-}
-
-static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data) {
-    message *m = user_data;
-    (void)length;
-    m->ready = 1;
-    m->failed = status != UCS_OK;
-    m->request = NULL;
-    ucp_request_free(request);
-}
-
-static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len, void *data,
-                               size_t length, const ucp_am_recv_param_t *param) {
-    am_slot *slot = arg;
-    kvs_ucx_transport *t = slot->t;
-    kvs_ucx_conn *conn = NULL;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) conn = conn_of_ep(t, param->reply_ep);
-    if (!slot->fn) {
-        kvs_log(t->log_level, KVS_LOG_WARN,
-                "ucx \"%s\": dropped message id %u of %zu bytes (no handler)", t->name, slot->id,
-                length);
-        return UCS_OK;
-    }
-    message *m = calloc(1, sizeof *m);
-    if (m) {
-        m->header = malloc(header_len ? header_len : 1);
-        m->data = malloc(length ? length : 1);
-    }
-    if (!m || !m->header || !m->data) {
-        if (m) message_free(m);
-        kvs_log(t->log_level, KVS_LOG_ERROR, "ucx \"%s\": no memory for a %zu-byte message from %s",
-                t->name, length, conn ? conn->peer : "a peer");
-        return UCS_OK;
-    }
-    m->conn = conn;
-    m->id = slot->id;
-    if (header_len) memcpy(m->header, header, header_len);
-    m->header_len = header_len;
-    m->data_len = length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.recv_am = rndv_done;
-        p.user_data = m;
-        void *request = ucp_am_recv_data_nbx(t->worker, data, m->data, length, &p);
-        if (request == NULL) {
-            m->ready = 1;
-        } else if (UCS_PTR_IS_ERR(request)) {
-            m->ready = 1;
-            m->failed = 1;
-        } else {
-            m->request = request;
-        }
-    } else {
-        if (length) memcpy(m->data, data, length);
-        m->ready = 1;
-    }
-    if (t->queue_tail)
-        t->queue_tail->next = m;
-    else
-        t->queue_head = m;
-    t->queue_tail = m;
-    return UCS_OK;
-}
-
-kvs_status kvs_ucx_am_handler(kvs_ucx_transport *t, uint16_t id, kvs_ucx_am_fn fn, void *user) {
-    if (!t) return KVS_EINVAL;
-    if (id >= KVS_UCX_MAX_AM_ID) {
-        set_err(t, "ucx \"%s\": message id %u is out of range (max %u)", t->name, id,
-                KVS_UCX_MAX_AM_ID - 1);
-        return KVS_EINVAL;
-    }
-    am_slot *slot = &t->am[id];
-    slot->t = t;
-    slot->id = id;
-    slot->fn = fn;
-    slot->user = user;
-    ucp_am_handler_param_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    p.id = id;
-    p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    p.cb = fn ? am_recv_cb : NULL;
-    p.arg = slot;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(t->worker, &p);
-    if (st != UCS_OK) {
-        set_err(t, "ucx \"%s\": cannot set the handler of message id %u: %s", t->name, id,
-                ucs_status_string(st));
-        return KVS_EIO;
-    }
-    return KVS_OK;
-}
-
-kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, size_t header_len,
-                           const void *data, size_t data_len, int timeout_ms) {
-    if (!conn || (header_len && !header) || (data_len && !data)) return KVS_EINVAL;
-    kvs_ucx_transport *t = conn->t;
-    if (conn->dead || !conn->ep) {
-        set_err(t, "ucx \"%s\": cannot send to %s: %s", t->name, conn->peer, conn->why);
-        return KVS_EIO;
-    }
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    void *request = ucp_am_send_nbx(conn->ep, id, header, header_len, data, data_len, &p);
-    int timed_out;
-    ucs_status_t st = request_wait(t, request, deadline_after(timeout_ms), &timed_out);
-    char size[32];
-    kvs_fmt_bytes(size, sizeof size, data_len);
-    if (timed_out) {
-        char why[160];
-        kvs_fmt(why, sizeof why, "a %s message (id %u) was not sent within %d ms", size, id,
-                timeout_ms);
-        fail_conn(conn, why);
-        request_abandon(t, request);
-        set_err(t, "ucx \"%s\": send to %s: %s", t->name, conn->peer, why);
-        return KVS_ETIMEDOUT;
-    }
-    if (st != UCS_OK || conn->dead) {
-        set_err(t, "ucx \"%s\": send of a %s message to %s failed: %s", t->name, size, conn->peer,
-                conn->dead ? conn->why : ucs_status_string(st));
-        return KVS_EIO;
-    }
-    return KVS_OK;
-}
-
 /* ---- events ---------------------------------------------------------------------------------- */
-
-/* Deliver one pending event to the owner; returns 1 if one was delivered. A message waits behind
- * an earlier, still incomplete message of the same connection, so per-connection order holds. */
-static int deliver_one(kvs_ucx_transport *t) {
-    message *prev = NULL;
-    for (message *m = t->queue_head; m; prev = m, m = m->next) {
-        int blocked = 0;
-        if (!m->ready) continue;
-        for (message *e = t->queue_head; e != m; e = e->next)
-            if (!e->ready && !e->orphaned && e->conn == m->conn) blocked = 1;
-        if (blocked) continue;
-        if (prev)
-            prev->next = m->next;
-        else
-            t->queue_head = m->next;
-        if (t->queue_tail == m) t->queue_tail = prev;
-        kvs_ucx_conn *conn = m->conn;
-        if (!m->orphaned && !m->failed) {
-            if (conn) learn_transports(conn);
-            am_slot *slot = &t->am[m->id];
-            if (slot->fn)
-                slot->fn(slot->user, conn, m->header, m->header_len, m->data, m->data_len);
-        } else if (m->failed) {
-            kvs_log(t->log_level, KVS_LOG_WARN,
-                    "ucx \"%s\": a %zu-byte message (id %u) was lost "
-                    "in transfer",
-                    t->name, m->data_len, m->id);
-        }
-        message_free(m);
-        return 1;
-    }
-    for (kvs_ucx_conn *c = t->conns; c; c = c->next) {
-        if (c->dead && !c->dead_reported) {
-            c->dead_reported = 1;
-            if (t->on_dead) t->on_dead(t->user, c, c->why);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static unsigned deliver_all(kvs_ucx_transport *t) {
-    if (t->depth > 0) return 0;
-    unsigned n = 0;
-    while (deliver_one(t)) n++;
-    return n;
-}
 
 kvs_status kvs_ucx_progress(kvs_ucx_transport *t) {
     if (!t) return KVS_EINVAL;
     progress_all(t);
-    deliver_all(t);
+    ucx_deliver_all(t);
     return KVS_OK;
 }
 
 kvs_status kvs_ucx_arm(kvs_ucx_transport *t) {
     if (!t) return KVS_EINVAL;
-    /* Messages still queued after deliver_all are not ready yet (a rendezvous payload arriving, or
+    /* Messages still queued after ucx_deliver_all are not ready yet (a rendezvous payload arriving, or
      * held behind one): their completion is UCX progress, which the armed event fd reports. So only
      * work done now asks the caller to come back, or a busy-wait would follow every large message. */
     unsigned n = progress_all(t);
-    n += deliver_all(t);
+    n += ucx_deliver_all(t);
     if (n > 0) return KVS_EAGAIN;
     ucs_status_t st = ucp_worker_arm(t->worker);
     if (st == UCS_ERR_BUSY) return KVS_EAGAIN;
@@ -481,10 +227,10 @@ kvs_status kvs_ucx_arm(kvs_ucx_transport *t) {
 
 kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms) {
     if (!t) return KVS_EINVAL;
-    unsigned long long deadline = deadline_after(timeout_ms);
+    unsigned long long deadline = ucx_deadline_after(timeout_ms);
     for (;;) {
         unsigned n = progress_all(t);
-        n += deliver_all(t);
+        n += ucx_deliver_all(t);
         if (n > 0) return KVS_OK;
         if (kvs_now_ns() >= deadline) return KVS_ETIMEDOUT;
         sleep_until_event(t, deadline);
@@ -564,7 +310,7 @@ void kvs_ucx_destroy(kvs_ucx_transport *t) {
     if (!t) return;
     while (t->conns) kvs_ucx_conn_close(t->conns);
     /* rendezvous receives whose connection closed complete with an error shortly */
-    unsigned long long deadline = deadline_after(CLOSE_TIMEOUT_MS);
+    unsigned long long deadline = ucx_deadline_after(CLOSE_TIMEOUT_MS);
     for (message *m = t->queue_head; m; m = m->next)
         if (m->request) ucp_request_cancel(t->worker, m->request);
     for (;;) {
@@ -580,7 +326,7 @@ void kvs_ucx_destroy(kvs_ucx_transport *t) {
         message *m = t->queue_head;
         t->queue_head = m->next;
         if (m->request) continue; /* still owned by UCX: leaking beats a use after free */
-        message_free(m);
+        ucx_message_free(m);
     }
     while (t->mems) kvs_ucx_mem_deregister(t->mems);
     ucp_worker_destroy(t->worker);
@@ -604,12 +350,12 @@ static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int t
     memset(&fp, 0, sizeof fp);
     void *request = ucp_ep_flush_nbx(conn->ep, &fp);
     int timed_out;
-    ucs_status_t st = request_wait(t, request, deadline_after(timeout_ms), &timed_out);
+    ucs_status_t st = ucx_request_wait(t, request, ucx_deadline_after(timeout_ms), &timed_out);
     if (timed_out) {
         char why[128];
         kvs_fmt(why, sizeof why, "no connection within %d ms", timeout_ms);
-        fail_conn(conn, why);
-        request_abandon(t, request);
+        ucx_fail_conn(conn, why);
+        ucx_request_abandon(t, request);
         set_err(t, "ucx \"%s\": connect to %s: %s", t->name, peer, why);
         conn->dead_reported = 1;
         kvs_ucx_conn_close(conn);
@@ -622,7 +368,7 @@ static kvs_status finish_connect(kvs_ucx_transport *t, kvs_ucx_conn *conn, int t
         kvs_ucx_conn_close(conn);
         return KVS_EIO;
     }
-    learn_transports(conn);
+    ucx_learn_transports(conn);
     *out = conn;
     return KVS_OK;
 }
@@ -709,7 +455,7 @@ static void conn_release(kvs_ucx_conn *conn, int force) {
                 else
                     t->queue_head = next;
                 if (t->queue_tail == m) t->queue_tail = prev;
-                message_free(m);
+                ucx_message_free(m);
                 m = next;
                 continue;
             }
@@ -729,7 +475,7 @@ void kvs_ucx_conn_abort(kvs_ucx_conn *conn) {
 }
 
 int kvs_ucx_conn_alive(const kvs_ucx_conn *conn) {
-    return conn && !conn->dead && conn->ep && !guard_dead(conn);
+    return conn && !conn->dead && conn->ep && !ucx_guard_dead(conn);
 }
 
 void kvs_ucx_conn_watch_fd(kvs_ucx_conn *conn, int fd) {
@@ -766,232 +512,12 @@ int kvs_ucx_tls_slow(const char *list) {
 
 int kvs_ucx_conn_is_slow(kvs_ucx_conn *conn) {
     if (!conn) return 0;
-    learn_transports(conn);
+    ucx_learn_transports(conn);
     return conn->transports_known && kvs_ucx_tls_slow(conn->transports);
 }
 
 const char *kvs_ucx_conn_transports(kvs_ucx_conn *conn) {
     if (!conn) return "";
-    learn_transports(conn);
+    ucx_learn_transports(conn);
     return conn->transports;
-}
-
-/* ---- memory and RMA -------------------------------------------------------------------------- */
-
-kvs_status kvs_ucx_mem_register(kvs_ucx_transport *t, void *addr, size_t len, kvs_ucx_mem **out) {
-    if (out) *out = NULL;
-    if (!t || !addr || len == 0 || !out) return KVS_EINVAL;
-    kvs_ucx_mem *mem = calloc(1, sizeof *mem);
-    if (!mem) {
-        set_err(t, "ucx \"%s\": no memory for a registration", t->name);
-        return KVS_ENOMEM;
-    }
-    ucp_mem_map_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    p.address = addr;
-    p.length = len;
-    ucs_status_t st = ucp_mem_map(t->context, &p, &mem->memh);
-    if (st != UCS_OK) {
-        char size[32];
-        set_err(t, "ucx \"%s\": cannot register %s at %p: %s", t->name,
-                kvs_fmt_bytes(size, sizeof size, len), addr, ucs_status_string(st));
-        free(mem);
-        return KVS_EIO;
-    }
-    mem->t = t;
-    mem->next = t->mems;
-    t->mems = mem;
-    *out = mem;
-    return KVS_OK;
-}
-
-void kvs_ucx_mem_deregister(kvs_ucx_mem *mem) {
-    if (!mem) return;
-    kvs_ucx_transport *t = mem->t;
-    for (kvs_ucx_mem **pp = &t->mems; *pp; pp = &(*pp)->next) {
-        if (*pp == mem) {
-            *pp = mem->next;
-            break;
-        }
-    }
-    ucp_mem_unmap(t->context, mem->memh);
-    free(mem);
-}
-
-kvs_status kvs_ucx_mem_pack(kvs_ucx_mem *mem, void *buf, size_t cap, size_t *len_out) {
-    if (!mem || !len_out || (cap && !buf)) return KVS_EINVAL;
-    kvs_ucx_transport *t = mem->t;
-    void *packed = NULL;
-    size_t size = 0;
-    ucs_status_t st = ucp_rkey_pack(t->context, mem->memh, &packed, &size);
-    if (st != UCS_OK) {
-        set_err(t, "ucx \"%s\": cannot pack a remote key: %s", t->name, ucs_status_string(st));
-        return KVS_EIO;
-    }
-    *len_out = size;
-    kvs_status rc = KVS_OK;
-    if (size > cap) {
-        set_err(t, "ucx \"%s\": the packed remote key needs %zu bytes, the buffer has %zu", t->name,
-                size, cap);
-        rc = KVS_EOVERFLOW;
-    } else {
-        memcpy(buf, packed, size);
-    }
-    ucp_rkey_buffer_release(packed);
-    return rc;
-}
-
-kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len,
-                               kvs_ucx_rkey **out) {
-    if (out) *out = NULL;
-    if (!conn || !blob || len == 0 || !out) return KVS_EINVAL;
-    kvs_ucx_transport *t = conn->t;
-    if (conn->dead || !conn->ep) {
-        set_err(t, "ucx \"%s\": cannot unpack a key for %s: %s", t->name, conn->peer, conn->why);
-        return KVS_EIO;
-    }
-    kvs_ucx_rkey *rkey = calloc(1, sizeof *rkey);
-    if (!rkey) {
-        set_err(t, "ucx \"%s\": no memory for a remote key", t->name);
-        return KVS_ENOMEM;
-    }
-    ucs_status_t st = ucp_ep_rkey_unpack(conn->ep, blob, &rkey->rkey);
-    if (st != UCS_OK) {
-        set_err(t, "ucx \"%s\": the %zu-byte remote key from %s does not unpack: %s", t->name, len,
-                conn->peer, ucs_status_string(st));
-        free(rkey);
-        return KVS_ECORRUPT;
-    }
-    rkey->conn = conn;
-    rkey->next = conn->rkeys;
-    conn->rkeys = rkey;
-    *out = rkey;
-    return KVS_OK;
-}
-
-void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey) {
-    if (!rkey) return;
-    kvs_ucx_conn *conn = rkey->conn;
-    for (kvs_ucx_rkey **pp = &conn->rkeys; *pp; pp = &(*pp)->next) {
-        if (*pp == rkey) {
-            *pp = rkey->next;
-            break;
-        }
-    }
-    ucp_rkey_destroy(rkey->rkey);
-    free(rkey);
-}
-
-/* Issue every transfer at once so UCX keeps them in flight together, wait for all of them, and for
- * puts flush once at the end. One failure fails the whole batch (and, on timeout, the connection). */
-kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n,
-                            int timeout_ms) {
-    if (!conn || (n && !ops)) return KVS_EINVAL;
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!ops[i].local || ops[i].len == 0 || !ops[i].rkey || ops[i].rkey->conn != conn)
-            return KVS_EINVAL;
-        total += ops[i].len;
-    }
-    if (n == 0) return KVS_OK;
-    kvs_ucx_transport *t = conn->t;
-    const char *what = is_put ? "put" : "get";
-    char size[32];
-    kvs_fmt_bytes(size, sizeof size, total);
-    if (guard_dead(conn) && !conn->dead)
-        fail_conn(conn, "the peer died (its guard connection or process)");
-    if (conn->dead || !conn->ep) {
-        set_err(t, "ucx \"%s\": %s of %s from %s: the connection is dead: %s", t->name, what, size,
-                conn->peer, conn->why);
-        return KVS_EIO;
-    }
-    void **requests = calloc(n + 1, sizeof *requests); /* + 1: the flush */
-    if (!requests) {
-        set_err(t, "ucx \"%s\": no memory for %zu transfers", t->name, n);
-        return KVS_ENOMEM;
-    }
-    unsigned long long deadline = deadline_after(timeout_ms);
-    ucs_status_t st = UCS_OK;
-    size_t issued = 0;
-    for (; issued < n; issued++) {
-        const kvs_ucx_rma *op = &ops[issued];
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        if (op->local_mem) {
-            p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-            p.memh = op->local_mem->memh;
-        }
-        void *request =
-            is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
-                   : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
-        if (UCS_PTR_IS_ERR(request)) {
-            st = UCS_PTR_STATUS(request);
-            break;
-        }
-        requests[issued] = request;
-    }
-    int timed_out = 0;
-    size_t waited = 0;
-    t->watch = conn;
-    for (; waited < issued && !timed_out; waited++) {
-        ucs_status_t s = request_wait(t, requests[waited], deadline, &timed_out);
-        if (!timed_out) requests[waited] = NULL;
-        if (!timed_out && s != UCS_OK && st == UCS_OK) st = s;
-    }
-    if (timed_out) waited--; /* requests[waited] is still owned by us */
-    void *flush = NULL;
-    if (!timed_out && st == UCS_OK && is_put && !conn->dead) {
-        /* the puts completed locally; the flush says the bytes reached the peer */
-        ucp_request_param_t fp;
-        memset(&fp, 0, sizeof fp);
-        flush = ucp_ep_flush_nbx(conn->ep, &fp);
-        st = request_wait(t, flush, deadline, &timed_out);
-        if (!timed_out) flush = NULL;
-    }
-    t->watch = NULL;
-    if (timed_out) {
-        char why[160];
-        if (guard_dead(conn))
-            kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what,
-                    n == 1 ? "" : "s", size);
-        else
-            kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what,
-                    n == 1 ? "" : "s", size, timeout_ms);
-        fail_conn(conn, why);
-        for (size_t i = waited; i < issued; i++) request_abandon(t, requests[i]);
-        request_abandon(t, flush);
-        free(requests);
-        set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
-        return KVS_ETIMEDOUT;
-    }
-    free(requests);
-    if (st != UCS_OK || conn->dead) {
-        set_err(t, "ucx \"%s\": %zu %s%s of %s (first at 0x%llx) on %s failed: %s", t->name, n,
-                what, n == 1 ? "" : "s", size, (unsigned long long)ops[0].remote_addr, conn->peer,
-                conn->dead ? conn->why : ucs_status_string(st));
-        return KVS_EIO;
-    }
-    return KVS_OK;
-}
-
-kvs_status kvs_ucx_get(kvs_ucx_conn *conn, void *local, size_t len, kvs_ucx_mem *local_mem,
-                       uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
-    kvs_ucx_rma op = {.local = local,
-                      .len = len,
-                      .local_mem = local_mem,
-                      .remote_addr = remote_addr,
-                      .rkey = rkey};
-    return kvs_ucx_rma_many(conn, 0, &op, 1, timeout_ms);
-}
-
-kvs_status kvs_ucx_put(kvs_ucx_conn *conn, const void *local, size_t len, kvs_ucx_mem *local_mem,
-                       uint64_t remote_addr, kvs_ucx_rkey *rkey, int timeout_ms) {
-    /* UCX reads but never writes a put's source; the cast only shares the get path */
-    kvs_ucx_rma op = {.local = (void *)(uintptr_t)local,
-                      .len = len,
-                      .local_mem = local_mem,
-                      .remote_addr = remote_addr,
-                      .rkey = rkey};
-    return kvs_ucx_rma_many(conn, 1, &op, 1, timeout_ms);
 }

@@ -5,16 +5,19 @@
 
 /* ---- placement ---------------------------------------------------------------------------------- */
 
-void kvs_swarm_place(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
-                     uint32_t *paths_out) {
+void kvs_swarm_place_stride(uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                            uint32_t replicas, kvs_swarm_stride stride, uint32_t *paths_out) {
     if (!pointer || n_paths == 0 || n_units == 0 || replicas == 0 || !paths_out) return;
     uint64_t start = *pointer % n_paths;
+    /* How far along the stripe copy r + 1 of a unit starts after copy r. */
+    uint64_t copy_stride = stride == KVS_SWARM_STRIDE_UNITS ? 1 : n_units;
     /* Unit 0's copies fix each copy layer's offset; unit k of layer r then sits k paths further on.
-     * Layer r would begin r * n_units positions into the stripe; when that offset repeats an earlier
-     * layer's (n_units a multiple of n_paths, say), shifting by one more path at a time finds a free
-     * offset within r tries because r offsets are taken and r + 1 <= n_paths are tried. */
+     * Layer r would begin r * copy_stride positions into the stripe; when that offset repeats an
+     * earlier layer's (n_units a multiple of n_paths, say), shifting by one more path at a time finds a
+     * free offset within r tries because r offsets are taken and r + 1 <= n_paths are tried. (With the
+     * units stride the offsets 0..replicas-1 never repeat, so nothing shifts.) */
     for (uint32_t r = 0; r < replicas; r++) {
-        uint64_t offset = ((uint64_t)r * n_units) % n_paths;
+        uint64_t offset = ((uint64_t)r * copy_stride) % n_paths;
         if (replicas <= n_paths) {
             for (;;) {
                 uint32_t candidate = (uint32_t)((start + offset) % n_paths), r_prev = 0;
@@ -28,7 +31,12 @@ void kvs_swarm_place(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint
     for (uint64_t k = 1; k < n_units; k++)
         for (uint32_t r = 0; r < replicas; r++)
             paths_out[k * replicas + r] = (uint32_t)((paths_out[r] + k) % n_paths);
-    *pointer += (uint64_t)n_units * replicas;
+    *pointer += (uint64_t)n_units * (stride == KVS_SWARM_STRIDE_UNITS ? 1 : replicas);
+}
+
+void kvs_swarm_place(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
+                     uint32_t *paths_out) {
+    kvs_swarm_place_stride(pointer, n_paths, n_units, replicas, KVS_SWARM_STRIDE_COPIES, paths_out);
 }
 
 /* ---- scheduler ---------------------------------------------------------------------------------- */

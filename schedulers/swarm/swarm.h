@@ -20,14 +20,38 @@
 
 /* ---- placement (Eq. 7) -------------------------------------------------------------------------- */
 
-/* Stripe n_units units, each stored `replicas` times, over n_paths paths (n_paths >= 1), continuing a
- * global stripe whose position is *pointer (in copies; start a tier at 0 and keep it). Copy r of unit u
- * goes to paths_out[u * replicas + r] (n_units * replicas entries).
- * Copy 0 of unit k is on (start + k) mod n_paths, start = *pointer mod n_paths. Copy r continues the
- * stripe: it starts r * n_units copies further on, moved forward by the fewest paths (fewer than
- * `replicas`) that keep it off the paths of copies 0..r-1, so the copies of one unit are on distinct
- * paths whenever replicas <= n_paths (with more replicas than paths the shift is dropped). *pointer
- * advances by n_units * replicas. With replicas == 1 this is Eq. 7 exactly. */
+/* Where copy r of a unit goes relative to its copy 0, and what the global pointer counts. */
+typedef enum kvs_swarm_stride {
+    /* Eq. 7 over copies: copy r of the object continues the stripe r * n_units copies further on
+     * (moved by the fewest paths that keep it off the paths of copies 0..r-1); the pointer counts
+     * copies (advances by n_units * replicas). kvs_swarm_place, the connector's policy. */
+    KVS_SWARM_STRIDE_COPIES = 0,
+    /* Copy r of unit k on the r-th path after its copy 0, (start + k + r) mod n_paths; the pointer
+     * counts units (advances by n_units). The ssd tier's built-in placement (docs/ssd.md). */
+    KVS_SWARM_STRIDE_UNITS = 1,
+} kvs_swarm_stride;
+
+/* Stripe n_units units, each stored `replicas` times, over n_paths paths (n_paths >= 1), continuing
+ * a global stripe whose position is *pointer (start a tier at 0 and keep it). Copy r of unit u goes
+ * to paths_out[u * replicas + r] (n_units * replicas entries). Copy 0 of unit k is on (start + k)
+ * mod n_paths, start = *pointer mod n_paths, under either stride; `stride` says where the other
+ * copies go and how far *pointer advances. The copies of one unit are on distinct paths whenever
+ * replicas <= n_paths (with more replicas than paths they repeat paths). With replicas == 1 the two
+ * strides are the same rule, Eq. 7 exactly. Nothing is placed and *pointer is kept when n_units or
+ * replicas is 0.
+ *
+ * Why two strides: each is the documented contract of a caller that has stored data with it. The
+ * connector's Swarm policy (docs/swarm.md) keeps the copy layers of an object apart, so a reader of
+ * primaries alone still spreads over every path; the ssd tier's built-in rule (docs/ssd.md, pinned
+ * by tests/test_ssd.c) puts a unit's copies on neighbouring paths. The ssd tier finds stored
+ * objects by their unit headers, not by this rule, but one stride for both would move where one of
+ * them puts new copies and change the figures measured with it. The two agree wherever one copy is
+ * stored. */
+void kvs_swarm_place_stride(uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
+                            uint32_t replicas, kvs_swarm_stride stride, uint32_t *paths_out);
+
+/* kvs_swarm_place_stride with KVS_SWARM_STRIDE_COPIES: with replicas == 1 this is Eq. 7 exactly;
+ * *pointer advances by n_units * replicas. */
 void kvs_swarm_place(uint64_t *pointer, uint32_t n_paths, uint32_t n_units, uint32_t replicas,
                      uint32_t *paths_out);
 
@@ -97,6 +121,7 @@ int kvs_swarm_seen_mark(kvs_swarm_seen *seen, uint32_t id);
 #include "swarm_cache.h"
 #include "swarm_cluster.h"
 #include "swarm_disk.h"
+#include "swarm_graph.h"
 #include "swarm_maint.h"
 
 #endif

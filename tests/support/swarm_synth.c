@@ -1,53 +1,17 @@
-/* swarm_synth.h - the planted co-activation workload of notes §6.1, shared by tests/test_swarm.c and
- * bench/bench_ssd_sim.c; not part of the library (header-only, static inline, nothing exported).
- *
- * N entries; G planted groups of 2..8 members, as contiguous runs (attention locality) or scattered;
- * a fraction of the grouped entries also belongs to one or two more groups (which forces replication);
- * Zipf group popularity over a random rank order. Each step activates k distinct groups by popularity,
- * every member of an active group fires with probability member_p, and noise_fraction * N random
- * entries fire on top. Deterministic in the seed. The caller owns the struct; not thread-safe. */
-#ifndef KVS_SWARM_SYNTH_H
-#define KVS_SWARM_SYNTH_H
+/* swarm_synth.c - the planted co-activation workload (see swarm_synth.h). */
+#include "swarm_synth.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "swarm_cluster.h"
-
-typedef struct kvs_swarm_synth_params {
-    uint32_t n_entries; /* N */
-    uint32_t n_groups;  /* G */
-    uint32_t min_group; /* members per group, before overlap */
-    uint32_t max_group;
-    int scattered; /* 0: each group is a run of consecutive entries; 1: members anywhere */
-    double overlap_fraction;  /* of the grouped entries, each also joins 1 or 2 more groups */
-    double zipf_s;            /* popularity of rank r is 1 / (r + 1)^zipf_s */
-    uint32_t groups_per_step; /* k */
-    double member_p;          /* a member of an active group fires with this probability */
-    double noise_fraction;    /* random entries per step, as a fraction of N */
-    uint64_t seed;
-} kvs_swarm_synth_params;
-
-typedef struct kvs_swarm_synth {
-    kvs_swarm_synth_params params;
-    uint32_t *group_start;  /* [G + 1] CSR into group_member */
-    uint32_t *group_member; /* members of every group, each group sorted ascending */
-    double *cumulative;     /* [G] cumulative popularity */
-    uint64_t *stamp;        /* [N] step an entry last fired in */
-    uint8_t *step_group;    /* [G] scratch */
-    uint64_t step;
-    uint64_t rng;
-} kvs_swarm_synth;
-
 /* N 4096, G 192, groups of 2..8 in runs, 10% overlap, Zipf 0.5, 6 groups per step, p 0.9, noise 0.5%. */
-static inline kvs_swarm_synth_params kvs_swarm_synth_defaults(void) {
+kvs_swarm_synth_params kvs_swarm_synth_defaults(void) {
     kvs_swarm_synth_params p = {4096, 192, 2, 8, 0, 0.10, 0.5, 6, 0.9, 0.005, 0x5eed5a7a11ull};
     return p;
 }
 
-static inline uint64_t kvs_swarm_synth_next(kvs_swarm_synth *s) { /* splitmix64 */
+static uint64_t synth_next(kvs_swarm_synth *s) { /* splitmix64 */
     uint64_t x = (s->rng += 0x9e3779b97f4a7c15ull);
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -55,15 +19,15 @@ static inline uint64_t kvs_swarm_synth_next(kvs_swarm_synth *s) { /* splitmix64 
 }
 
 /* Uniform in [0, n). */
-static inline uint32_t kvs_swarm_synth_below(kvs_swarm_synth *s, uint32_t n) {
-    return (uint32_t)(((kvs_swarm_synth_next(s) >> 32) * (uint64_t)n) >> 32);
+static uint32_t synth_below(kvs_swarm_synth *s, uint32_t n) {
+    return (uint32_t)(((synth_next(s) >> 32) * (uint64_t)n) >> 32);
 }
 
-static inline double kvs_swarm_synth_unit(kvs_swarm_synth *s) {
-    return (double)(kvs_swarm_synth_next(s) >> 11) * (1.0 / 9007199254740992.0);
+static double synth_unit(kvs_swarm_synth *s) {
+    return (double)(synth_next(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static inline void kvs_swarm_synth_free(kvs_swarm_synth *s) {
+void kvs_swarm_synth_free(kvs_swarm_synth *s) {
     if (!s) return;
     free(s->group_start);
     free(s->group_member);
@@ -73,13 +37,13 @@ static inline void kvs_swarm_synth_free(kvs_swarm_synth *s) {
     memset(s, 0, sizeof *s);
 }
 
-static inline int kvs_swarm_synth_cmp_u32(const void *a, const void *b) {
+static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
 /* Build the groups. Returns 0, or -1 on bad parameters or no memory (the struct is then empty). */
-static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth_params *p) {
+int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth_params *p) {
     memset(s, 0, sizeof *s);
     uint32_t n = p->n_entries, g_count = p->n_groups;
     if (n == 0 || g_count == 0 || p->min_group < 1 || p->max_group < p->min_group ||
@@ -100,13 +64,13 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     /* Base members: runs separated by random gaps that use up the free space, or a random subset. */
     uint64_t grouped = 0;
     for (uint32_t g = 0; g < g_count; g++) {
-        size[g] = p->min_group + kvs_swarm_synth_below(s, p->max_group - p->min_group + 1);
+        size[g] = p->min_group + synth_below(s, p->max_group - p->min_group + 1);
         grouped += size[g];
     }
     for (uint32_t e = 0; e < n; e++) perm[e] = e;
     if (p->scattered) {
         for (uint32_t e = n - 1; e > 0; e--) { /* Fisher-Yates */
-            uint32_t j = kvs_swarm_synth_below(s, e + 1), t = perm[e];
+            uint32_t j = synth_below(s, e + 1), t = perm[e];
             perm[e] = perm[j];
             perm[j] = t;
         }
@@ -119,7 +83,7 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
         uint64_t free_space = n - grouped, at = 0;
         for (uint32_t g = 0; g < g_count; g++) {
             uint64_t mean_gap = free_space / (g_count - g + 1);
-            uint64_t gap = mean_gap ? kvs_swarm_synth_below(s, (uint32_t)(2 * mean_gap + 1)) : 0;
+            uint64_t gap = mean_gap ? synth_below(s, (uint32_t)(2 * mean_gap + 1)) : 0;
             if (gap > free_space) gap = free_space;
             free_space -= gap;
             at += gap;
@@ -136,11 +100,11 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     uint32_t *extra_count =
         s->group_start; /* reused as per-group extra counts until the CSR is built */
     for (uint64_t k = 0; k < n_extra_entries; k++) {
-        uint32_t g = kvs_swarm_synth_below(s, g_count);
-        uint32_t e = perm[base[g] + kvs_swarm_synth_below(s, size[g])];
-        uint32_t more = 1 + kvs_swarm_synth_below(s, 2);
+        uint32_t g = synth_below(s, g_count);
+        uint32_t e = perm[base[g] + synth_below(s, size[g])];
+        uint32_t more = 1 + synth_below(s, 2);
         for (uint32_t m = 0; m < more; m++) {
-            uint32_t h = kvs_swarm_synth_below(s, g_count);
+            uint32_t h = synth_below(s, g_count);
             if (h == g) continue;
             extra_of[2 * n_extra] = e;
             extra_of[2 * n_extra + 1] = h;
@@ -175,8 +139,7 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     for (uint32_t g = 0; g < g_count; g++) {
         uint32_t begin = s->group_start[g],
                  end = g + 1 < g_count ? s->group_start[g + 1] : (uint32_t)total;
-        qsort(s->group_member + begin, end - begin, sizeof *s->group_member,
-              kvs_swarm_synth_cmp_u32);
+        qsort(s->group_member + begin, end - begin, sizeof *s->group_member, cmp_u32);
         s->group_start[g] = write;
         for (uint32_t k = begin; k < end; k++)
             if (k == begin || s->group_member[k] != s->group_member[k - 1])
@@ -187,7 +150,7 @@ static inline int kvs_swarm_synth_init(kvs_swarm_synth *s, const kvs_swarm_synth
     /* Popularity: Zipf over a random rank order, so rank is not tied to position. */
     for (uint32_t g = 0; g < g_count; g++) perm[g] = g;
     for (uint32_t g = g_count - 1; g > 0; g--) {
-        uint32_t j = kvs_swarm_synth_below(s, g + 1), t = perm[g];
+        uint32_t j = synth_below(s, g + 1), t = perm[g];
         perm[g] = perm[j];
         perm[j] = t;
     }
@@ -210,14 +173,13 @@ fail:
     return -1;
 }
 
-static inline uint32_t kvs_swarm_synth_group_size(const kvs_swarm_synth *s, uint32_t g) {
+uint32_t kvs_swarm_synth_group_size(const kvs_swarm_synth *s, uint32_t g) {
     return s->group_start[g + 1] - s->group_start[g];
 }
 
 /* One step: active[0..returned) gets the distinct entries that fired (active must hold N ids);
  * groups (may be NULL; k entries) gets the groups drawn. */
-static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active,
-                                            uint32_t *groups) {
+uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active, uint32_t *groups) {
     const kvs_swarm_synth_params *p = &s->params;
     uint64_t step = ++s->step;
     uint32_t n_active = 0;
@@ -226,7 +188,7 @@ static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active
     for (uint32_t k = 0; k < p->groups_per_step; k++) {
         uint32_t g;
         do {
-            double x = kvs_swarm_synth_unit(s) * total;
+            double x = synth_unit(s) * total;
             uint32_t lo = 0, hi = p->n_groups - 1;
             while (lo < hi) {
                 uint32_t mid = (lo + hi) / 2;
@@ -241,14 +203,14 @@ static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active
         if (groups) groups[k] = g;
         for (uint32_t m = s->group_start[g]; m < s->group_start[g + 1]; m++) {
             uint32_t e = s->group_member[m];
-            if (kvs_swarm_synth_unit(s) >= p->member_p || s->stamp[e] == step) continue;
+            if (synth_unit(s) >= p->member_p || s->stamp[e] == step) continue;
             s->stamp[e] = step;
             active[n_active++] = e;
         }
     }
     uint32_t n_noise = (uint32_t)(p->noise_fraction * p->n_entries + 0.5);
     for (uint32_t k = 0; k < n_noise; k++) {
-        uint32_t e = kvs_swarm_synth_below(s, p->n_entries);
+        uint32_t e = synth_below(s, p->n_entries);
         if (s->stamp[e] == step) continue;
         s->stamp[e] = step;
         active[n_active++] = e;
@@ -256,15 +218,15 @@ static inline uint32_t kvs_swarm_synth_step(kvs_swarm_synth *s, uint32_t *active
     return n_active;
 }
 
-static inline int kvs_swarm_synth_cmp_u64(const void *a, const void *b) {
+static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
 }
 
 /* Distinct unordered pairs that share a set, sets given in CSR (start[0..n_sets], member). Returns the
  * sorted pair keys (caller frees) and their count in *n_pairs; NULL on no memory. */
-static inline uint64_t *kvs_swarm_synth_pairs(const uint32_t *start, const uint32_t *member,
-                                              uint32_t n_sets, uint64_t *n_pairs) {
+static uint64_t *pair_keys(const uint32_t *start, const uint32_t *member, uint32_t n_sets,
+                           uint64_t *n_pairs) {
     uint64_t cap = 0;
     for (uint32_t k = 0; k < n_sets; k++) {
         uint64_t n = start[k + 1] - start[k];
@@ -279,7 +241,7 @@ static inline uint64_t *kvs_swarm_synth_pairs(const uint32_t *start, const uint3
                 if (x == y) continue;
                 keys[n++] = x < y ? ((uint64_t)x << 32) | y : ((uint64_t)y << 32) | x;
             }
-    qsort(keys, n, sizeof *keys, kvs_swarm_synth_cmp_u64);
+    qsort(keys, n, sizeof *keys, cmp_u64);
     uint64_t w = 0;
     for (uint64_t i = 0; i < n; i++)
         if (w == 0 || keys[w - 1] != keys[i]) keys[w++] = keys[i];
@@ -289,8 +251,8 @@ static inline uint64_t *kvs_swarm_synth_pairs(const uint32_t *start, const uint3
 
 /* Pairwise precision, recall and F1 of clusters against the planted groups: a pair is predicted when
  * some cluster holds both entries and true when some group does. Returns -1 on no memory. */
-static inline int kvs_swarm_synth_pair_f1(const kvs_swarm_synth *s, const kvs_swarm_clusters *c,
-                                          double *precision, double *recall, double *f1) {
+int kvs_swarm_synth_pair_f1(const kvs_swarm_synth *s, const kvs_swarm_clusters *c,
+                            double *precision, double *recall, double *f1) {
     uint32_t *start = calloc((size_t)c->n_clusters + 1, sizeof *start);
     if (!start) return -1;
     for (uint32_t k = 0; k < c->n_clusters; k++) start[k + 1] = start[k] + c->items[k].n_members;
@@ -303,9 +265,8 @@ static inline int kvs_swarm_synth_pair_f1(const kvs_swarm_synth *s, const kvs_sw
         memcpy(member + start[k], c->items[k].members,
                (size_t)c->items[k].n_members * sizeof *member);
     uint64_t n_pred = 0, n_true = 0;
-    uint64_t *pred = kvs_swarm_synth_pairs(start, member, c->n_clusters, &n_pred);
-    uint64_t *truth =
-        kvs_swarm_synth_pairs(s->group_start, s->group_member, s->params.n_groups, &n_true);
+    uint64_t *pred = pair_keys(start, member, c->n_clusters, &n_pred);
+    uint64_t *truth = pair_keys(s->group_start, s->group_member, s->params.n_groups, &n_true);
     free(start);
     free(member);
     if (!pred || !truth) {
@@ -332,5 +293,3 @@ static inline int kvs_swarm_synth_pair_f1(const kvs_swarm_synth *s, const kvs_sw
     *f1 = *precision + *recall > 0.0 ? 2.0 * *precision * *recall / (*precision + *recall) : 0.0;
     return 0;
 }
-
-#endif

@@ -1,0 +1,187 @@
+/*
+ * ucx_remote_internal.h - what the remote tier's I/O files share, nothing public: the tier
+ * (remote), its nodes (rnode) and its queued jobs (job). Ops on any thread queue jobs
+ * (ucx_remote.c); the one progress thread runs them (ucx_remote_progress.c) and keeps the node
+ * connections (ucx_remote_nodes.c).
+ */
+#ifndef KVS_UCX_REMOTE_INTERNAL_H
+#define KVS_UCX_REMOTE_INTERNAL_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "auth.h"
+#include "control.h"
+#include "hashring.h"
+#include "remote.h"
+#include "ucx_transport.h"
+#include "wire.h"
+
+#define REMOTE_AM_ID   1u          /* the id kvstrata-node speaks (tools/node/node.h) */
+#define BOUNCE_DEFAULT (16u << 20) /* when the connector gives no max_object_bytes */
+#define ERROR_BYTES    512u
+
+#define PUT_BATCH_BYTES \
+    (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
+
+enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
+/* A node's handshake, driven without blocking by the progress thread (handshake_advance) so a node
+ * that answers slowly or not at all never holds up requests to the others. */
+enum { HS_NONE, HS_CONNECTING, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK, HS_REFUSED };
+
+typedef struct job {
+    int kind;
+    uint64_t n;
+    kvs_key *keys;        /* n, a copy */
+    uint8_t *present;     /* LOOKUP: n */
+    uint64_t *lens;       /* GET: n */
+    kvs_status *statuses; /* GET, DELETE: n */
+    void *const *dsts;    /* GET: the caller's, touched only under the lock while not abandoned */
+    const uint64_t *caps; /* GET: copied into cap */
+    uint64_t *cap;
+    uint8_t *resolved;  /* n: answered (hit, miss or error) */
+    uint64_t *off;      /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
+    const void *object; /* PUT: the copy in the put queue */
+    uint64_t len;
+    uint64_t queue_span; /* PUT: bytes of the put queue this job holds (with any wrap-around gap) */
+    uint64_t objects, bytes; /* STATS */
+    uint64_t deadline_ns;
+    kvs_status status;
+    int done, abandoned;
+    int detached; /* PUT: nobody waits; the thread frees it */
+    struct job *next;
+} job;
+
+typedef struct rnode {
+    uint32_t index;
+    int ctl_fd;             /* the control connection (TCP): open while the session lives; -1 */
+    kvs_control_reader *rd; /* its frames during the handshake */
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* AUTH_OK: the header of every request */
+    kvs_ucx_conn *conn; /* requests: an endpoint to the node's worker address (from AUTH_OK) */
+    int up;
+    int conn_dead;
+    int hs;
+    uint64_t hs_deadline_ns; /* the whole handshake's, timeout_ms after it began */
+    uint8_t nonce[KVS_WIRE_NONCE_BYTES];
+    uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
+    char refusal[KVS_WIRE_MAX_ERROR_TEXT + 1];
+    char payload_tls[KVS_WIRE_MAX_TRANSPORTS_TEXT +
+                     1]; /* AUTH_OK: what the node's RMA to us runs over */
+    uint64_t backoff_ms;
+    uint64_t next_attempt_ns;
+    int was_up;
+    int shared_memory; /* up, and its payloads run over something other than tcp */
+    /* the one outstanding request of this node */
+    int pending;
+    uint64_t request_id;
+    uint32_t n_batch;
+    uint32_t *batch; /* KVS_WIRE_MAX_KEYS indices into the job's keys */
+    int failed;      /* the batch's reply did not come or was an ERROR */
+} rnode;
+
+typedef struct remote {
+    char name[64];
+    kvs_remote_options opt;
+    kvs_remote_psk psk;
+    const kvs_backend_host *host;
+    uint8_t *staging;
+    uint64_t staging_len;
+    uint64_t max_object_bytes;
+
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t
+        put_order; /* one put at a time takes queue room and queues: room is freed in order */
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int doorbell;
+    job *head, *tail;
+    int stopping;
+    int ready; /* 1: started, -1: failed */
+    kvs_status ready_status;
+    char error[ERROR_BYTES];
+
+    /* counters, under mutex */
+    kvs_remote_stats_t stats;
+
+    /* the put queue: a registered ring; puts copy their object in and return, the thread sends them
+     * in batches and frees the room in queue order (head, used: under mutex) */
+    uint8_t *queue;
+    uint64_t queue_len, queue_head, queue_used;
+    kvs_ucx_mem *queue_mem;
+    uint8_t queue_rkey[KVS_WIRE_MAX_RKEY_BYTES];
+    uint32_t queue_rkey_len;
+    job **put_jobs; /* the batch being sent: KVS_WIRE_MAX_KEYS */
+    uint32_t n_put_jobs;
+
+    /* owned by the progress thread */
+    kvs_ucx_transport *t;
+    kvs_ucx_mem *staging_mem;
+    uint8_t *bounce;
+    uint64_t bounce_len;
+    kvs_ucx_mem *bounce_mem;
+    uint8_t staging_rkey[KVS_WIRE_MAX_RKEY_BYTES], bounce_rkey[KVS_WIRE_MAX_RKEY_BYTES];
+    uint32_t staging_rkey_len, bounce_rkey_len;
+    uint8_t *worker_addr; /* sent in AUTH: the node makes its endpoint to us from it */
+    size_t worker_addr_len;
+    uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
+    int offer_shared_memory; /* shared_memory: auto and a host id: AUTH carries host_id and pid too */
+    struct pollfd *pfds;     /* the idle poll: worker, doorbell, each node's control connection */
+    kvs_remote_ring ring;
+    rnode *nodes;
+    uint64_t next_id;
+    uint8_t *send_buf;
+    kvs_wire_entry *entries;       /* for encoding */
+    kvs_wire_entry *reply_entries; /* for decoding */
+    job *current;
+} remote;
+
+static inline uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline int ms_left(uint64_t deadline) {
+    uint64_t now = now_ns();
+    if (now >= deadline) return 0;
+    uint64_t ms = (deadline - now + 999999ull) / 1000000ull;
+    return ms > 600000 ? 600000 : (int)ms;
+}
+
+static inline const char *node_id(const remote *r, const rnode *nd) {
+    return r->opt.ids[nd->index];
+}
+
+/* Record the tier's last error (under mutex) and log it through the host. Any thread. */
+void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- node connections (ucx_remote_nodes.c; progress thread only) ----------------------------- */
+
+/* Close a node's control connection and drop its frame reader. */
+void remote_control_close(rnode *nd);
+/* Mark a node down (counted and reported once while it was up) and schedule its reconnect. */
+void remote_node_down(remote *r, rnode *nd, const char *why);
+/* Encode m and send it on the node's request endpoint by the deadline; nd->refusal says why not. */
+kvs_status remote_send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline);
+/* What a node in its handshake waits for on its control connection (poll events). */
+short remote_handshake_events(const rnode *nd);
+/* 1 while a node's handshake is under way (begun, neither up nor failed). */
+int remote_in_handshake(const rnode *nd);
+/* Connect and authenticate one node, waiting for it (at create, before the progress loop runs). */
+kvs_status remote_node_connect(remote *r, rnode *nd);
+/* Start the handshakes that are due and move on those under way, without waiting on any; lowers
+ * *next_ns to the next instant one needs attention. */
+void remote_reconnect_due(remote *r, uint64_t *next_ns);
+/* The transport's callback for a request endpoint that died: its node fails its pending request. */
+void remote_on_dead(void *user, kvs_ucx_conn *conn, const char *why);
+
+/* ---- the progress thread (ucx_remote_progress.c) --------------------------------------------- */
+
+/* The thread's body (arg: the remote): starts UCX and connects the nodes, reports r->ready, then
+ * runs queued jobs until r->stopping and the queue is drained. */
+void *remote_progress_main(void *arg);
+
+#endif

@@ -1,0 +1,536 @@
+/*
+ * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_internal.h): it owns
+ * the UCX transport and the registered memory, runs the queued jobs one at a time (a batch per
+ * node, replies matched by request id) and sleeps on the worker's event fd and the eventfd
+ * doorbell.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "ucx_remote_internal.h"
+
+/* ---- messages from nodes --------------------------------------------------------------------- */
+
+static void take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
+    job *j = r->current;
+    if (m->type == KVS_WIRE_ERROR) {
+        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len,
+                 m->error_text ? m->error_text : "");
+        if (nd->pending && m->request_id == nd->request_id) {
+            nd->pending = 0;
+            nd->failed = 1;
+        }
+        return;
+    }
+    if (!nd->pending || m->request_id != nd->request_id || !j)
+        return; /* late reply of a past job */
+    uint32_t want = m->type == KVS_WIRE_STATS_REPLY ? 0 : nd->n_batch;
+    if (m->n_entries != want) {
+        nd->pending = 0;
+        nd->failed = 1;
+        return;
+    }
+    for (uint32_t i = 0; i < m->n_entries; i++) {
+        uint32_t k = nd->batch[i];
+        const kvs_wire_entry *e = &m->entries[i];
+        switch (m->type) {
+            case KVS_WIRE_LOOKUP_REPLY:
+                j->present[k] = e->present;
+                j->resolved[k] = 1;
+                break;
+            case KVS_WIRE_GET_REPLY:
+                j->statuses[k] = e->status;
+                j->lens[k] = e->length;
+                j->resolved[k] = 1;
+                break;
+            case KVS_WIRE_PUT_REPLY:
+                if (k < r->n_put_jobs) {
+                    pthread_mutex_lock(&r->mutex);
+                    if (e->status == KVS_OK)
+                        r->stats.puts_stored++;
+                    else
+                        r->stats.puts_refused++;
+                    pthread_mutex_unlock(&r->mutex);
+                }
+                break;
+            case KVS_WIRE_DELETE_REPLY:
+                if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
+                break;
+            default: break;
+        }
+    }
+    if (m->type == KVS_WIRE_STATS_REPLY) {
+        j->objects += m->counters[KVS_WIRE_STAT_OBJECTS];
+        j->bytes += m->counters[KVS_WIRE_STAT_BYTES_USED];
+    }
+    nd->pending = 0;
+}
+
+/* The node waiting for the reply to request_id (request ids are unique across the tier's nodes). */
+static rnode *node_of_request(remote *r, uint64_t request_id) {
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+        if (r->nodes[i].conn && r->nodes[i].pending && r->nodes[i].request_id == request_id)
+            return &r->nodes[i];
+    return NULL;
+}
+
+static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                       const void *data, size_t data_len) {
+    remote *r = user;
+    (void)header;
+    (void)header_len;
+    /* UCX names our endpoint as the sender when it paired it with the node's; else the request id does */
+    rnode *nd = conn ? kvs_ucx_conn_user(conn) : NULL;
+    kvs_wire_msg m;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_decode(data, data_len, r->reply_entries, KVS_WIRE_MAX_KEYS, &m, &why) != KVS_OK) {
+        if (!nd && why.have_request_id) nd = node_of_request(r, why.request_id);
+        if (!nd) return;
+        snprintf(nd->refusal, sizeof nd->refusal, "unreadable reply: %s", why.text);
+        if (nd->pending) {
+            nd->pending = 0;
+            nd->failed = 1;
+        }
+        return;
+    }
+    if (!nd) nd = node_of_request(r, m.request_id);
+    if (nd && nd->conn) take_reply(r, nd, &m);
+}
+
+/* ---- jobs on the progress thread ------------------------------------------------------------- */
+
+static void finish(remote *r, job *j);
+
+static int in_staging(const remote *r, const void *p, uint64_t len) {
+    const uint8_t *b = p;
+    return r->staging_mem && b >= r->staging && len <= r->staging_len &&
+           (uint64_t)(b - r->staging) <= r->staging_len - len;
+}
+
+/* The first live home of key k, or -1. */
+static int32_t first_home(remote *r, const kvs_key *k) {
+    uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n = 0;
+    if (kvs_remote_ring_homes(&r->ring, k, r->opt.replicas, homes, &n) != KVS_OK || n == 0)
+        return -1;
+    return (int32_t)homes[0];
+}
+
+/* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
+ * whose connection died, are marked down (their batch keys stay unresolved). */
+static void exchange(remote *r, int type, uint64_t deadline) {
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        nd->failed = 0;
+        if (!nd->pending) continue;
+        kvs_wire_msg m;
+        kvs_wire_msg_init(&m, (kvs_wire_type)type, nd->request_id = ++r->next_id);
+        m.entries = r->entries;
+        m.n_entries = nd->n_batch;
+        job *j = r->current;
+        for (uint32_t b = 0; b < nd->n_batch; b++) {
+            kvs_wire_entry *e = &r->entries[b];
+            memset(e, 0, sizeof *e);
+            uint32_t k = nd->batch[b];
+            e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
+            if (type == KVS_WIRE_GET) {
+                int direct = j->off[k] == UINT64_MAX;
+                e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k]
+                                        : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
+                e->length = j->cap[k];
+                e->rkey = direct ? r->staging_rkey : r->bounce_rkey;
+                e->rkey_len = direct ? r->staging_rkey_len : r->bounce_rkey_len;
+            } else if (type == KVS_WIRE_PUT) {
+                const job *pj = r->put_jobs[k];
+                e->length = pj->len;
+                if (pj->len <= KVS_WIRE_MAX_INLINE_BYTES) {
+                    e->inline_data = pj->object;
+                } else {
+                    e->remote_addr = (uint64_t)(uintptr_t)pj->object;
+                    e->rkey = r->queue_rkey;
+                    e->rkey_len = r->queue_rkey_len;
+                }
+            }
+        }
+        if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
+        if (type ==
+            KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
+            uint64_t fair = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
+            if (deadline < fair) deadline = fair;
+        }
+        if (remote_send_msg(r, nd, &m, deadline) != KVS_OK) {
+            nd->pending = 0;
+            nd->failed = 1;
+        } else if (type == KVS_WIRE_PUT) {
+            pthread_mutex_lock(&r->mutex);
+            r->stats.put_requests++;
+            pthread_mutex_unlock(&r->mutex);
+        }
+    }
+    for (;;) {
+        int waiting = 0;
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+            waiting |= r->nodes[i].pending && !r->nodes[i].conn_dead;
+        if (!waiting || ms_left(deadline) <= 0) break;
+        kvs_ucx_wait(r->t, ms_left(deadline));
+    }
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        if (nd->pending) {
+            if (!nd->conn_dead)
+                snprintf(nd->refusal, sizeof nd->refusal, "no reply within %u ms",
+                         r->opt.timeout_ms);
+            nd->pending = 0;
+            nd->failed = 1;
+        }
+        if (nd->failed || nd->conn_dead) {
+            if (type == KVS_WIRE_PUT) { /* the copies this node did not confirm */
+                pthread_mutex_lock(&r->mutex);
+                r->stats.puts_dropped += nd->n_batch;
+                pthread_mutex_unlock(&r->mutex);
+            }
+            remote_node_down(r, nd, nd->refusal[0] ? nd->refusal : "request failed");
+        }
+        nd->n_batch = 0;
+    }
+}
+
+/* LOOKUP and GET: rounds of one batch per first live home until every key is answered, no home is
+ * left, or the deadline passes. A node that fails mid-round is marked down and its keys go to the
+ * next home in the next round. */
+static void run_keyed(remote *r, job *j) {
+    int type = j->kind == JOB_LOOKUP ? KVS_WIRE_LOOKUP : KVS_WIRE_GET;
+    while (ms_left(j->deadline_ns) > 0) {
+        uint64_t bounce_used = 0;
+        int any = 0;
+        for (uint64_t k = 0; k < j->n; k++) {
+            if (j->resolved[k]) continue;
+            int32_t h = first_home(r, &j->keys[k]);
+            if (h < 0) {
+                j->resolved[k] = 1; /* no live home: a miss */
+                continue;
+            }
+            rnode *nd = &r->nodes[h];
+            if (nd->n_batch == KVS_WIRE_MAX_KEYS) continue; /* next round */
+            j->off[k] = UINT64_MAX;
+            if (type == KVS_WIRE_GET && !in_staging(r, j->dsts[k], j->cap[k])) {
+                if (j->cap[k] > r->bounce_len) j->cap[k] = r->bounce_len; /* larger: EOVERFLOW */
+                uint64_t need = (j->cap[k] + 63) & ~63ull;
+                if (need > r->bounce_len - bounce_used) continue; /* next round */
+                j->off[k] = bounce_used;
+                bounce_used += need;
+            }
+            nd->batch[nd->n_batch++] = (uint32_t)k;
+            nd->pending = 1;
+            any = 1;
+        }
+        if (!any) return;
+        exchange(r, type, j->deadline_ns);
+        if (type != KVS_WIRE_GET) continue;
+        uint64_t rma = 0, bounced = 0;
+        pthread_mutex_lock(
+            &r->mutex); /* an abandoning caller never races the copy into its memory */
+        for (uint64_t k = 0; k < j->n; k++) {
+            if (!j->resolved[k] || j->off[k] == UINT64_MAX - 1) continue;
+            if (j->off[k] == UINT64_MAX) {
+                rma += j->statuses[k] == KVS_OK;
+            } else if (j->statuses[k] == KVS_OK && !j->abandoned) {
+                uint64_t n = j->lens[k] <= j->cap[k] ? j->lens[k] : j->cap[k];
+                memcpy(j->dsts[k], r->bounce + j->off[k], n);
+                bounced++;
+            }
+            j->off[k] = UINT64_MAX - 1; /* copied or counted */
+        }
+        r->stats.rma_gets += rma;
+        r->stats.bounce_gets += bounced;
+        pthread_mutex_unlock(&r->mutex);
+    }
+}
+
+/* Add key k of the current batch to each live home's batch; homes that are down drop their copy. */
+static void to_homes(remote *r, const kvs_key *key, uint32_t k, int is_put) {
+    uint32_t homes[KVS_REMOTE_RING_MAX_REPLICAS], n_homes = 0;
+    if (kvs_remote_ring_homes(&r->ring, key, r->opt.replicas, homes, &n_homes) != KVS_OK)
+        n_homes = 0;
+    if (is_put && n_homes < r->opt.replicas) {
+        pthread_mutex_lock(&r->mutex);
+        r->stats.puts_dropped += r->opt.replicas - n_homes;
+        pthread_mutex_unlock(&r->mutex);
+    }
+    for (uint32_t h = 0; h < n_homes; h++) {
+        rnode *nd = &r->nodes[homes[h]];
+        nd->batch[nd->n_batch++] = k;
+        nd->pending = 1;
+    }
+}
+
+/* DELETE at every live home, STATS from every live node. */
+static void run_broadcast(remote *r, job *j) {
+    if (j->kind == JOB_STATS) {
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++) r->nodes[i].pending = r->nodes[i].up;
+        exchange(r, KVS_WIRE_STATS, j->deadline_ns);
+        return;
+    }
+    for (uint64_t k = 0; k < j->n; k++) to_homes(r, &j->keys[k], (uint32_t)k, 0);
+    exchange(r, KVS_WIRE_DELETE, j->deadline_ns);
+}
+
+/* What one queued put adds to a PUT message: the entry's fields, and the object when it is inline. */
+static uint64_t put_entry_bytes(const job *j) {
+    return 96u + (j->len <= KVS_WIRE_MAX_INLINE_BYTES ? j->len : KVS_WIRE_MAX_RKEY_BYTES);
+}
+
+/* The queued puts from first on, as many as one PUT message per node carries: one request per home
+ * node, the node reads the objects out of the put queue with RMA (all in flight, one flush). Puts
+ * whose deadline passed while queued are dropped and counted. */
+static void run_puts(remote *r, job *first) {
+    uint32_t n = 0;
+    uint64_t bytes = 0, deadline = 0;
+    job *j = first;
+    for (;;) {
+        if (ms_left(j->deadline_ns) > 0) {
+            if (!n || j->deadline_ns < deadline) deadline = j->deadline_ns;
+            r->put_jobs[n++] = j;
+            bytes += put_entry_bytes(j);
+        } else {
+            pthread_mutex_lock(&r->mutex);
+            r->stats.puts_dropped += r->opt.replicas;
+            pthread_mutex_unlock(&r->mutex);
+            r->put_jobs[n++] = j; /* finished with the batch, never sent */
+            j->status = KVS_ETIMEDOUT;
+        }
+        pthread_mutex_lock(&r->mutex);
+        j = r->head;
+        if (j && j->kind == JOB_PUT && n < KVS_WIRE_MAX_KEYS &&
+            bytes + put_entry_bytes(j) <= PUT_BATCH_BYTES) {
+            r->head = j->next;
+            if (!r->head) r->tail = NULL;
+        } else {
+            j = NULL;
+        }
+        pthread_mutex_unlock(&r->mutex);
+        if (!j) break;
+    }
+    r->n_put_jobs = n;
+    r->current = first;
+    int any = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (r->put_jobs[k]->status == KVS_ETIMEDOUT) continue;
+        to_homes(r, &r->put_jobs[k]->keys[0], k, 1);
+        any = 1;
+    }
+    /* exchange gives each node timeout_ms from its send: a batch that waited in the queue (behind a
+     * node that did not answer) must not cost a live node its connection for a wait that was ours.
+     * The puts are detached, so nobody waits on the longer deadline, and their queue room stays held
+     * until the nodes answer, so a late read by a node still finds its bytes. (Gets keep their own
+     * deadline: their bytes land in the caller's buffer, which must not be written after it gave up.) */
+    if (any) exchange(r, KVS_WIRE_PUT, deadline);
+    r->current = NULL;
+    r->n_put_jobs = 0;
+    for (uint32_t k = 0; k < n; k++) finish(r, r->put_jobs[k]);
+}
+
+static void run_job(remote *r, job *j) {
+    r->current = j;
+    switch (j->kind) {
+        case JOB_LOOKUP:
+        case JOB_GET: run_keyed(r, j); break;
+        case JOB_FLUSH: /* done by being reached: every job queued before it has finished */ break;
+        default: run_broadcast(r, j); break;
+    }
+    r->current = NULL;
+}
+
+/* ---- the progress thread --------------------------------------------------------------------- */
+
+static void finish(remote *r, job *j) {
+    pthread_mutex_lock(&r->mutex);
+    if (j->kind == JOB_PUT) { /* its room in the queue: puts finish in the order they took it */
+        r->queue_used -= j->queue_span;
+        pthread_cond_broadcast(&r->cond);
+    }
+    if (j->abandoned || j->detached) {
+        pthread_mutex_unlock(&r->mutex);
+        free(j);
+        return;
+    }
+    j->done = 1;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+static kvs_status thread_start(remote *r) {
+    kvs_ucx_params p;
+    char err[256] = "";
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.name = r->name;
+    p.log_level = KVS_LOG_WARN;
+    p.on_dead = remote_on_dead;
+    p.user = r;
+    kvs_status st = kvs_ucx_create(&p, &r->t, err, sizeof err);
+    if (st != KVS_OK) {
+        remote_set_error(r, "cannot start UCX: %s", err);
+        return st;
+    }
+    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
+    size_t len = 0;
+    if (r->staging && r->staging_len) {
+        if ((st = kvs_ucx_mem_register(r->t, r->staging, (size_t)r->staging_len,
+                                       &r->staging_mem)) != KVS_OK)
+            goto ucx_fail;
+        if ((st = kvs_ucx_mem_pack(r->staging_mem, r->staging_rkey, sizeof r->staging_rkey,
+                                   &len)) != KVS_OK)
+            goto ucx_fail;
+        r->staging_rkey_len = (uint32_t)len;
+    }
+    if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) !=
+        KVS_OK)
+        goto ucx_fail;
+    if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) !=
+        KVS_OK)
+        goto ucx_fail;
+    r->bounce_rkey_len = (uint32_t)len;
+    if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK)
+        goto ucx_fail;
+    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK)
+        goto ucx_fail;
+    r->queue_rkey_len = (uint32_t)len;
+    /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
+     * another host ignores it) */
+    r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
+    size_t need = 0;
+    if (kvs_ucx_worker_address(r->t, NULL, 0, &need) != KVS_EOVERFLOW || need == 0 ||
+        need > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !(r->worker_addr = malloc(need)) ||
+        kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
+        st = KVS_EIO;
+        goto ucx_fail;
+    }
+    if (!(r->pfds = calloc(r->opt.n_nodes + 2, sizeof *r->pfds))) {
+        st = KVS_ENOMEM;
+        goto ucx_fail;
+    }
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        if (remote_node_connect(r, nd) == KVS_OK) continue;
+        if (nd->hs == HS_REFUSED) {
+            remote_set_error(
+                r, "node %s refused authentication for tenant \"%s\" (%s); check psk_file %s",
+                node_id(r, nd), r->opt.tenant, nd->refusal[0] ? nd->refusal : "no reason given",
+                r->opt.psk_file);
+            return KVS_EIO;
+        }
+        char why[KVS_WIRE_MAX_ERROR_TEXT + 1];
+        snprintf(why, sizeof why, "%s", nd->refusal);
+        nd->up = 1; /* so remote_node_down reports and counts it once */
+        pthread_mutex_lock(&r->mutex);
+        r->stats.nodes_up++;
+        pthread_mutex_unlock(&r->mutex);
+        remote_node_down(r, nd, why);
+        pthread_mutex_lock(&r->mutex);
+        r->stats.node_failures--;
+        pthread_mutex_unlock(&r->mutex);
+    }
+    return KVS_OK;
+ucx_fail:
+    remote_set_error(r, "UCX setup failed: %s", kvs_ucx_last_error(r->t));
+    return st;
+}
+
+static void thread_stop(remote *r) {
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        if (r->nodes[i].conn) {
+            kvs_ucx_conn_set_user(r->nodes[i].conn, NULL);
+            kvs_ucx_conn_close(r->nodes[i].conn);
+            r->nodes[i].conn = NULL;
+        }
+        remote_control_close(&r->nodes[i]);
+    }
+    kvs_ucx_mem_deregister(r->bounce_mem);
+    kvs_ucx_mem_deregister(r->queue_mem);
+    kvs_ucx_mem_deregister(r->staging_mem);
+    kvs_ucx_destroy(r->t);
+    r->t = NULL;
+    free(r->worker_addr);
+    r->worker_addr = NULL;
+    free(r->pfds);
+    r->pfds = NULL;
+}
+
+void *remote_progress_main(void *arg) {
+    remote *r = arg;
+    kvs_status st = thread_start(r);
+    pthread_mutex_lock(&r->mutex);
+    r->ready = st == KVS_OK ? 1 : -1;
+    r->ready_status = st;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->mutex);
+    if (st != KVS_OK) {
+        thread_stop(r);
+        return NULL;
+    }
+    for (;;) {
+        kvs_ucx_progress(r->t);
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+            if (r->nodes[i].conn_dead) remote_node_down(r, &r->nodes[i], r->nodes[i].refusal);
+        pthread_mutex_lock(&r->mutex);
+        job *j = r->head;
+        if (j) {
+            r->head = j->next;
+            if (!r->head) r->tail = NULL;
+        }
+        int stopping = r->stopping;
+        pthread_mutex_unlock(&r->mutex);
+        if (j) {
+            if (j->kind ==
+                JOB_PUT) { /* even when stopping: queued puts drain within their deadlines */
+                run_puts(r, j);
+                continue;
+            }
+            if (stopping)
+                j->status = KVS_EIO;
+            else if (!j->abandoned && ms_left(j->deadline_ns) > 0)
+                run_job(r, j);
+            finish(r, j);
+            continue;
+        }
+        if (stopping) break;
+        uint64_t next_ns = UINT64_MAX;
+        remote_reconnect_due(r, &next_ns);
+        pthread_mutex_lock(&r->mutex);
+        int queued = r->head != NULL || r->stopping;
+        pthread_mutex_unlock(&r->mutex);
+        if (queued) continue;
+        if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
+        int ms = -1;
+        if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
+        /* an up node's control connection becomes readable only when the node closes it (or breaks
+         * the protocol): either way the session is over; a handshaking node's moves its handshake on
+         * (remote_reconnect_due, next pass) */
+        struct pollfd *fds = r->pfds;
+        fds[0] = (struct pollfd){.fd = kvs_ucx_event_fd(r->t), .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+            const rnode *nd = &r->nodes[i];
+            fds[2 + i] = (struct pollfd){.fd = nd->up || remote_in_handshake(nd) ? nd->ctl_fd : -1,
+                                         .events = nd->up ? POLLIN : remote_handshake_events(nd)};
+        }
+        if (poll(fds, r->opt.n_nodes + 2, ms) > 0) {
+            if (fds[1].revents & POLLIN) {
+                uint64_t v;
+                if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
+            }
+            for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+                if (fds[2 + i].revents && r->nodes[i].up)
+                    remote_node_down(r, &r->nodes[i], "the node closed its control connection");
+        }
+    }
+    thread_stop(r);
+    return NULL;
+}

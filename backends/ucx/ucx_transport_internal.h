@@ -1,0 +1,114 @@
+/* ucx_transport_internal.h - what the UCX transport's files share, nothing public: the structs
+ * behind the handles of ucx_transport.h and the helpers that wait on requests. Same threading as
+ * the transport: one thread per kvs_ucx_transport. */
+#ifndef KVS_UCX_TRANSPORT_INTERNAL_H
+#define KVS_UCX_TRANSPORT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "common/log.h"
+#include "ucx_transport.h"
+
+#define CLOSE_TIMEOUT_MS 1000 /* graceful endpoint close, then force */
+
+typedef struct message {
+    struct message *next;
+    kvs_ucx_conn
+        *conn; /* NULL: the sender is no connection of ours (the owner names it from the bytes) */
+    int orphaned; /* its connection closed before delivery: dropped */
+    uint16_t id;
+    int ready;  /* bytes complete (or failed) */
+    int failed; /* rendezvous receive failed; dropped at delivery */
+    void *header;
+    size_t header_len;
+    void *data;
+    size_t data_len;
+    void *request; /* rendezvous receive still in flight */
+} message;
+
+typedef struct am_slot {
+    kvs_ucx_transport *t;
+    uint16_t id;
+    kvs_ucx_am_fn fn;
+    void *user;
+} am_slot;
+
+struct kvs_ucx_rkey {
+    kvs_ucx_conn *conn;
+    ucp_rkey_h rkey;
+    kvs_ucx_rkey *next;
+};
+
+struct kvs_ucx_mem {
+    kvs_ucx_transport *t;
+    ucp_mem_h memh;
+    kvs_ucx_mem *next;
+};
+
+struct kvs_ucx_conn {
+    kvs_ucx_transport *t;
+    ucp_ep_h ep; /* NULL once force-closed after a failure */
+    int dead;
+    int dead_reported;
+    int transports_known; /* learned once wired up */
+    int no_peer_errors; /* made without peer-failure handling (worker address): never force-closed */
+    kvs_ucx_conn *guard; /* this connection is dead once the guard is (kvs_ucx_conn_guard) */
+    int watch_fd;        /* ... or once this fd is readable (kvs_ucx_conn_watch_fd); -1: none */
+    char peer[64];
+    char transports[96];
+    char why[256];
+    void *user;
+    kvs_ucx_rkey *rkeys;
+    kvs_ucx_conn *next;
+};
+
+struct kvs_ucx_transport {
+    ucp_context_h context;
+    ucp_worker_h worker;
+    int event_fd;
+    int depth; /* > 0 inside a blocking call: events are queued, not delivered */
+    int log_level;
+    char name[64];
+    kvs_ucx_dead_fn on_dead;
+    void *user;
+    kvs_ucx_conn *conns;
+    kvs_ucx_conn *watch; /* during a transfer on it: stop waiting when its guard dies */
+    kvs_ucx_mem *mems;
+    message *queue_head, *queue_tail;
+    am_slot am[KVS_UCX_MAX_AM_ID];
+    char err[512];
+};
+
+#define set_err(t, ...) kvs_fmt((t)->err, sizeof(t)->err, __VA_ARGS__)
+
+/* ---- shared helpers (ucx_transport.c) -------------------------------------------------------- */
+
+/* The kvs_now_ns() instant timeout_ms from now; ~0 (never) for a negative timeout. */
+unsigned long long ucx_deadline_after(int timeout_ms);
+/* 1 once a connection's guard died or its watched fd fired (the peer process exited). */
+int ucx_guard_dead(const kvs_ucx_conn *conn);
+/* Poll a callback-less request until it completes or the deadline passes. Completed requests are
+ * freed; on timeout *timed_out is set and the request is left to the caller. */
+ucs_status_t ucx_request_wait(kvs_ucx_transport *t, void *request, unsigned long long deadline,
+                              int *timed_out);
+/* Release a request that timed out, once its (force-closed) endpoint completed it or after a grace.
+ */
+void ucx_request_abandon(kvs_ucx_transport *t, void *request);
+/* Mark a connection dead with a reason and force-close its endpoint. */
+void ucx_fail_conn(kvs_ucx_conn *conn, const char *why);
+/* The connection whose endpoint is ep, or NULL. */
+kvs_ucx_conn *ucx_conn_of_ep(kvs_ucx_transport *t, ucp_ep_h ep);
+/* Learn (once wired up) which UCX transports a connection's lanes use. */
+void ucx_learn_transports(kvs_ucx_conn *conn);
+
+/* ---- active messages (ucx_am.c) -------------------------------------------------------------- */
+
+/* Free a queued message and its buffers. */
+void ucx_message_free(message *m);
+/* Deliver every deliverable message and death to the owner (none inside a blocking call); returns
+ * how many. */
+unsigned ucx_deliver_all(kvs_ucx_transport *t);
+
+#endif

@@ -1,0 +1,62 @@
+/* remote_tier.c - see remote_tier.h. */
+#include "remote_tier.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/ucx/remote.h"
+#include "test_support.h"
+
+static void write_key(const char *path, uint8_t seed) {
+    uint8_t psk[32];
+    for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)(i * 7 + seed);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, psk, sizeof psk), (ssize_t)sizeof psk);
+    ck_assert_int_eq(close(fd), 0);
+}
+
+void kvs_test_remote_keys(char *dir, size_t dir_len, char *key_path, size_t key_len,
+                          char *wrong_path, size_t wrong_len) {
+    ck_assert_int_eq(kvs_test_tmpdir(dir, dir_len), 0);
+    snprintf(key_path, key_len, "%s/node.key", dir);
+    snprintf(wrong_path, wrong_len, "%s/wrong.key", dir);
+    write_key(key_path, 3);
+    write_key(wrong_path, 4);
+}
+
+void kvs_test_remote_node_start(kvs_test_node *d, const char *key_path) {
+    kvs_test_node_prepare(d, KVS_TEST_REMOTE_NODE_YAML);
+    char psk[600];
+    snprintf(psk, sizeof psk, "%s", key_path);
+    char *const argv[] = {"kvstrata-node", "--config",    d->config_path,       "--psk-file", psk,
+                          "--listen",      "127.0.0.1:0", "--max-object-bytes", "2MiB",       NULL};
+    kvs_test_node_start(d, argv);
+}
+
+kvs_status kvs_test_remote_create(const kvs_backend_option *opts, uint64_t n, char *err,
+                                  size_t err_len, void **state, void *staging,
+                                  uint64_t staging_len) {
+    kvs_backend_init init;
+    memset(&init, 0, sizeof init);
+    init.struct_size = sizeof init;
+    init.tier_name = "far";
+    init.max_object_bytes = 2u * 1024u * 1024u;
+    init.options = opts;
+    init.n_options = n;
+    init.error = err;
+    init.error_len = err_len;
+    init.staging_base = staging;
+    init.staging_len = staging_len;
+    err[0] = '\0';
+    return kvs_remote_backend()->create(&init, state);
+}
+
+kvs_key kvs_test_remote_key(uint32_t i) {
+    kvs_key k;
+    for (int b = 0; b < 16; b++) k.bytes[b] = (uint8_t)(i * 31 + (uint32_t)b * 7 + 1);
+    return k;
+}

@@ -1,0 +1,412 @@
+/* test_node_control.c - the kvstrata-node daemon's control connection, driven from this process on
+ * 127.0.0.1: the handshake (right key, wrong key, requests before it), and hostile plain sockets
+ * (garbage, truncated frames, huge lengths, its UCX ports, a slowloris, floods, the handshake cap). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef KVS_HAVE_UCX
+int main(void) {
+    printf("test_node_control: skipped, this build has no UCX\n");
+    return 77;
+}
+#else
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/ucx/control.h"
+#include "backends/ucx/ucx_transport.h"
+#include "backends/ucx/wire.h"
+#include "tests/support/node_client.h"
+#include "tests/support/node_proc.h"
+#include "tests/support/objects.h"
+#include "tests/support/test_support.h"
+#include "tests/support/wait.h"
+#include "tools/node/node.h" /* KVS_NODE_AM_ID */
+
+#define TIMEOUT_MS 5000
+#define KIB        1024u
+#define MIB        (1024u * 1024u)
+
+static kvs_test_node node;
+
+static void setup(void) {
+    ck_assert_int_eq(setenv("UCX_TLS", "tcp,sm,self", 0), 0);
+    kvs_test_node_start_suite(&node, KVS_TEST_NODE_DRAM_YAML, 1, 0);
+}
+
+static void teardown(void) {
+    (void)kvs_test_node_stop(
+        &node); /* its status matters only to the SIGTERM test, which stops it itself */
+}
+
+START_TEST(handshake_with_the_right_key_is_accepted) {
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    kvs_test_client_stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 0);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_CAPACITY_BYTES], 32u * MIB);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_OBJECTS], 0);
+    kvs_test_client_close(c);
+}
+END_TEST
+
+START_TEST(handshake_with_a_wrong_key_is_refused_and_the_connection_closed) {
+    kvs_test_client *c = kvs_test_client_open(&node);
+    uint8_t wrong[32];
+    memcpy(wrong, node.psk, sizeof wrong);
+    wrong[5] ^= 1;
+    uint32_t code = 0;
+    ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", wrong, sizeof wrong, &code),
+                      KVS_WIRE_ERROR);
+    ck_assert(
+        !c->node_proved); /* to a client with another key the node's proof does not check out */
+    ck_assert_uint_eq(code, KVS_WIRE_ERR_AUTH);
+    ck_assert_ptr_null(c->conn); /* no UCX endpoint was made */
+    ck_assert_msg(kvs_test_control_closed(c->ctl_fd),
+                  "the node kept the connection after a wrong proof");
+    kvs_test_client_close(c);
+    /* A good client is still served and sees the failure counted. */
+    c = kvs_test_client_authed(&node, "tenant-a");
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    kvs_test_client_stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 1);
+    kvs_test_client_close(c);
+}
+END_TEST
+
+START_TEST(requests_before_the_handshake_are_refused_with_state) {
+    kvs_test_client *c = kvs_test_client_open(&node);
+    uint8_t key[16];
+    kvs_test_node_key(key, 1);
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
+    m.entries = &e;
+    m.n_entries = 1;
+    ck_assert(kvs_test_client_control_request(c, &m, &rep));
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    ck_assert_msg(kvs_test_control_closed(c->ctl_fd),
+                  "the node kept a connection that sent a lookup before hello");
+    kvs_test_client_close(c);
+    c = kvs_test_client_open(&node);
+    uint8_t proof[KVS_WIRE_PROOF_BYTES] = {0}, addr[1] = {1};
+    kvs_wire_msg_init(&m, KVS_WIRE_AUTH, 0); /* AUTH without HELLO: no challenge yet */
+    m.proof = proof;
+    m.worker_addr = addr;
+    m.worker_addr_len = 1;
+    ck_assert(kvs_test_client_control_request(c, &m, &rep));
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    ck_assert_msg(kvs_test_control_closed(c->ctl_fd),
+                  "the node kept a connection that sent auth before hello");
+    kvs_test_client_close(c);
+    c = kvs_test_client_authed(&node, "tenant-a");
+    ck_assert_uint_eq(kvs_test_client_lookup(c, key), 0);
+    /* HELLO again after AUTH_OK (over UCX): STATE, and the session stays authenticated. */
+    uint8_t nonce[KVS_WIRE_NONCE_BYTES] = {0};
+    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
+    m.tenant = "tenant-b";
+    m.tenant_len = 8;
+    m.nonce = nonce;
+    kvs_test_client_request(c, &m, &rep);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
+    ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);
+    ck_assert_uint_eq(kvs_test_client_lookup(c, key), 0);
+    kvs_test_client_close(c);
+}
+END_TEST
+
+/* ---- hostile plain sockets ----------------------------------------------------------------------- */
+
+/* A plain TCP connection to addr (sin_addr.s_addr) and port. */
+static int raw_connect_to(uint32_t addr, uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sin.sin_addr.s_addr = addr;
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    return fd;
+}
+
+static int raw_connect(uint16_t port) {
+    return raw_connect_to(htonl(INADDR_LOOPBACK), port);
+}
+
+/* Connect, send bytes (as many as the peer takes before it closes), close at once. */
+static void raw_send_close_to(uint32_t addr, uint16_t port, const void *bytes, size_t len) {
+    int fd = raw_connect_to(addr, port);
+    ssize_t sent = send(fd, bytes, len, MSG_NOSIGNAL);
+    ck_assert_int_ge(sent, 0);
+    ck_assert_int_eq(close(fd), 0);
+}
+
+static void raw_send_close(uint16_t port, const void *bytes, size_t len) {
+    int fd = raw_connect(port);
+    ck_assert_int_eq(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+    ck_assert_int_eq(close(fd), 0);
+}
+
+static unsigned fd_count(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    unsigned n = 0;
+    for (struct dirent *de; (de = readdir(dir)) != NULL;) n += de->d_name[0] != '.';
+    ck_assert_int_eq(closedir(dir), 0);
+    return n;
+}
+
+/* A fresh client authenticates and moves a 64 KiB object through the node. */
+static void a_real_client_is_served(const kvs_test_node *d, uint32_t seed) {
+    kvs_test_client *c = kvs_test_client_authed(d, "tenant-real");
+    uint8_t key[16];
+    kvs_test_node_key(key, 1000 + seed);
+    kvs_test_fill(c->mem, 64 * KIB, seed);
+    ck_assert_int_eq(kvs_test_client_put(c, key, 0, 64 * KIB, 0), KVS_OK);
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_test_client_get(c, key, MIB, 64 * KIB, &len), KVS_OK);
+    ck_assert_uint_eq(len, 64 * KIB);
+    ck_assert_int_eq(memcmp(c->mem + MIB, c->mem, 64 * KIB), 0);
+    kvs_test_client_close(c);
+}
+
+static void node_counters(const kvs_test_node *d, uint64_t s[KVS_WIRE_STATS_COUNT]) {
+    kvs_test_client *c = kvs_test_client_authed(d, "tenant-stats");
+    kvs_test_client_stats(c, s);
+    kvs_test_client_close(c);
+}
+
+START_TEST(garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving) {
+    uint8_t zeros[64] = {0};
+    raw_send_close(node.port, zeros,
+                   sizeof zeros); /* aborted UCX 1.13's sockaddr listener (issue #14) */
+    uint8_t junk[4096];
+    kvs_test_fill(junk, sizeof junk, 77);
+    raw_send_close(node.port, junk, sizeof junk);
+    uint8_t truncated[4 + 50];
+    memset(truncated, 0x93, sizeof truncated);
+    truncated[0] = 0, truncated[1] = 0, truncated[2] = 0,
+    truncated[3] = 100; /* announces 100, sends 50 */
+    raw_send_close(node.port, truncated, sizeof truncated);
+    uint8_t huge[4 + 4096];
+    memset(huge, 0xab, sizeof huge);
+    huge[0] = huge[1] = huge[2] = huge[3] = 0xff; /* 4 GiB announced */
+    raw_send_close(node.port, huge, sizeof huge);
+    /* a well-framed message that is not msgpack */
+    uint8_t framed[4 + 16] = {0, 0, 0, 16};
+    memset(framed + 4, 0xc1, 16);
+    raw_send_close(node.port, framed, sizeof framed);
+    ck_assert_msg(kvs_test_node_alive(&node), "the node died of garbage from a plain socket");
+    a_real_client_is_served(&node, 1);
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    node_counters(&node, s);
+    /* each is refused, or closed at accept when the other four still hold the handshake slots */
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED],
+                      5);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 0);
+    ck_assert(kvs_test_node_alive(&node));
+}
+END_TEST
+
+/* The IPv4 TCP sockets pid listens on other than port `skip` (its UCX transport's own listeners), up to
+ * max: their addresses (as sin_addr.s_addr, 0 for any) and ports. */
+static unsigned listening_ports(pid_t pid, uint16_t skip, uint32_t *addrs, uint16_t *ports,
+                                unsigned max) {
+    char path[64], line[512];
+    unsigned long long inodes[64];
+    unsigned n_inodes = 0, n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    for (struct dirent *de; (de = readdir(dir)) != NULL && n_inodes < 64;) {
+        char link[128], target[128];
+        snprintf(link, sizeof link, "%s/%s", path, de->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0) continue;
+        target[len] = '\0';
+        if (sscanf(target, "socket:[%llu]", &inodes[n_inodes]) == 1) n_inodes++;
+    }
+    ck_assert_int_eq(closedir(dir), 0);
+    snprintf(path, sizeof path, "/proc/%d/net/tcp", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f) && n < max) {
+        unsigned addr, port, state;
+        unsigned long long inode;
+        if (sscanf(line, " %*u: %x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*u %*u %llu", &addr, &port,
+                   &state, &inode) != 4 ||
+            state != 0x0a || port == skip)
+            continue;
+        for (unsigned i = 0; i < n_inodes; i++)
+            if (inodes[i] ==
+                inode) { /* /proc prints the address as the host-order view of its bytes */
+                addrs[n] = addr ? addr : htonl(INADDR_LOOPBACK);
+                ports[n++] = (uint16_t)port;
+            }
+    }
+    ck_assert_int_eq(fclose(f), 0);
+    return n;
+}
+
+/* Nothing of ours listens there, but UCX's tcp transport does (endpoints from worker addresses reach
+ * it): whatever a plain socket sends to those ports must not take the node down either. */
+START_TEST(garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving) {
+    uint16_t ports[16];
+    uint32_t addrs[16];
+    unsigned n = listening_ports(node.pid, node.port, addrs, ports, 16);
+    ck_assert_msg(n >= 1, "no UCX listening port found beside the control port %u", node.port);
+    printf("garbage sent to %u UCX listening port(s) of the node, first %u\n", n, ports[0]);
+    uint8_t zeros[64] = {0}, junk[65536],
+            huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    kvs_test_fill(junk, sizeof junk, 91);
+    for (unsigned i = 0; i < n; i++) {
+        raw_send_close_to(addrs[i], ports[i], zeros, sizeof zeros);
+        raw_send_close_to(addrs[i], ports[i], junk, sizeof junk);
+        raw_send_close_to(addrs[i], ports[i], huge, sizeof huge);
+        int fd = raw_connect_to(addrs[i], ports[i]); /* a trickle that stops halfway */
+        for (int b = 0; b < 3; b++) {
+            ssize_t k = send(fd, junk + b, 1, MSG_NOSIGNAL); /* or refused: UCX closed it */
+            ck_assert(k == 1 || (k < 0 && (errno == EPIPE || errno == ECONNRESET)));
+            kvs_test_pause_ms(100);
+        }
+        ck_assert_int_eq(close(fd), 0);
+    }
+    ck_assert_msg(kvs_test_node_alive(&node), "the node died of garbage sent to a UCX port");
+    a_real_client_is_served(&node, 3);
+    ck_assert(kvs_test_node_alive(&node));
+}
+END_TEST
+
+START_TEST(a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served) {
+    /* a valid prefix, then one byte every 400 ms: never a whole frame before the 3 s deadline */
+    int fd = raw_connect(node.port);
+    const uint8_t prefix[4] = {0, 0, 0, 200};
+    ck_assert_int_eq(send(fd, prefix, sizeof prefix, MSG_NOSIGNAL), 4);
+    int closed = 0;
+    uint8_t b = 0x93;
+    for (int i = 0; i < 30 && !closed; i++) {
+        if (i == 2) a_real_client_is_served(&node, 2); /* not stalled by the trickle */
+        if (send(fd, &b, 1, MSG_NOSIGNAL) != 1) closed = 1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 400) > 0) {
+            uint8_t buf[64];
+            ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN)) closed = 1;
+        }
+    }
+    ck_assert_int_eq(close(fd), 0);
+    ck_assert_msg(closed, "the node kept a handshake that trickled bytes for 12 s");
+    ck_assert(kvs_test_node_alive(&node));
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    node_counters(&node, s);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_TIMEOUTS], 1);
+}
+END_TEST
+
+START_TEST(two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors) {
+    a_real_client_is_served(&node, 3); /* the node's own fds for UCX are made by now */
+    unsigned before = fd_count(node.pid);
+    uint8_t junk[4 + 4096];
+    memset(junk, 0x5a, sizeof junk);
+    junk[0] = 0x7f, junk[1] = 0xff, junk[2] = 0xff,
+    junk[3] = 0xff; /* a huge length, a few KB, close */
+    for (int i = 0; i < 2000; i++) raw_send_close(node.port, junk, sizeof junk);
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    double until = kvs_test_now_ms() + kvs_test_scaled_ms(20000);
+    do { /* every refusal is counted within a generous deadline */
+        kvs_test_pause_ms(100);
+        node_counters(&node, s);
+    } while (s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED] < 2000 &&
+             kvs_test_now_ms() < until);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED],
+                      2000);
+    unsigned after = fd_count(node.pid);
+    printf("node fds before 2000 junk connections: %u, after: %u (refused %llu, rejected at accept "
+           "%llu)\n",
+           before, after, (unsigned long long)s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS],
+           (unsigned long long)s[KVS_WIRE_STAT_CONNECTIONS_REJECTED]);
+    ck_assert_msg(after <= before + 2, "node fds grew from %u to %u", before, after);
+    a_real_client_is_served(&node, 4);
+}
+END_TEST
+
+START_TEST(connections_over_the_handshake_cap_are_refused_while_a_session_is_served) {
+    kvs_test_client *c =
+        kvs_test_client_authed(&node, "tenant-a"); /* authenticated before the flood */
+    int idle[10];
+    for (int i = 0; i < 10; i++)
+        idle[i] = raw_connect(node.port); /* say nothing: hold handshake slots */
+    int refused = 0;
+    for (int i = 0; i < 10; i++) {
+        struct pollfd p = {.fd = idle[i], .events = POLLIN};
+        uint8_t buf[8];
+        if (poll(&p, 1, i < 4 ? 0 : kvs_test_scaled_ms(5000)) > 0 &&
+            recv(idle[i], buf, sizeof buf, MSG_DONTWAIT) == 0)
+            refused++;
+    }
+    ck_assert_int_eq(refused, 6); /* --max-handshakes 4: the first 4 hold, the other 6 are closed */
+    uint8_t key[16];
+    kvs_test_node_key(key, 3000);
+    kvs_test_fill(c->mem, 64 * KIB, 9);
+    ck_assert_int_eq(kvs_test_client_put(c, key, 0, 64 * KIB, 0), KVS_OK);
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_test_client_get(c, key, MIB, 64 * KIB, &len), KVS_OK);
+    ck_assert_int_eq(memcmp(c->mem + MIB, c->mem, 64 * KIB), 0);
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    kvs_test_client_stats(c, s);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_CONNECTIONS_REJECTED], 6);
+    for (int i = 0; i < 10; i++) ck_assert_int_eq(close(idle[i]), 0);
+    kvs_test_client_close(c);
+    a_real_client_is_served(&node, 5); /* slots free again once the idle ones are gone */
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("node_control");
+    TCase *tc = tcase_create("handshake");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, handshake_with_the_right_key_is_accepted);
+    tcase_add_test(tc, handshake_with_a_wrong_key_is_refused_and_the_connection_closed);
+    tcase_add_test(tc, requests_before_the_handshake_are_refused_with_state);
+    suite_add_tcase(s, tc);
+    TCase *hostile = tcase_create("hostile");
+    tcase_add_checked_fixture(hostile, setup, teardown);
+    tcase_set_timeout(hostile, 60);
+    tcase_add_test(
+        hostile,
+        garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving);
+    tcase_add_test(hostile, garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving);
+    tcase_add_test(hostile, two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors);
+    tcase_add_test(hostile,
+                   connections_over_the_handshake_cap_are_refused_while_a_session_is_served);
+    suite_add_tcase(s, hostile);
+    /* measures the node's handshake deadline: run by test_node_control_timing (label timing) */
+    TCase *timing = tcase_create("hostile_timing");
+    tcase_set_tags(timing, "timing");
+    tcase_add_checked_fixture(timing, setup, teardown);
+    tcase_set_timeout(timing, 60);
+    tcase_add_test(timing, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
+    suite_add_tcase(s, timing);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
+
+#endif
