@@ -1,4 +1,5 @@
-/* log.h - the connector's diagnostics: leveled lines on stderr, and the per-handle last error. */
+/* log.h - diagnostics every layer shares: leveled lines on stderr and bounded message formatting (the
+ * per-handle last error lives in connector/guard). C and CUDA (C++) callers. */
 #ifndef KVS_LOG_H
 #define KVS_LOG_H
 
@@ -6,6 +7,10 @@
 #include <stddef.h>
 
 #include "abi/kvstrata_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Print "kvstrata[level]: message" to stderr when level <= threshold. */
 void kvs_log(int threshold, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -17,5 +22,9 @@ void kvs_vfmt_tier(char *buf, size_t len, const char *backend, const char *tier,
                    va_list ap) __attribute__((format(printf, 5, 0)));
 /* A byte count for messages: "4MiB" for an exact multiple of a unit, else "1.5GiB". Returns buf. */
 const char *kvs_fmt_bytes(char *buf, size_t len, unsigned long long bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -97,7 +97,7 @@ static kvs_status enqueue(remote *r, job *j) {
  * KVS_ETIMEDOUT: abandoned (the thread frees it). */
 static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
     uint64_t timeout_ns = timeout_ms * 1000000ull;
-    uint64_t start = now_ns();
+    uint64_t start = kvs_now_ns();
     /* the thread gives up a little before the caller does, so results normally arrive in time */
     uint64_t margin = timeout_ns / 10 < 20000000ull ? timeout_ns / 10 : 20000000ull;
     j->deadline_ns = start + timeout_ns - margin;
@@ -234,7 +234,7 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
     pthread_mutex_unlock(&r->mutex);
     memcpy(r->queue + off, object, len); /* the room is ours until the job finishes */
     j->object = r->queue + off;
-    j->deadline_ns = now_ns() + timeout_ns;
+    j->deadline_ns = kvs_now_ns() + timeout_ns;
     kvs_status st = enqueue(r, j);
     pthread_mutex_unlock(&r->put_order);
     if (st != KVS_OK) { /* the tier is closing: the room goes back, nothing is sent */

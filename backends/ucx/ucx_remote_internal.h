@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "common/clock.h"
 #include "control.h"
 #include "hashring.h"
 #include "remote.h"
@@ -138,14 +139,8 @@ typedef struct remote {
     job *current;
 } remote;
 
-static inline uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static inline int ms_left(uint64_t deadline) {
-    uint64_t now = now_ns();
+    uint64_t now = kvs_now_ns();
     if (now >= deadline) return 0;
     uint64_t ms = (deadline - now + 999999ull) / 1000000ull;
     return ms > 600000 ? 600000 : (int)ms;

@@ -43,7 +43,7 @@ void remote_node_down(remote *r, rnode *nd, const char *why) {
         remote_set_error(r, "node %s is down (%s); its keys are misses until it reconnects",
                          node_id(r, nd), why);
     }
-    nd->next_attempt_ns = now_ns() + nd->backoff_ms * 1000000ull;
+    nd->next_attempt_ns = kvs_now_ns() + nd->backoff_ms * 1000000ull;
     nd->backoff_ms = nd->backoff_ms * 2 > KVS_REMOTE_MAX_BACKOFF_MS ? KVS_REMOTE_MAX_BACKOFF_MS
                                                                     : nd->backoff_ms * 2;
 }
@@ -148,7 +148,7 @@ static kvs_status handshake_begin(remote *r, rnode *nd) {
     nd->hs = HS_NONE;
     nd->conn_dead = 0;
     remote_control_close(nd);
-    nd->hs_deadline_ns = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
+    nd->hs_deadline_ns = kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
     if (!(nd->rd = malloc(sizeof *nd->rd))) {
         snprintf(nd->refusal, sizeof nd->refusal, "no memory for a control connection");
         return KVS_ENOMEM;
@@ -215,7 +215,7 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
     kvs_wire_msg m;
     kvs_status st;
     char err[200];
-    if (now_ns() >= nd->hs_deadline_ns) {
+    if (kvs_now_ns() >= nd->hs_deadline_ns) {
         snprintf(nd->refusal, sizeof nd->refusal,
                  nd->hs == HS_CONNECTING ? "no connection within %u ms"
                                          : "no handshake reply within %u ms",
@@ -315,7 +315,7 @@ void remote_reconnect_due(remote *r, uint64_t *next_ns) {
         kvs_status st = KVS_EAGAIN;
         if (remote_in_handshake(nd))
             st = handshake_advance(r, nd);
-        else if (now_ns() >= nd->next_attempt_ns) {
+        else if (kvs_now_ns() >= nd->next_attempt_ns) {
             st = handshake_begin(r, nd);
             if (st == KVS_OK) st = handshake_advance(r, nd);
         } else {

@@ -161,7 +161,7 @@ static void exchange(remote *r, int type, uint64_t deadline) {
         if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
         if (type ==
             KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
-            uint64_t fair = now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
+            uint64_t fair = kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
             if (deadline < fair) deadline = fair;
         }
         if (remote_send_msg(r, nd, &m, deadline) != KVS_OK) {

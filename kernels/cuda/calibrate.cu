@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "kernels_cuda.h"
 
 namespace {
@@ -17,16 +18,6 @@ constexpr uint64_t kMaxTokens = 4096;
 constexpr uint64_t kMaxPayloadBytes = 64ull << 20;
 constexpr uint32_t kMaxCopies = 16;
 constexpr int kTimedPasses = 5; /* after one untimed warm-up pass; the fastest is kept */
-
-void say(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-void say(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || err_len == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* Everything the measurement allocates; release() frees what is set, in reverse order. */
 struct scratch {
@@ -58,8 +49,8 @@ void release(scratch *s) {
 }
 
 kvs_status cuda_failed(cudaError_t rc, const char *what, char *err, size_t err_len) {
-    say(err, err_len, "cuda device: calibration: %s: %s (%s)", what, cudaGetErrorString(rc),
-        cudaGetErrorName(rc));
+    kvs_fmt(err, err_len, "cuda device: calibration: %s: %s (%s)", what, cudaGetErrorString(rc),
+            cudaGetErrorName(rc));
     (void)cudaGetLastError();
     return rc == cudaErrorMemoryAllocation ? KVS_ENOMEM : KVS_EIO;
 }
@@ -110,7 +101,8 @@ extern "C" kvs_status kvs_cuda_calibrate(const kvs_cuda_layer *engine, uint32_t 
     memset(out, 0, sizeof *out);
     const uint64_t run_bytes = kvs_cuda_run_bytes(engine);
     if (run_bytes == 0 || max_tokens == 0 || max_copies == 0) {
-        say(err, err_len, "cuda device: calibration: the layout has no contiguous runs to compare");
+        kvs_fmt(err, err_len,
+                "cuda device: calibration: the layout has no contiguous runs to compare");
         return KVS_EINVAL;
     }
     const uint64_t token_bytes = kvs_cuda_token_bytes(engine);
@@ -165,7 +157,7 @@ extern "C" kvs_status kvs_cuda_calibrate(const kvs_cuda_layer *engine, uint32_t 
     s.run_src = static_cast<const void **>(malloc(max_runs * sizeof *s.run_src));
     s.run_bytes = static_cast<size_t *>(malloc(max_runs * sizeof *s.run_bytes));
     if (!s.table || !s.copies || !s.run_dst || !s.run_src || !s.run_bytes) {
-        say(err, err_len, "cuda device: calibration: out of host memory");
+        kvs_fmt(err, err_len, "cuda device: calibration: out of host memory");
         release(&s);
         return KVS_ENOMEM;
     }

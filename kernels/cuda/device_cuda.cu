@@ -26,6 +26,7 @@
 
 #include "abi/kvstrata_backend.h" /* KVS_LOG_* */
 #include "calibrate.h"
+#include "common/log.h"
 #include "copy_plan.h"
 #include "kernels/device.h"
 #include "kernels_cuda.h"
@@ -92,16 +93,6 @@ struct cuda_device {
     char name[128];
 };
 
-void say(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-void say(char *err, size_t err_len, const char *fmt, ...) {
-    if (!err || err_len == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
 void log_line(int threshold, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Same line format as the connector's kvs_log, which this module cannot call. */
@@ -128,8 +119,8 @@ kvs_status cuda_fail(int ordinal, cudaError_t rc, char *err, size_t err_len, con
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    say(err, err_len, "cuda:%d: %s: %s (%s)", ordinal, what, cudaGetErrorString(rc),
-        cudaGetErrorName(rc));
+    kvs_fmt(err, err_len, "cuda:%d: %s: %s (%s)", ordinal, what, cudaGetErrorString(rc),
+            cudaGetErrorName(rc));
     (void)cudaGetLastError();
     return rc == cudaErrorMemoryAllocation ? KVS_ENOMEM : KVS_EIO;
 }
@@ -151,7 +142,7 @@ kvs_status add_range(cuda_device *d, uintptr_t base, uint64_t len, uint64_t devi
         size_t cap = d->cap_ranges ? 2 * d->cap_ranges : 8;
         host_range *grown = static_cast<host_range *>(realloc(d->ranges, cap * sizeof *grown));
         if (!grown) {
-            say(err, err_len, "cuda:%d: register_host: out of memory", d->ordinal);
+            kvs_fmt(err, err_len, "cuda:%d: register_host: out of memory", d->ordinal);
             return KVS_ENOMEM;
         }
         d->ranges = grown;
@@ -195,7 +186,8 @@ kvs_status translate(void *ctx, const void *host, uint64_t bytes, uint64_t *devi
             static_cast<const char *>(first.devicePointer) + (bytes ? bytes - 1 : 0) &&
         (first.type != cudaMemoryTypeDevice || first.device == d->ordinal);
     if (!reachable) {
-        say(err, err_len,
+        kvs_fmt(
+            err, err_len,
             "cuda:%d: payload %p (%llu bytes) is neither host memory registered with register_host "
             "nor memory of this device",
             d->ordinal, host, (unsigned long long)bytes);
@@ -245,20 +237,20 @@ void destroy(cuda_device *d) {
 
 kvs_status check_init(const kvs_device_init *init, char *err, size_t err_len) {
     if (!init || init->struct_size < sizeof(kvs_device_init)) {
-        say(err, err_len, "cuda device: open: init is %s",
-            init ? "older than this module (struct_size too small)" : "NULL");
+        kvs_fmt(err, err_len, "cuda device: open: init is %s",
+                init ? "older than this module (struct_size too small)" : "NULL");
         return KVS_EINVAL;
     }
     const kvs_kv_shape *s = &init->shape;
     if (!init->views || init->n_layers == 0 || s->n_heads == 0 || s->head_bytes == 0 ||
         s->block_tokens == 0 || init->max_copies_per_layer == 0 ||
         init->max_tokens_per_layer == 0) {
-        say(err, err_len,
-            "cuda device: open: needs layers (%u), n_heads (%u), head_bytes (%u), block_tokens "
-            "(%u), "
-            "max_copies_per_layer (%u) and max_tokens_per_layer (%u) all above 0",
-            init->views ? init->n_layers : 0, s->n_heads, s->head_bytes, s->block_tokens,
-            init->max_copies_per_layer, init->max_tokens_per_layer);
+        kvs_fmt(err, err_len,
+                "cuda device: open: needs layers (%u), n_heads (%u), head_bytes (%u), block_tokens "
+                "(%u), "
+                "max_copies_per_layer (%u) and max_tokens_per_layer (%u) all above 0",
+                init->views ? init->n_layers : 0, s->n_heads, s->head_bytes, s->block_tokens,
+                init->max_copies_per_layer, init->max_tokens_per_layer);
         return KVS_EINVAL;
     }
     for (uint32_t l = 0; l < init->n_layers; l++) {
@@ -274,7 +266,7 @@ kvs_status check_init(const kvs_device_init *init, char *err, size_t err_len) {
                               ? "has a negative stride"
                               : nullptr;
         if (bad) {
-            say(err, err_len, "cuda device: open: layer %u %s", l, bad);
+            kvs_fmt(err, err_len, "cuda device: open: layer %u %s", l, bad);
             return KVS_EINVAL;
         }
     }
@@ -294,8 +286,9 @@ kvs_status check_bases(const cuda_device *d, const kvs_device_init *init, char *
                                  p ? "v" : "k", bases[p]);
             if (a.type == cudaMemoryTypeUnregistered ||
                 (a.type == cudaMemoryTypeDevice && a.device != d->ordinal)) {
-                say(err, err_len, "cuda:%d: open: layer %u %s_base %p is not memory of this device",
-                    d->ordinal, l, p ? "v" : "k", bases[p]);
+                kvs_fmt(err, err_len,
+                        "cuda:%d: open: layer %u %s_base %p is not memory of this device",
+                        d->ordinal, l, p ? "v" : "k", bases[p]);
                 return KVS_EINVAL;
             }
         }
@@ -317,7 +310,7 @@ kvs_status create_resources(cuda_device *d, char *err, size_t err_len) {
     d->loaded = static_cast<cudaEvent_t *>(calloc(d->n_layers, sizeof(cudaEvent_t)));
     d->engine_wrote = static_cast<cudaEvent_t *>(calloc(d->n_layers, sizeof(cudaEvent_t)));
     if (!d->loaded || !d->engine_wrote) {
-        say(err, err_len, "cuda:%d: open: out of memory", o);
+        kvs_fmt(err, err_len, "cuda:%d: open: out of memory", o);
         return KVS_ENOMEM;
     }
     for (uint32_t l = 0; l < d->n_layers; l++) {
@@ -345,7 +338,7 @@ kvs_status create_resources(cuda_device *d, char *err, size_t err_len) {
         dir->slots = static_cast<desc_slot *>(calloc(n_slots, sizeof(desc_slot)));
         dir->next_slot = static_cast<uint8_t *>(calloc(d->n_layers, 1));
         if (!dir->slots || !dir->next_slot) {
-            say(err, err_len, "cuda:%d: open: out of memory", o);
+            kvs_fmt(err, err_len, "cuda:%d: open: out of memory", o);
             return KVS_ENOMEM;
         }
         for (uint64_t i = 0; i < n_slots; i++) {
@@ -363,7 +356,7 @@ kvs_status create_resources(cuda_device *d, char *err, size_t err_len) {
     d->runs.src = static_cast<const void **>(malloc(max_runs * sizeof(void *)));
     d->runs.bytes = static_cast<size_t *>(malloc(max_runs * sizeof(size_t)));
     if (!d->runs.dst || !d->runs.src || !d->runs.bytes) {
-        say(err, err_len, "cuda:%d: open: out of memory", o);
+        kvs_fmt(err, err_len, "cuda:%d: open: out of memory", o);
         return KVS_ENOMEM;
     }
     return KVS_OK;
@@ -409,7 +402,7 @@ void choose_methods(cuda_device *d, kvs_dev_copy_method method, uint64_t run_byt
 kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info *info, char *err,
                      size_t err_len) {
     if (!state) {
-        say(err, err_len, "cuda device: open: state is NULL");
+        kvs_fmt(err, err_len, "cuda device: open: state is NULL");
         return KVS_EINVAL;
     }
     *state = nullptr;
@@ -419,23 +412,23 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0) {
         if (rc == cudaSuccess) rc = cudaErrorNoDevice;
-        say(err, err_len, "cuda device: open: no usable CUDA device: %s (%s)",
-            cudaGetErrorString(rc), cudaGetErrorName(rc));
+        kvs_fmt(err, err_len, "cuda device: open: no usable CUDA device: %s (%s)",
+                cudaGetErrorString(rc), cudaGetErrorName(rc));
         (void)cudaGetLastError();
         return KVS_EIO;
     }
     const int ordinal = init->views[0].device_index;
     if (ordinal < 0 || ordinal >= count) {
-        say(err, err_len,
-            "cuda device: open: the views are on cuda:%d but this process sees %d "
-            "device%s",
-            ordinal, count, count == 1 ? "" : "s");
+        kvs_fmt(err, err_len,
+                "cuda device: open: the views are on cuda:%d but this process sees %d "
+                "device%s",
+                ordinal, count, count == 1 ? "" : "s");
         return KVS_EINVAL;
     }
 
     cuda_device *d = static_cast<cuda_device *>(calloc(1, sizeof *d));
     if (!d) {
-        say(err, err_len, "cuda device: open: out of memory");
+        kvs_fmt(err, err_len, "cuda device: open: out of memory");
         return KVS_ENOMEM;
     }
     d->ordinal = ordinal;
@@ -455,8 +448,8 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
         goto fail;
     }
     if (!prop.unifiedAddressing || !prop.canMapHostMemory) {
-        say(err, err_len, "cuda:%d: open: %s has no %s, which the copy kernels need", ordinal,
-            prop.name, !prop.unifiedAddressing ? "unified addressing" : "mapped host memory");
+        kvs_fmt(err, err_len, "cuda:%d: open: %s has no %s, which the copy kernels need", ordinal,
+                prop.name, !prop.unifiedAddressing ? "unified addressing" : "mapped host memory");
         st = KVS_ENOTSUP;
         goto fail;
     }
@@ -467,7 +460,7 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
 
     d->layers = static_cast<kvs_cuda_layer *>(calloc(d->n_layers, sizeof *d->layers));
     if (!d->layers) {
-        say(err, err_len, "cuda:%d: open: out of memory", ordinal);
+        kvs_fmt(err, err_len, "cuda:%d: open: out of memory", ordinal);
         st = KVS_ENOMEM;
         goto fail;
     }
@@ -518,8 +511,8 @@ kvs_status cuda_register_host(void *state, void *base, uint64_t len, char *err, 
     kvs_status st = enter(d, "register_host", err, err_len);
     if (st != KVS_OK) return st;
     if (!base || len == 0) {
-        say(err, err_len, "cuda:%d: register_host: empty range %p + %llu", d->ordinal, base,
-            (unsigned long long)len);
+        kvs_fmt(err, err_len, "cuda:%d: register_host: empty range %p + %llu", d->ordinal, base,
+                (unsigned long long)len);
         return KVS_EINVAL;
     }
     const uintptr_t at = reinterpret_cast<uintptr_t>(base);
@@ -594,23 +587,23 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
     kvs_status st = enter(d, dir->op, err, err_len);
     if (st != KVS_OK) return st;
     if (layer >= d->n_layers) {
-        say(err, err_len, "cuda:%d: %s(%u): layer out of range (%u layers)", o, dir->op, layer,
-            d->n_layers);
+        kvs_fmt(err, err_len, "cuda:%d: %s(%u): layer out of range (%u layers)", o, dir->op, layer,
+                d->n_layers);
         return KVS_EINVAL;
     }
     if (n > d->max_copies) {
-        say(err, err_len, "cuda:%d: %s(%u): %llu copies, over the %u sized at open", o, dir->op,
-            layer, (unsigned long long)n, d->max_copies);
+        kvs_fmt(err, err_len, "cuda:%d: %s(%u): %llu copies, over the %u sized at open", o, dir->op,
+                layer, (unsigned long long)n, d->max_copies);
         return KVS_EINVAL;
     }
     bool capturing = false;
     if ((st = engine_capturing(d, dir->op, layer, &capturing, err, err_len)) != KVS_OK) return st;
     if (capturing) {
-        say(err, err_len,
-            "cuda:%d: %s(%u) was called while the engine stream is being captured into a CUDA "
-            "graph; "
-            "only wait_layer may be captured, loads and saves are enqueued outside the graph",
-            o, dir->op, layer);
+        kvs_fmt(err, err_len,
+                "cuda:%d: %s(%u) was called while the engine stream is being captured into a CUDA "
+                "graph; "
+                "only wait_layer may be captured, loads and saves are enqueued outside the graph",
+                o, dir->op, layer);
         return KVS_ESTATE;
     }
     const kvs_cuda_layer *geometry = &d->layers[layer];
@@ -618,8 +611,8 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
     st = kvs_cuda_check_copies(geometry, layer, dir->op, copies, n, &n_tokens, err, err_len);
     if (st != KVS_OK) return st;
     if (n_tokens > d->max_tokens) {
-        say(err, err_len, "cuda:%d: %s(%u): %llu tokens, over the %u sized at open", o, dir->op,
-            layer, (unsigned long long)n_tokens, d->max_tokens);
+        kvs_fmt(err, err_len, "cuda:%d: %s(%u): %llu tokens, over the %u sized at open", o, dir->op,
+                layer, (unsigned long long)n_tokens, d->max_tokens);
         return KVS_EINVAL;
     }
 
@@ -729,8 +722,8 @@ kvs_status cuda_wait_layer(void *state, uint32_t layer, char *err, size_t err_le
     kvs_status st = enter(d, "wait_layer", err, err_len);
     if (st != KVS_OK) return st;
     if (layer >= d->n_layers) {
-        say(err, err_len, "cuda:%d: wait_layer(%u): layer out of range (%u layers)", d->ordinal,
-            layer, d->n_layers);
+        kvs_fmt(err, err_len, "cuda:%d: wait_layer(%u): layer out of range (%u layers)", d->ordinal,
+                layer, d->n_layers);
         return KVS_EINVAL;
     }
     bool capturing = false;
