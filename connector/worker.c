@@ -3,6 +3,8 @@
  * the device interface (kernels/device.h): the host device runs them at once and checksums in the
  * same pass; the CUDA device enqueues them on its streams and the hash pool checksums on the host
  * while they run. */
+#include "worker.h"
+
 /* dladdr needs _GNU_SOURCE, which the build defines */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "guard.h"
 #include "handle.h"
 #include "keys.h"
 #include "object.h"
@@ -261,10 +264,7 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
 void kvs_worker_reset(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_loads; i++) {
         kvs_load_work *w = &h->loads[i];
-        if (w->pinned) {
-            const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
-            ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
-        }
+        if (w->pinned) kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
     }
@@ -402,20 +402,18 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     const kvs_key *key = &w->load->key;
     w->tier = kvs_tiers_find(h->tiers, key);
     if (w->tier < 0) return fail_load(h, w, "not in any tier (evicted after lookup)");
-    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
-    void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
-    uint64_t pinned = 0, len = 0;
-    if (ops->pin(state, key, 1, h->cfg->lease_timeout_ms, &pinned) != KVS_OK || pinned != 1)
+    uint32_t tier = (uint32_t)w->tier;
+    uint64_t len = 0;
+    if (!kvs_tiers_pin(h->tiers, tier, key, h->cfg->lease_timeout_ms))
         return fail_load(h, w, "evicted before it could be pinned");
     w->pinned = 1;
     /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
      * slab. */
-    w->ranged = w->req->n_layer_bytes && (ops->caps & KVS_BACKEND_CAP_GET_RANGE) &&
-                KVS_HAS_OP(ops, get_range);
-    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && !w->ranged) {
+    w->ranged = w->req->n_layer_bytes && kvs_tiers_can_get_range(h->tiers, tier);
+    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged) {
         const void *obj = NULL;
-        if (ops->get_ref(state, key, &obj, &len) != KVS_OK)
-            return fail_load(h, w, ops->last_error(state));
+        if (kvs_tiers_get_ref(h->tiers, tier, key, &obj, &len) != KVS_OK)
+            return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
         return accept_object(h, w, obj, len);
     }
     if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
@@ -428,23 +426,21 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
 static int load_live(const kvs_load_work *w);
 
 static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
-    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
-    void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
+    uint32_t tier = (uint32_t)w->tier;
     uint64_t from = kvs_object_payload_offset(h->model.n_layers) + (uint64_t)layer * h->layer_bytes;
     uint64_t got = 0, len = 0;
-    if (ops->get_range(state, &w->load->key, from, h->layer_bytes, (uint8_t *)w->slab + from, &got,
-                       &len) != KVS_OK)
-        return fail_load(h, w, ops->last_error(state));
+    if (kvs_tiers_get_range(h->tiers, tier, &w->load->key, from, h->layer_bytes,
+                            (uint8_t *)w->slab + from, &got, &len) != KVS_OK)
+        return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
     if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
 }
 
 static void fetch_range(kvs_handle *h, kvs_load_work *w) {
-    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
-    void *state = kvs_tiers_state(h->tiers, (uint32_t)w->tier);
+    uint32_t tier = (uint32_t)w->tier;
     uint64_t head = kvs_object_payload_offset(h->model.n_layers);
     uint64_t got = 0, len = 0;
-    if (ops->get_range(state, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK)
-        return fail_load(h, w, ops->last_error(state));
+    if (kvs_tiers_get_range(h->tiers, tier, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK)
+        return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
     if (got != head) return fail_load(h, w, "the stored object is shorter than its header");
     accept_object(h, w, w->slab, len);
     for (uint32_t l = 0; !h->dev_info.synchronous && l < h->model.n_layers && load_live(w); l++)
@@ -459,15 +455,13 @@ static void fetch_objects(kvs_handle *h) {
         if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged)
             fetch_range(h, &h->loads[i]);
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
-        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        void *state = kvs_tiers_state(h->tiers, t);
         uint64_t n = 0;
         for (uint64_t i = 0; i < h->n_loads; i++)
             if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged &&
                 h->loads[i].tier == (int)t)
                 n++;
         if (n == 0) continue;
-        int many = (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);
+        int many = kvs_tiers_can_get_many(h->tiers, t);
         kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
         void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
         uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL,
@@ -486,21 +480,21 @@ static void fetch_objects(kvs_handle *h) {
                 caps[k] = cap;
                 ws[k++] = w;
             }
-            if (ops->get_many(state, keys, dsts, caps, n, lens, sts) != KVS_OK)
+            if (kvs_tiers_get_many(h->tiers, t, keys, dsts, caps, n, lens, sts) != KVS_OK)
                 for (uint64_t k2 = 0; k2 < n; k2++) sts[k2] = KVS_EIO;
             for (uint64_t k2 = 0; k2 < n; k2++) {
                 if (sts[k2] == KVS_OK)
                     accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
                 else
-                    fail_load(h, ws[k2], ops->last_error(state));
+                    fail_load(h, ws[k2], kvs_tiers_last_error(h->tiers, t));
             }
         } else {
             for (uint64_t i = 0; i < h->n_loads; i++) {
                 kvs_load_work *w = &h->loads[i];
                 if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 uint64_t len = 0;
-                if (ops->get(state, &w->load->key, w->slab, cap, &len) != KVS_OK)
-                    fail_load(h, w, ops->last_error(state));
+                if (kvs_tiers_get(h->tiers, t, &w->load->key, w->slab, cap, &len) != KVS_OK)
+                    fail_load(h, w, kvs_tiers_last_error(h->tiers, t));
                 else
                     accept_object(h, w, w->slab, len);
             }
@@ -622,8 +616,7 @@ static void finish_loads(kvs_handle *h) {
                 h->stats.tier_chunks_loaded[w->tier]++;
         }
         if (w->pinned) {
-            const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)w->tier);
-            ops->unpin(kvs_tiers_state(h->tiers, (uint32_t)w->tier), &w->load->key, 1);
+            kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
             w->pinned = 0;
         }
         if (w->drop)

@@ -17,6 +17,7 @@
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "connector/meta.h"
+#include "connector/scheduler.h"
 #include "tests/support/test_support.h"
 
 #ifndef KVS_TEST_LIB_DIR
