@@ -13,6 +13,9 @@
 #include "restore.h"
 #include "scheduler.h"
 #include "worker.h"
+#include "worker_device.h"
+#include "worker_load.h"
+#include "worker_save.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 
