@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/abi_struct.h"
+#include "common/clock.h"
 #include "config.h"
 #include "hashpool.h"
 #include "kernels/cpu/kernels.h"
@@ -103,8 +104,8 @@ struct kvs_handle {
     /* scheduler side */
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
-    uint64_t
-        lease_clock_skew_ns; /* added to the monotonic clock leases run on (tests move time on) */
+    const kvs_clock
+        *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
     uint32_t finished_next;
     uint64_t step;

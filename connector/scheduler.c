@@ -150,9 +150,9 @@ void kvs_sched_release_all(kvs_handle *h) {
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
 }
 
-/* The clock leases run on: monotonic, moved on by tests through lease_clock_skew_ns. */
+/* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
 static uint64_t lease_now_ns(const kvs_handle *h) {
-    return kvs_now_ns() + h->lease_clock_skew_ns;
+    return kvs_clock_now_ns(h->clock);
 }
 
 /* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
