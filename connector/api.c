@@ -1,5 +1,4 @@
 /* api.c - the exported entry point, the ABI table, handle open/close and the thin hook wrappers. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,30 +6,21 @@
 #include "common/abi_struct.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "guard.h"
 #include "handle.h"
 #include "keys.h"
 #include "object.h"
+#include "restore.h"
+#include "scheduler.h"
+#include "worker.h"
+#include "worker_device.h"
+#include "worker_load.h"
+#include "worker_save.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 
 KVS_EXPORT const char *kvs_strerror(kvs_status status) {
     return kvs_status_sentence(status);
-}
-
-kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(h->last_error, sizeof h->last_error, fmt, ap);
-    va_end(ap);
-    kvs_log(h->cfg ? h->cfg->log_level : KVS_LOG_WARN, KVS_LOG_DEBUG, "%s", h->last_error);
-    return st;
-}
-
-kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook) {
-    if ((h->role & role) == 0)
-        return kvs_set_error(h, KVS_ESTATE, "%s: this handle was opened with role %s", hook,
-                             h->role == KVS_ROLE_SCHEDULER ? "scheduler" : "worker");
-    return KVS_OK;
 }
 
 static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
@@ -271,7 +261,8 @@ static kvs_status api_set_plan_caps(kvs_handle *h, uint32_t caps) {
 }
 static kvs_status api_plan(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
     ENTER(h);
-    return kvs_restore_plan_of(h, req_id, out);
+    /* the scheduler holds the request; the planner copies its plan out */
+    return kvs_restore_plan_of(h, req_id, req_id ? kvs_sched_last_plan(h, req_id) : NULL, out);
 }
 static kvs_status api_set_stages(kvs_handle *h, const kvs_stage_desc *stages) {
     ENTER(h);

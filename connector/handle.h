@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "common/abi_struct.h"
+#include "common/clock.h"
 #include "config.h"
 #include "hashpool.h"
 #include "kernels/cpu/kernels.h"
@@ -50,14 +51,6 @@ typedef struct kvs_request {
     uint64_t plan_step;
     struct kvs_request *next; /* hash chain */
 } kvs_request;
-
-/* One request of a step, as the restore planner sees it. */
-typedef struct kvs_restore_step {
-    int loading;                     /* the step emits its load */
-    uint32_t tier;                   /* where its first chunk is read from */
-    uint64_t first_token, end_token; /* the external range */
-    kvs_restore_plan plan;           /* out */
-} kvs_restore_step;
 
 #define KVS_REQ_BUCKETS  1024
 #define KVS_FINISHED_IDS 1024 /* recently finished request ids remembered (hashed) for messages */
@@ -111,8 +104,8 @@ struct kvs_handle {
     /* scheduler side */
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
-    uint64_t
-        lease_clock_skew_ns; /* added to the monotonic clock leases run on (tests move time on) */
+    const kvs_clock
+        *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
     uint32_t finished_next;
     uint64_t step;
@@ -154,46 +147,5 @@ struct kvs_handle {
     uint64_t event_head, event_count, events_dropped;
     kvs_stats stats;
 };
-
-kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook);
-
-/* scheduler.c */
-kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
-                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out);
-kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
-                              uint64_t n_block_ids, uint64_t n_external_tokens);
-kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
-                                void *buf, uint64_t cap, uint64_t *len);
-kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
-void kvs_sched_release_all(kvs_handle *h);
-kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id);
-kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps);
-kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d);
-
-/* restore.c */
-kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);
-/* Prefix plans (an engine with no plan caps): how many of the n_chunks stored chunks from chunk
- * first_chunk on, on `tier`, are worth loading; n_chunks when no planner is configured. */
-uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
-                                   uint64_t n_chunks);
-kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
-                                 uint64_t n);
-kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out);
-void kvs_sched_expire_leases(kvs_handle *h);
-
-/* worker.c */
-kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers);
-kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len);
-kvs_status kvs_worker_start_load(kvs_handle *h);
-kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer);
-kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer);
-kvs_status kvs_worker_wait_save(kvs_handle *h);
-kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
-kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream);
-/* Closes the device (waiting for its copies) and everything register_kv made. */
-void kvs_worker_close(kvs_handle *h);
-void kvs_worker_reset(kvs_handle *h);
 
 #endif

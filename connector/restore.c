@@ -2,11 +2,14 @@
  * connector"): coefficients from the profile at open, prefix plans for engines that can only load a
  * prefix (lookup), and two-pointer plans over a step's whole batch for engines that can recompute the
  * front of a range while its back loads (build_meta, the `plan` hook). */
+#include "restore.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "guard.h"
 #include "handle.h"
 
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
@@ -186,7 +189,8 @@ out:
     return st;
 }
 
-kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
+kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, const kvs_restore_plan *plan,
+                               kvs_restore_plan *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "plan");
     if (st != KVS_OK) return st;
     _Static_assert(offsetof(kvs_restore_plan, n_stages) == KVS_RESTORE_PLAN_SIZE_1_3,
@@ -194,17 +198,16 @@ kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, kvs_restore_pl
     if (!req_id || !out || out->struct_size < KVS_RESTORE_PLAN_SIZE_1_3)
         return kvs_set_error(h, KVS_EINVAL,
                              "plan: req_id or out is NULL, or out->struct_size is not set");
-    const kvs_request *r = kvs_sched_find(h, req_id);
-    if (!r || r->plan_step != h->step || h->step == 0)
+    if (!plan)
         return kvs_set_error(h, KVS_ENOTFOUND, "plan: request '%s' loads nothing in the last step",
                              req_id);
     if (out->struct_size < sizeof *out &&
-        r->plan.mode == KVS_PLAN_STAGE) /* an engine built before 1.4 */
+        plan->mode == KVS_PLAN_STAGE) /* an engine built before 1.4 */
         return kvs_set_error(
             h, KVS_ENOTSUP, "plan: request '%s' has a stage plan, which a %u-byte plan cannot hold",
             req_id, out->struct_size);
     uint32_t size = out->struct_size < sizeof *out ? out->struct_size : (uint32_t)sizeof *out;
-    memcpy(out, &r->plan, size);
+    memcpy(out, plan, size);
     out->struct_size = size;
     return KVS_OK;
 }

@@ -1,13 +1,17 @@
 /* scheduler.c - the scheduler-role hooks: lookup with leases, on_alloc, build_meta, request_finished.
  * Per-request state lives in a small hash table keyed by request id. */
+#include "scheduler.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "guard.h"
 #include "handle.h"
 #include "keys.h"
+#include "restore.h"
 
 /* --- request table ------------------------------------------------------------------------------- */
 
@@ -21,8 +25,9 @@ static kvs_request *find_request(kvs_handle *h, const char *id) {
     return NULL;
 }
 
-kvs_request *kvs_sched_find(kvs_handle *h, const char *req_id) {
-    return find_request(h, req_id);
+const kvs_restore_plan *kvs_sched_last_plan(kvs_handle *h, const char *req_id) {
+    const kvs_request *r = find_request(h, req_id);
+    return r && r->plan_step == h->step && h->step != 0 ? &r->plan : NULL;
 }
 
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
@@ -106,10 +111,8 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
 
 /* Unpin r's pins from index `from` on and keep only those before it. */
 static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
-    for (uint64_t i = from; i < r->n_pins; i++) {
-        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, r->pins[i].tier);
-        ops->unpin(kvs_tiers_state(h->tiers, r->pins[i].tier), &r->pins[i].key, 1);
-    }
+    for (uint64_t i = from; i < r->n_pins; i++)
+        kvs_tiers_unpin(h->tiers, r->pins[i].tier, &r->pins[i].key);
     if (from < r->n_pins) r->n_pins = from;
 }
 
@@ -147,9 +150,9 @@ void kvs_sched_release_all(kvs_handle *h) {
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
 }
 
-/* The clock leases run on: monotonic, moved on by tests through lease_clock_skew_ns. */
+/* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
 static uint64_t lease_now_ns(const kvs_handle *h) {
-    return kvs_now_ns() + h->lease_clock_skew_ns;
+    return kvs_clock_now_ns(h->clock);
 }
 
 /* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
@@ -257,11 +260,7 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
     for (; c < end; c++) {
         int t = kvs_tiers_find(h->tiers, &r->keys[c]);
         if (t < 0) break;
-        uint64_t pinned = 0;
-        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, (uint32_t)t);
-        if (ops->pin(kvs_tiers_state(h->tiers, (uint32_t)t), &r->keys[c], 1, timeout, &pinned) !=
-                KVS_OK ||
-            pinned != 1)
+        if (!kvs_tiers_pin(h->tiers, (uint32_t)t, &r->keys[c], timeout))
             break; /* evicted between find and pin: the run ends here */
         r->pins[r->n_pins++] = (kvs_pin){r->keys[c], (uint32_t)t};
     }

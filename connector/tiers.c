@@ -1,3 +1,5 @@
+/* tiers.c - the chain of tiers (tiers.h): opening built-ins and plugins, write-back and
+ * write-through between them, and every call the connector makes into a backend. */
 #include "tiers.h"
 
 #include <dlfcn.h>
@@ -281,6 +283,62 @@ const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *c, uint32_t tier) {
 }
 void *kvs_tiers_state(const kvs_tier_chain *c, uint32_t tier) {
     return c->tiers[tier].state;
+}
+
+int kvs_tiers_pin(kvs_tier_chain *c, uint32_t tier, const kvs_key *key, uint64_t timeout_ms) {
+    const kvs_tier *t = &c->tiers[tier];
+    uint64_t pinned = 0;
+    return t->ops->pin(t->state, key, 1, timeout_ms, &pinned) == KVS_OK && pinned == 1;
+}
+
+void kvs_tiers_unpin(kvs_tier_chain *c, uint32_t tier, const kvs_key *key) {
+    const kvs_tier *t = &c->tiers[tier];
+    t->ops->unpin(t->state, key, 1);
+}
+
+int kvs_tiers_zero_copy(const kvs_tier_chain *c, uint32_t tier) {
+    return (c->tiers[tier].ops->caps & KVS_BACKEND_CAP_ZERO_COPY) != 0;
+}
+
+int kvs_tiers_can_get_range(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_backend_ops *ops = c->tiers[tier].ops;
+    return (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
+}
+
+int kvs_tiers_can_get_many(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_backend_ops *ops = c->tiers[tier].ops;
+    return (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);
+}
+
+kvs_status kvs_tiers_get_ref(kvs_tier_chain *c, uint32_t tier, const kvs_key *key,
+                             const void **object, uint64_t *len) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get_ref(t->state, key, object, len);
+}
+
+kvs_status kvs_tiers_get(kvs_tier_chain *c, uint32_t tier, const kvs_key *key, void *dst,
+                         uint64_t cap, uint64_t *len) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get(t->state, key, dst, cap, len);
+}
+
+kvs_status kvs_tiers_get_range(kvs_tier_chain *c, uint32_t tier, const kvs_key *key,
+                               uint64_t offset, uint64_t len, void *dst, uint64_t *got,
+                               uint64_t *object_len) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get_range(t->state, key, offset, len, dst, got, object_len);
+}
+
+kvs_status kvs_tiers_get_many(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys,
+                              void *const *dsts, const uint64_t *caps, uint64_t n, uint64_t *lens,
+                              kvs_status *statuses) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get_many(t->state, keys, dsts, caps, n, lens, statuses);
+}
+
+const char *kvs_tiers_last_error(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->last_error(t->state);
 }
 
 int kvs_tiers_find(kvs_tier_chain *c, const kvs_key *key) {

@@ -24,8 +24,38 @@ void kvs_tiers_close(kvs_tier_chain *chain);
 
 uint32_t kvs_tiers_count(const kvs_tier_chain *chain);
 const char *kvs_tiers_name(const kvs_tier_chain *chain, uint32_t tier);
+/* A tier's table and state, for tools and tests that drive a backend directly. */
 const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *chain, uint32_t tier);
 void *kvs_tiers_state(const kvs_tier_chain *chain, uint32_t tier);
+
+/* One tier's reads and pins (tier is a chain index); the connector reaches backends only through
+ * these. Each returns the backend's status; kvs_tiers_last_error gives its sentence. */
+/* 1 when key is pinned in tier for timeout_ms (0: not there, evicted meanwhile, or refused). */
+int kvs_tiers_pin(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key, uint64_t timeout_ms);
+/* Drop one pin of key in tier (none held: no-op). */
+void kvs_tiers_unpin(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key);
+/* 1 if tier hands out references to its objects (kvs_tiers_get_ref), reads byte ranges
+ * (kvs_tiers_get_range) or reads many objects in one call (kvs_tiers_get_many). */
+int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);
+int kvs_tiers_can_get_range(const kvs_tier_chain *chain, uint32_t tier);
+int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
+/* The stored object in place; valid while the caller holds a pin on it. */
+kvs_status kvs_tiers_get_ref(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key,
+                             const void **object, uint64_t *len);
+/* A copy of the object into dst[0..cap); *len gets its length. */
+kvs_status kvs_tiers_get(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key, void *dst,
+                         uint64_t cap, uint64_t *len);
+/* Bytes [offset, offset + len) of the object into dst; *got the bytes copied, *object_len its whole
+ * length. */
+kvs_status kvs_tiers_get_range(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key,
+                               uint64_t offset, uint64_t len, void *dst, uint64_t *got,
+                               uint64_t *object_len);
+/* n objects at once (backend get_many): per-object lengths and statuses in lens and statuses. */
+kvs_status kvs_tiers_get_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys,
+                              void *const *dsts, const uint64_t *caps, uint64_t n, uint64_t *lens,
+                              kvs_status *statuses);
+/* The sentence of tier's last failure ("" if none). */
+const char *kvs_tiers_last_error(const kvs_tier_chain *chain, uint32_t tier);
 
 /* Index of the first tier holding key, or -1. */
 int kvs_tiers_find(kvs_tier_chain *chain, const kvs_key *key);

@@ -1,0 +1,13 @@
+/* config_restore.h - the configuration's `restore:` section and the profile file it names (internal to
+ * connector/config*.c). */
+#ifndef KVS_CONFIG_RESTORE_H
+#define KVS_CONFIG_RESTORE_H
+
+#include "config_types.h"
+#include "config_yaml.h"
+
+/* `restore:` at v into cfg->restore; reads and checks the profile it names. */
+kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
+                                    kvs_config *cfg);
+
+#endif

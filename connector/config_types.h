@@ -1,0 +1,97 @@
+/* config_types.h - the deployment's configuration as values: kvs_config and its tiers, options and
+ * restore profile, as config.h's loader fills them (positions kept for later refusals). Plain data: a
+ * config is read by any thread once loaded; kvs_config_free releases it. */
+#ifndef KVS_CONFIG_TYPES_H
+#define KVS_CONFIG_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi/kvstrata.h"
+
+#define KVS_NAME_MAX           64
+#define KVS_PATH_MAX           4096
+#define KVS_CONFIG_MAX_BYTES   (1024 * 1024) /* a larger file is refused before parsing */
+#define KVS_CONFIG_MAX_TIERS   64
+#define KVS_CONFIG_MAX_OPTIONS 256 /* entries in one tier's `options:` */
+
+typedef enum kvs_write_policy {
+    KVS_WRITE_BACK = 0,   /* objects move down the chain when this tier evicts them */
+    KVS_WRITE_THROUGH = 1 /* objects are copied to the next tier as soon as they are saved here */
+} kvs_write_policy;
+
+/* Where a value stands in the file (1-based); 0 for one the file did not give. */
+typedef struct kvs_config_at {
+    int line, column;
+} kvs_config_at;
+
+typedef struct kvs_config_option {
+    char *key;
+    char *value;
+    kvs_config_at at; /* the option's name under `options:`, or the entry of `paths:`/`nodes:` */
+    int list_index;   /* k for the entry paths[k] or nodes[k]; -1 for an entry of `options:` */
+} kvs_config_option;
+
+/* Tier keys whose position is kept for refusals found when the connector opens. */
+#define KVS_TIER_KEYS 8 /* name, type, capacity, write, plugin, options, paths, nodes */
+
+typedef struct kvs_tier_config {
+    char name[KVS_NAME_MAX];    /* unique within the file */
+    char type[KVS_NAME_MAX];    /* "dram" or "plugin" */
+    uint64_t capacity_bytes;    /* required for dram; optional (0) for plugin */
+    kvs_write_policy write;     /* default back */
+    char plugin[KVS_PATH_MAX];  /* path of the .so, required iff type is plugin */
+    kvs_config_option *options; /* the `options:` map, scalars only, in file order */
+    size_t n_options;
+    int line, column;                     /* where the tier's entry starts, for later messages */
+    kvs_config_at keys_at[KVS_TIER_KEYS]; /* each key's value, in the order of KVS_TIER_KEYS */
+} kvs_tier_config;
+
+/* Profiled read cost of one tier: latency + bytes / bandwidth per transfer. */
+typedef struct kvs_restore_tier {
+    char name[KVS_NAME_MAX];
+    double latency_s, bytes_per_s;
+} kvs_restore_tier;
+
+typedef struct kvs_config {
+    char source[KVS_PATH_MAX]; /* file path, or "<defaults>" / the name given to parse_string */
+    uint32_t version;          /* must be 1 */
+    uint32_t chunk_tokens; /* default 256; multiple of the engine block size (checked at open) */
+    kvs_config_at chunk_tokens_at; /* its value, for that check's message */
+    uint64_t lease_timeout_ms;     /* default 30000; > 0 */
+    int save_decode;               /* default 0: decode-phase tokens are not saved */
+    int log_level;                 /* KVS_LOG_*; default KVS_LOG_WARN */
+    uint64_t
+        staging_bytes; /* pinned staging pool; default 256MiB; >= one object (checked at open) */
+    int copy_method;   /* device.copy_method: KVS_DEV_COPY_* (auto, kernel, dma); default auto */
+    uint32_t hash_threads; /* device.hash_threads: checksum threads of a CUDA device; default 4 */
+    uint32_t
+        max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
+    int host_deferred;       /* device.host_copies: deferred makes the host device behave like an
+                                * asynchronous one (tests of the CUDA ordering without a GPU) */
+    kvs_tier_config *tiers; /* at least one */
+    size_t n_tiers;
+    struct {              /* `node:`, read by kvstrata-node only; 0 or "" where not given */
+        char listen[128]; /* HOST:PORT */
+        char psk_file[KVS_PATH_MAX]; /* resolved against the file's directory */
+        uint32_t max_clients;
+        uint32_t timeout_ms;
+        uint64_t max_object_bytes;
+        uint32_t max_handshakes; /* control connections not yet authenticated, at once */
+    } node;
+    struct {           /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
+        int scheduler; /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */
+        int priority;  /* cf_priority: lrf, srf (default), mean */
+        char profile
+            [KVS_PATH_MAX]; /* resolved against the file's directory; required by cacheflow */
+        /* read from the profile */
+        double fixed_s, per_token_s, attention_s_per_token2;
+        uint32_t n_tiers;
+        kvs_restore_tier tiers[KVS_CONFIG_MAX_TIERS];
+    } restore;
+} kvs_config;
+
+#define KVS_RESTORE_NONE      0
+#define KVS_RESTORE_CACHEFLOW 1
+
+#endif

@@ -1,0 +1,24 @@
+/* guard.c - the role check and the last-error sentence every hook reports through. */
+#include "guard.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common/log.h"
+#include "handle.h"
+
+kvs_status kvs_set_error(kvs_handle *h, kvs_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->last_error, sizeof h->last_error, fmt, ap);
+    va_end(ap);
+    kvs_log(h->cfg ? h->cfg->log_level : KVS_LOG_WARN, KVS_LOG_DEBUG, "%s", h->last_error);
+    return st;
+}
+
+kvs_status kvs_require_role(kvs_handle *h, kvs_role role, const char *hook) {
+    if ((h->role & role) == 0)
+        return kvs_set_error(h, KVS_ESTATE, "%s: this handle was opened with role %s", hook,
+                             h->role == KVS_ROLE_SCHEDULER ? "scheduler" : "worker");
+    return KVS_OK;
+}

@@ -1,0 +1,27 @@
+/* scheduler.h - the scheduler-role hooks (lookup with leases, on_alloc, build_meta, request_finished,
+ * plan caps and stages) over the handle's request table. Calls on one handle are not thread-safe. */
+#ifndef KVS_SCHEDULER_H
+#define KVS_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "abi/kvstrata.h"
+
+kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out);
+kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
+                              uint64_t n_block_ids, uint64_t n_external_tokens);
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                                void *buf, uint64_t cap, uint64_t *len);
+kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
+/* Forget every request, releasing their leases (at close). */
+void kvs_sched_release_all(kvs_handle *h);
+/* The restore plan of request req_id if it loads in the last step built, else NULL. The pointer is
+ * the request's own: valid until the next hook on the handle. */
+const kvs_restore_plan *kvs_sched_last_plan(kvs_handle *h, const char *req_id);
+kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps);
+kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d);
+/* Release every lease past its deadline on the handle's clock (each hook does it first). */
+void kvs_sched_expire_leases(kvs_handle *h);
+
+#endif

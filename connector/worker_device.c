@@ -1,0 +1,233 @@
+/* worker_device.c - the worker's device: register_kv picks the host device or dlopens the CUDA
+ * module (kernels/device.h), opens it over the engine's layer views and registers the staging pool and
+ * every tier that exposes its memory; close waits for its copies and releases all of it. */
+#include "worker_device.h"
+
+/* dladdr needs _GNU_SOURCE, which the build defines */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "guard.h"
+#include "handle.h"
+#include "worker.h"
+
+/* The CUDA module lives beside libkvstrata.so; fall back to the loader's search path. */
+static void *open_cuda_module(char *why, size_t why_len) {
+    Dl_info self;
+    char path[4096];
+    void *dl = NULL;
+    if (dladdr((void *)&kvs_worker_register, &self) && self.dli_fname) {
+        const char *slash = strrchr(self.dli_fname, '/');
+        if (slash &&
+            (size_t)(slash - self.dli_fname) + sizeof(KVS_DEVICE_CUDA_MODULE) + 1 < sizeof path) {
+            snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
+                     KVS_DEVICE_CUDA_MODULE);
+            dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        }
+    }
+    if (!dl) dl = dlopen(KVS_DEVICE_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) {
+        const char *e = dlerror();
+        snprintf(why, why_len, "%s", e ? e : "not found");
+    }
+    return dl;
+}
+
+static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
+    if (views[0].device_kind == KVS_DEVICE_HOST) {
+        h->dev = kvs_host_device();
+        return KVS_OK;
+    }
+    char why[512];
+    if (!(h->dev_module = open_cuda_module(why, sizeof why)))
+        return kvs_set_error(
+            h, KVS_ENOTSUP,
+            "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
+            "this library may have been built without CUDA",
+            KVS_DEVICE_CUDA_MODULE, why);
+    kvs_device_entry_fn entry;
+    *(void **)&entry = dlsym(h->dev_module, KVS_DEVICE_ENTRY_SYMBOL);
+    h->dev = entry ? entry(KVS_DEVICE_ABI_VERSION) : NULL;
+    if (!h->dev)
+        return kvs_set_error(h, KVS_EVERSION,
+                             "register_kv: %s does not offer device interface version %d "
+                             "(a module from another build?)",
+                             KVS_DEVICE_CUDA_MODULE, KVS_DEVICE_ABI_VERSION);
+    return KVS_OK;
+}
+
+/* Make the pool and every tier that exposes its memory reachable by the device's copies. */
+static kvs_status register_memory(kvs_handle *h) {
+    char why[512] = "";
+    void *base;
+    uint64_t len;
+    kvs_pool_region(h->pool, &base, &len);
+    if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+        return kvs_set_error(h, KVS_EIO, "register_kv: staging pool: %s", why);
+    for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
+        if (kvs_tiers_memory(h->tiers, t, &base, &len) != KVS_OK) continue;
+        if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+            return kvs_set_error(h, KVS_EIO, "register_kv: tier \"%s\": %s",
+                                 kvs_tiers_name(h->tiers, t), why);
+    }
+    return KVS_OK;
+}
+
+static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers) {
+    kvs_status st = select_device(h, views);
+    if (st != KVS_OK) return st;
+    uint32_t max_chunks = h->cfg->max_chunks_per_step;
+    kvs_device_init init = {.struct_size = sizeof init,
+                            .views = views,
+                            .n_layers = n_layers,
+                            .shape = h->shape,
+                            .max_copies_per_layer = max_chunks,
+                            .max_tokens_per_layer = max_chunks * h->chunk_tokens,
+                            .method = (kvs_dev_copy_method)h->cfg->copy_method,
+                            .log_level = h->cfg->log_level,
+                            .host_deferred = h->cfg->host_deferred};
+    char why[512] = "";
+    if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
+        h->dev_state = NULL;
+        return kvs_set_error(h, st, "register_kv: device %s: %s", h->dev->name, why);
+    }
+    if ((st = register_memory(h)) != KVS_OK) return st;
+    h->copy_owner = calloc(max_chunks, sizeof *h->copy_owner);
+    if (!(h->copies = calloc(max_chunks, sizeof *h->copies)) || !h->copy_owner)
+        return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+    if (!h->dev_info.hashes_inline) {
+        if (!(h->hash_jobs = calloc((uint64_t)n_layers * max_chunks, sizeof *h->hash_jobs)))
+            return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+        if ((st = kvs_hashpool_create(h->cfg->hash_threads, &h->hashpool)) != KVS_OK)
+            return kvs_set_error(h, st, "register_kv: cannot start %u checksum threads",
+                                 h->cfg->hash_threads);
+    }
+    kvs_log(h->cfg->log_level, KVS_LOG_INFO, "device %s: loads by %s, saves by %s",
+            h->dev_info.name, h->dev_info.load_uses_dma ? "DMA" : "kernel",
+            h->dev_info.save_uses_dma ? "DMA" : "kernel");
+    return KVS_OK;
+}
+
+/* Everything register_kv made, in reverse; the device first waits for its copies. */
+static void close_device(kvs_handle *h) {
+    if (h->dev && h->dev_state) h->dev->close(h->dev_state);
+    kvs_hashpool_destroy(h->hashpool);
+    if (h->dev_module) dlclose(h->dev_module);
+    free(h->copies);
+    free(h->copy_owner);
+    h->copy_owner = NULL;
+    free(h->hash_jobs);
+    free(h->views);
+    free(h->layer_saved);
+    free(h->layer_loaded);
+    h->dev = NULL;
+    h->dev_state = h->dev_module = NULL;
+    h->hashpool = NULL;
+    h->copies = NULL;
+    h->hash_jobs = NULL;
+    h->views = NULL;
+    h->layer_saved = NULL;
+    h->layer_loaded = NULL;
+    h->n_views = 0;
+}
+
+/* The engine's views, whatever their struct_size, as this library's structs in *out (the array steps
+ * by views[0].struct_size; fields past it read as zero). */
+static kvs_status copy_views(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers,
+                             kvs_layer_view **out) {
+    uint32_t stride = views[0].struct_size;
+    if (stride < KVS_LAYER_VIEW_SIZE_1_0 || stride > 4096)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "register_kv: layer 0: struct_size %u is not a layer view size "
+                             "(%u..4096)",
+                             stride, KVS_LAYER_VIEW_SIZE_1_0);
+    kvs_layer_view *copy = calloc(n_layers, sizeof *copy);
+    if (!copy) return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+    for (uint32_t l = 0; l < n_layers; l++) {
+        const kvs_layer_view *v = (const void *)((const char *)views + (size_t)l * stride);
+        if (v->struct_size != stride) {
+            free(copy);
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "register_kv: layer %u: struct_size %u differs from layer 0's %u "
+                                 "(the array steps by layer 0's)",
+                                 l, v->struct_size, stride);
+        }
+        kvs_struct_in(&copy[l], sizeof copy[l], v, KVS_LAYER_VIEW_SIZE_1_0);
+    }
+    *out = copy;
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views,
+                               uint32_t n_layers) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "register_kv");
+    if (st != KVS_OK) return st;
+    if (h->views)
+        return kvs_set_error(h, KVS_ESTATE, "register_kv: the KV cache is already registered");
+    if (!engine_views) return kvs_set_error(h, KVS_EINVAL, "register_kv: views is NULL");
+    if (n_layers != h->model.n_layers)
+        return kvs_set_error(h, KVS_EINVAL, "register_kv: %u views for a model of %u layers",
+                             n_layers, h->model.n_layers);
+    kvs_layer_view *views = NULL;
+    if ((st = copy_views(h, engine_views, n_layers, &views)) != KVS_OK) return st;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        char why[256];
+        st = KVS_EINVAL;
+        if (views[l].device_kind != KVS_DEVICE_HOST && views[l].device_kind != KVS_DEVICE_CUDA)
+            kvs_set_error(h, st, "register_kv: layer %u: unknown device kind %u", l,
+                          views[l].device_kind);
+        else if (views[l].device_kind != views[0].device_kind ||
+                 views[l].device_index != views[0].device_index)
+            kvs_set_error(h, st, "register_kv: layer %u is on another device than layer 0", l);
+        else if (kvs_kernel_check_view(&views[l], &h->shape, why, sizeof why) != KVS_OK)
+            kvs_set_error(h, st, "register_kv: layer %u: %s", l, why);
+        else
+            st = KVS_OK;
+        if (st != KVS_OK) {
+            free(views);
+            return st;
+        }
+    }
+    h->views = views;
+    h->layer_saved = calloc(n_layers, 1);
+    h->layer_loaded = calloc(n_layers, 1);
+    if (!h->layer_saved || !h->layer_loaded) {
+        close_device(h);
+        return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
+    }
+    h->n_views = n_layers;
+    h->fewest_blocks_layer = 0; /* block ids are checked against the layer with the fewest pages */
+    for (uint32_t l = 1; l < n_layers; l++)
+        if (views[l].n_blocks < views[h->fewest_blocks_layer].n_blocks) h->fewest_blocks_layer = l;
+    if ((st = open_device(h, views, n_layers)) != KVS_OK) {
+        char keep[KVS_ERROR_MAX];
+        memcpy(keep, h->last_error, sizeof keep);
+        close_device(h);
+        memcpy(h->last_error, keep, sizeof keep);
+        return st;
+    }
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "set_stream");
+    if (st != KVS_OK) return st;
+    if (!h->dev) return kvs_set_error(h, KVS_ESTATE, "set_stream: register_kv has not been called");
+    char why[512] = "";
+    if ((st = h->dev->set_stream(h->dev_state, stream, why, sizeof why)) != KVS_OK)
+        return kvs_set_error(h, st, "set_stream: %s", why);
+    return KVS_OK;
+}
+
+void kvs_worker_close(kvs_handle *h) {
+    if (h->wstate != WORKER_IDLE && h->dev) {
+        char why[512];
+        h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab or a pin */
+        if (h->hashpool) kvs_hashpool_wait(h->hashpool);
+    }
+    kvs_worker_reset(h);
+    close_device(h);
+}

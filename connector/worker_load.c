@@ -1,0 +1,390 @@
+/* worker_load.c - the worker's loads: start_load pins and reads each chunk of the bound step from its
+ * tier (zero-copy, whole or layer ranges), wait_layer_load lands layers through the device and verifies
+ * every layer's checksum; failed chunks become error blocks the engine recomputes. */
+#include "worker_load.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "guard.h"
+#include "handle.h"
+#include "keys.h"
+#include "object.h"
+
+static void add_error_block(kvs_handle *h, uint32_t block) {
+    for (uint64_t i = 0; i < h->n_error_blocks; i++)
+        if (h->error_blocks[i] == block) return;
+    if (h->n_error_blocks == h->cap_error_blocks) {
+        uint64_t cap = h->cap_error_blocks ? h->cap_error_blocks * 2 : 64;
+        uint32_t *grown = realloc(h->error_blocks, cap * sizeof *grown);
+        if (!grown)
+            return; /* the load is already marked failed; the engine still sees a short list */
+        h->error_blocks = grown;
+        h->cap_error_blocks = cap;
+    }
+    h->error_blocks[h->n_error_blocks++] = block;
+}
+
+static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
+    char hex[33];
+    kvs_key_hex(&w->load->key, hex);
+    kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': load of chunk %s failed: %s",
+            w->req->id, hex, why);
+    w->failed = 1;
+    h->stats.load_errors++;
+    uint64_t bt = h->model.block_tokens;
+    uint64_t end = w->load->first_token + w->load->n_tokens;
+    for (uint64_t b = w->load->first_token / bt; b <= (end - 1) / bt; b++)
+        add_error_block(h, w->req->block_ids[b]);
+}
+
+/* Check a chunk's header and keep its checksums: the payload is checked against these, never
+ * against a header that could change under a zero-copy reference. */
+static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
+    char why[256];
+    if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+                                h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return;
+    }
+    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
+        return fail_load(h, w, "out of memory");
+    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj),
+           h->model.n_layers * sizeof *w->layer_hash);
+    w->object = obj;
+}
+
+/* Resolve one chunk: pin it where it lives; a zero-copy tier hands out its bytes at once, any other
+ * gets a staging slab to be filled by fetch_objects. */
+static void open_load(kvs_handle *h, kvs_load_work *w) {
+    const kvs_key *key = &w->load->key;
+    w->tier = kvs_tiers_find(h->tiers, key);
+    if (w->tier < 0) return fail_load(h, w, "not in any tier (evicted after lookup)");
+    uint32_t tier = (uint32_t)w->tier;
+    uint64_t len = 0;
+    if (!kvs_tiers_pin(h->tiers, tier, key, h->cfg->lease_timeout_ms))
+        return fail_load(h, w, "evicted before it could be pinned");
+    w->pinned = 1;
+    /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
+     * slab. */
+    w->ranged = w->req->n_layer_bytes && kvs_tiers_can_get_range(h->tiers, tier);
+    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged) {
+        const void *obj = NULL;
+        if (kvs_tiers_get_ref(h->tiers, tier, key, &obj, &len) != KVS_OK)
+            return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
+        return accept_object(h, w, obj, len);
+    }
+    if (!(w->slab = kvs_pool_alloc(h->pool))) return fail_load(h, w, "no staging slab free");
+}
+
+/* A load of some layers only reads the header and checksum table first (fetch_range), then each
+ * wanted layer to its place in the slab when it is needed (fetch_layer): at start_load on a CUDA
+ * device, when the engine waits for the layer on the host device, so the reads follow the order the
+ * engine asks for layers in. Unwanted layers stay unread and are never used. */
+static int load_live(const kvs_load_work *w);
+
+static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
+    uint32_t tier = (uint32_t)w->tier;
+    uint64_t from = kvs_object_payload_offset(h->model.n_layers) + (uint64_t)layer * h->layer_bytes;
+    uint64_t got = 0, len = 0;
+    if (kvs_tiers_get_range(h->tiers, tier, &w->load->key, from, h->layer_bytes,
+                            (uint8_t *)w->slab + from, &got, &len) != KVS_OK)
+        return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
+    if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
+}
+
+static void fetch_range(kvs_handle *h, kvs_load_work *w) {
+    uint32_t tier = (uint32_t)w->tier;
+    uint64_t head = kvs_object_payload_offset(h->model.n_layers);
+    uint64_t got = 0, len = 0;
+    if (kvs_tiers_get_range(h->tiers, tier, &w->load->key, 0, head, w->slab, &got, &len) != KVS_OK)
+        return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
+    if (got != head) return fail_load(h, w, "the stored object is shorter than its header");
+    accept_object(h, w, w->slab, len);
+    for (uint32_t l = 0; !h->dev_info.synchronous && l < h->model.n_layers && load_live(w); l++)
+        if (kvs_meta_wants_layer(w->req, l)) fetch_layer(h, w, l);
+}
+
+/* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
+ * tier over several devices submits the step's reads together), else one get per chunk. */
+static void fetch_objects(kvs_handle *h) {
+    uint64_t cap = kvs_pool_slab_bytes(h->pool);
+    for (uint64_t i = 0; i < h->n_loads; i++)
+        if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged)
+            fetch_range(h, &h->loads[i]);
+    for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < h->n_loads; i++)
+            if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged &&
+                h->loads[i].tier == (int)t)
+                n++;
+        if (n == 0) continue;
+        int many = kvs_tiers_can_get_many(h->tiers, t);
+        kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
+        void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
+        uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL,
+                 *lens = many ? calloc(n, sizeof *lens) : NULL;
+        kvs_status *sts = many ? calloc(n, sizeof *sts) : NULL;
+        kvs_load_work **ws = many ? malloc(n * sizeof *ws) : NULL;
+        if (many && (!keys || !dsts || !caps || !lens || !sts || !ws))
+            many = 0; /* fall back to single gets */
+        if (many) {
+            uint64_t k = 0;
+            for (uint64_t i = 0; i < h->n_loads; i++) {
+                kvs_load_work *w = &h->loads[i];
+                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
+                keys[k] = w->load->key;
+                dsts[k] = w->slab;
+                caps[k] = cap;
+                ws[k++] = w;
+            }
+            if (kvs_tiers_get_many(h->tiers, t, keys, dsts, caps, n, lens, sts) != KVS_OK)
+                for (uint64_t k2 = 0; k2 < n; k2++) sts[k2] = KVS_EIO;
+            for (uint64_t k2 = 0; k2 < n; k2++) {
+                if (sts[k2] == KVS_OK)
+                    accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
+                else
+                    fail_load(h, ws[k2], kvs_tiers_last_error(h->tiers, t));
+            }
+        } else {
+            for (uint64_t i = 0; i < h->n_loads; i++) {
+                kvs_load_work *w = &h->loads[i];
+                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
+                uint64_t len = 0;
+                if (kvs_tiers_get(h->tiers, t, &w->load->key, w->slab, cap, &len) != KVS_OK)
+                    fail_load(h, w, kvs_tiers_last_error(h->tiers, t));
+                else
+                    accept_object(h, w, w->slab, len);
+            }
+        }
+        free(keys);
+        free(dsts);
+        free(caps);
+        free(lens);
+        free(sts);
+        free(ws);
+    }
+}
+
+/* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
+static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs_dev_copy *c) {
+    const kvs_meta_load *l = w->load;
+    uint8_t *payload = kvs_object_layer((void *)w->object, layer);
+    uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
+    uint64_t off = (l->first_token - l->chunk_first) * row;
+    *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
+                        .n_block_ids = w->req->n_block_ids,
+                        .first_token = l->first_token,
+                        .n_tokens = l->n_tokens,
+                        .k_payload = payload + off,
+                        .v_payload = h->shape.has_v ? payload + h->chunk_tokens * row + off : NULL};
+}
+
+static int load_live(const kvs_load_work *w) {
+    return !w->failed && w->object;
+}
+
+static void layer_mismatch(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
+    char why[64];
+    kvs_fmt(why, sizeof why, "layer %u checksum mismatch", layer);
+    fail_load(h, w, why);
+    w->drop = 1;
+}
+
+static void device_failed_loads(kvs_handle *h, const char *what, const char *why) {
+    for (uint64_t i = 0; i < h->n_loads; i++)
+        if (load_live(&h->loads[i])) fail_load(h, &h->loads[i], why);
+    kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: %s: %s", h->dev_info.name, what, why);
+}
+
+/* Host device: one layer at a time, when the engine reaches it. A whole chunk is checksummed in
+ * the same pass as its copy; a partial one is checked before its rows are copied. */
+static void load_layer_sync(kvs_handle *h, uint32_t layer) {
+    uint64_t n = 0, nl = h->model.n_layers;
+    kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
+    for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
+        kvs_load_work *w = &h->loads[i];
+        if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
+            continue; /* the engine computes it */
+        if (w->ranged) {
+            fetch_layer(h, w, layer);
+            if (!load_live(w)) continue;
+        }
+        int whole = w->load->n_tokens == h->chunk_tokens;
+        if (!whole) {
+            const void *payload = kvs_object_layer((void *)w->object, layer);
+            if (XXH3_64bits(payload, h->layer_bytes) != w->layer_hash[layer]) {
+                layer_mismatch(h, w, layer);
+                continue;
+            }
+        }
+        load_copy(h, w, layer, &h->copies[n]);
+        h->copies[n].hash = whole ? &w->layer_hash[nl + layer] : NULL;
+        in_copy[n++] = w;
+    }
+    char why[512] = "";
+    if (h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+        for (uint64_t i = 0; i < n; i++) fail_load(h, in_copy[i], why);
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        kvs_load_work *w = in_copy[i];
+        if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
+            layer_mismatch(h, w, layer);
+        else
+            h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes / h->chunk_tokens;
+    }
+}
+
+/* CUDA device: every layer is enqueued at once (events per layer let the engine wait on each), and
+ * the hash pool checksums every layer payload on the host while the copies run. */
+static void load_all_async(kvs_handle *h) {
+    uint64_t nl = h->model.n_layers, n_jobs = 0;
+    for (uint32_t layer = 0; layer < h->n_views; layer++) {
+        uint64_t n = 0;
+        for (uint64_t i = 0; i < h->n_loads; i++)
+            if (load_live(&h->loads[i]) && kvs_meta_wants_layer(h->loads[i].req, layer))
+                load_copy(h, &h->loads[i], layer, &h->copies[n++]);
+        char why[512] = "";
+        if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+            char what[64];
+            kvs_fmt(what, sizeof what, "load of layer %u", layer);
+            device_failed_loads(h, what, why);
+            break;
+        }
+    }
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        kvs_load_work *w = &h->loads[i];
+        if (!load_live(w)) continue;
+        for (uint32_t layer = 0; layer < nl; layer++)
+            if (kvs_meta_wants_layer(w->req, layer))
+                h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer),
+                                                        h->layer_bytes, &w->layer_hash[nl + layer]};
+    }
+    if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
+    h->loads_pending = 1;
+}
+
+static void finish_loads(kvs_handle *h) {
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        kvs_load_work *w = &h->loads[i];
+        if (load_live(w)) {
+            h->stats.chunks_loaded++;
+            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
+                h->stats.tier_chunks_loaded[w->tier]++;
+        }
+        if (w->pinned) {
+            kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
+            w->pinned = 0;
+        }
+        if (w->drop)
+            kvs_tiers_remove(h->tiers, &w->load->key); /* a bad object is a miss from now on */
+        w->drop = 0;
+        if (w->slab) kvs_pool_free(h->pool, w->slab);
+        free(w->layer_hash);
+        w->layer_hash = NULL;
+        w->slab = NULL;
+        w->object = NULL;
+    }
+}
+
+/* CUDA device: wait for the copies and the checksums, turn mismatches into error blocks, unpin. */
+void kvs_worker_complete_async_loads(kvs_handle *h) {
+    if (!h->loads_pending) return;
+    h->loads_pending = 0;
+    char why[512] = "";
+    kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
+    kvs_hashpool_wait(h->hashpool);
+    if (st != KVS_OK) device_failed_loads(h, "loads", why);
+    uint64_t nl = h->model.n_layers;
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        kvs_load_work *w = &h->loads[i];
+        uint32_t wanted = 0;
+        for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
+            if (kvs_meta_wants_layer(w->req, layer)) {
+                wanted++;
+                if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
+            }
+        if (load_live(w))
+            h->stats.bytes_loaded +=
+                (uint64_t)w->load->n_tokens * h->layer_bytes * wanted / h->chunk_tokens;
+    }
+    finish_loads(h);
+}
+
+/* Host device: land layers [from, to] not landed yet (in any order the engine asks for them; the
+ * loads finish, unpinning, once every layer has landed). Only time spent in the connector counts as
+ * load time: the engine computes between layers. */
+void kvs_worker_load_layers(kvs_handle *h, uint32_t from, uint32_t to) {
+    if (!h->dev_info.synchronous) return; /* enqueued by start_load */
+    uint64_t t0 = kvs_now_ns();
+    for (uint32_t l = from; l <= to && l < h->n_views; l++) {
+        if (h->layer_loaded[l]) continue;
+        load_layer_sync(h, l);
+        h->layer_loaded[l] = 1;
+        if (++h->layers_loaded == h->n_views) finish_loads(h);
+    }
+    h->stats.load_ns += kvs_now_ns() - t0;
+}
+
+kvs_status kvs_worker_start_load(kvs_handle *h) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "start_load");
+    if (st != KVS_OK) return st;
+    if (h->wstate != WORKER_BOUND)
+        return kvs_set_error(h, KVS_ESTATE, "start_load: %s",
+                             h->wstate == WORKER_IDLE ? "no metadata bound (call bind_meta first)"
+                                                      : "already started for this step");
+    uint64_t t0 = kvs_now_ns();
+    uint64_t max = h->cfg->max_chunks_per_step;
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        if (i < max)
+            open_load(h, &h->loads[i]);
+        else
+            fail_load(h, &h->loads[i],
+                      "the step loads more chunks than device.max_chunks_per_step");
+    }
+    fetch_objects(h);
+    h->wstate = WORKER_LOADING;
+    h->layers_loaded = 0;
+    memset(h->layer_loaded, 0, h->n_views);
+    if (!h->dev_info.synchronous) load_all_async(h);
+    h->stats.load_ns += kvs_now_ns() - t0;
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "wait_layer_load");
+    if (st != KVS_OK) return st;
+    if (h->wstate != WORKER_LOADING)
+        return kvs_set_error(h, KVS_ESTATE,
+                             "wait_layer_load: start_load has not been called for this step");
+    if (layer >= h->n_views)
+        return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer,
+                             h->n_views);
+    if (h->dev_info.synchronous) {
+        kvs_worker_load_layers(h, layer, layer);
+        return KVS_OK;
+    }
+    char why[512] = "";
+    if ((st = h->dev->wait_layer(h->dev_state, layer, why, sizeof why)) != KVS_OK)
+        return kvs_set_error(h, st, "wait_layer_load: layer %u: %s", layer, why);
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "load_error_blocks");
+    if (st != KVS_OK) return st;
+    if (!n || (cap && !out))
+        return kvs_set_error(h, KVS_EINVAL, "load_error_blocks: out or n is NULL");
+    *n = h->n_error_blocks;
+    if (cap < h->n_error_blocks)
+        return kvs_set_error(h, KVS_EOVERFLOW,
+                             "load_error_blocks: %llu blocks failed, buffer holds %llu",
+                             (unsigned long long)h->n_error_blocks, (unsigned long long)cap);
+    if (h->n_error_blocks) memcpy(out, h->error_blocks, h->n_error_blocks * sizeof *out);
+    return KVS_OK;
+}

@@ -1,0 +1,193 @@
+/* worker_save.c - the worker's saves: at the first save_layer of a step each chunk to save gets a
+ * place (a reservation in the top tier or a staging slab); every save_layer gathers its layer there;
+ * wait_save checksums, seals and stores the whole ones and drops any a failed load tainted. */
+#include "worker_save.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "guard.h"
+#include "handle.h"
+#include "object.h"
+#include "worker.h"
+#include "worker_load.h"
+
+/* A chunk's KV depends on every token before it, so a failed load taints every chunk that ends after
+ * a failed block begins: the engine computed it on top of garbage. This covers the request's own
+ * failed loads and pages it shares with a request whose load failed. */
+static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
+    if (!h->n_error_blocks) return 0;
+    uint64_t last = (w->save->chunk_first + h->chunk_tokens - 1) / h->model.block_tokens;
+    for (uint64_t b = 0; b <= last && b < w->req->n_block_ids; b++)
+        for (uint64_t e = 0; e < h->n_error_blocks; e++)
+            if (w->req->block_ids[b] == h->error_blocks[e]) return 1;
+    return 0;
+}
+
+/* Where a save's object is built: a reservation in the top tier when it can be written in place
+ * (the gather lands in the tier: one copy in all), else a staging slab put into the tiers later. */
+static int place_save(kvs_handle *h, kvs_save_work *w) {
+    if (kvs_tiers_can_reserve(h->tiers)) {
+        char why[256];
+        void *dst = NULL;
+        if (kvs_tiers_reserve(h->tiers, &w->save->key, h->object_bytes, &dst, &w->ticket, why,
+                              sizeof why) == KVS_OK) {
+            w->object = dst;
+            return 1;
+        }
+        kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s",
+                w->req->id, why);
+    }
+    if (!(w->slab = kvs_pool_alloc(h->pool))) return 0;
+    w->object = w->slab;
+    return 1;
+}
+
+static void release_save(kvs_handle *h, kvs_save_work *w) {
+    if (w->slab)
+        kvs_pool_free(h->pool, w->slab);
+    else if (w->object)
+        kvs_tiers_abort(h->tiers, w->ticket);
+    w->slab = w->object = NULL;
+}
+
+/* At the first save_layer of a step: decide which saves happen and where they are built. */
+static void open_saves(kvs_handle *h) {
+    uint64_t placed = 0;
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
+            h->stats
+                .saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
+            continue;
+        }
+        if (placed == h->cfg->max_chunks_per_step || !place_save(h, w)) {
+            h->stats.saves_skipped++;
+            continue;
+        }
+        placed++;
+        kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers,
+                        h->chunk_tokens, h->layer_bytes);
+    }
+}
+
+kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "save_layer");
+    if (st != KVS_OK) return st;
+    if (h->wstate == WORKER_IDLE)
+        return kvs_set_error(h, KVS_ESTATE, "save_layer: no metadata bound (call bind_meta first)");
+    if (layer >= h->n_views)
+        return kvs_set_error(h, KVS_EINVAL, "save_layer: layer %u of a %u-layer model", layer,
+                             h->n_views);
+    if (h->layer_saved[layer])
+        return kvs_set_error(h, KVS_ESTATE, "save_layer: layer %u was already saved in this step",
+                             layer);
+    int first = 1;
+    for (uint32_t l = 0; l < h->n_views; l++) first &= !h->layer_saved[l];
+    /* The engine computed this layer, so its loads must have landed (and failed ones be known). */
+    if (h->wstate == WORKER_LOADING) kvs_worker_load_layers(h, layer, layer);
+    uint64_t t0 = kvs_now_ns();
+    if (first) open_saves(h);
+    h->layer_saved[layer] = 1;
+    uint64_t n = 0, part = (uint64_t)h->chunk_tokens * h->shape.n_heads * h->shape.head_bytes;
+    kvs_save_work **owner = (kvs_save_work **)h->copy_owner;
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (!w->object) continue;
+        uint8_t *payload = kvs_object_layer(w->object, layer);
+        h->copies[n] = (kvs_dev_copy){
+            .block_ids = w->req->block_ids,
+            .n_block_ids = w->req->n_block_ids,
+            .first_token = w->save->chunk_first,
+            .n_tokens = h->chunk_tokens,
+            .k_payload = payload,
+            .v_payload = h->shape.has_v ? payload + part : NULL,
+            .hash = h->dev_info.hashes_inline ? &kvs_object_layer_hashes(w->object)[layer] : NULL};
+        owner[n++] = w;
+    }
+    char why[512] = "";
+    if (n &&
+        (st = h->dev->save_layer(h->dev_state, layer, h->copies, n, why, sizeof why)) != KVS_OK) {
+        h->stats.save_ns += kvs_now_ns() - t0;
+        /* These objects will miss a layer, so wait_save drops them. */
+        return kvs_set_error(h, st, "save_layer: layer %u: %s", layer, why);
+    }
+    for (uint64_t i = 0; i < n; i++) owner[i]->layers_done++;
+    h->stats.save_ns += kvs_now_ns() - t0;
+    return KVS_OK;
+}
+
+/* CUDA device: the gathers have landed; checksum every layer of every save on the hash pool. */
+static kvs_status hash_saves(kvs_handle *h) {
+    char why[512] = "";
+    kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
+    if (st != KVS_OK) {
+        kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: saves: %s", h->dev_info.name, why);
+        for (uint64_t i = 0; i < h->n_saves; i++) release_save(h, &h->saves[i]);
+        return kvs_set_error(h, st, "wait_save: %s", why);
+    }
+    uint64_t n_jobs = 0;
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (!w->object || w->layers_done != h->n_views) continue;
+        for (uint32_t l = 0; l < h->n_views; l++)
+            h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer(w->object, l), h->layer_bytes,
+                                                    &kvs_object_layer_hashes(w->object)[l]};
+    }
+    if (n_jobs) {
+        kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
+        kvs_hashpool_wait(h->hashpool);
+    }
+    return KVS_OK;
+}
+
+static void store_save(kvs_handle *h, kvs_save_work *w) {
+    kvs_object_seal(w->object);
+    char why[256];
+    kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes,
+                                            why, sizeof why)
+                            : kvs_tiers_commit(h->tiers, &w->save->key, w->ticket, w->object,
+                                               h->object_bytes, why, sizeof why);
+    if (st == KVS_OK) {
+        h->stats.chunks_saved++;
+        h->stats.bytes_saved += (uint64_t)h->n_views * h->layer_bytes;
+    } else {
+        kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': save not stored: %s", w->req->id,
+                why);
+        h->stats.saves_skipped++;
+    }
+    if (w->slab) kvs_pool_free(h->pool, w->slab);
+    w->slab = w->object = NULL; /* a committed reservation belongs to the tier now */
+}
+
+kvs_status kvs_worker_wait_save(kvs_handle *h) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "wait_save");
+    if (st != KVS_OK) return st;
+    if (h->wstate == WORKER_IDLE)
+        return kvs_set_error(h, KVS_ESTATE, "wait_save: no metadata bound (call bind_meta first)");
+    if (h->wstate == WORKER_LOADING) kvs_worker_load_layers(h, 0, h->n_views - 1);
+    uint64_t t0 = kvs_now_ns();
+    kvs_worker_complete_async_loads(h); /* errors found here taint the saves below */
+    kvs_status result = KVS_OK;
+    if (!h->dev_info.synchronous) result = hash_saves(h);
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (!w->object) continue;
+        /* A chunk whose load failed after its save began holds garbage: drop it. */
+        if (w->layers_done != h->n_views || tainted_by_error(h, w)) {
+            if (w->layers_done != h->n_views)
+                kvs_log(h->cfg->log_level, KVS_LOG_WARN,
+                        "request '%s': save dropped: %u of %u layers were gathered", w->req->id,
+                        w->layers_done, h->n_views);
+            h->stats.saves_skipped++;
+            release_save(h, w);
+            continue;
+        }
+        store_save(h, w);
+    }
+    h->stats.save_ns += kvs_now_ns() - t0;
+    kvs_worker_reset(h);
+    return result;
+}

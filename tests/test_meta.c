@@ -1,0 +1,279 @@
+/* test_meta.c - the step metadata (connector/meta.c) a scheduler-role handle sends to worker-role
+ * handles: it crosses a process boundary, and every flipped bit, truncation or hostile count in it is
+ * refused by bind_meta without harm. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "abi/kvstrata.h"
+#include "connector/meta.h"
+#include "tests/support/connector_rig.h"
+
+static const kvs_api *api;
+
+static void setup(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    rig_setup();
+}
+
+static void teardown(void) {
+    rig_teardown();
+}
+
+/* Step metadata carries a checksum of its body (KVS_META_HEADER_BYTES); a test that edits the body
+ * seals it again so the edit reaches the decoder. */
+static void reseal(uint8_t *blob, uint64_t len) {
+    uint64_t sum = XXH3_64bits(blob + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES);
+    for (unsigned i = 0; i < 8; i++) blob[4 + i] = (uint8_t)(sum >> (56 - 8 * i));
+}
+
+/* A blob of header + body; returns its length. */
+static uint64_t sealed(uint8_t *out, const uint8_t *body, uint64_t n) {
+    memcpy(out, KVS_META_MAGIC, 4);
+    memcpy(out + KVS_META_HEADER_BYTES, body, n);
+    reseal(out, n + KVS_META_HEADER_BYTES);
+    return n + KVS_META_HEADER_BYTES;
+}
+
+static int write_all(int fd, const void *buf, uint64_t len) {
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n <= 0) return -1;
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, uint64_t len) {
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n <= 0) return -1;
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+/* The worker process: receives (len, blob, compute_from, compute_to, block base) messages and runs
+ * each step; replies 1 if the pages after the step hold the expected KV for [0, compute_to). */
+static int worker_process(const char *cfg, int in, int out) {
+    rig r;
+    if (rig_open(&r, KVS_ROLE_WORKER, cfg) != KVS_OK) return 2;
+    int32_t t[128];
+    rig_make_tokens(t, 128, 91);
+    for (;;) {
+        uint64_t hdr[4];
+        if (read_all(in, hdr, sizeof hdr) != 0) break;
+        uint8_t *blob = malloc(hdr[0]);
+        if (!blob || read_all(in, blob, hdr[0]) != 0) return 3;
+        uint32_t blocks[8];
+        rig_blocks_from(blocks, 8, (uint32_t)hdr[3]);
+        rig_worker_step(&r, blob, hdr[0], blocks, t, hdr[1], hdr[2]);
+        free(blob);
+        uint8_t ok = (uint8_t)rig_kv_matches(&r, blocks, t, 0, hdr[2]);
+        if (write_all(out, &ok, 1) != 0) return 4;
+    }
+    rig_close(&r);
+    return 0;
+}
+
+static uint8_t send_step(int to, int from, const void *meta, uint64_t len, uint64_t c0, uint64_t c1,
+                         uint64_t base) {
+    uint64_t hdr[4] = {len, c0, c1, base};
+    ck_assert_int_eq(write_all(to, hdr, sizeof hdr), 0);
+    ck_assert_int_eq(write_all(to, meta, len), 0);
+    uint8_t ok = 0;
+    ck_assert_int_eq(read_all(from, &ok, 1), 0);
+    return ok;
+}
+
+START_TEST(garbage_metadata_is_refused_without_harm) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 81);
+    rig_blocks_from(a, 8, 0);
+    kvs_step_request s = {"a", t, 128, a, 8, 0, 128};
+    uint8_t meta[65536], bad[65536];
+    uint64_t len;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    unsigned seed = 12345;
+    int refused = 0;
+    for (int i = 0; i < 3000; i++) {
+        uint64_t blen = len;
+        memcpy(bad, meta, len);
+        if (i % 3 == 0) {
+            for (uint64_t k = 0; k < len; k++) bad[k] = (uint8_t)rand_r(&seed);
+        } else if (i % 3 == 1) {
+            blen = (uint64_t)rand_r(&seed) % len; /* truncated */
+        } else {
+            bad[(uint64_t)rand_r(&seed) % len] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
+        }
+        if (i % 2 &&
+            blen > KVS_META_HEADER_BYTES) { /* half of them sealed again: the decoder sees them */
+            memcpy(bad, KVS_META_MAGIC, 4);
+            reseal(bad, blen);
+        }
+        kvs_status st = api->bind_meta(r.h, bad, blen);
+        if (st != KVS_OK) {
+            refused++;
+            ck_assert_str_ne(api->last_error(r.h), "");
+            continue;
+        }
+        /* a flip that still decodes must still be safe to run */
+        ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+        for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+        ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    }
+    ck_assert_int_gt(refused, 1500);
+    /* counts and lengths larger than the blob are refused before anything is allocated for them */
+    const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
+                  huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+                  huge_bin[] = {0x95, 0x04, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_map, sizeof huge_map)), KVS_EINVAL);
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_bin, sizeof huge_bin)), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h),
+                                 "the fingerprint of 4294967040 bytes is over the limit of 16"));
+    /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
+    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0,    0,    0,   0, 0,
+                                 0,    0,    0,    0,    0,    0,    0,    0,   0, 0,
+                                 0,    0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
+    ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(
+        strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
+     * one of the right size is taken, one naming a layer past the model's two or of another size is not. */
+    ck_assert(len > 2 && meta[len - 2] == 0xc4 && meta[len - 1] == 0x00);
+    const uint8_t masks[][4] = {{0xc4, 0x01, 0x01}, {0xc4, 0x01, 0x07}, {0xc4, 0x02, 0x03, 0x00}};
+    const uint64_t mask_len[] = {3, 3, 4};
+    for (int k = 0; k < 3; k++) {
+        memcpy(bad, meta, len - 2);
+        memcpy(bad + len - 2, masks[k], mask_len[k]);
+        reseal(bad, len - 2 + mask_len[k]);
+        kvs_status st = api->bind_meta(r.h, bad, len - 2 + mask_len[k]);
+        if (k == 0) {
+            ck_assert_int_eq(st, KVS_OK);
+            ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+        } else {
+            ck_assert_int_eq(st, KVS_EINVAL);
+            ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "layer mask"));
+        }
+    }
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(metadata_crosses_a_process_boundary) {
+    const char *cfg = rig_shared_config();
+    int down[2], up[2];
+    ck_assert_int_eq(pipe(down), 0);
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (close(down[1]) != 0 || close(up[0]) != 0) _exit(5);
+        _exit(worker_process(cfg, down[0], up[1]));
+    }
+    ck_assert_int_eq(close(down[0]), 0);
+    ck_assert_int_eq(close(up[1]), 0);
+    rig s;
+    ck_assert_int_eq(rig_open(&s, KVS_ROLE_SCHEDULER, cfg), KVS_OK);
+    int32_t t[128];
+    rig_make_tokens(t, 128, 91);
+    uint32_t a[8], b[8];
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 16);
+    uint8_t meta[65536];
+    uint64_t len;
+    /* Step 1: request a computes everything; the worker saves 4 chunks into the shared tier. */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s.h, "a", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    kvs_step_request sa = {"a", t, 128, a, 8, 0, 128};
+    ck_assert_int_eq(api->build_meta(s.h, &sa, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_uint_eq(send_step(down[1], up[0], meta, len, 0, 128, 0), 1);
+    /* Step 2: request b finds them (the scheduler sees the worker's saves) and loads into other pages. */
+    ck_assert_int_eq(api->lookup(s.h, "b", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(s.h, "b", b, 8, 127), KVS_OK);
+    kvs_step_request sb = {"b", t, 128, b, 8, 127, 1};
+    ck_assert_int_eq(api->build_meta(s.h, &sb, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_uint_eq(send_step(down[1], up[0], meta, len, 127, 128, 16), 1);
+    ck_assert_int_eq(close(down[1]), 0);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_int_eq(close(up[0]), 0);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    rig_close(&s);
+}
+END_TEST
+
+START_TEST(every_flipped_bit_of_step_metadata_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 89);
+    rig_blocks_from(a, 8, 40); /* block 47 and block 6 differ in one bit of the blob: 0x2f, 0x06 */
+    kvs_step_request s = {"a", t, 128, a, 8, 0, 128};
+    uint8_t meta[4096], bad[4096];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
+    for (uint64_t k = 0; k < len; k++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(bad, meta, len);
+            bad[k] ^= (uint8_t)(1u << bit);
+            kvs_status st = api->bind_meta(r.h, bad, len);
+            if (st == KVS_OK)
+                ck_abort_msg("a flip of bit %d of byte %llu was bound", bit, (unsigned long long)k);
+            ck_assert(st == KVS_ECORRUPT || st == KVS_EINVAL); /* the checksum, or the magic */
+        }
+    memcpy(bad, meta, len);
+    bad[len - 1] ^= 1;
+    ck_assert_int_eq(api->bind_meta(r.h, bad, len), KVS_ECORRUPT);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "checksum mismatch"));
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len - 1), KVS_ECORRUPT); /* cut short */
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    rig_close(&r);
+}
+END_TEST
+
+static Suite *meta_suite(void) {
+    Suite *s = suite_create("meta");
+    TCase *tc = tcase_create("meta");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, garbage_metadata_is_refused_without_harm);
+    tcase_add_test(tc, metadata_crosses_a_process_boundary);
+    suite_add_tcase(s, tc);
+    TCase *contract = tcase_create("contract");
+    tcase_add_checked_fixture(contract, setup, teardown);
+    tcase_set_timeout(contract, 60);
+    tcase_add_test(contract, every_flipped_bit_of_step_metadata_is_refused);
+    suite_add_tcase(s, contract);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(meta_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

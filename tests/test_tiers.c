@@ -1,0 +1,220 @@
+/* test_tiers.c - the chain of tiers (connector/tiers.c) under the connector: eviction, plugin
+ * backends and the ones it refuses, a top tier that drops saves it accepted, and one shared tier under
+ * several threads' handles. */
+#include <check.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "abi/kvstrata.h"
+#include "tests/support/connector_rig.h"
+#include "tests/support/wait.h"
+
+static const kvs_api *api;
+
+static void setup(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    rig_setup();
+}
+
+static void teardown(void) {
+    rig_teardown();
+}
+
+static const char *plugin_config(const char *so) {
+    static char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n    plugin: %s/%s\n"
+             "    options:\n      slots: \"16\"\n",
+             rig_device_section(), KVS_TEST_LIB_DIR, so);
+    return rig_config("plugin.yaml", text);
+}
+
+typedef struct thread_arg {
+    const char *cfg;
+    int index;
+    int ok;
+} thread_arg;
+
+/* Each thread owns a handle on the same shared DRAM tier; half of them store one shared prefix and
+ * all restore it, so saves, lookups, pins and loads interleave across threads. */
+static void *thread_main(void *p) {
+    thread_arg *a = p;
+    rig r;
+    if (rig_open(&r, KVS_ROLE_BOTH, a->cfg) != KVS_OK) return NULL;
+    int32_t t[128];
+    rig_make_tokens(t, 128, 100 + a->index % 2);
+    uint32_t own[8], other[8];
+    rig_blocks_from(own, 8, 0);
+    rig_blocks_from(other, 8, 32);
+    int ok = 1;
+    for (int round = 0; round < 20 && ok; round++) {
+        char id[32];
+        snprintf(id, sizeof id, "t%d-%d", a->index, round);
+        uint64_t hit = rig_prefill(&r, id, t, 128, round % 2 ? other : own);
+        ok = hit <= 127 && rig_kv_matches(&r, round % 2 ? other : own, t, 0, 128);
+    }
+    rig_close(&r);
+    a->ok = ok;
+    return NULL;
+}
+
+START_TEST(eviction_under_pressure_keeps_the_newest) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(4, 30000)), KVS_OK);
+    int32_t t1[128], t2[128];
+    uint32_t a[8];
+    rig_blocks_from(a, 8, 0);
+    rig_make_tokens(t1, 128, 11);
+    rig_make_tokens(t2, 128, 12);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t1, 128, a), 0);
+    ck_assert_uint_eq(rig_prefill(&r, "two", t2, 128, a), 0);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.chunks_saved, 8);
+    ck_assert_uint_eq(s.evictions, 4);
+    for (int c = 0; c < 4; c++) {
+        ck_assert(!rig_stored(&r, t1, (uint64_t)c));
+        ck_assert(rig_stored(&r, t2, (uint64_t)c));
+    }
+    kvs_event ev[64];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->take_events(r.h, ev, 64, &n), KVS_OK);
+    ck_assert_uint_eq(n, 12); /* 8 stored, 4 removed */
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_plugin_backend_round_trips_through_staging) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_memory.so")), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 61);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 10);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    ck_assert_uint_eq(rig_prefill(&r, "two", t, 128, b), 127);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 127));
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_plugin_of_another_major_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")),
+                     KVS_EVERSION);
+    ck_assert_ptr_null(r.h);
+    ck_assert_ptr_nonnull(strstr(r.error, "major 2"));
+}
+END_TEST
+
+START_TEST(a_shared_object_that_is_not_a_backend_is_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_not_backend.so")),
+                     KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, ": key 'tiers[0].plugin': "));
+    ck_assert_ptr_nonnull(strstr(r.error, "not a kvstrata backend"));
+    char text[1024];
+    snprintf(text, sizeof text,
+             "tiers:\n  - name: mem\n    type: plugin\n    plugin: %s/dram.yaml\n", rig_tmpdir);
+    ck_assert_ptr_nonnull(rig_dram_config(4, 100)); /* a file that exists, not a shared object */
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("p.yaml", text)), KVS_ECONFIG);
+    ck_assert_ptr_nonnull(strstr(r.error, "p.yaml:4:13: key 'tiers[0].plugin'"));
+    ck_assert_ptr_nonnull(strstr(r.error, "cannot load plugin"));
+}
+END_TEST
+
+/* The stats of h in *s, until saves_skipped reaches `want` (the ssd tier writes in the background). */
+typedef struct stats_wait {
+    kvs_handle *h;
+    kvs_stats *s;
+    uint64_t want;
+} stats_wait;
+
+static int saves_skipped_reached(void *p) {
+    stats_wait *w = p;
+    ck_assert_int_eq(api->stats(w->h, w->s), KVS_OK);
+    return w->s->saves_skipped == w->want;
+}
+
+/* An ssd top tier whose device refuses every write (ENOSPC, nothing to evict) accepts each put and
+ * drops it in the background: the drops reach the stats as skipped saves, not as saved chunks. */
+START_TEST(saves_a_full_device_drops_after_accepting_them_count_as_skipped) {
+    rig r;
+    char text[1024], disk[600];
+    snprintf(disk, sizeof disk, "%s/disk", rig_tmpdir);
+    ck_assert_int_eq(mkdir(disk, 0700), 0);
+    snprintf(
+        text, sizeof text,
+        "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: nvme\n    type: ssd\n"
+        "    capacity: 4MiB\n    paths: [%s]\n    options:\n      fault_inject: enospc_after:0\n",
+        rig_device_section(), CHUNK, disk);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("ssd.yaml", text)), KVS_OK);
+    int32_t tokens[128];
+    uint32_t a[8];
+    rig_make_tokens(tokens, 128, 5);
+    rig_blocks_from(a, 8, 0);
+    ck_assert_uint_eq(rig_prefill(&r, "a", tokens, 128, a), 0);
+    kvs_stats s = {.struct_size = sizeof s};
+    stats_wait w = {r.h, &s, 4};
+    ck_assert_msg(
+        kvs_test_wait_for(saves_skipped_reached, &w, 20000), /* written in the background */
+        "%llu saves skipped", (unsigned long long)s.saves_skipped);
+    ck_assert_uint_eq(s.saves_skipped, 4);
+    ck_assert_uint_eq(s.chunks_saved, 0);
+    ck_assert_uint_eq(s.evictions, 0); /* a dropped save is not an eviction */
+    /* A router that saw the saves stored also learns they are gone. */
+    kvs_event ev[16];
+    uint64_t n = 0, stored_events = 0, removed_events = 0;
+    ck_assert_int_eq(api->take_events(r.h, ev, 16, &n), KVS_OK);
+    for (uint64_t i = 0; i < n; i++) {
+        stored_events += ev[i].kind == KVS_EVENT_STORED;
+        removed_events += ev[i].kind == KVS_EVENT_REMOVED;
+    }
+    ck_assert_uint_eq(stored_events, 4);
+    ck_assert_uint_eq(removed_events, 4);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(threads_sharing_a_tier_restore_exact_kv) {
+    const char *cfg = rig_shared_config();
+    pthread_t th[4];
+    thread_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thread_arg){cfg, i, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+        ck_assert_msg(args[i].ok, "thread %d restored wrong KV", i);
+    }
+}
+END_TEST
+
+static Suite *tiers_suite(void) {
+    Suite *s = suite_create("tiers");
+    TCase *tc = tcase_create("tiers");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, eviction_under_pressure_keeps_the_newest);
+    tcase_add_test(tc, a_plugin_backend_round_trips_through_staging);
+    tcase_add_test(tc, a_plugin_of_another_major_is_refused);
+    tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
+    tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
+    tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(tiers_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
