@@ -1,36 +1,49 @@
 #!/bin/sh
 # layers.sh SOURCE_DIR - the includes follow one direction (CONVENTIONS.md, "Layers you can see in the
-# includes"): nothing under backends/, schedulers/ or kernels/ includes a connector/ header, and
-# common/ includes only common/ and abi/ headers. Prints each include that breaks a rule; exit 1 if any.
+# includes"). A layer may include only the layers below it:
+#   common/      abi/, common/
+#   schedulers/  abi/, common/, schedulers/
+#   kernels/     abi/, common/, kernels/
+#   backends/    abi/, common/, schedulers/, kernels/, backends/  (never connector/)
+# A bare include must name a header beside the including file. Prints each include that breaks a rule
+# with the rule; exit 1 if any.
 root=${1:-.}
 cd "$root" || exit 2
-bad=0
 found=$(mktemp) || exit 2
 trap 'rm -f "$found"' EXIT
-sources() { find "$@" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) 2>/dev/null; }
 include_re='^[[:space:]]*#[[:space:]]*include[[:space:]]*"'
 
-for f in $(sources backends schedulers kernels); do
-    if grep -nE "${include_re}connector/" "$f" >"$found" 2>/dev/null; then
-        sed "s|^|$f:|; s|\$|   <- backends/, schedulers/ and kernels/ may not include connector/|" "$found"
-        bad=1
-    fi
-done
+check_layer() { # layer, allowed top-level folders (space separated)
+    layer=$1
+    allowed=$2
+    find "$layer" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) |
+        while IFS= read -r f; do
+            grep -nE "${include_re}" "$f" | while IFS= read -r line; do
+                name=$(printf '%s\n' "$line" | sed -E 's/^[0-9]+:[^"]*"([^"]*)".*/\1/')
+                case "$name" in
+                */*)
+                    top=${name%%/*}
+                    case " $allowed " in
+                    *" $top "*) continue ;;
+                    esac
+                    echo "$f:$line   <- $layer/ may include only: $allowed"
+                    ;;
+                *)
+                    [ -f "$(dirname "$f")/$name" ] && continue
+                    echo "$f:$line   <- a bare include must name a header beside the file"
+                    ;;
+                esac
+            done
+        done
+}
 
-for f in $(sources common); do
-    grep -nE "${include_re}" "$f" | while IFS= read -r line; do
-        name=$(printf '%s\n' "$line" | sed -E 's/^[0-9]+:[^"]*"([^"]*)".*/\1/')
-        case "$name" in
-        abi/* | common/*) continue ;;
-        */*) ;;
-        *) [ -f "common/$name" ] && continue ;;
-        esac
-        echo "$f:$line   <- common/ may include only common/ and abi/"
-    done >"$found"
-    if [ -s "$found" ]; then
-        cat "$found"
-        bad=1
-    fi
-done
-[ "$bad" -eq 0 ] && echo "layers: every include follows one direction"
-exit "$bad"
+check_layer common "abi common" >"$found"
+check_layer schedulers "abi common schedulers" >>"$found"
+check_layer kernels "abi common kernels" >>"$found"
+check_layer backends "abi common schedulers kernels backends" >>"$found"
+if [ -s "$found" ]; then
+    cat "$found"
+    exit 1
+fi
+echo "layers: every include follows one direction"
+exit 0
