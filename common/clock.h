@@ -7,7 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-/* A manual clock: reads return its value, which only kvs_clock_advance/kvs_clock_set move. */
+/* A manual clock: reads return its value, which only kvs_clock_advance moves. */
 typedef struct kvs_clock {
     _Atomic uint64_t manual_ns;
 } kvs_clock;

@@ -12,8 +12,10 @@ int kvs_option_count(const char *text, uint64_t min, uint64_t max, uint64_t *out
     if (!text || *text < '0' || *text > '9') return -1;
     uint64_t v = 0;
     for (const char *p = text; *p; p++) {
-        if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
+        if (*p < '0' || *p > '9') return -1;
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10) return -1;
+        v = v * 10 + d;
     }
     if (v < min || v > max) return -1;
     *out = v;
@@ -61,7 +63,8 @@ static void store(void *out, const kvs_option_desc *d, uint64_t v) {
             memcpy(at, &x, sizeof x);
             return;
         }
-        default: memcpy(at, &v, sizeof v); return;
+        case 8: memcpy(at, &v, sizeof v); return;
+        default: return; /* refused by kvs_options_parse's table check */
     }
 }
 
@@ -222,6 +225,16 @@ kvs_status kvs_options_parse(const kvs_option_desc *table, size_t n_table,
     if (n_table > sizeof counts / sizeof counts[0] || (n_options && !options)) {
         snprintf(why, why_len, "the option table or the options are malformed");
         return kvs_options_refuse(refused, refused_len, "", -1);
+    }
+    for (size_t i = 0; i < n_table; i++) { /* a number, choice or bool needs a field it fits */
+        kvs_option_kind k = table[i].kind;
+        size_t w = table[i].width;
+        if (k != KVS_OPTION_STRING && k != KVS_OPTION_CUSTOM && w != 1 && w != 2 && w != 4 &&
+            w != 8) {
+            snprintf(why, why_len, "option %s has no field of 1, 2, 4 or 8 bytes in the table",
+                     table[i].name);
+            return kvs_options_refuse(refused, refused_len, table[i].name, -1);
+        }
     }
     for (uint64_t i = 0; i < n_options; i++) {
         const char *key = options[i].key ? options[i].key : "";

@@ -46,8 +46,9 @@ static int unit_bytes(const char *name, const char *end, uint64_t *bytes) {
     return -1;
 }
 
-/* "digits[.digits]": the fraction keeps FRACTION_DIGITS_MAX significant digits and flags any
- * non-zero digit beyond them (no unit makes such a value a whole number of bytes). */
+/* "digits[.digits]": the fraction keeps FRACTION_DIGITS_MAX digits and flags any non-zero digit
+ * beyond them (such a value is refused for its digits, even where a binary unit would make it whole:
+ * 0.0000019073486328125GiB is 2048 bytes, written 2KiB). */
 typedef struct number {
     uint64_t whole, fraction, fraction_scale;
     int whole_overflow, fraction_lost, bad_point;
@@ -108,7 +109,9 @@ static kvs_status parse_size(const char *text, const char *end, uint64_t *bytes,
         return KVS_EINVAL;
     }
     unsigned __int128 fraction_bytes = (unsigned __int128)num.fraction * unit;
-    if (num.fraction_lost || fraction_bytes % num.fraction_scale != 0)
+    if (num.fraction_lost)
+        return refuse(why, why_len, "at most 18 digits after the decimal point are read");
+    if (fraction_bytes % num.fraction_scale != 0)
         return refuse(why, why_len, "the size is not a whole number of bytes");
     unsigned __int128 total =
         (unsigned __int128)num.whole * unit + fraction_bytes / num.fraction_scale;

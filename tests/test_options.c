@@ -255,6 +255,39 @@ START_TEST(a_refusal_is_named_for_the_connector_only_when_it_can_hold_it) {
 }
 END_TEST
 
+/* A number whose descriptor names no field (KVS_OPTION_FIELD forgotten) would be stored as 8 bytes at
+ * offset 0 of the caller's struct: the table is refused instead, before any option is read. */
+START_TEST(a_table_entry_without_a_field_is_refused_and_writes_nothing) {
+    static const kvs_option_desc broken[] = {
+        {.name = "label", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(sample, label)},
+        {.name = "count", .kind = KVS_OPTION_COUNT, .max = 9},
+    };
+    kvs_backend_option opt = {.key = "count", .value = "7"};
+    sample s;
+    memset(&s, 0xab, sizeof s);
+    char why_text[200] = "", refused_name[64] = "";
+    ck_assert_int_eq(kvs_options_parse(broken, 2, &opt, 1, &s, NULL, why_text, sizeof why_text,
+                                       refused_name, sizeof refused_name),
+                     KVS_ECONFIG);
+    ck_assert_msg(strstr(why_text, "option count has no field"), "%s", why_text);
+    ck_assert_str_eq(refused_name, "count");
+    ck_assert_uint_eq(s.small, 0xab);
+    ck_assert_uint_eq(s.port, 0xabab);
+}
+END_TEST
+
+/* Whole numbers up to 2^64-1 are read exactly: the overflow check is per digit. */
+START_TEST(a_count_reads_up_to_the_largest_64_bit_number) {
+    uint64_t v = 0;
+    ck_assert_int_eq(kvs_option_count("18446744073709551615", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    ck_assert_int_eq(kvs_option_count("18446744073709551610", 0, UINT64_MAX, &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX - 5);
+    ck_assert_int_eq(kvs_option_count("18446744073709551616", 0, UINT64_MAX, &v), -1);
+    ck_assert_uint_eq(v, UINT64_MAX - 5);
+}
+END_TEST
+
 static Suite *options_suite(void) {
     Suite *s = suite_create("options");
     TCase *c = tcase_create("table");
@@ -266,6 +299,8 @@ static Suite *options_suite(void) {
     tcase_add_test(c, sizes_and_rates_are_refused_naming_the_option_an_example_and_why);
     tcase_add_test(c, choices_booleans_and_strings_are_refused_with_what_they_take);
     tcase_add_test(c, a_refusal_is_named_for_the_connector_only_when_it_can_hold_it);
+    tcase_add_test(c, a_table_entry_without_a_field_is_refused_and_writes_nothing);
+    tcase_add_test(c, a_count_reads_up_to_the_largest_64_bit_number);
     suite_add_tcase(s, c);
     return s;
 }

@@ -123,6 +123,7 @@ START_TEST(a_refused_size_says_why) {
                 "MB, GB, TB (powers of 1000))"},
         {"1GiB ", "unknown unit 'GiB '"},
         {"1.1GiB", "the size is not a whole number of bytes"},
+        {"0.0000019073486328125GiB", "at most 18 digits after the decimal point are read"},
         {"18446744073709551616", "the size is larger than 2^64-1 bytes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -241,7 +241,7 @@ static const kvs_option_desc OPTIONS[] = {
 };
 
 static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
-    char why[400], refused[96];
+    char why[400], refused[256];
     kvs_status rc =
         kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
                           init->n_options, st, NULL, why, sizeof why, refused, sizeof refused);

@@ -12,12 +12,6 @@
 #include "common/options.h"
 #include "wire.h"
 
-static int valid_tenant(const char *s) {
-    size_t len = strlen(s);
-    if (len == 0 || len > KVS_WIRE_MAX_TENANT_BYTES) return 0;
-    return strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == len;
-}
-
 static int parse_node(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
     kvs_remote_options *o = out;
     (void)nth;
@@ -53,7 +47,8 @@ static int parse_node(const char *value, void *out, uint64_t nth, char *why, siz
 static int parse_tenant(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
     kvs_remote_options *o = out;
     (void)nth;
-    if (!valid_tenant(value)) {
+    if (strlen(value) > KVS_WIRE_MAX_TENANT_BYTES ||
+        !kvs_wire_tenant_ok(value, (uint32_t)strlen(value))) {
         snprintf(why, why_len, "tenant \"%.80s\" is not 1 to %u of A-Z a-z 0-9 . _ -", value,
                  KVS_WIRE_MAX_TENANT_BYTES);
         return -1;

@@ -45,7 +45,7 @@ int wire_is_batch_type(uint32_t type) {
            type == KVS_WIRE_DELETE || type == KVS_WIRE_DELETE_REPLY;
 }
 
-int wire_tenant_ok(const char *tenant, uint32_t len) {
+int kvs_wire_tenant_ok(const char *tenant, uint32_t len) {
     if (len == 0 || len > KVS_WIRE_MAX_TENANT_BYTES) return 0;
     for (uint32_t i = 0; i < len; i++) {
         char c = tenant[i];

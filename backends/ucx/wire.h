@@ -158,6 +158,8 @@ void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t 
                            const char *text);
 
 /* Lower-case name of a message type ("lookup_reply"), or "unknown". */
+/* 1 when tenant[0..len) is a valid tenant name: 1..KVS_WIRE_MAX_TENANT_BYTES of [A-Za-z0-9._-]. */
+int kvs_wire_tenant_ok(const char *tenant, uint32_t len);
 const char *kvs_wire_type_name(uint32_t type);
 /* Lower-case name of an error code ("truncated"), or "unknown". */
 const char *kvs_wire_error_name(uint32_t code);

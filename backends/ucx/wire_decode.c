@@ -147,7 +147,7 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                 return -1;
             out->tenant = (const char *)bytes;
             out->tenant_len = len;
-            if (!wire_tenant_ok(out->tenant, len)) {
+            if (!kvs_wire_tenant_ok(out->tenant, len)) {
                 wire_refuse(
                     r->why, KVS_WIRE_ERR_VALUE,
                     "wire: hello message: tenant name must be 1..%u bytes of [A-Za-z0-9._-]",

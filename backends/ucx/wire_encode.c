@@ -40,7 +40,7 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         return -1;
     }
     if (t == KVS_WIRE_HELLO &&
-        (!msg->tenant || !wire_tenant_ok(msg->tenant, msg->tenant_len) || !msg->nonce)) {
+        (!msg->tenant || !kvs_wire_tenant_ok(msg->tenant, msg->tenant_len) || !msg->nonce)) {
         wire_refuse(why, KVS_WIRE_ERR_VALUE,
                     "wire: hello needs a nonce and a tenant name of 1..%u bytes of [A-Za-z0-9._-]",
                     KVS_WIRE_MAX_TENANT_BYTES);

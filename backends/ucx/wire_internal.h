@@ -16,6 +16,5 @@ void wire_refuse(kvs_wire_refusal *why, kvs_wire_error code, const char *fmt, ..
 /* 1 for the types whose body carries keys (requests and replies of lookup, get, put, delete). */
 int wire_is_batch_type(uint32_t type);
 /* 1 when a tenant name is 1..KVS_WIRE_MAX_TENANT_BYTES of [A-Za-z0-9._-]. */
-int wire_tenant_ok(const char *tenant, uint32_t len);
 
 #endif
