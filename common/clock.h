@@ -6,6 +6,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 /* A manual clock: reads return its value, which only kvs_clock_advance moves. */
 typedef struct kvs_clock {
@@ -16,6 +17,11 @@ typedef struct kvs_clock {
 uint64_t kvs_now_ns(void);
 /* Sleep (no CPU) until CLOCK_MONOTONIC reaches ns; signals do not cut it short. */
 void kvs_sleep_until_ns(uint64_t ns);
+/* The instant timeout_ns from now on `which` (CLOCK_MONOTONIC, CLOCK_REALTIME), for
+ * pthread_cond_timedwait on a condition variable of that clock. */
+struct timespec kvs_timespec_after(clockid_t which, uint64_t timeout_ns);
+/* The same for timeout_ms milliseconds (any uint64_t: no overflow of a nanosecond count). */
+struct timespec kvs_timespec_after_ms(clockid_t which, uint64_t timeout_ms);
 /* Nanoseconds on `clock`: CLOCK_MONOTONIC when clock is NULL, else the manual clock's value. */
 uint64_t kvs_clock_now_ns(const kvs_clock *clock);
 /* Start a manual clock at start_ns (tests usually start at the real monotonic time). */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/errno_name.h"
@@ -103,6 +104,24 @@ START_TEST(sleeping_until_a_time_returns_no_earlier) {
 }
 END_TEST
 
+/* A deadline for pthread_cond_timedwait: carries nanoseconds into seconds, and a timeout of any
+ * uint64_t milliseconds lands in the future (no overflow of a nanosecond count wraps it short). */
+START_TEST(a_deadline_lands_that_far_ahead_on_its_clock) {
+    struct timespec now;
+    ck_assert_int_eq(clock_gettime(CLOCK_MONOTONIC, &now), 0);
+    struct timespec at = kvs_timespec_after_ms(CLOCK_MONOTONIC, 1500);
+    ck_assert_int_ge(at.tv_nsec, 0);
+    ck_assert_int_lt(at.tv_nsec, 1000000000L);
+    double ahead = (double)(at.tv_sec - now.tv_sec) + (double)(at.tv_nsec - now.tv_nsec) / 1e9;
+    ck_assert_msg(ahead >= 1.5, "a 1500 ms deadline is %.3f s ahead", ahead);
+    struct timespec far = kvs_timespec_after_ms(CLOCK_MONOTONIC, UINT64_MAX);
+    ck_assert_msg(far.tv_sec - now.tv_sec >= (time_t)(UINT64_MAX / 1000 - 1),
+                  "UINT64_MAX ms is %lld s ahead", (long long)(far.tv_sec - now.tv_sec));
+    struct timespec ns = kvs_timespec_after(CLOCK_REALTIME, 2999999999ull);
+    ck_assert_int_lt(ns.tv_nsec, 1000000000L);
+}
+END_TEST
+
 static Suite *common_suite(void) {
     Suite *s = suite_create("common");
     TCase *c = tcase_create("helpers");
@@ -112,6 +131,7 @@ static Suite *common_suite(void) {
     tcase_add_test(c, the_tier_error_sentence_names_the_tier_and_truncates_safely);
     tcase_add_test(c, create_errors_are_copied_only_where_the_connector_gave_room);
     tcase_add_test(c, sleeping_until_a_time_returns_no_earlier);
+    tcase_add_test(c, a_deadline_lands_that_far_ahead_on_its_clock);
     suite_add_tcase(s, c);
     return s;
 }

@@ -76,11 +76,7 @@ kvs_status kvs_ssd_stats(void *state, kvs_ssd_stats_t *out) {
 kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
     ssd_tier *t = state;
     if (!t) return KVS_EINVAL;
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    uint64_t ns = (uint64_t)deadline.tv_nsec + (timeout_ms % 1000) * 1000000ull;
-    deadline.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000ull);
-    deadline.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&t->mutex);
     int rc = 0;
     while (t->writes_pending > 0 && rc == 0)

@@ -115,11 +115,7 @@ void ssd_io_waiter_signal(ssd_io_waiter *w) {
 }
 
 int ssd_io_waiter_wait(ssd_io_waiter *w, uint64_t timeout_ms) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    uint64_t ns = (uint64_t)deadline.tv_nsec + (timeout_ms % 1000) * 1000000ull;
-    deadline.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000ull);
-    deadline.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, timeout_ms);
     int rc = 0;
     pthread_mutex_lock(&w->mutex);
     while (w->remaining > 0 && rc == 0) rc = pthread_cond_timedwait(&w->cond, &w->mutex, &deadline);

@@ -63,16 +63,6 @@ static job *job_new(int kind, uint64_t n) {
     return j;
 }
 
-/* The CLOCK_REALTIME instant timeout_ns from now, for pthread_cond_timedwait. */
-static struct timespec realtime_after(uint64_t timeout_ns) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + timeout_ns % 1000000000ull;
-    until.tv_sec += (time_t)(timeout_ns / 1000000000ull + ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
-    return until;
-}
-
 /* Append j to the job queue and wake the thread. KVS_EIO (j not queued) once the tier is stopping. */
 static kvs_status enqueue(remote *r, job *j) {
     pthread_mutex_lock(&r->mutex);
@@ -101,7 +91,7 @@ static kvs_status submit_for(remote *r, job *j, uint64_t timeout_ms) {
     /* the thread gives up a little before the caller does, so results normally arrive in time */
     uint64_t margin = timeout_ns / 10 < 20000000ull ? timeout_ns / 10 : 20000000ull;
     j->deadline_ns = start + timeout_ns - margin;
-    struct timespec until = realtime_after(timeout_ns);
+    struct timespec until = kvs_timespec_after(CLOCK_REALTIME, timeout_ns);
     if (enqueue(r, j) != KVS_OK) {
         free(j);
         return KVS_EIO;
@@ -215,7 +205,7 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
     j->detached = 1;
     j->status = KVS_OK;
     uint64_t timeout_ns = (uint64_t)r->opt.timeout_ms * 1000000ull;
-    struct timespec until = realtime_after(timeout_ns);
+    struct timespec until = kvs_timespec_after(CLOCK_REALTIME, timeout_ns);
     uint64_t off = 0;
     pthread_mutex_lock(&r->put_order);
     pthread_mutex_lock(&r->mutex);
