@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 4
+#define KVS_ABI_MINOR 5
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -83,8 +83,10 @@ typedef struct kvs_model_desc {
     uint32_t head_dim;     /* elements per head (MLA: latent width, e.g. 576) */
     uint32_t block_tokens; /* engine page size in tokens (vLLM default 16) */
     uint32_t is_mla;       /* 1: one latent tensor per layer, no V; keys are rank-agnostic */
-    uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA */
-    uint32_t tp_size;
+    uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA. Keys carry the rank. */
+    uint32_t tp_size;      /* (1.5) the scheduler-side hooks (lookup, build_meta) work for every rank:
+                            * a chunk is a hit only when every rank's shard of it is stored, and the
+                            * metadata carries each rank's keys, so any rank's worker binds it */
     const char *salt; /* optional extra fingerprint input (LoRA id, ...); NULL for none */
     /* appended during 1.0: a struct of KVS_MODEL_DESC_SIZE_1_0 bytes, from before it, reads it as 0 */
     uint32_t vocab_size; /* token ids must lie in [0, vocab_size); 0 checks only for negatives */
@@ -135,7 +137,11 @@ typedef struct kvs_lookup_result {
     uint64_t
         n_hit_tokens;    /* tokens loadable beyond n_computed; a full-prompt hit reports one less */
     uint8_t unknown_yet; /* 1: cannot tell without blocking; ask again next step (vLLM's None) */
-    uint8_t load_async; /* 1: load between steps (request waits for remote KV); 0: in the forward */
+    uint8_t load_async; /* 1: load between steps (request waits for remote KV); 0: in the forward.
+                         * (1.5) set per the config's `loads.async` (never, always, or for hits on a
+                         * tier slower than `loads.async_below`). The engine then does not schedule
+                         * the request until a worker's get_finished lists it in `receiving`: its KV
+                         * is in the pages then, or its failed blocks are in load_error_blocks */
 } kvs_lookup_result;
 
 #define KVS_LOOKUP_RESULT_SIZE_1_0 24u
@@ -244,9 +250,20 @@ typedef struct kvs_stats {
     uint32_t n_tiers; /* tiers in the chain (the first 8 are reported) */
     uint64_t tier_chunks_loaded
         [KVS_STATS_MAX_TIERS]; /* chunks_loaded, split by the tier that served them */
+    /* ABI 1.5. Read only when struct_size covers them. */
+    uint64_t tokens_loaded;                          /* tokens whose KV landed in the pages */
+    uint64_t tier_bytes_loaded[KVS_STATS_MAX_TIERS]; /* bytes_loaded, split by serving tier */
+    uint64_t tier_load_ns[KVS_STATS_MAX_TIERS];      /* time reading from the tier (and, for a
+                                                      * zero-copy tier, copying its bytes out) */
+    uint64_t async_loads_started; /* requests whose load runs between steps (load_async) */
+    uint64_t async_loads_done;    /* of those, reported in get_finished's receiving list */
+    uint64_t async_loads_failed;  /* of those, with at least one chunk in load_error_blocks */
+    uint64_t steps_closed; /* bound steps closed by the next bind_meta (no forward pass: the engine
+                            * skipped the layer hooks and wait_save) */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */
+#define KVS_STATS_SIZE_1_2 208u /* up to and including tier_chunks_loaded */
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {
@@ -294,7 +311,11 @@ typedef struct kvs_api {
      * views are copied; the memory they point to is borrowed until close. The array's element size
      * is views[0].struct_size (>= KVS_LAYER_VIEW_SIZE_1_0; every element carries the same). */
     kvs_status (*register_kv)(kvs_handle *h, const kvs_layer_view *views, uint32_t n_layers);
-    /* Bind the step's metadata (from build_meta, possibly in another process). Copied. */
+    /* Bind the step's metadata (from build_meta, possibly in another process). Copied. (1.5) A step
+     * still bound (the engine ran no forward pass: it skipped the layer hooks and wait_save) is closed
+     * first: its loads land or fail, its saves are dropped, its pins and slabs are released, and the
+     * blocks of its failed loads stay in load_error_blocks for this step. Requests whose load is
+     * asynchronous (load_async) are handed to the background loader here or at start_load. */
     kvs_status (*bind_meta)(kvs_handle *h, const void *meta, uint64_t len);
     /* Issue every load of the bound step. Loads that fail become error blocks, not failures. */
     kvs_status (*start_load)(kvs_handle *h);
@@ -306,14 +327,21 @@ typedef struct kvs_api {
     /* Seal and store this step's saves; the bound metadata is cleared afterwards. */
     kvs_status (*wait_save)(kvs_handle *h);
     /* Requests whose async saves (sending) or async loads (receiving) ended since the last call.
-     * Each list is a buffer of NUL-separated request ids; *n_* get counts. Sync mode reports none. */
+     * Each list is a buffer of NUL-separated request ids; *n_* get counts. (1.5) An async load is
+     * reported once, when every chunk of it is in the pages or has failed (its blocks are then in
+     * load_error_blocks until the next bind_meta). A list that does not fit returns KVS_EOVERFLOW
+     * with the count and reports nothing (call again with more room). Saves are synchronous (within
+     * the step): sending stays empty. */
     kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap,
                                uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
                                uint64_t *n_receiving);
     /* Block ids whose load failed in the last bound step; the engine recomputes them. Complete
      * after wait_save (a CUDA device verifies checksums on the host while the copies run, so a
      * mismatch can surface only then: the engine discards what the step computed for the requests
-     * owning these blocks, as vLLM does for failed loads); kept until the next bind_meta. */
+     * owning these blocks, as vLLM does for failed loads); kept until the next bind_meta. (1.5) In a
+     * step with no forward pass (no layer hooks, no wait_save) it lands the step's loads first, so
+     * the list is complete there too; it also holds the failed blocks of async loads get_finished
+     * reported in this step. */
     kvs_status (*load_error_blocks)(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
     /* Counters since open. */
     kvs_status (*stats)(kvs_handle *h, kvs_stats *out);
@@ -345,6 +373,12 @@ typedef struct kvs_api {
      * (kvs_stage_desc). Scheduler role, before set_plan_caps(KVS_PLAN_CAP_STAGE) and the first lookup.
      * Restore plans then price layers as the n_kv_layers KV layers only. */
     kvs_status (*set_stages)(kvs_handle *h, const kvs_stage_desc *stages);
+
+    /* --- 1.5: vLLM's call order --- */
+
+    /* The name of tier `tier` of the configured chain (the index kvs_stats and kvs_event use), or NULL
+     * past the last tier. Valid until close. Any role. */
+    const char *(*tier_name)(const kvs_handle *h, uint32_t tier);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

@@ -42,6 +42,7 @@ typedef struct kvs_meta_req {
                              * layer or stage restore plan leaves the others to the engine) */
     uint32_t
         n_layer_bytes; /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
+    uint8_t load_async; /* 1: its loads run between steps (lookup answered load_async) */
 } kvs_meta_req;
 
 #define KVS_META_MAX_LAYER_BYTES 8192u
