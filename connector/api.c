@@ -293,6 +293,11 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     return KVS_OK;
 }
 
+static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
+    if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
+    return kvs_tiers_name(h->tiers, tier);
+}
+
 static const kvs_api api_v1 = {
     .abi_major = KVS_ABI_MAJOR,
     .abi_minor = KVS_ABI_MINOR,
@@ -319,6 +324,7 @@ static const kvs_api api_v1 = {
     .set_plan_caps = api_set_plan_caps,
     .plan = api_plan,
     .set_stages = api_set_stages,
+    .tier_name = api_tier_name,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

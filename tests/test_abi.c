@@ -115,7 +115,15 @@ AT(kvs_stats, load_gbps, 120, 8);
 AT(kvs_stats, save_gbps, 128, 8);
 AT(kvs_stats, n_tiers, 136, 4);
 AT(kvs_stats, tier_chunks_loaded, 144, 8 * KVS_STATS_MAX_TIERS);
-SIZE(kvs_stats, 208);
+_Static_assert(KVS_STATS_SIZE_1_2 == offsetof(kvs_stats, tokens_loaded), "stats 1.2 size");
+AT(kvs_stats, tokens_loaded, 208, 8); /* 1.5 */
+AT(kvs_stats, tier_bytes_loaded, 216, 8 * KVS_STATS_MAX_TIERS);
+AT(kvs_stats, tier_load_ns, 280, 8 * KVS_STATS_MAX_TIERS);
+AT(kvs_stats, async_loads_started, 344, 8);
+AT(kvs_stats, async_loads_done, 352, 8);
+AT(kvs_stats, async_loads_failed, 360, 8);
+AT(kvs_stats, steps_closed, 368, 8);
+SIZE(kvs_stats, 376);
 _Static_assert(KVS_STATS_SIZE_1_0 == offsetof(kvs_stats, n_tiers), "stats 1.0 size");
 
 AT(kvs_api, abi_major, 0, 4);
@@ -144,7 +152,8 @@ AT(kvs_api, set_stream, 160, 8);    /* 1.1 */
 AT(kvs_api, set_plan_caps, 168, 8); /* 1.3 */
 AT(kvs_api, plan, 176, 8);
 AT(kvs_api, set_stages, 184, 8); /* 1.4 */
-SIZE(kvs_api, 192);
+AT(kvs_api, tier_name, 192, 8);  /* 1.5 */
+SIZE(kvs_api, 200);
 
 SIZE(kvs_key, 16);
 AT(kvs_backend_option, key, 0, 8);
