@@ -13,6 +13,7 @@
 #include "restore.h"
 #include "scheduler.h"
 #include "worker.h"
+#include "worker_async.h"
 #include "worker_device.h"
 #include "worker_load.h"
 #include "worker_save.h"
@@ -241,15 +242,8 @@ static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sendin
                                    uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
                                    uint64_t *n_receiving) {
     ENTER(h);
-    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "get_finished");
-    if (st != KVS_OK) return st;
-    if (!n_sending || !n_receiving)
-        return kvs_set_error(h, KVS_EINVAL, "get_finished: count pointer is NULL");
-    /* Loads and saves complete inside the step: nothing is ever in flight between steps. */
-    *n_sending = *n_receiving = 0;
-    if (sending && sending_cap) sending[0] = '\0';
-    if (receiving && receiving_cap) receiving[0] = '\0';
-    return KVS_OK;
+    return kvs_worker_get_finished(h, sending, sending_cap, n_sending, receiving, receiving_cap,
+                                   n_receiving);
 }
 static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {
     ENTER(h);

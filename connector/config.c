@@ -20,8 +20,8 @@
 #include "config_yaml.h"
 
 static const char *const ROOT_KEYS[] = {
-    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level",
-    "pool",    "tiers",        "device",           "node",        "restore"};
+    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",
+    "device",  "node",         "restore",          "loads"};
 enum {
     RK_VERSION,
     RK_CHUNK,
@@ -33,6 +33,7 @@ enum {
     RK_DEVICE,
     RK_NODE,
     RK_RESTORE,
+    RK_LOADS,
     RK_COUNT
 };
 
@@ -354,6 +355,7 @@ static kvs_status parse_root(const kvs_yaml_ctx *ctx, const kvs_yaml_node *root,
     if (st == KVS_OK) st = parse_tiers(ctx, root, values[RK_TIERS], cfg);
     if (st == KVS_OK && values[RK_RESTORE])
         st = kvs_config_parse_restore(ctx, values[RK_RESTORE], cfg);
+    if (st == KVS_OK && values[RK_LOADS]) st = kvs_config_parse_loads(ctx, values[RK_LOADS], cfg);
     return st;
 }
 

@@ -166,3 +166,35 @@ kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node
             "kvs-mini-engine --profile writes one)");
     return st;
 }
+
+static const char *const LOADS_KEYS[] = {"async", "async_below"};
+enum { LK_ASYNC, LK_ASYNC_BELOW, LK_COUNT };
+static const char *const LOADS_ASYNC[] = {"never", "always", "slow"}; /* KVS_LOADS_ASYNC_* order */
+
+kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
+                                  kvs_config *cfg) {
+    const kvs_yaml_node *keys[LK_COUNT] = {NULL}, *values[LK_COUNT] = {NULL};
+    kvs_status st = kvs_yaml_mapping_fields(ctx, v, "loads", LOADS_KEYS, LK_COUNT, keys, values, 0);
+    size_t choice;
+    if (st == KVS_OK && values[LK_ASYNC]) {
+        st = kvs_yaml_get_choice(ctx, values[LK_ASYNC], "loads.async", LOADS_ASYNC,
+                                 COUNT_OF(LOADS_ASYNC), &choice);
+        if (st == KVS_OK) cfg->loads.async = (int)choice;
+        cfg->loads.async_at = (kvs_config_at){values[LK_ASYNC]->line, values[LK_ASYNC]->column};
+    }
+    if (st == KVS_OK && values[LK_ASYNC_BELOW])
+        st = get_rate(ctx, values[LK_ASYNC_BELOW], "loads.async_below", &cfg->loads.async_below);
+    if (st != KVS_OK) return st;
+    int slow = cfg->loads.async == KVS_LOADS_ASYNC_SLOW;
+    if (slow && !values[LK_ASYNC_BELOW])
+        return kvs_yaml_fail(ctx, values[LK_ASYNC], "loads.async",
+                             "`slow` needs `async_below:` (a rate such as 2GB/s: hits on tiers "
+                             "reading slower than it load between steps)");
+    if (!slow && values[LK_ASYNC_BELOW])
+        return kvs_yaml_fail(ctx, values[LK_ASYNC_BELOW], "loads.async_below",
+                             "only meaningful with `async: slow`");
+    if (slow && !cfg->restore.profile[0])
+        return kvs_yaml_fail(ctx, values[LK_ASYNC], "loads.async",
+                             "`slow` needs `restore.profile:` (each tier's read bandwidth)");
+    return KVS_OK;
+}

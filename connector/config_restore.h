@@ -10,4 +10,7 @@
 kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
                                     kvs_config *cfg);
 
+/* `loads:` at v into cfg->loads (after `restore:`: `async: slow` reads the profile's bandwidths). */
+kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kvs_config *cfg);
+
 #endif

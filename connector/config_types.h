@@ -89,7 +89,16 @@ typedef struct kvs_config {
         uint32_t n_tiers;
         kvs_restore_tier tiers[KVS_CONFIG_MAX_TIERS];
     } restore;
+    struct {       /* `loads:`: whether a lookup answers load_async (the load runs between steps) */
+        int async; /* KVS_LOADS_ASYNC_* (default never) */
+        uint64_t async_below;   /* slow: bytes/s; a hit on a tier the profile says reads slower */
+        kvs_config_at async_at; /* the `async:` value, for messages */
+    } loads;
 } kvs_config;
+
+#define KVS_LOADS_ASYNC_NEVER  0
+#define KVS_LOADS_ASYNC_ALWAYS 1
+#define KVS_LOADS_ASYNC_SLOW   2
 
 #define KVS_RESTORE_NONE      0
 #define KVS_RESTORE_CACHEFLOW 1

@@ -47,7 +47,11 @@ typedef struct kvs_request {
     int lease_counted; /* the pins count in stats.leases_active */
     uint64_t lease_deadline_ns;
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
-    kvs_restore_plan plan;       /* how its load in step plan_step is restored (the `plan` hook) */
+    uint8_t load_async;          /* lookup answered load_async: its load runs between steps */
+    uint32_t *block_ids;         /* async: the block table on_alloc gave (build_meta emits the load
+                                  * even when the engine does not schedule the request) */
+    uint64_t n_block_ids;
+    kvs_restore_plan plan; /* how its load in step plan_step is restored (the `plan` hook) */
     uint64_t plan_step;
     struct kvs_request *next; /* hash chain */
 } kvs_request;
@@ -73,6 +77,7 @@ typedef struct kvs_load_work {
     int pinned;
     int failed;
     int drop;   /* corrupt: remove from the tiers once unpinned */
+    int async;  /* an async request's: failures are accounted when it lands */
     int ranged; /* some layers only, read with get_range into slab */
 } kvs_load_work;
 
@@ -131,6 +136,9 @@ struct kvs_handle {
     uint8_t *layer_saved; /* per layer: save_layer seen this step */
     uint32_t *error_blocks;
     uint64_t n_error_blocks, cap_error_blocks;
+    uint64_t error_blocks_taken; /* the first ones a load_error_blocks call returned */
+    struct kvs_async_loader
+        *async; /* async loads between steps (worker_async.c); NULL until used */
     const kvs_device_ops *dev;
     void *dev_state;
     void *dev_module; /* dlopen handle of the CUDA module, or NULL */

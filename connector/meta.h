@@ -41,7 +41,7 @@ typedef struct kvs_meta_req {
     uint8_t *layers; /* which layers its loads read: bit l of byte l / 8; NULL: every layer (a
                              * layer or stage restore plan leaves the others to the engine) */
     uint32_t
-        n_layer_bytes; /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
+        n_layer_bytes;  /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
     uint8_t load_async; /* 1: its loads run between steps (lookup answered load_async) */
 } kvs_meta_req;
 

@@ -48,6 +48,16 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     return KVS_OK;
 }
 
+int kvs_restore_load_async(const kvs_handle *h, uint32_t tier) {
+    const kvs_config *cfg = h->cfg;
+    if (cfg->loads.async != KVS_LOADS_ASYNC_SLOW) return cfg->loads.async == KVS_LOADS_ASYNC_ALWAYS;
+    const char *name = kvs_tiers_name(h->tiers, tier);
+    for (uint32_t i = 0; name && i < cfg->restore.n_tiers; i++)
+        if (strcmp(cfg->restore.tiers[i].name, name) == 0)
+            return cfg->restore.tiers[i].bytes_per_s < (double)cfg->loads.async_below;
+    return 0; /* a tier the profile does not know is taken to be fast */
+}
+
 uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
                                    uint64_t n_chunks) {
     uint64_t offset = first_chunk * h->chunk_tokens;

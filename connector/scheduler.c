@@ -141,6 +141,7 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     release_lease(h, r);
     free(r->tokens);
     free(r->keys);
+    free(r->block_ids);
     free(r);
     h->n_requests--;
 }
@@ -323,12 +324,15 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
+    r->load_async = ext && kvs_restore_load_async(h, r->pins[0].tier);
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
     h->stats.lookup_miss_tokens += n_tokens - n_computed - ext;
-    kvs_lookup_result res = {
-        .struct_size = out_size, .n_hit_tokens = ext, .unknown_yet = 0, .load_async = 0};
+    kvs_lookup_result res = {.struct_size = out_size,
+                             .n_hit_tokens = ext,
+                             .unknown_yet = 0,
+                             .load_async = r->load_async};
     memcpy(out, &res, out_size);
     return KVS_OK;
 }
@@ -369,6 +373,15 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
         uint64_t C = h->chunk_tokens;
         pin_run(h, r, r->n_local / C, (need - 1) / C + 1);
         count_lease(h, r);
+    }
+    if (r->load_async) { /* build_meta emits the load even if the engine does not schedule it */
+        uint32_t *copy = malloc(n_block_ids * sizeof *copy);
+        if (!copy)
+            return kvs_set_error(h, KVS_ENOMEM, "on_alloc: request '%s': out of memory", req_id);
+        memcpy(copy, block_ids, n_block_ids * sizeof *copy);
+        free(r->block_ids);
+        r->block_ids = copy;
+        r->n_block_ids = n_block_ids;
     }
     r->external = n_external_tokens;
     r->load_pending = 1;
@@ -437,6 +450,12 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
                                       .tier = tier > 0 ? (uint32_t)tier : 0,
                                       .first_token = start,
                                       .end_token = end};
+        if (r->load_async) { /* loaded between steps, whole: the restore planner leaves it alone */
+            out->load_async = 1;
+            restore->loading = 0;
+            restore->plan = (kvs_restore_plan){
+                .struct_size = sizeof restore->plan, .first_token = start, .end_token = end};
+        }
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
@@ -487,6 +506,13 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
     plan->keys = NULL;
     r->saved_upto = plan->saved_upto;
     r->step_end = s->n_computed + s->n_scheduled;
+    if (plan->emits_load && r->load_async) {
+        /* the engine counts the loaded tokens as computed: coming back below them is a rollback */
+        r->step_end = r->n_local + r->external;
+        free(r->block_ids);
+        r->block_ids = NULL;
+        r->n_block_ids = 0;
+    }
     if (plan->emits_load) {
         r->load_pending = 0;
         r->lease_release_step = h->step; /* the workers load during this step */
@@ -532,6 +558,43 @@ static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
     return KVS_OK;
 }
 
+static int in_step(const kvs_step_request *reqs, uint64_t n, const char *id) {
+    for (uint64_t i = 0; i < n; i++)
+        if (strcmp(reqs[i].req_id, id) == 0) return 1;
+    return 0;
+}
+
+/* reqs followed by a step request for every armed async load not among them (*all is malloc'd, or
+ * NULL with *n_added 0). */
+static kvs_status add_waiting_loads(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                                    kvs_step_request **all, uint64_t *n_added) {
+    uint64_t n = 0;
+    *all = NULL;
+    *n_added = 0;
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (r->load_pending && r->load_async && r->block_ids && !in_step(reqs, n_reqs, r->id))
+                n++;
+    if (n == 0) return KVS_OK;
+    kvs_step_request *out = malloc((n_reqs + n) * sizeof *out);
+    if (!out) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    if (n_reqs) memcpy(out, reqs, n_reqs * sizeof *out);
+    uint64_t k = n_reqs;
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (r->load_pending && r->load_async && r->block_ids && !in_step(reqs, n_reqs, r->id))
+                out[k++] = (kvs_step_request){.req_id = r->id,
+                                              .tokens = r->tokens,
+                                              .n_tokens = r->n_tokens,
+                                              .block_ids = r->block_ids,
+                                              .n_block_ids = r->n_block_ids,
+                                              .n_computed = r->n_local,
+                                              .n_scheduled = 0};
+    *all = out;
+    *n_added = n;
+    return KVS_OK;
+}
+
 kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
                                 void *buf, uint64_t cap, uint64_t *len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
@@ -541,6 +604,15 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     for (uint64_t i = 0; i < n_reqs; i++)
         if ((st = check_step_request(h, &reqs[i])) != KVS_OK) return st;
     kvs_sched_expire_leases(h);
+    /* Async loads on_alloc armed for requests the engine did not schedule (it waits for their KV)
+     * join the step as requests that compute nothing. */
+    kvs_step_request *all = NULL;
+    uint64_t n_async = 0;
+    if ((st = add_waiting_loads(h, reqs, n_reqs, &all, &n_async)) != KVS_OK) return st;
+    if (n_async) {
+        reqs = all;
+        n_reqs += n_async;
+    }
     kvs_meta meta = {
         .step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
@@ -585,6 +657,7 @@ out:
     free(plans);
     free(restores);
     free(blob);
+    free(all);
     return st;
 }
 

@@ -305,6 +305,12 @@ int kvs_tiers_can_get_range(const kvs_tier_chain *c, uint32_t tier) {
     return (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
 }
 
+int kvs_tiers_thread_safe(const kvs_tier_chain *c) {
+    for (uint32_t i = 0; i < c->n; i++)
+        if (!(c->tiers[i].ops->caps & KVS_BACKEND_CAP_THREAD_SAFE)) return 0;
+    return 1;
+}
+
 int kvs_tiers_can_get_many(const kvs_tier_chain *c, uint32_t tier) {
     const kvs_backend_ops *ops = c->tiers[tier].ops;
     return (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);

@@ -39,6 +39,8 @@ void kvs_tiers_unpin(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key);
 int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_range(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
+/* 1 when every tier may be called from several threads at once (KVS_BACKEND_CAP_THREAD_SAFE). */
+int kvs_tiers_thread_safe(const kvs_tier_chain *chain);
 /* The stored object in place; valid while the caller holds a pin on it. */
 kvs_status kvs_tiers_get_ref(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key,
                              const void **object, uint64_t *len);

@@ -8,6 +8,8 @@
 
 #include "guard.h"
 #include "handle.h"
+#include "worker_async.h"
+#include "worker_load.h"
 
 static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
@@ -69,15 +71,37 @@ void kvs_worker_reset(kvs_handle *h) {
     if (h->layer_loaded) memset(h->layer_loaded, 0, h->n_views);
 }
 
+/* The error blocks a load_error_blocks call returned are done with; the others stay reported. */
+static void drop_taken_errors(kvs_handle *h) {
+    uint64_t taken =
+        h->error_blocks_taken < h->n_error_blocks ? h->error_blocks_taken : h->n_error_blocks;
+    memmove(h->error_blocks, h->error_blocks + taken,
+            (h->n_error_blocks - taken) * sizeof *h->error_blocks);
+    h->n_error_blocks -= taken;
+    h->error_blocks_taken = 0;
+}
+
+/* A step still bound when the next one binds ran no forward pass: its loads land (or fail: start_load
+ * never ran) so their failures are reported, its saves are dropped (no layer was gathered). */
+static void close_step(kvs_handle *h) {
+    if (h->wstate != WORKER_IDLE) {
+        kvs_worker_land_step_loads(h);
+        if (!h->dev_info.synchronous && h->dev) {
+            char why[512];
+            h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab */
+        }
+        h->stats.saves_skipped += h->n_saves;
+        kvs_worker_reset(h);
+        h->stats.steps_closed++;
+    }
+    drop_taken_errors(h);
+}
+
 kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "bind_meta");
     if (st != KVS_OK) return st;
     if (!h->views)
         return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
-    if (h->wstate != WORKER_IDLE)
-        return kvs_set_error(h, KVS_ESTATE,
-                             "bind_meta: step %llu is still bound; call wait_save first",
-                             (unsigned long long)h->bound->step);
     char why[256];
     kvs_meta *m = NULL;
     if ((st = kvs_meta_decode(meta, len, &m, why, sizeof why)) != KVS_OK)
@@ -94,9 +118,10 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
             kvs_meta_free(m);
             return st;
         }
-        n_loads += m->reqs[i].n_loads;
+        if (!m->reqs[i].load_async) n_loads += m->reqs[i].n_loads;
         n_saves += m->reqs[i].n_saves;
     }
+    close_step(h); /* the metadata is good: the previous step, if still bound, ends here */
     h->loads = n_loads ? calloc(n_loads, sizeof *h->loads) : NULL;
     h->saves = n_saves ? calloc(n_saves, sizeof *h->saves) : NULL;
     if ((n_loads && !h->loads) || (n_saves && !h->saves)) {
@@ -109,13 +134,15 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     }
     for (uint64_t i = 0; i < m->n_reqs; i++) {
         const kvs_meta_req *r = &m->reqs[i];
-        for (uint64_t j = 0; j < r->n_loads; j++)
+        for (uint64_t j = 0; j < r->n_loads && !r->load_async; j++)
             h->loads[h->n_loads++] = (kvs_load_work){.req = r, .load = &r->loads[j], .tier = -1};
         for (uint64_t j = 0; j < r->n_saves; j++)
             h->saves[h->n_saves++] = (kvs_save_work){.req = r, .save = &r->saves[j]};
     }
+    kvs_async_land(h); /* between steps: async loads read by now land before this step binds */
     h->bound = m;
-    h->n_error_blocks = 0;
     h->wstate = WORKER_BOUND;
-    return KVS_OK;
+    for (uint64_t i = 0; i < m->n_reqs && st == KVS_OK; i++)
+        if (m->reqs[i].load_async && m->reqs[i].n_loads) st = kvs_async_submit(h, &m->reqs[i]);
+    return st;
 }

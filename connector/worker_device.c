@@ -13,6 +13,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "worker.h"
+#include "worker_async.h"
 
 /* The CUDA module lives beside libkvstrata.so; fall back to the loader's search path. */
 static void *open_cuda_module(char *why, size_t why_len) {
@@ -223,6 +224,7 @@ kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
 }
 
 void kvs_worker_close(kvs_handle *h) {
+    kvs_async_close(h); /* its pins and slabs go before the device and the pool */
     if (h->wstate != WORKER_IDLE && h->dev) {
         char why[512];
         h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab or a pin */

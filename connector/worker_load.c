@@ -28,17 +28,24 @@ static void add_error_block(kvs_handle *h, uint32_t block) {
     h->error_blocks[h->n_error_blocks++] = block;
 }
 
+/* A failed load's blocks go to the error list and its count to the stats (the caller's thread). */
+static void account_failure(kvs_handle *h, const kvs_load_work *w) {
+    h->stats.load_errors++;
+    uint64_t bt = h->model.block_tokens;
+    uint64_t end = w->load->first_token + w->load->n_tokens;
+    for (uint64_t b = w->load->first_token / bt; b <= (end - 1) / bt; b++)
+        add_error_block(h, w->req->block_ids[b]);
+}
+
+/* An async load's work runs on the loader thread, which touches no handle state: its failure is
+ * accounted when the main thread lands it. */
 static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
     char hex[33];
     kvs_key_hex(&w->load->key, hex);
     kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': load of chunk %s failed: %s",
             w->req->id, hex, why);
     w->failed = 1;
-    h->stats.load_errors++;
-    uint64_t bt = h->model.block_tokens;
-    uint64_t end = w->load->first_token + w->load->n_tokens;
-    for (uint64_t b = w->load->first_token / bt; b <= (end - 1) / bt; b++)
-        add_error_block(h, w->req->block_ids[b]);
+    if (!w->async) account_failure(h, w);
 }
 
 /* Check a chunk's header and keep its checksums: the payload is checked against these, never
@@ -97,7 +104,7 @@ static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
 }
 
-static void fetch_range(kvs_handle *h, kvs_load_work *w) {
+static void fetch_range(kvs_handle *h, kvs_load_work *w, int all_layers) {
     uint32_t tier = (uint32_t)w->tier;
     uint64_t head = kvs_object_payload_offset(h->model.n_layers);
     uint64_t got = 0, len = 0;
@@ -105,24 +112,27 @@ static void fetch_range(kvs_handle *h, kvs_load_work *w) {
         return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
     if (got != head) return fail_load(h, w, "the stored object is shorter than its header");
     accept_object(h, w, w->slab, len);
-    for (uint32_t l = 0; !h->dev_info.synchronous && l < h->model.n_layers && load_live(w); l++)
+    for (uint32_t l = 0; all_layers && l < h->model.n_layers && load_live(w); l++)
         if (kvs_meta_wants_layer(w->req, l)) fetch_layer(h, w, l);
 }
 
 /* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
  * tier over several devices submits the step's reads together), else one get per chunk. */
-static void fetch_objects(kvs_handle *h) {
+static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
+    kvs_load_work *ws_all = set->w;
+    uint64_t n_all = set->n;
     uint64_t cap = kvs_pool_slab_bytes(h->pool);
-    for (uint64_t i = 0; i < h->n_loads; i++)
-        if (h->loads[i].slab && !h->loads[i].failed && h->loads[i].ranged)
-            fetch_range(h, &h->loads[i]);
+    for (uint64_t i = 0; i < n_all; i++)
+        if (ws_all[i].slab && !ws_all[i].failed && ws_all[i].ranged)
+            fetch_range(h, &ws_all[i], all_layers);
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
         uint64_t n = 0;
-        for (uint64_t i = 0; i < h->n_loads; i++)
-            if (h->loads[i].slab && !h->loads[i].failed && !h->loads[i].ranged &&
-                h->loads[i].tier == (int)t)
+        for (uint64_t i = 0; i < n_all; i++)
+            if (ws_all[i].slab && !ws_all[i].failed && !ws_all[i].ranged &&
+                ws_all[i].tier == (int)t)
                 n++;
         if (n == 0) continue;
+        uint64_t t0 = kvs_now_ns();
         int many = kvs_tiers_can_get_many(h->tiers, t);
         kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
         void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
@@ -134,8 +144,8 @@ static void fetch_objects(kvs_handle *h) {
             many = 0; /* fall back to single gets */
         if (many) {
             uint64_t k = 0;
-            for (uint64_t i = 0; i < h->n_loads; i++) {
-                kvs_load_work *w = &h->loads[i];
+            for (uint64_t i = 0; i < n_all; i++) {
+                kvs_load_work *w = &ws_all[i];
                 if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 keys[k] = w->load->key;
                 dsts[k] = w->slab;
@@ -151,8 +161,8 @@ static void fetch_objects(kvs_handle *h) {
                     fail_load(h, ws[k2], kvs_tiers_last_error(h->tiers, t));
             }
         } else {
-            for (uint64_t i = 0; i < h->n_loads; i++) {
-                kvs_load_work *w = &h->loads[i];
+            for (uint64_t i = 0; i < n_all; i++) {
+                kvs_load_work *w = &ws_all[i];
                 if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
                 uint64_t len = 0;
                 if (kvs_tiers_get(h->tiers, t, &w->load->key, w->slab, cap, &len) != KVS_OK)
@@ -161,6 +171,7 @@ static void fetch_objects(kvs_handle *h) {
                     accept_object(h, w, w->slab, len);
             }
         }
+        if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
         free(keys);
         free(dsts);
         free(caps);
@@ -195,19 +206,28 @@ static void layer_mismatch(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     w->drop = 1;
 }
 
-static void device_failed_loads(kvs_handle *h, const char *what, const char *why) {
-    for (uint64_t i = 0; i < h->n_loads; i++)
-        if (load_live(&h->loads[i])) fail_load(h, &h->loads[i], why);
+static void device_failed_loads(kvs_handle *h, kvs_load_set *set, const char *what,
+                                const char *why) {
+    for (uint64_t i = 0; i < set->n; i++)
+        if (load_live(&set->w[i])) fail_load(h, &set->w[i], why);
     kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: %s: %s", h->dev_info.name, what, why);
 }
 
+/* Bytes one layer of w puts in the pages; they count for the tier that served it. */
+static void count_layer_bytes(kvs_handle *h, const kvs_load_work *w, uint64_t layers) {
+    uint64_t bytes = (uint64_t)w->load->n_tokens * h->layer_bytes * layers / h->chunk_tokens;
+    h->stats.bytes_loaded += bytes;
+    if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS) h->stats.tier_bytes_loaded[w->tier] += bytes;
+}
+
 /* Host device: one layer at a time, when the engine reaches it. A whole chunk is checksummed in
- * the same pass as its copy; a partial one is checked before its rows are copied. */
-static void load_layer_sync(kvs_handle *h, uint32_t layer) {
+ * the same pass as its copy; a partial one is checked before its rows are copied. The copy's time
+ * counts for the tiers its chunks came from, split by their share of the bytes. */
+static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
     uint64_t n = 0, nl = h->model.n_layers;
     kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
-    for (uint64_t i = 0; i < h->n_loads && n < h->cfg->max_chunks_per_step; i++) {
-        kvs_load_work *w = &h->loads[i];
+    for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++) {
+        kvs_load_work *w = &set->w[i];
         if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
             continue; /* the engine computes it */
         if (w->ranged) {
@@ -227,38 +247,43 @@ static void load_layer_sync(kvs_handle *h, uint32_t layer) {
         in_copy[n++] = w;
     }
     char why[512] = "";
+    uint64_t t0 = kvs_now_ns();
     if (h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
         for (uint64_t i = 0; i < n; i++) fail_load(h, in_copy[i], why);
         return;
     }
+    uint64_t spent = kvs_now_ns() - t0, tokens = 0;
+    for (uint64_t i = 0; i < n; i++) tokens += in_copy[i]->load->n_tokens;
     for (uint64_t i = 0; i < n; i++) {
         kvs_load_work *w = in_copy[i];
+        if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
+            h->stats.tier_load_ns[w->tier] += spent * w->load->n_tokens / tokens;
         if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
             layer_mismatch(h, w, layer);
         else
-            h->stats.bytes_loaded += (uint64_t)w->load->n_tokens * h->layer_bytes / h->chunk_tokens;
+            count_layer_bytes(h, w, 1);
     }
 }
 
 /* CUDA device: every layer is enqueued at once (events per layer let the engine wait on each), and
  * the hash pool checksums every layer payload on the host while the copies run. */
-static void load_all_async(kvs_handle *h) {
+static void load_all_async(kvs_handle *h, kvs_load_set *set) {
     uint64_t nl = h->model.n_layers, n_jobs = 0;
     for (uint32_t layer = 0; layer < h->n_views; layer++) {
         uint64_t n = 0;
-        for (uint64_t i = 0; i < h->n_loads; i++)
-            if (load_live(&h->loads[i]) && kvs_meta_wants_layer(h->loads[i].req, layer))
-                load_copy(h, &h->loads[i], layer, &h->copies[n++]);
+        for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++)
+            if (load_live(&set->w[i]) && kvs_meta_wants_layer(set->w[i].req, layer))
+                load_copy(h, &set->w[i], layer, &h->copies[n++]);
         char why[512] = "";
         if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
             char what[64];
             kvs_fmt(what, sizeof what, "load of layer %u", layer);
-            device_failed_loads(h, what, why);
+            device_failed_loads(h, set, what, why);
             break;
         }
     }
-    for (uint64_t i = 0; i < h->n_loads; i++) {
-        kvs_load_work *w = &h->loads[i];
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
         if (!load_live(w)) continue;
         for (uint32_t layer = 0; layer < nl; layer++)
             if (kvs_meta_wants_layer(w->req, layer))
@@ -266,14 +291,15 @@ static void load_all_async(kvs_handle *h) {
                                                         h->layer_bytes, &w->layer_hash[nl + layer]};
     }
     if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
-    h->loads_pending = 1;
 }
 
-static void finish_loads(kvs_handle *h) {
-    for (uint64_t i = 0; i < h->n_loads; i++) {
-        kvs_load_work *w = &h->loads[i];
+/* Unpin, drop corrupt objects, free the slabs; live loads count as loaded. */
+static void finish_loads(kvs_handle *h, kvs_load_set *set) {
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
         if (load_live(w)) {
             h->stats.chunks_loaded++;
+            h->stats.tokens_loaded += w->load->n_tokens;
             if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
                 h->stats.tier_chunks_loaded[w->tier]++;
         }
@@ -290,30 +316,41 @@ static void finish_loads(kvs_handle *h) {
         w->slab = NULL;
         w->object = NULL;
     }
+    for (uint32_t t = 0; t < KVS_STATS_MAX_TIERS; t++) {
+        h->stats.tier_load_ns[t] += set->tier_ns[t];
+        set->tier_ns[t] = 0;
+    }
 }
 
 /* CUDA device: wait for the copies and the checksums, turn mismatches into error blocks, unpin. */
-void kvs_worker_complete_async_loads(kvs_handle *h) {
-    if (!h->loads_pending) return;
-    h->loads_pending = 0;
+static void complete_set(kvs_handle *h, kvs_load_set *set) {
     char why[512] = "";
     kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
     kvs_hashpool_wait(h->hashpool);
-    if (st != KVS_OK) device_failed_loads(h, "loads", why);
+    if (st != KVS_OK) device_failed_loads(h, set, "loads", why);
     uint64_t nl = h->model.n_layers;
-    for (uint64_t i = 0; i < h->n_loads; i++) {
-        kvs_load_work *w = &h->loads[i];
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
         uint32_t wanted = 0;
         for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
             if (kvs_meta_wants_layer(w->req, layer)) {
                 wanted++;
                 if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
             }
-        if (load_live(w))
-            h->stats.bytes_loaded +=
-                (uint64_t)w->load->n_tokens * h->layer_bytes * wanted / h->chunk_tokens;
+        if (load_live(w)) count_layer_bytes(h, w, wanted);
     }
-    finish_loads(h);
+    finish_loads(h, set);
+}
+
+static kvs_load_set step_set(kvs_handle *h) {
+    return (kvs_load_set){.w = h->loads, .n = h->n_loads};
+}
+
+void kvs_worker_complete_async_loads(kvs_handle *h) {
+    if (!h->loads_pending) return;
+    h->loads_pending = 0;
+    kvs_load_set set = step_set(h);
+    complete_set(h, &set);
 }
 
 /* Host device: land layers [from, to] not landed yet (in any order the engine asks for them; the
@@ -322,13 +359,65 @@ void kvs_worker_complete_async_loads(kvs_handle *h) {
 void kvs_worker_load_layers(kvs_handle *h, uint32_t from, uint32_t to) {
     if (!h->dev_info.synchronous) return; /* enqueued by start_load */
     uint64_t t0 = kvs_now_ns();
+    kvs_load_set set = step_set(h);
     for (uint32_t l = from; l <= to && l < h->n_views; l++) {
         if (h->layer_loaded[l]) continue;
-        load_layer_sync(h, l);
+        load_layer_sync(h, &set, l);
         h->layer_loaded[l] = 1;
-        if (++h->layers_loaded == h->n_views) finish_loads(h);
+        if (++h->layers_loaded == h->n_views) finish_loads(h, &set);
     }
     h->stats.load_ns += kvs_now_ns() - t0;
+}
+
+void kvs_worker_land_step_loads(kvs_handle *h) {
+    if (h->wstate == WORKER_BOUND) { /* start_load never ran: nothing reached the pages */
+        for (uint64_t i = 0; i < h->n_loads; i++)
+            fail_load(h, &h->loads[i], "the step ended before start_load");
+        return;
+    }
+    if (h->wstate != WORKER_LOADING) return;
+    kvs_worker_load_layers(h, 0, h->n_views - 1);
+    kvs_worker_complete_async_loads(h);
+}
+
+void kvs_loads_open(kvs_handle *h, kvs_load_set *set) {
+    for (uint64_t i = 0; i < set->n; i++) {
+        if (i < h->cfg->max_chunks_per_step)
+            open_load(h, &set->w[i]);
+        else
+            fail_load(h, &set->w[i],
+                      "the request loads more chunks than device.max_chunks_per_step");
+    }
+    fetch_objects(h, set, 1);
+}
+
+void kvs_loads_land(kvs_handle *h, kvs_load_set *set) {
+    uint64_t t0 = kvs_now_ns();
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
+        if (w->async && w->failed) account_failure(h, w);
+        w->async = 0; /* from here on, on this thread: failures are accounted at once */
+    }
+    if (h->dev_info.synchronous) {
+        for (uint32_t l = 0; l < h->n_views; l++) load_layer_sync(h, set, l);
+        finish_loads(h, set);
+    } else {
+        load_all_async(h, set);
+        complete_set(h, set);
+    }
+    h->stats.load_ns += kvs_now_ns() - t0;
+}
+
+void kvs_loads_release(kvs_handle *h, kvs_load_set *set) {
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
+        if (w->pinned) kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
+        if (w->slab) kvs_pool_free(h->pool, w->slab);
+        free(w->layer_hash);
+        w->pinned = 0;
+        w->slab = NULL;
+        w->layer_hash = NULL;
+    }
 }
 
 kvs_status kvs_worker_start_load(kvs_handle *h) {
@@ -347,11 +436,16 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
             fail_load(h, &h->loads[i],
                       "the step loads more chunks than device.max_chunks_per_step");
     }
-    fetch_objects(h);
+    kvs_load_set set = step_set(h);
+    fetch_objects(h, &set, !h->dev_info.synchronous);
+    for (uint32_t t = 0; t < KVS_STATS_MAX_TIERS; t++) h->stats.tier_load_ns[t] += set.tier_ns[t];
     h->wstate = WORKER_LOADING;
     h->layers_loaded = 0;
     memset(h->layer_loaded, 0, h->n_views);
-    if (!h->dev_info.synchronous) load_all_async(h);
+    if (!h->dev_info.synchronous) {
+        load_all_async(h, &set);
+        h->loads_pending = 1;
+    }
     h->stats.load_ns += kvs_now_ns() - t0;
     return KVS_OK;
 }
@@ -380,11 +474,14 @@ kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, u
     if (st != KVS_OK) return st;
     if (!n || (cap && !out))
         return kvs_set_error(h, KVS_EINVAL, "load_error_blocks: out or n is NULL");
+    /* A step with no forward pass: its loads land now, so the list is complete. */
+    if (h->wstate == WORKER_LOADING) kvs_worker_land_step_loads(h);
     *n = h->n_error_blocks;
     if (cap < h->n_error_blocks)
         return kvs_set_error(h, KVS_EOVERFLOW,
                              "load_error_blocks: %llu blocks failed, buffer holds %llu",
                              (unsigned long long)h->n_error_blocks, (unsigned long long)cap);
     if (h->n_error_blocks) memcpy(out, h->error_blocks, h->n_error_blocks * sizeof *out);
+    h->error_blocks_taken = h->n_error_blocks;
     return KVS_OK;
 }

@@ -75,7 +75,11 @@ START_TEST(hooks_out_of_order_are_refused) {
     ck_assert_int_eq(api->build_meta(r.h, NULL, 0, meta, sizeof meta, &len), KVS_OK);
     ck_assert_int_eq(api->wait_layer_load(r.h, 0), KVS_ESTATE);
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
-    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_ESTATE);
+    /* ABI 1.5: binding again closes the step that ran no forward pass (vLLM's order) */
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.steps_closed, 1);
     ck_assert_int_eq(api->wait_layer_load(r.h, 0), KVS_ESTATE);
     ck_assert_int_eq(api->start_load(r.h), KVS_OK);
     ck_assert_int_eq(api->start_load(r.h), KVS_ESTATE);

@@ -1,0 +1,26 @@
+/* worker_async.h - loads that run between steps (lookup answered load_async): bind_meta hands each such
+ * request to a loader thread, which pins and reads its chunks while the engine keeps stepping; the
+ * worker's thread lands them in the pages when the device is idle, and get_finished reports the
+ * request in its receiving list. Calls on one handle are not thread-safe (the loader thread is the
+ * module's own business). */
+#ifndef KVS_WORKER_ASYNC_H
+#define KVS_WORKER_ASYNC_H
+
+#include <stdint.h>
+
+#include "abi/kvstrata.h"
+#include "meta.h"
+
+/* Queue r's loads (copied). Every tier thread-safe: a loader thread reads them; else they are read
+ * here, on the caller's thread. */
+kvs_status kvs_async_submit(kvs_handle *h, const kvs_meta_req *r);
+/* Land every request whose chunks are read, if the device may copy now (idle, or synchronous). */
+void kvs_async_land(kvs_handle *h);
+/* The get_finished hook. */
+kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sending_cap,
+                                   uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
+                                   uint64_t *n_receiving);
+/* Stop the loader thread and drop every request not reported yet (close). */
+void kvs_async_close(kvs_handle *h);
+
+#endif
