@@ -136,35 +136,37 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_int_gt(refused, 1500);
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
     const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
-                  huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
-                  huge_bin[] = {0x95, 0x04, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+                  huge_map[] = {0x96, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+                  huge_bin[] = {0x96, 0x05, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_map, sizeof huge_map)), KVS_EINVAL);
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_bin, sizeof huge_bin)), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(api->last_error(r.h),
-                                 "the fingerprint of 4294967040 bytes is over the limit of 16"));
+    ck_assert_ptr_nonnull(strstr(
+        api->last_error(r.h), "the group fingerprint of 4294967040 bytes is over the limit of 16"));
     /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
-    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0,    0,    0,   0, 0,
-                                 0,    0,    0,    0,    0,    0,    0,    0,   0, 0,
-                                 0,    0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
+    const uint8_t huge_reqs[] = {0x96, 0x05, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
+                                 0,    0,    0,    0,    0,    0,    0,    0,    0,   0,
+                                 0,    0x01, 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(
         strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
-    /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
-     * one of the right size is taken, one naming a layer past the model's two or of another size is not. */
-    ck_assert(len > 2 && meta[len - 2] == 0xc4 && meta[len - 1] == 0x00);
-    const uint8_t masks[][4] = {{0xc4, 0x01, 0x01}, {0xc4, 0x01, 0x07}, {0xc4, 0x02, 0x03, 0x00}};
-    const uint64_t mask_len[] = {3, 3, 4};
+    /* The request's layer mask (metadata v3) is the field before its last (load_async, v5), here an
+     * empty bin (every layer): one of the right size is taken, one naming a layer past the model's two
+     * or of another size is not. */
+    ck_assert(len > 3 && meta[len - 3] == 0xc4 && meta[len - 2] == 0x00 && meta[len - 1] == 0x00);
+    const uint8_t masks[][5] = {
+        {0xc4, 0x01, 0x01, 0x00}, {0xc4, 0x01, 0x07, 0x00}, {0xc4, 0x02, 0x03, 0x00, 0x00}};
+    const uint64_t mask_len[] = {4, 4, 5};
     for (int k = 0; k < 3; k++) {
-        memcpy(bad, meta, len - 2);
-        memcpy(bad + len - 2, masks[k], mask_len[k]);
-        reseal(bad, len - 2 + mask_len[k]);
-        kvs_status st = api->bind_meta(r.h, bad, len - 2 + mask_len[k]);
+        memcpy(bad, meta, len - 3);
+        memcpy(bad + len - 3, masks[k], mask_len[k]);
+        reseal(bad, len - 3 + mask_len[k]);
+        kvs_status st = api->bind_meta(r.h, bad, len - 3 + mask_len[k]);
         if (k == 0) {
             ck_assert_int_eq(st, KVS_OK);
             ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
