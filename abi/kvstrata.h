@@ -83,8 +83,8 @@ typedef struct kvs_model_desc {
     uint32_t head_dim;     /* elements per head (MLA: latent width, e.g. 576) */
     uint32_t block_tokens; /* engine page size in tokens (vLLM default 16) */
     uint32_t is_mla;       /* 1: one latent tensor per layer, no V; keys are rank-agnostic */
-    uint32_t tp_rank;      /* tensor-parallel rank and size; ignored for MLA. Keys carry the rank. */
-    uint32_t tp_size;      /* (1.5) the scheduler-side hooks (lookup, build_meta) work for every rank:
+    uint32_t tp_rank; /* tensor-parallel rank and size; ignored for MLA. Keys carry the rank. */
+    uint32_t tp_size; /* (1.5) the scheduler-side hooks (lookup, build_meta) work for every rank:
                             * a chunk is a hit only when every rank's shard of it is stored, and the
                             * metadata carries each rank's keys, so any rank's worker binds it */
     const char *salt; /* optional extra fingerprint input (LoRA id, ...); NULL for none */
@@ -137,7 +137,7 @@ typedef struct kvs_lookup_result {
     uint64_t
         n_hit_tokens;    /* tokens loadable beyond n_computed; a full-prompt hit reports one less */
     uint8_t unknown_yet; /* 1: cannot tell without blocking; ask again next step (vLLM's None) */
-    uint8_t load_async; /* 1: load between steps (request waits for remote KV); 0: in the forward.
+    uint8_t load_async;  /* 1: load between steps (request waits for remote KV); 0: in the forward.
                          * (1.5) set per the config's `loads.async` (never, always, or for hits on a
                          * tier slower than `loads.async_below`). The engine then does not schedule
                          * the request until a worker's get_finished lists it in `receiving`: its KV

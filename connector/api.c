@@ -83,6 +83,11 @@ static kvs_status check_params(const kvs_open_params *in, kvs_open_params *p, kv
         : m->tp_size == 0 || m->tp_rank >= m->tp_size ? "tp_rank must be below tp_size >= 1"
                                                       : NULL;
     if (bad) return kvs_fmt(err, err_len, "open: model: %s", bad), KVS_EINVAL;
+    if (!m->is_mla && m->tp_size > KVS_KEYS_MAX_RANKS)
+        return kvs_fmt(err, err_len,
+                       "open: model: tp_size %u is over the %u ranks with keys of their own",
+                       m->tp_size, KVS_KEYS_MAX_RANKS),
+               KVS_EINVAL;
     return KVS_OK;
 }
 
@@ -93,6 +98,18 @@ static kvs_status copy_model(kvs_handle *h, const kvs_model_desc *m) {
     if (!h->model_id || (m->salt && !h->salt)) return KVS_ENOMEM;
     h->model.model_id = h->model_id;
     h->model.salt = h->salt;
+    return KVS_OK;
+}
+
+/* Every key rank's fingerprint: the scheduler side answers for all of them. */
+static kvs_status setup_keys(kvs_handle *h) {
+    h->key_ranks = kvs_keys_n_ranks(&h->model);
+    h->key_rank = kvs_keys_own_rank(&h->model);
+    if (!(h->rank_fingerprints = calloc(h->key_ranks, sizeof *h->rank_fingerprints)))
+        return KVS_ENOMEM;
+    kvs_keys_rank_fingerprints(&h->model, h->chunk_tokens, h->rank_fingerprints);
+    h->fingerprint = h->rank_fingerprints[h->key_rank];
+    h->group_fingerprint = h->rank_fingerprints[0];
     return KVS_OK;
 }
 
@@ -113,7 +130,7 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
                               .has_v = !h->model.is_mla};
     h->layer_bytes = kvs_kernel_layer_bytes(&h->shape, h->chunk_tokens);
     h->object_bytes = kvs_object_bytes(h->model.n_layers, h->layer_bytes);
-    kvs_keys_fingerprint(&h->model, h->chunk_tokens, &h->fingerprint);
+    if ((st = setup_keys(h)) != KVS_OK) return kvs_fmt(err, err_len, "open: out of memory"), st;
     if (h->role & KVS_ROLE_WORKER) {
         if ((st = kvs_pool_create(h->cfg->staging_bytes, h->object_bytes, &h->pool, err,
                                   err_len)) != KVS_OK)
@@ -164,6 +181,7 @@ static void api_close(kvs_handle *h) {
     kvs_tiers_close(h->tiers);
     kvs_pool_destroy(h->pool);
     free(h->error_blocks);
+    free(h->rank_fingerprints);
     free(h->model_id);
     free(h->salt);
     kvs_config_free(h->cfg);

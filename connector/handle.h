@@ -32,7 +32,7 @@ typedef struct kvs_request {
     int32_t *tokens;
     uint64_t n_tokens;
     uint64_t prompt_tokens; /* tokens known at the first sighting: saved unless save_decode */
-    kvs_key *keys;          /* keys of full chunks of tokens[0..n_tokens) */
+    kvs_key *keys;          /* full chunks' keys: key_ranks per chunk, chunk-major */
     uint64_t n_keys;
     uint64_t n_local;    /* n_computed at lookup: tokens the engine had itself */
     uint64_t hit_tokens; /* chunk-aligned end of the stored prefix at lookup */
@@ -42,7 +42,7 @@ typedef struct kvs_request {
     uint64_t saved_upto; /* tokens, chunk aligned, stored or already scheduled for saving */
     uint64_t step_end;   /* n_computed + n_scheduled of the last step: the engine rolled back if
                              * a later step starts below it (load error, preemption) */
-    kvs_pin *pins;       /* the lease */
+    kvs_pin *pins;       /* the lease: key_ranks pins per chunk, chunk-major */
     uint64_t n_pins;
     int lease_counted; /* the pins count in stats.leases_active */
     uint64_t lease_deadline_ns;
@@ -97,7 +97,12 @@ struct kvs_handle {
     kvs_model_desc model;
     char *model_id;
     char *salt;
-    kvs_key fingerprint;
+    kvs_key fingerprint; /* this rank's: objects carry and check it */
+    /* tensor-parallel keys (1.5): the scheduler side answers for every rank's keys */
+    uint32_t key_ranks; /* 1 for MLA or tp_size 1, else tp_size */
+    uint32_t key_rank;  /* this handle's own among them (its worker binds that rank's keys) */
+    kvs_key *rank_fingerprints; /* [key_ranks]: rank r's; [key_rank] is `fingerprint` */
+    kvs_key group_fingerprint;  /* rank 0's: model, layout, chunk size and tp_size in one */
     uint32_t chunk_tokens;
     kvs_kv_shape shape;
     uint64_t layer_bytes;  /* one layer of one chunk */

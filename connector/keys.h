@@ -8,12 +8,30 @@
 #include "abi/kvstrata_backend.h"
 #include "common/key.h" /* kvs_key_hex */
 
+/* The most tensor-parallel ranks with keys of their own a handle answers for (tp_size above it is
+ * refused at open). */
+#define KVS_KEYS_MAX_RANKS 1024u
+
 /* The fingerprint: model id, dtype, shape, block and chunk size, TP rank/size (or rank-agnostic for
  * MLA) and the salt, hashed. */
 void kvs_keys_fingerprint(const kvs_model_desc *model, uint32_t chunk_tokens, kvs_key *out);
 
+/* Key ranks of a model: 1 when its keys are rank-agnostic (MLA) or it has one rank, else tp_size. */
+uint32_t kvs_keys_n_ranks(const kvs_model_desc *model);
+/* The model's own rank among them: 0 with one key rank, else tp_rank. */
+uint32_t kvs_keys_own_rank(const kvs_model_desc *model);
+/* Every key rank's fingerprint into out[kvs_keys_n_ranks(model)]: out[r] is the model's with
+ * tp_rank r, so out[own rank] is kvs_keys_fingerprint's. out[0] also names the group (model, layout,
+ * chunk size and tp_size): workers compare it with the scheduler's. */
+void kvs_keys_rank_fingerprints(const kvs_model_desc *model, uint32_t chunk_tokens, kvs_key *out);
+
 /* Keys of the first n_chunks full chunks of tokens (n_tokens >= n_chunks * chunk_tokens). */
 void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t n_chunks,
                     uint32_t chunk_tokens, kvs_key *out);
+/* n_ranks chains over the same tokens, chunk-major: out[c * n_ranks + r] is rank r's key of chunk c,
+ * chained from prev[r] (rank r's fingerprint, or its key of the chunk before the first). prev may
+ * point into out, just before the first chunk written. */
+void kvs_keys_chains(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
+                     uint64_t n_chunks, uint32_t chunk_tokens, kvs_key *out);
 
 #endif

@@ -7,19 +7,26 @@
 
 #include "common/log.h"
 #include "common/mp_reader.h"
+#include "keys.h"
 
 /* Blob: "KVSM", XXH3-64 of the rest (8 bytes, big-endian), then msgpack:
- * [version, step, fingerprint bin16, chunk_tokens, [req...]]
- * req: [id str, [block ids], [[key bin16, chunk_first, first_token, n_tokens]...],
- *       [[key bin16, chunk_first]...], layer mask bin (empty: every layer)] */
+ * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...]]
+ * req: [id str, [block ids], [[keys bin16*R, chunk_first, first_token, n_tokens]...],
+ *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1]
+ * keys: the chunk's key of every key rank, rank 0 first. */
 
 static void pack_key(msgpack_packer *pk, const kvs_key *key) {
     msgpack_pack_bin(pk, sizeof key->bytes);
     msgpack_pack_bin_body(pk, key->bytes, sizeof key->bytes);
 }
 
-static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
-    msgpack_pack_array(pk, 5);
+static void pack_keys(msgpack_packer *pk, const kvs_key *keys, uint32_t n_ranks) {
+    msgpack_pack_bin(pk, (size_t)n_ranks * sizeof keys->bytes);
+    msgpack_pack_bin_body(pk, keys, (size_t)n_ranks * sizeof keys->bytes);
+}
+
+static void pack_req(msgpack_packer *pk, const kvs_meta_req *r, uint32_t n_ranks) {
+    msgpack_pack_array(pk, 6);
     size_t idlen = strnlen(r->id, KVS_REQ_ID_MAX - 1);
     msgpack_pack_str(pk, idlen);
     msgpack_pack_str_body(pk, r->id, idlen);
@@ -29,7 +36,7 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
     for (uint64_t i = 0; i < r->n_loads; i++) {
         const kvs_meta_load *l = &r->loads[i];
         msgpack_pack_array(pk, 4);
-        pack_key(pk, &l->key);
+        pack_keys(pk, l->keys ? l->keys : &l->key, n_ranks);
         msgpack_pack_uint64(pk, l->chunk_first);
         msgpack_pack_uint64(pk, l->first_token);
         msgpack_pack_uint32(pk, l->n_tokens);
@@ -37,27 +44,44 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r) {
     msgpack_pack_array(pk, (size_t)r->n_saves);
     for (uint64_t i = 0; i < r->n_saves; i++) {
         msgpack_pack_array(pk, 2);
-        pack_key(pk, &r->saves[i].key);
+        pack_keys(pk, r->saves[i].keys ? r->saves[i].keys : &r->saves[i].key, n_ranks);
         msgpack_pack_uint64(pk, r->saves[i].chunk_first);
     }
     msgpack_pack_bin(pk, r->layers ? r->n_layer_bytes : 0);
     if (r->layers && r->n_layer_bytes) msgpack_pack_bin_body(pk, r->layers, r->n_layer_bytes);
+    msgpack_pack_uint8(pk, r->load_async ? 1 : 0);
+}
+
+/* Every load and save has its R keys (a lone `key` serves one rank only). */
+static int keys_complete(const kvs_meta *meta) {
+    if (meta->key_ranks == 0 || meta->key_ranks > KVS_KEYS_MAX_RANKS) return 0;
+    if (meta->key_ranks == 1) return 1;
+    for (uint64_t i = 0; i < meta->n_reqs; i++) {
+        const kvs_meta_req *r = &meta->reqs[i];
+        for (uint64_t j = 0; j < r->n_loads; j++)
+            if (!r->loads[j].keys) return 0;
+        for (uint64_t j = 0; j < r->n_saves; j++)
+            if (!r->saves[j].keys) return 0;
+    }
+    return 1;
 }
 
 kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
+    if (!keys_complete(meta)) return KVS_EINVAL;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     static const char header[KVS_META_HEADER_BYTES] = KVS_META_MAGIC; /* checksum filled in below */
     msgpack_sbuffer_write(&sb, header, sizeof header);
-    msgpack_pack_array(&pk, 5);
+    msgpack_pack_array(&pk, 6);
     msgpack_pack_uint32(&pk, KVS_META_VERSION);
     msgpack_pack_uint64(&pk, meta->step);
-    pack_key(&pk, &meta->fingerprint);
+    pack_key(&pk, &meta->group_fingerprint);
+    msgpack_pack_uint32(&pk, meta->key_ranks);
     msgpack_pack_uint32(&pk, meta->chunk_tokens);
     msgpack_pack_array(&pk, (size_t)meta->n_reqs);
-    for (uint64_t i = 0; i < meta->n_reqs; i++) pack_req(&pk, &meta->reqs[i]);
+    for (uint64_t i = 0; i < meta->n_reqs; i++) pack_req(&pk, &meta->reqs[i], meta->key_ranks);
     if (!sb.data || sb.size < KVS_META_HEADER_BYTES) {
         msgpack_sbuffer_destroy(&sb);
         return KVS_ENOMEM;
@@ -81,6 +105,26 @@ static int read_key(kvs_mp_reader *rd, kvs_key *out, const char *what) {
     return 0;
 }
 
+/* What the decoder needs of the root to read a request: the keys it keeps are rank `rank`'s of
+ * `ranks`. */
+typedef struct decode_ctx {
+    uint32_t chunk_tokens;
+    uint32_t ranks;
+    uint32_t rank;
+} decode_ctx;
+
+/* A chunk's keys (ranks of them, one bin); keeps the decoding rank's. */
+static int read_rank_key(kvs_mp_reader *rd, const decode_ctx *dc, kvs_key *out, const char *what) {
+    const uint8_t *p;
+    uint32_t n, want = dc->ranks * (uint32_t)sizeof out->bytes;
+    if (kvs_mp_read_bytes(rd, 0, want, &p, &n, what) != 0) return -1;
+    if (n != want)
+        return kvs_mp_refuse(rd, KVS_MP_VALUE, "%s are %u bytes, %u expected (16 per key rank)",
+                             what, n, want);
+    memcpy(out->bytes, p + (size_t)dc->rank * sizeof out->bytes, sizeof out->bytes);
+    return 0;
+}
+
 /* calloc of n elements; n was bounded by the blob's bytes (kvs_mp_read_array). */
 static void *alloc_n(kvs_mp_reader *rd, uint64_t n, size_t size) {
     void *p = n ? calloc(n, size) : NULL;
@@ -89,7 +133,8 @@ static void *alloc_n(kvs_mp_reader *rd, uint64_t n, size_t size) {
     return p;
 }
 
-static int decode_loads(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens) {
+static int decode_loads(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) {
+    uint32_t chunk_tokens = dc->chunk_tokens;
     uint32_t n;
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "a load list") != 0) return -1;
     if (n && !(r->loads = alloc_n(rd, n, sizeof *r->loads))) return -1;
@@ -99,7 +144,7 @@ static int decode_loads(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_token
         uint32_t fields;
         uint64_t count = 0;
         if (kvs_mp_read_array(rd, 4, 4, &fields, "a load entry") != 0 ||
-            read_key(rd, &l->key, "a load key") != 0 ||
+            read_rank_key(rd, dc, &l->key, "a load's keys") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &l->chunk_first, "a load's chunk_first") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &l->first_token, "a load's first_token") != 0 ||
             kvs_mp_read_uint(rd, chunk_tokens, &count, "a load's n_tokens") != 0)
@@ -112,7 +157,7 @@ static int decode_loads(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_token
     return 0;
 }
 
-static int decode_saves(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens) {
+static int decode_saves(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) {
     uint32_t n;
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "a save list") != 0) return -1;
     if (n && !(r->saves = alloc_n(rd, n, sizeof *r->saves))) return -1;
@@ -121,19 +166,20 @@ static int decode_saves(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_token
         kvs_meta_save *sv = &r->saves[i];
         uint32_t fields;
         if (kvs_mp_read_array(rd, 2, 2, &fields, "a save entry") != 0 ||
-            read_key(rd, &sv->key, "a save key") != 0 ||
+            read_rank_key(rd, dc, &sv->key, "a save's keys") != 0 ||
             kvs_mp_read_uint(rd, UINT64_MAX / 2, &sv->chunk_first, "a save's chunk_first") != 0)
             return -1;
-        if (sv->chunk_first % chunk_tokens)
+        if (sv->chunk_first % dc->chunk_tokens)
             return kvs_mp_refuse(rd, KVS_MP_VALUE, "a save does not start on a chunk boundary");
     }
     return 0;
 }
 
-static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens) {
+static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) {
     uint32_t fields, n;
     const uint8_t *p;
-    if (kvs_mp_read_array(rd, 5, 5, &fields, "a request") != 0 ||
+    uint64_t async;
+    if (kvs_mp_read_array(rd, 6, 6, &fields, "a request") != 0 ||
         kvs_mp_read_bytes(rd, 1, KVS_REQ_ID_MAX - 1, &p, &n, "a request id") != 0)
         return -1;
     if (n == 0 || memchr(p, 0, n))
@@ -148,7 +194,7 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens)
         if (kvs_mp_read_uint(rd, UINT32_MAX, &v, "a block id") != 0) return -1;
         r->block_ids[i] = (uint32_t)v;
     }
-    if (decode_loads(rd, r, chunk_tokens) != 0 || decode_saves(rd, r, chunk_tokens) != 0) return -1;
+    if (decode_loads(rd, r, dc) != 0 || decode_saves(rd, r, dc) != 0) return -1;
     /* the layer mask: its size against the model is checked by the worker */
     if (kvs_mp_read_bytes(rd, 0, KVS_META_MAX_LAYER_BYTES, &p, &n, "a request's layer mask") != 0)
         return -1;
@@ -157,13 +203,15 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, uint32_t chunk_tokens)
         if (!(r->layers = alloc_n(rd, n, 1))) return -1;
         memcpy(r->layers, p, n);
     }
+    if (kvs_mp_read_uint(rd, 1, &async, "a request's load_async") != 0) return -1;
+    r->load_async = (uint8_t)async;
     return 0;
 }
 
-static int decode_root(kvs_mp_reader *rd, kvs_meta *m) {
+static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     uint32_t fields, n;
-    uint64_t version, chunk;
-    if (kvs_mp_read_array(rd, 5, 5, &fields, "the root") != 0 ||
+    uint64_t version, chunk, ranks;
+    if (kvs_mp_read_array(rd, 6, 6, &fields, "the root") != 0 ||
         kvs_mp_read_uint(rd, UINT32_MAX, &version, "the version") != 0)
         return -1;
     if (version != KVS_META_VERSION)
@@ -172,16 +220,25 @@ static int decode_root(kvs_mp_reader *rd, kvs_meta *m) {
                              "scheduler of different builds?)",
                              (unsigned long long)version, KVS_META_VERSION);
     if (kvs_mp_read_uint(rd, UINT64_MAX, &m->step, "the step") != 0 ||
-        read_key(rd, &m->fingerprint, "the fingerprint") != 0 ||
-        kvs_mp_read_uint(rd, 1u << 20, &chunk, "chunk_tokens") != 0)
+        read_key(rd, &m->group_fingerprint, "the group fingerprint") != 0 ||
+        kvs_mp_read_uint(rd, KVS_KEYS_MAX_RANKS, &ranks, "key_ranks") != 0)
         return -1;
+    if (ranks == 0) return kvs_mp_refuse(rd, KVS_MP_VALUE, "key_ranks is zero");
+    if (rank >= ranks)
+        return kvs_mp_refuse(rd, KVS_MP_VALUE,
+                             "it carries the keys of %llu tensor-parallel rank%s, none for this "
+                             "worker's rank %u (built for another tensor-parallel size)",
+                             (unsigned long long)ranks, ranks == 1 ? "" : "s", rank);
+    m->key_ranks = (uint32_t)ranks;
+    if (kvs_mp_read_uint(rd, 1u << 20, &chunk, "chunk_tokens") != 0) return -1;
     if (chunk == 0) return kvs_mp_refuse(rd, KVS_MP_VALUE, "chunk_tokens is zero");
     m->chunk_tokens = (uint32_t)chunk;
+    decode_ctx dc = {m->chunk_tokens, m->key_ranks, rank};
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "the request list") != 0) return -1;
     if (n && !(m->reqs = alloc_n(rd, n, sizeof *m->reqs))) return -1;
     m->n_reqs = n;
     for (uint64_t i = 0; i < n; i++)
-        if (decode_req(rd, &m->reqs[i], m->chunk_tokens) != 0) return -1;
+        if (decode_req(rd, &m->reqs[i], &dc) != 0) return -1;
     return kvs_mp_read_end(rd);
 }
 
@@ -191,7 +248,7 @@ static uint64_t load_be64(const uint8_t *p) {
     return v;
 }
 
-kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err,
+kvs_status kvs_meta_decode(const void *buf, uint64_t len, uint32_t rank, kvs_meta **out, char *err,
                            uint64_t err_len) {
     *out = NULL;
     const uint8_t *b = buf;
@@ -221,7 +278,7 @@ kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *
     kvs_mp_reader rd;
     kvs_mp_reader_init(&rd, b + KVS_META_HEADER_BYTES, len - KVS_META_HEADER_BYTES, "step metadata",
                        err, (size_t)err_len);
-    if (decode_root(&rd, m) != 0) {
+    if (decode_root(&rd, m, rank) != 0) {
         kvs_meta_free(m);
         return KVS_EINVAL;
     }

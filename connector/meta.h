@@ -9,25 +9,31 @@
 #include "abi/kvstrata_backend.h"
 
 #define KVS_META_VERSION \
-    4 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
-                            * 4: the blob starts with a magic and a checksum of the rest */
+    5 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+                            * 4: the blob starts with a magic and a checksum of the rest;
+                            * 5: every rank's keys, the group fingerprint, load_async */
 #define KVS_META_MAGIC        "KVSM"
 #define KVS_META_HEADER_BYTES 12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
 #define KVS_REQ_ID_MAX        256
 
 /* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first (the layers
- * its request's layer mask names). */
+ * its request's layer mask names). A load and a save carry the chunk's key of every key rank (TP
+ * rank): `keys`, key_ranks of them in rank order, is what encode writes (NULL: `key`, with one key
+ * rank; the pointer is the builder's, valid until encode returns); decode sets `key` to the decoding
+ * worker's rank's and `keys` to NULL. The builder sets `key` to rank 0's, which tells chunks apart. */
 typedef struct kvs_meta_load {
     kvs_key key;
     uint64_t chunk_first;
     uint64_t first_token;
     uint32_t n_tokens;
+    const kvs_key *keys;
 } kvs_meta_load;
 
-/* Save the whole chunk starting at chunk_first. */
+/* Save the whole chunk starting at chunk_first (keys as a load's). */
 typedef struct kvs_meta_save {
     kvs_key key;
     uint64_t chunk_first;
+    const kvs_key *keys;
 } kvs_meta_save;
 
 typedef struct kvs_meta_req {
@@ -55,19 +61,22 @@ static inline int kvs_meta_wants_layer(const kvs_meta_req *r, uint32_t layer) {
 
 typedef struct kvs_meta {
     uint64_t step;
-    kvs_key fingerprint;
+    kvs_key group_fingerprint; /* the model, layout, chunk size and tp_size the keys are for */
+    uint32_t key_ranks;        /* keys per load and save: 1 (MLA, tp_size 1) or tp_size */
     uint32_t chunk_tokens;
     kvs_meta_req *reqs;
     uint64_t n_reqs;
 } kvs_meta;
 
-/* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). */
+/* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). KVS_EINVAL when
+ * key_ranks is 0 or over KVS_KEYS_MAX_RANKS (keys.h), or above 1 with a load or save without `keys`. */
 kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len);
 /* Verify the checksum (KVS_ECORRUPT on a mismatch) and parse with the strict reader (KVS_EINVAL and a
  * sentence on anything malformed; every count is checked against the bytes left before anything is
  * allocated for it, so memory stays proportional to the blob's length); *out is freed with
- * kvs_meta_free. */
-kvs_status kvs_meta_decode(const void *buf, uint64_t len, kvs_meta **out, char *err,
+ * kvs_meta_free. Each load's and save's `key` is key rank `rank`'s: a blob with fewer key ranks is
+ * refused (built for another tensor-parallel size). */
+kvs_status kvs_meta_decode(const void *buf, uint64_t len, uint32_t rank, kvs_meta **out, char *err,
                            uint64_t err_len);
 void kvs_meta_free(kvs_meta *meta);
 /* Free the arrays of one request (used by the builder too). */

@@ -109,6 +109,20 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
     return r;
 }
 
+/* A request's keys are key_ranks per chunk, chunk-major (one chain per TP rank with keys of its own,
+ * handle.h): the keys of chunk c, rank 0 first. Pins are laid out the same way. */
+static kvs_key *chunk_keys(const kvs_handle *h, kvs_key *keys, uint64_t c) {
+    return keys + c * h->key_ranks;
+}
+
+/* The tier a chunk loads from, given its pins: the lowest (slowest) of its ranks' shards. */
+static uint32_t chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
+    uint32_t t = pins[0].tier;
+    for (uint32_t q = 1; q < h->key_ranks; q++)
+        if (pins[q].tier > t) t = pins[q].tier;
+    return t;
+}
+
 /* Unpin r's pins from index `from` on and keep only those before it. */
 static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
     for (uint64_t i = from; i < r->n_pins; i++)
@@ -163,7 +177,8 @@ static uint64_t lease_now_ns(const kvs_handle *h) {
 static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
     if (!r->n_pins || now <= r->lease_deadline_ns) return;
     kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired%s", r->id,
-            (unsigned long long)r->n_pins, r->load_pending ? " (its load stays armed)" : "");
+            (unsigned long long)(r->n_pins / h->key_ranks),
+            r->load_pending ? " (its load stays armed)" : "");
     release_lease(h, r);
     h->stats.leases_expired++;
 }
@@ -205,7 +220,8 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
                          uint64_t n_tokens, uint64_t n_chunks, int *oom) {
     *oom = 0;
     if (n_chunks == 0) return NULL;
-    kvs_key *keys = malloc(n_chunks * sizeof *keys);
+    uint32_t ranks = h->key_ranks;
+    kvs_key *keys = malloc(n_chunks * ranks * sizeof *keys);
     if (!keys) {
         *oom = 1;
         return NULL;
@@ -217,12 +233,12 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
             reuse = same / h->chunk_tokens;
             if (reuse > r->n_keys) reuse = r->n_keys;
             if (reuse > n_chunks) reuse = n_chunks;
-            memcpy(keys, r->keys, reuse * sizeof *keys);
+            memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
         }
     }
-    const kvs_key *prev = reuse ? &keys[reuse - 1] : &h->fingerprint;
-    kvs_keys_chain(prev, tokens + reuse * h->chunk_tokens, n_chunks - reuse, h->chunk_tokens,
-                   keys + reuse);
+    const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
+    kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
+                    h->chunk_tokens, chunk_keys(h, keys, reuse));
     return keys;
 }
 
@@ -249,21 +265,29 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *token
 /* --- lookup and on_alloc -------------------------------------------------------------------------- */
 
 /* Pin the stored run of chunks [first, end) (end clipped to the request's keys); returns how many are
- * pinned. */
+ * pinned. A chunk is stored when every key rank's shard of it is: all of them are pinned, or none. */
 static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t end) {
     uint64_t timeout = h->cfg->lease_timeout_ms;
+    uint32_t ranks = h->key_ranks;
     if (end > r->n_keys) end = r->n_keys;
     free(r->pins); /* called with no pins held */
     r->n_pins = 0;
-    r->pins = end > first ? calloc(end - first, sizeof *r->pins) : NULL;
+    r->pins = end > first ? calloc((end - first) * ranks, sizeof *r->pins) : NULL;
     if (!r->pins) return 0;
     uint64_t c = first;
     for (; c < end; c++) {
-        int t = kvs_tiers_find(h->tiers, &r->keys[c]);
-        if (t < 0) break;
-        if (!kvs_tiers_pin(h->tiers, (uint32_t)t, &r->keys[c], timeout))
-            break; /* evicted between find and pin: the run ends here */
-        r->pins[r->n_pins++] = (kvs_pin){r->keys[c], (uint32_t)t};
+        const kvs_key *k = chunk_keys(h, r->keys, c);
+        uint32_t q = 0;
+        for (; q < ranks; q++) {
+            int t = kvs_tiers_find(h->tiers, &k[q]);
+            if (t < 0 || !kvs_tiers_pin(h->tiers, (uint32_t)t, &k[q], timeout))
+                break; /* missing, or evicted between find and pin: the run ends here */
+            r->pins[r->n_pins++] = (kvs_pin){k[q], (uint32_t)t};
+        }
+        if (q < ranks) {
+            unpin_from(h, r, r->n_pins - q); /* the ranks of this chunk pinned before the gap */
+            break;
+        }
     }
     return c - first;
 }
@@ -304,9 +328,9 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
-        uint64_t keep = kvs_restore_prefix_chunks(h, r->pins[0].tier, first, run);
+        uint64_t keep = kvs_restore_prefix_chunks(h, chunk_tier(h, r->pins), first, run);
         if (keep < run) {
-            unpin_from(h, r, keep);
+            unpin_from(h, r, keep * h->key_ranks);
             hit = (first + keep) * C;
         }
     }
@@ -324,7 +348,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
-    r->load_async = ext && kvs_restore_load_async(h, r->pins[0].tier);
+    r->load_async = ext && kvs_restore_load_async(h, chunk_tier(h, r->pins));
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
@@ -440,12 +464,13 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
             uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            out->loads[out->n_loads++] =
-                (kvs_meta_load){r->keys[c], c * C, lo, (uint32_t)(hi - lo)};
+            const kvs_key *k = chunk_keys(h, r->keys, c);
+            out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
         }
         load_end = end;
         plan->emits_load = 1;
-        int tier = r->n_pins ? (int)r->pins[0].tier : kvs_tiers_find(h->tiers, &r->keys[c0]);
+        int tier = r->n_pins ? (int)chunk_tier(h, r->pins)
+                             : kvs_tiers_find(h->tiers, chunk_keys(h, r->keys, c0));
         *restore = (kvs_restore_step){.loading = 1,
                                       .tier = tier > 0 ? (uint32_t)tier : 0,
                                       .first_token = start,
@@ -470,8 +495,10 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     if (to > from) {
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = from; c < to; c++)
-            out->saves[out->n_saves++] = (kvs_meta_save){plan->keys[c], c * C};
+        for (uint64_t c = from; c < to; c++) {
+            const kvs_key *k = chunk_keys(h, plan->keys, c);
+            out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
+        }
         plan->saved_upto = to * C;
     }
     uint64_t cover = load_end > to * C ? load_end : to * C;
@@ -530,7 +557,9 @@ static void release_finished_leases(kvs_handle *h) {
 
 /* One save per key per step: requests sharing a prefix in one step would each save every chunk of
  * it. The first request to save a key keeps the save; later ones drop it (their saved_upto still
- * moves on, as the chunk is being stored). Keys are hashes, so their first bytes index the set. */
+ * moves on, as the chunk is being stored). Keys are hashes, so their first bytes index the set. A
+ * save's `key` is rank 0's: two saves with the same rank-0 key have the same tokens, so the same key
+ * for every rank. */
 static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
     uint64_t total = 0, cap = 1;
     for (uint64_t i = 0; i < meta->n_reqs; i++) total += meta->reqs[i].n_saves;
@@ -613,8 +642,10 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
         reqs = all;
         n_reqs += n_async;
     }
-    kvs_meta meta = {
-        .step = h->step + 1, .fingerprint = h->fingerprint, .chunk_tokens = h->chunk_tokens};
+    kvs_meta meta = {.step = h->step + 1,
+                     .group_fingerprint = h->group_fingerprint,
+                     .key_ranks = h->key_ranks,
+                     .chunk_tokens = h->chunk_tokens};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;

@@ -104,9 +104,19 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
     char why[256];
     kvs_meta *m = NULL;
-    if ((st = kvs_meta_decode(meta, len, &m, why, sizeof why)) != KVS_OK)
+    if ((st = kvs_meta_decode(meta, len, h->key_rank, &m, why, sizeof why)) != KVS_OK)
         return kvs_set_error(h, st, "bind_meta: %s", why);
-    if (memcmp(&m->fingerprint, &h->fingerprint, sizeof m->fingerprint) != 0 ||
+    if (m->key_ranks != h->key_ranks) { /* the group fingerprint differs too: say why */
+        uint32_t theirs = m->key_ranks;
+        kvs_meta_free(m);
+        return kvs_set_error(h, KVS_EINVAL,
+                             "bind_meta: metadata carries the keys of %u tensor-parallel ranks, "
+                             "this worker's model has %u (tp_size %u%s): a scheduler of another "
+                             "tensor-parallel size built it",
+                             theirs, h->key_ranks, h->model.tp_size,
+                             h->model.is_mla ? ", MLA: one rank-agnostic key" : "");
+    }
+    if (memcmp(&m->group_fingerprint, &h->group_fingerprint, sizeof m->group_fingerprint) != 0 ||
         m->chunk_tokens != h->chunk_tokens) {
         kvs_meta_free(m);
         return kvs_set_error(

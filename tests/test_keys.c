@@ -99,6 +99,81 @@ START_TEST(keys_chain_on_the_prefix_and_the_model) {
 }
 END_TEST
 
+/* The keys of a known prompt, as every release before per-rank chains stored them (tp_size 1, and
+ * rank 1 of 2): a change here strands every stored object. */
+START_TEST(keys_of_a_known_prompt_are_unchanged) {
+    kvs_model_desc m = rig_model();
+    int32_t tokens[128];
+    rig_make_tokens(tokens, 128, 9);
+    kvs_key fp, keys[4];
+    char hex[33];
+    kvs_keys_fingerprint(&m, CHUNK, &fp);
+    kvs_keys_chain(&fp, tokens, 4, CHUNK, keys);
+    kvs_key_hex(&keys[0], hex);
+    ck_assert_str_eq(hex, "5c5bb57e3e27ea4689c04d99b205eafb");
+    kvs_key_hex(&keys[3], hex);
+    ck_assert_str_eq(hex, "641ca986f310ca0ebf5c5cbd2101770e");
+    m.tp_size = 2;
+    m.tp_rank = 1;
+    kvs_keys_fingerprint(&m, CHUNK, &fp);
+    kvs_keys_chain(&fp, tokens, 4, CHUNK, keys);
+    kvs_key_hex(&keys[3], hex);
+    ck_assert_str_eq(hex, "330d9d44c2426f76efe0fc4cb3ff33d7");
+}
+END_TEST
+
+START_TEST(every_rank_has_a_chain_of_its_own) {
+    kvs_model_desc m = rig_model();
+    ck_assert_uint_eq(kvs_keys_n_ranks(&m), 1);
+    ck_assert_uint_eq(kvs_keys_own_rank(&m), 0);
+    m.tp_size = 4;
+    m.tp_rank = 3;
+    ck_assert_uint_eq(kvs_keys_n_ranks(&m), 4);
+    ck_assert_uint_eq(kvs_keys_own_rank(&m), 3);
+    kvs_key fps[4], own;
+    kvs_keys_rank_fingerprints(&m, CHUNK, fps);
+    kvs_keys_fingerprint(&m, CHUNK, &own);
+    ck_assert_mem_eq(&fps[3], &own, sizeof own);
+    for (uint32_t r = 0; r < 4; r++) { /* rank r's is the model's with tp_rank r; all differ */
+        kvs_model_desc mr = m;
+        mr.tp_rank = r;
+        kvs_key want;
+        kvs_keys_fingerprint(&mr, CHUNK, &want);
+        ck_assert_mem_eq(&fps[r], &want, sizeof want);
+        for (uint32_t q = 0; q < r; q++) ck_assert(memcmp(&fps[q], &fps[r], sizeof want) != 0);
+    }
+    kvs_model_desc two = m; /* the group (rank 0's) names tp_size */
+    two.tp_size = 2;
+    two.tp_rank = 0;
+    kvs_key fps2[2];
+    kvs_keys_rank_fingerprints(&two, CHUNK, fps2);
+    ck_assert(memcmp(&fps[0], &fps2[0], sizeof fps[0]) != 0);
+    /* four chains at once, chunk-major, each the chain of its rank's fingerprint */
+    int32_t tokens[128];
+    rig_make_tokens(tokens, 128, 5);
+    kvs_key all[4 * 4], one[4];
+    kvs_keys_chains(fps, 4, tokens, 4, CHUNK, all);
+    for (uint32_t r = 0; r < 4; r++) {
+        kvs_keys_chain(&fps[r], tokens, 4, CHUNK, one);
+        for (uint32_t c = 0; c < 4; c++) ck_assert_mem_eq(&all[c * 4 + r], &one[c], sizeof one[c]);
+    }
+    /* going on from the row before gives the same keys */
+    kvs_key more[4 * 4];
+    memcpy(more, all, 2 * 4 * sizeof *more);
+    kvs_keys_chains(&more[4], 4, tokens + 2 * CHUNK, 2, CHUNK, &more[8]);
+    ck_assert_mem_eq(more, all, sizeof all);
+    /* MLA: one rank-agnostic chain whatever the rank */
+    m.is_mla = 1;
+    m.n_kv_heads = 1;
+    ck_assert_uint_eq(kvs_keys_n_ranks(&m), 1);
+    ck_assert_uint_eq(kvs_keys_own_rank(&m), 0);
+    kvs_key mla;
+    kvs_keys_rank_fingerprints(&m, CHUNK, &mla);
+    kvs_keys_fingerprint(&m, CHUNK, &own);
+    ck_assert_mem_eq(&mla, &own, sizeof own);
+}
+END_TEST
+
 static Suite *keys_suite(void) {
     Suite *s = suite_create("keys");
     TCase *tc = tcase_create("keys");
@@ -106,6 +181,8 @@ static Suite *keys_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, keys_are_deterministic_across_processes);
     tcase_add_test(tc, keys_chain_on_the_prefix_and_the_model);
+    tcase_add_test(tc, keys_of_a_known_prompt_are_unchanged);
+    tcase_add_test(tc, every_rank_has_a_chain_of_its_own);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "abi/kvstrata.h"
+#include "connector/keys.h"
 #include "connector/meta.h"
 #include "tests/support/connector_rig.h"
 
@@ -136,35 +137,37 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_int_gt(refused, 1500);
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
     const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
-                  huge_map[] = {0x95, 0xdf, 0x7f, 0xff, 0xff, 0xff},
-                  huge_bin[] = {0x95, 0x04, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+                  huge_map[] = {0x96, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+                  huge_bin[] = {0x96, 0x05, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_map, sizeof huge_map)), KVS_EINVAL);
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_bin, sizeof huge_bin)), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(api->last_error(r.h),
-                                 "the fingerprint of 4294967040 bytes is over the limit of 16"));
+    ck_assert_ptr_nonnull(strstr(
+        api->last_error(r.h), "the group fingerprint of 4294967040 bytes is over the limit of 16"));
     /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
-    const uint8_t huge_reqs[] = {0x95, 0x04, 0x00, 0xc4, 0x10, 0,    0,    0,   0, 0,
-                                 0,    0,    0,    0,    0,    0,    0,    0,   0, 0,
-                                 0,    0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
+    const uint8_t huge_reqs[] = {0x96, 0x05, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
+                                 0,    0,    0,    0,    0,    0,    0,    0,    0,   0,
+                                 0,    0x01, 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(
         strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
-    /* The request's layer mask (metadata v3) is the blob's last field, here an empty bin (every layer):
-     * one of the right size is taken, one naming a layer past the model's two or of another size is not. */
-    ck_assert(len > 2 && meta[len - 2] == 0xc4 && meta[len - 1] == 0x00);
-    const uint8_t masks[][4] = {{0xc4, 0x01, 0x01}, {0xc4, 0x01, 0x07}, {0xc4, 0x02, 0x03, 0x00}};
-    const uint64_t mask_len[] = {3, 3, 4};
+    /* The request's layer mask (metadata v3) is the field before its last (load_async, v5), here an
+     * empty bin (every layer): one of the right size is taken, one naming a layer past the model's two
+     * or of another size is not. */
+    ck_assert(len > 3 && meta[len - 3] == 0xc4 && meta[len - 2] == 0x00 && meta[len - 1] == 0x00);
+    const uint8_t masks[][5] = {
+        {0xc4, 0x01, 0x01, 0x00}, {0xc4, 0x01, 0x07, 0x00}, {0xc4, 0x02, 0x03, 0x00, 0x00}};
+    const uint64_t mask_len[] = {4, 4, 5};
     for (int k = 0; k < 3; k++) {
-        memcpy(bad, meta, len - 2);
-        memcpy(bad + len - 2, masks[k], mask_len[k]);
-        reseal(bad, len - 2 + mask_len[k]);
-        kvs_status st = api->bind_meta(r.h, bad, len - 2 + mask_len[k]);
+        memcpy(bad, meta, len - 3);
+        memcpy(bad + len - 3, masks[k], mask_len[k]);
+        reseal(bad, len - 3 + mask_len[k]);
+        kvs_status st = api->bind_meta(r.h, bad, len - 3 + mask_len[k]);
         if (k == 0) {
             ck_assert_int_eq(st, KVS_OK);
             ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
@@ -254,6 +257,235 @@ START_TEST(every_flipped_bit_of_step_metadata_is_refused) {
 }
 END_TEST
 
+/* --- v5: every tensor-parallel rank's keys in one blob ------------------------------------------- */
+
+/* A key whose bytes say which rank and chunk it belongs to. */
+static kvs_key rank_key(uint32_t rank, uint64_t chunk) {
+    kvs_key k;
+    for (unsigned i = 0; i < sizeof k.bytes; i++) k.bytes[i] = (uint8_t)(0x10 * rank + chunk + i);
+    return k;
+}
+
+/* Step 7 of a two-rank model: request "r" loads chunks 1 and 2 (tokens 40..96) asynchronously, with
+ * a layer mask, and saves chunk 3. keys[c][rank] holds rank_key(rank, c). */
+typedef struct two_rank_blob {
+    kvs_key keys[4][2];
+    kvs_meta_load loads[2];
+    kvs_meta_save saves[1];
+    uint32_t blocks[8];
+    uint8_t layers[1];
+    kvs_meta_req req;
+    kvs_meta meta;
+} two_rank_blob;
+
+static void two_rank_meta(two_rank_blob *b) {
+    memset(b, 0, sizeof *b);
+    for (uint64_t c = 0; c < 4; c++)
+        for (uint32_t q = 0; q < 2; q++) b->keys[c][q] = rank_key(q, c);
+    b->loads[0] = (kvs_meta_load){b->keys[1][0], 32, 40, 24, b->keys[1]};
+    b->loads[1] = (kvs_meta_load){b->keys[2][0], 64, 64, 32, b->keys[2]};
+    b->saves[0] = (kvs_meta_save){b->keys[3][0], 96, b->keys[3]};
+    rig_blocks_from(b->blocks, 8, 30);
+    b->layers[0] = 0x02;
+    strcpy(b->req.id, "r");
+    b->req.block_ids = b->blocks;
+    b->req.n_block_ids = 8;
+    b->req.loads = b->loads;
+    b->req.n_loads = 2;
+    b->req.saves = b->saves;
+    b->req.n_saves = 1;
+    b->req.layers = b->layers;
+    b->req.n_layer_bytes = 1;
+    b->req.load_async = 1;
+    b->meta = (kvs_meta){.step = 7,
+                         .group_fingerprint = rank_key(9, 9),
+                         .key_ranks = 2,
+                         .chunk_tokens = CHUNK,
+                         .reqs = &b->req,
+                         .n_reqs = 1};
+}
+
+START_TEST(each_rank_decodes_its_own_keys_from_one_blob) {
+    two_rank_blob b;
+    two_rank_meta(&b);
+    void *blob = NULL;
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &blob, &len), KVS_OK);
+    for (uint32_t rank = 0; rank < 2; rank++) {
+        kvs_meta *m = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(kvs_meta_decode(blob, len, rank, &m, err, sizeof err), KVS_OK);
+        ck_assert_uint_eq(m->step, 7);
+        ck_assert_uint_eq(m->key_ranks, 2);
+        ck_assert_uint_eq(m->chunk_tokens, CHUNK);
+        kvs_key group = rank_key(9, 9);
+        ck_assert_mem_eq(&m->group_fingerprint, &group, sizeof group);
+        ck_assert_uint_eq(m->n_reqs, 1);
+        const kvs_meta_req *r = &m->reqs[0];
+        ck_assert_str_eq(r->id, "r");
+        ck_assert_uint_eq(r->n_block_ids, 8);
+        ck_assert_uint_eq(r->block_ids[7], 37);
+        ck_assert_uint_eq(r->load_async, 1);
+        ck_assert_uint_eq(r->n_layer_bytes, 1);
+        ck_assert_uint_eq(r->layers[0], 0x02);
+        ck_assert_uint_eq(r->n_loads, 2);
+        ck_assert_uint_eq(r->n_saves, 1);
+        /* `key` is this rank's; the other rank's keys are not kept */
+        for (uint64_t i = 0; i < 2; i++) {
+            kvs_key want = rank_key(rank, i + 1);
+            ck_assert_mem_eq(&r->loads[i].key, &want, sizeof want);
+            ck_assert_ptr_null(r->loads[i].keys);
+        }
+        ck_assert_uint_eq(r->loads[0].first_token, 40);
+        ck_assert_uint_eq(r->loads[0].n_tokens, 24);
+        kvs_key want = rank_key(rank, 3);
+        ck_assert_mem_eq(&r->saves[0].key, &want, sizeof want);
+        ck_assert_uint_eq(r->saves[0].chunk_first, 96);
+        kvs_meta_free(m);
+    }
+    /* a worker of a rank the blob has no keys for is refused with the reason */
+    kvs_meta *m = (kvs_meta *)&b;
+    char err[256] = "";
+    ck_assert_int_eq(kvs_meta_decode(blob, len, 2, &m, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_null(m);
+    ck_assert_ptr_nonnull(
+        strstr(err, "keys of 2 tensor-parallel ranks, none for this worker's rank 2"));
+    free(blob);
+    /* one rank: a load's lone `key` is its key, and load_async defaults to 0 */
+    b.meta.key_ranks = 1;
+    b.req.load_async = 0;
+    b.loads[0].keys = b.loads[1].keys = NULL;
+    b.saves[0].keys = NULL;
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &blob, &len), KVS_OK);
+    ck_assert_int_eq(kvs_meta_decode(blob, len, 0, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->key_ranks, 1);
+    ck_assert_uint_eq(m->reqs[0].load_async, 0);
+    ck_assert_mem_eq(&m->reqs[0].loads[1].key, &b.keys[2][0], sizeof(kvs_key));
+    ck_assert_mem_eq(&m->reqs[0].saves[0].key, &b.keys[3][0], sizeof(kvs_key));
+    kvs_meta_free(m);
+    ck_assert_int_eq(kvs_meta_decode(blob, len, 1, &m, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "keys of 1 tensor-parallel rank, none"));
+    free(blob);
+}
+END_TEST
+
+/* Decode body (a copy of blob's msgpack with bytes [at, at + cut) replaced by `with`) as rank `rank`;
+ * returns the status, the sentence in err. */
+static kvs_status decode_spliced(const uint8_t *blob, uint64_t len, uint64_t at, uint64_t cut,
+                                 const uint8_t *with, uint64_t n, uint32_t rank, char *err,
+                                 size_t err_len) {
+    static uint8_t out[4096];
+    ck_assert(len - cut + n <= sizeof out);
+    memcpy(out, blob, at);
+    memcpy(out + at, with, n);
+    memcpy(out + at + n, blob + at + cut, len - at - cut);
+    uint64_t out_len = len - cut + n;
+    reseal(out, out_len);
+    kvs_meta *m = NULL;
+    err[0] = '\0';
+    kvs_status st = kvs_meta_decode(out, out_len, rank, &m, err, err_len);
+    if (st == KVS_OK) kvs_meta_free(m);
+    return st;
+}
+
+START_TEST(key_ranks_that_do_not_add_up_are_refused) {
+    two_rank_blob b;
+    two_rank_meta(&b);
+    void *out = NULL;
+    uint64_t len = 0;
+    /* the encoder refuses what no decoder could use */
+    b.meta.key_ranks = 0;
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_EINVAL);
+    b.meta.key_ranks = KVS_KEYS_MAX_RANKS + 1;
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_EINVAL);
+    b.meta.key_ranks = 2;
+    b.saves[0].keys = NULL; /* two ranks, one key */
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_EINVAL);
+    b.saves[0].keys = b.keys[3];
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_OK);
+    const uint8_t *blob = out;
+    /* body: 0x96, version 5, step 7, bin8 of 16 (2 + 16 bytes), then key_ranks at 21 */
+    const uint64_t ranks_at = KVS_META_HEADER_BYTES + 21;
+    ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES], 0x96);
+    ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES + 1], KVS_META_VERSION);
+    ck_assert_uint_eq(blob[ranks_at], 2);
+    char err[256];
+    const uint8_t zero = 0, three = 3, one = 1, two = 2, over[] = {0xcd, 0x04, 0x01}; /* 1025 */
+    ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, &zero, 1, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "key_ranks is zero"));
+    ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, over, 3, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "key_ranks 1025 is over 1024"));
+    /* counts that do not match the keys each load carries */
+    ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, &three, 1, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "a load's keys are 32 bytes, 48 expected"));
+    ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, &one, 1, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "a load's keys of 32 bytes is over the limit of 16"));
+    /* load_async is the request's last field: 0 or 1 */
+    ck_assert_uint_eq(blob[len - 1], 1);
+    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &two, 1, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "load_async 2 is over 1"));
+    /* a request without it (a v4 request) is refused */
+    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &zero, 0, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_str_ne(err, "");
+    free(out);
+}
+END_TEST
+
+/* Every flip, cut and random body of a two-rank blob is refused with a sentence or decodes to
+ * something whose counts fit the blob, for either rank (ASan checks nothing leaks or overruns). */
+START_TEST(garbage_two_rank_metadata_is_refused_without_harm) {
+    two_rank_blob b;
+    two_rank_meta(&b);
+    void *out = NULL;
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_OK);
+    const uint8_t *blob = out;
+    uint8_t bad[4096];
+    ck_assert(len <= sizeof bad);
+    unsigned seed = 4242;
+    int refused = 0;
+    for (int i = 0; i < 6000; i++) {
+        uint64_t blen = len;
+        memcpy(bad, blob, len);
+        if (i % 3 == 0) {
+            for (uint64_t k = KVS_META_HEADER_BYTES; k < len; k++) bad[k] = (uint8_t)rand_r(&seed);
+        } else if (i % 3 == 1) {
+            blen = (uint64_t)rand_r(&seed) % len;
+        } else {
+            bad[KVS_META_HEADER_BYTES + (uint64_t)rand_r(&seed) % (len - KVS_META_HEADER_BYTES)] ^=
+                (uint8_t)(1u << (rand_r(&seed) % 8));
+        }
+        if (blen > KVS_META_HEADER_BYTES) reseal(bad, blen); /* the decoder sees each of them */
+        kvs_meta *m = NULL;
+        char err[256] = "";
+        kvs_status st = kvs_meta_decode(bad, blen, (uint32_t)i & 1, &m, err, sizeof err);
+        if (st != KVS_OK) {
+            refused++;
+            ck_assert_ptr_null(m);
+            ck_assert_str_ne(err, "");
+            continue;
+        }
+        ck_assert_uint_ge(m->key_ranks, 1);
+        ck_assert_uint_lt((uint32_t)i & 1, m->key_ranks);
+        uint64_t entries = m->n_reqs;
+        for (uint64_t r = 0; r < m->n_reqs; r++) {
+            ck_assert_uint_le(m->reqs[r].load_async, 1);
+            entries += m->reqs[r].n_loads + m->reqs[r].n_saves + m->reqs[r].n_block_ids;
+        }
+        ck_assert_uint_le(entries, blen);
+        kvs_meta_free(m);
+    }
+    ck_assert_int_gt(refused, 4000);
+    free(out);
+}
+END_TEST
+
 static Suite *meta_suite(void) {
     Suite *s = suite_create("meta");
     TCase *tc = tcase_create("meta");
@@ -266,6 +498,9 @@ static Suite *meta_suite(void) {
     tcase_add_checked_fixture(contract, setup, teardown);
     tcase_set_timeout(contract, 60);
     tcase_add_test(contract, every_flipped_bit_of_step_metadata_is_refused);
+    tcase_add_test(contract, each_rank_decodes_its_own_keys_from_one_blob);
+    tcase_add_test(contract, key_ranks_that_do_not_add_up_are_refused);
+    tcase_add_test(contract, garbage_two_rank_metadata_is_refused_without_harm);
     suite_add_tcase(s, contract);
     return s;
 }

@@ -230,7 +230,7 @@ START_TEST(two_requests_with_one_prefix_in_one_step_save_each_chunk_once) {
     ck_assert_int_eq(api->build_meta(r.h, s, 2, meta, sizeof meta, &len), KVS_OK);
     kvs_meta *m = NULL;
     char err[256];
-    ck_assert_int_eq(kvs_meta_decode(meta, len, &m, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
     ck_assert_uint_eq(m->n_reqs, 2);
     ck_assert_uint_eq(m->reqs[0].n_saves + m->reqs[1].n_saves, 5); /* 5 chunks, one save each */
     kvs_meta_free(m);
@@ -247,7 +247,7 @@ START_TEST(two_requests_with_one_prefix_in_one_step_save_each_chunk_once) {
     /* The next step does not save them again for either request. */
     kvs_step_request next[2] = {{"x", t, 160, a, 10, 160, 0}, {"y", t, 160, b, 10, 160, 0}};
     ck_assert_int_eq(api->build_meta(r.h, next, 2, meta, sizeof meta, &len), KVS_OK);
-    ck_assert_int_eq(kvs_meta_decode(meta, len, &m, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
     ck_assert_uint_eq(m->reqs[0].n_saves + m->reqs[1].n_saves, 0);
     kvs_meta_free(m);
     rig_close(&r);

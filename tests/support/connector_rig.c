@@ -77,9 +77,14 @@ uint64_t rig_layer_span(void) {
 }
 
 kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
-    memset(r, 0, sizeof *r);
     kvs_model_desc m = rig_model();
-    kvs_open_params p = {.struct_size = sizeof p, .role = role, .config_path = cfg, .model = &m};
+    return rig_open_model(r, role, cfg, &m);
+}
+
+kvs_status rig_open_model(rig *r, kvs_role role, const char *cfg, const kvs_model_desc *m) {
+    memset(r, 0, sizeof *r);
+    r->mla = m->is_mla != 0;
+    kvs_open_params p = {.struct_size = sizeof p, .role = role, .config_path = cfg, .model = m};
     kvs_status st = rig_api()->open(&p, &r->h, r->error, sizeof r->error);
     if (st == KVS_OK) {
         kvs_clock_init_manual(&r->clock, kvs_now_ns());
@@ -94,7 +99,7 @@ kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
                                        .device_kind = KVS_DEVICE_HOST,
                                        .n_blocks = BLOCKS,
                                        .k_base = base,
-                                       .v_base = base + rig_layer_span() / 2,
+                                       .v_base = r->mla ? NULL : base + rig_layer_span() / 2,
                                        .block_stride = BT * TOKEN_BYTES,
                                        .token_stride = TOKEN_BYTES,
                                        .head_stride = HEAD_BYTES};
@@ -117,11 +122,12 @@ uint8_t *rig_kv_at(rig *r, int layer, int kv, const uint32_t *blocks, uint64_t t
 void rig_write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
                          uint64_t to, int l0, int l1) {
     for (int l = l0; l < l1; l++)
-        for (int kv = 0; kv < 2; kv++)
+        for (int kv = 0; kv < 2 - r->mla; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = rig_kv_at(r, l, kv, blocks, t);
                 for (int b = 0; b < TOKEN_BYTES; b++)
-                    p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b);
+                    p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b +
+                                     r->kv_seed * 13);
             }
 }
 
@@ -133,11 +139,12 @@ void rig_write_kv(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_
 int rig_kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
                    uint64_t to) {
     for (int l = 0; l < rig_layers; l++)
-        for (int kv = 0; kv < 2; kv++)
+        for (int kv = 0; kv < 2 - r->mla; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = rig_kv_at(r, l, kv, blocks, t);
                 for (int b = 0; b < TOKEN_BYTES; b++)
-                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b))
+                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b +
+                                          r->kv_seed * 13))
                         return 0;
             }
     return 1;

@@ -30,6 +30,8 @@ typedef struct rig {
     kvs_layer_view views[RIG_MAX_LAYERS];
     char error[512];
     kvs_clock clock; /* the handle's leases run on it: a test moves it on instead of sleeping */
+    int kv_seed; /* mixed into what rig_write_kv writes (0: as always): TP ranks hold other KV */
+    int mla;     /* the model is MLA: K pages only, no V */
 } rig;
 
 /* The Check fixture: a fresh rig_tmpdir and rig_layers = LAYERS; teardown removes the directory. */
@@ -56,6 +58,9 @@ uint64_t rig_layer_span(void);
 /* Open a handle of `role` on cfg (NULL: the defaults), its leases on the rig's manual clock (started at
  * the monotonic now); a worker also registers the rig's pages. Returns what open or register_kv did. */
 kvs_status rig_open(rig *r, kvs_role role, const char *cfg);
+/* The same with another model over the rig's pages: its token must be TOKEN_BYTES (HEADS heads of
+ * HEAD_DIM fp16, or an MLA latent of HEADS * HEAD_DIM); tensor-parallel tests open one per rank. */
+kvs_status rig_open_model(rig *r, kvs_role role, const char *cfg, const kvs_model_desc *model);
 void rig_close(rig *r);
 
 /* Address of K (kv=0) or V (kv=1) of token t of a request with block table `blocks`. */
