@@ -144,6 +144,14 @@ def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
     cc = vllm_config.cache_config
     pc = vllm_config.parallel_config
     tp_size = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+    for name, what in (("pipeline_parallel_size", "pipeline parallelism"),
+                       ("decode_context_parallel_size", "decode context parallelism"),
+                       ("prefill_context_parallel_size", "prefill context parallelism")):
+        n = int(getattr(pc, name, 1) or 1)
+        if n > 1:
+            raise KvstrataConfigError(
+                f"kvstrata: {what} ({name} {n}) splits a request's KV across ranks in a way "
+                "kvstrata's keys do not describe; run with tensor parallelism only")
     is_mla = bool(getattr(mc, "use_mla", False))
     n_layers = heads = head_dim = block_tokens = None
     groups = getattr(kv_cache_config, "kv_cache_groups", None) if kv_cache_config else None

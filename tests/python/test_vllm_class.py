@@ -213,6 +213,10 @@ class ModelDescriptions(unittest.TestCase):
         kcc.kv_cache_groups.append(KVCacheGroupSpec(["x"], FullAttentionSpec(16, 4, 64)))
         with self.assertRaisesRegex(kv.KvstrataConfigError, "2 KV cache groups"):
             kv.describe_model(make_vllm_config(s), kcc)
+        cfg = make_vllm_config(s)
+        cfg.parallel_config.pipeline_parallel_size = 2
+        with self.assertRaisesRegex(kv.KvstrataConfigError, "pipeline parallelism"):
+            kv.describe_model(cfg, None)
 
     def test_the_default_yaml_names_the_engine_and_fits_the_block_size(self):
         s = spec(engine_id="abc/def 1", extra_config={"dram_capacity": "512MiB"})
