@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import weakref
 
 from kvstrata import _abi
@@ -294,8 +293,9 @@ def layer_view(name, t, desc):
             raise KvstrataConfigError(
                 f"{where}: kernel blocks of {block} tokens are smaller than the scheduler's blocks "
                 f"of {logical}, and the tokens of one scheduler block are not evenly spaced across "
-                "its kernel blocks (an HND layout); use a layout with tokens outermost in a block "
-                "(NHD) or a kernel block size equal to the block size")
+                "its kernel blocks (an HND layout, or FlashInfer's K and V side by side in each "
+                "block); use FlashAttention with NHD strides, or kernel blocks as large as the "
+                "scheduler's")
         n_blocks //= ratio
         block_stride *= ratio
     dev = t.device
@@ -575,7 +575,6 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             super().__init__(vllm_config, role, kv_cache_config)
         except TypeError:  # vLLM releases whose base class took (vllm_config, role)
             super().__init__(vllm_config, role)
-        self._lock = threading.Lock()
         self._scheduler = _role_is_scheduler(role)
         ktc = vllm_config.kv_transfer_config
         self._extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
@@ -594,7 +593,12 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._last_stats = None
         self._tier_names = []
         self._config_path = self._resolve_config()
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            if self._tmpdir:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise
 
     # -- setup --
 

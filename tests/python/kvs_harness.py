@@ -843,7 +843,11 @@ class Actor:
     def _result(self, what):
         if not self.conn.poll(self.TIMEOUT):
             raise TimeoutError(f"{what}: no answer from the child process in {self.TIMEOUT} s")
-        status, value = self.conn.recv()
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            self.proc.join(10)
+            raise RuntimeError(f"{what}: the child process exited (code {self.proc.exitcode})")
         if status == "err":
             raise RemoteError(*value)
         return value

@@ -127,7 +127,9 @@ class TwoRanks(unittest.TestCase):
         h.step(worker_order=[1, 0])  # rank 1 stores A's chunk first: it is the least recent
         self.assertEqual(h.info("A")["status"], "FINISHED")
         h.add("B", b, max_tokens=1)
-        h.step(worker_order=[0, 1])  # the third and fourth objects: rank 1's copy of A goes
+        _so, outs, _back = h.step(worker_order=[0, 1])  # objects 3 and 4: rank 1's A goes
+        self.assertEqual(sum(o.stats.data.get("evictions", 0) for o in outs), 1,
+                         "one object left: rank 0 still holds its shard of A")
         self.assertEqual(h.probe("pa", a, 0), (0, False),
                          "rank 0 still holds A's chunk, rank 1 does not: no hit")
         self.assertEqual(h.probe("pb", b, 0), (32, False))
