@@ -297,6 +297,7 @@ class SchedulerRunner:
         self.finished_recving = set()
         self.failed_recving = set()
         self.to_preempt = []
+        self.delayed_free = set()  # aborted while their KV loaded: blocks wait for finished_recving
         self.lookups = collections.defaultdict(list)  # rid -> [(num_computed, result)]
         self.last_output = None
         self.finished_results = {}
@@ -319,7 +320,10 @@ class SchedulerRunner:
             self.running.remove(req)
         if req in self.waiting:
             self.waiting.remove(req)
-        return self._finish(req)
+        loading = req.status == WAITING_FOR_REMOTE_KVS and rid not in self.finished_recving
+        self.finished_recving.discard(rid)
+        self.failed_recving.discard(rid)
+        return self._finish(req, delay_free=loading)
 
     def info(self, rid):
         req = self.requests[rid]
@@ -359,15 +363,21 @@ class SchedulerRunner:
     def _free_blocks(self, req):
         self.free.extend(self.blocks.pop(req.request_id, []))
 
-    def _finish(self, req):
+    def _finish(self, req, delay_free=False):
         req.status = FINISHED
         result = self.conn.request_finished_all_groups(req, (list(self.blocks.get(req.request_id,
                                                                                   [])),))
         self.finished_results[req.request_id] = result
         self.finished_req_ids.add(req.request_id)
-        if not result[0]:
+        if delay_free:  # vLLM frees them when a worker reports the load finished
+            self.delayed_free.add(req.request_id)
+        elif not result[0]:
             self._free_blocks(req)
         return result
+
+    def are_free(self, block_ids):
+        free = set(self.free)
+        return all(b in free for b in block_ids)
 
     # -- one step --
 
@@ -519,7 +529,12 @@ class SchedulerRunner:
             if req.num_output_tokens >= req.max_tokens:
                 self.running.remove(req)
                 self._finish(req)
-        self.finished_recving |= set(out.finished_recving)
+        for rid in out.finished_recving:
+            if rid in self.delayed_free:
+                self.delayed_free.discard(rid)
+                self._free_blocks(self.requests[rid])
+            else:
+                self.finished_recving.add(rid)
         for rid in out.finished_sending:
             req = self.requests.get(rid)
             if req is not None:
@@ -951,9 +966,13 @@ class Harness:
     def add(self, rid, prompt, max_tokens=2, lora=False):
         self.sched.call("add_request", rid, list(prompt), max_tokens, lora)
 
-    def step(self, opts=None, worker_order=None, per_rank_opts=None):
-        """One engine step; returns (scheduler output, [worker outputs], what went back)."""
+    def step(self, opts=None, worker_order=None, per_rank_opts=None, between=None):
+        """One engine step; returns (scheduler output, [worker outputs], what went back).
+        between(): called after the scheduler built the step, before the workers run it (what
+        vLLM's engine core may do meanwhile with async scheduling, e.g. abort a request)."""
         so = self.sched.call("schedule")
+        if between is not None:
+            between()
         outs = [None] * self.tp
         order = list(worker_order) if worker_order is not None else list(range(self.tp))
         if worker_order is None:

@@ -77,6 +77,30 @@ class AsyncLoads(unittest.TestCase):
         wait_steps(h, lambda: h.info("B")["num_computed"] >= len(a))
         self.assertEqual(h.check("B", 0, len(a)), {0: []})
 
+    def test_a_request_aborted_while_its_kv_loads_is_still_reported(self):
+        # vLLM keeps an aborted request's blocks while its load may write them, and frees them only
+        # when a worker's get_finished reports the load.
+        h = Harness(self, loads="always")
+        a = self.saved_prompt(h, seed=13)
+        h.add("Z", prompt(14, 20), max_tokens=400)
+        h.add("B", a, max_tokens=2)
+        seen = {}
+
+        def abort_b():  # the step arms B's load; B is aborted before the workers start it
+            seen["status"] = h.info("B")["status"]
+            seen["blocks"] = blocks = h.info("B")["block_ids"]
+            seen["abort"] = h.sched.call("abort", "B")
+            seen["kept"] = not h.sched.call("are_free", blocks)
+
+        h.step(between=abort_b)
+        self.assertEqual(seen["status"], "WAITING_FOR_REMOTE_KVS")
+        self.assertEqual(seen["abort"], (False, None))
+        self.assertTrue(seen["kept"], "kept while the load may write them")
+        blocks = seen["blocks"]
+        wait_steps(h, lambda: reported(h, "finished_recving", "B"))
+        self.assertEqual(len(reported(h, "finished_recving", "B")), 1)
+        self.assertTrue(h.sched.call("are_free", blocks), "freed once the load was reported")
+
 
 class StepsWithoutForward(unittest.TestCase):
     def test_empty_steps_then_the_next_bind_works(self):
