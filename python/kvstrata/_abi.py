@@ -1,0 +1,791 @@
+"""ctypes binding of abi/kvstrata.h, ABI 1.5.
+
+Every struct of the header is a ctypes.Structure in header order; the table (kvs_api) is a Structure of
+function pointers, read only up to the table's own struct_size. A failed call raises a KvsError
+subclass carrying the status and the handle's last_error sentence. `Handle` wraps open/close and every
+hook with Python arguments (lists of ints, str ids, bytes for metadata).
+
+The library is found on first use, never at import: KVSTRATA_LIBRARY (a path), else libkvstrata.so in
+this package's folder, else the system loader.
+"""
+
+import array
+import ctypes
+import ctypes.util
+import os
+import threading
+from collections import namedtuple
+
+ABI_MAJOR = 1
+ABI_MINOR = 5  # the minor version this binding was written against
+
+# --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
+
+OK = 0
+EINVAL = -1
+ENOMEM = -2
+ENOTFOUND = -3
+EIO = -4
+ECONFIG = -5
+EVERSION = -6
+ESTATE = -7
+ETIMEDOUT = -8
+ENOTSUP = -9
+ECORRUPT = -10
+EAGAIN = -11
+EOVERFLOW = -12
+
+ROLE_SCHEDULER = 1
+ROLE_WORKER = 2
+ROLE_BOTH = 3
+
+DTYPE_FP16 = 1
+DTYPE_BF16 = 2
+DTYPE_FP32 = 3
+DTYPE_FP8_E4M3 = 4
+DTYPE_FP8_E5M2 = 5
+
+DTYPE_BYTES = {DTYPE_FP16: 2, DTYPE_BF16: 2, DTYPE_FP32: 4, DTYPE_FP8_E4M3: 1, DTYPE_FP8_E5M2: 1}
+DTYPE_NAMES = {DTYPE_FP16: "fp16", DTYPE_BF16: "bf16", DTYPE_FP32: "fp32",
+               DTYPE_FP8_E4M3: "fp8_e4m3", DTYPE_FP8_E5M2: "fp8_e5m2"}
+
+DEVICE_HOST = 0
+DEVICE_CUDA = 1
+
+EVENT_STORED = 1
+EVENT_REMOVED = 2
+
+MAX_STAGES = 8
+STATS_MAX_TIERS = 8
+
+PLAN_CAP_TOKEN = 1
+PLAN_CAP_LAYER = 2
+PLAN_CAP_STAGE = 4
+
+PLAN_LOAD = 0
+PLAN_TOKEN = 1
+PLAN_RECOMPUTE = 2
+PLAN_LAYER = 3
+PLAN_STAGE = 4
+
+MODEL_DESC_SIZE_1_0 = 56
+OPEN_PARAMS_SIZE_1_0 = 24
+LAYER_VIEW_SIZE_1_0 = 56
+LOOKUP_RESULT_SIZE_1_0 = 24
+RESTORE_PLAN_SIZE_1_3 = 48
+STAGE_DESC_SIZE_1_4 = 48
+STATS_SIZE_1_0 = 136
+STATS_SIZE_1_2 = 208
+
+MAX_REQ_ID_BYTES = 255
+
+# --- structs ----------------------------------------------------------------------------------------
+
+c_status = ctypes.c_int
+
+
+class ModelDesc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("model_id", ctypes.c_char_p),
+        ("dtype", ctypes.c_uint32),
+        ("n_layers", ctypes.c_uint32),
+        ("n_kv_heads", ctypes.c_uint32),
+        ("head_dim", ctypes.c_uint32),
+        ("block_tokens", ctypes.c_uint32),
+        ("is_mla", ctypes.c_uint32),
+        ("tp_rank", ctypes.c_uint32),
+        ("tp_size", ctypes.c_uint32),
+        ("salt", ctypes.c_char_p),
+        ("vocab_size", ctypes.c_uint32),
+    ]
+
+
+class OpenParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("role", ctypes.c_uint32),
+        ("config_path", ctypes.c_char_p),
+        ("model", ctypes.POINTER(ModelDesc)),
+    ]
+
+
+class LayerView(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("device_kind", ctypes.c_uint32),
+        ("device_index", ctypes.c_int32),
+        ("n_blocks", ctypes.c_uint32),
+        ("k_base", ctypes.c_void_p),
+        ("v_base", ctypes.c_void_p),
+        ("block_stride", ctypes.c_int64),
+        ("token_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+    ]
+
+
+class LookupResult(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("n_hit_tokens", ctypes.c_uint64),
+        ("unknown_yet", ctypes.c_uint8),
+        ("load_async", ctypes.c_uint8),
+    ]
+
+
+class StepRequest(ctypes.Structure):
+    _fields_ = [
+        ("req_id", ctypes.c_char_p),
+        ("tokens", ctypes.POINTER(ctypes.c_int32)),
+        ("n_tokens", ctypes.c_uint64),
+        ("block_ids", ctypes.POINTER(ctypes.c_uint32)),
+        ("n_block_ids", ctypes.c_uint64),
+        ("n_computed", ctypes.c_uint64),
+        ("n_scheduled", ctypes.c_uint64),
+    ]
+
+
+class Event(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_uint8),
+        ("key", ctypes.c_uint8 * 16),
+        ("tier", ctypes.c_uint32),
+    ]
+
+
+class RestorePlan(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("mode", ctypes.c_uint32),
+        ("first_token", ctypes.c_uint64),
+        ("end_token", ctypes.c_uint64),
+        ("recompute_tokens", ctypes.c_uint64),
+        ("predicted_ms", ctypes.c_double),
+        ("recompute_layers", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("n_stages", ctypes.c_uint32),
+        ("stage_recompute_layers", ctypes.c_uint32 * MAX_STAGES),
+    ]
+
+
+class StageDesc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("n_stages", ctypes.c_uint32),
+        ("n_kv_layers", ctypes.c_uint32),
+        ("boundary_layers", ctypes.c_uint32),
+        ("first_layer", ctypes.c_uint32 * MAX_STAGES),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("lookups", ctypes.c_uint64),
+        ("lookup_hit_tokens", ctypes.c_uint64),
+        ("lookup_miss_tokens", ctypes.c_uint64),
+        ("chunks_loaded", ctypes.c_uint64),
+        ("bytes_loaded", ctypes.c_uint64),
+        ("load_ns", ctypes.c_uint64),
+        ("chunks_saved", ctypes.c_uint64),
+        ("bytes_saved", ctypes.c_uint64),
+        ("save_ns", ctypes.c_uint64),
+        ("saves_skipped", ctypes.c_uint64),
+        ("load_errors", ctypes.c_uint64),
+        ("evictions", ctypes.c_uint64),
+        ("leases_active", ctypes.c_uint64),
+        ("leases_expired", ctypes.c_uint64),
+        ("load_gbps", ctypes.c_double),
+        ("save_gbps", ctypes.c_double),
+        # 1.2
+        ("n_tiers", ctypes.c_uint32),
+        ("tier_chunks_loaded", ctypes.c_uint64 * STATS_MAX_TIERS),
+        # 1.5
+        ("tokens_loaded", ctypes.c_uint64),
+        ("tier_bytes_loaded", ctypes.c_uint64 * STATS_MAX_TIERS),
+        ("tier_load_ns", ctypes.c_uint64 * STATS_MAX_TIERS),
+        ("async_loads_started", ctypes.c_uint64),
+        ("async_loads_done", ctypes.c_uint64),
+        ("async_loads_failed", ctypes.c_uint64),
+        ("steps_closed", ctypes.c_uint64),
+    ]
+
+
+class _Handle(ctypes.Structure):  # opaque kvs_handle
+    pass
+
+
+_H = ctypes.POINTER(_Handle)
+_F = ctypes.CFUNCTYPE
+
+
+class Api(ctypes.Structure):
+    """struct kvs_api, fields in header order. Read a hook only when struct_size covers it."""
+
+    _fields_ = [
+        ("abi_major", ctypes.c_uint32),
+        ("abi_minor", ctypes.c_uint32),
+        ("struct_size", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("strerror", _F(ctypes.c_char_p, c_status)),
+        ("open", _F(c_status, ctypes.POINTER(OpenParams), ctypes.POINTER(_H), ctypes.c_char_p,
+                    ctypes.c_size_t)),
+        ("close", _F(None, _H)),
+        ("last_error", _F(ctypes.c_char_p, _H)),
+        # scheduler role
+        ("lookup", _F(c_status, _H, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32),
+                      ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(LookupResult))),
+        ("on_alloc", _F(c_status, _H, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint32),
+                        ctypes.c_uint64, ctypes.c_uint64)),
+        ("build_meta", _F(c_status, _H, ctypes.POINTER(StepRequest), ctypes.c_uint64,
+                          ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
+        ("request_finished", _F(c_status, _H, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))),
+        ("take_events", _F(c_status, _H, ctypes.POINTER(Event), ctypes.c_uint64,
+                           ctypes.POINTER(ctypes.c_uint64))),
+        # worker role
+        ("register_kv", _F(c_status, _H, ctypes.POINTER(LayerView), ctypes.c_uint32)),
+        ("bind_meta", _F(c_status, _H, ctypes.c_void_p, ctypes.c_uint64)),
+        ("start_load", _F(c_status, _H)),
+        ("wait_layer_load", _F(c_status, _H, ctypes.c_uint32)),
+        ("save_layer", _F(c_status, _H, ctypes.c_uint32)),
+        ("wait_save", _F(c_status, _H)),
+        ("get_finished", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint64,
+                            ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_uint64,
+                            ctypes.POINTER(ctypes.c_uint64))),
+        ("load_error_blocks", _F(c_status, _H, ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint64,
+                                 ctypes.POINTER(ctypes.c_uint64))),
+        ("stats", _F(c_status, _H, ctypes.POINTER(Stats))),
+        # 1.1
+        ("set_stream", _F(c_status, _H, ctypes.c_void_p)),
+        # 1.3
+        ("set_plan_caps", _F(c_status, _H, ctypes.c_uint32)),
+        ("plan", _F(c_status, _H, ctypes.c_char_p, ctypes.POINTER(RestorePlan))),
+        # 1.4
+        ("set_stages", _F(c_status, _H, ctypes.POINTER(StageDesc))),
+        # 1.5
+        ("tier_name", _F(ctypes.c_char_p, _H, ctypes.c_uint32)),
+    ]
+
+
+# The minor version that introduced each hook (the table is read only as far as it goes).
+HOOK_MINOR = {"set_stream": 1, "set_plan_caps": 3, "plan": 3, "set_stages": 4, "tier_name": 5}
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+class KvsError(Exception):
+    """A kvs_status other than KVS_OK. .status is the code, .hook the call, .last_error the handle's
+    sentence (or the library's strerror when no handle was there to say more)."""
+
+    status = None
+
+    def __init__(self, hook, status, last_error=""):
+        self.hook = hook
+        self.status = status
+        self.last_error = last_error or ""
+        name = STATUS_NAMES.get(status, str(status))
+        text = f"kvstrata {hook} failed ({name})"
+        if self.last_error:
+            text += f": {self.last_error}"
+        super().__init__(text)
+
+
+class InvalidArgument(KvsError):
+    pass
+
+
+class OutOfMemory(KvsError):
+    pass
+
+
+class NotFound(KvsError):
+    pass
+
+
+class IOFailure(KvsError):
+    pass
+
+
+class ConfigError(KvsError):
+    pass
+
+
+class VersionMismatch(KvsError):
+    pass
+
+
+class WrongState(KvsError):
+    pass
+
+
+class TimedOut(KvsError):
+    pass
+
+
+class NotSupported(KvsError):
+    pass
+
+
+class Corrupt(KvsError):
+    pass
+
+
+class TryAgain(KvsError):
+    pass
+
+
+class Overflow(KvsError):
+    pass
+
+
+STATUS_NAMES = {
+    OK: "KVS_OK", EINVAL: "KVS_EINVAL", ENOMEM: "KVS_ENOMEM", ENOTFOUND: "KVS_ENOTFOUND",
+    EIO: "KVS_EIO", ECONFIG: "KVS_ECONFIG", EVERSION: "KVS_EVERSION", ESTATE: "KVS_ESTATE",
+    ETIMEDOUT: "KVS_ETIMEDOUT", ENOTSUP: "KVS_ENOTSUP", ECORRUPT: "KVS_ECORRUPT",
+    EAGAIN: "KVS_EAGAIN", EOVERFLOW: "KVS_EOVERFLOW",
+}
+
+ERROR_CLASSES = {
+    EINVAL: InvalidArgument, ENOMEM: OutOfMemory, ENOTFOUND: NotFound, EIO: IOFailure,
+    ECONFIG: ConfigError, EVERSION: VersionMismatch, ESTATE: WrongState, ETIMEDOUT: TimedOut,
+    ENOTSUP: NotSupported, ECORRUPT: Corrupt, EAGAIN: TryAgain, EOVERFLOW: Overflow,
+}
+for _code, _cls in ERROR_CLASSES.items():
+    _cls.status = _code
+
+
+def error_for(hook, status, last_error=""):
+    """The KvsError subclass instance for a status."""
+    return ERROR_CLASSES.get(status, KvsError)(hook, status, last_error)
+
+
+class LibraryNotFound(OSError):
+    """libkvstrata could not be loaded from any of the places it is looked for."""
+
+
+# --- the library --------------------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+_api = None
+
+
+def _package_dir():
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def library_loaded():
+    """True once this process has loaded libkvstrata through this module."""
+    return _lib is not None
+
+
+def library_path():
+    """The path (or loader name) the library was loaded from; None before it is loaded."""
+    return _lib_path
+
+
+def load_library():
+    """Load libkvstrata once: KVSTRATA_LIBRARY if set (and only it), else libkvstrata.so in this
+    package's folder, else the system loader. Raises LibraryNotFound with one sentence."""
+    global _lib, _lib_path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        env = os.environ.get("KVSTRATA_LIBRARY")
+        if env:
+            try:
+                lib = ctypes.CDLL(env)
+            except OSError as e:
+                raise LibraryNotFound(
+                    f"kvstrata: KVSTRATA_LIBRARY={env} cannot be loaded ({e}); the package folder "
+                    f"and the system loader are not tried while KVSTRATA_LIBRARY is set") from None
+            _lib, _lib_path = lib, env
+            return lib
+        pkg = _package_dir()
+        for name in ("libkvstrata.so", "libkvstrata.so.1"):
+            path = os.path.join(pkg, name)
+            if os.path.exists(path):
+                try:
+                    lib = ctypes.CDLL(path)
+                except OSError as e:
+                    raise LibraryNotFound(f"kvstrata: {path} cannot be loaded ({e})") from None
+                _lib, _lib_path = lib, path
+                return lib
+        candidates = []
+        found = ctypes.util.find_library("kvstrata")
+        if found:
+            candidates.append(found)
+        candidates += ["libkvstrata.so.1", "libkvstrata.so"]
+        for name in candidates:
+            try:
+                lib = ctypes.CDLL(name)
+            except OSError:
+                continue
+            _lib, _lib_path = lib, name
+            return lib
+        raise LibraryNotFound(
+            "kvstrata: libkvstrata.so was not found: KVSTRATA_LIBRARY is not set, the package "
+            f"folder {pkg} holds no libkvstrata.so, and the system loader finds no "
+            "libkvstrata.so.1 (build it with `make build` and set "
+            "KVSTRATA_LIBRARY=<repo>/build/lib/libkvstrata.so, or `make install` it)")
+
+
+def get_api():
+    """The library's table for ABI major 1 (loads the library first)."""
+    global _api
+    if _api is not None:
+        return _api
+    lib = load_library()
+    get = lib.kvs_get_api
+    get.restype = ctypes.POINTER(Api)
+    get.argtypes = [ctypes.c_uint32]
+    p = get(ABI_MAJOR)
+    if not p:
+        raise VersionMismatch("kvs_get_api", EVERSION,
+                              f"{_lib_path} does not implement ABI major {ABI_MAJOR}")
+    api = p.contents
+    if api.abi_major != ABI_MAJOR or api.struct_size < Api.set_stream.offset:
+        raise VersionMismatch(
+            "kvs_get_api", EVERSION,
+            f"{_lib_path} returned a table of ABI {api.abi_major}.{api.abi_minor} with "
+            f"{api.struct_size} bytes, shorter than ABI 1.0's {Api.set_stream.offset}")
+    _api = api
+    return api
+
+
+def has_hook(name):
+    """Whether the loaded table carries hook `name` (its struct_size covers it)."""
+    api = get_api()
+    field = getattr(Api, name)
+    return api.struct_size >= field.offset + field.size and api.abi_minor >= HOOK_MINOR.get(name, 0)
+
+
+def require_minor(minor, what):
+    """Raise VersionMismatch unless the loaded library implements ABI 1.`minor`."""
+    api = get_api()
+    if api.abi_minor < minor:
+        raise VersionMismatch(
+            what, EVERSION,
+            f"{what} needs libkvstrata ABI 1.{minor}; {_lib_path} implements "
+            f"{api.abi_major}.{api.abi_minor}")
+
+
+def strerror(status):
+    """The library's sentence for a status."""
+    s = get_api().strerror(status)
+    return s.decode() if s else STATUS_NAMES.get(status, str(status))
+
+
+# --- a handle -----------------------------------------------------------------------------------------
+
+Lookup = namedtuple("Lookup", "hit_tokens unknown_yet load_async")
+Plan = namedtuple("Plan", "mode first_token end_token recompute_tokens predicted_ms "
+                          "recompute_layers stage_recompute_layers")
+
+
+def _c_id(req_id, hook):
+    b = req_id.encode() if isinstance(req_id, str) else bytes(req_id)
+    if len(b) > MAX_REQ_ID_BYTES or b"\0" in b:
+        raise InvalidArgument(hook, EINVAL,
+                              f"request id {req_id!r} is longer than {MAX_REQ_ID_BYTES} bytes "
+                              "or holds a NUL byte")
+    return b
+
+
+def _int32s(values):
+    arr = values if isinstance(values, array.array) and values.typecode == "i" else \
+        array.array("i", values)
+    n = len(arr)
+    if n == 0:
+        return arr, None, 0
+    return arr, (ctypes.c_int32 * n).from_buffer(arr), n
+
+
+def _uint32s(values):
+    arr = values if isinstance(values, array.array) and values.typecode == "I" else \
+        array.array("I", values)
+    n = len(arr)
+    if n == 0:
+        return arr, None, 0
+    return arr, (ctypes.c_uint32 * n).from_buffer(arr), n
+
+
+class StepSpec:
+    """One request scheduled in a step (kvs_step_request) in Python terms."""
+
+    __slots__ = ("req_id", "tokens", "block_ids", "n_computed", "n_scheduled")
+
+    def __init__(self, req_id, tokens, block_ids, n_computed, n_scheduled):
+        self.req_id = req_id
+        self.tokens = tokens
+        self.block_ids = block_ids
+        self.n_computed = n_computed
+        self.n_scheduled = n_scheduled
+
+
+class Handle:
+    """One kvs_handle. Calls must be serialised by the caller (the ABI's rule); close() is idempotent.
+
+    model: a ModelDesc or a mapping with its fields (model_id, dtype, n_layers, n_kv_heads, head_dim,
+    block_tokens, is_mla, tp_rank, tp_size, salt, vocab_size)."""
+
+    def __init__(self, role, model, config_path=None):
+        api = get_api()
+        self._api = api
+        self._h = _H()
+        if isinstance(model, ModelDesc):
+            desc = model
+        else:
+            m = dict(model)
+            desc = ModelDesc(
+                struct_size=ctypes.sizeof(ModelDesc),
+                model_id=str(m.get("model_id", "")).encode(),
+                dtype=int(m["dtype"]), n_layers=int(m["n_layers"]),
+                n_kv_heads=int(m["n_kv_heads"]), head_dim=int(m["head_dim"]),
+                block_tokens=int(m["block_tokens"]), is_mla=1 if m.get("is_mla") else 0,
+                tp_rank=int(m.get("tp_rank", 0)), tp_size=int(m.get("tp_size", 1)),
+                salt=m["salt"].encode() if m.get("salt") else None,
+                vocab_size=int(m.get("vocab_size", 0)))
+        self._desc = desc
+        params = OpenParams(struct_size=ctypes.sizeof(OpenParams), role=int(role),
+                            config_path=os.fsencode(config_path) if config_path else None,
+                            model=ctypes.pointer(desc))
+        err = ctypes.create_string_buffer(1024)
+        st = api.open(ctypes.byref(params), ctypes.byref(self._h), err, len(err))
+        if st != OK:
+            self._h = None
+            raise error_for("open", st, err.value.decode(errors="replace"))
+        self.role = int(role)
+        self._meta_cap = 64 << 10
+        self._id_cap = 4096
+        self._blocks_cap = 1024
+
+    # -- plumbing --
+
+    def _handle(self, hook):
+        if not self._h:
+            raise WrongState(hook, ESTATE, "the handle is closed")
+        return self._h
+
+    def _check(self, st, hook):
+        if st != OK:
+            raise error_for(hook, st, self.last_error())
+
+    def _hook(self, name):
+        field = getattr(Api, name)
+        if self._api.struct_size < field.offset + field.size or \
+                self._api.abi_minor < HOOK_MINOR.get(name, 0):
+            raise NotSupported(name, ENOTSUP,
+                               f"{name} needs ABI 1.{HOOK_MINOR.get(name, 0)}; the library "
+                               f"implements {self._api.abi_major}.{self._api.abi_minor}")
+        return getattr(self._api, name)
+
+    @property
+    def closed(self):
+        return not self._h
+
+    @property
+    def abi_minor(self):
+        return self._api.abi_minor
+
+    def last_error(self):
+        if not self._h:
+            return ""
+        s = self._api.last_error(self._h)
+        return s.decode(errors="replace") if s else ""
+
+    def close(self):
+        if self._h:
+            h, self._h = self._h, None
+            self._api.close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- scheduler role --
+
+    def lookup(self, req_id, tokens, n_computed):
+        h = self._handle("lookup")
+        rid = _c_id(req_id, "lookup")
+        _keep, buf, n = _int32s(tokens)
+        out = LookupResult(struct_size=ctypes.sizeof(LookupResult))
+        self._check(self._api.lookup(h, rid, buf, n, int(n_computed), ctypes.byref(out)), "lookup")
+        return Lookup(int(out.n_hit_tokens), bool(out.unknown_yet), bool(out.load_async))
+
+    def on_alloc(self, req_id, block_ids, n_external_tokens):
+        h = self._handle("on_alloc")
+        rid = _c_id(req_id, "on_alloc")
+        _keep, buf, n = _uint32s(block_ids)
+        self._check(self._api.on_alloc(h, rid, buf, n, int(n_external_tokens)), "on_alloc")
+
+    def build_meta(self, steps):
+        """steps: a sequence of StepSpec. Returns the metadata blob (bytes)."""
+        h = self._handle("build_meta")
+        n = len(steps)
+        reqs = (StepRequest * n)() if n else None
+        keep = []
+        for i, s in enumerate(steps):
+            rid = _c_id(s.req_id, "build_meta")
+            ta, tbuf, tn = _int32s(s.tokens)
+            ba, bbuf, bn = _uint32s(s.block_ids)
+            keep += [rid, ta, tbuf, ba, bbuf]
+            reqs[i] = StepRequest(req_id=rid, tokens=tbuf, n_tokens=tn, block_ids=bbuf,
+                                  n_block_ids=bn, n_computed=int(s.n_computed),
+                                  n_scheduled=int(s.n_scheduled))
+        length = ctypes.c_uint64(0)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(self._meta_cap)
+            st = self._api.build_meta(h, reqs, n, buf, self._meta_cap, ctypes.byref(length))
+            if st == EOVERFLOW and length.value > self._meta_cap:
+                self._meta_cap = int(length.value)
+                continue
+            self._check(st, "build_meta")
+            return buf.raw[:length.value]
+        self._check(st, "build_meta")
+        return b""  # not reached
+
+    def request_finished(self, req_id):
+        """Returns keep_blocks: True when the engine must keep the pages until get_finished."""
+        h = self._handle("request_finished")
+        keep = ctypes.c_int(0)
+        self._check(self._api.request_finished(h, _c_id(req_id, "request_finished"),
+                                               ctypes.byref(keep)), "request_finished")
+        return bool(keep.value)
+
+    def take_events(self, cap=256):
+        """Pending cache events as (kind, key bytes, tier index) tuples."""
+        h = self._handle("take_events")
+        out = (Event * cap)()
+        n = ctypes.c_uint64(0)
+        self._check(self._api.take_events(h, out, cap, ctypes.byref(n)), "take_events")
+        return [(e.kind, bytes(e.key), e.tier) for e in out[:n.value]]
+
+    def set_plan_caps(self, caps):
+        self._check(self._hook("set_plan_caps")(self._handle("set_plan_caps"), int(caps)),
+                    "set_plan_caps")
+
+    def plan(self, req_id):
+        out = RestorePlan(struct_size=ctypes.sizeof(RestorePlan))
+        self._check(self._hook("plan")(self._handle("plan"), _c_id(req_id, "plan"),
+                                       ctypes.byref(out)), "plan")
+        return Plan(out.mode, out.first_token, out.end_token, out.recompute_tokens,
+                    out.predicted_ms, out.recompute_layers,
+                    list(out.stage_recompute_layers[:out.n_stages]))
+
+    def set_stages(self, n_kv_layers, boundary_layers, first_layers):
+        d = StageDesc(struct_size=ctypes.sizeof(StageDesc), n_stages=len(first_layers),
+                      n_kv_layers=n_kv_layers, boundary_layers=boundary_layers)
+        for i, f in enumerate(first_layers[:MAX_STAGES]):
+            d.first_layer[i] = f
+        self._check(self._hook("set_stages")(self._handle("set_stages"), ctypes.byref(d)),
+                    "set_stages")
+
+    # -- worker role --
+
+    def register_kv(self, views):
+        """views: a sequence of LayerView (one per layer, in layer order)."""
+        h = self._handle("register_kv")
+        n = len(views)
+        arr = (LayerView * n)(*views) if n else None
+        self._check(self._api.register_kv(h, arr, n), "register_kv")
+
+    def bind_meta(self, blob):
+        h = self._handle("bind_meta")
+        b = bytes(blob)
+        buf = ctypes.create_string_buffer(b, len(b)) if b else None
+        self._check(self._api.bind_meta(h, buf, len(b)), "bind_meta")
+
+    def start_load(self):
+        self._check(self._api.start_load(self._handle("start_load")), "start_load")
+
+    def wait_layer_load(self, layer):
+        self._check(self._api.wait_layer_load(self._handle("wait_layer_load"), int(layer)),
+                    "wait_layer_load")
+
+    def save_layer(self, layer):
+        self._check(self._api.save_layer(self._handle("save_layer"), int(layer)), "save_layer")
+
+    def wait_save(self):
+        self._check(self._api.wait_save(self._handle("wait_save")), "wait_save")
+
+    def get_finished(self):
+        """(sending ids, receiving ids) ended since the last call, as lists of str."""
+        h = self._handle("get_finished")
+        while True:
+            cap = self._id_cap
+            snd = ctypes.create_string_buffer(cap)
+            rcv = ctypes.create_string_buffer(cap)
+            ns = ctypes.c_uint64(0)
+            nr = ctypes.c_uint64(0)
+            st = self._api.get_finished(h, snd, cap, ctypes.byref(ns), rcv, cap, ctypes.byref(nr))
+            if st == EOVERFLOW:
+                need = (max(ns.value, nr.value) + 1) * (MAX_REQ_ID_BYTES + 1)
+                if need <= cap:  # a library that reports no usable count: grow anyway
+                    need = cap * 4
+                self._id_cap = need
+                continue
+            self._check(st, "get_finished")
+            return _split_ids(snd.raw, ns.value), _split_ids(rcv.raw, nr.value)
+
+    def load_error_blocks(self):
+        """Block ids whose load failed in the last bound step (list of int)."""
+        h = self._handle("load_error_blocks")
+        while True:
+            cap = self._blocks_cap
+            out = (ctypes.c_uint32 * cap)()
+            n = ctypes.c_uint64(0)
+            st = self._api.load_error_blocks(h, out, cap, ctypes.byref(n))
+            if st == EOVERFLOW or (st == OK and n.value > cap):
+                self._blocks_cap = max(int(n.value), cap * 2)
+                continue
+            self._check(st, "load_error_blocks")
+            return list(out[:n.value])
+
+    def stats(self):
+        """Counters since open, as a dict (fields the library does not fill read 0); the per-tier
+        arrays are lists of n_tiers entries."""
+        h = self._handle("stats")
+        s = Stats(struct_size=ctypes.sizeof(Stats))
+        self._check(self._api.stats(h, ctypes.byref(s)), "stats")
+        out = {}
+        n_tiers = min(int(s.n_tiers), STATS_MAX_TIERS)
+        for name, _t in Stats._fields_:
+            v = getattr(s, name)
+            if name.startswith("tier_"):
+                v = [int(x) for x in v[:n_tiers]]
+            elif isinstance(v, float):
+                v = float(v)
+            else:
+                v = int(v)
+            out[name] = v
+        return out
+
+    def set_stream(self, cuda_stream):
+        self._check(self._hook("set_stream")(self._handle("set_stream"),
+                                             ctypes.c_void_p(int(cuda_stream) or None)),
+                    "set_stream")
+
+    def tier_name(self, tier):
+        """Name of tier `tier` of the chain, or None past the last one."""
+        s = self._hook("tier_name")(self._handle("tier_name"), int(tier))
+        return s.decode() if s else None
+
+    def tier_names(self):
+        names = []
+        while len(names) < 64:
+            n = self.tier_name(len(names))
+            if n is None:
+                break
+            names.append(n)
+        return names
+
+
+def _split_ids(raw, count):
+    if count == 0:
+        return []
+    parts = raw.split(b"\0")
+    return [p.decode(errors="replace") for p in parts[:count]]

@@ -1,0 +1,898 @@
+"""KvstrataConnector: vLLM's KV connector v1 over libkvstrata.
+
+Enable it with
+  --kv-transfer-config '{"kv_connector":"KvstrataConnector","kv_connector_module_path":"kvstrata.vllm",
+    "kv_role":"kv_both","kv_load_failure_policy":"recompute",
+    "kv_connector_extra_config":{"config":"deploy.yaml"}}'
+
+vLLM builds one instance with role SCHEDULER in its engine-core process and one with role WORKER in
+each worker process (one per tensor-parallel rank). Each opens its own libkvstrata handle in __init__;
+importing this module and calling its class methods (what vLLM's front-end process does) never loads
+the library. docs/vllm.md describes the configuration, the metrics and the process layout.
+"""
+
+import array
+import atexit
+import os
+import re
+import shutil
+import tempfile
+import weakref
+
+from kvstrata import _abi
+
+try:  # the real vLLM classes when vLLM is installed
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+        SupportsHMA,
+    )
+
+    HAVE_VLLM = True
+except ImportError:
+    from kvstrata._vllm_standin import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+        SupportsHMA,
+    )
+
+    HAVE_VLLM = False
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
+        KVConnectorPromMetrics,
+        KVConnectorStats,
+    )
+except ImportError:  # no vLLM, or a release before connector stats
+    from kvstrata._vllm_standin import KVConnectorPromMetrics, KVConnectorStats
+
+__all__ = [
+    "KvstrataConnector",
+    "KvstrataConnectorMetadata",
+    "KvstrataConnectorStats",
+    "KvstrataPromMetrics",
+    "KvstrataConfigError",
+    "ModelDescription",
+    "describe_model",
+    "layer_view",
+]
+
+DEFAULT_DRAM_CAPACITY = "4GiB"
+DEFAULT_CHUNK_TOKENS = 256
+
+
+class KvstrataConfigError(ValueError):
+    """The vLLM configuration, the KV cache tensors or the extra config do not fit kvstrata."""
+
+
+# --- the model, as both roles describe it ----------------------------------------------------------
+
+
+class ModelDescription:
+    """The kvs_model_desc fields. Built from vllm_config alone (and kv_cache_config when vLLM passes
+    it), so the scheduler and every worker derive the same fingerprint inputs."""
+
+    FIELDS = ("model_id", "dtype", "n_layers", "n_kv_heads", "head_dim", "block_tokens", "is_mla",
+              "tp_rank", "tp_size", "salt", "vocab_size")
+
+    def __init__(self, **kw):
+        for f in self.FIELDS:
+            setattr(self, f, kw.get(f))
+
+    def as_dict(self):
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def __repr__(self):
+        return "ModelDescription(" + ", ".join(f"{f}={getattr(self, f)!r}" for f in self.FIELDS) + ")"
+
+
+_DTYPE_BY_NAME = {
+    "float16": _abi.DTYPE_FP16, "half": _abi.DTYPE_FP16, "fp16": _abi.DTYPE_FP16,
+    "bfloat16": _abi.DTYPE_BF16, "bf16": _abi.DTYPE_BF16,
+    "float32": _abi.DTYPE_FP32, "float": _abi.DTYPE_FP32, "fp32": _abi.DTYPE_FP32,
+    "fp8": _abi.DTYPE_FP8_E4M3, "fp8_e4m3": _abi.DTYPE_FP8_E4M3,
+    "float8_e4m3fn": _abi.DTYPE_FP8_E4M3, "fp8_e5m2": _abi.DTYPE_FP8_E5M2,
+    "float8_e5m2": _abi.DTYPE_FP8_E5M2,
+}
+
+
+def _dtype_name(dtype):
+    s = str(dtype)
+    return s[len("torch."):] if s.startswith("torch.") else s
+
+
+def _kvs_dtype(cache_dtype, model_dtype):
+    name = _dtype_name(cache_dtype or "auto")
+    if name == "auto":
+        name = _dtype_name(model_dtype)
+    code = _DTYPE_BY_NAME.get(name)
+    if code is None:
+        raise KvstrataConfigError(
+            f"kvstrata: KV cache dtype {name!r} (cache_dtype {cache_dtype!r}, model dtype "
+            f"{_dtype_name(model_dtype)!r}) is not one kvstrata stores: fp16, bf16, fp32, fp8_e4m3, "
+            "fp8_e5m2")
+    return code
+
+
+def _role_is_scheduler(role):
+    if role == KVConnectorRole.SCHEDULER:
+        return True
+    return getattr(role, "name", None) == "SCHEDULER"
+
+
+def _tp_rank(vllm_config, tp_size):
+    """This worker's tensor-parallel rank: vLLM's process group when it is up, else the parallel
+    config's global rank modulo the TP size (vLLM orders ranks TP-fastest)."""
+    if HAVE_VLLM:
+        try:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+            return int(get_tensor_model_parallel_rank())
+        except Exception:  # the group is not initialised (tests, some executors)
+            pass
+    rank = int(getattr(vllm_config.parallel_config, "rank", 0) or 0)
+    return rank % tp_size
+
+
+def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
+    """The model description for a handle of this role: every field but tp_rank is the same in
+    every process of one vLLM instance."""
+    mc = vllm_config.model_config
+    cc = vllm_config.cache_config
+    pc = vllm_config.parallel_config
+    tp_size = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+    for name, what in (("pipeline_parallel_size", "pipeline parallelism"),
+                       ("decode_context_parallel_size", "decode context parallelism"),
+                       ("prefill_context_parallel_size", "prefill context parallelism")):
+        n = int(getattr(pc, name, 1) or 1)
+        if n > 1:
+            raise KvstrataConfigError(
+                f"kvstrata: {what} ({name} {n}) splits a request's KV across ranks in a way "
+                "kvstrata's keys do not describe; run with tensor parallelism only")
+    is_mla = bool(getattr(mc, "use_mla", False))
+    n_layers = heads = head_dim = block_tokens = None
+    groups = getattr(kv_cache_config, "kv_cache_groups", None) if kv_cache_config else None
+    if groups is not None:
+        if len(groups) != 1:
+            raise KvstrataConfigError(
+                f"kvstrata: this model has {len(groups)} KV cache groups (hybrid, sliding-window or "
+                "mamba layers); kvstrata stores models whose attention layers share one group")
+        spec = groups[0].kv_cache_spec
+        n_layers = len(groups[0].layer_names)
+        heads = getattr(spec, "num_kv_heads", None)
+        head_dim = getattr(spec, "head_size", None)
+        block_tokens = getattr(spec, "block_size", None)
+    if n_layers is None:
+        try:
+            n_layers = mc.get_num_layers_by_block_type(pc, "attention")
+        except Exception:
+            n_layers = mc.get_num_layers(pc)
+    if heads is None:
+        heads = 1 if is_mla else mc.get_num_kv_heads(pc)
+    if head_dim is None:
+        head_dim = mc.get_head_size()
+    if block_tokens is None:
+        block_tokens = cc.block_size
+    salt_parts = []
+    for name in ("revision", "quantization"):
+        v = getattr(mc, name, None)
+        if v:
+            salt_parts.append(f"{name}={v}")
+    extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
+    if extra.get("salt"):
+        salt_parts.append(f"salt={extra['salt']}")
+    try:
+        vocab = int(mc.get_vocab_size())
+    except Exception:
+        vocab = 0
+    return ModelDescription(
+        model_id=str(mc.model),
+        dtype=_kvs_dtype(getattr(cc, "cache_dtype", "auto"), getattr(mc, "dtype", None)),
+        n_layers=int(n_layers),
+        n_kv_heads=1 if is_mla else int(heads),
+        head_dim=int(head_dim),
+        block_tokens=int(block_tokens),
+        is_mla=is_mla,
+        tp_rank=0 if scheduler or is_mla else _tp_rank(vllm_config, tp_size),
+        tp_size=tp_size,
+        salt=";".join(salt_parts) or None,
+        vocab_size=vocab,
+    )
+
+
+# --- views over vLLM's KV cache tensors -------------------------------------------------------------
+
+_TORCH_DTYPES = {
+    "float16": {_abi.DTYPE_FP16}, "bfloat16": {_abi.DTYPE_BF16}, "float32": {_abi.DTYPE_FP32},
+    "uint8": {_abi.DTYPE_FP8_E4M3, _abi.DTYPE_FP8_E5M2},
+    "int8": {_abi.DTYPE_FP8_E4M3, _abi.DTYPE_FP8_E5M2},
+    "float8_e4m3fn": {_abi.DTYPE_FP8_E4M3}, "float8_e5m2": {_abi.DTYPE_FP8_E5M2},
+}
+
+
+def _shape(t):
+    return tuple(int(x) for x in t.shape)
+
+
+def _strides(t):
+    return tuple(int(x) for x in t.stride())
+
+
+def layer_view(name, t, desc):
+    """A kvs_layer_view for one layer's KV cache tensor, from data_ptr(), stride() and
+    element_size() only. Layouts read (shapes as vLLM's backends give them, any stride order):
+      (2, blocks, block, heads, head)      FlashAttention (NHD, or HND strides)
+      (blocks, 2, block, heads, head)      FlashInfer
+      (blocks, block, head)                MLA (v_base NULL)
+      (blocks, heads, block, 2 * head)     packed K/V (V at `head` elements)
+    A kernel block smaller than the model's block size is described as one logical block when its
+    tokens are contiguous across the kernel blocks of a logical block."""
+    shape, stride = _shape(t), _strides(t)
+    e = int(t.element_size())
+    where = f"kvstrata: layer {name!r}: KV cache tensor of shape {shape} and strides {stride}"
+    allowed = _TORCH_DTYPES.get(_dtype_name(t.dtype), set())
+    if desc.dtype not in allowed or e != _abi.DTYPE_BYTES[desc.dtype]:
+        raise KvstrataConfigError(
+            f"{where}: its dtype {_dtype_name(t.dtype)} disagrees with the KV cache dtype "
+            f"{_abi.DTYPE_NAMES[desc.dtype]} vLLM's configuration gives")
+    hd = desc.head_dim
+    base = int(t.data_ptr())
+    v_base = None
+    if desc.is_mla:
+        if len(shape) == 4 and shape[2] == 1:  # (blocks, block, 1, head)
+            shape, stride = shape[:2] + shape[3:], stride[:2] + stride[3:]
+        if len(shape) != 3 or shape[2] != hd:
+            raise KvstrataConfigError(
+                f"{where}: an MLA cache is (blocks, block_size, {hd}) and this is not")
+        n_blocks, block, heads = shape[0], shape[1], 1
+        block_stride, token_stride, head_stride = stride[0], stride[1], hd
+        elem_stride = stride[2]
+    elif len(shape) == 5:
+        flash_attn = shape[0] == 2 and shape[3:] == (desc.n_kv_heads, hd)
+        flash_infer = shape[1] == 2 and shape[3:] == (desc.n_kv_heads, hd)
+        if flash_attn:  # with 2 blocks both match and are laid out alike: FlashAttention's reading
+            kv_dim, block_dim = 0, 1
+        elif flash_infer:
+            kv_dim, block_dim = 1, 0
+        else:
+            raise KvstrataConfigError(
+                f"{where}: expected (2, blocks, block_size, {desc.n_kv_heads}, {hd}) or (blocks, 2, "
+                f"block_size, {desc.n_kv_heads}, {hd}) for {desc.n_kv_heads} KV heads of {hd} "
+                "per rank")
+        n_blocks, block, heads = shape[block_dim], shape[2], shape[3]
+        block_stride, token_stride, head_stride = stride[block_dim], stride[2], stride[3]
+        elem_stride = stride[4]
+        v_base = base + stride[kv_dim] * e
+    elif len(shape) == 4 and shape[3] == 2 * hd:
+        if shape[1] != desc.n_kv_heads:
+            raise KvstrataConfigError(
+                f"{where}: a packed K/V cache (blocks, heads, block_size, 2 * head_size) with "
+                f"{shape[1]} heads, but the model has {desc.n_kv_heads} KV heads per rank")
+        n_blocks, heads, block = shape[0], shape[1], shape[2]
+        block_stride, token_stride, head_stride = stride[0], stride[2], stride[1]
+        elem_stride = stride[3]
+        v_base = base + hd * e
+    else:
+        raise KvstrataConfigError(
+            f"{where}: matches none of the layouts kvstrata reads (FlashAttention (2, blocks, "
+            f"block_size, heads, head_size), FlashInfer (blocks, 2, ...), MLA (blocks, block_size, "
+            "head_size), packed K/V (blocks, heads, block_size, 2 * head_size)) for "
+            f"{desc.n_kv_heads} KV heads of {hd}")
+    if elem_stride != 1:
+        raise KvstrataConfigError(f"{where}: the {hd} elements of a head are not contiguous")
+    logical = desc.block_tokens
+    if block != logical:
+        if block > logical or logical % block != 0:
+            raise KvstrataConfigError(
+                f"{where}: its blocks of {block} tokens do not divide the block size {logical} "
+                "vLLM's scheduler uses")
+        ratio = logical // block
+        if block_stride != block * token_stride or n_blocks % ratio != 0:
+            raise KvstrataConfigError(
+                f"{where}: kernel blocks of {block} tokens are smaller than the scheduler's blocks "
+                f"of {logical}, and the tokens of one scheduler block are not evenly spaced across "
+                "its kernel blocks (an HND layout, or FlashInfer's K and V side by side in each "
+                "block); use FlashAttention with NHD strides, or kernel blocks as large as the "
+                "scheduler's")
+        n_blocks //= ratio
+        block_stride *= ratio
+    dev = t.device
+    if dev.type == "cuda":
+        kind, index = _abi.DEVICE_CUDA, int(dev.index or 0)
+    elif dev.type == "cpu":
+        kind, index = _abi.DEVICE_HOST, 0
+    else:
+        raise KvstrataConfigError(f"{where}: on device {dev}, neither the CPU nor CUDA")
+    return _abi.LayerView(struct_size=_abi.ctypes.sizeof(_abi.LayerView), device_kind=kind,
+                          device_index=index, n_blocks=n_blocks, k_base=base, v_base=v_base,
+                          block_stride=block_stride * e, token_stride=token_stride * e,
+                          head_stride=head_stride * e)
+
+
+# --- metadata, stats, metrics ---------------------------------------------------------------------
+
+
+class KvstrataConnectorMetadata(KVConnectorMetadata):
+    """One step's metadata: the msgpack blob build_meta made (opaque to Python, pickled to the
+    workers with the scheduler output)."""
+
+    def __init__(self, blob, req_ids=()):
+        self.blob = bytes(blob)
+        self.req_ids = tuple(req_ids)
+
+    def __repr__(self):
+        return f"KvstrataConnectorMetadata({len(self.blob)} bytes, {len(self.req_ids)} requests)"
+
+
+# Counters of kvs_stats reported as deltas; tokens_loaded comes from TP rank 0 only (every rank loads
+# the same tokens), bytes and times from every rank.
+_SCALAR_STATS = ("lookups", "lookup_hit_tokens", "lookup_miss_tokens", "tokens_loaded",
+                 "chunks_loaded", "bytes_loaded", "load_ns", "chunks_saved", "bytes_saved",
+                 "save_ns", "saves_skipped", "load_errors", "evictions", "async_loads_started",
+                 "async_loads_done", "async_loads_failed", "steps_closed")
+_TIER_STATS = {"tier_chunks_loaded": "chunks_loaded", "tier_bytes_loaded": "bytes_loaded",
+               "tier_load_ns": "load_ns"}
+
+
+class KvstrataConnectorStats(KVConnectorStats):
+    """kvstrata's counters over an interval, summed over the scheduler and the workers. data:
+    {counter: int, ..., "tiers": {tier name: {"chunks_loaded", "bytes_loaded", "load_ns"}}}."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other):
+        if other is None or not getattr(other, "data", None):
+            return self
+        for k, v in other.data.items():
+            if k == "tiers":
+                mine = self.data.setdefault("tiers", {})
+                for tier, d in v.items():
+                    t = mine.setdefault(tier, {})
+                    for kk, vv in d.items():
+                        t[kk] = t.get(kk, 0) + vv
+            else:
+                self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self):
+        d = self.data
+        out = {k: d[k] for k in _SCALAR_STATS if d.get(k)}
+        if d.get("load_ns"):
+            out["load_gbps"] = round(d.get("bytes_loaded", 0) / d["load_ns"], 3)
+        if d.get("save_ns"):
+            out["save_gbps"] = round(d.get("bytes_saved", 0) / d["save_ns"], 3)
+        for tier, t in sorted(d.get("tiers", {}).items()):
+            if t.get("bytes_loaded"):
+                out[f"loaded_bytes[{tier}]"] = t["bytes_loaded"]
+                if t.get("load_ns"):
+                    out[f"load_gbps[{tier}]"] = round(t["bytes_loaded"] / t["load_ns"], 3)
+        return out
+
+    def is_empty(self):
+        d = self.data
+        return not any(d.get(k) for k in _SCALAR_STATS) and not any(
+            any(t.values()) for t in d.get("tiers", {}).values())
+
+
+def _stats_delta(now, before, tier_names, with_tokens):
+    data = {}
+    for k in _SCALAR_STATS:
+        if k == "tokens_loaded" and not with_tokens:
+            continue
+        v = now.get(k, 0) - (before.get(k, 0) if before else 0)
+        if v:
+            data[k] = v
+    tiers = {}
+    for k, short in _TIER_STATS.items():
+        cur = now.get(k, [])
+        old = before.get(k, []) if before else []
+        for i, v in enumerate(cur):
+            dv = v - (old[i] if i < len(old) else 0)
+            if dv:
+                name = tier_names[i] if i < len(tier_names) else f"tier{i}"
+                tiers.setdefault(name, {})[short] = dv
+    if tiers:
+        data["tiers"] = tiers
+    return data
+
+
+class KvstrataPromMetrics(KVConnectorPromMetrics):
+    """kvstrata's counters in vLLM's Prometheus endpoint (vllm:kvstrata_*). Per tier: loaded bytes,
+    seconds and chunks (rate(bytes) / rate(seconds) is the tier's load bandwidth) and a gauge of the
+    last interval's GB/s."""
+
+    COUNTERS = (
+        ("lookups", "vllm:kvstrata_lookups", "Lookups the scheduler made", 1),
+        ("lookup_hit_tokens", "vllm:kvstrata_hit_tokens",
+         "Tokens lookups offered to load from kvstrata (hits)", 1),
+        ("lookup_miss_tokens", "vllm:kvstrata_miss_tokens",
+         "Prompt tokens lookups found in no tier (misses)", 1),
+        ("tokens_loaded", "vllm:kvstrata_loaded_tokens", "Tokens whose KV kvstrata loaded", 1),
+        ("load_errors", "vllm:kvstrata_load_errors",
+         "Chunks whose load failed; vLLM recomputed their blocks", 1),
+        ("chunks_saved", "vllm:kvstrata_saved_chunks", "Chunks saved", 1),
+        ("bytes_saved", "vllm:kvstrata_saved_bytes", "Bytes saved", 1),
+        ("save_ns", "vllm:kvstrata_save_seconds", "Time spent saving", 1e-9),
+        ("saves_skipped", "vllm:kvstrata_skipped_saves",
+         "Saves dropped (already stored, or no staging memory)", 1),
+        ("async_loads_started", "vllm:kvstrata_async_loads_started",
+         "Requests whose load ran between steps", 1),
+        ("async_loads_done", "vllm:kvstrata_async_loads_done",
+         "Asynchronous loads reported finished", 1),
+        ("async_loads_failed", "vllm:kvstrata_async_loads_failed",
+         "Asynchronous loads with at least one failed chunk", 1),
+        ("steps_closed", "vllm:kvstrata_steps_closed",
+         "Steps with no forward pass closed by the next step", 1),
+    )
+    TIER_COUNTERS = (
+        ("bytes_loaded", "vllm:kvstrata_loaded_bytes", "Bytes loaded, by serving tier", 1),
+        ("load_ns", "vllm:kvstrata_load_seconds", "Time spent loading, by serving tier", 1e-9),
+        ("chunks_loaded", "vllm:kvstrata_loaded_chunks", "Chunks loaded, by serving tier", 1),
+    )
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        names = list(labelnames)
+        self._counters = {}
+        for key, metric, doc, scale in self.COUNTERS:
+            c = self._counter_cls(name=metric, documentation=doc, labelnames=names)
+            self._counters[key] = (self.make_per_engine(c), scale)
+        self._tier_counters = {}
+        for key, metric, doc, scale in self.TIER_COUNTERS:
+            c = self._counter_cls(name=metric, documentation=doc, labelnames=names + ["tier"])
+            self._tier_counters[key] = (c, scale)
+        self._tier_gbps = self._gauge_cls(
+            name="vllm:kvstrata_load_gbps",
+            documentation="Load bandwidth of the last interval, by serving tier (GB/s)",
+            labelnames=names + ["tier"])
+
+    def observe(self, transfer_stats_data, engine_idx=0):
+        data = transfer_stats_data or {}
+        for key, (per_engine, scale) in self._counters.items():
+            v = data.get(key)
+            if v:
+                per_engine[engine_idx].inc(v * scale)
+        labels = list(self.per_engine_labelvalues.get(engine_idx, []))
+        for tier, t in (data.get("tiers") or {}).items():
+            for key, (counter, scale) in self._tier_counters.items():
+                v = t.get(key)
+                if v:
+                    counter.labels(*labels, tier).inc(v * scale)
+            if t.get("bytes_loaded") and t.get("load_ns"):
+                self._tier_gbps.labels(*labels, tier).set(t["bytes_loaded"] / t["load_ns"])
+
+
+# --- the default configuration ------------------------------------------------------------------------
+
+_SHM_OK = re.compile(r"[^A-Za-z0-9_.-]")
+_SIZE_OK = re.compile(r"^[0-9]+(\.[0-9]+)?\s*[A-Za-z]*$")
+
+
+def default_shm_name(vllm_config):
+    """/dev/shm name of the default DRAM tier: from kv_transfer_config.engine_id, which vLLM sets
+    once per instance (a uuid unless the user gives one) and hands to every process of it."""
+    engine_id = getattr(vllm_config.kv_transfer_config, "engine_id", None)
+    if not engine_id:
+        raise KvstrataConfigError(
+            "kvstrata: kv_transfer_config.engine_id is empty, so the scheduler and the workers "
+            "cannot agree on a shared DRAM tier; set engine_id, or kv_connector_extra_config "
+            "'shm_name', or give a YAML file as 'config'")
+    return ("kvstrata-" + _SHM_OK.sub("_", str(engine_id)))[:200]
+
+
+def default_config_text(vllm_config, extra, block_tokens):
+    """The YAML used when kv_connector_extra_config has no 'config': one DRAM tier shared by the
+    instance's processes through POSIX shared memory."""
+    shm = str(extra.get("shm_name") or default_shm_name(vllm_config))
+    if _SHM_OK.search(shm) or not 1 <= len(shm) <= 200:
+        raise KvstrataConfigError(
+            f"kvstrata: shm_name {shm!r} must be 1 to 200 characters of A-Z a-z 0-9 _ . -")
+    capacity = str(extra.get("dram_capacity", DEFAULT_DRAM_CAPACITY))
+    if not _SIZE_OK.match(capacity):
+        raise KvstrataConfigError(
+            f"kvstrata: dram_capacity {capacity!r} is not a size (e.g. 4GiB, 512MiB)")
+    chunk = extra.get("chunk_tokens")
+    if chunk is None:
+        chunk = block_tokens * max(1, DEFAULT_CHUNK_TOKENS // block_tokens)
+    return (f"# written by kvstrata.vllm: one DRAM tier shared by vLLM's processes\n"
+            f"version: 1\n"
+            f"chunk_tokens: {int(chunk)}\n"
+            f"tiers:\n"
+            f"  - name: dram\n"
+            f"    type: dram\n"
+            f"    capacity: {capacity}\n"
+            f"    options:\n"
+            f"      shm_name: {shm}\n")
+
+
+# Handles still open at interpreter exit are closed (a shared tier is unlinked by its last user).
+_open_connectors = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_connectors():
+    for c in list(_open_connectors):
+        try:
+            c.shutdown()
+        except Exception:
+            pass
+
+
+# --- the connector --------------------------------------------------------------------------------------
+
+
+class _SchedRequest:
+    __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up")
+
+    def __init__(self, request=None, bypass=None):
+        self.request = request
+        self.tokens = array.array("i")
+        self.block_ids = []
+        self.bypass = bypass
+        self.looked_up = False
+
+
+def _bypass_reason(req):
+    """Why a request's KV is not a function of its token ids alone (kvstrata keys are), or None."""
+    if getattr(req, "lora_request", None) is not None:
+        return "a LoRA adapter"
+    if getattr(req, "mm_features", None) or getattr(req, "mm_inputs", None):
+        return "multimodal inputs"
+    if getattr(req, "prompt_embeds", None) is not None:
+        return "prompt embeddings"
+    return None
+
+
+def _group0(block_ids):
+    """vLLM passes block ids per KV cache group (a tuple of lists); kvstrata uses the one group."""
+    if block_ids is None:
+        return None
+    if isinstance(block_ids, tuple):
+        return list(block_ids[0]) if block_ids else []
+    if block_ids and isinstance(block_ids[0], (list, tuple)):
+        return list(block_ids[0])
+    return list(block_ids)
+
+
+def _set_tokens(st, source):
+    """Bring st.tokens up to `source` (a list-like of every token so far), appending when only new
+    tokens came, copying otherwise."""
+    n, have = len(source), len(st.tokens)
+    if n > have and have and source[have - 1] == st.tokens[have - 1]:
+        st.tokens.extend(source[have:])
+    elif n != have or (n and source[n - 1] != st.tokens[n - 1]):
+        st.tokens = array.array("i", source)
+
+
+class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
+    """vLLM KV connector v1 over libkvstrata (docs/vllm.md)."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        try:
+            super().__init__(vllm_config, role, kv_cache_config)
+        except TypeError:  # vLLM releases whose base class took (vllm_config, role)
+            super().__init__(vllm_config, role)
+        self._scheduler = _role_is_scheduler(role)
+        ktc = vllm_config.kv_transfer_config
+        self._extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+        self._model = describe_model(vllm_config, kv_cache_config, scheduler=self._scheduler)
+        self._tmpdir = None
+        self._handle = None
+        # scheduler side
+        self._requests = {}
+        # worker side
+        self._layer_index = {}
+        self._layer_names = []
+        self._kv_tensors = None
+        self._cuda = False
+        self._bound = False
+        self._started = False
+        self._last_stats = None
+        self._tier_names = []
+        self._config_path = self._resolve_config()
+        try:
+            self._open()
+        except BaseException:
+            if self._tmpdir:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+            raise
+
+    # -- setup --
+
+    def _resolve_config(self):
+        path = self._extra.get("config")
+        if path:
+            path = os.path.abspath(os.path.expanduser(str(path)))
+            if not os.path.isfile(path):
+                raise KvstrataConfigError(
+                    f"kvstrata: kv_connector_extra_config 'config' names {path}, which is not a "
+                    "file")
+            return path
+        text = default_config_text(self._vllm_config, self._extra, self._model.block_tokens)
+        self._tmpdir = tempfile.mkdtemp(prefix="kvstrata-vllm-")
+        path = os.path.join(self._tmpdir, "kvstrata.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def _open(self):
+        _abi.require_minor(5, "KvstrataConnector")
+        role = _abi.ROLE_SCHEDULER if self._scheduler else _abi.ROLE_WORKER
+        self._handle = _abi.Handle(role, self._model.as_dict(), self._config_path)
+        self._tier_names = self._handle.tier_names()
+        _open_connectors.add(self)
+
+    # -- properties and class methods (no library) --
+
+    @property
+    def prefer_cross_layer_blocks(self):
+        v = self._extra.get("cross_layer_blocks", False)
+        return v is True or str(v).lower() in ("1", "true", "yes", "on")
+
+    @property
+    def requires_kv_delivery(self):
+        return False  # a dropped save costs a later miss, never correctness
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config):
+        return None  # every layout is read through its strides
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        return True  # the layer hooks must run between the graph's pieces
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KvstrataConnectorStats(data=dict(data) if data else {})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return KvstrataPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    # -- scheduler side --
+
+    def _track(self, request):
+        rid = request.request_id
+        st = self._requests.get(rid)
+        if st is None:
+            st = self._requests[rid] = _SchedRequest(request, _bypass_reason(request))
+        else:
+            st.request = request
+        return st
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        st = self._track(request)
+        if st.bypass:
+            return 0, False
+        _set_tokens(st, request.all_token_ids)
+        res = self._handle.lookup(request.request_id, st.tokens, num_computed_tokens)
+        st.looked_up = True
+        if res.unknown_yet:
+            return None, False
+        return res.hit_tokens, bool(res.load_async and res.hit_tokens > 0)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        st = self._track(request)
+        if st.bypass:
+            return
+        ids = _group0(blocks.get_block_ids()) if blocks is not None else []
+        st.block_ids = ids or []
+        if not st.looked_up and num_external_tokens == 0:
+            return  # never looked up (resumed after an async load was reported): nothing to arm
+        try:
+            self._handle.on_alloc(request.request_id, st.block_ids, num_external_tokens)
+        except _abi.NotFound:
+            if num_external_tokens:
+                raise
+
+    def build_connector_meta(self, scheduler_output):
+        steps = []
+        num_scheduled = scheduler_output.num_scheduled_tokens
+        for nr in scheduler_output.scheduled_new_reqs:
+            st = self._requests.get(nr.req_id)
+            if st is None:
+                st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr))
+            if st.bypass:
+                continue
+            if st.request is not None:
+                _set_tokens(st, st.request.all_token_ids)
+            elif nr.prompt_token_ids is not None:
+                _set_tokens(st, nr.prompt_token_ids)
+            st.block_ids = _group0(nr.block_ids) or []
+            steps.append(self._step(nr.req_id, st, nr.num_computed_tokens,
+                                    num_scheduled.get(nr.req_id, 0)))
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None) or set()
+        all_tokens = getattr(cached, "all_token_ids", None) or {}
+        new_token_ids = getattr(cached, "new_token_ids", None) or []
+        for i, rid in enumerate(cached.req_ids):
+            st = self._requests.get(rid)
+            if st is None:
+                if rid not in all_tokens:
+                    continue  # never seen and no tokens given: nothing to save or load
+                st = self._requests[rid] = _SchedRequest(None, None)
+            if st.bypass:
+                continue
+            new_blocks = _group0(cached.new_block_ids[i]) if i < len(cached.new_block_ids) else None
+            if rid in resumed:
+                st.block_ids = new_blocks or []
+            elif new_blocks:
+                st.block_ids.extend(new_blocks)
+            if rid in all_tokens:
+                st.tokens = array.array("i", all_tokens[rid])
+            elif st.request is not None:
+                _set_tokens(st, st.request.all_token_ids)
+            elif i < len(new_token_ids) and new_token_ids[i]:
+                st.tokens.extend(new_token_ids[i])
+            steps.append(self._step(rid, st, cached.num_computed_tokens[i], num_scheduled.get(rid, 0)))
+        blob = self._handle.build_meta(steps)
+        return KvstrataConnectorMetadata(blob, [s.req_id for s in steps])
+
+    @staticmethod
+    def _step(rid, st, n_computed, n_scheduled):
+        n_tokens = len(st.tokens)
+        # Tokens not known yet (async scheduling's placeholders, speculative drafts) are not saved.
+        n_computed = min(int(n_computed), n_tokens)
+        n_scheduled = max(0, min(int(n_scheduled), n_tokens - n_computed))
+        return _abi.StepSpec(rid, st.tokens, st.block_ids, n_computed, n_scheduled)
+
+    def request_finished(self, request, block_ids):
+        st = self._requests.pop(request.request_id, None)
+        if st is None or st.bypass:
+            return False, None
+        try:
+            keep = self._handle.request_finished(request.request_id)
+        except _abi.NotFound:
+            keep = False  # the library never saw it (finished before any lookup or step)
+        return keep, None
+
+    def request_finished_all_groups(self, request, block_ids):
+        return self.request_finished(request, _group0(block_ids))
+
+    def take_events(self):
+        # kvstrata's events name chunk keys (hashes of whole prefixes, per model fingerprint), not
+        # vLLM's block hashes, so a KV-event consumer could not match them: none are forwarded.
+        return ()
+
+    # -- worker side --
+
+    def register_kv_caches(self, kv_caches):
+        names = list(kv_caches)
+        self._register([(n, kv_caches[n]) for n in names], {n: i for i, n in enumerate(names)})
+
+    def register_cross_layers_kv_cache(self, kv_cache, attn_backend):
+        try:
+            order = tuple(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
+        except (AttributeError, NotImplementedError, TypeError):
+            order = tuple(range(kv_cache.dim()))
+        if sorted(order) != list(range(kv_cache.dim())):
+            raise KvstrataConfigError(
+                f"kvstrata: the attention backend's stride order {order} does not fit the "
+                f"cross-layer KV cache of shape {tuple(kv_cache.shape)}")
+        logical = kv_cache.permute(*[order.index(i) for i in range(len(order))])
+        names = self._cross_layer_names(int(logical.shape[0]))
+        index = {}
+        for i, group in enumerate(names):
+            for n in group:
+                index[n] = i
+        self._register([(group[0], logical[i]) for i, group in enumerate(names)], index)
+
+    def _cross_layer_names(self, n_layers):
+        kcc = self._kv_cache_config
+        tensors = getattr(kcc, "kv_cache_tensors", None) if kcc else None
+        if tensors and len(tensors) == n_layers:
+            return [list(t.shared_by) for t in tensors]
+        groups = getattr(kcc, "kv_cache_groups", None) if kcc else None
+        if groups and len(groups[0].layer_names) == n_layers:
+            return [[n] for n in groups[0].layer_names]
+        raise KvstrataConfigError(
+            f"kvstrata: the cross-layer KV cache holds {n_layers} layers, and the KV cache config "
+            "names no layer list of that length")
+
+    def _register(self, layers, index):
+        desc = self._model
+        if len(layers) != desc.n_layers:
+            raise KvstrataConfigError(
+                f"kvstrata: vLLM registered {len(layers)} KV cache layers, but the model "
+                f"description (from vllm_config) has {desc.n_layers}")
+        views = [layer_view(name, t, desc) for name, t in layers]
+        self._cuda = any(v.device_kind == _abi.DEVICE_CUDA for v in views)
+        self._handle.register_kv(views)
+        self._kv_tensors = [t for _n, t in layers]  # the pages must outlive the handle
+        self._layer_names = [n for n, _t in layers]
+        self._layer_index = dict(index)
+
+    def _layer(self, layer_name):
+        try:
+            return self._layer_index[layer_name]
+        except KeyError:
+            raise KvstrataConfigError(
+                f"kvstrata: layer {layer_name!r} was not registered (register_kv_caches named "
+                f"{len(self._layer_index)} layers)") from None
+
+    def bind_connector_metadata(self, connector_metadata):
+        super().bind_connector_metadata(connector_metadata)
+        if self._kv_tensors is None or not isinstance(connector_metadata, KvstrataConnectorMetadata):
+            return
+        # A step still bound (no forward pass ran: no layer hooks, no wait_for_save) is closed by the
+        # library here (ABI 1.5).
+        self._handle.bind_meta(connector_metadata.blob)
+        self._bound = True
+        self._started = False
+
+    def clear_connector_metadata(self):
+        super().clear_connector_metadata()
+        self._started = False
+        self._bound = False
+
+    def handle_preemptions(self, kv_connector_metadata):
+        # Saves finish inside the step that gathers them, so a preempted request's pages are never
+        # read after its step: nothing to wait for.
+        return None
+
+    def _start(self):
+        if self._started:
+            return
+        if self._cuda:
+            import torch
+
+            self._handle.set_stream(torch.cuda.current_stream().cuda_stream)
+        self._handle.start_load()
+        self._started = True
+
+    def start_load_kv(self, forward_context, **kwargs):
+        if self._bound:
+            self._start()
+
+    def wait_for_layer_load(self, layer_name):
+        if not self._bound:
+            return
+        layer = self._layer(layer_name)
+        self._start()  # vLLM may run the layers first when the step has no synchronous load
+        self._handle.wait_layer_load(layer)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        if not self._bound:
+            return
+        layer = self._layer(layer_name)
+        self._start()
+        self._handle.save_layer(layer)
+
+    def wait_for_save(self):
+        if not self._bound:
+            return
+        self._start()
+        self._handle.wait_save()
+
+    def get_finished(self, finished_req_ids):
+        if self._handle is None or self._kv_tensors is None:
+            return None, None
+        sending, receiving = self._handle.get_finished()
+        return (set(sending) or None), (set(receiving) or None)
+
+    def get_block_ids_with_load_errors(self):
+        if self._handle is None or self._kv_tensors is None:
+            return set()
+        return set(self._handle.load_error_blocks())
+
+    def get_kv_connector_stats(self):
+        if self._handle is None:
+            return None
+        now = self._handle.stats()
+        data = _stats_delta(now, self._last_stats, self._tier_names,
+                            with_tokens=self._scheduler or self._model.tp_rank == 0)
+        self._last_stats = now
+        stats = KvstrataConnectorStats(data=data)
+        return None if stats.is_empty() else stats
+
+    def shutdown(self):
+        h, self._handle = self._handle, None
+        if h is not None:
+            h.close()
+        _open_connectors.discard(self)
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None

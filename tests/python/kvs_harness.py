@@ -1,0 +1,1045 @@
+"""Replay harness: drives KvstrataConnector in vLLM's call order, in vLLM's process layout.
+
+The test process is the driver. A scheduler process holds a small vLLM-like scheduler (waiting and
+running queues, a block pool, chunked prefill, preemption, WAITING_FOR_REMOTE_KVS) with the
+SCHEDULER-role connector, and builds each step's SchedulerOutput with the connector's metadata. One
+worker process per tensor-parallel rank holds the WORKER-role connector, the paged KV cache as torch
+CPU tensors in one of vLLM's layouts and a tiny "model" that writes, for every token, KV bytes that are
+a function of the token's prefix, layer, KV head and element, so a restored page can be compared byte
+for byte with a recomputed one. The driver pickles the scheduler output to the workers and their
+outputs back, aggregating them as vLLM's executor does (a transfer is finished when every rank
+reports it).
+
+The request and scheduler-output classes mirror the field names of vLLM's Request, KVCacheBlocks,
+NewRequestData, CachedRequestData and SchedulerOutput (vllm/v1/core/sched/output.py); the config
+classes mirror the attributes KvstrataConnector reads from VllmConfig.
+"""
+
+import collections
+import dataclasses
+import importlib
+import multiprocessing
+import os
+import shutil
+import tempfile
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- vLLM-like configuration ---------------------------------------------------------------------
+
+
+class ModelConfig:
+    def __init__(self, spec):
+        self.model = spec["model_id"]
+        self.dtype = spec["model_dtype"]
+        self.use_mla = spec["mla"]
+        self.revision = None
+        self.quantization = None
+        self._spec = spec
+
+    def get_num_kv_heads(self, parallel_config):
+        return max(1, self._spec["heads_total"] // parallel_config.tensor_parallel_size)
+
+    def get_head_size(self):
+        return self._spec["head_dim"]
+
+    def get_num_layers_by_block_type(self, parallel_config, block_type="attention"):
+        return self._spec["n_layers"]
+
+    def get_num_layers(self, parallel_config):
+        return self._spec["n_layers"]
+
+    def get_vocab_size(self):
+        return self._spec["vocab"]
+
+
+@dataclass
+class CacheConfig:
+    block_size: int
+    cache_dtype: str = "auto"
+    num_gpu_blocks: int = 0
+
+
+@dataclass
+class ParallelConfig:
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    rank: int = 0
+
+
+@dataclass
+class KVTransferConfig:
+    kv_connector: str = "KvstrataConnector"
+    kv_connector_module_path: str = "kvstrata.vllm"
+    kv_role: str = "kv_both"
+    kv_load_failure_policy: str = "recompute"
+    kv_connector_extra_config: dict = field(default_factory=dict)
+    engine_id: str = ""
+
+    @property
+    def is_kv_producer(self):
+        return self.kv_role in ("kv_producer", "kv_both")
+
+
+@dataclass
+class VllmConfig:
+    model_config: Any
+    cache_config: CacheConfig
+    parallel_config: ParallelConfig
+    kv_transfer_config: KVTransferConfig
+    lora_config: Any = None
+
+
+@dataclass
+class FullAttentionSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype: Any = None
+
+
+@dataclass
+class KVCacheGroupSpec:
+    layer_names: list
+    kv_cache_spec: Any
+
+
+@dataclass
+class KVCacheTensor:
+    size: int
+    shared_by: list
+
+
+@dataclass
+class KVCacheConfig:
+    num_blocks: int
+    kv_cache_tensors: list
+    kv_cache_groups: list
+
+
+def layer_names(n):
+    return [f"model.layers.{i}.self_attn.attn" for i in range(n)]
+
+
+def make_vllm_config(spec, rank=0):
+    extra = dict(spec["extra_config"])
+    ktc = KVTransferConfig(kv_connector_extra_config=extra, engine_id=spec["engine_id"])
+    return VllmConfig(
+        model_config=ModelConfig(spec),
+        cache_config=CacheConfig(block_size=spec["block_size"], cache_dtype=spec["cache_dtype"],
+                                 num_gpu_blocks=spec["n_blocks"]),
+        parallel_config=ParallelConfig(tensor_parallel_size=spec["tp"], rank=rank),
+        kv_transfer_config=ktc)
+
+
+def make_kv_cache_config(spec):
+    names = layer_names(spec["n_layers"])
+    heads = 1 if spec["mla"] else spec["heads_total"] // spec["tp"]
+    return KVCacheConfig(
+        num_blocks=spec["n_blocks"],
+        kv_cache_tensors=[KVCacheTensor(size=0, shared_by=[n]) for n in names],
+        kv_cache_groups=[KVCacheGroupSpec(layer_names=names, kv_cache_spec=FullAttentionSpec(
+            block_size=spec["block_size"], num_kv_heads=heads, head_size=spec["head_dim"]))])
+
+
+# --- vLLM-like requests and scheduler output -------------------------------------------------------
+
+WAITING = "WAITING"
+WAITING_FOR_REMOTE_KVS = "WAITING_FOR_REMOTE_KVS"
+RUNNING = "RUNNING"
+PREEMPTED = "PREEMPTED"
+FINISHED = "FINISHED"
+
+
+class Request:
+    """The fields of vllm.v1.request.Request the connector and this scheduler read."""
+
+    def __init__(self, request_id, prompt_token_ids, max_tokens, lora_request=None):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self._output_token_ids = []
+        self._all_token_ids = list(prompt_token_ids)
+        self.max_tokens = max_tokens
+        self.num_computed_tokens = 0
+        self.num_external_computed_tokens = 0
+        self.num_preemptions = 0
+        self.status = WAITING
+        self.lora_request = lora_request
+        self.mm_features = []
+        self.prompt_embeds = None
+        self.sampling_params = None
+        self.pooling_params = None
+
+    @property
+    def all_token_ids(self):
+        return self._all_token_ids
+
+    @property
+    def num_tokens(self):
+        return len(self._all_token_ids)
+
+    @property
+    def num_prompt_tokens(self):
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self):
+        return len(self._output_token_ids)
+
+    def append_output_token_ids(self, tok):
+        self._output_token_ids.append(tok)
+        self._all_token_ids.append(tok)
+
+
+class KVCacheBlocks:
+    def __init__(self, block_ids):
+        self._ids = list(block_ids)
+
+    def get_block_ids(self, allow_none=False):
+        return (list(self._ids),)
+
+
+@dataclass
+class NewRequestData:
+    req_id: str
+    prompt_token_ids: list
+    mm_features: list
+    sampling_params: Any
+    pooling_params: Any
+    block_ids: tuple
+    num_computed_tokens: int
+    lora_request: Any
+    prompt_embeds: Any = None
+    prefill_token_ids: Any = None
+
+
+@dataclass
+class CachedRequestData:
+    req_ids: list
+    resumed_req_ids: set
+    new_token_ids: list
+    all_token_ids: dict
+    new_block_ids: list
+    num_computed_tokens: list
+    num_output_tokens: list
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled_new_reqs: list
+    scheduled_cached_reqs: CachedRequestData
+    num_scheduled_tokens: dict
+    total_num_scheduled_tokens: int
+    scheduled_spec_decode_tokens: dict
+    scheduled_encoder_inputs: dict
+    num_common_prefix_blocks: list
+    finished_req_ids: set
+    free_encoder_mm_hashes: list
+    preempted_req_ids: Any = None
+    pending_structured_output_tokens: bool = False
+    kv_connector_metadata: Any = None
+    ec_connector_metadata: Any = None
+
+
+@dataclass
+class WorkerOutput:
+    rank: int
+    sampled: dict
+    finished_sending: Any
+    finished_recving: Any
+    invalid_block_ids: set
+    stats: Any
+    calls: list
+
+
+@dataclass
+class StepOutput:
+    """What the driver hands back to the scheduler (vLLM's aggregated KVConnectorOutput + samples)."""
+
+    sampled: dict
+    finished_sending: set
+    finished_recving: set
+    invalid_block_ids: set
+
+
+def sample(tokens, vocab):
+    """The tiny model's next token: a function of the last token and the length."""
+    return (tokens[-1] * 1103515245 + len(tokens) * 12345 + 7) % vocab
+
+
+# --- the scheduler process -------------------------------------------------------------------------
+
+
+class SchedulerRunner:
+    """A small vLLM scheduler (v1's algorithm, simplified: no local prefix cache, no spec decode)
+    around the SCHEDULER-role connector."""
+
+    def __init__(self, spec):
+        from kvstrata import vllm as kv
+
+        self.spec = spec
+        self.bs = spec["block_size"]
+        self.vocab = spec["vocab"]
+        self.budget = spec["token_budget"]
+        self.conn = kv.KvstrataConnector(make_vllm_config(spec), kv.KVConnectorRole.SCHEDULER,
+                                         make_kv_cache_config(spec))
+        order = list(range(spec["n_blocks"]))
+        order.sort(key=lambda b: (b * 7919) % spec["n_blocks"])  # non-contiguous block tables
+        self.free = collections.deque(order)
+        self.requests = {}
+        self.blocks = {}
+        self.waiting = collections.deque()
+        self.running = []
+        self.finished_req_ids = set()
+        self.prev_scheduled = set()
+        self.finished_recving = set()
+        self.failed_recving = set()
+        self.to_preempt = []
+        self.delayed_free = set()  # aborted while their KV loaded: blocks wait for finished_recving
+        self.lookups = collections.defaultdict(list)  # rid -> [(num_computed, result)]
+        self.last_output = None
+        self.finished_results = {}
+
+    # -- driver API --
+
+    def add_request(self, rid, prompt, max_tokens, lora=False):
+        req = Request(rid, prompt, max_tokens, lora_request=object() if lora else None)
+        self.requests[rid] = req
+        self.waiting.append(req)
+
+    def preempt(self, rid):
+        self.to_preempt.append(rid)
+
+    def abort(self, rid):
+        req = self.requests.get(rid)
+        if req is None or req.status == FINISHED:
+            return None
+        if req in self.running:
+            self.running.remove(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
+        loading = req.status == WAITING_FOR_REMOTE_KVS and rid not in self.finished_recving
+        self.finished_recving.discard(rid)
+        self.failed_recving.discard(rid)
+        return self._finish(req, delay_free=loading)
+
+    def info(self, rid):
+        req = self.requests[rid]
+        return {"tokens": list(req.all_token_ids), "block_ids": list(self.blocks.get(rid, [])),
+                "num_computed": req.num_computed_tokens, "status": req.status,
+                "num_external": req.num_external_computed_tokens,
+                "lookups": list(self.lookups.get(rid, [])),
+                "num_preemptions": req.num_preemptions}
+
+    def probe_lookup(self, rid, tokens, num_computed):
+        """get_num_new_matched_tokens for a request this scheduler does not run (then finished)."""
+        req = Request(rid, tokens, 1)
+        try:
+            return self.conn.get_num_new_matched_tokens(req, num_computed)
+        finally:
+            self.conn.update_state_after_alloc(req, KVCacheBlocks([]), 0)
+            self.conn.request_finished(req, [])
+
+    def connector_stats(self):
+        s = self.conn.get_kv_connector_stats()
+        return None if s is None else dict(s.data)
+
+    def shutdown(self):
+        self.conn.shutdown()
+
+    # -- blocks --
+
+    def _allocate(self, req, total_tokens):
+        have = self.blocks.setdefault(req.request_id, [])
+        need = -(-total_tokens // self.bs) - len(have)
+        if need > len(self.free):
+            return None
+        new = [self.free.popleft() for _ in range(max(0, need))]
+        have.extend(new)
+        return new
+
+    def _free_blocks(self, req):
+        self.free.extend(self.blocks.pop(req.request_id, []))
+
+    def _finish(self, req, delay_free=False):
+        req.status = FINISHED
+        result = self.conn.request_finished_all_groups(req, (list(self.blocks.get(req.request_id,
+                                                                                  [])),))
+        self.finished_results[req.request_id] = result
+        self.finished_req_ids.add(req.request_id)
+        if delay_free:  # vLLM frees them when a worker reports the load finished
+            self.delayed_free.add(req.request_id)
+        elif not result[0]:
+            self._free_blocks(req)
+        return result
+
+    def are_free(self, block_ids):
+        free = set(self.free)
+        return all(b in free for b in block_ids)
+
+    # -- one step --
+
+    def _update_waiting_for_remote_kv(self, req):
+        rid = req.request_id
+        if rid not in self.finished_recving:
+            return False
+        if rid in self.failed_recving:
+            self.failed_recving.discard(rid)
+        else:
+            n = min(len(self.blocks.get(rid, [])) * self.bs, req.num_tokens)
+            if n == req.num_tokens:
+                n -= 1
+            req.num_computed_tokens = n
+        self.finished_recving.discard(rid)
+        return True
+
+    def schedule(self):
+        budget = self.budget
+        num_scheduled, new_blocks = {}, {}
+        sched_new, sched_resumed, sched_running, preempted = [], [], [], []
+        for rid in self.to_preempt:
+            req = self.requests[rid]
+            if req in self.running:
+                self.running.remove(req)
+                self._free_blocks(req)
+                req.status = PREEMPTED
+                req.num_computed_tokens = 0
+                req.num_preemptions += 1
+                self.waiting.appendleft(req)
+                preempted.append(req)
+        self.to_preempt = []
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if n <= 0:
+                continue
+            got = self._allocate(req, req.num_computed_tokens + n)
+            if got is None:
+                break
+            sched_running.append(req)
+            num_scheduled[req.request_id] = n
+            new_blocks[req.request_id] = got
+            budget -= n
+        if not preempted:
+            skipped = []
+            while self.waiting and budget > 0:
+                req = self.waiting[0]
+                rid = req.request_id
+                if req.status == WAITING_FOR_REMOTE_KVS:
+                    if self._update_waiting_for_remote_kv(req):
+                        req.status = PREEMPTED if req.num_preemptions else WAITING
+                    else:
+                        skipped.append(self.waiting.popleft())
+                        continue
+                ext, load_async = 0, False
+                if req.num_computed_tokens == 0:
+                    ext, load_async = self.conn.get_num_new_matched_tokens(req, 0)
+                    self.lookups[rid].append((0, ext, load_async))
+                    if ext is None:
+                        skipped.append(self.waiting.popleft())
+                        continue
+                    req.num_external_computed_tokens = ext
+                    computed = ext
+                else:
+                    computed = req.num_computed_tokens
+                if load_async:
+                    assert ext > 0
+                    n = 0
+                else:
+                    n = min(req.num_tokens - computed, budget)
+                    assert n > 0, (rid, computed, req.num_tokens)
+                if self._allocate(req, computed + n) is None:
+                    break
+                self.conn.update_state_after_alloc(req, KVCacheBlocks(self.blocks[rid]), ext)
+                self.waiting.popleft()
+                if load_async:
+                    req.status = WAITING_FOR_REMOTE_KVS
+                    skipped.append(req)
+                    continue
+                self.running.append(req)
+                (sched_resumed if req.status == PREEMPTED else sched_new).append(req)
+                num_scheduled[rid] = n
+                budget -= n
+                req.status = RUNNING
+                req.num_computed_tokens = computed
+            self.waiting.extendleft(reversed(skipped))
+        new_reqs = [NewRequestData(
+            req_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids), mm_features=[],
+            sampling_params=None, pooling_params=None,
+            block_ids=(list(self.blocks[r.request_id]),), num_computed_tokens=r.num_computed_tokens,
+            lora_request=r.lora_request) for r in sched_new]
+        cached = CachedRequestData([], set(), [], {}, [], [], [])
+        for i, r in enumerate(sched_running + sched_resumed):
+            rid = r.request_id
+            cached.req_ids.append(rid)
+            if i >= len(sched_running):
+                cached.resumed_req_ids.add(rid)
+                cached.new_block_ids.append((list(self.blocks[rid]),))
+            else:
+                cached.new_block_ids.append((list(new_blocks[rid]),) if new_blocks[rid] else None)
+            if rid not in self.prev_scheduled:
+                cached.all_token_ids[rid] = list(r.all_token_ids)
+            cached.num_computed_tokens.append(r.num_computed_tokens)
+            cached.num_output_tokens.append(r.num_output_tokens)
+        so = SchedulerOutput(
+            scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
+            num_scheduled_tokens=num_scheduled,
+            total_num_scheduled_tokens=sum(num_scheduled.values()),
+            scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
+            num_common_prefix_blocks=[0], finished_req_ids=self.finished_req_ids,
+            free_encoder_mm_hashes=[], preempted_req_ids={r.request_id for r in preempted})
+        so.kv_connector_metadata = self.conn.build_connector_meta(so)
+        for rid, n in num_scheduled.items():
+            self.requests[rid].num_computed_tokens += n
+        self.finished_req_ids = set()
+        self.prev_scheduled = set(num_scheduled)
+        self.last_output = so
+        return so
+
+    def _handle_invalid_blocks(self, invalid):
+        failed = set()
+        for rid, blocks in self.blocks.items():
+            req = self.requests[rid]
+            bad = [i for i, b in enumerate(blocks) if b in invalid]
+            if not bad or req.status == FINISHED:
+                continue
+            valid = bad[0] * self.bs
+            if req.status == WAITING_FOR_REMOTE_KVS:
+                self.failed_recving.add(rid)
+                req.num_computed_tokens = valid
+            else:
+                failed.add(rid)
+                req.num_computed_tokens = min(req.num_computed_tokens, valid)
+        return failed
+
+    def update_from_output(self, out):
+        so = self.last_output
+        failed = self._handle_invalid_blocks(out.invalid_block_ids) if out.invalid_block_ids else set()
+        for rid in so.num_scheduled_tokens:
+            req = self.requests.get(rid)
+            if req is None or req.status != RUNNING or rid in failed:
+                continue
+            tok = out.sampled.get(rid)
+            if tok is None:
+                continue
+            req.append_output_token_ids(tok)
+            if req.num_output_tokens >= req.max_tokens:
+                self.running.remove(req)
+                self._finish(req)
+        for rid in out.finished_recving:
+            if rid in self.delayed_free:
+                self.delayed_free.discard(rid)
+                self._free_blocks(self.requests[rid])
+            else:
+                self.finished_recving.add(rid)
+        for rid in out.finished_sending:
+            req = self.requests.get(rid)
+            if req is not None:
+                self._free_blocks(req)
+        return {"failed": sorted(failed)}
+
+
+# --- the paged cache and the tiny model -------------------------------------------------------------
+
+_P = 2147483647  # 2^31 - 1: the model's arithmetic stays below 2^63 (no overflow)
+
+
+def prefix_codes(tokens):
+    """One code per position, a function of the tokens up to and including it."""
+    out = []
+    h = 1469598103934665603
+    for t in tokens:
+        h = ((h ^ (int(t) & 0xFFFFFFFF)) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+        out.append(h % _P)
+    return out
+
+
+class CrossLayerBackend:
+    """What register_cross_layers_kv_cache reads of an attention backend: the physical order of
+    (layers, 2, blocks, block, heads, head) — vLLM's FlashAttention NHD puts blocks first."""
+
+    @staticmethod
+    def get_kv_cache_stride_order(include_num_layers_dimension=False):
+        return (2, 0, 1, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
+
+
+class PagedCache:
+    """One rank's KV cache as torch CPU tensors in `layout`, and the tiny model over it."""
+
+    LAYOUTS = ("nhd", "hnd", "flashinfer", "flashinfer_hnd", "mla", "packed", "crosslayer")
+
+    def __init__(self, spec, rank):
+        import torch
+
+        self.torch = torch
+        self.layout = spec["layout"]
+        self.L = spec["n_layers"]
+        self.bs = spec["block_size"]
+        self.kbs = spec["kernel_block_size"] or self.bs
+        self.ratio = self.bs // self.kbs
+        self.KB = spec["n_blocks"] * self.ratio
+        self.heads = 1 if spec["mla"] else spec["heads_total"] // spec["tp"]
+        self.head0 = 0 if spec["mla"] else rank * self.heads
+        self.d = spec["head_dim"]
+        self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+                      "fp8": torch.uint8}[spec["dtype"]]
+        self.esize = torch.empty((), dtype=self.dtype).element_size()
+        self.int_dtype = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[self.esize]
+        KB, kbs, h, d, L = self.KB, self.kbs, self.heads, self.d, self.L
+        self.cross = None
+        if self.layout == "crosslayer":
+            self.cross = torch.empty((KB, L, 2, kbs, h, d), dtype=self.dtype)
+            logical = self.cross.permute(1, 2, 0, 3, 4, 5)
+            self.layers = [logical[i] for i in range(L)]
+        else:
+            self.layers = [self._alloc() for _ in range(L)]
+        fill = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A}[self.esize]
+        for t in ([self.cross] if self.cross is not None else self.layers):
+            t.view(self.int_dtype).fill_(fill)
+
+    def _alloc(self):
+        torch, KB, kbs, h, d = self.torch, self.KB, self.kbs, self.heads, self.d
+        lay = self.layout
+        if lay == "nhd":
+            return torch.empty((2, KB, kbs, h, d), dtype=self.dtype)
+        if lay == "hnd":
+            return torch.empty((2, KB, h, kbs, d), dtype=self.dtype).permute(0, 1, 3, 2, 4)
+        if lay == "flashinfer":
+            return torch.empty((KB, 2, kbs, h, d), dtype=self.dtype)
+        if lay == "flashinfer_hnd":
+            return torch.empty((KB, 2, h, kbs, d), dtype=self.dtype).permute(0, 1, 3, 2, 4)
+        if lay == "mla":
+            return torch.empty((KB, kbs, d), dtype=self.dtype)
+        if lay == "packed":
+            return torch.empty((KB, h, kbs, 2 * d), dtype=self.dtype)
+        raise ValueError(f"unknown layout {lay}")
+
+    def kv_views(self, layer):
+        """(K, V) (or (K,) for MLA) as (kernel blocks, kernel block, heads, head) integer views."""
+        t = self.layers[layer].view(self.int_dtype)
+        lay, d = self.layout, self.d
+        if lay in ("nhd", "hnd", "crosslayer"):
+            return t[0], t[1]
+        if lay in ("flashinfer", "flashinfer_hnd"):
+            return t[:, 0], t[:, 1]
+        if lay == "mla":
+            return (t.unsqueeze(2),)
+        if lay == "packed":
+            return t[..., :d].permute(0, 2, 1, 3), t[..., d:].permute(0, 2, 1, 3)
+        raise ValueError(lay)
+
+    def _slots(self, block_ids, start, end):
+        torch = self.torch
+        kb, off = [], []
+        for p in range(start, end):
+            b = block_ids[p // self.bs]
+            kb.append(b * self.ratio + (p % self.bs) // self.kbs)
+            off.append(p % self.kbs)
+        return torch.tensor(kb, dtype=torch.long), torch.tensor(off, dtype=torch.long)
+
+    def values(self, codes, layer, kv):
+        """The KV the model writes for positions with these prefix codes: (n, heads, head) ints."""
+        torch = self.torch
+        c = torch.tensor(codes, dtype=torch.int64).view(-1, 1, 1)
+        heads = torch.arange(self.head0, self.head0 + self.heads, dtype=torch.int64).view(1, -1, 1)
+        dims = torch.arange(self.d, dtype=torch.int64).view(1, 1, -1)
+        x = (c * 48271 + (layer * 2 + kv + 1) * 16807 + heads * 69621 + dims * 40692) % _P
+        x = (x * 48271) % _P
+        x = (x * 69621 + 12345) % _P
+        if self.esize == 1:
+            return (x & 0xFF).to(torch.uint8)
+        if self.esize == 2:
+            return ((x >> 3) & 0xFFFF).sub(32768).to(torch.int16)
+        return ((x << 1) ^ (x >> 11)).bitwise_and(0xFFFFFFFF).sub(2 ** 31).to(torch.int32)
+
+    def write(self, layer, tokens, block_ids, start, end):
+        if end <= start:
+            return
+        codes = prefix_codes(tokens[:end])[start:end]
+        kb, off = self._slots(block_ids, start, end)
+        for kv, view in enumerate(self.kv_views(layer)):
+            view[kb, off] = self.values(codes, layer, kv)
+
+    def check(self, tokens, block_ids, start, end):
+        """Mismatches between the pages and what the model writes: [(layer, kv, first position)]."""
+        bad = []
+        if end <= start:
+            return bad
+        codes = prefix_codes(tokens[:end])[start:end]
+        kb, off = self._slots(block_ids, start, end)
+        for layer in range(self.L):
+            for kv, view in enumerate(self.kv_views(layer)):
+                got = view[kb, off]
+                want = self.values(codes, layer, kv)
+                if not self.torch.equal(got, want):
+                    rows = (got != want).flatten(1).any(1).nonzero().flatten().tolist()
+                    bad.append((layer, kv, start + rows[0]))
+        return bad
+
+    def row_bytes(self, tokens, layer, position):
+        """The bytes of one token's K row (all heads) of a layer, as a stored object holds them."""
+        codes = prefix_codes(tokens[:position + 1])[position:position + 1]
+        v = self.values(codes, layer, 0)
+        return bytes(v.contiguous().view(self.torch.uint8).flatten().tolist())
+
+
+# --- the worker process --------------------------------------------------------------------------------
+
+
+@dataclass
+class _WorkerRequest:
+    tokens: list
+    block_ids: list
+    num_computed: int
+    n_prompt: int
+
+
+class WorkerRunner:
+    """One tensor-parallel rank: the WORKER-role connector, the paged cache, the tiny model."""
+
+    def __init__(self, spec, rank):
+        from kvstrata import vllm as kv
+
+        self.spec = spec
+        self.rank = rank
+        self.vocab = spec["vocab"]
+        self.kcc = make_kv_cache_config(spec)
+        self.conn = kv.KvstrataConnector(make_vllm_config(spec, rank), kv.KVConnectorRole.WORKER,
+                                         self.kcc)
+        self.cache = PagedCache(spec, rank)
+        self.names = layer_names(spec["n_layers"])
+        if self.cache.cross is not None:
+            self.conn.register_cross_layers_kv_cache(self.cache.cross, CrossLayerBackend)
+        else:
+            self.conn.register_kv_caches(dict(zip(self.names, self.cache.layers)))
+        self.reqs = {}
+
+    def model_description(self):
+        return self.conn._model.as_dict()
+
+    def _update_states(self, so):
+        for rid in so.finished_req_ids:
+            self.reqs.pop(rid, None)
+        for nr in so.scheduled_new_reqs:
+            self.reqs[nr.req_id] = _WorkerRequest(list(nr.prompt_token_ids), list(nr.block_ids[0]),
+                                                  nr.num_computed_tokens, len(nr.prompt_token_ids))
+        c = so.scheduled_cached_reqs
+        for i, rid in enumerate(c.req_ids):
+            r = self.reqs.get(rid)
+            if r is None:
+                toks = list(c.all_token_ids[rid])
+                r = self.reqs[rid] = _WorkerRequest(toks, [], 0, len(toks) - c.num_output_tokens[i])
+            nb = c.new_block_ids[i]
+            if rid in c.resumed_req_ids:
+                r.block_ids = list(nb[0])
+            elif nb is not None:
+                r.block_ids.extend(nb[0])
+            if rid in c.all_token_ids:
+                r.tokens = list(c.all_token_ids[rid])
+            r.num_computed = c.num_computed_tokens[i]
+            # a sample the scheduler discarded (its step's load failed) is dropped, as vLLM does
+            del r.tokens[r.n_prompt + c.num_output_tokens[i]:]
+
+    def execute(self, so, opts=None):
+        """One step in vLLM's worker order. opts: order ('load_first': start_load_kv before the
+        layers; 'layers_first': after them, as vLLM does when the step has no synchronous load),
+        no_forward (run the step as vLLM's kv_connector_no_forward even with tokens scheduled),
+        no_forward_wait_save (newer vLLM calls wait_for_save there too)."""
+        opts = opts or {}
+        conn, calls = self.conn, []
+        self._update_states(so)
+        meta = so.kv_connector_metadata
+        conn.handle_preemptions(meta)
+        calls.append("handle_preemptions")
+        conn.bind_connector_metadata(meta)
+        calls.append("bind_connector_metadata")
+        sampled = {}
+        if so.total_num_scheduled_tokens == 0 or opts.get("no_forward"):
+            conn.start_load_kv(None)
+            calls.append("start_load_kv")
+            if opts.get("no_forward_wait_save"):
+                conn.wait_for_save()
+                calls.append("wait_for_save")
+        else:
+            order = opts.get("order", "load_first")
+            if order == "load_first":
+                conn.start_load_kv(None)
+                calls.append("start_load_kv")
+            work = [(rid, self.reqs[rid], n) for rid, n in so.num_scheduled_tokens.items()]
+            for layer, name in enumerate(self.names):
+                conn.wait_for_layer_load(name)
+                for _rid, r, n in work:
+                    self.cache.write(layer, r.tokens, r.block_ids, r.num_computed, r.num_computed + n)
+                conn.save_kv_layer(name, self.cache.layers[layer], None)
+            calls.append("layers")
+            if order == "layers_first":
+                conn.start_load_kv(None)
+                calls.append("start_load_kv")
+            conn.wait_for_save()
+            calls.append("wait_for_save")
+            for rid, r, n in work:
+                r.num_computed += n
+                if r.num_computed >= len(r.tokens):
+                    tok = sample(r.tokens, self.vocab)
+                    r.tokens.append(tok)
+                    sampled[rid] = tok
+        sending, recving = conn.get_finished(set(so.finished_req_ids))
+        calls.append("get_finished")
+        invalid = conn.get_block_ids_with_load_errors()
+        calls.append("get_block_ids_with_load_errors")
+        stats = conn.get_kv_connector_stats()
+        conn.clear_connector_metadata()
+        calls.append("clear_connector_metadata")
+        return WorkerOutput(self.rank, sampled, sending, recving, set(invalid), stats, calls)
+
+    def check(self, tokens, block_ids, start, end):
+        return self.cache.check(tokens, block_ids, start, end)
+
+    def row_bytes(self, tokens, layer, position):
+        return self.cache.row_bytes(tokens, layer, position)
+
+    def shutdown(self):
+        self.conn.shutdown()
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+class RemoteError(Exception):
+    def __init__(self, type_name, message, tb):
+        super().__init__(f"{type_name}: {message}\n--- in the child process ---\n{tb}")
+        self.type_name = type_name
+        self.message = message
+
+
+def _actor_main(conn, module, cls_name, args):
+    try:
+        obj = getattr(importlib.import_module(module), cls_name)(*args)
+        conn.send(("ok", None))
+    except BaseException as e:  # noqa: BLE001 - reported to the driver
+        conn.send(("err", (type(e).__name__, str(e), traceback.format_exc())))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            break
+        if msg is None:
+            try:
+                obj.shutdown()
+                conn.send(("ok", None))
+            except BaseException as e:  # noqa: BLE001
+                conn.send(("err", (type(e).__name__, str(e), traceback.format_exc())))
+            break
+        name, a, kw = msg
+        try:
+            conn.send(("ok", getattr(obj, name)(*a, **kw)))
+        except BaseException as e:  # noqa: BLE001
+            conn.send(("err", (type(e).__name__, str(e), traceback.format_exc())))
+
+
+class Actor:
+    """An object living in a spawned process; call() runs one of its methods there."""
+
+    TIMEOUT = 180
+
+    def __init__(self, cls, *args):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_actor_main, args=(child, cls.__module__, cls.__name__, args),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        self._result(f"{cls.__name__}()")
+
+    def _result(self, what):
+        if not self.conn.poll(self.TIMEOUT):
+            raise TimeoutError(f"{what}: no answer from the child process in {self.TIMEOUT} s")
+        try:
+            status, value = self.conn.recv()
+        except EOFError:
+            self.proc.join(10)
+            raise RuntimeError(f"{what}: the child process exited (code {self.proc.exitcode})")
+        if status == "err":
+            raise RemoteError(*value)
+        return value
+
+    def send(self, name, *a, **kw):
+        self.conn.send((name, a, kw))
+
+    def result(self, name="call"):
+        return self._result(name)
+
+    def call(self, name, *a, **kw):
+        self.send(name, *a, **kw)
+        return self._result(name)
+
+    def close(self):
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                if self.conn.poll(60):
+                    self.conn.recv()
+            except (OSError, EOFError):
+                pass
+            self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(10)
+
+
+# --- the driver ---------------------------------------------------------------------------------------
+
+
+def object_bytes(spec):
+    """Bytes of one stored chunk object (connector/object.c: header page + layers) for a rank."""
+    heads = 1 if spec["mla"] else spec["heads_total"] // spec["tp"]
+    esize = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}[spec["dtype"]]
+    kv = 1 if spec["mla"] else 2
+    layer = kv * spec["chunk_tokens"] * heads * spec["head_dim"] * esize
+    header = 72 + 8 * spec["n_layers"]
+    return -(-header // 4096) * 4096 + spec["n_layers"] * layer
+
+
+class Harness:
+    """A vLLM instance in miniature: one scheduler process, one worker process per TP rank."""
+
+    def __init__(self, test, layout="nhd", dtype="fp16", tp=1, n_layers=2, heads_total=2,
+                 head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
+                 capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
+                 token_budget=1024, vocab=32000, loads=None):
+        self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
+        test.addCleanup(shutil.rmtree, self.tmp, True)
+        self.engine_id = "t" + uuid.uuid4().hex[:16]
+        self.shm_name = "kvstrata-" + self.engine_id
+        extra = dict(extra_config or {})
+        mla = layout == "mla"
+        spec = dict(layout=layout, dtype=dtype, tp=tp, n_layers=n_layers,
+                    heads_total=1 if mla else heads_total, head_dim=head_dim, block_size=block_size,
+                    kernel_block_size=kernel_block_size, n_blocks=n_blocks,
+                    chunk_tokens=chunk_tokens, vocab=vocab, token_budget=token_budget, mla=mla,
+                    model_id="kvstrata-test/tiny", engine_id=self.engine_id,
+                    model_dtype="float16" if dtype == "fp8" else
+                    {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
+                    cache_dtype="fp8" if dtype == "fp8" else "auto")
+        if default_config:
+            extra.setdefault("dram_capacity", capacity)
+        else:
+            text = (f"version: 1\nchunk_tokens: {chunk_tokens}\n"
+                    + (f"loads:\n  async: {loads}\n" if loads else "")
+                    + yaml_extra
+                    + f"tiers:\n  - name: dram\n    type: dram\n    capacity: {capacity}\n"
+                    f"    options:\n      shm_name: {self.shm_name}\n")
+            path = os.path.join(self.tmp, "kvstrata.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            extra["config"] = path
+        spec["extra_config"] = extra
+        self.spec = spec
+        self.tp = tp
+        self.actors = []
+        test.addCleanup(self.close)
+        self.sched = self._spawn(SchedulerRunner, spec)
+        self.workers = [self._spawn(WorkerRunner, spec, r) for r in range(tp)]
+        self.pending_recving = collections.Counter()
+        self.pending_sending = collections.Counter()
+        self.steps = []
+
+    def _spawn(self, cls, *args):
+        a = Actor(cls, *args)
+        self.actors.append(a)
+        return a
+
+    def close(self):
+        for a in reversed(self.actors):
+            a.close()
+        self.actors = []
+        leftover = os.path.join("/dev/shm", self.shm_name)
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+
+    # -- driving --
+
+    def add(self, rid, prompt, max_tokens=2, lora=False):
+        self.sched.call("add_request", rid, list(prompt), max_tokens, lora)
+
+    def step(self, opts=None, worker_order=None, per_rank_opts=None, between=None):
+        """One engine step; returns (scheduler output, [worker outputs], what went back).
+        between(): called after the scheduler built the step, before the workers run it (what
+        vLLM's engine core may do meanwhile with async scheduling, e.g. abort a request)."""
+        so = self.sched.call("schedule")
+        if between is not None:
+            between()
+        outs = [None] * self.tp
+        order = list(worker_order) if worker_order is not None else list(range(self.tp))
+        if worker_order is None:
+            for r in order:
+                self.workers[r].send("execute", so, (per_rank_opts or {}).get(r, opts))
+            for r in order:
+                outs[r] = self.workers[r].result("execute")
+        else:
+            for r in order:  # one rank after the other, in this order
+                outs[r] = self.workers[r].call("execute", so, (per_rank_opts or {}).get(r, opts))
+        recving, sending = set(), set()
+        for o in outs:
+            for rid in o.finished_recving or ():
+                self.pending_recving[rid] += 1
+                if self.pending_recving[rid] == self.tp:
+                    recving.add(rid)
+                    del self.pending_recving[rid]
+            for rid in o.finished_sending or ():
+                self.pending_sending[rid] += 1
+                if self.pending_sending[rid] == self.tp:
+                    sending.add(rid)
+                    del self.pending_sending[rid]
+        invalid = set().union(*(o.invalid_block_ids for o in outs))
+        back = StepOutput(outs[0].sampled, sending, recving, invalid)
+        self.sched.call("update_from_output", back)
+        self.steps.append((so, outs, back))
+        return so, outs, back
+
+    def run(self, until, max_steps=200, **kw):
+        for _ in range(max_steps):
+            if until():
+                return
+            self.step(**kw)
+        raise AssertionError(f"not done after {max_steps} steps")
+
+    def info(self, rid):
+        return self.sched.call("info", rid)
+
+    def check(self, rid, start=0, end=None):
+        """Every rank's pages of request rid hold the model's KV for tokens [start, end)."""
+        i = self.info(rid)
+        end = i["num_computed"] if end is None else end
+        return {r: w.call("check", i["tokens"], i["block_ids"], start, end)
+                for r, w in enumerate(self.workers)}
+
+    def probe(self, rid, tokens, num_computed):
+        return self.sched.call("probe_lookup", rid, list(tokens), num_computed)
+
+
+def prompt(seed, n, vocab=32000):
+    """A deterministic prompt of n tokens."""
+    return [(seed * 7919 + i * 104729 + (i * i) % 977) % vocab for i in range(n)]
+
+
+def corrupt_shared_object(shm_name, needle):
+    """Flip one byte of the first stored object whose payload holds `needle` (bytes written by the
+    model for one token) in the DRAM tier's shared memory object; returns the offset or None."""
+    path = os.path.join("/dev/shm", shm_name)
+    with open(path, "r+b") as f:
+        data = f.read()
+        at = data.find(needle)
+        if at < 0:
+            return None
+        f.seek(at)
+        f.write(bytes([data[at] ^ 0xFF]))
+    return at
+
+
+def asdict(obj):
+    return dataclasses.asdict(obj)

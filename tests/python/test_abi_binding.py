@@ -1,0 +1,217 @@
+"""kvstrata._abi: the ctypes structs match abi/kvstrata.h (offsets pinned as tests/test_abi.c pins
+them), statuses become exceptions carrying the handle's sentence, the library is found where the
+docs say, and a handle of role BOTH saves and restores a prompt through host pages."""
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from kvstrata import _abi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "kvstrata")
+
+
+def offsets(struct):
+    return {name: (getattr(struct, name).offset, getattr(struct, name).size)
+            for name, _t in struct._fields_}
+
+
+class Layout(unittest.TestCase):
+    """The same numbers tests/test_abi.c pins with _Static_assert (LP64)."""
+
+    def test_model_desc(self):
+        o = offsets(_abi.ModelDesc)
+        self.assertEqual(o["model_id"], (8, 8))
+        self.assertEqual(o["tp_size"], (44, 4))
+        self.assertEqual(o["salt"], (48, 8))
+        self.assertEqual(o["vocab_size"], (56, 4))
+        self.assertEqual(ctypes.sizeof(_abi.ModelDesc), 64)
+        self.assertEqual(o["vocab_size"][0], _abi.MODEL_DESC_SIZE_1_0)
+
+    def test_small_structs(self):
+        self.assertEqual(ctypes.sizeof(_abi.OpenParams), 24)
+        self.assertEqual(offsets(_abi.OpenParams)["model"], (16, 8))
+        self.assertEqual(ctypes.sizeof(_abi.LayerView), 56)
+        self.assertEqual(offsets(_abi.LayerView)["head_stride"], (48, 8))
+        self.assertEqual(ctypes.sizeof(_abi.LookupResult), 24)
+        self.assertEqual(offsets(_abi.LookupResult)["load_async"], (17, 1))
+        self.assertEqual(ctypes.sizeof(_abi.StepRequest), 56)
+        self.assertEqual(offsets(_abi.StepRequest)["n_scheduled"], (48, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Event), 24)
+        self.assertEqual(offsets(_abi.Event)["tier"], (20, 4))
+        self.assertEqual(ctypes.sizeof(_abi.RestorePlan), 88)
+        self.assertEqual(offsets(_abi.RestorePlan)["n_stages"], (48, 4))
+        self.assertEqual(ctypes.sizeof(_abi.StageDesc), 48)
+
+    def test_stats_with_the_1_5_fields(self):
+        o = offsets(_abi.Stats)
+        self.assertEqual(o["save_gbps"], (128, 8))
+        self.assertEqual(o["n_tiers"], (136, 4))
+        self.assertEqual(o["tier_chunks_loaded"], (144, 64))
+        self.assertEqual(o["tokens_loaded"], (208, 8))
+        self.assertEqual(o["tier_bytes_loaded"], (216, 64))
+        self.assertEqual(o["tier_load_ns"], (280, 64))
+        self.assertEqual(o["async_loads_started"], (344, 8))
+        self.assertEqual(o["steps_closed"], (368, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Stats), 376)
+
+    def test_the_table_in_header_order(self):
+        o = offsets(_abi.Api)
+        expected = ["abi_major", "abi_minor", "struct_size", "reserved", "strerror", "open", "close",
+                    "last_error", "lookup", "on_alloc", "build_meta", "request_finished",
+                    "take_events", "register_kv", "bind_meta", "start_load", "wait_layer_load",
+                    "save_layer", "wait_save", "get_finished", "load_error_blocks", "stats",
+                    "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name"]
+        self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
+        self.assertEqual(o["strerror"], (16, 8))
+        self.assertEqual(o["stats"], (152, 8))
+        self.assertEqual(o["tier_name"], (192, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Api), 200)
+
+
+def tiny_model(**kw):
+    m = dict(model_id="kvs-py/tiny", dtype=_abi.DTYPE_FP16, n_layers=2, n_kv_heads=2, head_dim=8,
+             block_tokens=16, tp_size=1, vocab_size=32000)
+    m.update(kw)
+    return m
+
+
+class Calls(unittest.TestCase):
+    def test_the_loaded_library_implements_abi_1_5(self):
+        api = _abi.get_api()
+        self.assertEqual(api.abi_major, 1)
+        self.assertGreaterEqual(api.abi_minor, 5)
+        self.assertTrue(_abi.has_hook("tier_name"))
+        self.assertIn("argument", _abi.strerror(_abi.EINVAL).lower())
+
+    def test_a_failed_call_raises_its_status_class_with_the_handle_sentence(self):
+        with _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model()) as h:
+            with self.assertRaises(_abi.NotFound) as cm:
+                h.on_alloc("never-looked-up", [1, 2], 16)
+            e = cm.exception
+            self.assertEqual(e.status, _abi.ENOTFOUND)
+            self.assertEqual(e.hook, "on_alloc")
+            self.assertIn("never-looked-up", e.last_error)
+            self.assertIsInstance(e, _abi.KvsError)
+            with self.assertRaises(_abi.WrongState):  # a worker hook on a scheduler handle
+                h.start_load()
+            with self.assertRaises(_abi.InvalidArgument):
+                h.lookup("x" * 300, [1, 2, 3], 0)
+
+    def test_open_refuses_a_bad_yaml_with_its_line(self):
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        path = os.path.join(d, "bad.yaml")
+        with open(path, "w") as f:
+            f.write("version: 1\nchunk_size: 256\ntiers:\n  - {name: d, type: dram, capacity: 1MiB}\n")
+        with self.assertRaises(_abi.ConfigError) as cm:
+            _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model(), path)
+        self.assertIn(f"{path}:2:1", str(cm.exception))
+        self.assertIn("chunk_size", cm.exception.last_error)
+
+    def test_a_prompt_saved_and_restored_through_host_pages(self):
+        L, H, D, BT, E = 2, 2, 8, 16, 2
+        n_blocks, prompt = 40, 300
+        token_bytes = H * D * E
+        block_bytes = BT * token_bytes
+        pages = [(ctypes.c_uint8 * (n_blocks * block_bytes))() for _ in range(2 * L)]
+        views = [_abi.LayerView(struct_size=ctypes.sizeof(_abi.LayerView),
+                                device_kind=_abi.DEVICE_HOST, n_blocks=n_blocks,
+                                k_base=ctypes.addressof(pages[2 * l]),
+                                v_base=ctypes.addressof(pages[2 * l + 1]), block_stride=block_bytes,
+                                token_stride=token_bytes, head_stride=D * E) for l in range(L)]
+        tokens = [(t * 7919 + 13) % 32000 for t in range(prompt)]
+        table1 = list(range(0, 19))
+        table2 = list(range(20, 39))
+
+        def at(page, table, t):
+            return table[t // BT] * block_bytes + t % BT * token_bytes
+
+        with _abi.Handle(_abi.ROLE_BOTH, tiny_model()) as h:
+            h.register_kv(views)
+            self.assertEqual(h.tier_names(), ["dram"])
+            self.assertEqual(h.lookup("r1", tokens, 0).hit_tokens, 0)
+            h.on_alloc("r1", table1, 0)
+            h.bind_meta(h.build_meta([_abi.StepSpec("r1", tokens, table1, 0, prompt)]))
+            h.start_load()
+            for l in range(L):
+                h.wait_layer_load(l)
+                for t in range(prompt):
+                    for p in (2 * l, 2 * l + 1):
+                        o = at(pages[p], table1, t)
+                        for i in range(token_bytes):
+                            pages[p][o + i] = (t * 31 + i + p * 7) & 0xFF
+                h.save_layer(l)
+            h.wait_save()
+            self.assertEqual(h.load_error_blocks(), [])
+            self.assertEqual(h.get_finished(), ([], []))
+            self.assertFalse(h.request_finished("r1"))
+            self.assertEqual(h.stats()["chunks_saved"], 1)  # one full chunk of 256 tokens
+            found = h.lookup("r2", tokens, 0)
+            self.assertEqual(found, _abi.Lookup(256, False, False))
+            h.on_alloc("r2", table2, 256)
+            h.bind_meta(h.build_meta([_abi.StepSpec("r2", tokens, table2, 256, prompt - 256)]))
+            h.start_load()
+            for l in range(L):
+                h.wait_layer_load(l)
+                h.save_layer(l)
+            h.wait_save()
+            self.assertEqual(h.load_error_blocks(), [])
+            for p in range(2 * L):
+                for t in range(256):
+                    a, b = at(pages[p], table1, t), at(pages[p], table2, t)
+                    self.assertEqual(bytes(pages[p][a:a + token_bytes]),
+                                     bytes(pages[p][b:b + token_bytes]))
+            s = h.stats()
+            self.assertEqual(s["chunks_loaded"], 1)
+            self.assertEqual(s["tier_chunks_loaded"], [1])
+            self.assertTrue(any(kind == _abi.EVENT_STORED for kind, _k, _t in h.take_events()))
+        self.assertTrue(h.closed)
+        h.close()  # idempotent
+
+
+def run_python(code, env_updates, unset=()):
+    env = dict(os.environ)
+    for k in unset:
+        env.pop(k, None)
+    env.update(env_updates)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+class LibraryLookup(unittest.TestCase):
+    def test_kvstrata_library_that_cannot_be_loaded_is_named(self):
+        r = run_python("import kvstrata._abi as a\ntry:\n a.get_api()\nexcept a.LibraryNotFound as e:"
+                       "\n print(e)", {"KVSTRATA_LIBRARY": "/nonexistent/libkvstrata.so"})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("KVSTRATA_LIBRARY=/nonexistent/libkvstrata.so cannot be loaded", r.stdout)
+
+    def test_the_package_folder_then_the_system_loader(self):
+        lib = os.environ["KVSTRATA_LIBRARY"]
+        d = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, d)
+        pkg = os.path.join(d, "kvstrata")
+        shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+        code = ("import kvstrata._abi as a\ntry:\n a.get_api(); print('loaded', a.library_path())\n"
+                "except a.LibraryNotFound as e:\n print(e)")
+        r = run_python(code, {"PYTHONPATH": d, "LD_LIBRARY_PATH": ""}, unset=["KVSTRATA_LIBRARY"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        if r.stdout.startswith("loaded"):  # a libkvstrata installed on this machine
+            self.assertNotIn(pkg, r.stdout)
+        else:
+            self.assertIn("KVSTRATA_LIBRARY is not set", r.stdout)
+            self.assertIn(f"the package folder {pkg} holds no libkvstrata.so", r.stdout)
+            self.assertIn("the system loader finds no libkvstrata.so.1", r.stdout)
+        shutil.copy(lib, os.path.join(pkg, "libkvstrata.so"))
+        r = run_python(code, {"PYTHONPATH": d}, unset=["KVSTRATA_LIBRARY"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), f"loaded {os.path.join(pkg, 'libkvstrata.so')}")
+
+
+if __name__ == "__main__":
+    unittest.main()

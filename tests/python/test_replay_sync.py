@@ -1,0 +1,206 @@
+"""KvstrataConnector driven in vLLM's order with the scheduler and the worker in separate processes:
+synchronous loads (restored in the step that schedules the request), every paged layout, load errors,
+preemption, a request finished while its save is pending."""
+
+import unittest
+
+from kvs_harness import Harness, StepOutput, corrupt_shared_object, prompt
+
+
+class ExactRestore(unittest.TestCase):
+    def restore(self, layout="nhd", dtype="fp16", order="load_first", **kw):
+        """Request A computes a 3-chunk prompt (plus a tail) and saves it; request B shares the
+        3 chunks, gets them from kvstrata into other blocks and computes only its own tail."""
+        h = Harness(self, layout=layout, dtype=dtype, **kw)
+        C = h.spec["chunk_tokens"]
+        a = prompt(1, 3 * C + 10)
+        h.add("A", a, max_tokens=2)
+        h.step(opts={"order": order})
+        ia = h.info("A")
+        self.assertEqual(ia["lookups"], [(0, 0, False)], "nothing is stored yet")
+        self.assertEqual(h.check("A"), {0: []})
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        b = a[:3 * C] + prompt(2, 20)
+        h.add("B", b, max_tokens=2)
+        so, outs, back = h.step(opts={"order": order})
+        ib = h.info("B")
+        self.assertEqual(ib["lookups"], [(0, 3 * C, False)])
+        self.assertEqual(so.num_scheduled_tokens["B"], len(b) - 3 * C,
+                         "only B's own tail is computed")
+        self.assertEqual(back.invalid_block_ids, set())
+        n_shared_blocks = 3 * C // h.spec["block_size"]
+        self.assertFalse(set(ib["block_ids"][:n_shared_blocks]) & set(ia["block_ids"]),
+                         "the shared prefix lands in other blocks than A's")
+        self.assertEqual(h.check("B", 0, 3 * C), {0: []}, "the restored KV is the saved KV")
+        self.assertEqual(h.check("B"), {0: []})
+        st = outs[0].stats.data
+        self.assertEqual(st.get("chunks_loaded"), 3)
+        self.assertGreater(st.get("bytes_loaded", 0), 0)
+        self.assertEqual(st["tiers"]["dram"]["chunks_loaded"], 3)
+        return h
+
+    def test_exact_restore_of_a_multi_chunk_prefix_into_other_blocks(self):
+        self.restore()
+
+    def test_flash_attention_hnd_strides_bf16(self):
+        self.restore(layout="hnd", dtype="bf16")
+
+    def test_flashinfer_fp32(self):
+        self.restore(layout="flashinfer", dtype="fp32")
+
+    def test_flashinfer_hnd_strides(self):
+        self.restore(layout="flashinfer_hnd", heads_total=4)
+
+    def test_mla_latents_in_fp8_pages(self):
+        self.restore(layout="mla", dtype="fp8", head_dim=64)
+
+    def test_packed_kv_layout(self):
+        self.restore(layout="packed", heads_total=4)
+
+    def test_cross_layer_cache_registered_as_one_tensor(self):
+        self.restore(layout="crosslayer", dtype="bf16", n_layers=3)
+
+    def test_kernel_blocks_smaller_than_the_scheduler_block(self):
+        self.restore(block_size=32, kernel_block_size=16, chunk_tokens=64)
+
+    def test_layer_hooks_before_start_load_kv(self):
+        # vLLM runs the layers first and calls start_load_kv after them when a step has no
+        # synchronous load; the connector starts the step's loads at the first hook either way.
+        self.restore(order="layers_first")
+
+
+class Lookups(unittest.TestCase):
+    def test_a_full_hit_reports_at_most_num_tokens_minus_one_minus_computed(self):
+        h = Harness(self)
+        a = prompt(3, 96)  # exactly three chunks of 32
+        h.add("A", a, max_tokens=1)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        for computed in (0, 32, 64):
+            n, load_async = h.probe(f"probe-{computed}", a, computed)
+            self.assertEqual(n, len(a) - 1 - computed)
+            self.assertFalse(load_async)
+        h.add("B", a, max_tokens=2)
+        so, outs, back = h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 95, False)])
+        self.assertEqual(so.num_scheduled_tokens["B"], 1, "vLLM computes the last token itself")
+        self.assertEqual(h.check("B", 0, 96), {0: []})
+
+    def test_lookups_are_never_unknown_with_local_tiers(self):
+        # A DRAM tier always knows: the ABI's unknown_yet (vLLM's None) comes only from tiers that
+        # cannot answer without blocking; test_vllm_class checks the mapping of unknown_yet to None.
+        h = Harness(self)
+        n, load_async = h.probe("p", prompt(4, 100), 0)
+        self.assertIsInstance(n, int)
+        self.assertEqual((n, load_async), (0, False))
+
+    def test_lora_requests_bypass_the_connector(self):
+        h = Harness(self)
+        a = prompt(5, 70)
+        h.add("A", a, max_tokens=1, lora=True)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        self.assertEqual(h.info("A")["lookups"], [(0, 0, False)])
+        h.add("B", a, max_tokens=2)
+        h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 0, False)],
+                         "a LoRA request's KV was not saved under the base model's keys")
+
+    def test_default_configuration_shares_one_dram_tier_between_the_processes(self):
+        # No YAML: the connector writes one with a DRAM tier in /dev/shm/kvstrata-<engine_id>, so
+        # the scheduler process sees what the worker process saved.
+        h = Harness(self, default_config=True, capacity="32MiB", n_blocks=128)
+        a = prompt(6, 600)
+        h.add("A", a, max_tokens=1)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        h.add("B", a[:512] + prompt(7, 30), max_tokens=2)
+        h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 512, False)])
+        self.assertEqual(h.check("B"), {0: []})
+
+
+class Failures(unittest.TestCase):
+    def test_a_corrupted_object_becomes_error_blocks_and_is_recomputed(self):
+        h = Harness(self)
+        a = prompt(8, 106)
+        h.add("A", a, max_tokens=1)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        needle = h.workers[0].call("row_bytes", a, 0, 40)  # token 40: chunk 1
+        self.assertIsNotNone(corrupt_shared_object(h.shm_name, needle),
+                             "the saved chunk is in the shared DRAM tier")
+        h.add("B", a, max_tokens=2)
+        so, outs, back = h.step()
+        ib = h.info("B")
+        self.assertEqual(ib["lookups"], [(0, 96, False)])
+        self.assertEqual(back.invalid_block_ids, set(ib["block_ids"][2:4]),
+                         "the blocks of chunk 1 (tokens 32..63) failed")
+        self.assertEqual(ib["num_computed"], 32, "vLLM recomputes from the first failed block")
+        self.assertEqual(outs[0].stats.data.get("load_errors"), 1)
+        h.run(lambda: h.info("B")["status"] == "FINISHED")
+        # B recomputed chunks 1 and 2 and saved them again: a third request restores all three.
+        h.add("C", a, max_tokens=2)
+        so, outs, back = h.step()
+        self.assertEqual(h.info("C")["lookups"], [(0, 96, False)])
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("C"), {0: []})
+
+    def test_a_request_finished_while_its_save_is_pending(self):
+        # With async scheduling vLLM may finish (abort) a request after building the step that
+        # saves its prompt and before the workers run it: the save still lands.
+        h = Harness(self)
+        a = prompt(9, 70)
+        h.add("A", a, max_tokens=4)
+        so = h.sched.call("schedule")
+        self.assertEqual(h.sched.call("abort", "A"), (False, None),
+                         "saves finish within the step: vLLM need not keep the blocks")
+        out = h.workers[0].call("execute", so)
+        h.sched.call("update_from_output", StepOutput(out.sampled, set(), set(),
+                                                      out.invalid_block_ids))
+        self.assertEqual(out.stats.data.get("chunks_saved"), 2)
+        h.add("B", a, max_tokens=2)
+        h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 64, False)])
+        self.assertEqual(h.check("B"), {0: []})
+
+    def test_preemption_then_resume_restores_the_prompt_into_new_blocks(self):
+        h = Harness(self)
+        a = prompt(10, 80)
+        h.add("A", a, max_tokens=8)
+        h.add("Z", prompt(11, 20), max_tokens=40)  # keeps decoding: every step has a forward pass
+        h.run(lambda: len(h.info("A")["tokens"]) >= 83)
+        before = h.info("A")
+        self.assertEqual(h.check("A"), {0: []})
+        h.sched.call("preempt", "A")
+        so, outs, back = h.step()
+        self.assertEqual(so.preempted_req_ids, {"A"})
+        self.assertIn("handle_preemptions", outs[0].calls)
+        self.assertEqual(h.info("A")["status"], "PREEMPTED")
+        so, outs, back = h.step()
+        after = h.info("A")
+        self.assertEqual(after["lookups"], [(0, 0, False), (0, 64, False)],
+                         "asked again after the preemption: the prompt's two chunks are stored")
+        self.assertIn("A", so.scheduled_cached_reqs.resumed_req_ids)
+        self.assertEqual(so.num_scheduled_tokens["A"], len(before["tokens"]) - 64)
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("A"), {0: []})
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+
+
+class StepsWithoutForward(unittest.TestCase):
+    def test_empty_steps_that_call_wait_for_save_then_a_restore(self):
+        # Newer vLLM's kv_connector_no_forward calls wait_for_save as well (older ones do not:
+        # test_replay_abi15 covers that order).
+        h = Harness(self)
+        a = prompt(12, 70)
+        h.add("A", a, max_tokens=1)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        for _ in range(2):
+            so, outs, back = h.step(opts={"no_forward_wait_save": True})
+            self.assertEqual(so.total_num_scheduled_tokens, 0)
+            self.assertIn("wait_for_save", outs[0].calls)
+        h.add("B", a, max_tokens=2)
+        h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 64, False)])
+        self.assertEqual(h.check("B"), {0: []})
+
+
+if __name__ == "__main__":
+    unittest.main()
