@@ -65,15 +65,31 @@ static kvs_lookup_result arm(rig *r, const char *id, const int32_t *t, uint64_t 
     return res;
 }
 
-/* One step with nothing scheduled: build_meta with no requests, then a worker step with no layers
- * (the forward of other requests is not the point here). */
-static void empty_step(rig *r) {
+/* Tokens t[0..n) with seed, the pages a (from block 0) of request "first", which stored them, and the
+ * pages b (from block b_first) a second request restores them into. */
+static void stored_prefix(rig *r, int32_t *t, uint64_t n, int seed, uint32_t *a, uint32_t *b,
+                          uint32_t b_first) {
+    uint64_t nb = (n + BT - 1) / BT;
+    rig_make_tokens(t, n, seed);
+    rig_blocks_from(a, nb, 0);
+    rig_blocks_from(b, nb, b_first);
+    rig_prefill(r, "first", t, n, a);
+}
+
+/* build_meta over reqs, then the worker's half of a step with no layer hooks (the forward of other
+ * requests is not the point here). */
+static void step_without_layers(rig *r, const kvs_step_request *reqs, uint64_t n) {
     uint8_t meta[65536];
     uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta(r->h, NULL, 0, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(api->build_meta(r->h, reqs, n, meta, sizeof meta, &len), KVS_OK);
     ck_assert_int_eq(api->bind_meta(r->h, meta, len), KVS_OK);
     ck_assert_int_eq(api->start_load(r->h), KVS_OK);
     ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
+}
+
+/* One step with nothing scheduled. */
+static void empty_step(rig *r) {
+    step_without_layers(r, NULL, 0);
 }
 
 START_TEST(an_async_load_lands_between_steps_and_is_reported_once) {
@@ -82,10 +98,7 @@ START_TEST(an_async_load_lands_between_steps_and_is_reported_once) {
                      KVS_OK);
     int32_t t[128];
     uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 7);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "first", t, 128, a), 0);
+    stored_prefix(&r, t, 128, 7, a, b, 40);
     kvs_lookup_result res = arm(&r, "second", t, 128, b);
     ck_assert_uint_eq(res.n_hit_tokens, 127);
     ck_assert_uint_eq(res.load_async, 1);
@@ -131,19 +144,11 @@ START_TEST(an_async_load_scheduled_by_the_engine_is_emitted_once) {
                      KVS_OK);
     int32_t t[96];
     uint32_t a[6], b[6];
-    rig_make_tokens(t, 96, 8);
-    rig_blocks_from(a, 6, 0);
-    rig_blocks_from(b, 6, 20);
-    rig_prefill(&r, "first", t, 96, a);
+    stored_prefix(&r, t, 96, 8, a, b, 20);
     arm(&r, "second", t, 96, b);
     /* an engine that lists the waiting request with nothing to compute */
     kvs_step_request s = {"second", t, 96, b, 6, 0, 0};
-    uint8_t meta[65536];
-    uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
-    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
-    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
-    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    step_without_layers(&r, &s, 1);
     finished_probe p = {&r, "second", 0, 0};
     ck_assert(kvs_test_wait_for(poll_finished, &p, 10000));
     ck_assert(rig_kv_matches(&r, b, t, 0, 95));
@@ -164,10 +169,7 @@ START_TEST(a_corrupt_chunk_of_an_async_load_becomes_error_blocks_when_reported) 
                      KVS_OK);
     int32_t t[128];
     uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 9);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    rig_prefill(&r, "first", t, 128, a);
+    stored_prefix(&r, t, 128, 9, a, b, 40);
     kvs_key keys[4];
     kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
     const void *obj;
@@ -204,10 +206,7 @@ START_TEST(a_receiving_list_too_small_reports_nothing_until_it_fits) {
                      KVS_OK);
     int32_t t[64];
     uint32_t a[4], b[4];
-    rig_make_tokens(t, 64, 10);
-    rig_blocks_from(a, 4, 0);
-    rig_blocks_from(b, 4, 30);
-    rig_prefill(&r, "first", t, 64, a);
+    stored_prefix(&r, t, 64, 10, a, b, 30);
     arm(&r, "a-rather-long-request-id", t, 64, b);
     empty_step(&r);
     char small[8], sending[8];
@@ -239,10 +238,7 @@ START_TEST(closing_with_async_loads_in_flight_releases_them) {
                      KVS_OK);
     int32_t t[128];
     uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 11);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    rig_prefill(&r, "first", t, 128, a);
+    stored_prefix(&r, t, 128, 11, a, b, 40);
     arm(&r, "second", t, 128, b);
     empty_step(&r);
     rig_close(&r); /* no leak, no hang past the read in progress (the sanitizer run checks) */
@@ -254,10 +250,7 @@ START_TEST(a_step_without_a_forward_pass_is_closed_by_the_next_bind) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, async_config("", "")), KVS_OK);
     int32_t t[96];
     uint32_t a[6], b[6];
-    rig_make_tokens(t, 96, 12);
-    rig_blocks_from(a, 6, 0);
-    rig_blocks_from(b, 6, 20);
-    rig_prefill(&r, "first", t, 96, a);
+    stored_prefix(&r, t, 96, 12, a, b, 20);
     kvs_lookup_result res = arm(&r, "second", t, 96, b);
     ck_assert_uint_eq(res.load_async, 0);
     kvs_step_request s = {"second", t, 96, b, 6, 0, 95};
@@ -290,10 +283,7 @@ START_TEST(a_step_closed_before_start_load_reports_its_loads_as_errors) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, async_config("", "")), KVS_OK);
     int32_t t[96];
     uint32_t a[6], b[6];
-    rig_make_tokens(t, 96, 13);
-    rig_blocks_from(a, 6, 0);
-    rig_blocks_from(b, 6, 20);
-    rig_prefill(&r, "first", t, 96, a);
+    stored_prefix(&r, t, 96, 13, a, b, 20);
     arm(&r, "second", t, 96, b);
     kvs_step_request s = {"second", t, 96, b, 6, 0, 95};
     uint8_t meta[65536];
