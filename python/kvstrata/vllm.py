@@ -705,7 +705,17 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             steps.append(self._step(nr.req_id, st, nr.num_computed_tokens,
                                     num_scheduled.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
-        resumed = getattr(cached, "resumed_req_ids", None) or set()
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:
+            # releases before resumed_req_ids flag each cached request with resumed_from_preemption;
+            # a resumed request's new_block_ids is its whole table, never an extension
+            flags = getattr(cached, "resumed_from_preemption", None)
+            if flags is None:
+                raise KvstrataConfigError(
+                    "this vLLM's CachedRequestData has neither resumed_req_ids nor "
+                    "resumed_from_preemption: kvstrata cannot tell a resumed request's block table "
+                    "from an extension of it")
+            resumed = {rid for rid, flag in zip(cached.req_ids, flags) if flag}
         all_tokens = getattr(cached, "all_token_ids", None) or {}
         new_token_ids = getattr(cached, "new_token_ids", None) or []
         for i, rid in enumerate(cached.req_ids):

@@ -227,6 +227,25 @@ class CachedRequestData:
 
 
 @dataclass
+class LegacyCachedRequestData:
+    # vLLM releases before resumed_req_ids: one flag per cached request
+    req_ids: list
+    resumed_from_preemption: list
+    new_token_ids: list
+    all_token_ids: dict
+    new_block_ids: list
+    num_computed_tokens: list
+    num_output_tokens: list
+
+
+def resumed_ids(cached):
+    flags = getattr(cached, "resumed_from_preemption", None)
+    if flags is not None:
+        return {rid for rid, flag in zip(cached.req_ids, flags) if flag}
+    return cached.resumed_req_ids
+
+
+@dataclass
 class SchedulerOutput:
     scheduled_new_reqs: list
     scheduled_cached_reqs: CachedRequestData
@@ -309,6 +328,10 @@ class SchedulerRunner:
         self.requests[rid] = req
         self.waiting.append(req)
 
+    def use_legacy_cached(self):
+        """Emit CachedRequestData as vLLM releases before resumed_req_ids did."""
+        self.legacy_cached = True
+
     def preempt(self, rid):
         self.to_preempt.append(rid)
 
@@ -331,7 +354,13 @@ class SchedulerRunner:
                 "num_computed": req.num_computed_tokens, "status": req.status,
                 "num_external": req.num_external_computed_tokens,
                 "lookups": list(self.lookups.get(rid, [])),
-                "num_preemptions": req.num_preemptions}
+                "num_preemptions": req.num_preemptions,
+                "connector_block_ids": self.conn_block_ids(rid)}
+
+    def conn_block_ids(self, rid):
+        """The block table the scheduler-side connector keeps for rid (None when it keeps none)."""
+        st = getattr(self.conn, "_requests", {}).get(rid)
+        return None if st is None or st.block_ids is None else list(st.block_ids)
 
     def probe_lookup(self, rid, tokens, num_computed):
         """get_num_new_matched_tokens for a request this scheduler does not run (then finished)."""
@@ -484,6 +513,11 @@ class SchedulerRunner:
                 cached.all_token_ids[rid] = list(r.all_token_ids)
             cached.num_computed_tokens.append(r.num_computed_tokens)
             cached.num_output_tokens.append(r.num_output_tokens)
+        if getattr(self, "legacy_cached", False):
+            cached = LegacyCachedRequestData(
+                cached.req_ids, [rid in cached.resumed_req_ids for rid in cached.req_ids],
+                cached.new_token_ids, cached.all_token_ids, cached.new_block_ids,
+                cached.num_computed_tokens, cached.num_output_tokens)
         so = SchedulerOutput(
             scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
             num_scheduled_tokens=num_scheduled,
@@ -733,7 +767,7 @@ class WorkerRunner:
                 toks = list(c.all_token_ids[rid])
                 r = self.reqs[rid] = _WorkerRequest(toks, [], 0, len(toks) - c.num_output_tokens[i])
             nb = c.new_block_ids[i]
-            if rid in c.resumed_req_ids:
+            if rid in resumed_ids(c):
                 r.block_ids = list(nb[0])
             elif nb is not None:
                 r.block_ids.extend(nb[0])

@@ -184,6 +184,29 @@ class Failures(unittest.TestCase):
         h.run(lambda: h.info("A")["status"] == "FINISHED")
 
 
+    def test_preemption_then_resume_with_the_older_resumed_flags(self):
+        # vLLM releases without resumed_req_ids flag resumed requests in resumed_from_preemption:
+        # the resumed request's new_block_ids is its whole new table, not an extension of the old
+        h = Harness(self)
+        h.sched.call("use_legacy_cached")
+        a = prompt(13, 80)
+        h.add("A", a, max_tokens=8)
+        h.add("Z", prompt(14, 20), max_tokens=40)
+        h.run(lambda: len(h.info("A")["tokens"]) >= 83)
+        h.sched.call("preempt", "A")
+        h.step()
+        so, outs, back = h.step()
+        self.assertFalse(hasattr(so.scheduled_cached_reqs, "resumed_req_ids"))
+        h.step()  # one more step: a stale table extended would now be longer than vLLM's
+        i = h.info("A")
+        self.assertEqual(i["connector_block_ids"], i["block_ids"],
+                         "the connector keeps vLLM's block table of the resumed request")
+        self.assertEqual(h.info("A")["lookups"], [(0, 0, False), (0, 64, False)])
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("A"), {0: []})
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+
+
 class StepsWithoutForward(unittest.TestCase):
     def test_empty_steps_that_call_wait_for_save_then_a_restore(self):
         # Newer vLLM's kv_connector_no_forward calls wait_for_save as well (older ones do not:
