@@ -48,7 +48,8 @@ typedef struct kvs_request {
     uint64_t lease_deadline_ns;
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
     uint8_t load_async;          /* lookup answered load_async: its load runs between steps */
-    uint32_t *block_ids;         /* async: the block table on_alloc gave (build_meta emits the load
+    uint8_t async_waiting; /* its async load was emitted; the lease stays until it computes again */
+    uint32_t *block_ids;   /* async: the block table on_alloc gave (build_meta emits the load
                                   * even when the engine does not schedule the request) */
     uint64_t n_block_ids;
     kvs_restore_plan plan; /* how its load in step plan_step is restored (the `plan` hook) */

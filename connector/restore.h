@@ -23,7 +23,7 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len);
  * first_chunk on, on `tier`, are worth loading; n_chunks when no planner is configured. */
 uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
                                    uint64_t n_chunks);
-/* Whether a hit whose first chunk is on `tier` loads between steps (`loads.async`). */
+/* Whether a hit whose slowest chunk is on `tier` loads between steps (`loads.async`). */
 int kvs_restore_load_async(const kvs_handle *h, uint32_t tier);
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
                                  uint64_t n);

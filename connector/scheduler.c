@@ -123,6 +123,14 @@ static uint32_t chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
     return t;
 }
 
+/* The slowest (lowest) tier holding any pinned chunk of r: what `loads.async: slow` judges by. */
+static uint32_t slowest_tier(const kvs_request *r) {
+    uint32_t t = 0;
+    for (uint64_t i = 0; i < r->n_pins; i++)
+        if (r->pins[i].tier > t) t = r->pins[i].tier;
+    return t;
+}
+
 /* Unpin r's pins from index `from` on and keep only those before it. */
 static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
     for (uint64_t i = from; i < r->n_pins; i++)
@@ -348,7 +356,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
-    r->load_async = ext && kvs_restore_load_async(h, chunk_tier(h, r->pins));
+    r->async_waiting = 0;
+    r->load_async = ext && kvs_restore_load_async(h, slowest_tier(r));
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;
@@ -540,9 +549,18 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
         r->block_ids = NULL;
         r->n_block_ids = 0;
     }
+    if (r->async_waiting && s->n_scheduled > 0) {
+        /* the engine computes it again: its async load has landed on every worker */
+        r->async_waiting = 0;
+        release_lease(h, r);
+    }
     if (plan->emits_load) {
         r->load_pending = 0;
-        r->lease_release_step = h->step; /* the workers load during this step */
+        /* The workers load during this step; an async load later, on their loader threads, which
+         * pin only when they reach it: its lease stays until the request computes again (or it
+         * expires, or the request finishes). */
+        r->async_waiting = r->load_async;
+        r->lease_release_step = r->load_async ? 0 : h->step;
         r->plan = restore->plan;
         r->plan_step = h->step;
     }

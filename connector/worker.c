@@ -132,17 +132,29 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         if (!m->reqs[i].load_async) n_loads += m->reqs[i].n_loads;
         n_saves += m->reqs[i].n_saves;
     }
-    close_step(h); /* the metadata is good: the previous step, if still bound, ends here */
-    h->loads = n_loads ? calloc(n_loads, sizeof *h->loads) : NULL;
-    h->saves = n_saves ? calloc(n_saves, sizeof *h->saves) : NULL;
-    if ((n_loads && !h->loads) || (n_saves && !h->saves)) {
-        free(h->loads);
-        free(h->saves);
-        h->loads = NULL;
-        h->saves = NULL;
+    /* Everything is allocated before any state changes, so a refusal leaves the handle as it was
+     * (the step still bound stays bound). */
+    uint64_t n_async = 0;
+    for (uint64_t i = 0; i < m->n_reqs; i++) n_async += m->reqs[i].load_async && m->reqs[i].n_loads;
+    kvs_load_work *loads = n_loads ? calloc(n_loads, sizeof *loads) : NULL;
+    kvs_save_work *saves = n_saves ? calloc(n_saves, sizeof *saves) : NULL;
+    kvs_async_job **jobs = n_async ? calloc(n_async, sizeof *jobs) : NULL;
+    if ((n_loads && !loads) || (n_saves && !saves) || (n_async && !jobs))
+        st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
+    for (uint64_t i = 0, k = 0; i < m->n_reqs && st == KVS_OK; i++)
+        if (m->reqs[i].load_async && m->reqs[i].n_loads)
+            st = kvs_async_prepare(h, &m->reqs[i], &jobs[k++]);
+    if (st != KVS_OK) {
+        for (uint64_t k = 0; jobs && k < n_async; k++) kvs_async_discard(jobs[k]);
+        free(jobs);
+        free(loads);
+        free(saves);
         kvs_meta_free(m);
-        return kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
+        return st;
     }
+    close_step(h); /* the metadata is good: the previous step, if still bound, ends here */
+    h->loads = loads;
+    h->saves = saves;
     for (uint64_t i = 0; i < m->n_reqs; i++) {
         const kvs_meta_req *r = &m->reqs[i];
         for (uint64_t j = 0; j < r->n_loads && !r->load_async; j++)
@@ -153,7 +165,7 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_async_land(h); /* between steps: async loads read by now land before this step binds */
     h->bound = m;
     h->wstate = WORKER_BOUND;
-    for (uint64_t i = 0; i < m->n_reqs && st == KVS_OK; i++)
-        if (m->reqs[i].load_async && m->reqs[i].n_loads) st = kvs_async_submit(h, &m->reqs[i]);
-    return st;
+    for (uint64_t k = 0; k < n_async; k++) kvs_async_submit(h, jobs[k]);
+    free(jobs);
+    return KVS_OK;
 }

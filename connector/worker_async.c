@@ -15,11 +15,12 @@
 #include "handle.h"
 #include "worker_load.h"
 
-typedef struct kvs_async_job {
+struct kvs_async_job {
     kvs_meta_req req; /* a copy: the bound metadata goes away with its step */
     kvs_load_set set;
+    uint64_t slabs; /* staging slabs it holds once read, until it lands */
     struct kvs_async_job *next;
-} kvs_async_job;
+};
 
 typedef struct job_list {
     kvs_async_job *head, *tail;
@@ -27,14 +28,18 @@ typedef struct job_list {
 
 struct kvs_async_loader {
     pthread_mutex_t lock;
-    pthread_cond_t wake;
+    pthread_cond_t wake; /* a job was queued, or stop */
+    pthread_cond_t room; /* read jobs landed (their slabs are free again), or stop */
     pthread_t thread;
     int thread_started;
+    int thread_failed; /* pthread_create failed once: reads happen in bind_meta from then on */
     int stop;
-    job_list queued;  /* waiting for the loader thread */
-    job_list read;    /* chunks read (or failed): waiting to land */
-    job_list landed;  /* in the pages: waiting for get_finished */
-    uint64_t pending; /* queued + read + being read */
+    job_list queued;      /* waiting for the loader thread */
+    job_list read;        /* chunks read (or failed): waiting to land */
+    job_list landed;      /* in the pages: waiting for get_finished */
+    uint64_t slabs_held;  /* by read jobs not landed yet */
+    uint64_t slab_budget; /* at most this many (half the pool): the step's own loads and saves keep
+                           * the rest, and a request read ahead waits instead of failing */
 };
 
 static void push(job_list *l, kvs_async_job *j) {
@@ -66,11 +71,18 @@ static void *loader_main(void *arg) {
         while (!L->stop && !L->queued.head) pthread_cond_wait(&L->wake, &L->lock);
         if (L->stop) break;
         kvs_async_job *j = L->queued.head;
+        /* Room for its slabs: wait while read jobs hold the budget (they free it when they land,
+         * between steps); with none waiting to land, go ahead and fail what does not fit. */
+        while (!L->stop && L->read.head && L->slabs_held + j->set.n > L->slab_budget)
+            pthread_cond_wait(&L->room, &L->lock);
+        if (L->stop) break;
         L->queued.head = j->next;
         if (!L->queued.head) L->queued.tail = NULL;
         pthread_mutex_unlock(&L->lock);
         kvs_loads_open(h, &j->set); /* tiers and pool are thread-safe; no handle state is touched */
+        for (uint64_t i = 0; i < j->set.n; i++) j->slabs += j->set.w[i].slab != NULL;
         pthread_mutex_lock(&L->lock);
+        L->slabs_held += j->slabs;
         push(&L->read, j);
     }
     pthread_mutex_unlock(&L->lock);
@@ -83,15 +95,20 @@ static kvs_status loader(kvs_handle *h, struct kvs_async_loader **out) {
         if (!L) return kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory for async loads");
         pthread_mutex_init(&L->lock, NULL);
         pthread_cond_init(&L->wake, NULL);
+        pthread_cond_init(&L->room, NULL);
+        uint64_t slabs = kvs_pool_n_slabs(h->pool);
+        L->slab_budget = slabs / 2 ? slabs / 2 : 1;
         h->async = L;
     }
     struct kvs_async_loader *L = h->async;
-    if (!L->thread_started && kvs_tiers_thread_safe(h->tiers)) {
+    if (!L->thread_started && !L->thread_failed && kvs_tiers_thread_safe(h->tiers)) {
         if (pthread_create(&L->thread, NULL, loader_main, h) == 0)
             L->thread_started = 1;
-        else /* reads then happen on the caller's thread: slower steps, same results */
+        else { /* reads then happen on the caller's thread: slower steps, same results */
+            L->thread_failed = 1;
             kvs_log(h->cfg->log_level, KVS_LOG_WARN,
                     "async loads: no loader thread could be started; reading in bind_meta");
+        }
     }
     *out = L;
     return KVS_OK;
@@ -114,7 +131,7 @@ static kvs_status copy_req(kvs_meta_req *dst, const kvs_meta_req *r) {
     return KVS_OK;
 }
 
-kvs_status kvs_async_submit(kvs_handle *h, const kvs_meta_req *r) {
+kvs_status kvs_async_prepare(kvs_handle *h, const kvs_meta_req *r, kvs_async_job **out) {
     struct kvs_async_loader *L = NULL;
     kvs_status st = loader(h, &L);
     if (st != KVS_OK) return st;
@@ -129,21 +146,29 @@ kvs_status kvs_async_submit(kvs_handle *h, const kvs_meta_req *r) {
     for (uint64_t i = 0; i < r->n_loads; i++)
         j->set.w[i] =
             (kvs_load_work){.req = &j->req, .load = &j->req.loads[i], .tier = -1, .async = 1};
+    *out = j;
+    return KVS_OK;
+}
+
+void kvs_async_discard(kvs_async_job *j) {
+    if (j) free_job(j);
+}
+
+void kvs_async_submit(kvs_handle *h, kvs_async_job *j) {
+    struct kvs_async_loader *L = h->async; /* made by kvs_async_prepare */
     h->stats.async_loads_started++;
     pthread_mutex_lock(&L->lock);
-    L->pending++;
     if (L->thread_started) {
         push(&L->queued, j);
         pthread_cond_signal(&L->wake);
         pthread_mutex_unlock(&L->lock);
-        return KVS_OK;
+        return;
     }
     pthread_mutex_unlock(&L->lock);
     kvs_loads_open(h, &j->set); /* no thread-safe chain: read it here */
     pthread_mutex_lock(&L->lock);
     push(&L->read, j);
     pthread_mutex_unlock(&L->lock);
-    return KVS_OK;
 }
 
 void kvs_async_land(kvs_handle *h) {
@@ -158,7 +183,10 @@ void kvs_async_land(kvs_handle *h) {
         kvs_loads_land(h, &j->set);
         if (h->stats.load_errors != errors) h->stats.async_loads_failed++;
         pthread_mutex_lock(&L->lock);
+        L->slabs_held -= j->slabs;
+        j->slabs = 0;
         push(&L->landed, j);
+        pthread_cond_signal(&L->room);
         pthread_mutex_unlock(&L->lock);
         j = next;
     }
@@ -194,7 +222,6 @@ kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sendin
                              (unsigned long long)receiving_cap);
     }
     kvs_async_job *j = take_all(&L->landed);
-    L->pending -= n;
     pthread_mutex_unlock(&L->lock);
     uint64_t at = 0;
     while (j) {
@@ -217,6 +244,7 @@ void kvs_async_close(kvs_handle *h) {
         pthread_mutex_lock(&L->lock);
         L->stop = 1;
         pthread_cond_signal(&L->wake);
+        pthread_cond_signal(&L->room);
         pthread_mutex_unlock(&L->lock);
         pthread_join(L->thread, NULL); /* a read in progress finishes first */
     }
@@ -231,6 +259,7 @@ void kvs_async_close(kvs_handle *h) {
         }
     }
     pthread_cond_destroy(&L->wake);
+    pthread_cond_destroy(&L->room);
     pthread_mutex_destroy(&L->lock);
     free(L);
     h->async = NULL;

@@ -11,9 +11,17 @@
 #include "abi/kvstrata.h"
 #include "meta.h"
 
-/* Queue r's loads (copied). Every tier thread-safe: a loader thread reads them; else they are read
- * here, on the caller's thread. */
-kvs_status kvs_async_submit(kvs_handle *h, const kvs_meta_req *r);
+typedef struct kvs_async_job kvs_async_job;
+
+/* A job for r's loads (r is copied): everything it needs is allocated here, so bind_meta can fail
+ * before it changes any state. */
+kvs_status kvs_async_prepare(kvs_handle *h, const kvs_meta_req *r, kvs_async_job **out);
+/* Free a prepared job that was not submitted. NULL is a no-op. */
+void kvs_async_discard(kvs_async_job *j);
+/* Queue a prepared job (cannot fail). Every tier thread-safe: the loader thread reads it (holding
+ * at most half the staging pool's slabs for read jobs not landed yet); else it is read here, on the
+ * caller's thread. */
+void kvs_async_submit(kvs_handle *h, kvs_async_job *j);
 /* Land every request whose chunks are read, if the device may copy now (idle, or synchronous). */
 void kvs_async_land(kvs_handle *h);
 /* The get_finished hook. */

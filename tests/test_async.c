@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "abi/kvstrata.h"
 #include "connector/handle.h"
@@ -108,10 +109,14 @@ START_TEST(an_async_load_lands_between_steps_and_is_reported_once) {
     ck_assert(kvs_test_wait_for(poll_finished, &p, 10000));
     ck_assert(rig_kv_matches(&r, b, t, 0, 127));
     ck_assert_int_eq(p.others, 0);
-    /* reported once */
+    /* reported once; the scheduler's lease stays until the request computes again (a worker of
+     * another process pins only when its loader thread reaches the load) */
     empty_step(&r);
     poll_finished(&p);
     ck_assert_int_eq(p.seen, 1);
+    kvs_stats lease = {.struct_size = sizeof lease};
+    ck_assert_int_eq(api->stats(r.h, &lease), KVS_OK);
+    ck_assert_uint_eq(lease.leases_active, 1);
     uint32_t errs[8];
     uint64_t n = 9;
     ck_assert_int_eq(api->load_error_blocks(r.h, errs, 8, &n), KVS_OK);
@@ -133,6 +138,8 @@ START_TEST(an_async_load_lands_between_steps_and_is_reported_once) {
     ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &len), KVS_OK);
     rig_worker_step(&r, meta, len, b, t, 127, 128);
     ck_assert(rig_kv_matches(&r, b, t, 0, 128));
+    ck_assert_int_eq(api->stats(r.h, &lease), KVS_OK);
+    ck_assert_uint_eq(lease.leases_active, 0);
     ck_assert_int_eq(api->request_finished(r.h, "second", NULL), KVS_OK);
     rig_close(&r);
 }
@@ -242,6 +249,72 @@ START_TEST(closing_with_async_loads_in_flight_releases_them) {
     arm(&r, "second", t, 128, b);
     empty_step(&r);
     rig_close(&r); /* no leak, no hang past the read in progress (the sanitizer run checks) */
+}
+END_TEST
+
+typedef struct stored_probe {
+    rig *r;
+    const int32_t *t1, *t2;
+} stored_probe;
+
+static int all_stored(void *arg) {
+    stored_probe *p = arg;
+    return rig_stored(p->r, p->t1, 0) && rig_stored(p->r, p->t1, 1) && rig_stored(p->r, p->t2, 0) &&
+           rig_stored(p->r, p->t2, 1);
+}
+
+/* Async loads from a tier that copies into staging slabs hold them until they land: a request read
+ * ahead waits for room instead of failing chunks for lack of a slab. */
+START_TEST(async_loads_wait_for_staging_room_instead_of_failing) {
+    char dir[600], text[1024];
+    snprintf(dir, sizeof dir, "%s/ssd0", rig_tmpdir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    /* three slabs of one object each (12 KiB): the loader may hold one for read jobs */
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 36KiB\nloads:\n  async: always\n"
+             "tiers:\n  - name: ssd\n    type: ssd\n    capacity: 8MiB\n    paths: [%s]\n",
+             rig_device_section(), CHUNK, dir);
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("ssd.yaml", text)), KVS_OK);
+    int32_t t1[64], t2[64];
+    uint32_t a1[4], a2[4], b1[4], b2[4];
+    rig_make_tokens(t1, 64, 21);
+    rig_make_tokens(t2, 64, 22);
+    rig_blocks_from(a1, 4, 0);
+    rig_blocks_from(a2, 4, 4);
+    rig_blocks_from(b1, 4, 20);
+    rig_blocks_from(b2, 4, 30);
+    rig_prefill(&r, "first", t1, 64, a1);
+    rig_prefill(&r, "other", t2, 64, a2);
+    stored_probe sp = {&r, t1, t2};
+    ck_assert(
+        kvs_test_wait_for(all_stored, &sp, 10000)); /* the ssd tier writes in the background */
+    ck_assert_uint_eq(arm(&r, "x", t1, 64, b1).n_hit_tokens, 63);
+    ck_assert_uint_eq(arm(&r, "y", t2, 64, b2).n_hit_tokens, 63);
+    empty_step(&r); /* emits both: two chunks each, three slabs in the pool */
+    finished_probe px = {&r, "x", 0, 0}, py = {&r, "y", 0, 0};
+    uint64_t errors = 0;
+    for (int i = 0; i < 4000 && !(px.seen && py.seen); i++) {
+        char sending[8], receiving[64];
+        uint64_t ns = 0, nr = 0, n = 0;
+        uint32_t errs[8];
+        ck_assert_int_eq(
+            api->get_finished(r.h, sending, sizeof sending, &ns, receiving, sizeof receiving, &nr),
+            KVS_OK);
+        for (const char *at = receiving; nr--; at += strlen(at) + 1)
+            (strcmp(at, "x") == 0 ? &px : &py)->seen++;
+        ck_assert_int_eq(api->load_error_blocks(r.h, errs, 8, &n), KVS_OK);
+        errors += n;
+        if (!(px.seen && py.seen)) {
+            empty_step(&r);
+            kvs_test_pause_ms(2);
+        }
+    }
+    ck_assert(px.seen && py.seen);
+    ck_assert_uint_eq(errors, 0);
+    ck_assert(rig_kv_matches(&r, b1, t1, 0, 63));
+    ck_assert(rig_kv_matches(&r, b2, t2, 0, 63));
+    rig_close(&r);
 }
 END_TEST
 
@@ -365,6 +438,7 @@ static Suite *async_suite(void) {
     tcase_add_test(tc, a_corrupt_chunk_of_an_async_load_becomes_error_blocks_when_reported);
     tcase_add_test(tc, a_receiving_list_too_small_reports_nothing_until_it_fits);
     tcase_add_test(tc, closing_with_async_loads_in_flight_releases_them);
+    tcase_add_test(tc, async_loads_wait_for_staging_room_instead_of_failing);
     tcase_add_test(tc, a_step_without_a_forward_pass_is_closed_by_the_next_bind);
     tcase_add_test(tc, a_step_closed_before_start_load_reports_its_loads_as_errors);
     tcase_add_test(tc, slow_loads_are_async_by_the_profile_bandwidth);
