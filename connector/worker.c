@@ -135,14 +135,14 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     /* Everything is allocated before any state changes, so a refusal leaves the handle as it was
      * (the step still bound stays bound). */
     uint64_t n_async = 0;
-    for (uint64_t i = 0; i < m->n_reqs; i++) n_async += m->reqs[i].load_async && m->reqs[i].n_loads;
+    for (uint64_t i = 0; i < m->n_reqs; i++) n_async += m->reqs[i].load_async;
     kvs_load_work *loads = n_loads ? calloc(n_loads, sizeof *loads) : NULL;
     kvs_save_work *saves = n_saves ? calloc(n_saves, sizeof *saves) : NULL;
     kvs_async_job **jobs = n_async ? calloc(n_async, sizeof *jobs) : NULL;
     if ((n_loads && !loads) || (n_saves && !saves) || (n_async && !jobs))
         st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
     for (uint64_t i = 0, k = 0; i < m->n_reqs && st == KVS_OK; i++)
-        if (m->reqs[i].load_async && m->reqs[i].n_loads)
+        if (m->reqs[i].load_async) /* even with nothing to load (a plan recomputes it all) */
             st = kvs_async_prepare(h, &m->reqs[i], &jobs[k++]);
     if (st != KVS_OK) {
         for (uint64_t k = 0; jobs && k < n_async; k++) kvs_async_discard(jobs[k]);

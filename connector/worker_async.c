@@ -158,14 +158,15 @@ void kvs_async_submit(kvs_handle *h, kvs_async_job *j) {
     struct kvs_async_loader *L = h->async; /* made by kvs_async_prepare */
     h->stats.async_loads_started++;
     pthread_mutex_lock(&L->lock);
-    if (L->thread_started) {
+    if (L->thread_started &&
+        j->set.n) { /* nothing to read (a plan recomputes it): reported at once */
         push(&L->queued, j);
         pthread_cond_signal(&L->wake);
         pthread_mutex_unlock(&L->lock);
         return;
     }
     pthread_mutex_unlock(&L->lock);
-    kvs_loads_open(h, &j->set); /* no thread-safe chain: read it here */
+    kvs_loads_open(h, &j->set); /* no thread-safe chain (or nothing to read): read it here */
     pthread_mutex_lock(&L->lock);
     push(&L->read, j);
     pthread_mutex_unlock(&L->lock);
