@@ -326,12 +326,15 @@ class KvstrataConnectorMetadata(KVConnectorMetadata):
         return f"KvstrataConnectorMetadata({len(self.blob)} bytes, {len(self.req_ids)} requests)"
 
 
-# Counters of kvs_stats reported as deltas; tokens_loaded comes from TP rank 0 only (every rank loads
-# the same tokens), bytes and times from every rank.
+# Counters of kvs_stats reported as deltas. Per-request counts (tokens, async loads, closed steps)
+# come from TP rank 0 only: every rank repeats them for its shard. Chunks, bytes, times and load
+# errors are per shard and summed over the ranks.
 _SCALAR_STATS = ("lookups", "lookup_hit_tokens", "lookup_miss_tokens", "tokens_loaded",
                  "chunks_loaded", "bytes_loaded", "load_ns", "chunks_saved", "bytes_saved",
                  "save_ns", "saves_skipped", "load_errors", "evictions", "async_loads_started",
                  "async_loads_done", "async_loads_failed", "steps_closed")
+_RANK0_STATS = ("tokens_loaded", "async_loads_started", "async_loads_done", "async_loads_failed",
+                "steps_closed")
 _TIER_STATS = {"tier_chunks_loaded": "chunks_loaded", "tier_bytes_loaded": "bytes_loaded",
                "tier_load_ns": "load_ns"}
 
@@ -380,7 +383,7 @@ class KvstrataConnectorStats(KVConnectorStats):
 def _stats_delta(now, before, tier_names, with_tokens):
     data = {}
     for k in _SCALAR_STATS:
-        if k == "tokens_loaded" and not with_tokens:
+        if k in _RANK0_STATS and not with_tokens:
             continue
         v = now.get(k, 0) - (before.get(k, 0) if before else 0)
         if v:
@@ -412,7 +415,7 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
          "Prompt tokens lookups found in no tier (misses)", 1),
         ("tokens_loaded", "vllm:kvstrata_loaded_tokens", "Tokens whose KV kvstrata loaded", 1),
         ("load_errors", "vllm:kvstrata_load_errors",
-         "Chunks whose load failed; vLLM recomputed their blocks", 1),
+         "Chunk shards whose load failed (summed over TP ranks); vLLM recomputed their blocks", 1),
         ("chunks_saved", "vllm:kvstrata_saved_chunks", "Chunks saved", 1),
         ("bytes_saved", "vllm:kvstrata_saved_bytes", "Bytes saved", 1),
         ("save_ns", "vllm:kvstrata_save_seconds", "Time spent saving", 1e-9),

@@ -177,6 +177,13 @@ class TwoRanks(unittest.TestCase):
         self.assertEqual([len(p) for p in per_rank], [1, 1])
         self.assertEqual(reported(h, "finished_recving", "B"), [max(per_rank[0][0], per_rank[1][0])])
         self.assertEqual(h.check("B"), {0: [], 1: []})
+        # per-request counts come from rank 0 only; shard counts from both ranks
+        started = [sum(outs[r].stats.data.get("async_loads_started", 0)
+                       for _so, outs, _b in h.steps if outs[r].stats) for r in (0, 1)]
+        self.assertEqual(started, [1, 0], "one async load, counted once")
+        chunks = [sum(outs[r].stats.data.get("chunks_loaded", 0)
+                      for _so, outs, _b in h.steps if outs[r].stats) for r in (0, 1)]
+        self.assertEqual(chunks, [2, 2], "each rank loads its shard of both chunks")
 
 
 class TierStats(unittest.TestCase):
