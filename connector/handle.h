@@ -77,9 +77,11 @@ typedef struct kvs_load_work {
     int tier;
     int pinned;
     int failed;
-    int drop;   /* corrupt: remove from the tiers once unpinned */
-    int async;  /* an async request's: failures are accounted when it lands */
-    int ranged; /* some layers only, read with get_range into slab */
+    int drop;        /* corrupt: remove from the tiers once unpinned */
+    int async;       /* an async request's: failures are accounted when it lands */
+    int ranged;      /* some layers only, read with get_range into slab */
+    int layers_read; /* ranged: every wanted layer is in the slab already (start_load on a CUDA
+                      * device, or an async load's reader) */
 } kvs_load_work;
 
 /* One chunk being saved in the bound step. */

@@ -114,6 +114,7 @@ static void fetch_range(kvs_handle *h, kvs_load_work *w, int all_layers) {
     accept_object(h, w, w->slab, len);
     for (uint32_t l = 0; all_layers && l < h->model.n_layers && load_live(w); l++)
         if (kvs_meta_wants_layer(w->req, l)) fetch_layer(h, w, l);
+    w->layers_read = all_layers; /* landing copies them without reading again */
 }
 
 /* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
@@ -230,7 +231,7 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         kvs_load_work *w = &set->w[i];
         if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
             continue; /* the engine computes it */
-        if (w->ranged) {
+        if (w->ranged && !w->layers_read) {
             fetch_layer(h, w, layer);
             if (!load_live(w)) continue;
         }
