@@ -61,6 +61,38 @@ static ttft_summary summarize(const turn_result *turns, int n_turns, int group) 
 static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs,
                        int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]);
 
+/* The decoding requests' step times (batch.c): decode-only steps with an asynchronous load in flight
+ * and with no restore in flight, and their ratio matched by the number of requests decoding (each
+ * count weighed by its steps with a load in flight); steps that restored synchronously. */
+typedef struct step_summary {
+    uint64_t loading, idle, restore;
+    double loading_ms, idle_ms, restore_ms; /* means */
+    double matched;                         /* 0: no count had both kinds */
+} step_summary;
+
+static step_summary summarize_steps(const batch_stats *b) {
+    step_summary s = {0};
+    double ratio_sum = 0, weight = 0, lsum = 0, isum = 0;
+    for (int k = 1; k <= BATCH_MAX; k++) {
+        s.loading += b->loading_steps[k];
+        s.idle += b->idle_steps[k];
+        lsum += b->loading_ms[k];
+        isum += b->idle_ms[k];
+        if (b->loading_steps[k] && b->idle_steps[k] && b->idle_ms[k] > 0) {
+            double r = (b->loading_ms[k] / (double)b->loading_steps[k]) /
+                       (b->idle_ms[k] / (double)b->idle_steps[k]);
+            ratio_sum += r * (double)b->loading_steps[k];
+            weight += (double)b->loading_steps[k];
+        }
+    }
+    s.loading_ms = s.loading ? lsum / (double)s.loading : 0;
+    s.idle_ms = s.idle ? isum / (double)s.idle : 0;
+    s.restore = b->restore_steps;
+    s.restore_ms = b->restore_steps ? b->restore_ms / (double)b->restore_steps : 0;
+    s.matched = weight > 0 ? ratio_sum / weight : 0;
+    return s;
+}
+
 void print_summary(const options *o, const workload *w, const sizing *z, mode_run *runs, int n_runs,
                    const reference *ref) {
     const model_config *mc = &o->model;
@@ -122,6 +154,15 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
         }
         printf("\n");
     }
+    for (int k = 0; k < n_runs && o->continuous; k++) {
+        step_summary d = summarize_steps(&runs[k].flight.stats);
+        printf("%s: decode-only steps: %llu with an async load in flight (mean %.3f ms), %llu with "
+               "no restore in flight (mean %.3f ms), matched by requests decoding %.3fx; %llu "
+               "steps restored synchronously while others decoded (mean %.3f ms)\n",
+               runs[k].name, (unsigned long long)d.loading, d.loading_ms,
+               (unsigned long long)d.idle, d.idle_ms, d.matched, (unsigned long long)d.restore,
+               d.restore_ms);
+    }
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
                ref->turns_checked, ref->mismatches);
@@ -163,6 +204,15 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                        (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens,
                        (unsigned long long)runs[k].conn.stage_boundary_restores);
+        }
+        if (o->continuous) {
+            step_summary d = summarize_steps(&runs[k].flight.stats);
+            printf(
+                ",\"decode_steps\":{\"loading\":{\"n\":%llu,\"mean_ms\":%.4f},\"idle\":{\"n\":%llu,"
+                "\"mean_ms\":%.4f},\"matched_ratio\":%.4f,\"restore\":{\"n\":%llu,\"mean_ms\":%."
+                "4f}}",
+                (unsigned long long)d.loading, d.loading_ms, (unsigned long long)d.idle, d.idle_ms,
+                d.matched, (unsigned long long)d.restore, d.restore_ms);
         }
         printf("}");
     }
