@@ -135,6 +135,11 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
                    (double)st->bytes_saved / 1048576.0, (unsigned long long)st->saves_skipped,
                    (unsigned long long)st->load_errors, (unsigned long long)runs[k].events_stored,
                    (unsigned long long)runs[k].events_removed);
+            if (st->async_loads_started)
+                printf("; async loads %llu, reported %llu, failed %llu",
+                       (unsigned long long)st->async_loads_started,
+                       (unsigned long long)st->async_loads_done,
+                       (unsigned long long)st->async_loads_failed);
             printf("; loaded per tier [");
             for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
                 printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
@@ -184,10 +189,13 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                    g ? "," : "", group_keys[g], s[k][g].n, s[k][g].mean, s[k][g].p50, s[k][g].p99,
                    (unsigned long long)s[k][g].local_hit, (unsigned long long)s[k][g].ext_hit);
         if (runs[k].have_stats)
-            printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu",
+            printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu,\"async_"
+                   "loads\":%llu,\"async_loads_failed\":%llu",
                    (unsigned long long)runs[k].stats.chunks_loaded,
                    (unsigned long long)runs[k].stats.chunks_saved,
-                   (unsigned long long)runs[k].stats.load_errors);
+                   (unsigned long long)runs[k].stats.load_errors,
+                   (unsigned long long)runs[k].stats.async_loads_started,
+                   (unsigned long long)runs[k].stats.async_loads_failed);
         if (runs[k].have_stats) {
             printf(",\"tier_chunks_loaded\":[");
             for (uint32_t t = 0; t < runs[k].stats.n_tiers && t < KVS_STATS_MAX_TIERS; t++)
