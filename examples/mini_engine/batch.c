@@ -17,6 +17,22 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+static void record_decode_step(batch_stats *s, batch_decode_step d) {
+    if (s->n_decode == s->cap_decode) {
+        uint64_t cap = s->cap_decode ? 2 * s->cap_decode : 4096;
+        batch_decode_step *grown = realloc(s->decode, cap * sizeof *grown);
+        if (!grown) return; /* a figure with fewer samples, not a failed run */
+        s->decode = grown;
+        s->cap_decode = cap;
+    }
+    s->decode[s->n_decode++] = d;
+}
+
+void batch_stats_free(batch_stats *s) {
+    free(s->decode);
+    *s = (batch_stats){0};
+}
+
 int batch_add(batch *b, batch_req *q) {
     if (b->n == BATCH_MAX) {
         fprintf(stderr, PROG ": more than %d requests in flight\n", BATCH_MAX);
@@ -340,12 +356,10 @@ int batch_step(batch *b) {
      * while others decoded. */
     double step_ms = engine_now_ms() - t_start - excluded_ms;
     b->stats.steps++;
-    if (n_decode && !n_prefill && !n_front) {
-        if (loading)
-            b->stats.loading_steps[n_decode]++, b->stats.loading_ms[n_decode] += step_ms;
-        else
-            b->stats.idle_steps[n_decode]++, b->stats.idle_ms[n_decode] += step_ms;
-    } else if (n_sync && n_decode) {
+    if (n_decode && !n_prefill && !n_front)
+        record_decode_step(&b->stats, (batch_decode_step){engine_now_ms(), step_ms,
+                                                          (uint32_t)n_decode, (uint32_t)loading});
+    else if (n_sync && n_decode) {
         b->stats.restore_steps++;
         b->stats.restore_ms += step_ms;
     }

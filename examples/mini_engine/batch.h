@@ -44,13 +44,19 @@ typedef struct batch_req {
     uint64_t bad_blocks;
 } batch_req;
 
-/* Step times of the requests decoding (benchmark figures). A decode-only step schedules one token
- * of each request that has its first token and computes nothing else; they are kept apart by the
- * number of requests decoding in them, with an asynchronous load in flight and with no restore in
- * flight. A restore step carries a synchronous restore while other requests decode. */
+/* One decode-only step: it schedules one token of each request that has its first token and
+ * computes nothing else. */
+typedef struct batch_decode_step {
+    double at_ms, step_ms; /* when it ended (CLOCK_MONOTONIC), how long it took */
+    uint32_t n_decode;     /* requests decoding in it */
+    uint32_t loading;      /* 1: an asynchronous load was in flight; 0: no restore was */
+} batch_decode_step;
+
+/* Step times of the requests decoding (benchmark figures): every decode-only step, and the steps
+ * that carried a synchronous restore while other requests decoded. */
 typedef struct batch_stats {
-    uint64_t loading_steps[BATCH_MAX + 1], idle_steps[BATCH_MAX + 1];
-    double loading_ms[BATCH_MAX + 1], idle_ms[BATCH_MAX + 1];
+    batch_decode_step *decode; /* malloc'd, grown as needed (recording stops if it cannot grow) */
+    uint64_t n_decode, cap_decode;
     uint64_t restore_steps;
     double restore_ms;
     uint64_t steps, polls; /* every step; of them, empty steps waiting for loads */
@@ -72,6 +78,8 @@ typedef struct batch {
 
 /* Put an admitted request in flight. 0, or -1 after printing why (the batch is full). */
 int batch_add(batch *b, batch_req *q);
+/* Free the recorded step times. */
+void batch_stats_free(batch_stats *s);
 /* One step over every request in flight; a request that finishes in it gets done = 1 and leaves the
  * batch (its pointer stays the caller's). Sleeps 1 ms when nothing could be computed and loads are
  * still in flight. 0, or -1 after printing why. */

@@ -1,9 +1,11 @@
 /* mode.c - one way of serving the workload, with its own engine (mode.h). */
 #include "mode.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PROG "kvs-mini-engine"
 
@@ -211,6 +213,13 @@ int mode_group(mode_run *run, const options *o, const workload *w, int i, int n)
     return 0;
 }
 
+static void sleep_until(double due_ms) {
+    double left = due_ms - engine_now_ms();
+    if (left <= 0) return;
+    struct timespec ts = {(time_t)(left / 1e3), (long)(fmod(left, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
 int mode_continuous(mode_run *run, const options *o, const workload *w) {
     batch *b = &run->flight;
     b->on_first = run->ref ? check_first_token : NULL;
@@ -222,21 +231,29 @@ int mode_continuous(mode_run *run, const options *o, const workload *w) {
         return -1;
     }
     int next = 0, rc = -1;
+    const double begin = engine_now_ms();
     while (next < w->n_turns || b->n) {
-        /* arrivals: the next turn, once a slot is free and its session has no turn in flight */
+        /* arrivals: the next turn, once it is due, a slot is free and its session has no turn in
+         * flight; with --arrival-ms it counts as arrived when it was due */
         while (next < w->n_turns && b->n < slots) {
             int slot = 0, taken = 0;
+            double due = begin + (double)next * o->arrival_ms, now = engine_now_ms();
+            if (o->arrival_ms && now < due) {
+                if (b->n) break;
+                sleep_until(due); /* nothing in flight: the engine idles until it arrives */
+                now = engine_now_ms();
+            }
             for (int k = 0; k < slots; k++)
                 taken |= busy[k] && run->reqs[k].r->session == w->turns[next].session;
             if (taken) break;
             while (busy[slot]) slot++;
-            if (start_turn(run, w, next, slot, engine_now_ms()) != 0 ||
+            if (start_turn(run, w, next, slot, o->arrival_ms ? due : now) != 0 ||
                 batch_add(b, &run->reqs[slot]) != 0)
                 goto out;
             busy[slot] = 1;
             next++;
         }
-        if (batch_step(b) != 0) goto out;
+        if (b->n && batch_step(b) != 0) goto out;
         for (int k = 0; k < slots; k++)
             if (busy[k] && run->reqs[k].done) {
                 busy[k] = 0;
@@ -275,6 +292,7 @@ int mode_collect(mode_run *run) {
 
 void mode_end(mode_run *run, const workload *w) {
     connector_close(&run->conn);
+    batch_stats_free(&run->flight.stats);
     for (int s = 0; run->history && s < w->n_sessions; s++) free(run->history[s]);
     free(run->history);
     free(run->n_history);

@@ -62,34 +62,51 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                        int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]);
 
 /* The decoding requests' step times (batch.c): decode-only steps with an asynchronous load in flight
- * and with no restore in flight, and their ratio matched by the number of requests decoding (each
- * count weighed by its steps with a load in flight); steps that restored synchronously. */
+ * and with no restore in flight, and their ratio matched in time and batch: within each window of
+ * MATCH_WINDOW_MS and number of requests decoding that has both kinds, the mean of one over the mean
+ * of the other, weighed by its steps with a load in flight (contexts grow as requests decode, so
+ * steps far apart in time are not alike); steps that restored synchronously. */
+#define MATCH_WINDOW_MS 1000.0
+
 typedef struct step_summary {
     uint64_t loading, idle, restore;
     double loading_ms, idle_ms, restore_ms; /* means */
-    double matched;                         /* 0: no count had both kinds */
+    double matched;                         /* 0: no window had both kinds */
+    uint64_t matched_steps;                 /* steps with a load in flight in those windows */
 } step_summary;
 
 static step_summary summarize_steps(const batch_stats *b) {
     step_summary s = {0};
-    double ratio_sum = 0, weight = 0, lsum = 0, isum = 0;
-    for (int k = 1; k <= BATCH_MAX; k++) {
-        s.loading += b->loading_steps[k];
-        s.idle += b->idle_steps[k];
-        lsum += b->loading_ms[k];
-        isum += b->idle_ms[k];
-        if (b->loading_steps[k] && b->idle_steps[k] && b->idle_ms[k] > 0) {
-            double r = (b->loading_ms[k] / (double)b->loading_steps[k]) /
-                       (b->idle_ms[k] / (double)b->idle_steps[k]);
-            ratio_sum += r * (double)b->loading_steps[k];
-            weight += (double)b->loading_steps[k];
-        }
+    double lsum = 0, isum = 0, ratio_sum = 0;
+    for (uint64_t i = 0; i < b->n_decode; i++) {
+        if (b->decode[i].loading)
+            s.loading++, lsum += b->decode[i].step_ms;
+        else
+            s.idle++, isum += b->decode[i].step_ms;
     }
     s.loading_ms = s.loading ? lsum / (double)s.loading : 0;
     s.idle_ms = s.idle ? isum / (double)s.idle : 0;
     s.restore = b->restore_steps;
     s.restore_ms = b->restore_steps ? b->restore_ms / (double)b->restore_steps : 0;
-    s.matched = weight > 0 ? ratio_sum / weight : 0;
+    for (uint64_t i = 0, j; i < b->n_decode; i = j) { /* recorded in time order */
+        double end = b->decode[i].at_ms + MATCH_WINDOW_MS;
+        for (j = i; j < b->n_decode && b->decode[j].at_ms < end;) j++;
+        for (uint32_t k = 1; k <= BATCH_MAX; k++) {
+            double l = 0, d = 0;
+            uint64_t nl = 0, nd = 0;
+            for (uint64_t x = i; x < j; x++) {
+                if (b->decode[x].n_decode != k) continue;
+                if (b->decode[x].loading)
+                    nl++, l += b->decode[x].step_ms;
+                else
+                    nd++, d += b->decode[x].step_ms;
+            }
+            if (!nl || !nd || d <= 0) continue;
+            ratio_sum += (l / (double)nl) / (d / (double)nd) * (double)nl;
+            s.matched_steps += nl;
+        }
+    }
+    s.matched = s.matched_steps ? ratio_sum / (double)s.matched_steps : 0;
     return s;
 }
 
@@ -162,11 +179,11 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
     for (int k = 0; k < n_runs && o->continuous; k++) {
         step_summary d = summarize_steps(&runs[k].flight.stats);
         printf("%s: decode-only steps: %llu with an async load in flight (mean %.3f ms), %llu with "
-               "no restore in flight (mean %.3f ms), matched by requests decoding %.3fx; %llu "
-               "steps restored synchronously while others decoded (mean %.3f ms)\n",
+               "no restore in flight (mean %.3f ms), matched in time and batch %.3fx (over %llu); "
+               "%llu steps restored synchronously while others decoded (mean %.3f ms)\n",
                runs[k].name, (unsigned long long)d.loading, d.loading_ms,
-               (unsigned long long)d.idle, d.idle_ms, d.matched, (unsigned long long)d.restore,
-               d.restore_ms);
+               (unsigned long long)d.idle, d.idle_ms, d.matched,
+               (unsigned long long)d.matched_steps, (unsigned long long)d.restore, d.restore_ms);
     }
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
@@ -217,10 +234,12 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
             step_summary d = summarize_steps(&runs[k].flight.stats);
             printf(
                 ",\"decode_steps\":{\"loading\":{\"n\":%llu,\"mean_ms\":%.4f},\"idle\":{\"n\":%llu,"
-                "\"mean_ms\":%.4f},\"matched_ratio\":%.4f,\"restore\":{\"n\":%llu,\"mean_ms\":%."
-                "4f}}",
+                "\"mean_ms\":%.4f},\"matched_ratio\":%.4f,\"matched_steps\":%llu,\"restore\":{"
+                "\"n\":%"
+                "llu,\"mean_ms\":%.4f}}",
                 (unsigned long long)d.loading, d.loading_ms, (unsigned long long)d.idle, d.idle_ms,
-                d.matched, (unsigned long long)d.restore, d.restore_ms);
+                d.matched, (unsigned long long)d.matched_steps, (unsigned long long)d.restore,
+                d.restore_ms);
         }
         printf("}");
     }
