@@ -166,11 +166,8 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
         }
         in->plan.predicted_ms = plans[j].done_s * 1e3;
         in->io_rank = plans[j].io_rank;
-        /* an asynchronous load is waited for until get_finished reports it: it keeps a load */
-        uint32_t most = mr->load_async ? 1 : 0;
         if (plans[j].mode == CF_MODE_LAYER) {
             uint32_t l = plans[j].split, nl = h->restore_params.n_layers; /* KV layers */
-            if (most && l >= nl) l = nl - 1;
             if (l == 0) continue;
             if (l >= nl) { /* every layer recomputed: nothing to load */
                 in->plan.mode = KVS_PLAN_RECOMPUTE;
@@ -188,7 +185,6 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
             continue;
         }
         uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
-        if (split + most > mr->n_loads) split = mr->n_loads - most;
         if (split == 0) continue;
         in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
         in->plan.recompute_tokens = split == mr->n_loads

@@ -26,8 +26,8 @@ uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_
                                    uint64_t n_chunks);
 /* Whether a hit whose first chunk is on `tier` loads between steps (`loads.async`). */
 int kvs_restore_load_async(const kvs_handle *h, uint32_t tier);
-/* Plans for every request of the step with loads (info[i].loading; reqs[i].load_async ones too,
- * whose plans always leave a load, so that get_finished reports them). */
+/* Plans for every request of the step with loads (info[i].loading; reqs[i].load_async ones too: the
+ * worker reports those in get_finished even when the plan leaves them nothing to load). */
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
                                  uint64_t n);
 /* The step's requests in the order the workers get them: those loading asynchronously (read one

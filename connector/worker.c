@@ -143,6 +143,6 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     h->bound = m;
     h->wstate = WORKER_BOUND;
     for (uint64_t i = 0; i < m->n_reqs && st == KVS_OK; i++)
-        if (m->reqs[i].load_async && m->reqs[i].n_loads) st = kvs_async_submit(h, &m->reqs[i]);
+        if (m->reqs[i].load_async) st = kvs_async_submit(h, &m->reqs[i]);
     return st;
 }

@@ -132,14 +132,15 @@ kvs_status kvs_async_submit(kvs_handle *h, const kvs_meta_req *r) {
     h->stats.async_loads_started++;
     pthread_mutex_lock(&L->lock);
     L->pending++;
-    if (L->thread_started) {
+    if (L->thread_started &&
+        r->n_loads) { /* a plan may leave it nothing to read: reported at once */
         push(&L->queued, j);
         pthread_cond_signal(&L->wake);
         pthread_mutex_unlock(&L->lock);
         return KVS_OK;
     }
     pthread_mutex_unlock(&L->lock);
-    kvs_loads_open(h, &j->set); /* no thread-safe chain: read it here */
+    kvs_loads_open(h, &j->set); /* no thread-safe chain (or nothing to read): read it here */
     pthread_mutex_lock(&L->lock);
     push(&L->read, j);
     pthread_mutex_unlock(&L->lock);

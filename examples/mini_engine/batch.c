@@ -233,7 +233,9 @@ int batch_step(batch *b) {
             continue;
         uint64_t left = q->n_known - q->computed;
         q->n_sched = left < (uint64_t)budget ? (int)left : budget;
-        budget -= q->n_sched;
+        /* a step that ends a prompt takes nothing more: its first token would wait for it (a
+         * forward here costs what its tokens cost, batched or not) */
+        budget = (uint64_t)q->n_sched == left ? 0 : budget - q->n_sched;
         n_prefill++;
         if (c && q->a.n_ext && !q->a.async && !q->a.restored) q->sync_restore = 1, n_sync++;
     }

@@ -1,10 +1,11 @@
 /* batch.h - several requests in flight, stepped together the way vLLM's scheduler steps them. Each
  * step decodes one token of every request that has its first token, gives up to --prefill-chunk
  * tokens to prefills (earliest arrival first; within a group that arrived together, in the order of
- * the restore plans' predicted finish) and spends what the prefills leave on the parts of restores
- * that the connector's plans leave to the engine. A request whose KV the connector loads between
- * steps (lookup's load_async) is not scheduled until get_finished lists it as received: the others
- * keep stepping meanwhile. */
+ * the restore plans' predicted finish; a prefill that ends its prompt closes the step, since a
+ * forward on this CPU costs what its tokens cost and batching two prompts only delays the first) and
+ * spends what the prefills leave on the parts of restores that the connector's plans leave to the
+ * engine. A request whose KV the connector loads between steps (lookup's load_async) is not
+ * scheduled until get_finished lists it as received: the others keep stepping meanwhile. */
 #ifndef MINI_BATCH_H
 #define MINI_BATCH_H
 
