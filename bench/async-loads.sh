@@ -75,31 +75,34 @@ a_load_n=$(field "$work/async.out" "\"decode_steps\":{\"loading\":{\"n\":$num,")
 a_load_ms=$(field "$work/async.out" "\"decode_steps\":{\"loading\":{\"n\":[0-9]*,\"mean_ms\":$num}")
 a_idle_n=$(field "$work/async.out" "\"idle\":{\"n\":$num,")
 a_idle_ms=$(field "$work/async.out" "\"idle\":{\"n\":[0-9]*,\"mean_ms\":$num}")
-a_ratio=$(field "$work/async.out" "\"matched_ratio\":$num")
-a_matched=$(field "$work/async.out" "\"matched_steps\":$num")
+a_ratio=$(field "$work/async.out" "\"matched\":{[^}]*\"ratio\":$num")
+a_matched=$(field "$work/async.out" "\"matched\":{[^}]*\"steps\":$num}")
+a_m_load=$(field "$work/async.out" "\"matched\":{\"loading_mean_ms\":$num,")
+a_m_idle=$(field "$work/async.out" "\"matched\":{[^}]*\"idle_mean_ms\":$num,")
 s_idle_ms=$(field "$work/sync.out" "\"idle\":{\"n\":[0-9]*,\"mean_ms\":$num}")
 s_rest_n=$(field "$work/sync.out" "\"restore\":{\"n\":$num,")
 s_rest_ms=$(field "$work/sync.out" "\"restore\":{\"n\":[0-9]*,\"mean_ms\":$num}")
 a_ttft=$(field "$work/async.out" "\"connector\":{\"later_turns\":{\"n\":[0-9]*,\"mean_ms\":$num")
 s_ttft=$(field "$work/sync.out" "\"connector\":{\"later_turns\":{\"n\":[0-9]*,\"mean_ms\":$num")
 a_async=$(field "$work/async.out" "\"async_loads\":$num")
-for v in "$a_matched" "$a_load_n" "$a_load_ms" "$a_idle_n" "$a_idle_ms" "$a_ratio" "$s_idle_ms" "$s_rest_n" "$s_rest_ms" "$a_ttft" "$s_ttft" "$a_async"; do
+for v in "$a_m_load" "$a_m_idle" "$a_matched" "$a_load_n" "$a_load_ms" "$a_idle_n" "$a_idle_ms" "$a_ratio" "$s_idle_ms" "$s_rest_n" "$s_rest_ms" "$a_ttft" "$s_ttft" "$a_async"; do
     [ -n "$v" ] || { echo "async-loads: could not read the summaries ($work kept)" >&2; trap - EXIT; exit 1; }
 done
 [ "$a_async" -gt 0 ] && [ "$a_load_n" -gt 0 ] || {
     echo "async-loads: no decode step ran while an asynchronous load was in flight" >&2
     exit 1
 }
-printf '{"bench":"async-loads","figure":"decode_step_during_async_loads","read_bandwidth":"%s","steps_loading":%s,"mean_ms_loading":%s,"steps_idle":%s,"mean_ms_idle":%s,"ratio_matched":%s,"steps_matched":%s}\n' \
-    "$bandwidth" "$a_load_n" "$a_load_ms" "$a_idle_n" "$a_idle_ms" "$a_ratio" "$a_matched"
+printf '{"bench":"async-loads","figure":"decode_step_during_async_loads","read_bandwidth":"%s","matched_mean_ms_loading":%s,"matched_mean_ms_idle":%s,"ratio":%s,"matched_steps":%s,"steps_loading":%s,"mean_ms_loading":%s,"steps_idle":%s,"mean_ms_idle":%s}\n' \
+    "$bandwidth" "$a_m_load" "$a_m_idle" "$a_ratio" "$a_matched" "$a_load_n" "$a_load_ms" "$a_idle_n" "$a_idle_ms"
 printf '{"bench":"async-loads","figure":"step_carrying_a_sync_restore","read_bandwidth":"%s","steps":%s,"mean_ms":%s,"mean_ms_idle":%s}\n' \
     "$bandwidth" "$s_rest_n" "$s_rest_ms" "$s_idle_ms"
 awk -v a="$a_ttft" -v s="$s_ttft" -v bw="$bandwidth" 'BEGIN {
     printf "{\"bench\":\"async-loads\",\"figure\":\"ttft_restored\",\"read_bandwidth\":\"%s\",\"async_ms\":%s,\"sync_ms\":%s,\"ratio\":%.4f}\n", bw, a, s, a / s }'
 echo "async-loads (tier read_bandwidth $bandwidth, a turn every $arrival ms beside 2 decoders of $decode tokens):"
-awk -v ln="$a_load_n" -v lm="$a_load_ms" -v i_n="$a_idle_n" -v im="$a_idle_ms" -v r="$a_ratio" -v m="$a_matched" 'BEGIN {
-    printf "  decode step, async load in flight %.3f ms (%d steps), none in flight %.3f ms (%d steps)\n", lm, ln, im, i_n
-    printf "  slowdown during async loads, matched in time and batch: %.3fx (%+.1f %%, over %d steps)\n", r, (r - 1) * 100, m }'
+awk -v ln="$a_load_n" -v lm="$a_load_ms" -v i_n="$a_idle_n" -v im="$a_idle_ms" -v r="$a_ratio" -v m="$a_matched" \
+    -v ml="$a_m_load" -v mi="$a_m_idle" 'BEGIN {
+    printf "  decode step with an async load in flight %.3f ms against %.3f ms with none, matched in time and\n", ml, mi
+    printf "    batch: %.3fx (%+.1f %%, over %d steps; unmatched means %.3f ms over %d steps, %.3f ms over %d)\n", r, (r - 1) * 100, m, lm, ln, im, i_n }'
 awk -v n="$s_rest_n" -v m="$s_rest_ms" -v im="$s_idle_ms" 'BEGIN {
     printf "  sync loads: a step carrying a restore %.1f ms (%d steps) against %.3f ms with none: %.0fx\n", m, n, im, m / im }'
 awk -v a="$a_ttft" -v s="$s_ttft" 'BEGIN {

@@ -62,22 +62,24 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                        int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]);
 
 /* The decoding requests' step times (batch.c): decode-only steps with an asynchronous load in flight
- * and with no restore in flight, and their ratio matched in time and batch: within each window of
- * MATCH_WINDOW_MS and number of requests decoding that has both kinds, the mean of one over the mean
- * of the other, weighed by its steps with a load in flight (contexts grow as requests decode, so
- * steps far apart in time are not alike); steps that restored synchronously. */
+ * and with no restore in flight, and the two matched in time and batch (contexts grow as requests
+ * decode and steps cost more with more requests decoding, so unlike steps are not compared): the
+ * steps with a load in flight of every window of MATCH_WINDOW_MS and number of requests decoding that
+ * also has steps with none, against the mean of those in the same window and batch, weighed as the
+ * former; steps that restored synchronously. */
 #define MATCH_WINDOW_MS 1000.0
 
 typedef struct step_summary {
     uint64_t loading, idle, restore;
-    double loading_ms, idle_ms, restore_ms; /* means */
-    double matched;                         /* 0: no window had both kinds */
-    uint64_t matched_steps;                 /* steps with a load in flight in those windows */
+    double loading_ms, idle_ms, restore_ms;     /* means */
+    double matched_loading_ms, matched_idle_ms; /* means over the matched windows */
+    double matched;                             /* their ratio; 0: no window had both kinds */
+    uint64_t matched_steps;                     /* steps with a load in flight in those windows */
 } step_summary;
 
 static step_summary summarize_steps(const batch_stats *b) {
     step_summary s = {0};
-    double lsum = 0, isum = 0, ratio_sum = 0;
+    double lsum = 0, isum = 0, matched_l = 0, matched_i = 0;
     for (uint64_t i = 0; i < b->n_decode; i++) {
         if (b->decode[i].loading)
             s.loading++, lsum += b->decode[i].step_ms;
@@ -102,11 +104,16 @@ static step_summary summarize_steps(const batch_stats *b) {
                     nd++, d += b->decode[x].step_ms;
             }
             if (!nl || !nd || d <= 0) continue;
-            ratio_sum += (l / (double)nl) / (d / (double)nd) * (double)nl;
+            matched_l += l;
+            matched_i += d / (double)nd * (double)nl;
             s.matched_steps += nl;
         }
     }
-    s.matched = s.matched_steps ? ratio_sum / (double)s.matched_steps : 0;
+    if (s.matched_steps) {
+        s.matched_loading_ms = matched_l / (double)s.matched_steps;
+        s.matched_idle_ms = matched_i / (double)s.matched_steps;
+        s.matched = matched_l / matched_i;
+    }
     return s;
 }
 
@@ -179,11 +186,13 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
     for (int k = 0; k < n_runs && o->continuous; k++) {
         step_summary d = summarize_steps(&runs[k].flight.stats);
         printf("%s: decode-only steps: %llu with an async load in flight (mean %.3f ms), %llu with "
-               "no restore in flight (mean %.3f ms), matched in time and batch %.3fx (over %llu); "
-               "%llu steps restored synchronously while others decoded (mean %.3f ms)\n",
+               "no restore in flight (mean %.3f ms); matched in time and batch: %.3f ms against "
+               "%.3f ms, %.3fx (over %llu); %llu steps restored synchronously while others "
+               "decoded (mean %.3f ms)\n",
                runs[k].name, (unsigned long long)d.loading, d.loading_ms,
-               (unsigned long long)d.idle, d.idle_ms, d.matched,
-               (unsigned long long)d.matched_steps, (unsigned long long)d.restore, d.restore_ms);
+               (unsigned long long)d.idle, d.idle_ms, d.matched_loading_ms, d.matched_idle_ms,
+               d.matched, (unsigned long long)d.matched_steps, (unsigned long long)d.restore,
+               d.restore_ms);
     }
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
@@ -234,12 +243,11 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
             step_summary d = summarize_steps(&runs[k].flight.stats);
             printf(
                 ",\"decode_steps\":{\"loading\":{\"n\":%llu,\"mean_ms\":%.4f},\"idle\":{\"n\":%llu,"
-                "\"mean_ms\":%.4f},\"matched_ratio\":%.4f,\"matched_steps\":%llu,\"restore\":{"
-                "\"n\":%"
-                "llu,\"mean_ms\":%.4f}}",
+                "\"mean_ms\":%.4f},\"matched\":{\"loading_mean_ms\":%.4f,\"idle_mean_ms\":%.4f,"
+                "\"ratio\":%.4f,\"steps\":%llu},\"restore\":{\"n\":%llu,\"mean_ms\":%.4f}}",
                 (unsigned long long)d.loading, d.loading_ms, (unsigned long long)d.idle, d.idle_ms,
-                d.matched, (unsigned long long)d.matched_steps, (unsigned long long)d.restore,
-                d.restore_ms);
+                d.matched_loading_ms, d.matched_idle_ms, d.matched,
+                (unsigned long long)d.matched_steps, (unsigned long long)d.restore, d.restore_ms);
         }
         printf("}");
     }
