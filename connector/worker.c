@@ -75,8 +75,9 @@ void kvs_worker_reset(kvs_handle *h) {
 static void drop_taken_errors(kvs_handle *h) {
     uint64_t taken =
         h->error_blocks_taken < h->n_error_blocks ? h->error_blocks_taken : h->n_error_blocks;
-    memmove(h->error_blocks, h->error_blocks + taken,
-            (h->n_error_blocks - taken) * sizeof *h->error_blocks);
+    if (taken) /* error_blocks may be NULL when nothing was ever reported */
+        memmove(h->error_blocks, h->error_blocks + taken,
+                (h->n_error_blocks - taken) * sizeof *h->error_blocks);
     h->n_error_blocks -= taken;
     h->error_blocks_taken = 0;
 }
