@@ -118,6 +118,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                                  uint64_t n) {
     uint32_t m = 0;
     for (uint64_t i = 0; i < n; i++) {
+        info[i].io_rank = UINT32_MAX;
         if (!info[i].loading) continue;
         info[i].plan = (kvs_restore_plan){.struct_size = sizeof info[i].plan,
                                           .mode = KVS_PLAN_LOAD,
@@ -164,6 +165,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
             if (taken || !batch) continue;
         }
         in->plan.predicted_ms = plans[j].done_s * 1e3;
+        in->io_rank = plans[j].io_rank;
         if (plans[j].mode == CF_MODE_LAYER) {
             uint32_t l = plans[j].split, nl = h->restore_params.n_layers; /* KV layers */
             if (l == 0) continue;
@@ -197,6 +199,43 @@ out:
     free(plans);
     free(scratch);
     return st;
+}
+
+kvs_status kvs_restore_read_order(const kvs_meta_req *reqs, const kvs_restore_step *info,
+                                  uint64_t n, kvs_meta_req **out) {
+    *out = NULL;
+    uint64_t n_async = 0;
+    int sorted = 1;
+    uint32_t last = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (!reqs[i].load_async || !info[i].loading) continue;
+        if (n_async++ && info[i].io_rank < last) sorted = 0;
+        last = info[i].io_rank;
+    }
+    if (sorted) return KVS_OK;
+    kvs_meta_req *o = malloc(n * sizeof *o);
+    uint64_t *at = malloc(n_async * sizeof *at), *which = malloc(n_async * sizeof *which);
+    if (!o || !at || !which) {
+        free(o);
+        free(at);
+        free(which);
+        return KVS_ENOMEM;
+    }
+    memcpy(o, reqs, n * sizeof *o);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (reqs[i].load_async && info[i].loading) at[k] = which[k] = i, k++;
+    for (uint64_t i = 1; i < k; i++) /* stable: equal ranks keep the step's order */
+        for (uint64_t j = i; j > 0 && info[which[j]].io_rank < info[which[j - 1]].io_rank; j--) {
+            uint64_t t = which[j];
+            which[j] = which[j - 1];
+            which[j - 1] = t;
+        }
+    for (uint64_t i = 0; i < k; i++) o[at[i]] = reqs[which[i]];
+    free(at);
+    free(which);
+    *out = o;
+    return KVS_OK;
 }
 
 kvs_status kvs_restore_plan_of(kvs_handle *h, const char *req_id, const kvs_restore_plan *plan,

@@ -484,12 +484,8 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
                                       .tier = tier > 0 ? (uint32_t)tier : 0,
                                       .first_token = start,
                                       .end_token = end};
-        if (r->load_async) { /* loaded between steps, whole: the restore planner leaves it alone */
-            out->load_async = 1;
-            restore->loading = 0;
-            restore->plan = (kvs_restore_plan){
-                .struct_size = sizeof restore->plan, .first_token = start, .end_token = end};
-        }
+        /* loaded between steps; planned with the step's other loads (per-request completion) */
+        if (r->load_async) out->load_async = 1;
     }
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
@@ -681,7 +677,17 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
     /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
     if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
-    if ((st = kvs_meta_encode(&meta, &blob, &blob_len)) != KVS_OK) {
+    /* the loader thread reads asynchronous loads one request after another: in the planned order */
+    kvs_meta wire = meta;
+    kvs_meta_req *ordered = NULL;
+    if ((st = kvs_restore_read_order(meta.reqs, restores, meta.n_reqs, &ordered)) != KVS_OK) {
+        kvs_set_error(h, st, "build_meta: out of memory ordering the asynchronous loads");
+        goto out;
+    }
+    if (ordered) wire.reqs = ordered;
+    st = kvs_meta_encode(&wire, &blob, &blob_len);
+    free(ordered);
+    if (st != KVS_OK) {
         kvs_set_error(h, st, "build_meta: out of memory encoding metadata");
         goto out;
     }

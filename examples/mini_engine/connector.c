@@ -176,6 +176,23 @@ int connector_poll_finished(connector *c, const char *req_id, int *sending, int 
     return 0;
 }
 
+int connector_finished(connector *c, int (*on_id)(void *ctx, const char *id, int receiving),
+                       void *ctx) {
+    /* ids are at most 255 bytes and NUL-terminated: room for every request a batch holds */
+    char lists[2][64 * 256];
+    uint64_t n[2] = {0, 0};
+    HOOK(c,
+         c->api->get_finished(c->h, lists[0], sizeof lists[0], &n[0], lists[1], sizeof lists[1],
+                              &n[1]),
+         "get_finished");
+    for (int k = 0; k < 2; k++) {
+        const char *id = lists[k];
+        for (uint64_t i = 0; i < n[k]; i++, id += strlen(id) + 1)
+            if (on_id(ctx, id, k) != 0) return -1;
+    }
+    return 0;
+}
+
 int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n) {
     uint64_t len = 0;
     kvs_status st = c->api->build_meta(c->h, reqs, n, c->meta, c->meta_cap, &len);

@@ -57,5 +57,10 @@ int connector_hook_failed(const connector *c, const char *hook, kvs_status st);
 int connector_take_events(connector *c);
 /* get_finished: whether req_id finished sending (async save) or receiving (async load). */
 int connector_poll_finished(connector *c, const char *req_id, int *sending, int *receiving);
+/* get_finished for several requests: on_id(ctx, id, receiving) for every id listed (receiving 0: it
+ * finished sending, 1: receiving); a non-zero return stops and is passed up. 0, or -1 after printing
+ * why. */
+int connector_finished(connector *c, int (*on_id)(void *ctx, const char *id, int receiving),
+                       void *ctx);
 
 #endif

@@ -11,7 +11,7 @@
 #define PROG                "kvs-mini-engine"
 #define MAX_STEP_RETRIES    8     /* load-error recomputes per request before giving up */
 #define LOOKUP_POLL_LIMIT   5000  /* "unknown yet" lookups (1 ms apart) before treating as a miss */
-#define FINISHED_POLL_LIMIT 60000 /* get_finished polls (1 ms apart) for async loads and saves */
+#define FINISHED_POLL_LIMIT 60000 /* get_finished polls (1 ms apart) for async saves */
 
 double engine_now_ms(void) {
     struct timespec ts;
@@ -76,7 +76,7 @@ static void *load_all_layers(void *arg) {
 
 /* Before the forward runs model layer l over n tokens at pos0: if a stage starts there, keep the
  * tokens' hidden states as its boundary. */
-static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n) {
+void engine_capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n) {
     int stage = e->stages && e->stages->n_stages > 1 ? stage_starting_at(e->stages, l) : 0;
     if (stage)
         stage_boundary_write(e->stages, e->kv, stage, model_config_of(e->m)->dim, e->table, pos0, n,
@@ -87,7 +87,7 @@ static void capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, 
  * activations in scr: from the embeddings when from is 0, else from the boundary of the stage that
  * starts at `from`. capture: store the boundaries the pieces cross (a restore that computes only some
  * layers leaves them to the loads). */
-static void compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from,
+void engine_compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from,
                            int to, int capture) {
     int stage = from ? stage_starting_at(e->stages, from) : 0, dim = model_config_of(e->m)->dim;
     for (uint64_t done = 0; done < n;) {
@@ -99,7 +99,7 @@ static void compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64
         else
             model_embed(e->m, scr, e->tokens + pos, piece);
         for (int l = from; l < to; l++) {
-            if (capture) capture_boundary(e, scr, l, pos, piece);
+            if (capture) engine_capture_boundary(e, scr, l, pos, piece);
             model_layer(e->m, scr, e->kv, (uint32_t)l, e->table, pos, piece);
         }
         done += (uint64_t)piece;
@@ -132,8 +132,8 @@ static void *run_stage(void *arg) {
     for (int j = 0; j < w->m; j++) {
         const kvs_restore_plan *p = &w->plans[j];
         if (p->mode != KVS_PLAN_STAGE || p->stage_recompute_layers[s] == 0) continue;
-        compute_layers(w->es[w->idx[j]], scr, p->first_token, p->recompute_tokens, sl->first[s],
-                       sl->first[s] + (int)p->stage_recompute_layers[s], 0);
+        engine_compute_layers(w->es[w->idx[j]], scr, p->first_token, p->recompute_tokens,
+                              sl->first[s], sl->first[s] + (int)p->stage_recompute_layers[s], 0);
     }
     return NULL;
 }
@@ -146,7 +146,7 @@ static void *run_stage(void *arg) {
  * layers below j, so the loaded upper layers are never an input to what is recomputed. Either way the
  * two touch different bytes and the result is the same bits as loading everything. es[idx[j]] is the
  * engine (pages, tokens) of the j-th of m requests, as[idx[j]] its admission. */
-static int restore_plans_run(engine **es, admitted *as, const int *idx, int m) {
+int engine_restore_plans(engine **es, admitted *as, const int *idx, int m) {
     connector *c = es[0]->conn;
     kvs_restore_plan *plans = calloc((size_t)m, sizeof *plans);
     if (!plans) {
@@ -204,8 +204,8 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m) {
             c->plans_layer++, layers = (int)p->recompute_layers;
         else
             c->plans_token++;
-        compute_layers(es[idx[j]], es[idx[j]]->s, p->first_token, p->recompute_tokens, 0, layers,
-                       layers == model_layers);
+        engine_compute_layers(es[idx[j]], es[idx[j]]->s, p->first_token, p->recompute_tokens, 0,
+                              layers, layers == model_layers);
     }
     if (sl) {
         works[0] =
@@ -228,7 +228,7 @@ static int restore_plans_run(engine **es, admitted *as, const int *idx, int m) {
 static int restore_step(engine *e, const char *req_id) {
     admitted a = {.req_id = req_id};
     int zero = 0;
-    return restore_plans_run(&e, &a, &zero, 1);
+    return engine_restore_plans(&e, &a, &zero, 1);
 }
 
 /* One engine step for one request: the connector's per-step hooks around a forward pass of
@@ -250,7 +250,7 @@ static int engine_step(engine *e, step_io *io) {
     model_embed(e->m, e->s, e->tokens + io->n_computed, io->n_scheduled);
     for (int l = 0; l < n_layers; l++) {
         if (c) HOOK(c, c->api->wait_layer_load(c->h, (uint32_t)l), "wait_layer_load");
-        capture_boundary(e, e->s, l, io->n_computed, io->n_scheduled);
+        engine_capture_boundary(e, e->s, l, io->n_computed, io->n_scheduled);
         model_layer(e->m, e->s, e->kv, (uint32_t)l, e->table, io->n_computed, io->n_scheduled);
         if (c) HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
     }
@@ -259,11 +259,12 @@ static int engine_step(engine *e, step_io *io) {
     for (uint32_t l = (uint32_t)n_layers; e->stages && l < stage_cache_layers(e->stages); l++)
         HOOK(c, c->api->save_layer(c->h, l), "save_layer");
     HOOK(c, c->api->wait_save(c->h), "wait_save");
+    /* vLLM's order: get_finished, then load_error_blocks (which also lists the failed blocks of
+     * asynchronous loads get_finished reported). One request at a time: nothing waits on either. */
+    int sending, receiving;
+    if (connector_poll_finished(c, io->req_id, &sending, &receiving) != 0) return -1;
     uint64_t n_bad = 0;
     HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad), "load_error_blocks");
-    int sending,
-        receiving; /* vLLM asks every step; with one request at a time nothing waits on it */
-    if (connector_poll_finished(c, io->req_id, &sending, &receiving) != 0) return -1;
     if (n_bad == 0) return 0;
     /* Recompute from the first failed block: everything computed after it read garbage. */
     uint64_t first = UINT64_MAX;
@@ -310,45 +311,8 @@ static int connector_lookup(connector *c, const char *req_id, const int32_t *tok
     return 0;
 }
 
-/* An asynchronous load happens between steps: the request waits, unscheduled, until get_finished
- * lists it as received. Returns the first failed token (or UINT64_MAX) in *first_bad. */
-static int async_load(engine *e, const char *req_id, uint64_t n_prompt, uint64_t n_blocks,
-                      uint64_t n_computed, uint64_t *first_bad) {
-    connector *c = e->conn;
-    *first_bad = UINT64_MAX;
-    for (int polls = 0; polls < FINISHED_POLL_LIMIT; polls++) {
-        /* The first step carries the waiting request with nothing scheduled, so the connector can
-         * issue its load; later steps only poll. */
-        kvs_step_request r = {.req_id = req_id,
-                              .tokens = e->tokens,
-                              .n_tokens = n_prompt,
-                              .block_ids = e->table,
-                              .n_block_ids = n_blocks,
-                              .n_computed = n_computed,
-                              .n_scheduled = 0};
-        uint64_t len = 0;
-        HOOK(c, c->api->build_meta(c->h, &r, polls == 0, c->meta, c->meta_cap, &len), "build_meta");
-        HOOK(c, c->api->bind_meta(c->h, c->meta, len), "bind_meta");
-        HOOK(c, c->api->start_load(c->h), "start_load");
-        HOOK(c, c->api->wait_save(c->h), "wait_save");
-        uint64_t n_bad = 0;
-        HOOK(c, c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad),
-             "load_error_blocks");
-        for (uint64_t i = 0; i < n_bad; i++)
-            for (uint64_t b = 0; b < n_blocks; b++)
-                if (e->table[b] == c->errors[i] && b * KV_BLOCK_TOKENS < *first_bad)
-                    *first_bad = b * KV_BLOCK_TOKENS;
-        int sending, receiving;
-        if (connector_poll_finished(c, req_id, &sending, &receiving) != 0) return -1;
-        if (receiving) return 0;
-        sleep_ms(1);
-    }
-    fprintf(stderr, PROG ": the asynchronous load of '%s' never finished\n", req_id);
-    return -1;
-}
-
-/* Admit one turn: prefix-cache match, lookup, allocation (and an asynchronous load if the connector
- * asks for one). e->tokens holds the prompt. */
+/* Admit one turn: prefix-cache match, lookup, allocation. e->tokens holds the prompt. A load the
+ * connector runs asynchronously is only armed here (a->async): batch.c serves such requests. */
 int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0,
                  admitted *a) {
     connector *c = e->conn;
@@ -376,12 +340,7 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
     if (c) HOOK(c, c->api->on_alloc(c->h, req_id, e->table, a->n_blocks, a->n_ext), "on_alloc");
 
     a->computed = a->n_local + a->n_ext;
-    if (c && a->n_ext && lr.load_async) {
-        uint64_t bad;
-        if (async_load(e, req_id, n_prompt, a->n_blocks, a->computed, &bad) != 0) return -1;
-        if (bad < a->computed) a->computed = bad < a->n_local ? a->n_local : bad;
-        a->restored = 1;
-    }
+    a->async = c && a->n_ext && lr.load_async;
     return 0;
 }
 
@@ -412,13 +371,18 @@ int engine_restore_batch(engine **es, admitted *as, int n) {
         rc = 0;
         goto out;
     }
-    if (connector_step_meta(c, rs, (uint64_t)m) != 0 || restore_plans_run(es, as, idx, m) != 0)
+    if (connector_step_meta(c, rs, (uint64_t)m) != 0 || engine_restore_plans(es, as, idx, m) != 0)
         goto out;
     kvs_status st;
     uint64_t n_bad = 0;
-    if ((st = c->api->wait_save(c->h)) != KVS_OK ||
-        (st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad)) != KVS_OK) {
-        connector_hook_failed(c, "wait_save or load_error_blocks", st);
+    int sending, receiving; /* vLLM's order: get_finished, then load_error_blocks */
+    if ((st = c->api->wait_save(c->h)) != KVS_OK) {
+        connector_hook_failed(c, "wait_save", st);
+        goto out;
+    }
+    if (connector_poll_finished(c, as[idx[0]].req_id, &sending, &receiving) != 0) goto out;
+    if ((st = c->api->load_error_blocks(c->h, c->errors, c->errors_cap, &n_bad)) != KVS_OK) {
+        connector_hook_failed(c, "load_error_blocks", st);
         goto out;
     }
     for (uint64_t k = 0; k < n_bad; k++) /* recompute each owner from its first failed block */
@@ -512,5 +476,12 @@ int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, tu
                  prefill_done_fn on_prefill, void *ctx) {
     admitted a;
     if (engine_admit(e, req_id, n_prompt, n_out, engine_now_ms(), &a) != 0) return -1;
+    if (a.async) {
+        fprintf(stderr,
+                PROG ": '%s': the connector loads it asynchronously; serve it with batch_run\n",
+                req_id);
+        kvcache_release(e->kv, e->table, a.n_blocks, e->tokens, 0);
+        return -1;
+    }
     return engine_run(e, &a, r, on_prefill, ctx);
 }

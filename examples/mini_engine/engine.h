@@ -50,7 +50,8 @@ typedef struct admitted {
     uint64_t kv_tokens;
     uint64_t error_blocks; /* failed loads of a batch restore */
     int restored;          /* its external range was restored before its steps */
-    double t0;             /* arrival: TTFT counts from here */
+    int async; /* the connector loads its external range between steps: batch.c serves it */
+    double t0; /* arrival: TTFT counts from here */
 } admitted;
 
 /* The phases of engine_serve, for serving several requests at once: admit each (prefix-cache match,
@@ -62,9 +63,23 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
 int engine_restore_batch(engine **es, admitted *as, int n);
 int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx);
 
+/* The pieces of a step batch.c puts together for several requests. engine_restore_plans: start the
+ * step's loads (start_load), and where the connector's restore plans leave part of a range to the
+ * engine (token, layer, stage plans), recompute it while a loader thread lands the loads; es[idx[j]]
+ * and as[idx[j]] are the engine and admission of the j-th of the m requests whose loads the bound
+ * step carries (m >= 1). engine_compute_layers: tokens [first, first + n) through
+ * layers [from, to) in prefill-sized pieces in scr (from the embeddings, or from the boundary of the
+ * stage starting at `from`), storing the boundaries they cross if capture. engine_capture_boundary:
+ * before layer l of a forward of n tokens at pos0, keep their hidden states if a stage starts there. */
+int engine_restore_plans(engine **es, admitted *as, const int *idx, int m);
+void engine_compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from,
+                           int to, int capture);
+void engine_capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n);
+
 /* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
  * e->tokens holds the n_prompt prompt tokens and must have room for n_out more, which are appended.
- * req_id must be unique per request. Returns 0, or -1 after printing why. */
+ * req_id must be unique per request. Returns 0, or -1 after printing why (also when the connector
+ * answers load_async: such a turn is served by batch.c). */
 int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
                  prefill_done_fn on_prefill, void *ctx);
 

@@ -82,9 +82,9 @@ int main(int argc, char **argv) {
     uint64_t budget = o.block_budget;
     if (!budget) {
         budget = (z.total_history + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS / 3;
-        if (budget < max_request_blocks * (uint64_t)o.batch + 1)
-            budget =
-                max_request_blocks * (uint64_t)o.batch + 1; /* a group holds its pages at once */
+        uint64_t in_flight = (uint64_t)(o.batch > o.continuous ? o.batch : o.continuous);
+        if (budget < max_request_blocks * in_flight + 1)
+            budget = max_request_blocks * in_flight + 1; /* a group holds its pages at once */
         if (o.blocks && budget > (uint64_t)o.blocks) budget = (uint64_t)o.blocks;
     }
     uint64_t blocks = o.blocks ? (uint64_t)o.blocks : budget;
@@ -157,7 +157,9 @@ int main(int argc, char **argv) {
     int failed = 0;
     for (int k = 0; k < n_modes && !failed; k++)
         failed = mode_begin(&modes[k], &o, m, &w, &z, refp) != 0;
-    for (int i = 0, g = 1; i < w.n_turns && !failed; i += g) {
+    for (int k = 0; k < n_modes && !failed && o.continuous; k++) /* whole workloads, in turn */
+        failed = mode_continuous(&modes[k], &o, &w) != 0;
+    for (int i = 0, g = 1; i < w.n_turns && !failed && !o.continuous; i += g) {
         g = group_size(&o, &w, i);
         for (int k = 0; k < n_modes && !failed; k++)
             failed = (o.batch > 1 ? mode_group(&modes[k], &o, &w, i, g)

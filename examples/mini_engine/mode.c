@@ -1,9 +1,11 @@
 /* mode.c - one way of serving the workload, with its own engine (mode.h). */
 #include "mode.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PROG "kvs-mini-engine"
 
@@ -30,6 +32,7 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
                reference *ref) {
     engine *e = &run->e;
     *e = (engine){.m = m, .prefill_chunk = o->prefill_chunk, .stages = &run_stages};
+    run->w = w;
     run->ref = run->use_connector ? ref : NULL;
     run->turns = calloc((size_t)w->n_turns, sizeof *run->turns);
     run->history = calloc((size_t)w->n_sessions, sizeof *run->history);
@@ -62,31 +65,37 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
             return -1;
         e->conn = &run->conn;
     }
-    if (o->batch > 1) {
-        run->more = calloc((size_t)o->batch - 1, sizeof *run->more);
-        if (!run->more) {
+    int slots = o->batch > o->continuous ? o->batch : o->continuous;
+    run->reqs = calloc((size_t)slots, sizeof *run->reqs);
+    run->ids = calloc((size_t)slots, sizeof *run->ids);
+    run->more = slots > 1 ? calloc((size_t)slots - 1, sizeof *run->more) : NULL;
+    if (!run->reqs || !run->ids || (slots > 1 && !run->more)) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return -1;
+    }
+    run->n_more = slots - 1;
+    for (int k = 0; k < run->n_more; k++) {
+        engine *x = &run->more[k];
+        /* a scratch of its own: requests in flight together keep their activations apart */
+        *x = (engine){.m = m,
+                      .kv = e->kv,
+                      .conn = e->conn,
+                      .prefill_chunk = e->prefill_chunk,
+                      .stages = e->stages};
+        x->s = model_scratch_create(m, o->prefill_chunk, (int)z->max_request);
+        x->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *x->logits);
+        x->table = calloc(z->blocks, sizeof *x->table);
+        x->tokens = malloc((size_t)z->max_request * sizeof *x->tokens);
+        if (!x->s || !x->logits || !x->table || !x->tokens) {
             fprintf(stderr, PROG ": out of memory\n");
             return -1;
         }
-        run->n_more = o->batch - 1;
-        for (int k = 0; k < run->n_more; k++) {
-            engine *x = &run->more[k];
-            *x = (engine){.m = m,
-                          .s = e->s,
-                          .kv = e->kv,
-                          .conn = e->conn,
-                          .prefill_chunk = e->prefill_chunk,
-                          .stages = e->stages};
-            x->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *x->logits);
-            x->table = calloc(z->blocks, sizeof *x->table);
-            x->tokens = malloc((size_t)z->max_request * sizeof *x->tokens);
-            if (!x->logits || !x->table || !x->tokens) {
-                fprintf(stderr, PROG ": out of memory\n");
-                return -1;
-            }
-        }
     }
     return 0;
+}
+
+static engine *slot_engine(mode_run *run, int slot) {
+    return slot == 0 ? &run->e : &run->more[slot - 1];
 }
 
 static void print_turn(const mode_run *run, const options *o, const workload *w,
@@ -99,73 +108,162 @@ static void print_turn(const mode_run *run, const options *o, const workload *w,
     fflush(stdout);
 }
 
-/* Serve turn i of the workload: the prompt is the session's history plus the new user tokens. */
-int mode_turn(mode_run *run, const options *o, const workload *w, int i) {
-    engine *e = &run->e;
+/* Turn i arrives at t0 in slot `slot`: its prompt (the session's history plus the new user tokens)
+ * into the slot's tokens, then admitted (prefix-cache match, lookup, allocation) into run->reqs[slot]. */
+static int start_turn(mode_run *run, const workload *w, int i, int slot, double t0) {
+    engine *e = slot_engine(run, slot);
+    batch_req *q = &run->reqs[slot];
     const workload_turn *t = &w->turns[i];
     const int s = t->session;
     const uint64_t n_prompt = run->n_history[s] + (uint64_t)t->n_user;
     memcpy(e->tokens, run->history[s], run->n_history[s] * sizeof(int32_t));
     memcpy(e->tokens + run->n_history[s], t->user, (size_t)t->n_user * sizeof(int32_t));
-    char req_id[256];
-    snprintf(req_id, sizeof req_id, "%.200s/turn%d", w->session_names[s], t->turn);
-    turn_result *r = &run->turns[i];
-    r->session = s;
-    r->turn = t->turn;
-    if (run->ref) {
-        run->ref->session = w->session_names[s];
-        run->ref->turn = t->turn;
+    snprintf(run->ids[slot], sizeof run->ids[slot], "%.200s/turn%d", w->session_names[s], t->turn);
+    *q = (batch_req){.e = e, .r = &run->turns[i], .tag = i};
+    q->r->session = s;
+    q->r->turn = t->turn;
+    return engine_admit(e, run->ids[slot], n_prompt, t->output_tokens, t0, &q->a);
+}
+
+/* A turn is done: the session's history is now its prompt plus what was generated. */
+static void end_turn(mode_run *run, const options *o, const workload *w, int slot) {
+    const batch_req *q = &run->reqs[slot];
+    const int s = q->r->session;
+    run->n_history[s] = q->a.n_prompt + (uint64_t)q->a.n_out;
+    memcpy(run->history[s], q->e->tokens, run->n_history[s] * sizeof(int32_t));
+    print_turn(run, o, w, q->r);
+}
+
+/* --verify in the batch (ctx: the mode_run): the reference checks a request's prompt once its first
+ * token exists. */
+static int check_first_token(void *ctx, batch_req *q) {
+    const mode_run *run = ctx;
+    reference *ref = run->ref;
+    ref->session = run->w->session_names[q->r->session];
+    ref->turn = q->r->turn;
+    return reference_check(ref, q->e, q->a.n_prompt, q->r);
+}
+
+/* Step the slots [0, n) (admitted, in flight) until every one of them has finished. */
+static int drain(mode_run *run, const options *o, const workload *w, int n) {
+    batch *b = &run->flight;
+    b->on_first = run->ref ? check_first_token : NULL;
+    b->ctx = run;
+    for (int j = 0; j < n; j++)
+        if (batch_add(b, &run->reqs[j]) != 0) return -1;
+    int left = n;
+    while (left) {
+        if (batch_step(b) != 0) return -1;
+        for (int j = 0; j < n; j++)
+            if (run->reqs[j].done == 1) {
+                run->reqs[j].done = 2; /* reported */
+                end_turn(run, o, w, j);
+                left--;
+            }
     }
-    if (engine_serve(e, req_id, n_prompt, t->output_tokens, r, run->ref ? reference_check : NULL,
-                     run->ref) != 0)
-        return -1;
-    /* The session's history is now the prompt plus what was generated. */
-    run->n_history[s] = n_prompt + (uint64_t)t->output_tokens;
-    memcpy(run->history[s], e->tokens, run->n_history[s] * sizeof(int32_t));
-    print_turn(run, o, w, r);
+    return 0;
+}
+
+/* Serve turn i of the workload. */
+int mode_turn(mode_run *run, const options *o, const workload *w, int i) {
+    if (run->ref) {
+        run->ref->session = w->session_names[w->turns[i].session];
+        run->ref->turn = w->turns[i].turn;
+    }
+    if (start_turn(run, w, i, 0, engine_now_ms()) != 0) return -1;
+    batch_req *q = &run->reqs[0];
+    if (q->a.async) return drain(run, o, w, 1); /* its load runs between steps */
+    if (engine_run(q->e, &q->a, q->r, run->ref ? reference_check : NULL, run->ref) != 0) return -1;
+    end_turn(run, o, w, 0);
     return 0;
 }
 
 /* --batch: serve turns [i, i + n) (different sessions) together: admit each, restore their
- * prefixes in one step planned as a batch, then run each. TTFT counts from the group's arrival. */
+ * prefixes in one step planned as a batch, then run each. TTFT counts from the group's arrival. When
+ * the connector loads them asynchronously, each is scheduled as soon as its own load has landed
+ * instead (batch.c): per-request completion. */
 int mode_group(mode_run *run, const options *o, const workload *w, int i, int n) {
     engine *es[64];
     admitted as[64];
-    char ids[64][256];
     const double t0 = engine_now_ms();
+    int any_async = 0;
     for (int j = 0; j < n; j++) {
-        engine *e = j == 0 ? &run->e : &run->more[j - 1];
-        const workload_turn *t = &w->turns[i + j];
-        const int s = t->session;
-        const uint64_t n_prompt = run->n_history[s] + (uint64_t)t->n_user;
-        memcpy(e->tokens, run->history[s], run->n_history[s] * sizeof(int32_t));
-        memcpy(e->tokens + run->n_history[s], t->user, (size_t)t->n_user * sizeof(int32_t));
-        snprintf(ids[j], sizeof ids[j], "%.200s/turn%d", w->session_names[s], t->turn);
-        es[j] = e;
-        if (engine_admit(e, ids[j], n_prompt, t->output_tokens, t0, &as[j]) != 0) return -1;
+        if (start_turn(run, w, i + j, j, t0) != 0) return -1;
+        es[j] = run->reqs[j].e;
+        as[j] = run->reqs[j].a;
+        any_async |= as[j].async;
     }
+    if (any_async) return drain(run, o, w, n);
     if (run->e.conn && engine_restore_batch(es, as, n) != 0) return -1;
     for (int j = 0; j < n; j++) {
-        const workload_turn *t = &w->turns[i + j];
-        const int s = t->session;
-        turn_result *r = &run->turns[i + j];
-        r->session = s;
-        r->turn = t->turn;
+        batch_req *q = &run->reqs[j];
         if (run->ref) {
-            run->ref->session = w->session_names[s];
-            run->ref->turn = t->turn;
+            run->ref->session = w->session_names[q->r->session];
+            run->ref->turn = q->r->turn;
         }
         double checking = run->ref ? run->ref->check_ms : 0;
-        if (engine_run(es[j], &as[j], r, run->ref ? reference_check : NULL, run->ref) != 0)
+        if (engine_run(es[j], &as[j], q->r, run->ref ? reference_check : NULL, run->ref) != 0)
             return -1;
         /* --verify's reference runs inside the group: it is no one's waiting time */
         if (run->ref)
             for (int k = j + 1; k < n; k++) as[k].t0 += run->ref->check_ms - checking;
-        run->n_history[s] = as[j].n_prompt + (uint64_t)t->output_tokens;
-        memcpy(run->history[s], es[j]->tokens, run->n_history[s] * sizeof(int32_t));
-        print_turn(run, o, w, r);
+        q->a = as[j];
+        end_turn(run, o, w, j);
     }
     return 0;
+}
+
+static void sleep_until(double due_ms) {
+    double left = due_ms - engine_now_ms();
+    if (left <= 0) return;
+    struct timespec ts = {(time_t)(left / 1e3), (long)(fmod(left, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+int mode_continuous(mode_run *run, const options *o, const workload *w) {
+    batch *b = &run->flight;
+    b->on_first = run->ref ? check_first_token : NULL;
+    b->ctx = run;
+    const int slots = o->continuous;
+    int *busy = calloc((size_t)slots, sizeof *busy);
+    if (!busy) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return -1;
+    }
+    int next = 0, rc = -1;
+    const double begin = engine_now_ms();
+    while (next < w->n_turns || b->n) {
+        /* arrivals: the next turn, once it is due, a slot is free and its session has no turn in
+         * flight; with --arrival-ms it counts as arrived when it was due */
+        while (next < w->n_turns && b->n < slots) {
+            int slot = 0, taken = 0;
+            double due = begin + (double)next * o->arrival_ms, now = engine_now_ms();
+            if (o->arrival_ms && now < due) {
+                if (b->n) break;
+                sleep_until(due); /* nothing in flight: the engine idles until it arrives */
+                now = engine_now_ms();
+            }
+            for (int k = 0; k < slots; k++)
+                taken |= busy[k] && run->reqs[k].r->session == w->turns[next].session;
+            if (taken) break;
+            while (busy[slot]) slot++;
+            if (start_turn(run, w, next, slot, o->arrival_ms ? due : now) != 0 ||
+                batch_add(b, &run->reqs[slot]) != 0)
+                goto out;
+            busy[slot] = 1;
+            next++;
+        }
+        if (b->n && batch_step(b) != 0) goto out;
+        for (int k = 0; k < slots; k++)
+            if (busy[k] && run->reqs[k].done) {
+                busy[k] = 0;
+                end_turn(run, o, w, k);
+            }
+    }
+    rc = 0;
+out:
+    free(busy);
+    return rc;
 }
 
 /* How many turns from i on form the next group: at most --batch, all of different sessions. */
@@ -194,15 +292,21 @@ int mode_collect(mode_run *run) {
 
 void mode_end(mode_run *run, const workload *w) {
     connector_close(&run->conn);
+    batch_stats_free(&run->flight.stats);
     for (int s = 0; run->history && s < w->n_sessions; s++) free(run->history[s]);
     free(run->history);
     free(run->n_history);
     for (int k = 0; k < run->n_more; k++) {
+        model_scratch_free(run->more[k].s);
         free(run->more[k].logits);
         free(run->more[k].table);
         free(run->more[k].tokens);
     }
     free(run->more);
+    free(run->reqs);
+    free(run->ids);
+    run->reqs = NULL;
+    run->ids = NULL;
     run->more = NULL;
     run->n_more = 0;
     kvcache_destroy(run->e.kv);

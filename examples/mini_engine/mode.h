@@ -1,11 +1,13 @@
 /* mode.h - one way of serving the workload (with the connector or without), with an engine of its
  * own: begun, fed turn by turn (or a group of turns with --batch), its counters collected, ended. Both
- * modes of a run go turn by turn side by side, so they see the same background load. */
+ * modes of a run go turn by turn side by side, so they see the same background load (with
+ * --continuous each serves the whole workload in turn). */
 #ifndef MINI_MODE_H
 #define MINI_MODE_H
 
 #include <stdint.h>
 
+#include "batch.h"
 #include "engine.h"
 #include "kvcache.h"
 #include "model.h"
@@ -31,8 +33,12 @@ typedef struct mode_run {
     kvcache_stats cache;
     /* state while running */
     engine e;
-    engine *more; /* --batch: engines 1..batch-1, sharing e's model, scratch, cache and connector */
+    engine *more; /* --batch, --continuous: slots 1..N-1, sharing e's model, cache and connector */
     int n_more;
+    batch_req *reqs;  /* per slot: the request it serves */
+    char (*ids)[256]; /* per slot: that request's id */
+    batch flight;     /* the requests in flight (batch.c), with its step times */
+    const workload *w;
     connector conn;
     reference *ref;
     int32_t **history; /* per session: every token so far */
@@ -53,6 +59,9 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
 int mode_turn(mode_run *run, const options *o, const workload *w, int i);
 /* --batch: serve turns [i, i + n) (different sessions) together. 0, or -1 after printing why. */
 int mode_group(mode_run *run, const options *o, const workload *w, int i, int n);
+/* --continuous N: serve the whole workload with up to N turns in flight; the next turn arrives as
+ * soon as one finishes (and its session has none in flight). 0, or -1 after printing why. */
+int mode_continuous(mode_run *run, const options *o, const workload *w);
 /* How many turns from i on form the next group: at most --batch, all of different sessions. */
 int group_size(const options *o, const workload *w, int i);
 /* Collect the counters (connector stats and events, cache stats). 0, or -1 after printing why. */

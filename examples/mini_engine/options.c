@@ -40,6 +40,12 @@ static void usage(FILE *f) {
         "  --batch N             admit up to N turns of different sessions at once and restore "
         "their\n"
         "                        prefixes in one step the connector plans as a batch (1)\n"
+        "  --continuous N        serve with up to N turns in flight, stepped together; the next "
+        "turn\n"
+        "                        arrives as soon as one finishes (off)\n"
+        "  --arrival-ms T        with --continuous: turn i arrives T*i ms after the start instead; "
+        "TTFT\n"
+        "                        counts from then, waiting for a free slot included (0)\n"
         "model:\n"
         "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
         "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
@@ -122,6 +128,8 @@ int parse_options(int argc, char **argv, options *o) {
         {"--turns", &o->turns, 1},
         {"--profile-tokens", &o->profile_tokens, 64},
         {"--batch", &o->batch, 1},
+        {"--continuous", &o->continuous, 1},
+        {"--arrival-ms", &o->arrival_ms, 0},
         {"--stages", &o->stages, 1},
     };
     for (int i = 1; i < argc; i++) {
@@ -213,8 +221,16 @@ int parse_options(int argc, char **argv, options *o) {
         }
     }
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
-    if (o->batch > 64) {
-        fprintf(stderr, PROG ": --batch is at most 64\n");
+    if (o->batch > 64 || o->continuous > 64) {
+        fprintf(stderr, PROG ": --batch and --continuous are at most 64\n");
+        return -1;
+    }
+    if (o->arrival_ms && !o->continuous) {
+        fprintf(stderr, PROG ": --arrival-ms paces the arrivals of --continuous: add it\n");
+        return -1;
+    }
+    if (o->continuous && o->batch > 1) {
+        fprintf(stderr, PROG ": --continuous and --batch are two ways of arriving: pick one\n");
         return -1;
     }
     if (o->restore_plans && o->plan_modes)

@@ -26,6 +26,8 @@ typedef struct options {
     int profile_tokens;
     int plan_modes; /* --plan-modes; 0: both */
     int batch;      /* turns of different sessions admitted and restored together */
+    int continuous; /* 0: off; N: up to N turns in flight, the next arriving as one finishes */
+    int arrival_ms; /* --continuous: turn i arrives at i * arrival_ms (0: as soon as it can) */
     int stages;     /* pipeline stages (boundary activations stored with the KV); 1: none */
 } options;
 

@@ -61,6 +61,62 @@ static ttft_summary summarize(const turn_result *turns, int n_turns, int group) 
 static void print_json(const options *o, const workload *w, const sizing *z, const mode_run *runs,
                        int n_runs, const reference *ref, ttft_summary s[2][N_GROUPS]);
 
+/* The decoding requests' step times (batch.c): decode-only steps with an asynchronous load in flight
+ * and with no restore in flight, and the two matched in time and batch (contexts grow as requests
+ * decode and steps cost more with more requests decoding, so unlike steps are not compared): the
+ * steps with a load in flight of every window of MATCH_WINDOW_MS and number of requests decoding that
+ * also has steps with none, against the mean of those in the same window and batch, weighed as the
+ * former; steps that restored synchronously. */
+#define MATCH_WINDOW_MS 1000.0
+
+typedef struct step_summary {
+    uint64_t loading, idle, restore;
+    double loading_ms, idle_ms, restore_ms;     /* means */
+    double matched_loading_ms, matched_idle_ms; /* means over the matched windows */
+    double matched;                             /* their ratio; 0: no window had both kinds */
+    uint64_t matched_steps;                     /* steps with a load in flight in those windows */
+} step_summary;
+
+static step_summary summarize_steps(const batch_stats *b) {
+    step_summary s = {0};
+    double lsum = 0, isum = 0, matched_l = 0, matched_i = 0;
+    for (uint64_t i = 0; i < b->n_decode; i++) {
+        if (b->decode[i].loading)
+            s.loading++, lsum += b->decode[i].step_ms;
+        else
+            s.idle++, isum += b->decode[i].step_ms;
+    }
+    s.loading_ms = s.loading ? lsum / (double)s.loading : 0;
+    s.idle_ms = s.idle ? isum / (double)s.idle : 0;
+    s.restore = b->restore_steps;
+    s.restore_ms = b->restore_steps ? b->restore_ms / (double)b->restore_steps : 0;
+    for (uint64_t i = 0, j; i < b->n_decode; i = j) { /* recorded in time order */
+        double end = b->decode[i].at_ms + MATCH_WINDOW_MS;
+        for (j = i; j < b->n_decode && b->decode[j].at_ms < end;) j++;
+        for (uint32_t k = 1; k <= BATCH_MAX; k++) {
+            double l = 0, d = 0;
+            uint64_t nl = 0, nd = 0;
+            for (uint64_t x = i; x < j; x++) {
+                if (b->decode[x].n_decode != k) continue;
+                if (b->decode[x].loading)
+                    nl++, l += b->decode[x].step_ms;
+                else
+                    nd++, d += b->decode[x].step_ms;
+            }
+            if (!nl || !nd || d <= 0) continue;
+            matched_l += l;
+            matched_i += d / (double)nd * (double)nl;
+            s.matched_steps += nl;
+        }
+    }
+    if (s.matched_steps) {
+        s.matched_loading_ms = matched_l / (double)s.matched_steps;
+        s.matched_idle_ms = matched_i / (double)s.matched_steps;
+        s.matched = matched_l / matched_i;
+    }
+    return s;
+}
+
 void print_summary(const options *o, const workload *w, const sizing *z, mode_run *runs, int n_runs,
                    const reference *ref) {
     const model_config *mc = &o->model;
@@ -103,6 +159,11 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
                    (double)st->bytes_saved / 1048576.0, (unsigned long long)st->saves_skipped,
                    (unsigned long long)st->load_errors, (unsigned long long)runs[k].events_stored,
                    (unsigned long long)runs[k].events_removed);
+            if (st->async_loads_started)
+                printf("; async loads %llu, reported %llu, failed %llu",
+                       (unsigned long long)st->async_loads_started,
+                       (unsigned long long)st->async_loads_done,
+                       (unsigned long long)st->async_loads_failed);
             printf("; loaded per tier [");
             for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
                 printf("%s%llu", t ? ", " : "", (unsigned long long)st->tier_chunks_loaded[t]);
@@ -121,6 +182,17 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
                        (unsigned long long)runs[k].conn.stage_boundary_restores);
         }
         printf("\n");
+    }
+    for (int k = 0; k < n_runs && o->continuous; k++) {
+        step_summary d = summarize_steps(&runs[k].flight.stats);
+        printf("%s: decode-only steps: %llu with an async load in flight (mean %.3f ms), %llu with "
+               "no restore in flight (mean %.3f ms); matched in time and batch: %.3f ms against "
+               "%.3f ms, %.3fx (over %llu); %llu steps restored synchronously while others "
+               "decoded (mean %.3f ms)\n",
+               runs[k].name, (unsigned long long)d.loading, d.loading_ms,
+               (unsigned long long)d.idle, d.idle_ms, d.matched_loading_ms, d.matched_idle_ms,
+               d.matched, (unsigned long long)d.matched_steps, (unsigned long long)d.restore,
+               d.restore_ms);
     }
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
@@ -143,10 +215,13 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                    g ? "," : "", group_keys[g], s[k][g].n, s[k][g].mean, s[k][g].p50, s[k][g].p99,
                    (unsigned long long)s[k][g].local_hit, (unsigned long long)s[k][g].ext_hit);
         if (runs[k].have_stats)
-            printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu",
+            printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu,\"async_"
+                   "loads\":%llu,\"async_loads_failed\":%llu",
                    (unsigned long long)runs[k].stats.chunks_loaded,
                    (unsigned long long)runs[k].stats.chunks_saved,
-                   (unsigned long long)runs[k].stats.load_errors);
+                   (unsigned long long)runs[k].stats.load_errors,
+                   (unsigned long long)runs[k].stats.async_loads_started,
+                   (unsigned long long)runs[k].stats.async_loads_failed);
         if (runs[k].have_stats) {
             printf(",\"tier_chunks_loaded\":[");
             for (uint32_t t = 0; t < runs[k].stats.n_tiers && t < KVS_STATS_MAX_TIERS; t++)
@@ -163,6 +238,16 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                        (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens,
                        (unsigned long long)runs[k].conn.stage_boundary_restores);
+        }
+        if (o->continuous) {
+            step_summary d = summarize_steps(&runs[k].flight.stats);
+            printf(
+                ",\"decode_steps\":{\"loading\":{\"n\":%llu,\"mean_ms\":%.4f},\"idle\":{\"n\":%llu,"
+                "\"mean_ms\":%.4f},\"matched\":{\"loading_mean_ms\":%.4f,\"idle_mean_ms\":%.4f,"
+                "\"ratio\":%.4f,\"steps\":%llu},\"restore\":{\"n\":%llu,\"mean_ms\":%.4f}}",
+                (unsigned long long)d.loading, d.loading_ms, (unsigned long long)d.idle, d.idle_ms,
+                d.matched_loading_ms, d.matched_idle_ms, d.matched,
+                (unsigned long long)d.matched_steps, (unsigned long long)d.restore, d.restore_ms);
         }
         printf("}");
     }

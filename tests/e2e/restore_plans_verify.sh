@@ -11,7 +11,9 @@
 # usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both|stage [workload flags...]
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU; TIER=ssd
 # restores from an ssd tier in WORKDIR paced by sim_bandwidth instead (partial reads through its
-# get_range) rather than the paced dram tier.
+# get_range) rather than the paced dram tier; ASYNC=always configures `loads: {async: always}`: the
+# planned loads run between steps and each request of a --batch group goes on as soon as its own
+# loads have landed and its own part is recomputed (per-request completion).
 set -eu
 engine=$1
 work=$2
@@ -45,6 +47,7 @@ echo "restore_plans_verify: ${per_token} us per token, chunks of $chunk_bytes by
 } >"$work/profile.yaml"
 printf 'version: 1\nchunk_tokens: 256\ndevice:\n  host_copies: %s\nrestore:\n  scheduler: cacheflow\n  profile: profile.yaml\n' \
     "$copies" >"$work/cacheflow.yaml"
+[ -z "${ASYNC:-}" ] || printf 'loads:\n  async: %s\n' "$ASYNC" >>"$work/cacheflow.yaml"
 if [ "${TIER:-dram}" = ssd ]; then
     mkdir -p "$work/ssd"
     printf 'tiers:\n  - name: ssd\n    type: ssd\n    capacity: 256MiB\n    paths: [%s]\n    options:\n      stripe_bytes: 64KiB\n      sim_bandwidth: %s\n' \
@@ -75,4 +78,9 @@ stage)
     ;;
 *) [ $((token + layer)) -gt 0 ] || fail "no token or layer plan was followed" ;;
 esac
+if [ -n "${ASYNC:-}" ]; then
+    async=$(sed -n 's/^connector:.* async loads \([0-9]*\),.*/\1/p' "$out")
+    [ -n "$async" ] && [ "$async" -gt 0 ] || fail "loads.async $ASYNC, but no load ran asynchronously"
+    echo "restore_plans_verify: $async planned loads ran between steps"
+fi
 echo "restore_plans_verify: $token token, $layer layer and $stage stage plans followed, KV exact"
