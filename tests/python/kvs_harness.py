@@ -600,8 +600,14 @@ class CrossLayerBackend:
         return (2, 0, 1, 3, 4, 5) if include_num_layers_dimension else (0, 1, 2, 3, 4)
 
 
+def test_device():
+    """Where the workers' paged caches live: KVS_TEST_DEVICE (cpu, the default, or cuda)."""
+    return os.environ.get("KVS_TEST_DEVICE", "cpu")
+
+
 class PagedCache:
-    """One rank's KV cache as torch CPU tensors in `layout`, and the tiny model over it."""
+    """One rank's KV cache as torch tensors in `layout` on spec["device"] (CPU or CUDA), and the
+    tiny model over it."""
 
     LAYOUTS = ("nhd", "hnd", "flashinfer", "flashinfer_hnd", "mla", "packed", "crosslayer")
 
@@ -609,6 +615,7 @@ class PagedCache:
         import torch
 
         self.torch = torch
+        self.device = torch.device(spec["device"])
         self.layout = spec["layout"]
         self.L = spec["n_layers"]
         self.bs = spec["block_size"]
@@ -625,7 +632,7 @@ class PagedCache:
         KB, kbs, h, d, L = self.KB, self.kbs, self.heads, self.d, self.L
         self.cross = None
         if self.layout == "crosslayer":
-            self.cross = torch.empty((KB, L, 2, kbs, h, d), dtype=self.dtype)
+            self.cross = torch.empty((KB, L, 2, kbs, h, d), dtype=self.dtype, device=self.device)
             logical = self.cross.permute(1, 2, 0, 3, 4, 5)
             self.layers = [logical[i] for i in range(L)]
         else:
@@ -635,25 +642,31 @@ class PagedCache:
             t.view(self.int_dtype).fill_(fill)
 
     def _alloc(self):
-        torch, KB, kbs, h, d = self.torch, self.KB, self.kbs, self.heads, self.d
+        KB, kbs, h, d = self.KB, self.kbs, self.heads, self.d
         lay = self.layout
+
+        def empty(*shape):
+            return self.torch.empty(shape, dtype=self.dtype, device=self.device)
+
         if lay == "nhd":
-            return torch.empty((2, KB, kbs, h, d), dtype=self.dtype)
+            return empty(2, KB, kbs, h, d)
         if lay == "hnd":
-            return torch.empty((2, KB, h, kbs, d), dtype=self.dtype).permute(0, 1, 3, 2, 4)
+            return empty(2, KB, h, kbs, d).permute(0, 1, 3, 2, 4)
         if lay == "flashinfer":
-            return torch.empty((KB, 2, kbs, h, d), dtype=self.dtype)
+            return empty(KB, 2, kbs, h, d)
         if lay == "flashinfer_hnd":
-            return torch.empty((KB, 2, h, kbs, d), dtype=self.dtype).permute(0, 1, 3, 2, 4)
+            return empty(KB, 2, h, kbs, d).permute(0, 1, 3, 2, 4)
         if lay == "mla":
-            return torch.empty((KB, kbs, d), dtype=self.dtype)
+            return empty(KB, kbs, d)
         if lay == "packed":
-            return torch.empty((KB, h, kbs, 2 * d), dtype=self.dtype)
+            return empty(KB, h, kbs, 2 * d)
         raise ValueError(f"unknown layout {lay}")
 
-    def kv_views(self, layer):
-        """(K, V) (or (K,) for MLA) as (kernel blocks, kernel block, heads, head) integer views."""
-        t = self.layers[layer].view(self.int_dtype)
+    def kv_views(self, layer, as_ints=True):
+        """(K, V) (or (K,) for MLA) as (kernel blocks, kernel block, heads, head) views: of the
+        elements' bits as integers, or (as_ints False) of the elements themselves."""
+        t = self.layers[layer]
+        t = t.view(self.int_dtype) if as_ints else t
         lay, d = self.layout, self.d
         if lay in ("nhd", "hnd", "crosslayer"):
             return t[0], t[1]
@@ -672,7 +685,8 @@ class PagedCache:
             b = block_ids[p // self.bs]
             kb.append(b * self.ratio + (p % self.bs) // self.kbs)
             off.append(p % self.kbs)
-        return torch.tensor(kb, dtype=torch.long), torch.tensor(off, dtype=torch.long)
+        return (torch.tensor(kb, dtype=torch.long, device=self.device),
+                torch.tensor(off, dtype=torch.long, device=self.device))
 
     def values(self, codes, layer, kv):
         """The KV the model writes for positions with these prefix codes: (n, heads, head) ints."""
@@ -684,10 +698,12 @@ class PagedCache:
         x = (x * 48271) % _P
         x = (x * 69621 + 12345) % _P
         if self.esize == 1:
-            return (x & 0xFF).to(torch.uint8)
-        if self.esize == 2:
-            return ((x >> 3) & 0xFFFF).sub(32768).to(torch.int16)
-        return ((x << 1) ^ (x >> 11)).bitwise_and(0xFFFFFFFF).sub(2 ** 31).to(torch.int32)
+            x = (x & 0xFF).to(torch.uint8)
+        elif self.esize == 2:
+            x = ((x >> 3) & 0xFFFF).sub(32768).to(torch.int16)
+        else:
+            x = ((x << 1) ^ (x >> 11)).bitwise_and(0xFFFFFFFF).sub(2 ** 31).to(torch.int32)
+        return x.to(self.device)
 
     def write(self, layer, tokens, block_ids, start, end):
         if end <= start:
@@ -716,7 +732,7 @@ class PagedCache:
     def row_bytes(self, tokens, layer, position):
         """The bytes of one token's K row (all heads) of a layer, as a stored object holds them."""
         codes = prefix_codes(tokens[:position + 1])[position:position + 1]
-        v = self.values(codes, layer, 0)
+        v = self.values(codes, layer, 0).cpu()
         return bytes(v.contiguous().view(self.torch.uint8).flatten().tolist())
 
 
@@ -744,6 +760,19 @@ class WorkerRunner:
         self.conn = kv.KvstrataConnector(make_vllm_config(spec, rank), kv.KVConnectorRole.WORKER,
                                          self.kcc)
         self.cache = PagedCache(spec, rank)
+        self.llama = None
+        if spec["model"] == "llama":
+            import torch
+
+            from kvs_llama import TinyLlama
+
+            if spec["tp"] != 1 or spec["mla"]:
+                raise ValueError("the Llama model runs with one rank and K/V pages")
+            h, d = spec["heads_total"], spec["head_dim"]
+            dims = dict(vocab=spec["vocab"], hidden=4 * h * d, layers=spec["n_layers"],
+                        q_heads=2 * h, kv_heads=h, head_dim=d, ffn=8 * h * d)
+            self.llama = TinyLlama(torch, dims, self.cache.dtype, self.cache.device)
+        self.logits = collections.defaultdict(list)  # rid -> [(first position, last row's logits)]
         self.names = layer_names(spec["n_layers"])
         if self.cache.cross is not None:
             self.conn.register_cross_layers_kv_cache(self.cache.cross, CrossLayerBackend)
@@ -803,10 +832,18 @@ class WorkerRunner:
                 conn.start_load_kv(None)
                 calls.append("start_load_kv")
             work = [(rid, self.reqs[rid], n) for rid, n in so.num_scheduled_tokens.items()]
+            states = {}
+            if self.llama is not None:
+                states = {rid: self.llama.begin(r.tokens[r.num_computed:r.num_computed + n],
+                                                r.num_computed) for rid, r, n in work}
             for layer, name in enumerate(self.names):
                 conn.wait_for_layer_load(name)
-                for _rid, r, n in work:
-                    self.cache.write(layer, r.tokens, r.block_ids, r.num_computed, r.num_computed + n)
+                for rid, r, n in work:
+                    if self.llama is not None:
+                        self._llama_layer(layer, states[rid], r, n)
+                    else:
+                        self.cache.write(layer, r.tokens, r.block_ids, r.num_computed,
+                                         r.num_computed + n)
                 conn.save_kv_layer(name, self.cache.layers[layer], None)
             calls.append("layers")
             if order == "layers_first":
@@ -815,9 +852,13 @@ class WorkerRunner:
             conn.wait_for_save()
             calls.append("wait_for_save")
             for rid, r, n in work:
+                last = None
+                if self.llama is not None:
+                    last = self.llama.finish(states[rid])[-1]
+                    self.logits[rid].append((r.num_computed, last.cpu()))
                 r.num_computed += n
                 if r.num_computed >= len(r.tokens):
-                    tok = sample(r.tokens, self.vocab)
+                    tok = sample(r.tokens, self.vocab) if last is None else int(last.argmax())
                     r.tokens.append(tok)
                     sampled[rid] = tok
         sending, recving = conn.get_finished(set(so.finished_req_ids))
@@ -831,6 +872,57 @@ class WorkerRunner:
 
     def check(self, tokens, block_ids, start, end):
         return self.cache.check(tokens, block_ids, start, end)
+
+    # -- the Llama model (spec["model"] == "llama") --
+
+    def _llama_layer(self, layer, state, r, n):
+        """One layer of one request: the new tokens' K and V into its blocks, then attention over
+        every position's K and V read from its blocks."""
+        start = r.num_computed
+        q, k, v = self.llama.qkv(layer, state)
+        K, V = self.cache.kv_views(layer, as_ints=False)
+        kb, off = self.cache._slots(r.block_ids, start, start + n)
+        K[kb, off] = k
+        V[kb, off] = v
+        kb, off = self.cache._slots(r.block_ids, 0, start + n)
+        self.llama.attend(layer, state, q, K[kb, off], V[kb, off])
+
+    def llama_logits(self, rid):
+        """[(first position of the step, logits of the step's last token)] of request rid."""
+        return self.logits[rid]
+
+    def llama_check_pages(self, saved_tokens, block_ids, n):
+        """Layers whose pages (block_ids, positions < n) differ from the K/V that a pass over
+        saved_tokens computes: what a restore put there against what was saved."""
+        import torch
+
+        with torch.inference_mode():
+            _logits, kv = self.llama.dense(saved_tokens)
+            kb, off = self.cache._slots(block_ids, 0, n)
+            bad = []
+            for layer in range(self.spec["n_layers"]):
+                K, V = self.cache.kv_views(layer, as_ints=False)
+                for which, page, want in ((0, K, kv[layer][0]), (1, V, kv[layer][1])):
+                    if not torch.equal(page[kb, off], want[:n]):
+                        bad.append((layer, which))
+            return bad
+
+    def llama_references(self, saved_tokens, n, tokens):
+        """Logits of the last of `tokens` (CPU float32): "after_saved", its tail computed over
+        the first n positions' K/V of a pass over saved_tokens (what an engine whose own cache
+        still held them computes); "full", one pass over all of them; "hf", transformers' own
+        forward (None without transformers)."""
+        import torch
+
+        with torch.inference_mode():
+            _l, kv = self.llama.dense(saved_tokens)
+            past = [(k[:n], v[:n]) for k, v in kv]
+            after, _kv = self.llama.dense(tokens[n:], past)
+            full, _kv = self.llama.dense(tokens)
+            hf = self.llama.hf_logits(tokens)
+        return {"after_saved": after[-1].cpu(), "full": full[-1].cpu(),
+                "hf": None if hf is None else hf[-1].cpu(), "source": self.llama.source,
+                "device": str(self.cache.device)}
 
     def row_bytes(self, tokens, layer, position):
         return self.cache.row_bytes(tokens, layer, position)
@@ -944,7 +1036,7 @@ class Harness:
     def __init__(self, test, layout="nhd", dtype="fp16", tp=1, n_layers=2, heads_total=2,
                  head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
-                 token_budget=1024, vocab=32000, loads=None):
+                 token_budget=1024, vocab=32000, loads=None, model="hash", device=None):
         self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.engine_id = "t" + uuid.uuid4().hex[:16]
@@ -958,7 +1050,8 @@ class Harness:
                     model_id="kvstrata-test/tiny", engine_id=self.engine_id,
                     model_dtype="float16" if dtype == "fp8" else
                     {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
-                    cache_dtype="fp8" if dtype == "fp8" else "auto")
+                    cache_dtype="fp8" if dtype == "fp8" else "auto", model=model,
+                    device=device or test_device())
         if default_config:
             extra.setdefault("dram_capacity", capacity)
         else:
