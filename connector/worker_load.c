@@ -266,10 +266,23 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
     }
 }
 
+/* Time the connector spent moving the set's live loads to the pages, shared among their tiers by
+ * tokens (the per-tier load time of the stats). */
+static void charge_tiers(kvs_handle *h, kvs_load_set *set, uint64_t ns) {
+    uint64_t tokens = 0;
+    for (uint64_t i = 0; i < set->n; i++)
+        if (load_live(&set->w[i])) tokens += set->w[i].load->n_tokens;
+    for (uint64_t i = 0; i < set->n && tokens; i++) {
+        kvs_load_work *w = &set->w[i];
+        if (load_live(w) && w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
+            h->stats.tier_load_ns[w->tier] += ns * w->load->n_tokens / tokens;
+    }
+}
+
 /* CUDA device: every layer is enqueued at once (events per layer let the engine wait on each), and
  * the hash pool checksums every layer payload on the host while the copies run. */
 static void load_all_async(kvs_handle *h, kvs_load_set *set) {
-    uint64_t nl = h->model.n_layers, n_jobs = 0;
+    uint64_t nl = h->model.n_layers, n_jobs = 0, t0 = kvs_now_ns();
     for (uint32_t layer = 0; layer < h->n_views; layer++) {
         uint64_t n = 0;
         for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++)
@@ -283,6 +296,7 @@ static void load_all_async(kvs_handle *h, kvs_load_set *set) {
             break;
         }
     }
+    charge_tiers(h, set, kvs_now_ns() - t0);
     for (uint64_t i = 0; i < set->n; i++) {
         kvs_load_work *w = &set->w[i];
         if (!load_live(w)) continue;
@@ -326,9 +340,11 @@ static void finish_loads(kvs_handle *h, kvs_load_set *set) {
 /* CUDA device: wait for the copies and the checksums, turn mismatches into error blocks, unpin. */
 static void complete_set(kvs_handle *h, kvs_load_set *set) {
     char why[512] = "";
+    uint64_t t0 = kvs_now_ns();
     kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
     kvs_hashpool_wait(h->hashpool);
     if (st != KVS_OK) device_failed_loads(h, set, "loads", why);
+    charge_tiers(h, set, kvs_now_ns() - t0);
     uint64_t nl = h->model.n_layers;
     for (uint64_t i = 0; i < set->n; i++) {
         kvs_load_work *w = &set->w[i];
@@ -349,9 +365,11 @@ static kvs_load_set step_set(kvs_handle *h) {
 
 void kvs_worker_complete_async_loads(kvs_handle *h) {
     if (!h->loads_pending) return;
+    uint64_t t0 = kvs_now_ns();
     h->loads_pending = 0;
     kvs_load_set set = step_set(h);
     complete_set(h, &set);
+    h->stats.load_ns += kvs_now_ns() - t0;
 }
 
 /* Host device: land layers [from, to] not landed yet (in any order the engine asks for them; the

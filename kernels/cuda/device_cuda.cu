@@ -518,9 +518,18 @@ kvs_status cuda_register_host(void *state, void *base, uint64_t len, char *err, 
     const uintptr_t at = reinterpret_cast<uintptr_t>(base);
     if (find_range(d, at, len)) return KVS_OK;
     bool owned = true;
-    cudaError_t rc = cudaHostRegister(base, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
-    if (rc == cudaErrorHostMemoryAlreadyRegistered) {
-        /* Pinned by someone else (the engine, another handle): usable, not ours to unregister. */
+    /* Memory CUDA already knows as pinned is asked first: cudaHostRegister refuses memory from
+     * cudaMallocHost with cudaErrorInvalidValue (seen on an H200, driver 580), not with
+     * cudaErrorHostMemoryAlreadyRegistered as it does for a range registered before. */
+    cudaPointerAttributes pinned;
+    cudaError_t rc = cudaPointerGetAttributes(&pinned, base);
+    if (rc == cudaSuccess && pinned.type == cudaMemoryTypeHost) {
+        owned = false; /* the engine's or another handle's: usable, not ours to unregister */
+    } else {
+        if (rc != cudaSuccess) (void)cudaGetLastError();
+        rc = cudaHostRegister(base, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
+    }
+    if (!owned || rc == cudaErrorHostMemoryAlreadyRegistered) {
         (void)cudaGetLastError();
         owned = false;
     } else if (rc != cudaSuccess) {

@@ -9,7 +9,7 @@
 # (libcudart.so.13: the CUDA toolkit's or PyTorch's). It places .gpu/ where the binaries were built
 # (their rpath and the module path compiled into the gpu tests point there), then runs, each with a
 # time limit: the gpu-labelled tests, the Python replay suites and the Llama restore with the pages
-# in CUDA memory (KVS_TEST_DEVICE=cuda), kvs-bench-cuda, and compute-sanitizer memcheck. Each
+# in CUDA memory (KVS_TEST_DEVICE=cuda), kvs-bench-cuda, and compute-sanitizer (every tool). Each
 # stage's log is OUTDIR/<stage>.log; OUTDIR/summary.txt has one line per stage with its exit code.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -77,7 +77,7 @@ run() {
     step gpu_device 100 "$gpu/bin/test_cuda_device"
     step gpu_graph 40 "$gpu/bin/test_cuda_graph"
     step bench_cuda 60 "$gpu/bin/kvs-bench-cuda"
-    KVS_SANITIZER_TOOLS=memcheck step sanitizer 50 tests/gpu/run-sanitizer.sh "$gpu/bin"
+    step sanitizer 200 tests/gpu/run-sanitizer.sh "$gpu/bin"
     cat "$out/summary.txt"
 }
 
