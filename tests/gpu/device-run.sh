@@ -71,7 +71,7 @@ run() {
     step gpu_module 15 "$gpu/bin/test_cuda_module"
     cd "$here/tests/python" || return 1
     KVS_TEST_DEVICE=cuda step py_llama 100 python3 -m unittest -v test_llama_restore
-    KVS_TEST_DEVICE=cuda step py_replay 130 python3 -m unittest -v test_replay_sync test_replay_abi15
+    KVS_TEST_DEVICE=cuda step py_replay 240 python3 -m unittest -v test_replay_sync test_replay_abi15
     cd "$here" || return 1
     step gpu_abi 40 "$gpu/bin/test_cuda_abi"
     step gpu_device 100 "$gpu/bin/test_cuda_device"
