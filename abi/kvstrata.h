@@ -260,6 +260,7 @@ typedef struct kvs_stats {
     uint64_t async_loads_failed;  /* of those, with at least one chunk in load_error_blocks */
     uint64_t steps_closed; /* bound steps closed by the next bind_meta (no forward pass: the engine
                             * skipped the layer hooks and wait_save) */
+    uint64_t lookups_unknown; /* lookups answered unknown_yet (loads.remote_lookups: async) */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */

@@ -9,6 +9,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "keys.h"
+#include "lookup_remote.h"
 #include "object.h"
 #include "restore.h"
 #include "scheduler.h"
@@ -142,6 +143,10 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     st = kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers,
                         err, err_len);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
+    /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */
+    if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER) &&
+        h->cfg->loads.remote_lookups == KVS_REMOTE_LOOKUPS_ASYNC)
+        h->rlookups = kvs_rlookups_create(h->tiers);
     return st;
 }
 
@@ -178,6 +183,7 @@ static void api_close(kvs_handle *h) {
         kvs_worker_close(h); /* waits for the device before pins and slabs go */
         kvs_sched_release_all(h);
     }
+    kvs_rlookups_destroy(h->rlookups); /* after the requests dropped their queries */
     kvs_tiers_close(h->tiers);
     kvs_pool_destroy(h->pool);
     free(h->error_blocks);

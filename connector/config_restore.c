@@ -167,9 +167,10 @@ kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node
     return st;
 }
 
-static const char *const LOADS_KEYS[] = {"async", "async_below"};
-enum { LK_ASYNC, LK_ASYNC_BELOW, LK_COUNT };
+static const char *const LOADS_KEYS[] = {"async", "async_below", "remote_lookups"};
+enum { LK_ASYNC, LK_ASYNC_BELOW, LK_REMOTE_LOOKUPS, LK_COUNT };
 static const char *const LOADS_ASYNC[] = {"never", "always", "slow"}; /* KVS_LOADS_ASYNC_* order */
+static const char *const REMOTE_LOOKUPS[] = {"wait", "async"}; /* KVS_REMOTE_LOOKUPS_* order */
 
 kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
                                   kvs_config *cfg) {
@@ -184,6 +185,11 @@ kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *
     }
     if (st == KVS_OK && values[LK_ASYNC_BELOW])
         st = get_rate(ctx, values[LK_ASYNC_BELOW], "loads.async_below", &cfg->loads.async_below);
+    if (st == KVS_OK && values[LK_REMOTE_LOOKUPS]) {
+        st = kvs_yaml_get_choice(ctx, values[LK_REMOTE_LOOKUPS], "loads.remote_lookups",
+                                 REMOTE_LOOKUPS, COUNT_OF(REMOTE_LOOKUPS), &choice);
+        if (st == KVS_OK) cfg->loads.remote_lookups = (int)choice;
+    }
     if (st != KVS_OK) return st;
     int slow = cfg->loads.async == KVS_LOADS_ASYNC_SLOW;
     if (slow && !values[LK_ASYNC_BELOW])

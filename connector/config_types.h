@@ -93,12 +93,16 @@ typedef struct kvs_config {
         int async; /* KVS_LOADS_ASYNC_* (default never) */
         uint64_t async_below;   /* slow: bytes/s; a hit on a tier the profile says reads slower */
         kvs_config_at async_at; /* the `async:` value, for messages */
+        int remote_lookups;     /* KVS_REMOTE_LOOKUPS_* (default wait) */
     } loads;
 } kvs_config;
 
 #define KVS_LOADS_ASYNC_NEVER  0
 #define KVS_LOADS_ASYNC_ALWAYS 1
 #define KVS_LOADS_ASYNC_SLOW   2
+
+#define KVS_REMOTE_LOOKUPS_WAIT  0 /* a lookup asks remote tiers itself, waiting for the nodes */
+#define KVS_REMOTE_LOOKUPS_ASYNC 1 /* a thread asks them; unknown_yet until it has the answer */
 
 #define KVS_RESTORE_NONE      0
 #define KVS_RESTORE_CACHEFLOW 1

@@ -54,6 +54,8 @@ typedef struct kvs_request {
     uint64_t n_block_ids;
     kvs_restore_plan plan; /* how its load in step plan_step is restored (the `plan` hook) */
     uint64_t plan_step;
+    struct kvs_rlookup
+        *rlookup;             /* loads.remote_lookups async: the remote tiers' answer (or query) */
     struct kvs_request *next; /* hash chain */
 } kvs_request;
 
@@ -111,6 +113,7 @@ struct kvs_handle {
     uint64_t layer_bytes;  /* one layer of one chunk */
     uint64_t object_bytes; /* one chunk object */
     kvs_tier_chain *tiers;
+    struct kvs_rlookups *rlookups; /* scheduler, loads.remote_lookups async with a remote tier */
     kvs_pool *pool;
     char last_error[KVS_ERROR_MAX];
 

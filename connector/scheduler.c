@@ -11,6 +11,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "keys.h"
+#include "lookup_remote.h"
 #include "restore.h"
 
 /* --- request table ------------------------------------------------------------------------------- */
@@ -161,6 +162,7 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     while (*p != r) p = &(*p)->next;
     *p = r->next;
     release_lease(h, r);
+    if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
     free(r->tokens);
     free(r->keys);
     free(r->block_ids);
@@ -274,6 +276,16 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *token
 
 /* Pin the stored run of chunks [first, end) (end clipped to the request's keys); returns how many are
  * pinned. A chunk is stored when every key rank's shard of it is: all of them are pinned, or none. */
+/* The tier holding key for a lookup, or -1. With remote lookups asynchronous (h->rlookups), remote
+ * tiers are never asked here: chunk c is in one when the request's answered query says so. */
+static int holding_tier(kvs_handle *h, const kvs_request *r, const kvs_key *key, uint64_t c) {
+    if (!h->rlookups) return kvs_tiers_find(h->tiers, key);
+    int t = kvs_tiers_find_local(h->tiers, key);
+    if (t < 0 && r->rlookup && kvs_rlookup_done(h->rlookups, r->rlookup))
+        t = kvs_rlookup_tier(r->rlookup, c);
+    return t;
+}
+
 static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t end) {
     uint64_t timeout = h->cfg->lease_timeout_ms;
     uint32_t ranks = h->key_ranks;
@@ -287,9 +299,13 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
         const kvs_key *k = chunk_keys(h, r->keys, c);
         uint32_t q = 0;
         for (; q < ranks; q++) {
-            int t = kvs_tiers_find(h->tiers, &k[q]);
-            if (t < 0 || !kvs_tiers_pin(h->tiers, (uint32_t)t, &k[q], timeout))
-                break; /* missing, or evicted between find and pin: the run ends here */
+            int t = holding_tier(h, r, &k[q], c);
+            if (t < 0) break; /* missing: the run ends here */
+            /* Remote objects are not leased (their pin only asks again); with asynchronous
+             * lookups the query's answer stands for it. */
+            int asked = h->rlookups && kvs_tiers_is_remote(h->tiers, (uint32_t)t);
+            if (!asked && !kvs_tiers_pin(h->tiers, (uint32_t)t, &k[q], timeout))
+                break; /* evicted between find and pin */
             r->pins[r->n_pins++] = (kvs_pin){k[q], (uint32_t)t};
         }
         if (q < ranks) {
@@ -298,6 +314,42 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
         }
     }
     return c - first;
+}
+
+/* 1 if every rank's key of chunk c is in a tier that is not remote. */
+static int chunk_local(kvs_handle *h, const kvs_request *r, uint64_t c) {
+    const kvs_key *k = chunk_keys(h, r->keys, c);
+    for (uint32_t q = 0; q < h->key_ranks; q++)
+        if (kvs_tiers_find_local(h->tiers, &k[q]) < 0) return 0;
+    return 1;
+}
+
+/* loads.remote_lookups async: 1 when r's chunks [first, n_keys) can be looked up now (the other
+ * tiers hold them all, or the remote tiers' answer for exactly these chunks is in and no older than
+ * a lease), 0 while a query runs (one is submitted if none matches). Without a thread (none could
+ * start, out of memory) it answers 1 and the remote tiers say nothing: their chunks are misses. */
+static int remote_answer(kvs_handle *h, kvs_request *r, uint64_t first) {
+    if (!h->rlookups || first >= r->n_keys) return 1;
+    uint64_t n = r->n_keys - first, now = lease_now_ns(h);
+    const kvs_key *keys = chunk_keys(h, r->keys, first);
+    kvs_rlookup *l = r->rlookup;
+    if (l && (!kvs_rlookup_matches(l, keys, first, n, h->key_ranks) ||
+              now - kvs_rlookup_submitted_ns(l) > h->cfg->lease_timeout_ms * 1000000ull)) {
+        kvs_rlookup_drop(h->rlookups, l);
+        l = r->rlookup = NULL;
+    }
+    if (!l) {
+        uint8_t *local = malloc(n);
+        if (!local) return 1;
+        uint64_t held = 0;
+        for (uint64_t i = 0; i < n; i++) held += local[i] = (uint8_t)chunk_local(h, r, first + i);
+        if (held < n)
+            l = r->rlookup =
+                kvs_rlookup_submit(h->rlookups, keys, first, n, h->key_ranks, local, now);
+        free(local);
+        if (!l) return 1;
+    }
+    return kvs_rlookup_done(h->rlookups, l);
 }
 
 kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
@@ -331,7 +383,16 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     }
     release_lease(h, r); /* a repeated lookup replaces the earlier lease */
     uint64_t C = h->chunk_tokens;
-    uint64_t first = n_computed / C; /* chunks the engine already holds need not be stored */
+    uint64_t first = n_computed / C;   /* chunks the engine already holds need not be stored */
+    if (!remote_answer(h, r, first)) { /* a thread asks the nodes: the engine asks again later */
+        r->n_local = n_computed;
+        r->hit_tokens = r->offered = r->external = 0;
+        r->load_pending = r->async_waiting = r->load_async = 0;
+        h->stats.lookups_unknown++;
+        kvs_lookup_result res = {.struct_size = out_size, .unknown_yet = 1};
+        memcpy(out, &res, out_size);
+        return KVS_OK;
+    }
     uint64_t run = pin_run(h, r, first, r->n_keys);
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */

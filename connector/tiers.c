@@ -347,13 +347,33 @@ const char *kvs_tiers_last_error(const kvs_tier_chain *c, uint32_t tier) {
     return t->ops->last_error(t->state);
 }
 
-int kvs_tiers_find(kvs_tier_chain *c, const kvs_key *key) {
+static int find_in(kvs_tier_chain *c, const kvs_key *key, int skip_remote) {
     for (uint32_t i = 0; i < c->n; i++) {
         uint64_t n = 0;
+        if (skip_remote && kvs_tiers_is_remote(c, i)) continue;
         if (c->tiers[i].ops->contains(c->tiers[i].state, key, 1, &n) == KVS_OK && n == 1)
             return (int)i;
     }
     return -1;
+}
+
+int kvs_tiers_find(kvs_tier_chain *c, const kvs_key *key) {
+    return find_in(c, key, 0);
+}
+
+int kvs_tiers_find_local(kvs_tier_chain *c, const kvs_key *key) {
+    return find_in(c, key, 1);
+}
+
+int kvs_tiers_is_remote(const kvs_tier_chain *c, uint32_t tier) {
+    const char *type = tier < c->n ? c->tiers[tier].ops->type_name : NULL;
+    return type && strcmp(type, "remote") == 0;
+}
+
+kvs_status kvs_tiers_contains(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys, uint64_t n,
+                              uint64_t *n_present) {
+    *n_present = 0;
+    return c->tiers[tier].ops->contains(c->tiers[tier].state, keys, n, n_present);
 }
 
 kvs_status kvs_tiers_put(kvs_tier_chain *c, const kvs_key *key, const void *object, uint64_t len,

@@ -61,6 +61,13 @@ const char *kvs_tiers_last_error(const kvs_tier_chain *chain, uint32_t tier);
 
 /* Index of the first tier holding key, or -1. */
 int kvs_tiers_find(kvs_tier_chain *chain, const kvs_key *key);
+/* The same among the tiers that are not remote (type remote: their answers cross the network). */
+int kvs_tiers_find_local(kvs_tier_chain *chain, const kvs_key *key);
+/* 1 if tier is of type remote. */
+int kvs_tiers_is_remote(const kvs_tier_chain *chain, uint32_t tier);
+/* The backend's contains: how many of keys[0..n), from the first, tier holds. */
+kvs_status kvs_tiers_contains(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys, uint64_t n,
+                              uint64_t *n_present);
 /* Store a sealed object in the top tier (and, for write-through tiers, in the next ones). */
 kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *object,
                          uint64_t len, char *err, uint64_t err_len);

@@ -123,7 +123,8 @@ AT(kvs_stats, async_loads_started, 344, 8);
 AT(kvs_stats, async_loads_done, 352, 8);
 AT(kvs_stats, async_loads_failed, 360, 8);
 AT(kvs_stats, steps_closed, 368, 8);
-SIZE(kvs_stats, 376);
+AT(kvs_stats, lookups_unknown, 376, 8);
+SIZE(kvs_stats, 384);
 _Static_assert(KVS_STATS_SIZE_1_0 == offsetof(kvs_stats, n_tiers), "stats 1.0 size");
 
 AT(kvs_api, abi_major, 0, 4);

@@ -136,12 +136,26 @@ START_TEST(a_profile_tier_gives_its_bandwidth_as_a_rate) {
 }
 END_TEST
 
+/* loads.remote_lookups: wait (the default) or async; anything else is refused where it stands. */
+START_TEST(remote_lookups_wait_or_async) {
+    kvs_config *cfg = cfg_load_ok(ONE_TIER);
+    ck_assert_int_eq(cfg->loads.remote_lookups, KVS_REMOTE_LOOKUPS_WAIT);
+    kvs_config_free(cfg);
+    cfg = cfg_load_ok("loads:\n  remote_lookups: async\n" ONE_TIER);
+    ck_assert_int_eq(cfg->loads.remote_lookups, KVS_REMOTE_LOOKUPS_ASYNC);
+    kvs_config_free(cfg);
+    cfg_expect_refused("loads:\n  remote_lookups: later\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'loads.remote_lookups'", "later");
+}
+END_TEST
+
 static Suite *config_restore_suite(void) {
     Suite *s = suite_create("config_restore");
     TCase *restore = tcase_create("restore");
     tcase_add_test(restore, the_restore_section_reads_its_profile);
     tcase_add_test(restore, restore_errors_name_the_file_and_key);
     tcase_add_test(restore, a_profile_tier_gives_its_bandwidth_as_a_rate);
+    tcase_add_test(restore, remote_lookups_wait_or_async);
     suite_add_tcase(s, restore);
     return s;
 }

@@ -208,6 +208,7 @@ class Stats(ctypes.Structure):
         ("async_loads_done", ctypes.c_uint64),
         ("async_loads_failed", ctypes.c_uint64),
         ("steps_closed", ctypes.c_uint64),
+        ("lookups_unknown", ctypes.c_uint64),
     ]
 
 

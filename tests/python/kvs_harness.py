@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import traceback
+import unittest
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -1036,7 +1037,8 @@ class Harness:
     def __init__(self, test, layout="nhd", dtype="fp16", tp=1, n_layers=2, heads_total=2,
                  head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
-                 token_budget=1024, vocab=32000, loads=None, model="hash", device=None):
+                 token_budget=1024, vocab=32000, loads=None, model="hash", device=None,
+                 tiers_below=""):
         self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.engine_id = "t" + uuid.uuid4().hex[:16]
@@ -1059,7 +1061,8 @@ class Harness:
                     + (f"loads:\n  async: {loads}\n" if loads else "")
                     + yaml_extra
                     + f"tiers:\n  - name: dram\n    type: dram\n    capacity: {capacity}\n"
-                    f"    options:\n      shm_name: {self.shm_name}\n")
+                    + ("    write: through\n" if tiers_below else "")
+                    + f"    options:\n      shm_name: {self.shm_name}\n" + tiers_below)
             path = os.path.join(self.tmp, "kvstrata.yaml")
             with open(path, "w") as f:
                 f.write(text)
@@ -1147,6 +1150,53 @@ class Harness:
 
     def probe(self, rid, tokens, num_computed):
         return self.sched.call("probe_lookup", rid, list(tokens), num_computed)
+
+
+class Node:
+    """A kvstrata-node (build/bin, beside the library KVSTRATA_LIBRARY names) on 127.0.0.1 with a
+    64 MiB DRAM tier of objects up to 1 MiB, for the remote tier; stopped by the test's cleanup."""
+
+    def __init__(self, test):
+        import subprocess
+
+        lib = os.environ.get("KVSTRATA_LIBRARY", "")
+        binary = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "bin",
+                              "kvstrata-node")
+        if not os.access(binary, os.X_OK):
+            raise unittest.SkipTest(f"no kvstrata-node at {binary} (build it: make build)")
+        self.dir = tempfile.mkdtemp(prefix="kvs-node-")
+        test.addCleanup(shutil.rmtree, self.dir, True)
+        self.psk = os.path.join(self.dir, "node.key")
+        with open(os.open(self.psk, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+            f.write(bytes((i * 7 + 3) & 0xFF for i in range(32)))
+        cfg = os.path.join(self.dir, "node.yaml")
+        with open(cfg, "w") as f:
+            f.write("version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+                    "    capacity: 64MiB\n")
+        self.proc = subprocess.Popen([binary, "--config", cfg, "--psk-file", self.psk, "--listen",
+                                      "127.0.0.1:0", "--max-object-bytes", "1MiB"],
+                                     stdout=subprocess.PIPE, text=True)
+        test.addCleanup(self.stop)
+        line = self.proc.stdout.readline()
+        if not line.startswith("kvstrata-node ready listen="):
+            raise RuntimeError(f"kvstrata-node did not start: {line!r}")
+        self.address = line.split("listen=")[1].split()[0]
+
+    def tier(self, tenant, timeout_ms=1000):
+        """The YAML of a remote tier `far` over this node."""
+        return (f"  - name: far\n    type: remote\n    nodes: [{self.address}]\n    options:\n"
+                f"      psk_file: {self.psk}\n      tenant: {tenant}\n"
+                f"      timeout_ms: {timeout_ms}\n")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:  # noqa: BLE001 - killed below
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
 
 
 def prompt(seed, n, vocab=32000):

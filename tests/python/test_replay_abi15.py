@@ -5,7 +5,7 @@ worker processes under one scheduler, per-tier load statistics."""
 import time
 import unittest
 
-from kvs_harness import Harness, corrupt_shared_object, object_bytes, prompt
+from kvs_harness import Harness, Node, corrupt_shared_object, object_bytes, prompt
 
 
 def wait_steps(h, until, max_steps=500, **kw):
@@ -184,6 +184,39 @@ class TwoRanks(unittest.TestCase):
         chunks = [sum(outs[r].stats.data.get("chunks_loaded", 0)
                       for _so, outs, _b in h.steps if outs[r].stats) for r in (0, 1)]
         self.assertEqual(chunks, [2, 2], "each rank loads its shard of both chunks")
+
+
+class RemoteLookups(unittest.TestCase):
+    def test_unknown_yet_lookups_then_a_restore_from_the_node(self):
+        # loads.remote_lookups async: a prefix only a kvstrata-node holds is asked about on a
+        # thread; vLLM gets None (the request waits) until the answer is in, then loads it.
+        node = Node(self)
+        tier = node.tier("replay")
+        first = Harness(self, tiers_below=tier)  # its DRAM tier writes through to the node
+        a = prompt(21, 106)
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, lambda: first.info("A")["status"] == "FINISHED")
+        # The node has A's chunks once a scheduler that waits for the nodes (and has its own empty
+        # DRAM tier) finds them: the worker queued the puts, and sends them while it runs.
+        probe = Harness(self, tiers_below=tier)
+        for i in range(500):
+            if probe.probe(f"p{i}", a, 0) == (96, False):
+                break
+            time.sleep(0.01)
+        self.assertEqual(probe.probe("p", a, 0), (96, False), "the node holds A's three chunks")
+        probe.close()
+        first.close()
+        h = Harness(self, tiers_below=tier, yaml_extra="loads:\n  remote_lookups: async\n")
+        h.add("B", a, max_tokens=2)
+        wait_steps(h, lambda: h.info("B")["num_computed"] >= len(a))
+        lookups = h.info("B")["lookups"]
+        self.assertEqual(lookups[0], (0, None, False), "the first answer is vLLM's None")
+        self.assertEqual(lookups[-1], (0, 96, False), "then the node's three chunks")
+        self.assertTrue(all(n is None for _c, n, _a in lookups[:-1]))
+        self.assertEqual(h.check("B"), {0: []}, "restored from the node, byte for byte")
+        st = [outs[0].stats.data for _so, outs, _b in h.steps if outs[0].stats]
+        self.assertEqual(sum(d.get("tiers", {}).get("far", {}).get("chunks_loaded", 0) for d in st), 3)
+        self.assertGreaterEqual(h.sched.call("connector_stats").get("lookups_unknown", 0), 1)
 
 
 class TierStats(unittest.TestCase):
