@@ -31,6 +31,7 @@ typedef struct kvs_request {
     char id[KVS_REQ_ID_MAX];
     int32_t *tokens;
     uint64_t n_tokens;
+    uint64_t tokens_cap;    /* tokens the buffer holds */
     uint64_t prompt_tokens; /* tokens known at the first sighting: saved unless save_decode */
     kvs_key *keys;          /* full chunks' keys: key_ranks per chunk, chunk-major */
     uint64_t n_keys;
@@ -114,6 +115,9 @@ struct kvs_handle {
     uint64_t object_bytes; /* one chunk object */
     kvs_tier_chain *tiers;
     struct kvs_rlookups *rlookups; /* scheduler, loads.remote_lookups async with a remote tier */
+    int32_t
+        *spare_tokens; /* the token buffer of a request gone, for the next one (no page faults) */
+    uint64_t spare_cap;
     kvs_pool *pool;
     char last_error[KVS_ERROR_MAX];
 

@@ -133,9 +133,15 @@ static uint32_t slowest_tier(const kvs_request *r) {
 }
 
 /* Unpin r's pins from index `from` on and keep only those before it. */
+/* Drop r's pins from `from` on: one call into a tier per run of pins in that tier (64 at most). */
 static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
-    for (uint64_t i = from; i < r->n_pins; i++)
-        kvs_tiers_unpin(h->tiers, r->pins[i].tier, &r->pins[i].key);
+    kvs_key batch[64];
+    for (uint64_t i = from; i < r->n_pins;) {
+        uint32_t tier = r->pins[i].tier;
+        uint64_t n = 0;
+        while (i < r->n_pins && r->pins[i].tier == tier && n < 64) batch[n++] = r->pins[i++].key;
+        kvs_tiers_unpin_many(h->tiers, tier, batch, n);
+    }
     if (from < r->n_pins) r->n_pins = from;
 }
 
@@ -163,6 +169,12 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     *p = r->next;
     release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
+    if (r->tokens_cap > h->spare_cap) { /* the larger buffer stays for the next request */
+        free(h->spare_tokens);
+        h->spare_tokens = r->tokens;
+        h->spare_cap = r->tokens_cap;
+        r->tokens = NULL;
+    }
     free(r->tokens);
     free(r->keys);
     free(r->block_ids);
@@ -173,6 +185,30 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
 void kvs_sched_release_all(kvs_handle *h) {
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
+    free(h->spare_tokens);
+    h->spare_tokens = NULL;
+    h->spare_cap = 0;
+}
+
+/* Copy n tokens into r's buffer: its own when large enough, else the handle's spare, else a new
+ * one. Returns 0 when out of memory (r unchanged). */
+static int store_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
+    if (r->tokens_cap < n) {
+        int32_t *buf;
+        uint64_t cap = n;
+        if (h->spare_cap >= n) {
+            buf = h->spare_tokens, cap = h->spare_cap;
+            h->spare_tokens = NULL, h->spare_cap = 0;
+        } else if (!(buf = malloc(n * sizeof *buf))) {
+            return 0;
+        }
+        free(r->tokens);
+        r->tokens = buf;
+        r->tokens_cap = cap;
+    }
+    if (n) memcpy(r->tokens, tokens, n * sizeof *tokens);
+    r->n_tokens = n;
+    return 1;
 }
 
 /* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
@@ -215,13 +251,28 @@ static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
     if (n && !tokens)
         return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
     uint32_t vocab = h->model.vocab_size;
-    for (uint64_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || (vocab && (uint32_t)tokens[i] >= vocab))
-            return kvs_set_error(
-                h, KVS_EINVAL, "%s: request '%s': token %d at position %llu is outside [0, %u)",
-                hook, id, tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
+    /* A token read as unsigned is outside [0, limit) when >= limit (a negative one is >= 2^31),
+     * which is one signed compare after flipping the sign bits. Four tokens per SSE2 compare (vector
+     * extensions), no branch per token; the position is looked for only when one is bad. */
+    typedef int32_t i32x4 __attribute__((vector_size(16)));
+    const uint32_t limit = vocab ? vocab : (uint32_t)INT32_MAX + 1u;
+    const int32_t flip = INT32_MIN, lim_s = (int32_t)(limit ^ 0x80000000u);
+    const i32x4 flips = {flip, flip, flip, flip}, lim = {lim_s, lim_s, lim_s, lim_s};
+    i32x4 acc = {0};
+    uint64_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        i32x4 v;
+        memcpy(&v, tokens + k, sizeof v);
+        acc |= (v ^ flips) >= lim; /* unsigned v >= limit */
     }
-    return KVS_OK;
+    uint32_t bad = (uint32_t)(acc[0] | acc[1] | acc[2] | acc[3]);
+    for (; k < n; k++) bad |= (uint32_t)tokens[k] >= limit;
+    if (!bad) return KVS_OK;
+    uint64_t i = 0;
+    while ((uint32_t)tokens[i] < limit) i++;
+    return kvs_set_error(h, KVS_EINVAL,
+                         "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
+                         tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
 }
 
 /* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
@@ -255,18 +306,12 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
 static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
     int oom;
     kvs_key *keys = keys_for(h, r, tokens, n, n / h->chunk_tokens, &oom);
-    int32_t *copy = n ? malloc(n * sizeof *copy) : NULL;
-    if (oom || (n && !copy)) {
+    if (oom || !store_tokens(h, r, tokens, n)) {
         free(keys);
-        free(copy);
         return kvs_set_error(h, KVS_ENOMEM, "request '%s': out of memory for %llu tokens", r->id,
                              (unsigned long long)n);
     }
-    if (n) memcpy(copy, tokens, n * sizeof *copy);
-    free(r->tokens);
     free(r->keys);
-    r->tokens = copy;
-    r->n_tokens = n;
     r->keys = keys;
     r->n_keys = n / h->chunk_tokens;
     return KVS_OK;
@@ -274,8 +319,6 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *token
 
 /* --- lookup and on_alloc -------------------------------------------------------------------------- */
 
-/* Pin the stored run of chunks [first, end) (end clipped to the request's keys); returns how many are
- * pinned. A chunk is stored when every key rank's shard of it is: all of them are pinned, or none. */
 /* The tier holding key for a lookup, or -1. With remote lookups asynchronous (h->rlookups), remote
  * tiers are never asked here: chunk c is in one when the request's answered query says so. */
 static int holding_tier(kvs_handle *h, const kvs_request *r, const kvs_key *key, uint64_t c) {
@@ -286,32 +329,53 @@ static int holding_tier(kvs_handle *h, const kvs_request *r, const kvs_key *key,
     return t;
 }
 
-static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t end) {
-    uint64_t timeout = h->cfg->lease_timeout_ms;
+/* Pin the whole chunks from c on that the top tier holds, in one call: returns how many (a chunk
+ * some of whose ranks' keys it lacks is not pinned). */
+static uint64_t pin_top_run(kvs_handle *h, kvs_request *r, uint64_t c, uint64_t end) {
+    if (h->rlookups && kvs_tiers_is_remote(h->tiers, 0)) return 0; /* asked on the thread */
     uint32_t ranks = h->key_ranks;
+    const kvs_key *k = chunk_keys(h, r->keys, c);
+    uint64_t pinned =
+        kvs_tiers_pin_many(h->tiers, 0, k, (end - c) * ranks, h->cfg->lease_timeout_ms);
+    uint64_t whole = pinned / ranks * ranks;
+    kvs_tiers_unpin_many(h->tiers, 0, k + whole, pinned - whole);
+    for (uint64_t i = 0; i < whole; i++) r->pins[r->n_pins++] = (kvs_pin){k[i], 0};
+    return whole / ranks;
+}
+
+/* Pin chunk c wherever each rank's key of it is (the first tier holding it): 0 if one is missing. */
+static int pin_chunk(kvs_handle *h, kvs_request *r, uint64_t c) {
+    const kvs_key *k = chunk_keys(h, r->keys, c);
+    for (uint32_t q = 0; q < h->key_ranks; q++) {
+        int t = holding_tier(h, r, &k[q], c);
+        /* Remote objects are not leased (their pin only asks again); with asynchronous lookups the
+         * query's answer stands for it. */
+        int asked = t >= 0 && h->rlookups && kvs_tiers_is_remote(h->tiers, (uint32_t)t);
+        if (t < 0 ||
+            (!asked && !kvs_tiers_pin(h->tiers, (uint32_t)t, &k[q], h->cfg->lease_timeout_ms))) {
+            unpin_from(h, r, r->n_pins - q); /* the ranks of this chunk pinned before the gap */
+            return 0;                        /* missing, or evicted between find and pin */
+        }
+        r->pins[r->n_pins++] = (kvs_pin){k[q], (uint32_t)t};
+    }
+    return 1;
+}
+
+/* Pin the stored run of chunks [first, end) (end clipped to the request's keys); returns how many are
+ * pinned. A chunk is stored when every key rank's shard of it is: all of them are pinned, or none.
+ * Runs the top tier holds are pinned in one call each, a chunk it lacks in the first tier holding
+ * it; the run ends at the first chunk no tier holds. */
+static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t end) {
     if (end > r->n_keys) end = r->n_keys;
     free(r->pins); /* called with no pins held */
     r->n_pins = 0;
-    r->pins = end > first ? calloc((end - first) * ranks, sizeof *r->pins) : NULL;
+    r->pins = end > first ? calloc((end - first) * h->key_ranks, sizeof *r->pins) : NULL;
     if (!r->pins) return 0;
     uint64_t c = first;
-    for (; c < end; c++) {
-        const kvs_key *k = chunk_keys(h, r->keys, c);
-        uint32_t q = 0;
-        for (; q < ranks; q++) {
-            int t = holding_tier(h, r, &k[q], c);
-            if (t < 0) break; /* missing: the run ends here */
-            /* Remote objects are not leased (their pin only asks again); with asynchronous
-             * lookups the query's answer stands for it. */
-            int asked = h->rlookups && kvs_tiers_is_remote(h->tiers, (uint32_t)t);
-            if (!asked && !kvs_tiers_pin(h->tiers, (uint32_t)t, &k[q], timeout))
-                break; /* evicted between find and pin */
-            r->pins[r->n_pins++] = (kvs_pin){k[q], (uint32_t)t};
-        }
-        if (q < ranks) {
-            unpin_from(h, r, r->n_pins - q); /* the ranks of this chunk pinned before the gap */
-            break;
-        }
+    while (c < end) {
+        c += pin_top_run(h, r, c, end);
+        if (c == end || !pin_chunk(h, r, c)) break;
+        c++;
     }
     return c - first;
 }
@@ -587,13 +651,9 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
             return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         r->prompt_tokens = s->n_tokens;
     }
-    int32_t *copy = s->n_tokens ? malloc(s->n_tokens * sizeof *copy) : NULL;
-    if (s->n_tokens && !copy) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    if (s->n_tokens) memcpy(copy, s->tokens, s->n_tokens * sizeof *copy);
-    free(r->tokens);
+    if (!store_tokens(h, r, s->tokens, s->n_tokens))
+        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     free(r->keys);
-    r->tokens = copy;
-    r->n_tokens = s->n_tokens;
     r->keys = plan->keys;
     r->n_keys = plan->n_keys;
     plan->keys = NULL;

@@ -285,15 +285,25 @@ void *kvs_tiers_state(const kvs_tier_chain *c, uint32_t tier) {
     return c->tiers[tier].state;
 }
 
-int kvs_tiers_pin(kvs_tier_chain *c, uint32_t tier, const kvs_key *key, uint64_t timeout_ms) {
+uint64_t kvs_tiers_pin_many(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys, uint64_t n,
+                            uint64_t timeout_ms) {
     const kvs_tier *t = &c->tiers[tier];
     uint64_t pinned = 0;
-    return t->ops->pin(t->state, key, 1, timeout_ms, &pinned) == KVS_OK && pinned == 1;
+    if (n == 0 || t->ops->pin(t->state, keys, n, timeout_ms, &pinned) != KVS_OK) return 0;
+    return pinned < n ? pinned : n;
+}
+
+void kvs_tiers_unpin_many(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys, uint64_t n) {
+    const kvs_tier *t = &c->tiers[tier];
+    if (n) t->ops->unpin(t->state, keys, n);
+}
+
+int kvs_tiers_pin(kvs_tier_chain *c, uint32_t tier, const kvs_key *key, uint64_t timeout_ms) {
+    return kvs_tiers_pin_many(c, tier, key, 1, timeout_ms) == 1;
 }
 
 void kvs_tiers_unpin(kvs_tier_chain *c, uint32_t tier, const kvs_key *key) {
-    const kvs_tier *t = &c->tiers[tier];
-    t->ops->unpin(t->state, key, 1);
+    kvs_tiers_unpin_many(c, tier, key, 1);
 }
 
 int kvs_tiers_zero_copy(const kvs_tier_chain *c, uint32_t tier) {

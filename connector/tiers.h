@@ -34,6 +34,11 @@ void *kvs_tiers_state(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_pin(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key, uint64_t timeout_ms);
 /* Drop one pin of key in tier (none held: no-op). */
 void kvs_tiers_unpin(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key);
+/* The same for keys[0..n) in one call into the backend: pins the ones tier holds from the first on
+ * (stopping at the first it lacks) and returns how many; unpins all n. */
+uint64_t kvs_tiers_pin_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys, uint64_t n,
+                            uint64_t timeout_ms);
+void kvs_tiers_unpin_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys, uint64_t n);
 /* 1 if tier hands out references to its objects (kvs_tiers_get_ref), reads byte ranges
  * (kvs_tiers_get_range) or reads many objects in one call (kvs_tiers_get_many). */
 int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);

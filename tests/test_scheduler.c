@@ -3,6 +3,7 @@
  * request_finished, and the requests they refuse. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "connector/keys.h"
 #include "connector/meta.h"
 #include "connector/scheduler.h"
+#include "connector/tiers.h"
 #include "tests/support/connector_rig.h"
 
 static const kvs_api *api;
@@ -335,12 +337,86 @@ START_TEST(a_lookup_that_offers_nothing_leaves_other_leases_counted) {
 }
 END_TEST
 
+/* Every token is checked, wherever it stands (the check reads four at a time, then a tail): one
+ * token out of [0, vocab) at any position of 1..13-token prompts is refused with its position, and
+ * the request is left as it was. */
+START_TEST(a_token_out_of_range_is_refused_at_any_position) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_SCHEDULER, NULL), KVS_OK);
+    const int32_t bad_values[] = {-1, INT32_MIN, 1000, 1001, INT32_MAX};
+    for (uint64_t n = 1; n <= 13; n++)
+        for (uint64_t at = 0; at < n; at++)
+            for (size_t v = 0; v < sizeof bad_values / sizeof *bad_values; v++) {
+                int32_t tokens[13];
+                for (uint64_t i = 0; i < n; i++) tokens[i] = (int32_t)(i * 37 % 1000);
+                tokens[at] = bad_values[v];
+                kvs_lookup_result res = {.struct_size = sizeof res};
+                ck_assert_int_eq(api->lookup(r.h, "t", tokens, n, 0, &res), KVS_EINVAL);
+                char want[64];
+                snprintf(want, sizeof want, "token %d at position %llu", bad_values[v],
+                         (unsigned long long)at);
+                ck_assert_msg(strstr(api->last_error(r.h), want), "%s (want '%s')",
+                              api->last_error(r.h), want);
+                tokens[at] = 999; /* the highest valid token */
+                ck_assert_int_eq(api->lookup(r.h, "t", tokens, n, 0, &res), KVS_OK);
+            }
+    rig_close(&r);
+}
+END_TEST
+
+/* A run whose chunks sit in two tiers (the top tier lacks the middle ones, which the lower one
+ * holds) is offered whole, each chunk pinned where it is, and restores exactly: the top tier's runs
+ * are pinned in one call each, the chunk it lacks in the lower tier. request_finished then leaves no
+ * lease behind. */
+START_TEST(a_run_across_two_tiers_is_pinned_and_restored_whole) {
+    rig r;
+    char text[512];
+    snprintf(text, sizeof text,
+             "chunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: top\n"
+             "    type: dram\n    capacity: 4MiB\n  - name: low\n    type: dram\n"
+             "    capacity: 4MiB\n",
+             CHUNK);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("two.yaml", text)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 9);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 20);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    /* chunks 1 and 2 move from the top tier to the lower one */
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    const kvs_backend_ops *top = kvs_tiers_ops(r.h->tiers, 0), *low = kvs_tiers_ops(r.h->tiers, 1);
+    void *top_state = kvs_tiers_state(r.h->tiers, 0), *low_state = kvs_tiers_state(r.h->tiers, 1);
+    static uint8_t object[1 << 20];
+    for (int c = 1; c <= 2; c++) {
+        uint64_t len = 0;
+        ck_assert_int_eq(top->get(top_state, &keys[c], object, sizeof object, &len), KVS_OK);
+        ck_assert_int_eq(low->put(low_state, &keys[c], object, len), KVS_OK);
+        ck_assert_int_eq(top->remove(top_state, &keys[c]), KVS_OK);
+    }
+    offer_and_alloc(&r, "two", t, b, 0);
+    uint32_t errs[16];
+    ck_assert_uint_eq(load_accepted(&r, "two", t, b, errs), 0);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 127));
+    ck_assert_int_eq(api->request_finished(r.h, "two", NULL), KVS_OK);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.leases_active, 0);
+    ck_assert_uint_eq(st.tier_chunks_loaded[0], 2);
+    ck_assert_uint_eq(st.tier_chunks_loaded[1], 2);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *scheduler_suite(void) {
     Suite *s = suite_create("scheduler");
     TCase *tc = tcase_create("scheduler");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, lookup_stops_at_first_missing_chunk);
+    tcase_add_test(tc, a_token_out_of_range_is_refused_at_any_position);
+    tcase_add_test(tc, a_run_across_two_tiers_is_pinned_and_restored_whole);
     tcase_add_test(tc, a_lease_pins_until_it_expires);
     tcase_add_test(tc, releasing_twice_is_harmless);
     tcase_add_test(tc, unknown_requests_are_refused);
