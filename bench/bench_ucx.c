@@ -10,8 +10,12 @@
  *    then stores the same objects again with one put each from the staging pool (removed first, not
  *    timed) and waits for the nodes to confirm them all (kvs_remote_flush): puts are copied into the
  *    tier's put queue and go out in batches, so the time is from the first put to the last
- *    confirmation; a round in which any put was not stored fails the benchmark. Reference in the same round: ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of
- *    the same message size, server and client children on 127.0.0.1. Figures are medians of rounds.
+ *    confirmation; a round in which any put was not stored fails the benchmark. References in the
+ *    same round: one plain TCP stream of the same bytes in each direction between this process and a
+ *    peer where the node runs (this program with --tcp-peer ADDR:PORT; tcp_stream.c), the `ratio`
+ *    while payloads go over TCP; and ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of the
+ *    same message size, the `ratio` with --shared-memory auto (over TCP on UCX 1.13 it moved less
+ *    than the tier: not a limit). Figures are medians of rounds.
  * 2. lookup latency: contains of 512 present keys (one LOOKUP to the one node) against ucx_perftest
  *    ucp_am_lat with a message the size of the encoded LOOKUP; perftest reports one-way latency, so
  *    its round trip is twice that.
@@ -50,6 +54,7 @@ int main(void) {
 #include "backends/ucx/remote.h"
 #include "backends/ucx/wire.h"
 #include "bench_common.h"
+#include "tcp_stream.h"
 
 #define KIB           1024ull
 #define MIB           (1024ull * 1024ull)
@@ -72,7 +77,7 @@ typedef struct node_proc {
     char id[64];
 } node_proc;
 
-static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096];
+static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096], self_bin[4096];
 static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
@@ -328,6 +333,37 @@ static int port_listening(pid_t pid, unsigned port) {
     return found;
 }
 
+/* One plain TCP stream of `bytes` between this process and a peer (this program with --tcp-peer)
+ * where the node runs, in the direction of a get (download) or a put (upload): bytes per second. */
+static double tcp_stream(uint64_t bytes, int upload) {
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) die("pipe", strerror(errno));
+    char *argv[] = {self_bin, "--tcp-peer", (char *)server_addr, NULL};
+    pid_t peer = spawn_server(argv, NULL, out[1]);
+    close(out[1]);
+    /* the peer says which port the system gave it: none is guessed, so none can be taken */
+    char line[64] = "";
+    size_t got = 0;
+    struct pollfd p = {out[0], POLLIN, 0};
+    while (got < sizeof line - 1 && !memchr(line, '\n', got) && poll(&p, 1, 5000) == 1) {
+        ssize_t k = read(out[0], line + got, sizeof line - 1 - got);
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(out[0]);
+    unsigned port = 0;
+    const char *why = "the peer named no port within 5 s";
+    double s = sscanf(line, "port %u", &port) == 1
+                   ? kvs_tcp_stream(server_addr, port, bytes, upload, &why)
+                   : -1;
+    if (s <= 0) kill(peer, SIGKILL);
+    int status = 0;
+    waitpid(peer, &status, 0);
+    if (s <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("the plain TCP stream reference", s <= 0 ? why : "the peer failed");
+    return (double)bytes / s;
+}
+
 /* Run one ucx_perftest test between a server and a client child with UCX_TLS=tls. Fills the figures
  * of the final line: one-way latency (50th percentile, µs) and overall bandwidth (bytes/s). Returns 0
  * on success. */
@@ -444,7 +480,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     kvs_status *sts = calloc(n, sizeof *sts);
     double *get_ns = calloc(o->rounds, sizeof *get_ns), *put_ns = calloc(o->rounds, sizeof *put_ns);
     double *pget = calloc(o->rounds, sizeof *pget), *pput = calloc(o->rounds, sizeof *pput);
-    if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput)
+    double *tget = calloc(o->rounds, sizeof *tget), *tput = calloc(o->rounds, sizeof *tput);
+    if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput || !tget ||
+        !tput)
         die("calloc", "no memory");
     for (uint64_t i = 0; i < n; i++) {
         keys[i] = key_of(size, i);
@@ -507,11 +545,14 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
             perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
             die("ucx_perftest", "no result (see above)");
+        double tcp_get = tcp_stream(n * size, 0), tcp_put = tcp_stream(n * size, 1);
         if (r < o->warmup) continue;
         get_ns[r - o->warmup] = (double)(t1 - t0);
         put_ns[r - o->warmup] = (double)(t3 - t2);
         pget[r - o->warmup] = get_bw;
         pput[r - o->warmup] = put_bw;
+        tget[r - o->warmup] = tcp_get;
+        tput[r - o->warmup] = tcp_put;
     }
     check(t, "stats", kvs_remote_stats(t->state, &after));
     uint64_t rma = after.rma_gets - before.rma_gets,
@@ -532,27 +573,43 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     const char *names[2] = {"ucx_get", "ucx_put"};
     double gbps[2] = {get_gbps, put_gbps}, ref[2] = {ref_get / 1e9, ref_put / 1e9},
            ns[2] = {gns, pns};
+    double tcp[2] = {bench_median(tget, o->rounds) / 1e9, bench_median(tput, o->rounds) / 1e9};
+    /* Over TCP the limit is what one plain TCP stream moves between the same endpoints (a broken
+     * ucx_perftest reference moved less than the tier); over shared memory it is perftest's sm. */
+    int by_tcp = strcmp(o->shared_memory, "off") == 0;
     double sm[2] = {sm_get / 1e9, sm_put / 1e9};
     const char *tests[2] = {"ucp_get", "ucp_put_bw"};
     for (int k = 0; k < 2; k++) {
-        printf(
-            "{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,\"gbps\":%.3f,"
-            "\"reference\":\"ucx_perftest -t %s -s %llu "
-            "(UCX_TLS=%s)\",\"reference_gbps\":%.3f,\"ns\":%.0f,"
-            "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%llu,"
-            "\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
-            names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / ref[k], gbps[k],
-            tests[k], (unsigned long long)size, o->perftest_tls, ref[k], ns[k], bytes, sm[k],
-            tier_tls, (unsigned long long)rma, (unsigned long long)bounce,
-            k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
+        char reference[160];
+        if (by_tcp)
+            snprintf(reference, sizeof reference,
+                     "one plain TCP stream of the same bytes, %s, between the same endpoints",
+                     k == 0 ? "node to client" : "client to node");
+        else
+            snprintf(reference, sizeof reference, "ucx_perftest -t %s -s %llu (UCX_TLS=%s)",
+                     tests[k], (unsigned long long)size, o->perftest_tls);
+        double reference_gbps = by_tcp ? tcp[k] : ref[k];
+        printf("{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,"
+               "\"gbps\":%.3f,\"reference\":\"%s\",\"reference_gbps\":%.3f,\"tcp_stream_gbps\":%."
+               "3f,\"perftest_gbps\":%.3f,\"perftest\":\"ucx_perftest -t %s -s %llu "
+               "(UCX_TLS=%s)\",\"ns\":%.0f,"
+               "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%"
+               "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
+               names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
+               gbps[k], reference, reference_gbps, tcp[k], ref[k], tests[k],
+               (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
+               (unsigned long long)rma, (unsigned long long)bounce,
+               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
         char also[96] = "";
         if (!server_netns)
             snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
-        printf("%s %llu KiB x %llu: %.3f GB/s, ucx_perftest %s %.3f GB/s (UCX_TLS=%s) -> ratio "
-               "%.3f%s\n",
+        printf("%s %llu KiB x %llu: %.3f GB/s; plain TCP stream %.3f GB/s%s; ucx_perftest %s "
+               "%.3f GB/s (UCX_TLS=%s)%s\n",
                k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB),
-               (unsigned long long)n, gbps[k], tests[k], ref[k], o->perftest_tls, gbps[k] / ref[k],
-               also);
+               (unsigned long long)n, gbps[k], tcp[k], by_tcp ? " (the reference)" : "", tests[k],
+               ref[k], o->perftest_tls, also);
+        printf("         ratio %.3f to the %s\n", gbps[k] / reference_gbps,
+               by_tcp ? "TCP stream" : "perftest");
     }
     fflush(stdout);
     for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
@@ -565,6 +622,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     free(put_ns);
     free(pget);
     free(pput);
+    free(tget);
+    free(tput);
 }
 
 static void run_lookup(const tier *t, const options *o) {
@@ -652,11 +711,13 @@ static void run_idle(const tier *t) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--tcp-peer")) return kvs_tcp_peer_main(argv[2]);
     options o = parse_options(argc, argv);
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) die("/proc/self/exe", strerror(errno));
     self[len] = '\0';
+    memcpy(self_bin, self, (size_t)len + 1);
     snprintf(node_bin, sizeof node_bin, "%s/kvstrata-node", dirname(self));
     if (access(node_bin, X_OK) != 0) {
         printf("kvs-bench-ucx: skipped, %s is missing\n", node_bin);
