@@ -132,8 +132,8 @@ static uint32_t slowest_tier(const kvs_request *r) {
     return t;
 }
 
-/* Unpin r's pins from index `from` on and keep only those before it. */
-/* Drop r's pins from `from` on: one call into a tier per run of pins in that tier (64 at most). */
+/* Unpin r's pins from index `from` on and keep only those before it: one call into a tier per run
+ * of pins in that tier (64 at most). */
 static void unpin_from(kvs_handle *h, kvs_request *r, uint64_t from) {
     kvs_key batch[64];
     for (uint64_t i = from; i < r->n_pins;) {
