@@ -26,6 +26,7 @@ typedef struct kvs_tier {
     void *state;
     void *dl; /* plugin handle, NULL for built-ins */
     kvs_write_policy write;
+    int remote; /* type remote: its answers cross the network (read once, at open) */
     uint32_t index;
     struct kvs_tier_chain *chain;
     kvs_backend_host host;
@@ -205,6 +206,7 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
                                  .on_evict = host_on_evict,
                                  .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
+    t->remote = t->ops->type_name && strcmp(t->ops->type_name, "remote") == 0;
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = tc->name,
@@ -376,8 +378,7 @@ int kvs_tiers_find_local(kvs_tier_chain *c, const kvs_key *key) {
 }
 
 int kvs_tiers_is_remote(const kvs_tier_chain *c, uint32_t tier) {
-    const char *type = tier < c->n ? c->tiers[tier].ops->type_name : NULL;
-    return type && strcmp(type, "remote") == 0;
+    return tier < c->n && c->tiers[tier].remote;
 }
 
 kvs_status kvs_tiers_contains(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys, uint64_t n,
