@@ -43,8 +43,8 @@ static const char *const NODE_KEYS[] = {"listen",     "psk_file",         "max_c
 enum { NK_LISTEN, NK_PSK, NK_MAX_CLIENTS, NK_TIMEOUT, NK_MAX_OBJECT, NK_MAX_HANDSHAKES, NK_COUNT };
 
 static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step",
-                                          "host_copies"};
-enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_HOST_COPIES, DK_COUNT };
+                                          "host_copies", "host_threads"};
+enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_HOST_COPIES, DK_HOST_THREADS, DK_COUNT };
 static const char *const HOST_COPIES[] = {"immediate", "deferred"};
 static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_COPY_* order */
 
@@ -212,6 +212,7 @@ static void set_defaults(kvs_config *cfg) {
     cfg->staging_bytes = 256ull << 20;
     cfg->copy_method = 0;
     cfg->hash_threads = 4;
+    cfg->host_threads = 1;
     cfg->max_chunks_per_step = 1024;
     cfg->restore.priority =
         1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
@@ -241,6 +242,10 @@ static kvs_status parse_device(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, 
         st = kvs_yaml_get_choice(ctx, values[DK_HOST_COPIES], "device.host_copies", HOST_COPIES,
                                  COUNT_OF(HOST_COPIES), &choice);
         if (st == KVS_OK) cfg->host_deferred = choice == 1;
+    }
+    if (st == KVS_OK && values[DK_HOST_THREADS]) {
+        st = kvs_yaml_get_uint(ctx, values[DK_HOST_THREADS], "device.host_threads", 1, 64, &value);
+        if (st == KVS_OK) cfg->host_threads = (uint32_t)value;
     }
     return st;
 }

@@ -69,6 +69,8 @@ typedef struct kvs_config {
         max_chunks_per_step; /* device.max_chunks_per_step: loads (and saves) per step; default 1024 */
     int host_deferred;       /* device.host_copies: deferred makes the host device behave like an
                                 * asynchronous one (tests of the CUDA ordering without a GPU) */
+    uint32_t host_threads;  /* device.host_threads: threads moving a layer's copies on the host
+                                device; default 1 (the calling thread) */
     kvs_tier_config *tiers; /* at least one */
     size_t n_tiers;
     struct {              /* `node:`, read by kvstrata-node only; 0 or "" where not given */

@@ -89,7 +89,8 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
                             .max_tokens_per_layer = max_chunks * h->chunk_tokens,
                             .method = (kvs_dev_copy_method)h->cfg->copy_method,
                             .log_level = h->cfg->log_level,
-                            .host_deferred = h->cfg->host_deferred};
+                            .host_deferred = h->cfg->host_deferred,
+                            .host_threads = h->cfg->host_threads};
     char why[512] = "";
     if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
         h->dev_state = NULL;

@@ -68,10 +68,12 @@ typedef struct kvs_device_init {
     uint32_t max_tokens_per_layer; /* upper bound of the summed n_tokens of one layer's copies */
     uint32_t max_copies_per_layer; /* upper bound of n in one load_layer / save_layer call */
     kvs_dev_copy_method method;
-    int log_level;     /* KVS_LOG_* threshold for the module's own messages */
-    int host_deferred; /* host device only: behave like an asynchronous device (copies
+    int log_level;         /* KVS_LOG_* threshold for the module's own messages */
+    int host_deferred;     /* host device only: behave like an asynchronous device (copies
                                     * run at wait_layer / sync, no inline checksums) so the
                                     * connector's CUDA ordering logic runs without a GPU */
+    uint32_t host_threads; /* host device only: threads that move a layer's copies (the caller
+                            * and host_threads - 1 helpers); 0 or 1: the caller alone */
 } kvs_device_init;
 
 /* What open measured or chose, for stats and logs. */

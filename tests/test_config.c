@@ -247,8 +247,9 @@ END_TEST
 START_TEST(device_section_parses_and_refuses_bad_values) {
     kvs_config *cfg =
         cfg_load_ok("device:\n  copy_method: dma\n  hash_threads: 8\n  max_chunks_per_step: 64\n"
-                    "  host_copies: deferred\n" ONE_TIER);
+                    "  host_copies: deferred\n  host_threads: 3\n" ONE_TIER);
     ck_assert_int_eq(cfg->copy_method, 2);
+    ck_assert_uint_eq(cfg->host_threads, 3);
     ck_assert_uint_eq(cfg->hash_threads, 8);
     ck_assert_uint_eq(cfg->max_chunks_per_step, 64);
     ck_assert_int_eq(cfg->host_deferred, 1);
@@ -257,9 +258,14 @@ START_TEST(device_section_parses_and_refuses_bad_values) {
                        "cfg.yaml:2:16: key 'device.copy_method'", "auto, kernel, dma");
     cfg_expect_refused("device:\n  hash_threads: 0\n" ONE_TIER, KVS_ECONFIG,
                        "key 'device.hash_threads'", NULL);
+    cfg_expect_refused("device:\n  host_threads: 65\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'device.host_threads'", NULL);
+    cfg = cfg_load_ok(ONE_TIER);
+    ck_assert_uint_eq(cfg->host_threads, 1);
+    kvs_config_free(cfg);
     cfg_expect_refused("device:\n  streams: 2\n" ONE_TIER, KVS_ECONFIG,
                        "key 'device.streams': unknown key",
-                       "copy_method, hash_threads, max_chunks_per_step, host_copies");
+                       "copy_method, hash_threads, max_chunks_per_step, host_copies, host_threads");
 }
 END_TEST
 

@@ -281,21 +281,59 @@ static void copy_streaming(char *dst, const char *src, size_t n) {
 static void streaming_done(void) {}
 #endif
 
-static inline void move_bytes(direction dir, char *page, char *payload, size_t n) {
-    if (dir == TO_PAGES) {
-        if (n >= STREAM_MIN_BYTES && n >= 64 + 16)
-            copy_streaming(page, payload, n);
+void kvs_kernel_copy_streaming(void *dst, const void *src, size_t n) {
+    if (n >= 64 + 16)
+        copy_streaming((char *)dst, (const char *)src, n);
+    else
+        memcpy(dst, src, n);
+    streaming_done();
+}
+
+/* Bytes copied and then hashed as one step of a hashed run: the step's source is still in L1 when it
+ * is hashed, and the hardware prefetcher keeps streaming the run's next lines meanwhile. */
+#ifndef HASH_STEP_BYTES
+#define HASH_STEP_BYTES ((size_t)4096)
+#endif
+
+static inline void copy_run(char *dst, const char *src, size_t n) {
+    if (n >= STREAM_MIN_BYTES && n >= 64 + 16)
+        copy_streaming(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
+/* One run of n bytes between the pages and the payload. Loads write the pages with non-temporal
+ * stores (runs long enough), and so do hashed saves, whose payload is not read again soon. With
+ * `hash`, the source (the payload for a load, the pages for a save) is hashed a step at a time right
+ * after the step is copied, so the hash reads it from cache: runs arrive in payload order, so this is
+ * the hash of the payload. */
+static inline void move_bytes(direction dir, char *page, char *payload, size_t n,
+                              XXH3_state_t *hash) {
+    char *dst = dir == TO_PAGES ? page : payload;
+    const char *src = dir == TO_PAGES ? payload : page;
+    if (!hash) {
+        if (dir == TO_PAGES)
+            copy_run(dst, src, n);
         else
-            memcpy(page, payload, n);
-    } else {
-        memcpy(payload, page, n);
+            memcpy(dst, src, n);
+        return;
+    }
+    int stream = n >= STREAM_MIN_BYTES;
+    for (size_t off = 0; off < n; off += HASH_STEP_BYTES) {
+        size_t m = n - off < HASH_STEP_BYTES ? n - off : HASH_STEP_BYTES;
+        if (stream && m >= 64 + 16)
+            copy_streaming(dst + off, src + off, m);
+        else
+            memcpy(dst + off, src + off, m);
+        XXH3_64bits_update(hash, src + off, m);
     }
 }
 
 /* Move tokens [t, t + count) of the span (0-based within the span) of one part between the pages at
- * `base` and `payload`, which points at the payload row of token t. */
+ * `base` and `payload`, which points at the payload row of token t; with `hash` (saves only), each
+ * run is hashed from the pages in payload order. */
 static void move_tokens(const layer_walk *w, direction dir, char *base, char *payload, uint32_t t,
-                        uint32_t count) {
+                        uint32_t count, XXH3_state_t *hash) {
     uint64_t token = w->first_token + t;
     const uint64_t end = token + count;
     while (token < end) {
@@ -307,11 +345,11 @@ static void move_tokens(const layer_walk *w, direction dir, char *base, char *pa
             base + (int64_t)w->block_ids[table_index] * w->block_stride + offset * w->token_stride;
         if (w->tokens_contiguous) {
             size_t n = run * w->token_bytes;
-            move_bytes(dir, page, payload, n);
+            move_bytes(dir, page, payload, n, hash);
             payload += n;
         } else if (w->heads_contiguous) {
             for (uint32_t i = 0; i < run; i++) {
-                move_bytes(dir, page, payload, w->token_bytes);
+                move_bytes(dir, page, payload, w->token_bytes, hash);
                 page += w->token_stride;
                 payload += w->token_bytes;
             }
@@ -319,7 +357,7 @@ static void move_tokens(const layer_walk *w, direction dir, char *base, char *pa
             for (uint32_t i = 0; i < run; i++) {
                 char *head = page;
                 for (uint32_t h = 0; h < w->n_heads; h++) {
-                    move_bytes(dir, head, payload, w->head_bytes);
+                    move_bytes(dir, head, payload, w->head_bytes, hash);
                     head += w->head_stride;
                     payload += w->head_bytes;
                 }
@@ -337,13 +375,16 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
     walk_init(&w, view, shape, span);
     size_t part_bytes = w.n_tokens * w.token_bytes;
     for (int p = 0; p < w.n_parts; p++)
-        move_tokens(&w, dir, w.parts[p], payload + (size_t)p * part_bytes, 0, w.n_tokens);
+        move_tokens(&w, dir, w.parts[p], payload + (size_t)p * part_bytes, 0, w.n_tokens, NULL);
     if (dir == TO_PAGES) streaming_done(); /* order the non-temporal stores before returning */
 }
 
-/* Move the layer a piece of whole tokens at a time, hashing each piece of the payload while it is
- * in cache: before the copy when the payload is the source, after it when the payload was just
- * written. */
+/* Layers whose runs in the pages are at least this long are hashed run by run as they move
+ * (move_bytes); shorter runs (a head at a time) are hashed a piece of the payload at a time, just
+ * before a load copies it or just after a save wrote it. */
+#define HASH_RUN_MIN_BYTES ((size_t)512)
+
+/* Move the layer and return the XXH3-64 of its payload, hashing every byte while it is in cache. */
 static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                 const kvs_token_span *span, direction dir, char *payload) {
     XXH3_state_t state;
@@ -351,20 +392,23 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
     if (span->n_tokens > 0) {
         layer_walk w;
         walk_init(&w, view, shape, span);
+        int by_run = w.heads_contiguous && w.token_bytes >= HASH_RUN_MIN_BYTES;
         uint32_t piece_tokens = 1;
-        if (w.token_bytes < HASH_PIECE_BYTES)
+        if (by_run)
+            piece_tokens = w.n_tokens;
+        else if (w.token_bytes < HASH_PIECE_BYTES)
             piece_tokens = (uint32_t)(HASH_PIECE_BYTES / w.token_bytes);
         for (int p = 0; p < w.n_parts; p++) {
             for (uint32_t t = 0; t < w.n_tokens; t += piece_tokens) {
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;
                 size_t n = count * w.token_bytes;
-                if (dir == TO_PAGES) XXH3_64bits_update(&state, payload, n);
-                move_tokens(&w, dir, w.parts[p], payload, t, count);
-                if (dir == TO_PAYLOAD) XXH3_64bits_update(&state, payload, n);
+                if (dir == TO_PAGES && !by_run) XXH3_64bits_update(&state, payload, n);
+                move_tokens(&w, dir, w.parts[p], payload, t, count, by_run ? &state : NULL);
+                if (dir == TO_PAYLOAD && !by_run) XXH3_64bits_update(&state, payload, n);
                 payload += n;
             }
         }
-        if (dir == TO_PAGES) streaming_done();
+        streaming_done(); /* order the non-temporal stores before returning */
     }
     return XXH3_64bits_digest(&state);
 }
@@ -398,6 +442,7 @@ void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *sh
     walk_init(&w, view, shape, span);
     direction dir = to_pages ? TO_PAGES : TO_PAYLOAD;
     char *payload[2] = {(char *)k_payload, (char *)v_payload};
-    for (int p = 0; p < w.n_parts; p++) move_tokens(&w, dir, w.parts[p], payload[p], 0, w.n_tokens);
+    for (int p = 0; p < w.n_parts; p++)
+        move_tokens(&w, dir, w.parts[p], payload[p], 0, w.n_tokens, NULL);
     if (dir == TO_PAGES) streaming_done();
 }

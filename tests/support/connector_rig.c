@@ -35,9 +35,10 @@ const char *rig_config(const char *name, const char *text) {
 
 const char *rig_device_section(void) {
     const char *mode = getenv("KVS_TEST_HOST_COPIES");
-    return mode && strcmp(mode, "deferred") == 0
-               ? "device:\n  host_copies: deferred\n  hash_threads: 2\n"
-               : "";
+    if (mode && strcmp(mode, "deferred") == 0)
+        return "device:\n  host_copies: deferred\n  hash_threads: 2\n";
+    if (mode && strcmp(mode, "threads") == 0) return "device:\n  host_threads: 3\n";
+    return "";
 }
 
 const char *rig_dram_config(uint64_t capacity_objects, uint64_t lease_ms) {

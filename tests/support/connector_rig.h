@@ -41,8 +41,9 @@ void rig_teardown(void);
 /* Write `text` to rig_tmpdir/name; returns the path (a static buffer, valid until the next call). */
 const char *rig_config(const char *name, const char *text);
 /* KVS_TEST_HOST_COPIES=deferred runs a suite with the host device acting like an asynchronous one
- * (copies at wait_layer_load / wait_save, checksums on the hash pool): the CUDA ordering path. This
- * is the `device:` section that asks for it, or "". */
+ * (copies at wait_layer_load / wait_save, checksums on the hash pool): the CUDA ordering path;
+ * KVS_TEST_HOST_COPIES=threads with three threads moving each layer's copies (device.host_threads).
+ * This is the `device:` section that asks for it, or "". */
 const char *rig_device_section(void);
 /* A dram tier of capacity_objects chunk objects with leases of lease_ms, as dram.yaml. */
 const char *rig_dram_config(uint64_t capacity_objects, uint64_t lease_ms);
