@@ -22,6 +22,11 @@
  *    the kernel's per-process read-call count (/proc/self/io syscr).
  * 3. paced: sim_bandwidth per path set to a tenth of the measured single-file fio throughput (so 8
  *    paced paths stay below what the real disk gives), restore of one batch, 1/2/4/8 paths.
+ * 4. writes: each round stores the data set into a new tier (new, preallocated files) with put and
+ *    then flush, and fio then writes the same files in the same run: `--rw=write`, io_uring,
+ *    direct, fixedbufs, blocks of stripe_bytes, the restore's queue depth per file. fio overwrites
+ *    blocks the tier has just written, the cheapest case a file system has, so the reference is
+ *    not weaker than the disk. The figure is the median of the per-round ratios.
  *
  * Exit 77 when fio is missing or the directory does not take O_DIRECT (tmpfs). */
 #include <fcntl.h>
@@ -262,9 +267,10 @@ static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *sta
     return ns;
 }
 
-/* fio over the data files of t: bytes/s, or 0 when fio fails. */
-static double fio_read(const tier *t, const options *o, const char *rw, uint32_t iodepth,
-                       uint64_t bytes_per_file) {
+/* fio over the data files of t (reads, or writes when rw is "write"): bytes/s, or 0 when fio
+ * fails. */
+static double fio_run(const tier *t, const options *o, const char *rw, uint32_t iodepth,
+                      uint64_t bytes_per_file) {
     char cmd[8192];
     int len = snprintf(
         cmd, sizeof cmd,
@@ -281,8 +287,8 @@ static double fio_read(const tier *t, const options *o, const char *rw, uint32_t
     size_t got = fread(out, 1, sizeof out - 1, f);
     out[got] = '\0';
     int rc = pclose(f);
-    const char *read = strstr(out, "\"read\"");
-    const char *bw = read ? strstr(read, "\"bw_bytes\"") : NULL;
+    const char *part = strstr(out, strcmp(rw, "write") == 0 ? "\"write\"" : "\"read\"");
+    const char *bw = part ? strstr(part, "\"bw_bytes\"") : NULL;
     const char *colon = bw ? strchr(bw, ':') : NULL;
     if (rc != 0 || !colon) {
         fprintf(stderr, "fio failed (%d): %.400s\n", rc, out);
@@ -386,8 +392,8 @@ int main(int argc, char **argv) {
         submits += s1.submits - s0.submits;
         steps += o.objects / o.batch;
         tier_bps[r] = (double)data_bytes / ((double)ns / 1e9);
-        fio_bps[r] = fio_read(&u, &o, "randread", iodepth, units_pp * o.stripe);
-        seq_bps[r] = fio_read(&u, &o, "read", iodepth, units_pp * o.stripe);
+        fio_bps[r] = fio_run(&u, &o, "randread", iodepth, units_pp * o.stripe);
+        seq_bps[r] = fio_run(&u, &o, "read", iodepth, units_pp * o.stripe);
         if (fio_bps[r] <= 0.0 || seq_bps[r] <= 0.0) die("fio", "the reference run failed");
     }
     double tier_med = bench_median(tier_bps, o.rounds), rand_med = bench_median(fio_bps, o.rounds);
@@ -497,6 +503,39 @@ int main(int argc, char **argv) {
         tier_close(&t);
         if (!o.keep) remove_tree(&t);
     }
+
+    /* 4. writes: put + flush into new files, against fio writing the same files */
+    double *w_tier = calloc(o.rounds, sizeof *w_tier), *w_fio = calloc(o.rounds, sizeof *w_fio);
+    double *w_ratio = calloc(o.rounds, sizeof *w_ratio);
+    if (!w_tier || !w_fio || !w_ratio) die("write", "out of memory");
+    for (uint32_t r = 0; r < o.rounds; r++) {
+        tier w;
+        char tag[32];
+        snprintf(tag, sizeof tag, "write%u", r);
+        tier_open(&w, &o, tag, o.paths, o.objects, "uring", NULL, staging, staging_len);
+        w_tier[r] = (double)data_bytes / ((double)tier_fill(&w, &o, o.objects, buf) / 1e9);
+        w_fio[r] = fio_run(&w, &o, "write", iodepth, units_pp * o.stripe);
+        if (w_fio[r] <= 0.0) die("fio", "the write reference run failed");
+        w_ratio[r] = w_tier[r] / w_fio[r];
+        tier_close(&w);
+        if (!o.keep) remove_tree(&w);
+    }
+    double w_tier_med = bench_median(w_tier, o.rounds), w_fio_med = bench_median(w_fio, o.rounds);
+    double w_med = bench_median(w_ratio, o.rounds);
+    printf("{\"bench\":\"ssd_write\",\"ratio\":%.3f,\"reference\":\"fio io_uring direct fixedbufs "
+           "write of the same files\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"bytes\":%llu,"
+           "\"paths\":%u,\"stripe_bytes\":%llu,\"fio_iodepth\":%u,\"rounds\":%u,"
+           "\"ratio_min\":%.3f,\"ratio_max\":%.3f}\n",
+           w_med, w_tier_med / 1e9, w_fio_med / 1e9, (unsigned long long)data_bytes, o.paths,
+           (unsigned long long)o.stripe, iodepth, o.rounds, w_ratio[0], w_ratio[o.rounds - 1]);
+    printf("ssd write (put + flush into new files): %.2f GB/s, fio write %.2f GB/s (%u jobs, bs %llu "
+           "KiB, iodepth %u), ratio %.3f (median of %u per-round ratios, %.3f to %.3f)\n",
+           w_tier_med / 1e9, w_fio_med / 1e9, o.paths, (unsigned long long)(o.stripe / 1024),
+           iodepth, w_med, o.rounds, w_ratio[0], w_ratio[o.rounds - 1]);
+    free(w_tier);
+    free(w_fio);
+    free(w_ratio);
+
     if (!o.keep) rmdir(run_root);
     free(tier_bps);
     free(fio_bps);

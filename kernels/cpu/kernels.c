@@ -325,6 +325,10 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
             copy_streaming(dst + off, src + off, m);
         else
             memcpy(dst + off, src + off, m);
+        /* the next step's lines are asked for (into L2) while this one is hashed from L1: the
+         * hardware prefetcher stops at the 4 KiB page, and the hash alone would leave memory idle */
+        for (size_t i = off + m; i < n && i < off + 2 * m; i += 64)
+            __builtin_prefetch(src + i, 0, 2);
         XXH3_64bits_update(hash, src + off, m);
     }
 }
