@@ -26,11 +26,11 @@
 #include <sys/mman.h>
 
 #include "bench_common.h"
+#include "common/copy.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "connector/object.h"
 #include "connector/tiers.h"
-#include "kernels/cpu/kernels.h"
 
 #define N_HEADS          8u
 #define HEAD_DIM         128u
@@ -283,9 +283,10 @@ static void *copy_part(void *arg) {
             uint8_t *t = j->tier + (c * layers + l) * PIECE_BYTES;
             uint8_t *dst = j->to_pages ? p : t;
             const uint8_t *src = j->to_pages ? t : p;
-            if (j->streaming)
-                kvs_kernel_copy_streaming(dst, src, PIECE_BYTES);
-            else
+            if (j->streaming) {
+                kvs_copy_streaming(dst, src, PIECE_BYTES);
+                kvs_copy_fence();
+            } else
                 memcpy(dst, src, PIECE_BYTES);
         }
     return NULL;

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "common/copy.h"
 #include "common/key.h"
 #include "ssd_place.h"
 
@@ -314,11 +314,14 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     }
     uint8_t *data = job->buffer + header_bytes;
     memset(job->buffer, 0, header_bytes);
-    if (len) memcpy(data, object, len);
+    /* Each unit is checksummed while it is copied (one pass over the object), with non-temporal
+     * stores: the buffer is read next by the device, not by this CPU. */
+    for (uint32_t u = 0; u < n_units; u++) {
+        uint64_t at = (uint64_t)u * t->stripe_bytes;
+        checksums[u] = kvs_copy_hash64(data + at, (const uint8_t *)object + at,
+                                       ssd_format_unit_bytes(len, t->stripe_bytes, u), 1);
+    }
     memset(data + len, 0, data_bytes - len);
-    for (uint32_t u = 0; u < n_units; u++)
-        checksums[u] = XXH3_64bits(data + (uint64_t)u * t->stripe_bytes,
-                                   ssd_format_unit_bytes(len, t->stripe_bytes, u));
 
     pthread_mutex_lock(&t->mutex);
     if (choose_paths(t, n_units, paths) != 0) {

@@ -5,13 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* XXH3_state_t on the stack: the hashing variants return a value, not a status, so they must not
- * allocate. */
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-/* Where libxxhash was built with its x86 dispatcher (it installs this header then), the streaming
- * update picks AVX2/AVX-512 at run time instead of the SSE2 baseline: about twice the hash
- * throughput, which is what keeps scatter_hash close to memcpy speed. */
+/* XXH3_state_t on the stack (copy.h): the hashing variants return a value, not a status, so they
+ * must not allocate. The streaming update dispatches to AVX2 where libxxhash can (common/copy.c). */
+#include "common/copy.h"
 #if !defined(KVS_NO_XXH_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) && \
     defined(__has_include)
 #if __has_include(<xxh_x86dispatch.h>)
@@ -246,61 +242,9 @@ static void walk_init(layer_walk *w, const kvs_layer_view *view, const kvs_kv_sh
     w->n_parts = shape->has_v ? 2 : 1;
 }
 
-/* Runs at least this long are written into the pages with non-temporal stores: the engine's pages
- * are far larger than the cache, so reading each destination line before overwriting it (what
- * ordinary stores do) would add a third of the memory traffic to a restore. */
-#define STREAM_MIN_BYTES ((size_t)4096)
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-static void copy_streaming(char *dst, const char *src, size_t n) {
-    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
-    memcpy(dst, src, head);
-    dst += head;
-    src += head;
-    n -= head;
-    for (; n >= 64; n -= 64, dst += 64, src += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)src);
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(src + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + 32));
-        __m128i d = _mm_loadu_si128((const __m128i *)(const void *)(src + 48));
-        _mm_stream_si128((__m128i *)(void *)dst, a);
-        _mm_stream_si128((__m128i *)(void *)(dst + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(dst + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(dst + 48), d);
-    }
-    memcpy(dst, src, n);
-}
-static void streaming_done(void) {
-    _mm_sfence();
-}
-#else
-static void copy_streaming(char *dst, const char *src, size_t n) {
-    memcpy(dst, src, n);
-}
-static void streaming_done(void) {}
-#endif
-
-void kvs_kernel_copy_streaming(void *dst, const void *src, size_t n) {
-    if (n >= 64 + 16)
-        copy_streaming((char *)dst, (const char *)src, n);
-    else
-        memcpy(dst, src, n);
-    streaming_done();
-}
-
-/* Bytes copied and then hashed as one step of a hashed run: the step's source is still in L1 when it
- * is hashed, and the hardware prefetcher keeps streaming the run's next lines meanwhile. */
-#ifndef HASH_STEP_BYTES
-#define HASH_STEP_BYTES ((size_t)4096)
-#endif
-
-static inline void copy_run(char *dst, const char *src, size_t n) {
-    if (n >= STREAM_MIN_BYTES && n >= 64 + 16)
-        copy_streaming(dst, src, n);
-    else
-        memcpy(dst, src, n);
-}
+/* Runs at least KVS_COPY_STREAM_MIN long are written into the pages with non-temporal stores: the
+ * engine's pages are far larger than the cache, so reading each destination line before overwriting
+ * it (what ordinary stores do) would add a third of the memory traffic to a restore. */
 
 /* One run of n bytes between the pages and the payload. Loads write the pages with non-temporal
  * stores (runs long enough), and so do hashed saves, whose payload is not read again soon. With
@@ -311,26 +255,12 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
                               XXH3_state_t *hash) {
     char *dst = dir == TO_PAGES ? page : payload;
     const char *src = dir == TO_PAGES ? payload : page;
-    if (!hash) {
-        if (dir == TO_PAGES)
-            copy_run(dst, src, n);
-        else
-            memcpy(dst, src, n);
-        return;
-    }
-    int stream = n >= STREAM_MIN_BYTES;
-    for (size_t off = 0; off < n; off += HASH_STEP_BYTES) {
-        size_t m = n - off < HASH_STEP_BYTES ? n - off : HASH_STEP_BYTES;
-        if (stream && m >= 64 + 16)
-            copy_streaming(dst + off, src + off, m);
-        else
-            memcpy(dst + off, src + off, m);
-        /* the next step's lines are asked for (into L2) while this one is hashed from L1: the
-         * hardware prefetcher stops at the 4 KiB page, and the hash alone would leave memory idle */
-        for (size_t i = off + m; i < n && i < off + 2 * m; i += 64)
-            __builtin_prefetch(src + i, 0, 2);
-        XXH3_64bits_update(hash, src + off, m);
-    }
+    if (hash)
+        kvs_copy_hash_update(hash, dst, src, n, 1);
+    else if (dir == TO_PAGES && n >= KVS_COPY_STREAM_MIN)
+        kvs_copy_streaming(dst, src, n);
+    else
+        memcpy(dst, src, n);
 }
 
 /* Move tokens [t, t + count) of the span (0-based within the span) of one part between the pages at
@@ -380,7 +310,7 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
     size_t part_bytes = w.n_tokens * w.token_bytes;
     for (int p = 0; p < w.n_parts; p++)
         move_tokens(&w, dir, w.parts[p], payload + (size_t)p * part_bytes, 0, w.n_tokens, NULL);
-    if (dir == TO_PAGES) streaming_done(); /* order the non-temporal stores before returning */
+    if (dir == TO_PAGES) kvs_copy_fence(); /* order the non-temporal stores before returning */
 }
 
 /* Layers whose runs in the pages are at least this long are hashed run by run as they move
@@ -412,7 +342,7 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
                 payload += n;
             }
         }
-        streaming_done(); /* order the non-temporal stores before returning */
+        kvs_copy_fence(); /* order the non-temporal stores before returning */
     }
     return XXH3_64bits_digest(&state);
 }
@@ -448,5 +378,5 @@ void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *sh
     char *payload[2] = {(char *)k_payload, (char *)v_payload};
     for (int p = 0; p < w.n_parts; p++)
         move_tokens(&w, dir, w.parts[p], payload[p], 0, w.n_tokens, NULL);
-    if (dir == TO_PAGES) streaming_done();
+    if (dir == TO_PAGES) kvs_copy_fence();
 }

@@ -66,10 +66,6 @@ void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *sh
                               const kvs_token_span *span, void *k_payload, void *v_payload,
                               int to_pages);
 
-/* memcpy with non-temporal stores (where the CPU has them): the copy the data paths use for large
- * runs, exported for benchmarks to measure as a reference. Ordered before it returns. */
-void kvs_kernel_copy_streaming(void *dst, const void *src, size_t n);
-
 #ifdef __cplusplus
 }
 #endif
