@@ -239,6 +239,28 @@ kvs_status kvs_ucx_wait(kvs_ucx_transport *t, int timeout_ms) {
 
 /* ---- lifetime -------------------------------------------------------------------------------- */
 
+/* UCX's TCP transport moves a message in segments of UCX_TCP_TX_SEG_SIZE (8K by default) and
+ * receives into UCX_TCP_RX_SEG_SIZE buffers (64K), so a 1 MiB object crosses as 128 sends, each a
+ * trip through UCX's progress; and RMA over TCP is emulated in those segments. Larger ones move
+ * objects at 2.5-3x the rate (docs/benchmarks.md, kvs-bench-ucx). A value the user set in the
+ * environment wins. The names are the transport's own (no "TCP_"): UCX applies a name it does not
+ * know at its layer to each transport's configuration as it opens it, and only TCP's has these. */
+static const struct {
+    const char *name, *value;
+} TCP_TUNING[] = {{"TX_SEG_SIZE", "256K"}, {"RX_SEG_SIZE", "1M"}};
+
+static void tune_tcp(kvs_ucx_transport *t, ucp_config_t *config) {
+    for (size_t i = 0; i < sizeof TCP_TUNING / sizeof TCP_TUNING[0]; i++) {
+        char env[64];
+        snprintf(env, sizeof env, "UCX_TCP_%s", TCP_TUNING[i].name);
+        if (getenv(env)) continue;
+        ucs_status_t st = ucp_config_modify(config, TCP_TUNING[i].name, TCP_TUNING[i].value);
+        if (st != UCS_OK)
+            kvs_log(t->log_level, KVS_LOG_DEBUG, "ucx \"%s\": cannot set %s=%s: %s", t->name, env,
+                    TCP_TUNING[i].value, ucs_status_string(st));
+    }
+}
+
 kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out, char *err,
                           size_t err_len) {
     if (out) *out = NULL;
@@ -266,6 +288,7 @@ kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out,
                 ucs_status_string(st));
         goto fail;
     }
+    tune_tcp(t, config);
     ucp_params_t cp;
     memset(&cp, 0, sizeof cp);
     cp.field_mask =
