@@ -59,6 +59,8 @@ bench: build
 	@for b in $(BUILD)/bin/kvs-bench-*; do echo "== $$b"; $$b; rc=$$?; \
 	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs hardware this machine lacks)"; \
 	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
+	@echo "== $(BUILD)/bin/kvs-bench-dram --threads 2 (device.host_threads: 2, against two copying threads)"
+	@$(BUILD)/bin/kvs-bench-dram --threads 2
 
 install: build
 	cmake --install $(BUILD)

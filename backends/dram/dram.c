@@ -53,6 +53,26 @@ static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *b
     }
 }
 
+/* Ask for the index lines that finding keys [0, n) will read: the home buckets of all of them, then
+ * the slab entries those buckets name. A lookup's keys land in random buckets of an index far
+ * larger than the cache, so finding them one after the other waits for two misses per key in turn;
+ * after this the misses overlap. Runs that may stop at their first key (contains, pin) find that
+ * one first and ask for the rest only when it is there, so a miss costs nothing more. A hint only,
+ * with the lock held: index_find does the finding. */
+static void index_prefetch(const dram_state *st, const kvs_key *keys, uint64_t n) {
+    enum { BATCH = 64 };
+    uint64_t mask = st->header->geo.n_buckets - 1;
+    for (uint64_t first = 0; first < n; first += BATCH) {
+        uint64_t end = n - first < BATCH ? n : first + BATCH;
+        for (uint64_t i = first; i < end; i++)
+            __builtin_prefetch(&st->buckets[kvs_key_hash(&keys[i]) & mask], 0, 3);
+        for (uint64_t i = first; i < end; i++) {
+            uint32_t s = st->buckets[kvs_key_hash(&keys[i]) & mask];
+            if (s != DRAM_NIL) __builtin_prefetch(&st->slabs[s], 0, 3);
+        }
+    }
+}
+
 static void index_insert(dram_state *st, uint32_t s) {
     uint64_t mask = st->header->geo.n_buckets - 1;
     uint64_t b = kvs_key_hash(&st->slabs[s].key) & mask;
@@ -337,7 +357,8 @@ static kvs_status dram_contains(void *state, const kvs_key *keys, uint64_t n, ui
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
     uint64_t i = 0;
-    while (i < n && index_find(st, &keys[i], NULL) != DRAM_NIL) i++;
+    while (i < n && index_find(st, &keys[i], NULL) != DRAM_NIL)
+        if (i++ == 0) index_prefetch(st, keys + 1, n - 1);
     dram_unlock(st);
     *n_present = i;
     return KVS_OK;
@@ -356,6 +377,7 @@ static kvs_status dram_pin(void *state, const kvs_key *keys, uint64_t n, uint64_
     for (; i < n; i++) {
         uint32_t s = index_find(st, &keys[i], NULL);
         if (s == DRAM_NIL) break;
+        if (i == 0) index_prefetch(st, keys + 1, n - 1);
         slab_entry *e = &st->slabs[s];
         slab_pinned(e, now); /* clears an expired pin before this one nests on it */
         if (e->pins < UINT32_MAX) e->pins++;
@@ -372,6 +394,7 @@ static kvs_status dram_unpin(void *state, const kvs_key *keys, uint64_t n) {
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
     uint64_t now = kvs_clock_now_ns(st->clock);
+    index_prefetch(st, keys, n);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = index_find(st, &keys[i], NULL);
         if (s == DRAM_NIL) continue;
