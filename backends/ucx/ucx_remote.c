@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "ucx_remote_internal.h"
 
@@ -222,7 +223,10 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
         return KVS_ETIMEDOUT;
     }
     pthread_mutex_unlock(&r->mutex);
-    memcpy(r->queue + off, object, len); /* the room is ours until the job finishes */
+    /* The room is ours until the job finishes. Non-temporal stores: the queue is read next by the
+     * transport (or a node), not by this CPU, so its lines need not be read in before the copy. */
+    kvs_copy_streaming(r->queue + off, object, len);
+    kvs_copy_fence();
     j->object = r->queue + off;
     j->deadline_ns = kvs_now_ns() + timeout_ns;
     kvs_status st = enqueue(r, j);
