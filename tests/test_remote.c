@@ -588,6 +588,58 @@ START_TEST(a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes) {
 }
 END_TEST
 
+/* A node on shared memory reads the put queue without this process's help. When both nodes hang,
+ * the tier gives up on a put after timeout_ms and reuses its room for the next put; a node that then
+ * resumes and serves the first PUT reads the second object's bytes. It must store nothing rather
+ * than those bytes under the first key: the PUT carries the time from which the room may be reused,
+ * and a node stores nothing it finished reading later. */
+START_TEST(a_node_that_resumes_after_the_tier_gave_up_stores_no_stale_put) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    kvs_backend_option opts[] = {{"node", nodes[0].id},  {"node", nodes[1].id},
+                                 {"psk_file", key_path}, {"tenant", "test-tenant"},
+                                 {"timeout_ms", "400"},  {"connect_backoff_ms", "50"},
+                                 {"put_queue_mb", "1"},  {"shared_memory", "auto"}};
+    char err[512];
+    void *s = NULL;
+    ck_assert_int_eq(kvs_test_remote_create(opts, 8, err, sizeof err, &s, staging, STAGING_BYTES),
+                     KVS_OK);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_shared_memory, 2);
+    const uint64_t len =
+        512 * 1024; /* two fill the 1 MiB queue: the third reuses the first's room */
+    uint8_t *buf = malloc(len);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(nodes[1].pid, SIGSTOP), 0);
+    for (uint32_t i = 0; i < 6; i++) { /* each is given up after 400 ms; later ones reuse room */
+        kvs_key k = kvs_test_remote_key(1100 + i);
+        kvs_test_fill(buf, len, 1100 + i);
+        kvs_status st = ops->put(s, &k, buf, len);
+        ck_assert_msg(st == KVS_OK || st == KVS_ETIMEDOUT, "put %u: %d", i, st);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGCONT), 0);
+    ck_assert_int_eq(kill(nodes[1].pid, SIGCONT), 0);
+    ck_assert_msg(kvs_test_wait_for(both_nodes_up, s, 5000), "the nodes did not come back: %s",
+                  ops->last_error(s));
+    kvs_test_pause_ms(300);            /* the resumed nodes serve what they had received */
+    for (uint32_t i = 0; i < 6; i++) { /* each key holds its own bytes, or nothing */
+        kvs_key k = kvs_test_remote_key(1100 + i);
+        uint64_t got = 0;
+        memset(staging, 0, len);
+        kvs_status st = ops->get(s, &k, staging, len, &got);
+        if (st == KVS_ENOTFOUND) continue;
+        ck_assert_int_eq(st, KVS_OK);
+        kvs_test_fill(buf, len, 1100 + i);
+        ck_assert_msg(got == len && memcmp(staging, buf, len) == 0,
+                      "key %u holds bytes that are not its object's", 1100 + i);
+    }
+    ops->destroy(s);
+    free(buf);
+}
+END_TEST
+
 START_TEST(an_idle_tier_uses_almost_no_cpu) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     void *s = open_ok("1", "2000");
@@ -626,6 +678,7 @@ int main(void) {
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);
+    tcase_add_test(live, a_node_that_resumes_after_the_tier_gave_up_stores_no_stale_put);
     suite_add_tcase(suite, live);
     /* they measure time (puts against hung nodes within the timeout, idle CPU): run by
      * test_remote_timing (label timing) */

@@ -228,6 +228,53 @@ START_TEST(put_round_trips_remote_and_inline_sources) {
 }
 END_TEST
 
+/* A PUT to a node on shared memory carries the time from which the client may reuse the objects'
+ * room; one without it decodes as 0 (none). */
+START_TEST(put_round_trips_its_read_by_time) {
+    uint8_t rkey[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    kvs_test_wire_keyed_entries(1);
+    kvs_test_wire_in[0].length = 1 << 20;
+    kvs_test_wire_in[0].remote_addr = 0x2000;
+    kvs_test_wire_in[0].rkey = rkey;
+    kvs_test_wire_in[0].rkey_len = sizeof rkey;
+    kvs_wire_msg msg, back;
+    kvs_wire_msg_init(&msg, KVS_WIRE_PUT, 9);
+    msg.entries = kvs_test_wire_in;
+    msg.n_entries = 1;
+    msg.read_by_ns = 0x123456789abcull;
+    uint8_t *copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_uint_eq(back.read_by_ns, 0x123456789abcull);
+    ck_assert_uint_eq(back.entries[0].remote_addr, 0x2000);
+    free(copy);
+    msg.read_by_ns = 0;
+    copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_uint_eq(back.read_by_ns, 0);
+    free(copy);
+}
+END_TEST
+
+/* A read-by time of 0 is not a time, and a GET has no such field. */
+START_TEST(a_zero_read_by_time_and_a_get_with_one_are_refused) {
+    static const uint32_t types[2] = {KVS_WIRE_PUT, KVS_WIRE_GET};
+    for (int t = 0; t < 2; t++) {
+        kvs_test_raw r;
+        kvs_test_raw_begin(&r, KVS_WIRE_VERSION, types[t], 1);
+        ck_assert_int_eq(msgpack_pack_array(&r.pk, 3), 0);
+        kvs_test_raw_bin(&r, KVS_WIRE_KEY_BYTES, 1);
+        ck_assert_int_eq(msgpack_pack_array(&r.pk, 1), 0);
+        ck_assert_int_eq(msgpack_pack_array(&r.pk, 3), 0);
+        ck_assert_int_eq(msgpack_pack_uint64(&r.pk, 4096), 0);
+        ck_assert_int_eq(msgpack_pack_uint64(&r.pk, 0x1000), 0);
+        kvs_test_raw_bin(&r, 8, 3);
+        ck_assert_int_eq(msgpack_pack_uint64(&r.pk, 0), 0);
+        kvs_wire_msg msg;
+        kvs_wire_refusal why;
+        ck_assert_int_ne(kvs_test_raw_decode(&r, &msg, &why), KVS_OK);
+        ck_assert_int_eq(why.code, t == 0 ? KVS_WIRE_ERR_VALUE : KVS_WIRE_ERR_TYPE);
+    }
+}
+END_TEST
+
 START_TEST(put_reply_and_delete_reply_round_trip_statuses) {
     uint32_t types[] = {KVS_WIRE_PUT_REPLY, KVS_WIRE_DELETE_REPLY};
     for (int t = 0; t < 2; t++) {
@@ -434,6 +481,8 @@ static Suite *wire_suite(void) {
     tcase_add_test(wire, get_round_trips_destination_descriptors);
     tcase_add_test(wire, get_reply_round_trips_status_and_length);
     tcase_add_test(wire, put_round_trips_remote_and_inline_sources);
+    tcase_add_test(wire, put_round_trips_its_read_by_time);
+    tcase_add_test(wire, a_zero_read_by_time_and_a_get_with_one_are_refused);
     tcase_add_test(wire, put_reply_and_delete_reply_round_trip_statuses);
     tcase_add_test(wire, stats_reply_round_trips_counters);
     tcase_add_test(wire, encode_reports_the_needed_size_and_writes_nothing_past_a_short_buffer);

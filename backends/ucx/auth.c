@@ -329,7 +329,11 @@ kvs_status kvs_remote_host_id(uint8_t out[KVS_REMOTE_HOST_ID_BYTES]) {
     k = readlink("/proc/self/ns/pid", pidns,
                  sizeof pidns - 1); /* pids (AUTH's pid) mean the same */
     pidns[k > 0 ? k : 0] = '\0';
-    static const char tag[] = "kvstrata-host-v1";
+    /* and the time namespace: a PUT's read-by time is CLOCK_MONOTONIC, which it offsets */
+    char timens[64] = "";
+    k = readlink("/proc/self/ns/time", timens, sizeof timens - 1);
+    timens[k > 0 ? k : 0] = '\0';
+    static const char tag[] = "kvstrata-host-v2";
     unsigned int len = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
@@ -338,6 +342,7 @@ kvs_status kvs_remote_host_id(uint8_t out[KVS_REMOTE_HOST_ID_BYTES]) {
              EVP_DigestUpdate(ctx, "\n", 1) == 1 && EVP_DigestUpdate(ctx, boot, (size_t)n) == 1 &&
              EVP_DigestUpdate(ctx, net, strlen(net)) == 1 &&
              EVP_DigestUpdate(ctx, pidns, strlen(pidns)) == 1 &&
+             EVP_DigestUpdate(ctx, timens, strlen(timens)) == 1 &&
              EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == KVS_REMOTE_HOST_ID_BYTES;
     EVP_MD_CTX_free(ctx);
     return ok ? KVS_OK : KVS_EIO;

@@ -73,7 +73,8 @@ typedef struct rnode {
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
-    int shared_memory; /* up, and its payloads run over something other than tcp */
+    int shared_memory;   /* up, and its payloads run over something other than tcp */
+    uint64_t read_by_ns; /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
     int pending;
     uint64_t request_id;
@@ -111,6 +112,10 @@ typedef struct remote {
      * in batches and frees the room in queue order (head, used: under mutex) */
     uint8_t *queue;
     uint64_t queue_len, queue_head, queue_used;
+    /* Room of finished puts not yet given back: a node on shared memory that did not answer may
+     * read the queue without this process's help until queue_hold_until, so no room is reused
+     * before then (docs/remote.md, "Shared memory on one host"). */
+    uint64_t queue_held, queue_hold_until;
     kvs_ucx_mem *queue_mem;
     uint8_t queue_rkey[KVS_WIRE_MAX_RKEY_BYTES];
     uint32_t queue_rkey_len;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -159,10 +160,14 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             }
         }
         if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
+        nd->read_by_ns = 0;
         if (type ==
             KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
             uint64_t fair = kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
             if (deadline < fair) deadline = fair;
+            /* a node on shared memory reads the queue without our help: it is told until when
+             * the room is the objects' (the same clock: one host, one time namespace) */
+            if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
         }
         if (remote_send_msg(r, nd, &m, deadline) != KVS_OK) {
             nd->pending = 0;
@@ -193,6 +198,8 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             if (type == KVS_WIRE_PUT) { /* the copies this node did not confirm */
                 pthread_mutex_lock(&r->mutex);
                 r->stats.puts_dropped += nd->n_batch;
+                /* it may still read them until their read-by time: their room waits for it */
+                if (nd->read_by_ns > r->queue_hold_until) r->queue_hold_until = nd->read_by_ns;
                 pthread_mutex_unlock(&r->mutex);
             }
             remote_node_down(r, nd, nd->refusal[0] ? nd->refusal : "request failed");
@@ -349,10 +356,24 @@ static void run_job(remote *r, job *j) {
 
 /* ---- the progress thread --------------------------------------------------------------------- */
 
+/* With the mutex held: give back the room held for a node that may still read it, once its
+ * read-by time has passed. */
+static void release_held(remote *r) {
+    if (r->queue_held && kvs_now_ns() >= r->queue_hold_until) {
+        r->queue_used -= r->queue_held;
+        r->queue_held = 0;
+        pthread_cond_broadcast(&r->cond);
+    }
+}
+
 static void finish(remote *r, job *j) {
     pthread_mutex_lock(&r->mutex);
     if (j->kind == JOB_PUT) { /* its room in the queue: puts finish in the order they took it */
-        r->queue_used -= j->queue_span;
+        release_held(r);
+        if (r->queue_held || kvs_now_ns() < r->queue_hold_until)
+            r->queue_held += j->queue_span; /* behind room a node may still read */
+        else
+            r->queue_used -= j->queue_span;
         pthread_cond_broadcast(&r->cond);
     }
     if (j->abandoned || j->detached) {
@@ -444,6 +465,16 @@ ucx_fail:
 }
 
 static void thread_stop(remote *r) {
+    /* the queue goes away after this: not while a node on shared memory may still read it */
+    for (;;) {
+        pthread_mutex_lock(&r->mutex);
+        uint64_t until = r->queue_held ? r->queue_hold_until : 0;
+        release_held(r);
+        pthread_mutex_unlock(&r->mutex);
+        if (!until || kvs_now_ns() >= until) break;
+        struct timespec pause = {0, 5000000};
+        nanosleep(&pause, NULL);
+    }
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         if (r->nodes[i].conn) {
             kvs_ucx_conn_set_user(r->nodes[i].conn, NULL);
@@ -505,6 +536,8 @@ void *remote_progress_main(void *arg) {
         remote_reconnect_due(r, &next_ns);
         pthread_mutex_lock(&r->mutex);
         int queued = r->head != NULL || r->stopping;
+        release_held(r);
+        if (r->queue_held && r->queue_hold_until < next_ns) next_ns = r->queue_hold_until;
         pthread_mutex_unlock(&r->mutex);
         if (queued) continue;
         if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;

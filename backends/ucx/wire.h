@@ -122,6 +122,10 @@ typedef struct kvs_wire_msg {
     kvs_wire_entry *entries; /* batch types: n_entries (0..KVS_WIRE_MAX_KEYS) */
     uint32_t n_entries;
     uint64_t counters[KVS_WIRE_STATS_COUNT]; /* STATS_REPLY */
+    /* PUT, optional (0: none): the client's CLOCK_MONOTONIC time in ns from which it may reuse the
+     * objects' room. Sent to a node on the same host whose payloads cross shared memory (same
+     * boot, same time namespace: one clock): the node stores nothing it finished reading later. */
+    uint64_t read_by_ns;
 } kvs_wire_msg;
 
 /* Why a decode (or an encode) was refused: a code and a sentence. request_id is set when the

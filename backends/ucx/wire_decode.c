@@ -265,7 +265,9 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
         case KVS_WIRE_PUT: {
             uint32_t n_keys;
             int get = out->type == KVS_WIRE_GET;
-            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            uint32_t body_fields;
+            if (read_array(r, &body_fields, 2, get ? 2 : 3, KVS_WIRE_ERR_TYPE, "the body") != 0)
+                return -1;
             if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
             if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
             for (uint32_t i = 0; i < n; i++) {
@@ -305,6 +307,14 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                 }
             }
             out->n_entries = n;
+            if (body_fields == 3) {
+                if (read_uint(r, &out->read_by_ns, UINT64_MAX, "a read-by time") != 0) return -1;
+                if (out->read_by_ns == 0) {
+                    wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
+                                "wire: put message: the read-by time is 0");
+                    return -1;
+                }
+            }
             return 0;
         }
         case KVS_WIRE_GET_REPLY:

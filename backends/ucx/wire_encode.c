@@ -202,7 +202,7 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
             }
             break;
         case KVS_WIRE_PUT:
-            msgpack_pack_array(pk, 2);
+            msgpack_pack_array(pk, msg->read_by_ns ? 3 : 2);
             pack_keys(pk, msg);
             msgpack_pack_array(pk, n);
             for (uint32_t i = 0; i < n; i++) {
@@ -217,6 +217,7 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
                     pack_bytes(pk, e->rkey, e->rkey_len);
                 }
             }
+            if (msg->read_by_ns) msgpack_pack_uint64(pk, msg->read_by_ns);
             break;
         case KVS_WIRE_PUT_REPLY:
         case KVS_WIRE_DELETE_REPLY:

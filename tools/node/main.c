@@ -165,14 +165,15 @@ int main(int argc, char **argv) {
     printf("kvstrata-node stopped on %s connections=%llu rejected=%llu handshake_refusals=%llu "
            "handshake_timeouts=%llu unknown_sessions=%llu auth_ok=%llu auth_failures=%llu "
            "refusals=%llu lookups=%llu hits=%llu misses=%llu gets=%llu puts=%llu deletes=%llu "
-           "bytes_in=%llu bytes_out=%llu\n",
+           "bytes_in=%llu bytes_out=%llu late_puts=%llu\n",
            signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
            (unsigned long long)s.handshake_refusals, (unsigned long long)s.handshake_timeouts,
            (unsigned long long)s.unknown_sessions, (unsigned long long)s.auth_ok,
            (unsigned long long)s.auth_failures, (unsigned long long)s.refusals,
            (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
            (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,
-           (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
+           (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
+           (unsigned long long)s.late_puts);
     fflush(stdout);
     rc = 0;
 out:

@@ -53,6 +53,7 @@ typedef struct kvs_node_stats {
     uint64_t deletes;   /* keys removed */
     uint64_t bytes_in;  /* object bytes stored */
     uint64_t bytes_out; /* object bytes written to clients */
+    uint64_t late_puts; /* objects not stored: read at or after their PUT's read-by time */
 } kvs_node_stats;
 
 /* Open the tiers, register the staging buffer, start listening. On failure *out is NULL and err

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */
@@ -214,12 +215,35 @@ static void put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, c
     n->stats.bytes_in += len;
 }
 
+/* Milliseconds from now until read_by_ns (0: none, the node's own timeout), at least 1. */
+static uint32_t read_window_ms(const kvs_node *n, uint64_t read_by_ns) {
+    uint64_t now = kvs_now_ns(), ms = n->params.timeout_ms;
+    if (read_by_ns && read_by_ns > now && (read_by_ns - now) / 1000000ull < ms)
+        ms = (read_by_ns - now) / 1000000ull;
+    return ms ? (uint32_t)ms : 1;
+}
+
 /* Read the batch's objects from the client (all in flight, one flush), then publish each: commit
- * its reservation or put its staging slot into the tiers. A failed read stores none of them. */
-static void put_flush(kvs_node *n, node_conn *c) {
+ * its reservation or put its staging slot into the tiers. A failed read stores none of them, and
+ * neither does one that finished at or after the PUT's read-by time (docs/remote.md, "Shared memory
+ * on one host"): the client may have reused the room by then, so the bytes may not be the object's.
+ * Checked after the reads completed: a read seen complete before the time read the client's bytes. */
+static void put_flush(kvs_node *n, node_conn *c, uint64_t read_by_ns) {
     if (n->n_batch == 0) return;
-    kvs_status st = kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, n->params.timeout_ms);
-    if (st != KVS_OK) fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    kvs_status st =
+        read_by_ns && kvs_now_ns() >= read_by_ns
+            ? KVS_ETIMEDOUT
+            : kvs_ucx_rma_many(c->rma, 0, n->batch, n->n_batch, read_window_ms(n, read_by_ns));
+    if (st == KVS_OK && read_by_ns && kvs_now_ns() >= read_by_ns) st = KVS_ETIMEDOUT;
+    if (st == KVS_ETIMEDOUT && read_by_ns) {
+        n->stats.late_puts += n->n_batch;
+        fprintf(stderr,
+                "kvstrata-node: %s: %u objects of a put not stored: read at or after the client's "
+                "read-by time (the client may have reused their room)\n",
+                c->peer, n->n_batch);
+    } else if (st != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    }
     for (uint32_t i = 0; i < n->n_batch; i++) {
         const put_pending *p = &n->puts[i];
         const kvs_ucx_rma *op = &n->batch[i];
@@ -227,7 +251,7 @@ static void put_flush(kvs_node *n, node_conn *c) {
         char err[256] = "";
         if (st != KVS_OK) {
             if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
-            *out = KVS_EIO;
+            *out = st == KVS_ETIMEDOUT ? KVS_ETIMEDOUT : KVS_EIO;
             continue;
         }
         *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err,
@@ -241,7 +265,8 @@ static void put_flush(kvs_node *n, node_conn *c) {
 /* Store one object of a PUT: inline ones at once; others join the batch of RMA reads, into room
  * reserved in the top tier when it allows (no copy on the node), else into a staging slot (flushing
  * the batch first when the slots are taken). */
-static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e) {
+static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e,
+                          uint64_t read_by_ns) {
     kvs_key k;
     char err[256] = "";
     if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
@@ -255,7 +280,7 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
     if (!rkey) return KVS_EINVAL;
     int reserve = kvs_tiers_can_reserve(n->chain);
-    if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c);
+    if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c, read_by_ns);
     put_pending *p = &n->puts[n->n_batch];
     void *dst = NULL;
     *p = (put_pending){.key = k};
@@ -280,8 +305,9 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
 
 void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++)
-        n->reply_entries[i].status = node_alive(c) ? put_one(n, c, i, &req->entries[i]) : KVS_EIO;
-    put_flush(n, c);
+        n->reply_entries[i].status =
+            node_alive(c) ? put_one(n, c, i, &req->entries[i], req->read_by_ns) : KVS_EIO;
+    put_flush(n, c, req->read_by_ns);
 }
 
 void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
