@@ -3,16 +3,6 @@
 
 #include <string.h>
 
-/* Where libxxhash was built with its x86 dispatcher (it installs this header then), the streaming
- * update picks AVX2/AVX-512 at run time instead of the SSE2 baseline: about twice the hash
- * throughput, which is what lets a hashed copy run near memcpy speed. */
-#if !defined(KVS_NO_XXH_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) && \
-    defined(__has_include)
-#if __has_include(<xxh_x86dispatch.h>)
-#include <xxh_x86dispatch.h>
-#endif
-#endif
-
 /* Bytes copied and then hashed as one step: the step's source is still in L1 when it is hashed. */
 #define STEP_BYTES ((size_t)4096)
 

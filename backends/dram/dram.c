@@ -61,13 +61,15 @@ static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *b
  * with the lock held: index_find does the finding. */
 static void index_prefetch(const dram_state *st, const kvs_key *keys, uint64_t n) {
     enum { BATCH = 64 };
-    uint64_t mask = st->header->geo.n_buckets - 1;
+    uint64_t mask = st->header->geo.n_buckets - 1, home[BATCH];
     for (uint64_t first = 0; first < n; first += BATCH) {
-        uint64_t end = n - first < BATCH ? n : first + BATCH;
-        for (uint64_t i = first; i < end; i++)
-            __builtin_prefetch(&st->buckets[kvs_key_hash(&keys[i]) & mask], 0, 3);
-        for (uint64_t i = first; i < end; i++) {
-            uint32_t s = st->buckets[kvs_key_hash(&keys[i]) & mask];
+        uint64_t m = n - first < BATCH ? n - first : BATCH;
+        for (uint64_t i = 0; i < m; i++) {
+            home[i] = kvs_key_hash(&keys[first + i]) & mask;
+            __builtin_prefetch(&st->buckets[home[i]], 0, 3);
+        }
+        for (uint64_t i = 0; i < m; i++) {
+            uint32_t s = st->buckets[home[i]];
             if (s != DRAM_NIL) __builtin_prefetch(&st->slabs[s], 0, 3);
         }
     }

@@ -2,12 +2,12 @@
  * with kernels/cpu before the call returns, on the calling thread (and, with host_threads > 1, on
  * helper threads that take a layer's copies beside it). Events and streams are no-ops, so the
  * connector's ordering logic is the same as on CUDA and simply never waits. */
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/workers.h"
 #include "kernels/device.h"
 
 static void say(char *err, size_t err_len, const char *what) {
@@ -21,15 +21,6 @@ typedef struct queued_copy {
     int to_pages;
 } queued_copy;
 
-/* One batch of copies of one layer, taken one copy at a time by the calling thread and the helpers
- * (a copy is one chunk's layer: hundreds of KiB, so the lock is taken rarely). */
-typedef struct host_batch {
-    const kvs_layer_view *view;
-    const kvs_dev_copy *copies;
-    uint64_t n, next, finished;
-    int to_pages;
-} host_batch;
-
 typedef struct host_device {
     kvs_layer_view *views;
     uint32_t n_layers;
@@ -37,72 +28,8 @@ typedef struct host_device {
     int deferred;
     queued_copy *queue;
     uint64_t n_queued, cap_queued;
-    /* helpers (host_threads - 1 of them; none by default) */
-    pthread_mutex_t lock;
-    pthread_cond_t work; /* a batch was posted, or stop */
-    pthread_cond_t done; /* the batch's last copy finished */
-    host_batch batch;
-    int stop;
-    uint32_t n_helpers;
-    pthread_t *helpers;
+    kvs_workers *helpers; /* host_threads - 1 threads beside the caller; NULL by default */
 } host_device;
-
-static void move_one(const host_device *d, const kvs_layer_view *view, const kvs_dev_copy *c,
-                     int to_pages);
-
-/* Take and run the batch's copies until none is left; called and returns with d->lock held. */
-static void take_copies(host_device *d) {
-    host_batch *b = &d->batch;
-    while (b->next < b->n) {
-        const kvs_dev_copy *c = &b->copies[b->next++];
-        pthread_mutex_unlock(&d->lock);
-        move_one(d, b->view, c, b->to_pages);
-        pthread_mutex_lock(&d->lock);
-        if (++b->finished == b->n) pthread_cond_broadcast(&d->done);
-    }
-}
-
-static void *helper_main(void *arg) {
-    host_device *d = arg;
-    pthread_mutex_lock(&d->lock);
-    for (;;) {
-        while (!d->stop && d->batch.next >= d->batch.n) pthread_cond_wait(&d->work, &d->lock);
-        if (d->stop) break;
-        take_copies(d);
-    }
-    pthread_mutex_unlock(&d->lock);
-    return NULL;
-}
-
-static void stop_helpers(host_device *d) {
-    if (!d->helpers) return;
-    pthread_mutex_lock(&d->lock);
-    d->stop = 1;
-    pthread_cond_broadcast(&d->work);
-    pthread_mutex_unlock(&d->lock);
-    for (uint32_t i = 0; i < d->n_helpers; i++) pthread_join(d->helpers[i], NULL);
-    free(d->helpers);
-    d->helpers = NULL;
-    d->n_helpers = 0;
-}
-
-/* Start n helpers, or none: open fails when the system refuses one. */
-static kvs_status start_helpers(host_device *d, uint32_t n, char *err, size_t err_len) {
-    if (n == 0) return KVS_OK;
-    if (!(d->helpers = calloc(n, sizeof *d->helpers))) {
-        say(err, err_len, "out of memory for the copy threads");
-        return KVS_ENOMEM;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        if (pthread_create(&d->helpers[i], NULL, helper_main, d) != 0) {
-            stop_helpers(d);
-            say(err, err_len, "cannot start the copy threads (device.host_threads)");
-            return KVS_ENOMEM;
-        }
-        d->n_helpers = i + 1;
-    }
-    return KVS_OK;
-}
 
 static void host_close(void *state);
 
@@ -126,13 +53,14 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
         init->struct_size >= offsetof(kvs_device_init, host_threads) && init->host_deferred;
     uint32_t threads =
         init->struct_size >= sizeof *init && init->host_threads > 1 ? init->host_threads : 1;
-    pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->work, NULL);
-    pthread_cond_init(&d->done, NULL);
-    kvs_status st = d->deferred ? KVS_OK : start_helpers(d, threads - 1, err, err_len);
-    if (st != KVS_OK) {
+    kvs_status st =
+        d->deferred || threads < 2 ? KVS_OK : kvs_workers_create(threads - 1, &d->helpers);
+    if (st != KVS_OK) { /* open fails when the system refuses one */
+        say(err, err_len,
+            st == KVS_ENOMEM ? "out of memory for the copy threads"
+                             : "cannot start the copy threads (device.host_threads)");
         host_close(d);
-        return st;
+        return KVS_ENOMEM;
     }
     if (info) {
         memset(info, 0, sizeof *info);
@@ -147,10 +75,7 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
 static void host_close(void *state) {
     host_device *d = state;
     if (!d) return;
-    stop_helpers(d);
-    pthread_cond_destroy(&d->done);
-    pthread_cond_destroy(&d->work);
-    pthread_mutex_destroy(&d->lock);
+    kvs_workers_destroy(d->helpers);
     free(d->queue);
     free(d->views);
     free(d);
@@ -183,6 +108,19 @@ static void move_one(const host_device *d, const kvs_layer_view *view, const kvs
     }
 }
 
+/* One layer's copies, an item (a chunk) each for the helpers and the caller. */
+typedef struct layer_batch {
+    const host_device *d;
+    const kvs_layer_view *view;
+    const kvs_dev_copy *copies;
+    int to_pages;
+} layer_batch;
+
+static void move_item(void *ctx, uint64_t item) {
+    const layer_batch *b = ctx;
+    move_one(b->d, b->view, &b->copies[item], b->to_pages);
+}
+
 static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                        int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
@@ -190,17 +128,14 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
         return KVS_EINVAL;
     }
     const kvs_layer_view *view = &d->views[layer];
-    if (d->n_helpers == 0 || n < 2) {
+    if (!d->helpers || n < 2) {
         for (uint64_t i = 0; i < n; i++) move_one(d, view, &copies[i], to_pages);
         return KVS_OK;
     }
-    pthread_mutex_lock(&d->lock);
-    d->batch = (host_batch){.view = view, .copies = copies, .n = n, .to_pages = to_pages};
-    pthread_cond_broadcast(&d->work);
-    take_copies(d);
-    while (d->batch.finished < n) pthread_cond_wait(&d->done, &d->lock);
-    d->batch = (host_batch){0};
-    pthread_mutex_unlock(&d->lock);
+    layer_batch b = {d, view, copies, to_pages};
+    kvs_workers_submit(d->helpers, move_item, &b, n);
+    kvs_workers_help(d->helpers);
+    kvs_workers_wait(d->helpers);
     return KVS_OK;
 }
 

@@ -6,14 +6,8 @@
 #include <string.h>
 
 /* XXH3_state_t on the stack (copy.h): the hashing variants return a value, not a status, so they
- * must not allocate. The streaming update dispatches to AVX2 where libxxhash can (common/copy.c). */
+ * must not allocate. The streaming update dispatches to AVX2 where libxxhash can (copy.h). */
 #include "common/copy.h"
-#if !defined(KVS_NO_XXH_DISPATCH) && (defined(__x86_64__) || defined(__i386__)) && \
-    defined(__has_include)
-#if __has_include(<xxh_x86dispatch.h>)
-#include <xxh_x86dispatch.h>
-#endif
-#endif
 
 /* Bytes of payload hashed and then copied as one piece: large enough that the per-call cost of the
  * streaming hash vanishes, small enough that the piece is still in L1/L2 when it is copied. */
@@ -264,8 +258,8 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
 }
 
 /* Move tokens [t, t + count) of the span (0-based within the span) of one part between the pages at
- * `base` and `payload`, which points at the payload row of token t; with `hash` (saves only), each
- * run is hashed from the pages in payload order. */
+ * `base` and `payload`, which points at the payload row of token t; with `hash`, each run's source is
+ * hashed in payload order (move_bytes). */
 static void move_tokens(const layer_walk *w, direction dir, char *base, char *payload, uint32_t t,
                         uint32_t count, XXH3_state_t *hash) {
     uint64_t token = w->first_token + t;
