@@ -67,6 +67,8 @@ typedef struct options {
     uint32_t lookups;
     const char *perftest_tls;
     const char *shared_memory; /* the tier's shared_memory option */
+    const char *payloads;      /* the tier's payloads option */
+    const char *busy_poll_us;  /* the tier's busy_poll_us option and the node's --busy-poll-us */
     const char *server_netns; /* node and perftest servers in this network namespace (NULL: here) */
     const char *server_addr;  /* where they listen and are reached */
 } options;
@@ -81,18 +83,23 @@ static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096], self_bi
 static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
+static const char *busy_poll_us = "200"; /* the node's and the tier's */
 
 static void usage(int status) {
     fprintf(
         status ? stderr : stdout,
         "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
-        "                     [--shared-memory auto|off] [--server-netns NS --server-addr IP]\n"
+        "                     [--shared-memory auto|off] [--payloads auto|rma|messages]\n"
+        "                     [--busy-poll-us N]\n"
+        "                     [--server-netns NS --server-addr IP]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
         "  --warmup        rounds run first and not counted (default 1)\n"
         "  --lookups       timed contains calls of 512 keys (default 300)\n"
         "  --perftest-tls  UCX_TLS of the ucx_perftest reference (default: the tier's payload\n"
         "                  transports, tcp, or tcp,sm,self with --shared-memory auto)\n"
         "  --shared-memory the tier's shared_memory option (default off)\n"
+        "  --payloads      the tier's payloads option (default auto)\n"
+        "  --busy-poll-us  the tier's busy_poll_us and the node's --busy-poll-us (default 200)\n"
         "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
         "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
         "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
@@ -100,8 +107,13 @@ static void usage(int status) {
 }
 
 static options parse_options(int argc, char **argv) {
-    options o = {
-        .rounds = 5, .warmup = 1, .lookups = 300, .perftest_tls = NULL, .shared_memory = "off"};
+    options o = {.rounds = 5,
+                 .warmup = 1,
+                 .lookups = 300,
+                 .perftest_tls = NULL,
+                 .shared_memory = "off",
+                 .payloads = "auto",
+                 .busy_poll_us = "200"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(0);
@@ -116,6 +128,11 @@ static options parse_options(int argc, char **argv) {
             o.perftest_tls = v;
         else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off")))
             o.shared_memory = v;
+        else if (!strcmp(a, "--payloads") &&
+                 (!strcmp(v, "auto") || !strcmp(v, "rma") || !strcmp(v, "messages")))
+            o.payloads = v;
+        else if (!strcmp(a, "--busy-poll-us"))
+            o.busy_poll_us = v;
         else if (!strcmp(a, "--server-netns"))
             o.server_netns = v;
         else if (!strcmp(a, "--server-addr"))
@@ -253,8 +270,18 @@ static void node_start(node_proc *n) {
     if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
     char listen[64];
     snprintf(listen, sizeof listen, "%s:0", server_addr);
-    char *argv[] = {node_bin, "--config",           yaml_path, "--psk-file", key_path, "--listen",
-                    listen,   "--max-object-bytes", "2MiB",    NULL};
+    char *argv[] = {node_bin,
+                    "--config",
+                    yaml_path,
+                    "--psk-file",
+                    key_path,
+                    "--listen",
+                    listen,
+                    "--max-object-bytes",
+                    "2MiB",
+                    "--busy-poll-us",
+                    (char *)busy_poll_us,
+                    NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
@@ -425,11 +452,13 @@ static void check(const tier *t, const char *what, kvs_status st) {
     exit(1);
 }
 
-static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory) {
+static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory,
+                      const char *payloads) {
     tier t = {.ops = kvs_remote_backend()};
     kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", key_path},
                                  {"tenant", "bench"},     {"replicas", "1"},
-                                 {"timeout_ms", "20000"}, {"shared_memory", shared_memory}};
+                                 {"timeout_ms", "20000"}, {"shared_memory", shared_memory},
+                                 {"payloads", payloads},  {"busy_poll_us", busy_poll_us}};
     char err[512] = "";
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
@@ -738,6 +767,7 @@ int main(int argc, char **argv) {
     setenv("UCX_TLS", "tcp,sm,self", 0);
     tier_tls = getenv("UCX_TLS");
     server_netns = o.server_netns;
+    busy_poll_us = o.busy_poll_us;
     if (o.server_addr) server_addr = o.server_addr;
     if (server_netns && strcmp(o.shared_memory, "auto") == 0)
         die("--shared-memory auto",
@@ -750,18 +780,18 @@ int main(int argc, char **argv) {
     uint8_t *staging = aligned_alloc(4096, STAGING_BYTES);
     if (!staging) die("aligned_alloc", "no memory");
     memset(staging, 0, STAGING_BYTES);
-    tier t = tier_open(&node, staging, o.shared_memory);
+    tier t = tier_open(&node, staging, o.shared_memory, o.payloads);
     kvs_remote_stats_t st;
     check(&t, "stats", kvs_remote_stats(t.state, &st));
     int on_sm = st.nodes_shared_memory == 1;
     if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
         die("--shared-memory auto",
             "the node did not take the payloads over shared memory (see its log above)");
-    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"requests\":\"tcp\",\"reference_tls\":\"%"
-           "s\","
+    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\",\"requests\":"
+           "\"tcp\",\"reference_tls\":\"%s\","
            "\"server\":\"%s\",\"server_netns\":\"%s\"}\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
-           server_netns ? server_netns : "");
+           on_sm ? "shared memory" : "tcp", st.nodes_messages ? "messages" : "rma", o.perftest_tls,
+           server_addr, server_netns ? server_netns : "");
     printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; "
            "servers at %s%s%s\n",
            on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,

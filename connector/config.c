@@ -38,9 +38,19 @@ enum {
 };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
-static const char *const NODE_KEYS[] = {"listen",     "psk_file",         "max_clients",
-                                        "timeout_ms", "max_object_bytes", "max_handshakes"};
-enum { NK_LISTEN, NK_PSK, NK_MAX_CLIENTS, NK_TIMEOUT, NK_MAX_OBJECT, NK_MAX_HANDSHAKES, NK_COUNT };
+static const char *const NODE_KEYS[] = {"listen",      "psk_file",         "max_clients",
+                                        "timeout_ms",  "max_object_bytes", "max_handshakes",
+                                        "busy_poll_us"};
+enum {
+    NK_LISTEN,
+    NK_PSK,
+    NK_MAX_CLIENTS,
+    NK_TIMEOUT,
+    NK_MAX_OBJECT,
+    NK_MAX_HANDSHAKES,
+    NK_BUSY_POLL,
+    NK_COUNT
+};
 
 static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_chunks_per_step",
                                           "host_copies", "host_threads"};
@@ -290,6 +300,10 @@ static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
         st = kvs_yaml_get_uint(ctx, values[NK_MAX_HANDSHAKES], "node.max_handshakes", 1, 1u << 16,
                                &value);
         if (st == KVS_OK) cfg->node.max_handshakes = (uint32_t)value;
+    }
+    if (st == KVS_OK && values[NK_BUSY_POLL]) {
+        st = kvs_yaml_get_uint(ctx, values[NK_BUSY_POLL], "node.busy_poll_us", 0, 100000, &value);
+        if (st == KVS_OK) cfg->node.busy_poll_us = (uint32_t)value + 1;
     }
     return st;
 }

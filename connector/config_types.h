@@ -80,6 +80,7 @@ typedef struct kvs_config {
         uint32_t timeout_ms;
         uint64_t max_object_bytes;
         uint32_t max_handshakes; /* control connections not yet authenticated, at once */
+        uint32_t busy_poll_us;   /* the value + 1 (0 is a value): 0 where not given */
     } node;
     struct {           /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
         int scheduler; /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */

@@ -90,6 +90,97 @@ START_TEST(a_request_naming_no_session_is_dropped) {
 }
 END_TEST
 
+/* Send one PUT object as a payload message (KVS_NODE_PAYLOAD_AM_ID) from the client's memory. */
+static kvs_status send_put_payload(kvs_test_client *c, const void *header, size_t header_len,
+                                   size_t off, size_t len) {
+    kvs_ucx_am_out out = {.header = header,
+                          .header_len = header_len,
+                          .data = c->mem + off,
+                          .data_len = len,
+                          .mem = c->mem_reg};
+    return kvs_ucx_am_send_many(c->conn, KVS_NODE_PAYLOAD_AM_ID, &out, 1, TIMEOUT_MS);
+}
+
+/* PUT objects as payload messages: the node answers the PUT once all its objects have landed, and
+ * stores them; hostile payloads (a header of the wrong size, a token of no session, an index not
+ * below the count) are dropped without an answer, an object over max_object_bytes is refused in
+ * the answer, and the node keeps serving the session. */
+START_TEST(put_objects_as_payload_messages_and_hostile_ones_are_refused) {
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
+    uint8_t keys[3][16];
+    for (uint32_t i = 0; i < 3; i++) kvs_test_node_key(keys[i], 70 + i);
+    const size_t sizes[2] = {MIB, 64 * KIB};
+    kvs_test_fill(c->mem, MIB, 71);
+    kvs_test_fill(c->mem + MIB, 64 * KIB, 72);
+    uint8_t h[KVS_WIRE_PUT_PAYLOAD_BYTES];
+    const uint64_t request = 900;
+    c->arrived = 0;
+    for (uint32_t i = 0; i < 2; i++) {
+        kvs_wire_payload p = {
+            .kind = KVS_WIRE_PAYLOAD_PUT, .index = i, .count = 2, .request_id = request};
+        memcpy(p.token, c->token, sizeof p.token);
+        memcpy(p.key, keys[i], sizeof p.key);
+        size_t hl = kvs_wire_payload_encode(&p, h);
+        ck_assert_int_eq(send_put_payload(c, h, hl, i * MIB, sizes[i]), KVS_OK);
+    }
+    double until = kvs_test_now_ms() + kvs_test_scaled_ms(TIMEOUT_MS);
+    while (!c->arrived && kvs_test_now_ms() < until) kvs_ucx_wait(c->t, 50);
+    ck_assert_msg(c->arrived, "no answer to a PUT sent as payload messages");
+    kvs_wire_msg rep;
+    kvs_wire_refusal why;
+    ck_assert_int_eq(
+        kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_PUT_REPLY);
+    ck_assert_uint_eq(rep.request_id, request);
+    ck_assert_uint_eq(rep.n_entries, 2);
+    ck_assert_int_eq(rep.entries[0].status, KVS_OK);
+    ck_assert_int_eq(rep.entries[1].status, KVS_OK);
+    for (uint32_t i = 0; i < 2; i++) {
+        uint64_t len = 0;
+        memset(c->mem + 2 * MIB, 0, MIB);
+        ck_assert_int_eq(kvs_test_client_get(c, keys[i], 2 * MIB, MIB, &len), KVS_OK);
+        ck_assert_uint_eq(len, sizes[i]);
+        ck_assert_int_eq(memcmp(c->mem + 2 * MIB, c->mem + i * MIB, sizes[i]), 0);
+    }
+
+    /* hostile: none of these may be answered or stored */
+    uint32_t arrived_before = c->n_arrived;
+    uint8_t garbage[10] = {KVS_WIRE_VERSION, KVS_WIRE_PAYLOAD_PUT};
+    ck_assert_int_eq(send_put_payload(c, garbage, sizeof garbage, 0, 4096), KVS_OK);
+    kvs_wire_payload p = {.kind = KVS_WIRE_PAYLOAD_PUT, .index = 0, .count = 1, .request_id = 901};
+    memcpy(p.key, keys[2], sizeof p.key);
+    memcpy(p.token, c->token, sizeof p.token);
+    p.token[0] ^= 0xff; /* a token the node never handed out */
+    size_t hl = kvs_wire_payload_encode(&p, h);
+    ck_assert_int_eq(send_put_payload(c, h, hl, 0, 4096), KVS_OK);
+    memcpy(p.token, c->token, sizeof p.token);
+    p.index = 1; /* not below the count */
+    hl = kvs_wire_payload_encode(&p, h);
+    ck_assert_int_eq(send_put_payload(c, h, hl, 0, 4096), KVS_OK);
+    /* The node serves a session in order: the next thing to arrive answers this lookup. */
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 0);
+    ck_assert_msg(c->n_arrived == arrived_before + 1, "the node answered a hostile payload");
+
+    /* over max_object_bytes (2 MiB): refused in the answer, not stored */
+    p.index = 0;
+    p.request_id = 902;
+    hl = kvs_wire_payload_encode(&p, h);
+    c->arrived = 0;
+    kvs_status st = send_put_payload(c, h, hl, 0, 3 * MIB);
+    ck_assert(st == KVS_OK || st == KVS_EIO); /* a refused rendezvous fails on this side too */
+    until = kvs_test_now_ms() + kvs_test_scaled_ms(TIMEOUT_MS);
+    while (!c->arrived && kvs_test_now_ms() < until) kvs_ucx_wait(c->t, 50);
+    ck_assert(c->arrived);
+    ck_assert_int_eq(
+        kvs_wire_decode(c->reply, c->reply_len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why), KVS_OK);
+    ck_assert_uint_eq(rep.request_id, 902);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    ck_assert_int_eq(rep.entries[0].status, KVS_EINVAL);
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 0);
+    kvs_test_client_close(c);
+}
+END_TEST
+
 START_TEST(put_lookup_get_round_trip_64k_1m_and_inline_objects) {
     kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
     const size_t sizes[3] = {64 * KIB, MIB, 1000};
@@ -332,6 +423,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, put_lookup_get_round_trip_64k_1m_and_inline_objects);
+    tcase_add_test(tc, put_objects_as_payload_messages_and_hostile_ones_are_refused);
     tcase_add_test(tc, tenants_cannot_see_or_overwrite_each_others_objects);
     tcase_add_test(tc, malformed_messages_get_an_error_and_the_node_keeps_serving);
     tcase_add_test(tc, a_peer_that_keeps_sending_garbage_is_disconnected);

@@ -115,14 +115,17 @@ static void nodes_teardown(void) {
     kvs_test_rmtree(key_dir);
 }
 
+static const char *payloads = "auto"; /* the payloads option of open_tier */
+
 static void *open_tier(const char *replicas, const char *psk, const char *timeout_ms, char *err,
                        size_t err_len, kvs_status *st_out) {
-    kvs_backend_option opts[] = {{"node", nodes[0].id},       {"node", nodes[1].id},
-                                 {"psk_file", psk},           {"tenant", "test-tenant"},
-                                 {"replicas", replicas},      {"timeout_ms", timeout_ms},
-                                 {"connect_backoff_ms", "50"}};
+    kvs_backend_option opts[] = {
+        {"node", nodes[0].id},        {"node", nodes[1].id},  {"psk_file", psk},
+        {"tenant", "test-tenant"},    {"replicas", replicas}, {"timeout_ms", timeout_ms},
+        {"connect_backoff_ms", "50"}, {"payloads", payloads}};
     void *state = NULL;
-    *st_out = kvs_test_remote_create(opts, 7, err, err_len, &state, staging, STAGING_BYTES);
+    *st_out = kvs_test_remote_create(opts, 8, err, err_len, &state, staging, STAGING_BYTES);
+    payloads = "auto";
     return state;
 }
 
@@ -139,12 +142,17 @@ static size_t object_len(uint32_t i) {
     return i % 2 ? 1000 + i : 200000 + 4096 * i;
 }
 
+/* Loop 0: payloads auto, which over tcp (these nodes) moves objects as payload messages; loop 1:
+ * payloads rma, the node reading and writing the tier's registered memory. */
 START_TEST(put_then_get_returns_the_same_bytes) {
     const kvs_backend_ops *ops = kvs_remote_backend();
+    int by_rma = _i == 1;
+    payloads = by_rma ? "rma" : "auto";
     void *s = open_ok("1", "2000");
     kvs_remote_stats_t stats;
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
     ck_assert_uint_eq(stats.nodes_up, 2);
+    ck_assert_uint_eq(stats.nodes_messages, by_rma ? 0 : 2);
     for (uint32_t i = 0; i < 4; i++) {
         kvs_key k = kvs_test_remote_key(i);
         size_t len = object_len(i);
@@ -189,8 +197,16 @@ START_TEST(put_then_get_returns_the_same_bytes) {
     ck_assert_int_eq(ops->get(s, &k1, small, sizeof small, &got), KVS_EOVERFLOW);
     ck_assert_uint_eq(got, object_len(1));
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
-    ck_assert_uint_gt(stats.rma_gets, 0);
-    ck_assert_uint_gt(stats.bounce_gets, 0);
+    if (by_rma) {
+        ck_assert_uint_gt(stats.rma_gets, 0);
+        ck_assert_uint_gt(stats.bounce_gets, 0);
+        ck_assert_uint_eq(stats.message_gets, 0);
+    } else { /* straight into the caller's buffer, in the pool or not */
+        ck_assert_uint_eq(stats.message_gets, 4);
+        ck_assert_uint_eq(stats.rma_gets + stats.bounce_gets, 0);
+    }
+    ck_assert_uint_eq(stats.puts_stored, 4);
+    ck_assert_uint_eq(stats.late_payloads, 0);
     ops->destroy(s);
 }
 END_TEST
@@ -668,7 +684,7 @@ int main(void) {
     TCase *live = tcase_create("two_nodes");
     tcase_add_checked_fixture(live, nodes_setup, nodes_teardown);
     tcase_set_timeout(live, 60);
-    tcase_add_test(live, put_then_get_returns_the_same_bytes);
+    tcase_add_loop_test(live, put_then_get_returns_the_same_bytes, 0, 2);
     tcase_add_test(live, queued_puts_go_out_in_batches_and_read_back_exactly);
     tcase_add_test(live, a_closed_tier_sends_its_queued_puts_first);
     tcase_add_test(live, get_many_reads_keys_from_both_nodes);

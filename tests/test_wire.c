@@ -172,6 +172,127 @@ START_TEST(get_round_trips_destination_descriptors) {
 }
 END_TEST
 
+/* A GET may ask for some objects as payload messages ([capacity]) and others by RMA; decoding a
+ * message of the other kind into the same entries keeps neither flag nor key of the last one. */
+START_TEST(get_round_trips_objects_asked_as_payload_messages) {
+    uint8_t rkey[5] = {9, 8, 7, 6, 5};
+    kvs_test_wire_keyed_entries(4);
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_wire_entry *e = &kvs_test_wire_in[i];
+        e->length = 65536u * (i + 1);
+        e->by_message = (uint8_t)(i % 2 == 0);
+        if (!e->by_message) {
+            e->remote_addr = 0x1000u * (i + 1);
+            e->rkey = rkey;
+            e->rkey_len = sizeof rkey;
+        }
+    }
+    kvs_wire_msg msg, back;
+    kvs_wire_msg_init(&msg, KVS_WIRE_GET, 9);
+    msg.entries = kvs_test_wire_in;
+    msg.n_entries = 4;
+    uint8_t *copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_uint_eq(back.n_entries, 4);
+    for (uint32_t i = 0; i < 4; i++) {
+        const kvs_wire_entry *e = &back.entries[i];
+        ck_assert_uint_eq(e->by_message, i % 2 == 0);
+        ck_assert_uint_eq(e->length, 65536u * (i + 1));
+        if (e->by_message) {
+            ck_assert_ptr_null(e->rkey);
+            ck_assert_uint_eq(e->remote_addr, 0);
+        } else {
+            ck_assert_uint_eq(e->rkey_len, sizeof rkey);
+            ck_assert_uint_eq(e->remote_addr, 0x1000u * (i + 1));
+        }
+    }
+    free(copy);
+    /* the same entries reused for an all-RMA GET: no by_message left over */
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_test_wire_in[i].by_message = 0;
+        kvs_test_wire_in[i].rkey = rkey;
+        kvs_test_wire_in[i].rkey_len = sizeof rkey;
+    }
+    kvs_wire_entry *reused = back.entries;
+    copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_ptr_eq(back.entries, reused);
+    for (uint32_t i = 0; i < 4; i++) ck_assert_uint_eq(back.entries[i].by_message, 0);
+    free(copy);
+}
+END_TEST
+
+/* Payload message headers: both kinds round trip; a wrong length, version, kind, count or index is
+ * refused with a sentence. */
+START_TEST(payload_headers_round_trip_and_bad_ones_are_refused) {
+    uint8_t buf[KVS_WIRE_PUT_PAYLOAD_BYTES];
+    kvs_wire_payload get = {
+        .kind = KVS_WIRE_PAYLOAD_GET, .index = 1023, .request_id = 0x0123456789abcdefull};
+    ck_assert_uint_eq(kvs_wire_payload_encode(&get, buf), KVS_WIRE_GET_PAYLOAD_BYTES);
+    kvs_wire_payload back;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    ck_assert_int_eq(
+        kvs_wire_payload_decode(buf, KVS_WIRE_GET_PAYLOAD_BYTES, KVS_WIRE_PAYLOAD_GET, &back, &why),
+        KVS_OK);
+    ck_assert_uint_eq(back.index, 1023);
+    ck_assert_uint_eq(back.request_id, 0x0123456789abcdefull);
+    /* a GET header read as a PUT one (wrong length), and the other way round (wrong kind) */
+    ck_assert_int_eq(
+        kvs_wire_payload_decode(buf, KVS_WIRE_GET_PAYLOAD_BYTES, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+        KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(why.text, "60 expected"));
+
+    kvs_wire_payload put = {.kind = KVS_WIRE_PAYLOAD_PUT,
+                            .index = 6,
+                            .count = 7,
+                            .request_id = 42,
+                            .read_by_ns = 0xfedcba9876543210ull};
+    for (uint32_t i = 0; i < sizeof put.token; i++) put.token[i] = (uint8_t)(i * 3);
+    for (uint32_t i = 0; i < sizeof put.key; i++) put.key[i] = (uint8_t)(200 - i);
+    ck_assert_uint_eq(kvs_wire_payload_encode(&put, buf), KVS_WIRE_PUT_PAYLOAD_BYTES);
+    memset(&why, 0, sizeof why);
+    ck_assert_int_eq(kvs_wire_payload_decode(buf, sizeof buf, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+                     KVS_OK);
+    ck_assert_uint_eq(back.index, 6);
+    ck_assert_uint_eq(back.count, 7);
+    ck_assert_uint_eq(back.request_id, 42);
+    ck_assert_uint_eq(back.read_by_ns, 0xfedcba9876543210ull);
+    ck_assert_int_eq(memcmp(back.token, put.token, sizeof put.token), 0);
+    ck_assert_int_eq(memcmp(back.key, put.key, sizeof put.key), 0);
+    memset(&why, 0, sizeof why);
+    ck_assert_int_eq(kvs_wire_payload_decode(buf, sizeof buf, KVS_WIRE_PAYLOAD_GET, &back, &why),
+                     KVS_EINVAL);
+
+    static const struct {
+        uint32_t index, count;
+    } bad_shapes[] = {{0, 0}, {7, 7}, {0, KVS_WIRE_MAX_KEYS + 1}, {UINT32_MAX, 3}};
+    for (size_t i = 0; i < sizeof bad_shapes / sizeof bad_shapes[0]; i++) {
+        put.index = bad_shapes[i].index;
+        put.count = bad_shapes[i].count;
+        kvs_wire_payload_encode(&put, buf);
+        memset(&why, 0, sizeof why);
+        ck_assert_int_eq(
+            kvs_wire_payload_decode(buf, sizeof buf, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+            KVS_EINVAL);
+        ck_assert_int_eq(why.code, KVS_WIRE_ERR_VALUE);
+    }
+    put.index = 0;
+    put.count = 1;
+    kvs_wire_payload_encode(&put, buf);
+    buf[0] = KVS_WIRE_VERSION + 1;
+    memset(&why, 0, sizeof why);
+    ck_assert_int_eq(kvs_wire_payload_decode(buf, sizeof buf, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+                     KVS_EINVAL);
+    ck_assert_int_eq(why.code, KVS_WIRE_ERR_VERSION);
+    buf[0] = KVS_WIRE_VERSION;
+    memset(&why, 0, sizeof why);
+    ck_assert_int_eq(
+        kvs_wire_payload_decode(buf, sizeof buf - 1, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+        KVS_EINVAL);
+    ck_assert_int_eq(kvs_wire_payload_decode(NULL, 0, KVS_WIRE_PAYLOAD_PUT, &back, &why),
+                     KVS_EINVAL);
+}
+END_TEST
+
 START_TEST(get_reply_round_trips_status_and_length) {
     memset(kvs_test_wire_in, 0, sizeof kvs_test_wire_in);
     kvs_test_wire_in[0].status = KVS_OK;
@@ -479,6 +600,8 @@ static Suite *wire_suite(void) {
     tcase_add_test(wire, lookup_and_delete_round_trip_keys_in_order);
     tcase_add_test(wire, lookup_reply_round_trips_presence_flags);
     tcase_add_test(wire, get_round_trips_destination_descriptors);
+    tcase_add_test(wire, get_round_trips_objects_asked_as_payload_messages);
+    tcase_add_test(wire, payload_headers_round_trip_and_bad_ones_are_refused);
     tcase_add_test(wire, get_reply_round_trips_status_and_length);
     tcase_add_test(wire, put_round_trips_remote_and_inline_sources);
     tcase_add_test(wire, put_round_trips_its_read_by_time);

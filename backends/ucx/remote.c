@@ -81,6 +81,15 @@ static const kvs_option_desc OPTIONS[] = {
      .kind = KVS_OPTION_CHOICE,
      KVS_OPTION_FIELD(kvs_remote_options, shared_memory),
      .choices = "off|auto"},
+    {.name = "payloads", /* its index is the KVS_REMOTE_PAYLOADS_ value */
+     .kind = KVS_OPTION_CHOICE,
+     KVS_OPTION_FIELD(kvs_remote_options, payloads),
+     .choices = "auto|rma|messages"},
+    {.name = "busy_poll_us",
+     .kind = KVS_OPTION_COUNT,
+     KVS_OPTION_FIELD(kvs_remote_options, busy_poll_us),
+     .min = 0,
+     .max = 100000},
     {.name = "put_queue_mb",
      .kind = KVS_OPTION_COUNT,
      KVS_OPTION_FIELD(kvs_remote_options, put_queue_mb),
@@ -101,6 +110,7 @@ kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uin
     o->timeout_ms = KVS_REMOTE_DEFAULT_TIMEOUT_MS;
     o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
     o->put_queue_mb = KVS_REMOTE_DEFAULT_PUT_QUEUE_MB;
+    o->busy_poll_us = KVS_REMOTE_DEFAULT_BUSY_POLL_US;
     o->shared_memory = 0; /* experimental: see docs/remote.md, "Shared memory on one host" */
     kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], options,
                                       n_options, o, NULL, why, why_len, refused, refused_len);

@@ -15,6 +15,10 @@
  *                       can stall the node's other clients; docs/remote.md)
  *   put_queue_mb        room for puts not yet confirmed by their nodes, MiB (default 64; at least
  *                       the largest object)
+ *   payloads            auto | rma | messages: how objects move (default auto: as messages to a
+ *                       node reached over tcp only, where UCX emulates RMA; RMA elsewhere)
+ *   busy_poll_us        after UCX made progress the progress thread keeps polling it this many
+ *                       microseconds before it sleeps (default 200; 0: sleep at once)
  *
  * Capabilities: THREAD_SAFE and GET_MANY. One progress thread owns the UCX transport; ops from any
  * thread queue a job for it and wait at most timeout_ms (KVS_ETIMEDOUT then). A put does not wait for
@@ -51,9 +55,17 @@ typedef struct kvs_remote_options {
     uint32_t replicas;
     uint32_t timeout_ms;
     uint32_t connect_backoff_ms;
-    int shared_memory; /* 1: offer the worker address to nodes on this host */
+    int shared_memory;     /* 1: offer the worker address to nodes on this host */
+    int payloads;          /* KVS_REMOTE_PAYLOADS_*: how objects move */
+    uint32_t busy_poll_us; /* the progress thread polls UCX this long after work before sleeping */
     uint32_t put_queue_mb;
 } kvs_remote_options;
+
+#define KVS_REMOTE_DEFAULT_BUSY_POLL_US 200u
+
+/* payloads: auto (messages where the node's payload path is tcp only, RMA elsewhere), rma (the node
+ * reads and writes the tier's registered memory), messages (objects travel as payload messages). */
+enum { KVS_REMOTE_PAYLOADS_AUTO, KVS_REMOTE_PAYLOADS_RMA, KVS_REMOTE_PAYLOADS_MESSAGES };
 
 /* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options,
@@ -75,11 +87,14 @@ typedef struct kvs_remote_stats_t {
     uint64_t puts_refused; /* copies a node answered with an error (full, bad key) */
     uint64_t
         puts_dropped; /* copies lost: home node down or failing mid-put, queue full, deadline passed */
-    uint64_t node_failures;       /* times a node was marked down */
-    uint64_t reconnects;          /* successful reconnects after a failure */
-    uint64_t auth_refusals;       /* handshakes a node refused */
-    uint64_t rma_gets;            /* objects the node wrote straight into the staging pool */
-    uint64_t bounce_gets;         /* objects that went through the bounce buffer */
+    uint64_t node_failures;  /* times a node was marked down */
+    uint64_t reconnects;     /* successful reconnects after a failure */
+    uint64_t auth_refusals;  /* handshakes a node refused */
+    uint64_t rma_gets;       /* objects the node wrote straight into the staging pool */
+    uint64_t bounce_gets;    /* objects that went through the bounce buffer */
+    uint64_t message_gets;   /* objects received as payload messages, straight into place */
+    uint64_t late_payloads;  /* objects still arriving into a caller's buffer after its get ended */
+    uint32_t nodes_messages; /* nodes up whose objects travel as payload messages */
     uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
 } kvs_remote_stats_t;
 

@@ -41,7 +41,8 @@ void remote_set_error(remote *r, const char *fmt, ...) {
 /* One allocation for a job and its arrays (freed by whoever sees it last: caller or thread). */
 static job *job_new(int kind, uint64_t n) {
     size_t size = sizeof(job) +
-                  n * (sizeof(kvs_key) + 1 + 1 + sizeof(uint64_t) * 3 + sizeof(kvs_status)) + 64;
+                  n * (sizeof(kvs_key) + 1 + 1 + 1 + sizeof(uint64_t) * 3 + sizeof(kvs_status)) +
+                  64;
     job *j = calloc(1, size);
     if (!j) return NULL;
     uint8_t *p = (uint8_t *)(j + 1);
@@ -60,6 +61,8 @@ static job *job_new(int kind, uint64_t n) {
     j->present = p;
     p += n;
     j->resolved = p;
+    p += n;
+    j->landed = p;
     for (uint64_t i = 0; i < n; i++) j->statuses[i] = KVS_ENOTFOUND;
     return j;
 }
@@ -302,6 +305,8 @@ static void remote_free(remote *r) {
     free(r->nodes);
     free(r->entries);
     free(r->reply_entries);
+    free(r->sends);
+    free(r->send_headers);
     free(r->send_buf);
     free(r->bounce);
     free(r->queue);
@@ -357,11 +362,13 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     r->send_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
     r->entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->entries);
     r->reply_entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->reply_entries);
+    r->sends = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->sends);
+    r->send_headers = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->send_headers);
     r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
     r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st = KVS_ENOMEM;
     if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
-        !r->reply_entries || !r->nodes || r->doorbell < 0) {
+        !r->reply_entries || !r->sends || !r->send_headers || !r->nodes || r->doorbell < 0) {
         snprintf(r->error, sizeof r->error,
                  "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
                  strerror(errno));

@@ -21,12 +21,16 @@
 #include "wire.h"
 
 #define REMOTE_AM_ID   1u          /* the id kvstrata-node speaks (tools/node/node.h) */
+#define PAYLOAD_AM_ID  2u          /* objects as payload messages (KVS_NODE_PAYLOAD_AM_ID) */
 #define BOUNCE_DEFAULT (16u << 20) /* when the connector gives no max_object_bytes */
 #define ERROR_BYTES    512u
 
 #define PUT_BATCH_BYTES \
     (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
 
+/* A GET key's object sent as a payload message: not asked so, asked, placed in the caller's
+ * buffer (in flight), landed, failed in transfer, settled (await_landings). */
+enum { LANDING_NONE, LANDING_ASKED, LANDING_PLACED, LANDING_OK, LANDING_FAILED, LANDING_DONE };
 enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
 /* A node's handshake, driven without blocking by the progress thread (handshake_advance) so a node
  * that answers slowly or not at all never holds up requests to the others. */
@@ -43,6 +47,8 @@ typedef struct job {
     const uint64_t *caps; /* GET: copied into cap */
     uint64_t *cap;
     uint8_t *resolved;  /* n: answered (hit, miss or error) */
+    uint8_t *landed;    /* GET n: a payload message's state (LANDING_*) */
+    uint32_t inflight;  /* GET: payload messages placed in the caller's buffers, not yet landed */
     uint64_t *off;      /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
     const void *object; /* PUT: the copy in the put queue */
     uint64_t len;
@@ -73,8 +79,10 @@ typedef struct rnode {
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
-    int shared_memory;   /* up, and its payloads run over something other than tcp */
-    uint64_t read_by_ns; /* the read-by time of the PUT in flight to it (shared memory), else 0 */
+    int shared_memory;    /* up, and its payloads run over something other than tcp */
+    int messages;         /* up, and its objects travel as payload messages (payloads option) */
+    uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
+    uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
     int pending;
     uint64_t request_id;
@@ -141,6 +149,8 @@ typedef struct remote {
     uint8_t *send_buf;
     kvs_wire_entry *entries;       /* for encoding */
     kvs_wire_entry *reply_entries; /* for decoding */
+    kvs_ucx_am_out *sends;         /* a PUT's objects as payload messages: KVS_WIRE_MAX_KEYS */
+    uint8_t (*send_headers)[KVS_WIRE_PUT_PAYLOAD_BYTES];
     job *current;
 } remote;
 

@@ -105,6 +105,61 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
     if (nd && nd->conn) take_reply(r, nd, &m);
 }
 
+/* A GET's object arriving as a payload message: place it in the caller's buffer while its request
+ * is the one being answered and the caller still waits; refuse it otherwise (a late object is never
+ * written). Runs inside UCX's progress. */
+static void *on_place(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      size_t data_len, void **cookie) {
+    remote *r = user;
+    (void)conn;
+    (void)cookie;
+    kvs_wire_payload h;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    job *j = r->current;
+    if (!j || j->kind != JOB_GET ||
+        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_GET, &h, &why) != KVS_OK)
+        return NULL;
+    rnode *nd = NULL;
+    for (uint32_t i = 0; i < r->opt.n_nodes && !nd; i++)
+        if (r->nodes[i].msg_request && r->nodes[i].msg_request == h.request_id) nd = &r->nodes[i];
+    if (!nd || h.index >= nd->n_batch) return NULL;
+    uint32_t k = nd->batch[h.index];
+    if (j->landed[k] != LANDING_ASKED || data_len > j->cap[k]) return NULL;
+    pthread_mutex_lock(&r->mutex); /* the caller gives up under the lock */
+    int abandoned = j->abandoned;
+    pthread_mutex_unlock(&r->mutex);
+    if (abandoned) return NULL;
+    j->landed[k] = LANDING_PLACED;
+    j->inflight++;
+    return j->dsts[k];
+}
+
+/* A placed object is in (or failed): record it on the GET it belongs to, if that is still running. */
+static void on_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                      void *dst, size_t data_len, void *cookie, kvs_status st) {
+    remote *r = user;
+    (void)conn;
+    (void)cookie;
+    (void)data_len;
+    kvs_wire_payload h;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    job *j = r->current;
+    if (!dst || !j || j->kind != JOB_GET ||
+        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_GET, &h, &why) != KVS_OK)
+        return;
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        if (!nd->msg_request || nd->msg_request != h.request_id || h.index >= nd->n_batch) continue;
+        uint32_t k = nd->batch[h.index];
+        if (j->landed[k] != LANDING_PLACED || j->dsts[k] != dst) return;
+        j->landed[k] = st == KVS_OK ? LANDING_OK : LANDING_FAILED;
+        j->inflight--;
+        return;
+    }
+}
+
 /* ---- jobs on the progress thread ------------------------------------------------------------- */
 
 static void finish(remote *r, job *j);
@@ -121,6 +176,35 @@ static int32_t first_home(remote *r, const kvs_key *k) {
     if (kvs_remote_ring_homes(&r->ring, k, r->opt.replicas, homes, &n) != KVS_OK || n == 0)
         return -1;
     return (int32_t)homes[0];
+}
+
+/* A PUT to a node whose objects travel as payload messages: one message per object, straight from
+ * the put queue, all in flight at once; the node answers with one PUT_REPLY once all have landed.
+ * A message the node refused (its room, a bad key) still gets its status in that reply, so only a
+ * dead connection or the deadline fails the request here. */
+static kvs_status send_put_payloads(remote *r, rnode *nd, uint64_t read_by_ns, uint64_t deadline) {
+    int ms = ms_left(deadline);
+    if (ms <= 0) return KVS_ETIMEDOUT;
+    for (uint32_t b = 0; b < nd->n_batch; b++) {
+        const job *pj = r->put_jobs[nd->batch[b]];
+        kvs_wire_payload h = {.kind = KVS_WIRE_PAYLOAD_PUT,
+                              .index = b,
+                              .count = nd->n_batch,
+                              .request_id = nd->request_id,
+                              .read_by_ns = read_by_ns};
+        memcpy(h.token, nd->token, sizeof h.token);
+        memcpy(h.key, pj->keys[0].bytes, sizeof h.key);
+        r->sends[b] =
+            (kvs_ucx_am_out){.header = r->send_headers[b],
+                             .header_len = kvs_wire_payload_encode(&h, r->send_headers[b]),
+                             .data = pj->object,
+                             .data_len = (size_t)pj->len,
+                             .mem = r->queue_mem};
+    }
+    kvs_status st = kvs_ucx_am_send_many(nd->conn, PAYLOAD_AM_ID, r->sends, nd->n_batch, ms);
+    if (st == KVS_EIO && kvs_ucx_conn_alive(nd->conn)) return KVS_OK; /* refusals: in the reply */
+    if (st != KVS_OK) snprintf(nd->refusal, sizeof nd->refusal, "%s", kvs_ucx_last_error(r->t));
+    return st;
 }
 
 /* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
@@ -140,7 +224,11 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             memset(e, 0, sizeof *e);
             uint32_t k = nd->batch[b];
             e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
-            if (type == KVS_WIRE_GET) {
+            if (type == KVS_WIRE_GET && nd->messages) {
+                e->by_message = 1; /* the node sends the object; on_place puts it in dsts[k] */
+                e->length = j->cap[k];
+                j->landed[k] = LANDING_ASKED;
+            } else if (type == KVS_WIRE_GET) {
                 int direct = j->off[k] == UINT64_MAX;
                 e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k]
                                         : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
@@ -169,7 +257,11 @@ static void exchange(remote *r, int type, uint64_t deadline) {
              * the room is the objects' (the same clock: one host, one time namespace) */
             if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
         }
-        if (remote_send_msg(r, nd, &m, deadline) != KVS_OK) {
+        if (type == KVS_WIRE_GET && nd->messages) nd->msg_request = nd->request_id;
+        kvs_status sent = type == KVS_WIRE_PUT && nd->messages
+                              ? send_put_payloads(r, nd, m.read_by_ns, deadline)
+                              : remote_send_msg(r, nd, &m, deadline);
+        if (sent != KVS_OK) {
             nd->pending = 0;
             nd->failed = 1;
         } else if (type == KVS_WIRE_PUT) {
@@ -208,6 +300,50 @@ static void exchange(remote *r, int type, uint64_t deadline) {
     }
 }
 
+/* After a GET round: wait (until the job's deadline) for the objects its replies said were sent as
+ * payload messages, then settle each key asked that way: landed is a hit; said sent but not landed
+ * (nothing came, or the transfer failed) is a miss; unanswered (its node failed) is asked again
+ * next round. An object still being received into the caller's buffer when the deadline passes is
+ * a miss and counted (late_payloads): UCX cannot cancel a receive it has begun, which is why
+ * on_place refuses every object once the caller gave up. */
+static uint64_t await_landings(remote *r, job *j) {
+    for (;;) {
+        int waiting = j->inflight > 0;
+        for (uint64_t k = 0; k < j->n && !waiting; k++)
+            waiting = j->landed[k] == LANDING_ASKED && j->resolved[k] && j->statuses[k] == KVS_OK;
+        if (!waiting || ms_left(j->deadline_ns) <= 0) break;
+        kvs_ucx_wait(r->t, ms_left(j->deadline_ns));
+    }
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) r->nodes[i].msg_request = 0;
+    uint64_t by_message = 0, late = 0;
+    for (uint64_t k = 0; k < j->n; k++) {
+        uint8_t state = j->landed[k];
+        if (state == LANDING_NONE || state == LANDING_DONE) continue;
+        int ok = j->resolved[k] && j->statuses[k] == KVS_OK;
+        if (state == LANDING_OK) {
+            by_message += (uint64_t)ok;
+        } else if (state == LANDING_PLACED) {
+            late++;
+            j->resolved[k] = 1;
+            j->statuses[k] = KVS_EIO;
+        } else if (ok) { /* said sent, but failed in transfer or never came */
+            j->statuses[k] = KVS_EIO;
+        }
+        j->landed[k] = j->resolved[k] ? LANDING_DONE : LANDING_NONE;
+    }
+    j->inflight = 0;
+    pthread_mutex_lock(&r->mutex);
+    r->stats.message_gets += by_message;
+    r->stats.late_payloads += late;
+    pthread_mutex_unlock(&r->mutex);
+    if (late)
+        remote_set_error(r,
+                         "%llu objects were still arriving when their get ended; their buffers "
+                         "may be written after it",
+                         (unsigned long long)late);
+    return by_message;
+}
+
 /* LOOKUP and GET: rounds of one batch per first live home until every key is answered, no home is
  * left, or the deadline passes. A node that fails mid-round is marked down and its keys go to the
  * next home in the next round. */
@@ -226,7 +362,7 @@ static void run_keyed(remote *r, job *j) {
             rnode *nd = &r->nodes[h];
             if (nd->n_batch == KVS_WIRE_MAX_KEYS) continue; /* next round */
             j->off[k] = UINT64_MAX;
-            if (type == KVS_WIRE_GET && !in_staging(r, j->dsts[k], j->cap[k])) {
+            if (type == KVS_WIRE_GET && !nd->messages && !in_staging(r, j->dsts[k], j->cap[k])) {
                 if (j->cap[k] > r->bounce_len) j->cap[k] = r->bounce_len; /* larger: EOVERFLOW */
                 uint64_t need = (j->cap[k] + 63) & ~63ull;
                 if (need > r->bounce_len - bounce_used) continue; /* next round */
@@ -240,6 +376,7 @@ static void run_keyed(remote *r, job *j) {
         if (!any) return;
         exchange(r, type, j->deadline_ns);
         if (type != KVS_WIRE_GET) continue;
+        uint64_t by_message = await_landings(r, j);
         uint64_t rma = 0, bounced = 0;
         pthread_mutex_lock(
             &r->mutex); /* an abandoning caller never races the copy into its memory */
@@ -254,7 +391,7 @@ static void run_keyed(remote *r, job *j) {
             }
             j->off[k] = UINT64_MAX - 1; /* copied or counted */
         }
-        r->stats.rma_gets += rma;
+        r->stats.rma_gets += rma - by_message;
         r->stats.bounce_gets += bounced;
         pthread_mutex_unlock(&r->mutex);
     }
@@ -395,12 +532,15 @@ static kvs_status thread_start(remote *r) {
     p.log_level = KVS_LOG_WARN;
     p.on_dead = remote_on_dead;
     p.user = r;
+    p.busy_poll_us = r->opt.busy_poll_us;
     kvs_status st = kvs_ucx_create(&p, &r->t, err, sizeof err);
     if (st != KVS_OK) {
         remote_set_error(r, "cannot start UCX: %s", err);
         return st;
     }
     if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_payload_handler(r->t, PAYLOAD_AM_ID, on_place, on_landed, r)) != KVS_OK)
+        goto ucx_fail;
     size_t len = 0;
     if (r->staging && r->staging_len) {
         if ((st = kvs_ucx_mem_register(r->t, r->staging, (size_t)r->staging_len,

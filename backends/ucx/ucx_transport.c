@@ -25,9 +25,12 @@ int ucx_guard_dead(const kvs_ucx_conn *conn) {
     return poll(&p, 1, 0) > 0;
 }
 
+static int busy_poll(kvs_ucx_transport *t, unsigned long long deadline);
+
 /* Sleep on the worker's event fd (and the watched connection's fd) until one fires or `deadline`
  * passes; returns at once when the worker has events pending (arm says busy). */
 static void sleep_until_event(kvs_ucx_transport *t, unsigned long long deadline) {
+    if (busy_poll(t, deadline)) return;
     ucs_status_t st = ucp_worker_arm(t->worker);
     if (st == UCS_ERR_BUSY) return;
     int ms = -1;
@@ -45,7 +48,20 @@ static void sleep_until_event(kvs_ucx_transport *t, unsigned long long deadline)
 static unsigned progress_all(kvs_ucx_transport *t) {
     unsigned n = 0, k;
     while ((k = ucp_worker_progress(t->worker)) != 0) n += k;
+    if (n && t->busy_poll_ns) t->last_work_ns = kvs_now_ns();
     return n;
+}
+
+/* Within busy_poll_ns of the last progress, poll UCX instead of sleeping: returns 1 as soon as it
+ * makes progress, 0 once the window (or the deadline) has passed with none. */
+static int busy_poll(kvs_ucx_transport *t, unsigned long long deadline) {
+    if (!t->busy_poll_ns) return 0;
+    for (;;) {
+        unsigned long long now = kvs_now_ns();
+        if (now >= deadline || now - t->last_work_ns >= t->busy_poll_ns) return 0;
+        if (t->watch && ucx_guard_dead(t->watch)) return 1;
+        if (progress_all(t)) return 1;
+    }
 }
 
 /* Poll a callback-less request until it completes or the deadline passes. Completed requests are
@@ -220,6 +236,7 @@ kvs_status kvs_ucx_arm(kvs_ucx_transport *t) {
     unsigned n = progress_all(t);
     n += ucx_deliver_all(t);
     if (n > 0) return KVS_EAGAIN;
+    if (busy_poll(t, ~0ull)) return KVS_EAGAIN;
     ucs_status_t st = ucp_worker_arm(t->worker);
     if (st == UCS_ERR_BUSY) return KVS_EAGAIN;
     return st == UCS_OK ? KVS_OK : KVS_EIO;
@@ -277,6 +294,7 @@ kvs_status kvs_ucx_create(const kvs_ucx_params *params, kvs_ucx_transport **out,
     }
     kvs_fmt(t->name, sizeof t->name, "%s", params->name ? params->name : "ucx");
     t->log_level = params->log_level;
+    t->busy_poll_ns = (uint64_t)params->busy_poll_us * 1000ull;
     t->on_dead = params->on_dead;
     t->user = params->user;
     t->event_fd = -1;
@@ -349,7 +367,10 @@ void kvs_ucx_destroy(kvs_ucx_transport *t) {
         message *m = t->queue_head;
         t->queue_head = m->next;
         if (m->request) continue; /* still owned by UCX: leaking beats a use after free */
-        ucx_message_free(m);
+        if (m->payload)
+            ucx_payload_end(t, m, NULL, KVS_EIO);
+        else
+            ucx_message_free(m);
     }
     while (t->mems) kvs_ucx_mem_deregister(t->mems);
     ucp_worker_destroy(t->worker);
@@ -478,7 +499,10 @@ static void conn_release(kvs_ucx_conn *conn, int force) {
                 else
                     t->queue_head = next;
                 if (t->queue_tail == m) t->queue_tail = prev;
-                ucx_message_free(m);
+                if (m->payload)
+                    ucx_payload_end(t, m, NULL, KVS_EIO);
+                else
+                    ucx_message_free(m);
                 m = next;
                 continue;
             }

@@ -41,6 +41,11 @@ typedef struct kvs_ucx_params {
     int log_level;           /* KVS_LOG_*: failures at WARN, details at DEBUG */
     kvs_ucx_dead_fn on_dead; /* may be NULL */
     void *user;              /* passed to on_dead */
+    /* After UCX made progress, keep polling it for up to this many microseconds before sleeping on
+     * the event fd (blocking calls and kvs_ucx_arm): a transfer's next step (a rendezvous reply, the
+     * next segment) usually comes within that, and each sleep and wake-up costs a few
+     * microseconds on both sides. An idle transport sleeps once the window has passed. 0: never. */
+    uint32_t busy_poll_us;
 } kvs_ucx_params;
 
 /* Create the context and worker. UCX reads its UCX_*
@@ -123,6 +128,50 @@ void *kvs_ucx_conn_user(const kvs_ucx_conn *conn);
  * ones rendezvous (UCX decides). */
 kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, size_t header_len,
                            const void *data, size_t data_len, int timeout_ms);
+
+/* ---- payload messages ---------------------------------------------------------------------
+ * A payload message is an active message whose data the receiver places: when its header arrives
+ * the transport asks the owner where the data goes (kvs_ucx_place_fn, inside UCX's progress: it
+ * must not call any kvs_ucx_ function), receives the data straight there (a copy for small eager
+ * messages, a rendezvous receive for large ones: no intermediate buffer), and tells the owner once
+ * it has landed (kvs_ucx_landed_fn, delivered like any message, in order per connection). A place
+ * function that answers NULL refuses the data: it is never written anywhere, and a large message's
+ * send fails on the sender's side. */
+
+/* Where the data_len bytes of a payload message go, or NULL to refuse them. *cookie (NULL before
+ * the call) travels to the landed call. conn as in kvs_ucx_am_fn. */
+typedef void *(*kvs_ucx_place_fn)(void *user, kvs_ucx_conn *conn, const void *header,
+                                  size_t header_len, size_t data_len, void **cookie);
+/* A payload message is over: st is KVS_OK when data_len bytes are in dst, KVS_EIO when the transfer
+ * failed (dst's bytes are undefined), KVS_ENOTFOUND when place refused it (dst NULL), KVS_EIO with
+ * conn NULL when its connection closed before delivery. Called exactly once per placed message,
+ * except for a transfer still in flight when the transport is destroyed (UCX may still write dst:
+ * it is never reported, so the owner never frees memory UCX writes). */
+typedef void (*kvs_ucx_landed_fn)(void *user, kvs_ucx_conn *conn, const void *header,
+                                  size_t header_len, void *dst, size_t data_len, void *cookie,
+                                  kvs_status st);
+
+/* Register the payload handlers of message id `id` (replacing a kvs_ucx_am_handler of the id). */
+kvs_status kvs_ucx_payload_handler(kvs_ucx_transport *t, uint16_t id, kvs_ucx_place_fn place,
+                                   kvs_ucx_landed_fn landed, void *user);
+
+/* One message of kvs_ucx_am_send_many: its header, its data (inside mem when not NULL, else UCX
+ * registers it on the fly for a rendezvous), and on return its own status. */
+typedef struct kvs_ucx_am_out {
+    const void *header;
+    size_t header_len;
+    const void *data;
+    size_t data_len;
+    kvs_ucx_mem *mem;
+    kvs_status status; /* out: KVS_OK once sent (a rendezvous: the receiver has the data) */
+} kvs_ucx_am_out;
+
+/* Send n messages with id `id` on conn, all in flight at once, and return when every one is done
+ * (buffers reusable). KVS_OK when all were sent; KVS_EIO when one or more failed (their status says
+ * which: a receiver that refused a large message fails that message only); KVS_ETIMEDOUT when the
+ * batch did not finish within timeout_ms, which kills the connection as kvs_ucx_get does. */
+kvs_status kvs_ucx_am_send_many(kvs_ucx_conn *conn, uint16_t id, kvs_ucx_am_out *msgs, size_t n,
+                                int timeout_ms);
 
 /* Register [addr, addr + len) of a caller buffer for RMA; the buffer must outlive the registration. */
 kvs_status kvs_ucx_mem_register(kvs_ucx_transport *t, void *addr, size_t len, kvs_ucx_mem **out);

@@ -26,12 +26,16 @@ typedef struct message {
     void *data;
     size_t data_len;
     void *request; /* rendezvous receive still in flight */
+    int payload;   /* a payload message: data is the owner's dst (or NULL: refused), not ours */
+    void *cookie;  /* the place function's, for the landed call */
 } message;
 
 typedef struct am_slot {
     kvs_ucx_transport *t;
     uint16_t id;
     kvs_ucx_am_fn fn;
+    kvs_ucx_place_fn place; /* payload messages: place and landed instead of fn */
+    kvs_ucx_landed_fn landed;
     void *user;
 } am_slot;
 
@@ -70,6 +74,8 @@ struct kvs_ucx_transport {
     int event_fd;
     int depth; /* > 0 inside a blocking call: events are queued, not delivered */
     int log_level;
+    uint64_t busy_poll_ns; /* kvs_ucx_params.busy_poll_us */
+    uint64_t last_work_ns; /* when UCX last made progress or delivered something */
     char name[64];
     kvs_ucx_dead_fn on_dead;
     void *user;
@@ -107,6 +113,8 @@ void ucx_learn_transports(kvs_ucx_conn *conn);
 
 /* Free a queued message and its buffers. */
 void ucx_message_free(message *m);
+/* Tell the owner a payload message is over (conn NULL: its connection closed) and free it. */
+void ucx_payload_end(kvs_ucx_transport *t, message *m, kvs_ucx_conn *conn, kvs_status st);
 /* Deliver every deliverable message and death to the owner (none inside a blocking call); returns
  * how many. */
 unsigned ucx_deliver_all(kvs_ucx_transport *t);

@@ -93,8 +93,9 @@ typedef struct kvs_wire_entry {
     const uint8_t *rkey;        /* packed remote key for remote_addr */
     uint32_t rkey_len;          /* 1..KVS_WIRE_MAX_RKEY_BYTES when rkey is used */
     const uint8_t *inline_data; /* PUT: object bytes in the message (then no remote_addr/rkey) */
-    int32_t status;             /* replies: a kvs_status */
-    uint8_t present;            /* LOOKUP_REPLY: 1 when the node holds the key */
+    uint8_t by_message; /* GET: send the object as a payload message (then no remote_addr/rkey) */
+    int32_t status;     /* replies: a kvs_status */
+    uint8_t present;    /* LOOKUP_REPLY: 1 when the node holds the key */
 } kvs_wire_entry;
 
 /* A decoded message or one to encode. Byte fields have the fixed sizes above; strings are not
@@ -160,6 +161,38 @@ kvs_status kvs_wire_encode_refusal(const kvs_wire_refusal *why, void *buf, size_
 /* A refusal of request request_id with code and the sentence text (cut to fit), for kvs_wire_encode_refusal. */
 void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t request_id,
                            const char *text);
+
+/* ---- payload message headers ----------------------------------------------------------------
+ * Objects that travel as payload messages (kvs_ucx_payload_handler: the receiver places the data)
+ * carry a fixed binary header, little-endian, beginning with the wire version and a kind:
+ *   GET object (node -> client), 16 bytes: version u8, kind 1 u8, 0 u16, index u32, request_id u64
+ *     -- the object of entry `index` of GET `request_id`; a miss sends nothing.
+ *   PUT object (client -> node), 60 bytes: version u8, kind 2 u8, 0 u16, index u32, count u32,
+ *     session token [16], request_id u64, key [16], read_by_ns u64 (0: none)
+ *     -- object `index` of the `count` objects of PUT `request_id`; the data is the object. */
+#define KVS_WIRE_GET_PAYLOAD_BYTES 16u
+#define KVS_WIRE_PUT_PAYLOAD_BYTES 60u
+
+typedef struct kvs_wire_payload {
+    uint32_t kind; /* 1 GET object, 2 PUT object */
+    uint32_t index;
+    uint32_t count; /* PUT: 1..KVS_WIRE_MAX_KEYS, index < count */
+    uint64_t request_id;
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* PUT */
+    uint8_t key[KVS_WIRE_KEY_BYTES];             /* PUT */
+    uint64_t read_by_ns;                         /* PUT: as kvs_wire_msg.read_by_ns */
+} kvs_wire_payload;
+
+#define KVS_WIRE_PAYLOAD_GET 1u
+#define KVS_WIRE_PAYLOAD_PUT 2u
+
+/* Write p's header into out (KVS_WIRE_GET_PAYLOAD_BYTES or KVS_WIRE_PUT_PAYLOAD_BYTES, by kind);
+ * returns its length. */
+size_t kvs_wire_payload_encode(const kvs_wire_payload *p, uint8_t out[KVS_WIRE_PUT_PAYLOAD_BYTES]);
+/* Read a payload header of kind `kind`: KVS_OK, or KVS_EINVAL with why set (wrong length, version
+ * or kind, a count out of 1..KVS_WIRE_MAX_KEYS, an index not below the count). */
+kvs_status kvs_wire_payload_decode(const void *header, size_t len, uint32_t kind,
+                                   kvs_wire_payload *out, kvs_wire_refusal *why);
 
 /* Lower-case name of a message type ("lookup_reply"), or "unknown". */
 /* 1 when tenant[0..len) is a valid tenant name: 1..KVS_WIRE_MAX_TENANT_BYTES of [A-Za-z0-9._-]. */

@@ -272,9 +272,13 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
             if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
             for (uint32_t i = 0; i < n; i++) {
                 kvs_wire_entry *e = &out->entries[i];
-                if (read_array(r, &n_fields, get ? 3 : 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") !=
-                    0)
+                if (read_array(r, &n_fields, 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") != 0)
                     return -1;
+                if (get && n_fields == 1) { /* [capacity]: send the object as a payload message */
+                    if (read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0) return -1;
+                    e->by_message = 1;
+                    continue;
+                }
                 if (!get && n_fields == 1) {
                     if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES,
                                   "inline data") != 0)
@@ -284,9 +288,9 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                 }
                 if (n_fields != 3) {
                     wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                                "wire: put message: descriptor %u has %u fields, 1 or 3 "
+                                "wire: %s message: descriptor %u has %u fields, 1 or 3 "
                                 "expected",
-                                i, n_fields);
+                                r->where, i, n_fields);
                     return -1;
                 }
                 if (get) {

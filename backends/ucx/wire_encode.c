@@ -105,7 +105,8 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
                         kvs_wire_type_name(t), i);
             return -1;
         }
-        int remote = t == KVS_WIRE_GET || (t == KVS_WIRE_PUT && !e->inline_data);
+        int remote =
+            (t == KVS_WIRE_GET && !e->by_message) || (t == KVS_WIRE_PUT && !e->inline_data);
         if (remote && (!e->rkey || e->rkey_len == 0 || e->rkey_len > KVS_WIRE_MAX_RKEY_BYTES)) {
             wire_refuse(why, KVS_WIRE_ERR_LIMIT,
                         "wire: %s entry %u has an rkey of %u bytes (1..%u allowed)",
@@ -186,6 +187,11 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
             msgpack_pack_array(pk, n);
             for (uint32_t i = 0; i < n; i++) {
                 const kvs_wire_entry *e = &msg->entries[i];
+                if (e->by_message) { /* [capacity]: the node sends the object as a payload */
+                    msgpack_pack_array(pk, 1);
+                    msgpack_pack_uint64(pk, e->length);
+                    continue;
+                }
                 msgpack_pack_array(pk, 3);
                 msgpack_pack_uint64(pk, e->remote_addr);
                 msgpack_pack_uint64(pk, e->length);

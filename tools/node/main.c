@@ -17,6 +17,7 @@ static void usage(FILE *f) {
         "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients "
         "N]\n"
         "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
+        "                     [--busy-poll-us N]\n"
         "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
         "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
         "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 "
@@ -24,7 +25,8 @@ static void usage(FILE *f) {
         "  --max-clients N         authenticated sessions served at once (default 64)\n"
         "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
         "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
-        "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n");
+        "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n"
+        "  --busy-poll-us N        poll UCX this long after work before sleeping (default 200)\n");
 }
 
 static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -40,6 +42,7 @@ static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out
 int main(int argc, char **argv) {
     const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
     uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
+    uint64_t busy_poll = UINT64_MAX;                                              /* not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -60,6 +63,8 @@ int main(int argc, char **argv) {
             bad = parse_u64(v, 1, 1u << 16, &max_handshakes);
         } else if (!strcmp(a, "--timeout-ms")) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
+        } else if (!strcmp(a, "--busy-poll-us")) {
+            bad = parse_u64(v, 0, 100000, &busy_poll);
         } else if (!strcmp(a, "--max-object-bytes")) {
             bad = kvs_units_parse_size(v, &max_object, NULL, 0) != KVS_OK || max_object == 0 ||
                   max_object > (1ull << 32);
@@ -92,6 +97,8 @@ int main(int argc, char **argv) {
     if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
     if (!max_object)
         max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
+    if (busy_poll == UINT64_MAX)
+        busy_poll = cfg->node.busy_poll_us ? cfg->node.busy_poll_us - 1u : 200u;
     if (!psk_path) {
         fprintf(stderr,
                 "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
@@ -142,7 +149,8 @@ int main(int argc, char **argv) {
                          .max_handshakes = (uint32_t)max_handshakes,
                          .timeout_ms = (int)timeout_ms,
                          .max_object_bytes = max_object,
-                         .max_refusals = 16};
+                         .max_refusals = 16,
+                         .busy_poll_us = (uint32_t)busy_poll};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
     kvs_config_free(cfg);
@@ -165,7 +173,7 @@ int main(int argc, char **argv) {
     printf("kvstrata-node stopped on %s connections=%llu rejected=%llu handshake_refusals=%llu "
            "handshake_timeouts=%llu unknown_sessions=%llu auth_ok=%llu auth_failures=%llu "
            "refusals=%llu lookups=%llu hits=%llu misses=%llu gets=%llu puts=%llu deletes=%llu "
-           "bytes_in=%llu bytes_out=%llu late_puts=%llu\n",
+           "bytes_in=%llu bytes_out=%llu late_puts=%llu payloads_refused=%llu\n",
            signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
            (unsigned long long)s.handshake_refusals, (unsigned long long)s.handshake_timeouts,
            (unsigned long long)s.unknown_sessions, (unsigned long long)s.auth_ok,
@@ -173,7 +181,7 @@ int main(int argc, char **argv) {
            (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
            (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,
            (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
-           (unsigned long long)s.late_puts);
+           (unsigned long long)s.late_puts, (unsigned long long)s.payloads_refused);
     fflush(stdout);
     rc = 0;
 out:

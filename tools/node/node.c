@@ -39,6 +39,7 @@ static void conn_free(node_conn *c) {
     if (c->fd >= 0) close(c->fd);
     free(c->rd);
     kvs_remote_tenant_hasher_free(c->hasher);
+    free(c->put_status);
     memset(&c->auth, 0, sizeof c->auth);
     memset(c->token, 0, sizeof c->token);
     free(c);
@@ -259,7 +260,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
                         .name = "kvstrata-node",
                         .log_level = params->config->log_level,
                         .on_dead = on_dead,
-                        .user = n};
+                        .user = n,
+                        .busy_poll_us = params->busy_poll_us};
     st = kvs_ucx_create(&p, &n->t, err, err_len);
     if (st != KVS_OK) goto fail;
     size_t need = 0;
@@ -273,6 +275,9 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     }
     st = kvs_ucx_mem_register(n->t, n->staging, (size_t)staging_len, &n->staging_mem);
     if (st == KVS_OK) st = kvs_ucx_am_handler(n->t, KVS_NODE_AM_ID, on_message, n);
+    if (st == KVS_OK)
+        st = kvs_ucx_payload_handler(n->t, KVS_NODE_PAYLOAD_AM_ID, node_put_place, node_put_landed,
+                                     n);
     if (st != KVS_OK) {
         kvs_fmt(err, err_len, "%s", kvs_ucx_last_error(n->t));
         goto fail;

@@ -17,7 +17,11 @@
  * message's data segment. A request's header is the session token of AUTH_OK
  * (KVS_WIRE_SESSION_TOKEN_BYTES); a request naming no live session is dropped. Replies have an
  * empty header. */
-#define KVS_NODE_AM_ID 1u
+#define KVS_NODE_AM_ID         1u
+/* Objects that travel as payload messages (kvs_ucx_payload_handler) use this id: a GET's objects
+ * sent to a client that asked for them so (node -> client), a PUT's objects (client -> node), each
+ * with the binary header of wire.h ("payload message headers"). */
+#define KVS_NODE_PAYLOAD_AM_ID 2u
 
 typedef struct kvs_node kvs_node;
 
@@ -32,6 +36,8 @@ typedef struct kvs_node_params {
     int timeout_ms;     /* bound on each send and RMA transfer, and on a whole handshake */
     uint64_t max_object_bytes; /* largest object stored or served; the size of a staging slot */
     uint32_t max_refusals;     /* refused messages a connection may send before it is closed */
+    uint32_t
+        busy_poll_us; /* kvs_ucx_params.busy_poll_us: poll UCX this long after work, then sleep */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */
@@ -48,12 +54,13 @@ typedef struct kvs_node_stats {
     uint64_t lookups;  /* keys asked by LOOKUP */
     uint64_t hits;     /* keys found by LOOKUP or GET */
     uint64_t misses;
-    uint64_t gets;      /* keys asked by GET */
-    uint64_t puts;      /* objects stored */
-    uint64_t deletes;   /* keys removed */
-    uint64_t bytes_in;  /* object bytes stored */
-    uint64_t bytes_out; /* object bytes written to clients */
-    uint64_t late_puts; /* objects not stored: read at or after their PUT's read-by time */
+    uint64_t gets;             /* keys asked by GET */
+    uint64_t puts;             /* objects stored */
+    uint64_t deletes;          /* keys removed */
+    uint64_t bytes_in;         /* object bytes stored */
+    uint64_t bytes_out;        /* object bytes written to clients */
+    uint64_t late_puts;        /* objects not stored: read at or after their PUT's read-by time */
+    uint64_t payloads_refused; /* payload messages dropped: bad header, no session, no room */
 } kvs_node_stats;
 
 /* Open the tiers, register the staging buffer, start listening. On failure *out is NULL and err

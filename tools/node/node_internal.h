@@ -62,6 +62,10 @@ typedef struct node_conn {
     int closing; /* closed by the loop after the current callback returns */
     rkey_slot rkeys[RKEY_CACHE];
     uint32_t rkey_next; /* round-robin replacement */
+    /* the PUT whose objects arrive as payload messages: answered once all `put_count` landed */
+    uint64_t put_request;
+    uint32_t put_count, put_landed; /* put_count 0: none under way */
+    kvs_status *put_status;         /* KVS_WIRE_MAX_KEYS, allocated at the first such PUT */
     struct node_conn *next;
 } node_conn;
 
@@ -83,6 +87,12 @@ struct kvs_node {
     uint32_t batch_entry[KVS_WIRE_MAX_KEYS];
     pinned pins[KVS_WIRE_MAX_KEYS];
     put_pending puts[KVS_WIRE_MAX_KEYS]; /* one PUT batch: with batch[] and batch_entry[] */
+    /* one GET batch sent as payload messages: the sends, their headers and reply entries */
+    kvs_ucx_am_out sends[KVS_WIRE_MAX_KEYS];
+    uint8_t send_headers[KVS_WIRE_MAX_KEYS][KVS_WIRE_GET_PAYLOAD_BYTES];
+    uint32_t send_entry[KVS_WIRE_MAX_KEYS];
+    uint32_t n_sends;
+    uint64_t get_request; /* the GET being served */
     uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
     uint32_t n_sessions, n_handshakes;
@@ -136,6 +146,13 @@ void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
 void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
 void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
 void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
+/* The payload handlers of KVS_NODE_PAYLOAD_AM_ID (user: the node): a PUT's object is received
+ * straight into room reserved in the tiers (a buffer for tiers that cannot reserve) and stored when
+ * it has landed; the PUT is answered once all its objects have. */
+void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     size_t data_len, void **cookie);
+void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     void *dst, size_t data_len, void *cookie, kvs_status st);
 /* Fill the STATS reply's counters: the tiers' usage and the node's counters. */
 void node_do_stats(kvs_node *n, kvs_wire_msg *rep);
 

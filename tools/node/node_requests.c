@@ -9,6 +9,7 @@
 #include "node_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/clock.h"
@@ -114,6 +115,21 @@ static kvs_ucx_mem *mem_for(const kvs_node *n, const void *p, uint64_t len) {
 /* Write the batch's objects into the client and drop the batch's pins. A failed batch turns its
  * entries into KVS_EIO with no length. */
 static void get_flush(kvs_node *n, node_conn *c) {
+    if (n->n_sends > 0) {
+        kvs_status st = kvs_ucx_am_send_many(c->rma, KVS_NODE_PAYLOAD_AM_ID, n->sends, n->n_sends,
+                                             n->params.timeout_ms);
+        for (uint32_t i = 0; i < n->n_sends; i++) {
+            kvs_wire_entry *r = &n->reply_entries[n->send_entry[i]];
+            if (n->sends[i].status == KVS_OK) {
+                n->stats.bytes_out += n->sends[i].data_len;
+            } else {
+                r->status = KVS_EIO;
+                r->length = 0;
+            }
+        }
+        if (st != KVS_OK)
+            fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
+    }
     if (n->n_batch > 0) {
         kvs_status st = kvs_ucx_rma_many(c->rma, 1, n->batch, n->n_batch, n->params.timeout_ms);
         for (uint32_t i = 0; i < n->n_batch; i++) {
@@ -132,7 +148,7 @@ static void get_flush(kvs_node *n, node_conn *c) {
         const pinned *p = &n->pins[i];
         kvs_tiers_ops(n->chain, p->tier)->unpin(kvs_tiers_state(n->chain, p->tier), &p->key, 1);
     }
-    n->n_batch = n->n_pins = n->slots_used = 0;
+    n->n_batch = n->n_pins = n->slots_used = n->n_sends = 0;
 }
 
 /* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
@@ -173,7 +189,7 @@ static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     st = KVS_OK;
     if (*len > e->length)
         st = KVS_EOVERFLOW;
-    else if (*len > 0 && !(rkey = rkey_for(c, e->rkey, e->rkey_len)))
+    else if (*len > 0 && !e->by_message && !(rkey = rkey_for(c, e->rkey, e->rkey_len)))
         st = KVS_EINVAL;
     if (st != KVS_OK || *len == 0) {
         if (pin) ops->unpin(state, &k, 1);
@@ -181,6 +197,18 @@ static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
         return st;
     }
     if (pin) n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
+    if (e->by_message) { /* sent as a payload message: the client places it */
+        kvs_wire_payload h = {
+            .kind = KVS_WIRE_PAYLOAD_GET, .index = index, .request_id = n->get_request};
+        n->sends[n->n_sends] =
+            (kvs_ucx_am_out){.header = n->send_headers[n->n_sends],
+                             .header_len = kvs_wire_payload_encode(&h, n->send_headers[n->n_sends]),
+                             .data = object,
+                             .data_len = (size_t)*len,
+                             .mem = mem_for(n, object, *len)};
+        n->send_entry[n->n_sends++] = index;
+        return KVS_OK;
+    }
     n->batch[n->n_batch] = (kvs_ucx_rma){.local = (void *)(uintptr_t)object,
                                          .len = (size_t)*len,
                                          .local_mem = mem_for(n, object, *len),
@@ -191,6 +219,7 @@ static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
 }
 
 void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    n->get_request = req->request_id;
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_wire_entry *r = &n->reply_entries[i];
         r->status = node_alive(c) ? get_one(n, c, i, &req->entries[i], &r->length) : KVS_EIO;
@@ -308,6 +337,120 @@ void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         n->reply_entries[i].status =
             node_alive(c) ? put_one(n, c, i, &req->entries[i], req->read_by_ns) : KVS_EIO;
     put_flush(n, c, req->read_by_ns);
+}
+
+/* ---- PUT objects as payload messages --------------------------------------------------------- */
+
+/* One object being received: where it goes and what became of it. */
+typedef struct put_payload {
+    kvs_key key;
+    uint64_t ticket;
+    int reserved; /* room in the tiers; else buf (tiers that cannot reserve) */
+    void *buf;
+    kvs_status st; /* KVS_OK, or why place refused it */
+} put_payload;
+
+void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     size_t data_len, void **cookie) {
+    kvs_node *n = user;
+    (void)conn; /* the token names the session */
+    kvs_wire_payload h;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_PUT, &h, &why) != KVS_OK)
+        return NULL; /* landed counts it */
+    node_conn *c = node_session_of(n, h.token, sizeof h.token);
+    put_payload *p = c ? calloc(1, sizeof *p) : NULL;
+    if (!p) return NULL;
+    *cookie = p;
+    char err[256] = "";
+    void *dst = NULL;
+    if (stored_key(c, h.key, &p->key) != 0 || data_len == 0 ||
+        data_len > n->params.max_object_bytes) {
+        p->st = KVS_EINVAL;
+    } else if (h.read_by_ns && kvs_now_ns() >= h.read_by_ns) {
+        p->st = KVS_ETIMEDOUT; /* the client may have reused the room already: never read it */
+    } else if (kvs_tiers_can_reserve(n->chain)) {
+        p->st = kvs_tiers_reserve(n->chain, &p->key, data_len, &dst, &p->ticket, err, sizeof err);
+        p->reserved = p->st == KVS_OK;
+        if (p->st != KVS_OK) put_stored(n, c, p->st, data_len, err);
+    } else if (!(dst = p->buf = malloc(data_len))) {
+        p->st = KVS_ENOMEM;
+    }
+    return p->st == KVS_OK ? dst : NULL;
+}
+
+/* Record object h.index of session c's payload PUT; answer the PUT once all its objects landed. */
+static void put_payload_done(kvs_node *n, node_conn *c, const kvs_wire_payload *h, kvs_status st) {
+    if (!c->put_status && !(c->put_status = calloc(KVS_WIRE_MAX_KEYS, sizeof *c->put_status)))
+        return; /* no reply: the client times out and counts the puts dropped */
+    if (c->put_count == 0 || c->put_request != h->request_id) {
+        if (c->put_count && c->put_landed < c->put_count)
+            fprintf(stderr, "kvstrata-node: %s: put %llu left with %u of %u objects\n", c->peer,
+                    (unsigned long long)c->put_request, c->put_landed, c->put_count);
+        c->put_request = h->request_id;
+        c->put_count = h->count;
+        c->put_landed = 0;
+        for (uint32_t i = 0; i < h->count; i++) c->put_status[i] = KVS_EIO;
+    }
+    if (h->count != c->put_count) return; /* not this PUT's shape: ignored, the PUT times out */
+    c->put_status[h->index] = st;
+    if (++c->put_landed < c->put_count) return;
+    kvs_wire_msg rep;
+    kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, c->put_request);
+    memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * c->put_count);
+    for (uint32_t i = 0; i < c->put_count; i++) n->reply_entries[i].status = c->put_status[i];
+    rep.entries = n->reply_entries;
+    rep.n_entries = c->put_count;
+    c->put_count = c->put_landed = 0;
+    if (node_alive(c))
+        node_send_msg(n, c, &rep);
+    else
+        c->closing = 1;
+}
+
+void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     void *dst, size_t data_len, void *cookie, kvs_status st) {
+    kvs_node *n = user;
+    put_payload *p = cookie;
+    kvs_wire_payload h;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    int ok_header =
+        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_PUT, &h, &why) == KVS_OK;
+    node_conn *c = ok_header && conn ? node_session_of(n, h.token, sizeof h.token) : NULL;
+    if (!p) { /* refused before any room was taken: a bad header, no session, no memory */
+        n->stats.payloads_refused++;
+        if (!ok_header)
+            node_log_refusal(n, "dropped a %zu-byte payload: %s", data_len, why.text);
+        else if (!c)
+            n->stats.unknown_sessions++;
+        if (c) put_payload_done(n, c, &h, KVS_ENOMEM);
+        return;
+    }
+    if (st == KVS_OK && h.read_by_ns && kvs_now_ns() >= h.read_by_ns) {
+        /* read at or after the read-by time: the bytes may be another object's */
+        n->stats.late_puts++;
+        st = KVS_ETIMEDOUT;
+    }
+    if (st == KVS_OK) {
+        char err[256] = "";
+        st = p->reserved
+                 ? kvs_tiers_commit(n->chain, &p->key, p->ticket, dst, data_len, err, sizeof err)
+                 : kvs_tiers_put(n->chain, &p->key, dst, data_len, err, sizeof err);
+        if (c) put_stored(n, c, st, data_len, err);
+    } else {
+        if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+        if (p->st != KVS_OK) {
+            st = p->st;
+            n->stats.payloads_refused++;
+        } else if (st == KVS_ENOTFOUND) {
+            st = KVS_EIO;
+        }
+    }
+    free(p->buf);
+    free(p);
+    if (c) put_payload_done(n, c, &h, st);
 }
 
 void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
