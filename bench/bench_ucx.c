@@ -636,6 +636,15 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
                k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
+        /* every round's rate and its reference, in round order: the spread behind the medians */
+        printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
+               (unsigned long long)size);
+        for (uint32_t i = 0; i < o->rounds; i++)
+            printf("%s%.3f", i ? "," : "", bytes / (k ? put_ns[i] : get_ns[i]));
+        printf("],\"reference_gbps\":[");
+        for (uint32_t i = 0; i < o->rounds; i++)
+            printf("%s%.3f", i ? "," : "", (by_tcp ? tbest[i] : k ? pput[i] : pget[i]) / 1e9);
+        printf("]}\n");
         char also[96] = "";
         if (!server_netns)
             snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
