@@ -89,7 +89,7 @@ static void usage(int status) {
     fprintf(
         status ? stderr : stdout,
         "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
-        "                     [--shared-memory auto|off] [--payloads auto|rma|messages]\n"
+        "                     [--shared-memory auto|off] [--payloads auto|rma|messages|stream]\n"
         "                     [--busy-poll-us N]\n"
         "                     [--server-netns NS --server-addr IP]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
@@ -129,7 +129,8 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off")))
             o.shared_memory = v;
         else if (!strcmp(a, "--payloads") &&
-                 (!strcmp(v, "auto") || !strcmp(v, "rma") || !strcmp(v, "messages")))
+                 (!strcmp(v, "auto") || !strcmp(v, "rma") || !strcmp(v, "messages") ||
+                  !strcmp(v, "stream")))
             o.payloads = v;
         else if (!strcmp(a, "--busy-poll-us"))
             o.busy_poll_us = v;
@@ -799,7 +800,7 @@ int main(int argc, char **argv) {
     printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\",\"requests\":"
            "\"tcp\",\"reference_tls\":\"%s\","
            "\"server\":\"%s\",\"server_netns\":\"%s\"}\n",
-           on_sm ? "shared memory" : "tcp", st.nodes_messages ? "messages" : "rma", o.perftest_tls,
+           on_sm ? "shared memory" : "tcp", st.nodes_stream ? "stream" : st.nodes_messages ? "messages" : "rma", o.perftest_tls,
            server_addr, server_netns ? server_netns : "");
     printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; "
            "servers at %s%s%s\n",

@@ -142,17 +142,20 @@ static size_t object_len(uint32_t i) {
     return i % 2 ? 1000 + i : 200000 + 4096 * i;
 }
 
-/* Loop 0: payloads auto, which over tcp (these nodes) moves objects as payload messages; loop 1:
- * payloads rma, the node reading and writing the tier's registered memory. */
+/* Loop 0: payloads auto, which over tcp (these nodes) moves objects on the session's TCP stream;
+ * loop 1: payloads rma, the node reading and writing the tier's registered memory; loop 2: payloads
+ * messages, UCX messages the receiver places. */
 START_TEST(put_then_get_returns_the_same_bytes) {
     const kvs_backend_ops *ops = kvs_remote_backend();
-    int by_rma = _i == 1;
-    payloads = by_rma ? "rma" : "auto";
+    static const char *const modes[3] = {"auto", "rma", "messages"};
+    int by_rma = _i == 1, by_messages = _i == 2, by_stream = _i == 0;
+    payloads = modes[_i];
     void *s = open_ok("1", "2000");
     kvs_remote_stats_t stats;
     ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
     ck_assert_uint_eq(stats.nodes_up, 2);
-    ck_assert_uint_eq(stats.nodes_messages, by_rma ? 0 : 2);
+    ck_assert_uint_eq(stats.nodes_messages, by_messages ? 2 : 0);
+    ck_assert_uint_eq(stats.nodes_stream, by_stream ? 2 : 0);
     for (uint32_t i = 0; i < 4; i++) {
         kvs_key k = kvs_test_remote_key(i);
         size_t len = object_len(i);
@@ -200,9 +203,10 @@ START_TEST(put_then_get_returns_the_same_bytes) {
     if (by_rma) {
         ck_assert_uint_gt(stats.rma_gets, 0);
         ck_assert_uint_gt(stats.bounce_gets, 0);
-        ck_assert_uint_eq(stats.message_gets, 0);
+        ck_assert_uint_eq(stats.message_gets + stats.stream_gets, 0);
     } else { /* straight into the caller's buffer, in the pool or not */
-        ck_assert_uint_eq(stats.message_gets, 4);
+        ck_assert_uint_eq(by_messages ? stats.message_gets : stats.stream_gets, 4);
+        ck_assert_uint_eq(by_messages ? stats.stream_gets : stats.message_gets, 0);
         ck_assert_uint_eq(stats.rma_gets + stats.bounce_gets, 0);
     }
     ck_assert_uint_eq(stats.puts_stored, 4);
@@ -684,7 +688,7 @@ int main(void) {
     TCase *live = tcase_create("two_nodes");
     tcase_add_checked_fixture(live, nodes_setup, nodes_teardown);
     tcase_set_timeout(live, 60);
-    tcase_add_loop_test(live, put_then_get_returns_the_same_bytes, 0, 2);
+    tcase_add_loop_test(live, put_then_get_returns_the_same_bytes, 0, 3);
     tcase_add_test(live, queued_puts_go_out_in_batches_and_read_back_exactly);
     tcase_add_test(live, a_closed_tier_sends_its_queued_puts_first);
     tcase_add_test(live, get_many_reads_keys_from_both_nodes);

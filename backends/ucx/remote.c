@@ -84,7 +84,7 @@ static const kvs_option_desc OPTIONS[] = {
     {.name = "payloads", /* its index is the KVS_REMOTE_PAYLOADS_ value */
      .kind = KVS_OPTION_CHOICE,
      KVS_OPTION_FIELD(kvs_remote_options, payloads),
-     .choices = "auto|rma|messages"},
+     .choices = "auto|rma|messages|stream"},
     {.name = "busy_poll_us",
      .kind = KVS_OPTION_COUNT,
      KVS_OPTION_FIELD(kvs_remote_options, busy_poll_us),

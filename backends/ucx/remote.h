@@ -15,8 +15,9 @@
  *                       can stall the node's other clients; docs/remote.md)
  *   put_queue_mb        room for puts not yet confirmed by their nodes, MiB (default 64; at least
  *                       the largest object)
- *   payloads            auto | rma | messages: how objects move (default auto: as messages to a
- *                       node reached over tcp only, where UCX emulates RMA; RMA elsewhere)
+ *   payloads            auto | rma | messages | stream: how objects move (default auto: on the
+ *                       session's TCP stream to a node UCX reaches over tcp only, where it
+ *                       emulates RMA; RMA elsewhere; docs/remote.md, "Payloads")
  *   busy_poll_us        after UCX made progress the progress thread keeps polling it this many
  *                       microseconds before it sleeps (default 200; 0: sleep at once)
  *
@@ -63,9 +64,15 @@ typedef struct kvs_remote_options {
 
 #define KVS_REMOTE_DEFAULT_BUSY_POLL_US 200u
 
-/* payloads: auto (messages where the node's payload path is tcp only, RMA elsewhere), rma (the node
- * reads and writes the tier's registered memory), messages (objects travel as payload messages). */
-enum { KVS_REMOTE_PAYLOADS_AUTO, KVS_REMOTE_PAYLOADS_RMA, KVS_REMOTE_PAYLOADS_MESSAGES };
+/* payloads: auto (stream where the node's payload path is tcp only, RMA elsewhere), rma (the node
+ * reads and writes the tier's registered memory), messages (objects travel as UCX payload messages
+ * the receiver places), stream (objects on the session's control connection, stream.h). */
+enum {
+    KVS_REMOTE_PAYLOADS_AUTO,
+    KVS_REMOTE_PAYLOADS_RMA,
+    KVS_REMOTE_PAYLOADS_MESSAGES,
+    KVS_REMOTE_PAYLOADS_STREAM
+};
 
 /* Strict parse: KVS_ECONFIG and a sentence in why (listing the valid options for an unknown one). */
 kvs_status kvs_remote_options_parse(const kvs_backend_option *options, uint64_t n_options,
@@ -95,6 +102,8 @@ typedef struct kvs_remote_stats_t {
     uint64_t message_gets;   /* objects received as payload messages, straight into place */
     uint64_t late_payloads;  /* objects still arriving into a caller's buffer after its get ended */
     uint32_t nodes_messages; /* nodes up whose objects travel as payload messages */
+    uint64_t stream_gets;    /* objects read off the session's stream, straight into place */
+    uint32_t nodes_stream;   /* nodes up whose objects travel on the session's stream */
     uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
 } kvs_remote_stats_t;
 

@@ -306,6 +306,8 @@ static void remote_free(remote *r) {
     free(r->entries);
     free(r->reply_entries);
     free(r->sends);
+    free(r->frame_buf);
+    free(r->iov);
     free(r->send_headers);
     free(r->send_buf);
     free(r->bounce);
@@ -363,12 +365,14 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     r->entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->entries);
     r->reply_entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->reply_entries);
     r->sends = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->sends);
+    r->frame_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
+    r->iov = calloc(KVS_WIRE_MAX_KEYS + 1, sizeof *r->iov);
     r->send_headers = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->send_headers);
     r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
     r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st = KVS_ENOMEM;
     if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
-        !r->reply_entries || !r->sends || !r->send_headers || !r->nodes || r->doorbell < 0) {
+        !r->reply_entries || !r->sends || !r->send_headers || !r->frame_buf || !r->iov || !r->nodes || r->doorbell < 0) {
         snprintf(r->error, sizeof r->error,
                  "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
                  strerror(errno));

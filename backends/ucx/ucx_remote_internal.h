@@ -8,6 +8,7 @@
 #define KVS_UCX_REMOTE_INTERNAL_H
 
 #include <poll.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -49,6 +50,7 @@ typedef struct job {
     uint8_t *resolved;  /* n: answered (hit, miss or error) */
     uint8_t *landed;    /* GET n: a payload message's state (LANDING_*) */
     uint32_t inflight;  /* GET: payload messages placed in the caller's buffers, not yet landed */
+    uint64_t stream_hits; /* GET: objects read off nodes' streams */
     uint64_t *off;      /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
     const void *object; /* PUT: the copy in the put queue */
     uint64_t len;
@@ -81,6 +83,7 @@ typedef struct rnode {
     int was_up;
     int shared_memory;    /* up, and its payloads run over something other than tcp */
     int messages;         /* up, and its objects travel as payload messages (payloads option) */
+    int stream;           /* up, and its GETs and PUTs go on the control connection (stream.h) */
     uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
     uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
@@ -150,6 +153,8 @@ typedef struct remote {
     kvs_wire_entry *entries;       /* for encoding */
     kvs_wire_entry *reply_entries; /* for decoding */
     kvs_ucx_am_out *sends;         /* a PUT's objects as payload messages: KVS_WIRE_MAX_KEYS */
+    uint8_t *frame_buf;            /* a stream frame: KVS_WIRE_MAX_MESSAGE_BYTES + 4 */
+    struct iovec *iov;             /* a stream transfer's objects: KVS_WIRE_MAX_KEYS + 1 */
     uint8_t (*send_headers)[KVS_WIRE_PUT_PAYLOAD_BYTES];
     job *current;
 } remote;

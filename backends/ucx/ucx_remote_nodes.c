@@ -39,8 +39,10 @@ void remote_node_down(remote *r, rnode *nd, const char *why) {
         r->stats.nodes_up--;
         r->stats.nodes_shared_memory -= (uint32_t)nd->shared_memory;
         r->stats.nodes_messages -= (uint32_t)nd->messages;
+        r->stats.nodes_stream -= (uint32_t)nd->stream;
         nd->shared_memory = 0;
         nd->messages = 0;
+        nd->stream = 0;
         pthread_mutex_unlock(&r->mutex);
         remote_set_error(r, "node %s is down (%s); its keys are misses until it reconnects",
                          node_id(r, nd), why);
@@ -126,19 +128,23 @@ static kvs_status handshake_step(remote *r, rnode *nd, uint32_t want, kvs_wire_m
 static void log_transports(remote *r, rnode *nd) {
     const char *req = kvs_ucx_conn_transports(nd->conn);
     const char *pay = nd->payload_tls[0] ? nd->payload_tls : "unknown (the node did not say)";
-    int slow = kvs_ucx_tls_slow(nd->payload_tls) && !nd->messages;
+    int slow = kvs_ucx_tls_slow(nd->payload_tls) && !nd->messages && !nd->stream;
     if (!r->host || !r->host->log ||
         r->host->struct_size < offsetof(kvs_backend_host, log) + sizeof r->host->log)
         return;
     char line[ERROR_BYTES];
     snprintf(
-        line, sizeof line, "remote tier \"%s\": node %s: requests over %s, payloads %sover %s%s",
-        r->name, node_id(r, nd), req, nd->messages ? "as messages " : "", pay,
+        line, sizeof line, "remote tier \"%s\": node %s: requests over %s, payloads %s%s%s",
+        r->name, node_id(r, nd), req,
+        nd->stream     ? "on the session's TCP stream (UCX's payload path: "
+        : nd->messages ? "as messages over "
+                       : "over ",
+        pay,
         slow ? (r->worker_addr
                     ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
                       "is on another host or shared memory did not connect)"
                     : " only - a slow fallback (shared_memory: off)")
-             : "");
+             : nd->stream ? ")" : "");
     r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 
@@ -201,15 +207,17 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
     nd->shared_memory = nd->payload_tls[0] && !kvs_ucx_tls_slow(nd->payload_tls);
     /* over tcp only UCX emulates RMA with request and reply messages; messages carrying the
      * objects reach the stream's rate there (docs/remote.md, "Payloads") */
-    nd->messages = r->opt.payloads == KVS_REMOTE_PAYLOADS_MESSAGES ||
-                   (r->opt.payloads == KVS_REMOTE_PAYLOADS_AUTO && nd->payload_tls[0] &&
-                    kvs_ucx_tls_slow(nd->payload_tls));
+    nd->messages = r->opt.payloads == KVS_REMOTE_PAYLOADS_MESSAGES;
+    nd->stream = r->opt.payloads == KVS_REMOTE_PAYLOADS_STREAM ||
+                 (r->opt.payloads == KVS_REMOTE_PAYLOADS_AUTO && nd->payload_tls[0] &&
+                  kvs_ucx_tls_slow(nd->payload_tls));
     log_transports(r, nd);
     kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     pthread_mutex_lock(&r->mutex);
     r->stats.nodes_up++;
     r->stats.nodes_shared_memory += (uint32_t)nd->shared_memory;
     r->stats.nodes_messages += (uint32_t)nd->messages;
+    r->stats.nodes_stream += (uint32_t)nd->stream;
     if (nd->was_up) r->stats.reconnects++;
     pthread_mutex_unlock(&r->mutex);
     nd->was_up = 1;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "stream.h"
 #include "ucx_remote_internal.h"
 
 /* ---- messages from nodes --------------------------------------------------------------------- */
@@ -207,6 +208,105 @@ static kvs_status send_put_payloads(remote *r, rnode *nd, uint64_t read_by_ns, u
     return st;
 }
 
+/* ---- GET and PUT on a node's stream (payloads: stream; stream.h) ------------------------------ */
+
+/* A GET of the node's batch: the request frame, then groups of records and bytes, each hit read
+ * straight into its destination. On any error the node's batch fails (the stream is out of step:
+ * the caller marks the node down). */
+static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m,
+                             uint64_t deadline) {
+    char err[256] = "";
+    kvs_status st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf,
+                                         KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline, err, sizeof err);
+    uint32_t done = 0;
+    uint64_t hits = 0;
+    while (st == KVS_OK && done < nd->n_batch) {
+        uint8_t head[KVS_STREAM_GROUP_BYTES];
+        uint32_t g = 0;
+        st = kvs_stream_read(nd->ctl_fd, head, sizeof head, deadline, err, sizeof err);
+        if (st == KVS_OK)
+            st = kvs_stream_group_decode(head, m->request_id, nd->n_batch - done, &g, err,
+                                         sizeof err);
+        uint8_t(*records)[KVS_STREAM_RECORD_BYTES] = (void *)r->frame_buf;
+        if (st == KVS_OK)
+            st = kvs_stream_read(nd->ctl_fd, records, (size_t)g * KVS_STREAM_RECORD_BYTES,
+                                 deadline, err, sizeof err);
+        size_t n_iov = 0;
+        for (uint32_t i = 0; st == KVS_OK && i < g; i++) {
+            uint32_t k = nd->batch[done + i];
+            kvs_status s;
+            uint64_t len;
+            kvs_stream_record_decode(records[i], &s, &len);
+            if (s == KVS_OK && len > j->cap[k]) {
+                snprintf(err, sizeof err, "an object of %llu bytes for a buffer of %llu",
+                         (unsigned long long)len, (unsigned long long)j->cap[k]);
+                st = KVS_ECORRUPT;
+                break;
+            }
+            j->statuses[k] = s;
+            j->lens[k] = len;
+            if (s == KVS_OK && len)
+                r->iov[n_iov++] = (struct iovec){.iov_base = j->dsts[k], .iov_len = (size_t)len};
+            hits += s == KVS_OK;
+        }
+        if (st == KVS_OK && n_iov)
+            st = kvs_stream_readv(nd->ctl_fd, r->iov, n_iov, deadline, err, sizeof err);
+        for (uint32_t i = 0; st == KVS_OK && i < g; i++) j->resolved[nd->batch[done + i]] = 1;
+        done += g;
+    }
+    if (st != KVS_OK) {
+        /* keys of this batch not yet resolved stay so: the next round asks their next home */
+        for (uint32_t i = 0; i < nd->n_batch; i++)
+            if (!j->resolved[nd->batch[i]]) j->statuses[nd->batch[i]] = KVS_ENOTFOUND;
+        snprintf(nd->refusal, sizeof nd->refusal, "get on the stream: %s", err);
+        return st;
+    }
+    j->stream_hits += hits;
+    pthread_mutex_lock(&r->mutex);
+    r->stats.stream_gets += hits;
+    pthread_mutex_unlock(&r->mutex);
+    return KVS_OK;
+}
+
+/* A PUT of the node's batch: the request frame, every object's bytes straight from the put queue,
+ * then the node's PUT_REPLY. */
+static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+    char err[256] = "";
+    kvs_status st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf,
+                                         KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline, err, sizeof err);
+    for (uint32_t b = 0; b < nd->n_batch; b++) {
+        const job *pj = r->put_jobs[nd->batch[b]];
+        r->iov[b] = (struct iovec){.iov_base = (void *)(uintptr_t)pj->object,
+                                   .iov_len = (size_t)pj->len};
+    }
+    if (st == KVS_OK)
+        st = kvs_stream_writev(nd->ctl_fd, r->iov, nd->n_batch, deadline, err, sizeof err);
+    size_t len = 0;
+    if (st == KVS_OK)
+        st = kvs_stream_read_frame(nd->ctl_fd, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
+                                   deadline, err, sizeof err);
+    kvs_wire_msg rep;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (st == KVS_OK && kvs_wire_decode(r->frame_buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS,
+                                        &rep, &why) != KVS_OK) {
+        snprintf(err, sizeof err, "an unreadable answer: %s", why.text);
+        st = KVS_ECORRUPT;
+    }
+    if (st == KVS_OK && (rep.type != KVS_WIRE_PUT_REPLY || rep.request_id != m->request_id)) {
+        snprintf(err, sizeof err, "a %s for request %llu instead of the put_reply of %llu",
+                 kvs_wire_type_name(rep.type), (unsigned long long)rep.request_id,
+                 (unsigned long long)m->request_id);
+        st = KVS_ECORRUPT;
+    }
+    if (st != KVS_OK) {
+        snprintf(nd->refusal, sizeof nd->refusal, "put on the stream: %s", err);
+        return st;
+    }
+    take_reply(r, nd, &rep); /* counts stored and refused copies; a count mismatch fails it */
+    return nd->failed ? KVS_ECORRUPT : KVS_OK;
+}
+
 /* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
  * whose connection died, are marked down (their batch keys stay unresolved). */
 static void exchange(remote *r, int type, uint64_t deadline) {
@@ -224,7 +324,13 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             memset(e, 0, sizeof *e);
             uint32_t k = nd->batch[b];
             e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
-            if (type == KVS_WIRE_GET && nd->messages) {
+            if (type == KVS_WIRE_GET && nd->stream) {
+                e->by_message = 1; /* the node sends it on the stream, read into dsts[k] */
+                e->length = j->cap[k];
+            } else if (type == KVS_WIRE_PUT && nd->stream) {
+                e->by_message = 1; /* its bytes follow the PUT on the stream */
+                e->length = r->put_jobs[k]->len;
+            } else if (type == KVS_WIRE_GET && nd->messages) {
                 e->by_message = 1; /* the node sends the object; on_place puts it in dsts[k] */
                 e->length = j->cap[k];
                 j->landed[k] = LANDING_ASKED;
@@ -258,9 +364,18 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
         }
         if (type == KVS_WIRE_GET && nd->messages) nd->msg_request = nd->request_id;
-        kvs_status sent = type == KVS_WIRE_PUT && nd->messages
-                              ? send_put_payloads(r, nd, m.read_by_ns, deadline)
-                              : remote_send_msg(r, nd, &m, deadline);
+        kvs_status sent;
+        if (nd->stream && (type == KVS_WIRE_GET || type == KVS_WIRE_PUT)) {
+            /* the whole exchange, answer included, on the stream: nothing left pending */
+            m.read_by_ns = nd->read_by_ns = 0; /* the node never reads this process's memory */
+            sent = type == KVS_WIRE_GET ? stream_get(r, nd, j, &m, deadline)
+                                        : stream_put(r, nd, &m, deadline);
+            if (sent == KVS_OK) nd->pending = 0;
+        } else if (type == KVS_WIRE_PUT && nd->messages) {
+            sent = send_put_payloads(r, nd, m.read_by_ns, deadline);
+        } else {
+            sent = remote_send_msg(r, nd, &m, deadline);
+        }
         if (sent != KVS_OK) {
             nd->pending = 0;
             nd->failed = 1;
@@ -362,7 +477,8 @@ static void run_keyed(remote *r, job *j) {
             rnode *nd = &r->nodes[h];
             if (nd->n_batch == KVS_WIRE_MAX_KEYS) continue; /* next round */
             j->off[k] = UINT64_MAX;
-            if (type == KVS_WIRE_GET && !nd->messages && !in_staging(r, j->dsts[k], j->cap[k])) {
+            if (type == KVS_WIRE_GET && !nd->messages && !nd->stream &&
+                !in_staging(r, j->dsts[k], j->cap[k])) {
                 if (j->cap[k] > r->bounce_len) j->cap[k] = r->bounce_len; /* larger: EOVERFLOW */
                 uint64_t need = (j->cap[k] + 63) & ~63ull;
                 if (need > r->bounce_len - bounce_used) continue; /* next round */
@@ -374,8 +490,10 @@ static void run_keyed(remote *r, job *j) {
             any = 1;
         }
         if (!any) return;
+        uint64_t stream_hits = j->stream_hits;
         exchange(r, type, j->deadline_ns);
         if (type != KVS_WIRE_GET) continue;
+        stream_hits = j->stream_hits - stream_hits;
         uint64_t by_message = await_landings(r, j);
         uint64_t rma = 0, bounced = 0;
         pthread_mutex_lock(
@@ -391,7 +509,7 @@ static void run_keyed(remote *r, job *j) {
             }
             j->off[k] = UINT64_MAX - 1; /* copied or counted */
         }
-        r->stats.rma_gets += rma - by_message;
+        r->stats.rma_gets += rma - by_message - stream_hits;
         r->stats.bounce_gets += bounced;
         pthread_mutex_unlock(&r->mutex);
     }

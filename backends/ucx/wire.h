@@ -93,7 +93,9 @@ typedef struct kvs_wire_entry {
     const uint8_t *rkey;        /* packed remote key for remote_addr */
     uint32_t rkey_len;          /* 1..KVS_WIRE_MAX_RKEY_BYTES when rkey is used */
     const uint8_t *inline_data; /* PUT: object bytes in the message (then no remote_addr/rkey) */
-    uint8_t by_message; /* GET: send the object as a payload message (then no remote_addr/rkey) */
+    /* GET: [capacity], the node sends the object as a payload message or on the stream; PUT:
+     * [length], the bytes follow the message on the stream (stream.h). No remote_addr/rkey then. */
+    uint8_t by_message;
     int32_t status;     /* replies: a kvs_status */
     uint8_t present;    /* LOOKUP_REPLY: 1 when the node holds the key */
 } kvs_wire_entry;

@@ -45,6 +45,13 @@ static int read_int(reader *r, int64_t *v, const char *what) {
     return kvs_mp_read_int(&r->mp, v, what) != 0 ? failed(r, KVS_WIRE_ERR_VALUE) : 0;
 }
 
+/* 1 when the next value is an unsigned integer (positive fixint or uint 8..64). */
+static int next_is_uint(const reader *r) {
+    if (r->mp.left == 0) return 0;
+    uint8_t b = r->mp.p[0];
+    return b <= 0x7f || (b >= 0xcc && b <= 0xcf);
+}
+
 static int read_uint(reader *r, uint64_t *v, uint64_t max, const char *what) {
     return kvs_mp_read_uint(&r->mp, max, v, what) != 0 ? failed(r, KVS_WIRE_ERR_VALUE) : 0;
 }
@@ -276,6 +283,11 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                     return -1;
                 if (get && n_fields == 1) { /* [capacity]: send the object as a payload message */
                     if (read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0) return -1;
+                    e->by_message = 1;
+                    continue;
+                }
+                if (!get && n_fields == 1 && next_is_uint(r)) { /* [length]: bytes follow */
+                    if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0) return -1;
                     e->by_message = 1;
                     continue;
                 }

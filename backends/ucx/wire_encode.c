@@ -105,8 +105,8 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
                         kvs_wire_type_name(t), i);
             return -1;
         }
-        int remote =
-            (t == KVS_WIRE_GET && !e->by_message) || (t == KVS_WIRE_PUT && !e->inline_data);
+        int remote = (t == KVS_WIRE_GET || t == KVS_WIRE_PUT) && !e->by_message &&
+                     !(t == KVS_WIRE_PUT && e->inline_data);
         if (remote && (!e->rkey || e->rkey_len == 0 || e->rkey_len > KVS_WIRE_MAX_RKEY_BYTES)) {
             wire_refuse(why, KVS_WIRE_ERR_LIMIT,
                         "wire: %s entry %u has an rkey of %u bytes (1..%u allowed)",
@@ -216,6 +216,9 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
                 if (e->inline_data) { /* [bytes]: the length is the bin's */
                     msgpack_pack_array(pk, 1);
                     pack_bytes(pk, e->inline_data, (uint32_t)e->length);
+                } else if (e->by_message) { /* [length]: the bytes follow on the stream */
+                    msgpack_pack_array(pk, 1);
+                    msgpack_pack_uint64(pk, e->length);
                 } else { /* [length, addr, rkey] */
                     msgpack_pack_array(pk, 3);
                     msgpack_pack_uint64(pk, e->length);

@@ -361,6 +361,8 @@ void kvs_node_destroy(kvs_node *n) {
     free(n->pconns);
     kvs_tiers_close(n->chain);
     free(n->reply);
+    free(n->stream_buf);
+    free(n->stream_scratch);
     free(n->staging);
     kvs_remote_psk_clear(&n->psk);
     free(n);

@@ -246,11 +246,12 @@ void node_control_readable(kvs_node *n, node_conn *c) {
     char err[160];
     if (c->session) {
         uint8_t byte;
-        ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT);
+        ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (k > 0)
-            node_log_refusal(n, "%s: bytes on the control connection of a session; session closed",
-                             c->peer);
+        if (k > 0) { /* a GET or PUT with its objects on the stream (payloads: stream) */
+            node_stream_request(n, c);
+            return;
+        }
         c->peer_gone = 1;
         c->closing = 1;
         return;

@@ -33,6 +33,7 @@ typedef struct put_pending {
     kvs_key key;
     uint64_t ticket;
     int reserved; /* 0: in a staging slot, put into the tiers after the read */
+    void *dst;    /* stream puts: where its bytes are read to */
 } put_pending;
 
 typedef struct rkey_slot {
@@ -93,6 +94,8 @@ struct kvs_node {
     uint32_t send_entry[KVS_WIRE_MAX_KEYS];
     uint32_t n_sends;
     uint64_t get_request; /* the GET being served */
+    uint8_t *stream_buf;  /* a request frame on the stream: KVS_WIRE_MAX_MESSAGE_BYTES + 4 */
+    void *stream_scratch; /* node_stream.c's group headers, records and iovecs */
     uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
     uint32_t n_sessions, n_handshakes;
@@ -153,6 +156,22 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
                      size_t data_len, void **cookie);
 void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
                      void *dst, size_t data_len, void *cookie, kvs_status st);
+/* The stored key of a request key: namespaced by the session's tenant. 0 on success. */
+int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out);
+/* Count a stored object (st KVS_OK) or log why it was not. */
+void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err);
+/* A request key's object for sending: pinned in a zero-copy tier (the pin joins n->pins) or copied
+ * into the next free staging slot. KVS_EAGAIN when it needs a slot and none is free (send what the
+ * slots hold and node_unpin_all first), KVS_ENOTFOUND, KVS_EOVERFLOW (a copy tier's object over
+ * max_object_bytes), KVS_EINVAL (a key this session cannot name). */
+kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes,
+                           const void **object, uint64_t *len);
+/* Drop the pins of n->pins and free the staging slots. */
+void node_unpin_all(kvs_node *n);
+/* Serve one request frame arriving on session c's control connection (payloads: stream;
+ * backends/ucx/stream.h): a GET answered in groups with the objects' bytes, a PUT whose bytes
+ * follow its frame. Anything wrong ends the session (the stream cannot be resynchronised). */
+void node_stream_request(kvs_node *n, node_conn *c);
 /* Fill the STATS reply's counters: the tiers' usage and the node's counters. */
 void node_do_stats(kvs_node *n, kvs_wire_msg *rep);
 

@@ -65,7 +65,7 @@ int node_alive(const node_conn *c) {
 }
 
 /* The stored key of a request key: namespaced by the connection's tenant. */
-static int stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
+int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) {
     kvs_key k;
     memcpy(k.bytes, key_bytes, KVS_WIRE_KEY_BYTES);
     return kvs_remote_tenant_hasher_key(c->hasher, &k, out) == KVS_OK ? 0 : -1;
@@ -75,7 +75,7 @@ void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_key k;
         int present =
-            stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
+            node_stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
         n->reply_entries[i].present = (uint8_t)present;
         n->stats.lookups++;
         if (present)
@@ -144,59 +144,73 @@ static void get_flush(kvs_node *n, node_conn *c) {
         if (st != KVS_OK)
             fprintf(stderr, "kvstrata-node: %s: %s\n", c->peer, kvs_ucx_last_error(n->t));
     }
+    node_unpin_all(n);
+    n->n_batch = n->n_sends = 0;
+}
+
+void node_unpin_all(kvs_node *n) {
     for (uint32_t i = 0; i < n->n_pins; i++) {
         const pinned *p = &n->pins[i];
         kvs_tiers_ops(n->chain, p->tier)->unpin(kvs_tiers_state(n->chain, p->tier), &p->key, 1);
     }
-    n->n_batch = n->n_pins = n->slots_used = n->n_sends = 0;
+    n->n_pins = n->slots_used = 0;
 }
 
-/* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
- * in a staging slot (flushing the batch first when the slots are taken). */
-static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e,
-                          uint64_t *len) {
+kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes,
+                           const void **object, uint64_t *len) {
     kvs_key k;
     *len = 0;
-    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    *object = NULL;
+    if (node_stored_key(c, key_bytes, &k) != 0) return KVS_EINVAL;
     int tier = kvs_tiers_find(n->chain, &k);
     if (tier < 0) return KVS_ENOTFOUND;
     const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
     void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
-    const void *object = NULL;
-    int pin = 0;
     kvs_status st;
     if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
         uint64_t n_pinned = 0;
         /* the pin outlives the batch's transfers, which are bounded by timeout_ms */
         st = ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms * 2 + 1000, &n_pinned);
         if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
-        st = ops->get_ref(state, &k, &object, len);
+        st = ops->get_ref(state, &k, object, len);
         if (st != KVS_OK) {
             ops->unpin(state, &k, 1);
             *len = 0;
+            *object = NULL;
             return st;
         }
-        pin = 1;
-    } else {
-        if (n->slots_used == n->staging_slots) get_flush(n, c);
-        uint8_t *slot = n->staging + (uint64_t)n->slots_used * n->slot_len;
-        st = ops->get(state, &k, slot, n->params.max_object_bytes, len);
-        if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
-        object = slot;
-        n->slots_used++;
+        n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
+        return KVS_OK;
     }
+    if (n->slots_used == n->staging_slots) return KVS_EAGAIN;
+    uint8_t *slot = n->staging + (uint64_t)n->slots_used * n->slot_len;
+    st = ops->get(state, &k, slot, n->params.max_object_bytes, len);
+    if (st != KVS_OK) return st; /* ENOTFOUND if evicted meanwhile; EOVERFLOW with the size */
+    *object = slot;
+    n->slots_used++;
+    return KVS_OK;
+}
+
+/* Find one object and add its transfer to the batch: a pinned slab of a zero-copy tier, or a copy
+ * in a staging slot (flushing the batch first when the slots are taken). */
+static kvs_status get_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_wire_entry *e,
+                          uint64_t *len) {
+    const void *object = NULL;
+    kvs_status st = node_object_ref(n, c, e->key, &object, len);
+    if (st == KVS_EAGAIN) {
+        get_flush(n, c);
+        st = node_object_ref(n, c, e->key, &object, len);
+    }
+    if (st != KVS_OK) return st;
     kvs_ucx_rkey *rkey = NULL;
-    st = KVS_OK;
     if (*len > e->length)
-        st = KVS_EOVERFLOW;
+        st = KVS_EOVERFLOW; /* its pin, if any, goes with the batch's */
     else if (*len > 0 && !e->by_message && !(rkey = rkey_for(c, e->rkey, e->rkey_len)))
         st = KVS_EINVAL;
     if (st != KVS_OK || *len == 0) {
-        if (pin) ops->unpin(state, &k, 1);
         if (st == KVS_EINVAL) *len = 0;
         return st;
     }
-    if (pin) n->pins[n->n_pins++] = (pinned){.tier = (uint32_t)tier, .key = k};
     if (e->by_message) { /* sent as a payload message: the client places it */
         kvs_wire_payload h = {
             .kind = KVS_WIRE_PAYLOAD_GET, .index = index, .request_id = n->get_request};
@@ -235,7 +249,7 @@ void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     }
 }
 
-static void put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err) {
+void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err) {
     if (st != KVS_OK) {
         fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
         return;
@@ -286,7 +300,7 @@ static void put_flush(kvs_node *n, node_conn *c, uint64_t read_by_ns) {
         *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err,
                                               sizeof err)
                            : kvs_tiers_put(n->chain, &p->key, op->local, op->len, err, sizeof err);
-        put_stored(n, c, *out, op->len, err);
+        node_put_stored(n, c, *out, op->len, err);
     }
     n->n_batch = n->slots_used = 0;
 }
@@ -298,12 +312,12 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
                           uint64_t read_by_ns) {
     kvs_key k;
     char err[256] = "";
-    if (stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
+    if (node_stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
     if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
     kvs_status st;
     if (e->inline_data) {
         st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
-        put_stored(n, c, st, e->length, err);
+        node_put_stored(n, c, st, e->length, err);
         return st;
     }
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
@@ -316,7 +330,7 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     if (reserve) {
         st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
         if (st != KVS_OK) {
-            put_stored(n, c, st, e->length, err);
+            node_put_stored(n, c, st, e->length, err);
             return st;
         }
         p->reserved = 1;
@@ -365,7 +379,7 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
     *cookie = p;
     char err[256] = "";
     void *dst = NULL;
-    if (stored_key(c, h.key, &p->key) != 0 || data_len == 0 ||
+    if (node_stored_key(c, h.key, &p->key) != 0 || data_len == 0 ||
         data_len > n->params.max_object_bytes) {
         p->st = KVS_EINVAL;
     } else if (h.read_by_ns && kvs_now_ns() >= h.read_by_ns) {
@@ -373,7 +387,7 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
     } else if (kvs_tiers_can_reserve(n->chain)) {
         p->st = kvs_tiers_reserve(n->chain, &p->key, data_len, &dst, &p->ticket, err, sizeof err);
         p->reserved = p->st == KVS_OK;
-        if (p->st != KVS_OK) put_stored(n, c, p->st, data_len, err);
+        if (p->st != KVS_OK) node_put_stored(n, c, p->st, data_len, err);
     } else if (!(dst = p->buf = malloc(data_len))) {
         p->st = KVS_ENOMEM;
     }
@@ -438,7 +452,7 @@ void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t 
         st = p->reserved
                  ? kvs_tiers_commit(n->chain, &p->key, p->ticket, dst, data_len, err, sizeof err)
                  : kvs_tiers_put(n->chain, &p->key, dst, data_len, err, sizeof err);
-        if (c) put_stored(n, c, st, data_len, err);
+        if (c) node_put_stored(n, c, st, data_len, err);
     } else {
         if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
         if (p->st != KVS_OK) {
@@ -457,7 +471,7 @@ void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_key k;
         kvs_status st = KVS_EINVAL;
-        if (stored_key(c, req->entries[i].key, &k) == 0) {
+        if (node_stored_key(c, req->entries[i].key, &k) == 0) {
             st = kvs_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
             if (st == KVS_OK) {
                 kvs_tiers_remove(n->chain, &k);

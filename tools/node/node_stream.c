@@ -1,0 +1,199 @@
+/* node_stream.c - a session's GET and PUT requests on its control connection (payloads: stream;
+ * backends/ucx/stream.h): the objects' bytes move between the socket and the tiers' memory with
+ * readv/writev, the copies of a plain TCP stream and no more. Requests are served to completion, one
+ * at a time, each bounded by timeout_ms; anything wrong ends the session. */
+#include "node_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/ucx/stream.h"
+#include "common/clock.h"
+
+/* What one GET group or PUT round holds: a header, records, one iovec per object. */
+typedef struct stream_scratch {
+    uint8_t head[KVS_STREAM_GROUP_BYTES];
+    uint8_t records[KVS_WIRE_MAX_KEYS][KVS_STREAM_RECORD_BYTES];
+    struct iovec iov[KVS_WIRE_MAX_KEYS + 2];
+} stream_scratch;
+
+static void end_session(kvs_node *n, node_conn *c, const char *what, const char *err) {
+    node_log_refusal(n, "%s: %s on the stream: %s; session closed", c->peer, what, err);
+    c->closing = 1;
+}
+
+/* A GET: groups of records and bytes until every entry is answered; a group ends where a copy
+ * tier's object finds no free staging slot. */
+static void stream_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req, stream_scratch *s,
+                       uint64_t deadline) {
+    char err[256] = "";
+    uint32_t done = 0;
+    while (done < req->n_entries) {
+        uint32_t g = 0, n_iov = 2;
+        while (done + g < req->n_entries) {
+            const kvs_wire_entry *e = &req->entries[done + g];
+            const void *object = NULL;
+            uint64_t len = 0;
+            kvs_status st = e->by_message ? node_object_ref(n, c, e->key, &object, &len)
+                                          : KVS_EINVAL;
+            if (st == KVS_EAGAIN && g > 0) break; /* the slots are full: send this group first */
+            if (st == KVS_EAGAIN) st = KVS_EIO;  /* no slot at all: cannot happen */
+            if (st == KVS_OK && len > e->length) st = KVS_EOVERFLOW;
+            if (st == KVS_EINVAL) len = 0;
+            kvs_stream_record_encode(s->records[g], st, st == KVS_ENOTFOUND ? 0 : len);
+            if (st == KVS_OK && len) {
+                s->iov[n_iov++] = (struct iovec){.iov_base = (void *)(uintptr_t)object,
+                                                 .iov_len = (size_t)len};
+                n->stats.bytes_out += len;
+            }
+            n->stats.gets++;
+            if (st == KVS_OK || st == KVS_EOVERFLOW)
+                n->stats.hits++;
+            else if (st == KVS_ENOTFOUND)
+                n->stats.misses++;
+            g++;
+        }
+        kvs_stream_group_encode(s->head, g, req->request_id);
+        s->iov[0] = (struct iovec){.iov_base = s->head, .iov_len = sizeof s->head};
+        s->iov[1] = (struct iovec){.iov_base = s->records, .iov_len = (size_t)g * sizeof s->records[0]};
+        kvs_status st = kvs_stream_writev(c->fd, s->iov, n_iov, deadline, err, sizeof err);
+        node_unpin_all(n);
+        if (st != KVS_OK) {
+            end_session(n, c, "get answer", err);
+            return;
+        }
+        done += g;
+    }
+}
+
+/* A PUT: its objects' bytes follow the frame; each goes straight into room reserved in the tiers
+ * (or a staging slot for tiers that cannot reserve), refused ones are read and dropped, and the
+ * PUT_REPLY says what became of each. */
+static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, stream_scratch *s,
+                       uint64_t deadline) {
+    char err[256] = "";
+    int reserve = kvs_tiers_can_reserve(n->chain);
+    uint32_t done = 0;
+    while (done < req->n_entries) {
+        /* one round: every entry while reservations last, or as many as there are staging slots */
+        uint32_t g = 0, n_iov = 0;
+        uint64_t skip_after[KVS_WIRE_MAX_KEYS];
+        while (done + g < req->n_entries && (reserve || g < n->staging_slots)) {
+            const kvs_wire_entry *e = &req->entries[done + g];
+            put_pending *p = &n->puts[g];
+            kvs_status *out = &n->reply_entries[done + g].status;
+            *p = (put_pending){0};
+            skip_after[g] = 0;
+            void *dst = NULL;
+            if (!e->by_message) {
+                end_session(n, c, "put", "an object not sent on the stream");
+                return;
+            }
+            if (node_stored_key(c, e->key, &p->key) != 0 || e->length == 0 ||
+                e->length > n->params.max_object_bytes) {
+                *out = KVS_EINVAL;
+            } else if (reserve) {
+                *out = kvs_tiers_reserve(n->chain, &p->key, e->length, &dst, &p->ticket, err,
+                                         sizeof err);
+                p->reserved = *out == KVS_OK;
+                if (*out != KVS_OK) node_put_stored(n, c, *out, e->length, err);
+            } else {
+                dst = n->staging + (uint64_t)g * n->slot_len;
+                *out = KVS_OK;
+            }
+            p->dst = dst;
+            if (dst) {
+                s->iov[n_iov++] = (struct iovec){.iov_base = dst, .iov_len = (size_t)e->length};
+            } else {
+                skip_after[g] = e->length; /* its bytes are read and dropped in order */
+            }
+            g++;
+        }
+        /* read the round's bytes in order: runs of placed objects by readv, refused ones skipped */
+        kvs_status st = KVS_OK;
+        uint32_t v = 0, run = 0;
+        for (uint32_t i = 0; i < g && st == KVS_OK; i++) {
+            if (n->puts[i].dst) {
+                run++;
+                continue;
+            }
+            if (!skip_after[i]) continue; /* no bytes (a zero length) */
+            if (run) st = kvs_stream_readv(c->fd, s->iov + v, run, deadline, err, sizeof err);
+            v += run;
+            run = 0;
+            if (st == KVS_OK) st = kvs_stream_skip(c->fd, skip_after[i], deadline, err, sizeof err);
+        }
+        if (st == KVS_OK && run)
+            st = kvs_stream_readv(c->fd, s->iov + v, run, deadline, err, sizeof err);
+        /* publish: readv moved the iovecs on, so the objects are found again from the entries */
+        for (uint32_t i = 0; i < g; i++) {
+            const kvs_wire_entry *e = &req->entries[done + i];
+            put_pending *p = &n->puts[i];
+            kvs_status *out = &n->reply_entries[done + i].status;
+            if (!p->dst || *out != KVS_OK) continue;
+            if (st != KVS_OK) {
+                if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+                *out = KVS_EIO;
+                continue;
+            }
+            char perr[256] = "";
+            *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, p->dst,
+                                                  e->length, perr, sizeof perr)
+                               : kvs_tiers_put(n->chain, &p->key, p->dst, e->length, perr,
+                                               sizeof perr);
+            node_put_stored(n, c, *out, e->length, perr);
+        }
+        if (st != KVS_OK) {
+            end_session(n, c, "put", err);
+            return;
+        }
+        done += g;
+    }
+    kvs_wire_msg rep;
+    kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, req->request_id);
+    rep.entries = n->reply_entries;
+    rep.n_entries = req->n_entries;
+    if (kvs_stream_write_msg(c->fd, &rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
+                             err, sizeof err) != KVS_OK)
+        end_session(n, c, "put answer", err);
+}
+
+void node_stream_request(kvs_node *n, node_conn *c) {
+    char err[256] = "";
+    if (!n->stream_buf) n->stream_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
+    if (!n->stream_scratch) n->stream_scratch = malloc(sizeof(stream_scratch));
+    if (!n->stream_buf || !n->stream_scratch) {
+        end_session(n, c, "request", "no memory for its buffers");
+        return;
+    }
+    uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+    size_t len = 0;
+    kvs_status st = kvs_stream_read_frame(c->fd, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
+                                          deadline, err, sizeof err);
+    if (st != KVS_OK) {
+        c->peer_gone = 1; /* closed, or half a frame: either way this session is over */
+        if (st != KVS_EIO) end_session(n, c, "request", err);
+        c->closing = 1;
+        return;
+    }
+    kvs_wire_msg req;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    if (kvs_wire_decode(n->stream_buf, len, n->entries, KVS_WIRE_MAX_KEYS, &req, &why) != KVS_OK) {
+        n->stats.refusals++;
+        end_session(n, c, "request", why.text);
+        return;
+    }
+    if (req.type != KVS_WIRE_GET && req.type != KVS_WIRE_PUT) {
+        n->stats.refusals++;
+        end_session(n, c, kvs_wire_type_name(req.type), "only get and put go on the stream");
+        return;
+    }
+    stream_scratch *s = n->stream_scratch;
+    memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
+    if (req.type == KVS_WIRE_GET)
+        stream_get(n, c, &req, s, deadline);
+    else
+        stream_put(n, c, &req, s, deadline);
+}
