@@ -43,8 +43,10 @@ int main(void) {
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -69,6 +71,7 @@ typedef struct options {
     const char *shared_memory; /* the tier's shared_memory option */
     const char *payloads;      /* the tier's payloads option */
     const char *busy_poll_us;  /* the tier's busy_poll_us option and the node's --busy-poll-us */
+    int pin;                   /* client on the first CPU, servers on the last */
     const char *server_netns; /* node and perftest servers in this network namespace (NULL: here) */
     const char *server_addr;  /* where they listen and are reached */
 } options;
@@ -90,7 +93,7 @@ static void usage(int status) {
         status ? stderr : stdout,
         "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
         "                     [--shared-memory auto|off] [--payloads auto|rma|messages|stream]\n"
-        "                     [--busy-poll-us N]\n"
+        "                     [--busy-poll-us N] [--pin on|off]\n"
         "                     [--server-netns NS --server-addr IP]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
         "  --warmup        rounds run first and not counted (default 1)\n"
@@ -100,6 +103,7 @@ static void usage(int status) {
         "  --shared-memory the tier's shared_memory option (default off)\n"
         "  --payloads      the tier's payloads option (default auto)\n"
         "  --busy-poll-us  the tier's busy_poll_us and the node's --busy-poll-us (default 200)\n"
+        "  --pin on|off    this process on the first CPU, the servers on the last (default on)\n"
         "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
         "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
         "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
@@ -113,7 +117,8 @@ static options parse_options(int argc, char **argv) {
                  .perftest_tls = NULL,
                  .shared_memory = "off",
                  .payloads = "auto",
-                 .busy_poll_us = "200"};
+                 .busy_poll_us = "200",
+                 .pin = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) usage(0);
@@ -128,12 +133,13 @@ static options parse_options(int argc, char **argv) {
             o.perftest_tls = v;
         else if (!strcmp(a, "--shared-memory") && (!strcmp(v, "auto") || !strcmp(v, "off")))
             o.shared_memory = v;
-        else if (!strcmp(a, "--payloads") &&
-                 (!strcmp(v, "auto") || !strcmp(v, "rma") || !strcmp(v, "messages") ||
-                  !strcmp(v, "stream")))
+        else if (!strcmp(a, "--payloads") && (!strcmp(v, "auto") || !strcmp(v, "rma") ||
+                                              !strcmp(v, "messages") || !strcmp(v, "stream")))
             o.payloads = v;
         else if (!strcmp(a, "--busy-poll-us"))
             o.busy_poll_us = v;
+        else if (!strcmp(a, "--pin") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            o.pin = !strcmp(v, "on");
         else if (!strcmp(a, "--server-netns"))
             o.server_netns = v;
         else if (!strcmp(a, "--server-addr"))
@@ -224,8 +230,31 @@ static pid_t spawn(char *const argv[], const char *tls, int out_fd);
 
 /* spawn, in the server namespace when there is one: `ip netns exec NS argv...` (ip execs argv in
  * the same process, so the pid is the server's). */
+/* With --pin (the default on a machine of two or more CPUs) this process and what it starts as a
+ * client run on the first CPU, the servers (kvstrata-node, the TCP stream's peer, perftest's server)
+ * on the last: on one host, two processes exchanging bytes over loopback move them at twice the rate
+ * when the scheduler happens to put them on the same CPU (the bytes stay in its caches) as on two,
+ * and it chooses afresh for each run, so unpinned figures jump between the two. Two CPUs is how a
+ * client and a node on two hosts run. */
+static int client_cpu = -1, server_cpu = -1;
+
+static void run_on(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity", strerror(errno));
+}
+
+static pid_t spawn_pinned(char *const argv[], const char *tls, int out_fd) {
+    run_on(server_cpu); /* the child inherits it */
+    pid_t pid = spawn(argv, tls, out_fd);
+    run_on(client_cpu);
+    return pid;
+}
+
 static pid_t spawn_server(char *const argv[], const char *tls, int out_fd) {
-    if (!server_netns) return spawn(argv, tls, out_fd);
+    if (!server_netns) return spawn_pinned(argv, tls, out_fd);
     char *full[24];
     size_t n = 0;
     full[n++] = "ip";
@@ -234,7 +263,7 @@ static pid_t spawn_server(char *const argv[], const char *tls, int out_fd) {
     full[n++] = (char *)server_netns;
     for (size_t i = 0; argv[i] && n < sizeof full / sizeof full[0] - 1; i++) full[n++] = argv[i];
     full[n] = NULL;
-    return spawn(full, tls, out_fd);
+    return spawn_pinned(full, tls, out_fd);
 }
 
 static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
@@ -266,11 +295,15 @@ static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
     return pid;
 }
 
-static void node_start(node_proc *n) {
+/* Start kvstrata-node with slabs of max_object bytes: one object size per node, as docs/node.md
+ * asks of a deployment (64 KiB objects in 2 MiB slabs would sit 2 MiB apart and be read at half the
+ * rate, page by page). */
+static void node_start(node_proc *n, uint64_t max_object) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
-    char listen[64];
+    char listen[64], max_s[32];
     snprintf(listen, sizeof listen, "%s:0", server_addr);
+    snprintf(max_s, sizeof max_s, "%llu", (unsigned long long)max_object);
     char *argv[] = {node_bin,
                     "--config",
                     yaml_path,
@@ -279,7 +312,7 @@ static void node_start(node_proc *n) {
                     "--listen",
                     listen,
                     "--max-object-bytes",
-                    "2MiB",
+                    max_s,
                     "--busy-poll-us",
                     (char *)busy_poll_us,
                     NULL};
@@ -363,7 +396,7 @@ static int port_listening(pid_t pid, unsigned port) {
 
 /* One plain TCP stream of `bytes` between this process and a peer (this program with --tcp-peer)
  * where the node runs, in the direction of a get (download) or a put (upload): bytes per second. */
-static double tcp_stream(uint64_t bytes, int upload) {
+static double tcp_stream(uint64_t bytes, uint64_t footprint, int upload) {
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) die("pipe", strerror(errno));
     char *argv[] = {self_bin, "--tcp-peer", (char *)server_addr, NULL};
@@ -382,7 +415,7 @@ static double tcp_stream(uint64_t bytes, int upload) {
     unsigned port = 0;
     const char *why = "the peer named no port within 5 s";
     double s = sscanf(line, "port %u", &port) == 1
-                   ? kvs_tcp_stream(server_addr, port, bytes, upload, &why)
+                   ? kvs_tcp_stream(server_addr, port, bytes, footprint, upload, &why)
                    : -1;
     if (s <= 0) kill(peer, SIGKILL);
     int status = 0;
@@ -511,9 +544,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     double *get_ns = calloc(o->rounds, sizeof *get_ns), *put_ns = calloc(o->rounds, sizeof *put_ns);
     double *pget = calloc(o->rounds, sizeof *pget), *pput = calloc(o->rounds, sizeof *pput);
     double *tget = calloc(o->rounds, sizeof *tget), *tput = calloc(o->rounds, sizeof *tput);
-    double *tbest = calloc(o->rounds, sizeof *tbest);
+    double *tbest = calloc(o->rounds, sizeof *tbest), *thot = calloc(o->rounds, sizeof *thot);
     if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput || !tget ||
-        !tput || !tbest)
+        !tput || !tbest || !thot)
         die("calloc", "no memory");
     for (uint64_t i = 0; i < n; i++) {
         keys[i] = key_of(size, i);
@@ -576,7 +609,11 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
             perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
             die("ucx_perftest", "no result (see above)");
-        double tcp_get = tcp_stream(n * size, 0), tcp_put = tcp_stream(n * size, 1);
+        /* the same bytes between buffers of the round's size, as the tier moves them from the
+         * node's memory into the pool; and, beside it, between 1 MiB buffers the caches hold */
+        double tcp_get = tcp_stream(n * size, n * size, 0),
+               tcp_put = tcp_stream(n * size, n * size, 1);
+        double hot_get = tcp_stream(n * size, 0, 0), hot_put = tcp_stream(n * size, 0, 1);
         if (r < o->warmup) continue;
         get_ns[r - o->warmup] = (double)(t1 - t0);
         put_ns[r - o->warmup] = (double)(t3 - t2);
@@ -585,6 +622,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         tget[r - o->warmup] = tcp_get;
         tput[r - o->warmup] = tcp_put;
         tbest[r - o->warmup] = tcp_get > tcp_put ? tcp_get : tcp_put;
+        thot[r - o->warmup] = hot_get > hot_put ? hot_get : hot_put;
     }
     check(t, "stats", kvs_remote_stats(t->state, &after));
     uint64_t rma = after.rma_gets - before.rma_gets,
@@ -612,6 +650,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
      * 2x slower than the other, and which one flips with the tool (this stream, iperf3): a harness
      * effect, not the wire. So both gets and puts are held to the faster direction (per round). */
     double tcp_best = bench_median(tbest, o->rounds) / 1e9;
+    double tcp_hot = bench_median(thot, o->rounds) / 1e9;
     int by_tcp = strcmp(o->shared_memory, "off") == 0;
     double sm[2] = {sm_get / 1e9, sm_put / 1e9};
     const char *tests[2] = {"ucp_get", "ucp_put_bw"};
@@ -619,8 +658,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         char reference[160];
         if (by_tcp)
             snprintf(reference, sizeof reference,
-                     "one plain TCP stream of the same bytes between the same endpoints, the "
-                     "faster direction");
+                     "one plain TCP stream of the same bytes between the same endpoints, from "
+                     "and into buffers of the round's size, the faster direction");
         else
             snprintf(reference, sizeof reference, "ucx_perftest -t %s -s %llu (UCX_TLS=%s)",
                      tests[k], (unsigned long long)size, o->perftest_tls);
@@ -631,12 +670,13 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                "\"ucx_perftest -t %s -s %llu "
                "(UCX_TLS=%s)\",\"ns\":%.0f,"
                "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%"
-               "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u}\n",
+               "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u,"
+               "\"tcp_stream_cached_gbps\":%.3f}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
                gbps[k], reference, reference_gbps, tcp_best, tcp[k], ref[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
-               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds);
+               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot);
         /* every round's rate and its reference, in round order: the spread behind the medians */
         printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
                (unsigned long long)size);
@@ -650,10 +690,12 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         if (!server_netns)
             snprintf(also, sizeof also, "; perftest with UCX_TLS=%s: %.3f GB/s", tier_tls, sm[k]);
         printf("%s %llu KiB x %llu: %.3f GB/s; plain TCP stream %.3f GB/s (%s; the faster "
-               "direction %.3f%s); ucx_perftest %s %.3f GB/s (UCX_TLS=%s)%s\n",
+               "direction %.3f%s; between 1 MiB buffers in cache %.3f); ucx_perftest %s %.3f GB/s "
+               "(UCX_TLS=%s)%s\n",
                k == 0 ? "get_many" : "put     ", (unsigned long long)(size / KIB),
                (unsigned long long)n, gbps[k], tcp[k], k == 0 ? "node to client" : "client to node",
-               tcp_best, by_tcp ? ", the reference" : "", tests[k], ref[k], o->perftest_tls, also);
+               tcp_best, by_tcp ? ", the reference" : "", tcp_hot, tests[k], ref[k],
+               o->perftest_tls, also);
         printf("         ratio %.3f to the %s\n", gbps[k] / reference_gbps,
                by_tcp ? "TCP stream" : "perftest");
     }
@@ -671,6 +713,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     free(tget);
     free(tput);
     free(tbest);
+    free(thot);
 }
 
 static void run_lookup(const tier *t, const options *o) {
@@ -778,6 +821,12 @@ int main(int argc, char **argv) {
     tier_tls = getenv("UCX_TLS");
     server_netns = o.server_netns;
     busy_poll_us = o.busy_poll_us;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o.pin && cpus >= 2) {
+        client_cpu = 0;
+        server_cpu = (int)cpus - 1;
+        run_on(client_cpu); /* before the tier's progress thread starts: it inherits the CPU */
+    }
     if (o.server_addr) server_addr = o.server_addr;
     if (server_netns && strcmp(o.shared_memory, "auto") == 0)
         die("--shared-memory auto",
@@ -786,34 +835,50 @@ int main(int argc, char **argv) {
     setup_files();
     atexit(at_exit);
     node_proc node = {0};
-    node_start(&node);
-    uint8_t *staging = aligned_alloc(4096, STAGING_BYTES);
-    if (!staging) die("aligned_alloc", "no memory");
+    /* like the connector's staging pool (connector/pool.c): large pages where the kernel allows */
+    uint8_t *staging =
+        mmap(NULL, STAGING_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (staging == MAP_FAILED) die("mmap", strerror(errno));
+    madvise(staging, STAGING_BYTES, MADV_HUGEPAGE);
     memset(staging, 0, STAGING_BYTES);
-    tier t = tier_open(&node, staging, o.shared_memory, o.payloads);
-    kvs_remote_stats_t st;
-    check(&t, "stats", kvs_remote_stats(t.state, &st));
-    int on_sm = st.nodes_shared_memory == 1;
-    if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
-        die("--shared-memory auto",
-            "the node did not take the payloads over shared memory (see its log above)");
-    printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\",\"requests\":"
-           "\"tcp\",\"reference_tls\":\"%s\","
-           "\"server\":\"%s\",\"server_netns\":\"%s\"}\n",
-           on_sm ? "shared memory" : "tcp", st.nodes_stream ? "stream" : st.nodes_messages ? "messages" : "rma", o.perftest_tls,
-           server_addr, server_netns ? server_netns : "");
-    printf("tier payloads over %s (requests over tcp); ucx_perftest reference with UCX_TLS=%s; "
-           "servers at %s%s%s\n",
-           on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
-           server_netns ? " in network namespace " : "", server_netns ? server_netns : "");
+    static const uint64_t sizes[2] = {MIB, 64 * KIB};
+    tier t = {0};
     uint64_t t_start = bench_now_ns();
-    run_size(&t, &o, staging, MIB);
-    run_size(&t, &o, staging, 64 * KIB);
+    for (int s = 0; s < 2; s++) {
+        if (s) {
+            t.ops->destroy(t.state);
+            node_stop(&node);
+        }
+        node_start(&node, sizes[s]);
+        t = tier_open(&node, staging, o.shared_memory, o.payloads);
+        kvs_remote_stats_t st;
+        check(&t, "stats", kvs_remote_stats(t.state, &st));
+        int on_sm = st.nodes_shared_memory == 1;
+        if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
+            die("--shared-memory auto",
+                "the node did not take the payloads over shared memory (see its log above)");
+        if (s == 0) {
+            printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\","
+                   "\"requests\":\"tcp\",\"reference_tls\":\"%s\",\"server\":\"%s\","
+                   "\"server_netns\":\"%s\",\"client_cpu\":%d,\"server_cpu\":%d}\n",
+                   on_sm ? "shared memory" : "tcp",
+                   st.nodes_stream     ? "stream"
+                   : st.nodes_messages ? "messages"
+                                       : "rma",
+                   o.perftest_tls, server_addr, server_netns ? server_netns : "", client_cpu,
+                   server_cpu);
+            printf("tier payloads over %s (requests over tcp); ucx_perftest reference with "
+                   "UCX_TLS=%s; servers at %s%s%s\n",
+                   on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
+                   server_netns ? " in network namespace " : "", server_netns ? server_netns : "");
+        }
+        run_size(&t, &o, staging, sizes[s]);
+    }
     run_lookup(&t, &o);
     run_idle(&t);
     t.ops->destroy(t.state);
     node_stop(&node);
-    free(staging);
+    munmap(staging, STAGING_BYTES);
     cleanup_files();
     fprintf(stderr, "kvs-bench-ucx: %.1f s\n", (double)(bench_now_ns() - t_start) / 1e9);
     return 0;

@@ -372,7 +372,8 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     st = KVS_ENOMEM;
     if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
-        !r->reply_entries || !r->sends || !r->send_headers || !r->frame_buf || !r->iov || !r->nodes || r->doorbell < 0) {
+        !r->reply_entries || !r->sends || !r->send_headers || !r->frame_buf || !r->iov ||
+        !r->nodes || r->doorbell < 0) {
         snprintf(r->error, sizeof r->error,
                  "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
                  strerror(errno));

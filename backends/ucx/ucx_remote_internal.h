@@ -8,9 +8,9 @@
 #define KVS_UCX_REMOTE_INTERNAL_H
 
 #include <poll.h>
-#include <sys/uio.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "auth.h"
@@ -47,12 +47,12 @@ typedef struct job {
     void *const *dsts;    /* GET: the caller's, touched only under the lock while not abandoned */
     const uint64_t *caps; /* GET: copied into cap */
     uint64_t *cap;
-    uint8_t *resolved;  /* n: answered (hit, miss or error) */
-    uint8_t *landed;    /* GET n: a payload message's state (LANDING_*) */
-    uint32_t inflight;  /* GET: payload messages placed in the caller's buffers, not yet landed */
+    uint8_t *resolved;    /* n: answered (hit, miss or error) */
+    uint8_t *landed;      /* GET n: a payload message's state (LANDING_*) */
+    uint32_t inflight;    /* GET: payload messages placed in the caller's buffers, not yet landed */
     uint64_t stream_hits; /* GET: objects read off nodes' streams */
-    uint64_t *off;      /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
-    const void *object; /* PUT: the copy in the put queue */
+    uint64_t *off;        /* GET: n, offset in the bounce buffer, UINT64_MAX when direct */
+    const void *object;   /* PUT: the copy in the put queue */
     uint64_t len;
     uint64_t queue_span; /* PUT: bytes of the put queue this job holds (with any wrap-around gap) */
     uint64_t objects, bytes; /* STATS */

@@ -140,11 +140,12 @@ static void log_transports(remote *r, rnode *nd) {
         : nd->messages ? "as messages over "
                        : "over ",
         pay,
-        slow ? (r->worker_addr
-                    ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
-                      "is on another host or shared memory did not connect)"
-                    : " only - a slow fallback (shared_memory: off)")
-             : nd->stream ? ")" : "");
+        slow         ? (r->worker_addr
+                            ? " only - a slow fallback (RMA emulated over messages; no RDMA, and the node "
+                              "is on another host or shared memory did not connect)"
+                            : " only - a slow fallback (shared_memory: off)")
+        : nd->stream ? ")"
+                     : "");
     r->host->log(r->host->ctx, slow ? KVS_LOG_WARN : KVS_LOG_INFO, line);
 }
 

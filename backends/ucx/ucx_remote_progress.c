@@ -229,8 +229,8 @@ static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m
                                          sizeof err);
         uint8_t(*records)[KVS_STREAM_RECORD_BYTES] = (void *)r->frame_buf;
         if (st == KVS_OK)
-            st = kvs_stream_read(nd->ctl_fd, records, (size_t)g * KVS_STREAM_RECORD_BYTES,
-                                 deadline, err, sizeof err);
+            st = kvs_stream_read(nd->ctl_fd, records, (size_t)g * KVS_STREAM_RECORD_BYTES, deadline,
+                                 err, sizeof err);
         size_t n_iov = 0;
         for (uint32_t i = 0; st == KVS_OK && i < g; i++) {
             uint32_t k = nd->batch[done + i];
@@ -245,8 +245,14 @@ static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m
             }
             j->statuses[k] = s;
             j->lens[k] = len;
-            if (s == KVS_OK && len)
-                r->iov[n_iov++] = (struct iovec){.iov_base = j->dsts[k], .iov_len = (size_t)len};
+            if (s == KVS_OK && len) { /* back-to-back destinations read as one */
+                struct iovec *last = n_iov ? &r->iov[n_iov - 1] : NULL;
+                if (last && (uint8_t *)last->iov_base + last->iov_len == (uint8_t *)j->dsts[k])
+                    last->iov_len += (size_t)len;
+                else
+                    r->iov[n_iov++] =
+                        (struct iovec){.iov_base = j->dsts[k], .iov_len = (size_t)len};
+            }
             hits += s == KVS_OK;
         }
         if (st == KVS_OK && n_iov)
@@ -276,8 +282,8 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
                                          KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline, err, sizeof err);
     for (uint32_t b = 0; b < nd->n_batch; b++) {
         const job *pj = r->put_jobs[nd->batch[b]];
-        r->iov[b] = (struct iovec){.iov_base = (void *)(uintptr_t)pj->object,
-                                   .iov_len = (size_t)pj->len};
+        r->iov[b] =
+            (struct iovec){.iov_base = (void *)(uintptr_t)pj->object, .iov_len = (size_t)pj->len};
     }
     if (st == KVS_OK)
         st = kvs_stream_writev(nd->ctl_fd, r->iov, nd->n_batch, deadline, err, sizeof err);

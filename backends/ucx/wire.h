@@ -96,8 +96,8 @@ typedef struct kvs_wire_entry {
     /* GET: [capacity], the node sends the object as a payload message or on the stream; PUT:
      * [length], the bytes follow the message on the stream (stream.h). No remote_addr/rkey then. */
     uint8_t by_message;
-    int32_t status;     /* replies: a kvs_status */
-    uint8_t present;    /* LOOKUP_REPLY: 1 when the node holds the key */
+    int32_t status;  /* replies: a kvs_status */
+    uint8_t present; /* LOOKUP_REPLY: 1 when the node holds the key */
 } kvs_wire_entry;
 
 /* A decoded message or one to encode. Byte fields have the fixed sizes above; strings are not

@@ -164,8 +164,8 @@ void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, con
  * into the next free staging slot. KVS_EAGAIN when it needs a slot and none is free (send what the
  * slots hold and node_unpin_all first), KVS_ENOTFOUND, KVS_EOVERFLOW (a copy tier's object over
  * max_object_bytes), KVS_EINVAL (a key this session cannot name). */
-kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes,
-                           const void **object, uint64_t *len);
+kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes, const void **object,
+                           uint64_t *len);
 /* Drop the pins of n->pins and free the staging slots. */
 void node_unpin_all(kvs_node *n);
 /* Serve one request frame arriving on session c's control connection (payloads: stream;

@@ -156,8 +156,8 @@ void node_unpin_all(kvs_node *n) {
     n->n_pins = n->slots_used = 0;
 }
 
-kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes,
-                           const void **object, uint64_t *len) {
+kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes, const void **object,
+                           uint64_t *len) {
     kvs_key k;
     *len = 0;
     *object = NULL;

@@ -35,16 +35,16 @@ static void stream_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
             const kvs_wire_entry *e = &req->entries[done + g];
             const void *object = NULL;
             uint64_t len = 0;
-            kvs_status st = e->by_message ? node_object_ref(n, c, e->key, &object, &len)
-                                          : KVS_EINVAL;
+            kvs_status st =
+                e->by_message ? node_object_ref(n, c, e->key, &object, &len) : KVS_EINVAL;
             if (st == KVS_EAGAIN && g > 0) break; /* the slots are full: send this group first */
-            if (st == KVS_EAGAIN) st = KVS_EIO;  /* no slot at all: cannot happen */
+            if (st == KVS_EAGAIN) st = KVS_EIO;   /* no slot at all: cannot happen */
             if (st == KVS_OK && len > e->length) st = KVS_EOVERFLOW;
             if (st == KVS_EINVAL) len = 0;
             kvs_stream_record_encode(s->records[g], st, st == KVS_ENOTFOUND ? 0 : len);
             if (st == KVS_OK && len) {
-                s->iov[n_iov++] = (struct iovec){.iov_base = (void *)(uintptr_t)object,
-                                                 .iov_len = (size_t)len};
+                s->iov[n_iov++] =
+                    (struct iovec){.iov_base = (void *)(uintptr_t)object, .iov_len = (size_t)len};
                 n->stats.bytes_out += len;
             }
             n->stats.gets++;
@@ -56,7 +56,8 @@ static void stream_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
         }
         kvs_stream_group_encode(s->head, g, req->request_id);
         s->iov[0] = (struct iovec){.iov_base = s->head, .iov_len = sizeof s->head};
-        s->iov[1] = (struct iovec){.iov_base = s->records, .iov_len = (size_t)g * sizeof s->records[0]};
+        s->iov[1] =
+            (struct iovec){.iov_base = s->records, .iov_len = (size_t)g * sizeof s->records[0]};
         kvs_status st = kvs_stream_writev(c->fd, s->iov, n_iov, deadline, err, sizeof err);
         node_unpin_all(n);
         if (st != KVS_OK) {
@@ -138,10 +139,10 @@ static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
                 continue;
             }
             char perr[256] = "";
-            *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, p->dst,
-                                                  e->length, perr, sizeof perr)
-                               : kvs_tiers_put(n->chain, &p->key, p->dst, e->length, perr,
-                                               sizeof perr);
+            *out = p->reserved
+                       ? kvs_tiers_commit(n->chain, &p->key, p->ticket, p->dst, e->length, perr,
+                                          sizeof perr)
+                       : kvs_tiers_put(n->chain, &p->key, p->dst, e->length, perr, sizeof perr);
             node_put_stored(n, c, *out, e->length, perr);
         }
         if (st != KVS_OK) {
