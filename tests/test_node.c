@@ -25,8 +25,10 @@ int main(void) {
 #include <unistd.h>
 
 #include "backends/ucx/control.h"
+#include "backends/ucx/stream.h"
 #include "backends/ucx/ucx_transport.h"
 #include "backends/ucx/wire.h"
+#include "common/clock.h"
 #include "tests/support/node_client.h"
 #include "tests/support/node_proc.h"
 #include "tests/support/objects.h"
@@ -177,6 +179,117 @@ START_TEST(put_objects_as_payload_messages_and_hostile_ones_are_refused) {
     ck_assert_uint_eq(rep.n_entries, 1);
     ck_assert_int_eq(rep.entries[0].status, KVS_EINVAL);
     ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 0);
+    kvs_test_client_close(c);
+}
+END_TEST
+
+/* A request frame on the session's control connection (payloads: stream). */
+static void stream_send(kvs_test_client *c, kvs_wire_msg *m, uint64_t id) {
+    static uint8_t buf[KVS_WIRE_MAX_MESSAGE_BYTES + 4];
+    char err[256] = "";
+    m->request_id = id;
+    ck_assert_msg(kvs_stream_write_msg(c->ctl_fd, m, buf, sizeof buf,
+                                       kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
+                                       sizeof err) == KVS_OK,
+                  "%s", err);
+}
+
+/* 1 once the node closed the session's control connection (within the timeout). */
+static int session_closed(kvs_test_client *c) {
+    uint8_t byte;
+    char err[128];
+    return kvs_stream_read(c->ctl_fd, &byte, 1, kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
+                           sizeof err) == KVS_EIO;
+}
+
+/* GET and PUT on the session's TCP stream: a PUT's bytes follow its frame, an object over
+ * max_object_bytes is read, dropped and refused in the answer while the others are stored; a GET
+ * is answered with records and the hits' bytes. A frame that is not a GET or PUT, or a length over
+ * the limit, ends that session and the node serves the next. */
+START_TEST(get_and_put_on_the_stream_and_bad_frames_end_the_session) {
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
+    uint8_t keys[3][16];
+    for (uint32_t i = 0; i < 3; i++) kvs_test_node_key(keys[i], 90 + i);
+    const uint64_t sizes[3] = {64 * KIB, 3 * MIB, 1000}; /* the node's max is 2 MiB */
+    kvs_wire_entry e[3];
+    memset(e, 0, sizeof e);
+    struct iovec iov[3];
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        e[i].key = keys[i];
+        e[i].length = sizes[i];
+        e[i].by_message = 1;
+        kvs_test_fill(c->mem + off, sizes[i], 91 + i);
+        iov[i] = (struct iovec){.iov_base = c->mem + off, .iov_len = sizes[i]};
+        off += sizes[i];
+    }
+    kvs_wire_msg m, rep;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 0);
+    m.entries = e;
+    m.n_entries = 3;
+    stream_send(c, &m, 41);
+    char err[256] = "";
+    uint64_t deadline = kvs_now_ns() + TIMEOUT_MS * 1000000ull;
+    ck_assert_int_eq(kvs_stream_writev(c->ctl_fd, iov, 3, deadline, err, sizeof err), KVS_OK);
+    static uint8_t frame[KVS_WIRE_MAX_MESSAGE_BYTES];
+    size_t len = 0;
+    ck_assert_msg(kvs_stream_read_frame(c->ctl_fd, frame, sizeof frame, &len, deadline, err,
+                                        sizeof err) == KVS_OK,
+                  "%s", err);
+    kvs_wire_refusal why;
+    ck_assert_int_eq(kvs_wire_decode(frame, len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why),
+                     KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_PUT_REPLY);
+    ck_assert_uint_eq(rep.request_id, 41);
+    ck_assert_int_eq(rep.entries[0].status, KVS_OK);
+    ck_assert_int_eq(rep.entries[1].status, KVS_EINVAL);
+    ck_assert_int_eq(rep.entries[2].status, KVS_OK);
+
+    /* GET on the stream: object 0, the refused 1 (a miss), object 2 into a buffer too small */
+    e[0].length = MIB;
+    e[1].length = MIB;
+    e[2].length = 10;
+    kvs_wire_msg_init(&m, KVS_WIRE_GET, 0);
+    m.entries = e;
+    m.n_entries = 3;
+    stream_send(c, &m, 42);
+    uint8_t head[KVS_STREAM_GROUP_BYTES], rec[3][KVS_STREAM_RECORD_BYTES];
+    uint32_t count = 0;
+    ck_assert_int_eq(kvs_stream_read(c->ctl_fd, head, sizeof head, deadline, err, sizeof err),
+                     KVS_OK);
+    ck_assert_int_eq(kvs_stream_group_decode(head, 42, 3, &count, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(count, 3);
+    ck_assert_int_eq(kvs_stream_read(c->ctl_fd, rec, sizeof rec, deadline, err, sizeof err),
+                     KVS_OK);
+    kvs_status st[3];
+    uint64_t lens[3];
+    for (int i = 0; i < 3; i++) kvs_stream_record_decode(rec[i], &st[i], &lens[i]);
+    ck_assert_int_eq(st[0], KVS_OK);
+    ck_assert_uint_eq(lens[0], 64 * KIB);
+    ck_assert_int_eq(st[1], KVS_ENOTFOUND);
+    ck_assert_int_eq(st[2], KVS_EOVERFLOW);
+    ck_assert_uint_eq(lens[2], 1000);
+    uint8_t *back = c->mem + 3 * MIB + 1000 + 64 * KIB;
+    ck_assert_int_eq(kvs_stream_read(c->ctl_fd, back, 64 * KIB, deadline, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(memcmp(back, c->mem, 64 * KIB), 0);
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 1); /* UCX requests still served */
+
+    /* not a GET or PUT on the stream: the session ends */
+    kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
+    m.entries = e;
+    m.n_entries = 1;
+    stream_send(c, &m, 43);
+    ck_assert_msg(session_closed(c), "a lookup on the stream did not end the session");
+    kvs_test_client_close(c);
+
+    /* a frame length over the limit: the same, and the node goes on serving */
+    c = kvs_test_client_authed(&node, "tenant-a");
+    uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(kvs_control_write(c->ctl_fd, huge, 4, deadline, err, sizeof err), KVS_OK);
+    ck_assert_msg(session_closed(c), "a 4 GiB frame did not end the session");
+    kvs_test_client_close(c);
+    c = kvs_test_client_authed(&node, "tenant-a");
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[0]), 1);
     kvs_test_client_close(c);
 }
 END_TEST
@@ -424,6 +537,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, put_lookup_get_round_trip_64k_1m_and_inline_objects);
     tcase_add_test(tc, put_objects_as_payload_messages_and_hostile_ones_are_refused);
+    tcase_add_test(tc, get_and_put_on_the_stream_and_bad_frames_end_the_session);
     tcase_add_test(tc, tenants_cannot_see_or_overwrite_each_others_objects);
     tcase_add_test(tc, malformed_messages_get_an_error_and_the_node_keeps_serving);
     tcase_add_test(tc, a_peer_that_keeps_sending_garbage_is_disconnected);
