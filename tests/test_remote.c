@@ -215,6 +215,34 @@ START_TEST(put_then_get_returns_the_same_bytes) {
 }
 END_TEST
 
+/* PUTs on the nodes' streams are answered later (payloads: stream), yet a lookup right after them,
+ * which goes over UCX, sees every one, and a flush leaves every copy counted as stored. */
+START_TEST(a_lookup_right_after_puts_on_the_stream_sees_them_all) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    void *s = open_ok("1", "2000");
+    enum { N = 48 };
+    static kvs_key keys[N];
+    uint8_t *src = malloc(256 * 1024);
+    ck_assert_ptr_nonnull(src);
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = kvs_test_remote_key(500 + i);
+        kvs_test_fill(src, 256 * 1024, 500 + i);
+        ck_assert_int_eq(ops->put(s, &keys[i], src, 256 * 1024), KVS_OK);
+    }
+    uint64_t n = 0;
+    ck_assert_int_eq(ops->contains(s, keys, N, &n), KVS_OK);
+    ck_assert_uint_eq(n, N);
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_stream, 2);
+    ck_assert_uint_eq(stats.puts_stored, N);
+    ck_assert_uint_eq(stats.puts_dropped + stats.puts_refused, 0);
+    free(src);
+    ops->destroy(s);
+}
+END_TEST
+
 START_TEST(get_many_reads_keys_from_both_nodes) {
     const kvs_backend_ops *ops = kvs_remote_backend();
     void *s = open_ok("1", "2000");
@@ -689,6 +717,7 @@ int main(void) {
     tcase_add_checked_fixture(live, nodes_setup, nodes_teardown);
     tcase_set_timeout(live, 60);
     tcase_add_loop_test(live, put_then_get_returns_the_same_bytes, 0, 3);
+    tcase_add_test(live, a_lookup_right_after_puts_on_the_stream_sees_them_all);
     tcase_add_test(live, queued_puts_go_out_in_batches_and_read_back_exactly);
     tcase_add_test(live, a_closed_tier_sends_its_queued_puts_first);
     tcase_add_test(live, get_many_reads_keys_from_both_nodes);

@@ -26,6 +26,9 @@
 #define BOUNCE_DEFAULT (16u << 20) /* when the connector gives no max_object_bytes */
 #define ERROR_BYTES    512u
 
+/* PUTs on a node's stream sent before their answers are read (payloads: stream) */
+#define STREAM_PUTS_IN_FLIGHT 8u
+
 #define PUT_BATCH_BYTES \
     (KVS_WIRE_MAX_MESSAGE_BYTES - 16384u) /* budget of one PUT message's entries */
 
@@ -81,9 +84,14 @@ typedef struct rnode {
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
-    int shared_memory;    /* up, and its payloads run over something other than tcp */
-    int messages;         /* up, and its objects travel as payload messages (payloads option) */
-    int stream;           /* up, and its GETs and PUTs go on the control connection (stream.h) */
+    int shared_memory; /* up, and its payloads run over something other than tcp */
+    int messages;      /* up, and its objects travel as payload messages (payloads option) */
+    int stream;        /* up, and its GETs and PUTs go on the control connection (stream.h) */
+    /* PUTs written on the stream whose PUT_REPLY is still to be read, oldest first: a PUT's bytes
+     * are in the kernel once written, so its queue room is free and the next batch goes at once */
+    uint32_t stream_out;
+    uint64_t stream_out_id[STREAM_PUTS_IN_FLIGHT];
+    uint32_t stream_out_n[STREAM_PUTS_IN_FLIGHT];
     uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
     uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
@@ -169,6 +177,11 @@ static inline int ms_left(uint64_t deadline) {
 static inline const char *node_id(const remote *r, const rnode *nd) {
     return r->opt.ids[nd->index];
 }
+
+/* Read the answers of a stream node's PUTs in flight until at most `keep` are left (0: all), by the
+ * deadline; counts what they say. A failure marks the node down (its unanswered copies are counted
+ * dropped). Returns KVS_OK when the node is still up. Progress thread only. */
+kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t deadline);
 
 /* Record the tier's last error (under mutex) and log it through the host. Any thread. */
 void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

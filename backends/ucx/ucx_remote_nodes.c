@@ -23,6 +23,14 @@ void remote_control_close(rnode *nd) {
 }
 
 void remote_node_down(remote *r, rnode *nd, const char *why) {
+    if (nd->stream_out) { /* PUTs written on its stream that it will never answer now */
+        uint64_t lost = 0;
+        for (uint32_t i = 0; i < nd->stream_out; i++) lost += nd->stream_out_n[i];
+        nd->stream_out = 0;
+        pthread_mutex_lock(&r->mutex);
+        r->stats.puts_dropped += lost;
+        pthread_mutex_unlock(&r->mutex);
+    }
     if (nd->conn) {
         kvs_ucx_conn_set_user(nd->conn, NULL);
         kvs_ucx_conn_abort(nd->conn); /* the node may still read queue room we are about to reuse */

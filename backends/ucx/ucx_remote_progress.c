@@ -274,12 +274,15 @@ static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m
     return KVS_OK;
 }
 
-/* A PUT of the node's batch: the request frame, every object's bytes straight from the put queue,
- * then the node's PUT_REPLY. */
+/* A PUT of the node's batch: the request frame and every object's bytes straight from the put
+ * queue. Its answer is read later (remote_stream_drain): once written the bytes are the kernel's,
+ * so the batch's queue room is free, and the next batch follows without a round trip. */
 static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
     char err[256] = "";
-    kvs_status st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf,
-                                         KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline, err, sizeof err);
+    kvs_status st = remote_stream_drain(r, nd, STREAM_PUTS_IN_FLIGHT - 1, deadline);
+    if (st != KVS_OK) return st; /* the node is down: its refusal says why */
+    st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
+                              err, sizeof err);
     for (uint32_t b = 0; b < nd->n_batch; b++) {
         const job *pj = r->put_jobs[nd->batch[b]];
         r->iov[b] =
@@ -287,30 +290,59 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
     }
     if (st == KVS_OK)
         st = kvs_stream_writev(nd->ctl_fd, r->iov, nd->n_batch, deadline, err, sizeof err);
-    size_t len = 0;
-    if (st == KVS_OK)
-        st = kvs_stream_read_frame(nd->ctl_fd, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
-                                   deadline, err, sizeof err);
-    kvs_wire_msg rep;
-    kvs_wire_refusal why;
-    memset(&why, 0, sizeof why);
-    if (st == KVS_OK && kvs_wire_decode(r->frame_buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS,
-                                        &rep, &why) != KVS_OK) {
-        snprintf(err, sizeof err, "an unreadable answer: %s", why.text);
-        st = KVS_ECORRUPT;
-    }
-    if (st == KVS_OK && (rep.type != KVS_WIRE_PUT_REPLY || rep.request_id != m->request_id)) {
-        snprintf(err, sizeof err, "a %s for request %llu instead of the put_reply of %llu",
-                 kvs_wire_type_name(rep.type), (unsigned long long)rep.request_id,
-                 (unsigned long long)m->request_id);
-        st = KVS_ECORRUPT;
-    }
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "put on the stream: %s", err);
         return st;
     }
-    take_reply(r, nd, &rep); /* counts stored and refused copies; a count mismatch fails it */
-    return nd->failed ? KVS_ECORRUPT : KVS_OK;
+    nd->stream_out_id[nd->stream_out] = m->request_id;
+    nd->stream_out_n[nd->stream_out++] = nd->n_batch;
+    return KVS_OK;
+}
+
+kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t deadline) {
+    char err[256] = "";
+    while (nd->stream_out > keep) {
+        size_t len = 0;
+        kvs_status st = kvs_stream_read_frame(nd->ctl_fd, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES,
+                                              &len, deadline, err, sizeof err);
+        kvs_wire_msg rep;
+        kvs_wire_refusal why;
+        memset(&why, 0, sizeof why);
+        if (st == KVS_OK && kvs_wire_decode(r->frame_buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS,
+                                            &rep, &why) != KVS_OK) {
+            snprintf(err, sizeof err, "an unreadable answer: %s", why.text);
+            st = KVS_ECORRUPT;
+        }
+        if (st == KVS_OK &&
+            (rep.type != KVS_WIRE_PUT_REPLY || rep.request_id != nd->stream_out_id[0] ||
+             rep.n_entries != nd->stream_out_n[0])) {
+            snprintf(err, sizeof err,
+                     "a %s of %u entries for request %llu, not the put_reply of %u for %llu",
+                     kvs_wire_type_name(rep.type), rep.n_entries,
+                     (unsigned long long)rep.request_id, nd->stream_out_n[0],
+                     (unsigned long long)nd->stream_out_id[0]);
+            st = KVS_ECORRUPT;
+        }
+        if (st != KVS_OK) {
+            char why_down[320];
+            snprintf(why_down, sizeof why_down, "the answer to a put on the stream: %s", err);
+            snprintf(nd->refusal, sizeof nd->refusal, "%s", why_down);
+            remote_node_down(r, nd, why_down); /* counts the unanswered copies dropped */
+            return st;
+        }
+        uint64_t stored = 0;
+        for (uint32_t i = 0; i < rep.n_entries; i++) stored += rep.entries[i].status == KVS_OK;
+        pthread_mutex_lock(&r->mutex);
+        r->stats.puts_stored += stored;
+        r->stats.puts_refused += rep.n_entries - stored;
+        pthread_mutex_unlock(&r->mutex);
+        memmove(nd->stream_out_id, nd->stream_out_id + 1,
+                (nd->stream_out - 1) * sizeof nd->stream_out_id[0]);
+        memmove(nd->stream_out_n, nd->stream_out_n + 1,
+                (nd->stream_out - 1) * sizeof nd->stream_out_n[0]);
+        nd->stream_out--;
+    }
+    return KVS_OK;
 }
 
 /* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
@@ -370,9 +402,16 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
         }
         if (type == KVS_WIRE_GET && nd->messages) nd->msg_request = nd->request_id;
+        if (nd->stream_out && type != KVS_WIRE_PUT &&
+            remote_stream_drain(r, nd, 0, deadline) != KVS_OK) {
+            /* its PUTs' answers first: what came before is seen by what comes after; the node
+             * is down now and its keys go to their next homes */
+            nd->pending = 0;
+            continue;
+        }
         kvs_status sent;
         if (nd->stream && (type == KVS_WIRE_GET || type == KVS_WIRE_PUT)) {
-            /* the whole exchange, answer included, on the stream: nothing left pending */
+            /* on the stream: a GET with its answer, a PUT answered later (stream_put) */
             m.read_by_ns = nd->read_by_ns = 0; /* the node never reads this process's memory */
             sent = type == KVS_WIRE_GET ? stream_get(r, nd, j, &m, deadline)
                                         : stream_put(r, nd, &m, deadline);
@@ -609,7 +648,11 @@ static void run_job(remote *r, job *j) {
     switch (j->kind) {
         case JOB_LOOKUP:
         case JOB_GET: run_keyed(r, j); break;
-        case JOB_FLUSH: /* done by being reached: every job queued before it has finished */ break;
+        case JOB_FLUSH: /* every job queued before it has finished; the answers of PUTs on nodes'
+                         * streams are read now */
+            for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+                if (r->nodes[i].stream_out) remote_stream_drain(r, &r->nodes[i], 0, j->deadline_ns);
+            break;
         default: run_broadcast(r, j); break;
     }
     r->current = NULL;
@@ -729,6 +772,11 @@ ucx_fail:
 }
 
 static void thread_stop(remote *r) {
+    /* the answers of PUTs still on the nodes' streams, so the counters say what was stored */
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++)
+        if (r->nodes[i].stream_out)
+            remote_stream_drain(r, &r->nodes[i], 0,
+                                kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull);
     /* the queue goes away after this: not while a node on shared memory may still read it */
     for (;;) {
         pthread_mutex_lock(&r->mutex);
@@ -823,9 +871,15 @@ void *remote_progress_main(void *arg) {
                 uint64_t v;
                 if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
             }
-            for (uint32_t i = 0; i < r->opt.n_nodes; i++)
-                if (fds[2 + i].revents && r->nodes[i].up)
-                    remote_node_down(r, &r->nodes[i], "the node closed its control connection");
+            for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+                rnode *nd = &r->nodes[i];
+                if (!fds[2 + i].revents || !nd->up) continue;
+                if (nd->stream_out) /* answers of PUTs on its stream (or the end, which fails it) */
+                    remote_stream_drain(r, nd, 0,
+                                        kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull);
+                else
+                    remote_node_down(r, nd, "the node closed its control connection");
+            }
         }
     }
     thread_stop(r);
