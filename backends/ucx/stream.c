@@ -142,30 +142,21 @@ kvs_status kvs_stream_read_frame(int fd, uint8_t *buf, size_t cap, size_t *len,
     return kvs_stream_read(fd, buf, n, deadline_ns, err, err_len);
 }
 
-static void put_le(uint8_t *p, uint64_t v, unsigned bytes) {
-    for (unsigned i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned bytes) {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 void kvs_stream_group_encode(uint8_t out[KVS_STREAM_GROUP_BYTES], uint32_t count,
                              uint64_t request_id) {
     out[0] = KVS_WIRE_VERSION;
     out[1] = KVS_STREAM_KIND_GROUP;
-    put_le(out + 2, 0, 2);
-    put_le(out + 4, count, 4);
-    put_le(out + 8, request_id, 8);
+    kvs_wire_le_put(out + 2, 0, 2);
+    kvs_wire_le_put(out + 4, count, 4);
+    kvs_wire_le_put(out + 8, request_id, 8);
 }
 
 kvs_status kvs_stream_group_decode(const uint8_t in[KVS_STREAM_GROUP_BYTES], uint64_t request_id,
                                    uint32_t left, uint32_t *count, char *err, size_t err_len) {
-    *count = (uint32_t)get_le(in + 4, 4);
-    uint64_t id = get_le(in + 8, 8);
-    if (in[0] != KVS_WIRE_VERSION || in[1] != KVS_STREAM_KIND_GROUP || get_le(in + 2, 2) != 0) {
+    *count = (uint32_t)kvs_wire_le_get(in + 4, 4);
+    uint64_t id = kvs_wire_le_get(in + 8, 8);
+    if (in[0] != KVS_WIRE_VERSION || in[1] != KVS_STREAM_KIND_GROUP ||
+        kvs_wire_le_get(in + 2, 2) != 0) {
         kvs_fmt(err, err_len, "not a get answer (version %u, kind %u)", in[0], in[1]);
         return KVS_ECORRUPT;
     }
@@ -179,13 +170,13 @@ kvs_status kvs_stream_group_decode(const uint8_t in[KVS_STREAM_GROUP_BYTES], uin
 
 void kvs_stream_record_encode(uint8_t out[KVS_STREAM_RECORD_BYTES], kvs_status status,
                               uint64_t length) {
-    put_le(out, (uint32_t)(int32_t)status, 4);
-    put_le(out + 4, 0, 4);
-    put_le(out + 8, length, 8);
+    kvs_wire_le_put(out, (uint32_t)(int32_t)status, 4);
+    kvs_wire_le_put(out + 4, 0, 4);
+    kvs_wire_le_put(out + 8, length, 8);
 }
 
 void kvs_stream_record_decode(const uint8_t in[KVS_STREAM_RECORD_BYTES], kvs_status *status,
                               uint64_t *length) {
-    *status = (kvs_status)(int32_t)(uint32_t)get_le(in, 4);
-    *length = get_le(in + 8, 8);
+    *status = (kvs_status)(int32_t)(uint32_t)kvs_wire_le_get(in, 4);
+    *length = kvs_wire_le_get(in + 8, 8);
 }

@@ -22,6 +22,30 @@ void ucx_payload_end(kvs_ucx_transport *t, message *m, kvs_ucx_conn *conn, kvs_s
 
 static void rndv_done(void *request, ucs_status_t status, size_t length, void *user_data);
 
+/* Take a message's data into m->data: copied when UCX holds it already, received in the background
+ * (rendezvous, rndv_done marks it ready) otherwise. */
+static void receive_into(kvs_ucx_transport *t, message *m, void *data, size_t length, int rndv) {
+    if (!rndv) {
+        if (length) memcpy(m->data, data, length);
+        m->ready = 1;
+        return;
+    }
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = rndv_done;
+    p.user_data = m;
+    void *request = ucp_am_recv_data_nbx(t->worker, data, m->data, length, &p);
+    if (request == NULL) {
+        m->ready = 1;
+    } else if (UCS_PTR_IS_ERR(request)) {
+        m->ready = 1;
+        m->failed = 1;
+    } else {
+        m->request = request;
+    }
+}
+
 static void queue_message(kvs_ucx_transport *t, message *m) {
     if (t->queue_tail)
         t->queue_tail->next = m;
@@ -55,24 +79,8 @@ static ucs_status_t payload_arrived(am_slot *slot, kvs_ucx_conn *conn, const voi
     if (!m->data) {
         m->ready = 1;                     /* refused: the landed call says so */
         if (rndv) ret = UCS_ERR_CANCELED; /* the sender's send fails */
-    } else if (rndv) {
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.recv_am = rndv_done;
-        p.user_data = m;
-        void *request = ucp_am_recv_data_nbx(t->worker, data, m->data, length, &p);
-        if (request == NULL) {
-            m->ready = 1;
-        } else if (UCS_PTR_IS_ERR(request)) {
-            m->ready = 1;
-            m->failed = 1;
-        } else {
-            m->request = request;
-        }
     } else {
-        if (length) memcpy(m->data, data, length);
-        m->ready = 1;
+        receive_into(t, m, data, length, rndv);
     }
     queue_message(t, m);
     return ret;
@@ -119,25 +127,7 @@ static ucs_status_t am_recv_cb(void *arg, const void *header, size_t header_len,
     if (header_len) memcpy(m->header, header, header_len);
     m->header_len = header_len;
     m->data_len = length;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        p.cb.recv_am = rndv_done;
-        p.user_data = m;
-        void *request = ucp_am_recv_data_nbx(t->worker, data, m->data, length, &p);
-        if (request == NULL) {
-            m->ready = 1;
-        } else if (UCS_PTR_IS_ERR(request)) {
-            m->ready = 1;
-            m->failed = 1;
-        } else {
-            m->request = request;
-        }
-    } else {
-        if (length) memcpy(m->data, data, length);
-        m->ready = 1;
-    }
+    receive_into(t, m, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
     queue_message(t, m);
     return UCS_OK;
 }

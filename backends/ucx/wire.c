@@ -67,11 +67,11 @@ void kvs_wire_refusal_make(kvs_wire_refusal *why, kvs_wire_error code, uint64_t 
 
 /* ---- payload headers -------------------------------------------------------------------------- */
 
-static void put_le(uint8_t *p, uint64_t v, unsigned bytes) {
+void kvs_wire_le_put(uint8_t *p, uint64_t v, unsigned bytes) {
     for (unsigned i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get_le(const uint8_t *p, unsigned bytes) {
+uint64_t kvs_wire_le_get(const uint8_t *p, unsigned bytes) {
     uint64_t v = 0;
     for (unsigned i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
@@ -81,17 +81,17 @@ size_t kvs_wire_payload_encode(const kvs_wire_payload *p, uint8_t out[KVS_WIRE_P
     int put = p->kind == KVS_WIRE_PAYLOAD_PUT;
     out[0] = KVS_WIRE_VERSION;
     out[1] = (uint8_t)p->kind;
-    put_le(out + 2, 0, 2);
-    put_le(out + 4, p->index, 4);
+    kvs_wire_le_put(out + 2, 0, 2);
+    kvs_wire_le_put(out + 4, p->index, 4);
     if (!put) {
-        put_le(out + 8, p->request_id, 8);
+        kvs_wire_le_put(out + 8, p->request_id, 8);
         return KVS_WIRE_GET_PAYLOAD_BYTES;
     }
-    put_le(out + 8, p->count, 4);
+    kvs_wire_le_put(out + 8, p->count, 4);
     memcpy(out + 12, p->token, KVS_WIRE_SESSION_TOKEN_BYTES);
-    put_le(out + 28, p->request_id, 8);
+    kvs_wire_le_put(out + 28, p->request_id, 8);
     memcpy(out + 36, p->key, KVS_WIRE_KEY_BYTES);
-    put_le(out + 52, p->read_by_ns, 8);
+    kvs_wire_le_put(out + 52, p->read_by_ns, 8);
     return KVS_WIRE_PUT_PAYLOAD_BYTES;
 }
 
@@ -111,22 +111,22 @@ kvs_status kvs_wire_payload_decode(const void *header, size_t len, uint32_t kind
                     "wire: payload header version %u, this side speaks %u", h[0], KVS_WIRE_VERSION);
         return KVS_EINVAL;
     }
-    if (h[1] != kind || get_le(h + 2, 2) != 0) {
+    if (h[1] != kind || kvs_wire_le_get(h + 2, 2) != 0) {
         wire_refuse(why, KVS_WIRE_ERR_VALUE, "wire: payload header of kind %u, %u expected", h[1],
                     kind);
         return KVS_EINVAL;
     }
     out->kind = kind;
-    out->index = (uint32_t)get_le(h + 4, 4);
+    out->index = (uint32_t)kvs_wire_le_get(h + 4, 4);
     if (kind != KVS_WIRE_PAYLOAD_PUT) {
-        out->request_id = get_le(h + 8, 8);
+        out->request_id = kvs_wire_le_get(h + 8, 8);
         return KVS_OK;
     }
-    out->count = (uint32_t)get_le(h + 8, 4);
+    out->count = (uint32_t)kvs_wire_le_get(h + 8, 4);
     memcpy(out->token, h + 12, KVS_WIRE_SESSION_TOKEN_BYTES);
-    out->request_id = get_le(h + 28, 8);
+    out->request_id = kvs_wire_le_get(h + 28, 8);
     memcpy(out->key, h + 36, KVS_WIRE_KEY_BYTES);
-    out->read_by_ns = get_le(h + 52, 8);
+    out->read_by_ns = kvs_wire_le_get(h + 52, 8);
     if (out->count == 0 || out->count > KVS_WIRE_MAX_KEYS || out->index >= out->count) {
         wire_refuse(why, KVS_WIRE_ERR_VALUE,
                     "wire: put payload %u of %u (1..%u objects, index below the count)", out->index,

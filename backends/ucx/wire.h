@@ -188,6 +188,10 @@ typedef struct kvs_wire_payload {
 #define KVS_WIRE_PAYLOAD_GET 1u
 #define KVS_WIRE_PAYLOAD_PUT 2u
 
+/* Little-endian integers of `bytes` bytes (1..8), for the binary headers here and in stream.h. */
+void kvs_wire_le_put(uint8_t *p, uint64_t v, unsigned bytes);
+uint64_t kvs_wire_le_get(const uint8_t *p, unsigned bytes);
+
 /* Write p's header into out (KVS_WIRE_GET_PAYLOAD_BYTES or KVS_WIRE_PUT_PAYLOAD_BYTES, by kind);
  * returns its length. */
 size_t kvs_wire_payload_encode(const kvs_wire_payload *p, uint8_t out[KVS_WIRE_PUT_PAYLOAD_BYTES]);
