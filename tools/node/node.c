@@ -342,7 +342,8 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         if (poll(n->pfds, np, ms) <= 0) continue;
         if (n->pfds[0].revents & POLLIN) return KVS_OK;
         for (uint32_t i = 3; i < np; i++)
-            if (n->pfds[i].revents) node_control_readable(n, n->pconns[i]);
+            if (n->pfds[i].revents && node_control_readable(n, n->pconns[i]))
+                node_stream_request(n, n->pconns[i]);
         if (n->pfds[2].revents & POLLIN) accept_all(n);
     }
 }

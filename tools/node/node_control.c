@@ -240,33 +240,30 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
     session_open(n, c, &req);
 }
 
-/* The control connection is readable: handshake bytes, or, for a session, its end (a session's
- * client sends nothing more on it; bytes there are a protocol error and end the session too). */
-void node_control_readable(kvs_node *n, node_conn *c) {
+/* The control connection is readable: handshake bytes, or, for a session, a request on its stream
+ * (1: the caller serves it, node_stream.c) or its end. */
+int node_control_readable(kvs_node *n, node_conn *c) {
     char err[160];
     if (c->session) {
         uint8_t byte;
         ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        if (k > 0) { /* a GET or PUT with its objects on the stream (payloads: stream) */
-            node_stream_request(n, c);
-            return;
-        }
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+        if (k > 0) return 1; /* a GET or PUT with its objects on the stream (payloads: stream) */
         c->peer_gone = 1;
         c->closing = 1;
-        return;
+        return 0;
     }
     for (;;) {
         size_t len = 0;
         kvs_status st = kvs_control_read(c->rd, c->fd, &len, err, sizeof err);
-        if (st == KVS_EAGAIN) return;
+        if (st == KVS_EAGAIN) return 0;
         if (st != KVS_OK) {
             c->peer_gone = 1;
             handshake_refuse(n, c, 0, KVS_WIRE_ERR_NONE, err);
-            return;
+            return 0;
         }
         handshake(n, c, c->rd->frame, len);
-        if (c->closing || c->session) return;
+        if (c->closing || c->session) return 0;
     }
 }
 
