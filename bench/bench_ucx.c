@@ -72,6 +72,7 @@ typedef struct options {
     const char *payloads;      /* the tier's payloads option */
     const char *busy_poll_us;  /* the tier's busy_poll_us option and the node's --busy-poll-us */
     int pin;                   /* client on the first CPU, servers on the last */
+    int references_after; /* --references after: the tier's rounds first, then the references' */
     const char *server_netns; /* node and perftest servers in this network namespace (NULL: here) */
     const char *server_addr;  /* where they listen and are reached */
 } options;
@@ -93,7 +94,7 @@ static void usage(int status) {
         status ? stderr : stdout,
         "usage: kvs-bench-ucx [--rounds N] [--warmup N] [--lookups N] [--perftest-tls TLS]\n"
         "                     [--shared-memory auto|off] [--payloads auto|rma|messages|stream]\n"
-        "                     [--busy-poll-us N] [--pin on|off]\n"
+        "                     [--busy-poll-us N] [--pin on|off] [--references interleaved|after]\n"
         "                     [--server-netns NS --server-addr IP]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
         "  --warmup        rounds run first and not counted (default 1)\n"
@@ -104,6 +105,9 @@ static void usage(int status) {
         "  --payloads      the tier's payloads option (default auto)\n"
         "  --busy-poll-us  the tier's busy_poll_us and the node's --busy-poll-us (default 200)\n"
         "  --pin on|off    this process on the first CPU, the servers on the last (default on)\n"
+        "  --references interleaved|after\n"
+        "                  each round: the tier then the references (default), or all the\n"
+        "                  tier's rounds first and the references' after them\n"
         "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
         "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
         "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
@@ -140,6 +144,8 @@ static options parse_options(int argc, char **argv) {
             o.busy_poll_us = v;
         else if (!strcmp(a, "--pin") && (!strcmp(v, "on") || !strcmp(v, "off")))
             o.pin = !strcmp(v, "on");
+        else if (!strcmp(a, "--references") && (!strcmp(v, "interleaved") || !strcmp(v, "after")))
+            o.references_after = !strcmp(v, "after");
         else if (!strcmp(a, "--server-netns"))
             o.server_netns = v;
         else if (!strcmp(a, "--server-addr"))
@@ -584,45 +590,60 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     kvs_remote_stats_t before, after;
     check(t, "stats", kvs_remote_stats(t->state, &before));
 
-    /* perftest moves the bytes of one tier round (its start-up is outside its own timing) */
+    /* perftest moves the bytes of one tier round (its start-up is outside its own timing). With
+     * --references interleaved each round measures the tier, then the references; with `after`,
+     * all the tier's rounds come first and all the references' rounds after them (the references
+     * slow the tier's next round: docs/benchmarks.md). */
     uint64_t iters = n, put_requests = 0;
-    for (uint32_t r = 0; r < o->warmup + o->rounds; r++) {
-        uint64_t t0 = bench_now_ns();
-        check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
-        uint64_t t1 = bench_now_ns();
-        for (uint64_t i = 0; i < n; i++)
-            if (sts[i] != KVS_OK || lens[i] != size)
-                die("get_many", "an object was missing or short");
-        for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
-        uint64_t t2 = bench_now_ns();
-        kvs_remote_stats_t p0, p1;
-        check(t, "stats", kvs_remote_stats(t->state, &p0));
-        for (uint64_t i = 0; i < n; i++)
-            check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
-        check(t, "flush", kvs_remote_flush(t->state));
-        uint64_t t3 = bench_now_ns();
-        check(t, "stats", kvs_remote_stats(t->state, &p1));
-        if (p1.puts_stored - p0.puts_stored != n)
-            die("put", "not every object was stored (see the node's output)");
-        put_requests += p1.put_requests - p0.put_requests;
-        double lat, get_bw = 0, put_bw = 0;
-        if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
-            perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
-            die("ucx_perftest", "no result (see above)");
-        /* the same bytes between buffers of the round's size, as the tier moves them from the
-         * node's memory into the pool; and, beside it, between 1 MiB buffers the caches hold */
-        double tcp_get = tcp_stream(n * size, n * size, 0),
-               tcp_put = tcp_stream(n * size, n * size, 1);
-        double hot_get = tcp_stream(n * size, 0, 0), hot_put = tcp_stream(n * size, 0, 1);
-        if (r < o->warmup) continue;
-        get_ns[r - o->warmup] = (double)(t1 - t0);
-        put_ns[r - o->warmup] = (double)(t3 - t2);
-        pget[r - o->warmup] = get_bw;
-        pput[r - o->warmup] = put_bw;
-        tget[r - o->warmup] = tcp_get;
-        tput[r - o->warmup] = tcp_put;
-        tbest[r - o->warmup] = tcp_get > tcp_put ? tcp_get : tcp_put;
-        thot[r - o->warmup] = hot_get > hot_put ? hot_get : hot_put;
+    int after_phase = o->references_after;
+    for (int pass = 0; pass < (after_phase ? 2 : 1); pass++) {
+        int tier_part = !after_phase || pass == 0, ref_part = !after_phase || pass == 1;
+        for (uint32_t r = 0; r < o->warmup + o->rounds; r++) {
+            int keep = r >= o->warmup;
+            uint32_t at = keep ? r - o->warmup : 0;
+            if (tier_part) {
+                uint64_t t0 = bench_now_ns();
+                check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
+                uint64_t t1 = bench_now_ns();
+                for (uint64_t i = 0; i < n; i++)
+                    if (sts[i] != KVS_OK || lens[i] != size)
+                        die("get_many", "an object was missing or short");
+                for (uint64_t i = 0; i < n; i++)
+                    check(t, "remove", t->ops->remove(t->state, &keys[i]));
+                uint64_t t2 = bench_now_ns();
+                kvs_remote_stats_t p0, p1;
+                check(t, "stats", kvs_remote_stats(t->state, &p0));
+                for (uint64_t i = 0; i < n; i++)
+                    check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+                check(t, "flush", kvs_remote_flush(t->state));
+                uint64_t t3 = bench_now_ns();
+                check(t, "stats", kvs_remote_stats(t->state, &p1));
+                if (p1.puts_stored - p0.puts_stored != n)
+                    die("put", "not every object was stored (see the node's output)");
+                put_requests += p1.put_requests - p0.put_requests;
+                if (keep) {
+                    get_ns[at] = (double)(t1 - t0);
+                    put_ns[at] = (double)(t3 - t2);
+                }
+            }
+            if (!ref_part) continue;
+            double lat, get_bw = 0, put_bw = 0;
+            if (perftest(o->perftest_tls, "ucp_get", size, iters, &lat, &get_bw) != 0 ||
+                perftest(o->perftest_tls, "ucp_put_bw", size, iters, &lat, &put_bw) != 0)
+                die("ucx_perftest", "no result (see above)");
+            /* the same bytes between buffers of the round's size, as the tier moves them from the
+             * node's memory into the pool; and, beside it, between 1 MiB buffers the caches hold */
+            double tcp_get = tcp_stream(n * size, n * size, 0),
+                   tcp_put = tcp_stream(n * size, n * size, 1);
+            double hot_get = tcp_stream(n * size, 0, 0), hot_put = tcp_stream(n * size, 0, 1);
+            if (!keep) continue;
+            pget[at] = get_bw;
+            pput[at] = put_bw;
+            tget[at] = tcp_get;
+            tput[at] = tcp_put;
+            tbest[at] = tcp_get > tcp_put ? tcp_get : tcp_put;
+            thot[at] = hot_get > hot_put ? hot_get : hot_put;
+        }
     }
     check(t, "stats", kvs_remote_stats(t->state, &after));
     uint64_t rma = after.rma_gets - before.rma_gets,
@@ -860,13 +881,14 @@ int main(int argc, char **argv) {
         if (s == 0) {
             printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\","
                    "\"requests\":\"tcp\",\"reference_tls\":\"%s\",\"server\":\"%s\","
-                   "\"server_netns\":\"%s\",\"client_cpu\":%d,\"server_cpu\":%d}\n",
+                   "\"server_netns\":\"%s\",\"client_cpu\":%d,\"server_cpu\":%d,"
+                   "\"references\":\"%s\"}\n",
                    on_sm ? "shared memory" : "tcp",
                    st.nodes_stream     ? "stream"
                    : st.nodes_messages ? "messages"
                                        : "rma",
                    o.perftest_tls, server_addr, server_netns ? server_netns : "", client_cpu,
-                   server_cpu);
+                   server_cpu, o.references_after ? "after" : "interleaved");
             printf("tier payloads over %s (requests over tcp); ucx_perftest reference with "
                    "UCX_TLS=%s; servers at %s%s%s\n",
                    on_sm ? "shared memory" : "tcp", o.perftest_tls, server_addr,
