@@ -106,6 +106,26 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
     if (nd && nd->conn) take_reply(r, nd, &m);
 }
 
+/* The entry of the running GET a payload message's header names (*k), or 0 when it names none: a
+ * bad header, another request, an index past the batch. */
+static int payload_entry(remote *r, const void *header, size_t header_len, uint32_t *k) {
+    kvs_wire_payload h;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    const job *j = r->current;
+    if (!j || j->kind != JOB_GET ||
+        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_GET, &h, &why) != KVS_OK)
+        return 0;
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        const rnode *nd = &r->nodes[i];
+        if (!nd->msg_request || nd->msg_request != h.request_id) continue;
+        if (h.index >= nd->n_batch) return 0;
+        *k = nd->batch[h.index];
+        return 1;
+    }
+    return 0;
+}
+
 /* A GET's object arriving as a payload message: place it in the caller's buffer while its request
  * is the one being answered and the caller still waits; refuse it otherwise (a late object is never
  * written). Runs inside UCX's progress. */
@@ -114,18 +134,9 @@ static void *on_place(void *user, kvs_ucx_conn *conn, const void *header, size_t
     remote *r = user;
     (void)conn;
     (void)cookie;
-    kvs_wire_payload h;
-    kvs_wire_refusal why;
-    memset(&why, 0, sizeof why);
+    uint32_t k;
+    if (!payload_entry(r, header, header_len, &k)) return NULL;
     job *j = r->current;
-    if (!j || j->kind != JOB_GET ||
-        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_GET, &h, &why) != KVS_OK)
-        return NULL;
-    rnode *nd = NULL;
-    for (uint32_t i = 0; i < r->opt.n_nodes && !nd; i++)
-        if (r->nodes[i].msg_request && r->nodes[i].msg_request == h.request_id) nd = &r->nodes[i];
-    if (!nd || h.index >= nd->n_batch) return NULL;
-    uint32_t k = nd->batch[h.index];
     if (j->landed[k] != LANDING_ASKED || data_len > j->cap[k]) return NULL;
     pthread_mutex_lock(&r->mutex); /* the caller gives up under the lock */
     int abandoned = j->abandoned;
@@ -143,22 +154,12 @@ static void on_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t
     (void)conn;
     (void)cookie;
     (void)data_len;
-    kvs_wire_payload h;
-    kvs_wire_refusal why;
-    memset(&why, 0, sizeof why);
+    uint32_t k;
+    if (!dst || !payload_entry(r, header, header_len, &k)) return;
     job *j = r->current;
-    if (!dst || !j || j->kind != JOB_GET ||
-        kvs_wire_payload_decode(header, header_len, KVS_WIRE_PAYLOAD_GET, &h, &why) != KVS_OK)
-        return;
-    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-        rnode *nd = &r->nodes[i];
-        if (!nd->msg_request || nd->msg_request != h.request_id || h.index >= nd->n_batch) continue;
-        uint32_t k = nd->batch[h.index];
-        if (j->landed[k] != LANDING_PLACED || j->dsts[k] != dst) return;
-        j->landed[k] = st == KVS_OK ? LANDING_OK : LANDING_FAILED;
-        j->inflight--;
-        return;
-    }
+    if (j->landed[k] != LANDING_PLACED || j->dsts[k] != dst) return;
+    j->landed[k] = st == KVS_OK ? LANDING_OK : LANDING_FAILED;
+    j->inflight--;
 }
 
 /* ---- jobs on the progress thread ------------------------------------------------------------- */

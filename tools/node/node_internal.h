@@ -161,6 +161,11 @@ void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t 
 int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out);
 /* Count a stored object (st KVS_OK) or log why it was not. */
 void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err);
+/* Store an object whose bytes are in: commit its reservation (bytes: where it was built, for
+ * write-through copies) or put bytes into the tiers; counted or logged (node_put_stored) when c is
+ * not NULL (its session still open). */
+kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const void *bytes,
+                        uint64_t len);
 /* A request key's object for sending: pinned in a zero-copy tier (the pin joins n->pins) or copied
  * into the next free staging slot. KVS_EAGAIN when it needs a slot and none is free (send what the
  * slots hold and node_unpin_all first), KVS_ENOTFOUND, KVS_EOVERFLOW (a copy tier's object over

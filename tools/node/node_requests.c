@@ -258,6 +258,16 @@ void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, con
     n->stats.bytes_in += len;
 }
 
+kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const void *bytes,
+                        uint64_t len) {
+    char err[256] = "";
+    kvs_status st =
+        p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
+                    : kvs_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
+    if (c) node_put_stored(n, c, st, len, err);
+    return st;
+}
+
 /* Milliseconds from now until read_by_ns (0: none, the node's own timeout), at least 1. */
 static uint32_t read_window_ms(const kvs_node *n, uint64_t read_by_ns) {
     uint64_t now = kvs_now_ns(), ms = n->params.timeout_ms;
@@ -291,16 +301,12 @@ static void put_flush(kvs_node *n, node_conn *c, uint64_t read_by_ns) {
         const put_pending *p = &n->puts[i];
         const kvs_ucx_rma *op = &n->batch[i];
         kvs_status *out = &n->reply_entries[n->batch_entry[i]].status;
-        char err[256] = "";
         if (st != KVS_OK) {
             if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
             *out = st == KVS_ETIMEDOUT ? KVS_ETIMEDOUT : KVS_EIO;
             continue;
         }
-        *out = p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, op->local, op->len, err,
-                                              sizeof err)
-                           : kvs_tiers_put(n->chain, &p->key, op->local, op->len, err, sizeof err);
-        node_put_stored(n, c, *out, op->len, err);
+        *out = node_publish(n, c, p, op->local, op->len);
     }
     n->n_batch = n->slots_used = 0;
 }
@@ -357,9 +363,7 @@ void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
 
 /* One object being received: where it goes and what became of it. */
 typedef struct put_payload {
-    kvs_key key;
-    uint64_t ticket;
-    int reserved; /* room in the tiers; else buf (tiers that cannot reserve) */
+    put_pending put; /* reserved room, or buf (tiers that cannot reserve) */
     void *buf;
     kvs_status st; /* KVS_OK, or why place refused it */
 } put_payload;
@@ -379,14 +383,15 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
     *cookie = p;
     char err[256] = "";
     void *dst = NULL;
-    if (node_stored_key(c, h.key, &p->key) != 0 || data_len == 0 ||
+    if (node_stored_key(c, h.key, &p->put.key) != 0 || data_len == 0 ||
         data_len > n->params.max_object_bytes) {
         p->st = KVS_EINVAL;
     } else if (h.read_by_ns && kvs_now_ns() >= h.read_by_ns) {
         p->st = KVS_ETIMEDOUT; /* the client may have reused the room already: never read it */
     } else if (kvs_tiers_can_reserve(n->chain)) {
-        p->st = kvs_tiers_reserve(n->chain, &p->key, data_len, &dst, &p->ticket, err, sizeof err);
-        p->reserved = p->st == KVS_OK;
+        p->st = kvs_tiers_reserve(n->chain, &p->put.key, data_len, &dst, &p->put.ticket, err,
+                                  sizeof err);
+        p->put.reserved = p->st == KVS_OK;
         if (p->st != KVS_OK) node_put_stored(n, c, p->st, data_len, err);
     } else if (!(dst = p->buf = malloc(data_len))) {
         p->st = KVS_ENOMEM;
@@ -448,13 +453,9 @@ void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t 
         st = KVS_ETIMEDOUT;
     }
     if (st == KVS_OK) {
-        char err[256] = "";
-        st = p->reserved
-                 ? kvs_tiers_commit(n->chain, &p->key, p->ticket, dst, data_len, err, sizeof err)
-                 : kvs_tiers_put(n->chain, &p->key, dst, data_len, err, sizeof err);
-        if (c) node_put_stored(n, c, st, data_len, err);
+        st = node_publish(n, c, &p->put, dst, data_len);
     } else {
-        if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+        if (p->put.reserved) kvs_tiers_abort(n->chain, p->put.ticket);
         if (p->st != KVS_OK) {
             st = p->st;
             n->stats.payloads_refused++;

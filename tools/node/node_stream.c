@@ -138,12 +138,7 @@ static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
                 *out = KVS_EIO;
                 continue;
             }
-            char perr[256] = "";
-            *out = p->reserved
-                       ? kvs_tiers_commit(n->chain, &p->key, p->ticket, p->dst, e->length, perr,
-                                          sizeof perr)
-                       : kvs_tiers_put(n->chain, &p->key, p->dst, e->length, perr, sizeof perr);
-            node_put_stored(n, c, *out, e->length, perr);
+            *out = node_publish(n, c, p, p->dst, e->length);
         }
         if (st != KVS_OK) {
             end_session(n, c, "put", err);
