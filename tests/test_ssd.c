@@ -501,6 +501,38 @@ START_TEST(restore_reads_overtake_queued_writes) {
 }
 END_TEST
 
+/* Large objects are copied into the write arena mapped at create; a buffer goes back to it when its
+ * write completes, and a fresh one is allocated only while every buffer of the arena is in flight. */
+START_TEST(large_puts_take_the_write_arena_and_give_it_back) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    kvs_test_ssd_args a = {
+        .n_paths = 1,
+        .capacity = 8 * MIB,
+        .max_object = 64 * KIB,
+        .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
+    void *st = kvs_test_ssd_open(&d, &a);
+    /* the arena holds 3 buffers of 4KiB + 64KiB: three puts in flight take them all */
+    for (uint32_t i = 0; i < 3; i++) kvs_test_ssd_put(st, i, 64 * KIB);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).fresh_write_buffers, 0);
+    ck_assert_uint_ge(kvs_test_ssd_stats(st).writes_pending, 1);
+    /* 40KiB is over half the largest object: it wants an arena buffer, finds none free (the
+     * budget still has room for it) and gets a fresh one */
+    kvs_test_ssd_put(st, 3, 40 * KIB);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).fresh_write_buffers, 1);
+    kvs_test_ssd_flush(st);
+    for (uint32_t i = 0; i < 3; i++) ck_assert_int_eq(kvs_test_ssd_get(st, i, 64 * KIB), KVS_OK);
+    ck_assert_int_eq(kvs_test_ssd_get(st, 3, 40 * KIB), KVS_OK);
+    /* every arena buffer came back: three more puts reuse them */
+    for (uint32_t i = 4; i < 7; i++) kvs_test_ssd_put(st, i, 64 * KIB);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).fresh_write_buffers, 1);
+    kvs_test_ssd_flush(st);
+    for (uint32_t i = 4; i < 7; i++) ck_assert_int_eq(kvs_test_ssd_get(st, i, 64 * KIB), KVS_OK);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
 START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
     kvs_test_dirs d;
     kvs_test_ssd_dirs(&d);
@@ -822,6 +854,7 @@ static Suite *ssd_suite(void) {
     tcase_add_test(io, pread_engine_reads_what_uring_wrote_and_the_other_way_round);
     tcase_add_test(io, paced_reads_of_n_bytes_over_p_paths_take_at_least_n_over_p_times_bandwidth);
     tcase_add_test(io, restore_reads_overtake_queued_writes);
+    tcase_add_test(io, large_puts_take_the_write_arena_and_give_it_back);
     tcase_add_test(io, a_full_write_buffer_refuses_puts_with_a_sentence);
     tcase_add_test(io, eviction_drops_the_least_recently_used_unpinned_object);
     tcase_add_test(io, eviction_tells_the_host_without_bytes);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +50,7 @@ kvs_status kvs_ssd_stats(void *state, kvs_ssd_stats_t *out) {
     out->bounce_reads = atomic_load(&t->bounce_reads);
     out->enospc_skips = atomic_load(&t->enospc_skips);
     out->queue_full_skips = atomic_load(&t->queue_full_skips);
+    out->fresh_write_buffers = atomic_load(&t->fresh_write_buffers);
     out->evictions = atomic_load(&t->evictions);
     out->corrupt_drops = atomic_load(&t->corrupt_drops);
     out->recovered = t->recovered;
@@ -396,6 +398,30 @@ static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const
     return KVS_OK;
 }
 
+/* The write arena (ssd_tier.h): write_buffer_bytes in buffers for objects of max_object_bytes,
+ * mapped in large pages where the kernel gives them and faulted in now, like a device's pinned pool:
+ * the first puts after create copy at the same rate as later ones. */
+static int map_write_arena(ssd_tier *t) {
+    t->arena_bytes = (uint64_t)t->max_spare * t->spare_bytes;
+    void *m =
+        mmap(NULL, t->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        char want[32];
+        kvs_fmt_bytes(want, sizeof want, t->arena_bytes);
+        ssd_set_error(t, "cannot map the write buffer of %s (write_buffer_bytes): %s", want,
+                      strerror(errno));
+        t->arena_bytes = 0;
+        return -1;
+    }
+    madvise(m, t->arena_bytes, MADV_HUGEPAGE);
+    t->arena = m;
+    for (uint64_t at = 0; at < t->arena_bytes; at += SSD_BLOCK) t->arena[at] = 0;
+    for (uint32_t i = 0; i < t->max_spare; i++)
+        t->spare[i] = t->arena + (uint64_t)(t->max_spare - 1 - i) * t->spare_bytes;
+    t->n_spare = t->max_spare;
+    return 0;
+}
+
 static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
     *out = NULL;
@@ -470,6 +496,7 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         ssd_set_error(t, "out of memory for the index of %u slots", t->n_object_slots);
         goto fail;
     }
+    if (map_write_arena(t) != 0) goto fail;
     memset(t->zero_block, 0, SSD_BLOCK);
     for (uint64_t b = 0; b < t->n_buckets; b++) t->buckets[b] = SSD_NIL;
 
@@ -581,7 +608,7 @@ static void ssd_destroy(void *state) {
         free(t->chunks[c]);
     }
     free(t->chunks);
-    for (uint32_t i = 0; i < t->n_spare; i++) free(t->spare[i]);
+    if (t->arena) munmap(t->arena, t->arena_bytes);
     free(t->spare);
     free(t->buckets);
     free(t->zero_block);

@@ -51,10 +51,13 @@ typedef struct kvs_ssd_stats_t {
     uint64_t fixed_reads;  /* reads into the registered staging pool (io_uring read_fixed) */
     uint64_t bounce_reads; /* unit reads through a bounce buffer (dst not 4KiB aligned or short) */
     uint64_t enospc_skips; /* objects not stored because a device was full */
-    uint64_t queue_full_skips; /* puts refused: the write buffer was full */
-    uint64_t path_errors;      /* I/O errors other than ENOSPC; the first on a path isolates it */
-    uint64_t fallbacks; /* paths that run the pread engine because io_uring could not start */
-    uint64_t evictions; /* objects dropped to make room */
+    uint64_t queue_full_skips;    /* puts refused: the write buffer was full */
+    uint64_t fresh_write_buffers; /* puts whose buffer was allocated, not taken from the write
+                                   * arena (an object under half the largest, or the arena all in
+                                   * flight) */
+    uint64_t path_errors; /* I/O errors other than ENOSPC; the first on a path isolates it */
+    uint64_t fallbacks;   /* paths that run the pread engine because io_uring could not start */
+    uint64_t evictions;   /* objects dropped to make room */
     uint64_t
         corrupt_drops;  /* recovered objects whose unit data failed its checksum on first read */
     uint64_t recovered; /* objects found by the scan at create */

@@ -86,15 +86,18 @@ typedef struct ssd_tier {
     uint64_t live_objects, live_bytes;
     uint64_t next_seq, place_pointer;
     uint64_t write_buffer_bytes, buffered_bytes, writes_pending;
-    /* Write buffers of spare_bytes (the buffer of an object of max_object_bytes) kept for reuse, so
-     * a put does not map, fault in and unmap fresh memory: at most max_spare, under mutex. */
+    /* The write arena: max_spare buffers of spare_bytes (the buffer of an object of
+     * max_object_bytes), mapped and faulted in at create, so a put never maps, faults in or unmaps
+     * fresh memory. spare[0..n_spare) are the free ones, under mutex. */
+    uint8_t *arena;
+    uint64_t arena_bytes;
     uint8_t **spare;
     uint32_t n_spare, max_spare;
     uint64_t spare_bytes;
 
     ssd_io_counters io;
     atomic_uint_fast64_t evictions, enospc_skips, queue_full_skips, corrupt_drops, bounce_reads,
-        dropped_puts;
+        dropped_puts, fresh_write_buffers;
     uint64_t recovered, fallbacks, headers_scanned;
 
     void *host_ctx;

@@ -28,23 +28,27 @@ typedef struct write_job {
     int enospc, error;
     uint8_t *buffer;
     uint64_t buffer_bytes; /* bytes of the budget this write holds */
-    uint64_t buffer_cap;   /* bytes allocated: spare_bytes when the buffer is one kept for reuse */
+    uint64_t buffer_cap;   /* bytes allocated: spare_bytes for a buffer of the arena */
     uint8_t *copy_failed;  /* [n_copies] */
     uint8_t *tries;        /* [n_copies] rewrites after ENOSPC */
     ssd_io_request *reqs;  /* [n_copies] */
 } write_job;
 
-/* A buffer for an object whose write needs `need` bytes: `kept` (a buffer taken from t->spare under
- * the lock) when there is one, else a fresh one, of the largest object's size when the object is
- * large (most objects of a deployment are the same, largest size) or of its own size. */
+/* A buffer for an object whose write needs `need` bytes: `kept` (a buffer of the arena, taken from
+ * t->spare under the lock) when there is one, else a fresh one: of the arena buffers' size when the
+ * object is large (most objects of a deployment are the same, largest size) or of its own size. */
 static uint8_t *take_buffer(const ssd_tier *t, uint64_t need, uint8_t *kept, uint64_t *cap) {
     *cap = need <= t->spare_bytes / 2 ? need : t->spare_bytes;
     return kept ? kept : aligned_alloc(SSD_BLOCK, *cap);
 }
 
-/* With the lock held: keep the job's buffer for a later put when it has the largest size. */
+static int in_arena(const ssd_tier *t, const uint8_t *buffer) {
+    return t->arena && buffer >= t->arena && buffer < t->arena + t->arena_bytes;
+}
+
+/* With the lock held: a buffer of the arena goes back to it (a fresh one is freed with its job). */
 static void keep_buffer(ssd_tier *t, write_job *job) {
-    if (job->buffer && job->buffer_cap == t->spare_bytes && t->n_spare < t->max_spare) {
+    if (job->buffer && in_arena(t, job->buffer)) {
         t->spare[t->n_spare++] = job->buffer;
         job->buffer = NULL;
     }
@@ -299,6 +303,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->tier = t;
         job->n_copies = job->remaining = n_copies;
         job->buffer_bytes = need;
+        if (!kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
         job->buffer = take_buffer(t, need, kept, &job->buffer_cap);
         kept = NULL;
         job->copy_failed = calloc(n_copies, 1);
@@ -393,10 +398,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
 undo_budget:
     pthread_mutex_lock(&t->mutex);
     if (job) keep_buffer(t, job);
-    if (kept && t->n_spare < t->max_spare)
-        t->spare[t->n_spare++] = kept; /* no job to hand it to */
-    else
-        free(kept);
+    if (kept) t->spare[t->n_spare++] = kept; /* no job to hand it to */
     kept = NULL;
     t->buffered_bytes -= need;
     t->writes_pending--;
