@@ -56,6 +56,7 @@ int main(void) {
 #include "backends/ucx/remote.h"
 #include "backends/ucx/wire.h"
 #include "bench_common.h"
+#include "common/copy.h"
 #include "tcp_stream.h"
 
 #define KIB           1024ull
@@ -88,6 +89,9 @@ static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
 static const char *busy_poll_us = "200"; /* the node's and the tier's */
+/* the shared-memory reference's two buffers of STAGING_BYTES (main maps them with --shared-memory
+ * auto) */
+static uint8_t *copy_src, *copy_dst;
 
 static void usage(int status) {
     fprintf(
@@ -541,6 +545,21 @@ static double rusage_ms(void) {
            (double)u.ru_stime.tv_sec * 1e3 + (double)u.ru_stime.tv_usec / 1e3;
 }
 
+/* Over shared memory a payload crosses once, copied from one process's memory into the other's:
+ * the limit is one copy of the round's bytes between two buffers of the round's size that the
+ * caches cannot hold (mapped like the pool and the node's slabs), on one thread as a single
+ * transfer runs. The faster of memcpy and non-temporal stores, bytes/s. */
+static double copy_limit(uint64_t bytes) {
+    uint64_t t0 = bench_now_ns();
+    memcpy(copy_dst, copy_src, bytes);
+    uint64_t t1 = bench_now_ns();
+    kvs_copy_streaming(copy_dst, copy_src, bytes);
+    kvs_copy_fence();
+    uint64_t t2 = bench_now_ns();
+    uint64_t best = t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
+    return (double)bytes / ((double)(best ? best : 1) / 1e9);
+}
+
 static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t size) {
     uint64_t n = STAGING_BYTES / size;
     kvs_key *keys = calloc(n, sizeof *keys);
@@ -551,8 +570,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     double *pget = calloc(o->rounds, sizeof *pget), *pput = calloc(o->rounds, sizeof *pput);
     double *tget = calloc(o->rounds, sizeof *tget), *tput = calloc(o->rounds, sizeof *tput);
     double *tbest = calloc(o->rounds, sizeof *tbest), *thot = calloc(o->rounds, sizeof *thot);
+    double *tcopy = calloc(o->rounds, sizeof *tcopy);
     if (!keys || !dsts || !caps || !lens || !sts || !get_ns || !put_ns || !pget || !pput || !tget ||
-        !tput || !tbest || !thot)
+        !tput || !tbest || !thot || !tcopy)
         die("calloc", "no memory");
     for (uint64_t i = 0; i < n; i++) {
         keys[i] = key_of(size, i);
@@ -636,7 +656,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
             double tcp_get = tcp_stream(n * size, n * size, 0),
                    tcp_put = tcp_stream(n * size, n * size, 1);
             double hot_get = tcp_stream(n * size, 0, 0), hot_put = tcp_stream(n * size, 0, 1);
+            double copy = copy_src ? copy_limit(n * size) : 0.0;
             if (!keep) continue;
+            tcopy[at] = copy;
             pget[at] = get_bw;
             pput[at] = put_bw;
             tget[at] = tcp_get;
@@ -656,6 +678,12 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     if (!server_netns && (perftest(tier_tls, "ucp_get", size, iters, &sm_lat, &sm_get) != 0 ||
                           perftest(tier_tls, "ucp_put_bw", size, iters, &sm_lat, &sm_put) != 0))
         die("ucx_perftest", "no result with the tier's UCX_TLS (see above)");
+    /* over shared memory, perftest also with one message of the round's bytes: its buffers then
+     * no longer fit the caches, as the tier's do not */
+    double round_get = 0, round_put = 0;
+    if (copy_src && (perftest(tier_tls, "ucp_get", n * size, 16, &sm_lat, &round_get) != 0 ||
+                     perftest(tier_tls, "ucp_put_bw", n * size, 16, &sm_lat, &round_put) != 0))
+        die("ucx_perftest", "no result with messages of a round's bytes (see above)");
 
     double bytes = (double)(n * size);
     double gns = bench_median(get_ns, o->rounds), pns = bench_median(put_ns, o->rounds);
@@ -682,9 +710,12 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                      "one plain TCP stream of the same bytes between the same endpoints, from "
                      "and into buffers of the round's size, the faster direction");
         else
-            snprintf(reference, sizeof reference, "ucx_perftest -t %s -s %llu (UCX_TLS=%s)",
-                     tests[k], (unsigned long long)size, o->perftest_tls);
-        double reference_gbps = by_tcp ? tcp_best : ref[k];
+            snprintf(reference, sizeof reference,
+                     "one copy of the same bytes between two buffers of the round's size in this "
+                     "process, one thread, the faster of memcpy and non-temporal stores");
+        double copy_gbps = bench_median(tcopy, o->rounds) / 1e9;
+        double reference_gbps = by_tcp ? tcp_best : copy_gbps;
+        double round_msg = (k ? round_put : round_get) / 1e9;
         printf("{\"bench\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,\"ratio\":%.3f,"
                "\"gbps\":%.3f,\"reference\":\"%s\",\"reference_gbps\":%.3f,\"tcp_stream_gbps\":%."
                "3f,\"tcp_stream_this_direction_gbps\":%.3f,\"perftest_gbps\":%.3f,\"perftest\":"
@@ -692,12 +723,14 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                "(UCX_TLS=%s)\",\"ns\":%.0f,"
                "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%"
                "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u,"
-               "\"tcp_stream_cached_gbps\":%.3f}\n",
+               "\"tcp_stream_cached_gbps\":%.3f,\"copy_gbps\":%.3f,\"ratio_perftest\":%.3f,"
+               "\"perftest_round_message_gbps\":%.3f}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
                gbps[k], reference, reference_gbps, tcp_best, tcp[k], ref[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
-               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot);
+               k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot,
+               copy_gbps, gbps[k] / ref[k], round_msg);
         /* every round's rate and its reference, in round order: the spread behind the medians */
         printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
                (unsigned long long)size);
@@ -705,7 +738,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
             printf("%s%.3f", i ? "," : "", bytes / (k ? put_ns[i] : get_ns[i]));
         printf("],\"reference_gbps\":[");
         for (uint32_t i = 0; i < o->rounds; i++)
-            printf("%s%.3f", i ? "," : "", (by_tcp ? tbest[i] : k ? pput[i] : pget[i]) / 1e9);
+            printf("%s%.3f", i ? "," : "", (by_tcp ? tbest[i] : tcopy[i]) / 1e9);
         printf("]}\n");
         char also[96] = "";
         if (!server_netns)
@@ -717,8 +750,15 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                (unsigned long long)n, gbps[k], tcp[k], k == 0 ? "node to client" : "client to node",
                tcp_best, by_tcp ? ", the reference" : "", tcp_hot, tests[k], ref[k],
                o->perftest_tls, also);
-        printf("         ratio %.3f to the %s\n", gbps[k] / reference_gbps,
-               by_tcp ? "TCP stream" : "perftest");
+        if (by_tcp)
+            printf("         ratio %.3f to the TCP stream\n", gbps[k] / reference_gbps);
+        else
+            printf("         ratio %.3f to one copy of the bytes (%.3f GB/s); %.3f to perftest with "
+                   "UCX_TLS=%s, whose %llu KiB messages stay in the caches (with messages of the "
+                   "round's %llu MiB: %.3f GB/s)\n",
+                   gbps[k] / reference_gbps, copy_gbps, gbps[k] / ref[k], o->perftest_tls,
+                   (unsigned long long)(size / KIB), (unsigned long long)(n * size / MIB),
+                   round_msg);
     }
     fflush(stdout);
     for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
@@ -735,6 +775,7 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     free(tput);
     free(tbest);
     free(thot);
+    free(tcopy);
 }
 
 static void run_lookup(const tier *t, const options *o) {
@@ -862,6 +903,14 @@ int main(int argc, char **argv) {
     if (staging == MAP_FAILED) die("mmap", strerror(errno));
     madvise(staging, STAGING_BYTES, MADV_HUGEPAGE);
     memset(staging, 0, STAGING_BYTES);
+    if (strcmp(o.shared_memory, "auto") == 0) {
+        copy_src = mmap(NULL, 2 * STAGING_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy_src == MAP_FAILED) die("mmap", strerror(errno));
+        madvise(copy_src, 2 * STAGING_BYTES, MADV_HUGEPAGE);
+        memset(copy_src, 1, 2 * STAGING_BYTES);
+        copy_dst = copy_src + STAGING_BYTES;
+    }
     static const uint64_t sizes[2] = {MIB, 64 * KIB};
     tier t = {0};
     uint64_t t_start = bench_now_ns();
@@ -901,6 +950,7 @@ int main(int argc, char **argv) {
     t.ops->destroy(t.state);
     node_stop(&node);
     munmap(staging, STAGING_BYTES);
+    if (copy_src) munmap(copy_src, 2 * STAGING_BYTES);
     cleanup_files();
     fprintf(stderr, "kvs-bench-ucx: %.1f s\n", (double)(bench_now_ns() - t_start) / 1e9);
     return 0;
