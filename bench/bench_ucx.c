@@ -753,12 +753,12 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
         if (by_tcp)
             printf("         ratio %.3f to the TCP stream\n", gbps[k] / reference_gbps);
         else
-            printf("         ratio %.3f to one copy of the bytes (%.3f GB/s); %.3f to perftest with "
-                   "UCX_TLS=%s, whose %llu KiB messages stay in the caches (with messages of the "
-                   "round's %llu MiB: %.3f GB/s)\n",
-                   gbps[k] / reference_gbps, copy_gbps, gbps[k] / ref[k], o->perftest_tls,
-                   (unsigned long long)(size / KIB), (unsigned long long)(n * size / MIB),
-                   round_msg);
+            printf(
+                "         ratio %.3f to one copy of the bytes (%.3f GB/s); %.3f to perftest with "
+                "UCX_TLS=%s, whose %llu KiB messages stay in the caches (with messages of the "
+                "round's %llu MiB: %.3f GB/s)\n",
+                gbps[k] / reference_gbps, copy_gbps, gbps[k] / ref[k], o->perftest_tls,
+                (unsigned long long)(size / KIB), (unsigned long long)(n * size / MIB), round_msg);
     }
     fflush(stdout);
     for (uint64_t i = 0; i < n; i++) check(t, "remove", t->ops->remove(t->state, &keys[i]));
