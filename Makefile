@@ -61,6 +61,12 @@ bench: build
 	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
 	@echo "== $(BUILD)/bin/kvs-bench-dram --threads 2 (device.host_threads: 2, against two copying threads)"
 	@$(BUILD)/bin/kvs-bench-dram --threads 2
+	@echo "== $(BUILD)/bin/kvs-bench-ucx --shared-memory auto (payloads over shared memory, against one copy)"
+	@$(BUILD)/bin/kvs-bench-ucx --shared-memory auto; rc=$$?; \
+	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs UCX and ucx_perftest)"; elif [ $$rc -ne 0 ]; then exit $$rc; fi
+	@echo "== bench/ucx-netns.sh (the remote tier across two network namespaces, against a TCP stream)"
+	@bench/ucx-netns.sh $(BUILD)/bin/kvs-bench-ucx; rc=$$?; \
+	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs root and iproute2)"; elif [ $$rc -ne 0 ]; then exit $$rc; fi
 
 install: build
 	cmake --install $(BUILD)
