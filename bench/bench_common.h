@@ -24,11 +24,33 @@ static inline int bench_cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median of v[0..n); sorts v in place. */
-static inline double bench_median(double *v, size_t n) {
+/* Median of v[0..n), v left as it is: the benchmarks print their rounds in round order after the
+ * medians and pair each round with its reference's (a sort in place broke both). */
+static inline double bench_median(const double *v, size_t n) {
     if (n == 0) return 0.0;
-    qsort(v, n, sizeof *v, bench_cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+    double *s = (double *)malloc(n * sizeof *s);
+    if (!s) {
+        fprintf(stderr, "bench: out of memory for a median of %zu values\n", n);
+        exit(1);
+    }
+    memcpy(s, v, n * sizeof *s);
+    qsort(s, n, sizeof *s, bench_cmp_double);
+    double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+    free(s);
+    return m;
+}
+
+/* Smallest and largest of v[0..n) (0 when n is 0). */
+static inline double bench_min(const double *v, size_t n) {
+    double m = n ? v[0] : 0.0;
+    for (size_t i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
+static inline double bench_max(const double *v, size_t n) {
+    double m = n ? v[0] : 0.0;
+    for (size_t i = 1; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
 }
 
 /* splitmix64: deterministic, so every run measures the same data. */

@@ -414,8 +414,8 @@ int main(int argc, char **argv) {
     double *ratios = calloc(o.rounds, sizeof *ratios);
     for (uint32_t r = 0; r < o.rounds; r++)
         ratios[r] = tier_bps[r] / (fio_bps[r] > seq_bps[r] ? fio_bps[r] : seq_bps[r]);
-    double ratio = bench_median(ratios, o.rounds), ratio_min = ratios[0],
-           ratio_max = ratios[o.rounds - 1];
+    double ratio = bench_median(ratios, o.rounds), ratio_min = bench_min(ratios, o.rounds),
+           ratio_max = bench_max(ratios, o.rounds);
     free(ratios);
     kvs_ssd_stats(u.state, &s1);
     printf(
@@ -537,12 +537,13 @@ int main(int argc, char **argv) {
            "\"paths\":%u,\"stripe_bytes\":%llu,\"fio_iodepth\":%u,\"rounds\":%u,"
            "\"ratio_min\":%.3f,\"ratio_max\":%.3f}\n",
            w_med, w_tier_med / 1e9, w_fio_med / 1e9, (unsigned long long)data_bytes, o.paths,
-           (unsigned long long)o.stripe, iodepth, o.rounds, w_ratio[0], w_ratio[o.rounds - 1]);
+           (unsigned long long)o.stripe, iodepth, o.rounds, bench_min(w_ratio, o.rounds),
+           bench_max(w_ratio, o.rounds));
     printf(
         "ssd write (put + flush into new files): %.2f GB/s, fio write %.2f GB/s (%u jobs, bs %llu "
         "KiB, iodepth %u), ratio %.3f (median of %u per-round ratios, %.3f to %.3f)\n",
         w_tier_med / 1e9, w_fio_med / 1e9, o.paths, (unsigned long long)(o.stripe / 1024), iodepth,
-        w_med, o.rounds, w_ratio[0], w_ratio[o.rounds - 1]);
+        w_med, o.rounds, bench_min(w_ratio, o.rounds), bench_max(w_ratio, o.rounds));
     free(w_tier);
     free(w_fio);
     free(w_ratio);
