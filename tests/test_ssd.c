@@ -501,17 +501,23 @@ START_TEST(restore_reads_overtake_queued_writes) {
 }
 END_TEST
 
-/* Large objects are copied into the write arena mapped at create; a buffer goes back to it when its
- * write completes, and a fresh one is allocated only while every buffer of the arena is in flight. */
-START_TEST(large_puts_take_the_write_arena_and_give_it_back) {
-    kvs_test_dirs d;
-    kvs_test_ssd_dirs(&d);
+/* One slow path (2 MB/s) and a write buffer of 256 KiB for objects of up to 64 KiB: puts stay in
+ * flight long enough to fill it. */
+static void *open_slow_write_buffer(kvs_test_dirs *d) {
+    kvs_test_ssd_dirs(d);
     kvs_test_ssd_args a = {
         .n_paths = 1,
         .capacity = 8 * MIB,
         .max_object = 64 * KIB,
         .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
-    void *st = kvs_test_ssd_open(&d, &a);
+    return kvs_test_ssd_open(d, &a);
+}
+
+/* Large objects are copied into the write arena mapped at create; a buffer goes back to it when its
+ * write completes, and a fresh one is allocated only while every buffer of the arena is in flight. */
+START_TEST(large_puts_take_the_write_arena_and_give_it_back) {
+    kvs_test_dirs d;
+    void *st = open_slow_write_buffer(&d);
     /* the arena holds 3 buffers of 4KiB + 64KiB: three puts in flight take them all */
     for (uint32_t i = 0; i < 3; i++) kvs_test_ssd_put(st, i, 64 * KIB);
     ck_assert_uint_eq(kvs_test_ssd_stats(st).fresh_write_buffers, 0);
@@ -535,13 +541,7 @@ END_TEST
 
 START_TEST(a_full_write_buffer_refuses_puts_with_a_sentence) {
     kvs_test_dirs d;
-    kvs_test_ssd_dirs(&d);
-    kvs_test_ssd_args a = {
-        .n_paths = 1,
-        .capacity = 8 * MIB,
-        .max_object = 64 * KIB,
-        .options = {{"write_buffer_bytes", "256KiB"}, {"sim_bandwidth", "2MB/s"}}};
-    void *st = kvs_test_ssd_open(&d, &a);
+    void *st = open_slow_write_buffer(&d);
     uint8_t *buf = malloc(64 * KIB);
     ck_assert_ptr_nonnull(buf);
     int refused = 0;
