@@ -233,6 +233,8 @@ static uint64_t tier_fill(tier *t, const options *o, uint32_t n, const uint8_t *
     kvs_ssd_stats(t->state, &s);
     if (s.enospc_skips || s.queue_full_skips != retries || s.path_errors || s.evictions)
         die("fill", "the data set was not stored whole (device full, errors or evictions)");
+    if (s.fresh_write_buffers)
+        die("fill", "puts of the largest objects allocated buffers outside the write arena");
     return ns;
 }
 
