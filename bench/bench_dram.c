@@ -110,18 +110,6 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
-/* Anonymous memory, touched once so no page fault lands inside a measurement. */
-static uint8_t *map_memory(uint64_t bytes, int huge, const char *what) {
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-        fprintf(stderr, "cannot map %llu bytes for %s\n", (unsigned long long)bytes, what);
-        exit(1);
-    }
-    if (huge) madvise(m, bytes, MADV_HUGEPAGE);
-    memset(m, 0x5a, bytes);
-    return m;
-}
-
 /* --- the engine's pages ------------------------------------------------------------------------- */
 
 static uint64_t pattern_word(uint64_t word_index) {
@@ -366,7 +354,7 @@ static void register_pages(bench *b) {
     b->n_blocks = (uint32_t)(b->opt.chunks * BLOCKS_PER_CHUNK + 1);
     b->layer_tensor_bytes = 2 * (uint64_t)b->n_blocks * BLOCK_BYTES;
     b->pages_bytes = b->layer_tensor_bytes * b->opt.layers;
-    b->pages = map_memory(b->pages_bytes, 0, "the engine pages");
+    b->pages = bench_map(b->pages_bytes, 0, 0x5a, "the engine pages");
     fill_pages(b);
     kvs_layer_view *views = calloc(b->opt.layers, sizeof *views);
     b->block_table = malloc(b->n_blocks * sizeof *b->block_table);
@@ -470,8 +458,8 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    uint8_t *tier = map_memory(b.payload_bytes, 1, "the reference's tier side");
-    uint8_t *pages = map_memory(b.payload_bytes, 0, "the reference's pages side");
+    uint8_t *tier = bench_map(b.payload_bytes, 1, 0x5a, "the reference's tier side");
+    uint8_t *pages = bench_map(b.payload_bytes, 0, 0x5a, "the reference's pages side");
     uint32_t n = b.opt.iters;
     double *all = calloc((size_t)n * 10, sizeof *all);
     if (!all) {

@@ -898,17 +898,9 @@ int main(int argc, char **argv) {
     atexit(at_exit);
     node_proc node = {0};
     /* like the connector's staging pool (connector/pool.c): large pages where the kernel allows */
-    uint8_t *staging =
-        mmap(NULL, STAGING_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (staging == MAP_FAILED) die("mmap", strerror(errno));
-    madvise(staging, STAGING_BYTES, MADV_HUGEPAGE);
-    memset(staging, 0, STAGING_BYTES);
+    uint8_t *staging = bench_map(STAGING_BYTES, 1, 0, "the staging pool");
     if (strcmp(o.shared_memory, "auto") == 0) {
-        copy_src = mmap(NULL, 2 * STAGING_BYTES, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (copy_src == MAP_FAILED) die("mmap", strerror(errno));
-        madvise(copy_src, 2 * STAGING_BYTES, MADV_HUGEPAGE);
-        memset(copy_src, 1, 2 * STAGING_BYTES);
+        copy_src = bench_map(2 * STAGING_BYTES, 1, 1, "the shared-memory reference");
         copy_dst = copy_src + STAGING_BYTES;
     }
     static const uint64_t sizes[2] = {MIB, 64 * KIB};

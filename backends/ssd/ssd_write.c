@@ -28,7 +28,6 @@ typedef struct write_job {
     int enospc, error;
     uint8_t *buffer;
     uint64_t buffer_bytes; /* bytes of the budget this write holds */
-    uint64_t buffer_cap;   /* bytes allocated: spare_bytes for a buffer of the arena */
     uint8_t *copy_failed;  /* [n_copies] */
     uint8_t *tries;        /* [n_copies] rewrites after ENOSPC */
     ssd_io_request *reqs;  /* [n_copies] */
@@ -37,9 +36,9 @@ typedef struct write_job {
 /* A buffer for an object whose write needs `need` bytes: `kept` (a buffer of the arena, taken from
  * t->spare under the lock) when there is one, else a fresh one: of the arena buffers' size when the
  * object is large (most objects of a deployment are the same, largest size) or of its own size. */
-static uint8_t *take_buffer(const ssd_tier *t, uint64_t need, uint8_t *kept, uint64_t *cap) {
-    *cap = need <= t->spare_bytes / 2 ? need : t->spare_bytes;
-    return kept ? kept : aligned_alloc(SSD_BLOCK, *cap);
+static uint8_t *take_buffer(const ssd_tier *t, uint64_t need, uint8_t *kept) {
+    return kept ? kept
+                : aligned_alloc(SSD_BLOCK, need <= t->spare_bytes / 2 ? need : t->spare_bytes);
 }
 
 static int in_arena(const ssd_tier *t, const uint8_t *buffer) {
@@ -304,7 +303,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
         job->n_copies = job->remaining = n_copies;
         job->buffer_bytes = need;
         if (!kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
-        job->buffer = take_buffer(t, need, kept, &job->buffer_cap);
+        job->buffer = take_buffer(t, need, kept);
         kept = NULL;
         job->copy_failed = calloc(n_copies, 1);
         job->tries = calloc(n_copies, 1);
