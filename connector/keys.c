@@ -57,27 +57,87 @@ void kvs_keys_rank_fingerprints(const kvs_model_desc *model, uint32_t chunk_toke
     }
 }
 
+/* Tokens hash as little-endian int32, so a key does not depend on the host's byte order; on a
+ * little-endian host that is their bytes in memory. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define TOKENS_ARE_LE 1
+#else
+#define TOKENS_ARE_LE 0
+#endif
+
 /* key = XXH3-128(prev || the chunk's tokens as little-endian int32). */
 static void chunk_key(const kvs_key *prev, const int32_t *t, uint32_t chunk_tokens, kvs_key *out) {
     XXH3_state_t st;
-    uint8_t buf[4096];
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, prev->bytes, sizeof prev->bytes);
-    /* Tokens as little-endian int32 so the key does not depend on the host's byte order. */
-    size_t fill = 0;
-    for (uint32_t i = 0; i < chunk_tokens; i++) {
-        uint32_t v = (uint32_t)t[i];
-        buf[fill++] = (uint8_t)v;
-        buf[fill++] = (uint8_t)(v >> 8);
-        buf[fill++] = (uint8_t)(v >> 16);
-        buf[fill++] = (uint8_t)(v >> 24);
-        if (fill == sizeof buf) {
-            XXH3_128bits_update(&st, buf, fill);
-            fill = 0;
+    if (TOKENS_ARE_LE) {
+        XXH3_128bits_update(&st, t, (size_t)chunk_tokens * sizeof *t);
+    } else {
+        uint8_t buf[4096];
+        size_t fill = 0;
+        for (uint32_t i = 0; i < chunk_tokens; i++) {
+            uint32_t v = (uint32_t)t[i];
+            buf[fill++] = (uint8_t)v;
+            buf[fill++] = (uint8_t)(v >> 8);
+            buf[fill++] = (uint8_t)(v >> 16);
+            buf[fill++] = (uint8_t)(v >> 24);
+            if (fill == sizeof buf) {
+                XXH3_128bits_update(&st, buf, fill);
+                fill = 0;
+            }
         }
+        if (fill) XXH3_128bits_update(&st, buf, fill);
     }
-    if (fill) XXH3_128bits_update(&st, buf, fill);
     digest_to_key(XXH3_128bits_digest(&st), out);
+}
+
+/* The one token check: a token read as unsigned is outside [0, limit) when >= limit (a negative one
+ * is >= 2^31), which is one signed compare after flipping the sign bits. Four tokens per compare
+ * (vector extensions, SSE2 on x86-64), no branch per token. Copies to dst unless it is NULL (a
+ * constant at each inlined call, so neither loop tests it). */
+static inline __attribute__((always_inline)) uint32_t copy_check(int32_t *dst, const int32_t *src,
+                                                                 uint64_t n, uint32_t limit) {
+    typedef int32_t i32x4 __attribute__((vector_size(16)));
+    const int32_t flip = INT32_MIN, lim_s = (int32_t)(limit ^ 0x80000000u);
+    const i32x4 flips = {flip, flip, flip, flip}, lim = {lim_s, lim_s, lim_s, lim_s};
+    i32x4 acc = {0};
+    uint64_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        i32x4 v;
+        memcpy(&v, src + k, sizeof v);
+        if (dst) memcpy(dst + k, &v, sizeof v);
+        acc |= (v ^ flips) >= lim; /* unsigned v >= limit */
+    }
+    uint32_t bad = (uint32_t)(acc[0] | acc[1] | acc[2] | acc[3]);
+    for (; k < n; k++) {
+        if (dst) dst[k] = src[k];
+        bad |= (uint32_t)src[k] >= limit;
+    }
+    return bad;
+}
+
+uint32_t kvs_tokens_check(const int32_t *tokens, uint64_t n, uint32_t limit) {
+    return copy_check(NULL, tokens, n, limit);
+}
+
+uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uint32_t limit) {
+    return copy_check(dst, src, n, limit);
+}
+
+uint32_t kvs_keys_chains_copy(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
+                              uint64_t n_chunks, uint32_t chunk_tokens, uint32_t limit,
+                              int32_t *copy, kvs_key *out) {
+    uint32_t bad = 0;
+    for (uint64_t c = 0; c < n_chunks; c++) {
+        /* Hashed from the caller's tokens as kvs_keys_chains does (the hashing's reads run ahead in
+         * memory), then checked and copied from the cache. */
+        const int32_t *src = tokens + c * chunk_tokens;
+        kvs_key *row = out + c * n_ranks;
+        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], src, chunk_tokens, &row[r]);
+        bad |= copy_check(copy + c * chunk_tokens, src, chunk_tokens, limit);
+        prev = row;
+    }
+    return bad;
 }
 
 void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t n_chunks,

@@ -163,19 +163,36 @@ static void release_lease(kvs_handle *h, kvs_request *r) {
     r->lease_release_step = 0;
 }
 
+/* A token buffer of at least n that is not a request's: the handle's spare when large enough, else a
+ * new one (NULL when out of memory). */
+static int32_t *take_tokens(kvs_handle *h, uint64_t n, uint64_t *cap) {
+    if (h->spare_tokens && h->spare_cap >= n) {
+        int32_t *buf = h->spare_tokens;
+        *cap = h->spare_cap;
+        h->spare_tokens = NULL, h->spare_cap = 0;
+        return buf;
+    }
+    *cap = n ? n : 1;
+    return malloc(*cap * sizeof(int32_t));
+}
+
+/* A token buffer no request holds: kept as the spare when larger than it, else freed. */
+static void give_tokens(kvs_handle *h, int32_t *buf, uint64_t cap) {
+    if (buf && cap > h->spare_cap) {
+        free(h->spare_tokens);
+        h->spare_tokens = buf, h->spare_cap = cap;
+    } else {
+        free(buf);
+    }
+}
+
 static void destroy_request(kvs_handle *h, kvs_request *r) {
     kvs_request **p = bucket_of(h, r->id);
     while (*p != r) p = &(*p)->next;
     *p = r->next;
     release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
-    if (r->tokens_cap > h->spare_cap) { /* the larger buffer stays for the next request */
-        free(h->spare_tokens);
-        h->spare_tokens = r->tokens;
-        h->spare_cap = r->tokens_cap;
-        r->tokens = NULL;
-    }
-    free(r->tokens);
+    give_tokens(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
     free(r->keys);
     free(r->block_ids);
     free(r);
@@ -194,15 +211,10 @@ void kvs_sched_release_all(kvs_handle *h) {
  * one. Returns 0 when out of memory (r unchanged). */
 static int store_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
     if (r->tokens_cap < n) {
-        int32_t *buf;
-        uint64_t cap = n;
-        if (h->spare_cap >= n) {
-            buf = h->spare_tokens, cap = h->spare_cap;
-            h->spare_tokens = NULL, h->spare_cap = 0;
-        } else if (!(buf = malloc(n * sizeof *buf))) {
-            return 0;
-        }
-        free(r->tokens);
+        uint64_t cap;
+        int32_t *buf = take_tokens(h, n, &cap);
+        if (!buf) return 0;
+        give_tokens(h, r->tokens, r->tokens_cap);
         r->tokens = buf;
         r->tokens_cap = cap;
     }
@@ -246,33 +258,41 @@ static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
     return KVS_OK;
 }
 
-static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
-                               const int32_t *tokens, uint64_t n) {
-    if (n && !tokens)
-        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
-    uint32_t vocab = h->model.vocab_size;
-    /* A token read as unsigned is outside [0, limit) when >= limit (a negative one is >= 2^31),
-     * which is one signed compare after flipping the sign bits. Four tokens per SSE2 compare (vector
-     * extensions), no branch per token; the position is looked for only when one is bad. */
-    typedef int32_t i32x4 __attribute__((vector_size(16)));
-    const uint32_t limit = vocab ? vocab : (uint32_t)INT32_MAX + 1u;
-    const int32_t flip = INT32_MIN, lim_s = (int32_t)(limit ^ 0x80000000u);
-    const i32x4 flips = {flip, flip, flip, flip}, lim = {lim_s, lim_s, lim_s, lim_s};
-    i32x4 acc = {0};
-    uint64_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-        i32x4 v;
-        memcpy(&v, tokens + k, sizeof v);
-        acc |= (v ^ flips) >= lim; /* unsigned v >= limit */
-    }
-    uint32_t bad = (uint32_t)(acc[0] | acc[1] | acc[2] | acc[3]);
-    for (; k < n; k++) bad |= (uint32_t)tokens[k] >= limit;
-    if (!bad) return KVS_OK;
+/* Tokens are below the vocabulary size (any int32 >= 0 without one). */
+static uint32_t token_limit(const kvs_handle *h) {
+    return h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX + 1u;
+}
+
+/* The refusal of tokens kvs_tokens_check found bad: names the first bad one. */
+static kvs_status bad_token(kvs_handle *h, const char *hook, const char *id,
+                            const int32_t *tokens) {
+    uint32_t limit = token_limit(h);
     uint64_t i = 0;
     while ((uint32_t)tokens[i] < limit) i++;
     return kvs_set_error(h, KVS_EINVAL,
                          "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
-                         tokens[i], (unsigned long long)i, vocab ? vocab : (uint32_t)INT32_MAX);
+                         tokens[i], (unsigned long long)i,
+                         h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX);
+}
+
+static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
+                               const int32_t *tokens, uint64_t n) {
+    if (n && !tokens)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
+    if (n && kvs_tokens_check(tokens, n, token_limit(h))) return bad_token(h, hook, id, tokens);
+    return KVS_OK;
+}
+
+/* How many of the first n_chunks chunks of tokens have keys r already holds: r's tokens are the same
+ * prefix up to there. */
+static uint64_t reused_chunks(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                              uint64_t n_tokens, uint64_t n_chunks) {
+    if (!r || !r->n_keys) return 0;
+    uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
+    if (memcmp(r->tokens, tokens, same * sizeof *tokens) != 0) return 0;
+    uint64_t reuse = same / h->chunk_tokens;
+    if (reuse > r->n_keys) reuse = r->n_keys;
+    return reuse < n_chunks ? reuse : n_chunks;
 }
 
 /* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
@@ -287,33 +307,61 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
         *oom = 1;
         return NULL;
     }
-    uint64_t reuse = 0;
-    if (r && r->n_keys) {
-        uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
-        if (memcmp(r->tokens, tokens, same * sizeof *tokens) == 0) {
-            reuse = same / h->chunk_tokens;
-            if (reuse > r->n_keys) reuse = r->n_keys;
-            if (reuse > n_chunks) reuse = n_chunks;
-            memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
-        }
-    }
+    uint64_t reuse = reused_chunks(h, r, tokens, n_tokens, n_chunks);
+    if (reuse) memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
     const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
     kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
                     h->chunk_tokens, chunk_keys(h, keys, reuse));
     return keys;
 }
 
-static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
-    int oom;
-    kvs_key *keys = keys_for(h, r, tokens, n, n / h->chunk_tokens, &oom);
-    if (oom || !store_tokens(h, r, tokens, n)) {
+/* r's tokens and keys become tokens[n] and theirs, checked, copied and hashed in one pass (a lookup
+ * reads the caller's tokens once). Refused tokens or no memory leave r as it was. */
+static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, const int32_t *tokens,
+                             uint64_t n) {
+    if (n && !tokens)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, r->id);
+    uint64_t C = h->chunk_tokens, n_chunks = n / C;
+    uint32_t ranks = h->key_ranks;
+    /* r's own buffer is written only while it holds no tokens, so a refusal changes nothing. */
+    int own = r->n_tokens == 0 && r->tokens && r->tokens_cap >= n;
+    uint64_t cap = r->tokens_cap;
+    int32_t *buf = own ? r->tokens : take_tokens(h, n, &cap);
+    kvs_key *keys = n_chunks ? malloc(n_chunks * ranks * sizeof *keys) : NULL;
+    if (!buf || (n_chunks && !keys)) {
         free(keys);
-        return kvs_set_error(h, KVS_ENOMEM, "request '%s': out of memory for %llu tokens", r->id,
-                             (unsigned long long)n);
+        if (!own) give_tokens(h, buf, cap);
+        return kvs_set_error(h, KVS_ENOMEM, "%s: request '%s': out of memory for %llu tokens", hook,
+                             r->id, (unsigned long long)n);
     }
+    uint64_t reuse = reused_chunks(h, r, tokens, n, n_chunks); /* tokens checked before */
+    if (reuse) {
+        memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
+        memcpy(buf, tokens, reuse * C * sizeof *tokens);
+    }
+    const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
+    uint32_t limit = token_limit(h);
+    uint32_t bad = 0;
+    if (n) { /* no tokens: tokens may be NULL */
+        bad =
+            kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse, h->chunk_tokens,
+                                 limit, buf + reuse * C, chunk_keys(h, keys, reuse));
+        bad |= kvs_tokens_copy_check(buf + n_chunks * C, tokens + n_chunks * C, n - n_chunks * C,
+                                     limit);
+    }
+    if (bad) {
+        free(keys);
+        if (!own) give_tokens(h, buf, cap);
+        return bad_token(h, hook, r->id, tokens);
+    }
+    if (!own) {
+        give_tokens(h, r->tokens, r->tokens_cap);
+        r->tokens = buf, r->tokens_cap = cap;
+    }
+    r->n_tokens = n;
     free(r->keys);
     r->keys = keys;
-    r->n_keys = n / h->chunk_tokens;
+    r->n_keys = n_chunks;
     return KVS_OK;
 }
 
@@ -422,8 +470,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
                             uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
     if (st == KVS_OK) st = check_id(h, "lookup", req_id);
-    if (st == KVS_OK) st = check_tokens(h, "lookup", req_id, tokens, n_tokens);
-    if (st != KVS_OK) return st;
+    if (st != KVS_OK) return st; /* the tokens are checked as they are hashed */
     uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
     if (!out_size)
         return kvs_set_error(
@@ -443,7 +490,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         created = 1;
         r->prompt_tokens = n_tokens;
     }
-    if ((st = set_tokens(h, r, tokens, n_tokens)) != KVS_OK) {
+    if ((st = set_tokens(h, r, "lookup", tokens, n_tokens)) != KVS_OK) {
         if (created) destroy_request(h, r);
         return st;
     }

@@ -174,6 +174,46 @@ START_TEST(every_rank_has_a_chain_of_its_own) {
 }
 END_TEST
 
+/* Hashing while copying and checking gives kvs_keys_chains' keys and an exact copy, and finds a bad
+ * token wherever it is: in any chunk, in any lane of four, or negative. */
+START_TEST(keys_made_while_copying_are_the_same_keys) {
+    kvs_model_desc m = rig_model();
+    m.tp_size = 2;
+    kvs_key fps[2];
+    kvs_keys_rank_fingerprints(&m, CHUNK, fps);
+    enum { N = 4 * CHUNK + 3 }; /* a partial chunk after four whole ones */
+    int32_t tokens[N], copy[N];
+    rig_make_tokens(tokens, N, 11);
+    kvs_key want[4 * 2], got[4 * 2];
+    kvs_keys_chains(fps, 2, tokens, 4, CHUNK, want);
+    memset(copy, 0xee, sizeof copy);
+    ck_assert_uint_eq(kvs_keys_chains_copy(fps, 2, tokens, 4, CHUNK, 1u << 20, copy, got), 0);
+    ck_assert_mem_eq(got, want, sizeof want);
+    ck_assert_mem_eq(copy, tokens, 4 * CHUNK * sizeof *tokens);
+    ck_assert_int_eq(copy[4 * CHUNK], (int32_t)0xeeeeeeee); /* nothing past the chunks */
+    ck_assert_uint_eq(kvs_tokens_copy_check(copy + 4 * CHUNK, tokens + 4 * CHUNK, 3, 1u << 20), 0);
+    ck_assert_mem_eq(copy, tokens, sizeof tokens);
+    ck_assert_uint_eq(kvs_tokens_check(tokens, N, 1u << 20), 0);
+    const uint64_t spots[] = {0, 1, 2, 3, CHUNK - 1, CHUNK, 3 * CHUNK + 2, 4 * CHUNK - 1};
+    for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        for (int neg = 0; neg < 2; neg++) {
+            int32_t bad[N];
+            memcpy(bad, tokens, sizeof bad);
+            bad[spots[i]] = neg ? -1 : 1 << 20; /* the limit itself is out */
+            ck_assert_uint_ne(kvs_keys_chains_copy(fps, 2, bad, 4, CHUNK, 1u << 20, copy, got), 0);
+            ck_assert_uint_ne(kvs_tokens_check(bad, N, 1u << 20), 0);
+            ck_assert_uint_eq(kvs_tokens_check(bad, spots[i], 1u << 20), 0); /* before it: fine */
+        }
+    }
+    int32_t tail[N];
+    memcpy(tail, tokens, sizeof tail);
+    tail[N - 1] =
+        -5; /* in the partial chunk: the keys' pass does not see it, the tail check does */
+    ck_assert_uint_eq(kvs_keys_chains_copy(fps, 2, tail, 4, CHUNK, 1u << 20, copy, got), 0);
+    ck_assert_uint_ne(kvs_tokens_copy_check(copy + 4 * CHUNK, tail + 4 * CHUNK, 3, 1u << 20), 0);
+}
+END_TEST
+
 static Suite *keys_suite(void) {
     Suite *s = suite_create("keys");
     TCase *tc = tcase_create("keys");
@@ -182,6 +222,7 @@ static Suite *keys_suite(void) {
     tcase_add_test(tc, keys_are_deterministic_across_processes);
     tcase_add_test(tc, keys_chain_on_the_prefix_and_the_model);
     tcase_add_test(tc, keys_of_a_known_prompt_are_unchanged);
+    tcase_add_test(tc, keys_made_while_copying_are_the_same_keys);
     tcase_add_test(tc, every_rank_has_a_chain_of_its_own);
     suite_add_tcase(s, tc);
     return s;

@@ -364,6 +364,53 @@ START_TEST(a_token_out_of_range_is_refused_at_any_position) {
 }
 END_TEST
 
+/* A lookup hashes, checks and copies the tokens in one pass: a bad token inside the whole chunks is
+ * refused with its position, and the request keeps its tokens and keys: a repeated lookup with the
+ * good tokens then takes none of the old prompt's keys. */
+START_TEST(a_refused_repeat_lookup_leaves_the_request_as_it_was) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128], u[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 9);
+    rig_make_tokens(u, 128, 4);
+    rig_blocks_from(a, 8, 0);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "r", u, 128, 0, &res), KVS_OK); /* not stored */
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    const uint64_t spots[] = {0, CHUNK + 1, 3 * CHUNK + 2, 127};
+    for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
+        int32_t bad[128];
+        memcpy(bad, t, sizeof bad);
+        bad[spots[i]] = -7;
+        ck_assert_int_eq(api->lookup(r.h, "r", bad, 128, 0, &res), KVS_EINVAL);
+        char want[64];
+        snprintf(want, sizeof want, "token -7 at position %llu", (unsigned long long)spots[i]);
+        ck_assert_msg(strstr(api->last_error(r.h), want), "%s", api->last_error(r.h));
+        /* r still holds u's tokens and keys: a shorter prompt that the refused tokens began with
+         * takes none of u's keys */
+        ck_assert_int_eq(api->lookup(r.h, "r", t, 64, 0, &res), KVS_OK);
+        ck_assert_uint_eq(res.n_hit_tokens, 63);
+        ck_assert_int_eq(api->lookup(r.h, "r", u, 128, 0, &res), KVS_OK);
+        ck_assert_uint_eq(res.n_hit_tokens, 0);
+    }
+    ck_assert_int_eq(api->request_finished(r.h, "r", NULL), KVS_OK);
+    /* a new request refused outright leaves nothing behind */
+    int32_t bad[128];
+    memcpy(bad, t, sizeof bad);
+    bad[2 * CHUNK] = 1000;
+    ck_assert_int_eq(api->lookup(r.h, "s", bad, 128, 0, &res), KVS_EINVAL);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.leases_active, 0);
+    ck_assert_int_eq(api->lookup(r.h, "s", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->request_finished(r.h, "s", NULL), KVS_OK);
+    rig_close(&r);
+}
+END_TEST
+
 /* A run whose chunks sit in two tiers (the top tier lacks the middle ones, which the lower one
  * holds) is offered whole, each chunk pinned where it is, and restores exactly: the top tier's runs
  * are pinned in one call each, the chunk it lacks in the lower tier. request_finished then leaves no
@@ -416,6 +463,7 @@ static Suite *scheduler_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, lookup_stops_at_first_missing_chunk);
     tcase_add_test(tc, a_token_out_of_range_is_refused_at_any_position);
+    tcase_add_test(tc, a_refused_repeat_lookup_leaves_the_request_as_it_was);
     tcase_add_test(tc, a_run_across_two_tiers_is_pinned_and_restored_whole);
     tcase_add_test(tc, a_lease_pins_until_it_expires);
     tcase_add_test(tc, releasing_twice_is_harmless);
