@@ -96,7 +96,7 @@ int kvs_mp_read_int(kvs_mp_reader *r, int64_t *out, const char *what) {
         memcpy(out, &u, sizeof *out);
         return 0;
     }
-    uint64_t v;
+    uint64_t v = 0; /* set on success; GCC -O3 cannot tell (a Release build failed on -Werror) */
     if (kvs_mp_read_uint(r, INT64_MAX, &v, what) != 0) return -1;
     *out = (int64_t)v;
     return 0;
