@@ -124,6 +124,7 @@ struct kvs_handle {
     /* scheduler side */
     kvs_request *buckets[KVS_REQ_BUCKETS];
     uint64_t n_requests;
+    uint64_t lease_sweep_ns; /* no lease expires before this: the sweep is skipped until then */
     const kvs_clock
         *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */

@@ -241,10 +241,25 @@ static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
     h->stats.leases_expired++;
 }
 
+/* r's lease runs until deadline; the sweep looks again by then. */
+static void set_lease_deadline(kvs_handle *h, kvs_request *r, uint64_t deadline) {
+    r->lease_deadline_ns = deadline;
+    if (deadline < h->lease_sweep_ns) h->lease_sweep_ns = deadline;
+}
+
+/* Every lookup and build_meta sweeps: the walk over the request table runs only once the earliest
+ * deadline set since the last walk has passed (a lease released or renewed since leaves that time
+ * early, which costs a walk that expires nothing, never a missed expiry). */
 void kvs_sched_expire_leases(kvs_handle *h) {
     uint64_t now = lease_now_ns(h);
+    if (now <= h->lease_sweep_ns) return;
+    uint64_t next = UINT64_MAX;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next) expire_lease(h, r, now);
+        for (kvs_request *r = h->buckets[b]; r; r = r->next) {
+            expire_lease(h, r, now);
+            if (r->n_pins && r->lease_deadline_ns < next) next = r->lease_deadline_ns;
+        }
+    h->lease_sweep_ns = next;
 }
 
 /* --- argument checks ------------------------------------------------------------------------------ */
@@ -522,7 +537,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (ext == 0)
         release_lease(h, r);
     else {
-        r->lease_deadline_ns = lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull;
+        set_lease_deadline(h, r, lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull);
         count_lease(h, r);
     }
     r->n_local = n_computed;
@@ -592,7 +607,7 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     }
     r->external = n_external_tokens;
     r->load_pending = 1;
-    r->lease_deadline_ns = now + h->cfg->lease_timeout_ms * 1000000ull;
+    set_lease_deadline(h, r, now + h->cfg->lease_timeout_ms * 1000000ull);
     return KVS_OK;
 }
 

@@ -119,6 +119,51 @@ START_TEST(a_lease_pins_until_it_expires) {
 }
 END_TEST
 
+/* The sweep skips the request table until the earliest deadline set since its last walk: leases set
+ * at different times each expire when their own time passes, including after the earliest one was
+ * released early (its time passing then expires nothing) and after a lease was taken again. */
+START_TEST(staggered_leases_each_expire_on_time) {
+    rig r;
+    int32_t t[128];
+    uint32_t b[8];
+    lease_rig(&r, t, b, 31);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->lookup(r.h, "early", t, 128, 0, &res), KVS_OK); /* due at LEASE_MS */
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    stall_ms(&r, LEASE_MS / 2);
+    ck_assert_int_eq(api->lookup(r.h, "late", t, 128, 0, &res), KVS_OK); /* due at 1.5 LEASE_MS */
+    ck_assert_int_eq(api->request_finished(r.h, "early", NULL), KVS_OK);
+    stall_ms(&r, LEASE_MS / 2 + 10); /* past the released one's time: nothing expires */
+    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 0);
+    ck_assert_uint_eq(s.leases_active, 1);
+    stall_ms(&r, LEASE_MS / 2); /* past the late one's */
+    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    ck_assert_uint_eq(s.leases_active, 0);
+    /* a lease taken again after an expiry runs out at its own time too */
+    ck_assert_int_eq(api->lookup(r.h, "late", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    stall_ms(&r, LEASE_MS - 10);
+    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 1);
+    stall_ms(&r, 20);
+    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.leases_expired, 2);
+    ck_assert_uint_eq(s.leases_active, 0);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(releasing_twice_is_harmless) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(4, 30000)), KVS_OK);
@@ -466,6 +511,7 @@ static Suite *scheduler_suite(void) {
     tcase_add_test(tc, a_refused_repeat_lookup_leaves_the_request_as_it_was);
     tcase_add_test(tc, a_run_across_two_tiers_is_pinned_and_restored_whole);
     tcase_add_test(tc, a_lease_pins_until_it_expires);
+    tcase_add_test(tc, staggered_leases_each_expire_on_time);
     tcase_add_test(tc, releasing_twice_is_harmless);
     tcase_add_test(tc, unknown_requests_are_refused);
     tcase_add_test(tc, token_ids_out_of_range_are_refused);
