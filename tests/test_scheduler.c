@@ -119,6 +119,16 @@ START_TEST(a_lease_pins_until_it_expires) {
 }
 END_TEST
 
+/* A lookup of another request's first chunk and its end (any hook sweeps leases), then the stats. */
+static kvs_stats probe(rig *r, const int32_t *t) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->lookup(r->h, "probe", t, 32, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->request_finished(r->h, "probe", NULL), KVS_OK);
+    ck_assert_int_eq(api->stats(r->h, &s), KVS_OK);
+    return s;
+}
+
 /* The sweep skips the request table until the earliest deadline set since its last walk: leases set
  * at different times each expire when their own time passes, including after the earliest one was
  * released early (its time passing then expires nothing) and after a lease was taken again. */
@@ -128,36 +138,28 @@ START_TEST(staggered_leases_each_expire_on_time) {
     uint32_t b[8];
     lease_rig(&r, t, b, 31);
     kvs_lookup_result res = {.struct_size = sizeof res};
-    kvs_stats s = {.struct_size = sizeof s};
+    kvs_stats s;
     ck_assert_int_eq(api->lookup(r.h, "early", t, 128, 0, &res), KVS_OK); /* due at LEASE_MS */
     ck_assert_uint_eq(res.n_hit_tokens, 127);
     stall_ms(&r, LEASE_MS / 2);
     ck_assert_int_eq(api->lookup(r.h, "late", t, 128, 0, &res), KVS_OK); /* due at 1.5 LEASE_MS */
     ck_assert_int_eq(api->request_finished(r.h, "early", NULL), KVS_OK);
     stall_ms(&r, LEASE_MS / 2 + 10); /* past the released one's time: nothing expires */
-    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
-    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    s = probe(&r, t);
     ck_assert_uint_eq(s.leases_expired, 0);
     ck_assert_uint_eq(s.leases_active, 1);
     stall_ms(&r, LEASE_MS / 2); /* past the late one's */
-    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
-    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    s = probe(&r, t);
     ck_assert_uint_eq(s.leases_expired, 1);
     ck_assert_uint_eq(s.leases_active, 0);
     /* a lease taken again after an expiry runs out at its own time too */
     ck_assert_int_eq(api->lookup(r.h, "late", t, 128, 0, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 127);
     stall_ms(&r, LEASE_MS - 10);
-    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
-    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    s = probe(&r, t);
     ck_assert_uint_eq(s.leases_expired, 1);
     stall_ms(&r, 20);
-    ck_assert_int_eq(api->lookup(r.h, "probe", t, 32, 0, &res), KVS_OK);
-    ck_assert_int_eq(api->request_finished(r.h, "probe", NULL), KVS_OK);
-    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    s = probe(&r, t);
     ck_assert_uint_eq(s.leases_expired, 2);
     ck_assert_uint_eq(s.leases_active, 0);
     rig_close(&r);
