@@ -302,7 +302,7 @@ static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
  * prefix up to there. */
 static uint64_t reused_chunks(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
                               uint64_t n_tokens, uint64_t n_chunks) {
-    if (!r || !r->n_keys) return 0;
+    if (!r || !r->n_keys || !n_chunks) return 0; /* no chunks: tokens may be NULL */
     uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
     if (memcmp(r->tokens, tokens, same * sizeof *tokens) != 0) return 0;
     uint64_t reuse = same / h->chunk_tokens;
@@ -349,7 +349,8 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, co
         return kvs_set_error(h, KVS_ENOMEM, "%s: request '%s': out of memory for %llu tokens", hook,
                              r->id, (unsigned long long)n);
     }
-    uint64_t reuse = reused_chunks(h, r, tokens, n, n_chunks); /* tokens checked before */
+    /* the reused prefix equals r's tokens, which were checked when they were stored */
+    uint64_t reuse = reused_chunks(h, r, tokens, n, n_chunks);
     if (reuse) {
         memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
         memcpy(buf, tokens, reuse * C * sizeof *tokens);
@@ -357,10 +358,11 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, co
     const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
     uint32_t limit = token_limit(h);
     uint32_t bad = 0;
-    if (n) { /* no tokens: tokens may be NULL */
-        bad =
-            kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse, h->chunk_tokens,
-                                 limit, buf + reuse * C, chunk_keys(h, keys, reuse));
+    if (n) {                  /* no tokens: tokens may be NULL */
+        if (n_chunks > reuse) /* keys is NULL without whole chunks */
+            bad = kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse,
+                                       h->chunk_tokens, limit, buf + reuse * C,
+                                       chunk_keys(h, keys, reuse));
         bad |= kvs_tokens_copy_check(buf + n_chunks * C, tokens + n_chunks * C, n - n_chunks * C,
                                      limit);
     }
@@ -596,6 +598,9 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
         pin_run(h, r, r->n_local / C, (need - 1) / C + 1);
         count_lease(h, r);
     }
+    /* before anything can fail: pins held past their deadline would wait for a sweep that the
+     * earliest deadline no longer calls */
+    set_lease_deadline(h, r, now + h->cfg->lease_timeout_ms * 1000000ull);
     if (r->load_async) { /* build_meta emits the load even if the engine does not schedule it */
         uint32_t *copy = malloc(n_block_ids * sizeof *copy);
         if (!copy)
@@ -607,7 +612,6 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     }
     r->external = n_external_tokens;
     r->load_pending = 1;
-    set_lease_deadline(h, r, now + h->cfg->lease_timeout_ms * 1000000ull);
     return KVS_OK;
 }
 

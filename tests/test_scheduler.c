@@ -442,6 +442,11 @@ START_TEST(a_refused_repeat_lookup_leaves_the_request_as_it_was) {
         ck_assert_int_eq(api->lookup(r.h, "r", u, 128, 0, &res), KVS_OK);
         ck_assert_uint_eq(res.n_hit_tokens, 0);
     }
+    /* an empty prompt (tokens NULL) on a request with keys: nothing to compare or hash */
+    ck_assert_int_eq(api->lookup(r.h, "r", NULL, 0, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    ck_assert_int_eq(api->lookup(r.h, "r", t, 64, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 63);
     ck_assert_int_eq(api->request_finished(r.h, "r", NULL), KVS_OK);
     /* a new request refused outright leaves nothing behind */
     int32_t bad[128];
