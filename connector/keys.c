@@ -124,17 +124,19 @@ uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uin
     return copy_check(dst, src, n, limit);
 }
 
-uint32_t kvs_keys_chains_copy(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
-                              uint64_t n_chunks, uint32_t chunk_tokens, uint32_t limit,
-                              int32_t *copy, kvs_key *out) {
+/* The chains of kvs_keys_chains; with copy, each chunk is then checked against limit and copied
+ * while it is still in cache (the hashing's own reads run ahead in memory). Returns copy_check's. */
+static inline __attribute__((always_inline)) uint32_t chains(const kvs_key *prev, uint32_t n_ranks,
+                                                             const int32_t *tokens,
+                                                             uint64_t n_chunks,
+                                                             uint32_t chunk_tokens, uint32_t limit,
+                                                             int32_t *copy, kvs_key *out) {
     uint32_t bad = 0;
     for (uint64_t c = 0; c < n_chunks; c++) {
-        /* Hashed from the caller's tokens as kvs_keys_chains does (the hashing's reads run ahead in
-         * memory), then checked and copied from the cache. */
-        const int32_t *src = tokens + c * chunk_tokens;
+        const int32_t *t = tokens + c * chunk_tokens;
         kvs_key *row = out + c * n_ranks;
-        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], src, chunk_tokens, &row[r]);
-        bad |= copy_check(copy + c * chunk_tokens, src, chunk_tokens, limit);
+        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], t, chunk_tokens, &row[r]);
+        if (copy) bad |= copy_check(copy + c * chunk_tokens, t, chunk_tokens, limit);
         prev = row;
     }
     return bad;
@@ -147,10 +149,11 @@ void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t 
 
 void kvs_keys_chains(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
                      uint64_t n_chunks, uint32_t chunk_tokens, kvs_key *out) {
-    for (uint64_t c = 0; c < n_chunks; c++) {
-        const int32_t *t = tokens + c * chunk_tokens;
-        kvs_key *row = out + c * n_ranks;
-        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], t, chunk_tokens, &row[r]);
-        prev = row;
-    }
+    chains(prev, n_ranks, tokens, n_chunks, chunk_tokens, 0, NULL, out);
+}
+
+uint32_t kvs_keys_chains_copy(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
+                              uint64_t n_chunks, uint32_t chunk_tokens, uint32_t limit,
+                              int32_t *copy, kvs_key *out) {
+    return chains(prev, n_ranks, tokens, n_chunks, chunk_tokens, limit, copy, out);
 }

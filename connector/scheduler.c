@@ -298,16 +298,25 @@ static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
     return KVS_OK;
 }
 
-/* How many of the first n_chunks chunks of tokens have keys r already holds: r's tokens are the same
- * prefix up to there. */
-static uint64_t reused_chunks(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
-                              uint64_t n_tokens, uint64_t n_chunks) {
+/* Keys of the first n_chunks chunks of tokens that r already holds, copied into keys: r's tokens
+ * are the same prefix up to there. Returns how many chunks; *prev gets the keys the next chunk
+ * chains from (its own, or the fingerprints with none). */
+static uint64_t reuse_keys(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                           uint64_t n_tokens, uint64_t n_chunks, kvs_key *keys,
+                           const kvs_key **prev) {
+    uint64_t reuse = 0;
+    *prev = h->rank_fingerprints;
     if (!r || !r->n_keys || !n_chunks) return 0; /* no chunks: tokens may be NULL */
     uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
     if (memcmp(r->tokens, tokens, same * sizeof *tokens) != 0) return 0;
-    uint64_t reuse = same / h->chunk_tokens;
+    reuse = same / h->chunk_tokens;
     if (reuse > r->n_keys) reuse = r->n_keys;
-    return reuse < n_chunks ? reuse : n_chunks;
+    if (reuse > n_chunks) reuse = n_chunks;
+    if (reuse) {
+        memcpy(keys, r->keys, reuse * h->key_ranks * sizeof *keys);
+        *prev = chunk_keys(h, keys, reuse - 1);
+    }
+    return reuse;
 }
 
 /* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
@@ -322,9 +331,8 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
         *oom = 1;
         return NULL;
     }
-    uint64_t reuse = reused_chunks(h, r, tokens, n_tokens, n_chunks);
-    if (reuse) memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
-    const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
+    const kvs_key *prev;
+    uint64_t reuse = reuse_keys(h, r, tokens, n_tokens, n_chunks, keys, &prev);
     kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
                     h->chunk_tokens, chunk_keys(h, keys, reuse));
     return keys;
@@ -334,8 +342,7 @@ static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tok
  * reads the caller's tokens once). Refused tokens or no memory leave r as it was. */
 static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, const int32_t *tokens,
                              uint64_t n) {
-    if (n && !tokens)
-        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, r->id);
+    if (n && !tokens) return check_tokens(h, hook, r->id, tokens, n); /* says it is NULL */
     uint64_t C = h->chunk_tokens, n_chunks = n / C;
     uint32_t ranks = h->key_ranks;
     /* r's own buffer is written only while it holds no tokens, so a refusal changes nothing. */
@@ -350,12 +357,9 @@ static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, co
                              r->id, (unsigned long long)n);
     }
     /* the reused prefix equals r's tokens, which were checked when they were stored */
-    uint64_t reuse = reused_chunks(h, r, tokens, n, n_chunks);
-    if (reuse) {
-        memcpy(keys, r->keys, reuse * ranks * sizeof *keys);
-        memcpy(buf, tokens, reuse * C * sizeof *tokens);
-    }
-    const kvs_key *prev = reuse ? chunk_keys(h, keys, reuse - 1) : h->rank_fingerprints;
+    const kvs_key *prev;
+    uint64_t reuse = reuse_keys(h, r, tokens, n, n_chunks, keys, &prev);
+    if (reuse) memcpy(buf, tokens, reuse * C * sizeof *tokens);
     uint32_t limit = token_limit(h);
     uint32_t bad = 0;
     if (n) {                  /* no tokens: tokens may be NULL */
