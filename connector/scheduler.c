@@ -12,6 +12,7 @@
 #include "handle.h"
 #include "keys.h"
 #include "lookup_remote.h"
+#include "request_tokens.h"
 #include "restore.h"
 
 /* --- request table ------------------------------------------------------------------------------- */
@@ -110,12 +111,6 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
     return r;
 }
 
-/* A request's keys are key_ranks per chunk, chunk-major (one chain per TP rank with keys of its own,
- * handle.h): the keys of chunk c, rank 0 first. Pins are laid out the same way. */
-static kvs_key *chunk_keys(const kvs_handle *h, kvs_key *keys, uint64_t c) {
-    return keys + c * h->key_ranks;
-}
-
 /* The tier a chunk loads from, given its pins: the lowest (slowest) of its ranks' shards. */
 static uint32_t chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
     uint32_t t = pins[0].tier;
@@ -163,36 +158,13 @@ static void release_lease(kvs_handle *h, kvs_request *r) {
     r->lease_release_step = 0;
 }
 
-/* A token buffer of at least n that is not a request's: the handle's spare when large enough, else a
- * new one (NULL when out of memory). */
-static int32_t *take_tokens(kvs_handle *h, uint64_t n, uint64_t *cap) {
-    if (h->spare_tokens && h->spare_cap >= n) {
-        int32_t *buf = h->spare_tokens;
-        *cap = h->spare_cap;
-        h->spare_tokens = NULL, h->spare_cap = 0;
-        return buf;
-    }
-    *cap = n ? n : 1;
-    return malloc(*cap * sizeof(int32_t));
-}
-
-/* A token buffer no request holds: kept as the spare when larger than it, else freed. */
-static void give_tokens(kvs_handle *h, int32_t *buf, uint64_t cap) {
-    if (buf && cap > h->spare_cap) {
-        free(h->spare_tokens);
-        h->spare_tokens = buf, h->spare_cap = cap;
-    } else {
-        free(buf);
-    }
-}
-
 static void destroy_request(kvs_handle *h, kvs_request *r) {
     kvs_request **p = bucket_of(h, r->id);
     while (*p != r) p = &(*p)->next;
     *p = r->next;
     release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
-    give_tokens(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
+    kvs_tokens_give(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
     free(r->keys);
     free(r->block_ids);
     free(r);
@@ -205,22 +177,6 @@ void kvs_sched_release_all(kvs_handle *h) {
     free(h->spare_tokens);
     h->spare_tokens = NULL;
     h->spare_cap = 0;
-}
-
-/* Copy n tokens into r's buffer: its own when large enough, else the handle's spare, else a new
- * one. Returns 0 when out of memory (r unchanged). */
-static int store_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
-    if (r->tokens_cap < n) {
-        uint64_t cap;
-        int32_t *buf = take_tokens(h, n, &cap);
-        if (!buf) return 0;
-        give_tokens(h, r->tokens, r->tokens_cap);
-        r->tokens = buf;
-        r->tokens_cap = cap;
-    }
-    if (n) memcpy(r->tokens, tokens, n * sizeof *tokens);
-    r->n_tokens = n;
-    return 1;
 }
 
 /* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
@@ -273,119 +229,6 @@ static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
     return KVS_OK;
 }
 
-/* Tokens are below the vocabulary size (any int32 >= 0 without one). */
-static uint32_t token_limit(const kvs_handle *h) {
-    return h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX + 1u;
-}
-
-/* The refusal of tokens kvs_tokens_check found bad: names the first bad one. */
-static kvs_status bad_token(kvs_handle *h, const char *hook, const char *id,
-                            const int32_t *tokens) {
-    uint32_t limit = token_limit(h);
-    uint64_t i = 0;
-    while ((uint32_t)tokens[i] < limit) i++;
-    return kvs_set_error(h, KVS_EINVAL,
-                         "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
-                         tokens[i], (unsigned long long)i,
-                         h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX);
-}
-
-static kvs_status check_tokens(kvs_handle *h, const char *hook, const char *id,
-                               const int32_t *tokens, uint64_t n) {
-    if (n && !tokens)
-        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
-    if (n && kvs_tokens_check(tokens, n, token_limit(h))) return bad_token(h, hook, id, tokens);
-    return KVS_OK;
-}
-
-/* Keys of the first n_chunks chunks of tokens that r already holds, copied into keys: r's tokens
- * are the same prefix up to there. Returns how many chunks; *prev gets the keys the next chunk
- * chains from (its own, or the fingerprints with none). */
-static uint64_t reuse_keys(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
-                           uint64_t n_tokens, uint64_t n_chunks, kvs_key *keys,
-                           const kvs_key **prev) {
-    uint64_t reuse = 0;
-    *prev = h->rank_fingerprints;
-    if (!r || !r->n_keys || !n_chunks) return 0; /* no chunks: tokens may be NULL */
-    uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
-    if (memcmp(r->tokens, tokens, same * sizeof *tokens) != 0) return 0;
-    reuse = same / h->chunk_tokens;
-    if (reuse > r->n_keys) reuse = r->n_keys;
-    if (reuse > n_chunks) reuse = n_chunks;
-    if (reuse) {
-        memcpy(keys, r->keys, reuse * h->key_ranks * sizeof *keys);
-        *prev = chunk_keys(h, keys, reuse - 1);
-    }
-    return reuse;
-}
-
-/* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
- * Returns a malloc'd array (NULL with n_chunks 0 is fine). */
-static kvs_key *keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens,
-                         uint64_t n_tokens, uint64_t n_chunks, int *oom) {
-    *oom = 0;
-    if (n_chunks == 0) return NULL;
-    uint32_t ranks = h->key_ranks;
-    kvs_key *keys = malloc(n_chunks * ranks * sizeof *keys);
-    if (!keys) {
-        *oom = 1;
-        return NULL;
-    }
-    const kvs_key *prev;
-    uint64_t reuse = reuse_keys(h, r, tokens, n_tokens, n_chunks, keys, &prev);
-    kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
-                    h->chunk_tokens, chunk_keys(h, keys, reuse));
-    return keys;
-}
-
-/* r's tokens and keys become tokens[n] and theirs, checked, copied and hashed in one pass (a lookup
- * reads the caller's tokens once). Refused tokens or no memory leave r as it was. */
-static kvs_status set_tokens(kvs_handle *h, kvs_request *r, const char *hook, const int32_t *tokens,
-                             uint64_t n) {
-    if (n && !tokens) return check_tokens(h, hook, r->id, tokens, n); /* says it is NULL */
-    uint64_t C = h->chunk_tokens, n_chunks = n / C;
-    uint32_t ranks = h->key_ranks;
-    /* r's own buffer is written only while it holds no tokens, so a refusal changes nothing. */
-    int own = r->n_tokens == 0 && r->tokens && r->tokens_cap >= n;
-    uint64_t cap = r->tokens_cap;
-    int32_t *buf = own ? r->tokens : take_tokens(h, n, &cap);
-    kvs_key *keys = n_chunks ? malloc(n_chunks * ranks * sizeof *keys) : NULL;
-    if (!buf || (n_chunks && !keys)) {
-        free(keys);
-        if (!own) give_tokens(h, buf, cap);
-        return kvs_set_error(h, KVS_ENOMEM, "%s: request '%s': out of memory for %llu tokens", hook,
-                             r->id, (unsigned long long)n);
-    }
-    /* the reused prefix equals r's tokens, which were checked when they were stored */
-    const kvs_key *prev;
-    uint64_t reuse = reuse_keys(h, r, tokens, n, n_chunks, keys, &prev);
-    if (reuse) memcpy(buf, tokens, reuse * C * sizeof *tokens);
-    uint32_t limit = token_limit(h);
-    uint32_t bad = 0;
-    if (n) {                  /* no tokens: tokens may be NULL */
-        if (n_chunks > reuse) /* keys is NULL without whole chunks */
-            bad = kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse,
-                                       h->chunk_tokens, limit, buf + reuse * C,
-                                       chunk_keys(h, keys, reuse));
-        bad |= kvs_tokens_copy_check(buf + n_chunks * C, tokens + n_chunks * C, n - n_chunks * C,
-                                     limit);
-    }
-    if (bad) {
-        free(keys);
-        if (!own) give_tokens(h, buf, cap);
-        return bad_token(h, hook, r->id, tokens);
-    }
-    if (!own) {
-        give_tokens(h, r->tokens, r->tokens_cap);
-        r->tokens = buf, r->tokens_cap = cap;
-    }
-    r->n_tokens = n;
-    free(r->keys);
-    r->keys = keys;
-    r->n_keys = n_chunks;
-    return KVS_OK;
-}
-
 /* --- lookup and on_alloc -------------------------------------------------------------------------- */
 
 /* The tier holding key for a lookup, or -1. With remote lookups asynchronous (h->rlookups), remote
@@ -403,7 +246,7 @@ static int holding_tier(kvs_handle *h, const kvs_request *r, const kvs_key *key,
 static uint64_t pin_top_run(kvs_handle *h, kvs_request *r, uint64_t c, uint64_t end) {
     if (h->rlookups && kvs_tiers_is_remote(h->tiers, 0)) return 0; /* asked on the thread */
     uint32_t ranks = h->key_ranks;
-    const kvs_key *k = chunk_keys(h, r->keys, c);
+    const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
     uint64_t pinned =
         kvs_tiers_pin_many(h->tiers, 0, k, (end - c) * ranks, h->cfg->lease_timeout_ms);
     uint64_t whole = pinned / ranks * ranks;
@@ -414,7 +257,7 @@ static uint64_t pin_top_run(kvs_handle *h, kvs_request *r, uint64_t c, uint64_t 
 
 /* Pin chunk c wherever each rank's key of it is (the first tier holding it): 0 if one is missing. */
 static int pin_chunk(kvs_handle *h, kvs_request *r, uint64_t c) {
-    const kvs_key *k = chunk_keys(h, r->keys, c);
+    const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
     for (uint32_t q = 0; q < h->key_ranks; q++) {
         int t = holding_tier(h, r, &k[q], c);
         /* Remote objects are not leased (their pin only asks again); with asynchronous lookups the
@@ -451,7 +294,7 @@ static uint64_t pin_run(kvs_handle *h, kvs_request *r, uint64_t first, uint64_t 
 
 /* 1 if every rank's key of chunk c is in a tier that is not remote. */
 static int chunk_local(kvs_handle *h, const kvs_request *r, uint64_t c) {
-    const kvs_key *k = chunk_keys(h, r->keys, c);
+    const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
     for (uint32_t q = 0; q < h->key_ranks; q++)
         if (kvs_tiers_find_local(h->tiers, &k[q]) < 0) return 0;
     return 1;
@@ -464,7 +307,7 @@ static int chunk_local(kvs_handle *h, const kvs_request *r, uint64_t c) {
 static int remote_answer(kvs_handle *h, kvs_request *r, uint64_t first) {
     if (!h->rlookups || first >= r->n_keys) return 1;
     uint64_t n = r->n_keys - first, now = lease_now_ns(h);
-    const kvs_key *keys = chunk_keys(h, r->keys, first);
+    const kvs_key *keys = kvs_chunk_keys(h, r->keys, first);
     kvs_rlookup *l = r->rlookup;
     if (l && (!kvs_rlookup_matches(l, keys, first, n, h->key_ranks) ||
               now - kvs_rlookup_submitted_ns(l) > h->cfg->lease_timeout_ms * 1000000ull)) {
@@ -511,7 +354,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         created = 1;
         r->prompt_tokens = n_tokens;
     }
-    if ((st = set_tokens(h, r, "lookup", tokens, n_tokens)) != KVS_OK) {
+    if ((st = kvs_request_set_tokens(h, r, "lookup", tokens, n_tokens)) != KVS_OK) {
         if (created) destroy_request(h, r);
         return st;
     }
@@ -623,7 +466,8 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
 
 static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *s) {
     kvs_status st = check_id(h, "build_meta", s->req_id);
-    if (st == KVS_OK) st = check_tokens(h, "build_meta", s->req_id, s->tokens, s->n_tokens);
+    if (st == KVS_OK)
+        st = kvs_request_check_tokens(h, "build_meta", s->req_id, s->tokens, s->n_tokens);
     if (st != KVS_OK) return st;
     uint64_t done = s->n_computed + s->n_scheduled;
     if (done > s->n_tokens || done < s->n_computed)
@@ -657,7 +501,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     int oom;
     memset(plan, 0, sizeof *plan);
     plan->n_keys = s->n_tokens / C;
-    plan->keys = keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
+    plan->keys = kvs_request_keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
     if (oom) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     uint64_t load_end = 0;
     if (r && r->load_pending && r->external) {
@@ -670,13 +514,13 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
             uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            const kvs_key *k = chunk_keys(h, r->keys, c);
+            const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
             out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
         }
         load_end = end;
         plan->emits_load = 1;
         int tier = r->n_pins ? (int)chunk_tier(h, r->pins)
-                             : kvs_tiers_find(h->tiers, chunk_keys(h, r->keys, c0));
+                             : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
         *restore = (kvs_restore_step){.loading = 1,
                                       .tier = tier > 0 ? (uint32_t)tier : 0,
                                       .first_token = start,
@@ -698,7 +542,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = from; c < to; c++) {
-            const kvs_key *k = chunk_keys(h, plan->keys, c);
+            const kvs_key *k = kvs_chunk_keys(h, plan->keys, c);
             out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
         }
         plan->saved_upto = to * C;
@@ -723,7 +567,7 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
             return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         r->prompt_tokens = s->n_tokens;
     }
-    if (!store_tokens(h, r, s->tokens, s->n_tokens))
+    if (!kvs_request_store_tokens(h, r, s->tokens, s->n_tokens))
         return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     free(r->keys);
     r->keys = plan->keys;

@@ -1,0 +1,161 @@
+/* request_tokens.c - a scheduler request's tokens and their chunk keys (request_tokens.h). */
+#include "request_tokens.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "guard.h"
+#include "keys.h"
+
+/* A token buffer of at least n that is not a request's: the handle's spare when large enough, else a
+ * new one (NULL when out of memory). */
+static int32_t *take_tokens(kvs_handle *h, uint64_t n, uint64_t *cap) {
+    if (h->spare_tokens && h->spare_cap >= n) {
+        int32_t *buf = h->spare_tokens;
+        *cap = h->spare_cap;
+        h->spare_tokens = NULL, h->spare_cap = 0;
+        return buf;
+    }
+    *cap = n ? n : 1;
+    return malloc(*cap * sizeof(int32_t));
+}
+
+/* A token buffer no request holds: kept as the spare when larger than it, else freed. */
+void kvs_tokens_give(kvs_handle *h, int32_t *buf, uint64_t cap) {
+    if (buf && cap > h->spare_cap) {
+        free(h->spare_tokens);
+        h->spare_tokens = buf, h->spare_cap = cap;
+    } else {
+        free(buf);
+    }
+}
+
+/* Copy n tokens into r's buffer: its own when large enough, else the handle's spare, else a new
+ * one. Returns 0 when out of memory (r unchanged). */
+int kvs_request_store_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n) {
+    if (r->tokens_cap < n) {
+        uint64_t cap;
+        int32_t *buf = take_tokens(h, n, &cap);
+        if (!buf) return 0;
+        kvs_tokens_give(h, r->tokens, r->tokens_cap);
+        r->tokens = buf;
+        r->tokens_cap = cap;
+    }
+    if (n) memcpy(r->tokens, tokens, n * sizeof *tokens);
+    r->n_tokens = n;
+    return 1;
+}
+
+/* Tokens are below the vocabulary size (any int32 >= 0 without one). */
+static uint32_t token_limit(const kvs_handle *h) {
+    return h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX + 1u;
+}
+
+/* The refusal of tokens kvs_tokens_check found bad: names the first bad one. */
+static kvs_status bad_token(kvs_handle *h, const char *hook, const char *id,
+                            const int32_t *tokens) {
+    uint32_t limit = token_limit(h);
+    uint64_t i = 0;
+    while ((uint32_t)tokens[i] < limit) i++;
+    return kvs_set_error(h, KVS_EINVAL,
+                         "%s: request '%s': token %d at position %llu is outside [0, %u)", hook, id,
+                         tokens[i], (unsigned long long)i,
+                         h->model.vocab_size ? h->model.vocab_size : (uint32_t)INT32_MAX);
+}
+
+kvs_status kvs_request_check_tokens(kvs_handle *h, const char *hook, const char *id,
+                                    const int32_t *tokens, uint64_t n) {
+    if (n && !tokens)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': tokens is NULL", hook, id);
+    if (n && kvs_tokens_check(tokens, n, token_limit(h))) return bad_token(h, hook, id, tokens);
+    return KVS_OK;
+}
+
+/* Keys of the first n_chunks chunks of tokens that r already holds, copied into keys: r's tokens
+ * are the same prefix up to there. Returns how many chunks; *prev gets the keys the next chunk
+ * chains from (its own, or the fingerprints with none). */
+static uint64_t reuse_keys(const kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                           uint64_t n_tokens, uint64_t n_chunks, kvs_key *keys,
+                           const kvs_key **prev) {
+    uint64_t reuse = 0;
+    *prev = h->rank_fingerprints;
+    if (!r || !r->n_keys || !n_chunks) return 0; /* no chunks: tokens may be NULL */
+    uint64_t same = r->n_tokens < n_tokens ? r->n_tokens : n_tokens;
+    if (memcmp(r->tokens, tokens, same * sizeof *tokens) != 0) return 0;
+    reuse = same / h->chunk_tokens;
+    if (reuse > r->n_keys) reuse = r->n_keys;
+    if (reuse > n_chunks) reuse = n_chunks;
+    if (reuse) {
+        memcpy(keys, r->keys, reuse * h->key_ranks * sizeof *keys);
+        *prev = kvs_chunk_keys(h, keys, reuse - 1);
+    }
+    return reuse;
+}
+
+/* Keys of the first n_chunks chunks of tokens, reusing r's keys where r's tokens are the same prefix.
+ * Returns a malloc'd array (NULL with n_chunks 0 is fine). */
+kvs_key *kvs_request_keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                              uint64_t n_tokens, uint64_t n_chunks, int *oom) {
+    *oom = 0;
+    if (n_chunks == 0) return NULL;
+    uint32_t ranks = h->key_ranks;
+    kvs_key *keys = malloc(n_chunks * ranks * sizeof *keys);
+    if (!keys) {
+        *oom = 1;
+        return NULL;
+    }
+    const kvs_key *prev;
+    uint64_t reuse = reuse_keys(h, r, tokens, n_tokens, n_chunks, keys, &prev);
+    kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
+                    h->chunk_tokens, kvs_chunk_keys(h, keys, reuse));
+    return keys;
+}
+
+/* r's tokens and keys become tokens[n] and theirs, checked, copied and hashed in one pass (a lookup
+ * reads the caller's tokens once). Refused tokens or no memory leave r as it was. */
+kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hook,
+                                  const int32_t *tokens, uint64_t n) {
+    if (n && !tokens)
+        return kvs_request_check_tokens(h, hook, r->id, tokens, n); /* says it is NULL */
+    uint64_t C = h->chunk_tokens, n_chunks = n / C;
+    uint32_t ranks = h->key_ranks;
+    /* r's own buffer is written only while it holds no tokens, so a refusal changes nothing. */
+    int own = r->n_tokens == 0 && r->tokens && r->tokens_cap >= n;
+    uint64_t cap = r->tokens_cap;
+    int32_t *buf = own ? r->tokens : take_tokens(h, n, &cap);
+    kvs_key *keys = n_chunks ? malloc(n_chunks * ranks * sizeof *keys) : NULL;
+    if (!buf || (n_chunks && !keys)) {
+        free(keys);
+        if (!own) kvs_tokens_give(h, buf, cap);
+        return kvs_set_error(h, KVS_ENOMEM, "%s: request '%s': out of memory for %llu tokens", hook,
+                             r->id, (unsigned long long)n);
+    }
+    /* the reused prefix equals r's tokens, which were checked when they were stored */
+    const kvs_key *prev;
+    uint64_t reuse = reuse_keys(h, r, tokens, n, n_chunks, keys, &prev);
+    if (reuse) memcpy(buf, tokens, reuse * C * sizeof *tokens);
+    uint32_t limit = token_limit(h);
+    uint32_t bad = 0;
+    if (n) {                  /* no tokens: tokens may be NULL */
+        if (n_chunks > reuse) /* keys is NULL without whole chunks */
+            bad = kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse,
+                                       h->chunk_tokens, limit, buf + reuse * C,
+                                       kvs_chunk_keys(h, keys, reuse));
+        bad |= kvs_tokens_copy_check(buf + n_chunks * C, tokens + n_chunks * C, n - n_chunks * C,
+                                     limit);
+    }
+    if (bad) {
+        free(keys);
+        if (!own) kvs_tokens_give(h, buf, cap);
+        return bad_token(h, hook, r->id, tokens);
+    }
+    if (!own) {
+        kvs_tokens_give(h, r->tokens, r->tokens_cap);
+        r->tokens = buf, r->tokens_cap = cap;
+    }
+    r->n_tokens = n;
+    free(r->keys);
+    r->keys = keys;
+    r->n_keys = n_chunks;
+    return KVS_OK;
+}

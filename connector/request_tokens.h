@@ -1,0 +1,36 @@
+/* request_tokens.h - a scheduler request's tokens and their chunk keys: checked against the
+ * vocabulary, copied into buffers recycled through the handle, hashed reusing the keys of a prefix
+ * the request already holds. */
+#ifndef KVS_REQUEST_TOKENS_H
+#define KVS_REQUEST_TOKENS_H
+
+#include <stdint.h>
+
+#include "handle.h"
+
+/* A request's keys are key_ranks per chunk, chunk-major (one chain per TP rank with keys of its own,
+ * handle.h): the keys of chunk c, rank 0 first. Pins are laid out the same way. */
+static inline kvs_key *kvs_chunk_keys(const kvs_handle *h, kvs_key *keys, uint64_t c) {
+    return keys + c * h->key_ranks;
+}
+
+/* A token buffer no request holds: kept as the handle's spare when larger than it, else freed. */
+void kvs_tokens_give(kvs_handle *h, int32_t *buf, uint64_t cap);
+/* tokens[n] (not NULL when n > 0) each in [0, vocab_size): else KVS_EINVAL naming the hook, the
+ * request and the first bad token's position. */
+kvs_status kvs_request_check_tokens(kvs_handle *h, const char *hook, const char *id,
+                                    const int32_t *tokens, uint64_t n);
+/* Copy n (checked) tokens into r's buffer. Returns 0 when out of memory (r unchanged). */
+int kvs_request_store_tokens(kvs_handle *h, kvs_request *r, const int32_t *tokens, uint64_t n);
+/* Keys of the first n_chunks chunks of (checked) tokens, reusing r's keys (r may be NULL) where
+ * r's tokens are the same prefix: a malloc'd array, NULL with n_chunks 0 or (*oom set) without
+ * memory. */
+kvs_key *kvs_request_keys_for(kvs_handle *h, const kvs_request *r, const int32_t *tokens,
+                              uint64_t n_tokens, uint64_t n_chunks, int *oom);
+/* r's tokens and keys become tokens[n] and theirs, checked, copied and hashed in one pass (a lookup
+ * reads the caller's tokens once). Refused tokens (KVS_EINVAL, as kvs_request_check_tokens) or no
+ * memory leave r as it was. */
+kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hook,
+                                  const int32_t *tokens, uint64_t n);
+
+#endif
