@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 3
+#define KVS_BACKEND_ABI_MINOR 4
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -118,6 +118,8 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_MEMORY      (1u << 4) /* 1.1: memory is implemented */
 #define KVS_BACKEND_CAP_GET_MANY    (1u << 5) /* 1.1: get_many is implemented */
 #define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
+#define KVS_BACKEND_CAP_GET_MANY_ASYNC \
+    (1u << 7) /* 1.4: get_many_start and get_many_finish are implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -180,6 +182,21 @@ typedef struct kvs_backend_ops {
      * (fewer when the object ends first); *object_len the object's whole length. */
     kvs_status (*get_range)(void *state, const kvs_key *key, uint64_t offset, uint64_t len,
                             void *dst, uint64_t *got, uint64_t *object_len);
+
+    /* --- 1.4 --- */
+    /* CAP_GET_MANY_ASYNC: get_many in two halves, so that a caller keeps the next step's reads in
+     * flight while this step's finish (a device's queue never drains between steps), or reads from
+     * several tiers at once. get_many_start takes the objects (they cannot be evicted until the
+     * finish), submits the reads and returns; *ticket names the call. keys may be reused as soon as
+     * it returns; dsts, caps, lens and statuses belong to the call until get_many_finish(ticket)
+     * returns, which waits for its reads and fills lens and statuses as get_many does. Calls may be
+     * finished in any order, each exactly once: a ticket that is not in flight gets KVS_EINVAL.
+     * destroy finishes the calls still in flight (their buffers must still be valid). On a failure
+     * of the call itself, start returns it and no ticket is in flight. */
+    kvs_status (*get_many_start)(void *state, const kvs_key *keys, void *const *dsts,
+                                 const uint64_t *caps, uint64_t n, uint64_t *lens,
+                                 kvs_status *statuses, uint64_t *ticket);
+    kvs_status (*get_many_finish)(void *state, uint64_t ticket);
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the

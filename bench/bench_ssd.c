@@ -54,6 +54,7 @@ typedef struct options {
     uint64_t stripe;
     uint32_t queue_depth;
     uint32_t rounds;
+    uint32_t in_flight;
     int keep;
 } options;
 
@@ -71,7 +72,8 @@ static void usage(int status) {
     fprintf(
         status ? stderr : stdout,
         "usage: kvs-bench-ssd [--dir DIR] [--paths N] [--object-mib N] [--objects N] [--batch N]\n"
-        "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--keep]\n"
+        "                     [--stripe-kib N] [--queue-depth N] [--rounds N] [--in-flight K]\n"
+        "                     [--keep]\n"
         "  --dir         where the data files go (default $KVS_BENCH_DIR, else /var/tmp); must "
         "take O_DIRECT\n"
         "  --paths       data files (directories) of the real-device tier, 1..8 (default 2)\n"
@@ -81,6 +83,8 @@ static void usage(int status) {
         "  --stripe-kib  unit size in KiB, a multiple of 4 (default 1024)\n"
         "  --queue-depth io_uring entries per path (default 128)\n"
         "  --rounds      timed rounds of tier and fio each (default 7)\n"
+        "  --in-flight   restore steps in flight, 1..4: 1 is one get_many per step, K > 1 starts\n"
+        "                each step K - 1 steps before it is finished (default 2)\n"
         "  --keep        leave the data files in place\n");
     exit(status);
 }
@@ -94,7 +98,8 @@ static options parse_options(int argc, char **argv) {
                  .batch = 16,
                  .stripe = MIB,
                  .queue_depth = 128,
-                 .rounds = 7};
+                 .rounds = 7,
+                 .in_flight = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--keep")) {
@@ -119,6 +124,8 @@ static options parse_options(int argc, char **argv) {
             o.queue_depth = (uint32_t)bench_parse_u64(a, v, 2, 4096);
         else if (!strcmp(a, "--rounds"))
             o.rounds = (uint32_t)bench_parse_u64(a, v, 1, 1000);
+        else if (!strcmp(a, "--in-flight"))
+            o.in_flight = (uint32_t)bench_parse_u64(a, v, 1, 4);
         else
             usage(2);
         i++;
@@ -238,36 +245,68 @@ static uint64_t tier_fill(tier *t, const options *o, uint32_t n, const uint8_t *
     return ns;
 }
 
-/* One round: every object of [0, n) restored with get_many calls of `batch`. Returns ns. */
-static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *staging, int check) {
+/* One step's arrays: a call in flight owns them until it is finished. */
+typedef struct step {
     kvs_key keys[1024];
     void *dsts[1024];
     uint64_t caps[1024], lens[1024];
     kvs_status sts[1024];
-    uint64_t ns = 0;
-    uint64_t *expect = check ? malloc(o->object_bytes) : NULL;
-    if (check && !expect) die("restore", "out of memory");
-    for (uint32_t first = 0; first < n; first += o->batch) {
-        uint32_t m = n - first < o->batch ? n - first : o->batch;
-        for (uint32_t j = 0; j < m; j++) {
-            keys[j] = key_of(first + j);
-            dsts[j] = staging + (uint64_t)j * o->object_bytes;
-            caps[j] = o->object_bytes;
-        }
-        uint64_t t0 = bench_now_ns();
-        kvs_status st = t->ops->get_many(t->state, keys, dsts, caps, m, lens, sts);
-        ns += bench_now_ns() - t0;
-        if (st != KVS_OK) die("get_many", t->ops->last_error(t->state));
-        for (uint32_t j = 0; j < m; j++) {
-            if (sts[j] != KVS_OK || lens[j] != o->object_bytes)
-                die("get_many", "an object did not come back whole");
-            if (check) {
-                fill_object(expect, o->object_bytes / 8, first + j);
-                if (memcmp(expect, dsts[j], o->object_bytes) != 0)
-                    die("restore", "restored bytes differ");
-            }
+    uint32_t first, m;
+    uint64_t ticket;
+} step;
+
+/* A finished step: every object whole (and, with check, every byte as stored). */
+static void check_step(const options *o, const step *sp, uint64_t *expect) {
+    for (uint32_t j = 0; j < sp->m; j++) {
+        if (sp->sts[j] != KVS_OK || sp->lens[j] != o->object_bytes)
+            die("get_many", "an object did not come back whole");
+        if (expect) {
+            fill_object(expect, o->object_bytes / 8, sp->first + j);
+            if (memcmp(expect, sp->dsts[j], o->object_bytes) != 0)
+                die("restore", "restored bytes differ");
         }
     }
+}
+
+/* One round: every object of [0, n) restored in steps of --batch objects. With --in-flight 1 each
+ * step is one get_many; with K > 1 a step is a get_many_start, finished K - 1 steps later, so the
+ * next steps' reads are queued while a step's last ones finish (each call in flight has its own
+ * part of the staging region). Returns ns. */
+static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *staging, int check) {
+    static step steps[4];
+    uint32_t k = o->in_flight;
+    uint64_t *expect = check ? malloc(o->object_bytes) : NULL;
+    if (check && !expect) die("restore", "out of memory");
+    uint64_t t0 = bench_now_ns();
+    uint32_t n_steps = (n + o->batch - 1) / o->batch;
+    for (uint32_t i = 0; i < n_steps + k - 1; i++) {
+        if (i >= k - 1 && k > 1) { /* step i - (k - 1) has had its turn in flight */
+            step *done = &steps[(i - (k - 1)) % k];
+            if (t->ops->get_many_finish(t->state, done->ticket) != KVS_OK)
+                die("get_many_finish", t->ops->last_error(t->state));
+            check_step(o, done, expect);
+        }
+        if (i >= n_steps) continue;
+        step *sp = &steps[i % k];
+        sp->first = i * o->batch;
+        sp->m = n - sp->first < o->batch ? n - sp->first : o->batch;
+        uint8_t *base = staging + (uint64_t)(i % k) * o->batch * o->object_bytes;
+        for (uint32_t j = 0; j < sp->m; j++) {
+            sp->keys[j] = key_of(sp->first + j);
+            sp->dsts[j] = base + (uint64_t)j * o->object_bytes;
+            sp->caps[j] = o->object_bytes;
+        }
+        if (k == 1) {
+            if (t->ops->get_many(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
+                                 sp->sts) != KVS_OK)
+                die("get_many", t->ops->last_error(t->state));
+            check_step(o, sp, expect);
+        } else if (t->ops->get_many_start(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
+                                          sp->sts, &sp->ticket) != KVS_OK) {
+            die("get_many_start", t->ops->last_error(t->state));
+        }
+    }
+    uint64_t ns = bench_now_ns() - t0;
     free(expect);
     return ns;
 }
@@ -356,7 +395,7 @@ int main(int argc, char **argv) {
         rmdir(run_root);
         return 77;
     }
-    uint64_t staging_len = (uint64_t)o.batch * o.object_bytes;
+    uint64_t staging_len = (uint64_t)o.in_flight * o.batch * o.object_bytes;
     uint8_t *staging =
         mmap(NULL, staging_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t data_bytes = (uint64_t)o.objects * o.object_bytes;
@@ -370,15 +409,17 @@ int main(int argc, char **argv) {
                     i);
     uint64_t units_pp = (uint64_t)o.objects * units_of(&o) / o.paths;
     uint64_t batch_units_pp = (uint64_t)o.batch * units_of(&o) / o.paths;
+    /* the units a path has in flight at most: every call's share, up to the ring's entries */
+    uint64_t flight_units_pp = o.in_flight * batch_units_pp;
     uint32_t iodepth =
-        (uint32_t)(batch_units_pp < o.queue_depth - 1 ? batch_units_pp : o.queue_depth - 1);
+        (uint32_t)(flight_units_pp < o.queue_depth - 1 ? flight_units_pp : o.queue_depth - 1);
     if (iodepth == 0) iodepth = 1;
     printf(
         "# kvs-bench-ssd: %u objects of %llu MiB (%llu MiB), %u paths under %s, stripe %llu KiB, "
-        "%u objects per step, queue depth %u\n",
+        "%u objects per step, %u steps in flight, queue depth %u\n",
         o.objects, (unsigned long long)(o.object_bytes / MIB),
         (unsigned long long)(data_bytes / MIB), o.paths, o.dir,
-        (unsigned long long)(o.stripe / 1024), o.batch, o.queue_depth);
+        (unsigned long long)(o.stripe / 1024), o.batch, o.in_flight, o.queue_depth);
 
     /* 1. restore vs fio */
     tier u;
@@ -425,12 +466,13 @@ int main(int argc, char **argv) {
         "the better of randread and "
         "read\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"fio_randread_gbps\":%.3f,"
         "\"fio_read_gbps\":%.3f,\"bytes\":%llu,\"paths\":%u,\"stripe_bytes\":%llu,"
-        "\"object_bytes\":%llu,\"objects_per_step\":%u,\"fio_iodepth\":%u,\"rounds\":%u,"
+        "\"object_bytes\":%llu,\"objects_per_step\":%u,\"steps_in_flight\":%u,\"fio_iodepth\":%u,"
+        "\"rounds\":%u,"
         "\"fixed_reads\":%llu,\"bounce_reads\":%llu,\"fill_gbps\":%.3f,\"ratio_min\":%.3f,"
         "\"ratio_max\":%.3f}\n",
         ratio, tier_med / 1e9, fio_med / 1e9, rand_med / 1e9, seq_med / 1e9,
         (unsigned long long)data_bytes, o.paths, (unsigned long long)o.stripe,
-        (unsigned long long)o.object_bytes, o.batch, iodepth, o.rounds,
+        (unsigned long long)o.object_bytes, o.batch, o.in_flight, iodepth, o.rounds,
         (unsigned long long)s1.fixed_reads, (unsigned long long)s1.bounce_reads,
         (double)data_bytes / fill_s / 1e9, ratio_min, ratio_max);
     printf("ssd restore: %.2f GB/s, fio %.2f GB/s (randread %.2f, read %.2f; %u jobs, bs %llu KiB, "

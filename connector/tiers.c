@@ -328,6 +328,12 @@ int kvs_tiers_can_get_many(const kvs_tier_chain *c, uint32_t tier) {
     return (ops->caps & KVS_BACKEND_CAP_GET_MANY) && KVS_HAS_OP(ops, get_many);
 }
 
+int kvs_tiers_can_get_many_async(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_backend_ops *ops = c->tiers[tier].ops;
+    return (ops->caps & KVS_BACKEND_CAP_GET_MANY_ASYNC) && KVS_HAS_OP(ops, get_many_start) &&
+           KVS_HAS_OP(ops, get_many_finish);
+}
+
 kvs_status kvs_tiers_get_ref(kvs_tier_chain *c, uint32_t tier, const kvs_key *key,
                              const void **object, uint64_t *len) {
     const kvs_tier *t = &c->tiers[tier];
@@ -352,6 +358,18 @@ kvs_status kvs_tiers_get_many(kvs_tier_chain *c, uint32_t tier, const kvs_key *k
                               kvs_status *statuses) {
     const kvs_tier *t = &c->tiers[tier];
     return t->ops->get_many(t->state, keys, dsts, caps, n, lens, statuses);
+}
+
+kvs_status kvs_tiers_get_many_start(kvs_tier_chain *c, uint32_t tier, const kvs_key *keys,
+                                    void *const *dsts, const uint64_t *caps, uint64_t n,
+                                    uint64_t *lens, kvs_status *statuses, uint64_t *ticket) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get_many_start(t->state, keys, dsts, caps, n, lens, statuses, ticket);
+}
+
+kvs_status kvs_tiers_get_many_finish(kvs_tier_chain *c, uint32_t tier, uint64_t ticket) {
+    const kvs_tier *t = &c->tiers[tier];
+    return t->ops->get_many_finish(t->state, ticket);
 }
 
 const char *kvs_tiers_last_error(const kvs_tier_chain *c, uint32_t tier) {

@@ -44,6 +44,8 @@ void kvs_tiers_unpin_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *k
 int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_range(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
+/* 1 if tier's get_many also comes in two halves (kvs_tiers_get_many_start, _finish). */
+int kvs_tiers_can_get_many_async(const kvs_tier_chain *chain, uint32_t tier);
 /* 1 when every tier may be called from several threads at once (KVS_BACKEND_CAP_THREAD_SAFE). */
 int kvs_tiers_thread_safe(const kvs_tier_chain *chain);
 /* The stored object in place; valid while the caller holds a pin on it. */
@@ -61,6 +63,12 @@ kvs_status kvs_tiers_get_range(kvs_tier_chain *chain, uint32_t tier, const kvs_k
 kvs_status kvs_tiers_get_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys,
                               void *const *dsts, const uint64_t *caps, uint64_t n, uint64_t *lens,
                               kvs_status *statuses);
+/* The same in two halves: start submits and returns (*ticket names the call; keys may be reused at
+ * once, the other arrays are the call's until finish); finish waits and fills lens and statuses. */
+kvs_status kvs_tiers_get_many_start(kvs_tier_chain *chain, uint32_t tier, const kvs_key *keys,
+                                    void *const *dsts, const uint64_t *caps, uint64_t n,
+                                    uint64_t *lens, kvs_status *statuses, uint64_t *ticket);
+kvs_status kvs_tiers_get_many_finish(kvs_tier_chain *chain, uint32_t tier, uint64_t ticket);
 /* The sentence of tier's last failure ("" if none). */
 const char *kvs_tiers_last_error(const kvs_tier_chain *chain, uint32_t tier);
 

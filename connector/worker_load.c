@@ -117,8 +117,77 @@ static void fetch_range(kvs_handle *h, kvs_load_work *w, int all_layers) {
     w->layers_read = all_layers; /* landing copies them without reading again */
 }
 
+/* One tier's share of a step's copies: the arrays of its get_many, which a call started with
+ * get_many_start owns until its finish. */
+typedef struct tier_fetch {
+    uint64_t n, ticket, t0;
+    kvs_key *keys;
+    void **dsts;
+    uint64_t *caps, *lens;
+    kvs_status *sts;
+    kvs_load_work **ws;
+    int started; /* a get_many_start is in flight */
+} tier_fetch;
+
+static int fetch_wants(const kvs_load_work *w, uint32_t t) {
+    return w->slab && !w->failed && !w->ranged && w->tier == (int)t;
+}
+
+static void fetch_free(tier_fetch *f) {
+    free(f->keys);
+    free(f->dsts);
+    free(f->caps);
+    free(f->lens);
+    free(f->sts);
+    free(f->ws);
+    memset(f, 0, sizeof *f);
+}
+
+/* Tier t's loads that need a copy, into f's arrays. 0 when out of memory (f empty). */
+static int fetch_collect(kvs_handle *h, kvs_load_set *set, uint32_t t, uint64_t n, tier_fetch *f) {
+    uint64_t cap = kvs_pool_slab_bytes(h->pool);
+    *f = (tier_fetch){.n = n,
+                      .keys = malloc(n * sizeof *f->keys),
+                      .dsts = malloc(n * sizeof *f->dsts),
+                      .caps = malloc(n * sizeof *f->caps),
+                      .lens = calloc(n, sizeof *f->lens),
+                      .sts = calloc(n, sizeof *f->sts),
+                      .ws = malloc(n * sizeof *f->ws)};
+    if (!f->keys || !f->dsts || !f->caps || !f->lens || !f->sts || !f->ws) {
+        fetch_free(f);
+        return 0;
+    }
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < set->n; i++) {
+        kvs_load_work *w = &set->w[i];
+        if (!fetch_wants(w, t)) continue;
+        f->keys[k] = w->load->key;
+        f->dsts[k] = w->slab;
+        f->caps[k] = cap;
+        f->ws[k++] = w;
+    }
+    return 1;
+}
+
+/* The objects of a finished get_many (call: the call's own status) are accepted or failed; the
+ * time since f->t0 counts for tier t. */
+static void fetch_land(kvs_handle *h, kvs_load_set *set, uint32_t t, tier_fetch *f,
+                       kvs_status call) {
+    for (uint64_t k = 0; k < f->n; k++) {
+        if (call == KVS_OK && f->sts[k] == KVS_OK)
+            accept_object(h, f->ws[k], f->ws[k]->slab, f->lens[k]);
+        else
+            fail_load(h, f->ws[k], kvs_tiers_last_error(h->tiers, t));
+    }
+    if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - f->t0;
+    fetch_free(f);
+}
+
 /* Fill the staging slabs of every load that needs a copy: one get_many per tier that has it (so a
- * tier over several devices submits the step's reads together), else one get per chunk. */
+ * tier over several devices submits the step's reads together), else one get per chunk. Tiers whose
+ * get_many comes in two halves are started first and finished last, so their reads run while the
+ * other tiers are read (a step that spans an SSD and a remote tier waits for the slower, not the
+ * sum). */
 static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
     kvs_load_work *ws_all = set->w;
     uint64_t n_all = set->n;
@@ -126,60 +195,50 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
     for (uint64_t i = 0; i < n_all; i++)
         if (ws_all[i].slab && !ws_all[i].failed && ws_all[i].ranged)
             fetch_range(h, &ws_all[i], all_layers);
-    for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
-        uint64_t n = 0;
-        for (uint64_t i = 0; i < n_all; i++)
-            if (ws_all[i].slab && !ws_all[i].failed && !ws_all[i].ranged &&
-                ws_all[i].tier == (int)t)
-                n++;
-        if (n == 0) continue;
-        uint64_t t0 = kvs_now_ns();
-        int many = kvs_tiers_can_get_many(h->tiers, t);
-        kvs_key *keys = many ? malloc(n * sizeof *keys) : NULL;
-        void **dsts = many ? malloc(n * sizeof *dsts) : NULL;
-        uint64_t *caps = many ? malloc(n * sizeof *caps) : NULL,
-                 *lens = many ? calloc(n, sizeof *lens) : NULL;
-        kvs_status *sts = many ? calloc(n, sizeof *sts) : NULL;
-        kvs_load_work **ws = many ? malloc(n * sizeof *ws) : NULL;
-        if (many && (!keys || !dsts || !caps || !lens || !sts || !ws))
-            many = 0; /* fall back to single gets */
-        if (many) {
-            uint64_t k = 0;
-            for (uint64_t i = 0; i < n_all; i++) {
-                kvs_load_work *w = &ws_all[i];
-                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
-                keys[k] = w->load->key;
-                dsts[k] = w->slab;
-                caps[k] = cap;
-                ws[k++] = w;
-            }
-            if (kvs_tiers_get_many(h->tiers, t, keys, dsts, caps, n, lens, sts) != KVS_OK)
-                for (uint64_t k2 = 0; k2 < n; k2++) sts[k2] = KVS_EIO;
-            for (uint64_t k2 = 0; k2 < n; k2++) {
-                if (sts[k2] == KVS_OK)
-                    accept_object(h, ws[k2], ws[k2]->slab, lens[k2]);
+    uint32_t n_tiers = kvs_tiers_count(h->tiers);
+    tier_fetch *fs = calloc(n_tiers ? n_tiers : 1, sizeof *fs);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t t = 0; t < n_tiers; t++) {
+            int async = fs && kvs_tiers_can_get_many_async(h->tiers, t);
+            if (async != (pass == 0)) continue; /* two-halves tiers first */
+            uint64_t n = 0;
+            for (uint64_t i = 0; i < n_all; i++) n += fetch_wants(&ws_all[i], t);
+            if (n == 0) continue;
+            uint64_t t0 = kvs_now_ns();
+            tier_fetch one, *f = fs ? &fs[t] : &one;
+            if (kvs_tiers_can_get_many(h->tiers, t) && fetch_collect(h, set, t, n, f)) {
+                f->t0 = t0;
+                if (!async) {
+                    fetch_land(h, set, t, f,
+                               kvs_tiers_get_many(h->tiers, t, f->keys, (void *const *)f->dsts,
+                                                  f->caps, n, f->lens, f->sts));
+                    continue;
+                }
+                kvs_status st =
+                    kvs_tiers_get_many_start(h->tiers, t, f->keys, (void *const *)f->dsts, f->caps,
+                                             n, f->lens, f->sts, &f->ticket);
+                if (st == KVS_OK)
+                    f->started = 1;
                 else
-                    fail_load(h, ws[k2], kvs_tiers_last_error(h->tiers, t));
+                    fetch_land(h, set, t, f, st);
+                continue;
             }
-        } else {
-            for (uint64_t i = 0; i < n_all; i++) {
+            for (uint64_t i = 0; i < n_all; i++) { /* one get per chunk (also without memory) */
                 kvs_load_work *w = &ws_all[i];
-                if (!w->slab || w->failed || w->ranged || w->tier != (int)t) continue;
+                if (!fetch_wants(w, t)) continue;
                 uint64_t len = 0;
                 if (kvs_tiers_get(h->tiers, t, &w->load->key, w->slab, cap, &len) != KVS_OK)
                     fail_load(h, w, kvs_tiers_last_error(h->tiers, t));
                 else
                     accept_object(h, w, w->slab, len);
             }
+            if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
         }
-        if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
-        free(keys);
-        free(dsts);
-        free(caps);
-        free(lens);
-        free(sts);
-        free(ws);
     }
+    for (uint32_t t = 0; fs && t < n_tiers; t++)
+        if (fs[t].started)
+            fetch_land(h, set, t, &fs[t], kvs_tiers_get_many_finish(h->tiers, t, fs[t].ticket));
+    free(fs);
 }
 
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */

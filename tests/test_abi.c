@@ -203,8 +203,10 @@ AT(kvs_backend_ops, commit, 120, 8);
 AT(kvs_backend_ops, abort, 128, 8);
 AT(kvs_backend_ops, memory, 136, 8);
 AT(kvs_backend_ops, get_many, 144, 8);
-AT(kvs_backend_ops, get_range, 152, 8); /* 1.2 */
-SIZE(kvs_backend_ops, 160);
+AT(kvs_backend_ops, get_range, 152, 8);      /* 1.2 */
+AT(kvs_backend_ops, get_many_start, 160, 8); /* 1.4 */
+AT(kvs_backend_ops, get_many_finish, 168, 8);
+SIZE(kvs_backend_ops, 176);
 
 /* --- the library, as an engine loads it ----------------------------------------------------------- */
 

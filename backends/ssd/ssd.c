@@ -587,6 +587,7 @@ fail:
 static void ssd_destroy(void *state) {
     ssd_tier *t = state;
     if (!t) return;
+    ssd_finish_calls(t); /* their reads need the engines */
     /* Stopping an engine lets its queued and in-flight requests finish first, so every write job
      * and tombstone completes (and takes the lock) before anything below is freed. All stop before
      * any is freed: a completion on one path looks at the others. */
@@ -622,7 +623,8 @@ static const kvs_backend_ops ssd_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_GET_RANGE,
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_GET_RANGE |
+            KVS_BACKEND_CAP_GET_MANY_ASYNC,
     .type_name = "ssd",
     .create = ssd_create,
     .destroy = ssd_destroy,
@@ -636,6 +638,8 @@ static const kvs_backend_ops ssd_ops = {
     .usage = ssd_usage,
     .get_many = ssd_get_many,
     .get_range = ssd_get_range,
+    .get_many_start = ssd_get_many_start,
+    .get_many_finish = ssd_get_many_finish,
 };
 
 const kvs_backend_ops *kvs_ssd_backend(void) {

@@ -1,9 +1,10 @@
 /*
- * ssd_read.c - get, get_many and get_range for the ssd tier: every unit of every object of one call
- * is read once, on the copy a policy chose, each path's share submitted as one batch; failed reads
- * retry on another copy; objects found by the restart scan are checked against their unit checksums
- * once. A range read reads only the 4KiB blocks of the units it covers (whole units of an object not
- * verified yet, whose checksums cover whole units) and copies the range out of them.
+ * ssd_read.c - get, get_many (also in two halves: get_many_start, get_many_finish) and get_range
+ * for the ssd tier: every unit of every object of one call is read once, on the copy a policy
+ * chose, each path's share submitted as one batch; failed reads retry on another copy; objects
+ * found by the restart scan are checked against their unit checksums once. A range read reads only
+ * the 4KiB blocks of the units it covers (whole units of an object not verified yet, whose
+ * checksums cover whole units) and copies the range out of them.
  */
 #include "ssd_tier.h"
 
@@ -160,27 +161,80 @@ static void range_unit(read_unit *ru, uint64_t us, uint64_t off, uint64_t len, u
     ru->copy_bytes = hi - lo;
 }
 
-/* ranges (NULL: whole objects) gives per item the [offset, offset + length) pair to read; dsts[i]
- * then has room for the range, and lens[i] still gets the object's length. */
-static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts,
-                                   const uint64_t *caps, uint64_t n, uint64_t *lens,
-                                   kvs_status *statuses, int io_class,
-                                   const uint64_t (*ranges)[2]) {
-    read_item *items = calloc(n ? n : 1, sizeof *items);
+/* One get_many (or get, get_range) call from its start to its finish: the caller's arrays, the
+ * objects it holds and the reads it issued. The waiter lives here, so the call must not move. */
+struct ssd_read_call {
+    ssd_read_call *next; /* the tier's calls in flight (get_many_start) */
+    uint64_t ticket;
+    void *const *dsts;
+    const uint64_t *caps;
+    uint64_t n;
+    uint64_t *lens;
+    kvs_status *statuses;
+    int io_class;
+    const uint64_t (*ranges)[2];
+    read_item *items;
+    uint64_t *seen_item; /* object -> first item, to merge equal keys */
+    read_unit *reads;
+    uint64_t total_reads;
+    uint32_t *n_copies, *copy_paths, *chosen;
+    uint64_t *order, *sched;
+    ssd_io_request **scratch;
+    ssd_io_waiter waiter;
+    int waiter_ready;
+    kvs_status rc; /* KVS_OK once its reads are issued */
+};
+
+static void free_call(ssd_read_call *call) {
+    if (call->waiter_ready) ssd_io_waiter_destroy(&call->waiter);
+    if (call->reads)
+        for (uint64_t r = 0; r < call->total_reads; r++) free(call->reads[r].bounce);
+    free(call->items);
+    free(call->seen_item);
+    free(call->reads);
+    free(call->sched);
+    free(call->n_copies);
+    free(call->copy_paths);
+    free(call->chosen);
+    free(call->order);
+    free(call->scratch);
+    free(call);
+}
+
+static kvs_status read_finish(ssd_tier *t, ssd_read_call *call);
+
+/* The first half of a read of n objects: find and hold them, plan one read per unit and issue them.
+ * ranges (NULL: whole objects) gives per item the [offset, offset + length) pair to read; dsts[i]
+ * then has room for the range, and lens[i] still gets the object's length. On KVS_OK *out is the
+ * call, whose reads are in flight (read_finish completes it); on a failure the call is over. */
+static kvs_status read_start(ssd_tier *t, const kvs_key *keys, void *const *dsts,
+                             const uint64_t *caps, uint64_t n, uint64_t *lens, kvs_status *statuses,
+                             int io_class, const uint64_t (*ranges)[2], ssd_read_call **out) {
+    *out = NULL;
     uint64_t set_cap = 2;
     while (set_cap < 2 * n) set_cap <<= 1;
-    uint64_t *seen_item =
-        malloc(set_cap * sizeof *seen_item); /* object -> first item, to merge equal keys */
-    read_unit *reads = NULL;
-    uint32_t *n_copies = NULL, *copy_paths = NULL, *chosen = NULL;
-    uint64_t *order = NULL, *sched = NULL;
-    ssd_io_request **scratch = NULL;
-    ssd_io_waiter waiter;
-    int waiter_ready = 0;
-    kvs_status rc = KVS_ENOMEM;
-    if (!items || !seen_item) goto fail;
+    ssd_read_call *call = calloc(1, sizeof *call);
+    read_item *items = calloc(n ? n : 1, sizeof *items);
+    uint64_t *seen_item = malloc(set_cap * sizeof *seen_item);
+    if (!call || !items || !seen_item) {
+        free(call);
+        free(items);
+        free(seen_item);
+        ssd_set_error(t, "out of memory for a read of %llu objects", (unsigned long long)n);
+        for (uint64_t i = 0; i < n; i++) statuses[i] = KVS_ENOMEM;
+        return KVS_ENOMEM;
+    }
+    *call = (ssd_read_call){.dsts = dsts,
+                            .caps = caps,
+                            .n = n,
+                            .lens = lens,
+                            .statuses = statuses,
+                            .io_class = io_class,
+                            .ranges = ranges,
+                            .items = items,
+                            .seen_item = seen_item,
+                            .rc = KVS_ENOMEM};
     for (uint64_t b = 0; b < set_cap; b++) seen_item[b] = UINT64_MAX;
-
     /* 1. Find the objects and hold them (refs) so their slots cannot be reused under the reads. */
     uint64_t total_reads = 0;
     uint32_t max_copies = 1;
@@ -221,28 +275,31 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         if (e->replicas > max_copies) max_copies = e->replicas;
     }
     pthread_mutex_unlock(&t->mutex);
+    call->total_reads = total_reads;
 
     /* 2. One read per (object, unit). Those with a usable copy go to the policy, which picks the copy
      * and the submission order; sched[] maps its indices back to reads. */
     uint64_t n_sched = 0, alloc = total_reads ? total_reads : 1;
-    reads = calloc(alloc, sizeof *reads);
-    sched = calloc(alloc, sizeof *sched);
-    n_copies = calloc(alloc, sizeof *n_copies);
-    copy_paths = calloc(alloc * max_copies, sizeof *copy_paths);
-    chosen = calloc(alloc, sizeof *chosen);
-    order = calloc(alloc, sizeof *order);
-    scratch = calloc(alloc, sizeof *scratch);
-    if (!reads || !sched || !n_copies || !copy_paths || !chosen || !order || !scratch ||
-        ssd_io_waiter_init(&waiter, 0) != 0)
-        goto release;
-    waiter_ready = 1;
+    read_unit *reads = call->reads = calloc(alloc, sizeof *reads);
+    uint64_t *sched = call->sched = calloc(alloc, sizeof *sched);
+    uint32_t *n_copies = call->n_copies = calloc(alloc, sizeof *n_copies);
+    uint32_t *copy_paths = call->copy_paths = calloc(alloc * max_copies, sizeof *copy_paths);
+    uint32_t *chosen = call->chosen = calloc(alloc, sizeof *chosen);
+    uint64_t *order = call->order = calloc(alloc, sizeof *order);
+    call->scratch = calloc(alloc, sizeof *call->scratch);
+    if (!reads || !sched || !n_copies || !copy_paths || !chosen || !order || !call->scratch ||
+        ssd_io_waiter_init(&call->waiter, 0) != 0) {
+        read_finish(t, call); /* releases the objects; every found one reads KVS_ENOMEM */
+        return KVS_ENOMEM;
+    }
+    call->waiter_ready = 1;
     for (uint64_t i = 0; i < n; i++) {
         read_item *it = &items[i];
         if (it->object == SSD_NIL) continue;
         const ssd_object *e = ssd_obj(t, it->object); /* copies of a live object do not change */
         for (uint32_t u = 0; u < it->n_reads; u++) {
             read_unit *ru = &reads[it->first_read + u];
-            ru->waiter = &waiter;
+            ru->waiter = &call->waiter;
             ru->item = i;
             ru->unit = u;
             ru->path = SSD_NO_PATH;
@@ -310,9 +367,26 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         if (ru->bounce && !ru->range_dst) atomic_fetch_add(&t->bounce_reads, 1);
         order[n_issue++] = r;
     }
-    ssd_io_waiter_add(&waiter, n_issue);
-    submit_reads(t, reads, order, n_issue, io_class, scratch);
-    wait_reads(t, &waiter, reads, total_reads);
+    call->rc = KVS_OK;
+    ssd_io_waiter_add(&call->waiter, n_issue);
+    submit_reads(t, reads, order, n_issue, io_class, call->scratch);
+    *out = call;
+    return KVS_OK;
+}
+
+/* The second half: wait for the call's reads, retry failed ones on other copies, verify, release the
+ * objects, fill statuses and free the call. Returns the call's own status. */
+static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
+    read_item *items = call->items;
+    read_unit *reads = call->reads;
+    uint64_t *order = call->order, n = call->n, total_reads = call->total_reads;
+    void *const *dsts = call->dsts;
+    const uint64_t *caps = call->caps;
+    uint64_t *lens = call->lens;
+    kvs_status *statuses = call->statuses, rc = call->rc;
+    const uint64_t(*ranges)[2] = call->ranges;
+    if (rc != KVS_OK) goto release;
+    wait_reads(t, &call->waiter, reads, total_reads);
 
     /* 4. A read that failed tries the unit's next usable copy, until none is left. */
     for (;;) {
@@ -333,9 +407,9 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
             order[n_retry++] = r;
         }
         if (n_retry == 0) break;
-        ssd_io_waiter_add(&waiter, n_retry);
-        submit_reads(t, reads, order, n_retry, io_class, scratch);
-        wait_reads(t, &waiter, reads, total_reads);
+        ssd_io_waiter_add(&call->waiter, n_retry);
+        submit_reads(t, reads, order, n_retry, call->io_class, call->scratch);
+        wait_reads(t, &call->waiter, reads, total_reads);
     }
 
     /* 5. Bounce copies, first-read verification of recovered objects, statuses. */
@@ -363,7 +437,6 @@ static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const
         if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED))
             unit_matches(it, ru, ru->dst, e->checksums[ru->unit]);
     }
-    rc = KVS_OK;
 
 release:
     pthread_mutex_lock(&t->mutex);
@@ -420,26 +493,18 @@ release:
         lens[i] = lens[j];
         if (statuses[i] == KVS_OK && lens[i]) memcpy(dsts[i], dsts[j], lens[i]);
     }
-    if (waiter_ready) ssd_io_waiter_destroy(&waiter);
-    if (reads)
-        for (uint64_t r = 0; r < total_reads; r++) free(reads[r].bounce);
-    free(items);
-    free(seen_item);
-    free(reads);
-    free(sched);
-    free(n_copies);
-    free(copy_paths);
-    free(chosen);
-    free(order);
-    free(scratch);
+    free_call(call);
     return rc;
+}
 
-fail:
-    free(items);
-    free(seen_item);
-    ssd_set_error(t, "out of memory for a read of %llu objects", (unsigned long long)n);
-    for (uint64_t i = 0; i < n; i++) statuses[i] = KVS_ENOMEM;
-    return KVS_ENOMEM;
+/* get_many, get and get_range: both halves at once. */
+static kvs_status ssd_read_objects(ssd_tier *t, const kvs_key *keys, void *const *dsts,
+                                   const uint64_t *caps, uint64_t n, uint64_t *lens,
+                                   kvs_status *statuses, int io_class,
+                                   const uint64_t (*ranges)[2]) {
+    ssd_read_call *call;
+    kvs_status rc = read_start(t, keys, dsts, caps, n, lens, statuses, io_class, ranges, &call);
+    return rc == KVS_OK ? read_finish(t, call) : rc;
 }
 
 kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
@@ -447,6 +512,61 @@ kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, con
     ssd_tier *t = state;
     if (!t || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
     return ssd_read_objects(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE, NULL);
+}
+
+/* The calls in flight are a list under the tier's lock, so a ticket is checked before it is used:
+ * an unknown or finished one is refused, never dereferenced. */
+kvs_status ssd_get_many_start(void *state, const kvs_key *keys, void *const *dsts,
+                              const uint64_t *caps, uint64_t n, uint64_t *lens,
+                              kvs_status *statuses, uint64_t *ticket) {
+    ssd_tier *t = state;
+    if (!t || !ticket || (n && (!keys || !dsts || !caps || !lens || !statuses))) return KVS_EINVAL;
+    ssd_read_call *call;
+    kvs_status rc = read_start(t, keys, dsts, caps, n, lens, statuses, SSD_IO_RESTORE, NULL, &call);
+    if (rc != KVS_OK) return rc;
+    pthread_mutex_lock(&t->mutex);
+    call->ticket = ++t->next_ticket;
+    call->next = t->calls;
+    t->calls = call;
+    pthread_mutex_unlock(&t->mutex);
+    *ticket = call->ticket;
+    return KVS_OK;
+}
+
+/* Takes the call of ticket out of the list: NULL when none is in flight. */
+static ssd_read_call *take_call(ssd_tier *t, uint64_t ticket) {
+    pthread_mutex_lock(&t->mutex);
+    ssd_read_call **at = &t->calls;
+    while (*at && (*at)->ticket != ticket) at = &(*at)->next;
+    ssd_read_call *call = *at;
+    if (call) *at = call->next;
+    pthread_mutex_unlock(&t->mutex);
+    return call;
+}
+
+kvs_status ssd_get_many_finish(void *state, uint64_t ticket) {
+    ssd_tier *t = state;
+    if (!t) return KVS_EINVAL;
+    ssd_read_call *call = take_call(t, ticket);
+    if (!call) {
+        ssd_set_error(t,
+                      "get_many_finish: ticket %llu is not in flight (never started, or "
+                      "finished already)",
+                      (unsigned long long)ticket);
+        return KVS_EINVAL;
+    }
+    return read_finish(t, call);
+}
+
+void ssd_finish_calls(ssd_tier *t) {
+    for (;;) {
+        pthread_mutex_lock(&t->mutex);
+        ssd_read_call *call = t->calls;
+        if (call) t->calls = call->next;
+        pthread_mutex_unlock(&t->mutex);
+        if (!call) return;
+        read_finish(t, call);
+    }
 }
 
 kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {

@@ -69,6 +69,8 @@ typedef struct ssd_path {
     uint64_t retired; /* slots out of service: capacity is n_slots - retired */
 } ssd_path;
 
+typedef struct ssd_read_call ssd_read_call; /* ssd_read.c */
+
 typedef struct ssd_tier {
     char tier_name[96];
     uint64_t stripe_bytes, slot_bytes, max_object_bytes, io_timeout_ms;
@@ -85,6 +87,8 @@ typedef struct ssd_tier {
     uint32_t lru_head, lru_tail; /* head = most recently used */
     uint64_t live_objects, live_bytes;
     uint64_t next_seq, place_pointer;
+    ssd_read_call *calls; /* get_many_start calls not finished yet, under mutex */
+    uint64_t next_ticket;
     uint64_t write_buffer_bytes, buffered_bytes, writes_pending;
     /* The write arena: max_spare buffers of spare_bytes (the buffer of an object of
      * max_object_bytes), mapped and faulted in at create, so a put never maps, faults in or unmaps
@@ -175,5 +179,11 @@ kvs_status ssd_get_range(void *state, const kvs_key *key, uint64_t offset, uint6
                          uint64_t *got, uint64_t *object_len);
 kvs_status ssd_get_many(void *state, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
                         uint64_t n, uint64_t *lens, kvs_status *statuses);
+kvs_status ssd_get_many_start(void *state, const kvs_key *keys, void *const *dsts,
+                              const uint64_t *caps, uint64_t n, uint64_t *lens,
+                              kvs_status *statuses, uint64_t *ticket);
+kvs_status ssd_get_many_finish(void *state, uint64_t ticket);
+/* destroy: finishes every call still in flight (the engines must still run). */
+void ssd_finish_calls(ssd_tier *t);
 
 #endif /* KVS_SSD_TIER_H */
