@@ -84,7 +84,7 @@ static void usage(int status) {
         "  --queue-depth io_uring entries per path (default 128)\n"
         "  --rounds      timed rounds of tier and fio each (default 7)\n"
         "  --in-flight   restore steps in flight, 1..4: 1 is one get_many per step, K > 1 starts\n"
-        "                each step K - 1 steps before it is finished (default 2)\n"
+        "                each step K - 1 steps before it is finished (default 3)\n"
         "  --keep        leave the data files in place\n");
     exit(status);
 }
@@ -99,7 +99,7 @@ static options parse_options(int argc, char **argv) {
                  .stripe = MIB,
                  .queue_depth = 128,
                  .rounds = 7,
-                 .in_flight = 2};
+                 .in_flight = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--keep")) {
