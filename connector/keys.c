@@ -116,11 +116,71 @@ static inline __attribute__((always_inline)) uint32_t copy_check(int32_t *dst, c
     return bad;
 }
 
+uint32_t kvs_tokens_copy_check_portable(int32_t *dst, const int32_t *src, uint64_t n,
+                                        uint32_t limit) {
+    return dst ? copy_check(dst, src, n, limit) : copy_check(NULL, src, n, limit);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* The same with AVX2 where the CPU has it (chosen per call, __builtin_cpu_supports): eight tokens
+ * per step, and one unsigned max per step instead of a flip, a compare and an or, so a 1 KiB chunk
+ * costs about half the instructions; the largest token is compared with limit once at the end. */
+#define KVS_TOKENS_AVX2 1
+static inline __attribute__((always_inline, target("avx2"))) uint32_t copy_check_avx2(
+    int32_t *dst, const int32_t *src, uint64_t n, uint32_t limit) {
+    __m256i top = _mm256_setzero_si256(), top2 = _mm256_setzero_si256();
+    uint64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(src + k));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(src + k + 8));
+        if (dst) {
+            _mm256_storeu_si256((__m256i *)(void *)(dst + k), a);
+            _mm256_storeu_si256((__m256i *)(void *)(dst + k + 8), b);
+        }
+        top = _mm256_max_epu32(top, a);
+        top2 = _mm256_max_epu32(top2, b);
+    }
+    top = _mm256_max_epu32(top, top2);
+    uint32_t lanes[8], largest = 0;
+    _mm256_storeu_si256((__m256i *)(void *)lanes, top);
+    for (int i = 0; i < 8; i++) largest = lanes[i] > largest ? lanes[i] : largest;
+    uint32_t bad = largest >= limit;
+    for (; k < n; k++) {
+        if (dst) dst[k] = src[k];
+        bad |= (uint32_t)src[k] >= limit;
+    }
+    return bad;
+}
+
+static __attribute__((target("avx2"))) uint32_t check_avx2(const int32_t *src, uint64_t n,
+                                                           uint32_t limit) {
+    return copy_check_avx2(NULL, src, n, limit);
+}
+
+static __attribute__((target("avx2"))) uint32_t copy_avx2(int32_t *dst, const int32_t *src,
+                                                          uint64_t n, uint32_t limit) {
+    return copy_check_avx2(dst, src, n, limit);
+}
+
+static int have_avx2(void) {
+    return __builtin_cpu_supports("avx2");
+}
+#else
+#define KVS_TOKENS_AVX2 0
+#endif
+
 uint32_t kvs_tokens_check(const int32_t *tokens, uint64_t n, uint32_t limit) {
+#if KVS_TOKENS_AVX2
+    if (have_avx2()) return check_avx2(tokens, n, limit);
+#endif
     return copy_check(NULL, tokens, n, limit);
 }
 
 uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uint32_t limit) {
+#if KVS_TOKENS_AVX2
+    if (have_avx2()) return copy_avx2(dst, src, n, limit);
+#endif
     return copy_check(dst, src, n, limit);
 }
 
@@ -136,7 +196,7 @@ static inline __attribute__((always_inline)) uint32_t chains(const kvs_key *prev
         const int32_t *t = tokens + c * chunk_tokens;
         kvs_key *row = out + c * n_ranks;
         for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], t, chunk_tokens, &row[r]);
-        if (copy) bad |= copy_check(copy + c * chunk_tokens, t, chunk_tokens, limit);
+        if (copy) bad |= kvs_tokens_copy_check(copy + c * chunk_tokens, t, chunk_tokens, limit);
         prev = row;
     }
     return bad;

@@ -38,6 +38,10 @@ void kvs_keys_chains(const kvs_key *prev, uint32_t n_ranks, const int32_t *token
 uint32_t kvs_tokens_check(const int32_t *tokens, uint64_t n, uint32_t limit);
 /* The same check while copying src[n] to dst (they must not overlap). */
 uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uint32_t limit);
+/* The same without the CPU's wider vectors (SSE2 on x86-64): what the two above run where the CPU
+ * has no AVX2; tests compare the two. */
+uint32_t kvs_tokens_copy_check_portable(int32_t *dst, const int32_t *src, uint64_t n,
+                                        uint32_t limit);
 /* kvs_keys_chains, copying the n_chunks * chunk_tokens tokens to copy and checking them as
  * kvs_tokens_check does in the same pass (each chunk is hashed from tokens, then checked and copied
  * while it is still in cache): the keys are those of kvs_keys_chains, and the return value

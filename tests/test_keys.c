@@ -194,7 +194,9 @@ START_TEST(keys_made_while_copying_are_the_same_keys) {
     ck_assert_uint_eq(kvs_tokens_copy_check(copy + 4 * CHUNK, tokens + 4 * CHUNK, 3, 1u << 20), 0);
     ck_assert_mem_eq(copy, tokens, sizeof tokens);
     ck_assert_uint_eq(kvs_tokens_check(tokens, N, 1u << 20), 0);
-    const uint64_t spots[] = {0, 1, 2, 3, CHUNK - 1, CHUNK, 3 * CHUNK + 2, 4 * CHUNK - 1};
+    /* every lane of the first two vectors of either width, chunk edges, the last whole token */
+    const uint64_t spots[] = {
+        0, 1, 2, 3, 7, 8, 15, 16, CHUNK - 1, CHUNK, 3 * CHUNK + 2, 4 * CHUNK - 1};
     for (size_t i = 0; i < sizeof spots / sizeof spots[0]; i++) {
         for (int neg = 0; neg < 2; neg++) {
             int32_t bad[N];
@@ -203,6 +205,17 @@ START_TEST(keys_made_while_copying_are_the_same_keys) {
             ck_assert_uint_ne(kvs_keys_chains_copy(fps, 2, bad, 4, CHUNK, 1u << 20, copy, got), 0);
             ck_assert_uint_ne(kvs_tokens_check(bad, N, 1u << 20), 0);
             ck_assert_uint_eq(kvs_tokens_check(bad, spots[i], 1u << 20), 0); /* before it: fine */
+            /* the portable loop and the one this CPU runs agree, with and without a copy */
+            ck_assert_uint_ne(kvs_tokens_copy_check_portable(NULL, bad, N, 1u << 20), 0);
+            ck_assert_uint_eq(kvs_tokens_copy_check_portable(NULL, bad, spots[i], 1u << 20), 0);
+            memset(copy, 0, sizeof copy);
+            ck_assert_uint_ne(kvs_tokens_copy_check_portable(copy, bad, N, 1u << 20), 0);
+            ck_assert_mem_eq(copy, bad, sizeof bad);
+            memset(copy, 0, sizeof copy);
+            ck_assert_uint_ne(kvs_tokens_copy_check(copy, bad, N, 1u << 20), 0);
+            ck_assert_mem_eq(copy, bad, sizeof bad);
+            /* no vocabulary: only a negative token is out */
+            ck_assert_uint_eq(kvs_tokens_check(bad, N, 1u << 31) != 0, (uint32_t)neg);
         }
     }
     int32_t tail[N];
