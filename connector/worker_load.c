@@ -205,7 +205,7 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
             for (uint64_t i = 0; i < n_all; i++) n += fetch_wants(&ws_all[i], t);
             if (n == 0) continue;
             uint64_t t0 = kvs_now_ns();
-            tier_fetch one, *f = fs ? &fs[t] : &one;
+            tier_fetch one = {0}, *f = fs ? &fs[t] : &one;
             if (kvs_tiers_can_get_many(h->tiers, t) && fetch_collect(h, set, t, n, f)) {
                 f->t0 = t0;
                 if (!async) {
