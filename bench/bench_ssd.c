@@ -9,8 +9,8 @@
  *
  * 1. restore (real device): the data set fills every slot of every path's data file exactly, so
  *    the reference reads exactly the bytes the tier wrote. A round restores every object in steps
- *    of --batch objects, --in-flight of them at once (get_many_start, finished K - 1 steps later;
- *    K = 1: one get_many per step), into a staging region the tier registered as io_uring fixed
+ *    of --batch objects, --in-flight K of them at once (get_many_start, each step finished once
+ *    K are in flight; K = 1: one get_many per step), into a staging region the tier registered as io_uring fixed
  *    buffers. Reference: fio, ioengine=io_uring, direct=1, fixedbufs=1, reads of stripe_bytes, one
  *    job per data file, each with the queue depth the tier has in flight per path at most (units
  *    per path in K steps, capped at the ring); both random and sequential order are run and the one
@@ -84,8 +84,8 @@ static void usage(int status) {
         "  --stripe-kib  unit size in KiB, a multiple of 4 (default 1024)\n"
         "  --queue-depth io_uring entries per path (default 128)\n"
         "  --rounds      timed rounds of tier and fio each (default 7)\n"
-        "  --in-flight   restore steps in flight, 1..4: 1 is one get_many per step, K > 1 starts\n"
-        "                each step K - 1 steps before it is finished (default 3)\n"
+        "  --in-flight   restore steps in flight, 1..4: 1 is one get_many per step, K > 1 keeps\n"
+        "                K get_many_start calls in flight (default 2)\n"
         "  --keep        leave the data files in place\n");
     exit(status);
 }
@@ -100,7 +100,7 @@ static options parse_options(int argc, char **argv) {
                  .stripe = MIB,
                  .queue_depth = 128,
                  .rounds = 7,
-                 .in_flight = 3};
+                 .in_flight = 2};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--keep")) {
@@ -270,9 +270,11 @@ static void check_step(const options *o, const step *sp, uint64_t *expect) {
 }
 
 /* One round: every object of [0, n) restored in steps of --batch objects. With --in-flight 1 each
- * step is one get_many; with K > 1 a step is a get_many_start, finished K - 1 steps later, so the
- * next steps' reads are queued while a step's last ones finish (each call in flight has its own
- * part of the staging region). Returns ns. */
+ * step is one get_many; with K > 1 each step is a get_many_start, and step i - (K - 1) is finished
+ * right after step i is started, so K calls are in flight at once and the next steps' reads are
+ * queued while a step's last ones finish (each call in flight has its own part of the staging
+ * region: step i's part is free again because step i - K was finished the turn before). Returns
+ * ns. */
 static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *staging, int check) {
     static step steps[4];
     uint32_t k = o->in_flight;
@@ -281,30 +283,32 @@ static uint64_t tier_restore(tier *t, const options *o, uint32_t n, uint8_t *sta
     uint64_t t0 = bench_now_ns();
     uint32_t n_steps = (n + o->batch - 1) / o->batch;
     for (uint32_t i = 0; i < n_steps + k - 1; i++) {
-        if (i >= k - 1 && k > 1) { /* step i - (k - 1) has had its turn in flight */
+        if (i < n_steps) {
+            step *sp = &steps[i % k];
+            sp->first = i * o->batch;
+            sp->m = n - sp->first < o->batch ? n - sp->first : o->batch;
+            uint8_t *base = staging + (uint64_t)(i % k) * o->batch * o->object_bytes;
+            for (uint32_t j = 0; j < sp->m; j++) {
+                sp->keys[j] = key_of(sp->first + j);
+                sp->dsts[j] = base + (uint64_t)j * o->object_bytes;
+                sp->caps[j] = o->object_bytes;
+            }
+            if (k == 1) {
+                if (t->ops->get_many(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
+                                     sp->sts) != KVS_OK)
+                    die("get_many", t->ops->last_error(t->state));
+                check_step(o, sp, expect);
+                continue;
+            }
+            if (t->ops->get_many_start(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
+                                       sp->sts, &sp->ticket) != KVS_OK)
+                die("get_many_start", t->ops->last_error(t->state));
+        }
+        if (k > 1 && i >= k - 1) { /* K steps in flight: the oldest one is finished */
             step *done = &steps[(i - (k - 1)) % k];
             if (t->ops->get_many_finish(t->state, done->ticket) != KVS_OK)
                 die("get_many_finish", t->ops->last_error(t->state));
             check_step(o, done, expect);
-        }
-        if (i >= n_steps) continue;
-        step *sp = &steps[i % k];
-        sp->first = i * o->batch;
-        sp->m = n - sp->first < o->batch ? n - sp->first : o->batch;
-        uint8_t *base = staging + (uint64_t)(i % k) * o->batch * o->object_bytes;
-        for (uint32_t j = 0; j < sp->m; j++) {
-            sp->keys[j] = key_of(sp->first + j);
-            sp->dsts[j] = base + (uint64_t)j * o->object_bytes;
-            sp->caps[j] = o->object_bytes;
-        }
-        if (k == 1) {
-            if (t->ops->get_many(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
-                                 sp->sts) != KVS_OK)
-                die("get_many", t->ops->last_error(t->state));
-            check_step(o, sp, expect);
-        } else if (t->ops->get_many_start(t->state, sp->keys, sp->dsts, sp->caps, sp->m, sp->lens,
-                                          sp->sts, &sp->ticket) != KVS_OK) {
-            die("get_many_start", t->ops->last_error(t->state));
         }
     }
     uint64_t ns = bench_now_ns() - t0;

@@ -170,7 +170,8 @@ static int fetch_collect(kvs_handle *h, kvs_load_set *set, uint32_t t, uint64_t 
 }
 
 /* The objects of a finished get_many (call: the call's own status) are accepted or failed; the
- * time since f->t0 counts for tier t. */
+ * time since f->t0 counts for tier t (for a two-halves call, the time in its finish: the time in
+ * its start was counted then, and the other tiers' reads between the two are theirs). */
 static void fetch_land(kvs_handle *h, kvs_load_set *set, uint32_t t, tier_fetch *f,
                        kvs_status call) {
     for (uint64_t k = 0; k < f->n; k++) {
@@ -217,10 +218,12 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
                 kvs_status st =
                     kvs_tiers_get_many_start(h->tiers, t, f->keys, (void *const *)f->dsts, f->caps,
                                              n, f->lens, f->sts, &f->ticket);
-                if (st == KVS_OK)
-                    f->started = 1;
-                else
+                if (st != KVS_OK) {
                     fetch_land(h, set, t, f, st);
+                    continue;
+                }
+                f->started = 1;
+                if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
                 continue;
             }
             for (uint64_t i = 0; i < n_all; i++) { /* one get per chunk (also without memory) */
@@ -236,8 +239,10 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
         }
     }
     for (uint32_t t = 0; fs && t < n_tiers; t++)
-        if (fs[t].started)
+        if (fs[t].started) {
+            fs[t].t0 = kvs_now_ns();
             fetch_land(h, set, t, &fs[t], kvs_tiers_get_many_finish(h->tiers, t, fs[t].ticket));
+        }
     free(fs);
 }
 

@@ -218,6 +218,19 @@ START_TEST(keys_made_while_copying_are_the_same_keys) {
             ck_assert_uint_eq(kvs_tokens_check(bad, N, 1u << 31) != 0, (uint32_t)neg);
         }
     }
+    /* a bad token after the last whole vector step (the loops' scalar tails), for every length
+     * up to two steps; and no tokens are never bad, whatever the limit */
+    for (uint64_t n = 1; n <= 32; n++) {
+        int32_t few[32];
+        memcpy(few, tokens, sizeof few);
+        few[n - 1] = -7;
+        ck_assert_msg(kvs_tokens_check(few, n, 1u << 20) != 0, "n %llu", (unsigned long long)n);
+        ck_assert_uint_eq(kvs_tokens_check(few, n - 1, 1u << 20), 0);
+        ck_assert_uint_ne(kvs_tokens_copy_check_portable(NULL, few, n, 1u << 20), 0);
+    }
+    ck_assert_uint_eq(kvs_tokens_check(tokens, 0, 0), 0);
+    ck_assert_uint_eq(kvs_tokens_copy_check(copy, tokens, 0, 0), 0);
+    ck_assert_uint_ne(kvs_tokens_check(tokens, 20, 0), 0); /* limit 0: every token is out */
     int32_t tail[N];
     memcpy(tail, tokens, sizeof tail);
     tail[N - 1] =

@@ -15,6 +15,7 @@
 #include "tests/support/objects.h"
 #include "tests/support/ssd_tier.h"
 #include "tests/support/test_support.h"
+#include "tests/support/wait.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
@@ -302,8 +303,9 @@ static void schedule_last_copy(void *ctx, uint32_t n_paths, uint64_t n, uint32_t
 }
 
 /* get_many_start and get_many_finish: two calls in flight at once, finished in the other order;
- * each gets its own objects and statuses, an object removed while a call holds it still reads whole,
- * and a ticket that is not in flight is refused with a sentence. */
+ * each gets its own objects and statuses, an object removed meanwhile still reads whole (the hold
+ * itself is what a_call_in_flight_holds_the_room_of_its_objects shows), and a ticket that is not in
+ * flight is refused with a sentence. */
 START_TEST(get_many_in_two_halves_keeps_two_calls_apart) {
     kvs_test_dirs d;
     kvs_test_ssd_dirs(&d);
@@ -368,6 +370,64 @@ START_TEST(get_many_in_two_halves_keeps_two_calls_apart) {
     ck_assert_int_eq(ops->get_many_finish(st, t0), KVS_OK);
     for (uint32_t c = 0; c < 2; c++)
         for (uint32_t i = 0; i < N; i++) free(dsts[c][i]);
+    ops->destroy(st);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+typedef struct writes_probe {
+    void *st;
+    uint64_t want;
+} writes_probe;
+
+static int writes_reached(void *arg) {
+    writes_probe *p = arg;
+    return kvs_test_ssd_stats(p->st).writes >= p->want;
+}
+
+/* A call in flight holds its objects' room: an object removed meanwhile keeps its slot until the
+ * call is finished, so a put that needs room evicts another object instead of taking that slot
+ * (without the hold it would take it, and nothing would be evicted). */
+START_TEST(a_call_in_flight_holds_the_room_of_its_objects) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    /* one path of 8 slots of 16KiB + 4KiB, read at 2 MB/s: a 16 KiB read takes 8 ms */
+    kvs_test_ssd_args a = {.n_paths = 1,
+                           .capacity = 4096 + 8 * 20 * KIB,
+                           .max_object = 16 * KIB,
+                           .options = {{"sim_bandwidth", "2MB/s"}}};
+    void *st = kvs_test_ssd_open(&d, &a);
+    for (uint32_t i = 0; i < 8; i++) { /* one at a time: the LRU order is the put order */
+        kvs_test_ssd_put(st, i, 16 * KIB);
+        kvs_test_ssd_flush(st);
+    }
+    kvs_key key = kvs_test_key(0);
+    void *dst = kvs_test_aligned_buffer(16 * KIB);
+    uint64_t cap = 16 * KIB, len = 0, ticket = 0;
+    kvs_status status = KVS_EIO;
+    uint64_t writes = kvs_test_ssd_stats(st).writes;
+    ck_assert_int_eq(ops->get_many_start(st, &key, &dst, &cap, 1, &len, &status, &ticket), KVS_OK);
+    ck_assert_int_eq(ops->remove(st, &key), KVS_OK);
+    /* the tombstone (queued behind the read) holds the slot too until it is written: wait for it */
+    writes_probe wp = {st, writes + 1};
+    ck_assert(kvs_test_wait_for(writes_reached, &wp, 10000));
+    kvs_test_pause_ms(
+        50); /* and for its completion to let go of the slot, were nothing else holding it */
+    uint64_t evictions = kvs_test_ssd_stats(st).evictions;
+    kvs_test_ssd_put(st, 8, 16 * KIB);
+    kvs_test_ssd_flush(st);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).evictions - evictions, 1);
+    ck_assert_uint_eq(kvs_test_ssd_present(st, 1), 0); /* the least recently used went */
+    ck_assert_uint_eq(kvs_test_ssd_present(st, 8), 1);
+    ck_assert_int_eq(ops->get_many_finish(st, ticket), KVS_OK);
+    ck_assert_int_eq(status, KVS_OK);
+    ck_assert(kvs_test_bytes_match(dst, len, 0));
+    /* finished: the removed object's slot is free, so the next put evicts nothing */
+    evictions = kvs_test_ssd_stats(st).evictions;
+    kvs_test_ssd_put(st, 9, 16 * KIB);
+    kvs_test_ssd_flush(st);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).evictions, evictions);
+    free(dst);
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 }
@@ -952,6 +1012,7 @@ static Suite *ssd_suite(void) {
     tcase_add_test(basic, get_many_merges_equal_keys_and_reports_each_object);
     tcase_add_test(basic, get_many_in_two_halves_keeps_two_calls_apart);
     tcase_add_test(basic, destroy_finishes_a_call_still_in_flight);
+    tcase_add_test(basic, a_call_in_flight_holds_the_room_of_its_objects);
     tcase_add_test(basic, host_policies_choose_the_paths_and_the_read_order);
     tcase_add_test(basic, built_in_schedule_balances_reads_and_interleaves_paths);
     tcase_add_test(basic, bad_options_are_refused_with_a_sentence);
