@@ -97,7 +97,11 @@ tiers:
 YAML
 
 # start_node N NAMESPACE ADDRESS PORT: start node N, wait for its readiness line; 1 if it exited first.
+# The files of an earlier node N go first: the background job truncates them only once it runs, and
+# until then the loop below would find the earlier node's readiness line (and node_port, a moment
+# later, an empty file: "node 1 did not come back" under load in an asan CI run).
 start_node() {
+    rm -f "$work/node$1.out" "$work/node$1.err"
     ip netns exec "$2" "$node" --listen "$3:$4" --psk-file "$work/psk" --config "$work/node.yaml" \
         --max-object-bytes 1MiB >"$work/node$1.out" 2>"$work/node$1.err" &
     echo $! >"$work/node$1.pid"
