@@ -9,14 +9,14 @@
  *
  * 1. restore (real device): the data set fills every slot of every path's data file exactly, so
  *    the reference reads exactly the bytes the tier wrote. A round restores every object in steps
- *    of --batch objects, --in-flight K of them at once (get_many_start, each step finished once
- *    K are in flight; K = 1: one get_many per step), into a staging region the tier registered as io_uring fixed
- *    buffers. Reference: fio, ioengine=io_uring, direct=1, fixedbufs=1, reads of stripe_bytes, one
- *    job per data file, each with the queue depth the tier has in flight per path at most (units
- *    per path in K steps, capped at the ring); both random and sequential order are run and the one
- *    with the better median is the reference (a step's units are mostly adjacent slots, so the
- *    tier's pattern lies between the two). Rounds alternate tier and
- *    fio; the figure is the median of the per-round ratios. Round 0, untimed, checks every
+ *    of --batch objects, --in-flight K of them at once (get_many_start, each step finished once K
+ *    are in flight; K = 1: one get_many per step), into a staging region the tier registered as
+ *    io_uring fixed buffers. Reference: fio, ioengine=io_uring, direct=1, fixedbufs=1, reads of
+ *    stripe_bytes, one job per data file, each with the queue depth the tier has in flight per path
+ *    at most (units per path in K steps, capped at the ring); both random and sequential order are
+ *    run and the one with the better median is the reference (a step's units are mostly adjacent
+ *    slots, so the tier's pattern lies between the two). Rounds alternate tier and fio; the figure
+ *    is the median of the per-round ratios. Round 0, untimed, checks every
  *    restored byte.
  * 2. syscalls (notes B5): the same restore steps on a second tier with io_engine=pread. Counted by
  *    the tier (submits: io_uring_enter calls that issued I/O, or preads) and, independently, by
@@ -456,11 +456,11 @@ int main(int argc, char **argv) {
     double tier_med = bench_median(tier_bps, o.rounds), rand_med = bench_median(fio_bps, o.rounds);
     double seq_med = bench_median(seq_bps, o.rounds);
     /* The reference is the better of fio's random and sequential reads of the same files, chosen
-     * by their medians over all rounds. The ratio is the median of the per-round ratios against that
-     * pattern's run: a round's tier and fio runs are adjacent in time, so a disk that drifts between
-     * rounds (a shared virtual disk does) moves both sides of a ratio. (Until 2026-11-26 each round
-     * took the faster of its two fio runs: the larger of two noisy samples, which is biased upward
-     * by the noise, not by the disk.) */
+     * by their medians over all rounds. The ratio is the median of the per-round ratios against
+     * that pattern's run: a round's tier and fio runs are adjacent in time, so a disk that drifts
+     * between rounds (a shared virtual disk does) moves both sides of a ratio. (Until 2026-11-26
+     * each round took the faster of its two fio runs: the larger of two noisy samples, which is
+     * biased upward by the noise, not by the disk.) */
     int rand_better = rand_med > seq_med;
     double fio_med = rand_better ? rand_med : seq_med;
     const double *ref_bps = rand_better ? fio_bps : seq_bps;

@@ -118,15 +118,15 @@ static inline __attribute__((always_inline)) uint32_t copy_check(int32_t *dst, c
 
 uint32_t kvs_tokens_copy_check_portable(int32_t *dst, const int32_t *src, uint64_t n,
                                         uint32_t limit) {
-    return dst ? copy_check(dst, src, n, limit) : copy_check(NULL, src, n, limit);
+    return copy_check(dst, src, n, limit);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* The same with AVX2 where the CPU has it (chosen per call, __builtin_cpu_supports): sixteen tokens
- * per step in two vectors of eight, and one unsigned max per vector instead of a flip, a compare and
- * an or, so a 1 KiB chunk costs about half the instructions; the largest token is compared with
- * limit once at the end (when a vector step ran: with none, largest is no token). */
+/* The same with AVX2 where the CPU has it (chosen per call, __builtin_cpu_supports): sixteen
+ * tokens per step in two vectors of eight, and one unsigned max per vector instead of a flip, a
+ * compare and an or, so a 1 KiB chunk costs about half the instructions; the largest token is
+ * compared with limit once at the end (when a vector step ran: with none, largest is no token). */
 #define KVS_TOKENS_AVX2 1
 static inline __attribute__((always_inline, target("avx2"))) uint32_t copy_check_avx2(
     int32_t *dst, const int32_t *src, uint64_t n, uint32_t limit) {
@@ -186,7 +186,8 @@ uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uin
 }
 
 /* The chains of kvs_keys_chains; with copy, each chunk is then checked against limit and copied
- * while it is still in cache (the hashing's own reads run ahead in memory). Returns copy_check's. */
+ * while it is still in cache (the hashing's own reads run ahead in memory). Returns the check's
+ * result. */
 static inline __attribute__((always_inline)) uint32_t chains(const kvs_key *prev, uint32_t n_ranks,
                                                              const int32_t *tokens,
                                                              uint64_t n_chunks,

@@ -120,17 +120,22 @@ static void fetch_range(kvs_handle *h, kvs_load_work *w, int all_layers) {
 /* One tier's share of a step's copies: the arrays of its get_many, which a call started with
  * get_many_start owns until its finish. */
 typedef struct tier_fetch {
+    uint32_t tier;
     uint64_t n, ticket, t0;
     kvs_key *keys;
     void **dsts;
     uint64_t *caps, *lens;
     kvs_status *sts;
     kvs_load_work **ws;
-    int started; /* a get_many_start is in flight */
 } tier_fetch;
 
 static int fetch_wants(const kvs_load_work *w, uint32_t t) {
     return w->slab && !w->failed && !w->ranged && w->tier == (int)t;
+}
+
+/* Time spent reading from tier t (since t0) counts for it. */
+static void charge_tier(kvs_load_set *set, uint32_t t, uint64_t t0) {
+    if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
 }
 
 static void fetch_free(tier_fetch *f) {
@@ -140,13 +145,13 @@ static void fetch_free(tier_fetch *f) {
     free(f->lens);
     free(f->sts);
     free(f->ws);
-    memset(f, 0, sizeof *f);
 }
 
-/* Tier t's loads that need a copy, into f's arrays. 0 when out of memory (f empty). */
+/* Tier t's n loads that need a copy, into f's arrays. 0 when out of memory (nothing held). */
 static int fetch_collect(kvs_handle *h, kvs_load_set *set, uint32_t t, uint64_t n, tier_fetch *f) {
     uint64_t cap = kvs_pool_slab_bytes(h->pool);
-    *f = (tier_fetch){.n = n,
+    *f = (tier_fetch){.tier = t,
+                      .n = n,
                       .keys = malloc(n * sizeof *f->keys),
                       .dsts = malloc(n * sizeof *f->dsts),
                       .caps = malloc(n * sizeof *f->caps),
@@ -170,17 +175,16 @@ static int fetch_collect(kvs_handle *h, kvs_load_set *set, uint32_t t, uint64_t 
 }
 
 /* The objects of a finished get_many (call: the call's own status) are accepted or failed; the
- * time since f->t0 counts for tier t (for a two-halves call, the time in its finish: the time in
+ * time since f->t0 counts for its tier (for a two-halves call, the time in its finish: the time in
  * its start was counted then, and the other tiers' reads between the two are theirs). */
-static void fetch_land(kvs_handle *h, kvs_load_set *set, uint32_t t, tier_fetch *f,
-                       kvs_status call) {
+static void fetch_land(kvs_handle *h, kvs_load_set *set, tier_fetch *f, kvs_status call) {
     for (uint64_t k = 0; k < f->n; k++) {
         if (call == KVS_OK && f->sts[k] == KVS_OK)
             accept_object(h, f->ws[k], f->ws[k]->slab, f->lens[k]);
         else
-            fail_load(h, f->ws[k], kvs_tiers_last_error(h->tiers, t));
+            fail_load(h, f->ws[k], kvs_tiers_last_error(h->tiers, f->tier));
     }
-    if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - f->t0;
+    charge_tier(set, f->tier, f->t0);
     fetch_free(f);
 }
 
@@ -197,33 +201,34 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
         if (ws_all[i].slab && !ws_all[i].failed && ws_all[i].ranged)
             fetch_range(h, &ws_all[i], all_layers);
     uint32_t n_tiers = kvs_tiers_count(h->tiers);
-    tier_fetch *fs = calloc(n_tiers ? n_tiers : 1, sizeof *fs);
+    tier_fetch started[KVS_CONFIG_MAX_TIERS]; /* get_many_start calls in flight */
+    uint32_t n_started = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t t = 0; t < n_tiers; t++) {
-            int async = fs && kvs_tiers_can_get_many_async(h->tiers, t);
+            int async =
+                n_started < KVS_CONFIG_MAX_TIERS && kvs_tiers_can_get_many_async(h->tiers, t);
             if (async != (pass == 0)) continue; /* two-halves tiers first */
             uint64_t n = 0;
             for (uint64_t i = 0; i < n_all; i++) n += fetch_wants(&ws_all[i], t);
             if (n == 0) continue;
             uint64_t t0 = kvs_now_ns();
-            tier_fetch one = {0}, *f = fs ? &fs[t] : &one;
-            if (kvs_tiers_can_get_many(h->tiers, t) && fetch_collect(h, set, t, n, f)) {
-                f->t0 = t0;
+            tier_fetch f;
+            if (kvs_tiers_can_get_many(h->tiers, t) && fetch_collect(h, set, t, n, &f)) {
+                f.t0 = t0;
                 if (!async) {
-                    fetch_land(h, set, t, f,
-                               kvs_tiers_get_many(h->tiers, t, f->keys, (void *const *)f->dsts,
-                                                  f->caps, n, f->lens, f->sts));
+                    fetch_land(h, set, &f,
+                               kvs_tiers_get_many(h->tiers, t, f.keys, (void *const *)f.dsts,
+                                                  f.caps, n, f.lens, f.sts));
                     continue;
                 }
-                kvs_status st =
-                    kvs_tiers_get_many_start(h->tiers, t, f->keys, (void *const *)f->dsts, f->caps,
-                                             n, f->lens, f->sts, &f->ticket);
+                kvs_status st = kvs_tiers_get_many_start(h->tiers, t, f.keys, (void *const *)f.dsts,
+                                                         f.caps, n, f.lens, f.sts, &f.ticket);
                 if (st != KVS_OK) {
-                    fetch_land(h, set, t, f, st);
+                    fetch_land(h, set, &f, st);
                     continue;
                 }
-                f->started = 1;
-                if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
+                charge_tier(set, t, t0);
+                started[n_started++] = f;
                 continue;
             }
             for (uint64_t i = 0; i < n_all; i++) { /* one get per chunk (also without memory) */
@@ -235,15 +240,14 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
                 else
                     accept_object(h, w, w->slab, len);
             }
-            if (t < KVS_STATS_MAX_TIERS) set->tier_ns[t] += kvs_now_ns() - t0;
+            charge_tier(set, t, t0);
         }
     }
-    for (uint32_t t = 0; fs && t < n_tiers; t++)
-        if (fs[t].started) {
-            fs[t].t0 = kvs_now_ns();
-            fetch_land(h, set, t, &fs[t], kvs_tiers_get_many_finish(h->tiers, t, fs[t].ticket));
-        }
-    free(fs);
+    for (uint32_t i = 0; i < n_started; i++) {
+        tier_fetch *f = &started[i];
+        f->t0 = kvs_now_ns();
+        fetch_land(h, set, f, kvs_tiers_get_many_finish(h->tiers, f->tier, f->ticket));
+    }
 }
 
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */

@@ -374,8 +374,8 @@ static kvs_status read_start(ssd_tier *t, const kvs_key *keys, void *const *dsts
     return KVS_OK;
 }
 
-/* The second half: wait for the call's reads, retry failed ones on other copies, verify, release the
- * objects, fill statuses and free the call. Returns the call's own status. */
+/* The second half: wait for the call's reads, retry failed ones on other copies, verify, release
+ * the objects, fill statuses and free the call. Returns the call's own status. */
 static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
     read_item *items = call->items;
     read_unit *reads = call->reads;
@@ -533,11 +533,12 @@ kvs_status ssd_get_many_start(void *state, const kvs_key *keys, void *const *dst
     return KVS_OK;
 }
 
-/* Takes the call of ticket out of the list: NULL when none is in flight. */
-static ssd_read_call *take_call(ssd_tier *t, uint64_t ticket) {
+/* Takes a call out of the list: the one of ticket, or with any the first one; NULL when there is
+ * none. */
+static ssd_read_call *take_call(ssd_tier *t, uint64_t ticket, int any) {
     pthread_mutex_lock(&t->mutex);
     ssd_read_call **at = &t->calls;
-    while (*at && (*at)->ticket != ticket) at = &(*at)->next;
+    while (*at && !any && (*at)->ticket != ticket) at = &(*at)->next;
     ssd_read_call *call = *at;
     if (call) *at = call->next;
     pthread_mutex_unlock(&t->mutex);
@@ -547,7 +548,7 @@ static ssd_read_call *take_call(ssd_tier *t, uint64_t ticket) {
 kvs_status ssd_get_many_finish(void *state, uint64_t ticket) {
     ssd_tier *t = state;
     if (!t) return KVS_EINVAL;
-    ssd_read_call *call = take_call(t, ticket);
+    ssd_read_call *call = take_call(t, ticket, 0);
     if (!call) {
         ssd_set_error(t,
                       "get_many_finish: ticket %llu is not in flight (never started, or "
@@ -559,14 +560,8 @@ kvs_status ssd_get_many_finish(void *state, uint64_t ticket) {
 }
 
 void ssd_finish_calls(ssd_tier *t) {
-    for (;;) {
-        pthread_mutex_lock(&t->mutex);
-        ssd_read_call *call = t->calls;
-        if (call) t->calls = call->next;
-        pthread_mutex_unlock(&t->mutex);
-        if (!call) return;
-        read_finish(t, call);
-    }
+    ssd_read_call *call;
+    while ((call = take_call(t, 0, 1))) read_finish(t, call);
 }
 
 kvs_status ssd_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
