@@ -19,7 +19,9 @@ int main(void) {
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -291,6 +293,54 @@ START_TEST(garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving) {
 }
 END_TEST
 
+/* The node's end of our connection from local port `port`, duplicated into this process
+ * (pidfd_getfd: the node is our child), or -1 while the node has not accepted it yet. */
+static int node_end_of(uint16_t port) {
+    int pidfd = (int)syscall(SYS_pidfd_open, node.pid, 0);
+    ck_assert_msg(pidfd >= 0, "pidfd_open: %s", strerror(errno));
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)node.pid);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int found = -1;
+    for (struct dirent *e; found < 0 && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, atoi(e->d_name), 0);
+        if (fd < 0) continue;
+        struct sockaddr_in peer;
+        socklen_t len = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &len) == 0 && peer.sin_family == AF_INET &&
+            ntohs(peer.sin_port) == port)
+            found = fd;
+        else
+            close(fd);
+    }
+    closedir(d);
+    close(pidfd);
+    return found;
+}
+
+START_TEST(the_nodes_connections_send_small_answers_without_waiting_for_acks) {
+    /* Nagle's algorithm would hold a small answer written right after another (PUT_REPLY frames of
+     * a client's PUTs on the stream, a GET answer's last group) until the client acknowledges the
+     * first, which a client that waits for the answer delays by up to 40 ms */
+    int fd = raw_connect(node.port);
+    struct sockaddr_in me;
+    socklen_t len = sizeof me;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&me, &len), 0);
+    int theirs = -1;
+    for (int i = 0; i < 200 && (theirs = node_end_of(ntohs(me.sin_port))) < 0; i++)
+        usleep(10000); /* until the node has accepted it */
+    ck_assert_msg(theirs >= 0, "the node did not accept the connection");
+    int nodelay = 0;
+    len = sizeof nodelay;
+    ck_assert_int_eq(getsockopt(theirs, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len), 0);
+    ck_assert_msg(nodelay, "the node's connection waits for ACKs before sending small writes");
+    close(theirs);
+    close(fd);
+}
+END_TEST
+
 START_TEST(a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served) {
     /* a valid prefix, then one byte every 400 ms: never a whole frame before the 3 s deadline */
     int fd = raw_connect(node.port);
@@ -383,6 +433,7 @@ int main(void) {
     tcase_add_test(tc, handshake_with_the_right_key_is_accepted);
     tcase_add_test(tc, handshake_with_a_wrong_key_is_refused_and_the_connection_closed);
     tcase_add_test(tc, requests_before_the_handshake_are_refused_with_state);
+    tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);
     suite_add_tcase(s, tc);
     TCase *hostile = tcase_create("hostile");
     tcase_add_checked_fixture(hostile, setup, teardown);

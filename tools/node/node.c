@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,8 @@ static void accept_all(kvs_node *n) {
             close(fd);
             continue;
         }
+        int one = 1; /* answers go out at once: a small one never waits for the peer's ACK */
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         rd->have_prefix = 0;
         c->fd = fd;
         c->rd = rd;
