@@ -14,8 +14,9 @@
  *    same round: one plain TCP stream of the same bytes in each direction between this process and a
  *    peer where the node runs (this program with --tcp-peer ADDR:PORT; tcp_stream.c), the `ratio`
  *    while payloads go over TCP; and ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of the
- *    same message size, the `ratio` with --shared-memory auto (over TCP on UCX 1.13 it moved less
- *    than the tier: not a limit). Figures are medians of rounds.
+ *    same message size (over TCP on UCX 1.13 it moved less than the tier: not a limit). With
+ *    --shared-memory auto the `ratio` is to one copy of the round's bytes in this process
+ *    (copy_limit), perftest's beside it (`ratio_perftest`). Figures are medians of rounds.
  * 2. lookup latency: contains of 512 present keys (one LOOKUP to the one node) against ucx_perftest
  *    ucp_am_lat with a message the size of the encoded LOOKUP; perftest reports one-way latency, so
  *    its round trip is twice that.
