@@ -506,6 +506,20 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     ck_assert_uint_eq(back.transports_len, 3);
     ck_assert_uint_eq(back.worker_addr_len, sizeof addr);
     ck_assert_int_eq(memcmp(back.session_token, token, sizeof token), 0);
+    ck_assert_uint_eq(back.shared_tier_len, 0);
+    free(copy);
+    /* and with the node's shared tier, to a client on its host */
+    msg.shared_tier = "kvs-node-dram";
+    msg.shared_tier_len = 13;
+    msg.shared_tier_capacity = 1ull << 33;
+    msg.shared_tier_max_object = 1ull << 20;
+    copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_uint_eq(back.worker_addr_len, sizeof addr);
+    ck_assert_int_eq(memcmp(back.session_token, token, sizeof token), 0);
+    ck_assert_uint_eq(back.shared_tier_len, 13);
+    ck_assert_int_eq(memcmp(back.shared_tier, "kvs-node-dram", 13), 0);
+    ck_assert_uint_eq(back.shared_tier_capacity, 1ull << 33);
+    ck_assert_uint_eq(back.shared_tier_max_object, 1ull << 20);
     free(copy);
     /* a host id without a worker address or without a pid, or an AUTH_OK address without a token, is
      * not encoded */
@@ -525,6 +539,18 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 7);
     msg.worker_addr = addr;
     msg.worker_addr_len = sizeof addr;
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+    /* a shared tier without a worker address, or without its geometry, is not encoded either */
+    kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 7);
+    msg.shared_tier = "t";
+    msg.shared_tier_len = 1;
+    msg.shared_tier_capacity = 1;
+    msg.shared_tier_max_object = 1;
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
+    msg.session_token = token;
+    msg.shared_tier_capacity = 0;
     ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
 }
 END_TEST
@@ -585,6 +611,28 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     ck_assert_int_eq(msgpack_pack_str_body(&r.pk, text, sizeof text), 0);
     kvs_test_wire_assert_refused(kvs_test_raw_decode(&r, &msg, &why), &why, KVS_EINVAL,
                                  KVS_WIRE_ERR_LIMIT, "the transports");
+    /* AUTH_OK with four fields (a shared tier's name without its geometry), and with a shared tier
+     * of capacity 0 */
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
+    memset(token, 1, sizeof token);
+    for (int bad = 0; bad < 2; bad++) {
+        kvs_test_raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1);
+        ck_assert_int_eq(msgpack_pack_array(&r.pk, bad ? 6 : 4), 0);
+        ck_assert_int_eq(msgpack_pack_str(&r.pk, 3), 0);
+        ck_assert_int_eq(msgpack_pack_str_body(&r.pk, "tcp", 3), 0);
+        kvs_test_raw_bin(&r, 32, 2);
+        ck_assert_int_eq(msgpack_pack_bin(&r.pk, sizeof token), 0);
+        ck_assert_int_eq(msgpack_pack_bin_body(&r.pk, token, sizeof token), 0);
+        ck_assert_int_eq(msgpack_pack_str(&r.pk, 4), 0);
+        ck_assert_int_eq(msgpack_pack_str_body(&r.pk, "tier", 4), 0);
+        if (bad) {
+            ck_assert_int_eq(msgpack_pack_uint64(&r.pk, 0), 0);
+            ck_assert_int_eq(msgpack_pack_uint64(&r.pk, 1 << 20), 0);
+        }
+        kvs_test_wire_assert_refused(kvs_test_raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT,
+                                     bad ? KVS_WIRE_ERR_VALUE : KVS_WIRE_ERR_TYPE,
+                                     bad ? "shared tier" : "has 4 fields");
+    }
 }
 END_TEST
 

@@ -26,6 +26,7 @@
 #define KVS_WIRE_MAX_HOST_ID_BYTES     64u        /* AUTH: the client's host identity */
 #define KVS_WIRE_MAX_WORKER_ADDR_BYTES 16384u     /* AUTH: the client's UCX worker address */
 #define KVS_WIRE_MAX_TRANSPORTS_TEXT   96u        /* AUTH_OK: transports the node's RMA uses */
+#define KVS_WIRE_MAX_SHARED_TIER_NAME  200u /* AUTH_OK: the node's shared DRAM tier (shm_name) */
 #define KVS_WIRE_KEY_BYTES             16u
 #define KVS_WIRE_NONCE_BYTES           32u /* HELLO client nonce */
 #define KVS_WIRE_CHALLENGE_BYTES       32u /* CHALLENGE */
@@ -38,7 +39,8 @@ typedef enum kvs_wire_type {
     KVS_WIRE_CHALLENGE = 2, /* node -> client: challenge */
     KVS_WIRE_AUTH =
         3, /* client -> node: proof [, worker_addr] or proof, host_id, worker_addr, pid */
-    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports [, worker_addr, session_token]] */
+    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports [, worker_addr, session_token [,
+                             shared tier name, its capacity, its max object bytes]]] */
     KVS_WIRE_ERROR = 5,        /* either way: error_code, error_text */
     KVS_WIRE_LOOKUP = 6,       /* entries[].key */
     KVS_WIRE_LOOKUP_REPLY = 7, /* entries[].present */
@@ -119,6 +121,12 @@ typedef struct kvs_wire_msg {
     const uint8_t *session_token; /* AUTH_OK, with worker_addr: KVS_WIRE_SESSION_TOKEN_BYTES */
     const char *transports; /* AUTH_OK, optional: what the node's RMA to this client runs over */
     uint32_t transports_len;
+    /* AUTH_OK, optional with worker_addr, to a client on the node's host: the shm_name of the node's
+     * first tier (a dram tier shared between processes) and its geometry, so the client can attach
+     * it and read objects out of it itself */
+    const char *shared_tier;
+    uint32_t shared_tier_len; /* 1..KVS_WIRE_MAX_SHARED_TIER_NAME, 0: none */
+    uint64_t shared_tier_capacity, shared_tier_max_object;
     uint32_t error_code;    /* ERROR: kvs_wire_error */
     const char *error_text; /* ERROR: 0..KVS_WIRE_MAX_ERROR_TEXT bytes */
     uint32_t error_text_len;

@@ -207,11 +207,13 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
             out->pid = (uint32_t)pid;
             return 0;
         case KVS_WIRE_AUTH_OK:
-            if (read_array(r, &n_fields, 0, 3, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (n_fields == 2) {
+            if (read_array(r, &n_fields, 0, 6, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (n_fields == 2 || n_fields == 4 || n_fields == 5) {
                 wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                            "wire: auth_ok message has 2 fields: 0, 1 (transports) or 3 "
-                            "(transports, worker address, session token) expected");
+                            "wire: auth_ok message has %u fields: 0, 1 (transports), 3 "
+                            "(transports, worker address, session token) or 6 (and a shared "
+                            "tier's name, capacity and max object size) expected",
+                            n_fields);
                 return -1;
             }
             if (n_fields == 0) return 0;
@@ -228,8 +230,26 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                             "wire: auth_ok message: empty worker address");
                 return -1;
             }
-            return read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES,
-                              "the session token");
+            if (read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES,
+                           "the session token") != 0)
+                return -1;
+            if (n_fields == 3) return 0;
+            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_SHARED_TIER_NAME,
+                          "the shared tier's name") != 0 ||
+                read_uint(r, &out->shared_tier_capacity, UINT64_MAX,
+                          "the shared tier's capacity") != 0 ||
+                read_uint(r, &out->shared_tier_max_object, UINT64_MAX,
+                          "the shared tier's max object size") != 0)
+                return -1;
+            if (len == 0 || out->shared_tier_capacity == 0 || out->shared_tier_max_object == 0) {
+                wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
+                            "wire: auth_ok message: an empty shared tier name, capacity or max "
+                            "object size");
+                return -1;
+            }
+            out->shared_tier = (const char *)bytes;
+            out->shared_tier_len = len;
+            return 0;
         case KVS_WIRE_STATS: return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
         case KVS_WIRE_ERROR: {
             uint64_t code;

@@ -70,6 +70,15 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
                     msg->transports_len, KVS_WIRE_MAX_TRANSPORTS_TEXT);
         return -1;
     }
+    if (t == KVS_WIRE_AUTH_OK && msg->shared_tier_len &&
+        (!msg->shared_tier || msg->shared_tier_len > KVS_WIRE_MAX_SHARED_TIER_NAME ||
+         !msg->worker_addr_len || !msg->shared_tier_capacity || !msg->shared_tier_max_object)) {
+        wire_refuse(why, KVS_WIRE_ERR_LIMIT,
+                    "wire: auth_ok names a shared tier of %u bytes (1..%u) only with a worker "
+                    "address, a capacity and a max object size",
+                    msg->shared_tier_len, KVS_WIRE_MAX_SHARED_TIER_NAME);
+        return -1;
+    }
     if (t == KVS_WIRE_AUTH_OK && msg->worker_addr_len &&
         (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES ||
          !msg->session_token)) {
@@ -154,7 +163,10 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
             }
             break;
         case KVS_WIRE_AUTH_OK:
-            msgpack_pack_array(pk, msg->worker_addr_len ? 3 : msg->transports_len ? 1 : 0);
+            msgpack_pack_array(pk, msg->shared_tier_len   ? 6
+                                   : msg->worker_addr_len ? 3
+                                   : msg->transports_len  ? 1
+                                                          : 0);
             if (msg->transports_len || msg->worker_addr_len) {
                 msgpack_pack_str(pk, msg->transports_len);
                 msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
@@ -162,6 +174,12 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
             if (msg->worker_addr_len) {
                 pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
                 pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
+            }
+            if (msg->shared_tier_len) {
+                msgpack_pack_str(pk, msg->shared_tier_len);
+                msgpack_pack_str_body(pk, msg->shared_tier, msg->shared_tier_len);
+                msgpack_pack_uint64(pk, msg->shared_tier_capacity);
+                msgpack_pack_uint64(pk, msg->shared_tier_max_object);
             }
             break;
         case KVS_WIRE_STATS: msgpack_pack_array(pk, 0); break;
