@@ -566,6 +566,98 @@ START_TEST(nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off
 }
 END_TEST
 
+/* A node whose DRAM tier is shared between processes (shm_name), with the nodes' key. */
+static void shared_node_start(kvs_test_node *d, const char *shm_name) {
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+             "    capacity: 64MiB\n    options:\n      shm_name: %s\n",
+             shm_name);
+    kvs_test_node_prepare(d, yaml);
+    char psk[600];
+    snprintf(psk, sizeof psk, "%s", key_path);
+    char *const argv[] = {"kvstrata-node", "--config",    d->config_path,       "--psk-file", psk,
+                          "--listen",      "127.0.0.1:0", "--max-object-bytes", "2MiB",       NULL};
+    kvs_test_node_start(d, argv);
+}
+
+START_TEST(gets_from_a_node_on_this_host_copy_out_of_its_shared_tier) {
+    char shm_name[64], shm_path[96];
+    snprintf(shm_name, sizeof shm_name, "kvs-test-remote-%d", (int)getpid());
+    snprintf(shm_path, sizeof shm_path, "/dev/shm/%s", shm_name);
+    kvs_test_node shared;
+    shared_node_start(&shared, shm_name);
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    enum { N = 6 };
+    for (int mode = 0; mode < 2; mode++) { /* shared_memory: auto, then off */
+        kvs_backend_option opts[] = {{"node", shared.id},
+                                     {"psk_file", key_path},
+                                     {"tenant", "test-tenant"},
+                                     {"timeout_ms", "2000"},
+                                     {"shared_memory", mode == 0 ? "auto" : "off"}};
+        char err[512];
+        void *s = NULL;
+        ck_assert_int_eq(
+            kvs_test_remote_create(opts, 5, err, sizeof err, &s, staging, STAGING_BYTES), KVS_OK);
+        kvs_remote_stats_t before, after;
+        ck_assert_int_eq(kvs_remote_stats(s, &before), KVS_OK);
+        ck_assert_uint_eq(before.nodes_shared_tier, mode == 0 ? 1 : 0);
+        kvs_key keys[N + 1];
+        void *dsts[N + 1];
+        uint64_t caps[N + 1], lens[N + 1];
+        kvs_status sts[N + 1];
+        for (uint32_t i = 0; i < N + 1; i++) {
+            keys[i] = kvs_test_remote_key(700 + 10 * (uint32_t)mode + i);
+            dsts[i] = staging + (uint64_t)i * MIB;
+            caps[i] = i == 1 ? MIB / 2 : MIB; /* one buffer too small for its object */
+            if (i == N) continue;             /* the last key is never put: a miss */
+            kvs_test_fill(staging, MIB, 700 + 10 * (uint32_t)mode + i);
+            ck_assert_int_eq(ops->put(s, &keys[i], staging, MIB), KVS_OK);
+        }
+        ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+        memset(staging, 0, (uint64_t)(N + 1) * MIB);
+        ck_assert_int_eq(ops->get_many(s, keys, dsts, caps, N + 1, lens, sts), KVS_OK);
+        uint8_t *want = malloc(MIB);
+        for (uint32_t i = 0; i < N; i++) {
+            if (i == 1) {
+                ck_assert_int_eq(sts[i], KVS_EOVERFLOW);
+                ck_assert_uint_eq(lens[i], MIB);
+                continue;
+            }
+            ck_assert_msg(sts[i] == KVS_OK, "object %u: status %d", i, sts[i]);
+            ck_assert_uint_eq(lens[i], MIB);
+            kvs_test_fill(want, MIB, 700 + 10 * (uint32_t)mode + i);
+            ck_assert_msg(memcmp(dsts[i], want, MIB) == 0, "object %u differs", i);
+        }
+        free(want);
+        ck_assert_int_eq(sts[N], KVS_ENOTFOUND);
+        ck_assert_int_eq(kvs_remote_stats(s, &after), KVS_OK);
+        /* with auto every hit came out of the shared tier; with off none did */
+        ck_assert_uint_eq(after.shared_tier_gets - before.shared_tier_gets, mode == 0 ? N - 1 : 0);
+        if (mode == 0) {
+            /* the node gone, its objects stay readable where it left them */
+            kvs_test_node_kill(&shared);
+            memset(staging, 0, MIB);
+            uint64_t got = 0;
+            ck_assert_int_eq(ops->get_many(s, keys, dsts, caps, 1, &got, sts), KVS_OK);
+            ck_assert_int_eq(sts[0], KVS_OK);
+            uint8_t *first = malloc(MIB);
+            kvs_test_fill(first, MIB, 700);
+            ck_assert(memcmp(staging, first, MIB) == 0);
+            free(first);
+            ops->destroy(s);
+            (void)kvs_test_node_stop(&shared);
+            /* the last process attached to it removed the shared memory object */
+            ck_assert_int_ne(access(shm_path, F_OK), 0);
+            shared_node_start(&shared, shm_name);
+        } else {
+            ops->destroy(s);
+        }
+    }
+    (void)kvs_test_node_stop(&shared);
+}
+END_TEST
+
 /* A client killed in the middle of gets (shared_memory: mode): the nodes live on; over tcp (off)
  * they notice at once and serve the next client. Over shared memory UCX 1.13 gives no failure
  * detection, the node watches the client's pidfd, and the next client is not asserted (a known
@@ -725,6 +817,7 @@ int main(void) {
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);
     tcase_add_test(live, puts_queued_behind_a_hung_node_do_not_take_the_live_node_down);
     tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
+    tcase_add_test(live, gets_from_a_node_on_this_host_copy_out_of_its_shared_tier);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);
     tcase_add_test(live, a_node_that_resumes_after_the_tier_gave_up_stores_no_stale_put);

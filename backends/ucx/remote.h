@@ -105,6 +105,8 @@ typedef struct kvs_remote_stats_t {
     uint64_t stream_gets;    /* objects read off the session's stream, straight into place */
     uint32_t nodes_stream;   /* nodes up whose objects travel on the session's stream */
     uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
+    uint32_t nodes_shared_tier;   /* nodes whose shared DRAM tier this tier attached (same host) */
+    uint64_t shared_tier_gets;    /* objects copied out of an attached shared tier */
 } kvs_remote_stats_t;
 
 /* The remote backend's ops table (static storage). */

@@ -92,6 +92,10 @@ typedef struct rnode {
     uint32_t stream_out;
     uint64_t stream_out_id[STREAM_PUTS_IN_FLIGHT];
     uint32_t stream_out_n[STREAM_PUTS_IN_FLIGHT];
+    /* The node's shared DRAM tier, attached (a dram backend state) when the node is on this host
+     * and named it in AUTH_OK: set once by the progress thread, read by any thread (atomically),
+     * detached when the tier is destroyed (ucx_remote_shared.c) */
+    void *shared_tier;
     uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
     uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
@@ -185,6 +189,19 @@ kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t dea
 
 /* Record the tier's last error (under mutex) and log it through the host. Any thread. */
 void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- a node's shared tier (ucx_remote_shared.c) ---------------------------------------------- */
+
+/* AUTH_OK named the node's shared DRAM tier: attach it, once (shared_memory: auto only); a failure
+ * is said and leaves gets on the node's connection. Progress thread. */
+void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m);
+/* Detach every node's shared tier (the tier is being freed, its thread gone). */
+void remote_shared_detach_all(remote *r);
+/* Get what the attached shared tiers hold of keys, straight into dsts: statuses and lens of those
+ * are set and done[i] marked (KVS_OK, or KVS_EOVERFLOW with the size). Returns how many. Any
+ * thread. */
+uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                            uint64_t n, uint64_t *lens, kvs_status *statuses, uint8_t *done);
 
 /* ---- node connections (ucx_remote_nodes.c; progress thread only) ----------------------------- */
 

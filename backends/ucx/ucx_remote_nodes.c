@@ -221,6 +221,7 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
                  (r->opt.payloads == KVS_REMOTE_PAYLOADS_AUTO && nd->payload_tls[0] &&
                   kvs_ucx_tls_slow(nd->payload_tls));
     log_transports(r, nd);
+    remote_shared_attach(r, nd, m);
     kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     pthread_mutex_lock(&r->mutex);
     r->stats.nodes_up++;

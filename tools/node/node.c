@@ -231,6 +231,12 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
+        for (size_t k = 0; i == 0 && strcmp(tc->type, "dram") == 0 && k < tc->n_options; k++)
+            if (strcmp(tc->options[k].key, "shm_name") == 0 &&
+                strlen(tc->options[k].value) <= KVS_WIRE_MAX_SHARED_TIER_NAME) {
+                kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->options[k].value);
+                n->shared_tier_capacity = tc->capacity_bytes;
+            }
         /* The dram tier gives every object a slab sized for the largest one. */
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
             char cap[32], obj[32];

@@ -90,10 +90,15 @@ static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs
  * payloads over a second endpoint to that address without peer-failure handling, where UCX can use
  * shared memory; the session's endpoint reaches it over tcp only. Any failure keeps the session's
  * endpoint for payloads (said at WARN). */
+/* 1 when the client offered shared memory (a host id) and runs on this host. */
+static int on_this_host(const kvs_node *n, const kvs_wire_msg *req) {
+    return req->host_id_len && n->host_id_ok && req->host_id_len == sizeof n->host_id &&
+           memcmp(req->host_id, n->host_id, sizeof n->host_id) == 0;
+}
+
 static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     if (!req->host_id_len) return; /* not offered (shared_memory: off) */
-    if (!n->host_id_ok || req->host_id_len != sizeof n->host_id ||
-        memcmp(req->host_id, n->host_id, sizeof n->host_id)) {
+    if (!on_this_host(n, req)) {
         kvs_log(n->log_level, KVS_LOG_DEBUG, "kvstrata-node: client %s is on another host",
                 c->peer);
         return;
@@ -162,6 +167,7 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     kvs_ucx_conn_set_user(c->conn, c);
     c->rma = c->conn;
     rma_by_address(n, c, req);
+    int local = on_this_host(n, req); /* req lies in c->rd's buffer, freed next */
     free(c->rd);
     c->rd = NULL;
     c->session = 1;
@@ -176,6 +182,12 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     rep.worker_addr = n->worker_addr;
     rep.worker_addr_len = (uint32_t)n->worker_addr_len;
     rep.session_token = c->token;
+    if (n->shared_tier[0] && local) {
+        rep.shared_tier = n->shared_tier;
+        rep.shared_tier_len = (uint32_t)strlen(n->shared_tier);
+        rep.shared_tier_capacity = n->shared_tier_capacity;
+        rep.shared_tier_max_object = n->params.max_object_bytes;
+    }
     int slow = kvs_ucx_tls_slow(tls);
     kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
             "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant,

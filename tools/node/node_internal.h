@@ -116,6 +116,11 @@ struct kvs_node {
     kvs_node_stats stats;
     uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
     int host_id_ok;
+    /* The first tier when it is a dram tier shared between processes (options.shm_name): named with
+     * its geometry in AUTH_OK to clients on this host, which attach it and read objects out of it
+     * themselves (docs/remote.md, "Gets out of the node's shared tier"). Empty: none. */
+    char shared_tier[KVS_WIRE_MAX_SHARED_TIER_NAME + 1];
+    uint64_t shared_tier_capacity;
     int log_level;
 };
 

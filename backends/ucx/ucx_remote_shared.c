@@ -1,0 +1,104 @@
+/*
+ * ucx_remote_shared.c - gets out of the shared DRAM tier of a node on this host (docs/remote.md,
+ * "Gets out of the node's shared tier"): a node whose first tier is a dram tier with shm_name names
+ * it in AUTH_OK to a client on its host that offered shared memory; the client attaches the same
+ * tier (backends/dram, process-shared) and copies objects out of it itself, one copy of the bytes
+ * and no transfer the node drives, so nothing can land in the caller's buffer after it gave up.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/dram/dram.h"
+#include "common/copy.h"
+#include "ucx_remote_internal.h"
+
+static const kvs_backend_host SHARED_HOST = {.struct_size = sizeof(kvs_backend_host)};
+
+void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
+    if (!r->opt.shared_memory || !m->shared_tier_len || nd->shared_tier) return;
+    char name[KVS_WIRE_MAX_SHARED_TIER_NAME + 1], tier_name[160], err[256] = "";
+    snprintf(name, sizeof name, "%.*s", (int)m->shared_tier_len, m->shared_tier);
+    snprintf(tier_name, sizeof tier_name, "%s: node %s's shared tier", r->name, node_id(r, nd));
+    kvs_backend_option opt = {.key = "shm_name", .value = name};
+    kvs_backend_init init;
+    memset(&init, 0, sizeof init);
+    init.struct_size = sizeof init;
+    init.tier_name = tier_name;
+    init.capacity_bytes = m->shared_tier_capacity;
+    init.max_object_bytes = m->shared_tier_max_object;
+    init.options = &opt;
+    init.n_options = 1;
+    init.host = &SHARED_HOST;
+    init.error = err;
+    init.error_len = sizeof err;
+    void *tier = NULL;
+    if (kvs_dram_backend()->create(&init, &tier) != KVS_OK) {
+        remote_set_error(r,
+                         "node %s is on this host but its shared tier \"%s\" cannot be attached "
+                         "(%s); gets go over its connection",
+                         node_id(r, nd), name, err);
+        return;
+    }
+    __atomic_store_n(&nd->shared_tier, tier, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&r->mutex);
+    r->stats.nodes_shared_tier++;
+    pthread_mutex_unlock(&r->mutex);
+}
+
+void remote_shared_detach_all(remote *r) {
+    for (uint32_t i = 0; r->nodes && i < r->opt.n_nodes; i++) {
+        if (!r->nodes[i].shared_tier) continue;
+        kvs_dram_backend()->destroy(r->nodes[i].shared_tier);
+        r->nodes[i].shared_tier = NULL;
+    }
+}
+
+uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
+                            uint64_t n, uint64_t *lens, kvs_status *statuses, uint8_t *done) {
+    void *tiers[KVS_REMOTE_RING_MAX_NODES];
+    uint32_t n_tiers = 0;
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        void *t = __atomic_load_n(&r->nodes[i].shared_tier, __ATOMIC_ACQUIRE);
+        if (t) tiers[n_tiers++] = t;
+    }
+    if (!n_tiers) return 0;
+    kvs_remote_tenant_hasher *h =
+        kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
+    if (!h) return 0;
+    const kvs_backend_ops *d = kvs_dram_backend();
+    uint64_t answered = 0, hits = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        kvs_key tk; /* the name the node stores it under */
+        if (kvs_remote_tenant_hasher_key(h, &keys[i], &tk) != KVS_OK) continue;
+        for (uint32_t t = 0; t < n_tiers && !done[i]; t++) {
+            /* pinned while copied: the node's evictions skip it. A removal is forced even under
+             * pins (the dram tier's rule), and then the connector's checksum fails the copy, as
+             * for an object torn on any tier */
+            uint64_t pinned = 0;
+            if (d->pin(tiers[t], &tk, 1, r->opt.timeout_ms, &pinned) != KVS_OK || pinned != 1)
+                continue;
+            const void *object = NULL;
+            uint64_t len = 0;
+            if (d->get_ref(tiers[t], &tk, &object, &len) == KVS_OK) {
+                if (len <= caps[i]) {
+                    kvs_copy_streaming(dsts[i], object, (size_t)len);
+                    statuses[i] = KVS_OK;
+                    hits++;
+                } else {
+                    statuses[i] = KVS_EOVERFLOW;
+                }
+                lens[i] = len;
+                done[i] = 1;
+                answered++;
+            }
+            d->unpin(tiers[t], &tk, 1);
+        }
+    }
+    kvs_copy_fence();
+    kvs_remote_tenant_hasher_free(h);
+    pthread_mutex_lock(&r->mutex);
+    r->stats.shared_tier_gets += hits;
+    pthread_mutex_unlock(&r->mutex);
+    return answered;
+}
