@@ -199,7 +199,9 @@ static void write_file(const char *path, const void *data, size_t len) {
         die(path, strerror(errno));
 }
 
-static void setup_files(void) {
+/* With shared memory the node's DRAM tier is shared between processes (shm_name), so the tier
+ * copies objects out of it itself (docs/remote.md, "Gets out of the node's shared tier"). */
+static void setup_files(int shared_tier) {
     const char *t = getenv("TMPDIR");
     snprintf(tmp_dir, sizeof tmp_dir, "%s/kvs-bench-ucx-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(tmp_dir)) die("mkdtemp", strerror(errno));
@@ -208,10 +210,13 @@ static void setup_files(void) {
     uint8_t psk[32];
     for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)bench_mix64(i);
     write_file(key_path, psk, sizeof psk);
-    static const char yaml[] =
-        "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
-        "    capacity: 1GiB\n";
-    write_file(yaml_path, yaml, sizeof yaml - 1);
+    char yaml[256];
+    int len = snprintf(yaml, sizeof yaml,
+                       "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
+                       "    capacity: 1GiB\n%s%d\n",
+                       shared_tier ? "    options:\n      shm_name: kvs-bench-ucx-" : "# ",
+                       (int)getpid());
+    write_file(yaml_path, yaml, (size_t)len);
 }
 
 static void at_exit(void) {
@@ -670,7 +675,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     }
     check(t, "stats", kvs_remote_stats(t->state, &after));
     uint64_t rma = after.rma_gets - before.rma_gets,
-             bounce = after.bounce_gets - before.bounce_gets;
+             bounce = after.bounce_gets - before.bounce_gets,
+             shared_gets = after.shared_tier_gets - before.shared_tier_gets;
     if (bounce != 0)
         die("get_many", "objects went through the bounce buffer, not RMA into the pool");
 
@@ -725,13 +731,13 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%"
                "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u,"
                "\"tcp_stream_cached_gbps\":%.3f,\"copy_gbps\":%.3f,\"ratio_perftest\":%.3f,"
-               "\"perftest_round_message_gbps\":%.3f}\n",
+               "\"perftest_round_message_gbps\":%.3f,\"shared_tier_gets\":%llu}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
                gbps[k], reference, reference_gbps, tcp_best, tcp[k], ref[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
                k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot,
-               copy_gbps, gbps[k] / ref[k], round_msg);
+               copy_gbps, gbps[k] / ref[k], round_msg, (unsigned long long)shared_gets);
         /* every round's rate and its reference, in round order: the spread behind the medians */
         printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
                (unsigned long long)size);
@@ -895,7 +901,7 @@ int main(int argc, char **argv) {
         die("--shared-memory auto",
             "peers in other network namespaces never use shared memory (docs/remote.md)");
     signal(SIGPIPE, SIG_IGN);
-    setup_files();
+    setup_files(strcmp(o.shared_memory, "auto") == 0);
     atexit(at_exit);
     node_proc node = {0};
     /* like the connector's staging pool (connector/pool.c): large pages where the kernel allows */

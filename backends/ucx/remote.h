@@ -10,9 +10,10 @@
  *   timeout_ms          bound on every operation (default 2000)
  *   connect_backoff_ms  first reconnect delay of a down node; doubles to 30 s (default 100)
  *   shared_memory       auto: a node on this host moves payloads over shared memory (the tier
- *                       sends its worker address after authenticating); off: over the request
- *                       connection, tcp (default off: experimental, a client killed mid-transfer
- *                       can stall the node's other clients; docs/remote.md)
+ *                       sends its worker address after authenticating), and when its first tier is
+ *                       a dram tier with shm_name, gets copy objects out of that tier here;
+ *                       off: over the request connection, tcp (default off: experimental, a client
+ *                       killed mid-transfer can stall the node's other clients; docs/remote.md)
  *   put_queue_mb        room for puts not yet confirmed by their nodes, MiB (default 64; at least
  *                       the largest object)
  *   payloads            auto | rma | messages | stream: how objects move (default auto: on the
