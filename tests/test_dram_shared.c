@@ -92,6 +92,42 @@ START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
 }
 END_TEST
 
+START_TEST(shm_open_attach_attaches_an_existing_tier_and_never_creates_one) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    kvs_backend_option attach[2] = {{"shm_name", shm}, {"shm_open", "attach"}};
+    void *st = NULL;
+    /* nothing to attach: refused, and no object left behind */
+    ck_assert_int_eq(kvs_test_dram_open("shared", 4 * 4 * KIB, 4 * KIB, attach, 2, NULL, &st),
+                     KVS_ENOTFOUND);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(kvs_test_dram_error, "to attach") != NULL, "error: %s",
+                  kvs_test_dram_error);
+    ck_assert(!shm_exists(shm));
+    /* made by another opener: attached, the same objects */
+    void *owner = open_shared(shm, 4, NULL);
+    ck_assert_msg(owner != NULL, "create: %s", kvs_test_dram_error);
+    kvs_test_dram_put(owner, 5, 1500);
+    ck_assert_int_eq(kvs_test_dram_open("shared", 4 * 4 * KIB, 4 * KIB, attach, 2, NULL, &st),
+                     KVS_OK);
+    uint8_t out[4096];
+    uint64_t len = 0;
+    kvs_key k = kvs_test_key(5);
+    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
+    ck_assert_uint_eq(len, 1500);
+    ck_assert(kvs_test_bytes_match(out, len, 5));
+    ops->destroy(st);
+    ops->destroy(owner);
+    ck_assert(!shm_exists(shm));
+    /* attach without a name to attach is a configuration error */
+    kvs_backend_option no_name = {"shm_open", "attach"};
+    ck_assert_int_eq(kvs_test_dram_open("private", 4 * 4 * KIB, 4 * KIB, &no_name, 1, NULL, &st),
+                     KVS_ECONFIG);
+    ck_assert_msg(strstr(kvs_test_dram_error, "shm_open") != NULL, "error: %s",
+                  kvs_test_dram_error);
+}
+END_TEST
+
 START_TEST(object_put_by_the_parent_is_seen_by_a_child_process) {
     char shm[64];
     unique_shm_name(shm, sizeof shm);
@@ -364,6 +400,7 @@ static Suite *dram_shared_suite(void) {
     tcase_set_timeout(shared, 60); /* process churn is slow under sanitizers on a loaded machine */
     tcase_add_checked_fixture(shared, setup, kvs_test_dram_teardown);
     tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
+    tcase_add_test(shared, shm_open_attach_attaches_an_existing_tier_and_never_creates_one);
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
     tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
     tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);

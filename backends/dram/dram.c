@@ -251,6 +251,10 @@ static int parse_shm_name(const char *value, void *out, uint64_t nth, char *why,
 /* The options, by name, and where each goes in the tier's state. */
 static const kvs_option_desc OPTIONS[] = {
     {.name = "shm_name", .kind = KVS_OPTION_CUSTOM, .parse = parse_shm_name},
+    {.name = "shm_open", /* its index is the flag: create (or attach) 0, attach only 1 */
+     .kind = KVS_OPTION_CHOICE,
+     KVS_OPTION_FIELD(dram_state, shm_attach_only),
+     .choices = "create|attach"},
     {.name = "read_bandwidth",
      .kind = KVS_OPTION_RATE,
      KVS_OPTION_FIELD(dram_state, pace_bytes_per_s),
@@ -273,6 +277,11 @@ static kvs_status parse_options(dram_state *st, const kvs_backend_init *init) {
         return rc;
     }
     st->pace_latency_ns = st->pace_latency_us * 1000ull;
+    if (st->shm_attach_only && !st->shm_path[0]) {
+        dram_set_error(st, "shm_open: attach needs shm_name (the tier to attach)");
+        kvs_option_refused(init, "shm_open", -1);
+        return KVS_ECONFIG;
+    }
     return KVS_OK;
 }
 

@@ -7,6 +7,9 @@
  *             most 200 characters) so every process of one deployment that opens a tier with the
  *             same name and geometry sees the same objects. The first opener creates it; the last
  *             destroy unlinks it. Without it the tier is private to the process.
+ *   shm_open  create (default: create the object, or attach it when it exists) or attach (only
+ *             attach an existing one: KVS_ENOTFOUND when there is none; the remote tier attaches
+ *             a node's tier so, never creating an empty one of its size)
  *
  * Capabilities: ZERO_COPY and THREAD_SAFE always. A tier opened with shm_name is also SHARED (in
  * the sense of KVS_BACKEND_CAP_SHARED); that is a property of the instance, not of the table.

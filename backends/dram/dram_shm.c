@@ -315,15 +315,20 @@ fail:
  * so retry, bounded by time rather than by count. */
 static kvs_status open_shared(dram_state *st, const geometry *g) {
     for (uint64_t deadline = kvs_now_ns() + DRAM_ATTACH_WAIT_NS; kvs_now_ns() < deadline;) {
-        int fd = shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
+        int fd = st->shm_attach_only ? -1 : shm_open(st->shm_path, O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0) return create_layout(st, g, fd);
-        if (errno != EEXIST) {
+        if (!st->shm_attach_only && errno != EEXIST) {
             dram_set_error(st, "cannot create shared memory \"%s\" (%s)", st->shm_path,
                            kvs_errno_name(errno));
             return KVS_EIO;
         }
         fd = shm_open(st->shm_path, O_RDWR, 0);
         if (fd < 0) {
+            if (errno == ENOENT && st->shm_attach_only) {
+                dram_set_error(st, "no shared memory \"%s\" to attach (shm_open: attach)",
+                               st->shm_path);
+                return KVS_ENOTFOUND;
+            }
             if (errno == ENOENT) continue; /* its last user unlinked it in between */
             dram_set_error(st, "cannot open shared memory \"%s\" (%s)", st->shm_path,
                            kvs_errno_name(errno));

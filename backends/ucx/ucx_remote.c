@@ -41,7 +41,8 @@ void remote_set_error(remote *r, const char *fmt, ...) {
 /* One allocation for a job and its arrays (freed by whoever sees it last: caller or thread). */
 static job *job_new(int kind, uint64_t n) {
     size_t size = sizeof(job) +
-                  n * (sizeof(kvs_key) + 1 + 1 + 1 + sizeof(uint64_t) * 3 + sizeof(kvs_status)) +
+                  n * (sizeof(kvs_key) + sizeof(void *) + 1 + 1 + 1 + sizeof(uint64_t) * 3 +
+                       sizeof(kvs_status)) +
                   64;
     job *j = calloc(1, size);
     if (!j) return NULL;
@@ -50,6 +51,8 @@ static job *job_new(int kind, uint64_t n) {
     j->n = n;
     j->keys = (kvs_key *)p;
     p += n * sizeof(kvs_key);
+    j->dst_copy = (void **)p;
+    p += n * sizeof(void *);
     j->lens = (uint64_t *)p;
     p += n * sizeof(uint64_t);
     j->cap = (uint64_t *)p;
@@ -189,7 +192,10 @@ static kvs_status get_many_from_nodes(remote *r, const kvs_key *keys, void *cons
     if (!j) return KVS_ENOMEM;
     memcpy(j->keys, keys, n * sizeof *keys);
     memcpy(j->cap, caps, n * sizeof *caps);
-    j->dsts = dsts;
+    /* the job's own copy of the pointers: an abandoned job may still read them after the caller
+     * (or kvs_remote_get_many's compacted arrays) are gone */
+    memcpy(j->dst_copy, dsts, n * sizeof *dsts);
+    j->dsts = j->dst_copy;
     j->caps = caps;
     kvs_status st = submit(r, j);
     if (st == KVS_ETIMEDOUT) {

@@ -47,7 +47,8 @@ typedef struct job {
     uint8_t *present;     /* LOOKUP: n */
     uint64_t *lens;       /* GET: n */
     kvs_status *statuses; /* GET, DELETE: n */
-    void *const *dsts;    /* GET: the caller's, touched only under the lock while not abandoned */
+    void *const *dsts;    /* GET: dst_copy (the buffers are the caller's) */
+    void **dst_copy;      /* GET: n, the caller's destination pointers, copied */
     const uint64_t *caps; /* GET: copied into cap */
     uint64_t *cap;
     uint8_t *resolved;    /* n: answered (hit, miss or error) */
@@ -92,10 +93,12 @@ typedef struct rnode {
     uint32_t stream_out;
     uint64_t stream_out_id[STREAM_PUTS_IN_FLIGHT];
     uint32_t stream_out_n[STREAM_PUTS_IN_FLIGHT];
-    /* The node's shared DRAM tier, attached (a dram backend state) when the node is on this host
-     * and named it in AUTH_OK: set once by the progress thread, read by any thread (atomically),
-     * detached when the tier is destroyed (ucx_remote_shared.c) */
+    /* The node's shared DRAM tier, attached (a dram backend state) while its session is up, when
+     * the node is on this host and named it in AUTH_OK: set and cleared by the progress thread,
+     * read by any thread between counting itself in and out of shared_readers
+     * (ucx_remote_shared.c) */
     void *shared_tier;
+    uint32_t shared_readers;
     uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
     uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
@@ -192,9 +195,12 @@ void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(pri
 
 /* ---- a node's shared tier (ucx_remote_shared.c) ---------------------------------------------- */
 
-/* AUTH_OK named the node's shared DRAM tier: attach it, once (shared_memory: auto only); a failure
- * is said and leaves gets on the node's connection. Progress thread. */
+/* AUTH_OK of a node's new session: attach the shared DRAM tier it names (shared_memory: auto
+ * only); a failure is said and leaves gets on the node's connection. Progress thread. */
 void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m);
+/* Detach a node's shared tier (its session ended), once no get is copying out of it. Progress
+ * thread, or any thread once it is gone. */
+void remote_shared_detach(remote *r, rnode *nd);
 /* Detach every node's shared tier (the tier is being freed, its thread gone). */
 void remote_shared_detach_all(remote *r);
 /* Get what the attached shared tiers hold of keys, straight into dsts: statuses and lens of those

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/dram/dram.h"
 #include "common/copy.h"
@@ -16,19 +17,23 @@
 static const kvs_backend_host SHARED_HOST = {.struct_size = sizeof(kvs_backend_host)};
 
 void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
-    if (!r->opt.shared_memory || !m->shared_tier_len || nd->shared_tier) return;
+    remote_shared_detach(r, nd); /* a session before this one, should it still hold one */
+    if (!r->opt.shared_memory || !m->shared_tier_len) return;
     char name[KVS_WIRE_MAX_SHARED_TIER_NAME + 1], tier_name[160], err[256] = "";
     snprintf(name, sizeof name, "%.*s", (int)m->shared_tier_len, m->shared_tier);
     snprintf(tier_name, sizeof tier_name, "%s: node %s's shared tier", r->name, node_id(r, nd));
-    kvs_backend_option opt = {.key = "shm_name", .value = name};
+    /* attach only: where this process does not see the node's /dev/shm (another IPC or mount
+     * namespace) it must not create an empty tier of the node's size */
+    kvs_backend_option opt[2] = {{.key = "shm_name", .value = name},
+                                 {.key = "shm_open", .value = "attach"}};
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
     init.struct_size = sizeof init;
     init.tier_name = tier_name;
     init.capacity_bytes = m->shared_tier_capacity;
     init.max_object_bytes = m->shared_tier_max_object;
-    init.options = &opt;
-    init.n_options = 1;
+    init.options = opt;
+    init.n_options = 2;
     init.host = &SHARED_HOST;
     init.error = err;
     init.error_len = sizeof err;
@@ -46,29 +51,49 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     pthread_mutex_unlock(&r->mutex);
 }
 
-void remote_shared_detach_all(remote *r) {
-    for (uint32_t i = 0; r->nodes && i < r->opt.n_nodes; i++) {
-        if (!r->nodes[i].shared_tier) continue;
-        kvs_dram_backend()->destroy(r->nodes[i].shared_tier);
-        r->nodes[i].shared_tier = NULL;
+void remote_shared_detach(remote *r, rnode *nd) {
+    void *tier = __atomic_exchange_n(&nd->shared_tier, NULL, __ATOMIC_SEQ_CST);
+    if (!tier) return;
+    /* a get that took the tier before the exchange is still copying out of it: wait for it (a
+     * batch's copies), then no thread can reach the tier any more */
+    while (__atomic_load_n(&nd->shared_readers, __ATOMIC_SEQ_CST)) {
+        struct timespec pause = {0, 50000};
+        nanosleep(&pause, NULL);
     }
+    kvs_dram_backend()->destroy(tier);
+    pthread_mutex_lock(&r->mutex);
+    r->stats.nodes_shared_tier--;
+    pthread_mutex_unlock(&r->mutex);
+}
+
+void remote_shared_detach_all(remote *r) {
+    for (uint32_t i = 0; r->nodes && i < r->opt.n_nodes; i++) remote_shared_detach(r, &r->nodes[i]);
 }
 
 uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
                             uint64_t n, uint64_t *lens, kvs_status *statuses, uint8_t *done) {
     void *tiers[KVS_REMOTE_RING_MAX_NODES];
+    rnode *held[KVS_REMOTE_RING_MAX_NODES];
     uint32_t n_tiers = 0;
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-        void *t = __atomic_load_n(&r->nodes[i].shared_tier, __ATOMIC_ACQUIRE);
-        if (t) tiers[n_tiers++] = t;
+        rnode *nd = &r->nodes[i];
+        /* counted in before the tier is read: remote_shared_detach waits for us (seq_cst pairs
+         * this with its exchange) */
+        __atomic_add_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+        void *t = __atomic_load_n(&nd->shared_tier, __ATOMIC_SEQ_CST);
+        if (t) {
+            tiers[n_tiers] = t;
+            held[n_tiers++] = nd;
+        } else {
+            __atomic_sub_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+        }
     }
     if (!n_tiers) return 0;
     kvs_remote_tenant_hasher *h =
         kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
-    if (!h) return 0;
     const kvs_backend_ops *d = kvs_dram_backend();
     uint64_t answered = 0, hits = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = 0; h && i < n; i++) {
         kvs_key tk; /* the name the node stores it under */
         if (kvs_remote_tenant_hasher_key(h, &keys[i], &tk) != KVS_OK) continue;
         for (uint32_t t = 0; t < n_tiers && !done[i]; t++) {
@@ -96,6 +121,8 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
         }
     }
     kvs_copy_fence();
+    for (uint32_t t = 0; t < n_tiers; t++)
+        __atomic_sub_fetch(&held[t]->shared_readers, 1, __ATOMIC_SEQ_CST);
     kvs_remote_tenant_hasher_free(h);
     pthread_mutex_lock(&r->mutex);
     r->stats.shared_tier_gets += hits;
