@@ -24,7 +24,7 @@ void remote_control_close(rnode *nd) {
 
 void remote_node_down(remote *r, rnode *nd, const char *why) {
     remote_shared_detach(r, nd); /* its next session names its tier again */
-    if (nd->stream_out) { /* PUTs written on its stream that it will never answer now */
+    if (nd->stream_out) {        /* PUTs written on its stream that it will never answer now */
         uint64_t lost = 0;
         for (uint32_t i = 0; i < nd->stream_out; i++) lost += nd->stream_out_n[i];
         nd->stream_out = 0;
