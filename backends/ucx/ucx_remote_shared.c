@@ -93,33 +93,43 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
         kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
     const kvs_backend_ops *d = kvs_dram_backend();
     uint64_t answered = 0, hits = 0;
-    for (uint64_t i = 0; h && i < n; i++) {
-        kvs_key tk; /* the name the node stores it under */
-        if (kvs_remote_tenant_hasher_key(h, &keys[i], &tk) != KVS_OK) continue;
-        for (uint32_t t = 0; t < n_tiers && !done[i]; t++) {
-            /* pinned while copied: the node's evictions skip it. A removal is forced even under
-             * pins (the dram tier's rule), and then the connector's checksum fails the copy, as
-             * for an object torn on any tier */
-            uint64_t pinned = 0;
-            if (d->pin(tiers[t], &tk, 1, r->opt.timeout_ms, &pinned) != KVS_OK || pinned != 1)
+    /* the names the node stores them under */
+    kvs_key *tk = h ? malloc(n * sizeof *tk) : NULL;
+    int named = tk != NULL;
+    for (uint64_t i = 0; named && i < n; i++)
+        named = kvs_remote_tenant_hasher_key(h, &keys[i], &tk[i]) == KVS_OK;
+    for (uint32_t t = 0; named && t < n_tiers; t++) {
+        for (uint64_t i = 0; i < n;) {
+            if (done[i]) {
+                i++;
                 continue;
-            const void *object = NULL;
-            uint64_t len = 0;
-            if (d->get_ref(tiers[t], &tk, &object, &len) == KVS_OK) {
-                if (len <= caps[i]) {
-                    kvs_copy_streaming(dsts[i], object, (size_t)len);
-                    statuses[i] = KVS_OK;
+            }
+            uint64_t run = 1, pinned = 0;
+            while (i + run < n && !done[i + run]) run++;
+            /* the run's present prefix pinned in one trip, copied, unpinned: the node's evictions
+             * skip pinned objects. A removal is forced even under pins (the dram tier's rule), and
+             * then the connector's checksum fails the copy, as for an object torn on any tier */
+            if (d->pin(tiers[t], tk + i, run, r->opt.timeout_ms, &pinned) != KVS_OK) pinned = 0;
+            for (uint64_t k = i; k < i + pinned; k++) {
+                const void *object = NULL;
+                uint64_t len = 0;
+                if (d->get_ref(tiers[t], &tk[k], &object, &len) != KVS_OK) continue;
+                if (len <= caps[k]) {
+                    kvs_copy_streaming(dsts[k], object, (size_t)len);
+                    statuses[k] = KVS_OK;
                     hits++;
                 } else {
-                    statuses[i] = KVS_EOVERFLOW;
+                    statuses[k] = KVS_EOVERFLOW;
                 }
-                lens[i] = len;
-                done[i] = 1;
+                lens[k] = len;
+                done[k] = 1;
                 answered++;
             }
-            d->unpin(tiers[t], &tk, 1);
+            if (pinned) d->unpin(tiers[t], tk + i, pinned);
+            i += pinned < run ? pinned + 1 : pinned; /* the key after the prefix is not here */
         }
     }
+    free(tk);
     kvs_copy_fence();
     for (uint32_t t = 0; t < n_tiers; t++)
         __atomic_sub_fetch(&held[t]->shared_readers, 1, __ATOMIC_SEQ_CST);
