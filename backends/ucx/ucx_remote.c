@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,23 +17,6 @@
 #include "common/copy.h"
 #include "common/log.h"
 #include "ucx_remote_internal.h"
-
-void remote_set_error(remote *r, const char *fmt, ...) {
-    char msg[ERROR_BYTES - 80];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&r->mutex);
-    snprintf(r->error, sizeof r->error, "remote tier \"%s\": %s", r->name, msg);
-    pthread_mutex_unlock(&r->mutex);
-    if (r->host && r->host->log &&
-        r->host->struct_size >= offsetof(kvs_backend_host, log) + sizeof r->host->log) {
-        char line[ERROR_BYTES];
-        snprintf(line, sizeof line, "remote tier \"%s\": %s", r->name, msg);
-        r->host->log(r->host->ctx, KVS_LOG_WARN, line);
-    }
-}
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 
@@ -348,10 +330,10 @@ const char *kvs_remote_last_error(void *state) {
 }
 
 static void remote_free(remote *r) {
+    remote_shared_detach_all(r); /* it counts under the mutex: before it goes */
     if (r->doorbell >= 0) close(r->doorbell);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mutex);
-    remote_shared_detach_all(r);
     if (r->nodes)
         for (uint32_t i = 0; i < r->opt.n_nodes; i++) free(r->nodes[i].batch);
     free(r->nodes);

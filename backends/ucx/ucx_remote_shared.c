@@ -16,6 +16,10 @@
 
 static const kvs_backend_host SHARED_HOST = {.struct_size = sizeof(kvs_backend_host)};
 
+/* Keys pinned at once: few enough that the node's own puts still find room, and that the last of
+ * a run is copied well within its pin's timeout_ms */
+#define SHARED_RUN_MAX 32u
+
 void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     remote_shared_detach(r, nd); /* a session before this one, should it still hold one */
     if (!r->opt.shared_memory || !m->shared_tier_len) return;
@@ -105,7 +109,7 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
                 continue;
             }
             uint64_t run = 1, pinned = 0;
-            while (i + run < n && !done[i + run]) run++;
+            while (i + run < n && run < SHARED_RUN_MAX && !done[i + run]) run++;
             /* the run's present prefix pinned in one trip, copied, unpinned: the node's evictions
              * skip pinned objects. A removal is forced even under pins (the dram tier's rule), and
              * then the connector's checksum fails the copy, as for an object torn on any tier */
