@@ -81,12 +81,7 @@ START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
         _exit(rc);
     }
     ck_assert_int_eq(kvs_test_wait_child(pid), 0);
-    uint8_t out[4096];
-    uint64_t len = 0;
-    kvs_key k = kvs_test_key(3);
-    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
-    ck_assert_uint_eq(len, 1000);
-    ck_assert(kvs_test_bytes_match(out, len, 3));
+    kvs_test_dram_expect(st, 3, 1000);
     ck_assert(shm_exists(shm)); /* the parent still holds it */
     ops->destroy(st);
 }
@@ -110,12 +105,7 @@ START_TEST(shm_open_attach_attaches_an_existing_tier_and_never_creates_one) {
     kvs_test_dram_put(owner, 5, 1500);
     ck_assert_int_eq(kvs_test_dram_open("shared", 4 * 4 * KIB, 4 * KIB, attach, 2, NULL, &st),
                      KVS_OK);
-    uint8_t out[4096];
-    uint64_t len = 0;
-    kvs_key k = kvs_test_key(5);
-    ck_assert_int_eq(ops->get(st, &k, out, sizeof out, &len), KVS_OK);
-    ck_assert_uint_eq(len, 1500);
-    ck_assert(kvs_test_bytes_match(out, len, 5));
+    kvs_test_dram_expect(st, 5, 1500);
     ops->destroy(st);
     ops->destroy(owner);
     ck_assert(!shm_exists(shm));

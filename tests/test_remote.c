@@ -576,12 +576,7 @@ static void shared_node_start(kvs_test_node *d, const char *shm_name) {
              "    capacity: 8MiB\n    options:\n      shm_name: %s\n"
              "  - name: ssd\n    type: ssd\n    capacity: 32MiB\n    paths: [ssd0]\n",
              shm_name);
-    kvs_test_node_prepare(d, yaml);
-    char psk[600];
-    snprintf(psk, sizeof psk, "%s", key_path);
-    char *const argv[] = {"kvstrata-node", "--config",    d->config_path,       "--psk-file", psk,
-                          "--listen",      "127.0.0.1:0", "--max-object-bytes", "2MiB",       NULL};
-    kvs_test_node_start(d, argv);
+    kvs_test_remote_node_start_with(d, key_path, yaml);
 }
 
 static int no_shared_tier(void *s) {

@@ -127,41 +127,32 @@ kvs_status kvs_remote_get_many(void *state, const kvs_key *keys, void *const *ds
                                const uint64_t *caps, uint64_t n, uint64_t *lens,
                                kvs_status *statuses) {
     remote *r = state;
-    for (uint64_t i = 0; i < n; i++) lens[i] = 0, statuses[i] = KVS_ENOTFOUND;
-    if (n == 0) return KVS_OK;
     int any_shared = 0;
     for (uint32_t i = 0; i < r->opt.n_nodes && !any_shared; i++)
         any_shared = __atomic_load_n(&r->nodes[i].shared_tier, __ATOMIC_ACQUIRE) != NULL;
     if (!any_shared) return get_many_from_nodes(r, keys, dsts, caps, n, lens, statuses);
     /* a node on this host: what its shared tier holds is copied out here, the rest asked for */
-    uint8_t *done = calloc(n, 1);
-    kvs_key *rest_keys = malloc(n * sizeof *rest_keys);
-    void **rest_dsts = malloc(n * sizeof *rest_dsts);
-    uint64_t *rest_caps = malloc(n * sizeof *rest_caps), *rest_lens = malloc(n * sizeof *rest_lens);
-    kvs_status *rest_st = malloc(n * sizeof *rest_st);
-    uint64_t *at = malloc(n * sizeof *at);
-    kvs_status st = KVS_ENOMEM;
-    if (done && rest_keys && rest_dsts && rest_caps && rest_lens && rest_st && at) {
-        st = KVS_OK;
-        if (remote_shared_gets(r, keys, dsts, caps, n, lens, statuses, done) < n) {
-            uint64_t m = 0;
-            for (uint64_t i = 0; i < n; i++) {
-                if (done[i]) continue;
-                rest_keys[m] = keys[i], rest_dsts[m] = dsts[i], rest_caps[m] = caps[i];
-                at[m++] = i;
-            }
-            st = get_many_from_nodes(r, rest_keys, rest_dsts, rest_caps, m, rest_lens, rest_st);
-            for (uint64_t k = 0; st == KVS_OK && k < m; k++)
-                lens[at[k]] = rest_lens[k], statuses[at[k]] = rest_st[k];
-        }
+    for (uint64_t i = 0; i < n; i++) lens[i] = 0, statuses[i] = KVS_ENOTFOUND;
+    if (n == 0 || remote_shared_gets(r, keys, dsts, caps, n, lens, statuses) == n) return KVS_OK;
+    /* the rest as arrays of their own (one allocation) */
+    size_t one = sizeof(kvs_key) + sizeof(void *) + 3 * sizeof(uint64_t) + sizeof(kvs_status);
+    uint8_t *block = malloc(n * one);
+    if (!block) return KVS_ENOMEM;
+    kvs_key *rest_keys = (kvs_key *)(void *)block;
+    void **rest_dsts = (void **)(void *)(rest_keys + n);
+    uint64_t *rest_caps = (uint64_t *)(void *)(rest_dsts + n), *rest_lens = rest_caps + n,
+             *at = rest_lens + n;
+    kvs_status *rest_st = (kvs_status *)(void *)(at + n);
+    uint64_t m = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (statuses[i] != KVS_ENOTFOUND) continue; /* answered by a shared tier */
+        rest_keys[m] = keys[i], rest_dsts[m] = dsts[i], rest_caps[m] = caps[i];
+        at[m++] = i;
     }
-    free(done);
-    free(rest_keys);
-    free(rest_dsts);
-    free(rest_caps);
-    free(rest_lens);
-    free(rest_st);
-    free(at);
+    kvs_status st = get_many_from_nodes(r, rest_keys, rest_dsts, rest_caps, m, rest_lens, rest_st);
+    for (uint64_t k = 0; st == KVS_OK && k < m; k++)
+        lens[at[k]] = rest_lens[k], statuses[at[k]] = rest_st[k];
+    free(block);
     return st;
 }
 

@@ -203,11 +203,11 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m);
 void remote_shared_detach(remote *r, rnode *nd);
 /* Detach every node's shared tier (the tier is being freed, its thread gone). */
 void remote_shared_detach_all(remote *r);
-/* Get what the attached shared tiers hold of keys, straight into dsts: statuses and lens of those
- * are set and done[i] marked (KVS_OK, or KVS_EOVERFLOW with the size). Returns how many. Any
- * thread. */
+/* Get what the attached shared tiers hold of keys, straight into dsts. statuses come in as
+ * KVS_ENOTFOUND; those answered are set (KVS_OK, or KVS_EOVERFLOW with the size in lens), the rest
+ * stay. Returns how many were answered. Any thread. */
 uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                            uint64_t n, uint64_t *lens, kvs_status *statuses, uint8_t *done);
+                            uint64_t n, uint64_t *lens, kvs_status *statuses);
 
 /* ---- node connections (ucx_remote_nodes.c; progress thread only) ----------------------------- */
 

@@ -75,7 +75,7 @@ void remote_shared_detach_all(remote *r) {
 }
 
 uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                            uint64_t n, uint64_t *lens, kvs_status *statuses, uint8_t *done) {
+                            uint64_t n, uint64_t *lens, kvs_status *statuses) {
     void *tiers[KVS_REMOTE_RING_MAX_NODES];
     rnode *held[KVS_REMOTE_RING_MAX_NODES];
     uint32_t n_tiers = 0;
@@ -104,12 +104,12 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
         named = kvs_remote_tenant_hasher_key(h, &keys[i], &tk[i]) == KVS_OK;
     for (uint32_t t = 0; named && t < n_tiers; t++) {
         for (uint64_t i = 0; i < n;) {
-            if (done[i]) {
+            if (statuses[i] != KVS_ENOTFOUND) { /* an earlier tier answered it */
                 i++;
                 continue;
             }
             uint64_t run = 1, pinned = 0;
-            while (i + run < n && run < SHARED_RUN_MAX && !done[i + run]) run++;
+            while (i + run < n && run < SHARED_RUN_MAX && statuses[i + run] == KVS_ENOTFOUND) run++;
             /* the run's present prefix pinned in one trip, copied, unpinned: the node's evictions
              * skip pinned objects. A removal is forced even under pins (the dram tier's rule), and
              * then the connector's checksum fails the copy, as for an object torn on any tier */
@@ -126,7 +126,6 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
                     statuses[k] = KVS_EOVERFLOW;
                 }
                 lens[k] = len;
-                done[k] = 1;
                 answered++;
             }
             if (pinned) d->unpin(tiers[t], tk + i, pinned);

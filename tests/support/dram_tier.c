@@ -82,6 +82,15 @@ kvs_status kvs_test_dram_open(const char *name, uint64_t capacity, uint64_t max_
     return kvs_test_dram_ops->create(&init, state);
 }
 
+void kvs_test_dram_expect(void *state, uint32_t i, uint64_t len) {
+    uint8_t out[4096];
+    uint64_t got = 0;
+    kvs_key k = kvs_test_key(i);
+    ck_assert_int_eq(kvs_test_dram_ops->get(state, &k, out, sizeof out, &got), KVS_OK);
+    ck_assert_uint_eq(got, len);
+    ck_assert(kvs_test_bytes_match(out, got, i));
+}
+
 void kvs_test_dram_put(void *state, uint32_t i, uint64_t len) {
     uint8_t buf[4096];
     ck_assert_uint_le(len, sizeof buf);

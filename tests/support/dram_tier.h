@@ -29,6 +29,8 @@ kvs_status kvs_test_dram_open(const char *name, uint64_t capacity, uint64_t max_
                               const kvs_backend_host *host, void **state);
 /* put object i (len bytes, at most 4KiB, of kvs_test_fill's seed i) under kvs_test_key(i), asserting
  * it is stored. */
+/* Get object i (key kvs_test_key(i)) and check it holds len bytes of kvs_test_fill(i). */
+void kvs_test_dram_expect(void *state, uint32_t i, uint64_t len);
 void kvs_test_dram_put(void *state, uint32_t i, uint64_t len);
 
 #endif

@@ -29,7 +29,11 @@ void kvs_test_remote_keys(char *dir, size_t dir_len, char *key_path, size_t key_
 }
 
 void kvs_test_remote_node_start(kvs_test_node *d, const char *key_path) {
-    kvs_test_node_prepare(d, KVS_TEST_REMOTE_NODE_YAML);
+    kvs_test_remote_node_start_with(d, key_path, KVS_TEST_REMOTE_NODE_YAML);
+}
+
+void kvs_test_remote_node_start_with(kvs_test_node *d, const char *key_path, const char *yaml) {
+    kvs_test_node_prepare(d, yaml);
     char psk[600];
     snprintf(psk, sizeof psk, "%s", key_path);
     char *const argv[] = {"kvstrata-node", "--config",    d->config_path,       "--psk-file", psk,

@@ -188,6 +188,19 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
 
 /* ---- lifetime --------------------------------------------------------------------------------- */
 
+/* The first tier, when it is a dram tier shared between processes (options.shm_name), is named
+ * to clients on this host (n->shared_tier). */
+static void shared_tier_of(kvs_node *n, const kvs_tier_config *tc) {
+    if (strcmp(tc->type, "dram") != 0) return;
+    for (size_t k = 0; k < tc->n_options; k++) {
+        if (strcmp(tc->options[k].key, "shm_name") != 0 ||
+            strlen(tc->options[k].value) > KVS_WIRE_MAX_SHARED_TIER_NAME)
+            continue;
+        kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->options[k].value);
+        n->shared_tier_capacity = tc->capacity_bytes;
+    }
+}
+
 kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err,
                            size_t err_len) {
     kvs_status st = KVS_EINVAL;
@@ -231,12 +244,7 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
-        for (size_t k = 0; i == 0 && strcmp(tc->type, "dram") == 0 && k < tc->n_options; k++)
-            if (strcmp(tc->options[k].key, "shm_name") == 0 &&
-                strlen(tc->options[k].value) <= KVS_WIRE_MAX_SHARED_TIER_NAME) {
-                kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->options[k].value);
-                n->shared_tier_capacity = tc->capacity_bytes;
-            }
+        if (i == 0) shared_tier_of(n, tc);
         /* The dram tier gives every object a slab sized for the largest one. */
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
             char cap[32], obj[32];

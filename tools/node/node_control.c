@@ -86,16 +86,16 @@ static void handshake_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs
     handshake_close(n, c, request_id, code, text);
 }
 
-/* A client on this host that offered shared memory (a host id with its worker address) gets its
- * payloads over a second endpoint to that address without peer-failure handling, where UCX can use
- * shared memory; the session's endpoint reaches it over tcp only. Any failure keeps the session's
- * endpoint for payloads (said at WARN). */
 /* 1 when the client offered shared memory (a host id) and runs on this host. */
 static int on_this_host(const kvs_node *n, const kvs_wire_msg *req) {
     return req->host_id_len && n->host_id_ok && req->host_id_len == sizeof n->host_id &&
            memcmp(req->host_id, n->host_id, sizeof n->host_id) == 0;
 }
 
+/* A client on this host that offered shared memory (a host id with its worker address) gets its
+ * payloads over a second endpoint to that address without peer-failure handling, where UCX can use
+ * shared memory; the session's endpoint reaches it over tcp only. Any failure keeps the session's
+ * endpoint for payloads (said at WARN). */
 static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     if (!req->host_id_len) return; /* not offered (shared_memory: off) */
     if (!on_this_host(n, req)) {
