@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/copy.h"
 #include "common/key.h"
+#include "common/xxh3.h"
 #include "ssd_place.h"
 
 static int make_room(ssd_tier *t, const uint64_t *need);
@@ -322,7 +322,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
      * stores: the buffer is read next by the device, not by this CPU. */
     for (uint32_t u = 0; u < n_units; u++) {
         uint64_t at = (uint64_t)u * t->stripe_bytes;
-        checksums[u] = kvs_copy_hash64(data + at, (const uint8_t *)object + at,
+        checksums[u] = kvs_xxh3_copy64(data + at, (const uint8_t *)object + at,
                                        ssd_format_unit_bytes(len, t->stripe_bytes, u), 1);
     }
     memset(data + len, 0, data_bytes - len);

@@ -5,9 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-/* XXH3_state_t on the stack (copy.h): the hashing variants return a value, not a status, so they
- * must not allocate. The streaming update dispatches to AVX2 where libxxhash can (copy.h). */
+/* kvs_xxh3 on the stack (xxh3.h): the hashing variants return a value, not a status, so they must
+ * not allocate. */
 #include "common/copy.h"
+#include "common/xxh3.h"
 
 /* Bytes of payload hashed and then copied as one piece: large enough that the per-call cost of the
  * streaming hash vanishes, small enough that the piece is still in L1/L2 when it is copied. */
@@ -242,15 +243,13 @@ static void walk_init(layer_walk *w, const kvs_layer_view *view, const kvs_kv_sh
 
 /* One run of n bytes between the pages and the payload. Loads write the pages with non-temporal
  * stores (runs long enough), and so do hashed saves, whose payload is not read again soon. With
- * `hash`, the source (the payload for a load, the pages for a save) is hashed a step at a time right
- * after the step is copied, so the hash reads it from cache: runs arrive in payload order, so this is
- * the hash of the payload. */
-static inline void move_bytes(direction dir, char *page, char *payload, size_t n,
-                              XXH3_state_t *hash) {
+ * `hash`, the source (the payload for a load, the pages for a save) is hashed from the registers it is
+ * copied through (xxh3.h): runs arrive in payload order, so this is the hash of the payload. */
+static inline void move_bytes(direction dir, char *page, char *payload, size_t n, kvs_xxh3 *hash) {
     char *dst = dir == TO_PAGES ? page : payload;
     const char *src = dir == TO_PAGES ? payload : page;
     if (hash)
-        kvs_copy_hash_update(hash, dst, src, n, 1);
+        kvs_xxh3_copy_update(hash, dst, src, n, 1);
     else if (dir == TO_PAGES && n >= KVS_COPY_STREAM_MIN)
         kvs_copy_streaming(dst, src, n);
     else
@@ -261,7 +260,7 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
  * `base` and `payload`, which points at the payload row of token t; with `hash`, each run's source is
  * hashed in payload order (move_bytes). */
 static void move_tokens(const layer_walk *w, direction dir, char *base, char *payload, uint32_t t,
-                        uint32_t count, XXH3_state_t *hash) {
+                        uint32_t count, kvs_xxh3 *hash) {
     uint64_t token = w->first_token + t;
     const uint64_t end = token + count;
     while (token < end) {
@@ -315,8 +314,8 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
 /* Move the layer and return the XXH3-64 of its payload, hashing every byte while it is in cache. */
 static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                 const kvs_token_span *span, direction dir, char *payload) {
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
+    kvs_xxh3 state;
+    kvs_xxh3_reset(&state);
     if (span->n_tokens > 0) {
         layer_walk w;
         walk_init(&w, view, shape, span);
@@ -330,15 +329,15 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
             for (uint32_t t = 0; t < w.n_tokens; t += piece_tokens) {
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;
                 size_t n = count * w.token_bytes;
-                if (dir == TO_PAGES && !by_run) XXH3_64bits_update(&state, payload, n);
+                if (dir == TO_PAGES && !by_run) kvs_xxh3_update(&state, payload, n);
                 move_tokens(&w, dir, w.parts[p], payload, t, count, by_run ? &state : NULL);
-                if (dir == TO_PAYLOAD && !by_run) XXH3_64bits_update(&state, payload, n);
+                if (dir == TO_PAYLOAD && !by_run) kvs_xxh3_update(&state, payload, n);
                 payload += n;
             }
         }
         kvs_copy_fence(); /* order the non-temporal stores before returning */
     }
-    return XXH3_64bits_digest(&state);
+    return kvs_xxh3_digest(&state);
 }
 
 void kvs_kernel_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
