@@ -2,9 +2,9 @@
 #include "hashpool.h"
 
 #include <stdlib.h>
-#include <xxhash.h>
 
 #include "common/workers.h"
+#include "common/xxh3.h"
 
 struct kvs_hashpool {
     kvs_workers *workers;
@@ -12,7 +12,7 @@ struct kvs_hashpool {
 
 static void hash_job(void *ctx, uint64_t item) {
     kvs_hash_job *job = (kvs_hash_job *)ctx + item;
-    *job->out = XXH3_64bits(job->data, job->len);
+    *job->out = kvs_xxh3_64(job->data, job->len);
 }
 
 kvs_status kvs_hashpool_create(uint32_t n_threads, kvs_hashpool **out) {

@@ -5,10 +5,10 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/xxh3.h"
 #include "guard.h"
 #include "handle.h"
 #include "keys.h"
@@ -306,7 +306,7 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         int whole = w->load->n_tokens == h->chunk_tokens;
         if (!whole) {
             const void *payload = kvs_object_layer((void *)w->object, layer);
-            if (XXH3_64bits(payload, h->layer_bytes) != w->layer_hash[layer]) {
+            if (kvs_xxh3_64(payload, h->layer_bytes) != w->layer_hash[layer]) {
                 layer_mismatch(h, w, layer);
                 continue;
             }

@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "common/xxh3.h"
 #include "ssd_place.h"
 
 /* ---- reads ----------------------------------------------------------------------------------- */
@@ -125,7 +125,7 @@ static int all_zero(const uint8_t *p, uint64_t n) {
 /* A unit's data against the checksum its header records; the first mismatch of an item is kept
  * with what was found, so the message says it. 1 when the data matches. */
 static int unit_matches(read_item *it, const read_unit *ru, const uint8_t *data, uint64_t stored) {
-    uint64_t computed = XXH3_64bits(data, ru->data_bytes);
+    uint64_t computed = kvs_xxh3_64(data, ru->data_bytes);
     if (computed == stored) return 1;
     if (!it->corrupt) {
         it->corrupt = 1;

@@ -256,6 +256,11 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
         memcpy(dst, src, n);
 }
 
+/* Bytes at the start of the next run of the pages asked for before a save moves a run: the copy asks
+ * for the lines ahead within a run (xxh3.c), but the next run is another block, somewhere else. (A
+ * load reads the payload, one run after the other, and gained nothing from it.) */
+#define NEXT_RUN_PREFETCH ((size_t)1024)
+
 /* Move tokens [t, t + count) of the span (0-based within the span) of one part between the pages at
  * `base` and `payload`, which points at the payload row of token t; with `hash`, each run's source is
  * hashed in payload order (move_bytes). */
@@ -272,6 +277,11 @@ static void move_tokens(const layer_walk *w, direction dir, char *base, char *pa
             base + (int64_t)w->block_ids[table_index] * w->block_stride + offset * w->token_stride;
         if (w->tokens_contiguous) {
             size_t n = run * w->token_bytes;
+            if (dir == TO_PAYLOAD && token + run < end) { /* the next run's first lines */
+                const char *next = base + (int64_t)w->block_ids[table_index + 1] * w->block_stride;
+                for (size_t i = 0; i < NEXT_RUN_PREFETCH; i += 64)
+                    __builtin_prefetch(next + i, 0, 3);
+            }
             move_bytes(dir, page, payload, n, hash);
             payload += n;
         } else if (w->heads_contiguous) {
