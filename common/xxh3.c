@@ -86,10 +86,10 @@ static void stripes_scalar(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_
  * acc[i] += lo32(k) * hi32(k) with k = data[i] ^ secret[i]. */
 static inline AVX2 __m256i accumulate_half(__m256i acc, __m256i data, __m256i secret) {
     __m256i key = _mm256_xor_si256(data, secret);
-    __m256i key_hi = _mm256_shuffle_epi32(key, _MM_SHUFFLE(0, 3, 0, 1));
+    __m256i key_hi = _mm256_srli_epi64(key, 32); /* a shift: the shuffle unit has the swap */
     __m256i product = _mm256_mul_epu32(key, key_hi);
     __m256i swapped = _mm256_shuffle_epi32(data, _MM_SHUFFLE(1, 0, 3, 2));
-    return _mm256_add_epi64(_mm256_add_epi64(acc, swapped), product);
+    return _mm256_add_epi64(acc, _mm256_add_epi64(swapped, product)); /* one add on acc's chain */
 }
 
 static inline AVX2 __m256i scramble_half(__m256i acc, __m256i secret) {
@@ -109,35 +109,59 @@ static inline AVX2 __m256i scramble_half(__m256i acc, __m256i secret) {
 /* The accumulators stay in two registers for the whole run; each stripe is loaded once, stored to
  * dst from the same registers and hashed. `mode` is a constant at each call, so the branches on it
  * go away. */
-static inline __attribute__((always_inline)) AVX2 void stripes_avx2_mode(kvs_xxh3 *st, uint8_t *dst,
-                                                                         const uint8_t *src,
-                                                                         size_t n, int mode) {
+/* One stripe: loaded once, stored to dst from the same registers (per `mode`, a constant at each
+ * call) and hashed with the secret at `key`. */
+#define INLINE static inline __attribute__((always_inline))
+INLINE AVX2 void stripe_avx2(__m256i *a0, __m256i *a1, uint8_t *dst, const uint8_t *src,
+                             const uint8_t *key, int prefetch, int mode) {
+    if (prefetch) _mm_prefetch((const char *)src + PREFETCH_STRIPES * STRIPE, _MM_HINT_T0);
+    __m256i d0 = _mm256_loadu_si256((const __m256i *)(const void *)src);
+    __m256i d1 = _mm256_loadu_si256((const __m256i *)(const void *)(src + 32));
+    if (mode == COPY_STREAM) {
+        _mm256_stream_si256((__m256i *)(void *)dst, d0);
+        _mm256_stream_si256((__m256i *)(void *)(dst + 32), d1);
+    } else if (mode == COPY_PLAIN) {
+        _mm256_storeu_si256((__m256i *)(void *)dst, d0);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 32), d1);
+    }
+    *a0 = accumulate_half(*a0, d0, _mm256_loadu_si256((const __m256i *)(const void *)key));
+    *a1 = accumulate_half(*a1, d1, _mm256_loadu_si256((const __m256i *)(const void *)(key + 32)));
+}
+
+INLINE AVX2 void scramble_avx2(__m256i *a0, __m256i *a1, const uint8_t *secret) {
+    const uint8_t *sk = secret + SCRAMBLE_AT;
+    *a0 = scramble_half(*a0, _mm256_loadu_si256((const __m256i *)(const void *)sk));
+    *a1 = scramble_half(*a1, _mm256_loadu_si256((const __m256i *)(const void *)(sk + 32)));
+}
+
+/* The accumulators stay in two registers for the whole run. Whole blocks are unrolled with fixed
+ * secret offsets; the stripes before and after them go one at a time. */
+INLINE AVX2 void stripes_avx2_mode(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_t n,
+                                   int mode) {
     const uint8_t *secret = kvs_xxh3_secret();
     __m256i a0 = _mm256_load_si256((const __m256i *)(const void *)st->acc);
     __m256i a1 = _mm256_load_si256((const __m256i *)(const void *)(st->acc + 4));
     uint32_t s = st->stripes;
-    for (size_t i = 0; i < n; i++, src += STRIPE) {
-        if (i + PREFETCH_STRIPES < n)
-            _mm_prefetch((const char *)src + PREFETCH_STRIPES * STRIPE, _MM_HINT_T0);
-        __m256i d0 = _mm256_loadu_si256((const __m256i *)(const void *)src);
-        __m256i d1 = _mm256_loadu_si256((const __m256i *)(const void *)(src + 32));
-        if (mode == COPY_STREAM) {
-            _mm256_stream_si256((__m256i *)(void *)dst, d0);
-            _mm256_stream_si256((__m256i *)(void *)(dst + 32), d1);
-        } else if (mode == COPY_PLAIN) {
-            _mm256_storeu_si256((__m256i *)(void *)dst, d0);
-            _mm256_storeu_si256((__m256i *)(void *)(dst + 32), d1);
-        }
-        if (mode != NO_COPY) dst += STRIPE;
-        const uint8_t *k = secret + 8 * s;
-        a0 = accumulate_half(a0, d0, _mm256_loadu_si256((const __m256i *)(const void *)k));
-        a1 = accumulate_half(a1, d1, _mm256_loadu_si256((const __m256i *)(const void *)(k + 32)));
+    size_t i = 0;
+    for (; i < n && s != 0; i++, src += STRIPE) { /* the rest of a block begun */
+        stripe_avx2(&a0, &a1, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
+        if (mode != NO_COPY) dst += STRIPE; /* dst is NULL without a copy */
         if (++s == STRIPES_PER_BLOCK) {
-            const uint8_t *sk = secret + SCRAMBLE_AT;
-            a0 = scramble_half(a0, _mm256_loadu_si256((const __m256i *)(const void *)sk));
-            a1 = scramble_half(a1, _mm256_loadu_si256((const __m256i *)(const void *)(sk + 32)));
+            scramble_avx2(&a0, &a1, secret);
             s = 0;
         }
+    }
+    for (; i + STRIPES_PER_BLOCK <= n; i += STRIPES_PER_BLOCK) {
+        int prefetch = i + STRIPES_PER_BLOCK + PREFETCH_STRIPES <= n;
+        for (uint32_t k = 0; k < STRIPES_PER_BLOCK; k++, src += STRIPE) {
+            stripe_avx2(&a0, &a1, dst, src, secret + 8 * k, prefetch, mode);
+            if (mode != NO_COPY) dst += STRIPE;
+        }
+        scramble_avx2(&a0, &a1, secret);
+    }
+    for (; i < n; i++, src += STRIPE, s++) { /* a block begun, not finished */
+        stripe_avx2(&a0, &a1, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
+        if (mode != NO_COPY) dst += STRIPE;
     }
     _mm256_store_si256((__m256i *)(void *)st->acc, a0);
     _mm256_store_si256((__m256i *)(void *)(st->acc + 4), a1);
@@ -153,9 +177,15 @@ static AVX2 void stripes_avx2(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, si
 }
 #endif
 
+static int simd_allowed = 1; /* kvs_xxh3_allow_simd: tests run the scalar loop on AVX2 hosts */
+
+void kvs_xxh3_allow_simd(int allow) {
+    simd_allowed = allow;
+}
+
 static void stripes(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_t n, int mode) {
 #ifdef KVS_XXH3_AVX2
-    if (__builtin_cpu_supports("avx2")) {
+    if (simd_allowed && __builtin_cpu_supports("avx2")) {
         /* non-temporal stores of 32 bytes need dst aligned to 32; the stripes keep what the first
          * one has */
         if (mode == COPY_STREAM && ((uintptr_t)dst & 31) != 0) mode = COPY_PLAIN;

@@ -34,6 +34,10 @@ uint64_t kvs_xxh3_64(const void *src, size_t n);
 /* XXH3-64 of src's n bytes, copied to dst in the same pass (fenced when `stream`). */
 uint64_t kvs_xxh3_copy64(void *dst, const void *src, size_t n, int stream);
 
+/* For tests: 0 makes every later update use the portable loop even where the CPU has AVX2 (not
+ * thread-safe; 1 restores the default). */
+void kvs_xxh3_allow_simd(int allow);
+
 /* Internal, for xxh3.c and xxh3_secret.c: libxxhash's default secret (192 bytes). */
 const uint8_t *kvs_xxh3_secret(void);
 
