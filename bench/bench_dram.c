@@ -1,5 +1,5 @@
 /* bench_dram.c - save and load of whole chunks through the engine ABI with one DRAM tier on the host
- * device, against single-thread memcpy of the same bytes measured in the same run.
+ * device, against copies of the same bytes measured in the same run, with as many threads.
  *
  * Model: 8 KV heads, head dim 128, fp16, vLLM FlashAttention NHD pages [2, blocks, 16, 8, 128] per
  * layer, 256-token chunks, so one layer of one chunk is K+V = 1 MiB. The engine's block table is a
@@ -18,6 +18,9 @@
  * Loads copy tier -> pages, saves pages -> tier; T threads each copy every T-th chunk of each
  * layer, as the path splits them. Each is copied twice per round, with memcpy and
  * with non-temporal stores (the path uses both kinds), and the faster is that round's reference.
+ * Beside it, the same bytes copied with non-temporal stores in the 32 KiB runs the path moves (one
+ * block of K or V), the pages side's blocks in a random order of their own: the cost of the layout
+ * without the checksum or the connector (`ratio_to_same_runs`).
  * Rounds interleave the references, load and save so drift hits all of them alike. */
 #include <pthread.h>
 #include <stdio.h>
