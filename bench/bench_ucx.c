@@ -314,24 +314,19 @@ static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
 /* Start kvstrata-node with slabs of max_object bytes: one object size per node, as docs/node.md
  * asks of a deployment (64 KiB objects in 2 MiB slabs would sit 2 MiB apart and be read at half the
  * rate, page by page). */
+static int shm_payloads; /* --shared-memory auto: the node moves payloads over shared memory */
+
 static void node_start(node_proc *n, uint64_t max_object) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) die("pipe", strerror(errno));
     char listen[64], max_s[32];
     snprintf(listen, sizeof listen, "%s:0", server_addr);
     snprintf(max_s, sizeof max_s, "%llu", (unsigned long long)max_object);
-    char *argv[] = {node_bin,
-                    "--config",
-                    yaml_path,
-                    "--psk-file",
-                    key_path,
-                    "--listen",
-                    listen,
-                    "--max-object-bytes",
-                    max_s,
-                    "--busy-poll-us",
-                    (char *)busy_poll_us,
-                    NULL};
+    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", listen,
+                    "--max-object-bytes", max_s, "--busy-poll-us", (char *)busy_poll_us,
+                    /* with --shared-memory auto: puts and the node's gets over UCX shared memory
+                     * too (experimental on the node, off by default; docs/remote.md) */
+                    "--shared-memory-payloads", (char *)(shm_payloads ? "on" : "off"), NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
@@ -901,7 +896,8 @@ int main(int argc, char **argv) {
         die("--shared-memory auto",
             "peers in other network namespaces never use shared memory (docs/remote.md)");
     signal(SIGPIPE, SIG_IGN);
-    setup_files(strcmp(o.shared_memory, "auto") == 0);
+    shm_payloads = strcmp(o.shared_memory, "auto") == 0;
+    setup_files(shm_payloads);
     atexit(at_exit);
     node_proc node = {0};
     /* like the connector's staging pool (connector/pool.c): large pages where the kernel allows */

@@ -38,9 +38,9 @@ enum {
 };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
-static const char *const NODE_KEYS[] = {"listen",      "psk_file",         "max_clients",
-                                        "timeout_ms",  "max_object_bytes", "max_handshakes",
-                                        "busy_poll_us"};
+static const char *const NODE_KEYS[] = {
+    "listen",           "psk_file",       "max_clients",  "timeout_ms",
+    "max_object_bytes", "max_handshakes", "busy_poll_us", "shared_memory_payloads"};
 enum {
     NK_LISTEN,
     NK_PSK,
@@ -49,6 +49,7 @@ enum {
     NK_MAX_OBJECT,
     NK_MAX_HANDSHAKES,
     NK_BUSY_POLL,
+    NK_SHM_PAYLOADS,
     NK_COUNT
 };
 
@@ -304,6 +305,11 @@ static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
     if (st == KVS_OK && values[NK_BUSY_POLL]) {
         st = kvs_yaml_get_uint(ctx, values[NK_BUSY_POLL], "node.busy_poll_us", 0, 100000, &value);
         if (st == KVS_OK) cfg->node.busy_poll_us = (uint32_t)value + 1;
+    }
+    if (st == KVS_OK && values[NK_SHM_PAYLOADS]) {
+        int on = 0;
+        st = kvs_yaml_get_bool(ctx, values[NK_SHM_PAYLOADS], "node.shared_memory_payloads", &on);
+        if (st == KVS_OK) cfg->node.shared_memory_payloads = on + 1;
     }
     return st;
 }

@@ -10,8 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/dram/dram_shm.h"
+#include "common/clock.h"
 #include "tests/support/dram_tier.h"
 #include "tests/support/objects.h"
 #include "tests/support/wait.h"
@@ -115,6 +119,51 @@ START_TEST(shm_open_attach_attaches_an_existing_tier_and_never_creates_one) {
                      KVS_ECONFIG);
     ck_assert_msg(strstr(kvs_test_dram_error, "shm_open") != NULL, "error: %s",
                   kvs_test_dram_error);
+}
+END_TEST
+
+/* A process stopped while it holds the tier's lock (SIGSTOP, a debugger) holds up an attacher with
+ * lock_timeout_ms only that long: its op fails with KVS_ETIMEDOUT and a sentence. Once the holder
+ * dies the lock is taken again (robust) and the objects are there. */
+START_TEST(lock_timeout_ms_bounds_the_wait_for_a_lock_another_process_holds) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *owner = open_shared(shm, 4, NULL);
+    ck_assert_msg(owner != NULL, "create: %s", kvs_test_dram_error);
+    kvs_test_dram_put(owner, 5, 1500);
+    kvs_backend_option timed[2] = {{"shm_name", shm}, {"lock_timeout_ms", "200"}};
+    void *st = NULL;
+    ck_assert_int_eq(kvs_test_dram_open("shared", 4 * 4 * KIB, 4 * KIB, timed, 2, NULL, &st),
+                     KVS_OK);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) { /* takes the lock through its own attachment and keeps it */
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the test, should it fail */
+        void *holder = open_shared(shm, 4, NULL);
+        if (!holder || dram_lock(holder) != KVS_OK || write(ready[1], "l", 1) != 1) _exit(2);
+        for (;;) pause();
+    }
+    char c = 0;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    kvs_key k = kvs_test_key(5);
+    uint8_t buf[1500];
+    uint64_t got = 0;
+    uint64_t t0 = kvs_now_ns();
+    ck_assert_int_eq(ops->get(st, &k, buf, sizeof buf, &got), KVS_ETIMEDOUT);
+    uint64_t waited_ms = (kvs_now_ns() - t0) / 1000000u;
+    ck_assert_msg(waited_ms >= 150 && waited_ms < 5000, "waited %llu ms",
+                  (unsigned long long)waited_ms);
+    ck_assert_msg(strstr(ops->last_error(st), "lock_timeout_ms") != NULL, "error: %s",
+                  ops->last_error(st));
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+    kvs_test_dram_expect(st, 5, 1500); /* the dead holder's lock is recovered */
+    close(ready[0]);
+    close(ready[1]);
+    ops->destroy(st);
+    ops->destroy(owner);
 }
 END_TEST
 
@@ -391,6 +440,7 @@ static Suite *dram_shared_suite(void) {
     tcase_add_checked_fixture(shared, setup, kvs_test_dram_teardown);
     tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
     tcase_add_test(shared, shm_open_attach_attaches_an_existing_tier_and_never_creates_one);
+    tcase_add_test(shared, lock_timeout_ms_bounds_the_wait_for_a_lock_another_process_holds);
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
     tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
     tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);

@@ -108,6 +108,20 @@ static void nodes_setup(void) {
     ck_assert_ptr_nonnull(staging);
 }
 
+/* The same two nodes with --shared-memory-payloads on: payloads to this process over UCX shared
+ * memory (experimental). */
+static void shm_nodes_setup(void) {
+    ck_assert_int_eq(setenv("UCX_TLS", "tcp,sm,self", 0), 0);
+    ck_assert(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
+    kvs_test_remote_keys(key_dir, sizeof key_dir, key_path, sizeof key_path, wrong_key_path,
+                         sizeof wrong_key_path);
+    for (int i = 0; i < 2; i++)
+        kvs_test_remote_node_start_flag(&nodes[i], key_path, KVS_TEST_REMOTE_NODE_YAML,
+                                        "--shared-memory-payloads", "on");
+    staging = aligned_alloc(4096, STAGING_BYTES);
+    ck_assert_ptr_nonnull(staging);
+}
+
 /* The nodes' exit statuses do not matter here (a test may have killed one). */
 static void nodes_teardown(void) {
     for (int i = 0; i < 2; i++) (void)kvs_test_node_stop(&nodes[i]);
@@ -549,6 +563,28 @@ static void round_trip_in_pool(void *s, uint32_t first, uint32_t n) {
     }
 }
 
+/* By default (shared_memory: auto) a node on this host that was not started with
+ * --shared-memory-payloads on moves payloads over tcp: UCX's shared memory is experimental. */
+START_TEST(payloads_stay_on_tcp_unless_the_node_turns_shared_memory_on) {
+    kvs_backend_option opts[] = {{"node", nodes[0].id},
+                                 {"node", nodes[1].id},
+                                 {"psk_file", key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"timeout_ms", "2000"}};
+    char err[512];
+    void *s = NULL;
+    ck_assert_int_eq(kvs_test_remote_create(opts, 5, err, sizeof err, &s, staging, STAGING_BYTES),
+                     KVS_OK);
+    kvs_remote_stats_t stats;
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.nodes_up, 2);
+    ck_assert_uint_eq(stats.nodes_shared_memory, 0);
+    ck_assert_uint_eq(stats.nodes_stream, 2);
+    round_trip_in_pool(s, 400, 4);
+    kvs_remote_backend()->destroy(s);
+}
+END_TEST
+
 START_TEST(nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off) {
     void *s = open_sm("auto");
     kvs_remote_stats_t stats;
@@ -592,7 +628,7 @@ START_TEST(gets_from_a_node_on_this_host_copy_out_of_its_shared_tier) {
     shared_node_start(&shared, shm_name);
     const kvs_backend_ops *ops = kvs_remote_backend();
     enum { N = 6 };
-    for (int mode = 0; mode < 2; mode++) { /* shared_memory: auto, then off */
+    for (int mode = 0; mode < 2; mode++) { /* shared_memory left at its default (auto), then off */
         kvs_backend_option opts[] = {{"node", shared.id},
                                      {"psk_file", key_path},
                                      {"tenant", "test-tenant"},
@@ -600,8 +636,9 @@ START_TEST(gets_from_a_node_on_this_host_copy_out_of_its_shared_tier) {
                                      {"shared_memory", mode == 0 ? "auto" : "off"}};
         char err[512];
         void *s = NULL;
-        ck_assert_int_eq(
-            kvs_test_remote_create(opts, 5, err, sizeof err, &s, staging, STAGING_BYTES), KVS_OK);
+        ck_assert_int_eq(kvs_test_remote_create(opts, mode == 0 ? 4 : 5, err, sizeof err, &s,
+                                                staging, STAGING_BYTES),
+                         KVS_OK);
         kvs_remote_stats_t before, after;
         ck_assert_int_eq(kvs_remote_stats(s, &before), KVS_OK);
         ck_assert_uint_eq(before.nodes_shared_tier, mode == 0 ? 1 : 0);
@@ -846,11 +883,16 @@ int main(void) {
     tcase_add_test(live, with_two_replicas_a_killed_node_leaves_the_other_serving);
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);
     tcase_add_test(live, puts_queued_behind_a_hung_node_do_not_take_the_live_node_down);
-    tcase_add_test(live, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
+    tcase_add_test(live, payloads_stay_on_tcp_unless_the_node_turns_shared_memory_on);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
-    tcase_add_test(live, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);
-    tcase_add_test(live, a_node_that_resumes_after_the_tier_gave_up_stores_no_stale_put);
     suite_add_tcase(suite, live);
+    TCase *shm = tcase_create("shm_payloads");
+    tcase_add_checked_fixture(shm, shm_nodes_setup, nodes_teardown);
+    tcase_set_timeout(shm, 60);
+    tcase_add_test(shm, nodes_on_this_host_move_payloads_over_shared_memory_unless_turned_off);
+    tcase_add_test(shm, a_client_killed_during_shared_memory_gets_does_not_kill_the_nodes);
+    tcase_add_test(shm, a_node_that_resumes_after_the_tier_gave_up_stores_no_stale_put);
+    suite_add_tcase(suite, shm);
     TCase *shared_tier = tcase_create("shared_tier");
     tcase_add_checked_fixture(shared_tier, nodes_setup, nodes_teardown);
     tcase_set_timeout(shared_tier, 60);

@@ -212,8 +212,25 @@ void dram_repair_tables(dram_state *st) {
 }
 
 kvs_status dram_lock(dram_state *st) {
-    int rc = pthread_mutex_lock(&st->header->mutex);
+    int rc;
+    if (st->lock_timeout_ms) {
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)st->lock_timeout_ms * 1000000ull;
+        deadline.tv_sec += (time_t)(ns / 1000000000ull);
+        deadline.tv_nsec = (long)(ns % 1000000000ull);
+        rc = pthread_mutex_clocklock(&st->header->mutex, CLOCK_MONOTONIC, &deadline);
+    } else {
+        rc = pthread_mutex_lock(&st->header->mutex);
+    }
     if (rc == 0) return KVS_OK;
+    if (rc == ETIMEDOUT) {
+        dram_set_error(st,
+                       "its lock was not free within lock_timeout_ms (%u ms): a process sharing "
+                       "the tier holds it (stopped, or in a debugger)",
+                       st->lock_timeout_ms);
+        return KVS_ETIMEDOUT;
+    }
     if (rc == EOWNERDEAD) {
         dram_repair_tables(st);
         pthread_mutex_consistent(&st->header->mutex);
@@ -255,6 +272,10 @@ static const kvs_option_desc OPTIONS[] = {
      .kind = KVS_OPTION_CHOICE,
      KVS_OPTION_FIELD(dram_state, shm_attach_only),
      .choices = "create|attach"},
+    {.name = "lock_timeout_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(dram_state, lock_timeout_ms),
+     .max = 3600000},
     {.name = "read_bandwidth",
      .kind = KVS_OPTION_RATE,
      KVS_OPTION_FIELD(dram_state, pace_bytes_per_s),

@@ -73,7 +73,8 @@ typedef struct shared_header {
 typedef struct dram_state {
     char tier_name[96];
     char shm_path[DRAM_SHM_NAME_MAX + 2]; /* "/<shm_name>", or "" when private */
-    int shm_attach_only; /* shm_open: attach (only an existing tier), not create|attach (0) */
+    int shm_attach_only;      /* shm_open: attach (only an existing tier), not create|attach (0) */
+    uint32_t lock_timeout_ms; /* lock_timeout_ms: 0 waits for the tier's lock without a bound */
     uint64_t max_object_bytes;
     uint64_t mapping_bytes;
     shared_header *header; /* start of the mapping */

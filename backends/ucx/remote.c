@@ -111,7 +111,7 @@ kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uin
     o->connect_backoff_ms = KVS_REMOTE_DEFAULT_BACKOFF_MS;
     o->put_queue_mb = KVS_REMOTE_DEFAULT_PUT_QUEUE_MB;
     o->busy_poll_us = KVS_REMOTE_DEFAULT_BUSY_POLL_US;
-    o->shared_memory = 0; /* experimental: see docs/remote.md, "Shared memory on one host" */
+    o->shared_memory = 1; /* auto: docs/remote.md, "Shared memory on one host" */
     kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], options,
                                       n_options, o, NULL, why, why_len, refused, refused_len);
     if (rc != KVS_OK) return rc;

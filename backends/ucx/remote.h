@@ -9,11 +9,12 @@
  *   replicas            homes per key, 1..min(8, nodes) (default 1)
  *   timeout_ms          bound on every operation (default 2000)
  *   connect_backoff_ms  first reconnect delay of a down node; doubles to 30 s (default 100)
- *   shared_memory       auto: a node on this host moves payloads over shared memory (the tier
- *                       sends its worker address after authenticating), and when its first tier is
- *                       a dram tier with shm_name, gets copy objects out of that tier here;
- *                       off: over the request connection, tcp (default off: experimental, a client
- *                       killed mid-transfer can stall the node's other clients; docs/remote.md)
+ *   shared_memory       auto (default): the tier tells nodes its host; a node on this host whose
+ *                       first tier is a dram tier with shm_name names that tier, and gets copy
+ *                       objects out of it here; a node started with --shared-memory-payloads on
+ *                       (experimental: a client killed mid-transfer can stall the node's other
+ *                       clients) also moves payloads over UCX shared memory; off: none of it,
+ *                       payloads over the request connection (docs/remote.md)
  *   put_queue_mb        room for puts not yet confirmed by their nodes, MiB (default 64; at least
  *                       the largest object)
  *   payloads            auto | rma | messages | stream: how objects move (default auto: on the
@@ -57,7 +58,7 @@ typedef struct kvs_remote_options {
     uint32_t replicas;
     uint32_t timeout_ms;
     uint32_t connect_backoff_ms;
-    int shared_memory;     /* 1: offer the worker address to nodes on this host */
+    int shared_memory;     /* 1 (auto): tell nodes this host (AUTH's host id and pid) */
     int payloads;          /* KVS_REMOTE_PAYLOADS_*: how objects move */
     uint32_t busy_poll_us; /* the progress thread polls UCX this long after work before sleeping */
     uint32_t put_queue_mb;

@@ -28,8 +28,13 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     snprintf(tier_name, sizeof tier_name, "%s: node %s's shared tier", r->name, node_id(r, nd));
     /* attach only: where this process does not see the node's /dev/shm (another IPC or mount
      * namespace) it must not create an empty tier of the node's size */
-    kvs_backend_option opt[2] = {{.key = "shm_name", .value = name},
-                                 {.key = "shm_open", .value = "attach"}};
+    char lock_ms[16];
+    snprintf(lock_ms, sizeof lock_ms, "%u", r->opt.timeout_ms);
+    /* a node stopped while it holds the tier's lock (SIGSTOP, a debugger) must not stop this
+     * process's gets beyond timeout_ms: they go to the node instead, whose deadline ends them */
+    kvs_backend_option opt[3] = {{.key = "shm_name", .value = name},
+                                 {.key = "shm_open", .value = "attach"},
+                                 {.key = "lock_timeout_ms", .value = lock_ms}};
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
     init.struct_size = sizeof init;
@@ -37,7 +42,7 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     init.capacity_bytes = m->shared_tier_capacity;
     init.max_object_bytes = m->shared_tier_max_object;
     init.options = opt;
-    init.n_options = 2;
+    init.n_options = 3;
     init.host = &SHARED_HOST;
     init.error = err;
     init.error_len = sizeof err;
@@ -103,7 +108,8 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
     for (uint64_t i = 0; named && i < n; i++)
         named = kvs_remote_tenant_hasher_key(h, &keys[i], &tk[i]) == KVS_OK;
     for (uint32_t t = 0; named && t < n_tiers; t++) {
-        for (uint64_t i = 0; i < n;) {
+        int locked_out = 0; /* the tier's lock was not free within timeout_ms: leave it */
+        for (uint64_t i = 0; i < n && !locked_out;) {
             if (statuses[i] != KVS_ENOTFOUND) { /* an earlier tier answered it */
                 i++;
                 continue;
@@ -113,11 +119,16 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
             /* the run's present prefix pinned in one trip, copied, unpinned: the node's evictions
              * skip pinned objects. A removal is forced even under pins (the dram tier's rule), and
              * then the connector's checksum fails the copy, as for an object torn on any tier */
-            if (d->pin(tiers[t], tk + i, run, r->opt.timeout_ms, &pinned) != KVS_OK) pinned = 0;
-            for (uint64_t k = i; k < i + pinned; k++) {
+            kvs_status st = d->pin(tiers[t], tk + i, run, r->opt.timeout_ms, &pinned);
+            if (st != KVS_OK) pinned = 0;
+            locked_out = st == KVS_ETIMEDOUT;
+            for (uint64_t k = i; k < i + pinned && !locked_out; k++) {
                 const void *object = NULL;
                 uint64_t len = 0;
-                if (d->get_ref(tiers[t], &tk[k], &object, &len) != KVS_OK) continue;
+                if ((st = d->get_ref(tiers[t], &tk[k], &object, &len)) != KVS_OK) {
+                    locked_out = st == KVS_ETIMEDOUT;
+                    continue;
+                }
                 if (len <= caps[k]) {
                     kvs_copy_streaming(dsts[k], object, (size_t)len);
                     statuses[k] = KVS_OK;
@@ -128,7 +139,7 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
                 lens[k] = len;
                 answered++;
             }
-            if (pinned) d->unpin(tiers[t], tk + i, pinned);
+            if (pinned && !locked_out) d->unpin(tiers[t], tk + i, pinned); /* else they lapse */
             i += pinned < run ? pinned + 1 : pinned; /* the key after the prefix is not here */
         }
     }

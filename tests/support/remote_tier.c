@@ -33,11 +33,19 @@ void kvs_test_remote_node_start(kvs_test_node *d, const char *key_path) {
 }
 
 void kvs_test_remote_node_start_with(kvs_test_node *d, const char *key_path, const char *yaml) {
+    kvs_test_remote_node_start_flag(d, key_path, yaml, NULL, NULL);
+}
+
+void kvs_test_remote_node_start_flag(kvs_test_node *d, const char *key_path, const char *yaml,
+                                     const char *flag, const char *value) {
     kvs_test_node_prepare(d, yaml);
-    char psk[600];
+    char psk[600], f[64] = "", v[64] = "";
     snprintf(psk, sizeof psk, "%s", key_path);
-    char *const argv[] = {"kvstrata-node", "--config",    d->config_path,       "--psk-file", psk,
-                          "--listen",      "127.0.0.1:0", "--max-object-bytes", "2MiB",       NULL};
+    if (flag) snprintf(f, sizeof f, "%s", flag);
+    if (value) snprintf(v, sizeof v, "%s", value);
+    char *const argv[] = {
+        "kvstrata-node", "--config",           d->config_path, "--psk-file",    psk, "--listen",
+        "127.0.0.1:0",   "--max-object-bytes", "2MiB",         flag ? f : NULL, v,   NULL};
     kvs_test_node_start(d, argv);
 }
 

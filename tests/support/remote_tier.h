@@ -22,6 +22,9 @@ void kvs_test_remote_keys(char *dir, size_t dir_len, char *key_path, size_t key_
 void kvs_test_remote_node_start(kvs_test_node *d, const char *key_path);
 /* The same node with the config yaml_text instead. */
 void kvs_test_remote_node_start_with(kvs_test_node *d, const char *key_path, const char *yaml_text);
+/* The same with one more flag and its value on the command line (flag NULL: none). */
+void kvs_test_remote_node_start_flag(kvs_test_node *d, const char *key_path, const char *yaml_text,
+                                     const char *flag, const char *value);
 /* The tier "far" (max_object_bytes 2 MiB) created from options, with staging memory (may be NULL);
  * err gets its sentence. */
 kvs_status kvs_test_remote_create(const kvs_backend_option *opts, uint64_t n, char *err,

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
         "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients "
         "N]\n"
         "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
-        "                     [--busy-poll-us N]\n"
+        "                     [--busy-poll-us N] [--shared-memory-payloads on|off]\n"
         "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
         "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
         "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 "
@@ -26,7 +26,10 @@ static void usage(FILE *f) {
         "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
         "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
         "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n"
-        "  --busy-poll-us N        poll UCX this long after work before sleeping (default 200)\n");
+        "  --busy-poll-us N        poll UCX this long after work before sleeping (default 200)\n"
+        "  --shared-memory-payloads on|off\n"
+        "                          clients on this host get payloads over UCX shared memory\n"
+        "                          (experimental; default off)\n");
 }
 
 static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -43,6 +46,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
     uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
     uint64_t busy_poll = UINT64_MAX;                                              /* not given */
+    int shm_payloads = -1;                                                        /* not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -65,6 +69,9 @@ int main(int argc, char **argv) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
         } else if (!strcmp(a, "--busy-poll-us")) {
             bad = parse_u64(v, 0, 100000, &busy_poll);
+        } else if (!strcmp(a, "--shared-memory-payloads")) {
+            bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
+            shm_payloads = strcmp(v, "on") == 0;
         } else if (!strcmp(a, "--max-object-bytes")) {
             bad = kvs_units_parse_size(v, &max_object, NULL, 0) != KVS_OK || max_object == 0 ||
                   max_object > (1ull << 32);
@@ -99,6 +106,7 @@ int main(int argc, char **argv) {
         max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
     if (busy_poll == UINT64_MAX)
         busy_poll = cfg->node.busy_poll_us ? cfg->node.busy_poll_us - 1u : 200u;
+    if (shm_payloads < 0) shm_payloads = cfg->node.shared_memory_payloads == 2;
     if (!psk_path) {
         fprintf(stderr,
                 "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
@@ -150,7 +158,8 @@ int main(int argc, char **argv) {
                          .timeout_ms = (int)timeout_ms,
                          .max_object_bytes = max_object,
                          .max_refusals = 16,
-                         .busy_poll_us = (uint32_t)busy_poll};
+                         .busy_poll_us = (uint32_t)busy_poll,
+                         .shm_payloads = shm_payloads};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
     kvs_config_free(cfg);

@@ -38,6 +38,8 @@ typedef struct kvs_node_params {
     uint32_t max_refusals;     /* refused messages a connection may send before it is closed */
     uint32_t
         busy_poll_us; /* kvs_ucx_params.busy_poll_us: poll UCX this long after work, then sleep */
+    int shm_payloads; /* a client on this host that offers shared memory gets a UCX endpoint for
+                         payloads that may use it (experimental; docs/remote.md) */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */

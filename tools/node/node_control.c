@@ -92,10 +92,10 @@ static int on_this_host(const kvs_node *n, const kvs_wire_msg *req) {
            memcmp(req->host_id, n->host_id, sizeof n->host_id) == 0;
 }
 
-/* A client on this host that offered shared memory (a host id with its worker address) gets its
- * payloads over a second endpoint to that address without peer-failure handling, where UCX can use
- * shared memory; the session's endpoint reaches it over tcp only. Any failure keeps the session's
- * endpoint for payloads (said at WARN). */
+/* With --shared-memory-payloads on, a client on this host that offered shared memory (a host id
+ * with its worker address) gets its payloads over a second endpoint to that address without
+ * peer-failure handling, where UCX can use shared memory; the session's endpoint reaches it over
+ * tcp only. Any failure keeps the session's endpoint for payloads (said at WARN). */
 static void rma_by_address(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     if (!req->host_id_len) return; /* not offered (shared_memory: off) */
     if (!on_this_host(n, req)) {
@@ -166,7 +166,7 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     }
     kvs_ucx_conn_set_user(c->conn, c);
     c->rma = c->conn;
-    rma_by_address(n, c, req);
+    if (n->params.shm_payloads) rma_by_address(n, c, req);
     int local = on_this_host(n, req); /* req lies in c->rd's buffer, freed next */
     free(c->rd);
     c->rd = NULL;
