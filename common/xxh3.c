@@ -60,13 +60,16 @@ static inline void scramble_scalar(uint64_t acc[8], const uint8_t *secret) {
     }
 }
 
-/* n stripes at src into st's accumulators; copied to dst first unless NO_COPY. */
+/* n stripes at src into st's accumulators, the last of them into st->last. Unless NO_COPY they are
+ * copied to dst first (plain stores: non-temporal ones would make the hash's read slow) and hashed
+ * from there, so the hash is of what dst got even if src changes meanwhile. */
 static void stripes_scalar(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_t n, int mode) {
     const uint8_t *secret = kvs_xxh3_secret();
-    if (mode == COPY_STREAM)
-        kvs_copy_streaming(dst, src, n * STRIPE);
-    else if (mode == COPY_PLAIN)
+    if (mode != NO_COPY) {
         memcpy(dst, src, n * STRIPE);
+        src = dst;
+    }
+    if (n) memcpy(st->last, src + (n - 1) * STRIPE, STRIPE);
     for (size_t i = 0; i < n; i++, src += STRIPE) {
         accumulate_scalar(st->acc, src, secret + 8 * st->stripes);
         if (++st->stripes == STRIPES_PER_BLOCK) {
@@ -106,17 +109,15 @@ static inline AVX2 __m256i scramble_half(__m256i acc, __m256i secret) {
  * (a standalone gather and scatter of 32 KiB runs, 2026-11-27). */
 #define PREFETCH_STRIPES 16
 
-/* The accumulators stay in two registers for the whole run; each stripe is loaded once, stored to
- * dst from the same registers and hashed. `mode` is a constant at each call, so the branches on it
- * go away. */
-/* One stripe: loaded once, stored to dst from the same registers (per `mode`, a constant at each
- * call) and hashed with the secret at `key`. */
+/* One stripe: loaded once into d, stored to dst from the same registers (per `mode`, a constant at
+ * each call) and hashed with the secret at `key`: what dst gets is what is hashed, even if src
+ * changes meanwhile. */
 #define INLINE static inline __attribute__((always_inline))
-INLINE AVX2 void stripe_avx2(__m256i *a0, __m256i *a1, uint8_t *dst, const uint8_t *src,
-                             const uint8_t *key, int prefetch, int mode) {
+INLINE AVX2 void stripe_avx2(__m256i *a0, __m256i *a1, __m256i d[2], uint8_t *dst,
+                             const uint8_t *src, const uint8_t *key, int prefetch, int mode) {
     if (prefetch) _mm_prefetch((const char *)src + PREFETCH_STRIPES * STRIPE, _MM_HINT_T0);
-    __m256i d0 = _mm256_loadu_si256((const __m256i *)(const void *)src);
-    __m256i d1 = _mm256_loadu_si256((const __m256i *)(const void *)(src + 32));
+    __m256i d0 = d[0] = _mm256_loadu_si256((const __m256i *)(const void *)src);
+    __m256i d1 = d[1] = _mm256_loadu_si256((const __m256i *)(const void *)(src + 32));
     if (mode == COPY_STREAM) {
         _mm256_stream_si256((__m256i *)(void *)dst, d0);
         _mm256_stream_si256((__m256i *)(void *)(dst + 32), d1);
@@ -135,16 +136,18 @@ INLINE AVX2 void scramble_avx2(__m256i *a0, __m256i *a1, const uint8_t *secret) 
 }
 
 /* The accumulators stay in two registers for the whole run. Whole blocks are unrolled with fixed
- * secret offsets; the stripes before and after them go one at a time. */
+ * secret offsets; the stripes before and after them go one at a time. The last stripe's registers
+ * go to st->last. */
 INLINE AVX2 void stripes_avx2_mode(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_t n,
                                    int mode) {
     const uint8_t *secret = kvs_xxh3_secret();
     __m256i a0 = _mm256_load_si256((const __m256i *)(const void *)st->acc);
     __m256i a1 = _mm256_load_si256((const __m256i *)(const void *)(st->acc + 4));
+    __m256i d[2] = {a0, a1}; /* the stripe last loaded */
     uint32_t s = st->stripes;
     size_t i = 0;
     for (; i < n && s != 0; i++, src += STRIPE) { /* the rest of a block begun */
-        stripe_avx2(&a0, &a1, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
+        stripe_avx2(&a0, &a1, d, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
         if (mode != NO_COPY) dst += STRIPE; /* dst is NULL without a copy */
         if (++s == STRIPES_PER_BLOCK) {
             scramble_avx2(&a0, &a1, secret);
@@ -154,14 +157,18 @@ INLINE AVX2 void stripes_avx2_mode(kvs_xxh3 *st, uint8_t *dst, const uint8_t *sr
     for (; i + STRIPES_PER_BLOCK <= n; i += STRIPES_PER_BLOCK) {
         int prefetch = i + STRIPES_PER_BLOCK + PREFETCH_STRIPES <= n;
         for (uint32_t k = 0; k < STRIPES_PER_BLOCK; k++, src += STRIPE) {
-            stripe_avx2(&a0, &a1, dst, src, secret + 8 * k, prefetch, mode);
+            stripe_avx2(&a0, &a1, d, dst, src, secret + 8 * k, prefetch, mode);
             if (mode != NO_COPY) dst += STRIPE;
         }
         scramble_avx2(&a0, &a1, secret);
     }
     for (; i < n; i++, src += STRIPE, s++) { /* a block begun, not finished */
-        stripe_avx2(&a0, &a1, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
+        stripe_avx2(&a0, &a1, d, dst, src, secret + 8 * s, i + PREFETCH_STRIPES < n, mode);
         if (mode != NO_COPY) dst += STRIPE;
+    }
+    if (n) {
+        _mm256_storeu_si256((__m256i *)(void *)st->last, d[0]);
+        _mm256_storeu_si256((__m256i *)(void *)(st->last + 32), d[1]);
     }
     _mm256_store_si256((__m256i *)(void *)st->acc, a0);
     _mm256_store_si256((__m256i *)(void *)(st->acc + 4), a1);
@@ -204,46 +211,57 @@ void kvs_xxh3_reset(kvs_xxh3 *st) {
     st->pending = 0;
 }
 
-/* The pending stripe (full, and the input goes on) into the accumulators. */
+/* The pending stripe (full, and the input goes on) into the accumulators (and st->last). */
 static void take_pending(kvs_xxh3 *st) {
     stripes(st, NULL, st->pend, 1, NO_COPY);
-    memcpy(st->last, st->pend, STRIPE);
     st->pending = 0;
 }
 
+/* k bytes at src to dst (when copying), and into the state at `to` from what dst got. */
+static void copy_then_keep(uint8_t *to, uint8_t *dst, const uint8_t *src, size_t k) {
+    if (dst) {
+        memcpy(dst, src, k);
+        src = dst;
+    }
+    memcpy(to, src, k);
+}
+
+/* Every byte hashed is read from src once, or after it was copied, from dst: a copy of bytes that
+ * change under it (a tier slab reused while a load reads it) is hashed as dst got it, so the
+ * connector's check sees the tear. */
 static void feed(kvs_xxh3 *st, uint8_t *dst, const uint8_t *src, size_t n, int mode) {
     if (n == 0) return;
-    if (st->total < SHORT_MAX) {
-        size_t k = SHORT_MAX - st->total < n ? SHORT_MAX - (size_t)st->total : n;
-        memcpy(st->start + st->total, src, k);
-    }
+    uint64_t before = st->total;
+    uint8_t *dst0 = dst;
+    const uint8_t *src0 = src;
     st->total += n;
     if (st->pending == STRIPE) take_pending(st);
     if (st->pending > 0) { /* complete the pending stripe first */
         size_t k = STRIPE - st->pending < n ? STRIPE - st->pending : n;
-        memcpy(st->pend + st->pending, src, k);
-        if (dst) {
-            memcpy(dst, src, k);
-            dst += k;
-        }
+        copy_then_keep(st->pend + st->pending, dst, src, k);
+        if (dst) dst += k;
         st->pending += (uint32_t)k;
         src += k;
         n -= k;
-        if (n == 0) return;
+        if (n == 0) goto start;
         take_pending(st);
     }
     /* every stripe the input goes on after; the last 1..64 bytes wait in pend */
     size_t whole = (n - 1) / STRIPE;
     if (whole > 0) {
         stripes(st, dst, src, whole, dst ? mode : NO_COPY);
-        memcpy(st->last, src + (whole - 1) * STRIPE, STRIPE);
         src += whole * STRIPE;
         if (dst) dst += whole * STRIPE;
         n -= whole * STRIPE;
     }
-    memcpy(st->pend, src, n);
-    if (dst) memcpy(dst, src, n);
+    copy_then_keep(st->pend, dst, src, n);
     st->pending = (uint32_t)n;
+start:
+    if (before < SHORT_MAX) { /* the input's first bytes, as delivered (read back from dst) */
+        size_t k = SHORT_MAX - before < st->total - before ? SHORT_MAX - (size_t)before
+                                                           : (size_t)(st->total - before);
+        memcpy(st->start + before, dst0 ? dst0 : src0, k);
+    }
 }
 
 void kvs_xxh3_update(kvs_xxh3 *st, const void *src, size_t n) {
@@ -254,9 +272,21 @@ void kvs_xxh3_copy_update(kvs_xxh3 *st, void *dst, const void *src, size_t n, in
     feed(st, dst, src, n, stream && n >= KVS_COPY_STREAM_MIN ? COPY_STREAM : COPY_PLAIN);
 }
 
+/* The 128-bit product of a and b, its halves xored. */
 static uint64_t mul_fold(uint64_t a, uint64_t b) {
+#ifdef __SIZEOF_INT128__
     unsigned __int128 p = (unsigned __int128)a * b;
     return (uint64_t)p ^ (uint64_t)(p >> 64);
+#else /* 32-bit targets: four 32 x 32 products */
+    uint64_t lo_lo = (a & 0xFFFFFFFFu) * (b & 0xFFFFFFFFu);
+    uint64_t hi_lo = (a >> 32) * (b & 0xFFFFFFFFu);
+    uint64_t lo_hi = (a & 0xFFFFFFFFu) * (b >> 32);
+    uint64_t hi_hi = (a >> 32) * (b >> 32);
+    uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xFFFFFFFFu) + lo_hi;
+    uint64_t upper = (hi_lo >> 32) + (cross >> 32) + hi_hi;
+    uint64_t lower = (cross << 32) | (lo_lo & 0xFFFFFFFFu);
+    return lower ^ upper;
+#endif
 }
 
 uint64_t kvs_xxh3_digest(const kvs_xxh3 *st) {

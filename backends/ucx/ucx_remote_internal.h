@@ -99,8 +99,10 @@ typedef struct rnode {
      * (ucx_remote_shared.c) */
     void *shared_tier;
     uint32_t shared_readers;
-    uint64_t msg_request; /* the GET whose payload messages may still land, else 0 */
-    uint64_t read_by_ns;  /* the read-by time of the PUT in flight to it (shared memory), else 0 */
+    uint64_t shared_shunned_until_ns; /* a get found its lock held past lock_timeout_ms: gets
+                                         leave the shared tier to the node until then */
+    uint64_t msg_request;             /* the GET whose payload messages may still land, else 0 */
+    uint64_t read_by_ns; /* the read-by time of the PUT in flight to it (shared memory), else 0 */
     /* the one outstanding request of this node */
     int pending;
     uint64_t request_id;

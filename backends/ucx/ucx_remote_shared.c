@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backends/dram/dram.h"
+#include "common/clock.h"
 #include "common/copy.h"
 #include "ucx_remote_internal.h"
 
@@ -29,9 +30,10 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     /* attach only: where this process does not see the node's /dev/shm (another IPC or mount
      * namespace) it must not create an empty tier of the node's size */
     char lock_ms[16];
-    snprintf(lock_ms, sizeof lock_ms, "%u", r->opt.timeout_ms);
+    snprintf(lock_ms, sizeof lock_ms, "%u", r->opt.timeout_ms / 4 ? r->opt.timeout_ms / 4 : 1);
     /* a node stopped while it holds the tier's lock (SIGSTOP, a debugger) must not stop this
-     * process's gets beyond timeout_ms: they go to the node instead, whose deadline ends them */
+     * process's gets: after a quarter of timeout_ms (the lock is held for microseconds) they go to
+     * the node instead, whose own deadline ends them, and leave the tier alone for timeout_ms */
     kvs_backend_option opt[3] = {{.key = "shm_name", .value = name},
                                  {.key = "shm_open", .value = "attach"},
                                  {.key = "lock_timeout_ms", .value = lock_ms}};
@@ -54,6 +56,7 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
                          node_id(r, nd), name, err);
         return;
     }
+    __atomic_store_n(&nd->shared_shunned_until_ns, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&nd->shared_tier, tier, __ATOMIC_RELEASE);
     pthread_mutex_lock(&r->mutex);
     r->stats.nodes_shared_tier++;
@@ -84,8 +87,10 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
     void *tiers[KVS_REMOTE_RING_MAX_NODES];
     rnode *held[KVS_REMOTE_RING_MAX_NODES];
     uint32_t n_tiers = 0;
+    uint64_t now = kvs_now_ns();
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
+        if (now < __atomic_load_n(&nd->shared_shunned_until_ns, __ATOMIC_RELAXED)) continue;
         /* counted in before the tier is read: remote_shared_detach waits for us (seq_cst pairs
          * this with its exchange) */
         __atomic_add_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
@@ -141,6 +146,13 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
             }
             if (pinned && !locked_out) d->unpin(tiers[t], tk + i, pinned); /* else they lapse */
             i += pinned < run ? pinned + 1 : pinned; /* the key after the prefix is not here */
+        }
+        if (locked_out) {
+            __atomic_store_n(&held[t]->shared_shunned_until_ns,
+                             kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull,
+                             __ATOMIC_RELAXED);
+            remote_set_error(r, "node %s's shared tier: %s; gets ask the node for %u ms",
+                             node_id(r, held[t]), d->last_error(tiers[t]), r->opt.timeout_ms);
         }
     }
     free(tk);
