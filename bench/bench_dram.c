@@ -301,7 +301,8 @@ static uint64_t copy_round(const bench *b, uint8_t *pages, uint8_t *tier, int to
     uint32_t T = b->opt.threads;
     copy_job jobs[64];
     pthread_t threads[64];
-    for (uint32_t i = 0; i < T; i++) /* T >= 1 (parse_options) */
+    jobs[0] = (copy_job){b, pages, tier, to_pages, streaming, runs, 0}; /* T >= 1 (parse_options) */
+    for (uint32_t i = 1; i < T; i++)
         jobs[i] = (copy_job){b, pages, tier, to_pages, streaming, runs, i};
     uint64_t t0 = bench_now_ns();
     for (uint32_t i = 1; i < T; i++)
