@@ -167,6 +167,38 @@ START_TEST(lock_timeout_ms_bounds_the_wait_for_a_lock_another_process_holds) {
 }
 END_TEST
 
+/* evict: never takes free room only: a full tier refuses its put and reservation (KVS_ENOMEM) and
+ * keeps every object; with room freed by another process it stores. */
+START_TEST(evict_never_takes_free_room_only) {
+    char shm[64];
+    unique_shm_name(shm, sizeof shm);
+    void *owner = open_shared(shm, 2, NULL);
+    ck_assert_msg(owner != NULL, "create: %s", kvs_test_dram_error);
+    kvs_backend_option never[2] = {{"shm_name", shm}, {"evict", "never"}};
+    void *st = NULL;
+    ck_assert_int_eq(kvs_test_dram_open("shared", 2 * 4 * KIB, 4 * KIB, never, 2, NULL, &st),
+                     KVS_OK);
+    kvs_test_dram_put(st, 1, 1000); /* free room: stored */
+    kvs_test_dram_put(owner, 2, 1000);
+    uint8_t buf[1000];
+    kvs_test_fill(buf, sizeof buf, 3);
+    kvs_key k3 = kvs_test_key(3);
+    ck_assert_int_eq(ops->put(st, &k3, buf, sizeof buf), KVS_ENOMEM);
+    void *dst = NULL;
+    uint64_t ticket = 0;
+    ck_assert_int_eq(ops->reserve(st, &k3, sizeof buf, &dst, &ticket), KVS_ENOMEM);
+    kvs_test_dram_expect(owner, 1, 1000);
+    kvs_test_dram_expect(owner, 2, 1000);
+    kvs_key k1 = kvs_test_key(1);
+    ck_assert_int_eq(ops->remove(owner, &k1), KVS_OK);
+    ck_assert_int_eq(ops->put(st, &k3, buf, sizeof buf), KVS_OK);
+    kvs_test_dram_expect(owner, 3, 1000);
+    kvs_test_dram_expect(owner, 2, 1000);
+    ops->destroy(st);
+    ops->destroy(owner);
+}
+END_TEST
+
 START_TEST(object_put_by_the_parent_is_seen_by_a_child_process) {
     char shm[64];
     unique_shm_name(shm, sizeof shm);
@@ -441,6 +473,7 @@ static Suite *dram_shared_suite(void) {
     tcase_add_test(shared, object_put_by_a_child_process_is_seen_by_the_parent);
     tcase_add_test(shared, shm_open_attach_attaches_an_existing_tier_and_never_creates_one);
     tcase_add_test(shared, lock_timeout_ms_bounds_the_wait_for_a_lock_another_process_holds);
+    tcase_add_test(shared, evict_never_takes_free_room_only);
     tcase_add_test(shared, object_put_by_the_parent_is_seen_by_a_child_process);
     tcase_add_test(shared, attach_with_another_geometry_is_refused_naming_both);
     tcase_add_test(shared, shared_memory_is_unlinked_after_the_last_destroy);

@@ -725,6 +725,77 @@ START_TEST(gets_from_a_node_on_this_host_copy_out_of_its_shared_tier) {
 }
 END_TEST
 
+/* Puts to a node on this host with a shared tier are copied straight into free slabs of it
+ * (shared_tier_puts); the node keeps an eighth of its slabs free, passing what it evicts down to its
+ * SSD tier, and every object reads back, also by a client that does not attach the tier. */
+START_TEST(puts_go_into_the_nodes_shared_tier_and_the_node_keeps_room) {
+    char shm_name[64], shm_path[96];
+    snprintf(shm_name, sizeof shm_name, "kvs-test-remote-p%d", (int)getpid());
+    snprintf(shm_path, sizeof shm_path, "/%s", shm_name);
+    char yaml[512];
+    snprintf(yaml, sizeof yaml, /* 16 slabs of 2 MiB: the node keeps 2 free */
+             "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+             "    capacity: 32MiB\n    options:\n      shm_name: %s\n"
+             "  - name: ssd\n    type: ssd\n    capacity: 64MiB\n    paths: [ssd0]\n",
+             shm_name);
+    kvs_test_node shared;
+    kvs_test_remote_node_start_with(&shared, key_path, yaml);
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    kvs_backend_option opts[] = {{"node", shared.id},
+                                 {"psk_file", key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"timeout_ms", "2000"},
+                                 {"shared_memory", "off"}};
+    char err[512];
+    void *s = NULL, *off = NULL;
+    ck_assert_int_eq(kvs_test_remote_create(opts, 4, err, sizeof err, &s, staging, STAGING_BYTES),
+                     KVS_OK);
+    enum { N = 20 };
+    kvs_remote_stats_t st0, st1, st2;
+    ck_assert_int_eq(kvs_remote_stats(s, &st0), KVS_OK);
+    ck_assert_uint_eq(st0.nodes_shared_tier, 1);
+    for (uint32_t i = 0; i < N - 2; i++) {
+        kvs_key k = kvs_test_remote_key(900 + i);
+        kvs_test_fill(staging, MIB, 900 + i);
+        ck_assert_int_eq(ops->put(s, &k, staging, MIB), KVS_OK);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    ck_assert_int_eq(kvs_remote_stats(s, &st1), KVS_OK);
+    /* the first 16 found free slabs at least (the node may have freed more meanwhile) */
+    ck_assert_msg(st1.shared_tier_puts - st0.shared_tier_puts >= 16, "%llu shared puts",
+                  (unsigned long long)(st1.shared_tier_puts - st0.shared_tier_puts));
+    kvs_test_pause_ms(500);                /* the node checks its room every 100 ms */
+    for (uint32_t i = N - 2; i < N; i++) { /* the room it kept takes these */
+        kvs_key k = kvs_test_remote_key(900 + i);
+        kvs_test_fill(staging, MIB, 900 + i);
+        ck_assert_int_eq(ops->put(s, &k, staging, MIB), KVS_OK);
+    }
+    ck_assert_int_eq(kvs_remote_stats(s, &st2), KVS_OK);
+    ck_assert_uint_eq(st2.shared_tier_puts - st1.shared_tier_puts, 2);
+    /* every object reads back: from the shared tier or, evicted there, from the node's SSD tier;
+     * and through the node alone by a client that does not attach its tier */
+    ck_assert_int_eq(kvs_test_remote_create(opts, 5, err, sizeof err, &off, staging, STAGING_BYTES),
+                     KVS_OK);
+    uint8_t *want = malloc(MIB);
+    ck_assert_ptr_nonnull(want);
+    for (int reader = 0; reader < 2; reader++)
+        for (uint32_t i = 0; i < N; i++) {
+            kvs_key k = kvs_test_remote_key(900 + i);
+            uint64_t got = 0;
+            memset(staging, 0, MIB);
+            kvs_status rc = ops->get(reader ? off : s, &k, staging, MIB, &got);
+            ck_assert_msg(rc == KVS_OK, "reader %d object %u: %d", reader, i, rc);
+            kvs_test_fill(want, MIB, 900 + i);
+            ck_assert_msg(got == MIB && memcmp(staging, want, MIB) == 0, "object %u differs", i);
+        }
+    free(want);
+    ops->destroy(off);
+    ops->destroy(s);
+    (void)kvs_test_node_stop(&shared);
+    (void)shm_unlink(shm_path);
+}
+END_TEST
+
 /* A client killed in the middle of gets (shared_memory: mode): the nodes live on; over tcp (off)
  * they notice at once and serve the next client. Over shared memory UCX 1.13 gives no failure
  * detection, the node watches the client's pidfd, and the next client is not asserted (a known
@@ -897,6 +968,7 @@ int main(void) {
     tcase_add_checked_fixture(shared_tier, nodes_setup, nodes_teardown);
     tcase_set_timeout(shared_tier, 60);
     tcase_add_test(shared_tier, gets_from_a_node_on_this_host_copy_out_of_its_shared_tier);
+    tcase_add_test(shared_tier, puts_go_into_the_nodes_shared_tier_and_the_node_keeps_room);
     suite_add_tcase(suite, shared_tier);
     /* they measure time (puts against hung nodes within the timeout, idle CPU): run by
      * test_remote_timing (label timing) */

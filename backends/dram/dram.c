@@ -161,11 +161,12 @@ static void drop_object(dram_state *st, uint32_t s, uint64_t bucket) {
     free_list_push(st, s);
 }
 
-/* A free slab, or the least recently used unpinned one after handing its object to on_evict. */
+/* A free slab, or the least recently used unpinned one after handing its object to on_evict (not
+ * with evict: never, whose process leaves evictions to the tier's owner). */
 static uint32_t take_slab(dram_state *st, uint64_t now) {
     shared_header *h = st->header;
-    for (uint32_t s = h->lru_tail; h->free_head == DRAM_NIL && s != DRAM_NIL;
-         s = st->slabs[s].prev) {
+    for (uint32_t s = st->evict_never ? DRAM_NIL : h->lru_tail;
+         h->free_head == DRAM_NIL && s != DRAM_NIL; s = st->slabs[s].prev) {
         slab_entry *e = &st->slabs[s];
         if (slab_pinned(e, now)) continue;
         if (st->on_evict) st->on_evict(st->host_ctx, &e->key, slab_data(st, s), e->len);
@@ -272,6 +273,10 @@ static const kvs_option_desc OPTIONS[] = {
      .kind = KVS_OPTION_CHOICE,
      KVS_OPTION_FIELD(dram_state, shm_attach_only),
      .choices = "create|attach"},
+    {.name = "evict", /* its index is the flag: lru 0, never 1 */
+     .kind = KVS_OPTION_CHOICE,
+     KVS_OPTION_FIELD(dram_state, evict_never),
+     .choices = "lru|never"},
     {.name = "lock_timeout_ms",
      .kind = KVS_OPTION_MILLISECONDS,
      KVS_OPTION_FIELD(dram_state, lock_timeout_ms),

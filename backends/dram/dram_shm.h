@@ -75,6 +75,7 @@ typedef struct dram_state {
     char shm_path[DRAM_SHM_NAME_MAX + 2]; /* "/<shm_name>", or "" when private */
     int shm_attach_only;      /* shm_open: attach (only an existing tier), not create|attach (0) */
     uint32_t lock_timeout_ms; /* lock_timeout_ms: 0 waits for the tier's lock without a bound */
+    int evict_never;          /* evict: never (puts and reservations take free room only) */
     uint64_t max_object_bytes;
     uint64_t mapping_bytes;
     shared_header *header; /* start of the mapping */

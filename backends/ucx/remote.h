@@ -109,6 +109,7 @@ typedef struct kvs_remote_stats_t {
     uint32_t nodes_shared_memory; /* nodes up whose payloads run over shared memory (same host) */
     uint32_t nodes_shared_tier;   /* nodes whose shared DRAM tier this tier attached (same host) */
     uint64_t shared_tier_gets;    /* objects copied out of an attached shared tier */
+    uint64_t shared_tier_puts;    /* objects copied into an attached shared tier (not queued) */
 } kvs_remote_stats_t;
 
 /* The remote backend's ops table (static storage). */

@@ -226,6 +226,7 @@ kvs_status kvs_remote_put(void *state, const kvs_key *key, const void *object, u
             (unsigned long long)len, (unsigned long long)r->queue_len);
         return KVS_ENOMEM;
     }
+    if (remote_shared_put(r, key, object, len) == KVS_OK) return KVS_OK;
     job *j = job_new(JOB_PUT, 1);
     if (!j) return KVS_ENOMEM;
     j->keys[0] = *key;

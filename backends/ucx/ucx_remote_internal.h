@@ -208,6 +208,10 @@ void remote_shared_detach_all(remote *r);
 /* Get what the attached shared tiers hold of keys, straight into dsts. statuses come in as
  * KVS_ENOTFOUND; those answered are set (KVS_OK, or KVS_EOVERFLOW with the size in lens), the rest
  * stay. Returns how many were answered. Any thread. */
+/* A put straight into the shared tier of the key's home node (replicas 1, a node on this host
+ * with one, room free there): KVS_OK when stored; otherwise nothing was stored and the caller
+ * queues it. Any thread. */
+kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, uint64_t len);
 uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
                             uint64_t n, uint64_t *lens, kvs_status *statuses);
 

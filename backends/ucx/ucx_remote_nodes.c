@@ -42,8 +42,8 @@ void remote_node_down(remote *r, rnode *nd, const char *why) {
     nd->conn_dead = 0;
     if (nd->up) {
         nd->up = 0;
+        pthread_mutex_lock(&r->mutex); /* callers' puts read the ring under it (shared-tier puts) */
         kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 1);
-        pthread_mutex_lock(&r->mutex);
         r->stats.node_failures++;
         r->stats.nodes_up--;
         r->stats.nodes_shared_memory -= (uint32_t)nd->shared_memory;
@@ -223,8 +223,8 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
                   kvs_ucx_tls_slow(nd->payload_tls));
     log_transports(r, nd);
     remote_shared_attach(r, nd, m);
-    kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     pthread_mutex_lock(&r->mutex);
+    kvs_remote_ring_set_down(&r->ring, node_id(r, nd), 0);
     r->stats.nodes_up++;
     r->stats.nodes_shared_memory += (uint32_t)nd->shared_memory;
     r->stats.nodes_messages += (uint32_t)nd->messages;

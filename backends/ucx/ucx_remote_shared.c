@@ -34,9 +34,12 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     /* a node stopped while it holds the tier's lock (SIGSTOP, a debugger) must not stop this
      * process's gets: after a quarter of timeout_ms (the lock is held for microseconds) they go to
      * the node instead, whose own deadline ends them, and leave the tier alone for timeout_ms */
-    kvs_backend_option opt[3] = {{.key = "shm_name", .value = name},
+    /* evict: never: a put of ours takes free room only; evictions are the node's, which passes the
+     * objects down its tiers (ours would drop them) and keeps some room free for us */
+    kvs_backend_option opt[4] = {{.key = "shm_name", .value = name},
                                  {.key = "shm_open", .value = "attach"},
-                                 {.key = "lock_timeout_ms", .value = lock_ms}};
+                                 {.key = "lock_timeout_ms", .value = lock_ms},
+                                 {.key = "evict", .value = "never"}};
     kvs_backend_init init;
     memset(&init, 0, sizeof init);
     init.struct_size = sizeof init;
@@ -44,7 +47,7 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     init.capacity_bytes = m->shared_tier_capacity;
     init.max_object_bytes = m->shared_tier_max_object;
     init.options = opt;
-    init.n_options = 3;
+    init.n_options = 4;
     init.host = &SHARED_HOST;
     init.error = err;
     init.error_len = sizeof err;
@@ -82,6 +85,28 @@ void remote_shared_detach_all(remote *r) {
     for (uint32_t i = 0; r->nodes && i < r->opt.n_nodes; i++) remote_shared_detach(r, &r->nodes[i]);
 }
 
+/* A node's shared tier to use, counted in as a reader (shared_release), or NULL: counted in before
+ * the tier is read, so remote_shared_detach waits for us (seq_cst pairs this with its exchange). */
+static void *shared_acquire(rnode *nd, uint64_t now) {
+    if (now < __atomic_load_n(&nd->shared_shunned_until_ns, __ATOMIC_RELAXED)) return NULL;
+    __atomic_add_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+    void *t = __atomic_load_n(&nd->shared_tier, __ATOMIC_SEQ_CST);
+    if (!t) __atomic_sub_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+    return t;
+}
+
+static void shared_release(rnode *nd) {
+    __atomic_sub_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The tier's lock was held past lock_timeout_ms: leave this node's tier alone for timeout_ms. */
+static void shared_shun(remote *r, rnode *nd, void *tier) {
+    __atomic_store_n(&nd->shared_shunned_until_ns,
+                     kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull, __ATOMIC_RELAXED);
+    remote_set_error(r, "node %s's shared tier: %s; requests go to the node for %u ms",
+                     node_id(r, nd), kvs_dram_backend()->last_error(tier), r->opt.timeout_ms);
+}
+
 uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
                             uint64_t n, uint64_t *lens, kvs_status *statuses) {
     void *tiers[KVS_REMOTE_RING_MAX_NODES];
@@ -89,17 +114,10 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
     uint32_t n_tiers = 0;
     uint64_t now = kvs_now_ns();
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-        rnode *nd = &r->nodes[i];
-        if (now < __atomic_load_n(&nd->shared_shunned_until_ns, __ATOMIC_RELAXED)) continue;
-        /* counted in before the tier is read: remote_shared_detach waits for us (seq_cst pairs
-         * this with its exchange) */
-        __atomic_add_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
-        void *t = __atomic_load_n(&nd->shared_tier, __ATOMIC_SEQ_CST);
+        void *t = shared_acquire(&r->nodes[i], now);
         if (t) {
             tiers[n_tiers] = t;
-            held[n_tiers++] = nd;
-        } else {
-            __atomic_sub_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
+            held[n_tiers++] = &r->nodes[i];
         }
     }
     if (!n_tiers) return 0;
@@ -147,21 +165,50 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
             if (pinned && !locked_out) d->unpin(tiers[t], tk + i, pinned); /* else they lapse */
             i += pinned < run ? pinned + 1 : pinned; /* the key after the prefix is not here */
         }
-        if (locked_out) {
-            __atomic_store_n(&held[t]->shared_shunned_until_ns,
-                             kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull,
-                             __ATOMIC_RELAXED);
-            remote_set_error(r, "node %s's shared tier: %s; gets ask the node for %u ms",
-                             node_id(r, held[t]), d->last_error(tiers[t]), r->opt.timeout_ms);
-        }
+        if (locked_out) shared_shun(r, held[t], tiers[t]);
     }
     free(tk);
     kvs_copy_fence();
-    for (uint32_t t = 0; t < n_tiers; t++)
-        __atomic_sub_fetch(&held[t]->shared_readers, 1, __ATOMIC_SEQ_CST);
+    for (uint32_t t = 0; t < n_tiers; t++) shared_release(held[t]);
     kvs_remote_tenant_hasher_free(h);
     pthread_mutex_lock(&r->mutex);
     r->stats.shared_tier_gets += hits;
     pthread_mutex_unlock(&r->mutex);
     return answered;
+}
+
+kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, uint64_t len) {
+    if (r->opt.replicas != 1) return KVS_ENOTSUP; /* every copy goes the same way: the queue */
+    uint32_t home = 0, n = 0;
+    pthread_mutex_lock(&r->mutex);
+    int found = r->stats.nodes_shared_tier > 0 &&
+                kvs_remote_ring_homes(&r->ring, key, 1, &home, &n) == KVS_OK && n == 1;
+    pthread_mutex_unlock(&r->mutex);
+    if (!found) return KVS_ENOTFOUND;
+    rnode *nd = &r->nodes[home];
+    void *tier = shared_acquire(nd, kvs_now_ns());
+    if (!tier) return KVS_ENOTFOUND;
+    const kvs_backend_ops *d = kvs_dram_backend();
+    kvs_key tk;
+    kvs_status st = KVS_ENOMEM;
+    kvs_remote_tenant_hasher *h =
+        kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
+    if (h) st = kvs_remote_tenant_hasher_key(h, key, &tk);
+    kvs_remote_tenant_hasher_free(h);
+    void *dst = NULL;
+    uint64_t ticket = 0;
+    if (st == KVS_OK) st = d->reserve(tier, &tk, len, &dst, &ticket);
+    if (st == KVS_OK) { /* room of its own until the commit: nothing else writes or reads it */
+        kvs_copy_streaming(dst, object, (size_t)len);
+        kvs_copy_fence();
+        st = d->commit(tier, ticket);
+    }
+    if (st == KVS_ETIMEDOUT) shared_shun(r, nd, tier);
+    shared_release(nd);
+    if (st == KVS_OK) {
+        pthread_mutex_lock(&r->mutex);
+        r->stats.shared_tier_puts++;
+        pthread_mutex_unlock(&r->mutex);
+    }
+    return st;
 }

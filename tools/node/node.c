@@ -18,12 +18,14 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define LOOP_WAIT_MS        1000 /* the loop progresses UCX at least this often, events or not */
-#define STAGING_ALIGN       4096u
-#define STAGING_MAX_SLOTS   8u            /* objects of one GET batch read out of copy-only tiers */
-#define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
-#define ACCEPTS_PER_WAKE    64u /* accepts per loop pass, so sessions are served meanwhile */
-#define ACCEPT_PAUSE_MS     100 /* out of fds: stop accepting for this long */
+#define LOOP_WAIT_MS         1000 /* the loop progresses UCX at least this often, events or not */
+#define SHARED_ROOM_CHECK_MS 100  /* how often the shared tier's free room is checked */
+#define SHARED_ROOM_MAX      64   /* free slabs kept there at most */
+#define STAGING_ALIGN        4096u
+#define STAGING_MAX_SLOTS    8u /* objects of one GET batch read out of copy-only tiers */
+#define STAGING_SLOT_BUDGET  (64ull << 20) /* slots beyond the first only while they fit in this */
+#define ACCEPTS_PER_WAKE     64u /* accepts per loop pass, so sessions are served meanwhile */
+#define ACCEPT_PAUSE_MS      100 /* out of fds: stop accepting for this long */
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -198,6 +200,11 @@ static void shared_tier_of(kvs_node *n, const kvs_tier_config *tc) {
             continue;
         kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->options[k].value);
         n->shared_tier_capacity = tc->capacity_bytes;
+        /* an eighth of its slabs (the dram tier's geometry), none in a tier of fewer than 8 */
+        uint64_t slab = (n->params.max_object_bytes + 4095) / 4096 * 4096;
+        n->shared_slabs = tc->capacity_bytes / slab;
+        n->shared_room = n->shared_slabs / 8;
+        if (n->shared_room > SHARED_ROOM_MAX) n->shared_room = SHARED_ROOM_MAX;
     }
 }
 
@@ -334,6 +341,32 @@ void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) {
     *out = n->stats;
 }
 
+/* Clients on this host copy their puts straight into the shared tier, into free slabs only (they
+ * never evict: an eviction here passes the object down this node's tiers, theirs would drop it).
+ * Every SHARED_ROOM_CHECK_MS the node frees slabs up to shared_room by reserving them (which evicts
+ * the least recently used objects, written back down the chain) and aborting the reservations. */
+static void keep_shared_room(kvs_node *n) {
+    if (!n->shared_room) return;
+    uint64_t now = kvs_now_ns();
+    if (now - n->shared_room_checked_ns < SHARED_ROOM_CHECK_MS * 1000000ull) return;
+    n->shared_room_checked_ns = now;
+    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, 0);
+    void *state = kvs_tiers_state(n->chain, 0);
+    uint64_t objects = 0, bytes = 0;
+    if (ops->usage(state, &objects, &bytes) != KVS_OK ||
+        objects + n->shared_room <= n->shared_slabs)
+        return;
+    uint64_t tickets[SHARED_ROOM_MAX], held = 0;
+    char err[256];
+    const kvs_key none = {{0}};
+    for (; held < n->shared_room; held++) { /* free slabs first, then evictions */
+        void *dst = NULL;
+        if (kvs_tiers_reserve(n->chain, &none, 1, &dst, &tickets[held], err, sizeof err) != KVS_OK)
+            break;
+    }
+    for (uint64_t i = 0; i < held; i++) kvs_tiers_abort(n->chain, tickets[i]);
+}
+
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
@@ -351,7 +384,8 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
             n->pfds[np] = (struct pollfd){.fd = c->fd, .events = POLLIN};
             n->pconns[np++] = c;
         }
-        int ms = LOOP_WAIT_MS;
+        keep_shared_room(n);
+        int ms = n->shared_room ? SHARED_ROOM_CHECK_MS : LOOP_WAIT_MS;
         if (next_ns != UINT64_MAX) {
             uint64_t left = next_ns > now ? (next_ns - now + 999999ull) / 1000000ull : 0;
             if (left < (uint64_t)ms) ms = (int)left;

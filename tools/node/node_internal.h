@@ -121,6 +121,9 @@ struct kvs_node {
      * themselves (docs/remote.md, "Gets out of the node's shared tier"). Empty: none. */
     char shared_tier[KVS_WIRE_MAX_SHARED_TIER_NAME + 1];
     uint64_t shared_tier_capacity;
+    uint64_t shared_slabs; /* its slabs (the dram tier's geometry) */
+    uint64_t shared_room;  /* free slabs kept in it for clients' puts (keep_shared_room), 0: none */
+    uint64_t shared_room_checked_ns;
     int log_level;
 };
 
