@@ -11,7 +11,7 @@
  *   connect_backoff_ms  first reconnect delay of a down node; doubles to 30 s (default 100)
  *   shared_memory       auto (default): the tier tells nodes its host; a node on this host whose
  *                       first tier is a dram tier with shm_name names that tier, and gets copy
- *                       objects out of it here; a node started with --shared-memory-payloads on
+ *                       objects out of it here (puts into its free slabs, with replicas 1); a node started with --shared-memory-payloads on
  *                       (experimental: a client killed mid-transfer can stall the node's other
  *                       clients) also moves payloads over UCX shared memory; off: none of it,
  *                       payloads over the request connection (docs/remote.md)
