@@ -67,6 +67,16 @@ static void *open_shared(const char *shm, uint64_t n_slabs, const kvs_backend_ho
     return rc == KVS_OK ? st : NULL;
 }
 
+/* The shared tier shm with one more option (key: value), asserted to open. */
+static void *open_shared_with(const char *shm, uint64_t n_slabs, const char *key,
+                              const char *value) {
+    kvs_backend_option opts[2] = {{"shm_name", shm}, {key, value}};
+    void *st = NULL;
+    ck_assert_int_eq(kvs_test_dram_open("shared", n_slabs * 4 * KIB, 4 * KIB, opts, 2, NULL, &st),
+                     KVS_OK);
+    return st;
+}
+
 START_TEST(object_put_by_a_child_process_is_seen_by_the_parent) {
     char shm[64];
     unique_shm_name(shm, sizeof shm);
@@ -131,10 +141,7 @@ START_TEST(lock_timeout_ms_bounds_the_wait_for_a_lock_another_process_holds) {
     void *owner = open_shared(shm, 4, NULL);
     ck_assert_msg(owner != NULL, "create: %s", kvs_test_dram_error);
     kvs_test_dram_put(owner, 5, 1500);
-    kvs_backend_option timed[2] = {{"shm_name", shm}, {"lock_timeout_ms", "200"}};
-    void *st = NULL;
-    ck_assert_int_eq(kvs_test_dram_open("shared", 4 * 4 * KIB, 4 * KIB, timed, 2, NULL, &st),
-                     KVS_OK);
+    void *st = open_shared_with(shm, 4, "lock_timeout_ms", "200");
     int ready[2];
     ck_assert_int_eq(pipe(ready), 0);
     pid_t pid = fork();
@@ -174,10 +181,7 @@ START_TEST(evict_never_takes_free_room_only) {
     unique_shm_name(shm, sizeof shm);
     void *owner = open_shared(shm, 2, NULL);
     ck_assert_msg(owner != NULL, "create: %s", kvs_test_dram_error);
-    kvs_backend_option never[2] = {{"shm_name", shm}, {"evict", "never"}};
-    void *st = NULL;
-    ck_assert_int_eq(kvs_test_dram_open("shared", 2 * 4 * KIB, 4 * KIB, never, 2, NULL, &st),
-                     KVS_OK);
+    void *st = open_shared_with(shm, 2, "evict", "never");
     kvs_test_dram_put(st, 1, 1000); /* free room: stored */
     kvs_test_dram_put(owner, 2, 1000);
     uint8_t buf[1000];
