@@ -615,6 +615,25 @@ static void shared_node_start(kvs_test_node *d, const char *shm_name) {
     kvs_test_remote_node_start_with(d, key_path, yaml);
 }
 
+/* Keys the node has all made findable: an object its tier evicted is written to its SSD tier in the
+ * background and found there once written (test_remote reads only after that). */
+typedef struct key_set {
+    void *tier;
+    const kvs_key *keys;
+    uint64_t n;
+} key_set;
+
+static int all_findable(void *arg) {
+    const key_set *k = arg;
+    for (uint64_t i = 0; i < k->n; i++) {
+        uint64_t present = 0;
+        if (kvs_remote_backend()->contains(k->tier, &k->keys[i], 1, &present) != KVS_OK ||
+            present != 1)
+            return 0;
+    }
+    return 1;
+}
+
 static int no_shared_tier(void *s) {
     kvs_remote_stats_t st;
     return kvs_remote_stats(s, &st) == KVS_OK && st.nodes_shared_tier == 0 && st.nodes_up == 0;
@@ -658,6 +677,8 @@ START_TEST(gets_from_a_node_on_this_host_copy_out_of_its_shared_tier) {
             if (i == 3) ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
         }
         ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+        key_set written = {s, keys, N};
+        ck_assert_msg(kvs_test_wait_for(all_findable, &written, 5000), "objects not findable");
         memset(staging, 0, (uint64_t)(N + 1) * MIB);
         ck_assert_int_eq(ops->get_many(s, keys, dsts, caps, N + 1, lens, sts), KVS_OK);
         uint8_t *want = malloc(MIB);
@@ -772,6 +793,11 @@ START_TEST(puts_go_into_the_nodes_shared_tier_and_the_node_keeps_room) {
     }
     ck_assert_int_eq(kvs_remote_stats(s, &st2), KVS_OK);
     ck_assert_uint_eq(st2.shared_tier_puts - st1.shared_tier_puts, 2);
+    kvs_test_pause_ms(500); /* the node frees its room again: two more go down to its SSD tier */
+    kvs_key keys[N];
+    for (uint32_t i = 0; i < N; i++) keys[i] = kvs_test_remote_key(900 + i);
+    key_set written = {s, keys, N};
+    ck_assert_msg(kvs_test_wait_for(all_findable, &written, 5000), "objects not findable");
     /* every object reads back: from the shared tier or, evicted there, from the node's SSD tier;
      * and through the node alone by a client that does not attach its tier */
     ck_assert_int_eq(kvs_test_remote_create(opts, 5, err, sizeof err, &off, staging, STAGING_BYTES),
@@ -790,6 +816,21 @@ START_TEST(puts_go_into_the_nodes_shared_tier_and_the_node_keeps_room) {
         }
     free(want);
     ops->destroy(off);
+    ops->destroy(s);
+    (void)kvs_test_node_stop(&shared);
+    /* a write-through first tier is not offered: puts into it would skip the copy below it */
+    snprintf(yaml, sizeof yaml,
+             "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
+             "    capacity: 32MiB\n    write: through\n    options:\n      shm_name: %s\n"
+             "  - name: ssd\n    type: ssd\n    capacity: 64MiB\n    paths: [ssd0]\n",
+             shm_name);
+    kvs_test_remote_node_start_with(&shared, key_path, yaml);
+    opts[0].value = shared.id;
+    ck_assert_int_eq(kvs_test_remote_create(opts, 4, err, sizeof err, &s, staging, STAGING_BYTES),
+                     KVS_OK);
+    ck_assert_int_eq(kvs_remote_stats(s, &st0), KVS_OK);
+    ck_assert_uint_eq(st0.nodes_up, 1);
+    ck_assert_uint_eq(st0.nodes_shared_tier, 0);
     ops->destroy(s);
     (void)kvs_test_node_stop(&shared);
     (void)shm_unlink(shm_path);

@@ -21,11 +21,13 @@
 #define LOOP_WAIT_MS         1000 /* the loop progresses UCX at least this often, events or not */
 #define SHARED_ROOM_CHECK_MS 100  /* how often the shared tier's free room is checked */
 #define SHARED_ROOM_MAX      64   /* free slabs kept there at most */
-#define STAGING_ALIGN        4096u
-#define STAGING_MAX_SLOTS    8u /* objects of one GET batch read out of copy-only tiers */
-#define STAGING_SLOT_BUDGET  (64ull << 20) /* slots beyond the first only while they fit in this */
-#define ACCEPTS_PER_WAKE     64u /* accepts per loop pass, so sessions are served meanwhile */
-#define ACCEPT_PAUSE_MS      100 /* out of fds: stop accepting for this long */
+#define SHARED_ROOM_STEP \
+    4 /* evictions per check at most: each writes its object down on this thread */
+#define STAGING_ALIGN       4096u
+#define STAGING_MAX_SLOTS   8u            /* objects of one GET batch read out of copy-only tiers */
+#define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
+#define ACCEPTS_PER_WAKE    64u /* accepts per loop pass, so sessions are served meanwhile */
+#define ACCEPT_PAUSE_MS     100 /* out of fds: stop accepting for this long */
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
@@ -251,7 +253,10 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
-        if (i == 0) shared_tier_of(n, tc);
+        /* clients put into the shared tier themselves, past kvs_tiers_put: a write-through tier's
+         * copies below would not be made, and its evictions pass nothing down (tiers.c) */
+        if (i == 0 && (tc->write == KVS_WRITE_BACK || params->config->n_tiers == 1))
+            shared_tier_of(n, tc);
         /* The dram tier gives every object a slab sized for the largest one. */
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
             char cap[32], obj[32];
@@ -353,13 +358,15 @@ static void keep_shared_room(kvs_node *n) {
     const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, 0);
     void *state = kvs_tiers_state(n->chain, 0);
     uint64_t objects = 0, bytes = 0;
-    if (ops->usage(state, &objects, &bytes) != KVS_OK ||
-        objects + n->shared_room <= n->shared_slabs)
-        return;
+    if (ops->usage(state, &objects, &bytes) != KVS_OK) return;
+    uint64_t free_now = objects < n->shared_slabs ? n->shared_slabs - objects : 0;
+    if (free_now >= n->shared_room) return;
+    uint64_t evict = n->shared_room - free_now;
+    uint64_t want = free_now + (evict < SHARED_ROOM_STEP ? evict : SHARED_ROOM_STEP);
     uint64_t tickets[SHARED_ROOM_MAX], held = 0;
     char err[256];
     const kvs_key none = {{0}};
-    for (; held < n->shared_room; held++) { /* free slabs first, then evictions */
+    for (; held < want; held++) { /* the free slabs first, then evictions */
         void *dst = NULL;
         if (kvs_tiers_reserve(n->chain, &none, 1, &dst, &tickets[held], err, sizeof err) != KVS_OK)
             break;
