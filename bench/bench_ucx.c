@@ -671,7 +671,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     check(t, "stats", kvs_remote_stats(t->state, &after));
     uint64_t rma = after.rma_gets - before.rma_gets,
              bounce = after.bounce_gets - before.bounce_gets,
-             shared_gets = after.shared_tier_gets - before.shared_tier_gets;
+             shared_gets = after.shared_tier_gets - before.shared_tier_gets,
+             shared_puts = after.shared_tier_puts - before.shared_tier_puts;
     if (bounce != 0)
         die("get_many", "objects went through the bounce buffer, not RMA into the pool");
 
@@ -726,13 +727,15 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                "\"bytes\":%.0f,\"perftest_tier_tls_gbps\":%.3f,\"tier_tls\":\"%s\",\"rma_gets\":%"
                "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u,"
                "\"tcp_stream_cached_gbps\":%.3f,\"copy_gbps\":%.3f,\"ratio_perftest\":%.3f,"
-               "\"perftest_round_message_gbps\":%.3f,\"shared_tier_gets\":%llu}\n",
+               "\"perftest_round_message_gbps\":%.3f,\"shared_tier_gets\":%llu,"
+               "\"shared_tier_puts\":%llu}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
                gbps[k], reference, reference_gbps, tcp_best, tcp[k], ref[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
                k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot,
-               copy_gbps, gbps[k] / ref[k], round_msg, (unsigned long long)shared_gets);
+               copy_gbps, gbps[k] / ref[k], round_msg, (unsigned long long)shared_gets,
+               (unsigned long long)shared_puts);
         /* every round's rate and its reference, in round order: the spread behind the medians */
         printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
                (unsigned long long)size);

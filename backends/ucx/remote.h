@@ -92,7 +92,7 @@ typedef struct kvs_remote_stats_t {
     uint32_t nodes_up;     /* connected and authenticated now */
     uint64_t puts_queued;  /* puts accepted into the put queue */
     uint64_t put_requests; /* PUT messages sent: queued puts go out in batches, one per node */
-    uint64_t puts_stored;  /* copies a node confirmed */
+    uint64_t puts_stored;  /* copies a node confirmed, and copies put into its shared tier here */
     uint64_t puts_refused; /* copies a node answered with an error (full, bad key) */
     uint64_t
         puts_dropped; /* copies lost: home node down or failing mid-put, queue full, deadline passed */

@@ -208,6 +208,7 @@ kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, 
     if (st == KVS_OK) {
         pthread_mutex_lock(&r->mutex);
         r->stats.shared_tier_puts++;
+        r->stats.puts_stored++;
         pthread_mutex_unlock(&r->mutex);
     }
     return st;
