@@ -191,10 +191,11 @@ kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, 
     const kvs_backend_ops *d = kvs_dram_backend();
     kvs_key tk;
     kvs_status st = KVS_ENOMEM;
-    kvs_remote_tenant_hasher *h =
-        kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
-    if (h) st = kvs_remote_tenant_hasher_key(h, key, &tk);
-    kvs_remote_tenant_hasher_free(h);
+    pthread_mutex_lock(&r->put_hasher_mutex);
+    if (!r->put_hasher)
+        r->put_hasher = kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
+    if (r->put_hasher) st = kvs_remote_tenant_hasher_key(r->put_hasher, key, &tk);
+    pthread_mutex_unlock(&r->put_hasher_mutex);
     void *dst = NULL;
     uint64_t ticket = 0;
     if (st == KVS_OK) st = d->reserve(tier, &tk, len, &dst, &ticket);
