@@ -15,8 +15,10 @@
  *    peer where the node runs (this program with --tcp-peer ADDR:PORT; tcp_stream.c), the `ratio`
  *    while payloads go over TCP; and ucx_perftest ucp_get and ucp_put_bw (bandwidth tests) of the
  *    same message size (over TCP on UCX 1.13 it moved less than the tier: not a limit). With
- *    --shared-memory auto the `ratio` is to one copy of the round's bytes in this process
- *    (copy_limit), perftest's beside it (`ratio_perftest`). Figures are medians of rounds.
+ *    --shared-memory auto (the node has a shared DRAM tier, and runs as by default: no UCX
+ *    shared-memory payloads) gets and puts go through that tier, and the `ratio` is to one copy of
+ *    the round's bytes in this process (copy_limit), perftest's beside it (`ratio_perftest`).
+ *    Figures are medians of rounds.
  * 2. lookup latency: contains of 512 present keys (one LOOKUP to the one node) against ucx_perftest
  *    ucp_am_lat with a message the size of the encoded LOOKUP; perftest reports one-way latency, so
  *    its round trip is twice that.
@@ -314,7 +316,6 @@ static pid_t spawn(char *const argv[], const char *tls, int out_fd) {
 /* Start kvstrata-node with slabs of max_object bytes: one object size per node, as docs/node.md
  * asks of a deployment (64 KiB objects in 2 MiB slabs would sit 2 MiB apart and be read at half the
  * rate, page by page). */
-static int shm_payloads; /* --shared-memory auto: the node moves payloads over shared memory */
 
 static void node_start(node_proc *n, uint64_t max_object) {
     int pipefd[2];
@@ -322,11 +323,19 @@ static void node_start(node_proc *n, uint64_t max_object) {
     char listen[64], max_s[32];
     snprintf(listen, sizeof listen, "%s:0", server_addr);
     snprintf(max_s, sizeof max_s, "%llu", (unsigned long long)max_object);
-    char *argv[] = {node_bin, "--config", yaml_path, "--psk-file", key_path, "--listen", listen,
-                    "--max-object-bytes", max_s, "--busy-poll-us", (char *)busy_poll_us,
-                    /* with --shared-memory auto: puts and the node's gets over UCX shared memory
-                     * too (experimental on the node, off by default; docs/remote.md) */
-                    "--shared-memory-payloads", (char *)(shm_payloads ? "on" : "off"), NULL};
+    /* the node as deployed by default: no UCX shared-memory payloads (experimental, opt-in) */
+    char *argv[] = {node_bin,
+                    "--config",
+                    yaml_path,
+                    "--psk-file",
+                    key_path,
+                    "--listen",
+                    listen,
+                    "--max-object-bytes",
+                    max_s,
+                    "--busy-poll-us",
+                    (char *)busy_poll_us,
+                    NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
     n->out_fd = pipefd[0];
@@ -899,8 +908,7 @@ int main(int argc, char **argv) {
         die("--shared-memory auto",
             "peers in other network namespaces never use shared memory (docs/remote.md)");
     signal(SIGPIPE, SIG_IGN);
-    shm_payloads = strcmp(o.shared_memory, "auto") == 0;
-    setup_files(shm_payloads);
+    setup_files(strcmp(o.shared_memory, "auto") == 0);
     atexit(at_exit);
     node_proc node = {0};
     /* like the connector's staging pool (connector/pool.c): large pages where the kernel allows */
@@ -921,10 +929,10 @@ int main(int argc, char **argv) {
         t = tier_open(&node, staging, o.shared_memory, o.payloads);
         kvs_remote_stats_t st;
         check(&t, "stats", kvs_remote_stats(t.state, &st));
-        int on_sm = st.nodes_shared_memory == 1;
+        int on_sm = st.nodes_shared_tier == 1; /* gets and puts through the node's shared tier */
         if (strcmp(o.shared_memory, "auto") == 0 && !on_sm)
             die("--shared-memory auto",
-                "the node did not take the payloads over shared memory (see its log above)");
+                "the tier did not attach the node's shared tier (see the log above)");
         if (s == 0) {
             printf("{\"bench\":\"ucx_setup\",\"payloads\":\"%s\",\"payloads_as\":\"%s\","
                    "\"requests\":\"tcp\",\"reference_tls\":\"%s\",\"server\":\"%s\","
