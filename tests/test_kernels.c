@@ -3,6 +3,7 @@
  * formula, not from the view's strides, so a wrong stride in the builder or a wrong walk in the
  * kernel shows. */
 #include <check.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +323,55 @@ START_TEST(hash_variants_equal_xxh3_of_the_payload_in_every_layout) {
 }
 END_TEST
 
+/* A thread rewriting a buffer until told to stop (a tier's slab reused under a load). */
+typedef struct flipper {
+    uint8_t *bytes;
+    size_t n;
+    int stop;
+} flipper;
+
+static void *flip(void *arg) {
+    flipper *f = arg;
+    for (uint32_t v = 0; !__atomic_load_n(&f->stop, __ATOMIC_RELAXED); v++)
+        for (size_t i = 0; i < f->n; i += 5)
+            __atomic_store_n(&f->bytes[i], (uint8_t)v, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+/* A load whose payload changes while it is scattered returns the hash of what the pages got, in
+ * every layout (runs short and long), so the connector's check sees the tear. */
+START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
+    geometry g = small_geometry((kvs_test_layout)_i, 2);
+    if (_i == KVS_TEST_LAYOUT_NHD) { /* 512-byte tokens: hashed run by run as they move */
+        g.n_heads = 8;
+        g.head_dim = 32;
+    }
+    kvs_token_span span = shuffled_span();
+    cache pages;
+    cache_alloc(&pages, &g);
+    kvs_kv_shape shape = shape_of(&g);
+    size_t n = kvs_kernel_layer_bytes(&shape, span.n_tokens);
+    uint8_t *payload = malloc(n), *back = malloc(n);
+    ck_assert(payload && back);
+    fill_pattern(payload, n);
+    flipper f = {payload, n, 0};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, flip, &f), 0);
+    size_t bad = 0;
+    for (int r = 0; r < 3000; r++) {
+        uint64_t h = kvs_kernel_scatter_layer_hash(&pages.views[0], &shape, &span, payload);
+        kvs_kernel_gather_layer(&pages.views[0], &shape, &span, back);
+        bad += h != XXH3_64bits(back, n);
+    }
+    __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(t, NULL);
+    ck_assert_msg(bad == 0, "%zu of 3000 loads hashed other bytes than the pages got", bad);
+    free(back);
+    free(payload);
+    cache_free(&pages);
+}
+END_TEST
+
 /* 256 tokens of 8 heads of 256 bytes: a 1 MiB payload, hashed in many pieces that do not line up
  * with blocks (the span starts mid-block). */
 START_TEST(hash_variants_equal_xxh3_over_many_pieces) {
@@ -629,6 +679,8 @@ static Suite *kernels_suite(void) {
     tcase_add_loop_test(hash, hash_variants_equal_xxh3_of_the_payload_in_every_layout, 0,
                         3 * KVS_TEST_LAYOUT_COUNT);
     tcase_add_test(hash, hash_variants_equal_xxh3_over_many_pieces);
+    tcase_add_loop_test(hash, a_payload_changing_under_a_load_hashes_as_the_pages_got_it, 0,
+                        KVS_TEST_LAYOUT_COUNT);
     tcase_add_test(hash, hash_variants_equal_xxh3_when_one_token_exceeds_a_piece);
     tcase_add_test(hash, hash_variants_of_an_empty_span_hash_nothing);
     tcase_add_test(hash, layer_bytes_counts_v_only_when_the_shape_has_v);

@@ -335,12 +335,25 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
             piece_tokens = w.n_tokens;
         else if (w.token_bytes < HASH_PIECE_BYTES)
             piece_tokens = (uint32_t)(HASH_PIECE_BYTES / w.token_bytes);
+        /* a load's piece of short runs is copied here while it is hashed and scattered from
+         * here: the pages get exactly the bytes hashed, even if the payload (a tier's slab) is
+         * reused meanwhile, so such a tear fails the check */
+        _Alignas(64) char stage[HASH_PIECE_BYTES];
         for (int p = 0; p < w.n_parts; p++) {
             for (uint32_t t = 0; t < w.n_tokens; t += piece_tokens) {
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;
                 size_t n = count * w.token_bytes;
-                if (dir == TO_PAGES && !by_run) kvs_xxh3_update(&state, payload, n);
-                move_tokens(&w, dir, w.parts[p], payload, t, count, by_run ? &state : NULL);
+                char *from = payload;
+                if (dir == TO_PAGES && !by_run) {
+                    if (n <=
+                        sizeof stage) { /* a token larger than a piece is hashed, then copied */
+                        kvs_xxh3_copy_update(&state, stage, payload, n, 0);
+                        from = stage;
+                    } else {
+                        kvs_xxh3_update(&state, payload, n);
+                    }
+                }
+                move_tokens(&w, dir, w.parts[p], from, t, count, by_run ? &state : NULL);
                 if (dir == TO_PAYLOAD && !by_run) kvs_xxh3_update(&state, payload, n);
                 payload += n;
             }
