@@ -3,7 +3,6 @@
  * formula, not from the view's strides, so a wrong stride in the builder or a wrong walk in the
  * kernel shows. */
 #include <check.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include <xxhash.h>
 
 #include "kernels/cpu/kernels.h"
+#include "tests/support/flipper.h"
 #include "tests/support/test_support.h"
 
 /* --- fixtures ------------------------------------------------------------------------------- */
@@ -323,21 +323,6 @@ START_TEST(hash_variants_equal_xxh3_of_the_payload_in_every_layout) {
 }
 END_TEST
 
-/* A thread rewriting a buffer until told to stop (a tier's slab reused under a load). */
-typedef struct flipper {
-    uint8_t *bytes;
-    size_t n;
-    int stop;
-} flipper;
-
-static void *flip(void *arg) {
-    flipper *f = arg;
-    for (uint32_t v = 0; !__atomic_load_n(&f->stop, __ATOMIC_RELAXED); v++)
-        for (size_t i = 0; i < f->n; i += 5)
-            __atomic_store_n(&f->bytes[i], (uint8_t)v, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 /* A load whose payload changes while it is scattered returns the hash of what the pages got, in
  * every layout (runs short and long), so the connector's check sees the tear. */
 START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
@@ -354,17 +339,14 @@ START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
     uint8_t *payload = malloc(n), *back = malloc(n);
     ck_assert(payload && back);
     fill_pattern(payload, n);
-    flipper f = {payload, n, 0};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, flip, &f), 0);
+    kvs_test_flipper *f = kvs_test_flipper_start(payload, n, 5);
     size_t bad = 0;
     for (int r = 0; r < 3000; r++) {
         uint64_t h = kvs_kernel_scatter_layer_hash(&pages.views[0], &shape, &span, payload);
         kvs_kernel_gather_layer(&pages.views[0], &shape, &span, back);
         bad += h != XXH3_64bits(back, n);
     }
-    __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
-    pthread_join(t, NULL);
+    kvs_test_flipper_stop(f);
     ck_assert_msg(bad == 0, "%zu of 3000 loads hashed other bytes than the pages got", bad);
     free(back);
     free(payload);

@@ -3,7 +3,6 @@
  * split into updates, copied or not, with and without non-temporal stores, from and to addresses of
  * every alignment; the copy lands byte for byte and writes nothing past its end. */
 #include <check.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 
 #include "common/copy.h"
 #include "common/xxh3.h"
+#include "tests/support/flipper.h"
 
 #define MAX_LEN ((size_t)(70 * 1024))
 
@@ -142,20 +142,6 @@ END_TEST
 
 /* A source that changes while it is copied (a tier slab reused under a load): the digest is always
  * that of the bytes dst got, so the connector's check sees the tear. */
-typedef struct flipper {
-    uint8_t *bytes;
-    size_t n;
-    int stop;
-} flipper;
-
-static void *flip(void *arg) {
-    flipper *f = arg;
-    for (uint32_t v = 0; !__atomic_load_n(&f->stop, __ATOMIC_RELAXED); v++)
-        for (size_t i = 0; i < f->n; i += 7)
-            __atomic_store_n(&f->bytes[i], (uint8_t)v, __ATOMIC_RELAXED);
-    return NULL;
-}
-
 START_TEST(a_source_changing_under_the_copy_hashes_as_dst_got_it) {
     kvs_xxh3_allow_simd(_i / 2 == 0);
     int stream = _i % 2;
@@ -163,17 +149,14 @@ START_TEST(a_source_changing_under_the_copy_hashes_as_dst_got_it) {
     uint8_t *src = aligned_alloc(64, 8192), *dst = aligned_alloc(64, 8192);
     ck_assert(src && dst);
     memcpy(src, input, 8192);
-    flipper f = {src, 8192, 0};
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, flip, &f), 0);
+    kvs_test_flipper *f = kvs_test_flipper_start(src, 8192, 7);
     size_t bad = 0;
     for (int round = 0; round < 20000; round++) {
         size_t n = lengths[round % 3];
         uint64_t h = kvs_xxh3_copy64(dst, src, n, stream);
         bad += h != XXH3_64bits(dst, n);
     }
-    __atomic_store_n(&f.stop, 1, __ATOMIC_RELAXED);
-    pthread_join(t, NULL);
+    kvs_test_flipper_stop(f);
     ck_assert_uint_eq(bad, 0);
     free(src);
     free(dst);

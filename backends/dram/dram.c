@@ -215,11 +215,7 @@ void dram_repair_tables(dram_state *st) {
 kvs_status dram_lock(dram_state *st) {
     int rc;
     if (st->lock_timeout_ms) {
-        struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        uint64_t ns = (uint64_t)deadline.tv_nsec + (uint64_t)st->lock_timeout_ms * 1000000ull;
-        deadline.tv_sec += (time_t)(ns / 1000000000ull);
-        deadline.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, st->lock_timeout_ms);
         rc = pthread_mutex_clocklock(&st->header->mutex, CLOCK_MONOTONIC, &deadline);
     } else {
         rc = pthread_mutex_lock(&st->header->mutex);

@@ -340,8 +340,8 @@ static void remote_free(remote *r) {
     free(r->queue);
     free(r->put_jobs);
     pthread_mutex_destroy(&r->put_order);
-    kvs_remote_tenant_hasher_free(r->put_hasher);
-    pthread_mutex_destroy(&r->put_hasher_mutex);
+    kvs_remote_tenant_hasher_free(r->tenant_hasher);
+    pthread_mutex_destroy(&r->tenant_hasher_mutex);
     kvs_remote_psk_clear(&r->psk);
     free(r);
 }
@@ -366,7 +366,7 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     if (!r) return KVS_ENOMEM;
     r->doorbell = -1;
     pthread_mutex_init(&r->put_order, NULL);
-    pthread_mutex_init(&r->put_hasher_mutex, NULL);
+    pthread_mutex_init(&r->tenant_hasher_mutex, NULL);
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->cond, NULL);
     snprintf(r->name, sizeof r->name, "%s", init->tier_name ? init->tier_name : "remote");

@@ -126,10 +126,10 @@ typedef struct remote {
         put_order; /* one put at a time takes queue room and queues: room is freed in order */
     pthread_mutex_t mutex;
     pthread_cond_t cond;
-    /* shared-tier puts name their keys with one hasher (made at the first), one put at a time:
-     * making one costs two digest contexts */
-    pthread_mutex_t put_hasher_mutex;
-    kvs_remote_tenant_hasher *put_hasher;
+    /* shared-tier gets and puts name their keys with one hasher (made at the first), one call at a
+     * time: making one costs two digest contexts */
+    pthread_mutex_t tenant_hasher_mutex;
+    kvs_remote_tenant_hasher *tenant_hasher;
     int doorbell;
     job *head, *tail;
     int stopping;

@@ -1,9 +1,10 @@
 /*
- * ucx_remote_shared.c - gets out of the shared DRAM tier of a node on this host (docs/remote.md,
- * "Gets out of the node's shared tier"): a node whose first tier is a dram tier with shm_name names
- * it in AUTH_OK to a client on its host that offered shared memory; the client attaches the same
- * tier (backends/dram, process-shared) and copies objects out of it itself, one copy of the bytes
- * and no transfer the node drives, so nothing can land in the caller's buffer after it gave up.
+ * ucx_remote_shared.c - gets out of and puts into the shared DRAM tier of a node on this host
+ * (docs/remote.md, "Gets out of the node's shared tier"): a node whose first tier is a dram tier
+ * with shm_name names it in AUTH_OK to a client on its host that offered shared memory; the client
+ * attaches the same tier (backends/dram, process-shared) and copies objects out of it, and puts
+ * into its free slabs, itself: one copy of the bytes and no transfer the node drives, so nothing
+ * can land in the caller's buffer after it gave up.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,15 +28,15 @@ void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m) {
     char name[KVS_WIRE_MAX_SHARED_TIER_NAME + 1], tier_name[160], err[256] = "";
     snprintf(name, sizeof name, "%.*s", (int)m->shared_tier_len, m->shared_tier);
     snprintf(tier_name, sizeof tier_name, "%s: node %s's shared tier", r->name, node_id(r, nd));
-    /* attach only: where this process does not see the node's /dev/shm (another IPC or mount
-     * namespace) it must not create an empty tier of the node's size */
+    /* - attach only: where this process does not see the node's /dev/shm (another IPC or mount
+     *   namespace) it must not create an empty tier of the node's size;
+     * - a node stopped while it holds the tier's lock (SIGSTOP, a debugger) must not stop this
+     *   process: after a quarter of timeout_ms (the lock is held for microseconds) its gets and
+     *   puts go to the node instead, whose own deadline ends them (shared_shun);
+     * - evict: never: a put of ours takes free room only; evictions are the node's, which passes
+     *   the objects down its tiers (ours would drop them) and keeps some room free for us */
     char lock_ms[16];
     snprintf(lock_ms, sizeof lock_ms, "%u", r->opt.timeout_ms / 4 ? r->opt.timeout_ms / 4 : 1);
-    /* a node stopped while it holds the tier's lock (SIGSTOP, a debugger) must not stop this
-     * process's gets: after a quarter of timeout_ms (the lock is held for microseconds) they go to
-     * the node instead, whose own deadline ends them, and leave the tier alone for timeout_ms */
-    /* evict: never: a put of ours takes free room only; evictions are the node's, which passes the
-     * objects down its tiers (ours would drop them) and keeps some room free for us */
     kvs_backend_option opt[4] = {{.key = "shm_name", .value = name},
                                  {.key = "shm_open", .value = "attach"},
                                  {.key = "lock_timeout_ms", .value = lock_ms},
@@ -99,6 +100,21 @@ static void shared_release(rnode *nd) {
     __atomic_sub_fetch(&nd->shared_readers, 1, __ATOMIC_SEQ_CST);
 }
 
+/* The names the node stores keys[0, n) under (its tenant's keys), in out: KVS_OK, or a status. */
+static kvs_status tenant_keys(remote *r, const kvs_key *keys, uint64_t n, kvs_key *out) {
+    kvs_status st = KVS_ENOMEM;
+    pthread_mutex_lock(&r->tenant_hasher_mutex);
+    if (!r->tenant_hasher)
+        r->tenant_hasher = kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
+    if (r->tenant_hasher) {
+        st = KVS_OK;
+        for (uint64_t i = 0; st == KVS_OK && i < n; i++)
+            st = kvs_remote_tenant_hasher_key(r->tenant_hasher, &keys[i], &out[i]);
+    }
+    pthread_mutex_unlock(&r->tenant_hasher_mutex);
+    return st;
+}
+
 /* The tier's lock was held past lock_timeout_ms: leave this node's tier alone for timeout_ms. */
 static void shared_shun(remote *r, rnode *nd, void *tier) {
     __atomic_store_n(&nd->shared_shunned_until_ns,
@@ -121,15 +137,10 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
         }
     }
     if (!n_tiers) return 0;
-    kvs_remote_tenant_hasher *h =
-        kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
     const kvs_backend_ops *d = kvs_dram_backend();
     uint64_t answered = 0, hits = 0;
-    /* the names the node stores them under */
-    kvs_key *tk = h ? malloc(n * sizeof *tk) : NULL;
-    int named = tk != NULL;
-    for (uint64_t i = 0; named && i < n; i++)
-        named = kvs_remote_tenant_hasher_key(h, &keys[i], &tk[i]) == KVS_OK;
+    kvs_key *tk = malloc(n * sizeof *tk);
+    int named = tk && tenant_keys(r, keys, n, tk) == KVS_OK;
     for (uint32_t t = 0; named && t < n_tiers; t++) {
         int locked_out = 0; /* the tier's lock was not free within timeout_ms: leave it */
         for (uint64_t i = 0; i < n && !locked_out;) {
@@ -170,7 +181,6 @@ uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, c
     free(tk);
     kvs_copy_fence();
     for (uint32_t t = 0; t < n_tiers; t++) shared_release(held[t]);
-    kvs_remote_tenant_hasher_free(h);
     pthread_mutex_lock(&r->mutex);
     r->stats.shared_tier_gets += hits;
     pthread_mutex_unlock(&r->mutex);
@@ -190,12 +200,7 @@ kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, 
     if (!tier) return KVS_ENOTFOUND;
     const kvs_backend_ops *d = kvs_dram_backend();
     kvs_key tk;
-    kvs_status st = KVS_ENOMEM;
-    pthread_mutex_lock(&r->put_hasher_mutex);
-    if (!r->put_hasher)
-        r->put_hasher = kvs_remote_tenant_hasher_new(r->opt.tenant, strlen(r->opt.tenant));
-    if (r->put_hasher) st = kvs_remote_tenant_hasher_key(r->put_hasher, key, &tk);
-    pthread_mutex_unlock(&r->put_hasher_mutex);
+    kvs_status st = tenant_keys(r, key, 1, &tk);
     void *dst = NULL;
     uint64_t ticket = 0;
     if (st == KVS_OK) st = d->reserve(tier, &tk, len, &dst, &ticket);

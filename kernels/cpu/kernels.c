@@ -344,14 +344,12 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;
                 size_t n = count * w.token_bytes;
                 char *from = payload;
-                if (dir == TO_PAGES && !by_run) {
-                    if (n <=
-                        sizeof stage) { /* a token larger than a piece is hashed, then copied */
-                        kvs_xxh3_copy_update(&state, stage, payload, n, 0);
-                        from = stage;
-                    } else {
-                        kvs_xxh3_update(&state, payload, n);
-                    }
+                /* (a token larger than a piece is hashed, then copied) */
+                if (dir == TO_PAGES && !by_run && n <= sizeof stage) {
+                    kvs_xxh3_copy_update(&state, stage, payload, n, 0);
+                    from = stage;
+                } else if (dir == TO_PAGES && !by_run) {
+                    kvs_xxh3_update(&state, payload, n);
                 }
                 move_tokens(&w, dir, w.parts[p], from, t, count, by_run ? &state : NULL);
                 if (dir == TO_PAYLOAD && !by_run) kvs_xxh3_update(&state, payload, n);

@@ -21,13 +21,12 @@
 #define LOOP_WAIT_MS         1000 /* the loop progresses UCX at least this often, events or not */
 #define SHARED_ROOM_CHECK_MS 100  /* how often the shared tier's free room is checked */
 #define SHARED_ROOM_MAX      64   /* free slabs kept there at most */
-#define SHARED_ROOM_STEP \
-    4 /* evictions per check at most: each writes its object down on this thread */
-#define STAGING_ALIGN       4096u
-#define STAGING_MAX_SLOTS   8u            /* objects of one GET batch read out of copy-only tiers */
-#define STAGING_SLOT_BUDGET (64ull << 20) /* slots beyond the first only while they fit in this */
-#define ACCEPTS_PER_WAKE    64u /* accepts per loop pass, so sessions are served meanwhile */
-#define ACCEPT_PAUSE_MS     100 /* out of fds: stop accepting for this long */
+#define SHARED_ROOM_STEP     4    /* evictions per check at most (each written down here) */
+#define STAGING_ALIGN        4096u
+#define STAGING_MAX_SLOTS    8u /* objects of one GET batch read out of copy-only tiers */
+#define STAGING_SLOT_BUDGET  (64ull << 20) /* slots beyond the first only while they fit in this */
+#define ACCEPTS_PER_WAKE     64u /* accepts per loop pass, so sessions are served meanwhile */
+#define ACCEPT_PAUSE_MS      100 /* out of fds: stop accepting for this long */
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
