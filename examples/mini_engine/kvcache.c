@@ -1,6 +1,8 @@
 /* kvcache.c - paged KV memory, dtype conversions and the engine's own prefix cache. */
 #include "kvcache.h"
 
+#include "kernels/cpu/dtype.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,96 +11,8 @@
 
 /* dtypes ---------------------------------------------------------------------------------------- */
 
-static uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* Round the integer mantissa m right by `shift` bits, ties to even. */
-static uint32_t shift_round_even(uint32_t m, uint32_t shift) {
-    uint32_t q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u))) q++;
-    return q;
-}
-
-static uint16_t f32_to_f16(float f) {
-    uint32_t x = float_bits(f);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
-    if (ax < 0x38800000u) { /* below 2^-14: subnormal half, units of 2^-24 */
-        uint32_t e = ax >> 23;
-        if (e < 102u) /* below 2^-25: rounds to zero */
-            return (uint16_t)sign;
-        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        return (uint16_t)(sign | shift_round_even(m, 126u - e));
-    }
-    /* Normal: rebias the exponent (127 -> 15); a carry out of the mantissa bumps the exponent. */
-    return (uint16_t)(sign | shift_round_even(ax - 0x38000000u, 13u));
-}
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
-    uint32_t m = (uint32_t)h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
-    return bits_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-static uint16_t f32_to_bf16(float f) {
-    uint32_t x = float_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* keep NaN a NaN */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-static float bf16_to_f32(uint16_t h) {
-    return bits_float((uint32_t)h << 16);
-}
-
-/* e4m3 "fn": bias 7, no infinity, 0x7f is NaN, largest finite 448. */
-static uint8_t f32_to_e4m3(float f) {
-    uint32_t x = float_bits(f);
-    uint32_t sign = (x >> 24) & 0x80u;
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
-    if (ax >= 0x43e00000u) /* >= 448 (and infinity): saturate */
-        return (uint8_t)(sign | 0x7eu);
-    if (ax < 0x3c800000u) { /* below 2^-6: subnormal, units of 2^-9 */
-        uint32_t e = ax >> 23;
-        if (e < 117u) /* below 2^-10: rounds to zero */
-            return (uint8_t)sign;
-        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        return (uint8_t)(sign | shift_round_even(m, 141u - e));
-    }
-    return (uint8_t)(sign | shift_round_even(ax - 0x3c000000u, 20u));
-}
-
-static float e4m3_to_f32(uint8_t b) {
-    uint32_t sign = ((uint32_t)b & 0x80u) << 24;
-    uint32_t e = ((uint32_t)b >> 3) & 0xfu;
-    uint32_t m = (uint32_t)b & 7u;
-    if (e == 15 && m == 7) return bits_float(sign | 0x7fc00000u);
-    if (e == 0) {
-        float v = (float)m * 0x1p-9f;
-        return sign ? -v : v;
-    }
-    return bits_float(sign | ((e + 120u) << 23) | (m << 20));
-}
+/* The scalar conversions are the library's (kernels/cpu/dtype.h, header-only: the engine still links
+ * nothing of it), so restored pages and computed ones round the same way. */
 
 /* Decoding tables: every 16- and 8-bit pattern, filled once. */
 static float f16_table[65536];
@@ -107,8 +21,8 @@ static int tables_ready;
 
 static void build_tables(void) {
     if (tables_ready) return;
-    for (uint32_t i = 0; i < 65536u; i++) f16_table[i] = f16_to_f32((uint16_t)i);
-    for (uint32_t i = 0; i < 256u; i++) e4m3_table[i] = e4m3_to_f32((uint8_t)i);
+    for (uint32_t i = 0; i < 65536u; i++) f16_table[i] = kvs_f16_to_f32((uint16_t)i);
+    for (uint32_t i = 0; i < 256u; i++) e4m3_table[i] = kvs_e4m3_to_f32((uint8_t)i);
     tables_ready = 1;
 }
 
@@ -128,18 +42,18 @@ void kv_from_float(kvs_dtype dtype, void *dst, const float *src, size_t n) {
         case KVS_DTYPE_FP32: memcpy(dst, src, n * sizeof(float)); break;
         case KVS_DTYPE_FP16: {
             uint16_t *d = dst;
-            for (size_t i = 0; i < n; i++) d[i] = f32_to_f16(src[i]);
+            for (size_t i = 0; i < n; i++) d[i] = kvs_f32_to_f16(src[i]);
             break;
         }
         case KVS_DTYPE_BF16: {
             uint16_t *d = dst;
-            for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+            for (size_t i = 0; i < n; i++) d[i] = kvs_f32_to_bf16(src[i]);
             break;
         }
         case KVS_DTYPE_FP8_E4M3:
         case KVS_DTYPE_FP8_E5M2: { /* e5m2 is refused by the flag parser; never reached */
             uint8_t *d = dst;
-            for (size_t i = 0; i < n; i++) d[i] = f32_to_e4m3(src[i]);
+            for (size_t i = 0; i < n; i++) d[i] = kvs_f32_to_e4m3(src[i]);
             break;
         }
     }
@@ -155,7 +69,7 @@ void kv_to_float(kvs_dtype dtype, float *dst, const void *src, size_t n) {
         }
         case KVS_DTYPE_BF16: {
             const uint16_t *s = src;
-            for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+            for (size_t i = 0; i < n; i++) dst[i] = kvs_bf16_to_f32(s[i]);
             break;
         }
         case KVS_DTYPE_FP8_E4M3:

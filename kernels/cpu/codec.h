@@ -1,0 +1,89 @@
+/* codec.h - lossy encodings of one layer's KV payload (kernels.h) and their decoding, fused into the
+ * scatter into the engine's pages. The cpu/ versions are the reference; kernels/cuda/codec_cuda.h
+ * has the same operations on a GPU. docs/compress.md describes the codecs and their error bounds.
+ *
+ * KIVI (2 or 4 bits, after KIVI: K per channel, V per token): asymmetric uniform quantisation in
+ * groups. A K group is one channel of one head over k_group consecutive tokens; a V group is
+ * v_group consecutive channels of one head of one token. Each group stores its minimum m and its
+ * step s as fp16 (m rounded down, s rounded up, so the grid m + q*s, q = 0 .. 2^bits - 1, covers
+ * the group); element x becomes q = round((x - m) / s).
+ * INT8 (per token): symmetric, one fp16 step s = max|x| / 127 (rounded up) per head of a token;
+ * q = round(x / s) in -127 .. 127.
+ *
+ * Error bound, every element: |x - x'| <= s/2 + ulp(dtype, max(|x|, |x'|)), where s is its group's
+ * step (kvs_codec_step_bound bounds s from the group's range) and ulp the engine dtype's spacing at
+ * that magnitude (the rounding of x' into the pages). A KIVI group whose values are all equal and
+ * representable in fp16 decodes exactly, and so do values on a group's grid.
+ *
+ * Encoded layer (all little-endian, no padding):
+ *   KIVI: K codes [n][heads][dim] packed LSB-first, bits each; K groups [ceil(n/k_group)][heads][dim]
+ *         of (m, s) fp16; then, unless MLA, V codes the same shape and V groups
+ *         [n][heads][ceil(dim/v_group)] of (m, s).
+ *   INT8: K codes int8 [n][heads][dim]; K steps fp16 [n][heads]; then V the same.
+ * Codes of one (token, head) row start on a byte (kvs_codec_check asks dim * bits % 8 == 0). */
+#ifndef KVS_CODEC_H
+#define KVS_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi/kvstrata.h"
+#include "kernels/cpu/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Codec kinds: the object header's codec field (0 is KVS_CODEC_RAW, connector/object.h). */
+#define KVS_CODEC_KIVI 1
+#define KVS_CODEC_INT8 2
+
+typedef struct kvs_codec {
+    uint8_t kind;     /* KVS_CODEC_KIVI or KVS_CODEC_INT8 */
+    uint8_t bits;     /* KIVI: 2 or 4; INT8: 8 */
+    uint16_t k_group; /* KIVI: tokens per K group (>= 1) */
+    uint16_t v_group; /* KIVI: channels per V group (1 .. dim) */
+} kvs_codec;
+
+/* KVS_OK if the codec can encode layers of this shape and dtype, else KVS_EINVAL and a sentence. */
+kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, char *err,
+                           size_t err_len);
+
+/* Bytes of one encoded layer of n_tokens tokens. */
+uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                               uint32_t n_tokens);
+
+/* Encode one layer from its raw payload rows (k_rows, v_rows: [n_tokens][n_heads][head_bytes] of
+ * dtype; v_rows ignored for MLA) into out (kvs_codec_layer_bytes of room). KVS_EINVAL if an element
+ * is not finite or a group's range does not fit fp16 steps (the object is then kept raw); out is
+ * undefined then. */
+kvs_status kvs_codec_encode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                  uint32_t n_tokens, const void *k_rows, const void *v_rows,
+                                  void *out);
+
+/* Decode an encoded layer straight into the engine's pages (host device): the tokens of span, as
+ * kvs_kernel_scatter_layer places raw rows, each element converted to dtype once. */
+void kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
+                             const kvs_kv_shape *shape, uint32_t dtype, const kvs_token_span *span,
+                             const void *encoded);
+
+/* Decode into contiguous rows (the raw payload's layout): tests and quality estimates. */
+void kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                            uint32_t n_tokens, const void *encoded, void *k_rows, void *v_rows);
+
+/* An upper bound of the step s of a group whose values span [lo, hi] (INT8: max|x| = max(|lo|,
+ * |hi|)): s <= kvs_codec_step_bound. */
+float kvs_codec_step_bound(const kvs_codec *c, float lo, float hi);
+
+/* The dtype's spacing (ulp) at magnitude |x|: the rounding error of storing x' is at most half. */
+float kvs_dtype_ulp(uint32_t dtype, float x);
+
+/* Bytes of an encoded layer over bytes of the raw one: the codec's rate for this shape. */
+double kvs_codec_rate(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                      uint32_t n_tokens);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

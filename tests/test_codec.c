@@ -1,0 +1,350 @@
+/* test_codec.c - the lossy codecs (kernels/cpu/codec.h): every element within the stated bound for
+ * every codec, dtype and shape; exact where the bound says exact; refusals for what cannot be encoded;
+ * the fused decode-scatter equal to decoding then scattering, touching nothing outside the span. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/codec.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/kernels.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static double uniform(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+static double normal(void) {
+    double u = uniform() + 1e-300, v = uniform();
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* KV-like rows: [n][heads][dim] of dtype, channel means and scales per (head, dim), a few outlier
+ * channels (as real keys have), values rounded into the dtype. */
+static void *make_rows(uint32_t dtype, uint32_t n, uint32_t heads, uint32_t dim, int outliers) {
+    uint32_t el = kvs_dtype_bytes(dtype);
+    uint8_t *rows = malloc((size_t)n * heads * dim * el);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t h = 0; h < heads; h++)
+            for (uint32_t d = 0; d < dim; d++) {
+                double mean = outliers && d % 16 == 3 ? 8.0 : 0.3 * sin((double)(h * dim + d));
+                double sd = outliers && d % 16 == 3 ? 4.0 : 1.0;
+                kvs_dtype_store(dtype, rows, ((uint64_t)t * heads + h) * dim + d,
+                                (float)(mean + sd * normal()));
+            }
+    return rows;
+}
+
+static const kvs_codec kivi2 = {.kind = KVS_CODEC_KIVI, .bits = 2, .k_group = 32, .v_group = 32};
+static const kvs_codec kivi4 = {.kind = KVS_CODEC_KIVI, .bits = 4, .k_group = 32, .v_group = 32};
+static const kvs_codec int8 = {.kind = KVS_CODEC_INT8, .bits = 8};
+
+/* Largest |x - x'| over its bound, checking every element of one part (K or V). The group of each
+ * element is recomputed here from the codec's definition. */
+static double worst_over_bound(const kvs_codec *c, uint32_t dtype, uint32_t n, uint32_t heads,
+                               uint32_t dim, int is_v, const void *x, const void *y) {
+    double worst = 0.0;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t h = 0; h < heads; h++)
+            for (uint32_t d = 0; d < dim; d++) {
+                /* the group: K of KIVI runs over tokens, V of KIVI over channels, INT8 the row */
+                uint32_t t0 = t, t1 = t + 1, d0 = d, d1 = d + 1;
+                if (c->kind == KVS_CODEC_INT8) {
+                    d0 = 0, d1 = dim;
+                } else if (!is_v) {
+                    t0 = t / c->k_group * c->k_group;
+                    t1 = t0 + c->k_group < n ? t0 + c->k_group : n;
+                } else {
+                    d0 = d / c->v_group * c->v_group;
+                    d1 = d0 + c->v_group < dim ? d0 + c->v_group : dim;
+                }
+                float lo = INFINITY, hi = -INFINITY;
+                for (uint32_t tt = t0; tt < t1; tt++)
+                    for (uint32_t dd = d0; dd < d1; dd++) {
+                        float v = kvs_dtype_load(dtype, x, ((uint64_t)tt * heads + h) * dim + dd);
+                        lo = v < lo ? v : lo;
+                        hi = v > hi ? v : hi;
+                    }
+                uint64_t i = ((uint64_t)t * heads + h) * dim + d;
+                float a = kvs_dtype_load(dtype, x, i), b = kvs_dtype_load(dtype, y, i);
+                float mag = fabsf(a) > fabsf(b) ? fabsf(a) : fabsf(b);
+                double bound = kvs_codec_step_bound(c, lo, hi) / 2.0 * (1.0 + 0x1p-20) +
+                               kvs_dtype_ulp(dtype, mag);
+                double r = fabs((double)a - (double)b) / bound;
+                if (!(r <= worst)) worst = r; /* NaN counts as worst */
+            }
+    return worst;
+}
+
+static double rel_error(uint32_t dtype, uint64_t count, const void *x, const void *y) {
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        double a = kvs_dtype_load(dtype, x, i), b = kvs_dtype_load(dtype, y, i);
+        num += (a - b) * (a - b);
+        den += a * a;
+    }
+    return sqrt(num / den);
+}
+
+static const uint32_t dtypes[] = {KVS_DTYPE_FP16, KVS_DTYPE_BF16, KVS_DTYPE_FP32,
+                                  KVS_DTYPE_FP8_E4M3};
+
+START_TEST(every_element_is_within_the_stated_bound) {
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+    for (size_t ci = 0; ci < 3; ci++)
+        for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
+            for (int has_v = 0; has_v < 2; has_v++) {
+                const kvs_codec *c = codecs[ci];
+                uint32_t dtype = dtypes[di], n = 77, heads = 3, dim = 64; /* n: a partial group */
+                kvs_kv_shape shape = {.n_heads = heads,
+                                      .head_bytes = dim * kvs_dtype_bytes(dtype),
+                                      .block_tokens = 16,
+                                      .has_v = has_v};
+                char err[128];
+                ck_assert_int_eq(kvs_codec_check(c, &shape, dtype, err, sizeof err), KVS_OK);
+                void *k = make_rows(dtype, n, heads, dim, 1),
+                     *v = make_rows(dtype, n, heads, dim, 0);
+                uint64_t bytes = kvs_codec_layer_bytes(c, &shape, dtype, n);
+                uint8_t *enc = malloc(bytes + 64);
+                memset(enc + bytes, 0xa5, 64);
+                ck_assert_int_eq(kvs_codec_encode_layer(c, &shape, dtype, n, k, v, enc), KVS_OK);
+                for (int i = 0; i < 64; i++) ck_assert_uint_eq(enc[bytes + (size_t)i], 0xa5);
+                size_t part = (size_t)n * heads * dim * kvs_dtype_bytes(dtype);
+                void *k2 = malloc(part), *v2 = malloc(part);
+                kvs_codec_decode_layer(c, &shape, dtype, n, enc, k2, v2);
+                double wk = worst_over_bound(c, dtype, n, heads, dim, 0, k, k2);
+                ck_assert_msg(wk <= 1.0, "codec %zu dtype %u: K error %.3f of its bound", ci, dtype,
+                              wk);
+                if (has_v) {
+                    double wv = worst_over_bound(c, dtype, n, heads, dim, 1, v, v2);
+                    ck_assert_msg(wv <= 1.0, "codec %zu dtype %u: V error %.3f of its bound", ci,
+                                  dtype, wv);
+                }
+                free(k), free(v), free(k2), free(v2), free(enc);
+            }
+}
+END_TEST
+
+/* The sizes of codec.h's layout, and the rates they give a Llama-like head (dim 128, fp16). */
+START_TEST(sizes_follow_the_layout) {
+    kvs_kv_shape shape = {.n_heads = 8, .head_bytes = 256, .block_tokens = 16, .has_v = 1};
+    uint32_t n = 256;
+    uint64_t codes2 = (uint64_t)n * 8 * 128 * 2 / 8, k_meta = (uint64_t)(n / 32) * 8 * 128 * 4,
+             v_meta = (uint64_t)n * 8 * (128 / 32) * 4;
+    ck_assert_uint_eq(kvs_codec_layer_bytes(&kivi2, &shape, KVS_DTYPE_FP16, n),
+                      2 * codes2 + k_meta + v_meta);
+    ck_assert_double_eq_tol(kvs_codec_rate(&kivi2, &shape, KVS_DTYPE_FP16, n), 0.1875, 1e-9);
+    ck_assert_double_eq_tol(kvs_codec_rate(&kivi4, &shape, KVS_DTYPE_FP16, n), 0.3125, 1e-9);
+    ck_assert_double_eq_tol(kvs_codec_rate(&int8, &shape, KVS_DTYPE_FP16, n), (128.0 + 2.0) / 256.0,
+                            1e-9);
+    shape.has_v = 0; /* MLA: K only */
+    ck_assert_uint_eq(kvs_codec_layer_bytes(&kivi2, &shape, KVS_DTYPE_FP16, n), codes2 + k_meta);
+}
+END_TEST
+
+/* Values on a group's grid come back bit for bit; so does a constant group. */
+START_TEST(values_on_the_grid_and_constant_groups_are_exact) {
+    uint32_t n = 32, heads = 1, dim = 32;
+    kvs_kv_shape shape = {.n_heads = heads, .head_bytes = dim * 2, .block_tokens = 16, .has_v = 1};
+    uint16_t *k = malloc(n * dim * 2), *v = malloc(n * dim * 2);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t d = 0; d < dim; d++) {
+            /* K channel d: m = -1.5 + d/8, s = 0.25: grid points m + q*s, q = t % 4 */
+            k[t * dim + d] = kvs_f32_to_f16(-1.5f + (float)d / 8.0f + 0.25f * (float)(t % 4));
+            v[t * dim + d] = kvs_f32_to_f16(0.75f); /* constant V rows */
+        }
+    /* every channel must reach both ends of its grid within the group: q 0 and 3 appear */
+    uint8_t *enc = malloc(kvs_codec_layer_bytes(&int8, &shape, KVS_DTYPE_FP16, n)); /* the larger */
+    ck_assert_int_eq(kvs_codec_encode_layer(&kivi2, &shape, KVS_DTYPE_FP16, n, k, v, enc), KVS_OK);
+    uint16_t *k2 = malloc(n * dim * 2), *v2 = malloc(n * dim * 2);
+    kvs_codec_decode_layer(&kivi2, &shape, KVS_DTYPE_FP16, n, enc, k2, v2);
+    ck_assert_mem_eq(k2, k, n * dim * 2);
+    ck_assert_mem_eq(v2, v, n * dim * 2);
+    /* INT8: rows of multiples of 1/8 whose largest |x| is 127/8, so the step is exactly 1/8 */
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t d = 0; d < dim; d++)
+            k[t * dim + d] = kvs_f32_to_f16(
+                0.125f * (float)(d == 0 ? 127 : (int)((t * 7 + d * 13) % 255) - 127));
+    ck_assert_int_eq(kvs_codec_encode_layer(&int8, &shape, KVS_DTYPE_FP16, n, k, v, enc), KVS_OK);
+    kvs_codec_decode_layer(&int8, &shape, KVS_DTYPE_FP16, n, enc, k2, v2);
+    ck_assert_mem_eq(k2, k, n * dim * 2); /* (V's constant rows: 0.75/127 is no fp16 step) */
+    free(k), free(v), free(k2), free(v2), free(enc);
+}
+END_TEST
+
+START_TEST(what_cannot_be_encoded_is_refused) {
+    uint32_t n = 16, heads = 2, dim = 16;
+    kvs_kv_shape shape = {.n_heads = heads, .head_bytes = dim * 4, .block_tokens = 16, .has_v = 1};
+    float *k = make_rows(KVS_DTYPE_FP32, n, heads, dim, 0),
+          *v = make_rows(KVS_DTYPE_FP32, n, heads, dim, 0);
+    uint8_t *enc = malloc(kvs_codec_layer_bytes(&int8, &shape, KVS_DTYPE_FP32, n) +
+                          kvs_codec_layer_bytes(&kivi4, &shape, KVS_DTYPE_FP32, n));
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+    for (int ci = 0; ci < 3; ci++) {
+        float keep = v[37];
+        v[37] = NAN;
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, KVS_DTYPE_FP32, n, k, v, enc),
+                         KVS_EINVAL);
+        v[37] = INFINITY;
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, KVS_DTYPE_FP32, n, k, v, enc),
+                         KVS_EINVAL);
+        v[37] = 1e9f; /* a step fp16 cannot hold */
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, KVS_DTYPE_FP32, n, k, v, enc),
+                         KVS_EINVAL);
+        v[37] = keep;
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, KVS_DTYPE_FP32, n, k, v, enc),
+                         KVS_OK);
+    }
+    char err[128];
+    kvs_codec bad = kivi2;
+    bad.bits = 3;
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, KVS_DTYPE_FP32, err, sizeof err), KVS_EINVAL);
+    bad = kivi2;
+    bad.v_group = (uint16_t)(dim + 1);
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, KVS_DTYPE_FP32, err, sizeof err), KVS_EINVAL);
+    bad.v_group = 8;
+    bad.k_group = 0;
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, KVS_DTYPE_FP32, err, sizeof err), KVS_EINVAL);
+    bad = int8;
+    bad.kind = 9;
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, KVS_DTYPE_FP32, err, sizeof err), KVS_EINVAL);
+    kvs_kv_shape odd = {.n_heads = 1, .head_bytes = 6, .block_tokens = 16, .has_v = 1};
+    ck_assert_int_eq(kvs_codec_check(&kivi2, &odd, KVS_DTYPE_FP16, err, sizeof err), KVS_EINVAL);
+    odd.head_bytes = 5;
+    ck_assert_int_eq(kvs_codec_check(&int8, &odd, KVS_DTYPE_FP16, err, sizeof err), KVS_EINVAL);
+    free(k), free(v), free(enc);
+}
+END_TEST
+
+/* Decoding straight into pages equals decoding into rows and scattering those, for a paged layout
+ * with scattered blocks and a span that starts inside a block; bytes outside the span stay. */
+START_TEST(the_fused_scatter_equals_decode_then_scatter) {
+    uint32_t dtype = KVS_DTYPE_BF16, heads = 4, dim = 32, bt = 16, n_blocks = 12;
+    uint32_t n = 50, first = 5; /* tokens 5 .. 54 of the request */
+    kvs_kv_shape shape = {.n_heads = heads, .head_bytes = dim * 2, .block_tokens = bt, .has_v = 1};
+    uint32_t blocks[4] = {7, 2, 11, 4};
+    for (int layout = 0; layout < 2; layout++) { /* NHD and HND */
+        size_t page = (size_t)bt * heads * dim * 2, cache = page * n_blocks;
+        uint8_t *ka = malloc(cache), *va = malloc(cache), *kb = malloc(cache), *vb = malloc(cache);
+        memset(ka, 0x5a, cache), memset(va, 0x5a, cache), memset(kb, 0x5a, cache),
+            memset(vb, 0x5a, cache);
+        kvs_layer_view a = {.struct_size = sizeof a,
+                            .n_blocks = n_blocks,
+                            .k_base = ka,
+                            .v_base = va,
+                            .block_stride = (int64_t)page,
+                            .token_stride = layout ? dim * 2 : (int64_t)heads * dim * 2,
+                            .head_stride = layout ? (int64_t)bt * dim * 2 : dim * 2};
+        kvs_layer_view b = a;
+        b.k_base = kb, b.v_base = vb;
+        kvs_token_span span = {
+            .block_ids = blocks, .n_block_ids = 4, .first_token = first, .n_tokens = n};
+        char err[128];
+        ck_assert_int_eq(kvs_kernel_check_span(&a, &shape, &span, err, sizeof err), KVS_OK);
+        void *k = make_rows(dtype, n, heads, dim, 1), *v = make_rows(dtype, n, heads, dim, 0);
+        const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+        for (int ci = 0; ci < 3; ci++) {
+            uint64_t bytes = kvs_codec_layer_bytes(codecs[ci], &shape, dtype, n);
+            uint8_t *enc = malloc(bytes);
+            ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc),
+                             KVS_OK);
+            kvs_codec_scatter_layer(codecs[ci], &a, &shape, dtype, &span, enc);
+            uint8_t *rows = malloc(kvs_kernel_layer_bytes(&shape, n));
+            kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, rows,
+                                   rows + kvs_kernel_layer_bytes(&shape, n) / 2);
+            kvs_kernel_scatter_layer(&b, &shape, &span, rows);
+            ck_assert_mem_eq(ka, kb, cache);
+            ck_assert_mem_eq(va, vb, cache);
+            free(rows), free(enc);
+        }
+        /* untouched: block 0 (not in the table) and the first 5 slots of block 7 */
+        for (size_t i = 0; i < page; i++) ck_assert_uint_eq(ka[i], 0x5a);
+        free(k), free(v), free(ka), free(va), free(kb), free(vb);
+    }
+}
+END_TEST
+
+/* On Gaussian data the errors are what the quantisation step predicts (about step / sqrt(12) per
+ * element), and K with outlier channels loses far less with KIVI's per-channel groups than a
+ * per-token step would give it. */
+START_TEST(errors_on_gaussian_data_are_as_predicted) {
+    uint32_t dtype = KVS_DTYPE_FP32, n = 256, heads = 4, dim = 128;
+    kvs_kv_shape shape = {.n_heads = heads, .head_bytes = dim * 4, .block_tokens = 16, .has_v = 1};
+    void *k = make_rows(dtype, n, heads, dim, 1), *v = make_rows(dtype, n, heads, dim, 0);
+    size_t part = (size_t)n * heads * dim * 4;
+    void *k2 = malloc(part), *v2 = malloc(part);
+    uint8_t *enc = malloc(kvs_codec_layer_bytes(&int8, &shape, dtype, n));
+    double rel[3][2];
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+    for (int ci = 0; ci < 3; ci++) {
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc), KVS_OK);
+        kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, k2, v2);
+        rel[ci][0] = rel_error(dtype, (uint64_t)n * heads * dim, k, k2);
+        rel[ci][1] = rel_error(dtype, (uint64_t)n * heads * dim, v, v2);
+    }
+    /* V ~ N(mean, 1) in groups of 32: 4 bits about 0.07-0.09, 2 bits about 0.33-0.45 (relative to
+     * the rows' norm, which the channel means raise a little) */
+    ck_assert_msg(rel[1][1] > 0.05 && rel[1][1] < 0.09, "V 4 bits %.4f", rel[1][1]);
+    ck_assert_msg(rel[0][1] > 0.25 && rel[0][1] < 0.45, "V 2 bits %.4f", rel[0][1]);
+    ck_assert_msg(rel[2][1] < 0.01, "V int8 %.4f", rel[2][1]);
+    /* more bits, less error, for K and V */
+    ck_assert(rel[0][0] > rel[1][0] && rel[1][0] > rel[2][0]);
+    ck_assert(rel[0][1] > rel[1][1] && rel[1][1] > rel[2][1]);
+    free(k), free(v), free(k2), free(v2), free(enc);
+}
+END_TEST
+
+START_TEST(fp16_and_fp8_conversions_round_to_nearest_even) {
+    /* every fp16 pattern converts to fp32 and back unchanged (NaNs stay NaN) */
+    for (uint32_t h = 0; h < 65536u; h++) {
+        float f = kvs_f16_to_f32((uint16_t)h);
+        if (f != f) {
+            ck_assert(kvs_f16_to_f32(kvs_f32_to_f16(f)) != kvs_f16_to_f32(kvs_f32_to_f16(f)));
+            continue;
+        }
+        ck_assert_uint_eq(kvs_f32_to_f16(f), h);
+    }
+    for (uint32_t b = 0; b < 256u; b++) {
+        float f = kvs_e5m2_to_f32((uint8_t)b);
+        if (f == f) ck_assert_uint_eq(kvs_f32_to_e5m2(f), b);
+        f = kvs_e4m3_to_f32((uint8_t)b);
+        if (f == f) ck_assert_uint_eq(kvs_f32_to_e4m3(f), b);
+    }
+    ck_assert_uint_eq(kvs_f32_to_f16(1.0f + 0x1p-11f), 0x3c00u); /* a tie goes to even */
+    ck_assert_uint_eq(kvs_f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01u);
+    ck_assert_uint_eq(kvs_f32_to_e5m2(1.0f + 0x1p-3f), 0x3cu); /* tie to even: 1.0 */
+    ck_assert_uint_eq(kvs_f32_to_e5m2(1.0f + 0x1p-3f + 0x1p-9f), 0x3du);
+    ck_assert_uint_eq(kvs_f32_to_e5m2(1e6f), 0x7cu); /* overflow: infinity */
+    ck_assert_float_eq(kvs_dtype_ulp(KVS_DTYPE_FP16, 1.5f), 0x1p-10f);
+    ck_assert_float_eq(kvs_dtype_ulp(KVS_DTYPE_FP16, 1e-7f), 0x1p-24f);
+    ck_assert_float_eq(kvs_dtype_ulp(KVS_DTYPE_BF16, 3.0f), 0x1p-6f);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("codec");
+    TCase *tc = tcase_create("codec");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, every_element_is_within_the_stated_bound);
+    tcase_add_test(tc, sizes_follow_the_layout);
+    tcase_add_test(tc, values_on_the_grid_and_constant_groups_are_exact);
+    tcase_add_test(tc, what_cannot_be_encoded_is_refused);
+    tcase_add_test(tc, the_fused_scatter_equals_decode_then_scatter);
+    tcase_add_test(tc, errors_on_gaussian_data_are_as_predicted);
+    tcase_add_test(tc, fp16_and_fp8_conversions_round_to_nearest_even);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
