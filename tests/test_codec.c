@@ -116,7 +116,7 @@ START_TEST(every_element_is_within_the_stated_bound) {
                 for (int i = 0; i < 64; i++) ck_assert_uint_eq(enc[bytes + (size_t)i], 0xa5);
                 size_t part = (size_t)n * heads * dim * kvs_dtype_bytes(dtype);
                 void *k2 = malloc(part), *v2 = malloc(part);
-                kvs_codec_decode_layer(c, &shape, dtype, n, enc, k2, v2);
+                ck_assert_int_eq(kvs_codec_decode_layer(c, &shape, dtype, n, enc, k2, v2), KVS_OK);
                 double wk = worst_over_bound(c, dtype, n, heads, dim, 0, k, k2);
                 ck_assert_msg(wk <= 1.0, "codec %zu dtype %u: K error %.3f of its bound", ci, dtype,
                               wk);
@@ -162,7 +162,8 @@ START_TEST(values_on_the_grid_and_constant_groups_are_exact) {
     uint8_t *enc = malloc(kvs_codec_layer_bytes(&int8, &shape, KVS_DTYPE_FP16, n)); /* the larger */
     ck_assert_int_eq(kvs_codec_encode_layer(&kivi2, &shape, KVS_DTYPE_FP16, n, k, v, enc), KVS_OK);
     uint16_t *k2 = malloc(n * dim * 2), *v2 = malloc(n * dim * 2);
-    kvs_codec_decode_layer(&kivi2, &shape, KVS_DTYPE_FP16, n, enc, k2, v2);
+    ck_assert_int_eq(kvs_codec_decode_layer(&kivi2, &shape, KVS_DTYPE_FP16, n, enc, k2, v2),
+                     KVS_OK);
     ck_assert_mem_eq(k2, k, n * dim * 2);
     ck_assert_mem_eq(v2, v, n * dim * 2);
     /* INT8: rows of multiples of 1/8 whose largest |x| is 127/8, so the step is exactly 1/8 */
@@ -171,7 +172,7 @@ START_TEST(values_on_the_grid_and_constant_groups_are_exact) {
             k[t * dim + d] = kvs_f32_to_f16(
                 0.125f * (float)(d == 0 ? 127 : (int)((t * 7 + d * 13) % 255) - 127));
     ck_assert_int_eq(kvs_codec_encode_layer(&int8, &shape, KVS_DTYPE_FP16, n, k, v, enc), KVS_OK);
-    kvs_codec_decode_layer(&int8, &shape, KVS_DTYPE_FP16, n, enc, k2, v2);
+    ck_assert_int_eq(kvs_codec_decode_layer(&int8, &shape, KVS_DTYPE_FP16, n, enc, k2, v2), KVS_OK);
     ck_assert_mem_eq(k2, k, n * dim * 2); /* (V's constant rows: 0.75/127 is no fp16 step) */
     free(k), free(v), free(k2), free(v2), free(enc);
 }
@@ -253,10 +254,12 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
             uint8_t *enc = malloc(bytes);
             ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc),
                              KVS_OK);
-            kvs_codec_scatter_layer(codecs[ci], &a, &shape, dtype, &span, enc);
+            ck_assert_int_eq(kvs_codec_scatter_layer(codecs[ci], &a, &shape, dtype, &span, enc),
+                             KVS_OK);
             uint8_t *rows = malloc(kvs_kernel_layer_bytes(&shape, n));
-            kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, rows,
-                                   rows + kvs_kernel_layer_bytes(&shape, n) / 2);
+            ck_assert_int_eq(kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, rows,
+                                                    rows + kvs_kernel_layer_bytes(&shape, n) / 2),
+                             KVS_OK);
             kvs_kernel_scatter_layer(&b, &shape, &span, rows);
             ck_assert_mem_eq(ka, kb, cache);
             ck_assert_mem_eq(va, vb, cache);
@@ -283,7 +286,7 @@ START_TEST(errors_on_gaussian_data_are_as_predicted) {
     const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
     for (int ci = 0; ci < 3; ci++) {
         ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc), KVS_OK);
-        kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, k2, v2);
+        ck_assert_int_eq(kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, k2, v2), KVS_OK);
         rel[ci][0] = rel_error(dtype, (uint64_t)n * heads * dim, k, k2);
         rel[ci][1] = rel_error(dtype, (uint64_t)n * heads * dim, v, v2);
     }

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/dtype.h"
@@ -165,10 +166,6 @@ float kvs_dtype_ulp(uint32_t dtype, float x) {
 
 /* ---- encoding ------------------------------------------------------------------------------------ */
 
-static int is_finite(float x) {
-    return x == x && x <= 3.4e38f && x >= -3.4e38f;
-}
-
 /* One asymmetric group: (m, s) and its codes through put(q, index). Returns 0 if unrepresentable. */
 static int group_params(float lo, float hi, uint32_t levels, uint16_t *m, uint16_t *s) {
     if (!f16_down(lo, m)) return 0;
@@ -180,8 +177,15 @@ static int group_params(float lo, float hi, uint32_t levels, uint16_t *m, uint16
     return f16_up(((double)hi - mn) / (double)levels, s);
 }
 
+/* Round to nearest, ties to even, for |v| < 2^51: adding and taking away 2^52 leaves the integer
+ * (a plain add the compiler can vectorise, unlike rint without SSE4.1). */
+static double round_even(double v) {
+    const double big = 0x1p52; /* IEEE arithmetic: the compiler may not fold (v + big) - big */
+    return v >= 0 ? (v + big) - big : -((-v + big) - big);
+}
+
 static uint32_t quantise(float x, double mn, double inv, uint32_t levels) {
-    double q = rint(((double)x - mn) * inv);
+    double q = round_even(((double)x - mn) * inv);
     if (q < 0.0) q = 0.0;
     if (q > (double)levels) q = (double)levels;
     return (uint32_t)q;
@@ -192,37 +196,54 @@ static void pack(uint8_t *row, uint32_t d, uint32_t bits, uint32_t q) {
     row[bit / 8u] |= (uint8_t)(q << (bit % 8u));
 }
 
-static uint32_t unpack(const uint8_t *row, uint32_t d, uint32_t bits) {
-    uint32_t bit = d * bits;
-    return (uint32_t)(row[bit / 8u] >> (bit % 8u)) & ((1u << bits) - 1u);
+static void load_f16(const uint8_t *src, uint64_t n, float *out);
+
+/* n elements of dtype as floats; 0 if one is not finite. */
+static int to_floats(uint32_t dtype, const void *src, uint64_t n, float *out) {
+    int ok = 1;
+    if (dtype == KVS_DTYPE_FP32) {
+        memcpy(out, src, n * sizeof *out);
+    } else if (dtype == KVS_DTYPE_FP16) {
+        load_f16(src, n, out);
+    } else {
+        for (uint64_t i = 0; i < n; i++) out[i] = kvs_dtype_load(dtype, src, i);
+    }
+    for (uint64_t i = 0; i < n; i++) ok &= out[i] - out[i] == 0.0f; /* inf - inf and NaN are NaN */
+    return ok;
 }
 
-/* K of KIVI: per channel over groups of k_group tokens. */
-static int kivi_encode_k(const kvs_codec *c, const geom *g, uint32_t dtype, const uint8_t *rows,
-                         uint8_t *codes, uint8_t *meta) {
+/* K of KIVI: per channel over groups of k_group tokens; x holds the layer's K as floats. */
+static int kivi_encode_k(const kvs_codec *c, const geom *g, const float *x, uint8_t *codes,
+                         uint8_t *meta, float *lo, float *hi, double *mn, double *inv) {
     uint64_t row_elems = (uint64_t)g->heads * g->dim;
     memset(codes, 0, g->codes);
     for (uint32_t grp = 0; grp < g->k_groups; grp++) {
         uint32_t t0 = grp * c->k_group, t1 = t0 + c->k_group < g->n ? t0 + c->k_group : g->n;
-        for (uint64_t e = 0; e < row_elems; e++) {
-            float lo = INFINITY, hi = -INFINITY;
-            for (uint32_t t = t0; t < t1; t++) {
-                float x = kvs_dtype_load(dtype, rows, t * row_elems + e);
-                if (!is_finite(x)) return 0;
-                lo = x < lo ? x : lo;
-                hi = x > hi ? x : hi;
+        memcpy(lo, x + t0 * row_elems, row_elems * sizeof *lo);
+        memcpy(hi, lo, row_elems * sizeof *hi);
+        for (uint32_t t = t0 + 1; t < t1; t++) {
+            const float *r = x + t * row_elems;
+            for (uint64_t e = 0; e < row_elems; e++) {
+                lo[e] = r[e] < lo[e] ? r[e] : lo[e];
+                hi[e] = r[e] > hi[e] ? r[e] : hi[e];
             }
-            uint16_t m, s;
-            if (!group_params(lo, hi, g->levels, &m, &s)) return 0;
+        }
+        for (uint64_t e = 0; e < row_elems; e++) {
+            uint16_t m, st;
+            if (!group_params(lo[e], hi[e], g->levels, &m, &st)) return 0;
             uint8_t *gm = meta + ((uint64_t)grp * row_elems + e) * 4u;
             put16(gm, m);
-            put16(gm + 2, s);
-            double mn = kvs_f16_to_f32(m), step = kvs_f16_to_f32(s), inv = s ? 1.0 / step : 0.0;
-            uint32_t h = (uint32_t)(e / g->dim), d = (uint32_t)(e % g->dim);
-            for (uint32_t t = t0; t < t1; t++) {
-                float x = kvs_dtype_load(dtype, rows, t * row_elems + e);
+            put16(gm + 2, st);
+            mn[e] = kvs_f16_to_f32(m);
+            inv[e] = st ? 1.0 / (double)kvs_f16_to_f32(st) : 0.0;
+        }
+        for (uint32_t t = t0; t < t1; t++) {
+            const float *r = x + t * row_elems;
+            for (uint32_t h = 0; h < g->heads; h++) {
                 uint8_t *row = codes + ((uint64_t)t * g->heads + h) * g->row_codes;
-                pack(row, d, c->bits, s ? quantise(x, mn, inv, g->levels) : 0u);
+                const uint64_t e0 = (uint64_t)h * g->dim;
+                for (uint32_t d = 0; d < g->dim; d++)
+                    pack(row, d, c->bits, quantise(r[e0 + d], mn[e0 + d], inv[e0 + d], g->levels));
             }
         }
     }
@@ -230,56 +251,47 @@ static int kivi_encode_k(const kvs_codec *c, const geom *g, uint32_t dtype, cons
 }
 
 /* V of KIVI: per token over groups of v_group channels. */
-static int kivi_encode_v(const kvs_codec *c, const geom *g, uint32_t dtype, const uint8_t *rows,
-                         uint8_t *codes, uint8_t *meta) {
+static int kivi_encode_v(const kvs_codec *c, const geom *g, const float *x, uint8_t *codes,
+                         uint8_t *meta) {
     memset(codes, 0, g->codes);
     for (uint64_t r = 0; r < (uint64_t)g->n * g->heads; r++) {
-        uint64_t base = r * g->dim;
+        const float *v = x + r * g->dim;
         uint8_t *row = codes + r * g->row_codes;
         for (uint32_t grp = 0; grp < g->v_groups; grp++) {
             uint32_t d0 = grp * c->v_group,
                      d1 = d0 + c->v_group < g->dim ? d0 + c->v_group : g->dim;
-            float lo = INFINITY, hi = -INFINITY;
-            for (uint32_t d = d0; d < d1; d++) {
-                float x = kvs_dtype_load(dtype, rows, base + d);
-                if (!is_finite(x)) return 0;
-                lo = x < lo ? x : lo;
-                hi = x > hi ? x : hi;
+            float lo = v[d0], hi = v[d0];
+            for (uint32_t d = d0 + 1; d < d1; d++) {
+                lo = v[d] < lo ? v[d] : lo;
+                hi = v[d] > hi ? v[d] : hi;
             }
             uint16_t m, s;
             if (!group_params(lo, hi, g->levels, &m, &s)) return 0;
             uint8_t *gm = meta + (r * g->v_groups + grp) * 4u;
             put16(gm, m);
             put16(gm + 2, s);
-            double mn = kvs_f16_to_f32(m), step = kvs_f16_to_f32(s), inv = s ? 1.0 / step : 0.0;
-            for (uint32_t d = d0; d < d1; d++) {
-                float x = kvs_dtype_load(dtype, rows, base + d);
-                pack(row, d, c->bits, s ? quantise(x, mn, inv, g->levels) : 0u);
-            }
+            double mn = kvs_f16_to_f32(m), in = s ? 1.0 / (double)kvs_f16_to_f32(s) : 0.0;
+            for (uint32_t d = d0; d < d1; d++)
+                pack(row, d, c->bits, quantise(v[d], mn, in, g->levels));
         }
     }
     return 1;
 }
 
 /* INT8: one symmetric step per (token, head) row. */
-static int int8_encode(const geom *g, uint32_t dtype, const uint8_t *rows, uint8_t *codes,
-                       uint8_t *steps) {
+static int int8_encode(const geom *g, const float *x, uint8_t *codes, uint8_t *steps) {
     for (uint64_t r = 0; r < (uint64_t)g->n * g->heads; r++) {
-        uint64_t base = r * g->dim;
-        double a = 0.0;
-        for (uint32_t d = 0; d < g->dim; d++) {
-            float x = kvs_dtype_load(dtype, rows, base + d);
-            if (!is_finite(x)) return 0;
-            a = fabs((double)x) > a ? fabs((double)x) : a;
-        }
+        const float *v = x + r * g->dim;
+        float a = 0.0f;
+        for (uint32_t d = 0; d < g->dim; d++) a = fabsf(v[d]) > a ? fabsf(v[d]) : a;
         uint16_t s = 0;
-        if (a > 0.0 && !f16_up(a / 127.0, &s)) return 0;
+        if (a > 0.0f && !f16_up((double)a / 127.0, &s)) return 0;
         put16(steps + r * 2u, s);
         double inv = s ? 1.0 / (double)kvs_f16_to_f32(s) : 0.0;
         for (uint32_t d = 0; d < g->dim; d++) {
-            double q = rint((double)kvs_dtype_load(dtype, rows, base + d) * inv);
+            double q = round_even((double)v[d] * inv);
             q = q > 127.0 ? 127.0 : q < -127.0 ? -127.0 : q;
-            codes[base + d] = (uint8_t)(int8_t)q;
+            codes[r * g->dim + d] = (uint8_t)(int8_t)q;
         }
     }
     return 1;
@@ -289,76 +301,186 @@ kvs_status kvs_codec_encode_layer(const kvs_codec *c, const kvs_kv_shape *shape,
                                   uint32_t n_tokens, const void *k_rows, const void *v_rows,
                                   void *out) {
     geom g = geometry(c, shape, dtype, n_tokens);
-    uint8_t *o = out;
-    int ok;
-    if (c->kind == KVS_CODEC_KIVI) {
-        ok = kivi_encode_k(c, &g, dtype, k_rows, o, o + g.codes);
-        if (ok && shape->has_v) {
-            uint8_t *v = o + g.codes + g.k_meta;
-            ok = kivi_encode_v(c, &g, dtype, v_rows, v, v + g.codes);
-        }
-    } else {
-        ok = int8_encode(&g, dtype, k_rows, o, o + g.codes);
-        if (ok && shape->has_v) {
-            uint8_t *v = o + g.codes + g.k_meta;
-            ok = int8_encode(&g, dtype, v_rows, v, v + g.codes);
-        }
+    uint64_t elems = (uint64_t)n_tokens * g.heads * g.dim, row = (uint64_t)g.heads * g.dim;
+    double *mn = malloc(2 * row * sizeof(double) + (elems + 2 * row) * sizeof(float));
+    if (!mn) return KVS_ENOMEM;
+    double *inv = mn + row;
+    float *x = (float *)(void *)(inv + row), *lo = x + elems, *hi = lo + row;
+    uint8_t *o = out, *v = o + g.codes + g.k_meta;
+    int ok = to_floats(dtype, k_rows, elems, x);
+    if (ok)
+        ok = c->kind == KVS_CODEC_KIVI ? kivi_encode_k(c, &g, x, o, o + g.codes, lo, hi, mn, inv)
+                                       : int8_encode(&g, x, o, o + g.codes);
+    if (ok && shape->has_v) {
+        ok = to_floats(dtype, v_rows, elems, x);
+        if (ok)
+            ok = c->kind == KVS_CODEC_KIVI ? kivi_encode_v(c, &g, x, v, v + g.codes)
+                                           : int8_encode(&g, x, v, v + g.codes);
     }
+    free(mn);
     return ok ? KVS_OK : KVS_EINVAL;
 }
 
 /* ---- decoding into pages ------------------------------------------------------------------------- */
 
-/* Row (token t of the layer, head h) of K or V into dst (head_dim elements of dtype). */
-static void decode_row(const kvs_codec *c, const geom *g, uint32_t dtype, const uint8_t *codes,
-                       const uint8_t *meta, int is_v, uint32_t t, uint32_t h, uint8_t *dst) {
-    uint64_t r = (uint64_t)t * g->heads + h;
-    if (c->kind == KVS_CODEC_INT8) {
-        float s = kvs_f16_to_f32(get16(meta + r * 2u));
-        const int8_t *q = (const int8_t *)(codes + r * g->dim);
-        for (uint32_t d = 0; d < g->dim; d++) kvs_dtype_store(dtype, dst, d, (float)q[d] * s);
-        return;
-    }
-    const uint8_t *row = codes + r * g->row_codes;
-    if (!is_v) { /* K: the (m, s) of channel d in token t's group */
-        const uint8_t *gm = meta + ((uint64_t)(t / c->k_group) * g->heads + h) * g->dim * 4u;
-        for (uint32_t d = 0; d < g->dim; d++) {
-            float m = kvs_f16_to_f32(get16(gm + d * 4u)),
-                  s = kvs_f16_to_f32(get16(gm + d * 4u + 2));
-            kvs_dtype_store(dtype, dst, d, (float)unpack(row, d, c->bits) * s + m);
+/* Scratch of one decode call: a row of floats and codes, and K's (m, s) for the current token group,
+ * every head, as floats. */
+typedef struct dec {
+    float *x;    /* [dim] */
+    uint8_t *q;  /* [dim] */
+    float *km;   /* [heads][dim] */
+    float *ks;   /* [heads][dim] */
+    uint32_t kg; /* the token group km/ks hold, UINT32_MAX: none */
+} dec;
+
+static void unpack_row(const uint8_t *row, uint32_t dim, uint32_t bits, uint8_t *q) {
+    if (bits == 2) {
+        for (uint32_t i = 0; i < dim / 4u; i++) {
+            uint8_t b = row[i];
+            q[4 * i] = b & 3u, q[4 * i + 1] = (b >> 2) & 3u;
+            q[4 * i + 2] = (b >> 4) & 3u, q[4 * i + 3] = (uint8_t)(b >> 6);
         }
-        return;
-    }
-    const uint8_t *gm = meta + r * g->v_groups * 4u;
-    for (uint32_t d = 0; d < g->dim; d++) {
-        const uint8_t *p = gm + (d / c->v_group) * 4u;
-        float m = kvs_f16_to_f32(get16(p)), s = kvs_f16_to_f32(get16(p + 2));
-        kvs_dtype_store(dtype, dst, d, (float)unpack(row, d, c->bits) * s + m);
+    } else {
+        for (uint32_t i = 0; i < dim / 2u; i++) q[2 * i] = row[i] & 15u, q[2 * i + 1] = row[i] >> 4;
     }
 }
 
-void kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
-                             const kvs_kv_shape *shape, uint32_t dtype, const kvs_token_span *span,
-                             const void *encoded) {
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* fp32 -> fp16 with the CPU's converter (F16C rounds to nearest even exactly as kvs_f32_to_f16). */
+__attribute__((target("avx,f16c"))) static void store_f16_f16c(uint8_t *dst, const float *x,
+                                                               uint32_t n) {
+    uint32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
+    }
+    for (; i < n; i++) kvs_dtype_store(KVS_DTYPE_FP16, dst, i, x[i]);
+}
+static int have_f16c(void) {
+    static int v = -1;
+    if (v < 0) v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+    return v;
+}
+/* fp16 -> fp32: exact either way. */
+__attribute__((target("avx,f16c"))) static void load_f16_f16c(const uint8_t *src, uint64_t n,
+                                                              float *out) {
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      (const __m128i *)(const void *)(src + 2 * i))));
+    for (; i < n; i++) out[i] = kvs_dtype_load(KVS_DTYPE_FP16, src, i);
+}
+#else
+static void load_f16_f16c(const uint8_t *src, uint64_t n, float *out) {
+    for (uint64_t i = 0; i < n; i++) out[i] = kvs_dtype_load(KVS_DTYPE_FP16, src, i);
+}
+static void store_f16_f16c(uint8_t *dst, const float *x, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) kvs_dtype_store(KVS_DTYPE_FP16, dst, i, x[i]);
+}
+static int have_f16c(void) {
+    return 0;
+}
+#endif
+
+static void load_f16(const uint8_t *src, uint64_t n, float *out) {
+    if (have_f16c()) {
+        load_f16_f16c(src, n, out);
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) out[i] = kvs_dtype_load(KVS_DTYPE_FP16, src, i);
+}
+
+static void store_row(uint32_t dtype, uint8_t *dst, const float *x, uint32_t n) {
+    if (dtype == KVS_DTYPE_FP32) {
+        memcpy(dst, x, n * sizeof *x);
+    } else if (dtype == KVS_DTYPE_FP16 && have_f16c()) {
+        store_f16_f16c(dst, x, n);
+    } else if (dtype == KVS_DTYPE_BF16) {
+        for (uint32_t i = 0; i < n; i++) {
+            uint16_t h = kvs_f32_to_bf16(x[i]);
+            memcpy(dst + 2 * i, &h, 2);
+        }
+    } else {
+        for (uint32_t i = 0; i < n; i++) kvs_dtype_store(dtype, dst, i, x[i]);
+    }
+}
+
+/* Row (token t of the layer, head h) of K or V into dst (head_dim elements of dtype). q * s is
+ * exact in fp32, so with or without a fused multiply-add each element rounds once, as on the GPU. */
+static void decode_row(const kvs_codec *c, const geom *g, uint32_t dtype, const uint8_t *codes,
+                       const uint8_t *meta, int is_v, uint32_t t, uint32_t h, uint8_t *dst,
+                       dec *w) {
+    uint64_t r = (uint64_t)t * g->heads + h;
+    float *x = w->x;
+    if (c->kind == KVS_CODEC_INT8) {
+        float s = kvs_f16_to_f32(get16(meta + r * 2u));
+        const int8_t *q = (const int8_t *)(codes + r * g->dim);
+        for (uint32_t d = 0; d < g->dim; d++) x[d] = (float)q[d] * s;
+        store_row(dtype, dst, x, g->dim);
+        return;
+    }
+    unpack_row(codes + r * g->row_codes, g->dim, c->bits, w->q);
+    if (!is_v) { /* K: the (m, s) of each channel in token t's group */
+        uint32_t grp = t / c->k_group;
+        if (w->kg != grp) {
+            const uint8_t *gm = meta + (uint64_t)grp * g->heads * g->dim * 4u;
+            for (uint64_t e = 0; e < (uint64_t)g->heads * g->dim; e++) {
+                w->km[e] = kvs_f16_to_f32(get16(gm + e * 4u));
+                w->ks[e] = kvs_f16_to_f32(get16(gm + e * 4u + 2));
+            }
+            w->kg = grp;
+        }
+        const float *m = w->km + (uint64_t)h * g->dim, *s = w->ks + (uint64_t)h * g->dim;
+        for (uint32_t d = 0; d < g->dim; d++) x[d] = (float)w->q[d] * s[d] + m[d];
+    } else {
+        const uint8_t *gm = meta + r * g->v_groups * 4u;
+        for (uint32_t grp = 0; grp < g->v_groups; grp++) {
+            float m = kvs_f16_to_f32(get16(gm + grp * 4u)),
+                  s = kvs_f16_to_f32(get16(gm + grp * 4u + 2));
+            uint32_t d0 = grp * c->v_group,
+                     d1 = d0 + c->v_group < g->dim ? d0 + c->v_group : g->dim;
+            for (uint32_t d = d0; d < d1; d++) x[d] = (float)w->q[d] * s + m;
+        }
+    }
+    store_row(dtype, dst, x, g->dim);
+}
+
+kvs_status kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
+                                   const kvs_kv_shape *shape, uint32_t dtype,
+                                   const kvs_token_span *span, const void *encoded) {
     geom g = geometry(c, shape, dtype, span->n_tokens);
     const uint8_t *k_codes = encoded, *k_meta = k_codes + g.codes;
     const uint8_t *v_codes = k_meta + g.k_meta, *v_meta = v_codes + g.codes;
+    uint64_t row = (uint64_t)g.heads * g.dim;
+    /* one allocation per layer: the row scratch and K's group table as floats */
+    float *buf = malloc((g.dim + 2 * row) * sizeof(float) + g.dim);
+    if (!buf) return KVS_ENOMEM;
+    dec w = {.x = buf,
+             .km = buf + g.dim,
+             .ks = buf + g.dim + row,
+             .q = (uint8_t *)(void *)(buf + g.dim + 2 * row),
+             .kg = UINT32_MAX};
     for (uint32_t t = 0; t < span->n_tokens; t++) {
         uint64_t pos = span->first_token + t;
         int64_t off = (int64_t)span->block_ids[pos / shape->block_tokens] * view->block_stride +
                       (int64_t)(pos % shape->block_tokens) * view->token_stride;
         for (uint32_t h = 0; h < g.heads; h++) {
             int64_t at = off + (int64_t)h * view->head_stride;
-            decode_row(c, &g, dtype, k_codes, k_meta, 0, t, h, (uint8_t *)view->k_base + at);
+            decode_row(c, &g, dtype, k_codes, k_meta, 0, t, h, (uint8_t *)view->k_base + at, &w);
             if (shape->has_v)
-                decode_row(c, &g, dtype, v_codes, v_meta, 1, t, h, (uint8_t *)view->v_base + at);
+                decode_row(c, &g, dtype, v_codes, v_meta, 1, t, h, (uint8_t *)view->v_base + at,
+                           &w);
         }
     }
+    free(buf);
+    return KVS_OK;
 }
 
-void kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
-                            uint32_t n_tokens, const void *encoded, void *k_rows, void *v_rows) {
-    if (n_tokens == 0) return;
+kvs_status kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                  uint32_t n_tokens, const void *encoded, void *k_rows,
+                                  void *v_rows) {
+    if (n_tokens == 0) return KVS_OK;
     /* the rows as one page holding every token */
     kvs_kv_shape one = *shape;
     one.block_tokens = n_tokens;
@@ -372,5 +494,5 @@ void kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint3
                         .head_stride = shape->head_bytes};
     const uint32_t block0 = 0;
     kvs_token_span span = {.block_ids = &block0, .n_block_ids = 1, .n_tokens = n_tokens};
-    kvs_codec_scatter_layer(c, &v, &one, dtype, &span, encoded);
+    return kvs_codec_scatter_layer(c, &v, &one, dtype, &span, encoded);
 }

@@ -55,21 +55,23 @@ uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, ui
 
 /* Encode one layer from its raw payload rows (k_rows, v_rows: [n_tokens][n_heads][head_bytes] of
  * dtype; v_rows ignored for MLA) into out (kvs_codec_layer_bytes of room). KVS_EINVAL if an element
- * is not finite or a group's range does not fit fp16 steps (the object is then kept raw); out is
- * undefined then. */
+ * is not finite or a group's range does not fit fp16 steps (the object is then kept raw), KVS_ENOMEM
+ * without scratch (floats of the layer); out is undefined then. */
 kvs_status kvs_codec_encode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                   uint32_t n_tokens, const void *k_rows, const void *v_rows,
                                   void *out);
 
 /* Decode an encoded layer straight into the engine's pages (host device): the tokens of span, as
- * kvs_kernel_scatter_layer places raw rows, each element converted to dtype once. */
-void kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
-                             const kvs_kv_shape *shape, uint32_t dtype, const kvs_token_span *span,
-                             const void *encoded);
+ * kvs_kernel_scatter_layer places raw rows, each element converted to dtype once. KVS_ENOMEM (no
+ * page written) if its scratch (a few rows of floats) cannot be allocated. */
+kvs_status kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
+                                   const kvs_kv_shape *shape, uint32_t dtype,
+                                   const kvs_token_span *span, const void *encoded);
 
 /* Decode into contiguous rows (the raw payload's layout): tests and quality estimates. */
-void kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
-                            uint32_t n_tokens, const void *encoded, void *k_rows, void *v_rows);
+kvs_status kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                  uint32_t n_tokens, const void *encoded, void *k_rows,
+                                  void *v_rows);
 
 /* An upper bound of the step s of a group whose values span [lo, hi] (INT8: max|x| = max(|lo|,
  * |hi|)): s <= kvs_codec_step_bound. */

@@ -54,7 +54,8 @@ START_TEST(gpu_decode_scatter_writes_the_host_bytes) {
                                        .head_stride = layout ? (int64_t)bt * dim * el : dim * el};
                 kvs_token_span span = {
                     .block_ids = blocks, .n_block_ids = 5, .first_token = first, .n_tokens = n};
-                kvs_codec_scatter_layer(&codecs[ci], &view, &shape, dtype, &span, enc);
+                ck_assert_int_eq(
+                    kvs_codec_scatter_layer(&codecs[ci], &view, &shape, dtype, &span, enc), KVS_OK);
 
                 void *dk, *dv, *denc, *dids;
                 GPU_CHECK(cudaMalloc(&dk, cache));
