@@ -329,6 +329,37 @@ START_TEST(fp16_and_fp8_conversions_round_to_nearest_even) {
 }
 END_TEST
 
+/* Decoding into fp16 pages (the CPU's converter where it has one) rounds every element exactly as
+ * kvs_f32_to_f16 rounds the same decoded float: the GPU kernel's conversion. */
+START_TEST(fp16_pages_round_as_the_reference_conversion) {
+    uint32_t n = 96, heads = 2, dim = 64;
+    kvs_kv_shape s16 = {.n_heads = heads, .head_bytes = dim * 2, .block_tokens = 16, .has_v = 1};
+    kvs_kv_shape s32 = s16;
+    s32.head_bytes = dim * 4;
+    void *k = make_rows(KVS_DTYPE_FP16, n, heads, dim, 1),
+         *v = make_rows(KVS_DTYPE_FP16, n, heads, dim, 0);
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+    size_t count = (size_t)n * heads * dim;
+    uint16_t *k16 = malloc(count * 2), *v16 = malloc(count * 2);
+    float *k32 = malloc(count * 4), *v32 = malloc(count * 4);
+    for (int ci = 0; ci < 3; ci++) {
+        uint8_t *enc = malloc(kvs_codec_layer_bytes(codecs[ci], &s16, KVS_DTYPE_FP16, n));
+        ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &s16, KVS_DTYPE_FP16, n, k, v, enc),
+                         KVS_OK);
+        ck_assert_int_eq(kvs_codec_decode_layer(codecs[ci], &s16, KVS_DTYPE_FP16, n, enc, k16, v16),
+                         KVS_OK);
+        ck_assert_int_eq(kvs_codec_decode_layer(codecs[ci], &s32, KVS_DTYPE_FP32, n, enc, k32, v32),
+                         KVS_OK);
+        for (size_t i = 0; i < count; i++) {
+            ck_assert_uint_eq(k16[i], kvs_f32_to_f16(k32[i]));
+            ck_assert_uint_eq(v16[i], kvs_f32_to_f16(v32[i]));
+        }
+        free(enc);
+    }
+    free(k), free(v), free(k16), free(v16), free(k32), free(v32);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("codec");
@@ -340,6 +371,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, the_fused_scatter_equals_decode_then_scatter);
     tcase_add_test(tc, errors_on_gaussian_data_are_as_predicted);
     tcase_add_test(tc, fp16_and_fp8_conversions_round_to_nearest_even);
+    tcase_add_test(tc, fp16_pages_round_as_the_reference_conversion);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,6 +14,7 @@
 #include "profile.h"
 #include "report.h"
 #include "verify.h"
+#include "weights.h"
 #include "workload.h"
 
 #define PROG "kvs-mini-engine"
@@ -47,11 +48,73 @@ static int run_profile(const options *o, const model *m) {
     return rc;
 }
 
+/* --weights and --text ------------------------------------------------------------------------------- */
+
+typedef struct trained {
+    weights_file wf;
+    int have_weights;
+    uint8_t *text;
+    size_t text_len;
+} trained;
+
+/* Resolve "default", load the weights (their shape becomes o->model) and the text. 0 or -1 after
+ * saying why on stderr. */
+static int load_trained(options *o, trained *t) {
+    char err[768], path[4096];
+    const char *wp = o->weights_path;
+    if (wp && strcmp(wp, "default") == 0 &&
+        !(wp = weights_default_file("mini-256.kvsw", path, sizeof path))) {
+        fprintf(stderr, PROG ": --weights default: no mini-256.kvsw under <exe dir>/../share/"
+                             "kvstrata or the source tree\n");
+        return -1;
+    }
+    if (wp) {
+        if (weights_load(wp, &t->wf, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": --weights %s\n", err);
+            return -1;
+        }
+        t->have_weights = 1;
+        o->model = t->wf.config;
+        if (!o->text_path) o->text_path = "default";
+    }
+    const char *tp = o->text_path;
+    if (tp && strcmp(tp, "default") == 0 &&
+        !(tp = weights_default_file("mini-256.sample.txt", path, sizeof path))) {
+        fprintf(stderr, PROG ": --text default: no mini-256.sample.txt under <exe dir>/../share/"
+                             "kvstrata or the source tree\n");
+        return -1;
+    }
+    if (tp && text_load(tp, o->model.vocab, &t->text, &t->text_len, err, sizeof err) != 0) {
+        fprintf(stderr, PROG ": --text %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void trained_free(trained *t) {
+    if (t->have_weights) weights_free(&t->wf);
+    free(t->text);
+}
+
 /* main ------------------------------------------------------------------------------------------------- */
+
+static int main_run(options *op, trained *tr);
 
 int main(int argc, char **argv) {
     options o;
     if (parse_options(argc, argv, &o) != 0) return 2;
+    trained tr = {0};
+    if (load_trained(&o, &tr) != 0) {
+        trained_free(&tr);
+        return 2;
+    }
+    int rc = main_run(&o, &tr);
+    trained_free(&tr);
+    return rc;
+}
+
+static int main_run(options *op, trained *tr) {
+    options o = *op;
     char err[512];
     if (model_config_check(&o.model, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": %s\n", err);
@@ -66,7 +129,9 @@ int main(int argc, char **argv) {
                           .user_tokens = o.user_tokens,
                           .output_tokens = o.decode_tokens,
                           .sessions = o.sessions,
-                          .turns = o.turns};
+                          .turns = o.turns,
+                          .text = tr->text,
+                          .text_len = tr->text_len};
     int wrc = o.trace_path ? workload_load_trace(o.trace_path, &wp, &w, err, sizeof err)
                            : workload_generate(&wp, &w, err, sizeof err);
     if (wrc != 0) {
@@ -107,10 +172,21 @@ int main(int argc, char **argv) {
     z.blocks = (uint32_t)blocks;
     z.budget = (uint32_t)budget;
 
-    model *m = model_create(&o.model);
+    model *m =
+        tr->have_weights ? model_create_trained(&o.model, tr->wf.floats) : model_create(&o.model);
     if (!m) {
         fprintf(stderr, PROG ": out of memory for the model\n");
         goto out_workload;
+    }
+    if (tr->have_weights) {
+        float diff = 0.0f;
+        if (weights_check(&tr->wf, m, &diff, err, sizeof err) != 0) {
+            fprintf(stderr, PROG ": --weights: %s\n", err);
+            goto out_model_only;
+        }
+        if (!o.quiet)
+            fprintf(stderr, PROG ": trained weights %s; reference logits within %.2g\n",
+                    tr->wf.desc, (double)diff);
     }
 
     if (o.profile_path) {

@@ -62,12 +62,31 @@ static float uniform_pm1(uint64_t *state) {
     return (float)(splitmix64(state) >> 40) * 0x1p-23f - 1.0f;
 }
 
-static float *weights(model *m, uint64_t *rng, size_t n, float scale, float offset) {
+/* Where the weights come from: a seeded generator, or trained arrays read in model order. */
+typedef struct weight_source {
+    uint64_t rng;
+    const float *trained; /* NULL: generated */
+} weight_source;
+
+static float *weights(model *m, weight_source *src, size_t n, float scale, float offset) {
     float *w = malloc(n * sizeof *w);
     if (!w) return NULL;
     m->allocs[m->n_allocs++] = w;
-    for (size_t i = 0; i < n; i++) w[i] = offset + scale * uniform_pm1(rng);
+    if (src->trained) {
+        memcpy(w, src->trained, n * sizeof *w);
+        src->trained += n;
+        return w;
+    }
+    for (size_t i = 0; i < n; i++) w[i] = offset + scale * uniform_pm1(&src->rng);
     return w;
+}
+
+uint64_t model_weights_floats(const model_config *c) {
+    uint64_t dim = (uint64_t)c->dim, hd = dim / (uint64_t)c->n_heads;
+    uint64_t qw = (uint64_t)c->n_heads * hd, kvw = (uint64_t)c->n_kv_heads * hd;
+    uint64_t ffn = (uint64_t)c->ffn;
+    uint64_t layer = 2 * dim + dim * qw + 2 * dim * kvw + qw * dim + 3 * dim * ffn;
+    return 2 * (uint64_t)c->vocab * dim + dim + (uint64_t)c->n_layers * layer;
 }
 
 int model_config_check(const model_config *c, char *err, size_t err_len) {
@@ -91,7 +110,7 @@ int model_config_check(const model_config *c, char *err, size_t err_len) {
     return 0;
 }
 
-model *model_create(const model_config *c) {
+static model *create(const model_config *c, const float *trained) {
     model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->c = *c;
@@ -105,32 +124,33 @@ model *model_create(const model_config *c) {
     for (int i = 0; i < hd / 2; i++) m->inv_freq[i] = (float)pow(10000.0, -2.0 * i / hd);
     m->attn_scale = 1.0f / sqrtf((float)hd);
 
-    uint64_t rng = c->seed ^ 0x6d696e69656e67ull; /* "miniengine" */
+    weight_source src = {.rng = c->seed ^ 0x6d696e69656e67ull /* "miniengine" */,
+                         .trained = trained};
     float s_dim = 1.0f / sqrtf((float)dim);
-    m->embed = weights(m, &rng, (size_t)c->vocab * dim, 1.0f, 0.0f);
-    m->final_norm = weights(m, &rng, (size_t)dim, 0.1f, 1.0f);
-    m->wcls = weights(m, &rng, (size_t)dim * c->vocab, s_dim, 0.0f);
+    m->embed = weights(m, &src, (size_t)c->vocab * dim, 1.0f, 0.0f);
+    m->final_norm = weights(m, &src, (size_t)dim, 0.1f, 1.0f);
+    m->wcls = weights(m, &src, (size_t)dim * c->vocab, s_dim, 0.0f);
     if (!m->embed || !m->final_norm || !m->wcls) goto fail;
     for (int l = 0; l < c->n_layers; l++) {
         layer_weights *w = &m->layers[l];
-        w->attn_norm = weights(m, &rng, (size_t)dim, 0.1f, 1.0f);
-        w->ffn_norm = weights(m, &rng, (size_t)dim, 0.1f, 1.0f);
-        w->wq = weights(m, &rng, (size_t)dim * qw, s_dim, 0.0f);
+        w->attn_norm = weights(m, &src, (size_t)dim, 0.1f, 1.0f);
+        w->ffn_norm = weights(m, &src, (size_t)dim, 0.1f, 1.0f);
+        w->wq = weights(m, &src, (size_t)dim * qw, s_dim, 0.0f);
         if (c->is_mla) {
             float s_lat = 1.0f / sqrtf((float)c->latent);
-            w->wdkv = weights(m, &rng, (size_t)dim * c->latent, s_dim, 0.0f);
-            w->wuk = weights(m, &rng, (size_t)c->latent * qw, s_lat, 0.0f);
-            w->wuv = weights(m, &rng, (size_t)c->latent * qw, s_lat, 0.0f);
+            w->wdkv = weights(m, &src, (size_t)dim * c->latent, s_dim, 0.0f);
+            w->wuk = weights(m, &src, (size_t)c->latent * qw, s_lat, 0.0f);
+            w->wuv = weights(m, &src, (size_t)c->latent * qw, s_lat, 0.0f);
             if (!w->wdkv || !w->wuk || !w->wuv) goto fail;
         } else {
-            w->wk = weights(m, &rng, (size_t)dim * kvw, s_dim, 0.0f);
-            w->wv = weights(m, &rng, (size_t)dim * kvw, s_dim, 0.0f);
+            w->wk = weights(m, &src, (size_t)dim * kvw, s_dim, 0.0f);
+            w->wv = weights(m, &src, (size_t)dim * kvw, s_dim, 0.0f);
             if (!w->wk || !w->wv) goto fail;
         }
-        w->wo = weights(m, &rng, (size_t)qw * dim, 1.0f / sqrtf((float)qw), 0.0f);
-        w->w1 = weights(m, &rng, (size_t)dim * c->ffn, s_dim, 0.0f);
-        w->w3 = weights(m, &rng, (size_t)dim * c->ffn, s_dim, 0.0f);
-        w->w2 = weights(m, &rng, (size_t)c->ffn * dim, 1.0f / sqrtf((float)c->ffn), 0.0f);
+        w->wo = weights(m, &src, (size_t)qw * dim, 1.0f / sqrtf((float)qw), 0.0f);
+        w->w1 = weights(m, &src, (size_t)dim * c->ffn, s_dim, 0.0f);
+        w->w3 = weights(m, &src, (size_t)dim * c->ffn, s_dim, 0.0f);
+        w->w2 = weights(m, &src, (size_t)c->ffn * dim, 1.0f / sqrtf((float)c->ffn), 0.0f);
         if (!w->attn_norm || !w->ffn_norm || !w->wq || !w->wo || !w->w1 || !w->w3 || !w->w2)
             goto fail;
     }
@@ -138,6 +158,15 @@ model *model_create(const model_config *c) {
 fail:
     model_free(m);
     return NULL;
+}
+
+model *model_create(const model_config *c) {
+    return create(c, NULL);
+}
+
+model *model_create_trained(const model_config *c, const float *trained) {
+    if (c->is_mla || !trained) return NULL;
+    return create(c, trained);
 }
 
 void model_free(model *m) {

@@ -1,5 +1,5 @@
 /* model.h - a small Llama-style transformer in fp32: RMSNorm, RoPE, grouped-query attention (or an
- * MLA-like latent attention), SwiGLU. Weights are generated from a seed. Attention always reads K/V
+ * MLA-like latent attention), SwiGLU. Weights are generated from a seed or trained (weights.h). Attention always reads K/V
  * back from the paged cache, and every token is computed by the same per-token loops in the same
  * order, so how a prompt is split into steps never changes a single bit of the KV or the logits. */
 #ifndef MINI_MODEL_H
@@ -28,6 +28,13 @@ typedef struct model_scratch model_scratch;
 /* 0 if the sizes are consistent, else -1 and a sentence naming the flag. */
 int model_config_check(const model_config *c, char *err, size_t err_len);
 model *model_create(const model_config *c);
+/* Floats a trained GQA model of this shape holds, in the order model_create_trained reads them:
+ * embed [vocab][dim], final_norm [dim], wcls [dim][vocab], then per layer attn_norm [dim],
+ * ffn_norm [dim], wq [dim][heads*hd], wk [dim][kv_heads*hd], wv [dim][kv_heads*hd],
+ * wo [heads*hd][dim], w1 [dim][ffn], w3 [dim][ffn], w2 [ffn][dim] (input-major: w[in][out]). */
+uint64_t model_weights_floats(const model_config *c);
+/* A GQA model with these weights (copied) instead of seeded ones; NULL for MLA or no memory. */
+model *model_create_trained(const model_config *c, const float *trained);
 void model_free(model *m);
 const model_config *model_config_of(const model *m);
 int model_head_dim(const model *m);

@@ -49,6 +49,13 @@ static void usage(FILE *f) {
         "model:\n"
         "  --dim N (128) --layers N (3) --heads N (4) --kv-heads N (2) --ffn N (256)\n"
         "  --vocab N (2048) --seed N (42) --latent N (64, MLA latent width)\n"
+        "  --weights FILE|default  trained weights instead of seeded ones (the shape is the "
+        "file's);\n"
+        "                        'default': the byte-level model shipped with the build, the one\n"
+        "                        for quality runs (examples/mini_engine/train/README.md)\n"
+        "  --text FILE|default   prompts are slices of this text instead of random tokens;\n"
+        "                        'default' (implied by --weights): the held-out sample shipped\n"
+        "                        beside the weights\n"
         "kv cache:\n"
         "  --dtype fp16|bf16|fp32|fp8 (fp16)\n"
         "  --layout nhd|hnd|flashinfer|mla|crosslayer (nhd; mla switches to latent attention)\n"
@@ -139,6 +146,10 @@ int parse_options(int argc, char **argv, options *o) {
         for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
             if (strcmp(a, ints[k].name) == 0) {
                 if (parse_int_flag(a, v, ints[k].min, ints[k].dst) != 0) return -1;
+                if (ints[k].dst == &o->model.dim || ints[k].dst == &o->model.n_layers ||
+                    ints[k].dst == &o->model.n_heads || ints[k].dst == &o->model.n_kv_heads ||
+                    ints[k].dst == &o->model.ffn || ints[k].dst == &o->model.vocab)
+                    o->shape_given = 1;
                 i++;
                 matched = 1;
                 break;
@@ -162,7 +173,8 @@ int parse_options(int argc, char **argv, options *o) {
                           strcmp(a, "--plan-modes") == 0 || strcmp(a, "--lib") == 0 ||
                           strcmp(a, "--config") == 0 || strcmp(a, "--trace") == 0 ||
                           strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 ||
-                          strcmp(a, "--layout") == 0)) {
+                          strcmp(a, "--layout") == 0 || strcmp(a, "--weights") == 0 ||
+                          strcmp(a, "--text") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
             return -1;
         } else if (strcmp(a, "--plan-modes") == 0) {
@@ -188,6 +200,10 @@ int parse_options(int argc, char **argv, options *o) {
             o->lib_path = argv[++i];
         } else if (strcmp(a, "--config") == 0) {
             o->config_path = argv[++i];
+        } else if (strcmp(a, "--weights") == 0) {
+            o->weights_path = argv[++i];
+        } else if (strcmp(a, "--text") == 0) {
+            o->text_path = argv[++i];
         } else if (strcmp(a, "--trace") == 0) {
             o->trace_path = argv[++i];
         } else if (strcmp(a, "--seed") == 0) {
@@ -199,6 +215,7 @@ int parse_options(int argc, char **argv, options *o) {
                 return -1;
             }
             o->model.seed = s;
+            o->shape_given = 1;
             i++;
         } else if (strcmp(a, "--dtype") == 0) {
             if (kv_dtype_parse(v, &o->dtype) != 0) {
@@ -221,6 +238,12 @@ int parse_options(int argc, char **argv, options *o) {
         }
     }
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
+    if (o->weights_path && (o->shape_given || o->model.is_mla)) {
+        fprintf(stderr, PROG ": --weights fixes the model (a GQA model of the file's shape): drop "
+                             "--dim, --layers, --heads, --kv-heads, --ffn, --vocab, --seed and "
+                             "--layout mla\n");
+        return -1;
+    }
     if (o->batch > 64 || o->continuous > 64) {
         fprintf(stderr, PROG ": --batch and --continuous are at most 64\n");
         return -1;

@@ -12,6 +12,10 @@ typedef struct options {
     const char *config_path; /* "none": the library's built-in defaults */
     const char *trace_path;
     model_config model;
+    const char
+        *weights_path;     /* --weights: trained weights (weights.h); "default": the shipped ones */
+    const char *text_path; /* --text: prompts are slices of this file's bytes */
+    int shape_given;       /* a model-shape flag or --seed was given */
     kv_layout layout;
     kvs_dtype dtype;
     int blocks, block_budget; /* 0: sized from the workload */

@@ -42,6 +42,17 @@ static int32_t *random_tokens(rng *r, int n, int vocab) {
     return t;
 }
 
+/* n tokens: random ids, or with a text the bytes of a slice of it at a seeded offset (wrapping at
+ * its end), so a trained byte-level model reads prose. */
+static int32_t *draw_tokens(const workload_params *p, rng *r, int n) {
+    if (!p->text) return random_tokens(r, n, p->vocab);
+    int32_t *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    if (!t) return NULL;
+    size_t at = (size_t)(rng_next(r) % (uint64_t)p->text_len);
+    for (int i = 0; i < n; i++) t[i] = p->text[(at + (size_t)i) % p->text_len];
+    return t;
+}
+
 static void set_err(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t len, const char *fmt, ...) {
@@ -69,7 +80,7 @@ void workload_free(workload *w) {
 static int init_system(const workload_params *p, workload *w) {
     rng r = rng_stream(p->seed, STREAM_SYSTEM, 0, 0);
     w->n_system = p->system_tokens;
-    w->system = random_tokens(&r, p->system_tokens, p->vocab);
+    w->system = draw_tokens(p, &r, p->system_tokens);
     return w->system ? 0 : -1;
 }
 
@@ -94,7 +105,7 @@ int workload_generate(const workload_params *p, workload *w, char *err, size_t e
         snprintf(name, sizeof name, "s%d", s);
         w->session_names[s] = strdup(name);
         rng r = rng_stream(p->seed, STREAM_DOC, (uint64_t)s, 0);
-        w->docs[s] = random_tokens(&r, p->doc_tokens, p->vocab);
+        w->docs[s] = draw_tokens(p, &r, p->doc_tokens);
         w->n_docs[s] = p->doc_tokens;
         if (!w->session_names[s] || !w->docs[s]) goto nomem;
     }
@@ -109,7 +120,7 @@ int workload_generate(const workload_params *p, workload *w, char *err, size_t e
             t->session = s;
             t->turn = k;
             t->n_user = n;
-            t->user = random_tokens(&r, n, p->vocab);
+            t->user = draw_tokens(p, &r, n);
             t->output_tokens = p->output_tokens;
             if (!t->user) goto nomem;
         }
@@ -375,7 +386,7 @@ int workload_load_trace(const char *path, const workload_params *p, workload *w,
         } else {
             rng r = rng_stream(p->seed, STREAM_USER, (uint64_t)s, (uint64_t)t->turn);
             t->n_user = (int)tl.user_tokens;
-            t->user = random_tokens(&r, t->n_user, p->vocab);
+            t->user = draw_tokens(p, &r, t->n_user);
             if (!t->user) goto out_nomem;
         }
         w->n_turns++;

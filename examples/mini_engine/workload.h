@@ -16,6 +16,8 @@ typedef struct workload_params {
     int output_tokens; /* tokens generated per turn unless a trace line says otherwise */
     int sessions;
     int turns;
+    const uint8_t *text; /* NULL: random token ids; else prompts are slices of these bytes */
+    size_t text_len;     /* > 0 with text; every byte below vocab */
 } workload_params;
 
 typedef struct workload_turn {
