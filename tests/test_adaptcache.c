@@ -280,8 +280,28 @@ START_TEST(bad_parameters_are_refused) {
     p.freq_prior = 0;
     ck_assert_int_eq(kvs_ac_place(&p, &e, 1, &out, NULL), KVS_EINVAL);
     ck_assert_int_eq(out.device, 7); /* nothing written */
+    base_params(&p, INFINITY);
+    ck_assert_int_eq(kvs_ac_place(&p, &e, 1, &out, NULL), KVS_EINVAL);
     base_params(&p, 1.0);
     ck_assert_int_eq(kvs_ac_place(&p, NULL, 0, NULL, NULL), KVS_OK);
+    /* entries whose numbers would make a utility NaN (0 * inf) or break the bounds */
+    kvs_ac_entry bad = e;
+    bad.freq = 0.0, bad.recompute_s = INFINITY;
+    ck_assert_int_eq(kvs_ac_place(&p, &bad, 1, &out, NULL), KVS_EINVAL);
+    bad = e, bad.freq = NAN;
+    ck_assert_int_eq(kvs_ac_place(&p, &bad, 1, &out, NULL), KVS_EINVAL);
+    bad = e, bad.quality[2] = 1.5;
+    ck_assert_int_eq(kvs_ac_place(&p, &bad, 1, &out, NULL), KVS_EINVAL);
+    ck_assert_int_eq(out.device, 7);
+    /* raw is lossless whatever quality[0] holds: with a quality floor it stays a choice */
+    kvs_ac_entry raw = e;
+    raw.quality[0] = 0.0, raw.allowed = 1, raw.devices = 1u << KVS_AC_DRAM, raw.freq = 1.0;
+    p.min_quality = 0.9;
+    p.devices[KVS_AC_DRAM].capacity = raw.raw_bytes;
+    raw.recompute_s = 1.0;
+    ck_assert_int_eq(kvs_ac_place(&p, &raw, 1, &out, NULL), KVS_OK);
+    ck_assert_int_eq(out.device, KVS_AC_DRAM);
+    ck_assert_int_eq(out.codec, 0);
 }
 END_TEST
 
@@ -293,6 +313,9 @@ START_TEST(the_quality_curve_is_monotone_and_interpolates) {
     ck_assert_double_eq_tol(kvs_ac_quality_from_error(&c, 0.2), 0.95, 1e-12);
     ck_assert_double_eq_tol(kvs_ac_quality_from_error(&c, 0.45), 0.725, 1e-12);
     ck_assert_double_eq_tol(kvs_ac_quality_from_error(&c, 5.0), 0.5, 1e-12);
+    kvs_ac_curve big = c;
+    big.n = 1000; /* more points than it holds: only 16 are read */
+    ck_assert_double_eq_tol(kvs_ac_quality_from_error(&big, 0.05), 0.975, 1e-12);
     double last = 2;
     for (double x = 0; x < 1; x += 0.01) {
         double q = kvs_ac_quality_from_error(&c, x);

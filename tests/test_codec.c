@@ -76,7 +76,8 @@ static double worst_over_bound(const kvs_codec *c, uint32_t dtype, uint32_t n, u
                 double bound = kvs_codec_step_bound(c, lo, hi) / 2.0 * (1.0 + 0x1p-20) +
                                kvs_dtype_ulp(dtype, mag);
                 double r = fabs((double)a - (double)b) / bound;
-                if (!(r <= worst)) worst = r; /* NaN counts as worst */
+                if (isnan(r) || isinf(b)) r = INFINITY; /* an infinity or NaN decoded: never fine */
+                if (r > worst) worst = r;
             }
     return worst;
 }
@@ -92,7 +93,7 @@ static double rel_error(uint32_t dtype, uint64_t count, const void *x, const voi
 }
 
 static const uint32_t dtypes[] = {KVS_DTYPE_FP16, KVS_DTYPE_BF16, KVS_DTYPE_FP32,
-                                  KVS_DTYPE_FP8_E4M3};
+                                  KVS_DTYPE_FP8_E4M3, KVS_DTYPE_FP8_E5M2};
 
 START_TEST(every_element_is_within_the_stated_bound) {
     const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
@@ -126,6 +127,49 @@ START_TEST(every_element_is_within_the_stated_bound) {
                                   dtype, wv);
                 }
                 free(k), free(v), free(k2), free(v2), free(enc);
+            }
+}
+END_TEST
+
+/* Values at the top of the dtype's range: a step rounded up could put the grid's far end past what
+ * the pages hold (fp16 rounds 65520 up to infinity). Each group is then encoded with a step that
+ * keeps the grid inside, or the layer is refused (kept raw): never an infinity in the pages. */
+START_TEST(values_at_the_top_of_the_range_never_decode_to_infinity) {
+    const uint32_t tops[][2] = {{KVS_DTYPE_FP16, 0}, {KVS_DTYPE_FP8_E5M2, 0}};
+    const float big[2][4] = {{65504.0f, 65472.0f, 65280.0f, 60000.0f},
+                             {57344.0f, 49152.0f, 40960.0f, 53248.0f}};
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
+    for (int di = 0; di < 2; di++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int shape_kind = 0; shape_kind < 3; shape_kind++) {
+                uint32_t dtype = tops[di][0], n = 32, heads = 1, dim = 32;
+                kvs_kv_shape shape = {.n_heads = heads,
+                                      .head_bytes = dim * kvs_dtype_bytes(dtype),
+                                      .block_tokens = 16,
+                                      .has_v = 1};
+                uint8_t *k = malloc(n * dim * 4), *v = malloc(n * dim * 4);
+                for (uint32_t i = 0; i < n * dim; i++) {
+                    /* groups from 0 up to the top, from -top to top, or near the top only */
+                    float x = shape_kind == 0   ? big[di][i % 4] * (float)(i % 3) / 2.0f
+                              : shape_kind == 1 ? big[di][i % 4] * (i % 2 ? 1.0f : -1.0f)
+                                                : big[di][i % 4];
+                    kvs_dtype_store(dtype, k, i, x);
+                    kvs_dtype_store(dtype, v, i, x);
+                }
+                uint8_t *enc = malloc(kvs_codec_layer_bytes(codecs[ci], &shape, dtype, n));
+                kvs_status st = kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc);
+                if (st == KVS_EINVAL) goto next; /* kept raw: fine */
+                ck_assert_int_eq(st, KVS_OK);
+                uint8_t *k2 = malloc(n * dim * 4), *v2 = malloc(n * dim * 4);
+                ck_assert_int_eq(kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, k2, v2),
+                                 KVS_OK);
+                double wk = worst_over_bound(codecs[ci], dtype, n, heads, dim, 0, k, k2);
+                double wv = worst_over_bound(codecs[ci], dtype, n, heads, dim, 1, v, v2);
+                ck_assert_msg(wk <= 1.0 && wv <= 1.0, "dtype %u codec %d data %d: %.3f / %.3f",
+                              dtype, ci, shape_kind, wk, wv);
+                free(k2), free(v2);
+            next:
+                free(k), free(v), free(enc);
             }
 }
 END_TEST
@@ -222,6 +266,72 @@ START_TEST(what_cannot_be_encoded_is_refused) {
 }
 END_TEST
 
+static float half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return kvs_f16_to_f32(h);
+}
+
+/* codec.h's layout read element by element, written independently of codec.c. */
+static void ref_decode(const kvs_codec *c, uint32_t dtype, uint32_t n, uint32_t heads, uint32_t dim,
+                       int has_v, const uint8_t *enc, uint8_t *k_rows, uint8_t *v_rows) {
+    uint64_t rows = (uint64_t)n * heads;
+    for (int part = 0; part < 1 + has_v; part++) {
+        uint8_t *out = part ? v_rows : k_rows;
+        if (c->kind == KVS_CODEC_INT8) {
+            const uint8_t *codes = enc + part * (rows * dim + rows * 2),
+                          *steps = codes + rows * dim;
+            for (uint64_t r = 0; r < rows; r++)
+                for (uint32_t d = 0; d < dim; d++)
+                    kvs_dtype_store(dtype, out, r * dim + d,
+                                    (float)(int8_t)codes[r * dim + d] * half(steps + r * 2));
+            continue;
+        }
+        uint64_t code_bytes = rows * dim * c->bits / 8;
+        uint64_t k_meta = (uint64_t)((n + c->k_group - 1) / c->k_group) * heads * dim * 4;
+        const uint8_t *codes = enc + (part ? code_bytes + k_meta : 0), *meta = codes + code_bytes;
+        uint32_t vg = (dim + c->v_group - 1) / c->v_group;
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t h = 0; h < heads; h++)
+                for (uint32_t d = 0; d < dim; d++) {
+                    uint64_t e = ((uint64_t)t * heads + h) * dim + d, bit = e * c->bits;
+                    uint32_t q = (codes[bit / 8] >> (bit % 8)) & ((1u << c->bits) - 1);
+                    const uint8_t *g =
+                        part ? meta + (((uint64_t)t * heads + h) * vg + d / c->v_group) * 4
+                             : meta + (((uint64_t)(t / c->k_group) * heads + h) * dim + d) * 4;
+                    kvs_dtype_store(dtype, out, e, (float)q * half(g + 2) + half(g));
+                }
+    }
+}
+
+START_TEST(decoding_follows_the_documented_layout) {
+    const kvs_codec odd = {.kind = KVS_CODEC_KIVI, .bits = 2, .k_group = 7, .v_group = 12};
+    const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8, &odd};
+    for (size_t ci = 0; ci < 4; ci++)
+        for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; di++)
+            for (int has_v = 0; has_v < 2; has_v++) {
+                uint32_t dtype = dtypes[di], n = 45, heads = 3, dim = 32;
+                kvs_kv_shape shape = {.n_heads = heads,
+                                      .head_bytes = dim * kvs_dtype_bytes(dtype),
+                                      .block_tokens = 16,
+                                      .has_v = has_v};
+                void *k = make_rows(dtype, n, heads, dim, 1),
+                     *v = make_rows(dtype, n, heads, dim, 0);
+                uint8_t *enc = malloc(kvs_codec_layer_bytes(codecs[ci], &shape, dtype, n));
+                ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc),
+                                 KVS_OK);
+                size_t part = (size_t)n * heads * dim * kvs_dtype_bytes(dtype);
+                uint8_t *a = calloc(2, part), *b = calloc(2, part);
+                ck_assert_int_eq(
+                    kvs_codec_decode_layer(codecs[ci], &shape, dtype, n, enc, a, a + part), KVS_OK);
+                ref_decode(codecs[ci], dtype, n, heads, dim, has_v, enc, b, b + part);
+                ck_assert_msg(memcmp(a, b, 2 * part) == 0, "codec %zu dtype %u v %d", ci, dtype,
+                              has_v);
+                free(k), free(v), free(enc), free(a), free(b);
+            }
+}
+END_TEST
+
 /* Decoding straight into pages equals decoding into rows and scattering those, for a paged layout
  * with scattered blocks and a span that starts inside a block; bytes outside the span stay. */
 START_TEST(the_fused_scatter_equals_decode_then_scatter) {
@@ -265,8 +375,11 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
             ck_assert_mem_eq(va, vb, cache);
             free(rows), free(enc);
         }
-        /* untouched: block 0 (not in the table) and the first 5 slots of block 7 */
-        for (size_t i = 0; i < page; i++) ck_assert_uint_eq(ka[i], 0x5a);
+        /* untouched: block 0 (not in the table) and, NHD, the first 5 slots of block 7 */
+        for (size_t i = 0; i < page; i++) ck_assert(ka[i] == 0x5a && va[i] == 0x5a);
+        if (layout == 0)
+            for (size_t i = 0; i < (size_t)first * heads * dim * 2; i++)
+                ck_assert(ka[7 * page + i] == 0x5a && va[7 * page + i] == 0x5a);
         free(k), free(v), free(ka), free(va), free(kb), free(vb);
     }
 }
@@ -368,7 +481,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, sizes_follow_the_layout);
     tcase_add_test(tc, values_on_the_grid_and_constant_groups_are_exact);
     tcase_add_test(tc, what_cannot_be_encoded_is_refused);
+    tcase_add_test(tc, values_at_the_top_of_the_range_never_decode_to_infinity);
     tcase_add_test(tc, the_fused_scatter_equals_decode_then_scatter);
+    tcase_add_test(tc, decoding_follows_the_documented_layout);
     tcase_add_test(tc, errors_on_gaussian_data_are_as_predicted);
     tcase_add_test(tc, fp16_and_fp8_conversions_round_to_nearest_even);
     tcase_add_test(tc, fp16_pages_round_as_the_reference_conversion);

@@ -166,15 +166,37 @@ float kvs_dtype_ulp(uint32_t dtype, float x) {
 
 /* ---- encoding ------------------------------------------------------------------------------------ */
 
-/* One asymmetric group: (m, s) and its codes through put(q, index). Returns 0 if unrepresentable. */
-static int group_params(float lo, float hi, uint32_t levels, uint16_t *m, uint16_t *s) {
+/* The largest magnitude a decoded value may have in pages of dtype: beyond it fp16 and e5m2 round to
+ * infinity (e4m3 saturates at its largest value, which only brings a value nearer; bf16 and fp32
+ * hold anything fp16 steps reach). */
+static double top_of(uint32_t dtype) {
+    return dtype == KVS_DTYPE_FP16 ? 65504.0 : dtype == KVS_DTYPE_FP8_E5M2 ? 57344.0 : INFINITY;
+}
+
+/* The step of a grid of `levels` steps from base that covers reach (the exact step rounded up to
+ * fp16) without its far end passing top (which the pages would round to infinity): then the
+ * largest fp16 step that stays under top, if it still covers reach. 0 if none does. */
+static int fitting_step(double base, double reach, uint32_t levels, double top, uint16_t *s) {
+    if (!f16_up((reach - base) / (double)levels, s)) return 0;
+    double end = base + (double)levels * kvs_f16_to_f32(*s);
+    if (fabs(end) <= top) return 1;
+    double room = (top - base) / (double)levels; /* the grid runs up from base */
+    uint16_t down;
+    if (room <= 0 || !f16_down((float)room, &down) || kvs_f16_to_f32(down) > room) return 0;
+    if ((double)levels * kvs_f16_to_f32(down) < fabs(reach - base)) return 0;
+    *s = down;
+    return 1;
+}
+
+/* One asymmetric group's (m, s). Returns 0 if fp16 cannot hold them. */
+static int group_params(float lo, float hi, uint32_t levels, double top, uint16_t *m, uint16_t *s) {
     if (!f16_down(lo, m)) return 0;
     double mn = (double)kvs_f16_to_f32(*m);
     if ((double)hi == mn) {
         *s = 0;
         return 1;
     }
-    return f16_up(((double)hi - mn) / (double)levels, s);
+    return fitting_step(mn, hi, levels, top, s);
 }
 
 /* Round to nearest, ties to even, for |v| < 2^51: adding and taking away 2^52 leaves the integer
@@ -213,8 +235,9 @@ static int to_floats(uint32_t dtype, const void *src, uint64_t n, float *out) {
 }
 
 /* K of KIVI: per channel over groups of k_group tokens; x holds the layer's K as floats. */
-static int kivi_encode_k(const kvs_codec *c, const geom *g, const float *x, uint8_t *codes,
-                         uint8_t *meta, float *lo, float *hi, double *mn, double *inv) {
+static int kivi_encode_k(const kvs_codec *c, const geom *g, double top, const float *x,
+                         uint8_t *codes, uint8_t *meta, float *lo, float *hi, double *mn,
+                         double *inv) {
     uint64_t row_elems = (uint64_t)g->heads * g->dim;
     memset(codes, 0, g->codes);
     for (uint32_t grp = 0; grp < g->k_groups; grp++) {
@@ -230,7 +253,7 @@ static int kivi_encode_k(const kvs_codec *c, const geom *g, const float *x, uint
         }
         for (uint64_t e = 0; e < row_elems; e++) {
             uint16_t m, st;
-            if (!group_params(lo[e], hi[e], g->levels, &m, &st)) return 0;
+            if (!group_params(lo[e], hi[e], g->levels, top, &m, &st)) return 0;
             uint8_t *gm = meta + ((uint64_t)grp * row_elems + e) * 4u;
             put16(gm, m);
             put16(gm + 2, st);
@@ -251,8 +274,8 @@ static int kivi_encode_k(const kvs_codec *c, const geom *g, const float *x, uint
 }
 
 /* V of KIVI: per token over groups of v_group channels. */
-static int kivi_encode_v(const kvs_codec *c, const geom *g, const float *x, uint8_t *codes,
-                         uint8_t *meta) {
+static int kivi_encode_v(const kvs_codec *c, const geom *g, double top, const float *x,
+                         uint8_t *codes, uint8_t *meta) {
     memset(codes, 0, g->codes);
     for (uint64_t r = 0; r < (uint64_t)g->n * g->heads; r++) {
         const float *v = x + r * g->dim;
@@ -266,7 +289,7 @@ static int kivi_encode_v(const kvs_codec *c, const geom *g, const float *x, uint
                 hi = v[d] > hi ? v[d] : hi;
             }
             uint16_t m, s;
-            if (!group_params(lo, hi, g->levels, &m, &s)) return 0;
+            if (!group_params(lo, hi, g->levels, top, &m, &s)) return 0;
             uint8_t *gm = meta + (r * g->v_groups + grp) * 4u;
             put16(gm, m);
             put16(gm + 2, s);
@@ -279,13 +302,13 @@ static int kivi_encode_v(const kvs_codec *c, const geom *g, const float *x, uint
 }
 
 /* INT8: one symmetric step per (token, head) row. */
-static int int8_encode(const geom *g, const float *x, uint8_t *codes, uint8_t *steps) {
+static int int8_encode(const geom *g, double top, const float *x, uint8_t *codes, uint8_t *steps) {
     for (uint64_t r = 0; r < (uint64_t)g->n * g->heads; r++) {
         const float *v = x + r * g->dim;
         float a = 0.0f;
         for (uint32_t d = 0; d < g->dim; d++) a = fabsf(v[d]) > a ? fabsf(v[d]) : a;
         uint16_t s = 0;
-        if (a > 0.0f && !f16_up((double)a / 127.0, &s)) return 0;
+        if (a > 0.0f && !fitting_step(0.0, (double)a, 127u, top, &s)) return 0;
         put16(steps + r * 2u, s);
         double inv = s ? 1.0 / (double)kvs_f16_to_f32(s) : 0.0;
         for (uint32_t d = 0; d < g->dim; d++) {
@@ -307,15 +330,17 @@ kvs_status kvs_codec_encode_layer(const kvs_codec *c, const kvs_kv_shape *shape,
     double *inv = mn + row;
     float *x = (float *)(void *)(inv + row), *lo = x + elems, *hi = lo + row;
     uint8_t *o = out, *v = o + g.codes + g.k_meta;
+    double top = top_of(dtype);
     int ok = to_floats(dtype, k_rows, elems, x);
     if (ok)
-        ok = c->kind == KVS_CODEC_KIVI ? kivi_encode_k(c, &g, x, o, o + g.codes, lo, hi, mn, inv)
-                                       : int8_encode(&g, x, o, o + g.codes);
+        ok = c->kind == KVS_CODEC_KIVI
+                 ? kivi_encode_k(c, &g, top, x, o, o + g.codes, lo, hi, mn, inv)
+                 : int8_encode(&g, top, x, o, o + g.codes);
     if (ok && shape->has_v) {
         ok = to_floats(dtype, v_rows, elems, x);
         if (ok)
-            ok = c->kind == KVS_CODEC_KIVI ? kivi_encode_v(c, &g, x, v, v + g.codes)
-                                           : int8_encode(&g, x, v, v + g.codes);
+            ok = c->kind == KVS_CODEC_KIVI ? kivi_encode_v(c, &g, top, x, v, v + g.codes)
+                                           : int8_encode(&g, top, x, v, v + g.codes);
     }
     free(mn);
     return ok ? KVS_OK : KVS_EINVAL;
@@ -357,10 +382,8 @@ __attribute__((target("avx,f16c"))) static void store_f16_f16c(uint8_t *dst, con
     }
     for (; i < n; i++) kvs_dtype_store(KVS_DTYPE_FP16, dst, i, x[i]);
 }
-static int have_f16c(void) {
-    static int v = -1;
-    if (v < 0) v = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-    return v;
+static int have_f16c(void) { /* a read of what libgcc found at start; no state of ours */
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
 }
 /* fp16 -> fp32: exact either way. */
 __attribute__((target("avx,f16c"))) static void load_f16_f16c(const uint8_t *src, uint64_t n,

@@ -40,7 +40,7 @@ static double delay_of(const kvs_ac_params *p, const kvs_ac_entry *e, int device
     const kvs_ac_codec_cost *c = &p->codecs[codec];
     double t = d->latency_s + (double)e->bytes[codec] / d->bytes_per_s;
     if (codec != 0) t += c->fixed_s + c->s_per_raw_byte * (double)e->raw_bytes;
-    *quality = e->quality[codec];
+    *quality = codec == 0 ? 1.0 : e->quality[codec]; /* raw is lossless */
     return t;
 }
 
@@ -62,7 +62,7 @@ static uint32_t build_options(const kvs_ac_params *p, const kvs_ac_entry *e, opt
         uint32_t first = k;
         for (uint32_t c = 0; c < p->n_codecs; c++) {
             if (!(e->allowed & (1u << c)) || e->bytes[c] == 0) continue;
-            if (e->quality[c] < p->min_quality) continue;
+            if (c != 0 && e->quality[c] < p->min_quality) continue;
             o[k++] = (opt){.dev = (int8_t)d,
                            .codec = (uint8_t)c,
                            .bytes = e->bytes[c],
@@ -182,17 +182,39 @@ static int upgrade(state *s) {
     return 1;
 }
 
+static int finite_in(double x, double lo, double hi) {
+    return x >= lo && x <= hi; /* false for NaN */
+}
+
 static int params_ok(const kvs_ac_params *p) {
-    if (!(p->alpha >= 0.0) || !(p->freq_prior > 0.0)) return 0;
+    if (!finite_in(p->alpha, 0.0, 1e300) || !finite_in(p->freq_prior, 1e-300, 1e300)) return 0;
+    if (!finite_in(p->min_quality, -1e300, 1e300)) return 0;
     if (p->n_codecs < 1 || p->n_codecs > KVS_AC_MAX_CODECS) return 0;
     for (int d = 0; d < 2; d++)
-        if (!(p->devices[d].bytes_per_s > 0.0) || !(p->devices[d].latency_s >= 0.0)) return 0;
+        if (!finite_in(p->devices[d].bytes_per_s, 1e-300, 1e300) ||
+            !finite_in(p->devices[d].latency_s, 0.0, 1e300))
+            return 0;
+    for (uint32_t c = 0; c < p->n_codecs; c++)
+        if (!finite_in(p->codecs[c].fixed_s, 0.0, 1e300) ||
+            !finite_in(p->codecs[c].s_per_raw_byte, 0.0, 1e300))
+            return 0;
+    return 1;
+}
+
+/* Every number an entry brings is finite (a NaN utility would stall the greedy over capacity). */
+static int entry_ok(const kvs_ac_params *p, const kvs_ac_entry *e) {
+    if (!(e->freq < 0.0 || finite_in(e->freq, 0.0, 1e300))) return 0;
+    if (!finite_in(e->recompute_s, 0.0, 1e300)) return 0;
+    for (uint32_t c = 1; c < p->n_codecs; c++)
+        if (e->bytes[c] && !finite_in(e->quality[c], 0.0, 1.0)) return 0;
     return 1;
 }
 
 kvs_status kvs_ac_place(const kvs_ac_params *p, const kvs_ac_entry *entries, size_t n,
                         kvs_ac_choice *out, kvs_ac_result *result) {
     if (!params_ok(p)) return KVS_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!entry_ok(p, &entries[i])) return KVS_EINVAL;
     state s = {.p = p, .n = n, .per = 2 * p->n_codecs + 1};
     s.opts = malloc((n ? n : 1) * s.per * sizeof *s.opts);
     s.n_opt = malloc((n ? n : 1) * sizeof *s.n_opt);
@@ -222,6 +244,12 @@ kvs_status kvs_ac_place(const kvs_ac_params *p, const kvs_ac_entry *entries, siz
     }
     /* each upgrade raises the summed utility, so this ends; bounded all the same */
     for (size_t k = 0; k < n * s.per && upgrade(&s); k++) moves++;
+    if (s.used[0] > p->devices[0].capacity || s.used[1] > p->devices[1].capacity) {
+        /* cannot happen with finite utilities ("not stored" is always a move): never hand out an
+         * over-full placement all the same */
+        free(s.opts), free(s.n_opt), free(s.cur), free(s.freq);
+        return KVS_EINVAL;
+    }
     kvs_ac_result r = {
         .used = {s.used[0], s.used[1]}, .moves = moves, .largest_step = s.largest_step};
     double fsum = 0.0;
@@ -244,10 +272,11 @@ kvs_status kvs_ac_place(const kvs_ac_params *p, const kvs_ac_entry *entries, siz
 }
 
 double kvs_ac_quality_from_error(const kvs_ac_curve *c, double rel_error) {
-    if (c->n == 0) return 1.0;
+    uint32_t n = c->n < 16 ? c->n : 16;
+    if (n == 0) return 1.0;
     double q = c->quality[0];
     if (rel_error <= c->error[0]) return q;
-    for (uint32_t k = 1; k < c->n; k++) {
+    for (uint32_t k = 1; k < n; k++) {
         double qk = c->quality[k] < q ? c->quality[k] : q; /* non-increasing */
         if (rel_error <= c->error[k]) {
             double span = c->error[k] - c->error[k - 1];

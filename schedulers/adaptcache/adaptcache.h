@@ -12,8 +12,9 @@
  * The placement maximises the summed utility under both capacities with the paper's marginal-utility
  * greedy, with DRAM and SSD decided together: every entry starts at its best option, then while a
  * tier is over its capacity the move that loses the least utility per byte it frees there is made.
- * Moves go one way (down an entry's option list: DRAM options by size, SSD options by size, not
- * stored), so the loop ends. A move from DRAM into an SSD without room for it is charged the SSD's
+ * These moves go one way (down an entry's option list: DRAM options by size, SSD options by size,
+ * not stored), so the loop ends; a last pass spends room the loop freed beyond what was needed on
+ * the upgrades that gain the most per byte (still only codecs the entry may take). A move from DRAM into an SSD without room for it is charged the SSD's
  * current marginal utility per byte for the room it takes: the two tiers are priced together rather
  * than DRAM first and SSD with what is left. On one tier this is the classic multiple-choice knapsack
  * greedy: never worse than the optimum minus the largest single step's utility. */
@@ -58,7 +59,8 @@ typedef struct kvs_ac_entry {
     uint64_t raw_bytes;
     double freq;        /* expected hits per second; < 0: unknown, use freq_prior */
     double recompute_s; /* delay of a hit when it is not stored */
-    /* per codec: stored bytes (0: not available for this entry) and quality in [0, 1] */
+    /* per codec: stored bytes (0: not available for this entry) and quality in [0, 1] (codec 0, raw,
+     * is lossless: its quality is 1 whatever quality[0] says) */
     uint64_t bytes[KVS_AC_MAX_CODECS];
     double quality[KVS_AC_MAX_CODECS];
     /* codecs this entry may take, bit c for codec c: a stored lossy entry can only become lossier
@@ -86,13 +88,15 @@ typedef struct kvs_ac_result {
 double kvs_ac_utility(const kvs_ac_params *p, const kvs_ac_entry *e, int device, uint32_t codec);
 
 /* Place n entries: out[i] for entry i. KVS_EINVAL (and nothing written) for parameters out of range
- * (alpha < 0, a bandwidth <= 0, n_codecs outside 1 .. KVS_AC_MAX_CODECS, freq_prior <= 0); KVS_ENOMEM
- * if scratch cannot be allocated. result may be NULL. */
+ * (alpha < 0, a bandwidth <= 0, n_codecs outside 1 .. KVS_AC_MAX_CODECS, freq_prior <= 0, any number
+ * not finite, a quality outside [0, 1]); KVS_ENOMEM if scratch cannot be allocated. result may be
+ * NULL. */
 kvs_status kvs_ac_place(const kvs_ac_params *p, const kvs_ac_entry *entries, size_t n,
                         kvs_ac_choice *out, kvs_ac_result *result);
 
 /* A quality curve measured once per model: quality at increasing relative reconstruction errors
- * (points sorted by error), linear between points, flat outside them, made non-increasing. */
+ * (points sorted by error; at most 16 are read), linear between points, flat outside them, made
+ * non-increasing. */
 typedef struct kvs_ac_curve {
     uint32_t n;
     double error[16];
