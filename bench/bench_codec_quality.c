@@ -1,0 +1,211 @@
+/* bench_codec_quality.c - kvs-bench-codec-quality: what each lossy codec does to the trained mini
+ * model's predictions, the quality curve docs/compress.md's placement maps errors through.
+ *
+ * For each of --prompts prompts (slices of the held-out text sample): the model prefills the first
+ * --context bytes into fp16 pages, then the last --query bytes are computed over that context as one
+ * step, once over the exact pages and once after every layer of the context went through a codec
+ * and back into the pages (gather, encode, decode-scatter: the connector's path for a lossy load).
+ * Reported per codec: its rate, the relative reconstruction error of K and V (||x - x'|| / ||x||
+ * over the context), and over the query positions the mean KL divergence of the next-byte
+ * distribution from the exact one (nats) and how often the most likely byte is the same (top-1
+ * agreement). The raw "codec" (no change) is measured the same way: KL 0 and agreement 1 there is
+ * the harness's own check. One JSON line per codec, then a table. */
+#include <math.h>
+
+#include "bench/bench_common.h"
+#include "examples/mini_engine/kvcache.h"
+#include "examples/mini_engine/model.h"
+#include "examples/mini_engine/weights.h"
+#include "kernels/cpu/codec.h"
+#include "kernels/cpu/dtype.h"
+#include "kernels/cpu/kernels.h"
+
+typedef struct run {
+    const model *m;
+    kvcache *kv;
+    model_scratch *s;
+    uint32_t *table;
+    int32_t *tokens;
+    float *logits; /* [query][vocab] */
+} run;
+
+/* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. */
+static void forward(run *r, int ctx, int query, const kvs_codec *codec, double *rel_k,
+                    double *rel_v) {
+    const model_config *c = model_config_of(r->m);
+    model_embed(r->m, r->s, r->tokens, ctx);
+    for (int l = 0; l < c->n_layers; l++)
+        model_layer(r->m, r->s, r->kv, (uint32_t)l, r->table, 0, ctx);
+    double nk = 0, dk = 0, nv = 0, dv = 0;
+    if (codec) {
+        const kvs_layer_view *views = kvcache_views(r->kv);
+        kvs_kv_shape shape = {.n_heads = model_cache_heads(r->m),
+                              .head_bytes = model_cache_width(r->m) * 2,
+                              .block_tokens = KV_BLOCK_TOKENS,
+                              .has_v = 1};
+        kvs_token_span span = {.block_ids = r->table,
+                               .n_block_ids =
+                                   (uint64_t)(ctx + query + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS,
+                               .n_tokens = (uint32_t)ctx};
+        uint64_t raw = kvs_kernel_layer_bytes(&shape, (uint32_t)ctx);
+        uint16_t *rows = malloc(raw), *back = malloc(raw);
+        uint8_t *enc = malloc(kvs_codec_layer_bytes(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx));
+        for (int l = 0; l < c->n_layers; l++) {
+            kvs_kernel_gather_layer(&views[l], &shape, &span, rows);
+            if (kvs_codec_encode_layer(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx, rows,
+                                       (uint8_t *)rows + raw / 2, enc) != KVS_OK ||
+                kvs_codec_scatter_layer(codec, &views[l], &shape, KVS_DTYPE_FP16, &span, enc) !=
+                    KVS_OK) {
+                fprintf(stderr, "kvs-bench-codec-quality: the codec refused layer %d\n", l);
+                exit(1);
+            }
+            kvs_kernel_gather_layer(&views[l], &shape, &span, back);
+            for (uint64_t i = 0; i < raw / 2; i++) {
+                double a = kvs_f16_to_f32(rows[i]), b = kvs_f16_to_f32(back[i]);
+                int is_v = i >= raw / 4;
+                *(is_v ? &nv : &nk) += (a - b) * (a - b);
+                *(is_v ? &dv : &dk) += a * a;
+            }
+        }
+        free(rows), free(back), free(enc);
+    }
+    if (rel_k) *rel_k = dk > 0 ? sqrt(nk / dk) : 0;
+    if (rel_v) *rel_v = dv > 0 ? sqrt(nv / dv) : 0;
+    model_embed(r->m, r->s, r->tokens + ctx, query);
+    for (int l = 0; l < c->n_layers; l++)
+        model_layer(r->m, r->s, r->kv, (uint32_t)l, r->table, (uint64_t)ctx, query);
+    for (int q = 0; q < query; q++) model_logits(r->m, r->s, q, r->logits + (size_t)q * c->vocab);
+}
+
+static void softmax(const float *x, int n, double *p) {
+    double mx = x[0], z = 0;
+    for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++) z += (p[i] = exp(x[i] - mx));
+    for (int i = 0; i < n; i++) p[i] /= z;
+}
+
+int main(int argc, char **argv) {
+    const char *wpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.kvsw";
+    const char *tpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.sample.txt";
+    uint64_t prompts = 8, ctx = 448, query = 64;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--prompts") == 0 && i + 1 < argc)
+            prompts = bench_parse_u64("--prompts", argv[++i], 1, 1000);
+        else if (strcmp(argv[i], "--context") == 0 && i + 1 < argc)
+            ctx = bench_parse_u64("--context", argv[++i], 16, 8192);
+        else if (strcmp(argv[i], "--query") == 0 && i + 1 < argc)
+            query = bench_parse_u64("--query", argv[++i], 1, 1024);
+        else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc)
+            wpath = argv[++i];
+        else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
+            tpath = argv[++i];
+        else {
+            fprintf(stderr, "usage: kvs-bench-codec-quality [--prompts N (8)] [--context N (448)] "
+                            "[--query N (64)] [--weights FILE] [--text FILE]\n");
+            return 2;
+        }
+    }
+    char err[512];
+    weights_file w;
+    uint8_t *text;
+    size_t text_len;
+    if (weights_load(wpath, &w, err, sizeof err) != 0 ||
+        text_load(tpath, w.config.vocab, &text, &text_len, err, sizeof err) != 0) {
+        fprintf(stderr, "kvs-bench-codec-quality: %s\n", err);
+        return 1;
+    }
+    if (text_len < ctx + query) {
+        fprintf(stderr, "kvs-bench-codec-quality: the text is shorter than one prompt\n");
+        return 1;
+    }
+    model *m = model_create_trained(&w.config, w.floats);
+    int total = (int)(ctx + query), vocab = w.config.vocab;
+    uint32_t blocks = (uint32_t)(total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    kvcache_params kp = {.layout = KV_LAYOUT_NHD,
+                         .dtype = KVS_DTYPE_FP16,
+                         .n_layers = (uint32_t)w.config.n_layers,
+                         .n_heads = model_cache_heads(m),
+                         .head_dim = model_cache_width(m),
+                         .n_blocks = blocks,
+                         .block_budget = blocks};
+    run r = {.m = m};
+    r.kv = kvcache_create(&kp, err, sizeof err);
+    r.s = model_scratch_create(m, total, total);
+    r.table = calloc(blocks, sizeof *r.table);
+    r.tokens = malloc((size_t)total * sizeof *r.tokens);
+    r.logits = malloc((size_t)query * vocab * sizeof *r.logits);
+    float *exact = malloc((size_t)query * vocab * sizeof *exact);
+    double *p = malloc((size_t)vocab * sizeof *p), *q = malloc((size_t)vocab * sizeof *q);
+    if (!r.kv || !r.s || !r.table || !r.tokens || !r.logits || !exact || !p || !q ||
+        kvcache_alloc(r.kv, blocks, r.table) != 0) {
+        fprintf(stderr, "kvs-bench-codec-quality: out of memory\n");
+        return 1;
+    }
+    /* the pages of a request in a scattered order, as an engine's would be */
+    for (uint32_t b = 0; b < blocks; b++) r.table[b] = (b * 5u + 3u) % blocks;
+    const struct {
+        const char *name;
+        kvs_codec c;
+        int raw;
+    } codecs[] = {
+        {"raw", {0, 0, 0, 0}, 1},
+        {"int8", {KVS_CODEC_INT8, 8, 0, 0}, 0},
+        {"kivi4-g32", {KVS_CODEC_KIVI, 4, 32, 32}, 0},
+        {"kivi4-g128", {KVS_CODEC_KIVI, 4, 128, 32}, 0},
+        {"kivi2-g16", {KVS_CODEC_KIVI, 2, 16, 16}, 0},
+        {"kivi2-g32", {KVS_CODEC_KIVI, 2, 32, 32}, 0},
+        {"kivi2-g128", {KVS_CODEC_KIVI, 2, 128, 32}, 0},
+    };
+    size_t n_codecs = sizeof codecs / sizeof codecs[0];
+    printf("# %s\n", w.desc);
+    printf("%-11s %6s %8s %8s %10s %7s\n", "codec", "rate", "rel_K", "rel_V", "KL nats", "top-1");
+    for (size_t ci = 0; ci < n_codecs; ci++) {
+        kvs_kv_shape shape = {.n_heads = model_cache_heads(m),
+                              .head_bytes = model_cache_width(m) * 2,
+                              .block_tokens = KV_BLOCK_TOKENS,
+                              .has_v = 1};
+        double rate = codecs[ci].raw
+                          ? 1.0
+                          : kvs_codec_rate(&codecs[ci].c, &shape, KVS_DTYPE_FP16, (uint32_t)ctx);
+        double kl = 0, agree = 0, rk = 0, rv = 0;
+        for (uint64_t k = 0; k < prompts; k++) {
+            size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total));
+            for (int i = 0; i < total; i++) r.tokens[i] = text[at + (size_t)i];
+            forward(&r, (int)ctx, (int)query, NULL, NULL, NULL);
+            memcpy(exact, r.logits, (size_t)query * vocab * sizeof *exact);
+            double k_err, v_err;
+            forward(&r, (int)ctx, (int)query, codecs[ci].raw ? NULL : &codecs[ci].c, &k_err,
+                    &v_err);
+            rk += codecs[ci].raw ? 0 : k_err;
+            rv += codecs[ci].raw ? 0 : v_err;
+            for (uint64_t j = 0; j < query; j++) {
+                softmax(exact + j * vocab, vocab, p);
+                softmax(r.logits + j * vocab, vocab, q);
+                double d = 0;
+                int a = 0, b = 0;
+                for (int v = 0; v < vocab; v++) {
+                    if (p[v] > 0) d += p[v] * log(p[v] / q[v]);
+                    a = p[v] > p[a] ? v : a;
+                    b = q[v] > q[b] ? v : b;
+                }
+                kl += d;
+                agree += a == b;
+            }
+        }
+        double n = (double)(prompts * query);
+        printf("{\"bench\":\"codec_quality\",\"codec\":\"%s\",\"rate\":%.4f,\"rel_k\":%.5f,"
+               "\"rel_v\":%.5f,\"kl_nats\":%.6f,\"top1\":%.4f,\"prompts\":%llu,\"context\":%llu,"
+               "\"query\":%llu}\n",
+               codecs[ci].name, rate, rk / (double)prompts, rv / (double)prompts, kl / n, agree / n,
+               (unsigned long long)prompts, (unsigned long long)ctx, (unsigned long long)query);
+        printf("%-11s %6.4f %8.5f %8.5f %10.6f %7.4f\n", codecs[ci].name, rate,
+               rk / (double)prompts, rv / (double)prompts, kl / n, agree / n);
+    }
+    free(p), free(q), free(exact), free(r.logits), free(r.tokens), free(r.table);
+    model_scratch_free(r.s);
+    kvcache_destroy(r.kv);
+    model_free(m);
+    free(text);
+    weights_free(&w);
+    return 0;
+}

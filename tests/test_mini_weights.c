@@ -1,0 +1,228 @@
+/* test_mini_weights.c - the mini engine's trained weights (examples/mini_engine/weights.h): the shipped
+ * checkpoint loads, computes the trainer's logits and predicts held-out text far better than seeded
+ * weights of its shape; damaged or inconsistent files are refused with a sentence, never used. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/mini_engine/kvcache.h"
+#include "examples/mini_engine/model.h"
+#include "examples/mini_engine/weights.h"
+
+#define TRAIN_DIR KVS_SOURCE_DIR "/examples/mini_engine/train/"
+
+static uint8_t *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc((size_t)n);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static uint64_t fnv1a64(const uint8_t *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Write a valid checksum after editing a file's bytes. */
+static void reseal(uint8_t *b, size_t len) {
+    uint64_t h = fnv1a64(b, len - 8);
+    for (int i = 0; i < 8; i++) b[len - 8 + (size_t)i] = (uint8_t)(h >> (8 * i));
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Mean cross-entropy (nats per byte) of m predicting text[1..n) from text[0..n-1). */
+static double cross_entropy(const model *m, const uint8_t *text, int n) {
+    const model_config *c = model_config_of(m);
+    uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    kvcache_params kp = {.layout = KV_LAYOUT_NHD,
+                         .dtype = KVS_DTYPE_FP32,
+                         .n_layers = (uint32_t)c->n_layers,
+                         .n_heads = model_cache_heads(m),
+                         .head_dim = model_cache_width(m),
+                         .n_blocks = blocks,
+                         .block_budget = blocks};
+    char err[256];
+    kvcache *kv = kvcache_create(&kp, err, sizeof err);
+    ck_assert_msg(kv != NULL, "%s", err);
+    model_scratch *s = model_scratch_create(m, n, n);
+    uint32_t *table = calloc(blocks, sizeof *table);
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    ck_assert_int_eq(kvcache_alloc(kv, blocks, table), 0);
+    for (int i = 0; i < n; i++) tokens[i] = text[i];
+    model_embed(m, s, tokens, n);
+    for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, n);
+    double total = 0;
+    for (int i = 0; i + 1 < n; i++) {
+        model_logits(m, s, i, logits);
+        double mx = logits[0];
+        for (int v = 1; v < c->vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+        double z = exp(logits[0] - mx); /* >= 1 term of value 1: log(z) >= 0 */
+        for (int v = 1; v < c->vocab; v++) z += exp(logits[v] - mx);
+        total += log(z) + mx - logits[text[i + 1]];
+    }
+    free(logits);
+    free(tokens);
+    free(table);
+    model_scratch_free(s);
+    kvcache_destroy(kv);
+    return total / (n - 1);
+}
+
+START_TEST(the_shipped_checkpoint_is_the_trained_model) {
+    weights_file w;
+    char err[512];
+    ck_assert_msg(weights_load(TRAIN_DIR "mini-256.kvsw", &w, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(w.config.vocab, 256);
+    ck_assert_ptr_nonnull(strstr(w.desc, "val_loss_nats"));
+    model *m = model_create_trained(&w.config, w.floats);
+    ck_assert_ptr_nonnull(m);
+    float diff = -1;
+    ck_assert_msg(weights_check(&w, m, &diff, err, sizeof err) == 0, "%s", err);
+    ck_assert(diff >= 0 && diff < 1e-2f);
+
+    /* held-out text: the trained model predicts it; seeded weights of the same shape do not */
+    size_t len;
+    uint8_t *text = slurp(TRAIN_DIR "mini-256.sample.txt", &len);
+    ck_assert_uint_ge(len, 512);
+    double trained_ce = cross_entropy(m, text + 4096, 256);
+    model_config seeded = w.config;
+    seeded.seed = 42;
+    model *r = model_create(&seeded);
+    double seeded_ce = cross_entropy(r, text + 4096, 256);
+    ck_assert_msg(trained_ce < 2.5 && seeded_ce > 4.0 && trained_ce < seeded_ce - 2.0,
+                  "cross-entropy trained %.3f, seeded %.3f nats per byte", trained_ce, seeded_ce);
+    model_free(r);
+    free(text);
+    model_free(m);
+    weights_free(&w);
+}
+END_TEST
+
+/* A weight changed after training (checksum made valid again) is caught by the reference logits. */
+START_TEST(a_model_that_is_not_the_trained_one_fails_the_reference_check) {
+    size_t len;
+    uint8_t *b = slurp(TRAIN_DIR "mini-256.kvsw", &len);
+    weights_file w;
+    char err[512];
+    ck_assert_int_eq(weights_parse(b, len, &w, err, sizeof err), 0);
+    /* the final norm's gains a little off: the logits grow by a tenth */
+    float *f = (float *)(void *)w.mem;
+    uint64_t at = (uint64_t)w.config.vocab * (uint64_t)w.config.dim; /* after the embeddings */
+    for (int i = 0; i < w.config.dim; i++) f[at + (uint64_t)i] *= 1.1f;
+    model *m = model_create_trained(&w.config, w.floats);
+    float diff = 0;
+    ck_assert_int_eq(weights_check(&w, m, &diff, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "other logits than the trainer"));
+    ck_assert(diff > 0);
+    model_free(m);
+    weights_free(&w);
+    free(b);
+}
+END_TEST
+
+static void refused(uint8_t *b, size_t len, const char *why) {
+    weights_file w;
+    char err[512] = "";
+    ck_assert_int_eq(weights_parse(b, len, &w, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, why) != NULL, "'%s' does not say '%s'", err, why);
+    ck_assert_ptr_null(w.mem);
+}
+
+START_TEST(damaged_or_inconsistent_files_are_refused) {
+    size_t len;
+    uint8_t *orig = slurp(TRAIN_DIR "mini-256.kvsw", &len);
+    uint8_t *b = malloc(len);
+
+    memcpy(b, orig, len); /* a flipped bit anywhere */
+    b[len / 2] ^= 0x10;
+    refused(b, len, "checksum mismatch");
+
+    memcpy(b, orig, len); /* truncated, resealed */
+    reseal(b, len - 4096);
+    refused(b, len - 4096, "where its shape needs");
+    refused(b, 20, "too short");
+
+    memcpy(b, orig, len);
+    b[0] = 'X';
+    refused(b, len, "not a KVSW weights file");
+
+    memcpy(b, orig, len); /* a newer format version */
+    put32(b + 8, 2);
+    reseal(b, len);
+    refused(b, len, "format version 2");
+
+    memcpy(b, orig, len); /* a shape the engine refuses: heads not dividing dim */
+    put32(b + 8 + 4 * 3, 3);
+    reseal(b, len);
+    refused(b, len, "shape is refused");
+
+    memcpy(b, orig, len); /* an absurd shape: refused before any size is computed */
+    put32(b + 8 + 4 * 1, 0xffffffffu);
+    reseal(b, len);
+    refused(b, len, "out of range");
+
+    memcpy(b, orig, len); /* a layer more than the bytes hold */
+    put32(b + 8 + 4 * 2, 5);
+    reseal(b, len);
+    refused(b, len, "where its shape needs");
+
+    weights_file w; /* a NaN where a weight should be */
+    char err[256];
+    ck_assert_int_eq(weights_parse(orig, len, &w, err, sizeof err), 0);
+    size_t first_float = 48 + strlen(w.desc);
+    weights_free(&w);
+    memcpy(b, orig, len);
+    const float nan = NAN;
+    memcpy(b + first_float + 4 * 100, &nan, 4);
+    reseal(b, len);
+    refused(b, len, "not a finite number");
+
+    ck_assert_int_eq(weights_load("/nonexistent/w.kvsw", &w, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+    free(b);
+    free(orig);
+}
+END_TEST
+
+START_TEST(text_needs_byte_tokens_and_bytes) {
+    uint8_t *t;
+    size_t n;
+    char err[256];
+    ck_assert_int_eq(text_load(TRAIN_DIR "mini-256.sample.txt", 256, &t, &n, err, sizeof err), 0);
+    ck_assert_uint_eq(n, 131072);
+    free(t);
+    ck_assert_int_eq(text_load(TRAIN_DIR "mini-256.sample.txt", 128, &t, &n, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "vocabulary of 256"));
+    ck_assert_int_eq(text_load("/dev/null", 256, &t, &n, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "empty"));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("mini_weights");
+    TCase *tc = tcase_create("weights");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, the_shipped_checkpoint_is_the_trained_model);
+    tcase_add_test(tc, a_model_that_is_not_the_trained_one_fails_the_reference_check);
+    tcase_add_test(tc, damaged_or_inconsistent_files_are_refused);
+    tcase_add_test(tc, text_needs_byte_tokens_and_bytes);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
