@@ -8,8 +8,8 @@
  * Reported per codec: its rate, the relative reconstruction error of K and V (||x - x'|| / ||x||
  * over the context), and over the query positions the mean KL divergence of the next-byte
  * distribution from the exact one (nats) and how often the most likely byte is the same (top-1
- * agreement). The raw "codec" (no change) is measured the same way: KL 0 and agreement 1 there is
- * the harness's own check. One JSON line per codec, then a table. */
+ * agreement). The raw "codec" takes the same way out of the pages and back without a codec: KL 0
+ * and agreement 1 there is the harness's own check. One JSON line per codec, then a table. */
 #include <math.h>
 
 #include "bench/bench_common.h"
@@ -29,15 +29,17 @@ typedef struct run {
     float *logits; /* [query][vocab] */
 } run;
 
-/* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. */
-static void forward(run *r, int ctx, int query, const kvs_codec *codec, double *rel_k,
-                    double *rel_v) {
+/* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. With
+ * round_trip the context's layers go out of the pages and back in between (through codec, or
+ * unchanged when it is NULL: the harness's own path, which must change nothing). */
+static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec *codec,
+                    double *rel_k, double *rel_v) {
     const model_config *c = model_config_of(r->m);
     model_embed(r->m, r->s, r->tokens, ctx);
     for (int l = 0; l < c->n_layers; l++)
         model_layer(r->m, r->s, r->kv, (uint32_t)l, r->table, 0, ctx);
     double nk = 0, dk = 0, nv = 0, dv = 0;
-    if (codec) {
+    if (round_trip) {
         const kvs_layer_view *views = kvcache_views(r->kv);
         kvs_kv_shape shape = {.n_heads = model_cache_heads(r->m),
                               .head_bytes = model_cache_width(r->m) * 2,
@@ -49,13 +51,21 @@ static void forward(run *r, int ctx, int query, const kvs_codec *codec, double *
                                .n_tokens = (uint32_t)ctx};
         uint64_t raw = kvs_kernel_layer_bytes(&shape, (uint32_t)ctx);
         uint16_t *rows = malloc(raw), *back = malloc(raw);
-        uint8_t *enc = malloc(kvs_codec_layer_bytes(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx));
+        uint8_t *enc =
+            codec ? malloc(kvs_codec_layer_bytes(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx))
+                  : NULL;
+        if (!rows || !back || (codec && !enc)) {
+            fprintf(stderr, "kvs-bench-codec-quality: out of memory\n");
+            exit(1);
+        }
         for (int l = 0; l < c->n_layers; l++) {
             kvs_kernel_gather_layer(&views[l], &shape, &span, rows);
-            if (kvs_codec_encode_layer(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx, rows,
-                                       (uint8_t *)rows + raw / 2, enc) != KVS_OK ||
-                kvs_codec_scatter_layer(codec, &views[l], &shape, KVS_DTYPE_FP16, &span, enc) !=
-                    KVS_OK) {
+            if (!codec) { /* raw: the same round trip through a payload, unchanged */
+                kvs_kernel_scatter_layer(&views[l], &shape, &span, rows);
+            } else if (kvs_codec_encode_layer(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx, rows,
+                                              (uint8_t *)rows + raw / 2, enc) != KVS_OK ||
+                       kvs_codec_scatter_layer(codec, &views[l], &shape, KVS_DTYPE_FP16, &span,
+                                               enc) != KVS_OK) {
                 fprintf(stderr, "kvs-bench-codec-quality: the codec refused layer %d\n", l);
                 exit(1);
             }
@@ -119,6 +129,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     model *m = model_create_trained(&w.config, w.floats);
+    float diff = 0;
+    if (!m || weights_check(&w, m, &diff, err, sizeof err) != 0) {
+        fprintf(stderr, "kvs-bench-codec-quality: %s\n", m ? err : "out of memory");
+        return 1;
+    }
     int total = (int)(ctx + query), vocab = w.config.vocab;
     uint32_t blocks = (uint32_t)(total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     kvcache_params kp = {.layout = KV_LAYOUT_NHD,
@@ -169,15 +184,15 @@ int main(int argc, char **argv) {
                           : kvs_codec_rate(&codecs[ci].c, &shape, KVS_DTYPE_FP16, (uint32_t)ctx);
         double kl = 0, agree = 0, rk = 0, rv = 0;
         for (uint64_t k = 0; k < prompts; k++) {
-            size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total));
+            size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total + 1));
             for (int i = 0; i < total; i++) r.tokens[i] = text[at + (size_t)i];
-            forward(&r, (int)ctx, (int)query, NULL, NULL, NULL);
+            forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL);
             memcpy(exact, r.logits, (size_t)query * vocab * sizeof *exact);
             double k_err, v_err;
-            forward(&r, (int)ctx, (int)query, codecs[ci].raw ? NULL : &codecs[ci].c, &k_err,
+            forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &codecs[ci].c, &k_err,
                     &v_err);
-            rk += codecs[ci].raw ? 0 : k_err;
-            rv += codecs[ci].raw ? 0 : v_err;
+            rk += k_err;
+            rv += v_err;
             for (uint64_t j = 0; j < query; j++) {
                 softmax(exact + j * vocab, vocab, p);
                 softmax(r.logits + j * vocab, vocab, q);

@@ -86,6 +86,13 @@ START_TEST(the_shipped_checkpoint_is_the_trained_model) {
     char err[512];
     ck_assert_msg(weights_load(TRAIN_DIR "mini-256.kvsw", &w, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(w.config.vocab, 256);
+    /* the engine's model id names trained weights by their file's checksum (the last 8 bytes) */
+    size_t flen;
+    uint8_t *fbytes = slurp(TRAIN_DIR "mini-256.kvsw", &flen);
+    uint64_t sum = 0;
+    for (int i = 7; i >= 0; i--) sum = sum << 8 | fbytes[flen - 8 + (size_t)i];
+    ck_assert_uint_eq(w.config.weights_id, sum);
+    free(fbytes);
     ck_assert_ptr_nonnull(strstr(w.desc, "val_loss_nats"));
     model *m = model_create_trained(&w.config, w.floats);
     ck_assert_ptr_nonnull(m);
@@ -96,11 +103,13 @@ START_TEST(the_shipped_checkpoint_is_the_trained_model) {
     /* held-out text: the trained model predicts it; seeded weights of the same shape do not */
     size_t len;
     uint8_t *text = slurp(TRAIN_DIR "mini-256.sample.txt", &len);
-    ck_assert_uint_ge(len, 512);
+    ck_assert_uint_ge(len, 4096 + 256);
     double trained_ce = cross_entropy(m, text + 4096, 256);
     model_config seeded = w.config;
     seeded.seed = 42;
+    seeded.weights_id = 0;
     model *r = model_create(&seeded);
+    ck_assert_ptr_nonnull(r);
     double seeded_ce = cross_entropy(r, text + 4096, 256);
     ck_assert_msg(trained_ce < 2.5 && seeded_ce > 4.0 && trained_ce < seeded_ce - 2.0,
                   "cross-entropy trained %.3f, seeded %.3f nats per byte", trained_ce, seeded_ce);
@@ -174,6 +183,30 @@ START_TEST(damaged_or_inconsistent_files_are_refused) {
     reseal(b, len);
     refused(b, len, "out of range");
 
+    memcpy(b, orig, len); /* the reserved field set */
+    put32(b + 44, 1);
+    reseal(b, len);
+    refused(b, len, "reserved");
+
+    memcpy(b, orig, len); /* kv heads that do not divide the query heads */
+    put32(b + 24, 3);
+    reseal(b, len);
+    refused(b, len, "shape is refused");
+
+    memcpy(b, orig, len); /* no reference prompt, or one too long */
+    put32(b + 36, 0);
+    reseal(b, len);
+    refused(b, len, "reference prompt");
+    memcpy(b, orig, len);
+    put32(b + 36, 5000);
+    reseal(b, len);
+    refused(b, len, "reference prompt");
+
+    memcpy(b, orig, len); /* a description over 64 KiB */
+    put32(b + 40, 70000);
+    reseal(b, len);
+    refused(b, len, "description");
+
     memcpy(b, orig, len); /* a layer more than the bytes hold */
     put32(b + 8 + 4 * 2, 5);
     reseal(b, len);
@@ -185,8 +218,12 @@ START_TEST(damaged_or_inconsistent_files_are_refused) {
     size_t first_float = 48 + strlen(w.desc);
     weights_free(&w);
     memcpy(b, orig, len);
-    const float nan = NAN;
+    const float nan = NAN, inf = -INFINITY;
     memcpy(b + first_float + 4 * 100, &nan, 4);
+    reseal(b, len);
+    refused(b, len, "not a finite number");
+    memcpy(b, orig, len);
+    memcpy(b + first_float + 4 * 200, &inf, 4);
     reseal(b, len);
     refused(b, len, "not a finite number");
 
@@ -208,6 +245,8 @@ START_TEST(text_needs_byte_tokens_and_bytes) {
     ck_assert_ptr_nonnull(strstr(err, "vocabulary of 256"));
     ck_assert_int_eq(text_load("/dev/null", 256, &t, &n, err, sizeof err), -1);
     ck_assert_ptr_nonnull(strstr(err, "empty"));
+    ck_assert_int_eq(text_load("/tmp", 256, &t, &n, err, sizeof err), -1); /* a read error */
+    ck_assert_ptr_nonnull(strstr(err, "cannot read"));
 }
 END_TEST
 

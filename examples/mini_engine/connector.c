@@ -87,9 +87,15 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         snprintf(attention, sizeof attention, "kv%d", mc->n_kv_heads);
     int staged = sl && sl->n_stages > 1;
     uint32_t n_layers = staged ? stage_cache_layers(sl) : (uint32_t)mc->n_layers;
-    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-seed%llu-s%d",
-             mc->dim, mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab,
-             (unsigned long long)mc->seed, staged ? sl->n_stages : 1);
+    /* trained weights are named by their file's checksum, seeded ones by the seed */
+    char weights[40];
+    if (mc->weights_id)
+        snprintf(weights, sizeof weights, "w%016llx", (unsigned long long)mc->weights_id);
+    else
+        snprintf(weights, sizeof weights, "seed%llu", (unsigned long long)mc->seed);
+    snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-%s-s%d",
+             mc->dim, mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, weights,
+             staged ? sl->n_stages : 1);
     kvs_model_desc desc = {
         .struct_size = sizeof desc,
         .model_id = c->model_id,

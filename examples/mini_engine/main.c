@@ -74,10 +74,13 @@ static int load_trained(options *o, trained *t) {
             return -1;
         }
         t->have_weights = 1;
+        uint64_t seed = o->model.seed; /* with trained weights the seed draws the workload only */
         o->model = t->wf.config;
-        if (!o->text_path) o->text_path = "default";
+        o->model.seed = seed;
+        if (!o->text_path && o->model.vocab == 256) o->text_path = "default"; /* a byte model */
     }
     const char *tp = o->text_path;
+    if (tp && strcmp(tp, "none") == 0) tp = NULL;
     if (tp && strcmp(tp, "default") == 0 &&
         !(tp = weights_default_file("mini-256.sample.txt", path, sizeof path))) {
         fprintf(stderr, PROG ": --text default: no mini-256.sample.txt under <exe dir>/../share/"

@@ -20,6 +20,7 @@ typedef struct model_config {
     int is_mla; /* 1: cache a latent of width `latent`, up-project K and V per head */
     int latent;
     uint64_t seed;
+    uint64_t weights_id; /* trained weights: their file's checksum (weights.h); 0: seeded */
 } model_config;
 
 typedef struct model model;

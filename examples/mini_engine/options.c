@@ -53,9 +53,9 @@ static void usage(FILE *f) {
         "file's);\n"
         "                        'default': the byte-level model shipped with the build, the one\n"
         "                        for quality runs (examples/mini_engine/train/README.md)\n"
-        "  --text FILE|default   prompts are slices of this text instead of random tokens;\n"
-        "                        'default' (implied by --weights): the held-out sample shipped\n"
-        "                        beside the weights\n"
+        "  --text FILE|default|none  prompts are slices of this text instead of random tokens;\n"
+        "                        'default' (implied by --weights of a byte model): the held-out\n"
+        "                        sample shipped beside the weights; 'none': random tokens\n"
         "kv cache:\n"
         "  --dtype fp16|bf16|fp32|fp8 (fp16)\n"
         "  --layout nhd|hnd|flashinfer|mla|crosslayer (nhd; mla switches to latent attention)\n"
@@ -215,7 +215,6 @@ int parse_options(int argc, char **argv, options *o) {
                 return -1;
             }
             o->model.seed = s;
-            o->shape_given = 1;
             i++;
         } else if (strcmp(a, "--dtype") == 0) {
             if (kv_dtype_parse(v, &o->dtype) != 0) {
@@ -240,7 +239,7 @@ int parse_options(int argc, char **argv, options *o) {
     o->model.is_mla = o->layout == KV_LAYOUT_MLA;
     if (o->weights_path && (o->shape_given || o->model.is_mla)) {
         fprintf(stderr, PROG ": --weights fixes the model (a GQA model of the file's shape): drop "
-                             "--dim, --layers, --heads, --kv-heads, --ffn, --vocab, --seed and "
+                             "--dim, --layers, --heads, --kv-heads, --ffn, --vocab and "
                              "--layout mla\n");
         return -1;
     }

@@ -15,7 +15,7 @@ typedef struct options {
     const char
         *weights_path;     /* --weights: trained weights (weights.h); "default": the shipped ones */
     const char *text_path; /* --text: prompts are slices of this file's bytes */
-    int shape_given;       /* a model-shape flag or --seed was given */
+    int shape_given;       /* a model-shape flag was given */
     kv_layout layout;
     kvs_dtype dtype;
     int blocks, block_budget; /* 0: sized from the workload */

@@ -111,6 +111,7 @@ int weights_parse(const void *bytes, size_t len, weights_file *out, char *err, s
             return fail(err, err_len, "reference prompt token %u outside the vocabulary", i);
         }
     }
+    c.weights_id = sum ? sum : 1;
     out->config = c;
     out->floats = w;
     out->ref_logits = w + floats;
@@ -248,7 +249,7 @@ int text_load(const char *path, int vocab, uint8_t **text, size_t *len, char *er
     size_t n = 0, cap = 0;
     for (;;) {
         if (n == cap) {
-            if (cap >= (64u << 20)) {
+            if (cap > (64u << 20)) {
                 free(buf);
                 fclose(f);
                 return fail(err, err_len, "%s: larger than 64 MiB", path);
@@ -266,7 +267,12 @@ int text_load(const char *path, int vocab, uint8_t **text, size_t *len, char *er
         n += k;
         if (k == 0) break;
     }
+    int bad = ferror(f);
     fclose(f);
+    if (bad) {
+        free(buf);
+        return fail(err, err_len, "cannot read %s: %s", path, strerror(errno));
+    }
     if (n == 0) {
         free(buf);
         return fail(err, err_len, "%s is empty", path);
