@@ -33,8 +33,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc)
             layers = bench_parse_u64("--layers", argv[++i], 1, 4096);
         else {
-            fprintf(stderr, "usage: kvs-bench-codec [--rounds N (5)] [--layers N (64)]\n");
-            return 2;
+            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(
+                help ? stdout : stderr,
+                "usage: kvs-bench-codec [--rounds N (5)] [--layers N (64)]\n"
+                "  the lossy codecs' encode and decode-into-pages throughput on the CPU, against\n"
+                "  memcpy of the same bytes (docs/benchmarks.md)\n");
+            return help ? 0 : 2;
         }
     }
     const uint32_t dtype = KVS_DTYPE_FP16;

@@ -110,9 +110,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
             tpath = argv[++i];
         else {
-            fprintf(stderr, "usage: kvs-bench-codec-quality [--prompts N (8)] [--context N (448)] "
-                            "[--query N (64)] [--weights FILE] [--text FILE]\n");
-            return 2;
+            int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(help ? stdout : stderr,
+                    "usage: kvs-bench-codec-quality [--prompts N (8)] [--context N (448)] "
+                    "[--query N (64)] [--weights FILE] [--text FILE]\n"
+                    "  what each codec does to the trained mini model's next-byte predictions: KL\n"
+                    "  divergence and top-1 agreement against exact pages (docs/benchmarks.md)\n");
+            return help ? 0 : 2;
         }
     }
     char err[512];

@@ -33,20 +33,22 @@ void kvs_object_init(void *object, const kvs_key *fingerprint, const kvs_key *ke
     memset(kvs_object_layer_hashes(object), 0, n_layers * sizeof(uint64_t));
 }
 
-static uint64_t header_digest(const void *object) {
+uint64_t kvs_object_header_digest(const void *object) {
     const kvs_object_header *h = object;
     kvs_object_header copy = *h;
     copy.header_hash = 0;
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, &copy, sizeof copy);
-    XXH3_64bits_update(&st, (const uint8_t *)object + sizeof *h,
-                       (size_t)h->n_layers * sizeof(uint64_t));
+    /* the layer table, and for a lossy object the codec record after it */
+    size_t table = (size_t)h->n_layers * sizeof(uint64_t) +
+                   (h->codec != KVS_CODEC_RAW ? sizeof(kvs_object_codec) : 0);
+    XXH3_64bits_update(&st, (const uint8_t *)object + sizeof *h, table);
     return XXH3_64bits_digest(&st);
 }
 
 void kvs_object_seal(void *object) {
-    ((kvs_object_header *)object)->header_hash = header_digest(object);
+    ((kvs_object_header *)object)->header_hash = kvs_object_header_digest(object);
 }
 
 kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_key *fingerprint,
@@ -76,7 +78,7 @@ kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_k
                 (unsigned long long)len, n_layers, n_tokens, (unsigned long long)layer_bytes);
         return KVS_ECORRUPT;
     }
-    if (header_digest(object) != h->header_hash) {
+    if (kvs_object_header_digest(object) != h->header_hash) {
         kvs_fmt(err, err_len, "object %s: header checksum mismatch", hex);
         return KVS_ECORRUPT;
     }

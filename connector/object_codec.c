@@ -1,0 +1,143 @@
+/* object_codec.c - lossy objects (object.h): a raw object encoded layer by layer with a codec of
+ * kernels/cpu/codec.h, and the check a reader makes before decoding one. */
+#include <string.h>
+
+#include "common/log.h"
+#include "common/xxh3.h"
+#include "keys.h"
+#include "object.h"
+
+uint32_t kvs_object_lossy_payload_offset(uint32_t n_layers) {
+    uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t) +
+                   sizeof(kvs_object_codec);
+    return (uint32_t)((raw + KVS_OBJECT_ALIGN - 1) / KVS_OBJECT_ALIGN * KVS_OBJECT_ALIGN);
+}
+
+uint64_t kvs_object_lossy_bytes(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                uint32_t n_layers, uint32_t n_tokens) {
+    return kvs_object_lossy_payload_offset(n_layers) +
+           (uint64_t)n_layers * kvs_codec_layer_bytes(c, shape, dtype, n_tokens);
+}
+
+kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec *c,
+                             const kvs_kv_shape *shape, uint32_t dtype, void *out, uint64_t cap,
+                             uint64_t *out_len, char *err, uint64_t err_len) {
+    const kvs_object_header *h = raw;
+    char hex[33] = "?";
+    if (raw_len < sizeof *h) {
+        kvs_fmt(err, err_len, "a raw object of %llu bytes is shorter than a header",
+                (unsigned long long)raw_len);
+        return KVS_ECORRUPT;
+    }
+    kvs_key_hex(&h->key, hex);
+    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
+        h->codec != KVS_CODEC_RAW || h->n_layers == 0 ||
+        h->payload_offset != kvs_object_payload_offset(h->n_layers) ||
+        raw_len < kvs_object_bytes(h->n_layers, h->layer_bytes) ||
+        kvs_object_header_digest(raw) != h->header_hash) {
+        kvs_fmt(err, err_len, "object %s: not an intact raw object", hex);
+        return KVS_ECORRUPT;
+    }
+    if (h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
+        kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) {
+        if (h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens))
+            kvs_fmt(err, err_len, "object %s: layers of %llu bytes are not %u tokens of this shape",
+                    hex, (unsigned long long)h->layer_bytes, h->n_tokens);
+        return KVS_EINVAL;
+    }
+    uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, h->n_tokens);
+    uint64_t need = kvs_object_lossy_bytes(c, shape, dtype, h->n_layers, h->n_tokens);
+    if (cap < need) {
+        kvs_fmt(err, err_len, "object %s: %llu bytes of room for a lossy object of %llu", hex,
+                (unsigned long long)cap, (unsigned long long)need);
+        return KVS_EOVERFLOW;
+    }
+    kvs_object_header *o = out;
+    *o = *h;
+    o->codec = c->kind;
+    o->payload_offset = kvs_object_lossy_payload_offset(h->n_layers);
+    o->layer_bytes = enc;
+    o->header_hash = 0;
+    kvs_object_codec rec = {.kind = c->kind,
+                            .bits = c->bits,
+                            .k_group = c->k_group,
+                            .v_group = c->v_group,
+                            .dtype = (uint16_t)dtype,
+                            .raw_layer_bytes = h->layer_bytes};
+    memcpy((uint8_t *)out + sizeof *o + (uint64_t)h->n_layers * sizeof(uint64_t), &rec, sizeof rec);
+    const uint64_t *raw_hash = kvs_object_layer_hashes((void *)(uintptr_t)raw);
+    uint64_t *hash = kvs_object_layer_hashes(out);
+    for (uint32_t l = 0; l < h->n_layers; l++) {
+        const uint8_t *layer =
+            (const uint8_t *)raw + h->payload_offset + (uint64_t)l * h->layer_bytes;
+        if (kvs_xxh3_64(layer, h->layer_bytes) != raw_hash[l]) {
+            kvs_fmt(err, err_len, "object %s: layer %u fails its checksum; not encoded", hex, l);
+            return KVS_ECORRUPT;
+        }
+        uint8_t *dst = (uint8_t *)out + o->payload_offset + (uint64_t)l * enc;
+        kvs_status st =
+            kvs_codec_encode_layer(c, shape, dtype, h->n_tokens, layer,
+                                   shape->has_v ? layer + h->layer_bytes / 2 : NULL, dst);
+        if (st != KVS_OK) {
+            kvs_fmt(err, err_len, "object %s: layer %u %s", hex, l,
+                    st == KVS_ENOMEM ? "found no memory to encode in"
+                                     : "holds values the codec cannot encode (kept raw)");
+            return st;
+        }
+        hash[l] = kvs_xxh3_64(dst, enc);
+    }
+    kvs_object_seal(out);
+    *out_len = need;
+    return KVS_OK;
+}
+
+kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_key *fingerprint,
+                                  const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
+                                  const kvs_kv_shape *shape, uint32_t dtype, kvs_codec *codec,
+                                  char *err, uint64_t err_len) {
+    char hex[33];
+    kvs_key_hex(key, hex);
+    const kvs_object_header *h = object;
+    uint32_t head = kvs_object_lossy_payload_offset(n_layers);
+    if (len < head) {
+        kvs_fmt(err, err_len, "lossy object %s: %llu bytes is shorter than its header", hex,
+                (unsigned long long)len);
+        return KVS_ECORRUPT;
+    }
+    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
+        (h->codec != KVS_CODEC_KIVI && h->codec != KVS_CODEC_INT8) || h->n_layers != n_layers ||
+        h->n_tokens != n_tokens || h->payload_offset != head) {
+        kvs_fmt(err, err_len,
+                "lossy object %s: bad magic/version/codec/geometry (%08x/%u/%u, %u x %u)", hex,
+                h->magic, h->version, h->codec, h->n_layers, h->n_tokens);
+        return KVS_ECORRUPT;
+    }
+    if (kvs_object_header_digest(object) != h->header_hash) {
+        kvs_fmt(err, err_len, "lossy object %s: header checksum mismatch", hex);
+        return KVS_ECORRUPT;
+    }
+    const kvs_object_codec *rec = kvs_object_codec_of(object);
+    kvs_codec c = {
+        .kind = rec->kind, .bits = rec->bits, .k_group = rec->k_group, .v_group = rec->v_group};
+    char why[128] = "";
+    if (rec->kind != h->codec || rec->dtype != dtype ||
+        rec->raw_layer_bytes != kvs_kernel_layer_bytes(shape, n_tokens) ||
+        kvs_codec_check(&c, shape, dtype, why, sizeof why) != KVS_OK ||
+        h->layer_bytes != kvs_codec_layer_bytes(&c, shape, dtype, n_tokens) ||
+        len < (uint64_t)head + (uint64_t)n_layers * h->layer_bytes) {
+        kvs_fmt(err, err_len,
+                "lossy object %s: its codec record (%u/%u bits, dtype %u, %llu raw bytes a layer) "
+                "does not fit this model or its length %s",
+                hex, rec->kind, rec->bits, rec->dtype, (unsigned long long)rec->raw_layer_bytes,
+                why);
+        return KVS_ECORRUPT;
+    }
+    if (memcmp(&h->fingerprint, fingerprint, sizeof *fingerprint) != 0 ||
+        memcmp(&h->key, key, sizeof *key) != 0) {
+        kvs_fmt(err, err_len, "lossy object %s: stored under another key or model fingerprint",
+                hex);
+        return KVS_ECORRUPT;
+    }
+    *codec = c;
+    return KVS_OK;
+}
