@@ -27,14 +27,7 @@ static void build_tables(void) {
 }
 
 size_t kv_dtype_size(kvs_dtype dtype) {
-    switch (dtype) {
-        case KVS_DTYPE_FP16:
-        case KVS_DTYPE_BF16: return 2;
-        case KVS_DTYPE_FP32: return 4;
-        case KVS_DTYPE_FP8_E4M3:
-        case KVS_DTYPE_FP8_E5M2: return 1;
-    }
-    return 0;
+    return kvs_dtype_bytes(dtype);
 }
 
 void kv_from_float(kvs_dtype dtype, void *dst, const float *src, size_t n) {

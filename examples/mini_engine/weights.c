@@ -123,39 +123,49 @@ int weights_parse(const void *bytes, size_t len, weights_file *out, char *err, s
     return 0;
 }
 
-int weights_load(const char *path, weights_file *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof *out);
+/* The whole of path, at most max bytes, into *buf (malloc'd; the caller frees it). */
+static int read_whole(const char *path, size_t max, uint8_t **buf, size_t *len, char *err,
+                      size_t err_len) {
+    *buf = NULL;
+    *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return fail(err, err_len, "cannot open %s: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
+    uint8_t *b = NULL;
+    size_t n = 0, cap = 0;
     for (;;) {
-        if (len == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                fclose(f);
-                free(buf);
-                return fail(err, err_len, "%s: larger than 2 GiB", path);
-            }
-            size_t ncap = cap ? cap * 2 : 1 << 20;
-            uint8_t *nb = realloc(buf, ncap);
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            uint8_t *nb = cap > max ? NULL : realloc(b, ncap);
             if (!nb) {
                 fclose(f);
-                free(buf);
-                return fail(err, err_len, "%s: no memory to read it", path);
+                free(b);
+                return cap > max ? fail(err, err_len, "%s: larger than %zu MiB", path, max >> 20)
+                                 : fail(err, err_len, "%s: no memory to read it", path);
             }
-            buf = nb;
+            b = nb;
             cap = ncap;
         }
-        size_t k = fread(buf + len, 1, cap - len, f);
-        len += k;
+        size_t k = fread(b + n, 1, cap - n, f);
+        n += k;
         if (k == 0) break;
     }
-    int bad = ferror(f);
+    int bad = ferror(f), e = errno;
     fclose(f);
-    if (bad) {
-        free(buf);
-        return fail(err, err_len, "cannot read %s", path);
+    if (bad || n > max) {
+        free(b);
+        return bad ? fail(err, err_len, "cannot read %s: %s", path, strerror(e))
+                   : fail(err, err_len, "%s: larger than %zu MiB", path, max >> 20);
     }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+int weights_load(const char *path, weights_file *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    uint8_t *buf;
+    size_t len;
+    if (read_whole(path, (size_t)MAX_FILE_BYTES, &buf, &len, err, err_len) != 0) return -1;
     char why[384];
     int rc = weights_parse(buf, len, out, why, sizeof why);
     free(buf);
@@ -243,43 +253,14 @@ out:
 int text_load(const char *path, int vocab, uint8_t **text, size_t *len, char *err, size_t err_len) {
     *text = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, err_len, "cannot open %s: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap > (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return fail(err, err_len, "%s: larger than 64 MiB", path);
-            }
-            uint8_t *nb = realloc(buf, cap ? cap * 2 : 65536);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return fail(err, err_len, "%s: no memory to read it", path);
-            }
-            buf = nb;
-            cap = cap ? cap * 2 : 65536;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return fail(err, err_len, "cannot read %s: %s", path, strerror(errno));
-    }
+    if (vocab < 256)
+        return fail(err, err_len, "byte tokens need a vocabulary of 256 (have %d)", vocab);
+    uint8_t *buf;
+    size_t n;
+    if (read_whole(path, (size_t)64 << 20, &buf, &n, err, err_len) != 0) return -1;
     if (n == 0) {
         free(buf);
         return fail(err, err_len, "%s is empty", path);
-    }
-    if (vocab < 256) {
-        free(buf);
-        return fail(err, err_len, "byte tokens need a vocabulary of 256 (have %d)", vocab);
     }
     *text = buf;
     *len = n;
