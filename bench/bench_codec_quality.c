@@ -33,7 +33,7 @@ typedef struct run {
  * round_trip the context's layers go out of the pages and back in between (through codec, or
  * unchanged when it is NULL: the harness's own path, which must change nothing). */
 static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec *codec,
-                    double *rel_k, double *rel_v) {
+                    const uint8_t *dropped, double *rel_k, double *rel_v) {
     const model_config *c = model_config_of(r->m);
     model_embed(r->m, r->s, r->tokens, ctx);
     for (int l = 0; l < c->n_layers; l++)
@@ -81,9 +81,11 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
     }
     if (rel_k) *rel_k = dk > 0 ? sqrt(nk / dk) : 0;
     if (rel_v) *rel_v = dv > 0 ? sqrt(nv / dv) : 0;
+    model_scratch_drop(r->s, dropped); /* the query step only: the context was computed whole */
     model_embed(r->m, r->s, r->tokens + ctx, query);
     for (int l = 0; l < c->n_layers; l++)
         model_layer(r->m, r->s, r->kv, (uint32_t)l, r->table, (uint64_t)ctx, query);
+    model_scratch_drop(r->s, NULL);
     for (int q = 0; q < query; q++) model_logits(r->m, r->s, q, r->logits + (size_t)q * c->vocab);
 }
 
@@ -162,19 +164,35 @@ int main(int argc, char **argv) {
     }
     /* the pages of a request in a scattered order, as an engine's would be */
     for (uint32_t b = 0; b < blocks; b++) r.table[b] = (b * 5u + 3u) % blocks;
+    /* keep > 0: StreamingLLM instead of a codec: the first `sinks` positions (attention sinks; 4
+     * tokens in the paper) and the most recent ones up to that fraction of the context stay, the
+     * middle is masked out of the query step's attention (model_scratch_drop), as an engine that
+     * can mask dropped KV would */
     const struct {
         const char *name;
         kvs_codec c;
         int raw;
+        double keep;
+        uint32_t sinks;
     } codecs[] = {
-        {"raw", {0, 0, 0, 0}, 1},
-        {"int8", {KVS_CODEC_INT8, 8, 0, 0}, 0},
-        {"kivi4-g32", {KVS_CODEC_KIVI, 4, 32, 32}, 0},
-        {"kivi4-g128", {KVS_CODEC_KIVI, 4, 128, 32}, 0},
-        {"kivi2-g16", {KVS_CODEC_KIVI, 2, 16, 16}, 0},
-        {"kivi2-g32", {KVS_CODEC_KIVI, 2, 32, 32}, 0},
-        {"kivi2-g128", {KVS_CODEC_KIVI, 2, 128, 32}, 0},
+        {"raw", {0, 0, 0, 0}, 1, 0, 0},
+        {"int8", {KVS_CODEC_INT8, 8, 0, 0}, 0, 0, 0},
+        {"kivi4-g32", {KVS_CODEC_KIVI, 4, 32, 32}, 0, 0, 0},
+        {"kivi4-g128", {KVS_CODEC_KIVI, 4, 128, 32}, 0, 0, 0},
+        {"kivi2-g16", {KVS_CODEC_KIVI, 2, 16, 16}, 0, 0, 0},
+        {"kivi2-g32", {KVS_CODEC_KIVI, 2, 32, 32}, 0, 0, 0},
+        {"kivi2-g128", {KVS_CODEC_KIVI, 2, 128, 32}, 0, 0, 0},
+        {"stream4-0.5", {0, 0, 0, 0}, 1, 0.5, 4},
+        {"stream4-0.2", {0, 0, 0, 0}, 1, 0.2, 4},
+        {"stream64-0.5", {0, 0, 0, 0}, 1, 0.5, 64},
+        {"stream64-0.3", {0, 0, 0, 0}, 1, 0.3, 64},
+        {"stream64-0.2", {0, 0, 0, 0}, 1, 0.2, 64},
     };
+    uint8_t *dropped = calloc((size_t)total, 1);
+    if (!dropped) {
+        fprintf(stderr, "kvs-bench-codec-quality: out of memory\n");
+        return 1;
+    }
     size_t n_codecs = sizeof codecs / sizeof codecs[0];
     printf("# %s\n", w.desc);
     printf("%-11s %6s %8s %8s %10s %7s\n", "codec", "rate", "rel_K", "rel_V", "KL nats", "top-1");
@@ -186,15 +204,23 @@ int main(int argc, char **argv) {
         double rate = codecs[ci].raw
                           ? 1.0
                           : kvs_codec_rate(&codecs[ci].c, &shape, KVS_DTYPE_FP16, (uint32_t)ctx);
+        memset(dropped, 0, (size_t)total);
+        if (codecs[ci].keep > 0) {
+            uint64_t kept = (uint64_t)(codecs[ci].keep * (double)ctx + 0.5),
+                     sinks = codecs[ci].sinks;
+            uint64_t recent = kept > sinks ? kept - sinks : 0;
+            for (uint64_t t = sinks; t + recent < ctx; t++) dropped[t] = 1;
+            rate = (double)(sinks + recent) / (double)ctx;
+        }
         double kl = 0, agree = 0, rk = 0, rv = 0;
         for (uint64_t k = 0; k < prompts; k++) {
             size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total + 1));
             for (int i = 0; i < total; i++) r.tokens[i] = text[at + (size_t)i];
-            forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL);
+            forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL, NULL);
             memcpy(exact, r.logits, (size_t)query * vocab * sizeof *exact);
             double k_err, v_err;
-            forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &codecs[ci].c, &k_err,
-                    &v_err);
+            forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &codecs[ci].c,
+                    codecs[ci].keep > 0 ? dropped : NULL, &k_err, &v_err);
             rk += k_err;
             rv += v_err;
             for (uint64_t j = 0; j < query; j++) {
@@ -220,7 +246,7 @@ int main(int argc, char **argv) {
         printf("%-11s %6.4f %8.5f %8.5f %10.6f %7.4f\n", codecs[ci].name, rate,
                rk / (double)prompts, rv / (double)prompts, kl / n, agree / n);
     }
-    free(p), free(q), free(exact), free(r.logits), free(r.tokens), free(r.table);
+    free(dropped), free(p), free(q), free(exact), free(r.logits), free(r.tokens), free(r.table);
     model_scratch_free(r.s);
     kvcache_destroy(r.kv);
     model_free(m);

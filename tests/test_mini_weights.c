@@ -234,6 +234,74 @@ START_TEST(damaged_or_inconsistent_files_are_refused) {
 }
 END_TEST
 
+/* Logits of the last of `query` tokens computed over `ctx` earlier ones, with `dropped` masking
+ * positions out of the query step's attention (the context itself is computed whole). */
+static void query_logits(const model *m, const uint8_t *text, int ctx, int query,
+                         const uint8_t *dropped, float *logits) {
+    const model_config *c = model_config_of(m);
+    int n = ctx + query;
+    uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    kvcache_params kp = {.layout = KV_LAYOUT_NHD,
+                         .dtype = KVS_DTYPE_FP32,
+                         .n_layers = (uint32_t)c->n_layers,
+                         .n_heads = model_cache_heads(m),
+                         .head_dim = model_cache_width(m),
+                         .n_blocks = blocks,
+                         .block_budget = blocks};
+    char err[256];
+    kvcache *kv = kvcache_create(&kp, err, sizeof err);
+    model_scratch *s = model_scratch_create(m, n, n);
+    uint32_t *table = calloc(blocks, sizeof *table);
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    ck_assert(kv && s && table && tokens && kvcache_alloc(kv, blocks, table) == 0);
+    for (int i = 0; i < n; i++) tokens[i] = text[i];
+    model_embed(m, s, tokens, ctx);
+    for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, ctx);
+    model_scratch_drop(s, dropped);
+    model_embed(m, s, tokens + ctx, query);
+    for (int l = 0; l < c->n_layers; l++)
+        model_layer(m, s, kv, (uint32_t)l, table, (uint64_t)ctx, query);
+    model_logits(m, s, query - 1, logits);
+    free(tokens), free(table);
+    model_scratch_free(s);
+    kvcache_destroy(kv);
+}
+
+/* The engine can mask dropped KV (StreamingLLM): masked positions have no influence at all, an
+ * empty mask changes no bit, and a real one changes the prediction. */
+START_TEST(masked_positions_have_no_influence) {
+    weights_file w;
+    char err[512];
+    ck_assert_int_eq(weights_load(TRAIN_DIR "mini-256.kvsw", &w, err, sizeof err), 0);
+    model *m = model_create_trained(&w.config, w.floats);
+    size_t len;
+    uint8_t *text = slurp(TRAIN_DIR "mini-256.sample.txt", &len);
+    enum { CTX = 96, QUERY = 16 };
+    uint8_t a[CTX + QUERY], b[CTX + QUERY], none[CTX + QUERY], mask[CTX + QUERY];
+    memcpy(a, text + 1000, sizeof a);
+    memcpy(b, text + 9000, sizeof b);
+    memcpy(b + CTX, a + CTX, QUERY); /* the same query after another context */
+    memset(none, 0, sizeof none);
+    memset(mask, 0, sizeof mask);
+    for (int p = 4; p < CTX; p++) mask[p] = 1; /* keep the first 4 (sinks) and the query */
+    memcpy(b, a, 4);
+    size_t vb = (size_t)w.config.vocab * sizeof(float);
+    float *la = malloc(vb), *lb = malloc(vb), *l0 = malloc(vb), *ln = malloc(vb);
+    query_logits(m, a, CTX, QUERY, mask, la);
+    query_logits(m, b, CTX, QUERY, mask, lb);
+    ck_assert_mem_eq(la, lb, vb); /* what was masked never reached the query */
+    query_logits(m, a, CTX, QUERY, NULL, l0);
+    query_logits(m, a, CTX, QUERY, none, ln);
+    ck_assert_mem_eq(l0, ln, vb); /* an empty mask is no mask */
+    ck_assert(memcmp(l0, la, vb) != 0);
+    query_logits(m, b, CTX, QUERY, NULL, lb);
+    ck_assert(memcmp(l0, lb, vb) != 0); /* unmasked, the context matters */
+    free(la), free(lb), free(l0), free(ln), free(text);
+    model_free(m);
+    weights_free(&w);
+}
+END_TEST
+
 START_TEST(text_needs_byte_tokens_and_bytes) {
     uint8_t *t;
     size_t n;
@@ -258,6 +326,7 @@ int main(void) {
     tcase_add_test(tc, a_model_that_is_not_the_trained_one_fails_the_reference_check);
     tcase_add_test(tc, damaged_or_inconsistent_files_are_refused);
     tcase_add_test(tc, text_needs_byte_tokens_and_bytes);
+    tcase_add_test(tc, masked_positions_have_no_influence);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

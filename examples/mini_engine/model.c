@@ -35,17 +35,18 @@ struct model {
 
 struct model_scratch {
     int max_step, max_context;
-    int att_heads;   /* heads of the gathered context: kv_heads (GQA) or heads (MLA) */
-    float *x;        /* [max_step][dim] hidden states */
-    float *q;        /* [max_step][heads*hd] */
-    float *xn;       /* [dim] */
-    float *proj;     /* [max(heads*hd, latent, dim)] */
-    float *proj2;    /* same */
-    float *att;      /* [heads*hd] */
-    float *hb, *hb2; /* [ffn] */
-    float *kt;       /* [att_heads][hd][max_context]: K of the context, transposed */
-    float *vc;       /* [att_heads][max_context][hd]: V of the context */
-    float *scores;   /* [max_context] */
+    int att_heads;          /* heads of the gathered context: kv_heads (GQA) or heads (MLA) */
+    float *x;               /* [max_step][dim] hidden states */
+    float *q;               /* [max_step][heads*hd] */
+    float *xn;              /* [dim] */
+    float *proj;            /* [max(heads*hd, latent, dim)] */
+    float *proj2;           /* same */
+    float *att;             /* [heads*hd] */
+    float *hb, *hb2;        /* [ffn] */
+    float *kt;              /* [att_heads][hd][max_context]: K of the context, transposed */
+    float *vc;              /* [att_heads][max_context][hd]: V of the context */
+    float *scores;          /* [max_context] */
+    const uint8_t *dropped; /* [max_context] or NULL: positions attention leaves out */
 };
 
 /* Seeded weights ---------------------------------------------------------------------------------- */
@@ -247,6 +248,10 @@ float *model_scratch_hidden(model_scratch *s) {
     return s->x;
 }
 
+void model_scratch_drop(model_scratch *s, const uint8_t *dropped) {
+    s->dropped = dropped;
+}
+
 /* Building blocks ---------------------------------------------------------------------------------- */
 
 /* Four floats as one value: GCC and Clang map it to one SSE/NEON register. Each lane is a plain
@@ -375,6 +380,9 @@ static void attend(const model *m, model_scratch *s, const float *q, int g, uint
     float *sc = s->scores;
     /* scores = q . K over the context; K is stored transposed, [hd][context] */
     matvec_strided(sc, q, s->kt + (size_t)g * hd * ctx, hd, (int)n, ctx);
+    if (s->dropped) /* dropped positions weigh nothing (the query's own is never dropped) */
+        for (size_t p = 0; p + 1 < n; p++)
+            if (s->dropped[p]) sc[p] = -INFINITY;
     /* The maximum is exact whatever the order, so four running maxima are as good as one. */
     float mx[4] = {sc[0], sc[0], sc[0], sc[0]};
     size_t p = 0;

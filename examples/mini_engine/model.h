@@ -48,6 +48,10 @@ model_scratch *model_scratch_create(const model *m, int max_step_tokens, int max
 void model_scratch_free(model_scratch *s);
 /* The hidden states of the step: max_step_tokens x dim floats. */
 float *model_scratch_hidden(model_scratch *s);
+/* Attention of this scratch's steps leaves out every position p with dropped[p] != 0 (a mask the
+ * engine keeps for KV a lossy tier dropped, as after StreamingLLM); NULL: none (the default). The
+ * array must cover every position attended over, and stays the caller's. */
+void model_scratch_drop(model_scratch *s, const uint8_t *dropped);
 
 /* Look up the embeddings of tokens[0..n) into the step's hidden states. */
 void model_embed(const model *m, model_scratch *s, const int32_t *tokens, int n);
