@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
         memset(dropped, 0, (size_t)total);
         if (codecs[ci].keep > 0) {
             uint64_t kept = (uint64_t)(codecs[ci].keep * (double)ctx + 0.5),
-                     sinks = codecs[ci].sinks;
+                     sinks = codecs[ci].sinks < ctx ? codecs[ci].sinks : ctx;
             uint64_t recent = kept > sinks ? kept - sinks : 0;
             for (uint64_t t = sinks; t + recent < ctx; t++) dropped[t] = 1;
             rate = (double)(sinks + recent) / (double)ctx;

@@ -79,9 +79,10 @@ uint64_t kvs_object_lossy_bytes(const kvs_codec *c, const kvs_kv_shape *shape, u
 /* Encode a raw object (checked whole: header, header hash, every layer's checksum, so no damaged
  * byte is ever sealed under a valid lossy checksum) into a lossy one at out (cap bytes): same key,
  * fingerprint and geometry, each layer encoded by c and hashed, the codec record written, sealed.
- * *out_len gets its size. KVS_ECORRUPT for a damaged raw object, KVS_EINVAL for a codec that cannot
- * encode this shape or data (the object then stays raw), KVS_EOVERFLOW if cap is short; a sentence
- * in err. */
+ * *out_len gets its size. KVS_ECORRUPT for a damaged raw object or one whose layers are not of
+ * `shape` (its geometry is checked against shape before the header sizes any read), KVS_EINVAL for
+ * a codec that cannot encode this shape or data (the object then stays raw), KVS_EOVERFLOW if cap
+ * is short; a sentence in err. */
 kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec *c,
                              const kvs_kv_shape *shape, uint32_t dtype, void *out, uint64_t cap,
                              uint64_t *out_len, char *err, uint64_t err_len);

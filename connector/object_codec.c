@@ -30,21 +30,20 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
         return KVS_ECORRUPT;
     }
     kvs_key_hex(&h->key, hex);
+    /* the geometry first, against the caller's shape: nothing the header says sizes a read before
+     * it is known to be this model's and to fit in raw_len */
+    uint64_t total = 0;
     if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
-        h->codec != KVS_CODEC_RAW || h->n_layers == 0 ||
+        h->codec != KVS_CODEC_RAW || h->n_layers == 0 || h->n_layers > 65536 || h->n_tokens == 0 ||
+        h->n_tokens > (1u << 24) || h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
         h->payload_offset != kvs_object_payload_offset(h->n_layers) ||
-        raw_len < kvs_object_bytes(h->n_layers, h->layer_bytes) ||
+        __builtin_mul_overflow((uint64_t)h->n_layers, h->layer_bytes, &total) ||
+        __builtin_add_overflow(total, (uint64_t)h->payload_offset, &total) || raw_len < total ||
         kvs_object_header_digest(raw) != h->header_hash) {
-        kvs_fmt(err, err_len, "object %s: not an intact raw object", hex);
+        kvs_fmt(err, err_len, "object %s: not an intact raw object of this shape", hex);
         return KVS_ECORRUPT;
     }
-    if (h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
-        kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) {
-        if (h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens))
-            kvs_fmt(err, err_len, "object %s: layers of %llu bytes are not %u tokens of this shape",
-                    hex, (unsigned long long)h->layer_bytes, h->n_tokens);
-        return KVS_EINVAL;
-    }
+    if (kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) return KVS_EINVAL;
     uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, h->n_tokens);
     uint64_t need = kvs_object_lossy_bytes(c, shape, dtype, h->n_layers, h->n_tokens);
     if (cap < need) {

@@ -237,7 +237,7 @@ END_TEST
 /* Logits of the last of `query` tokens computed over `ctx` earlier ones, with `dropped` masking
  * positions out of the query step's attention (the context itself is computed whole). */
 static void query_logits(const model *m, const uint8_t *text, int ctx, int query,
-                         const uint8_t *dropped, float *logits) {
+                         const uint8_t *dropped, int poison, float *logits) {
     const model_config *c = model_config_of(m);
     int n = ctx + query;
     uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
@@ -257,6 +257,17 @@ static void query_logits(const model *m, const uint8_t *text, int ctx, int query
     for (int i = 0; i < n; i++) tokens[i] = text[i];
     model_embed(m, s, tokens, ctx);
     for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, ctx);
+    if (poison) /* masked pages holding NaN and infinities, as never-loaded pages might */
+        for (int l = 0; l < c->n_layers; l++)
+            for (int p = 0; p < ctx; p++)
+                for (uint32_t g = 0; dropped && dropped[p] && g < model_cache_heads(m); g++)
+                    for (int kvp = 0; kvp < 2; kvp++) {
+                        float *x = (float *)(void *)kvcache_head_ptr(
+                            kv, (uint32_t)l, (kv_part)kvp, table[p / KV_BLOCK_TOKENS],
+                            (uint32_t)(p % KV_BLOCK_TOKENS), g);
+                        for (uint32_t d = 0; d < model_cache_width(m); d++)
+                            x[d] = d % 2 ? NAN : INFINITY;
+                    }
     model_scratch_drop(s, dropped);
     model_embed(m, s, tokens + ctx, query);
     for (int l = 0; l < c->n_layers; l++)
@@ -287,14 +298,16 @@ START_TEST(masked_positions_have_no_influence) {
     memcpy(b, a, 4);
     size_t vb = (size_t)w.config.vocab * sizeof(float);
     float *la = malloc(vb), *lb = malloc(vb), *l0 = malloc(vb), *ln = malloc(vb);
-    query_logits(m, a, CTX, QUERY, mask, la);
-    query_logits(m, b, CTX, QUERY, mask, lb);
+    query_logits(m, a, CTX, QUERY, mask, 0, la);
+    query_logits(m, b, CTX, QUERY, mask, 0, lb);
     ck_assert_mem_eq(la, lb, vb); /* what was masked never reached the query */
-    query_logits(m, a, CTX, QUERY, NULL, l0);
-    query_logits(m, a, CTX, QUERY, none, ln);
+    query_logits(m, a, CTX, QUERY, mask, 1, lb);
+    ck_assert_mem_eq(la, lb, vb); /* nor NaN or infinities in masked pages */
+    query_logits(m, a, CTX, QUERY, NULL, 0, l0);
+    query_logits(m, a, CTX, QUERY, none, 0, ln);
     ck_assert_mem_eq(l0, ln, vb); /* an empty mask is no mask */
     ck_assert(memcmp(l0, la, vb) != 0);
-    query_logits(m, b, CTX, QUERY, NULL, lb);
+    query_logits(m, b, CTX, QUERY, NULL, 0, lb);
     ck_assert(memcmp(l0, lb, vb) != 0); /* unmasked, the context matters */
     free(la), free(lb), free(l0), free(ln), free(text);
     model_free(m);

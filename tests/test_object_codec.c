@@ -116,7 +116,24 @@ START_TEST(a_damaged_raw_object_is_never_sealed_as_lossy) {
     other.n_heads = 1; /* not this object's geometry */
     ck_assert_int_eq(kvs_object_encode(raw, len, &kivi4, &other, KVS_DTYPE_FP16, lossy, need,
                                        &out_len, err, sizeof err),
-                     KVS_EINVAL);
+                     KVS_ECORRUPT);
+    /* a crafted header whose layer count and size would wrap the length: refused before any read
+     * it would size (the header checksum would have hashed gigabytes) */
+    uint8_t crafted[8192];
+    memcpy(crafted, raw, sizeof crafted);
+    kvs_object_header *ch = (kvs_object_header *)crafted;
+    ch->n_layers = 1u << 29;
+    ch->layer_bytes = 1ull << 35;
+    ch->payload_offset = kvs_object_payload_offset(ch->n_layers);
+    ck_assert_int_eq(kvs_object_encode(crafted, sizeof crafted, &kivi4, &shape, KVS_DTYPE_FP16,
+                                       lossy, need, &out_len, err, sizeof err),
+                     KVS_ECORRUPT);
+    ch->n_layers = 4; /* a plausible count whose layers are not all there */
+    ch->layer_bytes = kvs_kernel_layer_bytes(&shape, TOKENS);
+    ch->payload_offset = kvs_object_payload_offset(4);
+    ck_assert_int_eq(kvs_object_encode(crafted, sizeof crafted, &kivi4, &shape, KVS_DTYPE_FP16,
+                                       lossy, need, &out_len, err, sizeof err),
+                     KVS_ECORRUPT);
     kvs_codec bad = kivi4;
     bad.bits = 3;
     ck_assert_int_eq(kvs_object_encode(raw, len, &bad, &shape, KVS_DTYPE_FP16, lossy, need,

@@ -345,6 +345,13 @@ static void gather_context(const model *m, model_scratch *s, const kvcache *kv, 
         const layer_weights *w = &m->layers[layer];
         const int qw = m->c.n_heads * hd;
         for (uint64_t p = 0; p < end; p++) {
+            if (s->dropped && s->dropped[p]) { /* never read (below) */
+                for (int h = 0; h < m->c.n_heads; h++) {
+                    for (int d = 0; d < hd; d++) s->kt[((size_t)h * hd + d) * ctx + p] = 0.0f;
+                    memset(s->vc + ((size_t)h * ctx + p) * hd, 0, (size_t)hd * sizeof(float));
+                }
+                continue;
+            }
             kvcache_read(kv, layer, KV_K, block_table, p, 0, s->proj2); /* the latent */
             matvec(s->proj, s->proj2, w->wuk, m->c.latent, qw);
             for (int h = 0; h < m->c.n_heads; h++) {
@@ -362,10 +369,17 @@ static void gather_context(const model *m, model_scratch *s, const kvcache *kv, 
     }
     for (uint64_t p = 0; p < end; p++) {
         for (int g = 0; g < m->c.n_kv_heads; g++) {
+            float *v = s->vc + ((size_t)g * ctx + p) * hd;
+            if (s->dropped && s->dropped[p]) {
+                /* never read: pages of dropped KV may hold anything, even NaN, and 0 * NaN is NaN
+                 * (its score is set to -inf in attend, so its K is not used either) */
+                for (int d = 0; d < hd; d++) s->kt[((size_t)g * hd + d) * ctx + p] = 0.0f;
+                memset(v, 0, (size_t)hd * sizeof *v);
+                continue;
+            }
             kvcache_read(kv, layer, KV_K, block_table, p, (uint32_t)g, s->proj);
             for (int d = 0; d < hd; d++) s->kt[((size_t)g * hd + d) * ctx + p] = s->proj[d];
-            kvcache_read(kv, layer, KV_V, block_table, p, (uint32_t)g,
-                         s->vc + ((size_t)g * ctx + p) * hd);
+            kvcache_read(kv, layer, KV_V, block_table, p, (uint32_t)g, v);
         }
     }
 }

@@ -49,8 +49,9 @@ void model_scratch_free(model_scratch *s);
 /* The hidden states of the step: max_step_tokens x dim floats. */
 float *model_scratch_hidden(model_scratch *s);
 /* Attention of this scratch's steps leaves out every position p with dropped[p] != 0 (a mask the
- * engine keeps for KV a lossy tier dropped, as after StreamingLLM); NULL: none (the default). The
- * array must cover every position attended over, and stays the caller's. */
+ * engine keeps for KV a lossy tier dropped, as after StreamingLLM): their pages are not read at all,
+ * so whatever they hold has no influence. NULL: none (the default). The array must cover
+ * every position attended over, and stays the caller's. */
 void model_scratch_drop(model_scratch *s, const uint8_t *dropped);
 
 /* Look up the embeddings of tokens[0..n) into the step's hidden states. */

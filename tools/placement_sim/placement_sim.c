@@ -15,8 +15,8 @@
  * "kvs-bench-codec-quality": top-1 agreement); rates are a Llama-8B head's (head_dim 128, fp16).
  *
  * Output: one JSON line per policy point (mean delay, mean quality, where hits came from), then the
- * comparison: for each baseline, AdaptCache's delay at the baseline's quality (interpolated along
- * the alpha sweep) and its quality at the baseline's delay. */
+ * comparison: for each baseline, AdaptCache's delay at the baseline's quality (interpolated between
+ * neighbouring alphas of the sweep) and its quality at the baseline's delay. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,9 @@ static const char *const LRU_NAMES[N_CODECS] = {"lru-raw",   "lru-int8",    "lru
 /* the last two are StreamingLLM (sinks and recent tokens, a fifth of the context kept): no decode,
  * for engines that can mask dropped positions */
 static const double RATE[N_CODECS] = {1.0, 0.5078, 0.3125, 0.1875, 0.2, 0.2};
-static const int DROPS[N_CODECS] = {0, 0, 0, 0, 1, 1};
+/* kinds: 0 quantised, 1 and 2 token-dropped with 4 and with 64 sinks (the KV one drops is gone for
+ * the other) */
+static const int DROPS[N_CODECS] = {0, 0, 0, 0, 1, 2};
 /* top-1 agreement on the trained mini model, contexts of 448 bytes (docs/benchmarks.md): INT8,
  * KIVI-4 and KIVI-2 in groups of 32, StreamingLLM keeping 0.2 with 4 and with 64 sink positions */
 static const double QUALITY[N_CODECS] = {1.0, 0.988, 0.920, 0.648, 0.300, 0.632};
@@ -290,34 +292,31 @@ static void print_point(const point *pt) {
            pt->misses);
 }
 
-/* The adaptcache curve (points sorted by quality) interpolated: delay at quality q, or quality at
- * delay d (the best quality among curve points whose delay is at most d, linear between). */
+/* AdaptCache's curve along the alpha sweep (points in alpha order), interpolated between
+ * neighbouring alphas only: the delay where the curve first reaches quality q, and the quality
+ * where its delay first reaches d. INFINITY when the sweep never gets there. */
 static double delay_at_quality(const point *a, uint32_t n, double q) {
-    double best = INFINITY;
-    for (uint32_t i = 0; i < n; i++) /* every point reaching q, and segments crossing it */
-        if (a[i].quality >= q && a[i].delay_s < best) best = a[i].delay_s;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < n; j++)
-            if (a[i].quality < q && a[j].quality > q) {
-                double w = (q - a[i].quality) / (a[j].quality - a[i].quality);
-                double d = a[i].delay_s + w * (a[j].delay_s - a[i].delay_s);
-                if (d < best) best = d;
-            }
-    return best;
+    for (uint32_t i = 0; i < n; i++) {
+        if (a[i].quality >= q && (i == 0 || a[i - 1].quality >= q)) return a[i].delay_s;
+        if (i > 0 && a[i - 1].quality < q && a[i].quality >= q) {
+            double w = (q - a[i - 1].quality) / (a[i].quality - a[i - 1].quality);
+            return a[i - 1].delay_s + w * (a[i].delay_s - a[i - 1].delay_s);
+        }
+    }
+    return INFINITY;
 }
 
 static double quality_at_delay(const point *a, uint32_t n, double d) {
-    double best = -INFINITY;
-    for (uint32_t i = 0; i < n; i++)
-        if (a[i].delay_s <= d && a[i].quality > best) best = a[i].quality;
-    for (uint32_t i = 0; i < n; i++)
-        for (uint32_t j = 0; j < n; j++)
-            if (a[i].delay_s < d && a[j].delay_s > d) {
-                double w = (d - a[i].delay_s) / (a[j].delay_s - a[i].delay_s);
-                double q = a[i].quality + w * (a[j].quality - a[i].quality);
-                if (q > best) best = q;
-            }
-    return best;
+    /* the last point of the sweep at or under d, and the step to the next one */
+    for (uint32_t i = n; i-- > 0;) {
+        if (a[i].delay_s > d) continue;
+        if (i + 1 < n && a[i + 1].delay_s > a[i].delay_s) {
+            double w = (d - a[i].delay_s) / (a[i + 1].delay_s - a[i].delay_s);
+            return a[i].quality + w * (a[i + 1].quality - a[i].quality);
+        }
+        return a[i].quality;
+    }
+    return INFINITY;
 }
 
 int main(int argc, char **argv) {
