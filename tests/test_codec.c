@@ -403,6 +403,19 @@ START_TEST(errors_on_gaussian_data_are_as_predicted) {
         rel[ci][0] = rel_error(dtype, (uint64_t)n * heads * dim, k, k2);
         rel[ci][1] = rel_error(dtype, (uint64_t)n * heads * dim, v, v2);
     }
+    /* kvs_codec_layer_error gives the same errors in one call */
+    for (int ci = 0; ci < 3; ci++) {
+        double ek = -1, ev = -1;
+        ck_assert_int_eq(kvs_codec_layer_error(codecs[ci], &shape, dtype, n, k, v, &ek, &ev),
+                         KVS_OK);
+        ck_assert_double_eq_tol(ek, rel[ci][0], 1e-12);
+        ck_assert_double_eq_tol(ev, rel[ci][1], 1e-12);
+    }
+    float keep = ((float *)v)[5];
+    ((float *)v)[5] = NAN;
+    double ek, ev;
+    ck_assert_int_eq(kvs_codec_layer_error(&kivi2, &shape, dtype, n, k, v, &ek, &ev), KVS_EINVAL);
+    ((float *)v)[5] = keep;
     /* V ~ N(mean, 1) in groups of 32: 4 bits about 0.07-0.09, 2 bits about 0.33-0.45 (relative to
      * the rows' norm, which the channel means raise a little) */
     ck_assert_msg(rel[1][1] > 0.05 && rel[1][1] < 0.09, "V 4 bits %.4f", rel[1][1]);

@@ -519,3 +519,34 @@ kvs_status kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape,
     kvs_token_span span = {.block_ids = &block0, .n_block_ids = 1, .n_tokens = n_tokens};
     return kvs_codec_scatter_layer(c, &v, &one, dtype, &span, encoded);
 }
+
+/* ||a - b|| / ||a|| over n elements of dtype; 0 when a is all zero. */
+static double rel_diff(uint32_t dtype, const void *a, const void *b, uint64_t n) {
+    double num = 0, den = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double x = kvs_dtype_load(dtype, a, i), y = kvs_dtype_load(dtype, b, i);
+        num += (x - y) * (x - y);
+        den += x * x;
+    }
+    return den > 0 ? sqrt(num / den) : 0.0;
+}
+
+kvs_status kvs_codec_layer_error(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                 uint32_t n_tokens, const void *k_rows, const void *v_rows,
+                                 double *rel_k, double *rel_v) {
+    uint64_t part = (uint64_t)n_tokens * shape->n_heads * shape->head_bytes;
+    uint64_t elems = part / (kvs_dtype_bytes(dtype) ? kvs_dtype_bytes(dtype) : 1);
+    uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, n_tokens);
+    uint8_t *buf = malloc(enc + 2 * part + 1);
+    if (!buf) return KVS_ENOMEM;
+    uint8_t *k2 = buf + enc, *v2 = k2 + part;
+    kvs_status st = kvs_codec_encode_layer(c, shape, dtype, n_tokens, k_rows, v_rows, buf);
+    if (st == KVS_OK)
+        st = kvs_codec_decode_layer(c, shape, dtype, n_tokens, buf, k2, shape->has_v ? v2 : NULL);
+    if (st == KVS_OK) {
+        *rel_k = rel_diff(dtype, k_rows, k2, elems);
+        *rel_v = shape->has_v ? rel_diff(dtype, v_rows, v2, elems) : 0.0;
+    }
+    free(buf);
+    return st;
+}

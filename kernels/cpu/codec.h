@@ -80,6 +80,15 @@ float kvs_codec_step_bound(const kvs_codec *c, float lo, float hi);
 /* The dtype's spacing (ulp) at magnitude |x|: the rounding error of storing x' is at most half. */
 float kvs_dtype_ulp(uint32_t dtype, float x);
 
+/* What the codec does to one layer: encode it, decode it, and give the relative reconstruction
+ * error ||x - x'|| / ||x|| of its K and of its V rows (0 for V under MLA, and for an all-zero
+ * part). A compress tier samples a chunk's layers with this and maps the error to quality through a
+ * curve measured once per model (kvs_ac_quality_from_error). KVS_EINVAL if the codec refuses the
+ * data, KVS_ENOMEM without scratch. */
+kvs_status kvs_codec_layer_error(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
+                                 uint32_t n_tokens, const void *k_rows, const void *v_rows,
+                                 double *rel_k, double *rel_v);
+
 /* Bytes of an encoded layer over bytes of the raw one: the codec's rate for this shape. */
 double kvs_codec_rate(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                       uint32_t n_tokens);
