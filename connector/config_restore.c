@@ -167,8 +167,8 @@ kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node
     return st;
 }
 
-static const char *const LOADS_KEYS[] = {"async", "async_below", "remote_lookups"};
-enum { LK_ASYNC, LK_ASYNC_BELOW, LK_REMOTE_LOOKUPS, LK_COUNT };
+static const char *const LOADS_KEYS[] = {"async", "async_below", "remote_lookups", "accept_lossy"};
+enum { LK_ASYNC, LK_ASYNC_BELOW, LK_REMOTE_LOOKUPS, LK_ACCEPT_LOSSY, LK_COUNT };
 static const char *const LOADS_ASYNC[] = {"never", "always", "slow"}; /* KVS_LOADS_ASYNC_* order */
 static const char *const REMOTE_LOOKUPS[] = {"wait", "async"}; /* KVS_REMOTE_LOOKUPS_* order */
 
@@ -190,6 +190,9 @@ kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *
                                  REMOTE_LOOKUPS, COUNT_OF(REMOTE_LOOKUPS), &choice);
         if (st == KVS_OK) cfg->loads.remote_lookups = (int)choice;
     }
+    if (st == KVS_OK && values[LK_ACCEPT_LOSSY])
+        st = kvs_yaml_get_bool(ctx, values[LK_ACCEPT_LOSSY], "loads.accept_lossy",
+                               &cfg->loads.accept_lossy);
     if (st != KVS_OK) return st;
     int slow = cfg->loads.async == KVS_LOADS_ASYNC_SLOW;
     if (slow && !values[LK_ASYNC_BELOW])

@@ -98,6 +98,7 @@ typedef struct kvs_config {
         uint64_t async_below;   /* slow: bytes/s; a hit on a tier the profile says reads slower */
         kvs_config_at async_at; /* the `async:` value, for messages */
         int remote_lookups;     /* KVS_REMOTE_LOOKUPS_* (default wait) */
+        int accept_lossy;       /* 1: lossy objects are decoded and loaded; 0 (default): refused */
     } loads;
 } kvs_config;
 

@@ -48,10 +48,72 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
     if (!w->async) account_failure(h, w);
 }
 
+/* A lossy object (docs/compress.md) decoded whole into a fresh staging slab as the raw object it
+ * stands for: every encoded layer verified against its checksum first, the decoded layers hashed
+ * anew, so the rest of the load (checks, copies into the pages) is a raw load's. Returns the slab,
+ * or NULL after failing the load. Runs on the loader thread for async loads: no handle state. */
+static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
+    char why[384];
+    kvs_codec c;
+    const uint32_t nl = h->model.n_layers;
+    if (!h->cfg->loads.accept_lossy) {
+        kvs_fmt(why, sizeof why, "a lossy object (codec %u), and loads.accept_lossy is false",
+                ((const kvs_object_header *)obj)->codec);
+        fail_load(h, w, why);
+        return NULL;
+    }
+    if (w->ranged) { /* only its header was read: a lossy object's layers lie elsewhere */
+        fail_load(h, w, "a lossy object is loaded whole, and this load reads some layers only");
+        return NULL;
+    }
+    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
+                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return NULL;
+    }
+    const kvs_object_header *lh = obj;
+    for (uint32_t l = 0; l < nl; l++)
+        if (kvs_xxh3_64(kvs_object_layer((void *)(uintptr_t)obj, l), lh->layer_bytes) !=
+            kvs_object_layer_hashes((void *)(uintptr_t)obj)[l]) {
+            kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
+            fail_load(h, w, why);
+            w->drop = 1;
+            return NULL;
+        }
+    void *raw = kvs_pool_alloc(h->pool);
+    if (!raw) {
+        fail_load(h, w, "no staging slab free to decode a lossy object into");
+        return NULL;
+    }
+    kvs_object_init(raw, &h->fingerprint, &w->load->key, nl, h->chunk_tokens, h->layer_bytes);
+    for (uint32_t l = 0; l < nl; l++) {
+        uint8_t *dst = kvs_object_layer(raw, l);
+        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens,
+                                   kvs_object_layer((void *)(uintptr_t)obj, l), dst,
+                                   h->shape.has_v ? dst + h->layer_bytes / 2 : NULL) != KVS_OK) {
+            kvs_pool_free(h->pool, raw);
+            fail_load(h, w, "out of memory decoding a lossy object");
+            return NULL;
+        }
+        kvs_object_layer_hashes(raw)[l] = kvs_xxh3_64(dst, h->layer_bytes);
+    }
+    kvs_object_seal(raw);
+    if (w->slab) kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
+    w->slab = raw;
+    w->lossy = 1;
+    return raw;
+}
+
 /* Check a chunk's header and keep its checksums: the payload is checked against these, never
  * against a header that could change under a zero-copy reference. */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256];
+    if (len >= sizeof(kvs_object_header) &&
+        ((const kvs_object_header *)obj)->codec != KVS_CODEC_RAW) {
+        if (!(obj = decode_lossy(h, w, obj, len))) return;
+        len = h->object_bytes;
+    }
     if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
                                 h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK) {
         fail_load(h, w, why);
@@ -129,8 +191,10 @@ typedef struct tier_fetch {
     kvs_load_work **ws;
 } tier_fetch;
 
+/* A load whose slab still waits for its object (a zero-copy tier's lossy object was decoded into a
+ * slab already: that one is accepted, not fetched). */
 static int fetch_wants(const kvs_load_work *w, uint32_t t) {
-    return w->slab && !w->failed && !w->ranged && w->tier == (int)t;
+    return w->slab && !w->object && !w->failed && !w->ranged && w->tier == (int)t;
 }
 
 /* Time spent reading from tier t (since t0) counts for it. */

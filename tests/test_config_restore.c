@@ -149,6 +149,19 @@ START_TEST(remote_lookups_wait_or_async) {
 }
 END_TEST
 
+/* loads.accept_lossy: false by default; a boolean. */
+START_TEST(accept_lossy_is_a_boolean_off_by_default) {
+    kvs_config *cfg = cfg_load_ok(ONE_TIER);
+    ck_assert_int_eq(cfg->loads.accept_lossy, 0);
+    kvs_config_free(cfg);
+    cfg = cfg_load_ok("loads:\n  accept_lossy: true\n" ONE_TIER);
+    ck_assert_int_eq(cfg->loads.accept_lossy, 1);
+    kvs_config_free(cfg);
+    cfg_expect_refused("loads:\n  accept_lossy: sometimes\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'loads.accept_lossy'", "sometimes");
+}
+END_TEST
+
 static Suite *config_restore_suite(void) {
     Suite *s = suite_create("config_restore");
     TCase *restore = tcase_create("restore");
@@ -156,6 +169,7 @@ static Suite *config_restore_suite(void) {
     tcase_add_test(restore, restore_errors_name_the_file_and_key);
     tcase_add_test(restore, a_profile_tier_gives_its_bandwidth_as_a_rate);
     tcase_add_test(restore, remote_lookups_wait_or_async);
+    tcase_add_test(restore, accept_lossy_is_a_boolean_off_by_default);
     suite_add_tcase(s, restore);
     return s;
 }

@@ -1,0 +1,193 @@
+/* test_lossy_loads.c - lossy objects on the load path (connector/worker_load.c, docs/compress.md):
+ * with loads.accept_lossy a lossy chunk lands in the pages exactly as its codec decodes it, beside
+ * raw chunks byte for byte; without it the load is refused and the engine recomputes (the object
+ * stays); a damaged lossy object becomes error blocks and is dropped. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "abi/kvstrata.h"
+#include "common/xxh3.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/object.h"
+#include "connector/tiers.h"
+#include "kernels/cpu/dtype.h"
+#include "tests/support/connector_rig.h"
+
+static const kvs_api *api;
+static const kvs_codec kivi4 = {.kind = KVS_CODEC_KIVI, .bits = 4, .k_group = 16, .v_group = 8};
+
+static void setup(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    rig_setup();
+}
+
+static void teardown(void) {
+    rig_teardown();
+}
+
+static const char *config(int accept_lossy) {
+    static char text[640];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: dram\n"
+             "    type: dram\n    capacity: 1MiB\n%s",
+             rig_device_section(), CHUNK, accept_lossy ? "loads:\n  accept_lossy: true\n" : "");
+    return rig_config(accept_lossy ? "lossy.yaml" : "raw.yaml", text);
+}
+
+/* Replace chunk `c` of tokens in tier 0 with a lossy object: KV-like fp16 values (the rig's own
+ * bytes are arbitrary bit patterns, NaNs among them, which no codec takes) sealed as a raw object,
+ * then encoded. Its bytes go to *lossy (malloc'd, the caller frees) so a test can decode what the
+ * pages should hold. */
+static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
+    kvs_key keys[4];
+    kvs_keys_chain(&r->h->fingerprint, t, 4, CHUNK, keys);
+    const kvs_backend_ops *ops = kvs_tiers_ops(r->h->tiers, 0);
+    void *st = kvs_tiers_state(r->h->tiers, 0);
+    uint64_t lb = r->h->layer_bytes, len = kvs_object_bytes(LAYERS, lb), out_len = 0;
+    uint8_t *obj = calloc(1, len);
+    kvs_object_init(obj, &r->h->fingerprint, &keys[c], LAYERS, CHUNK, lb);
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ (uint64_t)c;
+    for (uint32_t l = 0; l < LAYERS; l++) {
+        uint8_t *layer = kvs_object_layer(obj, l);
+        for (uint64_t i = 0; i < lb / 2; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint16_t h = kvs_f32_to_f16((float)((int64_t)(x >> 40) % 4000) / 1000.0f);
+            memcpy(layer + 2 * i, &h, 2);
+        }
+        kvs_object_layer_hashes(obj)[l] = kvs_xxh3_64(layer, lb);
+    }
+    kvs_object_seal(obj);
+    uint64_t cap = kvs_object_lossy_bytes(&kivi4, &r->h->shape, r->h->model.dtype, LAYERS, CHUNK);
+    *lossy = malloc(cap);
+    char err[256];
+    ck_assert_msg(kvs_object_encode(obj, len, &kivi4, &r->h->shape, r->h->model.dtype, *lossy, cap,
+                                    &out_len, err, sizeof err) == KVS_OK,
+                  "%s", err);
+    ck_assert_int_eq(ops->put(st, &keys[c], *lossy, out_len), KVS_OK);
+    free(obj);
+    return out_len;
+}
+
+/* Run the restore of request `id` over tokens t into blocks b (127 tokens offered). */
+static uint64_t restore(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                        uint32_t *errs) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, id, t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, 127), KVS_OK);
+    kvs_step_request s = {id, t, 128, b, 8, 127, 1};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(r, meta, mlen, b, t, 127, 128);
+    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    return n;
+}
+
+START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(1)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 71);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint8_t *lossy;
+    make_lossy(&r, t, 1, &lossy);
+    ck_assert_uint_eq(restore(&r, "two", t, b, errs), 0);
+    /* chunks 0, 2, 3 raw: byte for byte; chunk 1 (tokens 32..63): the codec's decoding of it */
+    ck_assert(rig_kv_matches(&r, b, t, 0, 32));
+    ck_assert(rig_kv_matches(&r, b, t, 64, 127));
+    ck_assert(!rig_kv_matches(&r, b, t, 32, 64)); /* KIVI-4 changed the bytes */
+    uint64_t lb = r.h->layer_bytes;
+    uint8_t *rows = malloc(lb);
+    for (int l = 0; l < LAYERS; l++) {
+        ck_assert_int_eq(kvs_codec_decode_layer(&kivi4, &r.h->shape, r.h->model.dtype, CHUNK,
+                                                kvs_object_layer(lossy, (uint32_t)l), rows,
+                                                rows + lb / 2),
+                         KVS_OK);
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t tok = 32; tok < 64; tok++)
+                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, tok),
+                                 rows + kv * lb / 2 + (tok - 32) * TOKEN_BYTES, TOKEN_BYTES);
+    }
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.load_errors, 0);
+    ck_assert_uint_eq(st.chunks_loaded, 4);
+    free(rows), free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(0)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 73);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint8_t *lossy;
+    make_lossy(&r, t, 2, &lossy);
+    ck_assert_uint_eq(restore(&r, "two", t, b, errs), 2); /* chunk 2: blocks b[4], b[5] */
+    ck_assert(errs[0] + errs[1] == b[4] + b[5]);
+    ck_assert(rig_stored(&r, t, 2)); /* refused, not corrupt: it stays for engines that accept it */
+    ck_assert(rig_kv_matches(&r, b, t, 0, 64));
+    free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(1)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 79);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint8_t *lossy;
+    uint64_t len = make_lossy(&r, t, 0, &lossy);
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    const void *obj;
+    uint64_t got;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[0], &obj, &got), KVS_OK);
+    ck_assert_uint_eq(got, len);
+    ((uint8_t *)obj)[len - 20] ^= 0x08; /* a code in the last encoded layer */
+    ck_assert_uint_eq(restore(&r, "two", t, b, errs), 2);
+    ck_assert(errs[0] + errs[1] == b[0] + b[1]);
+    ck_assert(!rig_stored(&r, t, 0));
+    free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
+static Suite *lossy_suite(void) {
+    Suite *s = suite_create("lossy_loads");
+    TCase *tc = tcase_create("lossy loads");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, an_accepted_lossy_chunk_lands_as_its_codec_decodes_it);
+    tcase_add_test(tc, without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept);
+    tcase_add_test(tc, a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(lossy_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
