@@ -83,7 +83,6 @@ typedef struct kvs_load_work {
     int drop;        /* corrupt: remove from the tiers once unpinned */
     int async;       /* an async request's: failures are accounted when it lands */
     int ranged;      /* some layers only, read with get_range into slab */
-    int lossy;       /* the stored object was lossy: `slab` holds it decoded (docs/compress.md) */
     int layers_read; /* ranged: every wanted layer is in the slab already (start_load on a CUDA
                       * device, or an async load's reader) */
 } kvs_load_work;

@@ -49,16 +49,28 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
 }
 
 /* A lossy object (docs/compress.md) decoded whole into a fresh staging slab as the raw object it
- * stands for: every encoded layer verified against its checksum first, the decoded layers hashed
- * anew, so the rest of the load (checks, copies into the pages) is a raw load's. Returns the slab,
- * or NULL after failing the load. Runs on the loader thread for async loads: no handle state. */
+ * stands for, so the rest of the load (checks, copies into the pages) is a raw load's. Its header
+ * is checked first whatever loads.accept_lossy says: a damaged header (or one whose codec field
+ * was flipped) is dropped as a raw one would be; an intact lossy object is refused without it and
+ * kept. Each encoded layer is copied once out of the object, checked against the checksum table as
+ * it was when the header was checked, and decoded from that copy: a zero-copy object changing
+ * underneath cannot mix checked and unchecked bytes. Returns the slab, or NULL after failing the
+ * load. The copy path holds two slabs for a moment (the lossy bytes and the decoded object), a
+ * zero-copy load one for the whole step. Runs on the loader thread for async loads: no handle
+ * state but the pool (locked). */
 static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[384];
     kvs_codec c;
     const uint32_t nl = h->model.n_layers;
+    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
+                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return NULL;
+    }
     if (!h->cfg->loads.accept_lossy) {
         kvs_fmt(why, sizeof why, "a lossy object (codec %u), and loads.accept_lossy is false",
-                ((const kvs_object_header *)obj)->codec);
+                c.kind);
         fail_load(h, w, why);
         return NULL;
     }
@@ -66,42 +78,44 @@ static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         fail_load(h, w, "a lossy object is loaded whole, and this load reads some layers only");
         return NULL;
     }
-    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
-                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
-        fail_load(h, w, why);
-        w->drop = 1;
-        return NULL;
+    uint64_t enc = kvs_codec_layer_bytes(&c, &h->shape, h->model.dtype, h->chunk_tokens);
+    uint64_t at = kvs_object_lossy_payload_offset(nl);
+    uint64_t *table = malloc(nl * sizeof *table);
+    uint8_t *layer = malloc(enc);
+    void *raw = table && layer ? kvs_pool_alloc(h->pool) : NULL;
+    const char *fail = NULL;
+    if (!raw)
+        fail = table && layer ? "no staging slab free to decode a lossy object into"
+                              : "out of memory decoding a lossy object";
+    if (raw) {
+        memcpy(table, kvs_object_layer_hashes((void *)(uintptr_t)obj), nl * sizeof *table);
+        kvs_object_init(raw, &h->fingerprint, &w->load->key, nl, h->chunk_tokens, h->layer_bytes);
     }
-    const kvs_object_header *lh = obj;
-    for (uint32_t l = 0; l < nl; l++)
-        if (kvs_xxh3_64(kvs_object_layer((void *)(uintptr_t)obj, l), lh->layer_bytes) !=
-            kvs_object_layer_hashes((void *)(uintptr_t)obj)[l]) {
+    for (uint32_t l = 0; raw && !fail && l < nl; l++) {
+        memcpy(layer, (const uint8_t *)obj + at + (uint64_t)l * enc, enc);
+        if (kvs_xxh3_64(layer, enc) != table[l]) {
             kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
-            fail_load(h, w, why);
+            fail = why;
             w->drop = 1;
-            return NULL;
+            break;
         }
-    void *raw = kvs_pool_alloc(h->pool);
-    if (!raw) {
-        fail_load(h, w, "no staging slab free to decode a lossy object into");
-        return NULL;
-    }
-    kvs_object_init(raw, &h->fingerprint, &w->load->key, nl, h->chunk_tokens, h->layer_bytes);
-    for (uint32_t l = 0; l < nl; l++) {
         uint8_t *dst = kvs_object_layer(raw, l);
-        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens,
-                                   kvs_object_layer((void *)(uintptr_t)obj, l), dst,
-                                   h->shape.has_v ? dst + h->layer_bytes / 2 : NULL) != KVS_OK) {
-            kvs_pool_free(h->pool, raw);
-            fail_load(h, w, "out of memory decoding a lossy object");
-            return NULL;
-        }
-        kvs_object_layer_hashes(raw)[l] = kvs_xxh3_64(dst, h->layer_bytes);
+        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens, layer, dst,
+                                   h->shape.has_v ? dst + h->layer_bytes / 2 : NULL) != KVS_OK)
+            fail = "out of memory decoding a lossy object";
+        else
+            kvs_object_layer_hashes(raw)[l] = kvs_xxh3_64(dst, h->layer_bytes);
+    }
+    free(table);
+    free(layer);
+    if (fail) {
+        if (raw) kvs_pool_free(h->pool, raw);
+        fail_load(h, w, fail);
+        return NULL;
     }
     kvs_object_seal(raw);
     if (w->slab) kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
     w->slab = raw;
-    w->lossy = 1;
     return raw;
 }
 

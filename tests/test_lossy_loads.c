@@ -29,12 +29,20 @@ static void teardown(void) {
     rig_teardown();
 }
 
+/* accept_lossy 0 or 1 over a DRAM tier (zero-copy loads); 2: accept_lossy over a tier without
+ * zero-copy (tests/plugins/plugin_memory.c), whose loads are copied into a staging slab first. */
 static const char *config(int accept_lossy) {
-    static char text[640];
-    snprintf(text, sizeof text,
-             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n  - name: dram\n"
-             "    type: dram\n    capacity: 1MiB\n%s",
-             rig_device_section(), CHUNK, accept_lossy ? "loads:\n  accept_lossy: true\n" : "");
+    static char text[768];
+    char tier[256];
+    if (accept_lossy == 2)
+        snprintf(tier, sizeof tier,
+                 "  - name: mem\n    type: plugin\n    plugin: %s/plugin_memory.so\n",
+                 KVS_TEST_LIB_DIR);
+    else
+        snprintf(tier, sizeof tier, "  - name: dram\n    type: dram\n    capacity: 1MiB\n");
+    snprintf(text, sizeof text, "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n%s%s",
+             rig_device_section(), CHUNK, tier,
+             accept_lossy ? "loads:\n  accept_lossy: true\n" : "");
     return rig_config(accept_lossy ? "lossy.yaml" : "raw.yaml", text);
 }
 
@@ -67,6 +75,8 @@ static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
     ck_assert_msg(kvs_object_encode(obj, len, &kivi4, &r->h->shape, r->h->model.dtype, *lossy, cap,
                                     &out_len, err, sizeof err) == KVS_OK,
                   "%s", err);
+    ck_assert_int_eq(ops->remove(st, &keys[c]),
+                     KVS_OK); /* the test plugin's put keeps a key's first */
     ck_assert_int_eq(ops->put(st, &keys[c], *lossy, out_len), KVS_OK);
     free(obj);
     return out_len;
@@ -90,7 +100,7 @@ static uint64_t restore(rig *r, const char *id, const int32_t *t, const uint32_t
 
 START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
     rig r;
-    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(1)), KVS_OK);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(_i)), KVS_OK); /* 1: zero-copy, 2: copied */
     int32_t t[128];
     uint32_t a[8], b[8], errs[16];
     rig_make_tokens(t, 128, 71);
@@ -172,14 +182,43 @@ START_TEST(a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped) {
 }
 END_TEST
 
+/* A raw object whose header's codec field was flipped is damaged, not lossy: dropped, as before
+ * lossy objects existed, whether or not the engine accepts lossy KV. */
+START_TEST(a_raw_object_with_a_damaged_codec_field_is_dropped) {
+    for (int accept = 0; accept < 2; accept++) {
+        rig r;
+        ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(accept)), KVS_OK);
+        int32_t t[128];
+        uint32_t a[8], b[8], errs[16];
+        rig_make_tokens(t, 128, 83 + accept);
+        rig_blocks_from(a, 8, 0);
+        rig_blocks_from(b, 8, 40);
+        ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+        kvs_key keys[4];
+        kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+        const void *obj;
+        uint64_t len;
+        const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+        ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[3], &obj, &len),
+                         KVS_OK);
+        ((kvs_object_header *)(uintptr_t)obj)->codec = KVS_CODEC_KIVI;
+        ck_assert_uint_eq(restore(&r, "two", t, b, errs), 2);
+        ck_assert(errs[0] + errs[1] == b[6] + b[7]);
+        ck_assert(!rig_stored(&r, t, 3));
+        rig_close(&r);
+    }
+}
+END_TEST
+
 static Suite *lossy_suite(void) {
     Suite *s = suite_create("lossy_loads");
     TCase *tc = tcase_create("lossy loads");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, an_accepted_lossy_chunk_lands_as_its_codec_decodes_it);
+    tcase_add_loop_test(tc, an_accepted_lossy_chunk_lands_as_its_codec_decodes_it, 1, 3);
     tcase_add_test(tc, without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept);
     tcase_add_test(tc, a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped);
+    tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);
     suite_add_tcase(s, tc);
     return s;
 }
