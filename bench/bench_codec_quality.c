@@ -89,6 +89,12 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
     for (int q = 0; q < query; q++) model_logits(r->m, r->s, q, r->logits + (size_t)q * c->vocab);
 }
 
+/* Prompt k: a slice of the text at a seeded offset. */
+static void prompt_tokens(run *r, const uint8_t *text, size_t text_len, uint64_t k, int total) {
+    size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total + 1));
+    for (int i = 0; i < total; i++) r->tokens[i] = text[at + (size_t)i];
+}
+
 static void softmax(const float *x, int n, double *p) {
     double mx = x[0], z = 0;
     for (int i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -155,7 +161,8 @@ int main(int argc, char **argv) {
     r.table = calloc(blocks, sizeof *r.table);
     r.tokens = malloc((size_t)total * sizeof *r.tokens);
     r.logits = malloc((size_t)query * vocab * sizeof *r.logits);
-    float *exact = malloc((size_t)query * vocab * sizeof *exact);
+    /* every prompt's exact logits, computed once and compared with each codec's */
+    float *exact = malloc((size_t)prompts * query * vocab * sizeof *exact);
     double *p = malloc((size_t)vocab * sizeof *p), *q = malloc((size_t)vocab * sizeof *q);
     if (!r.kv || !r.s || !r.table || !r.tokens || !r.logits || !exact || !p || !q ||
         kvcache_alloc(r.kv, blocks, r.table) != 0) {
@@ -194,6 +201,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t n_codecs = sizeof codecs / sizeof codecs[0];
+    for (uint64_t k = 0; k < prompts; k++) {
+        prompt_tokens(&r, text, text_len, k, total);
+        forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL, NULL);
+        memcpy(exact + k * query * vocab, r.logits, (size_t)query * vocab * sizeof *exact);
+    }
     printf("# %s\n", w.desc);
     printf("%-11s %6s %8s %8s %10s %7s\n", "codec", "rate", "rel_K", "rel_V", "KL nats", "top-1");
     for (size_t ci = 0; ci < n_codecs; ci++) {
@@ -214,17 +226,15 @@ int main(int argc, char **argv) {
         }
         double kl = 0, agree = 0, rk = 0, rv = 0;
         for (uint64_t k = 0; k < prompts; k++) {
-            size_t at = (size_t)(bench_mix64(k + 1) % (text_len - (size_t)total + 1));
-            for (int i = 0; i < total; i++) r.tokens[i] = text[at + (size_t)i];
-            forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL, NULL);
-            memcpy(exact, r.logits, (size_t)query * vocab * sizeof *exact);
+            prompt_tokens(&r, text, text_len, k, total);
+            const float *ex = exact + k * query * vocab;
             double k_err, v_err;
             forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &codecs[ci].c,
                     codecs[ci].keep > 0 ? dropped : NULL, &k_err, &v_err);
             rk += k_err;
             rv += v_err;
             for (uint64_t j = 0; j < query; j++) {
-                softmax(exact + j * vocab, vocab, p);
+                softmax(ex + j * vocab, vocab, p);
                 softmax(r.logits + j * vocab, vocab, q);
                 double d = 0;
                 int a = 0, b = 0;

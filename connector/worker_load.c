@@ -52,9 +52,9 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
  * stands for, so the rest of the load (checks, copies into the pages) is a raw load's. Its header
  * is checked first whatever loads.accept_lossy says: a damaged header (or one whose codec field
  * was flipped) is dropped as a raw one would be; an intact lossy object is refused without it and
- * kept. Each encoded layer is copied once out of the object, checked against the checksum table as
- * it was when the header was checked, and decoded from that copy: a zero-copy object changing
- * underneath cannot mix checked and unchecked bytes. Returns the slab, or NULL after failing the
+ * kept. A zero-copy tier's object may change underneath, so each encoded layer is copied once out
+ * of it, checked against the checksum table as it was when the header was checked, and decoded
+ * from that copy; an object in the load's own slab is checked and decoded where it is. Returns the slab, or NULL after failing the
  * load. The copy path holds two slabs for a moment (the lossy bytes and the decoded object), a
  * zero-copy load one for the whole step. Runs on the loader thread for async loads: no handle
  * state but the pool (locked). */
@@ -80,27 +80,31 @@ static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint
     }
     uint64_t enc = kvs_codec_layer_bytes(&c, &h->shape, h->model.dtype, h->chunk_tokens);
     uint64_t at = kvs_object_lossy_payload_offset(nl);
-    uint64_t *table = malloc(nl * sizeof *table);
-    uint8_t *layer = malloc(enc);
-    void *raw = table && layer ? kvs_pool_alloc(h->pool) : NULL;
+    const uint64_t *hashes = kvs_object_layer_hashes((void *)(uintptr_t)obj);
+    int shared = obj != w->slab; /* not the load's own copy */
+    uint64_t *table = shared ? malloc(nl * sizeof *table) : NULL;
+    uint8_t *layer = shared ? malloc(enc) : NULL;
+    int have_scratch = !shared || (table && layer);
+    void *raw = have_scratch ? kvs_pool_alloc(h->pool) : NULL;
     const char *fail = NULL;
     if (!raw)
-        fail = table && layer ? "no staging slab free to decode a lossy object into"
-                              : "out of memory decoding a lossy object";
+        fail = have_scratch ? "no staging slab free to decode a lossy object into"
+                            : "out of memory decoding a lossy object";
     if (raw) {
-        memcpy(table, kvs_object_layer_hashes((void *)(uintptr_t)obj), nl * sizeof *table);
+        if (shared) hashes = memcpy(table, hashes, nl * sizeof *table);
         kvs_object_init(raw, &h->fingerprint, &w->load->key, nl, h->chunk_tokens, h->layer_bytes);
     }
     for (uint32_t l = 0; raw && !fail && l < nl; l++) {
-        memcpy(layer, (const uint8_t *)obj + at + (uint64_t)l * enc, enc);
-        if (kvs_xxh3_64(layer, enc) != table[l]) {
+        const uint8_t *src = (const uint8_t *)obj + at + (uint64_t)l * enc;
+        if (shared) src = memcpy(layer, src, enc);
+        if (kvs_xxh3_64(src, enc) != hashes[l]) {
             kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
             fail = why;
             w->drop = 1;
             break;
         }
         uint8_t *dst = kvs_object_layer(raw, l);
-        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens, layer, dst,
+        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens, src, dst,
                                    h->shape.has_v ? dst + h->layer_bytes / 2 : NULL) != KVS_OK)
             fail = "out of memory decoding a lossy object";
         else

@@ -42,8 +42,15 @@ static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Mean cross-entropy (nats per byte) of m predicting text[1..n) from text[0..n-1). */
-static double cross_entropy(const model *m, const uint8_t *text, int n) {
+/* The bytes text[0..n) as a request of m: fp32 pages, a scratch, its tokens. */
+typedef struct prompt {
+    kvcache *kv;
+    model_scratch *s;
+    uint32_t *table;
+    int32_t *tokens;
+} prompt;
+
+static prompt prompt_open(const model *m, const uint8_t *text, int n) {
     const model_config *c = model_config_of(m);
     uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     kvcache_params kp = {.layout = KV_LAYOUT_NHD,
@@ -54,16 +61,36 @@ static double cross_entropy(const model *m, const uint8_t *text, int n) {
                          .n_blocks = blocks,
                          .block_budget = blocks};
     char err[256];
-    kvcache *kv = kvcache_create(&kp, err, sizeof err);
-    ck_assert_msg(kv != NULL, "%s", err);
-    model_scratch *s = model_scratch_create(m, n, n);
-    uint32_t *table = calloc(blocks, sizeof *table);
-    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    prompt p = {.kv = kvcache_create(&kp, err, sizeof err),
+                .s = model_scratch_create(m, n, n),
+                .table = calloc(blocks, sizeof(uint32_t)),
+                .tokens = malloc((size_t)n * sizeof(int32_t))};
+    ck_assert_msg(p.kv != NULL, "%s", err);
+    ck_assert(p.s && p.table && p.tokens && kvcache_alloc(p.kv, blocks, p.table) == 0);
+    for (int i = 0; i < n; i++) p.tokens[i] = text[i];
+    return p;
+}
+
+/* Run tokens [from, from + n) as one step through every layer. */
+static void prompt_step(const model *m, prompt *p, int from, int n) {
+    model_embed(m, p->s, p->tokens + from, n);
+    for (int l = 0; l < model_config_of(m)->n_layers; l++)
+        model_layer(m, p->s, p->kv, (uint32_t)l, p->table, (uint64_t)from, n);
+}
+
+static void prompt_close(prompt *p) {
+    free(p->tokens), free(p->table);
+    model_scratch_free(p->s);
+    kvcache_destroy(p->kv);
+}
+
+/* Mean cross-entropy (nats per byte) of m predicting text[1..n) from text[0..n-1). */
+static double cross_entropy(const model *m, const uint8_t *text, int n) {
+    const model_config *c = model_config_of(m);
+    prompt pr = prompt_open(m, text, n);
+    model_scratch *s = pr.s;
     float *logits = malloc((size_t)c->vocab * sizeof *logits);
-    ck_assert_int_eq(kvcache_alloc(kv, blocks, table), 0);
-    for (int i = 0; i < n; i++) tokens[i] = text[i];
-    model_embed(m, s, tokens, n);
-    for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, n);
+    prompt_step(m, &pr, 0, n);
     double total = 0;
     for (int i = 0; i + 1 < n; i++) {
         model_logits(m, s, i, logits);
@@ -74,10 +101,7 @@ static double cross_entropy(const model *m, const uint8_t *text, int n) {
         total += log(z) + mx - logits[text[i + 1]];
     }
     free(logits);
-    free(tokens);
-    free(table);
-    model_scratch_free(s);
-    kvcache_destroy(kv);
+    prompt_close(&pr);
     return total / (n - 1);
 }
 
@@ -239,43 +263,23 @@ END_TEST
 static void query_logits(const model *m, const uint8_t *text, int ctx, int query,
                          const uint8_t *dropped, int poison, float *logits) {
     const model_config *c = model_config_of(m);
-    int n = ctx + query;
-    uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-    kvcache_params kp = {.layout = KV_LAYOUT_NHD,
-                         .dtype = KVS_DTYPE_FP32,
-                         .n_layers = (uint32_t)c->n_layers,
-                         .n_heads = model_cache_heads(m),
-                         .head_dim = model_cache_width(m),
-                         .n_blocks = blocks,
-                         .block_budget = blocks};
-    char err[256];
-    kvcache *kv = kvcache_create(&kp, err, sizeof err);
-    model_scratch *s = model_scratch_create(m, n, n);
-    uint32_t *table = calloc(blocks, sizeof *table);
-    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
-    ck_assert(kv && s && table && tokens && kvcache_alloc(kv, blocks, table) == 0);
-    for (int i = 0; i < n; i++) tokens[i] = text[i];
-    model_embed(m, s, tokens, ctx);
-    for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, ctx);
+    prompt pr = prompt_open(m, text, ctx + query);
+    prompt_step(m, &pr, 0, ctx);
     if (poison) /* masked pages holding NaN and infinities, as never-loaded pages might */
         for (int l = 0; l < c->n_layers; l++)
             for (int p = 0; p < ctx; p++)
                 for (uint32_t g = 0; dropped && dropped[p] && g < model_cache_heads(m); g++)
                     for (int kvp = 0; kvp < 2; kvp++) {
                         float *x = (float *)(void *)kvcache_head_ptr(
-                            kv, (uint32_t)l, (kv_part)kvp, table[p / KV_BLOCK_TOKENS],
+                            pr.kv, (uint32_t)l, (kv_part)kvp, pr.table[p / KV_BLOCK_TOKENS],
                             (uint32_t)(p % KV_BLOCK_TOKENS), g);
                         for (uint32_t d = 0; d < model_cache_width(m); d++)
                             x[d] = d % 2 ? NAN : INFINITY;
                     }
-    model_scratch_drop(s, dropped);
-    model_embed(m, s, tokens + ctx, query);
-    for (int l = 0; l < c->n_layers; l++)
-        model_layer(m, s, kv, (uint32_t)l, table, (uint64_t)ctx, query);
-    model_logits(m, s, query - 1, logits);
-    free(tokens), free(table);
-    model_scratch_free(s);
-    kvcache_destroy(kv);
+    model_scratch_drop(pr.s, dropped);
+    prompt_step(m, &pr, ctx, query);
+    model_logits(m, pr.s, query - 1, logits);
+    prompt_close(&pr);
 }
 
 /* The engine can mask dropped KV (StreamingLLM): masked positions have no influence at all, an

@@ -59,15 +59,21 @@ typedef struct trained {
 
 /* Resolve "default", load the weights (their shape becomes o->model) and the text. 0 or -1 after
  * saying why on stderr. */
+/* *path, or for "default" the shipped file `name` (0), or -1 after saying it is missing. */
+static int resolve_default(const char *flag, const char **path, const char *name, char *buf,
+                           size_t len) {
+    if (!*path || strcmp(*path, "default") != 0) return 0;
+    if ((*path = weights_default_file(name, buf, len))) return 0;
+    fprintf(stderr,
+            PROG ": %s default: no %s under <exe dir>/../share/kvstrata or the source tree\n", flag,
+            name);
+    return -1;
+}
+
 static int load_trained(options *o, trained *t) {
     char err[768], path[4096];
     const char *wp = o->weights_path;
-    if (wp && strcmp(wp, "default") == 0 &&
-        !(wp = weights_default_file("mini-256.kvsw", path, sizeof path))) {
-        fprintf(stderr, PROG ": --weights default: no mini-256.kvsw under <exe dir>/../share/"
-                             "kvstrata or the source tree\n");
-        return -1;
-    }
+    if (resolve_default("--weights", &wp, "mini-256.kvsw", path, sizeof path) != 0) return -1;
     if (wp) {
         if (weights_load(wp, &t->wf, err, sizeof err) != 0) {
             fprintf(stderr, PROG ": --weights %s\n", err);
@@ -81,12 +87,7 @@ static int load_trained(options *o, trained *t) {
     }
     const char *tp = o->text_path;
     if (tp && strcmp(tp, "none") == 0) tp = NULL;
-    if (tp && strcmp(tp, "default") == 0 &&
-        !(tp = weights_default_file("mini-256.sample.txt", path, sizeof path))) {
-        fprintf(stderr, PROG ": --text default: no mini-256.sample.txt under <exe dir>/../share/"
-                             "kvstrata or the source tree\n");
-        return -1;
-    }
+    if (resolve_default("--text", &tp, "mini-256.sample.txt", path, sizeof path) != 0) return -1;
     if (tp && text_load(tp, o->model.vocab, &t->text, &t->text_len, err, sizeof err) != 0) {
         fprintf(stderr, PROG ": --text %s\n", err);
         return -1;

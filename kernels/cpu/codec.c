@@ -57,38 +57,10 @@ static uint16_t get16(const uint8_t *p) {
 
 /* ---- geometry ------------------------------------------------------------------------------------ */
 
-typedef struct geom {
-    uint32_t n, heads, dim, elem;
-    uint32_t levels;    /* KIVI: 2^bits - 1 */
-    uint32_t row_codes; /* code bytes of one (token, head) row */
-    uint32_t k_groups;  /* KIVI: token groups of K */
-    uint32_t v_groups;  /* KIVI: channel groups of one V row */
-    uint64_t codes;     /* code bytes of K (and of V) */
-    uint64_t k_meta;    /* bytes of K's group table (INT8: steps) */
-    uint64_t v_meta;
-} geom;
+typedef kvs_codec_geom geom;
 
 static geom geometry(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, uint32_t n) {
-    geom g;
-    memset(&g, 0, sizeof g);
-    g.n = n;
-    g.heads = shape->n_heads;
-    g.elem = kvs_dtype_bytes(dtype);
-    g.dim = g.elem ? shape->head_bytes / g.elem : 0;
-    if (c->kind == KVS_CODEC_KIVI) {
-        g.levels = (1u << c->bits) - 1u;
-        g.row_codes = g.dim * c->bits / 8u;
-        g.k_groups = c->k_group ? (n + c->k_group - 1u) / c->k_group : 0;
-        g.v_groups = c->v_group ? (g.dim + c->v_group - 1u) / c->v_group : 0;
-        g.k_meta = (uint64_t)g.k_groups * g.heads * g.dim * 4u;
-        g.v_meta = (uint64_t)n * g.heads * g.v_groups * 4u;
-    } else {
-        g.levels = 127;
-        g.row_codes = g.dim;
-        g.k_meta = g.v_meta = (uint64_t)n * g.heads * 2u;
-    }
-    g.codes = (uint64_t)n * g.heads * g.row_codes;
-    return g;
+    return kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), n);
 }
 
 kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, char *err,

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "abi/kvstrata.h"
 #include "kernels/cpu/kernels.h"
@@ -44,6 +45,43 @@ typedef struct kvs_codec {
     uint16_t k_group; /* KIVI: tokens per K group (>= 1) */
     uint16_t v_group; /* KIVI: channels per V group (1 .. dim) */
 } kvs_codec;
+
+/* Where an encoded layer keeps what (the layout above), for n tokens: one definition for the host
+ * codecs and the CUDA decode-scatter. */
+typedef struct kvs_codec_geom {
+    uint32_t n, heads, dim, elem;
+    uint32_t levels;    /* KIVI: 2^bits - 1; INT8: 127 */
+    uint32_t row_codes; /* code bytes of one (token, head) row */
+    uint32_t k_groups;  /* KIVI: token groups of K */
+    uint32_t v_groups;  /* KIVI: channel groups of one V row */
+    uint64_t codes;     /* code bytes of K (and of V) */
+    uint64_t k_meta;    /* bytes of K's group table (INT8: steps) */
+    uint64_t v_meta;
+} kvs_codec_geom;
+
+static inline kvs_codec_geom kvs_codec_geometry(const kvs_codec *c, const kvs_kv_shape *shape,
+                                                uint32_t elem, uint32_t n) {
+    kvs_codec_geom g;
+    memset(&g, 0, sizeof g);
+    g.n = n;
+    g.heads = shape->n_heads;
+    g.elem = elem;
+    g.dim = elem ? shape->head_bytes / elem : 0;
+    if (c->kind == KVS_CODEC_KIVI) {
+        g.levels = (1u << c->bits) - 1u;
+        g.row_codes = g.dim * c->bits / 8u;
+        g.k_groups = c->k_group ? (n + c->k_group - 1u) / c->k_group : 0;
+        g.v_groups = c->v_group ? (g.dim + c->v_group - 1u) / c->v_group : 0;
+        g.k_meta = (uint64_t)g.k_groups * g.heads * g.dim * 4u;
+        g.v_meta = (uint64_t)n * g.heads * g.v_groups * 4u;
+    } else {
+        g.levels = 127;
+        g.row_codes = g.dim;
+        g.k_meta = g.v_meta = (uint64_t)n * g.heads * 2u;
+    }
+    g.codes = (uint64_t)n * g.heads * g.row_codes;
+    return g;
+}
 
 /* KVS_OK if the codec can encode layers of this shape and dtype, else KVS_EINVAL and a sentence. */
 kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, char *err,

@@ -10,8 +10,9 @@ constexpr int kThreads = 256;
 
 struct decode_args {
     kvs_codec c;
-    uint32_t dtype, heads, dim, row_codes, v_groups, block_tokens, n_tokens;
-    uint64_t first_token, codes, k_meta;
+    kvs_codec_geom g; /* the layout, as the host reads it */
+    uint32_t dtype, block_tokens;
+    uint64_t first_token;
     int has_v;
     uint8_t *k_base, *v_base;
     int64_t block_stride, token_stride, head_stride;
@@ -27,33 +28,35 @@ __device__ float half_at(const uint8_t *p) {
 
 /* Element (t, h, d) of K (is_v 0) or V, decoded as the host's decode_row does. */
 __device__ float decode(const decode_args &a, int is_v, uint32_t t, uint32_t h, uint32_t d) {
-    const uint8_t *codes = a.enc + (is_v ? a.codes + a.k_meta : 0);
-    const uint8_t *meta = codes + a.codes;
-    uint64_t r = (uint64_t)t * a.heads + h;
+    const kvs_codec_geom &g = a.g;
+    const uint8_t *codes = a.enc + (is_v ? g.codes + g.k_meta : 0);
+    const uint8_t *meta = codes + g.codes;
+    uint64_t r = (uint64_t)t * g.heads + h;
     if (a.c.kind == KVS_CODEC_INT8) {
         float s = half_at(meta + r * 2u);
-        return __fmul_rn((float)(int8_t)codes[r * a.dim + d], s);
+        return __fmul_rn((float)(int8_t)codes[r * g.dim + d], s);
     }
     uint32_t bit = d * a.c.bits;
     uint32_t q =
-        (uint32_t)(codes[r * a.row_codes + bit / 8u] >> (bit % 8u)) & ((1u << a.c.bits) - 1u);
+        (uint32_t)(codes[r * g.row_codes + bit / 8u] >> (bit % 8u)) & ((1u << a.c.bits) - 1u);
     const uint8_t *gm = is_v
-                            ? meta + (r * a.v_groups + d / a.c.v_group) * 4u
-                            : meta + (((uint64_t)(t / a.c.k_group) * a.heads + h) * a.dim + d) * 4u;
+                            ? meta + (r * g.v_groups + d / a.c.v_group) * 4u
+                            : meta + (((uint64_t)(t / a.c.k_group) * g.heads + h) * g.dim + d) * 4u;
     return __fadd_rn(__fmul_rn((float)q, half_at(gm + 2)), half_at(gm));
 }
 
 __global__ void __launch_bounds__(kThreads) decode_scatter(const decode_args a) {
-    const uint64_t per_part = (uint64_t)a.n_tokens * a.heads * a.dim;
+    const kvs_codec_geom &g = a.g;
+    const uint64_t per_part = (uint64_t)g.n * g.heads * g.dim;
     const uint64_t total = a.has_v ? 2 * per_part : per_part;
     const uint64_t step = (uint64_t)gridDim.x * blockDim.x;
     const uint32_t el = kvs_dtype_bytes(a.dtype);
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
         const int is_v = i >= per_part;
         const uint64_t e = is_v ? i - per_part : i;
-        const uint32_t d = (uint32_t)(e % a.dim);
-        const uint32_t h = (uint32_t)(e / a.dim % a.heads);
-        const uint32_t t = (uint32_t)(e / a.dim / a.heads);
+        const uint32_t d = (uint32_t)(e % g.dim);
+        const uint32_t h = (uint32_t)(e / g.dim % g.heads);
+        const uint32_t t = (uint32_t)(e / g.dim / g.heads);
         const uint64_t pos = a.first_token + t;
         const int64_t at = (int64_t)a.block_ids[pos / a.block_tokens] * a.block_stride +
                            (int64_t)(pos % a.block_tokens) * a.token_stride +
@@ -70,19 +73,11 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_layer(const kvs_codec *c, const kv
                                                     cudaStream_t stream) {
     decode_args a = {};
     a.c = *c;
+    a.g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), span->n_tokens);
     a.dtype = dtype;
-    a.heads = shape->n_heads;
-    a.dim = shape->head_bytes / kvs_dtype_bytes(dtype);
     a.block_tokens = shape->block_tokens;
-    a.n_tokens = span->n_tokens;
     a.first_token = span->first_token;
     a.has_v = shape->has_v;
-    a.row_codes = c->kind == KVS_CODEC_KIVI ? a.dim * c->bits / 8u : a.dim;
-    a.v_groups = c->kind == KVS_CODEC_KIVI ? (a.dim + c->v_group - 1u) / c->v_group : 0;
-    a.codes = (uint64_t)a.n_tokens * a.heads * a.row_codes;
-    a.k_meta = c->kind == KVS_CODEC_KIVI
-                   ? (uint64_t)((a.n_tokens + c->k_group - 1u) / c->k_group) * a.heads * a.dim * 4u
-                   : (uint64_t)a.n_tokens * a.heads * 2u;
     a.k_base = static_cast<uint8_t *>(view->k_base);
     a.v_base = static_cast<uint8_t *>(view->v_base);
     a.block_stride = view->block_stride;
@@ -90,7 +85,7 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_layer(const kvs_codec *c, const kv
     a.head_stride = view->head_stride;
     a.block_ids = span->block_ids;
     a.enc = static_cast<const uint8_t *>(encoded);
-    uint64_t total = (uint64_t)a.n_tokens * a.heads * a.dim * (a.has_v ? 2u : 1u);
+    uint64_t total = (uint64_t)a.g.n * a.g.heads * a.g.dim * (a.has_v ? 2u : 1u);
     if (total == 0) return cudaSuccess;
     uint64_t blocks = (total + kThreads - 1) / kThreads;
     if (blocks > 4096) blocks = 4096;

@@ -95,6 +95,14 @@ static double cheapest_on(const state *s, size_t i, int dev, uint32_t *to) {
     return best;
 }
 
+/* Entry i takes its option j: the devices' usage follows. */
+static void move(state *s, size_t i, uint32_t j) {
+    const opt *o = s->opts + i * s->per, *from = o + s->cur[i], *to = o + j;
+    if (from->dev != KVS_AC_NONE) s->used[from->dev] -= from->bytes;
+    if (to->dev != KVS_AC_NONE) s->used[to->dev] += to->bytes;
+    s->cur[i] = j;
+}
+
 /* The SSD's marginal utility per byte: what freeing room there costs now. +inf when nothing on it
  * can move (no room can be made). */
 static double ssd_price(const state *s) {
@@ -142,11 +150,8 @@ static int step(state *s, int t) {
     }
     if (isinf(best)) return 0;
     const opt *o = s->opts + bi * s->per;
-    const opt *from = o + s->cur[bi], *to = o + bj;
-    if (from->u - to->u > s->largest_step) s->largest_step = from->u - to->u;
-    if (from->dev != KVS_AC_NONE) s->used[from->dev] -= from->bytes;
-    if (to->dev != KVS_AC_NONE) s->used[to->dev] += to->bytes;
-    s->cur[bi] = bj;
+    if (o[s->cur[bi]].u - o[bj].u > s->largest_step) s->largest_step = o[s->cur[bi]].u - o[bj].u;
+    move(s, bi, bj);
     return 1;
 }
 
@@ -175,10 +180,7 @@ static int upgrade(state *s) {
         }
     }
     if (best <= 0.0) return 0;
-    const opt *o = s->opts + bi * s->per, *from = o + s->cur[bi], *to = o + bj;
-    if (from->dev != KVS_AC_NONE) s->used[from->dev] -= from->bytes;
-    if (to->dev != KVS_AC_NONE) s->used[to->dev] += to->bytes;
-    s->cur[bi] = bj;
+    move(s, bi, bj);
     return 1;
 }
 
