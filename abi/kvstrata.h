@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 5
+#define KVS_ABI_MINOR 6
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -142,6 +142,11 @@ typedef struct kvs_lookup_result {
                          * tier slower than `loads.async_below`). The engine then does not schedule
                          * the request until a worker's get_finished lists it in `receiving`: its KV
                          * is in the pages then, or its failed blocks are in load_error_blocks */
+    /* (1.6) of n_hit_tokens, those that load lossy: their chunks were stored compressed by a
+     * compress tier (docs/compress.md) and land as their codec decodes them. Always 0 unless the
+     * config's `loads.accept_lossy` is true: without it a lookup's hit ends before the first lossy
+     * chunk, and the engine recomputes from there */
+    uint64_t n_lossy_tokens;
 } kvs_lookup_result;
 
 #define KVS_LOOKUP_RESULT_SIZE_1_0 24u
@@ -261,6 +266,8 @@ typedef struct kvs_stats {
     uint64_t steps_closed; /* bound steps closed by the next bind_meta (no forward pass: the engine
                             * skipped the layer hooks and wait_save) */
     uint64_t lookups_unknown; /* lookups answered unknown_yet (loads.remote_lookups: async) */
+    /* ABI 1.6. Read only when struct_size covers it. */
+    uint64_t lossy_chunks_loaded; /* of chunks_loaded, those decoded from a lossy object */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */

@@ -28,12 +28,53 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 4
+#define KVS_BACKEND_ABI_MINOR 5
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
     uint8_t bytes[16];
 } kvs_key;
+
+/* --- 1.5: what a tier that re-encodes its objects (type compress, docs/compress.md) is told --- */
+
+/* At most this many encodings of one object (raw and the connector's lossy codecs). */
+#define KVS_BACKEND_MAX_ENCODINGS 8
+
+/* One way an object can be stored. id names it to the host (0: raw; the host's own numbers for its
+ * lossy codecs); codec is what the object's header will say (0 raw, 1 KIVI, 2 INT8). */
+typedef struct kvs_backend_encoding {
+    uint32_t id;
+    uint16_t codec;
+    uint8_t bits; /* KIVI 2 or 4, INT8 8, raw 0 */
+    uint8_t reserved;
+    uint64_t bytes; /* the object's length in this encoding */
+    double quality; /* the host's estimate in [0, 1]; 1 for raw */
+} kvs_backend_encoding;
+
+/* One stored object, as a tier asks the host to place it. */
+typedef struct kvs_backend_place_entry {
+    uint64_t raw_bytes; /* its length raw */
+    double hits_per_s;  /* how often it is read; < 0 when not known yet (a new object) */
+    uint32_t n_encodings;
+    uint32_t allowed; /* bit e: it may be stored as encodings[e] */
+    uint32_t devices; /* bit 0: this tier may hold it; bit 1: the next tier may */
+    uint32_t reserved;
+    kvs_backend_encoding encodings[KVS_BACKEND_MAX_ENCODINGS];
+} kvs_backend_place_entry;
+
+/* The two places a compressing tier chooses between: itself (0) and the next tier (1). */
+typedef struct kvs_backend_devices {
+    double latency_s[2];
+    double bytes_per_s[2];
+    uint64_t capacity[2];
+    double recompute_s; /* what a hit costs when the object is stored nowhere */
+} kvs_backend_devices;
+
+/* Where the host puts one entry: device 0 or 1, or -1 (stored nowhere), as encodings[encoding]. */
+typedef struct kvs_backend_place_choice {
+    int8_t device;
+    uint8_t encoding;
+} kvs_backend_place_choice;
 
 typedef struct kvs_backend_option {
     const char *key;   /* option name as written in YAML under `options:` */
@@ -80,6 +121,25 @@ typedef struct kvs_backend_host {
      * connector counts it as a skipped save. May run on a backend thread under the backend's lock:
      * must not call back into the backend. NULL when absent. */
     void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
+
+    /* --- 1.5: for a tier that re-encodes its objects. NULL when the connector cannot (a handle
+     * without a model, or no `placement:` section): such a tier stores objects as they come. --- */
+    /* The encodings object (len bytes, as put gave it) can take: out[0] is the object as it is,
+     * the others what the host could encode it into (only from raw: a lossy object has none),
+     * with their lengths and estimated quality; *n gets how many (at most cap). KVS_ECORRUPT for
+     * an object the host cannot read (its model's geometry, its checksum). Thread-safe, pure. */
+    kvs_status (*encodings)(void *ctx, const void *object, uint64_t len, kvs_backend_encoding *out,
+                            uint32_t cap, uint32_t *n);
+    /* Encode raw object into encoding id at dst (cap bytes); *out_len gets its length. The result
+     * is a sealed object of the same key that the connector's loads read. Thread-safe, pure. */
+    kvs_status (*encode)(void *ctx, const void *object, uint64_t len, uint32_t id, void *dst,
+                         uint64_t cap, uint64_t *out_len);
+    /* Place entries[0..n) over devices: out[i] for entry i, under both capacities (the host's
+     * policy: `placement:` in the YAML). Thread-safe, pure. */
+    kvs_status (*plan)(void *ctx, const kvs_backend_place_entry *entries, uint64_t n,
+                       const kvs_backend_devices *devices, kvs_backend_place_choice *out);
+    /* How often the tier re-places what it holds (`placement.reevaluate_ms`). */
+    uint64_t reevaluate_ms;
 } kvs_backend_host;
 
 typedef struct kvs_backend_init {
@@ -120,6 +180,7 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
 #define KVS_BACKEND_CAP_GET_MANY_ASYNC \
     (1u << 7) /* 1.4: get_many_start and get_many_finish are implemented */
+#define KVS_BACKEND_CAP_CODECS (1u << 8) /* 1.5: codecs is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -197,6 +258,12 @@ typedef struct kvs_backend_ops {
                                  const uint64_t *caps, uint64_t n, uint64_t *lens,
                                  kvs_status *statuses, uint64_t *ticket);
     kvs_status (*get_many_finish)(void *state, uint64_t ticket);
+
+    /* --- 1.5 --- */
+    /* CAP_CODECS: the codec (the object header's: 0 raw, 1 KIVI, 2 INT8) each of keys[0..n) is
+     * stored with, as far as this tier knows (one it holds, or one it passed to the next tier), into
+     * codecs[i]; 0 for a key it knows nothing of. Lookups use it to say which chunks load lossy. */
+    kvs_status (*codecs)(void *state, const kvs_key *keys, uint64_t n, uint16_t *codecs);
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the

@@ -6,6 +6,7 @@
 #include "common/abi_struct.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "encoder.h"
 #include "guard.h"
 #include "handle.h"
 #include "keys.h"
@@ -140,8 +141,16 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     void *staging = NULL;
     uint64_t staging_len = 0;
     if (h->pool) kvs_pool_region(h->pool, &staging, &staging_len);
-    st = kvs_tiers_open(h->cfg, h->object_bytes, staging, staging_len, on_tier_event, h, &h->tiers,
-                        err, err_len);
+    kvs_encoder_model em = {.fingerprint = h->fingerprint,
+                            .n_layers = h->model.n_layers,
+                            .chunk_tokens = h->chunk_tokens,
+                            .dtype = h->model.dtype,
+                            .shape = h->shape,
+                            .layer_bytes = h->layer_bytes};
+    if (kvs_encoder_create(&em, h->cfg, &h->encoder) != KVS_OK)
+        return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
+    st = kvs_tiers_open(h->cfg, h->object_bytes, h->encoder, staging, staging_len, on_tier_event, h,
+                        &h->tiers, err, err_len);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER) &&
@@ -185,6 +194,7 @@ static void api_close(kvs_handle *h) {
     }
     kvs_rlookups_destroy(h->rlookups); /* after the requests dropped their queries */
     kvs_tiers_close(h->tiers);
+    kvs_encoder_destroy(h->encoder);
     kvs_pool_destroy(h->pool);
     free(h->error_blocks);
     free(h->rank_fingerprints);

@@ -21,7 +21,7 @@
 
 static const char *const ROOT_KEYS[] = {
     "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",
-    "device",  "node",         "restore",          "loads"};
+    "device",  "node",         "restore",          "loads",       "placement"};
 enum {
     RK_VERSION,
     RK_CHUNK,
@@ -34,6 +34,7 @@ enum {
     RK_NODE,
     RK_RESTORE,
     RK_LOADS,
+    RK_PLACEMENT,
     RK_COUNT
 };
 
@@ -227,6 +228,11 @@ static void set_defaults(kvs_config *cfg) {
     cfg->max_chunks_per_step = 1024;
     cfg->restore.priority =
         1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
+    cfg->placement.alpha = 0.1;
+    cfg->placement.freq_prior = 0.1;
+    cfg->placement.reevaluate_ms = 1000;
+    cfg->placement.decode_bytes_per_s = 1000000000ull;
+    cfg->placement.codecs = KVS_PLACEMENT_CODECS_ALL;
 }
 
 static kvs_status parse_device(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kvs_config *cfg) {
@@ -381,6 +387,8 @@ static kvs_status parse_root(const kvs_yaml_ctx *ctx, const kvs_yaml_node *root,
     if (st == KVS_OK && values[RK_RESTORE])
         st = kvs_config_parse_restore(ctx, values[RK_RESTORE], cfg);
     if (st == KVS_OK && values[RK_LOADS]) st = kvs_config_parse_loads(ctx, values[RK_LOADS], cfg);
+    if (st == KVS_OK && values[RK_PLACEMENT])
+        st = kvs_config_parse_placement(ctx, values[RK_PLACEMENT], cfg);
     return st;
 }
 

@@ -207,3 +207,70 @@ kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *
                              "`slow` needs `restore.profile:` (each tier's read bandwidth)");
     return KVS_OK;
 }
+
+static const char *const PLACEMENT_KEYS[] = {"policy", "alpha",         "min_quality", "freq_prior",
+                                             "codecs", "reevaluate_ms", "decode_rate"};
+enum {
+    PK_POLICY,
+    PK_ALPHA,
+    PK_MIN_QUALITY,
+    PK_FREQ_PRIOR,
+    PK_CODECS,
+    PK_REEVALUATE,
+    PK_DECODE,
+    PK_COUNT
+};
+static const char *const PLACEMENT_POLICIES[] = {"adaptcache"}; /* KVS_PLACEMENT_* order */
+static const char *const PLACEMENT_CODECS[] = {"int8", "kivi4", "kivi2"}; /* bit order */
+
+/* `codecs:` is a sequence of codec names, each at most once. */
+static kvs_status parse_codecs(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, uint32_t *out) {
+    if (v->kind != KVS_YAML_SEQUENCE)
+        return kvs_yaml_fail(ctx, v, "placement.codecs",
+                             "expected a sequence of codecs (int8, kivi4, kivi2), found %s",
+                             kvs_yaml_describe(v));
+    uint32_t bits = 0;
+    for (size_t i = 0; i < v->n_items; i++) {
+        size_t c;
+        kvs_status st = kvs_yaml_get_choice(ctx, v->items[i], "placement.codecs", PLACEMENT_CODECS,
+                                            COUNT_OF(PLACEMENT_CODECS), &c);
+        if (st != KVS_OK) return st;
+        if (bits >> c & 1)
+            return kvs_yaml_fail(ctx, v->items[i], "placement.codecs", "%s is given twice",
+                                 PLACEMENT_CODECS[c]);
+        bits |= 1u << c;
+    }
+    *out = bits;
+    return KVS_OK;
+}
+
+kvs_status kvs_config_parse_placement(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
+                                      kvs_config *cfg) {
+    const kvs_yaml_node *keys[PK_COUNT] = {NULL}, *values[PK_COUNT] = {NULL};
+    kvs_status st =
+        kvs_yaml_mapping_fields(ctx, v, "placement", PLACEMENT_KEYS, PK_COUNT, keys, values, 0);
+    size_t choice;
+    if (st == KVS_OK && values[PK_POLICY]) {
+        st = kvs_yaml_get_choice(ctx, values[PK_POLICY], "placement.policy", PLACEMENT_POLICIES,
+                                 COUNT_OF(PLACEMENT_POLICIES), &choice);
+        if (st == KVS_OK) cfg->placement.policy = (int)choice;
+    }
+    if (st == KVS_OK && values[PK_ALPHA])
+        st = kvs_yaml_get_double(ctx, values[PK_ALPHA], "placement.alpha", 0, 1e6,
+                                 &cfg->placement.alpha);
+    if (st == KVS_OK && values[PK_MIN_QUALITY])
+        st = kvs_yaml_get_double(ctx, values[PK_MIN_QUALITY], "placement.min_quality", 0, 1,
+                                 &cfg->placement.min_quality);
+    if (st == KVS_OK && values[PK_FREQ_PRIOR])
+        st = kvs_yaml_get_double(ctx, values[PK_FREQ_PRIOR], "placement.freq_prior", 1e-9, 1e9,
+                                 &cfg->placement.freq_prior);
+    if (st == KVS_OK && values[PK_CODECS])
+        st = parse_codecs(ctx, values[PK_CODECS], &cfg->placement.codecs);
+    if (st == KVS_OK && values[PK_REEVALUATE])
+        st = kvs_yaml_get_uint(ctx, values[PK_REEVALUATE], "placement.reevaluate_ms", 1,
+                               86400000ull, &cfg->placement.reevaluate_ms);
+    if (st == KVS_OK && values[PK_DECODE])
+        st = get_rate(ctx, values[PK_DECODE], "placement.decode_rate",
+                      &cfg->placement.decode_bytes_per_s);
+    return st;
+}

@@ -1,5 +1,5 @@
-/* config_restore.h - the configuration's `restore:` section and the profile file it names (internal to
- * connector/config*.c). */
+/* config_restore.h - the configuration's `restore:`, `loads:` and `placement:` sections and the
+ * profile file `restore:` names (internal to connector/config*.c). */
 #ifndef KVS_CONFIG_RESTORE_H
 #define KVS_CONFIG_RESTORE_H
 
@@ -12,5 +12,9 @@ kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node
 
 /* `loads:` at v into cfg->loads (after `restore:`: `async: slow` reads the profile's bandwidths). */
 kvs_status kvs_config_parse_loads(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kvs_config *cfg);
+
+/* `placement:` at v into cfg->placement (docs/compress.md). */
+kvs_status kvs_config_parse_placement(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
+                                      kvs_config *cfg);
 
 #endif

@@ -100,7 +100,22 @@ typedef struct kvs_config {
         int remote_lookups;     /* KVS_REMOTE_LOOKUPS_* (default wait) */
         int accept_lossy;       /* 1: lossy objects are decoded and loaded; 0 (default): refused */
     } loads;
+    struct { /* `placement:` (docs/compress.md): how a compress tier places and encodes objects */
+        int policy;             /* KVS_PLACEMENT_ADAPTCACHE (the only one) */
+        double alpha;           /* seconds of delay one unit of quality is worth (default 0.1) */
+        double min_quality;     /* encodings estimated below it are never chosen (default 0) */
+        double freq_prior;      /* reads per second assumed for a new object (default 0.1) */
+        uint64_t reevaluate_ms; /* how often a compress tier re-places what it holds (1000) */
+        uint64_t decode_bytes_per_s; /* how fast a lossy object decodes (raw bytes; 1GB/s) */
+        uint32_t codecs;             /* KVS_PLACEMENT_CODEC_* bits offered (default all) */
+    } placement;
 } kvs_config;
+
+#define KVS_PLACEMENT_ADAPTCACHE  0
+#define KVS_PLACEMENT_CODEC_INT8  (1u << 0)
+#define KVS_PLACEMENT_CODEC_KIVI4 (1u << 1)
+#define KVS_PLACEMENT_CODEC_KIVI2 (1u << 2)
+#define KVS_PLACEMENT_CODECS_ALL  7u
 
 #define KVS_LOADS_ASYNC_NEVER  0
 #define KVS_LOADS_ASYNC_ALWAYS 1

@@ -83,6 +83,7 @@ typedef struct kvs_load_work {
     int drop;        /* corrupt: remove from the tiers once unpinned */
     int async;       /* an async request's: failures are accounted when it lands */
     int ranged;      /* some layers only, read with get_range into slab */
+    int lossy;       /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
     int layers_read; /* ranged: every wanted layer is in the slab already (start_load on a CUDA
                       * device, or an async load's reader) */
 } kvs_load_work;
@@ -114,6 +115,7 @@ struct kvs_handle {
     uint64_t layer_bytes;  /* one layer of one chunk */
     uint64_t object_bytes; /* one chunk object */
     kvs_tier_chain *tiers;
+    struct kvs_encoder *encoder;   /* what compress tiers encode and place with (encoder.h) */
     struct kvs_rlookups *rlookups; /* scheduler, loads.remote_lookups async with a remote tier */
     int32_t
         *spare_tokens; /* the token buffer of a request gone, for the next one (no page faults) */

@@ -95,6 +95,13 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
                                   const kvs_kv_shape *shape, uint32_t dtype, kvs_codec *codec,
                                   char *err, uint64_t err_len);
 
+/* Decode a lossy object whole (checked as kvs_object_check_lossy checks it, under its own key, and
+ * each layer against its checksum before it is decoded) into a sealed raw object at raw (cap bytes:
+ * kvs_object_bytes of the raw geometry). KVS_ECORRUPT, KVS_EOVERFLOW or KVS_ENOMEM with a sentence. */
+kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fingerprint,
+                             uint32_t n_layers, uint32_t n_tokens, const kvs_kv_shape *shape,
+                             uint32_t dtype, void *raw, uint64_t cap, char *err, uint64_t err_len);
+
 /* Check magic, version, codec, header hash, fingerprint, key, geometry and the length; on failure
  * KVS_ECORRUPT with a sentence in err. Payload hashes are checked by the reader per layer. */
 kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_key *fingerprint,

@@ -140,3 +140,44 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
     *codec = c;
     return KVS_OK;
 }
+
+kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fingerprint,
+                             uint32_t n_layers, uint32_t n_tokens, const kvs_kv_shape *shape,
+                             uint32_t dtype, void *raw, uint64_t cap, char *err, uint64_t err_len) {
+    const kvs_object_header *h = object;
+    kvs_codec c;
+    if (len < sizeof *h) {
+        kvs_fmt(err, err_len, "a lossy object of %llu bytes is shorter than a header",
+                (unsigned long long)len);
+        return KVS_ECORRUPT;
+    }
+    kvs_status st = kvs_object_check_lossy(object, len, fingerprint, &h->key, n_layers, n_tokens,
+                                           shape, dtype, &c, err, err_len);
+    if (st != KVS_OK) return st;
+    uint64_t raw_layer = kvs_kernel_layer_bytes(shape, n_tokens);
+    if (cap < kvs_object_bytes(n_layers, raw_layer)) {
+        kvs_fmt(err, err_len, "%llu bytes of room for a raw object of %llu",
+                (unsigned long long)cap, (unsigned long long)kvs_object_bytes(n_layers, raw_layer));
+        return KVS_EOVERFLOW;
+    }
+    kvs_object_init(raw, fingerprint, &h->key, n_layers, n_tokens, raw_layer);
+    const uint64_t *hash = kvs_object_layer_hashes((void *)(uintptr_t)object);
+    for (uint32_t l = 0; l < n_layers; l++) {
+        const uint8_t *src =
+            (const uint8_t *)object + h->payload_offset + (uint64_t)l * h->layer_bytes;
+        if (kvs_xxh3_64(src, h->layer_bytes) != hash[l]) {
+            kvs_fmt(err, err_len, "lossy layer %u checksum mismatch", l);
+            return KVS_ECORRUPT;
+        }
+        uint8_t *dst = kvs_object_layer(raw, l);
+        st = kvs_codec_decode_layer(&c, shape, dtype, n_tokens, src, dst,
+                                    shape->has_v ? dst + raw_layer / 2 : NULL);
+        if (st != KVS_OK) {
+            kvs_fmt(err, err_len, "out of memory decoding a lossy object");
+            return st;
+        }
+        kvs_object_layer_hashes(raw)[l] = kvs_xxh3_64(dst, raw_layer);
+    }
+    kvs_object_seal(raw);
+    return KVS_OK;
+}

@@ -330,6 +330,28 @@ static int remote_answer(kvs_handle *h, kvs_request *r, uint64_t first) {
     return kvs_rlookup_done(h->rlookups, l);
 }
 
+/* Which chunks of the pinned run [first, first + run) load lossy (a compress tier stored some key
+ * rank's object of it with a lossy codec): lossy[i] for chunk first + i. NULL when no tier knows
+ * codecs, or out of memory (every chunk then counts as raw: a load still checks the object). */
+static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) {
+    if (!run || !kvs_tiers_know_codecs(h->tiers)) return NULL;
+    uint64_t n = run * h->key_ranks;
+    kvs_key *keys = malloc(n * sizeof *keys);
+    uint16_t *codecs = malloc(n * sizeof *codecs);
+    uint8_t *lossy = calloc(run, 1);
+    if (keys && codecs && lossy) {
+        for (uint64_t i = 0; i < n; i++) keys[i] = r->pins[i].key;
+        kvs_tiers_codecs(h->tiers, keys, n, codecs);
+        for (uint64_t i = 0; i < n; i++) lossy[i / h->key_ranks] |= codecs[i] != 0;
+    } else {
+        free(lossy);
+        lossy = NULL;
+    }
+    free(keys);
+    free(codecs);
+    return lossy;
+}
+
 kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
                             uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
@@ -371,6 +393,13 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         return KVS_OK;
     }
     uint64_t run = pin_run(h, r, first, r->n_keys);
+    uint8_t *lossy = lossy_chunks(h, r, run);
+    if (lossy && !h->cfg->loads.accept_lossy) { /* the engine refuses them: the hit ends before */
+        uint64_t clean = 0;
+        while (clean < run && !lossy[clean]) clean++;
+        if (clean < run) unpin_from(h, r, clean * h->key_ranks);
+        run = clean;
+    }
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
@@ -383,6 +412,14 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t end = hit;
     if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
     uint64_t ext = end > n_computed ? end - n_computed : 0;
+    uint64_t lossy_tokens = 0; /* of the offered tokens [n_computed, end), those in lossy chunks */
+    for (uint64_t i = 0; lossy && i < run && (first + i) * C < end; i++) {
+        uint64_t lo = (first + i) * C, hi = lo + C;
+        if (lo < n_computed) lo = n_computed;
+        if (hi > end) hi = end;
+        if (lossy[i] && hi > lo) lossy_tokens += hi - lo;
+    }
+    free(lossy);
     if (ext == 0)
         release_lease(h, r);
     else {
@@ -403,7 +440,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     kvs_lookup_result res = {.struct_size = out_size,
                              .n_hit_tokens = ext,
                              .unknown_yet = 0,
-                             .load_async = r->load_async};
+                             .load_async = r->load_async,
+                             .n_lossy_tokens = lossy_tokens};
     memcpy(out, &res, out_size);
     return KVS_OK;
 }

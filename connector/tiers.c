@@ -10,11 +10,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backends/compress/compress.h"
 #include "backends/dram/dram.h"
 #include "backends/ssd/ssd.h"
 #include "backends/ucx/remote.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "encoder.h"
 #include "policy.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
@@ -36,7 +38,8 @@ typedef struct kvs_tier {
 struct kvs_tier_chain {
     kvs_tier *tiers;
     uint32_t n;
-    void *staging_base; /* the worker's pool, told to backends (io_uring fixed buffers) */
+    const kvs_encoder *encoder; /* for compress tiers (NULL: none) */
+    void *staging_base;         /* the worker's pool, told to backends (io_uring fixed buffers) */
     uint64_t staging_len;
     int log_level;
     kvs_tier_event_fn on_event;
@@ -50,8 +53,10 @@ typedef struct builtin {
     const kvs_backend_ops *(*ops)(void);
 } builtin;
 
-static const builtin builtins[] = {
-    {"dram", kvs_dram_backend}, {"ssd", kvs_ssd_backend}, {"remote", kvs_remote_backend}};
+static const builtin builtins[] = {{"dram", kvs_dram_backend},
+                                   {"compress", kvs_compress_backend},
+                                   {"ssd", kvs_ssd_backend},
+                                   {"remote", kvs_remote_backend}};
 
 static void host_log(void *ctx, int level, const char *message) {
     kvs_tier *t = ctx;
@@ -94,6 +99,24 @@ static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
         kvs_log(c->log_level, KVS_LOG_WARN,
                 "tier \"%s\": a %s it had accepted was dropped (%s); %llu so far", t->name,
                 t->index == 0 ? "save" : "copy", kvs_status_sentence(why), (unsigned long long)n);
+}
+
+static kvs_status host_encodings(void *ctx, const void *object, uint64_t len,
+                                 kvs_backend_encoding *out, uint32_t cap, uint32_t *n) {
+    kvs_tier *t = ctx;
+    return kvs_encoder_encodings(t->chain->encoder, object, len, out, cap, n);
+}
+
+static kvs_status host_encode(void *ctx, const void *object, uint64_t len, uint32_t id, void *dst,
+                              uint64_t cap, uint64_t *out_len) {
+    kvs_tier *t = ctx;
+    return kvs_encoder_encode(t->chain->encoder, object, len, id, dst, cap, out_len);
+}
+
+static kvs_status host_plan(void *ctx, const kvs_backend_place_entry *entries, uint64_t n,
+                            const kvs_backend_devices *devices, kvs_backend_place_choice *out) {
+    kvs_tier *t = ctx;
+    return kvs_encoder_plan(t->chain->encoder, entries, n, devices, out);
 }
 
 /* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
@@ -206,6 +229,12 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
                                  .on_evict = host_on_evict,
                                  .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
+    if (c->encoder) {
+        t->host.encodings = host_encodings;
+        t->host.encode = host_encode;
+        t->host.plan = host_plan;
+        t->host.reevaluate_ms = kvs_encoder_reevaluate_ms(c->encoder);
+    }
     t->remote = t->ops->type_name && strcmp(t->ops->type_name, "remote") == 0;
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
@@ -234,9 +263,10 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
     return KVS_OK;
 }
 
-kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,
-                          uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
-                          kvs_tier_chain **out, char *err, uint64_t err_len) {
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
+                          const kvs_encoder *encoder, void *staging_base, uint64_t staging_len,
+                          kvs_tier_event_fn on_event, void *event_ctx, kvs_tier_chain **out,
+                          char *err, uint64_t err_len) {
     *out = NULL;
     kvs_tier_chain *c = calloc(1, sizeof *c);
     if (!c || !(c->tiers = calloc(cfg->n_tiers, sizeof *c->tiers))) {
@@ -245,6 +275,7 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void
         return KVS_ENOMEM;
     }
     c->log_level = cfg->log_level;
+    c->encoder = encoder;
     c->staging_base = staging_base;
     c->staging_len = staging_len;
     c->on_event = on_event;
@@ -430,6 +461,27 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
             if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, i);
         }
     }
+}
+
+void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, uint64_t n, uint16_t *codecs) {
+    memset(codecs, 0, n * sizeof *codecs);
+    uint16_t *one = n ? malloc(n * sizeof *one) : NULL;
+    for (uint32_t t = 0; one && t < c->n; t++) {
+        const kvs_backend_ops *ops = c->tiers[t].ops;
+        if (!(ops->caps & KVS_BACKEND_CAP_CODECS) || !KVS_HAS_OP(ops, codecs) ||
+            ops->codecs(c->tiers[t].state, keys, n, one) != KVS_OK)
+            continue;
+        for (uint64_t i = 0; i < n; i++)
+            if (!codecs[i]) codecs[i] = one[i];
+    }
+    free(one);
+}
+
+int kvs_tiers_know_codecs(const kvs_tier_chain *c) {
+    for (uint32_t t = 0; t < c->n; t++)
+        if ((c->tiers[t].ops->caps & KVS_BACKEND_CAP_CODECS) && KVS_HAS_OP(c->tiers[t].ops, codecs))
+            return 1;
+    return 0;
 }
 
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *c) {

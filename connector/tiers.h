@@ -10,14 +10,18 @@
 #include "config.h"
 
 typedef struct kvs_tier_chain kvs_tier_chain;
+struct kvs_encoder;
 
 /* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
 typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
 /* Or'ed into a REMOVED kind: a put the tier accepted and then dropped (not an eviction). */
 #define KVS_TIER_EVENT_DROPPED 0x80u
 
-/* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend. */
-kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes, void *staging_base,
+/* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend.
+ * encoder: what a compress tier encodes and places with (encoder.h; NULL without a model: such a
+ * chain cannot hold a compress tier); borrowed until close. */
+kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
+                          const struct kvs_encoder *encoder, void *staging_base,
                           uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
                           kvs_tier_chain **out, char *err, uint64_t err_len);
 void kvs_tiers_close(kvs_tier_chain *chain);
@@ -97,6 +101,11 @@ kvs_status kvs_tiers_commit(kvs_tier_chain *chain, const kvs_key *key, uint64_t 
 void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
 /* The memory range a tier keeps its objects in (backend CAP_MEMORY), else KVS_ENOTSUP. */
 kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);
+/* The codec each of keys[0..n) is stored with (0 raw or unknown), as the tiers that know (backend
+ * CAP_CODECS: a compress tier) say: codecs[i] is the first such tier's non-zero answer. */
+void kvs_tiers_codecs(kvs_tier_chain *chain, const kvs_key *keys, uint64_t n, uint16_t *codecs);
+/* 1 if some tier answers kvs_tiers_codecs (CAP_CODECS). */
+int kvs_tiers_know_codecs(const kvs_tier_chain *chain);
 /* Objects dropped from the last tier since open. */
 uint64_t kvs_tiers_evictions(const kvs_tier_chain *chain);
 /* Saves the top tier accepted and then could not store (backend ABI 1.3 on_put_dropped) since open. */

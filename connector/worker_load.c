@@ -118,6 +118,7 @@ static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         return NULL;
     }
     kvs_object_seal(raw);
+    w->lossy = 1;
     if (w->slab) kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
     w->slab = raw;
     return raw;
@@ -464,6 +465,7 @@ static void finish_loads(kvs_handle *h, kvs_load_set *set) {
         kvs_load_work *w = &set->w[i];
         if (load_live(w)) {
             h->stats.chunks_loaded++;
+            h->stats.lossy_chunks_loaded += (uint64_t)w->lossy;
             h->stats.tokens_loaded += w->load->n_tokens;
             if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
                 h->stats.tier_chunks_loaded[w->tier]++;

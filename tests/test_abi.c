@@ -58,7 +58,8 @@ AT(kvs_lookup_result, struct_size, 0, 4);
 AT(kvs_lookup_result, n_hit_tokens, 8, 8);
 AT(kvs_lookup_result, unknown_yet, 16, 1);
 AT(kvs_lookup_result, load_async, 17, 1);
-SIZE(kvs_lookup_result, 24);
+AT(kvs_lookup_result, n_lossy_tokens, 24, 8);
+SIZE(kvs_lookup_result, 32);
 _Static_assert(KVS_LOOKUP_RESULT_SIZE_1_0 == 24, "lookup result 1.0 size");
 
 /* frozen for major 1 */
@@ -124,7 +125,8 @@ AT(kvs_stats, async_loads_done, 352, 8);
 AT(kvs_stats, async_loads_failed, 360, 8);
 AT(kvs_stats, steps_closed, 368, 8);
 AT(kvs_stats, lookups_unknown, 376, 8);
-SIZE(kvs_stats, 384);
+AT(kvs_stats, lossy_chunks_loaded, 384, 8);
+SIZE(kvs_stats, 392);
 _Static_assert(KVS_STATS_SIZE_1_0 == offsetof(kvs_stats, n_tiers), "stats 1.0 size");
 
 AT(kvs_api, abi_major, 0, 4);
@@ -167,7 +169,32 @@ AT(kvs_backend_host, on_evict, 24, 8);
 AT(kvs_backend_host, place, 32, 8);
 AT(kvs_backend_host, schedule, 40, 8);
 AT(kvs_backend_host, on_put_dropped, 48, 8); /* 1.3 */
-SIZE(kvs_backend_host, 56);
+AT(kvs_backend_host, encodings, 56, 8);      /* 1.5 */
+AT(kvs_backend_host, encode, 64, 8);
+AT(kvs_backend_host, plan, 72, 8);
+AT(kvs_backend_host, reevaluate_ms, 80, 8);
+SIZE(kvs_backend_host, 88);
+AT(kvs_backend_encoding, id, 0, 4);
+AT(kvs_backend_encoding, codec, 4, 2);
+AT(kvs_backend_encoding, bits, 6, 1);
+AT(kvs_backend_encoding, bytes, 8, 8);
+AT(kvs_backend_encoding, quality, 16, 8);
+SIZE(kvs_backend_encoding, 24);
+AT(kvs_backend_place_entry, raw_bytes, 0, 8);
+AT(kvs_backend_place_entry, hits_per_s, 8, 8);
+AT(kvs_backend_place_entry, n_encodings, 16, 4);
+AT(kvs_backend_place_entry, allowed, 20, 4);
+AT(kvs_backend_place_entry, devices, 24, 4);
+AT(kvs_backend_place_entry, encodings, 32, 24 * KVS_BACKEND_MAX_ENCODINGS);
+SIZE(kvs_backend_place_entry, 32 + 24 * KVS_BACKEND_MAX_ENCODINGS);
+AT(kvs_backend_devices, latency_s, 0, 16);
+AT(kvs_backend_devices, bytes_per_s, 16, 16);
+AT(kvs_backend_devices, capacity, 32, 16);
+AT(kvs_backend_devices, recompute_s, 48, 8);
+SIZE(kvs_backend_devices, 56);
+AT(kvs_backend_place_choice, device, 0, 1);
+AT(kvs_backend_place_choice, encoding, 1, 1);
+SIZE(kvs_backend_place_choice, 2);
 AT(kvs_backend_init, struct_size, 0, 4);
 AT(kvs_backend_init, tier_name, 8, 8);
 AT(kvs_backend_init, capacity_bytes, 16, 8);
@@ -206,7 +233,8 @@ AT(kvs_backend_ops, get_many, 144, 8);
 AT(kvs_backend_ops, get_range, 152, 8);      /* 1.2 */
 AT(kvs_backend_ops, get_many_start, 160, 8); /* 1.4 */
 AT(kvs_backend_ops, get_many_finish, 168, 8);
-SIZE(kvs_backend_ops, 176);
+AT(kvs_backend_ops, codecs, 176, 8); /* 1.5 */
+SIZE(kvs_backend_ops, 184);
 
 /* --- the library, as an engine loads it ----------------------------------------------------------- */
 

@@ -9,6 +9,7 @@
 
 #include "connector/handle.h"
 #include "connector/keys.h"
+#include "kernels/cpu/dtype.h"
 #include "test_support.h"
 
 char rig_tmpdir[512];
@@ -120,15 +121,22 @@ uint8_t *rig_kv_at(rig *r, int layer, int kv, const uint32_t *blocks, uint64_t t
            ((uint64_t)blocks[t / BT] * BT + t % BT) * TOKEN_BYTES;
 }
 
+/* Byte b of token t's K (kv 0) or V in layer l: a byte pattern, or with r->finite the bytes of
+ * fp16 values in [-4, 4). */
+static uint8_t kv_byte(const rig *r, const int32_t *tokens, uint64_t t, int l, int kv, int b) {
+    int x = tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + r->kv_seed * 13;
+    if (!r->finite) return (uint8_t)(x + b);
+    uint16_t h = kvs_f32_to_f16((float)((x * 31 + (b / 2) * 17) % 2000 - 1000) / 250.0f);
+    return (uint8_t)(b & 1 ? h >> 8 : h);
+}
+
 void rig_write_kv_layers(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64_t from,
                          uint64_t to, int l0, int l1) {
     for (int l = l0; l < l1; l++)
         for (int kv = 0; kv < 2 - r->mla; kv++)
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = rig_kv_at(r, l, kv, blocks, t);
-                for (int b = 0; b < TOKEN_BYTES; b++)
-                    p[b] = (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b +
-                                     r->kv_seed * 13);
+                for (int b = 0; b < TOKEN_BYTES; b++) p[b] = kv_byte(r, tokens, t, l, kv, b);
             }
 }
 
@@ -144,9 +152,7 @@ int rig_kv_matches(rig *r, const uint32_t *blocks, const int32_t *tokens, uint64
             for (uint64_t t = from; t < to; t++) {
                 uint8_t *p = rig_kv_at(r, l, kv, blocks, t);
                 for (int b = 0; b < TOKEN_BYTES; b++)
-                    if (p[b] != (uint8_t)(tokens[t] * 7 + (int)t * 3 + l * 11 + kv * 5 + b +
-                                          r->kv_seed * 13))
-                        return 0;
+                    if (p[b] != kv_byte(r, tokens, t, l, kv, b)) return 0;
             }
     return 1;
 }

@@ -32,6 +32,7 @@ typedef struct rig {
     kvs_clock clock; /* the handle's leases run on it: a test moves it on instead of sleeping */
     int kv_seed; /* mixed into what rig_write_kv writes (0: as always): TP ranks hold other KV */
     int mla;     /* the model is MLA: K pages only, no V */
+    int finite; /* rig_write_kv writes finite fp16 values (KV a codec can take), not byte patterns */
 } rig;
 
 /* The Check fixture: a fresh rig_tmpdir and rig_layers = LAYERS; teardown removes the directory. */

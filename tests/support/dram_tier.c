@@ -29,8 +29,8 @@ static const kvs_backend_ops *ops_from_plugin(const char *path) {
     ck_assert_msg(kvs_config_parse_string(yaml, strlen(yaml), NULL, &cfg, err, sizeof err) ==
                       KVS_OK,
                   "%s", err);
-    ck_assert_msg(kvs_tiers_open(cfg, 4096, NULL, 0, NULL, NULL, &plugin_chain, err, sizeof err) ==
-                      KVS_OK,
+    ck_assert_msg(kvs_tiers_open(cfg, 4096, NULL, NULL, 0, NULL, NULL, &plugin_chain, err,
+                                 sizeof err) == KVS_OK,
                   "%s", err);
     kvs_config_free(cfg);
     const kvs_backend_ops *table = kvs_tiers_ops(plugin_chain, 0);

@@ -246,8 +246,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         goto fail;
     }
     memset(n->staging, 0, (size_t)staging_len);
-    st = kvs_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len, NULL,
-                        NULL, &n->chain, err, err_len);
+    st = kvs_tiers_open(params->config, params->max_object_bytes, NULL, n->staging, staging_len,
+                        NULL, NULL, &n->chain, err, err_len);
     if (st != KVS_OK) goto fail;
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];

@@ -1,0 +1,283 @@
+/* test_compress.c - the compress tier (backends/compress/, docs/compress.md) under a connector: what
+ * does not fit raw is kept compressed or passed down, never lossy without allow_lossy; lookups say
+ * which tokens load lossy and end before them without loads.accept_lossy; loaded lossy chunks lie
+ * within their codec's bound; the placement runs again every reevaluate_ms; a chain that cannot
+ * encode refuses the tier. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "abi/kvstrata.h"
+#include "backends/compress/compress.h"
+#include "connector/config.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/tiers.h"
+#include "kernels/cpu/dtype.h"
+#include "tests/support/connector_rig.h"
+
+static const kvs_api *api;
+
+static void setup(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    rig_setup();
+}
+
+static void teardown(void) {
+    rig_teardown();
+}
+
+/* A raw chunk object of the rig is 12288 bytes (4096 of header, two layers of 4096). */
+enum { RAW_OBJECT = 12288 };
+
+#define LOSSY_OPTIONS "      allow_lossy: true\n      next_capacity: 0\n      recompute_ms: 200\n"
+
+/* A compress tier of `capacity` bytes with these options, then `below` (a tier's YAML or ""). */
+static const char *config(uint64_t capacity, const char *options, const char *below, int accept) {
+    static char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n"
+             "  - name: zip\n    type: compress\n    capacity: %llu\n    options:\n%s%s%s"
+             "placement:\n  reevaluate_ms: 500\n",
+             rig_device_section(), CHUNK, (unsigned long long)capacity, options, below,
+             accept ? "loads:\n  accept_lossy: true\n" : "");
+    return rig_config("compress.yaml", text);
+}
+
+static void open_finite(rig *r, const char *cfg) {
+    ck_assert_msg(rig_open(r, KVS_ROLE_BOTH, cfg) == KVS_OK, "%s", r->error);
+    r->finite = 1; /* KV values a codec takes */
+    ck_assert_int_eq(kvs_compress_set_clock(kvs_tiers_state(r->h->tiers, 0), &r->clock), KVS_OK);
+}
+
+static kvs_compress_counts counts(rig *r) {
+    kvs_compress_counts c;
+    ck_assert_int_eq(kvs_compress_counts_of(kvs_tiers_state(r->h->tiers, 0), &c), KVS_OK);
+    return c;
+}
+
+/* Lookup of tokens t[0..128) with nothing computed: its result. */
+static kvs_lookup_result lookup(rig *r, const char *id, const int32_t *t) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, id, t, 128, 0, &res), KVS_OK);
+    return res;
+}
+
+/* Load the looked-up hit of request id into blocks b; returns the error blocks. */
+static uint64_t load(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint64_t hit) {
+    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, hit), KVS_OK);
+    kvs_step_request s = {id, t, 128, b, 8, hit, 128 - hit};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(r, meta, mlen, b, t, hit, 128);
+    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    return n;
+}
+
+/* The codec each of the request's four chunks is stored with, as the tiers say. */
+static void chunk_codecs(rig *r, const int32_t *t, uint16_t codecs[4]) {
+    kvs_key keys[4];
+    kvs_keys_chain(&r->h->fingerprint, t, 4, CHUNK, keys);
+    kvs_tiers_codecs(r->h->tiers, keys, 4, codecs);
+}
+
+/* Largest |x - x'| over tokens [from, to) of every layer between blocks a (as computed) and b (as
+ * loaded), in fp16 values. */
+static double max_error(rig *r, const uint32_t *a, const uint32_t *b, uint64_t from, uint64_t to) {
+    double worst = 0;
+    for (int l = 0; l < LAYERS; l++)
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t tok = from; tok < to; tok++) {
+                const uint8_t *x = rig_kv_at(r, l, kv, a, tok), *y = rig_kv_at(r, l, kv, b, tok);
+                for (int i = 0; i < TOKEN_BYTES / 2; i++) {
+                    uint16_t hx, hy;
+                    memcpy(&hx, x + 2 * i, 2);
+                    memcpy(&hy, y + 2 * i, 2);
+                    double d = fabs((double)kvs_f16_to_f32(hx) - (double)kvs_f16_to_f32(hy));
+                    if (!(d <= worst)) worst = d; /* a NaN is the worst */
+                }
+            }
+    return worst;
+}
+
+START_TEST(without_allow_lossy_what_does_not_fit_goes_down_raw) {
+    rig r;
+    char below[160];
+    snprintf(below, sizeof below, "  - name: dram\n    type: dram\n    capacity: 1MiB\n");
+    open_finite(&r, config(2 * RAW_OBJECT + 100, "      next_capacity: 1MiB\n", below, 0));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 5);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_compress_counts c = counts(&r);
+    ck_assert_uint_eq(c.here_raw, 2);
+    ck_assert_uint_eq(c.here_lossy, 0);
+    ck_assert_uint_eq(c.passed_down, 2);
+    ck_assert_uint_eq(c.encoded, 0);
+    ck_assert_uint_le(c.bytes_here, 2 * RAW_OBJECT + 100);
+    uint64_t n_below = 0, bytes_below = 0;
+    ck_assert_int_eq(
+        kvs_tiers_ops(r.h->tiers, 1)->usage(kvs_tiers_state(r.h->tiers, 1), &n_below, &bytes_below),
+        KVS_OK);
+    ck_assert_uint_eq(n_below, 2);
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_uint_eq(res.n_lossy_tokens, 0);
+    ck_assert_uint_eq(load(&r, "two", t, b, 127), 0);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 127)); /* byte for byte, from both tiers */
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(with_allow_lossy_what_does_not_fit_raw_is_kept_compressed) {
+    rig r;
+    /* room for two raw objects, or four compressed ones; nothing below; a recompute costs more
+     * than any codec's loss of quality (alpha 0.1 s: KIVI-2's 0.25 is worth 25 ms) */
+    open_finite(&r, config(30000, LOSSY_OPTIONS, "", 1));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 9);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_compress_counts c = counts(&r);
+    ck_assert_uint_eq(c.here_raw + c.here_lossy, 4); /* every chunk kept */
+    ck_assert_uint_ge(c.here_lossy, 2);
+    ck_assert_uint_le(c.bytes_here, 30000);
+    ck_assert_uint_ge(c.encoded, c.here_lossy); /* some went raw, INT8, then KIVI-4 */
+    uint16_t codecs[4];
+    chunk_codecs(&r, t, codecs);
+    uint64_t lossy_tokens = 0, lossy_chunks = 0;
+    for (int i = 0; i < 4; i++) {
+        lossy_chunks += codecs[i] != 0;
+        lossy_tokens += codecs[i] ? (i == 3 ? 31 : 32) : 0; /* the last token is computed */
+    }
+    ck_assert_uint_eq(lossy_chunks, c.here_lossy);
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_uint_eq(res.n_lossy_tokens, lossy_tokens);
+    ck_assert_uint_eq(load(&r, "two", t, b, 127), 0);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.chunks_loaded, 4);
+    ck_assert_uint_eq(st.lossy_chunks_loaded, lossy_chunks);
+    for (int i = 0; i < 4; i++) {
+        uint64_t from = (uint64_t)i * 32, to = i == 3 ? 127 : from + 32;
+        if (!codecs[i]) {
+            ck_assert(rig_kv_matches(&r, b, t, from, to));
+            continue;
+        }
+        ck_assert(!rig_kv_matches(&r, b, t, from, to)); /* the codec changed some values */
+        /* values in [-4, 4): even KIVI-2's step is at most 8/3, so no error exceeds 4/3 + ulp */
+        double e = max_error(&r, a, b, from, to);
+        ck_assert_msg(e <= 4.0 / 3 + 0.01, "chunk %d: error %g", i, e);
+    }
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk) {
+    rig r;
+    open_finite(&r, config(30000, LOSSY_OPTIONS, "", 0));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 13);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint16_t codecs[4];
+    chunk_codecs(&r, t, codecs);
+    uint64_t clean = 0;
+    while (clean < 4 && !codecs[clean]) clean++;
+    ck_assert_uint_lt(clean, 4); /* some chunk is lossy */
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(res.n_hit_tokens, clean * 32);
+    ck_assert_uint_eq(res.n_lossy_tokens, 0);
+    ck_assert_uint_eq(load(&r, "two", t, b, res.n_hit_tokens), 0);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 128)); /* loaded raw, the rest computed */
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.lossy_chunks_loaded, 0);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(the_placement_runs_again_every_reevaluate_ms) {
+    rig r;
+    open_finite(&r, config(1 << 20, "      next_capacity: 0\n", "", 0));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 17);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint64_t plans = counts(&r).plans;
+    ck_assert_uint_eq(plans, 4); /* one per put */
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(load(&r, "two", t, b, res.n_hit_tokens), 0);
+    ck_assert_uint_eq(counts(&r).plans, plans); /* reads within reevaluate_ms: none */
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(r.h, "two", &keep), KVS_OK);
+    kvs_clock_advance(&r.clock, 500ull * 1000000);
+    res = lookup(&r, "three", t);
+    ck_assert_uint_eq(load(&r, "three", t, b, res.n_hit_tokens), 0);
+    ck_assert_uint_eq(counts(&r).plans, plans + 1); /* the first read after it re-places */
+    ck_assert_uint_eq(counts(&r).here_raw, 4);      /* with room for all, raw stays raw */
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(a_chain_that_cannot_encode_refuses_a_compress_tier) {
+    const char *path = config(1 << 20, "      allow_lossy: true\n", "", 0);
+    kvs_config *cfg = NULL;
+    char err[512];
+    ck_assert_int_eq(kvs_config_load(path, &cfg, err, sizeof err), KVS_OK);
+    kvs_tier_chain *chain = NULL;
+    /* no encoder: a chain opened without a model (kvstrata-node) */
+    kvs_status st =
+        kvs_tiers_open(cfg, 1 << 20, NULL, NULL, 0, NULL, NULL, &chain, err, sizeof err);
+    ck_assert_int_ne(st, KVS_OK);
+    ck_assert_ptr_null(chain);
+    ck_assert_msg(strstr(err, "compress tier needs") != NULL, "%s", err);
+    kvs_config_free(cfg);
+}
+END_TEST
+
+START_TEST(a_bad_option_names_itself) {
+    rig r;
+    const char *path = config(1 << 20, "      next_bandwidth: fast\n", "", 0);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, path), KVS_ECONFIG);
+    ck_assert_msg(strstr(r.error, "next_bandwidth") != NULL, "%s", r.error);
+    if (r.h) rig_close(&r);
+}
+END_TEST
+
+static Suite *compress_suite(void) {
+    Suite *s = suite_create("compress");
+    TCase *tc = tcase_create("compress tier");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, without_allow_lossy_what_does_not_fit_goes_down_raw);
+    tcase_add_test(tc, with_allow_lossy_what_does_not_fit_raw_is_kept_compressed);
+    tcase_add_test(tc, without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk);
+    tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
+    tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
+    tcase_add_test(tc, a_bad_option_names_itself);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(compress_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
