@@ -162,6 +162,45 @@ START_TEST(accept_lossy_is_a_boolean_off_by_default) {
 }
 END_TEST
 
+/* placement: defaults, every key, and refusals that name the key. */
+START_TEST(the_placement_section_has_defaults_and_refuses_by_key) {
+    kvs_config *cfg = cfg_load_ok(ONE_TIER);
+    ck_assert_int_eq(cfg->placement.policy, KVS_PLACEMENT_ADAPTCACHE);
+    ck_assert(cfg->placement.alpha == 0.1);
+    ck_assert(cfg->placement.freq_prior == 0.1);
+    ck_assert(cfg->placement.min_quality == 0);
+    ck_assert_uint_eq(cfg->placement.reevaluate_ms, 1000);
+    ck_assert_uint_eq(cfg->placement.decode_bytes_per_s, 1000000000ull);
+    ck_assert_uint_eq(cfg->placement.codecs, KVS_PLACEMENT_CODECS_ALL);
+    kvs_config_free(cfg);
+    cfg = cfg_load_ok("placement:\n  policy: adaptcache\n  alpha: 0.5\n  min_quality: 0.9\n"
+                      "  freq_prior: 2\n  codecs: [kivi2, int8]\n  reevaluate_ms: 250\n"
+                      "  decode_rate: 4GB/s\n" ONE_TIER);
+    ck_assert(cfg->placement.alpha == 0.5);
+    ck_assert(cfg->placement.min_quality == 0.9);
+    ck_assert(cfg->placement.freq_prior == 2);
+    ck_assert_uint_eq(cfg->placement.codecs, KVS_PLACEMENT_CODEC_KIVI2 | KVS_PLACEMENT_CODEC_INT8);
+    ck_assert_uint_eq(cfg->placement.reevaluate_ms, 250);
+    ck_assert_uint_eq(cfg->placement.decode_bytes_per_s, 4000000000ull);
+    kvs_config_free(cfg);
+    cfg_expect_refused("placement:\n  policy: lru\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.policy'", "lru");
+    cfg_expect_refused("placement:\n  alpha: -1\n" ONE_TIER, KVS_ECONFIG, "key 'placement.alpha'",
+                       "-1");
+    cfg_expect_refused("placement:\n  min_quality: 1.5\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.min_quality'", "1.5");
+    cfg_expect_refused("placement:\n  codecs: [int8, int8]\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.codecs'", "given twice");
+    cfg_expect_refused("placement:\n  codecs: [zstd]\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.codecs'", "zstd");
+    cfg_expect_refused("placement:\n  codecs: int8\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.codecs'", "sequence");
+    cfg_expect_refused("placement:\n  reevaluate_ms: 0\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'placement.reevaluate_ms'", "0");
+    cfg_expect_refused("placement:\n  speed: 1\n" ONE_TIER, KVS_ECONFIG, "speed", "placement");
+}
+END_TEST
+
 static Suite *config_restore_suite(void) {
     Suite *s = suite_create("config_restore");
     TCase *restore = tcase_create("restore");
@@ -170,6 +209,7 @@ static Suite *config_restore_suite(void) {
     tcase_add_test(restore, a_profile_tier_gives_its_bandwidth_as_a_rate);
     tcase_add_test(restore, remote_lookups_wait_or_async);
     tcase_add_test(restore, accept_lossy_is_a_boolean_off_by_default);
+    tcase_add_test(restore, the_placement_section_has_defaults_and_refuses_by_key);
     suite_add_tcase(s, restore);
     return s;
 }

@@ -51,6 +51,7 @@ int batch_add(batch *b, batch_req *q) {
                           .prompt = q->a.n_prompt,
                           .local_hit = q->a.n_local,
                           .ext_hit = q->a.n_ext,
+                          .lossy_hit = q->a.n_lossy,
                           .error_blocks = q->a.error_blocks};
     b->q[b->n++] = q;
     return 0;

@@ -326,6 +326,7 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
     kvs_lookup_result lr = {.struct_size = sizeof lr};
     if (c && connector_lookup(c, req_id, e->tokens, n_prompt, a->n_local, &lr) != 0) return -1;
     a->n_ext = lr.n_hit_tokens;
+    a->n_lossy = lr.n_lossy_tokens;
 
     /* 3. Pages for the whole request: the prompt and every output but the last get KV. */
     a->kv_tokens = n_prompt + (uint64_t)n_out - 1;
@@ -415,6 +416,7 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
     r->prompt = a->n_prompt;
     r->local_hit = a->n_local;
     r->ext_hit = a->n_ext;
+    r->lossy_hit = a->n_lossy;
     r->error_blocks = a->error_blocks;
     uint64_t n_known = a->n_prompt;
     int produced = 0, retries = 0;

@@ -31,6 +31,7 @@ typedef struct turn_result {
     uint64_t prompt;
     uint64_t local_hit,
         ext_hit;           /* tokens from the engine's prefix cache / loaded by the connector */
+    uint64_t lossy_hit;    /* of ext_hit, tokens of chunks stored lossy (lookup's n_lossy_tokens) */
     uint64_t error_blocks; /* blocks reported by load_error_blocks */
     double ttft_ms;
     int32_t first_token;
@@ -45,6 +46,7 @@ typedef struct admitted {
     uint64_t n_prompt;
     int n_out;
     uint64_t n_local, n_ext; /* engine prefix-cache hit, connector hit */
+    uint64_t n_lossy;        /* of n_ext, tokens that load lossy */
     uint64_t computed;       /* tokens whose KV is in the pages (or will be once restored) */
     uint32_t n_blocks;
     uint64_t kv_tokens;

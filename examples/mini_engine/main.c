@@ -225,6 +225,8 @@ static int main_run(options *op, trained *tr) {
             goto out_model;
         }
         for (uint32_t i = 0; i < ref_blocks; i++) ref.identity[i] = i;
+        ref.max_kl = o.lossy_kl;
+        ref.min_top1 = o.lossy_top1;
         refp = &ref;
     }
 
@@ -252,6 +254,13 @@ static int main_run(options *op, trained *tr) {
         if (refp && ref.mismatches) {
             fprintf(stderr, PROG ": verify FAILED: %d of %d turns differ from a full recompute\n",
                     ref.mismatches, ref.turns_checked);
+            rc = 1;
+        } else if (refp && !reference_lossy_within(&ref)) {
+            fprintf(stderr,
+                    PROG ": verify FAILED: %d turns with lossy hits: mean KL %.4g nats (at most "
+                         "%.4g), top-1 agreement %.3f (at least %.3f)\n",
+                    ref.lossy_turns, ref.lossy_kl_sum / ref.lossy_turns, ref.max_kl,
+                    (double)ref.lossy_top1 / ref.lossy_turns, ref.min_top1);
             rc = 1;
         } else if (refp && ref.turns_checked == 0) {
             fprintf(

@@ -70,6 +70,10 @@ static void usage(FILE *f) {
         "output:\n"
         "  --verify              compare restored prompts with a from-scratch reference, bit for "
         "bit\n"
+        "                        (lossy hits, from a compress tier: by prediction, within bounds)\n"
+        "  --lossy-kl X          --verify fails when lossy hits' mean KL divergence of the next\n"
+        "                        token exceeds X nats (0.1)\n"
+        "  --lossy-top1 X        ... or their top-1 agreement falls below X (0.8)\n"
         "  --json                print the summary as one JSON object on the last line\n"
         "  --quiet               no per-turn lines\n");
 }
@@ -98,6 +102,8 @@ int parse_options(int argc, char **argv, options *o) {
                   .vocab = 2048,
                   .latent = 64,
                   .seed = 42},
+        .lossy_kl = 0.1,
+        .lossy_top1 = 0.8,
         .layout = KV_LAYOUT_NHD,
         .dtype = KVS_DTYPE_FP16,
         .prefill_chunk = 512,
@@ -174,7 +180,8 @@ int parse_options(int argc, char **argv, options *o) {
                           strcmp(a, "--config") == 0 || strcmp(a, "--trace") == 0 ||
                           strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 ||
                           strcmp(a, "--layout") == 0 || strcmp(a, "--weights") == 0 ||
-                          strcmp(a, "--text") == 0)) {
+                          strcmp(a, "--text") == 0 || strcmp(a, "--lossy-kl") == 0 ||
+                          strcmp(a, "--lossy-top1") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
             return -1;
         } else if (strcmp(a, "--plan-modes") == 0) {
@@ -215,6 +222,18 @@ int parse_options(int argc, char **argv, options *o) {
                 return -1;
             }
             o->model.seed = s;
+            i++;
+        } else if (strcmp(a, "--lossy-kl") == 0 || strcmp(a, "--lossy-top1") == 0) {
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            int kl = strcmp(a, "--lossy-kl") == 0;
+            if (errno || *end || end == v || !(x >= 0) || (!kl && x > 1)) {
+                fprintf(stderr, PROG ": %s needs a number %s, got '%s'\n", a,
+                        kl ? ">= 0" : "in [0, 1]", v);
+                return -1;
+            }
+            *(kl ? &o->lossy_kl : &o->lossy_top1) = x;
             i++;
         } else if (strcmp(a, "--dtype") == 0) {
             if (kv_dtype_parse(v, &o->dtype) != 0) {

@@ -196,7 +196,11 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
     }
     if (ref)
         printf("verify: %d turns with connector hits checked bit for bit, %d mismatches\n",
-               ref->turns_checked, ref->mismatches);
+               ref->turns_checked - ref->lossy_turns, ref->mismatches);
+    if (ref && ref->lossy_turns)
+        printf("verify: %d turns with lossy hits: mean KL %.6f nats, top-1 agreement %.3f\n",
+               ref->lossy_turns, ref->lossy_kl_sum / ref->lossy_turns,
+               (double)ref->lossy_top1 / ref->lossy_turns);
     if (o->json) print_json(o, w, z, runs, n_runs, ref, s);
     fflush(stdout);
 }
@@ -257,7 +261,10 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                    s[0][g].mean > 0 ? s[1][g].mean / s[0][g].mean : 0.0);
     }
     if (ref)
-        printf(",\"verify\":{\"turns_checked\":%d,\"mismatches\":%d}", ref->turns_checked,
-               ref->mismatches);
+        printf(",\"verify\":{\"turns_checked\":%d,\"mismatches\":%d,\"lossy_turns\":%d,"
+               "\"lossy_kl\":%.6f,\"lossy_top1\":%.4f}",
+               ref->turns_checked - ref->lossy_turns, ref->mismatches, ref->lossy_turns,
+               ref->lossy_turns ? ref->lossy_kl_sum / ref->lossy_turns : 0.0,
+               ref->lossy_turns ? (double)ref->lossy_top1 / ref->lossy_turns : 1.0);
     printf("}\n");
 }
