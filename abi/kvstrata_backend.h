@@ -122,16 +122,18 @@ typedef struct kvs_backend_host {
      * must not call back into the backend. NULL when absent. */
     void (*on_put_dropped)(void *ctx, const kvs_key *key, kvs_status why);
 
-    /* --- 1.5: for a tier that re-encodes its objects. NULL when the connector cannot (a handle
-     * without a model, or no `placement:` section): such a tier stores objects as they come. --- */
-    /* The encodings object (len bytes, as put gave it) can take: out[0] is the object as it is,
-     * the others what the host could encode it into (only from raw: a lossy object has none),
-     * with their lengths and estimated quality; *n gets how many (at most cap). KVS_ECORRUPT for
-     * an object the host cannot read (its model's geometry, its checksum). Thread-safe, pure. */
+    /* --- 1.5: for a tier that re-encodes its objects. NULL when the connector cannot (a chain
+     * opened without a model, as kvstrata-node's): such a tier refuses to open. --- */
+    /* The encodings a raw object (len bytes, as put gave it) can take: out[0] is the object as it
+     * is, the others what the host could encode it into, with their lengths and estimated quality;
+     * *n gets how many (at most cap). KVS_ENOTSUP for a lossy object (a tier keeps those raw-first
+     * choices it made itself), KVS_ECORRUPT for an object the host cannot read (another model's
+     * geometry, a bad header checksum). Thread-safe, pure. */
     kvs_status (*encodings)(void *ctx, const void *object, uint64_t len, kvs_backend_encoding *out,
                             uint32_t cap, uint32_t *n);
-    /* Encode raw object into encoding id at dst (cap bytes); *out_len gets its length. The result
-     * is a sealed object of the same key that the connector's loads read. Thread-safe, pure. */
+    /* Encode object (raw, or lossy into a smaller encoding: decoded whole first) into encoding id
+     * at dst (cap bytes); *out_len gets its length. The result is a sealed object of the same key
+     * that the connector's loads read. Thread-safe, pure. */
     kvs_status (*encode)(void *ctx, const void *object, uint64_t len, uint32_t id, void *dst,
                          uint64_t cap, uint64_t *out_len);
     /* Place entries[0..n) over devices: out[i] for entry i, under both capacities (the host's

@@ -337,17 +337,19 @@ static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) 
     if (!run || !kvs_tiers_know_codecs(h->tiers)) return NULL;
     uint64_t n = run * h->key_ranks;
     kvs_key *keys = malloc(n * sizeof *keys);
+    uint32_t *tiers = malloc(n * sizeof *tiers);
     uint16_t *codecs = malloc(n * sizeof *codecs);
     uint8_t *lossy = calloc(run, 1);
-    if (keys && codecs && lossy) {
-        for (uint64_t i = 0; i < n; i++) keys[i] = r->pins[i].key;
-        kvs_tiers_codecs(h->tiers, keys, n, codecs);
+    if (keys && tiers && codecs && lossy) {
+        for (uint64_t i = 0; i < n; i++) keys[i] = r->pins[i].key, tiers[i] = r->pins[i].tier;
+        kvs_tiers_codecs(h->tiers, keys, tiers, n, codecs);
         for (uint64_t i = 0; i < n; i++) lossy[i / h->key_ranks] |= codecs[i] != 0;
     } else {
         free(lossy);
         lossy = NULL;
     }
     free(keys);
+    free(tiers);
     free(codecs);
     return lossy;
 }

@@ -463,24 +463,25 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
     }
 }
 
-void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, uint64_t n, uint16_t *codecs) {
-    memset(codecs, 0, n * sizeof *codecs);
-    uint16_t *one = n ? malloc(n * sizeof *one) : NULL;
-    for (uint32_t t = 0; one && t < c->n; t++) {
-        const kvs_backend_ops *ops = c->tiers[t].ops;
-        if (!(ops->caps & KVS_BACKEND_CAP_CODECS) || !KVS_HAS_OP(ops, codecs) ||
-            ops->codecs(c->tiers[t].state, keys, n, one) != KVS_OK)
-            continue;
-        for (uint64_t i = 0; i < n; i++)
-            if (!codecs[i]) codecs[i] = one[i];
+static int knows_codecs(const kvs_tier *t) {
+    return (t->ops->caps & KVS_BACKEND_CAP_CODECS) && KVS_HAS_OP(t->ops, codecs);
+}
+
+void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, const uint32_t *tiers, uint64_t n,
+                      uint16_t *codecs) {
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t t = tiers[i];
+        codecs[i] = 0;
+        if (t < c->n && !knows_codecs(&c->tiers[t]) && t > 0) t--; /* its record, from above */
+        if (t < c->n && knows_codecs(&c->tiers[t]) &&
+            c->tiers[t].ops->codecs(c->tiers[t].state, &keys[i], 1, &codecs[i]) != KVS_OK)
+            codecs[i] = 0;
     }
-    free(one);
 }
 
 int kvs_tiers_know_codecs(const kvs_tier_chain *c) {
     for (uint32_t t = 0; t < c->n; t++)
-        if ((c->tiers[t].ops->caps & KVS_BACKEND_CAP_CODECS) && KVS_HAS_OP(c->tiers[t].ops, codecs))
-            return 1;
+        if (knows_codecs(&c->tiers[t])) return 1;
     return 0;
 }
 

@@ -101,9 +101,12 @@ kvs_status kvs_tiers_commit(kvs_tier_chain *chain, const kvs_key *key, uint64_t 
 void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
 /* The memory range a tier keeps its objects in (backend CAP_MEMORY), else KVS_ENOTSUP. */
 kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);
-/* The codec each of keys[0..n) is stored with (0 raw or unknown), as the tiers that know (backend
- * CAP_CODECS: a compress tier) say: codecs[i] is the first such tier's non-zero answer. */
-void kvs_tiers_codecs(kvs_tier_chain *chain, const kvs_key *keys, uint64_t n, uint16_t *codecs);
+/* The codec each of keys[0..n) is stored with (0 raw or unknown), key i being held by tier
+ * tiers[i]: that tier's answer when it knows codecs (backend CAP_CODECS: a compress tier), else the
+ * answer of the tier above it when that one knows (a compress tier's record of what it passed
+ * down), else 0. */
+void kvs_tiers_codecs(kvs_tier_chain *chain, const kvs_key *keys, const uint32_t *tiers, uint64_t n,
+                      uint16_t *codecs);
 /* 1 if some tier answers kvs_tiers_codecs (CAP_CODECS). */
 int kvs_tiers_know_codecs(const kvs_tier_chain *chain);
 /* Objects dropped from the last tier since open. */

@@ -82,8 +82,10 @@ static uint64_t load(rig *r, const char *id, const int32_t *t, const uint32_t *b
 /* The codec each of the request's four chunks is stored with, as the tiers say. */
 static void chunk_codecs(rig *r, const int32_t *t, uint16_t codecs[4]) {
     kvs_key keys[4];
+    uint32_t tiers[4];
     kvs_keys_chain(&r->h->fingerprint, t, 4, CHUNK, keys);
-    kvs_tiers_codecs(r->h->tiers, keys, 4, codecs);
+    for (int i = 0; i < 4; i++) tiers[i] = (uint32_t)kvs_tiers_find(r->h->tiers, &keys[i]);
+    kvs_tiers_codecs(r->h->tiers, keys, tiers, 4, codecs);
 }
 
 /* Largest |x - x'| over tokens [from, to) of every layer between blocks a (as computed) and b (as
@@ -209,6 +211,31 @@ START_TEST(without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk) {
 }
 END_TEST
 
+/* Regression: a lossy chunk the placement stores nowhere was kept (its "encoding" for a drop is raw,
+ * which a lossy chunk may not take), so the room the placement counted on never came and every
+ * later put failed. */
+START_TEST(lossy_chunks_are_dropped_when_the_placement_says_so) {
+    rig r;
+    open_finite(&r, config(30000, LOSSY_OPTIONS, "", 0));
+    int32_t t[128], u[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 21);
+    rig_make_tokens(u, 128, 22);
+    rig_blocks_from(a, 8, 0);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    ck_assert_uint_ge(counts(&r).here_lossy, 2);
+    ck_assert_uint_eq(rig_prefill(&r, "two", u, 128, a), 0); /* four more chunks: no room */
+    kvs_compress_counts c = counts(&r);
+    ck_assert_uint_gt(c.dropped, 0);
+    ck_assert_uint_le(c.bytes_here, 30000);
+    ck_assert_uint_ge(c.here_raw + c.here_lossy, 4); /* room for four compressed or more */
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.saves_skipped, 0); /* every put was stored */
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(the_placement_runs_again_every_reevaluate_ms) {
     rig r;
     open_finite(&r, config(1 << 20, "      next_capacity: 0\n", "", 0));
@@ -267,6 +294,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, without_allow_lossy_what_does_not_fit_goes_down_raw);
     tcase_add_test(tc, with_allow_lossy_what_does_not_fit_raw_is_kept_compressed);
     tcase_add_test(tc, without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk);
+    tcase_add_test(tc, lossy_chunks_are_dropped_when_the_placement_says_so);
     tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);

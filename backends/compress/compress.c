@@ -26,7 +26,8 @@ typedef struct centry {
     uint64_t since_ns; /* when the rate's window starts */
     uint32_t pins;
     uint64_t pin_deadline_ns;
-    uint32_t next; /* bucket chain, or the free list */
+    uint32_t next;   /* bucket chain, or the free list */
+    uint32_t failed; /* bit k: encoding k failed (values in a layer it cannot take): never again */
     uint8_t used;
 } centry;
 
@@ -210,6 +211,7 @@ static void pass_down(compress_state *st, uint32_t s, uint32_t to) {
         if (!(enc = malloc(cap ? cap : 1)) ||
             st->host->encode(st->host->ctx, obj, len, e->enc[to].id, enc, cap, &got) != KVS_OK) {
             free(enc);
+            e->failed |= 1u << to;
             return;
         }
         st->counts.encoded++;
@@ -235,6 +237,7 @@ static void encode_here(compress_state *st, uint32_t s, uint32_t to) {
     if (!enc || st->host->encode(st->host->ctx, e->bytes, e->len, e->enc[to].id, enc, cap, &got) !=
                     KVS_OK) {
         free(enc);
+        e->failed |= 1u << to;
         return;
     }
     st->counts.encoded++;
@@ -252,13 +255,15 @@ static uint32_t allowed_from(const compress_state *st, const centry *e) {
     const kvs_backend_encoding *now = &e->enc[e->current];
     for (uint32_t k = 0; st->opt.allow_lossy && k < e->n_enc; k++)
         if (e->enc[k].codec != 0 && e->enc[k].bytes < now->bytes &&
-            e->enc[k].quality <= now->quality)
+            e->enc[k].quality <= now->quality && !(e->failed >> k & 1))
             allowed |= 1u << k;
     return allowed;
 }
 
-/* Place every entry and carry the choices out. Pinned entries stay as they are. */
-static kvs_status replace_all(compress_state *st) {
+/* Place every entry and carry the choices out. Pinned entries stay as they are; `fresh` (a put's own
+ * object, or NIL) may stay here or be stored nowhere, never go down within its own put (the
+ * connector reports it STORED here once put returns). */
+static kvs_status replace_all(compress_state *st, uint32_t fresh) {
     uint64_t now = now_ns(st), n = 0;
     for (uint32_t s = 0; s < st->n_slots; s++) n += st->slots[s].used;
     if (n == 0) return KVS_OK;
@@ -282,6 +287,7 @@ static kvs_status replace_all(compress_state *st) {
             in->allowed = 1u << e->current;
             in->devices = 1u;
         }
+        if (s == fresh) in->devices = 1u;
         st->plan_slot[i++] = s;
     }
     kvs_backend_devices dev = {
@@ -301,15 +307,16 @@ static kvs_status replace_all(compress_state *st) {
         uint32_t s = st->plan_slot[i];
         centry *e = &st->slots[s];
         kvs_backend_place_choice c = st->plan_out[i];
-        if (c.encoding >= e->n_enc || !(st->plan_in[i].allowed >> c.encoding & 1)) continue;
-        if (c.device < 0) {
+        if (c.device < 0) { /* its encoding means nothing then */
             if (e->bytes && pinned(e, now)) continue;
-            if (e->bytes) {
+            if (e->bytes && s != fresh) { /* the fresh one was never visible: no event */
                 st->counts.dropped++;
                 st->host->on_evict(st->host->ctx, &e->key, NULL, 0); /* stored nowhere */
             }
             release(st, s); /* a record is forgotten: the next tier evicts it in its own time */
-        } else if (c.device == 1 && e->bytes) {
+        } else if (c.encoding >= e->n_enc || !(st->plan_in[i].allowed >> c.encoding & 1)) {
+            continue;
+        } else if (c.device == 1 && e->bytes && s != fresh) {
             pass_down(st, s, c.encoding);
         }
     }
@@ -327,7 +334,7 @@ static kvs_status replace_all(compress_state *st) {
 /* Re-place everything when reevaluate_ms has passed since the last placement. */
 static void maybe_reevaluate(compress_state *st) {
     uint64_t every = (st->host->reevaluate_ms ? st->host->reevaluate_ms : 1000) * 1000000ull;
-    if (now_ns(st) - st->last_plan_ns >= every) (void)replace_all(st);
+    if (now_ns(st) - st->last_plan_ns >= every) (void)replace_all(st, NIL);
 }
 
 /* ---- operations ----------------------------------------------------------------------------- */
@@ -535,16 +542,21 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
         pthread_mutex_unlock(&st->lock); /* equal keys hold equal bytes: the pinned one stays */
         return KVS_OK;
     }
+    uint8_t *copy = malloc(len);
+    if (!copy) {
+        set_error(st, "out of memory for a %llu-byte object", (unsigned long long)len);
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOMEM;
+    }
     double hits = 0;
-    if (s != NIL) {
+    if (s != NIL) { /* replaced: the new bytes take its place and its reads */
         hits = st->slots[s].hits;
         release(st, s);
     }
-    uint8_t *copy = malloc(len);
-    s = copy ? take_slot(st) : NIL;
+    s = take_slot(st);
     if (s == NIL) {
         free(copy);
-        set_error(st, "out of memory for a %llu-byte object", (unsigned long long)len);
+        set_error(st, "out of memory for its index");
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOMEM;
     }
@@ -558,9 +570,15 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     e->since_ns = now;
     link_slot(st, s);
     st->bytes_here += len;
-    rc = replace_all(st);
+    rc = replace_all(st, s);
+    /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
+     * short: the next placements know that encoding is out */
+    for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)
+        rc = replace_all(st, find(st, key));
     s = find(st, key);
-    if (rc == KVS_OK && st->bytes_here > st->capacity) {
+    if (rc != KVS_OK) {
+        if (s != NIL) release(st, s); /* never visible */
+    } else if (st->bytes_here > st->capacity) {
         /* pinned objects left no room: the new one goes (it was never visible) */
         if (s != NIL && st->slots[s].bytes) release(st, s);
         set_error(st, "no room: %llu bytes here are pinned", (unsigned long long)st->bytes_here);

@@ -4,7 +4,8 @@
  * placement (kvs_backend_host.plan: AdaptCache, schedulers/adaptcache/) decides for every object
  * this tier knows whether it stays here, goes to the next tier (written back through on_evict) or
  * is stored nowhere, and in which encoding; the host's encode makes the lossy objects. Encodings
- * only ever go from raw to lossy (never back, never lossy to lossier), and only with allow_lossy.
+ * only go downward (raw to lossy, lossy to a smaller one of no better quality; never back), and
+ * only with allow_lossy.
  *
  * Options (YAML `options:` of a `type: compress` tier):
  *   allow_lossy        true lets the tier store objects lossy (default false: raw only, a tier that
@@ -20,7 +21,8 @@
  * Capabilities: THREAD_SAFE (one mutex; host->on_evict and the host's encode run under it) and
  * CODECS. It holds the objects it passed down as records (key, encoding, length), so its placement
  * counts the next tier's bytes and its codecs op answers for them; a record is forgotten when the
- * placement drops it or the connector removes the key.
+ * placement drops it or the object is put here again. The next tier evicts in its own order, so a
+ * record can outlive its object.
  */
 #ifndef KVS_COMPRESS_H
 #define KVS_COMPRESS_H

@@ -38,7 +38,8 @@ static double kl_of_logits(const float *a, const float *b, int n, int *same) {
         double la = a[i] - ma - log(za), lb = b[i] - mb - log(zb);
         kl += exp(la) * (la - lb);
     }
-    *same = ia == ib;
+    *same = ia == ib && isfinite(kl);
+    if (!isfinite(kl)) return INFINITY; /* a logit that is not finite is no match */
     return kl > 0 ? kl : 0;
 }
 
