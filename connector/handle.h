@@ -80,10 +80,12 @@ typedef struct kvs_load_work {
     int tier;
     int pinned;
     int failed;
-    int drop;        /* corrupt: remove from the tiers once unpinned */
-    int async;       /* an async request's: failures are accounted when it lands */
-    int ranged;      /* some layers only, read with get_range into slab */
-    int lossy;       /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
+    int drop;   /* corrupt: remove from the tiers once unpinned */
+    int async;  /* an async request's: failures are accounted when it lands */
+    int ranged; /* some layers only, read with get_range into slab */
+    int lossy;  /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
+    int fused;  /* lossy, decoded by the device as it lands (dcodec): object is the encoded one */
+    kvs_dev_codec dcodec;
     int layers_read; /* ranged: every wanted layer is in the slab already (start_load on a CUDA
                       * device, or an async load's reader) */
 } kvs_load_work;

@@ -124,12 +124,70 @@ static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint
     return raw;
 }
 
+/* A lossy chunk the host device decodes straight into the pages (one pass, no full-precision object
+ * in between): checked as decode_lossy checks it, then kept encoded in the load's own slab (a
+ * zero-copy tier's object is copied there first, so nothing changes under the check), every layer
+ * verified against its checksum before any reaches the pages. Returns 0 after failing the load. */
+static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
+    char why[384];
+    kvs_codec c;
+    const uint32_t nl = h->model.n_layers;
+    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
+                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return 0;
+    }
+    if (!h->cfg->loads.accept_lossy) {
+        kvs_fmt(why, sizeof why, "a lossy object (codec %u), and loads.accept_lossy is false",
+                c.kind);
+        fail_load(h, w, why);
+        return 0;
+    }
+    if (obj != w->slab) { /* a zero-copy tier's: copied out once */
+        if (len > kvs_pool_slab_bytes(h->pool) || !(w->slab = kvs_pool_alloc(h->pool))) {
+            fail_load(h, w, "no staging slab free to hold a lossy object");
+            return 0;
+        }
+        obj = memcpy(w->slab, obj, len);
+    }
+    const kvs_object_header *hd = obj;
+    const uint64_t *hashes = kvs_object_layer_hashes(w->slab);
+    for (uint32_t l = 0; l < nl; l++) {
+        const uint8_t *layer =
+            (const uint8_t *)obj + hd->payload_offset + (uint64_t)l * hd->layer_bytes;
+        if (kvs_xxh3_64(layer, hd->layer_bytes) != hashes[l]) {
+            kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
+            fail_load(h, w, why);
+            w->drop = 1;
+            return 0;
+        }
+    }
+    if (!(w->layer_hash = calloc(2 * (uint64_t)nl, sizeof *w->layer_hash))) {
+        fail_load(h, w, "out of memory");
+        return 0;
+    }
+    w->dcodec =
+        (kvs_dev_codec){.codec = c,
+                        .dtype = h->model.dtype,
+                        .encoded_tokens = h->chunk_tokens,
+                        .first_row = (uint32_t)(w->load->first_token - w->load->chunk_first)};
+    w->fused = w->lossy = 1;
+    w->object = obj;
+    return 1;
+}
+
 /* Check a chunk's header and keep its checksums: the payload is checked against these, never
- * against a header that could change under a zero-copy reference. */
+ * against a header that could change under a zero-copy reference. A lossy chunk is decoded as it
+ * lands on the host device, into a raw object first on a device that cannot (decode_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256];
     if (len >= sizeof(kvs_object_header) &&
         ((const kvs_object_header *)obj)->codec != KVS_CODEC_RAW) {
+        if (h->dev == kvs_host_device() && !w->ranged) {
+            (void)accept_fused(h, w, obj, len);
+            return;
+        }
         if (!(obj = decode_lossy(h, w, obj, len))) return;
         len = h->object_bytes;
     }
@@ -336,6 +394,17 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
 static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs_dev_copy *c) {
     const kvs_meta_load *l = w->load;
+    if (w->fused) { /* the encoded layer; the device decodes its rows from dcodec.first_row on */
+        const kvs_object_header *hd = (const kvs_object_header *)w->object;
+        *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
+                            .n_block_ids = w->req->n_block_ids,
+                            .first_token = l->first_token,
+                            .n_tokens = l->n_tokens,
+                            .k_payload = (uint8_t *)(uintptr_t)w->object + hd->payload_offset +
+                                         (uint64_t)layer * hd->layer_bytes,
+                            .codec = &w->dcodec};
+        return;
+    }
     uint8_t *payload = kvs_object_layer((void *)w->object, layer);
     uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
     uint64_t off = (l->first_token - l->chunk_first) * row;
@@ -386,8 +455,8 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
             fetch_layer(h, w, layer);
             if (!load_live(w)) continue;
         }
-        int whole = w->load->n_tokens == h->chunk_tokens;
-        if (!whole) {
+        int whole = w->load->n_tokens == h->chunk_tokens && !w->fused; /* fused: checked whole */
+        if (!whole && !w->fused) {
             const void *payload = kvs_object_layer((void *)w->object, layer);
             if (kvs_xxh3_64(payload, h->layer_bytes) != w->layer_hash[layer]) {
                 layer_mismatch(h, w, layer);
@@ -451,7 +520,7 @@ static void load_all_async(kvs_handle *h, kvs_load_set *set) {
     for (uint64_t i = 0; i < set->n; i++) {
         kvs_load_work *w = &set->w[i];
         if (!load_live(w)) continue;
-        for (uint32_t layer = 0; layer < nl; layer++)
+        for (uint32_t layer = 0; layer < nl && !w->fused; layer++) /* fused: checked whole */
             if (kvs_meta_wants_layer(w->req, layer))
                 h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer),
                                                         h->layer_bytes, &w->layer_hash[nl + layer]};
@@ -504,7 +573,8 @@ static void complete_set(kvs_handle *h, kvs_load_set *set) {
         for (uint32_t layer = 0; layer < nl && load_live(w); layer++)
             if (kvs_meta_wants_layer(w->req, layer)) {
                 wanted++;
-                if (w->layer_hash[nl + layer] != w->layer_hash[layer]) layer_mismatch(h, w, layer);
+                if (!w->fused && w->layer_hash[nl + layer] != w->layer_hash[layer])
+                    layer_mismatch(h, w, layer);
             }
         if (load_live(w)) count_layer_bytes(h, w, wanted);
     }

@@ -25,15 +25,27 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "kernels/cpu/codec.h"
 #include "kernels/cpu/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define KVS_DEVICE_ABI_VERSION  1
+#define KVS_DEVICE_ABI_VERSION  2
 #define KVS_DEVICE_ENTRY_SYMBOL "kvs_device_entry"
 #define KVS_DEVICE_CUDA_MODULE  "libkvstrata-cuda.so.1"
+
+/* A copy that decodes as it lands (a lossy chunk, docs/compress.md): its payload is the layer as
+ * the codec encoded it over encoded_tokens tokens, and the copy's tokens are its rows first_row
+ * onwards. Loads only; the host device has it (kvs_codec_scatter_rows), the CUDA module refuses it
+ * (KVS_ENOTSUP) until its decode-scatter is wired in. */
+typedef struct kvs_dev_codec {
+    kvs_codec codec;
+    uint32_t dtype;          /* the pages' (KVS_DTYPE_*) */
+    uint32_t encoded_tokens; /* the chunk's tokens */
+    uint32_t first_row;      /* the encoded row of the copy's first token */
+} kvs_dev_codec;
 
 /* One request's token range of one layer: rows [first_token, first_token + n_tokens) of the
  * request's block table, and where their payload rows are. The payload holds, for K and for V,
@@ -51,6 +63,8 @@ typedef struct kvs_dev_copy {
      * read (load) or wrote (save), computed in the same pass. Only set for copies whose V rows
      * directly follow the K rows (the whole layer payload is one range). Others ignore it. */
     uint64_t *hash;
+    /* (version 2) Non-NULL: a lossy load, k_payload the encoded layer, v_payload and hash unused. */
+    const kvs_dev_codec *codec;
 } kvs_dev_copy;
 
 /* Copy method for layouts with long contiguous runs (whole pages of one layer's K or V). */

@@ -373,7 +373,31 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
             kvs_kernel_scatter_layer(&b, &shape, &span, rows);
             ck_assert_mem_eq(ka, kb, cache);
             ck_assert_mem_eq(va, vb, cache);
-            free(rows), free(enc);
+            /* part of the chunk (a load from inside it): rows 9.. land where the whole scatter
+             * put them, in pages of their own */
+            uint8_t *kc = malloc(cache), *vc = malloc(cache);
+            memset(kc, 0x33, cache), memset(vc, 0x33, cache);
+            kvs_layer_view c = a;
+            c.k_base = kc, c.v_base = vc;
+            kvs_token_span part = span;
+            part.first_token += 9, part.n_tokens -= 9;
+            ck_assert_int_eq(
+                kvs_codec_scatter_rows(codecs[ci], &c, &shape, dtype, &part, enc, n, 9), KVS_OK);
+            uint64_t row = (uint64_t)heads * dim * 2, half = kvs_kernel_layer_bytes(&shape, n) / 2;
+            uint8_t *got = malloc(2 * half);
+            kvs_kernel_gather_layer(&c, &shape, &part, got);
+            for (uint32_t t = 0; t < part.n_tokens; t++) {
+                ck_assert_mem_eq(got + t * row, rows + (t + 9) * row, row);
+                ck_assert_mem_eq(got + (part.n_tokens + t) * row, rows + half + (t + 9) * row, row);
+            }
+            part.n_tokens += 1; /* one row past the chunk: refused, no page written */
+            memset(kc, 0x33, cache);
+            ck_assert_int_eq(
+                kvs_codec_scatter_rows(codecs[ci], &c, &shape, dtype, &part, enc, n, 9),
+                KVS_EINVAL);
+            for (size_t i = 0; i < cache; i++) ck_assert(kc[i] == 0x33);
+            free(kc), free(vc);
+            free(got), free(rows), free(enc);
         }
         /* untouched: block 0 (not in the table) and, NHD, the first 5 slots of block 7 */
         for (size_t i = 0; i < page; i++) ck_assert(ka[i] == 0x5a && va[i] == 0x5a);

@@ -135,6 +135,53 @@ START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
 }
 END_TEST
 
+/* The engine holds tokens [0, 48) already: the load of chunk 1 starts inside it, so its rows 16..31
+ * land at tokens 48..63, decoded straight into the pages from the right rows of the encoded layer. */
+START_TEST(a_lossy_chunk_loaded_from_inside_lands_its_own_rows) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(_i)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 91);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint8_t *lossy;
+    make_lossy(&r, t, 1, &lossy);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 48, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127 - 48);
+    ck_assert_uint_eq(res.n_lossy_tokens,
+                      0); /* no compress tier: nothing says so before the load */
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 48), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, 127 - 48, 1};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(&r, meta, mlen, b, t, 127, 128);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert(rig_kv_matches(&r, b, t, 64, 127));
+    uint64_t lb = r.h->layer_bytes;
+    uint8_t *rows = malloc(lb);
+    for (int l = 0; l < LAYERS; l++) {
+        ck_assert_int_eq(kvs_codec_decode_layer(&kivi4, &r.h->shape, r.h->model.dtype, CHUNK,
+                                                kvs_object_layer(lossy, (uint32_t)l), rows,
+                                                rows + lb / 2),
+                         KVS_OK);
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t tok = 48; tok < 64; tok++)
+                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, tok),
+                                 rows + kv * lb / 2 + (tok - 32) * TOKEN_BYTES, TOKEN_BYTES);
+    }
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.lossy_chunks_loaded, 1);
+    free(rows), free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(0)), KVS_OK);
@@ -216,6 +263,7 @@ static Suite *lossy_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_loop_test(tc, an_accepted_lossy_chunk_lands_as_its_codec_decodes_it, 1, 3);
+    tcase_add_loop_test(tc, a_lossy_chunk_loaded_from_inside_lands_its_own_rows, 1, 3);
     tcase_add_test(tc, without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept);
     tcase_add_test(tc, a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped);
     tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);

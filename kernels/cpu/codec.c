@@ -444,7 +444,16 @@ static void decode_row(const kvs_codec *c, const geom *g, uint32_t dtype, const 
 kvs_status kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *view,
                                    const kvs_kv_shape *shape, uint32_t dtype,
                                    const kvs_token_span *span, const void *encoded) {
-    geom g = geometry(c, shape, dtype, span->n_tokens);
+    return kvs_codec_scatter_rows(c, view, shape, dtype, span, encoded, span->n_tokens, 0);
+}
+
+kvs_status kvs_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view,
+                                  const kvs_kv_shape *shape, uint32_t dtype,
+                                  const kvs_token_span *span, const void *encoded,
+                                  uint32_t encoded_tokens, uint32_t first_row) {
+    if (first_row > encoded_tokens || span->n_tokens > encoded_tokens - first_row)
+        return KVS_EINVAL;
+    geom g = geometry(c, shape, dtype, encoded_tokens);
     const uint8_t *k_codes = encoded, *k_meta = k_codes + g.codes;
     const uint8_t *v_codes = k_meta + g.k_meta, *v_meta = v_codes + g.codes;
     uint64_t row = (uint64_t)g.heads * g.dim;
@@ -462,9 +471,10 @@ kvs_status kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *vie
                       (int64_t)(pos % shape->block_tokens) * view->token_stride;
         for (uint32_t h = 0; h < g.heads; h++) {
             int64_t at = off + (int64_t)h * view->head_stride;
-            decode_row(c, &g, dtype, k_codes, k_meta, 0, t, h, (uint8_t *)view->k_base + at, &w);
+            uint32_t r = first_row + t; /* its row in the encoded layer */
+            decode_row(c, &g, dtype, k_codes, k_meta, 0, r, h, (uint8_t *)view->k_base + at, &w);
             if (shape->has_v)
-                decode_row(c, &g, dtype, v_codes, v_meta, 1, t, h, (uint8_t *)view->v_base + at,
+                decode_row(c, &g, dtype, v_codes, v_meta, 1, r, h, (uint8_t *)view->v_base + at,
                            &w);
         }
     }

@@ -106,6 +106,13 @@ kvs_status kvs_codec_scatter_layer(const kvs_codec *c, const kvs_layer_view *vie
                                    const kvs_kv_shape *shape, uint32_t dtype,
                                    const kvs_token_span *span, const void *encoded);
 
+/* The same for part of a chunk: rows [first_row, first_row + span->n_tokens) of a layer encoded over
+ * encoded_tokens tokens land at span's tokens. KVS_EINVAL (no page written) if they do not fit. */
+kvs_status kvs_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view,
+                                  const kvs_kv_shape *shape, uint32_t dtype,
+                                  const kvs_token_span *span, const void *encoded,
+                                  uint32_t encoded_tokens, uint32_t first_row);
+
 /* Decode into contiguous rows (the raw payload's layout): tests and quality estimates. */
 kvs_status kvs_codec_decode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                   uint32_t n_tokens, const void *encoded, void *k_rows,

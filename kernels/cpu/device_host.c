@@ -2,6 +2,7 @@
  * with kernels/cpu before the call returns, on the calling thread (and, with host_threads > 1, on
  * helper threads that take a layer's copies beside it). Events and streams are no-ops, so the
  * connector's ordering logic is the same as on CUDA and simply never waits. */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,15 +98,25 @@ static int whole_payload(const kvs_kv_shape *shape, const kvs_dev_copy *c) {
     return (char *)c->v_payload == (char *)c->k_payload + part;
 }
 
-static void move_one(const host_device *d, const kvs_layer_view *view, const kvs_dev_copy *c,
-                     int to_pages) {
+/* 0, or -1 when a lossy copy could not be decoded (no scratch, rows out of range). */
+static int move_one(const host_device *d, const kvs_layer_view *view, const kvs_dev_copy *c,
+                    int to_pages) {
     kvs_token_span span = {c->block_ids, c->n_block_ids, c->first_token, c->n_tokens};
+    if (c->codec) { /* decoded straight into the pages: no full-precision copy in between */
+        const kvs_dev_codec *k = c->codec;
+        if (!to_pages) return -1;
+        return kvs_codec_scatter_rows(&k->codec, view, &d->shape, k->dtype, &span, c->k_payload,
+                                      k->encoded_tokens, k->first_row) == KVS_OK
+                   ? 0
+                   : -1;
+    }
     if (c->hash && whole_payload(&d->shape, c)) {
         *c->hash = to_pages ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
                             : kvs_kernel_gather_layer_hash(view, &d->shape, &span, c->k_payload);
     } else {
         kvs_kernel_move_layer_kv(view, &d->shape, &span, c->k_payload, c->v_payload, to_pages);
     }
+    return 0;
 }
 
 /* One layer's copies, an item (a chunk) each for the helpers and the caller. */
@@ -114,11 +125,12 @@ typedef struct layer_batch {
     const kvs_layer_view *view;
     const kvs_dev_copy *copies;
     int to_pages;
+    _Atomic int failed;
 } layer_batch;
 
 static void move_item(void *ctx, uint64_t item) {
-    const layer_batch *b = ctx;
-    move_one(b->d, b->view, &b->copies[item], b->to_pages);
+    layer_batch *b = ctx;
+    if (move_one(b->d, b->view, &b->copies[item], b->to_pages) != 0) atomic_store(&b->failed, 1);
 }
 
 static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
@@ -128,14 +140,20 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
         return KVS_EINVAL;
     }
     const kvs_layer_view *view = &d->views[layer];
+    int failed = 0;
     if (!d->helpers || n < 2) {
-        for (uint64_t i = 0; i < n; i++) move_one(d, view, &copies[i], to_pages);
-        return KVS_OK;
+        for (uint64_t i = 0; i < n; i++) failed |= move_one(d, view, &copies[i], to_pages) != 0;
+    } else {
+        layer_batch b = {d, view, copies, to_pages, 0};
+        kvs_workers_submit(d->helpers, move_item, &b, n);
+        kvs_workers_help(d->helpers);
+        kvs_workers_wait(d->helpers);
+        failed = atomic_load(&b.failed);
     }
-    layer_batch b = {d, view, copies, to_pages};
-    kvs_workers_submit(d->helpers, move_item, &b, n);
-    kvs_workers_help(d->helpers);
-    kvs_workers_wait(d->helpers);
+    if (failed) {
+        say(err, err_len, "a lossy layer could not be decoded into the pages");
+        return KVS_ENOMEM;
+    }
     return KVS_OK;
 }
 

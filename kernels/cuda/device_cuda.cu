@@ -718,6 +718,11 @@ kvs_status enqueue(cuda_device *d, int k, uint32_t layer, const kvs_dev_copy *co
 
 kvs_status cuda_load_layer(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                            char *err, size_t err_len) {
+    for (uint64_t i = 0; i < n; i++)
+        if (copies[i].codec) { /* the connector decodes lossy chunks on the host for this device */
+            snprintf(err, err_len, "load_layer(%u): lossy copies are not wired in", layer);
+            return KVS_ENOTSUP;
+        }
     return enqueue(static_cast<cuda_device *>(state), LOAD, layer, copies, n, err, err_len);
 }
 
