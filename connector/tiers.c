@@ -472,7 +472,7 @@ void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, const uint32_t *ti
     for (uint64_t i = 0; i < n; i++) {
         uint32_t t = tiers[i];
         codecs[i] = 0;
-        if (t < c->n && !knows_codecs(&c->tiers[t]) && t > 0) t--; /* its record, from above */
+        while (t < c->n && t > 0 && !knows_codecs(&c->tiers[t])) t--; /* a record from above */
         if (t < c->n && knows_codecs(&c->tiers[t]) &&
             c->tiers[t].ops->codecs(c->tiers[t].state, &keys[i], 1, &codecs[i]) != KVS_OK)
             codecs[i] = 0;

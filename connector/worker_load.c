@@ -132,6 +132,16 @@ static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64
     char why[384];
     kvs_codec c;
     const uint32_t nl = h->model.n_layers;
+    /* A zero-copy tier's object is copied out first and checked in the copy: nothing read after the
+     * check can change. Too long for a slab, it is no lossy object of this model. */
+    if (obj != w->slab) {
+        if (len > kvs_pool_slab_bytes(h->pool)) len = kvs_pool_slab_bytes(h->pool);
+        if (!(w->slab = kvs_pool_alloc(h->pool))) {
+            fail_load(h, w, "no staging slab free to hold a lossy object");
+            return 0;
+        }
+        obj = memcpy(w->slab, obj, len);
+    }
     if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
                                &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
         fail_load(h, w, why);
@@ -143,13 +153,6 @@ static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64
                 c.kind);
         fail_load(h, w, why);
         return 0;
-    }
-    if (obj != w->slab) { /* a zero-copy tier's: copied out once */
-        if (len > kvs_pool_slab_bytes(h->pool) || !(w->slab = kvs_pool_alloc(h->pool))) {
-            fail_load(h, w, "no staging slab free to hold a lossy object");
-            return 0;
-        }
-        obj = memcpy(w->slab, obj, len);
     }
     const kvs_object_header *hd = obj;
     const uint64_t *hashes = kvs_object_layer_hashes(w->slab);

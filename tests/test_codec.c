@@ -9,6 +9,7 @@
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/device.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -510,6 +511,59 @@ START_TEST(fp16_pages_round_as_the_reference_conversion) {
 }
 END_TEST
 
+/* The host device decodes a lossy copy as it lands; one it cannot decode (rows past the encoded
+ * chunk) fails the load at once, or, deferred, the sync that runs it: never a success over pages it
+ * did not write. */
+START_TEST(a_lossy_copy_the_host_device_cannot_decode_fails_its_load_or_sync) {
+    enum { BT = 16, HEADS = 2, DIM = 16 };
+    kvs_kv_shape shape = {.n_heads = HEADS, .head_bytes = DIM * 2, .block_tokens = BT, .has_v = 1};
+    size_t page = (size_t)BT * HEADS * DIM * 2;
+    uint8_t *k = calloc(2, page), *v = calloc(2, page);
+    kvs_layer_view view = {.struct_size = sizeof view,
+                           .n_blocks = 2,
+                           .k_base = k,
+                           .v_base = v,
+                           .block_stride = (int64_t)page,
+                           .token_stride = HEADS * DIM * 2,
+                           .head_stride = DIM * 2};
+    uint8_t enc[8192] = {0};
+    uint32_t blocks[2] = {0, 1};
+    kvs_dev_codec codec = {
+        .codec = kivi4, .dtype = KVS_DTYPE_FP16, .encoded_tokens = 16, .first_row = 16};
+    kvs_dev_copy copy = {.block_ids = blocks,
+                         .n_block_ids = 2,
+                         .first_token = 0,
+                         .n_tokens = 1,
+                         .k_payload = enc,
+                         .codec = &codec};
+    const kvs_device_ops *dev = kvs_host_device();
+    for (int deferred = 0; deferred < 2; deferred++) {
+        kvs_device_init init = {.struct_size = sizeof init,
+                                .views = &view,
+                                .n_layers = 1,
+                                .shape = shape,
+                                .max_tokens_per_layer = 32,
+                                .max_copies_per_layer = 4,
+                                .host_deferred = deferred};
+        void *st = NULL;
+        kvs_device_info info;
+        char err[256] = "";
+        ck_assert_int_eq(dev->open(&init, &st, &info, err, sizeof err), KVS_OK);
+        kvs_status loaded = dev->load_layer(st, 0, &copy, 1, err, sizeof err);
+        if (!deferred) {
+            ck_assert_int_ne(loaded, KVS_OK);
+        } else {
+            ck_assert_int_eq(loaded, KVS_OK); /* queued */
+            ck_assert_int_ne(dev->sync(st, err, sizeof err), KVS_OK);
+            ck_assert_int_eq(dev->sync(st, err, sizeof err), KVS_OK); /* reported once */
+        }
+        ck_assert_msg(strstr(err, "lossy") != NULL, "%s", err);
+        dev->close(st);
+    }
+    free(k), free(v);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("codec");
     TCase *tc = tcase_create("codec");
@@ -524,6 +578,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, errors_on_gaussian_data_are_as_predicted);
     tcase_add_test(tc, fp16_and_fp8_conversions_round_to_nearest_even);
     tcase_add_test(tc, fp16_pages_round_as_the_reference_conversion);
+    tcase_add_test(tc, a_lossy_copy_the_host_device_cannot_decode_fails_its_load_or_sync);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -236,6 +236,50 @@ START_TEST(lossy_chunks_are_dropped_when_the_placement_says_so) {
 }
 END_TEST
 
+/* Regression: a chunk the compress tier passed down lossy and the tier below wrote back further was
+ * reported raw (only the tier right above the holder was asked), so a lookup without accept_lossy
+ * offered it and its load failed. */
+START_TEST(a_lossy_chunk_written_further_down_is_still_reported_lossy) {
+    rig r;
+    char below[256];
+    snprintf(below, sizeof below,
+             "  - name: mid\n    type: dram\n    capacity: %d\n"
+             "  - name: low\n    type: dram\n    capacity: 1MiB\n",
+             RAW_OBJECT);
+    /* room for one chunk here: the rest goes down lossy (the next tier is slow, 1MB/s) */
+    open_finite(&r, config(RAW_OBJECT,
+                           "      allow_lossy: true\n      recompute_ms: 200\n"
+                           "      next_capacity: 1MiB\n      next_bandwidth: 1MB/s\n",
+                           below, 0));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 29);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_key keys[4];
+    uint32_t tiers[4];
+    uint16_t codecs[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    int deep = -1;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_ge(kvs_tiers_find(r.h->tiers, &keys[i]), 0);
+        tiers[i] = (uint32_t)kvs_tiers_find(r.h->tiers, &keys[i]);
+    }
+    kvs_tiers_codecs(r.h->tiers, keys, tiers, 4, codecs);
+    for (int i = 0; i < 4; i++)
+        if (tiers[i] == 2 && codecs[i] != 0 && deep < 0) deep = i;
+    ck_assert_msg(deep >= 0, "no lossy chunk reached the third tier (tiers %u %u %u %u)", tiers[0],
+                  tiers[1], tiers[2], tiers[3]);
+    uint64_t clean = 0;
+    while (clean < 4 && !codecs[clean]) clean++;
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(res.n_hit_tokens, clean * 32); /* it ends before the first lossy chunk */
+    ck_assert_uint_eq(load(&r, "two", t, b, res.n_hit_tokens), 0);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(the_placement_runs_again_every_reevaluate_ms) {
     rig r;
     open_finite(&r, config(1 << 20, "      next_capacity: 0\n", "", 0));
@@ -295,6 +339,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, with_allow_lossy_what_does_not_fit_raw_is_kept_compressed);
     tcase_add_test(tc, without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk);
     tcase_add_test(tc, lossy_chunks_are_dropped_when_the_placement_says_so);
+    tcase_add_test(tc, a_lossy_chunk_written_further_down_is_still_reported_lossy);
     tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);

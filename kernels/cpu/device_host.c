@@ -30,6 +30,7 @@ typedef struct host_device {
     queued_copy *queue;
     uint64_t n_queued, cap_queued;
     kvs_workers *helpers; /* host_threads - 1 threads beside the caller; NULL by default */
+    kvs_status failed; /* deferred: why a queued copy failed since the last sync (KVS_OK: none) */
 } host_device;
 
 static void host_close(void *state);
@@ -98,17 +99,15 @@ static int whole_payload(const kvs_kv_shape *shape, const kvs_dev_copy *c) {
     return (char *)c->v_payload == (char *)c->k_payload + part;
 }
 
-/* 0, or -1 when a lossy copy could not be decoded (no scratch, rows out of range). */
-static int move_one(const host_device *d, const kvs_layer_view *view, const kvs_dev_copy *c,
-                    int to_pages) {
+/* KVS_OK, or why a lossy copy could not be decoded (no scratch, rows out of range). */
+static kvs_status move_one(const host_device *d, const kvs_layer_view *view, const kvs_dev_copy *c,
+                           int to_pages) {
     kvs_token_span span = {c->block_ids, c->n_block_ids, c->first_token, c->n_tokens};
     if (c->codec) { /* decoded straight into the pages: no full-precision copy in between */
         const kvs_dev_codec *k = c->codec;
-        if (!to_pages) return -1;
+        if (!to_pages) return KVS_EINVAL;
         return kvs_codec_scatter_rows(&k->codec, view, &d->shape, k->dtype, &span, c->k_payload,
-                                      k->encoded_tokens, k->first_row) == KVS_OK
-                   ? 0
-                   : -1;
+                                      k->encoded_tokens, k->first_row);
     }
     if (c->hash && whole_payload(&d->shape, c)) {
         *c->hash = to_pages ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
@@ -116,7 +115,7 @@ static int move_one(const host_device *d, const kvs_layer_view *view, const kvs_
     } else {
         kvs_kernel_move_layer_kv(view, &d->shape, &span, c->k_payload, c->v_payload, to_pages);
     }
-    return 0;
+    return KVS_OK;
 }
 
 /* One layer's copies, an item (a chunk) each for the helpers and the caller. */
@@ -125,12 +124,13 @@ typedef struct layer_batch {
     const kvs_layer_view *view;
     const kvs_dev_copy *copies;
     int to_pages;
-    _Atomic int failed;
+    _Atomic int failed; /* a kvs_status */
 } layer_batch;
 
 static void move_item(void *ctx, uint64_t item) {
     layer_batch *b = ctx;
-    if (move_one(b->d, b->view, &b->copies[item], b->to_pages) != 0) atomic_store(&b->failed, 1);
+    kvs_status st = move_one(b->d, b->view, &b->copies[item], b->to_pages);
+    if (st != KVS_OK) atomic_store(&b->failed, (int)st);
 }
 
 static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
@@ -140,21 +140,21 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
         return KVS_EINVAL;
     }
     const kvs_layer_view *view = &d->views[layer];
-    int failed = 0;
+    kvs_status failed = KVS_OK;
     if (!d->helpers || n < 2) {
-        for (uint64_t i = 0; i < n; i++) failed |= move_one(d, view, &copies[i], to_pages) != 0;
+        for (uint64_t i = 0; i < n; i++) {
+            kvs_status st = move_one(d, view, &copies[i], to_pages);
+            if (st != KVS_OK) failed = st;
+        }
     } else {
         layer_batch b = {d, view, copies, to_pages, 0};
         kvs_workers_submit(d->helpers, move_item, &b, n);
         kvs_workers_help(d->helpers);
         kvs_workers_wait(d->helpers);
-        failed = atomic_load(&b.failed);
+        failed = (kvs_status)atomic_load(&b.failed);
     }
-    if (failed) {
-        say(err, err_len, "a lossy layer could not be decoded into the pages");
-        return KVS_ENOMEM;
-    }
-    return KVS_OK;
+    if (failed != KVS_OK) say(err, err_len, "a lossy layer could not be decoded into the pages");
+    return failed;
 }
 
 /* Deferred mode keeps the caller's copies (their block tables and payloads must stay valid until
@@ -192,7 +192,8 @@ static void run_queued(host_device *d, int loads_only, uint32_t through) {
             d->queue[kept++] = *q;
             continue;
         }
-        move(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
+        kvs_status st = move(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
+        if (st != KVS_OK) d->failed = st;
     }
     d->n_queued = kept;
 }
@@ -218,11 +219,15 @@ static kvs_status host_wait(void *state, uint32_t layer, char *err, size_t err_l
     return KVS_OK;
 }
 
+/* A queued copy that failed (a lossy layer that could not be decoded) fails the sync, as a device's
+ * failed kernel would: the connector turns the step's loads into error blocks. */
 static kvs_status host_sync(void *state, char *err, size_t err_len) {
-    (void)err, (void)err_len;
     host_device *d = state;
     if (d->deferred) run_queued(d, 0, 0);
-    return KVS_OK;
+    kvs_status st = d->failed;
+    d->failed = KVS_OK;
+    if (st != KVS_OK) say(err, err_len, "a lossy layer could not be decoded into the pages");
+    return st;
 }
 
 static const kvs_device_ops host_ops = {
