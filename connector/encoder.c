@@ -79,11 +79,12 @@ kvs_status kvs_encoder_encodings(const kvs_encoder *e, const void *object, uint6
     *n = 0;
     if (cap == 0 || !object || len < sizeof(kvs_object_header)) return KVS_EINVAL;
     const kvs_object_header *h = object;
-    if (h->codec != KVS_CODEC_RAW) return KVS_ENOTSUP; /* lossy objects stay as they are */
-    if (kvs_object_check_header(object, len, &m->fingerprint, &h->key, m->n_layers, m->chunk_tokens,
-                                m->layer_bytes, why, sizeof why) != KVS_OK)
+    /* lossy objects stay as they are; a derived one (raw layout over lossy KV) is raw to encode */
+    if (h->codec != KVS_CODEC_RAW && h->codec != KVS_CODEC_DERIVED) return KVS_ENOTSUP;
+    if (kvs_object_check_raw_layout(object, len, &m->fingerprint, &h->key, m->n_layers,
+                                    m->chunk_tokens, m->layer_bytes, why, sizeof why) != KVS_OK)
         return KVS_ECORRUPT;
-    out[(*n)++] = (kvs_backend_encoding){.id = 0, .codec = 0, .bytes = len, .quality = 1};
+    out[(*n)++] = (kvs_backend_encoding){.id = 0, .codec = h->codec, .bytes = len, .quality = 1};
     /* One layer, the middle one, stands for the object: its error through the curve */
     const uint8_t *layer = kvs_object_layer((void *)(uintptr_t)object, m->n_layers / 2);
     const uint8_t *v = m->shape.has_v ? layer + m->layer_bytes / 2 : NULL;
@@ -110,7 +111,8 @@ kvs_status kvs_encoder_encode(const kvs_encoder *e, const void *object, uint64_t
     char why[256];
     if (id == 0 || id > e->n_codecs || !object || len < sizeof(kvs_object_header))
         return KVS_EINVAL;
-    if (((const kvs_object_header *)object)->codec == KVS_CODEC_RAW)
+    uint16_t codec = ((const kvs_object_header *)object)->codec;
+    if (codec == KVS_CODEC_RAW || codec == KVS_CODEC_DERIVED)
         return kvs_object_encode(object, len, &e->codecs[id - 1], &m->shape, m->dtype, dst, cap,
                                  out_len, why, sizeof why);
     /* lossy to lossier: decoded whole, then encoded (the errors of both add up at most) */

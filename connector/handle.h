@@ -38,6 +38,8 @@ typedef struct kvs_request {
     uint64_t n_local;    /* n_computed at lookup: tokens the engine had itself */
     uint64_t hit_tokens; /* chunk-aligned end of the stored prefix at lookup */
     uint64_t offered;    /* tokens offered by lookup (n_hit_tokens) */
+    uint64_t lossy_from; /* the first token of the first lossy chunk lookup offered (UINT64_MAX:
+                          * none): what the request computes from there on is derived from it */
     uint64_t external;   /* tokens the engine allocated for (on_alloc) */
     int load_pending;    /* on_alloc armed a load; build_meta emits it once */
     uint64_t saved_upto; /* tokens, chunk aligned, stored or already scheduled for saving */

@@ -12,7 +12,8 @@
 /* Blob: "KVSM", XXH3-64 of the rest (8 bytes, big-endian), then msgpack:
  * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...]]
  * req: [id str, [block ids], [[keys bin16*R, chunk_first, first_token, n_tokens]...],
- *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1]
+ *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1,
+ *       derived_from (UINT64_MAX: none)]
  * keys: the chunk's key of every key rank, rank 0 first. */
 
 static void pack_key(msgpack_packer *pk, const kvs_key *key) {
@@ -26,7 +27,7 @@ static void pack_keys(msgpack_packer *pk, const kvs_key *keys, uint32_t n_ranks)
 }
 
 static void pack_req(msgpack_packer *pk, const kvs_meta_req *r, uint32_t n_ranks) {
-    msgpack_pack_array(pk, 6);
+    msgpack_pack_array(pk, 7);
     size_t idlen = strnlen(r->id, KVS_REQ_ID_MAX - 1);
     msgpack_pack_str(pk, idlen);
     msgpack_pack_str_body(pk, r->id, idlen);
@@ -50,6 +51,7 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r, uint32_t n_ranks
     msgpack_pack_bin(pk, r->layers ? r->n_layer_bytes : 0);
     if (r->layers && r->n_layer_bytes) msgpack_pack_bin_body(pk, r->layers, r->n_layer_bytes);
     msgpack_pack_uint8(pk, r->load_async ? 1 : 0);
+    msgpack_pack_uint64(pk, r->derived ? r->derived_from : UINT64_MAX);
 }
 
 /* Every load and save has its R keys (a lone `key` serves one rank only). */
@@ -179,7 +181,7 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
     uint32_t fields, n;
     const uint8_t *p;
     uint64_t async;
-    if (kvs_mp_read_array(rd, 6, 6, &fields, "a request") != 0 ||
+    if (kvs_mp_read_array(rd, 7, 7, &fields, "a request") != 0 ||
         kvs_mp_read_bytes(rd, 1, KVS_REQ_ID_MAX - 1, &p, &n, "a request id") != 0)
         return -1;
     if (n == 0 || memchr(p, 0, n))
@@ -205,6 +207,10 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
     }
     if (kvs_mp_read_uint(rd, 1, &async, "a request's load_async") != 0) return -1;
     r->load_async = (uint8_t)async;
+    uint64_t from = UINT64_MAX;
+    if (kvs_mp_read_uint(rd, UINT64_MAX, &from, "a request's derived_from") != 0) return -1;
+    r->derived = from != UINT64_MAX;
+    r->derived_from = r->derived ? from : 0;
     return 0;
 }
 

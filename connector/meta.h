@@ -9,9 +9,10 @@
 #include "abi/kvstrata_backend.h"
 
 #define KVS_META_VERSION \
-    5 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+    6 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
                             * 4: the blob starts with a magic and a checksum of the rest;
-                            * 5: every rank's keys, the group fingerprint, load_async */
+                            * 5: every rank's keys, the group fingerprint, load_async;
+                            * 6: requests carry derived_from */
 #define KVS_META_MAGIC        "KVSM"
 #define KVS_META_HEADER_BYTES 12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
 #define KVS_REQ_ID_MAX        256
@@ -49,6 +50,10 @@ typedef struct kvs_meta_req {
     uint32_t
         n_layer_bytes;  /* 0 with layers NULL, else ceil(n_layers / 8) (checked by the worker) */
     uint8_t load_async; /* 1: its loads run between steps (lookup answered load_async) */
+    /* derived: its saves of chunks from token derived_from on hold KV computed over chunks it loaded
+     * lossy, and are sealed as derived (connector/object.h). 0: none (derived_from unused). */
+    uint8_t derived;
+    uint64_t derived_from;
 } kvs_meta_req;
 
 #define KVS_META_MAX_LAYER_BYTES 8192u

@@ -51,9 +51,10 @@ void kvs_object_seal(void *object) {
     ((kvs_object_header *)object)->header_hash = kvs_object_header_digest(object);
 }
 
-kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_key *fingerprint,
-                                   const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
-                                   uint64_t layer_bytes, char *err, uint64_t err_len) {
+static kvs_status check_header(const void *object, uint64_t len, const kvs_key *fingerprint,
+                               const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
+                               uint64_t layer_bytes, int allow_derived, char *err,
+                               uint64_t err_len) {
     char hex[33];
     kvs_key_hex(key, hex);
     if (len < sizeof(kvs_object_header)) {
@@ -63,7 +64,7 @@ kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_k
     }
     const kvs_object_header *h = object;
     if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
-        h->codec != KVS_CODEC_RAW) {
+        (h->codec != KVS_CODEC_RAW && !(allow_derived && h->codec == KVS_CODEC_DERIVED))) {
         kvs_fmt(err, err_len, "object %s: bad magic/version/codec (%08x/%u/%u)", hex, h->magic,
                 h->version, h->codec);
         return KVS_ECORRUPT;
@@ -88,4 +89,18 @@ kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_k
         return KVS_ECORRUPT;
     }
     return KVS_OK;
+}
+
+kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_key *fingerprint,
+                                   const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
+                                   uint64_t layer_bytes, char *err, uint64_t err_len) {
+    return check_header(object, len, fingerprint, key, n_layers, n_tokens, layer_bytes, 0, err,
+                        err_len);
+}
+
+kvs_status kvs_object_check_raw_layout(const void *object, uint64_t len, const kvs_key *fingerprint,
+                                       const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
+                                       uint64_t layer_bytes, char *err, uint64_t err_len) {
+    return check_header(object, len, fingerprint, key, n_layers, n_tokens, layer_bytes, 1, err,
+                        err_len);
 }

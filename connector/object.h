@@ -12,6 +12,10 @@
 #define KVS_OBJECT_MAGIC   0x4f53564bu /* "KVSO" little-endian */
 #define KVS_OBJECT_VERSION 1
 #define KVS_CODEC_RAW      0
+/* A raw payload whose values were computed over KV that was loaded lossy (docs/compress.md): the
+ * layout and checksums of a raw object, refused by readers of raw objects unless they accept lossy
+ * KV (loads.accept_lossy). */
+#define KVS_CODEC_DERIVED  3
 #define KVS_OBJECT_ALIGN   4096 /* payload offset alignment, so O_DIRECT tiers can read layers */
 
 typedef struct kvs_object_header {
@@ -107,5 +111,9 @@ kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fi
 kvs_status kvs_object_check_header(const void *object, uint64_t len, const kvs_key *fingerprint,
                                    const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
                                    uint64_t layer_bytes, char *err, uint64_t err_len);
+/* The same, also taking a derived object (KVS_CODEC_DERIVED: raw layout) as intact. */
+kvs_status kvs_object_check_raw_layout(const void *object, uint64_t len, const kvs_key *fingerprint,
+                                       const kvs_key *key, uint32_t n_layers, uint32_t n_tokens,
+                                       uint64_t layer_bytes, char *err, uint64_t err_len);
 
 #endif

@@ -34,8 +34,9 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
      * it is known to be this model's and to fit in raw_len */
     uint64_t total = 0;
     if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
-        h->codec != KVS_CODEC_RAW || h->n_layers == 0 || h->n_layers > 65536 || h->n_tokens == 0 ||
-        h->n_tokens > (1u << 24) || h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
+        (h->codec != KVS_CODEC_RAW && h->codec != KVS_CODEC_DERIVED) || h->n_layers == 0 ||
+        h->n_layers > 65536 || h->n_tokens == 0 || h->n_tokens > (1u << 24) ||
+        h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
         h->payload_offset != kvs_object_payload_offset(h->n_layers) ||
         __builtin_mul_overflow((uint64_t)h->n_layers, h->layer_bytes, &total) ||
         __builtin_add_overflow(total, (uint64_t)h->payload_offset, &total) || raw_len < total ||

@@ -104,6 +104,7 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
     kvs_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     memcpy(r->id, id, strlen(id) + 1);
+    r->lossy_from = UINT64_MAX;
     kvs_request **b = bucket_of(h, id);
     r->next = *b;
     *b = r;
@@ -334,7 +335,9 @@ static int remote_answer(kvs_handle *h, kvs_request *r, uint64_t first) {
  * rank's object of it with a lossy codec): lossy[i] for chunk first + i. NULL when no tier knows
  * codecs, or out of memory (every chunk then counts as raw: a load still checks the object). */
 static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) {
-    if (!run || !kvs_tiers_know_codecs(h->tiers)) return NULL;
+    /* Lossy and derived objects come from compress tiers; another process's, through a shared tier,
+     * only matter to an engine that takes them (without accept_lossy its loads refuse them). */
+    if (!run || (!kvs_tiers_know_codecs(h->tiers) && !h->cfg->loads.accept_lossy)) return NULL;
     uint64_t n = run * h->key_ranks;
     kvs_key *keys = malloc(n * sizeof *keys);
     uint32_t *tiers = malloc(n * sizeof *tiers);
@@ -389,6 +392,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         r->n_local = n_computed;
         r->hit_tokens = r->offered = r->external = 0;
         r->load_pending = r->async_waiting = r->load_async = 0;
+        r->lossy_from = UINT64_MAX;
         h->stats.lookups_unknown++;
         kvs_lookup_result res = {.struct_size = out_size, .unknown_yet = 1};
         memcpy(out, &res, out_size);
@@ -415,11 +419,15 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
     uint64_t ext = end > n_computed ? end - n_computed : 0;
     uint64_t lossy_tokens = 0; /* of the offered tokens [n_computed, end), those in lossy chunks */
+    r->lossy_from = UINT64_MAX;
     for (uint64_t i = 0; lossy && i < run && (first + i) * C < end; i++) {
         uint64_t lo = (first + i) * C, hi = lo + C;
         if (lo < n_computed) lo = n_computed;
         if (hi > end) hi = end;
-        if (lossy[i] && hi > lo) lossy_tokens += hi - lo;
+        if (lossy[i] && hi > lo) {
+            lossy_tokens += hi - lo;
+            if (r->lossy_from == UINT64_MAX) r->lossy_from = (first + i) * C;
+        }
     }
     free(lossy);
     if (ext == 0)
@@ -568,6 +576,8 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
         /* loaded between steps; planned with the step's other loads (per-request completion) */
         if (r->load_async) out->load_async = 1;
     }
+    out->derived = r && r->lossy_from != UINT64_MAX;
+    out->derived_from = out->derived ? r->lossy_from : 0;
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
     if (!h->cfg->save_decode && limit > prompt) limit = prompt;

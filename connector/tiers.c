@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "encoder.h"
+#include "object.h"
 #include "policy.h"
 
 /* The 1.0 table ends at usage; 1.1 appended reserve, commit, abort and memory. */
@@ -472,6 +473,14 @@ void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, const uint32_t *ti
     for (uint64_t i = 0; i < n; i++) {
         uint32_t t = tiers[i];
         codecs[i] = 0;
+        const void *obj = NULL;
+        uint64_t len = 0;
+        if (t < c->n && !knows_codecs(&c->tiers[t]) && kvs_tiers_zero_copy(c, t) &&
+            c->tiers[t].ops->get_ref(c->tiers[t].state, &keys[i], &obj, &len) == KVS_OK &&
+            len >= sizeof(kvs_object_header)) { /* its header says (the lookup holds a pin) */
+            codecs[i] = ((const kvs_object_header *)obj)->codec;
+            continue;
+        }
         while (t < c->n && t > 0 && !knows_codecs(&c->tiers[t])) t--; /* a record from above */
         if (t < c->n && knows_codecs(&c->tiers[t]) &&
             c->tiers[t].ops->codecs(c->tiers[t].state, &keys[i], 1, &codecs[i]) != KVS_OK)

@@ -102,7 +102,8 @@ void kvs_tiers_abort(kvs_tier_chain *chain, uint64_t ticket);
 /* The memory range a tier keeps its objects in (backend CAP_MEMORY), else KVS_ENOTSUP. */
 kvs_status kvs_tiers_memory(const kvs_tier_chain *chain, uint32_t tier, void **base, uint64_t *len);
 /* The codec each of keys[0..n) is stored with (0 raw or unknown), key i being held by tier
- * tiers[i]: that tier's answer when it knows codecs (backend CAP_CODECS: a compress tier), else the
+ * tiers[i] (and pinned there): that tier's answer when it knows codecs (backend CAP_CODECS: a
+ * compress tier), the object's header when the tier hands out references (a dram tier), else the
  * answer of the nearest tier above it that knows (a compress tier's record of what it passed down,
  * through write-back), else 0. */
 void kvs_tiers_codecs(kvs_tier_chain *chain, const kvs_key *keys, const uint32_t *tiers, uint64_t n,

@@ -184,9 +184,22 @@ static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64
  * against a header that could change under a zero-copy reference. A lossy chunk is decoded as it
  * lands on the host device, into a raw object first on a device that cannot (decode_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
-    char why[256];
-    if (len >= sizeof(kvs_object_header) &&
-        ((const kvs_object_header *)obj)->codec != KVS_CODEC_RAW) {
+    char why[256] = "";
+    uint16_t codec =
+        len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)obj)->codec : KVS_CODEC_RAW;
+    if (codec == KVS_CODEC_DERIVED) { /* raw layout, values computed over lossy KV */
+        if (kvs_object_check_raw_layout(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+                                        h->chunk_tokens, h->layer_bytes, why,
+                                        sizeof why) != KVS_OK) {
+            fail_load(h, w, why);
+            w->drop = 1;
+            return;
+        }
+        if (!h->cfg->loads.accept_lossy)
+            return fail_load(h, w,
+                             "KV computed over lossy chunks, and loads.accept_lossy is false");
+        w->lossy = 1;
+    } else if (codec != KVS_CODEC_RAW) {
         if (h->dev == kvs_host_device() && !w->ranged) {
             (void)accept_fused(h, w, obj, len);
             return;
@@ -194,8 +207,10 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         if (!(obj = decode_lossy(h, w, obj, len))) return;
         len = h->object_bytes;
     }
-    if (kvs_object_check_header(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
-                                h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK) {
+    if (kvs_object_check_raw_layout(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+                                    h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK ||
+        (((const kvs_object_header *)obj)->codec == KVS_CODEC_DERIVED && !w->lossy)) {
+        if (!why[0]) kvs_fmt(why, sizeof why, "its codec field changed while it was read");
         fail_load(h, w, why);
         w->drop = 1;
         return;

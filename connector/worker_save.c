@@ -70,6 +70,9 @@ static void open_saves(kvs_handle *h) {
         placed++;
         kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers,
                         h->chunk_tokens, h->layer_bytes);
+        /* computed over chunks the request loaded lossy: exact for no reader that refuses them */
+        if (w->req->derived && w->save->chunk_first >= w->req->derived_from)
+            ((kvs_object_header *)w->object)->codec = KVS_CODEC_DERIVED;
     }
 }
 

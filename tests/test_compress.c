@@ -15,6 +15,7 @@
 #include "connector/config.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
+#include "connector/object.h"
 #include "connector/tiers.h"
 #include "kernels/cpu/dtype.h"
 #include "tests/support/connector_rig.h"
@@ -53,10 +54,14 @@ static void open_finite(rig *r, const char *cfg) {
     ck_assert_int_eq(kvs_compress_set_clock(kvs_tiers_state(r->h->tiers, 0), &r->clock), KVS_OK);
 }
 
-static kvs_compress_counts counts(rig *r) {
+static kvs_compress_counts counts_at(rig *r, uint32_t tier) {
     kvs_compress_counts c;
-    ck_assert_int_eq(kvs_compress_counts_of(kvs_tiers_state(r->h->tiers, 0), &c), KVS_OK);
+    ck_assert_int_eq(kvs_compress_counts_of(kvs_tiers_state(r->h->tiers, tier), &c), KVS_OK);
     return c;
+}
+
+static kvs_compress_counts counts(rig *r) {
+    return counts_at(r, 0);
 }
 
 /* Lookup of tokens t[0..128) with nothing computed: its result. */
@@ -280,6 +285,66 @@ START_TEST(a_lossy_chunk_written_further_down_is_still_reported_lossy) {
 }
 END_TEST
 
+/* KV the engine computes over lossy chunks is not exact: the chunks it saves after them are sealed
+ * as derived, so lookups count them lossy and a reader without accept_lossy refuses them. */
+START_TEST(chunks_computed_over_lossy_ones_are_saved_as_derived) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n"
+             "  - name: dram\n    type: dram\n    capacity: 1MiB\n"
+             "  - name: zip\n    type: compress\n    capacity: 30000\n    options:\n%s"
+             "loads:\n  accept_lossy: true\n",
+             rig_device_section(), CHUNK, LOSSY_OPTIONS);
+    rig r;
+    ck_assert_msg(rig_open(&r, KVS_ROLE_BOTH, rig_config("derived.yaml", text)) == KVS_OK, "%s",
+                  r.error);
+    r.finite = 1;
+    int32_t t[192];
+    uint32_t a[12], b[12];
+    rig_make_tokens(t, 192, 33);
+    rig_blocks_from(a, 12, 0);
+    rig_blocks_from(b, 12, 20);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_key keys[6];
+    kvs_keys_chain(&r.h->fingerprint, t, 6, CHUNK, keys);
+    /* push the four chunks out of dram into the compress tier, where some are kept lossy */
+    const kvs_backend_ops *dram = kvs_tiers_ops(r.h->tiers, 0);
+    void *dram_state = kvs_tiers_state(r.h->tiers, 0);
+    uint8_t *obj = malloc(r.h->object_bytes);
+    uint64_t len = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(dram->get(dram_state, &keys[i], obj, r.h->object_bytes, &len), KVS_OK);
+        ck_assert_int_eq(
+            kvs_tiers_ops(r.h->tiers, 1)->put(kvs_tiers_state(r.h->tiers, 1), &keys[i], obj, len),
+            KVS_OK);
+        ck_assert_int_eq(dram->remove(dram_state, &keys[i]), KVS_OK);
+    }
+    ck_assert_uint_ge(counts_at(&r, 1).here_lossy, 1);
+    /* a longer prompt over them: its chunks 4 and 5 are computed over lossy KV */
+    uint64_t hit = rig_prefill(&r, "two", t, 192, b);
+    ck_assert_uint_eq(hit, 128);
+    for (int i = 4; i < 6; i++) {
+        ck_assert_int_eq(dram->get(dram_state, &keys[i], obj, r.h->object_bytes, &len), KVS_OK);
+        ck_assert_uint_eq(((const kvs_object_header *)obj)->codec, KVS_CODEC_DERIVED);
+    }
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "three", t, 192, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 191);
+    uint16_t codecs[6];
+    uint32_t tiers[6];
+    for (int i = 0; i < 6; i++) tiers[i] = (uint32_t)kvs_tiers_find(r.h->tiers, &keys[i]);
+    kvs_tiers_codecs(r.h->tiers, keys, tiers, 6, codecs);
+    uint64_t lossy = 0;
+    for (int i = 0; i < 6; i++) lossy += codecs[i] ? (i == 5 ? 31 : 32) : 0;
+    ck_assert_uint_eq(codecs[4], KVS_CODEC_DERIVED); /* read from the dram tier's header */
+    ck_assert_uint_eq(res.n_lossy_tokens, lossy);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(r.h, "three", &keep), KVS_OK);
+    free(obj);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(the_placement_runs_again_every_reevaluate_ms) {
     rig r;
     open_finite(&r, config(1 << 20, "      next_capacity: 0\n", "", 0));
@@ -340,6 +405,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, without_accept_lossy_a_lookup_ends_before_the_first_lossy_chunk);
     tcase_add_test(tc, lossy_chunks_are_dropped_when_the_placement_says_so);
     tcase_add_test(tc, a_lossy_chunk_written_further_down_is_still_reported_lossy);
+    tcase_add_test(tc, chunks_computed_over_lossy_ones_are_saved_as_derived);
     tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);

@@ -151,8 +151,8 @@ START_TEST(a_lossy_chunk_loaded_from_inside_lands_its_own_rows) {
     kvs_lookup_result res = {.struct_size = sizeof res};
     ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 48, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 127 - 48);
-    ck_assert_uint_eq(res.n_lossy_tokens,
-                      0); /* no compress tier: nothing says so before the load */
+    /* the dram tier's header says which tokens are lossy; the plugin tier cannot tell */
+    ck_assert_uint_eq(res.n_lossy_tokens, _i == 1 ? 64 - 48 : 0);
     ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 48), KVS_OK);
     kvs_step_request s = {"two", t, 128, b, 8, 127 - 48, 1};
     uint8_t meta[65536];
@@ -231,6 +231,50 @@ END_TEST
 
 /* A raw object whose header's codec field was flipped is damaged, not lossy: dropped, as before
  * lossy objects existed, whether or not the engine accepts lossy KV. */
+/* A derived chunk (raw layout, computed over lossy KV): without accept_lossy its load refuses it and
+ * keeps it (the engine recomputes); with accept_lossy a lookup counts it lossy (its dram tier's
+ * header says so) and it loads byte for byte. */
+START_TEST(a_derived_chunk_is_lossy_to_lookups_and_loads) {
+    for (int accept = 0; accept < 2; accept++) {
+        rig r;
+        ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(accept)), KVS_OK);
+        int32_t t[128];
+        uint32_t a[8], b[8], errs[16];
+        rig_make_tokens(t, 128, 95 + accept);
+        rig_blocks_from(a, 8, 0);
+        rig_blocks_from(b, 8, 40);
+        ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+        kvs_key keys[4];
+        kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+        const void *obj;
+        uint64_t len;
+        const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+        ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[2], &obj, &len),
+                         KVS_OK);
+        ((kvs_object_header *)(uintptr_t)obj)->codec = KVS_CODEC_DERIVED;
+        kvs_object_seal((void *)(uintptr_t)obj);
+        if (!accept) { /* no tier here tells codecs: offered, and its load refuses it */
+            ck_assert_uint_eq(restore(&r, "two", t, b, errs), 2);
+            ck_assert(errs[0] + errs[1] == b[4] + b[5]);
+        } else {
+            kvs_lookup_result res = {.struct_size = sizeof res};
+            ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+            ck_assert_uint_eq(res.n_hit_tokens, 127);
+            ck_assert_uint_eq(res.n_lossy_tokens, 32); /* its header, read in the dram tier */
+            int keep = 1;
+            ck_assert_int_eq(api->request_finished(r.h, "two", &keep), KVS_OK);
+            ck_assert_uint_eq(restore(&r, "three", t, b, errs), 0);
+            ck_assert(rig_kv_matches(&r, b, t, 0, 127)); /* its bytes are raw */
+            kvs_stats st = {.struct_size = sizeof st};
+            ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+            ck_assert_uint_eq(st.lossy_chunks_loaded, 1);
+        }
+        ck_assert(rig_stored(&r, t, 2));
+        rig_close(&r);
+    }
+}
+END_TEST
+
 START_TEST(a_raw_object_with_a_damaged_codec_field_is_dropped) {
     for (int accept = 0; accept < 2; accept++) {
         rig r;
@@ -266,6 +310,7 @@ static Suite *lossy_suite(void) {
     tcase_add_loop_test(tc, a_lossy_chunk_loaded_from_inside_lands_its_own_rows, 1, 3);
     tcase_add_test(tc, without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept);
     tcase_add_test(tc, a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped);
+    tcase_add_test(tc, a_derived_chunk_is_lossy_to_lookups_and_loads);
     tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);
     suite_add_tcase(s, tc);
     return s;

@@ -138,7 +138,7 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
     const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
                   huge_map[] = {0x96, 0xdf, 0x7f, 0xff, 0xff, 0xff},
-                  huge_bin[] = {0x96, 0x05, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+                  huge_bin[] = {0x96, 0x06, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
@@ -147,7 +147,7 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_ptr_nonnull(strstr(
         api->last_error(r.h), "the group fingerprint of 4294967040 bytes is over the limit of 16"));
     /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
-    const uint8_t huge_reqs[] = {0x96, 0x05, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
+    const uint8_t huge_reqs[] = {0x96, 0x06, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
                                  0,    0,    0,    0,    0,    0,    0,    0,    0,   0,
                                  0,    0x01, 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
@@ -156,18 +156,22 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
         strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
-    /* The request's layer mask (metadata v3) is the field before its last (load_async, v5), here an
-     * empty bin (every layer): one of the right size is taken, one naming a layer past the model's two
-     * or of another size is not. */
-    ck_assert(len > 3 && meta[len - 3] == 0xc4 && meta[len - 2] == 0x00 && meta[len - 1] == 0x00);
+    /* The request's layer mask (metadata v3) comes before load_async (v5) and derived_from (v6,
+     * here none: 0xcf and eight 0xff), here an empty bin (every layer): one of the right size is
+     * taken, one naming a layer past the model's two or of another size is not. */
+    const uint64_t tail = 9; /* derived_from */
+    ck_assert(len > 3 + tail && meta[len - tail - 3] == 0xc4 && meta[len - tail - 2] == 0x00 &&
+              meta[len - tail - 1] == 0x00 && meta[len - tail] == 0xcf);
     const uint8_t masks[][5] = {
         {0xc4, 0x01, 0x01, 0x00}, {0xc4, 0x01, 0x07, 0x00}, {0xc4, 0x02, 0x03, 0x00, 0x00}};
     const uint64_t mask_len[] = {4, 4, 5};
     for (int k = 0; k < 3; k++) {
-        memcpy(bad, meta, len - 3);
-        memcpy(bad + len - 3, masks[k], mask_len[k]);
-        reseal(bad, len - 3 + mask_len[k]);
-        kvs_status st = api->bind_meta(r.h, bad, len - 3 + mask_len[k]);
+        uint64_t head = len - tail - 3, n = head + mask_len[k] + tail;
+        memcpy(bad, meta, head);
+        memcpy(bad + head, masks[k], mask_len[k]);
+        memcpy(bad + head + mask_len[k], meta + len - tail, tail);
+        reseal(bad, n);
+        kvs_status st = api->bind_meta(r.h, bad, n);
         if (k == 0) {
             ck_assert_int_eq(st, KVS_OK);
             ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
@@ -297,6 +301,8 @@ static void two_rank_meta(two_rank_blob *b) {
     b->req.layers = b->layers;
     b->req.n_layer_bytes = 1;
     b->req.load_async = 1;
+    b->req.derived = 1;
+    b->req.derived_from = 64;
     b->meta = (kvs_meta){.step = 7,
                          .group_fingerprint = rank_key(9, 9),
                          .key_ranks = 2,
@@ -326,6 +332,8 @@ START_TEST(each_rank_decodes_its_own_keys_from_one_blob) {
         ck_assert_uint_eq(r->n_block_ids, 8);
         ck_assert_uint_eq(r->block_ids[7], 37);
         ck_assert_uint_eq(r->load_async, 1);
+        ck_assert_uint_eq(r->derived, 1);
+        ck_assert_uint_eq(r->derived_from, 64);
         ck_assert_uint_eq(r->n_layer_bytes, 1);
         ck_assert_uint_eq(r->layers[0], 0x02);
         ck_assert_uint_eq(r->n_loads, 2);
@@ -404,7 +412,7 @@ START_TEST(key_ranks_that_do_not_add_up_are_refused) {
     b.saves[0].keys = b.keys[3];
     ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_OK);
     const uint8_t *blob = out;
-    /* body: 0x96, version 5, step 7, bin8 of 16 (2 + 16 bytes), then key_ranks at 21 */
+    /* body: 0x96, version 6, step 7, bin8 of 16 (2 + 16 bytes), then key_ranks at 21 */
     const uint64_t ranks_at = KVS_META_HEADER_BYTES + 21;
     ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES], 0x96);
     ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES + 1], KVS_META_VERSION);
@@ -424,12 +432,13 @@ START_TEST(key_ranks_that_do_not_add_up_are_refused) {
     ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, &one, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "a load's keys of 32 bytes is over the limit of 16"));
-    /* load_async is the request's last field: 0 or 1 */
-    ck_assert_uint_eq(blob[len - 1], 1);
-    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &two, 1, 0, err, sizeof err),
+    /* load_async comes before the request's last field, derived_from (64): 0 or 1 */
+    ck_assert_uint_eq(blob[len - 1], 64);
+    ck_assert_uint_eq(blob[len - 2], 1);
+    ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &two, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "load_async 2 is over 1"));
-    /* a request without it (a v4 request) is refused */
+    /* a request without derived_from (a v5 request) is refused */
     ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &zero, 0, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_str_ne(err, "");

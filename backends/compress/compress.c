@@ -277,7 +277,7 @@ static kvs_status replace_all(compress_state *st, uint32_t fresh) {
         if (!e->used) continue;
         kvs_backend_place_entry *in = &st->plan_in[i];
         memset(in, 0, sizeof *in);
-        in->raw_bytes = e->enc[0].codec == 0 ? e->enc[0].bytes : e->len;
+        in->raw_bytes = e->enc[0].bytes; /* as put: raw layout */
         in->hits_per_s = rate_of(st, e, now);
         in->n_encodings = e->n_enc;
         memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);

@@ -122,7 +122,8 @@ static batch_req *find(batch *b, const char *id) {
 }
 
 static void release(batch_req *q) {
-    kvcache_release(q->e->kv, q->e->table, q->a.n_blocks, q->e->tokens, q->a.kv_tokens);
+    kvcache_release(q->e->kv, q->e->table, q->a.n_blocks, q->e->tokens,
+                    q->a.n_lossy ? q->a.n_local : q->a.kv_tokens); /* as engine.c: lossy pages */
     q->done = 1;
 }
 

@@ -470,7 +470,10 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
         }
         if (connector_take_events(c) != 0) return -1;
     }
-    kvcache_release(e->kv, e->table, a->n_blocks, e->tokens, a->kv_tokens);
+    /* pages over lossy hits hold approximate KV: they never serve a later prompt from the prefix
+     * cache (the connector keeps what it stored, marked) */
+    kvcache_release(e->kv, e->table, a->n_blocks, e->tokens,
+                    a->n_lossy ? a->n_local : a->kv_tokens);
     return 0;
 }
 
