@@ -35,17 +35,20 @@ typedef struct kvs_request {
     uint64_t prompt_tokens; /* tokens known at the first sighting: saved unless save_decode */
     kvs_key *keys;          /* full chunks' keys: key_ranks per chunk, chunk-major */
     uint64_t n_keys;
-    uint64_t n_local;    /* n_computed at lookup: tokens the engine had itself */
-    uint64_t hit_tokens; /* chunk-aligned end of the stored prefix at lookup */
-    uint64_t offered;    /* tokens offered by lookup (n_hit_tokens) */
-    uint64_t lossy_from; /* the first token of the first lossy chunk lookup offered (UINT64_MAX:
-                          * none): what the request computes from there on is derived from it */
-    uint64_t external;   /* tokens the engine allocated for (on_alloc) */
-    int load_pending;    /* on_alloc armed a load; build_meta emits it once */
-    uint64_t saved_upto; /* tokens, chunk aligned, stored or already scheduled for saving */
-    uint64_t step_end;   /* n_computed + n_scheduled of the last step: the engine rolled back if
+    uint64_t n_local;      /* n_computed at lookup: tokens the engine had itself */
+    uint64_t hit_tokens;   /* chunk-aligned end of the stored prefix at lookup */
+    uint64_t offered;      /* tokens offered by lookup (n_hit_tokens) */
+    uint64_t lossy_from;   /* the first token of the first lossy chunk lookup offered (UINT64_MAX:
+                            * none) */
+    uint64_t lossy_loaded; /* the lowest token from which a load build_meta emitted for it may
+                            * have been lossy, over its life (UINT64_MAX: none): what it computes
+                            * from there on is derived (saved so) */
+    uint64_t external;     /* tokens the engine allocated for (on_alloc) */
+    int load_pending;      /* on_alloc armed a load; build_meta emits it once */
+    uint64_t saved_upto;   /* tokens, chunk aligned, stored or already scheduled for saving */
+    uint64_t step_end;     /* n_computed + n_scheduled of the last step: the engine rolled back if
                              * a later step starts below it (load error, preemption) */
-    kvs_pin *pins;       /* the lease: key_ranks pins per chunk, chunk-major */
+    kvs_pin *pins;         /* the lease: key_ranks pins per chunk, chunk-major */
     uint64_t n_pins;
     int lease_counted; /* the pins count in stats.leases_active */
     uint64_t lease_deadline_ns;

@@ -104,7 +104,7 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
     kvs_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     memcpy(r->id, id, strlen(id) + 1);
-    r->lossy_from = UINT64_MAX;
+    r->lossy_from = r->lossy_loaded = UINT64_MAX;
     kvs_request **b = bucket_of(h, id);
     r->next = *b;
     *b = r;
@@ -540,6 +540,7 @@ typedef struct req_plan {
     kvs_key *keys; /* keys of the full chunks of s->tokens: becomes the request's keys */
     uint64_t n_keys;
     uint64_t saved_upto;
+    uint64_t lossy_loaded; /* becomes the request's lossy_loaded */
     int emits_load;
 } req_plan;
 
@@ -548,6 +549,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     uint64_t C = h->chunk_tokens;
     int oom;
     memset(plan, 0, sizeof *plan);
+    plan->lossy_loaded = r ? r->lossy_loaded : UINT64_MAX;
     plan->n_keys = s->n_tokens / C;
     plan->keys = kvs_request_keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
     if (oom) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
@@ -575,9 +577,15 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
                                       .end_token = end};
         /* loaded between steps; planned with the step's other loads (per-request completion) */
         if (r->load_async) out->load_async = 1;
+        /* a lossy chunk among these loads (or, when the plan recomputes the front, any chunk from
+         * the first it loads: which later ones are lossy is not kept) */
+        if (r->lossy_from < end) {
+            uint64_t from = r->lossy_from > start ? r->lossy_from : start / C * C;
+            if (from < plan->lossy_loaded) plan->lossy_loaded = from;
+        }
     }
-    out->derived = r && r->lossy_from != UINT64_MAX;
-    out->derived_from = out->derived ? r->lossy_from : 0;
+    out->derived = plan->lossy_loaded != UINT64_MAX;
+    out->derived_from = out->derived ? plan->lossy_loaded : 0;
     uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
     if (!h->cfg->save_decode && limit > prompt) limit = prompt;
@@ -624,6 +632,7 @@ static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan 
     r->n_keys = plan->n_keys;
     plan->keys = NULL;
     r->saved_upto = plan->saved_upto;
+    r->lossy_loaded = plan->lossy_loaded;
     r->step_end = s->n_computed + s->n_scheduled;
     if (plan->emits_load && r->load_async) {
         /* the engine counts the loaded tokens as computed: coming back below them is a rollback */

@@ -53,6 +53,16 @@ static void release_save(kvs_handle *h, kvs_save_work *w) {
     w->slab = w->object = NULL;
 }
 
+/* The first chunk of request r this step's loads landed lossy (its own view: a tier that cannot tell
+ * codecs before the load hid it from the lookup), or UINT64_MAX. */
+static uint64_t lossy_load_from(const kvs_handle *h, const kvs_meta_req *r) {
+    uint64_t from = UINT64_MAX;
+    for (uint64_t i = 0; i < h->n_loads; i++)
+        if (h->loads[i].req == r && h->loads[i].lossy && h->loads[i].load->chunk_first < from)
+            from = h->loads[i].load->chunk_first;
+    return from;
+}
+
 /* At the first save_layer of a step: decide which saves happen and where they are built. */
 static void open_saves(kvs_handle *h) {
     uint64_t placed = 0;
@@ -71,7 +81,8 @@ static void open_saves(kvs_handle *h) {
         kvs_object_init(w->object, &h->fingerprint, &w->save->key, h->model.n_layers,
                         h->chunk_tokens, h->layer_bytes);
         /* computed over chunks the request loaded lossy: exact for no reader that refuses them */
-        if (w->req->derived && w->save->chunk_first >= w->req->derived_from)
+        if ((w->req->derived && w->save->chunk_first >= w->req->derived_from) ||
+            w->save->chunk_first >= lossy_load_from(h, w->req))
             ((kvs_object_header *)w->object)->codec = KVS_CODEC_DERIVED;
     }
 }

@@ -275,6 +275,46 @@ START_TEST(a_derived_chunk_is_lossy_to_lookups_and_loads) {
 }
 END_TEST
 
+/* Regression: a lossy chunk no tier reported before its load (the plugin tier cannot tell codecs) was
+ * loaded, and the chunk the engine then computed over it was saved raw; it is saved derived. */
+START_TEST(a_chunk_computed_over_a_lossy_load_is_saved_derived) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(2)), KVS_OK);
+    r.finite = 1;
+    int32_t t[160];
+    uint32_t a[10], b[10];
+    rig_make_tokens(t, 160, 97);
+    rig_blocks_from(a, 10, 0);
+    rig_blocks_from(b, 10, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint8_t *lossy;
+    make_lossy(&r, t, 1, &lossy);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 160, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 128);
+    ck_assert_uint_eq(res.n_lossy_tokens, 0); /* the plugin tier cannot tell */
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 10, 128), KVS_OK);
+    kvs_step_request s = {"two", t, 160, b, 10, 128, 32};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(&r, meta, mlen, b, t, 128, 160);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    kvs_key keys[5];
+    kvs_keys_chain(&r.h->fingerprint, t, 5, CHUNK, keys);
+    uint8_t *obj = malloc(r.h->object_bytes);
+    uint64_t len = 0;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(
+        ops->get(kvs_tiers_state(r.h->tiers, 0), &keys[4], obj, r.h->object_bytes, &len), KVS_OK);
+    ck_assert_uint_eq(((const kvs_object_header *)obj)->codec, KVS_CODEC_DERIVED);
+    free(obj), free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(a_raw_object_with_a_damaged_codec_field_is_dropped) {
     for (int accept = 0; accept < 2; accept++) {
         rig r;
@@ -311,6 +351,7 @@ static Suite *lossy_suite(void) {
     tcase_add_test(tc, without_accept_lossy_a_lossy_chunk_is_recomputed_and_kept);
     tcase_add_test(tc, a_damaged_lossy_chunk_becomes_error_blocks_and_is_dropped);
     tcase_add_test(tc, a_derived_chunk_is_lossy_to_lookups_and_loads);
+    tcase_add_test(tc, a_chunk_computed_over_a_lossy_load_is_saved_derived);
     tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);
     suite_add_tcase(s, tc);
     return s;

@@ -17,7 +17,7 @@ import threading
 from collections import namedtuple
 
 ABI_MAJOR = 1
-ABI_MINOR = 5  # the minor version this binding was written against
+ABI_MINOR = 6  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -130,6 +130,8 @@ class LookupResult(ctypes.Structure):
         ("n_hit_tokens", ctypes.c_uint64),
         ("unknown_yet", ctypes.c_uint8),
         ("load_async", ctypes.c_uint8),
+        # 1.6
+        ("n_lossy_tokens", ctypes.c_uint64),
     ]
 
 
@@ -209,6 +211,8 @@ class Stats(ctypes.Structure):
         ("async_loads_failed", ctypes.c_uint64),
         ("steps_closed", ctypes.c_uint64),
         ("lookups_unknown", ctypes.c_uint64),
+        # 1.6
+        ("lossy_chunks_loaded", ctypes.c_uint64),
     ]
 
 
@@ -480,7 +484,8 @@ def strerror(status):
 
 # --- a handle -----------------------------------------------------------------------------------------
 
-Lookup = namedtuple("Lookup", "hit_tokens unknown_yet load_async")
+# lossy_tokens (ABI 1.6): of hit_tokens, those that load lossy (docs/compress.md)
+Lookup = namedtuple("Lookup", "hit_tokens unknown_yet load_async lossy_tokens", defaults=(0,))
 Plan = namedtuple("Plan", "mode first_token end_token recompute_tokens predicted_ms "
                           "recompute_layers stage_recompute_layers")
 
@@ -615,7 +620,8 @@ class Handle:
         _keep, buf, n = _int32s(tokens)
         out = LookupResult(struct_size=ctypes.sizeof(LookupResult))
         self._check(self._api.lookup(h, rid, buf, n, int(n_computed), ctypes.byref(out)), "lookup")
-        return Lookup(int(out.n_hit_tokens), bool(out.unknown_yet), bool(out.load_async))
+        return Lookup(int(out.n_hit_tokens), bool(out.unknown_yet), bool(out.load_async),
+                      int(out.n_lossy_tokens))
 
     def on_alloc(self, req_id, block_ids, n_external_tokens):
         h = self._handle("on_alloc")

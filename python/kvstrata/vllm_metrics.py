@@ -19,7 +19,8 @@ __all__ = ["KvstrataConnectorStats", "KvstrataPromMetrics", "stats_delta"]
 _SCALAR_STATS = ("lookups", "lookup_hit_tokens", "lookup_miss_tokens", "tokens_loaded",
                  "chunks_loaded", "bytes_loaded", "load_ns", "chunks_saved", "bytes_saved",
                  "save_ns", "saves_skipped", "load_errors", "evictions", "async_loads_started",
-                 "async_loads_done", "async_loads_failed", "steps_closed", "lookups_unknown")
+                 "async_loads_done", "async_loads_failed", "steps_closed", "lookups_unknown",
+                 "lossy_chunks_loaded")
 _RANK0_STATS = ("tokens_loaded", "async_loads_started", "async_loads_done", "async_loads_failed",
                 "steps_closed")
 _TIER_STATS = {"tier_chunks_loaded": "chunks_loaded", "tier_bytes_loaded": "bytes_loaded",
@@ -118,6 +119,8 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
          "Steps with no forward pass closed by the next step", 1),
         ("lookups_unknown", "vllm:kvstrata_lookups_unknown",
          "Lookups answered None while the remote tiers were asked", 1),
+        ("lossy_chunks_loaded", "vllm:kvstrata_lossy_chunks_loaded",
+         "Chunks loaded from a lossy (compressed) or derived object", 1),
     )
     TIER_COUNTERS = (
         ("bytes_loaded", "vllm:kvstrata_loaded_bytes", "Bytes loaded, by serving tier", 1),

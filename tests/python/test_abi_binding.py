@@ -38,8 +38,9 @@ class Layout(unittest.TestCase):
         self.assertEqual(offsets(_abi.OpenParams)["model"], (16, 8))
         self.assertEqual(ctypes.sizeof(_abi.LayerView), 56)
         self.assertEqual(offsets(_abi.LayerView)["head_stride"], (48, 8))
-        self.assertEqual(ctypes.sizeof(_abi.LookupResult), 24)
+        self.assertEqual(ctypes.sizeof(_abi.LookupResult), 32)
         self.assertEqual(offsets(_abi.LookupResult)["load_async"], (17, 1))
+        self.assertEqual(offsets(_abi.LookupResult)["n_lossy_tokens"], (24, 8))  # 1.6
         self.assertEqual(ctypes.sizeof(_abi.StepRequest), 56)
         self.assertEqual(offsets(_abi.StepRequest)["n_scheduled"], (48, 8))
         self.assertEqual(ctypes.sizeof(_abi.Event), 24)
@@ -59,7 +60,8 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["async_loads_started"], (344, 8))
         self.assertEqual(o["steps_closed"], (368, 8))
         self.assertEqual(o["lookups_unknown"], (376, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Stats), 384)
+        self.assertEqual(o["lossy_chunks_loaded"], (384, 8))  # 1.6
+        self.assertEqual(ctypes.sizeof(_abi.Stats), 392)
 
     def test_the_table_in_header_order(self):
         o = offsets(_abi.Api)
