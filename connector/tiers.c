@@ -468,17 +468,31 @@ static int knows_codecs(const kvs_tier *t) {
     return (t->ops->caps & KVS_BACKEND_CAP_CODECS) && KVS_HAS_OP(t->ops, codecs);
 }
 
+/* The codec in the header of key's object in memory tier t (the caller holds a pin), 0 when it cannot
+ * be read. Only the header is read where the tier reads ranges, so a paced tier charges that much. */
+static uint16_t header_codec(kvs_tier_chain *c, uint32_t t, const kvs_key *key) {
+    const kvs_backend_ops *ops = c->tiers[t].ops;
+    void *state = c->tiers[t].state;
+    kvs_object_header hd;
+    uint64_t got = 0, len = 0;
+    if (kvs_tiers_can_get_range(c, t))
+        return ops->get_range(state, key, 0, sizeof hd, &hd, &got, &len) == KVS_OK &&
+                       got == sizeof hd
+                   ? hd.codec
+                   : 0;
+    const void *obj = NULL;
+    if (ops->get_ref(state, key, &obj, &len) != KVS_OK || len < sizeof hd) return 0;
+    memcpy(&hd, obj, sizeof hd);
+    return hd.codec;
+}
+
 void kvs_tiers_codecs(kvs_tier_chain *c, const kvs_key *keys, const uint32_t *tiers, uint64_t n,
                       uint16_t *codecs) {
     for (uint64_t i = 0; i < n; i++) {
         uint32_t t = tiers[i];
         codecs[i] = 0;
-        const void *obj = NULL;
-        uint64_t len = 0;
-        if (t < c->n && !knows_codecs(&c->tiers[t]) && kvs_tiers_zero_copy(c, t) &&
-            c->tiers[t].ops->get_ref(c->tiers[t].state, &keys[i], &obj, &len) == KVS_OK &&
-            len >= sizeof(kvs_object_header)) { /* its header says (the lookup holds a pin) */
-            codecs[i] = ((const kvs_object_header *)obj)->codec;
+        if (t < c->n && !knows_codecs(&c->tiers[t]) && kvs_tiers_zero_copy(c, t)) {
+            codecs[i] = header_codec(c, t, &keys[i]);
             continue;
         }
         while (t < c->n && t > 0 && !knows_codecs(&c->tiers[t])) t--; /* a record from above */
