@@ -12,6 +12,7 @@ struct decode_args {
     kvs_codec c;
     kvs_codec_geom g; /* the layout, as the host reads it */
     uint32_t dtype, block_tokens;
+    uint32_t n_tokens, first_row; /* the span's tokens are encoded rows first_row .. */
     uint64_t first_token;
     int has_v;
     uint8_t *k_base, *v_base;
@@ -47,7 +48,7 @@ __device__ float decode(const decode_args &a, int is_v, uint32_t t, uint32_t h, 
 
 __global__ void __launch_bounds__(kThreads) decode_scatter(const decode_args a) {
     const kvs_codec_geom &g = a.g;
-    const uint64_t per_part = (uint64_t)g.n * g.heads * g.dim;
+    const uint64_t per_part = (uint64_t)a.n_tokens * g.heads * g.dim;
     const uint64_t total = a.has_v ? 2 * per_part : per_part;
     const uint64_t step = (uint64_t)gridDim.x * blockDim.x;
     const uint32_t el = kvs_dtype_bytes(a.dtype);
@@ -61,7 +62,8 @@ __global__ void __launch_bounds__(kThreads) decode_scatter(const decode_args a) 
         const int64_t at = (int64_t)a.block_ids[pos / a.block_tokens] * a.block_stride +
                            (int64_t)(pos % a.block_tokens) * a.token_stride +
                            (int64_t)h * a.head_stride + (int64_t)d * el;
-        kvs_dtype_store(a.dtype, (is_v ? a.v_base : a.k_base) + at, 0, decode(a, is_v, t, h, d));
+        kvs_dtype_store(a.dtype, (is_v ? a.v_base : a.k_base) + at, 0,
+                        decode(a, is_v, a.first_row + t, h, d));
     }
 }
 
@@ -71,9 +73,22 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_layer(const kvs_codec *c, const kv
                                                     const kvs_kv_shape *shape, uint32_t dtype,
                                                     const kvs_token_span *span, const void *encoded,
                                                     cudaStream_t stream) {
+    return kvs_cuda_codec_scatter_rows(c, view, shape, dtype, span, encoded, span->n_tokens, 0,
+                                       stream);
+}
+
+extern "C" cudaError_t kvs_cuda_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view,
+                                                   const kvs_kv_shape *shape, uint32_t dtype,
+                                                   const kvs_token_span *span, const void *encoded,
+                                                   uint32_t encoded_tokens, uint32_t first_row,
+                                                   cudaStream_t stream) {
+    if (first_row > encoded_tokens || span->n_tokens > encoded_tokens - first_row)
+        return cudaErrorInvalidValue;
     decode_args a = {};
     a.c = *c;
-    a.g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), span->n_tokens);
+    a.g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), encoded_tokens);
+    a.n_tokens = span->n_tokens;
+    a.first_row = first_row;
     a.dtype = dtype;
     a.block_tokens = shape->block_tokens;
     a.first_token = span->first_token;
@@ -85,7 +100,7 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_layer(const kvs_codec *c, const kv
     a.head_stride = view->head_stride;
     a.block_ids = span->block_ids;
     a.enc = static_cast<const uint8_t *>(encoded);
-    uint64_t total = (uint64_t)a.g.n * a.g.heads * a.g.dim * (a.has_v ? 2u : 1u);
+    uint64_t total = (uint64_t)a.n_tokens * a.g.heads * a.g.dim * (a.has_v ? 2u : 1u);
     if (total == 0) return cudaSuccess;
     uint64_t blocks = (total + kThreads - 1) / kThreads;
     if (blocks > 4096) blocks = 4096;

@@ -23,6 +23,15 @@ cudaError_t kvs_cuda_codec_scatter_layer(const kvs_codec *c, const kvs_layer_vie
                                          const kvs_token_span *span, const void *encoded,
                                          cudaStream_t stream);
 
+/* The same for part of a chunk, as kvs_codec_scatter_rows: rows [first_row, first_row +
+ * span->n_tokens) of a layer encoded over encoded_tokens tokens. cudaErrorInvalidValue (nothing
+ * launched) if they do not fit. */
+cudaError_t kvs_cuda_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view,
+                                        const kvs_kv_shape *shape, uint32_t dtype,
+                                        const kvs_token_span *span, const void *encoded,
+                                        uint32_t encoded_tokens, uint32_t first_row,
+                                        cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,6 +78,25 @@ START_TEST(gpu_decode_scatter_writes_the_host_bytes) {
                 ck_assert_msg(memcmp(gk, hk, cache) == 0 && memcmp(gv, hv, cache) == 0,
                               "layout %d dtype %u codec %zu: the GPU wrote other bytes", layout,
                               dtype, ci);
+                /* part of the chunk: rows 5.. at tokens first + 5.., over pages spoiled first */
+                kvs_token_span rows = span;
+                rows.first_token += 5, rows.n_tokens -= 5;
+                memset(hk, 0x33, cache), memset(hv, 0x33, cache);
+                ck_assert_int_eq(
+                    kvs_codec_scatter_rows(&codecs[ci], &view, &shape, dtype, &rows, enc, n, 5),
+                    KVS_OK);
+                GPU_CHECK(cudaMemset(dk, 0x33, cache));
+                GPU_CHECK(cudaMemset(dv, 0x33, cache));
+                kvs_token_span drows = rows;
+                drows.block_ids = dids;
+                GPU_CHECK(kvs_cuda_codec_scatter_rows(&codecs[ci], &dview, &shape, dtype, &drows,
+                                                      denc, n, 5, 0));
+                GPU_CHECK(cudaDeviceSynchronize());
+                GPU_CHECK(cudaMemcpy(gk, dk, cache, cudaMemcpyDeviceToHost));
+                GPU_CHECK(cudaMemcpy(gv, dv, cache, cudaMemcpyDeviceToHost));
+                ck_assert_msg(memcmp(gk, hk, cache) == 0 && memcmp(gv, hv, cache) == 0,
+                              "layout %d dtype %u codec %zu: rows from 5 differ", layout, dtype,
+                              ci);
                 cudaFree(dk), cudaFree(dv), cudaFree(denc), cudaFree(dids);
                 free(k), free(v), free(enc), free(hk), free(hv), free(gk), free(gv);
             }
