@@ -6,7 +6,9 @@
  * step, once over the exact pages and once after every layer of the context went through a codec
  * and back into the pages (gather, encode, decode-scatter: the connector's path for a lossy load).
  * Reported per codec: its rate, the relative reconstruction error of K and V (||x - x'|| / ||x||
- * over the context), and over the query positions the mean KL divergence of the next-byte
+ * over the context; `log_error_sd`: the standard deviation over prompts of the log of their mean K
+ * and V error, how much one prompt compresses better than another), and over the query positions
+ * the mean KL divergence of the next-byte
  * distribution from the exact one (nats) and how often the most likely byte is the same (top-1
  * agreement). The raw "codec" takes the same way out of the pages and back without a codec: KL 0
  * and agreement 1 there is the harness's own check. One JSON line per codec, then a table. */
@@ -224,7 +226,7 @@ int main(int argc, char **argv) {
             for (uint64_t t = sinks; t + recent < ctx; t++) dropped[t] = 1;
             rate = (double)(sinks + recent) / (double)ctx;
         }
-        double kl = 0, agree = 0, rk = 0, rv = 0;
+        double kl = 0, agree = 0, rk = 0, rv = 0, lsum = 0, lsq = 0;
         for (uint64_t k = 0; k < prompts; k++) {
             prompt_tokens(&r, text, text_len, k, total);
             const float *ex = exact + k * query * vocab;
@@ -233,6 +235,9 @@ int main(int argc, char **argv) {
                     codecs[ci].keep > 0 ? dropped : NULL, &k_err, &v_err);
             rk += k_err;
             rv += v_err;
+            /* how much one prompt's error differs from another's: the spread of log(error) */
+            double e = (k_err + v_err) / 2;
+            if (e > 0) lsum += log(e), lsq += log(e) * log(e);
             for (uint64_t j = 0; j < query; j++) {
                 softmax(ex + j * vocab, vocab, p);
                 softmax(r.logits + j * vocab, vocab, q);
@@ -247,12 +252,14 @@ int main(int argc, char **argv) {
                 agree += a == b;
             }
         }
-        double n = (double)(prompts * query);
+        double n = (double)(prompts * query), pm = (double)prompts;
+        double spread = lsum != 0 ? sqrt(fmax(0, lsq / pm - (lsum / pm) * (lsum / pm))) : 0;
         printf("{\"bench\":\"codec_quality\",\"codec\":\"%s\",\"rate\":%.4f,\"rel_k\":%.5f,"
-               "\"rel_v\":%.5f,\"kl_nats\":%.6f,\"top1\":%.4f,\"prompts\":%llu,\"context\":%llu,"
-               "\"query\":%llu}\n",
-               codecs[ci].name, rate, rk / (double)prompts, rv / (double)prompts, kl / n, agree / n,
-               (unsigned long long)prompts, (unsigned long long)ctx, (unsigned long long)query);
+               "\"rel_v\":%.5f,\"log_error_sd\":%.4f,\"kl_nats\":%.6f,\"top1\":%.4f,"
+               "\"prompts\":%llu,\"context\":%llu,\"query\":%llu}\n",
+               codecs[ci].name, rate, rk / (double)prompts, rv / (double)prompts, spread, kl / n,
+               agree / n, (unsigned long long)prompts, (unsigned long long)ctx,
+               (unsigned long long)query);
         printf("%-11s %6.4f %8.5f %8.5f %10.6f %7.4f\n", codecs[ci].name, rate,
                rk / (double)prompts, rv / (double)prompts, kl / n, agree / n);
     }
