@@ -570,7 +570,9 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     e->since_ns = now;
     link_slot(st, s);
     st->bytes_here += len;
-    rc = replace_all(st, s);
+    /* With room for it raw, raw here is its best place and nothing else has to move: the placement
+     * runs when the tier is full (and every reevaluate_ms), not on every put. */
+    rc = st->bytes_here > st->capacity ? replace_all(st, s) : KVS_OK;
     /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
      * short: the next placements know that encoding is out */
     for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)

@@ -1,11 +1,11 @@
 /*
  * compress.h - the built-in compress tier (docs/compress.md): a tier in host memory that keeps each
- * object as compressed as its value allows. Every put, and every `reevaluate_ms` after it, the host's
- * placement (kvs_backend_host.plan: AdaptCache, schedulers/adaptcache/) decides for every object
- * this tier knows whether it stays here, goes to the next tier (written back through on_evict) or
- * is stored nowhere, and in which encoding; the host's encode makes the lossy objects. Encodings
- * only go downward (raw to lossy, lossy to a smaller one of no better quality; never back), and
- * only with allow_lossy.
+ * object as compressed as its value allows. Every put that finds it full, and every reevaluate_ms,
+ * the host's placement (kvs_backend_host.plan: AdaptCache, schedulers/adaptcache/) decides for
+ * every object this tier knows whether it stays here, goes to the next tier (written back through
+ * on_evict) or is stored nowhere, and in which encoding; the host's encode makes the lossy objects
+ * (a put that fits raw is stored raw: nothing else would move). Encodings only go downward (raw to
+ * lossy, lossy to a smaller one of no better quality; never back), and only with allow_lossy.
  *
  * Options (YAML `options:` of a `type: compress` tier):
  *   allow_lossy        true lets the tier store objects lossy (default false: raw only, a tier that
