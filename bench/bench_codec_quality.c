@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
             for (uint64_t t = sinks; t + recent < ctx; t++) dropped[t] = 1;
             rate = (double)(sinks + recent) / (double)ctx;
         }
-        double kl = 0, agree = 0, rk = 0, rv = 0, lsum = 0, lsq = 0;
+        double kl = 0, agree = 0, rk = 0, rv = 0, lsum = 0, lsq = 0, npos = 0;
         for (uint64_t k = 0; k < prompts; k++) {
             prompt_tokens(&r, text, text_len, k, total);
             const float *ex = exact + k * query * vocab;
@@ -237,7 +237,7 @@ int main(int argc, char **argv) {
             rv += v_err;
             /* how much one prompt's error differs from another's: the spread of log(error) */
             double e = (k_err + v_err) / 2;
-            if (e > 0) lsum += log(e), lsq += log(e) * log(e);
+            if (e > 0) lsum += log(e), lsq += log(e) * log(e), npos++;
             for (uint64_t j = 0; j < query; j++) {
                 softmax(ex + j * vocab, vocab, p);
                 softmax(r.logits + j * vocab, vocab, q);
@@ -252,8 +252,8 @@ int main(int argc, char **argv) {
                 agree += a == b;
             }
         }
-        double n = (double)(prompts * query), pm = (double)prompts;
-        double spread = lsum != 0 ? sqrt(fmax(0, lsq / pm - (lsum / pm) * (lsum / pm))) : 0;
+        double n = (double)(prompts * query);
+        double spread = npos >= 2 ? sqrt(fmax(0, (lsq - lsum * lsum / npos) / (npos - 1))) : 0;
         printf("{\"bench\":\"codec_quality\",\"codec\":\"%s\",\"rate\":%.4f,\"rel_k\":%.5f,"
                "\"rel_v\":%.5f,\"log_error_sd\":%.4f,\"kl_nats\":%.6f,\"top1\":%.4f,"
                "\"prompts\":%llu,\"context\":%llu,\"query\":%llu}\n",

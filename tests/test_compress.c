@@ -345,6 +345,29 @@ START_TEST(chunks_computed_over_lossy_ones_are_saved_as_derived) {
 }
 END_TEST
 
+/* A put with room still asks the placement about its object: where reading it back costs more than
+ * recomputing it (a 1MB/s tier, 1 ms recomputes), it is stored nowhere (regression: a put that fit
+ * was stored raw without asking). */
+START_TEST(a_chunk_worth_less_than_a_recompute_is_not_stored_even_with_room) {
+    rig r;
+    open_finite(&r,
+                config(1 << 20,
+                       "      bandwidth: 1MB/s\n      recompute_ms: 1\n      next_capacity: 0\n",
+                       "", 0));
+    int32_t t[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 37);
+    rig_blocks_from(a, 8, 0);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_compress_counts c = counts(&r);
+    ck_assert_uint_eq(c.here_raw + c.here_lossy, 0);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.saves_skipped, 4);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(the_placement_runs_again_every_reevaluate_ms) {
     rig r;
     open_finite(&r, config(1 << 20, "      next_capacity: 0\n", "", 0));
@@ -406,6 +429,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, lossy_chunks_are_dropped_when_the_placement_says_so);
     tcase_add_test(tc, a_lossy_chunk_written_further_down_is_still_reported_lossy);
     tcase_add_test(tc, chunks_computed_over_lossy_ones_are_saved_as_derived);
+    tcase_add_test(tc, a_chunk_worth_less_than_a_recompute_is_not_stored_even_with_room);
     tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);

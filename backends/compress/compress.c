@@ -260,9 +260,49 @@ static uint32_t allowed_from(const compress_state *st, const centry *e) {
     return allowed;
 }
 
-/* Place every entry and carry the choices out. Pinned entries stay as they are; `fresh` (a put's own
+/* Entry s as the placement sees it. Pinned entries may only stay as they are; `fresh` (a put's own
  * object, or NIL) may stay here or be stored nowhere, never go down within its own put (the
  * connector reports it STORED here once put returns). */
+static void fill_entry(compress_state *st, uint32_t s, uint32_t fresh, uint64_t now,
+                       kvs_backend_place_entry *in) {
+    centry *e = &st->slots[s];
+    memset(in, 0, sizeof *in);
+    in->raw_bytes = e->enc[0].bytes; /* as put: raw layout */
+    in->hits_per_s = rate_of(st, e, now);
+    in->n_encodings = e->n_enc;
+    memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);
+    in->allowed = allowed_from(st, e);
+    in->devices = e->bytes ? 3u : 2u; /* what was passed down cannot come back up */
+    if (e->bytes && pinned(e, now)) {
+        in->allowed = 1u << e->current;
+        in->devices = 1u;
+    }
+    if (s == fresh) in->devices = 1u;
+}
+
+/* The two devices as this tier's options describe them, with these capacities. */
+static kvs_backend_devices devices_of(const compress_state *st, uint64_t here, uint64_t next) {
+    return (kvs_backend_devices){
+        .latency_s = {(double)st->opt.latency_us * 1e-6, (double)st->opt.next_latency_us * 1e-6},
+        .bytes_per_s = {(double)st->opt.bandwidth, (double)st->opt.next_bandwidth},
+        .capacity = {here, next},
+        .recompute_s = (double)st->opt.recompute_ms * 1e-3};
+}
+
+/* A put that fits: 1 when the placement would keep its object (slot s) here as it came, asked about
+ * it alone in the room left (nothing else has to move for it), so the full placement can wait. */
+static int fits_as_is(compress_state *st, uint32_t s) {
+    if (st->bytes_here > st->capacity || plan_room(st, 1) != KVS_OK) return 0;
+    fill_entry(st, s, s, now_ns(st), &st->plan_in[0]);
+    uint64_t room = st->capacity - (st->bytes_here - st->slots[s].len);
+    uint64_t next =
+        st->opt.next_capacity > st->bytes_down ? st->opt.next_capacity - st->bytes_down : 0;
+    kvs_backend_devices dev = devices_of(st, room, next);
+    return st->host->plan(st->host->ctx, st->plan_in, 1, &dev, st->plan_out) == KVS_OK &&
+           st->plan_out[0].device == 0 && st->plan_out[0].encoding == st->slots[s].current;
+}
+
+/* Place every entry and carry the choices out (fill_entry: pinned ones and `fresh`). */
 static kvs_status replace_all(compress_state *st, uint32_t fresh) {
     uint64_t now = now_ns(st), n = 0;
     for (uint32_t s = 0; s < st->n_slots; s++) n += st->slots[s].used;
@@ -273,28 +313,11 @@ static kvs_status replace_all(compress_state *st, uint32_t fresh) {
     }
     uint64_t i = 0;
     for (uint32_t s = 0; s < st->n_slots; s++) {
-        centry *e = &st->slots[s];
-        if (!e->used) continue;
-        kvs_backend_place_entry *in = &st->plan_in[i];
-        memset(in, 0, sizeof *in);
-        in->raw_bytes = e->enc[0].bytes; /* as put: raw layout */
-        in->hits_per_s = rate_of(st, e, now);
-        in->n_encodings = e->n_enc;
-        memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);
-        in->allowed = allowed_from(st, e);
-        in->devices = e->bytes ? 3u : 2u; /* what was passed down cannot come back up */
-        if (e->bytes && pinned(e, now)) {
-            in->allowed = 1u << e->current;
-            in->devices = 1u;
-        }
-        if (s == fresh) in->devices = 1u;
+        if (!st->slots[s].used) continue;
+        fill_entry(st, s, fresh, now, &st->plan_in[i]);
         st->plan_slot[i++] = s;
     }
-    kvs_backend_devices dev = {
-        .latency_s = {(double)st->opt.latency_us * 1e-6, (double)st->opt.next_latency_us * 1e-6},
-        .bytes_per_s = {(double)st->opt.bandwidth, (double)st->opt.next_bandwidth},
-        .capacity = {st->capacity, st->opt.next_capacity},
-        .recompute_s = (double)st->opt.recompute_ms * 1e-3};
+    kvs_backend_devices dev = devices_of(st, st->capacity, st->opt.next_capacity);
     kvs_status rc = st->host->plan(st->host->ctx, st->plan_in, n, &dev, st->plan_out);
     st->last_plan_ns = now;
     st->counts.plans++;
@@ -570,9 +593,10 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     e->since_ns = now;
     link_slot(st, s);
     st->bytes_here += len;
-    /* With room for it raw, raw here is its best place and nothing else has to move: the placement
-     * runs when the tier is full (and every reevaluate_ms), not on every put. */
-    rc = st->bytes_here > st->capacity ? replace_all(st, s) : KVS_OK;
+    /* With room for it, and the placement keeping it as it came when asked about it alone, nothing
+     * else has to move: the whole placement runs when the tier is full (and every reevaluate_ms),
+     * not on every put. */
+    rc = fits_as_is(st, s) ? KVS_OK : replace_all(st, s);
     /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
      * short: the next placements know that encoding is out */
     for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)

@@ -4,7 +4,7 @@
  * the host's placement (kvs_backend_host.plan: AdaptCache, schedulers/adaptcache/) decides for
  * every object this tier knows whether it stays here, goes to the next tier (written back through
  * on_evict) or is stored nowhere, and in which encoding; the host's encode makes the lossy objects
- * (a put that fits raw is stored raw: nothing else would move). Encodings only go downward (raw to
+ * (a put with room asks about its object alone first: kept as it came, nothing else moves). Encodings only go downward (raw to
  * lossy, lossy to a smaller one of no better quality; never back), and only with allow_lossy.
  *
  * Options (YAML `options:` of a `type: compress` tier):
