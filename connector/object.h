@@ -99,6 +99,10 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
                                   const kvs_kv_shape *shape, uint32_t dtype, kvs_codec *codec,
                                   char *err, uint64_t err_len);
 
+/* Every encoded layer of a lossy object checked (kvs_object_check_lossy first) against its checksum:
+ * KVS_ECORRUPT with a sentence naming the first that fails. */
+kvs_status kvs_object_check_lossy_layers(const void *object, char *err, uint64_t err_len);
+
 /* Decode a lossy object whole (checked as kvs_object_check_lossy checks it, under its own key, and
  * each layer against its checksum before it is decoded) into a sealed raw object at raw (cap bytes:
  * kvs_object_bytes of the raw geometry). KVS_ECORRUPT, KVS_EOVERFLOW or KVS_ENOMEM with a sentence. */

@@ -142,6 +142,20 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
     return KVS_OK;
 }
 
+kvs_status kvs_object_check_lossy_layers(const void *object, char *err, uint64_t err_len) {
+    const kvs_object_header *h = object;
+    const uint64_t *hash = kvs_object_layer_hashes((void *)(uintptr_t)object);
+    for (uint32_t l = 0; l < h->n_layers; l++) {
+        const uint8_t *src =
+            (const uint8_t *)object + h->payload_offset + (uint64_t)l * h->layer_bytes;
+        if (kvs_xxh3_64(src, h->layer_bytes) != hash[l]) {
+            kvs_fmt(err, err_len, "lossy layer %u checksum mismatch", l);
+            return KVS_ECORRUPT;
+        }
+    }
+    return KVS_OK;
+}
+
 kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fingerprint,
                              uint32_t n_layers, uint32_t n_tokens, const kvs_kv_shape *shape,
                              uint32_t dtype, void *raw, uint64_t cap, char *err, uint64_t err_len) {
@@ -161,15 +175,11 @@ kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fi
                 (unsigned long long)cap, (unsigned long long)kvs_object_bytes(n_layers, raw_layer));
         return KVS_EOVERFLOW;
     }
+    if ((st = kvs_object_check_lossy_layers(object, err, err_len)) != KVS_OK) return st;
     kvs_object_init(raw, fingerprint, &h->key, n_layers, n_tokens, raw_layer);
-    const uint64_t *hash = kvs_object_layer_hashes((void *)(uintptr_t)object);
     for (uint32_t l = 0; l < n_layers; l++) {
         const uint8_t *src =
             (const uint8_t *)object + h->payload_offset + (uint64_t)l * h->layer_bytes;
-        if (kvs_xxh3_64(src, h->layer_bytes) != hash[l]) {
-            kvs_fmt(err, err_len, "lossy layer %u checksum mismatch", l);
-            return KVS_ECORRUPT;
-        }
         uint8_t *dst = kvs_object_layer(raw, l);
         st = kvs_codec_decode_layer(&c, shape, dtype, n_tokens, src, dst,
                                     shape->has_v ? dst + raw_layer / 2 : NULL);

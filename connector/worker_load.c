@@ -48,127 +48,78 @@ static void fail_load(kvs_handle *h, kvs_load_work *w, const char *why) {
     if (!w->async) account_failure(h, w);
 }
 
-/* A lossy object (docs/compress.md) decoded whole into a fresh staging slab as the raw object it
- * stands for, so the rest of the load (checks, copies into the pages) is a raw load's. Its header
- * is checked first whatever loads.accept_lossy says: a damaged header (or one whose codec field
- * was flipped) is dropped as a raw one would be; an intact lossy object is refused without it and
- * kept. A zero-copy tier's object may change underneath, so each encoded layer is copied once out
- * of it, checked against the checksum table as it was when the header was checked, and decoded
- * from that copy; an object in the load's own slab is checked and decoded where it is. Returns the slab, or NULL after failing the
- * load. The copy path holds two slabs for a moment (the lossy bytes and the decoded object), a
- * zero-copy load one for the whole step. Runs on the loader thread for async loads: no handle
- * state but the pool (locked). */
-static void *decode_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
+/* A lossy object (docs/compress.md) made ready to load, in the load's own slab: a zero-copy tier's
+ * object is copied there first, so nothing read after the check can change. Its header is checked
+ * whatever loads.accept_lossy says: a damaged one (or a raw object whose codec field was flipped)
+ * is dropped as a damaged raw one would be; an intact lossy object is refused without it and kept,
+ * as it is by a load of some layers only (its layers lie elsewhere than a raw object's). Returns 0
+ * after failing the load. Runs on the loader thread for async loads: no handle state but the pool
+ * (locked). */
+static int stage_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t *len,
+                       kvs_codec *c) {
     char why[384];
-    kvs_codec c;
-    const uint32_t nl = h->model.n_layers;
-    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
-                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
-        fail_load(h, w, why);
-        w->drop = 1;
-        return NULL;
-    }
-    if (!h->cfg->loads.accept_lossy) {
-        kvs_fmt(why, sizeof why, "a lossy object (codec %u), and loads.accept_lossy is false",
-                c.kind);
-        fail_load(h, w, why);
-        return NULL;
-    }
-    if (w->ranged) { /* only its header was read: a lossy object's layers lie elsewhere */
-        fail_load(h, w, "a lossy object is loaded whole, and this load reads some layers only");
-        return NULL;
-    }
-    uint64_t enc = kvs_codec_layer_bytes(&c, &h->shape, h->model.dtype, h->chunk_tokens);
-    uint64_t at = kvs_object_lossy_payload_offset(nl);
-    const uint64_t *hashes = kvs_object_layer_hashes((void *)(uintptr_t)obj);
-    int shared = obj != w->slab; /* not the load's own copy */
-    uint64_t *table = shared ? malloc(nl * sizeof *table) : NULL;
-    uint8_t *layer = shared ? malloc(enc) : NULL;
-    int have_scratch = !shared || (table && layer);
-    void *raw = have_scratch ? kvs_pool_alloc(h->pool) : NULL;
-    const char *fail = NULL;
-    if (!raw)
-        fail = have_scratch ? "no staging slab free to decode a lossy object into"
-                            : "out of memory decoding a lossy object";
-    if (raw) {
-        if (shared) hashes = memcpy(table, hashes, nl * sizeof *table);
-        kvs_object_init(raw, &h->fingerprint, &w->load->key, nl, h->chunk_tokens, h->layer_bytes);
-    }
-    for (uint32_t l = 0; raw && !fail && l < nl; l++) {
-        const uint8_t *src = (const uint8_t *)obj + at + (uint64_t)l * enc;
-        if (shared) src = memcpy(layer, src, enc);
-        if (kvs_xxh3_64(src, enc) != hashes[l]) {
-            kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
-            fail = why;
-            w->drop = 1;
-            break;
-        }
-        uint8_t *dst = kvs_object_layer(raw, l);
-        if (kvs_codec_decode_layer(&c, &h->shape, h->model.dtype, h->chunk_tokens, src, dst,
-                                   h->shape.has_v ? dst + h->layer_bytes / 2 : NULL) != KVS_OK)
-            fail = "out of memory decoding a lossy object";
-        else
-            kvs_object_layer_hashes(raw)[l] = kvs_xxh3_64(dst, h->layer_bytes);
-    }
-    free(table);
-    free(layer);
-    if (fail) {
-        if (raw) kvs_pool_free(h->pool, raw);
-        fail_load(h, w, fail);
-        return NULL;
-    }
-    kvs_object_seal(raw);
-    w->lossy = 1;
-    if (w->slab) kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
-    w->slab = raw;
-    return raw;
-}
-
-/* A lossy chunk the host device decodes straight into the pages (one pass, no full-precision object
- * in between): checked as decode_lossy checks it, then kept encoded in the load's own slab (a
- * zero-copy tier's object is copied there first, so nothing changes under the check), every layer
- * verified against its checksum before any reaches the pages. Returns 0 after failing the load. */
-static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
-    char why[384];
-    kvs_codec c;
-    const uint32_t nl = h->model.n_layers;
-    /* A zero-copy tier's object is copied out first and checked in the copy: nothing read after the
-     * check can change. Too long for a slab, it is no lossy object of this model. */
-    if (obj != w->slab) {
-        if (len > kvs_pool_slab_bytes(h->pool)) len = kvs_pool_slab_bytes(h->pool);
+    if (obj != w->slab) { /* too long for a slab, it is no lossy object of this model */
+        if (*len > kvs_pool_slab_bytes(h->pool)) *len = kvs_pool_slab_bytes(h->pool);
         if (!(w->slab = kvs_pool_alloc(h->pool))) {
             fail_load(h, w, "no staging slab free to hold a lossy object");
             return 0;
         }
-        obj = memcpy(w->slab, obj, len);
+        memcpy(w->slab, obj, *len);
     }
-    if (kvs_object_check_lossy(obj, len, &h->fingerprint, &w->load->key, nl, h->chunk_tokens,
-                               &h->shape, h->model.dtype, &c, why, sizeof why) != KVS_OK) {
+    if (kvs_object_check_lossy(w->slab, *len, &h->fingerprint, &w->load->key, h->model.n_layers,
+                               h->chunk_tokens, &h->shape, h->model.dtype, c, why,
+                               sizeof why) != KVS_OK) {
         fail_load(h, w, why);
         w->drop = 1;
         return 0;
     }
     if (!h->cfg->loads.accept_lossy) {
         kvs_fmt(why, sizeof why, "a lossy object (codec %u), and loads.accept_lossy is false",
-                c.kind);
+                c->kind);
         fail_load(h, w, why);
         return 0;
     }
-    const kvs_object_header *hd = obj;
-    const uint64_t *hashes = kvs_object_layer_hashes(w->slab);
-    for (uint32_t l = 0; l < nl; l++) {
-        const uint8_t *layer =
-            (const uint8_t *)obj + hd->payload_offset + (uint64_t)l * hd->layer_bytes;
-        if (kvs_xxh3_64(layer, hd->layer_bytes) != hashes[l]) {
-            kvs_fmt(why, sizeof why, "lossy layer %u checksum mismatch", l);
-            fail_load(h, w, why);
-            w->drop = 1;
-            return 0;
-        }
-    }
-    if (!(w->layer_hash = calloc(2 * (uint64_t)nl, sizeof *w->layer_hash))) {
-        fail_load(h, w, "out of memory");
+    if (w->ranged) { /* only its header was read */
+        fail_load(h, w, "a lossy object is loaded whole, and this load reads some layers only");
         return 0;
+    }
+    return 1;
+}
+
+/* A staged lossy chunk, checked layer by layer before any of it lands. The host device decodes it
+ * straight into the pages as the engine reaches each layer (one pass, no full-precision object in
+ * between: w->fused). Another device gets the raw object it stands for, decoded into a fresh slab,
+ * and the rest of the load is a raw load's. Returns the object to load as raw, or NULL (fused, or
+ * the load failed). */
+static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
+    char why[384];
+    kvs_codec c;
+    if (!stage_lossy(h, w, obj, &len, &c)) return NULL;
+    if (h->dev != kvs_host_device()) {
+        void *raw = kvs_pool_alloc(h->pool);
+        kvs_status st = raw ? kvs_object_decode(w->slab, len, &h->fingerprint, h->model.n_layers,
+                                                h->chunk_tokens, &h->shape, h->model.dtype, raw,
+                                                kvs_pool_slab_bytes(h->pool), why, sizeof why)
+                            : KVS_ENOMEM;
+        if (st != KVS_OK) {
+            if (raw) kvs_pool_free(h->pool, raw);
+            fail_load(h, w, raw ? why : "no staging slab free to decode a lossy object into");
+            w->drop = st == KVS_ECORRUPT;
+            return NULL;
+        }
+        kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
+        w->slab = raw;
+        w->lossy = 1;
+        return raw;
+    }
+    if (kvs_object_check_lossy_layers(w->slab, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return NULL;
+    }
+    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash))) {
+        fail_load(h, w, "out of memory");
+        return NULL;
     }
     w->dcodec =
         (kvs_dev_codec){.codec = c,
@@ -176,13 +127,13 @@ static int accept_fused(kvs_handle *h, kvs_load_work *w, const void *obj, uint64
                         .encoded_tokens = h->chunk_tokens,
                         .first_row = (uint32_t)(w->load->first_token - w->load->chunk_first)};
     w->fused = w->lossy = 1;
-    w->object = obj;
-    return 1;
+    w->object = w->slab;
+    return NULL;
 }
 
 /* Check a chunk's header and keep its checksums: the payload is checked against these, never
  * against a header that could change under a zero-copy reference. A lossy chunk is decoded as it
- * lands on the host device, into a raw object first on a device that cannot (decode_lossy). */
+ * lands on the host device, into a raw object first on a device that cannot (accept_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256] = "";
     uint16_t codec =
@@ -200,11 +151,7 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
                              "KV computed over lossy chunks, and loads.accept_lossy is false");
         w->lossy = 1;
     } else if (codec != KVS_CODEC_RAW) {
-        if (h->dev == kvs_host_device() && !w->ranged) {
-            (void)accept_fused(h, w, obj, len);
-            return;
-        }
-        if (!(obj = decode_lossy(h, w, obj, len))) return;
+        if (!(obj = accept_lossy(h, w, obj, len))) return; /* fused, or failed */
         len = h->object_bytes;
     }
     if (kvs_object_check_raw_layout(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
