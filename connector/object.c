@@ -42,9 +42,8 @@ uint64_t kvs_object_header_digest(const void *object) {
     XXH3_64bits_update(&st, &copy, sizeof copy);
     /* the layer table, and for a lossy object the codec record after it */
     size_t table = (size_t)h->n_layers * sizeof(uint64_t) +
-                   (h->codec == KVS_CODEC_KIVI || h->codec == KVS_CODEC_INT8
-                        ? sizeof(kvs_object_codec)
-                        : 0); /* raw and derived objects have none */
+                   (kvs_codec_is_lossy(h->codec) ? sizeof(kvs_object_codec)
+                                                 : 0); /* raw and derived objects have none */
     XXH3_64bits_update(&st, (const uint8_t *)object + sizeof *h, table);
     return XXH3_64bits_digest(&st);
 }

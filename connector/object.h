@@ -33,7 +33,7 @@ typedef struct kvs_object_header {
     /* followed by uint64_t layer_hash[n_layers] */
 } kvs_object_header;
 
-/* A lossy object (codec KVS_CODEC_KIVI or KVS_CODEC_INT8, kernels/cpu/codec.h) carries its codec's
+/* A lossy object (codec KVS_CODEC_KIVI, KVS_CODEC_INT8 or KVS_CODEC_DROP, kernels/cpu/codec.h) carries its codec's
  * parameters right after the layer hash table, covered by header_hash; its layer_bytes is one
  * encoded layer's size and each layer hash is the XXH3-64 of the encoded bytes. Raw objects have no
  * such record and are byte for byte what they always were; a reader that knows only raw objects
@@ -102,6 +102,10 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
 /* Every encoded layer of a lossy object checked (kvs_object_check_lossy first) against its checksum:
  * KVS_ECORRUPT with a sentence naming the first that fails. */
 kvs_status kvs_object_check_lossy_layers(const void *object, char *err, uint64_t err_len);
+
+/* The kept mask of a DROP object checked by kvs_object_check_lossy_layers (bit t set: token t of the
+ * chunk was kept, kernels/cpu/codec.h); NULL for any other codec. */
+const uint8_t *kvs_object_kept_mask(const void *object);
 
 /* Decode a lossy object whole (checked as kvs_object_check_lossy checks it, under its own key, and
  * each layer against its checksum before it is decoded) into a sealed raw object at raw (cap bytes:

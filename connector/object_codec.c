@@ -45,6 +45,11 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
         return KVS_ECORRUPT;
     }
     if (kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) return KVS_EINVAL;
+    if (c->kind == KVS_CODEC_DROP && c->k_group > h->n_tokens) {
+        kvs_fmt(err, err_len, "object %s: DROP keeps %u of %u tokens", hex, c->k_group,
+                h->n_tokens);
+        return KVS_EINVAL;
+    }
     uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, h->n_tokens);
     uint64_t need = kvs_object_lossy_bytes(c, shape, dtype, h->n_layers, h->n_tokens);
     if (cap < need) {
@@ -74,10 +79,25 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
             kvs_fmt(err, err_len, "object %s: layer %u fails its checksum; not encoded", hex, l);
             return KVS_ECORRUPT;
         }
+    }
+    /* DROP keeps the same tokens in every layer (the engine masks positions, not layers): chosen
+     * once, from the middle layer's keys, and written first there */
+    const uint8_t *kept = NULL;
+    if (c->kind == KVS_CODEC_DROP) {
+        uint32_t mid = h->n_layers / 2;
+        const uint8_t *layer =
+            (const uint8_t *)raw + h->payload_offset + (uint64_t)mid * h->layer_bytes;
+        uint8_t *dst = (uint8_t *)out + o->payload_offset + (uint64_t)mid * enc;
+        kvs_codec_drop_select(shape, dtype, h->n_tokens, layer, c->k_group, dst);
+        kept = dst;
+    }
+    for (uint32_t l = 0; l < h->n_layers; l++) {
+        const uint8_t *layer =
+            (const uint8_t *)raw + h->payload_offset + (uint64_t)l * h->layer_bytes;
         uint8_t *dst = (uint8_t *)out + o->payload_offset + (uint64_t)l * enc;
-        kvs_status st =
-            kvs_codec_encode_layer(c, shape, dtype, h->n_tokens, layer,
-                                   shape->has_v ? layer + h->layer_bytes / 2 : NULL, dst);
+        kvs_status st = kvs_codec_encode_layer_kept(
+            c, shape, dtype, h->n_tokens, layer, shape->has_v ? layer + h->layer_bytes / 2 : NULL,
+            dst == kept ? NULL : kept, dst);
         if (st != KVS_OK) {
             kvs_fmt(err, err_len, "object %s: layer %u %s", hex, l,
                     st == KVS_ENOMEM ? "found no memory to encode in"
@@ -105,8 +125,8 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
         return KVS_ECORRUPT;
     }
     if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
-        (h->codec != KVS_CODEC_KIVI && h->codec != KVS_CODEC_INT8) || h->n_layers != n_layers ||
-        h->n_tokens != n_tokens || h->payload_offset != head) {
+        !kvs_codec_is_lossy(h->codec) || h->n_layers != n_layers || h->n_tokens != n_tokens ||
+        h->payload_offset != head) {
         kvs_fmt(err, err_len,
                 "lossy object %s: bad magic/version/codec/geometry (%08x/%u/%u, %u x %u)", hex,
                 h->magic, h->version, h->codec, h->n_layers, h->n_tokens);
@@ -123,6 +143,7 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
     if (rec->kind != h->codec || rec->dtype != dtype ||
         rec->raw_layer_bytes != kvs_kernel_layer_bytes(shape, n_tokens) ||
         kvs_codec_check(&c, shape, dtype, why, sizeof why) != KVS_OK ||
+        (c.kind == KVS_CODEC_DROP && c.k_group > n_tokens) ||
         h->layer_bytes != kvs_codec_layer_bytes(&c, shape, dtype, n_tokens) ||
         len < (uint64_t)head + (uint64_t)n_layers * h->layer_bytes) {
         kvs_fmt(err, err_len,
@@ -145,15 +166,32 @@ kvs_status kvs_object_check_lossy(const void *object, uint64_t len, const kvs_ke
 kvs_status kvs_object_check_lossy_layers(const void *object, char *err, uint64_t err_len) {
     const kvs_object_header *h = object;
     const uint64_t *hash = kvs_object_layer_hashes((void *)(uintptr_t)object);
+    const kvs_object_codec *rec = kvs_object_codec_of(object);
+    kvs_codec c = {
+        .kind = rec->kind, .bits = rec->bits, .k_group = rec->k_group, .v_group = rec->v_group};
+    const uint8_t *first = (const uint8_t *)object + h->payload_offset;
     for (uint32_t l = 0; l < h->n_layers; l++) {
-        const uint8_t *src =
-            (const uint8_t *)object + h->payload_offset + (uint64_t)l * h->layer_bytes;
+        const uint8_t *src = first + (uint64_t)l * h->layer_bytes;
         if (kvs_xxh3_64(src, h->layer_bytes) != hash[l]) {
             kvs_fmt(err, err_len, "lossy layer %u checksum mismatch", l);
             return KVS_ECORRUPT;
         }
+        /* a DROP layer keeps k_group tokens, the same in every layer */
+        const uint8_t *mask = kvs_codec_kept_mask(&c, src);
+        if (kvs_codec_check_layer(&c, h->n_tokens, src) != KVS_OK ||
+            (mask && memcmp(mask, first, kvs_codec_mask_bytes(h->n_tokens)) != 0)) {
+            kvs_fmt(err, err_len, "lossy layer %u keeps other tokens than its record or layer 0",
+                    l);
+            return KVS_ECORRUPT;
+        }
     }
     return KVS_OK;
+}
+
+const uint8_t *kvs_object_kept_mask(const void *object) {
+    const kvs_object_header *h = object;
+    if (h->codec != KVS_CODEC_DROP) return NULL;
+    return (const uint8_t *)object + h->payload_offset; /* layer 0's, the same in every layer */
 }
 
 kvs_status kvs_object_decode(const void *object, uint64_t len, const kvs_key *fingerprint,

@@ -44,6 +44,7 @@ static void *make_rows(uint32_t dtype, uint32_t n, uint32_t heads, uint32_t dim,
 static const kvs_codec kivi2 = {.kind = KVS_CODEC_KIVI, .bits = 2, .k_group = 32, .v_group = 32};
 static const kvs_codec kivi4 = {.kind = KVS_CODEC_KIVI, .bits = 4, .k_group = 32, .v_group = 32};
 static const kvs_codec int8 = {.kind = KVS_CODEC_INT8, .bits = 8};
+static const kvs_codec drop20 = {.kind = KVS_CODEC_DROP, .k_group = 20};
 
 /* Largest |x - x'| over its bound, checking every element of one part (K or V). The group of each
  * element is recomputed here from the codec's definition. */
@@ -359,8 +360,8 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
         char err[128];
         ck_assert_int_eq(kvs_kernel_check_span(&a, &shape, &span, err, sizeof err), KVS_OK);
         void *k = make_rows(dtype, n, heads, dim, 1), *v = make_rows(dtype, n, heads, dim, 0);
-        const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8};
-        for (int ci = 0; ci < 3; ci++) {
+        const kvs_codec *codecs[] = {&kivi2, &kivi4, &int8, &drop20};
+        for (int ci = 0; ci < 4; ci++) {
             uint64_t bytes = kvs_codec_layer_bytes(codecs[ci], &shape, dtype, n);
             uint8_t *enc = malloc(bytes);
             ck_assert_int_eq(kvs_codec_encode_layer(codecs[ci], &shape, dtype, n, k, v, enc),
@@ -407,6 +408,86 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
                 ck_assert(ka[7 * page + i] == 0x5a && va[7 * page + i] == 0x5a);
         free(k), free(v), free(ka), free(va), free(kb), free(vb);
     }
+}
+END_TEST
+
+/* DROP keeps the tokens whose keys have the smallest norm, their rows bit for bit, and decodes the
+ * others to zeros; a reader refuses a mask that keeps another count or tokens past the last; a
+ * mask given to the encoder is the one stored. */
+START_TEST(token_dropping_keeps_rows_exactly) {
+    uint32_t dtype = KVS_DTYPE_FP16, heads = 2, dim = 16, n = 70, keep = 23;
+    kvs_kv_shape shape = {.n_heads = heads, .head_bytes = dim * 2, .block_tokens = n, .has_v = 1};
+    kvs_codec c = {.kind = KVS_CODEC_DROP, .k_group = (uint16_t)keep};
+    char err[128];
+    ck_assert_int_eq(kvs_codec_check(&c, &shape, dtype, err, sizeof err), KVS_OK);
+    kvs_codec bad = c;
+    bad.k_group = 0;
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, dtype, err, sizeof err), KVS_EINVAL);
+    bad = c, bad.bits = 2;
+    ck_assert_int_eq(kvs_codec_check(&bad, &shape, dtype, err, sizeof err), KVS_EINVAL);
+    /* token t's keys scaled so their norms are all different and not in token order */
+    uint8_t *k = make_rows(dtype, n, heads, dim, 0), *v = make_rows(dtype, n, heads, dim, 0);
+    double scale[70];
+    for (uint32_t t = 0; t < n; t++) {
+        scale[t] = 0.1 + (double)((t * 37u) % n);
+        for (uint32_t e = 0; e < heads * dim; e++) {
+            uint64_t i = (uint64_t)t * heads * dim + e;
+            kvs_dtype_store(dtype, k, i, (float)(scale[t] * (e % 2 ? 1 : -1)));
+        }
+    }
+    uint64_t bytes = kvs_codec_layer_bytes(&c, &shape, dtype, n);
+    uint64_t row = (uint64_t)heads * dim * 2;
+    ck_assert_uint_eq(bytes, kvs_codec_mask_bytes(n) + 2 * keep * row);
+    ck_assert_uint_eq(kvs_codec_mask_bytes(n), 16);
+    uint8_t *enc = malloc(bytes), *rows = malloc(2 * n * row);
+    ck_assert_int_eq(kvs_codec_encode_layer(&c, &shape, dtype, n, k, v, enc), KVS_OK);
+    ck_assert_int_eq(kvs_codec_check_layer(&c, n, enc), KVS_OK);
+    ck_assert_ptr_eq(kvs_codec_kept_mask(&c, enc), enc);
+    ck_assert_ptr_null(kvs_codec_kept_mask(&int8, enc));
+    ck_assert_int_eq(kvs_codec_decode_layer(&c, &shape, dtype, n, enc, rows, rows + n * row),
+                     KVS_OK);
+    uint32_t kept = 0;
+    for (uint32_t t = 0; t < n; t++) {
+        int in = enc[t / 8] >> (t % 8) & 1;
+        /* kept exactly when fewer than `keep` tokens have a smaller norm */
+        uint32_t smaller = 0;
+        for (uint32_t u = 0; u < n; u++) smaller += scale[u] < scale[t];
+        ck_assert_int_eq(in, smaller < keep);
+        kept += (uint32_t)in;
+        if (in) {
+            ck_assert_mem_eq(rows + t * row, k + t * row, row);
+            ck_assert_mem_eq(rows + (n + t) * row, v + t * row, row);
+        } else {
+            for (uint64_t b = 0; b < row; b++)
+                ck_assert(rows[t * row + b] == 0 && rows[(n + t) * row + b] == 0);
+        }
+    }
+    ck_assert_uint_eq(kept, keep);
+    /* masks a reader refuses: one token more, one less, a bit past the last token */
+    uint8_t saved[16];
+    memcpy(saved, enc, 16);
+    uint32_t off = 0;
+    while (enc[off / 8] >> (off % 8) & 1) off++;
+    enc[off / 8] |= (uint8_t)(1u << (off % 8)); /* one more */
+    ck_assert_int_eq(kvs_codec_check_layer(&c, n, enc), KVS_ECORRUPT);
+    memcpy(enc, saved, 16);
+    uint32_t on = 0;
+    while (!(enc[on / 8] >> (on % 8) & 1)) on++;
+    enc[on / 8] &= (uint8_t) ~(1u << (on % 8)); /* one less */
+    ck_assert_int_eq(kvs_codec_check_layer(&c, n, enc), KVS_ECORRUPT);
+    enc[70 / 8] |= (uint8_t)(1u << (70 % 8)); /* ... and one past the end: the count is right */
+    ck_assert_int_eq(kvs_codec_check_layer(&c, n, enc), KVS_ECORRUPT);
+    memcpy(enc, saved, 16);
+    /* a mask given to the encoder: the first `keep` tokens */
+    uint8_t mask[16] = {0};
+    for (uint32_t t = 0; t < keep; t++) mask[t / 8] |= (uint8_t)(1u << (t % 8));
+    ck_assert_int_eq(kvs_codec_encode_layer_kept(&c, &shape, dtype, n, k, v, mask, enc), KVS_OK);
+    ck_assert_mem_eq(enc, mask, 16);
+    ck_assert_mem_eq(enc + 16, k, keep * row);
+    mask[0] ^= 1; /* keeps keep - 1 tokens: refused */
+    ck_assert_int_eq(kvs_codec_encode_layer_kept(&c, &shape, dtype, n, k, v, mask, enc),
+                     KVS_EINVAL);
+    free(enc), free(rows), free(k), free(v);
 }
 END_TEST
 
@@ -574,6 +655,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, what_cannot_be_encoded_is_refused);
     tcase_add_test(tc, values_at_the_top_of_the_range_never_decode_to_infinity);
     tcase_add_test(tc, the_fused_scatter_equals_decode_then_scatter);
+    tcase_add_test(tc, token_dropping_keeps_rows_exactly);
     tcase_add_test(tc, decoding_follows_the_documented_layout);
     tcase_add_test(tc, errors_on_gaussian_data_are_as_predicted);
     tcase_add_test(tc, fp16_and_fp8_conversions_round_to_nearest_even);

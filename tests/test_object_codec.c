@@ -225,6 +225,89 @@ START_TEST(raw_objects_keep_their_format) {
 }
 END_TEST
 
+/* A DROP object keeps the same tokens in every layer (chosen from the middle layer), decodes them
+ * exactly and the rest to zeros; a layer whose mask differs from layer 0's, or keeps another count,
+ * is refused even when its checksum was redone; a DROP record keeping more tokens than the chunk has
+ * is refused, and so is encoding one. */
+START_TEST(a_drop_object_keeps_the_same_tokens_in_every_layer) {
+    setup();
+    uint64_t len, out_len = 0;
+    uint8_t *raw = raw_object(&len);
+    const kvs_codec drop = {.kind = KVS_CODEC_DROP, .k_group = 12};
+    uint64_t need = kvs_object_lossy_bytes(&drop, &shape, KVS_DTYPE_FP16, LAYERS, TOKENS);
+    uint8_t *lossy = malloc(need), *copy = malloc(need), *back = malloc(len);
+    char err[256];
+    ck_assert_int_eq(kvs_object_encode(raw, len, &drop, &shape, KVS_DTYPE_FP16, lossy, need,
+                                       &out_len, err, sizeof err),
+                     KVS_OK);
+    kvs_codec got;
+    ck_assert_int_eq(kvs_object_check_lossy(lossy, need, &fp, &key, LAYERS, TOKENS, &shape,
+                                            KVS_DTYPE_FP16, &got, err, sizeof err),
+                     KVS_OK);
+    ck_assert(got.kind == KVS_CODEC_DROP && got.k_group == 12);
+    ck_assert_int_eq(kvs_object_check_lossy_layers(lossy, err, sizeof err), KVS_OK);
+    const uint8_t *mask = kvs_object_kept_mask(lossy);
+    ck_assert_ptr_nonnull(mask);
+    uint64_t lb = kvs_kernel_layer_bytes(&shape, TOKENS), mb = kvs_codec_mask_bytes(TOKENS);
+    uint8_t expect[8];
+    kvs_codec_drop_select(&shape, KVS_DTYPE_FP16, TOKENS, kvs_object_layer(raw, LAYERS / 2), 12,
+                          expect);
+    ck_assert_mem_eq(mask, expect, mb);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_mem_eq(kvs_object_layer(lossy, l), mask, mb);
+    ck_assert_int_eq(kvs_object_decode(lossy, need, &fp, LAYERS, TOKENS, &shape, KVS_DTYPE_FP16,
+                                       back, len, err, sizeof err),
+                     KVS_OK);
+    uint64_t row = (uint64_t)HEADS * DIM * 2;
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t t = 0; t < TOKENS; t++)
+            for (uint64_t part = 0; part < 2; part++) {
+                const uint8_t *a = kvs_object_layer(raw, l) + part * lb / 2 + t * row;
+                const uint8_t *b = kvs_object_layer(back, l) + part * lb / 2 + t * row;
+                if (mask[t / 8] >> (t % 8) & 1)
+                    ck_assert_mem_eq(a, b, row);
+                else
+                    for (uint64_t i = 0; i < row; i++) ck_assert(b[i] == 0);
+            }
+    /* layer 2 keeps other tokens (same count), checksum redone: refused */
+    memcpy(copy, lossy, need);
+    uint8_t *l2 = kvs_object_layer(copy, 2);
+    uint32_t on = 0, off = 0;
+    while (!(l2[on / 8] >> (on % 8) & 1)) on++;
+    while (l2[off / 8] >> (off % 8) & 1) off++;
+    l2[on / 8] &= (uint8_t) ~(1u << (on % 8));
+    l2[off / 8] |= (uint8_t)(1u << (off % 8));
+    kvs_object_layer_hashes(copy)[2] = kvs_xxh3_64(l2, ((kvs_object_header *)copy)->layer_bytes);
+    kvs_object_seal(copy);
+    ck_assert_int_eq(kvs_object_check_lossy_layers(copy, err, sizeof err), KVS_ECORRUPT);
+    ck_assert_int_eq(kvs_object_decode(copy, need, &fp, LAYERS, TOKENS, &shape, KVS_DTYPE_FP16,
+                                       back, len, err, sizeof err),
+                     KVS_ECORRUPT);
+    /* layer 0 keeps one token fewer than its record says: refused */
+    memcpy(copy, lossy, need);
+    uint8_t *l0 = kvs_object_layer(copy, 0);
+    l0[on / 8] &= (uint8_t) ~(1u << (on % 8));
+    kvs_object_layer_hashes(copy)[0] = kvs_xxh3_64(l0, ((kvs_object_header *)copy)->layer_bytes);
+    kvs_object_seal(copy);
+    ck_assert_int_eq(kvs_object_check_lossy_layers(copy, err, sizeof err), KVS_ECORRUPT);
+    /* more tokens kept than the chunk has: not encoded, and a record saying so is refused */
+    const kvs_codec too_many = {.kind = KVS_CODEC_DROP, .k_group = TOKENS + 1};
+    uint64_t big_len = kvs_object_lossy_bytes(&too_many, &shape, KVS_DTYPE_FP16, LAYERS, TOKENS);
+    uint8_t *big = malloc(big_len);
+    ck_assert_int_eq(kvs_object_encode(raw, len, &too_many, &shape, KVS_DTYPE_FP16, big, big_len,
+                                       &out_len, err, sizeof err),
+                     KVS_EINVAL);
+    memcpy(copy, lossy, need);
+    ((kvs_object_codec *)(copy + sizeof(kvs_object_header) + LAYERS * sizeof(uint64_t)))->k_group =
+        TOKENS + 1;
+    kvs_object_seal(copy);
+    ck_assert_int_eq(kvs_object_check_lossy(copy, need, &fp, &key, LAYERS, TOKENS, &shape,
+                                            KVS_DTYPE_FP16, &got, err, sizeof err),
+                     KVS_ECORRUPT);
+    ck_assert_ptr_null(kvs_object_kept_mask(raw));
+    free(raw), free(lossy), free(copy), free(back), free(big);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("object_codec");
     TCase *tc = tcase_create("lossy objects");
@@ -232,6 +315,7 @@ int main(void) {
     tcase_add_test(tc, a_damaged_raw_object_is_never_sealed_as_lossy);
     tcase_add_test(tc, a_damaged_or_mismatched_lossy_object_is_refused);
     tcase_add_test(tc, raw_objects_keep_their_format);
+    tcase_add_test(tc, a_drop_object_keeps_the_same_tokens_in_every_layer);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

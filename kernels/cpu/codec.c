@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/codec_drop.h"
 #include "kernels/cpu/dtype.h"
 
 /* ---- fp16 steps and minima, rounded outwards --------------------------------------------------- */
@@ -83,6 +84,11 @@ kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32
             why = "head_dim * bits not a whole number of bytes";
     } else if (c->kind == KVS_CODEC_INT8) {
         if (c->bits != 8) why = "INT8 takes 8 bits";
+    } else if (c->kind == KVS_CODEC_DROP) {
+        if (c->bits != 0 || c->v_group != 0)
+            why = "DROP takes no bits and no V group";
+        else if (c->k_group == 0)
+            why = "DROP keeps at least one token";
     } else {
         why = "an unknown codec";
     }
@@ -292,9 +298,32 @@ static int int8_encode(const geom *g, double top, const float *x, uint8_t *codes
     return 1;
 }
 
+kvs_status kvs_codec_check_layer(const kvs_codec *c, uint32_t n_tokens, const void *encoded) {
+    if (c->kind != KVS_CODEC_DROP) return KVS_OK;
+    const uint8_t *mask = encoded;
+    uint64_t bytes = kvs_codec_mask_bytes(n_tokens), ones = 0;
+    for (uint64_t b = 0; b < bytes; b++) {
+        uint32_t bits = mask[b];
+        uint64_t first = b * 8u; /* bits for tokens past the last are 0 */
+        if (first >= n_tokens ? bits != 0 : first + 8u > n_tokens && bits >> (n_tokens - first))
+            return KVS_ECORRUPT;
+        ones += (uint64_t)__builtin_popcount(bits);
+    }
+    uint32_t keep = c->k_group < n_tokens ? c->k_group : n_tokens;
+    return ones == keep ? KVS_OK : KVS_ECORRUPT;
+}
+
 kvs_status kvs_codec_encode_layer(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                   uint32_t n_tokens, const void *k_rows, const void *v_rows,
                                   void *out) {
+    return kvs_codec_encode_layer_kept(c, shape, dtype, n_tokens, k_rows, v_rows, NULL, out);
+}
+
+kvs_status kvs_codec_encode_layer_kept(const kvs_codec *c, const kvs_kv_shape *shape,
+                                       uint32_t dtype, uint32_t n_tokens, const void *k_rows,
+                                       const void *v_rows, const uint8_t *kept_mask, void *out) {
+    if (c->kind == KVS_CODEC_DROP)
+        return kvs_codec_drop_encode(c, shape, dtype, n_tokens, k_rows, v_rows, kept_mask, out);
     geom g = geometry(c, shape, dtype, n_tokens);
     uint64_t elems = (uint64_t)n_tokens * g.heads * g.dim, row = (uint64_t)g.heads * g.dim;
     double *mn = malloc(2 * row * sizeof(double) + (elems + 2 * row) * sizeof(float));
@@ -453,6 +482,9 @@ kvs_status kvs_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view
                                   uint32_t encoded_tokens, uint32_t first_row) {
     if (first_row > encoded_tokens || span->n_tokens > encoded_tokens - first_row)
         return KVS_EINVAL;
+    if (c->kind == KVS_CODEC_DROP)
+        return kvs_codec_drop_scatter_rows(c, view, shape, dtype, span, encoded, encoded_tokens,
+                                           first_row);
     geom g = geometry(c, shape, dtype, encoded_tokens);
     const uint8_t *k_codes = encoded, *k_meta = k_codes + g.codes;
     const uint8_t *v_codes = k_meta + g.k_meta, *v_meta = v_codes + g.codes;

@@ -20,7 +20,15 @@
  *         of (m, s) fp16; then, unless MLA, V codes the same shape and V groups
  *         [n][heads][ceil(dim/v_group)] of (m, s).
  *   INT8: K codes int8 [n][heads][dim]; K steps fp16 [n][heads]; then V the same.
- * Codes of one (token, head) row start on a byte (kvs_codec_check asks dim * bits % 8 == 0). */
+ * Codes of one (token, head) row start on a byte (kvs_codec_check asks dim * bits % 8 == 0).
+ *
+ * DROP (token dropping, codec_drop.c): keeps k_group of a layer's n tokens exactly and leaves the
+ * others out; only for engines that mask the positions left out (KVS_PLAN_CAP_MASK). Which tokens
+ * stay is decided once per object (kvs_codec_drop_select) and recorded in every layer:
+ *   DROP: kept mask, bit t (LSB-first) set for each kept token, kvs_codec_mask_bytes(n) bytes; K rows
+ *         of the kept tokens in token order [kept][heads][head_bytes] as stored; then V the same.
+ * Kept rows decode bit for bit; a dropped row decodes to zeros (it has no bound: the engine must
+ * leave it out of attention). */
 #ifndef KVS_CODEC_H
 #define KVS_CODEC_H
 
@@ -38,12 +46,24 @@ extern "C" {
 /* Codec kinds: the object header's codec field (0 is KVS_CODEC_RAW, connector/object.h). */
 #define KVS_CODEC_KIVI 1
 #define KVS_CODEC_INT8 2
+#define KVS_CODEC_DROP 4 /* 3 is KVS_CODEC_DERIVED (connector/object.h) */
+
+/* The codecs that make a lossy object (a codec record after the layer table). */
+static inline int kvs_codec_is_lossy(uint32_t kind) {
+    return kind == KVS_CODEC_KIVI || kind == KVS_CODEC_INT8 || kind == KVS_CODEC_DROP;
+}
+
+/* Bytes of a DROP layer's kept mask over n tokens: whole 64-bit words, so the rows after it stay
+ * aligned. */
+static inline uint64_t kvs_codec_mask_bytes(uint32_t n) {
+    return ((uint64_t)n + 63u) / 64u * 8u;
+}
 
 typedef struct kvs_codec {
-    uint8_t kind;     /* KVS_CODEC_KIVI or KVS_CODEC_INT8 */
-    uint8_t bits;     /* KIVI: 2 or 4; INT8: 8 */
-    uint16_t k_group; /* KIVI: tokens per K group (>= 1) */
-    uint16_t v_group; /* KIVI: channels per V group (1 .. dim) */
+    uint8_t kind;     /* KVS_CODEC_KIVI, KVS_CODEC_INT8 or KVS_CODEC_DROP */
+    uint8_t bits;     /* KIVI: 2 or 4; INT8: 8; DROP: 0 */
+    uint16_t k_group; /* KIVI: tokens per K group (>= 1); DROP: tokens kept (>= 1) */
+    uint16_t v_group; /* KIVI: channels per V group (1 .. dim); DROP: 0 */
 } kvs_codec;
 
 /* Where an encoded layer keeps what (the layout above), for n tokens: one definition for the host
@@ -54,8 +74,9 @@ typedef struct kvs_codec_geom {
     uint32_t row_codes; /* code bytes of one (token, head) row */
     uint32_t k_groups;  /* KIVI: token groups of K */
     uint32_t v_groups;  /* KIVI: channel groups of one V row */
-    uint64_t codes;     /* code bytes of K (and of V) */
-    uint64_t k_meta;    /* bytes of K's group table (INT8: steps) */
+    uint32_t kept;      /* DROP: rows kept (k_group, at most n) */
+    uint64_t codes;     /* code bytes of K (and of V); DROP: the kept rows */
+    uint64_t k_meta;    /* bytes of K's group table (INT8: steps; DROP: the kept mask) */
     uint64_t v_meta;
 } kvs_codec_geom;
 
@@ -74,6 +95,12 @@ static inline kvs_codec_geom kvs_codec_geometry(const kvs_codec *c, const kvs_kv
         g.v_groups = c->v_group ? (g.dim + c->v_group - 1u) / c->v_group : 0;
         g.k_meta = (uint64_t)g.k_groups * g.heads * g.dim * 4u;
         g.v_meta = (uint64_t)n * g.heads * g.v_groups * 4u;
+    } else if (c->kind == KVS_CODEC_DROP) {
+        g.row_codes = shape->head_bytes;
+        g.kept = c->k_group < n ? c->k_group : n;
+        g.k_meta = kvs_codec_mask_bytes(n);
+        g.codes = (uint64_t)g.kept * g.heads * g.row_codes;
+        return g;
     } else {
         g.levels = 127;
         g.row_codes = g.dim;
@@ -90,6 +117,28 @@ kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32
 /* Bytes of one encoded layer of n_tokens tokens. */
 uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                uint32_t n_tokens);
+
+/* DROP: which `keep` of n tokens a DROP object keeps, chosen from one layer's K rows (k_rows, the raw
+ * payload's layout) and used for every layer: those whose keys have the smallest L2 norm summed over
+ * heads (keys of small norm draw the most attention, after Devoto et al. 2024), the earlier on a
+ * tie. mask gets kvs_codec_mask_bytes(n) bytes, bit t set for a kept token. */
+void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n,
+                           const void *k_rows, uint32_t keep, uint8_t *mask);
+
+/* Encode one layer as kvs_codec_encode_layer does; a DROP codec keeps the tokens of kept_mask (NULL:
+ * chosen from this layer's own K rows by kvs_codec_drop_select). Other codecs ignore kept_mask. */
+kvs_status kvs_codec_encode_layer_kept(const kvs_codec *c, const kvs_kv_shape *shape,
+                                       uint32_t dtype, uint32_t n_tokens, const void *k_rows,
+                                       const void *v_rows, const uint8_t *kept_mask, void *out);
+
+/* What a reader checks of an encoded layer beyond its checksum: a DROP layer's mask keeps exactly
+ * k_group tokens, none past n_tokens (KVS_ECORRUPT otherwise). Every other codec: KVS_OK. */
+kvs_status kvs_codec_check_layer(const kvs_codec *c, uint32_t n_tokens, const void *encoded);
+
+/* A DROP layer's kept mask (the first bytes of the layer); NULL for every other codec. */
+static inline const uint8_t *kvs_codec_kept_mask(const kvs_codec *c, const void *encoded) {
+    return c->kind == KVS_CODEC_DROP ? (const uint8_t *)encoded : NULL;
+}
 
 /* Encode one layer from its raw payload rows (k_rows, v_rows: [n_tokens][n_heads][head_bytes] of
  * dtype; v_rows ignored for MLA) into out (kvs_codec_layer_bytes of room). KVS_EINVAL if an element

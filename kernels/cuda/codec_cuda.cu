@@ -84,6 +84,8 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_rows(const kvs_codec *c, const kvs
                                                    cudaStream_t stream) {
     if (first_row > encoded_tokens || span->n_tokens > encoded_tokens - first_row)
         return cudaErrorInvalidValue;
+    if (c->kind != KVS_CODEC_KIVI && c->kind != KVS_CODEC_INT8)
+        return cudaErrorInvalidValue; /* DROP has no kernel yet: decoded on the host */
     decode_args a = {};
     a.c = *c;
     a.g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), encoded_tokens);
