@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 6
+#define KVS_ABI_MINOR 7
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -184,6 +184,11 @@ typedef struct kvs_event {
 #define KVS_PLAN_CAP_STAGE \
     4u /* (1.4) pipeline stages restore their own layers at once, each from its
                                * stored boundary activations (set_stages first) */
+#define KVS_PLAN_CAP_MASK \
+    8u /* (1.7) attention leaves out the positions load_dropped reports: hits may
+                               * include chunks a compress tier stored with tokens dropped (with
+                               * loads.accept_lossy); a stock engine, which would attend to
+                               * whatever the dropped slots hold, never gets them */
 
 typedef enum kvs_plan_mode {
     KVS_PLAN_LOAD = 0,  /* the connector loads the whole external range (stock behaviour) */
@@ -387,6 +392,19 @@ typedef struct kvs_api {
     /* The name of tier `tier` of the configured chain (the index kvs_stats and kvs_event use), or NULL
      * past the last tier. Valid until close. Any role. */
     const char *(*tier_name)(const kvs_handle *h, uint32_t tier);
+
+    /* --- 1.7: token dropping --- */
+
+    /* The positions of req_id in [first_token, first_token + n_tokens) whose KV the bound step's
+     * loads left out (chunks stored with tokens dropped, docs/compress.md): mask[i] is set to 1 for
+     * position first_token + i if it was dropped, and left as it is otherwise; *n_dropped gets how
+     * many were. The engine leaves them out of attention for the rest of the request (their slots
+     * hold zeros). Worker role, between start_load and wait_save; only a step whose scheduler
+     * declared KVS_PLAN_CAP_MASK loads such chunks (any other step's loads refuse them), and only
+     * synchronous loads do (load_async ones refuse them: the engine recomputes). A request with no
+     * such load gets KVS_OK and 0. */
+    kvs_status (*load_dropped)(kvs_handle *h, const char *req_id, uint64_t first_token,
+                               uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

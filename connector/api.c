@@ -321,6 +321,12 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     return KVS_OK;
 }
 
+static kvs_status api_load_dropped(kvs_handle *h, const char *req_id, uint64_t first_token,
+                                   uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped) {
+    ENTER(h);
+    return kvs_worker_load_dropped(h, req_id, first_token, n_tokens, mask, n_dropped);
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -353,6 +359,7 @@ static const kvs_api api_v1 = {
     .plan = api_plan,
     .set_stages = api_set_stages,
     .tier_name = api_tier_name,
+    .load_dropped = api_load_dropped,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

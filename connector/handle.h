@@ -91,6 +91,8 @@ typedef struct kvs_load_work {
     int lossy;  /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
     int fused;  /* lossy, decoded by the device as it lands (dcodec): object is the encoded one */
     kvs_dev_codec dcodec;
+    uint8_t
+        *kept; /* a DROP object's: which of the chunk's tokens it kept (load_dropped), or NULL */
     int layers_read; /* ranged: every wanted layer is in the slab already (start_load on a CUDA
                       * device, or an async load's reader) */
 } kvs_load_work;
@@ -139,7 +141,8 @@ struct kvs_handle {
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
     uint32_t finished_next;
     uint64_t step;
-    uint32_t plan_caps; /* set_plan_caps */
+    uint32_t plan_caps; /* set_plan_caps, less KVS_PLAN_CAP_MASK: */
+    int masks_dropped;  /* KVS_PLAN_CAP_MASK: hits may take chunks stored with tokens dropped */
     int restore_on;     /* restore.scheduler is cacheflow */
     cf_params restore_params;
     cf_compute restore_compute;

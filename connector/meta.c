@@ -10,7 +10,7 @@
 #include "keys.h"
 
 /* Blob: "KVSM", XXH3-64 of the rest (8 bytes, big-endian), then msgpack:
- * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...]]
+ * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...], flags]
  * req: [id str, [block ids], [[keys bin16*R, chunk_first, first_token, n_tokens]...],
  *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1,
  *       derived_from (UINT64_MAX: none)]
@@ -76,7 +76,7 @@ kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     static const char header[KVS_META_HEADER_BYTES] = KVS_META_MAGIC; /* checksum filled in below */
     msgpack_sbuffer_write(&sb, header, sizeof header);
-    msgpack_pack_array(&pk, 6);
+    msgpack_pack_array(&pk, 7);
     msgpack_pack_uint32(&pk, KVS_META_VERSION);
     msgpack_pack_uint64(&pk, meta->step);
     pack_key(&pk, &meta->group_fingerprint);
@@ -84,6 +84,7 @@ kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
     msgpack_pack_uint32(&pk, meta->chunk_tokens);
     msgpack_pack_array(&pk, (size_t)meta->n_reqs);
     for (uint64_t i = 0; i < meta->n_reqs; i++) pack_req(&pk, &meta->reqs[i], meta->key_ranks);
+    msgpack_pack_uint32(&pk, meta->flags);
     if (!sb.data || sb.size < KVS_META_HEADER_BYTES) {
         msgpack_sbuffer_destroy(&sb);
         return KVS_ENOMEM;
@@ -217,7 +218,7 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
 static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     uint32_t fields, n;
     uint64_t version, chunk, ranks;
-    if (kvs_mp_read_array(rd, 6, 6, &fields, "the root") != 0 ||
+    if (kvs_mp_read_array(rd, 7, 7, &fields, "the root") != 0 ||
         kvs_mp_read_uint(rd, UINT32_MAX, &version, "the version") != 0)
         return -1;
     if (version != KVS_META_VERSION)
@@ -245,6 +246,9 @@ static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     m->n_reqs = n;
     for (uint64_t i = 0; i < n; i++)
         if (decode_req(rd, &m->reqs[i], &dc) != 0) return -1;
+    uint64_t flags;
+    if (kvs_mp_read_uint(rd, KVS_META_MASKS_DROPPED, &flags, "the step's flags") != 0) return -1;
+    m->flags = (uint32_t)flags;
     return kvs_mp_read_end(rd);
 }
 

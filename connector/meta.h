@@ -9,13 +9,14 @@
 #include "abi/kvstrata_backend.h"
 
 #define KVS_META_VERSION \
-    6 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+    7 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
                             * 4: the blob starts with a magic and a checksum of the rest;
                             * 5: every rank's keys, the group fingerprint, load_async;
-                            * 6: requests carry derived_from */
-#define KVS_META_MAGIC        "KVSM"
-#define KVS_META_HEADER_BYTES 12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
-#define KVS_REQ_ID_MAX        256
+                            * 6: requests carry derived_from; 7: the step's flags */
+#define KVS_META_MASKS_DROPPED 1u /* flags: the engine masks dropped tokens (KVS_PLAN_CAP_MASK) */
+#define KVS_META_MAGIC         "KVSM"
+#define KVS_META_HEADER_BYTES  12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
+#define KVS_REQ_ID_MAX         256
 
 /* Load tokens [first_token, first_token + n_tokens) of the chunk starting at chunk_first (the layers
  * its request's layer mask names). A load and a save carry the chunk's key of every key rank (TP
@@ -69,6 +70,7 @@ typedef struct kvs_meta {
     kvs_key group_fingerprint; /* the model, layout, chunk size and tp_size the keys are for */
     uint32_t key_ranks;        /* keys per load and save: 1 (MLA, tp_size 1) or tp_size */
     uint32_t chunk_tokens;
+    uint32_t flags; /* KVS_META_* bits: what the engine's scheduler declared */
     kvs_meta_req *reqs;
     uint64_t n_reqs;
 } kvs_meta;

@@ -35,7 +35,8 @@ const kvs_restore_plan *kvs_sched_last_plan(kvs_handle *h, const char *req_id) {
 kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
     if (st != KVS_OK) return st;
-    const uint32_t known = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE;
+    const uint32_t known =
+        KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE | KVS_PLAN_CAP_MASK;
     if (caps & ~known)
         return kvs_set_error(
             h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
@@ -48,7 +49,10 @@ kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
                              "(set_stages)");
-    h->plan_caps = caps;
+    /* masking is no plan: restore plans see the rest (restore.c reads plan_caps as "plans through
+     * `plan`") */
+    h->masks_dropped = (caps & KVS_PLAN_CAP_MASK) != 0;
+    h->plan_caps = caps & ~KVS_PLAN_CAP_MASK;
     /* token mode only, layer mode only, or each request's faster one */
     caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
     h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
@@ -332,8 +336,11 @@ static int remote_answer(kvs_handle *h, kvs_request *r, uint64_t first) {
 }
 
 /* Which chunks of the pinned run [first, first + run) load lossy (a compress tier stored some key
- * rank's object of it with a lossy codec): lossy[i] for chunk first + i. NULL when no tier knows
- * codecs, or out of memory (every chunk then counts as raw: a load still checks the object). */
+ * rank's object of it with a lossy codec): lossy[i] for chunk first + i, LOSSY_ANY, plus
+ * LOSSY_DROPPED when that codec drops tokens. NULL when no tier knows codecs, or out of memory
+ * (every chunk then counts as raw: a load still checks the object). */
+#define LOSSY_ANY     1u
+#define LOSSY_DROPPED 2u
 static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) {
     /* Lossy and derived objects come from compress tiers; another process's, through a shared tier,
      * only matter to an engine that takes them (without accept_lossy its loads refuse them). */
@@ -346,7 +353,9 @@ static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) 
     if (keys && tiers && codecs && lossy) {
         for (uint64_t i = 0; i < n; i++) keys[i] = r->pins[i].key, tiers[i] = r->pins[i].tier;
         kvs_tiers_codecs(h->tiers, keys, tiers, n, codecs);
-        for (uint64_t i = 0; i < n; i++) lossy[i / h->key_ranks] |= codecs[i] != 0;
+        for (uint64_t i = 0; i < n; i++)
+            lossy[i / h->key_ranks] |= (uint8_t)((codecs[i] != 0 ? LOSSY_ANY : 0) |
+                                                 (codecs[i] == KVS_CODEC_DROP ? LOSSY_DROPPED : 0));
     } else {
         free(lossy);
         lossy = NULL;
@@ -400,9 +409,13 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     }
     uint64_t run = pin_run(h, r, first, r->n_keys);
     uint8_t *lossy = lossy_chunks(h, r, run);
-    if (lossy && !h->cfg->loads.accept_lossy) { /* the engine refuses them: the hit ends before */
+    if (lossy) { /* what the engine refuses ends the hit: lossy chunks without accept_lossy, and
+                  * chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK) */
+        uint8_t refused = !h->cfg->loads.accept_lossy ? LOSSY_ANY
+                          : !h->masks_dropped         ? LOSSY_DROPPED
+                                                      : 0;
         uint64_t clean = 0;
-        while (clean < run && !lossy[clean]) clean++;
+        while (clean < run && !(lossy[clean] & refused)) clean++;
         if (clean < run) unpin_from(h, r, clean * h->key_ranks);
         run = clean;
     }
@@ -755,7 +768,8 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     kvs_meta meta = {.step = h->step + 1,
                      .group_fingerprint = h->group_fingerprint,
                      .key_ranks = h->key_ranks,
-                     .chunk_tokens = h->chunk_tokens};
+                     .chunk_tokens = h->chunk_tokens,
+                     .flags = h->masks_dropped ? KVS_META_MASKS_DROPPED : 0u};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;

@@ -49,6 +49,7 @@ void kvs_worker_reset(kvs_handle *h) {
         if (w->pinned) kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
+        free(w->kept);
     }
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];

@@ -83,6 +83,31 @@ static int stage_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_
         fail_load(h, w, "a lossy object is loaded whole, and this load reads some layers only");
         return 0;
     }
+    if (c->kind == KVS_CODEC_DROP) { /* only an engine that masks what it leaves out takes it */
+        const char *no = w->async ? "its load runs between steps (load_async), which cannot report "
+                                    "the tokens it leaves out"
+                         : !(h->bound->flags & KVS_META_MASKS_DROPPED)
+                             ? "the engine does not mask dropped tokens (KVS_PLAN_CAP_MASK)"
+                             : NULL;
+        if (no) {
+            kvs_fmt(why, sizeof why, "an object with tokens dropped, and %s", no);
+            fail_load(h, w, why);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A DROP object's kept mask, checked (kvs_object_check_lossy_layers), kept for load_dropped. */
+static int keep_mask(kvs_handle *h, kvs_load_work *w) {
+    const uint8_t *mask = kvs_object_kept_mask(w->slab);
+    if (!mask) return 1;
+    uint64_t bytes = kvs_codec_mask_bytes(h->chunk_tokens);
+    if (!(w->kept = malloc(bytes))) {
+        fail_load(h, w, "out of memory");
+        return 0;
+    }
+    memcpy(w->kept, mask, bytes);
     return 1;
 }
 
@@ -107,6 +132,10 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
             w->drop = st == KVS_ECORRUPT;
             return NULL;
         }
+        if (!keep_mask(h, w)) { /* the decode checked every layer's mask */
+            kvs_pool_free(h->pool, raw);
+            return NULL;
+        }
         kvs_pool_free(h->pool, w->slab); /* it held the lossy bytes */
         w->slab = raw;
         w->lossy = 1;
@@ -117,6 +146,7 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
         w->drop = 1;
         return NULL;
     }
+    if (!keep_mask(h, w)) return NULL;
     if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash))) {
         fail_load(h, w, "out of memory");
         return NULL;
@@ -620,9 +650,11 @@ void kvs_loads_release(kvs_handle *h, kvs_load_set *set) {
         if (w->pinned) kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
+        free(w->kept);
         w->pinned = 0;
         w->slab = NULL;
         w->layer_hash = NULL;
+        w->kept = NULL;
     }
 }
 
@@ -689,5 +721,33 @@ kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, u
                              (unsigned long long)h->n_error_blocks, (unsigned long long)cap);
     if (h->n_error_blocks) memcpy(out, h->error_blocks, h->n_error_blocks * sizeof *out);
     h->error_blocks_taken = h->n_error_blocks;
+    return KVS_OK;
+}
+
+kvs_status kvs_worker_load_dropped(kvs_handle *h, const char *req_id, uint64_t first_token,
+                                   uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "load_dropped");
+    if (st != KVS_OK) return st;
+    if (!req_id || !n_dropped || (n_tokens && !mask))
+        return kvs_set_error(h, KVS_EINVAL, "load_dropped: req_id, mask or n_dropped is NULL");
+    if (h->wstate != WORKER_LOADING)
+        return kvs_set_error(h, KVS_ESTATE,
+                             "load_dropped: call it between start_load and wait_save");
+    uint64_t n = 0,
+             end = first_token + n_tokens < first_token ? UINT64_MAX : first_token + n_tokens;
+    for (uint64_t i = 0; i < h->n_loads; i++) {
+        const kvs_load_work *w = &h->loads[i];
+        if (!w->kept || w->failed || strcmp(w->req->id, req_id) != 0) continue;
+        uint64_t lo = w->load->first_token, hi = lo + w->load->n_tokens;
+        if (lo < first_token) lo = first_token;
+        if (hi > end) hi = end;
+        for (uint64_t p = lo; p < hi; p++) {
+            uint64_t row = p - w->load->chunk_first;
+            if (w->kept[row / 8] >> (row % 8) & 1) continue;
+            mask[p - first_token] = 1;
+            n++;
+        }
+    }
+    *n_dropped = n;
     return KVS_OK;
 }

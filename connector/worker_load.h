@@ -19,6 +19,9 @@ typedef struct kvs_load_set {
 kvs_status kvs_worker_start_load(kvs_handle *h);
 kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer);
 kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n);
+/* load_dropped (ABI 1.7): the positions the bound step's DROP loads of req_id left out. */
+kvs_status kvs_worker_load_dropped(kvs_handle *h, const char *req_id, uint64_t first_token,
+                                   uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped);
 /* Host device: land layers [from, to] not landed yet (the loads finish once every layer has). */
 void kvs_worker_load_layers(kvs_handle *h, uint32_t from, uint32_t to);
 /* CUDA device: wait for the enqueued copies and checksums, turn mismatches into error blocks, unpin. */

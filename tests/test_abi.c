@@ -154,9 +154,10 @@ AT(kvs_api, stats, 152, 8);         /* end of 1.0 */
 AT(kvs_api, set_stream, 160, 8);    /* 1.1 */
 AT(kvs_api, set_plan_caps, 168, 8); /* 1.3 */
 AT(kvs_api, plan, 176, 8);
-AT(kvs_api, set_stages, 184, 8); /* 1.4 */
-AT(kvs_api, tier_name, 192, 8);  /* 1.5 */
-SIZE(kvs_api, 200);
+AT(kvs_api, set_stages, 184, 8);   /* 1.4 */
+AT(kvs_api, tier_name, 192, 8);    /* 1.5 */
+AT(kvs_api, load_dropped, 200, 8); /* 1.7 */
+SIZE(kvs_api, 208);
 
 SIZE(kvs_key, 16);
 AT(kvs_backend_option, key, 0, 8);

@@ -50,7 +50,8 @@ static const char *config(int accept_lossy) {
  * bytes are arbitrary bit patterns, NaNs among them, which no codec takes) sealed as a raw object,
  * then encoded. Its bytes go to *lossy (malloc'd, the caller frees) so a test can decode what the
  * pages should hold. */
-static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
+static uint64_t make_coded(rig *r, const int32_t *t, int c, const kvs_codec *codec,
+                           uint8_t **lossy) {
     kvs_key keys[4];
     kvs_keys_chain(&r->h->fingerprint, t, 4, CHUNK, keys);
     const kvs_backend_ops *ops = kvs_tiers_ops(r->h->tiers, 0);
@@ -69,10 +70,10 @@ static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
         kvs_object_layer_hashes(obj)[l] = kvs_xxh3_64(layer, lb);
     }
     kvs_object_seal(obj);
-    uint64_t cap = kvs_object_lossy_bytes(&kivi4, &r->h->shape, r->h->model.dtype, LAYERS, CHUNK);
+    uint64_t cap = kvs_object_lossy_bytes(codec, &r->h->shape, r->h->model.dtype, LAYERS, CHUNK);
     *lossy = malloc(cap);
     char err[256];
-    ck_assert_msg(kvs_object_encode(obj, len, &kivi4, &r->h->shape, r->h->model.dtype, *lossy, cap,
+    ck_assert_msg(kvs_object_encode(obj, len, codec, &r->h->shape, r->h->model.dtype, *lossy, cap,
                                     &out_len, err, sizeof err) == KVS_OK,
                   "%s", err);
     ck_assert_int_eq(ops->remove(st, &keys[c]),
@@ -80,6 +81,10 @@ static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
     ck_assert_int_eq(ops->put(st, &keys[c], *lossy, out_len), KVS_OK);
     free(obj);
     return out_len;
+}
+
+static uint64_t make_lossy(rig *r, const int32_t *t, int c, uint8_t **lossy) {
+    return make_coded(r, t, c, &kivi4, lossy);
 }
 
 /* Run the restore of request `id` over tokens t into blocks b (127 tokens offered). */
@@ -341,6 +346,94 @@ START_TEST(a_raw_object_with_a_damaged_codec_field_is_dropped) {
 }
 END_TEST
 
+/* Chunk 1 stored with 12 of its 32 tokens kept (DROP). _i bit 0: the tier copies (plugin) rather
+ * than lends (dram); bit 1: the engine masks dropped tokens (KVS_PLAN_CAP_MASK). An engine that masks
+ * gets the whole hit, the kept rows byte for byte, zeros in the dropped slots and load_dropped
+ * naming exactly those; one that does not never loads the chunk: its lookup stops before it where
+ * the tier tells codecs (dram), its load refuses it where not (plugin: error blocks, recomputed). */
+START_TEST(dropped_tokens_are_reported_only_to_an_engine_that_masks_them) {
+    int copied = _i & 1, masks = _i >> 1 & 1;
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(copied ? 2 : 1)), KVS_OK);
+    if (masks) ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_MASK), KVS_OK);
+    ck_assert_int_eq(api->set_plan_caps(r.h, 16), KVS_ENOTSUP); /* unknown bits */
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 77);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    const kvs_codec drop = {.kind = KVS_CODEC_DROP, .k_group = 12};
+    uint8_t *lossy;
+    make_coded(&r, t, 1, &drop, &lossy);
+    const uint8_t *kept = kvs_object_kept_mask(lossy);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    uint64_t hit = masks || copied ? 127 : 32;
+    ck_assert_uint_eq(res.n_hit_tokens, hit);
+    ck_assert_uint_eq(res.n_lossy_tokens, masks && !copied ? 32 : 0);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, hit), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, hit, 128 - hit};
+    uint8_t meta[65536], dropped[128];
+    uint64_t mlen, n = 0, n_dropped = 99;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, mlen), KVS_OK);
+    ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_ESTATE);
+    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+    memset(dropped, 0, sizeof dropped);
+    ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_OK);
+    ck_assert_uint_eq(n_dropped, masks ? 20 : 0);
+    for (uint64_t p = 0; p < 128; p++) {
+        int want = masks && p >= 32 && p < 64 && !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+        ck_assert_int_eq(dropped[p], want);
+    }
+    /* a window of it, another request */
+    memset(dropped, 0, sizeof dropped);
+    ck_assert_int_eq(api->load_dropped(r.h, "two", 40, 10, dropped, &n_dropped), KVS_OK);
+    uint64_t in_window = 0;
+    for (uint64_t p = 40; p < 50; p++) in_window += !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+    ck_assert_uint_eq(n_dropped, masks ? in_window : 0);
+    ck_assert_int_eq(api->load_dropped(r.h, "three", 0, 128, dropped, &n_dropped), KVS_OK);
+    ck_assert_uint_eq(n_dropped, 0);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r.h, l), KVS_OK);
+    rig_write_kv(&r, b, t, hit, 128);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, masks || !copied ? 0 : 2); /* refused by the load: chunk 1's blocks */
+    ck_assert(rig_kv_matches(&r, b, t, 0, 32));
+    ck_assert(rig_kv_matches(&r, b, t, 64, 128));
+    if (!masks) {
+        /* computed by the engine (dram: the hit stopped before; plugin: its error blocks, which an
+         * engine recomputes and this rig does not) */
+        if (!copied) ck_assert(rig_kv_matches(&r, b, t, 32, 64));
+        ck_assert(rig_stored(&r, t, 1)); /* refused, not corrupt: kept */
+    } else {
+        uint64_t lb = r.h->layer_bytes, row = TOKEN_BYTES;
+        uint8_t *rows = malloc(lb);
+        for (int l = 0; l < LAYERS; l++) {
+            ck_assert_int_eq(kvs_codec_decode_layer(&drop, &r.h->shape, r.h->model.dtype, CHUNK,
+                                                    kvs_object_layer(lossy, (uint32_t)l), rows,
+                                                    rows + lb / 2),
+                             KVS_OK);
+            for (int kv = 0; kv < 2; kv++)
+                for (uint64_t tok = 32; tok < 64; tok++) {
+                    const uint8_t *got = rig_kv_at(&r, l, kv, b, tok);
+                    ck_assert_mem_eq(got, rows + kv * lb / 2 + (tok - 32) * row, row);
+                    if (!(kept[(tok - 32) / 8] >> ((tok - 32) % 8) & 1))
+                        for (uint64_t i = 0; i < row; i++) ck_assert(got[i] == 0);
+                }
+        }
+        free(rows);
+        kvs_stats st = {.struct_size = sizeof st};
+        ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+        ck_assert_uint_eq(st.lossy_chunks_loaded, 1);
+    }
+    free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *lossy_suite(void) {
     Suite *s = suite_create("lossy_loads");
     TCase *tc = tcase_create("lossy loads");
@@ -353,6 +446,7 @@ static Suite *lossy_suite(void) {
     tcase_add_test(tc, a_derived_chunk_is_lossy_to_lookups_and_loads);
     tcase_add_test(tc, a_chunk_computed_over_a_lossy_load_is_saved_derived);
     tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);
+    tcase_add_loop_test(tc, dropped_tokens_are_reported_only_to_an_engine_that_masks_them, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

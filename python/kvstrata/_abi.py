@@ -17,7 +17,7 @@ import threading
 from collections import namedtuple
 
 ABI_MAJOR = 1
-ABI_MINOR = 6  # the minor version this binding was written against
+ABI_MINOR = 7  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -61,6 +61,7 @@ STATS_MAX_TIERS = 8
 PLAN_CAP_TOKEN = 1
 PLAN_CAP_LAYER = 2
 PLAN_CAP_STAGE = 4
+PLAN_CAP_MASK = 8  # 1.7: attention masks what load_dropped reports (the vLLM connector does not)
 
 PLAN_LOAD = 0
 PLAN_TOKEN = 1
@@ -269,11 +270,31 @@ class Api(ctypes.Structure):
         ("set_stages", _F(c_status, _H, ctypes.POINTER(StageDesc))),
         # 1.5
         ("tier_name", _F(ctypes.c_char_p, _H, ctypes.c_uint32)),
+        # 1.7
+        (
+            "load_dropped",
+            _F(
+                c_status,
+                _H,
+                ctypes.c_char_p,
+                ctypes.c_uint64,
+                ctypes.c_uint64,
+                ctypes.POINTER(ctypes.c_uint8),
+                ctypes.POINTER(ctypes.c_uint64),
+            ),
+        ),
     ]
 
 
 # The minor version that introduced each hook (the table is read only as far as it goes).
-HOOK_MINOR = {"set_stream": 1, "set_plan_caps": 3, "plan": 3, "set_stages": 4, "tier_name": 5}
+HOOK_MINOR = {
+    "set_stream": 1,
+    "set_plan_caps": 3,
+    "plan": 3,
+    "set_stages": 4,
+    "tier_name": 5,
+    "load_dropped": 7,
+}
 
 # --- errors -------------------------------------------------------------------------------------------
 

@@ -69,12 +69,14 @@ class Layout(unittest.TestCase):
                     "last_error", "lookup", "on_alloc", "build_meta", "request_finished",
                     "take_events", "register_kv", "bind_meta", "start_load", "wait_layer_load",
                     "save_layer", "wait_save", "get_finished", "load_error_blocks", "stats",
-                    "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name"]
+                    "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
+                    "load_dropped"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
         self.assertEqual(o["tier_name"], (192, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Api), 200)
+        self.assertEqual(o["load_dropped"], (200, 8))  # 1.7
+        self.assertEqual(ctypes.sizeof(_abi.Api), 208)
 
 
 def tiny_model(**kw):
@@ -90,6 +92,7 @@ class Calls(unittest.TestCase):
         self.assertEqual(api.abi_major, 1)
         self.assertGreaterEqual(api.abi_minor, 5)
         self.assertTrue(_abi.has_hook("tier_name"))
+        self.assertTrue(_abi.has_hook("load_dropped"))
         self.assertIn("argument", _abi.strerror(_abi.EINVAL).lower())
 
     def test_a_failed_call_raises_its_status_class_with_the_handle_sentence(self):
