@@ -34,8 +34,51 @@ typedef struct run {
 /* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. With
  * round_trip the context's layers go out of the pages and back in between (through codec, or
  * unchanged when it is NULL: the harness's own path, which must change nothing). */
+/* DROP as the connector stores it: chunk by chunk (chunk tokens each, the last one shorter), each
+ * chunk's kept tokens chosen once from its middle layer's keys (kvs_codec_drop_select) or, with
+ * `first`, its first k_group tokens (the positional rule the key-norm rule is compared with), every
+ * layer encoded with that mask and decoded into the pages; the positions left out are marked in
+ * dropped[] for the query step's attention. */
+static void drop_chunks(run *r, int ctx, const kvs_codec *codec, uint32_t chunk, int first,
+                        uint8_t *dropped, const kvs_kv_shape *shape, uint16_t *rows,
+                        uint8_t *enc) {
+    const model_config *c = model_config_of(r->m);
+    const kvs_layer_view *views = kvcache_views(r->kv);
+    uint8_t mask[1024];
+    for (uint32_t c0 = 0; c0 < (uint32_t)ctx; c0 += chunk) {
+        uint32_t n = (uint32_t)ctx - c0 < chunk ? (uint32_t)ctx - c0 : chunk;
+        kvs_codec cc = *codec;
+        cc.k_group = (uint16_t)((codec->k_group * n + chunk - 1) / chunk); /* a short last chunk */
+        if (cc.k_group == 0) cc.k_group = 1;
+        kvs_token_span span = {.block_ids = r->table,
+                               .n_block_ids = (uint64_t)(ctx + KV_BLOCK_TOKENS - 1) /
+                                              KV_BLOCK_TOKENS,
+                               .first_token = c0,
+                               .n_tokens = n};
+        uint64_t raw = kvs_kernel_layer_bytes(shape, n);
+        kvs_kernel_gather_layer(&views[c->n_layers / 2], shape, &span, rows);
+        if (first) {
+            memset(mask, 0, sizeof mask);
+            for (uint32_t t = 0; t < cc.k_group; t++) mask[t / 8] |= (uint8_t)(1u << (t % 8));
+        } else {
+            kvs_codec_drop_select(shape, KVS_DTYPE_FP16, n, rows, cc.k_group, mask);
+        }
+        for (uint32_t t = 0; t < n; t++) dropped[c0 + t] = !(mask[t / 8] >> (t % 8) & 1);
+        for (int l = 0; l < c->n_layers; l++) {
+            kvs_kernel_gather_layer(&views[l], shape, &span, rows);
+            if (kvs_codec_encode_layer_kept(&cc, shape, KVS_DTYPE_FP16, n, rows,
+                                            (uint8_t *)rows + raw / 2, mask, enc) != KVS_OK ||
+                kvs_codec_scatter_layer(&cc, &views[l], shape, KVS_DTYPE_FP16, &span, enc) !=
+                    KVS_OK) {
+                fprintf(stderr, "kvs-bench-codec-quality: DROP refused a chunk\n");
+                exit(1);
+            }
+        }
+    }
+}
+
 static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec *codec,
-                    const uint8_t *dropped, double *rel_k, double *rel_v) {
+                    uint8_t *dropped, uint32_t chunk, int first, double *rel_k, double *rel_v) {
     const model_config *c = model_config_of(r->m);
     model_embed(r->m, r->s, r->tokens, ctx);
     for (int l = 0; l < c->n_layers; l++)
@@ -52,7 +95,7 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
                                    (uint64_t)(ctx + query + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS,
                                .n_tokens = (uint32_t)ctx};
         uint64_t raw = kvs_kernel_layer_bytes(&shape, (uint32_t)ctx);
-        uint16_t *rows = malloc(raw), *back = malloc(raw);
+        uint16_t *rows = malloc(raw), *back = malloc(raw), *orig = NULL;
         uint8_t *enc =
             codec ? malloc(kvs_codec_layer_bytes(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx))
                   : NULL;
@@ -60,9 +103,19 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
             fprintf(stderr, "kvs-bench-codec-quality: out of memory\n");
             exit(1);
         }
+        int drop = codec && codec->kind == KVS_CODEC_DROP;
+        if (drop) { /* every layer's exact rows, for the error after the chunks went through */
+            orig = malloc(raw * (size_t)c->n_layers);
+            if (!orig) exit(1);
+            for (int l = 0; l < c->n_layers; l++)
+                kvs_kernel_gather_layer(&views[l], &shape, &span,
+                                        (uint8_t *)orig + raw * (size_t)l);
+            drop_chunks(r, ctx, codec, chunk, first, dropped, &shape, rows, enc);
+        }
         for (int l = 0; l < c->n_layers; l++) {
-            kvs_kernel_gather_layer(&views[l], &shape, &span, rows);
-            if (!codec) { /* raw: the same round trip through a payload, unchanged */
+            if (drop) { /* already through its codec: only the error is measured here */
+                memcpy(rows, (uint8_t *)orig + raw * (size_t)l, raw);
+            } else if (kvs_kernel_gather_layer(&views[l], &shape, &span, rows), !codec) { /* raw: the same round trip through a payload, unchanged */
                 kvs_kernel_scatter_layer(&views[l], &shape, &span, rows);
             } else if (kvs_codec_encode_layer(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx, rows,
                                               (uint8_t *)rows + raw / 2, enc) != KVS_OK ||
@@ -79,7 +132,7 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
                 *(is_v ? &dv : &dk) += a * a;
             }
         }
-        free(rows), free(back), free(enc);
+        free(rows), free(back), free(enc), free(orig);
     }
     if (rel_k) *rel_k = dk > 0 ? sqrt(nk / dk) : 0;
     if (rel_v) *rel_v = dv > 0 ? sqrt(nv / dv) : 0;
@@ -107,7 +160,7 @@ static void softmax(const float *x, int n, double *p) {
 int main(int argc, char **argv) {
     const char *wpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.kvsw";
     const char *tpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.sample.txt";
-    uint64_t prompts = 8, ctx = 448, query = 64;
+    uint64_t prompts = 8, ctx = 448, query = 64, chunk = 64;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--prompts") == 0 && i + 1 < argc)
             prompts = bench_parse_u64("--prompts", argv[++i], 1, 1000);
@@ -115,6 +168,8 @@ int main(int argc, char **argv) {
             ctx = bench_parse_u64("--context", argv[++i], 16, 8192);
         else if (strcmp(argv[i], "--query") == 0 && i + 1 < argc)
             query = bench_parse_u64("--query", argv[++i], 1, 1024);
+        else if (strcmp(argv[i], "--chunk") == 0 && i + 1 < argc)
+            chunk = bench_parse_u64("--chunk", argv[++i], 8, 8192);
         else if (strcmp(argv[i], "--weights") == 0 && i + 1 < argc)
             wpath = argv[++i];
         else if (strcmp(argv[i], "--text") == 0 && i + 1 < argc)
@@ -123,7 +178,7 @@ int main(int argc, char **argv) {
             int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
             fprintf(help ? stdout : stderr,
                     "usage: kvs-bench-codec-quality [--prompts N (8)] [--context N (448)] "
-                    "[--query N (64)] [--weights FILE] [--text FILE]\n"
+                    "[--query N (64)] [--chunk N (64)] [--weights FILE] [--text FILE]\n"
                     "  what each codec does to the trained mini model's next-byte predictions: KL\n"
                     "  divergence and top-1 agreement against exact pages (docs/benchmarks.md)\n");
             return help ? 0 : 2;
@@ -176,26 +231,34 @@ int main(int argc, char **argv) {
     /* keep > 0: StreamingLLM instead of a codec: the first `sinks` positions (attention sinks; 4
      * tokens in the paper) and the most recent ones up to that fraction of the context stay, the
      * middle is masked out of the query step's attention (model_scratch_drop), as an engine that
-     * can mask dropped KV would */
+     * can mask dropped KV would. drop > 0: the stored DROP codec, chunk by chunk (--chunk tokens),
+     * keeping that fraction of each chunk: its tokens of smallest key norm, or (first) its first
+     * ones */
     const struct {
         const char *name;
         kvs_codec c;
         int raw;
         double keep;
         uint32_t sinks;
+        double drop;
+        int first;
     } codecs[] = {
-        {"raw", {0, 0, 0, 0}, 1, 0, 0},
-        {"int8", {KVS_CODEC_INT8, 8, 0, 0}, 0, 0, 0},
-        {"kivi4-g32", {KVS_CODEC_KIVI, 4, 32, 32}, 0, 0, 0},
-        {"kivi4-g128", {KVS_CODEC_KIVI, 4, 128, 32}, 0, 0, 0},
-        {"kivi2-g16", {KVS_CODEC_KIVI, 2, 16, 16}, 0, 0, 0},
-        {"kivi2-g32", {KVS_CODEC_KIVI, 2, 32, 32}, 0, 0, 0},
-        {"kivi2-g128", {KVS_CODEC_KIVI, 2, 128, 32}, 0, 0, 0},
-        {"stream4-0.5", {0, 0, 0, 0}, 1, 0.5, 4},
-        {"stream4-0.2", {0, 0, 0, 0}, 1, 0.2, 4},
-        {"stream64-0.5", {0, 0, 0, 0}, 1, 0.5, 64},
-        {"stream64-0.3", {0, 0, 0, 0}, 1, 0.3, 64},
-        {"stream64-0.2", {0, 0, 0, 0}, 1, 0.2, 64},
+        {"raw", {0, 0, 0, 0}, 1, 0, 0, 0, 0},
+        {"int8", {KVS_CODEC_INT8, 8, 0, 0}, 0, 0, 0, 0, 0},
+        {"kivi4-g32", {KVS_CODEC_KIVI, 4, 32, 32}, 0, 0, 0, 0, 0},
+        {"kivi4-g128", {KVS_CODEC_KIVI, 4, 128, 32}, 0, 0, 0, 0, 0},
+        {"kivi2-g16", {KVS_CODEC_KIVI, 2, 16, 16}, 0, 0, 0, 0, 0},
+        {"kivi2-g32", {KVS_CODEC_KIVI, 2, 32, 32}, 0, 0, 0, 0, 0},
+        {"kivi2-g128", {KVS_CODEC_KIVI, 2, 128, 32}, 0, 0, 0, 0, 0},
+        {"stream4-0.5", {0, 0, 0, 0}, 1, 0.5, 4, 0, 0},
+        {"stream4-0.2", {0, 0, 0, 0}, 1, 0.2, 4, 0, 0},
+        {"stream64-0.5", {0, 0, 0, 0}, 1, 0.5, 64, 0, 0},
+        {"stream64-0.3", {0, 0, 0, 0}, 1, 0.3, 64, 0, 0},
+        {"stream64-0.2", {0, 0, 0, 0}, 1, 0.2, 64, 0, 0},
+        {"drop-0.75", {KVS_CODEC_DROP, 0, 0, 0}, 0, 0, 0, 0.75, 0},
+        {"drop-0.5", {KVS_CODEC_DROP, 0, 0, 0}, 0, 0, 0, 0.5, 0},
+        {"drop-0.25", {KVS_CODEC_DROP, 0, 0, 0}, 0, 0, 0, 0.25, 0},
+        {"dropfirst-0.5", {KVS_CODEC_DROP, 0, 0, 0}, 0, 0, 0, 0.5, 1},
     };
     uint8_t *dropped = calloc((size_t)total, 1);
     if (!dropped) {
@@ -205,19 +268,25 @@ int main(int argc, char **argv) {
     size_t n_codecs = sizeof codecs / sizeof codecs[0];
     for (uint64_t k = 0; k < prompts; k++) {
         prompt_tokens(&r, text, text_len, k, total);
-        forward(&r, (int)ctx, (int)query, 0, NULL, NULL, NULL, NULL);
+        forward(&r, (int)ctx, (int)query, 0, NULL, NULL, 0, 0, NULL, NULL);
         memcpy(exact + k * query * vocab, r.logits, (size_t)query * vocab * sizeof *exact);
     }
     printf("# %s\n", w.desc);
-    printf("%-11s %6s %8s %8s %10s %7s\n", "codec", "rate", "rel_K", "rel_V", "KL nats", "top-1");
+    printf("%-13s %6s %8s %8s %10s %7s\n", "codec", "rate", "rel_K", "rel_V", "KL nats", "top-1");
     for (size_t ci = 0; ci < n_codecs; ci++) {
         kvs_kv_shape shape = {.n_heads = model_cache_heads(m),
                               .head_bytes = model_cache_width(m) * 2,
                               .block_tokens = KV_BLOCK_TOKENS,
                               .has_v = 1};
-        double rate = codecs[ci].raw
-                          ? 1.0
-                          : kvs_codec_rate(&codecs[ci].c, &shape, KVS_DTYPE_FP16, (uint32_t)ctx);
+        kvs_codec cc = codecs[ci].c;
+        if (codecs[ci].drop > 0) {
+            uint64_t keep = (uint64_t)(codecs[ci].drop * (double)chunk + 0.5);
+            cc.k_group = (uint16_t)(keep ? keep : 1);
+        }
+        double rate = codecs[ci].raw ? 1.0
+                      : codecs[ci].drop > 0
+                          ? kvs_codec_rate(&cc, &shape, KVS_DTYPE_FP16, (uint32_t)chunk)
+                          : kvs_codec_rate(&cc, &shape, KVS_DTYPE_FP16, (uint32_t)ctx);
         memset(dropped, 0, (size_t)total);
         if (codecs[ci].keep > 0) {
             uint64_t kept = (uint64_t)(codecs[ci].keep * (double)ctx + 0.5),
@@ -231,8 +300,9 @@ int main(int argc, char **argv) {
             prompt_tokens(&r, text, text_len, k, total);
             const float *ex = exact + k * query * vocab;
             double k_err, v_err;
-            forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &codecs[ci].c,
-                    codecs[ci].keep > 0 ? dropped : NULL, &k_err, &v_err);
+            forward(&r, (int)ctx, (int)query, 1, codecs[ci].raw ? NULL : &cc,
+                    codecs[ci].keep > 0 || codecs[ci].drop > 0 ? dropped : NULL, (uint32_t)chunk,
+                    codecs[ci].first, &k_err, &v_err);
             rk += k_err;
             rv += v_err;
             /* how much one prompt's error differs from another's: the spread of log(error) */
@@ -256,11 +326,11 @@ int main(int argc, char **argv) {
         double spread = npos >= 2 ? sqrt(fmax(0, (lsq - lsum * lsum / npos) / (npos - 1))) : 0;
         printf("{\"bench\":\"codec_quality\",\"codec\":\"%s\",\"rate\":%.4f,\"rel_k\":%.5f,"
                "\"rel_v\":%.5f,\"log_error_sd\":%.4f,\"kl_nats\":%.6f,\"top1\":%.4f,"
-               "\"prompts\":%llu,\"context\":%llu,\"query\":%llu}\n",
+               "\"prompts\":%llu,\"context\":%llu,\"query\":%llu,\"chunk\":%llu}\n",
                codecs[ci].name, rate, rk / (double)prompts, rv / (double)prompts, spread, kl / n,
                agree / n, (unsigned long long)prompts, (unsigned long long)ctx,
-               (unsigned long long)query);
-        printf("%-11s %6.4f %8.5f %8.5f %10.6f %7.4f\n", codecs[ci].name, rate,
+               (unsigned long long)query, (unsigned long long)chunk);
+        printf("%-13s %6.4f %8.5f %8.5f %10.6f %7.4f\n", codecs[ci].name, rate,
                rk / (double)prompts, rv / (double)prompts, kl / n, agree / n);
     }
     free(dropped), free(p), free(q), free(exact), free(r.logits), free(r.tokens), free(r.table);

@@ -411,7 +411,7 @@ START_TEST(the_fused_scatter_equals_decode_then_scatter) {
 }
 END_TEST
 
-/* DROP keeps the tokens whose keys have the smallest norm, their rows bit for bit, and decodes the
+/* DROP keeps the tokens whose keys have the largest norm, their rows bit for bit, and decodes the
  * others to zeros; a reader refuses a mask that keeps another count or tokens past the last; a
  * mask given to the encoder is the one stored. */
 START_TEST(token_dropping_keeps_rows_exactly) {
@@ -449,10 +449,10 @@ START_TEST(token_dropping_keeps_rows_exactly) {
     uint32_t kept = 0;
     for (uint32_t t = 0; t < n; t++) {
         int in = enc[t / 8] >> (t % 8) & 1;
-        /* kept exactly when fewer than `keep` tokens have a smaller norm */
-        uint32_t smaller = 0;
-        for (uint32_t u = 0; u < n; u++) smaller += scale[u] < scale[t];
-        ck_assert_int_eq(in, smaller < keep);
+        /* kept exactly when fewer than `keep` tokens have a larger norm */
+        uint32_t larger = 0;
+        for (uint32_t u = 0; u < n; u++) larger += scale[u] > scale[t];
+        ck_assert_int_eq(in, larger < keep);
         kept += (uint32_t)in;
         if (in) {
             ck_assert_mem_eq(rows + t * row, k + t * row, row);
@@ -487,6 +487,14 @@ START_TEST(token_dropping_keeps_rows_exactly) {
     mask[0] ^= 1; /* keeps keep - 1 tokens: refused */
     ck_assert_int_eq(kvs_codec_encode_layer_kept(&c, &shape, dtype, n, k, v, mask, enc),
                      KVS_EINVAL);
+    /* a non-finite key ranks last: the token of the largest norm (scale 69.1) with one infinite
+     * element is no longer kept */
+    uint32_t top = 0;
+    while (scale[top] < 69.0) top++;
+    kvs_dtype_store(dtype, k, (uint64_t)top * heads * dim + 3, INFINITY);
+    uint8_t sel[16];
+    kvs_codec_drop_select(&shape, dtype, n, k, keep, sel);
+    ck_assert_int_eq(sel[top / 8] >> (top % 8) & 1, 0);
     free(enc), free(rows), free(k), free(v);
 }
 END_TEST

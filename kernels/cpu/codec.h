@@ -119,9 +119,10 @@ uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, ui
                                uint32_t n_tokens);
 
 /* DROP: which `keep` of n tokens a DROP object keeps, chosen from one layer's K rows (k_rows, the raw
- * payload's layout) and used for every layer: those whose keys have the smallest L2 norm summed over
- * heads (keys of small norm draw the most attention, after Devoto et al. 2024), the earlier on a
- * tie. mask gets kvs_codec_mask_bytes(n) bytes, bit t set for a kept token. */
+ * payload's layout) and used for every layer: those whose keys have the largest L2 norm summed over
+ * heads, the earlier on a tie (a non-finite key ranks last). On the trained mini model this keeps
+ * more of the predictions than the smallest-norm rule of Devoto et al. 2024 (docs/compress.md has
+ * the figures). mask gets kvs_codec_mask_bytes(n) bytes, bit t set for a kept token. */
 void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n,
                            const void *k_rows, uint32_t keep, uint8_t *mask);
 

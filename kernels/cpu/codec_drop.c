@@ -17,9 +17,10 @@ typedef struct scored {
     uint32_t t;
 } scored;
 
+/* Largest norm first, then the earlier token. */
 static int by_norm(const void *a, const void *b) {
     const scored *x = a, *y = b;
-    if (x->norm != y->norm) return x->norm < y->norm ? -1 : 1;
+    if (x->norm != y->norm) return x->norm > y->norm ? -1 : 1;
     return x->t < y->t ? -1 : x->t > y->t;
 }
 
@@ -44,7 +45,7 @@ void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n
             sum += x * x;
         }
         /* a non-finite key ranks last: it would spoil attention wherever it is kept */
-        s[t] = (scored){.norm = sum - sum == 0.0 ? sum : __builtin_inf(), .t = t};
+        s[t] = (scored){.norm = sum - sum == 0.0 ? sum : -1.0, .t = t};
     }
     qsort(s, n, sizeof *s, by_norm);
     for (uint32_t i = 0; i < keep; i++) mask[s[i].t / 8u] |= (uint8_t)(1u << (s[i].t % 8u));
