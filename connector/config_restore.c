@@ -221,13 +221,15 @@ enum {
     PK_COUNT
 };
 static const char *const PLACEMENT_POLICIES[] = {"adaptcache"}; /* KVS_PLACEMENT_* order */
-static const char *const PLACEMENT_CODECS[] = {"int8", "kivi4", "kivi2"}; /* bit order */
+static const char *const PLACEMENT_CODECS[] = {"int8", "kivi4", "kivi2", "drop50",
+                                               "drop25"}; /* bit order */
 
 /* `codecs:` is a sequence of codec names, each at most once. */
 static kvs_status parse_codecs(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, uint32_t *out) {
     if (v->kind != KVS_YAML_SEQUENCE)
         return kvs_yaml_fail(ctx, v, "placement.codecs",
-                             "expected a sequence of codecs (int8, kivi4, kivi2), found %s",
+                             "expected a sequence of codecs (int8, kivi4, kivi2, drop50, drop25), "
+                             "found %s",
                              kvs_yaml_describe(v));
     uint32_t bits = 0;
     for (size_t i = 0; i < v->n_items; i++) {

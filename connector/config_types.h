@@ -107,7 +107,7 @@ typedef struct kvs_config {
         double freq_prior;      /* reads per second assumed for a new object (default 0.1) */
         uint64_t reevaluate_ms; /* how often a compress tier re-places what it holds (1000) */
         uint64_t decode_bytes_per_s; /* how fast a lossy object decodes (raw bytes; 1GB/s) */
-        uint32_t codecs;             /* KVS_PLACEMENT_CODEC_* bits offered (default all) */
+        uint32_t codecs; /* KVS_PLACEMENT_CODEC_* bits offered (default the three quantisers) */
     } placement;
 } kvs_config;
 
@@ -115,6 +115,9 @@ typedef struct kvs_config {
 #define KVS_PLACEMENT_CODEC_INT8  (1u << 0)
 #define KVS_PLACEMENT_CODEC_KIVI4 (1u << 1)
 #define KVS_PLACEMENT_CODEC_KIVI2 (1u << 2)
+#define KVS_PLACEMENT_CODEC_DROP50 (1u << 3) /* keep half of each chunk's tokens */
+#define KVS_PLACEMENT_CODEC_DROP25 (1u << 4) /* keep a quarter */
+/* The default: the quantisers. Token dropping is opt-in: only engines that mask take it. */
 #define KVS_PLACEMENT_CODECS_ALL  7u
 
 #define KVS_LOADS_ASYNC_NEVER  0

@@ -9,13 +9,14 @@
 #include "object.h"
 #include "schedulers/adaptcache/adaptcache.h"
 
-#define MAX_CODECS 3
+#define MAX_CODECS 5
 
 struct kvs_encoder {
     kvs_encoder_model model;
     kvs_codec codecs[MAX_CODECS]; /* id k + 1 is codecs[k]; id 0 is raw */
     uint32_t n_codecs;
-    kvs_ac_curve curve;
+    kvs_ac_curve curve;      /* quantisers */
+    kvs_ac_curve drop_curve; /* token dropping */
     kvs_ac_params params;
     uint64_t reevaluate_ms;
 };
@@ -30,6 +31,13 @@ static const kvs_ac_curve QUALITY_CURVE = {
     .error = {0, 0.00575, 0.0625, 0.0695, 0.2625, 0.315, 0.35},
     .quality = {1, 0.988, 0.920, 0.888, 0.709, 0.648, 0.595}};
 
+/* The same for token dropping (kvs-bench-codec-quality --prompts 32 --chunk 256, docs/benchmarks.md):
+ * keeping 3/4, 1/2 and 1/4 of each chunk. Dropping moves quality much less per unit of error than
+ * quantising (the error of a dropped row is the whole row, yet attention over the rest adapts), so
+ * it has a curve of its own. */
+static const kvs_ac_curve DROP_QUALITY_CURVE = {
+    .n = 4, .error = {0, 0.4837, 0.6893, 0.8544}, .quality = {1, 0.702, 0.526, 0.405}};
+
 kvs_status kvs_encoder_create(const kvs_encoder_model *model, const kvs_config *cfg,
                               kvs_encoder **out) {
     *out = NULL;
@@ -40,10 +48,13 @@ kvs_status kvs_encoder_create(const kvs_encoder_model *model, const kvs_config *
     uint32_t dim = elem ? model->shape.head_bytes / elem : 0;
     uint16_t k_group = (uint16_t)(model->chunk_tokens < 32 ? model->chunk_tokens : 32);
     uint16_t v_group = (uint16_t)(dim < 32 ? dim : 32);
+    uint16_t half = (uint16_t)(model->chunk_tokens / 2), quarter = (uint16_t)(model->chunk_tokens / 4);
     const kvs_codec offered[MAX_CODECS] = {
         {.kind = KVS_CODEC_INT8, .bits = 8},
         {.kind = KVS_CODEC_KIVI, .bits = 4, .k_group = k_group, .v_group = v_group},
-        {.kind = KVS_CODEC_KIVI, .bits = 2, .k_group = k_group, .v_group = v_group}};
+        {.kind = KVS_CODEC_KIVI, .bits = 2, .k_group = k_group, .v_group = v_group},
+        {.kind = KVS_CODEC_DROP, .k_group = half ? half : 1},
+        {.kind = KVS_CODEC_DROP, .k_group = quarter ? quarter : 1}};
     for (uint32_t k = 0; k < MAX_CODECS; k++) {
         char why[160];
         if ((cfg->placement.codecs >> k & 1) &&
@@ -51,6 +62,7 @@ kvs_status kvs_encoder_create(const kvs_encoder_model *model, const kvs_config *
             e->codecs[e->n_codecs++] = offered[k];
     }
     e->curve = QUALITY_CURVE;
+    e->drop_curve = DROP_QUALITY_CURVE;
     e->reevaluate_ms = cfg->placement.reevaluate_ms;
     kvs_ac_params *p = &e->params;
     p->alpha = cfg->placement.alpha;
@@ -100,7 +112,8 @@ kvs_status kvs_encoder_encodings(const kvs_encoder *e, const void *object, uint6
             .codec = c->kind,
             .bits = c->bits,
             .bytes = kvs_object_lossy_bytes(c, &m->shape, m->dtype, m->n_layers, m->chunk_tokens),
-            .quality = kvs_ac_quality_from_error(&e->curve, err)};
+            .quality = kvs_ac_quality_from_error(
+                c->kind == KVS_CODEC_DROP ? &e->drop_curve : &e->curve, err)};
     }
     return KVS_OK;
 }
@@ -112,6 +125,8 @@ kvs_status kvs_encoder_encode(const kvs_encoder *e, const void *object, uint64_t
     if (id == 0 || id > e->n_codecs || !object || len < sizeof(kvs_object_header))
         return KVS_EINVAL;
     uint16_t codec = ((const kvs_object_header *)object)->codec;
+    /* tokens dropped stay dropped: decoded, they are zeros no other codec could tell from KV */
+    if (codec == KVS_CODEC_DROP) return KVS_EINVAL;
     if (codec == KVS_CODEC_RAW || codec == KVS_CODEC_DERIVED)
         return kvs_object_encode(object, len, &e->codecs[id - 1], &m->shape, m->dtype, dst, cap,
                                  out_len, why, sizeof why);

@@ -418,6 +418,89 @@ START_TEST(a_bad_option_names_itself) {
 }
 END_TEST
 
+/* Placement codecs [drop50]: what does not fit raw is kept with half of each chunk's tokens. An
+ * engine that masks (_i 1) gets those chunks in its hit and load_dropped names the positions they
+ * left out (their slots zero, the kept ones exact); one that does not (_i 0) gets a hit that ends
+ * before the first of them. */
+START_TEST(a_compress_tier_drops_tokens_only_for_engines_that_mask) {
+    rig r;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n"
+             "  - name: zip\n    type: compress\n    capacity: 30000\n    options:\n%s"
+             "placement:\n  reevaluate_ms: 500\n  codecs: [drop50]\nloads:\n  accept_lossy: true\n",
+             rig_device_section(), CHUNK, LOSSY_OPTIONS);
+    open_finite(&r, rig_config("drop.yaml", text));
+    if (_i) ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_MASK), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 21);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_key keys[4];
+    uint32_t tiers[4];
+    uint16_t codecs[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    uint64_t stored = 0, dropping = 0, first_drop = 4;
+    for (int i = 0; i < 4; i++) {
+        int at = kvs_tiers_find(r.h->tiers, &keys[i]);
+        tiers[i] = at < 0 ? 0 : (uint32_t)at;
+        if (at >= 0 && stored == (uint64_t)i) stored++;
+    }
+    kvs_tiers_codecs(r.h->tiers, keys, tiers, 4, codecs);
+    for (uint64_t i = 0; i < stored; i++) {
+        ck_assert(codecs[i] == KVS_CODEC_RAW || codecs[i] == KVS_CODEC_DROP);
+        if (codecs[i] == KVS_CODEC_DROP) dropping++, first_drop = first_drop < i ? first_drop : i;
+    }
+    ck_assert_uint_ge(dropping, 1);
+    uint64_t hit_chunks = _i ? stored : first_drop, hit = hit_chunks * 32;
+    if (hit == 128) hit = 127;
+    kvs_lookup_result res = lookup(&r, "two", t);
+    ck_assert_uint_eq(res.n_hit_tokens, hit);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, hit), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, hit, 128 - hit};
+    uint8_t meta[65536], dropped[128] = {0};
+    uint64_t mlen, n = 0, n_dropped = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, mlen), KVS_OK);
+    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+    ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_OK);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r.h, l), KVS_OK);
+    rig_write_kv(&r, b, t, hit, 128);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    uint64_t want = 0;
+    for (uint64_t i = 0; i < hit_chunks; i++) {
+        uint64_t from = i * 32, to = from + 32 > hit ? hit : from + 32, in_chunk = 0;
+        for (uint64_t p = from; p < to; p++) {
+            int zero = 1;
+            for (int l = 0; l < LAYERS; l++)
+                for (int kv = 0; kv < 2; kv++)
+                    for (int k = 0; k < TOKEN_BYTES; k++) zero &= rig_kv_at(&r, l, kv, b, p)[k] == 0;
+            if (codecs[i] != KVS_CODEC_DROP) {
+                ck_assert(!dropped[p]);
+                ck_assert(rig_kv_matches(&r, b, t, p, p + 1));
+            } else if (dropped[p]) {
+                ck_assert(zero);
+                in_chunk++;
+            } else {
+                ck_assert(rig_kv_matches(&r, b, t, p, p + 1)); /* kept rows are exact */
+            }
+        }
+        if (codecs[i] == KVS_CODEC_DROP) /* 16 of 32 kept; the last token of chunk 3 is computed */
+            ck_assert(to - from == 32 ? in_chunk == 16 : in_chunk == 15 || in_chunk == 16);
+        want += in_chunk;
+    }
+    ck_assert_uint_eq(n_dropped, want);
+    ck_assert_uint_eq(_i ? n_dropped > 0 : n_dropped == 0, 1);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *compress_suite(void) {
     Suite *s = suite_create("compress");
     TCase *tc = tcase_create("compress tier");
@@ -433,6 +516,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, the_placement_runs_again_every_reevaluate_ms);
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);
+    tcase_add_loop_test(tc, a_compress_tier_drops_tokens_only_for_engines_that_mask, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -183,6 +183,11 @@ START_TEST(the_placement_section_has_defaults_and_refuses_by_key) {
     ck_assert_uint_eq(cfg->placement.reevaluate_ms, 250);
     ck_assert_uint_eq(cfg->placement.decode_bytes_per_s, 4000000000ull);
     kvs_config_free(cfg);
+    cfg = cfg_load_ok("placement:\n  codecs: [drop25, kivi4, drop50]\n" ONE_TIER);
+    ck_assert_uint_eq(cfg->placement.codecs, KVS_PLACEMENT_CODEC_DROP25 |
+                                                 KVS_PLACEMENT_CODEC_KIVI4 |
+                                                 KVS_PLACEMENT_CODEC_DROP50);
+    kvs_config_free(cfg);
     cfg_expect_refused("placement:\n  policy: lru\n" ONE_TIER, KVS_ECONFIG,
                        "key 'placement.policy'", "lru");
     cfg_expect_refused("placement:\n  alpha: -1\n" ONE_TIER, KVS_ECONFIG, "key 'placement.alpha'",
