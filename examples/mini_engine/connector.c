@@ -123,10 +123,9 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         kvs_stage_desc d = stage_desc(sl);
         HOOK(c, c->api->set_stages(c->h, &d), "set_stages");
     }
-    if (restore_plans) {
+    if (restore_plans)
         HOOK(c, c->api->set_plan_caps(c->h, (uint32_t)restore_plans), "set_plan_caps");
-        c->plans = 1;
-    }
+    c->plans = (restore_plans & ~KVS_PLAN_CAP_MASK) != 0;
     c->meta_cap = 4096;
     c->meta = malloc(c->meta_cap);
     c->errors_cap = kvcache_params_of(kv)->n_blocks;

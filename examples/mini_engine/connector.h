@@ -26,6 +26,7 @@ typedef struct connector {
         plan_recomputed_tokens; /* plans followed */
     uint64_t
         stage_boundary_restores; /* stages s > 0 of stage plans that recomputed from their boundary */
+    uint64_t dropped_tokens;     /* positions loads left out (load_dropped), masked in attention */
     char model_id[160];
 } connector;
 
@@ -34,7 +35,8 @@ typedef struct connector {
  * stages, sl not NULL and more than one stage: the boundary layers too, described with set_stages).
  * restore_plans (KVS_PLAN_CAP_* bits, 0 for none) declares the restore plans the engine executes (ABI
  * 1.3): token plans recompute the front of a restored range while the connector loads the back, layer
- * plans the lower layers while it loads the upper ones. Returns 0, or -1 after printing why. */
+ * plans the lower layers while it loads the upper ones; KVS_PLAN_CAP_MASK (ABI 1.7) that its
+ * attention skips the positions load_dropped reports. Returns 0, or -1 after printing why. */
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
                    const model *m, const kvcache *kv, int restore_plans, const stage_layout *sl);
 void connector_close(connector *c);

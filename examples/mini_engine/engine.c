@@ -138,6 +138,24 @@ static void *run_stage(void *arg) {
     return NULL;
 }
 
+/* The positions of request j's range that its loads of this step left out (chunks stored with
+ * tokens dropped): marked in its engine's mask, which its scratch's attention then skips for the
+ * rest of the request. Called once the loads are issued and no other thread calls the handle. */
+static int note_dropped(engine **es, admitted *as, const int *idx, int m) {
+    connector *c = es[0]->conn;
+    for (int j = 0; j < m; j++) {
+        engine *e = es[idx[j]];
+        const admitted *a = &as[idx[j]];
+        if (!e->dropped) continue; /* an engine without a mask never says it masks */
+        uint64_t n = 0;
+        HOOK(c, c->api->load_dropped(c->h, a->req_id, 0, e->dropped_cap, e->dropped, &n),
+             "load_dropped");
+        c->dropped_tokens += n;
+        if (n) model_scratch_drop(e->s, e->dropped);
+    }
+    return 0;
+}
+
 /* Start the step's loads. Where a restore plan leaves part of a request's range to the engine (the
  * connector left the front of the range, or its lower layers, out of the loads), recompute that part
  * here while a second thread runs the loads: the only connector calls in that window are the
@@ -168,7 +186,7 @@ int engine_restore_plans(engine **es, admitted *as, const int *idx, int m) {
     if (!any) {
         free(plans);
         HOOK(c, c->api->start_load(c->h), "start_load");
-        return 0;
+        return note_dropped(es, as, idx, m);
     }
     stage_layout *sl = es[0]->stages && es[0]->stages->n_stages > 1 ? es[0]->stages : NULL;
     const int model_layers = model_config_of(es[0]->m)->n_layers;
@@ -222,7 +240,7 @@ int engine_restore_plans(engine **es, admitted *as, const int *idx, int m) {
     pthread_cond_destroy(&job.cv);
     free(plans);
     if (job.st != KVS_OK) return connector_hook_failed(c, job.failed_hook, job.st);
-    return 0;
+    return note_dropped(es, as, idx, m);
 }
 
 static int restore_step(engine *e, const char *req_id) {
@@ -317,6 +335,10 @@ int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, do
                  admitted *a) {
     connector *c = e->conn;
     *a = (admitted){.req_id = req_id, .n_prompt = n_prompt, .n_out = n_out, .t0 = t0};
+
+    /* A new request: no position is dropped yet. */
+    if (e->dropped) memset(e->dropped, 0, e->dropped_cap);
+    model_scratch_drop(e->s, NULL);
 
     /* 1. Local hits: full blocks from the engine's own prefix cache. */
     uint32_t n_local_blocks = kvcache_match_prefix(e->kv, e->tokens, n_prompt, e->table);

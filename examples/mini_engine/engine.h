@@ -24,6 +24,9 @@ typedef struct engine {
     uint32_t *table;      /* the current request's block table */
     int32_t *tokens;      /* the current request's tokens: prompt, then outputs */
     stage_layout *stages; /* NULL or one stage: none; else every forward stores the boundaries */
+    uint8_t *dropped; /* [max_request]: positions of the current request whose KV a load left out
+                           * (load_dropped); attention skips them (model_scratch_drop) */
+    uint64_t dropped_cap; /* its length */
 } engine;
 
 typedef struct turn_result {

@@ -42,8 +42,10 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
     e->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *e->logits);
     e->table = calloc(z->blocks, sizeof *e->table);
     e->tokens = malloc((size_t)z->max_request * sizeof *e->tokens);
+    e->dropped = calloc(z->max_request, 1);
+    e->dropped_cap = z->max_request;
     if (!run->turns || !run->history || !run->n_history || !e->kv || !e->s || !e->logits ||
-        !e->table || !e->tokens) {
+        !e->table || !e->tokens || !e->dropped) {
         fprintf(stderr, PROG ": out of memory\n");
         return -1;
     }
@@ -60,8 +62,10 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
         run->n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
     }
     if (run->use_connector) {
-        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv,
-                           o->restore_plans, &run_stages) != 0)
+        /* the engine masks dropped tokens unless told to act as a stock engine (--no-mask) */
+        int caps = o->restore_plans | (o->no_mask ? 0 : KVS_PLAN_CAP_MASK);
+        if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv, caps,
+                           &run_stages) != 0)
             return -1;
         e->conn = &run->conn;
     }
@@ -86,7 +90,9 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
         x->logits = malloc((size_t)model_config_of(m)->vocab * sizeof *x->logits);
         x->table = calloc(z->blocks, sizeof *x->table);
         x->tokens = malloc((size_t)z->max_request * sizeof *x->tokens);
-        if (!x->s || !x->logits || !x->table || !x->tokens) {
+        x->dropped = calloc(z->max_request, 1);
+        x->dropped_cap = z->max_request;
+        if (!x->s || !x->logits || !x->table || !x->tokens || !x->dropped) {
             fprintf(stderr, PROG ": out of memory\n");
             return -1;
         }
@@ -301,6 +307,7 @@ void mode_end(mode_run *run, const workload *w) {
         free(run->more[k].logits);
         free(run->more[k].table);
         free(run->more[k].tokens);
+        free(run->more[k].dropped);
     }
     free(run->more);
     free(run->reqs);
@@ -311,6 +318,7 @@ void mode_end(mode_run *run, const workload *w) {
     run->n_more = 0;
     kvcache_destroy(run->e.kv);
     model_scratch_free(run->e.s);
+    free(run->e.dropped);
     free(run->e.logits);
     free(run->e.table);
     free(run->e.tokens);

@@ -74,6 +74,8 @@ static void usage(FILE *f) {
         "  --lossy-kl X          --verify fails when lossy hits' mean KL divergence of the next\n"
         "                        token exceeds X nats (0.1)\n"
         "  --lossy-top1 X        ... or their top-1 agreement falls below X (0.8)\n"
+        "  --no-mask             act as an engine that cannot mask dropped tokens: hits end\n"
+        "                        before chunks a compress tier stored with tokens dropped\n"
         "  --json                print the summary as one JSON object on the last line\n"
         "  --quiet               no per-turn lines\n");
 }
@@ -173,6 +175,8 @@ int parse_options(int argc, char **argv, options *o) {
             o->json = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if (strcmp(a, "--no-mask") == 0) {
+            o->no_mask = 1;
         } else if (strcmp(a, "--restore-plans") == 0) {
             if (!o->restore_plans) o->restore_plans = KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
         } else if (!v && (strcmp(a, "--profile") == 0 || strcmp(a, "--profile-tier") == 0 ||

@@ -26,8 +26,9 @@ typedef struct options {
     int no_connector, verify, json, quiet;
     double lossy_kl, lossy_top1; /* --verify's bounds for lossy hits */
     int restore_plans;           /* KVS_PLAN_CAP_* bits: the restore plans the engine executes */
-    const char *profile_path;    /* --profile: measure, write this restore profile, exit */
-    const char *profile_tier;    /* the name the profile gives the tier that served the loads */
+    int no_mask;              /* --no-mask: declare no KVS_PLAN_CAP_MASK (act as a stock engine) */
+    const char *profile_path; /* --profile: measure, write this restore profile, exit */
+    const char *profile_tier; /* the name the profile gives the tier that served the loads */
     int profile_tokens;
     int plan_modes; /* --plan-modes; 0: both */
     int batch;      /* turns of different sessions admitted and restored together */

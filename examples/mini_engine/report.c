@@ -177,6 +177,9 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
                        (unsigned long long)runs[k].conn.plans_stage,
                        (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens);
+            if (runs[k].conn.dropped_tokens)
+                printf("; %llu loaded positions dropped (masked)",
+                       (unsigned long long)runs[k].conn.dropped_tokens);
             if (runs[k].conn.plans && o->stages > 1)
                 printf("; stages restored from their boundary %llu",
                        (unsigned long long)runs[k].conn.stage_boundary_restores);
@@ -242,6 +245,7 @@ static void print_json(const options *o, const workload *w, const sizing *z, con
                        (unsigned long long)runs[k].conn.plans_recompute,
                        (unsigned long long)runs[k].conn.plan_recomputed_tokens,
                        (unsigned long long)runs[k].conn.stage_boundary_restores);
+            printf(",\"dropped_tokens\":%llu", (unsigned long long)runs[k].conn.dropped_tokens);
         }
         if (o->continuous) {
             step_summary d = summarize_steps(&runs[k].flight.stats);
