@@ -1,5 +1,6 @@
 /* codec_cuda.cu - the fused decode-scatter (codec_cuda.h). One thread per element of K (and V): it
- * reads its code and its group's (m, s), and stores m + q * s into its page in the cache dtype. */
+ * reads its code and its group's (m, s), and stores m + q * s into its page in the cache dtype; for
+ * DROP it copies its element of a kept row as stored, or zeroes it for a dropped one. */
 #include "codec_cuda.h"
 
 #include "kernels/cpu/dtype.h"
@@ -46,6 +47,17 @@ __device__ float decode(const decode_args &a, int is_v, uint32_t t, uint32_t h, 
     return __fadd_rn(__fmul_rn((float)q, half_at(gm + 2)), half_at(gm));
 }
 
+/* DROP: where row r of the chunk is among the stored rows (the kept rows before it), or -1 if it was
+ * dropped (or the mask keeps more rows than are stored: a reader checked it, nothing is read past). */
+__device__ int64_t kept_rank(const decode_args &a, uint32_t r) {
+    const uint8_t *mask = a.enc;
+    if (!(mask[r / 8u] >> (r % 8u) & 1u)) return -1;
+    uint32_t rank = 0;
+    for (uint32_t b = 0; b < r / 8u; b++) rank += (uint32_t)__popc(mask[b]);
+    rank += (uint32_t)__popc(mask[r / 8u] & ((1u << (r % 8u)) - 1u));
+    return rank < a.g.kept ? (int64_t)rank : -1;
+}
+
 __global__ void __launch_bounds__(kThreads) decode_scatter(const decode_args a) {
     const kvs_codec_geom &g = a.g;
     const uint64_t per_part = (uint64_t)a.n_tokens * g.heads * g.dim;
@@ -62,8 +74,15 @@ __global__ void __launch_bounds__(kThreads) decode_scatter(const decode_args a) 
         const int64_t at = (int64_t)a.block_ids[pos / a.block_tokens] * a.block_stride +
                            (int64_t)(pos % a.block_tokens) * a.token_stride +
                            (int64_t)h * a.head_stride + (int64_t)d * el;
-        kvs_dtype_store(a.dtype, (is_v ? a.v_base : a.k_base) + at, 0,
-                        decode(a, is_v, a.first_row + t, h, d));
+        uint8_t *dst = (is_v ? a.v_base : a.k_base) + at;
+        if (a.c.kind == KVS_CODEC_DROP) { /* the stored bytes, or zeros */
+            const int64_t rank = kept_rank(a, a.first_row + t);
+            const uint8_t *src = a.enc + g.k_meta + (is_v ? g.codes : 0) +
+                                 ((uint64_t)rank * g.heads + h) * g.row_codes + (uint64_t)d * el;
+            for (uint32_t b = 0; b < el; b++) dst[b] = rank < 0 ? 0 : src[b];
+            continue;
+        }
+        kvs_dtype_store(a.dtype, dst, 0, decode(a, is_v, a.first_row + t, h, d));
     }
 }
 
@@ -84,8 +103,7 @@ extern "C" cudaError_t kvs_cuda_codec_scatter_rows(const kvs_codec *c, const kvs
                                                    cudaStream_t stream) {
     if (first_row > encoded_tokens || span->n_tokens > encoded_tokens - first_row)
         return cudaErrorInvalidValue;
-    if (c->kind != KVS_CODEC_KIVI && c->kind != KVS_CODEC_INT8)
-        return cudaErrorInvalidValue; /* DROP has no kernel yet: decoded on the host */
+    if (!kvs_codec_is_lossy(c->kind)) return cudaErrorInvalidValue;
     decode_args a = {};
     a.c = *c;
     a.g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), encoded_tokens);

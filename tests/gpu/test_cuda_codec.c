@@ -19,14 +19,16 @@ static float value(uint32_t i) { /* deterministic, signed, a few large channels 
 }
 
 START_TEST(gpu_decode_scatter_writes_the_host_bytes) {
-    const kvs_codec codecs[] = {
-        {KVS_CODEC_KIVI, 2, 32, 32}, {KVS_CODEC_KIVI, 4, 16, 8}, {KVS_CODEC_INT8, 8, 0, 0}};
+    const kvs_codec codecs[] = {{KVS_CODEC_KIVI, 2, 32, 32},
+                                {KVS_CODEC_KIVI, 4, 16, 8},
+                                {KVS_CODEC_INT8, 8, 0, 0},
+                                {KVS_CODEC_DROP, 0, 29, 0}};
     const uint32_t dtypes[] = {KVS_DTYPE_FP16, KVS_DTYPE_BF16, KVS_DTYPE_FP32, KVS_DTYPE_FP8_E4M3};
     const uint32_t heads = 4, dim = 64, bt = 16, n_blocks = 10, n = 70, first = 9;
     const uint32_t blocks[5] = {8, 1, 5, 3, 9};
     for (int layout = 0; layout < 2; layout++)
         for (size_t di = 0; di < 4; di++)
-            for (size_t ci = 0; ci < 3; ci++) {
+            for (size_t ci = 0; ci < 4; ci++) {
                 uint32_t dtype = dtypes[di], el = kvs_dtype_bytes(dtype);
                 kvs_kv_shape shape = {
                     .n_heads = heads, .head_bytes = dim * el, .block_tokens = bt, .has_v = 1};
