@@ -40,8 +40,7 @@ typedef struct run {
  * layer encoded with that mask and decoded into the pages; the positions left out are marked in
  * dropped[] for the query step's attention. */
 static void drop_chunks(run *r, int ctx, const kvs_codec *codec, uint32_t chunk, int first,
-                        uint8_t *dropped, const kvs_kv_shape *shape, uint16_t *rows,
-                        uint8_t *enc) {
+                        uint8_t *dropped, const kvs_kv_shape *shape, uint16_t *rows, uint8_t *enc) {
     const model_config *c = model_config_of(r->m);
     const kvs_layer_view *views = kvcache_views(r->kv);
     uint8_t mask[1024];
@@ -51,8 +50,8 @@ static void drop_chunks(run *r, int ctx, const kvs_codec *codec, uint32_t chunk,
         cc.k_group = (uint16_t)((codec->k_group * n + chunk - 1) / chunk); /* a short last chunk */
         if (cc.k_group == 0) cc.k_group = 1;
         kvs_token_span span = {.block_ids = r->table,
-                               .n_block_ids = (uint64_t)(ctx + KV_BLOCK_TOKENS - 1) /
-                                              KV_BLOCK_TOKENS,
+                               .n_block_ids =
+                                   (uint64_t)(ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS,
                                .first_token = c0,
                                .n_tokens = n};
         uint64_t raw = kvs_kernel_layer_bytes(shape, n);
@@ -115,7 +114,8 @@ static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec 
         for (int l = 0; l < c->n_layers; l++) {
             if (drop) { /* already through its codec: only the error is measured here */
                 memcpy(rows, (uint8_t *)orig + raw * (size_t)l, raw);
-            } else if (kvs_kernel_gather_layer(&views[l], &shape, &span, rows), !codec) { /* raw: the same round trip through a payload, unchanged */
+            } else if (kvs_kernel_gather_layer(&views[l], &shape, &span, rows),
+                       !codec) { /* raw: the same round trip through a payload, unchanged */
                 kvs_kernel_scatter_layer(&views[l], &shape, &span, rows);
             } else if (kvs_codec_encode_layer(codec, &shape, KVS_DTYPE_FP16, (uint32_t)ctx, rows,
                                               (uint8_t *)rows + raw / 2, enc) != KVS_OK ||

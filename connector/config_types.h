@@ -111,14 +111,14 @@ typedef struct kvs_config {
     } placement;
 } kvs_config;
 
-#define KVS_PLACEMENT_ADAPTCACHE  0
-#define KVS_PLACEMENT_CODEC_INT8  (1u << 0)
-#define KVS_PLACEMENT_CODEC_KIVI4 (1u << 1)
-#define KVS_PLACEMENT_CODEC_KIVI2 (1u << 2)
+#define KVS_PLACEMENT_ADAPTCACHE   0
+#define KVS_PLACEMENT_CODEC_INT8   (1u << 0)
+#define KVS_PLACEMENT_CODEC_KIVI4  (1u << 1)
+#define KVS_PLACEMENT_CODEC_KIVI2  (1u << 2)
 #define KVS_PLACEMENT_CODEC_DROP50 (1u << 3) /* keep half of each chunk's tokens */
 #define KVS_PLACEMENT_CODEC_DROP25 (1u << 4) /* keep a quarter */
 /* The default: the quantisers. Token dropping is opt-in: only engines that mask take it. */
-#define KVS_PLACEMENT_CODECS_ALL  7u
+#define KVS_PLACEMENT_CODECS_ALL   7u
 
 #define KVS_LOADS_ASYNC_NEVER  0
 #define KVS_LOADS_ASYNC_ALWAYS 1

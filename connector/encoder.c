@@ -48,7 +48,8 @@ kvs_status kvs_encoder_create(const kvs_encoder_model *model, const kvs_config *
     uint32_t dim = elem ? model->shape.head_bytes / elem : 0;
     uint16_t k_group = (uint16_t)(model->chunk_tokens < 32 ? model->chunk_tokens : 32);
     uint16_t v_group = (uint16_t)(dim < 32 ? dim : 32);
-    uint16_t half = (uint16_t)(model->chunk_tokens / 2), quarter = (uint16_t)(model->chunk_tokens / 4);
+    uint16_t half = (uint16_t)(model->chunk_tokens / 2),
+             quarter = (uint16_t)(model->chunk_tokens / 4);
     const kvs_codec offered[MAX_CODECS] = {
         {.kind = KVS_CODEC_INT8, .bits = 8},
         {.kind = KVS_CODEC_KIVI, .bits = 4, .k_group = k_group, .v_group = v_group},

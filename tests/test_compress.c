@@ -480,7 +480,8 @@ START_TEST(a_compress_tier_drops_tokens_only_for_engines_that_mask) {
             int zero = 1;
             for (int l = 0; l < LAYERS; l++)
                 for (int kv = 0; kv < 2; kv++)
-                    for (int k = 0; k < TOKEN_BYTES; k++) zero &= rig_kv_at(&r, l, kv, b, p)[k] == 0;
+                    for (int k = 0; k < TOKEN_BYTES; k++)
+                        zero &= rig_kv_at(&r, l, kv, b, p)[k] == 0;
             if (codecs[i] != KVS_CODEC_DROP) {
                 ck_assert(!dropped[p]);
                 ck_assert(rig_kv_matches(&r, b, t, p, p + 1));
