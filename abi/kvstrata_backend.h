@@ -45,11 +45,16 @@ typedef struct kvs_key {
 typedef struct kvs_backend_encoding {
     uint32_t id;
     uint16_t codec;
-    uint8_t bits; /* KIVI 2 or 4, INT8 8, raw 0 */
-    uint8_t reserved;
+    uint8_t bits;  /* KIVI 2 or 4, INT8 8, raw 0 */
+    uint8_t flags; /* KVS_BACKEND_ENC_* (0 from hosts before token dropping: the field was reserved) */
     uint64_t bytes; /* the object's length in this encoding */
     double quality; /* the host's estimate in [0, 1]; 1 for raw */
 } kvs_backend_encoding;
+
+/* An encoding made only from the object as it was put (token dropping: its kept rows are exact), so
+ * an object already re-encoded never takes it, and an object in it is never re-encoded. A tier that
+ * ignores the flag asks for such an encoding in vain (`encode` refuses it). */
+#define KVS_BACKEND_ENC_FROM_PUT_ONLY 1u
 
 /* One stored object, as a tier asks the host to place it. */
 typedef struct kvs_backend_place_entry {

@@ -112,6 +112,7 @@ kvs_status kvs_encoder_encodings(const kvs_encoder *e, const void *object, uint6
             .id = k + 1,
             .codec = c->kind,
             .bits = c->bits,
+            .flags = c->kind == KVS_CODEC_DROP ? KVS_BACKEND_ENC_FROM_PUT_ONLY : 0,
             .bytes = kvs_object_lossy_bytes(c, &m->shape, m->dtype, m->n_layers, m->chunk_tokens),
             .quality = kvs_ac_quality_from_error(
                 c->kind == KVS_CODEC_DROP ? &e->drop_curve : &e->curve, err)};
@@ -126,8 +127,12 @@ kvs_status kvs_encoder_encode(const kvs_encoder *e, const void *object, uint64_t
     if (id == 0 || id > e->n_codecs || !object || len < sizeof(kvs_object_header))
         return KVS_EINVAL;
     uint16_t codec = ((const kvs_object_header *)object)->codec;
-    /* tokens dropped stay dropped: decoded, they are zeros no other codec could tell from KV */
-    if (codec == KVS_CODEC_DROP) return KVS_EINVAL;
+    /* tokens dropped stay dropped: decoded, they are zeros no other codec could tell from KV; and
+     * a chunk keeps exact rows only when dropped from its raw form */
+    if (codec == KVS_CODEC_DROP ||
+        (e->codecs[id - 1].kind == KVS_CODEC_DROP && codec != KVS_CODEC_RAW &&
+         codec != KVS_CODEC_DERIVED))
+        return KVS_EINVAL;
     if (codec == KVS_CODEC_RAW || codec == KVS_CODEC_DERIVED)
         return kvs_object_encode(object, len, &e->codecs[id - 1], &m->shape, m->dtype, dst, cap,
                                  out_len, why, sizeof why);

@@ -178,6 +178,7 @@ SIZE(kvs_backend_host, 88);
 AT(kvs_backend_encoding, id, 0, 4);
 AT(kvs_backend_encoding, codec, 4, 2);
 AT(kvs_backend_encoding, bits, 6, 1);
+AT(kvs_backend_encoding, flags, 7, 1);
 AT(kvs_backend_encoding, bytes, 8, 8);
 AT(kvs_backend_encoding, quality, 16, 8);
 SIZE(kvs_backend_encoding, 24);

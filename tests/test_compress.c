@@ -502,6 +502,37 @@ START_TEST(a_compress_tier_drops_tokens_only_for_engines_that_mask) {
 }
 END_TEST
 
+/* A chunk stored with tokens dropped is never encoded again, and a chunk already quantised never
+ * has tokens dropped (its kept rows would not be exact): the tier does not even ask (the encoder
+ * would refuse, each refusal an encode wasted and, when it passes a chunk down, a move that does not
+ * happen). Several prompts through a tier with room for few chunks and three codecs to choose from. */
+START_TEST(dropped_chunks_are_never_encoded_again) {
+    rig r;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n"
+             "  - name: zip\n    type: compress\n    capacity: 40000\n    options:\n%s"
+             "placement:\n  reevaluate_ms: 500\n  alpha: 0.001\n"
+             "  codecs: [kivi4, drop50, drop25]\n",
+             rig_device_section(), CHUNK, LOSSY_OPTIONS);
+    open_finite(&r, rig_config("redrop.yaml", text));
+    uint32_t a[8];
+    rig_blocks_from(a, 8, 0);
+    for (int p = 0; p < 6; p++) {
+        int32_t t[128];
+        char id[16];
+        rig_make_tokens(t, 128, 100 + p);
+        snprintf(id, sizeof id, "p%d", p);
+        rig_prefill(&r, id, t, 128, a);
+    }
+    kvs_compress_counts c = counts(&r);
+    ck_assert_uint_gt(c.encoded, 4);
+    ck_assert_uint_gt(c.here_lossy, 0);
+    ck_assert_uint_eq(c.encode_failures, 0);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *compress_suite(void) {
     Suite *s = suite_create("compress");
     TCase *tc = tcase_create("compress tier");
@@ -518,6 +549,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, a_chain_that_cannot_encode_refuses_a_compress_tier);
     tcase_add_test(tc, a_bad_option_names_itself);
     tcase_add_loop_test(tc, a_compress_tier_drops_tokens_only_for_engines_that_mask, 0, 2);
+    tcase_add_test(tc, dropped_chunks_are_never_encoded_again);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -212,6 +212,7 @@ static void pass_down(compress_state *st, uint32_t s, uint32_t to) {
             st->host->encode(st->host->ctx, obj, len, e->enc[to].id, enc, cap, &got) != KVS_OK) {
             free(enc);
             e->failed |= 1u << to;
+            st->counts.encode_failures++;
             return;
         }
         st->counts.encoded++;
@@ -238,6 +239,7 @@ static void encode_here(compress_state *st, uint32_t s, uint32_t to) {
                     KVS_OK) {
         free(enc);
         e->failed |= 1u << to;
+        st->counts.encode_failures++;
         return;
     }
     st->counts.encoded++;
@@ -253,9 +255,11 @@ static void encode_here(compress_state *st, uint32_t s, uint32_t to) {
 static uint32_t allowed_from(const compress_state *st, const centry *e) {
     uint32_t allowed = 1u << e->current;
     const kvs_backend_encoding *now = &e->enc[e->current];
+    if (now->flags & KVS_BACKEND_ENC_FROM_PUT_ONLY) return allowed; /* never re-encoded */
     for (uint32_t k = 0; st->opt.allow_lossy && k < e->n_enc; k++)
         if (e->enc[k].codec != 0 && e->enc[k].bytes < now->bytes &&
-            e->enc[k].quality <= now->quality && !(e->failed >> k & 1))
+            e->enc[k].quality <= now->quality && !(e->failed >> k & 1) &&
+            !(e->current != 0 && (e->enc[k].flags & KVS_BACKEND_ENC_FROM_PUT_ONLY)))
             allowed |= 1u << k;
     return allowed;
 }

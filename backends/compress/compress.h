@@ -47,6 +47,7 @@ typedef struct kvs_compress_counts {
     uint64_t here_raw, here_lossy, bytes_here;
     uint64_t passed_down, bytes_down;
     uint64_t plans, encoded, dropped;
+    uint64_t encode_failures; /* encodings asked for that `encode` refused (never asked again) */
 } kvs_compress_counts;
 kvs_status kvs_compress_counts_of(void *tier, kvs_compress_counts *out);
 
