@@ -414,6 +414,9 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         uint8_t refused = !h->cfg->loads.accept_lossy ? LOSSY_ANY
                           : !h->masks_dropped         ? LOSSY_DROPPED
                                                       : 0;
+        /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
+         * tell the engine what to mask): judged on the whole run, before any cut */
+        if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;
         uint64_t clean = 0;
         while (clean < run && !(lossy[clean] & refused)) clean++;
         if (clean < run) unpin_from(h, r, clean * h->key_ranks);
