@@ -97,7 +97,7 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
         uint8_t *dst = (uint8_t *)out + o->payload_offset + (uint64_t)l * enc;
         kvs_status st = kvs_codec_encode_layer_kept(
             c, shape, dtype, h->n_tokens, layer, shape->has_v ? layer + h->layer_bytes / 2 : NULL,
-            dst == kept ? NULL : kept, dst);
+            kept, dst);
         if (st != KVS_OK) {
             kvs_fmt(err, err_len, "object %s: layer %u %s", hex, l,
                     st == KVS_ENOMEM ? "found no memory to encode in"

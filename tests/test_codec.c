@@ -495,6 +495,10 @@ START_TEST(token_dropping_keeps_rows_exactly) {
     uint8_t sel[16];
     kvs_codec_drop_select(&shape, dtype, n, k, keep, sel);
     ck_assert_int_eq(sel[top / 8] >> (top % 8) & 1, 0);
+    /* ... and DROP refuses to store a value that is not finite, as the quantisers do */
+    ck_assert_int_eq(kvs_codec_encode_layer(&c, &shape, dtype, n, k, v, enc), KVS_EINVAL);
+    double rk, rv;
+    ck_assert_int_eq(kvs_codec_layer_error(&c, &shape, dtype, n, k, v, &rk, &rv), KVS_EINVAL);
     free(enc), free(rows), free(k), free(v);
 }
 END_TEST

@@ -127,7 +127,9 @@ void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n
                            const void *k_rows, uint32_t keep, uint8_t *mask);
 
 /* Encode one layer as kvs_codec_encode_layer does; a DROP codec keeps the tokens of kept_mask (NULL:
- * chosen from this layer's own K rows by kvs_codec_drop_select). Other codecs ignore kept_mask. */
+ * chosen from this layer's own K rows by kvs_codec_drop_select; it may point at `out`, chosen there
+ * in place) and refuses values that are not finite, as the quantisers do. Other codecs ignore
+ * kept_mask. */
 kvs_status kvs_codec_encode_layer_kept(const kvs_codec *c, const kvs_kv_shape *shape,
                                        uint32_t dtype, uint32_t n_tokens, const void *k_rows,
                                        const void *v_rows, const uint8_t *kept_mask, void *out);

@@ -57,12 +57,19 @@ kvs_status kvs_codec_drop_encode(const kvs_codec *c, const kvs_kv_shape *shape, 
                                  const uint8_t *kept_mask, void *out) {
     kvs_codec_geom g = kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), n_tokens);
     uint8_t *mask = out;
-    if (kept_mask)
-        memcpy(mask, kept_mask, g.k_meta);
-    else
-        kvs_codec_drop_select(shape, dtype, n_tokens, k_rows, g.kept, mask);
-    if (kvs_codec_check_layer(c, n_tokens, mask) != KVS_OK) return KVS_EINVAL;
     uint64_t row = (uint64_t)g.heads * g.row_codes; /* one token's rows of every head */
+    /* what the other codecs refuse, DROP refuses too: a value that is not finite */
+    uint64_t elems = (uint64_t)n_tokens * row / (g.elem ? g.elem : 1);
+    for (uint64_t i = 0; i < elems; i++) {
+        float k = kvs_dtype_load(dtype, k_rows, i);
+        float v = shape->has_v ? kvs_dtype_load(dtype, v_rows, i) : 0.0f;
+        if (!(k - k == 0.0f && v - v == 0.0f)) return KVS_EINVAL;
+    }
+    if (!kept_mask)
+        kvs_codec_drop_select(shape, dtype, n_tokens, k_rows, g.kept, mask);
+    else if (kept_mask != mask) /* the caller may have chosen it in place */
+        memcpy(mask, kept_mask, g.k_meta);
+    if (kvs_codec_check_layer(c, n_tokens, mask) != KVS_OK) return KVS_EINVAL;
     uint8_t *k = mask + g.k_meta, *v = k + g.codes;
     for (uint32_t t = 0, i = 0; t < n_tokens; t++) {
         if (!kept(mask, t)) continue;
