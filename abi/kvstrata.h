@@ -402,7 +402,11 @@ typedef struct kvs_api {
      * hold zeros). Worker role, between start_load and wait_save; only a step whose scheduler
      * declared KVS_PLAN_CAP_MASK loads such chunks (any other step's loads refuse them), and only
      * synchronous loads do (load_async ones refuse them: the engine recomputes). A request with no
-     * such load gets KVS_OK and 0. */
+     * such load gets KVS_OK and 0. The mask holds for every layer, and per worker: under tensor
+     * parallelism each rank's chunks keep tokens chosen from its own heads, and each rank masks its
+     * own. Pages with dropped slots must never serve a later request's prefix (an engine's own
+     * prefix cache), and a position whose block is recomputed (load_error_blocks) is no longer
+     * dropped. */
     kvs_status (*load_dropped)(kvs_handle *h, const char *req_id, uint64_t first_token,
                                uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped);
 } kvs_api;

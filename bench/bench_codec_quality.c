@@ -31,9 +31,6 @@ typedef struct run {
     float *logits; /* [query][vocab] */
 } run;
 
-/* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. With
- * round_trip the context's layers go out of the pages and back in between (through codec, or
- * unchanged when it is NULL: the harness's own path, which must change nothing). */
 /* DROP as the connector stores it: chunk by chunk (chunk tokens each, the last one shorter), each
  * chunk's kept tokens chosen once from its middle layer's keys (kvs_codec_drop_select) or, with
  * `first`, its first k_group tokens (the positional rule the key-norm rule is compared with), every
@@ -76,6 +73,9 @@ static void drop_chunks(run *r, int ctx, const kvs_codec *codec, uint32_t chunk,
     }
 }
 
+/* Prefill tokens[0..ctx) into the pages, then the query step; logits of every query position. With
+ * round_trip the context's layers go out of the pages and back in between (through codec, or
+ * unchanged when it is NULL: the harness's own path, which must change nothing). */
 static void forward(run *r, int ctx, int query, int round_trip, const kvs_codec *codec,
                     uint8_t *dropped, uint32_t chunk, int first, double *rel_k, double *rel_v) {
     const model_config *c = model_config_of(r->m);
@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
      * tokens in the paper) and the most recent ones up to that fraction of the context stay, the
      * middle is masked out of the query step's attention (model_scratch_drop), as an engine that
      * can mask dropped KV would. drop > 0: the stored DROP codec, chunk by chunk (--chunk tokens),
-     * keeping that fraction of each chunk: its tokens of smallest key norm, or (first) its first
+     * keeping that fraction of each chunk: its tokens of largest key norm, or (first) its first
      * ones */
     const struct {
         const char *name;

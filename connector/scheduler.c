@@ -70,7 +70,7 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                              "set_stages: stages is NULL or its struct_size %u is below %u",
                              d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
     d = &copy;
-    if (h->n_requests || h->plan_caps)
+    if (h->n_requests || h->plan_caps || h->masks_dropped)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_stages: call it before set_plan_caps and the first lookup");
     if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 ||

@@ -465,6 +465,73 @@ START_TEST(an_async_load_is_never_offered_dropped_tokens) {
 }
 END_TEST
 
+/* The engine holds tokens [0, 40): the load of the DROP chunk 1 starts inside it, so load_dropped
+ * names only its dropped positions from 40 on, and those land zeroed, the kept ones exact. */
+START_TEST(a_drop_chunk_loaded_from_inside_reports_its_own_positions) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(1)), KVS_OK);
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_MASK), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8], errs[16];
+    rig_make_tokens(t, 128, 83);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    const kvs_codec drop = {.kind = KVS_CODEC_DROP, .k_group = 12};
+    uint8_t *lossy;
+    make_coded(&r, t, 1, &drop, &lossy);
+    const uint8_t *kept = kvs_object_kept_mask(lossy);
+    rig_write_kv(&r, b, t, 0, 40); /* what the engine holds */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 40, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127 - 40);
+    ck_assert_uint_eq(res.n_lossy_tokens, 64 - 40);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 40), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, 40, 1};
+    uint8_t meta[65536], dropped[128] = {0};
+    uint64_t mlen, n = 0, n_dropped = 0;
+    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, mlen), KVS_OK);
+    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
+    ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_OK);
+    uint64_t want = 0;
+    for (uint64_t p = 0; p < 128; p++) {
+        int d = p >= 40 && p < 64 && !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+        ck_assert_int_eq(dropped[p], d);
+        want += (uint64_t)d;
+    }
+    ck_assert_uint_gt(want, 0);
+    ck_assert_uint_eq(n_dropped, want);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r.h, l), KVS_OK);
+    rig_write_kv(&r, b, t, 127, 128);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 40));
+    ck_assert(rig_kv_matches(&r, b, t, 64, 128));
+    for (uint64_t p = 40; p < 64; p++)
+        for (int l = 0; l < LAYERS && dropped[p]; l++)
+            for (int kv = 0; kv < 2; kv++)
+                for (int k = 0; k < TOKEN_BYTES; k++) ck_assert(rig_kv_at(&r, l, kv, b, p)[k] == 0);
+    /* the kept rows are the stored object's rows (its own values, not the rig's) */
+    uint64_t lb = r.h->layer_bytes;
+    uint8_t *rows = malloc(lb);
+    for (int l = 0; l < LAYERS; l++) {
+        ck_assert_int_eq(kvs_codec_decode_layer(&drop, &r.h->shape, r.h->model.dtype, CHUNK,
+                                                kvs_object_layer(lossy, (uint32_t)l), rows,
+                                                rows + lb / 2),
+                         KVS_OK);
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t p = 40; p < 64; p++)
+                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, p),
+                                 rows + kv * lb / 2 + (p - 32) * TOKEN_BYTES, TOKEN_BYTES);
+    }
+    free(rows), free(lossy);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *lossy_suite(void) {
     Suite *s = suite_create("lossy_loads");
     TCase *tc = tcase_create("lossy loads");
@@ -479,6 +546,7 @@ static Suite *lossy_suite(void) {
     tcase_add_test(tc, a_raw_object_with_a_damaged_codec_field_is_dropped);
     tcase_add_loop_test(tc, dropped_tokens_are_reported_only_to_an_engine_that_masks_them, 0, 4);
     tcase_add_test(tc, an_async_load_is_never_offered_dropped_tokens);
+    tcase_add_test(tc, a_drop_chunk_loaded_from_inside_reports_its_own_positions);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -348,6 +348,7 @@ int batch_step(batch *b) {
             }
             uint64_t first = q->first_bad < q->a.n_local ? q->a.n_local : q->first_bad;
             if (first < q->computed) q->computed = first;
+            engine_undrop_from(q->e, q->computed);
             if (q->sync_restore) continue; /* the step's results for it are void */
         }
         if (q->n_sched) {

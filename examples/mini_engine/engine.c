@@ -243,6 +243,10 @@ int engine_restore_plans(engine **es, admitted *as, const int *idx, int m) {
     return note_dropped(es, as, idx, m);
 }
 
+void engine_undrop_from(engine *e, uint64_t first) {
+    if (e->dropped && first < e->dropped_cap) memset(e->dropped + first, 0, e->dropped_cap - first);
+}
+
 static int restore_step(engine *e, const char *req_id) {
     admitted a = {.req_id = req_id};
     int zero = 0;
@@ -415,6 +419,7 @@ int engine_restore_batch(engine **es, admitted *as, int n) {
                 uint64_t first = (uint64_t)b * KV_BLOCK_TOKENS;
                 if (es[idx[j]]->table[b] == c->errors[k] && first < a->computed) {
                     a->computed = first < a->n_local ? a->n_local : first;
+                    engine_undrop_from(es[idx[j]], a->computed);
                     a->error_blocks++;
                 }
             }
@@ -460,6 +465,7 @@ int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefil
                 return -1;
             }
             if (io.first_bad < computed) computed = io.first_bad;
+            engine_undrop_from(e, computed);
             continue; /* discard this step: nothing it computed is used */
         }
         computed += (uint64_t)n;

@@ -43,6 +43,10 @@ typedef struct turn_result {
 /* Called once the first token's logits are in e->logits, outside the TTFT. Non-zero stops the run. */
 typedef int (*prefill_done_fn)(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
 
+/* Positions from `first` on are recomputed (a load failed): whatever a load dropped there is real KV
+ * again, no longer masked. */
+void engine_undrop_from(engine *e, uint64_t first);
+
 /* A request between admission and its steps. */
 typedef struct admitted {
     const char *req_id;

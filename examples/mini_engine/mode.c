@@ -62,8 +62,11 @@ int mode_begin(mode_run *run, const options *o, const model *m, const workload *
         run->n_history[s] = (uint64_t)w->n_system + (uint64_t)w->n_docs[s];
     }
     if (run->use_connector) {
-        /* the engine masks dropped tokens unless told to act as a stock engine (--no-mask) */
-        int caps = o->restore_plans | (o->no_mask ? 0 : KVS_PLAN_CAP_MASK);
+        /* the engine masks dropped tokens unless told to act as a stock engine (--no-mask), or
+         * unless it restores pipeline stages: a stage recomputes its layers on a scratch of its own,
+         * while the loads run, before load_dropped could tell it what to mask */
+        int caps = o->restore_plans |
+                   (o->no_mask || (o->restore_plans & KVS_PLAN_CAP_STAGE) ? 0 : KVS_PLAN_CAP_MASK);
         if (connector_open(&run->conn, o->lib_path, o->config_path, o->dtype, m, e->kv, caps,
                            &run_stages) != 0)
             return -1;
