@@ -45,8 +45,9 @@ typedef struct kvs_key {
 typedef struct kvs_backend_encoding {
     uint32_t id;
     uint16_t codec;
-    uint8_t bits;  /* KIVI 2 or 4, INT8 8, raw 0 */
-    uint8_t flags; /* KVS_BACKEND_ENC_* (0 from hosts before token dropping: the field was reserved) */
+    uint8_t bits; /* KIVI 2 or 4, INT8 8, raw 0 */
+    uint8_t
+        flags; /* KVS_BACKEND_ENC_* (0 from hosts before token dropping: the field was reserved) */
     uint64_t bytes; /* the object's length in this encoding */
     double quality; /* the host's estimate in [0, 1]; 1 for raw */
 } kvs_backend_encoding;

@@ -129,9 +129,8 @@ kvs_status kvs_encoder_encode(const kvs_encoder *e, const void *object, uint64_t
     uint16_t codec = ((const kvs_object_header *)object)->codec;
     /* tokens dropped stay dropped: decoded, they are zeros no other codec could tell from KV; and
      * a chunk keeps exact rows only when dropped from its raw form */
-    if (codec == KVS_CODEC_DROP ||
-        (e->codecs[id - 1].kind == KVS_CODEC_DROP && codec != KVS_CODEC_RAW &&
-         codec != KVS_CODEC_DERIVED))
+    if (codec == KVS_CODEC_DROP || (e->codecs[id - 1].kind == KVS_CODEC_DROP &&
+                                    codec != KVS_CODEC_RAW && codec != KVS_CODEC_DERIVED))
         return KVS_EINVAL;
     if (codec == KVS_CODEC_RAW || codec == KVS_CODEC_DERIVED)
         return kvs_object_encode(object, len, &e->codecs[id - 1], &m->shape, m->dtype, dst, cap,
