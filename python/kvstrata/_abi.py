@@ -773,6 +773,18 @@ class Handle:
             self._check(st, "load_error_blocks")
             return list(out[:n.value])
 
+    def load_dropped(self, req_id, first_token, n_tokens):
+        """Positions of req_id in [first_token, first_token + n_tokens) the bound step's loads left
+        out (ABI 1.7; an engine that declared PLAN_CAP_MASK), as a sorted list of ints. Call it
+        between start_load and wait_save."""
+        n_tokens = int(n_tokens)
+        mask = (ctypes.c_uint8 * max(n_tokens, 1))()
+        n = ctypes.c_uint64(0)
+        self._check(self._hook("load_dropped")(self._handle("load_dropped"),
+                                               _c_id(req_id, "load_dropped"), int(first_token),
+                                               n_tokens, mask, ctypes.byref(n)), "load_dropped")
+        return [int(first_token) + i for i in range(n_tokens) if mask[i]]
+
     def stats(self):
         """Counters since open, as a dict (fields the library does not fill read 0); the per-tier
         arrays are lists of n_tiers entries."""

@@ -162,7 +162,10 @@ class Calls(unittest.TestCase):
             self.assertEqual(found, _abi.Lookup(256, False, False))
             h.on_alloc("r2", table2, 256)
             h.bind_meta(h.build_meta([_abi.StepSpec("r2", tokens, table2, 256, prompt - 256)]))
+            with self.assertRaises(_abi.WrongState):  # before start_load
+                h.load_dropped("r2", 0, prompt)
             h.start_load()
+            self.assertEqual(h.load_dropped("r2", 0, prompt), [])  # a raw chunk drops nothing
             for l in range(L):
                 h.wait_layer_load(l)
                 h.save_layer(l)
