@@ -103,6 +103,56 @@ static uint64_t restore(rig *r, const char *id, const int32_t *t, const uint32_t
     return n;
 }
 
+/* 1 when row `row` of a DROP chunk with this kept mask was dropped. */
+static int dropped_at(const uint8_t *kept, uint64_t row) {
+    return !(kept[row / 8] >> (row % 8) & 1);
+}
+
+/* Tokens [from, to) of chunk 1 (tokens 32..63) hold in blocks b what codec c decodes the stored
+ * object `lossy` to, byte for byte, in every layer (a DROP object: its kept rows, and zeros). */
+static void assert_decoded(rig *r, const kvs_codec *c, const uint8_t *lossy, const uint32_t *b,
+                           uint64_t from, uint64_t to) {
+    uint64_t lb = r->h->layer_bytes;
+    uint8_t *rows = malloc(lb);
+    for (int l = 0; l < LAYERS; l++) {
+        ck_assert_int_eq(
+            kvs_codec_decode_layer(c, &r->h->shape, r->h->model.dtype, CHUNK,
+                                   kvs_object_layer((void *)(uintptr_t)lossy, (uint32_t)l), rows,
+                                   rows + lb / 2),
+            KVS_OK);
+        for (int kv = 0; kv < 2; kv++)
+            for (uint64_t tok = from; tok < to; tok++)
+                ck_assert_mem_eq(rig_kv_at(r, l, kv, b, tok),
+                                 rows + kv * lb / 2 + (tok - 32) * TOKEN_BYTES, TOKEN_BYTES);
+    }
+    free(rows);
+}
+
+/* Run request id's step over tokens t in blocks b (n_computed held, `hit` tokens loaded, the rest
+ * computed) with load_dropped called between start_load and the layers: the positions it names go
+ * to dropped[128], their count to *n_dropped. Returns the error blocks. */
+static uint64_t drop_step(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                          uint64_t n_computed, uint64_t hit, uint8_t *dropped,
+                          uint64_t *n_dropped) {
+    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, hit), KVS_OK);
+    kvs_step_request s = {id, t, 128, b, 8, n_computed + hit, 128 - n_computed - hit};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r->h, meta, mlen), KVS_OK);
+    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_ESTATE);
+    ck_assert_int_eq(api->start_load(r->h), KVS_OK);
+    memset(dropped, 0, 128);
+    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_OK);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    rig_write_kv(r, b, t, n_computed + hit, 128);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
+    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    return n;
+}
+
 START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(_i)), KVS_OK); /* 1: zero-copy, 2: copied */
@@ -119,23 +169,12 @@ START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
     ck_assert(rig_kv_matches(&r, b, t, 0, 32));
     ck_assert(rig_kv_matches(&r, b, t, 64, 127));
     ck_assert(!rig_kv_matches(&r, b, t, 32, 64)); /* KIVI-4 changed the bytes */
-    uint64_t lb = r.h->layer_bytes;
-    uint8_t *rows = malloc(lb);
-    for (int l = 0; l < LAYERS; l++) {
-        ck_assert_int_eq(kvs_codec_decode_layer(&kivi4, &r.h->shape, r.h->model.dtype, CHUNK,
-                                                kvs_object_layer(lossy, (uint32_t)l), rows,
-                                                rows + lb / 2),
-                         KVS_OK);
-        for (int kv = 0; kv < 2; kv++)
-            for (uint64_t tok = 32; tok < 64; tok++)
-                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, tok),
-                                 rows + kv * lb / 2 + (tok - 32) * TOKEN_BYTES, TOKEN_BYTES);
-    }
+    assert_decoded(&r, &kivi4, lossy, b, 32, 64);
     kvs_stats st = {.struct_size = sizeof st};
     ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
     ck_assert_uint_eq(st.load_errors, 0);
     ck_assert_uint_eq(st.chunks_loaded, 4);
-    free(rows), free(lossy);
+    free(lossy);
     rig_close(&r);
 }
 END_TEST
@@ -167,22 +206,11 @@ START_TEST(a_lossy_chunk_loaded_from_inside_lands_its_own_rows) {
     ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
     ck_assert_uint_eq(n, 0);
     ck_assert(rig_kv_matches(&r, b, t, 64, 127));
-    uint64_t lb = r.h->layer_bytes;
-    uint8_t *rows = malloc(lb);
-    for (int l = 0; l < LAYERS; l++) {
-        ck_assert_int_eq(kvs_codec_decode_layer(&kivi4, &r.h->shape, r.h->model.dtype, CHUNK,
-                                                kvs_object_layer(lossy, (uint32_t)l), rows,
-                                                rows + lb / 2),
-                         KVS_OK);
-        for (int kv = 0; kv < 2; kv++)
-            for (uint64_t tok = 48; tok < 64; tok++)
-                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, tok),
-                                 rows + kv * lb / 2 + (tok - 32) * TOKEN_BYTES, TOKEN_BYTES);
-    }
+    assert_decoded(&r, &kivi4, lossy, b, 48, 64);
     kvs_stats st = {.struct_size = sizeof st};
     ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
     ck_assert_uint_eq(st.lossy_chunks_loaded, 1);
-    free(rows), free(lossy);
+    free(lossy);
     rig_close(&r);
 }
 END_TEST
@@ -384,14 +412,14 @@ START_TEST(dropped_tokens_are_reported_only_to_an_engine_that_masks_them) {
     ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_OK);
     ck_assert_uint_eq(n_dropped, masks ? 20 : 0);
     for (uint64_t p = 0; p < 128; p++) {
-        int want = masks && p >= 32 && p < 64 && !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+        int want = masks && p >= 32 && p < 64 && dropped_at(kept, p - 32);
         ck_assert_int_eq(dropped[p], want);
     }
     /* a window of it, another request */
     memset(dropped, 0, sizeof dropped);
     ck_assert_int_eq(api->load_dropped(r.h, "two", 40, 10, dropped, &n_dropped), KVS_OK);
     uint64_t in_window = 0;
-    for (uint64_t p = 40; p < 50; p++) in_window += !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+    for (uint64_t p = 40; p < 50; p++) in_window += (uint64_t)dropped_at(kept, p - 32);
     ck_assert_uint_eq(n_dropped, masks ? in_window : 0);
     ck_assert_int_eq(api->load_dropped(r.h, "three", 0, 128, dropped, &n_dropped), KVS_OK);
     ck_assert_uint_eq(n_dropped, 0);
@@ -409,22 +437,12 @@ START_TEST(dropped_tokens_are_reported_only_to_an_engine_that_masks_them) {
         if (!copied) ck_assert(rig_kv_matches(&r, b, t, 32, 64));
         ck_assert(rig_stored(&r, t, 1)); /* refused, not corrupt: kept */
     } else {
-        uint64_t lb = r.h->layer_bytes, row = TOKEN_BYTES;
-        uint8_t *rows = malloc(lb);
-        for (int l = 0; l < LAYERS; l++) {
-            ck_assert_int_eq(kvs_codec_decode_layer(&drop, &r.h->shape, r.h->model.dtype, CHUNK,
-                                                    kvs_object_layer(lossy, (uint32_t)l), rows,
-                                                    rows + lb / 2),
-                             KVS_OK);
-            for (int kv = 0; kv < 2; kv++)
-                for (uint64_t tok = 32; tok < 64; tok++) {
-                    const uint8_t *got = rig_kv_at(&r, l, kv, b, tok);
-                    ck_assert_mem_eq(got, rows + kv * lb / 2 + (tok - 32) * row, row);
-                    if (!(kept[(tok - 32) / 8] >> ((tok - 32) % 8) & 1))
-                        for (uint64_t i = 0; i < row; i++) ck_assert(got[i] == 0);
-                }
-        }
-        free(rows);
+        assert_decoded(&r, &drop, lossy, b, 32, 64);
+        for (uint64_t p = 32; p < 64; p++) /* the dropped slots: zeros */
+            for (int l = 0; l < LAYERS && dropped_at(kept, p - 32); l++)
+                for (int kv = 0; kv < 2; kv++)
+                    for (int k = 0; k < TOKEN_BYTES; k++)
+                        ck_assert(rig_kv_at(&r, l, kv, b, p)[k] == 0);
         kvs_stats st = {.struct_size = sizeof st};
         ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
         ck_assert_uint_eq(st.lossy_chunks_loaded, 1);
@@ -472,7 +490,7 @@ START_TEST(a_drop_chunk_loaded_from_inside_reports_its_own_positions) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, config(1)), KVS_OK);
     ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_MASK), KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8], errs[16];
+    uint32_t a[8], b[8];
     rig_make_tokens(t, 128, 83);
     rig_blocks_from(a, 8, 0);
     rig_blocks_from(b, 8, 40);
@@ -486,48 +504,20 @@ START_TEST(a_drop_chunk_loaded_from_inside_reports_its_own_positions) {
     ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 40, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 127 - 40);
     ck_assert_uint_eq(res.n_lossy_tokens, 64 - 40);
-    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 40), KVS_OK);
-    kvs_step_request s = {"two", t, 128, b, 8, 40, 1};
-    uint8_t meta[65536], dropped[128] = {0};
-    uint64_t mlen, n = 0, n_dropped = 0;
-    ck_assert_int_eq(api->build_meta(r.h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
-    ck_assert_int_eq(api->bind_meta(r.h, meta, mlen), KVS_OK);
-    ck_assert_int_eq(api->start_load(r.h), KVS_OK);
-    ck_assert_int_eq(api->load_dropped(r.h, "two", 0, 128, dropped, &n_dropped), KVS_OK);
-    uint64_t want = 0;
+    uint8_t dropped[128];
+    uint64_t n_dropped = 0, want = 0;
+    ck_assert_uint_eq(drop_step(&r, "two", t, b, 40, 127 - 40, dropped, &n_dropped), 0);
     for (uint64_t p = 0; p < 128; p++) {
-        int d = p >= 40 && p < 64 && !(kept[(p - 32) / 8] >> ((p - 32) % 8) & 1);
+        int d = p >= 40 && p < 64 && dropped_at(kept, p - 32);
         ck_assert_int_eq(dropped[p], d);
         want += (uint64_t)d;
     }
     ck_assert_uint_gt(want, 0);
     ck_assert_uint_eq(n_dropped, want);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r.h, l), KVS_OK);
-    rig_write_kv(&r, b, t, 127, 128);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r.h, l), KVS_OK);
-    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
-    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
-    ck_assert_uint_eq(n, 0);
     ck_assert(rig_kv_matches(&r, b, t, 0, 40));
     ck_assert(rig_kv_matches(&r, b, t, 64, 128));
-    for (uint64_t p = 40; p < 64; p++)
-        for (int l = 0; l < LAYERS && dropped[p]; l++)
-            for (int kv = 0; kv < 2; kv++)
-                for (int k = 0; k < TOKEN_BYTES; k++) ck_assert(rig_kv_at(&r, l, kv, b, p)[k] == 0);
-    /* the kept rows are the stored object's rows (its own values, not the rig's) */
-    uint64_t lb = r.h->layer_bytes;
-    uint8_t *rows = malloc(lb);
-    for (int l = 0; l < LAYERS; l++) {
-        ck_assert_int_eq(kvs_codec_decode_layer(&drop, &r.h->shape, r.h->model.dtype, CHUNK,
-                                                kvs_object_layer(lossy, (uint32_t)l), rows,
-                                                rows + lb / 2),
-                         KVS_OK);
-        for (int kv = 0; kv < 2; kv++)
-            for (uint64_t p = 40; p < 64; p++)
-                ck_assert_mem_eq(rig_kv_at(&r, l, kv, b, p),
-                                 rows + kv * lb / 2 + (p - 32) * TOKEN_BYTES, TOKEN_BYTES);
-    }
-    free(rows), free(lossy);
+    assert_decoded(&r, &drop, lossy, b, 40, 64); /* kept rows the object's, dropped ones zero */
+    free(lossy);
     rig_close(&r);
 }
 END_TEST
