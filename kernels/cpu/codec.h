@@ -37,78 +37,13 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
+#include "kernels/cpu/codec_drop.h"
+#include "kernels/cpu/codec_types.h"
 #include "kernels/cpu/kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Codec kinds: the object header's codec field (0 is KVS_CODEC_RAW, connector/object.h). */
-#define KVS_CODEC_KIVI 1
-#define KVS_CODEC_INT8 2
-#define KVS_CODEC_DROP 4 /* 3 is KVS_CODEC_DERIVED (connector/object.h) */
-
-/* The codecs that make a lossy object (a codec record after the layer table). */
-static inline int kvs_codec_is_lossy(uint32_t kind) {
-    return kind == KVS_CODEC_KIVI || kind == KVS_CODEC_INT8 || kind == KVS_CODEC_DROP;
-}
-
-/* Bytes of a DROP layer's kept mask over n tokens: whole 64-bit words, so the rows after it stay
- * aligned. */
-static inline uint64_t kvs_codec_mask_bytes(uint32_t n) {
-    return ((uint64_t)n + 63u) / 64u * 8u;
-}
-
-typedef struct kvs_codec {
-    uint8_t kind;     /* KVS_CODEC_KIVI, KVS_CODEC_INT8 or KVS_CODEC_DROP */
-    uint8_t bits;     /* KIVI: 2 or 4; INT8: 8; DROP: 0 */
-    uint16_t k_group; /* KIVI: tokens per K group (>= 1); DROP: tokens kept (>= 1) */
-    uint16_t v_group; /* KIVI: channels per V group (1 .. dim); DROP: 0 */
-} kvs_codec;
-
-/* Where an encoded layer keeps what (the layout above), for n tokens: one definition for the host
- * codecs and the CUDA decode-scatter. */
-typedef struct kvs_codec_geom {
-    uint32_t n, heads, dim, elem;
-    uint32_t levels;    /* KIVI: 2^bits - 1; INT8: 127 */
-    uint32_t row_codes; /* code bytes of one (token, head) row */
-    uint32_t k_groups;  /* KIVI: token groups of K */
-    uint32_t v_groups;  /* KIVI: channel groups of one V row */
-    uint32_t kept;      /* DROP: rows kept (k_group, at most n) */
-    uint64_t codes;     /* code bytes of K (and of V); DROP: the kept rows */
-    uint64_t k_meta;    /* bytes of K's group table (INT8: steps; DROP: the kept mask) */
-    uint64_t v_meta;
-} kvs_codec_geom;
-
-static inline kvs_codec_geom kvs_codec_geometry(const kvs_codec *c, const kvs_kv_shape *shape,
-                                                uint32_t elem, uint32_t n) {
-    kvs_codec_geom g;
-    memset(&g, 0, sizeof g);
-    g.n = n;
-    g.heads = shape->n_heads;
-    g.elem = elem;
-    g.dim = elem ? shape->head_bytes / elem : 0;
-    if (c->kind == KVS_CODEC_KIVI) {
-        g.levels = (1u << c->bits) - 1u;
-        g.row_codes = g.dim * c->bits / 8u;
-        g.k_groups = c->k_group ? (n + c->k_group - 1u) / c->k_group : 0;
-        g.v_groups = c->v_group ? (g.dim + c->v_group - 1u) / c->v_group : 0;
-        g.k_meta = (uint64_t)g.k_groups * g.heads * g.dim * 4u;
-        g.v_meta = (uint64_t)n * g.heads * g.v_groups * 4u;
-    } else if (c->kind == KVS_CODEC_DROP) {
-        g.row_codes = shape->head_bytes;
-        g.kept = c->k_group < n ? c->k_group : n;
-        g.k_meta = kvs_codec_mask_bytes(n);
-        g.codes = (uint64_t)g.kept * g.heads * g.row_codes;
-        return g;
-    } else {
-        g.levels = 127;
-        g.row_codes = g.dim;
-        g.k_meta = g.v_meta = (uint64_t)n * g.heads * 2u;
-    }
-    g.codes = (uint64_t)n * g.heads * g.row_codes;
-    return g;
-}
 
 /* KVS_OK if the codec can encode layers of this shape and dtype, else KVS_EINVAL and a sentence. */
 kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, char *err,
@@ -118,14 +53,6 @@ kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32
 uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                uint32_t n_tokens);
 
-/* DROP: which `keep` of n tokens a DROP object keeps, chosen from one layer's K rows (k_rows, the raw
- * payload's layout) and used for every layer: those whose keys have the largest L2 norm summed over
- * heads, the earlier on a tie (a non-finite key ranks last). On the trained mini model this keeps
- * more of the predictions than the smallest-norm rule of Devoto et al. 2024 (docs/compress.md has
- * the figures). mask gets kvs_codec_mask_bytes(n) bytes, bit t set for a kept token. */
-void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n,
-                           const void *k_rows, uint32_t keep, uint8_t *mask);
-
 /* Encode one layer as kvs_codec_encode_layer does; a DROP codec keeps the tokens of kept_mask (NULL:
  * chosen from this layer's own K rows by kvs_codec_drop_select; it may point at `out`, chosen there
  * in place) and refuses values that are not finite, as the quantisers do. Other codecs ignore
@@ -133,15 +60,6 @@ void kvs_codec_drop_select(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n
 kvs_status kvs_codec_encode_layer_kept(const kvs_codec *c, const kvs_kv_shape *shape,
                                        uint32_t dtype, uint32_t n_tokens, const void *k_rows,
                                        const void *v_rows, const uint8_t *kept_mask, void *out);
-
-/* What a reader checks of an encoded layer beyond its checksum: a DROP layer's mask keeps exactly
- * k_group tokens, none past n_tokens (KVS_ECORRUPT otherwise). Every other codec: KVS_OK. */
-kvs_status kvs_codec_check_layer(const kvs_codec *c, uint32_t n_tokens, const void *encoded);
-
-/* A DROP layer's kept mask (the first bytes of the layer); NULL for every other codec. */
-static inline const uint8_t *kvs_codec_kept_mask(const kvs_codec *c, const void *encoded) {
-    return c->kind == KVS_CODEC_DROP ? (const uint8_t *)encoded : NULL;
-}
 
 /* Encode one layer from its raw payload rows (k_rows, v_rows: [n_tokens][n_heads][head_bytes] of
  * dtype; v_rows ignored for MLA) into out (kvs_codec_layer_bytes of room). KVS_EINVAL if an element

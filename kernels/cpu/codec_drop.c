@@ -12,6 +12,21 @@ static int kept(const uint8_t *mask, uint32_t t) {
     return mask[t / 8u] >> (t % 8u) & 1u;
 }
 
+kvs_status kvs_codec_check_layer(const kvs_codec *c, uint32_t n_tokens, const void *encoded) {
+    if (c->kind != KVS_CODEC_DROP) return KVS_OK;
+    const uint8_t *mask = encoded;
+    uint64_t bytes = kvs_codec_mask_bytes(n_tokens), ones = 0;
+    for (uint64_t b = 0; b < bytes; b++) {
+        uint32_t bits = mask[b];
+        uint64_t first = b * 8u; /* bits for tokens past the last are 0 */
+        if (first >= n_tokens ? bits != 0 : first + 8u > n_tokens && bits >> (n_tokens - first))
+            return KVS_ECORRUPT;
+        ones += (uint64_t)__builtin_popcount(bits);
+    }
+    uint32_t keep = c->k_group < n_tokens ? c->k_group : n_tokens;
+    return ones == keep ? KVS_OK : KVS_ECORRUPT;
+}
+
 typedef struct scored {
     double norm;
     uint32_t t;
