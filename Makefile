@@ -37,7 +37,7 @@ asan: deps
 # so are those labelled `python` (an ASAN library cannot be loaded into an uninstrumented interpreter).
 test-asan: asan
 	@cd $(ASAN_BUILD) && rm -f ctest-junit.xml && rc=0 && CK_TIMEOUT_MULTIPLIER=3 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE 'timing|python' \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE 'timing|python|heavy' \
 	  --output-junit ctest-junit.xml || rc=$$?; \
 	  $(CURDIR)/scripts/ctest-skipped.sh ctest-junit.xml; exit $$rc
 
