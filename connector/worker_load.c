@@ -111,16 +111,16 @@ static int keep_mask(kvs_handle *h, kvs_load_work *w) {
     return 1;
 }
 
-/* A staged lossy chunk, checked layer by layer before any of it lands. The host device decodes it
- * straight into the pages as the engine reaches each layer (one pass, no full-precision object in
- * between: w->fused). Another device gets the raw object it stands for, decoded into a fresh slab,
- * and the rest of the load is a raw load's. Returns the object to load as raw, or NULL (fused, or
+/* A staged lossy chunk, checked layer by layer before any of it lands. A device that decodes codecs
+ * (the host device) decodes it straight into the pages as the engine reaches each layer (one pass,
+ * no full-precision object in between: w->fused). Another device gets the raw object it stands for,
+ * decoded into a fresh slab, and the rest of the load is a raw load's. Returns the object to load as raw, or NULL (fused, or
  * the load failed). */
 static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[384];
     kvs_codec c;
     if (!stage_lossy(h, w, obj, &len, &c)) return NULL;
-    if (h->dev != kvs_host_device()) {
+    if (!h->dev_info.decodes_codecs) {
         void *raw = kvs_pool_alloc(h->pool);
         kvs_status st = raw ? kvs_object_decode(w->slab, len, &h->fingerprint, h->model.n_layers,
                                                 h->chunk_tokens, &h->shape, h->model.dtype, raw,

@@ -98,6 +98,8 @@ typedef struct kvs_device_info {
     uint64_t run_bytes; /* contiguous bytes per page run of the layout (0: none) */
     int hashes_inline;  /* fills kvs_dev_copy.hash (the host device) */
     int synchronous;    /* copies are done when the call returns (the host device) */
+    int decodes_codecs; /* load_layer takes copies with a codec (kvs_dev_copy.codec): the host
+                         * device; a device that does not gets lossy chunks decoded into raw first */
 } kvs_device_info;
 
 typedef struct kvs_device_ops {

@@ -69,6 +69,7 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
         strcpy(info->name, d->deferred ? "host (deferred)" : "host");
         info->hashes_inline = !d->deferred;
         info->synchronous = !d->deferred;
+        info->decodes_codecs = 1;
     }
     *state = d;
     return KVS_OK;

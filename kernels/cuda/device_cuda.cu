@@ -489,6 +489,7 @@ kvs_status cuda_open(const kvs_device_init *init, void **state, kvs_device_info 
         info->run_bytes = run_bytes;
         info->hashes_inline = 0;
         info->synchronous = 0;
+        info->decodes_codecs = 0; /* kvs_cuda_codec_scatter_rows is not wired into load_layer */
     }
     *state = d;
     return KVS_OK;
