@@ -1,0 +1,158 @@
+/* test_lend_wire.c - the peer-GPU tier's control channel (backends/peer_gpu/lend_wire.h): every
+ * message round trip, refusals of what is not a message (other versions, types, a region too small
+ * for its units, units out of range, trailing bytes, random bytes), and the socket: a HELLO passes
+ * a memfd both sides map, a quiet channel times out, a closed one is the peer's death, garbage is
+ * refused and the channel stays usable. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backends/peer_gpu/lend_wire.h"
+
+START_TEST(every_message_round_trips) {
+    for (uint32_t type = KVS_LEND_HELLO; type <= KVS_LEND_BYE; type++) {
+        kvs_lend_msg m = {.type = type, .unit = 7, .epoch = 4000000000u}, back;
+        if (type == KVS_LEND_HELLO)
+            m.n_units = 3, m.unit_bytes = 1ull << 33, m.region_bytes = 3ull << 33;
+        uint8_t buf[KVS_LEND_WIRE_MAX];
+        size_t n = kvs_lend_encode(&m, buf);
+        ck_assert_uint_gt(n, 0);
+        char err[160];
+        ck_assert_int_eq(kvs_lend_decode(buf, n, 8, &back, err, sizeof err), KVS_OK);
+        ck_assert_mem_eq(&back, &m, sizeof m);
+        /* every cut is refused */
+        for (size_t cut = 0; cut < n; cut++)
+            ck_assert_int_eq(kvs_lend_decode(buf, cut, 8, &back, err, sizeof err), KVS_EINVAL);
+    }
+    kvs_lend_msg bad = {.type = 0};
+    uint8_t buf[KVS_LEND_WIRE_MAX];
+    ck_assert_uint_eq(kvs_lend_encode(&bad, buf), 0);
+    bad.type = KVS_LEND_BYE + 1;
+    ck_assert_uint_eq(kvs_lend_encode(&bad, buf), 0);
+}
+END_TEST
+
+static kvs_status decode_hex(const uint8_t *bytes, size_t n, uint32_t max_units, char *err) {
+    kvs_lend_msg m;
+    return kvs_lend_decode(bytes, n, max_units, &m, err, 160);
+}
+
+START_TEST(what_is_not_a_message_is_refused_with_a_sentence) {
+    char err[160];
+    /* [1, OFFER, 3, 9] is fine; then variations */
+    const uint8_t ok[] = {0x94, 0x01, 0x02, 0x03, 0x09};
+    ck_assert_int_eq(decode_hex(ok, sizeof ok, 4, err), KVS_OK);
+    const uint8_t v2[] = {0x94, 0x02, 0x02, 0x03, 0x09};
+    ck_assert_int_eq(decode_hex(v2, sizeof v2, 4, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "version 2"));
+    const uint8_t type0[] = {0x94, 0x01, 0x00, 0x03, 0x09};
+    ck_assert_int_eq(decode_hex(type0, sizeof type0, 4, err), KVS_EINVAL);
+    const uint8_t type8[] = {0x94, 0x01, 0x08, 0x03, 0x09};
+    ck_assert_int_eq(decode_hex(type8, sizeof type8, 4, err), KVS_EINVAL);
+    const uint8_t far_unit[] = {0x94, 0x01, 0x02, 0x04, 0x09};
+    ck_assert_int_eq(decode_hex(far_unit, sizeof far_unit, 4, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "unit 4 of 4"));
+    ck_assert_int_eq(decode_hex(far_unit, sizeof far_unit, 0, err), KVS_OK); /* no bound given */
+    const uint8_t trailing[] = {0x94, 0x01, 0x02, 0x03, 0x09, 0x00};
+    ck_assert_int_eq(decode_hex(trailing, sizeof trailing, 4, err), KVS_EINVAL);
+    const uint8_t short_hello[] = {0x94, 0x01, 0x01, 0x00, 0x00}; /* HELLO needs 7 fields */
+    ck_assert_int_eq(decode_hex(short_hello, sizeof short_hello, 4, err), KVS_EINVAL);
+    /* HELLO: 4 units of 16 bytes in a region of 63, of 0 units, of a size that overflows */
+    const uint8_t small[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x04, 0x10, 0x3f};
+    ck_assert_int_eq(decode_hex(small, sizeof small, 0, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "cannot hold 4 units"));
+    const uint8_t fits[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40};
+    ck_assert_int_eq(decode_hex(fits, sizeof fits, 0, err), KVS_OK);
+    const uint8_t none[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x00, 0x10, 0x40};
+    ck_assert_int_eq(decode_hex(none, sizeof none, 0, err), KVS_EINVAL);
+    const uint8_t over[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff,
+                            0xcf, 0x80, 0,    0,    0,    0,    0,    0,    0,    0x40};
+    ck_assert_int_eq(decode_hex(over, sizeof over, 0, err), KVS_EINVAL);
+    /* random bytes: refused or a well-formed message, never a crash (ASan checks) */
+    uint64_t x = 88172645463325252ull;
+    uint8_t junk[24];
+    for (int i = 0; i < 200000; i++) {
+        size_t n = 1 + i % sizeof junk;
+        for (size_t k = 0; k < n; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            junk[k] = (uint8_t)(k == 0 ? 0x94 + (x & 3) : x);
+        }
+        kvs_lend_msg m;
+        if (kvs_lend_decode(junk, n, 16, &m, err, sizeof err) == KVS_OK)
+            ck_assert(m.type >= KVS_LEND_HELLO && m.type <= KVS_LEND_BYE);
+    }
+}
+END_TEST
+
+START_TEST(a_hello_passes_a_region_both_sides_map) {
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+    int region = memfd_create("kvs-lend-test", MFD_CLOEXEC);
+    ck_assert_int_ge(region, 0);
+    ck_assert_int_eq(ftruncate(region, 4 * 4096), 0);
+    char err[160];
+    kvs_lend_msg hello = {.type = KVS_LEND_HELLO,
+                          .n_units = 4,
+                          .unit_bytes = 4096,
+                          .region_bytes = 4 * 4096},
+                 m;
+    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, region, err, sizeof err), KVS_OK);
+    int fd = -1;
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 0, &m, &fd, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m.type, KVS_LEND_HELLO);
+    ck_assert_uint_eq(m.n_units, 4);
+    ck_assert_int_ge(fd, 0);
+    uint8_t *mine = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, region, 0);
+    uint8_t *theirs = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert(mine != MAP_FAILED && theirs != MAP_FAILED);
+    memset(mine + 4096, 0xab, 4096); /* unit 1, written by the lender */
+    ck_assert_uint_eq(theirs[4096 + 17], 0xab);
+    /* an OFFER; a quiet channel times out; garbage is refused and the channel goes on */
+    kvs_lend_msg offer = {.type = KVS_LEND_OFFER, .unit = 1, .epoch = 1};
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    ck_assert(m.type == KVS_LEND_OFFER && m.unit == 1 && m.epoch == 1 && fd == -1);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 30, 4, &m, &fd, err, sizeof err), KVS_ETIMEDOUT);
+    const uint8_t garbage[] = {0xc1, 0x00, 0x01};
+    ck_assert_int_eq(send(sv[0], garbage, sizeof garbage, 0), (ssize_t)sizeof garbage);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
+    uint8_t big[KVS_LEND_WIRE_MAX + 40];
+    memset(big, 0x94, sizeof big);
+    ck_assert_int_eq(send(sv[0], big, sizeof big, 0), (ssize_t)sizeof big);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "longer"));
+    /* a HELLO without its descriptor, and an OFFER with one (closed, not leaked into fd) */
+    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, region, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    /* the lender dies: its end closes */
+    close(sv[0]);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "gone"));
+    ck_assert_int_eq(kvs_lend_send(sv[1], &offer, -1, err, sizeof err), KVS_EIO);
+    munmap(mine, 4 * 4096), munmap(theirs, 4 * 4096);
+    close(region), close(sv[1]);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("lend_wire");
+    TCase *tc = tcase_create("lend_wire");
+    tcase_add_test(tc, every_message_round_trips);
+    tcase_add_test(tc, what_is_not_a_message_is_refused_with_a_sentence);
+    tcase_add_test(tc, a_hello_passes_a_region_both_sides_map);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
