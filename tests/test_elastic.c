@@ -167,6 +167,10 @@ START_TEST(scale_up_rounds_up_and_scale_down_rounds_down) {
     /* the master lent back only 2 units' worth: taken, and the shortfall said */
     d = kvs_el_scale_up(100, 200, 12, &u);
     ck_assert(d.units == 2 && d.worker_blocks == 32 && d.master_blocks == 10 && d.short_of_demand);
+    /* a take-back too large to count is none, and says the demand stays short */
+    const kvs_el_unit wide = {.lcm_bytes = 1, .meu_master = 1, .meu_worker = UINT64_MAX / 2};
+    d = kvs_el_scale_up(0, UINT64_MAX, UINT64_MAX, &wide);
+    ck_assert(d.units == 0 && d.short_of_demand);
     /* the batch, not its longest request: 3 requests of 1000, 17 and 16 tokens on 16-token blocks */
     uint64_t batch[3] = {1000, 17, 16};
     ck_assert_uint_eq(kvs_el_batch_blocks(batch, 3, 16), 63 + 2 + 1);
@@ -185,13 +189,28 @@ START_TEST(the_window_keeps_the_largest_recent_demand) {
     kvs_el_window_note(w, 30000, 20);
     ck_assert_uint_eq(kvs_el_window_max(w, 30000), 80);
     ck_assert_uint_eq(kvs_el_window_max(w, 62000), 80); /* 80 was 60.0 s ago: still in */
-    ck_assert_uint_eq(kvs_el_window_max(w, 62001), 20);
-    ck_assert_uint_eq(kvs_el_window_max(w, 90001), 0); /* nothing in the last minute */
+    ck_assert_uint_eq(kvs_el_window_max(w, 62233), 80); /* a slot's span (234 ms) late at most */
+    ck_assert_uint_eq(kvs_el_window_max(w, 62234), 20);
+    ck_assert_uint_eq(kvs_el_window_max(w, 90234), 0); /* nothing in the last minute and a span */
     /* a full ring folds its oldest samples forward: the peak is not lost inside the window */
     kvs_el_window_init(w, 1000000);
     kvs_el_window_note(w, 0, 999);
     for (uint64_t t = 1; t < 3 * KVS_EL_WINDOW_SAMPLES; t++) kvs_el_window_note(w, t, 1);
     ck_assert_uint_eq(kvs_el_window_max(w, 3 * KVS_EL_WINDOW_SAMPLES), 999);
+    /* ... and a peak leaves the window once it is older, however often samples come: a minute's
+     * window, a sample every 100 ms for ten minutes */
+    kvs_el_window_init(w, 60000);
+    kvs_el_window_note(w, 0, 999);
+    for (uint64_t t = 100; t <= 600000; t += 100) kvs_el_window_note(w, t, 5);
+    ck_assert_uint_eq(kvs_el_window_max(w, 600000), 5);
+    kvs_el_window_note(w, 600050, 40); /* a slot spans 234 ms: it shares the newest one */
+    ck_assert_uint_eq(kvs_el_window_max(w, 600050), 40);
+    ck_assert_uint_eq(kvs_el_window_max(w, 600050 + 60000), 40);
+    ck_assert_uint_eq(kvs_el_window_max(w, 600000 + 60000 + 234), 0); /* at most a span late */
+    /* a sample dated after the query still counts */
+    kvs_el_window_init(w, 1000);
+    kvs_el_window_note(w, 1000, 7);
+    ck_assert_uint_eq(kvs_el_window_max(w, 999), 7);
     free(w);
 }
 END_TEST

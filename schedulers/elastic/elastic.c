@@ -99,7 +99,8 @@ kvs_el_delta kvs_el_scale_up(uint64_t owned, uint64_t need, uint64_t lent_master
     uint64_t most = lent_master / u->meu_master;                   /* whole units lent */
     int shortfall = k > most;
     kvs_el_delta d = units(shortfall ? most : k, u);
-    d.short_of_demand = shortfall;
+    /* a take-back whose block count does not fit 64 bits is none: the demand stays short */
+    d.short_of_demand = shortfall || (d.units == 0 && k != 0);
     return d;
 }
 
@@ -114,6 +115,17 @@ void kvs_el_window_init(kvs_el_window *w, uint64_t window_ms) {
 }
 
 void kvs_el_window_note(kvs_el_window *w, uint64_t now_ms, uint64_t blocks) {
+    /* samples closer than a bucket (the window over the ring's slots) share the newest slot, so
+     * the ring always spans the whole window however often samples come */
+    uint64_t bucket =
+        w->window_ms / KVS_EL_WINDOW_SAMPLES ? w->window_ms / KVS_EL_WINDOW_SAMPLES : 1;
+    if (w->count) {
+        uint32_t last = (w->head + w->count - 1) % KVS_EL_WINDOW_SAMPLES;
+        if (now_ms >= w->at_ms[last] && now_ms - w->at_ms[last] < bucket) {
+            if (blocks > w->blocks[last]) w->blocks[last] = blocks;
+            return; /* the slot keeps its start: its peak counts a slot's span longer (below) */
+        }
+    }
     if (w->count == KVS_EL_WINDOW_SAMPLES) { /* fold the oldest into the next: its peak, later */
         uint32_t next = (w->head + 1) % KVS_EL_WINDOW_SAMPLES;
         if (w->blocks[w->head] > w->blocks[next]) w->blocks[next] = w->blocks[w->head];
@@ -127,10 +139,12 @@ void kvs_el_window_note(kvs_el_window *w, uint64_t now_ms, uint64_t blocks) {
 }
 
 uint64_t kvs_el_window_max(const kvs_el_window *w, uint64_t now_ms) {
-    uint64_t best = 0;
+    uint64_t best = 0, bucket = w->window_ms / KVS_EL_WINDOW_SAMPLES;
+    uint64_t span = w->window_ms + (bucket ? bucket : 1); /* a slot's samples start at its time */
     for (uint32_t i = 0; i < w->count; i++) {
         uint32_t at = (w->head + i) % KVS_EL_WINDOW_SAMPLES;
-        if (now_ms - w->at_ms[at] <= w->window_ms && w->blocks[at] > best) best = w->blocks[at];
+        int recent = w->at_ms[at] > now_ms || now_ms - w->at_ms[at] < span;
+        if (recent && w->blocks[at] > best) best = w->blocks[at];
     }
     return best;
 }

@@ -105,10 +105,13 @@ typedef struct kvs_el_window {
 } kvs_el_window;
 
 void kvs_el_window_init(kvs_el_window *w, uint64_t window_ms);
-/* A sample: the batch needed `blocks` at now_ms (times never decrease). When the ring is full the
- * oldest sample is folded into the next so a peak is never forgotten early. */
+/* A sample: the batch needed `blocks` at now_ms (times never decrease). Samples within
+ * window_ms / KVS_EL_WINDOW_SAMPLES (a slot's span) of a slot's first share that slot (its peak), so
+ * the ring spans the whole window however often they come; when it is full the oldest slot is
+ * folded into the next. A peak is never forgotten early, and kept at most a slot's span late. */
 void kvs_el_window_note(kvs_el_window *w, uint64_t now_ms, uint64_t blocks);
-/* The largest demand among samples of the last window_ms before now_ms (0 if none). */
+/* The largest demand among slots begun less than window_ms plus a slot's span before now_ms, or
+ * dated after it (0 if none). */
 uint64_t kvs_el_window_max(const kvs_el_window *w, uint64_t now_ms);
 
 #ifdef __cplusplus

@@ -9,8 +9,8 @@ kvs_status kvs_el_pool_init(kvs_el_pool *p, kvs_el_layout layout, uint32_t n_lay
     memset(p, 0, sizeof *p);
     uint64_t bytes;
     if (!n_layers || !layer_block_bytes || !capacity || n_blocks > capacity ||
-        __builtin_mul_overflow(capacity * n_layers, layer_block_bytes, &bytes) ||
-        capacity > UINT64_MAX / n_layers)
+        capacity > UINT64_MAX / n_layers ||
+        __builtin_mul_overflow(capacity * n_layers, layer_block_bytes, &bytes))
         return KVS_EINVAL;
     if (!(p->mem = calloc(1, bytes))) return KVS_ENOMEM;
     p->layout = layout;
