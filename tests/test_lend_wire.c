@@ -4,6 +4,7 @@
  * a memfd both sides map, a quiet channel times out, a closed one is the peer's death, garbage is
  * refused and the channel stays usable. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,6 +12,13 @@
 #include <unistd.h>
 
 #include "backends/peer_gpu/lend_wire.h"
+
+/* Descriptors this process has open. */
+static int open_fds(void) {
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++) n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
 
 START_TEST(every_message_round_trips) {
     for (uint32_t type = KVS_LEND_HELLO; type <= KVS_LEND_BYE; type++) {
@@ -99,7 +107,7 @@ START_TEST(a_hello_passes_a_region_both_sides_map) {
                           .unit_bytes = 4096,
                           .region_bytes = 4 * 4096},
                  m;
-    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, region, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, region, 1000, err, sizeof err), KVS_OK);
     int fd = -1;
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 0, &m, &fd, err, sizeof err), KVS_OK);
     ck_assert_uint_eq(m.type, KVS_LEND_HELLO);
@@ -112,7 +120,7 @@ START_TEST(a_hello_passes_a_region_both_sides_map) {
     ck_assert_uint_eq(theirs[4096 + 17], 0xab);
     /* an OFFER; a quiet channel times out; garbage is refused and the channel goes on */
     kvs_lend_msg offer = {.type = KVS_LEND_OFFER, .unit = 1, .epoch = 1};
-    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
     ck_assert(m.type == KVS_LEND_OFFER && m.unit == 1 && m.epoch == 1 && fd == -1);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 30, 4, &m, &fd, err, sizeof err), KVS_ETIMEDOUT);
@@ -125,19 +133,57 @@ START_TEST(a_hello_passes_a_region_both_sides_map) {
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "longer"));
     /* a HELLO without its descriptor, and an OFFER with one (closed, not leaked into fd) */
-    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &hello, -1, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
     ck_assert_int_eq(fd, -1);
-    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, region, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, region, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
     ck_assert_int_eq(fd, -1);
-    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
-    /* the lender dies: its end closes */
+    /* an empty packet with a descriptor from a live peer: refused, the descriptor closed, the
+     * channel goes on */
+    int before = open_fds();
+    struct iovec none = {.iov_base = big, .iov_len = 0};
+    union {
+        char raw[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {.msg_iov = &none,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.raw,
+                        .msg_controllen = sizeof ctl.raw};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &region, sizeof region);
+    ck_assert_int_eq(sendmsg(sv[0], &mh, 0), 0);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "empty"));
+    ck_assert_int_eq(open_fds(), before);
+    /* a HELLO whose file is smaller than its region */
+    kvs_lend_msg wide = hello;
+    wide.region_bytes = 5 * 4096, wide.n_units = 5;
+    ck_assert_int_eq(kvs_lend_send(sv[0], &wide, region, 1000, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 0, &m, &fd, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "in a file of 16384"));
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(open_fds(), before);
+    /* a peer that reads nothing: the sender times out instead of blocking */
+    kvs_status st = KVS_OK;
+    int sent = 0;
+    while ((st = kvs_lend_send(sv[0], &offer, -1, 20, err, sizeof err)) == KVS_OK) sent++;
+    ck_assert_int_eq(st, KVS_ETIMEDOUT);
+    ck_assert_int_gt(sent, 0);
+    for (int k = 0; k < sent; k++)
+        ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, 20, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    /* the lender's end closes */
     close(sv[0]);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EIO);
-    ck_assert_ptr_nonnull(strstr(err, "gone"));
-    ck_assert_int_eq(kvs_lend_send(sv[1], &offer, -1, err, sizeof err), KVS_EIO);
+    ck_assert_ptr_nonnull(strstr(err, "lost"));
+    ck_assert_int_eq(kvs_lend_send(sv[1], &offer, -1, 1000, err, sizeof err), KVS_EIO);
     munmap(mine, 4 * 4096), munmap(theirs, 4 * 4096);
     close(region), close(sv[1]);
 }

@@ -116,11 +116,16 @@ START_TEST(a_death_on_either_side_ends_every_lending) {
         if (u < 2) ck_assert_int_eq(kvs_lender_on_accept(l, u, e), KVS_OK);
     }
     ck_assert_int_eq(kvs_lender_reclaim(l, 1, &e), KVS_OK);
-    /* the borrower dies: every unit comes back, whatever its step (lent, reclaiming, offered) */
-    kvs_lender_borrower_died(l);
-    for (uint32_t u = 0; u < 3; u++) ck_assert(kvs_lender_may_use(l, u));
+    /* the connection is lost: the offered unit (never accepted) comes back, the lent and the
+     * reclaimed ones wait until the borrower's process is known to be gone */
+    kvs_lender_disconnected(l);
+    ck_assert(!kvs_lender_may_use(l, 0));
+    ck_assert(!kvs_lender_may_use(l, 1));
+    ck_assert(kvs_lender_may_use(l, 2));
     ck_assert_int_eq(kvs_lender_on_accept(l, 2, e), KVS_ESTATE); /* a late message: ignored */
     ck_assert_int_eq(kvs_lender_offer(l, 0, &e), KVS_ESTATE);    /* nobody to lend to */
+    kvs_lender_borrower_gone(l);
+    for (uint32_t u = 0; u < 3; u++) ck_assert(kvs_lender_may_use(l, u));
     /* a new borrower; then the lender dies with I/O in flight */
     kvs_borrower_init(b, 3);
     ck_assert_int_eq(kvs_lender_connect(l), KVS_OK);
@@ -130,8 +135,23 @@ START_TEST(a_death_on_either_side_ends_every_lending) {
     kvs_borrower_lender_died(b);
     ck_assert_int_eq(kvs_borrower_begin_io(b, 0), KVS_ESTATE); /* misses from now on */
     ck_assert_int_eq(kvs_borrower_on_offer(b, 1, 9), KVS_ESTATE);
+    /* a new lender: its epochs start afresh; the unit whose read still runs is declined */
+    kvs_borrower_connect(b);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 0, 1), KVS_ESTATE);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 1, 1), KVS_OK);
     kvs_borrower_end_io(b, 0, 1, &release);
-    ck_assert_int_eq(release, 0); /* nobody to answer */
+    ck_assert_int_eq(release, 0);                                 /* nobody to answer */
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 0, 1), KVS_ESTATE); /* the declined one, again */
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 0, 2), KVS_OK);     /* offered anew */
+    /* a late copy of an offer already taken and given back is declined, and so is a late copy of
+     * one declined */
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 2, 5), KVS_OK);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 2, 6), KVS_ESTATE); /* ours already: declined */
+    ck_assert_int_eq(kvs_borrower_release(b, 2, &e), KVS_OK);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 2, 6), KVS_ESTATE); /* its late copy */
+    ck_assert_int_eq(kvs_borrower_release(b, 1, &e), KVS_OK);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 1, 1), KVS_ESTATE);
+    ck_assert_int_eq(kvs_borrower_on_offer(b, 1, 2), KVS_OK);
     ck_assert_int_eq(kvs_lender_init(l, KVS_LEND_MAX_UNITS + 1), KVS_EINVAL);
     ck_assert_int_eq(kvs_borrower_init(b, 0), KVS_EINVAL);
     free(l), free(b);
@@ -161,15 +181,36 @@ START_TEST(random_runs_never_share_a_unit) {
     kvs_borrower *b = malloc(sizeof *b);
     queue *down = calloc(1, sizeof *down), *up = calloc(1, sizeof *up);
     uint8_t stored[UNITS] = {0}; /* the borrower's tier holds objects in the unit */
+    msg last_offer[UNITS];
+    memset(last_offer, 0, sizeof last_offer);
+    uint64_t restarts = 0;
     kvs_lender_init(l, UNITS), kvs_borrower_init(b, UNITS), kvs_lender_connect(l);
     uint64_t x = 0x2545f4914f6cdd1dull, lent = 0, reclaimed = 0;
     for (int s = 0; s < STEPS; s++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         uint32_t u = (uint32_t)(x >> 32) % UNITS, e;
         int release = 0;
-        switch ((x >> 8) % 9) {
+        if ((x >> 20) % 4096 ==
+            0) { /* the borrower crashes and a new one connects: the queues go */
+            kvs_lender_disconnected(l);
+            kvs_lender_borrower_gone(l); /* the tier saw its process end */
+            kvs_borrower_init(b, UNITS);
+            memset(stored, 0, sizeof stored);
+            memset(last_offer, 0, sizeof last_offer); /* an old connection's copies are gone too */
+            down->head = down->tail, up->head = up->tail;
+            ck_assert_int_eq(kvs_lender_connect(l), KVS_OK);
+            restarts++;
+            continue;
+        }
+        switch ((x >> 8) % 10) {
             case 0:
-                if (kvs_lender_offer(l, u, &e) == KVS_OK) push(down, (msg){0, u, e});
+                if (kvs_lender_offer(l, u, &e) == KVS_OK) {
+                    last_offer[u] = (msg){0, u, e};
+                    push(down, last_offer[u]);
+                }
+                break;
+            case 9: /* a late copy of the unit's last offer */
+                if (last_offer[u].epoch) push(down, last_offer[u]);
                 break;
             case 1:
                 if (kvs_lender_reclaim(l, u, &e) == KVS_OK) push(down, (msg){1, u, e});
@@ -229,6 +270,7 @@ START_TEST(random_runs_never_share_a_unit) {
     }
     ck_assert_uint_gt(lent, 1000); /* the run exercised the protocol */
     ck_assert_uint_gt(reclaimed, 1000);
+    ck_assert_uint_gt(restarts, 10);
     free(l), free(b), free(down), free(up);
 }
 END_TEST

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/mp_reader.h"
@@ -97,7 +98,8 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
     return kvs_mp_read_end(&rd) == 0 ? KVS_OK : KVS_EINVAL;
 }
 
-kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, char *err, size_t err_len) {
+kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, int timeout_ms, char *err,
+                         size_t err_len) {
     uint8_t buf[KVS_LEND_WIRE_MAX];
     size_t n = kvs_lend_encode(m, buf);
     if (!n) {
@@ -120,9 +122,23 @@ kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, char *err
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &pass_fd, sizeof pass_fd);
     }
-    ssize_t sent;
-    do sent = sendmsg(sock, &mh, MSG_NOSIGNAL);
-    while (sent < 0 && errno == EINTR);
+    /* never blocked for good behind a peer that does not read: wait for room, then send at once */
+    struct pollfd pfd = {.fd = sock, .events = POLLOUT};
+    int r;
+    do r = poll(&pfd, 1, timeout_ms);
+    while (r < 0 && errno == EINTR);
+    ssize_t sent = -1;
+    if (r > 0) {
+        do sent = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (sent < 0 && errno == EINTR);
+    }
+    if (r == 0 || (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+        snprintf(err, err_len,
+                 "lending channel: no room to send within %d ms (the peer reads "
+                 "nothing)",
+                 timeout_ms);
+        return KVS_ETIMEDOUT;
+    }
     if (sent != (ssize_t)n) {
         snprintf(err, err_len, "lending channel: send failed (%s): the peer is gone",
                  sent < 0 ? strerror(errno) : "short");
@@ -150,10 +166,9 @@ kvs_status kvs_lend_recv(int sock, int timeout_ms, uint32_t max_units, kvs_lend_
     struct iovec io = {.iov_base = buf, .iov_len = sizeof buf};
     struct msghdr mh = {
         .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl.raw, .msg_controllen = sizeof ctl.raw};
-    ssize_t got = r < 0 ? -1 : recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    if (got <= 0) {
-        snprintf(err, err_len, "lending channel: %s: the peer is gone",
-                 got == 0 ? "closed" : strerror(errno));
+    ssize_t got = r < 0 ? -1 : recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (got < 0) {
+        snprintf(err, err_len, "lending channel: %s: the connection is lost", strerror(errno));
         return KVS_EIO;
     }
     /* every descriptor that came is ours to close unless it is the HELLO's one */
@@ -162,14 +177,31 @@ kvs_status kvs_lend_recv(int sock, int timeout_ms, uint32_t max_units, kvs_lend_
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
             for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && n_fds < 4; k++)
                 memcpy(&fds[n_fds++], CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+    /* 0 bytes: the end of the stream (the peer closed it), or an empty packet from a live one */
+    if (got == 0) {
+        for (int k = 0; k < n_fds; k++) close(fds[k]);
+        if (pfd.revents & POLLHUP) {
+            snprintf(err, err_len, "lending channel: closed: the connection is lost");
+            return KVS_EIO;
+        }
+        snprintf(err, err_len, "lending channel: an empty packet");
+        return KVS_EINVAL;
+    }
     kvs_status st = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || got > KVS_LEND_WIRE_MAX
                         ? KVS_EINVAL
                         : kvs_lend_decode(buf, (size_t)got, max_units, m, err, err_len);
     if (st == KVS_EINVAL && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC) || got > KVS_LEND_WIRE_MAX))
         snprintf(err, err_len, "lending channel: a packet longer than any message");
     int want_fd = st == KVS_OK && m->type == KVS_LEND_HELLO;
+    struct stat sb;
     if (want_fd && n_fds != 1) {
         snprintf(err, err_len, "lending channel: a HELLO with %d descriptors, not 1", n_fds);
+        st = KVS_EINVAL;
+        want_fd = 0;
+    } else if (want_fd && (fstat(fds[0], &sb) != 0 || (uint64_t)sb.st_size < m->region_bytes)) {
+        /* mapping more than the file holds would fault on the first touch past its end */
+        snprintf(err, err_len, "lending channel: a HELLO's region of %llu bytes in a file of %lld",
+                 (unsigned long long)m->region_bytes, (long long)sb.st_size);
         st = KVS_EINVAL;
         want_fd = 0;
     }

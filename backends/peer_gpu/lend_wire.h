@@ -3,7 +3,7 @@
  * socket, one message a packet, msgpack [version, type, unit, epoch] (HELLO adds the region's
  * geometry and passes the region's file descriptor with SCM_RIGHTS). Every packet from the peer is
  * read with the strict reader: a packet that is not one of these is refused with a sentence, never
- * acted on. A closed socket is the peer's death. */
+ * acted on. A closed socket is a lost connection (lending.h: not yet the peer's death). */
 #ifndef KVS_LEND_WIRE_H
 #define KVS_LEND_WIRE_H
 
@@ -49,14 +49,18 @@ size_t kvs_lend_encode(const kvs_lend_msg *m, uint8_t *buf);
 kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_lend_msg *m,
                            char *err, size_t err_len);
 
-/* Send m on a SOCK_SEQPACKET socket, with pass_fd (>= 0) as ancillary data. KVS_EIO with a
- * sentence when the socket refuses it (the peer is gone). */
-kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, char *err, size_t err_len);
+/* Send m on a SOCK_SEQPACKET socket, with pass_fd (>= 0) as ancillary data, waiting at most
+ * timeout_ms (-1: no bound) for room: KVS_ETIMEDOUT when the peer reads nothing (two sides sending
+ * at once never block each other for good), KVS_EIO with a sentence when the socket refuses it (the
+ * connection is lost). */
+kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, int timeout_ms, char *err,
+                         size_t err_len);
 
 /* Receive one packet within timeout_ms (-1: wait). KVS_OK with *m (and, for HELLO, *passed_fd the
- * descriptor, else -1); KVS_ETIMEDOUT when none came; KVS_EIO when the peer closed the socket (its
- * death) or it failed; KVS_EINVAL for a packet that is not a message (refused, its descriptor
- * closed). */
+ * descriptor, else -1); KVS_ETIMEDOUT when none came; KVS_EIO when the peer closed the socket or it
+ * failed (the connection is lost: the peer may still be alive, lending.h); KVS_EINVAL for a packet
+ * that is not a message (an empty one, or a HELLO whose file is smaller than its region: refused,
+ * any descriptor closed). */
 kvs_status kvs_lend_recv(int sock, int timeout_ms, uint32_t max_units, kvs_lend_msg *m,
                          int *passed_fd, char *err, size_t err_len);
 

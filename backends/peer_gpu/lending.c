@@ -54,9 +54,18 @@ kvs_status kvs_lender_on_released(kvs_lender *l, uint32_t unit, uint32_t epoch) 
     return KVS_OK;
 }
 
-void kvs_lender_borrower_died(kvs_lender *l) {
-    for (uint32_t u = 0; u < l->n_units; u++) l->state[u] = KVS_LEND_OWNED;
+void kvs_lender_disconnected(kvs_lender *l) {
+    for (uint32_t u = 0; u < l->n_units; u++)
+        if (l->state[u] == KVS_LEND_OFFERED)
+            l->state[u] = KVS_LEND_OWNED;
+        else if (l->state[u] != KVS_LEND_OWNED)
+            l->state[u] = KVS_LEND_QUARANTINED;
     l->borrower = 0;
+}
+
+void kvs_lender_borrower_gone(kvs_lender *l) {
+    for (uint32_t u = 0; u < l->n_units; u++)
+        if (l->state[u] == KVS_LEND_QUARANTINED) l->state[u] = KVS_LEND_OWNED;
 }
 
 int kvs_lender_may_use(const kvs_lender *l, uint32_t unit) {
@@ -72,7 +81,10 @@ kvs_status kvs_borrower_init(kvs_borrower *b, uint32_t n_units) {
 }
 
 kvs_status kvs_borrower_on_offer(kvs_borrower *b, uint32_t unit, uint32_t epoch) {
-    if (!b->lender || unit >= b->n_units || b->state[unit] != KVS_BORROW_NONE) return KVS_ESTATE;
+    if (!b->lender || unit >= b->n_units) return KVS_ESTATE;
+    int fresh = epoch > b->seen[unit];
+    if (fresh) b->seen[unit] = epoch; /* a copy of this offer, declined or not, is never taken */
+    if (!fresh || b->state[unit] != KVS_BORROW_NONE || b->in_flight[unit] != 0) return KVS_ESTATE;
     b->state[unit] = KVS_BORROW_USABLE;
     b->epoch[unit] = epoch;
     return KVS_OK;
@@ -119,4 +131,10 @@ kvs_status kvs_borrower_release(kvs_borrower *b, uint32_t unit, uint32_t *epoch)
 void kvs_borrower_lender_died(kvs_borrower *b) {
     b->lender = 0;
     for (uint32_t u = 0; u < b->n_units; u++) b->state[u] = KVS_BORROW_NONE;
+}
+
+void kvs_borrower_connect(kvs_borrower *b) {
+    b->lender = 1;
+    memset(b->epoch, 0, sizeof b->epoch);
+    memset(b->seen, 0, sizeof b->seen);
 }

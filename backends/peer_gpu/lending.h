@@ -10,9 +10,12 @@
  *            finish, empties it (its objects evicted or moved down the chain) -> RELEASED(unit,
  *            epoch) -> only then may the lender reuse it.
  * Every unit carries an epoch, bumped each time the lender offers it, so a message about an earlier
- * lending of the same unit is told apart and ignored. Deaths: a dead borrower's units return to the
- * lender at once (nothing can touch them any more); a dead lender's units become unusable to the
- * borrower at once (their memory may be gone) and what they held turns into misses. */
+ * lending of the same unit is told apart and ignored (a borrower takes an offer only of a newer
+ * epoch than any it held the unit under). Losing the connection is not the borrower's death: its
+ * process may still be copying, so its units are quarantined, and come back to the lender only once
+ * the tier has made sure the process is gone. A lost lender's units become unusable to the borrower
+ * at once (their memory may be gone) and what they held turns into misses; I/O already in flight
+ * stays counted, so a unit is not taken again from a new lender before it has ended. */
 #ifndef KVS_LENDING_H
 #define KVS_LENDING_H
 
@@ -29,10 +32,12 @@ extern "C" {
 /* ---- the lender -------------------------------------------------------------------------------- */
 
 typedef enum kvs_lend_unit_state {
-    KVS_LEND_OWNED = 0,  /* the lender's own: it may use it */
-    KVS_LEND_OFFERED,    /* offered, not yet accepted: neither side uses it */
-    KVS_LEND_LENT,       /* the borrower's */
-    KVS_LEND_RECLAIMING, /* asked back: still the borrower's until RELEASED */
+    KVS_LEND_OWNED = 0,   /* the lender's own: it may use it */
+    KVS_LEND_OFFERED,     /* offered, not yet accepted: neither side uses it */
+    KVS_LEND_LENT,        /* the borrower's */
+    KVS_LEND_RECLAIMING,  /* asked back: still the borrower's until RELEASED */
+    KVS_LEND_QUARANTINED, /* the connection was lost while the borrower held it: nobody's until the
+                           * borrower's process is known to be gone */
 } kvs_lend_unit_state;
 
 typedef struct kvs_lender {
@@ -59,8 +64,12 @@ kvs_status kvs_lender_reclaim(kvs_lender *l, uint32_t unit, uint32_t *epoch);
 /* RELEASED(unit, epoch): a unit being reclaimed (or lent: the borrower gave it back unasked) is the
  * lender's again. A stale one changes nothing (KVS_ESTATE). */
 kvs_status kvs_lender_on_released(kvs_lender *l, uint32_t unit, uint32_t epoch);
-/* The borrower is gone (its socket closed): every unit comes back at once. */
-void kvs_lender_borrower_died(kvs_lender *l);
+/* The connection to the borrower is lost (its socket closed or failed): offered units come back
+ * (never accepted, never touched), the others it held are quarantined. A new borrower may connect. */
+void kvs_lender_disconnected(kvs_lender *l);
+/* The borrower that held the quarantined units is known to be gone (its process ended): they come
+ * back. */
+void kvs_lender_borrower_gone(kvs_lender *l);
 /* 1 when the lender may use the unit. */
 int kvs_lender_may_use(const kvs_lender *l, uint32_t unit);
 
@@ -75,14 +84,17 @@ typedef enum kvs_borrow_unit_state {
 typedef struct kvs_borrower {
     uint32_t n_units;
     uint8_t state[KVS_LEND_MAX_UNITS];
-    uint32_t epoch[KVS_LEND_MAX_UNITS];
+    uint32_t epoch[KVS_LEND_MAX_UNITS];     /* the epoch it holds (or last held) the unit under */
+    uint32_t seen[KVS_LEND_MAX_UNITS];      /* the newest epoch offered, taken or declined */
     uint32_t in_flight[KVS_LEND_MAX_UNITS]; /* reads and writes started, not finished */
     int lender;                             /* the lender is alive */
 } kvs_borrower;
 
 kvs_status kvs_borrower_init(kvs_borrower *b, uint32_t n_units);
-/* OFFER(unit, epoch): take it (KVS_OK: answer ACCEPT) unless the lender is dead or the unit is ours
- * already (KVS_ESTATE: answer DECLINE, or nothing for a dead lender). */
+/* OFFER(unit, epoch): take it (KVS_OK: answer ACCEPT) unless the lender is dead, the unit is ours
+ * already, I/O on it is still in flight, or the epoch is not newer than every offer of the unit
+ * seen so far, taken or declined (a late or repeated offer) (KVS_ESTATE: answer DECLINE, or nothing
+ * for a dead lender). */
 kvs_status kvs_borrower_on_offer(kvs_borrower *b, uint32_t unit, uint32_t epoch);
 /* Start I/O on a unit: KVS_OK and counted in flight only while it is usable (the tier turns
  * anything else into a miss, or a save elsewhere). */
@@ -101,8 +113,11 @@ void kvs_borrower_drained(kvs_borrower *b, uint32_t unit, int *release);
  * flight): it is not ours any more. KVS_ESTATE when I/O is still in flight. */
 kvs_status kvs_borrower_release(kvs_borrower *b, uint32_t unit, uint32_t *epoch);
 /* The lender is gone: no unit is usable from now on, whatever is in flight (its memory may be
- * gone); the tier turns what they held into misses. */
+ * gone); the tier turns what they held into misses. I/O in flight stays counted until it ends. */
 void kvs_borrower_lender_died(kvs_borrower *b);
+/* A new lender (its HELLO): its epochs start afresh. A unit with I/O still in flight from before
+ * is declined until that ends. */
+void kvs_borrower_connect(kvs_borrower *b);
 
 #ifdef __cplusplus
 }
