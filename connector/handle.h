@@ -141,10 +141,8 @@ struct kvs_handle {
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
     uint32_t finished_next;
     uint64_t step;
-    uint32_t
-        plan_caps;     /* set_plan_caps, less KVS_PLAN_CAP_MASK (restore.c: "plans through plan") */
-    int masks_dropped; /* KVS_PLAN_CAP_MASK: hits may take chunks stored with tokens dropped */
-    int restore_on;    /* restore.scheduler is cacheflow */
+    uint32_t plan_caps; /* set_plan_caps */
+    int restore_on;     /* restore.scheduler is cacheflow */
     cf_params restore_params;
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */

@@ -12,6 +12,9 @@
 #include "guard.h"
 #include "handle.h"
 
+/* The caps that are restore plans (KVS_PLAN_CAP_MASK is none: it changes what a hit may hold). */
+#define KVS_PLAN_CAPS_PLANS (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE)
+
 kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
     const kvs_config *cfg = h->cfg;
     if (cfg->restore.scheduler != KVS_RESTORE_CACHEFLOW) return KVS_OK;
@@ -61,7 +64,7 @@ int kvs_restore_load_async(const kvs_handle *h, uint32_t tier) {
 uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
                                    uint64_t n_chunks) {
     uint64_t offset = first_chunk * h->chunk_tokens;
-    if (!h->restore_on || h->plan_caps || n_chunks == 0 ||
+    if (!h->restore_on || (h->plan_caps & KVS_PLAN_CAPS_PLANS) || n_chunks == 0 ||
         n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
         return n_chunks;
     cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier, (uint32_t)offset};
@@ -126,7 +129,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                                           .end_token = info[i].end_token};
         m++;
     }
-    if (m == 0 || !h->restore_on || !h->plan_caps) return KVS_OK;
+    if (m == 0 || !h->restore_on || !(h->plan_caps & KVS_PLAN_CAPS_PLANS)) return KVS_OK;
     cf_request *cr = calloc(m, sizeof *cr);
     uint64_t *which = calloc(m, sizeof *which);
     cf_plan *plans = calloc(m, sizeof *plans);

@@ -49,10 +49,7 @@ kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
                              "(set_stages)");
-    /* masking is no plan: restore plans see the rest (restore.c reads plan_caps as "plans through
-     * `plan`") */
-    h->masks_dropped = (caps & KVS_PLAN_CAP_MASK) != 0;
-    h->plan_caps = caps & ~KVS_PLAN_CAP_MASK;
+    h->plan_caps = caps;
     /* token mode only, layer mode only, or each request's faster one */
     caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
     h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
@@ -70,7 +67,7 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                              "set_stages: stages is NULL or its struct_size %u is below %u",
                              d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
     d = &copy;
-    if (h->n_requests || h->plan_caps || h->masks_dropped)
+    if (h->n_requests || h->plan_caps)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_stages: call it before set_plan_caps and the first lookup");
     if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 ||
@@ -411,9 +408,9 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint8_t *lossy = lossy_chunks(h, r, run);
     if (lossy) { /* what the engine refuses ends the hit: lossy chunks without accept_lossy, and
                   * chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK) */
-        uint8_t refused = !h->cfg->loads.accept_lossy ? LOSSY_ANY
-                          : !h->masks_dropped         ? LOSSY_DROPPED
-                                                      : 0;
+        uint8_t refused = !h->cfg->loads.accept_lossy           ? LOSSY_ANY
+                          : !(h->plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
+                                                                : 0;
         /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
          * tell the engine what to mask): judged on the whole run, before any cut */
         if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;
@@ -772,7 +769,7 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
                      .group_fingerprint = h->group_fingerprint,
                      .key_ranks = h->key_ranks,
                      .chunk_tokens = h->chunk_tokens,
-                     .flags = h->masks_dropped ? KVS_META_MASKS_DROPPED : 0u};
+                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;

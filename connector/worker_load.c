@@ -114,8 +114,8 @@ static int keep_mask(kvs_handle *h, kvs_load_work *w) {
 /* A staged lossy chunk, checked layer by layer before any of it lands. A device that decodes codecs
  * (the host device) decodes it straight into the pages as the engine reaches each layer (one pass,
  * no full-precision object in between: w->fused). Another device gets the raw object it stands for,
- * decoded into a fresh slab, and the rest of the load is a raw load's. Returns the object to load as raw, or NULL (fused, or
- * the load failed). */
+ * decoded into a fresh slab, and the rest of the load is a raw load's. Returns the object to load
+ * as raw, or NULL (fused, or the load failed). */
 static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[384];
     kvs_codec c;
@@ -743,7 +743,7 @@ kvs_status kvs_worker_load_dropped(kvs_handle *h, const char *req_id, uint64_t f
         if (hi > end) hi = end;
         for (uint64_t p = lo; p < hi; p++) {
             uint64_t row = p - w->load->chunk_first;
-            if (w->kept[row / 8] >> (row % 8) & 1) continue;
+            if (kvs_codec_kept(w->kept, row)) continue;
             mask[p - first_token] = 1;
             n++;
         }

@@ -137,31 +137,6 @@ static void assert_decoded(rig *r, const kvs_codec *c, const uint8_t *lossy, con
     free(rows);
 }
 
-/* Run request id's step over tokens t in blocks b (n_computed held, `hit` tokens loaded, the rest
- * computed) with load_dropped called between start_load and the layers: the positions it names go
- * to dropped[128], their count to *n_dropped. Returns the error blocks. */
-static uint64_t drop_step(rig *r, const char *id, const int32_t *t, const uint32_t *b,
-                          uint64_t n_computed, uint64_t hit, uint8_t *dropped,
-                          uint64_t *n_dropped) {
-    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, hit), KVS_OK);
-    kvs_step_request s = {id, t, 128, b, 8, n_computed + hit, 128 - n_computed - hit};
-    uint8_t meta[65536];
-    uint64_t mlen, n = 0;
-    uint32_t errs[16];
-    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
-    ck_assert_int_eq(api->bind_meta(r->h, meta, mlen), KVS_OK);
-    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_ESTATE);
-    ck_assert_int_eq(api->start_load(r->h), KVS_OK);
-    memset(dropped, 0, 128);
-    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_OK);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
-    rig_write_kv(r, b, t, n_computed + hit, 128);
-    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
-    ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
-    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
-    return n;
-}
-
 START_TEST(an_accepted_lossy_chunk_lands_as_its_codec_decodes_it) {
     rig r;
     open_rig(&r, (_i - 1) % 2 + 1, _i > 2); /* 1: zero-copy, 2: copied; 3, 4: decoded first */
@@ -515,7 +490,7 @@ START_TEST(a_drop_chunk_loaded_from_inside_reports_its_own_positions) {
     ck_assert_uint_eq(res.n_lossy_tokens, 64 - 40);
     uint8_t dropped[128];
     uint64_t n_dropped = 0, want = 0;
-    ck_assert_uint_eq(drop_step(&r, "two", t, b, 40, 127 - 40, dropped, &n_dropped), 0);
+    ck_assert_uint_eq(rig_drop_step(&r, "two", t, b, 40, 127 - 40, dropped, &n_dropped), 0);
     for (uint64_t p = 0; p < 128; p++) {
         int d = p >= 40 && p < 64 && dropped_at(kept, p - 32);
         ck_assert_int_eq(dropped[p], d);

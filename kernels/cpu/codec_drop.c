@@ -8,10 +8,6 @@
 
 #include "kernels/cpu/dtype.h"
 
-static int kept(const uint8_t *mask, uint32_t t) {
-    return mask[t / 8u] >> (t % 8u) & 1u;
-}
-
 kvs_status kvs_codec_check_layer(const kvs_codec *c, uint32_t n_tokens, const void *encoded) {
     if (c->kind != KVS_CODEC_DROP) return KVS_OK;
     const uint8_t *mask = encoded;
@@ -87,7 +83,7 @@ kvs_status kvs_codec_drop_encode(const kvs_codec *c, const kvs_kv_shape *shape, 
     if (kvs_codec_check_layer(c, n_tokens, mask) != KVS_OK) return KVS_EINVAL;
     uint8_t *k = mask + g.k_meta, *v = k + g.codes;
     for (uint32_t t = 0, i = 0; t < n_tokens; t++) {
-        if (!kept(mask, t)) continue;
+        if (!kvs_codec_kept(mask, t)) continue;
         memcpy(k + i * row, (const uint8_t *)k_rows + t * row, row);
         if (shape->has_v) memcpy(v + i * row, (const uint8_t *)v_rows + t * row, row);
         i++;
@@ -103,14 +99,14 @@ kvs_status kvs_codec_drop_scatter_rows(const kvs_codec *c, const kvs_layer_view 
     const uint8_t *mask = encoded, *k = mask + g.k_meta, *v = k + g.codes;
     uint64_t row = (uint64_t)g.heads * g.row_codes;
     uint32_t i = 0; /* kept rows before row r */
-    for (uint32_t r = 0; r < first_row; r++) i += (uint32_t)kept(mask, r);
+    for (uint32_t r = 0; r < first_row; r++) i += (uint32_t)kvs_codec_kept(mask, r);
     for (uint32_t t = 0; t < span->n_tokens; t++) {
         uint32_t r = first_row + t;
         uint64_t pos = span->first_token + t;
         int64_t off = (int64_t)span->block_ids[pos / shape->block_tokens] * view->block_stride +
                       (int64_t)(pos % shape->block_tokens) * view->token_stride;
         /* a mask keeping more rows than stored (a reader checks it first) reads no further */
-        int have = kept(mask, r) && i < g.kept;
+        int have = kvs_codec_kept(mask, r) && i < g.kept;
         for (uint32_t h = 0; h < g.heads; h++) {
             int64_t at = off + (int64_t)h * view->head_stride;
             uint64_t src = (uint64_t)i * row + (uint64_t)h * g.row_codes;
@@ -124,7 +120,7 @@ kvs_status kvs_codec_drop_scatter_rows(const kvs_codec *c, const kvs_layer_view 
             else
                 memset((uint8_t *)view->v_base + at, 0, g.row_codes);
         }
-        i += (uint32_t)kept(mask, r);
+        i += (uint32_t)kvs_codec_kept(mask, r);
     }
     return KVS_OK;
 }

@@ -28,6 +28,11 @@ static inline uint64_t kvs_codec_mask_bytes(uint32_t n) {
     return ((uint64_t)n + 63u) / 64u * 8u;
 }
 
+/* 1 when a DROP layer's kept mask keeps token t (bit t, least significant first). */
+static inline int kvs_codec_kept(const uint8_t *mask, uint64_t t) {
+    return mask[t / 8u] >> (t % 8u) & 1u;
+}
+
 typedef struct kvs_codec {
     uint8_t kind;     /* KVS_CODEC_KIVI, KVS_CODEC_INT8 or KVS_CODEC_DROP */
     uint8_t bits;     /* KIVI: 2 or 4; INT8: 8; DROP: 0 */

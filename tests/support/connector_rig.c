@@ -201,3 +201,25 @@ int rig_stored(rig *r, const int32_t *tokens, uint64_t chunk) {
     kvs_keys_chain(&r->h->fingerprint, tokens, chunk + 1, CHUNK, keys);
     return kvs_tiers_find(r->h->tiers, &keys[chunk]) >= 0;
 }
+
+uint64_t rig_drop_step(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                       uint64_t n_computed, uint64_t hit, uint8_t *dropped, uint64_t *n_dropped) {
+    const kvs_api *api = rig_api();
+    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, hit), KVS_OK);
+    kvs_step_request s = {id, t, 128, b, 8, n_computed + hit, 128 - n_computed - hit};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r->h, meta, mlen), KVS_OK);
+    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_ESTATE);
+    ck_assert_int_eq(api->start_load(r->h), KVS_OK);
+    memset(dropped, 0, 128);
+    ck_assert_int_eq(api->load_dropped(r->h, id, 0, 128, dropped, n_dropped), KVS_OK);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    rig_write_kv(r, b, t, n_computed + hit, 128);
+    for (uint32_t l = 0; l < LAYERS; l++) ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
+    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    return n;
+}

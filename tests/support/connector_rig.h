@@ -85,6 +85,11 @@ void rig_worker_step(rig *r, const void *meta, uint64_t len, const uint32_t *blo
 /* One whole prefill of a request in one step, on a handle of role both: returns the hit tokens. */
 uint64_t rig_prefill(rig *r, const char *id, const int32_t *tokens, uint64_t n,
                      const uint32_t *blocks);
+/* Request id's step over 128 tokens t in 8 blocks b (n_computed held, `hit` tokens loaded, the rest
+ * computed), with load_dropped asked before start_load (refused) and after it: the positions it
+ * names go to dropped[128], their count to *n_dropped. Returns the step's error blocks. */
+uint64_t rig_drop_step(rig *r, const char *id, const int32_t *t, const uint32_t *b,
+                       uint64_t n_computed, uint64_t hit, uint8_t *dropped, uint64_t *n_dropped);
 /* 1 if chunk `chunk` of tokens is stored in some tier of the rig's handle. */
 int rig_stored(rig *r, const int32_t *tokens, uint64_t chunk);
 
