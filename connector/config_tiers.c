@@ -11,7 +11,7 @@ static const char *const TIER_KEYS[] = {"name",   "type",    "capacity", "write"
 _Static_assert(TK_COUNT == KVS_TIER_KEYS,
                "kvs_tier_config.keys_at holds one position per tier key");
 
-static const char *const TIER_TYPES[] = {"compress", "dram", "plugin", "remote", "ssd"};
+static const char *const TIER_TYPES[] = {"compress", "dram", "peer_gpu", "plugin", "remote", "ssd"};
 static const char *const WRITE_POLICIES[] = {"back", "through"};
 
 size_t kvs_config_tier_key(const char *name) {
@@ -53,7 +53,7 @@ static kvs_status tier_type(const kvs_yaml_ctx *ctx, kvs_tier_fields *f, kvs_tie
     char kp[KEY_PATH_MAX];
     if (!f->values[TK_TYPE])
         return kvs_yaml_missing_key(ctx, f->map, f->path, "type",
-                                    " (dram, compress, ssd, remote or plugin)");
+                                    " (dram, compress, ssd, remote, peer_gpu or plugin)");
     kvs_yaml_key_path(kp, f->path, "type");
     kvs_status st = kvs_yaml_get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES,
                                         COUNT_OF(TIER_TYPES), &f->type);
@@ -101,7 +101,7 @@ static kvs_status append_option(const kvs_yaml_ctx *ctx, kvs_tier_config *t, con
 static const struct {
     int type;
     const char *option;
-} PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"}};
+} PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"}, {TYPE_PEER_GPU, "socket"}};
 
 static kvs_status tier_option(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
                               const kvs_yaml_node *k, const kvs_yaml_node *v, const char *path,

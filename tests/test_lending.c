@@ -116,12 +116,15 @@ START_TEST(a_death_on_either_side_ends_every_lending) {
         if (u < 2) ck_assert_int_eq(kvs_lender_on_accept(l, u, e), KVS_OK);
     }
     ck_assert_int_eq(kvs_lender_reclaim(l, 1, &e), KVS_OK);
-    /* the connection is lost: the offered unit (never accepted) comes back, the lent and the
-     * reclaimed ones wait until the borrower's process is known to be gone */
+    /* the connection is lost: every unit the borrower held or may have taken waits until its
+     * process is known to be gone - the offered one too (unit 2: the borrower took the offer and
+     * may be writing into it; its ACCEPT went down with the connection) */
     kvs_lender_disconnected(l);
     ck_assert(!kvs_lender_may_use(l, 0));
     ck_assert(!kvs_lender_may_use(l, 1));
-    ck_assert(kvs_lender_may_use(l, 2));
+    ck_assert(!kvs_lender_may_use(l, 2));
+    ck_assert_int_eq(kvs_borrower_begin_io(b, 2), KVS_OK); /* what the lender must not race */
+    kvs_borrower_end_io(b, 2, 1, &release);
     ck_assert_int_eq(kvs_lender_on_accept(l, 2, e), KVS_ESTATE); /* a late message: ignored */
     ck_assert_int_eq(kvs_lender_offer(l, 0, &e), KVS_ESTATE);    /* nobody to lend to */
     kvs_lender_borrower_gone(l);

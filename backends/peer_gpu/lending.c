@@ -55,11 +55,9 @@ kvs_status kvs_lender_on_released(kvs_lender *l, uint32_t unit, uint32_t epoch) 
 }
 
 void kvs_lender_disconnected(kvs_lender *l) {
+    /* an offered unit too: the borrower may have taken it, its ACCEPT lost with the connection */
     for (uint32_t u = 0; u < l->n_units; u++)
-        if (l->state[u] == KVS_LEND_OFFERED)
-            l->state[u] = KVS_LEND_OWNED;
-        else if (l->state[u] != KVS_LEND_OWNED)
-            l->state[u] = KVS_LEND_QUARANTINED;
+        if (l->state[u] != KVS_LEND_OWNED) l->state[u] = KVS_LEND_QUARANTINED;
     l->borrower = 0;
 }
 

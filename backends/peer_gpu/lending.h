@@ -64,8 +64,9 @@ kvs_status kvs_lender_reclaim(kvs_lender *l, uint32_t unit, uint32_t *epoch);
 /* RELEASED(unit, epoch): a unit being reclaimed (or lent: the borrower gave it back unasked) is the
  * lender's again. A stale one changes nothing (KVS_ESTATE). */
 kvs_status kvs_lender_on_released(kvs_lender *l, uint32_t unit, uint32_t epoch);
-/* The connection to the borrower is lost (its socket closed or failed): offered units come back
- * (never accepted, never touched), the others it held are quarantined. A new borrower may connect. */
+/* The connection to the borrower is lost (its socket closed or failed): every unit not the
+ * lender's is quarantined, offered ones too (the borrower may have taken the offer and be using the
+ * unit, its ACCEPT lost with the connection). A new borrower may connect. */
 void kvs_lender_disconnected(kvs_lender *l);
 /* The borrower that held the quarantined units is known to be gone (its process ended): they come
  * back. */

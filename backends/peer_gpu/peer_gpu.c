@@ -1,0 +1,547 @@
+/*
+ * peer_gpu.c - the peer_gpu tier's operations (contract in peer_gpu.h): the index of the objects in
+ * lent units, LRU and pins, and the copies into and out of the lender's region, each counted as I/O
+ * in flight on its unit (lending.h) so a reclaim waits for it. The link to the lender is
+ * peer_gpu_link.c's.
+ */
+#include "peer_gpu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/key.h"
+#include "common/log.h"
+#include "common/options.h"
+#include "lend_wire.h"
+#include "peer_gpu_internal.h"
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+void pg_set_error(pg_state *st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_vfmt_tier(st->error, sizeof st->error, "peer_gpu", st->tier_name, fmt, ap);
+    va_end(ap);
+}
+
+void pg_log(pg_state *st, int level, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
+}
+
+uint32_t pg_unit_of(const pg_state *st, uint32_t slot) { return slot / st->slots_per_unit; }
+
+static uint8_t *slot_data(const pg_state *st, uint32_t s) {
+    uint64_t u = pg_unit_of(st, s), k = s % st->slots_per_unit;
+    return st->region + u * st->unit_bytes + k * st->slot_bytes;
+}
+
+static int unit_usable(const pg_state *st, uint32_t u) {
+    return st->borrower.lender && st->borrower.state[u] == KVS_BORROW_USABLE;
+}
+
+/* ---- index (chained buckets) and LRU -------------------------------------------------------- */
+
+static uint32_t *bucket_of(pg_state *st, const kvs_key *key) {
+    return &st->buckets[kvs_key_hash(key) & (st->n_buckets - 1)];
+}
+
+/* The stored slot of key, or PG_NIL. */
+static uint32_t find(pg_state *st, const kvs_key *key) {
+    if (!st->slots) return PG_NIL;
+    for (uint32_t s = *bucket_of(st, key); s != PG_NIL; s = st->slots[s].hnext)
+        if (st->slots[s].state == PG_STORED && memcmp(&st->slots[s].key, key, sizeof *key) == 0)
+            return s;
+    return PG_NIL;
+}
+
+static void lru_unlink(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    if (e->prev != PG_NIL)
+        st->slots[e->prev].next = e->next;
+    else
+        st->lru_head = e->next;
+    if (e->next != PG_NIL)
+        st->slots[e->next].prev = e->prev;
+    else
+        st->lru_tail = e->prev;
+    e->prev = e->next = PG_NIL;
+}
+
+static void lru_push_head(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    e->prev = PG_NIL;
+    e->next = st->lru_head;
+    if (st->lru_head != PG_NIL)
+        st->slots[st->lru_head].prev = s;
+    else
+        st->lru_tail = s;
+    st->lru_head = s;
+}
+
+/* Make slot s (stored) visible under its key. */
+static void publish(pg_state *st, uint32_t s) {
+    uint32_t *b = bucket_of(st, &st->slots[s].key);
+    st->slots[s].hnext = *b;
+    *b = s;
+    st->slots[s].state = PG_STORED;
+    lru_push_head(st, s);
+    st->stats.objects++;
+}
+
+static void free_slot(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    e->state = PG_FREE;
+    e->len = 0;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+}
+
+/* Take a stored slot out of the index and the LRU; freed now, or doomed while copies run. */
+static void unpublish(pg_state *st, uint32_t s) {
+    for (uint32_t *p = bucket_of(st, &st->slots[s].key); *p != PG_NIL; p = &st->slots[*p].hnext)
+        if (*p == s) {
+            *p = st->slots[s].hnext;
+            break;
+        }
+    lru_unlink(st, s);
+    st->stats.objects--;
+    if (st->slots[s].readers)
+        st->slots[s].state = PG_DOOMED;
+    else
+        free_slot(st, s);
+}
+
+static int pinned(pg_slot *e, uint64_t now) {
+    if (e->pins == 0) return 0;
+    if (now < e->pin_deadline_ns) return 1;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    return 0;
+}
+
+int pg_unit_empty(const pg_state *st, uint32_t u) {
+    for (uint32_t k = 0; k < st->slots_per_unit; k++)
+        if (st->slots[u * st->slots_per_unit + k].state != PG_FREE) return 0;
+    return 1;
+}
+
+void pg_empty_unit(pg_state *st, uint32_t u, int down) {
+    for (uint32_t k = 0; k < st->slots_per_unit; k++) {
+        uint32_t s = u * st->slots_per_unit + k;
+        pg_slot *e = &st->slots[s];
+        if (e->state != PG_STORED) continue;
+        if (st->host && st->host->on_evict) {
+            st->host->on_evict(st->host->ctx, &e->key, down ? slot_data(st, s) : NULL,
+                               down ? e->len : 0);
+        }
+        if (down)
+            st->stats.moved_down++;
+        else
+            st->stats.lost_objects++;
+        unpublish(st, s);
+    }
+}
+
+void pg_send_released(pg_state *st, uint32_t u) {
+    uint32_t epoch = 0;
+    if (kvs_borrower_release(&st->borrower, u, &epoch) != KVS_OK) return;
+    kvs_lend_msg m = {.type = KVS_LEND_RELEASED, .unit = u, .epoch = epoch};
+    char why[256];
+    if (st->sock < 0 || kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, why,
+                                      sizeof why) != KVS_OK) {
+        /* the lender keeps the unit as the borrower's (quarantined once the link drops): safe */
+        if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
+        return;
+    }
+    st->stats.released++;
+}
+
+/* A copy into or out of slot s ended (lock held): the unit's I/O count, a doomed slot, and a
+ * RELEASED the end makes possible. */
+static void end_copy(pg_state *st, uint32_t s, int reading) {
+    uint32_t u = pg_unit_of(st, s);
+    pg_slot *e = &st->slots[s];
+    if (reading && --e->readers == 0 && e->state == PG_DOOMED) free_slot(st, s);
+    int release = 0;
+    kvs_borrower_end_io(&st->borrower, u, pg_unit_empty(st, u), &release);
+    if (release) pg_send_released(st, u);
+    st->in_flight--;
+    pthread_cond_broadcast(&st->changed);
+}
+
+/* Start a copy on slot s (lock held): counted in flight on its unit; 0 when the unit is no longer
+ * usable. */
+static int begin_copy(pg_state *st, uint32_t s, int reading) {
+    if (kvs_borrower_begin_io(&st->borrower, pg_unit_of(st, s)) != KVS_OK) return 0;
+    if (reading) st->slots[s].readers++;
+    st->in_flight++;
+    return 1;
+}
+
+static void copy_hook(pg_state *st, uint32_t s) {
+    if (st->copy_hook) st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s));
+}
+
+/* ---- options and lifecycle ------------------------------------------------------------------ */
+
+static const kvs_option_desc OPTIONS[] = {
+    {.name = "socket", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(pg_options, socket)},
+    {.name = "connect_timeout_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(pg_options, connect_timeout_ms),
+     .min = 0,
+     .max = 600000},
+    {.name = "retry_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(pg_options, retry_ms),
+     .min = 10,
+     .max = 3600000},
+    {.name = "send_timeout_ms",
+     .kind = KVS_OPTION_MILLISECONDS,
+     KVS_OPTION_FIELD(pg_options, send_timeout_ms),
+     .min = 1,
+     .max = 600000},
+};
+
+static void pg_destroy(void *state) {
+    pg_state *st = state;
+    if (!st) return;
+    pg_link_stop(st);
+    pthread_cond_destroy(&st->changed);
+    pthread_mutex_destroy(&st->lock);
+    free(st->slots);
+    free(st->buckets);
+    free(st);
+}
+
+static kvs_status pg_create(const kvs_backend_init *init, void **out) {
+    if (!init || !out) return KVS_EINVAL;
+    *out = NULL;
+    pg_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        kvs_create_error(init, "peer_gpu tier: out of memory");
+        return KVS_ENOMEM;
+    }
+    snprintf(st->tier_name, sizeof st->tier_name, "%s", init->tier_name ? init->tier_name : "?");
+    st->host = init->host;
+    st->max_object_bytes = init->max_object_bytes;
+    st->sock = -1;
+    st->wake[0] = st->wake[1] = -1;
+    st->lru_head = st->lru_tail = PG_NIL;
+    st->opt = (pg_options){.connect_timeout_ms = 2000, .retry_ms = 1000, .send_timeout_ms = 1000};
+    char why[256], refused[64] = "", msg[512];
+    kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
+                                      init->n_options, &st->opt, NULL, why, sizeof why, refused,
+                                      sizeof refused);
+    if (rc == KVS_OK && !st->opt.socket) {
+        snprintf(why, sizeof why, "option socket (the lender's Unix socket) is required");
+        snprintf(refused, sizeof refused, "socket");
+        rc = KVS_ECONFIG;
+    } else if (rc == KVS_OK && strlen(st->opt.socket) >= sizeof st->socket_path) {
+        snprintf(why, sizeof why, "socket path \"%s\" is longer than a Unix socket takes (%zu)",
+                 st->opt.socket, sizeof st->socket_path - 1);
+        snprintf(refused, sizeof refused, "socket");
+        rc = KVS_ECONFIG;
+    } else if (rc == KVS_OK && init->max_object_bytes == 0) {
+        snprintf(why, sizeof why, "no object size was given (max_object_bytes 0)");
+        rc = KVS_EINVAL;
+    }
+    if (rc != KVS_OK) {
+        kvs_fmt(msg, sizeof msg, "peer_gpu tier \"%s\": %s", st->tier_name, why);
+        kvs_create_error(init, msg);
+        if (refused[0]) kvs_option_refused(init, refused, -1);
+        free(st);
+        return rc;
+    }
+    snprintf(st->socket_path, sizeof st->socket_path, "%s", st->opt.socket);
+    /* slots a cache line apart: two objects never share one */
+    st->slot_bytes = (init->max_object_bytes + 63) & ~(uint64_t)63;
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    rc = pg_link_start(st);
+    if (rc != KVS_OK) {
+        kvs_fmt(msg, sizeof msg, "%s", st->error);
+        kvs_create_error(init, msg);
+        pthread_cond_destroy(&st->changed);
+        pthread_mutex_destroy(&st->lock);
+        free(st);
+        return rc;
+    }
+    *out = st;
+    return KVS_OK;
+}
+
+kvs_status kvs_peer_gpu_stats_get(void *tier, kvs_peer_gpu_stats *out) {
+    pg_state *st = tier;
+    if (!st || !out) return KVS_EINVAL;
+    pthread_mutex_lock(&st->lock);
+    *out = st->stats;
+    out->connected = st->region != NULL;
+    out->slots_per_unit = st->slots_per_unit;
+    out->usable_units = 0;
+    for (uint32_t u = 0; st->region && u < st->borrower.n_units; u++)
+        out->usable_units += (uint32_t)unit_usable(st, u);
+    pthread_mutex_unlock(&st->lock);
+    return KVS_OK;
+}
+
+kvs_status kvs_peer_gpu_set_copy_hook(void *tier, void (*hook)(void *ctx, uint32_t unit),
+                                      void *ctx) {
+    pg_state *st = tier;
+    if (!st) return KVS_EINVAL;
+    st->copy_hook = hook;
+    st->copy_hook_ctx = ctx;
+    return KVS_OK;
+}
+
+static const char *pg_last_error(void *state) {
+    pg_state *st = state;
+    return st ? st->error : "";
+}
+
+/* ---- operations ----------------------------------------------------------------------------- */
+
+/* The stored slot of key in a usable unit, or PG_NIL (lock held). */
+static uint32_t find_usable(pg_state *st, const kvs_key *key) {
+    uint32_t s = find(st, key);
+    return s != PG_NIL && unit_usable(st, pg_unit_of(st, s)) ? s : PG_NIL;
+}
+
+static kvs_status pg_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
+    pg_state *st = state;
+    if (!st || (!keys && n) || !n_present) return KVS_EINVAL;
+    pthread_mutex_lock(&st->lock);
+    uint64_t i = 0;
+    while (i < n && find_usable(st, &keys[i]) != PG_NIL) i++;
+    pthread_mutex_unlock(&st->lock);
+    *n_present = i;
+    return KVS_OK;
+}
+
+static kvs_status pg_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t timeout_ms,
+                         uint64_t *n_pinned) {
+    pg_state *st = state;
+    if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
+    uint64_t now = kvs_now_ns();
+    uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
+    uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
+    pthread_mutex_lock(&st->lock);
+    uint64_t i = 0;
+    for (; i < n; i++) {
+        uint32_t s = find_usable(st, &keys[i]);
+        if (s == PG_NIL) break;
+        pg_slot *e = &st->slots[s];
+        pinned(e, now);
+        if (e->pins < UINT32_MAX) e->pins++;
+        if (deadline > e->pin_deadline_ns) e->pin_deadline_ns = deadline;
+    }
+    pthread_mutex_unlock(&st->lock);
+    *n_pinned = i;
+    return KVS_OK;
+}
+
+static kvs_status pg_unpin(void *state, const kvs_key *keys, uint64_t n) {
+    pg_state *st = state;
+    if (!st || (!keys && n)) return KVS_EINVAL;
+    uint64_t now = kvs_now_ns();
+    pthread_mutex_lock(&st->lock);
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t s = find(st, &keys[i]);
+        if (s == PG_NIL || !pinned(&st->slots[s], now)) continue;
+        if (--st->slots[s].pins == 0) st->slots[s].pin_deadline_ns = 0;
+    }
+    pthread_mutex_unlock(&st->lock);
+    return KVS_OK;
+}
+
+/* Bytes [offset, offset + len) of key's object into dst; *got and *object_len as get_range. */
+static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset, uint64_t len,
+                              void *dst, uint64_t *got, uint64_t *object_len, int whole,
+                              uint64_t cap) {
+    pthread_mutex_lock(&st->lock);
+    uint32_t s = find(st, key);
+    if (s == PG_NIL) {
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOTFOUND;
+    }
+    pg_slot *e = &st->slots[s];
+    uint64_t olen = e->len;
+    if (whole && cap < olen) {
+        pthread_mutex_unlock(&st->lock);
+        *object_len = olen;
+        return KVS_EOVERFLOW;
+    }
+    if (!begin_copy(st, s, 1)) {
+        st->stats.refused_reads++;
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOTFOUND;
+    }
+    if (st->lru_head != s) {
+        lru_unlink(st, s);
+        lru_push_head(st, s);
+    }
+    const uint8_t *src = slot_data(st, s);
+    pthread_mutex_unlock(&st->lock);
+    uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
+    copy_hook(st, s);
+    if (n) memcpy(dst, src + offset, n);
+    pthread_mutex_lock(&st->lock);
+    end_copy(st, s, 1);
+    pthread_mutex_unlock(&st->lock);
+    *got = n;
+    *object_len = olen;
+    return KVS_OK;
+}
+
+static kvs_status pg_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
+    pg_state *st = state;
+    if (!st || !key || (!dst && cap) || !len) return KVS_EINVAL;
+    uint64_t got = 0, olen = 0;
+    kvs_status rc = read_object(st, key, 0, cap, dst, &got, &olen, 1, cap);
+    *len = olen;
+    return rc;
+}
+
+static kvs_status pg_get_range(void *state, const kvs_key *key, uint64_t offset, uint64_t len,
+                               void *dst, uint64_t *got, uint64_t *object_len) {
+    pg_state *st = state;
+    if (!st || !key || (!dst && len) || !got || !object_len) return KVS_EINVAL;
+    return read_object(st, key, offset, len, dst, got, object_len, 0, 0);
+}
+
+/* A free slot in a usable unit, or the least recently used unpinned object's after passing it
+ * down; PG_NIL when everything is pinned, busy or not ours (lock held). */
+static uint32_t take_slot(pg_state *st) {
+    for (uint32_t i = 0; i < st->n_slots; i++) {
+        uint32_t s = (st->cursor + i) % st->n_slots;
+        if (st->slots[s].state == PG_FREE && unit_usable(st, pg_unit_of(st, s))) {
+            st->cursor = (s + 1) % st->n_slots;
+            return s;
+        }
+    }
+    uint64_t now = kvs_now_ns();
+    for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
+        pg_slot *e = &st->slots[s];
+        if (pinned(e, now) || e->readers || !unit_usable(st, pg_unit_of(st, s))) continue;
+        if (st->host && st->host->on_evict)
+            st->host->on_evict(st->host->ctx, &e->key, slot_data(st, s), e->len);
+        unpublish(st, s);
+        return s;
+    }
+    return PG_NIL;
+}
+
+static kvs_status pg_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
+    pg_state *st = state;
+    if (!st || !key || (!object && len)) return KVS_EINVAL;
+    if (len > st->slot_bytes) {
+        pg_set_error(st, "an object of %llu bytes is larger than a slot (%llu)",
+                     (unsigned long long)len, (unsigned long long)st->slot_bytes);
+        return KVS_ENOMEM;
+    }
+    pthread_mutex_lock(&st->lock);
+    if (!st->region) {
+        pg_set_error(st, "no lender: nothing lent to store into");
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOMEM;
+    }
+    uint32_t s = take_slot(st);
+    if (s == PG_NIL || !begin_copy(st, s, 0)) {
+        pg_set_error(st, "no room: every lent slot is pinned or busy, or nothing is lent");
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOMEM;
+    }
+    pg_slot *e = &st->slots[s];
+    e->state = PG_WRITING;
+    e->key = *key;
+    e->len = len;
+    uint8_t *dst = slot_data(st, s);
+    pthread_mutex_unlock(&st->lock);
+    copy_hook(st, s);
+    if (len) memcpy(dst, object, len);
+    pthread_mutex_lock(&st->lock);
+    kvs_status rc = KVS_OK;
+    if (unit_usable(st, pg_unit_of(st, s))) {
+        uint32_t old = find(st, key);
+        if (old != PG_NIL) unpublish(st, old); /* the replaced object (or a racing put's) */
+        publish(st, s);
+    } else {
+        /* reclaimed (or the lender lost) while it was copied: never visible */
+        free_slot(st, s);
+        pg_set_error(st, "the unit was taken back while the object was copied into it");
+        rc = KVS_ENOMEM;
+    }
+    end_copy(st, s, 0);
+    pthread_mutex_unlock(&st->lock);
+    return rc;
+}
+
+static kvs_status pg_remove(void *state, const kvs_key *key) {
+    pg_state *st = state;
+    if (!st || !key) return KVS_EINVAL;
+    pthread_mutex_lock(&st->lock);
+    uint32_t s = find(st, key);
+    if (s != PG_NIL) {
+        uint32_t u = pg_unit_of(st, s);
+        unpublish(st, s);
+        /* a draining unit may have waited for this one */
+        int release = 0;
+        if (st->borrower.state[u] == KVS_BORROW_DRAINING && pg_unit_empty(st, u)) {
+            kvs_borrower_drained(&st->borrower, u, &release);
+            if (release) pg_send_released(st, u);
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+    return KVS_OK;
+}
+
+static kvs_status pg_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
+    pg_state *st = state;
+    if (!st || !n_objects || !bytes) return KVS_EINVAL;
+    pthread_mutex_lock(&st->lock);
+    uint64_t n = 0, b = 0;
+    for (uint32_t s = st->lru_head; s != PG_NIL; s = st->slots[s].next) {
+        n++;
+        b += st->slots[s].len;
+    }
+    pthread_mutex_unlock(&st->lock);
+    *n_objects = n;
+    *bytes = b;
+    return KVS_OK;
+}
+
+static const kvs_backend_ops pg_ops = {
+    .abi_major = KVS_BACKEND_ABI_MAJOR,
+    .abi_minor = KVS_BACKEND_ABI_MINOR,
+    .struct_size = sizeof(kvs_backend_ops),
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE,
+    .type_name = "peer_gpu",
+    .create = pg_create,
+    .destroy = pg_destroy,
+    .last_error = pg_last_error,
+    .contains = pg_contains,
+    .pin = pg_pin,
+    .unpin = pg_unpin,
+    .get = pg_get,
+    .put = pg_put,
+    .remove = pg_remove,
+    .usage = pg_usage,
+    .get_range = pg_get_range,
+};
+
+const kvs_backend_ops *kvs_peer_gpu_backend(void) { return &pg_ops; }

@@ -1,0 +1,85 @@
+/* peer_gpu_internal.h - the peer_gpu tier's state, shared by its operations (peer_gpu.c) and its
+ * link to the lender (peer_gpu_link.c). Everything below `lock` is guarded by it. */
+#ifndef KVS_PEER_GPU_INTERNAL_H
+#define KVS_PEER_GPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "lending.h"
+#include "peer_gpu.h"
+
+#define PG_NIL UINT32_MAX
+
+typedef enum pg_slot_state {
+    PG_FREE = 0,
+    PG_WRITING, /* a put is copying into it: invisible */
+    PG_STORED,
+    PG_DOOMED, /* removed while copies out of it run: freed when the last ends */
+} pg_slot_state;
+
+typedef struct pg_slot {
+    kvs_key key;
+    uint64_t len;
+    uint64_t pin_deadline_ns;
+    uint32_t pins;
+    uint32_t readers;    /* copies out of it in flight */
+    uint32_t hnext;      /* bucket chain */
+    uint32_t prev, next; /* LRU of stored slots, most recent first */
+    uint8_t state;       /* pg_slot_state */
+} pg_slot;
+
+typedef struct pg_options {
+    const char *socket;
+    uint64_t connect_timeout_ms, retry_ms, send_timeout_ms;
+} pg_options;
+
+typedef struct pg_state {
+    char tier_name[64];
+    char error[512];
+    const kvs_backend_host *host;
+    uint64_t max_object_bytes;
+    pg_options opt;
+    char socket_path[108];
+    void (*copy_hook)(void *ctx, uint32_t unit);
+    void *copy_hook_ctx;
+
+    pthread_mutex_t lock;
+    pthread_cond_t changed; /* a copy ended, the link connected or was lost */
+    int sock;               /* the control channel; -1 when there is none */
+    uint8_t *region;        /* the lender's region, mapped; NULL when there is none */
+    uint64_t region_bytes, unit_bytes, slot_bytes;
+    uint32_t slots_per_unit, n_slots;
+    kvs_borrower borrower;
+    pg_slot *slots;
+    uint32_t *buckets;
+    uint32_t n_buckets; /* a power of two */
+    uint32_t lru_head, lru_tail;
+    uint32_t cursor; /* where the search for a free slot goes on */
+    uint64_t in_flight;
+    kvs_peer_gpu_stats stats;
+
+    int stop;      /* destroy asked the link thread to end */
+    int wake[2];   /* a pipe that wakes the link thread */
+    pthread_t link;
+} pg_state;
+
+void pg_set_error(pg_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void pg_log(pg_state *st, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* peer_gpu.c, with the lock held */
+uint32_t pg_unit_of(const pg_state *st, uint32_t slot);
+int pg_unit_empty(const pg_state *st, uint32_t unit);
+/* Move every object of the unit down the chain (down != 0: host->on_evict with its bytes) or report
+ * it gone (down == 0); slots with copies out of them in flight are doomed, freed when they end. */
+void pg_empty_unit(pg_state *st, uint32_t unit, int down);
+/* Send RELEASED for the unit and let it go; a failed send shuts the channel (the link thread then
+ * finds it lost). */
+void pg_send_released(pg_state *st, uint32_t unit);
+
+/* peer_gpu_link.c */
+/* First connection attempt (create), then the link thread. */
+kvs_status pg_link_start(pg_state *st);
+void pg_link_stop(pg_state *st);
+
+#endif

@@ -1,0 +1,566 @@
+/* test_peer_gpu.c - the peer_gpu tier against a real kvstrata-lend (host device: a sealed memfd):
+ * lending, reclaiming with and without copies in flight, a killed lender, a killed borrower, and
+ * lenders that break the protocol. docs/peer_gpu.md. */
+#include <check.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "backends/peer_gpu/lend_wire.h"
+#include "backends/peer_gpu/peer_gpu.h"
+#include "tests/support/lend_proc.h"
+#include "tests/support/objects.h"
+#include "tests/support/test_support.h"
+#include "tests/support/wait.h"
+
+#define KIB     1024ull
+#define OBJ     (64 * KIB) /* max_object_bytes: 4 objects a unit of 256KiB */
+#define UNITS   4
+#define PER     4
+#define MAX_LOG 64
+
+static const kvs_backend_ops *ops;
+
+/* What on_evict saw: keys, and whether the bytes came with them and matched the object's seed. */
+typedef struct evict_log {
+    pthread_mutex_t lock;
+    int n, with_bytes, bytes_ok;
+    kvs_key keys[MAX_LOG];
+} evict_log;
+
+static void record_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    evict_log *log = ctx;
+    pthread_mutex_lock(&log->lock);
+    if (log->n < MAX_LOG) log->keys[log->n] = *key;
+    log->n++;
+    if (object) {
+        log->with_bytes++;
+        /* objects are filled from the seed in the key's first 4 bytes (put_object) */
+        uint32_t seed;
+        memcpy(&seed, key->bytes, 4);
+        log->bytes_ok += len == OBJ && kvs_test_bytes_match(object, len, seed);
+    }
+    pthread_mutex_unlock(&log->lock);
+}
+
+typedef struct rig {
+    char dir[256], sock[300];
+    kvs_test_lender lender;
+    evict_log log;
+    kvs_backend_host host;
+    void *tier;
+} rig;
+
+static kvs_status open_tier(rig *r, const char *retry_ms) {
+    memset(&r->log, 0, sizeof r->log);
+    pthread_mutex_init(&r->log.lock, NULL);
+    r->host = (kvs_backend_host){
+        .struct_size = sizeof r->host, .ctx = &r->log, .on_evict = record_evict};
+    kvs_backend_option opts[] = {{"socket", r->sock}, {"retry_ms", retry_ms}};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "peer",
+                             .max_object_bytes = OBJ,
+                             .options = opts,
+                             .n_options = 2,
+                             .host = &r->host,
+                             .error = err,
+                             .error_len = sizeof err};
+    return ops->create(&init, &r->tier);
+}
+
+static void rig_dir(rig *r) {
+    memset(r, 0, sizeof *r);
+    ck_assert(kvs_test_tmpdir(r->dir, sizeof r->dir) == 0);
+    snprintf(r->sock, sizeof r->sock, "%s/lend.sock", r->dir);
+}
+
+/* A lender of UNITS units of 256KiB lending all, and a tier that took them. */
+static void rig_up(rig *r) {
+    rig_dir(r);
+    kvs_test_lender_start(&r->lender, r->sock, UNITS, "256KiB", NULL);
+    ck_assert_int_eq(open_tier(r, "50"), KVS_OK);
+    ck_assert_msg(kvs_test_lender_expect(&r->lender, "accepted", UNITS, 5000), "%s",
+                  r->lender.out);
+}
+
+static void rig_down(rig *r) {
+    ops->destroy(r->tier);
+    if (r->lender.pid) kvs_test_lender_stop(&r->lender);
+    pthread_mutex_destroy(&r->log.lock);
+    kvs_test_rmtree(r->dir);
+}
+
+static kvs_key seed_key(uint32_t seed) {
+    kvs_key k = kvs_test_key(seed);
+    memcpy(k.bytes, &seed, 4);
+    return k;
+}
+
+static kvs_status put_object(rig *r, uint32_t seed) {
+    static uint8_t buf[OBJ];
+    kvs_test_fill(buf, OBJ, seed);
+    kvs_key k = seed_key(seed);
+    return ops->put(r->tier, &k, buf, OBJ);
+}
+
+/* KVS_OK only with the object's exact bytes. */
+static kvs_status get_object(rig *r, uint32_t seed) {
+    static __thread uint8_t buf[OBJ];
+    uint64_t len = 0;
+    kvs_key k = seed_key(seed);
+    kvs_status rc = ops->get(r->tier, &k, buf, OBJ, &len);
+    if (rc == KVS_OK && (len != OBJ || !kvs_test_bytes_match(buf, OBJ, seed))) return KVS_ECORRUPT;
+    return rc;
+}
+
+static kvs_peer_gpu_stats stats(rig *r) {
+    kvs_peer_gpu_stats s;
+    ck_assert_int_eq(kvs_peer_gpu_stats_get(r->tier, &s), KVS_OK);
+    return s;
+}
+
+static int usable_is(rig *r, uint32_t want) { return stats(r).usable_units == want; }
+
+static int all_usable(void *arg) { return usable_is(arg, UNITS); }
+
+static void expect_status(rig *r, const char *want) {
+    char line[256];
+    kvs_test_lender_say(&r->lender, "status");
+    while (kvs_test_lender_next(&r->lender, line, sizeof line, 5000))
+        if (strncmp(line, "status", 6) == 0) {
+            ck_assert_str_eq(line, want);
+            return;
+        }
+    ck_abort_msg("no status line");
+}
+
+static void expect_check_ok(rig *r) {
+    kvs_test_lender_say(&r->lender, "check");
+    char line[256];
+    while (kvs_test_lender_next(&r->lender, line, sizeof line, 10000))
+        if (strncmp(line, "check", 5) == 0) {
+            ck_assert_str_eq(line, "check ok");
+            return;
+        }
+    ck_abort_msg("no check line");
+}
+
+START_TEST(objects_live_in_lent_units_bit_for_bit) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    ck_assert_uint_eq(stats(&r).slots_per_unit, PER);
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 100 + i), KVS_OK);
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(get_object(&r, 100 + i), KVS_OK);
+    uint64_t n = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, UNITS * PER);
+    ck_assert_uint_eq(bytes, UNITS * PER * OBJ);
+    /* a range of one */
+    uint8_t part[100], whole[OBJ];
+    uint64_t got = 0, olen = 0;
+    kvs_key k = seed_key(105);
+    ck_assert_int_eq(ops->get_range(r.tier, &k, 1000, sizeof part, part, &got, &olen), KVS_OK);
+    ck_assert_uint_eq(got, sizeof part);
+    ck_assert_uint_eq(olen, OBJ);
+    kvs_test_fill(whole, OBJ, 105);
+    ck_assert_mem_eq(part, whole + 1000, sizeof part);
+    /* full: the least recently used unpinned object goes down the chain with its bytes */
+    uint64_t pinned = 0;
+    kvs_key first = seed_key(100), second = seed_key(101);
+    ck_assert_int_eq(ops->pin(r.tier, &first, 1, 60000, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 1);
+    ck_assert_int_eq(put_object(&r, 999), KVS_OK);
+    ck_assert_int_eq(r.log.n, 1);
+    ck_assert_int_eq(r.log.bytes_ok, 1);
+    ck_assert_mem_eq(&r.log.keys[0], &second, sizeof second);
+    ck_assert_int_eq(get_object(&r, 101), KVS_ENOTFOUND);
+    ck_assert_int_eq(get_object(&r, 100), KVS_OK);
+    ck_assert_int_eq(get_object(&r, 999), KVS_OK);
+    /* an object larger than a slot is refused, not cut */
+    static uint8_t big[OBJ + 64];
+    kvs_key bk = seed_key(7);
+    ck_assert_int_eq(ops->put(r.tier, &bk, big, sizeof big), KVS_ENOMEM);
+    ck_assert_int_eq(ops->remove(r.tier, &first), KVS_OK);
+    ck_assert_int_eq(get_object(&r, 100), KVS_ENOTFOUND);
+    rig_down(&r);
+}
+END_TEST
+
+START_TEST(a_reclaim_moves_objects_down_and_the_units_stay_untouched) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 200 + i), KVS_OK);
+    kvs_test_lender_say(&r.lender, "reclaim 2");
+    ck_assert_msg(kvs_test_lender_expect(&r.lender, "released", 2, 5000), "%s", r.lender.out);
+    /* the 8 objects of the two units went down with their bytes; the rest stay */
+    ck_assert_int_eq(r.log.n, 2 * PER);
+    ck_assert_int_eq(r.log.bytes_ok, 2 * PER);
+    int hits = 0;
+    for (uint32_t i = 0; i < UNITS * PER; i++) {
+        kvs_status rc = get_object(&r, 200 + i);
+        ck_assert(rc == KVS_OK || rc == KVS_ENOTFOUND);
+        hits += rc == KVS_OK;
+    }
+    ck_assert_int_eq(hits, 2 * PER);
+    ck_assert_uint_eq(stats(&r).usable_units, 2);
+    ck_assert_uint_eq(stats(&r).moved_down, 2 * PER);
+    expect_status(&r, "status owned 2 offered 0 lent 2 reclaiming 0 quarantined 0");
+    /* the borrower goes on storing: only into what it still holds; the lender's units keep its
+     * pattern through all of it */
+    for (uint32_t i = 0; i < 3 * UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 300 + i), KVS_OK);
+    uint64_t n = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, 2 * PER);
+    expect_check_ok(&r);
+    /* lent again: usable again */
+    kvs_test_lender_say(&r.lender, "lend 2");
+    ck_assert(kvs_test_lender_expect(&r.lender, "accepted", 2, 5000));
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    rig_down(&r);
+}
+END_TEST
+
+/* A copy held open by the hook until the test lets it go. */
+typedef struct held {
+    sem_t entered, go;
+    uint32_t unit;
+    int armed;
+} held;
+
+static void hold_copy(void *ctx, uint32_t unit) {
+    held *h = ctx;
+    if (!__atomic_exchange_n(&h->armed, 0, __ATOMIC_ACQ_REL)) return;
+    h->unit = unit;
+    sem_post(&h->entered);
+    sem_wait(&h->go);
+}
+
+typedef struct reader {
+    rig *r;
+    uint32_t seed;
+    kvs_status rc;
+} reader;
+
+static void *read_one(void *arg) {
+    reader *rd = arg;
+    rd->rc = get_object(rd->r, rd->seed);
+    return NULL;
+}
+
+START_TEST(a_reclaim_waits_for_the_copies_in_flight) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 400 + i), KVS_OK);
+    held h = {.armed = 1};
+    sem_init(&h.entered, 0, 0);
+    sem_init(&h.go, 0, 0);
+    kvs_peer_gpu_set_copy_hook(r.tier, hold_copy, &h);
+    reader rd = {.r = &r, .seed = 400 + 5};
+    pthread_t t;
+    pthread_create(&t, NULL, read_one, &rd);
+    sem_wait(&h.entered); /* the read's copy is in flight on unit h.unit */
+    kvs_test_lender_say(&r.lender, "reclaim %u", UNITS);
+    /* every other unit comes back; the one under the copy does not while the copy runs */
+    char line[256], want[32];
+    snprintf(want, sizeof want, "released %u", h.unit);
+    int others = 0;
+    while (others < UNITS - 1 && kvs_test_lender_next(&r.lender, line, sizeof line, 5000)) {
+        ck_assert_str_ne(line, want);
+        others += strncmp(line, "released", 8) == 0;
+    }
+    ck_assert_int_eq(others, UNITS - 1);
+    ck_assert(!kvs_test_lender_next(&r.lender, line, sizeof line, 300) ||
+              strncmp(line, "released", 8) != 0);
+    expect_status(&r, "status owned 3 offered 0 lent 0 reclaiming 1 quarantined 0");
+    /* the copy ends with the object's bytes: the memory was still the borrower's */
+    sem_post(&h.go);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(rd.rc, KVS_OK);
+    ck_assert(kvs_test_lender_expect(&r.lender, want, 1, 5000));
+    /* nothing lent now: misses and refused puts, no crash */
+    ck_assert_int_eq(get_object(&r, 400), KVS_ENOTFOUND);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    expect_check_ok(&r);
+    kvs_peer_gpu_set_copy_hook(r.tier, NULL, NULL);
+    rig_down(&r);
+}
+END_TEST
+
+/* A put whose unit is taken back while it copies is never visible, and the unit waits for it. */
+static void *write_one(void *arg) {
+    reader *rd = arg;
+    rd->rc = put_object(rd->r, rd->seed);
+    return NULL;
+}
+
+START_TEST(a_put_under_a_reclaim_is_not_stored) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    held h = {.armed = 1};
+    sem_init(&h.entered, 0, 0);
+    sem_init(&h.go, 0, 0);
+    kvs_peer_gpu_set_copy_hook(r.tier, hold_copy, &h);
+    reader wr = {.r = &r, .seed = 77};
+    pthread_t t;
+    pthread_create(&t, NULL, write_one, &wr);
+    sem_wait(&h.entered);
+    kvs_test_lender_say(&r.lender, "reclaim %u", UNITS);
+    ck_assert(kvs_test_lender_expect(&r.lender, "released", UNITS - 1, 5000));
+    expect_status(&r, "status owned 3 offered 0 lent 0 reclaiming 1 quarantined 0");
+    sem_post(&h.go);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(wr.rc, KVS_ENOMEM); /* not stored: its unit went back */
+    ck_assert_int_eq(get_object(&r, 77), KVS_ENOTFOUND);
+    ck_assert(kvs_test_lender_expect(&r.lender, "released", 1, 5000));
+    uint64_t n = 9, bytes = 9;
+    ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    kvs_peer_gpu_set_copy_hook(r.tier, NULL, NULL);
+    rig_down(&r);
+}
+END_TEST
+
+static int disconnected(void *arg) { return stats(arg).connected == 0; }
+static int connected(void *arg) { return stats(arg).connected == 1 && usable_is(arg, UNITS); }
+
+START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    for (uint32_t i = 0; i < 6; i++) ck_assert_int_eq(put_object(&r, 500 + i), KVS_OK);
+    kvs_test_lender_kill(&r.lender);
+    ck_assert(kvs_test_wait_for(disconnected, &r, 5000));
+    ck_assert_int_eq(r.log.n, 6); /* reported gone, without bytes */
+    ck_assert_int_eq(r.log.with_bytes, 0);
+    ck_assert_uint_eq(stats(&r).lost_objects, 6);
+    uint64_t present = 9;
+    kvs_key k = seed_key(500);
+    ck_assert_int_eq(ops->contains(r.tier, &k, 1, &present), KVS_OK);
+    ck_assert_uint_eq(present, 0);
+    ck_assert_int_eq(get_object(&r, 500), KVS_ENOTFOUND);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    /* a new lender on the same socket: taken within retry_ms */
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
+    ck_assert(kvs_test_wait_for(connected, &r, 5000));
+    ck_assert_int_eq(put_object(&r, 600), KVS_OK);
+    ck_assert_int_eq(get_object(&r, 600), KVS_OK);
+    ck_assert_uint_eq(stats(&r).lenders, 2);
+    rig_down(&r);
+}
+END_TEST
+
+/* A borrower in a child process: a raw one that takes every offer and then closes its socket but
+ * lives on (close_only), or the tier itself, killed. */
+static pid_t borrower_child(rig *r, int close_only, int ready_fd) {
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid) return pid;
+    if (close_only) {
+        int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->sock);
+        if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) _exit(2);
+        kvs_lend_msg m;
+        int fd = -1;
+        char why[256];
+        for (int taken = 0; taken < UNITS;) {
+            if (kvs_lend_recv(s, 5000, UNITS, &m, &fd, why, sizeof why) != KVS_OK) _exit(3);
+            if (m.type != KVS_LEND_OFFER) continue;
+            kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
+            if (kvs_lend_send(s, &a, -1, 1000, why, sizeof why) != KVS_OK) _exit(4);
+            taken++;
+        }
+        close(s); /* the mapping (fd) stays: the process could still write */
+    } else {
+        if (open_tier(r, "50") != KVS_OK) _exit(5);
+        while (stats(r).usable_units < UNITS) usleep(1000);
+        for (uint32_t i = 0; i < 4; i++)
+            if (put_object(r, 700 + i) != KVS_OK) _exit(6);
+    }
+    if (write(ready_fd, "x", 1) != 1) _exit(7);
+    pause();
+    _exit(0);
+}
+
+START_TEST(a_borrower_s_units_return_only_when_its_process_is_gone) {
+    rig r;
+    rig_dir(&r);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    for (int close_only = 1; close_only >= 0; close_only--) {
+        int p[2];
+        ck_assert(pipe(p) == 0);
+        pid_t child = borrower_child(&r, close_only, p[1]);
+        char c;
+        ck_assert(read(p[0], &c, 1) == 1);
+        close(p[0]), close(p[1]);
+        ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
+        if (close_only) {
+            /* the connection is lost, the process lives: its units are nobody's */
+            ck_assert(kvs_test_lender_expect(&r.lender, "borrower lost", 1, 5000));
+            expect_status(&r, "status owned 0 offered 0 lent 0 reclaiming 0 quarantined 4");
+            /* and a second borrower is turned away meanwhile */
+        }
+        kill(child, SIGKILL);
+        kvs_test_wait_child(child);
+        ck_assert_msg(kvs_test_lender_expect(&r.lender, "borrower gone", 1, 5000), "%s",
+                      r.lender.out);
+        expect_status(&r, "status owned 4 offered 0 lent 0 reclaiming 0 quarantined 0");
+        expect_check_ok(&r);
+    }
+    /* a new borrower gets them all */
+    ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
+    ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    rig_down(&r);
+}
+END_TEST
+
+/* ---- lenders that break the protocol -------------------------------------------------------- */
+
+/* A fake lender: listens on r->sock, accepts one connection and sends what the test says. */
+static int fake_listen(rig *r) {
+    int l = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->sock);
+    ck_assert(bind(l, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(l, 4) == 0);
+    return l;
+}
+
+typedef struct fake {
+    int listen_fd, conn, memfd;
+    int seal;
+    uint64_t unit_bytes;
+    const void *after; /* a packet sent after the HELLO (NULL: none) */
+    size_t after_len;
+} fake;
+
+static void *fake_serve(void *arg) {
+    fake *f = arg;
+    f->conn = accept(f->listen_fd, NULL, NULL);
+    f->memfd = memfd_create("fake", MFD_ALLOW_SEALING);
+    if (ftruncate(f->memfd, (off_t)(f->unit_bytes * 2)) != 0) return NULL;
+    if (f->seal) fcntl(f->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+    kvs_lend_msg m = {.type = KVS_LEND_HELLO,
+                      .n_units = 2,
+                      .unit_bytes = f->unit_bytes,
+                      .region_bytes = f->unit_bytes * 2};
+    char why[256];
+    kvs_lend_send(f->conn, &m, f->memfd, 1000, why, sizeof why);
+    if (f->after) send(f->conn, f->after, f->after_len, MSG_NOSIGNAL);
+    return NULL;
+}
+
+static kvs_peer_gpu_stats with_fake(rig *r, fake *f) {
+    f->listen_fd = fake_listen(r);
+    pthread_t t;
+    pthread_create(&t, NULL, fake_serve, f);
+    ck_assert_int_eq(open_tier(r, "60000"), KVS_OK); /* a refused lender is no create failure */
+    pthread_join(t, NULL);
+    if (f->after) ck_assert(kvs_test_wait_for(disconnected, r, 5000));
+    kvs_peer_gpu_stats s = stats(r);
+    ck_assert_int_eq(put_object(r, 1), KVS_ENOMEM);
+    ops->destroy(r->tier);
+    close(f->conn), close(f->memfd), close(f->listen_fd);
+    unlink(r->sock);
+    return s;
+}
+
+START_TEST(lenders_that_break_the_protocol_are_refused) {
+    rig r;
+    rig_dir(&r);
+    /* a region the lender could shrink under the mapping */
+    fake unsealed = {.seal = 0, .unit_bytes = 256 * KIB};
+    kvs_peer_gpu_stats s = with_fake(&r, &unsealed);
+    ck_assert_uint_eq(s.lenders, 0);
+    /* units too small for one object */
+    fake small = {.seal = 1, .unit_bytes = 32 * KIB};
+    s = with_fake(&r, &small);
+    ck_assert_uint_eq(s.lenders, 0);
+    /* a good HELLO, then a packet that is no message: the link ends, nothing was usable */
+    static const uint8_t junk[] = {0x94, 0x01, 0x02, 0xcc};
+    fake bad = {.seal = 1, .unit_bytes = 256 * KIB, .after = junk, .after_len = sizeof junk};
+    s = with_fake(&r, &bad);
+    ck_assert_uint_eq(s.lenders, 1);
+    ck_assert_uint_eq(s.lost_lenders, 1);
+    /* a HELLO again is out of place: the link ends */
+    uint8_t hello[KVS_LEND_WIRE_MAX];
+    kvs_lend_msg m = {.type = KVS_LEND_OFFER, .unit = 7, .epoch = 1}; /* unit past the count */
+    size_t n = kvs_lend_encode(&m, hello);
+    fake past = {.seal = 1, .unit_bytes = 256 * KIB, .after = hello, .after_len = n};
+    s = with_fake(&r, &past);
+    ck_assert_uint_eq(s.lost_lenders, 1);
+    ck_assert_uint_eq(s.accepted, 0);
+    /* no lender at all: the tier opens empty */
+    ck_assert_int_eq(open_tier(&r, "60000"), KVS_OK);
+    ck_assert_uint_eq(stats(&r).connected, 0);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    ck_assert_int_eq(get_object(&r, 1), KVS_ENOTFOUND);
+    ops->destroy(r.tier);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
+START_TEST(options_are_checked) {
+    kvs_backend_host host = {.struct_size = sizeof host};
+    char err[512] = "", refused[64] = "";
+    kvs_backend_option bad[] = {{"retry_ms", "5"}};
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "peer",
+                             .max_object_bytes = OBJ,
+                             .options = bad,
+                             .n_options = 0,
+                             .host = &host,
+                             .error = err,
+                             .error_len = sizeof err,
+                             .error_option = refused,
+                             .error_option_len = sizeof refused};
+    void *t = NULL;
+    ck_assert_int_eq(ops->create(&init, &t), KVS_ECONFIG); /* no socket */
+    ck_assert_str_eq(refused, "socket");
+    ck_assert_ptr_nonnull(strstr(err, "required"));
+    kvs_backend_option low[] = {{"socket", "/nonexistent/x.sock"}, {"retry_ms", "5"}};
+    init.options = low;
+    init.n_options = 2;
+    ck_assert_int_eq(ops->create(&init, &t), KVS_ECONFIG);
+    ck_assert_str_eq(refused, "retry_ms");
+}
+END_TEST
+
+static Suite *suite(void) {
+    ops = kvs_peer_gpu_backend();
+    Suite *s = suite_create("peer_gpu");
+    TCase *tc = tcase_create("peer_gpu");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, objects_live_in_lent_units_bit_for_bit);
+    tcase_add_test(tc, a_reclaim_moves_objects_down_and_the_units_stay_untouched);
+    tcase_add_test(tc, a_reclaim_waits_for_the_copies_in_flight);
+    tcase_add_test(tc, a_put_under_a_reclaim_is_not_stored);
+    tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
+    tcase_add_test(tc, a_borrower_s_units_return_only_when_its_process_is_gone);
+    tcase_add_test(tc, lenders_that_break_the_protocol_are_refused);
+    tcase_add_test(tc, options_are_checked);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
