@@ -1,0 +1,107 @@
+#!/bin/sh
+# peer_verify.sh - the mini engine with a peer_gpu tier over a DRAM tier, the peer's memory lent by
+# a kvstrata-lend started here (host device: a sealed memfd). Two runs, both bit for bit against a
+# full recompute:
+#   steady  the lender lends all its units; chunks must be loaded from the peer tier;
+#   churn   the lender takes every unit back and lends it again every few milliseconds while the
+#           engine runs: loads whose unit went back miss or come from the DRAM tier the reclaims
+#           moved them to, never from reclaimed memory.
+# After each run the lender's `check` must find its pattern in every unit it owns: the borrower never
+# wrote into memory it had given back.
+#
+# usage: peer_verify.sh MINI_ENGINE KVSTRATA_LEND WORKDIR [mini engine workload flags...]
+set -eu
+engine=$1
+lend=$2
+work=$3
+shift 3
+
+rm -rf "$work"
+mkdir -p "$work"
+lender_pid=""
+cleanup() {
+    exec 3>&- 2>/dev/null || true
+    [ -n "$lender_pid" ] && kill -9 "$lender_pid" 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+fail() {
+    echo "peer_verify: $*" >&2
+    [ -f "$work/lend.out" ] && tail -n 20 "$work/lend.out" | sed 's|^|lend.out: |' >&2
+    exit 1
+}
+
+cat >"$work/config.yaml" <<YAML
+version: 1
+chunk_tokens: 256
+log_level: warn
+tiers:
+  - name: peer
+    type: peer_gpu
+    options:
+      socket: lend.sock     # relative to this file
+      retry_ms: 20
+  - name: dram
+    type: dram
+    capacity: 64MiB
+YAML
+
+# the lender: 12 units of 1 MiB (five chunks of the mini model each), commands through a FIFO
+mkfifo "$work/lend.in"
+"$lend" --socket "$work/lend.sock" --units 12 --unit-size 1MiB <"$work/lend.in" >"$work/lend.out" 2>&1 &
+lender_pid=$!
+exec 3>"$work/lend.in"
+i=0
+while ! grep -q '^ready ' "$work/lend.out" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 300 ] || fail "the lender printed no readiness line in 30 s"
+    sleep 0.1
+done
+
+tier_loads() {
+    sed -n 's/^connector:.*loaded per tier \[\(.*\)\]$/\1/p' "$1" | tr -d ' ' | cut -d, -f"$2"
+}
+
+check_lender() {
+    before=$(grep -c '^check ' "$work/lend.out" || true)
+    echo check >&3
+    i=0
+    while [ "$(grep -c '^check ' "$work/lend.out" || true)" -le "$before" ]; do
+        i=$((i + 1))
+        [ $i -le 300 ] || fail "no answer to check"
+        sleep 0.1
+    done
+    grep '^check ' "$work/lend.out" | tail -n 1 | grep -q '^check ok$' ||
+        fail "$1: the lender found a unit it owns overwritten"
+}
+
+for run in steady churn; do
+    out="$work/$run.out"
+    churner=""
+    if [ "$run" = churn ]; then
+        (while :; do echo "reclaim 12" >&3; sleep 0.005; echo "lend 12" >&3; sleep 0.005; done) &
+        churner=$!
+    fi
+    if ! "$engine" --verify --quiet --config "$work/config.yaml" "$@" >"$out" 2>"$work/$run.err"; then
+        [ -n "$churner" ] && kill "$churner"
+        cat "$out" "$work/$run.err" >&2
+        fail "$run: the mini engine failed"
+    fi
+    if [ -n "$churner" ]; then
+        kill "$churner"
+        wait "$churner" 2>/dev/null || true
+    fi
+    cat "$out"
+    grep -q '^verify: .* 0 mismatches$' "$out" || fail "$run: restored KV differs from a full recompute"
+    peer=$(tier_loads "$out" 1)
+    dram=$(tier_loads "$out" 2)
+    [ -n "$peer" ] || fail "$run: no per-tier load counts in the summary"
+    released=$(grep -c '^released ' "$work/lend.out" || true)
+    echo "$run: $peer chunks loaded from the peer tier, $dram from dram; $released units released so far"
+    [ "$run" != steady ] || [ "$peer" -gt 0 ] || fail "steady: no chunk was loaded from the peer tier"
+    [ "$run" != churn ] || [ "$released" -gt 12 ] || fail "churn: the lender took back only $released units"
+    check_lender "$run"
+done
+echo quit >&3
+wait "$lender_pid" || fail "the lender exited with $?"
+lender_pid=""
