@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/copy.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -187,6 +188,17 @@ static int begin_copy(pg_state *st, uint32_t s, int reading) {
     if (reading) st->slots[s].readers++;
     st->in_flight++;
     return 1;
+}
+
+/* Objects are chunks of KV, far larger than the cache: non-temporal stores, fenced before the
+ * copy counts as ended. */
+static void copy_bytes(void *dst, const void *src, uint64_t n) {
+    if (n < KVS_COPY_STREAM_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    kvs_copy_streaming(dst, src, n);
+    kvs_copy_fence();
 }
 
 static void copy_hook(pg_state *st, uint32_t s) {
@@ -399,7 +411,7 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
     copy_hook(st, s);
-    if (n) memcpy(dst, src + offset, n);
+    if (n) copy_bytes(dst, src + offset, n);
     pthread_mutex_lock(&st->lock);
     end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
@@ -473,7 +485,7 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     uint8_t *dst = slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     copy_hook(st, s);
-    if (len) memcpy(dst, object, len);
+    if (len) copy_bytes(dst, object, len);
     pthread_mutex_lock(&st->lock);
     kvs_status rc = KVS_OK;
     if (unit_usable(st, pg_unit_of(st, s))) {

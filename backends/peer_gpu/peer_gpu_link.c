@@ -147,8 +147,8 @@ static void link_lost(pg_state *st, const char *why, int bye) {
            st->socket_path, why);
 }
 
-/* Answer one message of the lender (lock held). 0, or -1 when the link is to end. */
-static int on_message(pg_state *st, const kvs_lend_msg *m) {
+/* Answer one message of the lender (lock held). 0; or, when the link is to end, a sentence why. */
+static const char *on_message(pg_state *st, const kvs_lend_msg *m) {
     char why[256];
     int release = 0;
     switch (m->type) {
@@ -161,25 +161,25 @@ static int on_message(pg_state *st, const kvs_lend_msg *m) {
                 KVS_OK) {
                 /* the lender may take the offer back as never accepted: nothing may start on it */
                 kvs_borrower_lender_died(&st->borrower);
-                return -1;
+                return "it reads none of the tier's answers";
             }
             if (rc == KVS_OK)
                 st->stats.accepted++;
             else
                 st->stats.declined++;
-            return 0;
+            return NULL;
         }
         case KVS_LEND_RECLAIM:
             if (kvs_borrower_on_reclaim(&st->borrower, m->unit, m->epoch, 0, &release) != KVS_OK)
-                return 0; /* stale: about an earlier lending of the unit */
+                return NULL; /* stale: about an earlier lending of the unit */
             pg_empty_unit(st, m->unit, 1);
             if (pg_unit_empty(st, m->unit)) kvs_borrower_drained(&st->borrower, m->unit, &release);
             if (release) pg_send_released(st, m->unit);
-            return 0;
+            return NULL;
         case KVS_LEND_BYE:
-            return -1;
+            return "it said BYE";
         default:
-            return -1; /* a HELLO again, or a borrower's message: not a lender's */
+            return "a message out of place"; /* a HELLO again, or a borrower's message */
     }
 }
 
@@ -217,8 +217,9 @@ static void *link_thread(void *arg) {
         pthread_mutex_lock(&st->lock);
         kvs_status rc = kvs_lend_recv(sock, 0, st->borrower.n_units, &m, &fd, why, sizeof why);
         if (fd >= 0) close(fd);
-        if (rc == KVS_OK && on_message(st, &m) != 0)
-            link_lost(st, m.type == KVS_LEND_BYE ? "it said BYE" : "a message out of place", 0);
+        const char *end = rc == KVS_OK ? on_message(st, &m) : NULL;
+        if (end)
+            link_lost(st, end, 0);
         else if (rc == KVS_EIO || rc == KVS_EINVAL)
             link_lost(st, why, rc == KVS_EINVAL);
         pthread_mutex_unlock(&st->lock);

@@ -66,6 +66,7 @@ typedef struct lender {
     uint8_t *region;
     uint64_t unit_bytes;
     uint32_t lend_on_connect, unit_blocks;
+    uint32_t want_lend, want_reclaim; /* asked for, not yet sent (pump) */
     int send_timeout_ms;
     kvs_el_window window;
 } lender;
@@ -112,26 +113,72 @@ static void send_msg(lender *ld, uint32_t type, uint32_t unit, uint32_t epoch) {
     }
 }
 
-/* Offer up to n owned units, from the top of the region down (the lender keeps the bottom). */
-static uint32_t lend(lender *ld, uint32_t n) {
-    uint32_t done = 0, epoch;
-    for (uint32_t u = ld->l.n_units; u-- > 0 && done < n && ld->sock >= 0;) {
-        if (kvs_lender_offer(&ld->l, u, &epoch) != KVS_OK) continue;
-        send_msg(ld, KVS_LEND_OFFER, u, epoch);
-        done++;
-    }
-    return done;
+/* Messages the borrower has not answered yet are at most WINDOW (offers not yet accepted or
+ * declined, reclaims not yet released): its answers then always fit the socket's queue, so the two
+ * sides never both wait to send. What is asked beyond it waits in want_lend and want_reclaim. */
+#define WINDOW 32u
+
+static uint32_t unanswered(const lender *ld) {
+    uint32_t n = 0;
+    for (uint32_t u = 0; u < ld->l.n_units; u++)
+        n += ld->l.state[u] == KVS_LEND_OFFERED || ld->l.state[u] == KVS_LEND_RECLAIMING;
+    return n;
 }
 
-/* Ask up to n lent units back, the lowest first (nearest what the lender keeps). */
-static uint32_t reclaim(lender *ld, uint32_t n) {
-    uint32_t done = 0, epoch;
-    for (uint32_t u = 0; u < ld->l.n_units && done < n; u++) {
-        if (kvs_lender_reclaim(&ld->l, u, &epoch) != KVS_OK) continue;
+/* Send what is asked, within the window: offers of owned units from the top of the region down
+ * (the lender keeps the bottom), reclaims of lent units from the lowest up. */
+static void pump(lender *ld) {
+    uint32_t open = unanswered(ld), epoch;
+    while (ld->want_reclaim && open < WINDOW) {
+        uint32_t u = 0;
+        while (u < ld->l.n_units && kvs_lender_reclaim(&ld->l, u, &epoch) != KVS_OK) u++;
+        if (u == ld->l.n_units) {
+            ld->want_reclaim = 0; /* nothing lent is left to take back */
+            break;
+        }
         send_msg(ld, KVS_LEND_RECLAIM, u, epoch);
-        done++;
+        ld->want_reclaim--;
+        open++;
     }
-    return done;
+    while (ld->want_lend && open < WINDOW && ld->sock >= 0) {
+        uint32_t u = ld->l.n_units;
+        while (u-- > 0 && kvs_lender_offer(&ld->l, u, &epoch) != KVS_OK) {
+        }
+        if (u == UINT32_MAX) {
+            ld->want_lend = 0; /* nothing owned is left to lend */
+            break;
+        }
+        send_msg(ld, KVS_LEND_OFFER, u, epoch);
+        ld->want_lend--;
+        open++;
+    }
+}
+
+static uint32_t count_state(const lender *ld, uint8_t state) {
+    uint32_t n = 0;
+    for (uint32_t u = 0; u < ld->l.n_units; u++) n += ld->l.state[u] == state;
+    return n;
+}
+
+/* Ask for up to n more units to be offered (as many as are owned and not asked yet). */
+static uint32_t lend(lender *ld, uint32_t n) {
+    uint32_t owned = count_state(ld, KVS_LEND_OWNED);
+    uint32_t room = owned > ld->want_lend ? owned - ld->want_lend : 0;
+    if (ld->sock < 0) room = 0;
+    if (n > room) n = room;
+    ld->want_lend += n;
+    pump(ld);
+    return n;
+}
+
+/* Ask up to n lent units back. */
+static uint32_t reclaim(lender *ld, uint32_t n) {
+    uint32_t lent = count_state(ld, KVS_LEND_LENT);
+    uint32_t room = lent > ld->want_reclaim ? lent - ld->want_reclaim : 0;
+    if (n > room) n = room;
+    ld->want_reclaim += n;
+    pump(ld);
+    return n;
 }
 
 /* Alg. 1 over the lender's own demand, in its blocks: take back what covers it now (ScaleUp), lend
@@ -159,7 +206,7 @@ static void command(lender *ld, char *line) {
     int k = sscanf(line, "%15s %llu", word, &v);
     if (k < 1) return;
     if (!strcmp(word, "lend") && k == 2) {
-        say("offered %u", lend(ld, (uint32_t)v));
+        say("offering %u", lend(ld, (uint32_t)v));
     } else if (!strcmp(word, "reclaim") && k == 2) {
         say("reclaiming %u", reclaim(ld, (uint32_t)v));
     } else if (!strcmp(word, "demand") && k == 2) {
@@ -191,6 +238,7 @@ static void refill_owned(lender *ld, const uint8_t *was_owned) {
 static void lost_borrower(lender *ld) {
     close(ld->sock);
     ld->sock = -1;
+    ld->want_lend = ld->want_reclaim = 0;
     kvs_lender_disconnected(&ld->l);
     say("borrower lost");
     if (ld->pidfd < 0) { /* its process could not be watched: it is gone already (or unknown) */
@@ -282,6 +330,7 @@ static void on_borrower_message(lender *ld) {
             lost_borrower(ld);
             break;
     }
+    pump(ld);
 }
 
 static int open_region(lender *ld, uint32_t units) {
