@@ -333,6 +333,25 @@ START_TEST(a_put_under_a_reclaim_is_not_stored) {
 }
 END_TEST
 
+static int all_1024_usable(void *arg) { return usable_is(arg, 1024); }
+
+/* More offers than a socket's queue holds: each side waiting to send while the other does would
+ * end the link; the lender keeps its unanswered messages within a window. */
+START_TEST(a_thousand_offers_at_once_are_all_taken) {
+    rig r;
+    rig_dir(&r);
+    kvs_test_lender_start(&r.lender, r.sock, 1024, "64KiB", NULL);
+    ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
+    ck_assert_msg(kvs_test_wait_for(all_1024_usable, &r, 10000), "usable %u, lost lenders %llu",
+                  stats(&r).usable_units, (unsigned long long)stats(&r).lost_lenders);
+    ck_assert_uint_eq(stats(&r).lost_lenders, 0);
+    kvs_test_lender_say(&r.lender, "reclaim 1024");
+    ck_assert(kvs_test_lender_expect(&r.lender, "released", 1024, 10000));
+    expect_status(&r, "status owned 1024 offered 0 lent 0 reclaiming 0 quarantined 0");
+    rig_down(&r);
+}
+END_TEST
+
 static int disconnected(void *arg) { return stats(arg).connected == 0; }
 static int connected(void *arg) { return stats(arg).connected == 1 && usable_is(arg, UNITS); }
 
@@ -549,6 +568,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_reclaim_moves_objects_down_and_the_units_stay_untouched);
     tcase_add_test(tc, a_reclaim_waits_for_the_copies_in_flight);
     tcase_add_test(tc, a_put_under_a_reclaim_is_not_stored);
+    tcase_add_test(tc, a_thousand_offers_at_once_are_all_taken);
     tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
     tcase_add_test(tc, a_borrower_s_units_return_only_when_its_process_is_gone);
     tcase_add_test(tc, lenders_that_break_the_protocol_are_refused);
