@@ -342,7 +342,7 @@ START_TEST(a_thousand_offers_at_once_are_all_taken) {
     rig_dir(&r);
     kvs_test_lender_start(&r.lender, r.sock, 1024, "64KiB", NULL);
     ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
-    /* deadlines for a loaded machine: without the window this stalls for good */
+    /* deadlines for a loaded machine (without the window the link is lost at once) */
     ck_assert_msg(kvs_test_wait_for(all_1024_usable, &r, 60000), "usable %u, lost lenders %llu",
                   stats(&r).usable_units, (unsigned long long)stats(&r).lost_lenders);
     ck_assert_uint_eq(stats(&r).lost_lenders, 0);
