@@ -148,8 +148,7 @@ int main(int argc, char **argv) {
     uint8_t *ref = mmap(NULL, n_obj * unit_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ref_fd, 0);
     if (ref == MAP_FAILED) return 1;
     memset(ref, 1, n_obj * unit_bytes);
-    for (uint64_t i = 0; i < n_obj * obj_bytes / 8; i++)
-        ((uint64_t *)bufs)[i] = bench_mix64(i);
+    for (uint64_t i = 0; i < n_obj * obj_bytes / 8; i++) ((uint64_t *)bufs)[i] = bench_mix64(i);
 
     double *t_put = calloc(rounds, sizeof *t_put), *t_get = calloc(rounds, sizeof *t_get);
     double *r_put = calloc(rounds, sizeof *r_put), *r_get = calloc(rounds, sizeof *r_get);

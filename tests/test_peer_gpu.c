@@ -62,8 +62,8 @@ typedef struct rig {
 static kvs_status open_tier(rig *r, const char *retry_ms) {
     memset(&r->log, 0, sizeof r->log);
     pthread_mutex_init(&r->log.lock, NULL);
-    r->host = (kvs_backend_host){
-        .struct_size = sizeof r->host, .ctx = &r->log, .on_evict = record_evict};
+    r->host =
+        (kvs_backend_host){.struct_size = sizeof r->host, .ctx = &r->log, .on_evict = record_evict};
     kvs_backend_option opts[] = {{"socket", r->sock}, {"retry_ms", retry_ms}};
     char err[512] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
@@ -88,8 +88,7 @@ static void rig_up(rig *r) {
     rig_dir(r);
     kvs_test_lender_start(&r->lender, r->sock, UNITS, "256KiB", NULL);
     ck_assert_int_eq(open_tier(r, "50"), KVS_OK);
-    ck_assert_msg(kvs_test_lender_expect(&r->lender, "accepted", UNITS, 5000), "%s",
-                  r->lender.out);
+    ck_assert_msg(kvs_test_lender_expect(&r->lender, "accepted", UNITS, 5000), "%s", r->lender.out);
 }
 
 static void rig_down(rig *r) {
@@ -128,9 +127,13 @@ static kvs_peer_gpu_stats stats(rig *r) {
     return s;
 }
 
-static int usable_is(rig *r, uint32_t want) { return stats(r).usable_units == want; }
+static int usable_is(rig *r, uint32_t want) {
+    return stats(r).usable_units == want;
+}
 
-static int all_usable(void *arg) { return usable_is(arg, UNITS); }
+static int all_usable(void *arg) {
+    return usable_is(arg, UNITS);
+}
 
 static void expect_status(rig *r, const char *want) {
     char line[256];
@@ -218,7 +221,8 @@ START_TEST(a_reclaim_moves_objects_down_and_the_units_stay_untouched) {
     expect_status(&r, "status owned 2 offered 0 lent 2 reclaiming 0 quarantined 0");
     /* the borrower goes on storing: only into what it still holds; the lender's units keep its
      * pattern through all of it */
-    for (uint32_t i = 0; i < 3 * UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 300 + i), KVS_OK);
+    for (uint32_t i = 0; i < 3 * UNITS * PER; i++)
+        ck_assert_int_eq(put_object(&r, 300 + i), KVS_OK);
     uint64_t n = 0, bytes = 0;
     ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
     ck_assert_uint_eq(n, 2 * PER);
@@ -333,7 +337,9 @@ START_TEST(a_put_under_a_reclaim_is_not_stored) {
 }
 END_TEST
 
-static int all_1024_usable(void *arg) { return usable_is(arg, 1024); }
+static int all_1024_usable(void *arg) {
+    return usable_is(arg, 1024);
+}
 
 /* More offers than a socket's queue holds: each side waiting to send while the other does would
  * end the link; the lender keeps its unanswered messages within a window. */
@@ -354,8 +360,12 @@ START_TEST(a_thousand_offers_at_once_are_all_taken) {
 }
 END_TEST
 
-static int disconnected(void *arg) { return stats(arg).connected == 0; }
-static int connected(void *arg) { return stats(arg).connected == 1 && usable_is(arg, UNITS); }
+static int disconnected(void *arg) {
+    return stats(arg).connected == 0;
+}
+static int connected(void *arg) {
+    return stats(arg).connected == 1 && usable_is(arg, UNITS);
+}
 
 START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
     rig r;

@@ -40,7 +40,9 @@ void pg_log(pg_state *st, int level, const char *fmt, ...) {
     if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
 }
 
-uint32_t pg_unit_of(const pg_state *st, uint32_t slot) { return slot / st->slots_per_unit; }
+uint32_t pg_unit_of(const pg_state *st, uint32_t slot) {
+    return slot / st->slots_per_unit;
+}
 
 static uint8_t *slot_data(const pg_state *st, uint32_t s) {
     uint64_t u = pg_unit_of(st, s), k = s % st->slots_per_unit;
@@ -159,8 +161,8 @@ void pg_send_released(pg_state *st, uint32_t u) {
     if (kvs_borrower_release(&st->borrower, u, &epoch) != KVS_OK) return;
     kvs_lend_msg m = {.type = KVS_LEND_RELEASED, .unit = u, .epoch = epoch};
     char why[256];
-    if (st->sock < 0 || kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, why,
-                                      sizeof why) != KVS_OK) {
+    if (st->sock < 0 ||
+        kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, why, sizeof why) != KVS_OK) {
         /* the lender keeps the unit as the borrower's (quarantined once the link drops): safe */
         if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
         return;
@@ -556,4 +558,6 @@ static const kvs_backend_ops pg_ops = {
     .get_range = pg_get_range,
 };
 
-const kvs_backend_ops *kvs_peer_gpu_backend(void) { return &pg_ops; }
+const kvs_backend_ops *kvs_peer_gpu_backend(void) {
+    return &pg_ops;
+}

@@ -64,8 +64,8 @@ __attribute__((visibility("default"))) kvs_status kvs_peer_gpu_stats_get(void *t
 /* Tests only: call hook(ctx, unit) in the middle of every copy into or out of lent memory, with
  * I/O on that unit in flight and no lock held, so a test can hold a copy open while the lender
  * reclaims the unit. NULL removes it. Call before other threads use the tier. */
-__attribute__((visibility("default"))) kvs_status
-kvs_peer_gpu_set_copy_hook(void *tier, void (*hook)(void *ctx, uint32_t unit), void *ctx);
+__attribute__((visibility("default"))) kvs_status kvs_peer_gpu_set_copy_hook(
+    void *tier, void (*hook)(void *ctx, uint32_t unit), void *ctx);
 
 #ifdef __cplusplus
 }

@@ -59,8 +59,8 @@ typedef struct pg_state {
     uint64_t in_flight;
     kvs_peer_gpu_stats stats;
 
-    int stop;      /* destroy asked the link thread to end */
-    int wake[2];   /* a pipe that wakes the link thread */
+    int stop;    /* destroy asked the link thread to end */
+    int wake[2]; /* a pipe that wakes the link thread */
     pthread_t link;
 } pg_state;
 

@@ -121,8 +121,9 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         close(sock);
         return rc;
     }
-    pg_log(st, KVS_LOG_INFO, "peer_gpu tier \"%s\": lender at %s lends up to %u units of %llu bytes",
-           st->tier_name, st->socket_path, m.n_units, (unsigned long long)m.unit_bytes);
+    pg_log(st, KVS_LOG_INFO,
+           "peer_gpu tier \"%s\": lender at %s lends up to %u units of %llu bytes", st->tier_name,
+           st->socket_path, m.n_units, (unsigned long long)m.unit_bytes);
     return KVS_OK;
 }
 
@@ -176,10 +177,8 @@ static const char *on_message(pg_state *st, const kvs_lend_msg *m) {
             if (pg_unit_empty(st, m->unit)) kvs_borrower_drained(&st->borrower, m->unit, &release);
             if (release) pg_send_released(st, m->unit);
             return NULL;
-        case KVS_LEND_BYE:
-            return "it said BYE";
-        default:
-            return "a message out of place"; /* a HELLO again, or a borrower's message */
+        case KVS_LEND_BYE: return "it said BYE";
+        default: return "a message out of place"; /* a HELLO again, or a borrower's message */
     }
 }
 
@@ -205,7 +204,8 @@ static void *link_thread(void *arg) {
             link_connect(st, st->opt.connect_timeout_ms);
             continue;
         }
-        struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = st->wake[0], .events = POLLIN}};
+        struct pollfd p[2] = {{.fd = sock, .events = POLLIN},
+                              {.fd = st->wake[0], .events = POLLIN}};
         if (poll(p, 2, -1) < 0) continue;
         if (p[1].revents) {
             drain_wake(st);

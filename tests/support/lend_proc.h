@@ -8,9 +8,9 @@
 #include <sys/types.h>
 
 typedef struct kvs_test_lender {
-    pid_t pid;   /* 0 when not running */
-    int in_fd;   /* its stdin */
-    int out_fd;  /* its stdout */
+    pid_t pid;       /* 0 when not running */
+    int in_fd;       /* its stdin */
+    int out_fd;      /* its stdout */
     char out[65536]; /* what it printed so far (the oldest half dropped when full) */
     size_t out_len;
     size_t seen; /* kvs_test_lender_next has returned the lines before this offset */

@@ -106,8 +106,8 @@ static void count_states(const lender *ld, uint32_t n[5]) {
 static void send_msg(lender *ld, uint32_t type, uint32_t unit, uint32_t epoch) {
     kvs_lend_msg m = {.type = type, .unit = unit, .epoch = epoch};
     char why[256];
-    if (ld->sock >= 0 && kvs_lend_send(ld->sock, &m, -1, ld->send_timeout_ms, why, sizeof why) !=
-                             KVS_OK) {
+    if (ld->sock >= 0 &&
+        kvs_lend_send(ld->sock, &m, -1, ld->send_timeout_ms, why, sizeof why) != KVS_OK) {
         say("refused %s", why);
         shutdown(ld->sock, SHUT_RDWR); /* the poll loop finds it lost */
     }
@@ -186,7 +186,8 @@ static uint32_t reclaim(lender *ld, uint32_t n) {
 static void demand(lender *ld, uint64_t blocks) {
     uint32_t n[5];
     count_states(ld, n);
-    kvs_el_unit unit = {.lcm_bytes = ld->unit_bytes, .meu_master = 1, .meu_worker = ld->unit_blocks};
+    kvs_el_unit unit = {
+        .lcm_bytes = ld->unit_bytes, .meu_master = 1, .meu_worker = ld->unit_blocks};
     uint64_t owned = (uint64_t)n[KVS_LEND_OWNED] * ld->unit_blocks;
     uint64_t now_ms = kvs_now_ns() / 1000000u;
     kvs_el_window_note(&ld->window, now_ms, blocks);
@@ -215,8 +216,7 @@ static void command(lender *ld, char *line) {
         uint32_t n[5];
         count_states(ld, n);
         say("status owned %u offered %u lent %u reclaiming %u quarantined %u", n[KVS_LEND_OWNED],
-            n[KVS_LEND_OFFERED], n[KVS_LEND_LENT], n[KVS_LEND_RECLAIMING],
-            n[KVS_LEND_QUARANTINED]);
+            n[KVS_LEND_OFFERED], n[KVS_LEND_LENT], n[KVS_LEND_RECLAIMING], n[KVS_LEND_QUARANTINED]);
     } else if (!strcmp(word, "check")) {
         for (uint32_t u = 0; u < ld->l.n_units; u++)
             if (kvs_lender_may_use(&ld->l, u) && !unit_intact(ld, u)) {
@@ -243,7 +243,8 @@ static void lost_borrower(lender *ld) {
     say("borrower lost");
     if (ld->pidfd < 0) { /* its process could not be watched: it is gone already (or unknown) */
         uint8_t was[KVS_LEND_MAX_UNITS];
-        for (uint32_t u = 0; u < ld->l.n_units; u++) was[u] = (uint8_t)kvs_lender_may_use(&ld->l, u);
+        for (uint32_t u = 0; u < ld->l.n_units; u++)
+            was[u] = (uint8_t)kvs_lender_may_use(&ld->l, u);
         kvs_lender_borrower_gone(&ld->l);
         refill_owned(ld, was);
         say("borrower gone");
@@ -303,7 +304,8 @@ static void on_borrower_message(lender *ld) {
             if (kvs_lender_on_accept(&ld->l, m.unit, m.epoch) == KVS_OK) say("accepted %u", m.unit);
             break;
         case KVS_LEND_DECLINE:
-            if (kvs_lender_on_decline(&ld->l, m.unit, m.epoch) == KVS_OK) say("declined %u", m.unit);
+            if (kvs_lender_on_decline(&ld->l, m.unit, m.epoch) == KVS_OK)
+                say("declined %u", m.unit);
             break;
         case KVS_LEND_RELEASED:
             if (kvs_lender_on_released(&ld->l, m.unit, m.epoch) == KVS_OK) {
@@ -361,7 +363,7 @@ static int open_socket(lender *ld, const char *path) {
     ld->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     struct stat sb;
     if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode)) unlink(path); /* a stale one */
-    mode_t old = umask(0077);                                       /* the owner's only */
+    mode_t old = umask(0077);                                        /* the owner's only */
     int rc = ld->listen_fd < 0 ? -1 : bind(ld->listen_fd, (struct sockaddr *)&sa, sizeof sa);
     umask(old);
     if (rc != 0 || listen(ld->listen_fd, 4) != 0) {
