@@ -215,6 +215,35 @@ START_TEST(relative_psk_file_of_a_remote_tier_resolves_against_the_file_director
 }
 END_TEST
 
+START_TEST(a_peer_gpu_tier_s_socket_resolves_against_the_file_directory) {
+    char dir[512], path[1024], want[2048];
+    ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
+    ck_assert_int_eq(kvs_test_write_file(dir, "cfg.yaml",
+                                         "tiers:\n  - name: p\n    type: peer_gpu\n"
+                                         "    options:\n      socket: run/lend.sock\n"
+                                         "      retry_ms: 50\n",
+                                         path, sizeof path),
+                     0);
+    char *real_dir = realpath(dir, NULL);
+    ck_assert_ptr_nonnull(real_dir);
+    snprintf(want, sizeof want, "%s/run/lend.sock", real_dir);
+    free(real_dir);
+    kvs_config *cfg = NULL;
+    kvs_status st = kvs_config_load(path, &cfg, cfg_err, sizeof cfg_err);
+    ck_assert_msg(st == KVS_OK, "%s", cfg_err);
+    ck_assert_str_eq(cfg->tiers[0].type, "peer_gpu");
+    ck_assert_str_eq(cfg->tiers[0].options[0].key, "socket");
+    ck_assert_str_eq(cfg->tiers[0].options[0].value, want);
+    kvs_config_free(cfg);
+    /* the backend refuses what it does not take, at the option's line */
+    cfg_expect_open_refused(dir,
+                            "tiers:\n  - name: p\n    type: peer_gpu\n    options:\n"
+                            "      socket: x.sock\n      retry_ms: 1\n",
+                            "6:7: key 'tiers[0].options.retry_ms'", "retry_ms");
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
 START_TEST(an_unknown_tier_option_is_refused_at_its_line) {
     char dir[512];
     ck_assert_int_eq(kvs_test_tmpdir(dir, sizeof dir), 0);
@@ -316,6 +345,7 @@ static Suite *config_tiers_suite(void) {
     TCase *files = tcase_create("files");
     tcase_add_test(files, relative_plugin_path_resolves_against_the_file_directory);
     tcase_add_test(files, relative_psk_file_of_a_remote_tier_resolves_against_the_file_directory);
+    tcase_add_test(files, a_peer_gpu_tier_s_socket_resolves_against_the_file_directory);
     suite_add_tcase(s, files);
     TCase *open = tcase_create("open");
     tcase_add_test(open, an_unknown_tier_option_is_refused_at_its_line);
