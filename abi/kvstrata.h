@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 7
+#define KVS_ABI_MINOR 8
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -409,6 +409,30 @@ typedef struct kvs_api {
      * dropped. */
     kvs_status (*load_dropped)(kvs_handle *h, const char *req_id, uint64_t first_token,
                                uint64_t n_tokens, uint8_t *mask, uint64_t *n_dropped);
+
+    /* --- 1.8: the layer stream cache (docs/peer_gpu.md) --- */
+
+    /* The engine keeps KV of its own in memory another process lends (the handle's first tier of
+     * type peer_gpu), a stream block at a time: chunk_tokens tokens of every layer together
+     * (block-major), fetched into and stored from a small buffer of its own one layer at a time, so
+     * its context can outgrow its own memory (SwiftCache's layer stream cache). `buffer` describes
+     * that buffer as one layer of pages in the registered caches' geometry (heads, head size, block
+     * tokens; its own n_blocks); every stream block takes chunk_tokens / block_tokens of its pages
+     * while it is in the buffer. Reserve n_blocks stream blocks (zeroed), keeping those reserved
+     * already; *granted gets how many the handle holds (fewer than asked when the lent memory has
+     * no room for more). n_blocks 0 gives them all back. Worker role, after register_kv; host
+     * device only (KVS_ENOTSUP elsewhere, and without a peer_gpu tier). A stream block whose memory
+     * the lender takes back is gone: fetch and store fail with KVS_EIO and the engine recomputes
+     * what it held. */
+    kvs_status (*lsc_reserve)(kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
+                              uint32_t *granted);
+    /* Copy layer `layer` of stream blocks blocks[0..n) into the buffer: block i's tokens go to the
+     * buffer pages pages[i * P .. (i + 1) * P), P = chunk_tokens / block_tokens, in token order. */
+    kvs_status (*lsc_fetch)(kvs_handle *h, uint32_t layer, const uint32_t *blocks,
+                            const uint32_t *pages, uint32_t n);
+    /* The reverse: layer `layer` of the buffer pages into stream blocks blocks[0..n). */
+    kvs_status (*lsc_store)(kvs_handle *h, uint32_t layer, const uint32_t *blocks,
+                            const uint32_t *pages, uint32_t n);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

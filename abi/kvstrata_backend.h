@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 5
+#define KVS_BACKEND_ABI_MINOR 6
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -188,7 +188,8 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
 #define KVS_BACKEND_CAP_GET_MANY_ASYNC \
     (1u << 7) /* 1.4: get_many_start and get_many_finish are implemented */
-#define KVS_BACKEND_CAP_CODECS (1u << 8) /* 1.5: codecs is implemented */
+#define KVS_BACKEND_CAP_CODECS    (1u << 8) /* 1.5: codecs is implemented */
+#define KVS_BACKEND_CAP_PUT_RANGE (1u << 9) /* 1.6: put_range is implemented */
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;
@@ -272,6 +273,15 @@ typedef struct kvs_backend_ops {
      * stored with, as far as this tier knows (one it holds, or one it passed to the next tier), into
      * codecs[i]; 0 for a key it knows nothing of. Lookups use it to say which chunks load lossy. */
     kvs_status (*codecs)(void *state, const kvs_key *keys, uint64_t n, uint16_t *codecs);
+
+    /* --- 1.6 --- */
+    /* CAP_PUT_RANGE: overwrite bytes [offset, offset + len) of an object the tier holds, in place
+     * (its length stays). KVS_ENOTFOUND when it holds none of the key, KVS_EINVAL past its end.
+     * Only for raw blocks the connector keeps for an engine (the layer stream cache,
+     * docs/peer_gpu.md), never for the connector's sealed objects: their checksums would no longer
+     * hold. */
+    kvs_status (*put_range)(void *state, const kvs_key *key, uint64_t offset, const void *src,
+                            uint64_t len);
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the

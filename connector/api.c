@@ -11,6 +11,7 @@
 #include "handle.h"
 #include "keys.h"
 #include "lookup_remote.h"
+#include "lsc.h"
 #include "object.h"
 #include "restore.h"
 #include "scheduler.h"
@@ -327,6 +328,24 @@ static kvs_status api_load_dropped(kvs_handle *h, const char *req_id, uint64_t f
     return kvs_worker_load_dropped(h, req_id, first_token, n_tokens, mask, n_dropped);
 }
 
+static kvs_status api_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
+                                  uint32_t *granted) {
+    ENTER(h);
+    return kvs_lsc_reserve(h, buffer, n_blocks, granted);
+}
+
+static kvs_status api_lsc_fetch(kvs_handle *h, uint32_t layer, const uint32_t *blocks,
+                                const uint32_t *pages, uint32_t n) {
+    ENTER(h);
+    return kvs_lsc_fetch(h, layer, blocks, pages, n);
+}
+
+static kvs_status api_lsc_store(kvs_handle *h, uint32_t layer, const uint32_t *blocks,
+                                const uint32_t *pages, uint32_t n) {
+    ENTER(h);
+    return kvs_lsc_store(h, layer, blocks, pages, n);
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -360,6 +379,9 @@ static const kvs_api api_v1 = {
     .set_stages = api_set_stages,
     .tier_name = api_tier_name,
     .load_dropped = api_load_dropped,
+    .lsc_reserve = api_lsc_reserve,
+    .lsc_fetch = api_lsc_fetch,
+    .lsc_store = api_lsc_store,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

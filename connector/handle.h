@@ -175,6 +175,7 @@ struct kvs_handle {
     int loads_pending;       /* CUDA device: loads enqueued, not yet completed */
     kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
     kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
+    struct kvs_lsc *lsc;     /* the layer stream cache (lsc.c); NULL until lsc_reserve */
 
     /* both */
     pthread_mutex_t event_lock;

@@ -351,6 +351,17 @@ int kvs_tiers_can_get_range(const kvs_tier_chain *c, uint32_t tier) {
     return (ops->caps & KVS_BACKEND_CAP_GET_RANGE) && KVS_HAS_OP(ops, get_range);
 }
 
+int kvs_tiers_can_put_range(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_backend_ops *ops = c->tiers[tier].ops;
+    return (ops->caps & KVS_BACKEND_CAP_PUT_RANGE) && KVS_HAS_OP(ops, put_range);
+}
+
+kvs_status kvs_tiers_put_range(kvs_tier_chain *c, uint32_t tier, const kvs_key *key,
+                               uint64_t offset, const void *src, uint64_t len) {
+    kvs_tier *t = &c->tiers[tier];
+    return t->ops->put_range(t->state, key, offset, src, len);
+}
+
 int kvs_tiers_thread_safe(const kvs_tier_chain *c) {
     for (uint32_t i = 0; i < c->n; i++)
         if (!(c->tiers[i].ops->caps & KVS_BACKEND_CAP_THREAD_SAFE)) return 0;

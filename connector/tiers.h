@@ -48,6 +48,10 @@ void kvs_tiers_unpin_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *k
 int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_range(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
+/* 1 when the tier overwrites parts of an object in place (backend 1.6 put_range). */
+int kvs_tiers_can_put_range(const kvs_tier_chain *chain, uint32_t tier);
+kvs_status kvs_tiers_put_range(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key,
+                               uint64_t offset, const void *src, uint64_t len);
 /* 1 if tier's get_many also comes in two halves (kvs_tiers_get_many_start, _finish). */
 int kvs_tiers_can_get_many_async(const kvs_tier_chain *chain, uint32_t tier);
 /* 1 when every tier may be called from several threads at once (KVS_BACKEND_CAP_THREAD_SAFE). */

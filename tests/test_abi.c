@@ -157,7 +157,10 @@ AT(kvs_api, plan, 176, 8);
 AT(kvs_api, set_stages, 184, 8);   /* 1.4 */
 AT(kvs_api, tier_name, 192, 8);    /* 1.5 */
 AT(kvs_api, load_dropped, 200, 8); /* 1.7 */
-SIZE(kvs_api, 208);
+AT(kvs_api, lsc_reserve, 208, 8);  /* 1.8 */
+AT(kvs_api, lsc_fetch, 216, 8);
+AT(kvs_api, lsc_store, 224, 8);
+SIZE(kvs_api, 232);
 
 SIZE(kvs_key, 16);
 AT(kvs_backend_option, key, 0, 8);
@@ -235,8 +238,9 @@ AT(kvs_backend_ops, get_many, 144, 8);
 AT(kvs_backend_ops, get_range, 152, 8);      /* 1.2 */
 AT(kvs_backend_ops, get_many_start, 160, 8); /* 1.4 */
 AT(kvs_backend_ops, get_many_finish, 168, 8);
-AT(kvs_backend_ops, codecs, 176, 8); /* 1.5 */
-SIZE(kvs_backend_ops, 184);
+AT(kvs_backend_ops, codecs, 176, 8);    /* 1.5 */
+AT(kvs_backend_ops, put_range, 184, 8); /* 1.6 */
+SIZE(kvs_backend_ops, 192);
 
 /* --- the library, as an engine loads it ----------------------------------------------------------- */
 

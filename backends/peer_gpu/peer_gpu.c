@@ -505,6 +505,38 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     return rc;
 }
 
+static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset, const void *src,
+                               uint64_t len) {
+    pg_state *st = state;
+    if (!st || !key || (!src && len)) return KVS_EINVAL;
+    pthread_mutex_lock(&st->lock);
+    uint32_t s = find(st, key);
+    if (s == PG_NIL) {
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOTFOUND;
+    }
+    if (offset > st->slots[s].len || len > st->slots[s].len - offset) {
+        pg_set_error(st, "put_range of %llu bytes at %llu is past the object's %llu",
+                     (unsigned long long)len, (unsigned long long)offset,
+                     (unsigned long long)st->slots[s].len);
+        pthread_mutex_unlock(&st->lock);
+        return KVS_EINVAL;
+    }
+    /* as a reader: the slot stays while the copy runs, and its unit waits for it */
+    if (!begin_copy(st, s, 1)) {
+        pthread_mutex_unlock(&st->lock);
+        return KVS_ENOTFOUND;
+    }
+    uint8_t *dst = slot_data(st, s) + offset;
+    pthread_mutex_unlock(&st->lock);
+    copy_hook(st, s);
+    if (len) copy_bytes(dst, src, len);
+    pthread_mutex_lock(&st->lock);
+    end_copy(st, s, 1);
+    pthread_mutex_unlock(&st->lock);
+    return KVS_OK;
+}
+
 static kvs_status pg_remove(void *state, const kvs_key *key) {
     pg_state *st = state;
     if (!st || !key) return KVS_EINVAL;
@@ -543,7 +575,7 @@ static const kvs_backend_ops pg_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE,
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_PUT_RANGE,
     .type_name = "peer_gpu",
     .create = pg_create,
     .destroy = pg_destroy,
@@ -556,6 +588,7 @@ static const kvs_backend_ops pg_ops = {
     .remove = pg_remove,
     .usage = pg_usage,
     .get_range = pg_get_range,
+    .put_range = pg_put_range,
 };
 
 const kvs_backend_ops *kvs_peer_gpu_backend(void) {

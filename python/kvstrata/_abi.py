@@ -17,7 +17,7 @@ import threading
 from collections import namedtuple
 
 ABI_MAJOR = 1
-ABI_MINOR = 7  # the minor version this binding was written against
+ABI_MINOR = 8  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -283,6 +283,13 @@ class Api(ctypes.Structure):
                 ctypes.POINTER(ctypes.c_uint64),
             ),
         ),
+        # 1.8: the layer stream cache (an engine's own KV in lent memory; not used from Python)
+        ("lsc_reserve", _F(c_status, _H, ctypes.c_void_p, ctypes.c_uint32,
+                           ctypes.POINTER(ctypes.c_uint32))),
+        ("lsc_fetch", _F(c_status, _H, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
+                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32)),
+        ("lsc_store", _F(c_status, _H, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
+                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32)),
     ]
 
 
@@ -294,6 +301,9 @@ HOOK_MINOR = {
     "set_stages": 4,
     "tier_name": 5,
     "load_dropped": 7,
+    "lsc_reserve": 8,
+    "lsc_fetch": 8,
+    "lsc_store": 8,
 }
 
 # --- errors -------------------------------------------------------------------------------------------

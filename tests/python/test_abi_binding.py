@@ -70,13 +70,14 @@ class Layout(unittest.TestCase):
                     "take_events", "register_kv", "bind_meta", "start_load", "wait_layer_load",
                     "save_layer", "wait_save", "get_finished", "load_error_blocks", "stats",
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
-                    "load_dropped"]
+                    "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
         self.assertEqual(o["tier_name"], (192, 8))
         self.assertEqual(o["load_dropped"], (200, 8))  # 1.7
-        self.assertEqual(ctypes.sizeof(_abi.Api), 208)
+        self.assertEqual(o["lsc_store"], (224, 8))  # 1.8
+        self.assertEqual(ctypes.sizeof(_abi.Api), 232)
 
 
 def tiny_model(**kw):
