@@ -420,12 +420,14 @@ typedef struct kvs_api {
      * tokens; its own n_blocks); every stream block takes chunk_tokens / block_tokens of its pages
      * while it is in the buffer. Reserve n_blocks stream blocks (zeroed), keeping those reserved
      * already; *granted gets how many the handle holds (fewer than asked when the lent memory has
-     * no room for more). n_blocks 0 gives them all back. Worker role, after register_kv; host
+     * no room for more), *stream_tokens (may be NULL) the tokens of a stream block (the config's
+     * chunk_tokens): call with n_blocks 0 first to learn it, which gives every block back (buffer
+     * may then be NULL). Worker role, after register_kv; host
      * device only (KVS_ENOTSUP elsewhere, and without a peer_gpu tier). A stream block whose memory
      * the lender takes back is gone: fetch and store fail with KVS_EIO and the engine recomputes
      * what it held. */
     kvs_status (*lsc_reserve)(kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
-                              uint32_t *granted);
+                              uint32_t *granted, uint32_t *stream_tokens);
     /* Copy layer `layer` of stream blocks blocks[0..n) into the buffer: block i's tokens go to the
      * buffer pages pages[i * P .. (i + 1) * P), P = chunk_tokens / block_tokens, in token order. */
     kvs_status (*lsc_fetch)(kvs_handle *h, uint32_t layer, const uint32_t *blocks,

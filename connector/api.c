@@ -329,9 +329,9 @@ static kvs_status api_load_dropped(kvs_handle *h, const char *req_id, uint64_t f
 }
 
 static kvs_status api_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
-                                  uint32_t *granted) {
+                                  uint32_t *granted, uint32_t *stream_tokens) {
     ENTER(h);
-    return kvs_lsc_reserve(h, buffer, n_blocks, granted);
+    return kvs_lsc_reserve(h, buffer, n_blocks, granted, stream_tokens);
 }
 
 static kvs_status api_lsc_fetch(kvs_handle *h, uint32_t layer, const uint32_t *blocks,

@@ -60,9 +60,10 @@ static uint32_t find_tier(kvs_handle *h) {
 }
 
 kvs_status kvs_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
-                           uint32_t *granted) {
+                           uint32_t *granted, uint32_t *stream_tokens) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "lsc_reserve");
     if (st != KVS_OK) return st;
+    if (stream_tokens) *stream_tokens = h->chunk_tokens;
     if (!granted || (n_blocks && !buffer))
         return kvs_set_error(h, KVS_EINVAL, "lsc_reserve: buffer or granted is NULL");
     *granted = h->lsc ? h->lsc->n_blocks : 0;

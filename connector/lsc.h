@@ -8,7 +8,7 @@
 struct kvs_handle;
 
 kvs_status kvs_lsc_reserve(struct kvs_handle *h, const kvs_layer_view *buffer, uint32_t n_blocks,
-                           uint32_t *granted);
+                           uint32_t *granted, uint32_t *stream_tokens);
 kvs_status kvs_lsc_fetch(struct kvs_handle *h, uint32_t layer, const uint32_t *blocks,
                          const uint32_t *pages, uint32_t n);
 kvs_status kvs_lsc_store(struct kvs_handle *h, uint32_t layer, const uint32_t *blocks,

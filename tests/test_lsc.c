@@ -88,8 +88,11 @@ START_TEST(layers_of_stream_blocks_are_kept_apart_bit_for_bit) {
     open_over_lender(&r, &l, 4);
     buffer *b = malloc(sizeof *b);
     buffer_init(b);
-    uint32_t granted = 99;
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 3, &granted), KVS_OK);
+    uint32_t granted = 99, tokens = 0;
+    ck_assert_int_eq(api->lsc_reserve(r.h, NULL, 0, &granted, &tokens), KVS_OK);
+    ck_assert_uint_eq(granted, 0);
+    ck_assert_uint_eq(tokens, CHUNK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 3, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, 3);
     /* store every layer of every block through the same two pages... */
     uint32_t pages[PER] = {5, 2}; /* a stream block's tokens in pages 5 then 2 */
@@ -108,7 +111,7 @@ START_TEST(layers_of_stream_blocks_are_kept_apart_bit_for_bit) {
                           layer, blocks[i]);
     }
     /* a new block starts zeroed; keeping the reserved ones keeps their bytes */
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 4, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 4, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, 4);
     uint32_t fourth = 3, zero_pages[PER] = {0, 1};
     memset(b->bytes, 0xee, sizeof b->bytes);
@@ -131,16 +134,16 @@ START_TEST(a_reserve_gets_what_the_lent_memory_holds) {
     buffer *b = malloc(sizeof *b);
     buffer_init(b);
     uint32_t granted = 0;
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted, NULL), KVS_OK);
     ck_assert_uint_gt(granted, 0);
     ck_assert_uint_lt(granted, 1000);
     uint32_t most = granted;
     /* giving back some, then all */
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, 1);
-    ck_assert_int_eq(api->lsc_reserve(r.h, NULL, 0, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, NULL, 0, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, 0);
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, most); /* what was given back is there again */
     rig_close(&r);
     kvs_test_lender_stop(&l);
@@ -155,7 +158,7 @@ START_TEST(a_reclaimed_stream_block_fails_its_fetch_and_store) {
     buffer *b = malloc(sizeof *b);
     buffer_init(b);
     uint32_t granted = 0, pages[PER] = {0, 1}, s = 0;
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, 2);
     kvs_test_lender_say(&l, "reclaim 4");
     ck_assert(kvs_test_lender_expect(&l, "released", 4, 5000));
@@ -176,15 +179,15 @@ START_TEST(calls_out_of_place_are_refused) {
     buffer_init(b);
     uint32_t granted = 0, pages[PER] = {0, 1}, s = 0, far = 7;
     ck_assert_int_eq(api->lsc_fetch(r.h, 0, &s, pages, 1), KVS_ESTATE); /* nothing reserved */
-    ck_assert_int_eq(api->lsc_reserve(r.h, NULL, 2, &granted), KVS_EINVAL);
+    ck_assert_int_eq(api->lsc_reserve(r.h, NULL, 2, &granted, NULL), KVS_EINVAL);
     buffer_init(b);
     b->view.n_blocks = 1; /* smaller than one stream block */
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_EINVAL);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_EINVAL);
     buffer_init(b);
     b->view.head_stride = 1; /* heads overlapping */
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_EINVAL);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_EINVAL);
     buffer_init(b);
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_OK);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_OK);
     ck_assert_int_eq(api->lsc_fetch(r.h, LAYERS, &s, pages, 1), KVS_EINVAL);
     ck_assert_int_eq(api->lsc_fetch(r.h, 0, &far, pages, 1), KVS_EINVAL);
     uint32_t bad_pages[PER] = {0, PAGES};
@@ -195,10 +198,10 @@ START_TEST(calls_out_of_place_are_refused) {
     kvs_test_lender_stop(&l);
     /* without a peer_gpu tier, and from a scheduler */
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_WORKER, rig_dram_config(8, 30000)), KVS_OK);
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_ENOTSUP);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_ENOTSUP);
     rig_close(&r);
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_SCHEDULER, rig_dram_config(8, 30000)), KVS_OK);
-    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted), KVS_ESTATE);
+    ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 2, &granted, NULL), KVS_ESTATE);
     rig_close(&r);
     free(b);
 }

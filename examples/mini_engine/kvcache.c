@@ -144,6 +144,9 @@ struct kvcache {
     uint32_t *buckets;
     uint32_t bucket_mask;
     kvcache_stats stats;
+    /* the layer stream cache's buffer (kvcache_set_overlay): block ids from KV_OVERLAY on */
+    const struct kvcache *overlay;
+    uint32_t overlay_pages, overlay_buffers;
 };
 
 static uint64_t mix64(uint64_t z) {
@@ -285,8 +288,19 @@ const kvs_layer_view *kvcache_views(const kvcache *kv) {
     return kv->views;
 }
 
+void kvcache_set_overlay(kvcache *kv, const kvcache *overlay, uint32_t pages_per_buffer,
+                         uint32_t buffers) {
+    kv->overlay = overlay;
+    kv->overlay_pages = pages_per_buffer;
+    kv->overlay_buffers = buffers ? buffers : 1;
+}
+
 uint8_t *kvcache_head_ptr(const kvcache *kv, uint32_t layer, kv_part part, uint32_t block_id,
                           uint32_t slot, uint32_t head) {
+    if (block_id >= KV_OVERLAY && kv->overlay) /* layer `layer` is in buffer layer % buffers */
+        return kvcache_head_ptr(
+            kv->overlay, 0, part,
+            block_id - KV_OVERLAY + (layer % kv->overlay_buffers) * kv->overlay_pages, slot, head);
     const kvs_layer_view *v = &kv->views[layer];
     uint8_t *base = part == KV_K ? v->k_base : v->v_base;
     return base + (int64_t)block_id * v->block_stride + (int64_t)slot * v->token_stride +

@@ -61,6 +61,14 @@ const kvcache_params *kvcache_params_of(const kvcache *kv);
  * pages; n_layers entries, valid until destroy. */
 const kvs_layer_view *kvcache_views(const kvcache *kv);
 
+/* Block ids from KV_OVERLAY on name pages of the overlay (the layer stream cache's buffer, a
+ * one-layer cache of buffers * pages_per_buffer pages): id KV_OVERLAY + j of layer `layer` is page
+ * (layer % buffers) * pages_per_buffer + j of it, so layer i reads and writes the buffer its
+ * stream blocks were fetched into. NULL removes it. */
+#define KV_OVERLAY 0x80000000u
+void kvcache_set_overlay(kvcache *kv, const kvcache *overlay, uint32_t pages_per_buffer,
+                         uint32_t buffers);
+
 /* Address of head `head` of the token in slot `slot` of block `block`, layer `layer`. */
 uint8_t *kvcache_head_ptr(const kvcache *kv, uint32_t layer, kv_part part, uint32_t block,
                           uint32_t slot, uint32_t head);

@@ -285,7 +285,7 @@ class Api(ctypes.Structure):
         ),
         # 1.8: the layer stream cache (an engine's own KV in lent memory; not used from Python)
         ("lsc_reserve", _F(c_status, _H, ctypes.c_void_p, ctypes.c_uint32,
-                           ctypes.POINTER(ctypes.c_uint32))),
+                           ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32))),
         ("lsc_fetch", _F(c_status, _H, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
                          ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32)),
         ("lsc_store", _F(c_status, _H, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
