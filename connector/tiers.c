@@ -297,8 +297,9 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
 
 void kvs_tiers_close(kvs_tier_chain *c) {
     if (!c) return;
-    /* Bottom up, so a top tier's last evictions never reach a tier already gone. */
-    for (uint32_t i = c->n; i-- > 0;) {
+    /* Top down, so what a tier passes down as it closes (its last evictions; a reclaim that reaches
+     * a peer_gpu tier's thread meanwhile) lands in a tier still open. */
+    for (uint32_t i = 0; i < c->n; i++) {
         kvs_tier *t = &c->tiers[i];
         if (t->state) t->ops->destroy(t->state);
         if (t->dl) dlclose(t->dl);

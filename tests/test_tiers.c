@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include "abi/kvstrata.h"
+#include "connector/config.h"
+#include "connector/tiers.h"
 #include "tests/support/connector_rig.h"
 #include "tests/support/wait.h"
 
@@ -100,6 +102,47 @@ START_TEST(a_plugin_backend_round_trips_through_staging) {
     ck_assert_uint_eq(rig_prefill(&r, "two", t, 128, b), 127);
     ck_assert(rig_kv_matches(&r, b, t, 0, 127));
     rig_close(&r);
+}
+END_TEST
+
+typedef struct close_events {
+    int stored_below; /* STORED events for tier 1 */
+} close_events;
+
+static void count_stored(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
+    (void)key;
+    close_events *e = ctx;
+    if ((kind & ~KVS_TIER_EVENT_DROPPED) == KVS_EVENT_STORED && tier == 1) e->stored_below++;
+}
+
+/* A tier that passes its objects down as it closes finds the tier below still open: the chain
+ * closes top down (bottom up, the objects went into a destroyed tier). */
+START_TEST(a_tier_closing_passes_its_objects_to_a_tier_still_open) {
+    char text[1024], err[512];
+    snprintf(text, sizeof text,
+             "chunk_tokens: 32\ntiers:\n  - name: mem\n    type: plugin\n"
+             "    plugin: %s/plugin_memory.so\n    options:\n      write_back_on_close: \"1\"\n"
+             "  - name: dram\n    type: dram\n    capacity: 1MiB\n",
+             KVS_TEST_LIB_DIR);
+    kvs_config *cfg = NULL;
+    ck_assert_int_eq(kvs_config_load(rig_config("close.yaml", text), &cfg, err, sizeof err),
+                     KVS_OK);
+    close_events ev = {0};
+    kvs_tier_chain *chain = NULL;
+    ck_assert_int_eq(
+        kvs_tiers_open(cfg, 4096, NULL, NULL, 0, count_stored, &ev, &chain, err, sizeof err),
+        KVS_OK);
+    uint8_t obj[1000];
+    memset(obj, 7, sizeof obj);
+    for (uint32_t i = 0; i < 5; i++) {
+        kvs_key k;
+        memset(&k, 0, sizeof k);
+        memcpy(k.bytes, &i, sizeof i);
+        ck_assert_int_eq(kvs_tiers_put(chain, &k, obj, sizeof obj, err, sizeof err), KVS_OK);
+    }
+    kvs_tiers_close(chain);
+    ck_assert_int_eq(ev.stored_below, 5);
+    kvs_config_free(cfg);
 }
 END_TEST
 
@@ -204,6 +247,7 @@ static Suite *tiers_suite(void) {
     tcase_add_test(tc, eviction_under_pressure_keeps_the_newest);
     tcase_add_test(tc, a_plugin_backend_round_trips_through_staging);
     tcase_add_test(tc, a_plugin_of_another_major_is_refused);
+    tcase_add_test(tc, a_tier_closing_passes_its_objects_to_a_tier_still_open);
     tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
     tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
     tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);

@@ -1,5 +1,7 @@
 /* A minimal backend plugin for the tests: a fixed number of object copies in malloc'd memory, FIFO
- * eviction, no zero-copy (so the connector's staging path is exercised). Option `slots` (default 64). */
+ * eviction, no zero-copy (so the connector's staging path is exercised). Option `slots` (default 64);
+ * `write_back_on_close: "1"` passes every object down the chain when the tier is destroyed (as a tier
+ * that flushes itself on close would). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@ typedef struct mem {
     entry *slots;
     uint64_t n_slots, next;
     const kvs_backend_host *host;
+    int write_back_on_close;
     char error[128];
 } mem;
 
@@ -29,9 +32,12 @@ static entry *find(mem *m, const kvs_key *key) {
 
 static kvs_status m_create(const kvs_backend_init *init, void **state) {
     uint64_t n = 64;
+    int write_back = 0;
     for (uint64_t i = 0; i < init->n_options; i++) {
         if (strcmp(init->options[i].key, "slots") == 0)
             n = strtoull(init->options[i].value, NULL, 10);
+        else if (strcmp(init->options[i].key, "write_back_on_close") == 0)
+            write_back = strcmp(init->options[i].value, "1") == 0;
         else {
             strncpy(init->error, "memory plugin: unknown option", init->error_len - 1);
             return KVS_EINVAL;
@@ -44,13 +50,18 @@ static kvs_status m_create(const kvs_backend_init *init, void **state) {
     }
     m->n_slots = n;
     m->host = init->host;
+    m->write_back_on_close = write_back;
     *state = m;
     return KVS_OK;
 }
 
 static void m_destroy(void *state) {
     mem *m = state;
-    for (uint64_t i = 0; i < m->n_slots; i++) free(m->slots[i].object);
+    for (uint64_t i = 0; i < m->n_slots; i++) {
+        if (m->write_back_on_close && m->slots[i].object && m->host && m->host->on_evict)
+            m->host->on_evict(m->host->ctx, &m->slots[i].key, m->slots[i].object, m->slots[i].len);
+        free(m->slots[i].object);
+    }
     free(m->slots);
     free(m);
 }
