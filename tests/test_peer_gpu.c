@@ -4,12 +4,14 @@
 #include <check.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -293,9 +295,13 @@ START_TEST(a_reclaim_waits_for_the_copies_in_flight) {
     pthread_join(t, NULL);
     ck_assert_int_eq(rd.rc, KVS_OK);
     ck_assert(kvs_test_lender_expect(&r.lender, want, 1, 5000));
-    /* nothing lent now: misses and refused puts, no crash */
+    /* nothing lent now: misses, and puts go straight down the chain; no crash */
     ck_assert_int_eq(get_object(&r, 400), KVS_ENOTFOUND);
-    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    int moved = r.log.bytes_ok;
+    ck_assert_int_eq(put_object(&r, 1), KVS_OK);
+    ck_assert_int_eq(r.log.bytes_ok, moved + 1);
+    ck_assert_int_eq(get_object(&r, 1), KVS_ENOTFOUND);
+    ck_assert_uint_eq(stats(&r).passed_down, 1);
     expect_check_ok(&r);
     kvs_peer_gpu_set_copy_hook(r.tier, NULL, NULL);
     rig_down(&r);
@@ -326,8 +332,11 @@ START_TEST(a_put_under_a_reclaim_is_not_stored) {
     expect_status(&r, "status owned 3 offered 0 lent 0 reclaiming 1 quarantined 0");
     sem_post(&h.go);
     pthread_join(t, NULL);
-    ck_assert_int_eq(wr.rc, KVS_ENOMEM); /* not stored: its unit went back */
+    ck_assert_int_eq(wr.rc, KVS_OK); /* not stored here (its unit went back): passed down */
     ck_assert_int_eq(get_object(&r, 77), KVS_ENOTFOUND);
+    ck_assert_int_eq(r.log.n, 1);
+    ck_assert_int_eq(r.log.bytes_ok, 1);
+    ck_assert_uint_eq(stats(&r).passed_down, 1);
     ck_assert(kvs_test_lender_expect(&r.lender, "released", 1, 5000));
     uint64_t n = 9, bytes = 9;
     ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
@@ -382,7 +391,8 @@ START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
     ck_assert_int_eq(ops->contains(r.tier, &k, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 0);
     ck_assert_int_eq(get_object(&r, 500), KVS_ENOTFOUND);
-    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    ck_assert_int_eq(put_object(&r, 1), KVS_OK); /* passed down */
+    ck_assert_int_eq(r.log.with_bytes, 1);
     /* a new lender on the same socket: taken within retry_ms */
     kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
@@ -443,7 +453,11 @@ START_TEST(a_borrower_s_units_return_only_when_its_process_is_gone) {
             /* the connection is lost, the process lives: its units are nobody's */
             ck_assert(kvs_test_lender_expect(&r.lender, "borrower lost", 1, 5000));
             expect_status(&r, "status owned 0 offered 0 lent 0 reclaiming 0 quarantined 4");
-            /* and a second borrower is turned away meanwhile */
+            /* a new borrower is let in meanwhile, and gets nothing of them */
+            ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
+            ck_assert(kvs_test_lender_expect(&r.lender, "borrower ", 1, 5000));
+            expect_status(&r, "status owned 0 offered 0 lent 0 reclaiming 0 quarantined 4");
+            ck_assert_uint_eq(stats(&r).usable_units, 0);
         }
         kill(child, SIGKILL);
         kvs_test_wait_child(child);
@@ -451,12 +465,160 @@ START_TEST(a_borrower_s_units_return_only_when_its_process_is_gone) {
                       r.lender.out);
         expect_status(&r, "status owned 4 offered 0 lent 0 reclaiming 0 quarantined 0");
         expect_check_ok(&r);
+        if (close_only) { /* the new borrower, still connected, can be lent them now */
+            kvs_test_lender_say(&r.lender, "lend 4");
+            ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
+            ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+            ops->destroy(r.tier); /* says BYE: they come back at once */
+            ck_assert(kvs_test_lender_expect(&r.lender, "borrower lost", 1, 5000));
+            expect_status(&r, "status owned 4 offered 0 lent 0 reclaiming 0 quarantined 0");
+            pthread_mutex_destroy(&r.log.lock);
+        }
     }
     /* a new borrower gets them all */
     ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
     ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
     rig_down(&r);
+}
+END_TEST
+
+/* A raw borrower in this process: connected, its HELLO read, every offer accepted. */
+static int raw_borrower(rig *r, int units) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->sock);
+    ck_assert(connect(s, (struct sockaddr *)&sa, sizeof sa) == 0);
+    kvs_lend_msg m;
+    int fd = -1;
+    char why[256];
+    ck_assert_int_eq(kvs_lend_recv(s, 5000, 0, &m, &fd, why, sizeof why), KVS_OK);
+    ck_assert_uint_eq(m.type, KVS_LEND_HELLO);
+    close(fd);
+    for (int taken = 0; taken < units;) {
+        ck_assert_int_eq(kvs_lend_recv(s, 5000, (uint32_t)units, &m, &fd, why, sizeof why), KVS_OK);
+        ck_assert_uint_eq(m.type, KVS_LEND_OFFER);
+        kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
+        ck_assert_int_eq(kvs_lend_send(s, &a, -1, 1000, why, sizeof why), KVS_OK);
+        taken++;
+    }
+    return s;
+}
+
+START_TEST(one_borrower_at_a_time) {
+    rig r;
+    rig_dir(&r);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    int first = raw_borrower(&r, UNITS);
+    ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
+    int second = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r.sock);
+    ck_assert(connect(second, (struct sockaddr *)&sa, sizeof sa) == 0);
+    kvs_lend_msg m;
+    int fd = -1;
+    char why[256];
+    ck_assert_int_eq(kvs_lend_recv(second, 5000, 0, &m, &fd, why, sizeof why), KVS_OK);
+    ck_assert_uint_eq(m.type, KVS_LEND_BYE); /* turned away, no HELLO */
+    ck_assert_int_eq(fd, -1);
+    ck_assert(kvs_test_lender_expect(&r.lender, "refused a second borrower", 1, 5000));
+    close(second);
+    close(first);
+    kvs_test_lender_stop(&r.lender);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
+/* Alg. 1 over the lender's demand: samples that come before the units are back ask no more. */
+START_TEST(demand_takes_back_what_covers_it_once) {
+    rig r;
+    rig_dir(&r);
+    const char *extra[] = {"--unit-blocks", "1", NULL};
+    kvs_test_lender_start(&r.lender, r.sock, 8, "256KiB", extra);
+    int s = raw_borrower(&r, 8); /* takes everything and never releases */
+    ck_assert(kvs_test_lender_expect(&r.lender, "accepted", 8, 5000));
+    kvs_test_lender_say(&r.lender, "demand 3");
+    kvs_test_lender_say(&r.lender, "demand 3");
+    kvs_test_lender_say(&r.lender, "demand 3");
+    expect_status(&r, "status owned 0 offered 0 lent 5 reclaiming 3 quarantined 0");
+    int reclaims = 0;
+    kvs_lend_msg m;
+    int fd = -1;
+    char why[256];
+    while (kvs_lend_recv(s, 200, 8, &m, &fd, why, sizeof why) == KVS_OK)
+        reclaims += m.type == KVS_LEND_RECLAIM;
+    ck_assert_int_eq(reclaims, 3);
+    close(s);
+    kvs_test_lender_kill(&r.lender);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
+/* Commands: a count past 32 bits, a line longer than any, a last one without its newline. */
+START_TEST(the_lender_reads_its_commands_strictly) {
+    rig r;
+    rig_dir(&r);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_say(&r.lender, "lend 4294967297");
+    ck_assert(kvs_test_lender_expect(&r.lender, "refused lend 4294967297: not a count", 1, 5000));
+    kvs_test_lender_say(&r.lender, "reclaim -1");
+    ck_assert(kvs_test_lender_expect(&r.lender, "refused reclaim -1: not a count", 1, 5000));
+    char longline[600];
+    memset(longline, 'x', sizeof longline);
+    memcpy(longline + 300, "reclaim 4", 9);
+    longline[sizeof longline - 1] = '\n';
+    ck_assert(write(r.lender.in_fd, longline, sizeof longline) == (ssize_t)sizeof longline);
+    ck_assert(kvs_test_lender_expect(&r.lender, "refused a line longer than any command", 1, 5000));
+    expect_status(&r, "status owned 4 offered 0 lent 0 reclaiming 0 quarantined 0");
+    ck_assert(write(r.lender.in_fd, "quit", 4) == 4);
+    close(r.lender.in_fd);
+    ck_assert(kvs_test_lender_expect(&r.lender, "bye", 1, 5000));
+    ck_assert_int_eq(kvs_test_wait_child(r.lender.pid), 0);
+    close(r.lender.out_fd);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
+/* A lender in a pid namespace of its own cannot watch a borrower outside it (SO_PEERCRED gives it
+ * pid 0): it turns the borrower away rather than lend it units it could never quarantine. Needs
+ * CAP_SYS_ADMIN for the namespace; added to the suite only when running as root. */
+START_TEST(a_borrower_the_lender_cannot_watch_is_turned_away) {
+    rig r;
+    rig_dir(&r);
+    int out[2];
+    ck_assert(pipe(out) == 0);
+    pid_t outer = fork();
+    ck_assert(outer >= 0);
+    if (outer == 0) {
+        if (unshare(CLONE_NEWPID) != 0) _exit(3);
+        pid_t inner = fork(); /* pid 1 of the new namespace */
+        if (inner == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            dup2(out[1], 1);
+            int null = open("/dev/null", O_RDONLY);
+            dup2(null, 0);
+            char bin[600];
+            snprintf(bin, sizeof bin, "%s/kvstrata-lend", KVS_TEST_BIN_DIR);
+            execl(bin, bin, "--socket", r.sock, "--units", "4", "--unit-size", "256KiB",
+                  (char *)NULL);
+            _exit(127);
+        }
+        _exit(kvs_test_wait_child(inner));
+    }
+    close(out[1]);
+    kvs_test_lender lp = {.pid = outer, .in_fd = -1, .out_fd = out[0]};
+    ck_assert_msg(kvs_test_lender_expect(&lp, "ready", 1, 10000), "%s", lp.out);
+    ck_assert_int_eq(open_tier(&r, "60000"), KVS_OK);
+    ck_assert_msg(
+        kvs_test_lender_expect(&lp, "refused a borrower whose process cannot be watched", 1, 5000),
+        "%s", lp.out);
+    ck_assert_uint_eq(stats(&r).connected, 0);
+    ops->destroy(r.tier);
+    pthread_mutex_destroy(&r.log.lock);
+    kill(outer, SIGKILL);
+    kvs_test_wait_child(outer);
+    close(out[0]);
+    kvs_test_rmtree(r.dir);
 }
 END_TEST
 
@@ -477,6 +639,7 @@ typedef struct fake {
     uint64_t unit_bytes;
     const void *after; /* a packet sent after the HELLO (NULL: none) */
     size_t after_len;
+    int hello_again; /* send the HELLO twice */
 } fake;
 
 static void *fake_serve(void *arg) {
@@ -491,56 +654,104 @@ static void *fake_serve(void *arg) {
                       .region_bytes = f->unit_bytes * 2};
     char why[256];
     kvs_lend_send(f->conn, &m, f->memfd, 1000, why, sizeof why);
+    if (f->hello_again) kvs_lend_send(f->conn, &m, f->memfd, 1000, why, sizeof why);
     if (f->after) send(f->conn, f->after, f->after_len, MSG_NOSIGNAL);
     return NULL;
 }
 
-static kvs_peer_gpu_stats with_fake(rig *r, fake *f) {
+/* Open a tier on the fake; its stats once the fake said its piece, and its last error in why. */
+static kvs_peer_gpu_stats with_fake(rig *r, fake *f, char *why, size_t why_len) {
     f->listen_fd = fake_listen(r);
     pthread_t t;
     pthread_create(&t, NULL, fake_serve, f);
-    ck_assert_int_eq(open_tier(r, "60000"), KVS_OK); /* a refused lender is no create failure */
+    char timeout[32];
+    snprintf(timeout, sizeof timeout, "%d", kvs_test_scaled_ms(20000));
+    memset(&r->log, 0, sizeof r->log);
+    pthread_mutex_init(&r->log.lock, NULL);
+    r->host =
+        (kvs_backend_host){.struct_size = sizeof r->host, .ctx = &r->log, .on_evict = record_evict};
+    kvs_backend_option opts[] = {
+        {"socket", r->sock}, {"retry_ms", "60000"}, {"connect_timeout_ms", timeout}};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "peer",
+                             .max_object_bytes = OBJ,
+                             .options = opts,
+                             .n_options = 3,
+                             .host = &r->host,
+                             .error = err,
+                             .error_len = sizeof err};
+    ck_assert_int_eq(ops->create(&init, &r->tier), KVS_OK); /* a refused lender is no failure */
     pthread_join(t, NULL);
-    if (f->after) ck_assert(kvs_test_wait_for(disconnected, r, 5000));
+    if (f->after || f->hello_again) ck_assert(kvs_test_wait_for(disconnected, r, 10000));
     kvs_peer_gpu_stats s = stats(r);
-    ck_assert_int_eq(put_object(r, 1), KVS_ENOMEM);
+    snprintf(why, why_len, "%s", ops->last_error(r->tier));
+    ck_assert_int_eq(put_object(r, 1), KVS_OK); /* nothing lent: straight down */
+    ck_assert_int_eq(get_object(r, 1), KVS_ENOTFOUND);
     ops->destroy(r->tier);
     close(f->conn), close(f->memfd), close(f->listen_fd);
     unlink(r->sock);
+    pthread_mutex_destroy(&r->log.lock);
     return s;
 }
 
 START_TEST(lenders_that_break_the_protocol_are_refused) {
     rig r;
     rig_dir(&r);
+    char why[512];
     /* a region the lender could shrink under the mapping */
     fake unsealed = {.seal = 0, .unit_bytes = 256 * KIB};
-    kvs_peer_gpu_stats s = with_fake(&r, &unsealed);
+    kvs_peer_gpu_stats s = with_fake(&r, &unsealed, why, sizeof why);
     ck_assert_uint_eq(s.lenders, 0);
+    ck_assert_msg(strstr(why, "not sealed"), "%s", why);
     /* units too small for one object */
     fake small = {.seal = 1, .unit_bytes = 32 * KIB};
-    s = with_fake(&r, &small);
+    s = with_fake(&r, &small, why, sizeof why);
     ck_assert_uint_eq(s.lenders, 0);
+    ck_assert_msg(strstr(why, "hold no object"), "%s", why);
     /* a good HELLO, then a packet that is no message: the link ends, nothing was usable */
     static const uint8_t junk[] = {0x94, 0x01, 0x02, 0xcc};
     fake bad = {.seal = 1, .unit_bytes = 256 * KIB, .after = junk, .after_len = sizeof junk};
-    s = with_fake(&r, &bad);
+    s = with_fake(&r, &bad, why, sizeof why);
     ck_assert_uint_eq(s.lenders, 1);
     ck_assert_uint_eq(s.lost_lenders, 1);
-    /* a HELLO again is out of place: the link ends */
-    uint8_t hello[KVS_LEND_WIRE_MAX];
-    kvs_lend_msg m = {.type = KVS_LEND_OFFER, .unit = 7, .epoch = 1}; /* unit past the count */
-    size_t n = kvs_lend_encode(&m, hello);
-    fake past = {.seal = 1, .unit_bytes = 256 * KIB, .after = hello, .after_len = n};
-    s = with_fake(&r, &past);
+    /* an offer of a unit past the count: refused by the reader, the link ends */
+    uint8_t offer[KVS_LEND_WIRE_MAX];
+    kvs_lend_msg m = {.type = KVS_LEND_OFFER, .unit = 7, .epoch = 1};
+    size_t n = kvs_lend_encode(&m, offer);
+    fake past = {.seal = 1, .unit_bytes = 256 * KIB, .after = offer, .after_len = n};
+    s = with_fake(&r, &past, why, sizeof why);
     ck_assert_uint_eq(s.lost_lenders, 1);
     ck_assert_uint_eq(s.accepted, 0);
-    /* no lender at all: the tier opens empty */
+    /* a second HELLO is out of place: the link ends */
+    fake twice = {.seal = 1, .unit_bytes = 256 * KIB, .hello_again = 1};
+    s = with_fake(&r, &twice, why, sizeof why);
+    ck_assert_uint_eq(s.lenders, 1);
+    ck_assert_uint_eq(s.lost_lenders, 1);
+    /* no lender at all: the tier opens empty, and says why */
     ck_assert_int_eq(open_tier(&r, "60000"), KVS_OK);
     ck_assert_uint_eq(stats(&r).connected, 0);
-    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    ck_assert_msg(strstr(ops->last_error(r.tier), "no lender at"), "%s", ops->last_error(r.tier));
     ck_assert_int_eq(get_object(&r, 1), KVS_ENOTFOUND);
     ops->destroy(r.tier);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
+/* A lender that accepts nothing (its queue full) never holds the tier: destroy returns. */
+START_TEST(a_lender_that_accepts_nothing_never_holds_the_tier) {
+    rig r;
+    rig_dir(&r);
+    int l = fake_listen(&r); /* listens, never accepts: connections fill its queue */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(open_tier(&r, "10"), KVS_OK);
+        ck_assert_uint_eq(stats(&r).connected, 0);
+        kvs_test_pause_ms(50); /* retries pile up in the queue meanwhile */
+        double t0 = kvs_test_now_ms();
+        ops->destroy(r.tier);
+        ck_assert(kvs_test_now_ms() - t0 < kvs_test_scaled_ms(5000));
+    }
+    close(l);
     kvs_test_rmtree(r.dir);
 }
 END_TEST
@@ -584,7 +795,16 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
     tcase_add_test(tc, a_borrower_s_units_return_only_when_its_process_is_gone);
     tcase_add_test(tc, lenders_that_break_the_protocol_are_refused);
+    tcase_add_test(tc, a_lender_that_accepts_nothing_never_holds_the_tier);
+    tcase_add_test(tc, one_borrower_at_a_time);
+    tcase_add_test(tc, demand_takes_back_what_covers_it_once);
+    tcase_add_test(tc, the_lender_reads_its_commands_strictly);
     tcase_add_test(tc, options_are_checked);
+    if (geteuid() == 0)
+        tcase_add_test(tc, a_borrower_the_lender_cannot_watch_is_turned_away);
+    else
+        printf("peer_gpu: a_borrower_the_lender_cannot_watch_is_turned_away not run (needs root "
+               "for a pid namespace)\n");
     suite_add_tcase(s, tc);
     return s;
 }

@@ -146,6 +146,23 @@ START_TEST(a_tier_closing_passes_its_objects_to_a_tier_still_open) {
 }
 END_TEST
 
+/* A peer_gpu tier moves objects down from its own thread: a backend below it that takes one call
+ * at a time is refused when the chain opens, at its tier. */
+START_TEST(a_tier_below_a_peer_gpu_tier_must_be_thread_safe) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%schunk_tokens: 32\ntiers:\n  - name: peer\n    type: peer_gpu\n    options:\n"
+             "      socket: nobody.sock\n      connect_timeout_ms: 1\n"
+             "  - name: mem\n    type: plugin\n    plugin: %s/plugin_memory.so\n",
+             rig_device_section(), KVS_TEST_LIB_DIR);
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("peer-plugin.yaml", text)),
+                     KVS_ECONFIG);
+    ck_assert_msg(strstr(r.error, "tier \"mem\": a peer_gpu tier above it"), "%s", r.error);
+    ck_assert_ptr_null(r.h);
+}
+END_TEST
+
 START_TEST(a_plugin_of_another_major_is_refused) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")),
@@ -248,6 +265,7 @@ static Suite *tiers_suite(void) {
     tcase_add_test(tc, a_plugin_backend_round_trips_through_staging);
     tcase_add_test(tc, a_plugin_of_another_major_is_refused);
     tcase_add_test(tc, a_tier_closing_passes_its_objects_to_a_tier_still_open);
+    tcase_add_test(tc, a_tier_below_a_peer_gpu_tier_must_be_thread_safe);
     tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
     tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
     tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);

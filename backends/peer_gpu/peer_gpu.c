@@ -214,7 +214,7 @@ static const kvs_option_desc OPTIONS[] = {
     {.name = "connect_timeout_ms",
      .kind = KVS_OPTION_MILLISECONDS,
      KVS_OPTION_FIELD(pg_options, connect_timeout_ms),
-     .min = 0,
+     .min = 1,
      .max = 600000},
     {.name = "retry_ms",
      .kind = KVS_OPTION_MILLISECONDS,
@@ -267,8 +267,10 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
                  st->opt.socket, sizeof st->socket_path - 1);
         snprintf(refused, sizeof refused, "socket");
         rc = KVS_ECONFIG;
-    } else if (rc == KVS_OK && init->max_object_bytes == 0) {
-        snprintf(why, sizeof why, "no object size was given (max_object_bytes 0)");
+    } else if (rc == KVS_OK &&
+               (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 40))) {
+        snprintf(why, sizeof why, "objects of %llu bytes: not a size the tier takes",
+                 (unsigned long long)init->max_object_bytes);
         rc = KVS_EINVAL;
     }
     if (rc != KVS_OK) {
@@ -469,16 +471,18 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
         return KVS_ENOMEM;
     }
     pthread_mutex_lock(&st->lock);
-    if (!st->region) {
-        pg_set_error(st, "no lender: nothing lent to store into");
-        pthread_mutex_unlock(&st->lock);
-        return KVS_ENOMEM;
-    }
-    uint32_t s = take_slot(st);
+    uint32_t s = st->region ? take_slot(st) : PG_NIL;
     if (s == PG_NIL || !begin_copy(st, s, 0)) {
-        pg_set_error(st, "no room: every lent slot is pinned or busy, or nothing is lent");
+        /* nothing lent, or every lent slot pinned or busy: the object goes down the chain, as an
+         * eviction would take it (a chain whose lender is away keeps caching below) */
+        int down = st->host && st->host->on_evict;
+        if (down) st->stats.passed_down++;
+        pg_set_error(st, "no room: %s",
+                     st->region ? "every lent slot is pinned or busy" : "no lender, nothing lent");
         pthread_mutex_unlock(&st->lock);
-        return KVS_ENOMEM;
+        if (!down) return KVS_ENOMEM;
+        st->host->on_evict(st->host->ctx, key, object, len);
+        return KVS_OK;
     }
     pg_slot *e = &st->slots[s];
     e->state = PG_WRITING;
@@ -489,20 +493,24 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     copy_hook(st, s);
     if (len) copy_bytes(dst, object, len);
     pthread_mutex_lock(&st->lock);
-    kvs_status rc = KVS_OK;
-    if (unit_usable(st, pg_unit_of(st, s))) {
+    int taken_back = !unit_usable(st, pg_unit_of(st, s));
+    if (!taken_back) {
         uint32_t old = find(st, key);
         if (old != PG_NIL) unpublish(st, old); /* the replaced object (or a racing put's) */
         publish(st, s);
     } else {
-        /* reclaimed (or the lender lost) while it was copied: never visible */
+        /* reclaimed (or the lender lost) while it was copied: never visible here */
         free_slot(st, s);
         pg_set_error(st, "the unit was taken back while the object was copied into it");
-        rc = KVS_ENOMEM;
     }
     end_copy(st, s, 0);
+    int down = taken_back && st->host && st->host->on_evict;
+    if (down) st->stats.passed_down++;
     pthread_mutex_unlock(&st->lock);
-    return rc;
+    if (!taken_back) return KVS_OK;
+    if (!down) return KVS_ENOMEM;
+    st->host->on_evict(st->host->ctx, key, object, len); /* from the caller's bytes */
+    return KVS_OK;
 }
 
 static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset, const void *src,

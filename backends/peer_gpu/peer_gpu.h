@@ -21,6 +21,8 @@
  *   - RECLAIM stops new I/O on the unit at once, moves its objects down the chain (host->on_evict
  *     with their bytes, from the tier's control thread), and answers RELEASED only when the unit is
  *     empty and its last copy has ended;
+ *   - a put it has no room for (nothing lent, everything pinned or busy) goes down the chain at
+ *     once (host->on_evict with its bytes), as an eviction would take it;
  *   - a lost lender (its socket closed, a BYE, a packet that is not a message) makes every unit
  *     unusable at once; what they held is reported gone (host->on_evict without bytes), and the
  *     mapping is dropped only after the copies in flight end.
@@ -56,6 +58,7 @@ typedef struct kvs_peer_gpu_stats {
     uint64_t moved_down;    /* objects a reclaim passed down the chain */
     uint64_t lost_objects;  /* objects a lost lender took with it */
     uint64_t refused_reads; /* reads of an object whose unit was no longer usable */
+    uint64_t passed_down;   /* puts it had no room for, handed down the chain at once */
 } kvs_peer_gpu_stats;
 
 __attribute__((visibility("default"))) kvs_status kvs_peer_gpu_stats_get(void *tier,

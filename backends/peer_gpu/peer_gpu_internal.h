@@ -9,7 +9,8 @@
 #include "lending.h"
 #include "peer_gpu.h"
 
-#define PG_NIL UINT32_MAX
+#define PG_NIL       UINT32_MAX
+#define PG_MAX_SLOTS (1u << 24) /* objects one tier indexes */
 
 typedef enum pg_slot_state {
     PG_FREE = 0,
@@ -37,6 +38,7 @@ typedef struct pg_options {
 typedef struct pg_state {
     char tier_name[64];
     char error[512];
+    char logged[512]; /* the last connection failure logged */
     const kvs_backend_host *host;
     uint64_t max_object_bytes;
     pg_options opt;

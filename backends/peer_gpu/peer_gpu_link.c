@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -59,7 +60,9 @@ static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *regi
 /* Connect and take the lender's HELLO within timeout_ms. KVS_OK with the link up; otherwise the
  * reason is in st->error and nothing is held. */
 static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
-    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    /* non-blocking: a lender that accepts nothing (its queue full) never holds the tier's thread;
+     * the wire's sends and receives poll for themselves */
+    int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) {
         pg_set_error(st, "socket: %s", strerror(errno));
         return KVS_EIO;
@@ -67,27 +70,51 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     memcpy(sa.sun_path, st->socket_path, strlen(st->socket_path) + 1);
     if (connect(sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        pg_set_error(st, "no lender at %s (%s)", st->socket_path, strerror(errno));
+        pg_set_error(st, "no lender at %s (%s)", st->socket_path,
+                     errno == EAGAIN ? "it accepts no connection: its queue is full"
+                                     : strerror(errno));
         close(sock);
         return KVS_ENOTFOUND;
     }
     kvs_lend_msg m;
     int fd = -1;
     char why[256];
-    kvs_status rc = kvs_lend_recv(sock, (int)timeout_ms, 0, &m, &fd, why, sizeof why);
+    /* the HELLO, within timeout_ms, unless destroy wakes the thread first */
+    struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = st->wake[0], .events = POLLIN}};
+    int ready;
+    do ready = poll(p, 2, (int)timeout_ms);
+    while (ready < 0 && errno == EINTR);
+    kvs_status rc;
+    if (ready > 0 && !p[1].revents) {
+        rc = kvs_lend_recv(sock, 0, 0, &m, &fd, why, sizeof why);
+    } else {
+        snprintf(why, sizeof why, "%s",
+                 ready > 0 ? "the tier is closing" : "no HELLO within connect_timeout_ms");
+        rc = KVS_ETIMEDOUT;
+    }
     if (rc == KVS_OK && m.type != KVS_LEND_HELLO) {
         snprintf(why, sizeof why, "the lender's first message is type %u, not a HELLO", m.type);
         rc = KVS_EIO;
     }
     int seals = rc == KVS_OK ? fcntl(fd, F_GET_SEALS) : 0;
+    struct stat sb;
     if (rc == KVS_OK && (seals < 0 || !(seals & F_SEAL_SHRINK))) {
         /* a file the lender could shrink under the mapping would fault the first copy past its end */
         snprintf(why, sizeof why, "the lender's region is not sealed against shrinking");
+        rc = KVS_EIO;
+    } else if (rc == KVS_OK && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < m.region_bytes)) {
+        /* again, now that it is sealed: it may have shrunk between the wire's look and the seal */
+        snprintf(why, sizeof why, "the lender's region is smaller than it says");
         rc = KVS_EIO;
     }
     if (rc == KVS_OK && m.unit_bytes < st->slot_bytes) {
         snprintf(why, sizeof why, "its units of %llu bytes hold no object of %llu",
                  (unsigned long long)m.unit_bytes, (unsigned long long)st->slot_bytes);
+        rc = KVS_ECONFIG;
+    } else if (rc == KVS_OK && (m.unit_bytes / st->slot_bytes) * m.n_units >= PG_MAX_SLOTS) {
+        snprintf(why, sizeof why,
+                 "%u units of %llu objects each are more than the tier indexes (%u)", m.n_units,
+                 (unsigned long long)(m.unit_bytes / st->slot_bytes), PG_MAX_SLOTS);
         rc = KVS_ECONFIG;
     }
     void *region = MAP_FAILED;
@@ -97,6 +124,8 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
             snprintf(why, sizeof why, "mapping its region of %llu bytes: %s",
                      (unsigned long long)m.region_bytes, strerror(errno));
             rc = KVS_EIO;
+        } else {
+            madvise(region, m.region_bytes, MADV_DONTFORK); /* a child never holds lent memory */
         }
     }
     if (fd >= 0) close(fd);
@@ -129,18 +158,18 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
 
 /* The lender is lost (lock held): no unit is usable from now on; what they held is gone; the
  * mapping is dropped once the copies in flight end. */
-static void link_lost(pg_state *st, const char *why, int bye) {
+static void link_lost(pg_state *st, const char *why) {
     kvs_borrower_lender_died(&st->borrower);
     for (uint32_t u = 0; u < st->borrower.n_units; u++) pg_empty_unit(st, u, 0);
     st->stats.lost_lenders++;
     wait_copies(st);
     if (st->region) munmap(st->region, st->region_bytes);
     st->region = NULL;
-    if (bye) { /* after the mapping is gone: the BYE promises it */
-        kvs_lend_msg m = {.type = KVS_LEND_BYE};
-        char ignored[64];
-        kvs_lend_send(st->sock, &m, -1, 0, ignored, sizeof ignored);
-    }
+    /* after the mapping is gone: the BYE promises it, and a lender that still reads takes its
+     * units back at once instead of keeping them until this process ends */
+    kvs_lend_msg m = {.type = KVS_LEND_BYE};
+    char ignored[64];
+    kvs_lend_send(st->sock, &m, -1, 0, ignored, sizeof ignored);
     close(st->sock);
     st->sock = -1;
     pthread_cond_broadcast(&st->changed);
@@ -201,7 +230,13 @@ static void *link_thread(void *arg) {
                 drain_wake(st);
                 continue;
             }
-            link_connect(st, st->opt.connect_timeout_ms);
+            if (link_connect(st, st->opt.connect_timeout_ms) != KVS_OK &&
+                strcmp(st->error, st->logged) != 0) {
+                /* each new reason once: a lender that refuses the tier is not retried in silence */
+                pg_log(st, KVS_LOG_WARN, "%s; trying again every %llu ms", st->error,
+                       (unsigned long long)st->opt.retry_ms);
+                snprintf(st->logged, sizeof st->logged, "%s", st->error);
+            }
             continue;
         }
         struct pollfd p[2] = {{.fd = sock, .events = POLLIN},
@@ -219,9 +254,9 @@ static void *link_thread(void *arg) {
         if (fd >= 0) close(fd);
         const char *end = rc == KVS_OK ? on_message(st, &m) : NULL;
         if (end)
-            link_lost(st, end, 0);
+            link_lost(st, end);
         else if (rc == KVS_EIO || rc == KVS_EINVAL)
-            link_lost(st, why, rc == KVS_EINVAL);
+            link_lost(st, why);
         pthread_mutex_unlock(&st->lock);
     }
     return NULL;
@@ -236,11 +271,12 @@ kvs_status pg_link_start(pg_state *st) {
         /* not an error: the tier is empty until a lender comes (peer_gpu.h) */
         pg_log(st, KVS_LOG_WARN, "%s; the tier stays empty and tries again every %llu ms",
                st->error, (unsigned long long)st->opt.retry_ms);
+        snprintf(st->logged, sizeof st->logged, "%s", st->error);
     }
     if (pthread_create(&st->link, NULL, link_thread, st) != 0) {
         pg_set_error(st, "cannot start its link thread");
         pthread_mutex_lock(&st->lock);
-        if (st->sock >= 0) link_lost(st, "the tier could not start", 1);
+        if (st->sock >= 0) link_lost(st, "the tier could not start");
         pthread_mutex_unlock(&st->lock);
         close(st->wake[0]);
         close(st->wake[1]);

@@ -60,9 +60,13 @@ static void usage(FILE *f) {
             KVS_LEND_MAX_UNITS);
 }
 
+#define MAX_QUARANTINE 8
+
 typedef struct lender {
     kvs_lender l;
-    int listen_fd, sock, pidfd, memfd;
+    int listen_fd, sock, pidfd, memfd; /* pidfd: the connected borrower's process */
+    int quarantine[MAX_QUARANTINE];    /* pidfds of lost borrowers whose units are quarantined */
+    uint32_t n_quarantine;
     uint8_t *region;
     uint64_t unit_bytes;
     uint32_t lend_on_connect, unit_blocks;
@@ -188,10 +192,13 @@ static void demand(lender *ld, uint64_t blocks) {
     count_states(ld, n);
     kvs_el_unit unit = {
         .lcm_bytes = ld->unit_bytes, .meu_master = 1, .meu_worker = ld->unit_blocks};
-    uint64_t owned = (uint64_t)n[KVS_LEND_OWNED] * ld->unit_blocks;
+    /* what is on its way back counts as owned: a sample before the RELEASED asks no more */
+    uint64_t coming = (uint64_t)n[KVS_LEND_RECLAIMING] + ld->want_reclaim;
+    uint64_t owned = ((uint64_t)n[KVS_LEND_OWNED] + coming) * ld->unit_blocks;
+    uint64_t lent = n[KVS_LEND_LENT] > ld->want_reclaim ? n[KVS_LEND_LENT] - ld->want_reclaim : 0;
     uint64_t now_ms = kvs_now_ns() / 1000000u;
     kvs_el_window_note(&ld->window, now_ms, blocks);
-    kvs_el_delta up = kvs_el_scale_up(owned, blocks, n[KVS_LEND_LENT], &unit);
+    kvs_el_delta up = kvs_el_scale_up(owned, blocks, lent, &unit);
     if (up.units) {
         say("scale-up %llu%s", (unsigned long long)up.units, up.short_of_demand ? " short" : "");
         reclaim(ld, (uint32_t)up.units);
@@ -202,10 +209,24 @@ static void demand(lender *ld, uint64_t blocks) {
 }
 
 static void command(lender *ld, char *line) {
-    char word[16];
-    unsigned long long v = 0;
-    int k = sscanf(line, "%15s %llu", word, &v);
+    char word[16], extra[2];
+    char arg[32] = "";
+    int k = sscanf(line, "%15s %31s %1s", word, arg, extra);
     if (k < 1) return;
+    unsigned long long v = 0;
+    if (k == 2) { /* a count: digits only, within what a unit count or a demand can be */
+        char *end = NULL;
+        errno = 0;
+        v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
+        if (!end || *end || errno || v > UINT32_MAX) {
+            say("refused %s: not a count", line);
+            return;
+        }
+    }
+    if (k == 3) {
+        say("refused %s: one argument at most", line);
+        return;
+    }
     if (!strcmp(word, "lend") && k == 2) {
         say("offering %u", lend(ld, (uint32_t)v));
     } else if (!strcmp(word, "reclaim") && k == 2) {
@@ -235,53 +256,81 @@ static void refill_owned(lender *ld, const uint8_t *was_owned) {
         if (!was_owned[u] && kvs_lender_may_use(&ld->l, u)) fill_unit(ld, u);
 }
 
-static void lost_borrower(lender *ld) {
+/* The quarantined units come back once no lost borrower's process lives (units of the connected
+ * borrower, if any, are not quarantined: they stay its). */
+static void quarantine_check(lender *ld) {
+    if (ld->n_quarantine) return;
+    uint8_t was[KVS_LEND_MAX_UNITS];
+    uint32_t q = 0;
+    for (uint32_t u = 0; u < ld->l.n_units; u++) {
+        was[u] = (uint8_t)kvs_lender_may_use(&ld->l, u);
+        q += ld->l.state[u] == KVS_LEND_QUARANTINED;
+    }
+    kvs_lender_borrower_gone(&ld->l);
+    refill_owned(ld, was);
+    if (q) say("borrower gone");
+}
+
+/* The connection to the borrower is lost (or it said BYE: bye). What it held is quarantined until
+ * its process ends, unless it said BYE and no other lost borrower's units are quarantined (the
+ * machine's quarantine is one set: it comes back all at once). */
+static void lost_borrower(lender *ld, int bye) {
     close(ld->sock);
     ld->sock = -1;
     ld->want_lend = ld->want_reclaim = 0;
     kvs_lender_disconnected(&ld->l);
     say("borrower lost");
-    if (ld->pidfd < 0) { /* its process could not be watched: it is gone already (or unknown) */
-        uint8_t was[KVS_LEND_MAX_UNITS];
-        for (uint32_t u = 0; u < ld->l.n_units; u++)
-            was[u] = (uint8_t)kvs_lender_may_use(&ld->l, u);
-        kvs_lender_borrower_gone(&ld->l);
-        refill_owned(ld, was);
-        say("borrower gone");
+    if (bye && ld->n_quarantine == 0) {
+        close(ld->pidfd); /* it unmapped the region before saying BYE */
+    } else {
+        ld->quarantine[ld->n_quarantine++] = ld->pidfd;
     }
+    ld->pidfd = -1;
+    quarantine_check(ld);
+}
+
+static void turn_away(lender *ld, int s, const char *why) {
+    (void)ld;
+    kvs_lend_msg bye = {.type = KVS_LEND_BYE};
+    char ignored[64];
+    kvs_lend_send(s, &bye, -1, 0, ignored, sizeof ignored);
+    close(s);
+    say("refused %s", why);
 }
 
 static void accept_borrower(lender *ld) {
     int s = accept4(ld->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (s < 0) return;
-    if (ld->sock >= 0 || ld->pidfd >= 0) {
-        /* one borrower at a time; while one is quarantined its units are not free either */
-        kvs_lend_msg bye = {.type = KVS_LEND_BYE};
-        char why[64];
-        kvs_lend_send(s, &bye, -1, 0, why, sizeof why);
-        close(s);
-        say("refused a second borrower");
-        return;
-    }
-    struct ucred cred;
+    if (ld->sock >= 0) return turn_away(ld, s, "a second borrower: one at a time");
+    if (ld->n_quarantine == MAX_QUARANTINE)
+        return turn_away(ld, s, "a borrower: too many lost ones are still alive");
+    /* its process must be watchable: a lost connection quarantines its units until it ends */
+    struct ucred cred = {0};
     socklen_t len = sizeof cred;
-    ld->pidfd = -1;
-    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0)
-        ld->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+    int pidfd = -1;
+    char why[256];
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) {
+        snprintf(why, sizeof why,
+                 "a borrower whose process cannot be watched (no pid: another pid namespace?)");
+        return turn_away(ld, s, why);
+    }
+    pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+    if (pidfd < 0) {
+        snprintf(why, sizeof why, "a borrower whose process cannot be watched (pid %d: %s)",
+                 (int)cred.pid, strerror(errno));
+        return turn_away(ld, s, why);
+    }
     kvs_lend_msg hello = {.type = KVS_LEND_HELLO,
                           .n_units = ld->l.n_units,
                           .unit_bytes = ld->unit_bytes,
                           .region_bytes = ld->unit_bytes * ld->l.n_units};
-    char why[256];
     if (kvs_lend_send(s, &hello, ld->memfd, ld->send_timeout_ms, why, sizeof why) != KVS_OK) {
-        close(s);
-        if (ld->pidfd >= 0) close(ld->pidfd);
-        ld->pidfd = -1;
-        say("refused %s", why);
-        return;
+        close(pidfd); /* nothing was offered: nothing to quarantine */
+        return turn_away(ld, s, why);
     }
     kvs_lender_connect(&ld->l);
     ld->sock = s;
+    ld->pidfd = pidfd;
     say("borrower %d", (int)cred.pid);
     lend(ld, ld->lend_on_connect);
 }
@@ -295,7 +344,7 @@ static void on_borrower_message(lender *ld) {
     if (rc == KVS_ETIMEDOUT) return;
     if (rc != KVS_OK) {
         if (rc == KVS_EINVAL) say("refused %s", why);
-        lost_borrower(ld);
+        lost_borrower(ld, 0);
         return;
     }
     uint8_t was = (uint8_t)kvs_lender_may_use(&ld->l, m.unit);
@@ -314,22 +363,11 @@ static void on_borrower_message(lender *ld) {
             }
             break;
         case KVS_LEND_BYE:
-            /* an orderly end: the borrower unmapped the region before saying it */
-            lost_borrower(ld);
-            if (ld->pidfd >= 0) {
-                close(ld->pidfd);
-                ld->pidfd = -1;
-                uint8_t owned[KVS_LEND_MAX_UNITS];
-                for (uint32_t u = 0; u < ld->l.n_units; u++)
-                    owned[u] = (uint8_t)kvs_lender_may_use(&ld->l, u);
-                kvs_lender_borrower_gone(&ld->l);
-                refill_owned(ld, owned);
-                say("borrower gone");
-            }
+            lost_borrower(ld, 1); /* an orderly end: the borrower unmapped the region first */
             break;
         default:
             say("refused a lender's message from the borrower (type %u)", m.type);
-            lost_borrower(ld);
+            lost_borrower(ld, 0);
             break;
     }
     pump(ld);
@@ -451,44 +489,56 @@ int main(int argc, char **argv) {
     say("ready %s units %u unit-size %llu", path, (unsigned)units, (unsigned long long)unit_bytes);
     char line[256];
     size_t have = 0;
-    int input = 1;
+    int input = 1, skipping = 0; /* skipping: the rest of a line longer than any command */
     for (;;) {
-        struct pollfd p[5] = {{.fd = ld.listen_fd, .events = POLLIN},
-                              {.fd = ld.sock, .events = POLLIN},
-                              {.fd = ld.pidfd, .events = POLLIN},
-                              {.fd = input ? 0 : -1, .events = POLLIN},
-                              {.fd = sfd, .events = POLLIN}};
-        if (poll(p, 5, -1) < 0) continue;
+        struct pollfd p[5 + MAX_QUARANTINE] = {{.fd = ld.listen_fd, .events = POLLIN},
+                                               {.fd = ld.sock, .events = POLLIN},
+                                               {.fd = ld.pidfd, .events = POLLIN},
+                                               {.fd = input ? 0 : -1, .events = POLLIN},
+                                               {.fd = sfd, .events = POLLIN}};
+        for (uint32_t q = 0; q < ld.n_quarantine; q++)
+            p[5 + q] = (struct pollfd){.fd = ld.quarantine[q], .events = POLLIN};
+        if (poll(p, 5 + ld.n_quarantine, -1) < 0) continue;
         if (p[4].revents) break;
         if (p[0].revents) accept_borrower(&ld);
         if (ld.sock >= 0 && p[1].fd == ld.sock && p[1].revents) on_borrower_message(&ld);
-        if (ld.pidfd >= 0 && p[2].fd == ld.pidfd && p[2].revents && ld.sock < 0) {
-            /* the quarantined borrower's process ended: its mappings are gone with it */
-            close(ld.pidfd);
-            ld.pidfd = -1;
-            uint8_t owned[KVS_LEND_MAX_UNITS];
-            for (uint32_t u = 0; u < ld.l.n_units; u++)
-                owned[u] = (uint8_t)kvs_lender_may_use(&ld.l, u);
-            kvs_lender_borrower_gone(&ld.l);
-            refill_owned(&ld, owned);
-            say("borrower gone");
+        if (ld.sock >= 0 && p[2].fd == ld.pidfd && p[2].revents) {
+            /* the connected borrower's process ended (its socket may live on in a child) */
+            lost_borrower(&ld, 0);
+        }
+        for (uint32_t q = ld.n_quarantine; q-- > 0;) {
+            if (p[5 + q].fd != ld.quarantine[q] || !p[5 + q].revents) continue;
+            /* a lost borrower's process ended: its mappings are gone with it */
+            close(ld.quarantine[q]);
+            ld.quarantine[q] = ld.quarantine[--ld.n_quarantine];
+            quarantine_check(&ld);
         }
         if (p[3].revents) {
             ssize_t got = read(0, line + have, sizeof line - 1 - have);
+            if (got < 0 && errno == EINTR) continue;
             if (got <= 0) {
-                input = 0; /* no more commands: serve on */
+                input = 0; /* no more commands (a last one without its newline counts): serve on */
+                line[have] = '\0';
+                if (have && !skipping && !strcmp(line, "quit")) goto out;
+                if (have && !skipping) command(&ld, line);
+                have = 0;
                 continue;
             }
             have += (size_t)got;
             char *nl;
             while ((nl = memchr(line, '\n', have))) {
                 *nl = '\0';
-                if (!strcmp(line, "quit")) goto out;
-                command(&ld, line);
+                if (!skipping && !strcmp(line, "quit")) goto out;
+                if (!skipping) command(&ld, line);
+                skipping = 0;
                 have -= (size_t)(nl + 1 - line);
                 memmove(line, nl + 1, have);
             }
-            if (have == sizeof line - 1) have = 0; /* a line longer than any command */
+            if (have == sizeof line - 1) { /* no command is this long: drop it to its newline */
+                if (!skipping) say("refused a line longer than any command");
+                skipping = 1;
+                have = 0;
+            }
         }
     }
 out:
