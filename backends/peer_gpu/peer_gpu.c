@@ -293,6 +293,8 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     if (rc != KVS_OK) {
         kvs_fmt(msg, sizeof msg, "%s", st->error);
         kvs_create_error(init, msg);
+        free(st->slots);
+        free(st->buckets);
         pthread_cond_destroy(&st->changed);
         pthread_mutex_destroy(&st->lock);
         free(st);

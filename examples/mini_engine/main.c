@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "kvcache.h"
+#include "lsc.h"
 #include "mode.h"
 #include "model.h"
 #include "options.h"
@@ -163,7 +164,7 @@ static int main_run(options *op, trained *tr) {
                 (unsigned long long)budget, (unsigned long long)blocks);
         goto out_workload;
     }
-    if (budget < max_request_blocks) {
+    if (budget < max_request_blocks && !o.lsc) { /* --lsc serves its own request */
         fprintf(stderr,
                 PROG ": the largest request needs %llu pages but the block budget is %llu\n",
                 (unsigned long long)max_request_blocks, (unsigned long long)budget);
@@ -193,6 +194,10 @@ static int main_run(options *op, trained *tr) {
                     tr->wf.desc, (double)diff);
     }
 
+    if (o.lsc) {
+        rc = lsc_run(&o, m);
+        goto out_model_only;
+    }
     if (o.profile_path) {
         stage_layout_init(&run_stages, m, o.dtype, 1, err,
                           sizeof err); /* profiles measure the model's layers */

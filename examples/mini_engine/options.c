@@ -33,6 +33,15 @@ static void usage(FILE *f) {
         "                        stored with the KV; stage plans restore each stage's layers from "
         "them\n"
         "                        on a thread per stage (1)\n"
+        "  --lsc                 instead of the workload: one request longer than the page "
+        "budget,\n"
+        "                        the rest of its KV in stream blocks a peer_gpu tier's lender\n"
+        "                        lends, fetched a layer at a time (the layer stream cache,\n"
+        "                        docs/peer_gpu.md); reports the maximum context against Eq. 4-5,\n"
+        "                        prefill and TPOT against all-local KV (with --verify: bit for "
+        "bit)\n"
+        "  --peer-blocks N       stream blocks to ask the lender for (default: as many as help)\n"
+        "  --lsc-buffers 1|2     layer stream buffers: 2 fetches layer i+1 while layer i runs (2)\n"
         "  --profile FILE        measure recompute and load costs, write them as a restore "
         "profile, exit\n"
         "  --profile-tier NAME   tier name written into the profile (dram)\n"
@@ -119,6 +128,7 @@ int parse_options(int argc, char **argv, options *o) {
         .profile_tokens = 4096,
         .batch = 1,
         .stages = 1,
+        .lsc_buffers = 2,
     };
     struct {
         const char *name;
@@ -146,6 +156,8 @@ int parse_options(int argc, char **argv, options *o) {
         {"--continuous", &o->continuous, 1},
         {"--arrival-ms", &o->arrival_ms, 0},
         {"--stages", &o->stages, 1},
+        {"--peer-blocks", &o->peer_blocks, 1},
+        {"--lsc-buffers", &o->lsc_buffers, 1},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -175,6 +187,8 @@ int parse_options(int argc, char **argv, options *o) {
             o->json = 1;
         } else if (strcmp(a, "--quiet") == 0) {
             o->quiet = 1;
+        } else if (strcmp(a, "--lsc") == 0) {
+            o->lsc = 1;
         } else if (strcmp(a, "--no-mask") == 0) {
             o->no_mask = 1;
         } else if (strcmp(a, "--restore-plans") == 0) {
@@ -264,6 +278,22 @@ int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, PROG ": --weights fixes the model (a GQA model of the file's shape): drop "
                              "--dim, --layers, --heads, --kv-heads, --ffn, --vocab and "
                              "--layout mla\n");
+        return -1;
+    }
+    if (o->lsc_buffers > 2) {
+        fprintf(stderr, PROG ": --lsc-buffers is 1 or 2\n");
+        return -1;
+    }
+    if ((o->peer_blocks || o->lsc_buffers != 2) && !o->lsc) {
+        fprintf(stderr, PROG ": --peer-blocks and --lsc-buffers size the layer stream cache: add "
+                             "--lsc\n");
+        return -1;
+    }
+    if (o->lsc && (o->no_connector || o->restore_plans || o->stages > 1 || o->batch > 1 ||
+                   o->continuous || o->profile_path || o->trace_path)) {
+        fprintf(stderr, PROG ": --lsc runs one long request of its own through the connector: "
+                             "drop --no-connector, --restore-plans, --stages, --batch, "
+                             "--continuous, --profile and --trace\n");
         return -1;
     }
     if (o->batch > 64 || o->continuous > 64) {

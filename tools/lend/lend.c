@@ -298,9 +298,16 @@ static void turn_away(lender *ld, int s, const char *why) {
     say("refused %s", why);
 }
 
+static void on_borrower_message(lender *ld);
+
 static void accept_borrower(lender *ld) {
     int s = accept4(ld->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (s < 0) return;
+    /* the one connected may have said BYE already (a process that closes a tier and opens the next
+     * at once): read what it sent first */
+    for (struct pollfd p = {.fd = ld->sock, .events = POLLIN}; ld->sock >= 0 && poll(&p, 1, 0) > 0;
+         p.fd = ld->sock)
+        on_borrower_message(ld);
     if (ld->sock >= 0) return turn_away(ld, s, "a second borrower: one at a time");
     if (ld->n_quarantine == MAX_QUARANTINE)
         return turn_away(ld, s, "a borrower: too many lost ones are still alive");
