@@ -34,27 +34,13 @@ trap cleanup EXIT INT TERM
 unit_kib=$((layers * 64 + 4))
 local_kib=$((budget * layers * 4))
 echo "lsc-context: $layers layers, budget $budget pages ($local_kib KiB of KV), lender $units units of $unit_kib KiB ($((units * unit_kib)) KiB, $(echo "$units $unit_kib $local_kib" | awk '{printf "%.2f", $1 * $2 / $3}')x the budget)"
-cat >"$work/config.yaml" <<YAML
-version: 1
-chunk_tokens: 256
-log_level: warn
-tiers:
-  - name: peer
-    type: peer_gpu
-    options:
-      socket: lend.sock
-  - name: dram
-    type: dram
-    capacity: 64MiB
-YAML
-"$lend" --socket "$work/lend.sock" --units "$units" --unit-size "${unit_kib}KiB" </dev/null >"$work/lend.out" 2>&1 &
-lender_pid=$!
-i=0
-until grep -q '^ready ' "$work/lend.out" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -le 300 ] || { echo "lsc-context: the lender did not start" >&2; exit 1; }
-    sleep 0.1
-done
+fail() {
+    echo "lsc-context: $*" >&2
+    exit 1
+}
+. "$here/scripts/lender.sh"
+lender_config 64MiB
+lender_start "$lend" "$units" "${unit_kib}KiB"
 for buffers in 1 2; do
     echo "--- $buffers buffer(s)"
     "$engine" --lsc --verify --lsc-buffers "$buffers" --config "$work/config.yaml" --layers "$layers" \

@@ -26,28 +26,9 @@ fail() {
     exit 1
 }
 
-cat >"$work/config.yaml" <<YAML
-version: 1
-chunk_tokens: 256
-log_level: warn
-tiers:
-  - name: peer
-    type: peer_gpu
-    options:
-      socket: lend.sock
-  - name: dram
-    type: dram
-    capacity: 16MiB
-YAML
-
-"$lend" --socket "$work/lend.sock" --units "$units" --unit-size "$unit_size" </dev/null >"$work/lend.out" 2>&1 &
-lender_pid=$!
-i=0
-while ! grep -q '^ready ' "$work/lend.out" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -le 300 ] || fail "the lender printed no readiness line in 30 s"
-    sleep 0.1
-done
+. "$(dirname "$0")/../../scripts/lender.sh"
+lender_config 16MiB
+lender_start "$lend" "$units" "$unit_size"
 
 for buffers in 1 2; do
     out="$work/buffers$buffers.out"

@@ -31,32 +31,13 @@ fail() {
     exit 1
 }
 
-cat >"$work/config.yaml" <<YAML
-version: 1
-chunk_tokens: 256
-log_level: warn
-tiers:
-  - name: peer
-    type: peer_gpu
-    options:
-      socket: lend.sock     # relative to this file
-      retry_ms: 20
-  - name: dram
-    type: dram
-    capacity: 64MiB
-YAML
-
+. "$(dirname "$0")/../../scripts/lender.sh"
+lender_config 64MiB "      retry_ms: 20"
 # the lender: 12 units of 1 MiB (five chunks of the mini model each), commands through a FIFO
+# (opened for writing once it reads, so it never sees the end of its input meanwhile)
 mkfifo "$work/lend.in"
-"$lend" --socket "$work/lend.sock" --units 12 --unit-size 1MiB <"$work/lend.in" >"$work/lend.out" 2>&1 &
-lender_pid=$!
-exec 3>"$work/lend.in"
-i=0
-while ! grep -q '^ready ' "$work/lend.out" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -le 300 ] || fail "the lender printed no readiness line in 30 s"
-    sleep 0.1
-done
+exec 3<>"$work/lend.in"
+lender_start "$lend" 12 1MiB "$work/lend.in"
 
 tier_loads() {
     sed -n 's/^connector:.*loaded per tier \[\(.*\)\]$/\1/p' "$1" | tr -d ' ' | cut -d, -f"$2"
