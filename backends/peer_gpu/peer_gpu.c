@@ -1,8 +1,6 @@
 /*
- * peer_gpu.c - the peer_gpu tier's operations (contract in peer_gpu.h): the index of the objects in
- * lent units, LRU and pins, and the copies into and out of the lender's region, each counted as I/O
- * in flight on its unit (lending.h) so a reclaim waits for it. The link to the lender is
- * peer_gpu_link.c's.
+ * peer_gpu.c - the peer_gpu tier's options, lifecycle and operations (contract in peer_gpu.h), over
+ * its slots (peer_gpu_slots.c) and its link to the lender (peer_gpu_link.c).
  */
 #include "peer_gpu.h"
 
@@ -21,191 +19,6 @@
 #include "common/options.h"
 #include "lend_wire.h"
 #include "peer_gpu_internal.h"
-
-/* ---- small helpers ------------------------------------------------------------------------- */
-
-void pg_set_error(pg_state *st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    kvs_vfmt_tier(st->error, sizeof st->error, "peer_gpu", st->tier_name, fmt, ap);
-    va_end(ap);
-}
-
-void pg_log(pg_state *st, int level, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
-}
-
-uint32_t pg_unit_of(const pg_state *st, uint32_t slot) {
-    return slot / st->slots_per_unit;
-}
-
-static uint8_t *slot_data(const pg_state *st, uint32_t s) {
-    uint64_t u = pg_unit_of(st, s), k = s % st->slots_per_unit;
-    return st->region + u * st->unit_bytes + k * st->slot_bytes;
-}
-
-static int unit_usable(const pg_state *st, uint32_t u) {
-    return st->borrower.lender && st->borrower.state[u] == KVS_BORROW_USABLE;
-}
-
-/* ---- index (chained buckets) and LRU -------------------------------------------------------- */
-
-static uint32_t *bucket_of(pg_state *st, const kvs_key *key) {
-    return &st->buckets[kvs_key_hash(key) & (st->n_buckets - 1)];
-}
-
-/* The stored slot of key, or PG_NIL. */
-static uint32_t find(pg_state *st, const kvs_key *key) {
-    if (!st->slots) return PG_NIL;
-    for (uint32_t s = *bucket_of(st, key); s != PG_NIL; s = st->slots[s].hnext)
-        if (st->slots[s].state == PG_STORED && memcmp(&st->slots[s].key, key, sizeof *key) == 0)
-            return s;
-    return PG_NIL;
-}
-
-static void lru_unlink(pg_state *st, uint32_t s) {
-    pg_slot *e = &st->slots[s];
-    if (e->prev != PG_NIL)
-        st->slots[e->prev].next = e->next;
-    else
-        st->lru_head = e->next;
-    if (e->next != PG_NIL)
-        st->slots[e->next].prev = e->prev;
-    else
-        st->lru_tail = e->prev;
-    e->prev = e->next = PG_NIL;
-}
-
-static void lru_push_head(pg_state *st, uint32_t s) {
-    pg_slot *e = &st->slots[s];
-    e->prev = PG_NIL;
-    e->next = st->lru_head;
-    if (st->lru_head != PG_NIL)
-        st->slots[st->lru_head].prev = s;
-    else
-        st->lru_tail = s;
-    st->lru_head = s;
-}
-
-/* Make slot s (stored) visible under its key. */
-static void publish(pg_state *st, uint32_t s) {
-    uint32_t *b = bucket_of(st, &st->slots[s].key);
-    st->slots[s].hnext = *b;
-    *b = s;
-    st->slots[s].state = PG_STORED;
-    lru_push_head(st, s);
-    st->stats.objects++;
-}
-
-static void free_slot(pg_state *st, uint32_t s) {
-    pg_slot *e = &st->slots[s];
-    e->state = PG_FREE;
-    e->len = 0;
-    e->pins = 0;
-    e->pin_deadline_ns = 0;
-}
-
-/* Take a stored slot out of the index and the LRU; freed now, or doomed while copies run. */
-static void unpublish(pg_state *st, uint32_t s) {
-    for (uint32_t *p = bucket_of(st, &st->slots[s].key); *p != PG_NIL; p = &st->slots[*p].hnext)
-        if (*p == s) {
-            *p = st->slots[s].hnext;
-            break;
-        }
-    lru_unlink(st, s);
-    st->stats.objects--;
-    if (st->slots[s].readers)
-        st->slots[s].state = PG_DOOMED;
-    else
-        free_slot(st, s);
-}
-
-static int pinned(pg_slot *e, uint64_t now) {
-    if (e->pins == 0) return 0;
-    if (now < e->pin_deadline_ns) return 1;
-    e->pins = 0;
-    e->pin_deadline_ns = 0;
-    return 0;
-}
-
-int pg_unit_empty(const pg_state *st, uint32_t u) {
-    for (uint32_t k = 0; k < st->slots_per_unit; k++)
-        if (st->slots[u * st->slots_per_unit + k].state != PG_FREE) return 0;
-    return 1;
-}
-
-void pg_empty_unit(pg_state *st, uint32_t u, int down) {
-    for (uint32_t k = 0; k < st->slots_per_unit; k++) {
-        uint32_t s = u * st->slots_per_unit + k;
-        pg_slot *e = &st->slots[s];
-        if (e->state != PG_STORED) continue;
-        if (st->host && st->host->on_evict) {
-            st->host->on_evict(st->host->ctx, &e->key, down ? slot_data(st, s) : NULL,
-                               down ? e->len : 0);
-        }
-        if (down)
-            st->stats.moved_down++;
-        else
-            st->stats.lost_objects++;
-        unpublish(st, s);
-    }
-}
-
-void pg_send_released(pg_state *st, uint32_t u) {
-    uint32_t epoch = 0;
-    if (kvs_borrower_release(&st->borrower, u, &epoch) != KVS_OK) return;
-    kvs_lend_msg m = {.type = KVS_LEND_RELEASED, .unit = u, .epoch = epoch};
-    char why[256];
-    if (st->sock < 0 ||
-        kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, why, sizeof why) != KVS_OK) {
-        /* the lender keeps the unit as the borrower's (quarantined once the link drops): safe */
-        if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
-        return;
-    }
-    st->stats.released++;
-}
-
-/* A copy into or out of slot s ended (lock held): the unit's I/O count, a doomed slot, and a
- * RELEASED the end makes possible. */
-static void end_copy(pg_state *st, uint32_t s, int reading) {
-    uint32_t u = pg_unit_of(st, s);
-    pg_slot *e = &st->slots[s];
-    if (reading && --e->readers == 0 && e->state == PG_DOOMED) free_slot(st, s);
-    int release = 0;
-    kvs_borrower_end_io(&st->borrower, u, pg_unit_empty(st, u), &release);
-    if (release) pg_send_released(st, u);
-    st->in_flight--;
-    pthread_cond_broadcast(&st->changed);
-}
-
-/* Start a copy on slot s (lock held): counted in flight on its unit; 0 when the unit is no longer
- * usable. */
-static int begin_copy(pg_state *st, uint32_t s, int reading) {
-    if (kvs_borrower_begin_io(&st->borrower, pg_unit_of(st, s)) != KVS_OK) return 0;
-    if (reading) st->slots[s].readers++;
-    st->in_flight++;
-    return 1;
-}
-
-/* Objects are chunks of KV, far larger than the cache: non-temporal stores, fenced before the
- * copy counts as ended. */
-static void copy_bytes(void *dst, const void *src, uint64_t n) {
-    if (n < KVS_COPY_STREAM_MIN) {
-        memcpy(dst, src, n);
-        return;
-    }
-    kvs_copy_streaming(dst, src, n);
-    kvs_copy_fence();
-}
-
-static void copy_hook(pg_state *st, uint32_t s) {
-    if (st->copy_hook) st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s));
-}
 
 /* ---- options and lifecycle ------------------------------------------------------------------ */
 
@@ -313,7 +126,7 @@ kvs_status kvs_peer_gpu_stats_get(void *tier, kvs_peer_gpu_stats *out) {
     out->slots_per_unit = st->slots_per_unit;
     out->usable_units = 0;
     for (uint32_t u = 0; st->region && u < st->borrower.n_units; u++)
-        out->usable_units += (uint32_t)unit_usable(st, u);
+        out->usable_units += (uint32_t)pg_unit_usable(st, u);
     pthread_mutex_unlock(&st->lock);
     return KVS_OK;
 }
@@ -336,8 +149,8 @@ static const char *pg_last_error(void *state) {
 
 /* The stored slot of key in a usable unit, or PG_NIL (lock held). */
 static uint32_t find_usable(pg_state *st, const kvs_key *key) {
-    uint32_t s = find(st, key);
-    return s != PG_NIL && unit_usable(st, pg_unit_of(st, s)) ? s : PG_NIL;
+    uint32_t s = pg_find(st, key);
+    return s != PG_NIL && pg_unit_usable(st, pg_unit_of(st, s)) ? s : PG_NIL;
 }
 
 static kvs_status pg_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
@@ -364,7 +177,7 @@ static kvs_status pg_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t 
         uint32_t s = find_usable(st, &keys[i]);
         if (s == PG_NIL) break;
         pg_slot *e = &st->slots[s];
-        pinned(e, now);
+        pg_pinned(e, now);
         if (e->pins < UINT32_MAX) e->pins++;
         if (deadline > e->pin_deadline_ns) e->pin_deadline_ns = deadline;
     }
@@ -379,8 +192,8 @@ static kvs_status pg_unpin(void *state, const kvs_key *keys, uint64_t n) {
     uint64_t now = kvs_now_ns();
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t s = find(st, &keys[i]);
-        if (s == PG_NIL || !pinned(&st->slots[s], now)) continue;
+        uint32_t s = pg_find(st, &keys[i]);
+        if (s == PG_NIL || !pg_pinned(&st->slots[s], now)) continue;
         if (--st->slots[s].pins == 0) st->slots[s].pin_deadline_ns = 0;
     }
     pthread_mutex_unlock(&st->lock);
@@ -392,7 +205,7 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
                               void *dst, uint64_t *got, uint64_t *object_len, int whole,
                               uint64_t cap) {
     pthread_mutex_lock(&st->lock);
-    uint32_t s = find(st, key);
+    uint32_t s = pg_find(st, key);
     if (s == PG_NIL) {
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOTFOUND;
@@ -404,22 +217,22 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
         *object_len = olen;
         return KVS_EOVERFLOW;
     }
-    if (!begin_copy(st, s, 1)) {
+    if (!pg_begin_copy(st, s, 1)) {
         st->stats.refused_reads++;
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOTFOUND;
     }
     if (st->lru_head != s) {
-        lru_unlink(st, s);
-        lru_push_head(st, s);
+        pg_lru_unlink(st, s);
+        pg_lru_push_head(st, s);
     }
-    const uint8_t *src = slot_data(st, s);
+    const uint8_t *src = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
-    copy_hook(st, s);
-    if (n) copy_bytes(dst, src + offset, n);
+    pg_copy_hook(st, s);
+    if (n) pg_copy_bytes(dst, src + offset, n);
     pthread_mutex_lock(&st->lock);
-    end_copy(st, s, 1);
+    pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
     *got = n;
     *object_len = olen;
@@ -442,28 +255,6 @@ static kvs_status pg_get_range(void *state, const kvs_key *key, uint64_t offset,
     return read_object(st, key, offset, len, dst, got, object_len, 0, 0);
 }
 
-/* A free slot in a usable unit, or the least recently used unpinned object's after passing it
- * down; PG_NIL when everything is pinned, busy or not ours (lock held). */
-static uint32_t take_slot(pg_state *st) {
-    for (uint32_t i = 0; i < st->n_slots; i++) {
-        uint32_t s = (st->cursor + i) % st->n_slots;
-        if (st->slots[s].state == PG_FREE && unit_usable(st, pg_unit_of(st, s))) {
-            st->cursor = (s + 1) % st->n_slots;
-            return s;
-        }
-    }
-    uint64_t now = kvs_now_ns();
-    for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
-        pg_slot *e = &st->slots[s];
-        if (pinned(e, now) || e->readers || !unit_usable(st, pg_unit_of(st, s))) continue;
-        if (st->host && st->host->on_evict)
-            st->host->on_evict(st->host->ctx, &e->key, slot_data(st, s), e->len);
-        unpublish(st, s);
-        return s;
-    }
-    return PG_NIL;
-}
-
 static kvs_status pg_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     pg_state *st = state;
     if (!st || !key || (!object && len)) return KVS_EINVAL;
@@ -473,8 +264,8 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
         return KVS_ENOMEM;
     }
     pthread_mutex_lock(&st->lock);
-    uint32_t s = st->region ? take_slot(st) : PG_NIL;
-    if (s == PG_NIL || !begin_copy(st, s, 0)) {
+    uint32_t s = st->region ? pg_take_slot(st) : PG_NIL;
+    if (s == PG_NIL || !pg_begin_copy(st, s, 0)) {
         /* nothing lent, or every lent slot pinned or busy: the object goes down the chain, as an
          * eviction would take it (a chain whose lender is away keeps caching below) */
         int down = st->host && st->host->on_evict;
@@ -490,22 +281,22 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     e->state = PG_WRITING;
     e->key = *key;
     e->len = len;
-    uint8_t *dst = slot_data(st, s);
+    uint8_t *dst = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
-    copy_hook(st, s);
-    if (len) copy_bytes(dst, object, len);
+    pg_copy_hook(st, s);
+    if (len) pg_copy_bytes(dst, object, len);
     pthread_mutex_lock(&st->lock);
-    int taken_back = !unit_usable(st, pg_unit_of(st, s));
+    int taken_back = !pg_unit_usable(st, pg_unit_of(st, s));
     if (!taken_back) {
-        uint32_t old = find(st, key);
-        if (old != PG_NIL) unpublish(st, old); /* the replaced object (or a racing put's) */
-        publish(st, s);
+        uint32_t old = pg_find(st, key);
+        if (old != PG_NIL) pg_unpublish(st, old); /* the replaced object (or a racing put's) */
+        pg_publish(st, s);
     } else {
         /* reclaimed (or the lender lost) while it was copied: never visible here */
-        free_slot(st, s);
+        pg_free_slot(st, s);
         pg_set_error(st, "the unit was taken back while the object was copied into it");
     }
-    end_copy(st, s, 0);
+    pg_end_copy(st, s, 0);
     int down = taken_back && st->host && st->host->on_evict;
     if (down) st->stats.passed_down++;
     pthread_mutex_unlock(&st->lock);
@@ -520,7 +311,7 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
     pg_state *st = state;
     if (!st || !key || (!src && len)) return KVS_EINVAL;
     pthread_mutex_lock(&st->lock);
-    uint32_t s = find(st, key);
+    uint32_t s = pg_find(st, key);
     if (s == PG_NIL) {
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOTFOUND;
@@ -533,16 +324,16 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
         return KVS_EINVAL;
     }
     /* as a reader: the slot stays while the copy runs, and its unit waits for it */
-    if (!begin_copy(st, s, 1)) {
+    if (!pg_begin_copy(st, s, 1)) {
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOTFOUND;
     }
-    uint8_t *dst = slot_data(st, s) + offset;
+    uint8_t *dst = pg_slot_data(st, s) + offset;
     pthread_mutex_unlock(&st->lock);
-    copy_hook(st, s);
-    if (len) copy_bytes(dst, src, len);
+    pg_copy_hook(st, s);
+    if (len) pg_copy_bytes(dst, src, len);
     pthread_mutex_lock(&st->lock);
-    end_copy(st, s, 1);
+    pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
     return KVS_OK;
 }
@@ -551,10 +342,10 @@ static kvs_status pg_remove(void *state, const kvs_key *key) {
     pg_state *st = state;
     if (!st || !key) return KVS_EINVAL;
     pthread_mutex_lock(&st->lock);
-    uint32_t s = find(st, key);
+    uint32_t s = pg_find(st, key);
     if (s != PG_NIL) {
         uint32_t u = pg_unit_of(st, s);
-        unpublish(st, s);
+        pg_unpublish(st, s);
         /* a draining unit may have waited for this one */
         int release = 0;
         if (st->borrower.state[u] == KVS_BORROW_DRAINING && pg_unit_empty(st, u)) {

@@ -69,8 +69,34 @@ typedef struct pg_state {
 void pg_set_error(pg_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pg_log(pg_state *st, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* peer_gpu.c, with the lock held */
+/* peer_gpu_slots.c, with the lock held unless said */
 uint32_t pg_unit_of(const pg_state *st, uint32_t slot);
+uint8_t *pg_slot_data(const pg_state *st, uint32_t slot);
+/* 1 when I/O may start on the unit (the lender lives and it is ours). */
+int pg_unit_usable(const pg_state *st, uint32_t unit);
+uint32_t *pg_bucket_of(pg_state *st, const kvs_key *key);
+/* The stored slot of key, or PG_NIL. */
+uint32_t pg_find(pg_state *st, const kvs_key *key);
+void pg_lru_unlink(pg_state *st, uint32_t slot);
+void pg_lru_push_head(pg_state *st, uint32_t slot);
+/* Make a slot (its key and length set) visible; take it out of the index and the LRU (freed now,
+ * or doomed while copies out of it run); free it. */
+void pg_publish(pg_state *st, uint32_t slot);
+void pg_unpublish(pg_state *st, uint32_t slot);
+void pg_free_slot(pg_state *st, uint32_t slot);
+/* 1 while a pin holds (an expired one is cleared). */
+int pg_pinned(pg_slot *e, uint64_t now_ns);
+/* Start a copy on a slot: counted in flight on its unit; 0 when the unit is no longer usable. */
+int pg_begin_copy(pg_state *st, uint32_t slot, int reading);
+/* The copy ended: the unit's count, a doomed slot freed, a RELEASED the end makes possible. */
+void pg_end_copy(pg_state *st, uint32_t slot, int reading);
+/* The copy itself, no lock held (non-temporal stores past KVS_COPY_STREAM_MIN, fenced). */
+void pg_copy_bytes(void *dst, const void *src, uint64_t n);
+/* The test hook (kvs_peer_gpu_set_copy_hook), no lock held. */
+void pg_copy_hook(pg_state *st, uint32_t slot);
+/* A free slot in a usable unit, or the least recently used unpinned object's after passing it
+ * down; PG_NIL when everything is pinned, busy or not ours. */
+uint32_t pg_take_slot(pg_state *st);
 int pg_unit_empty(const pg_state *st, uint32_t unit);
 /* Move every object of the unit down the chain (down != 0: host->on_evict with its bytes) or report
  * it gone (down == 0); slots with copies out of them in flight are doomed, freed when they end. */

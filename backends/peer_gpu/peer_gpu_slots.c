@@ -1,0 +1,225 @@
+/*
+ * peer_gpu_slots.c - the peer_gpu tier's slots (peer_gpu_internal.h): objects in lent units, their
+ * index and LRU, pins, and every copy into or out of lent memory counted as I/O in flight on its
+ * unit (lending.h), so a reclaim waits for it. The operations are peer_gpu.c's, the link to the
+ * lender peer_gpu_link.c's; both use these, with the tier's lock held unless a function says.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/clock.h"
+#include "common/copy.h"
+#include "common/key.h"
+#include "common/log.h"
+#include "lend_wire.h"
+#include "peer_gpu_internal.h"
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+void pg_set_error(pg_state *st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_vfmt_tier(st->error, sizeof st->error, "peer_gpu", st->tier_name, fmt, ap);
+    va_end(ap);
+}
+
+void pg_log(pg_state *st, int level, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
+}
+
+uint32_t pg_unit_of(const pg_state *st, uint32_t slot) {
+    return slot / st->slots_per_unit;
+}
+
+uint8_t *pg_slot_data(const pg_state *st, uint32_t s) {
+    uint64_t u = pg_unit_of(st, s), k = s % st->slots_per_unit;
+    return st->region + u * st->unit_bytes + k * st->slot_bytes;
+}
+
+int pg_unit_usable(const pg_state *st, uint32_t u) {
+    return st->borrower.lender && st->borrower.state[u] == KVS_BORROW_USABLE;
+}
+
+/* ---- index (chained buckets) and LRU -------------------------------------------------------- */
+
+uint32_t *pg_bucket_of(pg_state *st, const kvs_key *key) {
+    return &st->buckets[kvs_key_hash(key) & (st->n_buckets - 1)];
+}
+
+/* The stored slot of key, or PG_NIL. */
+uint32_t pg_find(pg_state *st, const kvs_key *key) {
+    if (!st->slots) return PG_NIL;
+    for (uint32_t s = *pg_bucket_of(st, key); s != PG_NIL; s = st->slots[s].hnext)
+        if (st->slots[s].state == PG_STORED && memcmp(&st->slots[s].key, key, sizeof *key) == 0)
+            return s;
+    return PG_NIL;
+}
+
+void pg_lru_unlink(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    if (e->prev != PG_NIL)
+        st->slots[e->prev].next = e->next;
+    else
+        st->lru_head = e->next;
+    if (e->next != PG_NIL)
+        st->slots[e->next].prev = e->prev;
+    else
+        st->lru_tail = e->prev;
+    e->prev = e->next = PG_NIL;
+}
+
+void pg_lru_push_head(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    e->prev = PG_NIL;
+    e->next = st->lru_head;
+    if (st->lru_head != PG_NIL)
+        st->slots[st->lru_head].prev = s;
+    else
+        st->lru_tail = s;
+    st->lru_head = s;
+}
+
+/* Make slot s (stored) visible under its key. */
+void pg_publish(pg_state *st, uint32_t s) {
+    uint32_t *b = pg_bucket_of(st, &st->slots[s].key);
+    st->slots[s].hnext = *b;
+    *b = s;
+    st->slots[s].state = PG_STORED;
+    pg_lru_push_head(st, s);
+    st->stats.objects++;
+}
+
+void pg_free_slot(pg_state *st, uint32_t s) {
+    pg_slot *e = &st->slots[s];
+    e->state = PG_FREE;
+    e->len = 0;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+}
+
+/* Take a stored slot out of the index and the LRU; freed now, or doomed while copies run. */
+void pg_unpublish(pg_state *st, uint32_t s) {
+    for (uint32_t *p = pg_bucket_of(st, &st->slots[s].key); *p != PG_NIL; p = &st->slots[*p].hnext)
+        if (*p == s) {
+            *p = st->slots[s].hnext;
+            break;
+        }
+    pg_lru_unlink(st, s);
+    st->stats.objects--;
+    if (st->slots[s].readers)
+        st->slots[s].state = PG_DOOMED;
+    else
+        pg_free_slot(st, s);
+}
+
+int pg_pinned(pg_slot *e, uint64_t now) {
+    if (e->pins == 0) return 0;
+    if (now < e->pin_deadline_ns) return 1;
+    e->pins = 0;
+    e->pin_deadline_ns = 0;
+    return 0;
+}
+
+int pg_unit_empty(const pg_state *st, uint32_t u) {
+    for (uint32_t k = 0; k < st->slots_per_unit; k++)
+        if (st->slots[u * st->slots_per_unit + k].state != PG_FREE) return 0;
+    return 1;
+}
+
+void pg_empty_unit(pg_state *st, uint32_t u, int down) {
+    for (uint32_t k = 0; k < st->slots_per_unit; k++) {
+        uint32_t s = u * st->slots_per_unit + k;
+        pg_slot *e = &st->slots[s];
+        if (e->state != PG_STORED) continue;
+        if (st->host && st->host->on_evict) {
+            st->host->on_evict(st->host->ctx, &e->key, down ? pg_slot_data(st, s) : NULL,
+                               down ? e->len : 0);
+        }
+        if (down)
+            st->stats.moved_down++;
+        else
+            st->stats.lost_objects++;
+        pg_unpublish(st, s);
+    }
+}
+
+void pg_send_released(pg_state *st, uint32_t u) {
+    uint32_t epoch = 0;
+    if (kvs_borrower_release(&st->borrower, u, &epoch) != KVS_OK) return;
+    kvs_lend_msg m = {.type = KVS_LEND_RELEASED, .unit = u, .epoch = epoch};
+    char why[256];
+    if (st->sock < 0 ||
+        kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, why, sizeof why) != KVS_OK) {
+        /* the lender keeps the unit as the borrower's (quarantined once the link drops): safe */
+        if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
+        return;
+    }
+    st->stats.released++;
+}
+
+/* A copy into or out of slot s ended (lock held): the unit's I/O count, a doomed slot, and a
+ * RELEASED the end makes possible. */
+void pg_end_copy(pg_state *st, uint32_t s, int reading) {
+    uint32_t u = pg_unit_of(st, s);
+    pg_slot *e = &st->slots[s];
+    if (reading && --e->readers == 0 && e->state == PG_DOOMED) pg_free_slot(st, s);
+    int release = 0;
+    kvs_borrower_end_io(&st->borrower, u, pg_unit_empty(st, u), &release);
+    if (release) pg_send_released(st, u);
+    st->in_flight--;
+    pthread_cond_broadcast(&st->changed);
+}
+
+/* Start a copy on slot s (lock held): counted in flight on its unit; 0 when the unit is no longer
+ * usable. */
+int pg_begin_copy(pg_state *st, uint32_t s, int reading) {
+    if (kvs_borrower_begin_io(&st->borrower, pg_unit_of(st, s)) != KVS_OK) return 0;
+    if (reading) st->slots[s].readers++;
+    st->in_flight++;
+    return 1;
+}
+
+/* Objects are chunks of KV, far larger than the cache: non-temporal stores, fenced before the
+ * copy counts as ended. */
+void pg_copy_bytes(void *dst, const void *src, uint64_t n) {
+    if (n < KVS_COPY_STREAM_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    kvs_copy_streaming(dst, src, n);
+    kvs_copy_fence();
+}
+
+void pg_copy_hook(pg_state *st, uint32_t s) {
+    if (st->copy_hook) st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s));
+}
+
+/* A free slot in a usable unit, or the least recently used unpinned object's after passing it
+ * down; PG_NIL when everything is pinned, busy or not ours (lock held). */
+uint32_t pg_take_slot(pg_state *st) {
+    for (uint32_t i = 0; i < st->n_slots; i++) {
+        uint32_t s = (st->cursor + i) % st->n_slots;
+        if (st->slots[s].state == PG_FREE && pg_unit_usable(st, pg_unit_of(st, s))) {
+            st->cursor = (s + 1) % st->n_slots;
+            return s;
+        }
+    }
+    uint64_t now = kvs_now_ns();
+    for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
+        pg_slot *e = &st->slots[s];
+        if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s))) continue;
+        if (st->host && st->host->on_evict)
+            st->host->on_evict(st->host->ctx, &e->key, pg_slot_data(st, s), e->len);
+        pg_unpublish(st, s);
+        return s;
+    }
+    return PG_NIL;
+}
