@@ -25,18 +25,23 @@ typedef struct kvs_lsc {
 
 static kvs_key lsc_key(const kvs_lsc *c, uint32_t block) {
     kvs_key k;
-    memcpy(k.bytes, "LSC\0", 4);
-    memcpy(k.bytes + 4, &c->nonce, 8);
+    uint32_t nonce = (uint32_t)c->nonce;
+    memcpy(k.bytes, KVS_TIERS_RAW_MAGIC, 8); /* raw: never written down, never announced */
+    memcpy(k.bytes + 8, &nonce, 4);
     memcpy(k.bytes + 12, &block, 4);
     return k;
 }
 
+/* Straight from the peer_gpu tier: the blocks were never anywhere else (raw keys are dropped,
+ * not written down, on eviction and reclaim), and no event names them. */
 static void give_back(kvs_handle *h, uint32_t keep) {
     kvs_lsc *c = h->lsc;
+    const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, c->tier);
+    void *state = kvs_tiers_state(h->tiers, c->tier);
     while (c->n_blocks > keep) {
         kvs_key k = lsc_key(c, --c->n_blocks);
-        kvs_tiers_unpin(h->tiers, c->tier, &k);
-        kvs_tiers_remove(h->tiers, &k);
+        ops->unpin(state, &k, 1);
+        ops->remove(state, &k);
     }
 }
 
@@ -110,7 +115,7 @@ kvs_status kvs_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t
     kvs_lsc *c = h->lsc;
     c->buffer = v;
     give_back(h, n_blocks);
-    /* new blocks start zeroed: the scratch is all zeros between calls only here */
+    /* new blocks start zeroed */
     uint64_t bytes = h->layer_bytes * h->n_views;
     uint8_t *zeros = calloc(1, bytes);
     if (!zeros) return kvs_set_error(h, KVS_ENOMEM, "lsc_reserve: out of memory");

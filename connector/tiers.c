@@ -66,14 +66,30 @@ static void host_log(void *ctx, int level, const char *message) {
     kvs_log(t->chain->log_level, level, "tier \"%s\": %s", t->name, message);
 }
 
-/* Write-back: an object the tier drops moves one tier down; from the last tier it is gone. */
+/* A tier that hands a put it has no room for to the next one (KVS_BACKEND_CAP_SPILLS). */
+static int spills(const kvs_tier *t, kvs_status st) {
+    return st == KVS_ENOMEM && (t->ops->caps & KVS_BACKEND_CAP_SPILLS);
+}
+
+int kvs_tiers_raw_key(const kvs_key *key) {
+    return memcmp(key->bytes, KVS_TIERS_RAW_MAGIC, 8) == 0;
+}
+
+/* Write-back: an object the tier drops moves one tier down; from the last tier it is gone. A raw
+ * block (the layer stream cache's) is no object: it is gone at once, and never announced. */
 static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
     kvs_tier *t = ctx;
     kvs_tier_chain *c = t->chain;
     uint32_t next = t->index + 1;
+    if (kvs_tiers_raw_key(key)) return;
     if (next < c->n && t->write == KVS_WRITE_BACK && object) {
         kvs_tier *down = &c->tiers[next];
-        if (down->ops->put(down->state, key, object, len) == KVS_OK) {
+        kvs_status st = down->ops->put(down->state, key, object, len);
+        while (spills(down, st) && next + 1 < c->n) { /* no room there: the tier below it */
+            down = &c->tiers[++next];
+            st = down->ops->put(down->state, key, object, len);
+        }
+        if (st == KVS_OK) {
             if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, next);
         } else {
             kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": write-back to \"%s\" failed: %s",
@@ -470,12 +486,16 @@ kvs_status kvs_tiers_contains(kvs_tier_chain *c, uint32_t tier, const kvs_key *k
 kvs_status kvs_tiers_put(kvs_tier_chain *c, const kvs_key *key, const void *object, uint64_t len,
                          char *err, uint64_t err_len) {
     kvs_status first = KVS_OK;
+    uint32_t top = 0; /* the tier whose answer is the save's: the first, or where it spilled to */
     for (uint32_t i = 0; i < c->n; i++) {
         kvs_tier *t = &c->tiers[i];
         kvs_status st = t->ops->put(t->state, key, object, len);
         if (st == KVS_OK) {
             if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_STORED, key, i);
-        } else if (i == 0) {
+        } else if (i == top && spills(t, st) && i + 1 < c->n) {
+            top = i + 1; /* no room there: the next tier takes it instead */
+            continue;
+        } else if (i == top) {
             first = st;
             kvs_fmt(err, err_len, "tier \"%s\": %s", t->name, t->ops->last_error(t->state));
         }

@@ -48,6 +48,11 @@ void kvs_tiers_unpin_many(kvs_tier_chain *chain, uint32_t tier, const kvs_key *k
 int kvs_tiers_zero_copy(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_range(const kvs_tier_chain *chain, uint32_t tier);
 int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
+/* Keys whose first 8 bytes are this hold raw blocks the connector keeps for an engine (the layer
+ * stream cache, lsc.c), not objects: an eviction or a reclaim drops them, never writes them down,
+ * and no event names them. */
+#define KVS_TIERS_RAW_MAGIC "kvsLSC\x01\x00"
+int kvs_tiers_raw_key(const kvs_key *key);
 /* 1 when the tier overwrites parts of an object in place (backend 1.6 put_range). */
 int kvs_tiers_can_put_range(const kvs_tier_chain *chain, uint32_t tier);
 kvs_status kvs_tiers_put_range(kvs_tier_chain *chain, uint32_t tier, const kvs_key *key,

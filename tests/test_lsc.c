@@ -64,6 +64,17 @@ static int pages_hold(const buffer *b, const uint32_t *pages, uint32_t layer, ui
     return 1;
 }
 
+/* Stream blocks are raw: no tier event ever names them, and none lands in the dram tier below. */
+static void expect_no_events(rig *r) {
+    kvs_event ev[16];
+    uint64_t n = 99;
+    ck_assert_int_eq(api->take_events(r->h, ev, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r->h, &s), KVS_OK);
+    ck_assert_uint_eq(s.evictions, 0);
+}
+
 static const char *peer_config(const char *sock) {
     static char text[1024];
     snprintf(text, sizeof text,
@@ -145,6 +156,7 @@ START_TEST(a_reserve_gets_what_the_lent_memory_holds) {
     ck_assert_uint_eq(granted, 0);
     ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, most); /* what was given back is there again */
+    expect_no_events(&r); /* the block that found no room went nowhere */
     rig_close(&r);
     kvs_test_lender_stop(&l);
     free(b);
@@ -165,6 +177,7 @@ START_TEST(a_reclaimed_stream_block_fails_its_fetch_and_store) {
     ck_assert_int_eq(api->lsc_fetch(r.h, 0, &s, pages, 1), KVS_EIO);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "taken back"));
     ck_assert_int_eq(api->lsc_store(r.h, 0, &s, pages, 1), KVS_EIO);
+    expect_no_events(&r); /* the reclaim dropped them, and wrote none down */
     rig_close(&r);
     kvs_test_lender_stop(&l);
     free(b);

@@ -295,13 +295,11 @@ START_TEST(a_reclaim_waits_for_the_copies_in_flight) {
     pthread_join(t, NULL);
     ck_assert_int_eq(rd.rc, KVS_OK);
     ck_assert(kvs_test_lender_expect(&r.lender, want, 1, 5000));
-    /* nothing lent now: misses, and puts go straight down the chain; no crash */
+    /* nothing lent now: misses, and puts refused for room (a chain spills them below); no crash */
     ck_assert_int_eq(get_object(&r, 400), KVS_ENOTFOUND);
-    int moved = r.log.bytes_ok;
-    ck_assert_int_eq(put_object(&r, 1), KVS_OK);
-    ck_assert_int_eq(r.log.bytes_ok, moved + 1);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
     ck_assert_int_eq(get_object(&r, 1), KVS_ENOTFOUND);
-    ck_assert_uint_eq(stats(&r).passed_down, 1);
+    ck_assert_uint_eq(stats(&r).refused_puts, 1);
     expect_check_ok(&r);
     kvs_peer_gpu_set_copy_hook(r.tier, NULL, NULL);
     rig_down(&r);
@@ -332,11 +330,10 @@ START_TEST(a_put_under_a_reclaim_is_not_stored) {
     expect_status(&r, "status owned 3 offered 0 lent 0 reclaiming 1 quarantined 0");
     sem_post(&h.go);
     pthread_join(t, NULL);
-    ck_assert_int_eq(wr.rc, KVS_OK); /* not stored here (its unit went back): passed down */
+    ck_assert_int_eq(wr.rc, KVS_ENOMEM); /* not stored: its unit went back (a chain spills it) */
     ck_assert_int_eq(get_object(&r, 77), KVS_ENOTFOUND);
-    ck_assert_int_eq(r.log.n, 1);
-    ck_assert_int_eq(r.log.bytes_ok, 1);
-    ck_assert_uint_eq(stats(&r).passed_down, 1);
+    ck_assert_int_eq(r.log.n, 0);
+    ck_assert_uint_eq(stats(&r).refused_puts, 1);
     ck_assert(kvs_test_lender_expect(&r.lender, "released", 1, 5000));
     uint64_t n = 9, bytes = 9;
     ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
@@ -391,8 +388,7 @@ START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
     ck_assert_int_eq(ops->contains(r.tier, &k, 1, &present), KVS_OK);
     ck_assert_uint_eq(present, 0);
     ck_assert_int_eq(get_object(&r, 500), KVS_ENOTFOUND);
-    ck_assert_int_eq(put_object(&r, 1), KVS_OK); /* passed down */
-    ck_assert_int_eq(r.log.with_bytes, 1);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
     /* a new lender on the same socket: taken within retry_ms */
     kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
@@ -686,7 +682,7 @@ static kvs_peer_gpu_stats with_fake(rig *r, fake *f, char *why, size_t why_len) 
     if (f->after || f->hello_again) ck_assert(kvs_test_wait_for(disconnected, r, 10000));
     kvs_peer_gpu_stats s = stats(r);
     snprintf(why, why_len, "%s", ops->last_error(r->tier));
-    ck_assert_int_eq(put_object(r, 1), KVS_OK); /* nothing lent: straight down */
+    ck_assert_int_eq(put_object(r, 1), KVS_ENOMEM); /* nothing lent */
     ck_assert_int_eq(get_object(r, 1), KVS_ENOTFOUND);
     ops->destroy(r->tier);
     close(f->conn), close(f->memfd), close(f->listen_fd);

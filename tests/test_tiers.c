@@ -163,6 +163,71 @@ START_TEST(a_tier_below_a_peer_gpu_tier_must_be_thread_safe) {
 }
 END_TEST
 
+typedef struct spill_events {
+    int stored[3], removed[3];
+} spill_events;
+
+static void count_events(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
+    (void)key;
+    spill_events *e = ctx;
+    if (tier > 2) return;
+    if ((kind & ~KVS_TIER_EVENT_DROPPED) == KVS_EVENT_STORED) e->stored[tier]++;
+    if ((kind & ~KVS_TIER_EVENT_DROPPED) == KVS_EVENT_REMOVED) e->removed[tier]++;
+}
+
+/* A peer_gpu tier with nothing lent refuses puts for room: a save goes to the tier below instead,
+ * and so does what a tier above it evicts; only the tier that stores it is named. */
+START_TEST(a_tier_without_room_spills_saves_and_write_backs_to_the_next) {
+    char text[1024], err[512];
+    snprintf(text, sizeof text,
+             "chunk_tokens: 32\ntiers:\n  - name: peer\n    type: peer_gpu\n    options:\n"
+             "      socket: nobody.sock\n      connect_timeout_ms: 1\n"
+             "  - name: dram\n    type: dram\n    capacity: 1MiB\n");
+    kvs_config *cfg = NULL;
+    ck_assert_int_eq(kvs_config_load(rig_config("spill.yaml", text), &cfg, err, sizeof err),
+                     KVS_OK);
+    spill_events ev = {0};
+    kvs_tier_chain *chain = NULL;
+    ck_assert_int_eq(
+        kvs_tiers_open(cfg, 4096, NULL, NULL, 0, count_events, &ev, &chain, err, sizeof err),
+        KVS_OK);
+    uint8_t obj[1000];
+    memset(obj, 7, sizeof obj);
+    kvs_key k;
+    memset(&k, 0, sizeof k);
+    k.bytes[0] = 1;
+    ck_assert_int_eq(kvs_tiers_put(chain, &k, obj, sizeof obj, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_tiers_find(chain, &k), 1);
+    ck_assert_int_eq(ev.stored[0], 0);
+    ck_assert_int_eq(ev.removed[0], 0);
+    ck_assert_int_eq(ev.stored[1], 1);
+    kvs_tiers_close(chain);
+    kvs_config_free(cfg);
+    /* under a small dram tier, over another: what dram evicts skips the peer tier */
+    snprintf(text, sizeof text,
+             "chunk_tokens: 32\ntiers:\n  - name: small\n    type: dram\n    capacity: 8KiB\n"
+             "  - name: peer\n    type: peer_gpu\n    options:\n"
+             "      socket: nobody.sock\n      connect_timeout_ms: 1\n"
+             "  - name: big\n    type: dram\n    capacity: 1MiB\n");
+    ck_assert_int_eq(kvs_config_load(rig_config("spill2.yaml", text), &cfg, err, sizeof err),
+                     KVS_OK);
+    memset(&ev, 0, sizeof ev);
+    ck_assert_int_eq(
+        kvs_tiers_open(cfg, 4096, NULL, NULL, 0, count_events, &ev, &chain, err, sizeof err),
+        KVS_OK);
+    for (uint8_t i = 0; i < 4; i++) {
+        k.bytes[0] = (uint8_t)(10 + i);
+        ck_assert_int_eq(kvs_tiers_put(chain, &k, obj, sizeof obj, err, sizeof err), KVS_OK);
+    }
+    ck_assert_int_gt(ev.stored[2], 0); /* evicted from small, into big */
+    ck_assert_int_eq(ev.stored[1], 0);
+    k.bytes[0] = 10;
+    ck_assert_int_eq(kvs_tiers_find(chain, &k), 2);
+    kvs_tiers_close(chain);
+    kvs_config_free(cfg);
+}
+END_TEST
+
 START_TEST(a_plugin_of_another_major_is_refused) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, plugin_config("plugin_future_major.so")),
@@ -266,6 +331,7 @@ static Suite *tiers_suite(void) {
     tcase_add_test(tc, a_plugin_of_another_major_is_refused);
     tcase_add_test(tc, a_tier_closing_passes_its_objects_to_a_tier_still_open);
     tcase_add_test(tc, a_tier_below_a_peer_gpu_tier_must_be_thread_safe);
+    tcase_add_test(tc, a_tier_without_room_spills_saves_and_write_backs_to_the_next);
     tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
     tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
     tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);

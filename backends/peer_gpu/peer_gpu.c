@@ -266,16 +266,13 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     pthread_mutex_lock(&st->lock);
     uint32_t s = st->region ? pg_take_slot(st) : PG_NIL;
     if (s == PG_NIL || !pg_begin_copy(st, s, 0)) {
-        /* nothing lent, or every lent slot pinned or busy: the object goes down the chain, as an
-         * eviction would take it (a chain whose lender is away keeps caching below) */
-        int down = st->host && st->host->on_evict;
-        if (down) st->stats.passed_down++;
+        /* nothing lent, or every lent slot pinned or busy: the chain puts it into the next tier
+         * (KVS_BACKEND_CAP_SPILLS), so a chain whose lender is away keeps caching below */
+        st->stats.refused_puts++;
         pg_set_error(st, "no room: %s",
                      st->region ? "every lent slot is pinned or busy" : "no lender, nothing lent");
         pthread_mutex_unlock(&st->lock);
-        if (!down) return KVS_ENOMEM;
-        st->host->on_evict(st->host->ctx, key, object, len);
-        return KVS_OK;
+        return KVS_ENOMEM;
     }
     pg_slot *e = &st->slots[s];
     e->state = PG_WRITING;
@@ -297,13 +294,9 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
         pg_set_error(st, "the unit was taken back while the object was copied into it");
     }
     pg_end_copy(st, s, 0);
-    int down = taken_back && st->host && st->host->on_evict;
-    if (down) st->stats.passed_down++;
+    if (taken_back) st->stats.refused_puts++;
     pthread_mutex_unlock(&st->lock);
-    if (!taken_back) return KVS_OK;
-    if (!down) return KVS_ENOMEM;
-    st->host->on_evict(st->host->ctx, key, object, len); /* from the caller's bytes */
-    return KVS_OK;
+    return taken_back ? KVS_ENOMEM : KVS_OK; /* the chain spills it to the next tier */
 }
 
 static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset, const void *src,
@@ -376,7 +369,8 @@ static const kvs_backend_ops pg_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_PUT_RANGE,
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_PUT_RANGE |
+            KVS_BACKEND_CAP_SPILLS,
     .type_name = "peer_gpu",
     .create = pg_create,
     .destroy = pg_destroy,

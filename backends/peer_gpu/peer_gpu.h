@@ -21,14 +21,15 @@
  *   - RECLAIM stops new I/O on the unit at once, moves its objects down the chain (host->on_evict
  *     with their bytes, from the tier's control thread), and answers RELEASED only when the unit is
  *     empty and its last copy has ended;
- *   - a put it has no room for (nothing lent, everything pinned or busy) goes down the chain at
- *     once (host->on_evict with its bytes), as an eviction would take it;
+ *   - a put it has no room for (nothing lent, everything pinned or busy, or its unit taken back
+ *     while it copied) gets KVS_ENOMEM, and the chain puts it into the next tier
+ *     (KVS_BACKEND_CAP_SPILLS);
  *   - a lost lender (its socket closed, a BYE, a packet that is not a message) makes every unit
  *     unusable at once; what they held is reported gone (host->on_evict without bytes), and the
  *     mapping is dropped only after the copies in flight end.
  * Pins keep objects from this tier's eviction only: a reclaim moves a pinned object down too.
  *
- * Capabilities: THREAD_SAFE and GET_RANGE. No zero copy: a pointer into lent memory would outlive
+ * Capabilities: THREAD_SAFE, GET_RANGE, PUT_RANGE and SPILLS. No zero copy: a pointer into lent memory would outlive
  * a reclaim. host->on_evict runs on the tier's own thread as well as the caller's (built-in tiers
  * below are thread-safe; a plugin below it must be too).
  */
@@ -58,7 +59,7 @@ typedef struct kvs_peer_gpu_stats {
     uint64_t moved_down;    /* objects a reclaim passed down the chain */
     uint64_t lost_objects;  /* objects a lost lender took with it */
     uint64_t refused_reads; /* reads of an object whose unit was no longer usable */
-    uint64_t passed_down;   /* puts it had no room for, handed down the chain at once */
+    uint64_t refused_puts;  /* puts it had no room for (the chain spills them to the next tier) */
 } kvs_peer_gpu_stats;
 
 __attribute__((visibility("default"))) kvs_status kvs_peer_gpu_stats_get(void *tier,
