@@ -525,6 +525,54 @@ START_TEST(one_borrower_at_a_time) {
 }
 END_TEST
 
+/* One process that loses its link again and again while it lives takes one quarantine entry, not
+ * one each time (the lender has 8: the ninth borrower would be turned away). */
+START_TEST(a_process_losing_its_link_often_is_watched_once) {
+    rig r;
+    rig_dir(&r);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    int p[2];
+    ck_assert(pipe(p) == 0);
+    pid_t child = fork();
+    ck_assert(child >= 0);
+    if (child == 0) {
+        for (int i = 0; i < 12; i++) {
+            int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+            struct sockaddr_un sa = {.sun_family = AF_UNIX};
+            snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r.sock);
+            if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) _exit(2);
+            kvs_lend_msg m;
+            int fd = -1;
+            char why[256];
+            if (kvs_lend_recv(s, 5000, 0, &m, &fd, why, sizeof why) != KVS_OK ||
+                m.type != KVS_LEND_HELLO)
+                _exit(3); /* turned away */
+            for (int taken = 0; i == 0 && taken < UNITS; taken++) {
+                if (kvs_lend_recv(s, 5000, UNITS, &m, &fd, why, sizeof why) != KVS_OK) _exit(4);
+                kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
+                if (kvs_lend_send(s, &a, -1, 1000, why, sizeof why) != KVS_OK) _exit(5);
+            }
+            close(s); /* lost, not BYE: the process lives on */
+            usleep(20000);
+        }
+        if (write(p[1], "x", 1) != 1) _exit(6);
+        pause();
+        _exit(0);
+    }
+    close(p[1]); /* a child turned away ends: read sees the end at once */
+    char c;
+    ck_assert_msg(read(p[0], &c, 1) == 1, "the child was turned away: %s", r.lender.out);
+    close(p[0]);
+    expect_status(&r, "status owned 0 offered 0 lent 0 reclaiming 0 quarantined 4");
+    kill(child, SIGKILL);
+    kvs_test_wait_child(child);
+    ck_assert(kvs_test_lender_expect(&r.lender, "borrower gone", 1, 5000));
+    expect_status(&r, "status owned 4 offered 0 lent 0 reclaiming 0 quarantined 0");
+    kvs_test_lender_stop(&r.lender);
+    kvs_test_rmtree(r.dir);
+}
+END_TEST
+
 /* Alg. 1 over the lender's demand: samples that come before the units are back ask no more. */
 START_TEST(demand_takes_back_what_covers_it_once) {
     rig r;
@@ -793,6 +841,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, lenders_that_break_the_protocol_are_refused);
     tcase_add_test(tc, a_lender_that_accepts_nothing_never_holds_the_tier);
     tcase_add_test(tc, one_borrower_at_a_time);
+    tcase_add_test(tc, a_process_losing_its_link_often_is_watched_once);
     tcase_add_test(tc, demand_takes_back_what_covers_it_once);
     tcase_add_test(tc, the_lender_reads_its_commands_strictly);
     tcase_add_test(tc, options_are_checked);

@@ -64,8 +64,10 @@ static void usage(FILE *f) {
 
 typedef struct lender {
     kvs_lender l;
-    int listen_fd, sock, pidfd, memfd; /* pidfd: the connected borrower's process */
-    int quarantine[MAX_QUARANTINE];    /* pidfds of lost borrowers whose units are quarantined */
+    int listen_fd, sock, pidfd, memfd;  /* pidfd: the connected borrower's process */
+    int pid;                            /* the connected borrower's */
+    int quarantine[MAX_QUARANTINE];     /* pidfds of lost borrowers whose units are quarantined */
+    int quarantine_pid[MAX_QUARANTINE]; /* and their pids */
     uint32_t n_quarantine;
     uint8_t *region;
     uint64_t unit_bytes;
@@ -280,9 +282,15 @@ static void lost_borrower(lender *ld, int bye) {
     ld->want_lend = ld->want_reclaim = 0;
     kvs_lender_disconnected(&ld->l);
     say("borrower lost");
-    if (bye && ld->n_quarantine == 0) {
-        close(ld->pidfd); /* it unmapped the region before saying BYE */
+    /* Watched until its process ends, unless it said BYE (it unmapped the region first: what it
+     * held may come back as soon as the lost ones' do) or its process is watched already (it lost
+     * a link before: one entry a process, however often it reconnects). */
+    int watched = 0;
+    for (uint32_t q = 0; q < ld->n_quarantine; q++) watched |= ld->quarantine_pid[q] == ld->pid;
+    if (bye || watched) {
+        close(ld->pidfd);
     } else {
+        ld->quarantine_pid[ld->n_quarantine] = ld->pid;
         ld->quarantine[ld->n_quarantine++] = ld->pidfd;
     }
     ld->pidfd = -1;
@@ -338,6 +346,7 @@ static void accept_borrower(lender *ld) {
     kvs_lender_connect(&ld->l);
     ld->sock = s;
     ld->pidfd = pidfd;
+    ld->pid = (int)cred.pid;
     say("borrower %d", (int)cred.pid);
     lend(ld, ld->lend_on_connect);
 }
@@ -517,7 +526,9 @@ int main(int argc, char **argv) {
             if (p[5 + q].fd != ld.quarantine[q] || !p[5 + q].revents) continue;
             /* a lost borrower's process ended: its mappings are gone with it */
             close(ld.quarantine[q]);
-            ld.quarantine[q] = ld.quarantine[--ld.n_quarantine];
+            ld.n_quarantine--;
+            ld.quarantine[q] = ld.quarantine[ld.n_quarantine];
+            ld.quarantine_pid[q] = ld.quarantine_pid[ld.n_quarantine];
             quarantine_check(&ld);
         }
         if (p[3].revents) {
