@@ -1,19 +1,23 @@
 /* lsc.c - the layer stream cache of the mini engine (lsc.h).
  *
- * Layout of the request's KV: its first rc_pages pages are the regular cache (RC: pages of every
- * layer, the engine's own); the positions after them live in stream blocks of T tokens (the
- * connector's chunk) in lent memory, every layer of a block together. Before layer i runs, layer i
- * of every stream block in use is fetched into buffer i % buffers (a one-layer cache of
- * buffers * n_lsc * P pages, P = T / 16), which the block table names through the cache's overlay
- * (kvcache_set_overlay); after it ran, the stream blocks the step wrote into are stored back from
- * that buffer. With two buffers the fetch of layer i + 1 runs on a helper thread while layer i
- * computes (its buffer's last store, layer i - 1's, has ended); with one it waits for layer i's
- * store. Calls into the connector never overlap: the helper is joined before the store.
+ * Layout of the request's KV: each block of T tokens (the connector's chunk) is either a stream
+ * block, every layer of it in lent memory, or pages of every layer of the engine's own (the regular
+ * cache, RC). Before layer i runs, layer i of every stream block in use is fetched into buffer
+ * i % buffers (a one-layer cache of pages, P = T / 16 a stream block), which the block table names
+ * through the cache's overlay (kvcache_set_overlay); after it ran, the stream blocks the step wrote
+ * into are stored back from that buffer. With two buffers a helper thread fetches layer i + 1 while
+ * layer i computes (its buffer's last store, layer i - 1's, has ended); with one, the fetch waits
+ * for layer i's store. Calls into the connector never overlap: the helper is waited for before the
+ * store.
  *
- * Memory, as SwiftCache plans it (Eq. 4-5, schedulers/elastic): the engine's budget of B pages of
- * every layer is K = B * L / P single-layer blocks of T tokens; the buffer takes buffers * n_lsc of
- * them and the RC what is left, in whole blocks of every layer. The engine allocates exactly that:
- * n_rc * P pages of every layer and the buffer's pages of one layer. */
+ * Memory: the engine charges its KV to a budget of B pages of every layer (M bytes). Its allocator
+ * takes a stream block for each new 256-token block while the lender grants one (lsc_reserve, one
+ * more each time) and M still has room for its buffer slots (one layer of the block, in each
+ * buffer), and pages of every layer (the regular cache, RC) after that, until M is spent: the
+ * positions it then holds are the measured maximum context. Its arithmetic is its own; SwiftCache's
+ * Eq. 4-5 (schedulers/elastic) predict the same from what the lender granted a first handle, in
+ * whole blocks (the RC here takes single pages, so it may hold up to a block more). The emulation
+ * allocates the RC pages and the buffer at their largest and charges M for what it uses. */
 #include "lsc.h"
 
 #include <pthread.h>
@@ -42,88 +46,142 @@ typedef struct run {
     kvcache *buf; /* the layer stream buffer; NULL for the reference */
     connector *conn;
     model_scratch *s;
-    uint32_t *table;
+    uint32_t *table;        /* per 16-token block of the request */
+    int32_t *stream_of;     /* per T-token block: its stream block, or -1 */
     uint64_t table_cap;     /* 16-token blocks the table covers */
-    uint32_t rc_pages;      /* pages of the RC (the reference: all it may take) */
     uint32_t T, P, buffers; /* stream block tokens, pages per stream block, buffers */
-    uint32_t n_lsc, used;   /* stream blocks reserved, in use */
-    uint32_t *pages[2];     /* buffer b's pages for stream blocks 0..n_lsc, P each */
-    uint32_t *ids;          /* 0..n_lsc - 1 */
-    uint64_t n;             /* positions held */
+    uint32_t max_stream;    /* stream blocks the buffer has pages for */
+    uint32_t used;          /* stream blocks in use (and reserved) */
+    uint64_t budget_bytes;  /* M: what the engine's KV may take */
+    uint64_t charged;       /* of it, taken */
+    uint64_t page_bytes;    /* one page of one layer */
+    uint32_t L;
+    uint32_t *pages[2];   /* buffer b's pages for stream blocks 0..max_stream, P each */
+    uint32_t *ids;        /* 0..max_stream - 1 */
+    uint32_t *step_ids;   /* the stream blocks a step writes */
+    uint32_t *step_pages; /* and their pages in one buffer */
+    uint64_t n;           /* positions held */
+    uint32_t rc_pages_used;
     double prefill_ms, decode_ms;
     uint64_t decode_steps, fetches, stores;
-    int failed;
+    /* the prefetch helper (two buffers): one thread for the run, a job at a time */
+    pthread_t helper;
+    int helper_on, job, done, quit;
+    uint32_t job_layer, job_n;
+    kvs_status job_st;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
 } run;
-
-/* The helper thread's one fetch. */
-typedef struct prefetch {
-    run *r;
-    uint32_t layer, n;
-    kvs_status st;
-} prefetch;
 
 static kvs_status fetch_layer(run *r, uint32_t layer, uint32_t n) {
     r->fetches += n;
     return r->conn->api->lsc_fetch(r->conn->h, layer, r->ids, r->pages[layer % r->buffers], n);
 }
 
-static void *prefetch_main(void *arg) {
-    prefetch *p = arg;
-    p->st = fetch_layer(p->r, p->layer, p->n);
+static void *helper_main(void *arg) {
+    run *r = arg;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        while (!r->job && !r->quit) pthread_cond_wait(&r->cond, &r->lock);
+        if (r->quit) break;
+        pthread_mutex_unlock(&r->lock);
+        kvs_status st = fetch_layer(r, r->job_layer, r->job_n);
+        pthread_mutex_lock(&r->lock);
+        r->job_st = st;
+        r->job = 0;
+        r->done = 1;
+        pthread_cond_broadcast(&r->cond);
+    }
+    pthread_mutex_unlock(&r->lock);
     return NULL;
 }
 
-/* Room for positions up to `upto` (exclusive): RC pages first, then stream blocks. 0, or -1 when
- * the allocator is full (nothing taken). */
+static void helper_post(run *r, uint32_t layer, uint32_t n) {
+    pthread_mutex_lock(&r->lock);
+    r->job_layer = layer, r->job_n = n, r->done = 0, r->job = 1;
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static kvs_status helper_wait(run *r) {
+    pthread_mutex_lock(&r->lock);
+    while (!r->done) pthread_cond_wait(&r->cond, &r->lock);
+    kvs_status st = r->job_st;
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+/* A stream block for T-block k, if the lender grants one more and the budget has room for its
+ * buffer slots. */
+static int take_stream_block(run *r, uint64_t k) {
+    uint64_t cost = (uint64_t)r->buffers * r->P * r->page_bytes;
+    if (!r->buf || r->used >= r->max_stream || r->charged + cost > r->budget_bytes) return 0;
+    uint32_t got = 0;
+    if (r->conn->api->lsc_reserve(r->conn->h, &kvcache_views(r->buf)[0], r->used + 1, &got, NULL) !=
+            KVS_OK ||
+        got <= r->used)
+        return 0; /* the lender has no more for us */
+    r->stream_of[k] = (int32_t)r->used++;
+    r->charged += cost;
+    return 1;
+}
+
+/* Room for positions up to `upto` (exclusive). 0, or -1 when the allocator is full. */
 static int grow(run *r, uint64_t upto) {
     uint64_t blocks = (upto + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     if (blocks > r->table_cap) return -1;
     for (uint64_t b = (r->n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS; b < blocks; b++) {
-        if (b < r->rc_pages) {
-            if (kvcache_alloc(r->kv, 1, &r->table[b]) != 0) return -1;
+        uint64_t k = b / r->P, p = b % r->P;
+        if (p == 0 && r->stream_of[k] < 0) take_stream_block(r, k); /* a new T-block */
+        if (r->stream_of[k] >= 0) {
+            r->table[b] = KV_OVERLAY + (uint32_t)r->stream_of[k] * r->P + (uint32_t)p;
             continue;
         }
-        uint64_t in_stream = b - r->rc_pages, j = in_stream / r->P;
-        if (!r->buf || j >= r->n_lsc) return -1;
-        r->table[b] = KV_OVERLAY + (uint32_t)(j * r->P + in_stream % r->P);
-        if (j + 1 > r->used) r->used = (uint32_t)(j + 1);
+        uint64_t cost = (uint64_t)r->L * r->page_bytes; /* a page of every layer */
+        if (r->charged + cost > r->budget_bytes || kvcache_alloc(r->kv, 1, &r->table[b]) != 0)
+            return -1;
+        r->charged += cost;
+        r->rc_pages_used++;
     }
     return 0;
 }
 
-/* The stream blocks positions [from, to) lie in: [*j0, *j1). */
-static void touched(const run *r, uint64_t from, uint64_t to, uint32_t *j0, uint32_t *j1) {
-    uint64_t rc = (uint64_t)r->rc_pages * KV_BLOCK_TOKENS;
-    *j0 = *j1 = 0;
-    if (to <= rc) return;
-    uint64_t a = from > rc ? from - rc : 0, b = to - rc;
-    *j0 = (uint32_t)(a / r->T);
-    *j1 = (uint32_t)((b + r->T - 1) / r->T);
+/* The stream blocks that positions [from, to) lie in, with their pages in buffer b, into
+ * r->step_ids and r->step_pages; how many. */
+static uint32_t touched(run *r, uint64_t from, uint64_t to, uint32_t b) {
+    uint32_t n = 0;
+    for (uint64_t k = from / r->T; k * r->T < to; k++) {
+        if (r->stream_of[k] < 0) continue;
+        uint32_t j = (uint32_t)r->stream_of[k];
+        r->step_ids[n] = j;
+        memcpy(r->step_pages + (uint64_t)n * r->P, r->pages[b] + (uint64_t)j * r->P,
+               r->P * sizeof *r->step_pages);
+        n++;
+    }
+    return n;
 }
 
 /* One step: tokens[pos0 .. pos0 + n) through every layer; the last one's logits. */
 static int step(run *r, const int32_t *tokens, uint64_t pos0, int n, float *logits) {
-    const model_config *mc = model_config_of(r->m);
-    uint32_t L = (uint32_t)mc->n_layers, j0, j1;
-    touched(r, pos0, pos0 + (uint64_t)n, &j0, &j1);
-    uint32_t used = r->used;
+    uint32_t L = r->L, used = r->used;
     model_embed(r->m, r->s, tokens + pos0, n);
     if (used && fetch_layer(r, 0, used) != KVS_OK)
         return connector_hook_failed(r->conn, "lsc_fetch", KVS_EIO);
     for (uint32_t i = 0; i < L; i++) {
-        pthread_t helper;
-        prefetch pf = {.r = r, .layer = i + 1, .n = used, .st = KVS_OK};
-        int ahead = used && r->buffers == 2 && i + 1 < L;
-        if (ahead && pthread_create(&helper, NULL, prefetch_main, &pf) != 0)
-            ahead = 0, pf.layer = 0;
+        /* two buffers: layer i + 1 is fetched into the other one while layer i runs (its last
+         * store, layer i - 1's, has ended); the helper is waited for before the store, so calls
+         * into the connector never overlap */
+        int ahead = used && r->helper_on && i + 1 < L;
+        if (ahead) helper_post(r, i + 1, used);
         model_layer(r->m, r->s, r->kv, i, r->table, pos0, n);
-        if (ahead) pthread_join(helper, NULL);
-        if (pf.st != KVS_OK) return connector_hook_failed(r->conn, "lsc_fetch", pf.st);
-        if (j1 > j0) {
-            r->stores += j1 - j0;
-            HOOK(r->conn,
-                 r->conn->api->lsc_store(r->conn->h, i, r->ids + j0,
-                                         r->pages[i % r->buffers] + (uint64_t)j0 * r->P, j1 - j0),
+        if (ahead) {
+            kvs_status st = helper_wait(r);
+            if (st != KVS_OK) return connector_hook_failed(r->conn, "lsc_fetch", st);
+        }
+        uint32_t w = used ? touched(r, pos0, pos0 + (uint64_t)n, i % r->buffers) : 0;
+        if (w) {
+            r->stores += w;
+            HOOK(r->conn, r->conn->api->lsc_store(r->conn->h, i, r->step_ids, r->step_pages, w),
                  "lsc_store");
         }
         if (used && i + 1 < L && !ahead && fetch_layer(r, i + 1, used) != KVS_OK)
@@ -164,13 +222,25 @@ static int64_t serve(run *r, int32_t *tokens, uint64_t prompt, uint64_t upto, in
 }
 
 static void run_free(run *r) {
+    if (r->helper_on) {
+        pthread_mutex_lock(&r->lock);
+        r->quit = 1;
+        pthread_cond_broadcast(&r->cond);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->helper, NULL);
+        pthread_mutex_destroy(&r->lock);
+        pthread_cond_destroy(&r->cond);
+    }
     model_scratch_free(r->s);
     kvcache_destroy(r->kv);
     kvcache_destroy(r->buf);
     free(r->table);
+    free(r->stream_of);
     free(r->pages[0]);
     free(r->pages[1]);
     free(r->ids);
+    free(r->step_ids);
+    free(r->step_pages);
 }
 
 /* A one-layer cache of the model's geometry (the buffer), or every layer's (the pages). */
@@ -229,13 +299,26 @@ static int ask_lender(const options *o, const model *m, uint32_t want, uint32_t 
     return rc;
 }
 
+/* The arrays of a run over max_blocks 16-token blocks; 0, or -1 out of memory. */
+static int run_arrays(run *r, uint64_t max_blocks) {
+    uint64_t t_blocks = max_blocks / r->P + 1;
+    r->table_cap = max_blocks;
+    r->table = calloc(max_blocks, sizeof *r->table);
+    r->stream_of = malloc(t_blocks * sizeof *r->stream_of);
+    if (!r->table || !r->stream_of) return -1;
+    for (uint64_t k = 0; k < t_blocks; k++) r->stream_of[k] = -1;
+    return 0;
+}
+
 int lsc_run(const options *o, const model *m) {
     const model_config *mc = model_config_of(m);
     uint32_t L = (uint32_t)mc->n_layers, H = model_cache_heads(m), D = model_cache_width(m);
     uint32_t d = (uint32_t)kv_dtype_size(o->dtype), planes = mc->is_mla ? 1 : 2;
     uint32_t budget = o->block_budget ? (uint32_t)o->block_budget : 64;
     uint32_t buffers = (uint32_t)o->lsc_buffers;
-    uint32_t want = o->peer_blocks ? (uint32_t)o->peer_blocks : budget * L; /* more never helps */
+    uint64_t useful = (uint64_t)budget * L; /* the gain is at most L times the budget */
+    uint32_t want = o->peer_blocks ? (uint32_t)o->peer_blocks
+                                   : (uint32_t)(useful < UINT32_MAX ? useful : UINT32_MAX);
     uint32_t granted = 0, T = 0;
     if (ask_lender(o, m, want, &granted, &T) != 0) return 1;
     uint32_t P = T / KV_BLOCK_TOKENS;
@@ -266,55 +349,78 @@ int lsc_run(const options *o, const model *m) {
            (unsigned long long)cap.max_tokens, (unsigned long long)cap.max_tokens_without_lsc,
            (unsigned long long)local_tokens);
     uint64_t decode = (uint64_t)o->decode_tokens;
-    if (cap.max_tokens <= decode + 1 || cap.n_lsc > UINT32_MAX / P) {
-        fprintf(stderr, PROG ": --lsc: a context of %llu tokens leaves no prompt\n",
+    /* the buffer at its largest: every stream block the budget could hold slots for */
+    uint64_t max_stream = cap.k_master / buffers;
+    if (max_stream > granted) max_stream = granted;
+    uint64_t buffer_pages = (uint64_t)buffers * max_stream * P;
+    uint64_t most = cap.max_tokens + 2ull * T + decode; /* the table's reach past the prediction */
+    if (cap.max_tokens <= decode + 1 || buffer_pages >= KV_OVERLAY || budget >= KV_OVERLAY ||
+        most > (1ull << 24)) {
+        fprintf(stderr,
+                PROG ": --lsc: a context of %llu tokens leaves no prompt, or is more than "
+                     "a mini engine holds\n",
                 (unsigned long long)cap.max_tokens);
         return 1;
     }
 
-    /* Phase 2: the engine as planned */
-    run r = {.m = m, .T = T, .P = P, .buffers = buffers, .n_lsc = (uint32_t)cap.n_lsc};
-    r.rc_pages = (uint32_t)(cap.n_rc * P);
-    uint64_t slack = 2ull * T + decode;     /* grow a little past the prediction */
-    uint64_t most = cap.max_tokens + slack; /* positions the table may name */
-    r.table_cap = (most + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-    r.kv = cache(o, m, L, r.rc_pages);
-    r.buf = r.n_lsc ? cache(o, m, 1, buffers * r.n_lsc * P) : NULL;
-    r.s = model_scratch_create(m, o->prefill_chunk, (int)(r.table_cap * KV_BLOCK_TOKENS) + 1);
-    r.table = calloc(r.table_cap, sizeof *r.table);
-    r.ids = calloc(r.n_lsc + 1, sizeof *r.ids);
-    for (uint32_t b = 0; b < buffers; b++) r.pages[b] = calloc((uint64_t)r.n_lsc * P + 1, 4);
-    uint64_t positions = r.table_cap * KV_BLOCK_TOKENS + 1; /* the most a run can name, +1 */
+    /* Phase 2: the engine, growing its request on its own allocator */
+    run r = {.m = m,
+             .T = T,
+             .P = P,
+             .buffers = buffers,
+             .L = L,
+             .page_bytes = page_bytes,
+             .budget_bytes = master,
+             .max_stream = (uint32_t)max_stream};
+    uint64_t max_blocks = (most + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    uint64_t positions = max_blocks * KV_BLOCK_TOKENS + 1;
+    uint64_t prompt = cap.max_tokens - decode;
+    uint64_t max_steps = (prompt + (uint64_t)o->prefill_chunk - 1) / (uint64_t)o->prefill_chunk +
+                         (positions - prompt) + 1;
+    r.kv = cache(o, m, L, budget);
+    r.buf = max_stream ? cache(o, m, 1, (uint32_t)buffer_pages) : NULL;
+    r.s = model_scratch_create(m, o->prefill_chunk, (int)positions);
+    r.ids = calloc(max_stream + 1, sizeof *r.ids);
+    r.step_ids = calloc(max_stream + 1, sizeof *r.step_ids);
+    r.step_pages = calloc((max_stream + 1) * P, sizeof *r.step_pages);
+    for (uint32_t b = 0; b < buffers; b++) r.pages[b] = calloc(max_stream * P + 1, 4);
     int32_t *tokens = malloc(positions * sizeof *tokens);
-    uint64_t max_steps = most / (uint64_t)o->prefill_chunk + most + 2;
     float *trace = malloc(max_steps * (uint64_t)mc->vocab * sizeof *trace);
     connector c;
     memset(&c, 0, sizeof c);
     int rc = 1;
-    if (!r.kv || (r.n_lsc && !r.buf) || !r.s || !r.table || !r.ids || !r.pages[0] ||
-        (buffers == 2 && !r.pages[1]) || !tokens || !trace) {
+    if (run_arrays(&r, max_blocks) != 0 || !r.kv || (max_stream && !r.buf) || !r.s || !r.ids ||
+        !r.step_ids || !r.step_pages || !r.pages[0] || (buffers == 2 && !r.pages[1]) || !tokens ||
+        !trace) {
         fprintf(stderr, PROG ": --lsc: out of memory\n");
         goto out;
     }
-    for (uint32_t j = 0; j < r.n_lsc; j++) {
+    for (uint32_t j = 0; j < max_stream; j++) {
         r.ids[j] = j;
         for (uint32_t b = 0; b < buffers; b++)
-            for (uint32_t p = 0; p < P; p++) r.pages[b][j * P + p] = b * r.n_lsc * P + j * P + p;
+            for (uint32_t p = 0; p < P; p++)
+                r.pages[b][j * P + p] = (uint32_t)((uint64_t)b * max_stream * P + j * P + p);
     }
-    if (r.buf) kvcache_set_overlay(r.kv, r.buf, r.n_lsc * P, buffers);
+    if (r.buf) kvcache_set_overlay(r.kv, r.buf, (uint32_t)(max_stream * P), buffers);
     if (connector_open(&c, o->lib_path, o->config_path, o->dtype, m, r.kv, 0, NULL) != 0) goto out;
     r.conn = &c;
-    if (r.n_lsc) {
+    if (max_stream) { /* wait for the lender's offers (the first handle's blocks came back) */
         uint32_t got = 0;
-        kvs_status st = reserve(&c, &kvcache_views(r.buf)[0], r.n_lsc, &got);
+        kvs_status st = reserve(&c, &kvcache_views(r.buf)[0], (uint32_t)max_stream, &got);
+        if (st == KVS_OK) st = c.api->lsc_reserve(c.h, &kvcache_views(r.buf)[0], 0, &got, NULL);
         if (st != KVS_OK) {
             connector_hook_failed(&c, "lsc_reserve", st);
             goto out;
         }
-        if (got < r.n_lsc) {
-            fprintf(stderr, PROG ": --lsc: the lender granted %u stream blocks, then only %u\n",
-                    granted, got);
-            goto out;
+    }
+    if (buffers == 2 && max_stream) {
+        pthread_mutex_init(&r.lock, NULL);
+        pthread_cond_init(&r.cond, NULL);
+        if (pthread_create(&r.helper, NULL, helper_main, &r) == 0) {
+            r.helper_on = 1;
+        } else {
+            pthread_mutex_destroy(&r.lock);
+            pthread_cond_destroy(&r.cond);
         }
     }
     uint64_t seed = mc->seed * 0x9e3779b97f4a7c15ull + 1;
@@ -322,7 +428,6 @@ int lsc_run(const options *o, const model *m) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         tokens[i] = (int32_t)(seed % (uint64_t)mc->vocab);
     }
-    uint64_t prompt = cap.max_tokens - decode;
     int64_t steps = serve(&r, tokens, prompt, 0, o->prefill_chunk, 1, trace, max_steps);
     if (steps < 0) {
         fprintf(stderr, PROG ": --lsc: the request failed at position %llu\n",
@@ -330,28 +435,30 @@ int lsc_run(const options *o, const model *m) {
         goto out;
     }
     uint64_t measured = r.n;
-    printf("lsc: measured max context %llu tokens (%.4f of the prediction; %llu RC pages, %u "
-           "stream blocks); %.2fx the budget's %llu tokens\n",
-           (unsigned long long)measured, (double)measured / (double)cap.max_tokens,
-           (unsigned long long)r.rc_pages, r.used, (double)measured / (double)local_tokens,
-           (unsigned long long)local_tokens);
+    printf("lsc: measured max context %llu tokens (%.4f of the prediction; %u RC pages, %u "
+           "stream blocks, %llu of %llu budget bytes); %.2fx the budget's %llu tokens\n",
+           (unsigned long long)measured, (double)measured / (double)cap.max_tokens, r.rc_pages_used,
+           r.used, (unsigned long long)r.charged, (unsigned long long)r.budget_bytes,
+           (double)measured / (double)local_tokens, (unsigned long long)local_tokens);
     int ok = measured + T >= cap.max_tokens && measured <= cap.max_tokens + T;
     if (!ok)
         fprintf(stderr,
-                PROG ": --lsc: measured %llu tokens, predicted %llu: more than a block "
-                     "apart\n",
+                PROG ": --lsc: measured %llu tokens, predicted %llu: more than a block apart\n",
                 (unsigned long long)measured, (unsigned long long)cap.max_tokens);
 
     /* the same request with all its KV local: every step's logits bit for bit, and the timing */
-    run ref = {.m = m, .T = T, .P = P, .buffers = 1};
-    ref.rc_pages = (uint32_t)r.table_cap;
-    ref.table_cap = r.table_cap;
-    ref.kv = cache(o, m, L, ref.rc_pages);
-    ref.s = model_scratch_create(m, o->prefill_chunk, (int)(r.table_cap * KV_BLOCK_TOKENS) + 1);
-    ref.table = calloc(ref.table_cap, sizeof *ref.table);
+    run ref = {.m = m,
+               .T = T,
+               .P = P,
+               .buffers = 1,
+               .L = L,
+               .page_bytes = page_bytes,
+               .budget_bytes = UINT64_MAX};
+    ref.kv = cache(o, m, L, (uint32_t)max_blocks);
+    ref.s = model_scratch_create(m, o->prefill_chunk, (int)positions);
     float *ref_trace = malloc((uint64_t)steps * (uint64_t)mc->vocab * sizeof *ref_trace);
     int32_t *ref_tokens = malloc(positions * sizeof *ref_tokens);
-    if (!ref.kv || !ref.s || !ref.table || !ref_trace || !ref_tokens) {
+    if (run_arrays(&ref, max_blocks) != 0 || !ref.kv || !ref.s || !ref_trace || !ref_tokens) {
         fprintf(stderr, PROG ": --lsc: out of memory for the reference\n");
         ok = 0;
     } else {
