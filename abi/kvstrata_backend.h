@@ -193,7 +193,7 @@ typedef struct kvs_backend_init {
 /* 1.6: a put this tier refuses for room (KVS_ENOMEM) is the next tier's: the connector puts the
  * object there instead (a save, or a write-back from above), as if the tier were not in the chain
  * for it. For a tier whose room comes and goes (memory another process lends). */
-#define KVS_BACKEND_CAP_SPILLS (1u << 10)
+#define KVS_BACKEND_CAP_SPILLS    (1u << 10)
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;

@@ -156,7 +156,7 @@ START_TEST(a_reserve_gets_what_the_lent_memory_holds) {
     ck_assert_uint_eq(granted, 0);
     ck_assert_int_eq(api->lsc_reserve(r.h, &b->view, 1000, &granted, NULL), KVS_OK);
     ck_assert_uint_eq(granted, most); /* what was given back is there again */
-    expect_no_events(&r); /* the block that found no room went nowhere */
+    expect_no_events(&r);             /* the block that found no room went nowhere */
     rig_close(&r);
     kvs_test_lender_stop(&l);
     free(b);

@@ -76,7 +76,7 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         close(sock);
         return KVS_ENOTFOUND;
     }
-    kvs_lend_msg m;
+    kvs_lend_msg m = {0};
     int fd = -1;
     char why[256];
     /* the HELLO, within timeout_ms, unless destroy wakes the thread first */
