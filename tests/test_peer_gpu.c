@@ -306,6 +306,44 @@ START_TEST(a_reclaim_waits_for_the_copies_in_flight) {
 }
 END_TEST
 
+/* A reclaim passes its objects down without holding the tier: while the tier below takes them (a
+ * write-back that blocks here), reads of other units go on. */
+static sem_t evict_entered, evict_go;
+static int evict_armed;
+
+static void blocking_evict(void *ctx, const kvs_key *key, const void *object, uint64_t len) {
+    if (__atomic_exchange_n(&evict_armed, 0, __ATOMIC_ACQ_REL)) {
+        sem_post(&evict_entered);
+        sem_wait(&evict_go);
+    }
+    record_evict(ctx, key, object, len);
+}
+
+START_TEST(a_reclaim_moving_objects_down_holds_up_no_read) {
+    rig r;
+    rig_up(&r);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 800 + i), KVS_OK);
+    sem_init(&evict_entered, 0, 0);
+    sem_init(&evict_go, 0, 0);
+    r.host.on_evict = blocking_evict;
+    evict_armed = 1;
+    kvs_test_lender_say(&r.lender, "reclaim 1");
+    sem_wait(&evict_entered); /* the link thread is inside the tier below, for one unit */
+    /* every object of the other units still reads, at once */
+    int hits = 0;
+    for (uint32_t i = 0; i < UNITS * PER; i++) hits += get_object(&r, 800 + i) == KVS_OK;
+    ck_assert_int_eq(hits, (UNITS - 1) * PER);
+    char line[256];
+    ck_assert(!kvs_test_lender_next(&r.lender, line, sizeof line, 200) ||
+              strncmp(line, "released", 8) != 0); /* not before its objects are down */
+    sem_post(&evict_go);
+    ck_assert(kvs_test_lender_expect(&r.lender, "released", 1, 5000));
+    ck_assert_int_eq(r.log.bytes_ok, PER);
+    rig_down(&r);
+}
+END_TEST
+
 /* A put whose unit is taken back while it copies is never visible, and the unit waits for it. */
 static void *write_one(void *arg) {
     reader *rd = arg;
@@ -835,6 +873,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_reclaim_moves_objects_down_and_the_units_stay_untouched);
     tcase_add_test(tc, a_reclaim_waits_for_the_copies_in_flight);
     tcase_add_test(tc, a_put_under_a_reclaim_is_not_stored);
+    tcase_add_test(tc, a_reclaim_moving_objects_down_holds_up_no_read);
     tcase_add_test(tc, a_thousand_offers_at_once_are_all_taken);
     tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
     tcase_add_test(tc, a_borrower_s_units_return_only_when_its_process_is_gone);

@@ -28,6 +28,7 @@ typedef struct pg_slot {
     uint32_t hnext;      /* bucket chain */
     uint32_t prev, next; /* LRU of stored slots, most recent first */
     uint8_t state;       /* pg_slot_state */
+    uint8_t moving;      /* a reclaim is passing its bytes down the chain (pg_empty_unit) */
 } pg_slot;
 
 typedef struct pg_options {
@@ -98,8 +99,10 @@ void pg_copy_hook(pg_state *st, uint32_t slot);
  * down; PG_NIL when everything is pinned, busy or not ours. */
 uint32_t pg_take_slot(pg_state *st);
 int pg_unit_empty(const pg_state *st, uint32_t unit);
-/* Move every object of the unit down the chain (down != 0: host->on_evict with its bytes) or report
- * it gone (down == 0); slots with copies out of them in flight are doomed, freed when they end. */
+/* Move every object of the unit down the chain (down != 0: host->on_evict with its bytes, the lock
+ * let go meanwhile; only the link thread, which alone unmaps the region) or report it gone (down ==
+ * 0, lock held); slots with copies out of them in flight are doomed, freed when they end. Returns
+ * with the lock held. */
 void pg_empty_unit(pg_state *st, uint32_t unit, int down);
 /* Send RELEASED for the unit and let it go; a failed send shuts the channel (the link thread then
  * finds it lost). */

@@ -135,19 +135,34 @@ int pg_unit_empty(const pg_state *st, uint32_t u) {
 }
 
 void pg_empty_unit(pg_state *st, uint32_t u, int down) {
-    for (uint32_t k = 0; k < st->slots_per_unit; k++) {
-        uint32_t s = u * st->slots_per_unit + k;
+    uint64_t first = (uint64_t)u * st->slots_per_unit;
+    int hand = down && st->host && st->host->on_evict;
+    for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
         pg_slot *e = &st->slots[s];
         if (e->state != PG_STORED) continue;
-        if (st->host && st->host->on_evict) {
-            st->host->on_evict(st->host->ctx, &e->key, down ? pg_slot_data(st, s) : NULL,
-                               down ? e->len : 0);
-        }
-        if (down)
+        if (hand) { /* held as read while its bytes go down: doomed, not freed, till then */
+            e->readers++;
+            e->moving = 1;
             st->stats.moved_down++;
-        else
+        } else {
+            if (st->host && st->host->on_evict) st->host->on_evict(st->host->ctx, &e->key, NULL, 0);
             st->stats.lost_objects++;
-        pg_unpublish(st, s);
+        }
+        pg_unpublish(st, (uint32_t)s);
+    }
+    if (!hand) return;
+    /* the copies down the chain without the lock: the tier's other users go on meanwhile */
+    pthread_mutex_unlock(&st->lock);
+    for (uint64_t s = first; s < first + st->slots_per_unit; s++)
+        if (st->slots[s].moving)
+            st->host->on_evict(st->host->ctx, &st->slots[s].key, pg_slot_data(st, (uint32_t)s),
+                               st->slots[s].len);
+    pthread_mutex_lock(&st->lock);
+    for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
+        pg_slot *e = &st->slots[s];
+        if (!e->moving) continue;
+        e->moving = 0;
+        if (--e->readers == 0 && e->state == PG_DOOMED) pg_free_slot(st, (uint32_t)s);
     }
 }
 
