@@ -7,7 +7,10 @@
 #           runs: loads whose unit went back miss or come from the DRAM tier the reclaims moved them
 #           to, never from reclaimed memory (the summary prints how many came from each tier).
 # After each run the lender's `check` must find its pattern in every unit it owns: the borrower never
-# wrote into memory it had given back.
+# wrote into memory it had given back. Then a third run:
+#   killed  the lender is killed (SIGKILL) while the engine runs and a new one started on its socket:
+#           what the dead one lent turns into misses (recomputed), the tier takes the new lender's
+#           units, and the run stays bit for bit.
 #
 # usage: peer_verify.sh MINI_ENGINE KVSTRATA_LEND WORKDIR [mini engine workload flags...]
 set -eu
@@ -22,6 +25,7 @@ lender_pid=""
 cleanup() {
     exec 3>&- 2>/dev/null || true
     [ -n "$lender_pid" ] && kill -9 "$lender_pid" 2>/dev/null || true
+    [ -f "$work/lend2.pid" ] && kill -9 "$(cat "$work/lend2.pid")" 2>/dev/null || true
 }
 trap cleanup EXIT INT TERM
 
@@ -88,4 +92,26 @@ for run in steady churn; do
 done
 echo quit >&3
 wait "$lender_pid" || fail "the lender exited with $?"
+lender_pid=""
+
+# killed: a lender (12 units) killed 0.3 s into the run, a second one started on the same socket
+lender_start "$lend" 12 1MiB
+first=$lender_pid
+(sleep 0.3; kill -9 "$first"; mv "$work/lend.out" "$work/lend-killed.out"
+ "$lend" --socket "$work/lend.sock" --units 12 --unit-size 1MiB </dev/null >"$work/lend2.out" 2>&1 &
+ echo $! >"$work/lend2.pid"; wait) &
+killer=$!
+out="$work/killed.out"
+if ! "$engine" --verify --quiet --config "$work/config.yaml" "$@" >"$out" 2>"$work/killed.err"; then
+    cat "$out" "$work/killed.err" >&2
+    fail "killed: the mini engine failed"
+fi
+[ -f "$work/lend2.pid" ] || sleep 1
+lender_pid=$(cat "$work/lend2.pid" 2>/dev/null || true)
+cat "$out"
+grep -q '^verify: .* 0 mismatches$' "$out" || fail "killed: restored KV differs from a full recompute"
+grep -q 'lost the lender' "$work/killed.err" || fail "killed: the tier never saw its lender go"
+echo "killed: $(tier_loads "$out" 1) chunks loaded from the peer tier, $(tier_loads "$out" 2) from dram"
+[ -n "$lender_pid" ] && kill "$lender_pid" 2>/dev/null
+kill "$killer" 2>/dev/null || true
 lender_pid=""
