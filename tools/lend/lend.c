@@ -30,6 +30,7 @@
 #include "backends/peer_gpu/lend_wire.h"
 #include "backends/peer_gpu/lending.h"
 #include "common/clock.h"
+#include "common/options.h"
 #include "common/units.h"
 #include "schedulers/elastic/elastic.h"
 
@@ -104,9 +105,16 @@ static int unit_intact(const lender *ld, uint32_t u) {
     return 1;
 }
 
+/* Units in each kvs_lend_unit_state. */
 static void count_states(const lender *ld, uint32_t n[5]) {
     memset(n, 0, 5 * sizeof n[0]);
     for (uint32_t u = 0; u < ld->l.n_units; u++) n[ld->l.state[u]]++;
+}
+
+static uint32_t count_state(const lender *ld, uint8_t state) {
+    uint32_t n[5];
+    count_states(ld, n);
+    return n[state];
 }
 
 static void send_msg(lender *ld, uint32_t type, uint32_t unit, uint32_t epoch) {
@@ -124,17 +132,12 @@ static void send_msg(lender *ld, uint32_t type, uint32_t unit, uint32_t epoch) {
  * sides never both wait to send. What is asked beyond it waits in want_lend and want_reclaim. */
 #define WINDOW 32u
 
-static uint32_t unanswered(const lender *ld) {
-    uint32_t n = 0;
-    for (uint32_t u = 0; u < ld->l.n_units; u++)
-        n += ld->l.state[u] == KVS_LEND_OFFERED || ld->l.state[u] == KVS_LEND_RECLAIMING;
-    return n;
-}
-
 /* Send what is asked, within the window: offers of owned units from the top of the region down
  * (the lender keeps the bottom), reclaims of lent units from the lowest up. */
 static void pump(lender *ld) {
-    uint32_t open = unanswered(ld), epoch;
+    uint32_t n[5], epoch;
+    count_states(ld, n);
+    uint32_t open = n[KVS_LEND_OFFERED] + n[KVS_LEND_RECLAIMING]; /* unanswered */
     while (ld->want_reclaim && open < WINDOW) {
         uint32_t u = 0;
         while (u < ld->l.n_units && kvs_lender_reclaim(&ld->l, u, &epoch) != KVS_OK) u++;
@@ -158,12 +161,6 @@ static void pump(lender *ld) {
         ld->want_lend--;
         open++;
     }
-}
-
-static uint32_t count_state(const lender *ld, uint8_t state) {
-    uint32_t n = 0;
-    for (uint32_t u = 0; u < ld->l.n_units; u++) n += ld->l.state[u] == state;
-    return n;
 }
 
 /* Ask for up to n more units to be offered (as many as are owned and not asked yet). */
@@ -215,15 +212,11 @@ static void command(lender *ld, char *line) {
     char arg[32] = "";
     int k = sscanf(line, "%15s %31s %1s", word, arg, extra);
     if (k < 1) return;
-    unsigned long long v = 0;
-    if (k == 2) { /* a count: digits only, within what a unit count or a demand can be */
-        char *end = NULL;
-        errno = 0;
-        v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
-        if (!end || *end || errno || v > UINT32_MAX) {
-            say("refused %s: not a count", line);
-            return;
-        }
+    uint64_t v = 0;
+    /* a count: digits only, within what a unit count or a demand can be */
+    if (k == 2 && kvs_option_count(arg, 0, UINT32_MAX, &v) != 0) {
+        say("refused %s: not a count", line);
+        return;
     }
     if (k == 3) {
         say("refused %s: one argument at most", line);
@@ -427,16 +420,6 @@ static int open_socket(lender *ld, const char *path) {
     return 0;
 }
 
-static int parse_count(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
-    char *end = NULL;
-    errno = 0;
-    if (!text || *text < '0' || *text > '9') return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
     const char *path = NULL;
     uint64_t units = 0, unit_bytes = 0, lend_n = UINT64_MAX, unit_blocks = 1, window_ms = 60000,
@@ -452,18 +435,18 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--socket")) {
             path = v;
         } else if (!strcmp(a, "--units")) {
-            bad = parse_count(v, 1, KVS_LEND_MAX_UNITS, &units);
+            bad = kvs_option_count(v, 1, KVS_LEND_MAX_UNITS, &units);
         } else if (!strcmp(a, "--unit-size")) {
             bad = kvs_units_parse_size(v, &unit_bytes, why, sizeof why) != KVS_OK ||
                   unit_bytes == 0 || unit_bytes % 4096 != 0;
         } else if (!strcmp(a, "--lend")) {
-            bad = parse_count(v, 0, KVS_LEND_MAX_UNITS, &lend_n);
+            bad = kvs_option_count(v, 0, KVS_LEND_MAX_UNITS, &lend_n);
         } else if (!strcmp(a, "--unit-blocks")) {
-            bad = parse_count(v, 1, UINT32_MAX, &unit_blocks);
+            bad = kvs_option_count(v, 1, UINT32_MAX, &unit_blocks);
         } else if (!strcmp(a, "--window-ms")) {
-            bad = parse_count(v, 1, UINT32_MAX, &window_ms);
+            bad = kvs_option_count(v, 1, UINT32_MAX, &window_ms);
         } else if (!strcmp(a, "--send-timeout-ms")) {
-            bad = parse_count(v, 1, 600000, &send_timeout);
+            bad = kvs_option_count(v, 1, 600000, &send_timeout);
         } else {
             fprintf(stderr, "kvstrata-lend: unknown option %s\n", a);
             usage(stderr);
