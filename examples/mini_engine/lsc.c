@@ -27,17 +27,12 @@
 #include <time.h>
 
 #include "connector.h"
+#include "engine.h"
 #include "kvcache.h"
 #include "mode.h"
 #include "schedulers/elastic/elastic.h"
 
 #define PROG "kvs-mini-engine"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* One run of the request: with the stream (conn set) or all local (the reference). */
 typedef struct run {
@@ -198,7 +193,7 @@ static int64_t serve(run *r, int32_t *tokens, uint64_t prompt, uint64_t upto, in
                      int grow_until_full, float *trace, uint64_t trace_steps) {
     int vocab = model_config_of(r->m)->vocab;
     uint64_t steps = 0;
-    double t0 = now_ms();
+    double t0 = engine_now_ms();
     for (uint64_t pos = 0; pos < prompt;) {
         int n = (int)(prompt - pos < (uint64_t)chunk ? prompt - pos : (uint64_t)chunk);
         if (grow(r, pos + (uint64_t)n) != 0 || steps >= trace_steps) return -1;
@@ -206,8 +201,8 @@ static int64_t serve(run *r, int32_t *tokens, uint64_t prompt, uint64_t upto, in
         r->n = pos += (uint64_t)n;
         steps++;
     }
-    r->prefill_ms = now_ms() - t0;
-    t0 = now_ms();
+    r->prefill_ms = engine_now_ms() - t0;
+    t0 = engine_now_ms();
     while (steps < trace_steps && (grow_until_full || r->n < upto)) {
         float *logits = trace + (steps - 1) * (uint64_t)vocab;
         tokens[r->n] = model_argmax(logits, vocab);
@@ -217,7 +212,7 @@ static int64_t serve(run *r, int32_t *tokens, uint64_t prompt, uint64_t upto, in
         steps++;
         r->decode_steps++;
     }
-    r->decode_ms = now_ms() - t0;
+    r->decode_ms = engine_now_ms() - t0;
     return (int64_t)steps;
 }
 
@@ -245,17 +240,7 @@ static void run_free(run *r) {
 
 /* A one-layer cache of the model's geometry (the buffer), or every layer's (the pages). */
 static kvcache *cache(const options *o, const model *m, uint32_t layers, uint32_t pages) {
-    kvcache_params p = {.layout = o->layout,
-                        .dtype = o->dtype,
-                        .n_layers = layers,
-                        .n_heads = model_cache_heads(m),
-                        .head_dim = model_cache_width(m),
-                        .n_blocks = pages ? pages : 1,
-                        .block_budget = pages ? pages : 1};
-    char err[256];
-    kvcache *kv = kvcache_create(&p, err, sizeof err);
-    if (!kv) fprintf(stderr, PROG ": %s\n", err);
-    return kv;
+    return make_cache_layers(o, m, layers, pages ? pages : 1, pages ? pages : 1);
 }
 
 /* lsc_reserve until it grants `want`, or grants no more for 300 ms (the lender offers its units
@@ -263,12 +248,12 @@ static kvcache *cache(const options *o, const model *m, uint32_t layers, uint32_
 static kvs_status reserve(connector *c, const kvs_layer_view *view, uint32_t want,
                           uint32_t *granted) {
     uint32_t last = 0;
-    double since = now_ms(), until = since + 10000;
+    double since = engine_now_ms(), until = since + 10000;
     for (;;) {
         kvs_status st = c->api->lsc_reserve(c->h, view, want, granted, NULL);
         if (st != KVS_OK || *granted >= want) return st;
-        if (*granted != last) last = *granted, since = now_ms();
-        if ((last && now_ms() - since > 300) || now_ms() > until) return KVS_OK;
+        if (*granted != last) last = *granted, since = engine_now_ms();
+        if ((last && engine_now_ms() - since > 300) || engine_now_ms() > until) return KVS_OK;
         struct timespec pause = {.tv_nsec = 20 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }

@@ -14,9 +14,14 @@
 stage_layout run_stages;
 
 kvcache *make_cache(const options *o, const model *m, uint32_t blocks, uint32_t budget) {
+    return make_cache_layers(o, m, stage_cache_layers(&run_stages), blocks, budget);
+}
+
+kvcache *make_cache_layers(const options *o, const model *m, uint32_t layers, uint32_t blocks,
+                           uint32_t budget) {
     kvcache_params p = {.layout = o->layout,
                         .dtype = o->dtype,
-                        .n_layers = stage_cache_layers(&run_stages),
+                        .n_layers = layers,
                         .n_heads = model_cache_heads(m),
                         .head_dim = model_cache_width(m),
                         .n_blocks = blocks,

@@ -51,6 +51,9 @@ extern stage_layout run_stages;
 
 /* A paged cache for the model and the run's stages; NULL after printing why. */
 kvcache *make_cache(const options *o, const model *m, uint32_t blocks, uint32_t budget);
+/* The same with `layers` layers (the layer stream cache's one-layer buffer). */
+kvcache *make_cache_layers(const options *o, const model *m, uint32_t layers, uint32_t blocks,
+                           uint32_t budget);
 /* A fresh engine: pages, prefix cache, sessions and (with the connector) a new handle. 0, or -1 after
  * printing why (mode_end releases what was made). */
 int mode_begin(mode_run *run, const options *o, const model *m, const workload *w, const sizing *z,
