@@ -158,21 +158,28 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
 
 /* The lender is lost (lock held): no unit is usable from now on; what they held is gone; the
  * mapping is dropped once the copies in flight end. */
+/* Let go of the lender (lock held): no unit usable, the mapping dropped once the copies in flight
+ * end, then BYE (waiting at most bye_ms for room) and the socket closed. The BYE promises the
+ * mapping is gone: a lender that still reads takes its units back at once instead of keeping them
+ * until this process ends. */
+static void let_go(pg_state *st, int bye_ms) {
+    kvs_borrower_lender_died(&st->borrower);
+    wait_copies(st);
+    if (st->region) munmap(st->region, st->region_bytes);
+    st->region = NULL;
+    kvs_lend_msg m = {.type = KVS_LEND_BYE};
+    char ignored[64];
+    kvs_lend_send(st->sock, &m, -1, bye_ms, ignored, sizeof ignored);
+    close(st->sock);
+    st->sock = -1;
+    pthread_cond_broadcast(&st->changed);
+}
+
 static void link_lost(pg_state *st, const char *why) {
     kvs_borrower_lender_died(&st->borrower);
     for (uint32_t u = 0; u < st->borrower.n_units; u++) pg_empty_unit(st, u, 0);
     st->stats.lost_lenders++;
-    wait_copies(st);
-    if (st->region) munmap(st->region, st->region_bytes);
-    st->region = NULL;
-    /* after the mapping is gone: the BYE promises it, and a lender that still reads takes its
-     * units back at once instead of keeping them until this process ends */
-    kvs_lend_msg m = {.type = KVS_LEND_BYE};
-    char ignored[64];
-    kvs_lend_send(st->sock, &m, -1, 0, ignored, sizeof ignored);
-    close(st->sock);
-    st->sock = -1;
-    pthread_cond_broadcast(&st->changed);
+    let_go(st, 0);
     pg_log(st, KVS_LOG_WARN, "peer_gpu tier \"%s\": lost the lender at %s (%s)", st->tier_name,
            st->socket_path, why);
 }
@@ -294,19 +301,7 @@ void pg_link_stop(pg_state *st) {
     (void)ignored;
     pthread_join(st->link, NULL);
     pthread_mutex_lock(&st->lock);
-    /* BYE after the mapping is gone: the lender may take every unit back at once */
-    if (st->sock >= 0) {
-        kvs_borrower_lender_died(&st->borrower);
-        wait_copies(st);
-        if (st->region) munmap(st->region, st->region_bytes);
-        st->region = NULL;
-        kvs_lend_msg m = {.type = KVS_LEND_BYE};
-        char ignored_why[64];
-        kvs_lend_send(st->sock, &m, -1, (int)st->opt.send_timeout_ms, ignored_why,
-                      sizeof ignored_why);
-        close(st->sock);
-        st->sock = -1;
-    }
+    if (st->sock >= 0) let_go(st, (int)st->opt.send_timeout_ms);
     pthread_mutex_unlock(&st->lock);
     close(st->wake[0]);
     close(st->wake[1]);

@@ -186,8 +186,9 @@ void pg_end_copy(pg_state *st, uint32_t s, int reading) {
     uint32_t u = pg_unit_of(st, s);
     pg_slot *e = &st->slots[s];
     if (reading && --e->readers == 0 && e->state == PG_DOOMED) pg_free_slot(st, s);
-    int release = 0;
-    kvs_borrower_end_io(&st->borrower, u, pg_unit_empty(st, u), &release);
+    int release = 0; /* only a draining unit can be released: the scan of its slots only then */
+    int emptied = st->borrower.state[u] == KVS_BORROW_DRAINING && pg_unit_empty(st, u);
+    kvs_borrower_end_io(&st->borrower, u, emptied, &release);
     if (release) pg_send_released(st, u);
     st->in_flight--;
     pthread_cond_broadcast(&st->changed);
