@@ -438,6 +438,30 @@ START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
 }
 END_TEST
 
+/* A raw borrower on the lender at path: connected, its HELLO read (its descriptor closed), `units`
+ * offers accepted. The socket, or -2 (no connection), -3 (turned away: no HELLO), -4 (no offer),
+ * -5 (an answer not sent). No Check assertion: child processes use it too. */
+static int raw_take(const char *path, int units) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) return close(s), -2;
+    kvs_lend_msg m;
+    int fd = -1;
+    char why[256];
+    if (kvs_lend_recv(s, 5000, 0, &m, &fd, why, sizeof why) != KVS_OK || m.type != KVS_LEND_HELLO)
+        return close(s), -3;
+    close(fd);
+    for (int taken = 0; taken < units; taken++) {
+        if (kvs_lend_recv(s, 5000, (uint32_t)units, &m, &fd, why, sizeof why) != KVS_OK ||
+            m.type != KVS_LEND_OFFER)
+            return close(s), -4;
+        kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
+        if (kvs_lend_send(s, &a, -1, 1000, why, sizeof why) != KVS_OK) return close(s), -5;
+    }
+    return s;
+}
+
 /* A borrower in a child process: a raw one that takes every offer and then closes its socket but
  * lives on (close_only), or the tier itself, killed. */
 static pid_t borrower_child(rig *r, int close_only, int ready_fd) {
@@ -445,21 +469,9 @@ static pid_t borrower_child(rig *r, int close_only, int ready_fd) {
     ck_assert(pid >= 0);
     if (pid) return pid;
     if (close_only) {
-        int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->sock);
-        if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) _exit(2);
-        kvs_lend_msg m;
-        int fd = -1;
-        char why[256];
-        for (int taken = 0; taken < UNITS;) {
-            if (kvs_lend_recv(s, 5000, UNITS, &m, &fd, why, sizeof why) != KVS_OK) _exit(3);
-            if (m.type != KVS_LEND_OFFER) continue;
-            kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
-            if (kvs_lend_send(s, &a, -1, 1000, why, sizeof why) != KVS_OK) _exit(4);
-            taken++;
-        }
-        close(s); /* the mapping (fd) stays: the process could still write */
+        int s = raw_take(r->sock, UNITS);
+        if (s < 0) _exit(-s);
+        close(s); /* the process lives on: it could still write */
     } else {
         if (open_tier(r, "50") != KVS_OK) _exit(5);
         while (stats(r).usable_units < UNITS) usleep(1000);
@@ -517,25 +529,10 @@ START_TEST(a_borrower_s_units_return_only_when_its_process_is_gone) {
 }
 END_TEST
 
-/* A raw borrower in this process: connected, its HELLO read, every offer accepted. */
+/* A raw borrower in this process (raw_take), the test failing when it is not one. */
 static int raw_borrower(rig *r, int units) {
-    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r->sock);
-    ck_assert(connect(s, (struct sockaddr *)&sa, sizeof sa) == 0);
-    kvs_lend_msg m;
-    int fd = -1;
-    char why[256];
-    ck_assert_int_eq(kvs_lend_recv(s, 5000, 0, &m, &fd, why, sizeof why), KVS_OK);
-    ck_assert_uint_eq(m.type, KVS_LEND_HELLO);
-    close(fd);
-    for (int taken = 0; taken < units;) {
-        ck_assert_int_eq(kvs_lend_recv(s, 5000, (uint32_t)units, &m, &fd, why, sizeof why), KVS_OK);
-        ck_assert_uint_eq(m.type, KVS_LEND_OFFER);
-        kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
-        ck_assert_int_eq(kvs_lend_send(s, &a, -1, 1000, why, sizeof why), KVS_OK);
-        taken++;
-    }
+    int s = raw_take(r->sock, units);
+    ck_assert_msg(s >= 0, "raw borrower: %d", s);
     return s;
 }
 
@@ -575,21 +572,8 @@ START_TEST(a_process_losing_its_link_often_is_watched_once) {
     ck_assert(child >= 0);
     if (child == 0) {
         for (int i = 0; i < 12; i++) {
-            int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-            struct sockaddr_un sa = {.sun_family = AF_UNIX};
-            snprintf(sa.sun_path, sizeof sa.sun_path, "%s", r.sock);
-            if (connect(s, (struct sockaddr *)&sa, sizeof sa) != 0) _exit(2);
-            kvs_lend_msg m;
-            int fd = -1;
-            char why[256];
-            if (kvs_lend_recv(s, 5000, 0, &m, &fd, why, sizeof why) != KVS_OK ||
-                m.type != KVS_LEND_HELLO)
-                _exit(3); /* turned away */
-            for (int taken = 0; i == 0 && taken < UNITS; taken++) {
-                if (kvs_lend_recv(s, 5000, UNITS, &m, &fd, why, sizeof why) != KVS_OK) _exit(4);
-                kvs_lend_msg a = {.type = KVS_LEND_ACCEPT, .unit = m.unit, .epoch = m.epoch};
-                if (kvs_lend_send(s, &a, -1, 1000, why, sizeof why) != KVS_OK) _exit(5);
-            }
+            int s = raw_take(r.sock, i == 0 ? UNITS : 0); /* -3: turned away */
+            if (s < 0) _exit(-s);
             close(s); /* lost, not BYE: the process lives on */
             usleep(20000);
         }
