@@ -188,12 +188,15 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
 #define KVS_BACKEND_CAP_GET_MANY_ASYNC \
     (1u << 7) /* 1.4: get_many_start and get_many_finish are implemented */
-#define KVS_BACKEND_CAP_CODECS    (1u << 8) /* 1.5: codecs is implemented */
-#define KVS_BACKEND_CAP_PUT_RANGE (1u << 9) /* 1.6: put_range is implemented */
+#define KVS_BACKEND_CAP_CODECS               (1u << 8) /* 1.5: codecs is implemented */
+#define KVS_BACKEND_CAP_PUT_RANGE            (1u << 9) /* 1.6: put_range is implemented */
 /* 1.6: a put this tier refuses for room (KVS_ENOMEM) is the next tier's: the connector puts the
  * object there instead (a save, or a write-back from above), as if the tier were not in the chain
  * for it. For a tier whose room comes and goes (memory another process lends). */
-#define KVS_BACKEND_CAP_SPILLS    (1u << 10)
+#define KVS_BACKEND_CAP_SPILLS               (1u << 10)
+/* 1.6: calls host->on_evict from a thread of its own (not only inside the connector's calls): the
+ * connector then refuses a chain with a tier below it that is not THREAD_SAFE. */
+#define KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD (1u << 11)
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;

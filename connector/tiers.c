@@ -307,18 +307,19 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
             return st;
         }
     }
-    /* A peer_gpu tier passes objects down from its own thread (a reclaim) while the connector calls
-     * the tiers below: they must take calls from several threads at once. */
+    /* A tier that passes objects down from its own thread (KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD:
+     * a peer_gpu tier's reclaims) does so while the connector calls the tiers below: they must take
+     * calls from several threads at once. */
     for (uint32_t i = 0; i < c->n; i++) {
-        const char *type = c->tiers[i].ops->type_name;
-        if (!type || strcmp(type, "peer_gpu") != 0) continue;
+        if (!(c->tiers[i].ops->caps & KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD)) continue;
         for (uint32_t j = i + 1; j < c->n; j++) {
             if (c->tiers[j].ops->caps & KVS_BACKEND_CAP_THREAD_SAFE) continue;
+            const char *type = c->tiers[i].ops->type_name;
             kvs_status st = kvs_config_refuse_tier(
                 cfg, j, "", err, err_len,
-                "tier \"%s\": a peer_gpu tier above it (\"%s\") passes objects down from its own "
+                "tier \"%s\": a %s tier above it (\"%s\") passes objects down from its own "
                 "thread, and this tier's backend is not thread-safe",
-                c->tiers[j].name, c->tiers[i].name);
+                c->tiers[j].name, type ? type : "plugin", c->tiers[i].name);
             kvs_tiers_close(c);
             return st;
         }
