@@ -3,7 +3,7 @@
  * every tier that exposes its memory; close waits for its copies and releases all of it. */
 #include "worker_device.h"
 
-/* dladdr needs _GNU_SOURCE, which the build defines */
+/* dlclose of the CUDA module */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,48 +16,20 @@
 #include "worker.h"
 #include "worker_async.h"
 
-/* The CUDA module lives beside libkvstrata.so; fall back to the loader's search path. */
-static void *open_cuda_module(char *why, size_t why_len) {
-    Dl_info self;
-    char path[4096];
-    void *dl = NULL;
-    if (dladdr((void *)&kvs_worker_register, &self) && self.dli_fname) {
-        const char *slash = strrchr(self.dli_fname, '/');
-        if (slash &&
-            (size_t)(slash - self.dli_fname) + sizeof(KVS_DEVICE_CUDA_MODULE) + 1 < sizeof path) {
-            snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self.dli_fname), self.dli_fname,
-                     KVS_DEVICE_CUDA_MODULE);
-            dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-        }
-    }
-    if (!dl) dl = dlopen(KVS_DEVICE_CUDA_MODULE, RTLD_NOW | RTLD_LOCAL);
-    if (!dl) {
-        const char *e = dlerror();
-        snprintf(why, why_len, "%s", e ? e : "not found");
-    }
-    return dl;
-}
-
 static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
     if (views[0].device_kind == KVS_DEVICE_HOST) {
         h->dev = kvs_host_device();
         return KVS_OK;
     }
     char why[512];
-    if (!(h->dev_module = open_cuda_module(why, sizeof why)))
+    h->dev = kvs_device_cuda_load(&h->dev_module, why, sizeof why);
+    if (!h->dev_module)
         return kvs_set_error(
             h, KVS_ENOTSUP,
             "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
             "this library may have been built without CUDA",
             KVS_DEVICE_CUDA_MODULE, why);
-    kvs_device_entry_fn entry;
-    *(void **)&entry = dlsym(h->dev_module, KVS_DEVICE_ENTRY_SYMBOL);
-    h->dev = entry ? entry(KVS_DEVICE_ABI_VERSION) : NULL;
-    if (!h->dev)
-        return kvs_set_error(h, KVS_EVERSION,
-                             "register_kv: %s does not offer device interface version %d "
-                             "(a module from another build?)",
-                             KVS_DEVICE_CUDA_MODULE, KVS_DEVICE_ABI_VERSION);
+    if (!h->dev) return kvs_set_error(h, KVS_EVERSION, "register_kv: %s", why);
     return KVS_OK;
 }
 

@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define KVS_DEVICE_ABI_VERSION  2
+#define KVS_DEVICE_ABI_VERSION  3 /* 3: mem, the device memory table */
 #define KVS_DEVICE_ENTRY_SYMBOL "kvs_device_entry"
 #define KVS_DEVICE_CUDA_MODULE  "libkvstrata-cuda.so.1"
 
@@ -102,6 +102,31 @@ typedef struct kvs_device_info {
                          * device; a device that does not gets lossy chunks decoded into raw first */
 } kvs_device_info;
 
+/* (version 3) Device memory outside any opened device: what a lender needs to lend a region of its
+ * GPU memory to another process over CUDA IPC, and what the borrowing tier needs to open and copy
+ * it (backends/peer_gpu, docs/peer_gpu.md). No state; any thread; each call makes `ordinal` the
+ * calling thread's current device. Errors are a status and a sentence naming the call. */
+#define KVS_DEVICE_IPC_HANDLE_BYTES 64
+typedef struct kvs_device_mem_ops {
+    /* Devices this process can use (0 when the driver has none: KVS_ENOTFOUND with the reason). */
+    kvs_status (*count)(int *n, char *err, size_t err_len);
+    kvs_status (*alloc)(int ordinal, uint64_t len, void **ptr, char *err, size_t err_len);
+    void (*release)(int ordinal, void *ptr);
+    /* The IPC handle of an allocation of this process (cudaIpcGetMemHandle). */
+    kvs_status (*export_handle)(int ordinal, void *ptr, uint8_t *handle, char *err, size_t err_len);
+    /* Map another process's allocation on `ordinal` (cudaIpcOpenMemHandle, peer access enabled
+     * lazily when it lives on another device); close_handle unmaps it. */
+    kvs_status (*open_handle)(int ordinal, const uint8_t *handle, void **ptr, char *err,
+                              size_t err_len);
+    void (*close_handle)(int ordinal, void *ptr);
+    /* Copy len bytes between any two of host memory, device memory and a mapped handle
+     * (cudaMemcpyDefault), on the calling thread's own stream; returns when the copy is done. */
+    kvs_status (*copy)(int ordinal, void *dst, const void *src, uint64_t len, char *err,
+                       size_t err_len);
+    /* Set len bytes of device memory to byte; returns when done. */
+    kvs_status (*fill)(int ordinal, void *ptr, int byte, uint64_t len, char *err, size_t err_len);
+} kvs_device_mem_ops;
+
 typedef struct kvs_device_ops {
     uint32_t version; /* KVS_DEVICE_ABI_VERSION */
     const char *name;
@@ -120,9 +145,16 @@ typedef struct kvs_device_ops {
     kvs_status (*save_layer)(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                              char *err, size_t err_len);
     kvs_status (*sync)(void *state, char *err, size_t err_len);
+    const kvs_device_mem_ops *mem; /* (version 3) NULL: the device has no memory of its own */
 } kvs_device_ops;
 
 typedef const kvs_device_ops *(*kvs_device_entry_fn)(uint32_t version);
+
+/* Load the CUDA module and return its table: from $KVS_CUDA_MODULE when set, else beside
+ * libkvstrata.so (or, linked statically, beside the program's ../lib), else the loader's path.
+ * NULL with the reason in why: *dl NULL when it cannot be loaded, else it offers another version.
+ * A non-NULL *dl is the caller's to dlclose once nothing uses the table. */
+const kvs_device_ops *kvs_device_cuda_load(void **dl, char *why, size_t why_len);
 
 /* The host device (kernels/cpu). */
 const kvs_device_ops *kvs_host_device(void);

@@ -24,8 +24,9 @@ YAML
 # lender_start LEND UNITS UNIT_SIZE [STDIN]: kvstrata-lend on $work/lend.sock, its output in
 # $work/lend.out and its pid in $lender_pid, once it is ready (STDIN: what it reads; /dev/null)
 lender_start() {
-    "$1" --socket "$work/lend.sock" --units "$2" --unit-size "$3" <"${4:-/dev/null}" \
-        >"$work/lend.out" 2>&1 &
+    # KVS_LEND_DEVICE=cuda:N: the region in that GPU's memory, lent over CUDA IPC
+    "$1" --socket "$work/lend.sock" --units "$2" --unit-size "$3" \
+        --device "${KVS_LEND_DEVICE:-host}" <"${4:-/dev/null}" >"$work/lend.out" 2>&1 &
     lender_pid=$!
     _i=0
     until grep -q '^ready ' "$work/lend.out" 2>/dev/null; do

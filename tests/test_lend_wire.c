@@ -35,6 +35,23 @@ START_TEST(every_message_round_trips) {
         for (size_t cut = 0; cut < n; cut++)
             ck_assert_int_eq(kvs_lend_decode(buf, cut, 8, &back, err, sizeof err), KVS_EINVAL);
     }
+    /* a CUDA region's HELLO: its device and its 64-byte IPC handle come back whole */
+    kvs_lend_msg cuda = {.type = KVS_LEND_HELLO,
+                         .n_units = 9,
+                         .unit_bytes = 1ull << 30,
+                         .region_bytes = 9ull << 30,
+                         .region_kind = KVS_LEND_REGION_CUDA,
+                         .device = 7},
+                 back;
+    for (int k = 0; k < KVS_LEND_IPC_BYTES; k++) cuda.ipc[k] = (uint8_t)(0xff - 3 * k);
+    uint8_t wire[KVS_LEND_WIRE_MAX];
+    size_t n = kvs_lend_encode(&cuda, wire);
+    ck_assert_uint_gt(n, KVS_LEND_IPC_BYTES);
+    char err[160];
+    ck_assert_int_eq(kvs_lend_decode(wire, n, 0, &back, err, sizeof err), KVS_OK);
+    ck_assert_mem_eq(&back, &cuda, sizeof cuda);
+    for (size_t cut = 0; cut < n; cut++)
+        ck_assert_int_eq(kvs_lend_decode(wire, cut, 0, &back, err, sizeof err), KVS_EINVAL);
     kvs_lend_msg bad = {.type = 0};
     uint8_t buf[KVS_LEND_WIRE_MAX];
     ck_assert_uint_eq(kvs_lend_encode(&bad, buf), 0);
@@ -50,35 +67,59 @@ static kvs_status decode_hex(const uint8_t *bytes, size_t n, uint32_t max_units,
 
 START_TEST(what_is_not_a_message_is_refused_with_a_sentence) {
     char err[160];
-    /* [1, OFFER, 3, 9] is fine; then variations */
-    const uint8_t ok[] = {0x94, 0x01, 0x02, 0x03, 0x09};
+    /* [2, OFFER, 3, 9] is fine; then variations */
+    const uint8_t ok[] = {0x94, 0x02, 0x02, 0x03, 0x09};
     ck_assert_int_eq(decode_hex(ok, sizeof ok, 4, err), KVS_OK);
-    const uint8_t v2[] = {0x94, 0x02, 0x02, 0x03, 0x09};
-    ck_assert_int_eq(decode_hex(v2, sizeof v2, 4, err), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "version 2"));
-    const uint8_t type0[] = {0x94, 0x01, 0x00, 0x03, 0x09};
+    const uint8_t v1[] = {0x94, 0x01, 0x02, 0x03, 0x09}; /* a lender of before CUDA regions */
+    ck_assert_int_eq(decode_hex(v1, sizeof v1, 4, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "version 1"));
+    const uint8_t v3[] = {0x94, 0x03, 0x02, 0x03, 0x09};
+    ck_assert_int_eq(decode_hex(v3, sizeof v3, 4, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "version 3"));
+    const uint8_t type0[] = {0x94, 0x02, 0x00, 0x03, 0x09};
     ck_assert_int_eq(decode_hex(type0, sizeof type0, 4, err), KVS_EINVAL);
-    const uint8_t type8[] = {0x94, 0x01, 0x08, 0x03, 0x09};
+    const uint8_t type8[] = {0x94, 0x02, 0x08, 0x03, 0x09};
     ck_assert_int_eq(decode_hex(type8, sizeof type8, 4, err), KVS_EINVAL);
-    const uint8_t far_unit[] = {0x94, 0x01, 0x02, 0x04, 0x09};
+    const uint8_t far_unit[] = {0x94, 0x02, 0x02, 0x04, 0x09};
     ck_assert_int_eq(decode_hex(far_unit, sizeof far_unit, 4, err), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "unit 4 of 4"));
     ck_assert_int_eq(decode_hex(far_unit, sizeof far_unit, 0, err), KVS_OK); /* no bound given */
-    const uint8_t trailing[] = {0x94, 0x01, 0x02, 0x03, 0x09, 0x00};
+    const uint8_t trailing[] = {0x94, 0x02, 0x02, 0x03, 0x09, 0x00};
     ck_assert_int_eq(decode_hex(trailing, sizeof trailing, 4, err), KVS_EINVAL);
-    const uint8_t short_hello[] = {0x94, 0x01, 0x01, 0x00, 0x00}; /* HELLO needs 7 fields */
+    const uint8_t short_hello[] = {0x94, 0x02, 0x01, 0x00, 0x00}; /* HELLO needs 10 fields */
     ck_assert_int_eq(decode_hex(short_hello, sizeof short_hello, 4, err), KVS_EINVAL);
-    /* HELLO: 4 units of 16 bytes in a region of 63, of 0 units, of a size that overflows */
-    const uint8_t small[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x04, 0x10, 0x3f};
+    /* HELLO [2, 1, 0, 0, units, unit, region, kind, device, handle]: 4 units of 16 bytes in a
+     * region of 63, of 0 units, of a size that overflows */
+    const uint8_t small[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x04,
+                             0x10, 0x3f, 0x00, 0x00, 0xc4, 0x00};
     ck_assert_int_eq(decode_hex(small, sizeof small, 0, err), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "cannot hold 4 units"));
-    const uint8_t fits[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40};
+    const uint8_t fits[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40, 0x00, 0x00, 0xc4, 0x00};
     ck_assert_int_eq(decode_hex(fits, sizeof fits, 0, err), KVS_OK);
-    const uint8_t none[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0x00, 0x10, 0x40};
+    const uint8_t none[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x00, 0x10, 0x40, 0x00, 0x00, 0xc4, 0x00};
     ck_assert_int_eq(decode_hex(none, sizeof none, 0, err), KVS_EINVAL);
-    const uint8_t over[] = {0x97, 0x01, 0x01, 0x00, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff,
-                            0xcf, 0x80, 0,    0,    0,    0,    0,    0,    0,    0x40};
+    const uint8_t over[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff, 0xcf, 0x80,
+                            0,    0,    0,    0,    0,    0,    0,    0x40, 0x00, 0x00, 0xc4, 0x00};
     ck_assert_int_eq(decode_hex(over, sizeof over, 0, err), KVS_EINVAL);
+    const uint8_t seven[] = {0x97, 0x02, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40}; /* version 1's */
+    ck_assert_int_eq(decode_hex(seven, sizeof seven, 0, err), KVS_EINVAL);
+    /* the region's kind: 2 is none; a CUDA region without its handle, a host one with one */
+    const uint8_t kind2[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x04,
+                             0x10, 0x40, 0x02, 0x00, 0xc4, 0x00};
+    ck_assert_int_eq(decode_hex(kind2, sizeof kind2, 0, err), KVS_EINVAL);
+    const uint8_t bare[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40, 0x01, 0x00, 0xc4, 0x00};
+    ck_assert_int_eq(decode_hex(bare, sizeof bare, 0, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "CUDA region with an IPC handle of 0 bytes, not 64"));
+    uint8_t handled[12 + KVS_LEND_IPC_BYTES];
+    memcpy(handled, fits, sizeof fits);
+    handled[11] = KVS_LEND_IPC_BYTES;
+    memset(handled + 12, 0x5a, KVS_LEND_IPC_BYTES);
+    ck_assert_int_eq(decode_hex(handled, sizeof handled, 0, err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "host region with an IPC handle of 64 bytes"));
+    handled[8] = KVS_LEND_REGION_CUDA; /* the same bytes as a CUDA region: fine */
+    ck_assert_int_eq(decode_hex(handled, sizeof handled, 0, err), KVS_OK);
+    handled[11] = KVS_LEND_IPC_BYTES - 1; /* a short handle (and a byte left over) */
+    ck_assert_int_eq(decode_hex(handled, sizeof handled - 1, 0, err), KVS_EINVAL);
     /* random bytes: refused or a well-formed message, never a crash (ASan checks) */
     uint64_t x = 88172645463325252ull;
     uint8_t junk[24];
@@ -86,7 +127,7 @@ START_TEST(what_is_not_a_message_is_refused_with_a_sentence) {
         size_t n = 1 + i % sizeof junk;
         for (size_t k = 0; k < n; k++) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            junk[k] = (uint8_t)(k == 0 ? 0x94 + (x & 3) : x);
+            junk[k] = (uint8_t)(k == 0 ? 0x94 + (x & 7) : x); /* 4 to 11 fields */
         }
         kvs_lend_msg m;
         if (kvs_lend_decode(junk, n, 16, &m, err, sizeof err) == KVS_OK)
@@ -139,6 +180,20 @@ START_TEST(a_hello_passes_a_region_both_sides_map) {
     ck_assert_int_eq(kvs_lend_send(sv[0], &offer, region, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
     ck_assert_int_eq(fd, -1);
+    /* a CUDA region's HELLO comes without a descriptor; one that brings one is refused (and the
+     * descriptor closed) */
+    kvs_lend_msg cuda = hello;
+    cuda.region_kind = KVS_LEND_REGION_CUDA;
+    memset(cuda.ipc, 0x33, sizeof cuda.ipc);
+    ck_assert_int_eq(kvs_lend_send(sv[0], &cuda, -1, 1000, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
+    ck_assert(m.region_kind == KVS_LEND_REGION_CUDA && m.ipc[63] == 0x33 && fd == -1);
+    int fds_before = open_fds();
+    ck_assert_int_eq(kvs_lend_send(sv[0], &cuda, region, 1000, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "CUDA region's HELLO with 1 descriptors"));
+    ck_assert_int_eq(fd, -1);
+    ck_assert_int_eq(open_fds(), fds_before);
     ck_assert_int_eq(kvs_lend_send(sv[0], &offer, -1, 1000, err, sizeof err), KVS_OK);
     ck_assert_int_eq(kvs_lend_recv(sv[1], 1000, 4, &m, &fd, err, sizeof err), KVS_OK);
     /* an empty packet with a descriptor from a live peer: refused, the descriptor closed, the

@@ -1,6 +1,10 @@
 /* test_peer_gpu.c - the peer_gpu tier against a real kvstrata-lend (host device: a sealed memfd):
  * lending, reclaiming with and without copies in flight, a killed lender, a killed borrower, and
- * lenders that break the protocol. docs/peer_gpu.md. */
+ * lenders that break the protocol. docs/peer_gpu.md.
+ *
+ * Built a second time as test_peer_gpu_cuda (KVS_TEST_PEER_CUDA, label gpu): the cases with a real
+ * lender run against `kvstrata-lend --device cuda:0`, the region GPU memory opened over CUDA IPC;
+ * it exits 77 (skipped) where no GPU is usable. */
 #include <check.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,10 +18,12 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/peer_gpu/lend_wire.h"
 #include "backends/peer_gpu/peer_gpu.h"
+#include "kernels/device.h"
 #include "tests/support/lend_proc.h"
 #include "tests/support/objects.h"
 #include "tests/support/test_support.h"
@@ -30,6 +36,12 @@
 #define MAX_LOG 64
 
 static const kvs_backend_ops *ops;
+
+#ifdef KVS_TEST_PEER_CUDA
+static const char *const lender_args[] = {"--device", "cuda:0", NULL};
+#else
+static const char *const *const lender_args = NULL; /* a sealed memfd */
+#endif
 
 /* What on_evict saw: keys, and whether the bytes came with them and matched the object's seed. */
 typedef struct evict_log {
@@ -88,7 +100,7 @@ static void rig_dir(rig *r) {
 /* A lender of UNITS units of 256KiB lending all, and a tier that took them. */
 static void rig_up(rig *r) {
     rig_dir(r);
-    kvs_test_lender_start(&r->lender, r->sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r->lender, r->sock, UNITS, "256KiB", lender_args);
     ck_assert_int_eq(open_tier(r, "50"), KVS_OK);
     ck_assert_msg(kvs_test_lender_expect(&r->lender, "accepted", UNITS, 5000), "%s", r->lender.out);
 }
@@ -390,7 +402,7 @@ static int all_1024_usable(void *arg) {
 START_TEST(a_thousand_offers_at_once_are_all_taken) {
     rig r;
     rig_dir(&r);
-    kvs_test_lender_start(&r.lender, r.sock, 1024, "64KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, 1024, "64KiB", lender_args);
     ck_assert_int_eq(open_tier(&r, "50"), KVS_OK);
     /* deadlines for a loaded machine (without the window the link is lost at once) */
     ck_assert_msg(kvs_test_wait_for(all_1024_usable, &r, 60000), "usable %u, lost lenders %llu",
@@ -428,7 +440,7 @@ START_TEST(a_killed_lender_turns_into_misses_and_a_new_one_is_taken) {
     ck_assert_int_eq(get_object(&r, 500), KVS_ENOTFOUND);
     ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
     /* a new lender on the same socket: taken within retry_ms */
-    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
     ck_assert(kvs_test_wait_for(connected, &r, 5000));
     ck_assert_int_eq(put_object(&r, 600), KVS_OK);
@@ -486,7 +498,7 @@ static pid_t borrower_child(rig *r, int close_only, int ready_fd) {
 START_TEST(a_borrower_s_units_return_only_when_its_process_is_gone) {
     rig r;
     rig_dir(&r);
-    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
     for (int close_only = 1; close_only >= 0; close_only--) {
         int p[2];
         ck_assert(pipe(p) == 0);
@@ -539,7 +551,7 @@ static int raw_borrower(rig *r, int units) {
 START_TEST(one_borrower_at_a_time) {
     rig r;
     rig_dir(&r);
-    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
     int first = raw_borrower(&r, UNITS);
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000));
     int second = socket(AF_UNIX, SOCK_SEQPACKET, 0);
@@ -565,7 +577,7 @@ END_TEST
 START_TEST(a_process_losing_its_link_often_is_watched_once) {
     rig r;
     rig_dir(&r);
-    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
     int p[2];
     ck_assert(pipe(p) == 0);
     pid_t child = fork();
@@ -624,7 +636,7 @@ END_TEST
 START_TEST(the_lender_reads_its_commands_strictly) {
     rig r;
     rig_dir(&r);
-    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", NULL);
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
     kvs_test_lender_say(&r.lender, "lend 4294967297");
     ck_assert(kvs_test_lender_expect(&r.lender, "refused lend 4294967297: not a count", 1, 5000));
     kvs_test_lender_say(&r.lender, "reclaim -1");
@@ -706,6 +718,7 @@ typedef struct fake {
     const void *after; /* a packet sent after the HELLO (NULL: none) */
     size_t after_len;
     int hello_again; /* send the HELLO twice */
+    int cuda;        /* the HELLO names a CUDA region (a handle no GPU has) */
 } fake;
 
 static void *fake_serve(void *arg) {
@@ -718,8 +731,12 @@ static void *fake_serve(void *arg) {
                       .n_units = 2,
                       .unit_bytes = f->unit_bytes,
                       .region_bytes = f->unit_bytes * 2};
+    if (f->cuda) {
+        m.region_kind = KVS_LEND_REGION_CUDA;
+        memset(m.ipc, 0x5a, sizeof m.ipc);
+    }
     char why[256];
-    kvs_lend_send(f->conn, &m, f->memfd, 1000, why, sizeof why);
+    kvs_lend_send(f->conn, &m, f->cuda ? -1 : f->memfd, 1000, why, sizeof why);
     if (f->hello_again) kvs_lend_send(f->conn, &m, f->memfd, 1000, why, sizeof why);
     if (f->after) send(f->conn, f->after, f->after_len, MSG_NOSIGNAL);
     return NULL;
@@ -794,6 +811,21 @@ START_TEST(lenders_that_break_the_protocol_are_refused) {
     s = with_fake(&r, &twice, why, sizeof why);
     ck_assert_uint_eq(s.lenders, 1);
     ck_assert_uint_eq(s.lost_lenders, 1);
+    /* a CUDA region where the CUDA module cannot be loaded: refused, with the reason */
+    setenv("KVS_CUDA_MODULE", "/nonexistent/libkvstrata-cuda.so.1", 1);
+    fake gpu = {.seal = 1, .unit_bytes = 256 * KIB, .cuda = 1};
+    s = with_fake(&r, &gpu, why, sizeof why);
+    ck_assert_uint_eq(s.lenders, 0);
+    ck_assert_msg(strstr(why, "GPU memory and the CUDA module is not usable") &&
+                      strstr(why, "KVS_CUDA_MODULE=/nonexistent"),
+                  "%s", why);
+    /* and with the module this build has: no GPU here, or (on a GPU) a handle no process
+     * exported; either way refused, never mapped */
+    unsetenv("KVS_CUDA_MODULE");
+    fake gpu2 = {.seal = 1, .unit_bytes = 256 * KIB, .cuda = 1};
+    s = with_fake(&r, &gpu2, why, sizeof why);
+    ck_assert_uint_eq(s.lenders, 0);
+    ck_assert_msg(strstr(why, "GPU memory") || strstr(why, "opening its region"), "%s", why);
     /* no lender at all: the tier opens empty, and says why */
     ck_assert_int_eq(open_tier(&r, "60000"), KVS_OK);
     ck_assert_uint_eq(stats(&r).connected, 0);
@@ -848,6 +880,33 @@ START_TEST(options_are_checked) {
 }
 END_TEST
 
+#ifndef KVS_TEST_PEER_CUDA
+/* The lender's --device: a word it does not know, and a GPU region without the CUDA module. */
+START_TEST(the_lender_checks_its_device) {
+    char cmd[1024], out[512];
+    snprintf(cmd, sizeof cmd,
+             "%s/kvstrata-lend --socket /nonexistent/l.sock --units 1 --unit-size 4KiB "
+             "--device gpu 2>&1 </dev/null",
+             KVS_TEST_BIN_DIR);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    ck_assert_int_eq(WEXITSTATUS(pclose(f)), 2);
+    ck_assert_msg(strstr(out, "bad value for --device: host or cuda:N"), "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "KVS_CUDA_MODULE=/nonexistent/libkvstrata-cuda.so.1 %s/kvstrata-lend --socket "
+             "/nonexistent/l.sock --units 1 --unit-size 4KiB --device cuda:0 2>&1 </dev/null",
+             KVS_TEST_BIN_DIR);
+    f = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    ck_assert_int_eq(WEXITSTATUS(pclose(f)), 1);
+    ck_assert_msg(strstr(out, "--device cuda:0 needs the CUDA module: KVS_CUDA_MODULE="), "%s",
+                  out);
+}
+END_TEST
+#endif
+
 static Suite *suite(void) {
     ops = kvs_peer_gpu_backend();
     Suite *s = suite_create("peer_gpu");
@@ -860,6 +919,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_reclaim_moving_objects_down_holds_up_no_read);
     tcase_add_test(tc, a_thousand_offers_at_once_are_all_taken);
     tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
+#ifdef KVS_TEST_PEER_CUDA
+    /* the rest fork borrowers without exec (CUDA does not survive that in a child) or test the
+     * host region and the protocol, which the GPU does not change */
+#else
     tcase_add_test(tc, a_borrower_s_units_return_only_when_its_process_is_gone);
     tcase_add_test(tc, lenders_that_break_the_protocol_are_refused);
     tcase_add_test(tc, a_lender_that_accepts_nothing_never_holds_the_tier);
@@ -867,17 +930,51 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_process_losing_its_link_often_is_watched_once);
     tcase_add_test(tc, demand_takes_back_what_covers_it_once);
     tcase_add_test(tc, the_lender_reads_its_commands_strictly);
+    tcase_add_test(tc, the_lender_checks_its_device);
     tcase_add_test(tc, options_are_checked);
     if (geteuid() == 0)
         tcase_add_test(tc, a_borrower_the_lender_cannot_watch_is_turned_away);
     else
         printf("peer_gpu: a_borrower_the_lender_cannot_watch_is_turned_away not run (needs root "
                "for a pid namespace)\n");
+#endif
     suite_add_tcase(s, tc);
     return s;
 }
 
+#ifdef KVS_TEST_PEER_CUDA
+/* 1 when a GPU is usable. Asked in a child: this process must not start CUDA before it forks the
+ * cases (a CUDA context does not survive fork). */
+static int gpu_usable(char *why, size_t why_len) {
+    int p[2];
+    if (pipe(p) != 0) return 0;
+    pid_t child = fork();
+    if (child == 0) {
+        close(p[0]);
+        char err[512] = "";
+        void *dl = NULL;
+        const kvs_device_ops *dev = kvs_device_cuda_load(&dl, err, sizeof err);
+        int n = 0;
+        if (dev && dev->mem) dev->mem->count(&n, err, sizeof err);
+        if (write(p[1], err, strlen(err)) < 0) _exit(2);
+        _exit(n > 0 ? 0 : 1);
+    }
+    close(p[1]);
+    ssize_t got = read(p[0], why, why_len - 1);
+    why[got > 0 ? got : 0] = '\0';
+    close(p[0]);
+    return child > 0 && kvs_test_wait_child(child) == 0;
+}
+#endif
+
 int main(void) {
+#ifdef KVS_TEST_PEER_CUDA
+    char why[512];
+    if (!gpu_usable(why, sizeof why)) {
+        printf("test_peer_gpu_cuda: skipped: no usable CUDA device (%s)\n", why);
+        return 77;
+    }
+#endif
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

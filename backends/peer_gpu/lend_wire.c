@@ -36,7 +36,7 @@ size_t kvs_lend_encode(const kvs_lend_msg *m, uint8_t *buf) {
     msgpack_packer pk;
     msgpack_packer_init(&pk, &f, fixed_write);
     int hello = m->type == KVS_LEND_HELLO;
-    msgpack_pack_array(&pk, hello ? 7 : 4);
+    msgpack_pack_array(&pk, hello ? 10 : 4);
     msgpack_pack_uint32(&pk, KVS_LEND_WIRE_VERSION);
     msgpack_pack_uint32(&pk, m->type);
     msgpack_pack_uint32(&pk, m->unit);
@@ -45,6 +45,11 @@ size_t kvs_lend_encode(const kvs_lend_msg *m, uint8_t *buf) {
         msgpack_pack_uint32(&pk, m->n_units);
         msgpack_pack_uint64(&pk, m->unit_bytes);
         msgpack_pack_uint64(&pk, m->region_bytes);
+        msgpack_pack_uint32(&pk, m->region_kind);
+        msgpack_pack_uint32(&pk, m->device);
+        size_t handle = m->region_kind == KVS_LEND_REGION_CUDA ? KVS_LEND_IPC_BYTES : 0;
+        msgpack_pack_bin(&pk, handle);
+        if (handle) msgpack_pack_bin_body(&pk, m->ipc, handle);
     }
     return f.over ? 0 : f.n;
 }
@@ -56,7 +61,7 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
     kvs_mp_reader_init(&rd, buf, len, "lending message", err, err_len);
     uint32_t fields;
     uint64_t version, type, unit, epoch;
-    if (kvs_mp_read_array_header(&rd, 4, 7, &fields, "the message") != 0 ||
+    if (kvs_mp_read_array_header(&rd, 4, 10, &fields, "the message") != 0 ||
         kvs_mp_read_uint(&rd, UINT32_MAX, &version, "the version") != 0)
         return KVS_EINVAL;
     if (version != KVS_LEND_WIRE_VERSION) {
@@ -69,7 +74,7 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
         kvs_mp_read_uint(&rd, UINT32_MAX, &epoch, "the epoch") != 0)
         return KVS_EINVAL;
     int hello = type == KVS_LEND_HELLO;
-    if (type < KVS_LEND_HELLO || fields != (hello ? 7u : 4u)) {
+    if (type < KVS_LEND_HELLO || fields != (hello ? 10u : 4u)) {
         kvs_mp_refuse(&rd, KVS_MP_TYPE, "type %llu with %u fields", (unsigned long long)type,
                       fields);
         return KVS_EINVAL;
@@ -91,6 +96,23 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
                           (unsigned long long)m->unit_bytes);
             return KVS_EINVAL;
         }
+        uint64_t kind, device;
+        const uint8_t *handle;
+        uint32_t handle_len;
+        if (kvs_mp_read_uint(&rd, KVS_LEND_REGION_CUDA, &kind, "the region kind") != 0 ||
+            kvs_mp_read_uint(&rd, INT32_MAX, &device, "the device") != 0 ||
+            kvs_mp_read_bytes(&rd, 0, KVS_LEND_IPC_BYTES, &handle, &handle_len, "the IPC handle") !=
+                0)
+            return KVS_EINVAL;
+        uint32_t want = kind == KVS_LEND_REGION_CUDA ? KVS_LEND_IPC_BYTES : 0;
+        if (handle_len != want) {
+            kvs_mp_refuse(&rd, KVS_MP_VALUE, "a %s region with an IPC handle of %u bytes, not %u",
+                          kind == KVS_LEND_REGION_CUDA ? "CUDA" : "host", handle_len, want);
+            return KVS_EINVAL;
+        }
+        m->region_kind = (uint32_t)kind;
+        m->device = (uint32_t)device;
+        if (handle_len) memcpy(m->ipc, handle, handle_len);
     } else if (max_units && type != KVS_LEND_BYE && unit >= max_units) {
         kvs_mp_refuse(&rd, KVS_MP_VALUE, "unit %llu of %u", (unsigned long long)unit, max_units);
         return KVS_EINVAL;
@@ -192,7 +214,13 @@ kvs_status kvs_lend_recv(int sock, int timeout_ms, uint32_t max_units, kvs_lend_
                         : kvs_lend_decode(buf, (size_t)got, max_units, m, err, err_len);
     if (st == KVS_EINVAL && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC) || got > KVS_LEND_WIRE_MAX))
         snprintf(err, err_len, "lending channel: a packet longer than any message");
-    int want_fd = st == KVS_OK && m->type == KVS_LEND_HELLO;
+    /* a host region comes with its descriptor; a CUDA region with none */
+    int want_fd =
+        st == KVS_OK && m->type == KVS_LEND_HELLO && m->region_kind == KVS_LEND_REGION_MEMFD;
+    if (st == KVS_OK && m->type == KVS_LEND_HELLO && !want_fd && n_fds) {
+        snprintf(err, err_len, "lending channel: a CUDA region's HELLO with %d descriptors", n_fds);
+        st = KVS_EINVAL;
+    }
     struct stat sb;
     if (want_fd && n_fds != 1) {
         snprintf(err, err_len, "lending channel: a HELLO with %d descriptors, not 1", n_fds);

@@ -1,7 +1,8 @@
 /* lend_wire.h - the peer-GPU tier's control channel (issue #19, docs/peer_gpu.md): the messages of
  * the lending protocol (lending.h) between one lender and one borrower over a Unix SOCK_SEQPACKET
  * socket, one message a packet, msgpack [version, type, unit, epoch] (HELLO adds the region's
- * geometry and passes the region's file descriptor with SCM_RIGHTS). Every packet from the peer is
+ * geometry and kind: a host region passes its file descriptor with SCM_RIGHTS, a CUDA region carries
+ * its IPC handle and the lender's device ordinal in the packet). Every packet from the peer is
  * read with the strict reader: a packet that is not one of these is refused with a sentence, never
  * acted on. A closed socket is a lost connection (lending.h: not yet the peer's death). */
 #ifndef KVS_LEND_WIRE_H
@@ -16,8 +17,15 @@
 extern "C" {
 #endif
 
-#define KVS_LEND_WIRE_VERSION 1
-#define KVS_LEND_WIRE_MAX     128 /* bytes of the largest packet */
+#define KVS_LEND_WIRE_VERSION 2   /* 2: HELLO names the region's kind (1 had host regions only) */
+#define KVS_LEND_WIRE_MAX     160 /* bytes of the largest packet */
+#define KVS_LEND_IPC_BYTES    64  /* a CUDA IPC memory handle (cudaIpcMemHandle_t) */
+
+/* Where the lent region lives (HELLO). */
+typedef enum kvs_lend_region_kind {
+    KVS_LEND_REGION_MEMFD = 0, /* host memory: a sealed memfd passed with the HELLO */
+    KVS_LEND_REGION_CUDA = 1,  /* device memory of the lender's process: a CUDA IPC handle */
+} kvs_lend_region_kind;
 
 typedef enum kvs_lend_msg_type {
     KVS_LEND_HELLO = 1, /* lender -> borrower: the region (and its fd) */
@@ -36,7 +44,10 @@ typedef struct kvs_lend_msg {
     /* HELLO only */
     uint32_t n_units;
     uint64_t unit_bytes;
-    uint64_t region_bytes; /* what the passed descriptor maps: n_units * unit_bytes at least */
+    uint64_t region_bytes;           /* what the region holds: n_units * unit_bytes at least */
+    uint32_t region_kind;            /* kvs_lend_region_kind */
+    uint32_t device;                 /* CUDA: the lender's device ordinal */
+    uint8_t ipc[KVS_LEND_IPC_BYTES]; /* CUDA: the region's IPC handle */
 } kvs_lend_msg;
 
 /* The packet of m into buf (KVS_LEND_WIRE_MAX bytes); its length, or 0 for a message that is not
@@ -44,7 +55,8 @@ typedef struct kvs_lend_msg {
 size_t kvs_lend_encode(const kvs_lend_msg *m, uint8_t *buf);
 
 /* Parse a packet: KVS_OK, or KVS_EINVAL with a sentence for anything else (another version, an
- * unknown type, a HELLO whose region does not hold its units, a unit >= max_units for the others
+ * unknown type, a HELLO whose region does not hold its units or whose kind is unknown or carries a
+ * handle of the wrong size, a unit >= max_units for the others
  * when max_units is not 0, trailing bytes). */
 kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_lend_msg *m,
                            char *err, size_t err_len);
@@ -56,8 +68,8 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
 kvs_status kvs_lend_send(int sock, const kvs_lend_msg *m, int pass_fd, int timeout_ms, char *err,
                          size_t err_len);
 
-/* Receive one packet within timeout_ms (-1: wait). KVS_OK with *m (and, for HELLO, *passed_fd the
- * descriptor, else -1); KVS_ETIMEDOUT when none came; KVS_EIO when the peer closed the socket or it
+/* Receive one packet within timeout_ms (-1: wait). KVS_OK with *m (and, for a host region's HELLO,
+ * *passed_fd the descriptor, else -1; a CUDA region's HELLO comes with none); KVS_ETIMEDOUT when none came; KVS_EIO when the peer closed the socket or it
  * failed (the connection is lost: the peer may still be alive, lending.h); KVS_EINVAL for a packet
  * that is not a message (an empty one, or a HELLO whose file is smaller than its region: refused,
  * any descriptor closed). */

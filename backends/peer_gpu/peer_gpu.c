@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,12 +38,14 @@ static const kvs_option_desc OPTIONS[] = {
      KVS_OPTION_FIELD(pg_options, send_timeout_ms),
      .min = 1,
      .max = 600000},
+    {.name = "device", .kind = KVS_OPTION_COUNT, KVS_OPTION_FIELD(pg_options, device), .max = 1023},
 };
 
 static void pg_destroy(void *state) {
     pg_state *st = state;
     if (!st) return;
     pg_link_stop(st);
+    pg_region_unload(st);
     pthread_cond_destroy(&st->changed);
     pthread_mutex_destroy(&st->lock);
     free(st->slots);
@@ -66,7 +67,10 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     st->sock = -1;
     st->wake[0] = st->wake[1] = -1;
     st->lru_head = st->lru_tail = PG_NIL;
-    st->opt = (pg_options){.connect_timeout_ms = 2000, .retry_ms = 1000, .send_timeout_ms = 1000};
+    st->opt = (pg_options){.connect_timeout_ms = 2000,
+                           .retry_ms = 1000,
+                           .send_timeout_ms = 1000,
+                           .device = UINT64_MAX};
     char why[256], refused[64] = "", msg[512];
     kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
                                       init->n_options, &st->opt, NULL, why, sizeof why, refused,
@@ -230,13 +234,13 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
     pg_copy_hook(st, s);
-    if (n) pg_copy_bytes(dst, src + offset, n);
+    kvs_status rc = pg_region_read(st, dst, src + offset, n);
     pthread_mutex_lock(&st->lock);
     pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
-    *got = n;
+    *got = rc == KVS_OK ? n : 0;
     *object_len = olen;
-    return KVS_OK;
+    return rc;
 }
 
 static kvs_status pg_get(void *state, const kvs_key *key, void *dst, uint64_t cap, uint64_t *len) {
@@ -281,9 +285,15 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     uint8_t *dst = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     pg_copy_hook(st, s);
-    if (len) pg_copy_bytes(dst, object, len);
+    kvs_status copied = pg_region_write(st, dst, object, len);
     pthread_mutex_lock(&st->lock);
     int taken_back = !pg_unit_usable(st, pg_unit_of(st, s));
+    if (copied != KVS_OK) {
+        pg_free_slot(st, s); /* the device copy failed: never visible (st->error says why) */
+        pg_end_copy(st, s, 0);
+        pthread_mutex_unlock(&st->lock);
+        return copied;
+    }
     if (!taken_back) {
         uint32_t old = pg_find(st, key);
         if (old != PG_NIL) pg_unpublish(st, old); /* the replaced object (or a racing put's) */
@@ -324,11 +334,11 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
     uint8_t *dst = pg_slot_data(st, s) + offset;
     pthread_mutex_unlock(&st->lock);
     pg_copy_hook(st, s);
-    if (len) pg_copy_bytes(dst, src, len);
+    kvs_status rc = pg_region_write(st, dst, src, len);
     pthread_mutex_lock(&st->lock);
     pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
-    return KVS_OK;
+    return rc;
 }
 
 static kvs_status pg_remove(void *state, const kvs_key *key) {

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "kernels/device.h"
+#include "lend_wire.h"
 #include "lending.h"
 #include "peer_gpu.h"
 
@@ -34,6 +36,7 @@ typedef struct pg_slot {
 typedef struct pg_options {
     const char *socket;
     uint64_t connect_timeout_ms, retry_ms, send_timeout_ms;
+    uint64_t device; /* the GPU a CUDA region is opened on; UINT64_MAX: the lender's */
 } pg_options;
 
 typedef struct pg_state {
@@ -51,6 +54,8 @@ typedef struct pg_state {
     pthread_cond_t changed; /* a copy ended, the link connected or was lost */
     int sock;               /* the control channel; -1 when there is none */
     uint8_t *region;        /* the lender's region, mapped; NULL when there is none */
+    uint32_t region_kind;   /* kvs_lend_region_kind */
+    int region_device;      /* CUDA: the device it is opened on */
     uint64_t region_bytes, unit_bytes, slot_bytes;
     uint32_t slots_per_unit, n_slots;
     kvs_borrower borrower;
@@ -61,6 +66,12 @@ typedef struct pg_state {
     uint32_t cursor; /* where the search for a free slot goes on */
     uint64_t in_flight;
     kvs_peer_gpu_stats stats;
+
+    /* CUDA regions (peer_gpu_region.c): the module, loaded at the first, and the host buffers
+     * objects passed down the chain are staged in (0: pg_take_slot; 1: the link thread) */
+    void *module;
+    const kvs_device_mem_ops *mem;
+    uint8_t *evict_buf[2];
 
     int stop;    /* destroy asked the link thread to end */
     int wake[2]; /* a pipe that wakes the link thread */
@@ -107,6 +118,22 @@ void pg_empty_unit(pg_state *st, uint32_t unit, int down);
 /* Send RELEASED for the unit and let it go; a failed send shuts the channel (the link thread then
  * finds it lost). */
 void pg_send_released(pg_state *st, uint32_t unit);
+
+/* peer_gpu_region.c, no lock held unless said */
+/* Map (host) or open (CUDA) the HELLO's region. KVS_OK with *base (and *device for CUDA); else a
+ * sentence in why and nothing held. */
+kvs_status pg_region_open(pg_state *st, const kvs_lend_msg *m, int fd, uint8_t **base, int *device,
+                          char *why, size_t why_len);
+void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind, int device);
+/* The CUDA module, at destroy. */
+void pg_region_unload(pg_state *st);
+/* Copies out of and into the region, done when they return; KVS_OK, or a failed device copy
+ * (st->error says why). */
+kvs_status pg_region_read(pg_state *st, void *dst, const uint8_t *src, uint64_t n);
+kvs_status pg_region_write(pg_state *st, uint8_t *dst, const void *src, uint64_t n);
+/* A slot's object as host bytes to pass down the chain: the mapping itself, or (CUDA) a copy in
+ * evict_buf[buf]; NULL when that copy failed. */
+const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf);
 
 /* peer_gpu_link.c */
 /* First connection attempt (create), then the link thread. */

@@ -10,9 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -28,7 +26,7 @@ static void wait_copies(pg_state *st) {
 
 /* Take a new lender's region (lock held, no copy in flight): the slots, the index, a borrower of
  * its units afresh. */
-static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *region) {
+static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *region, int device) {
     uint32_t per = (uint32_t)(m->unit_bytes / st->slot_bytes);
     uint64_t n_slots = (uint64_t)per * m->n_units;
     uint32_t n_buckets = 16;
@@ -52,6 +50,8 @@ static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *regi
     st->lru_head = st->lru_tail = PG_NIL;
     st->cursor = 0;
     st->region = region;
+    st->region_kind = m->region_kind;
+    st->region_device = device;
     st->region_bytes = m->region_bytes;
     st->unit_bytes = m->unit_bytes;
     return KVS_OK;
@@ -96,17 +96,6 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         snprintf(why, sizeof why, "the lender's first message is type %u, not a HELLO", m.type);
         rc = KVS_EIO;
     }
-    int seals = rc == KVS_OK ? fcntl(fd, F_GET_SEALS) : 0;
-    struct stat sb;
-    if (rc == KVS_OK && (seals < 0 || !(seals & F_SEAL_SHRINK))) {
-        /* a file the lender could shrink under the mapping would fault the first copy past its end */
-        snprintf(why, sizeof why, "the lender's region is not sealed against shrinking");
-        rc = KVS_EIO;
-    } else if (rc == KVS_OK && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < m.region_bytes)) {
-        /* again, now that it is sealed: it may have shrunk between the wire's look and the seal */
-        snprintf(why, sizeof why, "the lender's region is smaller than it says");
-        rc = KVS_EIO;
-    }
     if (rc == KVS_OK && m.unit_bytes < st->slot_bytes) {
         snprintf(why, sizeof why, "its units of %llu bytes hold no object of %llu",
                  (unsigned long long)m.unit_bytes, (unsigned long long)st->slot_bytes);
@@ -117,22 +106,14 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
                  (unsigned long long)(m.unit_bytes / st->slot_bytes), PG_MAX_SLOTS);
         rc = KVS_ECONFIG;
     }
-    void *region = MAP_FAILED;
-    if (rc == KVS_OK) {
-        region = mmap(NULL, m.region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (region == MAP_FAILED) {
-            snprintf(why, sizeof why, "mapping its region of %llu bytes: %s",
-                     (unsigned long long)m.region_bytes, strerror(errno));
-            rc = KVS_EIO;
-        } else {
-            madvise(region, m.region_bytes, MADV_DONTFORK); /* a child never holds lent memory */
-        }
-    }
+    uint8_t *region = NULL;
+    int device = -1;
+    if (rc == KVS_OK) rc = pg_region_open(st, &m, fd, &region, &device, why, sizeof why);
     if (fd >= 0) close(fd);
     if (rc == KVS_OK) {
         pthread_mutex_lock(&st->lock);
         wait_copies(st);
-        rc = take_region(st, &m, region);
+        rc = take_region(st, &m, region, device);
         if (rc == KVS_OK) {
             st->sock = sock;
             st->stats.lenders++;
@@ -142,7 +123,7 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         if (rc != KVS_OK) snprintf(why, sizeof why, "out of memory for its slots");
     }
     if (rc != KVS_OK) {
-        if (region != MAP_FAILED) munmap(region, m.region_bytes);
+        pg_region_close(st, region, m.region_bytes, m.region_kind, device);
         pg_set_error(st, "lender at %s refused: %s", st->socket_path, why);
         kvs_lend_msg bye = {.type = KVS_LEND_BYE};
         char ignored[64];
@@ -150,9 +131,12 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         close(sock);
         return rc;
     }
+    char where[32] = "host memory";
+    if (m.region_kind == KVS_LEND_REGION_CUDA)
+        snprintf(where, sizeof where, "cuda:%u, opened on cuda:%d", m.device, device);
     pg_log(st, KVS_LOG_INFO,
-           "peer_gpu tier \"%s\": lender at %s lends up to %u units of %llu bytes", st->tier_name,
-           st->socket_path, m.n_units, (unsigned long long)m.unit_bytes);
+           "peer_gpu tier \"%s\": lender at %s lends up to %u units of %llu bytes (%s)",
+           st->tier_name, st->socket_path, m.n_units, (unsigned long long)m.unit_bytes, where);
     return KVS_OK;
 }
 
@@ -165,7 +149,7 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
 static void let_go(pg_state *st, int bye_ms) {
     kvs_borrower_lender_died(&st->borrower);
     wait_copies(st);
-    if (st->region) munmap(st->region, st->region_bytes);
+    pg_region_close(st, st->region, st->region_bytes, st->region_kind, st->region_device);
     st->region = NULL;
     kvs_lend_msg m = {.type = KVS_LEND_BYE};
     char ignored[64];

@@ -153,10 +153,12 @@ void pg_empty_unit(pg_state *st, uint32_t u, int down) {
     if (!hand) return;
     /* the copies down the chain without the lock: the tier's other users go on meanwhile */
     pthread_mutex_unlock(&st->lock);
-    for (uint64_t s = first; s < first + st->slots_per_unit; s++)
-        if (st->slots[s].moving)
-            st->host->on_evict(st->host->ctx, &st->slots[s].key, pg_slot_data(st, (uint32_t)s),
-                               st->slots[s].len);
+    for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
+        if (!st->slots[s].moving) continue;
+        const void *bytes = pg_region_host_view(st, (uint32_t)s, 1);
+        st->host->on_evict(st->host->ctx, &st->slots[s].key, bytes,
+                           bytes ? st->slots[s].len : 0); /* a failed GPU read: gone */
+    }
     pthread_mutex_lock(&st->lock);
     for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
         pg_slot *e = &st->slots[s];
@@ -232,8 +234,10 @@ uint32_t pg_take_slot(pg_state *st) {
     for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
         pg_slot *e = &st->slots[s];
         if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s))) continue;
-        if (st->host && st->host->on_evict)
-            st->host->on_evict(st->host->ctx, &e->key, pg_slot_data(st, s), e->len);
+        if (st->host && st->host->on_evict) {
+            const void *bytes = pg_region_host_view(st, s, 0);
+            st->host->on_evict(st->host->ctx, &e->key, bytes, bytes ? e->len : 0);
+        }
         pg_unpublish(st, s);
         return s;
     }

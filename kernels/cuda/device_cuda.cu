@@ -30,6 +30,7 @@
 #include "copy_plan.h"
 #include "kernels/device.h"
 #include "kernels_cuda.h"
+#include "mem_cuda.h"
 
 namespace {
 
@@ -788,6 +789,7 @@ const kvs_device_ops cuda_ops = {
     cuda_wait_layer,        /* wait_layer */
     cuda_save_layer,        /* save_layer */
     cuda_sync,              /* sync */
+    &kvs_cuda_mem_table,    /* mem */
 };
 
 } // namespace

@@ -13,6 +13,7 @@
 #           units, and the run stays bit for bit.
 #
 # usage: peer_verify.sh MINI_ENGINE KVSTRATA_LEND WORKDIR [mini engine workload flags...]
+# KVS_LEND_DEVICE=cuda:N puts the lender's region in that GPU's memory (CUDA IPC; docs/peer_gpu.md).
 set -eu
 engine=$1
 lend=$2
@@ -98,7 +99,8 @@ lender_pid=""
 lender_start "$lend" 12 1MiB
 first=$lender_pid
 (sleep 0.3; kill -9 "$first"; mv "$work/lend.out" "$work/lend-killed.out"
- "$lend" --socket "$work/lend.sock" --units 12 --unit-size 1MiB </dev/null >"$work/lend2.out" 2>&1 &
+ "$lend" --socket "$work/lend.sock" --units 12 --unit-size 1MiB --device "${KVS_LEND_DEVICE:-host}" \
+     </dev/null >"$work/lend2.out" 2>&1 &
  echo $! >"$work/lend2.pid"; wait) &
 killer=$!
 out="$work/killed.out"

@@ -9,7 +9,8 @@
 # (libcudart.so.13: the CUDA toolkit's or PyTorch's). It places .gpu/ where the binaries were built
 # (their rpath and the module path compiled into the gpu tests point there), then runs, each with a
 # time limit: the gpu-labelled tests, the Python replay suites and the Llama restore with the pages
-# in CUDA memory (KVS_TEST_DEVICE=cuda), kvs-bench-cuda, and compute-sanitizer (every tool). Each
+# in CUDA memory (KVS_TEST_DEVICE=cuda), kvs-bench-cuda, the peer_gpu tier over CUDA IPC
+# (test_peer_gpu_cuda, kvs-bench-peer --device cuda:0), and compute-sanitizer (every tool). Each
 # stage's log is OUTDIR/<stage>.log; OUTDIR/summary.txt has one line per stage with its exit code.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +22,7 @@ stage() {
     mkdir -p "$dst/bin" "$dst/lib" "$dst/deps"
     cp -a "$build"/lib/libkvstrata.so* "$build"/lib/libkvstrata-cuda.so.1 "$dst/lib/"
     for b in test_cuda_device test_cuda_graph test_cuda_abi test_cuda_module kvs-bench-cuda \
-             kvs-mini-engine; do
+             kvs-mini-engine kvstrata-lend test_peer_gpu_cuda kvs-bench-peer; do
         cp -a "$build/bin/$b" "$dst/bin/"
     done
     # The Debian libraries they link that a CUDA image may lack (libcrypto stays: every image has
@@ -77,6 +78,12 @@ run() {
     step gpu_device 100 "$gpu/bin/test_cuda_device"
     step gpu_graph 40 "$gpu/bin/test_cuda_graph"
     step bench_cuda 60 "$gpu/bin/kvs-bench-cuda"
+    step gpu_peer 120 "$gpu/bin/test_peer_gpu_cuda"
+    step bench_peer_cuda 60 "$gpu/bin/kvs-bench-peer" --device cuda:0
+    step bench_peer_host 60 "$gpu/bin/kvs-bench-peer"
+    KVS_LEND_DEVICE=cuda:0 step e2e_peer_cuda 240 sh tests/e2e/peer_verify.sh \
+        "$gpu/bin/kvs-mini-engine" "$gpu/bin/kvstrata-lend" "$out/e2e-peer" \
+        --sessions 3 --turns 3 --doc-tokens 600
     step sanitizer 200 tests/gpu/run-sanitizer.sh "$gpu/bin"
     cat "$out/summary.txt"
 }

@@ -91,12 +91,51 @@ START_TEST(open_fails_cleanly_when_no_gpu_can_take_the_views) {
 }
 END_TEST
 
+/* The memory table (device ABI 3) the peer_gpu tier and its lender use: there on any machine;
+ * without a GPU every call says why; with one, a handle nobody exported does not open, and an
+ * allocation exports, fills and copies back. */
+START_TEST(the_memory_table_answers_with_or_without_a_gpu) {
+    const kvs_device_mem_ops *mem = ops->mem;
+    ck_assert_ptr_nonnull(mem);
+    char err[512] = "";
+    int n = -1;
+    kvs_status st = mem->count(&n, err, sizeof err);
+    int cuda_count = 0;
+    const int have_gpu = cudaGetDeviceCount(&cuda_count) == cudaSuccess && cuda_count > 0;
+    if (!have_gpu) {
+        ck_assert_int_eq(st, KVS_ENOTFOUND);
+        ck_assert_int_eq(n, 0);
+        ck_assert_msg(strstr(err, "cuda") != NULL, "%s", err);
+        void *p = (void *)1;
+        ck_assert_int_ne(mem->alloc(0, 4096, &p, err, sizeof err), KVS_OK);
+        ck_assert_ptr_null(p);
+        ck_assert_msg(strstr(err, "cuda:0: alloc") != NULL, "%s", err);
+        return;
+    }
+    ck_assert_int_eq(st, KVS_OK);
+    ck_assert_int_eq(n, cuda_count);
+    uint8_t zero[KVS_DEVICE_IPC_HANDLE_BYTES] = {0}, handle[KVS_DEVICE_IPC_HANDLE_BYTES];
+    void *p = (void *)1;
+    ck_assert_int_ne(mem->open_handle(0, zero, &p, err, sizeof err), KVS_OK);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err, "cudaIpcOpenMemHandle") != NULL, "%s", err);
+    ck_assert_int_eq(mem->alloc(0, 1 << 20, &p, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(mem->export_handle(0, p, handle, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(mem->fill(0, p, 0xa5, 1 << 20, err, sizeof err), KVS_OK);
+    static uint8_t back[1 << 20];
+    ck_assert_int_eq(mem->copy(0, back, p, sizeof back, err, sizeof err), KVS_OK);
+    for (size_t i = 0; i < sizeof back; i += 4093) ck_assert_uint_eq(back[i], 0xa5);
+    mem->release(0, p);
+}
+END_TEST
+
 static Suite *module_suite(void) {
     Suite *s = suite_create("cuda_module");
     TCase *t = tcase_create("module");
     tcase_add_test(t, the_module_answers_only_its_own_version);
     tcase_add_test(t, open_refuses_bad_arguments_with_a_sentence);
     tcase_add_test(t, open_fails_cleanly_when_no_gpu_can_take_the_views);
+    tcase_add_test(t, the_memory_table_answers_with_or_without_a_gpu);
     suite_add_tcase(s, t);
     return s;
 }

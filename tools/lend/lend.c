@@ -1,8 +1,8 @@
 /*
  * lend.c - kvstrata-lend: the lender of the peer_gpu tier (docs/peer_gpu.md). It owns a region of
- * --units units of --unit-size bytes (on the host device a sealed memfd), serves one borrower at a
- * time on a Unix SOCK_SEQPACKET socket, and lends and takes units back under the two-step protocol
- * (backends/peer_gpu/lending.h). What it lends is driven by commands, one a line on standard input,
+ * --units units of --unit-size bytes (a sealed memfd, or with --device cuda:N memory of that GPU
+ * exported with CUDA IPC), serves one borrower at a time on a Unix SOCK_SEQPACKET socket, and lends
+ * and takes units back under the two-step protocol (backends/peer_gpu/lending.h). What it lends is driven by commands, one a line on standard input,
  * or by its own demand through SwiftCache's Alg. 1 (`demand`); every event is a line on standard
  * output, so a script or a test can follow it.
  *
@@ -32,12 +32,14 @@
 #include "common/clock.h"
 #include "common/options.h"
 #include "common/units.h"
+#include "kernels/device.h"
 #include "schedulers/elastic/elastic.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: kvstrata-lend --socket PATH --units N --unit-size SIZE [--lend N]\n"
             "                     [--unit-blocks N] [--window-ms N] [--send-timeout-ms N]\n"
+            "                     [--device host|cuda:N]\n"
             "  Lends units of a region it owns to one peer_gpu tier at a time (docs/peer_gpu.md).\n"
             "  --socket PATH        Unix socket to listen on (a stale one is replaced)\n"
             "  --units N            units in the region (1..%u)\n"
@@ -48,6 +50,8 @@ static void usage(FILE *f) {
             "  --window-ms N        ScaleDown's window over `demand` samples (default 60000)\n"
             "  --send-timeout-ms N  bound on a send to a borrower that reads nothing (default "
             "1000)\n"
+            "  --device D           where the region lives: host (a sealed memfd, the default) or\n"
+            "                       cuda:N (memory of GPU N, lent with CUDA IPC)\n"
             "Commands on standard input, one a line:\n"
             "  lend N        offer N more owned units\n"
             "  reclaim N     ask N lent units back (the answer comes as `released` lines)\n"
@@ -72,6 +76,9 @@ typedef struct lender {
     uint32_t n_quarantine;
     uint8_t *region;
     uint64_t unit_bytes;
+    int device;                    /* -1: host memory; else the GPU the region is on */
+    const kvs_device_mem_ops *mem; /* the CUDA module's, for a GPU region */
+    uint64_t *stage;               /* a GPU region: one unit of host memory for fill and check */
     uint32_t lend_on_connect, unit_blocks;
     uint32_t want_lend, want_reclaim; /* asked for, not yet sent (pump) */
     int send_timeout_ms;
@@ -92,14 +99,30 @@ static uint64_t pattern_word(uint32_t unit, uint64_t i) {
     return 0x9e3779b97f4a7c15ull * (unit + 1) ^ (i * 0xbf58476d1ce4e5b9ull);
 }
 
+/* A GPU call of the lender failed: it cannot vouch for its own memory any more. */
+static void gpu_failed(const char *what, const char *err) {
+    fprintf(stderr, "kvstrata-lend: %s: %s\n", what, err);
+    exit(1);
+}
+
 /* The lender's own use of a unit it got back: its pattern, which `check` verifies. */
 static void fill_unit(lender *ld, uint32_t u) {
-    uint64_t *w = (uint64_t *)(ld->region + (uint64_t)u * ld->unit_bytes);
+    uint8_t *at = ld->region + (uint64_t)u * ld->unit_bytes;
+    uint64_t *w = ld->device < 0 ? (uint64_t *)at : ld->stage;
     for (uint64_t i = 0; i < ld->unit_bytes / 8; i++) w[i] = pattern_word(u, i);
+    char err[512];
+    if (ld->device >= 0 &&
+        ld->mem->copy(ld->device, at, ld->stage, ld->unit_bytes, err, sizeof err) != KVS_OK)
+        gpu_failed("filling a unit", err);
 }
 
 static int unit_intact(const lender *ld, uint32_t u) {
-    const uint64_t *w = (const uint64_t *)(ld->region + (uint64_t)u * ld->unit_bytes);
+    const uint8_t *at = ld->region + (uint64_t)u * ld->unit_bytes;
+    const uint64_t *w = ld->device < 0 ? (const uint64_t *)at : ld->stage;
+    char err[512];
+    if (ld->device >= 0 &&
+        ld->mem->copy(ld->device, ld->stage, at, ld->unit_bytes, err, sizeof err) != KVS_OK)
+        gpu_failed("reading a unit back", err);
     for (uint64_t i = 0; i < ld->unit_bytes / 8; i++)
         if (w[i] != pattern_word(u, i)) return 0;
     return 1;
@@ -332,6 +355,17 @@ static void accept_borrower(lender *ld) {
                           .n_units = ld->l.n_units,
                           .unit_bytes = ld->unit_bytes,
                           .region_bytes = ld->unit_bytes * ld->l.n_units};
+    if (ld->device >= 0) {
+        char err[512];
+        hello.region_kind = KVS_LEND_REGION_CUDA;
+        hello.device = (uint32_t)ld->device;
+        /* a handle per borrower: the same bytes each time, from the one allocation */
+        if (ld->mem->export_handle(ld->device, ld->region, hello.ipc, err, sizeof err) != KVS_OK) {
+            close(pidfd);
+            snprintf(why, sizeof why, "exporting the region: %s", err);
+            return turn_away(ld, s, why);
+        }
+    }
     if (kvs_lend_send(s, &hello, ld->memfd, ld->send_timeout_ms, why, sizeof why) != KVS_OK) {
         close(pidfd); /* nothing was offered: nothing to quarantine */
         return turn_away(ld, s, why);
@@ -382,7 +416,41 @@ static void on_borrower_message(lender *ld) {
     pump(ld);
 }
 
+/* A region of GPU memory, through the CUDA module (kernels/device.h). */
+static int open_gpu_region(lender *ld, uint32_t units) {
+    uint64_t bytes = ld->unit_bytes * units;
+    char why[512];
+    void *dl = NULL;
+    const kvs_device_ops *ops = kvs_device_cuda_load(&dl, why, sizeof why);
+    int n = 0;
+    if (!ops || !ops->mem) {
+        fprintf(stderr, "kvstrata-lend: --device cuda:%d needs the CUDA module: %s\n", ld->device,
+                ops ? "it has no memory table" : why);
+        return -1;
+    }
+    ld->mem = ops->mem;
+    if (ld->mem->count(&n, why, sizeof why) != KVS_OK || ld->device >= n) {
+        fprintf(stderr, "kvstrata-lend: --device cuda:%d: %s\n", ld->device,
+                n ? "no such device" : why);
+        return -1;
+    }
+    void *p = NULL;
+    if (ld->mem->alloc(ld->device, bytes, &p, why, sizeof why) != KVS_OK) {
+        fprintf(stderr, "kvstrata-lend: region of %llu bytes: %s\n", (unsigned long long)bytes,
+                why);
+        return -1;
+    }
+    ld->region = p;
+    if (!(ld->stage = malloc(ld->unit_bytes))) {
+        fprintf(stderr, "kvstrata-lend: out of memory\n");
+        return -1;
+    }
+    for (uint32_t u = 0; u < units; u++) fill_unit(ld, u);
+    return 0;
+}
+
 static int open_region(lender *ld, uint32_t units) {
+    if (ld->device >= 0) return open_gpu_region(ld, units);
     uint64_t bytes = ld->unit_bytes * units;
     ld->memfd = memfd_create("kvstrata-lend", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (ld->memfd < 0 || ftruncate(ld->memfd, (off_t)bytes) != 0 ||
@@ -423,7 +491,8 @@ static int open_socket(lender *ld, const char *path) {
 int main(int argc, char **argv) {
     const char *path = NULL;
     uint64_t units = 0, unit_bytes = 0, lend_n = UINT64_MAX, unit_blocks = 1, window_ms = 60000,
-             send_timeout = 1000;
+             send_timeout = 1000, gpu = 0;
+    int device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char why[128] = "";
@@ -447,6 +516,15 @@ int main(int argc, char **argv) {
             bad = kvs_option_count(v, 1, UINT32_MAX, &window_ms);
         } else if (!strcmp(a, "--send-timeout-ms")) {
             bad = kvs_option_count(v, 1, 600000, &send_timeout);
+        } else if (!strcmp(a, "--device")) {
+            device = -1;
+            if (strncmp(v, "cuda:", 5) == 0) {
+                bad = kvs_option_count(v + 5, 0, 1023, &gpu);
+                device = (int)gpu;
+            } else {
+                bad = strcmp(v, "host") != 0;
+            }
+            if (bad) snprintf(why, sizeof why, "host or cuda:N");
         } else {
             fprintf(stderr, "kvstrata-lend: unknown option %s\n", a);
             usage(stderr);
@@ -472,6 +550,7 @@ int main(int argc, char **argv) {
                  .pidfd = -1,
                  .memfd = -1,
                  .unit_bytes = unit_bytes,
+                 .device = device,
                  .lend_on_connect = (uint32_t)(lend_n < units ? lend_n : units),
                  .unit_blocks = (uint32_t)unit_blocks,
                  .send_timeout_ms = (int)send_timeout};

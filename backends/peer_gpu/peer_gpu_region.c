@@ -1,0 +1,156 @@
+/*
+ * peer_gpu_region.c - the lent region, whatever it is: a host region (a sealed memfd, mapped) or a
+ * CUDA one (device memory of the lender's process, opened from its IPC handle through the CUDA
+ * module, kernels/device.h). The tier's copies go through pg_region_read and pg_region_write: a
+ * memcpy into or out of the mapping, or a device copy (cudaMemcpyDefault) that returns when done,
+ * so a copy counted in flight (pg_begin_copy) has ended, on the GPU too, when its count drops.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "kernels/device.h"
+#include "peer_gpu_internal.h"
+
+/* A sealed memfd of at least region_bytes, mapped shared. */
+static kvs_status open_memfd(const kvs_lend_msg *m, int fd, uint8_t **base, char *why,
+                             size_t why_len) {
+    int seals = fcntl(fd, F_GET_SEALS);
+    struct stat sb;
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        /* a file the lender could shrink under the mapping would fault the first copy past its end */
+        snprintf(why, why_len, "the lender's region is not sealed against shrinking");
+        return KVS_EIO;
+    }
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < m->region_bytes) {
+        /* again, now that it is sealed: it may have shrunk between the wire's look and the seal */
+        snprintf(why, why_len, "the lender's region is smaller than it says");
+        return KVS_EIO;
+    }
+    void *region = mmap(NULL, m->region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (region == MAP_FAILED) {
+        snprintf(why, why_len, "mapping its region of %llu bytes: %s",
+                 (unsigned long long)m->region_bytes, strerror(errno));
+        return KVS_EIO;
+    }
+    madvise(region, m->region_bytes, MADV_DONTFORK); /* a child never holds lent memory */
+    *base = region;
+    return KVS_OK;
+}
+
+/* The CUDA module's memory table, loaded at the first CUDA region and kept till destroy. */
+static kvs_status cuda_mem(pg_state *st, char *why, size_t why_len) {
+    if (st->mem) return KVS_OK;
+    char reason[512];
+    void *dl = NULL;
+    const kvs_device_ops *ops = kvs_device_cuda_load(&dl, reason, sizeof reason);
+    if (!ops || !ops->mem) {
+        snprintf(why, why_len, "its region is GPU memory and the CUDA module is not usable (%s)",
+                 ops ? "it has no memory table" : reason);
+        if (dl) dlclose(dl);
+        return KVS_ENOTSUP;
+    }
+    st->module = dl;
+    st->mem = ops->mem;
+    return KVS_OK;
+}
+
+static kvs_status open_cuda(pg_state *st, const kvs_lend_msg *m, uint8_t **base, int *device,
+                            char *why, size_t why_len) {
+    kvs_status rc = cuda_mem(st, why, why_len);
+    if (rc != KVS_OK) return rc;
+    int n = 0;
+    char err[512];
+    if (st->mem->count(&n, err, sizeof err) != KVS_OK) {
+        snprintf(why, why_len, "its region is GPU memory and this process has no GPU (%s)", err);
+        return KVS_ENOTSUP;
+    }
+    /* the tier's own device when set, else the lender's (the same GPU) */
+    int dev = st->opt.device != UINT64_MAX ? (int)st->opt.device : (int)m->device;
+    if (dev >= n) {
+        snprintf(why, why_len, "device %d to open its region on, of %d here", dev, n);
+        return KVS_ECONFIG;
+    }
+    void *p = NULL;
+    if ((rc = st->mem->open_handle(dev, m->ipc, &p, err, sizeof err)) != KVS_OK) {
+        snprintf(why, why_len, "opening its region (device %u of the lender) on device %d: %s",
+                 m->device, dev, err);
+        return rc;
+    }
+    /* objects passed down the chain leave the GPU through host buffers, one per thread that may
+     * pass one (pg_take_slot under the lock, pg_empty_unit on the link thread) */
+    for (int k = 0; k < 2; k++) {
+        if (!(st->evict_buf[k] = malloc(st->slot_bytes))) {
+            for (int j = 0; j < k; j++) free(st->evict_buf[j]), st->evict_buf[j] = NULL;
+            st->mem->close_handle(dev, p);
+            snprintf(why, why_len, "out of memory for its staging buffers");
+            return KVS_ENOMEM;
+        }
+    }
+    *base = p;
+    *device = dev;
+    return KVS_OK;
+}
+
+kvs_status pg_region_open(pg_state *st, const kvs_lend_msg *m, int fd, uint8_t **base, int *device,
+                          char *why, size_t why_len) {
+    *base = NULL;
+    *device = -1;
+    if (m->region_kind == KVS_LEND_REGION_CUDA) return open_cuda(st, m, base, device, why, why_len);
+    return open_memfd(m, fd, base, why, why_len);
+}
+
+void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind, int device) {
+    if (!base) return;
+    if (kind == KVS_LEND_REGION_CUDA) {
+        st->mem->close_handle(device, base);
+        for (int k = 0; k < 2; k++) free(st->evict_buf[k]), st->evict_buf[k] = NULL;
+    } else {
+        munmap(base, bytes);
+    }
+}
+
+void pg_region_unload(pg_state *st) {
+    if (st->module) dlclose(st->module);
+    st->module = NULL;
+    st->mem = NULL;
+}
+
+kvs_status pg_region_read(pg_state *st, void *dst, const uint8_t *src, uint64_t n) {
+    if (!n) return KVS_OK;
+    if (st->region_kind != KVS_LEND_REGION_CUDA) {
+        pg_copy_bytes(dst, src, n);
+        return KVS_OK;
+    }
+    char err[512];
+    kvs_status rc = st->mem->copy(st->region_device, dst, src, n, err, sizeof err);
+    if (rc != KVS_OK) pg_set_error(st, "reading lent GPU memory: %s", err);
+    return rc;
+}
+
+kvs_status pg_region_write(pg_state *st, uint8_t *dst, const void *src, uint64_t n) {
+    if (!n) return KVS_OK;
+    if (st->region_kind != KVS_LEND_REGION_CUDA) {
+        pg_copy_bytes(dst, src, n);
+        return KVS_OK;
+    }
+    char err[512];
+    kvs_status rc = st->mem->copy(st->region_device, dst, src, n, err, sizeof err);
+    if (rc != KVS_OK) pg_set_error(st, "writing lent GPU memory: %s", err);
+    return rc;
+}
+
+const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf) {
+    const uint8_t *src = pg_slot_data(st, slot);
+    if (st->region_kind != KVS_LEND_REGION_CUDA) return src;
+    return pg_region_read(st, st->evict_buf[buf], src, st->slots[slot].len) == KVS_OK
+               ? st->evict_buf[buf]
+               : NULL;
+}
