@@ -126,7 +126,9 @@ static void ipc_peer_copies(const kvs_device_mem_ops *mem, int dev, const char *
     }
     bytes = bytes < m.region_bytes ? bytes : m.region_bytes;
     void *lent = NULL, *a = NULL, *b = NULL;
-    gpu_check(mem->open_handle(dev, m.ipc, &lent, why, sizeof why), "opening the IPC handle", why);
+    uint64_t span = 0;
+    gpu_check(mem->open_handle(dev, m.ipc, &lent, &span, why, sizeof why), "opening the IPC handle",
+              why);
     gpu_check(mem->alloc(dev, bytes, &a, why, sizeof why), "alloc", why);
     gpu_check(mem->alloc(dev, bytes, &b, why, sizeof why), "alloc", why);
     gpu_check(mem->fill(dev, a, 3, bytes, why, sizeof why), "fill", why);

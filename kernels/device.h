@@ -104,23 +104,32 @@ typedef struct kvs_device_info {
 
 /* (version 3) Device memory outside any opened device: what a lender needs to lend a region of its
  * GPU memory to another process over CUDA IPC, and what the borrowing tier needs to open and copy
- * it (backends/peer_gpu, docs/peer_gpu.md). No state; any thread; each call makes `ordinal` the
- * calling thread's current device. Errors are a status and a sentence naming the call. */
+ * it (backends/peer_gpu, docs/peer_gpu.md). No state; any thread. Each call works on `ordinal` and
+ * gives the calling thread back the current device it had (an engine thread keeps its own).
+ * Errors are a status and a sentence naming the call. */
 #define KVS_DEVICE_IPC_HANDLE_BYTES 64
+#define KVS_DEVICE_UUID_BYTES       16
 typedef struct kvs_device_mem_ops {
     /* Devices this process can use (0 when the driver has none: KVS_ENOTFOUND with the reason). */
     kvs_status (*count)(int *n, char *err, size_t err_len);
+    /* The device's UUID, the same in every process (ordinals are not: CUDA_VISIBLE_DEVICES). */
+    kvs_status (*uuid)(int ordinal, uint8_t *uuid, char *err, size_t err_len);
     kvs_status (*alloc)(int ordinal, uint64_t len, void **ptr, char *err, size_t err_len);
     void (*release)(int ordinal, void *ptr);
+    /* Pinned host memory (faster copies to and from the device); free with host_release. */
+    kvs_status (*host_alloc)(uint64_t len, void **ptr, char *err, size_t err_len);
+    void (*host_release)(void *ptr);
     /* The IPC handle of an allocation of this process (cudaIpcGetMemHandle). */
     kvs_status (*export_handle)(int ordinal, void *ptr, uint8_t *handle, char *err, size_t err_len);
     /* Map another process's allocation on `ordinal` (cudaIpcOpenMemHandle, peer access enabled
-     * lazily when it lives on another device); close_handle unmaps it. */
-    kvs_status (*open_handle)(int ordinal, const uint8_t *handle, void **ptr, char *err,
-                              size_t err_len);
+     * lazily when it lives on another device) and give the bytes it really spans from *ptr in
+     * *len (what the exporter allocated); close_handle unmaps it. */
+    kvs_status (*open_handle)(int ordinal, const uint8_t *handle, void **ptr, uint64_t *len,
+                              char *err, size_t err_len);
     void (*close_handle)(int ordinal, void *ptr);
     /* Copy len bytes between any two of host memory, device memory and a mapped handle
-     * (cudaMemcpyDefault), on the calling thread's own stream; returns when the copy is done. */
+     * (cudaMemcpyDefault) on a non-blocking stream of the calling thread's own, so it waits for
+     * no other work (the legacy stream's included); returns when the copy is done. */
     kvs_status (*copy)(int ordinal, void *dst, const void *src, uint64_t len, char *err,
                        size_t err_len);
     /* Set len bytes of device memory to byte; returns when done. */

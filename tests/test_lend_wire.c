@@ -44,9 +44,10 @@ START_TEST(every_message_round_trips) {
                          .device = 7},
                  back;
     for (int k = 0; k < KVS_LEND_IPC_BYTES; k++) cuda.ipc[k] = (uint8_t)(0xff - 3 * k);
+    for (int k = 0; k < KVS_LEND_UUID_BYTES; k++) cuda.uuid[k] = (uint8_t)(k * 17 + 1);
     uint8_t wire[KVS_LEND_WIRE_MAX];
     size_t n = kvs_lend_encode(&cuda, wire);
-    ck_assert_uint_gt(n, KVS_LEND_IPC_BYTES);
+    ck_assert_uint_gt(n, KVS_LEND_IPC_BYTES + KVS_LEND_UUID_BYTES);
     char err[160];
     ck_assert_int_eq(kvs_lend_decode(wire, n, 0, &back, err, sizeof err), KVS_OK);
     ck_assert_mem_eq(&back, &cuda, sizeof cuda);
@@ -109,17 +110,22 @@ START_TEST(what_is_not_a_message_is_refused_with_a_sentence) {
     ck_assert_int_eq(decode_hex(kind2, sizeof kind2, 0, err), KVS_EINVAL);
     const uint8_t bare[] = {0x9a, 0x02, 0x01, 0x00, 0x00, 0x04, 0x10, 0x40, 0x01, 0x00, 0xc4, 0x00};
     ck_assert_int_eq(decode_hex(bare, sizeof bare, 0, err), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "CUDA region with an IPC handle of 0 bytes, not 64"));
-    uint8_t handled[12 + KVS_LEND_IPC_BYTES];
+    ck_assert_ptr_nonnull(strstr(err, "CUDA region with an IPC handle of 0 bytes, not 80"));
+    enum { CUDA_BIN = KVS_LEND_IPC_BYTES + KVS_LEND_UUID_BYTES }; /* handle, then the GPU's UUID */
+    uint8_t handled[12 + CUDA_BIN];
     memcpy(handled, fits, sizeof fits);
-    handled[11] = KVS_LEND_IPC_BYTES;
+    handled[11] = CUDA_BIN;
     memset(handled + 12, 0x5a, KVS_LEND_IPC_BYTES);
+    memset(handled + 12 + KVS_LEND_IPC_BYTES, 0x77, KVS_LEND_UUID_BYTES);
     ck_assert_int_eq(decode_hex(handled, sizeof handled, 0, err), KVS_EINVAL);
-    ck_assert_ptr_nonnull(strstr(err, "host region with an IPC handle of 64 bytes"));
+    ck_assert_ptr_nonnull(strstr(err, "host region with an IPC handle of 80 bytes"));
     handled[8] = KVS_LEND_REGION_CUDA; /* the same bytes as a CUDA region: fine */
-    ck_assert_int_eq(decode_hex(handled, sizeof handled, 0, err), KVS_OK);
-    handled[11] = KVS_LEND_IPC_BYTES - 1; /* a short handle (and a byte left over) */
-    ck_assert_int_eq(decode_hex(handled, sizeof handled - 1, 0, err), KVS_EINVAL);
+    kvs_lend_msg got;
+    ck_assert_int_eq(kvs_lend_decode(handled, sizeof handled, 0, &got, err, sizeof err), KVS_OK);
+    ck_assert(got.ipc[0] == 0x5a && got.ipc[63] == 0x5a && got.uuid[0] == 0x77 &&
+              got.uuid[15] == 0x77);
+    handled[11] = KVS_LEND_IPC_BYTES; /* a handle without its UUID (and bytes left over) */
+    ck_assert_int_eq(decode_hex(handled, 12 + KVS_LEND_IPC_BYTES, 0, err), KVS_EINVAL);
     /* random bytes: refused or a well-formed message, never a crash (ASan checks) */
     uint64_t x = 88172645463325252ull;
     uint8_t junk[24];

@@ -97,12 +97,16 @@ static void rig_dir(rig *r) {
     snprintf(r->sock, sizeof r->sock, "%s/lend.sock", r->dir);
 }
 
+static kvs_peer_gpu_stats stats(rig *r);
+
 /* A lender of UNITS units of 256KiB lending all, and a tier that took them. */
 static void rig_up(rig *r) {
     rig_dir(r);
     kvs_test_lender_start(&r->lender, r->sock, UNITS, "256KiB", lender_args);
     ck_assert_int_eq(open_tier(r, "50"), KVS_OK);
     ck_assert_msg(kvs_test_lender_expect(&r->lender, "accepted", UNITS, 5000), "%s", r->lender.out);
+    /* the region is the kind the lender was asked for (test_peer_gpu_cuda: GPU memory) */
+    ck_assert_uint_eq(stats(r).on_gpu, lender_args != NULL);
 }
 
 static void rig_down(rig *r) {
@@ -256,13 +260,56 @@ typedef struct held {
     int armed;
 } held;
 
-static void hold_copy(void *ctx, uint32_t unit) {
+static int hold_copy(void *ctx, uint32_t unit) {
     held *h = ctx;
-    if (!__atomic_exchange_n(&h->armed, 0, __ATOMIC_ACQ_REL)) return;
+    if (!__atomic_exchange_n(&h->armed, 0, __ATOMIC_ACQ_REL)) return 0;
     h->unit = unit;
     sem_post(&h->entered);
     sem_wait(&h->go);
+    return 0;
 }
+
+/* Fail every copy while *ctx is set, as a GPU error would. */
+static int fail_copy(void *ctx, uint32_t unit) {
+    (void)unit;
+    return *(int *)ctx;
+}
+
+/* A copy that fails never leaves bytes a get could return as the object: a failed put is not
+ * stored (and is refused for room, so the chain keeps it below), a failed get fails, and a
+ * put_range that fails half way takes the object away. */
+START_TEST(a_failed_copy_never_leaves_wrong_bytes_visible) {
+    rig r;
+    rig_up(&r);
+    int failing = 1;
+    kvs_peer_gpu_set_copy_hook(r.tier, fail_copy, &failing);
+    ck_assert_int_eq(put_object(&r, 1), KVS_ENOMEM);
+    ck_assert_msg(strstr(ops->last_error(r.tier), "the copy failed"), "%s",
+                  ops->last_error(r.tier));
+    failing = 0;
+    ck_assert_int_eq(get_object(&r, 1), KVS_ENOTFOUND);
+    ck_assert_int_eq(put_object(&r, 2), KVS_OK);
+    failing = 1;
+    ck_assert_int_eq(get_object(&r, 2), KVS_EIO);
+    failing = 0;
+    ck_assert_int_eq(get_object(&r, 2), KVS_OK); /* a failed read changes nothing */
+    static uint8_t junk[OBJ / 2];
+    memset(junk, 0x5a, sizeof junk);
+    kvs_key k = seed_key(2);
+    failing = 1;
+    ck_assert_int_eq(ops->put_range(r.tier, &k, 0, junk, sizeof junk), KVS_EIO);
+    failing = 0;
+    ck_assert_int_eq(get_object(&r, 2), KVS_ENOTFOUND);
+    kvs_peer_gpu_stats s = stats(&r);
+    ck_assert_uint_eq(s.failed_copies, 3);
+    ck_assert_uint_eq(s.objects, 0);
+    ck_assert_uint_eq(s.on_gpu, lender_args != NULL);
+    /* the slots are free again: every unit takes objects */
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 10 + i), KVS_OK);
+    kvs_peer_gpu_set_copy_hook(r.tier, NULL, NULL);
+    rig_down(&r);
+}
+END_TEST
 
 typedef struct reader {
     rig *r;
@@ -919,6 +966,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_reclaim_moving_objects_down_holds_up_no_read);
     tcase_add_test(tc, a_thousand_offers_at_once_are_all_taken);
     tcase_add_test(tc, a_killed_lender_turns_into_misses_and_a_new_one_is_taken);
+    tcase_add_test(tc, a_failed_copy_never_leaves_wrong_bytes_visible);
 #ifdef KVS_TEST_PEER_CUDA
     /* the rest fork borrowers without exec (CUDA does not survive that in a child) or test the
      * host region and the protocol, which the GPU does not change */

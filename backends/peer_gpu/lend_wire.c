@@ -47,9 +47,12 @@ size_t kvs_lend_encode(const kvs_lend_msg *m, uint8_t *buf) {
         msgpack_pack_uint64(&pk, m->region_bytes);
         msgpack_pack_uint32(&pk, m->region_kind);
         msgpack_pack_uint32(&pk, m->device);
-        size_t handle = m->region_kind == KVS_LEND_REGION_CUDA ? KVS_LEND_IPC_BYTES : 0;
-        msgpack_pack_bin(&pk, handle);
-        if (handle) msgpack_pack_bin_body(&pk, m->ipc, handle);
+        int cuda = m->region_kind == KVS_LEND_REGION_CUDA; /* handle, then UUID, in one bin */
+        msgpack_pack_bin(&pk, cuda ? KVS_LEND_IPC_BYTES + KVS_LEND_UUID_BYTES : 0);
+        if (cuda) {
+            msgpack_pack_bin_body(&pk, m->ipc, KVS_LEND_IPC_BYTES);
+            msgpack_pack_bin_body(&pk, m->uuid, KVS_LEND_UUID_BYTES);
+        }
     }
     return f.over ? 0 : f.n;
 }
@@ -101,10 +104,10 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
         uint32_t handle_len;
         if (kvs_mp_read_uint(&rd, KVS_LEND_REGION_CUDA, &kind, "the region kind") != 0 ||
             kvs_mp_read_uint(&rd, INT32_MAX, &device, "the device") != 0 ||
-            kvs_mp_read_bytes(&rd, 0, KVS_LEND_IPC_BYTES, &handle, &handle_len, "the IPC handle") !=
-                0)
+            kvs_mp_read_bytes(&rd, 0, KVS_LEND_IPC_BYTES + KVS_LEND_UUID_BYTES, &handle,
+                              &handle_len, "the IPC handle") != 0)
             return KVS_EINVAL;
-        uint32_t want = kind == KVS_LEND_REGION_CUDA ? KVS_LEND_IPC_BYTES : 0;
+        uint32_t want = kind == KVS_LEND_REGION_CUDA ? KVS_LEND_IPC_BYTES + KVS_LEND_UUID_BYTES : 0;
         if (handle_len != want) {
             kvs_mp_refuse(&rd, KVS_MP_VALUE, "a %s region with an IPC handle of %u bytes, not %u",
                           kind == KVS_LEND_REGION_CUDA ? "CUDA" : "host", handle_len, want);
@@ -112,7 +115,10 @@ kvs_status kvs_lend_decode(const void *buf, size_t len, uint32_t max_units, kvs_
         }
         m->region_kind = (uint32_t)kind;
         m->device = (uint32_t)device;
-        if (handle_len) memcpy(m->ipc, handle, handle_len);
+        if (handle_len) {
+            memcpy(m->ipc, handle, KVS_LEND_IPC_BYTES);
+            memcpy(m->uuid, handle + KVS_LEND_IPC_BYTES, KVS_LEND_UUID_BYTES);
+        }
     } else if (max_units && type != KVS_LEND_BYE && unit >= max_units) {
         kvs_mp_refuse(&rd, KVS_MP_VALUE, "unit %llu of %u", (unsigned long long)unit, max_units);
         return KVS_EINVAL;

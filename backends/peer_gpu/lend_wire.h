@@ -2,7 +2,7 @@
  * the lending protocol (lending.h) between one lender and one borrower over a Unix SOCK_SEQPACKET
  * socket, one message a packet, msgpack [version, type, unit, epoch] (HELLO adds the region's
  * geometry and kind: a host region passes its file descriptor with SCM_RIGHTS, a CUDA region carries
- * its IPC handle and the lender's device ordinal in the packet). Every packet from the peer is
+ * its IPC handle and its GPU's UUID and ordinal in the packet). Every packet from the peer is
  * read with the strict reader: a packet that is not one of these is refused with a sentence, never
  * acted on. A closed socket is a lost connection (lending.h: not yet the peer's death). */
 #ifndef KVS_LEND_WIRE_H
@@ -20,6 +20,7 @@ extern "C" {
 #define KVS_LEND_WIRE_VERSION 2   /* 2: HELLO names the region's kind (1 had host regions only) */
 #define KVS_LEND_WIRE_MAX     160 /* bytes of the largest packet */
 #define KVS_LEND_IPC_BYTES    64  /* a CUDA IPC memory handle (cudaIpcMemHandle_t) */
+#define KVS_LEND_UUID_BYTES   16  /* the lender's GPU (cudaDeviceProp.uuid) */
 
 /* Where the lent region lives (HELLO). */
 typedef enum kvs_lend_region_kind {
@@ -44,10 +45,11 @@ typedef struct kvs_lend_msg {
     /* HELLO only */
     uint32_t n_units;
     uint64_t unit_bytes;
-    uint64_t region_bytes;           /* what the region holds: n_units * unit_bytes at least */
-    uint32_t region_kind;            /* kvs_lend_region_kind */
-    uint32_t device;                 /* CUDA: the lender's device ordinal */
-    uint8_t ipc[KVS_LEND_IPC_BYTES]; /* CUDA: the region's IPC handle */
+    uint64_t region_bytes;             /* what the region holds: n_units * unit_bytes at least */
+    uint32_t region_kind;              /* kvs_lend_region_kind */
+    uint32_t device;                   /* CUDA: the lender's ordinal (in the lender's process) */
+    uint8_t ipc[KVS_LEND_IPC_BYTES];   /* CUDA: the region's IPC handle */
+    uint8_t uuid[KVS_LEND_UUID_BYTES]; /* CUDA: its GPU, the same in every process */
 } kvs_lend_msg;
 
 /* The packet of m into buf (KVS_LEND_WIRE_MAX bytes); its length, or 0 for a message that is not

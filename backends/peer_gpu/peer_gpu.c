@@ -110,6 +110,7 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     if (rc != KVS_OK) {
         kvs_fmt(msg, sizeof msg, "%s", st->error);
         kvs_create_error(init, msg);
+        pg_region_unload(st);
         free(st->slots);
         free(st->buckets);
         pthread_cond_destroy(&st->changed);
@@ -127,6 +128,7 @@ kvs_status kvs_peer_gpu_stats_get(void *tier, kvs_peer_gpu_stats *out) {
     pthread_mutex_lock(&st->lock);
     *out = st->stats;
     out->connected = st->region != NULL;
+    out->on_gpu = st->region != NULL && st->region_kind == KVS_LEND_REGION_CUDA;
     out->slots_per_unit = st->slots_per_unit;
     out->usable_units = 0;
     for (uint32_t u = 0; st->region && u < st->borrower.n_units; u++)
@@ -135,7 +137,7 @@ kvs_status kvs_peer_gpu_stats_get(void *tier, kvs_peer_gpu_stats *out) {
     return KVS_OK;
 }
 
-kvs_status kvs_peer_gpu_set_copy_hook(void *tier, void (*hook)(void *ctx, uint32_t unit),
+kvs_status kvs_peer_gpu_set_copy_hook(void *tier, int (*hook)(void *ctx, uint32_t unit),
                                       void *ctx) {
     pg_state *st = tier;
     if (!st) return KVS_EINVAL;
@@ -233,9 +235,9 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
     const uint8_t *src = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
-    pg_copy_hook(st, s);
-    kvs_status rc = pg_region_read(st, dst, src + offset, n);
+    kvs_status rc = pg_region_read(st, s, dst, src + offset, n);
     pthread_mutex_lock(&st->lock);
+    if (rc != KVS_OK) st->stats.failed_copies++;
     pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
     *got = rc == KVS_OK ? n : 0;
@@ -284,15 +286,17 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     e->len = len;
     uint8_t *dst = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
-    pg_copy_hook(st, s);
-    kvs_status copied = pg_region_write(st, dst, object, len);
+    kvs_status copied = pg_region_write(st, s, dst, object, len);
     pthread_mutex_lock(&st->lock);
     int taken_back = !pg_unit_usable(st, pg_unit_of(st, s));
     if (copied != KVS_OK) {
-        pg_free_slot(st, s); /* the device copy failed: never visible (st->error says why) */
+        /* the copy failed (st->error says why): never visible here, and the chain keeps the
+         * object in the next tier (KVS_BACKEND_CAP_SPILLS) rather than lose it */
+        pg_free_slot(st, s);
         pg_end_copy(st, s, 0);
+        st->stats.failed_copies++;
         pthread_mutex_unlock(&st->lock);
-        return copied;
+        return KVS_ENOMEM;
     }
     if (!taken_back) {
         uint32_t old = pg_find(st, key);
@@ -333,9 +337,14 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
     }
     uint8_t *dst = pg_slot_data(st, s) + offset;
     pthread_mutex_unlock(&st->lock);
-    pg_copy_hook(st, s);
-    kvs_status rc = pg_region_write(st, dst, src, len);
+    kvs_status rc = pg_region_write(st, s, dst, src, len);
     pthread_mutex_lock(&st->lock);
+    if (rc != KVS_OK) {
+        /* part of the range may be written: the object is no longer what was stored, so it goes
+         * (doomed now, freed when the copy's end below lets it go) */
+        st->stats.failed_copies++;
+        if (st->slots[s].state == PG_STORED) pg_unpublish(st, s);
+    }
     pg_end_copy(st, s, 1);
     pthread_mutex_unlock(&st->lock);
     return rc;

@@ -48,6 +48,7 @@ const kvs_backend_ops *kvs_peer_gpu_backend(void);
 /* What a tier made by kvs_peer_gpu_backend()->create holds and has done (tests, kvs-bench-peer). */
 typedef struct kvs_peer_gpu_stats {
     uint32_t connected;      /* a lender's region is mapped */
+    uint32_t on_gpu;         /* ... and it is GPU memory (CUDA IPC) */
     uint32_t usable_units;   /* units the tier may store into now */
     uint32_t slots_per_unit; /* objects a unit holds */
     uint64_t objects;
@@ -60,16 +61,18 @@ typedef struct kvs_peer_gpu_stats {
     uint64_t lost_objects;  /* objects a lost lender took with it */
     uint64_t refused_reads; /* reads of an object whose unit was no longer usable */
     uint64_t refused_puts;  /* puts it had no room for (the chain spills them to the next tier) */
+    uint64_t failed_copies; /* copies into or out of lent memory that failed (a GPU error) */
 } kvs_peer_gpu_stats;
 
 __attribute__((visibility("default"))) kvs_status kvs_peer_gpu_stats_get(void *tier,
                                                                          kvs_peer_gpu_stats *out);
 
-/* Tests only: call hook(ctx, unit) in the middle of every copy into or out of lent memory, with
- * I/O on that unit in flight and no lock held, so a test can hold a copy open while the lender
- * reclaims the unit. NULL removes it. Call before other threads use the tier. */
+/* Tests only: call hook(ctx, unit) in the middle of every copy into or out of lent memory by get,
+ * get_range, put and put_range, with I/O on that unit in flight and no lock held, so a test can
+ * hold a copy open while the lender reclaims the unit; a hook that returns nonzero fails that copy
+ * as a GPU error would. NULL removes it. Call before other threads use the tier. */
 __attribute__((visibility("default"))) kvs_status kvs_peer_gpu_set_copy_hook(
-    void *tier, void (*hook)(void *ctx, uint32_t unit), void *ctx);
+    void *tier, int (*hook)(void *ctx, uint32_t unit), void *ctx);
 
 #ifdef __cplusplus
 }

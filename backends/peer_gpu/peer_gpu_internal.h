@@ -47,7 +47,7 @@ typedef struct pg_state {
     uint64_t max_object_bytes;
     pg_options opt;
     char socket_path[108];
-    void (*copy_hook)(void *ctx, uint32_t unit);
+    int (*copy_hook)(void *ctx, uint32_t unit);
     void *copy_hook_ctx;
 
     pthread_mutex_t lock;
@@ -72,6 +72,7 @@ typedef struct pg_state {
     void *module;
     const kvs_device_mem_ops *mem;
     uint8_t *evict_buf[2];
+    int evict_pinned[2]; /* from the module's host_alloc (else malloc) */
 
     int stop;    /* destroy asked the link thread to end */
     int wake[2]; /* a pipe that wakes the link thread */
@@ -104,8 +105,8 @@ int pg_begin_copy(pg_state *st, uint32_t slot, int reading);
 void pg_end_copy(pg_state *st, uint32_t slot, int reading);
 /* The copy itself, no lock held (non-temporal stores past KVS_COPY_STREAM_MIN, fenced). */
 void pg_copy_bytes(void *dst, const void *src, uint64_t n);
-/* The test hook (kvs_peer_gpu_set_copy_hook), no lock held. */
-void pg_copy_hook(pg_state *st, uint32_t slot);
+/* The test hook (kvs_peer_gpu_set_copy_hook), no lock held: nonzero fails the copy. */
+int pg_copy_hook(pg_state *st, uint32_t slot);
 /* A free slot in a usable unit, or the least recently used unpinned object's after passing it
  * down; PG_NIL when everything is pinned, busy or not ours. */
 uint32_t pg_take_slot(pg_state *st);
@@ -127,10 +128,10 @@ kvs_status pg_region_open(pg_state *st, const kvs_lend_msg *m, int fd, uint8_t *
 void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind, int device);
 /* The CUDA module, at destroy. */
 void pg_region_unload(pg_state *st);
-/* Copies out of and into the region, done when they return; KVS_OK, or a failed device copy
- * (st->error says why). */
-kvs_status pg_region_read(pg_state *st, void *dst, const uint8_t *src, uint64_t n);
-kvs_status pg_region_write(pg_state *st, uint8_t *dst, const void *src, uint64_t n);
+/* Copies out of and into slot's bytes of the region (the test hook first), done when they return;
+ * KVS_OK, or KVS_EIO for a failed device copy (st->error says why). */
+kvs_status pg_region_read(pg_state *st, uint32_t slot, void *dst, const uint8_t *src, uint64_t n);
+kvs_status pg_region_write(pg_state *st, uint32_t slot, uint8_t *dst, const void *src, uint64_t n);
 /* A slot's object as host bytes to pass down the chain: the mapping itself, or (CUDA) a copy in
  * evict_buf[buf]; NULL when that copy failed. */
 const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf);

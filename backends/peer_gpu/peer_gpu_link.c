@@ -131,7 +131,7 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         close(sock);
         return rc;
     }
-    char where[32] = "host memory";
+    char where[64] = "host memory";
     if (m.region_kind == KVS_LEND_REGION_CUDA)
         snprintf(where, sizeof where, "cuda:%u, opened on cuda:%d", m.device, device);
     pg_log(st, KVS_LOG_INFO,

@@ -62,37 +62,87 @@ static kvs_status cuda_mem(pg_state *st, char *why, size_t why_len) {
     return KVS_OK;
 }
 
+/* The local ordinal of the lender's GPU: the tier's device option when set, else the device whose
+ * UUID the HELLO names (ordinals differ between processes: CUDA_VISIBLE_DEVICES, ordering). */
+static kvs_status pick_device(pg_state *st, const kvs_lend_msg *m, int n, int *dev, char *why,
+                              size_t why_len) {
+    if (st->opt.device != UINT64_MAX) {
+        *dev = (int)st->opt.device;
+        if (*dev < n) return KVS_OK;
+        snprintf(why, why_len, "device %d to open its region on, of %d here", *dev, n);
+        return KVS_ECONFIG;
+    }
+    char err[512];
+    for (int d = 0; d < n; d++) {
+        uint8_t uuid[KVS_DEVICE_UUID_BYTES];
+        if (st->mem->uuid(d, uuid, err, sizeof err) == KVS_OK &&
+            !memcmp(uuid, m->uuid, sizeof uuid)) {
+            *dev = d;
+            return KVS_OK;
+        }
+    }
+    snprintf(why, why_len,
+             "its region is on a GPU this process does not see (the lender's cuda:%u); set the "
+             "tier's device option to open it over peer access",
+             m->device);
+    return KVS_ECONFIG;
+}
+
+/* Host buffers objects passed down the chain leave the GPU through, one per thread that may pass
+ * one (pg_take_slot under the lock, pg_empty_unit on the link thread): pinned where it can be. */
+static kvs_status stage_buffers(pg_state *st) {
+    char err[512];
+    for (int k = 0; k < 2; k++) {
+        void *p = NULL;
+        st->evict_pinned[k] = st->mem->host_alloc(st->slot_bytes, &p, err, sizeof err) == KVS_OK;
+        if (!st->evict_pinned[k]) p = malloc(st->slot_bytes);
+        if (!p) return KVS_ENOMEM;
+        st->evict_buf[k] = p;
+    }
+    return KVS_OK;
+}
+
+static void free_stage_buffers(pg_state *st) {
+    for (int k = 0; k < 2; k++) {
+        if (st->evict_pinned[k])
+            st->mem->host_release(st->evict_buf[k]);
+        else
+            free(st->evict_buf[k]);
+        st->evict_buf[k] = NULL;
+        st->evict_pinned[k] = 0;
+    }
+}
+
 static kvs_status open_cuda(pg_state *st, const kvs_lend_msg *m, uint8_t **base, int *device,
                             char *why, size_t why_len) {
     kvs_status rc = cuda_mem(st, why, why_len);
     if (rc != KVS_OK) return rc;
-    int n = 0;
+    int n = 0, dev = -1;
     char err[512];
     if (st->mem->count(&n, err, sizeof err) != KVS_OK) {
         snprintf(why, why_len, "its region is GPU memory and this process has no GPU (%s)", err);
         return KVS_ENOTSUP;
     }
-    /* the tier's own device when set, else the lender's (the same GPU) */
-    int dev = st->opt.device != UINT64_MAX ? (int)st->opt.device : (int)m->device;
-    if (dev >= n) {
-        snprintf(why, why_len, "device %d to open its region on, of %d here", dev, n);
-        return KVS_ECONFIG;
-    }
+    if ((rc = pick_device(st, m, n, &dev, why, why_len)) != KVS_OK) return rc;
     void *p = NULL;
-    if ((rc = st->mem->open_handle(dev, m->ipc, &p, err, sizeof err)) != KVS_OK) {
+    uint64_t span = 0;
+    if ((rc = st->mem->open_handle(dev, m->ipc, &p, &span, err, sizeof err)) != KVS_OK) {
         snprintf(why, why_len, "opening its region (device %u of the lender) on device %d: %s",
                  m->device, dev, err);
         return rc;
     }
-    /* objects passed down the chain leave the GPU through host buffers, one per thread that may
-     * pass one (pg_take_slot under the lock, pg_empty_unit on the link thread) */
-    for (int k = 0; k < 2; k++) {
-        if (!(st->evict_buf[k] = malloc(st->slot_bytes))) {
-            for (int j = 0; j < k; j++) free(st->evict_buf[j]), st->evict_buf[j] = NULL;
-            st->mem->close_handle(dev, p);
-            snprintf(why, why_len, "out of memory for its staging buffers");
-            return KVS_ENOMEM;
-        }
+    if (span < m->region_bytes) {
+        /* a copy past the allocation would fault the whole context, the engine's included */
+        st->mem->close_handle(dev, p);
+        snprintf(why, why_len, "its region is %llu bytes, not the %llu it says",
+                 (unsigned long long)span, (unsigned long long)m->region_bytes);
+        return KVS_EIO;
+    }
+    if (stage_buffers(st) != KVS_OK) {
+        free_stage_buffers(st);
+        st->mem->close_handle(dev, p);
+        snprintf(why, why_len, "out of memory for its staging buffers");
+        return KVS_ENOMEM;
     }
     *base = p;
     *device = dev;
@@ -111,7 +161,7 @@ void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind,
     if (!base) return;
     if (kind == KVS_LEND_REGION_CUDA) {
         st->mem->close_handle(device, base);
-        for (int k = 0; k < 2; k++) free(st->evict_buf[k]), st->evict_buf[k] = NULL;
+        free_stage_buffers(st);
     } else {
         munmap(base, bytes);
     }
@@ -123,34 +173,39 @@ void pg_region_unload(pg_state *st) {
     st->mem = NULL;
 }
 
-kvs_status pg_region_read(pg_state *st, void *dst, const uint8_t *src, uint64_t n) {
+/* One copy: a memcpy for a host region, a device copy for a CUDA one. */
+static kvs_status region_copy(pg_state *st, uint32_t slot, void *dst, const void *src, uint64_t n,
+                              const char *what) {
+    if (pg_copy_hook(st, slot)) {
+        pg_set_error(st, "%s lent memory: the copy failed (the test's copy hook)", what);
+        return KVS_EIO;
+    }
     if (!n) return KVS_OK;
     if (st->region_kind != KVS_LEND_REGION_CUDA) {
         pg_copy_bytes(dst, src, n);
         return KVS_OK;
     }
     char err[512];
-    kvs_status rc = st->mem->copy(st->region_device, dst, src, n, err, sizeof err);
-    if (rc != KVS_OK) pg_set_error(st, "reading lent GPU memory: %s", err);
-    return rc;
+    if (st->mem->copy(st->region_device, dst, src, n, err, sizeof err) == KVS_OK) return KVS_OK;
+    pg_set_error(st, "%s lent GPU memory: %s", what, err);
+    return KVS_EIO;
 }
 
-kvs_status pg_region_write(pg_state *st, uint8_t *dst, const void *src, uint64_t n) {
-    if (!n) return KVS_OK;
-    if (st->region_kind != KVS_LEND_REGION_CUDA) {
-        pg_copy_bytes(dst, src, n);
-        return KVS_OK;
-    }
-    char err[512];
-    kvs_status rc = st->mem->copy(st->region_device, dst, src, n, err, sizeof err);
-    if (rc != KVS_OK) pg_set_error(st, "writing lent GPU memory: %s", err);
-    return rc;
+kvs_status pg_region_read(pg_state *st, uint32_t slot, void *dst, const uint8_t *src, uint64_t n) {
+    return region_copy(st, slot, dst, src, n, "reading");
+}
+
+kvs_status pg_region_write(pg_state *st, uint32_t slot, uint8_t *dst, const void *src, uint64_t n) {
+    return region_copy(st, slot, dst, src, n, "writing");
 }
 
 const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf) {
     const uint8_t *src = pg_slot_data(st, slot);
     if (st->region_kind != KVS_LEND_REGION_CUDA) return src;
-    return pg_region_read(st, st->evict_buf[buf], src, st->slots[slot].len) == KVS_OK
-               ? st->evict_buf[buf]
-               : NULL;
+    char err[512];
+    if (st->mem->copy(st->region_device, st->evict_buf[buf], src, st->slots[slot].len, err,
+                      sizeof err) == KVS_OK)
+        return st->evict_buf[buf];
+    pg_set_error(st, "reading lent GPU memory to pass an object down: %s", err);
+    return NULL;
 }

@@ -216,8 +216,8 @@ void pg_copy_bytes(void *dst, const void *src, uint64_t n) {
     kvs_copy_fence();
 }
 
-void pg_copy_hook(pg_state *st, uint32_t s) {
-    if (st->copy_hook) st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s));
+int pg_copy_hook(pg_state *st, uint32_t s) {
+    return st->copy_hook ? st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s)) : 0;
 }
 
 /* A free slot in a usable unit, or the least recently used unpinned object's after passing it

@@ -116,15 +116,30 @@ START_TEST(the_memory_table_answers_with_or_without_a_gpu) {
     ck_assert_int_eq(n, cuda_count);
     uint8_t zero[KVS_DEVICE_IPC_HANDLE_BYTES] = {0}, handle[KVS_DEVICE_IPC_HANDLE_BYTES];
     void *p = (void *)1;
-    ck_assert_int_ne(mem->open_handle(0, zero, &p, err, sizeof err), KVS_OK);
+    uint64_t span = 7;
+    ck_assert_int_ne(mem->open_handle(0, zero, &p, &span, err, sizeof err), KVS_OK);
     ck_assert_ptr_null(p);
+    ck_assert_uint_eq(span, 0);
+    uint8_t u1[KVS_DEVICE_UUID_BYTES], u2[KVS_DEVICE_UUID_BYTES];
+    ck_assert_int_eq(mem->uuid(0, u1, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(mem->uuid(0, u2, err, sizeof err), KVS_OK);
+    ck_assert_mem_eq(u1, u2, sizeof u1);
+    ck_assert_int_ne(mem->uuid(cuda_count, u1, err, sizeof err), KVS_OK); /* past the last */
     ck_assert_msg(strstr(err, "cudaIpcOpenMemHandle") != NULL, "%s", err);
     ck_assert_int_eq(mem->alloc(0, 1 << 20, &p, err, sizeof err), KVS_OK);
     ck_assert_int_eq(mem->export_handle(0, p, handle, err, sizeof err), KVS_OK);
     ck_assert_int_eq(mem->fill(0, p, 0xa5, 1 << 20, err, sizeof err), KVS_OK);
-    static uint8_t back[1 << 20];
-    ck_assert_int_eq(mem->copy(0, back, p, sizeof back, err, sizeof err), KVS_OK);
-    for (size_t i = 0; i < sizeof back; i += 4093) ck_assert_uint_eq(back[i], 0xa5);
+    uint8_t *back = NULL;
+    ck_assert_int_eq(mem->host_alloc(1 << 20, (void **)&back, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(mem->copy(0, back, p, 1 << 20, err, sizeof err), KVS_OK);
+    for (size_t i = 0; i < (1 << 20); i += 4093) ck_assert_uint_eq(back[i], 0xa5);
+    /* the calling thread keeps its own current device */
+    int before = -1, after = -2;
+    ck_assert_int_eq(cudaGetDevice(&before), cudaSuccess);
+    ck_assert_int_eq(mem->copy(cuda_count - 1, back, p, 0, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(cudaGetDevice(&after), cudaSuccess);
+    ck_assert_int_eq(before, after);
+    mem->host_release(back);
     mem->release(0, p);
 }
 END_TEST

@@ -360,7 +360,8 @@ static void accept_borrower(lender *ld) {
         hello.region_kind = KVS_LEND_REGION_CUDA;
         hello.device = (uint32_t)ld->device;
         /* a handle per borrower: the same bytes each time, from the one allocation */
-        if (ld->mem->export_handle(ld->device, ld->region, hello.ipc, err, sizeof err) != KVS_OK) {
+        if (ld->mem->export_handle(ld->device, ld->region, hello.ipc, err, sizeof err) != KVS_OK ||
+            ld->mem->uuid(ld->device, hello.uuid, err, sizeof err) != KVS_OK) {
             close(pidfd);
             snprintf(why, sizeof why, "exporting the region: %s", err);
             return turn_away(ld, s, why);
@@ -441,10 +442,13 @@ static int open_gpu_region(lender *ld, uint32_t units) {
         return -1;
     }
     ld->region = p;
-    if (!(ld->stage = malloc(ld->unit_bytes))) {
-        fprintf(stderr, "kvstrata-lend: out of memory\n");
+    void *stage = NULL; /* pinned: the fills and checks copy a unit at a time */
+    if (ld->mem->host_alloc(ld->unit_bytes, &stage, why, sizeof why) != KVS_OK) {
+        fprintf(stderr, "kvstrata-lend: a staging buffer of %llu bytes: %s\n",
+                (unsigned long long)ld->unit_bytes, why);
         return -1;
     }
+    ld->stage = stage;
     for (uint32_t u = 0; u < units; u++) fill_unit(ld, u);
     return 0;
 }
