@@ -233,19 +233,22 @@ END_TEST
 START_TEST(the_threshold_adapts_to_the_attention_error_a_window_at_a_time) {
     /* binary fractions, so the steps add exactly */
     kvs_qsac_adapt a = {
-        .target_error = 0.02, .step = 0.125, .tau_min = 0.25, .tau_max = 0.75, .window = 4};
+        .target_error = 0.02, .step = 0.125, .tau_min = 0.25, .tau_max = 0.875, .window = 4};
     double tau = 0.5;
-    for (int i = 0; i < 3; i++) ck_assert_double_eq(kvs_qsac_adapt_observe(&a, tau, 0.5), tau);
-    tau = kvs_qsac_adapt_observe(&a, tau, 0.5); /* the window closes: too much error */
-    ck_assert_double_eq(tau, 0.625);
-    for (int i = 0; i < 8; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.9);
-    ck_assert_double_eq(tau, 0.75); /* clamped at tau_max */
-    ck_assert_uint_eq(a.raised, 2);
-    for (int i = 0; i < 4; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.015); /* in the band */
-    ck_assert_double_eq(tau, 0.75);
-    for (int i = 0; i < 20; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.0);
+    for (int i = 0; i < 3; i++) ck_assert_double_eq(kvs_qsac_adapt_observe(&a, tau, 0.0, 0.5), tau);
+    tau = kvs_qsac_adapt_observe(&a, tau, 0.0, 0.5); /* the window closes: too much error */
+    ck_assert_double_eq(tau, 0.625);                 /* a step up (the sims were lower) */
+    /* the sims stay high: tau goes a step above their mean, so such steps miss */
+    for (int i = 0; i < 4; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.6875, 0.9);
+    ck_assert_double_eq(tau, 0.8125);
+    for (int i = 0; i < 8; i++) tau = kvs_qsac_adapt_observe(&a, tau, 1.0, 0.9);
+    ck_assert_double_eq(tau, 0.875); /* clamped at tau_max */
+    ck_assert_uint_eq(a.raised, 3);
+    for (int i = 0; i < 4; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.5, 0.015); /* in band */
+    ck_assert_double_eq(tau, 0.875);
+    for (int i = 0; i < 24; i++) tau = kvs_qsac_adapt_observe(&a, tau, 0.5, 0.0);
     ck_assert_double_eq(tau, 0.25); /* down to tau_min, no further */
-    ck_assert_uint_eq(a.lowered, 4);
+    ck_assert_uint_eq(a.lowered, 5);
 }
 END_TEST
 

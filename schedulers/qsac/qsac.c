@@ -134,8 +134,12 @@ uint32_t kvs_qsac_delta(uint32_t *slot_token, uint32_t cap, const uint32_t *want
     uint8_t *keep = calloc((size_t)cap + 1, 1), *have = calloc((size_t)n_want + 1, 1);
     uint32_t n_fetch = UINT32_MAX;
     if (!w || !keep || !have) goto out;
-    for (uint32_t i = 0; i < n_want; i++) w[i] = (tok_at){want[i], i};
-    qsort(w, n_want, sizeof *w, by_token);
+    int sorted = 1; /* a top-k comes in ascending rows: no sort then */
+    for (uint32_t i = 0; i < n_want; i++) {
+        w[i] = (tok_at){want[i], i};
+        sorted &= i == 0 || want[i - 1] < want[i];
+    }
+    if (!sorted) qsort(w, n_want, sizeof *w, by_token);
     for (uint32_t i = 1; i < n_want; i++)
         if (w[i].token == w[i - 1].token) goto out; /* a repeated token */
     /* the slots whose row stays, and which wanted rows are already there */
@@ -169,21 +173,24 @@ out:
 
 /* ---- adaptive threshold --------------------------------------------------------------------- */
 
-double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double error) {
+double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double sim, double error) {
     adapt->error_sum += clamp(error, 0.0, 1.0);
+    adapt->sim_sum += clamp(sim, -1.0, 1.0);
     if (++adapt->n < adapt->window) return tau;
-    double mean = adapt->error_sum / adapt->n;
+    double mean = adapt->error_sum / adapt->n, mean_sim = adapt->sim_sum / adapt->n;
     adapt->n = 0;
-    adapt->error_sum = 0;
+    adapt->error_sum = adapt->sim_sum = 0;
     if (mean > adapt->target_error) {
-        double up = clamp(tau + adapt->step, adapt->tau_min, adapt->tau_max);
+        double want = tau + adapt->step;
+        if (mean_sim + adapt->step > want) want = mean_sim + adapt->step;
+        double up = clamp(want, adapt->tau_min, adapt->tau_max);
         adapt->raised += up > tau;
-        return up;
+        return up > tau ? up : tau;
     }
     if (mean < adapt->target_error / 2) {
         double down = clamp(tau - adapt->step, adapt->tau_min, adapt->tau_max);
         adapt->lowered += down < tau;
-        return down;
+        return down < tau ? down : tau;
     }
     return tau;
 }

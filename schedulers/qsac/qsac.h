@@ -89,8 +89,9 @@ uint32_t kvs_qsac_delta(uint32_t *slot_token, uint32_t cap, const uint32_t *want
  * miss more, and one that loses little is allowed to reuse more: after every `window` measured
  * steps, when the mean attention error (1 - the attention mass the cached rows capture over the
  * mass the exact top-k captures, measured by the engine on sampled steps) is above target_error,
- * tau rises by step (toward tau_max); when it is below half the target, tau falls by step (never
- * below tau_min, the head's Eq. 5 value). */
+ * tau rises above the window's mean similarity (by step, and at least step above the old tau), so
+ * the next steps like these miss and refresh the cache; when it is below half the target, tau
+ * falls by step. tau stays within [tau_min, tau_max]. */
 typedef struct kvs_qsac_adapt {
     double target_error; /* e.g. 0.02 */
     double step;         /* e.g. 0.02 */
@@ -98,13 +99,14 @@ typedef struct kvs_qsac_adapt {
     uint32_t window;
     /* running */
     uint32_t n;
-    double error_sum;
+    double error_sum, sim_sum;
     uint64_t raised, lowered;
 } kvs_qsac_adapt;
 
-/* One measured step's attention error (0..1); returns the head's new tau (changed only when a
- * window closes). */
-double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double error);
+/* One measured step: the group's similarity to its label that step (kvs_qsac_step's *sim; a step
+ * without a valid label counts as 1) and its attention error (0..1). Returns the head's new tau
+ * (changed only when a window closes). */
+double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double sim, double error);
 
 /* The attention error of reusing `cached` instead of the exact selection `exact`: 1 - mass(cached)
  * / mass(exact) over softmax weights of scores (n tokens, scaled by `scale`), clamped to [0, 1];
