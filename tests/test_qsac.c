@@ -287,6 +287,7 @@ START_TEST(exact_top_k_matches_a_brute_force_selection) {
                 if (!used[t] &&
                     (best < 0 || ranks_above(scores[t], t, scores[best], (uint32_t)best)))
                     best = (int)t;
+            ck_assert_int_ge(best, 0); /* b < end - sink: a row is left */
             used[best] = 1;
         }
         ck_assert_uint_eq(a, b);
@@ -347,7 +348,7 @@ END_TEST
 START_TEST(medoids_find_the_exact_top_k_of_clustered_keys) {
     enum { D = 32, C = 50, SIZE = 8, N = C * SIZE };
     static float keys[N][D], centers[C][D], q[D], scores[N], mscores[C];
-    uint32_t offsets[C + 1], rows[N], exact[2 * SIZE], got[N];
+    uint32_t offsets[C + 1], rows[N] = {0}, exact[2 * SIZE], got[N];
     uint8_t seen[N] = {0};
     rng_state = 21;
     double recall_sum = 0;

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "common/copy.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "common/options.h"
@@ -235,7 +234,9 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
     const uint8_t *src = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
-    kvs_status rc = pg_region_read(st, s, dst, src + offset, n);
+    char why[512];
+    kvs_status rc = pg_region_read(st, pg_unit_of(st, s), dst, src + offset, n, why, sizeof why);
+    if (rc != KVS_OK) pg_set_error(st, "%s", why);
     pthread_mutex_lock(&st->lock);
     if (rc != KVS_OK) st->stats.failed_copies++;
     pg_end_copy(st, s, 1);
@@ -286,7 +287,9 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     e->len = len;
     uint8_t *dst = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
-    kvs_status copied = pg_region_write(st, s, dst, object, len);
+    char why[512];
+    kvs_status copied = pg_region_write(st, pg_unit_of(st, s), dst, object, len, why, sizeof why);
+    if (copied != KVS_OK) pg_set_error(st, "%s", why);
     pthread_mutex_lock(&st->lock);
     int taken_back = !pg_unit_usable(st, pg_unit_of(st, s));
     if (copied != KVS_OK) {
@@ -337,7 +340,9 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
     }
     uint8_t *dst = pg_slot_data(st, s) + offset;
     pthread_mutex_unlock(&st->lock);
-    kvs_status rc = pg_region_write(st, s, dst, src, len);
+    char why[512];
+    kvs_status rc = pg_region_write(st, pg_unit_of(st, s), dst, src, len, why, sizeof why);
+    if (rc != KVS_OK) pg_set_error(st, "%s", why);
     pthread_mutex_lock(&st->lock);
     if (rc != KVS_OK) {
         /* part of the range may be written: the object is no longer what was stored, so it goes

@@ -103,10 +103,6 @@ int pg_pinned(pg_slot *e, uint64_t now_ns);
 int pg_begin_copy(pg_state *st, uint32_t slot, int reading);
 /* The copy ended: the unit's count, a doomed slot freed, a RELEASED the end makes possible. */
 void pg_end_copy(pg_state *st, uint32_t slot, int reading);
-/* The copy itself, no lock held (non-temporal stores past KVS_COPY_STREAM_MIN, fenced). */
-void pg_copy_bytes(void *dst, const void *src, uint64_t n);
-/* The test hook (kvs_peer_gpu_set_copy_hook), no lock held: nonzero fails the copy. */
-int pg_copy_hook(pg_state *st, uint32_t slot);
 /* A free slot in a usable unit, or the least recently used unpinned object's after passing it
  * down; PG_NIL when everything is pinned, busy or not ours. */
 uint32_t pg_take_slot(pg_state *st);
@@ -128,13 +124,17 @@ kvs_status pg_region_open(pg_state *st, const kvs_lend_msg *m, int fd, uint8_t *
 void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind, int device);
 /* The CUDA module, at destroy. */
 void pg_region_unload(pg_state *st);
-/* Copies out of and into slot's bytes of the region (the test hook first), done when they return;
- * KVS_OK, or KVS_EIO for a failed device copy (st->error says why). */
-kvs_status pg_region_read(pg_state *st, uint32_t slot, void *dst, const uint8_t *src, uint64_t n);
-kvs_status pg_region_write(pg_state *st, uint32_t slot, uint8_t *dst, const void *src, uint64_t n);
-/* A slot's object as host bytes to pass down the chain: the mapping itself, or (CUDA) a copy in
- * evict_buf[buf]; NULL when that copy failed. */
-const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf);
+/* Copies out of and into bytes of the region in `unit`, no lock held (the test hook first; a host
+ * region's copy uses non-temporal stores past KVS_COPY_STREAM_MIN, fenced), done when they
+ * return: KVS_OK, or KVS_EIO for a failed copy with the reason in why. */
+kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n,
+                          char *why, size_t why_len);
+kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n,
+                           char *why, size_t why_len);
+/* len bytes of the region at src as host bytes to pass down the chain: src itself (a host
+ * region), or (CUDA) a copy in evict_buf[buf]; NULL with the reason in why when that copy failed. */
+const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf, char *why,
+                                size_t why_len);
 
 /* peer_gpu_link.c */
 /* First connection attempt (create), then the link thread. */

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/log.h"
 #include "kernels/device.h"
 #include "peer_gpu_internal.h"
@@ -173,39 +174,51 @@ void pg_region_unload(pg_state *st) {
     st->mem = NULL;
 }
 
-/* One copy: a memcpy for a host region, a device copy for a CUDA one. */
-static kvs_status region_copy(pg_state *st, uint32_t slot, void *dst, const void *src, uint64_t n,
-                              const char *what) {
-    if (pg_copy_hook(st, slot)) {
-        pg_set_error(st, "%s lent memory: the copy failed (the test's copy hook)", what);
+/* Objects are chunks of KV, far larger than the cache: non-temporal stores, fenced before the
+ * copy counts as ended. */
+static void copy_bytes(void *dst, const void *src, uint64_t n) {
+    if (n < KVS_COPY_STREAM_MIN) {
+        memcpy(dst, src, n);
+        return;
+    }
+    kvs_copy_streaming(dst, src, n);
+    kvs_copy_fence();
+}
+
+/* One copy: a memcpy for a host region, a device copy for a CUDA one; the test hook first. */
+static kvs_status region_copy(pg_state *st, uint32_t unit, void *dst, const void *src, uint64_t n,
+                              const char *what, char *why, size_t why_len) {
+    if (st->copy_hook && st->copy_hook(st->copy_hook_ctx, unit)) {
+        snprintf(why, why_len, "%s lent memory: the copy failed (the test's copy hook)", what);
         return KVS_EIO;
     }
     if (!n) return KVS_OK;
     if (st->region_kind != KVS_LEND_REGION_CUDA) {
-        pg_copy_bytes(dst, src, n);
+        copy_bytes(dst, src, n);
         return KVS_OK;
     }
-    char err[512];
+    char err[400];
     if (st->mem->copy(st->region_device, dst, src, n, err, sizeof err) == KVS_OK) return KVS_OK;
-    pg_set_error(st, "%s lent GPU memory: %s", what, err);
+    snprintf(why, why_len, "%s lent GPU memory: %s", what, err);
     return KVS_EIO;
 }
 
-kvs_status pg_region_read(pg_state *st, uint32_t slot, void *dst, const uint8_t *src, uint64_t n) {
-    return region_copy(st, slot, dst, src, n, "reading");
+kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n,
+                          char *why, size_t why_len) {
+    return region_copy(st, unit, dst, src, n, "reading", why, why_len);
 }
 
-kvs_status pg_region_write(pg_state *st, uint32_t slot, uint8_t *dst, const void *src, uint64_t n) {
-    return region_copy(st, slot, dst, src, n, "writing");
+kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n,
+                           char *why, size_t why_len) {
+    return region_copy(st, unit, dst, src, n, "writing", why, why_len);
 }
 
-const void *pg_region_host_view(pg_state *st, uint32_t slot, int buf) {
-    const uint8_t *src = pg_slot_data(st, slot);
+const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf, char *why,
+                                size_t why_len) {
     if (st->region_kind != KVS_LEND_REGION_CUDA) return src;
-    char err[512];
-    if (st->mem->copy(st->region_device, st->evict_buf[buf], src, st->slots[slot].len, err,
-                      sizeof err) == KVS_OK)
+    char err[400];
+    if (st->mem->copy(st->region_device, st->evict_buf[buf], src, len, err, sizeof err) == KVS_OK)
         return st->evict_buf[buf];
-    pg_set_error(st, "reading lent GPU memory to pass an object down: %s", err);
+    snprintf(why, why_len, "reading lent GPU memory to pass an object down: %s", err);
     return NULL;
 }

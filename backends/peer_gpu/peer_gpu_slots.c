@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 
 #include "common/clock.h"
-#include "common/copy.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "lend_wire.h"
@@ -155,7 +154,10 @@ void pg_empty_unit(pg_state *st, uint32_t u, int down) {
     pthread_mutex_unlock(&st->lock);
     for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
         if (!st->slots[s].moving) continue;
-        const void *bytes = pg_region_host_view(st, (uint32_t)s, 1);
+        char why[512];
+        const void *bytes = pg_region_host_view(st, pg_slot_data(st, (uint32_t)s), st->slots[s].len,
+                                                1, why, sizeof why);
+        if (!bytes) pg_set_error(st, "%s", why);
         st->host->on_evict(st->host->ctx, &st->slots[s].key, bytes,
                            bytes ? st->slots[s].len : 0); /* a failed GPU read: gone */
     }
@@ -205,21 +207,6 @@ int pg_begin_copy(pg_state *st, uint32_t s, int reading) {
     return 1;
 }
 
-/* Objects are chunks of KV, far larger than the cache: non-temporal stores, fenced before the
- * copy counts as ended. */
-void pg_copy_bytes(void *dst, const void *src, uint64_t n) {
-    if (n < KVS_COPY_STREAM_MIN) {
-        memcpy(dst, src, n);
-        return;
-    }
-    kvs_copy_streaming(dst, src, n);
-    kvs_copy_fence();
-}
-
-int pg_copy_hook(pg_state *st, uint32_t s) {
-    return st->copy_hook ? st->copy_hook(st->copy_hook_ctx, pg_unit_of(st, s)) : 0;
-}
-
 /* A free slot in a usable unit, or the least recently used unpinned object's after passing it
  * down; PG_NIL when everything is pinned, busy or not ours (lock held). */
 uint32_t pg_take_slot(pg_state *st) {
@@ -235,7 +222,10 @@ uint32_t pg_take_slot(pg_state *st) {
         pg_slot *e = &st->slots[s];
         if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s))) continue;
         if (st->host && st->host->on_evict) {
-            const void *bytes = pg_region_host_view(st, s, 0);
+            char why[512];
+            const void *bytes =
+                pg_region_host_view(st, pg_slot_data(st, s), e->len, 0, why, sizeof why);
+            if (!bytes) pg_set_error(st, "%s", why);
             st->host->on_evict(st->host->ctx, &e->key, bytes, bytes ? e->len : 0);
         }
         pg_unpublish(st, s);
