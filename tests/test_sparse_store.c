@@ -143,7 +143,7 @@ static uint32_t oracle(const kvs_sparse_store *s, uint32_t layer, uint32_t head,
                        uint32_t n_rows, uint32_t sink, uint32_t recent, uint32_t k, uint32_t *out) {
     uint32_t n_keys;
     const float *keys_f = kvs_sparse_store_keys(s, layer, head, &n_keys);
-    double score[CHUNKS * CHUNK];
+    double score[CHUNKS * CHUNK] = {0};
     uint8_t used[CHUNKS * CHUNK] = {0};
     uint32_t end = n_rows > recent ? n_rows - recent : 0, n = 0;
     for (uint32_t r = 0; r < n_rows; r++) {
