@@ -220,6 +220,10 @@ int main(int argc, char **argv) {
             kvs_topk_scores(q, (uint32_t)m, keys + g * n_max * d, d, n, (uint32_t)d, scores);
             uint64_t t0 = bench_now_ns();
             uint32_t ne = kvs_topk_exact(scores, n, sink, recent, k, exact);
+            if (ne == UINT32_MAX) {
+                fprintf(stderr, "kvs-bench-qsac: out of memory\n");
+                return 1;
+            }
             ns_topk += bench_now_ns() - t0;
             double scale = 1.0 / sqrt((double)d);
             /* no reuse */
@@ -234,6 +238,7 @@ int main(int argc, char **argv) {
                 uint32_t *held = prev + g * n_max;
                 uint64_t q0 = bench_now_ns();
                 double sim = 1.0;
+                int labelled = h->valid; /* a step without a label counts as similarity 1 */
                 int hit = kvs_qsac_step(h, q, NULL, &sim);
                 uint32_t fetched = 0;
                 if (!hit) {
@@ -251,7 +256,7 @@ int main(int argc, char **argv) {
                 double err = kvs_qsac_attention_error(scores, n, scale, held, nh, exact, ne);
                 var[v].error_sum += err;
                 if (v == QSAC_ADAPTIVE)
-                    h->tau = kvs_qsac_adapt_observe(&adapt[g], h->tau, hit ? sim : 1.0, err);
+                    h->tau = kvs_qsac_adapt_observe(&adapt[g], h->tau, labelled ? sim : 1.0, err);
             }
             /* the LRU block cache fed the exact top-k's blocks (each block once a step) */
             uint64_t l0 = bench_now_ns();

@@ -34,7 +34,9 @@ kvs_status kvs_sparse_store_create(const kvs_kv_shape *shape, uint32_t dtype, ui
     uint64_t max_rows = (uint64_t)max_chunks * chunk_tokens;
     if (max_rows > UINT32_MAX / 2) return KVS_EINVAL;
     uint64_t head_dim = shape->head_bytes / elem;
-    uint64_t rows_all = (uint64_t)n_layers * shape->n_heads * max_rows;
+    uint64_t planes = (uint64_t)n_layers * shape->n_heads;
+    if (planes > UINT64_MAX / max_rows) return KVS_EINVAL;
+    uint64_t rows_all = planes * max_rows;
     kvs_sparse_store *s = calloc(1, sizeof *s);
     if (!s) return KVS_ENOMEM;
     *s = (kvs_sparse_store){.shape = *shape,
@@ -135,21 +137,26 @@ const float *kvs_sparse_store_keys(const kvs_sparse_store *s, uint32_t layer, ui
     return s->keys + plane(s, layer, head) * s->head_dim;
 }
 
-kvs_status kvs_sparse_store_select(const kvs_sparse_store *s, uint32_t layer, const float *q,
+kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const float *q,
                                    kvs_sparse_head *heads, uint32_t n_rows, uint32_t sink,
                                    uint32_t recent, uint32_t topk, uint8_t *hit,
                                    uint32_t *fetch_rows, uint32_t *fetch_slots, uint32_t *n_fetch) {
     if (layer >= s->n_layers || !q || !heads || !hit || !fetch_rows || !fetch_slots || !n_fetch)
         return KVS_EINVAL;
-    /* rows past what is stored are not candidates */
-    uint32_t rows = n_rows < s->end_rows ? n_rows : s->end_rows;
     const uint32_t d = s->head_dim;
+    /* every head checked before any is stepped: a refusal changes nothing */
+    for (uint32_t g = 0; g < s->shape.n_heads; g++)
+        if (heads[g].qsac.d != d || !heads[g].qsac.m || !heads[g].qsac.label ||
+            !heads[g].slot_rows || !heads[g].slots || heads[g].slots != heads[0].slots)
+            return KVS_EINVAL;
+    /* the pool: [sink, n_rows - recent), and only rows that are stored */
+    uint32_t end = kvs_topk_pool_end(n_rows, recent);
+    if (end > s->end_rows) end = s->end_rows;
     uint64_t q_at = 0;
+    kvs_status rc = KVS_OK;
     for (uint32_t g = 0; g < s->shape.n_heads; g++) {
         kvs_sparse_head *head = &heads[g];
         uint32_t m = head->qsac.m;
-        if (head->qsac.d != d || !m || !head->slot_rows || head->slots != heads[0].slots)
-            return KVS_EINVAL;
         const float *qg = q + q_at;
         q_at += (uint64_t)m * d;
         n_fetch[g] = 0;
@@ -157,19 +164,30 @@ kvs_status kvs_sparse_store_select(const kvs_sparse_store *s, uint32_t layer, co
         if (hit[g]) continue;
         uint32_t n_keys;
         const float *keys = kvs_sparse_store_keys(s, layer, g, &n_keys);
-        kvs_topk_scores(qg, m, keys, d, rows, d, s->scores);
-        for (uint32_t r = 0; r < rows; r++)
+        kvs_topk_scores(qg, m, keys, d, end, d, s->scores);
+        for (uint32_t r = 0; r < end; r++)
             if (!kvs_sparse_store_has_row(s, r)) s->scores[r] = NAN; /* ranks last */
         uint32_t k = topk < head->slots ? topk : head->slots;
-        uint32_t n = kvs_topk_exact(s->scores, rows, sink, recent, k, s->picked);
+        uint32_t n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
         uint32_t kept = 0; /* a chunk never added has no rows to take */
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; n != UINT32_MAX && i < n; i++)
             if (kvs_sparse_store_has_row(s, s->picked[i])) s->picked[kept++] = s->picked[i];
-        uint32_t got = kvs_qsac_delta(head->slot_rows, head->slots, s->picked, kept,
-                                      fetch_rows + (uint64_t)g * head->slots,
-                                      fetch_slots + (uint64_t)g * head->slots);
-        if (got == UINT32_MAX) return KVS_ENOMEM;
+        uint32_t got = n == UINT32_MAX
+                           ? UINT32_MAX
+                           : kvs_qsac_delta(head->slot_rows, head->slots, s->picked, kept,
+                                            fetch_rows + (uint64_t)g * head->slots,
+                                            fetch_slots + (uint64_t)g * head->slots);
+        if (got == UINT32_MAX) {
+            /* out of memory: the head's slots were not changed, but its label was: no hit may
+             * reuse them, and the other heads go on */
+            head->qsac.valid = 0;
+            rc = KVS_ENOMEM;
+            continue;
+        }
         n_fetch[g] = got;
+        /* a short selection (a pool of fewer than k stored rows) is not reused: the next step
+         * selects again, as the pool grows */
+        if (kept < k) head->qsac.valid = 0;
     }
-    return KVS_OK;
+    return rc;
 }

@@ -63,15 +63,17 @@ typedef struct kvs_sparse_head {
 } kvs_sparse_head;
 
 /* A layer's step for every KV head: q holds n_heads * m query heads (m = head->qsac.m) of head_dim
- * floats, grouped by KV head. A head whose QSAC step hits fetches nothing (hit[h] = 1). A miss
- * takes the exact top-k of its group's scores (kvs_topk_scores) over the rows stored in
- * [sink, n_rows - recent) (k = min(topk, slots)) and lists the rows its cache lacks in
- * fetch_rows/fetch_slots (every head has the same slots; room for that many per head, head h's
- * at h * slots); n_fetch[h] says how many.
- * The slot tables are updated as if the fetches succeeded (the caller checks each row and clears
- * a slot whose row fails). n_rows: the context rows this step attends over. KVS_ENOMEM, or
- * KVS_EINVAL for bad arguments. */
-kvs_status kvs_sparse_store_select(const kvs_sparse_store *s, uint32_t layer, const float *q,
+ * floats, grouped by KV head. Every head is checked first (KVS_EINVAL, nothing changed). A head
+ * whose QSAC step hits fetches nothing (hit[h] = 1). A miss takes the exact top-k of its group's
+ * scores (kvs_topk_scores), k = min(topk, slots), over the pool: rows [sink, n_rows - recent) that
+ * are stored (n_rows: the context this step attends over, which may run past the stored rows).
+ * It lists the rows its cache lacks in fetch_rows/fetch_slots (every head has the same slots;
+ * room for that many per head, head h's at h * slots); n_fetch[h] says how many. The slot tables
+ * are updated as if the fetches succeeded (the caller checks each row and clears a slot whose row
+ * fails). A selection shorter than k leaves the head's label invalid, so the next step selects
+ * again. KVS_ENOMEM when a head's selection ran out of memory: that head fetched nothing and its
+ * label is invalid; the other heads' results stand. Uses the store's scratch: one thread. */
+kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const float *q,
                                    kvs_sparse_head *heads, uint32_t n_rows, uint32_t sink,
                                    uint32_t recent, uint32_t topk, uint8_t *hit,
                                    uint32_t *fetch_rows, uint32_t *fetch_slots, uint32_t *n_fetch);

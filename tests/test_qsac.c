@@ -25,6 +25,10 @@ START_TEST(thresholds_follow_eq_3_to_5) {
     ck_assert_double_eq_tol(kvs_qsac_threshold(0.95, 0.8, 3), 0.5405, 1e-4);
     ck_assert_double_eq_tol(kvs_qsac_threshold(0.5, 0.8, 2), -0.811, 1e-3);
     ck_assert_double_eq_tol(kvs_qsac_threshold(0.8, 0.8, 2), 0.028, 1e-3);
+    /* p <= 0 is taken as 1: tau(0) stays -1 */
+    ck_assert_double_eq_tol(kvs_qsac_threshold(0.0, 0.8, 0), -1.0, 1e-12);
+    ck_assert_double_eq_tol(kvs_qsac_threshold(0.5, 0.8, -2), kvs_qsac_threshold(0.5, 0.8, 1),
+                            1e-12);
     /* out of range importance is clamped */
     ck_assert_double_eq_tol(kvs_qsac_threshold(1.5, 0.8, 3), 0.8, 1e-12);
     ck_assert_double_eq_tol(kvs_qsac_threshold(-2, 0.8, 3), -1.0, 1e-12);
@@ -221,6 +225,13 @@ START_TEST(a_delta_fetch_brings_only_the_missing_rows) {
             if (!fetched) ck_assert_uint_eq(slots[s], old[s]);
         }
         ck_assert_uint_eq(held, n_want);
+        /* the fetched rows took the lowest slots not kept, in order */
+        uint32_t next = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            while (next < cap && old[next] != KVS_QSAC_EMPTY && picked[old[next]]) next++;
+            ck_assert_uint_eq(fs[i], next);
+            next++;
+        }
     }
     uint32_t slots[2] = {1, 2}, ft[3], fs[3];
     const uint32_t twice[2] = {4, 4}, three[3] = {1, 2, 3};
@@ -260,6 +271,16 @@ START_TEST(the_attention_error_is_the_mass_the_cached_rows_miss) {
     double want = 1 - (exp(1.0) + exp(0.0)) / (exp(1.5) + exp(1.5));
     ck_assert_double_eq_tol(e, want, 1e-9);
     ck_assert_double_eq(kvs_qsac_attention_error(scores, 5, 1.0, exact, 2, other, 2), 0);
+    /* a score far above every counted row (a sink row) does not flush both masses to 0 */
+    const float sunk[5] = {1e4f, 3, 2, 0, 3};
+    e = kvs_qsac_attention_error(sunk, 5, 0.125, other, 2, exact, 2);
+    want = 1 - (exp(2 * 0.125) + exp(0.0)) / (2 * exp(3 * 0.125));
+    ck_assert_double_eq_tol(e, want, 1e-9);
+    /* no softmax to weigh by, or no number: the worst */
+    ck_assert_double_eq(kvs_qsac_attention_error(scores, 5, 0.0, other, 2, exact, 2), 1.0);
+    ck_assert_double_eq(kvs_qsac_attention_error(scores, 5, NAN, other, 2, exact, 2), 1.0);
+    const float with_nan[5] = {1, NAN, 2, 0, 3};
+    ck_assert_double_eq(kvs_qsac_attention_error(with_nan, 5, 1.0, other, 2, exact, 2), 1.0);
 }
 END_TEST
 

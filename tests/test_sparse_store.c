@@ -253,14 +253,75 @@ START_TEST(a_layer_step_selects_the_top_k_reuses_on_a_hit_and_fetches_only_what_
         for (uint32_t i = 0; i < n[g]; i++)
             ck_assert(kvs_sparse_store_has_row(s, brows2[g * BIG + i]));
     }
-    /* bad arguments */
+    /* bad arguments: refused before any head is stepped */
+    float labels_before[HEADS][M * DIM];
+    memcpy(labels_before, labels, sizeof labels);
+    uint64_t misses0 = heads[0].qsac.misses, hits0 = heads[0].qsac.hits;
+    for (uint32_t i = 0; i < M * DIM; i++) q[i] = -q[i]; /* head 0 would miss */
     heads[1].slots = SLOTS - 1;
     ck_assert_int_eq(
         kvs_sparse_store_select(s, 1, q, heads, n_rows, sink, recent, topk, hit, rows, slots, n),
         KVS_EINVAL);
+    ck_assert_mem_eq(labels, labels_before, sizeof labels);
+    ck_assert(heads[0].qsac.misses == misses0 && heads[0].qsac.hits == hits0);
     ck_assert_int_eq(kvs_sparse_store_select(s, LAYERS, q, heads, n_rows, sink, recent, topk, hit,
                                              rows, slots, n),
                      KVS_EINVAL);
+    for (uint32_t c = 0; c < CHUNKS; c++) free(obj[c]);
+    kvs_sparse_store_destroy(s);
+}
+END_TEST
+
+/* The context runs past the stored rows (decode has added rows not stored yet): the pool still
+ * ends at the last stored row, not `recent` rows before it; an empty pool selects nothing and is
+ * never reused; a selection short of the budget is made again the next step. */
+START_TEST(the_pool_is_the_stored_rows_before_the_recent_window) {
+    uint8_t *obj[CHUNKS];
+    kvs_sparse_store *s = store_with(CHUNKS, obj); /* every chunk */
+    enum { SLOTS = CHUNKS * CHUNK };
+    static float labels[HEADS][M * DIM];
+    static uint32_t slot_rows[HEADS][SLOTS], rows[HEADS * SLOTS], slots[HEADS * SLOTS];
+    kvs_sparse_head heads[HEADS];
+    for (uint32_t g = 0; g < HEADS; g++) {
+        heads[g] = (kvs_sparse_head){.qsac = {.label = labels[g], .m = M, .d = DIM, .tau = 0.5},
+                                     .slot_rows = slot_rows[g],
+                                     .slots = SLOTS};
+        for (uint32_t i = 0; i < SLOTS; i++) slot_rows[g][i] = KVS_QSAC_EMPTY;
+    }
+    float q[HEADS * M * DIM];
+    for (uint32_t i = 0; i < HEADS * M * DIM; i++) q[i] = rnd_float();
+    uint8_t hit[HEADS];
+    uint32_t n[HEADS];
+    const uint32_t stored = CHUNKS * CHUNK, sink = 3, recent = 8;
+    /* 20 rows decoded past the stored ones: the pool is [3, 64), all of it taken */
+    ck_assert_int_eq(kvs_sparse_store_select(s, 0, q, heads, stored + 20, sink, recent, SLOTS, hit,
+                                             rows, slots, n),
+                     KVS_OK);
+    for (uint32_t g = 0; g < HEADS; g++) {
+        ck_assert_uint_eq(n[g], stored - sink);
+        ck_assert(heads[g].qsac.valid == 0); /* short of the budget: selected again next step */
+    }
+    ck_assert_int_eq(kvs_sparse_store_select(s, 0, q, heads, stored + 20, sink, recent, SLOTS, hit,
+                                             rows, slots, n),
+                     KVS_OK);
+    ck_assert(hit[0] == 0 && hit[1] == 0 && n[0] == 0 && n[1] == 0); /* nothing new to fetch */
+    /* a budget of 10 is met: those rows are cached already, and the next step reuses them */
+    ck_assert_int_eq(
+        kvs_sparse_store_select(s, 0, q, heads, stored, sink, recent, 10, hit, rows, slots, n),
+        KVS_OK);
+    ck_assert(n[0] == 0 && heads[0].qsac.valid == 1);
+    ck_assert_int_eq(
+        kvs_sparse_store_select(s, 0, q, heads, stored, sink, recent, 10, hit, rows, slots, n),
+        KVS_OK);
+    ck_assert(hit[0] == 1 && hit[1] == 1);
+    /* an empty pool: nothing selected, never a hit on it */
+    for (uint32_t g = 0; g < HEADS; g++) heads[g].qsac.valid = 0;
+    for (int step = 0; step < 2; step++) {
+        ck_assert_int_eq(kvs_sparse_store_select(s, 0, q, heads, 8, 4, 4, 10, hit, rows, slots, n),
+                         KVS_OK);
+        ck_assert(hit[0] == 0 && hit[1] == 0 && n[0] == 0 && n[1] == 0);
+    }
+    for (uint32_t g = 0; g < HEADS; g++) ck_assert_uint_eq(heads[g].slot_rows[0], KVS_QSAC_EMPTY);
     for (uint32_t c = 0; c < CHUNKS; c++) free(obj[c]);
     kvs_sparse_store_destroy(s);
 }
@@ -274,6 +335,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_damaged_object_is_refused_whole);
     tcase_add_test(tc,
                    a_layer_step_selects_the_top_k_reuses_on_a_hit_and_fetches_only_what_is_missing);
+    tcase_add_test(tc, the_pool_is_the_stored_rows_before_the_recent_window);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -16,9 +16,9 @@ static double clamp(double x, double lo, double hi) {
 }
 
 double kvs_qsac_threshold(double importance, double eta, double p) {
-    double s = clamp(importance, 0.0, 1.0);
+    double s = importance == importance ? clamp(importance, 0.0, 1.0) : 0.0;
     double theta_star = acos(clamp(eta, -1.0, 1.0));
-    double lambda = pow(s, p);
+    double lambda = pow(s, p > 0 ? p : 1.0); /* p <= 0 or NaN: taken as 1 */
     return cos(lambda * theta_star + (1.0 - lambda) * M_PI);
 }
 
@@ -174,8 +174,8 @@ out:
 /* ---- adaptive threshold --------------------------------------------------------------------- */
 
 double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double sim, double error) {
-    adapt->error_sum += clamp(error, 0.0, 1.0);
-    adapt->sim_sum += clamp(sim, -1.0, 1.0);
+    adapt->error_sum += error == error ? clamp(error, 0.0, 1.0) : 1.0; /* NaN: the worst */
+    adapt->sim_sum += sim == sim ? clamp(sim, -1.0, 1.0) : 1.0;
     if (++adapt->n < adapt->window) return tau;
     double mean = adapt->error_sum / adapt->n, mean_sim = adapt->sim_sum / adapt->n;
     adapt->n = 0;
@@ -198,16 +198,23 @@ double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double sim, dou
 double kvs_qsac_attention_error(const float *scores, uint32_t n, double scale,
                                 const uint32_t *cached, uint32_t n_cached, const uint32_t *exact,
                                 uint32_t n_exact) {
-    if (n == 0) return 0.0;
+    if (n == 0 || n_exact == 0) return 0.0;
+    if (!(scale > 0)) return 1.0; /* no softmax to weigh by: the worst */
+    /* softmax weights share one denominator, and the ratio of masses is the same whatever is
+     * subtracted: subtract the largest score of the rows counted, so neither mass underflows */
     double top = -INFINITY;
-    for (uint32_t t = 0; t < n; t++)
-        if (scores[t] > top) top = scores[t];
-    /* softmax weights share one denominator: the ratio of masses needs only the numerators */
+    for (uint32_t i = 0; i < n_cached; i++)
+        if (cached[i] < n && scores[cached[i]] > top) top = scores[cached[i]];
+    for (uint32_t i = 0; i < n_exact; i++)
+        if (exact[i] < n && scores[exact[i]] > top) top = scores[exact[i]];
+    if (!(top > -INFINITY)) return 1.0;
     double mass_cached = 0, mass_exact = 0;
     for (uint32_t i = 0; i < n_cached; i++)
         if (cached[i] < n) mass_cached += exp((scores[cached[i]] - top) * scale);
     for (uint32_t i = 0; i < n_exact; i++)
         if (exact[i] < n) mass_exact += exp((scores[exact[i]] - top) * scale);
+    if (mass_exact != mass_exact || mass_cached != mass_cached) return 1.0; /* a NaN score */
     if (!(mass_exact > 0)) return 0.0;
-    return clamp(1.0 - mass_cached / mass_exact, 0.0, 1.0);
+    double e = 1.0 - mass_cached / mass_exact;
+    return e == e ? clamp(e, 0.0, 1.0) : 1.0;
 }

@@ -27,8 +27,8 @@ typedef struct kvs_qsac_params {
 void kvs_qsac_defaults(kvs_qsac_params *params);
 
 /* Eq. 3-5: theta* = arccos(eta), lambda = s^p, theta = lambda theta* + (1 - lambda) pi, tau =
- * cos(theta). importance is clamped to [0, 1] and eta to [-1, 1]: tau(1) = eta, tau(0) = -1, and
- * tau never decreases with importance. */
+ * cos(theta). importance is clamped to [0, 1] (NaN: 0), eta to [-1, 1], and p must be > 0 (other
+ * values are taken as 1): tau(1) = eta, tau(0) = -1, and tau never decreases with importance. */
 double kvs_qsac_threshold(double importance, double eta, double p);
 
 /* Cosine similarity of two d-vectors in double precision; 0 when either is all zeros. */
@@ -36,10 +36,12 @@ double kvs_qsac_cosine(const float *a, const float *b, uint32_t d);
 
 /* Eq. 2: the KV head's similarity from its m query heads' similarities, the weighted harmonic mean
  * sum(w) / sum(w / sim) over the heads with a positive weight (all weights <= 0 or NULL: equal
- * weights). The harmonic mean is not defined once a similarity is <= 0; there it is the smallest
- * similarity among the weighted heads, which is where the mean tends as that similarity falls to 0
- * (so the value is continuous and never above any weighted head's), and it stays conservative:
- * the group reuses only when every weighted head would. m 0: -1. */
+ * weights); it lies between the smallest and the largest of them, nearer the smallest. The mean
+ * is not defined once a similarity is <= 0; there the value is the smallest weighted similarity,
+ * where the mean tends as that similarity falls to 0, so the value is continuous. (The notes force
+ * a miss there instead; but tau is below 0 for heads of low importance, which should go on
+ * reusing, and the smallest similarity still makes such a group miss whenever tau is above it.)
+ * m 0: -1. */
 double kvs_qsac_aggregate(const double *sims, const double *weights, uint32_t m);
 
 /* Reuse difficulty D = tau - (mean_sim - epsilon): how far the head's mean adjacent-step similarity
@@ -109,8 +111,10 @@ typedef struct kvs_qsac_adapt {
 double kvs_qsac_adapt_observe(kvs_qsac_adapt *adapt, double tau, double sim, double error);
 
 /* The attention error of reusing `cached` instead of the exact selection `exact`: 1 - mass(cached)
- * / mass(exact) over softmax weights of scores (n tokens, scaled by `scale`), clamped to [0, 1];
- * 0 when mass(exact) is 0. Tokens are indices into scores. */
+ * / mass(exact) over softmax weights of scores (n tokens, scaled by `scale` > 0), in [0, 1]; 0
+ * when there is no exact selection, 1 for a scale that is not > 0 or a result that is not a
+ * number. Tokens are indices into scores. For a GQA group, scores of one query head measure that
+ * head's error; the group's summed scores (kvs_topk_scores) give an approximation. */
 double kvs_qsac_attention_error(const float *scores, uint32_t n, double scale,
                                 const uint32_t *cached, uint32_t n_cached, const uint32_t *exact,
                                 uint32_t n_exact);

@@ -48,7 +48,7 @@ uint32_t kvs_topk_exact(const float *scores, uint32_t n, uint32_t sink, uint32_t
     uint32_t end = kvs_topk_pool_end(n, recent);
     if (sink >= end || k == 0) return 0;
     ranked *r = rank(scores, sink, end);
-    if (!r) return 0;
+    if (!r) return UINT32_MAX;
     uint32_t taken = end - sink < k ? end - sink : k;
     for (uint32_t i = 0; i < taken; i++) out[i] = r[i].index;
     free(r);
@@ -63,7 +63,7 @@ uint32_t kvs_topk_medoids(const kvs_topk_index *index, const float *medoid_score
     uint32_t end = kvs_topk_pool_end(n, recent);
     if (sink >= end || k == 0 || index->n_clusters == 0) return 0;
     ranked *r = rank(medoid_scores, 0, index->n_clusters);
-    if (!r) return 0;
+    if (!r) return UINT32_MAX;
     uint32_t got = 0;
     for (uint32_t c = 0; c < index->n_clusters && got < k; c++) {
         uint32_t id = r[c].index;

@@ -26,7 +26,8 @@ static inline uint32_t kvs_topk_pool_end(uint32_t n, uint32_t recent) {
 }
 
 /* Exact top-k: the k rows of the pool with the highest scores (ties: the lower row), written to
- * out in ascending row order; returns how many (min(k, pool size)). A NaN score ranks lowest. */
+ * out in ascending row order; returns how many (min(k, pool size)), or UINT32_MAX when out of
+ * memory. A NaN score ranks lowest. */
 uint32_t kvs_topk_exact(const float *scores, uint32_t n, uint32_t sink, uint32_t recent, uint32_t k,
                         uint32_t *out);
 
@@ -42,7 +43,7 @@ typedef struct kvs_topk_index {
  * the lower cluster) are taken whole while the distinct pool rows taken are fewer than k; rows
  * outside the pool (sink, recent, >= n) are not counted and not returned. Writes the distinct pool
  * rows taken, ascending, to out (room for n rows) and the clusters taken to *n_taken; returns the
- * rows. seen is caller scratch of n bytes, zeroed on return. */
+ * rows, or UINT32_MAX when out of memory. seen is caller scratch of n bytes, zeroed on return. */
 uint32_t kvs_topk_medoids(const kvs_topk_index *index, const float *medoid_scores, uint32_t n,
                           uint32_t sink, uint32_t recent, uint32_t k, uint8_t *seen, uint32_t *out,
                           uint32_t *n_taken);
