@@ -245,10 +245,22 @@ START_TEST(a_reclaim_moves_objects_down_and_the_units_stay_untouched) {
     ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
     ck_assert_uint_eq(n, 2 * PER);
     expect_check_ok(&r);
-    /* lent again: usable again */
+    /* lent again: usable again, and their free slots are taken before anything is evicted */
     kvs_test_lender_say(&r.lender, "lend 2");
     ck_assert(kvs_test_lender_expect(&r.lender, "accepted", 2, 5000));
     ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    int evicted = r.log.n;
+    for (uint32_t i = 0; i < 2 * PER; i++) ck_assert_int_eq(put_object(&r, 500 + i), KVS_OK);
+    ck_assert_int_eq(r.log.n, evicted);
+    ck_assert_int_eq(ops->usage(r.tier, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, UNITS * PER);
+    /* full: one put evicts exactly one object; a removed one's slot is taken without evicting */
+    ck_assert_int_eq(put_object(&r, 600), KVS_OK);
+    ck_assert_int_eq(r.log.n, evicted + 1);
+    kvs_key k = seed_key(500);
+    ck_assert_int_eq(ops->remove(r.tier, &k), KVS_OK);
+    ck_assert_int_eq(put_object(&r, 601), KVS_OK);
+    ck_assert_int_eq(r.log.n, evicted + 1);
     rig_down(&r);
 }
 END_TEST

@@ -49,6 +49,7 @@ static void pg_destroy(void *state) {
     pthread_mutex_destroy(&st->lock);
     free(st->slots);
     free(st->buckets);
+    free(st->free_stack);
     free(st);
 }
 
@@ -112,6 +113,7 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
         pg_region_unload(st);
         free(st->slots);
         free(st->buckets);
+        free(st->free_stack);
         pthread_cond_destroy(&st->changed);
         pthread_mutex_destroy(&st->lock);
         free(st);

@@ -31,6 +31,7 @@ typedef struct pg_slot {
     uint32_t prev, next; /* LRU of stored slots, most recent first */
     uint8_t state;       /* pg_slot_state */
     uint8_t moving;      /* a reclaim is passing its bytes down the chain (pg_empty_unit) */
+    uint8_t in_free;     /* on the free stack */
 } pg_slot;
 
 typedef struct pg_options {
@@ -63,7 +64,10 @@ typedef struct pg_state {
     uint32_t *buckets;
     uint32_t n_buckets; /* a power of two */
     uint32_t lru_head, lru_tail;
-    uint32_t cursor; /* where the search for a free slot goes on */
+    /* free slots of usable units, the next one on top; an entry whose slot was taken or whose unit
+     * went away meanwhile is dropped when it comes up (pg_take_slot) */
+    uint32_t *free_stack;
+    uint32_t n_free;
     uint64_t in_flight;
     kvs_peer_gpu_stats stats;
 
@@ -97,6 +101,8 @@ void pg_lru_push_head(pg_state *st, uint32_t slot);
 void pg_publish(pg_state *st, uint32_t slot);
 void pg_unpublish(pg_state *st, uint32_t slot);
 void pg_free_slot(pg_state *st, uint32_t slot);
+/* A unit became usable (an offer accepted): its free slots go on the free stack, lowest on top. */
+void pg_unit_lent(pg_state *st, uint32_t unit);
 /* 1 while a pin holds (an expired one is cleared). */
 int pg_pinned(pg_slot *e, uint64_t now_ns);
 /* Start a copy on a slot: counted in flight on its unit; 0 when the unit is no longer usable. */

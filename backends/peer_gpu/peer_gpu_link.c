@@ -33,22 +33,27 @@ static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *regi
     while (n_buckets < 2 * n_slots && n_buckets < (1u << 30)) n_buckets <<= 1;
     pg_slot *slots = calloc(n_slots, sizeof *slots);
     uint32_t *buckets = malloc(n_buckets * sizeof *buckets);
-    if (!slots || !buckets || kvs_borrower_init(&st->borrower, m->n_units) != KVS_OK) {
+    uint32_t *free_stack = malloc((n_slots + 1) * sizeof *free_stack);
+    if (!slots || !buckets || !free_stack ||
+        kvs_borrower_init(&st->borrower, m->n_units) != KVS_OK) {
         free(slots);
         free(buckets);
+        free(free_stack);
         return KVS_ENOMEM;
     }
     for (uint32_t b = 0; b < n_buckets; b++) buckets[b] = PG_NIL;
     for (uint64_t s = 0; s < n_slots; s++) slots[s].prev = slots[s].next = slots[s].hnext = PG_NIL;
     free(st->slots);
     free(st->buckets);
+    free(st->free_stack);
     st->slots = slots;
     st->buckets = buckets;
+    st->free_stack = free_stack;
+    st->n_free = 0; /* no unit is lent yet */
     st->n_buckets = n_buckets;
     st->n_slots = (uint32_t)n_slots;
     st->slots_per_unit = per;
     st->lru_head = st->lru_tail = PG_NIL;
-    st->cursor = 0;
     st->region = region;
     st->region_kind = m->region_kind;
     st->region_device = device;
@@ -184,10 +189,12 @@ static const char *on_message(pg_state *st, const kvs_lend_msg *m) {
                 kvs_borrower_lender_died(&st->borrower);
                 return "it reads none of the tier's answers";
             }
-            if (rc == KVS_OK)
+            if (rc == KVS_OK) {
                 st->stats.accepted++;
-            else
+                pg_unit_lent(st, m->unit);
+            } else {
                 st->stats.declined++;
+            }
             return NULL;
         }
         case KVS_LEND_RECLAIM:

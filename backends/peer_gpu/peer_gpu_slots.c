@@ -96,12 +96,26 @@ void pg_publish(pg_state *st, uint32_t s) {
     st->stats.objects++;
 }
 
+static void push_free(pg_state *st, uint32_t s) {
+    if (st->slots[s].in_free) return;
+    st->slots[s].in_free = 1;
+    st->free_stack[st->n_free++] = s; /* each slot at most once: n_free <= n_slots */
+}
+
 void pg_free_slot(pg_state *st, uint32_t s) {
     pg_slot *e = &st->slots[s];
     e->state = PG_FREE;
     e->len = 0;
     e->pins = 0;
     e->pin_deadline_ns = 0;
+    if (pg_unit_usable(st, pg_unit_of(st, s))) push_free(st, s);
+}
+
+void pg_unit_lent(pg_state *st, uint32_t u) {
+    for (uint32_t k = st->slots_per_unit; k-- > 0;) {
+        uint32_t s = u * st->slots_per_unit + k;
+        if (st->slots[s].state == PG_FREE) push_free(st, s);
+    }
 }
 
 /* Take a stored slot out of the index and the LRU; freed now, or doomed while copies run. */
@@ -210,12 +224,11 @@ int pg_begin_copy(pg_state *st, uint32_t s, int reading) {
 /* A free slot in a usable unit, or the least recently used unpinned object's after passing it
  * down; PG_NIL when everything is pinned, busy or not ours (lock held). */
 uint32_t pg_take_slot(pg_state *st) {
-    for (uint32_t i = 0; i < st->n_slots; i++) {
-        uint32_t s = (st->cursor + i) % st->n_slots;
-        if (st->slots[s].state == PG_FREE && pg_unit_usable(st, pg_unit_of(st, s))) {
-            st->cursor = (s + 1) % st->n_slots;
-            return s;
-        }
+    while (st->n_free) {
+        uint32_t s = st->free_stack[--st->n_free];
+        st->slots[s].in_free = 0;
+        if (st->slots[s].state == PG_FREE && pg_unit_usable(st, pg_unit_of(st, s))) return s;
+        /* taken since, or its unit went back: dropped (a unit lent again pushes it anew) */
     }
     uint64_t now = kvs_now_ns();
     for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
