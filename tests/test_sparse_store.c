@@ -167,6 +167,19 @@ static uint32_t oracle(const kvs_sparse_store *s, uint32_t layer, uint32_t head,
     return n;
 }
 
+/* HEADS empty head caches of `slots` rows with threshold tau, and random queries for them. */
+static void init_heads(kvs_sparse_head *heads, float *labels, uint32_t *slot_rows, uint32_t slots,
+                       double tau, float *q) {
+    for (uint32_t g = 0; g < HEADS; g++) {
+        heads[g] =
+            (kvs_sparse_head){.qsac = {.label = labels + g * M * DIM, .m = M, .d = DIM, .tau = tau},
+                              .slot_rows = slot_rows + (uint64_t)g * slots,
+                              .slots = slots};
+        for (uint32_t i = 0; i < slots; i++) heads[g].slot_rows[i] = KVS_QSAC_EMPTY;
+    }
+    for (uint32_t i = 0; i < HEADS * M * DIM; i++) q[i] = rnd_float();
+}
+
 START_TEST(a_layer_step_selects_the_top_k_reuses_on_a_hit_and_fetches_only_what_is_missing) {
     uint8_t *obj[CHUNKS];
     kvs_sparse_store *s = store_with(1, obj); /* chunk 1 missing: never selected */
@@ -174,14 +187,8 @@ START_TEST(a_layer_step_selects_the_top_k_reuses_on_a_hit_and_fetches_only_what_
     float labels[HEADS][M * DIM];
     uint32_t slot_rows[HEADS][SLOTS];
     kvs_sparse_head heads[HEADS];
-    for (uint32_t g = 0; g < HEADS; g++) {
-        heads[g] = (kvs_sparse_head){.qsac = {.label = labels[g], .m = M, .d = DIM, .tau = 0.9},
-                                     .slot_rows = slot_rows[g],
-                                     .slots = SLOTS};
-        for (uint32_t i = 0; i < SLOTS; i++) slot_rows[g][i] = KVS_QSAC_EMPTY;
-    }
     float q[HEADS * M * DIM];
-    for (uint32_t i = 0; i < HEADS * M * DIM; i++) q[i] = rnd_float();
+    init_heads(heads, &labels[0][0], &slot_rows[0][0], SLOTS, 0.9, q);
     uint8_t hit[HEADS];
     uint32_t rows[HEADS * SLOTS], slots[HEADS * SLOTS], n[HEADS];
     const uint32_t n_rows = CHUNKS * CHUNK, sink = 2, recent = 5, topk = 10;
@@ -282,14 +289,8 @@ START_TEST(the_pool_is_the_stored_rows_before_the_recent_window) {
     static float labels[HEADS][M * DIM];
     static uint32_t slot_rows[HEADS][SLOTS], rows[HEADS * SLOTS], slots[HEADS * SLOTS];
     kvs_sparse_head heads[HEADS];
-    for (uint32_t g = 0; g < HEADS; g++) {
-        heads[g] = (kvs_sparse_head){.qsac = {.label = labels[g], .m = M, .d = DIM, .tau = 0.5},
-                                     .slot_rows = slot_rows[g],
-                                     .slots = SLOTS};
-        for (uint32_t i = 0; i < SLOTS; i++) slot_rows[g][i] = KVS_QSAC_EMPTY;
-    }
     float q[HEADS * M * DIM];
-    for (uint32_t i = 0; i < HEADS * M * DIM; i++) q[i] = rnd_float();
+    init_heads(heads, &labels[0][0], &slot_rows[0][0], SLOTS, 0.5, q);
     uint8_t hit[HEADS];
     uint32_t n[HEADS];
     const uint32_t stored = CHUNKS * CHUNK, sink = 3, recent = 8;
