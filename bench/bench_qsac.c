@@ -20,7 +20,14 @@
  * mass of the exact top-k). Then the CPU time of managing the cache per step: QSAC's lookup and
  * delta against an LRU block cache (RetroInfer-style, 8-token blocks holding 30% of the context,
  * fed the exact top-k's blocks), both timed over the same steps; the exact top-k selection QSAC
- * skips on a hit is timed beside. */
+ * skips on a hit is timed beside.
+ *
+ * Last, the approximate selection with no oracle: Swarm's medoid index. Each head's exact top-k
+ * of the first --profile-steps steps is its co-activation profile; its rows are clustered
+ * (kvs_swarm_cluster_build, Jaccard distance, radius 0.5) and each later step takes whole clusters
+ * in descending medoid score (kvs_topk_medoids) instead of scoring every key. Reported against
+ * the exact top-k of the same steps: recall, attention error, rows read per row selected, and the
+ * keys scored (the medoids) per key an exact selection scores. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +36,8 @@
 #include "bench_common.h"
 #include "schedulers/qsac/qsac.h"
 #include "schedulers/qsac/topk.h"
+#include "schedulers/swarm/swarm_cluster.h"
+#include "schedulers/swarm/swarm_graph.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -111,7 +120,8 @@ static void lru_touch(lru *c, uint32_t b) {
 }
 
 int main(int argc, char **argv) {
-    uint64_t n0 = 8192, steps = 256, G = 8, m = 4, d = 64, permille = 100, seed = 1, noise = 100;
+    uint64_t n0 = 8192, steps = 256, G = 8, m = 4, d = 64, permille = 100, seed = 1, noise = 100,
+             profile_steps = 32;
     const uint32_t sink = 4, recent = 64;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -134,6 +144,8 @@ int main(int argc, char **argv) {
             d &= ~1ull;
         } else if (!strcmp(a, "--topk-ratio")) {
             permille = bench_parse_u64(a, v, 1, 1000);
+        } else if (!strcmp(a, "--profile-steps")) {
+            profile_steps = bench_parse_u64(a, v, 1, 1u << 16);
         } else if (!strcmp(a, "--noise")) {
             noise = bench_parse_u64(a, v, 0, 100000);
         } else if (!strcmp(a, "--seed")) {
@@ -205,6 +217,17 @@ int main(int argc, char **argv) {
         memset(c->slot_of, 0xff, n_blocks * sizeof *c->slot_of);
     }
     uint64_t ns_qsac = 0, ns_lru = 0, ns_topk = 0, lru_lookups = 0;
+    /* the medoid index: a profile per head, then its clusters */
+    kvs_swarm_profile *profiles[64] = {0};
+    kvs_topk_index indexes[64] = {{0}};
+    for (uint64_t g = 0; g < G; g++)
+        if (kvs_swarm_profile_create((uint32_t)n_max, 0, &profiles[g]) != KVS_OK) return 1;
+    float *mscores = malloc(n_max * sizeof *mscores);
+    uint32_t *msel = malloc(n_max * sizeof *msel);
+    uint8_t *mseen = calloc(n_max, 1);
+    if (!mscores || !msel || !mseen) return 1;
+    double med_recall = 0, med_error = 0, med_read = 0, med_keys = 0;
+    uint64_t med_steps = 0, n_clusters_sum = 0;
     uint8_t *blocks_seen = calloc(n_blocks, 1);
     for (uint64_t t = 0; t < steps; t++) {
         uint32_t n = (uint32_t)(n0 + t); /* the context this step attends over */
@@ -258,6 +281,47 @@ int main(int argc, char **argv) {
                 if (v == QSAC_ADAPTIVE)
                     h->tau = kvs_qsac_adapt_observe(&adapt[g], h->tau, labelled ? sim : 1.0, err);
             }
+            /* the medoid index: profiled on the first steps' exact selections, then used */
+            if (t < profile_steps) {
+                if (kvs_swarm_profile_add_step(profiles[g], exact, ne) != KVS_OK) return 1;
+                if (t + 1 == profile_steps || t + 1 == steps) {
+                    kvs_swarm_cluster_params cp;
+                    kvs_swarm_cluster_defaults(&cp);
+                    kvs_swarm_graph *graph = NULL;
+                    kvs_swarm_clusters *clusters = NULL;
+                    if (kvs_swarm_graph_build(profiles[g], KVS_SWARM_METRIC_JACCARD, 1.0, 1,
+                                              &graph) != KVS_OK ||
+                        kvs_swarm_clusters_create((uint32_t)n_max, &clusters) != KVS_OK ||
+                        kvs_swarm_cluster_build(graph, &cp, clusters) != KVS_OK ||
+                        kvs_topk_index_from_clusters(clusters, &indexes[g]) != KVS_OK)
+                        return 1;
+                    n_clusters_sum += clusters->n_clusters;
+                    kvs_swarm_clusters_destroy(clusters);
+                    kvs_swarm_graph_destroy(graph);
+                }
+            } else {
+                kvs_topk_index *ix = &indexes[g];
+                for (uint32_t c = 0; c < ix->n_clusters; c++)
+                    mscores[c] = scores[ix->rows[ix->offsets[c]]];
+                uint32_t taken = 0;
+                uint32_t ns =
+                    kvs_topk_medoids(ix, mscores, n, sink, recent, ne, mseen, msel, &taken);
+                if (ns == UINT32_MAX) return 1;
+                uint32_t both = 0;
+                for (uint32_t i = 0, j = 0; i < ns && j < ne;) { /* both ascending */
+                    if (msel[i] == exact[j])
+                        both++, i++, j++;
+                    else if (msel[i] < exact[j])
+                        i++;
+                    else
+                        j++;
+                }
+                med_recall += ne ? (double)both / ne : 1.0;
+                med_error += kvs_qsac_attention_error(scores, n, scale, msel, ns, exact, ne);
+                med_read += ne ? (double)ns / ne : 0.0;
+                med_keys += (double)ix->n_clusters / (double)(n - recent - sink);
+                med_steps++;
+            }
             /* the LRU block cache fed the exact top-k's blocks (each block once a step) */
             uint64_t l0 = bench_now_ns();
             for (uint32_t i = 0; i < ne; i++) {
@@ -303,5 +367,23 @@ int main(int argc, char **argv) {
         "ns (%.0f block lookups), ratio %.3f; exact top-k selection %.0f ns, skipped on a hit\n",
         lookups / (double)steps, per_qsac, per_lru, (double)lru_lookups / (double)steps,
         per_qsac / per_lru, (double)ns_topk / (double)steps);
+    if (med_steps) {
+        double recall = med_recall / (double)med_steps, err = med_error / (double)med_steps;
+        double read = med_read / (double)med_steps, scored = med_keys / (double)med_steps;
+        double clusters = (double)n_clusters_sum / (double)G;
+        printf("{\"bench\":\"qsac_medoids\",\"ratio\":%.4f,\"reference\":\"exact top-k\","
+               "\"recall\":%.4f,\"attention_error\":%.4f,\"rows_read_per_row_selected\":%.3f,"
+               "\"keys_scored_per_key\":%.4f,\"profile_steps\":%llu,\"clusters_per_head\":%.0f}\n",
+               recall, recall, err, read, scored, (unsigned long long)profile_steps, clusters);
+        printf(
+            "medoid index (profiled on %llu steps, %.0f clusters a head): recall %.3f of the exact "
+            "top-k, attention error %.4f, %.2f rows read per row selected, %.3f of the keys "
+            "scored\n",
+            (unsigned long long)profile_steps, clusters, recall, err, read, scored);
+    }
+    for (uint64_t g = 0; g < G; g++) {
+        kvs_swarm_profile_destroy(profiles[g]);
+        kvs_topk_index_free(&indexes[g]);
+    }
     return 0;
 }

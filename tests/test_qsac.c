@@ -407,6 +407,38 @@ START_TEST(medoids_find_the_exact_top_k_of_clustered_keys) {
 }
 END_TEST
 
+/* Swarm's clusters as a medoid index: members in order, medoid first, replicas kept. */
+START_TEST(clusters_become_a_medoid_index) {
+    kvs_swarm_clusters *c;
+    ck_assert_int_eq(kvs_swarm_clusters_create(10, &c), KVS_OK);
+    const uint32_t members[3][4] = {{4, 1, 7, 0}, {2, 9, 0, 0}, {5, 7, 3, 8}};
+    const uint32_t sizes[3] = {3, 2, 4};
+    for (uint32_t k = 0; k < 3; k++) {
+        uint32_t at;
+        ck_assert_int_eq(kvs_swarm_clusters_add(c, &at), KVS_OK);
+        for (uint32_t i = 0; i < sizes[k]; i++)
+            ck_assert_int_eq(kvs_swarm_clusters_add_member(c, at, members[k][i]), KVS_OK);
+    }
+    kvs_topk_index ix;
+    ck_assert_int_eq(kvs_topk_index_from_clusters(c, &ix), KVS_OK);
+    ck_assert_uint_eq(ix.n_clusters, 3);
+    const uint32_t want_offsets[4] = {0, 3, 5, 9}, want_rows[9] = {4, 1, 7, 2, 9, 5, 7, 3, 8};
+    for (uint32_t k = 0; k < 4; k++) ck_assert_uint_eq(ix.offsets[k], want_offsets[k]);
+    for (uint32_t i = 0; i < 9; i++) ck_assert_uint_eq(ix.rows[i], want_rows[i]);
+    /* cluster 2's medoid scores highest: it is taken whole, row 7 once */
+    const float mscores[3] = {1, 0, 5};
+    uint8_t seen[10] = {0};
+    uint32_t out[10], taken;
+    ck_assert_uint_eq(kvs_topk_medoids(&ix, mscores, 10, 0, 0, 5, seen, out, &taken), 6);
+    ck_assert_uint_eq(taken, 2);
+    const uint32_t want_sel[6] = {1, 3, 4, 5, 7, 8};
+    for (uint32_t i = 0; i < 6; i++) ck_assert_uint_eq(out[i], want_sel[i]);
+    kvs_topk_index_free(&ix);
+    ck_assert_ptr_null(ix.rows);
+    kvs_swarm_clusters_destroy(c);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("qsac");
     TCase *tc = tcase_create("qsac");
@@ -420,6 +452,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, exact_top_k_matches_a_brute_force_selection);
     tcase_add_test(tc, medoid_selection_matches_a_brute_force_expansion);
     tcase_add_test(tc, medoids_find_the_exact_top_k_of_clustered_keys);
+    tcase_add_test(tc, clusters_become_a_medoid_index);
     suite_add_tcase(s, tc);
     return s;
 }

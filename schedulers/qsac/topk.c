@@ -80,3 +80,32 @@ uint32_t kvs_topk_medoids(const kvs_topk_index *index, const float *medoid_score
     qsort(out, got, sizeof *out, ascending);
     return got;
 }
+
+kvs_status kvs_topk_index_from_clusters(const kvs_swarm_clusters *clusters, kvs_topk_index *out) {
+    *out = (kvs_topk_index){0};
+    uint64_t total = 0;
+    for (uint32_t c = 0; c < clusters->n_clusters; c++) total += clusters->items[c].n_members;
+    if (total > UINT32_MAX) return KVS_EINVAL;
+    uint32_t *offsets = malloc(((size_t)clusters->n_clusters + 1) * sizeof *offsets);
+    uint32_t *rows = malloc((total + 1) * sizeof *rows);
+    if (!offsets || !rows) {
+        free(offsets);
+        free(rows);
+        return KVS_ENOMEM;
+    }
+    uint32_t at = 0;
+    for (uint32_t c = 0; c < clusters->n_clusters; c++) {
+        offsets[c] = at;
+        for (uint32_t i = 0; i < clusters->items[c].n_members; i++)
+            rows[at++] = clusters->items[c].members[i];
+    }
+    offsets[clusters->n_clusters] = at;
+    *out = (kvs_topk_index){.n_clusters = clusters->n_clusters, .offsets = offsets, .rows = rows};
+    return KVS_OK;
+}
+
+void kvs_topk_index_free(kvs_topk_index *index) {
+    free((void *)index->offsets);
+    free((void *)index->rows);
+    *index = (kvs_topk_index){0};
+}

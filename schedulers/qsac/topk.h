@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "schedulers/swarm/swarm_cluster.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,6 +48,12 @@ typedef struct kvs_topk_index {
 uint32_t kvs_topk_medoids(const kvs_topk_index *index, const float *medoid_scores, uint32_t n,
                           uint32_t sink, uint32_t recent, uint32_t k, uint8_t *seen, uint32_t *out,
                           uint32_t *n_taken);
+
+/* The index of a layer's Swarm clusters (kvs_swarm_cluster_build over the co-activation of the
+ * rows a decode trace selected): cluster c's rows are its members, medoid first. The arrays are
+ * allocated here and freed by kvs_topk_index_free. KVS_ENOMEM. */
+kvs_status kvs_topk_index_from_clusters(const kvs_swarm_clusters *clusters, kvs_topk_index *out);
+void kvs_topk_index_free(kvs_topk_index *index);
 
 #ifdef __cplusplus
 }
