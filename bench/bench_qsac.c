@@ -40,14 +40,16 @@
 #include "schedulers/swarm/swarm_graph.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kvs-bench-qsac [--context N] [--steps N] [--kv-heads N] [--group N]\n"
-            "                      [--head-dim N] [--topk-ratio PERMILLE] [--noise PERCENT]\n"
-            "                      [--seed N]\n"
-            "  QSAC on a synthetic RoPE decode trace against caches without query reuse\n"
-            "  (docs/sparse.md). Defaults: 8192 rows, 256 steps, 8 KV heads of 4 query heads,\n"
-            "  head_dim 64, top-k 100 per mille, sink 4, recent 64, eta 0.8, p 3; --noise scales\n"
-            "  every head's query noise (100: sigma from 0.25 to 1.5 of the mean's scale).\n");
+    fprintf(
+        f,
+        "usage: kvs-bench-qsac [--context N] [--steps N] [--kv-heads N] [--group N]\n"
+        "                      [--head-dim N] [--topk-ratio PERMILLE] [--noise PERCENT]\n"
+        "                      [--profile-steps N] [--seed N]\n"
+        "  QSAC on a synthetic RoPE decode trace against caches without query reuse\n"
+        "  (docs/sparse.md). Defaults: 8192 rows, 256 steps, 8 KV heads of 4 query heads,\n"
+        "  head_dim 64, top-k 100 per mille, sink 4, recent 64, eta 0.8, p 3; --noise scales\n"
+        "  every head's query noise (100: sigma from 0.25 to 1.5 of the mean's scale);\n"
+        "  --profile-steps: the steps whose selections the medoid index is clustered on (32).\n");
 }
 
 static uint64_t rng;
