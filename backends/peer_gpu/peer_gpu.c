@@ -236,9 +236,7 @@ static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset,
     const uint8_t *src = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
     uint64_t n = offset >= olen ? 0 : (olen - offset < len ? olen - offset : len);
-    char why[512];
-    kvs_status rc = pg_region_read(st, pg_unit_of(st, s), dst, src + offset, n, why, sizeof why);
-    if (rc != KVS_OK) pg_set_error(st, "%s", why);
+    kvs_status rc = pg_region_read(st, pg_unit_of(st, s), dst, src + offset, n);
     pthread_mutex_lock(&st->lock);
     if (rc != KVS_OK) st->stats.failed_copies++;
     pg_end_copy(st, s, 1);
@@ -289,9 +287,7 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
     e->len = len;
     uint8_t *dst = pg_slot_data(st, s);
     pthread_mutex_unlock(&st->lock);
-    char why[512];
-    kvs_status copied = pg_region_write(st, pg_unit_of(st, s), dst, object, len, why, sizeof why);
-    if (copied != KVS_OK) pg_set_error(st, "%s", why);
+    kvs_status copied = pg_region_write(st, pg_unit_of(st, s), dst, object, len);
     pthread_mutex_lock(&st->lock);
     int taken_back = !pg_unit_usable(st, pg_unit_of(st, s));
     if (copied != KVS_OK) {
@@ -342,9 +338,7 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
     }
     uint8_t *dst = pg_slot_data(st, s) + offset;
     pthread_mutex_unlock(&st->lock);
-    char why[512];
-    kvs_status rc = pg_region_write(st, pg_unit_of(st, s), dst, src, len, why, sizeof why);
-    if (rc != KVS_OK) pg_set_error(st, "%s", why);
+    kvs_status rc = pg_region_write(st, pg_unit_of(st, s), dst, src, len);
     pthread_mutex_lock(&st->lock);
     if (rc != KVS_OK) {
         /* part of the range may be written: the object is no longer what was stored, so it goes

@@ -83,6 +83,8 @@ typedef struct pg_state {
     pthread_t link;
 } pg_state;
 
+/* peer_gpu_region.c, the tier's lowest unit: its last error (st->error, written without the lock
+ * as in the other tiers) and a line to the host's log. */
 void pg_set_error(pg_state *st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void pg_log(pg_state *st, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -132,15 +134,12 @@ void pg_region_close(pg_state *st, uint8_t *base, uint64_t bytes, uint32_t kind,
 void pg_region_unload(pg_state *st);
 /* Copies out of and into bytes of the region in `unit`, no lock held (the test hook first; a host
  * region's copy uses non-temporal stores past KVS_COPY_STREAM_MIN, fenced), done when they
- * return: KVS_OK, or KVS_EIO for a failed copy with the reason in why. */
-kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n,
-                          char *why, size_t why_len);
-kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n,
-                           char *why, size_t why_len);
+ * return: KVS_OK, or KVS_EIO for a failed copy (st->error says why). */
+kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n);
+kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n);
 /* len bytes of the region at src as host bytes to pass down the chain: src itself (a host
- * region), or (CUDA) a copy in evict_buf[buf]; NULL with the reason in why when that copy failed. */
-const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf, char *why,
-                                size_t why_len);
+ * region), or (CUDA) a copy in evict_buf[buf]; NULL when that copy failed (st->error says why). */
+const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf);
 
 /* peer_gpu_link.c */
 /* First connection attempt (create), then the link thread. */

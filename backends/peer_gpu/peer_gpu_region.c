@@ -4,10 +4,12 @@
  * module, kernels/device.h). The tier's copies go through pg_region_read and pg_region_write: a
  * memcpy into or out of the mapping, or a device copy (cudaMemcpyDefault) that returns when done,
  * so a copy counted in flight (pg_begin_copy) has ended, on the GPU too, when its count drops.
+ * The tier's lowest unit: its error and log helpers live here too.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,22 @@
 #include "common/log.h"
 #include "kernels/device.h"
 #include "peer_gpu_internal.h"
+
+void pg_set_error(pg_state *st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    kvs_vfmt_tier(st->error, sizeof st->error, "peer_gpu", st->tier_name, fmt, ap);
+    va_end(ap);
+}
+
+void pg_log(pg_state *st, int level, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
+}
 
 /* A sealed memfd of at least region_bytes, mapped shared. */
 static kvs_status open_memfd(const kvs_lend_msg *m, int fd, uint8_t **base, char *why,
@@ -187,9 +205,9 @@ static void copy_bytes(void *dst, const void *src, uint64_t n) {
 
 /* One copy: a memcpy for a host region, a device copy for a CUDA one; the test hook first. */
 static kvs_status region_copy(pg_state *st, uint32_t unit, void *dst, const void *src, uint64_t n,
-                              const char *what, char *why, size_t why_len) {
+                              const char *what) {
     if (st->copy_hook && st->copy_hook(st->copy_hook_ctx, unit)) {
-        snprintf(why, why_len, "%s lent memory: the copy failed (the test's copy hook)", what);
+        pg_set_error(st, "%s lent memory: the copy failed (the test's copy hook)", what);
         return KVS_EIO;
     }
     if (!n) return KVS_OK;
@@ -199,26 +217,23 @@ static kvs_status region_copy(pg_state *st, uint32_t unit, void *dst, const void
     }
     char err[400];
     if (st->mem->copy(st->region_device, dst, src, n, err, sizeof err) == KVS_OK) return KVS_OK;
-    snprintf(why, why_len, "%s lent GPU memory: %s", what, err);
+    pg_set_error(st, "%s lent GPU memory: %s", what, err);
     return KVS_EIO;
 }
 
-kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n,
-                          char *why, size_t why_len) {
-    return region_copy(st, unit, dst, src, n, "reading", why, why_len);
+kvs_status pg_region_read(pg_state *st, uint32_t unit, void *dst, const uint8_t *src, uint64_t n) {
+    return region_copy(st, unit, dst, src, n, "reading");
 }
 
-kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n,
-                           char *why, size_t why_len) {
-    return region_copy(st, unit, dst, src, n, "writing", why, why_len);
+kvs_status pg_region_write(pg_state *st, uint32_t unit, uint8_t *dst, const void *src, uint64_t n) {
+    return region_copy(st, unit, dst, src, n, "writing");
 }
 
-const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf, char *why,
-                                size_t why_len) {
+const void *pg_region_host_view(pg_state *st, const uint8_t *src, uint64_t len, int buf) {
     if (st->region_kind != KVS_LEND_REGION_CUDA) return src;
     char err[400];
     if (st->mem->copy(st->region_device, st->evict_buf[buf], src, len, err, sizeof err) == KVS_OK)
         return st->evict_buf[buf];
-    snprintf(why, why_len, "reading lent GPU memory to pass an object down: %s", err);
+    pg_set_error(st, "reading lent GPU memory to pass an object down: %s", err);
     return NULL;
 }

@@ -4,7 +4,6 @@
  * unit (lending.h), so a reclaim waits for it. The operations are peer_gpu.c's, the link to the
  * lender peer_gpu_link.c's; both use these, with the tier's lock held unless a function says.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,22 +16,6 @@
 #include "peer_gpu_internal.h"
 
 /* ---- small helpers ------------------------------------------------------------------------- */
-
-void pg_set_error(pg_state *st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    kvs_vfmt_tier(st->error, sizeof st->error, "peer_gpu", st->tier_name, fmt, ap);
-    va_end(ap);
-}
-
-void pg_log(pg_state *st, int level, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (st->host && st->host->log) st->host->log(st->host->ctx, level, msg);
-}
 
 uint32_t pg_unit_of(const pg_state *st, uint32_t slot) {
     return slot / st->slots_per_unit;
@@ -168,10 +151,8 @@ void pg_empty_unit(pg_state *st, uint32_t u, int down) {
     pthread_mutex_unlock(&st->lock);
     for (uint64_t s = first; s < first + st->slots_per_unit; s++) {
         if (!st->slots[s].moving) continue;
-        char why[512];
-        const void *bytes = pg_region_host_view(st, pg_slot_data(st, (uint32_t)s), st->slots[s].len,
-                                                1, why, sizeof why);
-        if (!bytes) pg_set_error(st, "%s", why);
+        const void *bytes =
+            pg_region_host_view(st, pg_slot_data(st, (uint32_t)s), st->slots[s].len, 1);
         st->host->on_evict(st->host->ctx, &st->slots[s].key, bytes,
                            bytes ? st->slots[s].len : 0); /* a failed GPU read: gone */
     }
@@ -235,10 +216,7 @@ uint32_t pg_take_slot(pg_state *st) {
         pg_slot *e = &st->slots[s];
         if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s))) continue;
         if (st->host && st->host->on_evict) {
-            char why[512];
-            const void *bytes =
-                pg_region_host_view(st, pg_slot_data(st, s), e->len, 0, why, sizeof why);
-            if (!bytes) pg_set_error(st, "%s", why);
+            const void *bytes = pg_region_host_view(st, pg_slot_data(st, s), e->len, 0);
             st->host->on_evict(st->host->ctx, &e->key, bytes, bytes ? e->len : 0);
         }
         pg_unpublish(st, s);
