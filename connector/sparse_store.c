@@ -164,9 +164,14 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
         if (hit[g]) continue;
         uint32_t n_keys;
         const float *keys = kvs_sparse_store_keys(s, layer, g, &n_keys);
-        kvs_topk_scores(qg, m, keys, d, end, d, s->scores);
-        for (uint32_t r = 0; r < end; r++)
-            if (!kvs_sparse_store_has_row(s, r)) s->scores[r] = NAN; /* ranks last */
+        /* chunk by chunk: a stored one is scored, a missing one ranks last (NaN) unscored */
+        for (uint32_t first = 0; first < end; first += s->chunk_tokens) {
+            uint32_t rows = end - first < s->chunk_tokens ? end - first : s->chunk_tokens;
+            if (s->present[first / s->chunk_tokens])
+                kvs_topk_scores(qg, m, keys + (uint64_t)first * d, d, rows, d, s->scores + first);
+            else
+                for (uint32_t r = first; r < first + rows; r++) s->scores[r] = NAN;
+        }
         uint32_t k = topk < head->slots ? topk : head->slots;
         uint32_t n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
         uint32_t kept = 0; /* a chunk never added has no rows to take */

@@ -130,7 +130,7 @@ static uint32_t find_token(const tok_at *sorted, uint32_t n, uint32_t token) {
 uint32_t kvs_qsac_delta(uint32_t *slot_token, uint32_t cap, const uint32_t *want, uint32_t n_want,
                         uint32_t *fetch_tokens, uint32_t *fetch_slots) {
     if (n_want > cap || (!want && n_want) || (!slot_token && cap)) return UINT32_MAX;
-    tok_at *w = malloc(((size_t)n_want + cap + 1) * sizeof *w);
+    tok_at *w = malloc(((size_t)n_want + 1) * sizeof *w);
     uint8_t *keep = calloc((size_t)cap + 1, 1), *have = calloc((size_t)n_want + 1, 1);
     uint32_t n_fetch = UINT32_MAX;
     if (!w || !keep || !have) goto out;

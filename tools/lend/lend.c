@@ -2,9 +2,10 @@
  * lend.c - kvstrata-lend: the lender of the peer_gpu tier (docs/peer_gpu.md). It owns a region of
  * --units units of --unit-size bytes (a sealed memfd, or with --device cuda:N memory of that GPU
  * exported with CUDA IPC), serves one borrower at a time on a Unix SOCK_SEQPACKET socket, and lends
- * and takes units back under the two-step protocol (backends/peer_gpu/lending.h). What it lends is driven by commands, one a line on standard input,
- * or by its own demand through SwiftCache's Alg. 1 (`demand`); every event is a line on standard
- * output, so a script or a test can follow it.
+ * and takes units back under the two-step protocol (backends/peer_gpu/lending.h). What it lends is
+ * driven by commands, one a line on standard input, or by its own demand through SwiftCache's
+ * Alg. 1 (`demand`); every event is a line on standard output, so a script or a test can follow
+ * it.
  *
  * A borrower whose connection is lost keeps what it held (quarantined) until its process is known to
  * be gone: the lender watches it with a pidfd (the peer's pid from SO_PEERCRED). A unit that comes
