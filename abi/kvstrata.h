@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 8
+#define KVS_ABI_MINOR 9
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -278,6 +278,70 @@ typedef struct kvs_stats {
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */
 #define KVS_STATS_SIZE_1_2 208u /* up to and including tier_chunks_loaded */
 
+/* sparse decode (ABI 1.9, docs/sparse.md) -------------------------------------------------------- */
+
+/* The engine's head cache: for every layer and KV head, `slots` rows of K and of V the connector
+ * fills with the rows each decode step selects (LiteCache's query-similarity head cache). Row r of
+ * the context is position r of the request. Host memory only in 1.9. */
+typedef struct kvs_sparse_cache {
+    uint32_t struct_size; /* sizeof(kvs_sparse_cache) */
+    uint32_t slots;       /* rows per (layer, KV head) */
+    void *k; /* [n_layers][n_kv_heads][slots][head bytes]: K of the rows in the slots, as stored */
+    void *v; /* the same for V */
+    uint32_t *slot_rows; /* [n_layers][n_kv_heads][slots]: the context row each slot holds, or
+                          * UINT32_MAX for none. Written by the connector only; begin sets every
+                          * entry to UINT32_MAX */
+    uint8_t *hit; /* [n_layers][n_kv_heads]: 1 when the head's last step reused its rows (moved
+                   * nothing), 0 when it selected again */
+} kvs_sparse_cache;
+
+#define KVS_SPARSE_CACHE_SIZE_1_9 40u
+
+/* How a request's sparse decode selects. Zero fields take the defaults. */
+typedef struct kvs_sparse_params {
+    uint32_t struct_size; /* sizeof(kvs_sparse_params) */
+    uint32_t topk;        /* rows selected per KV head and step (<= slots; 0: slots) */
+    uint32_t sink;        /* leading rows the engine attends itself (never selected) */
+    uint32_t recent;      /* trailing rows the engine attends itself (never selected) */
+    uint32_t q_per_kv;    /* query heads a KV head serves (GQA group); 0: 1 */
+    float eta;            /* QSAC: a head of importance 1 reuses while its similarity > eta (0.8) */
+    float p;              /* QSAC: lambda = importance^p (3) */
+    uint32_t reserved;
+    const float *importance; /* [n_layers][n_kv_heads] in [0, 1], copied; NULL: all 1 */
+    uint64_t max_tokens;     /* the longest the request's context gets (sizes the connector's
+                              * copy of its keys); 0: n_tokens of the first sparse_begin */
+} kvs_sparse_params;
+
+#define KVS_SPARSE_PARAMS_SIZE_1_9 48u
+
+/* sparse_select flags */
+#define KVS_SPARSE_FINAL       0u /* the layer's real query */
+#define KVS_SPARSE_SPECULATIVE 1u /* an approximate query issued early (e.g. for layer i + 1 while
+                                   * layer i computes); a later FINAL call corrects it */
+
+/* Counters of a request's sparse decode (sparse_stats). Head steps count one per KV head. */
+typedef struct kvs_sparse_stats {
+    uint32_t struct_size;
+    uint32_t reserved;
+    uint64_t stored_tokens;   /* the context rows the connector selects from */
+    uint64_t chunks_refused;  /* chunks whose object failed its check at begin: never selected */
+    uint64_t steps;           /* sparse_select calls run */
+    uint64_t head_hits;       /* head steps that reused the cached rows */
+    uint64_t head_misses;     /* head steps that selected again */
+    uint64_t rows_fetched;    /* rows read from the tiers into the head cache */
+    uint64_t bytes_fetched;   /* their K and V bytes */
+    uint64_t rows_failed;     /* rows a tier could not read or that failed their row hash (their
+                               * slots hold UINT32_MAX) */
+    uint64_t spec_steps;      /* SPECULATIVE calls run */
+    uint64_t spec_corrected;  /* head steps of a FINAL call that selected again after a
+                               * SPECULATIVE one of the same layer (the speculation was wrong) */
+    uint64_t spec_kept;       /* head steps of such FINAL calls that kept the speculative rows */
+    uint64_t select_ns;       /* time scoring and selecting */
+    uint64_t fetch_ns;        /* time reading rows */
+} kvs_sparse_stats;
+
+#define KVS_SPARSE_STATS_SIZE_1_9 112u
+
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {
     uint32_t abi_major;
@@ -435,6 +499,42 @@ typedef struct kvs_api {
     /* The reverse: layer `layer` of the buffer pages into stream blocks blocks[0..n). */
     kvs_status (*lsc_store)(kvs_handle *h, uint32_t layer, const uint32_t *blocks,
                             const uint32_t *pages, uint32_t n);
+
+    /* --- 1.9: sparse decode (docs/sparse.md) --- */
+
+    /* Decode req_id attending, per KV head, to a selected set of its context rows instead of all
+     * of them. The rows come from the chunks of `tokens` the tiers hold: the stored prefix, read
+     * once here and checked whole, pinned until sparse_end; *stored_tokens (may be NULL) gets its
+     * length. The connector keeps each row's key (for selection) and a hash of its K and V bytes
+     * (each row read later is checked against it). `cache` and `params` are copied; the memory
+     * cache points to is borrowed until sparse_end. Calling it again for a request already begun
+     * takes the chunks of tokens it has not taken yet (decode completed and saved more): cache
+     * and params are then ignored and may be NULL. Worker role after register_kv; host device
+     * only (KVS_ENOTSUP elsewhere), not MLA. */
+    kvs_status (*sparse_begin)(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                               uint64_t n_tokens, const kvs_sparse_cache *cache,
+                               const kvs_sparse_params *params, uint64_t *stored_tokens);
+    /* The step of layer `layer` for a query at context row n_rows - 1: q holds n_kv_heads *
+     * q_per_kv query heads of head_dim floats (post-RoPE, any scale), grouped by KV head. For each
+     * KV head, QSAC decides: a hit reuses the head's rows (hit = 1, nothing moves); a miss selects
+     * the exact top-k of the group's scores q.k over the pool, rows [sink, min(n_rows - recent,
+     * stored_tokens)), and reads only the rows the head's slots lack. The engine attends to the
+     * selected rows (slot_rows) and to every row outside the pool itself: [0, sink) and
+     * [pool end, n_rows). The call only enqueues when every tier may be read from another thread
+     * (the work runs on the request's own thread); the layer's slots, slot_rows and hit flags are
+     * the connector's until sparse_wait for the layer returns. flags: KVS_SPARSE_FINAL or
+     * KVS_SPARSE_SPECULATIVE. A FINAL call after a SPECULATIVE one for the same layer decides
+     * against the speculative query: a head whose real query is close to it keeps its rows, any
+     * other selects again and reads the difference (spec_kept, spec_corrected). */
+    kvs_status (*sparse_select)(kvs_handle *h, const char *req_id, uint32_t layer, const float *q,
+                                uint64_t n_rows, uint32_t flags);
+    /* Return when every sparse_select of layer `layer` so far has landed. A row that could not be
+     * read, or failed its hash, is not in the slots (rows_failed); the call still returns KVS_OK. */
+    kvs_status (*sparse_wait)(kvs_handle *h, const char *req_id, uint32_t layer);
+    /* The request's counters (out->struct_size set by the caller). */
+    kvs_status (*sparse_stats)(kvs_handle *h, const char *req_id, kvs_sparse_stats *out);
+    /* Wait for the request's selections, unpin its chunks and forget it. */
+    kvs_status (*sparse_end)(kvs_handle *h, const char *req_id);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

@@ -15,6 +15,7 @@
 #include "object.h"
 #include "restore.h"
 #include "scheduler.h"
+#include "sparse.h"
 #include "worker.h"
 #include "worker_async.h"
 #include "worker_device.h"
@@ -346,6 +347,35 @@ static kvs_status api_lsc_store(kvs_handle *h, uint32_t layer, const uint32_t *b
     return kvs_lsc_store(h, layer, blocks, pages, n);
 }
 
+static kvs_status api_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                                   uint64_t n_tokens, const kvs_sparse_cache *cache,
+                                   const kvs_sparse_params *params, uint64_t *stored_tokens) {
+    ENTER(h);
+    return kvs_sparse_begin(h, req_id, tokens, n_tokens, cache, params, stored_tokens);
+}
+
+static kvs_status api_sparse_select(kvs_handle *h, const char *req_id, uint32_t layer,
+                                    const float *q, uint64_t n_rows, uint32_t flags) {
+    ENTER(h);
+    return kvs_sparse_select(h, req_id, layer, q, n_rows, flags);
+}
+
+static kvs_status api_sparse_wait(kvs_handle *h, const char *req_id, uint32_t layer) {
+    ENTER(h);
+    if (layer == UINT32_MAX) return kvs_set_error(h, KVS_EINVAL, "sparse_wait: layer UINT32_MAX");
+    return kvs_sparse_wait(h, req_id, layer);
+}
+
+static kvs_status api_sparse_stats(kvs_handle *h, const char *req_id, kvs_sparse_stats *out) {
+    ENTER(h);
+    return kvs_sparse_get_stats(h, req_id, out);
+}
+
+static kvs_status api_sparse_end(kvs_handle *h, const char *req_id) {
+    ENTER(h);
+    return kvs_sparse_end(h, req_id);
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -382,6 +412,11 @@ static const kvs_api api_v1 = {
     .lsc_reserve = api_lsc_reserve,
     .lsc_fetch = api_lsc_fetch,
     .lsc_store = api_lsc_store,
+    .sparse_begin = api_sparse_begin,
+    .sparse_select = api_sparse_select,
+    .sparse_wait = api_sparse_wait,
+    .sparse_stats = api_sparse_stats,
+    .sparse_end = api_sparse_end,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

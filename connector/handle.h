@@ -176,6 +176,7 @@ struct kvs_handle {
     kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
     kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
     struct kvs_lsc *lsc;     /* the layer stream cache (lsc.c); NULL until lsc_reserve */
+    struct kvs_sparse_req *sparse; /* requests in sparse decode (sparse.c), a list */
 
     /* both */
     pthread_mutex_t event_lock;

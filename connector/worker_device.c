@@ -13,6 +13,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "lsc.h"
+#include "sparse.h"
 #include "worker.h"
 #include "worker_async.h"
 
@@ -88,7 +89,8 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
 
 /* Everything register_kv made, in reverse; the device first waits for its copies. */
 static void close_device(kvs_handle *h) {
-    kvs_lsc_close(h); /* its stream blocks are in the old geometry */
+    kvs_lsc_close(h);    /* its stream blocks are in the old geometry */
+    kvs_sparse_close(h); /* its head caches too */
     if (h->dev && h->dev_state) h->dev->close(h->dev_state);
     kvs_hashpool_destroy(h->hashpool);
     if (h->dev_module) dlclose(h->dev_module);

@@ -160,7 +160,46 @@ AT(kvs_api, load_dropped, 200, 8); /* 1.7 */
 AT(kvs_api, lsc_reserve, 208, 8);  /* 1.8 */
 AT(kvs_api, lsc_fetch, 216, 8);
 AT(kvs_api, lsc_store, 224, 8);
-SIZE(kvs_api, 232);
+AT(kvs_api, sparse_begin, 232, 8); /* 1.9 */
+AT(kvs_api, sparse_select, 240, 8);
+AT(kvs_api, sparse_wait, 248, 8);
+AT(kvs_api, sparse_stats, 256, 8);
+AT(kvs_api, sparse_end, 264, 8);
+SIZE(kvs_api, 272);
+
+AT(kvs_sparse_cache, struct_size, 0, 4); /* 1.9 */
+AT(kvs_sparse_cache, slots, 4, 4);
+AT(kvs_sparse_cache, k, 8, 8);
+AT(kvs_sparse_cache, v, 16, 8);
+AT(kvs_sparse_cache, slot_rows, 24, 8);
+AT(kvs_sparse_cache, hit, 32, 8);
+SIZE(kvs_sparse_cache, KVS_SPARSE_CACHE_SIZE_1_9);
+AT(kvs_sparse_params, struct_size, 0, 4);
+AT(kvs_sparse_params, topk, 4, 4);
+AT(kvs_sparse_params, sink, 8, 4);
+AT(kvs_sparse_params, recent, 12, 4);
+AT(kvs_sparse_params, q_per_kv, 16, 4);
+AT(kvs_sparse_params, eta, 20, 4);
+AT(kvs_sparse_params, p, 24, 4);
+AT(kvs_sparse_params, reserved, 28, 4);
+AT(kvs_sparse_params, importance, 32, 8);
+AT(kvs_sparse_params, max_tokens, 40, 8);
+SIZE(kvs_sparse_params, KVS_SPARSE_PARAMS_SIZE_1_9);
+AT(kvs_sparse_stats, struct_size, 0, 4);
+AT(kvs_sparse_stats, stored_tokens, 8, 8);
+AT(kvs_sparse_stats, chunks_refused, 16, 8);
+AT(kvs_sparse_stats, steps, 24, 8);
+AT(kvs_sparse_stats, head_hits, 32, 8);
+AT(kvs_sparse_stats, head_misses, 40, 8);
+AT(kvs_sparse_stats, rows_fetched, 48, 8);
+AT(kvs_sparse_stats, bytes_fetched, 56, 8);
+AT(kvs_sparse_stats, rows_failed, 64, 8);
+AT(kvs_sparse_stats, spec_steps, 72, 8);
+AT(kvs_sparse_stats, spec_corrected, 80, 8);
+AT(kvs_sparse_stats, spec_kept, 88, 8);
+AT(kvs_sparse_stats, select_ns, 96, 8);
+AT(kvs_sparse_stats, fetch_ns, 104, 8);
+SIZE(kvs_sparse_stats, KVS_SPARSE_STATS_SIZE_1_9);
 
 SIZE(kvs_key, 16);
 AT(kvs_backend_option, key, 0, 8);

@@ -1,0 +1,484 @@
+/* sparse.c - the sparse decode hooks (sparse.h, docs/sparse.md).
+ *
+ * A request begun holds: its chunk keys and the tier each chunk was found in (pinned there until
+ * the end), the rows of the chunks taken (sparse_store.h: keys as floats, a hash per row), and per
+ * layer and KV head a QSAC state whose label lives here and whose slot table is the engine's
+ * (cache.slot_rows). A step (a job) runs kvs_sparse_store_select for its layer, then reads each row
+ * the head cache lacks from the chunk's tier (a reference into a zero-copy tier, get_range, or the
+ * whole object), checks it against its row hash and writes it into the slot.
+ *
+ * Jobs run on the request's own thread when every tier may be read from another thread, in the
+ * order they were submitted; sparse_wait waits for the layer's. Otherwise they run in the caller's
+ * thread and sparse_wait has nothing to wait for. The lock guards the queue and the counters; a
+ * job's work touches only its own layer's state, and the engine leaves that alone until it waits. */
+#include "sparse.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/abi_struct.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "guard.h"
+#include "handle.h"
+#include "keys.h"
+#include "sparse_store.h"
+#include "tiers.h"
+
+#define SP_PIN_MS (365ull * 24 * 3600 * 1000) /* until sparse_end */
+
+typedef struct sp_job {
+    uint32_t layer, flags;
+    uint64_t n_rows;
+    float *q; /* the request's q_floats, its own copy */
+} sp_job;
+
+typedef struct kvs_sparse_req {
+    char id[KVS_REQ_ID_MAX];
+    struct kvs_sparse_req *next;
+    kvs_sparse_cache cache;
+    kvs_sparse_params params;
+    uint32_t n_layers, n_heads, m, d, slots, topk;
+    uint64_t head_bytes, q_floats;
+    uint32_t max_chunks, n_chunks; /* chunks looked at so far (taken or refused) */
+    kvs_key *keys;                 /* [max_chunks] */
+    int32_t *tier_of;              /* [max_chunks]: the tier holding the chunk; -1 not taken */
+    uint8_t *pinned;               /* [max_chunks] */
+    kvs_sparse_store *store;
+    kvs_sparse_head *heads; /* [n_layers][n_heads] */
+    float *labels;          /* [n_layers][n_heads][m * d] */
+    uint8_t *spec_pending;  /* [n_layers]: the last job of the layer was SPECULATIVE */
+    uint32_t *fetch_rows, *fetch_slots, *n_fetch; /* a job's scratch */
+    uint8_t *object;                              /* one chunk object: begin's, and reads */
+    uint32_t object_chunk;                        /* the chunk `object` holds (UINT32_MAX: none) */
+    kvs_handle *h;
+    /* the thread and its queue */
+    int threaded, stop;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    sp_job *ring;
+    uint32_t ring_cap, ring_head, ring_count;
+    uint64_t *submitted, *done; /* [n_layers] */
+    kvs_sparse_stats stats;
+} kvs_sparse_req;
+
+static kvs_sparse_req *find(kvs_handle *h, const char *id) {
+    for (kvs_sparse_req *r = h->sparse; r; r = r->next)
+        if (strcmp(r->id, id) == 0) return r;
+    return NULL;
+}
+
+/* ---- reading rows --------------------------------------------------------------------------- */
+
+/* Row `row`'s K and V of (layer, head) into k and v: KVS_OK only with bytes that match the row's
+ * hash. */
+static kvs_status read_row(kvs_sparse_req *r, uint32_t layer, uint32_t head, uint32_t row,
+                           uint8_t *k, uint8_t *v) {
+    kvs_tier_chain *chain = r->h->tiers;
+    uint32_t chunk = row / r->h->chunk_tokens;
+    if (chunk >= r->n_chunks || r->tier_of[chunk] < 0) return KVS_ENOTFOUND;
+    uint32_t tier = (uint32_t)r->tier_of[chunk];
+    const kvs_key *key = &r->keys[chunk];
+    uint64_t ko, vo, hb = r->head_bytes;
+    kvs_sparse_row_offsets(r->store, layer, head, row, &ko, &vo);
+    kvs_status st;
+    if (r->pinned[chunk] && kvs_tiers_zero_copy(chain, tier)) {
+        const void *obj = NULL;
+        uint64_t len = 0;
+        st = kvs_tiers_get_ref(chain, tier, key, &obj, &len);
+        if (st == KVS_OK && (len < ko + hb || len < vo + hb)) st = KVS_ECORRUPT;
+        if (st == KVS_OK) {
+            memcpy(k, (const uint8_t *)obj + ko, hb);
+            memcpy(v, (const uint8_t *)obj + vo, hb);
+        }
+    } else if (kvs_tiers_can_get_range(chain, tier)) {
+        uint64_t got = 0, total = 0;
+        st = kvs_tiers_get_range(chain, tier, key, ko, hb, k, &got, &total);
+        if (st == KVS_OK && got != hb) st = KVS_ECORRUPT;
+        if (st == KVS_OK) st = kvs_tiers_get_range(chain, tier, key, vo, hb, v, &got, &total);
+        if (st == KVS_OK && got != hb) st = KVS_ECORRUPT;
+    } else {
+        st = KVS_OK;
+        if (r->object_chunk != chunk) {
+            uint64_t len = 0;
+            r->object_chunk = UINT32_MAX;
+            st = kvs_tiers_get(chain, tier, key, r->object, r->h->object_bytes, &len);
+            if (st == KVS_OK && len != r->h->object_bytes) st = KVS_ECORRUPT;
+            if (st == KVS_OK) r->object_chunk = chunk;
+        }
+        if (st == KVS_OK) {
+            memcpy(k, r->object + ko, hb);
+            memcpy(v, r->object + vo, hb);
+        }
+    }
+    if (st != KVS_OK) return st;
+    return kvs_sparse_row_check(r->store, layer, head, row, k, v);
+}
+
+/* One step: select for every KV head of the layer, then read what the head cache lacks. */
+static void run_job(kvs_sparse_req *r, const sp_job *j) {
+    uint64_t t0 = kvs_now_ns();
+    uint32_t layer = j->layer, G = r->n_heads;
+    kvs_sparse_head *heads = r->heads + (uint64_t)layer * G;
+    uint8_t *hit = r->cache.hit + (uint64_t)layer * G;
+    kvs_sparse_store_select(r->store, layer, j->q, heads, (uint32_t)j->n_rows, r->params.sink,
+                            r->params.recent, r->topk, hit, r->fetch_rows, r->fetch_slots,
+                            r->n_fetch);
+    uint64_t t1 = kvs_now_ns();
+    uint64_t fetched = 0, failed = 0, hits = 0;
+    for (uint32_t g = 0; g < G; g++) {
+        hits += hit[g];
+        uint64_t plane = ((uint64_t)layer * G + g) * r->slots;
+        for (uint32_t i = 0; i < r->n_fetch[g]; i++) {
+            uint32_t row = r->fetch_rows[(uint64_t)g * r->slots + i];
+            uint32_t slot = r->fetch_slots[(uint64_t)g * r->slots + i];
+            uint8_t *k = (uint8_t *)r->cache.k + (plane + slot) * r->head_bytes;
+            uint8_t *v = (uint8_t *)r->cache.v + (plane + slot) * r->head_bytes;
+            if (read_row(r, layer, g, row, k, v) == KVS_OK) {
+                fetched++;
+                continue;
+            }
+            /* never attended: the slot is empty, and the head selects again next step */
+            r->cache.slot_rows[plane + slot] = UINT32_MAX;
+            heads[g].qsac.valid = 0;
+            failed++;
+        }
+    }
+    uint64_t t2 = kvs_now_ns();
+    pthread_mutex_lock(&r->lock);
+    kvs_sparse_stats *s = &r->stats;
+    s->steps++;
+    s->head_hits += hits;
+    s->head_misses += G - hits;
+    if (j->flags == KVS_SPARSE_SPECULATIVE) s->spec_steps++;
+    if (j->flags == KVS_SPARSE_FINAL && r->spec_pending[layer]) {
+        s->spec_kept += hits;
+        s->spec_corrected += G - hits;
+    }
+    r->spec_pending[layer] = j->flags == KVS_SPARSE_SPECULATIVE;
+    s->rows_fetched += fetched;
+    s->bytes_fetched += fetched * 2 * r->head_bytes;
+    s->rows_failed += failed;
+    s->select_ns += t1 - t0;
+    s->fetch_ns += t2 - t1;
+    r->done[layer]++;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void *req_thread(void *arg) {
+    kvs_sparse_req *r = arg;
+    pthread_mutex_lock(&r->lock);
+    for (;;) {
+        while (!r->ring_count && !r->stop) pthread_cond_wait(&r->changed, &r->lock);
+        if (!r->ring_count) break; /* stopping, and nothing is left */
+        sp_job j = r->ring[r->ring_head];
+        pthread_mutex_unlock(&r->lock);
+        run_job(r, &j);
+        pthread_mutex_lock(&r->lock);
+        r->ring_head = (r->ring_head + 1) % r->ring_cap; /* its q buffer is free from here */
+        r->ring_count--;
+        pthread_cond_broadcast(&r->changed);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+/* ---- a request's life ----------------------------------------------------------------------- */
+
+static void req_free(kvs_sparse_req *r) {
+    if (!r) return;
+    if (r->threaded) {
+        pthread_mutex_lock(&r->lock);
+        r->stop = 1;
+        pthread_cond_broadcast(&r->changed);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->thread, NULL);
+    }
+    for (uint32_t c = 0; r->tier_of && c < r->n_chunks; c++)
+        if (r->pinned[c]) kvs_tiers_unpin(r->h->tiers, (uint32_t)r->tier_of[c], &r->keys[c]);
+    kvs_sparse_store_destroy(r->store);
+    for (uint32_t i = 0; r->ring && i < r->ring_cap; i++) free(r->ring[i].q);
+    free(r->ring);
+    free(r->keys);
+    free(r->tier_of);
+    free(r->pinned);
+    free(r->heads);
+    free(r->labels);
+    free(r->spec_pending);
+    free(r->fetch_rows);
+    free(r->fetch_slots);
+    free(r->n_fetch);
+    free(r->object);
+    free(r->submitted);
+    free(r->done);
+    free((void *)r->params.importance);
+    pthread_mutex_destroy(&r->lock);
+    pthread_cond_destroy(&r->changed);
+    free(r);
+}
+
+/* Look at chunks [r->n_chunks, n_tokens / chunk_tokens): each found in a tier is pinned there,
+ * read whole and taken (or refused when its object fails its check); the first no tier holds ends
+ * the stored prefix for now (a later begin looks again from there). */
+static void take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *tokens,
+                        uint64_t n_tokens) {
+    uint64_t want = n_tokens / h->chunk_tokens;
+    if (want > r->max_chunks) want = r->max_chunks;
+    if (want <= r->n_chunks) return;
+    /* the keys chain from the fingerprint: computed over every chunk so far */
+    kvs_keys_chain(&h->fingerprint, tokens, want, h->chunk_tokens, r->keys);
+    char err[256];
+    for (uint32_t c = r->n_chunks; c < want; c++) {
+        int tier = kvs_tiers_find(h->tiers, &r->keys[c]);
+        if (tier < 0) break;
+        r->n_chunks = c + 1;
+        r->tier_of[c] = tier;
+        r->pinned[c] = (uint8_t)kvs_tiers_pin(h->tiers, (uint32_t)tier, &r->keys[c], SP_PIN_MS);
+        uint64_t len = 0;
+        kvs_status st = kvs_tiers_get(h->tiers, (uint32_t)tier, &r->keys[c], r->object,
+                                      h->object_bytes, &len);
+        if (st == KVS_OK)
+            st = kvs_sparse_store_add(r->store, c, r->object, len, &h->fingerprint, &r->keys[c],
+                                      err, sizeof err);
+        if (st != KVS_OK) {
+            if (r->pinned[c]) kvs_tiers_unpin(h->tiers, (uint32_t)tier, &r->keys[c]);
+            r->pinned[c] = 0;
+            r->tier_of[c] = -1;
+            r->stats.chunks_refused++;
+            kvs_log(h->cfg->log_level, KVS_LOG_WARN,
+                    "sparse_begin: '%s' chunk %u not taken (%s): its rows are never selected",
+                    r->id, c, st == KVS_ECORRUPT ? err : kvs_strerror(st));
+        }
+    }
+    r->object_chunk = UINT32_MAX;
+    uint32_t end = 0;
+    kvs_sparse_store_keys(r->store, 0, 0, &end);
+    r->stats.stored_tokens = end;
+}
+
+static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens,
+                            const kvs_sparse_cache *cache_in, const kvs_sparse_params *params_in,
+                            kvs_sparse_req **out) {
+    kvs_sparse_cache cache;
+    kvs_sparse_params params;
+    if (!cache_in || kvs_struct_in(&cache, sizeof cache, cache_in, KVS_SPARSE_CACHE_SIZE_1_9) != 0)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: cache is NULL or its struct_size is below %u",
+                             KVS_SPARSE_CACHE_SIZE_1_9);
+    if (!params_in ||
+        kvs_struct_in(&params, sizeof params, params_in, KVS_SPARSE_PARAMS_SIZE_1_9) != 0)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: params is NULL or its struct_size is below %u",
+                             KVS_SPARSE_PARAMS_SIZE_1_9);
+    if (!cache.slots || !cache.k || !cache.v || !cache.slot_rows || !cache.hit)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: the cache needs slots, k, v, slot_rows and hit");
+    if (!params.topk) params.topk = cache.slots;
+    if (!params.q_per_kv) params.q_per_kv = 1;
+    if (params.eta == 0.0f) params.eta = 0.8f;
+    if (params.p == 0.0f) params.p = 3.0f;
+    if (!params.max_tokens) params.max_tokens = n_tokens;
+    if (params.topk > cache.slots || params.q_per_kv > 1024 || !(params.eta >= -1.0f) ||
+        !(params.eta <= 1.0f) || !(params.p > 0.0f))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: topk %u (slots %u), q_per_kv %u, eta %g, p %g: topk "
+                             "may not exceed slots, q_per_kv at most 1024, eta in [-1, 1], p > 0",
+                             params.topk, cache.slots, params.q_per_kv, (double)params.eta,
+                             (double)params.p);
+    uint64_t max_chunks = params.max_tokens / h->chunk_tokens;
+    if (max_chunks == 0 || max_chunks > UINT32_MAX / 2 / h->chunk_tokens)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: max_tokens %llu is less than a chunk (%u tokens) or "
+                             "more than a request holds",
+                             (unsigned long long)params.max_tokens, h->chunk_tokens);
+    kvs_sparse_req *r = calloc(1, sizeof *r);
+    if (!r) return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory");
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    snprintf(r->id, sizeof r->id, "%s", req_id);
+    r->h = h;
+    r->cache = cache;
+    r->params = params;
+    r->params.importance = NULL;
+    r->n_layers = h->model.n_layers;
+    r->n_heads = h->shape.n_heads;
+    r->m = params.q_per_kv;
+    r->d = h->model.head_dim;
+    r->slots = cache.slots;
+    r->topk = params.topk;
+    r->head_bytes = h->shape.head_bytes;
+    r->q_floats = (uint64_t)r->n_heads * r->m * r->d;
+    r->max_chunks = (uint32_t)max_chunks;
+    r->object_chunk = UINT32_MAX;
+    r->stats.struct_size = sizeof r->stats;
+    uint64_t planes = (uint64_t)r->n_layers * r->n_heads;
+    r->ring_cap = 2 * r->n_layers + 2;
+    int ok = kvs_sparse_store_create(&h->shape, h->model.dtype, r->n_layers, h->chunk_tokens,
+                                     r->max_chunks, &r->store) == KVS_OK;
+    ok = ok && (r->keys = calloc(max_chunks, sizeof *r->keys)) &&
+         (r->tier_of = malloc(max_chunks * sizeof *r->tier_of)) &&
+         (r->pinned = calloc(max_chunks, 1)) && (r->heads = calloc(planes, sizeof *r->heads)) &&
+         (r->labels = calloc(planes * r->m * r->d, sizeof *r->labels)) &&
+         (r->spec_pending = calloc(r->n_layers, 1)) &&
+         (r->fetch_rows = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
+         (r->fetch_slots = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
+         (r->n_fetch = calloc(r->n_heads, sizeof(uint32_t))) &&
+         (r->object = malloc(h->object_bytes)) &&
+         (r->submitted = calloc(r->n_layers, sizeof(uint64_t))) &&
+         (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
+         (r->ring = calloc(r->ring_cap, sizeof *r->ring));
+    for (uint32_t i = 0; ok && i < r->ring_cap; i++)
+        ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
+    if (ok && params_in->importance) {
+        float *imp = malloc(planes * sizeof *imp);
+        ok = imp != NULL;
+        if (ok) memcpy(imp, params_in->importance, planes * sizeof *imp);
+        r->params.importance = imp;
+    }
+    if (!ok) {
+        req_free(r);
+        return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory for '%s'", req_id);
+    }
+    for (uint32_t c = 0; c < max_chunks; c++) r->tier_of[c] = -1;
+    for (uint64_t i = 0; i < planes * r->slots; i++) cache.slot_rows[i] = UINT32_MAX;
+    memset(cache.hit, 0, planes);
+    for (uint64_t i = 0; i < planes; i++) {
+        double importance = r->params.importance ? r->params.importance[i] : 1.0;
+        r->heads[i] = (kvs_sparse_head){
+            .qsac = {.label = r->labels + i * r->m * r->d,
+                     .m = r->m,
+                     .d = r->d,
+                     .tau = kvs_qsac_threshold(importance, params.eta, params.p)},
+            .slot_rows = cache.slot_rows + i * r->slots,
+            .slots = r->slots};
+    }
+    /* a thread of its own only where the tiers may be read beside the engine's other calls */
+    if (kvs_tiers_thread_safe(h->tiers) &&
+        pthread_create(&r->thread, NULL, req_thread, r) == 0)
+        r->threaded = 1;
+    *out = r;
+    return KVS_OK;
+}
+
+kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                            uint64_t n_tokens, const kvs_sparse_cache *cache,
+                            const kvs_sparse_params *params, uint64_t *stored_tokens) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "sparse_begin");
+    if (st != KVS_OK) return st;
+    if (!req_id || !req_id[0] || strlen(req_id) >= KVS_REQ_ID_MAX || (!tokens && n_tokens))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: req_id must be 1..%d bytes and tokens not NULL",
+                             KVS_REQ_ID_MAX - 1);
+    if (!h->views) return kvs_set_error(h, KVS_ESTATE, "sparse_begin: call register_kv first");
+    if (h->views[0].device_kind != KVS_DEVICE_HOST)
+        return kvs_set_error(h, KVS_ENOTSUP,
+                             "sparse_begin: sparse decode runs on the host device only");
+    if (h->model.is_mla)
+        return kvs_set_error(h, KVS_ENOTSUP, "sparse_begin: an MLA model has no per-head K and V");
+    if (tokens && kvs_tokens_check(tokens, n_tokens, h->model.vocab_size))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: a token is negative or not below vocab_size %u",
+                             h->model.vocab_size);
+    kvs_sparse_req *r = find(h, req_id);
+    if (!r) {
+        if ((st = begin_new(h, req_id, n_tokens, cache, params, &r)) != KVS_OK) return st;
+        r->next = h->sparse;
+        h->sparse = r;
+    } else {
+        /* more chunks: the request's thread reads none of what this changes until it waits */
+        kvs_sparse_wait(h, req_id, UINT32_MAX);
+    }
+    take_chunks(h, r, tokens, n_tokens);
+    if (stored_tokens) *stored_tokens = r->stats.stored_tokens;
+    return KVS_OK;
+}
+
+kvs_status kvs_sparse_select(kvs_handle *h, const char *req_id, uint32_t layer, const float *q,
+                             uint64_t n_rows, uint32_t flags) {
+    kvs_sparse_req *r = req_id ? find(h, req_id) : NULL;
+    if (!r)
+        return kvs_set_error(h, KVS_ENOTFOUND, "sparse_select: '%s' is not in sparse decode",
+                             req_id ? req_id : "(null)");
+    if (layer >= r->n_layers || !q || n_rows == 0 || n_rows > UINT32_MAX / 2 ||
+        (flags != KVS_SPARSE_FINAL && flags != KVS_SPARSE_SPECULATIVE))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_select: layer %u (of %u), q %s, n_rows %llu, flags %u: "
+                             "q is required, n_rows at least 1, flags FINAL or SPECULATIVE",
+                             layer, r->n_layers, q ? "given" : "NULL",
+                             (unsigned long long)n_rows, flags);
+    pthread_mutex_lock(&r->lock);
+    while (r->ring_count == r->ring_cap) pthread_cond_wait(&r->changed, &r->lock);
+    sp_job *j = &r->ring[(r->ring_head + r->ring_count) % r->ring_cap];
+    j->layer = layer;
+    j->flags = flags;
+    j->n_rows = n_rows;
+    memcpy(j->q, q, r->q_floats * sizeof(float));
+    r->submitted[layer]++;
+    if (!r->threaded) {
+        pthread_mutex_unlock(&r->lock);
+        run_job(r, j);
+        return KVS_OK;
+    }
+    r->ring_count++;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+    return KVS_OK;
+}
+
+kvs_status kvs_sparse_wait(kvs_handle *h, const char *req_id, uint32_t layer) {
+    kvs_sparse_req *r = req_id ? find(h, req_id) : NULL;
+    if (!r)
+        return kvs_set_error(h, KVS_ENOTFOUND, "sparse_wait: '%s' is not in sparse decode",
+                             req_id ? req_id : "(null)");
+    if (layer >= r->n_layers && layer != UINT32_MAX)
+        return kvs_set_error(h, KVS_EINVAL, "sparse_wait: layer %u of %u", layer, r->n_layers);
+    pthread_mutex_lock(&r->lock);
+    if (layer == UINT32_MAX) /* every layer (internal) */
+        while (r->ring_count) pthread_cond_wait(&r->changed, &r->lock);
+    else
+        while (r->done[layer] != r->submitted[layer]) pthread_cond_wait(&r->changed, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+    return KVS_OK;
+}
+
+kvs_status kvs_sparse_get_stats(kvs_handle *h, const char *req_id, kvs_sparse_stats *out) {
+    kvs_sparse_req *r = req_id ? find(h, req_id) : NULL;
+    if (!r)
+        return kvs_set_error(h, KVS_ENOTFOUND, "sparse_stats: '%s' is not in sparse decode",
+                             req_id ? req_id : "(null)");
+    uint32_t size = out ? kvs_struct_out_size(out, sizeof *out, KVS_SPARSE_STATS_SIZE_1_9) : 0;
+    if (!size)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_stats: out is NULL or its struct_size is below %u",
+                             KVS_SPARSE_STATS_SIZE_1_9);
+    pthread_mutex_lock(&r->lock);
+    kvs_sparse_stats s = r->stats;
+    pthread_mutex_unlock(&r->lock);
+    s.struct_size = size;
+    memcpy(out, &s, size);
+    return KVS_OK;
+}
+
+kvs_status kvs_sparse_end(kvs_handle *h, const char *req_id) {
+    for (kvs_sparse_req **p = &h->sparse; *p; p = &(*p)->next)
+        if (req_id && strcmp((*p)->id, req_id) == 0) {
+            kvs_sparse_req *r = *p;
+            *p = r->next;
+            req_free(r); /* its thread finishes the jobs queued first */
+            return KVS_OK;
+        }
+    return kvs_set_error(h, KVS_ENOTFOUND, "sparse_end: '%s' is not in sparse decode",
+                         req_id ? req_id : "(null)");
+}
+
+void kvs_sparse_close(kvs_handle *h) {
+    while (h->sparse) {
+        kvs_sparse_req *r = h->sparse;
+        h->sparse = r->next;
+        req_free(r);
+    }
+}

@@ -1,0 +1,402 @@
+/* test_sparse.c - the sparse decode hooks (ABI 1.9, connector/sparse.c) through the ABI table, over
+ * chunks the rig's prefill saved into a dram tier: the rows a step puts in the head cache are the
+ * exact top-k of the stored rows (brute force over the rig's pages) with the pages' bytes; a hit
+ * moves nothing and a miss only what the cache lacks; a wrong speculation is corrected; a damaged
+ * row is never handed over; a second begin takes the chunks saved since; bad calls are refused. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "kernels/cpu/dtype.h"
+#include "tests/support/connector_rig.h"
+
+#define SLOTS  12
+#define SINK   4
+#define RECENT 8
+#define N_TOK  (4 * CHUNK) /* four chunks stored */
+
+static const kvs_api *api;
+
+typedef struct sparse_rig {
+    rig r;
+    int32_t tokens[N_TOK + CHUNK];
+    uint32_t blocks[(N_TOK + CHUNK) / BT];
+    uint8_t k[LAYERS][HEADS][SLOTS][HEAD_BYTES], v[LAYERS][HEADS][SLOTS][HEAD_BYTES];
+    uint32_t slot_rows[LAYERS][HEADS][SLOTS];
+    uint8_t hit[LAYERS][HEADS];
+    kvs_sparse_cache cache;
+    kvs_sparse_params params;
+} sparse_rig;
+
+/* A rig whose first `stored` tokens were prefilled (saved as chunks), and the head cache. */
+static void open_rig(sparse_rig *s, uint64_t stored) {
+    memset(s, 0, sizeof *s);
+    ck_assert_int_eq(rig_open(&s->r, KVS_ROLE_BOTH, rig_dram_config(64, 60000)), KVS_OK);
+    s->r.finite = 1; /* keys the connector reads as fp16 numbers (rig_open clears the rig) */
+    rig_make_tokens(s->tokens, N_TOK + CHUNK, 3);
+    rig_blocks_from(s->blocks, (N_TOK + CHUNK) / BT, 0);
+    if (stored) rig_prefill(&s->r, "prefill", s->tokens, stored, s->blocks);
+    s->cache = (kvs_sparse_cache){.struct_size = sizeof s->cache,
+                                  .slots = SLOTS,
+                                  .k = s->k,
+                                  .v = s->v,
+                                  .slot_rows = &s->slot_rows[0][0][0],
+                                  .hit = &s->hit[0][0]};
+    s->params = (kvs_sparse_params){.struct_size = sizeof s->params,
+                                    .topk = SLOTS,
+                                    .sink = SINK,
+                                    .recent = RECENT,
+                                    .max_tokens = N_TOK + CHUNK};
+}
+
+static float key_at(sparse_rig *s, int layer, int head, uint32_t row, int i) {
+    const uint8_t *p = rig_kv_at(&s->r, layer, 0, s->blocks, row) + head * HEAD_BYTES;
+    return kvs_dtype_load(KVS_DTYPE_FP16, p, (uint64_t)i);
+}
+
+static void random_q(float *q, uint64_t *seed) {
+    for (int i = 0; i < HEADS * HEAD_DIM; i++) {
+        *seed ^= *seed << 13, *seed ^= *seed >> 7, *seed ^= *seed << 17;
+        q[i] = (float)((double)(*seed >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+}
+
+/* The exact top-k rows of (layer, head) for q over [SINK, n_rows - RECENT), ascending, by brute
+ * force over the rig's pages (ties: the lower row). */
+static uint32_t brute_top_k(sparse_rig *s, int layer, int head, const float *q, uint32_t n_rows,
+                            uint8_t *chosen) {
+    uint32_t end = n_rows - RECENT, n = 0;
+    memset(chosen, 0, n_rows);
+    for (uint32_t k = 0; k < SLOTS && k < end - SINK; k++) {
+        uint32_t best = UINT32_MAX;
+        float best_score = -INFINITY;
+        for (uint32_t r = SINK; r < end; r++) {
+            if (chosen[r]) continue;
+            double sum = 0; /* as the connector scores: in double, then rounded */
+            for (int i = 0; i < HEAD_DIM; i++)
+                sum += (double)q[head * HEAD_DIM + i] * key_at(s, layer, head, r, i);
+            float sc = (float)sum;
+            if (best == UINT32_MAX || sc > best_score) best = r, best_score = sc;
+        }
+        chosen[best] = 1;
+        n++;
+    }
+    return n;
+}
+
+/* Every slot of the layer holds a row of the brute-force top-k, with the pages' bytes. */
+static void expect_exact(sparse_rig *s, int layer, const float *q, uint32_t n_rows) {
+    uint8_t chosen[N_TOK + CHUNK];
+    for (int h = 0; h < HEADS; h++) {
+        uint32_t n = brute_top_k(s, layer, h, q, n_rows, chosen), seen = 0;
+        for (int slot = 0; slot < SLOTS; slot++) {
+            uint32_t row = s->slot_rows[layer][h][slot];
+            if (row == UINT32_MAX) continue;
+            ck_assert_msg(row < n_rows && chosen[row], "layer %d head %d slot %d row %u", layer, h,
+                          slot, row);
+            chosen[row] = 0;
+            seen++;
+            ck_assert(!memcmp(s->k[layer][h][slot],
+                              rig_kv_at(&s->r, layer, 0, s->blocks, row) + h * HEAD_BYTES,
+                              HEAD_BYTES));
+            ck_assert(!memcmp(s->v[layer][h][slot],
+                              rig_kv_at(&s->r, layer, 1, s->blocks, row) + h * HEAD_BYTES,
+                              HEAD_BYTES));
+        }
+        ck_assert_uint_eq(seen, n);
+    }
+}
+
+static kvs_sparse_stats stats_of(sparse_rig *s) {
+    kvs_sparse_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->sparse_stats(s->r.h, "d", &st), KVS_OK);
+    return st;
+}
+
+static void step(sparse_rig *s, int layer, const float *q, uint32_t n_rows, uint32_t flags) {
+    ck_assert_int_eq(api->sparse_select(s->r.h, "d", (uint32_t)layer, q, n_rows, flags), KVS_OK);
+    ck_assert_int_eq(api->sparse_wait(s->r.h, "d", (uint32_t)layer), KVS_OK);
+}
+
+START_TEST(a_step_holds_the_exact_top_k_of_the_stored_rows_bit_for_bit) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    uint64_t stored = 0;
+    ck_assert_int_eq(
+        api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
+    ck_assert_uint_eq(stored, N_TOK);
+    ck_assert_uint_eq(s->slot_rows[1][1][SLOTS - 1], UINT32_MAX); /* begin empties the slots */
+    uint64_t seed = 99;
+    float q[HEADS * HEAD_DIM];
+    for (int round = 0; round < 6; round++) {
+        random_q(q, &seed);
+        for (int l = 0; l < LAYERS; l++) {
+            step(s, l, q, N_TOK, KVS_SPARSE_FINAL);
+            expect_exact(s, l, q, N_TOK);
+        }
+    }
+    /* a pool limited by the context: rows at or past n_rows - RECENT are never selected */
+    s->params.eta = 1.0f; /* (ignored: params are the first begin's) */
+    random_q(q, &seed);
+    for (int h = 0; h < HEADS; h++) q[h * HEAD_DIM] += 50.0f; /* a new direction: a miss */
+    step(s, 0, q, 40, KVS_SPARSE_FINAL);
+    expect_exact(s, 0, q, 40);
+    kvs_sparse_stats st = stats_of(s);
+    ck_assert_uint_eq(st.stored_tokens, N_TOK);
+    ck_assert_uint_eq(st.steps, 13);
+    ck_assert_uint_eq(st.head_hits + st.head_misses, 13 * HEADS);
+    ck_assert_uint_eq(st.rows_failed, 0);
+    ck_assert_uint_eq(st.bytes_fetched, st.rows_fetched * 2 * HEAD_BYTES);
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_ENOTFOUND);
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 7;
+    float q[HEADS * HEAD_DIM], q2[HEADS * HEAD_DIM];
+    random_q(q, &seed);
+    step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    ck_assert_uint_eq(s->hit[0][0] + s->hit[0][1], 0); /* the first step always misses */
+    kvs_sparse_stats a = stats_of(s);
+    ck_assert_uint_eq(a.rows_fetched, HEADS * SLOTS);
+    /* the same query: every head reuses, nothing moves */
+    step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    ck_assert_uint_eq(s->hit[0][0] + s->hit[0][1], HEADS);
+    kvs_sparse_stats b = stats_of(s);
+    ck_assert_uint_eq(b.rows_fetched, a.rows_fetched);
+    ck_assert_uint_eq(b.head_hits, HEADS);
+    /* a far query misses; it reads exactly the rows of its top-k the slots did not hold */
+    uint32_t before[HEADS][SLOTS];
+    memcpy(before, s->slot_rows[0], sizeof before);
+    for (int i = 0; i < HEADS * HEAD_DIM; i++) q2[i] = -q[i];
+    step(s, 0, q2, N_TOK, KVS_SPARSE_FINAL);
+    ck_assert_uint_eq(s->hit[0][0] + s->hit[0][1], 0);
+    expect_exact(s, 0, q2, N_TOK);
+    uint64_t lacked = 0;
+    for (int h = 0; h < HEADS; h++)
+        for (int i = 0; i < SLOTS; i++) {
+            uint32_t row = s->slot_rows[0][h][i];
+            int held = 0;
+            for (int j = 0; j < SLOTS; j++) held |= before[h][j] == row;
+            lacked += !held;
+            if (held) ck_assert_uint_eq(before[h][i], row); /* a kept row never moves */
+        }
+    ck_assert_uint_eq(stats_of(s).rows_fetched - b.rows_fetched, lacked);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(a_wrong_speculation_is_corrected_and_a_right_one_kept) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 11;
+    float q[HEADS * HEAD_DIM], far[HEADS * HEAD_DIM];
+    random_q(q, &seed);
+    for (int i = 0; i < HEADS * HEAD_DIM; i++) far[i] = -q[i];
+    /* layer 1 speculated with q, the real query far from it: every head selects again */
+    ck_assert_int_eq(api->sparse_select(s->r.h, "d", 1, q, N_TOK, KVS_SPARSE_SPECULATIVE), KVS_OK);
+    ck_assert_int_eq(api->sparse_select(s->r.h, "d", 1, far, N_TOK, KVS_SPARSE_FINAL), KVS_OK);
+    ck_assert_int_eq(api->sparse_wait(s->r.h, "d", 1), KVS_OK);
+    expect_exact(s, 1, far, N_TOK);
+    kvs_sparse_stats st = stats_of(s);
+    ck_assert_uint_eq(st.spec_steps, 1);
+    ck_assert_uint_eq(st.spec_corrected, HEADS);
+    ck_assert_uint_eq(st.spec_kept, 0);
+    uint64_t fetched = st.rows_fetched;
+    /* speculated right: the real query keeps the rows */
+    ck_assert_int_eq(api->sparse_select(s->r.h, "d", 0, q, N_TOK, KVS_SPARSE_SPECULATIVE), KVS_OK);
+    ck_assert_int_eq(api->sparse_select(s->r.h, "d", 0, q, N_TOK, KVS_SPARSE_FINAL), KVS_OK);
+    ck_assert_int_eq(api->sparse_wait(s->r.h, "d", 0), KVS_OK);
+    expect_exact(s, 0, q, N_TOK);
+    st = stats_of(s);
+    ck_assert_uint_eq(st.spec_kept, HEADS);
+    ck_assert_uint_eq(st.spec_corrected, HEADS);
+    ck_assert_uint_eq(st.rows_fetched, fetched + HEADS * SLOTS); /* the kept FINAL read nothing */
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+/* Byte 0 of row `row`'s K in (layer, head) of the object stored in the dram tier. */
+static uint8_t *stored_k_byte(sparse_rig *s, int layer, int head, uint32_t row) {
+    kvs_key keys[N_TOK / CHUNK];
+    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
+    const void *obj;
+    uint64_t len;
+    ck_assert_int_eq(kvs_tiers_get_ref(s->r.h->tiers, 0, &keys[row / CHUNK], &obj, &len), KVS_OK);
+    uint64_t layer_bytes = (uint64_t)CHUNK * TOKEN_BYTES * 2;
+    uint64_t off = 4096 + (uint64_t)layer * layer_bytes + ((row % CHUNK) * HEADS + head) * HEAD_BYTES;
+    ck_assert_uint_lt(off, len);
+    return (uint8_t *)obj + off;
+}
+
+START_TEST(a_damaged_row_is_never_handed_over) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 5;
+    float q[HEADS * HEAD_DIM];
+    random_q(q, &seed);
+    /* the top row of head 0 in layer 0, damaged in the tier after begin read it whole */
+    uint8_t chosen[N_TOK + CHUNK];
+    brute_top_k(s, 0, 0, q, N_TOK, chosen);
+    uint32_t victim = SINK;
+    while (!chosen[victim]) victim++;
+    *stored_k_byte(s, 0, 0, victim) ^= 0x40;
+    step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    kvs_sparse_stats st = stats_of(s);
+    ck_assert_uint_eq(st.rows_failed, 1);
+    for (int i = 0; i < SLOTS; i++) ck_assert_uint_ne(s->slot_rows[0][0][i], victim);
+    ck_assert_uint_eq(st.rows_fetched, HEADS * SLOTS - 1);
+    /* the head selects again next step (and fails again: the tier still holds the damage) */
+    step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    ck_assert_uint_eq(s->hit[0][0], 0);
+    ck_assert_uint_eq(s->hit[0][1], 1);
+    ck_assert_uint_eq(stats_of(s).rows_failed, 2);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(a_chunk_damaged_before_begin_is_never_selected) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    *stored_k_byte(s, 1, 1, 2 * CHUNK + 3) ^= 0x01; /* chunk 2 */
+    uint64_t stored = 0;
+    ck_assert_int_eq(
+        api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
+    ck_assert_uint_eq(stored, N_TOK); /* chunk 3 still counts: chunk 2 is a hole */
+    ck_assert_uint_eq(stats_of(s).chunks_refused, 1);
+    uint64_t seed = 13;
+    float q[HEADS * HEAD_DIM];
+    for (int round = 0; round < 8; round++) {
+        random_q(q, &seed);
+        step(s, 1, q, N_TOK, KVS_SPARSE_FINAL);
+        for (int h = 0; h < HEADS; h++)
+            for (int i = 0; i < SLOTS; i++) {
+                uint32_t row = s->slot_rows[1][h][i];
+                ck_assert(row == UINT32_MAX || row / CHUNK != 2);
+            }
+    }
+    ck_assert_uint_eq(stats_of(s).rows_failed, 0);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(a_second_begin_takes_the_chunks_saved_since) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, 2 * CHUNK);
+    uint64_t stored = 0;
+    ck_assert_int_eq(
+        api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
+    ck_assert_uint_eq(stored, 2 * CHUNK); /* the rest is not stored yet */
+    rig_prefill(&s->r, "more", s->tokens, N_TOK, s->blocks); /* chunks 2 and 3 saved */
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, NULL, NULL, &stored),
+                     KVS_OK);
+    ck_assert_uint_eq(stored, N_TOK);
+    uint64_t seed = 17;
+    float q[HEADS * HEAD_DIM];
+    random_q(q, &seed);
+    step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    expect_exact(s, 0, q, N_TOK);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(bad_calls_are_refused) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    kvs_handle *h = s->r.h;
+    float q[HEADS * HEAD_DIM] = {1};
+    ck_assert_int_eq(api->sparse_select(h, "d", 0, q, N_TOK, 0), KVS_ENOTFOUND);
+    ck_assert_int_eq(api->sparse_wait(h, "d", 0), KVS_ENOTFOUND);
+    ck_assert_int_eq(api->sparse_begin(h, "d", s->tokens, N_TOK, NULL, &s->params, NULL),
+                     KVS_EINVAL);
+    kvs_sparse_params p = s->params;
+    p.topk = SLOTS + 1;
+    ck_assert_int_eq(api->sparse_begin(h, "d", s->tokens, N_TOK, &s->cache, &p, NULL), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(h), "topk"));
+    p = s->params;
+    p.struct_size = 8;
+    ck_assert_int_eq(api->sparse_begin(h, "d", s->tokens, N_TOK, &s->cache, &p, NULL), KVS_EINVAL);
+    p = s->params;
+    p.max_tokens = CHUNK - 1;
+    ck_assert_int_eq(api->sparse_begin(h, "d", s->tokens, N_TOK, &s->cache, &p, NULL), KVS_EINVAL);
+    int32_t bad[N_TOK];
+    memcpy(bad, s->tokens, sizeof bad);
+    bad[5] = -1;
+    ck_assert_int_eq(api->sparse_begin(h, "d", bad, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_begin(h, "", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_begin(h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    ck_assert_int_eq(api->sparse_select(h, "d", LAYERS, q, N_TOK, 0), KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_select(h, "d", 0, NULL, N_TOK, 0), KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_select(h, "d", 0, q, 0, 0), KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_select(h, "d", 0, q, N_TOK, 7), KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_wait(h, "d", LAYERS), KVS_EINVAL);
+    ck_assert_int_eq(api->sparse_wait(h, "d", UINT32_MAX), KVS_EINVAL);
+    kvs_sparse_stats st = {.struct_size = 16};
+    ck_assert_int_eq(api->sparse_stats(h, "d", &st), KVS_EINVAL);
+    /* a query selected and never waited for: end waits, and close ends what is left */
+    ck_assert_int_eq(api->sparse_select(h, "d", 0, q, N_TOK, 0), KVS_OK);
+    ck_assert_int_eq(api->sparse_begin(h, "e", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    ck_assert_int_eq(api->sparse_end(h, "d"), KVS_OK);
+    rig_close(&s->r);
+    /* a scheduler handle has no sparse decode */
+    rig sched;
+    memset(&sched, 0, sizeof sched);
+    ck_assert_int_eq(rig_open(&sched, KVS_ROLE_SCHEDULER, rig_dram_config(64, 60000)), KVS_OK);
+    ck_assert_int_eq(api->sparse_begin(sched.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_ESTATE);
+    rig_close(&sched);
+    free(s);
+}
+END_TEST
+
+static Suite *suite(void) {
+    api = kvs_get_api(KVS_ABI_MAJOR);
+    Suite *s = suite_create("sparse");
+    TCase *tc = tcase_create("sparse");
+    tcase_add_checked_fixture(tc, rig_setup, rig_teardown);
+    tcase_add_test(tc, a_step_holds_the_exact_top_k_of_the_stored_rows_bit_for_bit);
+    tcase_add_test(tc, a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks);
+    tcase_add_test(tc, a_wrong_speculation_is_corrected_and_a_right_one_kept);
+    tcase_add_test(tc, a_damaged_row_is_never_handed_over);
+    tcase_add_test(tc, a_chunk_damaged_before_begin_is_never_selected);
+    tcase_add_test(tc, a_second_begin_takes_the_chunks_saved_since);
+    tcase_add_test(tc, bad_calls_are_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
