@@ -315,29 +315,30 @@ typedef struct kvs_sparse_params {
 #define KVS_SPARSE_PARAMS_SIZE_1_9 48u
 
 /* sparse_select flags */
-#define KVS_SPARSE_FINAL       0u /* the layer's real query */
-#define KVS_SPARSE_SPECULATIVE 1u /* an approximate query issued early (e.g. for layer i + 1 while
+#define KVS_SPARSE_FINAL 0u /* the layer's real query */
+#define KVS_SPARSE_SPECULATIVE \
+    1u /* an approximate query issued early (e.g. for layer i + 1 while
                                    * layer i computes); a later FINAL call corrects it */
 
 /* Counters of a request's sparse decode (sparse_stats). Head steps count one per KV head. */
 typedef struct kvs_sparse_stats {
     uint32_t struct_size;
     uint32_t reserved;
-    uint64_t stored_tokens;   /* the context rows the connector selects from */
-    uint64_t chunks_refused;  /* chunks whose object failed its check at begin: never selected */
-    uint64_t steps;           /* sparse_select calls run */
-    uint64_t head_hits;       /* head steps that reused the cached rows */
-    uint64_t head_misses;     /* head steps that selected again */
-    uint64_t rows_fetched;    /* rows read from the tiers into the head cache */
-    uint64_t bytes_fetched;   /* their K and V bytes */
-    uint64_t rows_failed;     /* rows a tier could not read or that failed their row hash (their
+    uint64_t stored_tokens;  /* the context rows the connector selects from */
+    uint64_t chunks_refused; /* chunks whose object failed its check at begin: never selected */
+    uint64_t steps;          /* sparse_select calls run */
+    uint64_t head_hits;      /* head steps that reused the cached rows */
+    uint64_t head_misses;    /* head steps that selected again */
+    uint64_t rows_fetched;   /* rows read from the tiers into the head cache */
+    uint64_t bytes_fetched;  /* their K and V bytes */
+    uint64_t rows_failed;    /* rows a tier could not read or that failed their row hash (their
                                * slots hold UINT32_MAX) */
-    uint64_t spec_steps;      /* SPECULATIVE calls run */
-    uint64_t spec_corrected;  /* head steps of a FINAL call that selected again after a
+    uint64_t spec_steps;     /* SPECULATIVE calls run */
+    uint64_t spec_corrected; /* head steps of a FINAL call that selected again after a
                                * SPECULATIVE one of the same layer (the speculation was wrong) */
-    uint64_t spec_kept;       /* head steps of such FINAL calls that kept the speculative rows */
-    uint64_t select_ns;       /* time scoring and selecting */
-    uint64_t fetch_ns;        /* time reading rows */
+    uint64_t spec_kept;      /* head steps of such FINAL calls that kept the speculative rows */
+    uint64_t select_ns;      /* time scoring and selecting */
+    uint64_t fetch_ns;       /* time reading rows */
 } kvs_sparse_stats;
 
 #define KVS_SPARSE_STATS_SIZE_1_9 112u

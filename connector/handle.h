@@ -170,12 +170,12 @@ struct kvs_handle {
     void *dev_state;
     void *dev_module; /* dlopen handle of the CUDA module, or NULL */
     kvs_device_info dev_info;
-    kvs_dev_copy *copies;    /* one layer's copies, max_chunks_per_step */
-    void **copy_owner;       /* the load or save work behind each copy */
-    int loads_pending;       /* CUDA device: loads enqueued, not yet completed */
-    kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
-    kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
-    struct kvs_lsc *lsc;     /* the layer stream cache (lsc.c); NULL until lsc_reserve */
+    kvs_dev_copy *copies;          /* one layer's copies, max_chunks_per_step */
+    void **copy_owner;             /* the load or save work behind each copy */
+    int loads_pending;             /* CUDA device: loads enqueued, not yet completed */
+    kvs_hashpool *hashpool;        /* CUDA device: checksums off the copy path */
+    kvs_hash_job *hash_jobs;       /* n_layers * max_chunks_per_step */
+    struct kvs_lsc *lsc;           /* the layer stream cache (lsc.c); NULL until lsc_reserve */
     struct kvs_sparse_req *sparse; /* requests in sparse decode (sparse.c), a list */
 
     /* both */

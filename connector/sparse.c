@@ -239,8 +239,8 @@ static void take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *tokens,
         r->tier_of[c] = tier;
         r->pinned[c] = (uint8_t)kvs_tiers_pin(h->tiers, (uint32_t)tier, &r->keys[c], SP_PIN_MS);
         uint64_t len = 0;
-        kvs_status st = kvs_tiers_get(h->tiers, (uint32_t)tier, &r->keys[c], r->object,
-                                      h->object_bytes, &len);
+        kvs_status st =
+            kvs_tiers_get(h->tiers, (uint32_t)tier, &r->keys[c], r->object, h->object_bytes, &len);
         if (st == KVS_OK)
             st = kvs_sparse_store_add(r->store, c, r->object, len, &h->fingerprint, &r->keys[c],
                                       err, sizeof err);
@@ -348,17 +348,16 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     memset(cache.hit, 0, planes);
     for (uint64_t i = 0; i < planes; i++) {
         double importance = r->params.importance ? r->params.importance[i] : 1.0;
-        r->heads[i] = (kvs_sparse_head){
-            .qsac = {.label = r->labels + i * r->m * r->d,
-                     .m = r->m,
-                     .d = r->d,
-                     .tau = kvs_qsac_threshold(importance, params.eta, params.p)},
-            .slot_rows = cache.slot_rows + i * r->slots,
-            .slots = r->slots};
+        r->heads[i] =
+            (kvs_sparse_head){.qsac = {.label = r->labels + i * r->m * r->d,
+                                       .m = r->m,
+                                       .d = r->d,
+                                       .tau = kvs_qsac_threshold(importance, params.eta, params.p)},
+                              .slot_rows = cache.slot_rows + i * r->slots,
+                              .slots = r->slots};
     }
     /* a thread of its own only where the tiers may be read beside the engine's other calls */
-    if (kvs_tiers_thread_safe(h->tiers) &&
-        pthread_create(&r->thread, NULL, req_thread, r) == 0)
+    if (kvs_tiers_thread_safe(h->tiers) && pthread_create(&r->thread, NULL, req_thread, r) == 0)
         r->threaded = 1;
     *out = r;
     return KVS_OK;
@@ -408,8 +407,8 @@ kvs_status kvs_sparse_select(kvs_handle *h, const char *req_id, uint32_t layer, 
         return kvs_set_error(h, KVS_EINVAL,
                              "sparse_select: layer %u (of %u), q %s, n_rows %llu, flags %u: "
                              "q is required, n_rows at least 1, flags FINAL or SPECULATIVE",
-                             layer, r->n_layers, q ? "given" : "NULL",
-                             (unsigned long long)n_rows, flags);
+                             layer, r->n_layers, q ? "given" : "NULL", (unsigned long long)n_rows,
+                             flags);
     pthread_mutex_lock(&r->lock);
     while (r->ring_count == r->ring_cap) pthread_cond_wait(&r->changed, &r->lock);
     sp_job *j = &r->ring[(r->ring_head + r->ring_count) % r->ring_cap];

@@ -240,7 +240,8 @@ static uint8_t *stored_k_byte(sparse_rig *s, int layer, int head, uint32_t row) 
     uint64_t len;
     ck_assert_int_eq(kvs_tiers_get_ref(s->r.h->tiers, 0, &keys[row / CHUNK], &obj, &len), KVS_OK);
     uint64_t layer_bytes = (uint64_t)CHUNK * TOKEN_BYTES * 2;
-    uint64_t off = 4096 + (uint64_t)layer * layer_bytes + ((row % CHUNK) * HEADS + head) * HEAD_BYTES;
+    uint64_t off =
+        4096 + (uint64_t)layer * layer_bytes + ((row % CHUNK) * HEADS + head) * HEAD_BYTES;
     ck_assert_uint_lt(off, len);
     return (uint8_t *)obj + off;
 }
@@ -308,10 +309,9 @@ START_TEST(a_second_begin_takes_the_chunks_saved_since) {
     uint64_t stored = 0;
     ck_assert_int_eq(
         api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
-    ck_assert_uint_eq(stored, 2 * CHUNK); /* the rest is not stored yet */
+    ck_assert_uint_eq(stored, 2 * CHUNK);                    /* the rest is not stored yet */
     rig_prefill(&s->r, "more", s->tokens, N_TOK, s->blocks); /* chunks 2 and 3 saved */
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, NULL, NULL, &stored),
-                     KVS_OK);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, NULL, NULL, &stored), KVS_OK);
     ck_assert_uint_eq(stored, N_TOK);
     uint64_t seed = 17;
     float q[HEADS * HEAD_DIM];

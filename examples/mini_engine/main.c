@@ -14,6 +14,7 @@
 #include "options.h"
 #include "profile.h"
 #include "report.h"
+#include "sparse_decode.h"
 #include "verify.h"
 #include "weights.h"
 #include "workload.h"
@@ -196,6 +197,11 @@ static int main_run(options *op, trained *tr) {
 
     if (o.lsc) {
         rc = lsc_run(&o, m);
+        goto out_model_only;
+    }
+    if (o.sparse_decode) {
+        stage_layout_init(&run_stages, m, o.dtype, 1, err, sizeof err); /* one stage: every layer */
+        rc = sparse_decode_run(&o, m, tr->text, tr->text_len);
         goto out_model_only;
     }
     if (o.profile_path) {

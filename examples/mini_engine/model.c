@@ -469,6 +469,50 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
     }
 }
 
+/* One token, GQA: the pieces of model_layer with the attention left to the caller ------------------ */
+
+void model_token_qkv(const model *m, model_scratch *s, uint32_t layer, const float *x, uint64_t pos,
+                     float *q, float *k, float *v) {
+    const model_config *c = &m->c;
+    const layer_weights *w = &m->layers[layer];
+    const int hd = m->head_dim, qw = c->n_heads * hd;
+    rmsnorm(s->xn, x, w->attn_norm, c->dim);
+    matvec(q, s->xn, w->wq, c->dim, qw);
+    for (int h = 0; h < c->n_heads; h++) rope(m, q + h * hd, pos);
+    for (int i = 0; i < qw; i++) q[i] *= m->attn_scale;
+    if (!k) return;
+    matvec(k, s->xn, w->wk, c->dim, c->n_kv_heads * hd);
+    matvec(v, s->xn, w->wv, c->dim, c->n_kv_heads * hd);
+    for (int g = 0; g < c->n_kv_heads; g++) rope(m, k + g * hd, pos);
+}
+
+void model_token_finish(const model *m, model_scratch *s, uint32_t layer, float *x,
+                        const float *att) {
+    const model_config *c = &m->c;
+    const layer_weights *w = &m->layers[layer];
+    const int dim = c->dim, qw = c->n_heads * m->head_dim;
+    matvec(s->proj, att, w->wo, qw, dim);
+    for (int i = 0; i < dim; i++) x[i] += s->proj[i];
+    rmsnorm(s->xn, x, w->ffn_norm, dim);
+    matvec(s->hb, s->xn, w->w1, dim, c->ffn);
+    matvec(s->hb2, s->xn, w->w3, dim, c->ffn);
+    for (int i = 0; i < c->ffn; i++) {
+        float g = s->hb[i];
+        s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
+    }
+    matvec(s->proj, s->hb, w->w2, c->ffn, dim);
+    for (int i = 0; i < dim; i++) x[i] += s->proj[i];
+}
+
+void model_logits_of(const model *m, model_scratch *s, const float *x, float *logits) {
+    rmsnorm(s->xn, x, m->final_norm, m->c.dim);
+    matvec(logits, s->xn, m->wcls, m->c.dim, m->c.vocab);
+}
+
+const float *model_embedding(const model *m, int32_t token) {
+    return m->embed + (size_t)token * m->c.dim;
+}
+
 void model_logits(const model *m, model_scratch *s, int index, float *logits) {
     rmsnorm(s->xn, s->x + (size_t)index * m->c.dim, m->final_norm, m->c.dim);
     matvec(logits, s->xn, m->wcls, m->c.dim, m->c.vocab);

@@ -63,6 +63,18 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
                  const uint32_t *block_table, uint64_t pos0, int n);
 /* Final norm and output head for the hidden state of step token `index`: vocab logits. */
 void model_logits(const model *m, model_scratch *s, int index, float *logits);
+/* One decode token with the attention left to the caller (GQA only; sparse.c). model_token_qkv:
+ * from the token's hidden state x (dim floats) at position pos, its query (heads * head_dim, RoPE'd
+ * and scaled by 1/sqrt(head_dim), as model_layer attends with) and, when k is not NULL, its K
+ * (RoPE'd) and V (kv_heads * head_dim each). model_token_finish: x += the output projection of
+ * att (heads * head_dim), then the feed-forward, as model_layer does. model_logits_of: the logits
+ * of hidden state x. model_embedding: token's embedding (dim floats). */
+void model_token_qkv(const model *m, model_scratch *s, uint32_t layer, const float *x, uint64_t pos,
+                     float *q, float *k, float *v);
+void model_token_finish(const model *m, model_scratch *s, uint32_t layer, float *x,
+                        const float *att);
+void model_logits_of(const model *m, model_scratch *s, const float *x, float *logits);
+const float *model_embedding(const model *m, int32_t token);
 /* Index of the largest logit (the lowest one on ties). */
 int32_t model_argmax(const float *logits, int vocab);
 

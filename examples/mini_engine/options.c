@@ -42,6 +42,17 @@ static void usage(FILE *f) {
         "bit)\n"
         "  --peer-blocks N       stream blocks to ask the lender for (default: as many as help)\n"
         "  --lsc-buffers 1|2     layer stream buffers: 2 fetches layer i+1 while layer i runs (2)\n"
+        "  --sparse-decode       instead of the workload: one prompt of --sparse-context tokens\n"
+        "                        prefilled and saved, then --decode-tokens steps attending per KV\n"
+        "                        head to the sink, the recent rows and the top-k rows the "
+        "connector\n"
+        "                        selects from the tiers (docs/sparse.md); with --verify the "
+        "logits\n"
+        "                        against the same rows from the prefill's KV, bit for bit\n"
+        "  --topk K              rows selected per KV head and step (64)\n"
+        "  --sparse-context N    the prompt's tokens (4096)\n"
+        "  --sparse-sink N       leading rows always attended (4)\n"
+        "  --sparse-recent N     trailing rows always attended (64)\n"
         "  --profile FILE        measure recompute and load costs, write them as a restore "
         "profile, exit\n"
         "  --profile-tier NAME   tier name written into the profile (dram)\n"
@@ -129,6 +140,10 @@ int parse_options(int argc, char **argv, options *o) {
         .batch = 1,
         .stages = 1,
         .lsc_buffers = 2,
+        .topk = 64,
+        .sparse_context = 4096,
+        .sparse_sink = 4,
+        .sparse_recent = 64,
     };
     struct {
         const char *name;
@@ -158,6 +173,10 @@ int parse_options(int argc, char **argv, options *o) {
         {"--stages", &o->stages, 1},
         {"--peer-blocks", &o->peer_blocks, 1},
         {"--lsc-buffers", &o->lsc_buffers, 1},
+        {"--topk", &o->topk, 1},
+        {"--sparse-context", &o->sparse_context, 64},
+        {"--sparse-sink", &o->sparse_sink, 0},
+        {"--sparse-recent", &o->sparse_recent, 1},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -189,6 +208,8 @@ int parse_options(int argc, char **argv, options *o) {
             o->quiet = 1;
         } else if (strcmp(a, "--lsc") == 0) {
             o->lsc = 1;
+        } else if (strcmp(a, "--sparse-decode") == 0) {
+            o->sparse_decode = 1;
         } else if (strcmp(a, "--no-mask") == 0) {
             o->no_mask = 1;
         } else if (strcmp(a, "--restore-plans") == 0) {
@@ -294,6 +315,19 @@ int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, PROG ": --lsc runs one long request of its own through the connector: "
                              "drop --no-connector, --restore-plans, --stages, --batch, "
                              "--continuous, --profile and --trace\n");
+        return -1;
+    }
+    if (o->sparse_decode && (o->lsc || o->no_connector || o->restore_plans || o->stages > 1 ||
+                             o->batch > 1 || o->continuous || o->profile_path || o->trace_path)) {
+        fprintf(stderr, PROG ": --sparse-decode runs one long request of its own through the "
+                             "connector: drop --lsc, --no-connector, --restore-plans, --stages, "
+                             "--batch, --continuous, --profile and --trace\n");
+        return -1;
+    }
+    if (o->sparse_decode &&
+        (o->sparse_context > (1 << 20) || o->decode_tokens > 4096 || o->topk > o->sparse_context)) {
+        fprintf(stderr, PROG ": --sparse-decode: --sparse-context at most 1048576, "
+                             "--decode-tokens at most 4096, --topk at most the context\n");
         return -1;
     }
     if (o->batch > 64 || o->continuous > 64) {

@@ -30,14 +30,18 @@ typedef struct options {
     const char *profile_path; /* --profile: measure, write this restore profile, exit */
     const char *profile_tier; /* the name the profile gives the tier that served the loads */
     int profile_tokens;
-    int plan_modes;  /* --plan-modes; 0: both */
-    int batch;       /* turns of different sessions admitted and restored together */
-    int continuous;  /* 0: off; N: up to N turns in flight, the next arriving as one finishes */
-    int arrival_ms;  /* --continuous: turn i arrives at i * arrival_ms (0: as soon as it can) */
-    int stages;      /* pipeline stages (boundary activations stored with the KV); 1: none */
-    int lsc;         /* --lsc: the layer stream cache's one long request (lsc.h) instead */
-    int peer_blocks; /* --peer-blocks: stream blocks to ask the lender for (0: all useful) */
-    int lsc_buffers; /* --lsc-buffers: 1 or 2 */
+    int plan_modes;     /* --plan-modes; 0: both */
+    int batch;          /* turns of different sessions admitted and restored together */
+    int continuous;     /* 0: off; N: up to N turns in flight, the next arriving as one finishes */
+    int arrival_ms;     /* --continuous: turn i arrives at i * arrival_ms (0: as soon as it can) */
+    int stages;         /* pipeline stages (boundary activations stored with the KV); 1: none */
+    int lsc;            /* --lsc: the layer stream cache's one long request (lsc.h) instead */
+    int peer_blocks;    /* --peer-blocks: stream blocks to ask the lender for (0: all useful) */
+    int lsc_buffers;    /* --lsc-buffers: 1 or 2 */
+    int sparse_decode;  /* --sparse-decode: one long prompt decoded sparsely (sparse_decode.h) */
+    int topk;           /* --topk: rows selected per KV head and step */
+    int sparse_context; /* --sparse-context: the prompt's tokens */
+    int sparse_sink, sparse_recent; /* rows the engine attends itself at each end */
 } options;
 
 /* Fill *o from argv, defaults first. --help prints the usage on stdout and exits 0. Returns 0, or -1
