@@ -293,9 +293,13 @@ typedef struct kvs_sparse_cache {
                           * entry to UINT32_MAX */
     uint8_t *hit; /* [n_layers][n_kv_heads]: 1 when the head's last step reused its rows (moved
                    * nothing), 0 when it selected again */
+    uint32_t *attend_from; /* [n_layers][n_kv_heads]: the row from which the engine attends its
+                            * own rows at the head's last step: the pool's end when the slots'
+                            * rows were selected (a reusing head keeps it, so the rows that
+                            * entered the pool since are attended by the engine, not dropped) */
 } kvs_sparse_cache;
 
-#define KVS_SPARSE_CACHE_SIZE_1_9 40u
+#define KVS_SPARSE_CACHE_SIZE_1_9 48u
 
 /* How a request's sparse decode selects. Zero fields take the defaults. */
 typedef struct kvs_sparse_params {
@@ -506,11 +510,13 @@ typedef struct kvs_api {
     /* Decode req_id attending, per KV head, to a selected set of its context rows instead of all
      * of them. The rows come from the chunks of `tokens` the tiers hold: the stored prefix, read
      * once here and checked whole, pinned until sparse_end; *stored_tokens (may be NULL) gets its
-     * length. The connector keeps each row's key (for selection) and a hash of its K and V bytes
+     * length: the stored prefix ends at the first chunk no tier holds, that a tier would not pin,
+     * or whose object failed its check (chunks_refused; the engine recomputes from there). The connector keeps each row's key (for selection) and a hash of its K and V bytes
      * (each row read later is checked against it). `cache` and `params` are copied; the memory
      * cache points to is borrowed until sparse_end. Calling it again for a request already begun
      * takes the chunks of tokens it has not taken yet (decode completed and saved more): cache
-     * and params are then ignored and may be NULL. Worker role after register_kv; host device
+     * and params are then ignored and may be NULL, and tokens must begin with the tokens taken
+     * (KVS_EINVAL otherwise). Worker role after register_kv; host device
      * only (KVS_ENOTSUP elsewhere), not MLA. */
     kvs_status (*sparse_begin)(kvs_handle *h, const char *req_id, const int32_t *tokens,
                                uint64_t n_tokens, const kvs_sparse_cache *cache,
@@ -520,13 +526,15 @@ typedef struct kvs_api {
      * KV head, QSAC decides: a hit reuses the head's rows (hit = 1, nothing moves); a miss selects
      * the exact top-k of the group's scores q.k over the pool, rows [sink, min(n_rows - recent,
      * stored_tokens)), and reads only the rows the head's slots lack. The engine attends to the
-     * selected rows (slot_rows) and to every row outside the pool itself: [0, sink) and
-     * [pool end, n_rows). The call only enqueues when every tier may be read from another thread
-     * (the work runs on the request's own thread); the layer's slots, slot_rows and hit flags are
-     * the connector's until sparse_wait for the layer returns. flags: KVS_SPARSE_FINAL or
-     * KVS_SPARSE_SPECULATIVE. A FINAL call after a SPECULATIVE one for the same layer decides
-     * against the speculative query: a head whose real query is close to it keeps its rows, any
-     * other selects again and reads the difference (spec_kept, spec_corrected). */
+     * selected rows (slot_rows), to [0, sink) and to [attend_from, n_rows) itself; attend_from is
+     * the pool's end when the slots were selected (a head whose pool shrank since, the context
+     * having gone back, selects again). The call only enqueues when every tier may be read from
+     * another thread (the work runs on the request's own thread); the layer's slots, slot_rows,
+     * hit flags and attend_from are the connector's until sparse_wait for the layer returns.
+     * flags: KVS_SPARSE_FINAL or KVS_SPARSE_SPECULATIVE. A FINAL call after a SPECULATIVE one for
+     * the same layer is decided against the label the speculative step left (its query where it
+     * selected, the older one where it reused): a head whose real query is close keeps the rows
+     * (spec_kept), any other selects again and reads the difference (spec_corrected). */
     kvs_status (*sparse_select)(kvs_handle *h, const char *req_id, uint32_t layer, const float *q,
                                 uint64_t n_rows, uint32_t flags);
     /* Return when every sparse_select of layer `layer` so far has landed. A row that could not be
@@ -534,7 +542,9 @@ typedef struct kvs_api {
     kvs_status (*sparse_wait)(kvs_handle *h, const char *req_id, uint32_t layer);
     /* The request's counters (out->struct_size set by the caller). */
     kvs_status (*sparse_stats)(kvs_handle *h, const char *req_id, kvs_sparse_stats *out);
-    /* Wait for the request's selections, unpin its chunks and forget it. */
+    /* Wait for the request's selections, unpin its chunks and forget it. close ends every
+     * request still begun: a step in progress finishes (it may still write into the head cache
+     * while close runs), steps only queued are dropped. */
     kvs_status (*sparse_end)(kvs_handle *h, const char *req_id);
 } kvs_api;
 

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "guard.h"
 #include "handle.h"
+#include "kernels/cpu/dtype.h"
 #include "keys.h"
 #include "sparse_store.h"
 #include "tiers.h"
@@ -124,9 +125,14 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
     uint32_t layer = j->layer, G = r->n_heads;
     kvs_sparse_head *heads = r->heads + (uint64_t)layer * G;
     uint8_t *hit = r->cache.hit + (uint64_t)layer * G;
+    memset(r->n_fetch, 0, (uint64_t)G * sizeof *r->n_fetch);
+    /* EINVAL cannot happen (begin checked the shapes); ENOMEM left the heads that ran short with
+     * nothing fetched and their labels invalid: they select again next step */
     kvs_sparse_store_select(r->store, layer, j->q, heads, (uint32_t)j->n_rows, r->params.sink,
                             r->params.recent, r->topk, hit, r->fetch_rows, r->fetch_slots,
                             r->n_fetch);
+    for (uint32_t g = 0; g < G; g++)
+        r->cache.attend_from[(uint64_t)layer * G + g] = heads[g].sel_end;
     uint64_t t1 = kvs_now_ns();
     uint64_t fetched = 0, failed = 0, hits = 0;
     for (uint32_t g = 0; g < G; g++) {
@@ -189,10 +195,12 @@ static void *req_thread(void *arg) {
 
 /* ---- a request's life ----------------------------------------------------------------------- */
 
-static void req_free(kvs_sparse_req *r) {
+/* End a request: its queued steps run first (sparse_end) or are dropped (drop: close). */
+static void req_free(kvs_sparse_req *r, int drop) {
     if (!r) return;
     if (r->threaded) {
         pthread_mutex_lock(&r->lock);
+        if (drop && r->ring_count > 1) r->ring_count = 1; /* the one running finishes */
         r->stop = 1;
         pthread_cond_broadcast(&r->changed);
         pthread_mutex_unlock(&r->lock);
@@ -221,23 +229,36 @@ static void req_free(kvs_sparse_req *r) {
     free(r);
 }
 
-/* Look at chunks [r->n_chunks, n_tokens / chunk_tokens): each found in a tier is pinned there,
- * read whole and taken (or refused when its object fails its check); the first no tier holds ends
- * the stored prefix for now (a later begin looks again from there). */
-static void take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *tokens,
-                        uint64_t n_tokens) {
+/* Take chunks [r->n_chunks, n_tokens / chunk_tokens) in order: each is found in a tier, pinned
+ * there and read whole and checked. The first that no tier holds, that its tier will not pin or
+ * whose object fails its check ends the stored prefix for now (a later begin looks again from
+ * there); a refusal is counted and logged. KVS_EINVAL, nothing taken, when tokens do not begin
+ * with the chunks taken already. */
+static kvs_status take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *tokens,
+                              uint64_t n_tokens) {
     uint64_t want = n_tokens / h->chunk_tokens;
     if (want > r->max_chunks) want = r->max_chunks;
-    if (want <= r->n_chunks) return;
-    /* the keys chain from the fingerprint: computed over every chunk so far */
-    kvs_keys_chain(&h->fingerprint, tokens, want, h->chunk_tokens, r->keys);
+    if (want == 0) return KVS_OK;
+    /* the keys chain from the fingerprint over every chunk: the ones taken must not change */
+    kvs_key *keys = malloc(want * sizeof *keys);
+    if (!keys) return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory");
+    kvs_keys_chain(&h->fingerprint, tokens, want, h->chunk_tokens, keys);
+    uint64_t taken = r->n_chunks < want ? r->n_chunks : want;
+    if (memcmp(keys, r->keys, taken * sizeof *keys) != 0) {
+        free(keys);
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: '%s' again with tokens that do not begin with the %u "
+                             "chunks it took",
+                             r->id, r->n_chunks);
+    }
+    if (want > r->n_chunks)
+        memcpy(r->keys + r->n_chunks, keys + r->n_chunks, (want - r->n_chunks) * sizeof *keys);
+    free(keys);
     char err[256];
     for (uint32_t c = r->n_chunks; c < want; c++) {
         int tier = kvs_tiers_find(h->tiers, &r->keys[c]);
         if (tier < 0) break;
-        r->n_chunks = c + 1;
-        r->tier_of[c] = tier;
-        r->pinned[c] = (uint8_t)kvs_tiers_pin(h->tiers, (uint32_t)tier, &r->keys[c], SP_PIN_MS);
+        if (!kvs_tiers_pin(h->tiers, (uint32_t)tier, &r->keys[c], SP_PIN_MS)) break;
         uint64_t len = 0;
         kvs_status st =
             kvs_tiers_get(h->tiers, (uint32_t)tier, &r->keys[c], r->object, h->object_bytes, &len);
@@ -245,19 +266,20 @@ static void take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *tokens,
             st = kvs_sparse_store_add(r->store, c, r->object, len, &h->fingerprint, &r->keys[c],
                                       err, sizeof err);
         if (st != KVS_OK) {
-            if (r->pinned[c]) kvs_tiers_unpin(h->tiers, (uint32_t)tier, &r->keys[c]);
-            r->pinned[c] = 0;
-            r->tier_of[c] = -1;
+            kvs_tiers_unpin(h->tiers, (uint32_t)tier, &r->keys[c]);
             r->stats.chunks_refused++;
             kvs_log(h->cfg->log_level, KVS_LOG_WARN,
-                    "sparse_begin: '%s' chunk %u not taken (%s): its rows are never selected",
+                    "sparse_begin: '%s' chunk %u not taken (%s): the stored prefix ends there",
                     r->id, c, st == KVS_ECORRUPT ? err : kvs_strerror(st));
+            break;
         }
+        r->tier_of[c] = tier;
+        r->pinned[c] = 1;
+        r->n_chunks = c + 1;
     }
     r->object_chunk = UINT32_MAX;
-    uint32_t end = 0;
-    kvs_sparse_store_keys(r->store, 0, 0, &end);
-    r->stats.stored_tokens = end;
+    r->stats.stored_tokens = (uint64_t)r->n_chunks * h->chunk_tokens;
+    return KVS_OK;
 }
 
 static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens,
@@ -274,9 +296,11 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
         return kvs_set_error(h, KVS_EINVAL,
                              "sparse_begin: params is NULL or its struct_size is below %u",
                              KVS_SPARSE_PARAMS_SIZE_1_9);
-    if (!cache.slots || !cache.k || !cache.v || !cache.slot_rows || !cache.hit)
+    if (!cache.slots || !cache.k || !cache.v || !cache.slot_rows || !cache.hit ||
+        !cache.attend_from)
         return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: the cache needs slots, k, v, slot_rows and hit");
+                             "sparse_begin: the cache needs slots, k, v, slot_rows, "
+                             "hit and attend_from");
     if (!params.topk) params.topk = cache.slots;
     if (!params.q_per_kv) params.q_per_kv = 1;
     if (params.eta == 0.0f) params.eta = 0.8f;
@@ -317,8 +341,17 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     r->stats.struct_size = sizeof r->stats;
     uint64_t planes = (uint64_t)r->n_layers * r->n_heads;
     r->ring_cap = 2 * r->n_layers + 2;
-    int ok = kvs_sparse_store_create(&h->shape, h->model.dtype, r->n_layers, h->chunk_tokens,
-                                     r->max_chunks, &r->store) == KVS_OK;
+    kvs_status made = kvs_sparse_store_create(&h->shape, h->model.dtype, r->n_layers,
+                                              h->chunk_tokens, r->max_chunks, &r->store);
+    if (made == KVS_EINVAL || (uint64_t)r->d * kvs_dtype_bytes(h->model.dtype) != r->head_bytes) {
+        req_free(r, 1);
+        return kvs_set_error(h, KVS_ENOTSUP,
+                             "sparse_begin: the model's KV (dtype %u, head_dim %u, %llu bytes a "
+                             "head) is not one sparse decode reads",
+                             h->model.dtype, h->model.head_dim,
+                             (unsigned long long)h->shape.head_bytes);
+    }
+    int ok = made == KVS_OK;
     ok = ok && (r->keys = calloc(max_chunks, sizeof *r->keys)) &&
          (r->tier_of = malloc(max_chunks * sizeof *r->tier_of)) &&
          (r->pinned = calloc(max_chunks, 1)) && (r->heads = calloc(planes, sizeof *r->heads)) &&
@@ -340,12 +373,13 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
         r->params.importance = imp;
     }
     if (!ok) {
-        req_free(r);
+        req_free(r, 1);
         return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory for '%s'", req_id);
     }
     for (uint32_t c = 0; c < max_chunks; c++) r->tier_of[c] = -1;
     for (uint64_t i = 0; i < planes * r->slots; i++) cache.slot_rows[i] = UINT32_MAX;
     memset(cache.hit, 0, planes);
+    for (uint64_t i = 0; i < planes; i++) cache.attend_from[i] = params.sink;
     for (uint64_t i = 0; i < planes; i++) {
         double importance = r->params.importance ? r->params.importance[i] : 1.0;
         r->heads[i] =
@@ -391,9 +425,9 @@ kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *to
         /* more chunks: the request's thread reads none of what this changes until it waits */
         kvs_sparse_wait(h, req_id, UINT32_MAX);
     }
-    take_chunks(h, r, tokens, n_tokens);
+    st = take_chunks(h, r, tokens, n_tokens);
     if (stored_tokens) *stored_tokens = r->stats.stored_tokens;
-    return KVS_OK;
+    return st;
 }
 
 kvs_status kvs_sparse_select(kvs_handle *h, const char *req_id, uint32_t layer, const float *q,
@@ -467,7 +501,7 @@ kvs_status kvs_sparse_end(kvs_handle *h, const char *req_id) {
         if (req_id && strcmp((*p)->id, req_id) == 0) {
             kvs_sparse_req *r = *p;
             *p = r->next;
-            req_free(r); /* its thread finishes the jobs queued first */
+            req_free(r, 0); /* its thread finishes the jobs queued first */
             return KVS_OK;
         }
     return kvs_set_error(h, KVS_ENOTFOUND, "sparse_end: '%s' is not in sparse decode",
@@ -478,6 +512,6 @@ void kvs_sparse_close(kvs_handle *h) {
     while (h->sparse) {
         kvs_sparse_req *r = h->sparse;
         h->sparse = r->next;
-        req_free(r);
+        req_free(r, 1);
     }
 }

@@ -17,7 +17,7 @@ kvs_status kvs_sparse_select(struct kvs_handle *h, const char *req_id, uint32_t 
 kvs_status kvs_sparse_wait(struct kvs_handle *h, const char *req_id, uint32_t layer);
 kvs_status kvs_sparse_get_stats(struct kvs_handle *h, const char *req_id, kvs_sparse_stats *out);
 kvs_status kvs_sparse_end(struct kvs_handle *h, const char *req_id);
-/* End every request (close, register_kv again). */
+/* End every request, dropping the steps only queued (close). */
 void kvs_sparse_close(struct kvs_handle *h);
 
 #endif

@@ -160,6 +160,8 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
         const float *qg = q + q_at;
         q_at += (uint64_t)m * d;
         n_fetch[g] = 0;
+        uint32_t sel_end = end > sink ? end : sink;
+        if (head->sel_end > sel_end) head->qsac.valid = 0; /* the pool shrank under its rows */
         hit[g] = (uint8_t)kvs_qsac_step(&head->qsac, qg, NULL, NULL);
         if (hit[g]) continue;
         uint32_t n_keys;
@@ -190,6 +192,7 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
             continue;
         }
         n_fetch[g] = got;
+        head->sel_end = sel_end;
         /* a short selection (a pool of fewer than k stored rows) is not reused: the next step
          * selects again, as the pool grows */
         if (kept < k) head->qsac.valid = 0;

@@ -60,6 +60,8 @@ typedef struct kvs_sparse_head {
     kvs_qsac_head qsac;
     uint32_t *slot_rows; /* slots entries */
     uint32_t slots;
+    uint32_t sel_end; /* the pool's end (at least sink) when the slots were selected: the rows
+                       * from there on are the engine's to attend */
 } kvs_sparse_head;
 
 /* A layer's step for every KV head: q holds n_heads * m query heads (m = head->qsac.m) of head_dim
@@ -71,7 +73,11 @@ typedef struct kvs_sparse_head {
  * room for that many per head, head h's at h * slots); n_fetch[h] says how many. The slot tables
  * are updated as if the fetches succeeded (the caller checks each row and clears a slot whose row
  * fails). A selection shorter than k leaves the head's label invalid, so the next step selects
- * again. KVS_ENOMEM when a head's selection ran out of memory: that head fetched nothing and its
+ * again. A head whose slots were selected from a longer pool than this step's (the context went
+ * back) misses whatever its similarity: its rows may lie past this step's pool. After the call
+ * head->sel_end says from which row on the engine attends its own rows: the pool's end at the
+ * selection the slots hold (a hit keeps the one before; rows that entered the pool since are the
+ * engine's, not dropped). KVS_ENOMEM when a head's selection ran out of memory: that head fetched nothing and its
  * label is invalid; the other heads' results stand. Uses the store's scratch: one thread. */
 kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const float *q,
                                    kvs_sparse_head *heads, uint32_t n_rows, uint32_t sink,

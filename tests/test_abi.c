@@ -173,6 +173,7 @@ AT(kvs_sparse_cache, k, 8, 8);
 AT(kvs_sparse_cache, v, 16, 8);
 AT(kvs_sparse_cache, slot_rows, 24, 8);
 AT(kvs_sparse_cache, hit, 32, 8);
+AT(kvs_sparse_cache, attend_from, 40, 8);
 SIZE(kvs_sparse_cache, KVS_SPARSE_CACHE_SIZE_1_9);
 AT(kvs_sparse_params, struct_size, 0, 4);
 AT(kvs_sparse_params, topk, 4, 4);

@@ -27,6 +27,7 @@ typedef struct sparse_rig {
     uint8_t k[LAYERS][HEADS][SLOTS][HEAD_BYTES], v[LAYERS][HEADS][SLOTS][HEAD_BYTES];
     uint32_t slot_rows[LAYERS][HEADS][SLOTS];
     uint8_t hit[LAYERS][HEADS];
+    uint32_t attend_from[LAYERS][HEADS];
     kvs_sparse_cache cache;
     kvs_sparse_params params;
 } sparse_rig;
@@ -44,7 +45,8 @@ static void open_rig(sparse_rig *s, uint64_t stored) {
                                   .k = s->k,
                                   .v = s->v,
                                   .slot_rows = &s->slot_rows[0][0][0],
-                                  .hit = &s->hit[0][0]};
+                                  .hit = &s->hit[0][0],
+                                  .attend_from = &s->attend_from[0][0]};
     s->params = (kvs_sparse_params){.struct_size = sizeof s->params,
                                     .topk = SLOTS,
                                     .sink = SINK,
@@ -139,7 +141,6 @@ START_TEST(a_step_holds_the_exact_top_k_of_the_stored_rows_bit_for_bit) {
         }
     }
     /* a pool limited by the context: rows at or past n_rows - RECENT are never selected */
-    s->params.eta = 1.0f; /* (ignored: params are the first begin's) */
     random_q(q, &seed);
     for (int h = 0; h < HEADS; h++) q[h * HEAD_DIM] += 50.0f; /* a new direction: a miss */
     step(s, 0, q, 40, KVS_SPARSE_FINAL);
@@ -192,6 +193,41 @@ START_TEST(a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks) {
             if (held) ck_assert_uint_eq(before[h][i], row); /* a kept row never moves */
         }
     ck_assert_uint_eq(stats_of(s).rows_fetched - b.rows_fetched, lacked);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+/* A reusing head keeps the pool's end of its selection: the rows that entered the pool since are
+ * the engine's (attend_from), not dropped; a pool that shrank under the rows makes the head select
+ * again, whatever its query. */
+START_TEST(a_reusing_head_leaves_the_rows_since_its_selection_to_the_engine) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    ck_assert_uint_eq(s->attend_from[1][1], SINK); /* begin: nothing selected yet */
+    uint64_t seed = 23;
+    float q[HEADS * HEAD_DIM];
+    random_q(q, &seed);
+    step(s, 0, q, 100, KVS_SPARSE_FINAL);
+    ck_assert_uint_eq(s->attend_from[0][0], 100 - RECENT);
+    step(s, 0, q, 110, KVS_SPARSE_FINAL); /* the same query, ten rows on: reused */
+    ck_assert_uint_eq(s->hit[0][0] + s->hit[0][1], HEADS);
+    for (int h = 0; h < HEADS; h++) {
+        ck_assert_uint_eq(s->attend_from[0][h], 100 - RECENT); /* rows 92..101 are the engine's */
+        for (int i = 0; i < SLOTS; i++) ck_assert_uint_lt(s->slot_rows[0][h][i], 100 - RECENT);
+    }
+    step(s, 0, q, 60, KVS_SPARSE_FINAL); /* back: the pool ends at 52, under the rows held */
+    ck_assert_uint_eq(s->hit[0][0] + s->hit[0][1], 0);
+    expect_exact(s, 0, q, 60);
+    for (int h = 0; h < HEADS; h++) ck_assert_uint_eq(s->attend_from[0][h], 60 - RECENT);
+    step(s, 0, q, 8, KVS_SPARSE_FINAL); /* no pool at all: the engine attends from the sink */
+    for (int h = 0; h < HEADS; h++) {
+        ck_assert_uint_eq(s->attend_from[0][h], SINK);
+        for (int i = 0; i < SLOTS; i++) ck_assert_uint_eq(s->slot_rows[0][h][i], UINT32_MAX);
+    }
     api->sparse_end(s->r.h, "d");
     rig_close(&s->r);
     free(s);
@@ -283,7 +319,7 @@ START_TEST(a_chunk_damaged_before_begin_is_never_selected) {
     uint64_t stored = 0;
     ck_assert_int_eq(
         api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
-    ck_assert_uint_eq(stored, N_TOK); /* chunk 3 still counts: chunk 2 is a hole */
+    ck_assert_uint_eq(stored, 2 * CHUNK); /* the stored prefix ends at the damaged chunk */
     ck_assert_uint_eq(stats_of(s).chunks_refused, 1);
     uint64_t seed = 13;
     float q[HEADS * HEAD_DIM];
@@ -293,7 +329,7 @@ START_TEST(a_chunk_damaged_before_begin_is_never_selected) {
         for (int h = 0; h < HEADS; h++)
             for (int i = 0; i < SLOTS; i++) {
                 uint32_t row = s->slot_rows[1][h][i];
-                ck_assert(row == UINT32_MAX || row / CHUNK != 2);
+                ck_assert(row == UINT32_MAX || row < 2 * CHUNK);
             }
     }
     ck_assert_uint_eq(stats_of(s).rows_failed, 0);
@@ -312,6 +348,12 @@ START_TEST(a_second_begin_takes_the_chunks_saved_since) {
     ck_assert_uint_eq(stored, 2 * CHUNK);                    /* the rest is not stored yet */
     rig_prefill(&s->r, "more", s->tokens, N_TOK, s->blocks); /* chunks 2 and 3 saved */
     ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, NULL, NULL, &stored), KVS_OK);
+    ck_assert_uint_eq(stored, N_TOK);
+    /* tokens that do not begin with the chunks taken are refused, and change nothing */
+    int32_t other[N_TOK];
+    memcpy(other, s->tokens, sizeof other);
+    other[3]++;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", other, N_TOK, NULL, NULL, &stored), KVS_EINVAL);
     ck_assert_uint_eq(stored, N_TOK);
     uint64_t seed = 17;
     float q[HEADS * HEAD_DIM];
@@ -362,8 +404,10 @@ START_TEST(bad_calls_are_refused) {
     ck_assert_int_eq(api->sparse_stats(h, "d", &st), KVS_EINVAL);
     /* a query selected and never waited for: end waits, and close ends what is left */
     ck_assert_int_eq(api->sparse_select(h, "d", 0, q, N_TOK, 0), KVS_OK);
+    ck_assert_int_eq(api->sparse_wait(h, "d", 0), KVS_OK); /* "e" begins over the same cache */
     ck_assert_int_eq(api->sparse_begin(h, "e", s->tokens, N_TOK, &s->cache, &s->params, NULL),
                      KVS_OK);
+    ck_assert_int_eq(api->sparse_select(h, "e", 0, q, N_TOK, 0), KVS_OK); /* close drops it */
     ck_assert_int_eq(api->sparse_end(h, "d"), KVS_OK);
     rig_close(&s->r);
     /* a scheduler handle has no sparse decode */
@@ -384,6 +428,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, rig_setup, rig_teardown);
     tcase_add_test(tc, a_step_holds_the_exact_top_k_of_the_stored_rows_bit_for_bit);
     tcase_add_test(tc, a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks);
+    tcase_add_test(tc, a_reusing_head_leaves_the_rows_since_its_selection_to_the_engine);
     tcase_add_test(tc, a_wrong_speculation_is_corrected_and_a_right_one_kept);
     tcase_add_test(tc, a_damaged_row_is_never_handed_over);
     tcase_add_test(tc, a_chunk_damaged_before_begin_is_never_selected);

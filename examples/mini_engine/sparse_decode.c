@@ -56,6 +56,9 @@ typedef struct sd {
     float *cache_f; /* [slots][hd]: one head's cached K, then V, as floats */
     /* what sparse decode selected: [D][L][G][slots] rows ascending, counts [D][L][G] */
     uint32_t *sel, *n_sel;
+    uint32_t *from;    /* [D][L][G]: attend_from at each step (the engine's rows from there on) */
+    uint64_t bad_rows; /* selected rows outside [sink, attend_from), or twice */
+    uint32_t *attend_from; /* [L][G]: the connector's */
     /* per run */
     float *logits; /* [D][vocab] */
     float *att;    /* [D][L][H * hd] */
@@ -106,9 +109,6 @@ static int cmp_u32(const void *a, const void *b) {
 /* The rows head g of layer l attends to at step t (pos), with their K and V, into krow/vrow. */
 static uint32_t gather(sd *d, int run, uint64_t t, uint32_t l, uint32_t g, uint64_t pos) {
     uint64_t n_rows = pos + 1;
-    uint64_t pool_end = n_rows > d->recent ? n_rows - d->recent : 0;
-    if (pool_end > d->stored) pool_end = d->stored;
-    if (pool_end < d->sink) pool_end = d->sink;
     uint32_t n = 0;
     float *kb = run == RUN_SPARSE ? d->own_k : d->full_k;
     float *vb = run == RUN_SPARSE ? d->own_v : d->full_v;
@@ -126,13 +126,21 @@ static uint32_t gather(sd *d, int run, uint64_t t, uint32_t l, uint32_t g, uint6
     uint64_t plane = ((uint64_t)l * d->G + g) * d->slots;
     uint32_t *sel = d->sel + ((t * d->L + l) * d->G + g) * d->slots;
     uint32_t *n_sel = d->n_sel + (t * d->L + l) * d->G + g;
+    uint32_t *from = d->from + (t * d->L + l) * d->G + g;
     if (run == RUN_SPARSE) { /* the slots' rows, ascending, recorded for the replay */
         uint32_t k = 0;
         for (uint32_t i = 0; i < d->slots; i++)
             if (d->slot_rows[plane + i] != UINT32_MAX) sel[k++] = d->slot_rows[plane + i];
         qsort(sel, k, sizeof *sel, cmp_u32);
         *n_sel = k;
+        *from = d->attend_from[(uint64_t)l * d->G + g];
+        /* the rows the connector hands over lie in [sink, attend_from), each once: the replay
+         * attends to the same rows, so only this check catches a selection that overlaps the
+         * engine's own rows */
+        for (uint32_t i = 0; i < k; i++)
+            d->bad_rows += sel[i] < d->sink || sel[i] >= *from || (i && sel[i] == sel[i - 1]);
     }
+    uint64_t pool_end = *from > n_rows ? n_rows : *from;
     for (uint32_t i = 0; i < *n_sel; i++, n++) {
         uint32_t row = sel[i];
         if (run == RUN_REPLAY) {
@@ -226,6 +234,8 @@ static void sd_free(sd *d) {
     free(d->cache_f);
     free(d->sel);
     free(d->n_sel);
+    free(d->from);
+    free(d->attend_from);
     free(d->logits);
     free(d->att);
     free(d->krow);
@@ -257,6 +267,8 @@ static int sd_alloc(sd *d) {
     d->cache_f = malloc(most * 2 * d->hd * 4);
     d->sel = malloc(d->D * cache_rows * sizeof *d->sel);
     d->n_sel = calloc(d->D * d->L * d->G, sizeof *d->n_sel);
+    d->from = calloc(d->D * d->L * d->G, sizeof *d->from);
+    d->attend_from = calloc((uint64_t)d->L * d->G, sizeof *d->attend_from);
     d->logits = malloc(d->D * d->vocab * 4);
     d->att = malloc(d->D * d->L * d->H * d->hd * 4);
     d->krow = malloc(most * sizeof *d->krow);
@@ -271,8 +283,8 @@ static int sd_alloc(sd *d) {
     d->s = model_scratch_create(d->m, 1, 1);
     return d->full_k && d->full_v && d->own_k && d->own_v && d->tokens && d->cache_k &&
                    d->cache_v && d->slot_rows && d->hit && d->cache_f && d->sel && d->n_sel &&
-                   d->logits && d->att && d->krow && d->vrow && d->scores && d->x && d->q &&
-                   d->qs && d->k && d->v && d->kr && d->s
+                   d->from && d->attend_from && d->logits && d->att && d->krow && d->vrow &&
+                   d->scores && d->x && d->q && d->qs && d->k && d->v && d->kr && d->s
                ? 0
                : -1;
 }
@@ -295,7 +307,8 @@ static void prompt_tokens(sd *d, const uint8_t *text, size_t text_len) {
  * of the prompt and the tokens decoded so far, its prefix cache emptied first, so the stored
  * prefix is restored from the tiers through the load hooks and the rest computed, then one token
  * with full attention. The tokens are sparse decode's. 0, or -1 after printing why. */
-static int offload_steps(sd *d, engine *e, uint64_t steps, double *ms, uint64_t *loaded) {
+static int offload_steps(sd *d, engine *e, uint64_t steps, double *ms, uint64_t *loaded,
+                         uint64_t *first) {
     uint32_t *pages = malloc(((d->P + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS + 2) * 4);
     if (!pages) return -1;
     double t0 = engine_now_ms();
@@ -313,6 +326,7 @@ static int offload_steps(sd *d, engine *e, uint64_t steps, double *ms, uint64_t 
             return -1;
         }
         *loaded += tr.ext_hit;
+        if (t == 0) *first = tr.ext_hit;
     }
     *ms = engine_now_ms() - t0;
     free(pages);
@@ -368,6 +382,10 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
         goto out;
     d.conn = &conn;
     e.conn = &conn;
+    if (conn.api->struct_size < offsetof(kvs_api, sparse_end) + sizeof conn.api->sparse_end) {
+        fprintf(stderr, PROG ": --sparse-decode: the library is older than ABI 1.9\n");
+        goto out;
+    }
 
     /* 1. prefill, saved through the connector */
     prompt_tokens(&d, text, text_len);
@@ -383,17 +401,14 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
                               .k = d.cache_k,
                               .v = d.cache_v,
                               .slot_rows = d.slot_rows,
-                              .hit = d.hit};
+                              .hit = d.hit,
+                              .attend_from = d.attend_from};
     kvs_sparse_params params = {.struct_size = sizeof params,
                                 .topk = d.slots,
                                 .sink = d.sink,
                                 .recent = d.recent,
                                 .q_per_kv = d.group,
                                 .max_tokens = d.P};
-    if (conn.api->struct_size < offsetof(kvs_api, sparse_end) + sizeof conn.api->sparse_end) {
-        fprintf(stderr, PROG ": --sparse-decode: the library is older than ABI 1.9\n");
-        goto out;
-    }
     if (hook(&conn, "sparse_begin",
              conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
         goto out;
@@ -421,12 +436,10 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     float *sparse_logits = d.logits, *sparse_att = d.att;
     d.logits = malloc(d.D * d.vocab * 4);
     d.att = malloc(d.D * d.L * d.H * d.hd * 4);
-    float *replay_logits = malloc(d.D * d.vocab * 4);
-    if (!d.logits || !d.att || !replay_logits) {
+    if (!d.logits || !d.att) {
         fprintf(stderr, PROG ": --sparse-decode: out of memory\n");
         free(sparse_logits);
         free(sparse_att);
-        free(replay_logits);
         goto out;
     }
 
@@ -437,16 +450,14 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
         for (uint64_t t = 0; t < d.D; t++)
             mismatches +=
                 memcmp(d.logits + t * d.vocab, sparse_logits + t * d.vocab, d.vocab * 4) != 0;
-        memcpy(replay_logits, d.logits, d.D * d.vocab * 4);
     }
     /* 4. full attention over every row; and full-KV offload */
     decode(&d, RUN_FULL, &full_ms);
     double offload_ms = 0;
-    uint64_t offload_n = d.D < 8 ? d.D : 8, offload_loaded = 0;
-    if (offload_steps(&d, &e, offload_n, &offload_ms, &offload_loaded) != 0) {
+    uint64_t offload_n = d.D < 8 ? d.D : 8, offload_loaded = 0, lookup_hit = 0;
+    if (offload_steps(&d, &e, offload_n, &offload_ms, &offload_loaded, &lookup_hit) != 0) {
         free(sparse_logits);
         free(sparse_att);
-        free(replay_logits);
         goto out;
     }
     uint64_t agree = 0;
@@ -461,7 +472,7 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     err /= (double)(d.D * d.L);
     uint64_t head_steps = st.head_hits + st.head_misses;
     uint64_t full_bytes = d.stored * d.L * d.G * d.head_bytes * 2; /* the whole KV, each step */
-    uint64_t held = d.sink + (d.N - own_from) + d.D + d.slots;
+    uint64_t held = (own_from > d.sink ? d.sink : own_from) + (d.N - own_from) + d.D + d.slots;
     printf("sparse: context %llu tokens, %llu of them in the tiers; %llu decode steps, top-%u of "
            "each KV head, sink %u, recent %u; the engine held %llu rows a head (%.3f of the "
            "context), prefill %.1f ms\n",
@@ -493,7 +504,13 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
         printf("verify: %llu steps' logits against exact attention over the rows the connector "
                "selected, from the prefill's own KV, bit for bit: %llu mismatches\n",
                (unsigned long long)d.D, (unsigned long long)mismatches);
-        if (mismatches || st.rows_failed) rc = 1;
+        printf("verify: %llu selected rows outside [sink, attend_from) or twice; %llu chunks "
+               "refused; %llu of the prompt's tokens stored, %llu found by lookup\n",
+               (unsigned long long)d.bad_rows, (unsigned long long)st.chunks_refused,
+               (unsigned long long)st.stored_tokens, (unsigned long long)lookup_hit);
+        if (mismatches || st.rows_failed || d.bad_rows || st.chunks_refused ||
+            st.stored_tokens < lookup_hit)
+            rc = 1;
         if (st.stored_tokens == 0 || st.rows_fetched == 0) {
             fprintf(stderr,
                     PROG ": verify FAILED: the connector selected nothing from the tiers\n");
@@ -502,7 +519,6 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     }
     free(sparse_logits);
     free(sparse_att);
-    free(replay_logits);
 out:
     if (d.conn) connector_close(&conn);
     kvcache_destroy(e.kv);
