@@ -311,12 +311,28 @@ typedef struct kvs_sparse_params {
     float eta;            /* QSAC: a head of importance 1 reuses while its similarity > eta (0.8) */
     float p;              /* QSAC: lambda = importance^p (3) */
     uint32_t reserved;
-    const float *importance; /* [n_layers][n_kv_heads] in [0, 1], copied; NULL: all 1 */
-    uint64_t max_tokens;     /* the longest the request's context gets (sizes the connector's
+    const float *importance;     /* [n_layers][n_kv_heads] in [0, 1], copied; NULL: all 1 */
+    uint64_t max_tokens;         /* the longest the request's context gets (sizes the connector's
                               * copy of its keys); 0: n_tokens of the first sparse_begin */
+    uint32_t layout;             /* where missed rows are read from: KVS_SPARSE_LAYOUT_ROWS (0) */
+    uint32_t profile_steps;      /* LAYOUT_SWARM: steps of each layer profiled first (0: 16) */
+    uint64_t cluster_cache_rows; /* LAYOUT_SWARM: rows of hot clusters kept in DRAM (0: none) */
+    uint32_t cluster_cache;      /* KVS_SPARSE_CACHE_SCORE (Swarm's Eq. 6) or _LRU */
+    float min_useful; /* LAYOUT_SWARM: a layer is profiled and clustered again once less than
+                       * this share of the rows its clusters bring is needed (0: never) */
 } kvs_sparse_params;
 
-#define KVS_SPARSE_PARAMS_SIZE_1_9 48u
+#define KVS_SPARSE_PARAMS_SIZE_1_9 72u
+
+/* kvs_sparse_params.layout. ROWS: each row is read from its chunk object, in the tier holding
+ * it. SWARM: Swarm's clusters in the chain's SSD tier: each layer's selections are profiled, its
+ * rows clustered by co-activation and written as cluster objects, and a miss reads whole clusters
+ * (docs/sparse.md). */
+#define KVS_SPARSE_LAYOUT_ROWS  0u
+#define KVS_SPARSE_LAYOUT_SWARM 1u
+/* kvs_sparse_params.cluster_cache */
+#define KVS_SPARSE_CACHE_SCORE  0u /* keep the clusters of highest Eq. 6 score */
+#define KVS_SPARSE_CACHE_LRU    1u /* keep the most recently used clusters */
 
 /* sparse_select flags */
 #define KVS_SPARSE_FINAL 0u /* the layer's real query */
@@ -342,10 +358,18 @@ typedef struct kvs_sparse_stats {
                                * SPECULATIVE one of the same layer (the speculation was wrong) */
     uint64_t spec_kept;      /* head steps of such FINAL calls that kept the speculative rows */
     uint64_t select_ns;      /* time scoring and selecting */
-    uint64_t fetch_ns;       /* time reading rows */
+    uint64_t fetch_ns;       /* time reading rows (clustering included) */
+    /* LAYOUT_SWARM */
+    uint64_t layouts_found;      /* layers whose clusters a manifest in the tier named at begin */
+    uint64_t layouts_written;    /* layers clustered and written (re-clustering included) */
+    uint64_t reclustered;        /* of those, re-clusterings by maintenance */
+    uint64_t clusters_read;      /* cluster objects read from the tier */
+    uint64_t cluster_bytes_read; /* their bytes */
+    uint64_t cluster_cache_hits; /* clusters the hot-cluster cache held */
+    uint64_t rows_from_clusters; /* of rows_fetched, those that came out of clusters */
 } kvs_sparse_stats;
 
-#define KVS_SPARSE_STATS_SIZE_1_9 112u
+#define KVS_SPARSE_STATS_SIZE_1_9 168u
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {

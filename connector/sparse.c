@@ -26,6 +26,7 @@
 #include "kernels/cpu/dtype.h"
 #include "keys.h"
 #include "sparse_store.h"
+#include "sparse_swarm.h"
 #include "tiers.h"
 
 #define SP_PIN_MS (365ull * 24 * 3600 * 1000) /* until sparse_end */
@@ -64,6 +65,12 @@ typedef struct kvs_sparse_req {
     uint32_t ring_cap, ring_head, ring_count;
     uint64_t *submitted, *done; /* [n_layers] */
     kvs_sparse_stats stats;
+    /* LAYOUT_SWARM: the SSD tier, the clusters (NULL until the first chunks are taken), and which
+     * of a step's rows came out of them */
+    int32_t swarm_tier;
+    kvs_sparse_swarm *swarm;
+    uint8_t *from_cluster; /* [n_heads * slots] */
+    uint32_t job_layer;    /* the layer run_job is on (the place callback's) */
 } kvs_sparse_req;
 
 static kvs_sparse_req *find(kvs_handle *h, const char *id) {
@@ -119,6 +126,39 @@ static kvs_status read_row(kvs_sparse_req *r, uint32_t layer, uint32_t head, uin
     return kvs_sparse_row_check(r->store, layer, head, row, k, v);
 }
 
+/* A row out of a cluster into its slot: taken only when it matches the row's hash. */
+static int place_row(void *ctx, uint32_t head, uint32_t slot, uint32_t row, const uint8_t *k,
+                     const uint8_t *v) {
+    kvs_sparse_req *r = ctx;
+    if (kvs_sparse_row_check(r->store, r->job_layer, head, row, k, v) != KVS_OK) return -1;
+    uint64_t at = (((uint64_t)r->job_layer * r->n_heads + head) * r->slots + slot) * r->head_bytes;
+    memcpy((uint8_t *)r->cache.k + at, k, r->head_bytes);
+    memcpy((uint8_t *)r->cache.v + at, v, r->head_bytes);
+    return 0;
+}
+
+/* Clustering's source: rows out of whole chunk objects (one read per chunk, rows come in order),
+ * each checked against its row hash. */
+static kvs_status cluster_row(void *ctx, uint32_t layer, uint32_t head, uint32_t row, uint8_t *k,
+                              uint8_t *v) {
+    kvs_sparse_req *r = ctx;
+    uint32_t chunk = row / r->h->chunk_tokens;
+    if (chunk >= r->n_chunks || r->tier_of[chunk] < 0) return KVS_ENOTFOUND;
+    if (r->object_chunk != chunk) {
+        uint64_t len = 0;
+        r->object_chunk = UINT32_MAX;
+        kvs_status st = kvs_tiers_get(r->h->tiers, (uint32_t)r->tier_of[chunk], &r->keys[chunk],
+                                      r->object, r->h->object_bytes, &len);
+        if (st != KVS_OK) return st;
+        r->object_chunk = chunk;
+    }
+    uint64_t ko, vo;
+    kvs_sparse_row_offsets(r->store, layer, head, row, &ko, &vo);
+    memcpy(k, r->object + ko, r->head_bytes);
+    memcpy(v, r->object + vo, r->head_bytes);
+    return kvs_sparse_row_check(r->store, layer, head, row, k, v);
+}
+
 /* One step: select for every KV head of the layer, then read what the head cache lacks. */
 static void run_job(kvs_sparse_req *r, const sp_job *j) {
     uint64_t t0 = kvs_now_ns();
@@ -134,13 +174,25 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
     for (uint32_t g = 0; g < G; g++)
         r->cache.attend_from[(uint64_t)layer * G + g] = heads[g].sel_end;
     uint64_t t1 = kvs_now_ns();
-    uint64_t fetched = 0, failed = 0, hits = 0;
+    uint64_t fetched = 0, failed = 0, hits = 0, clustered = 0;
+    int from_clusters = kvs_sparse_swarm_ready(r->swarm, layer);
+    if (from_clusters) { /* what clusters hold first; the rest from their chunks below */
+        memset(r->from_cluster, 0, (uint64_t)G * r->slots);
+        r->job_layer = layer;
+        kvs_sparse_swarm_read(r->swarm, layer, r->fetch_rows, r->fetch_slots, r->n_fetch, r->slots,
+                              r->from_cluster, place_row, r);
+    }
     for (uint32_t g = 0; g < G; g++) {
         hits += hit[g];
         uint64_t plane = ((uint64_t)layer * G + g) * r->slots;
         for (uint32_t i = 0; i < r->n_fetch[g]; i++) {
             uint32_t row = r->fetch_rows[(uint64_t)g * r->slots + i];
             uint32_t slot = r->fetch_slots[(uint64_t)g * r->slots + i];
+            if (from_clusters && r->from_cluster[(uint64_t)g * r->slots + i]) {
+                fetched++;
+                clustered++;
+                continue;
+            }
             uint8_t *k = (uint8_t *)r->cache.k + (plane + slot) * r->head_bytes;
             uint8_t *v = (uint8_t *)r->cache.v + (plane + slot) * r->head_bytes;
             if (read_row(r, layer, g, row, k, v) == KVS_OK) {
@@ -153,9 +205,29 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
             failed++;
         }
     }
+    if (r->swarm && j->flags == KVS_SPARSE_FINAL) { /* profiling and maintenance see every step */
+        for (uint32_t g = 0; g < G; g++) {
+            uint32_t n = 0, *sel = r->fetch_rows + (uint64_t)g * r->slots; /* scratch now */
+            for (uint32_t i = 0; i < r->slots; i++) {
+                uint32_t row = r->cache.slot_rows[((uint64_t)layer * G + g) * r->slots + i];
+                if (row != UINT32_MAX) sel[n++] = row;
+            }
+            kvs_sparse_swarm_observe(r->swarm, layer, g, sel, n);
+        }
+        kvs_sparse_swarm_step_done(r->swarm, layer);
+    }
     uint64_t t2 = kvs_now_ns();
+    kvs_sparse_swarm_stats sws = {0};
+    if (r->swarm) kvs_sparse_swarm_get_stats(r->swarm, &sws);
     pthread_mutex_lock(&r->lock);
     kvs_sparse_stats *s = &r->stats;
+    s->layouts_found = sws.layers_found;
+    s->layouts_written = sws.layers_written;
+    s->reclustered = sws.reclustered;
+    s->clusters_read = sws.clusters_read;
+    s->cluster_bytes_read = sws.cluster_bytes;
+    s->cluster_cache_hits = sws.cache_hits;
+    s->rows_from_clusters += clustered;
     s->steps++;
     s->head_hits += hits;
     s->head_misses += G - hits;
@@ -208,6 +280,8 @@ static void req_free(kvs_sparse_req *r, int drop) {
     }
     for (uint32_t c = 0; r->tier_of && c < r->n_chunks; c++)
         if (r->pinned[c]) kvs_tiers_unpin(r->h->tiers, (uint32_t)r->tier_of[c], &r->keys[c]);
+    kvs_sparse_swarm_close(r->swarm);
+    free(r->from_cluster);
     kvs_sparse_store_destroy(r->store);
     for (uint32_t i = 0; r->ring && i < r->ring_cap; i++) free(r->ring[i].q);
     free(r->ring);
@@ -306,6 +380,26 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     if (params.eta == 0.0f) params.eta = 0.8f;
     if (params.p == 0.0f) params.p = 3.0f;
     if (!params.max_tokens) params.max_tokens = n_tokens;
+    int32_t swarm_tier = -1;
+    for (uint32_t t = 0; params.layout == KVS_SPARSE_LAYOUT_SWARM && t < kvs_tiers_count(h->tiers);
+         t++) {
+        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
+        if (ops->type_name && strcmp(ops->type_name, "ssd") == 0 &&
+            kvs_tiers_can_get_many(h->tiers, t)) {
+            swarm_tier = (int32_t)t;
+            break;
+        }
+    }
+    if (params.layout > KVS_SPARSE_LAYOUT_SWARM || params.cluster_cache > KVS_SPARSE_CACHE_LRU ||
+        !(params.min_useful >= 0.0f) || !(params.min_useful <= 1.0f))
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS "
+            "or SWARM, cluster_cache SCORE or LRU, min_useful in [0, 1]",
+            params.layout, params.cluster_cache, (double)params.min_useful);
+    if (params.layout == KVS_SPARSE_LAYOUT_SWARM && swarm_tier < 0)
+        return kvs_set_error(h, KVS_ENOTSUP,
+                             "sparse_begin: layout SWARM needs a tier of type ssd in the chain");
     if (params.topk > cache.slots || params.q_per_kv > 1024 || !(params.eta >= -1.0f) ||
         !(params.eta <= 1.0f) || !(params.p > 0.0f))
         return kvs_set_error(h, KVS_EINVAL,
@@ -341,6 +435,7 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     r->stats.struct_size = sizeof r->stats;
     uint64_t planes = (uint64_t)r->n_layers * r->n_heads;
     r->ring_cap = 2 * r->n_layers + 2;
+    r->swarm_tier = swarm_tier;
     kvs_status made = kvs_sparse_store_create(&h->shape, h->model.dtype, r->n_layers,
                                               h->chunk_tokens, r->max_chunks, &r->store);
     if (made == KVS_EINVAL || (uint64_t)r->d * kvs_dtype_bytes(h->model.dtype) != r->head_bytes) {
@@ -363,7 +458,8 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
          (r->object = malloc(h->object_bytes)) &&
          (r->submitted = calloc(r->n_layers, sizeof(uint64_t))) &&
          (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
-         (r->ring = calloc(r->ring_cap, sizeof *r->ring));
+         (r->ring = calloc(r->ring_cap, sizeof *r->ring)) &&
+         (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1));
     for (uint32_t i = 0; ok && i < r->ring_cap; i++)
         ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
     if (ok && params_in->importance) {
@@ -397,6 +493,32 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     return KVS_OK;
 }
 
+/* The request's Swarm clusters over the rows stored now (the first begin's; rows a later begin
+ * adds are read from their chunks). */
+static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
+    kvs_sparse_swarm_params sp = {.tier = (uint32_t)r->swarm_tier,
+                                  .n_layers = r->n_layers,
+                                  .n_heads = r->n_heads,
+                                  .sink = r->params.sink,
+                                  .rows_end = (uint32_t)r->stats.stored_tokens,
+                                  .head_bytes = r->head_bytes,
+                                  .max_object_bytes = h->object_bytes,
+                                  .profile_steps = r->params.profile_steps,
+                                  .cache_policy = r->params.cluster_cache,
+                                  .cache_rows = r->params.cluster_cache_rows,
+                                  .min_useful = r->params.min_useful,
+                                  .prefix = r->keys[r->n_chunks - 1]};
+    kvs_status st = kvs_sparse_swarm_open(h->tiers, &sp, &r->swarm);
+    if (st != KVS_OK)
+        return kvs_set_error(h, st, "sparse_begin: '%s': cannot set up its clusters (%s)", r->id,
+                             kvs_strerror(st));
+    kvs_sparse_swarm_set_source(r->swarm, cluster_row, r);
+    kvs_sparse_swarm_stats sws;
+    kvs_sparse_swarm_get_stats(r->swarm, &sws);
+    r->stats.layouts_found = sws.layers_found;
+    return KVS_OK;
+}
+
 kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *tokens,
                             uint64_t n_tokens, const kvs_sparse_cache *cache,
                             const kvs_sparse_params *params, uint64_t *stored_tokens) {
@@ -426,6 +548,8 @@ kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *to
         kvs_sparse_wait(h, req_id, UINT32_MAX);
     }
     st = take_chunks(h, r, tokens, n_tokens);
+    if (st == KVS_OK && r->swarm_tier >= 0 && !r->swarm && r->stats.stored_tokens > r->params.sink)
+        st = swarm_open(h, r);
     if (stored_tokens) *stored_tokens = r->stats.stored_tokens;
     return st;
 }

@@ -72,7 +72,8 @@ static int spills(const kvs_tier *t, kvs_status st) {
 }
 
 int kvs_tiers_raw_key(const kvs_key *key) {
-    return memcmp(key->bytes, KVS_TIERS_RAW_MAGIC, 8) == 0;
+    return memcmp(key->bytes, KVS_TIERS_RAW_MAGIC, 8) == 0 ||
+           memcmp(key->bytes, KVS_TIERS_SPARSE_MAGIC, 8) == 0;
 }
 
 /* Write-back: an object the tier drops moves one tier down; from the last tier it is gone. A raw

@@ -52,6 +52,8 @@ int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
  * stream cache, lsc.c), not objects: an eviction or a reclaim drops them, never writes them down,
  * and no event names them. */
 #define KVS_TIERS_RAW_MAGIC "kvsLSC\x01\x00"
+/* ... and so are these: sparse decode's clusters and manifests (sparse_swarm.c) */
+#define KVS_TIERS_SPARSE_MAGIC "kvsSPR\x01\x00"
 int kvs_tiers_raw_key(const kvs_key *key);
 /* 1 when the tier overwrites parts of an object in place (backend 1.6 put_range). */
 int kvs_tiers_can_put_range(const kvs_tier_chain *chain, uint32_t tier);

@@ -5,13 +5,17 @@
  * row is never handed over; a second begin takes the chunks saved since; bad calls are refused. */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "connector/handle.h"
 #include "connector/keys.h"
+#include "connector/sparse_swarm.h"
 #include "kernels/cpu/dtype.h"
 #include "tests/support/connector_rig.h"
+#include "tests/support/wait.h"
 
 #define SLOTS  12
 #define SINK   4
@@ -421,6 +425,165 @@ START_TEST(bad_calls_are_refused) {
 }
 END_TEST
 
+/* ---- Swarm's clusters in the SSD tier ------------------------------------------------------- */
+
+/* Two SSD paths in rig_tmpdir (made once), stripes of 4KiB. */
+static const char *ssd_config(void) {
+    char d0[600], d1[600], text[1024];
+    snprintf(d0, sizeof d0, "%s/p0", rig_tmpdir);
+    snprintf(d1, sizeof d1, "%s/p1", rig_tmpdir);
+    mkdir(d0, 0700);
+    mkdir(d1, 0700);
+    snprintf(text, sizeof text,
+             "chunk_tokens: %d\ntiers:\n  - name: nvme\n    type: ssd\n    capacity: 16MiB\n"
+             "    paths: [%s, %s]\n    options:\n      stripe_bytes: 4KiB\n",
+             CHUNK, d0, d1);
+    return rig_config("ssd.yaml", text);
+}
+
+static void open_ssd_rig(sparse_rig *s, int prefill) {
+    memset(s, 0, sizeof *s);
+    ck_assert_int_eq(rig_open(&s->r, KVS_ROLE_BOTH, ssd_config()), KVS_OK);
+    s->r.finite = 1;
+    rig_make_tokens(s->tokens, N_TOK + CHUNK, 3);
+    rig_blocks_from(s->blocks, (N_TOK + CHUNK) / BT, 0);
+    if (prefill) {
+        rig_prefill(&s->r, "prefill", s->tokens, N_TOK, s->blocks);
+        /* the SSD tier writes in the background: a chunk is found once written */
+        for (uint64_t c = 0; c < N_TOK / CHUNK; c++)
+            for (int tries = 0; !rig_stored(&s->r, s->tokens, c); tries++) {
+                ck_assert_int_lt(tries, 5000);
+                kvs_test_pause_ms(2);
+            }
+    } else { /* the pages as the prefill wrote them (the brute force reads them) */
+        rig_write_kv(&s->r, s->blocks, s->tokens, 0, N_TOK);
+    }
+    s->cache = (kvs_sparse_cache){.struct_size = sizeof s->cache,
+                                  .slots = SLOTS,
+                                  .k = s->k,
+                                  .v = s->v,
+                                  .slot_rows = &s->slot_rows[0][0][0],
+                                  .hit = &s->hit[0][0],
+                                  .attend_from = &s->attend_from[0][0]};
+    s->params = (kvs_sparse_params){.struct_size = sizeof s->params,
+                                    .topk = SLOTS,
+                                    .sink = SINK,
+                                    .recent = RECENT,
+                                    .max_tokens = N_TOK + CHUNK,
+                                    .layout = KVS_SPARSE_LAYOUT_SWARM,
+                                    .profile_steps = 3,
+                                    .cluster_cache_rows = 64};
+}
+
+/* Steps of every layer with fresh queries, each checked against brute force. */
+static void swarm_steps(sparse_rig *s, int steps, uint64_t *seed) {
+    float q[HEADS * HEAD_DIM];
+    for (int t = 0; t < steps; t++) {
+        random_q(q, seed);
+        for (int l = 0; l < LAYERS; l++) {
+            step(s, l, q, N_TOK, KVS_SPARSE_FINAL);
+            expect_exact(s, l, q, N_TOK);
+        }
+    }
+}
+
+START_TEST(swarm_clusters_serve_the_exact_rows_and_survive_a_restart) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_ssd_rig(s, 1);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    kvs_sparse_stats st = stats_of(s);
+    ck_assert_uint_eq(st.layouts_found, 0);
+    uint64_t seed = 31;
+    swarm_steps(s, 3, &seed); /* profiled: rows from their chunks */
+    st = stats_of(s);
+    ck_assert_uint_eq(st.layouts_written, LAYERS);
+    ck_assert_uint_eq(st.rows_from_clusters, 0);
+    swarm_steps(s, 6, &seed); /* from clusters now, still the exact rows */
+    st = stats_of(s);
+    ck_assert_uint_gt(st.clusters_read, 0);
+    ck_assert_uint_gt(st.rows_from_clusters, 0);
+    ck_assert_uint_eq(st.rows_failed, 0);
+    ck_assert_uint_ge(st.cluster_bytes_read, st.clusters_read * 48);
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
+    rig_close(&s->r);
+    /* a new handle over the same SSD directories: the chunks and the clusters are there */
+    open_ssd_rig(s, 0);
+    uint64_t stored = 0;
+    ck_assert_int_eq(
+        api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, &stored), KVS_OK);
+    ck_assert_uint_eq(stored, N_TOK);
+    st = stats_of(s);
+    ck_assert_uint_eq(st.layouts_found, LAYERS);
+    swarm_steps(s, 2, &seed);
+    st = stats_of(s);
+    ck_assert_uint_eq(st.layouts_written, 0); /* nothing profiled again */
+    ck_assert_uint_gt(st.rows_from_clusters, 0);
+    ck_assert_uint_eq(st.rows_failed, 0);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+/* Every cluster of (layer 0, head 0) damaged in the tier: its rows come from their chunks
+ * instead, never from the damaged bytes. */
+START_TEST(a_damaged_cluster_is_never_handed_over) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_ssd_rig(s, 1);
+    s->params.cluster_cache_rows = 0; /* every step reads the tier */
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 37;
+    swarm_steps(s, 3, &seed);
+    ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS);
+    kvs_key keys[N_TOK / CHUNK];
+    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
+    kvs_sparse_swarm_params sp = {.sink = SINK,
+                                  .rows_end = N_TOK,
+                                  .head_bytes = HEAD_BYTES,
+                                  .prefix = keys[N_TOK / CHUNK - 1]};
+    const kvs_backend_ops *ops = kvs_tiers_ops(s->r.h->tiers, 0);
+    void *state = kvs_tiers_state(s->r.h->tiers, 0);
+    uint8_t *obj = malloc(1 << 16);
+    uint32_t damaged = 0;
+    for (uint32_t c = 0;; c++) {
+        kvs_key key = kvs_sparse_swarm_cluster_key(&sp, 0, 0, 0, c);
+        uint64_t len = 0;
+        if (ops->get(state, &key, obj, 1 << 16, &len) != KVS_OK) break;
+        obj[len - 1] ^= 0x20; /* the last V byte of its last row */
+        obj[len / 2 + 24] ^= 0x04;
+        ops->remove(state, &key);
+        ck_assert_int_eq(ops->put(state, &key, obj, len), KVS_OK);
+        damaged++;
+    }
+    free(obj);
+    ck_assert_uint_gt(damaged, 0);
+    kvs_sparse_stats before = stats_of(s);
+    swarm_steps(s, 6, &seed);
+    kvs_sparse_stats after = stats_of(s);
+    ck_assert_uint_eq(after.rows_failed, 0); /* read again from their chunks */
+    ck_assert_uint_gt(after.rows_fetched, before.rows_fetched);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+START_TEST(swarm_needs_an_ssd_tier) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK); /* dram only */
+    s->params.layout = KVS_SPARSE_LAYOUT_SWARM;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_ENOTSUP);
+    s->params.layout = 2;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_EINVAL);
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
 static Suite *suite(void) {
     api = kvs_get_api(KVS_ABI_MAJOR);
     Suite *s = suite_create("sparse");
@@ -434,6 +597,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_chunk_damaged_before_begin_is_never_selected);
     tcase_add_test(tc, a_second_begin_takes_the_chunks_saved_since);
     tcase_add_test(tc, bad_calls_are_refused);
+    tcase_add_test(tc, swarm_clusters_serve_the_exact_rows_and_survive_a_restart);
+    tcase_add_test(tc, a_damaged_cluster_is_never_handed_over);
+    tcase_add_test(tc, swarm_needs_an_ssd_tier);
     suite_add_tcase(s, tc);
     return s;
 }
