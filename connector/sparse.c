@@ -381,7 +381,7 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     if (params.p == 0.0f) params.p = 3.0f;
     if (!params.max_tokens) params.max_tokens = n_tokens;
     int32_t swarm_tier = -1;
-    for (uint32_t t = 0; params.layout == KVS_SPARSE_LAYOUT_SWARM && t < kvs_tiers_count(h->tiers);
+    for (uint32_t t = 0; params.layout != KVS_SPARSE_LAYOUT_ROWS && t < kvs_tiers_count(h->tiers);
          t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
         if (ops->type_name && strcmp(ops->type_name, "ssd") == 0 &&
@@ -390,16 +390,17 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
             break;
         }
     }
-    if (params.layout > KVS_SPARSE_LAYOUT_SWARM || params.cluster_cache > KVS_SPARSE_CACHE_LRU ||
+    if (params.layout > KVS_SPARSE_LAYOUT_POSITIONS || params.cluster_cache > KVS_SPARSE_CACHE_LRU ||
         !(params.min_useful >= 0.0f) || !(params.min_useful <= 1.0f))
         return kvs_set_error(
             h, KVS_EINVAL,
             "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS "
             "or SWARM, cluster_cache SCORE or LRU, min_useful in [0, 1]",
             params.layout, params.cluster_cache, (double)params.min_useful);
-    if (params.layout == KVS_SPARSE_LAYOUT_SWARM && swarm_tier < 0)
+    if (params.layout != KVS_SPARSE_LAYOUT_ROWS && swarm_tier < 0)
         return kvs_set_error(h, KVS_ENOTSUP,
-                             "sparse_begin: layout SWARM needs a tier of type ssd in the chain");
+                             "sparse_begin: layouts SWARM and POSITIONS need a tier of type ssd "
+                             "in the chain");
     if (params.topk > cache.slots || params.q_per_kv > 1024 || !(params.eta >= -1.0f) ||
         !(params.eta <= 1.0f) || !(params.p > 0.0f))
         return kvs_set_error(h, KVS_EINVAL,
@@ -507,6 +508,7 @@ static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
                                   .cache_policy = r->params.cluster_cache,
                                   .cache_rows = r->params.cluster_cache_rows,
                                   .min_useful = r->params.min_useful,
+                                  .positional = r->params.layout == KVS_SPARSE_LAYOUT_POSITIONS,
                                   .prefix = r->keys[r->n_chunks - 1]};
     kvs_status st = kvs_sparse_swarm_open(h->tiers, &sp, &r->swarm);
     if (st != KVS_OK)

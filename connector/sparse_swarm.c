@@ -81,6 +81,7 @@ static kvs_key raw_key(const kvs_sparse_swarm_params *p, const uint32_t *what, u
     kvs_xxh3_update(&st, &p->rows_end, 4);
     kvs_xxh3_update(&st, &p->sink, 4);
     kvs_xxh3_update(&st, &p->head_bytes, 8);
+    kvs_xxh3_update(&st, &p->positional, 4);
     kvs_xxh3_update(&st, what, n * 4);
     uint64_t h = kvs_xxh3_digest(&st);
     kvs_key k;
@@ -489,6 +490,7 @@ kvs_status kvs_sparse_swarm_open(kvs_tier_chain *chain, const kvs_sparse_swarm_p
     sw->chain = chain;
     sw->p = *params;
     if (!sw->p.profile_steps) sw->p.profile_steps = 16;
+    if (sw->p.positional) sw->p.profile_steps = 1, sw->p.min_useful = 0;
     sw->prefix_hash = kvs_xxh3_64(params->prefix.bytes, sizeof params->prefix.bytes);
     uint64_t planes = (uint64_t)params->n_layers * params->n_heads;
     sw->layers = calloc(params->n_layers, sizeof *sw->layers);
@@ -538,7 +540,7 @@ int kvs_sparse_swarm_ready(const kvs_sparse_swarm *sw, uint32_t layer) {
 void kvs_sparse_swarm_observe(kvs_sparse_swarm *sw, uint32_t layer, uint32_t head,
                               const uint32_t *rows, uint32_t n) {
     sw_layer *ly = &sw->layers[layer];
-    if (!ly->profiling || head >= sw->p.n_heads) return;
+    if (!ly->profiling || head >= sw->p.n_heads || sw->p.positional) return;
     uint32_t kept = 0, *in = sw->need; /* scratch: need is all zeros between reads */
     for (uint32_t i = 0; i < n; i++)
         if (rows[i] >= sw->p.sink && rows[i] < sw->p.rows_end) in[kept++] = rows[i];

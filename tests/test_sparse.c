@@ -576,7 +576,7 @@ START_TEST(swarm_needs_an_ssd_tier) {
     s->params.layout = KVS_SPARSE_LAYOUT_SWARM;
     ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
                      KVS_ENOTSUP);
-    s->params.layout = 2;
+    s->params.layout = KVS_SPARSE_LAYOUT_POSITIONS + 1;
     ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
                      KVS_EINVAL);
     rig_close(&s->r);

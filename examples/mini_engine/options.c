@@ -53,6 +53,12 @@ static void usage(FILE *f) {
         "  --sparse-context N    the prompt's tokens (4096)\n"
         "  --sparse-sink N       leading rows always attended (4)\n"
         "  --sparse-recent N     trailing rows always attended (64)\n"
+        "  --sparse-layout rows|swarm|positions  rows read from their chunks; Swarm's clusters\n"
+        "                        written into the SSD tier after --profile-steps steps; or the\n"
+        "                        same objects of consecutive rows, no profiling (rows)\n"
+        "  --profile-steps N     swarm: steps of each layer profiled before clustering (16)\n"
+        "  --cluster-cache N     swarm: rows of hot clusters kept in DRAM (0)\n"
+        "  --cluster-policy score|lru  swarm: which clusters the cache keeps (score: Eq. 6)\n"
         "  --profile FILE        measure recompute and load costs, write them as a restore "
         "profile, exit\n"
         "  --profile-tier NAME   tier name written into the profile (dram)\n"
@@ -144,6 +150,7 @@ int parse_options(int argc, char **argv, options *o) {
         .sparse_context = 4096,
         .sparse_sink = 4,
         .sparse_recent = 64,
+        .profile_steps = 16,
     };
     struct {
         const char *name;
@@ -177,6 +184,8 @@ int parse_options(int argc, char **argv, options *o) {
         {"--sparse-context", &o->sparse_context, 64},
         {"--sparse-sink", &o->sparse_sink, 0},
         {"--sparse-recent", &o->sparse_recent, 1},
+        {"--profile-steps", &o->profile_steps, 1},
+        {"--cluster-cache", &o->cluster_cache, 0},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -210,6 +219,19 @@ int parse_options(int argc, char **argv, options *o) {
             o->lsc = 1;
         } else if (strcmp(a, "--sparse-decode") == 0) {
             o->sparse_decode = 1;
+        } else if (strcmp(a, "--sparse-layout") == 0 || strcmp(a, "--cluster-policy") == 0) {
+            int layout = strcmp(a, "--sparse-layout") == 0;
+            const char *names[2][3] = {{"score", "lru", NULL}, {"rows", "swarm", "positions"}};
+            int pick = -1;
+            for (int k = 0; v && k < 3; k++)
+                if (names[layout][k] && strcmp(v, names[layout][k]) == 0) pick = k;
+            if (pick < 0) {
+                fprintf(stderr, PROG ": %s is %s\n", a,
+                        layout ? "rows, swarm or positions" : "score or lru");
+                return -1;
+            }
+            *(layout ? &o->sparse_swarm : &o->cluster_lru) = pick;
+            i++;
         } else if (strcmp(a, "--no-mask") == 0) {
             o->no_mask = 1;
         } else if (strcmp(a, "--restore-plans") == 0) {

@@ -408,7 +408,14 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
                                 .sink = d.sink,
                                 .recent = d.recent,
                                 .q_per_kv = d.group,
-                                .max_tokens = d.P};
+                                .max_tokens = d.P,
+                                .layout = o->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
+                                          : o->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
+                                                                 : KVS_SPARSE_LAYOUT_ROWS,
+                                .profile_steps = (uint32_t)o->profile_steps,
+                                .cluster_cache_rows = (uint64_t)o->cluster_cache,
+                                .cluster_cache =
+                                    o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
     if (hook(&conn, "sparse_begin",
              conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
         goto out;
@@ -489,6 +496,18 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
            (unsigned long long)full_bytes, (unsigned long long)st.spec_kept,
            (unsigned long long)st.spec_corrected, (double)st.select_ns / 1e6 / (double)d.D,
            (double)st.fetch_ns / 1e6 / (double)d.D);
+    if (o->sparse_swarm) {
+        uint64_t useful = st.rows_from_clusters * 2 * d.head_bytes;
+        printf("sparse: %s: %llu layers' clusters found, %llu written; %llu of %llu rows read "
+               "came out of %llu clusters read (%llu B, %.2f B read a useful B) and %llu cache "
+               "hits\n",
+               o->sparse_swarm == 2 ? "positions" : "swarm", (unsigned long long)st.layouts_found,
+               (unsigned long long)st.layouts_written, (unsigned long long)st.rows_from_clusters,
+               (unsigned long long)st.rows_fetched, (unsigned long long)st.clusters_read,
+               (unsigned long long)st.cluster_bytes_read,
+               useful ? (double)st.cluster_bytes_read / (double)useful : 0.0,
+               (unsigned long long)st.cluster_cache_hits);
+    }
     printf("sparse: decode %.1f tok/s sparse from the tiers, %.1f tok/s full attention with "
            "every row in memory (%.3fx), %.1f tok/s full-KV offload (%llu steps restoring %.0f "
            "tokens each from the tiers; %.3fx)\n",
