@@ -328,13 +328,13 @@ typedef struct kvs_sparse_params {
  * it. SWARM: Swarm's clusters in the chain's SSD tier: each layer's selections are profiled, its
  * rows clustered by co-activation and written as cluster objects, and a miss reads whole clusters
  * (docs/sparse.md). */
-#define KVS_SPARSE_LAYOUT_ROWS  0u
-#define KVS_SPARSE_LAYOUT_SWARM 1u
+#define KVS_SPARSE_LAYOUT_ROWS      0u
+#define KVS_SPARSE_LAYOUT_SWARM     1u
 /* the same cluster objects, but of consecutive rows (no profiling): Swarm's comparator */
 #define KVS_SPARSE_LAYOUT_POSITIONS 2u
 /* kvs_sparse_params.cluster_cache */
-#define KVS_SPARSE_CACHE_SCORE  0u /* keep the clusters of highest Eq. 6 score */
-#define KVS_SPARSE_CACHE_LRU    1u /* keep the most recently used clusters */
+#define KVS_SPARSE_CACHE_SCORE      0u /* keep the clusters of highest Eq. 6 score */
+#define KVS_SPARSE_CACHE_LRU        1u /* keep the most recently used clusters */
 
 /* sparse_select flags */
 #define KVS_SPARSE_FINAL 0u /* the layer's real query */

@@ -390,8 +390,9 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
             break;
         }
     }
-    if (params.layout > KVS_SPARSE_LAYOUT_POSITIONS || params.cluster_cache > KVS_SPARSE_CACHE_LRU ||
-        !(params.min_useful >= 0.0f) || !(params.min_useful <= 1.0f))
+    if (params.layout > KVS_SPARSE_LAYOUT_POSITIONS ||
+        params.cluster_cache > KVS_SPARSE_CACHE_LRU || !(params.min_useful >= 0.0f) ||
+        !(params.min_useful <= 1.0f))
         return kvs_set_error(
             h, KVS_EINVAL,
             "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS "

@@ -40,7 +40,7 @@ typedef struct kvs_sparse_swarm_params {
     uint32_t cache_policy;  /* KVS_SPARSE_CACHE_SCORE or KVS_SPARSE_CACHE_LRU */
     uint64_t cache_rows;    /* the hot-cluster cache's budget, in rows (0: none) */
     double min_useful;      /* maintenance threshold (0: never re-cluster) */
-    uint32_t positional;     /* 1: no profiling, every cluster a run of consecutive rows (the
+    uint32_t positional;    /* 1: no profiling, every cluster a run of consecutive rows (the
                               * comparator); built at the first step of each layer */
     kvs_key prefix;         /* the stored prefix's last chunk key */
 } kvs_sparse_swarm_params;

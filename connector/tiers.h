@@ -51,7 +51,7 @@ int kvs_tiers_can_get_many(const kvs_tier_chain *chain, uint32_t tier);
 /* Keys whose first 8 bytes are this hold raw blocks the connector keeps for an engine (the layer
  * stream cache, lsc.c), not objects: an eviction or a reclaim drops them, never writes them down,
  * and no event names them. */
-#define KVS_TIERS_RAW_MAGIC "kvsLSC\x01\x00"
+#define KVS_TIERS_RAW_MAGIC    "kvsLSC\x01\x00"
 /* ... and so are these: sparse decode's clusters and manifests (sparse_swarm.c) */
 #define KVS_TIERS_SPARSE_MAGIC "kvsSPR\x01\x00"
 int kvs_tiers_raw_key(const kvs_key *key);
