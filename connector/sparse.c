@@ -21,6 +21,7 @@
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/xxh3.h"
 #include "guard.h"
 #include "handle.h"
 #include "kernels/cpu/dtype.h"
@@ -395,8 +396,8 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
         !(params.min_useful <= 1.0f))
         return kvs_set_error(
             h, KVS_EINVAL,
-            "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS "
-            "or SWARM, cluster_cache SCORE or LRU, min_useful in [0, 1]",
+            "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS, "
+            "SWARM or POSITIONS, cluster_cache SCORE or LRU, min_useful in [0, 1]",
             params.layout, params.cluster_cache, (double)params.min_useful);
     if (params.layout != KVS_SPARSE_LAYOUT_ROWS && swarm_tier < 0)
         return kvs_set_error(h, KVS_ENOTSUP,
@@ -510,6 +511,7 @@ static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
                                   .cache_rows = r->params.cluster_cache_rows,
                                   .min_useful = r->params.min_useful,
                                   .positional = r->params.layout == KVS_SPARSE_LAYOUT_POSITIONS,
+                                  .nonce = (uint32_t)kvs_xxh3_64(r->id, strlen(r->id)),
                                   .prefix = r->keys[r->n_chunks - 1]};
     kvs_status st = kvs_sparse_swarm_open(h->tiers, &sp, &r->swarm);
     if (st != KVS_OK)
@@ -518,7 +520,9 @@ static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
     kvs_sparse_swarm_set_source(r->swarm, cluster_row, r);
     kvs_sparse_swarm_stats sws;
     kvs_sparse_swarm_get_stats(r->swarm, &sws);
+    pthread_mutex_lock(&r->lock);
     r->stats.layouts_found = sws.layers_found;
+    pthread_mutex_unlock(&r->lock);
     return KVS_OK;
 }
 
@@ -542,6 +546,7 @@ kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *to
                              "sparse_begin: a token is negative or not below vocab_size %u",
                              h->model.vocab_size);
     kvs_sparse_req *r = find(h, req_id);
+    int created = !r;
     if (!r) {
         if ((st = begin_new(h, req_id, n_tokens, cache, params, &r)) != KVS_OK) return st;
         r->next = h->sparse;
@@ -553,7 +558,11 @@ kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *to
     st = take_chunks(h, r, tokens, n_tokens);
     if (st == KVS_OK && r->swarm_tier >= 0 && !r->swarm && r->stats.stored_tokens > r->params.sink)
         st = swarm_open(h, r);
-    if (stored_tokens) *stored_tokens = r->stats.stored_tokens;
+    if (stored_tokens) *stored_tokens = st == KVS_OK || !created ? r->stats.stored_tokens : 0;
+    if (st != KVS_OK && created) { /* a request that did not begin is not kept */
+        h->sparse = r->next;
+        req_free(r, 1);
+    }
     return st;
 }
 

@@ -24,8 +24,10 @@
 #define MF_MAGIC     0x4d57534bu /* "KSWM" */
 #define CL_HEADER    48u
 #define MF_HEADER    48u
-#define POS_GROUP    32u   /* rows never selected while profiling: grouped by position */
-#define MAINT_WINDOW 4096u /* rows read from clusters between maintenance checks */
+#define POS_GROUP    32u        /* rows never selected while profiling: grouped by position */
+#define MAINT_WINDOW 4096u      /* rows read from clusters between maintenance checks */
+#define MAX_PAIRS    (1u << 16) /* a plane's profile keeps at most this many pairs (lossy) */
+#define LOST_READS   64u        /* clusters failing to read, with none read, before re-clustering */
 
 typedef struct
     sw_plane { /* one (layer, head): its clusters and, per row, the clusters holding it */
@@ -37,7 +39,8 @@ typedef struct
 } sw_plane;
 
 typedef struct sw_layer {
-    uint32_t gen;
+    uint32_t gen, nonce;      /* of the clusters read: the manifest's */
+    uint32_t lost;            /* clusters that failed to read since the last one that did not */
     int ready;                /* reads come from clusters */
     int profiling;            /* selections are being profiled (first time or maintenance) */
     uint32_t profiled;        /* steps profiled so far */
@@ -92,8 +95,16 @@ static kvs_key raw_key(const kvs_sparse_swarm_params *p, const uint32_t *what, u
 
 kvs_key kvs_sparse_swarm_cluster_key(const kvs_sparse_swarm_params *params, uint32_t gen,
                                      uint32_t layer, uint32_t head, uint32_t c) {
-    uint32_t what[5] = {CL_MAGIC, gen, layer, head, c};
-    return raw_key(params, what, 5);
+    uint32_t what[6] = {CL_MAGIC, gen, layer, head, c, params->nonce};
+    return raw_key(params, what, 6);
+}
+
+/* The key of a cluster of layer's clusters in generation gen by nonce. */
+static kvs_key cluster_key(const kvs_sparse_swarm *sw, uint32_t nonce, uint32_t gen, uint32_t layer,
+                           uint32_t head, uint32_t c) {
+    kvs_sparse_swarm_params p = sw->p;
+    p.nonce = nonce;
+    return kvs_sparse_swarm_cluster_key(&p, gen, layer, head, c);
 }
 
 static kvs_key manifest_key(const kvs_sparse_swarm_params *p, uint32_t layer) {
@@ -134,9 +145,11 @@ static void profile_free(kvs_sparse_swarm *sw, sw_layer *ly) {
 /* Profiling of `layer` from now on. */
 static void profile_start(kvs_sparse_swarm *sw, sw_layer *ly) {
     profile_free(sw, ly);
+    ly->profiling = 1;
+    if (sw->p.positional) return; /* nothing to profile: runs of rows */
     ly->prof = calloc(sw->p.n_heads, sizeof *ly->prof);
     for (uint32_t g = 0; ly->prof && g < sw->p.n_heads; g++)
-        if (kvs_swarm_profile_create(sw->p.rows_end, 0, &ly->prof[g]) != KVS_OK) {
+        if (kvs_swarm_profile_create(sw->p.rows_end, MAX_PAIRS, &ly->prof[g]) != KVS_OK) {
             profile_free(sw, ly);
             return;
         }
@@ -244,7 +257,7 @@ static kvs_status write_manifest(kvs_sparse_swarm *sw, uint32_t layer, const sw_
     if (len > sw->p.max_object_bytes) return KVS_ENOMEM;
     uint8_t *buf = calloc(1, len), *p;
     if (!buf) return KVS_ENOMEM;
-    header(sw, buf, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, 0, gen);
+    header(sw, buf, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, sw->p.nonce, gen);
     p = buf + MF_HEADER;
     for (uint32_t g = 0; g < sw->p.n_heads; g++) {
         const sw_plane *pl = &planes[g];
@@ -271,54 +284,57 @@ static kvs_status read_manifest(kvs_sparse_swarm *sw, uint32_t layer) {
     if (!buf) return KVS_ENOMEM;
     uint64_t len = 0;
     kvs_status st = kvs_tiers_get(sw->chain, sw->p.tier, &key, buf, sw->p.max_object_bytes, &len);
-    const uint8_t *p = buf, *end = buf + len;
     uint64_t sum = 0;
     if (st == KVS_OK && len >= MF_HEADER + 8) memcpy(&sum, buf + len - 8, 8);
     if (st == KVS_OK && (len < MF_HEADER + 8 || kvs_xxh3_64(buf, len - 8) != sum))
         st = KVS_ECORRUPT;
+    const uint8_t *p = buf + MF_HEADER, *end = buf + (st == KVS_OK ? len - 8 : MF_HEADER);
     uint8_t want[MF_HEADER];
+    uint32_t gen = 0, nonce = 0;
     if (st == KVS_OK) {
-        uint32_t gen;
+        memcpy(&nonce, buf + 20, 4);
         memcpy(&gen, buf + 24, 4);
-        header(sw, want, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, 0, gen);
+        header(sw, want, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, nonce, gen);
         if (memcmp(want, buf, MF_HEADER) != 0) st = KVS_ECORRUPT;
-        sw->layers[layer].gen = gen;
     }
-    p += MF_HEADER;
-    end -= 8;
     for (uint32_t g = 0; st == KVS_OK && g < sw->p.n_heads; g++) {
         sw_plane *pl = plane_of(sw, layer, g);
         if (end - p < 8) {
             st = KVS_ECORRUPT;
             break;
         }
-        uint32_t nc = get32(&p), nm = get32(&p);
-        if ((uint64_t)(end - p) < 4ull * (nc + 1) + 4ull * nm) {
+        uint64_t nc = get32(&p), nm = get32(&p);
+        if (nc > nm || (uint64_t)(end - p) < 4 * (nc + 1) + 4 * nm) {
             st = KVS_ECORRUPT;
             break;
         }
-        pl->n_clusters = nc;
-        pl->start = malloc(4ull * (nc + 1));
-        pl->members = malloc(4ull * (nm + 1));
+        pl->n_clusters = (uint32_t)nc;
+        pl->start = malloc(4 * (nc + 1));
+        pl->members = malloc(4 * (nm + 1));
         if (!pl->start || !pl->members) {
             st = KVS_ENOMEM;
             break;
         }
-        for (uint32_t c = 0; c <= nc; c++) pl->start[c] = get32(&p);
-        for (uint32_t i = 0; i < nm; i++) pl->members[i] = get32(&p);
+        for (uint64_t c = 0; c <= nc; c++) pl->start[c] = get32(&p);
+        for (uint64_t i = 0; i < nm; i++) pl->members[i] = get32(&p);
         int ok = pl->start[0] == 0 && pl->start[nc] == nm;
-        for (uint32_t c = 0; ok && c < nc; c++)
+        for (uint64_t c = 0; ok && c < nc; c++)
             ok = pl->start[c] < pl->start[c + 1] &&
                  pl->start[c + 1] - pl->start[c] <= max_cluster_rows(sw);
-        for (uint32_t i = 0; ok && i < nm; i++)
+        for (uint64_t i = 0; ok && i < nm; i++)
             ok = pl->members[i] >= sw->p.sink && pl->members[i] < sw->p.rows_end;
         if (!ok) st = KVS_ECORRUPT;
         if (st == KVS_OK) st = index_rows(sw, pl);
     }
+    if (st == KVS_OK && p != end) st = KVS_ECORRUPT; /* bytes past the last head */
     free(buf);
-    if (st != KVS_OK)
+    if (st != KVS_OK) {
         for (uint32_t g = 0; g < sw->p.n_heads; g++) plane_free(plane_of(sw, layer, g));
-    return st;
+        return st;
+    }
+    sw->layers[layer].gen = gen;
+    sw->layers[layer].nonce = nonce;
+    return KVS_OK;
 }
 
 /* ---- clustering a layer --------------------------------------------------------------------- */
@@ -327,6 +343,7 @@ static kvs_status read_manifest(kvs_sparse_swarm *sw, uint32_t layer) {
 static kvs_status push_cluster(kvs_sparse_swarm *sw, sw_plane *pl, uint32_t *cap_c, uint32_t *cap_m,
                                const uint32_t *rows, uint32_t n) {
     uint32_t most = max_cluster_rows(sw);
+    if (!most) return KVS_ENOMEM;
     for (uint32_t from = 0; from < n; from += most) {
         uint32_t k = n - from < most ? n - from : most;
         uint32_t nm = pl->start[pl->n_clusters];
@@ -360,7 +377,7 @@ static kvs_status cluster_plane(kvs_sparse_swarm *sw, kvs_swarm_profile *prof, s
     kvs_swarm_clusters *cl = NULL;
     kvs_status st = pl->start && pl->members && active && run ? KVS_OK : KVS_ENOMEM;
     uint32_t n_active = 0;
-    for (uint32_t r = sw->p.sink; st == KVS_OK && r < rows; r++)
+    for (uint32_t r = sw->p.sink; prof && st == KVS_OK && r < rows; r++)
         if (kvs_swarm_profile_count(prof, r, r)) active[n_active++] = r;
     if (st == KVS_OK && n_active) {
         kvs_swarm_cluster_params cp;
@@ -374,7 +391,7 @@ static kvs_status cluster_plane(kvs_sparse_swarm *sw, kvs_swarm_profile *prof, s
     /* the rows no step selected: by position */
     uint32_t n_run = 0;
     for (uint32_t r = sw->p.sink; st == KVS_OK && r <= rows; r++) {
-        int take = r < rows && !kvs_swarm_profile_count(prof, r, r);
+        int take = r < rows && (!prof || !kvs_swarm_profile_count(prof, r, r));
         if (take) run[n_run++] = r;
         if ((!take || n_run == POS_GROUP || r + 1 == rows) && n_run) {
             st = push_cluster(sw, pl, &cap_c, &cap_m, run, n_run);
@@ -393,14 +410,18 @@ static kvs_status cluster_plane(kvs_sparse_swarm *sw, kvs_swarm_profile *prof, s
  * from the new clusters only once all of it is written. */
 static kvs_status build_layer(kvs_sparse_swarm *sw, uint32_t layer) {
     sw_layer *ly = &sw->layers[layer];
-    uint32_t G = sw->p.n_heads, gen = ly->ready ? ly->gen + 1 : ly->gen;
+    /* a generation of its own: the clusters a manifest names are never overwritten */
+    uint32_t G = sw->p.n_heads, gen = ly->ready ? ly->gen + 1 : 0;
     sw_plane *fresh = calloc(G, sizeof *fresh);
     if (!fresh || !sw->row) {
         free(fresh);
         return KVS_ENOMEM;
     }
     kvs_status st = KVS_OK;
-    for (uint32_t g = 0; st == KVS_OK && g < G; g++) st = cluster_plane(sw, ly->prof[g], &fresh[g]);
+    for (uint32_t g = 0; st == KVS_OK && g < G; g++)
+        st = cluster_plane(sw, ly->prof ? ly->prof[g] : NULL, &fresh[g]);
+    if (st == KVS_OK && manifest_bytes(sw, fresh) > sw->p.max_object_bytes)
+        st = KVS_ENOMEM; /* the layer stays on rows: its manifest would not fit an object */
     /* every cluster's object, filled row by row */
     uint8_t ***obj = calloc(G, sizeof *obj);
     if (!obj) st = KVS_ENOMEM;
@@ -441,7 +462,7 @@ static kvs_status build_layer(kvs_sparse_swarm *sw, uint32_t layer) {
     for (uint32_t g = 0; st == KVS_OK && g < G; g++)
         for (uint32_t c = 0; st == KVS_OK && c < fresh[g].n_clusters; c++) {
             uint32_t n = fresh[g].start[c + 1] - fresh[g].start[c];
-            kvs_key key = kvs_sparse_swarm_cluster_key(&sw->p, gen, layer, g, c);
+            kvs_key key = cluster_key(sw, sw->p.nonce, gen, layer, g, c);
             ops->remove(state, &key);
             st = ops->put(state, &key, obj[g][c], cl_bytes(sw, n));
             clusters++;
@@ -455,20 +476,33 @@ static kvs_status build_layer(kvs_sparse_swarm *sw, uint32_t layer) {
     /* the manifest last: one that is found names clusters that were all written */
     if (st == KVS_OK) st = write_manifest(sw, layer, fresh, gen);
     if (st != KVS_OK) { /* the layer goes on as it was (its old manifest may be gone: a restart
-                         * then profiles again) */
-        for (uint32_t g = 0; g < G; g++) plane_free(&fresh[g]);
+                         * then profiles again); what was written of the new clusters goes */
+        for (uint32_t g = 0; g < G; g++) {
+            for (uint32_t c = 0; fresh[g].start && c < fresh[g].n_clusters; c++) {
+                kvs_key key = cluster_key(sw, sw->p.nonce, gen, layer, g, c);
+                ops->remove(state, &key);
+            }
+            plane_free(&fresh[g]);
+        }
         free(fresh);
         return st;
     }
-    for (uint32_t g = 0; g < G; g++) {
-        plane_free(plane_of(sw, layer, g));
-        *plane_of(sw, layer, g) = fresh[g];
+    for (uint32_t g = 0; g < G; g++) { /* the old generation's clusters go from the tier */
+        sw_plane *old = plane_of(sw, layer, g);
+        for (uint32_t c = 0; ly->ready && c < old->n_clusters; c++) {
+            kvs_key key = cluster_key(sw, ly->nonce, ly->gen, layer, g, c);
+            ops->remove(state, &key);
+        }
+        plane_free(old);
+        *old = fresh[g];
     }
     free(fresh);
     cache_free(sw, ly);
     cache_start(sw, layer);
     if (ly->ready) sw->st.reclustered++;
     ly->gen = gen;
+    ly->nonce = sw->p.nonce;
+    ly->lost = 0;
     ly->ready = 1;
     ly->win_read = ly->win_useful = 0;
     sw->st.layers_written++;
@@ -550,6 +584,12 @@ void kvs_sparse_swarm_observe(kvs_sparse_swarm *sw, uint32_t layer, uint32_t hea
 
 void kvs_sparse_swarm_step_done(kvs_sparse_swarm *sw, uint32_t layer) {
     sw_layer *ly = &sw->layers[layer];
+    if (!ly->profiling && ly->ready && ly->lost >= LOST_READS) {
+        /* its clusters are gone from the tier (evicted, or writes the tier dropped): again */
+        profile_start(sw, ly);
+        ly->lost = 0;
+        return;
+    }
     if (!ly->profiling && ly->ready && sw->p.min_useful > 0 && ly->win_read >= MAINT_WINDOW) {
         /* maintenance: too little of what the clusters bring is needed: profile again */
         if ((double)ly->win_useful < sw->p.min_useful * (double)ly->win_read) profile_start(sw, ly);
@@ -640,12 +680,16 @@ void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t 
                 continue;
             }
             if (!(buf[i] = malloc(cl_bytes(sw, m)))) continue;
-            keys[n_read] = kvs_sparse_swarm_cluster_key(&sw->p, ly->gen, layer, g, c);
+            keys[n_read] = cluster_key(sw, ly->nonce, ly->gen, layer, g, c);
+            sts[n_read] = KVS_EIO;
+            lens[n_read] = 0;
             dsts[n_read] = buf[i];
             caps[n_read] = cl_bytes(sw, m);
             which[n_read++] = i;
         }
-        if (n_read) kvs_tiers_get_many(sw->chain, sw->p.tier, keys, dsts, caps, n_read, lens, sts);
+        if (n_read && kvs_tiers_get_many(sw->chain, sw->p.tier, keys, dsts, caps, n_read, lens,
+                                         sts) != KVS_OK)
+            for (uint32_t x = 0; x < n_read; x++) sts[x] = KVS_EIO; /* the call failed whole */
         for (uint32_t x = 0; x < n_read; x++) {
             uint32_t i = which[x], g = chosen_head[i], c = chosen[i] - plane_of(sw, layer, g)->base;
             sw_plane *pl = plane_of(sw, layer, g);
@@ -657,8 +701,10 @@ void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t 
                 memcmp(buf[i] + CL_HEADER, pl->members + pl->start[c], 4ull * m) != 0) {
                 free(buf[i]); /* missing or damaged: its rows are read from their chunks */
                 buf[i] = NULL;
+                ly->lost++;
                 continue;
             }
+            ly->lost = 0;
             sw->st.clusters_read++;
             sw->st.cluster_bytes += lens[x];
         }
@@ -693,7 +739,10 @@ void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t 
     }
     /* 4. the hot-cluster cache: keep what it admits, let go of what it evicts */
     if (ly->cache && buf) {
-        kvs_swarm_cache_step(ly->cache, chosen, n_chosen, NULL);
+        uint32_t n_got = 0; /* only clusters with bytes behind them take room in the cache */
+        for (uint32_t i = 0; i < n_chosen; i++)
+            if (buf[i]) which[n_got++] = chosen[i];
+        kvs_swarm_cache_step(ly->cache, which, n_got, NULL);
         for (uint32_t i = 0; i < n_chosen; i++) {
             uint32_t lid = chosen[i];
             if (!buf[i] || ly->cached[lid] == buf[i]) continue;

@@ -43,6 +43,8 @@ typedef struct kvs_sparse_swarm_params {
     uint32_t positional;    /* 1: no profiling, every cluster a run of consecutive rows (the
                               * comparator); built at the first step of each layer */
     kvs_key prefix;         /* the stored prefix's last chunk key */
+    uint32_t nonce;         /* in the keys of the clusters this request writes: two requests
+                             * over the same prefix never overwrite each other's */
 } kvs_sparse_swarm_params;
 
 /* A request's clusters: the manifests are looked for at once (found: ready to read). */
@@ -83,7 +85,8 @@ typedef struct kvs_sparse_swarm_stats {
 } kvs_sparse_swarm_stats;
 void kvs_sparse_swarm_get_stats(const kvs_sparse_swarm *sw, kvs_sparse_swarm_stats *out);
 
-/* The key of cluster c of (layer, head) in generation gen (tests damage one through it). */
+/* The key of cluster c of (layer, head) in generation gen, written by a request of nonce
+ * params->nonce (tests damage one through it). */
 kvs_key kvs_sparse_swarm_cluster_key(const kvs_sparse_swarm_params *params, uint32_t gen,
                                      uint32_t layer, uint32_t head, uint32_t c);
 

@@ -110,6 +110,7 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
 static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
     kvs_tier *t = ctx;
     kvs_tier_chain *c = t->chain;
+    if (kvs_tiers_raw_key(key)) return; /* never announced, never a save */
     /* its STORED event went out at put: routers learn it is gone (not an eviction) */
     if (c->on_event)
         c->on_event(c->event_ctx, KVS_EVENT_REMOVED | KVS_TIER_EVENT_DROPPED, key, t->index);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/xxh3.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "connector/sparse_swarm.h"
@@ -542,7 +543,8 @@ START_TEST(a_damaged_cluster_is_never_handed_over) {
     kvs_sparse_swarm_params sp = {.sink = SINK,
                                   .rows_end = N_TOK,
                                   .head_bytes = HEAD_BYTES,
-                                  .prefix = keys[N_TOK / CHUNK - 1]};
+                                  .prefix = keys[N_TOK / CHUNK - 1],
+                                  .nonce = (uint32_t)kvs_xxh3_64("d", 1)};
     const kvs_backend_ops *ops = kvs_tiers_ops(s->r.h->tiers, 0);
     void *state = kvs_tiers_state(s->r.h->tiers, 0);
     uint8_t *obj = malloc(1 << 16);
@@ -562,9 +564,101 @@ START_TEST(a_damaged_cluster_is_never_handed_over) {
     kvs_sparse_stats before = stats_of(s);
     swarm_steps(s, 6, &seed);
     kvs_sparse_stats after = stats_of(s);
-    ck_assert_uint_eq(after.rows_failed, 0); /* read again from their chunks */
-    ck_assert_uint_gt(after.rows_fetched, before.rows_fetched);
+    ck_assert_uint_eq(after.rows_failed, 0);                      /* read again from their chunks */
+    ck_assert_uint_gt(after.clusters_read, before.clusters_read); /* damaged ones among them */
+    /* head 0 of layer 0 got none of its rows out of a cluster: all of them are damaged */
+    ck_assert_uint_gt(after.rows_fetched - after.rows_from_clusters,
+                      before.rows_fetched - before.rows_from_clusters);
     api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+/* The manifests survive a restart but layer 0's clusters do not: the layer notices its reads
+ * failing, profiles again and writes new clusters; no row is ever missing. */
+START_TEST(clusters_lost_from_the_tier_are_written_again) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_ssd_rig(s, 1);
+    s->params.cluster_cache_rows = 0;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 41;
+    swarm_steps(s, 3, &seed);
+    ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS);
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
+    kvs_key keys[N_TOK / CHUNK];
+    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
+    kvs_sparse_swarm_params sp = {.sink = SINK,
+                                  .rows_end = N_TOK,
+                                  .head_bytes = HEAD_BYTES,
+                                  .prefix = keys[N_TOK / CHUNK - 1],
+                                  .nonce = (uint32_t)kvs_xxh3_64("d", 1)};
+    const kvs_backend_ops *ops = kvs_tiers_ops(s->r.h->tiers, 0);
+    void *state = kvs_tiers_state(s->r.h->tiers, 0);
+    uint32_t removed = 0;
+    for (uint32_t h = 0; h < HEADS; h++)
+        for (uint32_t c = 0; c < 4096; c++) {
+            kvs_key key = kvs_sparse_swarm_cluster_key(&sp, 0, 0, h, c);
+            removed += ops->remove(state, &key) == KVS_OK;
+        }
+    ck_assert_uint_gt(removed, 0);
+    rig_close(&s->r);
+    open_ssd_rig(s, 0);
+    s->params.cluster_cache_rows = 0;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    ck_assert_uint_eq(stats_of(s).layouts_found, LAYERS); /* the manifests are there */
+    kvs_sparse_stats st;
+    for (int round = 0; round < 40; round++) {
+        swarm_steps(s, 1, &seed);
+        st = stats_of(s);
+        if (st.layouts_written) break;
+    }
+    ck_assert_uint_eq(st.layouts_written, 1); /* layer 0 again */
+    ck_assert_uint_eq(st.rows_failed, 0);
+    swarm_steps(s, 2, &seed);
+    ck_assert_uint_gt(stats_of(s).rows_from_clusters, 0);
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
+/* Positional clusters need no profiling; maintenance re-clusters a layer whose clusters bring
+ * rows it does not need (min_useful 1: any row unneeded is too many). */
+START_TEST(positional_clusters_and_maintenance) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_ssd_rig(s, 1);
+    s->params.layout = KVS_SPARSE_LAYOUT_POSITIONS;
+    s->params.cluster_cache_rows = 0;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 43;
+    swarm_steps(s, 1, &seed);
+    ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS); /* at the first step */
+    swarm_steps(s, 2, &seed);
+    ck_assert_uint_gt(stats_of(s).rows_from_clusters, 0);
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
+    s->params.layout = KVS_SPARSE_LAYOUT_SWARM;
+    s->params.min_useful = 1.0f;
+    memset(s->slot_rows, 0, sizeof s->slot_rows);
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "m", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    kvs_sparse_stats st = {.struct_size = sizeof st};
+    float q[HEADS * HEAD_DIM];
+    for (int t = 0; t < 400 && !st.reclustered; t++) {
+        random_q(q, &seed);
+        for (int l = 0; l < LAYERS; l++) {
+            ck_assert_int_eq(api->sparse_select(s->r.h, "m", (uint32_t)l, q, N_TOK, 0), KVS_OK);
+            ck_assert_int_eq(api->sparse_wait(s->r.h, "m", (uint32_t)l), KVS_OK);
+            expect_exact(s, l, q, N_TOK);
+        }
+        ck_assert_int_eq(api->sparse_stats(s->r.h, "m", &st), KVS_OK);
+    }
+    ck_assert_uint_gt(st.reclustered, 0);
+    ck_assert_uint_eq(st.rows_failed, 0);
+    api->sparse_end(s->r.h, "m");
     rig_close(&s->r);
     free(s);
 }
@@ -599,6 +693,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, bad_calls_are_refused);
     tcase_add_test(tc, swarm_clusters_serve_the_exact_rows_and_survive_a_restart);
     tcase_add_test(tc, a_damaged_cluster_is_never_handed_over);
+    tcase_add_test(tc, clusters_lost_from_the_tier_are_written_again);
+    tcase_add_test(tc, positional_clusters_and_maintenance);
     tcase_add_test(tc, swarm_needs_an_ssd_tier);
     suite_add_tcase(s, tc);
     return s;
