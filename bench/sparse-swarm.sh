@@ -26,6 +26,7 @@ iops=${IOPS:-20000}
 bw=${BW:-1GB/s}
 work=$(mktemp -d /tmp/kvs-sparse-swarm-XXXXXX)
 trap 'rm -rf "$work"' EXIT
+cd "$work"
 
 # run LAYOUT PATHS OUT: one engine run into OUT; fails the script when --verify fails
 run() {
@@ -80,10 +81,10 @@ YAML
         [ "$layout" = rows ] || run "$layout" "$paths" "$dir/$layout.1" # writes the clusters
         run "$layout" "$paths" "$dir/$layout.out"
         set -- $(figures "$dir/$layout.out")
-        useful=$(awk -v b="$1" -v ms="$2" 'BEGIN { printf "%.1f", ms > 0 ? b / ms / 1000 : 0 }')
+        useful=$(awk -v b="$1" -v ms="$2" 'BEGIN { printf "%.2f", (ms > 0 ? b / ms / 1000 : 0) }')
         [ -n "$ref_ms" ] || { ref_ms=$2; ref_bw=$useful; }
-        tr=$(awk -v a="$2" -v r="$ref_ms" 'BEGIN { printf "%.3f", r > 0 ? a / r : 0 }')
-        br=$(awk -v a="$useful" -v r="$ref_bw" 'BEGIN { printf "%.2f", r > 0 ? a / r : 0 }')
+        tr=$(awk -v a="$2" -v r="$ref_ms" 'BEGIN { printf "%.3f", (r > 0 ? a / r : 0) }')
+        br=$(awk -v a="$useful" -v r="$ref_bw" 'BEGIN { printf "%.2f", (r > 0 ? a / r : 0) }')
         printf '%-6s %-10s %12s %14s %12s %10s %10s %12s %12s\n' "$paths" "$layout" "$2" \
             "$useful" "$4" "$3" "$5" "$tr" "$br"
     done
