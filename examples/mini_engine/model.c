@@ -454,18 +454,7 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
         const float *q = s->q + (size_t)t * qw;
         for (int h = 0; h < c->n_heads; h++)
             attend(m, s, q + h * hd, h / group, pos, s->att + h * hd);
-        matvec(s->proj, s->att, w->wo, qw, dim);
-        for (int i = 0; i < dim; i++) x[i] += s->proj[i];
-
-        rmsnorm(s->xn, x, w->ffn_norm, dim);
-        matvec(s->hb, s->xn, w->w1, dim, c->ffn);
-        matvec(s->hb2, s->xn, w->w3, dim, c->ffn);
-        for (int i = 0; i < c->ffn; i++) {
-            float g = s->hb[i];
-            s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
-        }
-        matvec(s->proj, s->hb, w->w2, c->ffn, dim);
-        for (int i = 0; i < dim; i++) x[i] += s->proj[i];
+        model_token_finish(m, s, layer, x, s->att);
     }
 }
 
