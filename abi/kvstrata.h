@@ -320,9 +320,18 @@ typedef struct kvs_sparse_params {
     uint32_t cluster_cache;      /* KVS_SPARSE_CACHE_SCORE (Swarm's Eq. 6) or _LRU */
     float min_useful; /* LAYOUT_SWARM: a layer is profiled and clustered again once less than
                        * this share of the rows its clusters bring is needed (0: never) */
+    uint32_t index;   /* how a miss selects: KVS_SPARSE_INDEX_EXACT (0) or _MEDOIDS */
+    uint32_t reserved2;
 } kvs_sparse_params;
 
-#define KVS_SPARSE_PARAMS_SIZE_1_9 72u
+#define KVS_SPARSE_PARAMS_SIZE_1_9 80u
+
+/* kvs_sparse_params.index. EXACT: the top-k of every stored key's score. MEDOIDS (with a cluster
+ * layout, once a layer's clusters exist): only each cluster's medoid is scored, and whole clusters
+ * are taken, best medoid first, while fewer than topk rows are taken (Swarm's retrieval: no
+ * oracle, an approximate top-k); the exact top-k before that. */
+#define KVS_SPARSE_INDEX_EXACT   0u
+#define KVS_SPARSE_INDEX_MEDOIDS 1u
 
 /* kvs_sparse_params.layout. ROWS: each row is read from its chunk object, in the tier holding
  * it. SWARM: Swarm's clusters in the chain's SSD tier: each layer's selections are profiled, its
@@ -369,9 +378,11 @@ typedef struct kvs_sparse_stats {
     uint64_t cluster_bytes_read; /* their bytes */
     uint64_t cluster_cache_hits; /* clusters the hot-cluster cache held */
     uint64_t rows_from_clusters; /* of rows_fetched, those that came out of clusters */
+    uint64_t keys_scored;        /* keys (rows, or medoids) the selections scored */
+    uint64_t medoid_selections;  /* head steps that selected through the medoid index */
 } kvs_sparse_stats;
 
-#define KVS_SPARSE_STATS_SIZE_1_9 168u
+#define KVS_SPARSE_STATS_SIZE_1_9 184u
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {

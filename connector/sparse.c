@@ -26,6 +26,7 @@
 #include "handle.h"
 #include "kernels/cpu/dtype.h"
 #include "keys.h"
+#include "schedulers/qsac/topk.h"
 #include "sparse_store.h"
 #include "sparse_swarm.h"
 #include "tiers.h"
@@ -72,6 +73,9 @@ typedef struct kvs_sparse_req {
     kvs_sparse_swarm *swarm;
     uint8_t *from_cluster; /* [n_heads * slots] */
     uint32_t job_layer;    /* the layer run_job is on (the place callback's) */
+    float *medoid_scores;  /* [medoid_cap]: the medoid selector's scratch */
+    uint32_t medoid_cap;
+    uint8_t *seen; /* [max rows]: the medoid selector's scratch */
 } kvs_sparse_req;
 
 static kvs_sparse_req *find(kvs_handle *h, const char *id) {
@@ -135,6 +139,40 @@ static int place_row(void *ctx, uint32_t head, uint32_t slot, uint32_t row, cons
     uint64_t at = (((uint64_t)r->job_layer * r->n_heads + head) * r->slots + slot) * r->head_bytes;
     memcpy((uint8_t *)r->cache.k + at, k, r->head_bytes);
     memcpy((uint8_t *)r->cache.v + at, v, r->head_bytes);
+    return 0;
+}
+
+/* Selection through the medoid index of a layer's clusters (params.index MEDOIDS): each medoid's
+ * score, then whole clusters best first while fewer than k rows are taken; a take past k is made
+ * again with a smaller k, so the head cache's slots always hold it. */
+static uint32_t medoid_select(void *ctx, uint32_t layer, uint32_t head, const float *q, uint32_t m,
+                              uint32_t sink, uint32_t end, uint32_t k, uint32_t *out,
+                              uint64_t *scored) {
+    kvs_sparse_req *r = ctx;
+    uint32_t n_clusters;
+    const uint32_t *offsets, *rows;
+    if (!kvs_sparse_swarm_index(r->swarm, layer, head, &n_clusters, &offsets, &rows))
+        return UINT32_MAX; /* no clusters yet: the exact top-k */
+    if (n_clusters > r->medoid_cap) {
+        float *grown = realloc(r->medoid_scores, (uint64_t)n_clusters * sizeof *grown);
+        if (!grown) return UINT32_MAX;
+        r->medoid_scores = grown;
+        r->medoid_cap = n_clusters;
+    }
+    uint32_t n_keys;
+    const float *keys = kvs_sparse_store_keys(r->store, layer, head, &n_keys);
+    for (uint32_t c = 0; c < n_clusters; c++)
+        kvs_topk_scores(q, m, keys + (uint64_t)rows[offsets[c]] * r->d, r->d, 1, r->d,
+                        &r->medoid_scores[c]);
+    *scored = n_clusters;
+    kvs_topk_index ix = {.n_clusters = n_clusters, .offsets = offsets, .rows = rows};
+    for (uint32_t want = k; want > 0;) {
+        uint32_t taken = 0;
+        uint32_t n =
+            kvs_topk_medoids(&ix, r->medoid_scores, end, sink, 0, want, r->seen, out, &taken);
+        if (n == UINT32_MAX || n <= k) return n;
+        want = want > n - k ? want - (n - k) : 0; /* the last cluster overshot: fewer */
+    }
     return 0;
 }
 
@@ -229,6 +267,7 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
     s->cluster_bytes_read = sws.cluster_bytes;
     s->cluster_cache_hits = sws.cache_hits;
     s->rows_from_clusters += clustered;
+    kvs_sparse_store_counts(r->store, &s->keys_scored, &s->medoid_selections);
     s->steps++;
     s->head_hits += hits;
     s->head_misses += G - hits;
@@ -283,6 +322,8 @@ static void req_free(kvs_sparse_req *r, int drop) {
         if (r->pinned[c]) kvs_tiers_unpin(r->h->tiers, (uint32_t)r->tier_of[c], &r->keys[c]);
     kvs_sparse_swarm_close(r->swarm);
     free(r->from_cluster);
+    free(r->medoid_scores);
+    free(r->seen);
     kvs_sparse_store_destroy(r->store);
     for (uint32_t i = 0; r->ring && i < r->ring_cap; i++) free(r->ring[i].q);
     free(r->ring);
@@ -399,6 +440,11 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
             "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS, "
             "SWARM or POSITIONS, cluster_cache SCORE or LRU, min_useful in [0, 1]",
             params.layout, params.cluster_cache, (double)params.min_useful);
+    if (params.index > KVS_SPARSE_INDEX_MEDOIDS ||
+        (params.index == KVS_SPARSE_INDEX_MEDOIDS && params.layout == KVS_SPARSE_LAYOUT_ROWS))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: index %u: EXACT, or MEDOIDS with a cluster layout",
+                             params.index);
     if (params.layout != KVS_SPARSE_LAYOUT_ROWS && swarm_tier < 0)
         return kvs_set_error(h, KVS_ENOTSUP,
                              "sparse_begin: layouts SWARM and POSITIONS need a tier of type ssd "
@@ -462,7 +508,8 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
          (r->submitted = calloc(r->n_layers, sizeof(uint64_t))) &&
          (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
          (r->ring = calloc(r->ring_cap, sizeof *r->ring)) &&
-         (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1));
+         (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1)) &&
+         (r->seen = calloc(max_chunks * h->chunk_tokens, 1));
     for (uint32_t i = 0; ok && i < r->ring_cap; i++)
         ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
     if (ok && params_in->importance) {
@@ -518,6 +565,8 @@ static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
         return kvs_set_error(h, st, "sparse_begin: '%s': cannot set up its clusters (%s)", r->id,
                              kvs_strerror(st));
     kvs_sparse_swarm_set_source(r->swarm, cluster_row, r);
+    if (r->params.index == KVS_SPARSE_INDEX_MEDOIDS)
+        kvs_sparse_store_set_selector(r->store, medoid_select, r);
     kvs_sparse_swarm_stats sws;
     kvs_sparse_swarm_get_stats(r->swarm, &sws);
     pthread_mutex_lock(&r->lock);

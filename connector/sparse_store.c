@@ -21,7 +21,20 @@ struct kvs_sparse_store {
     uint8_t *present;   /* [max_chunks] */
     float *scores;      /* [max_rows]: select's scratch */
     uint32_t *picked;   /* [max_rows]: select's scratch */
+    kvs_sparse_selector selector;
+    void *selector_ctx;
+    uint64_t scored, by_selector;
 };
+
+void kvs_sparse_store_set_selector(kvs_sparse_store *s, kvs_sparse_selector fn, void *ctx) {
+    s->selector = fn;
+    s->selector_ctx = ctx;
+}
+
+void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector) {
+    *scored = s->scored;
+    *by_selector = s->by_selector;
+}
 
 kvs_status kvs_sparse_store_create(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n_layers,
                                    uint32_t chunk_tokens, uint32_t max_chunks,
@@ -164,18 +177,30 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
         if (head->sel_end > sel_end) head->qsac.valid = 0; /* the pool shrank under its rows */
         hit[g] = (uint8_t)kvs_qsac_step(&head->qsac, qg, NULL, NULL);
         if (hit[g]) continue;
-        uint32_t n_keys;
-        const float *keys = kvs_sparse_store_keys(s, layer, g, &n_keys);
-        /* chunk by chunk: a stored one is scored, a missing one ranks last (NaN) unscored */
-        for (uint32_t first = 0; first < end; first += s->chunk_tokens) {
-            uint32_t rows = end - first < s->chunk_tokens ? end - first : s->chunk_tokens;
-            if (s->present[first / s->chunk_tokens])
-                kvs_topk_scores(qg, m, keys + (uint64_t)first * d, d, rows, d, s->scores + first);
-            else
-                for (uint32_t r = first; r < first + rows; r++) s->scores[r] = NAN;
-        }
         uint32_t k = topk < head->slots ? topk : head->slots;
-        uint32_t n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
+        uint64_t scored = 0;
+        uint32_t n = s->selector ? s->selector(s->selector_ctx, layer, g, qg, m, sink, end, k,
+                                               s->picked, &scored)
+                                 : UINT32_MAX;
+        if (n != UINT32_MAX && n <= k) {
+            s->by_selector++;
+        } else {
+            uint32_t n_keys;
+            const float *keys = kvs_sparse_store_keys(s, layer, g, &n_keys);
+            /* chunk by chunk: a stored one is scored, a missing one ranks last (NaN) unscored */
+            for (uint32_t first = 0; first < end; first += s->chunk_tokens) {
+                uint32_t rows = end - first < s->chunk_tokens ? end - first : s->chunk_tokens;
+                if (s->present[first / s->chunk_tokens]) {
+                    kvs_topk_scores(qg, m, keys + (uint64_t)first * d, d, rows, d,
+                                    s->scores + first);
+                    scored += rows;
+                } else {
+                    for (uint32_t r = first; r < first + rows; r++) s->scores[r] = NAN;
+                }
+            }
+            n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
+        }
+        s->scored += scored;
         uint32_t kept = 0; /* a chunk never added has no rows to take */
         for (uint32_t i = 0; n != UINT32_MAX && i < n; i++)
             if (kvs_sparse_store_has_row(s, s->picked[i])) s->picked[kept++] = s->picked[i];

@@ -79,6 +79,16 @@ typedef struct kvs_sparse_head {
  * selection the slots hold (a hit keeps the one before; rows that entered the pool since are the
  * engine's, not dropped). KVS_ENOMEM when a head's selection ran out of memory: that head fetched nothing and its
  * label is invalid; the other heads' results stand. Uses the store's scratch: one thread. */
+/* An approximate selection in place of the exact top-k (the medoid index): k rows at most of the
+ * pool [sink, end) for (layer, head) and the query group q (m heads), ascending, into out (room for
+ * the store's rows); *scored gets the keys it scored. UINT32_MAX: not now (the exact top-k runs). */
+typedef uint32_t (*kvs_sparse_selector)(void *ctx, uint32_t layer, uint32_t head, const float *q,
+                                        uint32_t m, uint32_t sink, uint32_t end, uint32_t k,
+                                        uint32_t *out, uint64_t *scored);
+void kvs_sparse_store_set_selector(kvs_sparse_store *s, kvs_sparse_selector fn, void *ctx);
+/* Keys scored by selections so far, and selections the selector made. */
+void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector);
+
 kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const float *q,
                                    kvs_sparse_head *heads, uint32_t n_rows, uint32_t sink,
                                    uint32_t recent, uint32_t topk, uint8_t *hit,

@@ -567,6 +567,16 @@ void kvs_sparse_swarm_set_source(kvs_sparse_swarm *sw, kvs_sparse_swarm_row_fn r
     sw->row_ctx = ctx;
 }
 
+int kvs_sparse_swarm_index(const kvs_sparse_swarm *sw, uint32_t layer, uint32_t head,
+                           uint32_t *n_clusters, const uint32_t **offsets, const uint32_t **rows) {
+    if (!kvs_sparse_swarm_ready(sw, layer) || head >= sw->p.n_heads) return 0;
+    const sw_plane *pl = &sw->planes[(uint64_t)layer * sw->p.n_heads + head];
+    *n_clusters = pl->n_clusters;
+    *offsets = pl->start;
+    *rows = pl->members;
+    return pl->n_clusters > 0;
+}
+
 int kvs_sparse_swarm_ready(const kvs_sparse_swarm *sw, uint32_t layer) {
     return sw && layer < sw->p.n_layers && sw->layers[layer].ready;
 }

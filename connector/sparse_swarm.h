@@ -57,6 +57,12 @@ typedef kvs_status (*kvs_sparse_swarm_row_fn)(void *ctx, uint32_t layer, uint32_
                                               uint32_t row, uint8_t *k, uint8_t *v);
 void kvs_sparse_swarm_set_source(kvs_sparse_swarm *sw, kvs_sparse_swarm_row_fn row, void *ctx);
 
+/* The medoid index of (layer, head)'s clusters (cluster c's rows rows[offsets[c] ..
+ * offsets[c + 1]), its medoid first): 1 when the layer reads from clusters, else 0. Valid until
+ * the next call that may re-cluster (step_done). */
+int kvs_sparse_swarm_index(const kvs_sparse_swarm *sw, uint32_t layer, uint32_t head,
+                           uint32_t *n_clusters, const uint32_t **offsets, const uint32_t **rows);
+
 /* 1 when layer `layer` reads from clusters. */
 int kvs_sparse_swarm_ready(const kvs_sparse_swarm *sw, uint32_t layer);
 

@@ -190,6 +190,8 @@ AT(kvs_sparse_params, profile_steps, 52, 4);
 AT(kvs_sparse_params, cluster_cache_rows, 56, 8);
 AT(kvs_sparse_params, cluster_cache, 64, 4);
 AT(kvs_sparse_params, min_useful, 68, 4);
+AT(kvs_sparse_params, index, 72, 4);
+AT(kvs_sparse_params, reserved2, 76, 4);
 SIZE(kvs_sparse_params, KVS_SPARSE_PARAMS_SIZE_1_9);
 AT(kvs_sparse_stats, struct_size, 0, 4);
 AT(kvs_sparse_stats, stored_tokens, 8, 8);
@@ -212,6 +214,8 @@ AT(kvs_sparse_stats, clusters_read, 136, 8);
 AT(kvs_sparse_stats, cluster_bytes_read, 144, 8);
 AT(kvs_sparse_stats, cluster_cache_hits, 152, 8);
 AT(kvs_sparse_stats, rows_from_clusters, 160, 8);
+AT(kvs_sparse_stats, keys_scored, 168, 8);
+AT(kvs_sparse_stats, medoid_selections, 176, 8);
 SIZE(kvs_sparse_stats, KVS_SPARSE_STATS_SIZE_1_9);
 
 SIZE(kvs_key, 16);

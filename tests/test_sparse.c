@@ -664,6 +664,66 @@ START_TEST(positional_clusters_and_maintenance) {
 }
 END_TEST
 
+/* Every slot of the layer holds a pool row with the pages' bytes, each row once. */
+static void expect_rows_valid(sparse_rig *s, int layer, uint32_t n_rows) {
+    for (int h = 0; h < HEADS; h++) {
+        uint8_t seen[N_TOK + CHUNK] = {0};
+        for (int slot = 0; slot < SLOTS; slot++) {
+            uint32_t row = s->slot_rows[layer][h][slot];
+            if (row == UINT32_MAX) continue;
+            ck_assert_uint_ge(row, SINK);
+            ck_assert_uint_lt(row, s->attend_from[layer][h]);
+            ck_assert_uint_lt(s->attend_from[layer][h], n_rows + 1);
+            ck_assert(!seen[row]);
+            seen[row] = 1;
+            ck_assert(!memcmp(s->k[layer][h][slot],
+                              rig_kv_at(&s->r, layer, 0, s->blocks, row) + h * HEAD_BYTES,
+                              HEAD_BYTES));
+            ck_assert(!memcmp(s->v[layer][h][slot],
+                              rig_kv_at(&s->r, layer, 1, s->blocks, row) + h * HEAD_BYTES,
+                              HEAD_BYTES));
+        }
+    }
+}
+
+/* Swarm's retrieval: once a layer's clusters exist, a miss scores only their medoids and takes
+ * whole clusters; the rows are pool rows with their bytes, never more than the slots. */
+START_TEST(the_medoid_index_selects_by_medoid_scores_alone) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_ssd_rig(s, 1);
+    s->params.index = KVS_SPARSE_INDEX_MEDOIDS;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 47;
+    swarm_steps(s, 3, &seed); /* exact while profiling */
+    kvs_sparse_stats a = stats_of(s);
+    ck_assert_uint_eq(a.medoid_selections, 0);
+    ck_assert_uint_eq(a.layouts_written, LAYERS);
+    float q[HEADS * HEAD_DIM];
+    for (int t = 0; t < 6; t++) {
+        random_q(q, &seed);
+        for (int l = 0; l < LAYERS; l++) {
+            step(s, l, q, N_TOK, KVS_SPARSE_FINAL);
+            expect_rows_valid(s, l, N_TOK);
+        }
+    }
+    kvs_sparse_stats b = stats_of(s);
+    uint64_t misses = b.head_misses - a.head_misses;
+    ck_assert_uint_eq(b.medoid_selections - a.medoid_selections, misses);
+    /* an exact selection scores every row before the recent window; a medoid one, medoids */
+    ck_assert_uint_eq(a.keys_scored, a.head_misses * (N_TOK - RECENT));
+    ck_assert_uint_lt(b.keys_scored - a.keys_scored, misses * (N_TOK - RECENT));
+    ck_assert_uint_eq(b.rows_failed, 0);
+    api->sparse_end(s->r.h, "d");
+    /* no cluster layout: no medoid index */
+    s->params.layout = KVS_SPARSE_LAYOUT_ROWS;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "e", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_EINVAL);
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
 START_TEST(swarm_needs_an_ssd_tier) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK); /* dram only */
@@ -695,6 +755,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_damaged_cluster_is_never_handed_over);
     tcase_add_test(tc, clusters_lost_from_the_tier_are_written_again);
     tcase_add_test(tc, positional_clusters_and_maintenance);
+    tcase_add_test(tc, the_medoid_index_selects_by_medoid_scores_alone);
     tcase_add_test(tc, swarm_needs_an_ssd_tier);
     suite_add_tcase(s, tc);
     return s;

@@ -59,6 +59,8 @@ static void usage(FILE *f) {
         "  --profile-steps N     swarm: steps of each layer profiled before clustering (16)\n"
         "  --cluster-cache N     swarm: rows of hot clusters kept in DRAM (0)\n"
         "  --cluster-policy score|lru  swarm: which clusters the cache keeps (score: Eq. 6)\n"
+        "  --sparse-index exact|medoids  how a miss selects: the exact top-k, or (with a\n"
+        "                        cluster layout) whole clusters by medoid score (exact)\n"
         "  --profile FILE        measure recompute and load costs, write them as a restore "
         "profile, exit\n"
         "  --profile-tier NAME   tier name written into the profile (dram)\n"
@@ -219,8 +221,19 @@ int parse_options(int argc, char **argv, options *o) {
             o->lsc = 1;
         } else if (strcmp(a, "--sparse-decode") == 0) {
             o->sparse_decode = 1;
-        } else if (strcmp(a, "--sparse-layout") == 0 || strcmp(a, "--cluster-policy") == 0) {
+        } else if (strcmp(a, "--sparse-layout") == 0 || strcmp(a, "--cluster-policy") == 0 ||
+                   strcmp(a, "--sparse-index") == 0) {
             int layout = strcmp(a, "--sparse-layout") == 0;
+            int index = strcmp(a, "--sparse-index") == 0;
+            if (index) {
+                if (!v || (strcmp(v, "exact") != 0 && strcmp(v, "medoids") != 0)) {
+                    fprintf(stderr, PROG ": --sparse-index is exact or medoids\n");
+                    return -1;
+                }
+                o->sparse_medoids = strcmp(v, "medoids") == 0;
+                i++;
+                continue;
+            }
             const char *names[2][3] = {{"score", "lru", NULL}, {"rows", "swarm", "positions"}};
             int pick = -1;
             for (int k = 0; v && k < 3; k++)
@@ -344,6 +357,10 @@ int parse_options(int argc, char **argv, options *o) {
         fprintf(stderr, PROG ": --sparse-decode runs one long request of its own through the "
                              "connector: drop --lsc, --no-connector, --restore-plans, --stages, "
                              "--batch, --continuous, --profile and --trace\n");
+        return -1;
+    }
+    if (o->sparse_medoids && !o->sparse_swarm) {
+        fprintf(stderr, PROG ": --sparse-index medoids needs --sparse-layout swarm or positions\n");
         return -1;
     }
     if (o->sparse_decode &&

@@ -58,6 +58,9 @@ typedef struct sd {
     uint32_t *sel, *n_sel;
     uint32_t *from;    /* [D][L][G]: attend_from at each step (the engine's rows from there on) */
     uint64_t bad_rows; /* selected rows outside [sink, attend_from), or twice */
+    double recall_sum; /* over head steps: of the exact top-k of the step's query, the share held */
+    uint64_t recall_n;
+    float *rscore;         /* [P]: recall's scratch */
     uint32_t *attend_from; /* [L][G]: the connector's */
     /* per run */
     float *logits; /* [D][vocab] */
@@ -106,6 +109,42 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int cmp_desc(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+/* Of the exact top-k of the step's query group over [sink, end), the share the selection holds:
+ * the rows scoring at least the k-th best score (scored as the connector scores, in double). */
+static void recall(sd *d, uint32_t l, uint32_t g, const uint32_t *sel, uint32_t n, uint64_t end) {
+    if (end <= d->sink) return;
+    uint64_t pool = end - d->sink;
+    uint32_t k = pool < d->slots ? (uint32_t)pool : d->slots;
+    for (uint64_t r = d->sink; r < end; r++) {
+        const float *key = kv_at(d, d->full_k, l, g, r);
+        double s = 0;
+        for (uint32_t j = 0; j < d->group; j++)
+            for (uint32_t i = 0; i < d->hd; i++)
+                s += (double)d->q[((uint64_t)g * d->group + j) * d->hd + i] * key[i];
+        d->rscore[r] = (float)s;
+    }
+    float *sorted = d->rscore + d->P - pool; /* the tail of the scratch: rows past the pool */
+    memmove(sorted, d->rscore + d->sink, pool * sizeof *sorted);
+    qsort(sorted, pool, sizeof *sorted, cmp_desc);
+    float kth = sorted[k - 1];
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const float *key = kv_at(d, d->full_k, l, g, sel[i]);
+        double s = 0;
+        for (uint32_t j = 0; j < d->group; j++)
+            for (uint32_t x = 0; x < d->hd; x++)
+                s += (double)d->q[((uint64_t)g * d->group + j) * d->hd + x] * key[x];
+        held += (float)s >= kth;
+    }
+    d->recall_sum += (double)(held > k ? k : held) / (double)k;
+    d->recall_n++;
+}
+
 /* The rows head g of layer l attends to at step t (pos), with their K and V, into krow/vrow. */
 static uint32_t gather(sd *d, int run, uint64_t t, uint32_t l, uint32_t g, uint64_t pos) {
     uint64_t n_rows = pos + 1;
@@ -139,6 +178,7 @@ static uint32_t gather(sd *d, int run, uint64_t t, uint32_t l, uint32_t g, uint6
          * engine's own rows */
         for (uint32_t i = 0; i < k; i++)
             d->bad_rows += sel[i] < d->sink || sel[i] >= *from || (i && sel[i] == sel[i - 1]);
+        recall(d, l, g, sel, k, *from);
     }
     uint64_t pool_end = *from > n_rows ? n_rows : *from;
     for (uint32_t i = 0; i < *n_sel; i++, n++) {
@@ -234,6 +274,7 @@ static void sd_free(sd *d) {
     free(d->cache_f);
     free(d->sel);
     free(d->n_sel);
+    free(d->rscore);
     free(d->from);
     free(d->attend_from);
     free(d->logits);
@@ -267,6 +308,7 @@ static int sd_alloc(sd *d) {
     d->cache_f = malloc(most * 2 * d->hd * 4);
     d->sel = malloc(d->D * cache_rows * sizeof *d->sel);
     d->n_sel = calloc(d->D * d->L * d->G, sizeof *d->n_sel);
+    d->rscore = malloc(d->P * sizeof *d->rscore);
     d->from = calloc(d->D * d->L * d->G, sizeof *d->from);
     d->attend_from = calloc((uint64_t)d->L * d->G, sizeof *d->attend_from);
     d->logits = malloc(d->D * d->vocab * 4);
@@ -283,8 +325,8 @@ static int sd_alloc(sd *d) {
     d->s = model_scratch_create(d->m, 1, 1);
     return d->full_k && d->full_v && d->own_k && d->own_v && d->tokens && d->cache_k &&
                    d->cache_v && d->slot_rows && d->hit && d->cache_f && d->sel && d->n_sel &&
-                   d->from && d->attend_from && d->logits && d->att && d->krow && d->vrow &&
-                   d->scores && d->x && d->q && d->qs && d->k && d->v && d->kr && d->s
+                   d->rscore && d->from && d->attend_from && d->logits && d->att && d->krow &&
+                   d->vrow && d->scores && d->x && d->q && d->qs && d->k && d->v && d->kr && d->s
                ? 0
                : -1;
 }
@@ -403,19 +445,20 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
                               .slot_rows = d.slot_rows,
                               .hit = d.hit,
                               .attend_from = d.attend_from};
-    kvs_sparse_params params = {.struct_size = sizeof params,
-                                .topk = d.slots,
-                                .sink = d.sink,
-                                .recent = d.recent,
-                                .q_per_kv = d.group,
-                                .max_tokens = d.P,
-                                .layout = o->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
-                                          : o->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
-                                                                 : KVS_SPARSE_LAYOUT_ROWS,
-                                .profile_steps = (uint32_t)o->profile_steps,
-                                .cluster_cache_rows = (uint64_t)o->cluster_cache,
-                                .cluster_cache =
-                                    o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
+    kvs_sparse_params params = {
+        .struct_size = sizeof params,
+        .topk = d.slots,
+        .sink = d.sink,
+        .recent = d.recent,
+        .q_per_kv = d.group,
+        .max_tokens = d.P,
+        .layout = o->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
+                  : o->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
+                                         : KVS_SPARSE_LAYOUT_ROWS,
+        .profile_steps = (uint32_t)o->profile_steps,
+        .cluster_cache_rows = (uint64_t)o->cluster_cache,
+        .index = o->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
+        .cluster_cache = o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
     if (hook(&conn, "sparse_begin",
              conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
         goto out;
@@ -515,6 +558,13 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
            (double)offload_n * 1000.0 / offload_ms, (unsigned long long)offload_n,
            offload_n ? (double)offload_loaded / (double)offload_n : 0.0,
            offload_n ? offload_ms / (double)offload_n / (sparse_ms / (double)d.D) : 0.0);
+    printf("sparse: selection by %s: %llu of %llu head misses through the medoid index, %.1f keys "
+           "scored a miss; recall of the step's exact top-%u %.3f (mean over head steps, hits "
+           "included)\n",
+           o->sparse_medoids ? "medoids" : "the exact top-k",
+           (unsigned long long)st.medoid_selections, (unsigned long long)st.head_misses,
+           st.head_misses ? (double)st.keys_scored / (double)st.head_misses : 0.0, d.slots,
+           d.recall_n ? d.recall_sum / (double)d.recall_n : 0.0);
     printf("sparse: against full attention: top-1 agreement %llu/%llu (%.3f), attention output "
            "error %.4f (mean relative L2 over steps and layers)\n",
            (unsigned long long)agree, (unsigned long long)d.D, (double)agree / (double)d.D, err);
