@@ -318,13 +318,20 @@ typedef struct kvs_sparse_params {
     uint32_t profile_steps;      /* LAYOUT_SWARM: steps of each layer profiled first (0: 16) */
     uint64_t cluster_cache_rows; /* LAYOUT_SWARM: rows of hot clusters kept in DRAM (0: none) */
     uint32_t cluster_cache;      /* KVS_SPARSE_CACHE_SCORE (Swarm's Eq. 6) or _LRU */
-    float min_useful; /* LAYOUT_SWARM: a layer is profiled and clustered again once less than
+    float min_useful;     /* LAYOUT_SWARM: a layer is profiled and clustered again once less than
                        * this share of the rows its clusters bring is needed (0: never) */
-    uint32_t index;   /* how a miss selects: KVS_SPARSE_INDEX_EXACT (0) or _MEDOIDS */
-    uint32_t reserved2;
+    uint32_t index;       /* how a miss selects: KVS_SPARSE_INDEX_EXACT (0) or _MEDOIDS */
+    uint32_t audit_every; /* adaptive thresholds: every audit_every-th step of a head is measured
+                           * (0: 8) */
+    float target_error;   /* adaptive thresholds (0: none, tau stays as eta and p make it): each
+                           * head's tau rises while the attention its reused rows lose, measured
+                           * against the exact top-k on audited steps, is above this, and falls
+                           * while it is below half of it (kvs_qsac_adapt, docs/sparse.md) */
+    float score_scale;    /* softmax logits are q.k * score_scale (0: 1/sqrt(head_dim), for
+                           * unscaled queries) */
 } kvs_sparse_params;
 
-#define KVS_SPARSE_PARAMS_SIZE_1_9 80u
+#define KVS_SPARSE_PARAMS_SIZE_1_9 88u
 
 /* kvs_sparse_params.index. EXACT: the top-k of every stored key's score. MEDOIDS (with a cluster
  * layout, once a layer's clusters exist): only each cluster's medoid is scored, and whole clusters
@@ -380,9 +387,13 @@ typedef struct kvs_sparse_stats {
     uint64_t rows_from_clusters; /* of rows_fetched, those that came out of clusters */
     uint64_t keys_scored;        /* keys (rows, or medoids) the selections scored */
     uint64_t medoid_selections;  /* head steps that selected through the medoid index */
+    /* adaptive thresholds */
+    uint64_t audits;                  /* head steps measured */
+    uint64_t audit_error_micro;       /* the sum of their attention errors, in millionths */
+    uint64_t tau_raised, tau_lowered; /* threshold changes */
 } kvs_sparse_stats;
 
-#define KVS_SPARSE_STATS_SIZE_1_9 184u
+#define KVS_SPARSE_STATS_SIZE_1_9 216u
 
 /* The table. Fields are appended in minor versions only; check struct_size before reading new ones. */
 typedef struct kvs_api {

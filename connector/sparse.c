@@ -13,6 +13,7 @@
  * job's work touches only its own layer's state, and the engine leaves that alone until it waits. */
 #include "sparse.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@ typedef struct kvs_sparse_req {
     kvs_sparse_swarm *swarm;
     uint8_t *from_cluster; /* [n_heads * slots] */
     uint32_t job_layer;    /* the layer run_job is on (the place callback's) */
+    kvs_qsac_adapt *adapt; /* [n_layers][n_heads], or NULL: static thresholds */
     float *medoid_scores;  /* [medoid_cap]: the medoid selector's scratch */
     uint32_t medoid_cap;
     uint8_t *seen; /* [max rows]: the medoid selector's scratch */
@@ -267,7 +269,15 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
     s->cluster_bytes_read = sws.cluster_bytes;
     s->cluster_cache_hits = sws.cache_hits;
     s->rows_from_clusters += clustered;
-    kvs_sparse_store_counts(r->store, &s->keys_scored, &s->medoid_selections);
+    double audit_error = 0;
+    kvs_sparse_store_counts(r->store, &s->keys_scored, &s->medoid_selections, &s->audits,
+                            &audit_error);
+    s->audit_error_micro = (uint64_t)(audit_error * 1e6);
+    s->tau_raised = s->tau_lowered = 0;
+    for (uint64_t i = 0; r->adapt && i < (uint64_t)r->n_layers * G; i++) {
+        s->tau_raised += r->adapt[i].raised;
+        s->tau_lowered += r->adapt[i].lowered;
+    }
     s->steps++;
     s->head_hits += hits;
     s->head_misses += G - hits;
@@ -323,6 +333,7 @@ static void req_free(kvs_sparse_req *r, int drop) {
     kvs_sparse_swarm_close(r->swarm);
     free(r->from_cluster);
     free(r->medoid_scores);
+    free(r->adapt);
     free(r->seen);
     kvs_sparse_store_destroy(r->store);
     for (uint32_t i = 0; r->ring && i < r->ring_cap; i++) free(r->ring[i].q);
@@ -440,6 +451,11 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
             "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS, "
             "SWARM or POSITIONS, cluster_cache SCORE or LRU, min_useful in [0, 1]",
             params.layout, params.cluster_cache, (double)params.min_useful);
+    if (!(params.target_error >= 0.0f) || !(params.target_error <= 1.0f) ||
+        !(params.score_scale >= 0.0f))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: target_error %g (in [0, 1]), score_scale %g (>= 0)",
+                             (double)params.target_error, (double)params.score_scale);
     if (params.index > KVS_SPARSE_INDEX_MEDOIDS ||
         (params.index == KVS_SPARSE_INDEX_MEDOIDS && params.layout == KVS_SPARSE_LAYOUT_ROWS))
         return kvs_set_error(h, KVS_EINVAL,
@@ -509,7 +525,8 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
          (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
          (r->ring = calloc(r->ring_cap, sizeof *r->ring)) &&
          (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1)) &&
-         (r->seen = calloc(max_chunks * h->chunk_tokens, 1));
+         (r->seen = calloc(max_chunks * h->chunk_tokens, 1)) &&
+         (params.target_error == 0.0f || (r->adapt = calloc(planes, sizeof *r->adapt)));
     for (uint32_t i = 0; ok && i < r->ring_cap; i++)
         ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
     if (ok && params_in->importance) {
@@ -535,6 +552,17 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
                                        .tau = kvs_qsac_threshold(importance, params.eta, params.p)},
                               .slot_rows = cache.slot_rows + i * r->slots,
                               .slots = r->slots};
+        if (r->adapt) { /* the bench's steps (kvs-bench-qsac), around the head's static tau */
+            r->adapt[i] = (kvs_qsac_adapt){.target_error = params.target_error,
+                                           .step = 0.02,
+                                           .tau_min = -1.0,
+                                           .tau_max = 0.99,
+                                           .window = 4};
+            r->heads[i].adapt = &r->adapt[i];
+            r->heads[i].audit_every = params.audit_every ? params.audit_every : 8;
+            r->heads[i].scale =
+                params.score_scale > 0.0f ? params.score_scale : 1.0 / sqrt((double)r->d);
+        }
     }
     /* a thread of its own only where the tiers may be read beside the engine's other calls */
     if (kvs_tiers_thread_safe(h->tiers) && pthread_create(&r->thread, NULL, req_thread, r) == 0)

@@ -23,7 +23,8 @@ struct kvs_sparse_store {
     uint32_t *picked;   /* [max_rows]: select's scratch */
     kvs_sparse_selector selector;
     void *selector_ctx;
-    uint64_t scored, by_selector;
+    uint64_t scored, by_selector, audits;
+    double audit_error;
 };
 
 void kvs_sparse_store_set_selector(kvs_sparse_store *s, kvs_sparse_selector fn, void *ctx) {
@@ -31,9 +32,45 @@ void kvs_sparse_store_set_selector(kvs_sparse_store *s, kvs_sparse_selector fn, 
     s->selector_ctx = ctx;
 }
 
-void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector) {
+void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector,
+                             uint64_t *audits, double *audit_error) {
     *scored = s->scored;
     *by_selector = s->by_selector;
+    *audits = s->audits;
+    *audit_error = s->audit_error;
+}
+
+/* The scores of (layer, head)'s stored rows [0, end) for the query group q (m heads) into
+ * s->scores: a missing chunk's rows are NaN, unscored. Returns the rows scored. */
+static uint64_t score_pool(kvs_sparse_store *s, uint32_t layer, uint32_t head, const float *q,
+                           uint32_t m, uint32_t end) {
+    uint32_t n_keys, d = s->head_dim;
+    uint64_t scored = 0;
+    const float *keys = kvs_sparse_store_keys(s, layer, head, &n_keys);
+    for (uint32_t first = 0; first < end; first += s->chunk_tokens) {
+        uint32_t rows = end - first < s->chunk_tokens ? end - first : s->chunk_tokens;
+        if (s->present[first / s->chunk_tokens]) {
+            kvs_topk_scores(q, m, keys + (uint64_t)first * d, d, rows, d, s->scores + first);
+            scored += rows;
+        } else {
+            for (uint32_t r = first; r < first + rows; r++) s->scores[r] = NAN;
+        }
+    }
+    return scored;
+}
+
+/* An audited hit's attention error: its cached rows against the exact top-k of this query. */
+static double audit_hit(kvs_sparse_store *s, uint32_t layer, uint32_t head,
+                        const kvs_sparse_head *h, const float *q, uint32_t end, uint32_t sink,
+                        uint32_t k) {
+    s->scored += score_pool(s, layer, head, q, h->qsac.m, end);
+    uint32_t n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
+    if (n == UINT32_MAX) return 1.0;            /* no memory to tell: the worst */
+    uint32_t *cached = s->picked + n, held = 0; /* room: picked holds max_rows */
+    for (uint32_t i = 0; i < h->slots && n + held < s->max_rows; i++)
+        if (h->slot_rows[i] != KVS_QSAC_EMPTY && h->slot_rows[i] < end)
+            cached[held++] = h->slot_rows[i];
+    return kvs_qsac_attention_error(s->scores, end, h->scale, cached, held, s->picked, n);
 }
 
 kvs_status kvs_sparse_store_create(const kvs_kv_shape *shape, uint32_t dtype, uint32_t n_layers,
@@ -175,7 +212,18 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
         n_fetch[g] = 0;
         uint32_t sel_end = end > sink ? end : sink;
         if (head->sel_end > sel_end) head->qsac.valid = 0; /* the pool shrank under its rows */
-        hit[g] = (uint8_t)kvs_qsac_step(&head->qsac, qg, NULL, NULL);
+        double sim = 1.0;
+        int labelled = head->qsac.valid;
+        hit[g] = (uint8_t)kvs_qsac_step(&head->qsac, qg, NULL, &sim);
+        if (head->adapt && head->audit_every && ++head->audit_n >= head->audit_every) {
+            head->audit_n = 0;
+            uint32_t k = topk < head->slots ? topk : head->slots;
+            double err = hit[g] ? audit_hit(s, layer, g, head, qg, end, sink, k) : 0.0;
+            s->audits++;
+            s->audit_error += err;
+            head->qsac.tau =
+                kvs_qsac_adapt_observe(head->adapt, head->qsac.tau, labelled ? sim : 1.0, err);
+        }
         if (hit[g]) continue;
         uint32_t k = topk < head->slots ? topk : head->slots;
         uint64_t scored = 0;
@@ -185,19 +233,7 @@ kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const fl
         if (n != UINT32_MAX && n <= k) {
             s->by_selector++;
         } else {
-            uint32_t n_keys;
-            const float *keys = kvs_sparse_store_keys(s, layer, g, &n_keys);
-            /* chunk by chunk: a stored one is scored, a missing one ranks last (NaN) unscored */
-            for (uint32_t first = 0; first < end; first += s->chunk_tokens) {
-                uint32_t rows = end - first < s->chunk_tokens ? end - first : s->chunk_tokens;
-                if (s->present[first / s->chunk_tokens]) {
-                    kvs_topk_scores(qg, m, keys + (uint64_t)first * d, d, rows, d,
-                                    s->scores + first);
-                    scored += rows;
-                } else {
-                    for (uint32_t r = first; r < first + rows; r++) s->scores[r] = NAN;
-                }
-            }
+            scored = score_pool(s, layer, g, qg, m, end);
             n = kvs_topk_exact(s->scores, end, sink, 0, k, s->picked);
         }
         s->scored += scored;

@@ -62,6 +62,12 @@ typedef struct kvs_sparse_head {
     uint32_t slots;
     uint32_t sel_end; /* the pool's end (at least sink) when the slots were selected: the rows
                        * from there on are the engine's to attend */
+    /* an adaptive threshold (NULL: tau stays): every audit_every-th step is measured, a hit by
+     * the attention error of its cached rows against the exact top-k (softmax logits q.k *
+     * scale), a miss as error 0, and tau follows (kvs_qsac_adapt_observe) */
+    kvs_qsac_adapt *adapt;
+    uint32_t audit_every, audit_n;
+    double scale;
 } kvs_sparse_head;
 
 /* A layer's step for every KV head: q holds n_heads * m query heads (m = head->qsac.m) of head_dim
@@ -86,8 +92,10 @@ typedef uint32_t (*kvs_sparse_selector)(void *ctx, uint32_t layer, uint32_t head
                                         uint32_t m, uint32_t sink, uint32_t end, uint32_t k,
                                         uint32_t *out, uint64_t *scored);
 void kvs_sparse_store_set_selector(kvs_sparse_store *s, kvs_sparse_selector fn, void *ctx);
-/* Keys scored by selections so far, and selections the selector made. */
-void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector);
+/* Keys scored by selections so far, and selections the selector made; audits of an adaptive
+ * threshold and the sum of the errors they measured. */
+void kvs_sparse_store_counts(const kvs_sparse_store *s, uint64_t *scored, uint64_t *by_selector,
+                             uint64_t *audits, double *audit_error);
 
 kvs_status kvs_sparse_store_select(kvs_sparse_store *s, uint32_t layer, const float *q,
                                    kvs_sparse_head *heads, uint32_t n_rows, uint32_t sink,

@@ -724,6 +724,51 @@ START_TEST(the_medoid_index_selects_by_medoid_scores_alone) {
 }
 END_TEST
 
+/* Adaptive thresholds: reused rows that lose attention against the exact top-k raise tau; heads
+ * that lose none lower it. Every step audited here. */
+START_TEST(thresholds_follow_the_measured_attention_error) {
+    sparse_rig *s = malloc(sizeof *s);
+    open_rig(s, N_TOK);
+    s->params.eta = 0.05f; /* reuse almost whatever the query: stale rows, errors */
+    s->params.target_error = 0.001f;
+    s->params.audit_every = 1;
+    s->params.score_scale = 1.0f;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    uint64_t seed = 53;
+    float q[HEADS * HEAD_DIM];
+    for (int t = 0; t < 40; t++) {
+        random_q(q, &seed);
+        for (int i = 0; i < HEADS * HEAD_DIM; i++) q[i] *= 4.0f; /* sharp softmax */
+        step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+        expect_rows_valid(s, 0, N_TOK);
+    }
+    kvs_sparse_stats st = stats_of(s);
+    ck_assert_uint_eq(st.audits, 40 * HEADS);
+    ck_assert_uint_gt(st.audit_error_micro, 0);
+    ck_assert_uint_gt(st.tau_raised, 0); /* (windows of misses alone lower it again) */
+    ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
+    /* a head that always selects afresh loses nothing: tau falls */
+    s->params.eta = 0.999f;
+    s->params.target_error = 0.5f;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_OK);
+    for (int t = 0; t < 12; t++) {
+        random_q(q, &seed);
+        step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
+    }
+    st = stats_of(s);
+    ck_assert_uint_gt(st.tau_lowered, 0);
+    ck_assert_uint_eq(st.tau_raised, 0);
+    api->sparse_end(s->r.h, "d");
+    s->params.target_error = 2.0f;
+    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
+                     KVS_EINVAL);
+    rig_close(&s->r);
+    free(s);
+}
+END_TEST
+
 START_TEST(swarm_needs_an_ssd_tier) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK); /* dram only */
@@ -756,6 +801,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, clusters_lost_from_the_tier_are_written_again);
     tcase_add_test(tc, positional_clusters_and_maintenance);
     tcase_add_test(tc, the_medoid_index_selects_by_medoid_scores_alone);
+    tcase_add_test(tc, thresholds_follow_the_measured_attention_error);
     tcase_add_test(tc, swarm_needs_an_ssd_tier);
     suite_add_tcase(s, tc);
     return s;

@@ -59,6 +59,8 @@ static void usage(FILE *f) {
         "  --profile-steps N     swarm: steps of each layer profiled before clustering (16)\n"
         "  --cluster-cache N     swarm: rows of hot clusters kept in DRAM (0)\n"
         "  --cluster-policy score|lru  swarm: which clusters the cache keeps (score: Eq. 6)\n"
+        "  --sparse-adapt E      thresholds adapt to keep the attention reused rows lose under\n"
+        "                        E, measured on every 8th step of a head (0: static)\n"
         "  --sparse-index exact|medoids  how a miss selects: the exact top-k, or (with a\n"
         "                        cluster layout) whole clusters by medoid score (exact)\n"
         "  --profile FILE        measure recompute and load costs, write them as a restore "
@@ -255,7 +257,7 @@ int parse_options(int argc, char **argv, options *o) {
                           strcmp(a, "--seed") == 0 || strcmp(a, "--dtype") == 0 ||
                           strcmp(a, "--layout") == 0 || strcmp(a, "--weights") == 0 ||
                           strcmp(a, "--text") == 0 || strcmp(a, "--lossy-kl") == 0 ||
-                          strcmp(a, "--lossy-top1") == 0)) {
+                          strcmp(a, "--lossy-top1") == 0 || strcmp(a, "--sparse-adapt") == 0)) {
             fprintf(stderr, PROG ": %s needs a value\n", a);
             return -1;
         } else if (strcmp(a, "--plan-modes") == 0) {
@@ -296,6 +298,16 @@ int parse_options(int argc, char **argv, options *o) {
                 return -1;
             }
             o->model.seed = s;
+            i++;
+        } else if (strcmp(a, "--sparse-adapt") == 0) {
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            if (errno || *end || end == v || !(x >= 0) || x > 1) {
+                fprintf(stderr, PROG ": --sparse-adapt needs a number in [0, 1], got '%s'\n", v);
+                return -1;
+            }
+            o->sparse_adapt = x;
             i++;
         } else if (strcmp(a, "--lossy-kl") == 0 || strcmp(a, "--lossy-top1") == 0) {
             char *end;

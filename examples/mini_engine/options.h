@@ -43,10 +43,11 @@ typedef struct options {
     int sparse_context; /* --sparse-context: the prompt's tokens */
     int sparse_sink, sparse_recent; /* rows the engine attends itself at each end */
     int sparse_swarm; /* --sparse-layout: 0 rows, 1 swarm (clusters in the SSD tier), 2 positions */
-    int profile_steps;  /* --profile-steps: steps profiled before clustering */
-    int cluster_cache;  /* --cluster-cache: rows of hot clusters kept in DRAM */
-    int cluster_lru;    /* --cluster-policy lru (else Eq. 6's score) */
-    int sparse_medoids; /* --sparse-index medoids (else exact) */
+    int profile_steps;   /* --profile-steps: steps profiled before clustering */
+    int cluster_cache;   /* --cluster-cache: rows of hot clusters kept in DRAM */
+    int cluster_lru;     /* --cluster-policy lru (else Eq. 6's score) */
+    int sparse_medoids;  /* --sparse-index medoids (else exact) */
+    double sparse_adapt; /* --sparse-adapt: target attention error (0: static tau) */
 } options;
 
 /* Fill *o from argv, defaults first. --help prints the usage on stdout and exits 0. Returns 0, or -1

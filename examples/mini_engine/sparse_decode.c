@@ -458,6 +458,8 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
         .profile_steps = (uint32_t)o->profile_steps,
         .cluster_cache_rows = (uint64_t)o->cluster_cache,
         .index = o->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
+        .target_error = (float)o->sparse_adapt,
+        .score_scale = 1.0f, /* the queries come scaled by 1/sqrt(head_dim) */
         .cluster_cache = o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
     if (hook(&conn, "sparse_begin",
              conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
@@ -565,6 +567,12 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
            (unsigned long long)st.medoid_selections, (unsigned long long)st.head_misses,
            st.head_misses ? (double)st.keys_scored / (double)st.head_misses : 0.0, d.slots,
            d.recall_n ? d.recall_sum / (double)d.recall_n : 0.0);
+    if (o->sparse_adapt > 0)
+        printf("sparse: adaptive thresholds (target error %.3f): %llu head steps audited, mean "
+               "attention error %.4f; tau raised %llu times, lowered %llu\n",
+               o->sparse_adapt, (unsigned long long)st.audits,
+               st.audits ? (double)st.audit_error_micro / 1e6 / (double)st.audits : 0.0,
+               (unsigned long long)st.tau_raised, (unsigned long long)st.tau_lowered);
     printf("sparse: against full attention: top-1 agreement %llu/%llu (%.3f), attention output "
            "error %.4f (mean relative L2 over steps and layers)\n",
            (unsigned long long)agree, (unsigned long long)d.D, (double)agree / (double)d.D, err);
