@@ -22,6 +22,7 @@
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "common/xxh3.h"
 #include "guard.h"
 #include "handle.h"
@@ -397,7 +398,7 @@ static kvs_status take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *t
             r->stats.chunks_refused++;
             kvs_log(h->cfg->log_level, KVS_LOG_WARN,
                     "sparse_begin: '%s' chunk %u not taken (%s): the stored prefix ends there",
-                    r->id, c, st == KVS_ECORRUPT ? err : kvs_strerror(st));
+                    r->id, c, st == KVS_ECORRUPT ? err : kvs_status_sentence(st));
             break;
         }
         r->tier_of[c] = tier;
@@ -591,7 +592,7 @@ static kvs_status swarm_open(kvs_handle *h, kvs_sparse_req *r) {
     kvs_status st = kvs_sparse_swarm_open(h->tiers, &sp, &r->swarm);
     if (st != KVS_OK)
         return kvs_set_error(h, st, "sparse_begin: '%s': cannot set up its clusters (%s)", r->id,
-                             kvs_strerror(st));
+                             kvs_status_sentence(st));
     kvs_sparse_swarm_set_source(r->swarm, cluster_row, r);
     if (r->params.index == KVS_SPARSE_INDEX_MEDOIDS)
         kvs_sparse_store_set_selector(r->store, medoid_select, r);
