@@ -27,7 +27,7 @@
 #define POS_GROUP    32u        /* rows never selected while profiling: grouped by position */
 #define MAINT_WINDOW 4096u      /* rows read from clusters between maintenance checks */
 #define MAX_PAIRS    (1u << 16) /* a plane's profile keeps at most this many pairs (lossy) */
-#define LOST_READS   64u        /* clusters failing to read, with none read, before re-clustering */
+#define LOST_READS   64u /* cluster reads a window judges: more failed than not re-clusters */
 
 typedef struct
     sw_plane { /* one (layer, head): its clusters and, per row, the clusters holding it */
@@ -40,7 +40,7 @@ typedef struct
 
 typedef struct sw_layer {
     uint32_t gen, nonce;      /* of the clusters read: the manifest's */
-    uint32_t lost;            /* clusters that failed to read since the last one that did not */
+    uint32_t lost, found;     /* cluster reads that failed and that did, in the current window */
     int ready;                /* reads come from clusters */
     int profiling;            /* selections are being profiled (first time or maintenance) */
     uint32_t profiled;        /* steps profiled so far */
@@ -502,7 +502,7 @@ static kvs_status build_layer(kvs_sparse_swarm *sw, uint32_t layer) {
     if (ly->ready) sw->st.reclustered++;
     ly->gen = gen;
     ly->nonce = sw->p.nonce;
-    ly->lost = 0;
+    ly->lost = ly->found = 0;
     ly->ready = 1;
     ly->win_read = ly->win_useful = 0;
     sw->st.layers_written++;
@@ -594,11 +594,14 @@ void kvs_sparse_swarm_observe(kvs_sparse_swarm *sw, uint32_t layer, uint32_t hea
 
 void kvs_sparse_swarm_step_done(kvs_sparse_swarm *sw, uint32_t layer) {
     sw_layer *ly = &sw->layers[layer];
-    if (!ly->profiling && ly->ready && ly->lost >= LOST_READS) {
-        /* its clusters are gone from the tier (evicted, or writes the tier dropped): again */
-        profile_start(sw, ly);
-        ly->lost = 0;
-        return;
+    if (!ly->profiling && ly->ready && ly->lost + ly->found >= LOST_READS) {
+        int gone = ly->lost > ly->found;
+        ly->lost = ly->found = 0;
+        if (gone) { /* most of its clusters are gone from the tier (evicted, or writes the tier
+                     * dropped): cluster again */
+            profile_start(sw, ly);
+            return;
+        }
     }
     if (!ly->profiling && ly->ready && sw->p.min_useful > 0 && ly->win_read >= MAINT_WINDOW) {
         /* maintenance: too little of what the clusters bring is needed: profile again */
@@ -714,7 +717,7 @@ void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t 
                 ly->lost++;
                 continue;
             }
-            ly->lost = 0;
+            ly->found++;
             sw->st.clusters_read++;
             sw->st.cluster_bytes += lens[x];
         }
