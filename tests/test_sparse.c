@@ -37,14 +37,13 @@ typedef struct sparse_rig {
     kvs_sparse_params params;
 } sparse_rig;
 
-/* A rig whose first `stored` tokens were prefilled (saved as chunks), and the head cache. */
-static void open_rig(sparse_rig *s, uint64_t stored) {
+/* A handle on config, the request's tokens and pages, and the head cache. */
+static void open_on(sparse_rig *s, const char *config) {
     memset(s, 0, sizeof *s);
-    ck_assert_int_eq(rig_open(&s->r, KVS_ROLE_BOTH, rig_dram_config(64, 60000)), KVS_OK);
+    ck_assert_int_eq(rig_open(&s->r, KVS_ROLE_BOTH, config), KVS_OK);
     s->r.finite = 1; /* keys the connector reads as fp16 numbers (rig_open clears the rig) */
     rig_make_tokens(s->tokens, N_TOK + CHUNK, 3);
     rig_blocks_from(s->blocks, (N_TOK + CHUNK) / BT, 0);
-    if (stored) rig_prefill(&s->r, "prefill", s->tokens, stored, s->blocks);
     s->cache = (kvs_sparse_cache){.struct_size = sizeof s->cache,
                                   .slots = SLOTS,
                                   .k = s->k,
@@ -57,6 +56,24 @@ static void open_rig(sparse_rig *s, uint64_t stored) {
                                     .sink = SINK,
                                     .recent = RECENT,
                                     .max_tokens = N_TOK + CHUNK};
+}
+
+/* A rig over a dram tier whose first `stored` tokens were prefilled (saved as chunks). */
+static void open_rig(sparse_rig *s, uint64_t stored) {
+    open_on(s, rig_dram_config(64, 60000));
+    if (stored) rig_prefill(&s->r, "prefill", s->tokens, stored, s->blocks);
+}
+
+/* Begin request id over the rig's tokens with its cache and params: the status. */
+static kvs_status begin(sparse_rig *s, const char *id) {
+    return api->sparse_begin(s->r.h, id, s->tokens, N_TOK, &s->cache, &s->params, NULL);
+}
+
+/* End request "d" and the rig. */
+static void finish(sparse_rig *s) {
+    api->sparse_end(s->r.h, "d");
+    rig_close(&s->r);
+    free(s);
 }
 
 static float key_at(sparse_rig *s, int layer, int head, uint32_t row, int i) {
@@ -166,8 +183,7 @@ END_TEST
 START_TEST(a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 7;
     float q[HEADS * HEAD_DIM], q2[HEADS * HEAD_DIM];
     random_q(q, &seed);
@@ -198,9 +214,7 @@ START_TEST(a_hit_moves_nothing_and_a_miss_only_what_the_cache_lacks) {
             if (held) ck_assert_uint_eq(before[h][i], row); /* a kept row never moves */
         }
     ck_assert_uint_eq(stats_of(s).rows_fetched - b.rows_fetched, lacked);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -210,8 +224,7 @@ END_TEST
 START_TEST(a_reusing_head_leaves_the_rows_since_its_selection_to_the_engine) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     ck_assert_uint_eq(s->attend_from[1][1], SINK); /* begin: nothing selected yet */
     uint64_t seed = 23;
     float q[HEADS * HEAD_DIM];
@@ -233,17 +246,14 @@ START_TEST(a_reusing_head_leaves_the_rows_since_its_selection_to_the_engine) {
         ck_assert_uint_eq(s->attend_from[0][h], SINK);
         for (int i = 0; i < SLOTS; i++) ck_assert_uint_eq(s->slot_rows[0][h][i], UINT32_MAX);
     }
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
 START_TEST(a_wrong_speculation_is_corrected_and_a_right_one_kept) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 11;
     float q[HEADS * HEAD_DIM], far[HEADS * HEAD_DIM];
     random_q(q, &seed);
@@ -267,9 +277,7 @@ START_TEST(a_wrong_speculation_is_corrected_and_a_right_one_kept) {
     ck_assert_uint_eq(st.spec_kept, HEADS);
     ck_assert_uint_eq(st.spec_corrected, HEADS);
     ck_assert_uint_eq(st.rows_fetched, fetched + HEADS * SLOTS); /* the kept FINAL read nothing */
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -290,8 +298,7 @@ static uint8_t *stored_k_byte(sparse_rig *s, int layer, int head, uint32_t row) 
 START_TEST(a_damaged_row_is_never_handed_over) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 5;
     float q[HEADS * HEAD_DIM];
     random_q(q, &seed);
@@ -311,9 +318,7 @@ START_TEST(a_damaged_row_is_never_handed_over) {
     ck_assert_uint_eq(s->hit[0][0], 0);
     ck_assert_uint_eq(s->hit[0][1], 1);
     ck_assert_uint_eq(stats_of(s).rows_failed, 2);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -338,9 +343,7 @@ START_TEST(a_chunk_damaged_before_begin_is_never_selected) {
             }
     }
     ck_assert_uint_eq(stats_of(s).rows_failed, 0);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -365,9 +368,7 @@ START_TEST(a_second_begin_takes_the_chunks_saved_since) {
     random_q(q, &seed);
     step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
     expect_exact(s, 0, q, N_TOK);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -442,12 +443,19 @@ static const char *ssd_config(void) {
     return rig_config("ssd.yaml", text);
 }
 
+/* What the cluster keys of request "d" over the rig's stored prefix derive from. */
+static kvs_sparse_swarm_params cluster_keys_of(sparse_rig *s) {
+    kvs_key keys[N_TOK / CHUNK];
+    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
+    return (kvs_sparse_swarm_params){.sink = SINK,
+                                     .rows_end = N_TOK,
+                                     .head_bytes = HEAD_BYTES,
+                                     .prefix = keys[N_TOK / CHUNK - 1],
+                                     .nonce = (uint32_t)kvs_xxh3_64("d", 1)};
+}
+
 static void open_ssd_rig(sparse_rig *s, int prefill) {
-    memset(s, 0, sizeof *s);
-    ck_assert_int_eq(rig_open(&s->r, KVS_ROLE_BOTH, ssd_config()), KVS_OK);
-    s->r.finite = 1;
-    rig_make_tokens(s->tokens, N_TOK + CHUNK, 3);
-    rig_blocks_from(s->blocks, (N_TOK + CHUNK) / BT, 0);
+    open_on(s, ssd_config());
     if (prefill) {
         rig_prefill(&s->r, "prefill", s->tokens, N_TOK, s->blocks);
         /* the SSD tier writes in the background: a chunk is found once written */
@@ -459,21 +467,9 @@ static void open_ssd_rig(sparse_rig *s, int prefill) {
     } else { /* the pages as the prefill wrote them (the brute force reads them) */
         rig_write_kv(&s->r, s->blocks, s->tokens, 0, N_TOK);
     }
-    s->cache = (kvs_sparse_cache){.struct_size = sizeof s->cache,
-                                  .slots = SLOTS,
-                                  .k = s->k,
-                                  .v = s->v,
-                                  .slot_rows = &s->slot_rows[0][0][0],
-                                  .hit = &s->hit[0][0],
-                                  .attend_from = &s->attend_from[0][0]};
-    s->params = (kvs_sparse_params){.struct_size = sizeof s->params,
-                                    .topk = SLOTS,
-                                    .sink = SINK,
-                                    .recent = RECENT,
-                                    .max_tokens = N_TOK + CHUNK,
-                                    .layout = KVS_SPARSE_LAYOUT_SWARM,
-                                    .profile_steps = 3,
-                                    .cluster_cache_rows = 64};
+    s->params.layout = KVS_SPARSE_LAYOUT_SWARM;
+    s->params.profile_steps = 3;
+    s->params.cluster_cache_rows = 64;
 }
 
 /* Steps of every layer with fresh queries, each checked against brute force. */
@@ -491,8 +487,7 @@ static void swarm_steps(sparse_rig *s, int steps, uint64_t *seed) {
 START_TEST(swarm_clusters_serve_the_exact_rows_and_survive_a_restart) {
     sparse_rig *s = malloc(sizeof *s);
     open_ssd_rig(s, 1);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     kvs_sparse_stats st = stats_of(s);
     ck_assert_uint_eq(st.layouts_found, 0);
     uint64_t seed = 31;
@@ -521,9 +516,7 @@ START_TEST(swarm_clusters_serve_the_exact_rows_and_survive_a_restart) {
     ck_assert_uint_eq(st.layouts_written, 0); /* nothing profiled again */
     ck_assert_uint_gt(st.rows_from_clusters, 0);
     ck_assert_uint_eq(st.rows_failed, 0);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -533,18 +526,11 @@ START_TEST(a_damaged_cluster_is_never_handed_over) {
     sparse_rig *s = malloc(sizeof *s);
     open_ssd_rig(s, 1);
     s->params.cluster_cache_rows = 0; /* every step reads the tier */
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 37;
     swarm_steps(s, 3, &seed);
     ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS);
-    kvs_key keys[N_TOK / CHUNK];
-    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
-    kvs_sparse_swarm_params sp = {.sink = SINK,
-                                  .rows_end = N_TOK,
-                                  .head_bytes = HEAD_BYTES,
-                                  .prefix = keys[N_TOK / CHUNK - 1],
-                                  .nonce = (uint32_t)kvs_xxh3_64("d", 1)};
+    kvs_sparse_swarm_params sp = cluster_keys_of(s);
     /* the tier writes in the background: through a new handle, which finds every object the
      * first wrote, the clusters of head 0 of layer 0 are damaged; a third reads them */
     ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
@@ -569,8 +555,7 @@ START_TEST(a_damaged_cluster_is_never_handed_over) {
     rig_close(&s->r);
     open_ssd_rig(s, 0);
     s->params.cluster_cache_rows = 0;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     ck_assert_uint_eq(stats_of(s).layouts_found, LAYERS);
     kvs_sparse_stats before = stats_of(s);
     swarm_steps(s, 6, &seed);
@@ -580,9 +565,7 @@ START_TEST(a_damaged_cluster_is_never_handed_over) {
     /* head 0 of layer 0 got none of its rows out of a cluster: all of them are damaged */
     ck_assert_uint_gt(after.rows_fetched - after.rows_from_clusters,
                       before.rows_fetched - before.rows_from_clusters);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -592,19 +575,12 @@ START_TEST(clusters_lost_from_the_tier_are_written_again) {
     sparse_rig *s = malloc(sizeof *s);
     open_ssd_rig(s, 1);
     s->params.cluster_cache_rows = 0;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 41;
     swarm_steps(s, 3, &seed);
     ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS);
     ck_assert_int_eq(api->sparse_end(s->r.h, "d"), KVS_OK);
-    kvs_key keys[N_TOK / CHUNK];
-    kvs_keys_chain(&s->r.h->fingerprint, s->tokens, N_TOK / CHUNK, CHUNK, keys);
-    kvs_sparse_swarm_params sp = {.sink = SINK,
-                                  .rows_end = N_TOK,
-                                  .head_bytes = HEAD_BYTES,
-                                  .prefix = keys[N_TOK / CHUNK - 1],
-                                  .nonce = (uint32_t)kvs_xxh3_64("d", 1)};
+    kvs_sparse_swarm_params sp = cluster_keys_of(s);
     /* a new handle finds every object the first wrote (the tier writes in the background);
      * layer 0's clusters are taken away through it */
     rig_close(&s->r);
@@ -619,8 +595,7 @@ START_TEST(clusters_lost_from_the_tier_are_written_again) {
             removed += ops->remove(state, &key) == KVS_OK;
         }
     ck_assert_uint_gt(removed, 0);
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     ck_assert_uint_eq(stats_of(s).layouts_found, LAYERS); /* the manifests are there */
     kvs_sparse_stats st;
     for (int round = 0; round < 40; round++) {
@@ -632,9 +607,7 @@ START_TEST(clusters_lost_from_the_tier_are_written_again) {
     ck_assert_uint_eq(st.rows_failed, 0);
     swarm_steps(s, 2, &seed);
     ck_assert_uint_gt(stats_of(s).rows_from_clusters, 0);
-    api->sparse_end(s->r.h, "d");
-    rig_close(&s->r);
-    free(s);
+    finish(s);
 }
 END_TEST
 
@@ -645,8 +618,7 @@ START_TEST(positional_clusters_and_maintenance) {
     open_ssd_rig(s, 1);
     s->params.layout = KVS_SPARSE_LAYOUT_POSITIONS;
     s->params.cluster_cache_rows = 0;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 43;
     swarm_steps(s, 1, &seed);
     ck_assert_uint_eq(stats_of(s).layouts_written, LAYERS); /* at the first step */
@@ -705,8 +677,7 @@ START_TEST(the_medoid_index_selects_by_medoid_scores_alone) {
     sparse_rig *s = malloc(sizeof *s);
     open_ssd_rig(s, 1);
     s->params.index = KVS_SPARSE_INDEX_MEDOIDS;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 47;
     swarm_steps(s, 3, &seed); /* exact while profiling */
     kvs_sparse_stats a = stats_of(s);
@@ -746,8 +717,7 @@ START_TEST(thresholds_follow_the_measured_attention_error) {
     s->params.target_error = 0.001f;
     s->params.audit_every = 1;
     s->params.score_scale = 1.0f;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     uint64_t seed = 53;
     float q[HEADS * HEAD_DIM];
     for (int t = 0; t < 40; t++) {
@@ -764,8 +734,7 @@ START_TEST(thresholds_follow_the_measured_attention_error) {
     /* a head that always selects afresh loses nothing: tau falls */
     s->params.eta = 0.999f;
     s->params.target_error = 0.5f;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_OK);
+    ck_assert_int_eq(begin(s, "d"), KVS_OK);
     for (int t = 0; t < 12; t++) {
         random_q(q, &seed);
         step(s, 0, q, N_TOK, KVS_SPARSE_FINAL);
@@ -775,8 +744,7 @@ START_TEST(thresholds_follow_the_measured_attention_error) {
     ck_assert_uint_eq(st.tau_raised, 0);
     api->sparse_end(s->r.h, "d");
     s->params.target_error = 2.0f;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_EINVAL);
+    ck_assert_int_eq(begin(s, "d"), KVS_EINVAL);
     rig_close(&s->r);
     free(s);
 }
@@ -786,11 +754,9 @@ START_TEST(swarm_needs_an_ssd_tier) {
     sparse_rig *s = malloc(sizeof *s);
     open_rig(s, N_TOK); /* dram only */
     s->params.layout = KVS_SPARSE_LAYOUT_SWARM;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_ENOTSUP);
+    ck_assert_int_eq(begin(s, "d"), KVS_ENOTSUP);
     s->params.layout = KVS_SPARSE_LAYOUT_POSITIONS + 1;
-    ck_assert_int_eq(api->sparse_begin(s->r.h, "d", s->tokens, N_TOK, &s->cache, &s->params, NULL),
-                     KVS_EINVAL);
+    ck_assert_int_eq(begin(s, "d"), KVS_EINVAL);
     rig_close(&s->r);
     free(s);
 }
