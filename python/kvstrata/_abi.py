@@ -17,7 +17,7 @@ import threading
 from collections import namedtuple
 
 ABI_MAJOR = 1
-ABI_MINOR = 8  # the minor version this binding was written against
+ABI_MINOR = 9  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -290,6 +290,16 @@ class Api(ctypes.Structure):
                          ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32)),
         ("lsc_store", _F(c_status, _H, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32),
                          ctypes.POINTER(ctypes.c_uint32), ctypes.c_uint32)),
+        # 1.9: sparse decode (docs/sparse.md; its structs are not mirrored here: not used from
+        # Python yet, so the struct arguments are plain pointers)
+        ("sparse_begin", _F(c_status, _H, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32),
+                            ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_uint64))),
+        ("sparse_select", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint32,
+                             ctypes.POINTER(ctypes.c_float), ctypes.c_uint64, ctypes.c_uint32)),
+        ("sparse_wait", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint32)),
+        ("sparse_stats", _F(c_status, _H, ctypes.c_char_p, ctypes.c_void_p)),
+        ("sparse_end", _F(c_status, _H, ctypes.c_char_p)),
     ]
 
 
@@ -304,6 +314,11 @@ HOOK_MINOR = {
     "lsc_reserve": 8,
     "lsc_fetch": 8,
     "lsc_store": 8,
+    "sparse_begin": 9,
+    "sparse_select": 9,
+    "sparse_wait": 9,
+    "sparse_stats": 9,
+    "sparse_end": 9,
 }
 
 # --- errors -------------------------------------------------------------------------------------------

@@ -70,14 +70,17 @@ class Layout(unittest.TestCase):
                     "take_events", "register_kv", "bind_meta", "start_load", "wait_layer_load",
                     "save_layer", "wait_save", "get_finished", "load_error_blocks", "stats",
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
-                    "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store"]
+                    "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store", "sparse_begin",
+                    "sparse_select", "sparse_wait", "sparse_stats", "sparse_end"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
         self.assertEqual(o["tier_name"], (192, 8))
         self.assertEqual(o["load_dropped"], (200, 8))  # 1.7
         self.assertEqual(o["lsc_store"], (224, 8))  # 1.8
-        self.assertEqual(ctypes.sizeof(_abi.Api), 232)
+        self.assertEqual(o["sparse_begin"], (232, 8))  # 1.9
+        self.assertEqual(o["sparse_end"], (264, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Api), 272)
 
 
 def tiny_model(**kw):
