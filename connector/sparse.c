@@ -89,6 +89,28 @@ static kvs_sparse_req *find(kvs_handle *h, const char *id) {
 
 /* ---- reading rows --------------------------------------------------------------------------- */
 
+/* Row `row`'s K and V of (layer, head) out of its whole chunk object, read into r->object unless
+ * it holds that chunk already (consecutive rows of one chunk: one read). Not checked. */
+static kvs_status row_from_object(kvs_sparse_req *r, uint32_t layer, uint32_t head, uint32_t row,
+                                  uint8_t *k, uint8_t *v) {
+    uint32_t chunk = row / r->h->chunk_tokens;
+    if (chunk >= r->n_chunks || r->tier_of[chunk] < 0) return KVS_ENOTFOUND;
+    if (r->object_chunk != chunk) {
+        uint64_t len = 0;
+        r->object_chunk = UINT32_MAX;
+        kvs_status st = kvs_tiers_get(r->h->tiers, (uint32_t)r->tier_of[chunk], &r->keys[chunk],
+                                      r->object, r->h->object_bytes, &len);
+        if (st == KVS_OK && len != r->h->object_bytes) st = KVS_ECORRUPT;
+        if (st != KVS_OK) return st;
+        r->object_chunk = chunk;
+    }
+    uint64_t ko, vo;
+    kvs_sparse_row_offsets(r->store, layer, head, row, &ko, &vo);
+    memcpy(k, r->object + ko, r->head_bytes);
+    memcpy(v, r->object + vo, r->head_bytes);
+    return KVS_OK;
+}
+
 /* Row `row`'s K and V of (layer, head) into k and v: KVS_OK only with bytes that match the row's
  * hash. */
 static kvs_status read_row(kvs_sparse_req *r, uint32_t layer, uint32_t head, uint32_t row,
@@ -117,18 +139,7 @@ static kvs_status read_row(kvs_sparse_req *r, uint32_t layer, uint32_t head, uin
         if (st == KVS_OK) st = kvs_tiers_get_range(chain, tier, key, vo, hb, v, &got, &total);
         if (st == KVS_OK && got != hb) st = KVS_ECORRUPT;
     } else {
-        st = KVS_OK;
-        if (r->object_chunk != chunk) {
-            uint64_t len = 0;
-            r->object_chunk = UINT32_MAX;
-            st = kvs_tiers_get(chain, tier, key, r->object, r->h->object_bytes, &len);
-            if (st == KVS_OK && len != r->h->object_bytes) st = KVS_ECORRUPT;
-            if (st == KVS_OK) r->object_chunk = chunk;
-        }
-        if (st == KVS_OK) {
-            memcpy(k, r->object + ko, hb);
-            memcpy(v, r->object + vo, hb);
-        }
+        st = row_from_object(r, layer, head, row, k, v);
     }
     if (st != KVS_OK) return st;
     return kvs_sparse_row_check(r->store, layer, head, row, k, v);
@@ -184,21 +195,8 @@ static uint32_t medoid_select(void *ctx, uint32_t layer, uint32_t head, const fl
 static kvs_status cluster_row(void *ctx, uint32_t layer, uint32_t head, uint32_t row, uint8_t *k,
                               uint8_t *v) {
     kvs_sparse_req *r = ctx;
-    uint32_t chunk = row / r->h->chunk_tokens;
-    if (chunk >= r->n_chunks || r->tier_of[chunk] < 0) return KVS_ENOTFOUND;
-    if (r->object_chunk != chunk) {
-        uint64_t len = 0;
-        r->object_chunk = UINT32_MAX;
-        kvs_status st = kvs_tiers_get(r->h->tiers, (uint32_t)r->tier_of[chunk], &r->keys[chunk],
-                                      r->object, r->h->object_bytes, &len);
-        if (st != KVS_OK) return st;
-        r->object_chunk = chunk;
-    }
-    uint64_t ko, vo;
-    kvs_sparse_row_offsets(r->store, layer, head, row, &ko, &vo);
-    memcpy(k, r->object + ko, r->head_bytes);
-    memcpy(v, r->object + vo, r->head_bytes);
-    return kvs_sparse_row_check(r->store, layer, head, row, k, v);
+    kvs_status st = row_from_object(r, layer, head, row, k, v);
+    return st == KVS_OK ? kvs_sparse_row_check(r->store, layer, head, row, k, v) : st;
 }
 
 /* One step: select for every KV head of the layer, then read what the head cache lacks. */

@@ -425,19 +425,15 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
     for (int t = 0; t < n; t++) {
         const uint64_t pos = pos0 + (uint64_t)t;
         float *q = s->q + (size_t)t * qw;
-        rmsnorm(s->xn, s->x + (size_t)t * dim, w->attn_norm, dim);
-        matvec(q, s->xn, w->wq, dim, qw);
-        for (int h = 0; h < c->n_heads; h++) rope(m, q + h * hd, pos);
-        for (int i = 0; i < qw; i++) q[i] *= m->attn_scale;
+        /* the query (and for GQA the K and V) as a decode token's; s->xn keeps the normed input */
+        model_token_qkv(m, s, layer, s->x + (size_t)t * dim, pos, q, c->is_mla ? NULL : s->proj,
+                        s->proj2);
         if (c->is_mla) {
             matvec(s->proj, s->xn, w->wdkv, dim, c->latent);
             kvcache_write(kv, layer, KV_K, block_table, pos, 0, s->proj);
             continue;
         }
-        matvec(s->proj, s->xn, w->wk, dim, c->n_kv_heads * hd);
-        matvec(s->proj2, s->xn, w->wv, dim, c->n_kv_heads * hd);
         for (int g = 0; g < c->n_kv_heads; g++) {
-            rope(m, s->proj + g * hd, pos);
             kvcache_write(kv, layer, KV_K, block_table, pos, (uint32_t)g, s->proj + g * hd);
             kvcache_write(kv, layer, KV_V, block_table, pos, (uint32_t)g, s->proj2 + g * hd);
         }

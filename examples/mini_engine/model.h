@@ -63,7 +63,9 @@ void model_layer(const model *m, model_scratch *s, const kvcache *kv, uint32_t l
                  const uint32_t *block_table, uint64_t pos0, int n);
 /* Final norm and output head for the hidden state of step token `index`: vocab logits. */
 void model_logits(const model *m, model_scratch *s, int index, float *logits);
-/* One decode token with the attention left to the caller (GQA only; sparse.c). model_token_qkv:
+/* One token with the attention left to the caller (sparse_decode.c; model_layer's first half).
+ * model_token_qkv (K and V: GQA only; k NULL: the query alone, any model; s->xn keeps the normed
+ * input):
  * from the token's hidden state x (dim floats) at position pos, its query (heads * head_dim, RoPE'd
  * and scaled by 1/sqrt(head_dim), as model_layer attends with) and, when k is not NULL, its K
  * (RoPE'd) and V (kv_heads * head_dim each). model_token_finish: x += the output projection of

@@ -60,7 +60,8 @@ typedef struct sd {
     uint64_t bad_rows; /* selected rows outside [sink, attend_from), or twice */
     double recall_sum; /* over head steps: of the exact top-k of the step's query, the share held */
     uint64_t recall_n;
-    float *rscore;         /* [P]: recall's scratch */
+    float *rscore;         /* [P]: recall's scores by row */
+    float *rsorted;        /* [P]: the same, sorted */
     uint32_t *attend_from; /* [L][G]: the connector's */
     /* per run */
     float *logits; /* [D][vocab] */
@@ -128,19 +129,12 @@ static void recall(sd *d, uint32_t l, uint32_t g, const uint32_t *sel, uint32_t 
                 s += (double)d->q[((uint64_t)g * d->group + j) * d->hd + i] * key[i];
         d->rscore[r] = (float)s;
     }
-    float *sorted = d->rscore + d->P - pool; /* the tail of the scratch: rows past the pool */
-    memmove(sorted, d->rscore + d->sink, pool * sizeof *sorted);
-    qsort(sorted, pool, sizeof *sorted, cmp_desc);
-    float kth = sorted[k - 1];
-    uint32_t held = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const float *key = kv_at(d, d->full_k, l, g, sel[i]);
-        double s = 0;
-        for (uint32_t j = 0; j < d->group; j++)
-            for (uint32_t x = 0; x < d->hd; x++)
-                s += (double)d->q[((uint64_t)g * d->group + j) * d->hd + x] * key[x];
-        held += (float)s >= kth;
-    }
+    memcpy(d->rsorted, d->rscore + d->sink, pool * sizeof *d->rsorted);
+    qsort(d->rsorted, pool, sizeof *d->rsorted, cmp_desc);
+    float kth = d->rsorted[k - 1];
+    uint32_t held = 0; /* (a row outside the pool is a bad row, counted apart) */
+    for (uint32_t i = 0; i < n; i++)
+        held += sel[i] >= d->sink && sel[i] < end && d->rscore[sel[i]] >= kth;
     d->recall_sum += (double)(held > k ? k : held) / (double)k;
     d->recall_n++;
 }
@@ -275,6 +269,7 @@ static void sd_free(sd *d) {
     free(d->sel);
     free(d->n_sel);
     free(d->rscore);
+    free(d->rsorted);
     free(d->from);
     free(d->attend_from);
     free(d->logits);
@@ -309,6 +304,7 @@ static int sd_alloc(sd *d) {
     d->sel = malloc(d->D * cache_rows * sizeof *d->sel);
     d->n_sel = calloc(d->D * d->L * d->G, sizeof *d->n_sel);
     d->rscore = malloc(d->P * sizeof *d->rscore);
+    d->rsorted = malloc(d->P * sizeof *d->rsorted);
     d->from = calloc(d->D * d->L * d->G, sizeof *d->from);
     d->attend_from = calloc((uint64_t)d->L * d->G, sizeof *d->attend_from);
     d->logits = malloc(d->D * d->vocab * 4);
@@ -325,8 +321,9 @@ static int sd_alloc(sd *d) {
     d->s = model_scratch_create(d->m, 1, 1);
     return d->full_k && d->full_v && d->own_k && d->own_v && d->tokens && d->cache_k &&
                    d->cache_v && d->slot_rows && d->hit && d->cache_f && d->sel && d->n_sel &&
-                   d->rscore && d->from && d->attend_from && d->logits && d->att && d->krow &&
-                   d->vrow && d->scores && d->x && d->q && d->qs && d->k && d->v && d->kr && d->s
+                   d->rscore && d->rsorted && d->from && d->attend_from && d->logits && d->att &&
+                   d->krow && d->vrow && d->scores && d->x && d->q && d->qs && d->k && d->v &&
+                   d->kr && d->s
                ? 0
                : -1;
 }
