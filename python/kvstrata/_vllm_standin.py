@@ -1,9 +1,10 @@
 # Names and signatures only: stand-ins for the vLLM classes kvstrata.vllm derives from, used when vLLM is not installed.
 """The few vLLM names KvstrataConnector needs, with the method signatures of vLLM's
-vllm/distributed/kv_transfer/kv_connector/v1/base.py and .../v1/metrics.py (read at vLLM commit
-003df2961dd8, base.py, and 578b601cd1f4, metrics.py). The bodies do the least the connector relies on
-(the base class keeps the config and the bound metadata); nothing here is vLLM's code. When vLLM is
-importable, kvstrata.vllm uses the real classes instead and this module is never imported."""
+vllm/distributed/kv_transfer/kv_connector/v1/base.py and .../v1/metrics.py and of
+vllm/v1/metrics/utils.py, read on vLLM's main branch at upstream commit 017e9f4448b7 (2026-08-17). The
+bodies do the least the connector relies on (the base class keeps the config and the bound metadata);
+nothing here is vLLM's code. When vLLM is importable, kvstrata.vllm uses the real classes instead and
+this module is never imported."""
 
 import enum
 from abc import ABC, abstractmethod
@@ -36,13 +37,19 @@ class SupportsHMA(ABC):
         ...
 
 
+def supports_hma(connector):
+    if isinstance(connector, type):
+        return issubclass(connector, SupportsHMA)
+    return isinstance(connector, SupportsHMA)
+
+
 class KVConnectorBase_V1(ABC):
     @property
-    def prefer_cross_layer_blocks(self):
+    def supports_divergent_local_hybrid_hits(self):
         return False
 
     @property
-    def supports_eagle_prefix_cache_hashing(self):
+    def prefer_cross_layer_blocks(self):
         return False
 
     @property
@@ -57,10 +64,6 @@ class KVConnectorBase_V1(ABC):
         self._kv_transfer_config = vllm_config.kv_transfer_config
         self._kv_cache_config = kv_cache_config
         self._role = role
-        self.use_eagle_prefix_cache_hashing = False
-
-    def set_eagle_prefix_cache_hashing(self, enabled):
-        self.use_eagle_prefix_cache_hashing = enabled
 
     @property
     def role(self):
@@ -226,8 +229,9 @@ class KVConnectorPromMetrics:
         self._labelnames = labelnames
         self.per_engine_labelvalues = per_engine_labelvalues
 
-    def make_per_engine(self, metric):
-        return {idx: metric.labels(*values) for idx, values in self.per_engine_labelvalues.items()}
-
     def observe(self, transfer_stats_data, engine_idx=0):
         raise NotImplementedError
+
+
+def create_metric_per_engine(metric, per_engine_labelvalues):  # vllm/v1/metrics/utils.py
+    return {idx: metric.labels(*values) for idx, values in per_engine_labelvalues.items()}

@@ -154,6 +154,12 @@ def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
                 f"kvstrata: this model has {len(groups)} KV cache groups (hybrid, sliding-window or "
                 "mamba layers); kvstrata stores models whose attention layers share one group")
         spec = groups[0].kv_cache_spec
+        kind = type(spec).__name__
+        if "Mamba" in kind or "Linear" in kind or getattr(spec, "num_kv_heads", None) is None:
+            raise KvstrataConfigError(
+                f"kvstrata: this model's KV cache holds {kind} state (Mamba or linear attention), "
+                "not attention KV; kvstrata stores attention KV only, so it refuses the model "
+                "rather than restore recurrent state it does not describe")
         n_layers = len(groups[0].layer_names)
         heads = getattr(spec, "num_kv_heads", None)
         head_dim = getattr(spec, "head_size", None)
@@ -380,7 +386,8 @@ def _close_open_connectors():
 
 
 class _SchedRequest:
-    __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up")
+    __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
+                 "async_armed")
 
     def __init__(self, request=None, bypass=None):
         self.request = request
@@ -388,6 +395,8 @@ class _SchedRequest:
         self.block_ids = []
         self.bypass = bypass
         self.looked_up = False
+        self.load_async = False  # the last lookup's hit loads between steps
+        self.async_armed = False  # on_alloc armed that asynchronous load
 
 
 def _bypass_reason(req):
@@ -422,13 +431,28 @@ def _set_tokens(st, source):
         st.tokens = array.array("i", source)
 
 
-class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
+def _base_takes_kv_cache_config():
+    """Whether the base class's constructor has the kv_cache_config parameter (releases before it
+    took (vllm_config, role) only)."""
+    import inspect
+
+    try:
+        params = inspect.signature(KVConnectorBase_V1.__init__).parameters
+    except (TypeError, ValueError):
+        return True
+    return "kv_cache_config" in params or len(params) >= 4 or any(
+        p.kind == p.VAR_POSITIONAL for p in params.values())
+
+
+# Not SupportsHMA: kvstrata stores one KV cache group, so vLLM turns its hybrid allocator off for a
+# sliding-window model (all layers full attention, one group) instead of failing at start.
+class KvstrataConnector(KVConnectorBase_V1):
     """vLLM KV connector v1 over libkvstrata (docs/vllm.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        try:
+        if _base_takes_kv_cache_config():
             super().__init__(vllm_config, role, kv_cache_config)
-        except TypeError:  # vLLM releases whose base class took (vllm_config, role)
+        else:  # vLLM releases whose base class took (vllm_config, role)
             super().__init__(vllm_config, role)
         self._scheduler = _role_is_scheduler(role)
         ktc = vllm_config.kv_transfer_config
@@ -440,6 +464,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._requests = {}
         # worker side
         self._layer_index = {}
+        self._shared_layers = set()
         self._layer_names = []
         self._kv_tensors = None
         self._cuda = False
@@ -525,9 +550,11 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         _set_tokens(st, request.all_token_ids)
         res = self._handle.lookup(request.request_id, st.tokens, num_computed_tokens)
         st.looked_up = True
+        st.async_armed = False
         if res.unknown_yet:
             return None, False
-        return res.hit_tokens, bool(res.load_async and res.hit_tokens > 0)
+        st.load_async = bool(res.load_async and res.hit_tokens > 0)
+        return res.hit_tokens, st.load_async
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._track(request)
@@ -535,13 +562,18 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             return
         ids = _group0(blocks.get_block_ids()) if blocks is not None else []
         st.block_ids = ids or []
-        if not st.looked_up and num_external_tokens == 0:
-            return  # never looked up (resumed after an async load was reported): nothing to arm
+        if num_external_tokens == 0 and (not st.looked_up or st.async_armed):
+            # Never looked up, or the second call vLLM makes when a request whose load ran
+            # asynchronously is scheduled again (its KV is in the pages): not a cancel. The
+            # library releases that load's lease when the request computes again.
+            st.async_armed = False
+            return
         try:
             self._handle.on_alloc(request.request_id, st.block_ids, num_external_tokens)
         except _abi.NotFound:
             if num_external_tokens:
                 raise
+        st.async_armed = bool(num_external_tokens and st.load_async)
 
     def build_connector_meta(self, scheduler_output):
         steps = []
@@ -625,8 +657,19 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
     # -- worker side --
 
     def register_kv_caches(self, kv_caches):
-        names = list(kv_caches)
-        self._register([(n, kv_caches[n]) for n in names], {n: i for i, n in enumerate(names)})
+        # Layers that share another layer's KV (vLLM's kv_sharing_target_layer_name) come with the
+        # target's tensor: they are the target's layer here, stored and loaded once, and their
+        # hooks are the target's (a save is gathered by the target's hook only).
+        layers, index, owner = [], {}, {}
+        for name, t in kv_caches.items():
+            ident = (int(t.data_ptr()), _shape(t), _strides(t), str(t.device))
+            if ident in owner:
+                index[name] = owner[ident]
+                self._shared_layers.add(name)
+                continue
+            owner[ident] = index[name] = len(layers)
+            layers.append((name, t))
+        self._register(layers, index)
 
     def register_cross_layers_kv_cache(self, kv_cache, attn_backend):
         try:
@@ -720,7 +763,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._handle.wait_layer_load(layer)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        if not self._bound:
+        if not self._bound or layer_name in self._shared_layers:
             return
         layer = self._layer(layer_name)
         self._start()

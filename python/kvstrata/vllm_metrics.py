@@ -90,6 +90,13 @@ def stats_delta(now, before, tier_names, with_tokens):
     return data
 
 
+def _per_engine(metric, per_engine_labelvalues):
+    """One labelled child of `metric` per engine index. Done here rather than through vLLM's helper,
+    which moved (a KVConnectorPromMetrics method until 2026-03, vllm.v1.metrics.utils since), so the
+    same code serves the releases on both sides of the move."""
+    return {idx: metric.labels(*values) for idx, values in per_engine_labelvalues.items()}
+
+
 class KvstrataPromMetrics(KVConnectorPromMetrics):
     """kvstrata's counters in vLLM's Prometheus endpoint (vllm:kvstrata_*). Per tier: loaded bytes,
     seconds and chunks (rate(bytes) / rate(seconds) is the tier's load bandwidth) and a gauge of the
@@ -134,7 +141,7 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
         self._counters = {}
         for key, metric, doc, scale in self.COUNTERS:
             c = self._counter_cls(name=metric, documentation=doc, labelnames=names)
-            self._counters[key] = (self.make_per_engine(c), scale)
+            self._counters[key] = (_per_engine(c, self.per_engine_labelvalues), scale)
         self._tier_counters = {}
         for key, metric, doc, scale in self.TIER_COUNTERS:
             c = self._counter_cls(name=metric, documentation=doc, labelnames=names + ["tier"])

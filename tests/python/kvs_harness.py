@@ -321,6 +321,15 @@ class SchedulerRunner:
         self.lookups = collections.defaultdict(list)  # rid -> [(num_computed, result)]
         self.last_output = None
         self.finished_results = {}
+        self.on_alloc_calls = collections.defaultdict(list)  # rid -> [n_external_tokens] the library got
+        handle = self.conn._handle
+        real_on_alloc = handle.on_alloc
+
+        def on_alloc(req_id, block_ids, n_external):
+            self.on_alloc_calls[req_id].append(n_external)
+            return real_on_alloc(req_id, block_ids, n_external)
+
+        handle.on_alloc = on_alloc
 
     # -- driver API --
 
@@ -356,6 +365,7 @@ class SchedulerRunner:
                 "num_external": req.num_external_computed_tokens,
                 "lookups": list(self.lookups.get(rid, [])),
                 "num_preemptions": req.num_preemptions,
+                "on_alloc": list(self.on_alloc_calls.get(rid, [])),
                 "connector_block_ids": self.conn_block_ids(rid)}
 
     def conn_block_ids(self, rid):
@@ -775,10 +785,18 @@ class WorkerRunner:
             self.llama = TinyLlama(torch, dims, self.cache.dtype, self.cache.device)
         self.logits = collections.defaultdict(list)  # rid -> [(first position, last row's logits)]
         self.names = layer_names(spec["n_layers"])
+        # KV-sharing layers (vLLM's kv_sharing_target_layer_name): the model's last layers read the
+        # KV of its first ones; they are in no KV cache group, but register_kv_caches gets them
+        # with their target's tensor and the layer hooks are called for them too.
+        n_shared = spec.get("shared_layers", 0)
+        self.shared = {f"model.layers.{spec['n_layers'] + i}.self_attn.attn": i
+                       for i in range(n_shared)}
         if self.cache.cross is not None:
             self.conn.register_cross_layers_kv_cache(self.cache.cross, CrossLayerBackend)
         else:
-            self.conn.register_kv_caches(dict(zip(self.names, self.cache.layers)))
+            caches = dict(zip(self.names, self.cache.layers))
+            caches.update({n: self.cache.layers[t] for n, t in self.shared.items()})
+            self.conn.register_kv_caches(caches)
         self.reqs = {}
 
     def model_description(self):
@@ -809,9 +827,14 @@ class WorkerRunner:
 
     def execute(self, so, opts=None):
         """One step in vLLM's worker order. opts: order ('load_first': start_load_kv before the
-        layers; 'layers_first': after them, as vLLM does when the step has no synchronous load),
-        no_forward (run the step as vLLM's kv_connector_no_forward even with tokens scheduled),
-        no_forward_wait_save (newer vLLM calls wait_for_save there too)."""
+        layers; 'layers_first': after them, as vLLM does when the step has no synchronous load;
+        'v2': the V2 model runner's, where wait_for_save comes after sampling and drafting;
+        'deferred_finalize': the V1 runner with a drafter (speculative decoding), which asks
+        get_finished and get_block_ids_with_load_errors before the draft model runs and calls
+        wait_for_save and clear_connector_metadata only after it), no_forward (run the step as
+        vLLM's kv_connector_no_forward even with tokens scheduled), no_forward_wait_save (some
+        releases called wait_for_save there too; main at 017e9f4448b7 does not, on either
+        runner)."""
         opts = opts or {}
         conn, calls = self.conn, []
         self._update_states(so)
@@ -829,7 +852,7 @@ class WorkerRunner:
                 calls.append("wait_for_save")
         else:
             order = opts.get("order", "load_first")
-            if order == "load_first":
+            if order in ("load_first", "v2", "deferred_finalize"):
                 conn.start_load_kv(None)
                 calls.append("start_load_kv")
             work = [(rid, self.reqs[rid], n) for rid, n in so.num_scheduled_tokens.items()]
@@ -846,12 +869,16 @@ class WorkerRunner:
                         self.cache.write(layer, r.tokens, r.block_ids, r.num_computed,
                                          r.num_computed + n)
                 conn.save_kv_layer(name, self.cache.layers[layer], None)
+            for name, target in self.shared.items():  # they only read their target's KV
+                conn.wait_for_layer_load(name)
+                conn.save_kv_layer(name, self.cache.layers[target], None)
             calls.append("layers")
             if order == "layers_first":
                 conn.start_load_kv(None)
                 calls.append("start_load_kv")
-            conn.wait_for_save()
-            calls.append("wait_for_save")
+            if order in ("load_first", "layers_first"):
+                conn.wait_for_save()
+                calls.append("wait_for_save")
             for rid, r, n in work:
                 last = None
                 if self.llama is not None:
@@ -862,11 +889,21 @@ class WorkerRunner:
                     tok = sample(r.tokens, self.vocab) if last is None else int(last.argmax())
                     r.tokens.append(tok)
                     sampled[rid] = tok
+            calls.append("sample")
+            if order == "v2":
+                calls.append("draft")
+                conn.wait_for_save()
+                calls.append("wait_for_save")
+        deferred = opts.get("order") == "deferred_finalize" and "layers" in calls
         sending, recving = conn.get_finished(set(so.finished_req_ids))
         calls.append("get_finished")
         invalid = conn.get_block_ids_with_load_errors()
         calls.append("get_block_ids_with_load_errors")
         stats = conn.get_kv_connector_stats()
+        if deferred:  # finalize_kv_connector, after the draft model's forward
+            calls.append("draft")
+            conn.wait_for_save()
+            calls.append("wait_for_save")
         conn.clear_connector_metadata()
         calls.append("clear_connector_metadata")
         return WorkerOutput(self.rank, sampled, sending, recving, set(invalid), stats, calls)
@@ -1038,7 +1075,7 @@ class Harness:
                  head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
                  token_budget=1024, vocab=32000, loads=None, model="hash", device=None,
-                 tiers_below=""):
+                 tiers_below="", shared_layers=0):
         self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.engine_id = "t" + uuid.uuid4().hex[:16]
@@ -1053,7 +1090,7 @@ class Harness:
                     model_dtype="float16" if dtype == "fp8" else
                     {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
                     cache_dtype="fp8" if dtype == "fp8" else "auto", model=model,
-                    device=device or test_device())
+                    device=device or test_device(), shared_layers=shared_layers)
         if default_config:
             extra.setdefault("dram_capacity", capacity)
         else:

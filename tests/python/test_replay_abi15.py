@@ -49,6 +49,9 @@ class AsyncLoads(unittest.TestCase):
         self.assertEqual(h.check("B"), {0: []}, "the loaded KV is the saved KV")
         stats = h.steps[first[0]][1][0].stats.data
         self.assertGreaterEqual(stats.get("async_loads_done", 0), 1)
+        # vLLM calls update_state_after_alloc(B, blocks, 0) again when B is scheduled after its
+        # load: the load is done, not cancelled, and the library is not told otherwise.
+        self.assertEqual(h.info("B")["on_alloc"], [96])
 
     def test_an_async_load_with_nothing_else_running_completes_in_steps_without_forward(self):
         h = Harness(self, loads="always")

@@ -63,6 +63,12 @@ class ExactRestore(unittest.TestCase):
     def test_kernel_blocks_smaller_than_the_scheduler_block(self):
         self.restore(block_size=32, kernel_block_size=16, chunk_tokens=64)
 
+    def test_layers_sharing_another_layers_kv_are_mapped_to_it(self):
+        # Two KV-sharing layers come with the tensors of layers 0 and 1: three stored layers, no
+        # refusal of the layer count, each shared layer's hooks served by its target's.
+        h = self.restore(n_layers=3, shared_layers=2)
+        self.assertEqual(h.workers[0].call("model_description")["n_layers"], 3)
+
     def test_layer_hooks_before_start_load_kv(self):
         # vLLM runs the layers first and calls start_load_kv after them when a step has no
         # synchronous load; the connector starts the step's loads at the first hook either way.
@@ -207,10 +213,51 @@ class Failures(unittest.TestCase):
         h.run(lambda: h.info("A")["status"] == "FINISHED")
 
 
+class RunnerOrders(unittest.TestCase):
+    """The call orders of main's two model runners (vLLM 017e9f4448b7)."""
+
+    def restore_in(self, order, corrupt=False):
+        h = Harness(self)
+        a = prompt(21, 106)
+        h.add("A", a, max_tokens=2)
+        h.run(lambda: h.info("A")["status"] == "FINISHED", opts={"order": order})
+        if corrupt:
+            needle = h.workers[0].call("row_bytes", a, 0, 40)  # token 40: chunk 1
+            self.assertIsNotNone(corrupt_shared_object(h.shm_name, needle))
+        h.add("B", a, max_tokens=3)
+        so, outs, back = h.step(opts={"order": order})
+        return h, outs, back
+
+    def test_v2_runner_waits_for_saves_after_sampling_and_drafting(self):
+        h, outs, back = self.restore_in("v2")
+        calls = outs[0].calls
+        self.assertLess(calls.index("sample"), calls.index("wait_for_save"))
+        self.assertLess(calls.index("draft"), calls.index("wait_for_save"))
+        self.assertEqual(h.info("B")["lookups"], [(0, 96, False)])
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("B"), {0: []})
+        h.run(lambda: h.info("B")["status"] == "FINISHED", opts={"order": "v2"})
+
+    def test_with_a_drafter_load_errors_are_complete_before_wait_for_save(self):
+        # The V1 runner with speculative decoding asks get_block_ids_with_load_errors before the
+        # draft model runs and calls wait_for_save after it: the failed chunk must be reported in
+        # that step (vLLM recomputes from it), and not again in the next.
+        h, outs, back = self.restore_in("deferred_finalize", corrupt=True)
+        calls = outs[0].calls
+        self.assertLess(calls.index("get_block_ids_with_load_errors"), calls.index("wait_for_save"))
+        ib = h.info("B")
+        self.assertEqual(back.invalid_block_ids, set(ib["block_ids"][2:4]))
+        self.assertEqual(ib["num_computed"], 32)
+        so, outs, back = h.step(opts={"order": "deferred_finalize"})
+        self.assertEqual(back.invalid_block_ids, set(), "reported once")
+        self.assertEqual(h.check("B"), {0: []}, "the recomputed blocks hold the model's KV")
+        h.run(lambda: h.info("B")["status"] == "FINISHED", opts={"order": "deferred_finalize"})
+
+
 class StepsWithoutForward(unittest.TestCase):
     def test_empty_steps_that_call_wait_for_save_then_a_restore(self):
-        # Newer vLLM's kv_connector_no_forward calls wait_for_save as well (older ones do not:
-        # test_replay_abi15 covers that order).
+        # Some releases' kv_connector_no_forward called wait_for_save as well (main's does not,
+        # on either runner: test_replay_abi15 covers that order).
         h = Harness(self)
         a = prompt(12, 70)
         h.add("A", a, max_tokens=1)

@@ -62,7 +62,24 @@ class Signatures(unittest.TestCase):
         self.assertEqual(kv.KvstrataConnector.__abstractmethods__, frozenset())
         for name in REQUIRED:
             self.assertIn(name, vars(kv.KvstrataConnector), name)
-        self.assertTrue(issubclass(kv.KvstrataConnector, kv.SupportsHMA))
+
+    def test_hybrid_support_is_not_declared_until_it_is_built(self):
+        # vLLM turns its hybrid allocator off by itself for a connector without SupportsHMA (a
+        # sliding-window model then runs as one full-attention group); declaring it would hand
+        # kvstrata several groups it refuses, and vLLM would fail at start.
+        self.assertFalse(standin.supports_hma(kv.KvstrataConnector))
+        self.assertFalse(issubclass(kv.KvstrataConnector, kv.SupportsHMA))
+
+    def test_the_stand_in_has_mains_metric_helpers(self):
+        # main (017e9f4448b7) moved make_per_engine out of KVConnectorPromMetrics into
+        # vllm.v1.metrics.utils.create_metric_per_engine; a stand-in that kept it would hide a
+        # connector that still calls it (vllm serve crashed at start).
+        self.assertFalse(hasattr(standin.KVConnectorPromMetrics, "make_per_engine"))
+        self.assertTrue(callable(standin.create_metric_per_engine))
+        self.assertFalse(hasattr(standin.KVConnectorBase_V1, "set_eagle_prefix_cache_hashing"))
+        self.assertIsInstance(inspect.getattr_static(standin.KVConnectorBase_V1,
+                                                     "supports_divergent_local_hybrid_hits"),
+                              property)
 
     def test_the_stand_in_says_what_it_is_on_its_first_line(self):
         with open(STANDIN) as f:
@@ -110,6 +127,44 @@ maps = open("/proc/self/maps").read()
 print("loaded" if abi.library_loaded() or "libkvstrata" in maps else "not loaded",
       "torch" if "torch" in sys.modules else "no torch")
 """
+
+
+class Construction(unittest.TestCase):
+    def test_a_type_error_of_the_base_class_is_not_retried_with_two_arguments(self):
+        # Only a base class whose __init__ has no kv_cache_config parameter (older releases) gets
+        # two arguments; any other TypeError reaches the caller as it was raised.
+        calls = []
+
+        def failing_init(self, vllm_config, role, kv_cache_config):
+            calls.append(3)
+            raise TypeError("kv_cache_config has no kv_cache_groups")
+
+        base = kv.KVConnectorBase_V1
+        saved = base.__init__
+        base.__init__ = failing_init
+        try:
+            with self.assertRaisesRegex(TypeError, "has no kv_cache_groups"):
+                kv.KvstrataConnector(object(), kv.KVConnectorRole.SCHEDULER, object())
+        finally:
+            base.__init__ = saved
+        self.assertEqual(calls, [3])
+
+    def test_an_older_two_argument_base_gets_two_arguments(self):
+        got = []
+
+        def old_init(self, vllm_config, role):
+            got.append((vllm_config, role))
+            raise RuntimeError("stop here")
+
+        base = kv.KVConnectorBase_V1
+        saved = base.__init__
+        base.__init__ = old_init
+        try:
+            with self.assertRaisesRegex(RuntimeError, "stop here"):
+                kv.KvstrataConnector("cfg", "role", "kcc")
+        finally:
+            base.__init__ = saved
+        self.assertEqual(got, [("cfg", "role")])
 
 
 class LazyLoading(unittest.TestCase):
@@ -212,6 +267,11 @@ class ModelDescriptions(unittest.TestCase):
         kcc = make_kv_cache_config(s)
         kcc.kv_cache_groups.append(KVCacheGroupSpec(["x"], FullAttentionSpec(16, 4, 64)))
         with self.assertRaisesRegex(kv.KvstrataConfigError, "2 KV cache groups"):
+            kv.describe_model(make_vllm_config(s), kcc)
+        kcc = make_kv_cache_config(s)
+        MambaSpec = type("MambaSpec", (), {"block_size": 16})
+        kcc.kv_cache_groups[0] = KVCacheGroupSpec(["m0"], MambaSpec())
+        with self.assertRaisesRegex(kv.KvstrataConfigError, "MambaSpec state"):
             kv.describe_model(make_vllm_config(s), kcc)
         cfg = make_vllm_config(s)
         cfg.parallel_config.pipeline_parallel_size = 2
