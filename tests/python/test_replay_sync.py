@@ -216,8 +216,8 @@ class Failures(unittest.TestCase):
 class RunnerOrders(unittest.TestCase):
     """The call orders of main's two model runners (vLLM 017e9f4448b7)."""
 
-    def restore_in(self, order, corrupt=False):
-        h = Harness(self)
+    def restore_in(self, order, corrupt=False, **kw):
+        h = Harness(self, **kw)
         a = prompt(21, 106)
         h.add("A", a, max_tokens=2)
         h.run(lambda: h.info("A")["status"] == "FINISHED", opts={"order": order})
@@ -239,10 +239,18 @@ class RunnerOrders(unittest.TestCase):
         h.run(lambda: h.info("B")["status"] == "FINISHED", opts={"order": "v2"})
 
     def test_with_a_drafter_load_errors_are_complete_before_wait_for_save(self):
+        self.drafter_load_errors()
+
+    def test_with_a_drafter_and_the_cuda_ordering_load_errors_are_complete_too(self):
+        # device.host_copies: deferred runs the CUDA device's ordering on the host: copies and
+        # checksums complete only when the connector waits for them.
+        self.drafter_load_errors(yaml_extra="device:\n  host_copies: deferred\n")
+
+    def drafter_load_errors(self, **kw):
         # The V1 runner with speculative decoding asks get_block_ids_with_load_errors before the
         # draft model runs and calls wait_for_save after it: the failed chunk must be reported in
         # that step (vLLM recomputes from it), and not again in the next.
-        h, outs, back = self.restore_in("deferred_finalize", corrupt=True)
+        h, outs, back = self.restore_in("deferred_finalize", corrupt=True, **kw)
         calls = outs[0].calls
         self.assertLess(calls.index("get_block_ids_with_load_errors"), calls.index("wait_for_save"))
         ib = h.info("B")
