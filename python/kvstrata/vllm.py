@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 DEFAULT_DRAM_CAPACITY = "4GiB"
+MAX_TENANT_LABELS = 64  # tenants counted apart per stats interval; the rest count as "other"
 DEFAULT_CHUNK_TOKENS = 256
 
 
@@ -387,7 +388,7 @@ def _close_open_connectors():
 
 class _SchedRequest:
     __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
-                 "async_armed")
+                 "async_armed", "keyed", "tenant")
 
     def __init__(self, request=None, bypass=None):
         self.request = request
@@ -397,17 +398,59 @@ class _SchedRequest:
         self.looked_up = False
         self.load_async = False  # the last lookup's hit loads between steps
         self.async_armed = False  # on_alloc armed that asynchronous load
+        self.keyed = False  # its key inputs went to the library
+        self.tenant = "-"
 
 
 def _bypass_reason(req):
-    """Why a request's KV is not a function of its token ids alone (kvstrata keys are), or None."""
-    if getattr(req, "lora_request", None) is not None:
-        return "a LoRA adapter"
-    if getattr(req, "mm_features", None) or getattr(req, "mm_inputs", None):
-        return "multimodal inputs"
+    """Why a request's KV cannot be keyed by kvstrata (its tokens and key inputs), or None."""
     if getattr(req, "prompt_embeds", None) is not None:
         return "prompt embeddings"
+    if getattr(req, "mm_inputs", None) and not getattr(req, "mm_features", None):
+        return "multimodal inputs without hashes"
     return None
+
+
+def _text(v):
+    return str(v).encode("utf-8", "surrogatepass")
+
+
+def key_inputs(req, epoch=None):
+    """What besides its tokens a request's KV depends on, as (first token, bytes) pairs for the
+    library's request_key_input: the tenant's cache_salt and the LoRA adapter (from token 0), each
+    multimodal input's hash at its placeholder's first position (vLLM's own block hashes take the
+    same inputs), and the connector's reset epoch. Each part is tagged, so no two kinds collide."""
+    out = []
+    if epoch:
+        out.append((0, b"epoch\0" + epoch))
+    salt = getattr(req, "cache_salt", None)
+    if salt:
+        out.append((0, b"cache_salt\0" + _text(salt)))
+    lora = getattr(req, "lora_request", None)
+    if lora is not None:
+        name = getattr(lora, "lora_name", None) or getattr(lora, "name", None) or ""
+        path = getattr(lora, "lora_path", None) or getattr(lora, "path", None) or ""
+        out.append((0, b"lora\0" + _text(name) + b"\0" + _text(path)))
+    for f in getattr(req, "mm_features", None) or ():
+        ident = getattr(f, "identifier", None) or getattr(f, "mm_hash", None)
+        pos = getattr(f, "mm_position", None)
+        if ident is None or pos is None:
+            raise KvstrataConfigError(
+                "kvstrata: a multimodal input without an identifier or a position cannot be keyed")
+        offset = int(pos.offset)
+        out.append((offset, b"mm\0" + _text(ident) + b"\0" + _text(offset)))
+    return out
+
+
+def tenant_label(req):
+    """The label a request's tenant is counted under: a short hash of its cache_salt (the salt may
+    be a secret), "-" without one."""
+    salt = getattr(req, "cache_salt", None)
+    if not salt:
+        return "-"
+    import hashlib
+
+    return hashlib.sha256(_text(salt)).hexdigest()[:12]
 
 
 def _group0(block_ids):
@@ -462,6 +505,9 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._handle = None
         # scheduler side
         self._requests = {}
+        self._epoch = None  # reset_cache's random value, in every later request's keys
+        self._resets = 0
+        self._tenants = {}  # tenant label -> lookup counts since the last stats call
         # worker side
         self._layer_index = {}
         self._shared_layers = set()
@@ -503,6 +549,8 @@ class KvstrataConnector(KVConnectorBase_V1):
         role = _abi.ROLE_SCHEDULER if self._scheduler else _abi.ROLE_WORKER
         self._handle = _abi.Handle(role, self._model.as_dict(), self._config_path)
         self._tier_names = self._handle.tier_names()
+        self._key_inputs_supported = (hasattr(self._handle, "request_key_input")
+                                      and _abi.has_hook("request_key_input"))
         _open_connectors.add(self)
 
     # -- properties and class methods (no library) --
@@ -539,12 +587,48 @@ class KvstrataConnector(KVConnectorBase_V1):
         st = self._requests.get(rid)
         if st is None:
             st = self._requests[rid] = _SchedRequest(request, _bypass_reason(request))
+            st.tenant = tenant_label(request)
         else:
             st.request = request
         return st
 
+    def _key(self, rid, st, source):
+        """Give the library the request's key inputs once, before its keys are first computed. A
+        library without request_key_input (ABI < 1.10) cannot key them: such a request bypasses
+        the connector rather than share the KV of requests without them."""
+        if st.keyed or st.bypass:
+            return
+        st.keyed = True
+        inputs = key_inputs(source, self._epoch) if source is not None else (
+            [(0, b"epoch\0" + self._epoch)] if self._epoch else [])
+        if not inputs:
+            return
+        if not self._key_inputs_supported:
+            st.bypass = "per-request key inputs (cache_salt, LoRA, multimodal) need ABI 1.10"
+            return
+        for first, data in inputs:
+            self._handle.request_key_input(rid, first, data)
+
+    def on_new_request(self, request):
+        self._track(request)
+
+    def reset_cache(self):
+        """vLLM's reset_prefix_cache(reset_connector=True) (a weight update, sleep and wake): every
+        chunk stored so far becomes unreachable to this instance's later requests. A new epoch, a
+        random value, enters the keys of every request looked up from now on (requests already
+        running keep theirs: their KV came from the old weights); the stored objects age out of
+        the tiers. False when the library cannot key requests (ABI < 1.10)."""
+        if not self._scheduler:
+            return None
+        if not self._key_inputs_supported:
+            return False
+        self._epoch = os.urandom(16)
+        self._resets += 1
+        return True
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         st = self._track(request)
+        self._key(request.request_id, st, request)
         if st.bypass:
             return 0, False
         _set_tokens(st, request.all_token_ids)
@@ -553,8 +637,20 @@ class KvstrataConnector(KVConnectorBase_V1):
         st.async_armed = False
         if res.unknown_yet:
             return None, False
+        self._count_tenant(st.tenant, res.hit_tokens,
+                           max(0, len(st.tokens) - int(num_computed_tokens) - res.hit_tokens))
         st.load_async = bool(res.load_async and res.hit_tokens > 0)
         return res.hit_tokens, st.load_async
+
+    def _count_tenant(self, tenant, hit, miss):
+        t = self._tenants.get(tenant)
+        if t is None:
+            if len(self._tenants) >= MAX_TENANT_LABELS:
+                tenant = "other"
+            t = self._tenants.setdefault(tenant, {"lookups": 0, "hit_tokens": 0, "miss_tokens": 0})
+        t["lookups"] += 1
+        t["hit_tokens"] += hit
+        t["miss_tokens"] += miss
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._track(request)
@@ -582,6 +678,7 @@ class KvstrataConnector(KVConnectorBase_V1):
             st = self._requests.get(nr.req_id)
             if st is None:
                 st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr))
+            self._key(nr.req_id, st, st.request if st.request is not None else nr)
             if st.bypass:
                 continue
             if st.request is not None:
@@ -611,6 +708,7 @@ class KvstrataConnector(KVConnectorBase_V1):
                 if rid not in all_tokens:
                     continue  # never seen and no tokens given: nothing to save or load
                 st = self._requests[rid] = _SchedRequest(None, None)
+            self._key(rid, st, st.request)
             if st.bypass:
                 continue
             new_blocks = _group0(cached.new_block_ids[i]) if i < len(cached.new_block_ids) else None
@@ -793,6 +891,8 @@ class KvstrataConnector(KVConnectorBase_V1):
         data = stats_delta(now, self._last_stats, self._tier_names,
                             with_tokens=self._scheduler or self._model.tp_rank == 0)
         self._last_stats = now
+        if self._tenants:
+            data["tenants"], self._tenants = self._tenants, {}
         stats = KvstrataConnectorStats(data=data)
         return None if stats.is_empty() else stats
 

@@ -23,6 +23,9 @@ _SCALAR_STATS = ("lookups", "lookup_hit_tokens", "lookup_miss_tokens", "tokens_l
                  "lossy_chunks_loaded")
 _RANK0_STATS = ("tokens_loaded", "async_loads_started", "async_loads_done", "async_loads_failed",
                 "steps_closed")
+# Keys whose value is {name: {counter: int}}: per serving tier (workers), per tenant (the scheduler,
+# by a hash of the request's cache_salt).
+_NESTED = ("tiers", "tenants")
 _TIER_STATS = {"tier_chunks_loaded": "chunks_loaded", "tier_bytes_loaded": "bytes_loaded",
                "tier_load_ns": "load_ns"}
 
@@ -38,8 +41,8 @@ class KvstrataConnectorStats(KVConnectorStats):
         if other is None or not getattr(other, "data", None):
             return self
         for k, v in other.data.items():
-            if k == "tiers":
-                mine = self.data.setdefault("tiers", {})
+            if k in _NESTED:
+                mine = self.data.setdefault(k, {})
                 for tier, d in v.items():
                     t = mine.setdefault(tier, {})
                     for kk, vv in d.items():
@@ -60,12 +63,16 @@ class KvstrataConnectorStats(KVConnectorStats):
                 out[f"loaded_bytes[{tier}]"] = t["bytes_loaded"]
                 if t.get("load_ns"):
                     out[f"load_gbps[{tier}]"] = round(t["bytes_loaded"] / t["load_ns"], 3)
+        for tenant, t in sorted(d.get("tenants", {}).items()):
+            if t.get("lookups"):
+                out[f"hit_tokens[tenant={tenant}]"] = t.get("hit_tokens", 0)
+                out[f"miss_tokens[tenant={tenant}]"] = t.get("miss_tokens", 0)
         return out
 
     def is_empty(self):
         d = self.data
         return not any(d.get(k) for k in _SCALAR_STATS) and not any(
-            any(t.values()) for t in d.get("tiers", {}).values())
+            any(t.values()) for k in _NESTED for t in d.get(k, {}).values())
 
 
 def stats_delta(now, before, tier_names, with_tokens):
@@ -135,6 +142,12 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
         ("chunks_loaded", "vllm:kvstrata_loaded_chunks", "Chunks loaded, by serving tier", 1),
     )
 
+    TENANT_COUNTERS = (
+        ("lookups", "vllm:kvstrata_tenant_lookups", "Lookups, by tenant (a hash of cache_salt)"),
+        ("hit_tokens", "vllm:kvstrata_tenant_hit_tokens", "Tokens lookups offered, by tenant"),
+        ("miss_tokens", "vllm:kvstrata_tenant_miss_tokens", "Tokens lookups missed, by tenant"),
+    )
+
     def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         names = list(labelnames)
@@ -146,6 +159,10 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
         for key, metric, doc, scale in self.TIER_COUNTERS:
             c = self._counter_cls(name=metric, documentation=doc, labelnames=names + ["tier"])
             self._tier_counters[key] = (c, scale)
+        self._tenant_counters = {}
+        for key, metric, doc in self.TENANT_COUNTERS:
+            c = self._counter_cls(name=metric, documentation=doc, labelnames=names + ["tenant"])
+            self._tenant_counters[key] = c
         self._tier_gbps = self._gauge_cls(
             name="vllm:kvstrata_load_gbps",
             documentation="Load bandwidth of the last interval, by serving tier (GB/s)",
@@ -165,3 +182,8 @@ class KvstrataPromMetrics(KVConnectorPromMetrics):
                     counter.labels(*labels, tier).inc(v * scale)
             if t.get("bytes_loaded") and t.get("load_ns"):
                 self._tier_gbps.labels(*labels, tier).set(t["bytes_loaded"] / t["load_ns"])
+        for tenant, t in (data.get("tenants") or {}).items():
+            for key, counter in self._tenant_counters.items():
+                v = t.get(key)
+                if v:
+                    counter.labels(*labels, tenant).inc(v)

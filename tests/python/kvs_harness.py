@@ -157,7 +157,8 @@ FINISHED = "FINISHED"
 class Request:
     """The fields of vllm.v1.request.Request the connector and this scheduler read."""
 
-    def __init__(self, request_id, prompt_token_ids, max_tokens, lora_request=None):
+    def __init__(self, request_id, prompt_token_ids, max_tokens, lora_request=None,
+                 cache_salt=None, mm_features=None):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
         self._output_token_ids = []
@@ -168,7 +169,8 @@ class Request:
         self.num_preemptions = 0
         self.status = WAITING
         self.lora_request = lora_request
-        self.mm_features = []
+        self.cache_salt = cache_salt
+        self.mm_features = list(mm_features or [])
         self.prompt_embeds = None
         self.sampling_params = None
         self.pooling_params = None
@@ -192,6 +194,25 @@ class Request:
     def append_output_token_ids(self, tok):
         self._output_token_ids.append(tok)
         self._all_token_ids.append(tok)
+
+
+@dataclass
+class LoRARequest:
+    lora_name: str
+    lora_path: str
+
+
+@dataclass
+class PlaceholderRange:
+    offset: int
+    length: int
+
+
+@dataclass
+class MultiModalFeature:
+    """The fields of vLLM's MultiModalFeatureSpec the connector reads."""
+    identifier: str
+    mm_position: PlaceholderRange
 
 
 class KVCacheBlocks:
@@ -333,10 +354,19 @@ class SchedulerRunner:
 
     # -- driver API --
 
-    def add_request(self, rid, prompt, max_tokens, lora=False):
-        req = Request(rid, prompt, max_tokens, lora_request=object() if lora else None)
+    def add_request(self, rid, prompt, max_tokens, lora=False, cache_salt=None, mm=()):
+        """lora: False, True (adapter "adapter") or an adapter name; mm: (hash, offset, length)
+        of each multimodal input, in position order."""
+        lora_request = None
+        if lora:
+            name = "adapter" if lora is True else str(lora)
+            lora_request = LoRARequest(name, f"/adapters/{name}")
+        feats = [MultiModalFeature(h, PlaceholderRange(o, n)) for h, o, n in mm]
+        req = Request(rid, prompt, max_tokens, lora_request=lora_request, cache_salt=cache_salt,
+                      mm_features=feats)
         self.requests[rid] = req
         self.waiting.append(req)
+        self.conn.on_new_request(req)
 
     def use_legacy_cached(self):
         """Emit CachedRequestData as vLLM releases before resumed_req_ids did."""
@@ -381,6 +411,10 @@ class SchedulerRunner:
         finally:
             self.conn.update_state_after_alloc(req, KVCacheBlocks([]), 0)
             self.conn.request_finished(req, [])
+
+    def reset_connector_cache(self):
+        """vLLM's reset_prefix_cache(reset_connector=True): the connector's answer."""
+        return self.conn.reset_cache()
 
     def connector_stats(self):
         s = self.conn.get_kv_connector_stats()
@@ -507,8 +541,8 @@ class SchedulerRunner:
                 req.num_computed_tokens = computed
             self.waiting.extendleft(reversed(skipped))
         new_reqs = [NewRequestData(
-            req_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids), mm_features=[],
-            sampling_params=None, pooling_params=None,
+            req_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids),
+            mm_features=list(r.mm_features), sampling_params=None, pooling_params=None,
             block_ids=(list(self.blocks[r.request_id]),), num_computed_tokens=r.num_computed_tokens,
             lora_request=r.lora_request) for r in sched_new]
         cached = CachedRequestData([], set(), [], {}, [], [], [])
@@ -1130,8 +1164,8 @@ class Harness:
 
     # -- driving --
 
-    def add(self, rid, prompt, max_tokens=2, lora=False):
-        self.sched.call("add_request", rid, list(prompt), max_tokens, lora)
+    def add(self, rid, prompt, max_tokens=2, lora=False, cache_salt=None, mm=()):
+        self.sched.call("add_request", rid, list(prompt), max_tokens, lora, cache_salt, list(mm))
 
     def step(self, opts=None, worker_order=None, per_rank_opts=None, between=None):
         """One engine step; returns (scheduler output, [worker outputs], what went back).

@@ -99,7 +99,7 @@ class Lookups(unittest.TestCase):
         self.assertIsInstance(n, int)
         self.assertEqual((n, load_async), (0, False))
 
-    def test_lora_requests_bypass_the_connector(self):
+    def test_a_lora_requests_kv_is_not_the_base_models(self):
         h = Harness(self)
         a = prompt(5, 70)
         h.add("A", a, max_tokens=1, lora=True)

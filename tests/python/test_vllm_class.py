@@ -193,12 +193,16 @@ class Req:
         self.lora_request = None
         self.mm_features = []
         self.prompt_embeds = None
+        self.cache_salt = None
 
 
 def bare_connector(handle):
     c = object.__new__(kv.KvstrataConnector)
     c._requests = {}
     c._handle = handle
+    c._epoch = None
+    c._tenants = {}
+    c._key_inputs_supported = False
     return c
 
 
