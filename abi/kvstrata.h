@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 9
+#define KVS_ABI_MINOR 10
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -594,6 +594,19 @@ typedef struct kvs_api {
      * request still begun: a step in progress finishes (it may still write into the head cache
      * while close runs), steps only queued are dropped. */
     kvs_status (*sparse_end)(kvs_handle *h, const char *req_id);
+
+    /* --- 1.10: per-request key inputs, metadata from deltas --- */
+
+    /* Add bytes[0..len) (copied) to req_id's key inputs: what besides its tokens sets its KV (a
+     * tenant's salt, a LoRA adapter's name, an image's hash). They enter the key of the chunk holding
+     * position from_token and so, the keys being a chain, of every later chunk: requests with the
+     * same tokens and different inputs never share a chunk from there on; the same tokens and
+     * inputs give the same keys in any process. Several calls accumulate (within a chunk they hash
+     * by position, then in call order); a request with none keys as before 1.10. Scheduler role,
+     * before the request's first lookup or build_meta (KVS_ESTATE after); at most 64 inputs and 64
+     * KiB in all per request (KVS_EINVAL beyond). request_finished forgets them. */
+    kvs_status (*request_key_input)(kvs_handle *h, const char *req_id, uint64_t from_token,
+                                    const void *bytes, uint64_t len);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

@@ -376,6 +376,12 @@ static kvs_status api_sparse_end(kvs_handle *h, const char *req_id) {
     return kvs_sparse_end(h, req_id);
 }
 
+static kvs_status api_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
+                                        const void *bytes, uint64_t len) {
+    ENTER(h);
+    return kvs_sched_request_key_input(h, req_id, from_token, bytes, len);
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -417,6 +423,7 @@ static const kvs_api api_v1 = {
     .sparse_wait = api_sparse_wait,
     .sparse_stats = api_sparse_stats,
     .sparse_end = api_sparse_end,
+    .request_key_input = api_request_key_input,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

@@ -61,7 +61,16 @@ typedef struct kvs_request {
     kvs_restore_plan plan; /* how its load in step plan_step is restored (the `plan` hook) */
     uint64_t plan_step;
     struct kvs_rlookup
-        *rlookup;             /* loads.remote_lookups async: the remote tiers' answer (or query) */
+        *rlookup; /* loads.remote_lookups async: the remote tiers' answer (or query) */
+    /* key inputs (request_key_input, 1.10): in call order, their bytes concatenated, and what they
+     * add to the keys (keys.h); refused once keys_fixed */
+    struct kvs_key_input *inputs;
+    uint32_t n_inputs;
+    uint32_t n_extras;
+    uint64_t input_bytes;
+    uint8_t *input_data;
+    struct kvs_key_extra *extras;
+    uint8_t keys_fixed;       /* a lookup or build_meta computed its keys */
     struct kvs_request *next; /* hash chain */
 } kvs_request;
 

@@ -65,8 +65,10 @@ void kvs_keys_rank_fingerprints(const kvs_model_desc *model, uint32_t chunk_toke
 #define TOKENS_ARE_LE 0
 #endif
 
-/* key = XXH3-128(prev || the chunk's tokens as little-endian int32). */
-static void chunk_key(const kvs_key *prev, const int32_t *t, uint32_t chunk_tokens, kvs_key *out) {
+/* key = XXH3-128(prev || the chunk's tokens as little-endian int32 [|| the digest of the request's key
+ * inputs in this chunk]): a chunk without inputs keys as it always did. */
+static void chunk_key(const kvs_key *prev, const int32_t *t, uint32_t chunk_tokens,
+                      const kvs_key *extra, kvs_key *out) {
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, prev->bytes, sizeof prev->bytes);
@@ -88,6 +90,7 @@ static void chunk_key(const kvs_key *prev, const int32_t *t, uint32_t chunk_toke
         }
         if (fill) XXH3_128bits_update(&st, buf, fill);
     }
+    if (extra) XXH3_128bits_update(&st, extra->bytes, sizeof extra->bytes);
     digest_to_key(XXH3_128bits_digest(&st), out);
 }
 
@@ -185,19 +188,22 @@ uint32_t kvs_tokens_copy_check(int32_t *dst, const int32_t *src, uint64_t n, uin
     return copy_check(dst, src, n, limit);
 }
 
-/* The chains of kvs_keys_chains; with copy, each chunk is then checked against limit and copied
+/* The chains of kvs_keys_chains over chunks first_chunk.. (tokens starts at first_chunk's), extras
+ * entering the chunks they name; with copy, each chunk is then checked against limit and copied
  * while it is still in cache (the hashing's own reads run ahead in memory). Returns the check's
  * result. */
-static inline __attribute__((always_inline)) uint32_t chains(const kvs_key *prev, uint32_t n_ranks,
-                                                             const int32_t *tokens,
-                                                             uint64_t n_chunks,
-                                                             uint32_t chunk_tokens, uint32_t limit,
-                                                             int32_t *copy, kvs_key *out) {
+static inline __attribute__((always_inline)) uint32_t chains(
+    const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens, uint64_t first_chunk,
+    uint64_t n_chunks, uint32_t chunk_tokens, const kvs_key_extra *x, uint32_t n_x, uint32_t limit,
+    int32_t *copy, kvs_key *out) {
     uint32_t bad = 0;
+    while (n_x && x->chunk < first_chunk) x++, n_x--;
     for (uint64_t c = 0; c < n_chunks; c++) {
         const int32_t *t = tokens + c * chunk_tokens;
         kvs_key *row = out + c * n_ranks;
-        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], t, chunk_tokens, &row[r]);
+        const kvs_key *extra = NULL;
+        if (n_x && x->chunk == first_chunk + c) extra = &x->digest, x++, n_x--;
+        for (uint32_t r = 0; r < n_ranks; r++) chunk_key(&prev[r], t, chunk_tokens, extra, &row[r]);
         if (copy) bad |= kvs_tokens_copy_check(copy + c * chunk_tokens, t, chunk_tokens, limit);
         prev = row;
     }
@@ -211,11 +217,60 @@ void kvs_keys_chain(const kvs_key *fingerprint, const int32_t *tokens, uint64_t 
 
 void kvs_keys_chains(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
                      uint64_t n_chunks, uint32_t chunk_tokens, kvs_key *out) {
-    chains(prev, n_ranks, tokens, n_chunks, chunk_tokens, 0, NULL, out);
+    chains(prev, n_ranks, tokens, 0, n_chunks, chunk_tokens, NULL, 0, 0, NULL, out);
 }
 
 uint32_t kvs_keys_chains_copy(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
                               uint64_t n_chunks, uint32_t chunk_tokens, uint32_t limit,
                               int32_t *copy, kvs_key *out) {
-    return chains(prev, n_ranks, tokens, n_chunks, chunk_tokens, limit, copy, out);
+    return chains(prev, n_ranks, tokens, 0, n_chunks, chunk_tokens, NULL, 0, limit, copy, out);
+}
+
+uint32_t kvs_keys_chains_from(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
+                              uint64_t first_chunk, uint64_t n_chunks, uint32_t chunk_tokens,
+                              const kvs_key_extra *extras, uint32_t n_extras, uint32_t limit,
+                              int32_t *copy, kvs_key *out) {
+    return chains(prev, n_ranks, tokens, first_chunk, n_chunks, chunk_tokens, extras, n_extras,
+                  limit, copy, out);
+}
+
+/* Inputs in the order they hash: by position, then in call order (an insertion sort: at most
+ * KVS_KEY_INPUTS_MAX of them). */
+static void sort_inputs(const kvs_key_input *in, uint32_t n, uint32_t *order) {
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t j = i;
+        while (j > 0 && in[order[j - 1]].from_token > in[i].from_token) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+}
+
+static void put_u64(XXH3_state_t *st, uint64_t v) {
+    put_u32(st, (uint32_t)v);
+    put_u32(st, (uint32_t)(v >> 32));
+}
+
+uint32_t kvs_keys_input_extras(const kvs_key_input *inputs, uint32_t n, const uint8_t *data,
+                               uint32_t chunk_tokens, kvs_key_extra *out) {
+    uint32_t order[KVS_KEY_INPUTS_MAX], n_out = 0;
+    if (n > KVS_KEY_INPUTS_MAX) n = KVS_KEY_INPUTS_MAX; /* the caller bounds them */
+    sort_inputs(inputs, n, order);
+    for (uint32_t i = 0; i < n;) {
+        uint64_t chunk = inputs[order[i]].from_token / chunk_tokens;
+        XXH3_state_t st;
+        XXH3_128bits_reset(&st);
+        put_str(&st, "kvstrata-key-inputs-v1");
+        for (; i < n && inputs[order[i]].from_token / chunk_tokens == chunk; i++) {
+            const kvs_key_input *k = &inputs[order[i]];
+            put_u64(&st, k->from_token); /* where in the chunk: an image one token later differs */
+            put_u64(&st, k->len);
+            XXH3_128bits_update(&st, data + k->offset, (size_t)k->len);
+        }
+        out[n_out].chunk = chunk;
+        digest_to_key(XXH3_128bits_digest(&st), &out[n_out].digest);
+        n_out++;
+    }
+    return n_out;
 }

@@ -50,4 +50,31 @@ uint32_t kvs_keys_chains_copy(const kvs_key *prev, uint32_t n_ranks, const int32
                               uint64_t n_chunks, uint32_t chunk_tokens, uint32_t limit,
                               int32_t *copy, kvs_key *out);
 
+/* Per-request key inputs (request_key_input): each enters the key of the chunk holding from_token,
+ * so (the chain) every later chunk's too; a request without any keys as before. */
+#define KVS_KEY_INPUTS_MAX      64u
+#define KVS_KEY_INPUT_BYTES_MAX (64u << 10) /* their total length */
+typedef struct kvs_key_input {
+    uint64_t from_token;
+    uint64_t offset; /* of its bytes in the request's input data */
+    uint64_t len;
+} kvs_key_input;
+/* What a chunk's inputs add to its key: a digest hashed after its tokens. */
+typedef struct kvs_key_extra {
+    uint64_t chunk;
+    kvs_key digest;
+} kvs_key_extra;
+
+/* The extras of inputs[n] (bytes at data + offset), one per chunk holding any, by ascending chunk,
+ * into out[n]; returns how many. Within a chunk the inputs hash by position, then in call order. */
+uint32_t kvs_keys_input_extras(const kvs_key_input *inputs, uint32_t n, const uint8_t *data,
+                               uint32_t chunk_tokens, kvs_key_extra *out);
+/* kvs_keys_chains_copy (copy may be NULL: no copy, limit unused) over the chunks first_chunk ..
+ * first_chunk + n_chunks (tokens points at first_chunk's), the extras[n_extras] (ascending chunks)
+ * entering the chunks they name. */
+uint32_t kvs_keys_chains_from(const kvs_key *prev, uint32_t n_ranks, const int32_t *tokens,
+                              uint64_t first_chunk, uint64_t n_chunks, uint32_t chunk_tokens,
+                              const kvs_key_extra *extras, uint32_t n_extras, uint32_t limit,
+                              int32_t *copy, kvs_key *out);
+
 #endif

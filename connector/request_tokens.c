@@ -106,8 +106,9 @@ kvs_key *kvs_request_keys_for(kvs_handle *h, const kvs_request *r, const int32_t
     }
     const kvs_key *prev;
     uint64_t reuse = reuse_keys(h, r, tokens, n_tokens, n_chunks, keys, &prev);
-    kvs_keys_chains(prev, ranks, tokens + reuse * h->chunk_tokens, n_chunks - reuse,
-                    h->chunk_tokens, kvs_chunk_keys(h, keys, reuse));
+    kvs_keys_chains_from(prev, ranks, tokens + reuse * h->chunk_tokens, reuse, n_chunks - reuse,
+                         h->chunk_tokens, r ? r->extras : NULL, r ? r->n_extras : 0, 0, NULL,
+                         kvs_chunk_keys(h, keys, reuse));
     return keys;
 }
 
@@ -138,9 +139,9 @@ kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hoo
     uint32_t bad = 0;
     if (n) {                  /* no tokens: tokens may be NULL */
         if (n_chunks > reuse) /* keys is NULL without whole chunks */
-            bad = kvs_keys_chains_copy(prev, ranks, tokens + reuse * C, n_chunks - reuse,
-                                       h->chunk_tokens, limit, buf + reuse * C,
-                                       kvs_chunk_keys(h, keys, reuse));
+            bad = kvs_keys_chains_from(prev, ranks, tokens + reuse * C, reuse, n_chunks - reuse,
+                                       h->chunk_tokens, r->extras, r->n_extras, limit,
+                                       buf + reuse * C, kvs_chunk_keys(h, keys, reuse));
         bad |= kvs_tokens_copy_check(buf + n_chunks * C, tokens + n_chunks * C, n - n_chunks * C,
                                      limit);
     }
@@ -157,5 +158,47 @@ kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hoo
     free(r->keys);
     r->keys = keys;
     r->n_keys = n_chunks;
+    r->keys_fixed = 1;
     return KVS_OK;
+}
+
+kvs_status kvs_request_add_key_input(kvs_handle *h, kvs_request *r, uint64_t from_token,
+                                     const void *bytes, uint64_t len) {
+    if (r->keys_fixed)
+        return kvs_set_error(h, KVS_ESTATE,
+                             "request_key_input: request '%s' already has its keys (a lookup or "
+                             "build_meta computed them): inputs go in before its first lookup",
+                             r->id);
+    if (r->n_inputs == KVS_KEY_INPUTS_MAX || len > KVS_KEY_INPUT_BYTES_MAX - r->input_bytes)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "request_key_input: request '%s': %u inputs of %llu bytes so far; "
+                             "at most %u inputs of %u bytes in all",
+                             r->id, r->n_inputs, (unsigned long long)r->input_bytes,
+                             KVS_KEY_INPUTS_MAX, KVS_KEY_INPUT_BYTES_MAX);
+    if (!r->inputs) {
+        r->inputs = malloc(KVS_KEY_INPUTS_MAX * sizeof *r->inputs);
+        r->extras = malloc(KVS_KEY_INPUTS_MAX * sizeof *r->extras);
+    }
+    uint8_t *data = realloc(r->input_data, (size_t)(r->input_bytes + len));
+    if (!r->inputs || !r->extras || !data)
+        return kvs_set_error(h, KVS_ENOMEM, "request_key_input: request '%s': out of memory",
+                             r->id);
+    r->input_data = data;
+    memcpy(data + r->input_bytes, bytes, (size_t)len);
+    r->inputs[r->n_inputs++] = (kvs_key_input){from_token, r->input_bytes, len};
+    r->input_bytes += len;
+    r->n_extras =
+        kvs_keys_input_extras(r->inputs, r->n_inputs, r->input_data, h->chunk_tokens, r->extras);
+    return KVS_OK;
+}
+
+void kvs_request_free_key_inputs(kvs_request *r) {
+    free(r->inputs);
+    free(r->extras);
+    free(r->input_data);
+    r->inputs = NULL;
+    r->extras = NULL;
+    r->input_data = NULL;
+    r->n_inputs = r->n_extras = 0;
+    r->input_bytes = 0;
 }

@@ -33,4 +33,12 @@ kvs_key *kvs_request_keys_for(kvs_handle *h, const kvs_request *r, const int32_t
 kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hook,
                                   const int32_t *tokens, uint64_t n);
 
+/* request_key_input: append an input (len >= 1 bytes, checked by the caller) to r's, which the keys
+ * of the chunk holding from_token and every later one then include. KVS_ESTATE once r's keys were
+ * computed; KVS_EINVAL past KVS_KEY_INPUTS_MAX inputs or KVS_KEY_INPUT_BYTES_MAX bytes (keys.h). */
+kvs_status kvs_request_add_key_input(kvs_handle *h, kvs_request *r, uint64_t from_token,
+                                     const void *bytes, uint64_t len);
+/* Free r's key inputs (the request is done). */
+void kvs_request_free_key_inputs(kvs_request *r);
+
 #endif

@@ -167,6 +167,7 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
     kvs_tokens_give(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
+    kvs_request_free_key_inputs(r);
     free(r->keys);
     free(r->block_ids);
     free(r);
@@ -229,6 +230,30 @@ static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
         return kvs_set_error(h, KVS_EINVAL, "%s: request id must be 1..%d bytes", hook,
                              KVS_REQ_ID_MAX - 1);
     return KVS_OK;
+}
+
+/* --- key inputs ---------------------------------------------------------------------------------- */
+
+kvs_status kvs_sched_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
+                                       const void *bytes, uint64_t len) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_key_input");
+    if (st == KVS_OK) st = check_id(h, "request_key_input", req_id);
+    if (st != KVS_OK) return st;
+    if (!bytes || len == 0)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "request_key_input: request '%s': the input is %s (1..%u bytes)",
+                             req_id, bytes ? "empty" : "NULL", KVS_KEY_INPUT_BYTES_MAX);
+    kvs_request *r = find_request(h, req_id);
+    int created = 0;
+    if (!r) {
+        if (!(r = create_request(h, req_id)))
+            return kvs_set_error(h, KVS_ENOMEM, "request_key_input: out of memory for request '%s'",
+                                 req_id);
+        created = 1;
+    }
+    st = kvs_request_add_key_input(h, r, from_token, bytes, len);
+    if (st != KVS_OK && created) destroy_request(h, r);
+    return st;
 }
 
 /* --- lookup and on_alloc -------------------------------------------------------------------------- */
@@ -385,8 +410,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         if (!(r = create_request(h, req_id)))
             return kvs_set_error(h, KVS_ENOMEM, "lookup: out of memory for request '%s'", req_id);
         created = 1;
-        r->prompt_tokens = n_tokens;
     }
+    if (!r->keys_fixed) r->prompt_tokens = n_tokens; /* its first sighting (inputs aside) */
     if ((st = kvs_request_set_tokens(h, r, "lookup", tokens, n_tokens)) != KVS_OK) {
         if (created) destroy_request(h, r);
         return st;
@@ -599,7 +624,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     }
     out->derived = plan->lossy_loaded != UINT64_MAX;
     out->derived_from = out->derived ? plan->lossy_loaded : 0;
-    uint64_t prompt = r ? r->prompt_tokens : s->n_tokens;
+    uint64_t prompt = r && r->keys_fixed ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
     if (!h->cfg->save_decode && limit > prompt) limit = prompt;
     plan->saved_upto = r ? r->saved_upto : 0;
@@ -633,17 +658,16 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
 static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan *plan,
                              const kvs_restore_step *restore) {
     kvs_request *r = find_request(h, s->req_id);
-    if (!r) {
-        if (!(r = create_request(h, s->req_id)))
-            return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        r->prompt_tokens = s->n_tokens;
-    }
+    if (!r && !(r = create_request(h, s->req_id)))
+        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    if (!r->keys_fixed) r->prompt_tokens = s->n_tokens; /* its first sighting (inputs aside) */
     if (!kvs_request_store_tokens(h, r, s->tokens, s->n_tokens))
         return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     free(r->keys);
     r->keys = plan->keys;
     r->n_keys = plan->n_keys;
     plan->keys = NULL;
+    r->keys_fixed = 1;
     r->saved_upto = plan->saved_upto;
     r->lossy_loaded = plan->lossy_loaded;
     r->step_end = s->n_computed + s->n_scheduled;

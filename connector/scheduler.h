@@ -13,6 +13,9 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
                               uint64_t n_block_ids, uint64_t n_external_tokens);
 kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
                                 void *buf, uint64_t cap, uint64_t *len);
+/* Per-request key inputs (1.10), before the request's first lookup or build_meta. */
+kvs_status kvs_sched_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
+                                       const void *bytes, uint64_t len);
 kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks);
 /* Forget every request, releasing their leases (at close). */
 void kvs_sched_release_all(kvs_handle *h);

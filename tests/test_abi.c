@@ -165,7 +165,8 @@ AT(kvs_api, sparse_select, 240, 8);
 AT(kvs_api, sparse_wait, 248, 8);
 AT(kvs_api, sparse_stats, 256, 8);
 AT(kvs_api, sparse_end, 264, 8);
-SIZE(kvs_api, 272);
+AT(kvs_api, request_key_input, 272, 8); /* 1.10 */
+SIZE(kvs_api, 280);
 
 AT(kvs_sparse_cache, struct_size, 0, 4); /* 1.9 */
 AT(kvs_sparse_cache, slots, 4, 4);

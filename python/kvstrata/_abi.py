@@ -17,7 +17,7 @@ import threading
 from collections import namedtuple
 
 ABI_MAJOR = 1
-ABI_MINOR = 9  # the minor version this binding was written against
+ABI_MINOR = 10  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -300,6 +300,9 @@ class Api(ctypes.Structure):
         ("sparse_wait", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint32)),
         ("sparse_stats", _F(c_status, _H, ctypes.c_char_p, ctypes.c_void_p)),
         ("sparse_end", _F(c_status, _H, ctypes.c_char_p)),
+        # 1.10
+        ("request_key_input", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p,
+                                 ctypes.c_uint64)),
     ]
 
 
@@ -319,6 +322,7 @@ HOOK_MINOR = {
     "sparse_wait": 9,
     "sparse_stats": 9,
     "sparse_end": 9,
+    "request_key_input": 10,
 }
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -668,6 +672,15 @@ class Handle:
         self._check(self._api.lookup(h, rid, buf, n, int(n_computed), ctypes.byref(out)), "lookup")
         return Lookup(int(out.n_hit_tokens), bool(out.unknown_yet), bool(out.load_async),
                       int(out.n_lossy_tokens))
+
+    def request_key_input(self, req_id, from_token, data):
+        """Add bytes `data` to req_id's key inputs (ABI 1.10): they enter the keys of the chunk
+        holding position from_token and of every later one. Before the request's first lookup."""
+        h = self._handle("request_key_input")
+        rid = _c_id(req_id, "request_key_input")
+        raw = bytes(data)
+        self._check(self._hook("request_key_input")(h, rid, int(from_token), raw, len(raw)),
+                    "request_key_input")
 
     def on_alloc(self, req_id, block_ids, n_external_tokens):
         h = self._handle("on_alloc")

@@ -71,7 +71,8 @@ class Layout(unittest.TestCase):
                     "save_layer", "wait_save", "get_finished", "load_error_blocks", "stats",
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
                     "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store", "sparse_begin",
-                    "sparse_select", "sparse_wait", "sparse_stats", "sparse_end"]
+                    "sparse_select", "sparse_wait", "sparse_stats", "sparse_end",
+                    "request_key_input"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
@@ -80,7 +81,8 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["lsc_store"], (224, 8))  # 1.8
         self.assertEqual(o["sparse_begin"], (232, 8))  # 1.9
         self.assertEqual(o["sparse_end"], (264, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Api), 272)
+        self.assertEqual(o["request_key_input"], (272, 8))  # 1.10
+        self.assertEqual(ctypes.sizeof(_abi.Api), 280)
 
 
 def tiny_model(**kw):
@@ -186,6 +188,57 @@ class Calls(unittest.TestCase):
             self.assertTrue(any(kind == _abi.EVENT_STORED for kind, _k, _t in h.take_events()))
         self.assertTrue(h.closed)
         h.close()  # idempotent
+
+
+def host_views(n_layers=2, heads=2, head_dim=8, bt=16, n_blocks=40, elem=2):
+    """Host pages (kept alive by the returned list) and their LayerViews, NHD."""
+    token_bytes = heads * head_dim * elem
+    block_bytes = bt * token_bytes
+    pages = [(ctypes.c_uint8 * (n_blocks * block_bytes))() for _ in range(2 * n_layers)]
+    views = [_abi.LayerView(struct_size=ctypes.sizeof(_abi.LayerView),
+                            device_kind=_abi.DEVICE_HOST, n_blocks=n_blocks,
+                            k_base=ctypes.addressof(pages[2 * l]),
+                            v_base=ctypes.addressof(pages[2 * l + 1]), block_stride=block_bytes,
+                            token_stride=token_bytes, head_stride=head_dim * elem)
+             for l in range(n_layers)]
+    return pages, views
+
+
+def worker_step(h, blob, n_layers=2):
+    h.bind_meta(blob)
+    h.start_load()
+    for l in range(n_layers):
+        h.wait_layer_load(l)
+        h.save_layer(l)
+    h.wait_save()
+
+
+class KeyInputs(unittest.TestCase):
+    def test_key_inputs_separate_two_requests_with_the_same_tokens(self):
+        tokens = [(t * 7919 + 13) % 32000 for t in range(600)]
+        table = list(range(38))
+        _pages, views = host_views()
+        with _abi.Handle(_abi.ROLE_BOTH, tiny_model()) as h:
+            h.register_kv(views)
+            h.request_key_input("a", 0, b"tenant-a")
+            h.request_key_input("a", 300, b"image-hash")
+            self.assertEqual(h.lookup("a", tokens, 0).hit_tokens, 0)
+            with self.assertRaises(_abi.WrongState) as e:  # its keys exist now
+                h.request_key_input("a", 0, b"late")
+            self.assertIn("already has its keys", e.exception.last_error)
+            h.on_alloc("a", table, 0)
+            worker_step(h, h.build_meta([_abi.StepSpec("a", tokens, table, 0, 600)]))
+            h.request_finished("a")
+            self.assertEqual(h.stats()["chunks_saved"], 2)
+            h.request_key_input("b", 0, b"tenant-b")
+            self.assertEqual(h.lookup("b", tokens, 0).hit_tokens, 0)
+            h.request_key_input("c", 0, b"tenant-a")
+            self.assertEqual(h.lookup("c", tokens, 0).hit_tokens, 256)  # the image is in chunk 1
+            h.request_key_input("d", 0, b"tenant-a")
+            h.request_key_input("d", 300, b"image-hash")
+            self.assertEqual(h.lookup("d", tokens, 0).hit_tokens, 512)
+            with self.assertRaises(_abi.InvalidArgument):
+                h.request_key_input("e", 0, b"")
 
 
 def run_python(code, env_updates, unset=()):
