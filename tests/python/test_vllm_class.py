@@ -411,6 +411,16 @@ class StatsAndMetrics(unittest.TestCase):
         self.assertIn(("inc", "vllm:kvstrata_loaded_chunks", ("m", "1", "dram"), 3), log)
         self.assertIn(("set", "vllm:kvstrata_load_gbps", ("m", "1", "dram"), 2.0), log)
         self.assertEqual(len(log), 6, log)
+        Metric.log.clear()
+        m.observe({"tenants": {"3f2a": {"lookups": 2, "hit_tokens": 64, "miss_tokens": 10}}}, 0)
+        self.assertEqual(set(Metric.log), {
+            ("inc", "vllm:kvstrata_tenant_lookups", ("m", "0", "3f2a"), 2),
+            ("inc", "vllm:kvstrata_tenant_hit_tokens", ("m", "0", "3f2a"), 64),
+            ("inc", "vllm:kvstrata_tenant_miss_tokens", ("m", "0", "3f2a"), 10)})
+        s = kv.KvstrataConnectorStats(data={"tenants": {"3f2a": {"lookups": 1, "hit_tokens": 32}}})
+        s.aggregate(kv.KvstrataConnectorStats(data={"tenants": {"3f2a": {"lookups": 1}}}))
+        self.assertEqual(s.data["tenants"]["3f2a"], {"lookups": 2, "hit_tokens": 32})
+        self.assertEqual(s.reduce()["hit_tokens[tenant=3f2a]"], 32)
 
 
 if __name__ == "__main__":
