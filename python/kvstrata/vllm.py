@@ -755,18 +755,35 @@ class KvstrataConnector(KVConnectorBase_V1):
     # -- worker side --
 
     def register_kv_caches(self, kv_caches):
-        # Layers that share another layer's KV (vLLM's kv_sharing_target_layer_name) come with the
-        # target's tensor: they are the target's layer here, stored and loaded once, and their
-        # hooks are the target's (a save is gathered by the target's hook only).
+        # Layers that share another layer's KV (vLLM's kv_sharing_target_layer_name) are in no KV
+        # cache group but come with their target's tensor: they are the target's layer here,
+        # stored and loaded once, and their hooks are the target's (a save is gathered by the
+        # target's hook only). Layers a group names are layers of their own even when their
+        # tensors alias another's memory (vLLM's hybrid allocator shares one buffer among groups).
+        grouped = set()
+        for g in getattr(self._kv_cache_config, "kv_cache_groups", None) or ():
+            grouped.update(g.layer_names)
         layers, index, owner = [], {}, {}
+        pending = []
         for name, t in kv_caches.items():
             ident = (int(t.data_ptr()), _shape(t), _strides(t), str(t.device))
-            if ident in owner:
-                index[name] = owner[ident]
-                self._shared_layers.add(name)
+            if grouped and name not in grouped:
+                pending.append((name, ident))
                 continue
-            owner[ident] = index[name] = len(layers)
+            if not grouped and ident in owner:
+                pending.append((name, ident))
+                continue
+            owner.setdefault(ident, len(layers))
+            index[name] = len(layers)
             layers.append((name, t))
+        for name, ident in pending:
+            if ident not in owner:
+                raise KvstrataConfigError(
+                    f"kvstrata: layer {name!r} is in no KV cache group and its tensor is no other "
+                    "layer's: it is neither an attention layer kvstrata stores nor one sharing "
+                    "another layer's KV")
+            index[name] = owner[ident]
+            self._shared_layers.add(name)
         self._register(layers, index)
 
     def register_cross_layers_kv_cache(self, kv_cache, attn_backend):

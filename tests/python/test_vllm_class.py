@@ -167,6 +167,36 @@ class Construction(unittest.TestCase):
         self.assertEqual(got, [("cfg", "role")])
 
 
+class Registration(unittest.TestCase):
+    def registered(self, kv_caches, group_names):
+        c = object.__new__(kv.KvstrataConnector)
+        c._kv_cache_config = (KVCacheConfig(num_blocks=4, kv_cache_tensors=[], kv_cache_groups=[
+            KVCacheGroupSpec(group_names, FullAttentionSpec(16, 4, 8))]) if group_names else None)
+        c._shared_layers = set()
+        got = {}
+        c._register = lambda layers, index: got.update(layers=[n for n, _ in layers], index=index)
+        c.register_kv_caches(kv_caches)
+        return got["layers"], got["index"], c._shared_layers
+
+    def test_a_layer_in_no_group_with_a_grouped_layers_tensor_shares_its_kv(self):
+        a, b = torch.empty((2, 4, 16, 4, 8)), torch.empty((2, 4, 16, 4, 8))
+        layers, index, shared = self.registered({"l0": a, "l1": b, "l2": a}, ["l0", "l1"])
+        self.assertEqual((layers, index, shared), (["l0", "l1"], {"l0": 0, "l1": 1, "l2": 0},
+                                                   {"l2"}))
+
+    def test_grouped_layers_whose_tensors_alias_stay_layers_of_their_own(self):
+        # vLLM's hybrid allocator backs layers of different groups with one buffer: their views
+        # can have the same address and shape, and they are still different layers.
+        a = torch.empty((2, 4, 16, 4, 8))
+        layers, index, shared = self.registered({"l0": a, "l1": a.view(a.shape)}, ["l0", "l1"])
+        self.assertEqual((layers, shared), (["l0", "l1"], set()))
+
+    def test_a_layer_in_no_group_and_with_a_tensor_of_its_own_is_refused(self):
+        a, b = torch.empty((2, 4, 16, 4, 8)), torch.empty((2, 4, 16, 4, 8))
+        with self.assertRaisesRegex(kv.KvstrataConfigError, "'l9' is in no KV cache group"):
+            self.registered({"l0": a, "l9": b}, ["l0"])
+
+
 class LazyLoading(unittest.TestCase):
     def test_import_and_class_methods_load_no_library(self):
         env = dict(os.environ, KVSTRATA_LIBRARY="/nonexistent/libkvstrata.so")
