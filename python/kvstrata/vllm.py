@@ -388,7 +388,8 @@ def _close_open_connectors():
 
 class _SchedRequest:
     __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
-                 "async_armed", "keyed", "tenant")
+                 "async_armed", "keyed", "tenant", "sent", "sent_blocks", "load_pending",
+                 "prompt_tokens")
 
     def __init__(self, request=None, bypass=None):
         self.request = request
@@ -400,6 +401,11 @@ class _SchedRequest:
         self.async_armed = False  # on_alloc armed that asynchronous load
         self.keyed = False  # its key inputs went to the library
         self.tenant = "-"
+        # build_meta_update: the library holds tokens[:sent] and block_ids[:sent_blocks]
+        self.sent = 0
+        self.sent_blocks = 0
+        self.load_pending = False  # on_alloc armed a load no step has carried yet
+        self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
 
 
 def _bypass_reason(req):
@@ -472,6 +478,7 @@ def _set_tokens(st, source):
         st.tokens.extend(source[have:])
     elif n != have or (n and source[n - 1] != st.tokens[n - 1]):
         st.tokens = array.array("i", source)
+        st.sent = 0  # the library's copy is another list now: hand over the whole one
 
 
 def _base_takes_kv_cache_config():
@@ -551,6 +558,12 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._tier_names = self._handle.tier_names()
         self._key_inputs_supported = (hasattr(self._handle, "request_key_input")
                                       and _abi.has_hook("request_key_input"))
+        self._meta_updates = (self._scheduler and hasattr(self._handle, "build_meta_update")
+                              and _abi.has_hook("build_meta_update"))
+        info = self._handle.info() if hasattr(self._handle, "info") and _abi.has_hook(
+            "handle_info") else None
+        # without the library's word, decode tokens may be saved: every request goes every step
+        self._decode_saves = True if info is None else bool(info["save_decode"])
         _open_connectors.add(self)
 
     # -- properties and class methods (no library) --
@@ -633,6 +646,7 @@ class KvstrataConnector(KVConnectorBase_V1):
             return 0, False
         _set_tokens(st, request.all_token_ids)
         res = self._handle.lookup(request.request_id, st.tokens, num_computed_tokens)
+        st.sent = len(st.tokens)  # a lookup gives the library the request's tokens
         st.looked_up = True
         st.async_armed = False
         if res.unknown_yet:
@@ -670,8 +684,11 @@ class KvstrataConnector(KVConnectorBase_V1):
             if num_external_tokens:
                 raise
         st.async_armed = bool(num_external_tokens and st.load_async)
+        st.load_pending = bool(num_external_tokens)
 
     def build_connector_meta(self, scheduler_output):
+        if self._meta_updates:
+            return self._build_connector_meta_update(scheduler_output)
         steps = []
         num_scheduled = scheduler_output.num_scheduled_tokens
         for nr in scheduler_output.scheduled_new_reqs:
@@ -689,17 +706,7 @@ class KvstrataConnector(KVConnectorBase_V1):
             steps.append(self._step(nr.req_id, st, nr.num_computed_tokens,
                                     num_scheduled.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
-        resumed = getattr(cached, "resumed_req_ids", None)
-        if resumed is None:
-            # releases before resumed_req_ids flag each cached request with resumed_from_preemption;
-            # a resumed request's new_block_ids is its whole table, never an extension
-            flags = getattr(cached, "resumed_from_preemption", None)
-            if flags is None:
-                raise KvstrataConfigError(
-                    "this vLLM's CachedRequestData has neither resumed_req_ids nor "
-                    "resumed_from_preemption: kvstrata cannot tell a resumed request's block table "
-                    "from an extension of it")
-            resumed = {rid for rid, flag in zip(cached.req_ids, flags) if flag}
+        resumed = self._resumed_ids(cached)
         all_tokens = getattr(cached, "all_token_ids", None) or {}
         new_token_ids = getattr(cached, "new_token_ids", None) or []
         for i, rid in enumerate(cached.req_ids):
@@ -725,6 +732,94 @@ class KvstrataConnector(KVConnectorBase_V1):
             steps.append(self._step(rid, st, cached.num_computed_tokens[i], num_scheduled.get(rid, 0)))
         blob = self._handle.build_meta(steps)
         return KvstrataConnectorMetadata(blob, [s.req_id for s in steps])
+
+    def _build_connector_meta_update(self, so):
+        """build_connector_meta over ABI 1.10's build_meta_update: each request's tokens and block
+        table live in the library, so a step hands over only what changed, and a request that can
+        neither load nor save in the step (decoding past its prompt, no load armed, decode tokens
+        not saved) is not handed over at all: the step's cost does not grow with context."""
+        updates = []
+        num_scheduled = so.num_scheduled_tokens
+        requests = self._requests
+        for nr in so.scheduled_new_reqs:
+            rid = nr.req_id
+            st = requests.get(rid)
+            if st is None:
+                st = requests[rid] = _SchedRequest(None, _bypass_reason(nr))
+            self._key(rid, st, st.request if st.request is not None else nr)
+            if st.bypass:
+                continue
+            if st.request is not None:
+                _set_tokens(st, st.request.all_token_ids)
+            elif nr.prompt_token_ids is not None:
+                _set_tokens(st, nr.prompt_token_ids)
+            if st.prompt_tokens is None and nr.prompt_token_ids is not None:
+                st.prompt_tokens = len(nr.prompt_token_ids)
+            st.block_ids = _group0(nr.block_ids) or []
+            st.sent_blocks = 0
+            updates.append(self._update(rid, st, nr.num_computed_tokens, num_scheduled.get(rid, 0)))
+        cached = so.scheduled_cached_reqs
+        resumed = self._resumed_ids(cached)
+        all_tokens = getattr(cached, "all_token_ids", None) or {}
+        new_token_ids = getattr(cached, "new_token_ids", None) or []
+        new_block_ids = cached.new_block_ids
+        skip_decode = not self._decode_saves
+        for i, rid in enumerate(cached.req_ids):
+            st = requests.get(rid)
+            if st is None:
+                if rid not in all_tokens:
+                    continue  # never seen and no tokens given: nothing to save or load
+                st = requests[rid] = _SchedRequest(None, None)
+                self._key(rid, st, None)
+            if st.bypass:
+                continue
+            nb = new_block_ids[i] if i < len(new_block_ids) else None
+            if rid in resumed:
+                st.block_ids = _group0(nb) or []
+                st.sent_blocks = 0
+            elif nb:
+                st.block_ids.extend(_group0(nb))
+            n_computed = cached.num_computed_tokens[i]
+            if (skip_decode and not st.load_pending and rid not in resumed
+                    and st.prompt_tokens is not None and n_computed >= st.prompt_tokens
+                    and rid not in all_tokens):
+                continue  # decoding: nothing of it can load or save in this step
+            if rid in all_tokens:
+                _set_tokens(st, all_tokens[rid])
+            elif st.request is not None:
+                _set_tokens(st, st.request.all_token_ids)
+            elif i < len(new_token_ids) and new_token_ids[i]:
+                st.tokens.extend(new_token_ids[i])
+            updates.append(self._update(rid, st, n_computed, num_scheduled.get(rid, 0)))
+        blob = self._handle.build_meta_update(updates)
+        return KvstrataConnectorMetadata(blob, [u.req_id for u in updates])
+
+    @staticmethod
+    def _update(rid, st, n_computed, n_scheduled):
+        n_tokens = len(st.tokens)
+        n_computed = min(int(n_computed), n_tokens)
+        n_scheduled = max(0, min(int(n_scheduled), n_tokens - n_computed))
+        sent, sent_blocks = min(st.sent, n_tokens), min(st.sent_blocks, len(st.block_ids))
+        u = _abi.StepUpdate(rid, sent, st.tokens[sent:], sent_blocks,
+                            array.array("I", st.block_ids[sent_blocks:]), n_computed, n_scheduled)
+        st.sent, st.sent_blocks = n_tokens, len(st.block_ids)
+        st.load_pending = False
+        return u
+
+    @staticmethod
+    def _resumed_ids(cached):
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is not None:
+            return resumed
+        # releases before resumed_req_ids flag each cached request with resumed_from_preemption; a
+        # resumed request's new_block_ids is its whole table, never an extension
+        flags = getattr(cached, "resumed_from_preemption", None)
+        if flags is None:
+            raise KvstrataConfigError(
+                "this vLLM's CachedRequestData has neither resumed_req_ids nor "
+                "resumed_from_preemption: kvstrata cannot tell a resumed request's block table "
+                "from an extension of it")
+        return {rid for rid, flag in zip(cached.req_ids, flags) if flag}
 
     @staticmethod
     def _step(rid, st, n_computed, n_scheduled):
