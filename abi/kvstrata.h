@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 9
+#define KVS_ABI_MINOR 10
 
 typedef enum kvs_status {
     KVS_OK = 0,
