@@ -99,9 +99,22 @@ typedef struct kvs_open_params {
     uint32_t role;               /* kvs_role */
     const char *config_path;     /* YAML file; NULL means built-in defaults (one DRAM tier) */
     const kvs_model_desc *model; /* required */
+    /* (1.10) disaggregated prefill and decode (kvs_transfer_role); a struct from before it reads as
+     * KVS_TRANSFER_BOTH */
+    uint32_t transfer_role;
 } kvs_open_params;
 
 #define KVS_OPEN_PARAMS_SIZE_1_0 24u
+
+/* What a handle moves between the engine and the tiers (kvs_open_params.transfer_role, 1.10): vLLM's
+ * kv_role. A producer (a prefill instance) only saves: its lookups answer 0 hit tokens and pin
+ * nothing. A consumer (a decode instance) only loads: its build_meta emits no saves, and its lookups
+ * never wait for a remote node (loads.remote_lookups is async whatever the YAML says). */
+typedef enum kvs_transfer_role {
+    KVS_TRANSFER_BOTH = 0,
+    KVS_TRANSFER_PRODUCER = 1,
+    KVS_TRANSFER_CONSUMER = 2
+} kvs_transfer_role;
 
 typedef enum kvs_device_kind {
     KVS_DEVICE_HOST = 0, /* host device emulation: the "GPU" pages are ordinary RAM */
@@ -147,6 +160,9 @@ typedef struct kvs_lookup_result {
      * config's `loads.accept_lossy` is true: without it a lookup's hit ends before the first lossy
      * chunk, and the engine recomputes from there */
     uint64_t n_lossy_tokens;
+    /* (1.10) the handle's chunk size: what it stores and finds is whole chunks of this many tokens
+     * (a hit ends on a chunk boundary, but for the full-prompt rule above) */
+    uint32_t chunk_tokens;
 } kvs_lookup_result;
 
 #define KVS_LOOKUP_RESULT_SIZE_1_0 24u
@@ -273,6 +289,11 @@ typedef struct kvs_stats {
     uint64_t lookups_unknown; /* lookups answered unknown_yet (loads.remote_lookups: async) */
     /* ABI 1.6. Read only when struct_size covers it. */
     uint64_t lossy_chunks_loaded; /* of chunks_loaded, those decoded from a lossy object */
+    /* ABI 1.10 (`saves: {async: true}`). Read only when struct_size covers them. */
+    uint64_t saves_async;     /* saves wait_save handed to the saver thread (counted again in
+                               * chunks_saved or saves_skipped once they land or fail) */
+    uint64_t saves_in_flight; /* of those, not landed yet (a gauge) */
+    uint64_t sends_reported;  /* requests get_finished reported in its sending list */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */
@@ -430,7 +451,10 @@ typedef struct kvs_api {
     kvs_status (*build_meta)(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
                              void *buf, uint64_t cap, uint64_t *len);
     /* The request is done; its leases are released. *keep_blocks is set to 1 if the engine must keep
-     * the request's pages until get_finished reports it (an async save still reads them). */
+     * the request's pages until get_finished reports it in `sending` (1.10: with `saves: {async:
+     * true}`, for a request whose saves were emitted: they may still be on their way to the tiers;
+     * the next build_meta tells the workers, which report it once every save of it has landed or
+     * failed). */
     kvs_status (*request_finished)(kvs_handle *h, const char *req_id, int *keep_blocks);
     /* Copy up to cap pending cache events (stored/removed) into out; *n gets the count taken. */
     kvs_status (*take_events)(kvs_handle *h, kvs_event *out, uint64_t cap, uint64_t *n);
@@ -454,14 +478,18 @@ typedef struct kvs_api {
     kvs_status (*wait_layer_load)(kvs_handle *h, uint32_t layer);
     /* The engine has written layer `layer`'s KV for this step: gather the chunks to save. */
     kvs_status (*save_layer)(kvs_handle *h, uint32_t layer);
-    /* Seal and store this step's saves; the bound metadata is cleared afterwards. */
+    /* Seal and store this step's saves; the bound metadata is cleared afterwards. (1.10) With `saves:
+     * {async: true}` it returns once the gathers out of the pages are complete (the pages are not
+     * read again) and a saver thread hashes, seals and stores them. */
     kvs_status (*wait_save)(kvs_handle *h);
     /* Requests whose async saves (sending) or async loads (receiving) ended since the last call.
      * Each list is a buffer of NUL-separated request ids; *n_* get counts. (1.5) An async load is
      * reported once, when every chunk of it is in the pages or has failed (its blocks are then in
      * load_error_blocks until the next bind_meta). A list that does not fit returns KVS_EOVERFLOW
-     * with the count and reports nothing (call again with more room). Saves are synchronous (within
-     * the step): sending stays empty. */
+     * with the count and reports nothing (call again with more room). (1.10) sending lists, once
+     * each, the requests request_finished kept the pages of (keep_blocks 1: async saves) after every
+     * save this worker issued for them has landed in the tiers or failed (a failed save is a later
+     * miss); without async saves it stays empty. */
     kvs_status (*get_finished)(kvs_handle *h, char *sending, uint64_t sending_cap,
                                uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
                                uint64_t *n_receiving);

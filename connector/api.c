@@ -21,6 +21,7 @@
 #include "worker_device.h"
 #include "worker_load.h"
 #include "worker_save.h"
+#include "worker_saver.h"
 
 #define KVS_EXPORT __attribute__((visibility("default")))
 
@@ -69,6 +70,11 @@ static kvs_status check_params(const kvs_open_params *in, kvs_open_params *p, kv
                KVS_EINVAL;
     if (p->role != KVS_ROLE_SCHEDULER && p->role != KVS_ROLE_WORKER && p->role != KVS_ROLE_BOTH)
         return kvs_fmt(err, err_len, "open: role %u is not scheduler, worker or both", p->role),
+               KVS_EINVAL;
+    if (p->transfer_role > KVS_TRANSFER_CONSUMER)
+        return kvs_fmt(err, err_len,
+                       "open: transfer_role %u is not both (0), producer (1) or consumer (2)",
+                       p->transfer_role),
                KVS_EINVAL;
     if (!p->model) return kvs_fmt(err, err_len, "open: model description is NULL"), KVS_EINVAL;
     if (kvs_struct_in(m, sizeof *m, p->model, KVS_MODEL_DESC_SIZE_1_0) != 0)
@@ -155,8 +161,10 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
                         &h->tiers, err, err_len);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */
+    /* A consumer (decode instance) never blocks its engine's scheduler on a node. */
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER) &&
-        h->cfg->loads.remote_lookups == KVS_REMOTE_LOOKUPS_ASYNC)
+        (h->cfg->loads.remote_lookups == KVS_REMOTE_LOOKUPS_ASYNC ||
+         h->transfer_role == KVS_TRANSFER_CONSUMER))
         h->rlookups = kvs_rlookups_create(h->tiers);
     return st;
 }
@@ -178,6 +186,7 @@ static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *er
     kvs_handle *h = calloc(1, sizeof *h);
     if (!h) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->role = (kvs_role)params.role;
+    h->transfer_role = params.transfer_role;
     pthread_mutex_init(&h->event_lock, NULL);
     if ((st = setup(h, &params, err, err_len)) != KVS_OK) {
         api_close(h);
@@ -309,6 +318,7 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
         return kvs_set_error(h, KVS_EINVAL,
                              "stats: out is NULL or its struct_size %u is below the 1.0 size %u",
                              out ? out->struct_size : 0, KVS_STATS_SIZE_1_0);
+    kvs_saver_collect(h);
     kvs_stats s = h->stats;
     s.struct_size = size;
     if (h->tiers) { /* saves a background-writing top tier dropped after accepting them were not saved */

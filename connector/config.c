@@ -21,7 +21,7 @@
 
 static const char *const ROOT_KEYS[] = {
     "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",
-    "device",  "node",         "restore",          "loads",       "placement"};
+    "device",  "node",         "restore",          "loads",       "placement", "saves"};
 enum {
     RK_VERSION,
     RK_CHUNK,
@@ -35,6 +35,7 @@ enum {
     RK_RESTORE,
     RK_LOADS,
     RK_PLACEMENT,
+    RK_SAVES,
     RK_COUNT
 };
 
@@ -59,6 +60,9 @@ static const char *const DEVICE_KEYS[] = {"copy_method", "hash_threads", "max_ch
 enum { DK_METHOD, DK_HASH_THREADS, DK_MAX_CHUNKS, DK_HOST_COPIES, DK_HOST_THREADS, DK_COUNT };
 static const char *const HOST_COPIES[] = {"immediate", "deferred"};
 static const char *const COPY_METHODS[] = {"auto", "kernel", "dma"}; /* KVS_DEV_COPY_* order */
+
+static const char *const SAVES_KEYS[] = {"async", "timeout_ms"};
+enum { SK_ASYNC, SK_TIMEOUT, SK_COUNT };
 
 static const char *const POOL_KEYS[] = {"staging_bytes"};
 enum { PK_STAGING, PK_COUNT };
@@ -226,6 +230,7 @@ static void set_defaults(kvs_config *cfg) {
     cfg->hash_threads = 4;
     cfg->host_threads = 1;
     cfg->max_chunks_per_step = 1024;
+    cfg->saves.timeout_ms = 5000;
     cfg->restore.priority =
         1; /* srf: docs/cacheflow.md shows the paper's lrf losing on mean TTFT */
     cfg->placement.alpha = 0.1;
@@ -328,6 +333,17 @@ static kvs_status parse_pool(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
     return st;
 }
 
+static kvs_status parse_saves(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kvs_config *cfg) {
+    const kvs_yaml_node *keys[SK_COUNT] = {NULL}, *values[SK_COUNT] = {NULL};
+    kvs_status st = kvs_yaml_mapping_fields(ctx, v, "saves", SAVES_KEYS, SK_COUNT, keys, values, 0);
+    if (st == KVS_OK && values[SK_ASYNC])
+        st = kvs_yaml_get_bool(ctx, values[SK_ASYNC], "saves.async", &cfg->saves.async);
+    if (st == KVS_OK && values[SK_TIMEOUT])
+        st = kvs_yaml_get_uint(ctx, values[SK_TIMEOUT], "saves.timeout_ms", 0, 3600000,
+                               &cfg->saves.timeout_ms);
+    return st;
+}
+
 static kvs_status parse_scalars(const kvs_yaml_ctx *ctx, const kvs_yaml_node *const *values,
                                 kvs_config *cfg) {
     uint64_t value;
@@ -389,6 +405,7 @@ static kvs_status parse_root(const kvs_yaml_ctx *ctx, const kvs_yaml_node *root,
     if (st == KVS_OK && values[RK_LOADS]) st = kvs_config_parse_loads(ctx, values[RK_LOADS], cfg);
     if (st == KVS_OK && values[RK_PLACEMENT])
         st = kvs_config_parse_placement(ctx, values[RK_PLACEMENT], cfg);
+    if (st == KVS_OK && values[RK_SAVES]) st = parse_saves(ctx, values[RK_SAVES], cfg);
     return st;
 }
 

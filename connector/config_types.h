@@ -100,6 +100,11 @@ typedef struct kvs_config {
         int remote_lookups;     /* KVS_REMOTE_LOOKUPS_* (default wait) */
         int accept_lossy;       /* 1: lossy objects are decoded and loaded; 0 (default): refused */
     } loads;
+    struct {       /* `saves:` */
+        int async; /* 1: wait_save hands the step's stores to a saver thread (default 0) */
+        uint64_t timeout_ms; /* close waits this long for the saver's queue (then drops the rest);
+                              * a save waits this long for a staging slab the queue holds (5000) */
+    } saves;
     struct { /* `placement:` (docs/compress.md): how a compress tier places and encodes objects */
         int policy;             /* KVS_PLACEMENT_ADAPTCACHE (the only one) */
         double alpha;           /* seconds of delay one unit of quality is worth (default 0.1) */

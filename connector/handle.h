@@ -55,6 +55,8 @@ typedef struct kvs_request {
     uint64_t lease_release_step; /* release at the first build_meta of a later step (0: none) */
     uint8_t load_async;          /* lookup answered load_async: its load runs between steps */
     uint8_t async_waiting; /* its async load was emitted; the lease stays until it computes again */
+    uint8_t saves_emitted; /* a build_meta emitted saves for it: with async saves, request_finished
+                            * keeps its pages until the workers report them landed */
     uint32_t *block_ids;   /* async: the block table on_alloc gave (build_meta emits the load
                                   * even when the engine does not schedule the request) */
     uint64_t n_block_ids;
@@ -118,6 +120,7 @@ typedef struct kvs_save_work {
 
 struct kvs_handle {
     kvs_role role;
+    uint32_t transfer_role; /* kvs_transfer_role: a producer only saves, a consumer only loads */
     kvs_config *cfg;
     kvs_model_desc model;
     char *model_id;
@@ -148,6 +151,9 @@ struct kvs_handle {
     const kvs_clock
         *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
     uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
+    char (*kept_finished)[KVS_REQ_ID_MAX]; /* finished with keep_blocks 1 since the last build_meta:
+                                            * its metadata tells the workers */
+    uint64_t n_kept_finished, cap_kept_finished;
     uint32_t finished_next;
     uint64_t step;
     uint32_t plan_caps; /* set_plan_caps */
@@ -174,7 +180,9 @@ struct kvs_handle {
     uint64_t n_error_blocks, cap_error_blocks;
     uint64_t error_blocks_taken; /* the first ones a load_error_blocks call returned */
     struct kvs_async_loader
-        *async; /* async loads between steps (worker_async.c); NULL until used */
+        *async;              /* async loads between steps (worker_async.c); NULL until used */
+    struct kvs_saver *saver; /* async saves and the sending report (worker_saver.c); NULL until
+                              * used */
     const kvs_device_ops *dev;
     void *dev_state;
     void *dev_module; /* dlopen handle of the CUDA module, or NULL */

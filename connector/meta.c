@@ -10,7 +10,8 @@
 #include "keys.h"
 
 /* Blob: "KVSM", XXH3-64 of the rest (8 bytes, big-endian), then msgpack:
- * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...], flags]
+ * [version, step, group fingerprint bin16, key_ranks R, chunk_tokens, [req...], flags,
+ *  [finished request id str...]]
  * req: [id str, [block ids], [[keys bin16*R, chunk_first, first_token, n_tokens]...],
  *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1,
  *       derived_from (UINT64_MAX: none)]
@@ -76,7 +77,7 @@ kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     static const char header[KVS_META_HEADER_BYTES] = KVS_META_MAGIC; /* checksum filled in below */
     msgpack_sbuffer_write(&sb, header, sizeof header);
-    msgpack_pack_array(&pk, 7);
+    msgpack_pack_array(&pk, 8);
     msgpack_pack_uint32(&pk, KVS_META_VERSION);
     msgpack_pack_uint64(&pk, meta->step);
     pack_key(&pk, &meta->group_fingerprint);
@@ -85,6 +86,12 @@ kvs_status kvs_meta_encode(const kvs_meta *meta, void **out, uint64_t *len) {
     msgpack_pack_array(&pk, (size_t)meta->n_reqs);
     for (uint64_t i = 0; i < meta->n_reqs; i++) pack_req(&pk, &meta->reqs[i], meta->key_ranks);
     msgpack_pack_uint32(&pk, meta->flags);
+    msgpack_pack_array(&pk, (size_t)meta->n_finished);
+    for (uint64_t i = 0; i < meta->n_finished; i++) {
+        size_t idlen = strnlen(meta->finished[i], KVS_REQ_ID_MAX - 1);
+        msgpack_pack_str(&pk, idlen);
+        msgpack_pack_str_body(&pk, meta->finished[i], idlen);
+    }
     if (!sb.data || sb.size < KVS_META_HEADER_BYTES) {
         msgpack_sbuffer_destroy(&sb);
         return KVS_ENOMEM;
@@ -178,17 +185,25 @@ static int decode_saves(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc
     return 0;
 }
 
+/* A request id: 1..255 bytes without a NUL, into id (KVS_REQ_ID_MAX bytes). */
+static int read_id(kvs_mp_reader *rd, char *id, const char *what) {
+    const uint8_t *p;
+    uint32_t n;
+    if (kvs_mp_read_bytes(rd, 1, KVS_REQ_ID_MAX - 1, &p, &n, what) != 0) return -1;
+    if (n == 0 || memchr(p, 0, n))
+        return kvs_mp_refuse(rd, KVS_MP_VALUE, "%s is not 1..255 bytes of text", what);
+    memcpy(id, p, n);
+    id[n] = '\0';
+    return 0;
+}
+
 static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) {
     uint32_t fields, n;
     const uint8_t *p;
     uint64_t async;
     if (kvs_mp_read_array(rd, 7, 7, &fields, "a request") != 0 ||
-        kvs_mp_read_bytes(rd, 1, KVS_REQ_ID_MAX - 1, &p, &n, "a request id") != 0)
+        read_id(rd, r->id, "a request id") != 0)
         return -1;
-    if (n == 0 || memchr(p, 0, n))
-        return kvs_mp_refuse(rd, KVS_MP_VALUE, "a request id is not 1..255 bytes of text");
-    memcpy(r->id, p, n);
-    r->id[n] = '\0';
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "a block table") != 0) return -1;
     if (n && !(r->block_ids = alloc_n(rd, n, sizeof *r->block_ids))) return -1;
     r->n_block_ids = n;
@@ -218,7 +233,7 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
 static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     uint32_t fields, n;
     uint64_t version, chunk, ranks;
-    if (kvs_mp_read_array(rd, 7, 7, &fields, "the root") != 0 ||
+    if (kvs_mp_read_array(rd, 8, 8, &fields, "the root") != 0 ||
         kvs_mp_read_uint(rd, UINT32_MAX, &version, "the version") != 0)
         return -1;
     if (version != KVS_META_VERSION)
@@ -249,6 +264,11 @@ static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     uint64_t flags;
     if (kvs_mp_read_uint(rd, KVS_META_MASKS_DROPPED, &flags, "the step's flags") != 0) return -1;
     m->flags = (uint32_t)flags;
+    if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "the finished list") != 0) return -1;
+    if (n && !(m->finished = alloc_n(rd, n, sizeof *m->finished))) return -1;
+    m->n_finished = n;
+    for (uint64_t i = 0; i < n; i++)
+        if (read_id(rd, m->finished[i], "a finished request id") != 0) return -1;
     return kvs_mp_read_end(rd);
 }
 
@@ -313,5 +333,6 @@ void kvs_meta_free(kvs_meta *m) {
     if (!m) return;
     for (uint64_t i = 0; i < m->n_reqs; i++) kvs_meta_req_clear(&m->reqs[i]);
     free(m->reqs);
+    free(m->finished);
     free(m);
 }

@@ -9,10 +9,11 @@
 #include "abi/kvstrata_backend.h"
 
 #define KVS_META_VERSION \
-    7 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
+    8 /* 2: loads carry first_layer; 3: requests carry a layer mask instead;
                             * 4: the blob starts with a magic and a checksum of the rest;
                             * 5: every rank's keys, the group fingerprint, load_async;
-                            * 6: requests carry derived_from; 7: the step's flags */
+                            * 6: requests carry derived_from; 7: the step's flags;
+                            * 8: the requests finished with their pages kept */
 #define KVS_META_MASKS_DROPPED 1u /* flags: the engine masks dropped tokens (KVS_PLAN_CAP_MASK) */
 #define KVS_META_MAGIC         "KVSM"
 #define KVS_META_HEADER_BYTES  12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
@@ -73,6 +74,10 @@ typedef struct kvs_meta {
     uint32_t flags; /* KVS_META_* bits: what the engine's scheduler declared */
     kvs_meta_req *reqs;
     uint64_t n_reqs;
+    /* Requests request_finished kept the pages of (async saves) since the last step: each worker
+     * reports each of them once in get_finished's sending list, when its saves have landed. */
+    char (*finished)[KVS_REQ_ID_MAX];
+    uint64_t n_finished;
 } kvs_meta;
 
 /* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). KVS_EINVAL when

@@ -180,6 +180,9 @@ void kvs_sched_release_all(kvs_handle *h) {
     free(h->spare_tokens);
     h->spare_tokens = NULL;
     h->spare_cap = 0;
+    free(h->kept_finished);
+    h->kept_finished = NULL;
+    h->n_kept_finished = h->cap_kept_finished = 0;
 }
 
 /* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
@@ -418,6 +421,17 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     }
     release_lease(h, r); /* a repeated lookup replaces the earlier lease */
     uint64_t C = h->chunk_tokens;
+    if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
+        r->n_local = n_computed;
+        r->hit_tokens = r->offered = r->external = 0;
+        r->load_pending = r->async_waiting = r->load_async = 0;
+        r->lossy_from = UINT64_MAX;
+        h->stats.lookups++;
+        h->stats.lookup_miss_tokens += n_tokens - n_computed;
+        kvs_lookup_result res = {.struct_size = out_size, .chunk_tokens = h->chunk_tokens};
+        memcpy(out, &res, out_size);
+        return KVS_OK;
+    }
     uint64_t first = n_computed / C;   /* chunks the engine already holds need not be stored */
     if (!remote_answer(h, r, first)) { /* a thread asks the nodes: the engine asks again later */
         r->n_local = n_computed;
@@ -425,7 +439,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         r->load_pending = r->async_waiting = r->load_async = 0;
         r->lossy_from = UINT64_MAX;
         h->stats.lookups_unknown++;
-        kvs_lookup_result res = {.struct_size = out_size, .unknown_yet = 1};
+        kvs_lookup_result res = {
+            .struct_size = out_size, .unknown_yet = 1, .chunk_tokens = h->chunk_tokens};
         memcpy(out, &res, out_size);
         return KVS_OK;
     }
@@ -489,7 +504,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
                              .n_hit_tokens = ext,
                              .unknown_yet = 0,
                              .load_async = r->load_async,
-                             .n_lossy_tokens = lossy_tokens};
+                             .n_lossy_tokens = lossy_tokens,
+                             .chunk_tokens = h->chunk_tokens};
     memcpy(out, &res, out_size);
     return KVS_OK;
 }
@@ -634,6 +650,7 @@ static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_st
     if (r && s->n_computed < r->step_end && s->n_computed < plan->saved_upto)
         plan->saved_upto = s->n_computed / C * C;
     uint64_t from = plan->saved_upto / C, to = limit / C;
+    if (h->transfer_role == KVS_TRANSFER_CONSUMER) to = from; /* a decode instance only loads */
     if (to > from) {
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
@@ -793,7 +810,9 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
                      .group_fingerprint = h->group_fingerprint,
                      .key_ranks = h->key_ranks,
                      .chunk_tokens = h->chunk_tokens,
-                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u};
+                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
+                     .finished = h->kept_finished,
+                     .n_finished = h->n_kept_finished};
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
@@ -834,6 +853,12 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     }
     memcpy(buf, blob, blob_len);
     h->step++;
+    h->n_kept_finished = 0; /* the workers know them now */
+    for (uint64_t i = 0; i < meta.n_reqs; i++)
+        if (meta.reqs[i].n_saves) {
+            kvs_request *r = find_request(h, reqs[i].req_id);
+            if (r) r->saves_emitted = 1;
+        }
     release_finished_leases(h);
     for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
         st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
@@ -850,11 +875,27 @@ out:
     return st;
 }
 
+/* Add req_id to the finished requests the next build_meta names: 0 when out of memory (the pages
+ * are then not kept: nothing would report them). */
+static int remember_kept(kvs_handle *h, const char *req_id) {
+    if (h->n_kept_finished == h->cap_kept_finished) {
+        uint64_t cap = h->cap_kept_finished ? 2 * h->cap_kept_finished : 16;
+        void *grown = realloc(h->kept_finished, cap * sizeof *h->kept_finished);
+        if (!grown) return 0;
+        h->kept_finished = grown;
+        h->cap_kept_finished = cap;
+    }
+    char *slot = h->kept_finished[h->n_kept_finished++];
+    memset(slot, 0, KVS_REQ_ID_MAX);
+    memcpy(slot, req_id, strlen(req_id));
+    return 1;
+}
+
 kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_finished");
     if (st == KVS_OK) st = check_id(h, "request_finished", req_id);
     if (st != KVS_OK) return st;
-    if (keep_blocks) *keep_blocks = 0; /* saves complete inside the step: nothing to keep */
+    if (keep_blocks) *keep_blocks = 0; /* synchronous saves complete inside the step */
     kvs_request *r = find_request(h, req_id);
     uint64_t id_hash = XXH3_64bits(req_id, strlen(req_id));
     if (!r) {
@@ -865,6 +906,11 @@ kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *ke
         return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen",
                              req_id);
     }
+    /* Async saves: its saves may still be on their way to the tiers. The pages are not read again
+     * (wait_save completed the gathers), but the engine keeps them until the workers report the
+     * saves landed: a producer's hand-off is then in the tiers, and vLLM ties delivery to it. */
+    if (h->cfg->saves.async && r->saves_emitted && keep_blocks && remember_kept(h, req_id))
+        *keep_blocks = 1;
     destroy_request(h, r);
     h->finished_ids[h->finished_next++ % KVS_FINISHED_IDS] = id_hash;
     return KVS_OK;

@@ -10,6 +10,7 @@
 #include "handle.h"
 #include "worker_async.h"
 #include "worker_load.h"
+#include "worker_saver.h"
 
 static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
@@ -132,6 +133,12 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         }
         if (!m->reqs[i].load_async) n_loads += m->reqs[i].n_loads;
         n_saves += m->reqs[i].n_saves;
+    }
+    /* The requests finished with their pages kept are remembered even if this bind fails below
+     * (out of memory): the scheduler finished them, and get_finished must report them. */
+    if ((st = kvs_saver_note_finished(h, m)) != KVS_OK) {
+        kvs_meta_free(m);
+        return kvs_set_error(h, st, "bind_meta: out of memory for the finished requests");
     }
     /* Everything is allocated before any state changes, so a refusal leaves the handle as it was
      * (the step still bound stays bound). */

@@ -14,6 +14,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "worker_load.h"
+#include "worker_saver.h"
 
 struct kvs_async_job {
     kvs_meta_req req; /* a copy: the bound metadata goes away with its step */
@@ -202,12 +203,27 @@ kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sendin
         return kvs_set_error(h, KVS_EINVAL, "get_finished: count pointer is NULL");
     if ((sending_cap && !sending) || (receiving_cap && !receiving))
         return kvs_set_error(h, KVS_EINVAL, "get_finished: a buffer is NULL but its cap is not 0");
-    /* Saves complete inside the step: none is ever in flight between steps. */
     *n_sending = *n_receiving = 0;
     if (sending_cap) sending[0] = '\0';
     if (receiving_cap) receiving[0] = '\0';
+    kvs_saver_collect(h);
+    /* Finished requests whose saves have all landed (async saves): more may land before they are
+     * taken below; those that do not fit then wait for the next call. */
+    uint64_t send_need = 0, n_send = 0;
+    kvs_saver_sending_need(h, &send_need, &n_send);
+    if (send_need > sending_cap) {
+        *n_sending = n_send;
+        return kvs_set_error(h, KVS_EOVERFLOW,
+                             "get_finished: %llu finished saves need %llu bytes, sending holds "
+                             "%llu (nothing was reported)",
+                             (unsigned long long)n_send, (unsigned long long)send_need,
+                             (unsigned long long)sending_cap);
+    }
     struct kvs_async_loader *L = h->async;
-    if (!L) return KVS_OK;
+    if (!L) {
+        kvs_saver_take_sending(h, sending, sending_cap, n_sending);
+        return KVS_OK;
+    }
     kvs_async_land(h);
     pthread_mutex_lock(&L->lock);
     uint64_t need = 0, n = 0;
@@ -224,6 +240,7 @@ kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sendin
     }
     kvs_async_job *j = take_all(&L->landed);
     pthread_mutex_unlock(&L->lock);
+    kvs_saver_take_sending(h, sending, sending_cap, n_sending);
     uint64_t at = 0;
     while (j) {
         kvs_async_job *next = j->next;

@@ -16,6 +16,7 @@
 #include "sparse.h"
 #include "worker.h"
 #include "worker_async.h"
+#include "worker_saver.h"
 
 static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
     if (views[0].device_kind == KVS_DEVICE_HOST) {
@@ -201,6 +202,7 @@ kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
 }
 
 void kvs_worker_close(kvs_handle *h) {
+    kvs_saver_close(h); /* queued saves land (bounded wait) or are dropped before the pool goes */
     kvs_async_close(h); /* its pins and slabs go before the device and the pool */
     if (h->wstate != WORKER_IDLE && h->dev) {
         char why[512];

@@ -1,6 +1,8 @@
 /* worker_save.c - the worker's saves: at the first save_layer of a step each chunk to save gets a
  * place (a reservation in the top tier or a staging slab); every save_layer gathers its layer there;
- * wait_save checksums, seals and stores the whole ones and drops any a failed load tainted. */
+ * wait_save checksums, seals and stores the whole ones and drops any a failed load tainted. With
+ * `saves: {async: true}` wait_save only completes the gathers and hands the rest to the saver thread
+ * (worker_saver.c). */
 #include "worker_save.h"
 
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "object.h"
 #include "worker.h"
 #include "worker_load.h"
+#include "worker_saver.h"
 
 /* A chunk's KV depends on every token before it, so a failed load taints every chunk that ends after
  * a failed block begins: the engine computed it on top of garbage. This covers the request's own
@@ -40,7 +43,9 @@ static int place_save(kvs_handle *h, kvs_save_work *w) {
         kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s",
                 w->req->id, why);
     }
-    if (!(w->slab = kvs_pool_alloc(h->pool))) return 0;
+    /* Slabs the saver thread holds come back as their saves land: wait for them (bounded). */
+    while (!(w->slab = kvs_pool_alloc(h->pool)))
+        if (!kvs_saver_wait_landed(h)) return 0;
     w->object = w->slab;
     return 1;
 }
@@ -133,8 +138,8 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
     return KVS_OK;
 }
 
-/* CUDA device: the gathers have landed; checksum every layer of every save on the hash pool. */
-static kvs_status hash_saves(kvs_handle *h) {
+/* CUDA device (or the deferred host device): wait for the gathers out of the pages to land. */
+static kvs_status sync_saves(kvs_handle *h) {
     char why[512] = "";
     kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
     if (st != KVS_OK) {
@@ -142,6 +147,13 @@ static kvs_status hash_saves(kvs_handle *h) {
         for (uint64_t i = 0; i < h->n_saves; i++) release_save(h, &h->saves[i]);
         return kvs_set_error(h, st, "wait_save: %s", why);
     }
+    return KVS_OK;
+}
+
+/* CUDA device: the gathers have landed; checksum every layer of every save on the hash pool. */
+static kvs_status hash_saves(kvs_handle *h) {
+    kvs_status st = sync_saves(h);
+    if (st != KVS_OK) return st;
     uint64_t n_jobs = 0;
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
@@ -185,7 +197,10 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
     uint64_t t0 = kvs_now_ns();
     kvs_worker_complete_async_loads(h); /* errors found here taint the saves below */
     kvs_status result = KVS_OK;
-    if (!h->dev_info.synchronous) result = hash_saves(h);
+    /* Asynchronous saves: once the gathers have landed the pages are not read again; hashing,
+     * sealing and storing go to the saver thread. */
+    int async = h->n_saves && kvs_saver_async(h);
+    if (!h->dev_info.synchronous) result = async ? sync_saves(h) : hash_saves(h);
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
         if (!w->object) continue;
@@ -199,8 +214,9 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
             release_save(h, w);
             continue;
         }
-        store_save(h, w);
+        if (!async) store_save(h, w);
     }
+    if (async) kvs_saver_submit(h, h->saves, h->n_saves, !h->dev_info.synchronous);
     h->stats.save_ns += kvs_now_ns() - t0;
     kvs_worker_reset(h);
     return result;

@@ -39,7 +39,10 @@ AT(kvs_open_params, struct_size, 0, 4);
 AT(kvs_open_params, role, 4, 4);
 AT(kvs_open_params, config_path, 8, 8);
 AT(kvs_open_params, model, 16, 8);
-SIZE(kvs_open_params, 24);
+AT(kvs_open_params, transfer_role, 24, 4); /* 1.10 */
+SIZE(kvs_open_params, 32);
+_Static_assert(KVS_TRANSFER_BOTH == 0 && KVS_TRANSFER_PRODUCER == 1 && KVS_TRANSFER_CONSUMER == 2,
+               "kvs_transfer_role values");
 _Static_assert(KVS_OPEN_PARAMS_SIZE_1_0 == 24, "open params 1.0 size");
 
 AT(kvs_layer_view, struct_size, 0, 4);
@@ -59,7 +62,8 @@ AT(kvs_lookup_result, n_hit_tokens, 8, 8);
 AT(kvs_lookup_result, unknown_yet, 16, 1);
 AT(kvs_lookup_result, load_async, 17, 1);
 AT(kvs_lookup_result, n_lossy_tokens, 24, 8);
-SIZE(kvs_lookup_result, 32);
+AT(kvs_lookup_result, chunk_tokens, 32, 4); /* 1.10 */
+SIZE(kvs_lookup_result, 40);
 _Static_assert(KVS_LOOKUP_RESULT_SIZE_1_0 == 24, "lookup result 1.0 size");
 
 /* frozen for major 1 */
@@ -126,7 +130,10 @@ AT(kvs_stats, async_loads_failed, 360, 8);
 AT(kvs_stats, steps_closed, 368, 8);
 AT(kvs_stats, lookups_unknown, 376, 8);
 AT(kvs_stats, lossy_chunks_loaded, 384, 8);
-SIZE(kvs_stats, 392);
+AT(kvs_stats, saves_async, 392, 8); /* 1.10 */
+AT(kvs_stats, saves_in_flight, 400, 8);
+AT(kvs_stats, sends_reported, 408, 8);
+SIZE(kvs_stats, 416);
 _Static_assert(KVS_STATS_SIZE_1_0 == offsetof(kvs_stats, n_tiers), "stats 1.0 size");
 
 AT(kvs_api, abi_major, 0, 4);

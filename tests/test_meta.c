@@ -137,8 +137,8 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_int_gt(refused, 1500);
     /* counts and lengths larger than the blob are refused before anything is allocated for them */
     const uint8_t huge_array[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x01},
-                  huge_map[] = {0x97, 0xdf, 0x7f, 0xff, 0xff, 0xff},
-                  huge_bin[] = {0x97, 0x07, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
+                  huge_map[] = {0x98, 0xdf, 0x7f, 0xff, 0xff, 0xff},
+                  huge_bin[] = {0x98, 0x08, 0x00, 0xc6, 0xff, 0xff, 0xff, 0x00, 0x00};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_array, sizeof huge_array)),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "the root has 4294967295 elements"));
@@ -147,7 +147,7 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
     ck_assert_ptr_nonnull(strstr(
         api->last_error(r.h), "the group fingerprint of 4294967040 bytes is over the limit of 16"));
     /* a request list declaring 2^32-1 requests in a few bytes is refused before calloc sees the count */
-    const uint8_t huge_reqs[] = {0x97, 0x07, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
+    const uint8_t huge_reqs[] = {0x98, 0x08, 0x00, 0xc4, 0x10, 0,    0,    0,    0,   0,
                                  0,    0,    0,    0,    0,    0,    0,    0,    0,   0,
                                  0,    0x01, 0x20, 0xdd, 0xff, 0xff, 0xff, 0xff, 0x90};
     ck_assert_int_eq(api->bind_meta(r.h, bad, sealed(bad, huge_reqs, sizeof huge_reqs)),
@@ -160,14 +160,47 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
      * here none: 0xcf and eight 0xff) and the step's flags (v7, 0), here an empty bin (every
      * layer): one of the right size is taken, one naming a layer past the model's two or of another
      * size is not. */
-    const uint64_t tail = 10; /* derived_from, flags */
-    ck_assert_uint_eq(meta[len - 1], 0x00);
+    const uint64_t tail = 11; /* derived_from, flags, the finished list (v8, empty: 0x90) */
+    ck_assert_uint_eq(meta[len - 2], 0x00);
+    ck_assert_uint_eq(meta[len - 1], 0x90);
     /* flags: a bit this library does not know is refused */
     memcpy(bad, meta, len);
-    bad[len - 1] = 0x02;
+    bad[len - 2] = 0x02;
     reseal(bad, len);
     ck_assert_int_eq(api->bind_meta(r.h, bad, len), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "flags"));
+    /* the finished list: a count larger than the blob, an id that is empty, holds a NUL or is not
+     * a string are refused; one good id is taken */
+    const uint8_t huge_finished[] = {0xdd, 0xff, 0xff, 0xff, 0xff}, empty_id[] = {0x91, 0xa0},
+                  nul_id[] = {0x91, 0xa3, 'a', 0x00, 'b'}, bin_id[] = {0x91, 0xc4, 0x01, 'a'},
+                  good[] = {0x92, 0xa1, 'x', 0xa2, 'y', 'z'};
+    const uint8_t *lists[] = {huge_finished, empty_id, nul_id, bin_id, good};
+    const uint64_t list_len[] = {sizeof huge_finished, sizeof empty_id, sizeof nul_id,
+                                 sizeof bin_id, sizeof good};
+    const char *why[] = {"the finished list declares 4294967295 elements",
+                         "a finished request id is not 1..255 bytes of text",
+                         "a finished request id is not 1..255 bytes of text", "finished request id",
+                         NULL};
+    for (int k = 0; k < 5; k++) {
+        memcpy(bad, meta, len - 1);
+        memcpy(bad + len - 1, lists[k], list_len[k]);
+        uint64_t n = len - 1 + list_len[k];
+        reseal(bad, n);
+        kvs_meta *m = NULL;
+        char err[256] = "";
+        kvs_status st = kvs_meta_decode(bad, n, 0, &m, err, sizeof err);
+        if (!why[k]) {
+            ck_assert_int_eq(st, KVS_OK);
+            ck_assert_uint_eq(m->n_finished, 2);
+            ck_assert_str_eq(m->finished[0], "x");
+            ck_assert_str_eq(m->finished[1], "yz");
+            kvs_meta_free(m);
+            continue;
+        }
+        ck_assert_int_eq(st, KVS_EINVAL);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(err, why[k]) != NULL, "%s", err);
+    }
     ck_assert(len > 3 + tail && meta[len - tail - 3] == 0xc4 && meta[len - tail - 2] == 0x00 &&
               meta[len - tail - 1] == 0x00 && meta[len - tail] == 0xcf);
     const uint8_t masks[][5] = {
@@ -420,9 +453,9 @@ START_TEST(key_ranks_that_do_not_add_up_are_refused) {
     b.saves[0].keys = b.keys[3];
     ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_OK);
     const uint8_t *blob = out;
-    /* body: 0x97, version 7, step 7, bin8 of 16 (2 + 16 bytes), then key_ranks at 21 */
+    /* body: 0x98, version 8, step 7, bin8 of 16 (2 + 16 bytes), then key_ranks at 21 */
     const uint64_t ranks_at = KVS_META_HEADER_BYTES + 21;
-    ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES], 0x97);
+    ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES], 0x98);
     ck_assert_uint_eq(blob[KVS_META_HEADER_BYTES + 1], KVS_META_VERSION);
     ck_assert_uint_eq(blob[ranks_at], 2);
     char err[256];
@@ -441,32 +474,33 @@ START_TEST(key_ranks_that_do_not_add_up_are_refused) {
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "a load's keys of 32 bytes is over the limit of 16"));
     /* load_async comes before the request's last field, derived_from (64): 0 or 1; then the
-     * step's flags (0) */
-    ck_assert_uint_eq(blob[len - 1], 0);
-    ck_assert_uint_eq(blob[len - 2], 64);
-    ck_assert_uint_eq(blob[len - 3], 1);
-    ck_assert_int_eq(decode_spliced(blob, len, len - 3, 1, &two, 1, 0, err, sizeof err),
+     * step's flags (0) and the finished list (v8, empty: 0x90) */
+    ck_assert_uint_eq(blob[len - 1], 0x90);
+    ck_assert_uint_eq(blob[len - 2], 0);
+    ck_assert_uint_eq(blob[len - 3], 64);
+    ck_assert_uint_eq(blob[len - 4], 1);
+    ck_assert_int_eq(decode_spliced(blob, len, len - 4, 1, &two, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "load_async 2 is over 1"));
     /* a request without derived_from (a v5 request) is refused */
-    ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &zero, 0, 0, err, sizeof err),
+    ck_assert_int_eq(decode_spliced(blob, len, len - 3, 1, &zero, 0, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_str_ne(err, "");
-    /* a step without flags (a v6 root: six fields) is refused, and so is an unknown flag; the
-     * known one is read */
-    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &zero, 0, 0, err, sizeof err),
+    /* a step without flags, or without the finished list (a v7 root: seven fields), is refused,
+     * and so is an unknown flag; the known one is read */
+    ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &zero, 0, 0, err, sizeof err),
                      KVS_EINVAL);
-    static uint8_t six[4096];
-    memcpy(six, blob, len - 1);
-    six[KVS_META_HEADER_BYTES] = 0x96;
-    reseal(six, len - 1);
+    static uint8_t seven[4096];
+    memcpy(seven, blob, len - 1);
+    seven[KVS_META_HEADER_BYTES] = 0x97;
+    reseal(seven, len - 1);
     kvs_meta *old = NULL;
-    ck_assert_int_eq(kvs_meta_decode(six, len - 1, 0, &old, err, sizeof err), KVS_EINVAL);
+    ck_assert_int_eq(kvs_meta_decode(seven, len - 1, 0, &old, err, sizeof err), KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "root"));
-    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &two, 1, 0, err, sizeof err),
+    ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &two, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "flags"));
-    ck_assert_int_eq(decode_spliced(blob, len, len - 1, 1, &one, 1, 0, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &one, 1, 0, err, sizeof err), KVS_OK);
     free(out);
     b.meta.flags = KVS_META_MASKS_DROPPED;
     ck_assert_int_eq(kvs_meta_encode(&b.meta, &out, &len), KVS_OK);

@@ -39,6 +39,11 @@ ROLE_SCHEDULER = 1
 ROLE_WORKER = 2
 ROLE_BOTH = 3
 
+# kvs_transfer_role (1.10, kvs_open_params.transfer_role): vLLM's kv_role
+TRANSFER_BOTH = 0
+TRANSFER_PRODUCER = 1
+TRANSFER_CONSUMER = 2
+
 DTYPE_FP16 = 1
 DTYPE_BF16 = 2
 DTYPE_FP32 = 3
@@ -108,6 +113,8 @@ class OpenParams(ctypes.Structure):
         ("role", ctypes.c_uint32),
         ("config_path", ctypes.c_char_p),
         ("model", ctypes.POINTER(ModelDesc)),
+        # 1.10
+        ("transfer_role", ctypes.c_uint32),
     ]
 
 
@@ -133,6 +140,8 @@ class LookupResult(ctypes.Structure):
         ("load_async", ctypes.c_uint8),
         # 1.6
         ("n_lossy_tokens", ctypes.c_uint64),
+        # 1.10
+        ("chunk_tokens", ctypes.c_uint32),
     ]
 
 
@@ -214,6 +223,10 @@ class Stats(ctypes.Structure):
         ("lookups_unknown", ctypes.c_uint64),
         # 1.6
         ("lossy_chunks_loaded", ctypes.c_uint64),
+        # 1.10
+        ("saves_async", ctypes.c_uint64),
+        ("saves_in_flight", ctypes.c_uint64),
+        ("sends_reported", ctypes.c_uint64),
     ]
 
 
@@ -535,7 +548,9 @@ def strerror(status):
 # --- a handle -----------------------------------------------------------------------------------------
 
 # lossy_tokens (ABI 1.6): of hit_tokens, those that load lossy (docs/compress.md)
-Lookup = namedtuple("Lookup", "hit_tokens unknown_yet load_async lossy_tokens", defaults=(0,))
+# chunk_tokens: the handle's chunk size (1.10; 0 from an older library)
+Lookup = namedtuple("Lookup", "hit_tokens unknown_yet load_async lossy_tokens chunk_tokens",
+                    defaults=(0, 0))
 Plan = namedtuple("Plan", "mode first_token end_token recompute_tokens predicted_ms "
                           "recompute_layers stage_recompute_layers")
 
@@ -586,8 +601,14 @@ class Handle:
     model: a ModelDesc or a mapping with its fields (model_id, dtype, n_layers, n_kv_heads, head_dim,
     block_tokens, is_mla, tp_rank, tp_size, salt, vocab_size)."""
 
-    def __init__(self, role, model, config_path=None):
+    def __init__(self, role, model, config_path=None, transfer_role=TRANSFER_BOTH):
+        """transfer_role (1.10): TRANSFER_BOTH, _PRODUCER (only saves) or _CONSUMER (only loads);
+        a library older than 1.10 would ignore it, so another role than both needs 1.10."""
         api = get_api()
+        if transfer_role != TRANSFER_BOTH and api.abi_minor < 10:
+            raise VersionMismatch("open", EVERSION,
+                                  f"transfer_role {transfer_role} needs ABI 1.10; the library "
+                                  f"implements {api.abi_major}.{api.abi_minor}")
         self._api = api
         self._h = _H()
         if isinstance(model, ModelDesc):
@@ -606,7 +627,7 @@ class Handle:
         self._desc = desc
         params = OpenParams(struct_size=ctypes.sizeof(OpenParams), role=int(role),
                             config_path=os.fsencode(config_path) if config_path else None,
-                            model=ctypes.pointer(desc))
+                            model=ctypes.pointer(desc), transfer_role=int(transfer_role))
         err = ctypes.create_string_buffer(1024)
         st = api.open(ctypes.byref(params), ctypes.byref(self._h), err, len(err))
         if st != OK:
@@ -671,7 +692,7 @@ class Handle:
         out = LookupResult(struct_size=ctypes.sizeof(LookupResult))
         self._check(self._api.lookup(h, rid, buf, n, int(n_computed), ctypes.byref(out)), "lookup")
         return Lookup(int(out.n_hit_tokens), bool(out.unknown_yet), bool(out.load_async),
-                      int(out.n_lossy_tokens))
+                      int(out.n_lossy_tokens), int(out.chunk_tokens))
 
     def request_key_input(self, req_id, from_token, data):
         """Add bytes `data` to req_id's key inputs (ABI 1.10): they enter the keys of the chunk

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import weakref
 
 from kvstrata import _abi
@@ -56,6 +57,25 @@ __all__ = [
 DEFAULT_DRAM_CAPACITY = "4GiB"
 MAX_TENANT_LABELS = 64  # tenants counted apart per stats interval; the rest count as "other"
 DEFAULT_CHUNK_TOKENS = 256
+# A consumer waits this long (kv_connector_extra_config 'handoff_wait_ms') for the chunks a
+# producer said it stored before it takes the hit it has (the rest is recomputed).
+DEFAULT_HANDOFF_WAIT_MS = 10000
+# The key of request_finished's kv_transfer_params a producer fills: the tokens (whole chunks) its
+# saves store for the request. vLLM hands the params to the decode request on the consumer.
+STORED_TOKENS_PARAM = "kvstrata_stored_tokens"
+
+_TRANSFER_ROLES = {None: _abi.TRANSFER_BOTH, "kv_both": _abi.TRANSFER_BOTH,
+                   "kv_producer": _abi.TRANSFER_PRODUCER, "kv_consumer": _abi.TRANSFER_CONSUMER}
+
+
+def transfer_role(kv_transfer_config):
+    """The library's transfer role for vLLM's kv_role (kv_producer, kv_consumer, kv_both)."""
+    kv_role = getattr(kv_transfer_config, "kv_role", None)
+    try:
+        return _TRANSFER_ROLES[kv_role]
+    except KeyError:
+        raise KvstrataConfigError(
+            f"kvstrata: kv_role {kv_role!r} is not kv_producer, kv_consumer or kv_both") from None
 
 
 class KvstrataConfigError(ValueError):
@@ -389,7 +409,7 @@ def _close_open_connectors():
 class _SchedRequest:
     __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
                  "async_armed", "keyed", "tenant", "sent", "sent_blocks", "load_pending",
-                 "prompt_tokens")
+                 "prompt_tokens", "handoff_deadline")
 
     def __init__(self, request=None, bypass=None):
         self.request = request
@@ -406,6 +426,7 @@ class _SchedRequest:
         self.sent_blocks = 0
         self.load_pending = False  # on_alloc armed a load no step has carried yet
         self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
+        self.handoff_deadline = None  # consumer: waits for the producer's chunks until then
 
 
 def _bypass_reason(req):
@@ -499,6 +520,10 @@ def _base_takes_kv_cache_config():
 class KvstrataConnector(KVConnectorBase_V1):
     """vLLM KV connector v1 over libkvstrata (docs/vllm.md)."""
 
+    _transfer_role = _abi.TRANSFER_BOTH  # kv_role (set in __init__)
+    _handoff_wait_s = DEFAULT_HANDOFF_WAIT_MS / 1000.0
+    _chunk_tokens = 0  # the library's, from the first lookup (ABI 1.10)
+
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if _base_takes_kv_cache_config():
             super().__init__(vllm_config, role, kv_cache_config)
@@ -507,6 +532,10 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._scheduler = _role_is_scheduler(role)
         ktc = vllm_config.kv_transfer_config
         self._extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+        self._transfer_role = transfer_role(ktc)
+        self._handoff_wait_s = float(self._extra.get("handoff_wait_ms",
+                                                     DEFAULT_HANDOFF_WAIT_MS)) / 1000.0
+        self._chunk_tokens = 0  # the library's, from the first lookup (ABI 1.10)
         self._model = describe_model(vllm_config, kv_cache_config, scheduler=self._scheduler)
         self._tmpdir = None
         self._handle = None
@@ -554,7 +583,8 @@ class KvstrataConnector(KVConnectorBase_V1):
     def _open(self):
         _abi.require_minor(5, "KvstrataConnector")
         role = _abi.ROLE_SCHEDULER if self._scheduler else _abi.ROLE_WORKER
-        self._handle = _abi.Handle(role, self._model.as_dict(), self._config_path)
+        self._handle = _abi.Handle(role, self._model.as_dict(), self._config_path,
+                                   transfer_role=self._transfer_role)
         self._tier_names = self._handle.tier_names()
         self._key_inputs_supported = (hasattr(self._handle, "request_key_input")
                                       and _abi.has_hook("request_key_input"))
@@ -575,7 +605,9 @@ class KvstrataConnector(KVConnectorBase_V1):
 
     @property
     def requires_kv_delivery(self):
-        return False  # a dropped save costs a later miss, never correctness
+        # A producer's hand-off must reach its consumer: vLLM recomputes a request preempted while
+        # it is pending. Elsewhere a dropped save costs a later miss, never correctness.
+        return self._transfer_role == _abi.TRANSFER_PRODUCER
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config):
@@ -649,12 +681,37 @@ class KvstrataConnector(KVConnectorBase_V1):
         st.sent = len(st.tokens)  # a lookup gives the library the request's tokens
         st.looked_up = True
         st.async_armed = False
+        if res.chunk_tokens:
+            self._chunk_tokens = res.chunk_tokens
         if res.unknown_yet:
+            return None, False
+        if self._transfer_role == _abi.TRANSFER_CONSUMER and self._handoff_pending(
+                request, st, num_computed_tokens + res.hit_tokens):
             return None, False
         self._count_tenant(st.tenant, res.hit_tokens,
                            max(0, len(st.tokens) - int(num_computed_tokens) - res.hit_tokens))
         st.load_async = bool(res.load_async and res.hit_tokens > 0)
         return res.hit_tokens, st.load_async
+
+    def _handoff_pending(self, request, st, found):
+        """A consumer's request whose producer said it stored more than the tiers hold yet: True
+        (ask again next step) until they do or the hand-off wait runs out; then the hit found is
+        taken and the engine recomputes the rest (a miss, never wrong KV)."""
+        params = getattr(request, "kv_transfer_params", None) or {}
+        try:
+            want = int(params.get(STORED_TOKENS_PARAM) or 0)
+        except (TypeError, ValueError, AttributeError):
+            return False
+        # a hit ends on a chunk boundary and leaves the prompt's last token to the engine
+        want = min(want, len(st.tokens) - 1)
+        if self._chunk_tokens:
+            want -= want % self._chunk_tokens
+        if want <= 0 or found >= want:
+            return False
+        now = time.monotonic()
+        if st.handoff_deadline is None:
+            st.handoff_deadline = now + self._handoff_wait_s
+        return now < st.handoff_deadline
 
     def _count_tenant(self, tenant, hit, miss):
         t = self._tenants.get(tenant)
@@ -836,8 +893,14 @@ class KvstrataConnector(KVConnectorBase_V1):
         try:
             keep = self._handle.request_finished(request.request_id)
         except _abi.NotFound:
-            keep = False  # the library never saw it (finished before any lookup or step)
-        return keep, None
+            return False, None  # the library never saw it (finished before any lookup or step)
+        params = None
+        if self._transfer_role == _abi.TRANSFER_PRODUCER and self._chunk_tokens:
+            # what the saves store: the computed prompt, whole chunks (vLLM returns the params with
+            # the request's output and a proxy hands them to the decode request)
+            n = min(int(request.num_computed_tokens), int(request.num_prompt_tokens))
+            params = {STORED_TOKENS_PARAM: n - n % self._chunk_tokens}
+        return keep, params
 
     def request_finished_all_groups(self, request, block_ids):
         return self.request_finished(request, _group0(block_ids))
@@ -947,8 +1010,9 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._bound = False
 
     def handle_preemptions(self, kv_connector_metadata):
-        # Saves finish inside the step that gathers them, so a preempted request's pages are never
-        # read after its step: nothing to wait for.
+        # wait_for_save completes the gathers out of the pages (asynchronous saves only store from
+        # the library's own buffers afterwards), so a preempted request's pages are never read
+        # after its step: nothing to wait for.
         return None
 
     def _start(self):

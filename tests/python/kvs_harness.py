@@ -83,6 +83,10 @@ class KVTransferConfig:
     def is_kv_producer(self):
         return self.kv_role in ("kv_producer", "kv_both")
 
+    @property
+    def is_kv_consumer(self):
+        return self.kv_role in ("kv_consumer", "kv_both")
+
 
 @dataclass
 class VllmConfig:
@@ -126,7 +130,8 @@ def layer_names(n):
 
 def make_vllm_config(spec, rank=0):
     extra = dict(spec["extra_config"])
-    ktc = KVTransferConfig(kv_connector_extra_config=extra, engine_id=spec["engine_id"])
+    ktc = KVTransferConfig(kv_connector_extra_config=extra, engine_id=spec["engine_id"],
+                           kv_role=spec.get("kv_role", "kv_both"))
     return VllmConfig(
         model_config=ModelConfig(spec),
         cache_config=CacheConfig(block_size=spec["block_size"], cache_dtype=spec["cache_dtype"],
@@ -158,8 +163,9 @@ class Request:
     """The fields of vllm.v1.request.Request the connector and this scheduler read."""
 
     def __init__(self, request_id, prompt_token_ids, max_tokens, lora_request=None,
-                 cache_salt=None, mm_features=None):
+                 cache_salt=None, mm_features=None, kv_transfer_params=None):
         self.request_id = request_id
+        self.kv_transfer_params = kv_transfer_params
         self.prompt_token_ids = list(prompt_token_ids)
         self._output_token_ids = []
         self._all_token_ids = list(prompt_token_ids)
@@ -339,6 +345,7 @@ class SchedulerRunner:
         self.failed_recving = set()
         self.to_preempt = []
         self.delayed_free = set()  # aborted while their KV loaded: blocks wait for finished_recving
+        self.kept = {}  # finished, request_finished said keep: rid -> blocks, until finished_sending
         self.lookups = collections.defaultdict(list)  # rid -> [(num_computed, result)]
         self.last_output = None
         self.finished_results = {}
@@ -354,7 +361,8 @@ class SchedulerRunner:
 
     # -- driver API --
 
-    def add_request(self, rid, prompt, max_tokens, lora=False, cache_salt=None, mm=()):
+    def add_request(self, rid, prompt, max_tokens, lora=False, cache_salt=None, mm=(),
+                    kv_transfer_params=None):
         """lora: False, True (adapter "adapter") or an adapter name; mm: (hash, offset, length)
         of each multimodal input, in position order."""
         lora_request = None
@@ -363,7 +371,7 @@ class SchedulerRunner:
             lora_request = LoRARequest(name, f"/adapters/{name}")
         feats = [MultiModalFeature(h, PlaceholderRange(o, n)) for h, o, n in mm]
         req = Request(rid, prompt, max_tokens, lora_request=lora_request, cache_salt=cache_salt,
-                      mm_features=feats)
+                      mm_features=feats, kv_transfer_params=kv_transfer_params)
         self.requests[rid] = req
         self.waiting.append(req)
         self.conn.on_new_request(req)
@@ -396,7 +404,9 @@ class SchedulerRunner:
                 "lookups": list(self.lookups.get(rid, [])),
                 "num_preemptions": req.num_preemptions,
                 "on_alloc": list(self.on_alloc_calls.get(rid, [])),
-                "connector_block_ids": self.conn_block_ids(rid)}
+                "connector_block_ids": self.conn_block_ids(rid),
+                "finished_result": self.finished_results.get(rid),
+                "kept_block_ids": list(self.kept.get(rid, []))}
 
     def conn_block_ids(self, rid):
         """The block table the scheduler-side connector keeps for rid (None when it keeps none)."""
@@ -447,6 +457,8 @@ class SchedulerRunner:
             self.delayed_free.add(req.request_id)
         elif not result[0]:
             self._free_blocks(req)
+        else:  # vLLM frees them when every worker reported the request in finished_sending
+            self.kept[req.request_id] = list(self.blocks.get(req.request_id, []))
         return result
 
     def are_free(self, block_ids):
@@ -616,6 +628,9 @@ class SchedulerRunner:
                 self.finished_recving.add(rid)
         for rid in out.finished_sending:
             req = self.requests.get(rid)
+            # vLLM asserts a sending report names a request whose pages it kept
+            assert rid in self.kept, f"{rid} reported in finished_sending, its pages were not kept"
+            del self.kept[rid]
             if req is not None:
                 self._free_blocks(req)
         return {"failed": sorted(failed)}
@@ -1109,11 +1124,14 @@ class Harness:
                  head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
                  token_budget=1024, vocab=32000, loads=None, model="hash", device=None,
-                 tiers_below="", shared_layers=0):
+                 tiers_below="", shared_layers=0, kv_role="kv_both", shm_name=None):
+        """kv_role: vLLM's (kv_producer, kv_consumer, kv_both). shm_name: the DRAM tier's shared
+        memory object (default one of this instance's own): two instances given the same one share
+        the tier, as a prefill and a decode instance do."""
         self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.engine_id = "t" + uuid.uuid4().hex[:16]
-        self.shm_name = "kvstrata-" + self.engine_id
+        self.shm_name = shm_name or "kvstrata-" + self.engine_id
         extra = dict(extra_config or {})
         mla = layout == "mla"
         spec = dict(layout=layout, dtype=dtype, tp=tp, n_layers=n_layers,
@@ -1124,7 +1142,8 @@ class Harness:
                     model_dtype="float16" if dtype == "fp8" else
                     {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
                     cache_dtype="fp8" if dtype == "fp8" else "auto", model=model,
-                    device=device or test_device(), shared_layers=shared_layers)
+                    device=device or test_device(), shared_layers=shared_layers,
+                    kv_role=kv_role)
         if default_config:
             extra.setdefault("dram_capacity", capacity)
         else:
@@ -1164,8 +1183,10 @@ class Harness:
 
     # -- driving --
 
-    def add(self, rid, prompt, max_tokens=2, lora=False, cache_salt=None, mm=()):
-        self.sched.call("add_request", rid, list(prompt), max_tokens, lora, cache_salt, list(mm))
+    def add(self, rid, prompt, max_tokens=2, lora=False, cache_salt=None, mm=(),
+            kv_transfer_params=None):
+        self.sched.call("add_request", rid, list(prompt), max_tokens, lora, cache_salt, list(mm),
+                        kv_transfer_params)
 
     def step(self, opts=None, worker_order=None, per_rank_opts=None, between=None):
         """One engine step; returns (scheduler output, [worker outputs], what went back).

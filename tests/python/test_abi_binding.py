@@ -34,13 +34,17 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["vocab_size"][0], _abi.MODEL_DESC_SIZE_1_0)
 
     def test_small_structs(self):
-        self.assertEqual(ctypes.sizeof(_abi.OpenParams), 24)
+        self.assertEqual(ctypes.sizeof(_abi.OpenParams), 32)
         self.assertEqual(offsets(_abi.OpenParams)["model"], (16, 8))
+        self.assertEqual(offsets(_abi.OpenParams)["transfer_role"], (24, 4))  # 1.10
+        self.assertEqual((_abi.TRANSFER_BOTH, _abi.TRANSFER_PRODUCER, _abi.TRANSFER_CONSUMER),
+                         (0, 1, 2))
         self.assertEqual(ctypes.sizeof(_abi.LayerView), 56)
         self.assertEqual(offsets(_abi.LayerView)["head_stride"], (48, 8))
-        self.assertEqual(ctypes.sizeof(_abi.LookupResult), 32)
+        self.assertEqual(ctypes.sizeof(_abi.LookupResult), 40)
         self.assertEqual(offsets(_abi.LookupResult)["load_async"], (17, 1))
         self.assertEqual(offsets(_abi.LookupResult)["n_lossy_tokens"], (24, 8))  # 1.6
+        self.assertEqual(offsets(_abi.LookupResult)["chunk_tokens"], (32, 4))  # 1.10
         self.assertEqual(ctypes.sizeof(_abi.StepRequest), 56)
         self.assertEqual(offsets(_abi.StepRequest)["n_scheduled"], (48, 8))
         self.assertEqual(ctypes.sizeof(_abi.Event), 24)
@@ -61,7 +65,10 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["steps_closed"], (368, 8))
         self.assertEqual(o["lookups_unknown"], (376, 8))
         self.assertEqual(o["lossy_chunks_loaded"], (384, 8))  # 1.6
-        self.assertEqual(ctypes.sizeof(_abi.Stats), 392)
+        self.assertEqual(o["saves_async"], (392, 8))  # 1.10
+        self.assertEqual(o["saves_in_flight"], (400, 8))
+        self.assertEqual(o["sends_reported"], (408, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Stats), 416)
 
     def test_the_table_in_header_order(self):
         o = offsets(_abi.Api)
@@ -115,6 +122,16 @@ class Calls(unittest.TestCase):
             with self.assertRaises(_abi.InvalidArgument):
                 h.lookup("x" * 300, [1, 2, 3], 0)
 
+    def test_a_producer_handle_finds_nothing_and_an_unknown_role_is_refused(self):
+        with _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model(),
+                         transfer_role=_abi.TRANSFER_PRODUCER) as h:
+            found = h.lookup("r", list(range(600)), 0)
+            self.assertEqual((found.hit_tokens, found.unknown_yet, found.chunk_tokens),
+                             (0, False, 256))
+        with self.assertRaises(_abi.InvalidArgument) as cm:
+            _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model(), transfer_role=3)
+        self.assertIn("transfer_role 3", str(cm.exception))
+
     def test_open_refuses_a_bad_yaml_with_its_line(self):
         d = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, d)
@@ -165,7 +182,7 @@ class Calls(unittest.TestCase):
             self.assertFalse(h.request_finished("r1"))
             self.assertEqual(h.stats()["chunks_saved"], 1)  # one full chunk of 256 tokens
             found = h.lookup("r2", tokens, 0)
-            self.assertEqual(found, _abi.Lookup(256, False, False))
+            self.assertEqual(found, _abi.Lookup(256, False, False, 0, 256))
             h.on_alloc("r2", table2, 256)
             h.bind_meta(h.build_meta([_abi.StepSpec("r2", tokens, table2, 256, prompt - 256)]))
             with self.assertRaises(_abi.WrongState):  # before start_load

@@ -14,6 +14,7 @@
 
 char rig_tmpdir[512];
 int rig_layers = LAYERS;
+uint32_t rig_transfer_role = KVS_TRANSFER_BOTH;
 
 static const kvs_api *rig_api(void) {
     return kvs_get_api(KVS_ABI_MAJOR);
@@ -21,6 +22,7 @@ static const kvs_api *rig_api(void) {
 
 void rig_setup(void) {
     rig_layers = LAYERS;
+    rig_transfer_role = KVS_TRANSFER_BOTH;
     ck_assert_int_eq(kvs_test_tmpdir(rig_tmpdir, sizeof rig_tmpdir), 0);
 }
 
@@ -86,7 +88,11 @@ kvs_status rig_open(rig *r, kvs_role role, const char *cfg) {
 kvs_status rig_open_model(rig *r, kvs_role role, const char *cfg, const kvs_model_desc *m) {
     memset(r, 0, sizeof *r);
     r->mla = m->is_mla != 0;
-    kvs_open_params p = {.struct_size = sizeof p, .role = role, .config_path = cfg, .model = m};
+    kvs_open_params p = {.struct_size = sizeof p,
+                         .role = role,
+                         .config_path = cfg,
+                         .model = m,
+                         .transfer_role = rig_transfer_role};
     kvs_status st = rig_api()->open(&p, &r->h, r->error, sizeof r->error);
     if (st == KVS_OK) {
         kvs_clock_init_manual(&r->clock, kvs_now_ns());

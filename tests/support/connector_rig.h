@@ -23,6 +23,8 @@ enum { LAYERS = 2, HEADS = 2, HEAD_DIM = 16, BT = 16, CHUNK = 32, BLOCKS = 64 };
 extern char rig_tmpdir[512];
 /* Registered layers of the rigs a test opens (stage tests add some); rig_setup resets it to LAYERS. */
 extern int rig_layers;
+/* The transfer_role the rigs a test opens pass (kvs_transfer_role); rig_setup resets it to both. */
+extern uint32_t rig_transfer_role;
 
 typedef struct rig {
     kvs_handle *h;
