@@ -15,8 +15,8 @@
  *  - Structs the library fills (kvs_lookup_result, kvs_stats, kvs_restore_plan): the caller sets
  *    struct_size; the library writes min(struct_size, its own sizeof) bytes and refuses a size below
  *    the struct's first size (KVS_EINVAL).
- *  - Arrays: the views array of register_kv steps by views[0].struct_size (every element carries the
- *    same size). kvs_step_request and kvs_event have no struct_size and are frozen for major 1: a
+ *  - Arrays: the views array of register_kv and (1.10) the updates of build_meta_update step by
+ *    their [0].struct_size (every element carries the same size). kvs_step_request and kvs_event have no struct_size and are frozen for major 1: a
  *    later need is met by a new hook, never by changing them.
  *  - Struct fields are fixed-width integers; the enums name their values only.
  *  Field offsets and sizes are pinned by tests/test_abi.c.

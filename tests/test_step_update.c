@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
+#include "connector/handle.h"
 #include "connector/meta.h"
 #include "tests/support/connector_rig.h"
 #include "tests/support/rng.h"
@@ -362,6 +363,84 @@ START_TEST(deltas_past_what_the_library_holds_are_refused_and_change_nothing) {
 }
 END_TEST
 
+/* A request that holds its first chunk itself loads the rest from its first sighting's tokens and
+ * blocks (lookup, on_alloc); the step also saves its chunks (workers skip the stored ones), and a
+ * step with a load carries a saving request's whole prefix of blocks (a failed load there would
+ * taint its saves). The loaded KV lands in its own blocks. */
+START_TEST(a_load_from_held_state_lands_in_its_own_blocks) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 11);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 32, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 95);
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 95), KVS_OK);
+    rig_write_kv(&r, b, t, 0, 32); /* what the engine held */
+    /* lookup and on_alloc gave the library its tokens and blocks: nothing new to send */
+    kvs_step_update u = {.struct_size = sizeof u,
+                         .req_id = "two",
+                         .tokens_from = 128,
+                         .blocks_from = 8,
+                         .n_computed = 127,
+                         .n_scheduled = 1};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
+    kvs_meta *m = NULL;
+    char err[256];
+    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->n_reqs, 1);
+    ck_assert_uint_eq(m->reqs[0].n_loads, 3);
+    ck_assert_uint_eq(m->reqs[0].loads[0].first_token, 32);
+    ck_assert_uint_eq(m->reqs[0].n_saves, 4);
+    ck_assert_uint_eq(m->reqs[0].block_first, 0);
+    ck_assert_uint_eq(m->reqs[0].n_block_ids, 8);
+    ck_assert_uint_eq(m->reqs[0].block_ids[2], b[2]);
+    kvs_meta_free(m);
+    rig_worker_step(&r, meta, len, b, t, 127, 128);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 128));
+    rig_close(&r);
+}
+END_TEST
+
+/* A worker refuses metadata whose load or save lies before the request's first carried block. */
+START_TEST(a_move_before_the_carried_block_ids_is_refused_at_bind) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    uint32_t blocks[2] = {3, 4};
+    kvs_meta_save save = {.chunk_first = 0};
+    kvs_meta_req req = {.id = "r",
+                        .block_ids = blocks,
+                        .n_block_ids = 2,
+                        .block_first = 2,
+                        .saves = &save,
+                        .n_saves = 1};
+    kvs_meta m = {.step = 1,
+                  .group_fingerprint = r.h->group_fingerprint,
+                  .key_ranks = 1,
+                  .chunk_tokens = CHUNK,
+                  .reqs = &req,
+                  .n_reqs = 1};
+    void *blob = NULL;
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_meta_encode(&m, &blob, &len), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, blob, len), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "before its block ids"));
+    free(blob);
+    save.chunk_first = CHUNK; /* tokens 32..63: blocks 2 and 3 of its table, both carried */
+    ck_assert_int_eq(kvs_meta_encode(&m, &blob, &len), KVS_OK);
+    ck_assert_int_eq(api->bind_meta(r.h, blob, len), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
+    free(blob);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *step_update_suite(void) {
     Suite *s = suite_create("step_update");
     TCase *tc = tcase_create("step_update");
@@ -371,6 +450,8 @@ static Suite *step_update_suite(void) {
                         4);
     tcase_add_test(tc, a_decode_step_of_a_long_request_carries_nothing_per_request);
     tcase_add_test(tc, deltas_past_what_the_library_holds_are_refused_and_change_nothing);
+    tcase_add_test(tc, a_load_from_held_state_lands_in_its_own_blocks);
+    tcase_add_test(tc, a_move_before_the_carried_block_ids_is_refused_at_bind);
     suite_add_tcase(s, tc);
     return s;
 }
