@@ -15,8 +15,8 @@
  *  - Structs the library fills (kvs_lookup_result, kvs_stats, kvs_restore_plan): the caller sets
  *    struct_size; the library writes min(struct_size, its own sizeof) bytes and refuses a size below
  *    the struct's first size (KVS_EINVAL).
- *  - Arrays: the views array of register_kv steps by views[0].struct_size (every element carries the
- *    same size). kvs_step_request and kvs_event have no struct_size and are frozen for major 1: a
+ *  - Arrays: the views array of register_kv and (1.10) the updates of build_meta_update step by
+ *    their [0].struct_size (every element carries the same size). kvs_step_request and kvs_event have no struct_size and are frozen for major 1: a
  *    later need is met by a new hook, never by changing them.
  *  - Struct fields are fixed-width integers; the enums name their values only.
  *  Field offsets and sizes are pinned by tests/test_abi.c.
@@ -179,6 +179,28 @@ typedef struct kvs_step_request {
         n_computed; /* tokens whose KV is in the pages before this step, external hits included */
     uint64_t n_scheduled; /* tokens the engine computes in this step */
 } kvs_step_request;
+
+/* (1.10) One request of a step as what changed since the library last saw it (build_meta_update).
+ * The library keeps each request's tokens and block table (from lookup, on_alloc, build_meta and
+ * build_meta_update), so a step passes only what is new. An array element; every element carries
+ * the same struct_size (>= KVS_STEP_UPDATE_SIZE_1_10). */
+typedef struct kvs_step_update {
+    uint32_t struct_size; /* sizeof(kvs_step_update) */
+    uint32_t reserved;
+    const char *req_id;   /* NUL-terminated, <= 255 bytes */
+    uint64_t tokens_from; /* the request's tokens become its first tokens_from tokens (of those the
+                           * library holds) followed by tokens[0..n_tokens); 0 for a new or resumed
+                           * request: the whole list */
+    const int32_t *tokens;
+    uint64_t n_tokens;
+    uint64_t blocks_from; /* the same for its block table */
+    const uint32_t *block_ids;
+    uint64_t n_block_ids;
+    uint64_t n_computed; /* as kvs_step_request's */
+    uint64_t n_scheduled;
+} kvs_step_update;
+
+#define KVS_STEP_UPDATE_SIZE_1_10 80u
 
 /* A cache event (take_events). Frozen for major 1 (no struct_size: take_events fills an array). */
 typedef struct kvs_event {
@@ -635,6 +657,16 @@ typedef struct kvs_api {
      * KiB in all per request (KVS_EINVAL beyond). request_finished forgets them. */
     kvs_status (*request_key_input)(kvs_handle *h, const char *req_id, uint64_t from_token,
                                     const void *bytes, uint64_t len);
+    /* build_meta from what changed: the same metadata, loads, saves, leases and KVS_EOVERFLOW
+     * contract as build_meta given the same whole token lists and block tables, at a cost that grows
+     * with the update, not with context length. A request not in reqs keeps its state (send each
+     * request every step or only when it changes); one seen first by lookup already has its tokens
+     * here (on_alloc: its block table). tokens_from or blocks_from past what the library holds, or a
+     * request named twice, is KVS_EINVAL. The metadata carries only requests with a load or a save
+     * in the step, each with the block ids of what it loads and saves. Scheduler role; reqs and
+     * what they point to are borrowed for the call. */
+    kvs_status (*build_meta_update)(kvs_handle *h, const kvs_step_update *reqs, uint64_t n_reqs,
+                                    void *buf, uint64_t cap, uint64_t *len);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

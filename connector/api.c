@@ -392,6 +392,12 @@ static kvs_status api_request_key_input(kvs_handle *h, const char *req_id, uint6
     return kvs_sched_request_key_input(h, req_id, from_token, bytes, len);
 }
 
+static kvs_status api_build_meta_update(kvs_handle *h, const kvs_step_update *reqs, uint64_t n,
+                                        void *buf, uint64_t cap, uint64_t *len) {
+    ENTER(h);
+    return kvs_sched_build_meta_update(h, reqs, n, buf, cap, len);
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -434,6 +440,7 @@ static const kvs_api api_v1 = {
     .sparse_stats = api_sparse_stats,
     .sparse_end = api_sparse_end,
     .request_key_input = api_request_key_input,
+    .build_meta_update = api_build_meta_update,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

@@ -72,7 +72,12 @@ typedef struct kvs_request {
     uint64_t input_bytes;
     uint8_t *input_data;
     struct kvs_key_extra *extras;
-    uint8_t keys_fixed;       /* a lookup or build_meta computed its keys */
+    uint8_t keys_fixed; /* a lookup or build_meta computed its keys */
+    uint64_t keys_cap;  /* chunks `keys` has room for */
+    uint32_t *table;    /* its block table as the engine last gave it (on_alloc, build_meta,
+                               * build_meta_update): what blocks_from refers to */
+    uint64_t n_table, table_cap;
+    uint64_t step_mark;       /* h->step_marks when the step being built names it */
     struct kvs_request *next; /* hash chain */
 } kvs_request;
 
@@ -156,8 +161,11 @@ struct kvs_handle {
     uint64_t n_kept_finished, cap_kept_finished;
     uint32_t finished_next;
     uint64_t step;
-    uint32_t plan_caps; /* set_plan_caps */
-    int restore_on;     /* restore.scheduler is cacheflow */
+    uint64_t step_marks;     /* build_meta calls: a request named in the current one has it */
+    uint64_t last_load_step; /* the last step whose metadata carried a load */
+    uint64_t async_waiting;  /* requests whose emitted async load may still be running */
+    uint32_t plan_caps;      /* set_plan_caps */
+    int restore_on;          /* restore.scheduler is cacheflow */
     cf_params restore_params;
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */

@@ -14,7 +14,7 @@
  *  [finished request id str...]]
  * req: [id str, [block ids], [[keys bin16*R, chunk_first, first_token, n_tokens]...],
  *       [[keys bin16*R, chunk_first]...], layer mask bin (empty: every layer), load_async 0|1,
- *       derived_from (UINT64_MAX: none)]
+ *       derived_from (UINT64_MAX: none), block_first (the table index of the first block id)]
  * keys: the chunk's key of every key rank, rank 0 first. */
 
 static void pack_key(msgpack_packer *pk, const kvs_key *key) {
@@ -28,7 +28,7 @@ static void pack_keys(msgpack_packer *pk, const kvs_key *keys, uint32_t n_ranks)
 }
 
 static void pack_req(msgpack_packer *pk, const kvs_meta_req *r, uint32_t n_ranks) {
-    msgpack_pack_array(pk, 7);
+    msgpack_pack_array(pk, 8);
     size_t idlen = strnlen(r->id, KVS_REQ_ID_MAX - 1);
     msgpack_pack_str(pk, idlen);
     msgpack_pack_str_body(pk, r->id, idlen);
@@ -53,6 +53,7 @@ static void pack_req(msgpack_packer *pk, const kvs_meta_req *r, uint32_t n_ranks
     if (r->layers && r->n_layer_bytes) msgpack_pack_bin_body(pk, r->layers, r->n_layer_bytes);
     msgpack_pack_uint8(pk, r->load_async ? 1 : 0);
     msgpack_pack_uint64(pk, r->derived ? r->derived_from : UINT64_MAX);
+    msgpack_pack_uint64(pk, r->block_first);
 }
 
 /* Every load and save has its R keys (a lone `key` serves one rank only). */
@@ -201,7 +202,7 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
     uint32_t fields, n;
     const uint8_t *p;
     uint64_t async;
-    if (kvs_mp_read_array(rd, 7, 7, &fields, "a request") != 0 ||
+    if (kvs_mp_read_array(rd, 8, 8, &fields, "a request") != 0 ||
         read_id(rd, r->id, "a request id") != 0)
         return -1;
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "a block table") != 0) return -1;
@@ -227,7 +228,9 @@ static int decode_req(kvs_mp_reader *rd, kvs_meta_req *r, const decode_ctx *dc) 
     if (kvs_mp_read_uint(rd, UINT64_MAX, &from, "a request's derived_from") != 0) return -1;
     r->derived = from != UINT64_MAX;
     r->derived_from = r->derived ? from : 0;
-    return 0;
+    /* a block table index: past UINT32_MAX blocks no engine's table reaches, and its tokens then
+     * stay far from overflowing (the worker checks the spans against it) */
+    return kvs_mp_read_uint(rd, UINT32_MAX, &r->block_first, "a request's block_first");
 }
 
 static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
@@ -326,6 +329,7 @@ void kvs_meta_req_clear(kvs_meta_req *r) {
     r->saves = NULL;
     r->layers = NULL;
     r->n_block_ids = r->n_loads = r->n_saves = 0;
+    r->block_first = 0;
     r->n_layer_bytes = 0;
 }
 

@@ -13,7 +13,8 @@
                             * 4: the blob starts with a magic and a checksum of the rest;
                             * 5: every rank's keys, the group fingerprint, load_async;
                             * 6: requests carry derived_from; 7: the step's flags;
-                            * 8: the requests finished with their pages kept */
+                             * 8: the requests finished with their pages kept, and a request's
+                             *    block ids start at block_first */
 #define KVS_META_MASKS_DROPPED 1u /* flags: the engine masks dropped tokens (KVS_PLAN_CAP_MASK) */
 #define KVS_META_MAGIC         "KVSM"
 #define KVS_META_HEADER_BYTES  12u /* magic, then XXH3-64 of the msgpack that follows, big-endian */
@@ -41,8 +42,11 @@ typedef struct kvs_meta_save {
 
 typedef struct kvs_meta_req {
     char id[KVS_REQ_ID_MAX];
-    uint32_t *block_ids; /* block table prefix covering every load and save below */
+    uint32_t *block_ids; /* the request's block table from block block_first on, covering every load
+                           * and save below (and the blocks before them that a failed load could
+                           * taint a save through, when the step can have failed loads) */
     uint64_t n_block_ids;
+    uint64_t block_first; /* the index of block_ids[0] in the request's table */
     kvs_meta_load *loads;
     uint64_t n_loads;
     kvs_meta_save *saves;
@@ -64,6 +68,16 @@ typedef struct kvs_meta_req {
 static inline int kvs_meta_wants_layer(const kvs_meta_req *r, uint32_t layer) {
     return !r->n_layer_bytes ||
            (layer / 8 < r->n_layer_bytes && (r->layers[layer / 8] >> (layer % 8) & 1));
+}
+
+/* The index into r->block_ids of the block holding token t (t >= the request's first carried token:
+ * bind_meta checks every load and save is). */
+static inline uint64_t kvs_meta_block_index(const kvs_meta_req *r, uint64_t t, uint32_t bt) {
+    return t / bt - r->block_first;
+}
+/* The first token of r->block_ids[0]'s block: spans over the carried ids start from it. */
+static inline uint64_t kvs_meta_token_base(const kvs_meta_req *r, uint32_t bt) {
+    return r->block_first * bt;
 }
 
 typedef struct kvs_meta {

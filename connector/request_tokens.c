@@ -157,9 +157,88 @@ kvs_status kvs_request_set_tokens(kvs_handle *h, kvs_request *r, const char *hoo
     r->n_tokens = n;
     free(r->keys);
     r->keys = keys;
-    r->n_keys = n_chunks;
+    r->n_keys = r->keys_cap = n_chunks;
     r->keys_fixed = 1;
     return KVS_OK;
+}
+
+/* Room for n elements of size in *buf (capacity *cap): grown to at least twice its size, so appending
+ * one step at a time copies each element O(1) times. 0 when out of memory (*buf unchanged). */
+static int reserve(void **buf, uint64_t *cap, uint64_t n, size_t size) {
+    if (n <= *cap && *buf) return 1;
+    uint64_t grown = *cap * 2 > n ? *cap * 2 : n;
+    if (grown < 16) grown = 16;
+    void *p = realloc(*buf, (size_t)(grown * size));
+    if (!p) return 0;
+    *buf = p;
+    *cap = grown;
+    return 1;
+}
+
+int kvs_request_reserve(kvs_handle *h, kvs_request *r, uint64_t n_tokens, uint64_t n_keys,
+                        uint64_t n_blocks) {
+    void *t = r->tokens, *k = r->keys, *b = r->table;
+    uint64_t kc = r->keys_cap * h->key_ranks;
+    int ok = reserve(&t, &r->tokens_cap, n_tokens, sizeof *r->tokens);
+    r->tokens = t;
+    ok = ok && reserve(&k, &kc, n_keys * h->key_ranks, sizeof *r->keys);
+    r->keys = k;
+    r->keys_cap = kc / h->key_ranks;
+    ok = ok && reserve(&b, &r->table_cap, n_blocks, sizeof *r->table);
+    r->table = b;
+    return ok;
+}
+
+int kvs_request_store_table(kvs_handle *h, kvs_request *r, const uint32_t *block_ids, uint64_t n) {
+    if (!kvs_request_reserve(h, r, 0, 0, n)) return 0;
+    if (n) memcpy(r->table, block_ids, n * sizeof *block_ids);
+    r->n_table = n;
+    return 1;
+}
+
+/* The tokens of chunk c of a request whose tokens are held[0..from) followed by tail: in place when
+ * the chunk lies in one of them, else copied into scratch (chunk_tokens of them). */
+static const int32_t *chunk_at(const int32_t *held, uint64_t from, const int32_t *tail, uint64_t c,
+                               uint32_t chunk_tokens, int32_t *scratch) {
+    uint64_t lo = c * chunk_tokens, hi = lo + chunk_tokens;
+    if (hi <= from) return held + lo;
+    if (lo >= from) return tail + (lo - from);
+    memcpy(scratch, held + lo, (size_t)(from - lo) * sizeof *held);
+    memcpy(scratch + (from - lo), tail, (size_t)(hi - from) * sizeof *tail);
+    return scratch;
+}
+
+kvs_key *kvs_request_keys_delta(kvs_handle *h, const kvs_request *r, uint64_t key_base,
+                                uint64_t tokens_from, const int32_t *tail, uint64_t n_chunks,
+                                int *oom) {
+    *oom = 0;
+    if (n_chunks <= key_base) return NULL;
+    uint32_t ranks = h->key_ranks, C = h->chunk_tokens;
+    kvs_key *keys = malloc((n_chunks - key_base) * ranks * sizeof *keys);
+    int32_t *scratch = malloc((size_t)C * sizeof *scratch);
+    if (!keys || !scratch) {
+        free(keys);
+        free(scratch);
+        *oom = 1;
+        return NULL;
+    }
+    const kvs_key *prev =
+        key_base ? kvs_chunk_keys(h, r->keys, key_base - 1) : h->rank_fingerprints;
+    const int32_t *held = r ? r->tokens : NULL;
+    const kvs_key_extra *x = r ? r->extras : NULL;
+    uint32_t n_x = r ? r->n_extras : 0;
+    for (uint64_t c = key_base; c < n_chunks;) {
+        /* a run of chunks lying wholly after `from` hashes in one call */
+        uint64_t run = 1;
+        if (c * C >= tokens_from) run = n_chunks - c;
+        const int32_t *t = chunk_at(held, tokens_from, tail, c, C, scratch);
+        kvs_key *out = kvs_chunk_keys(h, keys, c - key_base);
+        kvs_keys_chains_from(prev, ranks, t, c, run, C, x, n_x, 0, NULL, out);
+        c += run;
+        prev = kvs_chunk_keys(h, keys, c - 1 - key_base);
+    }
+    free(scratch);
+    return keys;
 }
 
 kvs_status kvs_request_add_key_input(kvs_handle *h, kvs_request *r, uint64_t from_token,
@@ -192,7 +271,10 @@ kvs_status kvs_request_add_key_input(kvs_handle *h, kvs_request *r, uint64_t fro
     return KVS_OK;
 }
 
-void kvs_request_free_key_inputs(kvs_request *r) {
+void kvs_request_free_held(kvs_request *r) {
+    free(r->table);
+    r->table = NULL;
+    r->n_table = r->table_cap = 0;
     free(r->inputs);
     free(r->extras);
     free(r->input_data);

@@ -21,14 +21,14 @@ static kvs_request **bucket_of(kvs_handle *h, const char *id) {
     return &h->buckets[XXH3_64bits(id, strlen(id)) % KVS_REQ_BUCKETS];
 }
 
-static kvs_request *find_request(kvs_handle *h, const char *id) {
+kvs_request *kvs_sched_find(kvs_handle *h, const char *id) {
     for (kvs_request *r = *bucket_of(h, id); r; r = r->next)
         if (strcmp(r->id, id) == 0) return r;
     return NULL;
 }
 
 const kvs_restore_plan *kvs_sched_last_plan(kvs_handle *h, const char *req_id) {
-    const kvs_request *r = find_request(h, req_id);
+    const kvs_request *r = kvs_sched_find(h, req_id);
     return r && r->plan_step == h->step && h->step != 0 ? &r->plan : NULL;
 }
 
@@ -101,7 +101,7 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
     return KVS_OK;
 }
 
-static kvs_request *create_request(kvs_handle *h, const char *id) {
+kvs_request *kvs_sched_create(kvs_handle *h, const char *id) {
     kvs_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     memcpy(r->id, id, strlen(id) + 1);
@@ -114,7 +114,7 @@ static kvs_request *create_request(kvs_handle *h, const char *id) {
 }
 
 /* The tier a chunk loads from, given its pins: the lowest (slowest) of its ranks' shards. */
-static uint32_t chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
+uint32_t kvs_sched_chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
     uint32_t t = pins[0].tier;
     for (uint32_t q = 1; q < h->key_ranks; q++)
         if (pins[q].tier > t) t = pins[q].tier;
@@ -150,7 +150,7 @@ static void count_lease(kvs_handle *h, kvs_request *r) {
     }
 }
 
-static void release_lease(kvs_handle *h, kvs_request *r) {
+void kvs_sched_release_lease(kvs_handle *h, kvs_request *r) {
     unpin_from(h, r, 0);
     if (r->lease_counted) h->stats.leases_active--;
     r->lease_counted = 0;
@@ -160,14 +160,24 @@ static void release_lease(kvs_handle *h, kvs_request *r) {
     r->lease_release_step = 0;
 }
 
+void kvs_sched_set_async_waiting(kvs_handle *h, kvs_request *r, uint8_t waiting) {
+    if (r->async_waiting == waiting) return;
+    r->async_waiting = waiting;
+    if (waiting)
+        h->async_waiting++;
+    else
+        h->async_waiting--;
+}
+
 static void destroy_request(kvs_handle *h, kvs_request *r) {
     kvs_request **p = bucket_of(h, r->id);
     while (*p != r) p = &(*p)->next;
     *p = r->next;
-    release_lease(h, r);
+    kvs_sched_set_async_waiting(h, r, 0);
+    kvs_sched_release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
     kvs_tokens_give(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
-    kvs_request_free_key_inputs(r);
+    kvs_request_free_held(r);
     free(r->keys);
     free(r->block_ids);
     free(r);
@@ -199,7 +209,7 @@ static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
     kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired%s", r->id,
             (unsigned long long)(r->n_pins / h->key_ranks),
             r->load_pending ? " (its load stays armed)" : "");
-    release_lease(h, r);
+    kvs_sched_release_lease(h, r);
     h->stats.leases_expired++;
 }
 
@@ -226,7 +236,7 @@ void kvs_sched_expire_leases(kvs_handle *h) {
 
 /* --- argument checks ------------------------------------------------------------------------------ */
 
-static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
+kvs_status kvs_sched_check_id(kvs_handle *h, const char *hook, const char *id) {
     if (!id) return kvs_set_error(h, KVS_EINVAL, "%s: request id is NULL", hook);
     size_t n = strnlen(id, KVS_REQ_ID_MAX);
     if (n == 0 || n >= KVS_REQ_ID_MAX)
@@ -240,16 +250,16 @@ static kvs_status check_id(kvs_handle *h, const char *hook, const char *id) {
 kvs_status kvs_sched_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
                                        const void *bytes, uint64_t len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_key_input");
-    if (st == KVS_OK) st = check_id(h, "request_key_input", req_id);
+    if (st == KVS_OK) st = kvs_sched_check_id(h, "request_key_input", req_id);
     if (st != KVS_OK) return st;
     if (!bytes || len == 0)
         return kvs_set_error(h, KVS_EINVAL,
                              "request_key_input: request '%s': the input is %s (1..%u bytes)",
                              req_id, bytes ? "empty" : "NULL", KVS_KEY_INPUT_BYTES_MAX);
-    kvs_request *r = find_request(h, req_id);
+    kvs_request *r = kvs_sched_find(h, req_id);
     int created = 0;
     if (!r) {
-        if (!(r = create_request(h, req_id)))
+        if (!(r = kvs_sched_create(h, req_id)))
             return kvs_set_error(h, KVS_ENOMEM, "request_key_input: out of memory for request '%s'",
                                  req_id);
         created = 1;
@@ -394,7 +404,7 @@ static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) 
 kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
                             uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
-    if (st == KVS_OK) st = check_id(h, "lookup", req_id);
+    if (st == KVS_OK) st = kvs_sched_check_id(h, "lookup", req_id);
     if (st != KVS_OK) return st; /* the tokens are checked as they are hashed */
     uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
     if (!out_size)
@@ -407,10 +417,10 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
                              "lookup: request '%s': n_computed %llu exceeds n_tokens %llu", req_id,
                              (unsigned long long)n_computed, (unsigned long long)n_tokens);
     kvs_sched_expire_leases(h);
-    kvs_request *r = find_request(h, req_id);
+    kvs_request *r = kvs_sched_find(h, req_id);
     int created = 0;
     if (!r) {
-        if (!(r = create_request(h, req_id)))
+        if (!(r = kvs_sched_create(h, req_id)))
             return kvs_set_error(h, KVS_ENOMEM, "lookup: out of memory for request '%s'", req_id);
         created = 1;
     }
@@ -419,7 +429,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         if (created) destroy_request(h, r);
         return st;
     }
-    release_lease(h, r); /* a repeated lookup replaces the earlier lease */
+    kvs_sched_release_lease(h, r); /* a repeated lookup replaces the earlier lease */
     uint64_t C = h->chunk_tokens;
     if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
         r->n_local = n_computed;
@@ -436,7 +446,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (!remote_answer(h, r, first)) { /* a thread asks the nodes: the engine asks again later */
         r->n_local = n_computed;
         r->hit_tokens = r->offered = r->external = 0;
-        r->load_pending = r->async_waiting = r->load_async = 0;
+        r->load_pending = r->load_async = 0;
+        kvs_sched_set_async_waiting(h, r, 0);
         r->lossy_from = UINT64_MAX;
         h->stats.lookups_unknown++;
         kvs_lookup_result res = {
@@ -462,7 +473,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
-        uint64_t keep = kvs_restore_prefix_chunks(h, chunk_tier(h, r->pins), first, run);
+        uint64_t keep = kvs_restore_prefix_chunks(h, kvs_sched_chunk_tier(h, r->pins), first, run);
         if (keep < run) {
             unpin_from(h, r, keep * h->key_ranks);
             hit = (first + keep) * C;
@@ -484,7 +495,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     }
     free(lossy);
     if (ext == 0)
-        release_lease(h, r);
+        kvs_sched_release_lease(h, r);
     else {
         set_lease_deadline(h, r, lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull);
         count_lease(h, r);
@@ -494,7 +505,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
-    r->async_waiting = 0;
+    kvs_sched_set_async_waiting(h, r, 0);
     r->load_async = ext && kvs_restore_load_async(h, slowest_tier(r));
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
@@ -513,14 +524,18 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
 kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
                               uint64_t n_block_ids, uint64_t n_external_tokens) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "on_alloc");
-    if (st == KVS_OK) st = check_id(h, "on_alloc", req_id);
+    if (st == KVS_OK) st = kvs_sched_check_id(h, "on_alloc", req_id);
     if (st != KVS_OK) return st;
-    kvs_request *r = find_request(h, req_id);
+    kvs_request *r = kvs_sched_find(h, req_id);
     if (!r)
         return kvs_set_error(h, KVS_ENOTFOUND, "on_alloc: request '%s' was never looked up",
                              req_id);
+    if (n_block_ids && !block_ids)
+        return kvs_set_error(h, KVS_EINVAL, "on_alloc: request '%s': block_ids is NULL", req_id);
+    if (!kvs_request_store_table(h, r, block_ids, n_block_ids)) /* what blocks_from counts from */
+        return kvs_set_error(h, KVS_ENOMEM, "on_alloc: request '%s': out of memory", req_id);
     if (n_external_tokens == 0) {
-        release_lease(h, r);
+        kvs_sched_release_lease(h, r);
         r->load_pending = 0;
         return KVS_OK;
     }
@@ -530,8 +545,6 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
             "on_alloc: request '%s': n_external_tokens %llu exceeds the %llu lookup offered",
             req_id, (unsigned long long)n_external_tokens, (unsigned long long)r->offered);
     uint64_t need = r->n_local + n_external_tokens;
-    if (n_block_ids && !block_ids)
-        return kvs_set_error(h, KVS_EINVAL, "on_alloc: request '%s': block_ids is NULL", req_id);
     if (n_block_ids * h->model.block_tokens < need)
         return kvs_set_error(
             h, KVS_EINVAL,
@@ -564,317 +577,6 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     return KVS_OK;
 }
 
-/* --- build_meta ----------------------------------------------------------------------------------- */
-
-static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *s) {
-    kvs_status st = check_id(h, "build_meta", s->req_id);
-    if (st == KVS_OK)
-        st = kvs_request_check_tokens(h, "build_meta", s->req_id, s->tokens, s->n_tokens);
-    if (st != KVS_OK) return st;
-    uint64_t done = s->n_computed + s->n_scheduled;
-    if (done > s->n_tokens || done < s->n_computed)
-        return kvs_set_error(
-            h, KVS_EINVAL,
-            "build_meta: request '%s': n_computed %llu + n_scheduled %llu exceeds n_tokens %llu",
-            s->req_id, (unsigned long long)s->n_computed, (unsigned long long)s->n_scheduled,
-            (unsigned long long)s->n_tokens);
-    if (s->n_block_ids && !s->block_ids)
-        return kvs_set_error(h, KVS_EINVAL, "build_meta: request '%s': block_ids is NULL",
-                             s->req_id);
-    if (s->n_block_ids * h->model.block_tokens < done)
-        return kvs_set_error(
-            h, KVS_EINVAL,
-            "build_meta: request '%s': block table of %llu blocks cannot hold %llu tokens",
-            s->req_id, (unsigned long long)s->n_block_ids, (unsigned long long)done);
-    return KVS_OK;
-}
-
-/* What this step does for one request, computed without changing any state. */
-typedef struct req_plan {
-    kvs_key *keys; /* keys of the full chunks of s->tokens: becomes the request's keys */
-    uint64_t n_keys;
-    uint64_t saved_upto;
-    uint64_t lossy_loaded; /* becomes the request's lossy_loaded */
-    int emits_load;
-} req_plan;
-
-static kvs_status plan_request(kvs_handle *h, const kvs_request *r, const kvs_step_request *s,
-                               kvs_meta_req *out, req_plan *plan, kvs_restore_step *restore) {
-    uint64_t C = h->chunk_tokens;
-    int oom;
-    memset(plan, 0, sizeof *plan);
-    plan->lossy_loaded = r ? r->lossy_loaded : UINT64_MAX;
-    plan->n_keys = s->n_tokens / C;
-    plan->keys = kvs_request_keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
-    if (oom) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    uint64_t load_end = 0;
-    if (r && r->load_pending && r->external) {
-        uint64_t start = r->n_local, end = r->n_local + r->external;
-        uint64_t c0 = start / C, c1 = (end - 1) / C;
-        if (c1 >= r->n_keys)
-            return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys",
-                                 r->id);
-        out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
-        if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = c0; c <= c1; c++) {
-            uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
-            out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
-        }
-        load_end = end;
-        plan->emits_load = 1;
-        int tier = r->n_pins ? (int)chunk_tier(h, r->pins)
-                             : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
-        *restore = (kvs_restore_step){.loading = 1,
-                                      .tier = tier > 0 ? (uint32_t)tier : 0,
-                                      .first_token = start,
-                                      .end_token = end};
-        /* loaded between steps; planned with the step's other loads (per-request completion) */
-        if (r->load_async) out->load_async = 1;
-        /* a lossy chunk among these loads (or, when the plan recomputes the front, any chunk from
-         * the first it loads: which later ones are lossy is not kept) */
-        if (r->lossy_from < end) {
-            uint64_t from = r->lossy_from > start ? r->lossy_from : start / C * C;
-            if (from < plan->lossy_loaded) plan->lossy_loaded = from;
-        }
-    }
-    out->derived = plan->lossy_loaded != UINT64_MAX;
-    out->derived_from = out->derived ? plan->lossy_loaded : 0;
-    uint64_t prompt = r && r->keys_fixed ? r->prompt_tokens : s->n_tokens;
-    uint64_t limit = s->n_computed + s->n_scheduled;
-    if (!h->cfg->save_decode && limit > prompt) limit = prompt;
-    plan->saved_upto = r ? r->saved_upto : 0;
-    /* The engine recomputes from n_computed (a failed load, a preemption): what it recomputes was
-     * never stored by this request, so saving resumes there. Chunks already stored are skipped by
-     * the workers. */
-    if (r && s->n_computed < r->step_end && s->n_computed < plan->saved_upto)
-        plan->saved_upto = s->n_computed / C * C;
-    uint64_t from = plan->saved_upto / C, to = limit / C;
-    if (h->transfer_role == KVS_TRANSFER_CONSUMER) to = from; /* a decode instance only loads */
-    if (to > from) {
-        out->saves = calloc(to - from, sizeof *out->saves);
-        if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = from; c < to; c++) {
-            const kvs_key *k = kvs_chunk_keys(h, plan->keys, c);
-            out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
-        }
-        plan->saved_upto = to * C;
-    }
-    uint64_t cover = load_end > to * C ? load_end : to * C;
-    uint64_t bt = h->model.block_tokens;
-    out->n_block_ids = (cover + bt - 1) / bt;
-    if (out->n_block_ids) {
-        out->block_ids = malloc(out->n_block_ids * sizeof *out->block_ids);
-        if (!out->block_ids) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        memcpy(out->block_ids, s->block_ids, out->n_block_ids * sizeof *out->block_ids);
-    }
-    memcpy(out->id, s->req_id, strlen(s->req_id) + 1);
-    return KVS_OK;
-}
-
-static kvs_status apply_plan(kvs_handle *h, const kvs_step_request *s, req_plan *plan,
-                             const kvs_restore_step *restore) {
-    kvs_request *r = find_request(h, s->req_id);
-    if (!r && !(r = create_request(h, s->req_id)))
-        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    if (!r->keys_fixed) r->prompt_tokens = s->n_tokens; /* its first sighting (inputs aside) */
-    if (!kvs_request_store_tokens(h, r, s->tokens, s->n_tokens))
-        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    free(r->keys);
-    r->keys = plan->keys;
-    r->n_keys = plan->n_keys;
-    plan->keys = NULL;
-    r->keys_fixed = 1;
-    r->saved_upto = plan->saved_upto;
-    r->lossy_loaded = plan->lossy_loaded;
-    r->step_end = s->n_computed + s->n_scheduled;
-    if (plan->emits_load && r->load_async) {
-        /* the engine counts the loaded tokens as computed: coming back below them is a rollback */
-        r->step_end = r->n_local + r->external;
-        free(r->block_ids);
-        r->block_ids = NULL;
-        r->n_block_ids = 0;
-    }
-    if (r->async_waiting && s->n_scheduled > 0) {
-        /* the engine computes it again: its async load has landed on every worker */
-        r->async_waiting = 0;
-        release_lease(h, r);
-    }
-    if (plan->emits_load) {
-        r->load_pending = 0;
-        /* The workers load during this step; an async load later, on their loader threads, which
-         * pin only when they reach it: its lease stays until the request computes again (or it
-         * expires, or the request finishes). */
-        r->async_waiting = r->load_async;
-        r->lease_release_step = r->load_async ? 0 : h->step;
-        r->plan = restore->plan;
-        r->plan_step = h->step;
-    }
-    return KVS_OK;
-}
-
-static void release_finished_leases(kvs_handle *h) {
-    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
-            if (r->lease_release_step && r->lease_release_step < h->step) release_lease(h, r);
-}
-
-/* One save per key per step: requests sharing a prefix in one step would each save every chunk of
- * it. The first request to save a key keeps the save; later ones drop it (their saved_upto still
- * moves on, as the chunk is being stored). Keys are hashes, so their first bytes index the set. A
- * save's `key` is rank 0's: two saves with the same rank-0 key have the same tokens, so the same key
- * for every rank. */
-static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
-    uint64_t total = 0, cap = 1;
-    for (uint64_t i = 0; i < meta->n_reqs; i++) total += meta->reqs[i].n_saves;
-    if (total < 2) return KVS_OK;
-    while (cap < 2 * total) cap <<= 1;
-    const kvs_key **set = calloc(cap, sizeof *set);
-    if (!set) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    for (uint64_t i = 0; i < meta->n_reqs; i++) {
-        kvs_meta_req *r = &meta->reqs[i];
-        uint64_t kept = 0;
-        for (uint64_t j = 0; j < r->n_saves; j++) {
-            uint64_t slot;
-            memcpy(&slot, r->saves[j].key.bytes, sizeof slot);
-            slot &= cap - 1;
-            while (set[slot] && memcmp(set[slot], &r->saves[j].key, sizeof(kvs_key)) != 0)
-                slot = (slot + 1) & (cap - 1);
-            if (set[slot]) continue; /* an earlier request of this step saves it */
-            r->saves[kept] = r->saves[j];
-            set[slot] = &r->saves[kept].key;
-            kept++;
-        }
-        r->n_saves = kept;
-    }
-    free(set);
-    return KVS_OK;
-}
-
-static int in_step(const kvs_step_request *reqs, uint64_t n, const char *id) {
-    for (uint64_t i = 0; i < n; i++)
-        if (strcmp(reqs[i].req_id, id) == 0) return 1;
-    return 0;
-}
-
-/* reqs followed by a step request for every armed async load not among them (*all is malloc'd, or
- * NULL with *n_added 0). */
-static kvs_status add_waiting_loads(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
-                                    kvs_step_request **all, uint64_t *n_added) {
-    uint64_t n = 0;
-    *all = NULL;
-    *n_added = 0;
-    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
-            if (r->load_pending && r->load_async && r->block_ids && !in_step(reqs, n_reqs, r->id))
-                n++;
-    if (n == 0) return KVS_OK;
-    kvs_step_request *out = malloc((n_reqs + n) * sizeof *out);
-    if (!out) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    if (n_reqs) memcpy(out, reqs, n_reqs * sizeof *out);
-    uint64_t k = n_reqs;
-    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
-            if (r->load_pending && r->load_async && r->block_ids && !in_step(reqs, n_reqs, r->id))
-                out[k++] = (kvs_step_request){.req_id = r->id,
-                                              .tokens = r->tokens,
-                                              .n_tokens = r->n_tokens,
-                                              .block_ids = r->block_ids,
-                                              .n_block_ids = r->n_block_ids,
-                                              .n_computed = r->n_local,
-                                              .n_scheduled = 0};
-    *all = out;
-    *n_added = n;
-    return KVS_OK;
-}
-
-kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
-                                void *buf, uint64_t cap, uint64_t *len) {
-    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
-    if (st != KVS_OK) return st;
-    if (!len || (n_reqs && !reqs) || (cap && !buf))
-        return kvs_set_error(h, KVS_EINVAL, "build_meta: reqs, buf or len is NULL");
-    for (uint64_t i = 0; i < n_reqs; i++)
-        if ((st = check_step_request(h, &reqs[i])) != KVS_OK) return st;
-    kvs_sched_expire_leases(h);
-    /* Async loads on_alloc armed for requests the engine did not schedule (it waits for their KV)
-     * join the step as requests that compute nothing. */
-    kvs_step_request *all = NULL;
-    uint64_t n_async = 0;
-    if ((st = add_waiting_loads(h, reqs, n_reqs, &all, &n_async)) != KVS_OK) return st;
-    if (n_async) {
-        reqs = all;
-        n_reqs += n_async;
-    }
-    kvs_meta meta = {.step = h->step + 1,
-                     .group_fingerprint = h->group_fingerprint,
-                     .key_ranks = h->key_ranks,
-                     .chunk_tokens = h->chunk_tokens,
-                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
-                     .finished = h->kept_finished,
-                     .n_finished = h->n_kept_finished};
-    meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
-    req_plan *plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
-    kvs_restore_step *restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
-    void *blob = NULL;
-    uint64_t blob_len = 0;
-    if (n_reqs && (!meta.reqs || !plans || !restores)) {
-        st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        goto out;
-    }
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
-        st = plan_request(h, find_request(h, reqs[i].req_id), &reqs[i], &meta.reqs[i], &plans[i],
-                          &restores[i]);
-        meta.n_reqs = i + 1;
-    }
-    if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
-    /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
-    if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
-    /* the loader thread reads asynchronous loads one request after another: in the planned order */
-    kvs_meta wire = meta;
-    kvs_meta_req *ordered = NULL;
-    if ((st = kvs_restore_read_order(meta.reqs, restores, meta.n_reqs, &ordered)) != KVS_OK) {
-        kvs_set_error(h, st, "build_meta: out of memory ordering the asynchronous loads");
-        goto out;
-    }
-    if (ordered) wire.reqs = ordered;
-    st = kvs_meta_encode(&wire, &blob, &blob_len);
-    free(ordered);
-    if (st != KVS_OK) {
-        kvs_set_error(h, st, "build_meta: out of memory encoding metadata");
-        goto out;
-    }
-    *len = blob_len;
-    if (blob_len > cap) {
-        st = kvs_set_error(h, KVS_EOVERFLOW,
-                           "build_meta: metadata needs %llu bytes, buffer has %llu",
-                           (unsigned long long)blob_len, (unsigned long long)cap);
-        goto out;
-    }
-    memcpy(buf, blob, blob_len);
-    h->step++;
-    h->n_kept_finished = 0; /* the workers know them now */
-    for (uint64_t i = 0; i < meta.n_reqs; i++)
-        if (meta.reqs[i].n_saves) {
-            kvs_request *r = find_request(h, reqs[i].req_id);
-            if (r) r->saves_emitted = 1;
-        }
-    release_finished_leases(h);
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
-        st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
-out:
-    for (uint64_t i = 0; i < meta.n_reqs; i++) {
-        kvs_meta_req_clear(&meta.reqs[i]);
-        free(plans[i].keys);
-    }
-    free(meta.reqs);
-    free(plans);
-    free(restores);
-    free(blob);
-    free(all);
-    return st;
-}
-
 /* Add req_id to the finished requests the next build_meta names: 0 when out of memory (the pages
  * are then not kept: nothing would report them). */
 static int remember_kept(kvs_handle *h, const char *req_id) {
@@ -893,10 +595,10 @@ static int remember_kept(kvs_handle *h, const char *req_id) {
 
 kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_finished");
-    if (st == KVS_OK) st = check_id(h, "request_finished", req_id);
+    if (st == KVS_OK) st = kvs_sched_check_id(h, "request_finished", req_id);
     if (st != KVS_OK) return st;
     if (keep_blocks) *keep_blocks = 0; /* synchronous saves complete inside the step */
-    kvs_request *r = find_request(h, req_id);
+    kvs_request *r = kvs_sched_find(h, req_id);
     uint64_t id_hash = XXH3_64bits(req_id, strlen(req_id));
     if (!r) {
         for (uint32_t i = 0; i < KVS_FINISHED_IDS; i++)

@@ -16,8 +16,24 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
     const kvs_layer_view *fewest =
         &h->views[h->fewest_blocks_layer]; /* a block id fits every layer */
+    /* the spans run over the carried block ids, which start at the request's block_first */
+    uint64_t base = kvs_meta_token_base(r, h->model.block_tokens);
+    for (uint64_t i = 0; i < r->n_loads; i++)
+        if (r->loads[i].first_token < base)
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "bind_meta: request '%s': a load at token %llu lies before its "
+                                 "block ids (from block %llu)",
+                                 r->id, (unsigned long long)r->loads[i].first_token,
+                                 (unsigned long long)r->block_first);
+    for (uint64_t i = 0; i < r->n_saves; i++)
+        if (r->saves[i].chunk_first < base)
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "bind_meta: request '%s': a save at token %llu lies before its "
+                                 "block ids (from block %llu)",
+                                 r->id, (unsigned long long)r->saves[i].chunk_first,
+                                 (unsigned long long)r->block_first);
     for (uint64_t i = 0; i < r->n_loads; i++) {
-        kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token,
+        kvs_token_span span = {r->block_ids, r->n_block_ids, r->loads[i].first_token - base,
                                r->loads[i].n_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: layer %u: %s",
@@ -35,7 +51,7 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
                 r->id, r->n_layer_bytes, nl);
     }
     for (uint64_t i = 0; i < r->n_saves; i++) {
-        kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first,
+        kvs_token_span span = {r->block_ids, r->n_block_ids, r->saves[i].chunk_first - base,
                                h->chunk_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: layer %u: %s",

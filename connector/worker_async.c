@@ -127,6 +127,7 @@ static kvs_status copy_req(kvs_meta_req *dst, const kvs_meta_req *r) {
     if (r->n_loads) memcpy(dst->loads, r->loads, r->n_loads * sizeof *r->loads);
     if (r->n_layer_bytes) memcpy(dst->layers, r->layers, r->n_layer_bytes);
     dst->n_block_ids = r->n_block_ids;
+    dst->block_first = r->block_first;
     dst->n_loads = r->n_loads;
     dst->n_layer_bytes = r->n_layer_bytes;
     return KVS_OK;

@@ -34,7 +34,7 @@ static void account_failure(kvs_handle *h, const kvs_load_work *w) {
     uint64_t bt = h->model.block_tokens;
     uint64_t end = w->load->first_token + w->load->n_tokens;
     for (uint64_t b = w->load->first_token / bt; b <= (end - 1) / bt; b++)
-        add_error_block(h, w->req->block_ids[b]);
+        add_error_block(h, w->req->block_ids[b - w->req->block_first]);
 }
 
 /* An async load's work runs on the loader thread, which touches no handle state: its failure is
@@ -389,11 +389,12 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
 static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs_dev_copy *c) {
     const kvs_meta_load *l = w->load;
+    uint64_t base = kvs_meta_token_base(w->req, h->model.block_tokens); /* the copy's spans */
     if (w->fused) { /* the encoded layer; the device decodes its rows from dcodec.first_row on */
         const kvs_object_header *hd = (const kvs_object_header *)w->object;
         *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
                             .n_block_ids = w->req->n_block_ids,
-                            .first_token = l->first_token,
+                            .first_token = l->first_token - base,
                             .n_tokens = l->n_tokens,
                             .k_payload = (uint8_t *)(uintptr_t)w->object + hd->payload_offset +
                                          (uint64_t)layer * hd->layer_bytes,
@@ -405,7 +406,7 @@ static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs
     uint64_t off = (l->first_token - l->chunk_first) * row;
     *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
                         .n_block_ids = w->req->n_block_ids,
-                        .first_token = l->first_token,
+                        .first_token = l->first_token - base,
                         .n_tokens = l->n_tokens,
                         .k_payload = payload + off,
                         .v_payload = h->shape.has_v ? payload + h->chunk_tokens * row + off : NULL};

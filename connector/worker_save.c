@@ -22,10 +22,11 @@
  * failed loads and pages it shares with a request whose load failed. */
 static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
     if (!h->n_error_blocks) return 0;
+    /* the carried blocks: from the request's first when the step could have failed loads */
     uint64_t last = (w->save->chunk_first + h->chunk_tokens - 1) / h->model.block_tokens;
-    for (uint64_t b = 0; b <= last && b < w->req->n_block_ids; b++)
+    for (uint64_t i = 0; w->req->block_first + i <= last && i < w->req->n_block_ids; i++)
         for (uint64_t e = 0; e < h->n_error_blocks; e++)
-            if (w->req->block_ids[b] == h->error_blocks[e]) return 1;
+            if (w->req->block_ids[i] == h->error_blocks[e]) return 1;
     return 0;
 }
 
@@ -119,7 +120,8 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
         h->copies[n] = (kvs_dev_copy){
             .block_ids = w->req->block_ids,
             .n_block_ids = w->req->n_block_ids,
-            .first_token = w->save->chunk_first,
+            .first_token =
+                w->save->chunk_first - kvs_meta_token_base(w->req, h->model.block_tokens),
             .n_tokens = h->chunk_tokens,
             .k_payload = payload,
             .v_payload = h->shape.has_v ? payload + part : NULL,

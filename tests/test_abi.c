@@ -173,7 +173,21 @@ AT(kvs_api, sparse_wait, 248, 8);
 AT(kvs_api, sparse_stats, 256, 8);
 AT(kvs_api, sparse_end, 264, 8);
 AT(kvs_api, request_key_input, 272, 8); /* 1.10 */
-SIZE(kvs_api, 280);
+AT(kvs_api, build_meta_update, 280, 8);
+SIZE(kvs_api, 288);
+
+AT(kvs_step_update, struct_size, 0, 4); /* 1.10 */
+AT(kvs_step_update, reserved, 4, 4);
+AT(kvs_step_update, req_id, 8, 8);
+AT(kvs_step_update, tokens_from, 16, 8);
+AT(kvs_step_update, tokens, 24, 8);
+AT(kvs_step_update, n_tokens, 32, 8);
+AT(kvs_step_update, blocks_from, 40, 8);
+AT(kvs_step_update, block_ids, 48, 8);
+AT(kvs_step_update, n_block_ids, 56, 8);
+AT(kvs_step_update, n_computed, 64, 8);
+AT(kvs_step_update, n_scheduled, 72, 8);
+SIZE(kvs_step_update, KVS_STEP_UPDATE_SIZE_1_10);
 
 AT(kvs_sparse_cache, struct_size, 0, 4); /* 1.9 */
 AT(kvs_sparse_cache, slots, 4, 4);

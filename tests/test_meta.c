@@ -156,11 +156,13 @@ START_TEST(garbage_metadata_is_refused_without_harm) {
         strstr(api->last_error(r.h), "the request list declares 4294967295 elements"));
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK); /* still usable */
     ck_assert_int_eq(api->wait_save(r.h), KVS_OK);
-    /* The request's layer mask (metadata v3) comes before load_async (v5) and derived_from (v6,
-     * here none: 0xcf and eight 0xff) and the step's flags (v7, 0), here an empty bin (every
-     * layer): one of the right size is taken, one naming a layer past the model's two or of another
-     * size is not. */
-    const uint64_t tail = 11; /* derived_from, flags, the finished list (v8, empty: 0x90) */
+    /* The request's layer mask (metadata v3) comes before load_async (v5), derived_from (v6,
+     * here none: 0xcf and eight 0xff) and block_first (v8, here 0); then the step's flags (v7, 0)
+     * and the finished list (v8, empty: 0x90). Here the mask is an empty bin (every layer): one of
+     * the right size is taken, one naming a layer past the model's two or of another size is
+     * not. */
+    const uint64_t tail = 12; /* derived_from, block_first, flags, the finished list */
+    ck_assert_uint_eq(meta[len - 3], 0x00);
     ck_assert_uint_eq(meta[len - 2], 0x00);
     ck_assert_uint_eq(meta[len - 1], 0x90);
     /* flags: a bit this library does not know is refused */
@@ -344,6 +346,7 @@ static void two_rank_meta(two_rank_blob *b) {
     b->req.load_async = 1;
     b->req.derived = 1;
     b->req.derived_from = 64;
+    b->req.block_first = 1;
     b->meta = (kvs_meta){.step = 7,
                          .group_fingerprint = rank_key(9, 9),
                          .key_ranks = 2,
@@ -375,6 +378,7 @@ START_TEST(each_rank_decodes_its_own_keys_from_one_blob) {
         ck_assert_uint_eq(r->load_async, 1);
         ck_assert_uint_eq(r->derived, 1);
         ck_assert_uint_eq(r->derived_from, 64);
+        ck_assert_uint_eq(r->block_first, 1);
         ck_assert_uint_eq(r->n_layer_bytes, 1);
         ck_assert_uint_eq(r->layers[0], 0x02);
         ck_assert_uint_eq(r->n_loads, 2);
@@ -473,19 +477,30 @@ START_TEST(key_ranks_that_do_not_add_up_are_refused) {
     ck_assert_int_eq(decode_spliced(blob, len, ranks_at, 1, &one, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "a load's keys of 32 bytes is over the limit of 16"));
-    /* load_async comes before the request's last field, derived_from (64): 0 or 1; then the
-     * step's flags (0) and the finished list (v8, empty: 0x90) */
+    /* load_async comes before derived_from (64) and the request's last field, block_first (1):
+     * 0 or 1; then the step's flags (0) and the finished list (v8, empty: 0x90) */
     ck_assert_uint_eq(blob[len - 1], 0x90);
     ck_assert_uint_eq(blob[len - 2], 0);
-    ck_assert_uint_eq(blob[len - 3], 64);
-    ck_assert_uint_eq(blob[len - 4], 1);
-    ck_assert_int_eq(decode_spliced(blob, len, len - 4, 1, &two, 1, 0, err, sizeof err),
+    ck_assert_uint_eq(blob[len - 3], 1);
+    ck_assert_uint_eq(blob[len - 4], 64);
+    ck_assert_uint_eq(blob[len - 5], 1);
+    ck_assert_int_eq(decode_spliced(blob, len, len - 5, 1, &two, 1, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_ptr_nonnull(strstr(err, "load_async 2 is over 1"));
-    /* a request without derived_from (a v5 request) is refused */
+    /* a request without derived_from (a v5 request) or without block_first (v7) is refused */
+    ck_assert_int_eq(decode_spliced(blob, len, len - 4, 1, &zero, 0, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_str_ne(err, "");
     ck_assert_int_eq(decode_spliced(blob, len, len - 3, 1, &zero, 0, 0, err, sizeof err),
                      KVS_EINVAL);
     ck_assert_str_ne(err, "");
+    /* block_first is a block table index: 2^32 is refused, 2^32 - 1 read */
+    const uint8_t past[] = {0xcf, 0, 0, 0, 1, 0, 0, 0, 0}, last[] = {0xce, 0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(decode_spliced(blob, len, len - 3, 1, past, sizeof past, 0, err, sizeof err),
+                     KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "block_first"));
+    ck_assert_int_eq(decode_spliced(blob, len, len - 3, 1, last, sizeof last, 0, err, sizeof err),
+                     KVS_OK);
     /* a step without flags, or without the finished list (a v7 root: seven fields), is refused,
      * and so is an unknown flag; the known one is read */
     ck_assert_int_eq(decode_spliced(blob, len, len - 2, 1, &zero, 0, 0, err, sizeof err),

@@ -1,4 +1,4 @@
-"""ctypes binding of abi/kvstrata.h, ABI 1.5.
+"""ctypes binding of abi/kvstrata.h, ABI 1.10.
 
 Every struct of the header is a ctypes.Structure in header order; the table (kvs_api) is a Structure of
 function pointers, read only up to the table's own struct_size. A failed call raises a KvsError
@@ -230,6 +230,27 @@ class Stats(ctypes.Structure):
     ]
 
 
+class StepUpdateStruct(ctypes.Structure):
+    """struct kvs_step_update (1.10): one request of a step as what changed."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("req_id", ctypes.c_char_p),
+        ("tokens_from", ctypes.c_uint64),
+        ("tokens", ctypes.POINTER(ctypes.c_int32)),
+        ("n_tokens", ctypes.c_uint64),
+        ("blocks_from", ctypes.c_uint64),
+        ("block_ids", ctypes.POINTER(ctypes.c_uint32)),
+        ("n_block_ids", ctypes.c_uint64),
+        ("n_computed", ctypes.c_uint64),
+        ("n_scheduled", ctypes.c_uint64),
+    ]
+
+
+STEP_UPDATE_SIZE_1_10 = 80
+
+
 class _Handle(ctypes.Structure):  # opaque kvs_handle
     pass
 
@@ -316,6 +337,8 @@ class Api(ctypes.Structure):
         # 1.10
         ("request_key_input", _F(c_status, _H, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_void_p,
                                  ctypes.c_uint64)),
+        ("build_meta_update", _F(c_status, _H, ctypes.POINTER(StepUpdateStruct), ctypes.c_uint64,
+                                 ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
     ]
 
 
@@ -336,6 +359,7 @@ HOOK_MINOR = {
     "sparse_stats": 9,
     "sparse_end": 9,
     "request_key_input": 10,
+    "build_meta_update": 10,
 }
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -595,6 +619,26 @@ class StepSpec:
         self.n_scheduled = n_scheduled
 
 
+class StepUpdate:
+    """One request of a step as what changed since the library last saw it (kvs_step_update):
+    its tokens become its first tokens_from held ones followed by `tokens`, its block table its
+    first blocks_from held ids followed by `block_ids`. tokens and block_ids are sequences of ints or,
+    to pass them without a per-element loop, array('i') / array('I')."""
+
+    __slots__ = ("req_id", "tokens_from", "tokens", "blocks_from", "block_ids", "n_computed",
+                 "n_scheduled")
+
+    def __init__(self, req_id, tokens_from, tokens, blocks_from, block_ids, n_computed,
+                 n_scheduled):
+        self.req_id = req_id
+        self.tokens_from = tokens_from
+        self.tokens = tokens
+        self.blocks_from = blocks_from
+        self.block_ids = block_ids
+        self.n_computed = n_computed
+        self.n_scheduled = n_scheduled
+
+
 class Handle:
     """One kvs_handle. Calls must be serialised by the caller (the ABI's rule); close() is idempotent.
 
@@ -733,6 +777,35 @@ class Handle:
             self._check(st, "build_meta")
             return buf.raw[:length.value]
         self._check(st, "build_meta")
+        return b""  # not reached
+
+    def build_meta_update(self, updates):
+        """updates: a sequence of StepUpdate (ABI 1.10). Returns the metadata blob (bytes), the same
+        build_meta returns given the requests' whole lists."""
+        h = self._handle("build_meta_update")
+        fn = self._hook("build_meta_update")
+        n = len(updates)
+        reqs = (StepUpdateStruct * n)() if n else None
+        keep = []
+        for i, u in enumerate(updates):
+            rid = _c_id(u.req_id, "build_meta_update")
+            ta, tbuf, tn = _int32s(u.tokens)
+            ba, bbuf, bn = _uint32s(u.block_ids)
+            keep += [rid, ta, tbuf, ba, bbuf]
+            reqs[i] = StepUpdateStruct(struct_size=ctypes.sizeof(StepUpdateStruct), req_id=rid,
+                                 tokens_from=int(u.tokens_from), tokens=tbuf, n_tokens=tn,
+                                 blocks_from=int(u.blocks_from), block_ids=bbuf, n_block_ids=bn,
+                                 n_computed=int(u.n_computed), n_scheduled=int(u.n_scheduled))
+        length = ctypes.c_uint64(0)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(self._meta_cap)
+            st = fn(h, reqs, n, buf, self._meta_cap, ctypes.byref(length))
+            if st == EOVERFLOW and length.value > self._meta_cap:
+                self._meta_cap = int(length.value)
+                continue
+            self._check(st, "build_meta_update")
+            return buf.raw[:length.value]
+        self._check(st, "build_meta_update")
         return b""  # not reached
 
     def request_finished(self, req_id):

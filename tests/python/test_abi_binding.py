@@ -79,7 +79,7 @@ class Layout(unittest.TestCase):
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
                     "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store", "sparse_begin",
                     "sparse_select", "sparse_wait", "sparse_stats", "sparse_end",
-                    "request_key_input"]
+                    "request_key_input", "build_meta_update"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
@@ -89,7 +89,16 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["sparse_begin"], (232, 8))  # 1.9
         self.assertEqual(o["sparse_end"], (264, 8))
         self.assertEqual(o["request_key_input"], (272, 8))  # 1.10
-        self.assertEqual(ctypes.sizeof(_abi.Api), 280)
+        self.assertEqual(o["build_meta_update"], (280, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Api), 288)
+
+    def test_step_update(self):
+        o = offsets(_abi.StepUpdateStruct)
+        self.assertEqual(o["req_id"], (8, 8))
+        self.assertEqual(o["tokens_from"], (16, 8))
+        self.assertEqual(o["blocks_from"], (40, 8))
+        self.assertEqual(o["n_scheduled"], (72, 8))
+        self.assertEqual(ctypes.sizeof(_abi.StepUpdateStruct), _abi.STEP_UPDATE_SIZE_1_10)
 
 
 def tiny_model(**kw):
@@ -256,6 +265,54 @@ class KeyInputs(unittest.TestCase):
             self.assertEqual(h.lookup("d", tokens, 0).hit_tokens, 512)
             with self.assertRaises(_abi.InvalidArgument):
                 h.request_key_input("e", 0, b"")
+
+
+class StepUpdates(unittest.TestCase):
+    def test_build_meta_update_gives_build_meta_s_blobs_from_deltas(self):
+        """Two handles through the same steps: a prefill in two chunks, decode steps of one token
+        (one completing a chunk), a rollback of two tokens; the blobs are the same bytes."""
+        import array
+        cfg = os.path.join(tempfile.mkdtemp(prefix="kvs-py-"), "decode.yaml")
+        with open(cfg, "w") as f:
+            f.write("chunk_tokens: 256\nsave_decode: true\ntiers:\n  - name: dram\n"
+                    "    type: dram\n    capacity: 64MiB\n")
+        seq = [(t * 7919 + 13) % 32000 for t in range(600)]
+        table = list(range(40))
+        bt = 16
+        with _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model(), cfg) as full, \
+                _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model(), cfg) as delta:
+            self.assertEqual(full.lookup("r", seq[:300], 0).hit_tokens, 0)
+            self.assertEqual(delta.lookup("r", seq[:300], 0).hit_tokens, 0)
+            full.on_alloc("r", table[:19], 0)
+            delta.on_alloc("r", table[:19], 0)
+            held_t, held_b = 300, 19  # what the library holds after lookup and on_alloc
+            steps = [(seq[:300], 0, 200), (seq[:300], 200, 100)]  # (tokens, computed, scheduled)
+            n = 300
+            for _ in range(220):  # decode: the step to 512 tokens completes chunk 1
+                steps.append((seq[:n + 1], n, 1))
+                n += 1
+            # two tokens rolled back, one other in their place
+            steps.append((seq[:n - 2] + [4242], n - 2, 1))
+            blobs = 0
+            saves = 0
+            for cur, n_computed, n_scheduled in steps:
+                n_tokens = len(cur)
+                nb = (n_tokens + bt - 1) // bt
+                a = full.build_meta([_abi.StepSpec("r", cur, table[:nb], n_computed, n_scheduled)])
+                tf = n_computed if n_tokens <= held_t else held_t  # the tokens still the same
+                bf = min(held_b, nb)
+                b = delta.build_meta_update([_abi.StepUpdate(
+                    "r", tf, array.array("i", cur[tf:]), bf, array.array("I", table[bf:nb]),
+                    n_computed, n_scheduled)])
+                saves += len(b) > 64  # a blob with a request in it
+                self.assertEqual(a, b)
+                blobs += 1
+                held_t, held_b = n_tokens, nb
+            self.assertEqual(blobs, len(steps))
+            self.assertEqual(saves, 2)  # the prefill's chunk 0 and the decode's chunk 1
+            with self.assertRaises(_abi.InvalidArgument) as e:
+                delta.build_meta_update([_abi.StepUpdate("r", held_t + 1, [], held_b, [], 0, 0)])
+            self.assertIn("tokens_from", e.exception.last_error)
 
 
 def run_python(code, env_updates, unset=()):

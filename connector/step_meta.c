@@ -1,0 +1,516 @@
+/* step_meta.c - a step's metadata: build_meta (every scheduled request's whole token list and block
+ * table) and build_meta_update (what changed since the last step; the rest is held in the request
+ * table) share one planner: the loads on_alloc armed, the saves of the chunks the step completes,
+ * the restore planner over them, and the blob the workers bind, which carries only requests with a
+ * load or a save and, of each, the block ids of what it moves. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/abi_struct.h"
+#include "guard.h"
+#include "handle.h"
+#include "keys.h"
+#include "request_tokens.h"
+#include "restore.h"
+#include "scheduler.h"
+
+/* One request of the step: its tokens are its first tokens_from held ones followed by
+ * tokens[0..n_new_tokens), its block table likewise (build_meta passes whole lists: from 0). */
+typedef struct step_req {
+    const char *req_id;
+    kvs_request *r; /* NULL: not known yet */
+    int delta;      /* keys of new chunks only; the held state is appended to, not replaced */
+    uint64_t tokens_from, n_new_tokens, n_tokens;
+    const int32_t *tokens;
+    uint64_t blocks_from, n_new_blocks, n_blocks;
+    const uint32_t *block_ids;
+    uint64_t n_computed, n_scheduled;
+} step_req;
+
+/* What this step does for one request, computed without changing any state the caller sees (a
+ * known request's buffers may grow). */
+typedef struct req_plan {
+    kvs_key *keys;     /* keys of chunks [key_base, n_keys), computed for this step */
+    uint64_t key_base; /* the chunks before it keep the request's held keys */
+    uint64_t n_keys;
+    uint64_t saved_upto;
+    uint64_t lossy_loaded; /* becomes the request's lossy_loaded */
+    uint64_t span_from; /* the tokens [span_from, span_end) it loads or saves (UINT64_MAX: none) */
+    uint64_t span_end;
+    int emits_load;
+} req_plan;
+
+static kvs_status check_counts(kvs_handle *h, const char *hook, const step_req *s) {
+    uint64_t done = s->n_computed + s->n_scheduled;
+    if (done > s->n_tokens || done < s->n_computed)
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "%s: request '%s': n_computed %llu + n_scheduled %llu exceeds n_tokens %llu", hook,
+            s->req_id, (unsigned long long)s->n_computed, (unsigned long long)s->n_scheduled,
+            (unsigned long long)s->n_tokens);
+    if (s->n_new_blocks && !s->block_ids)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': block_ids is NULL", hook, s->req_id);
+    if (s->n_blocks > UINT64_MAX / h->model.block_tokens ||
+        s->n_blocks * h->model.block_tokens < done)
+        return kvs_set_error(
+            h, KVS_EINVAL, "%s: request '%s': block table of %llu blocks cannot hold %llu tokens",
+            hook, s->req_id, (unsigned long long)s->n_blocks, (unsigned long long)done);
+    return KVS_OK;
+}
+
+static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *in, step_req *s) {
+    kvs_status st = kvs_sched_check_id(h, "build_meta", in->req_id);
+    if (st == KVS_OK)
+        st = kvs_request_check_tokens(h, "build_meta", in->req_id, in->tokens, in->n_tokens);
+    if (st != KVS_OK) return st;
+    *s = (step_req){.req_id = in->req_id,
+                    .r = kvs_sched_find(h, in->req_id),
+                    .n_new_tokens = in->n_tokens,
+                    .n_tokens = in->n_tokens,
+                    .tokens = in->tokens,
+                    .n_new_blocks = in->n_block_ids,
+                    .n_blocks = in->n_block_ids,
+                    .block_ids = in->block_ids,
+                    .n_computed = in->n_computed,
+                    .n_scheduled = in->n_scheduled};
+    if (s->r) s->r->step_mark = h->step_marks;
+    return check_counts(h, "build_meta", s);
+}
+
+static kvs_status check_update(kvs_handle *h, const kvs_step_update *u, step_req *s) {
+    static const char hook[] = "build_meta_update";
+    kvs_status st = kvs_sched_check_id(h, hook, u->req_id);
+    if (st != KVS_OK) return st;
+    kvs_request *r = kvs_sched_find(h, u->req_id);
+    uint64_t held_tokens = r ? r->n_tokens : 0, held_blocks = r ? r->n_table : 0;
+    if (u->tokens_from > held_tokens || u->blocks_from > held_blocks)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "%s: request '%s': tokens_from %llu and blocks_from %llu, but the "
+                             "library holds %llu of its tokens and %llu of its blocks",
+                             hook, u->req_id, (unsigned long long)u->tokens_from,
+                             (unsigned long long)u->blocks_from, (unsigned long long)held_tokens,
+                             (unsigned long long)held_blocks);
+    if (u->n_tokens > UINT64_MAX / 8 || u->n_block_ids > UINT64_MAX / 8)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s': %llu tokens and %llu block ids",
+                             hook, u->req_id, (unsigned long long)u->n_tokens,
+                             (unsigned long long)u->n_block_ids);
+    /* the held tokens were checked when they were stored: only the new ones are */
+    if ((st = kvs_request_check_tokens(h, hook, u->req_id, u->tokens, u->n_tokens)) != KVS_OK)
+        return st;
+    if (r && r->step_mark == h->step_marks)
+        return kvs_set_error(h, KVS_EINVAL, "%s: request '%s' is named twice in one step", hook,
+                             u->req_id);
+    if (r) r->step_mark = h->step_marks;
+    *s = (step_req){.req_id = u->req_id,
+                    .r = r,
+                    .delta = 1,
+                    .tokens_from = u->tokens_from,
+                    .n_new_tokens = u->n_tokens,
+                    .n_tokens = u->tokens_from + u->n_tokens,
+                    .tokens = u->tokens,
+                    .blocks_from = u->blocks_from,
+                    .n_new_blocks = u->n_block_ids,
+                    .n_blocks = u->blocks_from + u->n_block_ids,
+                    .block_ids = u->block_ids,
+                    .n_computed = u->n_computed,
+                    .n_scheduled = u->n_scheduled};
+    return check_counts(h, hook, s);
+}
+
+static const kvs_key *plan_key(const kvs_handle *h, const kvs_request *r, const req_plan *p,
+                               uint64_t c) {
+    return c < p->key_base ? kvs_chunk_keys(h, r->keys, c)
+                           : kvs_chunk_keys(h, p->keys, c - p->key_base);
+}
+
+/* The step's keys of s: the held ones up to the chunk its new tokens start in, then the new ones
+ * (build_meta_update); or those of its whole list, reusing a prefix it holds (build_meta). */
+static kvs_status plan_keys(kvs_handle *h, const step_req *s, req_plan *plan) {
+    uint64_t C = h->chunk_tokens;
+    kvs_request *r = s->r;
+    int oom = 0;
+    plan->n_keys = s->n_tokens / C;
+    if (!s->delta) {
+        plan->keys = kvs_request_keys_for(h, r, s->tokens, s->n_tokens, plan->n_keys, &oom);
+    } else {
+        uint64_t held = r ? r->n_keys : 0, same = s->tokens_from / C;
+        plan->key_base = held < same ? held : same;
+        if (plan->key_base > plan->n_keys) plan->key_base = plan->n_keys;
+        /* room first: the loads below point into the request's keys */
+        if (r && !kvs_request_reserve(h, r, s->n_tokens, plan->n_keys, s->n_blocks)) oom = 1;
+        if (!oom)
+            plan->keys = kvs_request_keys_delta(h, r, plan->key_base, s->tokens_from, s->tokens,
+                                                plan->n_keys, &oom);
+    }
+    return oom ? kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory") : KVS_OK;
+}
+
+static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *out, req_plan *plan,
+                               kvs_restore_step *restore) {
+    uint64_t C = h->chunk_tokens;
+    const kvs_request *r = s->r;
+    memset(plan, 0, sizeof *plan);
+    plan->lossy_loaded = r ? r->lossy_loaded : UINT64_MAX;
+    plan->span_from = UINT64_MAX;
+    kvs_status st = plan_keys(h, s, plan);
+    if (st != KVS_OK) return st;
+    uint64_t load_end = 0;
+    if (r && r->load_pending && r->external) {
+        uint64_t start = r->n_local, end = r->n_local + r->external;
+        uint64_t c0 = start / C, c1 = (end - 1) / C;
+        if (c1 >= r->n_keys)
+            return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys",
+                                 r->id);
+        out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
+        if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        for (uint64_t c = c0; c <= c1; c++) {
+            uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
+            const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
+            out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
+        }
+        load_end = end;
+        plan->span_from = start;
+        plan->emits_load = 1;
+        int tier = r->n_pins ? (int)kvs_sched_chunk_tier(h, r->pins)
+                             : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
+        *restore = (kvs_restore_step){.loading = 1,
+                                      .tier = tier > 0 ? (uint32_t)tier : 0,
+                                      .first_token = start,
+                                      .end_token = end};
+        /* loaded between steps; planned with the step's other loads (per-request completion) */
+        if (r->load_async) out->load_async = 1;
+        /* a lossy chunk among these loads (or, when the plan recomputes the front, any chunk from
+         * the first it loads: which later ones are lossy is not kept) */
+        if (r->lossy_from < end) {
+            uint64_t from = r->lossy_from > start ? r->lossy_from : start / C * C;
+            if (from < plan->lossy_loaded) plan->lossy_loaded = from;
+        }
+    }
+    out->derived = plan->lossy_loaded != UINT64_MAX;
+    out->derived_from = out->derived ? plan->lossy_loaded : 0;
+    uint64_t prompt = r && r->keys_fixed ? r->prompt_tokens : s->n_tokens;
+    uint64_t limit = s->n_computed + s->n_scheduled;
+    if (!h->cfg->save_decode && limit > prompt) limit = prompt;
+    plan->saved_upto = r ? r->saved_upto : 0;
+    /* The engine recomputes from n_computed (a failed load, a preemption): what it recomputes was
+     * never stored by this request, so saving resumes there. Chunks already stored are skipped by
+     * the workers. */
+    if (r && s->n_computed < r->step_end && s->n_computed < plan->saved_upto)
+        plan->saved_upto = s->n_computed / C * C;
+    uint64_t from = plan->saved_upto / C, to = limit / C;
+    if (h->transfer_role == KVS_TRANSFER_CONSUMER) to = from; /* a decode instance only loads */
+    if (to > from) {
+        out->saves = calloc(to - from, sizeof *out->saves);
+        if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        for (uint64_t c = from; c < to; c++) {
+            const kvs_key *k = plan_key(h, r, plan, c);
+            out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
+        }
+        plan->saved_upto = to * C;
+        if (from * C < plan->span_from) plan->span_from = from * C;
+    }
+    plan->span_end = load_end > to * C ? load_end : to * C;
+    memcpy(out->id, s->req_id, strlen(s->req_id) + 1);
+    return KVS_OK;
+}
+
+/* The block ids of what s loads and saves: from the block of the first token it moves, or, when the
+ * step can have failed loads and s saves, from its first block (a save is dropped when a failed
+ * block lies anywhere before its end: worker_save.c). Nothing for a request that moves nothing. */
+static kvs_status plan_blocks(kvs_handle *h, const step_req *s, const req_plan *plan,
+                              kvs_meta_req *out, int loads_may_fail) {
+    if (plan->span_from == UINT64_MAX || plan->span_end == 0) return KVS_OK;
+    uint64_t bt = h->model.block_tokens;
+    uint64_t first = loads_may_fail && out->n_saves ? 0 : plan->span_from / bt;
+    uint64_t end = (plan->span_end + bt - 1) / bt;
+    if (end <= first) return KVS_OK;
+    out->block_first = first;
+    out->n_block_ids = end - first;
+    out->block_ids = malloc(out->n_block_ids * sizeof *out->block_ids);
+    if (!out->block_ids) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    uint64_t held_end = s->blocks_from < end ? s->blocks_from : end; /* [first, held_end) held */
+    uint64_t k = 0;
+    if (first < held_end) {
+        memcpy(out->block_ids, s->r->table + first, (held_end - first) * sizeof *out->block_ids);
+        k = held_end - first;
+    }
+    if (k < out->n_block_ids)
+        memcpy(out->block_ids + k, s->block_ids + (first + k - s->blocks_from),
+               (out->n_block_ids - k) * sizeof *out->block_ids);
+    return KVS_OK;
+}
+
+/* The request's state becomes the step's: its tokens, keys and block table (appended to by
+ * build_meta_update, replaced by build_meta), what it saved, its load. */
+static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
+                             const kvs_restore_step *restore) {
+    kvs_request *r = s->r ? s->r : kvs_sched_find(h, s->req_id); /* named twice while new */
+    if (!r && !(r = kvs_sched_create(h, s->req_id)))
+        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    if (!r->keys_fixed) r->prompt_tokens = s->n_tokens; /* its first sighting (inputs aside) */
+    if (s->delta) {
+        if (!kvs_request_reserve(h, r, s->n_tokens, plan->n_keys, s->n_blocks))
+            return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        if (s->n_new_tokens)
+            memcpy(r->tokens + s->tokens_from, s->tokens, s->n_new_tokens * sizeof *s->tokens);
+        r->n_tokens = s->n_tokens;
+        if (plan->n_keys > plan->key_base)
+            memcpy(kvs_chunk_keys(h, r->keys, plan->key_base), plan->keys,
+                   (plan->n_keys - plan->key_base) * h->key_ranks * sizeof *plan->keys);
+        r->n_keys = plan->n_keys;
+        if (s->n_new_blocks)
+            memcpy(r->table + s->blocks_from, s->block_ids, s->n_new_blocks * sizeof *s->block_ids);
+        r->n_table = s->n_blocks;
+    } else {
+        if (!kvs_request_store_tokens(h, r, s->tokens, s->n_tokens) ||
+            !kvs_request_store_table(h, r, s->block_ids, s->n_blocks))
+            return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+        free(r->keys);
+        r->keys = plan->keys;
+        r->n_keys = r->keys_cap = plan->n_keys;
+        plan->keys = NULL;
+    }
+    r->keys_fixed = 1;
+    r->saved_upto = plan->saved_upto;
+    r->lossy_loaded = plan->lossy_loaded;
+    r->step_end = s->n_computed + s->n_scheduled;
+    if (plan->emits_load && r->load_async) {
+        /* the engine counts the loaded tokens as computed: coming back below them is a rollback */
+        r->step_end = r->n_local + r->external;
+        free(r->block_ids);
+        r->block_ids = NULL;
+        r->n_block_ids = 0;
+    }
+    if (r->async_waiting && s->n_scheduled > 0) {
+        /* the engine computes it again: its async load has landed on every worker */
+        kvs_sched_set_async_waiting(h, r, 0);
+        kvs_sched_release_lease(h, r);
+    }
+    if (plan->emits_load) {
+        r->load_pending = 0;
+        /* The workers load during this step; an async load later, on their loader threads, which
+         * pin only when they reach it: its lease stays until the request computes again (or it
+         * expires, or the request finishes). */
+        kvs_sched_set_async_waiting(h, r, r->load_async);
+        r->lease_release_step = r->load_async ? 0 : h->step;
+        r->plan = restore->plan;
+        r->plan_step = h->step;
+    }
+    return KVS_OK;
+}
+
+static void release_finished_leases(kvs_handle *h) {
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (r->lease_release_step && r->lease_release_step < h->step)
+                kvs_sched_release_lease(h, r);
+}
+
+/* One save per key per step: requests sharing a prefix in one step would each save every chunk of
+ * it. The first request to save a key keeps the save; later ones drop it (their saved_upto still
+ * moves on, as the chunk is being stored). Keys are hashes, so their first bytes index the set. A
+ * save's `key` is rank 0's: two saves with the same rank-0 key have the same tokens, so the same key
+ * for every rank. */
+static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
+    uint64_t total = 0, cap = 1;
+    for (uint64_t i = 0; i < meta->n_reqs; i++) total += meta->reqs[i].n_saves;
+    if (total < 2) return KVS_OK;
+    while (cap < 2 * total) cap <<= 1;
+    const kvs_key **set = calloc(cap, sizeof *set);
+    if (!set) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    for (uint64_t i = 0; i < meta->n_reqs; i++) {
+        kvs_meta_req *r = &meta->reqs[i];
+        uint64_t kept = 0;
+        for (uint64_t j = 0; j < r->n_saves; j++) {
+            uint64_t slot;
+            memcpy(&slot, r->saves[j].key.bytes, sizeof slot);
+            slot &= cap - 1;
+            while (set[slot] && memcmp(set[slot], &r->saves[j].key, sizeof(kvs_key)) != 0)
+                slot = (slot + 1) & (cap - 1);
+            if (set[slot]) continue; /* an earlier request of this step saves it */
+            r->saves[kept] = r->saves[j];
+            set[slot] = &r->saves[kept].key;
+            kept++;
+        }
+        r->n_saves = kept;
+    }
+    free(set);
+    return KVS_OK;
+}
+
+static int waits_for_load(const kvs_handle *h, const kvs_request *r) {
+    return r->load_pending && r->load_async && r->block_ids && r->step_mark != h->step_marks;
+}
+
+/* Async loads on_alloc armed for requests the engine did not schedule (it waits for their KV) join
+ * the step as requests that compute nothing, their state as held: *reqs grows by them. */
+static kvs_status add_waiting_loads(kvs_handle *h, step_req **reqs, uint64_t *n_reqs) {
+    uint64_t n = 0;
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next) n += (uint64_t)waits_for_load(h, r);
+    if (n == 0) return KVS_OK;
+    step_req *grown = realloc(*reqs, (*n_reqs + n) * sizeof *grown);
+    if (!grown) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    *reqs = grown;
+    for (int b = 0; b < KVS_REQ_BUCKETS; b++)
+        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+            if (waits_for_load(h, r))
+                grown[(*n_reqs)++] = (step_req){.req_id = r->id,
+                                                .r = r,
+                                                .delta = 1,
+                                                .tokens_from = r->n_tokens,
+                                                .n_tokens = r->n_tokens,
+                                                .blocks_from = r->n_table,
+                                                .n_blocks = r->n_table,
+                                                .n_computed = r->n_local};
+    return KVS_OK;
+}
+
+/* The requests the workers need: those with a load or a save, and every asynchronous load (its
+ * worker reports it in get_finished even when the plan left it nothing to load). Shallow copies. */
+static kvs_meta_req *wire_requests(const kvs_meta_req *reqs, uint64_t n, uint64_t *kept) {
+    kvs_meta_req *out = malloc((n ? n : 1) * sizeof *out);
+    *kept = 0;
+    if (!out) return NULL;
+    for (uint64_t i = 0; i < n; i++)
+        if (reqs[i].n_loads || reqs[i].n_saves || reqs[i].load_async) out[(*kept)++] = reqs[i];
+    return out;
+}
+
+/* build_meta and build_meta_update from here: reqs (malloc'd, n_reqs of them, checked) is the
+ * caller's array, freed here. */
+static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_t n_reqs, void *buf,
+                        uint64_t cap, uint64_t *len) {
+    kvs_sched_expire_leases(h);
+    kvs_status st = add_waiting_loads(h, &reqs, &n_reqs);
+    kvs_meta meta = {.step = h->step + 1,
+                     .group_fingerprint = h->group_fingerprint,
+                     .key_ranks = h->key_ranks,
+                     .chunk_tokens = h->chunk_tokens,
+                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
+                     .finished = h->kept_finished,
+                     .n_finished = h->n_kept_finished};
+    req_plan *plans = NULL;
+    kvs_restore_step *restores = NULL;
+    void *blob = NULL;
+    uint64_t blob_len = 0;
+    if (st != KVS_OK) goto out;
+    meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
+    plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
+    restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
+    if (n_reqs && (!meta.reqs || !plans || !restores)) {
+        st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
+        goto out;
+    }
+    int loads_may_fail =
+        h->async_waiting > 0 || (h->last_load_step && h->last_load_step >= h->step);
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
+        st = plan_request(h, &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
+        meta.n_reqs = i + 1;
+        loads_may_fail |= plans[i].emits_load;
+    }
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
+        st = plan_blocks(h, &reqs[i], &plans[i], &meta.reqs[i], loads_may_fail);
+    if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
+    /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
+    if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
+    /* the loader thread reads asynchronous loads one request after another: in the planned order */
+    kvs_meta wire = meta;
+    kvs_meta_req *ordered = NULL;
+    if ((st = kvs_restore_read_order(meta.reqs, restores, meta.n_reqs, &ordered)) != KVS_OK) {
+        kvs_set_error(h, st, "%s: out of memory ordering the asynchronous loads", hook);
+        goto out;
+    }
+    wire.reqs = wire_requests(ordered ? ordered : meta.reqs, meta.n_reqs, &wire.n_reqs);
+    free(ordered);
+    st = wire.reqs ? kvs_meta_encode(&wire, &blob, &blob_len) : KVS_ENOMEM;
+    int any_load = 0;
+    for (uint64_t i = 0; wire.reqs && i < wire.n_reqs; i++) any_load |= wire.reqs[i].n_loads > 0;
+    free(wire.reqs);
+    if (st != KVS_OK) {
+        kvs_set_error(h, st, "%s: out of memory encoding metadata", hook);
+        goto out;
+    }
+    *len = blob_len;
+    if (blob_len > cap) {
+        st = kvs_set_error(h, KVS_EOVERFLOW, "%s: metadata needs %llu bytes, buffer has %llu", hook,
+                           (unsigned long long)blob_len, (unsigned long long)cap);
+        goto out;
+    }
+    memcpy(buf, blob, blob_len);
+    h->step++;
+    if (any_load) h->last_load_step = h->step;
+    release_finished_leases(h);
+    h->n_kept_finished = 0; /* the workers know them now */
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
+        st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
+    /* a request finishing with saves emitted keeps its pages until they land (async saves) */
+    for (uint64_t i = 0; i < meta.n_reqs; i++)
+        if (meta.reqs[i].n_saves) {
+            kvs_request *r = kvs_sched_find(h, meta.reqs[i].id);
+            if (r) r->saves_emitted = 1;
+        }
+out:
+    for (uint64_t i = 0; i < meta.n_reqs; i++) {
+        kvs_meta_req_clear(&meta.reqs[i]);
+        free(plans[i].keys);
+    }
+    free(meta.reqs);
+    free(plans);
+    free(restores);
+    free(blob);
+    free(reqs);
+    return st;
+}
+
+kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                                void *buf, uint64_t cap, uint64_t *len) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
+    if (st != KVS_OK) return st;
+    if (!len || (n_reqs && !reqs) || (cap && !buf))
+        return kvs_set_error(h, KVS_EINVAL, "build_meta: reqs, buf or len is NULL");
+    step_req *steps = malloc((n_reqs ? n_reqs : 1) * sizeof *steps);
+    if (!steps) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    h->step_marks++;
+    for (uint64_t i = 0; i < n_reqs; i++)
+        if ((st = check_step_request(h, &reqs[i], &steps[i])) != KVS_OK) {
+            free(steps);
+            return st;
+        }
+    return build(h, "build_meta", steps, n_reqs, buf, cap, len);
+}
+
+kvs_status kvs_sched_build_meta_update(kvs_handle *h, const kvs_step_update *reqs, uint64_t n_reqs,
+                                       void *buf, uint64_t cap, uint64_t *len) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta_update");
+    if (st != KVS_OK) return st;
+    if (!len || (n_reqs && !reqs) || (cap && !buf))
+        return kvs_set_error(h, KVS_EINVAL, "build_meta_update: reqs, buf or len is NULL");
+    uint32_t size = n_reqs ? reqs[0].struct_size : (uint32_t)sizeof *reqs;
+    if (size < KVS_STEP_UPDATE_SIZE_1_10)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "build_meta_update: reqs[0].struct_size %u is below the 1.10 size %u",
+                             size, KVS_STEP_UPDATE_SIZE_1_10);
+    step_req *steps = malloc((n_reqs ? n_reqs : 1) * sizeof *steps);
+    if (!steps) return kvs_set_error(h, KVS_ENOMEM, "build_meta_update: out of memory");
+    h->step_marks++;
+    const uint8_t *at = (const uint8_t *)reqs;
+    for (uint64_t i = 0; i < n_reqs; i++, at += size) {
+        kvs_step_update u;
+        if (((const kvs_step_update *)(const void *)at)->struct_size != size)
+            st = kvs_set_error(h, KVS_EINVAL,
+                               "build_meta_update: reqs[%llu].struct_size %u differs from "
+                               "reqs[0]'s %u",
+                               (unsigned long long)i,
+                               ((const kvs_step_update *)(const void *)at)->struct_size, size);
+        else {
+            kvs_struct_in(&u, sizeof u, at, KVS_STEP_UPDATE_SIZE_1_10);
+            st = check_update(h, &u, &steps[i]);
+        }
+        if (st != KVS_OK) {
+            free(steps);
+            return st;
+        }
+    }
+    return build(h, "build_meta_update", steps, n_reqs, buf, cap, len);
+}
