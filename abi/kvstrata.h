@@ -202,6 +202,23 @@ typedef struct kvs_step_update {
 
 #define KVS_STEP_UPDATE_SIZE_1_10 80u
 
+/* (1.10) What a handle was opened with (handle_info): what an engine needs to plan its calls (which
+ * requests can save in a step) and what an operator's tool shows. */
+typedef struct kvs_handle_info {
+    uint32_t struct_size;   /* sizeof(kvs_handle_info), set by the caller */
+    uint32_t role;          /* kvs_role */
+    uint32_t transfer_role; /* kvs_transfer_role */
+    uint32_t chunk_tokens;  /* tokens per chunk: saves and loads move whole chunks */
+    uint32_t key_ranks;     /* chunk keys per chunk (one per TP rank with keys of its own) */
+    uint32_t n_tiers;       /* tiers in the chain (tier_name names them) */
+    uint32_t save_decode;   /* 1: tokens produced while decoding are saved too; 0: the prompt's */
+    uint32_t saves_async;   /* 1: saves land after wait_save (`saves.async`), get_finished's
+                                * sending list reports them */
+    uint64_t lease_timeout_ms; /* how long a lookup's pins hold without a load */
+} kvs_handle_info;
+
+#define KVS_HANDLE_INFO_SIZE_1_10 40u
+
 /* A cache event (take_events). Frozen for major 1 (no struct_size: take_events fills an array). */
 typedef struct kvs_event {
     uint8_t kind; /* KVS_EVENT_* */
@@ -667,6 +684,9 @@ typedef struct kvs_api {
      * what they point to are borrowed for the call. */
     kvs_status (*build_meta_update)(kvs_handle *h, const kvs_step_update *reqs, uint64_t n_reqs,
                                     void *buf, uint64_t cap, uint64_t *len);
+    /* What the handle was opened with (kvs_handle_info), filled up to out->struct_size (at least
+     * KVS_HANDLE_INFO_SIZE_1_10). Any role; thread-safe with the handle's other calls. */
+    kvs_status (*handle_info)(const kvs_handle *h, kvs_handle_info *out);
 } kvs_api;
 
 /* The single exported entry point. Returns NULL for an ABI major this library does not implement. */

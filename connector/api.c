@@ -398,6 +398,22 @@ static kvs_status api_build_meta_update(kvs_handle *h, const kvs_step_update *re
     return kvs_sched_build_meta_update(h, reqs, n, buf, cap, len);
 }
 
+static kvs_status api_handle_info(const kvs_handle *h, kvs_handle_info *out) {
+    if (!h || !out || out->struct_size < KVS_HANDLE_INFO_SIZE_1_10) return KVS_EINVAL;
+    kvs_handle_info info = {.struct_size = out->struct_size < sizeof info ? out->struct_size
+                                                                          : (uint32_t)sizeof info,
+                            .role = (uint32_t)h->role,
+                            .transfer_role = h->transfer_role,
+                            .chunk_tokens = (uint32_t)h->chunk_tokens,
+                            .key_ranks = h->key_ranks,
+                            .n_tiers = kvs_tiers_count(h->tiers),
+                            .save_decode = h->cfg->save_decode ? 1u : 0u,
+                            .saves_async = h->cfg->saves.async ? 1u : 0u,
+                            .lease_timeout_ms = h->cfg->lease_timeout_ms};
+    memcpy(out, &info, info.struct_size);
+    return KVS_OK;
+}
+
 static const char *api_tier_name(const kvs_handle *h, uint32_t tier) {
     if (!h || !h->tiers || tier >= kvs_tiers_count(h->tiers)) return NULL;
     return kvs_tiers_name(h->tiers, tier);
@@ -441,6 +457,7 @@ static const kvs_api api_v1 = {
     .sparse_end = api_sparse_end,
     .request_key_input = api_request_key_input,
     .build_meta_update = api_build_meta_update,
+    .handle_info = api_handle_info,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

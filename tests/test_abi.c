@@ -174,7 +174,18 @@ AT(kvs_api, sparse_stats, 256, 8);
 AT(kvs_api, sparse_end, 264, 8);
 AT(kvs_api, request_key_input, 272, 8); /* 1.10 */
 AT(kvs_api, build_meta_update, 280, 8);
-SIZE(kvs_api, 288);
+AT(kvs_api, handle_info, 288, 8);
+AT(kvs_handle_info, struct_size, 0, 4); /* 1.10 */
+AT(kvs_handle_info, role, 4, 4);
+AT(kvs_handle_info, transfer_role, 8, 4);
+AT(kvs_handle_info, chunk_tokens, 12, 4);
+AT(kvs_handle_info, key_ranks, 16, 4);
+AT(kvs_handle_info, n_tiers, 20, 4);
+AT(kvs_handle_info, save_decode, 24, 4);
+AT(kvs_handle_info, saves_async, 28, 4);
+AT(kvs_handle_info, lease_timeout_ms, 32, 8);
+SIZE(kvs_handle_info, KVS_HANDLE_INFO_SIZE_1_10);
+SIZE(kvs_api, 296);
 
 AT(kvs_step_update, struct_size, 0, 4); /* 1.10 */
 AT(kvs_step_update, reserved, 4, 4);

@@ -94,6 +94,46 @@ START_TEST(hooks_out_of_order_are_refused) {
 }
 END_TEST
 
+START_TEST(handle_info_says_what_the_handle_was_opened_with) {
+    rig r;
+    const char *cfg = rig_config(
+        "info.yaml", "chunk_tokens: 48\nsave_decode: true\nlease_timeout_ms: 1234\n"
+                     "saves:\n  async: true\ntiers:\n  - name: a\n    type: dram\n"
+                     "    capacity: 1MiB\n  - name: b\n    type: dram\n    capacity: 1MiB\n");
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_SCHEDULER, cfg), KVS_OK);
+    kvs_handle_info info;
+    memset(&info, 0xab, sizeof info);
+    info.struct_size = sizeof info;
+    ck_assert_int_eq(api->handle_info(r.h, &info), KVS_OK);
+    ck_assert_uint_eq(info.struct_size, sizeof info);
+    ck_assert_uint_eq(info.role, KVS_ROLE_SCHEDULER);
+    ck_assert_uint_eq(info.transfer_role, KVS_TRANSFER_BOTH);
+    ck_assert_uint_eq(info.chunk_tokens, 48);
+    ck_assert_uint_eq(info.key_ranks, 1);
+    ck_assert_uint_eq(info.n_tiers, 2);
+    ck_assert_uint_eq(info.save_decode, 1);
+    ck_assert_uint_eq(info.saves_async, 1);
+    ck_assert_uint_eq(info.lease_timeout_ms, 1234);
+    rig_close(&r);
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, NULL), KVS_OK);
+    ck_assert_int_eq(api->handle_info(r.h, &info), KVS_OK);
+    ck_assert_uint_eq(info.save_decode, 0);
+    ck_assert_uint_eq(info.saves_async, 0);
+    /* a struct below its first size is refused; a larger one is written up to what the library
+     * knows and no further */
+    info.struct_size = KVS_HANDLE_INFO_SIZE_1_10 - 4;
+    ck_assert_int_eq(api->handle_info(r.h, &info), KVS_EINVAL);
+    uint8_t big[64];
+    memset(big, 0xcd, sizeof big);
+    uint32_t size = sizeof big;
+    memcpy(big, &size, sizeof size);
+    ck_assert_int_eq(api->handle_info(r.h, (kvs_handle_info *)(void *)big), KVS_OK);
+    ck_assert_uint_eq(big[sizeof(kvs_handle_info)], 0xcd);
+    ck_assert_int_eq(api->handle_info(NULL, &info), KVS_EINVAL);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *api_suite(void) {
     Suite *s = suite_create("api");
     TCase *tc = tcase_create("api");
@@ -102,6 +142,7 @@ static Suite *api_suite(void) {
     tcase_add_test(tc, another_abi_major_gets_no_table);
     tcase_add_test(tc, a_bad_config_refuses_to_open);
     tcase_add_test(tc, hooks_out_of_order_are_refused);
+    tcase_add_test(tc, handle_info_says_what_the_handle_was_opened_with);
     suite_add_tcase(s, tc);
     return s;
 }
