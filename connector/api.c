@@ -32,7 +32,8 @@ KVS_EXPORT const char *kvs_strerror(kvs_status status) {
 static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
     kvs_handle *h = ctx;
     pthread_mutex_lock(&h->event_lock);
-    if (kind == KVS_EVENT_REMOVED && tier + 1 == kvs_tiers_count(h->tiers)) h->stats.evictions++;
+    /* gone from the chain: from its last tier, or from one whose tiers below could not open */
+    if (kind == KVS_EVENT_REMOVED && tier >= kvs_tiers_bottom(h->tiers)) h->stats.evictions++;
     kind &= (uint8_t)~KVS_TIER_EVENT_DROPPED;
     uint64_t slot = (h->event_head + h->event_count) % KVS_EVENT_RING;
     if (h->event_count == KVS_EVENT_RING) {

@@ -1,13 +1,13 @@
-/* config_tiers.c - one entry of `tiers:` in the configuration (name, type, write policy, plugin path,
- * `paths:`/`nodes:` and `options:`). The capacity, a size, is read by config.c. */
+/* config_tiers.c - one entry of `tiers:` in the configuration (name, type, write policy, `required`,
+ * plugin path, `paths:`/`nodes:` and `options:`). The capacity, a size, is read by config.c. */
 #include "config_tiers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const TIER_KEYS[] = {"name",   "type",    "capacity", "write",
-                                        "plugin", "options", "paths",    "nodes"};
+static const char *const TIER_KEYS[] = {"name",    "type",  "capacity", "write",   "plugin",
+                                        "options", "paths", "nodes",    "required"};
 _Static_assert(TK_COUNT == KVS_TIER_KEYS,
                "kvs_tier_config.keys_at holds one position per tier key");
 
@@ -257,6 +257,11 @@ kvs_status kvs_config_tier_end(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f
         st = kvs_yaml_get_choice(ctx, f->values[TK_WRITE], kp, WRITE_POLICIES,
                                  COUNT_OF(WRITE_POLICIES), &policy);
         t->write = policy == 1 ? KVS_WRITE_THROUGH : KVS_WRITE_BACK;
+    }
+    if (st == KVS_OK && f->values[TK_REQUIRED]) {
+        char kp[KEY_PATH_MAX];
+        kvs_yaml_key_path(kp, f->path, "required");
+        st = kvs_yaml_get_bool(ctx, f->values[TK_REQUIRED], kp, &t->required);
     }
     if (st == KVS_OK) st = tier_plugin(ctx, f, t);
     if (st == KVS_OK) st = tier_options(ctx, f, t);

@@ -20,6 +20,7 @@ enum {
     TK_OPTIONS,
     TK_PATHS,
     TK_NODES,
+    TK_REQUIRED,
     TK_COUNT
 };
 
@@ -37,7 +38,8 @@ size_t kvs_config_tier_key(const char *name);
 /* Tier `index` (cfg->tiers[index], zeroed) from n: its keys, name and type, into *f and the tier. */
 kvs_status kvs_config_tier_begin(const kvs_yaml_ctx *ctx, const kvs_yaml_node *n, kvs_config *cfg,
                                  size_t index, kvs_tier_fields *f);
-/* The rest of the tier after its capacity: write policy, plugin path, `paths:`/`nodes:`, options. */
+/* The rest of the tier after its capacity: write policy, required, plugin path, `paths:`/`nodes:`,
+ * options. */
 kvs_status kvs_config_tier_end(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
                                kvs_tier_config *t);
 

@@ -33,13 +33,15 @@ typedef struct kvs_config_option {
 } kvs_config_option;
 
 /* Tier keys whose position is kept for refusals found when the connector opens. */
-#define KVS_TIER_KEYS 8 /* name, type, capacity, write, plugin, options, paths, nodes */
+#define KVS_TIER_KEYS 9 /* name, type, capacity, write, plugin, options, paths, nodes, required */
 
 typedef struct kvs_tier_config {
-    char name[KVS_NAME_MAX];    /* unique within the file */
-    char type[KVS_NAME_MAX];    /* "dram" or "plugin" */
-    uint64_t capacity_bytes;    /* required for dram; optional (0) for plugin */
-    kvs_write_policy write;     /* default back */
+    char name[KVS_NAME_MAX]; /* unique within the file */
+    char type[KVS_NAME_MAX]; /* "dram" or "plugin" */
+    uint64_t capacity_bytes; /* required for dram; optional (0) for plugin */
+    kvs_write_policy write;  /* default back */
+    int required; /* 1: the connector refuses to open when this tier cannot; 0 (default): a tier
+                   * that fails to open for a reason other than its configuration serves empty */
     char plugin[KVS_PATH_MAX];  /* path of the .so, required iff type is plugin */
     kvs_config_option *options; /* the `options:` map, scalars only, in file order */
     size_t n_options;

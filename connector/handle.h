@@ -4,6 +4,7 @@
 #define KVS_HANDLE_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/abi_struct.h"
@@ -184,9 +185,14 @@ struct kvs_handle {
     kvs_save_work *saves;
     uint64_t n_saves;
     uint8_t *layer_saved; /* per layer: save_layer seen this step */
+    /* Blocks of failed loads, for load_error_blocks. bind_meta reserves room for every block the
+     * loads still to land may add (the step's, the async requests' not landed yet), so adding one
+     * never allocates and can never be lost. */
     uint32_t *error_blocks;
     uint64_t n_error_blocks, cap_error_blocks;
     uint64_t error_blocks_taken; /* the first ones a load_error_blocks call returned */
+    uint64_t error_blocks_async; /* blocks the async requests not landed yet may add */
+    void *(*error_blocks_realloc)(void *ptr, size_t bytes); /* NULL: realloc (tests inject) */
     struct kvs_async_loader
         *async;              /* async loads between steps (worker_async.c); NULL until used */
     struct kvs_saver *saver; /* async saves and the sending report (worker_saver.c); NULL until

@@ -17,6 +17,7 @@
 #include "backends/ucx/remote.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "empty_tier.h"
 #include "encoder.h"
 #include "object.h"
 #include "policy.h"
@@ -30,7 +31,8 @@ typedef struct kvs_tier {
     void *state;
     void *dl; /* plugin handle, NULL for built-ins */
     kvs_write_policy write;
-    int remote; /* type remote: its answers cross the network (read once, at open) */
+    int remote;   /* type remote: its answers cross the network (read once, at open) */
+    int degraded; /* it could not open: an empty tier (empty_tier.h) stands in for it */
     uint32_t index;
     struct kvs_tier_chain *chain;
     kvs_backend_host host;
@@ -83,7 +85,9 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
     kvs_tier_chain *c = t->chain;
     uint32_t next = t->index + 1;
     if (kvs_tiers_raw_key(key)) return;
-    if (next < c->n && t->write == KVS_WRITE_BACK && object) {
+    /* A tier below that could not open stores nothing: the object leaves the chain, an eviction. */
+    int below = next < c->n && !c->tiers[next].degraded;
+    if (below && t->write == KVS_WRITE_BACK && object) {
         kvs_tier *down = &c->tiers[next];
         kvs_status st = down->ops->put(down->state, key, object, len);
         while (spills(down, st) && next + 1 < c->n) { /* no room there: the tier below it */
@@ -96,7 +100,7 @@ static void host_on_evict(void *ctx, const kvs_key *key, const void *object, uin
             kvs_log(c->log_level, KVS_LOG_WARN, "tier \"%s\": write-back to \"%s\" failed: %s",
                     t->name, down->name, down->ops->last_error(down->state));
         }
-    } else if (next >= c->n || !object) {
+    } else if (!below || !object) {
         atomic_fetch_add(
             &c->evictions,
             1); /* gone from the chain (a tier without the bytes cannot pass them down) */
@@ -225,6 +229,44 @@ static kvs_status resolve_ops(kvs_tier *t, const kvs_config *cfg, uint32_t i, ch
     return check_plugin_ops(t->ops, cfg, i, err, err_len);
 }
 
+/* A create that failed because of what the tier met (a device, a file system, memory, a peer), not
+ * because of what the file says: such a tier may be replaced by an empty one. A refused
+ * configuration (KVS_ECONFIG, KVS_EVERSION), a wrong argument and an unknown status always refuse. */
+static int environment_failure(kvs_status st) {
+    return st == KVS_EIO || st == KVS_ETIMEDOUT || st == KVS_ENOMEM || st == KVS_EAGAIN ||
+           st == KVS_ENOTFOUND || st == KVS_ECORRUPT;
+}
+
+/* Tier t could not open (why) and is not required: an empty tier stands in for it, so the engine
+ * serves on with the other tiers. One warning says so; lookups miss it and saves to it are skipped. */
+static kvs_status open_empty(kvs_tier_chain *c, kvs_tier *t, const kvs_tier_config *tc,
+                             const char *why, char *err, uint64_t err_len) {
+    kvs_backend_option options[2] = {{"type", tc->type}, {"reason", why}};
+    char failed[256] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = tc->name,
+                             .options = options,
+                             .n_options = 2,
+                             .error = failed,
+                             .error_len = sizeof failed};
+    t->ops = kvs_empty_tier_backend();
+    t->remote = 0;
+    t->degraded = 1;
+    kvs_status st = t->ops->create(&init, &t->state);
+    if (st != KVS_OK) {
+        t->state = NULL;
+        kvs_fmt(err, err_len, "tier \"%s\": %s; %s", tc->name, why, failed);
+        return st;
+    }
+    kvs_log(c->log_level, KVS_LOG_WARN,
+            "tier \"%s\" (%s) could not open and serves empty: every lookup in it misses and "
+            "every save to it is skipped (%s; `required: true` refuses to open instead): %s",
+            tc->name, tc->type,
+            t->index == 0 ? "counted in saves_skipped" : "objects written back to it are evictions",
+            why);
+    return KVS_OK;
+}
+
 static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg,
                             uint64_t max_object_bytes, char *err, uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
@@ -278,8 +320,16 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
         /* A refused configuration points at the line of what the backend named (or the tier). */
         if (st == KVS_ECONFIG)
             return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
-        kvs_fmt(err, err_len, "%s", why);
-        return st;
+        if (!environment_failure(st)) {
+            kvs_fmt(err, err_len, "%s", why);
+            return st;
+        }
+        if (tc->required) {
+            kvs_fmt(err, err_len, "tier \"%s\" cannot open and is required (required: true): %s",
+                    tc->name, why);
+            return st;
+        }
+        return open_empty(c, t, tc, why, err, err_len);
     }
     return KVS_OK;
 }
@@ -349,6 +399,14 @@ uint32_t kvs_tiers_count(const kvs_tier_chain *c) {
 }
 const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) {
     return c->tiers[tier].name;
+}
+int kvs_tiers_degraded(const kvs_tier_chain *c, uint32_t tier) {
+    return tier < c->n && c->tiers[tier].degraded;
+}
+uint32_t kvs_tiers_bottom(const kvs_tier_chain *c) {
+    uint32_t t = c->n ? c->n - 1 : 0;
+    while (t > 0 && c->tiers[t].degraded) t--;
+    return t;
 }
 const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *c, uint32_t tier) {
     return c->tiers[tier].ops;

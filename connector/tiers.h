@@ -28,6 +28,12 @@ void kvs_tiers_close(kvs_tier_chain *chain);
 
 uint32_t kvs_tiers_count(const kvs_tier_chain *chain);
 const char *kvs_tiers_name(const kvs_tier_chain *chain, uint32_t tier);
+/* 1 when tier could not open (a device, file system, memory or peer failed; not its configuration)
+ * and, as it is not `required`, an empty tier stands in for it: every lookup in it misses, every
+ * save to it is skipped. Its table is then the empty tier's (type "empty"). */
+int kvs_tiers_degraded(const kvs_tier_chain *chain, uint32_t tier);
+/* The last tier that is not degraded (0 when none is): what it drops leaves the chain. */
+uint32_t kvs_tiers_bottom(const kvs_tier_chain *chain);
 /* A tier's table and state, for tools and tests that drive a backend directly. */
 const kvs_backend_ops *kvs_tiers_ops(const kvs_tier_chain *chain, uint32_t tier);
 void *kvs_tiers_state(const kvs_tier_chain *chain, uint32_t tier);

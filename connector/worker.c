@@ -165,6 +165,19 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_async_job **jobs = n_async ? calloc(n_async, sizeof *jobs) : NULL;
     if ((n_loads && !loads) || (n_saves && !saves) || (n_async && !jobs))
         st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
+    /* Room for every error block the loads still to land may add (a step still bound, async
+     * requests not landed, this step's), so that a failed load is never left off the list. */
+    uint64_t error_room = h->error_blocks_async;
+    for (uint64_t i = 0; h->wstate != WORKER_IDLE && i < h->n_loads; i++)
+        error_room += kvs_load_error_span(h, h->loads[i].load);
+    for (uint64_t i = 0; i < m->n_reqs; i++)
+        for (uint64_t j = 0; j < m->reqs[i].n_loads; j++)
+            error_room += kvs_load_error_span(h, &m->reqs[i].loads[j]);
+    if (st == KVS_OK && kvs_worker_reserve_error_blocks(h, error_room) != KVS_OK)
+        st = kvs_set_error(h, KVS_ENOMEM,
+                           "bind_meta: out of memory for the list of error blocks (%llu more); "
+                           "the step is not bound",
+                           (unsigned long long)error_room);
     for (uint64_t i = 0, k = 0; i < m->n_reqs && st == KVS_OK; i++)
         if (m->reqs[i].load_async) /* even with nothing to load (a plan recomputes it all) */
             st = kvs_async_prepare(h, &m->reqs[i], &jobs[k++]);

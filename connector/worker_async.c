@@ -19,7 +19,8 @@
 struct kvs_async_job {
     kvs_meta_req req; /* a copy: the bound metadata goes away with its step */
     kvs_load_set set;
-    uint64_t slabs; /* staging slabs it holds once read, until it lands */
+    uint64_t slabs;      /* staging slabs it holds once read, until it lands */
+    uint64_t error_span; /* error blocks its loads may add (reserved by bind_meta) */
     struct kvs_async_job *next;
 };
 
@@ -145,9 +146,11 @@ kvs_status kvs_async_prepare(kvs_handle *h, const kvs_meta_req *r, kvs_async_job
                              r->id);
     }
     j->set.n = r->n_loads;
-    for (uint64_t i = 0; i < r->n_loads; i++)
+    for (uint64_t i = 0; i < r->n_loads; i++) {
         j->set.w[i] =
             (kvs_load_work){.req = &j->req, .load = &j->req.loads[i], .tier = -1, .async = 1};
+        j->error_span += kvs_load_error_span(h, &j->req.loads[i]);
+    }
     *out = j;
     return KVS_OK;
 }
@@ -159,6 +162,7 @@ void kvs_async_discard(kvs_async_job *j) {
 void kvs_async_submit(kvs_handle *h, kvs_async_job *j) {
     struct kvs_async_loader *L = h->async; /* made by kvs_async_prepare */
     h->stats.async_loads_started++;
+    h->error_blocks_async += j->error_span; /* until it lands */
     pthread_mutex_lock(&L->lock);
     if (L->thread_started &&
         j->set.n) { /* nothing to read (a plan recomputes it): reported at once */
@@ -184,6 +188,7 @@ void kvs_async_land(kvs_handle *h) {
         kvs_async_job *next = j->next;
         uint64_t errors = h->stats.load_errors;
         kvs_loads_land(h, &j->set);
+        h->error_blocks_async -= j->error_span; /* its failures are listed now */
         if (h->stats.load_errors != errors) h->stats.async_loads_failed++;
         pthread_mutex_lock(&L->lock);
         L->slabs_held -= j->slabs;
@@ -282,4 +287,5 @@ void kvs_async_close(kvs_handle *h) {
     pthread_mutex_destroy(&L->lock);
     free(L);
     h->async = NULL;
+    h->error_blocks_async = 0;
 }

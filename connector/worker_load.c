@@ -3,6 +3,8 @@
  * every layer's checksum; failed chunks become error blocks the engine recomputes. */
 #include "worker_load.h"
 
+#include <assert.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,16 +16,38 @@
 #include "keys.h"
 #include "object.h"
 
+uint64_t kvs_load_error_span(const kvs_handle *h, const kvs_meta_load *load) {
+    uint64_t bt = h->model.block_tokens;
+    if (!load->n_tokens || !bt) return 0;
+    uint64_t end = load->first_token + load->n_tokens;
+    return (end - 1) / bt - load->first_token / bt + 1;
+}
+
+kvs_status kvs_worker_reserve_error_blocks(kvs_handle *h, uint64_t more) {
+    uint64_t need = h->n_error_blocks + more;
+    if (need <= h->cap_error_blocks) return KVS_OK;
+    uint64_t cap = h->cap_error_blocks ? h->cap_error_blocks : 64;
+    while (cap < need) cap *= 2;
+    void *(*grow)(void *, size_t) = h->error_blocks_realloc ? h->error_blocks_realloc : realloc;
+    uint32_t *grown =
+        cap <= SIZE_MAX / sizeof *grown ? grow(h->error_blocks, cap * sizeof *grown) : NULL;
+    if (!grown) return KVS_ENOMEM; /* the list is as it was */
+    h->error_blocks = grown;
+    h->cap_error_blocks = cap;
+    return KVS_OK;
+}
+
+/* Never allocates: bind_meta reserved room for every block a load of its step, or of an async
+ * request not landed yet, covers (kvs_worker_reserve_error_blocks). */
 static void add_error_block(kvs_handle *h, uint32_t block) {
     for (uint64_t i = 0; i < h->n_error_blocks; i++)
         if (h->error_blocks[i] == block) return;
-    if (h->n_error_blocks == h->cap_error_blocks) {
-        uint64_t cap = h->cap_error_blocks ? h->cap_error_blocks * 2 : 64;
-        uint32_t *grown = realloc(h->error_blocks, cap * sizeof *grown);
-        if (!grown)
-            return; /* the load is already marked failed; the engine still sees a short list */
-        h->error_blocks = grown;
-        h->cap_error_blocks = cap;
+    assert(h->n_error_blocks < h->cap_error_blocks);
+    if (h->n_error_blocks == h->cap_error_blocks) { /* a reservation missed a load: a bug */
+        kvs_log(h->cfg->log_level, KVS_LOG_ERROR,
+                "internal error: no room reserved for error block %u; the engine may use it",
+                block);
+        return;
     }
     h->error_blocks[h->n_error_blocks++] = block;
 }

@@ -72,9 +72,11 @@ static uint64_t lossy_load_from(const kvs_handle *h, const kvs_meta_req *r) {
 /* At the first save_layer of a step: decide which saves happen and where they are built. */
 static void open_saves(kvs_handle *h) {
     uint64_t placed = 0;
+    /* A top tier that could not open stores nothing: no save is gathered (warned once, at open). */
+    int nowhere = kvs_tiers_degraded(h->tiers, 0);
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
-        if (tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
+        if (nowhere || tainted_by_error(h, w) || kvs_tiers_find(h->tiers, &w->save->key) >= 0) {
             h->stats
                 .saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
             continue;

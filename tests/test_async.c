@@ -207,6 +207,44 @@ START_TEST(a_corrupt_chunk_of_an_async_load_becomes_error_blocks_when_reported) 
 }
 END_TEST
 
+static void *no_memory(void *ptr, size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+    return NULL;
+}
+
+/* Memory runs out after the bind that queued an async load: when the load lands, between steps,
+ * its failed chunk's blocks are still listed (bind_meta took the room for them). */
+START_TEST(an_async_load_s_error_blocks_are_never_dropped_when_memory_runs_out) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, async_config("loads:\n  async: always\n", "")),
+                     KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    stored_prefix(&r, t, 128, 19, a, b, 40);
+    kvs_key keys[4];
+    kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
+    const void *obj;
+    uint64_t len;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[1], &obj, &len), KVS_OK);
+    ((uint8_t *)obj)[len - 7] ^= 0x10; /* chunk 1: tokens 32..63, blocks b[2], b[3] */
+    arm(&r, "second", t, 128, b);
+    empty_step(&r); /* binds: the load is queued */
+    r.h->error_blocks_realloc = no_memory;
+    finished_probe p = {&r, "second", 0, 0};
+    ck_assert(kvs_test_wait_for(poll_finished, &p, 10000));
+    uint32_t errs[8];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 8, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(errs[0] + errs[1], b[2] + b[3]);
+    ck_assert_uint_eq(r.h->error_blocks_async, 0); /* landed: nothing more is owed */
+    r.h->error_blocks_realloc = NULL;
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(a_receiving_list_too_small_reports_nothing_until_it_fits) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, async_config("loads:\n  async: always\n", "")),
@@ -436,6 +474,7 @@ static Suite *async_suite(void) {
     tcase_add_test(tc, an_async_load_lands_between_steps_and_is_reported_once);
     tcase_add_test(tc, an_async_load_scheduled_by_the_engine_is_emitted_once);
     tcase_add_test(tc, a_corrupt_chunk_of_an_async_load_becomes_error_blocks_when_reported);
+    tcase_add_test(tc, an_async_load_s_error_blocks_are_never_dropped_when_memory_runs_out);
     tcase_add_test(tc, a_receiving_list_too_small_reports_nothing_until_it_fits);
     tcase_add_test(tc, closing_with_async_loads_in_flight_releases_them);
     tcase_add_test(tc, async_loads_wait_for_staging_room_instead_of_failing);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/ssd/ssd.h"
@@ -547,8 +548,10 @@ static void fill_file_system(const char *dir) {
     ck_assert_int_eq(close(fd), 0);
 }
 
-/* A path whose superblock cannot be written (a full file system; where mounting is not allowed, the
- * device_bytes model of a device that holds nothing) is refused, naming it. */
+/* A tier whose only path cannot take its superblock (a full file system; where mounting is not
+ * allowed, the device_bytes model of a device that holds nothing) cannot open: create fails naming
+ * the path and the errno (the connector then opens an empty tier in its place, or refuses when the
+ * tier is `required`: test_tiers). */
 START_TEST(a_path_whose_superblock_cannot_be_written_is_refused) {
     kvs_test_dirs d;
     kvs_test_ssd_dirs(&d);
@@ -570,6 +573,90 @@ START_TEST(a_path_whose_superblock_cannot_be_written_is_refused) {
                       strstr(kvs_test_ssd_error, d.dir[0]) && strstr(kvs_test_ssd_error, "ENOSPC"),
                   "message: %s", kvs_test_ssd_error);
     if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* One of two paths is full at start (a full 64KiB tmpfs; where mounting is not allowed, the
+ * device_bytes model of an empty device under path 0 only): that path is taken out of service with a
+ * sentence naming the tier, the path and ENOSPC, and the tier opens and serves from the other path,
+ * before and after a restart. */
+START_TEST(a_path_full_at_start_is_isolated_and_the_other_serves) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    int mounted = mount_small_tmpfs(d.dir[0], "64k");
+    if (mounted) fill_file_system(d.dir[0]);
+    printf("full path at start: %s\n",
+           mounted ? "a full 64KiB tmpfs" : "mount refused, a modelled empty device instead");
+    kvs_test_ssd_args a = {.n_paths = 2,
+                           .capacity = 4 * MIB,
+                           .max_object = 16 * KIB,
+                           .options = {{mounted ? "io_timeout_ms" : "fault_inject",
+                                        mounted ? "30000" : "device_bytes:0,device_path:0"}}};
+    for (int round = 0; round < 2; round++) { /* open, then open again over what was written */
+        void *st = kvs_test_ssd_open(&d, &a);
+        char want[600];
+        snprintf(want, sizeof want, "path 0 (%s) is out of service from the start", d.dir[0]);
+        ck_assert(kvs_test_ssd_log_contains(want));
+        ck_assert(kvs_test_ssd_log_contains("superblock cannot be written (ENOSPC)"));
+        ck_assert(kvs_test_ssd_log_contains("ssd tier \"ssd0\""));
+        kvs_ssd_stats_t s = kvs_test_ssd_stats(st);
+        ck_assert_uint_eq(s.failed_paths, 1);
+        ck_assert_uint_eq(s.paths[0].failed, 1);
+        ck_assert_uint_eq(s.paths[1].failed, 0);
+        if (round == 0) {
+            for (uint32_t i = 0; i < 12; i++) kvs_test_ssd_put(st, i, 16 * KIB - 100 * i);
+            kvs_test_ssd_flush(st);
+        }
+        for (uint32_t i = 0; i < 12; i++)
+            ck_assert_msg(kvs_test_ssd_get(st, i, 16 * KIB - 100 * i) == KVS_OK, "object %u: %s", i,
+                          ops->last_error(st));
+        s = kvs_test_ssd_stats(st);
+        ck_assert_uint_eq(s.paths[0].units, 0);
+        ck_assert_uint_eq(s.paths[1].units, 12);
+        ck_assert_uint_eq(s.enospc_skips, 0);
+        ops->destroy(st);
+        kvs_test_ssd_setup(); /* forget the log: the second open must say it again */
+    }
+    if (mounted) ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* A path that cannot be written at all at start (a read-only file system, EROFS; for a user that is
+ * not root, a directory without write permission, EACCES) is taken out of service, naming the errno,
+ * and the other path serves. Root where mounting is refused has neither: the test says so and passes. */
+START_TEST(a_read_only_path_at_start_is_isolated_and_the_other_serves) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    const char *errno_name = NULL;
+    if (mount_small_tmpfs(d.dir[0], "1m")) {
+        ck_assert_int_eq(mount(NULL, d.dir[0], NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+        errno_name = "EROFS";
+    } else if (geteuid() != 0) {
+        ck_assert_int_eq(chmod(d.dir[0], 0500), 0);
+        errno_name = "EACCES";
+    }
+    printf("read-only path at start: %s\n",
+           errno_name ? errno_name : "not testable here (root, no mount)");
+    if (!errno_name) {
+        kvs_test_rmtree(d.root);
+        return;
+    }
+    kvs_test_ssd_args a = {.n_paths = 2, .capacity = 4 * MIB, .max_object = 16 * KIB};
+    void *st = kvs_test_ssd_open(&d, &a);
+    ck_assert(kvs_test_ssd_log_contains("path 0"));
+    ck_assert(kvs_test_ssd_log_contains("out of service from the start"));
+    ck_assert(kvs_test_ssd_log_contains(errno_name));
+    kvs_test_ssd_put(st, 1, 16 * KIB);
+    kvs_test_ssd_flush(st);
+    ck_assert_int_eq(kvs_test_ssd_get(st, 1, 16 * KIB), KVS_OK);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).paths[1].units, 1);
+    ops->destroy(st);
+    if (strcmp(errno_name, "EROFS") == 0)
+        ck_assert_int_eq(umount2(d.dir[0], MNT_DETACH), 0);
+    else
+        ck_assert_int_eq(chmod(d.dir[0], 0700), 0);
     kvs_test_rmtree(d.root);
 }
 END_TEST
@@ -666,6 +753,8 @@ static Suite *ssd_recovery_suite(void) {
     tcase_add_test(faults, enospc_fault_skips_and_counts_writes_and_keeps_what_was_stored);
     tcase_add_test(faults, a_device_smaller_than_capacity_evicts_to_make_room_and_keeps_saving);
     tcase_add_test(faults, a_path_whose_superblock_cannot_be_written_is_refused);
+    tcase_add_test(faults, a_path_full_at_start_is_isolated_and_the_other_serves);
+    tcase_add_test(faults, a_read_only_path_at_start_is_isolated_and_the_other_serves);
     tcase_add_test(faults, a_failing_path_turns_its_objects_into_misses_while_the_others_serve);
     tcase_add_test(faults, replicas_keep_every_object_readable_when_a_path_fails);
     suite_add_tcase(s, faults);

@@ -2,15 +2,19 @@
  * backends and the ones it refuses, a top tier that drops saves it accepted, and one shared tier under
  * several threads' handles. */
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "abi/kvstrata.h"
+#include "backends/ssd/ssd.h"
 #include "connector/config.h"
+#include "connector/handle.h"
 #include "connector/tiers.h"
 #include "tests/support/connector_rig.h"
 #include "tests/support/wait.h"
@@ -306,6 +310,171 @@ START_TEST(saves_a_full_device_drops_after_accepting_them_count_as_skipped) {
 }
 END_TEST
 
+/* An ssd tier over `paths` ("[a]" or "[a, b]" under rig_tmpdir, made here) whose fault_inject is
+ * `faults`, below `above` (a tier entry or ""), with `extra` added to its entry. */
+static const char *ssd_config(const char *above, const char *paths, const char *faults,
+                              const char *extra) {
+    static char text[2048];
+    char dirs[1400] = "", one[600];
+    for (const char *c = paths; *c; c++) {
+        if (*c < 'a' || *c > 'z') continue;
+        snprintf(one, sizeof one, "%s/%c", rig_tmpdir, *c);
+        ck_assert_int_eq(mkdir(one, 0700), 0);
+        size_t at = strlen(dirs);
+        snprintf(dirs + at, sizeof dirs - at, "%s%s", at ? ", " : "", one);
+    }
+    snprintf(text, sizeof text,
+             "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\ntiers:\n%s  - name: nvme\n"
+             "    type: ssd\n    capacity: 4MiB\n    paths: [%s]\n%s    options:\n"
+             "      fault_inject: %s\n",
+             rig_device_section(), CHUNK, above, dirs, extra, faults);
+    return rig_config("ssd.yaml", text);
+}
+
+/* What this process writes to stderr goes to a file until stderr_restore: the connector's log. */
+static int stderr_to(const char *path) {
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    close(fd);
+    return saved;
+}
+
+static void stderr_restore(int saved) {
+    fflush(stderr);
+    ck_assert_int_eq(dup2(saved, 2), 2);
+    close(saved);
+}
+
+/* Lines of file path that hold needle. */
+static int lines_with(const char *path, const char *needle) {
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Warnings in log besides the ssd tier's own at create (a modelled device cannot be preallocated). */
+static int warnings(const char *log) {
+    return lines_with(log, "kvstrata[warn]") - lines_with(log, "cannot preallocate");
+}
+
+/* The only path of an ssd tier is full at start (the device_bytes model of a device that holds
+ * nothing): the tier cannot open, and as it is not required an empty tier stands in for it. One
+ * warning says so; every save is skipped and counted, every lookup misses, nothing else is logged. */
+START_TEST(a_tier_whose_only_path_is_full_at_start_serves_empty_and_skips_saves) {
+    rig r;
+    char log[600];
+    snprintf(log, sizeof log, "%s/stderr.txt", rig_tmpdir);
+    const char *cfg = ssd_config("", "[a]", "device_bytes:0", "");
+    int saved = stderr_to(log);
+    kvs_status st = rig_open(&r, KVS_ROLE_BOTH, cfg);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 21);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 20);
+    uint64_t first = st == KVS_OK ? rig_prefill(&r, "a", t, 128, a) : 99;
+    uint64_t again = st == KVS_OK ? rig_prefill(&r, "b", t, 128, b) : 99;
+    stderr_restore(saved);
+    ck_assert_msg(st == KVS_OK, "open: %s", r.error);
+    ck_assert_uint_eq(first, 0);
+    ck_assert_uint_eq(again, 0); /* nothing was stored: a miss */
+    ck_assert(kvs_tiers_degraded(r.h->tiers, 0));
+    ck_assert_int_eq(lines_with(log, "tier \"nvme\" (ssd) could not open and serves empty"), 1);
+    ck_assert_int_eq(lines_with(log, "superblock cannot be written (ENOSPC)"), 1);
+    ck_assert_int_eq(warnings(log), 1);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.saves_skipped, 8);
+    ck_assert_uint_eq(s.chunks_saved, 0);
+    ck_assert_uint_eq(s.chunks_loaded, 0);
+    rig_close(&r);
+}
+END_TEST
+
+/* `required: true` turns the same failure into a refusal that names the tier and the reason; a
+ * configuration error refuses whatever `required` says. */
+START_TEST(a_required_tier_that_cannot_open_refuses_the_connector) {
+    rig r;
+    kvs_status st = rig_open(&r, KVS_ROLE_BOTH,
+                             ssd_config("", "[a]", "device_bytes:0", "    required: true\n"));
+    ck_assert_int_eq(st, KVS_EIO);
+    ck_assert_msg(strstr(r.error, "tier \"nvme\" cannot open and is required (required: true)") &&
+                      strstr(r.error, "superblock cannot be written (ENOSPC)"),
+                  "message: %s", r.error);
+    st = rig_open(&r, KVS_ROLE_BOTH,
+                  ssd_config("", "[b]", "device_bytes:0,colour:blue", "    required: false\n"));
+    ck_assert_int_eq(st, KVS_ECONFIG);
+    ck_assert_msg(strstr(r.error, "colour"), "message: %s", r.error);
+}
+END_TEST
+
+/* One of two paths is full at start: the tier opens on the other one (no empty tier), and what is
+ * saved through the connector loads back byte for byte. */
+START_TEST(a_tier_with_one_of_two_paths_full_at_start_opens_and_round_trips) {
+    rig r;
+    ck_assert_int_eq(
+        rig_open(&r, KVS_ROLE_BOTH, ssd_config("", "[a, b]", "device_bytes:0,device_path:0", "")),
+        KVS_OK);
+    ck_assert(!kvs_tiers_degraded(r.h->tiers, 0));
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 22);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 20);
+    ck_assert_uint_eq(rig_prefill(&r, "a", t, 128, a), 0);
+    ck_assert_int_eq(kvs_ssd_flush(kvs_tiers_state(r.h->tiers, 0), 20000), KVS_OK);
+    ck_assert_uint_eq(rig_prefill(&r, "b", t, 128, b), 127);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 128));
+    kvs_ssd_stats_t ss;
+    ck_assert_int_eq(kvs_ssd_stats(kvs_tiers_state(r.h->tiers, 0), &ss), KVS_OK);
+    ck_assert_uint_eq(ss.failed_paths, 1);
+    ck_assert_uint_eq(ss.paths[0].units, 0);
+    ck_assert_uint_eq(ss.paths[1].units, 4);
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.saves_skipped, 0);
+    ck_assert_uint_eq(s.chunks_saved, 4);
+    rig_close(&r);
+}
+END_TEST
+
+/* Below a dram tier, a tier that could not open takes no write-back: what the dram tier evicts
+ * leaves the chain, counted as an eviction, and nothing is logged per object. */
+START_TEST(write_backs_into_a_tier_that_could_not_open_are_evictions) {
+    rig r;
+    char log[600];
+    snprintf(log, sizeof log, "%s/stderr.txt", rig_tmpdir);
+    const char *cfg = ssd_config("  - name: dram\n    type: dram\n    capacity: 24576\n", "[a]",
+                                 "device_bytes:0", "");
+    int saved = stderr_to(log);
+    kvs_status st = rig_open(&r, KVS_ROLE_BOTH, cfg);
+    int32_t t[128];
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 23);
+    rig_blocks_from(a, 8, 0);
+    uint64_t hit = st == KVS_OK ? rig_prefill(&r, "a", t, 128, a) : 99;
+    stderr_restore(saved);
+    ck_assert_msg(st == KVS_OK, "open: %s", r.error);
+    ck_assert_uint_eq(hit, 0);
+    ck_assert(!kvs_tiers_degraded(r.h->tiers, 0));
+    ck_assert(kvs_tiers_degraded(r.h->tiers, 1));
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.chunks_saved, 4);
+    ck_assert_uint_eq(s.evictions, 2); /* the dram tier holds two */
+    ck_assert_int_eq(warnings(log), 1);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(threads_sharing_a_tier_restore_exact_kv) {
     const char *cfg = rig_shared_config();
     pthread_t th[4];
@@ -335,6 +504,10 @@ static Suite *tiers_suite(void) {
     tcase_add_test(tc, a_shared_object_that_is_not_a_backend_is_refused);
     tcase_add_test(tc, saves_a_full_device_drops_after_accepting_them_count_as_skipped);
     tcase_add_test(tc, threads_sharing_a_tier_restore_exact_kv);
+    tcase_add_test(tc, a_tier_whose_only_path_is_full_at_start_serves_empty_and_skips_saves);
+    tcase_add_test(tc, a_required_tier_that_cannot_open_refuses_the_connector);
+    tcase_add_test(tc, a_tier_with_one_of_two_paths_full_at_start_opens_and_round_trips);
+    tcase_add_test(tc, write_backs_into_a_tier_that_could_not_open_are_evictions);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -190,6 +190,109 @@ START_TEST(chunks_computed_after_a_failed_load_are_not_stored) {
 }
 END_TEST
 
+/* The error list's allocator, for tests: no memory at all. */
+static void *no_memory(void *ptr, size_t bytes) {
+    (void)ptr;
+    (void)bytes;
+    return NULL;
+}
+
+/* Request "two" over tokens t in pages b restores what "one" stored in pages a, with the first
+ * n_corrupt chunks corrupted: its step's metadata in meta. */
+static uint64_t corrupt_restore_meta(rig *r, int32_t *t, uint32_t *b, uint64_t n_corrupt,
+                                     uint8_t *meta, uint64_t cap) {
+    uint32_t a[8];
+    rig_make_tokens(t, 128, 61);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(r, "one", t, 128, a), 0);
+    kvs_key keys[4];
+    kvs_keys_chain(&r->h->fingerprint, t, 4, CHUNK, keys);
+    const kvs_backend_ops *ops = kvs_tiers_ops(r->h->tiers, 0);
+    for (uint64_t c = 0; c < n_corrupt; c++) {
+        const void *obj;
+        uint64_t len;
+        ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r->h->tiers, 0), &keys[c], &obj, &len),
+                         KVS_OK);
+        ((uint8_t *)obj)[len - 100] ^= 0x40;
+    }
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r->h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->on_alloc(r->h, "two", b, 8, 127), KVS_OK);
+    kvs_step_request s = {"two", t, 128, b, 8, 127, 1};
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, cap, &len), KVS_OK);
+    return len;
+}
+
+/* The rest of a bound step: loads, the last token computed, saves. */
+static void finish_step(rig *r, const uint32_t *b, const int32_t *t) {
+    ck_assert_int_eq(api->start_load(r->h), KVS_OK);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++)
+        ck_assert_int_eq(api->wait_layer_load(r->h, l), KVS_OK);
+    rig_write_kv(r, b, t, 127, 128);
+    for (uint32_t l = 0; l < (uint32_t)rig_layers; l++)
+        ck_assert_int_eq(api->save_layer(r->h, l), KVS_OK);
+    ck_assert_int_eq(api->wait_save(r->h), KVS_OK);
+}
+
+/* Memory runs out after bind_meta: every chunk's load fails, and every one of their blocks is still
+ * in load_error_blocks (the room for them was taken at bind; a block left off would be garbage KV
+ * the engine uses). */
+START_TEST(an_error_block_is_never_dropped_when_memory_runs_out_during_the_step) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t b[8];
+    uint8_t meta[65536];
+    uint64_t len = corrupt_restore_meta(&r, t, b, 4, meta, sizeof meta);
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    r.h->error_blocks_realloc = no_memory;
+    finish_step(&r, b, t);
+    uint32_t errs[16];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 8); /* chunks 0..3: every block of the request */
+    uint64_t sum = 0, want = 0;
+    for (int i = 0; i < 8; i++) {
+        sum += errs[i];
+        want += b[i];
+    }
+    ck_assert_uint_eq(sum, want);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(r.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.load_errors, 4);
+    rig_close(&r);
+}
+END_TEST
+
+/* No memory for the error list at bind_meta: the bind fails with KVS_ENOMEM and a sentence, the
+ * handle is as it was (no step bound, nothing loaded), and the same metadata binds once memory is
+ * back, its failed chunk listed. */
+START_TEST(bind_meta_fails_cleanly_when_the_error_list_cannot_be_reserved) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t b[8];
+    uint8_t meta[65536];
+    uint64_t len = corrupt_restore_meta(&r, t, b, 1, meta, sizeof meta);
+    r.h->error_blocks_realloc = no_memory;
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_ENOMEM);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "error blocks"));
+    ck_assert_int_eq(api->start_load(r.h), KVS_ESTATE); /* nothing bound */
+    r.h->error_blocks_realloc = NULL;
+    ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
+    finish_step(&r, b, t);
+    uint32_t errs[16];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2); /* chunk 0: blocks b[0], b[1] */
+    ck_assert_uint_eq(errs[0] + errs[1], b[0] + b[1]);
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(impossible_strides_are_refused) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_WORKER, NULL), KVS_OK);
@@ -271,6 +374,8 @@ static Suite *worker_suite(void) {
     tcase_add_test(tc, saves_without_staging_memory_are_skipped_and_counted);
     tcase_add_test(tc, a_corrupt_object_becomes_error_blocks_and_is_dropped);
     tcase_add_test(tc, chunks_computed_after_a_failed_load_are_not_stored);
+    tcase_add_test(tc, an_error_block_is_never_dropped_when_memory_runs_out_during_the_step);
+    tcase_add_test(tc, bind_meta_fails_cleanly_when_the_error_list_cannot_be_reserved);
     tcase_add_test(tc, impossible_strides_are_refused);
     suite_add_tcase(s, tc);
     TCase *contract = tcase_create("contract");

@@ -104,7 +104,9 @@ static void file_name_of(const char *tier, char *out, size_t len) {
     out[n] = '\0';
 }
 
-/* Each path must exist, be a directory, be writable and be listed once; a refusal names path[i]. */
+/* Each path must exist, be a directory and be listed once; a refusal names path[i]. A path that
+ * cannot be written (EACCES, EROFS: the device, not the file, is at fault) is not refused: it is taken
+ * out of service and the others serve. */
 static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *refused,
                                     size_t refused_len) {
     struct stat seen[SSD_MAX_PATHS];
@@ -120,10 +122,9 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
             ssd_set_error(t, "path \"%.300s\" is not a directory", dir);
             return KVS_ECONFIG;
         }
-        if (access(dir, W_OK | X_OK) != 0) {
-            ssd_set_error(t, "path \"%.300s\" is not writable (%s)", dir, kvs_errno_name(errno));
-            return KVS_ECONFIG;
-        }
+        if (access(dir, W_OK | X_OK) != 0)
+            snprintf(t->paths[i].isolated_why, sizeof t->paths[i].isolated_why,
+                     "the directory is not writable (%s)", kvs_errno_name(errno));
         for (uint32_t j = 0; j < i; j++) {
             if (seen[j].st_dev == st.st_dev && seen[j].st_ino == st.st_ino) {
                 ssd_set_error(t, "paths \"%.200s\" and \"%.200s\" are the same directory",
@@ -138,25 +139,25 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
 }
 
 /* Open, lock and size one path's data file. *preallocated: the device holds every byte of it.
- * model_device: a modelled small device (fault_inject device_bytes), so the file stays sparse. */
-static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int model_device,
-                                 int *preallocated) {
+ * model_device: a modelled small device (fault_inject device_bytes), so the file stays sparse.
+ * KVS_ECONFIG (the error set) when another tier or process has the file; KVS_EIO with
+ * p->isolated_why set when the device refuses it (ENOSPC, EIO, EACCES, EROFS, ...). */
+static kvs_status open_data_file(ssd_tier *t, uint32_t i, int model_device, int *preallocated) {
     ssd_path *p = &t->paths[i];
     char base[96], file[4200];
     file_name_of(t->tier_name, base, sizeof base);
-    snprintf(p->dir, sizeof p->dir, "%s", dir);
-    snprintf(file, sizeof file, "%s/kvstrata-%s.data", dir, base);
+    snprintf(file, sizeof file, "%s/kvstrata-%s.data", p->dir, base);
     p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
     if (p->fd < 0 && errno == EINVAL) {
         p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (p->fd >= 0)
             ssd_log(t, KVS_LOG_INFO,
-                    "%s does not support O_DIRECT; path %u goes through the page cache", dir, i);
+                    "%s does not support O_DIRECT; path %u goes through the page cache", p->dir, i);
     }
     if (p->fd < 0) {
-        int err = errno;
-        ssd_set_error(t, "cannot open %s (%s)", file, kvs_errno_name(err));
-        return err == EACCES || err == EROFS || err == EPERM ? KVS_ECONFIG : KVS_EIO;
+        snprintf(p->isolated_why, sizeof p->isolated_why, "its data file cannot be opened (%s)",
+                 kvs_errno_name(errno));
+        return KVS_EIO;
     }
     /* After a crash the kernel may hold the dead process's file for a moment while its ring's
      * requests drain, so a busy lock is retried for a while before it counts as in use. */
@@ -175,16 +176,18 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, const char *dir, int m
     struct stat st;
     if (fstat(p->fd, &st) == 0 && (uint64_t)st.st_size > want &&
         ftruncate(p->fd, (off_t)want) != 0) {
-        ssd_set_error(t, "cannot shrink %s to %llu bytes (%s)", file, (unsigned long long)want,
-                      kvs_errno_name(errno));
+        snprintf(p->isolated_why, sizeof p->isolated_why,
+                 "its data file cannot be shrunk to %llu bytes (%s)", (unsigned long long)want,
+                 kvs_errno_name(errno));
         return KVS_EIO;
     }
     *preallocated = !model_device && fallocate(p->fd, 0, 0, (off_t)want) == 0;
     if (!*preallocated) {
         int err = model_device ? ENOSPC : errno;
         if (ftruncate(p->fd, (off_t)want) != 0) {
-            ssd_set_error(t, "cannot size %s to %llu bytes (%s)", file, (unsigned long long)want,
-                          kvs_errno_name(errno));
+            snprintf(p->isolated_why, sizeof p->isolated_why,
+                     "its data file cannot be sized to %llu bytes (%s)", (unsigned long long)want,
+                     kvs_errno_name(errno));
             return KVS_EIO;
         }
         if (err != EOPNOTSUPP) {
@@ -233,6 +236,17 @@ static void adopt_recovered(void *ctx, const ssd_found_unit *copies, uint64_t n)
     t->recovered++;
 }
 
+/* Path i cannot serve from the start (what, err: why): it keeps no engine and no file, so it is
+ * never usable and placement, reads and eviction pass it by as they pass an isolated path by. */
+static void take_out_of_service(ssd_tier *t, uint32_t i, const char *what, int err) {
+    ssd_path *p = &t->paths[i];
+    snprintf(p->isolated_why, sizeof p->isolated_why, "%s (%s)", what, kvs_errno_name(err));
+    ssd_io_close(p->io); /* nothing is queued: create waited for each I/O it issued */
+    p->io = NULL;
+    if (p->fd >= 0) close(p->fd);
+    p->fd = -1;
+}
+
 /* Read or write each path's superblock, scan the slots of those that match, rebuild the index and
  * the free-slot stacks. */
 static kvs_status recover(ssd_tier *t) {
@@ -245,9 +259,13 @@ static kvs_status recover(ssd_tier *t) {
     }
     for (uint32_t i = 0; i < t->n_paths; i++) {
         ssd_path *p = &t->paths[i];
-        io[i] = p->io;
+        if (!p->io) continue; /* out of service already */
         int64_t got = ssd_io_sync(p->io, SSD_IO_OP_READ, block, SSD_BLOCK, 0, t->io_timeout_ms);
-        if (got < 0) continue; /* the engine isolated the path */
+        if (got < 0) { /* the engine isolated the path */
+            take_out_of_service(t, i, "its superblock cannot be read", (int)-got);
+            continue;
+        }
+        io[i] = p->io;
         ssd_superblock sb;
         int valid = ssd_format_decode_superblock(block, &sb) == 0;
         if (valid && sb.stripe_bytes == t->stripe_bytes && sb.slot_bytes == t->slot_bytes) {
@@ -270,13 +288,11 @@ static kvs_status recover(ssd_tier *t) {
         ssd_format_encode_superblock(&sb, block);
         int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
         if (wrote < 0) {
-            /* Without a valid superblock the next start could not tell this file's slots apart. */
-            ssd_set_error(t,
-                          "path %u (%s): its superblock cannot be written (%s); the path has no "
-                          "valid superblock",
-                          i, p->dir, kvs_errno_name((int)-wrote));
-            free(block);
-            return KVS_EIO;
+            /* Without a valid superblock the next start could not tell this file's slots apart,
+             * so nothing may be written there: the path is out of service, the others serve. */
+            take_out_of_service(t, i, "its superblock cannot be written", (int)-wrote);
+            io[i] = NULL;
+            scan_slots[i] = 0;
         }
     }
     free(block);
@@ -325,6 +341,7 @@ static void ssd_destroy(void *state);
  * already has. */
 static void find_backed_slots(ssd_tier *t, uint32_t i, int preallocated) {
     ssd_path *p = &t->paths[i];
+    if (p->fd < 0) return; /* out of service */
     if (preallocated) {
         memset(p->backed, 1, p->n_slots);
         return;
@@ -342,6 +359,30 @@ static void find_backed_slots(ssd_tier *t, uint32_t i, int preallocated) {
             p->backed[s] = 1;
         at = hole;
     }
+}
+
+/* After the superblocks: log each path that is out of service (tier, path, errno); with none left
+ * the tier cannot open (KVS_EIO, every reason in the error). */
+static kvs_status report_unusable_paths(ssd_tier *t, uint32_t usable) {
+    char reasons[400] = "";
+    size_t at = 0;
+    for (uint32_t i = 0; i < t->n_paths; i++) {
+        const ssd_path *p = &t->paths[i];
+        const char *why = p->isolated_why[0] ? p->isolated_why : "it failed while the tier opened";
+        if (ssd_path_usable(t, i)) continue;
+        if (usable)
+            ssd_log(t, KVS_LOG_ERROR,
+                    "path %u (%.300s) is out of service from the start: %s; %u of %u paths serve",
+                    i, p->dir, why, usable, t->n_paths);
+        if (at < sizeof reasons) {
+            int n = snprintf(reasons + at, sizeof reasons - at, "%spath %u (%.200s): %s",
+                             at ? "; " : "", i, p->dir, why);
+            at += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (usable) return KVS_OK;
+    ssd_set_error(t, "no path can be used: %s", reasons);
+    return KVS_EIO;
 }
 
 static kvs_status plan_geometry(ssd_tier *t, const kvs_backend_init *init, const ssd_options *opt,
@@ -510,10 +551,19 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
             rc = KVS_ENOMEM;
             goto fail;
         }
-        if ((rc = open_data_file(t, i, opt.paths[i], opt.device_bytes >= 0, &preallocated[i])) !=
-            KVS_OK) {
+        snprintf(p->dir, sizeof p->dir, "%s", opt.paths[i]);
+        int64_t device_bytes =
+            opt.device_path < 0 || opt.device_path == (int32_t)i ? opt.device_bytes : -1;
+        if (p->isolated_why[0]) continue; /* not writable: out of service from the start */
+        rc = open_data_file(t, i, device_bytes >= 0, &preallocated[i]);
+        if (rc == KVS_ECONFIG) {
             snprintf(refused, sizeof refused, "path[%u]", i);
             goto fail;
+        }
+        if (rc != KVS_OK) { /* the device refuses the file: the other paths serve */
+            if (p->fd >= 0) close(p->fd);
+            p->fd = -1;
+            continue;
         }
         ssd_io_config cfg = {.tier_name = t->tier_name,
                              .dir = p->dir,
@@ -529,15 +579,17 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
                              .staging_len = t->staging_len,
                              .eio = opt.eio_path == (int32_t)i,
                              .eio_after = opt.eio_after,
-                             .device_bytes = opt.device_bytes,
+                             .device_bytes = device_bytes,
                              .counters = &t->io,
                              .ctx = t,
                              .log = t->log,
                              .on_failed = ssd_on_path_failed};
         if (ssd_io_open(&cfg, &p->io, why, sizeof why) != 0) {
-            ssd_set_error(t, "%s", why);
-            rc = KVS_EIO;
-            goto fail;
+            snprintf(p->isolated_why, sizeof p->isolated_why, "its I/O engine cannot start: %s",
+                     why);
+            close(p->fd);
+            p->fd = -1;
+            continue;
         }
         if (opt.engine == SSD_ENGINE_URING && !ssd_io_uses_uring(p->io)) {
             uring_error = ssd_io_uring_error(p->io);
@@ -552,19 +604,21 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
 
     if ((rc = recover(t)) != KVS_OK) goto fail;
     for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
-    uint32_t usable = 0;
-    for (uint32_t i = 0; i < t->n_paths; i++) usable += (uint32_t)ssd_path_usable(t, i);
-    if (usable == 0) {
-        ssd_set_error(t, "every path failed while the tier was opened (see the log)");
-        rc = KVS_EIO;
-        goto fail;
+    uint32_t usable = 0, first_usable = 0;
+    for (uint32_t i = t->n_paths; i-- > 0;) {
+        if (!ssd_path_usable(t, i)) continue;
+        usable++;
+        first_usable = i;
     }
-    for (uint32_t i = 0; i < t->n_paths; i++) ssd_io_arm_faults(t->paths[i].io);
+    if ((rc = report_unusable_paths(t, usable)) != KVS_OK) goto fail;
+    for (uint32_t i = 0; i < t->n_paths; i++)
+        if (t->paths[i].io) ssd_io_arm_faults(t->paths[i].io);
     /* One line says what the tier runs on, so a slow fallback is never silent. */
     char stripe[32], cap[32];
     kvs_fmt_bytes(stripe, sizeof stripe, t->stripe_bytes);
     kvs_fmt_bytes(cap, sizeof cap, (uint64_t)t->n_object_slots * t->stripe_bytes);
-    int uring = ssd_io_uses_uring(t->paths[0].io), fixed = ssd_io_has_fixed(t->paths[0].io);
+    const ssd_io_path *io = t->paths[first_usable].io;
+    int uring = ssd_io_uses_uring(io), fixed = ssd_io_has_fixed(io);
     ssd_log(t, KVS_LOG_INFO,
             "%u of %u paths usable, %s of data in %llu slots of %s, %u replica(s), %s%s, %s; %llu "
             "objects recovered "

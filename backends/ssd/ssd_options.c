@@ -11,7 +11,7 @@
 #include "ssd_format.h"
 #include "ssd_io.h"
 
-/* "enospc_after:N,eio_path:K,eio_after:N,device_bytes:N" */
+/* "enospc_after:N,eio_path:K,eio_after:N,device_bytes:N,device_path:K" */
 static int parse_faults(const char *text, void *out, uint64_t nth, char *why, size_t why_len) {
     ssd_options *o = out;
     char buf[256];
@@ -29,7 +29,7 @@ static int parse_faults(const char *text, void *out, uint64_t nth, char *why, si
         if (!colon || kvs_option_count(colon + 1, 0, INT32_MAX, &v) != 0) {
             snprintf(why, why_len,
                      "fault_inject item \"%.60s\" is not NAME:NUMBER (enospc_after, eio_path, "
-                     "eio_after, device_bytes)",
+                     "eio_after, device_bytes, device_path)",
                      item);
             return -1;
         }
@@ -42,10 +42,12 @@ static int parse_faults(const char *text, void *out, uint64_t nth, char *why, si
             o->eio_after = v;
         else if (strcmp(item, "device_bytes") == 0)
             o->device_bytes = (int64_t)v;
+        else if (strcmp(item, "device_path") == 0)
+            o->device_path = (int32_t)v;
         else {
             snprintf(why, why_len,
                      "fault_inject has no fault \"%.40s\" (enospc_after, eio_path, eio_after, "
-                     "device_bytes)",
+                     "device_bytes, device_path)",
                      item);
             return -1;
         }
@@ -155,6 +157,7 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
     o->enospc_after = -1;
     o->device_bytes = -1;
     o->eio_path = -1;
+    o->device_path = -1;
     uint32_t given[OPT_COUNT] = {0};
     kvs_status rc = kvs_options_parse(OPTIONS, OPT_COUNT, options, n_options, o, given, why,
                                       why_len, refused, refused_len);
@@ -179,6 +182,12 @@ kvs_status ssd_options_parse(const kvs_backend_option *options, uint64_t n_optio
     if (o->eio_path >= 0 && (uint32_t)o->eio_path >= o->n_paths) {
         snprintf(why, why_len, "fault_inject eio_path:%d names no path (there are %u)", o->eio_path,
                  o->n_paths);
+        return kvs_options_refuse(refused, refused_len, "fault_inject", -1);
+    }
+    if (o->device_path >= 0 && ((uint32_t)o->device_path >= o->n_paths || o->device_bytes < 0)) {
+        snprintf(why, why_len,
+                 "fault_inject device_path:%d needs device_bytes and a path (there are %u)",
+                 o->device_path, o->n_paths);
         return kvs_options_refuse(refused, refused_len, "fault_inject", -1);
     }
     return KVS_OK;

@@ -30,6 +30,7 @@ typedef struct ssd_options {
     uint64_t sim_iops;      /* 0 = off */
     int64_t enospc_after;   /* -1 = off */
     int64_t device_bytes;   /* -1 = off: writes past this byte of a data file fail with ENOSPC */
+    int32_t device_path;    /* -1: device_bytes models every path's device, else only this one's */
     int32_t eio_path;       /* -1 = off */
     uint64_t eio_after;
 } ssd_options;

@@ -67,6 +67,9 @@ typedef struct ssd_path {
     uint8_t *backed;
     int full;
     uint64_t retired; /* slots out of service: capacity is n_slots - retired */
+    /* Why create took the path out of service ("" while it serves): its data file or superblock
+     * could not be written. Such a path has no engine (io NULL), so it is never usable. */
+    char isolated_why[256];
 } ssd_path;
 
 typedef struct ssd_read_call ssd_read_call; /* ssd_read.c */
