@@ -251,6 +251,22 @@ class StepUpdateStruct(ctypes.Structure):
 STEP_UPDATE_SIZE_1_10 = 80
 
 
+class HandleInfo(ctypes.Structure):
+    """struct kvs_handle_info (1.10): what a handle was opened with."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("role", ctypes.c_uint32),
+        ("transfer_role", ctypes.c_uint32),
+        ("chunk_tokens", ctypes.c_uint32),
+        ("key_ranks", ctypes.c_uint32),
+        ("n_tiers", ctypes.c_uint32),
+        ("save_decode", ctypes.c_uint32),
+        ("saves_async", ctypes.c_uint32),
+        ("lease_timeout_ms", ctypes.c_uint64),
+    ]
+
+
 class _Handle(ctypes.Structure):  # opaque kvs_handle
     pass
 
@@ -339,6 +355,7 @@ class Api(ctypes.Structure):
                                  ctypes.c_uint64)),
         ("build_meta_update", _F(c_status, _H, ctypes.POINTER(StepUpdateStruct), ctypes.c_uint64,
                                  ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
+        ("handle_info", _F(c_status, _H, ctypes.POINTER(HandleInfo))),
     ]
 
 
@@ -360,6 +377,7 @@ HOOK_MINOR = {
     "sparse_end": 9,
     "request_key_input": 10,
     "build_meta_update": 10,
+    "handle_info": 10,
 }
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -945,6 +963,14 @@ class Handle:
         """Name of tier `tier` of the chain, or None past the last one."""
         s = self._hook("tier_name")(self._handle("tier_name"), int(tier))
         return s.decode() if s else None
+
+    def info(self):
+        """What the handle was opened with (ABI 1.10 handle_info), as a dict of its fields."""
+        out = HandleInfo(struct_size=ctypes.sizeof(HandleInfo))
+        self._check(self._hook("handle_info")(self._handle("handle_info"), ctypes.byref(out)),
+                    "handle_info")
+        return {name: int(getattr(out, name)) for name, _t in HandleInfo._fields_
+                if name != "struct_size"}
 
     def tier_names(self):
         names = []

@@ -79,7 +79,7 @@ class Layout(unittest.TestCase):
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
                     "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store", "sparse_begin",
                     "sparse_select", "sparse_wait", "sparse_stats", "sparse_end",
-                    "request_key_input", "build_meta_update"]
+                    "request_key_input", "build_meta_update", "handle_info"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
@@ -90,7 +90,20 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["sparse_end"], (264, 8))
         self.assertEqual(o["request_key_input"], (272, 8))  # 1.10
         self.assertEqual(o["build_meta_update"], (280, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Api), 288)
+        self.assertEqual(o["handle_info"], (288, 8))
+        self.assertEqual(ctypes.sizeof(_abi.Api), 296)
+
+    def test_handle_info(self):
+        o = offsets(_abi.HandleInfo)
+        self.assertEqual(o["chunk_tokens"], (12, 4))
+        self.assertEqual(o["save_decode"], (24, 4))
+        self.assertEqual(o["lease_timeout_ms"], (32, 8))
+        self.assertEqual(ctypes.sizeof(_abi.HandleInfo), 40)
+        with _abi.Handle(_abi.ROLE_SCHEDULER, tiny_model()) as h:
+            info = h.info()
+        self.assertEqual((info["role"], info["save_decode"], info["saves_async"]),
+                         (_abi.ROLE_SCHEDULER, 0, 0))
+        self.assertGreater(info["chunk_tokens"], 0)
 
     def test_step_update(self):
         o = offsets(_abi.StepUpdateStruct)
