@@ -787,15 +787,23 @@ class Handle:
                                   n_scheduled=int(s.n_scheduled))
         length = ctypes.c_uint64(0)
         for _ in range(2):
-            buf = ctypes.create_string_buffer(self._meta_cap)
+            buf = self._meta_buffer()
             st = self._api.build_meta(h, reqs, n, buf, self._meta_cap, ctypes.byref(length))
             if st == EOVERFLOW and length.value > self._meta_cap:
                 self._meta_cap = int(length.value)
                 continue
             self._check(st, "build_meta")
-            return buf.raw[:length.value]
+            return ctypes.string_at(buf, length.value)
         self._check(st, "build_meta")
         return b""  # not reached
+
+    def _meta_buffer(self):
+        """The buffer build_meta writes into: kept between steps (a new one each step would cost a
+        clear of its whole size), grown when a step's metadata needs more."""
+        buf = getattr(self, "_meta_buf", None)
+        if buf is None or len(buf) < self._meta_cap:
+            buf = self._meta_buf = ctypes.create_string_buffer(self._meta_cap)
+        return buf
 
     def build_meta_update(self, updates):
         """updates: a sequence of StepUpdate (ABI 1.10). Returns the metadata blob (bytes), the same
@@ -816,13 +824,13 @@ class Handle:
                                  n_computed=int(u.n_computed), n_scheduled=int(u.n_scheduled))
         length = ctypes.c_uint64(0)
         for _ in range(2):
-            buf = ctypes.create_string_buffer(self._meta_cap)
+            buf = self._meta_buffer()
             st = fn(h, reqs, n, buf, self._meta_cap, ctypes.byref(length))
             if st == EOVERFLOW and length.value > self._meta_cap:
                 self._meta_cap = int(length.value)
                 continue
             self._check(st, "build_meta_update")
-            return buf.raw[:length.value]
+            return ctypes.string_at(buf, length.value)
         self._check(st, "build_meta_update")
         return b""  # not reached
 

@@ -406,10 +406,13 @@ def _close_open_connectors():
 # --- the connector --------------------------------------------------------------------------------------
 
 
+_NEVER = 1 << 62  # an n_computed no request reaches
+
+
 class _SchedRequest:
     __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
                  "async_armed", "keyed", "tenant", "sent", "sent_blocks", "load_pending",
-                 "prompt_tokens", "handoff_deadline")
+                 "prompt_tokens", "handoff_deadline", "skip_from")
 
     def __init__(self, request=None, bypass=None):
         self.request = request
@@ -426,6 +429,7 @@ class _SchedRequest:
         self.sent_blocks = 0
         self.load_pending = False  # on_alloc armed a load no step has carried yet
         self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
+        self.skip_from = _NEVER  # build_meta_update: not handed over from this n_computed on
         self.handoff_deadline = None  # consumer: waits for the producer's chunks until then
 
 
@@ -742,6 +746,8 @@ class KvstrataConnector(KVConnectorBase_V1):
                 raise
         st.async_armed = bool(num_external_tokens and st.load_async)
         st.load_pending = bool(num_external_tokens)
+        if st.load_pending:
+            st.skip_from = _NEVER  # the next step carries its load
 
     def build_connector_meta(self, scheduler_output):
         if self._meta_updates:
@@ -815,32 +821,40 @@ class KvstrataConnector(KVConnectorBase_V1):
             st.block_ids = _group0(nr.block_ids) or []
             st.sent_blocks = 0
             updates.append(self._update(rid, st, nr.num_computed_tokens, num_scheduled.get(rid, 0)))
+            self._after_update(st)
         cached = so.scheduled_cached_reqs
         resumed = self._resumed_ids(cached)
         all_tokens = getattr(cached, "all_token_ids", None) or {}
         new_token_ids = getattr(cached, "new_token_ids", None) or []
-        new_block_ids = cached.new_block_ids
-        skip_decode = not self._decode_saves
-        for i, rid in enumerate(cached.req_ids):
-            st = requests.get(rid)
+        get = requests.get
+        # The loop runs for every running request each step: a decoding one (skip_from, below) costs
+        # a lookup, a comparison and, when vLLM gave it a block, an append.
+        i = -1
+        for rid, nb, n_computed in zip(cached.req_ids, cached.new_block_ids,
+                                       cached.num_computed_tokens):
+            i += 1
+            st = get(rid)
+            if st is not None and n_computed >= st.skip_from:
+                # bypassed, or decoding: nothing of it can load or save in this step (a resumed
+                # request comes with its whole table, so only one with blocks can be one)
+                if not nb:
+                    continue
+                if rid not in resumed:
+                    st.block_ids.extend(nb[0] if type(nb) is tuple else _group0(nb))
+                    continue
             if st is None:
                 if rid not in all_tokens:
                     continue  # never seen and no tokens given: nothing to save or load
                 st = requests[rid] = _SchedRequest(None, None)
                 self._key(rid, st, None)
             if st.bypass:
+                st.skip_from = 0
                 continue
-            nb = new_block_ids[i] if i < len(new_block_ids) else None
             if rid in resumed:
                 st.block_ids = _group0(nb) or []
                 st.sent_blocks = 0
             elif nb:
                 st.block_ids.extend(_group0(nb))
-            n_computed = cached.num_computed_tokens[i]
-            if (skip_decode and not st.load_pending and rid not in resumed
-                    and st.prompt_tokens is not None and n_computed >= st.prompt_tokens
-                    and rid not in all_tokens):
-                continue  # decoding: nothing of it can load or save in this step
             if rid in all_tokens:
                 _set_tokens(st, all_tokens[rid])
             elif st.request is not None:
@@ -848,6 +862,7 @@ class KvstrataConnector(KVConnectorBase_V1):
             elif i < len(new_token_ids) and new_token_ids[i]:
                 st.tokens.extend(new_token_ids[i])
             updates.append(self._update(rid, st, n_computed, num_scheduled.get(rid, 0)))
+            self._after_update(st)
         blob = self._handle.build_meta_update(updates)
         return KvstrataConnectorMetadata(blob, [u.req_id for u in updates])
 
@@ -862,6 +877,13 @@ class KvstrataConnector(KVConnectorBase_V1):
         st.sent, st.sent_blocks = n_tokens, len(st.block_ids)
         st.load_pending = False
         return u
+
+    def _after_update(self, st):
+        """From which n_computed on the request need not be handed over: past its prompt when
+        decode tokens are not saved (it can then neither load nor save until vLLM preempts it or
+        rolls it back below that)."""
+        st.skip_from = (st.prompt_tokens if not self._decode_saves and st.prompt_tokens is not None
+                        else _NEVER)
 
     @staticmethod
     def _resumed_ids(cached):

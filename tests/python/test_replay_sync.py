@@ -262,6 +262,29 @@ class RunnerOrders(unittest.TestCase):
         h.run(lambda: h.info("B")["status"] == "FINISHED", opts={"order": "deferred_finalize"})
 
 
+class StepCost(unittest.TestCase):
+    def test_a_decoding_request_is_not_handed_to_the_library(self):
+        # Past its prompt, with decode tokens not saved and no load armed, a request can neither
+        # load nor save: the step's metadata does not name it, and its block table still follows
+        # (a preemption then resumes it with its whole table, restored from the tier).
+        h = Harness(self)
+        a = prompt(41, 70)
+        h.add("A", a, max_tokens=40)
+        so, _outs, _back = h.step()
+        self.assertEqual(so.kv_connector_metadata.req_ids, ("A",), "its prefill step names it")
+        for _ in range(20):
+            so, _outs, _back = h.step()
+            self.assertEqual(so.num_scheduled_tokens, {"A": 1})
+            self.assertEqual(so.kv_connector_metadata.req_ids, (), "a decode step does not")
+        self.assertEqual(h.info("A")["connector_block_ids"], h.info("A")["block_ids"])
+        h.sched.call("preempt", "A")
+        h.step()
+        h.step()
+        ia = h.info("A")
+        self.assertEqual(ia["lookups"][-1][1], 64, "resumed: its saved prompt chunks are found")
+        self.assertEqual(h.check("A"), {0: []})
+
+
 class StepsWithoutForward(unittest.TestCase):
     def test_empty_steps_that_call_wait_for_save_then_a_restore(self):
         # Some releases' kv_connector_no_forward called wait_for_save as well (main's does not,
