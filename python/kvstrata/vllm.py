@@ -840,6 +840,10 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             end = len(st.tokens) - 1
         chunk = self._chunk_tokens or 1
         tries = self._WINDOW_RETRIES
+        if end <= n_computed:  # no hit: the window groups' handles still get the tokens
+            for g in self._windows:
+                if self._handles[g.index].lookup(rid, st.tokens, n_computed).unknown_yet:
+                    return None, False
         while end > n_computed:
             short = False
             for g in self._windows:
