@@ -167,6 +167,11 @@ typedef struct kvs_lookup_result {
 
 #define KVS_LOOKUP_RESULT_SIZE_1_0 24u
 
+/* A block id in a scheduler-side block table (on_alloc, build_meta, build_meta_update) for a block
+ * the engine holds no page for (a sliding-window layer group's blocks out of its window): no save
+ * reads it (a chunk touching one is not saved) and no load may land in it (KVS_EINVAL). */
+#define KVS_BLOCK_NONE UINT32_MAX
+
 /* One request scheduled in this step, as the engine's scheduler sees it. Frozen for major 1 (no
  * struct_size: build_meta reads an array of them). */
 typedef struct kvs_step_request {

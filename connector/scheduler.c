@@ -550,6 +550,11 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
             h, KVS_EINVAL,
             "on_alloc: request '%s': %llu blocks of %u tokens cannot hold %llu tokens", req_id,
             (unsigned long long)n_block_ids, h->model.block_tokens, (unsigned long long)need);
+    for (uint64_t b = r->n_local / h->model.block_tokens; b * h->model.block_tokens < need; b++)
+        if (block_ids[b] == KVS_BLOCK_NONE)
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "on_alloc: request '%s': block %llu of its load is KVS_BLOCK_NONE",
+                                 req_id, (unsigned long long)b);
     uint64_t now = lease_now_ns(h);
     expire_lease(h, r, now);
     if (r->n_pins == 0) {

@@ -117,6 +117,20 @@ static kvs_status check_update(kvs_handle *h, const kvs_step_update *u, step_req
     return check_counts(h, hook, s);
 }
 
+/* Block b of s's table in this step: held below blocks_from, passed from there. */
+static uint32_t step_block(const step_req *s, uint64_t b) {
+    return b < s->blocks_from ? s->r->table[b] : s->block_ids[b - s->blocks_from];
+}
+
+/* Whether a block of tokens [from, end) of s's table is KVS_BLOCK_NONE (a page the engine freed). */
+static int span_has_no_page(const kvs_handle *h, const step_req *s, uint64_t from, uint64_t end) {
+    uint64_t bt = h->model.block_tokens, last = (end + bt - 1) / bt;
+    if (last > s->n_blocks) last = s->n_blocks;
+    for (uint64_t b = from / bt; b < last; b++)
+        if (step_block(s, b) == KVS_BLOCK_NONE) return 1;
+    return 0;
+}
+
 static const kvs_key *plan_key(const kvs_handle *h, const kvs_request *r, const req_plan *p,
                                uint64_t c) {
     return c < p->key_base ? kvs_chunk_keys(h, r->keys, c)
@@ -161,6 +175,11 @@ static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *o
         if (c1 >= r->n_keys)
             return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys",
                                  r->id);
+        if (span_has_no_page(h, s, start, end))
+            return kvs_set_error(h, KVS_EINVAL,
+                                 "build_meta: request '%s': its load of tokens %llu..%llu lands in "
+                                 "a block given as KVS_BLOCK_NONE",
+                                 r->id, (unsigned long long)start, (unsigned long long)end);
         out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
         if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = c0; c <= c1; c++) {
@@ -203,13 +222,18 @@ static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *o
         out->saves = calloc(to - from, sizeof *out->saves);
         if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
         for (uint64_t c = from; c < to; c++) {
+            /* a chunk with a freed page (out of a sliding window) cannot be read whole: not saved,
+             * and the chunks after it still are */
+            if (span_has_no_page(h, s, c * C, c * C + C)) continue;
             const kvs_key *k = plan_key(h, r, plan, c);
             out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
         }
         plan->saved_upto = to * C;
-        if (from * C < plan->span_from) plan->span_from = from * C;
+        if (out->n_saves && out->saves[0].chunk_first < plan->span_from)
+            plan->span_from = out->saves[0].chunk_first;
     }
-    plan->span_end = load_end > to * C ? load_end : to * C;
+    uint64_t save_end = out->n_saves ? out->saves[out->n_saves - 1].chunk_first + C : 0;
+    plan->span_end = load_end > save_end ? load_end : save_end;
     memcpy(out->id, s->req_id, strlen(s->req_id) + 1);
     return KVS_OK;
 }

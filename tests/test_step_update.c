@@ -441,6 +441,69 @@ START_TEST(a_move_before_the_carried_block_ids_is_refused_at_bind) {
 }
 END_TEST
 
+/* A sliding-window group's table gives the blocks out of its window as KVS_BLOCK_NONE: a chunk
+ * touching one is not saved (its KV is gone) while the later chunks are, and a load into one is
+ * refused; a load from the first block the window holds lands whole. */
+START_TEST(chunks_over_freed_blocks_are_not_saved_and_loads_into_them_are_refused) {
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_dram_config(64, 30000)), KVS_OK);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 17);
+    rig_blocks_from(a, 8, 0);
+    a[0] = KVS_BLOCK_NONE; /* tokens 0..15 left the window: chunk 0 cannot be saved */
+    kvs_step_update u = {.struct_size = sizeof u,
+                         .req_id = "one",
+                         .tokens = t,
+                         .n_tokens = 128,
+                         .block_ids = a,
+                         .n_block_ids = 8,
+                         .n_computed = 0,
+                         .n_scheduled = 128};
+    uint8_t meta[65536];
+    uint64_t len = 0;
+    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
+    kvs_meta *m = NULL;
+    char err[256];
+    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->n_reqs, 1);
+    ck_assert_uint_eq(m->reqs[0].n_saves, 3);
+    ck_assert_uint_eq(m->reqs[0].saves[0].chunk_first, CHUNK);
+    ck_assert_uint_eq(m->reqs[0].block_first, 2);
+    kvs_meta_free(m);
+    rig_worker_step(&r, meta, len, a, t, BT, 128); /* the engine holds blocks 1.. only */
+    /* another request finds chunks 1..3 only from token 32 on, and none from 0 */
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    ck_assert_int_eq(api->lookup(r.h, "two", t, 128, 40, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127 - 40);
+    rig_blocks_from(b, 8, 40);
+    b[1] = KVS_BLOCK_NONE; /* tokens 16..31: before the load (from 40): allowed */
+    b[2] = KVS_BLOCK_NONE; /* tokens 32..47: in the load: refused */
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 40), KVS_EINVAL);
+    ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "KVS_BLOCK_NONE"));
+    b[2] = 42;
+    ck_assert_int_eq(api->on_alloc(r.h, "two", b, 8, 127 - 40), KVS_OK);
+    u = (kvs_step_update){.struct_size = sizeof u,
+                          .req_id = "two",
+                          .tokens_from = 128,
+                          .blocks_from = 8,
+                          .n_computed = 127,
+                          .n_scheduled = 1};
+    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
+    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(m->reqs[0].n_loads, 3);
+    ck_assert_uint_eq(m->reqs[0].loads[0].first_token, 40);
+    for (uint64_t i = 0; i < m->reqs[0].n_saves; i++) /* chunks 0 (block 1) and 1 (block 2) */
+        ck_assert_uint_ge(m->reqs[0].saves[i].chunk_first, CHUNK);
+    kvs_meta_free(m);
+    rig_worker_step(&r, meta, len, b, t, 127, 128);
+    ck_assert(rig_kv_matches(&r, b, t, 40, 128));
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *step_update_suite(void) {
     Suite *s = suite_create("step_update");
     TCase *tc = tcase_create("step_update");
@@ -452,6 +515,7 @@ static Suite *step_update_suite(void) {
     tcase_add_test(tc, deltas_past_what_the_library_holds_are_refused_and_change_nothing);
     tcase_add_test(tc, a_load_from_held_state_lands_in_its_own_blocks);
     tcase_add_test(tc, a_move_before_the_carried_block_ids_is_refused_at_bind);
+    tcase_add_test(tc, chunks_over_freed_blocks_are_not_saved_and_loads_into_them_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }

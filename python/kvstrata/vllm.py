@@ -151,9 +151,66 @@ def _tp_rank(vllm_config, tp_size):
     return rank % tp_size
 
 
-def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
-    """The model description for a handle of this role: every field but tp_rank is the same in
-    every process of one vLLM instance."""
+BLOCK_NONE = 0xFFFFFFFF  # KVS_BLOCK_NONE: a block the engine holds no page for
+
+
+class KVGroup:
+    """One KV cache group as kvstrata stores it: its layers and, for a sliding-window group, its
+    window (tokens) and the tokens vLLM retains below it."""
+
+    def __init__(self, index, layer_names, block_tokens, window=None, retained=0):
+        self.index = index
+        self.layer_names = list(layer_names)
+        self.block_tokens = block_tokens
+        self.window = window
+        self.retained = retained
+
+    def first_held(self, n_computed):
+        """The first token whose block vLLM still holds once n_computed tokens are computed (0 for
+        a full-attention group): the blocks before it are the null block."""
+        if not self.window:
+            return 0
+        skipped = max(0, int(n_computed) - self.window + 1 - self.retained)
+        return skipped // self.block_tokens * self.block_tokens
+
+
+def _group_kind(spec):
+    """(window, retained) of a group's spec: window None for full attention. Refuses what kvstrata
+    does not store."""
+    kind = type(spec).__name__
+    if "Mamba" in kind or "Linear" in kind or getattr(spec, "num_kv_heads", None) is None:
+        raise KvstrataConfigError(
+            f"kvstrata: this model's KV cache holds {kind} state (Mamba or linear attention), "
+            "not attention KV; kvstrata stores attention KV only, so it refuses the model "
+            "rather than restore recurrent state it does not describe")
+    if "ChunkedLocal" in kind or "RSWA" in kind or "SinkFull" in kind:
+        raise KvstrataConfigError(
+            f"kvstrata: this model has a {kind} KV cache group, whose pages vLLM frees in a way "
+            "kvstrata does not follow; it stores full-attention and sliding-window groups only")
+    if "SlidingWindow" in kind:
+        return int(spec.sliding_window), int(getattr(spec, "extra_retained_tokens", 0) or 0)
+    return None, 0
+
+
+def kv_groups(vllm_config, kv_cache_config=None):
+    """The KV cache groups kvstrata stores (one handle each), or one group of every layer when vLLM
+    passes no kv_cache_config."""
+    groups = getattr(kv_cache_config, "kv_cache_groups", None) if kv_cache_config else None
+    if not groups:
+        return [KVGroup(0, [], int(vllm_config.cache_config.block_size))]
+    out = []
+    for i, g in enumerate(groups):
+        window, retained = _group_kind(g.kv_cache_spec)
+        bt = getattr(g.kv_cache_spec, "block_size", None) or vllm_config.cache_config.block_size
+        out.append(KVGroup(i, g.layer_names, int(bt), window, retained))
+    return out
+
+
+def describe_model(vllm_config, kv_cache_config=None, scheduler=True, group=0):
+    """The model description of KV cache group `group` for a handle of this role: every field but
+    tp_rank is the same in every process of one vLLM instance. A model of several groups (hybrid:
+    full-attention and sliding-window layers) has one description per group, its salt naming the
+    group and its window so that every group's chunks have keys of their own."""
     mc = vllm_config.model_config
     cc = vllm_config.cache_config
     pc = vllm_config.parallel_config
@@ -169,19 +226,13 @@ def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
     is_mla = bool(getattr(mc, "use_mla", False))
     n_layers = heads = head_dim = block_tokens = None
     groups = getattr(kv_cache_config, "kv_cache_groups", None) if kv_cache_config else None
+    window = None
     if groups is not None:
-        if len(groups) != 1:
-            raise KvstrataConfigError(
-                f"kvstrata: this model has {len(groups)} KV cache groups (hybrid, sliding-window or "
-                "mamba layers); kvstrata stores models whose attention layers share one group")
-        spec = groups[0].kv_cache_spec
-        kind = type(spec).__name__
-        if "Mamba" in kind or "Linear" in kind or getattr(spec, "num_kv_heads", None) is None:
-            raise KvstrataConfigError(
-                f"kvstrata: this model's KV cache holds {kind} state (Mamba or linear attention), "
-                "not attention KV; kvstrata stores attention KV only, so it refuses the model "
-                "rather than restore recurrent state it does not describe")
-        n_layers = len(groups[0].layer_names)
+        for g in groups:  # every group is refused or stored: none is silently left out
+            _group_kind(g.kv_cache_spec)
+        spec = groups[group].kv_cache_spec
+        window, retained = _group_kind(spec)
+        n_layers = len(groups[group].layer_names)
         heads = getattr(spec, "num_kv_heads", None)
         head_dim = getattr(spec, "head_size", None)
         block_tokens = getattr(spec, "block_size", None)
@@ -204,6 +255,10 @@ def describe_model(vllm_config, kv_cache_config=None, scheduler=True):
     extra = dict(getattr(vllm_config.kv_transfer_config, "kv_connector_extra_config", None) or {})
     if extra.get("salt"):
         salt_parts.append(f"salt={extra['salt']}")
+    if groups is not None and len(groups) > 1:
+        salt_parts.append(f"kv_group={group}")
+        if window:
+            salt_parts.append(f"sliding_window={window}")
     try:
         vocab = int(mc.get_vocab_size())
     except Exception:
@@ -339,9 +394,13 @@ class KvstrataConnectorMetadata(KVConnectorMetadata):
     """One step's metadata: the msgpack blob build_meta made (opaque to Python, pickled to the
     workers with the scheduler output)."""
 
-    def __init__(self, blob, req_ids=()):
-        self.blob = bytes(blob)
+    def __init__(self, blob, req_ids=(), blobs=None, sending_groups=None):
+        self.blob = bytes(blob)  # group 0's
+        self.blobs = [self.blob] + [bytes(b) for b in blobs[1:]] if blobs else [self.blob]
         self.req_ids = tuple(req_ids)
+        # finished requests whose pages some groups' handles keep: {req_id: number of those
+        # groups} (the workers report such a request once each of them did)
+        self.sending_groups = dict(sending_groups or {})
 
     def __repr__(self):
         return f"KvstrataConnectorMetadata({len(self.blob)} bytes, {len(self.req_ids)} requests)"
@@ -410,27 +469,47 @@ _NEVER = 1 << 62  # an n_computed no request reaches
 
 
 class _SchedRequest:
-    __slots__ = ("request", "tokens", "block_ids", "bypass", "looked_up", "load_async",
-                 "async_armed", "keyed", "tenant", "sent", "sent_blocks", "load_pending",
-                 "prompt_tokens", "handoff_deadline", "skip_from")
+    __slots__ = ("request", "tokens", "tables", "bypass", "looked_up", "load_async",
+                 "async_armed", "keyed", "tenant", "sent", "sent_tables", "load_pending",
+                 "prompt_tokens", "handoff_deadline", "group_from", "lookup_computed", "marked",
+                 "skip_from")
 
-    def __init__(self, request=None, bypass=None):
+    def __init__(self, request=None, bypass=None, n_groups=1):
         self.request = request
         self.tokens = array.array("i")
-        self.block_ids = []
+        self.tables = [[] for _ in range(n_groups)]  # block table per KV cache group
+        self.sent_tables = [0] * n_groups  # build_meta_update: the library holds tables[g][:n]
+        self.marked = [0] * n_groups  # window groups: blocks already given as BLOCK_NONE
+        self.group_from = None  # the last lookup: the token each group's load starts at
+        self.lookup_computed = 0
         self.bypass = bypass
         self.looked_up = False
         self.load_async = False  # the last lookup's hit loads between steps
         self.async_armed = False  # on_alloc armed that asynchronous load
         self.keyed = False  # its key inputs went to the library
         self.tenant = "-"
-        # build_meta_update: the library holds tokens[:sent] and block_ids[:sent_blocks]
+        # build_meta_update: the library holds tokens[:sent]
         self.sent = 0
-        self.sent_blocks = 0
         self.load_pending = False  # on_alloc armed a load no step has carried yet
         self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
         self.skip_from = _NEVER  # build_meta_update: not handed over from this n_computed on
         self.handoff_deadline = None  # consumer: waits for the producer's chunks until then
+
+    @property
+    def block_ids(self):  # group 0's table
+        return self.tables[0]
+
+    @block_ids.setter
+    def block_ids(self, ids):
+        self.tables[0] = ids
+
+    @property
+    def sent_blocks(self):
+        return self.sent_tables[0]
+
+    @sent_blocks.setter
+    def sent_blocks(self, n):
+        self.sent_tables[0] = n
 
 
 def _bypass_reason(req):
@@ -484,6 +563,20 @@ def tenant_label(req):
     return hashlib.sha256(_text(salt)).hexdigest()[:12]
 
 
+def _per_group(block_ids, n_groups):
+    """vLLM's block ids per KV cache group (a tuple of lists, or one list for one group) as a list
+    of n_groups lists (None: nothing new)."""
+    if block_ids is None:
+        return None
+    if isinstance(block_ids, tuple) or (block_ids and isinstance(block_ids[0], (list, tuple))):
+        out = [list(b) for b in block_ids]
+    else:
+        out = [list(block_ids)]
+    if len(out) < n_groups:
+        out += [[] for _ in range(n_groups - len(out))]
+    return out[:n_groups]
+
+
 def _group0(block_ids):
     """vLLM passes block ids per KV cache group (a tuple of lists); kvstrata uses the one group."""
     if block_ids is None:
@@ -519,14 +612,21 @@ def _base_takes_kv_cache_config():
         p.kind == p.VAR_POSITIONAL for p in params.values())
 
 
-# Not SupportsHMA: kvstrata stores one KV cache group, so vLLM turns its hybrid allocator off for a
-# sliding-window model (all layers full attention, one group) instead of failing at start.
-class KvstrataConnector(KVConnectorBase_V1):
+# SupportsHMA: vLLM keeps its hybrid allocator on for models with several KV cache groups
+# (full-attention and sliding-window layers); kvstrata stores each group through a handle of its own.
+class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector v1 over libkvstrata (docs/vllm.md)."""
 
     _transfer_role = _abi.TRANSFER_BOTH  # kv_role (set in __init__)
     _handoff_wait_s = DEFAULT_HANDOFF_WAIT_MS / 1000.0
     _chunk_tokens = 0  # the library's, from the first lookup (ABI 1.10)
+    _groups = ()  # KVGroup per KV cache group, one handle each (set in __init__)
+    _windows = ()
+    _handles = ()
+
+    @property
+    def _n_groups(self):
+        return max(1, len(self._groups))
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         if _base_takes_kv_cache_config():
@@ -540,9 +640,18 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._handoff_wait_s = float(self._extra.get("handoff_wait_ms",
                                                      DEFAULT_HANDOFF_WAIT_MS)) / 1000.0
         self._chunk_tokens = 0  # the library's, from the first lookup (ABI 1.10)
-        self._model = describe_model(vllm_config, kv_cache_config, scheduler=self._scheduler)
+        self._groups = kv_groups(vllm_config, kv_cache_config)
+        self._models = [describe_model(vllm_config, kv_cache_config, scheduler=self._scheduler,
+                                       group=g.index) for g in self._groups]
+        self._model = self._models[0]
+        self._windows = [g for g in self._groups if g.window]
         self._tmpdir = None
         self._handle = None
+        self._handles = []
+        self._kept_groups = {}  # scheduler: finished request -> groups whose handle keeps its pages
+        self._expect_sending = {}  # worker: request -> groups that report its saves
+        self._pending_sending = {}
+        self._pending_recving = {}
         # scheduler side
         self._requests = {}
         self._epoch = None  # reset_cache's random value, in every later request's keys
@@ -562,6 +671,9 @@ class KvstrataConnector(KVConnectorBase_V1):
         try:
             self._open()
         except BaseException:
+            for h in self._handles:
+                h.close()
+            self._handles, self._handle = [], None
             if self._tmpdir:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise
@@ -587,8 +699,10 @@ class KvstrataConnector(KVConnectorBase_V1):
     def _open(self):
         _abi.require_minor(5, "KvstrataConnector")
         role = _abi.ROLE_SCHEDULER if self._scheduler else _abi.ROLE_WORKER
-        self._handle = _abi.Handle(role, self._model.as_dict(), self._config_path,
-                                   transfer_role=self._transfer_role)
+        for model in self._models:  # one handle per KV cache group
+            self._handles.append(_abi.Handle(role, model.as_dict(), self._config_path,
+                                             transfer_role=self._transfer_role))
+        self._handle = self._handles[0]
         self._tier_names = self._handle.tier_names()
         self._key_inputs_supported = (hasattr(self._handle, "request_key_input")
                                       and _abi.has_hook("request_key_input"))
@@ -635,7 +749,7 @@ class KvstrataConnector(KVConnectorBase_V1):
         rid = request.request_id
         st = self._requests.get(rid)
         if st is None:
-            st = self._requests[rid] = _SchedRequest(request, _bypass_reason(request))
+            st = self._requests[rid] = _SchedRequest(request, _bypass_reason(request), self._n_groups)
             st.tenant = tenant_label(request)
         else:
             st.request = request
@@ -655,8 +769,9 @@ class KvstrataConnector(KVConnectorBase_V1):
         if not self._key_inputs_supported:
             st.bypass = "per-request key inputs (cache_salt, LoRA, multimodal) need ABI 1.10"
             return
-        for first, data in inputs:
-            self._handle.request_key_input(rid, first, data)
+        for h in self._handles:
+            for first, data in inputs:
+                h.request_key_input(rid, first, data)
 
     def on_new_request(self, request):
         self._track(request)
@@ -681,21 +796,80 @@ class KvstrataConnector(KVConnectorBase_V1):
         if st.bypass:
             return 0, False
         _set_tokens(st, request.all_token_ids)
-        res = self._handle.lookup(request.request_id, st.tokens, num_computed_tokens)
+        if len(self._handles) > 1:
+            hit, load_async = self._lookup_groups(request.request_id, st, int(num_computed_tokens))
+        else:
+            res = self._handle.lookup(request.request_id, st.tokens, num_computed_tokens)
+            if res.chunk_tokens:
+                self._chunk_tokens = res.chunk_tokens
+            hit = None if res.unknown_yet else res.hit_tokens
+            load_async = res.load_async
         st.sent = len(st.tokens)  # a lookup gives the library the request's tokens
         st.looked_up = True
         st.async_armed = False
-        if res.chunk_tokens:
-            self._chunk_tokens = res.chunk_tokens
-        if res.unknown_yet:
+        st.lookup_computed = int(num_computed_tokens)
+        if hit is None:
             return None, False
         if self._transfer_role == _abi.TRANSFER_CONSUMER and self._handoff_pending(
-                request, st, num_computed_tokens + res.hit_tokens):
+                request, st, num_computed_tokens + hit):
             return None, False
-        self._count_tenant(st.tenant, res.hit_tokens,
-                           max(0, len(st.tokens) - int(num_computed_tokens) - res.hit_tokens))
-        st.load_async = bool(res.load_async and res.hit_tokens > 0)
-        return res.hit_tokens, st.load_async
+        self._count_tenant(st.tenant, hit,
+                           max(0, len(st.tokens) - int(num_computed_tokens) - hit))
+        st.load_async = bool(load_async and hit > 0)
+        return hit, st.load_async
+
+    # A hit a sliding-window group cannot cover is retried this many times, a chunk shorter each.
+    _WINDOW_RETRIES = 4
+
+    def _lookup_groups(self, rid, st, n_computed):
+        """A hybrid model's hit (tokens, load_async), or (None, False) while a lookup is unknown
+        yet: N tokens are a hit when every full-attention group holds [n_computed, N) and every
+        sliding-window group the tokens its window needs before N, [max(n_computed, s(N)), N)
+        (the blocks before s(N) are vLLM's null block). st.group_from gets where each group's
+        load starts."""
+        froms = [n_computed] * len(self._groups)
+        end, asyncs = None, set()
+        for g in self._groups:
+            if g.window:
+                continue
+            res = self._handles[g.index].lookup(rid, st.tokens, n_computed)
+            if res.chunk_tokens:
+                self._chunk_tokens = res.chunk_tokens
+            if res.unknown_yet:
+                return None, False
+            got = n_computed + res.hit_tokens
+            end = got if end is None else min(end, got)
+            if res.hit_tokens:
+                asyncs.add(bool(res.load_async))
+        if end is None:  # sliding-window groups only: what the first of them holds from n_computed
+            end = len(st.tokens) - 1
+        chunk = self._chunk_tokens or 1
+        tries = self._WINDOW_RETRIES
+        if end <= n_computed:  # no hit: the window groups' handles still get the tokens
+            for g in self._windows:
+                if self._handles[g.index].lookup(rid, st.tokens, n_computed).unknown_yet:
+                    return None, False
+        while end > n_computed:
+            short = False
+            for g in self._windows:
+                froms[g.index] = max(n_computed, g.first_held(end))
+                res = self._handles[g.index].lookup(rid, st.tokens, froms[g.index])
+                if res.unknown_yet:
+                    return None, False
+                if froms[g.index] + res.hit_tokens < end:
+                    short = froms[g.index] + res.hit_tokens
+                    break
+                asyncs.add(bool(res.load_async))
+            if short is False:
+                break
+            tries -= 1
+            # the window group holds chunks up to `short` at best: a shorter hit ends there
+            shorter = min(end - 1, short) // chunk * chunk
+            end = shorter if tries > 0 and shorter > n_computed else n_computed
+        st.group_from = froms
+        if end <= n_computed or len(asyncs) > 1:  # no hit, or groups that disagree on async
+            return 0, False
+        return end - n_computed, asyncs == {True}
 
     def _handoff_pending(self, request, st, found):
         """A consumer's request whose producer said it stored more than the tiers hold yet: True
@@ -731,23 +905,66 @@ class KvstrataConnector(KVConnectorBase_V1):
         st = self._track(request)
         if st.bypass:
             return
-        ids = _group0(blocks.get_block_ids()) if blocks is not None else []
-        st.block_ids = ids or []
+        self._set_tables(st, blocks.get_block_ids() if blocks is not None else None)
         if num_external_tokens == 0 and (not st.looked_up or st.async_armed):
             # Never looked up, or the second call vLLM makes when a request whose load ran
             # asynchronously is scheduled again (its KV is in the pages): not a cancel. The
             # library releases that load's lease when the request computes again.
             st.async_armed = False
             return
-        try:
-            self._handle.on_alloc(request.request_id, st.block_ids, num_external_tokens)
-        except _abi.NotFound:
+        end = st.lookup_computed + int(num_external_tokens)
+        for g, h in zip(self._groups, self._handles):
+            # a sliding-window group loads from the first token its window needs (group_from)
+            n = 0
             if num_external_tokens:
-                raise
+                n = end - (st.group_from[g.index] if st.group_from else st.lookup_computed)
+            try:
+                h.on_alloc(request.request_id, st.tables[g.index], n)
+            except _abi.NotFound:
+                if n:
+                    raise
         st.async_armed = bool(num_external_tokens and st.load_async)
         st.load_pending = bool(num_external_tokens)
         if st.load_pending:
             st.skip_from = _NEVER  # the next step carries its load
+
+    def _set_tables(self, st, block_ids):
+        """st's block tables become vLLM's (block ids per group); a sliding-window group's null
+        blocks (id 0) become BLOCK_NONE."""
+        tables = _per_group(block_ids, self._n_groups) or [[] for _ in self._groups]
+        for g in self._windows:
+            tables[g.index] = [BLOCK_NONE if b == 0 else b for b in tables[g.index]]
+        st.tables = tables
+        st.sent_tables = [0] * len(tables)
+        st.marked = [0] * len(tables)
+
+    def _extend_tables(self, st, new_block_ids):
+        new = _per_group(new_block_ids, self._n_groups)
+        if not new:
+            return
+        for g, ids in enumerate(new):
+            if ids:
+                st.tables[g].extend(ids)
+        for g in self._windows:
+            t = st.tables[g.index]
+            for i in range(len(t) - len(new[g.index]), len(t)):
+                if t[i] == 0:
+                    t[i] = BLOCK_NONE
+
+    def _mark_window(self, st, n_computed):
+        """vLLM frees a sliding-window group's blocks out of the window as the request computes
+        (and does not say so in the scheduler output): they become BLOCK_NONE here, so the library
+        saves no chunk over them. Marks at least what vLLM freed (it frees on fewer tokens)."""
+        for g in self._windows:
+            t = st.tables[g.index]
+            upto = min(len(t), g.first_held(n_computed) // g.block_tokens)
+            first = st.marked[g.index]
+            if upto <= first:
+                continue
+            for i in range(first, upto):
+                t[i] = BLOCK_NONE
+            st.marked[g.index] = upto
+            st.sent_tables[g.index] = min(st.sent_tables[g.index], first)
 
     def build_connector_meta(self, scheduler_output):
         if self._meta_updates:
@@ -757,7 +974,7 @@ class KvstrataConnector(KVConnectorBase_V1):
         for nr in scheduler_output.scheduled_new_reqs:
             st = self._requests.get(nr.req_id)
             if st is None:
-                st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr))
+                st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr), self._n_groups)
             self._key(nr.req_id, st, st.request if st.request is not None else nr)
             if st.bypass:
                 continue
@@ -765,7 +982,8 @@ class KvstrataConnector(KVConnectorBase_V1):
                 _set_tokens(st, st.request.all_token_ids)
             elif nr.prompt_token_ids is not None:
                 _set_tokens(st, nr.prompt_token_ids)
-            st.block_ids = _group0(nr.block_ids) or []
+            self._set_tables(st, nr.block_ids)
+            self._mark_window(st, nr.num_computed_tokens)
             steps.append(self._step(nr.req_id, st, nr.num_computed_tokens,
                                     num_scheduled.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -777,15 +995,16 @@ class KvstrataConnector(KVConnectorBase_V1):
             if st is None:
                 if rid not in all_tokens:
                     continue  # never seen and no tokens given: nothing to save or load
-                st = self._requests[rid] = _SchedRequest(None, None)
+                st = self._requests[rid] = _SchedRequest(None, None, self._n_groups)
             self._key(rid, st, st.request)
             if st.bypass:
                 continue
-            new_blocks = _group0(cached.new_block_ids[i]) if i < len(cached.new_block_ids) else None
+            nb = cached.new_block_ids[i] if i < len(cached.new_block_ids) else None
             if rid in resumed:
-                st.block_ids = new_blocks or []
-            elif new_blocks:
-                st.block_ids.extend(new_blocks)
+                self._set_tables(st, nb)
+            elif nb:
+                self._extend_tables(st, nb)
+            self._mark_window(st, cached.num_computed_tokens[i])
             if rid in all_tokens:
                 st.tokens = array.array("i", all_tokens[rid])
             elif st.request is not None:
@@ -793,8 +1012,12 @@ class KvstrataConnector(KVConnectorBase_V1):
             elif i < len(new_token_ids) and new_token_ids[i]:
                 st.tokens.extend(new_token_ids[i])
             steps.append(self._step(rid, st, cached.num_computed_tokens[i], num_scheduled.get(rid, 0)))
-        blob = self._handle.build_meta(steps)
-        return KvstrataConnectorMetadata(blob, [s.req_id for s in steps])
+        blobs = [h.build_meta([s[g] for s in steps]) for g, h in enumerate(self._handles)]
+        return self._metadata(blobs, [s[0].req_id for s in steps])
+
+    def _metadata(self, blobs, req_ids):
+        kept, self._kept_groups = self._kept_groups, {}
+        return KvstrataConnectorMetadata(blobs[0], req_ids, blobs=blobs, sending_groups=kept)
 
     def _build_connector_meta_update(self, so):
         """build_connector_meta over ABI 1.10's build_meta_update: each request's tokens and block
@@ -808,7 +1031,7 @@ class KvstrataConnector(KVConnectorBase_V1):
             rid = nr.req_id
             st = requests.get(rid)
             if st is None:
-                st = requests[rid] = _SchedRequest(None, _bypass_reason(nr))
+                st = requests[rid] = _SchedRequest(None, _bypass_reason(nr), self._n_groups)
             self._key(rid, st, st.request if st.request is not None else nr)
             if st.bypass:
                 continue
@@ -818,8 +1041,8 @@ class KvstrataConnector(KVConnectorBase_V1):
                 _set_tokens(st, nr.prompt_token_ids)
             if st.prompt_tokens is None and nr.prompt_token_ids is not None:
                 st.prompt_tokens = len(nr.prompt_token_ids)
-            st.block_ids = _group0(nr.block_ids) or []
-            st.sent_blocks = 0
+            self._set_tables(st, nr.block_ids)
+            self._mark_window(st, nr.num_computed_tokens)
             updates.append(self._update(rid, st, nr.num_computed_tokens, num_scheduled.get(rid, 0)))
             self._after_update(st)
         cached = so.scheduled_cached_reqs
@@ -827,6 +1050,7 @@ class KvstrataConnector(KVConnectorBase_V1):
         all_tokens = getattr(cached, "all_token_ids", None) or {}
         new_token_ids = getattr(cached, "new_token_ids", None) or []
         get = requests.get
+        single = self._n_groups == 1
         # The loop runs for every running request each step: a decoding one (skip_from, below) costs
         # a lookup, a comparison and, when vLLM gave it a block, an append.
         i = -1
@@ -840,21 +1064,25 @@ class KvstrataConnector(KVConnectorBase_V1):
                 if not nb:
                     continue
                 if rid not in resumed:
-                    st.block_ids.extend(nb[0] if type(nb) is tuple else _group0(nb))
+                    if single:
+                        st.tables[0].extend(nb[0] if type(nb) is tuple else _group0(nb))
+                    else:
+                        self._extend_tables(st, nb)
                     continue
             if st is None:
                 if rid not in all_tokens:
                     continue  # never seen and no tokens given: nothing to save or load
-                st = requests[rid] = _SchedRequest(None, None)
+                st = requests[rid] = _SchedRequest(None, None, self._n_groups)
                 self._key(rid, st, None)
             if st.bypass:
                 st.skip_from = 0
                 continue
             if rid in resumed:
-                st.block_ids = _group0(nb) or []
-                st.sent_blocks = 0
+                self._set_tables(st, nb)
             elif nb:
-                st.block_ids.extend(_group0(nb))
+                self._extend_tables(st, nb)
+            if self._windows:
+                self._mark_window(st, n_computed)
             if rid in all_tokens:
                 _set_tokens(st, all_tokens[rid])
             elif st.request is not None:
@@ -863,20 +1091,28 @@ class KvstrataConnector(KVConnectorBase_V1):
                 st.tokens.extend(new_token_ids[i])
             updates.append(self._update(rid, st, n_computed, num_scheduled.get(rid, 0)))
             self._after_update(st)
-        blob = self._handle.build_meta_update(updates)
-        return KvstrataConnectorMetadata(blob, [u.req_id for u in updates])
+        blobs = [h.build_meta_update([u[g] for u in updates])
+                 for g, h in enumerate(self._handles)]
+        return self._metadata(blobs, [u[0].req_id for u in updates])
 
     @staticmethod
     def _update(rid, st, n_computed, n_scheduled):
+        """The request's update for each group's handle (tokens alike, block tables per group)."""
         n_tokens = len(st.tokens)
         n_computed = min(int(n_computed), n_tokens)
         n_scheduled = max(0, min(int(n_scheduled), n_tokens - n_computed))
-        sent, sent_blocks = min(st.sent, n_tokens), min(st.sent_blocks, len(st.block_ids))
-        u = _abi.StepUpdate(rid, sent, st.tokens[sent:], sent_blocks,
-                            array.array("I", st.block_ids[sent_blocks:]), n_computed, n_scheduled)
-        st.sent, st.sent_blocks = n_tokens, len(st.block_ids)
+        sent = min(st.sent, n_tokens)
+        tokens = st.tokens[sent:]
+        out = []
+        for g, table in enumerate(st.tables):
+            sent_blocks = min(st.sent_tables[g], len(table))
+            out.append(_abi.StepUpdate(rid, sent, tokens, sent_blocks,
+                                       array.array("I", table[sent_blocks:]), n_computed,
+                                       n_scheduled))
+            st.sent_tables[g] = len(table)
+        st.sent = n_tokens
         st.load_pending = False
-        return u
+        return out
 
     def _after_update(self, st):
         """From which n_computed on the request need not be handed over: past its prompt when
@@ -906,16 +1142,25 @@ class KvstrataConnector(KVConnectorBase_V1):
         # Tokens not known yet (async scheduling's placeholders, speculative drafts) are not saved.
         n_computed = min(int(n_computed), n_tokens)
         n_scheduled = max(0, min(int(n_scheduled), n_tokens - n_computed))
-        return _abi.StepSpec(rid, st.tokens, st.block_ids, n_computed, n_scheduled)
+        return [_abi.StepSpec(rid, st.tokens, table, n_computed, n_scheduled)
+                for table in st.tables]
 
     def request_finished(self, request, block_ids):
         st = self._requests.pop(request.request_id, None)
         if st is None or st.bypass:
             return False, None
-        try:
-            keep = self._handle.request_finished(request.request_id)
-        except _abi.NotFound:
+        kept = known = 0
+        for h in self._handles:
+            try:
+                kept += bool(h.request_finished(request.request_id))
+                known += 1
+            except _abi.NotFound:
+                pass
+        if not known:
             return False, None  # the library never saw it (finished before any lookup or step)
+        keep = kept > 0
+        if keep and len(self._handles) > 1:
+            self._kept_groups[request.request_id] = kept
         params = None
         if self._transfer_role == _abi.TRANSFER_PRODUCER and self._chunk_tokens:
             # what the saves store: the computed prompt, whole chunks (vLLM returns the params with
@@ -925,7 +1170,7 @@ class KvstrataConnector(KVConnectorBase_V1):
         return keep, params
 
     def request_finished_all_groups(self, request, block_ids):
-        return self.request_finished(request, _group0(block_ids))
+        return self.request_finished(request, block_ids)
 
     def take_events(self):
         # kvstrata's events name chunk keys (hashes of whole prefixes, per model fingerprint), not
@@ -941,8 +1186,10 @@ class KvstrataConnector(KVConnectorBase_V1):
         # target's hook only). Layers a group names are layers of their own even when their
         # tensors alias another's memory (vLLM's hybrid allocator shares one buffer among groups).
         grouped = set()
-        for g in getattr(self._kv_cache_config, "kv_cache_groups", None) or ():
+        group_of = {}
+        for gi, g in enumerate(getattr(self._kv_cache_config, "kv_cache_groups", None) or ()):
             grouped.update(g.layer_names)
+            group_of.update((n, gi) for n in g.layer_names)
         layers, index, owner = [], {}, {}
         pending = []
         for name, t in kv_caches.items():
@@ -964,7 +1211,33 @@ class KvstrataConnector(KVConnectorBase_V1):
                     "another layer's KV")
             index[name] = owner[ident]
             self._shared_layers.add(name)
+        if len(getattr(self, "_handles", ())) > 1:
+            self._register_groups(layers, index, group_of)
+            return
         self._register(layers, index)
+
+    def _register_groups(self, layers, index, group_of):
+        """A hybrid model: each group's handle registers that group's layers (in vLLM's order);
+        a layer name maps to (group, index in its group)."""
+        per_group = [[] for _ in self._groups]
+        where = {}
+        for i, (name, t) in enumerate(layers):
+            g = group_of[name]
+            where[i] = (g, len(per_group[g]))
+            per_group[g].append((name, t))
+        views = []
+        for g, (h, desc) in enumerate(zip(self._handles, self._models)):
+            if len(per_group[g]) != desc.n_layers:
+                raise KvstrataConfigError(
+                    f"kvstrata: vLLM registered {len(per_group[g])} layers of KV cache group {g}, "
+                    f"but its description (from kv_cache_config) has {desc.n_layers}")
+            v = [layer_view(name, t, desc) for name, t in per_group[g]]
+            h.register_kv(v)
+            views += v
+        self._cuda = any(v.device_kind == _abi.DEVICE_CUDA for v in views)
+        self._kv_tensors = [t for _n, t in layers]  # the pages must outlive the handles
+        self._layer_names = [n for n, _t in layers]
+        self._layer_index = {name: where[i] for name, i in index.items()}
 
     def register_cross_layers_kv_cache(self, kv_cache, attn_backend):
         try:
@@ -1009,8 +1282,12 @@ class KvstrataConnector(KVConnectorBase_V1):
         self._layer_index = dict(index)
 
     def _layer(self, layer_name):
+        """(handle, layer index in its handle) of a registered layer."""
         try:
-            return self._layer_index[layer_name]
+            at = self._layer_index[layer_name]
+            if isinstance(at, tuple):
+                return self._handles[at[0]], at[1]
+            return self._handle, at
         except KeyError:
             raise KvstrataConfigError(
                 f"kvstrata: layer {layer_name!r} was not registered (register_kv_caches named "
@@ -1022,7 +1299,14 @@ class KvstrataConnector(KVConnectorBase_V1):
             return
         # A step still bound (no forward pass ran: no layer hooks, no wait_for_save) is closed by the
         # library here (ABI 1.5).
-        self._handle.bind_meta(connector_metadata.blob)
+        blobs = getattr(connector_metadata, "blobs", None) or [connector_metadata.blob]
+        if len(blobs) != len(self._handles):
+            raise KvstrataConfigError(
+                f"kvstrata: the step's metadata has {len(blobs)} blobs for {len(self._handles)} "
+                "KV cache groups")
+        for h, blob in zip(self._handles, blobs):
+            h.bind_meta(blob)
+        self._expect_sending.update(getattr(connector_metadata, "sending_groups", None) or {})
         self._bound = True
         self._started = False
 
@@ -1043,8 +1327,11 @@ class KvstrataConnector(KVConnectorBase_V1):
         if self._cuda:
             import torch
 
-            self._handle.set_stream(torch.cuda.current_stream().cuda_stream)
-        self._handle.start_load()
+            stream = torch.cuda.current_stream().cuda_stream
+            for h in self._handles:
+                h.set_stream(stream)
+        for h in self._handles:
+            h.start_load()
         self._started = True
 
     def start_load_kv(self, forward_context, **kwargs):
@@ -1054,38 +1341,62 @@ class KvstrataConnector(KVConnectorBase_V1):
     def wait_for_layer_load(self, layer_name):
         if not self._bound:
             return
-        layer = self._layer(layer_name)
+        h, layer = self._layer(layer_name)
         self._start()  # vLLM may run the layers first when the step has no synchronous load
-        self._handle.wait_layer_load(layer)
+        h.wait_layer_load(layer)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         if not self._bound or layer_name in self._shared_layers:
             return
-        layer = self._layer(layer_name)
+        h, layer = self._layer(layer_name)
         self._start()
-        self._handle.save_layer(layer)
+        h.save_layer(layer)
 
     def wait_for_save(self):
         if not self._bound:
             return
         self._start()
-        self._handle.wait_save()
+        for h in self._handles:
+            h.wait_save()
 
     def get_finished(self, finished_req_ids):
         if self._handle is None or self._kv_tensors is None:
             return None, None
-        sending, receiving = self._handle.get_finished()
-        return (set(sending) or None), (set(receiving) or None)
+        if len(self._handles) == 1:
+            sending, receiving = self._handle.get_finished()
+            return (set(sending) or None), (set(receiving) or None)
+        # a request is finished when every group's handle that holds work of it reported it
+        done_sending, done_recving = set(), set()
+        n = len(self._handles)
+        for h in self._handles:
+            sending, receiving = h.get_finished()
+            for rid in sending:
+                c = self._pending_sending[rid] = self._pending_sending.get(rid, 0) + 1
+                if c >= self._expect_sending.get(rid, n):
+                    done_sending.add(rid)
+            for rid in receiving:
+                c = self._pending_recving[rid] = self._pending_recving.get(rid, 0) + 1
+                if c >= n:
+                    done_recving.add(rid)
+        for rid in done_sending:
+            del self._pending_sending[rid]
+            self._expect_sending.pop(rid, None)
+        for rid in done_recving:
+            del self._pending_recving[rid]
+        return (done_sending or None), (done_recving or None)
 
     def get_block_ids_with_load_errors(self):
         if self._handle is None or self._kv_tensors is None:
             return set()
-        return set(self._handle.load_error_blocks())
+        out = set()
+        for h in self._handles:  # vLLM's block ids are global across groups
+            out.update(h.load_error_blocks())
+        return out
 
     def get_kv_connector_stats(self):
         if self._handle is None:
             return None
-        now = self._handle.stats()
+        now = self._stats()
         data = stats_delta(now, self._last_stats, self._tier_names,
                             with_tokens=self._scheduler or self._model.tp_rank == 0)
         self._last_stats = now
@@ -1094,9 +1405,31 @@ class KvstrataConnector(KVConnectorBase_V1):
         stats = KvstrataConnectorStats(data=data)
         return None if stats.is_empty() else stats
 
+    # Per-request counters (lookups, tokens, async loads, closed steps) are group 0's: every group's
+    # handle counts the same requests. Chunks, bytes and times are summed over the groups.
+    _GROUP_SUMMED = ("chunks_loaded", "bytes_loaded", "load_ns", "chunks_saved", "bytes_saved",
+                     "save_ns", "saves_skipped", "load_errors", "evictions", "lossy_chunks_loaded",
+                     "tier_chunks_loaded", "tier_bytes_loaded", "tier_load_ns")
+
+    def _stats(self):
+        now = self._handle.stats()
+        for h in self._handles[1:]:
+            more = h.stats()
+            for k in self._GROUP_SUMMED:
+                if k not in now or k not in more:
+                    continue
+                if isinstance(now[k], list):
+                    now[k] = [a + b for a, b in zip(now[k], more[k])]
+                else:
+                    now[k] += more[k]
+        return now
+
     def shutdown(self):
+        hs, self._handles = getattr(self, "_handles", None) or [], []
         h, self._handle = self._handle, None
-        if h is not None:
+        if h is not None and h not in hs:
+            hs = [h] + hs
+        for h in reversed(hs):
             h.close()
         _open_connectors.discard(self)
         if self._tmpdir:

@@ -106,6 +106,27 @@ class FullAttentionSpec:
 
 
 @dataclass
+class SlidingWindowSpec:
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    sliding_window: int
+    dtype: Any = None
+
+
+def first_held(spec, n_computed):
+    """A sliding-window group's first token whose block is not the null block (vLLM's
+    get_num_skipped_tokens, rounded down to a block)."""
+    skipped = max(0, n_computed - spec["window"] + 1)
+    return skipped // spec["block_size"] * spec["block_size"]
+
+
+def window_layer_names(spec):
+    n = spec["n_layers"]
+    return [f"model.layers.{n + i}.self_attn.attn" for i in range(spec.get("window_layers", 0))]
+
+
+@dataclass
 class KVCacheGroupSpec:
     layer_names: list
     kv_cache_spec: Any
@@ -143,11 +164,18 @@ def make_vllm_config(spec, rank=0):
 def make_kv_cache_config(spec):
     names = layer_names(spec["n_layers"])
     heads = 1 if spec["mla"] else spec["heads_total"] // spec["tp"]
-    return KVCacheConfig(
+    kcc = KVCacheConfig(
         num_blocks=spec["n_blocks"],
         kv_cache_tensors=[KVCacheTensor(size=0, shared_by=[n]) for n in names],
         kv_cache_groups=[KVCacheGroupSpec(layer_names=names, kv_cache_spec=FullAttentionSpec(
             block_size=spec["block_size"], num_kv_heads=heads, head_size=spec["head_dim"]))])
+    if spec.get("window"):  # a hybrid model: group 1 holds the sliding-window layers
+        wnames = window_layer_names(spec)
+        kcc.kv_cache_tensors += [KVCacheTensor(size=0, shared_by=[n]) for n in wnames]
+        kcc.kv_cache_groups.append(KVCacheGroupSpec(layer_names=wnames, kv_cache_spec=SlidingWindowSpec(
+            block_size=spec["block_size"], num_kv_heads=heads, head_size=spec["head_dim"],
+            sliding_window=spec["window"])))
+    return kcc
 
 
 # --- vLLM-like requests and scheduler output -------------------------------------------------------
@@ -222,11 +250,14 @@ class MultiModalFeature:
 
 
 class KVCacheBlocks:
-    def __init__(self, block_ids):
+    def __init__(self, block_ids, window_ids=None):
         self._ids = list(block_ids)
+        self._wids = None if window_ids is None else list(window_ids)
 
     def get_block_ids(self, allow_none=False):
-        return (list(self._ids),)
+        if self._wids is None:
+            return (list(self._ids),)
+        return (list(self._ids), list(self._wids))
 
 
 @dataclass
@@ -332,11 +363,14 @@ class SchedulerRunner:
         self.budget = spec["token_budget"]
         self.conn = kv.KvstrataConnector(make_vllm_config(spec), kv.KVConnectorRole.SCHEDULER,
                                          make_kv_cache_config(spec))
-        order = list(range(spec["n_blocks"]))
+        self.window = spec.get("window")
+        # a hybrid model's pool reserves block 0 as vLLM's null block (never anyone's)
+        order = list(range(1 if self.window else 0, spec["n_blocks"]))
         order.sort(key=lambda b: (b * 7919) % spec["n_blocks"])  # non-contiguous block tables
         self.free = collections.deque(order)
         self.requests = {}
         self.blocks = {}
+        self.wblocks = {}  # hybrid: the sliding-window group's tables (0: the null block)
         self.waiting = collections.deque()
         self.running = []
         self.finished_req_ids = set()
@@ -406,7 +440,9 @@ class SchedulerRunner:
                 "on_alloc": list(self.on_alloc_calls.get(rid, [])),
                 "connector_block_ids": self.conn_block_ids(rid),
                 "finished_result": self.finished_results.get(rid),
-                "kept_block_ids": list(self.kept.get(rid, []))}
+                "kept_block_ids": list(self.kept.get(rid, [])),
+                "window_block_ids": list(self.wblocks.get(rid, [])),
+                "free": list(self.free)}
 
     def conn_block_ids(self, rid):
         """The block table the scheduler-side connector keeps for rid (None when it keeps none)."""
@@ -422,6 +458,14 @@ class SchedulerRunner:
             self.conn.update_state_after_alloc(req, KVCacheBlocks([]), 0)
             self.conn.request_finished(req, [])
 
+    def group_hit(self, group, rid, tokens, num_computed):
+        """What KV cache group `group`'s handle alone finds for tokens (then forgets rid)."""
+        h = self.conn._handles[group]
+        res = h.lookup(rid, tokens, num_computed)
+        h.on_alloc(rid, [], 0)
+        h.request_finished(rid)
+        return res.hit_tokens
+
     def reset_connector_cache(self):
         """vLLM's reset_prefix_cache(reset_connector=True): the connector's answer."""
         return self.conn.reset_cache()
@@ -435,22 +479,47 @@ class SchedulerRunner:
 
     # -- blocks --
 
-    def _allocate(self, req, total_tokens):
+    def _allocate(self, req, total_tokens, computed=None):
         have = self.blocks.setdefault(req.request_id, [])
         need = -(-total_tokens // self.bs) - len(have)
-        if need > len(self.free):
+        if not self.window:
+            if need > len(self.free):
+                return None
+            new = [self.free.popleft() for _ in range(max(0, need))]
+            have.extend(new)
+            return new
+        # the window group: blocks out of the window become the null block (freed), as vLLM's
+        # remove_skipped_blocks does before it allocates; new ones below the window are null
+        computed = req.num_computed_tokens if computed is None else computed
+        skip = first_held(self.spec, computed) // self.bs
+        wh = self.wblocks.setdefault(req.request_id, [])
+        for i in range(min(skip, len(wh))):
+            if wh[i]:
+                self.free.append(wh[i])
+                wh[i] = 0
+        wneed = -(-total_tokens // self.bs) - len(wh)
+        wreal = sum(1 for i in range(len(wh), len(wh) + max(0, wneed)) if i >= skip)
+        if max(0, need) + wreal > len(self.free):
             return None
         new = [self.free.popleft() for _ in range(max(0, need))]
         have.extend(new)
-        return new
+        wnew = [0 if i < skip else self.free.popleft()
+                for i in range(len(wh), len(wh) + max(0, wneed))]
+        wh.extend(wnew)
+        return (new, wnew)
+
+    def _tables(self, rid):
+        if not self.window:
+            return (list(self.blocks.get(rid, [])),)
+        return (list(self.blocks.get(rid, [])), list(self.wblocks.get(rid, [])))
 
     def _free_blocks(self, req):
         self.free.extend(self.blocks.pop(req.request_id, []))
+        self.free.extend(b for b in self.wblocks.pop(req.request_id, []) if b)
 
     def _finish(self, req, delay_free=False):
         req.status = FINISHED
-        result = self.conn.request_finished_all_groups(req, (list(self.blocks.get(req.request_id,
-                                                                                  [])),))
+        result = self.conn.request_finished_all_groups(req, self._tables(req.request_id))
         self.finished_results[req.request_id] = result
         self.finished_req_ids.add(req.request_id)
         if delay_free:  # vLLM frees them when a worker reports the load finished
@@ -502,7 +571,7 @@ class SchedulerRunner:
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            got = self._allocate(req, req.num_computed_tokens + n)
+            got = self._allocate(req, req.num_computed_tokens + n, req.num_computed_tokens)
             if got is None:
                 break
             sched_running.append(req)
@@ -537,9 +606,11 @@ class SchedulerRunner:
                 else:
                     n = min(req.num_tokens - computed, budget)
                     assert n > 0, (rid, computed, req.num_tokens)
-                if self._allocate(req, computed + n) is None:
+                if self._allocate(req, computed + n, computed) is None:
                     break
-                self.conn.update_state_after_alloc(req, KVCacheBlocks(self.blocks[rid]), ext)
+                self.conn.update_state_after_alloc(
+                    req, KVCacheBlocks(self.blocks[rid], self.wblocks.get(rid) if self.window
+                                       else None), ext)
                 self.waiting.popleft()
                 if load_async:
                     req.status = WAITING_FOR_REMOTE_KVS
@@ -555,7 +626,7 @@ class SchedulerRunner:
         new_reqs = [NewRequestData(
             req_id=r.request_id, prompt_token_ids=list(r.prompt_token_ids),
             mm_features=list(r.mm_features), sampling_params=None, pooling_params=None,
-            block_ids=(list(self.blocks[r.request_id]),), num_computed_tokens=r.num_computed_tokens,
+            block_ids=self._tables(r.request_id), num_computed_tokens=r.num_computed_tokens,
             lora_request=r.lora_request) for r in sched_new]
         cached = CachedRequestData([], set(), [], {}, [], [], [])
         for i, r in enumerate(sched_running + sched_resumed):
@@ -563,7 +634,10 @@ class SchedulerRunner:
             cached.req_ids.append(rid)
             if i >= len(sched_running):
                 cached.resumed_req_ids.add(rid)
-                cached.new_block_ids.append((list(self.blocks[rid]),))
+                cached.new_block_ids.append(self._tables(rid))
+            elif self.window:
+                nb = new_blocks[rid]
+                cached.new_block_ids.append((list(nb[0]), list(nb[1])) if nb[0] or nb[1] else None)
             else:
                 cached.new_block_ids.append((list(new_blocks[rid]),) if new_blocks[rid] else None)
             if rid not in self.prev_scheduled:
@@ -677,7 +751,7 @@ class PagedCache:
         self.torch = torch
         self.device = torch.device(spec["device"])
         self.layout = spec["layout"]
-        self.L = spec["n_layers"]
+        self.L = spec["n_layers"] + (spec.get("window_layers", 0) if spec.get("window") else 0)
         self.bs = spec["block_size"]
         self.kbs = spec["kernel_block_size"] or self.bs
         self.ratio = self.bs // self.kbs
@@ -700,6 +774,10 @@ class PagedCache:
         fill = {1: 0x5A, 2: 0x5A5A, 4: 0x5A5A5A5A}[self.esize]
         for t in ([self.cross] if self.cross is not None else self.layers):
             t.view(self.int_dtype).fill_(fill)
+        if spec.get("window"):  # vLLM's null block holds zeros
+            for layer in range(self.L):
+                for view in self.kv_views(layer):
+                    view[0:self.ratio].fill_(0)
 
     def _alloc(self):
         KB, kbs, h, d = self.KB, self.kbs, self.heads, self.d
@@ -765,7 +843,14 @@ class PagedCache:
             x = ((x << 1) ^ (x >> 11)).bitwise_and(0xFFFFFFFF).sub(2 ** 31).to(torch.int32)
         return x.to(self.device)
 
-    def write(self, layer, tokens, block_ids, start, end):
+    def block_is_zero(self, block):
+        return all(bool((view[block * self.ratio:(block + 1) * self.ratio] == 0).all())
+                   for layer in range(self.L) for view in self.kv_views(layer))
+
+    def write(self, layer, tokens, block_ids, start, end, skip_null=False):
+        if skip_null:
+            while start < end and block_ids[start // self.bs] == 0:
+                start += 1
         if end <= start:
             return
         codes = prefix_codes(tokens[:end])[start:end]
@@ -773,14 +858,14 @@ class PagedCache:
         for kv, view in enumerate(self.kv_views(layer)):
             view[kb, off] = self.values(codes, layer, kv)
 
-    def check(self, tokens, block_ids, start, end):
+    def check(self, tokens, block_ids, start, end, layers=None):
         """Mismatches between the pages and what the model writes: [(layer, kv, first position)]."""
         bad = []
         if end <= start:
             return bad
         codes = prefix_codes(tokens[:end])[start:end]
         kb, off = self._slots(block_ids, start, end)
-        for layer in range(self.L):
+        for layer in (range(self.L) if layers is None else layers):
             for kv, view in enumerate(self.kv_views(layer)):
                 got = view[kb, off]
                 want = self.values(codes, layer, kv)
@@ -805,6 +890,7 @@ class _WorkerRequest:
     block_ids: list
     num_computed: int
     n_prompt: int
+    wblock_ids: list = None
 
 
 class WorkerRunner:
@@ -833,7 +919,8 @@ class WorkerRunner:
                         q_heads=2 * h, kv_heads=h, head_dim=d, ffn=8 * h * d)
             self.llama = TinyLlama(torch, dims, self.cache.dtype, self.cache.device)
         self.logits = collections.defaultdict(list)  # rid -> [(first position, last row's logits)]
-        self.names = layer_names(spec["n_layers"])
+        self.names = layer_names(spec["n_layers"]) + window_layer_names(spec)
+        self.n_full = spec["n_layers"]
         # KV-sharing layers (vLLM's kv_sharing_target_layer_name): the model's last layers read the
         # KV of its first ones; they are in no KV cache group, but register_kv_caches gets them
         # with their target's tensor and the layer hooks are called for them too.
@@ -855,8 +942,9 @@ class WorkerRunner:
         for rid in so.finished_req_ids:
             self.reqs.pop(rid, None)
         for nr in so.scheduled_new_reqs:
-            self.reqs[nr.req_id] = _WorkerRequest(list(nr.prompt_token_ids), list(nr.block_ids[0]),
-                                                  nr.num_computed_tokens, len(nr.prompt_token_ids))
+            self.reqs[nr.req_id] = _WorkerRequest(
+                list(nr.prompt_token_ids), list(nr.block_ids[0]), nr.num_computed_tokens,
+                len(nr.prompt_token_ids), list(nr.block_ids[1]) if len(nr.block_ids) > 1 else None)
         c = so.scheduled_cached_reqs
         for i, rid in enumerate(c.req_ids):
             r = self.reqs.get(rid)
@@ -866,8 +954,11 @@ class WorkerRunner:
             nb = c.new_block_ids[i]
             if rid in resumed_ids(c):
                 r.block_ids = list(nb[0])
+                r.wblock_ids = list(nb[1]) if len(nb) > 1 else None
             elif nb is not None:
                 r.block_ids.extend(nb[0])
+                if len(nb) > 1:
+                    r.wblock_ids = (r.wblock_ids or []) + list(nb[1])
             if rid in c.all_token_ids:
                 r.tokens = list(c.all_token_ids[rid])
             r.num_computed = c.num_computed_tokens[i]
@@ -914,6 +1005,9 @@ class WorkerRunner:
                 for rid, r, n in work:
                     if self.llama is not None:
                         self._llama_layer(layer, states[rid], r, n)
+                    elif layer >= self.n_full:  # a sliding-window layer: its blocks only
+                        self.cache.write(layer, r.tokens, r.wblock_ids, r.num_computed,
+                                         r.num_computed + n, skip_null=True)
                     else:
                         self.cache.write(layer, r.tokens, r.block_ids, r.num_computed,
                                          r.num_computed + n)
@@ -959,6 +1053,14 @@ class WorkerRunner:
 
     def check(self, tokens, block_ids, start, end):
         return self.cache.check(tokens, block_ids, start, end)
+
+    def check_hybrid(self, tokens, block_ids, wblock_ids, start, end, wstart):
+        """Full-attention layers over [start, end), sliding-window layers over [wstart, end) of
+        their own table, and whether the null block (0) of every layer is still all zero."""
+        full = self.cache.check(tokens, block_ids, start, end, range(self.n_full))
+        window = self.cache.check(tokens, wblock_ids, wstart, end,
+                                  range(self.n_full, self.cache.L))
+        return full, window, self.cache.block_is_zero(0)
 
     # -- the Llama model (spec["model"] == "llama") --
 
@@ -1124,7 +1226,8 @@ class Harness:
                  head_dim=16, block_size=16, kernel_block_size=None, n_blocks=96, chunk_tokens=32,
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
                  token_budget=1024, vocab=32000, loads=None, model="hash", device=None,
-                 tiers_below="", shared_layers=0, kv_role="kv_both", shm_name=None):
+                 tiers_below="", shared_layers=0, kv_role="kv_both", shm_name=None, window=None,
+                 window_layers=2):
         """kv_role: vLLM's (kv_producer, kv_consumer, kv_both). shm_name: the DRAM tier's shared
         memory object (default one of this instance's own): two instances given the same one share
         the tier, as a prefill and a decode instance do."""
@@ -1143,7 +1246,7 @@ class Harness:
                     {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
                     cache_dtype="fp8" if dtype == "fp8" else "auto", model=model,
                     device=device or test_device(), shared_layers=shared_layers,
-                    kv_role=kv_role)
+                    kv_role=kv_role, window=window, window_layers=window_layers if window else 0)
         if default_config:
             extra.setdefault("dram_capacity", capacity)
         else:
@@ -1238,6 +1341,14 @@ class Harness:
         i = self.info(rid)
         end = i["num_computed"] if end is None else end
         return {r: w.call("check", i["tokens"], i["block_ids"], start, end)
+                for r, w in enumerate(self.workers)}
+
+    def check_hybrid(self, rid, n):
+        """A hybrid model's request rid over its first n tokens on every rank: (full-attention
+        mismatches over [0, n), sliding-window ones over [s(n), n), null block still zero)."""
+        i = self.info(rid)
+        return {r: w.call("check_hybrid", i["tokens"], i["block_ids"], i["window_block_ids"], 0,
+                          n, first_held(self.spec, n))
                 for r, w in enumerate(self.workers)}
 
     def probe(self, rid, tokens, num_computed):

@@ -63,12 +63,12 @@ class Signatures(unittest.TestCase):
         for name in REQUIRED:
             self.assertIn(name, vars(kv.KvstrataConnector), name)
 
-    def test_hybrid_support_is_not_declared_until_it_is_built(self):
-        # vLLM turns its hybrid allocator off by itself for a connector without SupportsHMA (a
-        # sliding-window model then runs as one full-attention group); declaring it would hand
-        # kvstrata several groups it refuses, and vLLM would fail at start.
-        self.assertFalse(standin.supports_hma(kv.KvstrataConnector))
-        self.assertFalse(issubclass(kv.KvstrataConnector, kv.SupportsHMA))
+    def test_hybrid_support_is_declared(self):
+        # kvstrata stores every full-attention and sliding-window KV cache group (a handle each),
+        # so vLLM keeps its hybrid allocator on for such models (test_replay_hybrid drives it).
+        self.assertTrue(standin.supports_hma(kv.KvstrataConnector))
+        self.assertTrue(issubclass(kv.KvstrataConnector, kv.SupportsHMA))
+        self.assertIn("request_finished_all_groups", vars(kv.KvstrataConnector))
 
     def test_the_stand_in_has_mains_metric_helpers(self):
         # main (017e9f4448b7) moved make_per_engine out of KVConnectorPromMetrics into
@@ -300,8 +300,18 @@ class ModelDescriptions(unittest.TestCase):
         s = spec()
         kcc = make_kv_cache_config(s)
         kcc.kv_cache_groups.append(KVCacheGroupSpec(["x"], FullAttentionSpec(16, 4, 64)))
-        with self.assertRaisesRegex(kv.KvstrataConfigError, "2 KV cache groups"):
-            kv.describe_model(make_vllm_config(s), kcc)
+        # two groups: a description each, their salts apart (their chunks have keys of their own)
+        d0 = kv.describe_model(make_vllm_config(s), kcc, group=0)
+        d1 = kv.describe_model(make_vllm_config(s), kcc, group=1)
+        self.assertEqual(d1.n_layers, 1)
+        self.assertNotEqual(d0.salt, d1.salt)
+        kcc.kv_cache_groups.append(KVCacheGroupSpec(["m1"], type("MambaSpec", (), {})()))
+        with self.assertRaisesRegex(kv.KvstrataConfigError, "MambaSpec state"):
+            kv.describe_model(make_vllm_config(s), kcc, group=0)
+        kcc.kv_cache_groups[2] = KVCacheGroupSpec(["c1"], type("ChunkedLocalAttentionSpec", (), {
+            "num_kv_heads": 4, "block_size": 16})())
+        with self.assertRaisesRegex(kv.KvstrataConfigError, "ChunkedLocalAttentionSpec"):
+            kv.describe_model(make_vllm_config(s), kcc, group=0)
         kcc = make_kv_cache_config(s)
         MambaSpec = type("MambaSpec", (), {"block_size": 16})
         kcc.kv_cache_groups[0] = KVCacheGroupSpec(["m0"], MambaSpec())
