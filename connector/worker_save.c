@@ -31,8 +31,10 @@ static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
 }
 
 /* Where a save's object is built: a reservation in the top tier when it can be written in place
- * (the gather lands in the tier: one copy in all), else a staging slab put into the tiers later. */
-static int place_save(kvs_handle *h, kvs_save_work *w) {
+ * (the gather lands in the tier: one copy in all), else a staging slab put into the tiers later.
+ * *wait_until_ns: how long the step may still wait for the saver to give slabs back (the forward
+ * pass waits meanwhile): one saves.timeout_ms for the whole step, 0 once a wait came back empty. */
+static int place_save(kvs_handle *h, kvs_save_work *w, uint64_t *wait_until_ns) {
     if (kvs_tiers_can_reserve(h->tiers)) {
         char why[256];
         void *dst = NULL;
@@ -44,9 +46,15 @@ static int place_save(kvs_handle *h, kvs_save_work *w) {
         kvs_log(h->cfg->log_level, KVS_LOG_DEBUG, "request '%s': no room in place, staging: %s",
                 w->req->id, why);
     }
-    /* Slabs the saver thread holds come back as their saves land: wait for them (bounded). */
-    while (!(w->slab = kvs_pool_alloc(h->pool)))
-        if (!kvs_saver_wait_landed(h)) return 0;
+    /* Slabs the saver thread holds come back as their saves land: wait for them, bounded for the
+     * step (saves that land without freeing a slab, reservations in the top tier, must not keep
+     * the forward pass waiting for the whole queue). */
+    while (!(w->slab = kvs_pool_alloc(h->pool))) {
+        if (kvs_now_ns() >= *wait_until_ns || !kvs_saver_wait_landed(h)) {
+            *wait_until_ns = 0;
+            return 0;
+        }
+    }
     w->object = w->slab;
     return 1;
 }
@@ -72,6 +80,7 @@ static uint64_t lossy_load_from(const kvs_handle *h, const kvs_meta_req *r) {
 /* At the first save_layer of a step: decide which saves happen and where they are built. */
 static void open_saves(kvs_handle *h) {
     uint64_t placed = 0;
+    uint64_t wait_until_ns = kvs_now_ns() + h->cfg->saves.timeout_ms * 1000000ull;
     /* A top tier that could not open stores nothing: no save is gathered (warned once, at open). */
     int nowhere = kvs_tiers_degraded(h->tiers, 0);
     for (uint64_t i = 0; i < h->n_saves; i++) {
@@ -81,7 +90,7 @@ static void open_saves(kvs_handle *h) {
                 .saves_skipped++; /* garbage pages are never saved; stored chunks need no copy */
             continue;
         }
-        if (placed == h->cfg->max_chunks_per_step || !place_save(h, w)) {
+        if (placed == h->cfg->max_chunks_per_step || !place_save(h, w, &wait_until_ns)) {
             h->stats.saves_skipped++;
             continue;
         }

@@ -13,6 +13,7 @@ the library. docs/vllm.md describes the configuration, the metrics and the proce
 
 import array
 import atexit
+import logging
 import os
 import re
 import shutil
@@ -43,6 +44,8 @@ except ImportError:
 
 from kvstrata.vllm_metrics import KvstrataConnectorStats, KvstrataPromMetrics, stats_delta
 
+_log = logging.getLogger("kvstrata")
+
 __all__ = [
     "KvstrataConnector",
     "KvstrataConnectorMetadata",
@@ -55,7 +58,7 @@ __all__ = [
 ]
 
 DEFAULT_DRAM_CAPACITY = "4GiB"
-MAX_TENANT_LABELS = 64  # tenants counted apart per stats interval; the rest count as "other"
+MAX_TENANT_LABELS = 64  # tenants counted apart over the process's life; the rest count as "other"
 DEFAULT_CHUNK_TOKENS = 256
 # A consumer waits this long (kv_connector_extra_config 'handoff_wait_ms') for the chunks a
 # producer said it stored before it takes the hit it has (the rest is recomputed).
@@ -657,6 +660,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._epoch = None  # reset_cache's random value, in every later request's keys
         self._resets = 0
         self._tenants = {}  # tenant label -> lookup counts since the last stats call
+        self._tenant_labels = set()  # every label counted so far (at most MAX_TENANT_LABELS)
         # worker side
         self._layer_index = {}
         self._shared_layers = set()
@@ -762,32 +766,43 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         if st.keyed or st.bypass:
             return
         st.keyed = True
-        inputs = key_inputs(source, self._epoch) if source is not None else (
-            [(0, b"epoch\0" + self._epoch)] if self._epoch else [])
-        if not inputs:
-            return
-        if not self._key_inputs_supported:
-            st.bypass = "per-request key inputs (cache_salt, LoRA, multimodal) need ABI 1.10"
-            return
-        for h in self._handles:
-            for first, data in inputs:
-                h.request_key_input(rid, first, data)
+        try:
+            inputs = key_inputs(source, self._epoch) if source is not None else (
+                [(0, b"epoch\0" + self._epoch)] if self._epoch else [])
+            if inputs and not self._key_inputs_supported:
+                st.bypass = "per-request key inputs (cache_salt, LoRA, multimodal) need ABI 1.10"
+                return
+            for h in self._handles:
+                for first, data in inputs:
+                    h.request_key_input(rid, first, data)
+        except (KvstrataConfigError, _abi.KvsError) as e:
+            # A request whose inputs cannot be keyed (too many images, an input without a hash) is
+            # computed without the connector; the engine and the other requests go on.
+            st.bypass = f"its key inputs were refused: {e}"
+            _log.warning("kvstrata: request %r bypasses the connector: %s", rid, st.bypass)
 
     def on_new_request(self, request):
         self._track(request)
 
     def reset_cache(self):
         """vLLM's reset_prefix_cache(reset_connector=True) (a weight update, sleep and wake): every
-        chunk stored so far becomes unreachable to this instance's later requests. A new epoch, a
-        random value, enters the keys of every request looked up from now on (requests already
-        running keep theirs: their KV came from the old weights); the stored objects age out of
-        the tiers. False when the library cannot key requests (ABI < 1.10)."""
+        chunk stored so far becomes unreachable to this instance's later requests. The epoch, the
+        count of resets, enters the keys of every request keyed from now on (instances that reset
+        together, once per weight update, agree on it and keep sharing); a request the library
+        already keyed with the old epoch (running, preempted or looked up while waiting) bypasses
+        the connector from now on, so nothing computed with the old weights is stored under the
+        new keys and nothing stored before is loaded. The stored objects age out of the tiers.
+        False when the library cannot key requests (ABI < 1.10)."""
         if not self._scheduler:
             return None
         if not self._key_inputs_supported:
             return False
-        self._epoch = os.urandom(16)
         self._resets += 1
+        self._epoch = b"%d" % self._resets
+        for st in self._requests.values():
+            if (st.keyed or st.looked_up) and not st.bypass:
+                st.bypass = "it was keyed before a cache reset"
+                st.skip_from = 0
         return True
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
@@ -892,11 +907,15 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         return now < st.handoff_deadline
 
     def _count_tenant(self, tenant, hit, miss):
+        if tenant not in self._tenant_labels:
+            # the Prometheus children live as long as the process: a bounded set of labels
+            if len(self._tenant_labels) < MAX_TENANT_LABELS:
+                self._tenant_labels.add(tenant)
+            else:
+                tenant = "other"
         t = self._tenants.get(tenant)
         if t is None:
-            if len(self._tenants) >= MAX_TENANT_LABELS:
-                tenant = "other"
-            t = self._tenants.setdefault(tenant, {"lookups": 0, "hit_tokens": 0, "miss_tokens": 0})
+            t = self._tenants[tenant] = {"lookups": 0, "hit_tokens": 0, "miss_tokens": 0}
         t["lookups"] += 1
         t["hit_tokens"] += hit
         t["miss_tokens"] += miss
@@ -1091,8 +1110,17 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
                 st.tokens.extend(new_token_ids[i])
             updates.append(self._update(rid, st, n_computed, num_scheduled.get(rid, 0)))
             self._after_update(st)
-        blobs = [h.build_meta_update([u[g] for u in updates])
-                 for g, h in enumerate(self._handles)]
+        try:
+            blobs = [h.build_meta_update([u[g] for u in updates])
+                     for g, h in enumerate(self._handles)]
+        except Exception:
+            # what the library holds is unknown now: the next step hands these requests over whole
+            for u in updates:
+                st = requests.get(u[0].req_id)
+                if st is not None:
+                    st.sent = 0
+                    st.sent_tables = [0] * len(st.tables)
+            raise
         return self._metadata(blobs, [u[0].req_id for u in updates])
 
     @staticmethod
@@ -1147,8 +1175,8 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished(self, request, block_ids):
         st = self._requests.pop(request.request_id, None)
-        if st is None or st.bypass:
-            return False, None
+        if st is None or (st.bypass and not (st.keyed or st.looked_up)):
+            return False, None  # (a request bypassed after the library saw it is still told)
         kept = known = 0
         for h in self._handles:
             try:
@@ -1162,7 +1190,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         if keep and len(self._handles) > 1:
             self._kept_groups[request.request_id] = kept
         params = None
-        if self._transfer_role == _abi.TRANSFER_PRODUCER and self._chunk_tokens:
+        if self._transfer_role == _abi.TRANSFER_PRODUCER and self._chunk_tokens and not st.bypass:
             # what the saves store: the computed prompt, whole chunks (vLLM returns the params with
             # the request's output and a proxy hands them to the decode request)
             n = min(int(request.num_computed_tokens), int(request.num_prompt_tokens))

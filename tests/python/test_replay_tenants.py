@@ -102,6 +102,68 @@ class Reset(unittest.TestCase):
         self.assertEqual(first_lookup(h, "C"), 96, "what was stored after the reset is")
         self.assertEqual(h.check("C"), {0: []})
 
+    def test_a_request_keyed_before_a_reset_never_loads_or_saves_after_it(self):
+        # vLLM preempts running requests on a reset (reset_running_requests) and looks them up
+        # again: one keyed with the old epoch must not find the old weights' chunks under its old
+        # keys, nor store what it computes under them.
+        h = Harness(self)
+        a = prompt(36, 106)
+        h.add("A", a, max_tokens=1)
+        finish(h, "A")
+        h.add("B", a, max_tokens=30)
+        h.step()
+        self.assertEqual(first_lookup(h, "B"), 96)
+        self.assertIs(h.sched.call("reset_connector_cache"), True)
+        h.sched.call("preempt", "B")
+        h.step()
+        h.step()
+        ib = h.info("B")
+        self.assertEqual(ib["num_preemptions"], 1)
+        self.assertEqual(ib["lookups"][-1][1], 0, "B is not served the old weights' chunks")
+        finish(h, "B")
+        h.add("C", a, max_tokens=1)
+        finish(h, "C")
+        self.assertEqual(first_lookup(h, "C"), 0, "nor did B store them under the new epoch")
+        h.add("D", a, max_tokens=2)
+        h.step()
+        self.assertEqual(first_lookup(h, "D"), 96, "C stored its own")
+        self.assertEqual(h.check("D"), {0: []})
+
+    def test_instances_that_reset_together_keep_sharing(self):
+        # The epoch counts resets: two instances over one tier that both reset once (one weight
+        # update) agree on it, as a producer and its consumer must.
+        first = Harness(self)
+        second = Harness(self, shm_name=first.shm_name)
+        for h in (first, second):
+            self.assertIs(h.sched.call("reset_connector_cache"), True)
+        a = prompt(37, 106)
+        first.add("A", a, max_tokens=1)
+        finish(first, "A")
+        second.add("B", a, max_tokens=2)
+        second.step()
+        self.assertEqual(first_lookup(second, "B"), 96)
+        self.assertEqual(second.check("B"), {0: []})
+
+
+class Refusals(unittest.TestCase):
+    def test_a_request_whose_inputs_cannot_be_keyed_is_computed_without_the_connector(self):
+        # 70 images are more key inputs than the library takes per request: that request bypasses
+        # the connector (lookups answer 0, nothing saved) and the engine goes on serving others.
+        h = Harness(self, n_blocks=128)
+        a = prompt(38, 106)
+        images = [(f"img-{i}", i, 1) for i in range(70)]
+        h.add("M", a, max_tokens=1, mm=images)
+        h.add("T", prompt(39, 70), max_tokens=1)
+        finish(h, "M")
+        finish(h, "T")
+        self.assertEqual(first_lookup(h, "M"), 0)
+        h.add("M2", a, max_tokens=1, mm=images)
+        finish(h, "M2")
+        self.assertEqual(first_lookup(h, "M2"), 0, "nothing was saved for it")
+        h.add("T2", prompt(39, 70), max_tokens=2)
+        h.step()
+        self.assertEqual(first_lookup(h, "T2"), 64, "the other request was served as usual")
+
 
 if __name__ == "__main__":
     unittest.main()

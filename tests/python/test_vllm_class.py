@@ -232,6 +232,7 @@ def bare_connector(handle):
     c._handle = handle
     c._epoch = None
     c._tenants = {}
+    c._tenant_labels = set()
     c._key_inputs_supported = False
     return c
 
