@@ -985,24 +985,36 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             st.marked[g.index] = upto
             st.sent_tables[g.index] = min(st.sent_tables[g.index], first)
 
+    def _new_request(self, nr):
+        """A request vLLM schedules for the first time (or again after a preemption, in releases
+        that list those as new): its state with the tokens and block tables nr gives, or None when
+        it bypasses the connector."""
+        st = self._requests.get(nr.req_id)
+        if st is None:
+            st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr),
+                                                           self._n_groups)
+        self._key(nr.req_id, st, st.request if st.request is not None else nr)
+        if st.bypass:
+            return None
+        if st.request is not None:
+            _set_tokens(st, st.request.all_token_ids)
+        elif nr.prompt_token_ids is not None:
+            _set_tokens(st, nr.prompt_token_ids)
+        if st.prompt_tokens is None and nr.prompt_token_ids is not None:
+            st.prompt_tokens = len(nr.prompt_token_ids)
+        self._set_tables(st, nr.block_ids)
+        self._mark_window(st, nr.num_computed_tokens)
+        return st
+
     def build_connector_meta(self, scheduler_output):
         if self._meta_updates:
             return self._build_connector_meta_update(scheduler_output)
         steps = []
         num_scheduled = scheduler_output.num_scheduled_tokens
         for nr in scheduler_output.scheduled_new_reqs:
-            st = self._requests.get(nr.req_id)
+            st = self._new_request(nr)
             if st is None:
-                st = self._requests[nr.req_id] = _SchedRequest(None, _bypass_reason(nr), self._n_groups)
-            self._key(nr.req_id, st, st.request if st.request is not None else nr)
-            if st.bypass:
                 continue
-            if st.request is not None:
-                _set_tokens(st, st.request.all_token_ids)
-            elif nr.prompt_token_ids is not None:
-                _set_tokens(st, nr.prompt_token_ids)
-            self._set_tables(st, nr.block_ids)
-            self._mark_window(st, nr.num_computed_tokens)
             steps.append(self._step(nr.req_id, st, nr.num_computed_tokens,
                                     num_scheduled.get(nr.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -1048,20 +1060,9 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         requests = self._requests
         for nr in so.scheduled_new_reqs:
             rid = nr.req_id
-            st = requests.get(rid)
+            st = self._new_request(nr)
             if st is None:
-                st = requests[rid] = _SchedRequest(None, _bypass_reason(nr), self._n_groups)
-            self._key(rid, st, st.request if st.request is not None else nr)
-            if st.bypass:
                 continue
-            if st.request is not None:
-                _set_tokens(st, st.request.all_token_ids)
-            elif nr.prompt_token_ids is not None:
-                _set_tokens(st, nr.prompt_token_ids)
-            if st.prompt_tokens is None and nr.prompt_token_ids is not None:
-                st.prompt_tokens = len(nr.prompt_token_ids)
-            self._set_tables(st, nr.block_ids)
-            self._mark_window(st, nr.num_computed_tokens)
             updates.append(self._update(rid, st, nr.num_computed_tokens, num_scheduled.get(rid, 0)))
             self._after_update(st)
         cached = so.scheduled_cached_reqs
