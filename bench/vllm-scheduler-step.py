@@ -9,8 +9,8 @@ process on this machine:
     scheduler's own work for the step, building the SchedulerOutput included);
   - with:    the same scheduler with KvstrataConnector (role SCHEDULER, a DRAM tier in /dev/shm);
   - connector: the time spent inside the connector's hooks in the "with" run.
-Printed (medians over the steps): one JSON object per (R, L) and one human line; the ratio is
-connector / without.
+The two schedulers run side by side, their steps interleaved. Printed (medians over the steps):
+one JSON object per (R, L) and one human line; the ratio is connector / without.
 
 usage: KVSTRATA_LIBRARY=build/lib/libkvstrata.so PYTHONPATH=python \\
        /usr/bin/python3 bench/vllm-scheduler-step.py [--requests 256] [--tokens 1024,8192] [--steps 64]
@@ -19,6 +19,7 @@ usage: KVSTRATA_LIBRARY=build/lib/libkvstrata.so PYTHONPATH=python \\
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -83,57 +84,80 @@ class Timed:
         return timed
 
 
-def spec_for(n_requests, n_tokens, tmp):
+def spec_for(n_requests, n_tokens, steps, tmp):
     shm = "kvstrata-bench-" + uuid.uuid4().hex[:12]
     path = os.path.join(tmp, "kvstrata.yaml")
     with open(path, "w") as f:
         f.write(f"version: 1\nchunk_tokens: 256\ntiers:\n  - name: dram\n    type: dram\n"
                 f"    capacity: 64MiB\n    options:\n      shm_name: {shm}\n")
-    blocks = n_requests * ((n_tokens + 64) // 16 + 2)
+    # room for each request's decode: one token a step while the others prefill, then the steps
+    budget = max(8192, n_requests)
+    decode = n_requests * n_tokens // budget + steps + 64
+    blocks = n_requests * ((n_tokens + decode) // 16 + 2)
     return dict(layout="nhd", dtype="fp16", tp=1, n_layers=32, heads_total=8, head_dim=128,
                 block_size=16, kernel_block_size=None, n_blocks=blocks, chunk_tokens=256,
-                vocab=32000, token_budget=max(8192, n_requests), mla=False,
+                vocab=32000, token_budget=budget, mla=False,
                 model_id="kvstrata-bench/step", engine_id="bench" + uuid.uuid4().hex[:8],
                 model_dtype="float16", cache_dtype="auto", model="hash", device="cpu",
                 extra_config={"config": path}, shared_layers=0), shm
 
 
-def run(n_requests, n_tokens, steps, with_connector):
-    tmp = tempfile.mkdtemp(prefix="kvs-bench-step-")
-    spec, shm = spec_for(n_requests, n_tokens, tmp)
-    s = H.SchedulerRunner(spec)
-    real = s.conn
-    if with_connector:
-        s.conn = Timed(real)
-    else:
-        s.conn = NullConnector()
-    for i in range(n_requests):
-        s.add_request(f"r{i}", H.prompt(1000 + i, n_tokens), 1 << 30)
-    # prefill: every request computes its prompt (chunked by the token budget)
-    while any(r.num_output_tokens == 0 for r in s.requests.values()):
-        so = s.schedule()
-        sampled = {rid: 7 for rid in so.num_scheduled_tokens
-                   if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens}
-        s.update_from_output(H.StepOutput(sampled, set(), set(), set()))
-    if with_connector:
-        s.conn.ns = 0
-    times, conn_times = [], []
-    for _ in range(steps):
-        c0 = s.conn.ns if with_connector else 0
+class Run:
+    """One scheduler (with or without the connector) whose R requests have prefilled."""
+
+    def __init__(self, n_requests, n_tokens, steps, with_connector):
+        self.tmp = tempfile.mkdtemp(prefix="kvs-bench-step-")
+        spec, self.shm = spec_for(n_requests, n_tokens, steps, self.tmp)
+        self.s = s = H.SchedulerRunner(spec)
+        self.real = s.conn
+        s.conn = Timed(self.real) if with_connector else NullConnector()
+        self.with_connector = with_connector
+        self.n_requests = n_requests
+        for i in range(n_requests):
+            s.add_request(f"r{i}", H.prompt(1000 + i, n_tokens), 1 << 30)
+        # prefill: every request computes its prompt (chunked by the token budget)
+        while any(r.num_output_tokens == 0 for r in s.requests.values()):
+            so = s.schedule()
+            sampled = {rid: 7 for rid in so.num_scheduled_tokens
+                       if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens}
+            s.update_from_output(H.StepOutput(sampled, set(), set(), set()))
+        self.times, self.conn_times = [], []
+
+    def step(self):
+        s = self.s
+        c0 = s.conn.ns if self.with_connector else 0
         t0 = time.perf_counter_ns()
         so = s.schedule()
         sampled = {rid: 7 for rid in so.num_scheduled_tokens}
         s.update_from_output(H.StepOutput(sampled, set(), set(), set()))
-        times.append(time.perf_counter_ns() - t0)
-        conn_times.append((s.conn.ns if with_connector else 0) - c0)
-    assert len(so.num_scheduled_tokens) == n_requests, "every request decodes in every step"
-    real.shutdown()
-    leftover = os.path.join("/dev/shm", shm)
-    if os.path.exists(leftover):
-        os.unlink(leftover)
-    times.sort()
-    conn_times.sort()
-    return times[len(times) // 2] / 1e6, conn_times[len(conn_times) // 2] / 1e6
+        self.times.append(time.perf_counter_ns() - t0)
+        self.conn_times.append((s.conn.ns if self.with_connector else 0) - c0)
+        assert len(so.num_scheduled_tokens) == self.n_requests, "every request decodes each step"
+
+    def close(self):
+        self.real.shutdown()
+        leftover = os.path.join("/dev/shm", self.shm)
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def medians(self):
+        t, c = sorted(self.times), sorted(self.conn_times)
+        return t[len(t) // 2] / 1e6, c[len(c) // 2] / 1e6
+
+
+def run(n_requests, n_tokens, steps):
+    """Both schedulers, their decode steps interleaved (a noisy neighbour slows both alike)."""
+    without = Run(n_requests, n_tokens, steps, False)
+    with_ = Run(n_requests, n_tokens, steps, True)
+    for _ in range(steps):
+        without.step()
+        with_.step()
+    a, _ = without.medians()
+    b, conn = with_.medians()
+    without.close()
+    with_.close()
+    return a, b, conn
 
 
 def main():
@@ -143,8 +167,7 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     a = ap.parse_args()
     for n_tokens in [int(x) for x in a.tokens.split(",")]:
-        without, _ = run(a.requests, n_tokens, a.steps, False)
-        with_, conn = run(a.requests, n_tokens, a.steps, True)
+        without, with_, conn = run(a.requests, n_tokens, a.steps)
         out = {"bench": "vllm_scheduler_step", "requests": a.requests, "prompt_tokens": n_tokens,
                "steps": a.steps, "step_ms_without": round(without, 4),
                "step_ms_with": round(with_, 4), "connector_ms": round(conn, 4),
