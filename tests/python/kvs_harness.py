@@ -201,6 +201,8 @@ class Request:
         self.num_computed_tokens = 0
         self.num_external_computed_tokens = 0
         self.num_preemptions = 0
+        # async scheduling: tokens scheduled to be sampled whose ids are not known yet
+        self.num_output_placeholders = 0
         self.status = WAITING
         self.lora_request = lora_request
         self.cache_salt = cache_salt
@@ -352,10 +354,23 @@ def sample(tokens, vocab):
 
 class SchedulerRunner:
     """A small vLLM scheduler (v1's algorithm, simplified: no local prefix cache, no spec decode)
-    around the SCHEDULER-role connector."""
+    around the SCHEDULER-role connector.
 
-    def __init__(self, spec):
+    async_scheduling (default spec["async_scheduling"]): vLLM's AsyncScheduler contract. The engine
+    schedules step k+1 before update_from_output gets step k's output, so each scheduled step that
+    samples adds an output placeholder to the request (num_output_placeholders: a token position
+    already counted in num_computed_tokens whose id is not in all_token_ids yet) and a running
+    request is scheduled again on it; the output removes it. CachedRequestData.num_output_tokens
+    counts the placeholders, a preempted request loses them, and the token its in-flight step
+    samples is still delivered to it (vLLM's stale output); it resumes only after that."""
+
+    def __init__(self, spec, async_scheduling=None):
         from kvstrata import vllm as kv
+
+        self.async_scheduling = bool(spec.get("async_scheduling", False)
+                                     if async_scheduling is None else async_scheduling)
+        self.inflight = collections.deque()  # the scheduled steps whose output has not come back
+        self.stale = collections.Counter()  # preempted: rid -> in-flight steps still to deliver
 
         self.spec = spec
         self.bs = spec["block_size"]
@@ -437,6 +452,7 @@ class SchedulerRunner:
                 "num_external": req.num_external_computed_tokens,
                 "lookups": list(self.lookups.get(rid, [])),
                 "num_preemptions": req.num_preemptions,
+                "placeholders": req.num_output_placeholders,
                 "on_alloc": list(self.on_alloc_calls.get(rid, [])),
                 "connector_block_ids": self.conn_block_ids(rid),
                 "finished_result": self.finished_results.get(rid),
@@ -562,13 +578,20 @@ class SchedulerRunner:
                 req.status = PREEMPTED
                 req.num_computed_tokens = 0
                 req.num_preemptions += 1
+                req.num_output_placeholders = 0
+                n_stale = sum(1 for so in self.inflight if rid in so.num_scheduled_tokens)
+                if n_stale:
+                    self.stale[rid] = n_stale
                 self.waiting.appendleft(req)
                 preempted.append(req)
         self.to_preempt = []
         for req in list(self.running):
             if budget <= 0:
                 break
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            ph = req.num_output_placeholders
+            if ph and req.num_output_tokens + ph >= req.max_tokens:
+                continue  # async: the steps in flight already sample its last token
+            n = min(req.num_tokens + ph - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
             got = self._allocate(req, req.num_computed_tokens + n, req.num_computed_tokens)
@@ -583,6 +606,9 @@ class SchedulerRunner:
             while self.waiting and budget > 0:
                 req = self.waiting[0]
                 rid = req.request_id
+                if self.stale.get(rid):  # its stale output is still in flight
+                    skipped.append(self.waiting.popleft())
+                    continue
                 if req.status == WAITING_FOR_REMOTE_KVS:
                     if self._update_waiting_for_remote_kv(req):
                         req.status = PREEMPTED if req.num_preemptions else WAITING
@@ -643,7 +669,7 @@ class SchedulerRunner:
             if rid not in self.prev_scheduled:
                 cached.all_token_ids[rid] = list(r.all_token_ids)
             cached.num_computed_tokens.append(r.num_computed_tokens)
-            cached.num_output_tokens.append(r.num_output_tokens)
+            cached.num_output_tokens.append(r.num_output_tokens + r.num_output_placeholders)
         if getattr(self, "legacy_cached", False):
             cached = LegacyCachedRequestData(
                 cached.req_ids, [rid in cached.resumed_req_ids for rid in cached.req_ids],
@@ -658,11 +684,19 @@ class SchedulerRunner:
             free_encoder_mm_hashes=[], preempted_req_ids={r.request_id for r in preempted})
         so.kv_connector_metadata = self.conn.build_connector_meta(so)
         for rid, n in num_scheduled.items():
-            self.requests[rid].num_computed_tokens += n
+            req = self.requests[rid]
+            req.num_computed_tokens += n
+            if (self.async_scheduling
+                    and req.num_computed_tokens >= req.num_tokens + req.num_output_placeholders):
+                req.num_output_placeholders += 1  # the step samples a token not known until then
         self.finished_req_ids = set()
         self.prev_scheduled = set(num_scheduled)
         self.last_output = so
+        self.inflight.append(so)
         return so
+
+    def placeholders(self, rid):
+        return self.requests[rid].num_output_placeholders
 
     def _handle_invalid_blocks(self, invalid):
         failed = set()
@@ -681,18 +715,33 @@ class SchedulerRunner:
         return failed
 
     def update_from_output(self, out):
-        so = self.last_output
+        """The output of the oldest step in flight (with synchronous scheduling, the last one)."""
+        so = self.inflight.popleft()
         failed = self._handle_invalid_blocks(out.invalid_block_ids) if out.invalid_block_ids else set()
         for rid in so.num_scheduled_tokens:
             req = self.requests.get(rid)
-            if req is None or req.status != RUNNING or rid in failed:
+            stale = False
+            if self.stale.get(rid):
+                stale = True
+                self.stale[rid] -= 1
+                if not self.stale[rid]:
+                    del self.stale[rid]
+            if req is None or req.status == FINISHED or rid in failed:
+                continue
+            if req.status != RUNNING and not stale:
                 continue
             tok = out.sampled.get(rid)
             if tok is None:
                 continue
             req.append_output_token_ids(tok)
+            if self.async_scheduling and not stale:
+                req.num_output_placeholders -= 1
+                assert req.num_output_placeholders >= 0, rid
             if req.num_output_tokens >= req.max_tokens:
-                self.running.remove(req)
+                if req in self.running:
+                    self.running.remove(req)
+                if req in self.waiting:
+                    self.waiting.remove(req)
                 self._finish(req)
         for rid in out.finished_recving:
             if rid in self.delayed_free:
@@ -1227,10 +1276,12 @@ class Harness:
                  capacity="64MiB", yaml_extra="", default_config=False, extra_config=None,
                  token_budget=1024, vocab=32000, loads=None, model="hash", device=None,
                  tiers_below="", shared_layers=0, kv_role="kv_both", shm_name=None, window=None,
-                 window_layers=2):
+                 window_layers=2, async_scheduling=False):
         """kv_role: vLLM's (kv_producer, kv_consumer, kv_both). shm_name: the DRAM tier's shared
         memory object (default one of this instance's own): two instances given the same one share
-        the tier, as a prefill and a decode instance do."""
+        the tier, as a prefill and a decode instance do. async_scheduling: vLLM's engine core with
+        async scheduling (one step in flight): step() schedules step k+1 before the scheduler gets
+        step k's output (see SchedulerRunner)."""
         self.tmp = tempfile.mkdtemp(prefix="kvs-pytest-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.engine_id = "t" + uuid.uuid4().hex[:16]
@@ -1246,7 +1297,8 @@ class Harness:
                     {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[dtype],
                     cache_dtype="fp8" if dtype == "fp8" else "auto", model=model,
                     device=device or test_device(), shared_layers=shared_layers,
-                    kv_role=kv_role, window=window, window_layers=window_layers if window else 0)
+                    kv_role=kv_role, window=window, window_layers=window_layers if window else 0,
+                    async_scheduling=bool(async_scheduling))
         if default_config:
             extra.setdefault("dram_capacity", capacity)
         else:
@@ -1270,6 +1322,8 @@ class Harness:
         self.pending_recving = collections.Counter()
         self.pending_sending = collections.Counter()
         self.steps = []
+        self.async_scheduling = bool(async_scheduling)
+        self.pending = None  # async scheduling: the output of the step in flight, not fed back yet
 
     def _spawn(self, cls, *args):
         a = Actor(cls, *args)
@@ -1294,7 +1348,11 @@ class Harness:
     def step(self, opts=None, worker_order=None, per_rank_opts=None, between=None):
         """One engine step; returns (scheduler output, [worker outputs], what went back).
         between(): called after the scheduler built the step, before the workers run it (what
-        vLLM's engine core may do meanwhile with async scheduling, e.g. abort a request)."""
+        vLLM's engine core may do meanwhile with async scheduling, e.g. abort a request).
+        With async_scheduling the scheduler builds this step while the previous one is still in
+        flight: the workers run the steps in order, the previous step's output goes back to the
+        scheduler after this step was scheduled, and this step's output stays in flight (what went
+        back is what will; flush() feeds it)."""
         so = self.sched.call("schedule")
         if between is not None:
             between()
@@ -1322,9 +1380,19 @@ class Harness:
                     del self.pending_sending[rid]
         invalid = set().union(*(o.invalid_block_ids for o in outs))
         back = StepOutput(outs[0].sampled, sending, recving, invalid)
-        self.sched.call("update_from_output", back)
+        if self.async_scheduling:
+            self.flush()
+            self.pending = back
+        else:
+            self.sched.call("update_from_output", back)
         self.steps.append((so, outs, back))
         return so, outs, back
+
+    def flush(self):
+        """Async scheduling: the step in flight's output goes back to the scheduler now."""
+        if self.pending is not None:
+            back, self.pending = self.pending, None
+            self.sched.call("update_from_output", back)
 
     def run(self, until, max_steps=200, **kw):
         for _ in range(max_steps):
@@ -1339,7 +1407,8 @@ class Harness:
     def check(self, rid, start=0, end=None):
         """Every rank's pages of request rid hold the model's KV for tokens [start, end)."""
         i = self.info(rid)
-        end = i["num_computed"] if end is None else end
+        # (async scheduling: the positions in flight have no token yet)
+        end = min(i["num_computed"], len(i["tokens"])) if end is None else end
         return {r: w.call("check", i["tokens"], i["block_ids"], start, end)
                 for r, w in enumerate(self.workers)}
 

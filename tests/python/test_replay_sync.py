@@ -4,7 +4,7 @@ preemption, a request finished while its save is pending."""
 
 import unittest
 
-from kvs_harness import Harness, StepOutput, corrupt_shared_object, prompt
+from kvs_harness import Harness, StepOutput, corrupt_shared_object, prompt, sample
 
 
 class ExactRestore(unittest.TestCase):
@@ -305,3 +305,143 @@ class StepsWithoutForward(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AsyncScheduling(unittest.TestCase):
+    """vLLM's async scheduling: step k+1 is scheduled (build_connector_meta included) before the
+    scheduler has step k's output; a running request's sampled token is a placeholder meanwhile."""
+
+    def decode(self, h, rid, n_tokens, max_steps=200, flush=True):
+        """Step until rid has n_tokens tokens or finished (with flush, the last output fed back)."""
+        for _ in range(max_steps):
+            if len(h.info(rid)["tokens"]) >= n_tokens or h.info(rid)["status"] == "FINISHED":
+                break
+            h.step()
+        if flush:
+            h.flush()
+
+    def assert_model_tokens(self, h, rid, n_prompt):
+        toks = h.info(rid)["tokens"]
+        for i in range(n_prompt, len(toks)):
+            self.assertEqual(toks[i], sample(toks[:i], h.spec["vocab"]), f"{rid}'s token {i}")
+
+    def test_the_next_step_is_scheduled_on_a_placeholder(self):
+        h = Harness(self, async_scheduling=True)
+        a = prompt(30, 40)
+        h.add("A", a, max_tokens=6)
+        so, _, _ = h.step()
+        self.assertEqual(so.num_scheduled_tokens, {"A": 40})
+        i = h.info("A")
+        self.assertEqual((len(i["tokens"]), i["num_computed"], i["placeholders"]), (40, 40, 1))
+        so, outs, _ = h.step()  # scheduled before the first token came back
+        self.assertEqual(so.num_scheduled_tokens, {"A": 1})
+        self.assertEqual(so.scheduled_cached_reqs.num_computed_tokens, [40])
+        self.assertEqual(so.scheduled_cached_reqs.num_output_tokens, [1],
+                         "vLLM counts the placeholder among the output tokens")
+        i = h.info("A")
+        self.assertEqual((len(i["tokens"]), i["num_computed"], i["placeholders"]), (41, 41, 1))
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        h.flush()
+        i = h.info("A")
+        self.assertEqual((len(i["tokens"]), i["placeholders"]), (46, 0))
+        self.assert_model_tokens(h, "A", 40)
+        self.assertEqual(len(h.steps), 7)
+        self.assertEqual(h.steps[-1][0].num_scheduled_tokens, {},
+                         "the last token in flight: A is not scheduled past max_tokens")
+
+    def test_a_prefix_another_request_saved_is_restored_exactly(self):
+        h = Harness(self, async_scheduling=True)
+        C = h.spec["chunk_tokens"]
+        a = prompt(31, 3 * C + 10)
+        h.add("A", a, max_tokens=4)
+        h.step()  # A's prompt computed and saved; its first token in flight
+        b = a[:3 * C] + prompt(32, 20)
+        h.add("B", b, max_tokens=3)
+        so, outs, back = h.step()  # B looked up while A's output is still in flight
+        self.assertEqual(h.info("B")["lookups"], [(0, 3 * C, False)])
+        self.assertEqual(so.num_scheduled_tokens, {"A": 1, "B": len(b) - 3 * C})
+        self.assertEqual(outs[0].stats.data.get("chunks_loaded"), 3)
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("B", 0, 3 * C), {0: []}, "the restored KV is the saved KV")
+        self.assertEqual(h.check("B"), {0: []})
+        self.assertEqual(h.check("A"), {0: []})
+        h.step()
+        self.assertEqual(h.check("B"), {0: []}, "and B's first decode step on it")
+        h.run(lambda: all(h.info(r)["status"] == "FINISHED" for r in ("A", "B")))
+        h.flush()
+        self.assert_model_tokens(h, "A", len(a))
+        self.assert_model_tokens(h, "B", len(b))
+
+    def test_preemption_after_many_decode_steps_then_resume(self):
+        h = Harness(self, async_scheduling=True, yaml_extra="save_decode: true\n")
+        a = prompt(33, 80)
+        h.add("A", a, max_tokens=40)
+        h.add("Z", prompt(34, 20), max_tokens=60)  # keeps decoding: every step has a forward pass
+        self.decode(h, "A", 110, flush=False)  # A's step computing position 109 is in flight
+        before = h.info("A")
+        self.assertEqual((len(before["tokens"]), before["num_computed"], before["placeholders"]),
+                         (110, 110, 1))
+        self.assertEqual(h.check("A"), {0: []})
+        h.sched.call("preempt", "A")
+        so, outs, back = h.step()  # A preempted with a step in flight: its token is still delivered
+        self.assertEqual(so.preempted_req_ids, {"A"})
+        self.assertNotIn("A", so.num_scheduled_tokens)
+        mid = h.info("A")
+        self.assertEqual((mid["status"], mid["placeholders"], mid["num_computed"]),
+                         ("PREEMPTED", 0, 0))
+        self.assertEqual(len(mid["tokens"]), 111, "the in-flight step's token was delivered")
+        so, outs, back = h.step()  # now A resumes
+        self.assertIn("A", so.scheduled_cached_reqs.resumed_req_ids)
+        after = h.info("A")
+        n = len(after["tokens"])
+        self.assertEqual(n, 111)
+        # decode tokens saved: every whole chunk of the 111 tokens, [64, 96) half decode, is stored
+        self.assertEqual(after["lookups"], [(0, 0, False), (0, 96, False)])
+        self.assertEqual(so.num_scheduled_tokens["A"], n - 96)
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(outs[0].stats.data.get("chunks_loaded"), 3)
+        self.assertEqual(h.check("A", 0, 96), {0: []}, "the restored KV is the saved KV")
+        self.decode(h, "A", 116)
+        self.assertEqual(h.check("A"), {0: []}, "and its decode steps after the resume")
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        h.flush()
+        self.assert_model_tokens(h, "A", 80)
+        self.assertEqual(len(h.info("A")["tokens"]), 120)
+
+    def test_decode_chunks_are_saved_only_with_their_sampled_tokens(self):
+        # The prompt ends at a chunk boundary: each decode chunk's last token is sampled in the step
+        # after the one that computes its position, so the step that schedules that position has
+        # a placeholder there. The chunk is saved later, with the real token: B, which shares A's
+        # prompt and outputs, restores pages equal to A's model's.
+        h = Harness(self, async_scheduling=True, yaml_extra="save_decode: true\n")
+        C = h.spec["chunk_tokens"]
+        a = prompt(35, 2 * C)
+        h.add("A", a, max_tokens=2 * C + 8)
+        self.decode(h, "A", 10 ** 6)
+        ia = h.info("A")
+        self.assertEqual(ia["status"], "FINISHED")
+        self.assert_model_tokens(h, "A", 2 * C)
+        # the step computing position 4C-1 (a placeholder then) saves nothing; the next one, whose
+        # metadata has that token, saves the chunk [3C, 4C)
+        saved = [(so.scheduled_cached_reqs.num_computed_tokens,
+                  outs[0].stats.data.get("chunks_saved"))
+                 for so, outs, _ in h.steps if so.scheduled_cached_reqs.req_ids == ["A"]]
+        at = [i for i, (nc, _) in enumerate(saved) if nc == [4 * C - 1]]
+        self.assertEqual(len(at), 1)
+        self.assertFalse(saved[at[0]][1], "a chunk whose last token is a placeholder is not saved")
+        self.assertEqual(saved[at[0] + 1][1], 1)
+        self.assertEqual(sum(n or 0 for _, n in saved), 2, "the chunks [2C, 3C) and [3C, 4C)")
+        b = ia["tokens"][:4 * C] + prompt(36, 5)
+        h.add("B", b, max_tokens=2)
+        so, outs, back = h.step()
+        self.assertEqual(h.info("B")["lookups"], [(0, 4 * C, False)])
+        self.assertEqual(so.num_scheduled_tokens, {"B": 5})
+        self.assertEqual(back.invalid_block_ids, set())
+        self.assertEqual(h.check("B"), {0: []})
+        h.flush()
+        # and a request whose chunk differs from A's in the last decode token only gets the rest
+        c = ia["tokens"][:4 * C - 1] + [(ia["tokens"][4 * C - 1] + 1) % h.spec["vocab"]]
+        h.add("C", c + prompt(37, 5), max_tokens=1)
+        h.step()
+        self.assertEqual(h.info("C")["lookups"], [(0, 3 * C, False)])
+        self.assertEqual(h.check("C"), {0: []})
