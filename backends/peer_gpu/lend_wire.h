@@ -1,4 +1,4 @@
-/* lend_wire.h - the peer-GPU tier's control channel (issue #19, docs/peer_gpu.md): the messages of
+/* lend_wire.h - the peer-GPU tier's control channel (docs/peer_gpu.md): the messages of
  * the lending protocol (lending.h) between one lender and one borrower over a Unix SOCK_SEQPACKET
  * socket, one message a packet, msgpack [version, type, unit, epoch] (HELLO adds the region's
  * geometry and kind: a host region passes its file descriptor with SCM_RIGHTS, a CUDA region carries

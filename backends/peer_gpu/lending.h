@@ -1,4 +1,4 @@
-/* lending.h - the two-step lending protocol of the peer-GPU tier (issue #19, docs/peer_gpu.md) as two
+/* lending.h - the two-step lending protocol of the peer-GPU tier (docs/peer_gpu.md) as two
  * pure state machines, one per side, with no I/O: the lender's and the borrower's view of each unit
  * of lent memory, driven by the messages and events the control channel delivers. The transport
  * (a Unix socket) and the memory (a memfd on the host device, CUDA IPC on a GPU) are the tier's.

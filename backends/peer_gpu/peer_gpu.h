@@ -1,5 +1,5 @@
 /*
- * peer_gpu.h - the peer_gpu tier (issue #19, docs/peer_gpu.md): objects in memory another process
+ * peer_gpu.h - the peer_gpu tier (docs/peer_gpu.md): objects in memory another process
  * lends, a unit at a time, under the two-step protocol of lending.h. The lender (kvstrata-lend)
  * passes its region once, in the HELLO of the control channel (lend_wire.h); units of it then come
  * and go. On the host device the region is a sealed memfd both processes map; every copy is a
