@@ -1,4 +1,4 @@
-/* sparse_store.h - what a sparse decode step selects rows from (issue #20, docs/sparse.md): for one
+/* sparse_store.h - what a sparse decode step selects rows from (docs/sparse.md): for one
  * request, the key of every row of its stored chunks as floats, for scoring, and an XXH3-64 hash
  * of every row's K and V bytes. It is built once from the chunk objects, each checked whole (its
  * header, and every layer against the object's layer hash) as it is added, so a row fetched later

@@ -1,5 +1,5 @@
-/* sparse_swarm.h - Swarm's clusters in the SSD tier for one request's sparse decode (issue #20,
- * docs/sparse.md "Swarm in the SSD tier").
+/* sparse_swarm.h - Swarm's clusters in the SSD tier for one request's sparse decode
+ * (docs/sparse.md "Swarm in the SSD tier").
  *
  * The first profile_steps steps of every layer read rows from their chunks while each KV head's
  * selections are profiled (which rows are selected together). Then, per layer and head, the rows

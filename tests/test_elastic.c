@@ -1,6 +1,6 @@
 /* test_elastic.c - SwiftCache's sizing, exchange unit, Alg. 1 and pool layouts (schedulers/elastic/)
  * against the paper's worked example and golden values derived from its formulas
- * (../shared/docs/research/seed-swiftcache.md §1.2-1.7, §4.4). */
+ * (SwiftCache's §1.2-1.7, §4.4). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>

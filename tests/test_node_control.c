@@ -194,8 +194,7 @@ static void node_counters(const kvs_test_node *d, uint64_t s[KVS_WIRE_STATS_COUN
 
 START_TEST(garbage_truncated_frames_and_huge_lengths_from_plain_sockets_leave_the_node_serving) {
     uint8_t zeros[64] = {0};
-    raw_send_close(node.port, zeros,
-                   sizeof zeros); /* aborted UCX 1.13's sockaddr listener (issue #14) */
+    raw_send_close(node.port, zeros, sizeof zeros); /* aborted UCX 1.13's sockaddr listener */
     uint8_t junk[4096];
     kvs_test_fill(junk, sizeof junk, 77);
     raw_send_close(node.port, junk, sizeof junk);

@@ -125,7 +125,7 @@ static void *fake_main(void *arg) {
         f->accepted++;
         size_t len = 0;
         if (f->mode == FAKE_GARBAGE) {
-            memset(out, 0, 64); /* the 64 zero bytes of issue #14, then noise */
+            memset(out, 0, 64); /* the 64 zero bytes a peer sent, then noise */
             kvs_test_fill(out + 64, 1024, (uint32_t)f->accepted);
             len = 64 + 1024;
         } else if (f->mode == FAKE_HUGE_LENGTH) {

@@ -1,5 +1,5 @@
-/* adaptcache.h - where each stored entry lives and how hard it is compressed (AdaptCache, paper 002 in
- * ../shared/seeds; docs/compress.md). A pure function: entries and capacities in, one option per
+/* adaptcache.h - where each stored entry lives and how hard it is compressed (AdaptCache;
+ * docs/compress.md). A pure function: entries and capacities in, one option per
  * entry out, no I/O and no clock.
  *
  * An option is (device, codec) or "not stored". Its utility for entry i is

@@ -1,5 +1,5 @@
-/* elastic.h - SwiftCache's sizing and elastic lending (paper 000 in ../shared/seeds, notes in
- * ../shared/docs/research/seed-swiftcache.md; issue #19) as pure functions: model geometry and byte
+/* elastic.h - SwiftCache's sizing and elastic lending 
+ * (docs/peer_gpu.md) as pure functions: model geometry and byte
  * counts in, block counts out, no I/O and no clock (a window of demand takes the time as an
  * argument).
  *

@@ -1,5 +1,5 @@
-/* qsac.h - LiteCache's query-similarity approximate cache (QSAC; paper 003 in ../shared/seeds, notes
- * in ../shared/docs/research/seed-litecache.md; issue #20) as pure functions: per-head thresholds
+/* qsac.h - LiteCache's query-similarity approximate cache (QSAC;
+ * docs/sparse.md) as pure functions: per-head thresholds
  * from importance (Eq. 3-5), the GQA similarity of a KV head's query group (Eq. 2), reuse difficulty
  * and the heads kept fully resident, the hit/miss rule with the label updated only on a miss, the
  * delta fetch of a miss (only the rows the head cache does not hold), and an online threshold that

@@ -1,6 +1,6 @@
-/* topk.h - which KV rows a sparse decode step attends to (issue #20): the exact top-k of a KV
+/* topk.h - which KV rows a sparse decode step attends to: the exact top-k of a KV
  * head's scores, the reference, and the approximate selection the tiers can serve without reading
- * every key: Swarm's medoid index (notes ../shared/docs/research/seed-swarm.md §2.4, §3.1), each
+ * every key: Swarm's medoid index (docs/sparse.md), each
  * cluster of co-activated rows represented by its medoid's key, clusters taken whole in descending
  * medoid score. Both keep the sink and recent rows outside the budget: they are always attended
  * and never part of the pool. Pure functions, deterministic (ties go to the lower index). */
