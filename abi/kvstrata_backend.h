@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 6
+#define KVS_BACKEND_ABI_MINOR 7
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -197,6 +197,14 @@ typedef struct kvs_backend_init {
 /* 1.6: calls host->on_evict from a thread of its own (not only inside the connector's calls): the
  * connector then refuses a chain with a tier below it that is not THREAD_SAFE. */
 #define KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD (1u << 11)
+/* Capabilities the connector's features choose a tier by (a flag, never the type name): */
+/* 1.7: memory another process lends: it can host the layer stream cache (kvs_api.lsc_reserve) */
+#define KVS_BACKEND_CAP_LENT_MEMORY          (1u << 12)
+/* 1.7: objects striped over devices, so many small objects read in parallel: sparse decode's
+ * cluster objects (kvs_sparse_params.layout SWARM and POSITIONS) are written there */
+#define KVS_BACKEND_CAP_STRIPED              (1u << 13)
+/* 1.7: objects on other machines: a lookup may wait for the network (loads.remote_lookups) */
+#define KVS_BACKEND_CAP_REMOTE               (1u << 14)
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;

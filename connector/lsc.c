@@ -57,8 +57,8 @@ void kvs_lsc_close(kvs_handle *h) {
 static uint32_t find_tier(kvs_handle *h) {
     for (uint32_t t = 0; h->tiers && t < kvs_tiers_count(h->tiers); t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if (ops->type_name && strcmp(ops->type_name, "peer_gpu") == 0 &&
-            kvs_tiers_can_get_range(h->tiers, t) && kvs_tiers_can_put_range(h->tiers, t))
+        if ((ops->caps & KVS_BACKEND_CAP_LENT_MEMORY) && kvs_tiers_can_get_range(h->tiers, t) &&
+            kvs_tiers_can_put_range(h->tiers, t))
             return t;
     }
     return UINT32_MAX;

@@ -436,8 +436,7 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
     for (uint32_t t = 0; params.layout != KVS_SPARSE_LAYOUT_ROWS && t < kvs_tiers_count(h->tiers);
          t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if (ops->type_name && strcmp(ops->type_name, "ssd") == 0 &&
-            kvs_tiers_can_get_many(h->tiers, t)) {
+        if ((ops->caps & KVS_BACKEND_CAP_STRIPED) && kvs_tiers_can_get_many(h->tiers, t)) {
             swarm_tier = (int32_t)t;
             break;
         }

@@ -298,7 +298,7 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
         t->host.plan = host_plan;
         t->host.reevaluate_ms = kvs_encoder_reevaluate_ms(c->encoder);
     }
-    t->remote = t->ops->type_name && strcmp(t->ops->type_name, "remote") == 0;
+    t->remote = (t->ops->caps & KVS_BACKEND_CAP_REMOTE) != 0;
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = tc->name,

@@ -390,7 +390,8 @@ static const kvs_backend_ops pg_ops = {
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
     .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_PUT_RANGE |
-            KVS_BACKEND_CAP_SPILLS | KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD,
+            KVS_BACKEND_CAP_SPILLS | KVS_BACKEND_CAP_EVICTS_ON_ITS_THREAD |
+            KVS_BACKEND_CAP_LENT_MEMORY,
     .type_name = "peer_gpu",
     .create = pg_create,
     .destroy = pg_destroy,

@@ -678,7 +678,7 @@ static const kvs_backend_ops ssd_ops = {
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
     .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_GET_RANGE |
-            KVS_BACKEND_CAP_GET_MANY_ASYNC,
+            KVS_BACKEND_CAP_GET_MANY_ASYNC | KVS_BACKEND_CAP_STRIPED,
     .type_name = "ssd",
     .create = ssd_create,
     .destroy = ssd_destroy,
