@@ -38,7 +38,8 @@ START_TEST(ops_table_declares_its_version_and_capabilities) {
     ck_assert_uint_eq(ops->struct_size, sizeof(kvs_backend_ops));
     ck_assert_str_eq(ops->type_name, "ssd");
     ck_assert_uint_eq(ops->caps, KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY |
-                                     KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_GET_MANY_ASYNC);
+                                     KVS_BACKEND_CAP_GET_RANGE | KVS_BACKEND_CAP_GET_MANY_ASYNC |
+                                     KVS_BACKEND_CAP_STRIPED);
     ck_assert_ptr_nonnull(ops->get_many);
     ck_assert_ptr_nonnull(ops->get_many_start);
     ck_assert_ptr_nonnull(ops->get_many_finish);
