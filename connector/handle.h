@@ -165,8 +165,12 @@ struct kvs_handle {
     uint64_t step_marks;     /* build_meta calls: a request named in the current one has it */
     uint64_t last_load_step; /* the last step whose metadata carried a load */
     uint64_t async_waiting;  /* requests whose emitted async load may still be running */
-    uint32_t plan_caps;      /* set_plan_caps */
-    int restore_on;          /* restore.scheduler is cacheflow */
+    /* Upper bounds, made exact by each sweep over the requests, that let a step skip the sweeps
+     * (a walk over every request costs a cache miss each, in the scheduler's step): */
+    uint64_t async_armed;       /* requests with an asynchronous load on_alloc armed */
+    uint64_t leases_to_release; /* requests whose lease ends after the step of its load */
+    uint32_t plan_caps;         /* set_plan_caps */
+    int restore_on;             /* restore.scheduler is cacheflow */
     cf_params restore_params;
     cf_compute restore_compute;
     cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */

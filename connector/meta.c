@@ -268,10 +268,22 @@ static int decode_root(kvs_mp_reader *rd, kvs_meta *m, uint32_t rank) {
     if (kvs_mp_read_uint(rd, KVS_META_MASKS_DROPPED, &flags, "the step's flags") != 0) return -1;
     m->flags = (uint32_t)flags;
     if (kvs_mp_read_array(rd, 0, UINT32_MAX, &n, "the finished list") != 0) return -1;
-    if (n && !(m->finished = alloc_n(rd, n, sizeof *m->finished))) return -1;
+    if (n) {
+        size_t pool_len = rd->left; /* each id: a tag byte and its text, here its text and a NUL */
+        if (!(m->finished = alloc_n(rd, n, sizeof *m->finished)) ||
+            !(m->finished_pool = alloc_n(rd, pool_len, 1)))
+            return -1;
+        char *at = m->finished_pool;
+        for (uint64_t i = 0; i < n; i++) {
+            char id[KVS_REQ_ID_MAX];
+            if (read_id(rd, id, "a finished request id") != 0) return -1;
+            size_t len = strlen(id) + 1;
+            memcpy(at, id, len);
+            m->finished[i] = at;
+            at += len;
+        }
+    }
     m->n_finished = n;
-    for (uint64_t i = 0; i < n; i++)
-        if (read_id(rd, m->finished[i], "a finished request id") != 0) return -1;
     return kvs_mp_read_end(rd);
 }
 
@@ -338,5 +350,6 @@ void kvs_meta_free(kvs_meta *m) {
     for (uint64_t i = 0; i < m->n_reqs; i++) kvs_meta_req_clear(&m->reqs[i]);
     free(m->reqs);
     free(m->finished);
+    free(m->finished_pool);
     free(m);
 }

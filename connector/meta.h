@@ -89,9 +89,12 @@ typedef struct kvs_meta {
     kvs_meta_req *reqs;
     uint64_t n_reqs;
     /* Requests request_finished kept the pages of (async saves) since the last step: each worker
-     * reports each of them once in get_finished's sending list, when its saves have landed. */
-    char (*finished)[KVS_REQ_ID_MAX];
+     * reports each of them once in get_finished's sending list, when its saves have landed.
+     * Decoded, the ids point into finished_pool, sized from the blob (an id takes at least its
+     * length plus one byte there): a blob cannot make the decoder allocate much more than itself. */
+    const char **finished;
     uint64_t n_finished;
+    char *finished_pool; /* decoded metadata only */
 } kvs_meta;
 
 /* Serialise into a malloc'd buffer (*out, *len); the caller frees it with free(). KVS_EINVAL when

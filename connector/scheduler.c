@@ -434,7 +434,8 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
         r->n_local = n_computed;
         r->hit_tokens = r->offered = r->external = 0;
-        r->load_pending = r->async_waiting = r->load_async = 0;
+        r->load_pending = r->load_async = 0;
+        kvs_sched_set_async_waiting(h, r, 0);
         r->lossy_from = UINT64_MAX;
         h->stats.lookups++;
         h->stats.lookup_miss_tokens += n_tokens - n_computed;
@@ -579,6 +580,7 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     }
     r->external = n_external_tokens;
     r->load_pending = 1;
+    if (r->load_async) h->async_armed++;
     return KVS_OK;
 }
 

@@ -317,6 +317,7 @@ static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
          * expires, or the request finishes). */
         kvs_sched_set_async_waiting(h, r, r->load_async);
         r->lease_release_step = r->load_async ? 0 : h->step;
+        if (r->lease_release_step) h->leases_to_release++;
         r->plan = restore->plan;
         r->plan_step = h->step;
     }
@@ -324,10 +325,15 @@ static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
 }
 
 static void release_finished_leases(kvs_handle *h) {
+    if (!h->leases_to_release) return;
+    uint64_t left = 0;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
         for (kvs_request *r = h->buckets[b]; r; r = r->next)
             if (r->lease_release_step && r->lease_release_step < h->step)
                 kvs_sched_release_lease(h, r);
+            else
+                left += r->lease_release_step != 0;
+    h->leases_to_release = left;
 }
 
 /* One save per key per step: requests sharing a prefix in one step would each save every chunk of
@@ -369,9 +375,14 @@ static int waits_for_load(const kvs_handle *h, const kvs_request *r) {
 /* Async loads on_alloc armed for requests the engine did not schedule (it waits for their KV) join
  * the step as requests that compute nothing, their state as held: *reqs grows by them. */
 static kvs_status add_waiting_loads(kvs_handle *h, step_req **reqs, uint64_t *n_reqs) {
-    uint64_t n = 0;
+    if (!h->async_armed) return KVS_OK;
+    uint64_t n = 0, armed = 0;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next) n += (uint64_t)waits_for_load(h, r);
+        for (kvs_request *r = h->buckets[b]; r; r = r->next) {
+            n += (uint64_t)waits_for_load(h, r);
+            armed += r->load_pending && r->load_async;
+        }
+    h->async_armed = armed;
     if (n == 0) return KVS_OK;
     step_req *grown = realloc(*reqs, (*n_reqs + n) * sizeof *grown);
     if (!grown) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
@@ -407,18 +418,26 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
                         uint64_t cap, uint64_t *len) {
     kvs_sched_expire_leases(h);
     kvs_status st = add_waiting_loads(h, &reqs, &n_reqs);
+    const char **finished = NULL;
     kvs_meta meta = {.step = h->step + 1,
                      .group_fingerprint = h->group_fingerprint,
                      .key_ranks = h->key_ranks,
                      .chunk_tokens = h->chunk_tokens,
                      .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
-                     .finished = h->kept_finished,
                      .n_finished = h->n_kept_finished};
     req_plan *plans = NULL;
     kvs_restore_step *restores = NULL;
     void *blob = NULL;
     uint64_t blob_len = 0;
     if (st != KVS_OK) goto out;
+    if (meta.n_finished) {
+        if (!(finished = malloc(meta.n_finished * sizeof *finished))) {
+            st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
+            goto out;
+        }
+        for (uint64_t i = 0; i < meta.n_finished; i++) finished[i] = h->kept_finished[i];
+        meta.finished = finished;
+    }
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
     plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
     restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
@@ -484,6 +503,7 @@ out:
     free(restores);
     free(blob);
     free(reqs);
+    free(finished);
     return st;
 }
 

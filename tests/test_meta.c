@@ -2,7 +2,9 @@
  * handles: it crosses a process boundary, and every flipped bit, truncation or hostile count in it is
  * refused by bind_meta without harm. */
 #include <check.h>
+#include <malloc.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -576,6 +578,46 @@ START_TEST(garbage_two_rank_metadata_is_refused_without_harm) {
 }
 END_TEST
 
+static size_t heap_in_use(void) {
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* A finished list of many short ids: what the decoder allocates stays within a few times the
+ * blob's size (an id of one character once cost a whole KVS_REQ_ID_MAX slot). */
+START_TEST(a_long_finished_list_costs_the_decoder_little_more_than_its_blob) {
+    enum { N = 1 << 18 };
+    char(*ids)[8] = malloc(N * sizeof *ids);
+    const char **finished = malloc(N * sizeof *finished);
+    ck_assert_ptr_nonnull(ids);
+    ck_assert_ptr_nonnull(finished);
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "%x", i);
+        finished[i] = ids[i];
+    }
+    kvs_meta meta = {
+        .step = 3, .key_ranks = 1, .chunk_tokens = 16, .finished = finished, .n_finished = N};
+    void *blob = NULL;
+    uint64_t len = 0;
+    ck_assert_int_eq(kvs_meta_encode(&meta, &blob, &len), KVS_OK);
+    size_t before = heap_in_use();
+    kvs_meta *m = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(kvs_meta_decode(blob, len, 0, &m, err, sizeof err), KVS_OK);
+    size_t used = heap_in_use() - before;
+    ck_assert_uint_eq(m->n_finished, N);
+    ck_assert_str_eq(m->finished[0], "0");
+    ck_assert_str_eq(m->finished[N - 1], "3ffff");
+    /* under a sanitizer mallinfo2 counts nothing: the bound then holds trivially */
+    ck_assert_msg(used < 8 * len, "decoding a %llu-byte blob took %zu bytes of heap",
+                  (unsigned long long)len, used);
+    kvs_meta_free(m);
+    free(blob);
+    free(finished);
+    free(ids);
+}
+END_TEST
+
 static Suite *meta_suite(void) {
     Suite *s = suite_create("meta");
     TCase *tc = tcase_create("meta");
@@ -591,6 +633,7 @@ static Suite *meta_suite(void) {
     tcase_add_test(contract, each_rank_decodes_its_own_keys_from_one_blob);
     tcase_add_test(contract, key_ranks_that_do_not_add_up_are_refused);
     tcase_add_test(contract, garbage_two_rank_metadata_is_refused_without_harm);
+    tcase_add_test(contract, a_long_finished_list_costs_the_decoder_little_more_than_its_blob);
     suite_add_tcase(s, contract);
     return s;
 }

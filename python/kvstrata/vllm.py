@@ -152,7 +152,6 @@ from kvstrata.vllm_request import (  # noqa: E402
     key_inputs,
     tenant_label,
     _per_group,
-    _group0,
     _set_tokens,
 )
 
@@ -212,6 +211,9 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._pending_recving = {}
         # scheduler side
         self._requests = {}
+        # build_meta_update: the requests a step may hand over (every other one is parked: it
+        # decodes past its prompt and the library's copy of it is no longer followed)
+        self._watch = set()
         self._epoch = None  # reset_cache's random value, in every later request's keys
         self._resets = 0
         self._tenants = {}  # tenant label -> lookup counts since the last stats call
@@ -501,6 +503,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         st.load_pending = bool(num_external_tokens)
         if st.load_pending:
             st.skip_from = _NEVER  # the next step carries its load
+            self._watch.add(request.request_id)
 
     def _set_tables(self, st, block_ids):
         """st's block tables become vLLM's (block ids per group); a sliding-window group's null
@@ -511,6 +514,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         st.tables = tables
         st.sent_tables = [0] * len(tables)
         st.marked = [0] * len(tables)
+        st.parked = False
 
     def _extend_tables(self, st, new_block_ids):
         new = _per_group(new_block_ids, self._n_groups)
@@ -619,38 +623,44 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             if st is None:
                 continue
             updates.append(self._update(rid, st, nr.num_computed_tokens, num_scheduled.get(rid, 0)))
-            self._after_update(st)
+            self._after_update(rid, st)
         cached = so.scheduled_cached_reqs
         resumed = self._resumed_ids(cached)
         all_tokens = getattr(cached, "all_token_ids", None) or {}
         new_token_ids = getattr(cached, "new_token_ids", None) or []
-        get = requests.get
-        single = self._n_groups == 1
-        # The loop runs for every running request each step: a decoding one (skip_from, below) costs
-        # a lookup, a comparison and, when vLLM gave it a block, an append.
-        i = -1
-        for rid, nb, n_computed in zip(cached.req_ids, cached.new_block_ids,
-                                       cached.num_computed_tokens):
-            i += 1
-            st = get(rid)
-            if st is not None and n_computed >= st.skip_from:
-                # bypassed, or decoding: nothing of it can load or save in this step (a resumed
-                # request comes with its whole table, so only one with blocks can be one)
-                if not nb:
-                    continue
-                if rid not in resumed:
-                    if single:
-                        st.tables[0].extend(nb[0] if type(nb) is tuple else _group0(nb))
-                    else:
-                        self._extend_tables(st, nb)
-                    continue
+        watch = self._watch
+        # Only the requests that may load or save in this step are visited: those being watched
+        # (prefilling, a load armed, decode tokens saved), resumed ones (vLLM gives their whole
+        # table) and those vLLM gives every token of. A parked request (decoding past its prompt)
+        # costs nothing per step: its table is not followed, so a step without loads or saves
+        # costs the same at any context length and batch size.
+        for i in self._positions(cached.req_ids, watch, resumed, all_tokens):
+            rid = cached.req_ids[i]
+            nb = cached.new_block_ids[i] if i < len(cached.new_block_ids) else None
+            n_computed = cached.num_computed_tokens[i]
+            st = requests.get(rid)
+            if st is not None and n_computed >= st.skip_from and rid not in resumed:
+                # bypassed, or decoding: nothing of it can load or save from now on
+                watch.discard(rid)
+                st.parked = True
+                continue
             if st is None:
                 if rid not in all_tokens:
+                    watch.discard(rid)
                     continue  # never seen and no tokens given: nothing to save or load
                 st = requests[rid] = _SchedRequest(None, None, self._n_groups)
                 self._key(rid, st, None)
             if st.bypass:
                 st.skip_from = 0
+                watch.discard(rid)
+                continue
+            if st.parked and not (rid in resumed
+                                  and (rid in all_tokens or st.request is not None)):
+                # below its prompt again without a whole table or token list: what the library
+                # holds of it cannot be brought up to date, so it is computed without kvstrata
+                st.bypass = "vLLM moved it back into its prompt without resuming it"
+                _log.warning("kvstrata: request %r bypasses the connector: %s", rid, st.bypass)
+                watch.discard(rid)
                 continue
             if rid in resumed:
                 self._set_tables(st, nb)
@@ -665,7 +675,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
             elif i < len(new_token_ids) and new_token_ids[i]:
                 st.tokens.extend(new_token_ids[i])
             updates.append(self._update(rid, st, n_computed, num_scheduled.get(rid, 0)))
-            self._after_update(st)
+            self._after_update(rid, st)
         try:
             blobs = [h.build_meta_update([u[g] for u in updates])
                      for g, h in enumerate(self._handles)]
@@ -698,12 +708,27 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         st.load_pending = False
         return out
 
-    def _after_update(self, st):
+    def _after_update(self, rid, st):
         """From which n_computed on the request need not be handed over: past its prompt when
         decode tokens are not saved (it can then neither load nor save until vLLM preempts it or
-        rolls it back below that)."""
+        rolls it back below that). Until a step shows it there, it is watched."""
         st.skip_from = (st.prompt_tokens if not self._decode_saves and st.prompt_tokens is not None
                         else _NEVER)
+        self._watch.add(rid)
+
+    @staticmethod
+    def _positions(req_ids, watch, resumed, all_tokens):
+        """The indices in req_ids of the requests in watch, resumed or all_tokens, in order."""
+        if not (watch or resumed or all_tokens):
+            return ()
+        n = len(req_ids)
+        if len(watch) + len(resumed) + len(all_tokens) >= n:
+            return [i for i, rid in enumerate(req_ids)
+                    if rid in watch or rid in resumed or rid in all_tokens]
+        pos = dict(zip(req_ids, range(n)))
+        found = {pos.get(rid) for group in (watch, resumed, all_tokens) for rid in group}
+        found.discard(None)
+        return sorted(found)
 
     @staticmethod
     def _resumed_ids(cached):
@@ -731,6 +756,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished(self, request, block_ids):
         st = self._requests.pop(request.request_id, None)
+        self._watch.discard(request.request_id)
         if st is None or (st.bypass and not (st.keyed or st.looked_up)):
             return False, None  # (a request bypassed after the library saw it is still told)
         kept = known = 0

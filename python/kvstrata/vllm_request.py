@@ -13,7 +13,7 @@ class _SchedRequest:
     __slots__ = ("request", "tokens", "tables", "bypass", "looked_up", "load_async",
                  "async_armed", "keyed", "tenant", "sent", "sent_tables", "load_pending",
                  "prompt_tokens", "handoff_deadline", "group_from", "lookup_computed", "marked",
-                 "skip_from")
+                 "skip_from", "parked")
 
     def __init__(self, request=None, bypass=None, n_groups=1):
         self.request = request
@@ -34,6 +34,7 @@ class _SchedRequest:
         self.load_pending = False  # on_alloc armed a load no step has carried yet
         self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
         self.skip_from = _NEVER  # build_meta_update: not handed over from this n_computed on
+        self.parked = False  # build_meta_update: past skip_from, its table no longer followed
         self.handoff_deadline = None  # consumer: waits for the producer's chunks until then
 
     @property
@@ -116,17 +117,6 @@ def _per_group(block_ids, n_groups):
     if len(out) < n_groups:
         out += [[] for _ in range(n_groups - len(out))]
     return out[:n_groups]
-
-
-def _group0(block_ids):
-    """vLLM passes block ids per KV cache group (a tuple of lists); kvstrata uses the one group."""
-    if block_ids is None:
-        return None
-    if isinstance(block_ids, tuple):
-        return list(block_ids[0]) if block_ids else []
-    if block_ids and isinstance(block_ids[0], (list, tuple)):
-        return list(block_ids[0])
-    return list(block_ids)
 
 
 def _set_tokens(st, source):

@@ -432,6 +432,12 @@ class SchedulerRunner:
     def preempt(self, rid):
         self.to_preempt.append(rid)
 
+    def rewind(self, rid, n_computed):
+        """A running request's computed tokens set back to n_computed (what vLLM's recovery from
+        a failed load does to every running request holding a failed block): it recomputes from
+        there in its next steps, on the same blocks."""
+        self.requests[rid].num_computed_tokens = n_computed
+
     def abort(self, rid):
         req = self.requests.get(rid)
         if req is None or req.status == FINISHED:
@@ -455,6 +461,7 @@ class SchedulerRunner:
                 "placeholders": req.num_output_placeholders,
                 "on_alloc": list(self.on_alloc_calls.get(rid, [])),
                 "connector_block_ids": self.conn_block_ids(rid),
+                "connector_watched": sorted(getattr(self.conn, "_watch", ())),
                 "finished_result": self.finished_results.get(rid),
                 "kept_block_ids": list(self.kept.get(rid, [])),
                 "window_block_ids": list(self.wblocks.get(rid, [])),

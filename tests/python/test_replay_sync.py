@@ -265,24 +265,48 @@ class RunnerOrders(unittest.TestCase):
 class StepCost(unittest.TestCase):
     def test_a_decoding_request_is_not_handed_to_the_library(self):
         # Past its prompt, with decode tokens not saved and no load armed, a request can neither
-        # load nor save: the step's metadata does not name it, and its block table still follows
-        # (a preemption then resumes it with its whole table, restored from the tier).
+        # load nor save: the step's metadata does not name it, and the connector stops following
+        # it (no request watched: a decode step visits none, at any context length). A preemption
+        # resumes it with its whole table, restored from the tier.
         h = Harness(self)
         a = prompt(41, 70)
         h.add("A", a, max_tokens=40)
         so, _outs, _back = h.step()
         self.assertEqual(so.kv_connector_metadata.req_ids, ("A",), "its prefill step names it")
+        self.assertEqual(h.info("A")["connector_watched"], ["A"])
+        prefill_table = h.info("A")["block_ids"]
         for _ in range(20):
             so, _outs, _back = h.step()
             self.assertEqual(so.num_scheduled_tokens, {"A": 1})
             self.assertEqual(so.kv_connector_metadata.req_ids, (), "a decode step does not")
-        self.assertEqual(h.info("A")["connector_block_ids"], h.info("A")["block_ids"])
+        ia = h.info("A")
+        self.assertEqual(ia["connector_watched"], [], "parked: no step visits it")
+        self.assertGreater(len(ia["block_ids"]), len(prefill_table), "vLLM gave it more blocks")
+        self.assertEqual(ia["connector_block_ids"], prefill_table, "not followed while parked")
         h.sched.call("preempt", "A")
         h.step()
         h.step()
         ia = h.info("A")
         self.assertEqual(ia["lookups"][-1][1], 64, "resumed: its saved prompt chunks are found")
+        self.assertEqual(ia["connector_block_ids"], ia["block_ids"], "resumed with its table")
         self.assertEqual(h.check("A"), {0: []})
+
+    def test_a_parked_request_set_back_into_its_prompt_is_not_handed_over(self):
+        # The connector no longer follows a parked request's table: if vLLM sets it back below its
+        # prompt without resuming it (no whole table given), it is computed without kvstrata
+        # rather than saved through a table that may have moved.
+        h = Harness(self)
+        h.add("A", prompt(43, 70), max_tokens=40)
+        for _ in range(6):
+            h.step()
+        self.assertEqual(h.info("A")["connector_watched"], [])
+        h.sched.call("rewind", "A", 16)
+        for _ in range(3):
+            so, _outs, _back = h.step()
+            self.assertEqual(so.kv_connector_metadata.req_ids, (), "nothing handed over for it")
+        self.assertEqual(h.info("A")["connector_watched"], [])
+        h.run(lambda: h.info("A")["num_computed"] >= 75)
+        self.assertEqual(h.check("A"), {0: []}, "its KV is the model's")
 
 
 class StepsWithoutForward(unittest.TestCase):

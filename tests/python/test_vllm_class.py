@@ -12,11 +12,12 @@ import torch
 from kvstrata import _abi, _vllm_standin as standin
 from kvstrata import vllm as kv
 from kvs_harness import (KVCacheConfig, KVCacheGroupSpec, FullAttentionSpec, KVCacheTensor,
-                         make_kv_cache_config, make_vllm_config)
+                         CachedRequestData, SchedulerOutput, make_kv_cache_config,
+                         make_vllm_config)
 
 STANDIN = os.path.join(os.path.dirname(standin.__file__), "_vllm_standin.py")
 
-# The hooks issue 16 asks for, beyond the abstract ones.
+# The hooks a vLLM connector must override beyond the abstract ones.
 REQUIRED = ("register_kv_caches", "register_cross_layers_kv_cache", "get_num_new_matched_tokens",
             "update_state_after_alloc", "build_connector_meta", "bind_connector_metadata",
             "clear_connector_metadata", "start_load_kv", "wait_for_layer_load", "save_kv_layer",
@@ -256,6 +257,77 @@ class LookupAnswers(unittest.TestCase):
         r.all_token_ids = list(range(12))
         c.get_num_new_matched_tokens(r, 4)
         self.assertEqual(h.calls, [("r", list(range(10)), 0), ("r", list(range(12)), 4)])
+
+
+class UpdateHandle:
+    """A scheduler handle that records the updates each build_meta_update hands over."""
+
+    def __init__(self):
+        self.steps = []
+
+    def build_meta_update(self, updates):
+        self.steps.append({u.req_id: u for u in updates})
+        return b""
+
+
+def update_connector():
+    c = bare_connector(None)
+    h = UpdateHandle()
+    c._handles = [h]
+    c._groups, c._windows = [], []
+    c._watch = set()
+    c._meta_updates = True
+    c._decode_saves = False
+    c._kept_groups = {}
+    return c, h
+
+
+def cached(rows, resumed=(), all_tokens=None):
+    """rows: (req_id, new block ids or None, num_computed_tokens) for each cached request."""
+    return SchedulerOutput([], CachedRequestData([r[0] for r in rows], set(resumed), [],
+                                                 all_tokens or {}, [r[1] for r in rows],
+                                                 [r[2] for r in rows], [0] * len(rows)),
+                           {r[0]: 1 for r in rows}, len(rows), {}, {}, [], set(), [])
+
+
+class StepUpdates(unittest.TestCase):
+    """Which cached requests a step hands over (build_meta_update), decided without visiting the
+    parked ones."""
+
+    def parked(self, c, rid, prompt_len):
+        st = c._requests[rid] = kv._SchedRequest(Req(rid, list(range(prompt_len + 5))), None, 1)
+        st.prompt_tokens, st.skip_from, st.parked = prompt_len, prompt_len, True
+        st.tables = [[1, 2, 3, 4, 5]]
+        return st
+
+    def test_positions_are_those_of_watched_resumed_and_whole_token_requests_in_order(self):
+        ids = [f"r{i}" for i in range(40)]
+        pos = kv.KvstrataConnector._positions
+        self.assertEqual(pos(ids, set(), set(), {}), ())
+        self.assertEqual(pos(ids, {"r30", "gone"}, {"r2"}, {"r17": [1]}), [2, 17, 30])
+        self.assertEqual(pos(ids[:3], {"r0", "r1", "r2", "x"}, set(), {}), [0, 1, 2])
+
+    def test_parked_requests_are_not_handed_over_and_resumed_ones_are_whole(self):
+        c, h = update_connector()
+        a = self.parked(c, "A", 70)
+        self.parked(c, "B", 70)
+        c.build_connector_meta(cached([("A", ([9],), 80), ("B", None, 75)]))
+        self.assertEqual(h.steps[-1], {})
+        self.assertEqual(a.tables, [[1, 2, 3, 4, 5]], "a parked request's table is not followed")
+        c.build_connector_meta(cached([("A", ([7, 8, 9, 10, 11, 12],), 0)], resumed={"A"}))
+        u = h.steps[-1]["A"]
+        self.assertEqual((u.blocks_from, list(u.block_ids)), (0, [7, 8, 9, 10, 11, 12]))
+        self.assertFalse(a.parked)
+        self.assertEqual(c._watch, {"A"})
+
+    def test_a_parked_request_back_in_its_prompt_without_its_table_bypasses(self):
+        c, h = update_connector()
+        a = self.parked(c, "A", 70)
+        with self.assertLogs("kvstrata", "WARNING") as logs:
+            c.build_connector_meta(cached([("A", None, 16)], all_tokens={"A": list(range(75))}))
+        self.assertIn("bypasses the connector", "\n".join(logs.output))
+        self.assertEqual(h.steps[-1], {})
+        self.assertTrue(a.bypass)
 
 
 def spec(**kw):
