@@ -230,6 +230,22 @@ class Stats(ctypes.Structure):
     ]
 
 
+def stats_dict(s):
+    """A Stats as a dict of its fields; the per-tier arrays as lists of n_tiers entries."""
+    out = {}
+    n_tiers = min(int(s.n_tiers), STATS_MAX_TIERS)
+    for name, _t in Stats._fields_:
+        v = getattr(s, name)
+        if name.startswith("tier_"):
+            v = [int(x) for x in v[:n_tiers]]
+        elif isinstance(v, float):
+            v = float(v)
+        else:
+            v = int(v)
+        out[name] = v
+    return out
+
+
 class StepUpdateStruct(ctypes.Structure):
     """struct kvs_step_update (1.10): one request of a step as what changed."""
 
@@ -946,21 +962,14 @@ class Handle:
     def stats(self):
         """Counters since open, as a dict (fields the library does not fill read 0); the per-tier
         arrays are lists of n_tiers entries."""
+        return stats_dict(self.stats_struct())
+
+    def stats_struct(self):
+        """The counters as the library wrote them (a Stats; bytes() of two equal ones are equal)."""
         h = self._handle("stats")
         s = Stats(struct_size=ctypes.sizeof(Stats))
         self._check(self._api.stats(h, ctypes.byref(s)), "stats")
-        out = {}
-        n_tiers = min(int(s.n_tiers), STATS_MAX_TIERS)
-        for name, _t in Stats._fields_:
-            v = getattr(s, name)
-            if name.startswith("tier_"):
-                v = [int(x) for x in v[:n_tiers]]
-            elif isinstance(v, float):
-                v = float(v)
-            else:
-                v = int(v)
-            out[name] = v
-        return out
+        return s
 
     def set_stream(self, cuda_stream):
         self._check(self._hook("set_stream")(self._handle("set_stream"),

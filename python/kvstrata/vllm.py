@@ -227,6 +227,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         self._bound = False
         self._started = False
         self._last_stats = None
+        self._last_raw_stats = None
         self._tier_names = []
         self._config_path = self._resolve_config()
         try:
@@ -1006,7 +1007,14 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
     def get_kv_connector_stats(self):
         if self._handle is None:
             return None
-        now = self._stats()
+        # vLLM's scheduler asks every step: a step that changed no counter costs one library call
+        # per handle and a comparison of bytes
+        structs = [h.stats_struct() for h in self._handles]
+        raw = [bytes(s) for s in structs]
+        if raw == self._last_raw_stats and not self._tenants:
+            return None
+        self._last_raw_stats = raw
+        now = self._stats(structs)
         data = stats_delta(now, self._last_stats, self._tier_names,
                             with_tokens=self._scheduler or self._model.tp_rank == 0)
         self._last_stats = now
@@ -1021,10 +1029,10 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
                      "save_ns", "saves_skipped", "load_errors", "evictions", "lossy_chunks_loaded",
                      "tier_chunks_loaded", "tier_bytes_loaded", "tier_load_ns")
 
-    def _stats(self):
-        now = self._handle.stats()
-        for h in self._handles[1:]:
-            more = h.stats()
+    def _stats(self, structs):
+        now = _abi.stats_dict(structs[0])
+        for s in structs[1:]:
+            more = _abi.stats_dict(s)
             for k in self._GROUP_SUMMED:
                 if k not in now or k not in more:
                     continue

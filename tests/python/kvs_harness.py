@@ -395,6 +395,7 @@ class SchedulerRunner:
         self.to_preempt = []
         self.delayed_free = set()  # aborted while their KV loaded: blocks wait for finished_recving
         self.kept = {}  # finished, request_finished said keep: rid -> blocks, until finished_sending
+        self.stats_since = None  # connector stats vLLM collected per step, not read yet
         self.lookups = collections.defaultdict(list)  # rid -> [(num_computed, result)]
         self.last_output = None
         self.finished_results = {}
@@ -493,8 +494,16 @@ class SchedulerRunner:
         """vLLM's reset_prefix_cache(reset_connector=True): the connector's answer."""
         return self.conn.reset_cache()
 
-    def connector_stats(self):
+    def _collect_stats(self):
+        """What vLLM's update_from_output does each step: the scheduler-side connector's counters
+        since it last asked, kept here (summed) until the test reads them."""
         s = self.conn.get_kv_connector_stats()
+        if s is not None and not s.is_empty():
+            self.stats_since = s if self.stats_since is None else self.stats_since.aggregate(s)
+
+    def connector_stats(self):
+        self._collect_stats()
+        s, self.stats_since = self.stats_since, None
         return None if s is None else dict(s.data)
 
     def shutdown(self):
@@ -763,6 +772,7 @@ class SchedulerRunner:
             del self.kept[rid]
             if req is not None:
                 self._free_blocks(req)
+        self._collect_stats()
         return {"failed": sorted(failed)}
 
 
