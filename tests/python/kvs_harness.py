@@ -1318,6 +1318,8 @@ class Harness:
                     async_scheduling=bool(async_scheduling))
         if default_config:
             extra.setdefault("dram_capacity", capacity)
+        elif "config" in extra:
+            pass  # the caller's YAML file, as it is
         else:
             text = (f"version: 1\nchunk_tokens: {chunk_tokens}\n"
                     + (f"loads:\n  async: {loads}\n" if loads else "")
@@ -1442,12 +1444,14 @@ class Harness:
 
 
 class Node:
-    """A kvstrata-node (build/bin, beside the library KVSTRATA_LIBRARY names) on 127.0.0.1 with a
-    64 MiB DRAM tier of objects up to 1 MiB, for the remote tier; stopped by the test's cleanup."""
+    """A kvstrata-node (build/bin, beside the library KVSTRATA_LIBRARY names) on 127.0.0.1 serving
+    objects up to 1 MiB, for the remote tier; stopped by the test's cleanup. tiers: the node's
+    `tiers:` entries (YAML, indented two spaces; default a 64 MiB DRAM tier), or config: the whole
+    YAML (the command line's listen, psk file and object size win over its `node:` section); "{dir}"
+    in either becomes the node's own folder, which holds the folders ssd0 and ssd1. kill() and start() stop it with SIGKILL and start it
+    again on the same port, with the same tiers and folder."""
 
-    def __init__(self, test):
-        import subprocess
-
+    def __init__(self, test, tiers=None, config=None):
         lib = os.environ.get("KVSTRATA_LIBRARY", "")
         binary = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "bin",
                               "kvstrata-node")
@@ -1455,21 +1459,38 @@ class Node:
             raise unittest.SkipTest(f"no kvstrata-node at {binary} (build it: make build)")
         self.dir = tempfile.mkdtemp(prefix="kvs-node-")
         test.addCleanup(shutil.rmtree, self.dir, True)
+        for d in ("ssd0", "ssd1"):  # for the ssd tiers `tiers` may name
+            os.mkdir(os.path.join(self.dir, d))
         self.psk = os.path.join(self.dir, "node.key")
         with open(os.open(self.psk, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
             f.write(bytes((i * 7 + 3) & 0xFF for i in range(32)))
-        cfg = os.path.join(self.dir, "node.yaml")
-        with open(cfg, "w") as f:
-            f.write("version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n"
-                    "    capacity: 64MiB\n")
-        self.proc = subprocess.Popen([binary, "--config", cfg, "--psk-file", self.psk, "--listen",
-                                      "127.0.0.1:0", "--max-object-bytes", "1MiB"],
-                                     stdout=subprocess.PIPE, text=True)
+        self.config = os.path.join(self.dir, "node.yaml")
+        tiers = tiers or "  - name: dram\n    type: dram\n    capacity: 64MiB\n"
+        text = config or "version: 1\nlog_level: error\ntiers:\n" + tiers
+        with open(self.config, "w") as f:
+            f.write(text.replace("{dir}", self.dir))
+        self.binary = binary
+        self.address = "127.0.0.1:0"
+        self.proc = None
         test.addCleanup(self.stop)
+        self.start()
+
+    def start(self):
+        import subprocess
+
+        self.proc = subprocess.Popen([self.binary, "--config", self.config, "--psk-file", self.psk,
+                                      "--listen", self.address, "--max-object-bytes", "1MiB"],
+                                     stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("kvstrata-node ready listen="):
             raise RuntimeError(f"kvstrata-node did not start: {line!r}")
         self.address = line.split("listen=")[1].split()[0]
+
+    def kill(self):
+        """SIGKILL, as an owner that crashes: nothing of it is closed cleanly."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
 
     def tier(self, tenant, timeout_ms=1000):
         """The YAML of a remote tier `far` over this node."""
@@ -1478,14 +1499,23 @@ class Node:
                 f"      timeout_ms: {timeout_ms}\n")
 
     def stop(self):
+        """SIGTERM; returns the node's final stats line as a dict (None when it had stopped)."""
+        if self.proc is None or self.proc.stdout.closed:
+            return None
+        stats = None
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                out, _ = self.proc.communicate(timeout=10)
+                last = [ln for ln in out.splitlines() if ln.startswith("kvstrata-node stopped")]
+                if last:
+                    stats = dict(kv.split("=", 1) for kv in last[-1].split() if "=" in kv)
             except Exception:  # noqa: BLE001 - killed below
                 self.proc.kill()
                 self.proc.wait()
-        self.proc.stdout.close()
+        if not self.proc.stdout.closed:
+            self.proc.stdout.close()
+        return stats
 
 
 def prompt(seed, n, vocab=32000):

@@ -1,0 +1,215 @@
+"""Every tier in vLLM's process layout: a scheduler and two tensor-parallel workers per instance, in
+processes of their own (the replay harness), over tiers a kvstrata-node owns (docs/vllm.md "Tiers
+in vLLM's processes"). Saves in one instance, loads in another, byte for byte, counted per tier;
+kill -9 of the owner, of a worker and of a scheduler while loads run."""
+
+import os
+import signal
+import time
+import unittest
+
+from kvs_harness import Harness, Node, prompt
+
+SSD_ONE = ("  - name: nvme\n    type: ssd\n    capacity: 32MiB\n    paths: [{dir}/ssd0]\n"
+           "    options:\n      stripe_bytes: 64KiB\n")
+SSD_TWO = ("  - name: nvme\n    type: ssd\n    capacity: 32MiB\n"
+           "    paths: [{dir}/ssd0, {dir}/ssd1]\n    options:\n      stripe_bytes: 64KiB\n")
+CHAIN = ("  - name: dram\n    type: dram\n    capacity: 16MiB\n    options:\n"
+         "      shm_name: kvs-layout-{pid}\n" + SSD_TWO)
+
+N_TOKENS = 106  # three chunks of 32 tokens and a partial one
+HIT = 96
+EXACT = {0: [], 1: []}  # no wrong block on either rank
+
+
+def finished(h, rid):
+    return lambda: h.info(rid)["status"] == "FINISHED"
+
+
+def wait_steps(h, until, max_steps=400):
+    for _ in range(max_steps):
+        if until():
+            return
+        h.step()
+        time.sleep(0.005)
+    raise AssertionError(f"not done after {max_steps} steps")
+
+
+def far_chunks_loaded(h, rank, tier="far"):
+    return sum(outs[rank].stats.data.get("tiers", {}).get(tier, {}).get("chunks_loaded", 0)
+               for _so, outs, _b in h.steps if outs[rank].stats)
+
+
+def documented_yaml(marker="tested as written: tests/python/test_replay_layout.py"):
+    """The YAML blocks of docs/vllm.md that follow the marker, in order."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "vllm.md")) as f:
+        text = f.read()
+    blocks = []
+    for part in text.split(marker)[1:]:
+        body = part.split("```yaml\n", 1)[1]
+        blocks.append(body.split("```", 1)[0])
+    return blocks
+
+
+def substitute(text, pairs):
+    """text with each (old, new) replaced, each old present exactly once."""
+    for old, new in pairs:
+        assert text.count(old) == 1, (old, text)
+        text = text.replace(old, new)
+    return text
+
+
+class Instances:
+    """Instances of one deployment (each: its own DRAM tier in shared memory, writing through to
+    the node's tiers under one tenant), as several vLLM servers on one host."""
+
+    def __init__(self, test, node_tiers):
+        self.test = test
+        self.node = Node(test, tiers=node_tiers.replace("{pid}", str(os.getpid())))
+        self.tier = self.node.tier("layout", timeout_ms=2000)
+
+    def new(self):
+        return Harness(self.test, tp=2, tiers_below=self.tier)
+
+    def wait_held(self, tokens, want=HIT):
+        """Until a scheduler with an empty DRAM tier of its own finds `want` tokens on the node
+        (the workers queue their puts to it and send them while they run)."""
+        probe = self.new()
+        for i in range(600):
+            if probe.probe(f"p{i}", tokens, 0) == (want, False):
+                break
+            time.sleep(0.01)
+        self.test.assertEqual(probe.probe("p", tokens, 0), (want, False), "held by the node")
+        probe.close()
+
+
+class ServedByTheOwner(unittest.TestCase):
+    def save_in_one_instance_load_in_another(self, node_tiers):
+        inst = Instances(self, node_tiers)
+        a = prompt(31, N_TOKENS)
+        first = inst.new()
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, finished(first, "A"))
+        inst.wait_held(a)
+        second = inst.new()  # another instance: its DRAM tier is empty, the node's tiers are not
+        second.add("B", a, max_tokens=2)
+        wait_steps(second, lambda: second.info("B")["num_computed"] >= N_TOKENS)
+        self.assertEqual(second.info("B")["lookups"][-1][1], HIT)
+        self.assertEqual(second.check("B"), EXACT, "restored byte for byte")
+        self.assertEqual([far_chunks_loaded(second, r) for r in (0, 1)], [3, 3],
+                         "each rank loads its shard of the three chunks from the node's tiers")
+        return inst, first, second
+
+    def test_an_ssd_tier_on_one_path(self):
+        inst, _first, _second = self.save_in_one_instance_load_in_another(SSD_ONE)
+        stats = inst.node.stop()
+        self.assertGreaterEqual(int(stats["gets"]), 6, "the node's only tier, the ssd, served them")
+
+    def test_an_ssd_tier_on_two_paths(self):
+        inst, _f, _s = self.save_in_one_instance_load_in_another(SSD_TWO)
+        files = [os.path.join(inst.node.dir, d, "kvstrata-nvme.data") for d in ("ssd0", "ssd1")]
+        self.assertTrue(all(os.path.exists(f) for f in files), "one data file per path")
+
+    def test_a_chain_of_shared_dram_over_ssd(self):
+        self.save_in_one_instance_load_in_another(CHAIN)
+
+
+class Kills(unittest.TestCase):
+    def test_the_owner_killed_during_loads_then_restarted(self):
+        # The node dies between the scheduler's lookup and the workers' loads: the loads fail, vLLM
+        # recomputes the error blocks, and the KV is the model's. A node started again on the same
+        # ssd path finds what was written (its recovery reads the unit headers) and serves it.
+        inst = Instances(self, SSD_ONE)
+        a = prompt(32, N_TOKENS)
+        first = inst.new()
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, finished(first, "A"))
+        inst.wait_held(a)
+        second = inst.new()
+        second.add("B", a, max_tokens=2)
+        so, _outs, back = second.step(between=inst.node.kill)
+        self.assertEqual(second.info("B")["lookups"][-1][1], HIT, "looked up while the node lived")
+        self.assertTrue(back.invalid_block_ids, "its loads failed: error blocks, not wrong KV")
+        wait_steps(second, lambda: second.info("B")["num_computed"] >= N_TOKENS)
+        self.assertEqual(second.check("B"), EXACT, "recomputed: the model's KV")
+        inst.node.start()
+        inst.wait_held(a)
+        third = inst.new()
+        third.add("C", a, max_tokens=2)
+        wait_steps(third, lambda: third.info("C")["num_computed"] >= N_TOKENS)
+        self.assertEqual(third.info("C")["lookups"][-1][1], HIT, "durable across the restart")
+        self.assertEqual(third.check("C"), EXACT)
+        self.assertEqual([far_chunks_loaded(third, r) for r in (0, 1)], [3, 3])
+
+    def kill_during_loads(self, victim):
+        # One instance dies (kill -9 of one of its processes) while its workers load from the
+        # node: the node and every other instance serve on, byte for byte.
+        inst = Instances(self, SSD_ONE)
+        a = prompt(33, N_TOKENS)
+        first = inst.new()
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, finished(first, "A"))
+        inst.wait_held(a)
+        doomed = inst.new()
+        doomed.add("B", a, max_tokens=2)
+        so = doomed.sched.call("schedule")
+        for w in doomed.workers:
+            w.send("execute", so, None)
+        proc = doomed.sched.proc if victim == "scheduler" else doomed.workers[1].proc
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)
+        doomed.workers[0].result("execute")
+        other = inst.new()
+        other.add("C", a, max_tokens=2)
+        wait_steps(other, lambda: other.info("C")["num_computed"] >= N_TOKENS)
+        self.assertEqual(other.info("C")["lookups"][-1][1], HIT)
+        self.assertEqual(other.check("C"), EXACT)
+        self.assertIsNone(inst.node.proc.poll(), "the owner lives on")
+
+    def test_a_worker_killed_during_loads(self):
+        self.kill_during_loads("worker")
+
+    def test_a_scheduler_killed_during_loads(self):
+        self.kill_during_loads("scheduler")
+
+
+class DocumentedLayout(unittest.TestCase):
+    def test_the_configurations_docs_vllm_md_gives(self):
+        # docs/vllm.md's connector and node YAML as written, but for what names this machine:
+        # sizes, paths, the key file, the shared memory name and the node's port.
+        connector, node_yaml = documented_yaml()
+        node = Node(self, config=substitute(node_yaml, [
+            ("capacity: 1TiB", "capacity: 32MiB"),
+            ("paths: [/mnt/nvme0/kvs, /mnt/nvme1/kvs]", "paths: [{dir}/ssd0, {dir}/ssd1]"),
+            ("psk_file: /etc/kvstrata/node.key", "psk_file: node.key")]))
+        n_tokens = 600  # two chunks of 256 and a partial one
+        harnesses = []
+        for i in range(2):
+            shm = f"kvs-doc-{os.getpid()}-{i}"
+            text = substitute(connector, [
+                ("capacity: 32GiB", "capacity: 64MiB"), ("shm_name: kvs-llama8b", f"shm_name: {shm}"),
+                ("nodes: [127.0.0.1:13337]", f"nodes: [{node.address}]"),
+                ("psk_file: /etc/kvstrata/node.key", f"psk_file: {node.psk}")])
+            path = os.path.join(node.dir, f"instance{i}.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            harnesses.append(Harness(self, tp=2, chunk_tokens=256, n_blocks=160,
+                                     extra_config={"config": path}))
+        first, second = harnesses
+        a = prompt(34, n_tokens)
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, finished(first, "A"))
+        for _ in range(600):  # the workers send their puts to the node while they run
+            if second.probe("probe", a, 0) == (512, False):
+                break
+            time.sleep(0.01)
+        second.add("B", a, max_tokens=2)
+        wait_steps(second, lambda: second.info("B")["num_computed"] >= n_tokens)
+        self.assertEqual(second.info("B")["lookups"][-1][1], 512)
+        self.assertEqual(second.check("B"), EXACT, "restored from the node's ssd, byte for byte")
+        self.assertEqual([far_chunks_loaded(second, r, "nvme") for r in (0, 1)], [2, 2])
+
+
+if __name__ == "__main__":
+    unittest.main()
