@@ -918,6 +918,8 @@ START_TEST(bad_options_are_refused_with_a_sentence) {
     /* one tier per data file: a second opener is refused while the first holds it */
     void *st = kvs_test_ssd_open(&d, &a);
     expect_refused(&d, &a, KVS_ECONFIG, "is in use by another tier or process");
+    /* and says how several processes share one (an engine's scheduler and workers) */
+    ck_assert_ptr_nonnull(strstr(kvs_test_ssd_error, "share it through a kvstrata-node"));
     ops->destroy(st);
     kvs_test_rmtree(d.root);
 }

@@ -165,8 +165,12 @@ static kvs_status open_data_file(ssd_tier *t, uint32_t i, int model_device, int 
     while (flock(p->fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         if (err != EWOULDBLOCK || kvs_now_ns() > give_up) {
-            ssd_set_error(t, "%s is in use by another tier or process (%s)", file,
-                          kvs_errno_name(err));
+            ssd_set_error(t,
+                          "%s is in use by another tier or process (%s): one process owns an ssd "
+                          "tier's files; several processes (an engine's scheduler and workers, "
+                          "engines on one host) share it through a kvstrata-node (docs/vllm.md, "
+                          "\"Tiers in vLLM's processes\")",
+                          file, kvs_errno_name(err));
             return KVS_ECONFIG;
         }
         struct timespec pause = {.tv_nsec = 10 * 1000 * 1000};
