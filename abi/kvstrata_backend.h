@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 7
+#define KVS_BACKEND_ABI_MINOR 8
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -181,7 +181,9 @@ typedef struct kvs_backend_init {
 
 #define KVS_BACKEND_CAP_ZERO_COPY   (1u << 0) /* get_ref is implemented */
 #define KVS_BACKEND_CAP_THREAD_SAFE (1u << 1)
-#define KVS_BACKEND_CAP_SHARED      (1u << 2) /* visible to other processes that open the same tier */
+/* Visible to every process that opens the same tier (a table's caps, or 1.8 instance_caps when
+ * it depends on the options: a dram tier with shm_name) */
+#define KVS_BACKEND_CAP_SHARED      (1u << 2)
 #define KVS_BACKEND_CAP_RESERVE     (1u << 3) /* 1.1: reserve/commit/abort are implemented */
 #define KVS_BACKEND_CAP_MEMORY      (1u << 4) /* 1.1: memory is implemented */
 #define KVS_BACKEND_CAP_GET_MANY    (1u << 5) /* 1.1: get_many is implemented */
@@ -297,6 +299,11 @@ typedef struct kvs_backend_ops {
      * hold. */
     kvs_status (*put_range)(void *state, const kvs_key *key, uint64_t offset, const void *src,
                             uint64_t len);
+
+    /* --- 1.8 --- */
+    /* Optional: capabilities this tier has as it was opened, beyond the table's caps (what depends
+     * on its options: KVS_BACKEND_CAP_SHARED for a dram tier with shm_name). */
+    uint32_t (*instance_caps)(void *state);
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the

@@ -124,6 +124,21 @@ static kvs_status setup_keys(kvs_handle *h) {
     return KVS_OK;
 }
 
+/* A handle of role scheduler alone only looks up: the engine's workers store, in processes of their
+ * own (vLLM). A tier private to the process (no shared memory, not on a node) is then never filled
+ * where it is looked up: say so once per tier at open. (An empty stand-in has said why already.) */
+static void warn_private_tiers(kvs_handle *h) {
+    for (uint32_t i = 0; i < kvs_tiers_count(h->tiers); i++) {
+        if (kvs_tiers_shared(h->tiers, i) || kvs_tiers_degraded(h->tiers, i)) continue;
+        kvs_log(h->cfg->log_level, KVS_LOG_WARN,
+                "tier \"%s\" (%s) is private to this process, and a scheduler handle only looks "
+                "up: what the engine's workers store in their processes is never found there. Give "
+                "every process one tier: a dram tier with options.shm_name, or tiers a "
+                "kvstrata-node on this host owns (docs/vllm.md, \"Tiers in vLLM's processes\")",
+                kvs_tiers_name(h->tiers, i), kvs_tiers_ops(h->tiers, i)->type_name);
+    }
+}
+
 static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size_t err_len) {
     kvs_status st = p->config_path ? kvs_config_load(p->config_path, &h->cfg, err, err_len)
                                    : kvs_config_defaults(&h->cfg);
@@ -160,6 +175,7 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
         return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     st = kvs_tiers_open(h->cfg, h->object_bytes, h->encoder, staging, staging_len, on_tier_event, h,
                         &h->tiers, err, err_len);
+    if (st == KVS_OK && h->role == KVS_ROLE_SCHEDULER) warn_private_tiers(h);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */
     /* A consumer (decode instance) never blocks its engine's scheduler on a node. */

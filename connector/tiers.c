@@ -403,6 +403,13 @@ const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) {
 int kvs_tiers_degraded(const kvs_tier_chain *c, uint32_t tier) {
     return tier < c->n && c->tiers[tier].degraded;
 }
+int kvs_tiers_shared(const kvs_tier_chain *c, uint32_t tier) {
+    if (tier >= c->n) return 0;
+    const kvs_tier *t = &c->tiers[tier];
+    if (t->ops->caps & KVS_BACKEND_CAP_SHARED) return 1;
+    return KVS_HAS_OP(t->ops, instance_caps) &&
+           (t->ops->instance_caps(t->state) & KVS_BACKEND_CAP_SHARED) != 0;
+}
 uint32_t kvs_tiers_bottom(const kvs_tier_chain *c) {
     uint32_t t = c->n ? c->n - 1 : 0;
     while (t > 0 && c->tiers[t].degraded) t--;

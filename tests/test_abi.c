@@ -333,9 +333,10 @@ AT(kvs_backend_ops, get_many, 144, 8);
 AT(kvs_backend_ops, get_range, 152, 8);      /* 1.2 */
 AT(kvs_backend_ops, get_many_start, 160, 8); /* 1.4 */
 AT(kvs_backend_ops, get_many_finish, 168, 8);
-AT(kvs_backend_ops, codecs, 176, 8);    /* 1.5 */
-AT(kvs_backend_ops, put_range, 184, 8); /* 1.6 */
-SIZE(kvs_backend_ops, 192);
+AT(kvs_backend_ops, codecs, 176, 8);        /* 1.5 */
+AT(kvs_backend_ops, put_range, 184, 8);     /* 1.6 */
+AT(kvs_backend_ops, instance_caps, 192, 8); /* 1.8 */
+SIZE(kvs_backend_ops, 200);
 
 /* --- the library, as an engine loads it ----------------------------------------------------------- */
 

@@ -490,6 +490,33 @@ START_TEST(threads_sharing_a_tier_restore_exact_kv) {
 }
 END_TEST
 
+/* A scheduler handle (vLLM's engine core: the workers store in processes of their own) warns once per
+ * tier that no other process can see; a shared-memory tier, and a handle of role BOTH, say nothing. */
+START_TEST(a_scheduler_handle_warns_of_each_tier_private_to_its_process) {
+    const struct {
+        kvs_role role;
+        int shared, warned;
+    } cases[] = {{KVS_ROLE_SCHEDULER, 0, 1},
+                 {KVS_ROLE_SCHEDULER, 1, 0},
+                 {KVS_ROLE_BOTH, 0, 0},
+                 {KVS_ROLE_WORKER, 0, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char log[600];
+        snprintf(log, sizeof log, "%s/private-%zu.txt", rig_tmpdir, k);
+        rig r;
+        int saved = stderr_to(log);
+        /* (the rig's config paths live in one buffer: made right before each open) */
+        kvs_status st = rig_open(&r, cases[k].role,
+                                 cases[k].shared ? rig_shared_config() : rig_dram_config(8, 30000));
+        stderr_restore(saved);
+        ck_assert_msg(st == KVS_OK, "open: %s", r.error);
+        ck_assert_int_eq(lines_with(log, "tier \"dram\" (dram) is private to this process"),
+                         cases[k].warned);
+        rig_close(&r);
+    }
+}
+END_TEST
+
 static Suite *tiers_suite(void) {
     Suite *s = suite_create("tiers");
     TCase *tc = tcase_create("tiers");
@@ -508,6 +535,7 @@ static Suite *tiers_suite(void) {
     tcase_add_test(tc, a_required_tier_that_cannot_open_refuses_the_connector);
     tcase_add_test(tc, a_tier_with_one_of_two_paths_full_at_start_opens_and_round_trips);
     tcase_add_test(tc, write_backs_into_a_tier_that_could_not_open_are_evictions);
+    tcase_add_test(tc, a_scheduler_handle_warns_of_each_tier_private_to_its_process);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -679,6 +679,12 @@ static kvs_status dram_usage(void *state, uint64_t *n_objects, uint64_t *bytes) 
     return KVS_OK;
 }
 
+/* Shared memory makes the tier every process's that names it (dram.h). */
+static uint32_t dram_instance_caps(void *state) {
+    const dram_state *st = state;
+    return st->shm_path[0] ? KVS_BACKEND_CAP_SHARED : 0u;
+}
+
 static const kvs_backend_ops dram_ops = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
@@ -702,6 +708,7 @@ static const kvs_backend_ops dram_ops = {
     .abort = dram_abort,
     .memory = dram_memory,
     .get_range = dram_get_range,
+    .instance_caps = dram_instance_caps,
 };
 
 const kvs_backend_ops *kvs_dram_backend(void) {

@@ -205,7 +205,8 @@ static const kvs_backend_ops REMOTE_OPS = {
     .abi_major = KVS_BACKEND_ABI_MAJOR,
     .abi_minor = KVS_BACKEND_ABI_MINOR,
     .struct_size = sizeof(kvs_backend_ops),
-    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_REMOTE,
+    .caps = KVS_BACKEND_CAP_THREAD_SAFE | KVS_BACKEND_CAP_GET_MANY | KVS_BACKEND_CAP_REMOTE |
+            KVS_BACKEND_CAP_SHARED,
     .type_name = "remote",
     .create = remote_create,
     .destroy = kvs_remote_destroy,
