@@ -83,31 +83,41 @@ class Instances:
         self.test.assertEqual(probe.probe("p", tokens, 0), (want, False), "held by the node")
         probe.close()
 
+    def stored(self, seed):
+        """A prompt one instance computed and the node holds; returns its tokens."""
+        a = prompt(seed, N_TOKENS)
+        first = self.new()
+        first.add("A", a, max_tokens=1)
+        wait_steps(first, finished(first, "A"))
+        self.wait_held(a)
+        return a
+
+    def restored(self, rid, tokens):
+        """A new instance's request of `tokens`: looked up as a hit, loaded from the node's tiers by
+        each rank (its shard of the three chunks), exact. Returns the instance."""
+        h = self.new()
+        h.add(rid, tokens, max_tokens=2)
+        wait_steps(h, lambda: h.info(rid)["num_computed"] >= N_TOKENS)
+        self.test.assertEqual(h.info(rid)["lookups"][-1][1], HIT)
+        self.test.assertEqual(h.check(rid), EXACT, "restored byte for byte")
+        self.test.assertEqual([far_chunks_loaded(h, r) for r in (0, 1)], [3, 3])
+        return h
+
 
 class ServedByTheOwner(unittest.TestCase):
     def save_in_one_instance_load_in_another(self, node_tiers):
         inst = Instances(self, node_tiers)
-        a = prompt(31, N_TOKENS)
-        first = inst.new()
-        first.add("A", a, max_tokens=1)
-        wait_steps(first, finished(first, "A"))
-        inst.wait_held(a)
-        second = inst.new()  # another instance: its DRAM tier is empty, the node's tiers are not
-        second.add("B", a, max_tokens=2)
-        wait_steps(second, lambda: second.info("B")["num_computed"] >= N_TOKENS)
-        self.assertEqual(second.info("B")["lookups"][-1][1], HIT)
-        self.assertEqual(second.check("B"), EXACT, "restored byte for byte")
-        self.assertEqual([far_chunks_loaded(second, r) for r in (0, 1)], [3, 3],
-                         "each rank loads its shard of the three chunks from the node's tiers")
-        return inst, first, second
+        # another instance: its DRAM tier is empty, the node's tiers are not
+        inst.restored("B", inst.stored(31))
+        return inst
 
     def test_an_ssd_tier_on_one_path(self):
-        inst, _first, _second = self.save_in_one_instance_load_in_another(SSD_ONE)
+        inst = self.save_in_one_instance_load_in_another(SSD_ONE)
         stats = inst.node.stop()
         self.assertGreaterEqual(int(stats["gets"]), 6, "the node's only tier, the ssd, served them")
 
     def test_an_ssd_tier_on_two_paths(self):
-        inst, _f, _s = self.save_in_one_instance_load_in_another(SSD_TWO)
+        inst = self.save_in_one_instance_load_in_another(SSD_TWO)
         files = [os.path.join(inst.node.dir, d, "kvstrata-nvme.data") for d in ("ssd0", "ssd1")]
         self.assertTrue(all(os.path.exists(f) for f in files), "one data file per path")
 
@@ -121,11 +131,7 @@ class Kills(unittest.TestCase):
         # recomputes the error blocks, and the KV is the model's. A node started again on the same
         # ssd path finds what was written (its recovery reads the unit headers) and serves it.
         inst = Instances(self, SSD_ONE)
-        a = prompt(32, N_TOKENS)
-        first = inst.new()
-        first.add("A", a, max_tokens=1)
-        wait_steps(first, finished(first, "A"))
-        inst.wait_held(a)
+        a = inst.stored(32)
         second = inst.new()
         second.add("B", a, max_tokens=2)
         so, _outs, back = second.step(between=inst.node.kill)
@@ -134,23 +140,14 @@ class Kills(unittest.TestCase):
         wait_steps(second, lambda: second.info("B")["num_computed"] >= N_TOKENS)
         self.assertEqual(second.check("B"), EXACT, "recomputed: the model's KV")
         inst.node.start()
-        inst.wait_held(a)
-        third = inst.new()
-        third.add("C", a, max_tokens=2)
-        wait_steps(third, lambda: third.info("C")["num_computed"] >= N_TOKENS)
-        self.assertEqual(third.info("C")["lookups"][-1][1], HIT, "durable across the restart")
-        self.assertEqual(third.check("C"), EXACT)
-        self.assertEqual([far_chunks_loaded(third, r) for r in (0, 1)], [3, 3])
+        inst.wait_held(a)  # durable across the restart
+        inst.restored("C", a)
 
     def kill_during_loads(self, victim):
         # One instance dies (kill -9 of one of its processes) while its workers load from the
         # node: the node and every other instance serve on, byte for byte.
         inst = Instances(self, SSD_ONE)
-        a = prompt(33, N_TOKENS)
-        first = inst.new()
-        first.add("A", a, max_tokens=1)
-        wait_steps(first, finished(first, "A"))
-        inst.wait_held(a)
+        a = inst.stored(33)
         doomed = inst.new()
         doomed.add("B", a, max_tokens=2)
         so = doomed.sched.call("schedule")
@@ -160,11 +157,7 @@ class Kills(unittest.TestCase):
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)
         doomed.workers[0].result("execute")
-        other = inst.new()
-        other.add("C", a, max_tokens=2)
-        wait_steps(other, lambda: other.info("C")["num_computed"] >= N_TOKENS)
-        self.assertEqual(other.info("C")["lookups"][-1][1], HIT)
-        self.assertEqual(other.check("C"), EXACT)
+        inst.restored("C", a)
         self.assertIsNone(inst.node.proc.poll(), "the owner lives on")
 
     def test_a_worker_killed_during_loads(self):
