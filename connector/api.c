@@ -135,7 +135,9 @@ static void warn_private_tiers(kvs_handle *h) {
                 "up: what the engine's workers store in their processes is never found there. Give "
                 "every process one tier: a dram tier with options.shm_name, or tiers a "
                 "kvstrata-node on this host owns (docs/vllm.md, \"Tiers in vLLM's processes\")",
-                kvs_tiers_name(h->tiers, i), kvs_tiers_ops(h->tiers, i)->type_name);
+                kvs_tiers_name(h->tiers, i),
+                kvs_tiers_ops(h->tiers, i)->type_name ? kvs_tiers_ops(h->tiers, i)->type_name
+                                                      : "plugin");
     }
 }
 

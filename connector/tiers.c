@@ -406,7 +406,8 @@ int kvs_tiers_degraded(const kvs_tier_chain *c, uint32_t tier) {
 int kvs_tiers_shared(const kvs_tier_chain *c, uint32_t tier) {
     if (tier >= c->n) return 0;
     const kvs_tier *t = &c->tiers[tier];
-    if (t->ops->caps & KVS_BACKEND_CAP_SHARED) return 1;
+    /* objects on other machines are every process's (a plugin older than 1.8 may say only REMOTE) */
+    if (t->ops->caps & (KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_REMOTE)) return 1;
     return KVS_HAS_OP(t->ops, instance_caps) &&
            (t->ops->instance_caps(t->state) & KVS_BACKEND_CAP_SHARED) != 0;
 }

@@ -515,7 +515,7 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         st.tables = tables
         st.sent_tables = [0] * len(tables)
         st.marked = [0] * len(tables)
-        st.parked = False
+        st.parked = st.past_prompt = False
 
     def _extend_tables(self, st, new_block_ids):
         new = _per_group(new_block_ids, self._n_groups)
@@ -634,17 +634,25 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         # (prefilling, a load armed, decode tokens saved), resumed ones (vLLM gives their whole
         # table) and those vLLM gives every token of. A parked request (decoding past its prompt)
         # costs nothing per step: its table is not followed, so a step without loads or saves
-        # costs the same at any context length and batch size.
+        # costs nothing per decoding request, at any context length.
         for i in self._positions(cached.req_ids, watch, resumed, all_tokens):
             rid = cached.req_ids[i]
             nb = cached.new_block_ids[i] if i < len(cached.new_block_ids) else None
             n_computed = cached.num_computed_tokens[i]
             st = requests.get(rid)
             if st is not None and n_computed >= st.skip_from and rid not in resumed:
-                # bypassed, or decoding: nothing of it can load or save from now on
-                watch.discard(rid)
-                st.parked = True
-                continue
+                # Bypassed, or decoding: nothing of it can load or save from now on. Parked only
+                # on the second step seen so: with async scheduling this step was built before
+                # the output of the last one, whose failed loads vLLM rewinds into the prompt
+                # (the request, or one holding the same blocks, must then save what it
+                # recomputes), so until then its table is still followed.
+                if st.bypass or st.past_prompt:
+                    watch.discard(rid)
+                    st.parked = True
+                    continue
+                st.past_prompt = True
+            elif st is not None:
+                st.past_prompt = False
             if st is None:
                 if rid not in all_tokens:
                     watch.discard(rid)

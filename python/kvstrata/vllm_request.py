@@ -13,7 +13,7 @@ class _SchedRequest:
     __slots__ = ("request", "tokens", "tables", "bypass", "looked_up", "load_async",
                  "async_armed", "keyed", "tenant", "sent", "sent_tables", "load_pending",
                  "prompt_tokens", "handoff_deadline", "group_from", "lookup_computed", "marked",
-                 "skip_from", "parked")
+                 "skip_from", "parked", "past_prompt")
 
     def __init__(self, request=None, bypass=None, n_groups=1):
         self.request = request
@@ -35,6 +35,7 @@ class _SchedRequest:
         self.prompt_tokens = getattr(request, "num_prompt_tokens", None)
         self.skip_from = _NEVER  # build_meta_update: not handed over from this n_computed on
         self.parked = False  # build_meta_update: past skip_from, its table no longer followed
+        self.past_prompt = False  # build_meta_update: the last visit found it past skip_from
         self.handoff_deadline = None  # consumer: waits for the producer's chunks until then
 
     @property

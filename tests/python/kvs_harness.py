@@ -1447,7 +1447,7 @@ class Node:
     """A kvstrata-node (build/bin, beside the library KVSTRATA_LIBRARY names) on 127.0.0.1 serving
     objects up to 1 MiB, for the remote tier; stopped by the test's cleanup. tiers: the node's
     `tiers:` entries (YAML, indented two spaces; default a 64 MiB DRAM tier), or config: the whole
-    YAML (the command line's listen, psk file and object size win over its `node:` section); "{dir}"
+    YAML (the command line's listen address and psk file win over its `node:` section); "{dir}"
     in either becomes the node's own folder, which holds the folders ssd0 and ssd1. kill() and start() stop it with SIGKILL and start it
     again on the same port, with the same tiers and folder."""
 
@@ -1470,6 +1470,7 @@ class Node:
         with open(self.config, "w") as f:
             f.write(text.replace("{dir}", self.dir))
         self.binary = binary
+        self.whole_config = config is not None
         self.address = "127.0.0.1:0"
         self.proc = None
         test.addCleanup(self.stop)
@@ -1478,8 +1479,9 @@ class Node:
     def start(self):
         import subprocess
 
+        size = [] if self.whole_config else ["--max-object-bytes", "1MiB"]
         self.proc = subprocess.Popen([self.binary, "--config", self.config, "--psk-file", self.psk,
-                                      "--listen", self.address, "--max-object-bytes", "1MiB"],
+                                      "--listen", self.address] + size,
                                      stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("kvstrata-node ready listen="):

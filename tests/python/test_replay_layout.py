@@ -173,30 +173,34 @@ class DocumentedLayout(unittest.TestCase):
         # sizes, paths, the key file, the shared memory name and the node's port.
         connector, node_yaml = documented_yaml()
         node = Node(self, config=substitute(node_yaml, [
-            ("capacity: 1TiB", "capacity: 32MiB"),
+            ("capacity: 1TiB", "capacity: 256MiB"),
             ("paths: [/mnt/nvme0/kvs, /mnt/nvme1/kvs]", "paths: [{dir}/ssd0, {dir}/ssd1]"),
             ("psk_file: /etc/kvstrata/node.key", "psk_file: node.key")]))
         n_tokens = 600  # two chunks of 256 and a partial one
         harnesses = []
-        for i in range(2):
+        for i in range(3):
             shm = f"kvs-doc-{os.getpid()}-{i}"
             text = substitute(connector, [
                 ("capacity: 32GiB", "capacity: 64MiB"), ("shm_name: kvs-llama8b", f"shm_name: {shm}"),
                 ("nodes: [127.0.0.1:13337]", f"nodes: [{node.address}]"),
                 ("psk_file: /etc/kvstrata/node.key", f"psk_file: {node.psk}")])
+            if i == 2:  # the probe: its lookups wait for the node (a finished probe has no retry)
+                text = "\n".join(ln for ln in text.split("\n") if "remote_lookups" not in ln)
             path = os.path.join(node.dir, f"instance{i}.yaml")
             with open(path, "w") as f:
                 f.write(text)
             harnesses.append(Harness(self, tp=2, chunk_tokens=256, n_blocks=160,
                                      extra_config={"config": path}))
-        first, second = harnesses
+        first, second, probe = harnesses
         a = prompt(34, n_tokens)
         first.add("A", a, max_tokens=1)
         wait_steps(first, finished(first, "A"))
-        for _ in range(600):  # the workers send their puts to the node while they run
-            if second.probe("probe", a, 0) == (512, False):
+        for i in range(600):  # the workers send their puts to the node while they run
+            found = probe.probe(f"probe{i}", a, 0)
+            if found[0] == 512:
                 break
             time.sleep(0.01)
+        self.assertEqual(found, (512, True), "the node holds both chunks; they load between steps")
         second.add("B", a, max_tokens=2)
         wait_steps(second, lambda: second.info("B")["num_computed"] >= n_tokens)
         self.assertEqual(second.info("B")["lookups"][-1][1], 512)

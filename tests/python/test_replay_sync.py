@@ -275,6 +275,8 @@ class StepCost(unittest.TestCase):
         self.assertEqual(so.kv_connector_metadata.req_ids, ("A",), "its prefill step names it")
         self.assertEqual(h.info("A")["connector_watched"], ["A"])
         prefill_table = h.info("A")["block_ids"]
+        so, _outs, _back = h.step()
+        self.assertEqual(so.kv_connector_metadata.req_ids, ("A",), "followed one step more")
         for _ in range(20):
             so, _outs, _back = h.step()
             self.assertEqual(so.num_scheduled_tokens, {"A": 1})
@@ -343,6 +345,33 @@ class AsyncScheduling(unittest.TestCase):
             h.step()
         if flush:
             h.flush()
+
+    def test_a_failed_load_rewound_a_step_late_is_saved_again(self):
+        # The step after B's load is built before that load's output: B looks past its prompt
+        # there, then vLLM rewinds it to the failed chunk. The connector still follows B, so the
+        # recomputed chunks are saved and a later request finds the whole prefix again.
+        h = Harness(self, async_scheduling=True)
+        a = prompt(8, 106)
+        h.add("A", a, max_tokens=1)
+        h.run(lambda: h.info("A")["status"] == "FINISHED")
+        h.flush()
+        self.assertIsNotNone(corrupt_shared_object(h.shm_name, h.workers[0].call("row_bytes", a,
+                                                                                  0, 40)))
+        h.add("B", a, max_tokens=40)
+        rewound = False
+        for _ in range(200):
+            if h.info("B")["num_computed"] >= len(a) + 4:
+                break
+            h.step()
+            rewound |= 0 < h.info("B")["num_computed"] < len(a)
+        h.flush()
+        self.assertTrue(rewound, "vLLM set B back into its prompt")
+        # (B's pages are not compared: the token B's in-flight step sampled over the failed chunk
+        # is kept by the scheduler, as vLLM main's update_from_output keeps it, so B's first
+        # output token is not the model's)
+        h.add("C", a, max_tokens=2)
+        h.step()
+        self.assertEqual(h.info("C")["lookups"][0][1], 96, "B saved what it recomputed")
 
     def assert_model_tokens(self, h, rid, n_prompt):
         toks = h.info(rid)["tokens"]

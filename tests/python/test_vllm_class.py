@@ -1,6 +1,7 @@
 """KvstrataConnector as a class: the signatures vLLM's base class lists, no library loaded by import or
 class methods, the model description, views built from strides, stats and Prometheus metrics."""
 
+import ctypes
 import inspect
 import os
 import subprocess
@@ -328,6 +329,38 @@ class StepUpdates(unittest.TestCase):
         self.assertIn("bypasses the connector", "\n".join(logs.output))
         self.assertEqual(h.steps[-1], {})
         self.assertTrue(a.bypass)
+
+
+class StatsHandle:
+    """A handle whose counters the test sets."""
+
+    def __init__(self):
+        self.s = _abi.Stats(struct_size=ctypes.sizeof(_abi.Stats))
+
+    def stats_struct(self):
+        out = _abi.Stats()
+        ctypes.memmove(ctypes.byref(out), ctypes.byref(self.s), ctypes.sizeof(out))
+        return out
+
+
+class StatsPerStep(unittest.TestCase):
+    """vLLM's scheduler asks get_kv_connector_stats every step: unchanged counters answer None
+    without building a delta, and a changed counter or a tenant's count is still reported."""
+
+    def test_only_what_changed_is_reported(self):
+        c = bare_connector(None)
+        h = StatsHandle()
+        c._handle, c._handles = h, [h]
+        c._last_stats = c._last_raw_stats = None
+        c._tier_names, c._scheduler = ["dram"], True
+        h.s.lookups = 3
+        self.assertEqual(c.get_kv_connector_stats().data.get("lookups"), 3)
+        self.assertIsNone(c.get_kv_connector_stats(), "nothing changed")
+        c._tenants = {"t1": {"lookups": 1}}
+        self.assertEqual(c.get_kv_connector_stats().data.get("tenants"), {"t1": {"lookups": 1}})
+        self.assertIsNone(c.get_kv_connector_stats())
+        h.s.lookups = 5
+        self.assertEqual(c.get_kv_connector_stats().data.get("lookups"), 2, "the delta")
 
 
 def spec(**kw):
