@@ -22,26 +22,16 @@ import weakref
 
 from kvstrata import _abi
 
-try:  # the real vLLM classes when vLLM is installed
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-        KVConnectorBase_V1,
-        KVConnectorMetadata,
-        KVConnectorRole,
-        SupportsHMA,
-    )
-
-    HAVE_VLLM = True
-except ImportError:
-    from kvstrata._vllm_standin import (
-        KVConnectorBase_V1,
-        KVConnectorMetadata,
-        KVConnectorRole,
-        SupportsHMA,
-    )
-
-    HAVE_VLLM = False
-
+from kvstrata.vllm_base import (  # noqa: F401 - re-exported: the base classes in use
+    HAVE_VLLM,
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    KvstrataConnectorMetadata,
+    SupportsHMA,
+)
 from kvstrata.vllm_metrics import KvstrataConnectorStats, KvstrataPromMetrics, stats_delta
+from kvstrata.vllm_worker import WorkerHooks
 
 _log = logging.getLogger("kvstrata")
 
@@ -112,22 +102,6 @@ def _role_is_scheduler(role):
 # --- metadata, stats, metrics ---------------------------------------------------------------------
 
 
-class KvstrataConnectorMetadata(KVConnectorMetadata):
-    """One step's metadata: the msgpack blob build_meta made (opaque to Python, pickled to the
-    workers with the scheduler output)."""
-
-    def __init__(self, blob, req_ids=(), blobs=None, sending_groups=None):
-        self.blob = bytes(blob)  # group 0's
-        self.blobs = [self.blob] + [bytes(b) for b in blobs[1:]] if blobs else [self.blob]
-        self.req_ids = tuple(req_ids)
-        # finished requests whose pages some groups' handles keep: {req_id: number of those
-        # groups} (the workers report such a request once each of them did)
-        self.sending_groups = dict(sending_groups or {})
-
-    def __repr__(self):
-        return f"KvstrataConnectorMetadata({len(self.blob)} bytes, {len(self.req_ids)} requests)"
-
-
 # Handles still open at interpreter exit are closed (a shared tier is unlinked by its last user).
 _open_connectors = weakref.WeakSet()
 
@@ -171,7 +145,7 @@ def _base_takes_kv_cache_config():
 
 # SupportsHMA: vLLM keeps its hybrid allocator on for models with several KV cache groups
 # (full-attention and sliding-window layers); kvstrata stores each group through a handle of its own.
-class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
+class KvstrataConnector(WorkerHooks, KVConnectorBase_V1, SupportsHMA):
     """vLLM KV connector v1 over libkvstrata (docs/vllm.md)."""
 
     _transfer_role = _abi.TRANSFER_BOTH  # kv_role (set in __init__)
@@ -795,222 +769,6 @@ class KvstrataConnector(KVConnectorBase_V1, SupportsHMA):
         # kvstrata's events name chunk keys (hashes of whole prefixes, per model fingerprint), not
         # vLLM's block hashes, so a KV-event consumer could not match them: none are forwarded.
         return ()
-
-    # -- worker side --
-
-    def register_kv_caches(self, kv_caches):
-        # Layers that share another layer's KV (vLLM's kv_sharing_target_layer_name) are in no KV
-        # cache group but come with their target's tensor: they are the target's layer here,
-        # stored and loaded once, and their hooks are the target's (a save is gathered by the
-        # target's hook only). Layers a group names are layers of their own even when their
-        # tensors alias another's memory (vLLM's hybrid allocator shares one buffer among groups).
-        grouped = set()
-        group_of = {}
-        for gi, g in enumerate(getattr(self._kv_cache_config, "kv_cache_groups", None) or ()):
-            grouped.update(g.layer_names)
-            group_of.update((n, gi) for n in g.layer_names)
-        layers, index, owner = [], {}, {}
-        pending = []
-        for name, t in kv_caches.items():
-            ident = (int(t.data_ptr()), _shape(t), _strides(t), str(t.device))
-            if grouped and name not in grouped:
-                pending.append((name, ident))
-                continue
-            if not grouped and ident in owner:
-                pending.append((name, ident))
-                continue
-            owner.setdefault(ident, len(layers))
-            index[name] = len(layers)
-            layers.append((name, t))
-        for name, ident in pending:
-            if ident not in owner:
-                raise KvstrataConfigError(
-                    f"kvstrata: layer {name!r} is in no KV cache group and its tensor is no other "
-                    "layer's: it is neither an attention layer kvstrata stores nor one sharing "
-                    "another layer's KV")
-            index[name] = owner[ident]
-            self._shared_layers.add(name)
-        if len(getattr(self, "_handles", ())) > 1:
-            self._register_groups(layers, index, group_of)
-            return
-        self._register(layers, index)
-
-    def _register_groups(self, layers, index, group_of):
-        """A hybrid model: each group's handle registers that group's layers (in vLLM's order);
-        a layer name maps to (group, index in its group)."""
-        per_group = [[] for _ in self._groups]
-        where = {}
-        for i, (name, t) in enumerate(layers):
-            g = group_of[name]
-            where[i] = (g, len(per_group[g]))
-            per_group[g].append((name, t))
-        views = []
-        for g, (h, desc) in enumerate(zip(self._handles, self._models)):
-            if len(per_group[g]) != desc.n_layers:
-                raise KvstrataConfigError(
-                    f"kvstrata: vLLM registered {len(per_group[g])} layers of KV cache group {g}, "
-                    f"but its description (from kv_cache_config) has {desc.n_layers}")
-            v = [layer_view(name, t, desc) for name, t in per_group[g]]
-            h.register_kv(v)
-            views += v
-        self._cuda = any(v.device_kind == _abi.DEVICE_CUDA for v in views)
-        self._kv_tensors = [t for _n, t in layers]  # the pages must outlive the handles
-        self._layer_names = [n for n, _t in layers]
-        self._layer_index = {name: where[i] for name, i in index.items()}
-
-    def register_cross_layers_kv_cache(self, kv_cache, attn_backend):
-        try:
-            order = tuple(attn_backend.get_kv_cache_stride_order(include_num_layers_dimension=True))
-        except (AttributeError, NotImplementedError, TypeError):
-            order = tuple(range(kv_cache.dim()))
-        if sorted(order) != list(range(kv_cache.dim())):
-            raise KvstrataConfigError(
-                f"kvstrata: the attention backend's stride order {order} does not fit the "
-                f"cross-layer KV cache of shape {tuple(kv_cache.shape)}")
-        logical = kv_cache.permute(*[order.index(i) for i in range(len(order))])
-        names = self._cross_layer_names(int(logical.shape[0]))
-        index = {}
-        for i, group in enumerate(names):
-            for n in group:
-                index[n] = i
-        self._register([(group[0], logical[i]) for i, group in enumerate(names)], index)
-
-    def _cross_layer_names(self, n_layers):
-        kcc = self._kv_cache_config
-        tensors = getattr(kcc, "kv_cache_tensors", None) if kcc else None
-        if tensors and len(tensors) == n_layers:
-            return [list(t.shared_by) for t in tensors]
-        groups = getattr(kcc, "kv_cache_groups", None) if kcc else None
-        if groups and len(groups[0].layer_names) == n_layers:
-            return [[n] for n in groups[0].layer_names]
-        raise KvstrataConfigError(
-            f"kvstrata: the cross-layer KV cache holds {n_layers} layers, and the KV cache config "
-            "names no layer list of that length")
-
-    def _register(self, layers, index):
-        desc = self._model
-        if len(layers) != desc.n_layers:
-            raise KvstrataConfigError(
-                f"kvstrata: vLLM registered {len(layers)} KV cache layers, but the model "
-                f"description (from vllm_config) has {desc.n_layers}")
-        views = [layer_view(name, t, desc) for name, t in layers]
-        self._cuda = any(v.device_kind == _abi.DEVICE_CUDA for v in views)
-        self._handle.register_kv(views)
-        self._kv_tensors = [t for _n, t in layers]  # the pages must outlive the handle
-        self._layer_names = [n for n, _t in layers]
-        self._layer_index = dict(index)
-
-    def _layer(self, layer_name):
-        """(handle, layer index in its handle) of a registered layer."""
-        try:
-            at = self._layer_index[layer_name]
-            if isinstance(at, tuple):
-                return self._handles[at[0]], at[1]
-            return self._handle, at
-        except KeyError:
-            raise KvstrataConfigError(
-                f"kvstrata: layer {layer_name!r} was not registered (register_kv_caches named "
-                f"{len(self._layer_index)} layers)") from None
-
-    def bind_connector_metadata(self, connector_metadata):
-        super().bind_connector_metadata(connector_metadata)
-        if self._kv_tensors is None or not isinstance(connector_metadata, KvstrataConnectorMetadata):
-            return
-        # A step still bound (no forward pass ran: no layer hooks, no wait_for_save) is closed by the
-        # library here (ABI 1.5).
-        blobs = getattr(connector_metadata, "blobs", None) or [connector_metadata.blob]
-        if len(blobs) != len(self._handles):
-            raise KvstrataConfigError(
-                f"kvstrata: the step's metadata has {len(blobs)} blobs for {len(self._handles)} "
-                "KV cache groups")
-        for h, blob in zip(self._handles, blobs):
-            h.bind_meta(blob)
-        self._expect_sending.update(getattr(connector_metadata, "sending_groups", None) or {})
-        self._bound = True
-        self._started = False
-
-    def clear_connector_metadata(self):
-        super().clear_connector_metadata()
-        self._started = False
-        self._bound = False
-
-    def handle_preemptions(self, kv_connector_metadata):
-        # wait_for_save completes the gathers out of the pages (asynchronous saves only store from
-        # the library's own buffers afterwards), so a preempted request's pages are never read
-        # after its step: nothing to wait for.
-        return None
-
-    def _start(self):
-        if self._started:
-            return
-        if self._cuda:
-            import torch
-
-            stream = torch.cuda.current_stream().cuda_stream
-            for h in self._handles:
-                h.set_stream(stream)
-        for h in self._handles:
-            h.start_load()
-        self._started = True
-
-    def start_load_kv(self, forward_context, **kwargs):
-        if self._bound:
-            self._start()
-
-    def wait_for_layer_load(self, layer_name):
-        if not self._bound:
-            return
-        h, layer = self._layer(layer_name)
-        self._start()  # vLLM may run the layers first when the step has no synchronous load
-        h.wait_layer_load(layer)
-
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        if not self._bound or layer_name in self._shared_layers:
-            return
-        h, layer = self._layer(layer_name)
-        self._start()
-        h.save_layer(layer)
-
-    def wait_for_save(self):
-        if not self._bound:
-            return
-        self._start()
-        for h in self._handles:
-            h.wait_save()
-
-    def get_finished(self, finished_req_ids):
-        if self._handle is None or self._kv_tensors is None:
-            return None, None
-        if len(self._handles) == 1:
-            sending, receiving = self._handle.get_finished()
-            return (set(sending) or None), (set(receiving) or None)
-        # a request is finished when every group's handle that holds work of it reported it
-        done_sending, done_recving = set(), set()
-        n = len(self._handles)
-        for h in self._handles:
-            sending, receiving = h.get_finished()
-            for rid in sending:
-                c = self._pending_sending[rid] = self._pending_sending.get(rid, 0) + 1
-                if c >= self._expect_sending.get(rid, n):
-                    done_sending.add(rid)
-            for rid in receiving:
-                c = self._pending_recving[rid] = self._pending_recving.get(rid, 0) + 1
-                if c >= n:
-                    done_recving.add(rid)
-        for rid in done_sending:
-            del self._pending_sending[rid]
-            self._expect_sending.pop(rid, None)
-        for rid in done_recving:
-            del self._pending_recving[rid]
-        return (done_sending or None), (done_recving or None)
-
-    def get_block_ids_with_load_errors(self):
-        if self._handle is None or self._kv_tensors is None:
-            return set()
-        out = set()
-        for h in self._handles:  # vLLM's block ids are global across groups
-            out.update(h.load_error_blocks())
-        return out
 
     def get_kv_connector_stats(self):
         if self._handle is None:
