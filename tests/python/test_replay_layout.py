@@ -145,17 +145,26 @@ class Kills(unittest.TestCase):
 
     def kill_during_loads(self, victim):
         # One instance dies (kill -9 of one of its processes) while its workers load from the
-        # node: the node and every other instance serve on, byte for byte.
+        # node: the node and every other instance serve on, byte for byte. The node is stopped
+        # (SIGSTOP) while the workers send their gets, so they are in flight at the kill; it
+        # resumes after it and serves them to a process that is gone.
         inst = Instances(self, SSD_ONE)
         a = inst.stored(33)
         doomed = inst.new()
         doomed.add("B", a, max_tokens=2)
-        so = doomed.sched.call("schedule")
-        for w in doomed.workers:
-            w.send("execute", so, None)
-        proc = doomed.sched.proc if victim == "scheduler" else doomed.workers[1].proc
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join(10)
+        so = doomed.sched.call("schedule")  # the lookup, while the node runs
+        self.assertEqual(doomed.info("B")["lookups"][-1][1], HIT)
+        node = inst.node.proc.pid
+        os.kill(node, signal.SIGSTOP)
+        try:
+            for w in doomed.workers:
+                w.send("execute", so, None)
+            time.sleep(0.3)  # their gets are sent and wait on the stopped node
+            proc = doomed.sched.proc if victim == "scheduler" else doomed.workers[1].proc
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join(10)
+        finally:
+            os.kill(node, signal.SIGCONT)
         doomed.workers[0].result("execute")
         inst.restored("C", a)
         self.assertIsNone(inst.node.proc.poll(), "the owner lives on")
