@@ -56,6 +56,17 @@ typedef struct twin {
     uint64_t loads, saves, rollbacks, resumes, overflows;
 } twin;
 
+/* One step of the single update u through build_meta_update into meta (cap bytes, *len written),
+ * decoded as rank 0 reads it; the caller frees what it returns with kvs_meta_free. */
+static kvs_meta *update_decoded(rig *r, const kvs_step_update *u, uint8_t *meta, uint64_t cap,
+                                uint64_t *len) {
+    ck_assert_int_eq(api->build_meta_update(r->h, u, 1, meta, cap, len), KVS_OK);
+    kvs_meta *m = NULL;
+    char err[256];
+    ck_assert_msg(kvs_meta_decode(meta, *len, 0, &m, err, sizeof err) == KVS_OK, "%s", err);
+    return m;
+}
+
 static uint64_t blocks_for(uint64_t tokens) {
     return (tokens + BT - 1) / BT;
 }
@@ -390,10 +401,7 @@ START_TEST(a_load_from_held_state_lands_in_its_own_blocks) {
                          .n_scheduled = 1};
     uint8_t meta[65536];
     uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
-    kvs_meta *m = NULL;
-    char err[256];
-    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    kvs_meta *m = update_decoded(&r, &u, meta, sizeof meta, &len);
     ck_assert_uint_eq(m->n_reqs, 1);
     ck_assert_uint_eq(m->reqs[0].n_loads, 3);
     ck_assert_uint_eq(m->reqs[0].loads[0].first_token, 32);
@@ -462,10 +470,7 @@ START_TEST(chunks_over_freed_blocks_are_not_saved_and_loads_into_them_are_refuse
                          .n_scheduled = 128};
     uint8_t meta[65536];
     uint64_t len = 0;
-    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
-    kvs_meta *m = NULL;
-    char err[256];
-    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    kvs_meta *m = update_decoded(&r, &u, meta, sizeof meta, &len);
     ck_assert_uint_eq(m->n_reqs, 1);
     ck_assert_uint_eq(m->reqs[0].n_saves, 3);
     ck_assert_uint_eq(m->reqs[0].saves[0].chunk_first, CHUNK);
@@ -491,8 +496,7 @@ START_TEST(chunks_over_freed_blocks_are_not_saved_and_loads_into_them_are_refuse
                           .blocks_from = 8,
                           .n_computed = 127,
                           .n_scheduled = 1};
-    ck_assert_int_eq(api->build_meta_update(r.h, &u, 1, meta, sizeof meta, &len), KVS_OK);
-    ck_assert_int_eq(kvs_meta_decode(meta, len, 0, &m, err, sizeof err), KVS_OK);
+    m = update_decoded(&r, &u, meta, sizeof meta, &len);
     ck_assert_uint_eq(m->reqs[0].n_loads, 3);
     ck_assert_uint_eq(m->reqs[0].loads[0].first_token, 40);
     for (uint64_t i = 0; i < m->reqs[0].n_saves; i++) /* chunks 0 (block 1) and 1 (block 2) */
