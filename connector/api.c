@@ -175,8 +175,9 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
                             .layer_bytes = h->layer_bytes};
     if (kvs_encoder_create(&em, h->cfg, &h->encoder) != KVS_OK)
         return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
-    st = kvs_tiers_open(h->cfg, h->object_bytes, h->encoder, staging, staging_len, on_tier_event, h,
-                        &h->tiers, err, err_len);
+    st =
+        kvs_tiers_open_ranked(h->cfg, h->object_bytes, h->encoder, staging, staging_len,
+                              (int32_t)h->model.tp_rank, on_tier_event, h, &h->tiers, err, err_len);
     if (st == KVS_OK && h->role == KVS_ROLE_SCHEDULER) warn_private_tiers(h);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,6 +38,8 @@ typedef struct kvs_tier {
     struct kvs_tier_chain *chain;
     kvs_backend_host host;
     kvs_backend_option *options;
+    char **option_text; /* values with {rank} replaced, owned; NULL entries borrow the config's */
+    size_t n_option_text;
 } kvs_tier;
 
 struct kvs_tier_chain {
@@ -44,6 +47,7 @@ struct kvs_tier_chain {
     uint32_t n;
     const kvs_encoder *encoder; /* for compress tiers (NULL: none) */
     void *staging_base;         /* the worker's pool, told to backends (io_uring fixed buffers) */
+    int32_t rank;               /* what {rank} in an option value becomes; < 0: left as written */
     uint64_t staging_len;
     int log_level;
     kvs_tier_event_fn on_event;
@@ -267,6 +271,29 @@ static kvs_status open_empty(kvs_tier_chain *c, kvs_tier *t, const kvs_tier_conf
     return KVS_OK;
 }
 
+/* value with each {rank} replaced by rank (a worker's own tensor-parallel rank: one lender's socket
+ * per GPU), malloc'd; NULL when out of memory. */
+static char *with_rank(const char *value, int32_t rank) {
+    char num[16];
+    int nl = snprintf(num, sizeof num, "%d", (int)rank);
+    size_t n = 0;
+    for (const char *p = value; (p = strstr(p, "{rank}")); p += 6) n++;
+    char *out = malloc(strlen(value) + n * (size_t)nl + 1);
+    if (!out) return NULL;
+    char *o = out;
+    for (const char *p = value; *p;) {
+        if (strncmp(p, "{rank}", 6) == 0) {
+            memcpy(o, num, (size_t)nl);
+            o += nl;
+            p += 6;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
 static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg,
                             uint64_t max_object_bytes, char *err, uint64_t err_len) {
     const kvs_tier_config *tc = &cfg->tiers[i];
@@ -285,6 +312,20 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
     for (size_t k = 0; k < tc->n_options; k++) {
         t->options[k].key = tc->options[k].key;
         t->options[k].value = tc->options[k].value;
+        if (c->rank >= 0 && strstr(tc->options[k].value, "{rank}")) {
+            if (!t->option_text) {
+                if (!(t->option_text = calloc(tc->n_options, sizeof(char *)))) {
+                    kvs_fmt(err, err_len, "tier \"%s\": out of memory", tc->name);
+                    return KVS_ENOMEM;
+                }
+                t->n_option_text = tc->n_options;
+            }
+            if (!(t->option_text[k] = with_rank(tc->options[k].value, c->rank))) {
+                kvs_fmt(err, err_len, "tier \"%s\": out of memory", tc->name);
+                return KVS_ENOMEM;
+            }
+            t->options[k].value = t->option_text[k];
+        }
     }
     t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host),
                                  .ctx = t,
@@ -338,6 +379,15 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
                           const kvs_encoder *encoder, void *staging_base, uint64_t staging_len,
                           kvs_tier_event_fn on_event, void *event_ctx, kvs_tier_chain **out,
                           char *err, uint64_t err_len) {
+    return kvs_tiers_open_ranked(cfg, max_object_bytes, encoder, staging_base, staging_len, -1,
+                                 on_event, event_ctx, out, err, err_len);
+}
+
+kvs_status kvs_tiers_open_ranked(const kvs_config *cfg, uint64_t max_object_bytes,
+                                 const kvs_encoder *encoder, void *staging_base,
+                                 uint64_t staging_len, int32_t rank, kvs_tier_event_fn on_event,
+                                 void *event_ctx, kvs_tier_chain **out, char *err,
+                                 uint64_t err_len) {
     *out = NULL;
     kvs_tier_chain *c = calloc(1, sizeof *c);
     if (!c || !(c->tiers = calloc(cfg->n_tiers, sizeof *c->tiers))) {
@@ -349,6 +399,7 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
     c->encoder = encoder;
     c->staging_base = staging_base;
     c->staging_len = staging_len;
+    c->rank = rank;
     c->on_event = on_event;
     c->event_ctx = event_ctx;
     for (uint32_t i = 0; i < cfg->n_tiers; i++) {
@@ -389,6 +440,8 @@ void kvs_tiers_close(kvs_tier_chain *c) {
         if (t->state) t->ops->destroy(t->state);
         if (t->dl) dlclose(t->dl);
         free(t->options);
+        for (size_t k = 0; t->option_text && k < t->n_option_text; k++) free(t->option_text[k]);
+        free(t->option_text);
     }
     free(c->tiers);
     free(c);
@@ -580,6 +633,16 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
             c->tiers[i].ops->remove(c->tiers[i].state, key);
             if (c->on_event) c->on_event(c->event_ctx, KVS_EVENT_REMOVED, key, i);
         }
+    }
+}
+
+void kvs_tiers_forget_missing(kvs_tier_chain *c, const kvs_key *key) {
+    for (uint32_t i = 0; i < c->n; i++) {
+        const kvs_tier *t = &c->tiers[i];
+        if (!t->remote && !t->degraded && KVS_HAS_OP(t->ops, instance_caps) &&
+            (t->ops->instance_caps(t->state) & KVS_BACKEND_CAP_SHARED) &&
+            !(t->ops->caps & KVS_BACKEND_CAP_SHARED))
+            t->ops->remove(t->state, key);
     }
 }
 

@@ -24,6 +24,13 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
                           const struct kvs_encoder *encoder, void *staging_base,
                           uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
                           kvs_tier_chain **out, char *err, uint64_t err_len);
+/* The same for one tensor-parallel rank's process: "{rank}" in an option value becomes rank (each
+ * worker's own lender socket, docs/peer_gpu.md). */
+kvs_status kvs_tiers_open_ranked(const kvs_config *cfg, uint64_t max_object_bytes,
+                                 const struct kvs_encoder *encoder, void *staging_base,
+                                 uint64_t staging_len, int32_t rank, kvs_tier_event_fn on_event,
+                                 void *event_ctx, kvs_tier_chain **out, char *err,
+                                 uint64_t err_len);
 void kvs_tiers_close(kvs_tier_chain *chain);
 
 uint32_t kvs_tiers_count(const kvs_tier_chain *chain);
@@ -110,6 +117,10 @@ kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *
                          uint64_t len, char *err, uint64_t err_len);
 /* Remove a key from every tier (a corrupt object is dropped everywhere). */
 void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
+/* A key a lookup found and a load then found in no tier: told to each tier that publishes for other
+ * processes what it holds (index_shm), so an entry its process no longer backs (a worker restarted)
+ * is withdrawn and the next lookup misses. */
+void kvs_tiers_forget_missing(kvs_tier_chain *chain, const kvs_key *key);
 /* In-place saves into the top tier (backend ABI 1.1 reserve/commit/abort): 1 if it supports them. */
 int kvs_tiers_can_reserve(const kvs_tier_chain *chain);
 /* Room for an object in the top tier; *dst is where to build it. KVS_ENOTSUP if the top tier cannot. */

@@ -228,7 +228,10 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
 static void open_load(kvs_handle *h, kvs_load_work *w) {
     const kvs_key *key = &w->load->key;
     w->tier = kvs_tiers_find(h->tiers, key);
-    if (w->tier < 0) return fail_load(h, w, "not in any tier (evicted after lookup)");
+    if (w->tier < 0) {
+        kvs_tiers_forget_missing(h->tiers, key);
+        return fail_load(h, w, "not in any tier (evicted after lookup)");
+    }
     uint32_t tier = (uint32_t)w->tier;
     uint64_t len = 0;
     if (!kvs_tiers_pin(h->tiers, tier, key, h->cfg->lease_timeout_ms))

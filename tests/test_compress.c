@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "abi/kvstrata.h"
 #include "backends/compress/compress.h"
@@ -521,6 +522,153 @@ START_TEST(dropped_chunks_are_never_encoded_again) {
 }
 END_TEST
 
+/* vLLM's layout: the scheduler and a worker are handles in processes of their own (two handles here,
+ * attached to the same shared memory as two processes would be). With index_shm the worker's tier
+ * publishes what it holds: the scheduler's lookups find it, say which chunks are lossy, and pin it
+ * (the worker's placement keeps what they pinned), and the worker loads it exact. */
+static void prefill_split(rig *s, rig *w, const char *id, const int32_t *t, const uint32_t *a) {
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s->h, id, t, 128, 0, &res), KVS_OK);
+    ck_assert_int_eq(api->on_alloc(s->h, id, a, 8, res.n_hit_tokens), KVS_OK);
+    kvs_step_request q = {id, t, 128, a, 8, res.n_hit_tokens, 128 - res.n_hit_tokens};
+    uint8_t meta[65536];
+    uint64_t mlen;
+    ck_assert_int_eq(api->build_meta(s->h, &q, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(w, meta, mlen, a, t, res.n_hit_tokens, 128);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(s->h, id, &keep), KVS_OK);
+}
+
+static uint64_t load_split(rig *s, rig *w, const char *id, const int32_t *t, const uint32_t *b,
+                           uint64_t hit) {
+    ck_assert_int_eq(api->on_alloc(s->h, id, b, 8, hit), KVS_OK);
+    kvs_step_request q = {id, t, 128, b, 8, hit, 128 - hit};
+    uint8_t meta[65536];
+    uint64_t mlen, n = 0;
+    uint32_t errs[16];
+    ck_assert_int_eq(api->build_meta(s->h, &q, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(w, meta, mlen, b, t, hit, 128);
+    ck_assert_int_eq(api->load_error_blocks(w->h, errs, 16, &n), KVS_OK);
+    return n;
+}
+
+static const char *indexed_config(uint64_t capacity, const char *options, int accept) {
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s      index_shm: kvs-test-zip-%d\n", options, (int)getpid());
+    return config(capacity, opts, "", accept);
+}
+
+START_TEST(a_scheduler_handle_finds_and_pins_what_a_worker_s_tier_holds) {
+    rig s, w;
+    /* room for four raw chunks, nothing below: the second prompt's saves need the first's room */
+    const char *cfg = indexed_config(4 * RAW_OBJECT + 100, "      next_capacity: 0\n", 0);
+    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
+    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
+    w.finite = 1;
+    int32_t t[128], t2[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 71);
+    rig_make_tokens(t2, 128, 72);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    prefill_split(&s, &w, "one", t, a);
+    ck_assert_uint_eq(counts(&w).here_raw, 4);
+    uint64_t n = 0, bytes = 0;
+    const kvs_backend_ops *ops = kvs_tiers_ops(s.h->tiers, 0);
+    ck_assert_int_eq(ops->usage(kvs_tiers_state(s.h->tiers, 0), &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, 4); /* published */
+    ck_assert(ops->instance_caps(kvs_tiers_state(s.h->tiers, 0)) & KVS_BACKEND_CAP_SHARED);
+    uint64_t len = 0;
+    uint8_t byte;
+    kvs_key k0;
+    kvs_keys_chain(&s.h->fingerprint, t, 1, CHUNK, &k0);
+    ck_assert_int_eq(ops->get(kvs_tiers_state(s.h->tiers, 0), &k0, &byte, 1, &len), KVS_ENOTSUP);
+    ck_assert_msg(strstr(ops->last_error(kvs_tiers_state(s.h->tiers, 0)), "index_shm"), "%s",
+                  ops->last_error(kvs_tiers_state(s.h->tiers, 0)));
+
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127); /* found in the worker's tier, and pinned */
+    /* another prompt's saves while "two" holds its pins: they find no room they may take */
+    uint32_t c[8];
+    rig_blocks_from(c, 8, 16);
+    prefill_split(&s, &w, "other", t2, c);
+    ck_assert_uint_eq(counts(&w).here_raw, 4);
+    ck_assert_uint_eq(load_split(&s, &w, "two", t, b, 127), 0);
+    ck_assert(rig_kv_matches(&w, b, t, 0, 128));
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(w.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.chunks_loaded, 4);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(s.h, "two", &keep), KVS_OK);
+    ck_assert_int_eq(api->lookup(s.h, "three", t2, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0); /* none of the other prompt's saves was stored */
+    rig_close(&s);
+    rig_close(&w);
+}
+END_TEST
+
+START_TEST(a_scheduler_handle_counts_the_lossy_chunks_a_worker_s_tier_holds) {
+    rig s, w;
+    const char *cfg = indexed_config(30000, LOSSY_OPTIONS, 1);
+    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
+    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
+    w.finite = 1;
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 73);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    prefill_split(&s, &w, "one", t, a);
+    uint16_t codecs[4];
+    chunk_codecs(&w, t, codecs);
+    uint64_t lossy_tokens = 0;
+    for (int i = 0; i < 4; i++) lossy_tokens += codecs[i] ? (i == 3 ? 31 : 32) : 0;
+    ck_assert_uint_gt(lossy_tokens, 0);
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_uint_eq(res.n_lossy_tokens, lossy_tokens); /* as the worker's tier stores them */
+    ck_assert_uint_eq(load_split(&s, &w, "two", t, b, 127), 0);
+    kvs_stats st = {.struct_size = sizeof st};
+    ck_assert_int_eq(api->stats(w.h, &st), KVS_OK);
+    ck_assert_uint_eq(st.chunks_loaded, 4);
+    rig_close(&s);
+    rig_close(&w);
+}
+END_TEST
+
+/* A worker killed and started again: its tier is empty, the index still names what the old one
+ * held. The scheduler's hit loads as error blocks (a recompute, never wrong KV), the loads' misses
+ * withdraw the entries, and the next lookup misses. */
+START_TEST(a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recompute) {
+    rig s, w;
+    const char *cfg = indexed_config(1 << 20, "      next_capacity: 0\n", 0);
+    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
+    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
+    w.finite = 1;
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 74);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    prefill_split(&s, &w, "one", t, a);
+    rig_close(&w);
+    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
+    w.finite = 1;
+    kvs_lookup_result res = {.struct_size = sizeof res};
+    ck_assert_int_eq(api->lookup(s.h, "two", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127); /* the stale entries */
+    ck_assert_uint_gt(load_split(&s, &w, "two", t, b, 127), 0);
+    int keep = 1;
+    ck_assert_int_eq(api->request_finished(s.h, "two", &keep), KVS_OK);
+    ck_assert_int_eq(api->lookup(s.h, "three", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
+    rig_close(&s);
+    rig_close(&w);
+}
+END_TEST
+
 static Suite *compress_suite(void) {
     Suite *s = suite_create("compress");
     TCase *tc = tcase_create("compress tier");
@@ -538,6 +686,9 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, a_bad_option_names_itself);
     tcase_add_loop_test(tc, a_compress_tier_drops_tokens_only_for_engines_that_mask, 0, 2);
     tcase_add_test(tc, dropped_chunks_are_never_encoded_again);
+    tcase_add_test(tc, a_scheduler_handle_finds_and_pins_what_a_worker_s_tier_holds);
+    tcase_add_test(tc, a_scheduler_handle_counts_the_lossy_chunks_a_worker_s_tier_holds);
+    tcase_add_test(tc, a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recompute);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/dram/dram_index.h"
 #include "common/key.h"
 #include "common/options.h"
 
@@ -35,6 +36,8 @@ typedef struct options {
     uint8_t allow_lossy;
     uint64_t bandwidth, next_bandwidth, next_capacity;
     uint64_t latency_us, next_latency_us, recompute_ms;
+    const char *index_shm; /* borrowed from create's options */
+    uint64_t index_entries;
 } options;
 
 typedef struct compress_state {
@@ -58,6 +61,9 @@ typedef struct compress_state {
     kvs_backend_place_choice *plan_out;
     uint32_t *plan_slot;
     uint64_t plan_cap;
+    /* index_shm: what this process holds, published for the instance's other processes */
+    kvs_dram_index *index;
+    int lookup_only; /* a handle without staging (a scheduler): it opens the index alone */
 } compress_state;
 
 static const kvs_option_desc OPTIONS[] = {
@@ -89,6 +95,12 @@ static const kvs_option_desc OPTIONS[] = {
      KVS_OPTION_FIELD(options, recompute_ms),
      .min = 1,
      .max = 3600000},
+    {.name = "index_shm", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(options, index_shm)},
+    {.name = "index_entries",
+     .kind = KVS_OPTION_COUNT,
+     KVS_OPTION_FIELD(options, index_entries),
+     .min = KVS_DRAM_INDEX_MIN_ENTRIES,
+     .max = 1ull << 26},
 };
 
 static void set_error(compress_state *st, const char *fmt, ...) {
@@ -153,6 +165,7 @@ static uint32_t take_slot(compress_state *st) {
 /* Unlink slot s and free what it holds (no event: the caller reports it). */
 static void release(compress_state *st, uint32_t s) {
     centry *e = &st->slots[s];
+    if (st->index) kvs_dram_index_forget(st->index, &e->key);
     uint32_t *p = &st->buckets[kvs_key_hash(&e->key) & (st->n_buckets - 1)];
     while (*p != s) p = &st->slots[*p].next;
     *p = e->next;
@@ -166,8 +179,23 @@ static void release(compress_state *st, uint32_t s) {
     st->free_head = s;
 }
 
-static int pinned(const centry *e, uint64_t now) {
+static int pinned_here(const centry *e, uint64_t now) {
     return e->pins > 0 && now < e->pin_deadline_ns;
+}
+
+/* Pinned here, or by another process's lookup in the published index. */
+static int pinned(compress_state *st, const centry *e, uint64_t now) {
+    return pinned_here(e, now) || (st->index && kvs_dram_index_pinned(st->index, &e->key));
+}
+
+/* Tell the instance's other processes how entry s is kept now. */
+static void publish(compress_state *st, uint32_t s) {
+    const centry *e = &st->slots[s];
+    if (!st->index) return;
+    if (e->bytes)
+        kvs_dram_index_held(st->index, &e->key, e->enc[e->current].codec);
+    else
+        kvs_dram_index_passed(st->index, &e->key, e->enc[e->current].codec);
 }
 
 /* ---- placement ------------------------------------------------------------------------------ */
@@ -227,6 +255,7 @@ static void pass_down(compress_state *st, uint32_t s, uint32_t to) {
     e->len = len;
     e->current = to;
     st->bytes_down += len;
+    publish(st, s);
 }
 
 /* Re-encode entry s here as encoding `to` (from raw, or from a lossy one downward); on failure it
@@ -248,6 +277,7 @@ static void encode_here(compress_state *st, uint32_t s, uint32_t to) {
     e->bytes = enc;
     e->len = got;
     e->current = to;
+    publish(st, s);
 }
 
 /* The encodings entry e may take: itself, and with allow_lossy only ones downward from it (fewer
@@ -277,7 +307,7 @@ static void fill_entry(compress_state *st, uint32_t s, uint32_t fresh, uint64_t 
     memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);
     in->allowed = allowed_from(st, e);
     in->devices = e->bytes ? 3u : 2u; /* what was passed down cannot come back up */
-    if (e->bytes && pinned(e, now)) {
+    if (e->bytes && pinned(st, e, now)) {
         in->allowed = 1u << e->current;
         in->devices = 1u;
     }
@@ -335,7 +365,7 @@ static kvs_status replace_all(compress_state *st, uint32_t fresh) {
         centry *e = &st->slots[s];
         kvs_backend_place_choice c = st->plan_out[i];
         if (c.device < 0) { /* its encoding means nothing then */
-            if (e->bytes && pinned(e, now)) continue;
+            if (e->bytes && pinned(st, e, now)) continue;
             if (e->bytes && s != fresh) { /* the fresh one was never visible: no event */
                 st->counts.dropped++;
                 st->host->on_evict(st->host->ctx, &e->key, NULL, 0); /* stored nowhere */
@@ -365,6 +395,26 @@ static void maybe_reevaluate(compress_state *st) {
 }
 
 /* ---- operations ----------------------------------------------------------------------------- */
+
+/* index_shm: publish what this process holds, or (a handle without staging: it never stores) answer
+ * lookups from what the instance's other processes publish. Without index_entries the index has room
+ * for an entry per 256 KiB of both capacities (the placement's view of this tier and the next). */
+static kvs_status open_index(compress_state *st, const kvs_backend_init *init) {
+    uint64_t entries = st->opt.index_entries;
+    if (!entries) entries = (st->capacity + st->opt.next_capacity) / (256u << 10);
+    if (entries > (1ull << 26)) entries = 1ull << 26;
+    char why[600];
+    kvs_status rc = kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host,
+                                        &st->index, why, sizeof why);
+    if (rc != KVS_OK) {
+        set_error(st, "%s", why);
+        kvs_option_refused(init, "index_shm", -1);
+        return rc;
+    }
+    st->lookup_only =
+        init->struct_size > offsetof(kvs_backend_init, staging_base) && init->staging_base == NULL;
+    return KVS_OK;
+}
 
 static kvs_status compress_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
@@ -408,7 +458,8 @@ static kvs_status compress_create(const kvs_backend_init *init, void **out) {
         kvs_option_refused(init, refused, -1);
         goto fail;
     }
-    if ((rc = grow(st)) != KVS_OK) {
+    if (st->opt.index_shm && (rc = open_index(st, init)) != KVS_OK) goto fail;
+    if (!st->lookup_only && (rc = grow(st)) != KVS_OK) {
         set_error(st, "out of memory for its index");
         goto fail;
     }
@@ -423,6 +474,7 @@ static kvs_status compress_create(const kvs_backend_init *init, void **out) {
 
 fail:
     kvs_create_error(init, st->error);
+    kvs_dram_index_close(st->index);
     free(st->slots);
     free(st->buckets);
     free(st);
@@ -438,6 +490,7 @@ static void compress_destroy(void *state) {
     free(st->plan_in);
     free(st->plan_out);
     free(st->plan_slot);
+    kvs_dram_index_close(st->index);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -475,6 +528,19 @@ kvs_status kvs_compress_counts_of(void *tier, kvs_compress_counts *out) {
     return KVS_OK;
 }
 
+static kvs_status lookup_only_refusal(compress_state *st, const char *what) {
+    set_error(st,
+              "cannot %s: this handle has no staging (a scheduler), so it opened only the "
+              "index the instance's workers publish (index_shm)",
+              what);
+    return KVS_ENOTSUP;
+}
+
+static uint32_t compress_instance_caps(void *state) {
+    const compress_state *st = state;
+    return st && st->index ? KVS_BACKEND_CAP_SHARED : 0;
+}
+
 static const char *compress_last_error(void *state) {
     compress_state *st = state;
     return st ? st->error : "";
@@ -484,6 +550,7 @@ static kvs_status compress_contains(void *state, const kvs_key *keys, uint64_t n
                                     uint64_t *n_present) {
     compress_state *st = state;
     if (!st || (!keys && n) || !n_present) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_contains(st->index, keys, n, n_present);
     pthread_mutex_lock(&st->lock);
     uint64_t i = 0;
     for (uint32_t s; i < n && (s = find(st, &keys[i])) != NIL && st->slots[s].bytes;) i++;
@@ -496,13 +563,14 @@ static kvs_status compress_pin(void *state, const kvs_key *keys, uint64_t n, uin
                                uint64_t *n_pinned) {
     compress_state *st = state;
     if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_pin(st->index, keys, n, timeout_ms, n_pinned);
     pthread_mutex_lock(&st->lock);
     uint64_t now = now_ns(st), i = 0;
     for (; i < n; i++) {
         uint32_t s = find(st, &keys[i]);
         if (s == NIL || !st->slots[s].bytes) break;
         centry *e = &st->slots[s];
-        if (!pinned(e, now)) e->pins = 0; /* expired pins are gone */
+        if (!pinned_here(e, now)) e->pins = 0; /* expired pins are gone */
         e->pins++;
         uint64_t until = now + timeout_ms * 1000000ull;
         if (until > e->pin_deadline_ns) e->pin_deadline_ns = until;
@@ -515,6 +583,7 @@ static kvs_status compress_pin(void *state, const kvs_key *keys, uint64_t n, uin
 static kvs_status compress_unpin(void *state, const kvs_key *keys, uint64_t n) {
     compress_state *st = state;
     if (!st || (!keys && n)) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_unpin(st->index, keys, n);
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = find(st, &keys[i]);
@@ -528,9 +597,12 @@ static kvs_status compress_get(void *state, const kvs_key *key, void *dst, uint6
                                uint64_t *len) {
     compress_state *st = state;
     if (!st || !key || (!dst && cap) || !len) return KVS_EINVAL;
+    if (st->lookup_only) return lookup_only_refusal(st, "read");
     pthread_mutex_lock(&st->lock);
     kvs_status rc = KVS_ENOTFOUND;
     uint32_t s = find(st, key);
+    /* Published by this rank's process before it was restarted: the instance forgets it now. */
+    if (s == NIL && st->index) kvs_dram_index_forget(st->index, key);
     if (s != NIL && st->slots[s].bytes) {
         centry *e = &st->slots[s];
         *len = e->len;
@@ -546,6 +618,7 @@ static kvs_status compress_get(void *state, const kvs_key *key, void *dst, uint6
 static kvs_status compress_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     compress_state *st = state;
     if (!st || !key || !object || len == 0) return KVS_EINVAL;
+    if (st->lookup_only) return lookup_only_refusal(st, "store");
     kvs_backend_encoding enc[KVS_BACKEND_MAX_ENCODINGS];
     uint32_t n_enc = 0;
     /* Outside the lock: the host reads the object (and estimates each codec on it) */
@@ -565,7 +638,7 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     }
     uint64_t now = now_ns(st);
     uint32_t s = find(st, key);
-    if (s != NIL && st->slots[s].bytes && pinned(&st->slots[s], now)) {
+    if (s != NIL && st->slots[s].bytes && pinned(st, &st->slots[s], now)) {
         pthread_mutex_unlock(&st->lock); /* equal keys hold equal bytes: the pinned one stays */
         return KVS_OK;
     }
@@ -616,6 +689,8 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     } else if (rc == KVS_OK && s == NIL) {
         set_error(st, "the placement stores this object nowhere (worth less than a recompute)");
         rc = KVS_ENOMEM;
+    } else {
+        publish(st, s);
     }
     pthread_mutex_unlock(&st->lock);
     return rc;
@@ -624,9 +699,16 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
 static kvs_status compress_remove(void *state, const kvs_key *key) {
     compress_state *st = state;
     if (!st || !key) return KVS_EINVAL;
+    if (st->lookup_only) {
+        kvs_dram_index_forget(st->index, key); /* its owner's load will miss and forget it too */
+        return KVS_OK;
+    }
     pthread_mutex_lock(&st->lock);
     uint32_t s = find(st, key);
-    if (s != NIL) release(st, s);
+    if (s != NIL)
+        release(st, s);
+    else if (st->index) /* published by this rank's process before it was restarted */
+        kvs_dram_index_forget(st->index, key);
     pthread_mutex_unlock(&st->lock);
     return KVS_OK;
 }
@@ -634,6 +716,10 @@ static kvs_status compress_remove(void *state, const kvs_key *key) {
 static kvs_status compress_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
     compress_state *st = state;
     if (!st || !n_objects || !bytes) return KVS_EINVAL;
+    if (st->lookup_only) { /* the owners' bytes are theirs to count */
+        *bytes = 0;
+        return kvs_dram_index_usage(st->index, n_objects);
+    }
     pthread_mutex_lock(&st->lock);
     uint64_t n = 0;
     for (uint32_t s = 0; s < st->n_slots; s++) n += st->slots[s].used && st->slots[s].bytes;
@@ -646,6 +732,7 @@ static kvs_status compress_usage(void *state, uint64_t *n_objects, uint64_t *byt
 static kvs_status compress_codecs(void *state, const kvs_key *keys, uint64_t n, uint16_t *codecs) {
     compress_state *st = state;
     if (!st || ((!keys || !codecs) && n)) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_codecs(st->index, keys, n, codecs);
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
         uint32_t s = find(st, &keys[i]);
@@ -672,6 +759,7 @@ static const kvs_backend_ops OPS = {
     .remove = compress_remove,
     .usage = compress_usage,
     .codecs = compress_codecs,
+    .instance_caps = compress_instance_caps,
 };
 
 const kvs_backend_ops *kvs_compress_backend(void) {

@@ -450,6 +450,19 @@ static kvs_status lock_and_find(dram_state *st, const kvs_key *key, uint32_t *sl
     return KVS_ENOTFOUND;
 }
 
+kvs_status kvs_dram_pinned(void *tier, const kvs_key *key, int *pinned) {
+    dram_state *st = tier;
+    uint32_t s = DRAM_NIL;
+    if (!st || !key || !pinned) return KVS_EINVAL;
+    *pinned = 0;
+    kvs_status rc = lock_and_find(st, key, &s);
+    if (rc == KVS_ENOTFOUND) return KVS_OK;
+    if (rc != KVS_OK) return rc;
+    *pinned = slab_pinned(&st->slabs[s], kvs_clock_now_ns(st->clock));
+    dram_unlock(st);
+    return KVS_OK;
+}
+
 static kvs_status dram_get(void *state, const kvs_key *key, void *dst, uint64_t cap,
                            uint64_t *len) {
     dram_state *st = state;

@@ -37,6 +37,11 @@ struct kvs_clock;
 __attribute__((visibility("default"))) kvs_status kvs_dram_set_clock(void *tier,
                                                                      const struct kvs_clock *clock);
 
+/* *pinned = 1 when key is stored and holds a pin that has not expired, else 0 (a tier that another
+ * process publishes into: its owner keeps what a lookup pinned, backends/dram/dram_index.h). */
+__attribute__((visibility("default"))) kvs_status kvs_dram_pinned(void *tier, const kvs_key *key,
+                                                                  int *pinned);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #include "peer_gpu.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +39,20 @@ static const kvs_option_desc OPTIONS[] = {
      .min = 1,
      .max = 600000},
     {.name = "device", .kind = KVS_OPTION_COUNT, KVS_OPTION_FIELD(pg_options, device), .max = 1023},
+    {.name = "index_shm", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(pg_options, index_shm)},
+    {.name = "index_entries",
+     .kind = KVS_OPTION_COUNT,
+     KVS_OPTION_FIELD(pg_options, index_entries),
+     .min = KVS_DRAM_INDEX_MIN_ENTRIES,
+     .max = 1ull << 26},
 };
 
 static void pg_destroy(void *state) {
     pg_state *st = state;
     if (!st) return;
-    pg_link_stop(st);
+    if (!st->lookup_only) pg_link_stop(st);
     pg_region_unload(st);
+    kvs_dram_index_close(st->index);
     pthread_cond_destroy(&st->changed);
     pthread_mutex_destroy(&st->lock);
     free(st->slots);
@@ -106,11 +114,35 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&st->changed, &ca);
     pthread_condattr_destroy(&ca);
+    if (st->opt.index_shm) {
+        /* without index_entries: room for what a lender of 64 GiB holds in objects of this size */
+        uint64_t entries =
+            st->opt.index_entries ? st->opt.index_entries : (64ull << 30) / init->max_object_bytes;
+        if (entries > (1ull << 26)) entries = 1ull << 26;
+        rc = kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host, &st->index,
+                                 why, sizeof why);
+        if (rc != KVS_OK) {
+            kvs_fmt(msg, sizeof msg, "peer_gpu tier \"%s\": %s", st->tier_name, why);
+            kvs_create_error(init, msg);
+            if (rc == KVS_ECONFIG) kvs_option_refused(init, "index_shm", -1);
+            pthread_cond_destroy(&st->changed);
+            pthread_mutex_destroy(&st->lock);
+            free(st);
+            return rc;
+        }
+        st->lookup_only = init->struct_size > offsetof(kvs_backend_init, staging_base) &&
+                          init->staging_base == NULL;
+        if (st->lookup_only) {
+            *out = st;
+            return KVS_OK;
+        }
+    }
     rc = pg_link_start(st);
     if (rc != KVS_OK) {
         kvs_fmt(msg, sizeof msg, "%s", st->error);
         kvs_create_error(init, msg);
         pg_region_unload(st);
+        kvs_dram_index_close(st->index);
         free(st->slots);
         free(st->buckets);
         free(st->free_stack);
@@ -154,6 +186,19 @@ static const char *pg_last_error(void *state) {
 
 /* ---- operations ----------------------------------------------------------------------------- */
 
+static kvs_status lookup_only_refusal(pg_state *st, const char *what) {
+    pg_set_error(st,
+                 "cannot %s: this handle has no staging (a scheduler), so it borrowed nothing "
+                 "and opened only the index the instance's workers publish (index_shm)",
+                 what);
+    return KVS_ENOTSUP;
+}
+
+static uint32_t pg_instance_caps(void *state) {
+    const pg_state *st = state;
+    return st && st->index ? KVS_BACKEND_CAP_SHARED : 0;
+}
+
 /* The stored slot of key in a usable unit, or PG_NIL (lock held). */
 static uint32_t find_usable(pg_state *st, const kvs_key *key) {
     uint32_t s = pg_find(st, key);
@@ -163,6 +208,7 @@ static uint32_t find_usable(pg_state *st, const kvs_key *key) {
 static kvs_status pg_contains(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present) {
     pg_state *st = state;
     if (!st || (!keys && n) || !n_present) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_contains(st->index, keys, n, n_present);
     pthread_mutex_lock(&st->lock);
     uint64_t i = 0;
     while (i < n && find_usable(st, &keys[i]) != PG_NIL) i++;
@@ -175,6 +221,7 @@ static kvs_status pg_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t 
                          uint64_t *n_pinned) {
     pg_state *st = state;
     if (!st || (!keys && n) || !n_pinned) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_pin(st->index, keys, n, timeout_ms, n_pinned);
     uint64_t now = kvs_now_ns();
     uint64_t room_ms = (UINT64_MAX - now) / 1000000ull;
     uint64_t deadline = now + (timeout_ms < room_ms ? timeout_ms : room_ms) * 1000000ull;
@@ -196,6 +243,7 @@ static kvs_status pg_pin(void *state, const kvs_key *keys, uint64_t n, uint64_t 
 static kvs_status pg_unpin(void *state, const kvs_key *keys, uint64_t n) {
     pg_state *st = state;
     if (!st || (!keys && n)) return KVS_EINVAL;
+    if (st->lookup_only) return kvs_dram_index_unpin(st->index, keys, n);
     uint64_t now = kvs_now_ns();
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
@@ -211,9 +259,12 @@ static kvs_status pg_unpin(void *state, const kvs_key *keys, uint64_t n) {
 static kvs_status read_object(pg_state *st, const kvs_key *key, uint64_t offset, uint64_t len,
                               void *dst, uint64_t *got, uint64_t *object_len, int whole,
                               uint64_t cap) {
+    if (st->lookup_only) return lookup_only_refusal(st, "read");
     pthread_mutex_lock(&st->lock);
     uint32_t s = pg_find(st, key);
     if (s == PG_NIL) {
+        /* published by this rank's process before it was restarted: the instance forgets it */
+        kvs_dram_index_forget(st->index, key);
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOTFOUND;
     }
@@ -265,6 +316,7 @@ static kvs_status pg_get_range(void *state, const kvs_key *key, uint64_t offset,
 static kvs_status pg_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     pg_state *st = state;
     if (!st || !key || (!object && len)) return KVS_EINVAL;
+    if (st->lookup_only) return lookup_only_refusal(st, "store");
     if (len > st->slot_bytes) {
         pg_set_error(st, "an object of %llu bytes is larger than a slot (%llu)",
                      (unsigned long long)len, (unsigned long long)st->slot_bytes);
@@ -318,6 +370,7 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
                                uint64_t len) {
     pg_state *st = state;
     if (!st || !key || (!src && len)) return KVS_EINVAL;
+    if (st->lookup_only) return lookup_only_refusal(st, "write");
     pthread_mutex_lock(&st->lock);
     uint32_t s = pg_find(st, key);
     if (s == PG_NIL) {
@@ -354,6 +407,10 @@ static kvs_status pg_put_range(void *state, const kvs_key *key, uint64_t offset,
 static kvs_status pg_remove(void *state, const kvs_key *key) {
     pg_state *st = state;
     if (!st || !key) return KVS_EINVAL;
+    if (st->lookup_only) {
+        kvs_dram_index_forget(st->index, key); /* its owner's load will miss and forget it too */
+        return KVS_OK;
+    }
     pthread_mutex_lock(&st->lock);
     uint32_t s = pg_find(st, key);
     if (s != PG_NIL) {
@@ -365,6 +422,8 @@ static kvs_status pg_remove(void *state, const kvs_key *key) {
             kvs_borrower_drained(&st->borrower, u, &release);
             if (release) pg_send_released(st, u);
         }
+    } else { /* published by this rank's process before it was restarted */
+        kvs_dram_index_forget(st->index, key);
     }
     pthread_mutex_unlock(&st->lock);
     return KVS_OK;
@@ -373,6 +432,10 @@ static kvs_status pg_remove(void *state, const kvs_key *key) {
 static kvs_status pg_usage(void *state, uint64_t *n_objects, uint64_t *bytes) {
     pg_state *st = state;
     if (!st || !n_objects || !bytes) return KVS_EINVAL;
+    if (st->lookup_only) { /* the owners' bytes are theirs to count */
+        *bytes = 0;
+        return kvs_dram_index_usage(st->index, n_objects);
+    }
     pthread_mutex_lock(&st->lock);
     uint64_t n = 0, b = 0;
     for (uint32_t s = st->lru_head; s != PG_NIL; s = st->slots[s].next) {
@@ -405,6 +468,7 @@ static const kvs_backend_ops pg_ops = {
     .usage = pg_usage,
     .get_range = pg_get_range,
     .put_range = pg_put_range,
+    .instance_caps = pg_instance_caps,
 };
 
 const kvs_backend_ops *kvs_peer_gpu_backend(void) {

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "backends/dram/dram_index.h"
 #include "kernels/device.h"
 #include "lend_wire.h"
 #include "lending.h"
@@ -38,6 +39,8 @@ typedef struct pg_options {
     const char *socket;
     uint64_t connect_timeout_ms, retry_ms, send_timeout_ms;
     uint64_t device; /* the GPU a CUDA region is opened on; UINT64_MAX: the lender's */
+    const char *index_shm;
+    uint64_t index_entries;
 } pg_options;
 
 typedef struct pg_state {
@@ -70,6 +73,10 @@ typedef struct pg_state {
     uint32_t n_free;
     uint64_t in_flight;
     kvs_peer_gpu_stats stats;
+    /* index_shm: what this process holds, published for the instance's other processes; a handle
+     * without staging (a scheduler) borrows nothing and answers lookups from it (lookup_only) */
+    kvs_dram_index *index;
+    int lookup_only;
 
     /* CUDA regions (peer_gpu_region.c): the module, loaded at the first, and the host buffers
      * objects passed down the chain are staged in (0: pg_take_slot; 1: the link thread) */

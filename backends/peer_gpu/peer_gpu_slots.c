@@ -77,6 +77,7 @@ void pg_publish(pg_state *st, uint32_t s) {
     st->slots[s].state = PG_STORED;
     pg_lru_push_head(st, s);
     st->stats.objects++;
+    kvs_dram_index_held(st->index, &st->slots[s].key, 0);
 }
 
 static void push_free(pg_state *st, uint32_t s) {
@@ -110,6 +111,7 @@ void pg_unpublish(pg_state *st, uint32_t s) {
         }
     pg_lru_unlink(st, s);
     st->stats.objects--;
+    kvs_dram_index_forget(st->index, &st->slots[s].key);
     if (st->slots[s].readers)
         st->slots[s].state = PG_DOOMED;
     else
@@ -214,7 +216,9 @@ uint32_t pg_take_slot(pg_state *st) {
     uint64_t now = kvs_now_ns();
     for (uint32_t s = st->lru_tail; s != PG_NIL; s = st->slots[s].prev) {
         pg_slot *e = &st->slots[s];
-        if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s))) continue;
+        if (pg_pinned(e, now) || e->readers || !pg_unit_usable(st, pg_unit_of(st, s)) ||
+            kvs_dram_index_pinned(st->index, &e->key))
+            continue;
         if (st->host && st->host->on_evict) {
             const void *bytes = pg_region_host_view(st, pg_slot_data(st, s), e->len, 0);
             st->host->on_evict(st->host->ctx, &e->key, bytes, bytes ? e->len : 0);
