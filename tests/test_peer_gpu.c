@@ -971,6 +971,97 @@ START_TEST(the_lender_checks_its_device) {
 END_TEST
 #endif
 
+/* A tier with index_shm: owner (a worker: it has staging, it borrows) or lookup-only (a scheduler:
+ * no staging, it borrows nothing and answers from what the owners publish). */
+static kvs_status open_indexed(rig *r, void **tier, int owner, const char *shm) {
+    static uint8_t staging[4096] __attribute__((aligned(4096)));
+    kvs_backend_option opts[] = {{"socket", r->sock}, {"retry_ms", "50"}, {"index_shm", shm}};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "peer",
+                             .max_object_bytes = OBJ,
+                             .options = opts,
+                             .n_options = 3,
+                             .host = &r->host,
+                             .error = err,
+                             .error_len = sizeof err,
+                             .staging_base = owner ? staging : NULL,
+                             .staging_len = owner ? sizeof staging : 0};
+    kvs_status rc = ops->create(&init, tier);
+    ck_assert_msg(rc == KVS_OK, "%s", err);
+    return rc;
+}
+
+static uint64_t present(void *tier, uint32_t seed) {
+    kvs_key k = seed_key(seed);
+    uint64_t n = 9;
+    ck_assert_int_eq(ops->contains(tier, &k, 1, &n), KVS_OK);
+    return n;
+}
+
+START_TEST(a_scheduler_finds_and_pins_what_a_worker_holds_in_lent_memory) {
+    rig r;
+    rig_dir(&r);
+    memset(&r.log, 0, sizeof r.log);
+    pthread_mutex_init(&r.log.lock, NULL);
+    r.host =
+        (kvs_backend_host){.struct_size = sizeof r.host, .ctx = &r.log, .on_evict = record_evict};
+    char shm[64];
+    snprintf(shm, sizeof shm, "kvs-test-peer-%d", (int)getpid());
+    kvs_test_lender_start(&r.lender, r.sock, UNITS, "256KiB", lender_args);
+    void *sched = NULL;
+    ck_assert_int_eq(open_indexed(&r, &sched, 0, shm), KVS_OK);
+    ck_assert_int_eq(open_indexed(&r, &r.tier, 1, shm), KVS_OK);
+    /* only the owner borrowed: the lender serves one borrower, and it is the worker */
+    ck_assert_msg(kvs_test_lender_expect(&r.lender, "accepted", UNITS, 5000), "%s", r.lender.out);
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    ck_assert(ops->instance_caps(sched) & KVS_BACKEND_CAP_SHARED);
+    ck_assert(ops->instance_caps(r.tier) & KVS_BACKEND_CAP_SHARED);
+    for (uint32_t i = 0; i < UNITS * PER; i++) ck_assert_int_eq(put_object(&r, 700 + i), KVS_OK);
+    uint64_t n = 0, bytes = 0;
+    ck_assert_int_eq(ops->usage(sched, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, UNITS * PER);
+    /* the scheduler pins the least recently used object: the next put evicts the one after it */
+    kvs_key k700 = seed_key(700);
+    uint64_t pinned = 0;
+    ck_assert_int_eq(ops->pin(sched, &k700, 1, 60000, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 1);
+    ck_assert_int_eq(put_object(&r, 800), KVS_OK);
+    ck_assert_int_eq(r.log.n, 1);
+    kvs_key k701 = seed_key(701);
+    ck_assert(memcmp(&r.log.keys[0], &k701, sizeof k701) == 0);
+    ck_assert_int_eq(get_object(&r, 700), KVS_OK);
+    ck_assert_uint_eq(present(sched, 700), 1);
+    ck_assert_uint_eq(present(sched, 701), 0); /* withdrawn with the eviction */
+    ck_assert_uint_eq(present(sched, 800), 1);
+    ck_assert_int_eq(ops->unpin(sched, &k700, 1), KVS_OK);
+    static uint8_t buf[OBJ];
+    uint64_t len = 0;
+    ck_assert_int_eq(ops->get(sched, &k700, buf, OBJ, &len), KVS_ENOTSUP);
+    ck_assert_int_eq(ops->put(sched, &k700, buf, OBJ), KVS_ENOTSUP);
+    /* a reclaim takes two units' objects away: the scheduler no longer finds them */
+    kvs_test_lender_say(&r.lender, "reclaim 2");
+    ck_assert_msg(kvs_test_lender_expect(&r.lender, "released", 2, 5000), "%s", r.lender.out);
+    ck_assert_int_eq(ops->usage(sched, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, 2 * PER);
+    /* the worker restarted: its tier is empty, the index still names what the old one held; its
+     * first miss on each withdraws it */
+    ops->destroy(r.tier);
+    ck_assert_int_eq(open_indexed(&r, &r.tier, 1, shm), KVS_OK);
+    uint32_t stale = 0;
+    for (uint32_t i = 0; i < UNITS * PER; i++) {
+        if (!present(sched, 700 + i)) continue;
+        stale = 700 + i;
+        break;
+    }
+    ck_assert_uint_ne(stale, 0);
+    ck_assert_int_eq(get_object(&r, stale), KVS_ENOTFOUND);
+    ck_assert_uint_eq(present(sched, stale), 0);
+    ops->destroy(sched);
+    rig_down(&r);
+}
+END_TEST
+
 static Suite *suite(void) {
     ops = kvs_peer_gpu_backend();
     Suite *s = suite_create("peer_gpu");
@@ -978,6 +1069,7 @@ static Suite *suite(void) {
     tcase_set_timeout(tc,
                       60); /* x3 under ASan: a stuck case is named before ctest's 300 s end it */
     tcase_add_test(tc, objects_live_in_lent_units_bit_for_bit);
+    tcase_add_test(tc, a_scheduler_finds_and_pins_what_a_worker_holds_in_lent_memory);
     tcase_add_test(tc, a_reclaim_moves_objects_down_and_the_units_stay_untouched);
     tcase_add_test(tc, a_reclaim_waits_for_the_copies_in_flight);
     tcase_add_test(tc, a_put_under_a_reclaim_is_not_stored);
