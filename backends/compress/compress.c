@@ -402,7 +402,7 @@ static void maybe_reevaluate(compress_state *st) {
 static kvs_status open_index(compress_state *st, const kvs_backend_init *init) {
     uint64_t entries = st->opt.index_entries;
     if (!entries) entries = (st->capacity + st->opt.next_capacity) / (256u << 10);
-    if (entries > (1ull << 26)) entries = 1ull << 26;
+    if (!st->opt.index_entries && entries > (1ull << 18)) entries = 1ull << 18;
     char why[600];
     kvs_status rc = kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host,
                                         &st->index, why, sizeof why);

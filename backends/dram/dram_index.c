@@ -67,7 +67,7 @@ kvs_status kvs_dram_index_open(const char *shm_name, uint64_t entries, const cha
     kvs_backend_option opt[] = {{"shm_name", shm_name}};
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = name,
-                             .capacity_bytes = entries * 4096u, /* one page per entry */
+                             .capacity_bytes = entries * 64u, /* a cache line per entry */
                              .max_object_bytes = PASSED_BYTES,
                              .options = opt,
                              .n_options = 1,

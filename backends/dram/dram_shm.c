@@ -138,7 +138,10 @@ kvs_status dram_shm_plan(dram_state *st, uint64_t capacity_bytes, geometry *g) {
         return KVS_ECONFIG;
     }
     memset(g, 0, sizeof *g);
-    g->slab_bytes = round_up(st->max_object_bytes, DRAM_PAGE);
+    /* Objects of a page or more start on pages (a device reads them in place); smaller ones (a
+     * published index's entries) on cache lines, so an entry costs bytes, not a page. */
+    g->slab_bytes = round_up(st->max_object_bytes,
+                             st->max_object_bytes < DRAM_PAGE ? DRAM_SLAB_ALIGN_SMALL : DRAM_PAGE);
     g->n_slabs = capacity_bytes / g->slab_bytes;
     kvs_fmt_bytes(cap, sizeof cap, capacity_bytes);
     kvs_fmt_bytes(obj, sizeof obj, st->max_object_bytes);

@@ -15,14 +15,15 @@
 #include "common/clock.h"
 #include "common/pace.h"
 
-#define DRAM_MAGIC          0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
-#define DRAM_LAYOUT_VERSION 4u
-#define DRAM_MAX_ATTACHERS  256u
-#define DRAM_PAGE           4096u
-#define DRAM_NIL            UINT32_MAX
-#define DRAM_MAX_SLABS      (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
-#define DRAM_SHM_NAME_MAX   200
-#define DRAM_ATTACH_WAIT_NS (5ull * 1000 * 1000 * 1000)
+#define DRAM_MAGIC            0x314d41524453564bULL /* "KVSDRAM1" as little-endian bytes */
+#define DRAM_LAYOUT_VERSION   5u
+#define DRAM_MAX_ATTACHERS    256u
+#define DRAM_PAGE             4096u
+#define DRAM_SLAB_ALIGN_SMALL 64u /* slabs of objects under a page */
+#define DRAM_NIL              UINT32_MAX
+#define DRAM_MAX_SLABS        (UINT32_MAX / 4u) /* keeps 2 * n_slabs buckets and NIL inside uint32 */
+#define DRAM_SHM_NAME_MAX     200
+#define DRAM_ATTACH_WAIT_NS   (5ull * 1000 * 1000 * 1000)
 
 enum { SLAB_FREE = 0, SLAB_USED = 1, SLAB_RESERVED = 2 };
 

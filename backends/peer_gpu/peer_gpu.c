@@ -115,10 +115,11 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     pthread_cond_init(&st->changed, &ca);
     pthread_condattr_destroy(&ca);
     if (st->opt.index_shm) {
-        /* without index_entries: room for what a lender of 64 GiB holds in objects of this size */
+        /* without index_entries: room for what a lender of 64 GiB holds in objects of this size,
+         * up to 2^18 entries (about 34 MiB of shared memory) */
         uint64_t entries =
             st->opt.index_entries ? st->opt.index_entries : (64ull << 30) / init->max_object_bytes;
-        if (entries > (1ull << 26)) entries = 1ull << 26;
+        if (!st->opt.index_entries && entries > (1ull << 18)) entries = 1ull << 18;
         rc = kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host, &st->index,
                                  why, sizeof why);
         if (rc != KVS_OK) {

@@ -4,7 +4,10 @@ in vLLM's processes"). Saves in one instance, loads in another, byte for byte, c
 kill -9 of the owner, of a worker and of a scheduler while loads run."""
 
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import time
 import unittest
 
@@ -123,6 +126,71 @@ class ServedByTheOwner(unittest.TestCase):
 
     def test_a_chain_of_shared_dram_over_ssd(self):
         self.save_in_one_instance_load_in_another(CHAIN)
+
+
+def lender(test, sock):
+    """A kvstrata-lend (host memory) of 8 units of 1MiB on `sock`, stopped at cleanup."""
+    lib = os.environ.get("KVSTRATA_LIBRARY", "")
+    binary = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(lib))), "bin",
+                          "kvstrata-lend")
+    if not os.access(binary, os.X_OK):
+        raise unittest.SkipTest(f"no kvstrata-lend at {binary} (build it: make build)")
+    proc = subprocess.Popen([binary, "--socket", sock, "--units", "8", "--unit-size", "1MiB"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def stop():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+    test.addCleanup(stop)
+    test.assertTrue(proc.stdout.readline().startswith("ready "))
+    return proc
+
+
+class WorkersOwnTheirTier(unittest.TestCase):
+    """compress and peer_gpu keep their bytes in each worker's process (its heap, its lent GPU
+    memory); with index_shm the workers publish what they hold and the scheduler's lookups find and
+    pin it there (docs/vllm.md "Tiers in vLLM's processes")."""
+
+    def saved_then_loaded(self, top, tier):
+        d = tempfile.mkdtemp(prefix="kvs-layout-")
+        self.addCleanup(shutil.rmtree, d, True)
+        pid = os.getpid()
+        text = ("version: 1\nchunk_tokens: 32\ntiers:\n"
+                + top.format(dir=d, pid=pid)
+                + f"  - name: dram\n    type: dram\n    capacity: 16MiB\n"
+                  f"    options:\n      shm_name: kvs-layout-below-{pid}\n")
+        path = os.path.join(d, "kvstrata.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        h = Harness(self, tp=2, extra_config={"config": path})
+        a = prompt(41, N_TOKENS)
+        h.add("A", a, max_tokens=1)
+        wait_steps(h, finished(h, "A"))
+        h.add("B", a, max_tokens=2)
+        wait_steps(h, lambda: h.info("B")["num_computed"] >= N_TOKENS)
+        self.assertEqual(h.info("B")["lookups"][-1][1], HIT, "the scheduler found the workers' chunks")
+        self.assertEqual(h.check("B"), EXACT, "loaded byte for byte")
+        self.assertEqual([far_chunks_loaded(h, r, tier) for r in (0, 1)], [3, 3],
+                         f"each rank's shard served by its own {tier} tier")
+        return h
+
+    def test_a_compress_tier_over_shared_dram(self):
+        self.saved_then_loaded(
+            "  - name: zip\n    type: compress\n    capacity: 8MiB\n    options:\n"
+            "      index_shm: kvs-layout-zip-{pid}\n", "zip")
+
+    def test_a_peer_gpu_tier_with_a_lender_per_rank(self):
+        d = tempfile.mkdtemp(prefix="kvs-lend-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for r in (0, 1):
+            lender(self, os.path.join(d, f"lend-{r}.sock"))
+        self.saved_then_loaded(
+            "  - name: peer\n    type: peer_gpu\n    options:\n"
+            f"      socket: {d}/lend-{{{{rank}}}}.sock\n"
+            "      index_shm: kvs-layout-peer-{pid}\n", "peer")
 
 
 class Kills(unittest.TestCase):
