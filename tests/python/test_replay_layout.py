@@ -154,14 +154,15 @@ class WorkersOwnTheirTier(unittest.TestCase):
     memory); with index_shm the workers publish what they hold and the scheduler's lookups find and
     pin it there (docs/vllm.md "Tiers in vLLM's processes")."""
 
-    def saved_then_loaded(self, top, tier):
+    def saved_then_loaded(self, top, tier, text=None):
         d = tempfile.mkdtemp(prefix="kvs-layout-")
         self.addCleanup(shutil.rmtree, d, True)
         pid = os.getpid()
-        text = ("version: 1\nchunk_tokens: 32\ntiers:\n"
-                + top.format(dir=d, pid=pid)
-                + f"  - name: dram\n    type: dram\n    capacity: 16MiB\n"
-                  f"    options:\n      shm_name: kvs-layout-below-{pid}\n")
+        if text is None:
+            text = ("version: 1\nchunk_tokens: 32\ntiers:\n"
+                    + top.format(dir=d, pid=pid)
+                    + f"  - name: dram\n    type: dram\n    capacity: 16MiB\n"
+                      f"    options:\n      shm_name: kvs-layout-below-{pid}\n")
         path = os.path.join(d, "kvstrata.yaml")
         with open(path, "w") as f:
             f.write(text)
@@ -191,6 +192,23 @@ class WorkersOwnTheirTier(unittest.TestCase):
             "  - name: peer\n    type: peer_gpu\n    options:\n"
             f"      socket: {d}/lend-{{{{rank}}}}.sock\n"
             "      index_shm: kvs-layout-peer-{pid}\n", "peer")
+
+    def test_the_chain_docs_vllm_md_gives(self):
+        # peer_gpu over compress over shared dram, as docs/vllm.md writes it, but for what names
+        # this machine: sizes, the lenders' sockets and the shared memory names.
+        (yaml,) = documented_yaml("tested as written (WorkersOwnTheirTier): "
+                                  "tests/python/test_replay_layout.py")
+        d = tempfile.mkdtemp(prefix="kvs-lend-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for r in (0, 1):
+            lender(self, os.path.join(d, f"lend-{r}.sock"))
+        pid = os.getpid()
+        text = "version: 1\nchunk_tokens: 32\n" + substitute(yaml, [
+            ("/run/kvstrata/lend-{rank}.sock", f"{d}/lend-{{rank}}.sock"),
+            ("capacity: 8GiB", "capacity: 8MiB"), ("capacity: 32GiB", "capacity: 16MiB"),
+            ("kvs-llama8b-peer", f"kvs-doc-peer-{pid}"), ("kvs-llama8b-zip", f"kvs-doc-zip-{pid}"),
+            ("shm_name: kvs-llama8b", f"shm_name: kvs-doc-dram-{pid}")])
+        self.saved_then_loaded(None, "peer", text)
 
 
 class Kills(unittest.TestCase):
