@@ -176,12 +176,36 @@ class WorkersOwnTheirTier(unittest.TestCase):
         self.assertEqual(h.check("B"), EXACT, "loaded byte for byte")
         self.assertEqual([far_chunks_loaded(h, r, tier) for r in (0, 1)], [3, 3],
                          f"each rank's shard served by its own {tier} tier")
-        return h
+        return h, path, a
+
+    ZIP = ("  - name: zip\n    type: compress\n    capacity: 8MiB\n    options:\n"
+           "      index_shm: kvs-layout-zip-{pid}\n")
 
     def test_a_compress_tier_over_shared_dram(self):
-        self.saved_then_loaded(
-            "  - name: zip\n    type: compress\n    capacity: 8MiB\n    options:\n"
-            "      index_shm: kvs-layout-zip-{pid}\n", "zip")
+        self.saved_then_loaded(self.ZIP, "zip")
+
+    def test_an_instance_killed_and_started_again(self):
+        # kill -9 of every process of the instance: nothing detaches, the index keeps naming what
+        # the dead workers held. The instance started again on the same YAML finds those entries,
+        # its workers' loads miss (error blocks, recomputed: the model's KV), the misses withdraw
+        # them, and what it computes is saved and served again.
+        h, path, a = self.saved_then_loaded(self.ZIP, "zip")
+        for actor in h.actors:
+            os.kill(actor.proc.pid, signal.SIGKILL)
+            actor.proc.join(10)
+        again = Harness(self, tp=2, extra_config={"config": path})
+        again.add("C", a, max_tokens=2)
+        so, _outs, back = again.step()
+        self.assertEqual(again.info("C")["lookups"][-1][1], HIT, "the dead workers' entries")
+        self.assertTrue(back.invalid_block_ids, "their loads missed: error blocks, not wrong KV")
+        wait_steps(again, lambda: again.info("C")["num_computed"] >= N_TOKENS)
+        self.assertEqual(again.check("C"), EXACT, "recomputed: the model's KV")
+        wait_steps(again, finished(again, "C"))
+        again.add("D", a, max_tokens=2)
+        wait_steps(again, lambda: again.info("D")["num_computed"] >= N_TOKENS)
+        self.assertEqual(again.info("D")["lookups"][-1][1], HIT)
+        self.assertEqual(again.check("D"), EXACT)
+        self.assertEqual([far_chunks_loaded(again, r, "zip") for r in (0, 1)], [3, 3])
 
     def test_a_peer_gpu_tier_with_a_lender_per_rank(self):
         d = tempfile.mkdtemp(prefix="kvs-lend-")
