@@ -28,7 +28,7 @@ extern "C" {
 #endif
 
 #define KVS_BACKEND_ABI_MAJOR 1
-#define KVS_BACKEND_ABI_MINOR 8
+#define KVS_BACKEND_ABI_MINOR 9
 
 /* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
 typedef struct kvs_key {
@@ -207,6 +207,12 @@ typedef struct kvs_backend_init {
 #define KVS_BACKEND_CAP_STRIPED              (1u << 13)
 /* 1.7: objects on other machines: a lookup may wait for the network (loads.remote_lookups) */
 #define KVS_BACKEND_CAP_REMOTE               (1u << 14)
+/* 1.9 (instance_caps): the tier's bytes live in the process that opened it, and what it holds is
+ * published for the engine's other processes (compress and peer_gpu with index_shm): the connector
+ * tells it (remove) of a key a lookup found there and a load then found nowhere, so an entry its
+ * process no longer backs (that process was restarted) is withdrawn. Keys must then be per process:
+ * the connector refuses it for a model whose ranks share keys (MLA with tensor parallelism). */
+#define KVS_BACKEND_CAP_PUBLISHED            (1u << 15)
 
 typedef struct kvs_backend_ops {
     uint32_t abi_major;

@@ -141,6 +141,23 @@ static void warn_private_tiers(kvs_handle *h) {
     }
 }
 
+/* A tier that publishes what its process holds (compress, peer_gpu with index_shm) serves the
+ * process that stored each key; ranks that share keys (MLA under tensor parallelism: every worker
+ * saves the same chunk into its own tier) would withdraw each other's entries. */
+static kvs_status refuse_shared_keys_on_published_tiers(kvs_handle *h, char *err, size_t err_len) {
+    if (h->key_ranks != 1 || h->model.tp_size <= 1) return KVS_OK;
+    for (uint32_t i = 0; i < kvs_tiers_count(h->tiers); i++)
+        if (kvs_tiers_published(h->tiers, i))
+            return kvs_fmt(err, err_len,
+                           "open: tier \"%s\" (index_shm) keeps each chunk in the worker that "
+                           "saved it, and this model's %u tensor-parallel ranks share their keys "
+                           "(MLA): every rank would store and withdraw the same entries. Leave "
+                           "index_shm out for this model (docs/vllm.md)",
+                           kvs_tiers_name(h->tiers, i), h->model.tp_size),
+                   KVS_ECONFIG;
+    return KVS_OK;
+}
+
 static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size_t err_len) {
     kvs_status st = p->config_path ? kvs_config_load(p->config_path, &h->cfg, err, err_len)
                                    : kvs_config_defaults(&h->cfg);
@@ -178,6 +195,7 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
     st =
         kvs_tiers_open_ranked(h->cfg, h->object_bytes, h->encoder, staging, staging_len,
                               (int32_t)h->model.tp_rank, on_tier_event, h, &h->tiers, err, err_len);
+    if (st == KVS_OK) st = refuse_shared_keys_on_published_tiers(h, err, err_len);
     if (st == KVS_OK && h->role == KVS_ROLE_SCHEDULER) warn_private_tiers(h);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */

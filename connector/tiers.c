@@ -636,13 +636,16 @@ void kvs_tiers_remove(kvs_tier_chain *c, const kvs_key *key) {
     }
 }
 
+int kvs_tiers_published(const kvs_tier_chain *c, uint32_t tier) {
+    const kvs_tier *t = &c->tiers[tier];
+    return !t->degraded && KVS_HAS_OP(t->ops, instance_caps) &&
+           (t->ops->instance_caps(t->state) & KVS_BACKEND_CAP_PUBLISHED) != 0;
+}
+
 void kvs_tiers_forget_missing(kvs_tier_chain *c, const kvs_key *key) {
     for (uint32_t i = 0; i < c->n; i++) {
         const kvs_tier *t = &c->tiers[i];
-        if (!t->remote && !t->degraded && KVS_HAS_OP(t->ops, instance_caps) &&
-            (t->ops->instance_caps(t->state) & KVS_BACKEND_CAP_SHARED) &&
-            !(t->ops->caps & KVS_BACKEND_CAP_SHARED))
-            t->ops->remove(t->state, key);
+        if (kvs_tiers_published(c, i)) t->ops->remove(t->state, key);
     }
 }
 

@@ -121,6 +121,8 @@ void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
  * processes what it holds (index_shm), so an entry its process no longer backs (a worker restarted)
  * is withdrawn and the next lookup misses. */
 void kvs_tiers_forget_missing(kvs_tier_chain *chain, const kvs_key *key);
+/* 1 when the tier publishes what this process holds for the others (KVS_BACKEND_CAP_PUBLISHED). */
+int kvs_tiers_published(const kvs_tier_chain *chain, uint32_t tier);
 /* In-place saves into the top tier (backend ABI 1.1 reserve/commit/abort): 1 if it supports them. */
 int kvs_tiers_can_reserve(const kvs_tier_chain *chain);
 /* Room for an object in the top tier; *dst is where to build it. KVS_ENOTSUP if the top tier cannot. */

@@ -639,8 +639,9 @@ START_TEST(a_scheduler_handle_counts_the_lossy_chunks_a_worker_s_tier_holds) {
 END_TEST
 
 /* A worker killed and started again: its tier is empty, the index still names what the old one
- * held. The scheduler's hit loads as error blocks (a recompute, never wrong KV), the loads' misses
- * withdraw the entries, and the next lookup misses. */
+ * held (here the old handle stays open, as a killed process never detaches). The scheduler's hit
+ * loads as error blocks (a recompute, never wrong KV), the loads' misses withdraw the entries, and
+ * the next lookup misses. A worker that closes withdraws what it held. */
 START_TEST(a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recompute) {
     rig s, w;
     const char *cfg = indexed_config(1 << 20, "      next_capacity: 0\n", 0);
@@ -653,7 +654,7 @@ START_TEST(a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recomput
     rig_blocks_from(a, 8, 0);
     rig_blocks_from(b, 8, 40);
     prefill_split(&s, &w, "one", t, a);
-    rig_close(&w);
+    rig dead = w;
     ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
     w.finite = 1;
     kvs_lookup_result res = {.struct_size = sizeof res};
@@ -664,7 +665,36 @@ START_TEST(a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recomput
     ck_assert_int_eq(api->request_finished(s.h, "two", &keep), KVS_OK);
     ck_assert_int_eq(api->lookup(s.h, "three", t, 128, 0, &res), KVS_OK);
     ck_assert_uint_eq(res.n_hit_tokens, 0);
+    ck_assert_int_eq(api->request_finished(s.h, "three", &keep), KVS_OK);
+    /* the new worker's own saves are found; it closes, and they are withdrawn */
+    prefill_split(&s, &w, "four", t, a);
+    ck_assert_int_eq(api->lookup(s.h, "five", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 127);
+    ck_assert_int_eq(api->request_finished(s.h, "five", &keep), KVS_OK);
+    rig_close(&w);
+    ck_assert_int_eq(api->lookup(s.h, "six", t, 128, 0, &res), KVS_OK);
+    ck_assert_uint_eq(res.n_hit_tokens, 0);
     rig_close(&s);
+    rig_close(&dead);
+}
+END_TEST
+
+/* MLA under tensor parallelism: every rank saves the same keys into its own tier, so a tier that
+ * publishes what its process holds is refused, with a sentence. */
+START_TEST(index_shm_is_refused_for_ranks_that_share_keys) {
+    rig w;
+    kvs_model_desc m = rig_model();
+    m.is_mla = 1; /* one latent of HEADS * HEAD_DIM: a token is still TOKEN_BYTES */
+    m.n_kv_heads = 1;
+    m.head_dim = HEADS * HEAD_DIM;
+    m.tp_size = 2;
+    m.tp_rank = 0;
+    const char *cfg = indexed_config(1 << 20, "      next_capacity: 0\n", 0);
+    ck_assert_int_eq(rig_open_model(&w, KVS_ROLE_WORKER, cfg, &m), KVS_ECONFIG);
+    ck_assert_msg(strstr(w.error, "share their keys (MLA)") != NULL, "%s", w.error);
+    if (w.h) rig_close(&w);
+    m.tp_size = 1; /* one rank: nothing shared */
+    ck_assert_msg(rig_open_model(&w, KVS_ROLE_WORKER, cfg, &m) == KVS_OK, "%s", w.error);
     rig_close(&w);
 }
 END_TEST
@@ -689,6 +719,7 @@ static Suite *compress_suite(void) {
     tcase_add_test(tc, a_scheduler_handle_finds_and_pins_what_a_worker_s_tier_holds);
     tcase_add_test(tc, a_scheduler_handle_counts_the_lossy_chunks_a_worker_s_tier_holds);
     tcase_add_test(tc, a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recompute);
+    tcase_add_test(tc, index_shm_is_refused_for_ranks_that_share_keys);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/dram/dram_index.h"
 #include "backends/peer_gpu/lend_wire.h"
 #include "backends/peer_gpu/peer_gpu.h"
 #include "kernels/device.h"
@@ -1044,19 +1045,32 @@ START_TEST(a_scheduler_finds_and_pins_what_a_worker_holds_in_lent_memory) {
     ck_assert_msg(kvs_test_lender_expect(&r.lender, "released", 2, 5000), "%s", r.lender.out);
     ck_assert_int_eq(ops->usage(sched, &n, &bytes), KVS_OK);
     ck_assert_uint_eq(n, 2 * PER);
-    /* the worker restarted: its tier is empty, the index still names what the old one held; its
-     * first miss on each withdraws it */
+    /* a worker that closes withdraws what it held */
     ops->destroy(r.tier);
+    ck_assert_int_eq(ops->usage(sched, &n, &bytes), KVS_OK);
+    ck_assert_uint_eq(n, 0);
+    /* a worker killed leaves its entries (published here as it would have); the new one's miss on
+     * each withdraws it */
+    kvs_dram_index *ix = NULL;
+    char why[256];
+    ck_assert_int_eq(kvs_dram_index_open(shm, 1u << 18, "peer", NULL, &ix, why, sizeof why),
+                     KVS_OK);
+    kvs_key k900 = seed_key(900);
+    kvs_dram_index_held(ix, &k900, 0);
     ck_assert_int_eq(open_indexed(&r, &r.tier, 1, shm), KVS_OK);
-    uint32_t stale = 0;
-    for (uint32_t i = 0; i < UNITS * PER; i++) {
-        if (!present(sched, 700 + i)) continue;
-        stale = 700 + i;
-        break;
-    }
-    ck_assert_uint_ne(stale, 0);
-    ck_assert_int_eq(get_object(&r, stale), KVS_ENOTFOUND);
-    ck_assert_uint_eq(present(sched, stale), 0);
+    ck_assert_uint_eq(present(sched, 900), 1);
+    ck_assert_int_eq(get_object(&r, 900), KVS_ENOTFOUND);
+    ck_assert_uint_eq(present(sched, 900), 0);
+    /* a lookup's pin on a stored key survives the same key put again */
+    ck_assert(kvs_test_wait_for(all_usable, &r, 5000));
+    ck_assert_int_eq(put_object(&r, 901), KVS_OK);
+    kvs_key k901 = seed_key(901);
+    ck_assert_int_eq(ops->pin(sched, &k901, 1, 60000, &pinned), KVS_OK);
+    ck_assert_uint_eq(pinned, 1);
+    ck_assert_int_eq(put_object(&r, 901), KVS_OK);
+    ck_assert(kvs_dram_index_pinned(ix, &k901));
+    ck_assert_int_eq(get_object(&r, 901), KVS_OK);
+    kvs_dram_index_close(ix);
     ops->destroy(sched);
     rig_down(&r);
 }

@@ -484,6 +484,9 @@ fail:
 static void compress_destroy(void *state) {
     compress_state *st = state;
     if (!st) return;
+    /* a worker closing: the instance's other processes no longer find what it held */
+    for (uint32_t s = 0; st->index && !st->lookup_only && s < st->n_slots; s++)
+        if (st->slots[s].used) kvs_dram_index_forget(st->index, &st->slots[s].key);
     for (uint32_t s = 0; s < st->n_slots; s++) free(st->slots[s].bytes);
     free(st->slots);
     free(st->buckets);
@@ -538,7 +541,7 @@ static kvs_status lookup_only_refusal(compress_state *st, const char *what) {
 
 static uint32_t compress_instance_caps(void *state) {
     const compress_state *st = state;
-    return st && st->index ? KVS_BACKEND_CAP_SHARED : 0;
+    return st && st->index ? KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED : 0;
 }
 
 static const char *compress_last_error(void *state) {

@@ -64,13 +64,15 @@ kvs_status kvs_dram_index_open(const char *shm_name, uint64_t entries, const cha
         .struct_size = sizeof ix->host, .ctx = ix, .log = index_log, .on_evict = index_evicted};
     char name[128], why[512] = "";
     snprintf(name, sizeof name, "%s index", tier_name ? tier_name : "tier");
-    kvs_backend_option opt[] = {{"shm_name", shm_name}};
+    /* a process stopped while it holds the index's lock (SIGSTOP, a debugger) costs the others a
+     * second per call, never a hang: a publish then fails (a later miss), a pin check says no */
+    kvs_backend_option opt[] = {{"shm_name", shm_name}, {"lock_timeout_ms", "1000"}};
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = name,
                              .capacity_bytes = entries * 64u, /* a cache line per entry */
                              .max_object_bytes = PASSED_BYTES,
                              .options = opt,
-                             .n_options = 1,
+                             .n_options = 2,
                              .host = &ix->host,
                              .error = why,
                              .error_len = sizeof why};

@@ -51,6 +51,9 @@ static void pg_destroy(void *state) {
     pg_state *st = state;
     if (!st) return;
     if (!st->lookup_only) pg_link_stop(st);
+    /* a worker closing: the instance's other processes no longer find what it held */
+    for (uint32_t s = 0; st->index && !st->lookup_only && s < st->n_slots; s++)
+        if (st->slots[s].state == PG_STORED) kvs_dram_index_forget(st->index, &st->slots[s].key);
     pg_region_unload(st);
     kvs_dram_index_close(st->index);
     pthread_cond_destroy(&st->changed);
@@ -197,7 +200,7 @@ static kvs_status lookup_only_refusal(pg_state *st, const char *what) {
 
 static uint32_t pg_instance_caps(void *state) {
     const pg_state *st = state;
-    return st && st->index ? KVS_BACKEND_CAP_SHARED : 0;
+    return st && st->index ? KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED : 0;
 }
 
 /* The stored slot of key in a usable unit, or PG_NIL (lock held). */
@@ -352,8 +355,11 @@ static kvs_status pg_put(void *state, const kvs_key *key, const void *object, ui
         pthread_mutex_unlock(&st->lock);
         return KVS_ENOMEM;
     }
-    if (!taken_back) {
-        uint32_t old = pg_find(st, key);
+    uint32_t old = taken_back ? PG_NIL : pg_find(st, key);
+    if (!taken_back && old != PG_NIL && kvs_dram_index_pinned(st->index, key)) {
+        /* another process's lookup pinned the stored one: equal keys hold equal bytes, it stays */
+        pg_free_slot(st, s);
+    } else if (!taken_back) {
         if (old != PG_NIL) pg_unpublish(st, old); /* the replaced object (or a racing put's) */
         pg_publish(st, s);
     } else {

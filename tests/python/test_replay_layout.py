@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -137,15 +138,20 @@ def lender(test, sock):
         raise unittest.SkipTest(f"no kvstrata-lend at {binary} (build it: make build)")
     proc = subprocess.Popen([binary, "--socket", sock, "--units", "8", "--unit-size", "1MiB"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    # its event lines are read and dropped, so a full pipe never stops it
+    drain = threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True)
+    drain.start()
 
     def stop():
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        drain.join(5)  # at the end of its output
         proc.stdin.close()
         proc.stdout.close()
     test.addCleanup(stop)
-    test.assertTrue(proc.stdout.readline().startswith("ready "))
+    test.assertTrue(first.startswith("ready "), first)
     return proc
 
 
