@@ -72,17 +72,23 @@ static kvs_lookup_result lookup(rig *r, const char *id, const int32_t *t) {
     return res;
 }
 
-/* Load the looked-up hit of request id into blocks b; returns the error blocks. */
-static uint64_t load(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint64_t hit) {
-    ck_assert_int_eq(api->on_alloc(r->h, id, b, 8, hit), KVS_OK);
-    kvs_step_request s = {id, t, 128, b, 8, hit, 128 - hit};
+/* Load the looked-up hit of request id into blocks b, the step built by handle s and run by worker
+ * handle w (one handle of role both for both, or vLLM's two processes); returns the error blocks. */
+static uint64_t load_split(rig *s, rig *w, const char *id, const int32_t *t, const uint32_t *b,
+                           uint64_t hit) {
+    ck_assert_int_eq(api->on_alloc(s->h, id, b, 8, hit), KVS_OK);
+    kvs_step_request q = {id, t, 128, b, 8, hit, 128 - hit};
     uint8_t meta[65536];
     uint64_t mlen, n = 0;
     uint32_t errs[16];
-    ck_assert_int_eq(api->build_meta(r->h, &s, 1, meta, sizeof meta, &mlen), KVS_OK);
-    rig_worker_step(r, meta, mlen, b, t, hit, 128);
-    ck_assert_int_eq(api->load_error_blocks(r->h, errs, 16, &n), KVS_OK);
+    ck_assert_int_eq(api->build_meta(s->h, &q, 1, meta, sizeof meta, &mlen), KVS_OK);
+    rig_worker_step(w, meta, mlen, b, t, hit, 128);
+    ck_assert_int_eq(api->load_error_blocks(w->h, errs, 16, &n), KVS_OK);
     return n;
+}
+
+static uint64_t load(rig *r, const char *id, const int32_t *t, const uint32_t *b, uint64_t hit) {
+    return load_split(r, r, id, t, b, hit);
 }
 
 /* The codec each of the request's four chunks is stored with, as the tiers say. */
@@ -537,19 +543,6 @@ static void prefill_split(rig *s, rig *w, const char *id, const int32_t *t, cons
     rig_worker_step(w, meta, mlen, a, t, res.n_hit_tokens, 128);
     int keep = 1;
     ck_assert_int_eq(api->request_finished(s->h, id, &keep), KVS_OK);
-}
-
-static uint64_t load_split(rig *s, rig *w, const char *id, const int32_t *t, const uint32_t *b,
-                           uint64_t hit) {
-    ck_assert_int_eq(api->on_alloc(s->h, id, b, 8, hit), KVS_OK);
-    kvs_step_request q = {id, t, 128, b, 8, hit, 128 - hit};
-    uint8_t meta[65536];
-    uint64_t mlen, n = 0;
-    uint32_t errs[16];
-    ck_assert_int_eq(api->build_meta(s->h, &q, 1, meta, sizeof meta, &mlen), KVS_OK);
-    rig_worker_step(w, meta, mlen, b, t, hit, 128);
-    ck_assert_int_eq(api->load_error_blocks(w->h, errs, 16, &n), KVS_OK);
-    return n;
 }
 
 static const char *indexed_config(uint64_t capacity, const char *options, int accept) {
