@@ -56,6 +56,7 @@ int main(void) {
 #include <unistd.h>
 
 #include "abi/kvstrata_backend.h"
+#include "backends/ucx/auth.h"
 #include "backends/ucx/remote.h"
 #include "backends/ucx/wire.h"
 #include "bench_common.h"
@@ -87,7 +88,8 @@ typedef struct node_proc {
     char id[64];
 } node_proc;
 
-static char tmp_dir[256], key_path[300], yaml_path[300], node_bin[4096], self_bin[4096];
+static char tmp_dir[256], key_path[300], tenant_key_path[300], yaml_path[300], node_bin[4096],
+    self_bin[4096];
 static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
@@ -212,6 +214,16 @@ static void setup_files(int shared_tier) {
     uint8_t psk[32];
     for (size_t i = 0; i < sizeof psk; i++) psk[i] = (uint8_t)bench_mix64(i);
     write_file(key_path, psk, sizeof psk);
+    /* the tier holds its tenant's key, derived from the node's master key */
+    snprintf(tenant_key_path, sizeof tenant_key_path, "%s/bench.key", tmp_dir);
+    kvs_remote_psk master, key;
+    char err[256];
+    if (kvs_remote_psk_set(&master, psk, sizeof psk, err, sizeof err) != KVS_OK ||
+        kvs_remote_tenant_psk(&master, "bench", 5, &key) != KVS_OK)
+        die("tenant key", err);
+    write_file(tenant_key_path, key.bytes, key.len);
+    kvs_remote_psk_clear(&master);
+    kvs_remote_psk_clear(&key);
     char yaml[256];
     int len = snprintf(yaml, sizeof yaml,
                        "version: 1\nlog_level: warn\ntiers:\n  - name: dram\n    type: dram\n"
@@ -229,6 +241,7 @@ static void at_exit(void) {
     }
     if (tmp_dir[0]) {
         unlink(key_path);
+        unlink(tenant_key_path);
         unlink(yaml_path);
         rmdir(tmp_dir);
     }
@@ -236,6 +249,7 @@ static void at_exit(void) {
 
 static void cleanup_files(void) {
     unlink(key_path);
+    unlink(tenant_key_path);
     unlink(yaml_path);
     rmdir(tmp_dir);
 }
@@ -509,7 +523,7 @@ static void check(const tier *t, const char *what, kvs_status st) {
 static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory,
                       const char *payloads) {
     tier t = {.ops = kvs_remote_backend()};
-    kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", key_path},
+    kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", tenant_key_path},
                                  {"tenant", "bench"},     {"replicas", "1"},
                                  {"timeout_ms", "20000"}, {"shared_memory", shared_memory},
                                  {"payloads", payloads},  {"busy_poll_us", busy_poll_us}};

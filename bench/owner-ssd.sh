@@ -28,6 +28,7 @@ trap cleanup EXIT INT TERM
 mkdir "$tmp/direct" "$tmp/node"
 head -c 32 /dev/urandom > "$tmp/node.key"
 chmod 600 "$tmp/node.key"
+"$node" --psk-file "$tmp/node.key" --tenant-key bench --out "$tmp/bench.key"
 ssd_tier() {
     printf '  - name: nvme\n    type: ssd\n    capacity: 1GiB\n    paths: [%s]\n' "$1"
 }
@@ -46,7 +47,7 @@ esac
 addr=${line#*listen=}
 addr=${addr%% *}
 printf 'version: 1\nchunk_tokens: 256\ntiers:\n  - name: nvme\n    type: remote\n    nodes: [%s]\n    options:\n      psk_file: %s\n      tenant: bench\n' \
-    "$addr" "$tmp/node.key" > "$tmp/owner.yaml"
+    "$addr" "$tmp/bench.key" > "$tmp/owner.yaml"
 
 # run CONFIG [engine flags]: prints "GB/s TTFT_ms chunks" of the connector's run
 run() {

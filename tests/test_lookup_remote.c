@@ -17,10 +17,14 @@
 static const kvs_api *api;
 static kvs_test_node node;
 
+static char tenant_key_path[700]; /* tenant "lookups"'s key, derived from the node's */
+
 static void setup(void) {
     api = kvs_get_api(KVS_ABI_MAJOR);
     rig_setup();
     kvs_test_node_start_suite(&node, KVS_TEST_NODE_DRAM_YAML, 1, 0);
+    uint8_t key[32];
+    kvs_test_node_tenant_key(&node, "lookups", key, tenant_key_path, sizeof tenant_key_path);
 }
 
 static void teardown(void) {
@@ -36,7 +40,7 @@ static const char *config(const char *name, int with_dram, const char *loads) {
              "tiers:\n%s  - name: far\n    type: remote\n    nodes: [%s]\n    options:\n"
              "      psk_file: %s\n      tenant: lookups\n      timeout_ms: 1000\n",
              CHUNK, loads, with_dram ? "  - name: dram\n    type: dram\n    capacity: 4MiB\n" : "",
-             node.id, node.psk_path);
+             node.id, tenant_key_path);
     return rig_config(name, text);
 }
 

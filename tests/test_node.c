@@ -402,7 +402,10 @@ START_TEST(malformed_messages_get_an_error_and_the_node_keeps_serving) {
     ck_assert_uint_eq(rep.request_id, 4242);
 
     /* A reply type sent as a request. */
+    uint8_t filler[32] = {1};
     kvs_wire_msg_init(&m, KVS_WIRE_AUTH_OK, 0);
+    m.proof = m.worker_addr = m.session_token = filler;
+    m.worker_addr_len = sizeof filler;
     kvs_test_client_request(c, &m, &rep);
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_STATE);

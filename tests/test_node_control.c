@@ -86,6 +86,55 @@ START_TEST(handshake_with_a_wrong_key_is_refused_and_the_connection_closed) {
 }
 END_TEST
 
+/* Each tenant holds only its own key: tenant-b's key (or the node's master key) does not log in as
+ * tenant-a, and the node's CHALLENGE already tells such a client the node does not know its key. */
+START_TEST(a_tenant_s_key_logs_in_as_that_tenant_only) {
+    uint8_t b_key[32];
+    kvs_test_node_tenant_key(&node, "tenant-b", b_key, NULL, 0);
+    const uint8_t *keys[] = {b_key, node.psk};
+    for (int k = 0; k < 2; k++) {
+        kvs_test_client *c = kvs_test_client_open(&node);
+        uint32_t code = 0;
+        ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", keys[k], 32, &code),
+                          KVS_WIRE_ERROR);
+        ck_assert(!c->node_proved);
+        ck_assert_uint_eq(code, KVS_WIRE_ERR_AUTH);
+        ck_assert_ptr_null(c->conn);
+        kvs_test_client_close(c);
+    }
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-b"); /* as itself: served */
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    kvs_test_client_stats(c, s);
+    ck_assert_uint_eq(s[KVS_WIRE_STAT_AUTH_FAILURES], 2);
+    kvs_test_client_close(c);
+}
+END_TEST
+
+/* An authenticated tenant sends a worker address UCX would abort on (another address version in its
+ * header, or too short): the session is refused before UCX sees it, and the node serves on. */
+START_TEST(a_crafted_worker_address_is_refused_and_the_node_lives) {
+    uint8_t key[32], addr[512];
+    kvs_test_node_tenant_key(&node, "tenant-a", key, NULL, 0);
+    const size_t lens[] = {256, 512, 4};
+    for (int i = 0; i < 3; i++) {
+        memset(addr, 0xff, sizeof addr);
+        if (i == 1)
+            for (size_t k = 0; k < sizeof addr; k++) addr[k] = (uint8_t)(k * 131 + 7);
+        if (i == 1) addr[0] |= 0x0f; /* version 15 */
+        kvs_test_client *c = kvs_test_client_open(&node);
+        uint32_t code = 0;
+        ck_assert_uint_eq(
+            kvs_test_client_handshake_with(c, "tenant-a", key, sizeof key, addr, lens[i], &code),
+            KVS_WIRE_ERROR);
+        ck_assert_uint_eq(code, KVS_WIRE_ERR_INTERNAL);
+        kvs_test_client_close(c);
+        ck_assert(kvs_test_node_alive(&node));
+    }
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
+    kvs_test_client_close(c);
+}
+END_TEST
+
 START_TEST(requests_before_the_handshake_are_refused_with_state) {
     kvs_test_client *c = kvs_test_client_open(&node);
     uint8_t key[16];
@@ -432,6 +481,8 @@ int main(void) {
     tcase_add_test(tc, handshake_with_the_right_key_is_accepted);
     tcase_add_test(tc, handshake_with_a_wrong_key_is_refused_and_the_connection_closed);
     tcase_add_test(tc, requests_before_the_handshake_are_refused_with_state);
+    tcase_add_test(tc, a_tenant_s_key_logs_in_as_that_tenant_only);
+    tcase_add_test(tc, a_crafted_worker_address_is_refused_and_the_node_lives);
     tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);
     suite_add_tcase(s, tc);
     TCase *hostile = tcase_create("hostile");

@@ -253,7 +253,8 @@ START_TEST(a_fake_node_that_cannot_prove_the_key_gets_neither_our_proof_nor_our_
     kvs_status st = kvs_test_remote_create(opts, 6, err, sizeof err, &s, staging, STAGING_BYTES);
     /* a peer that refuses to prove the key at create is a refused handshake, as a wrong key is */
     ck_assert_int_ne(st, KVS_OK);
-    ck_assert_msg(strstr(err, "does not prove it holds the key") != NULL, "create: %s", err);
+    ck_assert_msg(strstr(err, "does not prove it holds the tenant's key") != NULL, "create: %s",
+                  err);
     ck_assert_int_ge(f.challenged, 1);
     ck_assert_msg(f.after_challenge == 0,
                   "the client sent %zu bytes (its AUTH) to a peer that did not prove the key",

@@ -83,7 +83,14 @@ START_TEST(challenge_auth_auth_ok_and_stats_round_trip) {
     ck_assert_int_eq(memcmp(back.proof, bytes, 32), 0);
     free(copy);
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 3);
-    free(kvs_test_wire_round_trip(&msg, &back));
+    msg.proof = bytes;
+    msg.worker_addr = bytes;
+    msg.worker_addr_len = 12;
+    msg.session_token = bytes + 16;
+    copy = kvs_test_wire_round_trip(&msg, &back);
+    ck_assert_int_eq(memcmp(back.proof, bytes, 32), 0); /* the node's proof of the handshake */
+    ck_assert_uint_eq(back.transports_len, 0);
+    free(copy);
     kvs_wire_msg_init(&msg, KVS_WIRE_STATS, UINT64_MAX);
     free(kvs_test_wire_round_trip(&msg, &back));
     ck_assert_uint_eq(back.request_id, UINT64_MAX);
@@ -476,15 +483,21 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     ck_assert_int_eq(memcmp(back.worker_addr, addr, sizeof addr), 0);
     ck_assert_uint_eq(back.pid, 4242);
     free(copy);
+    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
+    memset(token, 0x3c, sizeof token);
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 6);
+    msg.proof = proof;
     msg.transports = "sysv+posix+cma";
     msg.transports_len = 14;
+    msg.worker_addr = addr;
+    msg.worker_addr_len = sizeof addr;
+    msg.session_token = token;
     copy = kvs_test_wire_round_trip(&msg, &back);
     ck_assert_uint_eq(back.transports_len, 14);
     ck_assert_int_eq(memcmp(back.transports, "sysv+posix+cma", 14), 0);
     free(copy);
-    /* version 2: a worker address alone (every client sends one), and AUTH_OK with the node's worker
-     * address and the session token */
+    /* a worker address alone (every client sends one), and AUTH_OK with the node's worker address
+     * and the session token */
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 8);
     msg.proof = proof;
     msg.worker_addr = addr;
@@ -494,9 +507,8 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     ck_assert_int_eq(memcmp(back.worker_addr, addr, sizeof addr), 0);
     ck_assert_uint_eq(back.host_id_len, 0);
     free(copy);
-    uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
-    memset(token, 0x3c, sizeof token);
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 9);
+    msg.proof = proof;
     msg.transports = "tcp";
     msg.transports_len = 3;
     msg.worker_addr = addr;
@@ -521,8 +533,8 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     ck_assert_uint_eq(back.shared_tier_capacity, 1ull << 33);
     ck_assert_uint_eq(back.shared_tier_max_object, 1ull << 20);
     free(copy);
-    /* a host id without a worker address or without a pid, or an AUTH_OK address without a token, is
-     * not encoded */
+    /* a host id without a worker address or without a pid, or an AUTH_OK address without a token or
+     * without the node's proof, is not encoded */
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH, 7);
     msg.proof = proof;
     msg.host_id = host;
@@ -537,11 +549,16 @@ START_TEST(auth_with_a_worker_address_and_auth_ok_with_transports_round_trip) {
     msg.pid = 0;
     ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 7);
+    msg.proof = proof;
     msg.worker_addr = addr;
     msg.worker_addr_len = sizeof addr;
     ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
+    msg.session_token = token;
+    msg.proof = NULL;
+    ck_assert_int_eq(kvs_wire_encode(&msg, buf, sizeof buf, &len, &why), KVS_EINVAL);
     /* a shared tier without a worker address, or without its geometry, is not encoded either */
     kvs_wire_msg_init(&msg, KVS_WIRE_AUTH_OK, 7);
+    msg.proof = proof;
     msg.shared_tier = "t";
     msg.shared_tier_len = 1;
     msg.shared_tier_capacity = 1;
@@ -604,20 +621,22 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
     ck_assert_int_ne(st, KVS_OK);
     /* a transports text over the limit in AUTH_OK */
     kvs_test_raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1);
-    ck_assert_int_eq(msgpack_pack_array(&r.pk, 1), 0);
+    ck_assert_int_eq(msgpack_pack_array(&r.pk, 4), 0);
+    kvs_test_raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
     char text[KVS_WIRE_MAX_TRANSPORTS_TEXT + 1];
     memset(text, 'a', sizeof text);
     ck_assert_int_eq(msgpack_pack_str(&r.pk, sizeof text), 0);
     ck_assert_int_eq(msgpack_pack_str_body(&r.pk, text, sizeof text), 0);
     kvs_test_wire_assert_refused(kvs_test_raw_decode(&r, &msg, &why), &why, KVS_EINVAL,
                                  KVS_WIRE_ERR_LIMIT, "the transports");
-    /* AUTH_OK with four fields (a shared tier's name without its geometry), and with a shared tier
+    /* AUTH_OK with five fields (a shared tier's name without its geometry), and with a shared tier
      * of capacity 0 */
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
     memset(token, 1, sizeof token);
     for (int bad = 0; bad < 2; bad++) {
         kvs_test_raw_begin(&r, KVS_WIRE_VERSION, KVS_WIRE_AUTH_OK, 1);
-        ck_assert_int_eq(msgpack_pack_array(&r.pk, bad ? 6 : 4), 0);
+        ck_assert_int_eq(msgpack_pack_array(&r.pk, bad ? 7 : 5), 0);
+        kvs_test_raw_bin(&r, KVS_WIRE_PROOF_BYTES, 1);
         ck_assert_int_eq(msgpack_pack_str(&r.pk, 3), 0);
         ck_assert_int_eq(msgpack_pack_str_body(&r.pk, "tcp", 3), 0);
         kvs_test_raw_bin(&r, 32, 2);
@@ -631,7 +650,7 @@ START_TEST(an_auth_with_a_bad_address_group_is_refused) {
         }
         kvs_test_wire_assert_refused(kvs_test_raw_decode(&r, &msg, &why), &why, KVS_ECORRUPT,
                                      bad ? KVS_WIRE_ERR_VALUE : KVS_WIRE_ERR_TYPE,
-                                     bad ? "shared tier" : "has 4 fields");
+                                     bad ? "shared tier" : "has 5 fields");
     }
 }
 END_TEST

@@ -214,7 +214,7 @@ START_TEST(an_unknown_version_is_refused_and_answered_with_an_error_reply) {
     kvs_wire_refusal why;
     kvs_test_wire_assert_refused(
         kvs_test_wire_decode_copy(kvs_test_wire_buf, len, &msg, &why, NULL), &why, KVS_EVERSION,
-        KVS_WIRE_ERR_VERSION, "version 3");
+        KVS_WIRE_ERR_VERSION, "this side speaks 3");
     ck_assert_int_eq(why.have_request_id, 1);
     ck_assert_uint_eq(why.request_id, 0xabcdef);
     /* a newer header with more fields still gets a version error, not a shape error */
@@ -350,6 +350,8 @@ START_TEST(mutated_messages_decode_cleanly_or_are_refused) {
         msg.tenant = "fuzz-tenant";
         msg.tenant_len = 11;
         msg.nonce = msg.challenge = msg.proof = bytes32;
+        msg.worker_addr = msg.session_token = bytes32; /* AUTH_OK's */
+        msg.worker_addr_len = t == KVS_WIRE_AUTH_OK ? sizeof bytes32 : 0;
         msg.error_code = 4;
         msg.error_text = "a sentence";
         msg.error_text_len = 10;

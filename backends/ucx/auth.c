@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -15,11 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define AUTH_LABEL  "kvstrata-auth-v1" /* the client's proof */
-#define NODE_LABEL  "kvstrata-node-v1" /* the node's */
-#define LABEL_BYTES (sizeof AUTH_LABEL - 1)
-_Static_assert(sizeof AUTH_LABEL == sizeof NODE_LABEL, "labels of one length");
-#define TENANT_LABEL "kvstrata-tenant-v1"
+#define TENANT_LABEL     "kvstrata-tenant-v1"     /* tenant namespacing of stored keys */
+#define TENANT_KEY_LABEL "kvstrata-tenant-key-v1" /* a tenant's key from the master key */
 
 enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
 
@@ -114,76 +113,156 @@ kvs_status kvs_remote_random(uint8_t *out, size_t n) {
     return RAND_bytes(out, (int)n) == 1 ? KVS_OK : KVS_EIO;
 }
 
-/* HMAC-SHA256(psk, label || challenge || nonce || tenant); the two labels have one length, so a
- * client's proof is never a node's and the other way round. */
-static kvs_status labeled_proof(const char label[LABEL_BYTES + 1], const kvs_remote_psk *psk,
-                                const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
-    if (!psk || psk->len < KVS_REMOTE_PSK_MIN_BYTES || !challenge || !nonce || !tenant || !proof ||
-        tenant_len == 0 || tenant_len > KVS_WIRE_MAX_TENANT_BYTES)
-        return KVS_EINVAL;
-    /* every part but the last has a fixed size, so the concatenation is unambiguous */
-    uint8_t msg[LABEL_BYTES + KVS_WIRE_CHALLENGE_BYTES + KVS_WIRE_NONCE_BYTES +
-                KVS_WIRE_MAX_TENANT_BYTES];
-    size_t at = 0;
-    memcpy(msg, label, LABEL_BYTES);
-    at += LABEL_BYTES;
-    memcpy(msg + at, challenge, KVS_WIRE_CHALLENGE_BYTES);
-    at += KVS_WIRE_CHALLENGE_BYTES;
-    memcpy(msg + at, nonce, KVS_WIRE_NONCE_BYTES);
-    at += KVS_WIRE_NONCE_BYTES;
-    memcpy(msg + at, tenant, tenant_len);
-    at += tenant_len;
-    unsigned int md_len = 0;
+/* ---- the transcript's proofs ------------------------------------------------------------- */
+
+static const char *const PROOF_LABELS[] = {"kvstrata-node-v3", "kvstrata-auth-v3",
+                                           "kvstrata-ok-v3"};
+
+typedef struct mac {
+    EVP_MAC_CTX *ctx;
+    int ok;
+} mac;
+
+static void mac_part(mac *m, const void *bytes, size_t len) {
+    uint8_t l[4] = {(uint8_t)(len >> 24), (uint8_t)(len >> 16), (uint8_t)(len >> 8), (uint8_t)len};
+    m->ok = m->ok && len <= UINT32_MAX && EVP_MAC_update(m->ctx, l, sizeof l) == 1 &&
+            (len == 0 || EVP_MAC_update(m->ctx, bytes, len) == 1);
+}
+
+static void mac_u64(mac *m, uint64_t v) {
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (56 - 8 * i));
+    mac_part(m, b, sizeof b);
+}
+
+static EVP_MAC *hmac_alg;
+static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
+static void hmac_fetch(void) {
+    hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
+}
+
+/* HMAC-SHA256(key, label [|| version] || parts...): each part length-prefixed, so no two
+ * transcripts concatenate to the same bytes. A tenant's key is not versioned: it outlives protocol
+ * versions. */
+static kvs_status mac_begin(mac *m, const kvs_remote_psk *key, const char *label, int versioned) {
+    pthread_once(&hmac_once, hmac_fetch);
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                           OSSL_PARAM_construct_end()};
+    m->ctx = hmac_alg ? EVP_MAC_CTX_new(hmac_alg) : NULL;
+    m->ok = m->ctx && EVP_MAC_init(m->ctx, key->bytes, key->len, params) == 1;
+    mac_part(m, label, strlen(label));
+    if (versioned) mac_u64(m, KVS_WIRE_VERSION);
+    return m->ok ? KVS_OK : KVS_EIO;
+}
+
+static kvs_status mac_end(mac *m, uint8_t out[KVS_WIRE_PROOF_BYTES]) {
     uint8_t md[EVP_MAX_MD_SIZE];
-    if (!HMAC(EVP_sha256(), psk->bytes, (int)psk->len, msg, at, md, &md_len) ||
-        md_len != KVS_WIRE_PROOF_BYTES)
-        return KVS_EIO;
-    memcpy(proof, md, KVS_WIRE_PROOF_BYTES);
+    size_t len = 0;
+    m->ok = m->ok && EVP_MAC_final(m->ctx, md, &len, sizeof md) == 1 && len == KVS_WIRE_PROOF_BYTES;
+    if (m->ok) memcpy(out, md, KVS_WIRE_PROOF_BYTES);
     OPENSSL_cleanse(md, sizeof md);
-    return KVS_OK;
+    EVP_MAC_CTX_free(m->ctx);
+    return m->ok ? KVS_OK : KVS_EIO;
 }
 
-kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk,
-                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
-    return labeled_proof(AUTH_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
+kvs_status kvs_remote_proof(const kvs_remote_psk *key, kvs_remote_proof_kind kind,
+                            const kvs_remote_transcript *t, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    if (!key || key->len < KVS_REMOTE_PSK_MIN_BYTES || !t || !proof || kind < 0 ||
+        kind > KVS_REMOTE_PROOF_OK || !t->tenant || t->tenant_len == 0 ||
+        t->tenant_len > KVS_WIRE_MAX_TENANT_BYTES || !t->nonce || !t->challenge)
+        return KVS_EINVAL;
+    if (kind >= KVS_REMOTE_PROOF_CLIENT &&
+        (!t->node_proof || (t->client_worker_addr_len && !t->client_worker_addr) ||
+         (t->host_id_len && !t->host_id)))
+        return KVS_EINVAL;
+    if (kind == KVS_REMOTE_PROOF_OK && (!t->client_proof || (t->transports_len && !t->transports) ||
+                                        (t->node_worker_addr_len && !t->node_worker_addr) ||
+                                        (t->shared_tier_len && !t->shared_tier)))
+        return KVS_EINVAL;
+    mac m;
+    if (mac_begin(&m, key, PROOF_LABELS[kind], 1) != KVS_OK) {
+        EVP_MAC_CTX_free(m.ctx);
+        return KVS_EIO;
+    }
+    mac_part(&m, t->tenant, t->tenant_len);
+    mac_part(&m, t->nonce, KVS_WIRE_NONCE_BYTES);
+    mac_part(&m, t->challenge, KVS_WIRE_CHALLENGE_BYTES);
+    if (kind >= KVS_REMOTE_PROOF_CLIENT) {
+        mac_part(&m, t->node_proof, KVS_WIRE_PROOF_BYTES);
+        mac_part(&m, t->client_worker_addr, t->client_worker_addr_len);
+        mac_part(&m, t->host_id, t->host_id_len);
+        mac_u64(&m, t->pid);
+    }
+    if (kind == KVS_REMOTE_PROOF_OK) {
+        mac_part(&m, t->client_proof, KVS_WIRE_PROOF_BYTES);
+        mac_part(&m, t->transports, t->transports_len);
+        mac_part(&m, t->node_worker_addr, t->node_worker_addr_len);
+        mac_part(&m, t->session_token, t->session_token ? KVS_WIRE_SESSION_TOKEN_BYTES : 0);
+        mac_part(&m, t->shared_tier, t->shared_tier_len);
+        mac_u64(&m, t->shared_tier_capacity);
+        mac_u64(&m, t->shared_tier_max_object);
+    }
+    return mac_end(&m, proof);
 }
 
-kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk,
-                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
-    return labeled_proof(NODE_LABEL, psk, challenge, nonce, tenant, tenant_len, proof);
-}
-
-kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk,
-                                       const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES],
-                                       const char *tenant, size_t tenant_len, const uint8_t *proof,
-                                       size_t proof_len) {
+kvs_status kvs_remote_proof_check(const kvs_remote_psk *key, kvs_remote_proof_kind kind,
+                                  const kvs_remote_transcript *t, const uint8_t *proof,
+                                  size_t proof_len) {
     uint8_t want[KVS_WIRE_PROOF_BYTES];
     if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) return KVS_EINVAL;
-    kvs_status st = kvs_remote_node_proof(psk, challenge, nonce, tenant, tenant_len, want);
+    kvs_status st = kvs_remote_proof(key, kind, t, want);
     if (st != KVS_OK) return st;
     int same = CRYPTO_memcmp(want, proof, KVS_WIRE_PROOF_BYTES) == 0;
     OPENSSL_cleanse(want, sizeof want);
     return same ? KVS_OK : KVS_EINVAL;
 }
 
-kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire_msg *hello,
-                                      const uint8_t **challenge_out, char *error,
-                                      size_t error_len) {
-    if (!node || !hello || !challenge_out) return KVS_EINVAL;
+kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenant,
+                                 size_t tenant_len, kvs_remote_psk *out) {
+    if (!master || master->len < KVS_REMOTE_PSK_MIN_BYTES || !tenant || !out ||
+        !kvs_wire_tenant_ok(tenant, (uint32_t)tenant_len))
+        return KVS_EINVAL;
+    mac m;
+    memset(out, 0, sizeof *out);
+    if (mac_begin(&m, master, TENANT_KEY_LABEL, 0) != KVS_OK) {
+        EVP_MAC_CTX_free(m.ctx);
+        return KVS_EIO;
+    }
+    mac_part(&m, tenant, tenant_len);
+    if (mac_end(&m, out->bytes) != KVS_OK) return KVS_EIO;
+    out->len = KVS_WIRE_PROOF_BYTES; /* 32 bytes: a key of the smallest size a key file takes */
+    return KVS_OK;
+}
+
+/* The transcript as far as the node has it: HELLO and its CHALLENGE. */
+static kvs_remote_transcript node_transcript(const kvs_remote_auth_node *node) {
+    return (kvs_remote_transcript){.tenant = node->tenant,
+                                   .tenant_len = node->tenant_len,
+                                   .nonce = node->nonce,
+                                   .challenge = node->challenge,
+                                   .node_proof = node->node_proof};
+}
+
+static void with_auth(kvs_remote_transcript *t, const kvs_wire_msg *auth) {
+    t->client_worker_addr = auth->worker_addr;
+    t->client_worker_addr_len = auth->worker_addr_len;
+    t->host_id = auth->host_id;
+    t->host_id_len = auth->host_id_len;
+    t->pid = auth->pid;
+}
+
+kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_remote_psk *master,
+                                      const kvs_wire_msg *hello, const uint8_t **challenge_out,
+                                      const uint8_t **proof_out, char *error, size_t error_len) {
+    if (!node || !master || !hello || !challenge_out || !proof_out) return KVS_EINVAL;
     if (node->state != NODE_FRESH) {
         say(error, error_len, "remote auth: a second hello on one connection is refused");
         node->state = NODE_REFUSED;
         return KVS_ESTATE;
     }
     if (hello->type != KVS_WIRE_HELLO || !hello->nonce || !hello->tenant ||
-        hello->tenant_len == 0 || hello->tenant_len > KVS_WIRE_MAX_TENANT_BYTES) {
+        !kvs_wire_tenant_ok(hello->tenant, hello->tenant_len)) {
         say(error, error_len,
             "remote auth: the first message must be a hello with a tenant and a nonce");
         node->state = NODE_REFUSED;
@@ -198,51 +277,80 @@ kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire
     memcpy(node->tenant, hello->tenant, hello->tenant_len);
     node->tenant[hello->tenant_len] = '\0';
     node->tenant_len = hello->tenant_len;
+    kvs_remote_transcript t = node_transcript(node);
+    if (kvs_remote_tenant_psk(master, node->tenant, node->tenant_len, &node->key) != KVS_OK ||
+        kvs_remote_proof(&node->key, KVS_REMOTE_PROOF_NODE, &t, node->node_proof) != KVS_OK) {
+        say(error, error_len, "remote auth: could not derive the tenant's key (libcrypto)");
+        kvs_remote_auth_node_clear(node);
+        node->state = NODE_REFUSED;
+        return KVS_EIO;
+    }
     node->state = NODE_CHALLENGED;
     *challenge_out = node->challenge;
+    *proof_out = node->node_proof;
     return KVS_OK;
 }
 
-kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remote_psk *psk,
-                                      const uint8_t *proof, size_t proof_len, char *error,
-                                      size_t error_len) {
-    if (!node || !psk) return KVS_EINVAL;
+kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_wire_msg *auth,
+                                      char *error, size_t error_len) {
+    if (!node || !auth) return KVS_EINVAL;
     if (node->state != NODE_CHALLENGED) {
         say(error, error_len, "remote auth: an auth without a live challenge is refused");
         node->state = NODE_REFUSED;
         return KVS_ESTATE;
     }
     node->state = NODE_REFUSED; /* the challenge is used up whatever happens below */
-    if (!proof || proof_len != KVS_WIRE_PROOF_BYTES) {
-        say(error, error_len, "remote auth: tenant \"%s\" sent a proof of %zu bytes, %u expected",
-            node->tenant, proof ? proof_len : 0, KVS_WIRE_PROOF_BYTES);
+    if (!auth->proof) {
+        say(error, error_len, "remote auth: tenant \"%s\" sent no proof", node->tenant);
+        kvs_remote_auth_node_clear(node);
         return KVS_EINVAL;
     }
-    uint8_t want[KVS_WIRE_PROOF_BYTES];
-    kvs_status st = kvs_remote_auth_proof(psk, node->challenge, node->nonce, node->tenant,
-                                          node->tenant_len, want);
-    OPENSSL_cleanse(node->challenge, sizeof node->challenge);
+    kvs_remote_transcript t = node_transcript(node);
+    with_auth(&t, auth);
+    kvs_status st = kvs_remote_proof_check(&node->key, KVS_REMOTE_PROOF_CLIENT, &t, auth->proof,
+                                           KVS_WIRE_PROOF_BYTES);
     if (st != KVS_OK) {
-        say(error, error_len, "remote auth: could not compute the expected proof (libcrypto)");
-        return st;
-    }
-    int same = CRYPTO_memcmp(want, proof, KVS_WIRE_PROOF_BYTES) == 0;
-    OPENSSL_cleanse(want, sizeof want);
-    if (!same) {
         say(error, error_len,
-            "remote auth: tenant \"%s\" failed the handshake (wrong key or stale proof)",
+            "remote auth: tenant \"%s\" failed the handshake (not its key, a stale proof, or a "
+            "message changed on the way)",
             node->tenant);
+        kvs_remote_auth_node_clear(node);
         return KVS_EINVAL;
     }
+    memcpy(node->client_proof, auth->proof, KVS_WIRE_PROOF_BYTES);
     node->state = NODE_ACCEPTED;
     return KVS_OK;
 }
 
-kvs_status kvs_remote_auth_node_proof(const kvs_remote_auth_node *node, const kvs_remote_psk *psk,
-                                      uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
-    if (!node || node->state != NODE_CHALLENGED) return KVS_ESTATE;
-    return kvs_remote_node_proof(psk, node->challenge, node->nonce, node->tenant, node->tenant_len,
-                                 proof);
+kvs_status kvs_remote_auth_node_ok_proof(kvs_remote_auth_node *node, const kvs_wire_msg *auth,
+                                         const kvs_wire_msg *ok,
+                                         uint8_t proof[KVS_WIRE_PROOF_BYTES]) {
+    if (!node || !auth || !ok || !proof) return KVS_EINVAL;
+    if (node->state != NODE_ACCEPTED) return KVS_ESTATE;
+    kvs_remote_transcript t = node_transcript(node);
+    with_auth(&t, auth);
+    kvs_remote_transcript_ok(&t, node->client_proof, ok);
+    kvs_status st = kvs_remote_proof(&node->key, KVS_REMOTE_PROOF_OK, &t, proof);
+    kvs_remote_psk_clear(&node->key);
+    return st;
+}
+
+void kvs_remote_transcript_ok(kvs_remote_transcript *t, const uint8_t *client_proof,
+                              const kvs_wire_msg *ok) {
+    t->client_proof = client_proof;
+    t->transports = ok->transports;
+    t->transports_len = ok->transports_len;
+    t->node_worker_addr = ok->worker_addr;
+    t->node_worker_addr_len = ok->worker_addr_len;
+    t->session_token = ok->session_token;
+    t->shared_tier = ok->shared_tier;
+    t->shared_tier_len = ok->shared_tier_len;
+    t->shared_tier_capacity = ok->shared_tier_capacity;
+    t->shared_tier_max_object = ok->shared_tier_max_object;
+}
+
+void kvs_remote_auth_node_clear(kvs_remote_auth_node *node) {
+    if (node) kvs_remote_psk_clear(&node->key);
 }
 
 int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node) {

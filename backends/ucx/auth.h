@@ -1,10 +1,12 @@
 /* auth.h - the remote tier's connect handshake and tenant namespacing (OpenSSL libcrypto).
  *
- * HELLO (tenant, client nonce) -> CHALLENGE (32 fresh random bytes from the node) -> AUTH (proof) ->
- * AUTH_OK or ERROR, where proof = HMAC-SHA256(psk, "kvstrata-auth-v1" || challenge || nonce || tenant).
- * A proof answers one challenge; the node consumes the challenge on the first AUTH, right or wrong,
- * so a recorded AUTH fails on any other connection. This authenticates the peer at connect only:
- * nothing here encrypts or signs later traffic. All calls are thread-safe on distinct objects. */
+ * HELLO (tenant, client nonce) -> CHALLENGE (32 fresh random bytes from the node, the node's proof)
+ * -> AUTH (the client's proof, its worker address) -> AUTH_OK (the node's worker address, the session
+ * token, the node's proof of all of it) or ERROR. Each proof is keyed with the tenant's own key and
+ * covers the whole transcript so far (kvs_remote_transcript). A proof answers one challenge; the node
+ * consumes the challenge on the first AUTH, right or wrong, so a recorded AUTH fails on any other
+ * connection. This authenticates the handshake only: nothing here encrypts or signs later traffic.
+ * All calls are thread-safe on distinct objects. */
 #ifndef KVS_REMOTE_AUTH_H
 #define KVS_REMOTE_AUTH_H
 
@@ -38,25 +40,59 @@ void kvs_remote_psk_clear(kvs_remote_psk *psk);
  * KVS_EIO when the generator fails. */
 kvs_status kvs_remote_random(uint8_t *out, size_t n);
 
-/* The client's proof for (challenge, nonce, tenant). tenant: tenant_len bytes, not NUL-terminated. */
-kvs_status kvs_remote_auth_proof(const kvs_remote_psk *psk,
-                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]);
+/* A tenant's key: HMAC-SHA256(master, "kvstrata-tenant-key-v1" || u32 big-endian len(tenant) ||
+ * tenant), 32 bytes. The node holds the master key and derives each tenant's at its HELLO; a client
+ * holds only its own tenant's (`kvstrata-node --tenant-key`), so it can act as no other tenant. */
+kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenant,
+                                 size_t tenant_len, kvs_remote_psk *out);
 
-/* The node's proof for (challenge, nonce, tenant), sent with its CHALLENGE: the client checks it
- * before it sends anything of its own (its proof, its worker address), so a peer that answers at a
- * node's address without the key learns nothing and can hand the client nothing for UCX to parse. */
-kvs_status kvs_remote_node_proof(const kvs_remote_psk *psk,
-                                 const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                 const uint8_t nonce[KVS_WIRE_NONCE_BYTES], const char *tenant,
-                                 size_t tenant_len, uint8_t proof[KVS_WIRE_PROOF_BYTES]);
-/* KVS_OK when proof (proof_len bytes) is the node's proof for these; KVS_EINVAL otherwise. */
-kvs_status kvs_remote_node_proof_check(const kvs_remote_psk *psk,
-                                       const uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES],
-                                       const uint8_t nonce[KVS_WIRE_NONCE_BYTES],
-                                       const char *tenant, size_t tenant_len, const uint8_t *proof,
-                                       size_t proof_len);
+/* Everything both sides sent in one handshake, as each side saw it. Every proof is an HMAC-SHA256
+ * under the tenant's key over a label, the wire version and the fields up to its own message, each
+ * as a 4-byte big-endian length and its bytes: anything changed in flight fails the next proof. */
+typedef struct kvs_remote_transcript {
+    const char *tenant; /* HELLO */
+    size_t tenant_len;
+    const uint8_t *nonce;      /* HELLO: KVS_WIRE_NONCE_BYTES */
+    const uint8_t *challenge;  /* CHALLENGE: KVS_WIRE_CHALLENGE_BYTES */
+    const uint8_t *node_proof; /* CHALLENGE: the node's proof of the fields above */
+    /* AUTH */
+    const uint8_t *client_worker_addr;
+    uint32_t client_worker_addr_len;
+    const uint8_t *host_id;
+    uint32_t host_id_len;
+    uint32_t pid;
+    const uint8_t *client_proof; /* AUTH: the client's proof of everything above */
+    /* AUTH_OK */
+    const char *transports;
+    uint32_t transports_len;
+    const uint8_t *node_worker_addr;
+    uint32_t node_worker_addr_len;
+    const uint8_t *session_token; /* KVS_WIRE_SESSION_TOKEN_BYTES, or NULL */
+    const char *shared_tier;
+    uint32_t shared_tier_len;
+    uint64_t shared_tier_capacity, shared_tier_max_object;
+} kvs_remote_transcript;
+
+typedef enum kvs_remote_proof_kind {
+    KVS_REMOTE_PROOF_NODE = 0,   /* CHALLENGE: tenant, nonce, challenge */
+    KVS_REMOTE_PROOF_CLIENT = 1, /* AUTH: and the node's proof, the client's worker address, host
+                                  * id and pid */
+    KVS_REMOTE_PROOF_OK = 2,     /* AUTH_OK: and the client's proof, transports, the node's worker
+                                  * address, the session token and the shared tier */
+} kvs_remote_proof_kind;
+
+/* The proof of `kind` over t under key (a tenant's key). KVS_EINVAL for a field it needs missing. */
+kvs_status kvs_remote_proof(const kvs_remote_psk *key, kvs_remote_proof_kind kind,
+                            const kvs_remote_transcript *t, uint8_t proof[KVS_WIRE_PROOF_BYTES]);
+/* KVS_OK when proof (proof_len bytes) is that proof; KVS_EINVAL otherwise (compared in constant
+ * time). */
+kvs_status kvs_remote_proof_check(const kvs_remote_psk *key, kvs_remote_proof_kind kind,
+                                  const kvs_remote_transcript *t, const uint8_t *proof,
+                                  size_t proof_len);
+
+/* t's AUTH_OK fields from ok, and the client's proof they follow. */
+void kvs_remote_transcript_ok(kvs_remote_transcript *t, const uint8_t *client_proof,
+                              const kvs_wire_msg *ok);
 
 /* Node side of one connection's handshake. One per connection, owned by its connection thread. */
 typedef struct kvs_remote_auth_node {
@@ -64,24 +100,32 @@ typedef struct kvs_remote_auth_node {
     uint8_t nonce[KVS_WIRE_NONCE_BYTES];
     char tenant[KVS_WIRE_MAX_TENANT_BYTES + 1]; /* NUL-terminated once a HELLO was taken */
     size_t tenant_len;
+    kvs_remote_psk key; /* the tenant's, derived at HELLO; wiped once the handshake ends */
+    uint8_t node_proof[KVS_WIRE_PROOF_BYTES];
+    uint8_t client_proof[KVS_WIRE_PROOF_BYTES];
     int state; /* internal: 0 fresh, 1 challenge issued, 2 authenticated, 3 refused */
 } kvs_remote_auth_node;
 
-/* Take a decoded HELLO: remember tenant and nonce and make a fresh challenge; *challenge_out points
- * at it (inside node) for the CHALLENGE reply. KVS_ESTATE if a HELLO was already taken. */
-kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_wire_msg *hello,
-                                      const uint8_t **challenge_out, char *error, size_t error_len);
-/* Check an AUTH proof (proof may be NULL or of the wrong length: refused). The challenge is used
- * up either way. KVS_OK: authenticated; KVS_EINVAL: wrong proof; KVS_ESTATE: no live challenge. */
-kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_remote_psk *psk,
-                                      const uint8_t *proof, size_t proof_len, char *error,
-                                      size_t error_len);
-/* The node's proof for the challenge kvs_remote_auth_node_hello just made (for the CHALLENGE reply).
- * KVS_ESTATE when no challenge is live. */
-kvs_status kvs_remote_auth_node_proof(const kvs_remote_auth_node *node, const kvs_remote_psk *psk,
-                                      uint8_t proof[KVS_WIRE_PROOF_BYTES]);
+/* Take a decoded HELLO: derive the tenant's key from master, make a fresh challenge and the node's
+ * proof; *challenge_out and *proof_out point at them (inside node) for the CHALLENGE reply.
+ * KVS_ESTATE if a HELLO was already taken. */
+kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_remote_psk *master,
+                                      const kvs_wire_msg *hello, const uint8_t **challenge_out,
+                                      const uint8_t **proof_out, char *error, size_t error_len);
+/* Check an AUTH (its proof covers the transcript and its own worker address, host id and pid). The
+ * challenge is used up either way. KVS_OK: authenticated; KVS_EINVAL: wrong proof; KVS_ESTATE: no
+ * live challenge. */
+kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_wire_msg *auth,
+                                      char *error, size_t error_len);
+/* The node's proof for the AUTH_OK `ok` (its other fields set) of an accepted handshake, into
+ * proof; the tenant's key is wiped after it. KVS_ESTATE when not accepted. */
+kvs_status kvs_remote_auth_node_ok_proof(kvs_remote_auth_node *node, const kvs_wire_msg *auth,
+                                         const kvs_wire_msg *ok,
+                                         uint8_t proof[KVS_WIRE_PROOF_BYTES]);
 /* 1 when this connection finished the handshake and was accepted. */
 int kvs_remote_auth_node_ok(const kvs_remote_auth_node *node);
+/* Wipe what the handshake holds (the tenant's key). */
+void kvs_remote_auth_node_clear(kvs_remote_auth_node *node);
 
 /* The key stored on the node for a tenant's key: the first 16 bytes of
  * SHA-256("kvstrata-tenant-v1" || u32 big-endian len(tenant) || tenant || key). Deterministic, and

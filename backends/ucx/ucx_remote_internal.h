@@ -79,6 +79,9 @@ typedef struct rnode {
     uint64_t hs_deadline_ns; /* the whole handshake's, timeout_ms after it began */
     uint8_t nonce[KVS_WIRE_NONCE_BYTES];
     uint8_t challenge[KVS_WIRE_CHALLENGE_BYTES];
+    uint8_t node_proof[KVS_WIRE_PROOF_BYTES];   /* CHALLENGE's: the transcript's next part */
+    uint8_t client_proof[KVS_WIRE_PROOF_BYTES]; /* AUTH's */
+    uint32_t pid;                               /* AUTH's (0: not sent) */
     char refusal[KVS_WIRE_MAX_ERROR_TEXT + 1];
     char payload_tls[KVS_WIRE_MAX_TRANSPORTS_TEXT +
                      1]; /* AUTH_OK: what the node's RMA to us runs over */

@@ -182,6 +182,21 @@ static kvs_status handshake_begin(remote *r, rnode *nd) {
     return KVS_OK;
 }
 
+/* The handshake as this client sent and received it so far. */
+static kvs_remote_transcript transcript(const remote *r, const rnode *nd) {
+    return (kvs_remote_transcript){.tenant = r->opt.tenant,
+                                   .tenant_len = strlen(r->opt.tenant),
+                                   .nonce = nd->nonce,
+                                   .challenge = nd->challenge,
+                                   .node_proof = nd->node_proof,
+                                   .client_worker_addr = r->worker_addr,
+                                   .client_worker_addr_len = (uint32_t)r->worker_addr_len,
+                                   .host_id = r->offer_shared_memory ? r->host_id : NULL,
+                                   .host_id_len =
+                                       r->offer_shared_memory ? (uint32_t)sizeof r->host_id : 0,
+                                   .pid = nd->pid};
+}
+
 /* The node authenticated us and sent its worker address and our session token in AUTH_OK: make the
  * request endpoint from the address (a short wait bounded by the handshake's deadline) and count the
  * node up. */
@@ -265,27 +280,24 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
             __attribute__((fallthrough)); /* the challenge may be there already */
         case HS_HELLO_SENT: {
             if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
-            if (kvs_remote_node_proof_check(&r->psk, m.challenge, nd->nonce, r->opt.tenant,
-                                            strlen(r->opt.tenant), m.proof,
-                                            m.proof ? KVS_WIRE_PROOF_BYTES : 0) != KVS_OK) {
+            memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
+            memcpy(nd->node_proof, m.proof, KVS_WIRE_PROOF_BYTES);
+            kvs_remote_transcript t = transcript(r, nd);
+            if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_NODE, &t, m.proof,
+                                       KVS_WIRE_PROOF_BYTES) != KVS_OK) {
                 /* not a node holding our key: it gets neither our proof nor our worker address */
                 snprintf(nd->refusal, sizeof nd->refusal,
-                         "the peer's challenge does not prove it holds the key (not a "
-                         "kvstrata node, or another psk_file)");
+                         "the peer's challenge does not prove it holds the tenant's key (not a "
+                         "kvstrata node, another master key, a key of another tenant, or a "
+                         "message changed on the way)");
                 nd->hs = HS_REFUSED;
                 pthread_mutex_lock(&r->mutex);
                 r->stats.auth_refusals++;
                 pthread_mutex_unlock(&r->mutex);
                 return KVS_EIO;
             }
-            memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
             nd->hs = HS_CHALLENGE;
-            uint8_t proof[KVS_WIRE_PROOF_BYTES];
-            st = kvs_remote_auth_proof(&r->psk, nd->challenge, nd->nonce, r->opt.tenant,
-                                       strlen(r->opt.tenant), proof);
-            if (st != KVS_OK) return st;
             kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
-            m.proof = proof;
             m.worker_addr = r->worker_addr;
             m.worker_addr_len = (uint32_t)r->worker_addr_len;
             if (r->offer_shared_memory) {
@@ -293,14 +305,34 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
                 m.host_id_len = sizeof r->host_id;
                 m.pid = (uint32_t)getpid();
             }
+            nd->pid = m.pid;
+            t = transcript(r, nd);
+            if ((st = kvs_remote_proof(&r->psk, KVS_REMOTE_PROOF_CLIENT, &t, nd->client_proof)) !=
+                KVS_OK)
+                return st;
+            m.proof = nd->client_proof;
             nd->payload_tls[0] = '\0';
             nd->hs = HS_AUTH_SENT;
             if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
         }
             __attribute__((fallthrough));
-        case HS_AUTH_SENT:
+        case HS_AUTH_SENT: {
             if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
+            /* nothing of it reaches UCX unless the node proves it sent all of it, to us */
+            kvs_remote_transcript t = transcript(r, nd);
+            kvs_remote_transcript_ok(&t, nd->client_proof, &m);
+            if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_OK, &t, m.proof,
+                                       KVS_WIRE_PROOF_BYTES) != KVS_OK) {
+                snprintf(nd->refusal, sizeof nd->refusal,
+                         "the node's auth_ok does not prove the handshake (changed on the way)");
+                nd->hs = HS_REFUSED;
+                pthread_mutex_lock(&r->mutex);
+                r->stats.auth_refusals++;
+                pthread_mutex_unlock(&r->mutex);
+                return KVS_EIO;
+            }
             return handshake_finish(r, nd, &m);
+        }
         default:
             snprintf(nd->refusal, sizeof nd->refusal, "handshake in an unexpected state %d",
                      nd->hs);

@@ -12,8 +12,9 @@
 
 #include "abi/kvstrata.h"
 
-#define KVS_WIRE_VERSION \
-    2u /* 2: AUTH carries the worker address, AUTH_OK the node's and a session token */
+/* 2: AUTH carries the worker address, AUTH_OK the node's and a session token; 3: per-tenant keys,
+ * every proof covers the whole handshake, AUTH_OK carries the node's */
+#define KVS_WIRE_VERSION 3u
 
 /* Limits: a decoder refuses anything over them before it reads the field's bytes; an encoder refuses
  * to write what a decoder would refuse. */
@@ -39,8 +40,8 @@ typedef enum kvs_wire_type {
     KVS_WIRE_CHALLENGE = 2, /* node -> client: challenge */
     KVS_WIRE_AUTH =
         3, /* client -> node: proof [, worker_addr] or proof, host_id, worker_addr, pid */
-    KVS_WIRE_AUTH_OK = 4,      /* node -> client: [transports [, worker_addr, session_token [,
-                             shared tier name, its capacity, its max object bytes]]] */
+    KVS_WIRE_AUTH_OK = 4,      /* node -> client: proof, transports, worker_addr, session_token [,
+                             shared tier name, its capacity, its max object bytes] */
     KVS_WIRE_ERROR = 5,        /* either way: error_code, error_text */
     KVS_WIRE_LOOKUP = 6,       /* entries[].key */
     KVS_WIRE_LOOKUP_REPLY = 7, /* entries[].present */
@@ -112,7 +113,7 @@ typedef struct kvs_wire_msg {
     uint32_t tenant_len;
     const uint8_t *nonce;     /* HELLO */
     const uint8_t *challenge; /* CHALLENGE */
-    const uint8_t *proof;     /* AUTH */
+    const uint8_t *proof;     /* CHALLENGE (the node's), AUTH, AUTH_OK (the node's) */
     const uint8_t *host_id; /* AUTH, optional with worker_addr: same host -> node RMA by address */
     uint32_t host_id_len;
     const uint8_t *worker_addr; /* AUTH: the client's UCX worker address; AUTH_OK: the node's */

@@ -207,21 +207,20 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
             out->pid = (uint32_t)pid;
             return 0;
         case KVS_WIRE_AUTH_OK:
-            if (read_array(r, &n_fields, 0, 6, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (n_fields == 2 || n_fields == 4 || n_fields == 5) {
+            if (read_array(r, &n_fields, 4, 7, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+            if (n_fields == 5 || n_fields == 6) {
                 wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                            "wire: auth_ok message has %u fields: 0, 1 (transports), 3 "
-                            "(transports, worker address, session token) or 6 (and a shared "
-                            "tier's name, capacity and max object size) expected",
+                            "wire: auth_ok message has %u fields: 4 (proof, transports, worker "
+                            "address, session token) or 7 (and a shared tier's name, capacity and "
+                            "max object size) expected",
                             n_fields);
                 return -1;
             }
-            if (n_fields == 0) return 0;
-            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0)
+            if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof") != 0 ||
+                read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0)
                 return -1;
             out->transports = (const char *)bytes;
             out->transports_len = len;
-            if (n_fields == 1) return 0;
             if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
                           KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
                 return -1;
@@ -233,7 +232,7 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
             if (read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES,
                            "the session token") != 0)
                 return -1;
-            if (n_fields == 3) return 0;
+            if (n_fields == 4) return 0;
             if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_SHARED_TIER_NAME,
                           "the shared tier's name") != 0 ||
                 read_uint(r, &out->shared_tier_capacity, UINT64_MAX,

@@ -47,7 +47,7 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
         return -1;
     }
     if ((t == KVS_WIRE_CHALLENGE && (!msg->challenge || !msg->proof)) ||
-        (t == KVS_WIRE_AUTH && !msg->proof)) {
+        ((t == KVS_WIRE_AUTH || t == KVS_WIRE_AUTH_OK) && !msg->proof)) {
         wire_refuse(why, KVS_WIRE_ERR_VALUE, "wire: %s without its 32 bytes",
                     kvs_wire_type_name(t));
         return -1;
@@ -79,9 +79,9 @@ static int encode_check(const kvs_wire_msg *msg, kvs_wire_refusal *why) {
                     msg->shared_tier_len, KVS_WIRE_MAX_SHARED_TIER_NAME);
         return -1;
     }
-    if (t == KVS_WIRE_AUTH_OK && msg->worker_addr_len &&
-        (!msg->worker_addr || msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES ||
-         !msg->session_token)) {
+    if (t == KVS_WIRE_AUTH_OK &&
+        (!msg->worker_addr || !msg->worker_addr_len ||
+         msg->worker_addr_len > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !msg->session_token)) {
         wire_refuse(why, KVS_WIRE_ERR_LIMIT,
                     "wire: auth_ok carries a worker address of %u bytes (1..%u) with a "
                     "session token",
@@ -163,18 +163,12 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
             }
             break;
         case KVS_WIRE_AUTH_OK:
-            msgpack_pack_array(pk, msg->shared_tier_len   ? 6
-                                   : msg->worker_addr_len ? 3
-                                   : msg->transports_len  ? 1
-                                                          : 0);
-            if (msg->transports_len || msg->worker_addr_len) {
-                msgpack_pack_str(pk, msg->transports_len);
-                msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
-            }
-            if (msg->worker_addr_len) {
-                pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
-                pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
-            }
+            msgpack_pack_array(pk, msg->shared_tier_len ? 7 : 4);
+            pack_bytes(pk, msg->proof, KVS_WIRE_PROOF_BYTES); /* the node's */
+            msgpack_pack_str(pk, msg->transports_len);
+            msgpack_pack_str_body(pk, msg->transports, msg->transports_len);
+            pack_bytes(pk, msg->worker_addr, msg->worker_addr_len);
+            pack_bytes(pk, msg->session_token, KVS_WIRE_SESSION_TOKEN_BYTES);
             if (msg->shared_tier_len) {
                 msgpack_pack_str(pk, msg->shared_tier_len);
                 msgpack_pack_str_body(pk, msg->shared_tier, msg->shared_tier_len);

@@ -88,6 +88,8 @@ link_host "$ns_n2" "$addr2" p-n2
 
 head -c 48 /dev/urandom >"$work/psk"
 chmod 600 "$work/psk"
+# the engine holds its tenant's key only, derived from the nodes' master key
+"$node" --psk-file "$work/psk" --tenant-key netns --out "$work/netns.key"
 cat >"$work/node.yaml" <<'YAML'
 version: 1
 tiers:
@@ -148,7 +150,7 @@ tiers:
     type: remote
     nodes: [$addr1:$port1, $addr2:$port2]
     options:
-      psk_file: $work/psk
+      psk_file: $work/netns.key
       tenant: netns
       replicas: 2
       timeout_ms: 2000

@@ -28,6 +28,8 @@ fail() {
 
 head -c 48 /dev/urandom >"$work/psk"
 chmod 600 "$work/psk"
+# the engine holds its tenant's key only, derived from the nodes' master key
+"$node" --psk-file "$work/psk" --tenant-key e2e --out "$work/e2e.key"
 cat >"$work/node.yaml" <<'YAML'
 version: 1
 tiers:
@@ -68,7 +70,7 @@ tiers:
     type: remote
     nodes: [127.0.0.1:$port1, 127.0.0.1:$port2]
     options:
-      psk_file: psk       # relative to this file
+      psk_file: e2e.key   # relative to this file
       tenant: e2e
       replicas: 2
       timeout_ms: 5000

@@ -1494,10 +1494,21 @@ class Node:
         self.proc.wait()
         self.proc.stdout.close()
 
+    def tenant_key(self, tenant):
+        """The path of `tenant`'s key file, derived from the node's master key by
+        `kvstrata-node --tenant-key` (made once): what that tenant's clients give as psk_file."""
+        import subprocess
+
+        path = os.path.join(self.dir, f"{tenant}.key")
+        if not os.path.exists(path):
+            subprocess.run([self.binary, "--psk-file", self.psk, "--tenant-key", tenant,
+                            "--out", path], check=True)
+        return path
+
     def tier(self, tenant, timeout_ms=1000):
-        """The YAML of a remote tier `far` over this node."""
+        """The YAML of a remote tier `far` over this node, with the tenant's own key."""
         return (f"  - name: far\n    type: remote\n    nodes: [{self.address}]\n    options:\n"
-                f"      psk_file: {self.psk}\n      tenant: {tenant}\n"
+                f"      psk_file: {self.tenant_key(tenant)}\n      tenant: {tenant}\n"
                 f"      timeout_ms: {timeout_ms}\n")
 
     def stop(self):

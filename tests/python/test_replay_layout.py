@@ -308,7 +308,8 @@ class DocumentedLayout(unittest.TestCase):
             text = substitute(connector, [
                 ("capacity: 32GiB", "capacity: 64MiB"), ("shm_name: kvs-llama8b", f"shm_name: {shm}"),
                 ("nodes: [127.0.0.1:13337]", f"nodes: [{node.address}]"),
-                ("psk_file: /etc/kvstrata/node.key", f"psk_file: {node.psk}")])
+                ("psk_file: /etc/kvstrata/llama8b.key",
+                 f"psk_file: {node.tenant_key('llama8b')}")])
             if i == 2:  # the probe: its lookups wait for the node (a finished probe has no retry)
                 text = "\n".join(ln for ln in text.split("\n") if "remote_lookups" not in ln)
             path = os.path.join(node.dir, f"instance{i}.yaml")

@@ -161,15 +161,23 @@ int kvs_test_control_closed(int fd) {
     return 0;
 }
 
-/* HELLO + AUTH with the given key; returns the type of the answer to AUTH (AUTH_OK or ERROR). On
- * AUTH_OK the client makes its endpoint to the node's worker address and keeps the session token. */
+/* HELLO + AUTH with the given tenant key; returns the type of the answer to AUTH (AUTH_OK or ERROR).
+ * On AUTH_OK whose proof holds the client makes its endpoint to the node's worker address and keeps
+ * the session token. */
 uint32_t kvs_test_client_handshake(kvs_test_client *c, const char *tenant, const uint8_t *psk_bytes,
                                    size_t psk_len, uint32_t *error_code) {
+    return kvs_test_client_handshake_with(c, tenant, psk_bytes, psk_len, NULL, 0, error_code);
+}
+
+uint32_t kvs_test_client_handshake_with(kvs_test_client *c, const char *tenant,
+                                        const uint8_t *psk_bytes, size_t psk_len,
+                                        const uint8_t *worker_addr, size_t worker_addr_len,
+                                        uint32_t *error_code) {
     kvs_remote_psk psk;
     char err[256];
     ck_assert_int_eq(kvs_remote_psk_set(&psk, psk_bytes, psk_len, err, sizeof err), KVS_OK);
     uint8_t nonce[KVS_WIRE_NONCE_BYTES], challenge[KVS_WIRE_CHALLENGE_BYTES],
-        proof[KVS_WIRE_PROOF_BYTES];
+        node_proof[KVS_WIRE_PROOF_BYTES], proof[KVS_WIRE_PROOF_BYTES];
     ck_assert_int_eq(kvs_remote_random(nonce, sizeof nonce), KVS_OK);
     kvs_wire_msg m, rep;
     kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
@@ -178,17 +186,27 @@ uint32_t kvs_test_client_handshake(kvs_test_client *c, const char *tenant, const
     m.nonce = nonce;
     ck_assert_msg(kvs_test_client_control_request(c, &m, &rep), "no challenge");
     ck_assert_uint_eq(rep.type, KVS_WIRE_CHALLENGE);
-    /* the node proves it holds the key before the client says anything of its own (the tier stops
-     * here when it does not; a test client goes on, to see the node refuse a wrong proof) */
-    c->node_proved = kvs_remote_node_proof_check(&psk, rep.challenge, nonce, tenant, strlen(tenant),
-                                                 rep.proof, KVS_WIRE_PROOF_BYTES) == KVS_OK;
     memcpy(challenge, rep.challenge, sizeof challenge);
-    ck_assert_int_eq(kvs_remote_auth_proof(&psk, challenge, nonce, tenant, strlen(tenant), proof),
-                     KVS_OK);
-    kvs_remote_psk_clear(&psk);
+    memcpy(node_proof, rep.proof, sizeof node_proof);
     uint8_t addr[KVS_WIRE_MAX_WORKER_ADDR_BYTES];
     size_t addr_len = 0;
     ck_assert_int_eq(kvs_ucx_worker_address(c->t, addr, sizeof addr, &addr_len), KVS_OK);
+    if (worker_addr) { /* what a test sends instead of its own */
+        memcpy(addr, worker_addr, worker_addr_len);
+        addr_len = worker_addr_len;
+    }
+    kvs_remote_transcript t = {.tenant = tenant,
+                               .tenant_len = strlen(tenant),
+                               .nonce = nonce,
+                               .challenge = challenge,
+                               .node_proof = node_proof,
+                               .client_worker_addr = addr,
+                               .client_worker_addr_len = (uint32_t)addr_len};
+    /* the node proves it holds the key before the client says anything of its own (the tier stops
+     * here when it does not; a test client goes on, to see the node refuse a wrong proof) */
+    c->node_proved = kvs_remote_proof_check(&psk, KVS_REMOTE_PROOF_NODE, &t, node_proof,
+                                            KVS_WIRE_PROOF_BYTES) == KVS_OK;
+    ck_assert_int_eq(kvs_remote_proof(&psk, KVS_REMOTE_PROOF_CLIENT, &t, proof), KVS_OK);
     kvs_wire_msg_init(&m, KVS_WIRE_AUTH, 0);
     m.proof = proof;
     m.worker_addr = addr;
@@ -198,19 +216,26 @@ uint32_t kvs_test_client_handshake(kvs_test_client *c, const char *tenant, const
     if (rep.type == KVS_WIRE_AUTH_OK) {
         ck_assert_uint_gt(rep.worker_addr_len, 0);
         ck_assert_ptr_nonnull(rep.session_token);
+        kvs_remote_transcript_ok(&t, proof, &rep);
+        c->ok_proved = kvs_remote_proof_check(&psk, KVS_REMOTE_PROOF_OK, &t, rep.proof,
+                                              KVS_WIRE_PROOF_BYTES) == KVS_OK;
         memcpy(c->token, rep.session_token, sizeof c->token);
         ck_assert_msg(kvs_ucx_connect_address(c->t, rep.worker_addr, rep.worker_addr_len, "node", 1,
                                               KVS_TEST_NODE_TIMEOUT_MS, &c->conn) == KVS_OK,
                       "connect: %s", kvs_ucx_last_error(c->t));
     }
+    kvs_remote_psk_clear(&psk);
     return rep.type;
 }
 
 kvs_test_client *kvs_test_client_authed(const kvs_test_node *d, const char *tenant) {
     kvs_test_client *c = kvs_test_client_open(d);
-    ck_assert_uint_eq(kvs_test_client_handshake(c, tenant, d->psk, sizeof d->psk, NULL),
+    uint8_t key[32];
+    kvs_test_node_tenant_key(d, tenant, key, NULL, 0);
+    ck_assert_uint_eq(kvs_test_client_handshake(c, tenant, key, sizeof key, NULL),
                       KVS_WIRE_AUTH_OK);
     ck_assert(c->node_proved);
+    ck_assert(c->ok_proved);
     return c;
 }
 

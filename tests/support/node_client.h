@@ -24,6 +24,7 @@ typedef struct kvs_test_client {
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* from AUTH_OK */
     kvs_ucx_conn *conn;                          /* to the node's worker address, after AUTH_OK */
     int node_proved; /* the node's CHALLENGE proved it holds this client's key */
+    int ok_proved;   /* the node's AUTH_OK proved the whole handshake */
     uint8_t reply[KVS_WIRE_MAX_MESSAGE_BYTES];
     size_t reply_len;
     int arrived;
@@ -54,7 +55,13 @@ const kvs_wire_entry *kvs_test_client_request_one(kvs_test_client *c, uint32_t t
 int kvs_test_client_control_request(kvs_test_client *c, kvs_wire_msg *msg, kvs_wire_msg *rep);
 /* 1 once the node has closed the control connection fd (EOF) within the timeout. */
 int kvs_test_control_closed(int fd);
-/* HELLO + AUTH with the given key; returns the type of the answer to AUTH (AUTH_OK or ERROR), and
+/* The same with worker_addr (worker_addr_len bytes) sent as the client's worker address, its proof
+ * made over it (an authenticated peer that sends a crafted one). */
+uint32_t kvs_test_client_handshake_with(kvs_test_client *c, const char *tenant,
+                                        const uint8_t *psk_bytes, size_t psk_len,
+                                        const uint8_t *worker_addr, size_t worker_addr_len,
+                                        uint32_t *error_code);
+/* HELLO + AUTH with the given tenant key; returns the type of the answer to AUTH (AUTH_OK or ERROR), and
  * its error code in *error_code (may be NULL). On AUTH_OK the client makes its endpoint to the node's
  * worker address and keeps the session token. */
 uint32_t kvs_test_client_handshake(kvs_test_client *c, const char *tenant, const uint8_t *psk_bytes,

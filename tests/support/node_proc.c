@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/ucx/auth.h"
 #include "test_support.h"
 #include "wait.h"
 
@@ -30,6 +31,24 @@ void kvs_test_node_prepare(kvs_test_node *d, const char *yaml_text) {
     ck_assert_int_eq(
         kvs_test_write_file(d->dir, "node.yaml", yaml_text, d->config_path, sizeof d->config_path),
         0);
+}
+
+void kvs_test_node_tenant_key(const kvs_test_node *d, const char *tenant, uint8_t key[32],
+                              char *path, size_t path_len) {
+    kvs_remote_psk master, k;
+    char err[128];
+    ck_assert_int_eq(kvs_remote_psk_set(&master, d->psk, sizeof d->psk, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_remote_tenant_psk(&master, tenant, strlen(tenant), &k), KVS_OK);
+    ck_assert_uint_eq(k.len, 32);
+    memcpy(key, k.bytes, 32);
+    kvs_remote_psk_clear(&master);
+    kvs_remote_psk_clear(&k);
+    if (!path) return;
+    snprintf(path, path_len, "%s/%s.key", d->dir, tenant);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, key, 32), 32);
+    ck_assert_int_eq(close(fd), 0);
 }
 
 int kvs_test_node_read_until(kvs_test_node *d, const char *want, int deadline_ms) {

@@ -16,8 +16,8 @@ typedef struct kvs_test_node {
     char id[64];    /* "127.0.0.1:<port>" */
     char dir[512];  /* its directory (removed by kvs_test_node_stop) */
     char config_path[700];
-    char psk_path[600]; /* dir/node.key */
-    uint8_t psk[32];    /* the key's bytes */
+    char psk_path[600]; /* dir/node.key: the master key */
+    uint8_t psk[32];    /* its bytes */
     char out[4096];     /* what it printed so far */
     size_t out_len;
 } kvs_test_node;
@@ -47,6 +47,11 @@ int kvs_test_node_read_until(kvs_test_node *d, const char *want, int deadline_ms
 /* SIGTERM; wait for the exit up to 5 s (scaled), else SIGKILL; read its last words (the stats line),
  * close the pipe and remove the directory. Returns the wait status, or -1 when it had to be killed. */
 int kvs_test_node_stop(kvs_test_node *d);
+/* The key of `tenant` (derived from the node's master key, as `kvstrata-node --tenant-key` does):
+ * into key[32], and, when path is not NULL, into the file dir/<tenant>.key (mode 0600) whose path
+ * goes to path. */
+void kvs_test_node_tenant_key(const kvs_test_node *d, const char *tenant, uint8_t key[32],
+                              char *path, size_t path_len);
 /* SIGKILL and reap at once (the directory stays for kvs_test_node_stop). */
 void kvs_test_node_kill(kvs_test_node *d);
 /* 1 while the daemon runs (a daemon that exited is reaped). */

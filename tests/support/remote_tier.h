@@ -13,12 +13,15 @@
 #define KVS_TEST_REMOTE_NODE_YAML \
     "version: 1\nlog_level: error\ntiers:\n  - name: dram\n    type: dram\n    capacity: 256MiB\n"
 
-/* Key files in a new directory dir: key_path (the nodes' and the tier's) and wrong_path (another
- * key); remove dir with kvs_test_rmtree. */
+/* Key files in a new directory dir: master.key (the nodes'), key_path (tenant "test-tenant"'s, derived
+ * from it: the tier's) and wrong_path (another key); remove dir with kvs_test_rmtree. */
 void kvs_test_remote_keys(char *dir, size_t dir_len, char *key_path, size_t key_len,
                           char *wrong_path, size_t wrong_len);
-/* A node on 127.0.0.1 (port chosen by the node) with 256 MiB of DRAM, key_path and objects up to
- * 2 MiB. Stop it with kvs_test_node_stop. */
+/* The key of `tenant` (from the master.key beside key_path) in a file of that folder; out gets its
+ * path (out may be key_path). */
+void kvs_test_remote_tenant_key(const char *key_path, const char *tenant, char *out, size_t len);
+/* A node on 127.0.0.1 (port chosen by the node) with 256 MiB of DRAM, the master.key beside key_path
+ * and objects up to 2 MiB. Stop it with kvs_test_node_stop. */
 void kvs_test_remote_node_start(kvs_test_node *d, const char *key_path);
 /* The same node with the config yaml_text instead. */
 void kvs_test_remote_node_start_with(kvs_test_node *d, const char *key_path, const char *yaml_text);

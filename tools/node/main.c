@@ -1,5 +1,6 @@
 /* main.c - kvstrata-node: command line, signals, readiness and final stats lines (docs/node.md). */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +17,15 @@ static void usage(FILE *f) {
         f,
         "usage: kvstrata-node --config PATH [--psk-file PATH] [--listen HOST:PORT] [--max-clients "
         "N]\n"
+        "       kvstrata-node --psk-file PATH --tenant-key TENANT --out PATH\n"
         "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
         "                     [--busy-poll-us N] [--shared-memory-payloads on|off]\n"
         "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
-        "  --psk-file PATH         pre-shared key file (required here or as node.psk_file)\n"
+        "  --psk-file PATH         the master key file (required here or as node.psk_file);\n"
+        "                          SIGHUP reads it again (a rotation)\n"
+        "  --tenant-key TENANT --out PATH\n"
+        "                          write TENANT's key, derived from the master key, to a new file\n"
+        "                          PATH (mode 0600): what that tenant's clients give as psk_file\n"
         "  --listen HOST:PORT      IPv4 address and port to listen on (default 0.0.0.0:0; port 0 "
         "picks one)\n"
         "  --max-clients N         authenticated sessions served at once (default 64)\n"
@@ -42,8 +48,40 @@ static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out
     return 0;
 }
 
+/* --tenant-key: derive one tenant's key from the master key and write it to a new file. */
+static int write_tenant_key(const char *psk_path, const char *tenant, const char *out) {
+    char err[512] = "";
+    kvs_remote_psk master, key;
+    if (!psk_path || !out) {
+        fprintf(stderr, "kvstrata-node: --tenant-key needs --psk-file and --out\n");
+        return 2;
+    }
+    if (!kvs_wire_tenant_ok(tenant, (uint32_t)strlen(tenant))) {
+        fprintf(stderr, "kvstrata-node: tenant \"%s\": 1..%u characters of A-Z a-z 0-9 . _ -\n",
+                tenant, KVS_WIRE_MAX_TENANT_BYTES);
+        return 2;
+    }
+    if (kvs_remote_psk_load(psk_path, &master, err, sizeof err) != KVS_OK) {
+        fprintf(stderr, "kvstrata-node: %s\n", err);
+        return 2;
+    }
+    kvs_status st = kvs_remote_tenant_psk(&master, tenant, strlen(tenant), &key);
+    kvs_remote_psk_clear(&master);
+    int fd = st == KVS_OK ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    int ok = fd >= 0 && write(fd, key.bytes, key.len) == (ssize_t)key.len;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    kvs_remote_psk_clear(&key);
+    if (!ok) {
+        fprintf(stderr, "kvstrata-node: cannot write %s: %s\n", out,
+                st != KVS_OK ? "the key did not derive" : strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
+    const char *tenant_key = NULL, *out_path = NULL;
     uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
     uint64_t busy_poll = UINT64_MAX;                                              /* not given */
     int shm_payloads = -1;                                                        /* not given */
@@ -59,6 +97,10 @@ int main(int argc, char **argv) {
             config_path = v;
         } else if (!strcmp(a, "--psk-file")) {
             psk_path = v;
+        } else if (!strcmp(a, "--tenant-key")) {
+            tenant_key = v;
+        } else if (!strcmp(a, "--out")) {
+            out_path = v;
         } else if (!strcmp(a, "--listen")) {
             listen = v;
         } else if (!strcmp(a, "--max-clients")) {
@@ -85,6 +127,7 @@ int main(int argc, char **argv) {
         }
         i++;
     }
+    if (tenant_key) return write_tenant_key(psk_path, tenant_key, out_path);
     if (!config_path) {
         fprintf(stderr, "kvstrata-node: --config is required\n");
         usage(stderr);
@@ -114,6 +157,9 @@ int main(int argc, char **argv) {
         kvs_config_free(cfg);
         return 2;
     }
+    static char psk_file[4096]; /* the config is freed once the node runs; SIGHUP reads it again */
+    snprintf(psk_file, sizeof psk_file, "%s", psk_path);
+    psk_path = psk_file;
     char host[256];
     uint64_t port = 0;
     const char *colon = strrchr(listen, ':');
@@ -131,6 +177,7 @@ int main(int argc, char **argv) {
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &mask, NULL) != 0) {
         perror("kvstrata-node: sigprocmask");
         kvs_config_free(cfg);
@@ -169,11 +216,24 @@ int main(int argc, char **argv) {
     printf("kvstrata-node ready listen=%s:%u tiers=%u\n", host, kvs_node_port(node),
            kvs_node_tier_count(node));
     fflush(stdout);
-    kvs_node_run(node, sfd);
-    struct signalfd_siginfo si;
     const char *signame = "signal";
-    if (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
-        signame = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+    for (;;) {
+        kvs_node_run(node, sfd);
+        struct signalfd_siginfo si;
+        if (read(sfd, &si, sizeof si) != (ssize_t)sizeof si) continue;
+        if (si.ssi_signo != SIGHUP) {
+            signame = si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM";
+            break;
+        }
+        /* a rotation: new handshakes derive tenants' keys from the file as it is now */
+        if (kvs_remote_psk_load(psk_path, &psk, err, sizeof err) == KVS_OK) {
+            kvs_node_set_psk(node, &psk);
+            kvs_remote_psk_clear(&psk);
+            fprintf(stderr, "kvstrata-node: SIGHUP: key file %s read again\n", psk_path);
+        } else {
+            fprintf(stderr, "kvstrata-node: SIGHUP: %s; the key in use stays\n", err);
+        }
+    }
 
     kvs_node_stats s;
     kvs_node_get_stats(node, &s);

@@ -44,6 +44,7 @@ static void conn_free(node_conn *c) {
     free(c->rd);
     kvs_remote_tenant_hasher_free(c->hasher);
     free(c->put_status);
+    kvs_remote_auth_node_clear(&c->auth); /* the tenant's key, wiped */
     memset(&c->auth, 0, sizeof c->auth);
     memset(c->token, 0, sizeof c->token);
     free(c);
@@ -371,6 +372,11 @@ static void keep_shared_room(kvs_node *n) {
             break;
     }
     for (uint64_t i = 0; i < held; i++) kvs_tiers_abort(n->chain, tickets[i]);
+}
+
+void kvs_node_set_psk(kvs_node *n, const kvs_remote_psk *master) {
+    kvs_remote_psk_clear(&n->psk);
+    n->psk = *master;
 }
 
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {

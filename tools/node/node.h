@@ -74,6 +74,9 @@ uint16_t kvs_node_port(const kvs_node *node);
 uint32_t kvs_node_tier_count(const kvs_node *node);
 /* Serve until stop_fd is readable (the caller drains it). Returns KVS_OK then. */
 kvs_status kvs_node_run(kvs_node *node, int stop_fd);
+/* Use master as the key tenants' keys derive from from now on (a rotation: SIGHUP re-reads the key
+ * file); handshakes under way finish under the key they began with. Copied. */
+void kvs_node_set_psk(kvs_node *node, const kvs_remote_psk *master);
 void kvs_node_get_stats(const kvs_node *node, kvs_node_stats *out);
 /* Close every connection, the transport and the tiers; wipe the key. NULL is a no-op. */
 void kvs_node_destroy(kvs_node *node);

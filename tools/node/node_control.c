@@ -167,13 +167,6 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     kvs_ucx_conn_set_user(c->conn, c);
     c->rma = c->conn;
     if (n->params.shm_payloads) rma_by_address(n, c, req);
-    int local = on_this_host(n, req); /* req lies in c->rd's buffer, freed next */
-    free(c->rd);
-    c->rd = NULL;
-    c->session = 1;
-    n->n_handshakes--;
-    n->n_sessions++;
-    n->stats.auth_ok++;
     const char *tls = kvs_ucx_conn_transports(c->rma);
     kvs_wire_msg rep;
     kvs_wire_msg_init(&rep, KVS_WIRE_AUTH_OK, req->request_id);
@@ -182,12 +175,25 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     rep.worker_addr = n->worker_addr;
     rep.worker_addr_len = (uint32_t)n->worker_addr_len;
     rep.session_token = c->token;
-    if (n->shared_tier[0] && local) {
+    if (n->shared_tier[0] && on_this_host(n, req)) {
         rep.shared_tier = n->shared_tier;
         rep.shared_tier_len = (uint32_t)strlen(n->shared_tier);
         rep.shared_tier_capacity = n->shared_tier_capacity;
         rep.shared_tier_max_object = n->params.max_object_bytes;
     }
+    uint8_t proof[KVS_WIRE_PROOF_BYTES]; /* over everything, req's fields too: before c->rd goes */
+    if (kvs_remote_auth_node_ok_proof(&c->auth, req, &rep, proof) != KVS_OK) {
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL,
+                         "node: could not compute its proof (libcrypto)");
+        return;
+    }
+    rep.proof = proof;
+    free(c->rd); /* req lies in it */
+    c->rd = NULL;
+    c->session = 1;
+    n->n_handshakes--;
+    n->n_sessions++;
+    n->stats.auth_ok++;
     int slow = kvs_ucx_tls_slow(tls);
     kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
             "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant,
@@ -207,18 +213,13 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
         return;
     }
     if (req.type == KVS_WIRE_HELLO) {
-        const uint8_t *challenge = NULL;
-        kvs_status st = kvs_remote_auth_node_hello(&c->auth, &req, &challenge, err, sizeof err);
+        const uint8_t *challenge = NULL, *node_proof = NULL;
+        kvs_status st = kvs_remote_auth_node_hello(&c->auth, &n->psk, &req, &challenge, &node_proof,
+                                                   err, sizeof err);
         if (st != KVS_OK) {
             handshake_refuse(n, c, req.request_id,
                              st == KVS_ESTATE ? KVS_WIRE_ERR_STATE : KVS_WIRE_ERR_AUTH,
                              err[0] ? err : "node: hello refused");
-            return;
-        }
-        uint8_t node_proof[KVS_WIRE_PROOF_BYTES];
-        if (kvs_remote_auth_node_proof(&c->auth, &n->psk, node_proof) != KVS_OK) {
-            handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_AUTH,
-                             "node: could not compute its own proof");
             return;
         }
         kvs_wire_msg rep;
@@ -235,8 +236,7 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
         handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE, text);
         return;
     }
-    kvs_status st = kvs_remote_auth_node_check(
-        &c->auth, &n->psk, req.proof, req.proof ? KVS_WIRE_PROOF_BYTES : 0, err, sizeof err);
+    kvs_status st = kvs_remote_auth_node_check(&c->auth, &req, err, sizeof err);
     if (st == KVS_ESTATE) {
         handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_STATE,
                          err[0] ? err : "node: auth without a challenge");
