@@ -442,21 +442,30 @@ START_TEST(two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors)
 }
 END_TEST
 
-START_TEST(connections_over_the_handshake_cap_are_refused_while_a_session_is_served) {
+/* Idle connections over the handshake cap: each new one takes the slot of the oldest idle one, so
+ * the flood holds at most the cap, a session is served throughout, and a new client still logs in
+ * while the flood's connections hold every slot. */
+START_TEST(connections_over_the_handshake_cap_evict_the_oldest_while_a_session_is_served) {
     kvs_test_client *c =
         kvs_test_client_authed(&node, "tenant-a"); /* authenticated before the flood */
     int idle[10];
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 10; i++) {
         idle[i] = raw_connect(node.port); /* say nothing: hold handshake slots */
+        kvs_test_pause_ms(20);            /* accepted one after another, oldest first */
+    }
     int refused = 0;
     for (int i = 0; i < 10; i++) {
         struct pollfd p = {.fd = idle[i], .events = POLLIN};
         uint8_t buf[8];
-        if (poll(&p, 1, i < 4 ? 0 : kvs_test_scaled_ms(5000)) > 0 &&
+        if (poll(&p, 1, i >= 6 ? 0 : kvs_test_scaled_ms(5000)) > 0 &&
             recv(idle[i], buf, sizeof buf, MSG_DONTWAIT) == 0)
             refused++;
+        else
+            ck_assert_int_ge(i, 6); /* --max-handshakes 4: the 6 oldest are closed */
     }
-    ck_assert_int_eq(refused, 6); /* --max-handshakes 4: the first 4 hold, the other 6 are closed */
+    ck_assert_int_eq(refused, 6);
+    kvs_test_client *late = kvs_test_client_authed(&node, "tenant-b"); /* takes a flood's slot */
+    kvs_test_client_close(late);
     uint8_t key[16];
     kvs_test_node_key(key, 3000);
     kvs_test_fill(c->mem, 64 * KIB, 9);
@@ -494,7 +503,7 @@ int main(void) {
     tcase_add_test(hostile, garbage_sent_to_the_nodes_ucx_ports_leaves_it_serving);
     tcase_add_test(hostile, two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors);
     tcase_add_test(hostile,
-                   connections_over_the_handshake_cap_are_refused_while_a_session_is_served);
+                   connections_over_the_handshake_cap_evict_the_oldest_while_a_session_is_served);
     suite_add_tcase(s, hostile);
     /* measures the node's handshake deadline: run by test_node_control_timing (label timing) */
     TCase *timing = tcase_create("hostile_timing");

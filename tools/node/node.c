@@ -50,6 +50,38 @@ static void conn_free(node_conn *c) {
     free(c);
 }
 
+static void sweep(kvs_node *n);
+
+/* With every handshake slot taken, a new connection takes the slot of the oldest handshake of the
+ * source holding the most of them (its own, when it is that source): idle connections from one
+ * address cannot keep another address's clients out, and a client's handshake, which takes a
+ * couple of round trips, is evicted only by a flood that outpaces it. Returns 1 when a slot was
+ * freed. */
+static int evict_a_handshake(kvs_node *n) {
+    node_conn *victim = NULL;
+    uint32_t victim_count = 0;
+    for (node_conn *c = n->conns; c; c = c->next) {
+        if (c->session || c->closing) continue;
+        uint32_t same = 0;
+        for (node_conn *d = n->conns; d; d = d->next)
+            same += !d->session && !d->closing && d->source == c->source;
+        /* the list is newest first: a later one of as many is older */
+        if (same >= victim_count) {
+            victim = c;
+            victim_count = same;
+        }
+    }
+    if (!victim) return 0;
+    n->stats.rejected++;
+    node_log_refusal(n,
+                     "%s: handshake evicted for a new connection (%u handshakes from its address)",
+                     victim->peer, victim_count);
+    victim->peer_gone = 1;
+    victim->closing = 1;
+    sweep(n);
+    return 1;
+}
+
 /* Take the connections waiting on the listener: each gets the handshake deadline and a frame
  * reader, unless a cap is reached (then it is closed at once, counted and logged). */
 static void accept_all(kvs_node *n) {
@@ -71,7 +103,7 @@ static void accept_all(kvs_node *n) {
         if (sin.sin_family == AF_INET && inet_ntop(AF_INET, &sin.sin_addr, host, sizeof host))
             kvs_fmt(peer, sizeof peer, "%s:%u", host, ntohs(sin.sin_port));
         const char *cap = NULL;
-        if (n->n_handshakes >= n->params.max_handshakes)
+        if (n->n_handshakes >= n->params.max_handshakes && !evict_a_handshake(n))
             cap = "handshakes in progress (--max-handshakes)";
         else if (n->n_sessions >= n->params.max_clients)
             cap = "sessions (--max-clients)";
@@ -95,6 +127,7 @@ static void accept_all(kvs_node *n) {
         c->rd = rd;
         c->pidfd = -1;
         c->deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+        c->source = sin.sin_family == AF_INET ? sin.sin_addr.s_addr : 0;
         kvs_fmt(c->peer, sizeof c->peer, "%s", peer);
         c->next = n->conns;
         n->conns = c;

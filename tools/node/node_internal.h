@@ -49,6 +49,7 @@ typedef struct node_conn {
     char peer[64];          /* its host:port, for messages */
     kvs_control_reader *rd; /* during the handshake; freed at AUTH_OK */
     uint64_t deadline_ns;   /* the handshake's */
+    uint32_t source;        /* the peer's IPv4 address, network order (0: unknown) */
     int session;            /* authenticated: conn, token and hasher are set */
     int peer_gone;          /* the control connection ended: endpoints are aborted, not flushed */
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES];
