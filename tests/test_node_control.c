@@ -415,6 +415,55 @@ START_TEST(a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_serv
 }
 END_TEST
 
+/* An authenticated tenant starts a request frame on its stream and trickles the rest: the node reads
+ * it as it comes, so another tenant's whole session (handshake, put, get) runs meanwhile, well within
+ * the node's 3 s timeout, which a loop that waited for the frame would have spent on the trickle. */
+START_TEST(a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant) {
+    kvs_test_client *slow = kvs_test_client_authed(&node, "tenant-slow");
+    const uint8_t prefix[4] = {0, 0, 0, 200};
+    ck_assert_int_eq(send(slow->ctl_fd, prefix, 3, MSG_NOSIGNAL), 3);
+    kvs_test_pause_ms(50); /* the node has seen the first bytes */
+    double t0 = kvs_test_now_ms();
+    a_real_client_is_served(&node, 7);
+    double took = kvs_test_now_ms() - t0;
+    ck_assert_msg(took < kvs_test_scaled_ms(1500), "another tenant waited %.0f ms", took);
+    ck_assert_int_eq(send(slow->ctl_fd, prefix + 3, 1, MSG_NOSIGNAL), 1);
+    uint8_t junk[8] = {0xc1};
+    ck_assert_int_eq(send(slow->ctl_fd, junk, sizeof junk, MSG_NOSIGNAL), (ssize_t)sizeof junk);
+    kvs_test_client_close(slow);
+    ck_assert(kvs_test_node_alive(&node));
+}
+END_TEST
+
+/* A PUT on the stream announcing an object of 2^62 bytes ends its session at once (its bytes are
+ * not read and dropped for timeout_ms), and the node serves on. */
+START_TEST(a_put_announcing_a_huge_object_ends_its_session_at_once) {
+    kvs_test_client *c = kvs_test_client_authed(&node, "tenant-huge");
+    uint8_t key[16], buf[256];
+    kvs_test_node_key(key, 4242);
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    e.length = 1ull << 62;
+    e.by_message = 1;
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 1);
+    m.entries = &e;
+    m.n_entries = 1;
+    size_t len = 0;
+    char err[128];
+    ck_assert_int_eq(kvs_control_encode(&m, buf, sizeof buf, &len, err, sizeof err), KVS_OK);
+    double t0 = kvs_test_now_ms();
+    ck_assert_int_eq(send(c->ctl_fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+    ck_assert_int_eq(send(c->ctl_fd, buf, 16, MSG_NOSIGNAL), 16); /* a trickle of its "object" */
+    ck_assert(kvs_test_control_closed(c->ctl_fd));
+    double took = kvs_test_now_ms() - t0;
+    ck_assert_msg(took < kvs_test_scaled_ms(1500), "the session ended after %.0f ms", took);
+    kvs_test_client_close(c);
+    a_real_client_is_served(&node, 8);
+}
+END_TEST
+
 START_TEST(two_thousand_junk_connections_do_not_grow_the_nodes_file_descriptors) {
     a_real_client_is_served(&node, 3); /* the node's own fds for UCX are made by now */
     unsigned before = fd_count(node.pid);
@@ -511,6 +560,8 @@ int main(void) {
     tcase_add_checked_fixture(timing, setup, teardown);
     tcase_set_timeout(timing, 60);
     tcase_add_test(timing, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
+    tcase_add_test(timing, a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant);
+    tcase_add_test(timing, a_put_announcing_a_huge_object_ends_its_session_at_once);
     suite_add_tcase(s, timing);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

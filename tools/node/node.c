@@ -42,6 +42,7 @@ static void conn_free(node_conn *c) {
     if (c->pidfd >= 0) close(c->pidfd);
     if (c->fd >= 0) close(c->fd);
     free(c->rd);
+    free(c->sframe);
     kvs_remote_tenant_hasher_free(c->hasher);
     free(c->put_status);
     kvs_remote_auth_node_clear(&c->auth); /* the tenant's key, wiped */

@@ -68,6 +68,11 @@ typedef struct node_conn {
     uint64_t put_request;
     uint32_t put_count, put_landed; /* put_count 0: none under way */
     kvs_status *put_status;         /* KVS_WIRE_MAX_KEYS, allocated at the first such PUT */
+    /* a request frame on the session's stream, read as its bytes come (a client that trickles one
+     * holds up only itself): its length prefix, then its bytes */
+    uint8_t sprefix[4];
+    uint32_t sprefix_have, sneed, shave;
+    uint8_t *sframe; /* sneed bytes once the prefix is in; freed when its request is served */
     struct node_conn *next;
 } node_conn;
 

@@ -4,12 +4,15 @@
  * at a time, each bounded by timeout_ms; anything wrong ends the session. */
 #include "node_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "backends/ucx/stream.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 /* What one GET group or PUT round holds: a header, records, one iovec per object. */
 typedef struct stream_scratch {
@@ -155,41 +158,99 @@ static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
         end_session(n, c, "put answer", err);
 }
 
+/* Take the bytes of the session's next request frame that have come, without waiting: 1 once the
+ * whole frame is in c->sframe, 0 while more are to come or the session ended. */
+static int frame_in(kvs_node *n, node_conn *c) {
+    for (;;) {
+        int in_prefix = c->sprefix_have < sizeof c->sprefix;
+        uint8_t *dst = in_prefix ? c->sprefix + c->sprefix_have : c->sframe + c->shave;
+        size_t want = in_prefix ? sizeof c->sprefix - c->sprefix_have : c->sneed - c->shave;
+        ssize_t k = recv(c->fd, dst, want, MSG_DONTWAIT);
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { /* closed, or half a frame: either way this session is over */
+            c->peer_gone = 1;
+            c->closing = 1;
+            return 0;
+        }
+        if (!in_prefix) {
+            c->shave += (uint32_t)k;
+            if (c->shave == c->sneed) return 1;
+            continue;
+        }
+        c->sprefix_have += (uint32_t)k;
+        if (c->sprefix_have < sizeof c->sprefix) continue;
+        c->sneed = (uint32_t)c->sprefix[0] << 24 | (uint32_t)c->sprefix[1] << 16 |
+                   (uint32_t)c->sprefix[2] << 8 | c->sprefix[3];
+        c->shave = 0;
+        char why[96];
+        if (c->sneed == 0 || c->sneed > KVS_WIRE_MAX_MESSAGE_BYTES) {
+            kvs_fmt(why, sizeof why, "a frame of %u bytes (1..%u allowed)", c->sneed,
+                    KVS_WIRE_MAX_MESSAGE_BYTES);
+            end_session(n, c, "request", why);
+            return 0;
+        }
+        if (!(c->sframe = malloc(c->sneed))) {
+            end_session(n, c, "request", "no memory for its frame");
+            return 0;
+        }
+    }
+}
+
+static void frame_done(node_conn *c) {
+    free(c->sframe);
+    c->sframe = NULL;
+    c->sprefix_have = c->sneed = c->shave = 0;
+}
+
+/* No object is over 4 GiB (the most --max-object-bytes takes). A PUT announcing more ends its
+ * session at once rather than have its bytes read and dropped, so a length of 2^62 cannot hold the
+ * loop; an object over this node's max_object_bytes but under that is read, dropped and refused. */
+#define STREAM_MAX_OBJECT_BYTES (1ull << 32)
+
+static int put_lengths_ok(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    for (uint32_t i = 0; req->type == KVS_WIRE_PUT && i < req->n_entries; i++)
+        if (req->entries[i].length > STREAM_MAX_OBJECT_BYTES) {
+            char why[128];
+            kvs_fmt(why, sizeof why, "an object of %llu bytes announced (no object is over %llu)",
+                    (unsigned long long)req->entries[i].length,
+                    (unsigned long long)STREAM_MAX_OBJECT_BYTES);
+            n->stats.refusals++;
+            end_session(n, c, "put", why);
+            return 0;
+        }
+    return 1;
+}
+
 void node_stream_request(kvs_node *n, node_conn *c) {
-    char err[256] = "";
     if (!n->stream_buf) n->stream_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
     if (!n->stream_scratch) n->stream_scratch = malloc(sizeof(stream_scratch));
     if (!n->stream_buf || !n->stream_scratch) {
         end_session(n, c, "request", "no memory for its buffers");
         return;
     }
+    if (!frame_in(n, c)) return;
+    /* the request's objects and answer are bounded by timeout_ms from here */
     uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
-    size_t len = 0;
-    kvs_status st = kvs_stream_read_frame(c->fd, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
-                                          deadline, err, sizeof err);
-    if (st != KVS_OK) {
-        c->peer_gone = 1; /* closed, or half a frame: either way this session is over */
-        if (st != KVS_EIO) end_session(n, c, "request", err);
-        c->closing = 1;
-        return;
-    }
     kvs_wire_msg req;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
-    if (kvs_wire_decode(n->stream_buf, len, n->entries, KVS_WIRE_MAX_KEYS, &req, &why) != KVS_OK) {
+    kvs_status decoded =
+        kvs_wire_decode(c->sframe, c->sneed, n->entries, KVS_WIRE_MAX_KEYS, &req, &why);
+    if (decoded == KVS_OK && (req.type == KVS_WIRE_GET || req.type == KVS_WIRE_PUT) &&
+        put_lengths_ok(n, c, &req)) {
+        stream_scratch *s = n->stream_scratch;
+        memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
+        if (req.type == KVS_WIRE_GET)
+            stream_get(n, c, &req, s, deadline);
+        else
+            stream_put(n, c, &req, s, deadline);
+    } else if (decoded != KVS_OK) {
         n->stats.refusals++;
         end_session(n, c, "request", why.text);
-        return;
-    }
-    if (req.type != KVS_WIRE_GET && req.type != KVS_WIRE_PUT) {
+    } else if (!c->closing) {
         n->stats.refusals++;
         end_session(n, c, kvs_wire_type_name(req.type), "only get and put go on the stream");
-        return;
     }
-    stream_scratch *s = n->stream_scratch;
-    memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
-    if (req.type == KVS_WIRE_GET)
-        stream_get(n, c, &req, s, deadline);
-    else
-        stream_put(n, c, &req, s, deadline);
+    frame_done(c);
 }
