@@ -40,9 +40,15 @@ enum {
 };
 
 /* Read by kvstrata-node only (its command-line flags override them); a connector ignores them. */
-static const char *const NODE_KEYS[] = {
-    "listen",           "psk_file",       "max_clients",  "timeout_ms",
-    "max_object_bytes", "max_handshakes", "busy_poll_us", "shared_memory_payloads"};
+static const char *const NODE_KEYS[] = {"listen",
+                                        "psk_file",
+                                        "max_clients",
+                                        "timeout_ms",
+                                        "max_object_bytes",
+                                        "max_handshakes",
+                                        "busy_poll_us",
+                                        "shared_memory_payloads",
+                                        "max_sessions_per_tenant"};
 enum {
     NK_LISTEN,
     NK_PSK,
@@ -52,6 +58,7 @@ enum {
     NK_MAX_HANDSHAKES,
     NK_BUSY_POLL,
     NK_SHM_PAYLOADS,
+    NK_TENANT_SESSIONS,
     NK_COUNT
 };
 
@@ -316,6 +323,11 @@ static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
     if (st == KVS_OK && values[NK_BUSY_POLL]) {
         st = kvs_yaml_get_uint(ctx, values[NK_BUSY_POLL], "node.busy_poll_us", 0, 100000, &value);
         if (st == KVS_OK) cfg->node.busy_poll_us = (uint32_t)value + 1;
+    }
+    if (st == KVS_OK && values[NK_TENANT_SESSIONS]) {
+        st = kvs_yaml_get_uint(ctx, values[NK_TENANT_SESSIONS], "node.max_sessions_per_tenant", 1,
+                               1u << 20, &value);
+        if (st == KVS_OK) cfg->node.max_sessions_per_tenant = (uint32_t)value;
     }
     if (st == KVS_OK && values[NK_SHM_PAYLOADS]) {
         int on = 0;

@@ -81,9 +81,10 @@ typedef struct kvs_config {
         uint32_t max_clients;
         uint32_t timeout_ms;
         uint64_t max_object_bytes;
-        uint32_t max_handshakes;    /* control connections not yet authenticated, at once */
-        uint32_t busy_poll_us;      /* the value + 1 (0 is a value): 0 where not given */
-        int shared_memory_payloads; /* 2 true, 1 false, 0 not given */
+        uint32_t max_handshakes;          /* control connections not yet authenticated, at once */
+        uint32_t busy_poll_us;            /* the value + 1 (0 is a value): 0 where not given */
+        int shared_memory_payloads;       /* 2 true, 1 false, 0 not given */
+        uint32_t max_sessions_per_tenant; /* 0: not given (no cap but max_clients) */
     } node;
     struct {           /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
         int scheduler; /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */

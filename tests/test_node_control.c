@@ -135,6 +135,41 @@ START_TEST(a_crafted_worker_address_is_refused_and_the_node_lives) {
 }
 END_TEST
 
+/* node.max_sessions_per_tenant: one tenant cannot take every session; the others still log in. */
+START_TEST(a_tenant_holds_at_most_its_share_of_sessions) {
+    kvs_test_node capped;
+    kvs_test_node_start_suite(
+        &capped, KVS_TEST_NODE_DRAM_YAML "node:\n  max_sessions_per_tenant: 2\n", 1, 0);
+    kvs_test_client *q1 = kvs_test_client_authed(&capped, "tenant-q");
+    kvs_test_client *q2 = kvs_test_client_authed(&capped, "tenant-q");
+    uint8_t key[32];
+    kvs_test_node_tenant_key(&capped, "tenant-q", key, NULL, 0);
+    kvs_test_client *q3 = kvs_test_client_open(&capped);
+    uint32_t code = 0;
+    ck_assert_uint_eq(kvs_test_client_handshake(q3, "tenant-q", key, sizeof key, &code),
+                      KVS_WIRE_ERROR);
+    ck_assert_uint_eq(code, KVS_WIRE_ERR_INTERNAL);
+    kvs_test_client_close(q3);
+    kvs_test_client *r = kvs_test_client_authed(&capped, "tenant-r"); /* another tenant: served */
+    kvs_test_client_close(r);
+    kvs_test_client_close(q1);
+    q1 = NULL;
+    for (int i = 0; i < 50 && !q1; i++) { /* once the node has seen q1's end */
+        kvs_test_client *t = kvs_test_client_open(&capped);
+        if (kvs_test_client_handshake(t, "tenant-q", key, sizeof key, NULL) == KVS_WIRE_AUTH_OK)
+            q1 = t;
+        else {
+            kvs_test_client_close(t);
+            kvs_test_pause_ms(20);
+        }
+    }
+    ck_assert_ptr_nonnull(q1);
+    kvs_test_client_close(q1);
+    kvs_test_client_close(q2);
+    (void)kvs_test_node_stop(&capped);
+}
+END_TEST
+
 START_TEST(requests_before_the_handshake_are_refused_with_state) {
     kvs_test_client *c = kvs_test_client_open(&node);
     uint8_t key[16];
@@ -541,6 +576,7 @@ int main(void) {
     tcase_add_test(tc, requests_before_the_handshake_are_refused_with_state);
     tcase_add_test(tc, a_tenant_s_key_logs_in_as_that_tenant_only);
     tcase_add_test(tc, a_crafted_worker_address_is_refused_and_the_node_lives);
+    tcase_add_test(tc, a_tenant_holds_at_most_its_share_of_sessions);
     tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);
     suite_add_tcase(s, tc);
     TCase *hostile = tcase_create("hostile");

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
         "picks one)\n"
         "  --max-clients N         authenticated sessions served at once (default 64)\n"
         "  --max-handshakes N      connections not yet authenticated at once (default 16)\n"
+        "  --max-sessions-per-tenant N\n"
+        "                          sessions one tenant holds at once (default: --max-clients)\n"
         "  --timeout-ms N          bound on each send, RMA transfer and handshake (default 5000)\n"
         "  --max-object-bytes SIZE largest object stored or served (default 64MiB)\n"
         "  --busy-poll-us N        poll UCX this long after work before sleeping (default 200)\n"
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
     const char *tenant_key = NULL, *out_path = NULL;
     uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
     uint64_t busy_poll = UINT64_MAX;                                              /* not given */
+    uint64_t per_tenant = 0;                                                      /* not given */
     int shm_payloads = -1;                                                        /* not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -107,6 +110,8 @@ int main(int argc, char **argv) {
             bad = parse_u64(v, 1, 1u << 20, &max_clients);
         } else if (!strcmp(a, "--max-handshakes")) {
             bad = parse_u64(v, 1, 1u << 16, &max_handshakes);
+        } else if (!strcmp(a, "--max-sessions-per-tenant")) {
+            bad = parse_u64(v, 1, 1u << 20, &per_tenant);
         } else if (!strcmp(a, "--timeout-ms")) {
             bad = parse_u64(v, 1, 3600000, &timeout_ms);
         } else if (!strcmp(a, "--busy-poll-us")) {
@@ -145,6 +150,7 @@ int main(int argc, char **argv) {
     if (!max_clients) max_clients = cfg->node.max_clients ? cfg->node.max_clients : 64;
     if (!max_handshakes) max_handshakes = cfg->node.max_handshakes ? cfg->node.max_handshakes : 16;
     if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
+    if (!per_tenant) per_tenant = cfg->node.max_sessions_per_tenant;
     if (!max_object)
         max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
     if (busy_poll == UINT64_MAX)
@@ -203,6 +209,7 @@ int main(int argc, char **argv) {
                          .max_clients = (uint32_t)max_clients,
                          .max_handshakes = (uint32_t)max_handshakes,
                          .timeout_ms = (int)timeout_ms,
+                         .max_sessions_per_tenant = (uint32_t)per_tenant,
                          .max_object_bytes = max_object,
                          .max_refusals = 16,
                          .busy_poll_us = (uint32_t)busy_poll,

@@ -34,6 +34,7 @@ typedef struct kvs_node_params {
     uint32_t
         max_handshakes; /* control connections not yet authenticated; more are closed at accept */
     int timeout_ms;     /* bound on each send and RMA transfer, and on a whole handshake */
+    uint32_t max_sessions_per_tenant; /* sessions one tenant holds at once (0: max_clients) */
     uint64_t max_object_bytes; /* largest object stored or served; the size of a staging slot */
     uint32_t max_refusals;     /* refused messages a connection may send before it is closed */
     uint32_t

@@ -148,6 +148,18 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
                          "node: already serving --max-clients sessions");
         return;
     }
+    uint32_t mine = 0; /* one tenant cannot take every session */
+    for (node_conn *d = n->conns; d; d = d->next)
+        mine += d->session && !d->closing && d->auth.tenant_len == c->auth.tenant_len &&
+                memcmp(d->auth.tenant, c->auth.tenant, c->auth.tenant_len) == 0;
+    if (n->params.max_sessions_per_tenant && mine >= n->params.max_sessions_per_tenant) {
+        char text[KVS_WIRE_MAX_ERROR_TEXT];
+        kvs_fmt(text, sizeof text, "node: tenant \"%s\" already holds %u sessions (%s)",
+                c->auth.tenant, mine, "max_sessions_per_tenant");
+        n->stats.rejected++;
+        handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL, text);
+        return;
+    }
     if (!(c->hasher = kvs_remote_tenant_hasher_new(c->auth.tenant, c->auth.tenant_len)) ||
         kvs_remote_random(c->token, sizeof c->token) != KVS_OK) {
         handshake_refuse(n, c, req->request_id, KVS_WIRE_ERR_INTERNAL,
