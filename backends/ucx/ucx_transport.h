@@ -184,6 +184,12 @@ kvs_status kvs_ucx_mem_pack(kvs_ucx_mem *mem, void *buf, size_t cap, size_t *len
  * latest (do not call kvs_ucx_rkey_destroy after kvs_ucx_conn_close). */
 kvs_status kvs_ucx_rkey_unpack(kvs_ucx_conn *conn, const void *blob, size_t len,
                                kvs_ucx_rkey **out);
+/* The same for a key from a peer that is not trusted with the process (a node's clients): one whose
+ * layout promises more bytes than it has, or that UCX fails or crashes on when a child process
+ * unpacks it first, is refused (KVS_ECORRUPT) before this process's UCX reads it. Costs a fork per
+ * key: for keys that are cached. */
+kvs_status kvs_ucx_rkey_unpack_untrusted(kvs_ucx_conn *conn, const void *blob, size_t len,
+                                         kvs_ucx_rkey **out);
 /* Destroy a remote key before its connection closes. NULL is a no-op. */
 void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey);
 

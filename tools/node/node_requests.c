@@ -92,7 +92,7 @@ static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
             return c->rkeys[i].rkey;
     kvs_ucx_rkey *rkey = NULL;
     if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
-    if (kvs_ucx_rkey_unpack(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
+    if (kvs_ucx_rkey_unpack_untrusted(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
     rkey_slot *s = &c->rkeys[c->rkey_next];
     c->rkey_next = (c->rkey_next + 1) % RKEY_CACHE;
     if (s->len) kvs_ucx_rkey_destroy(s->rkey);
