@@ -40,8 +40,8 @@ void kvs_remote_psk_clear(kvs_remote_psk *psk);
  * KVS_EIO when the generator fails. */
 kvs_status kvs_remote_random(uint8_t *out, size_t n);
 
-/* A tenant's key: HMAC-SHA256(master, "kvstrata-tenant-key-v1" || u32 big-endian len(tenant) ||
- * tenant), 32 bytes. The node holds the master key and derives each tenant's at its HELLO; a client
+/* A tenant's key: HMAC-SHA256(master, u32 big-endian len(label) || label || u32 big-endian
+ * len(tenant) || tenant) with label "kvstrata-tenant-key-v1", 32 bytes. The node holds the master key and derives each tenant's at its HELLO; a client
  * holds only its own tenant's (`kvstrata-node --tenant-key`), so it can act as no other tenant. */
 kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenant,
                                  size_t tenant_len, kvs_remote_psk *out);

@@ -192,6 +192,7 @@ uint32_t kvs_test_client_handshake_with(kvs_test_client *c, const char *tenant,
     size_t addr_len = 0;
     ck_assert_int_eq(kvs_ucx_worker_address(c->t, addr, sizeof addr, &addr_len), KVS_OK);
     if (worker_addr) { /* what a test sends instead of its own */
+        ck_assert_uint_le(worker_addr_len, sizeof addr);
         memcpy(addr, worker_addr, worker_addr_len);
         addr_len = worker_addr_len;
     }

@@ -70,12 +70,14 @@ static int write_tenant_key(const char *psk_path, const char *tenant, const char
     kvs_status st = kvs_remote_tenant_psk(&master, tenant, strlen(tenant), &key);
     kvs_remote_psk_clear(&master);
     int fd = st == KVS_OK ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
-    int ok = fd >= 0 && write(fd, key.bytes, key.len) == (ssize_t)key.len;
-    if (fd >= 0 && close(fd) != 0) ok = 0;
+    const char *why = st != KVS_OK ? "the key did not derive" : fd < 0 ? strerror(errno) : NULL;
+    ssize_t wrote = fd >= 0 ? write(fd, key.bytes, key.len) : -1;
+    if (!why && wrote != (ssize_t)key.len) why = wrote < 0 ? strerror(errno) : "a short write";
+    if (fd >= 0 && close(fd) != 0 && !why) why = strerror(errno);
     kvs_remote_psk_clear(&key);
-    if (!ok) {
-        fprintf(stderr, "kvstrata-node: cannot write %s: %s\n", out,
-                st != KVS_OK ? "the key did not derive" : strerror(errno));
+    if (why) {
+        if (fd >= 0) unlink(out); /* no partial key file left behind */
+        fprintf(stderr, "kvstrata-node: cannot write %s: %s\n", out, why);
         return 1;
     }
     return 0;
@@ -190,6 +192,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGCHLD, SIG_DFL); /* the rkey checks wait for their children (a parent may ignore it) */
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
         perror("kvstrata-node: signalfd");

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,7 +64,7 @@ static int evict_a_handshake(kvs_node *n) {
     uint32_t victim_count = 0;
     for (node_conn *c = n->conns; c; c = c->next) {
         if (c->session || c->closing) continue;
-        uint32_t same = 0;
+        uint32_t same = 0; /* O(handshakes^2): --max-handshakes is small (16 by default) */
         for (node_conn *d = n->conns; d; d = d->next)
             same += !d->session && !d->closing && d->source == c->source;
         /* the list is newest first: a later one of as many is older */
@@ -104,10 +105,13 @@ static void accept_all(kvs_node *n) {
         if (sin.sin_family == AF_INET && inet_ntop(AF_INET, &sin.sin_addr, host, sizeof host))
             kvs_fmt(peer, sizeof peer, "%s:%u", host, ntohs(sin.sin_port));
         const char *cap = NULL;
-        if (n->n_handshakes >= n->params.max_handshakes && !evict_a_handshake(n))
-            cap = "handshakes in progress (--max-handshakes)";
-        else if (n->n_sessions >= n->params.max_clients)
-            cap = "sessions (--max-clients)";
+        if (n->n_sessions >= n->params.max_clients) {
+            cap = "sessions (--max-clients)"; /* before a live handshake is evicted for nothing */
+        } else if (n->n_handshakes >= n->params.max_handshakes) {
+            sweep(n); /* handshakes already closing count until they are swept */
+            if (n->n_handshakes >= n->params.max_handshakes && !evict_a_handshake(n))
+                cap = "handshakes in progress (--max-handshakes)";
+        }
         node_conn *c = cap ? NULL : calloc(1, sizeof *c);
         kvs_control_reader *rd = c ? malloc(sizeof *rd) : NULL;
         if (!rd) {
@@ -347,6 +351,10 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     }
     n->regions[n->n_regions++] =
         (region){.base = n->staging, .len = staging_len, .mem = n->staging_mem};
+    /* The child that tries a client's rkey (kvs_ucx_rkey_unpack_untrusted) needs none of the
+     * registered memory: not copying it keeps the fork cheap, and pages pinned for a NIC are never
+     * moved by copy-on-write under it. */
+    (void)madvise(n->staging, (size_t)staging_len, MADV_DONTFORK);
     /* Tiers that keep their objects in one range (dram) are registered whole, so RMA moves objects
      * straight out of and into their slabs. */
     for (uint32_t i = 0; i < kvs_tiers_count(n->chain) && n->n_regions < MAX_REGIONS; i++) {
@@ -362,6 +370,7 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
             continue;
         }
         n->regions[n->n_regions++] = (region){.base = base, .len = len, .mem = mem};
+        (void)madvise(base, (size_t)len, MADV_DONTFORK);
     }
     *out = n;
     return KVS_OK;

@@ -91,8 +91,13 @@ static kvs_ucx_rkey *rkey_for(node_conn *c, const uint8_t *blob, uint32_t len) {
         if (c->rkeys[i].len == len && memcmp(c->rkeys[i].blob, blob, len) == 0)
             return c->rkeys[i].rkey;
     kvs_ucx_rkey *rkey = NULL;
-    if (len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
-    if (kvs_ucx_rkey_unpack_untrusted(c->rma, blob, len, &rkey) != KVS_OK) return NULL;
+    if (c->closing || len == 0 || len > KVS_WIRE_MAX_RKEY_BYTES) return NULL;
+    if (kvs_ucx_rkey_unpack_untrusted(c->rma, blob, len, &rkey) != KVS_OK) {
+        /* a key UCX cannot read is a broken or hostile client: its session ends, so the rest of
+         * its batch costs no more tries */
+        c->closing = 1;
+        return NULL;
+    }
     rkey_slot *s = &c->rkeys[c->rkey_next];
     c->rkey_next = (c->rkey_next + 1) % RKEY_CACHE;
     if (s->len) kvs_ucx_rkey_destroy(s->rkey);
