@@ -15,9 +15,11 @@ int main(void) {
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -222,6 +224,38 @@ START_TEST(a_crafted_rkey_ends_its_session_and_the_node_lives) {
     ck_assert_int_eq(kvs_test_client_get(c, key, MIB, 64 * KIB, &got), KVS_OK);
     ck_assert_int_eq(memcmp(c->mem + MIB, c->mem, 64 * KIB), 0);
     kvs_test_client_close(c);
+}
+END_TEST
+
+/* A rotation without a restart: the master key file replaced, SIGHUP; tenant keys derived from the
+ * old one no longer log in, those from the new one do, and a session opened before goes on. */
+START_TEST(sighup_rotates_the_master_key_without_a_restart) {
+    kvs_test_client *before = kvs_test_client_authed(&node, "tenant-a");
+    uint8_t old_key[32];
+    kvs_test_node_tenant_key(&node, "tenant-a", old_key, NULL, 0);
+    for (size_t i = 0; i < sizeof node.psk; i++) node.psk[i] = (uint8_t)(i * 13 + 101);
+    int fd = open(node.psk_path, O_WRONLY | O_TRUNC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, node.psk, sizeof node.psk), (ssize_t)sizeof node.psk);
+    ck_assert_int_eq(close(fd), 0);
+    ck_assert_int_eq(kill(node.pid, SIGHUP), 0);
+    int rotated = 0;
+    for (int i = 0; i < 100 && !rotated; i++) { /* until the node has read it */
+        kvs_test_client *c = kvs_test_client_open(&node);
+        uint32_t code = 0;
+        rotated = kvs_test_client_handshake(c, "tenant-a", old_key, sizeof old_key, &code) ==
+                  KVS_WIRE_ERROR;
+        kvs_test_client_close(c);
+        if (!rotated) kvs_test_pause_ms(20);
+    }
+    ck_assert_msg(rotated, "the old tenant key still logs in after SIGHUP");
+    kvs_test_client *after = kvs_test_client_authed(&node, "tenant-a"); /* the new one does */
+    kvs_test_client_close(after);
+    uint8_t key[16];
+    kvs_test_node_key(key, 5150);
+    ck_assert_uint_eq(kvs_test_client_lookup(before, key), 0); /* the old session goes on */
+    kvs_test_client_close(before);
+    ck_assert(kvs_test_node_alive(&node));
 }
 END_TEST
 
@@ -632,6 +666,7 @@ int main(void) {
     tcase_add_test(tc, a_tenant_s_key_logs_in_as_that_tenant_only);
     tcase_add_test(tc, a_crafted_worker_address_is_refused_and_the_node_lives);
     tcase_add_test(tc, a_tenant_holds_at_most_its_share_of_sessions);
+    tcase_add_test(tc, sighup_rotates_the_master_key_without_a_restart);
     tcase_add_test(tc, a_crafted_rkey_ends_its_session_and_the_node_lives);
     tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);
     suite_add_tcase(s, tc);
