@@ -119,6 +119,7 @@ static const char *const PROOF_LABELS[] = {"kvstrata-node-v3", "kvstrata-auth-v3
                                            "kvstrata-ok-v3"};
 
 typedef struct mac {
+    EVP_MAC *alg;
     EVP_MAC_CTX *ctx;
     int ok;
 } mac;
@@ -135,25 +136,27 @@ static void mac_u64(mac *m, uint64_t v) {
     mac_part(m, b, sizeof b);
 }
 
-static EVP_MAC *hmac_alg;
-static pthread_once_t hmac_once = PTHREAD_ONCE_INIT;
-static void hmac_fetch(void) {
-    hmac_alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
-}
-
 /* HMAC-SHA256(key, label [|| version] || parts...): each part length-prefixed, so no two
  * transcripts concatenate to the same bytes. A tenant's key is not versioned: it outlives protocol
  * versions. */
 static kvs_status mac_begin(mac *m, const kvs_remote_psk *key, const char *label, int versioned) {
-    pthread_once(&hmac_once, hmac_fetch);
     char digest[] = "SHA256";
     OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
                            OSSL_PARAM_construct_end()};
-    m->ctx = hmac_alg ? EVP_MAC_CTX_new(hmac_alg) : NULL;
+    /* fetched per handshake message, not kept: a library that is dlclosed leaves nothing behind */
+    m->alg = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    m->ctx = m->alg ? EVP_MAC_CTX_new(m->alg) : NULL;
     m->ok = m->ctx && EVP_MAC_init(m->ctx, key->bytes, key->len, params) == 1;
     mac_part(m, label, strlen(label));
     if (versioned) mac_u64(m, KVS_WIRE_VERSION);
     return m->ok ? KVS_OK : KVS_EIO;
+}
+
+static void mac_free(mac *m) {
+    EVP_MAC_CTX_free(m->ctx);
+    EVP_MAC_free(m->alg);
+    m->ctx = NULL;
+    m->alg = NULL;
 }
 
 static kvs_status mac_end(mac *m, uint8_t out[KVS_WIRE_PROOF_BYTES]) {
@@ -162,7 +165,7 @@ static kvs_status mac_end(mac *m, uint8_t out[KVS_WIRE_PROOF_BYTES]) {
     m->ok = m->ok && EVP_MAC_final(m->ctx, md, &len, sizeof md) == 1 && len == KVS_WIRE_PROOF_BYTES;
     if (m->ok) memcpy(out, md, KVS_WIRE_PROOF_BYTES);
     OPENSSL_cleanse(md, sizeof md);
-    EVP_MAC_CTX_free(m->ctx);
+    mac_free(m);
     return m->ok ? KVS_OK : KVS_EIO;
 }
 
@@ -182,7 +185,7 @@ kvs_status kvs_remote_proof(const kvs_remote_psk *key, kvs_remote_proof_kind kin
         return KVS_EINVAL;
     mac m;
     if (mac_begin(&m, key, PROOF_LABELS[kind], 1) != KVS_OK) {
-        EVP_MAC_CTX_free(m.ctx);
+        mac_free(&m);
         return KVS_EIO;
     }
     mac_part(&m, t->tenant, t->tenant_len);
@@ -226,7 +229,7 @@ kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenan
     mac m;
     memset(out, 0, sizeof *out);
     if (mac_begin(&m, master, TENANT_KEY_LABEL, 0) != KVS_OK) {
-        EVP_MAC_CTX_free(m.ctx);
+        mac_free(&m);
         return KVS_EIO;
     }
     mac_part(&m, tenant, tenant_len);
