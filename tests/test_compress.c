@@ -545,6 +545,13 @@ static void prefill_split(rig *s, rig *w, const char *id, const int32_t *t, cons
     ck_assert_int_eq(api->request_finished(s->h, id, &keep), KVS_OK);
 }
 
+/* vLLM's two processes as two handles on cfg: a worker (finite KV a codec takes) and a scheduler. */
+static void open_split(rig *s, rig *w, const char *cfg) {
+    ck_assert_msg(rig_open(w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w->error);
+    ck_assert_msg(rig_open(s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s->error);
+    w->finite = 1;
+}
+
 static const char *indexed_config(uint64_t capacity, const char *options, int accept) {
     char opts[512];
     snprintf(opts, sizeof opts, "%s      index_shm: kvs-test-zip-%d\n", options, (int)getpid());
@@ -555,9 +562,7 @@ START_TEST(a_scheduler_handle_finds_and_pins_what_a_worker_s_tier_holds) {
     rig s, w;
     /* room for four raw chunks, nothing below: the second prompt's saves need the first's room */
     const char *cfg = indexed_config(4 * RAW_OBJECT + 100, "      next_capacity: 0\n", 0);
-    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
-    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
-    w.finite = 1;
+    open_split(&s, &w, cfg);
     int32_t t[128], t2[128];
     uint32_t a[8], b[8];
     rig_make_tokens(t, 128, 71);
@@ -604,9 +609,7 @@ END_TEST
 START_TEST(a_scheduler_handle_counts_the_lossy_chunks_a_worker_s_tier_holds) {
     rig s, w;
     const char *cfg = indexed_config(30000, LOSSY_OPTIONS, 1);
-    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
-    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
-    w.finite = 1;
+    open_split(&s, &w, cfg);
     int32_t t[128];
     uint32_t a[8], b[8];
     rig_make_tokens(t, 128, 73);
@@ -638,9 +641,7 @@ END_TEST
 START_TEST(a_restarted_worker_s_empty_tier_turns_stale_entries_into_one_recompute) {
     rig s, w;
     const char *cfg = indexed_config(1 << 20, "      next_capacity: 0\n", 0);
-    ck_assert_msg(rig_open(&w, KVS_ROLE_WORKER, cfg) == KVS_OK, "%s", w.error);
-    ck_assert_msg(rig_open(&s, KVS_ROLE_SCHEDULER, cfg) == KVS_OK, "%s", s.error);
-    w.finite = 1;
+    open_split(&s, &w, cfg);
     int32_t t[128];
     uint32_t a[8], b[8];
     rig_make_tokens(t, 128, 74);
