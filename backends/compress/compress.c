@@ -541,7 +541,7 @@ static kvs_status lookup_only_refusal(compress_state *st, const char *what) {
 
 static uint32_t compress_instance_caps(void *state) {
     const compress_state *st = state;
-    return st && st->index ? KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED : 0;
+    return st ? kvs_dram_index_caps(st->index) : 0;
 }
 
 static const char *compress_last_error(void *state) {

@@ -159,6 +159,10 @@ kvs_status kvs_dram_index_codecs(kvs_dram_index *ix, const kvs_key *keys, uint64
     return KVS_OK;
 }
 
+uint32_t kvs_dram_index_caps(const kvs_dram_index *ix) {
+    return ix ? KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED : 0;
+}
+
 kvs_status kvs_dram_index_usage(kvs_dram_index *ix, uint64_t *n_held) {
     uint64_t n = 0, bytes = 0;
     if (!ix || !n_held) return KVS_EINVAL;

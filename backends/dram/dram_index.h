@@ -52,6 +52,9 @@ kvs_status kvs_dram_index_unpin(kvs_dram_index *ix, const kvs_key *keys, uint64_
 /* codecs[i]: the codec key i is held or was passed down with, 0 when the index knows nothing. */
 kvs_status kvs_dram_index_codecs(kvs_dram_index *ix, const kvs_key *keys, uint64_t n,
                                  uint16_t *codecs);
+/* What a tier opened with index ix (NULL: none) adds to its capabilities (its instance_caps):
+ * KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED, or 0. */
+uint32_t kvs_dram_index_caps(const kvs_dram_index *ix);
 /* Held keys published now. */
 kvs_status kvs_dram_index_usage(kvs_dram_index *ix, uint64_t *n_held);
 

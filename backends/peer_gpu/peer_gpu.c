@@ -200,7 +200,7 @@ static kvs_status lookup_only_refusal(pg_state *st, const char *what) {
 
 static uint32_t pg_instance_caps(void *state) {
     const pg_state *st = state;
-    return st && st->index ? KVS_BACKEND_CAP_SHARED | KVS_BACKEND_CAP_PUBLISHED : 0;
+    return st ? kvs_dram_index_caps(st->index) : 0;
 }
 
 /* The stored slot of key in a usable unit, or PG_NIL (lock held). */
