@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 10
+#define KVS_ABI_MINOR 11
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -338,6 +338,9 @@ typedef struct kvs_stats {
                                * chunks_saved or saves_skipped once they land or fail) */
     uint64_t saves_in_flight; /* of those, not landed yet (a gauge) */
     uint64_t sends_reported;  /* requests get_finished reported in its sending list */
+    /* ABI 1.11. Read only when struct_size covers it. */
+    uint64_t integrity_rejects; /* objects a keyed tier served whose tags were wrong or missing
+                                 * (`integrity: keyed`): each a miss, never loaded */
 } kvs_stats;
 
 #define KVS_STATS_SIZE_1_0 136u /* up to and including save_gbps */

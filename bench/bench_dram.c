@@ -55,6 +55,7 @@ typedef struct options {
     uint32_t iters;
     uint32_t warmup;
     uint32_t threads;
+    int keyed; /* --integrity keyed: the tier checks tags on every load (integrity: keyed) */
 } options;
 
 typedef struct bench {
@@ -81,12 +82,15 @@ typedef struct step_time {
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--chunks N] [--layers L] [--iters R] [--warmup W] [--threads T]\n"
+            "          [--integrity checksum|keyed]\n"
             "  --chunks  chunks restored/saved per step (default 64)\n"
             "  --layers  model layers (default 8); one layer of one chunk is 1 MiB\n"
             "  --iters   measured rounds, median reported (default 10)\n"
             "  --warmup  unmeasured rounds first (default 2)\n"
             "  --threads threads moving the copies: device.host_threads, and the reference's\n"
-            "            (default 1)\n",
+            "            (default 1)\n"
+            "  --integrity checksum|keyed  the tier's integrity (default checksum); keyed seals\n"
+            "            every save with Poly1305 tags and checks them on every load\n",
             prog);
 }
 
@@ -104,6 +108,9 @@ static options parse_options(int argc, char **argv) {
             o.warmup = (uint32_t)bench_parse_u64(a, v, 0, 100000);
         else if (strcmp(a, "--threads") == 0)
             o.threads = (uint32_t)bench_parse_u64(a, v, 1, 64);
+        else if (strcmp(a, "--integrity") == 0 && v &&
+                 (strcmp(v, "keyed") == 0 || strcmp(v, "checksum") == 0))
+            o.keyed = strcmp(v, "keyed") == 0;
         else {
             usage(argv[0]);
             exit(strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 ? 0 : 2);
@@ -340,7 +347,11 @@ static void open_handle(bench *b) {
      * nothing is evicted or skipped for lack of room. */
     uint64_t layer_bytes = 2 * (uint64_t)CHUNK_TOKENS * TOKEN_BYTES;
     uint64_t slab = (kvs_object_bytes(b->opt.layers, layer_bytes) + 4095) / 4096 * 4096;
-    char yaml[1024], path[512], err[KVS_ERROR_MAX];
+    char yaml[2048], path[512], key[512] = "", keyed[1024] = "", err[KVS_ERROR_MAX];
+    if (b->opt.keyed) { /* mkstemps makes it mode 0600, as a key file must be */
+        bench_write_temp("kvs-bench-dram integrity key, 32 bytes or more\n", key, sizeof key);
+        snprintf(keyed, sizeof keyed, "    integrity: keyed\n    integrity_key_file: %s\n", key);
+    }
     snprintf(yaml, sizeof yaml,
              "version: 1\n"
              "chunk_tokens: %u\n"
@@ -353,14 +364,15 @@ static void open_handle(bench *b) {
              "tiers:\n"
              "  - name: dram\n"
              "    type: dram\n"
-             "    capacity: %llu\n",
+             "    capacity: %llu\n%s",
              CHUNK_TOKENS, b->opt.threads, (unsigned long long)(slab * b->opt.chunks),
-             (unsigned long long)(slab * b->opt.chunks));
+             (unsigned long long)(slab * b->opt.chunks), keyed);
     bench_write_temp(yaml, path, sizeof path);
     kvs_open_params params = {
         .struct_size = sizeof params, .role = KVS_ROLE_BOTH, .config_path = path, .model = &model};
     kvs_status st = b->api->open(&params, &b->h, err, sizeof err);
     remove(path);
+    if (key[0]) remove(key);
     if (st != KVS_OK) {
         fprintf(stderr, "open failed: %s: %s\n", b->api->strerror(st), err);
         exit(1);
@@ -436,11 +448,12 @@ static void report_path(const bench *b, const char *name, const char *what, doub
            "\"memcpy_gbps\":%.3f,\"streaming_copy_gbps\":%.3f,\"same_runs_gbps\":%.3f,"
            "\"ratio_to_same_runs\":%.3f,\"ns\":%.0f,\"reference_ns\":%.0f,"
            "\"bytes\":%llu,\"piece_bytes\":%llu,\"run_bytes\":%llu,\"chunks\":%llu,"
-           "\"layers\":%u,\"iterations\":%u,\"warmup\":%u}\n",
+           "\"layers\":%u,\"iterations\":%u,\"warmup\":%u,\"integrity\":\"%s\"}\n",
            name, gbps / ref_gbps, b->opt.threads, gbps, ref_gbps, memcpy_gbps, stream_gbps,
            runs_gbps, gbps / runs_gbps, ns, ref_ns, (unsigned long long)b->payload_bytes,
            (unsigned long long)PIECE_BYTES, (unsigned long long)BLOCK_BYTES,
-           (unsigned long long)b->opt.chunks, b->opt.layers, b->opt.iters, b->opt.warmup);
+           (unsigned long long)b->opt.chunks, b->opt.layers, b->opt.iters, b->opt.warmup,
+           b->opt.keyed ? "keyed" : "checksum");
     printf("%s: %.2f GB/s, reference %.2f GB/s (memcpy %.2f, non-temporal copy %.2f), ratio %.3f "
            "(%u thread%s each; %llu chunks x %u layers x 1 MiB, median of %u); the same 32 KiB "
            "runs copied without a checksum %.2f GB/s, ratio %.3f\n",

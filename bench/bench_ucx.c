@@ -61,6 +61,9 @@ int main(void) {
 #include "backends/ucx/wire.h"
 #include "bench_common.h"
 #include "common/copy.h"
+#include "common/xxh3.h"
+#include "connector/object.h"
+#include "connector/object_mac.h"
 #include "tcp_stream.h"
 
 #define KIB           1024ull
@@ -80,7 +83,14 @@ typedef struct options {
     int references_after; /* --references after: the tier's rounds first, then the references' */
     const char *server_netns; /* node and perftest servers in this network namespace (NULL: here) */
     const char *server_addr;  /* where they listen and are reached */
+    int integrity;            /* --integrity: what a connector adds per object around the tier */
 } options;
+
+/* --integrity none (the tier alone) | checksum (each object sealed with XXH3 before its put and
+ * checked after its get, as a connector does) | keyed (also its Poly1305 tags: integrity: keyed) */
+enum { INTEGRITY_NONE, INTEGRITY_CHECKSUM, INTEGRITY_KEYED };
+static const char *const INTEGRITY_NAMES[] = {"none", "checksum", "keyed"};
+static kvs_object_mac *object_mac; /* --integrity keyed */
 
 typedef struct node_proc {
     pid_t pid;
@@ -105,6 +115,7 @@ static void usage(int status) {
         "                     [--shared-memory auto|off] [--payloads auto|rma|messages|stream]\n"
         "                     [--busy-poll-us N] [--pin on|off] [--references interleaved|after]\n"
         "                     [--server-netns NS --server-addr IP]\n"
+        "                     [--integrity none|checksum|keyed]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
         "  --warmup        rounds run first and not counted (default 1)\n"
         "  --lookups       timed contains calls of 512 keys (default 300)\n"
@@ -117,6 +128,9 @@ static void usage(int status) {
         "  --references interleaved|after\n"
         "                  each round: the tier then the references (default), or all the\n"
         "                  tier's rounds first and the references' after them\n"
+        "  --integrity     what the connector adds per object, timed with the tier: none (the\n"
+        "                  default), checksum (XXH3 sealed before each put, checked after each\n"
+        "                  get) or keyed (also Poly1305 tags: integrity: keyed)\n"
         "  --server-netns  start kvstrata-node and the ucx_perftest servers in network namespace\n"
         "                  NS (ip netns exec; needs root), listening on --server-addr, an address\n"
         "                  of NS that this process reaches (bench/ucx-netns.sh sets both up)\n");
@@ -159,6 +173,12 @@ static options parse_options(int argc, char **argv) {
             o.server_netns = v;
         else if (!strcmp(a, "--server-addr"))
             o.server_addr = v;
+        else if (!strcmp(a, "--integrity") && !strcmp(v, "none"))
+            o.integrity = INTEGRITY_NONE;
+        else if (!strcmp(a, "--integrity") && !strcmp(v, "checksum"))
+            o.integrity = INTEGRITY_CHECKSUM;
+        else if (!strcmp(a, "--integrity") && !strcmp(v, "keyed"))
+            o.integrity = INTEGRITY_KEYED;
         else
             usage(2);
         i++;
@@ -562,6 +582,41 @@ static void fill(uint8_t *p, uint64_t len, uint64_t seed) {
     }
 }
 
+/* An object of size bytes as a connector stores it: a header page, then one layer of the rest. */
+static void make_object(uint8_t *p, uint64_t size, uint64_t seed, int integrity) {
+    fill(p, size, seed);
+    if (integrity == INTEGRITY_NONE) return;
+    kvs_key fp = {{1}}, key = {{0}};
+    memcpy(key.bytes, &seed, sizeof seed);
+    kvs_object_init(p, &fp, &key, 1, 256, size - kvs_object_payload_offset(1));
+}
+
+/* What the connector does to an object before it puts it. */
+static void seal_object(uint8_t *p, int integrity) {
+    if (integrity == INTEGRITY_NONE) return;
+    kvs_object_header *h = (kvs_object_header *)p;
+    kvs_object_layer_hashes(p)[0] = kvs_xxh3_64(kvs_object_layer(p, 0), h->layer_bytes);
+    if (integrity == INTEGRITY_KEYED && kvs_object_seal_keyed(object_mac, p) != KVS_OK)
+        die("seal", "libcrypto failed");
+    if (integrity == INTEGRITY_CHECKSUM) kvs_object_seal(p);
+}
+
+/* ... and after it got it: header, tags (keyed), the layer's checksum. */
+static void check_object(uint8_t *p, uint64_t len, int integrity) {
+    if (integrity == INTEGRITY_NONE) return;
+    kvs_object_header *h = (kvs_object_header *)p;
+    char err[256] = "";
+    if (kvs_object_check_header(p, len, &h->fingerprint, &h->key, 1, 256, h->layer_bytes, err,
+                                sizeof err) != KVS_OK)
+        die("check", err);
+    if (integrity == INTEGRITY_KEYED &&
+        (kvs_object_check_keyed_header(object_mac, p, len, err, sizeof err) != KVS_OK ||
+         kvs_object_check_keyed_layer(object_mac, p, 0, err, sizeof err) != KVS_OK))
+        die("check", err);
+    if (kvs_xxh3_64(kvs_object_layer(p, 0), h->layer_bytes) != kvs_object_layer_hashes(p)[0])
+        die("check", "layer checksum mismatch");
+}
+
 static double rusage_ms(void) {
     struct rusage u;
     getrusage(RUSAGE_SELF, &u);
@@ -606,7 +661,8 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
 
     /* correctness, once: put every object from the pool, clear the pool, get them back, compare */
     for (uint64_t i = 0; i < n; i++) {
-        fill(staging + i * size, size, size + i);
+        make_object(staging + i * size, size, size + i, o->integrity);
+        seal_object(staging + i * size, o->integrity);
         check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
     }
     memset(staging, 0, STAGING_BYTES);
@@ -615,7 +671,9 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
     if (!want) die("malloc", "no memory");
     uint64_t wrong = 0;
     for (uint64_t i = 0; i < n; i++) {
-        fill(want, size, size + i);
+        make_object(want, size, size + i, o->integrity);
+        if (o->integrity != INTEGRITY_NONE) /* its nonce and tags are the stored object's */
+            memcpy(want, staging + i * size, kvs_object_payload_offset(1));
         if (sts[i] != KVS_OK || lens[i] != size || memcmp(staging + i * size, want, size) != 0) {
             if (wrong < 5)
                 fprintf(stderr, "object %llu: status %d, length %llu, bytes %s\n",
@@ -648,17 +706,21 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
             if (tier_part) {
                 uint64_t t0 = bench_now_ns();
                 check(t, "get_many", t->ops->get_many(t->state, keys, dsts, caps, n, lens, sts));
-                uint64_t t1 = bench_now_ns();
                 for (uint64_t i = 0; i < n; i++)
                     if (sts[i] != KVS_OK || lens[i] != size)
                         die("get_many", "an object was missing or short");
+                for (uint64_t i = 0; i < n; i++)
+                    check_object(staging + i * size, size, o->integrity);
+                uint64_t t1 = bench_now_ns(); /* the objects checked */
                 for (uint64_t i = 0; i < n; i++)
                     check(t, "remove", t->ops->remove(t->state, &keys[i]));
                 uint64_t t2 = bench_now_ns();
                 kvs_remote_stats_t p0, p1;
                 check(t, "stats", kvs_remote_stats(t->state, &p0));
-                for (uint64_t i = 0; i < n; i++)
+                for (uint64_t i = 0; i < n; i++) {
+                    seal_object(staging + i * size, o->integrity);
                     check(t, "put", t->ops->put(t->state, &keys[i], staging + i * size, size));
+                }
                 check(t, "flush", kvs_remote_flush(t->state));
                 uint64_t t3 = bench_now_ns();
                 check(t, "stats", kvs_remote_stats(t->state, &p1));
@@ -751,14 +813,14 @@ static void run_size(const tier *t, const options *o, uint8_t *staging, uint64_t
                "llu,\"bounce_gets\":%llu,\"put_requests_per_round\":%.1f,\"iterations\":%u,"
                "\"tcp_stream_cached_gbps\":%.3f,\"copy_gbps\":%.3f,\"ratio_perftest\":%.3f,"
                "\"perftest_round_message_gbps\":%.3f,\"shared_tier_gets\":%llu,"
-               "\"shared_tier_puts\":%llu}\n",
+               "\"shared_tier_puts\":%llu,\"integrity\":\"%s\"}\n",
                names[k], (unsigned long long)size, (unsigned long long)n, gbps[k] / reference_gbps,
                gbps[k], reference, reference_gbps, tcp_best, tcp[k], ref[k], tests[k],
                (unsigned long long)size, o->perftest_tls, ns[k], bytes, sm[k], tier_tls,
                (unsigned long long)rma, (unsigned long long)bounce,
                k == 1 ? (double)put_requests / (o->warmup + o->rounds) : 0.0, o->rounds, tcp_hot,
                copy_gbps, gbps[k] / ref[k], round_msg, (unsigned long long)shared_gets,
-               (unsigned long long)shared_puts);
+               (unsigned long long)shared_puts, INTEGRITY_NAMES[o->integrity]);
         /* every round's rate and its reference, in round order: the spread behind the medians */
         printf("{\"bench\":\"%s_rounds\",\"object_bytes\":%llu,\"gbps\":[", names[k],
                (unsigned long long)size);
@@ -893,6 +955,12 @@ static void run_idle(const tier *t) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--tcp-peer")) return kvs_tcp_peer_main(argv[2]);
     options o = parse_options(argc, argv);
+    if (o.integrity == INTEGRITY_KEYED) {
+        static const uint8_t key[32] = "kvs-bench-ucx integrity key....";
+        char err[256];
+        if (kvs_object_mac_open(key, sizeof key, &object_mac, err, sizeof err) != KVS_OK)
+            die("integrity", err);
+    }
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) die("/proc/self/exe", strerror(errno));

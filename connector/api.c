@@ -9,6 +9,7 @@
 #include "encoder.h"
 #include "guard.h"
 #include "handle.h"
+#include "integrity.h"
 #include "keys.h"
 #include "lookup_remote.h"
 #include "lsc.h"
@@ -196,6 +197,7 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
         kvs_tiers_open_ranked(h->cfg, h->object_bytes, h->encoder, staging, staging_len,
                               (int32_t)h->model.tp_rank, on_tier_event, h, &h->tiers, err, err_len);
     if (st == KVS_OK) st = refuse_shared_keys_on_published_tiers(h, err, err_len);
+    if (st == KVS_OK) st = kvs_integrity_setup(h, err, err_len);
     if (st == KVS_OK && h->role == KVS_ROLE_SCHEDULER) warn_private_tiers(h);
     if (st == KVS_OK && (h->role & KVS_ROLE_SCHEDULER)) st = kvs_restore_setup(h, err, err_len);
     /* NULL without a remote tier; out of memory, lookups ask the remote tiers themselves */
@@ -244,6 +246,7 @@ static void api_close(kvs_handle *h) {
     kvs_rlookups_destroy(h->rlookups); /* after the requests dropped their queries */
     kvs_tiers_close(h->tiers);
     kvs_encoder_destroy(h->encoder);
+    kvs_integrity_close(h);
     kvs_pool_destroy(h->pool);
     free(h->error_blocks);
     free(h->rank_fingerprints);

@@ -6,13 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const TIER_KEYS[] = {"name",    "type",  "capacity", "write",   "plugin",
-                                        "options", "paths", "nodes",    "required"};
+static const char *const TIER_KEYS[] = {
+    "name",     "type",      "capacity",          "write", "plugin", "options", "paths", "nodes",
+    "required", "integrity", "integrity_key_file"};
 _Static_assert(TK_COUNT == KVS_TIER_KEYS,
                "kvs_tier_config.keys_at holds one position per tier key");
 
 static const char *const TIER_TYPES[] = {"compress", "dram", "peer_gpu", "plugin", "remote", "ssd"};
 static const char *const WRITE_POLICIES[] = {"back", "through"};
+static const char *const INTEGRITY[] = {"checksum", "keyed"};
 
 size_t kvs_config_tier_key(const char *name) {
     size_t k = 0;
@@ -228,6 +230,53 @@ static kvs_status tier_options(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f
     return st;
 }
 
+static const char *option_value(const kvs_tier_config *t, const char *key) {
+    for (size_t i = 0; i < t->n_options; i++)
+        if (strcmp(t->options[i].key, key) == 0) return t->options[i].value;
+    return NULL;
+}
+
+/* `integrity:` and its key. Keyed is the default where a tier's bytes cross a trust boundary by
+ * design (a remote node other tenants share); a remote tier's key defaults to its tenant key. The
+ * tiers that re-encode objects or hold them in device memory cannot check tags on every load. */
+static kvs_status tier_integrity(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
+                                 kvs_tier_config *t) {
+    char kp[KEY_PATH_MAX];
+    size_t choice = f->type == TYPE_REMOTE ? 1 : 0;
+    const kvs_yaml_node *v = f->values[TK_INTEGRITY], *kf = f->values[TK_INTEGRITY_KEY_FILE];
+    kvs_yaml_key_path(kp, f->path, "integrity");
+    kvs_status st =
+        v ? kvs_yaml_get_choice(ctx, v, kp, INTEGRITY, COUNT_OF(INTEGRITY), &choice) : KVS_OK;
+    if (st != KVS_OK) return st;
+    t->keyed = choice == 1;
+    if (t->keyed && (f->type == TYPE_COMPRESS || f->type == TYPE_PEER_GPU))
+        return kvs_yaml_fail(ctx, v, kp,
+                             "a %s tier cannot be keyed (it re-encodes objects or holds them in "
+                             "device memory, where no load could check their tags)",
+                             TIER_TYPES[f->type]);
+    kvs_yaml_key_path(kp, f->path, "integrity_key_file");
+    if (kf && !t->keyed)
+        return kvs_yaml_fail(ctx, f->keys[TK_INTEGRITY_KEY_FILE], kp,
+                             "an integrity key is for a tier with `integrity: keyed`");
+    if (kf)
+        return kvs_yaml_get_path(ctx, kf, kp, t->integrity_key_file, sizeof t->integrity_key_file);
+    if (!t->keyed) return KVS_OK;
+    const char *psk = f->type == TYPE_REMOTE ? option_value(t, "psk_file") : NULL;
+    if (psk && psk[0]) {
+        snprintf(t->integrity_key_file, sizeof t->integrity_key_file, "%s", psk);
+        t->integrity_from_psk = 1;
+        return KVS_OK;
+    }
+    if (f->type == TYPE_REMOTE &&
+        !v) { /* the default, on a node without keys: nothing to key with */
+        t->keyed = 0;
+        return KVS_OK;
+    }
+    return kvs_yaml_missing_key(
+        ctx, f->map, f->path, "integrity_key_file",
+        " (a key file of 32..1024 bytes, mode 0600, for `integrity: keyed`)");
+}
+
 kvs_status kvs_config_tier_begin(const kvs_yaml_ctx *ctx, const kvs_yaml_node *n, kvs_config *cfg,
                                  size_t index, kvs_tier_fields *f) {
     kvs_tier_config *t = &cfg->tiers[index];
@@ -265,5 +314,6 @@ kvs_status kvs_config_tier_end(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f
     }
     if (st == KVS_OK) st = tier_plugin(ctx, f, t);
     if (st == KVS_OK) st = tier_options(ctx, f, t);
+    if (st == KVS_OK) st = tier_integrity(ctx, f, t);
     return st;
 }

@@ -21,6 +21,8 @@ enum {
     TK_PATHS,
     TK_NODES,
     TK_REQUIRED,
+    TK_INTEGRITY,
+    TK_INTEGRITY_KEY_FILE,
     TK_COUNT
 };
 

@@ -33,7 +33,9 @@ typedef struct kvs_config_option {
 } kvs_config_option;
 
 /* Tier keys whose position is kept for refusals found when the connector opens. */
-#define KVS_TIER_KEYS 9 /* name, type, capacity, write, plugin, options, paths, nodes, required */
+/* name, type, capacity, write, plugin, options, paths, nodes, required, integrity,
+ * integrity_key_file */
+#define KVS_TIER_KEYS 11
 
 typedef struct kvs_tier_config {
     char name[KVS_NAME_MAX]; /* unique within the file */
@@ -42,8 +44,11 @@ typedef struct kvs_tier_config {
     kvs_write_policy write;  /* default back */
     int required; /* 1: the connector refuses to open when this tier cannot; 0 (default): a tier
                    * that fails to open for a reason other than its configuration serves empty */
-    char plugin[KVS_PATH_MAX];  /* path of the .so, required iff type is plugin */
-    kvs_config_option *options; /* the `options:` map, scalars only, in file order */
+    char plugin[KVS_PATH_MAX]; /* path of the .so, required iff type is plugin */
+    int keyed; /* `integrity: keyed`: every load from it checks the objects' tags (object_mac.h) */
+    char integrity_key_file[KVS_PATH_MAX]; /* the key a keyed tier's tags are under */
+    int integrity_from_psk;                /* that file is the remote tier's tenant key */
+    kvs_config_option *options;            /* the `options:` map, scalars only, in file order */
     size_t n_options;
     int line, column;                     /* where the tier's entry starts, for later messages */
     kvs_config_at keys_at[KVS_TIER_KEYS]; /* each key's value, in the order of KVS_TIER_KEYS */

@@ -143,6 +143,7 @@ struct kvs_handle {
     uint64_t object_bytes; /* one chunk object */
     kvs_tier_chain *tiers;
     struct kvs_encoder *encoder;   /* what compress tiers encode and place with (encoder.h) */
+    struct kvs_object_mac *mac;    /* the keyed tiers' integrity key (integrity.h); NULL: none */
     struct kvs_rlookups *rlookups; /* scheduler, loads.remote_lookups async with a remote tier */
     int32_t
         *spare_tokens; /* the token buffer of a request gone, for the next one (no page faults) */

@@ -6,9 +6,12 @@
 
 #include "common/log.h"
 #include "keys.h"
+#include "object_mac.h"
 
 uint32_t kvs_object_payload_offset(uint32_t n_layers) {
-    uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t);
+    /* room for the record of a keyed object (object_mac.h) too, so that keyed and unkeyed objects
+     * of one model have one size and layout */
+    uint64_t raw = kvs_object_mac_record_offset(n_layers) + kvs_object_mac_record_bytes(n_layers);
     return (uint32_t)((raw + KVS_OBJECT_ALIGN - 1) / KVS_OBJECT_ALIGN * KVS_OBJECT_ALIGN);
 }
 
@@ -64,7 +67,8 @@ static kvs_status check_header(const void *object, uint64_t len, const kvs_key *
         return KVS_ECORRUPT;
     }
     const kvs_object_header *h = object;
-    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
+    if (h->magic != KVS_OBJECT_MAGIC ||
+        (h->version != KVS_OBJECT_VERSION && h->version != KVS_OBJECT_VERSION_KEYED) ||
         (h->codec != KVS_CODEC_RAW && !(allow_derived && h->codec == KVS_CODEC_DERIVED))) {
         kvs_fmt(err, err_len, "object %s: bad magic/version/codec (%08x/%u/%u)", hex, h->magic,
                 h->version, h->codec);

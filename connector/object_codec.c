@@ -6,6 +6,7 @@
 #include "common/xxh3.h"
 #include "keys.h"
 #include "object.h"
+#include "object_mac.h"
 
 uint32_t kvs_object_lossy_payload_offset(uint32_t n_layers) {
     uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t) +
@@ -33,7 +34,8 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
     /* the geometry first, against the caller's shape: nothing the header says sizes a read before
      * it is known to be this model's and to fit in raw_len */
     uint64_t total = 0;
-    if (h->magic != KVS_OBJECT_MAGIC || h->version != KVS_OBJECT_VERSION ||
+    if (h->magic != KVS_OBJECT_MAGIC ||
+        (h->version != KVS_OBJECT_VERSION && h->version != KVS_OBJECT_VERSION_KEYED) ||
         (h->codec != KVS_CODEC_RAW && h->codec != KVS_CODEC_DERIVED) || h->n_layers == 0 ||
         h->n_layers > 65536 || h->n_tokens == 0 || h->n_tokens > (1u << 24) ||
         h->layer_bytes != kvs_kernel_layer_bytes(shape, h->n_tokens) ||
@@ -59,6 +61,7 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
     }
     kvs_object_header *o = out;
     *o = *h;
+    o->version = KVS_OBJECT_VERSION; /* a lossy object carries no integrity tags */
     o->codec = c->kind;
     o->payload_offset = kvs_object_lossy_payload_offset(h->n_layers);
     o->layer_bytes = enc;

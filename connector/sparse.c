@@ -12,6 +12,7 @@
  * thread and sparse_wait has nothing to wait for. The lock guards the queue and the counters; a
  * job's work touches only its own layer's state, and the engine leaves that alone until it waits. */
 #include "sparse.h"
+#include "integrity.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -90,7 +91,8 @@ static kvs_sparse_req *find(kvs_handle *h, const char *id) {
 /* ---- reading rows --------------------------------------------------------------------------- */
 
 /* Row `row`'s K and V of (layer, head) out of its whole chunk object, read into r->object unless
- * it holds that chunk already (consecutive rows of one chunk: one read). Not checked. */
+ * it holds that chunk already (consecutive rows of one chunk: one read): checked whole against its
+ * tags when its tier is keyed; the caller checks the row against its hash. */
 static kvs_status row_from_object(kvs_sparse_req *r, uint32_t layer, uint32_t head, uint32_t row,
                                   uint8_t *k, uint8_t *v) {
     uint32_t chunk = row / r->h->chunk_tokens;
@@ -101,6 +103,9 @@ static kvs_status row_from_object(kvs_sparse_req *r, uint32_t layer, uint32_t he
         kvs_status st = kvs_tiers_get(r->h->tiers, (uint32_t)r->tier_of[chunk], &r->keys[chunk],
                                       r->object, r->h->object_bytes, &len);
         if (st == KVS_OK && len != r->h->object_bytes) st = KVS_ECORRUPT;
+        char why[256];
+        if (st == KVS_OK)
+            st = kvs_integrity_check(r->h, r->tier_of[chunk], r->object, len, 1, why, sizeof why);
         if (st != KVS_OK) return st;
         r->object_chunk = chunk;
     }
@@ -123,7 +128,9 @@ static kvs_status read_row(kvs_sparse_req *r, uint32_t layer, uint32_t head, uin
     uint64_t ko, vo, hb = r->head_bytes;
     kvs_sparse_row_offsets(r->store, layer, head, row, &ko, &vo);
     kvs_status st;
-    if (r->pinned[chunk] && kvs_tiers_zero_copy(chain, tier)) {
+    if (kvs_integrity_keyed(r->h, (int)tier)) { /* tags cover whole layers: read the object */
+        st = row_from_object(r, layer, head, row, k, v);
+    } else if (r->pinned[chunk] && kvs_tiers_zero_copy(chain, tier)) {
         const void *obj = NULL;
         uint64_t len = 0;
         st = kvs_tiers_get_ref(chain, tier, key, &obj, &len);
@@ -388,6 +395,7 @@ static kvs_status take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *t
         uint64_t len = 0;
         kvs_status st =
             kvs_tiers_get(h->tiers, (uint32_t)tier, &r->keys[c], r->object, h->object_bytes, &len);
+        if (st == KVS_OK) st = kvs_integrity_check(h, tier, r->object, len, 1, err, sizeof err);
         if (st == KVS_OK)
             st = kvs_sparse_store_add(r->store, c, r->object, len, &h->fingerprint, &r->keys[c],
                                       err, sizeof err);

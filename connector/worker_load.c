@@ -2,6 +2,7 @@
  * tier (zero-copy, whole or layer ranges), wait_layer_load lands layers through the device and verifies
  * every layer's checksum; failed chunks become error blocks the engine recomputes. */
 #include "worker_load.h"
+#include "integrity.h"
 
 #include <assert.h>
 #include <stdint.h>
@@ -190,6 +191,12 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
  * lands on the host device, into a raw object first on a device that cannot (accept_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256] = "";
+    /* a keyed tier's object is in a slab only this process writes: its tags hold for the copy */
+    if (kvs_integrity_check(h, w->tier, obj, len, !w->ranged, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+        return;
+    }
     uint16_t codec =
         len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)obj)->codec : KVS_CODEC_RAW;
     if (codec == KVS_CODEC_DERIVED) { /* raw layout, values computed over lossy KV */
@@ -240,7 +247,7 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
      * slab. */
     w->ranged = w->req->n_layer_bytes && kvs_tiers_can_get_range(h->tiers, tier);
-    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged) {
+    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged && !kvs_integrity_keyed(h, w->tier)) {
         const void *obj = NULL;
         if (kvs_tiers_get_ref(h->tiers, tier, key, &obj, &len) != KVS_OK)
             return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
@@ -262,7 +269,13 @@ static void fetch_layer(kvs_handle *h, kvs_load_work *w, uint32_t layer) {
     if (kvs_tiers_get_range(h->tiers, tier, &w->load->key, from, h->layer_bytes,
                             (uint8_t *)w->slab + from, &got, &len) != KVS_OK)
         return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
-    if (got != h->layer_bytes) fail_load(h, w, "the stored object is shorter than its layers");
+    if (got != h->layer_bytes)
+        return fail_load(h, w, "the stored object is shorter than its layers");
+    char why[256] = "";
+    if (kvs_integrity_check_layer(h, w->tier, w->slab, layer, why, sizeof why) != KVS_OK) {
+        fail_load(h, w, why);
+        w->drop = 1;
+    }
 }
 
 static void fetch_range(kvs_handle *h, kvs_load_work *w, int all_layers) {

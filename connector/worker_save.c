@@ -4,6 +4,7 @@
  * `saves: {async: true}` wait_save only completes the gathers and hands the rest to the saver thread
  * (worker_saver.c). */
 #include "worker_save.h"
+#include "integrity.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +184,7 @@ static kvs_status hash_saves(kvs_handle *h) {
 }
 
 static void store_save(kvs_handle *h, kvs_save_work *w) {
-    kvs_object_seal(w->object);
+    kvs_integrity_seal(h, w->object);
     char why[256];
     kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes,
                                             why, sizeof why)

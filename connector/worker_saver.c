@@ -4,6 +4,7 @@
  * it only hashes (when the device did not), seals and puts or commits, then frees the slab. A failed
  * store is a later miss, counted in saves_skipped; its request is reported all the same. */
 #include "worker_saver.h"
+#include "integrity.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -98,7 +99,7 @@ static void store_job(kvs_handle *h, struct kvs_saver *S, saver_job *j) {
         for (uint32_t l = 0; l < h->n_views; l++)
             kvs_object_layer_hashes(j->object)[l] =
                 XXH3_64bits(kvs_object_layer(j->object, l), h->layer_bytes);
-    kvs_object_seal(j->object);
+    kvs_integrity_seal(h, j->object);
     char why[256] = "";
     kvs_status st =
         j->slab ? kvs_tiers_put(h->tiers, &j->key, j->object, h->object_bytes, why, sizeof why)

@@ -133,7 +133,8 @@ AT(kvs_stats, lossy_chunks_loaded, 384, 8);
 AT(kvs_stats, saves_async, 392, 8); /* 1.10 */
 AT(kvs_stats, saves_in_flight, 400, 8);
 AT(kvs_stats, sends_reported, 408, 8);
-SIZE(kvs_stats, 416);
+AT(kvs_stats, integrity_rejects, 416, 8); /* 1.11 */
+SIZE(kvs_stats, 424);
 _Static_assert(KVS_STATS_SIZE_1_0 == offsetof(kvs_stats, n_tiers), "stats 1.0 size");
 
 AT(kvs_api, abi_major, 0, 4);

@@ -7,9 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "abi/kvstrata.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
 #include "tests/support/connector_rig.h"
+#include "tests/support/test_support.h"
 
 static const kvs_api *api;
 
@@ -24,6 +28,8 @@ static void teardown(void) {
 
 /* A dram config with `restore: cacheflow` and a profile: per_token_us of recompute per token, mb_s of
  * tier bandwidth (an object is 8 KiB of KV: 32 tokens x 2 layers x 2 x 64 bytes). */
+static char keyed_lines[1200]; /* `integrity: keyed` for the dram tier, or "" */
+
 static const char *restore_config(double per_token_us, double mb_s, const char *tier_name) {
     char profile[512];
     snprintf(profile, sizeof profile,
@@ -31,12 +37,12 @@ static const char *restore_config(double per_token_us, double mb_s, const char *
              "tiers:\n  - name: %s\n    latency_us: 0\n    bandwidth_mb_s: %g\n",
              per_token_us, tier_name, mb_s);
     ck_assert_ptr_nonnull(rig_config("profile.yaml", profile));
-    static char text[768];
+    static char text[2048];
     snprintf(
         text, sizeof text,
         "%schunk_tokens: %d\npool:\n  staging_bytes: 1MiB\nrestore:\n  scheduler: cacheflow\n"
-        "  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n",
-        rig_device_section(), CHUNK);
+        "  profile: profile.yaml\ntiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n%s",
+        rig_device_section(), CHUNK, keyed_lines);
     return rig_config("restore.yaml", text);
 }
 
@@ -219,6 +225,48 @@ START_TEST(layer_plans_load_only_the_upper_layers) {
 }
 END_TEST
 
+/* A layer plan reads single layers (get_range): on a keyed tier each one is checked against its own
+ * tag as it lands, so a changed layer is a counted miss even where the header is intact. */
+START_TEST(layer_plans_check_each_layer_read_from_a_keyed_tier) {
+    char key[1024];
+    ck_assert_int_eq(kvs_test_write_file(rig_tmpdir, "t.key", "0123456789abcdef0123456789abcdef",
+                                         key, sizeof key),
+                     0);
+    ck_assert_int_eq(chmod(key, 0600), 0);
+    snprintf(keyed_lines, sizeof keyed_lines, "    integrity: keyed\n    integrity_key_file: %s\n",
+             key);
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
+    keyed_lines[0] = '\0';
+    ck_assert_int_eq(api->set_plan_caps(r.h, KVS_PLAN_CAP_LAYER), KVS_OK);
+    static plan_step ps;
+    store_and_plan(&r, &ps);
+    kvs_restore_plan plan = {.struct_size = sizeof plan};
+    ck_assert_int_eq(api->plan(r.h, "b", &plan), KVS_OK);
+    ck_assert_uint_eq(plan.mode, KVS_PLAN_LAYER);
+    ck_assert_uint_eq(plan.recompute_layers, 1);
+    kvs_key keys[8];
+    kvs_keys_chain(&r.h->fingerprint, ps.tokens, 8, CHUNK, keys);
+    const void *obj = NULL;
+    uint64_t len = 0;
+    const kvs_backend_ops *ops = kvs_tiers_ops(r.h->tiers, 0);
+    ck_assert_int_eq(ops->get_ref(kvs_tiers_state(r.h->tiers, 0), &keys[0], &obj, &len), KVS_OK);
+    ((uint8_t *)(uintptr_t)obj)[len - 1] ^= 1; /* the last byte of layer 1, the one loaded */
+    rig_write_kv_layers(&r, ps.b, ps.tokens, 0, 256, 0, 1);
+    rig_worker_step(&r, ps.meta, ps.len, ps.b, ps.tokens, ps.res.n_hit_tokens, 257);
+    uint32_t errs[16];
+    uint64_t n = 0;
+    ck_assert_int_eq(api->load_error_blocks(r.h, errs, 16, &n), KVS_OK);
+    ck_assert_uint_eq(n, 2); /* chunk 0: blocks b[0], b[1] */
+    kvs_stats s = {.struct_size = sizeof s};
+    ck_assert_int_eq(api->stats(r.h, &s), KVS_OK);
+    ck_assert_uint_eq(s.integrity_rejects, 1);
+    ck_assert_uint_eq(s.chunks_loaded, 7);
+    ck_assert(rig_kv_matches(&r, ps.b, ps.tokens, 32, 256));
+    rig_close(&r);
+}
+END_TEST
+
 START_TEST(plan_caps_and_profiles_are_checked) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, restore_config(10, 25.6, "dram")), KVS_OK);
@@ -334,6 +382,7 @@ static Suite *restore_suite(void) {
     tcase_add_test(tc, plans_follow_the_cost_model_to_either_end);
     tcase_add_test(tc, stock_engines_get_prefix_plans_through_lookup);
     tcase_add_test(tc, layer_plans_load_only_the_upper_layers);
+    tcase_add_test(tc, layer_plans_check_each_layer_read_from_a_keyed_tier);
     tcase_add_test(tc, plan_caps_and_profiles_are_checked);
     tcase_add_test(tc, stage_plans_restore_each_stage_from_its_boundary);
     tcase_add_test(tc, stage_descriptions_and_old_plan_structs_are_checked);

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/key_file.h"
+
 #define TENANT_LABEL     "kvstrata-tenant-v1"     /* tenant namespacing of stored keys */
 #define TENANT_KEY_LABEL "kvstrata-tenant-key-v1" /* a tenant's key from the master key */
 
@@ -50,56 +52,8 @@ kvs_status kvs_remote_psk_load(const char *path, kvs_remote_psk *out, char *erro
                                size_t error_len) {
     if (!path || !out) return KVS_EINVAL;
     memset(out, 0, sizeof *out);
-    kvs_status st = KVS_EIO;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
-    if (fd < 0) {
-        say(error, error_len, "remote auth: key file %s cannot be opened (%s)", path,
-            strerror(errno));
-        return KVS_EIO;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        say(error, error_len, "remote auth: key file %s cannot be examined (%s)", path,
-            strerror(errno));
-        goto fail;
-    }
-    st = KVS_EINVAL;
-    if (!S_ISREG(sb.st_mode)) {
-        say(error, error_len, "remote auth: key file %s is not a regular file", path);
-        goto fail;
-    }
-    if (sb.st_mode & (S_IRWXG | S_IRWXO)) {
-        say(error, error_len,
-            "remote auth: key file %s has mode %04o; it must not be open to group or others (chmod "
-            "600)",
-            path, (unsigned)(sb.st_mode & 07777));
-        goto fail;
-    }
-    if (sb.st_size < (off_t)KVS_REMOTE_PSK_MIN_BYTES ||
-        sb.st_size > (off_t)KVS_REMOTE_PSK_MAX_BYTES) {
-        say(error, error_len, "remote auth: key file %s holds %lld bytes; a key is %u..%u bytes",
-            path, (long long)sb.st_size, KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES);
-        goto fail;
-    }
-    size_t want = (size_t)sb.st_size, got = 0;
-    while (got < want) {
-        ssize_t n = read(fd, out->bytes + got, want - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            say(error, error_len, "remote auth: key file %s could not be read whole (%s)", path,
-                n < 0 ? strerror(errno) : "it shrank");
-            st = KVS_EIO;
-            goto fail;
-        }
-        got += (size_t)n;
-    }
-    out->len = got;
-    close(fd);
-    return KVS_OK;
-fail:
-    kvs_remote_psk_clear(out);
-    close(fd);
-    return st;
+    return kvs_key_file_load("remote auth", path, out->bytes, sizeof out->bytes,
+                             KVS_REMOTE_PSK_MIN_BYTES, &out->len, error, error_len);
 }
 
 void kvs_remote_psk_clear(kvs_remote_psk *psk) {

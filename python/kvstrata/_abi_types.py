@@ -5,7 +5,7 @@ binds the calls and re-exports every name."""
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 10  # the minor version this binding was written against
+ABI_MINOR = 11  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -215,6 +215,8 @@ class Stats(ctypes.Structure):
         ("saves_async", ctypes.c_uint64),
         ("saves_in_flight", ctypes.c_uint64),
         ("sends_reported", ctypes.c_uint64),
+        # 1.11
+        ("integrity_rejects", ctypes.c_uint64),
     ]
 
 

@@ -68,7 +68,8 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["saves_async"], (392, 8))  # 1.10
         self.assertEqual(o["saves_in_flight"], (400, 8))
         self.assertEqual(o["sends_reported"], (408, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Stats), 416)
+        self.assertEqual(o["integrity_rejects"], (416, 8))  # 1.11
+        self.assertEqual(ctypes.sizeof(_abi.Stats), 424)
 
     def test_the_table_in_header_order(self):
         o = offsets(_abi.Api)

@@ -1,0 +1,91 @@
+#include "integrity.h"
+
+#include <string.h>
+
+#include "common/key_file.h"
+#include "common/log.h"
+#include "handle.h"
+#include "object_mac.h"
+
+static kvs_status open_tier_key(const kvs_tier_config *t, kvs_object_mac **out, char *err,
+                                size_t err_len) {
+    uint8_t bytes[KVS_INTEGRITY_KEY_MAX];
+    size_t len = 0;
+    char what[KVS_NAME_MAX + 32];
+    kvs_fmt(what, sizeof what, "tier \"%s\" integrity", t->name);
+    kvs_status st = kvs_key_file_load(what, t->integrity_key_file, bytes, sizeof bytes,
+                                      KVS_INTEGRITY_KEY_MIN, &len, err, err_len);
+    if (st == KVS_OK) st = kvs_object_mac_open(bytes, len, out, err, err_len);
+    explicit_bzero(bytes, sizeof bytes);
+    return st == KVS_OK || st == KVS_ENOMEM || st == KVS_EIO ? st : KVS_ECONFIG;
+}
+
+kvs_status kvs_integrity_setup(kvs_handle *h, char *err, size_t err_len) {
+    if (!(h->role & KVS_ROLE_WORKER)) return KVS_OK;
+    const kvs_tier_config *first = NULL;
+    for (size_t i = 0; i < h->cfg->n_tiers; i++) {
+        const kvs_tier_config *t = &h->cfg->tiers[i];
+        if (!t->keyed) continue;
+        kvs_object_mac *m = NULL;
+        kvs_status st = open_tier_key(t, &m, err, err_len);
+        if (st != KVS_OK) return st;
+        if (!h->mac) {
+            h->mac = m;
+            first = t;
+            continue;
+        }
+        int same = kvs_object_mac_same(h->mac, m);
+        kvs_object_mac_close(m);
+        if (!same)
+            return kvs_fmt(err, err_len,
+                           "open: keyed tiers \"%s\" and \"%s\" have different integrity keys; an "
+                           "object is sealed once for every tier it moves through, so they must "
+                           "share one (integrity_key_file)",
+                           first->name, t->name),
+                   KVS_ECONFIG;
+    }
+    return KVS_OK;
+}
+
+void kvs_integrity_close(kvs_handle *h) {
+    kvs_object_mac_close(h->mac);
+    h->mac = NULL;
+}
+
+int kvs_integrity_keyed(const kvs_handle *h, int tier) {
+    return h->mac && tier >= 0 && (size_t)tier < h->cfg->n_tiers && h->cfg->tiers[tier].keyed;
+}
+
+void kvs_integrity_seal(const kvs_handle *h, void *object) {
+    if (!h->mac || kvs_object_seal_keyed(h->mac, object) != KVS_OK) kvs_object_seal(object);
+}
+
+static kvs_status rejected(kvs_handle *h, kvs_status st) {
+    if (st != KVS_OK) __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
+    return st;
+}
+
+kvs_status kvs_integrity_check(kvs_handle *h, int tier, const void *object, uint64_t len,
+                               int all_layers, char *err, size_t err_len) {
+    if (!kvs_integrity_keyed(h, tier)) return KVS_OK;
+    kvs_status st = kvs_object_check_keyed_header(h->mac, object, len, err, err_len);
+    const kvs_object_header *hd = object;
+    uint32_t n = all_layers ? hd->n_layers : 0;
+    uint64_t end = 0;
+    if (st == KVS_OK && n &&
+        (__builtin_mul_overflow((uint64_t)n, hd->layer_bytes, &end) ||
+         __builtin_add_overflow(end, (uint64_t)hd->payload_offset, &end) || end > len)) {
+        kvs_fmt(err, err_len, "a keyed object of %llu bytes is shorter than its layers",
+                (unsigned long long)len);
+        st = KVS_ECORRUPT;
+    }
+    for (uint32_t l = 0; st == KVS_OK && l < n; l++)
+        st = kvs_object_check_keyed_layer(h->mac, object, l, err, err_len);
+    return rejected(h, st);
+}
+
+kvs_status kvs_integrity_check_layer(kvs_handle *h, int tier, const void *object, uint32_t layer,
+                                     char *err, size_t err_len) {
+    if (!kvs_integrity_keyed(h, tier)) return KVS_OK;
+    return rejected(h, kvs_object_check_keyed_layer(h->mac, object, layer, err, err_len));
+}
