@@ -48,7 +48,9 @@ static const char *const NODE_KEYS[] = {"listen",
                                         "max_handshakes",
                                         "busy_poll_us",
                                         "shared_memory_payloads",
-                                        "max_sessions_per_tenant"};
+                                        "max_sessions_per_tenant",
+                                        "tenant_capacity",
+                                        "tenants"};
 enum {
     NK_LISTEN,
     NK_PSK,
@@ -59,6 +61,8 @@ enum {
     NK_BUSY_POLL,
     NK_SHM_PAYLOADS,
     NK_TENANT_SESSIONS,
+    NK_TENANT_CAPACITY,
+    NK_TENANTS,
     NK_COUNT
 };
 
@@ -279,6 +283,38 @@ static kvs_status parse_device(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, 
     return st;
 }
 
+/* `node.tenants`: a mapping of tenant names to the capacity each may hold on the node. */
+static kvs_status parse_node_tenants(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
+                                     kvs_config *cfg) {
+    if (v->kind != KVS_YAML_MAPPING)
+        return kvs_yaml_fail(ctx, v, "node.tenants",
+                             "expected a mapping of tenant names to capacities, found %s",
+                             kvs_yaml_describe(v));
+    if (v->n_items / 2 > KVS_CONFIG_MAX_TENANTS)
+        return kvs_yaml_fail(ctx, v, "node.tenants", "%zu tenants, at most %d are allowed",
+                             v->n_items / 2, KVS_CONFIG_MAX_TENANTS);
+    for (size_t i = 0; i < v->n_items / 2; i++) {
+        const kvs_yaml_node *k = v->items[2 * i], *size = v->items[2 * i + 1];
+        char kp[KEY_PATH_MAX];
+        snprintf(kp, sizeof kp, "node.tenants.%.64s", k->kind == KVS_YAML_SCALAR ? k->text : "?");
+        size_t len = k->kind == KVS_YAML_SCALAR ? k->len : 0;
+        if (len == 0 || len > KVS_CONFIG_TENANT_MAX ||
+            strspn(k->text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+                len)
+            return kvs_yaml_fail(ctx, k, kp, "a tenant name is 1 to %d of A-Z a-z 0-9 . _ -",
+                                 KVS_CONFIG_TENANT_MAX);
+        for (uint32_t j = 0; j < cfg->node.n_tenants; j++)
+            if (strcmp(cfg->node.tenants[j].name, k->text) == 0)
+                return kvs_yaml_fail(ctx, k, kp, "duplicate tenant");
+        uint64_t bytes = 0;
+        kvs_status st = get_size(ctx, size, kp, &bytes);
+        if (st != KVS_OK) return st;
+        memcpy(cfg->node.tenants[cfg->node.n_tenants].name, k->text, len + 1);
+        cfg->node.tenants[cfg->node.n_tenants++].capacity = bytes;
+    }
+    return KVS_OK;
+}
+
 static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kvs_config *cfg) {
     const kvs_yaml_node *keys[NK_COUNT] = {NULL}, *values[NK_COUNT] = {NULL};
     kvs_status st = kvs_yaml_mapping_fields(ctx, v, "node", NODE_KEYS, NK_COUNT, keys, values, 0);
@@ -329,6 +365,11 @@ static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
                                1u << 20, &value);
         if (st == KVS_OK) cfg->node.max_sessions_per_tenant = (uint32_t)value;
     }
+    if (st == KVS_OK && values[NK_TENANT_CAPACITY]) {
+        st = get_size(ctx, values[NK_TENANT_CAPACITY], "node.tenant_capacity",
+                      &cfg->node.tenant_capacity);
+    }
+    if (st == KVS_OK && values[NK_TENANTS]) st = parse_node_tenants(ctx, values[NK_TENANTS], cfg);
     if (st == KVS_OK && values[NK_SHM_PAYLOADS]) {
         int on = 0;
         st = kvs_yaml_get_bool(ctx, values[NK_SHM_PAYLOADS], "node.shared_memory_payloads", &on);

@@ -14,6 +14,8 @@
 #define KVS_CONFIG_MAX_BYTES   (1024 * 1024) /* a larger file is refused before parsing */
 #define KVS_CONFIG_MAX_TIERS   64
 #define KVS_CONFIG_MAX_OPTIONS 256 /* entries in one tier's `options:` */
+#define KVS_CONFIG_MAX_TENANTS 256 /* entries of `node.tenants` */
+#define KVS_CONFIG_TENANT_MAX  64  /* bytes of a tenant name (the wire's limit) */
 
 typedef enum kvs_write_policy {
     KVS_WRITE_BACK = 0,   /* objects move down the chain when this tier evicts them */
@@ -90,6 +92,12 @@ typedef struct kvs_config {
         uint32_t busy_poll_us;            /* the value + 1 (0 is a value): 0 where not given */
         int shared_memory_payloads;       /* 2 true, 1 false, 0 not given */
         uint32_t max_sessions_per_tenant; /* 0: not given (no cap but max_clients) */
+        uint64_t tenant_capacity;         /* every tenant's share of the tiers (0: none) */
+        struct {
+            char name[KVS_CONFIG_TENANT_MAX + 1];
+            uint64_t capacity;
+        } tenants[KVS_CONFIG_MAX_TENANTS]; /* `node.tenants`: shares of tenants by name */
+        uint32_t n_tenants;
     } node;
     struct {           /* `restore:` (docs/cacheflow.md); scheduler 0 leaves every hit loaded */
         int scheduler; /* KVS_RESTORE_NONE or KVS_RESTORE_CACHEFLOW */

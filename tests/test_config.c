@@ -105,6 +105,26 @@ START_TEST(the_node_section_parses_for_kvstrata_node) {
                        "");
     cfg_expect_refused("node:\n  port: 1\n" ONE_TIER, KVS_ECONFIG, "key 'node.port': unknown key",
                        "valid keys: listen, psk_file, max_clients, timeout_ms, max_object_bytes");
+    /* tenants' shares */
+    cfg = cfg_load_ok("node:\n  tenant_capacity: 8MiB\n  tenants:\n    team-a: 1GiB\n"
+                      "    b.2: 4KiB\n" ONE_TIER);
+    ck_assert_uint_eq(cfg->node.tenant_capacity, 8ull << 20);
+    ck_assert_uint_eq(cfg->node.n_tenants, 2);
+    ck_assert_str_eq(cfg->node.tenants[0].name, "team-a");
+    ck_assert_uint_eq(cfg->node.tenants[0].capacity, 1ull << 30);
+    ck_assert_str_eq(cfg->node.tenants[1].name, "b.2");
+    ck_assert_uint_eq(cfg->node.tenants[1].capacity, 4096);
+    kvs_config_free(cfg);
+    cfg_expect_refused("node:\n  tenants:\n    a: 1MiB\n    a: 2MiB\n" ONE_TIER, KVS_ECONFIG,
+                       "key 'node.tenants.a'", "duplicate");
+    cfg_expect_refused("node:\n  tenants:\n    \"a b\": 1MiB\n" ONE_TIER, KVS_ECONFIG,
+                       "node.tenants", "a tenant name is 1 to 64");
+    cfg_expect_refused("node:\n  tenants:\n    a: 0\n" ONE_TIER, KVS_ECONFIG, "node.tenants.a",
+                       "greater than 0");
+    cfg_expect_refused("node:\n  tenants: [a]\n" ONE_TIER, KVS_ECONFIG, "node.tenants",
+                       "expected a mapping");
+    cfg_expect_refused("node:\n  tenant_capacity: 0\n" ONE_TIER, KVS_ECONFIG,
+                       "node.tenant_capacity", "greater than 0");
 }
 END_TEST
 

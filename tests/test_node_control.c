@@ -172,6 +172,54 @@ START_TEST(a_tenant_holds_at_most_its_share_of_sessions) {
 }
 END_TEST
 
+/* node.tenant_capacity and node.tenants: a tenant that puts past its share evicts its own oldest
+ * objects, not another tenant's (the tiers hold 16 objects here; without shares the 40 puts below
+ * evicted all of the victim's); an object larger than a tenant's whole share is refused. */
+START_TEST(a_tenant_over_its_share_evicts_its_own_objects_first) {
+    kvs_test_node shared;
+    kvs_test_node_start_suite(&shared,
+                              KVS_TEST_NODE_DRAM_YAML "node:\n  tenant_capacity: 8MiB\n"
+                                                      "  tenants:\n    tiny: 1MiB\n",
+                              1, 0);
+    kvs_test_client *victim = kvs_test_client_authed(&shared, "victim");
+    kvs_test_client *noisy = kvs_test_client_authed(&shared, "noisy");
+    uint8_t key[16];
+    kvs_test_fill(victim->mem, MIB, 1);
+    kvs_test_fill(noisy->mem, MIB, 2);
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_test_node_key(key, 100 + i);
+        ck_assert_int_eq(kvs_test_client_put(victim, key, 0, MIB, 0), KVS_OK);
+    }
+    for (uint32_t i = 0; i < 40; i++) {
+        kvs_test_node_key(key, 1000 + i);
+        ck_assert_int_eq(kvs_test_client_put(noisy, key, 0, MIB, 0), KVS_OK);
+    }
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_test_node_key(key, 100 + i);
+        ck_assert_msg(kvs_test_client_lookup(victim, key) == 1, "the victim's object %u is gone",
+                      i);
+    }
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < 40; i++) {
+        kvs_test_node_key(key, 1000 + i);
+        held += (uint32_t)kvs_test_client_lookup(noisy, key);
+    }
+    ck_assert_uint_eq(held, 8); /* its newest 8 MiB */
+    kvs_test_node_key(key, 1039);
+    ck_assert_uint_eq(kvs_test_client_lookup(noisy, key), 1);
+    kvs_test_client *tiny = kvs_test_client_authed(&shared, "tiny");
+    kvs_test_fill(tiny->mem, MIB + 1000, 3);
+    kvs_test_node_key(key, 5000);
+    ck_assert_int_ne(kvs_test_client_put(tiny, key, 0, MIB + 1000, 0), KVS_OK);
+    ck_assert_int_eq(kvs_test_client_put(tiny, key, 0, MIB, 0), KVS_OK);
+    kvs_test_client_close(tiny);
+    kvs_test_client_close(noisy);
+    kvs_test_client_close(victim);
+    ck_assert_int_eq(kvs_test_node_stop(&shared), 0);
+    ck_assert_msg(strstr(shared.out, "quota_evictions=32") != NULL, "output: %s", shared.out);
+}
+END_TEST
+
 /* An authenticated tenant names its memory with a packed rkey UCX cannot read (all 0xff: a map of
  * 64 memory domains in 24 bytes; a map of all 64 domains with empty keys, which fits its length and
  * crashed UCX's unpack; a real one cut to 10 bytes): its GET is not served and its session ends,
@@ -666,6 +714,7 @@ int main(void) {
     tcase_add_test(tc, a_tenant_s_key_logs_in_as_that_tenant_only);
     tcase_add_test(tc, a_crafted_worker_address_is_refused_and_the_node_lives);
     tcase_add_test(tc, a_tenant_holds_at_most_its_share_of_sessions);
+    tcase_add_test(tc, a_tenant_over_its_share_evicts_its_own_objects_first);
     tcase_add_test(tc, sighup_rotates_the_master_key_without_a_restart);
     tcase_add_test(tc, a_crafted_rkey_ends_its_session_and_the_node_lives);
     tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);

@@ -252,7 +252,8 @@ int main(int argc, char **argv) {
     printf("kvstrata-node stopped on %s connections=%llu rejected=%llu handshake_refusals=%llu "
            "handshake_timeouts=%llu unknown_sessions=%llu auth_ok=%llu auth_failures=%llu "
            "refusals=%llu lookups=%llu hits=%llu misses=%llu gets=%llu puts=%llu deletes=%llu "
-           "bytes_in=%llu bytes_out=%llu late_puts=%llu payloads_refused=%llu\n",
+           "bytes_in=%llu bytes_out=%llu late_puts=%llu payloads_refused=%llu "
+           "quota_evictions=%llu\n",
            signame, (unsigned long long)s.connections, (unsigned long long)s.rejected,
            (unsigned long long)s.handshake_refusals, (unsigned long long)s.handshake_timeouts,
            (unsigned long long)s.unknown_sessions, (unsigned long long)s.auth_ok,
@@ -260,7 +261,8 @@ int main(int argc, char **argv) {
            (unsigned long long)s.lookups, (unsigned long long)s.hits, (unsigned long long)s.misses,
            (unsigned long long)s.gets, (unsigned long long)s.puts, (unsigned long long)s.deletes,
            (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
-           (unsigned long long)s.late_puts, (unsigned long long)s.payloads_refused);
+           (unsigned long long)s.late_puts, (unsigned long long)s.payloads_refused,
+           (unsigned long long)s.quota_evictions);
     fflush(stdout);
     rc = 0;
 out:

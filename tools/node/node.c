@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_quota.h"
 
 #define LOOP_WAIT_MS         1000 /* the loop progresses UCX at least this often, events or not */
 #define SHARED_ROOM_CHECK_MS 100  /* how often the shared tier's free room is checked */
@@ -288,6 +289,13 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     st = kvs_tiers_open(params->config, params->max_object_bytes, NULL, n->staging, staging_len,
                         NULL, NULL, &n->chain, err, err_len);
     if (st != KVS_OK) goto fail;
+    int oom = 0;
+    n->quota = node_quota_create(params->config, &oom);
+    if (oom) {
+        kvs_fmt(err, err_len, "node: no memory for the tenants' shares");
+        st = KVS_ENOMEM;
+        goto fail;
+    }
     for (size_t i = 0; i < params->config->n_tiers; i++) {
         const kvs_tier_config *tc = &params->config->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
@@ -467,6 +475,7 @@ void kvs_node_destroy(kvs_node *n) {
     free(n->pfds);
     free(n->pconns);
     kvs_tiers_close(n->chain);
+    node_quota_destroy(n->quota);
     free(n->reply);
     free(n->stream_buf);
     free(n->stream_scratch);

@@ -64,6 +64,7 @@ typedef struct kvs_node_stats {
     uint64_t bytes_out;        /* object bytes written to clients */
     uint64_t late_puts;        /* objects not stored: read at or after their PUT's read-by time */
     uint64_t payloads_refused; /* payload messages dropped: bad header, no session, no room */
+    uint64_t quota_evictions;  /* objects removed to keep their tenant within its share */
 } kvs_node_stats;
 
 /* Open the tiers, register the staging buffer, start listening. On failure *out is NULL and err

@@ -81,7 +81,8 @@ struct kvs_node {
     kvs_node_params params;
     kvs_remote_psk psk;
     kvs_tier_chain *chain;
-    uint64_t capacity_bytes; /* sum over tiers, for STATS */
+    struct node_quota *quota; /* tenants' shares (node_quota.h); NULL: none set */
+    uint64_t capacity_bytes;  /* sum over tiers, for STATS */
     kvs_ucx_transport *t;
     uint8_t *staging; /* staging_slots x slot_len, registered with UCX and given to the tiers */
     uint64_t slot_len;
@@ -173,8 +174,15 @@ void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t 
                      void *dst, size_t data_len, void *cookie, kvs_status st);
 /* The stored key of a request key: namespaced by the session's tenant. 0 on success. */
 int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out);
-/* Count a stored object (st KVS_OK) or log why it was not. */
-void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err);
+/* Admit len bytes under key for session c's tenant within its share (node_quota.h), before any
+ * room is taken: KVS_OK, or KVS_ENOMEM with a sentence in err. */
+kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t len, char *err,
+                      size_t err_len);
+/* Count a stored object (st KVS_OK) or log why it was not (its share no longer counts it). */
+void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
+                     const char *err);
+/* A put whose bytes never came: its reservation aborted, its share no longer counting it. */
+void node_put_abandon(kvs_node *n, const put_pending *p);
 /* Store an object whose bytes are in: commit its reservation (bytes: where it was built, for
  * write-through copies) or put bytes into the tiers; counted or logged (node_put_stored) when c is
  * not NULL (its session still open). */

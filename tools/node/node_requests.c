@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_quota.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */
 
@@ -254,8 +255,31 @@ void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     }
 }
 
-void node_put_stored(kvs_node *n, node_conn *c, kvs_status st, uint64_t len, const char *err) {
+static void quota_remove(void *ctx, const kvs_key *key) {
+    kvs_node *n = ctx;
+    kvs_tiers_remove(n->chain, key);
+    n->stats.quota_evictions++;
+}
+
+kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t len, char *err,
+                      size_t err_len) {
+    uint64_t evicted = 0;
+    kvs_status st = node_quota_admit(n->quota, c->auth.tenant, key, len, quota_remove, n, &evicted);
+    if (st != KVS_OK)
+        kvs_fmt(err, err_len, "a %llu-byte object does not fit tenant \"%s\"'s share",
+                (unsigned long long)len, c->auth.tenant);
+    return st;
+}
+
+void node_put_abandon(kvs_node *n, const put_pending *p) {
+    if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+    node_quota_forget(n->quota, &p->key);
+}
+
+void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
+                     const char *err) {
     if (st != KVS_OK) {
+        node_quota_forget(n->quota, key);
         fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
         return;
     }
@@ -269,7 +293,10 @@ kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const v
     kvs_status st =
         p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
                     : kvs_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
-    if (c) node_put_stored(n, c, st, len, err);
+    if (c)
+        node_put_stored(n, c, &p->key, st, len, err);
+    else if (st != KVS_OK)
+        node_quota_forget(n->quota, &p->key);
     return st;
 }
 
@@ -307,7 +334,7 @@ static void put_flush(kvs_node *n, node_conn *c, uint64_t read_by_ns) {
         const kvs_ucx_rma *op = &n->batch[i];
         kvs_status *out = &n->reply_entries[n->batch_entry[i]].status;
         if (st != KVS_OK) {
-            if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+            node_put_abandon(n, p);
             *out = st == KVS_ETIMEDOUT ? KVS_ETIMEDOUT : KVS_EIO;
             continue;
         }
@@ -325,14 +352,21 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     char err[256] = "";
     if (node_stored_key(c, e->key, &k) != 0) return KVS_EINVAL;
     if (e->length == 0 || e->length > n->params.max_object_bytes) return KVS_EINVAL;
-    kvs_status st;
+    kvs_status st = node_admit(n, c, &k, e->length, err, sizeof err);
+    if (st != KVS_OK) {
+        node_put_stored(n, c, &k, st, e->length, err);
+        return st;
+    }
     if (e->inline_data) {
         st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
-        node_put_stored(n, c, st, e->length, err);
+        node_put_stored(n, c, &k, st, e->length, err);
         return st;
     }
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
-    if (!rkey) return KVS_EINVAL;
+    if (!rkey) {
+        node_quota_forget(n->quota, &k);
+        return KVS_EINVAL;
+    }
     int reserve = kvs_tiers_can_reserve(n->chain);
     if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c, read_by_ns);
     put_pending *p = &n->puts[n->n_batch];
@@ -341,7 +375,7 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
     if (reserve) {
         st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
         if (st != KVS_OK) {
-            node_put_stored(n, c, st, e->length, err);
+            node_put_stored(n, c, &k, st, e->length, err);
             return st;
         }
         p->reserved = 1;
@@ -393,13 +427,16 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
         p->st = KVS_EINVAL;
     } else if (h.read_by_ns && kvs_now_ns() >= h.read_by_ns) {
         p->st = KVS_ETIMEDOUT; /* the client may have reused the room already: never read it */
+    } else if ((p->st = node_admit(n, c, &p->put.key, data_len, err, sizeof err)) != KVS_OK) {
+        node_put_stored(n, c, &p->put.key, p->st, data_len, err);
     } else if (kvs_tiers_can_reserve(n->chain)) {
         p->st = kvs_tiers_reserve(n->chain, &p->put.key, data_len, &dst, &p->put.ticket, err,
                                   sizeof err);
         p->put.reserved = p->st == KVS_OK;
-        if (p->st != KVS_OK) node_put_stored(n, c, p->st, data_len, err);
+        if (p->st != KVS_OK) node_put_stored(n, c, &p->put.key, p->st, data_len, err);
     } else if (!(dst = p->buf = malloc(data_len))) {
         p->st = KVS_ENOMEM;
+        node_quota_forget(n->quota, &p->put.key);
     }
     return p->st == KVS_OK ? dst : NULL;
 }
@@ -460,7 +497,7 @@ void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t 
     if (st == KVS_OK) {
         st = node_publish(n, c, &p->put, dst, data_len);
     } else {
-        if (p->put.reserved) kvs_tiers_abort(n->chain, p->put.ticket);
+        if (p->st == KVS_OK) node_put_abandon(n, &p->put); /* admitted, never stored */
         if (p->st != KVS_OK) {
             st = p->st;
             n->stats.payloads_refused++;
@@ -479,6 +516,7 @@ void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         kvs_status st = KVS_EINVAL;
         if (node_stored_key(c, req->entries[i].key, &k) == 0) {
             st = kvs_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
+            node_quota_forget(n->quota, &k);
             if (st == KVS_OK) {
                 kvs_tiers_remove(n->chain, &k);
                 n->stats.deletes++;

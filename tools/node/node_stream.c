@@ -97,11 +97,13 @@ static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
             if (node_stored_key(c, e->key, &p->key) != 0 || e->length == 0 ||
                 e->length > n->params.max_object_bytes) {
                 *out = KVS_EINVAL;
+            } else if ((*out = node_admit(n, c, &p->key, e->length, err, sizeof err)) != KVS_OK) {
+                node_put_stored(n, c, &p->key, *out, e->length, err);
             } else if (reserve) {
                 *out = kvs_tiers_reserve(n->chain, &p->key, e->length, &dst, &p->ticket, err,
                                          sizeof err);
                 p->reserved = *out == KVS_OK;
-                if (*out != KVS_OK) node_put_stored(n, c, *out, e->length, err);
+                if (*out != KVS_OK) node_put_stored(n, c, &p->key, *out, e->length, err);
             } else {
                 dst = n->staging + (uint64_t)g * n->slot_len;
                 *out = KVS_OK;
@@ -137,7 +139,7 @@ static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
             kvs_status *out = &n->reply_entries[done + i].status;
             if (!p->dst || *out != KVS_OK) continue;
             if (st != KVS_OK) {
-                if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+                node_put_abandon(n, p);
                 *out = KVS_EIO;
                 continue;
             }
