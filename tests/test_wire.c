@@ -148,6 +148,19 @@ START_TEST(lookup_reply_round_trips_presence_flags) {
     ck_assert_uint_eq(back.n_entries, 37);
     for (uint32_t i = 0; i < 37; i++) ck_assert_uint_eq(back.entries[i].present, i % 3 == 0);
     free(copy);
+    /* decoded into entries a GET filled before: only the flags, nothing of the GET left */
+    for (uint32_t i = 0; i < 37; i++)
+        kvs_test_wire_decoded[i] = (kvs_wire_entry){.length = 777, .status = -4, .remote_addr = 9};
+    size_t len = kvs_test_wire_encode_ok(&msg);
+    kvs_wire_refusal why;
+    ck_assert_int_eq(kvs_wire_decode(kvs_test_wire_buf, len, kvs_test_wire_decoded,
+                                     KVS_WIRE_MAX_KEYS, &back, &why),
+                     KVS_OK);
+    for (uint32_t i = 0; i < 37; i++) {
+        ck_assert_uint_eq(back.entries[i].length, 0);
+        ck_assert_int_eq(back.entries[i].status, 0);
+        ck_assert_uint_eq(back.entries[i].remote_addr, 0);
+    }
 }
 END_TEST
 

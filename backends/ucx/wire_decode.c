@@ -276,6 +276,8 @@ static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
                 r->caller_short = 1;
                 return -1;
             }
+            /* every field but the flag as zero: nothing left from what the array held before */
+            memset(out->entries, 0, len * sizeof *out->entries);
             for (uint32_t i = 0; i < len; i++) {
                 if (bytes[i] > 1) {
                     wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
