@@ -587,6 +587,43 @@ START_TEST(a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_serv
 }
 END_TEST
 
+/* Refusals are logged at most once a second, however fast they come: 24 idle connections (more
+ * than the handshake slots) and three seconds of connections of junk (thousands) logged one line
+ * per refusal before, some 14,000 lines a second. A real client still connects while the idle ones
+ * are held. */
+START_TEST(refusals_are_logged_at_most_once_a_second) {
+    kvs_test_node logged;
+    kvs_test_node_capture_stderr = 1;
+    kvs_test_node_start_suite(&logged, KVS_TEST_NODE_DRAM_YAML, 1, 0);
+    kvs_test_node_capture_stderr = 0;
+    int idle[24];
+    double t0 = kvs_test_now_ms();
+    for (int i = 0; i < 24; i++) idle[i] = raw_connect(logged.port);
+    uint8_t junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    junk[0] = 0x7f, junk[1] = 0xff, junk[2] = 0xff, junk[3] = 0xff;
+    unsigned sent = 0;
+    while (kvs_test_now_ms() - t0 < 3000.0 || sent < 2000) { /* three seconds of refusals */
+        raw_send_close(logged.port, junk, sizeof junk);
+        sent++;
+    }
+    a_real_client_is_served(&logged, 11);
+    uint64_t s[KVS_WIRE_STATS_COUNT];
+    node_counters(&logged, s);
+    double seconds = (kvs_test_now_ms() - t0) / 1000.0;
+    for (int i = 0; i < 24; i++) ck_assert_int_eq(close(idle[i]), 0);
+    unsigned lines = kvs_test_node_log_lines(&logged, "kvstrata-node:");
+    printf("refusals: %llu in %.1f s, %u log lines\n",
+           (unsigned long long)(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] +
+                                s[KVS_WIRE_STAT_CONNECTIONS_REJECTED]),
+           seconds, lines);
+    ck_assert_uint_ge(s[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] + s[KVS_WIRE_STAT_CONNECTIONS_REJECTED],
+                      1000);
+    ck_assert_msg(lines <= (unsigned)seconds + 3, "%u lines in %.1f s", lines, seconds);
+    (void)kvs_test_node_stop(&logged);
+}
+END_TEST
+
 /* An authenticated tenant starts a request frame on its stream and trickles the rest: the node reads
  * it as it comes, so another tenant's whole session (handshake, put, get) runs meanwhile, well within
  * the node's 3 s timeout, which a loop that waited for the frame would have spent on the trickle. */
@@ -737,6 +774,7 @@ int main(void) {
     tcase_set_timeout(timing, 60);
     tcase_add_test(timing, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
     tcase_add_test(timing, a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant);
+    tcase_add_test(timing, refusals_are_logged_at_most_once_a_second);
     tcase_add_test(timing, a_put_announcing_a_huge_object_ends_its_session_at_once);
     suite_add_tcase(s, timing);
     SRunner *sr = srunner_create(s);

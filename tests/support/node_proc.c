@@ -66,8 +66,24 @@ int kvs_test_node_read_until(kvs_test_node *d, const char *want, int deadline_ms
     return 1;
 }
 
+int kvs_test_node_capture_stderr;
+
+unsigned kvs_test_node_log_lines(const kvs_test_node *d, const char *what) {
+    char path[600], line[1024];
+    snprintf(path, sizeof path, "%s/stderr.log", d->dir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    unsigned n = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, what)) n++;
+    fclose(f);
+    return n;
+}
+
 void kvs_test_node_start(kvs_test_node *d, char *const argv[]) {
     ck_assert_int_eq(access(KVS_TEST_BIN_DIR "/kvstrata-node", X_OK), 0);
+    char err_path[600];
+    snprintf(err_path, sizeof err_path, "%s/stderr.log", d->dir);
     int pipefd[2];
     ck_assert_int_eq(pipe(pipefd), 0);
     d->pid = fork();
@@ -77,6 +93,10 @@ void kvs_test_node_start(kvs_test_node *d, char *const argv[]) {
         if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || dup2(pipefd[1], 1) != 1 ||
             close(pipefd[0]) != 0 || close(pipefd[1]) != 0)
             _exit(126);
+        if (kvs_test_node_capture_stderr) {
+            int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd < 0 || dup2(fd, 2) != 2) _exit(126);
+        }
         execv(KVS_TEST_BIN_DIR "/kvstrata-node", argv);
         _exit(127);
     }

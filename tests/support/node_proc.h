@@ -52,6 +52,11 @@ int kvs_test_node_stop(kvs_test_node *d);
  * goes to path. */
 void kvs_test_node_tenant_key(const kvs_test_node *d, const char *tenant, uint8_t key[32],
                               char *path, size_t path_len);
+/* When set, the next daemons started write their stderr to dir/stderr.log instead of the suite's
+ * (kvs_test_node_log_lines counts its lines). */
+extern int kvs_test_node_capture_stderr;
+/* Lines of a capturing daemon's stderr.log so far that contain `what` ("" for every line). */
+unsigned kvs_test_node_log_lines(const kvs_test_node *d, const char *what);
 /* SIGKILL and reap at once (the directory stays for kvs_test_node_stop). */
 void kvs_test_node_kill(kvs_test_node *d);
 /* 1 while the daemon runs (a daemon that exited is reaped). */
