@@ -28,8 +28,10 @@ int main(void) {
 #include <unistd.h>
 
 #include "backends/ucx/control.h"
+#include "backends/ucx/stream.h"
 #include "backends/ucx/ucx_transport.h"
 #include "backends/ucx/wire.h"
+#include "common/clock.h"
 #include "tests/support/node_client.h"
 #include "tests/support/node_proc.h"
 #include "tests/support/objects.h"
@@ -644,6 +646,71 @@ START_TEST(a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant) {
 }
 END_TEST
 
+/* A PUT on the stream whose object's bytes trickle: the node reads them as they come, so another
+ * tenant's whole session runs meanwhile (before, the node read the object blocking, up to its 3 s
+ * timeout); once the last bytes come the object is stored and the PUT answered. A frame or PUT left
+ * half sent ends its session at the timeout. */
+START_TEST(a_tenant_trickling_a_puts_object_holds_up_no_other_tenant) {
+    kvs_test_client *slow = kvs_test_client_authed(&node, "tenant-trickle");
+    enum { LEN = 64 * 1024 };
+    uint8_t key[16], frame[256];
+    kvs_test_node_key(key, 4343);
+    kvs_wire_entry e;
+    memset(&e, 0, sizeof e);
+    e.key = key;
+    e.length = LEN;
+    e.by_message = 1;
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 9);
+    m.entries = &e;
+    m.n_entries = 1;
+    size_t len = 0;
+    char err[128];
+    ck_assert_int_eq(kvs_control_encode(&m, frame, sizeof frame, &len, err, sizeof err), KVS_OK);
+    uint8_t *object = malloc(LEN);
+    ck_assert_ptr_nonnull(object);
+    kvs_test_fill(object, LEN, 77);
+    ck_assert_int_eq(send(slow->ctl_fd, frame, len, MSG_NOSIGNAL), (ssize_t)len);
+    ck_assert_int_eq(send(slow->ctl_fd, object, 100, MSG_NOSIGNAL), 100);
+    kvs_test_pause_ms(50); /* the node has the frame and the first bytes */
+    double t0 = kvs_test_now_ms();
+    a_real_client_is_served(&node, 12);
+    double took = kvs_test_now_ms() - t0;
+    ck_assert_msg(took < kvs_test_scaled_ms(1500), "another tenant waited %.0f ms", took);
+    ck_assert_int_eq(send(slow->ctl_fd, object + 100, LEN - 100, MSG_NOSIGNAL), LEN - 100);
+    uint8_t reply[4096];
+    size_t rlen = 0;
+    ck_assert_int_eq(kvs_stream_read_frame(slow->ctl_fd, reply, sizeof reply, &rlen,
+                                           kvs_now_ns() + 5000000000ull, err, sizeof err),
+                     KVS_OK);
+    kvs_wire_entry entries[4];
+    kvs_wire_msg rep;
+    kvs_wire_refusal why;
+    ck_assert_int_eq(kvs_wire_decode(reply, rlen, entries, 4, &rep, &why), KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_PUT_REPLY);
+    ck_assert_uint_eq(rep.n_entries, 1);
+    ck_assert_int_eq(entries[0].status, KVS_OK);
+    kvs_test_client_close(slow);
+    kvs_test_client *check = kvs_test_client_authed(&node, "tenant-trickle");
+    uint64_t got = 0;
+    ck_assert_int_eq(kvs_test_client_get(check, key, 0, LEN, &got), KVS_OK);
+    ck_assert_uint_eq(got, LEN);
+    ck_assert_mem_eq(check->mem, object, LEN);
+    kvs_test_client_close(check);
+    /* half sent, then nothing: closed at the timeout (3 s), the node serving meanwhile */
+    kvs_test_client *stuck = kvs_test_client_authed(&node, "tenant-trickle");
+    ck_assert_int_eq(send(stuck->ctl_fd, frame, len, MSG_NOSIGNAL), (ssize_t)len);
+    ck_assert_int_eq(send(stuck->ctl_fd, object, 100, MSG_NOSIGNAL), 100);
+    t0 = kvs_test_now_ms();
+    ck_assert(kvs_test_control_closed(stuck->ctl_fd));
+    took = kvs_test_now_ms() - t0;
+    ck_assert_msg(took > 2000 && took < kvs_test_scaled_ms(6000), "closed after %.0f ms", took);
+    kvs_test_client_close(stuck);
+    free(object);
+    a_real_client_is_served(&node, 13);
+}
+END_TEST
+
 /* A PUT on the stream announcing an object of 2^62 bytes ends its session at once (its bytes are
  * not read and dropped for timeout_ms), and the node serves on. */
 START_TEST(a_put_announcing_a_huge_object_ends_its_session_at_once) {
@@ -775,6 +842,7 @@ int main(void) {
     tcase_add_test(timing, a_slowloris_is_closed_at_the_handshake_deadline_while_others_are_served);
     tcase_add_test(timing, a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant);
     tcase_add_test(timing, refusals_are_logged_at_most_once_a_second);
+    tcase_add_test(timing, a_tenant_trickling_a_puts_object_holds_up_no_other_tenant);
     tcase_add_test(timing, a_put_announcing_a_huge_object_ends_its_session_at_once);
     suite_add_tcase(s, timing);
     SRunner *sr = srunner_create(s);

@@ -155,6 +155,7 @@ static void sweep(kvs_node *n) {
         node_conn *c = *p;
         if (c->closing) {
             *p = c->next;
+            node_stream_drop(n, c);
             if (c->session)
                 n->n_sessions--;
             else
@@ -433,7 +434,8 @@ void kvs_node_set_psk(kvs_node *n, const kvs_remote_psk *master) {
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
-        uint64_t next_ns = node_expire_handshakes(n);
+        uint64_t next_ns = node_expire_handshakes(n), streams_ns = node_expire_streams(n);
+        if (streams_ns < next_ns) next_ns = streams_ns;
         sweep(n);
         if (kvs_ucx_arm(n->t) == KVS_EAGAIN) continue; /* events pending: progress again first */
         uint64_t now = kvs_now_ns();

@@ -33,7 +33,6 @@ typedef struct put_pending {
     kvs_key key;
     uint64_t ticket;
     int reserved; /* 0: in a staging slot, put into the tiers after the read */
-    void *dst;    /* stream puts: where its bytes are read to */
 } put_pending;
 
 typedef struct rkey_slot {
@@ -73,6 +72,8 @@ typedef struct node_conn {
     uint8_t sprefix[4];
     uint32_t sprefix_have, sneed, shave;
     uint8_t *sframe; /* sneed bytes once the prefix is in; freed when its request is served */
+    struct stream_put *sput;     /* a PUT on the stream whose objects' bytes are still coming */
+    uint64_t stream_deadline_ns; /* the frame or PUT under way must be in by then (0: none) */
     struct node_conn *next;
 } node_conn;
 
@@ -200,6 +201,11 @@ void node_unpin_all(kvs_node *n);
  * backends/ucx/stream.h): a GET answered in groups with the objects' bytes, a PUT whose bytes
  * follow its frame. Anything wrong ends the session (the stream cannot be resynchronised). */
 void node_stream_request(kvs_node *n, node_conn *c);
+/* Sessions whose request frame or PUT on the stream is not in by its deadline (timeout_ms from its
+ * first byte) are ended. Returns the nearest deadline still ahead (UINT64_MAX: none). */
+uint64_t node_expire_streams(kvs_node *n);
+/* What session c's stream PUT holds (a reservation, a buffer), let go; before c is freed. */
+void node_stream_drop(kvs_node *n, node_conn *c);
 /* Fill the STATS reply's counters: the tiers' usage and the node's counters. */
 void node_do_stats(kvs_node *n, kvs_wire_msg *rep);
 

@@ -13,6 +13,7 @@
 #include "backends/ucx/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_quota.h"
 
 /* What one GET group or PUT round holds: a header, records, one iovec per object. */
 typedef struct stream_scratch {
@@ -71,93 +72,151 @@ static void stream_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req, strea
     }
 }
 
-/* A PUT: its objects' bytes follow the frame; each goes straight into room reserved in the tiers
- * (or a staging slot for tiers that cannot reserve), refused ones are read and dropped, and the
- * PUT_REPLY says what became of each. */
-static void stream_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req, stream_scratch *s,
-                       uint64_t deadline) {
+/* A PUT on the stream, served as its bytes come: one object at a time goes straight into room
+ * reserved in the tiers (a buffer of its own for tiers that cannot reserve), refused ones are read
+ * and dropped, and the PUT_REPLY says what became of each. A client that trickles them holds up only
+ * its own session, and only until the PUT's deadline. */
+typedef struct stream_put {
+    uint64_t request_id;
+    uint32_t n, at;  /* entries; the one whose bytes come now */
+    int started;     /* `at` has its room (or is being dropped) */
+    uint64_t got;    /* of its bytes */
+    put_pending cur; /* its reservation (cur.reserved) or */
+    void *buf;       /* its buffer (tiers that cannot reserve) */
+    void *dst;       /* where its bytes go; NULL: dropped */
+    struct {
+        uint8_t key[KVS_WIRE_KEY_BYTES];
+        uint64_t length;
+    } * objects;
+    kvs_wire_entry *status; /* the reply's entries (status only) */
+} stream_put;
+
+static void put_free(stream_put *p) {
+    if (!p) return;
+    free(p->buf);
+    free(p->objects);
+    free(p->status);
+    free(p);
+}
+
+void node_stream_drop(kvs_node *n, node_conn *c) {
+    stream_put *p = c->sput;
+    if (!p) return;
+    if (p->started && p->dst) node_put_abandon(n, &p->cur);
+    put_free(p);
+    c->sput = NULL;
+    c->stream_deadline_ns = 0;
+}
+
+/* Room for object p->at: admitted within its tenant's share, then reserved or a buffer of its own.
+ * A refusal is its status; its bytes are then read and dropped. */
+static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
     char err[256] = "";
-    int reserve = kvs_tiers_can_reserve(n->chain);
-    uint32_t done = 0;
-    while (done < req->n_entries) {
-        /* one round: every entry while reservations last, or as many as there are staging slots */
-        uint32_t g = 0, n_iov = 0;
-        uint64_t skip_after[KVS_WIRE_MAX_KEYS];
-        while (done + g < req->n_entries && (reserve || g < n->staging_slots)) {
-            const kvs_wire_entry *e = &req->entries[done + g];
-            put_pending *p = &n->puts[g];
-            kvs_status *out = &n->reply_entries[done + g].status;
-            *p = (put_pending){0};
-            skip_after[g] = 0;
-            void *dst = NULL;
-            if (!e->by_message) {
-                end_session(n, c, "put", "an object not sent on the stream");
+    uint64_t len = p->objects[p->at].length;
+    kvs_status *out = &p->status[p->at].status;
+    p->started = 1;
+    p->got = 0;
+    p->dst = p->buf = NULL;
+    p->cur = (put_pending){0};
+    if (node_stored_key(c, p->objects[p->at].key, &p->cur.key) != 0 || len == 0 ||
+        len > n->params.max_object_bytes) {
+        *out = KVS_EINVAL;
+    } else if ((*out = node_admit(n, c, &p->cur.key, len, err, sizeof err)) != KVS_OK) {
+        node_put_stored(n, c, &p->cur.key, *out, len, err);
+    } else if (kvs_tiers_can_reserve(n->chain)) {
+        *out =
+            kvs_tiers_reserve(n->chain, &p->cur.key, len, &p->dst, &p->cur.ticket, err, sizeof err);
+        p->cur.reserved = *out == KVS_OK;
+        if (*out != KVS_OK) node_put_stored(n, c, &p->cur.key, *out, len, err);
+    } else if (!(p->dst = p->buf = malloc(len))) {
+        *out = KVS_ENOMEM;
+        node_quota_forget(n->quota, &p->cur.key);
+    }
+}
+
+/* Read what has come of the PUT's objects; store each once whole; answer once all are in. */
+static void put_continue(kvs_node *n, node_conn *c) {
+    stream_put *p = c->sput;
+    uint8_t drop[16384];
+    char err[256] = "";
+    while (p->at < p->n) {
+        if (!p->started) put_begin_object(n, c, p);
+        uint64_t len = p->objects[p->at].length;
+        while (p->got < len) {
+            uint64_t want = len - p->got;
+            void *to = p->dst ? (uint8_t *)p->dst + p->got : drop;
+            if (!p->dst && want > sizeof drop) want = sizeof drop;
+            ssize_t k = recv(c->fd, to, (size_t)want, MSG_DONTWAIT);
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* more to come */
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { /* closed, or failed halfway: nothing of this object is stored */
+                c->peer_gone = 1;
+                end_session(n, c, "put",
+                            k == 0 ? "the connection closed halfway" : strerror(errno));
                 return;
             }
-            if (node_stored_key(c, e->key, &p->key) != 0 || e->length == 0 ||
-                e->length > n->params.max_object_bytes) {
-                *out = KVS_EINVAL;
-            } else if ((*out = node_admit(n, c, &p->key, e->length, err, sizeof err)) != KVS_OK) {
-                node_put_stored(n, c, &p->key, *out, e->length, err);
-            } else if (reserve) {
-                *out = kvs_tiers_reserve(n->chain, &p->key, e->length, &dst, &p->ticket, err,
-                                         sizeof err);
-                p->reserved = *out == KVS_OK;
-                if (*out != KVS_OK) node_put_stored(n, c, &p->key, *out, e->length, err);
-            } else {
-                dst = n->staging + (uint64_t)g * n->slot_len;
-                *out = KVS_OK;
-            }
-            p->dst = dst;
-            if (dst) {
-                s->iov[n_iov++] = (struct iovec){.iov_base = dst, .iov_len = (size_t)e->length};
-            } else {
-                skip_after[g] = e->length; /* its bytes are read and dropped in order */
-            }
-            g++;
+            p->got += (uint64_t)k;
         }
-        /* read the round's bytes in order: runs of placed objects by readv, refused ones skipped */
-        kvs_status st = KVS_OK;
-        uint32_t v = 0, run = 0;
-        for (uint32_t i = 0; i < g && st == KVS_OK; i++) {
-            if (n->puts[i].dst) {
-                run++;
-                continue;
-            }
-            if (!skip_after[i]) continue; /* no bytes (a zero length) */
-            if (run) st = kvs_stream_readv(c->fd, s->iov + v, run, deadline, err, sizeof err);
-            v += run;
-            run = 0;
-            if (st == KVS_OK) st = kvs_stream_skip(c->fd, skip_after[i], deadline, err, sizeof err);
+        if (p->dst) {
+            p->status[p->at].status = node_publish(n, c, &p->cur, p->dst, len);
+            free(p->buf);
+            p->buf = p->dst = NULL;
         }
-        if (st == KVS_OK && run)
-            st = kvs_stream_readv(c->fd, s->iov + v, run, deadline, err, sizeof err);
-        /* publish: readv moved the iovecs on, so the objects are found again from the entries */
-        for (uint32_t i = 0; i < g; i++) {
-            const kvs_wire_entry *e = &req->entries[done + i];
-            put_pending *p = &n->puts[i];
-            kvs_status *out = &n->reply_entries[done + i].status;
-            if (!p->dst || *out != KVS_OK) continue;
-            if (st != KVS_OK) {
-                node_put_abandon(n, p);
-                *out = KVS_EIO;
-                continue;
-            }
-            *out = node_publish(n, c, p, p->dst, e->length);
-        }
-        if (st != KVS_OK) {
-            end_session(n, c, "put", err);
-            return;
-        }
-        done += g;
+        p->started = 0;
+        p->at++;
     }
     kvs_wire_msg rep;
-    kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, req->request_id);
-    rep.entries = n->reply_entries;
-    rep.n_entries = req->n_entries;
+    kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, p->request_id);
+    rep.entries = p->status;
+    rep.n_entries = p->n;
+    uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
     if (kvs_stream_write_msg(c->fd, &rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
                              err, sizeof err) != KVS_OK)
         end_session(n, c, "put answer", err);
+    node_stream_drop(n, c);
+}
+
+/* A decoded PUT: its objects' names and lengths kept (the frame goes), served as bytes come. */
+static void put_start(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    stream_put *p = calloc(1, sizeof *p);
+    if (p) {
+        p->objects = calloc(req->n_entries ? req->n_entries : 1, sizeof *p->objects);
+        p->status = calloc(req->n_entries ? req->n_entries : 1, sizeof *p->status);
+    }
+    if (!p || !p->objects || !p->status) {
+        put_free(p);
+        end_session(n, c, "put", "no memory for its state");
+        return;
+    }
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        if (!req->entries[i].by_message) {
+            put_free(p);
+            end_session(n, c, "put", "an object not sent on the stream");
+            return;
+        }
+        memcpy(p->objects[i].key, req->entries[i].key, KVS_WIRE_KEY_BYTES);
+        p->objects[i].length = req->entries[i].length;
+    }
+    p->request_id = req->request_id;
+    p->n = req->n_entries;
+    c->sput = p;
+    c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+}
+
+uint64_t node_expire_streams(kvs_node *n) {
+    uint64_t now = kvs_now_ns(), next = UINT64_MAX;
+    for (node_conn *c = n->conns; c; c = c->next) {
+        if (!c->session || c->closing || !c->stream_deadline_ns) continue;
+        if (now >= c->stream_deadline_ns) {
+            char why[96];
+            kvs_fmt(why, sizeof why, "not in within %d ms", n->params.timeout_ms);
+            c->peer_gone = 1;
+            end_session(n, c, c->sput ? "put" : "request", why);
+        } else if (c->stream_deadline_ns < next) {
+            next = c->stream_deadline_ns;
+        }
+    }
+    return next;
 }
 
 /* Take the bytes of the session's next request frame that have come, without waiting: 1 once the
@@ -180,6 +239,8 @@ static int frame_in(kvs_node *n, node_conn *c) {
             if (c->shave == c->sneed) return 1;
             continue;
         }
+        if (c->sprefix_have == 0) /* a frame begins: it must be in within timeout_ms */
+            c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
         c->sprefix_have += (uint32_t)k;
         if (c->sprefix_have < sizeof c->sprefix) continue;
         c->sneed = (uint32_t)c->sprefix[0] << 24 | (uint32_t)c->sprefix[1] << 16 |
@@ -231,8 +292,13 @@ void node_stream_request(kvs_node *n, node_conn *c) {
         end_session(n, c, "request", "no memory for its buffers");
         return;
     }
+    if (c->sput) {
+        put_continue(n, c);
+        return;
+    }
     if (!frame_in(n, c)) return;
-    /* the request's objects and answer are bounded by timeout_ms from here */
+    c->stream_deadline_ns = 0;
+    /* a GET's answer is bounded by timeout_ms from here */
     uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
     kvs_wire_msg req;
     kvs_wire_refusal why;
@@ -243,10 +309,14 @@ void node_stream_request(kvs_node *n, node_conn *c) {
         put_lengths_ok(n, c, &req)) {
         stream_scratch *s = n->stream_scratch;
         memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
-        if (req.type == KVS_WIRE_GET)
+        if (req.type == KVS_WIRE_GET) {
             stream_get(n, c, &req, s, deadline);
-        else
-            stream_put(n, c, &req, s, deadline);
+        } else {
+            put_start(n, c, &req);
+            frame_done(c);
+            if (c->sput) put_continue(n, c);
+            return;
+        }
     } else if (decoded != KVS_OK) {
         n->stats.refusals++;
         end_session(n, c, "request", why.text);
