@@ -711,6 +711,49 @@ START_TEST(a_tenant_trickling_a_puts_object_holds_up_no_other_tenant) {
 }
 END_TEST
 
+/* A GET on the stream whose client does not read the answer (100 MiB, far past what the sockets
+ * hold): the node writes what the socket takes and serves everyone else meanwhile (before, it wrote
+ * the answer blocking, up to its 3 s timeout); the GET's session ends at the timeout. */
+START_TEST(a_tenant_not_reading_a_get_answer_holds_up_no_other_tenant) {
+    kvs_test_client *slow = kvs_test_client_authed(&node, "tenant-unread");
+    uint8_t key[16], frame[8192];
+    kvs_test_node_key(key, 4444);
+    kvs_test_fill(slow->mem, 1024 * 1024, 5);
+    ck_assert_int_eq(kvs_test_client_put(slow, key, 0, 1024 * 1024, 0), KVS_OK);
+    kvs_wire_entry e[100];
+    memset(e, 0, sizeof e);
+    for (int i = 0; i < 100; i++)
+        e[i] = (kvs_wire_entry){.key = key, .length = 1024 * 1024, .by_message = 1};
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_GET, 10);
+    m.entries = e;
+    m.n_entries = 100;
+    size_t len = 0;
+    char err[128];
+    ck_assert_int_eq(kvs_control_encode(&m, frame, sizeof frame, &len, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(send(slow->ctl_fd, frame, len, MSG_NOSIGNAL), (ssize_t)len);
+    kvs_test_pause_ms(100); /* the node has filled the socket */
+    double t0 = kvs_test_now_ms();
+    a_real_client_is_served(&node, 14);
+    double took = kvs_test_now_ms() - t0;
+    ck_assert_msg(took < kvs_test_scaled_ms(1500), "another tenant waited %.0f ms", took);
+    /* not read for past the node's 3 s timeout: ended by then, so what is drained ends in EOF
+     * before the 100 MiB could have come */
+    kvs_test_pause_ms(3500);
+    uint64_t drained = 0;
+    static uint8_t sink[1 << 16];
+    for (;;) {
+        ssize_t k = recv(slow->ctl_fd, sink, sizeof sink, 0);
+        if (k <= 0) break;
+        drained += (uint64_t)k;
+    }
+    ck_assert_msg(drained < 100ull * 1024 * 1024, "the whole answer came (%llu bytes)",
+                  (unsigned long long)drained);
+    kvs_test_client_close(slow);
+    a_real_client_is_served(&node, 15);
+}
+END_TEST
+
 /* A PUT on the stream announcing an object of 2^62 bytes ends its session at once (its bytes are
  * not read and dropped for timeout_ms), and the node serves on. */
 START_TEST(a_put_announcing_a_huge_object_ends_its_session_at_once) {
@@ -843,6 +886,7 @@ int main(void) {
     tcase_add_test(timing, a_tenant_trickling_a_stream_frame_holds_up_no_other_tenant);
     tcase_add_test(timing, refusals_are_logged_at_most_once_a_second);
     tcase_add_test(timing, a_tenant_trickling_a_puts_object_holds_up_no_other_tenant);
+    tcase_add_test(timing, a_tenant_not_reading_a_get_answer_holds_up_no_other_tenant);
     tcase_add_test(timing, a_put_announcing_a_huge_object_ends_its_session_at_once);
     suite_add_tcase(s, timing);
     SRunner *sr = srunner_create(s);

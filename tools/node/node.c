@@ -446,7 +446,8 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         n->pfds[2] = (struct pollfd){.fd = accepting ? n->listen_fd : -1, .events = POLLIN};
         uint32_t np = 3;
         for (node_conn *c = n->conns; c && np < n->pfds_cap; c = c->next) {
-            n->pfds[np] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+            n->pfds[np] = (struct pollfd){
+                .fd = c->fd, .events = (short)(POLLIN | (node_stream_sending(c) ? POLLOUT : 0))};
             n->pconns[np++] = c;
         }
         keep_shared_room(n);
@@ -457,9 +458,12 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         }
         if (poll(n->pfds, np, ms) <= 0) continue;
         if (n->pfds[0].revents & POLLIN) return KVS_OK;
-        for (uint32_t i = 3; i < np; i++)
-            if (n->pfds[i].revents && node_control_readable(n, n->pconns[i]))
-                node_stream_request(n, n->pconns[i]);
+        for (uint32_t i = 3; i < np; i++) {
+            node_conn *c = n->pconns[i];
+            if (!n->pfds[i].revents || c->closing) continue;
+            /* a GET's answer goes on when there is room; its writes see a peer that went */
+            if (node_stream_sending(c) || node_control_readable(n, c)) node_stream_request(n, c);
+        }
         if (n->pfds[2].revents & POLLIN) accept_all(n);
     }
 }
@@ -480,7 +484,6 @@ void kvs_node_destroy(kvs_node *n) {
     node_quota_destroy(n->quota);
     free(n->reply);
     free(n->stream_buf);
-    free(n->stream_scratch);
     free(n->staging);
     kvs_remote_psk_clear(&n->psk);
     free(n);

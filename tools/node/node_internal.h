@@ -73,7 +73,8 @@ typedef struct node_conn {
     uint32_t sprefix_have, sneed, shave;
     uint8_t *sframe; /* sneed bytes once the prefix is in; freed when its request is served */
     struct stream_put *sput;     /* a PUT on the stream whose objects' bytes are still coming */
-    uint64_t stream_deadline_ns; /* the frame or PUT under way must be in by then (0: none) */
+    struct stream_get *sget;     /* a GET on the stream whose answer is still going out */
+    uint64_t stream_deadline_ns; /* the frame, PUT or GET under way ends by then (0: none) */
     struct node_conn *next;
 } node_conn;
 
@@ -103,7 +104,6 @@ struct kvs_node {
     uint32_t n_sends;
     uint64_t get_request; /* the GET being served */
     uint8_t *stream_buf;  /* a request frame on the stream: KVS_WIRE_MAX_MESSAGE_BYTES + 4 */
-    void *stream_scratch; /* node_stream.c's group headers, records and iovecs */
     uint32_t n_batch, n_pins, slots_used;
     node_conn *conns;
     uint32_t n_sessions, n_handshakes;
@@ -201,6 +201,8 @@ void node_unpin_all(kvs_node *n);
  * backends/ucx/stream.h): a GET answered in groups with the objects' bytes, a PUT whose bytes
  * follow its frame. Anything wrong ends the session (the stream cannot be resynchronised). */
 void node_stream_request(kvs_node *n, node_conn *c);
+/* 1 when session c has an answer waiting for room in its socket (poll it for POLLOUT). */
+int node_stream_sending(const node_conn *c);
 /* Sessions whose request frame or PUT on the stream is not in by its deadline (timeout_ms from its
  * first byte) are ended. Returns the nearest deadline still ahead (UINT64_MAX: none). */
 uint64_t node_expire_streams(kvs_node *n);

@@ -15,61 +15,141 @@
 #include "common/log.h"
 #include "node_quota.h"
 
-/* What one GET group or PUT round holds: a header, records, one iovec per object. */
-typedef struct stream_scratch {
-    uint8_t head[KVS_STREAM_GROUP_BYTES];
-    uint8_t records[KVS_WIRE_MAX_KEYS][KVS_STREAM_RECORD_BYTES];
-    struct iovec iov[KVS_WIRE_MAX_KEYS + 2];
-} stream_scratch;
-
 static void end_session(kvs_node *n, node_conn *c, const char *what, const char *err) {
     node_log_refusal(n, "%s: %s on the stream: %s; session closed", c->peer, what, err);
     c->closing = 1;
 }
 
-/* A GET: groups of records and bytes until every entry is answered; a group ends where a copy
- * tier's object finds no free staging slot. */
-static void stream_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req, stream_scratch *s,
-                       uint64_t deadline) {
-    char err[256] = "";
-    uint32_t done = 0;
-    while (done < req->n_entries) {
-        uint32_t g = 0, n_iov = 2;
-        while (done + g < req->n_entries) {
-            const kvs_wire_entry *e = &req->entries[done + g];
-            const void *object = NULL;
-            uint64_t len = 0;
-            kvs_status st =
-                e->by_message ? node_object_ref(n, c, e->key, &object, &len) : KVS_EINVAL;
-            if (st == KVS_EAGAIN && g > 0) break; /* the slots are full: send this group first */
-            if (st == KVS_EAGAIN) st = KVS_EIO;   /* no slot at all: cannot happen */
-            if (st == KVS_OK && len > e->length) st = KVS_EOVERFLOW;
-            if (st == KVS_EINVAL) len = 0;
-            kvs_stream_record_encode(s->records[g], st, st == KVS_ENOTFOUND ? 0 : len);
-            if (st == KVS_OK && len) {
-                s->iov[n_iov++] =
-                    (struct iovec){.iov_base = (void *)(uintptr_t)object, .iov_len = (size_t)len};
-                n->stats.bytes_out += len;
-            }
-            n->stats.gets++;
-            if (st == KVS_OK || st == KVS_EOVERFLOW)
-                n->stats.hits++;
-            else if (st == KVS_ENOTFOUND)
-                n->stats.misses++;
-            g++;
-        }
-        kvs_stream_group_encode(s->head, g, req->request_id);
-        s->iov[0] = (struct iovec){.iov_base = s->head, .iov_len = sizeof s->head};
-        s->iov[1] =
-            (struct iovec){.iov_base = s->records, .iov_len = (size_t)g * sizeof s->records[0]};
-        kvs_status st = kvs_stream_writev(c->fd, s->iov, n_iov, deadline, err, sizeof err);
-        node_unpin_all(n);
-        if (st != KVS_OK) {
-            end_session(n, c, "get answer", err);
-            return;
-        }
-        done += g;
+/* A GET on the stream, answered as the client takes the bytes: one object per group (a header, its
+ * record, its bytes), written without waiting; the rest when the socket has room again. The object
+ * stays pinned in a zero-copy tier (or copied into a buffer of the session's own) until its bytes
+ * are out, so a client that reads slowly holds up only its own session, and only until the GET's
+ * deadline. */
+typedef struct stream_get {
+    uint64_t request_id;
+    uint32_t n, at; /* entries; the one being sent */
+    int started;    /* `at` is found and its group built */
+    uint8_t head[KVS_STREAM_GROUP_BYTES + KVS_STREAM_RECORD_BYTES];
+    const void *object; /* its bytes: a pinned tier's or buf */
+    uint64_t len, sent; /* of head and object together */
+    int pinned;
+    uint32_t pin_tier;
+    kvs_key pin_key;
+    uint8_t *buf; /* max_object_bytes, for tiers that copy */
+    struct {
+        uint8_t key[KVS_WIRE_KEY_BYTES];
+        uint64_t cap;
+        uint8_t by_message;
+    } * objects;
+} stream_get;
+
+static void get_unpin(kvs_node *n, stream_get *g) {
+    if (!g->pinned) return;
+    kvs_tiers_ops(n->chain, g->pin_tier)
+        ->unpin(kvs_tiers_state(n->chain, g->pin_tier), &g->pin_key, 1);
+    g->pinned = 0;
+}
+
+/* Object g->at found: pinned where a tier can hand out its bytes, else copied into g->buf. */
+static kvs_status get_find(kvs_node *n, node_conn *c, stream_get *g, uint64_t *len) {
+    kvs_key k;
+    *len = 0;
+    if (node_stored_key(c, g->objects[g->at].key, &k) != 0) return KVS_EINVAL;
+    int tier = kvs_tiers_find(n->chain, &k);
+    if (tier < 0) return KVS_ENOTFOUND;
+    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
+    void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
+    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
+        uint64_t n_pinned = 0;
+        /* held while the client takes the bytes: at most the GET's deadline */
+        kvs_status st =
+            ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms * 2 + 1000, &n_pinned);
+        if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
+        g->pinned = 1;
+        g->pin_tier = (uint32_t)tier;
+        g->pin_key = k;
+        return ops->get_ref(state, &k, &g->object, len);
     }
+    if (!g->buf && !(g->buf = malloc(n->params.max_object_bytes))) return KVS_ENOMEM;
+    g->object = g->buf;
+    return ops->get(state, &k, g->buf, n->params.max_object_bytes, len);
+}
+
+static void get_begin_object(kvs_node *n, node_conn *c, stream_get *g) {
+    uint64_t len = 0;
+    kvs_status st = g->objects[g->at].by_message ? get_find(n, c, g, &len) : KVS_EINVAL;
+    if (st == KVS_OK && len > g->objects[g->at].cap) st = KVS_EOVERFLOW;
+    if (st != KVS_OK) {
+        get_unpin(n, g);
+        g->object = NULL;
+    }
+    n->stats.gets++;
+    if (st == KVS_OK || st == KVS_EOVERFLOW)
+        n->stats.hits++;
+    else if (st == KVS_ENOTFOUND)
+        n->stats.misses++;
+    kvs_stream_group_encode(g->head, 1, g->request_id);
+    kvs_stream_record_encode(g->head + KVS_STREAM_GROUP_BYTES, st,
+                             st == KVS_ENOTFOUND || st == KVS_EINVAL ? 0 : len);
+    g->len = sizeof g->head + (st == KVS_OK ? len : 0);
+    if (st == KVS_OK) n->stats.bytes_out += len;
+    g->sent = 0;
+    g->started = 1;
+}
+
+void node_stream_drop(kvs_node *n, node_conn *c);
+
+/* Write what the socket takes of the GET's groups; done when every entry is answered. */
+static void get_continue(kvs_node *n, node_conn *c) {
+    stream_get *g = c->sget;
+    while (g->at < g->n) {
+        if (!g->started) get_begin_object(n, c, g);
+        while (g->sent < g->len) {
+            struct iovec iov[2];
+            int k = 0;
+            if (g->sent < sizeof g->head)
+                iov[k++] = (struct iovec){.iov_base = g->head + g->sent,
+                                          .iov_len = sizeof g->head - (size_t)g->sent};
+            uint64_t from = g->sent > sizeof g->head ? g->sent - sizeof g->head : 0;
+            if (g->len > sizeof g->head)
+                iov[k++] = (struct iovec){.iov_base = (uint8_t *)(uintptr_t)g->object + from,
+                                          .iov_len = (size_t)(g->len - sizeof g->head - from)};
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
+            ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* room later */
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) {
+                c->peer_gone = 1;
+                end_session(n, c, "get answer", strerror(errno));
+                return;
+            }
+            g->sent += (uint64_t)w;
+        }
+        get_unpin(n, g);
+        g->started = 0;
+        g->at++;
+    }
+    node_stream_drop(n, c);
+}
+
+static void get_start(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    stream_get *g = calloc(1, sizeof *g);
+    if (g) g->objects = calloc(req->n_entries ? req->n_entries : 1, sizeof *g->objects);
+    if (!g || !g->objects) {
+        if (g) free(g->objects);
+        free(g);
+        end_session(n, c, "get", "no memory for its state");
+        return;
+    }
+    for (uint32_t i = 0; i < req->n_entries; i++) {
+        memcpy(g->objects[i].key, req->entries[i].key, KVS_WIRE_KEY_BYTES);
+        g->objects[i].cap = req->entries[i].length;
+        g->objects[i].by_message = req->entries[i].by_message;
+    }
+    g->request_id = req->request_id;
+    g->n = req->n_entries;
+    c->sget = g;
+    c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
 }
 
 /* A PUT on the stream, served as its bytes come: one object at a time goes straight into room
@@ -101,10 +181,17 @@ static void put_free(stream_put *p) {
 
 void node_stream_drop(kvs_node *n, node_conn *c) {
     stream_put *p = c->sput;
-    if (!p) return;
-    if (p->started && p->dst) node_put_abandon(n, &p->cur);
+    if (p && p->started && p->dst) node_put_abandon(n, &p->cur);
     put_free(p);
     c->sput = NULL;
+    stream_get *g = c->sget;
+    if (g) {
+        get_unpin(n, g);
+        free(g->buf);
+        free(g->objects);
+        free(g);
+    }
+    c->sget = NULL;
     c->stream_deadline_ns = 0;
 }
 
@@ -203,6 +290,10 @@ static void put_start(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
 }
 
+int node_stream_sending(const node_conn *c) {
+    return c->sget != NULL;
+}
+
 uint64_t node_expire_streams(kvs_node *n) {
     uint64_t now = kvs_now_ns(), next = UINT64_MAX;
     for (node_conn *c = n->conns; c; c = c->next) {
@@ -211,7 +302,7 @@ uint64_t node_expire_streams(kvs_node *n) {
             char why[96];
             kvs_fmt(why, sizeof why, "not in within %d ms", n->params.timeout_ms);
             c->peer_gone = 1;
-            end_session(n, c, c->sput ? "put" : "request", why);
+            end_session(n, c, c->sput ? "put" : c->sget ? "get answer" : "request", why);
         } else if (c->stream_deadline_ns < next) {
             next = c->stream_deadline_ns;
         }
@@ -287,8 +378,7 @@ static int put_lengths_ok(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
 
 void node_stream_request(kvs_node *n, node_conn *c) {
     if (!n->stream_buf) n->stream_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
-    if (!n->stream_scratch) n->stream_scratch = malloc(sizeof(stream_scratch));
-    if (!n->stream_buf || !n->stream_scratch) {
+    if (!n->stream_buf) {
         end_session(n, c, "request", "no memory for its buffers");
         return;
     }
@@ -296,10 +386,12 @@ void node_stream_request(kvs_node *n, node_conn *c) {
         put_continue(n, c);
         return;
     }
+    if (c->sget) {
+        get_continue(n, c);
+        return;
+    }
     if (!frame_in(n, c)) return;
     c->stream_deadline_ns = 0;
-    /* a GET's answer is bounded by timeout_ms from here */
-    uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
     kvs_wire_msg req;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
@@ -307,16 +399,14 @@ void node_stream_request(kvs_node *n, node_conn *c) {
         kvs_wire_decode(c->sframe, c->sneed, n->entries, KVS_WIRE_MAX_KEYS, &req, &why);
     if (decoded == KVS_OK && (req.type == KVS_WIRE_GET || req.type == KVS_WIRE_PUT) &&
         put_lengths_ok(n, c, &req)) {
-        stream_scratch *s = n->stream_scratch;
-        memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req.n_entries);
-        if (req.type == KVS_WIRE_GET) {
-            stream_get(n, c, &req, s, deadline);
-        } else {
+        if (req.type == KVS_WIRE_GET)
+            get_start(n, c, &req);
+        else
             put_start(n, c, &req);
-            frame_done(c);
-            if (c->sput) put_continue(n, c);
-            return;
-        }
+        frame_done(c);
+        if (c->sget) get_continue(n, c);
+        if (c->sput) put_continue(n, c);
+        return;
     } else if (decoded != KVS_OK) {
         n->stats.refusals++;
         end_session(n, c, "request", why.text);
