@@ -33,6 +33,7 @@
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "connector/object.h"
+#include "connector/object_mac.h"
 #include "connector/tiers.h"
 
 #define N_HEADS          8u
@@ -476,6 +477,49 @@ static void report_sched(const bench *b, const char *name, const char *hooks, do
            name, ns / 1e3, ns / (double)b->opt.chunks, ns / ref_ns);
 }
 
+/* --integrity keyed: the tags alone, what bounds a keyed path on one core: sealing one object of
+ * the step's geometry (a Poly1305 pass over every layer), against memcpy of the same bytes. */
+static void report_mac(const bench *b) {
+    uint64_t layer = PIECE_BYTES, bytes = kvs_object_bytes(b->opt.layers, layer);
+    uint8_t *obj = bench_map(bytes, 1, 0x33, "the tag benchmark's object");
+    uint8_t *copy = bench_map(bytes, 1, 0x44, "its copy");
+    kvs_key fp = {{1}}, key = {{2}};
+    kvs_object_init(obj, &fp, &key, b->opt.layers, CHUNK_TOKENS, layer);
+    kvs_object_mac *m = NULL;
+    static const uint8_t k[32] = "kvs-bench-dram tag benchmark key";
+    char err[256];
+    if (kvs_object_mac_open(k, sizeof k, &m, err, sizeof err) != KVS_OK) {
+        fprintf(stderr, "integrity: %s\n", err);
+        exit(1);
+    }
+    uint32_t n = b->opt.iters;
+    double *mac = calloc(2 * (size_t)n, sizeof *mac), *cp = mac + n;
+    for (uint32_t i = 0; mac && i < b->opt.warmup + n; i++) {
+        uint64_t t0 = bench_now_ns();
+        if (kvs_object_seal_keyed(m, obj) != KVS_OK) exit(1);
+        uint64_t t1 = bench_now_ns();
+        memcpy(copy, obj, bytes);
+        uint64_t t2 = bench_now_ns();
+        if (i >= b->opt.warmup) {
+            mac[i - b->opt.warmup] = (double)(t1 - t0);
+            cp[i - b->opt.warmup] = (double)(t2 - t1);
+        }
+    }
+    double payload = (double)b->opt.layers * (double)layer;
+    double mac_gbps = payload / bench_median(mac, n), cp_gbps = (double)bytes / bench_median(cp, n);
+    printf("{\"bench\":\"dram_tags\",\"ratio\":%.3f,\"reference\":\"memcpy of the same "
+           "object, one thread\",\"gbps\":%.3f,\"reference_gbps\":%.3f,\"bytes\":%llu,"
+           "\"iterations\":%u}\n",
+           mac_gbps / cp_gbps, mac_gbps, cp_gbps, (unsigned long long)bytes, n);
+    printf("dram tags: sealing a keyed object (Poly1305 over %u x 1 MiB) %.2f GB/s, memcpy %.2f "
+           "GB/s, ratio %.3f (one thread)\n",
+           b->opt.layers, mac_gbps, cp_gbps, mac_gbps / cp_gbps);
+    free(mac);
+    kvs_object_mac_close(m);
+    munmap(obj, bytes);
+    munmap(copy, bytes);
+}
+
 int main(int argc, char **argv) {
     bench b = {.opt = parse_options(argc, argv)};
     b.payload_bytes = b.opt.chunks * b.opt.layers * PIECE_BYTES;
@@ -554,6 +598,7 @@ int main(int argc, char **argv) {
                  bench_median(load_sched, n), ref_ns);
     report_sched(&b, "dram_save_scheduler", "lookup+build_meta", bench_median(save_sched, n),
                  ref_ns);
+    if (b.opt.keyed) report_mac(&b);
 
     b.api->close(b.h);
     munmap(tier, b.payload_bytes);

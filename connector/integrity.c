@@ -26,6 +26,18 @@ kvs_status kvs_integrity_setup(kvs_handle *h, char *err, size_t err_len) {
     for (size_t i = 0; i < h->cfg->n_tiers; i++) {
         const kvs_tier_config *t = &h->cfg->tiers[i];
         if (!t->keyed) continue;
+        if (!kvs_object_mac_fits(h->model.n_layers))
+            return kvs_fmt(err, err_len,
+                           "open: tier \"%s\" is keyed, and an object of this model's %u layers "
+                           "has no room for its tags (at most 166 layers)",
+                           t->name, h->model.n_layers),
+                   KVS_ECONFIG;
+        if (kvs_tiers_ops(h->tiers, (uint32_t)i)->caps & KVS_BACKEND_CAP_LENT_MEMORY)
+            return kvs_fmt(err, err_len,
+                           "open: tier \"%s\" is keyed, and it holds lent memory the layer stream "
+                           "reads in parts no tag covers",
+                           t->name),
+                   KVS_ECONFIG;
         kvs_object_mac *m = NULL;
         kvs_status st = open_tier_key(t, &m, err, err_len);
         if (st != KVS_OK) return st;
@@ -68,17 +80,18 @@ static kvs_status rejected(kvs_handle *h, kvs_status st) {
 kvs_status kvs_integrity_check(kvs_handle *h, int tier, const void *object, uint64_t len,
                                int all_layers, char *err, size_t err_len) {
     if (!kvs_integrity_keyed(h, tier)) return KVS_OK;
-    kvs_status st = kvs_object_check_keyed_header(h->mac, object, len, err, err_len);
+    /* the sizes first, against this model's: nothing the unchecked header says sizes a read, which
+     * stays within the header page (all_layers: the object) the caller holds */
     const kvs_object_header *hd = object;
-    uint32_t n = all_layers ? hd->n_layers : 0;
-    uint64_t end = 0;
-    if (st == KVS_OK && n &&
-        (__builtin_mul_overflow((uint64_t)n, hd->layer_bytes, &end) ||
-         __builtin_add_overflow(end, (uint64_t)hd->payload_offset, &end) || end > len)) {
-        kvs_fmt(err, err_len, "a keyed object of %llu bytes is shorter than its layers",
+    uint32_t head = kvs_object_payload_offset(h->model.n_layers);
+    if (len < (all_layers ? h->object_bytes : head) || hd->n_layers != h->model.n_layers ||
+        hd->payload_offset != head || hd->layer_bytes != h->layer_bytes) {
+        kvs_fmt(err, err_len, "a keyed object not of this model's geometry (%llu bytes)",
                 (unsigned long long)len);
-        st = KVS_ECORRUPT;
+        return rejected(h, KVS_ECORRUPT);
     }
+    kvs_status st = kvs_object_check_keyed_header(h->mac, object, head, err, err_len);
+    uint32_t n = all_layers ? hd->n_layers : 0;
     for (uint32_t l = 0; st == KVS_OK && l < n; l++)
         st = kvs_object_check_keyed_layer(h->mac, object, l, err, err_len);
     return rejected(h, st);

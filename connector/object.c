@@ -9,9 +9,7 @@
 #include "object_mac.h"
 
 uint32_t kvs_object_payload_offset(uint32_t n_layers) {
-    /* room for the record of a keyed object (object_mac.h) too, so that keyed and unkeyed objects
-     * of one model have one size and layout */
-    uint64_t raw = kvs_object_mac_record_offset(n_layers) + kvs_object_mac_record_bytes(n_layers);
+    uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t);
     return (uint32_t)((raw + KVS_OBJECT_ALIGN - 1) / KVS_OBJECT_ALIGN * KVS_OBJECT_ALIGN);
 }
 

@@ -38,6 +38,11 @@ uint64_t kvs_object_mac_record_offset(uint32_t n_layers) {
     return sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t);
 }
 
+int kvs_object_mac_fits(uint32_t n_layers) {
+    return kvs_object_mac_record_offset(n_layers) + kvs_object_mac_record_bytes(n_layers) <=
+           kvs_object_payload_offset(n_layers);
+}
+
 kvs_status kvs_object_mac_open(const uint8_t *key, size_t len, kvs_object_mac **out, char *error,
                                size_t error_len) {
     *out = NULL;

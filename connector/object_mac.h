@@ -41,15 +41,19 @@ int kvs_object_mac_same(const kvs_object_mac *a, const kvs_object_mac *b);
 /* Bytes of the keyed record of an object of n_layers, and where it starts in a raw object. */
 uint64_t kvs_object_mac_record_bytes(uint32_t n_layers);
 uint64_t kvs_object_mac_record_offset(uint32_t n_layers);
+/* 1 when a raw object of n_layers has room for the record before its payload (up to 166 layers:
+ * the header page's room; a keyed object is laid out as an unkeyed one). */
+int kvs_object_mac_fits(uint32_t n_layers);
 
 /* Seal a raw or derived object whose layer hashes are set: version KVS_OBJECT_VERSION_KEYED, a fresh
  * nonce, every layer's tag and the header tag, then header_hash (kvs_object_seal). KVS_EIO when
  * libcrypto fails (the object is then sealed unkeyed: a keyed tier will refuse it). */
 kvs_status kvs_object_seal_keyed(const kvs_object_mac *m, void *object);
 
-/* Check that the object (len bytes, at least its header area) is keyed and that its header tag is
- * right; then its header, table and layer tags can be trusted. KVS_ECORRUPT with a sentence for an
- * object that is not keyed, too short, or whose tag is wrong. */
+/* Check that the object (len bytes, all readable) is keyed and that its header tag is right; then
+ * its header, table and layer tags can be trusted. The header's sizes are the writer's: a reader
+ * checks them against the geometry it expects first (kvs_integrity_check does). KVS_ECORRUPT with a
+ * sentence for an object that is not keyed, too short, or whose tag is wrong. */
 kvs_status kvs_object_check_keyed_header(const kvs_object_mac *m, const void *object, uint64_t len,
                                          char *error, size_t error_len);
 /* Check layer l's bytes against its tag (the header checked first). KVS_ECORRUPT with a sentence. */

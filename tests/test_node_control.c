@@ -754,6 +754,77 @@ START_TEST(a_tenant_not_reading_a_get_answer_holds_up_no_other_tenant) {
 }
 END_TEST
 
+/* A GET on the stream that the client reads slowly, its object deleted meanwhile and its room
+ * taken by another tenant's put: the answer carries the first tenant's bytes or a miss, never the
+ * other tenant's (the node copies each object out of the tiers when its group begins; a slab held
+ * by a pin across loop turns was handed to the other tenant's put by the delete). */
+START_TEST(a_slow_get_never_carries_another_tenants_bytes) {
+    enum { LEN = 1024 * 1024, N = 40 };
+    kvs_test_client *a = kvs_test_client_authed(&node, "tenant-first");
+    kvs_test_client *b = kvs_test_client_authed(&node, "tenant-second");
+    uint8_t key[16], frame[8192];
+    kvs_test_node_key(key, 4545);
+    kvs_test_fill(a->mem, LEN, 21);
+    kvs_test_fill(b->mem, LEN, 22);
+    ck_assert_int_eq(kvs_test_client_put(a, key, 0, LEN, 0), KVS_OK);
+    kvs_wire_entry e[N];
+    for (int i = 0; i < N; i++) e[i] = (kvs_wire_entry){.key = key, .length = LEN, .by_message = 1};
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_GET, 11);
+    m.entries = e;
+    m.n_entries = N;
+    size_t len = 0;
+    char err[128];
+    ck_assert_int_eq(kvs_control_encode(&m, frame, sizeof frame, &len, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(send(a->ctl_fd, frame, len, MSG_NOSIGNAL), (ssize_t)len);
+    kvs_test_pause_ms(100); /* the socket is full, an object half sent */
+    kvs_wire_entry d = {.key = key};
+    kvs_wire_msg del, rep;
+    kvs_wire_msg_init(&del, KVS_WIRE_DELETE, 0);
+    del.entries = &d;
+    del.n_entries = 1;
+    kvs_test_client_request(a, &del, &rep);
+    ck_assert_int_eq(rep.entries[0].status, KVS_OK);
+    for (uint32_t i = 0; i < 4; i++) { /* the freed room, and more, taken by the other tenant */
+        uint8_t k2[16];
+        kvs_test_node_key(k2, 4600 + i);
+        ck_assert_int_eq(kvs_test_client_put(b, k2, 0, LEN, 0), KVS_OK);
+    }
+    uint8_t *got = malloc(LEN);
+    ck_assert_ptr_nonnull(got);
+    uint32_t hits = 0;
+    uint64_t deadline = kvs_now_ns() + 5000000000ull;
+    for (uint32_t answered = 0; answered < N;) {
+        uint8_t head[KVS_STREAM_GROUP_BYTES], rec[KVS_STREAM_RECORD_BYTES];
+        uint32_t count = 0;
+        ck_assert_int_eq(kvs_stream_read(a->ctl_fd, head, sizeof head, deadline, err, sizeof err),
+                         KVS_OK);
+        ck_assert_int_eq(kvs_stream_group_decode(head, 11, N - answered, &count, err, sizeof err),
+                         KVS_OK);
+        for (uint32_t i = 0; i < count; i++) {
+            kvs_status st;
+            uint64_t olen = 0;
+            ck_assert_int_eq(kvs_stream_read(a->ctl_fd, rec, sizeof rec, deadline, err, sizeof err),
+                             KVS_OK);
+            kvs_stream_record_decode(rec, &st, &olen);
+            if (st != KVS_OK) continue;
+            ck_assert_uint_eq(olen, LEN);
+            ck_assert_int_eq(kvs_stream_read(a->ctl_fd, got, LEN, deadline, err, sizeof err),
+                             KVS_OK);
+            ck_assert_msg(kvs_test_bytes_match(got, LEN, 21), "object %u of the answer is not ours",
+                          answered + i);
+            hits++;
+        }
+        answered += count;
+    }
+    ck_assert_uint_ge(hits, 1);
+    ck_assert_uint_lt(hits, N); /* the delete took effect within the answer */
+    free(got);
+    kvs_test_client_close(a);
+    kvs_test_client_close(b);
+}
+END_TEST
+
 /* A PUT on the stream announcing an object of 2^62 bytes ends its session at once (its bytes are
  * not read and dropped for timeout_ms), and the node serves on. */
 START_TEST(a_put_announcing_a_huge_object_ends_its_session_at_once) {
@@ -862,6 +933,7 @@ int main(void) {
     tcase_add_test(tc, a_crafted_worker_address_is_refused_and_the_node_lives);
     tcase_add_test(tc, a_tenant_holds_at_most_its_share_of_sessions);
     tcase_add_test(tc, a_tenant_over_its_share_evicts_its_own_objects_first);
+    tcase_add_test(tc, a_slow_get_never_carries_another_tenants_bytes);
     tcase_add_test(tc, sighup_rotates_the_master_key_without_a_restart);
     tcase_add_test(tc, a_crafted_rkey_ends_its_session_and_the_node_lives);
     tcase_add_test(tc, the_nodes_connections_send_small_answers_without_waiting_for_acks);

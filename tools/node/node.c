@@ -446,8 +446,8 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         n->pfds[2] = (struct pollfd){.fd = accepting ? n->listen_fd : -1, .events = POLLIN};
         uint32_t np = 3;
         for (node_conn *c = n->conns; c && np < n->pfds_cap; c = c->next) {
-            n->pfds[np] = (struct pollfd){
-                .fd = c->fd, .events = (short)(POLLIN | (node_stream_sending(c) ? POLLOUT : 0))};
+            n->pfds[np] =
+                (struct pollfd){.fd = c->fd, .events = node_stream_sending(c) ? POLLOUT : POLLIN};
             n->pconns[np++] = c;
         }
         keep_shared_room(n);

@@ -72,8 +72,10 @@ typedef struct node_conn {
     uint8_t sprefix[4];
     uint32_t sprefix_have, sneed, shave;
     uint8_t *sframe; /* sneed bytes once the prefix is in; freed when its request is served */
-    struct stream_put *sput;     /* a PUT on the stream whose objects' bytes are still coming */
-    struct stream_get *sget;     /* a GET on the stream whose answer is still going out */
+    struct stream_put *sput; /* a PUT on the stream whose objects' bytes are still coming */
+    struct stream_get *sget; /* a GET on the stream whose answer is still going out */
+    uint8_t *sout;           /* an answer waiting for room in the socket (a PUT_REPLY frame) */
+    size_t sout_len, sout_sent;
     uint64_t stream_deadline_ns; /* the frame, PUT or GET under way ends by then (0: none) */
     struct node_conn *next;
 } node_conn;

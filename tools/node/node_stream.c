@@ -10,10 +10,20 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "backends/ucx/control.h"
 #include "backends/ucx/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "node_quota.h"
+
+/* A frame, PUT or GET must be done by now + timeout_ms; never later than a minute, well within the
+ * two minutes a tier keeps a reservation (dram.c) or a pin lease the node takes. */
+#define STREAM_DEADLINE_MAX_MS 60000ull
+
+static uint64_t stream_deadline(const kvs_node *n) {
+    uint64_t ms = (uint64_t)n->params.timeout_ms;
+    return kvs_now_ns() + (ms < STREAM_DEADLINE_MAX_MS ? ms : STREAM_DEADLINE_MAX_MS) * 1000000ull;
+}
 
 static void end_session(kvs_node *n, node_conn *c, const char *what, const char *err) {
     node_log_refusal(n, "%s: %s on the stream: %s; session closed", c->peer, what, err);
@@ -22,20 +32,17 @@ static void end_session(kvs_node *n, node_conn *c, const char *what, const char 
 
 /* A GET on the stream, answered as the client takes the bytes: one object per group (a header, its
  * record, its bytes), written without waiting; the rest when the socket has room again. The object
- * stays pinned in a zero-copy tier (or copied into a buffer of the session's own) until its bytes
- * are out, so a client that reads slowly holds up only its own session, and only until the GET's
- * deadline. */
+ * is copied into a buffer of the session's own first: nothing of the tiers stays pinned across
+ * loop turns (a DELETE or a quota eviction between them could hand a pinned slab to another
+ * tenant's put), so a client that reads slowly holds up only its own session, and only until the
+ * GET's deadline. */
 typedef struct stream_get {
     uint64_t request_id;
     uint32_t n, at; /* entries; the one being sent */
     int started;    /* `at` is found and its group built */
     uint8_t head[KVS_STREAM_GROUP_BYTES + KVS_STREAM_RECORD_BYTES];
-    const void *object; /* its bytes: a pinned tier's or buf */
     uint64_t len, sent; /* of head and object together */
-    int pinned;
-    uint32_t pin_tier;
-    kvs_key pin_key;
-    uint8_t *buf; /* max_object_bytes, for tiers that copy */
+    uint8_t *buf;       /* the object's bytes: max_object_bytes, allocated at the first */
     struct {
         uint8_t key[KVS_WIRE_KEY_BYTES];
         uint64_t cap;
@@ -43,46 +50,33 @@ typedef struct stream_get {
     } * objects;
 } stream_get;
 
-static void get_unpin(kvs_node *n, stream_get *g) {
-    if (!g->pinned) return;
-    kvs_tiers_ops(n->chain, g->pin_tier)
-        ->unpin(kvs_tiers_state(n->chain, g->pin_tier), &g->pin_key, 1);
-    g->pinned = 0;
-}
-
-/* Object g->at found: pinned where a tier can hand out its bytes, else copied into g->buf. */
+/* Object g->at copied into g->buf: out of a zero-copy tier under a pin held for the copy only. */
 static kvs_status get_find(kvs_node *n, node_conn *c, stream_get *g, uint64_t *len) {
     kvs_key k;
     *len = 0;
     if (node_stored_key(c, g->objects[g->at].key, &k) != 0) return KVS_EINVAL;
     int tier = kvs_tiers_find(n->chain, &k);
     if (tier < 0) return KVS_ENOTFOUND;
+    if (!g->buf && !(g->buf = malloc(n->params.max_object_bytes))) return KVS_ENOMEM;
     const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
     void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
-    if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
-        uint64_t n_pinned = 0;
-        /* held while the client takes the bytes: at most the GET's deadline */
-        kvs_status st =
-            ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms * 2 + 1000, &n_pinned);
-        if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
-        g->pinned = 1;
-        g->pin_tier = (uint32_t)tier;
-        g->pin_key = k;
-        return ops->get_ref(state, &k, &g->object, len);
-    }
-    if (!g->buf && !(g->buf = malloc(n->params.max_object_bytes))) return KVS_ENOMEM;
-    g->object = g->buf;
-    return ops->get(state, &k, g->buf, n->params.max_object_bytes, len);
+    if (!(ops->caps & KVS_BACKEND_CAP_ZERO_COPY) || !ops->get_ref)
+        return ops->get(state, &k, g->buf, n->params.max_object_bytes, len);
+    uint64_t n_pinned = 0;
+    const void *object = NULL;
+    kvs_status st = ops->pin(state, &k, 1, (uint64_t)n->params.timeout_ms + 1000, &n_pinned);
+    if (st != KVS_OK || n_pinned != 1) return KVS_ENOTFOUND; /* evicted meanwhile */
+    st = ops->get_ref(state, &k, &object, len);
+    if (st == KVS_OK && *len > n->params.max_object_bytes) st = KVS_EOVERFLOW;
+    if (st == KVS_OK) memcpy(g->buf, object, (size_t)*len);
+    ops->unpin(state, &k, 1);
+    return st;
 }
 
 static void get_begin_object(kvs_node *n, node_conn *c, stream_get *g) {
     uint64_t len = 0;
     kvs_status st = g->objects[g->at].by_message ? get_find(n, c, g, &len) : KVS_EINVAL;
     if (st == KVS_OK && len > g->objects[g->at].cap) st = KVS_EOVERFLOW;
-    if (st != KVS_OK) {
-        get_unpin(n, g);
-        g->object = NULL;
-    }
     n->stats.gets++;
     if (st == KVS_OK || st == KVS_EOVERFLOW)
         n->stats.hits++;
@@ -112,7 +106,7 @@ static void get_continue(kvs_node *n, node_conn *c) {
                                           .iov_len = sizeof g->head - (size_t)g->sent};
             uint64_t from = g->sent > sizeof g->head ? g->sent - sizeof g->head : 0;
             if (g->len > sizeof g->head)
-                iov[k++] = (struct iovec){.iov_base = (uint8_t *)(uintptr_t)g->object + from,
+                iov[k++] = (struct iovec){.iov_base = g->buf + from,
                                           .iov_len = (size_t)(g->len - sizeof g->head - from)};
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
             ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -125,7 +119,6 @@ static void get_continue(kvs_node *n, node_conn *c) {
             }
             g->sent += (uint64_t)w;
         }
-        get_unpin(n, g);
         g->started = 0;
         g->at++;
     }
@@ -149,7 +142,7 @@ static void get_start(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     g->request_id = req->request_id;
     g->n = req->n_entries;
     c->sget = g;
-    c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+    c->stream_deadline_ns = stream_deadline(n);
 }
 
 /* A PUT on the stream, served as its bytes come: one object at a time goes straight into room
@@ -186,12 +179,14 @@ void node_stream_drop(kvs_node *n, node_conn *c) {
     c->sput = NULL;
     stream_get *g = c->sget;
     if (g) {
-        get_unpin(n, g);
         free(g->buf);
         free(g->objects);
         free(g);
     }
     c->sget = NULL;
+    free(c->sout);
+    c->sout = NULL;
+    c->sout_len = c->sout_sent = 0;
     c->stream_deadline_ns = 0;
 }
 
@@ -219,6 +214,23 @@ static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
         *out = KVS_ENOMEM;
         node_quota_forget(n->quota, &p->cur.key);
     }
+}
+
+/* Send what the socket takes of a queued answer (a PUT_REPLY); done, it is freed. */
+static void out_continue(kvs_node *n, node_conn *c) {
+    while (c->sout_sent < c->sout_len) {
+        ssize_t w = send(c->fd, c->sout + c->sout_sent, c->sout_len - c->sout_sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* room later */
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            c->peer_gone = 1;
+            end_session(n, c, "put answer", strerror(errno));
+            return;
+        }
+        c->sout_sent += (size_t)w;
+    }
+    node_stream_drop(n, c);
 }
 
 /* Read what has come of the PUT's objects; store each once whole; answer once all are in. */
@@ -256,11 +268,23 @@ static void put_continue(kvs_node *n, node_conn *c) {
     kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, p->request_id);
     rep.entries = p->status;
     rep.n_entries = p->n;
-    uint64_t deadline = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
-    if (kvs_stream_write_msg(c->fd, &rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
-                             err, sizeof err) != KVS_OK)
-        end_session(n, c, "put answer", err);
+    size_t len = 0;
+    kvs_status st = kvs_control_encode(&rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, &len,
+                                       err, sizeof err);
     node_stream_drop(n, c);
+    if (st == KVS_OK && !(c->sout = malloc(len))) {
+        st = KVS_ENOMEM;
+        kvs_fmt(err, sizeof err, "no memory for the answer");
+    }
+    if (st != KVS_OK) {
+        end_session(n, c, "put answer", err);
+        return;
+    }
+    memcpy(c->sout, n->stream_buf, len);
+    c->sout_len = len;
+    c->sout_sent = 0;
+    c->stream_deadline_ns = stream_deadline(n);
+    out_continue(n, c);
 }
 
 /* A decoded PUT: its objects' names and lengths kept (the frame goes), served as bytes come. */
@@ -287,11 +311,11 @@ static void put_start(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     p->request_id = req->request_id;
     p->n = req->n_entries;
     c->sput = p;
-    c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+    c->stream_deadline_ns = stream_deadline(n);
 }
 
 int node_stream_sending(const node_conn *c) {
-    return c->sget != NULL;
+    return c->sget != NULL || c->sout != NULL;
 }
 
 uint64_t node_expire_streams(kvs_node *n) {
@@ -302,7 +326,12 @@ uint64_t node_expire_streams(kvs_node *n) {
             char why[96];
             kvs_fmt(why, sizeof why, "not in within %d ms", n->params.timeout_ms);
             c->peer_gone = 1;
-            end_session(n, c, c->sput ? "put" : c->sget ? "get answer" : "request", why);
+            end_session(n, c,
+                        c->sput   ? "put"
+                        : c->sget ? "get answer"
+                        : c->sout ? "put answer"
+                                  : "request",
+                        why);
         } else if (c->stream_deadline_ns < next) {
             next = c->stream_deadline_ns;
         }
@@ -331,7 +360,7 @@ static int frame_in(kvs_node *n, node_conn *c) {
             continue;
         }
         if (c->sprefix_have == 0) /* a frame begins: it must be in within timeout_ms */
-            c->stream_deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
+            c->stream_deadline_ns = stream_deadline(n);
         c->sprefix_have += (uint32_t)k;
         if (c->sprefix_have < sizeof c->sprefix) continue;
         c->sneed = (uint32_t)c->sprefix[0] << 24 | (uint32_t)c->sprefix[1] << 16 |
@@ -388,6 +417,10 @@ void node_stream_request(kvs_node *n, node_conn *c) {
     }
     if (c->sget) {
         get_continue(n, c);
+        return;
+    }
+    if (c->sout) {
+        out_continue(n, c);
         return;
     }
     if (!frame_in(n, c)) return;
