@@ -36,7 +36,9 @@ static int tainted_by_error(kvs_handle *h, const kvs_save_work *w) {
  * *wait_until_ns: how long the step may still wait for the saver to give slabs back (the forward
  * pass waits meanwhile): one saves.timeout_ms for the whole step, 0 once a wait came back empty. */
 static int place_save(kvs_handle *h, kvs_save_work *w, uint64_t *wait_until_ns) {
-    if (kvs_tiers_can_reserve(h->tiers)) {
+    /* A keyed handle never seals in memory other processes can write (a shared top tier): its tags
+     * would cover whatever they wrote there before the seal. */
+    if (kvs_tiers_can_reserve(h->tiers) && !(h->mac && kvs_tiers_shared(h->tiers, 0))) {
         char why[256];
         void *dst = NULL;
         if (kvs_tiers_reserve(h->tiers, &w->save->key, h->object_bytes, &dst, &w->ticket, why,

@@ -33,6 +33,7 @@ typedef struct put_pending {
     kvs_key key;
     uint64_t ticket;
     int reserved; /* 0: in a staging slot, put into the tiers after the read */
+    char tenant[KVS_WIRE_MAX_TENANT_BYTES + 1]; /* whose share it counts in once stored */
 } put_pending;
 
 typedef struct rkey_slot {

@@ -1,7 +1,12 @@
 #include "node_quota.h"
 
+#include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Each record counts at least this much against its tenant (a tier gives an object at least a
+ * page), so one-byte puts cannot grow the records past share / 4 KiB per tenant. */
+#define MIN_CHARGE 4096u
 
 typedef struct record {
     kvs_key key;
@@ -21,8 +26,9 @@ struct node_quota {
     uint64_t default_share; /* node.tenant_capacity; 0: tenants not named have none */
     tenant_share *tenants;
     uint32_t n_tenants, cap_tenants;
-    record **buckets; /* by the key's first 8 bytes (keys are hashes already) */
-    uint64_t n_buckets, n_records;
+    record **buckets; /* by a hash of the key under a seed drawn at create: a tenant who chooses its
+                       * keys cannot aim them at one bucket */
+    uint64_t n_buckets, n_records, seed;
 };
 
 node_quota *node_quota_create(const kvs_config *cfg, int *oom) {
@@ -31,8 +37,10 @@ node_quota *node_quota_create(const kvs_config *cfg, int *oom) {
     node_quota *q = calloc(1, sizeof *q);
     if (q) {
         q->default_share = cfg->node.tenant_capacity;
-        q->n_buckets = 1u << 16;
+        q->n_buckets = 1u << 12;
         q->buckets = calloc(q->n_buckets, sizeof *q->buckets);
+        if (RAND_bytes((uint8_t *)&q->seed, sizeof q->seed) != 1) q->seed = 0x9e3779b97f4a7c15ull;
+        q->seed |= 1;
         q->cap_tenants = cfg->node.n_tenants + 16;
         q->tenants = calloc(q->cap_tenants, sizeof *q->tenants);
     }
@@ -61,10 +69,36 @@ void node_quota_destroy(node_quota *q) {
     free(q);
 }
 
+static uint64_t bucket_in(const kvs_key *key, uint64_t seed, uint64_t n_buckets) {
+    uint64_t lo, hi;
+    memcpy(&lo, key->bytes, sizeof lo);
+    memcpy(&hi, key->bytes + 8, sizeof hi);
+    uint64_t h = (lo ^ seed) * 0xff51afd7ed558ccdull;
+    h ^= (hi + seed) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    h *= seed;
+    return (h >> 32) & (n_buckets - 1);
+}
+
 static uint64_t bucket_of(const node_quota *q, const kvs_key *key) {
-    uint64_t h;
-    memcpy(&h, key->bytes, sizeof h);
-    return h & (q->n_buckets - 1);
+    return bucket_in(key, q->seed, q->n_buckets);
+}
+
+/* Twice the buckets once there are more records than buckets (out of memory: stay as it is). */
+static void grow(node_quota *q) {
+    uint64_t n = q->n_buckets * 2;
+    record **b = calloc(n, sizeof *b);
+    if (!b) return;
+    for (uint64_t i = 0; i < q->n_buckets; i++)
+        for (record *r = q->buckets[i], *next; r; r = next) {
+            next = r->next_hash;
+            uint64_t at = bucket_in(&r->key, q->seed, n);
+            r->next_hash = b[at];
+            b[at] = r;
+        }
+    free(q->buckets);
+    q->buckets = b;
+    q->n_buckets = n;
 }
 
 static record **slot_of(node_quota *q, const kvs_key *key) {
@@ -117,36 +151,44 @@ void node_quota_forget(node_quota *q, const kvs_key *key) {
     if (*slot) unlink_record(q, slot);
 }
 
-kvs_status node_quota_admit(node_quota *q, const char *tenant, const kvs_key *key, uint64_t len,
-                            void (*remove)(void *ctx, const kvs_key *key), void *ctx,
-                            uint64_t *evicted) {
+kvs_status node_quota_admit(node_quota *q, const char *tenant, uint64_t len) {
     if (!q) return KVS_OK;
     tenant_share *t = tenant_of(q, tenant, 1);
     if (!t) return KVS_ENOMEM;
-    if (!t->share) return KVS_OK;
-    if (len > t->share) return KVS_ENOMEM;
-    node_quota_forget(q, key); /* a put over its own key: the new length counts, once */
-    uint32_t index = (uint32_t)(t - q->tenants);
-    while (t->used + len > t->share && t->oldest) {
+    return t->share && len > t->share ? KVS_ENOMEM : KVS_OK;
+}
+
+void node_quota_stored(node_quota *q, const char *tenant, const kvs_key *key, uint64_t len,
+                       void (*remove)(void *ctx, const kvs_key *key), void *ctx,
+                       uint64_t *evicted) {
+    if (!q) return;
+    tenant_share *t = tenant_of(q, tenant, 1);
+    if (!t || !t->share) return;
+    node_quota_forget(q, key); /* it replaced what was stored under its key */
+    uint64_t charge = len < MIN_CHARGE ? MIN_CHARGE : len;
+    record *r = calloc(1, sizeof *r);
+    if (r) {
+        uint32_t index = (uint32_t)(t - q->tenants);
+        *r = (record){.key = *key, .len = charge, .tenant = index, .older = t->newest};
+        if (t->newest)
+            t->newest->newer = r;
+        else
+            t->oldest = r;
+        t->newest = r;
+        t->used += charge;
+        if (q->n_records >= q->n_buckets) grow(q);
+        record **slot = &q->buckets[bucket_of(q, key)];
+        r->next_hash = *slot;
+        *slot = r;
+        q->n_records++;
+    }
+    /* the tenant's oldest go until it is within its share again; never the one just stored */
+    while (t->used > t->share && t->oldest && t->oldest != r) {
         kvs_key victim = t->oldest->key;
         unlink_record(q, slot_of(q, &victim));
         remove(ctx, &victim);
         (*evicted)++;
     }
-    record *r = calloc(1, sizeof *r);
-    if (!r) return KVS_ENOMEM;
-    *r = (record){.key = *key, .len = len, .tenant = index, .older = t->newest};
-    if (t->newest)
-        t->newest->newer = r;
-    else
-        t->oldest = r;
-    t->newest = r;
-    t->used += len;
-    record **slot = &q->buckets[bucket_of(q, key)];
-    r->next_hash = *slot;
-    *slot = r;
-    q->n_records++;
-    return KVS_OK;
 }
 
 uint64_t node_quota_used(const node_quota *q, const char *tenant) {

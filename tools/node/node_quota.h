@@ -21,15 +21,17 @@ typedef struct node_quota node_quota;
 node_quota *node_quota_create(const kvs_config *cfg, int *oom);
 void node_quota_destroy(node_quota *q);
 
-/* Make room for len bytes of key from tenant within its share: its oldest records go first, each
- * removed from the tiers with remove(ctx, key) (*evicted counts them), then key is recorded as the
- * tenant's newest (a key it stored before is moved, not counted twice). KVS_ENOMEM when len alone
- * is over the tenant's share, or no memory for the record; KVS_OK with nothing done when the tenant
- * has no share. */
-kvs_status node_quota_admit(node_quota *q, const char *tenant, const kvs_key *key, uint64_t len,
-                            void (*remove)(void *ctx, const kvs_key *key), void *ctx,
-                            uint64_t *evicted);
-/* The object under key was deleted, or its store failed: its bytes no longer count. */
+/* Whether len bytes may be stored for tenant: KVS_ENOMEM when len alone is over its share (or no
+ * memory for the tenant's entry); KVS_OK otherwise, or when the tenant has no share. */
+kvs_status node_quota_admit(node_quota *q, const char *tenant, uint64_t len);
+/* len bytes under key were stored for tenant: recorded as its newest (a key stored before counts
+ * once, at its new length; each record counts at least 4 KiB), then the tenant's oldest records
+ * are removed from the tiers with remove(ctx, key) (*evicted counts them) until it is within its
+ * share. Puts still landing are not counted until they land: one request can take a tenant past
+ * its share by its own objects until they do. */
+void node_quota_stored(node_quota *q, const char *tenant, const kvs_key *key, uint64_t len,
+                       void (*remove)(void *ctx, const kvs_key *key), void *ctx, uint64_t *evicted);
+/* The object under key was deleted: its bytes no longer count. */
 void node_quota_forget(node_quota *q, const kvs_key *key);
 /* Bytes tenant holds by the records (0 for a tenant never seen). */
 uint64_t node_quota_used(const node_quota *q, const char *tenant);

@@ -263,8 +263,8 @@ static void quota_remove(void *ctx, const kvs_key *key) {
 
 kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t len, char *err,
                       size_t err_len) {
-    uint64_t evicted = 0;
-    kvs_status st = node_quota_admit(n->quota, c->auth.tenant, key, len, quota_remove, n, &evicted);
+    (void)key;
+    kvs_status st = node_quota_admit(n->quota, c->auth.tenant, len);
     if (st != KVS_OK)
         kvs_fmt(err, err_len, "a %llu-byte object does not fit tenant \"%s\"'s share",
                 (unsigned long long)len, c->auth.tenant);
@@ -273,18 +273,24 @@ kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t le
 
 void node_put_abandon(kvs_node *n, const put_pending *p) {
     if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
-    node_quota_forget(n->quota, &p->key);
 }
 
-void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
-                     const char *err) {
+/* Count a stored object of tenant (its share too), or log why it was not stored. */
+static void put_outcome(kvs_node *n, const char *tenant, const kvs_key *key, kvs_status st,
+                        uint64_t len, const char *err) {
     if (st != KVS_OK) {
-        node_quota_forget(n->quota, key);
-        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", c->auth.tenant, err);
+        fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", tenant, err);
         return;
     }
     n->stats.puts++;
     n->stats.bytes_in += len;
+    uint64_t evicted = 0;
+    node_quota_stored(n->quota, tenant, key, len, quota_remove, n, &evicted);
+}
+
+void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
+                     const char *err) {
+    put_outcome(n, c->auth.tenant, key, st, len, err);
 }
 
 kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const void *bytes,
@@ -293,10 +299,7 @@ kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const v
     kvs_status st =
         p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
                     : kvs_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
-    if (c)
-        node_put_stored(n, c, &p->key, st, len, err);
-    else if (st != KVS_OK)
-        node_quota_forget(n->quota, &p->key);
+    put_outcome(n, c ? c->auth.tenant : p->tenant, &p->key, st, len, err);
     return st;
 }
 
@@ -363,15 +366,13 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
         return st;
     }
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
-    if (!rkey) {
-        node_quota_forget(n->quota, &k);
-        return KVS_EINVAL;
-    }
+    if (!rkey) return KVS_EINVAL;
     int reserve = kvs_tiers_can_reserve(n->chain);
     if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c, read_by_ns);
     put_pending *p = &n->puts[n->n_batch];
     void *dst = NULL;
     *p = (put_pending){.key = k};
+    snprintf(p->tenant, sizeof p->tenant, "%s", c->auth.tenant);
     if (reserve) {
         st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
         if (st != KVS_OK) {
@@ -422,6 +423,7 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
     *cookie = p;
     char err[256] = "";
     void *dst = NULL;
+    snprintf(p->put.tenant, sizeof p->put.tenant, "%s", c->auth.tenant);
     if (node_stored_key(c, h.key, &p->put.key) != 0 || data_len == 0 ||
         data_len > n->params.max_object_bytes) {
         p->st = KVS_EINVAL;
@@ -436,7 +438,6 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
         if (p->st != KVS_OK) node_put_stored(n, c, &p->put.key, p->st, data_len, err);
     } else if (!(dst = p->buf = malloc(data_len))) {
         p->st = KVS_ENOMEM;
-        node_quota_forget(n->quota, &p->put.key);
     }
     return p->st == KVS_OK ? dst : NULL;
 }

@@ -200,6 +200,7 @@ static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
     p->got = 0;
     p->dst = p->buf = NULL;
     p->cur = (put_pending){0};
+    snprintf(p->cur.tenant, sizeof p->cur.tenant, "%s", c->auth.tenant);
     if (node_stored_key(c, p->objects[p->at].key, &p->cur.key) != 0 || len == 0 ||
         len > n->params.max_object_bytes) {
         *out = KVS_EINVAL;
@@ -212,7 +213,6 @@ static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
         if (*out != KVS_OK) node_put_stored(n, c, &p->cur.key, *out, len, err);
     } else if (!(p->dst = p->buf = malloc(len))) {
         *out = KVS_ENOMEM;
-        node_quota_forget(n->quota, &p->cur.key);
     }
 }
 
