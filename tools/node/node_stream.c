@@ -236,7 +236,7 @@ static void out_continue(kvs_node *n, node_conn *c) {
 /* Read what has come of the PUT's objects; store each once whole; answer once all are in. */
 static void put_continue(kvs_node *n, node_conn *c) {
     stream_put *p = c->sput;
-    uint8_t drop[16384];
+    static uint8_t drop[16384]; /* the bytes of refused objects, read and thrown away */
     char err[256] = "";
     while (p->at < p->n) {
         if (!p->started) put_begin_object(n, c, p);
