@@ -6,7 +6,6 @@
 
 #include "common/log.h"
 #include "keys.h"
-#include "object_mac.h"
 
 uint32_t kvs_object_payload_offset(uint32_t n_layers) {
     uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t);

@@ -9,14 +9,17 @@
 #include "abi/kvstrata_backend.h"
 #include "kernels/cpu/codec.h"
 
-#define KVS_OBJECT_MAGIC   0x4f53564bu /* "KVSO" little-endian */
-#define KVS_OBJECT_VERSION 1
-#define KVS_CODEC_RAW      0
+#define KVS_OBJECT_MAGIC         0x4f53564bu /* "KVSO" little-endian */
+#define KVS_OBJECT_VERSION       1
+/* A raw object sealed with integrity tags (object_mac.h): the same layout, its record in the header
+ * page; readers of checksums take it as version 1. */
+#define KVS_OBJECT_VERSION_KEYED 2
+#define KVS_CODEC_RAW            0
 /* A raw payload whose values were computed over KV that was loaded lossy (docs/compress.md): the
  * layout and checksums of a raw object, refused by readers of raw objects unless they accept lossy
  * KV (loads.accept_lossy). */
-#define KVS_CODEC_DERIVED  3
-#define KVS_OBJECT_ALIGN   4096 /* payload offset alignment, so O_DIRECT tiers can read layers */
+#define KVS_CODEC_DERIVED        3
+#define KVS_OBJECT_ALIGN         4096 /* payload offset alignment, so O_DIRECT tiers can read layers */
 
 typedef struct kvs_object_header {
     uint32_t magic;

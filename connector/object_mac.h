@@ -22,11 +22,10 @@
 
 #include "object.h"
 
-#define KVS_OBJECT_VERSION_KEYED 2
-#define KVS_OBJECT_TAG_BYTES     16u
-#define KVS_OBJECT_NONCE_BYTES   12u
-#define KVS_INTEGRITY_KEY_MIN    32u /* an integrity key file holds 32..1024 bytes */
-#define KVS_INTEGRITY_KEY_MAX    1024u
+#define KVS_OBJECT_TAG_BYTES   16u
+#define KVS_OBJECT_NONCE_BYTES 12u
+#define KVS_INTEGRITY_KEY_MIN  32u /* an integrity key file holds 32..1024 bytes */
+#define KVS_INTEGRITY_KEY_MAX  1024u
 
 typedef struct kvs_object_mac kvs_object_mac;
 
