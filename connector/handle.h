@@ -102,11 +102,12 @@ typedef struct kvs_load_work {
     int tier;
     int pinned;
     int failed;
-    int drop;   /* corrupt: remove from the tiers once unpinned */
-    int async;  /* an async request's: failures are accounted when it lands */
-    int ranged; /* some layers only, read with get_range into slab */
-    int lossy;  /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
-    int fused;  /* lossy, decoded by the device as it lands (dcodec): object is the encoded one */
+    int drop;         /* corrupt: remove from the tiers once unpinned */
+    int async;        /* an async request's: failures are accounted when it lands */
+    int ranged;       /* some layers only, read with get_range into slab */
+    int keyed_layers; /* a keyed tier's whole object, header checked: its layers' tags to check */
+    int lossy;        /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
+    int fused; /* lossy, decoded by the device as it lands (dcodec): object is the encoded one */
     kvs_dev_codec dcodec;
     uint8_t
         *kept; /* a DROP object's: which of the chunk's tokens it kept (load_dropped), or NULL */
@@ -142,9 +143,10 @@ struct kvs_handle {
     uint64_t layer_bytes;  /* one layer of one chunk */
     uint64_t object_bytes; /* one chunk object */
     kvs_tier_chain *tiers;
-    struct kvs_encoder *encoder;   /* what compress tiers encode and place with (encoder.h) */
-    struct kvs_object_mac *mac;    /* the keyed tiers' integrity key (integrity.h); NULL: none */
-    struct kvs_rlookups *rlookups; /* scheduler, loads.remote_lookups async with a remote tier */
+    struct kvs_encoder *encoder;     /* what compress tiers encode and place with (encoder.h) */
+    struct kvs_object_mac *mac;      /* the keyed tiers' integrity key (integrity.h); NULL: none */
+    struct kvs_workers *mac_workers; /* checks of layer tags beside the caller (host_threads) */
+    struct kvs_rlookups *rlookups;   /* scheduler, loads.remote_lookups async with a remote tier */
     int32_t
         *spare_tokens; /* the token buffer of a request gone, for the next one (no page faults) */
     uint64_t spare_cap;

@@ -4,6 +4,7 @@
 
 #include "common/key_file.h"
 #include "common/log.h"
+#include "common/workers.h"
 #include "handle.h"
 #include "object_mac.h"
 
@@ -56,12 +57,49 @@ kvs_status kvs_integrity_setup(kvs_handle *h, char *err, size_t err_len) {
                            first->name, t->name),
                    KVS_ECONFIG;
     }
+    /* the layer tags of a step's loads are checked on as many threads as its copies run on */
+    if (h->mac && h->cfg->host_threads > 1 &&
+        kvs_workers_create(h->cfg->host_threads - 1, &h->mac_workers) != KVS_OK)
+        return kvs_fmt(err, err_len, "open: cannot start the integrity checks' threads"), KVS_EIO;
     return KVS_OK;
 }
 
 void kvs_integrity_close(kvs_handle *h) {
+    kvs_workers_destroy(h->mac_workers);
+    h->mac_workers = NULL;
     kvs_object_mac_close(h->mac);
     h->mac = NULL;
+}
+
+typedef struct layer_batch {
+    const kvs_handle *h;
+    const void *const *objects;
+    uint32_t n_layers;
+    uint8_t *bad;
+} layer_batch;
+
+static void check_one_layer(void *ctx, uint64_t item) {
+    layer_batch *b = ctx;
+    uint64_t o = item / b->n_layers;
+    char why[128];
+    if (kvs_object_check_keyed_layer(b->h->mac, b->objects[o], (uint32_t)(item % b->n_layers), why,
+                                     sizeof why) != KVS_OK)
+        __atomic_store_n(&b->bad[o], 1, __ATOMIC_RELAXED);
+}
+
+void kvs_integrity_check_objects(kvs_handle *h, const void *const *objects, uint64_t n,
+                                 uint8_t *bad) {
+    layer_batch b = {h, objects, h->model.n_layers, bad};
+    uint64_t items = n * b.n_layers;
+    if (h->mac_workers) {
+        kvs_workers_submit(h->mac_workers, check_one_layer, &b, items);
+        kvs_workers_help(h->mac_workers);
+        kvs_workers_wait(h->mac_workers);
+    } else {
+        for (uint64_t i = 0; i < items; i++) check_one_layer(&b, i);
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if (bad[i]) __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
 }
 
 int kvs_integrity_keyed(const kvs_handle *h, int tier) {

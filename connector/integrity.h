@@ -28,6 +28,11 @@ void kvs_integrity_seal(const struct kvs_handle *h, void *object);
  * sentence (counted in integrity_rejects). */
 kvs_status kvs_integrity_check(struct kvs_handle *h, int tier, const void *object, uint64_t len,
                                int all_layers, char *err, size_t err_len);
+/* Every layer tag of objects[0..n) (each read from a keyed tier into this process's memory, its
+ * header checked by kvs_integrity_check), on h->mac_workers beside the caller: bad[i] set for each
+ * object with a wrong tag (counted in integrity_rejects). */
+void kvs_integrity_check_objects(struct kvs_handle *h, const void *const *objects, uint64_t n,
+                                 uint8_t *bad);
 /* Layer l of an object whose header check_passed. */
 kvs_status kvs_integrity_check_layer(struct kvs_handle *h, int tier, const void *object,
                                      uint32_t layer, char *err, size_t err_len);

@@ -191,12 +191,14 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
  * lands on the host device, into a raw object first on a device that cannot (accept_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256] = "";
-    /* a keyed tier's object is in a slab only this process writes: its tags hold for the copy */
-    if (kvs_integrity_check(h, w->tier, obj, len, !w->ranged, why, sizeof why) != KVS_OK) {
+    /* a keyed tier's object is in a slab of this process: its header now, its layers' tags for the
+     * whole step at once after the fetches (check_keyed_layers), all before any byte is copied */
+    if (kvs_integrity_check(h, w->tier, obj, len, 0, why, sizeof why) != KVS_OK) {
         fail_load(h, w, why);
         w->drop = 1;
         return;
     }
+    w->keyed_layers = !w->ranged && kvs_integrity_keyed(h, w->tier);
     uint16_t codec =
         len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)obj)->codec : KVS_CODEC_RAW;
     if (codec == KVS_CODEC_DERIVED) { /* raw layout, values computed over lossy KV */
@@ -369,6 +371,39 @@ static void fetch_land(kvs_handle *h, kvs_load_set *set, tier_fetch *f, kvs_stat
  * get_many comes in two halves are started first and finished last, so their reads run while the
  * other tiers are read (a step that spans an SSD and a remote tier waits for the slower, not the
  * sum). */
+/* The layer tags of every whole object a keyed tier served this step, on the host device's threads
+ * (device.host_threads); a load whose tags fail is an error, its object dropped. */
+static void check_keyed_layers(kvs_handle *h, kvs_load_set *set) {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < set->n; i++) n += set->w[i].keyed_layers && load_live(&set->w[i]);
+    if (!n) return;
+    const void **objects = malloc(n * sizeof *objects);
+    kvs_load_work **ws = malloc(n * sizeof *ws);
+    uint8_t *bad = calloc(n, 1);
+    if (!objects || !ws || !bad) {
+        for (uint64_t i = 0; i < set->n; i++)
+            if (set->w[i].keyed_layers && load_live(&set->w[i]))
+                fail_load(h, &set->w[i], "out of memory checking its tags");
+    } else {
+        uint64_t k = 0;
+        for (uint64_t i = 0; i < set->n; i++)
+            if (set->w[i].keyed_layers && load_live(&set->w[i])) {
+                ws[k] = &set->w[i];
+                objects[k++] = set->w[i].object;
+            }
+        kvs_integrity_check_objects(h, objects, n, bad);
+        for (uint64_t i = 0; i < n; i++)
+            if (bad[i]) {
+                fail_load(h, ws[i], "a layer tag mismatch (changed without the integrity key)");
+                ws[i]->drop = 1;
+            }
+    }
+    for (uint64_t i = 0; i < set->n; i++) set->w[i].keyed_layers = 0;
+    free(objects);
+    free(ws);
+    free(bad);
+}
+
 static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
     kvs_load_work *ws_all = set->w;
     uint64_t n_all = set->n;
@@ -424,6 +459,7 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
         f->t0 = kvs_now_ns();
         fetch_land(h, set, f, kvs_tiers_get_many_finish(h->tiers, f->tier, f->ticket));
     }
+    check_keyed_layers(h, set);
 }
 
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */

@@ -210,6 +210,36 @@ START_TEST(a_keyed_tier_loads_its_own_objects) {
 }
 END_TEST
 
+/* A layer's bytes changed and nothing else (its checksum left stale): its tag fails in the check
+ * of the step's objects, run on the host device's threads here, before any byte is copied. */
+START_TEST(a_changed_layer_fails_its_tag_on_the_host_threads) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "device:\n  host_threads: 3\nchunk_tokens: %d\npool:\n  staging_bytes: 1MiB\n"
+             "tiers:\n  - name: dram\n    type: dram\n    capacity: 768KiB\n"
+             "    integrity: keyed\n    integrity_key_file: %s\n",
+             CHUNK, key_file("t.key", 5, 0600));
+    rig r;
+    ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("threads.yaml", text)), KVS_OK);
+    ck_assert_ptr_nonnull(r.h->mac_workers);
+    int32_t t[128];
+    uint32_t a[8], b[8];
+    rig_make_tokens(t, 128, 64);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint64_t len;
+    uint8_t *obj = stored_object(&r, t, 2, &len);
+    kvs_object_layer(obj, 0)[7] ^= 0x10;
+    restored got = restore(&r, "two", t, b);
+    ck_assert_uint_eq(got.n_errors, 2);
+    ck_assert_uint_eq(got.stats.integrity_rejects, 1);
+    ck_assert(rig_kv_matches(&r, b, t, 0, 64));
+    ck_assert(rig_kv_matches(&r, b, t, 96, 127));
+    rig_close(&r);
+}
+END_TEST
+
 /* ---- the tags ------------------------------------------------------------------------------- */
 
 static void make_object(uint8_t *o, uint32_t n_layers, uint64_t layer_bytes) {
@@ -379,6 +409,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_keyed_tier_turns_a_resealed_object_into_a_counted_miss);
     tcase_add_test(tc, a_keyed_tier_refuses_stripped_and_moved_objects);
     tcase_add_test(tc, a_keyed_tier_loads_its_own_objects);
+    tcase_add_test(tc, a_changed_layer_fails_its_tag_on_the_host_threads);
     tcase_add_test(tc, tags_bind_the_key_the_layers_and_a_fresh_nonce);
     tcase_add_test(tc, objects_of_up_to_166_layers_have_room_for_their_tags);
     tcase_add_test(tc, refused_configurations_say_why);
