@@ -123,6 +123,7 @@ typedef struct kvs_save_work {
     uint8_t *slab;   /* staging slab when the top tier cannot be written in place */
     uint64_t ticket; /* the reservation, when object is not slab */
     uint32_t layers_done;
+    int sealed; /* sealed already (a keyed handle seals a step's objects together) */
 } kvs_save_work;
 
 struct kvs_handle {

@@ -71,6 +71,27 @@ void kvs_integrity_close(kvs_handle *h) {
     h->mac = NULL;
 }
 
+typedef struct seal_batch {
+    const kvs_handle *h;
+    void *const *objects;
+} seal_batch;
+
+static void seal_one(void *ctx, uint64_t item) {
+    seal_batch *b = ctx;
+    kvs_integrity_seal(b->h, b->objects[item]);
+}
+
+void kvs_integrity_seal_objects(kvs_handle *h, void *const *objects, uint64_t n) {
+    seal_batch b = {h, objects};
+    if (!h->mac_workers) {
+        for (uint64_t i = 0; i < n; i++) seal_one(&b, i);
+        return;
+    }
+    kvs_workers_submit(h->mac_workers, seal_one, &b, n);
+    kvs_workers_help(h->mac_workers);
+    kvs_workers_wait(h->mac_workers);
+}
+
 typedef struct layer_batch {
     const kvs_handle *h;
     const void *const *objects;

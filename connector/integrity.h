@@ -22,6 +22,8 @@ int kvs_integrity_keyed(const struct kvs_handle *h, int tier);
 
 /* Seal a saved object whose layer hashes are set: keyed when the handle has a key. */
 void kvs_integrity_seal(const struct kvs_handle *h, void *object);
+/* The same for objects[0..n), one per item on h->mac_workers beside the caller. */
+void kvs_integrity_seal_objects(struct kvs_handle *h, void *const *objects, uint64_t n);
 
 /* For an object read from tier t into memory only this process writes: nothing for an unkeyed
  * tier; for a keyed one its header tag, and every layer's when all_layers. KVS_ECORRUPT with a

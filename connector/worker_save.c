@@ -186,7 +186,8 @@ static kvs_status hash_saves(kvs_handle *h) {
 }
 
 static void store_save(kvs_handle *h, kvs_save_work *w) {
-    kvs_integrity_seal(h, w->object);
+    if (!w->sealed) kvs_integrity_seal(h, w->object);
+    w->sealed = 0;
     char why[256];
     kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes,
                                             why, sizeof why)
@@ -204,6 +205,25 @@ static void store_save(kvs_handle *h, kvs_save_work *w) {
     w->slab = w->object = NULL; /* a committed reservation belongs to the tier now */
 }
 
+/* A keyed handle's whole saves of the step sealed together, their tags computed on the host
+ * device's threads (store_save then only stores them). */
+static void seal_step(kvs_handle *h) {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < h->n_saves; i++)
+        n += h->saves[i].object && h->saves[i].layers_done == h->n_views;
+    void **objects = n > 1 ? malloc(n * sizeof *objects) : NULL;
+    if (!objects) return; /* one save, or no memory: store_save seals each */
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < h->n_saves; i++) {
+        kvs_save_work *w = &h->saves[i];
+        if (!w->object || w->layers_done != h->n_views) continue;
+        objects[k++] = w->object;
+        w->sealed = 1;
+    }
+    kvs_integrity_seal_objects(h, objects, n);
+    free(objects);
+}
+
 kvs_status kvs_worker_wait_save(kvs_handle *h) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "wait_save");
     if (st != KVS_OK) return st;
@@ -217,11 +237,13 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
      * sealing and storing go to the saver thread. */
     int async = h->n_saves && kvs_saver_async(h);
     if (!h->dev_info.synchronous) result = async ? sync_saves(h) : hash_saves(h);
+    if (!async && h->mac) seal_step(h);
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
         if (!w->object) continue;
         /* A chunk whose load failed after its save began holds garbage: drop it. */
         if (w->layers_done != h->n_views || tainted_by_error(h, w)) {
+            w->sealed = 0;
             if (w->layers_done != h->n_views)
                 kvs_log(h->cfg->log_level, KVS_LOG_WARN,
                         "request '%s': save dropped: %u of %u layers were gathered", w->req->id,
