@@ -71,6 +71,17 @@ void kvs_integrity_close(kvs_handle *h) {
     h->mac = NULL;
 }
 
+/* fn(ctx, 0..n) on h->mac_workers beside the caller, or on the caller alone without them. */
+static void run_items(kvs_handle *h, kvs_workers_fn fn, void *ctx, uint64_t n) {
+    if (!h->mac_workers) {
+        for (uint64_t i = 0; i < n; i++) fn(ctx, i);
+        return;
+    }
+    kvs_workers_submit(h->mac_workers, fn, ctx, n);
+    kvs_workers_help(h->mac_workers);
+    kvs_workers_wait(h->mac_workers);
+}
+
 typedef struct seal_batch {
     const kvs_handle *h;
     void *const *objects;
@@ -83,13 +94,7 @@ static void seal_one(void *ctx, uint64_t item) {
 
 void kvs_integrity_seal_objects(kvs_handle *h, void *const *objects, uint64_t n) {
     seal_batch b = {h, objects};
-    if (!h->mac_workers) {
-        for (uint64_t i = 0; i < n; i++) seal_one(&b, i);
-        return;
-    }
-    kvs_workers_submit(h->mac_workers, seal_one, &b, n);
-    kvs_workers_help(h->mac_workers);
-    kvs_workers_wait(h->mac_workers);
+    run_items(h, seal_one, &b, n);
 }
 
 typedef struct layer_batch {
@@ -111,14 +116,7 @@ static void check_one_layer(void *ctx, uint64_t item) {
 void kvs_integrity_check_objects(kvs_handle *h, const void *const *objects, uint64_t n,
                                  uint8_t *bad) {
     layer_batch b = {h, objects, h->model.n_layers, bad};
-    uint64_t items = n * b.n_layers;
-    if (h->mac_workers) {
-        kvs_workers_submit(h->mac_workers, check_one_layer, &b, items);
-        kvs_workers_help(h->mac_workers);
-        kvs_workers_wait(h->mac_workers);
-    } else {
-        for (uint64_t i = 0; i < items; i++) check_one_layer(&b, i);
-    }
+    run_items(h, check_one_layer, &b, n * b.n_layers);
     for (uint64_t i = 0; i < n; i++)
         if (bad[i]) __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
 }

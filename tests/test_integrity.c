@@ -80,6 +80,16 @@ static void forge(uint8_t *obj) {
     kvs_object_seal(obj);
 }
 
+/* 128 tokens from seed saved through request "one" (4 chunks); b gets the blocks a restore
+ * loads them into. */
+static void saved_prompt(rig *r, int seed, int32_t t[128], uint32_t b[8]) {
+    uint32_t a[8];
+    rig_make_tokens(t, 128, seed);
+    rig_blocks_from(a, 8, 0);
+    rig_blocks_from(b, 8, 40);
+    ck_assert_uint_eq(rig_prefill(r, "one", t, 128, a), 0);
+}
+
 typedef struct restored {
     uint64_t hit, n_errors;
     uint32_t errors[16];
@@ -110,11 +120,8 @@ START_TEST(a_checksum_tier_loads_a_resealed_object) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(NULL, 1)), KVS_OK);
     ck_assert_ptr_null(r.h->mac);
     int32_t t[128];
-    uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 61);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint32_t b[8];
+    saved_prompt(&r, 61, t, b);
     uint64_t len;
     uint8_t *obj = stored_object(&r, t, 1, &len);
     ck_assert_uint_eq(((kvs_object_header *)obj)->version, KVS_OBJECT_VERSION);
@@ -134,11 +141,8 @@ START_TEST(a_keyed_tier_turns_a_resealed_object_into_a_counted_miss) {
                      KVS_OK);
     ck_assert_ptr_nonnull(r.h->mac);
     int32_t t[128];
-    uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 61);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint32_t b[8];
+    saved_prompt(&r, 61, t, b);
     uint64_t len;
     uint8_t *obj = stored_object(&r, t, 1, &len);
     ck_assert_uint_eq(((kvs_object_header *)obj)->version, KVS_OBJECT_VERSION_KEYED);
@@ -165,11 +169,8 @@ START_TEST(a_keyed_tier_refuses_stripped_and_moved_objects) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(key_file("t.key", 2, 0400), 0)),
                      KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 62);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint32_t b[8];
+    saved_prompt(&r, 62, t, b);
     uint64_t len, len2;
     uint8_t *one = stored_object(&r, t, 1, &len);
     ((kvs_object_header *)one)->version = KVS_OBJECT_VERSION; /* strip */
@@ -196,11 +197,8 @@ START_TEST(a_keyed_tier_loads_its_own_objects) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(key_file("t.key", 3, 0600), 1)),
                      KVS_OK);
     int32_t t[128];
-    uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 63);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint32_t b[8];
+    saved_prompt(&r, 63, t, b);
     restored got = restore(&r, "two", t, b);
     ck_assert_uint_eq(got.n_errors, 0);
     ck_assert_uint_eq(got.stats.chunks_loaded, 4);
@@ -223,11 +221,8 @@ START_TEST(a_changed_layer_fails_its_tag_on_the_host_threads) {
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("threads.yaml", text)), KVS_OK);
     ck_assert_ptr_nonnull(r.h->mac_workers);
     int32_t t[128];
-    uint32_t a[8], b[8];
-    rig_make_tokens(t, 128, 64);
-    rig_blocks_from(a, 8, 0);
-    rig_blocks_from(b, 8, 40);
-    ck_assert_uint_eq(rig_prefill(&r, "one", t, 128, a), 0);
+    uint32_t b[8];
+    saved_prompt(&r, 64, t, b);
     uint64_t len;
     uint8_t *obj = stored_object(&r, t, 2, &len);
     kvs_object_layer(obj, 0)[7] ^= 0x10;
