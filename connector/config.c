@@ -50,7 +50,8 @@ static const char *const NODE_KEYS[] = {"listen",
                                         "shared_memory_payloads",
                                         "max_sessions_per_tenant",
                                         "tenant_capacity",
-                                        "tenants"};
+                                        "tenants",
+                                        "encrypt"};
 enum {
     NK_LISTEN,
     NK_PSK,
@@ -63,6 +64,7 @@ enum {
     NK_TENANT_SESSIONS,
     NK_TENANT_CAPACITY,
     NK_TENANTS,
+    NK_ENCRYPT,
     NK_COUNT
 };
 
@@ -374,6 +376,11 @@ static kvs_status parse_node(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v, kv
         int on = 0;
         st = kvs_yaml_get_bool(ctx, values[NK_SHM_PAYLOADS], "node.shared_memory_payloads", &on);
         if (st == KVS_OK) cfg->node.shared_memory_payloads = on + 1;
+    }
+    if (st == KVS_OK && values[NK_ENCRYPT]) {
+        int on = 0;
+        st = kvs_yaml_get_bool(ctx, values[NK_ENCRYPT], "node.encrypt", &on);
+        if (st == KVS_OK) cfg->node.encrypt = on + 1;
     }
     return st;
 }

@@ -91,6 +91,7 @@ typedef struct kvs_config {
         uint32_t max_handshakes;          /* control connections not yet authenticated, at once */
         uint32_t busy_poll_us;            /* the value + 1 (0 is a value): 0 where not given */
         int shared_memory_payloads;       /* 2 true, 1 false, 0 not given */
+        int encrypt;                      /* 2 true, 1 false, 0 not given */
         uint32_t max_sessions_per_tenant; /* 0: not given (no cap but max_clients) */
         uint64_t tenant_capacity;         /* every tenant's share of the tiers (0: none) */
         struct {

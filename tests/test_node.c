@@ -188,7 +188,7 @@ static void stream_send(kvs_test_client *c, kvs_wire_msg *m, uint64_t id) {
     static uint8_t buf[KVS_WIRE_MAX_MESSAGE_BYTES + 4];
     char err[256] = "";
     m->request_id = id;
-    ck_assert_msg(kvs_stream_write_msg(c->ctl_fd, m, buf, sizeof buf,
+    ck_assert_msg(kvs_stream_write_msg(&c->ch, m, buf, sizeof buf,
                                        kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
                                        sizeof err) == KVS_OK,
                   "%s", err);
@@ -198,14 +198,15 @@ static void stream_send(kvs_test_client *c, kvs_wire_msg *m, uint64_t id) {
 static int session_closed(kvs_test_client *c) {
     uint8_t byte;
     char err[128];
-    return kvs_stream_read(c->ctl_fd, &byte, 1, kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
+    return kvs_stream_read(&c->ch, &byte, 1, kvs_now_ns() + TIMEOUT_MS * 1000000ull, err,
                            sizeof err) == KVS_EIO;
 }
 
 /* GET and PUT on the session's TCP stream: a PUT's bytes follow its frame, an object over
  * max_object_bytes is read, dropped and refused in the answer while the others are stored; a GET
- * is answered with records and the hits' bytes. A frame that is not a GET or PUT, or a length over
- * the limit, ends that session and the node serves the next. */
+ * is answered with records and the hits' bytes; a LOOKUP and a DELETE with one frame each. A frame
+ * that is not a request, or a length over the limit, ends that session and the node serves the
+ * next. */
 START_TEST(get_and_put_on_the_stream_and_bad_frames_end_the_session) {
     kvs_test_client *c = kvs_test_client_authed(&node, "tenant-a");
     uint8_t keys[3][16];
@@ -230,10 +231,10 @@ START_TEST(get_and_put_on_the_stream_and_bad_frames_end_the_session) {
     stream_send(c, &m, 41);
     char err[256] = "";
     uint64_t deadline = kvs_now_ns() + TIMEOUT_MS * 1000000ull;
-    ck_assert_int_eq(kvs_stream_writev(c->ctl_fd, iov, 3, deadline, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_stream_writev(&c->ch, iov, 3, deadline, err, sizeof err), KVS_OK);
     static uint8_t frame[KVS_WIRE_MAX_MESSAGE_BYTES];
     size_t len = 0;
-    ck_assert_msg(kvs_stream_read_frame(c->ctl_fd, frame, sizeof frame, &len, deadline, err,
+    ck_assert_msg(kvs_stream_read_frame(&c->ch, frame, sizeof frame, &len, deadline, err,
                                         sizeof err) == KVS_OK,
                   "%s", err);
     kvs_wire_refusal why;
@@ -260,15 +261,15 @@ START_TEST(get_and_put_on_the_stream_and_bad_frames_end_the_session) {
     for (uint32_t i = 0; i < 3; i++) {
         uint8_t head[KVS_STREAM_GROUP_BYTES], rec[KVS_STREAM_RECORD_BYTES];
         uint32_t count = 0;
-        ck_assert_int_eq(kvs_stream_read(c->ctl_fd, head, sizeof head, deadline, err, sizeof err),
+        ck_assert_int_eq(kvs_stream_read(&c->ch, head, sizeof head, deadline, err, sizeof err),
                          KVS_OK);
         ck_assert_int_eq(kvs_stream_group_decode(head, 42, 3 - i, &count, err, sizeof err), KVS_OK);
         ck_assert_uint_eq(count, 1);
-        ck_assert_int_eq(kvs_stream_read(c->ctl_fd, rec, sizeof rec, deadline, err, sizeof err),
+        ck_assert_int_eq(kvs_stream_read(&c->ch, rec, sizeof rec, deadline, err, sizeof err),
                          KVS_OK);
         kvs_stream_record_decode(rec, &st[i], &lens[i]);
         if (st[i] == KVS_OK)
-            ck_assert_int_eq(kvs_stream_read(c->ctl_fd, back, lens[i], deadline, err, sizeof err),
+            ck_assert_int_eq(kvs_stream_read(&c->ch, back, lens[i], deadline, err, sizeof err),
                              KVS_OK);
     }
     ck_assert_int_eq(st[0], KVS_OK);
@@ -279,22 +280,49 @@ START_TEST(get_and_put_on_the_stream_and_bad_frames_end_the_session) {
     ck_assert_int_eq(memcmp(back, c->mem, 64 * KIB), 0);
     ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 1); /* UCX requests still served */
 
-    /* not a GET or PUT on the stream: the session ends */
+    /* a LOOKUP and a DELETE on the stream are answered there, a frame after each */
     kvs_wire_msg_init(&m, KVS_WIRE_LOOKUP, 0);
     m.entries = e;
-    m.n_entries = 1;
+    m.n_entries = 2;
     stream_send(c, &m, 43);
-    ck_assert_msg(session_closed(c), "a lookup on the stream did not end the session");
+    ck_assert_msg(kvs_stream_read_frame(&c->ch, frame, sizeof frame, &len, deadline, err,
+                                        sizeof err) == KVS_OK,
+                  "%s", err);
+    ck_assert_int_eq(kvs_wire_decode(frame, len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why),
+                     KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_LOOKUP_REPLY);
+    ck_assert_uint_eq(rep.request_id, 43);
+    ck_assert_uint_eq(rep.n_entries, 2);
+    ck_assert_uint_eq(rep.entries[0].present, 1);
+    ck_assert_uint_eq(rep.entries[1].present, 0); /* the refused object */
+    kvs_wire_msg_init(&m, KVS_WIRE_DELETE, 0);
+    m.entries = e;
+    m.n_entries = 1;
+    stream_send(c, &m, 44);
+    ck_assert_msg(kvs_stream_read_frame(&c->ch, frame, sizeof frame, &len, deadline, err,
+                                        sizeof err) == KVS_OK,
+                  "%s", err);
+    ck_assert_int_eq(kvs_wire_decode(frame, len, c->entries, KVS_WIRE_MAX_KEYS, &rep, &why),
+                     KVS_OK);
+    ck_assert_uint_eq(rep.type, KVS_WIRE_DELETE_REPLY);
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[0]), 0);
+
+    /* not a request on the stream: the session ends */
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT_REPLY, 0);
+    m.entries = e;
+    m.n_entries = 1;
+    stream_send(c, &m, 45);
+    ck_assert_msg(session_closed(c), "a put_reply on the stream did not end the session");
     kvs_test_client_close(c);
 
     /* a frame length over the limit: the same, and the node goes on serving */
     c = kvs_test_client_authed(&node, "tenant-a");
     uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
-    ck_assert_int_eq(kvs_control_write(c->ctl_fd, huge, 4, deadline, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_control_write(&c->ch, huge, 4, deadline, err, sizeof err), KVS_OK);
     ck_assert_msg(session_closed(c), "a 4 GiB frame did not end the session");
     kvs_test_client_close(c);
     c = kvs_test_client_authed(&node, "tenant-a");
-    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[0]), 1);
+    ck_assert_uint_eq(kvs_test_client_lookup(c, keys[2]), 1);
     kvs_test_client_close(c);
 }
 END_TEST

@@ -680,7 +680,7 @@ START_TEST(a_tenant_trickling_a_puts_object_holds_up_no_other_tenant) {
     ck_assert_int_eq(send(slow->ctl_fd, object + 100, LEN - 100, MSG_NOSIGNAL), LEN - 100);
     uint8_t reply[4096];
     size_t rlen = 0;
-    ck_assert_int_eq(kvs_stream_read_frame(slow->ctl_fd, reply, sizeof reply, &rlen,
+    ck_assert_int_eq(kvs_stream_read_frame(&slow->ch, reply, sizeof reply, &rlen,
                                            kvs_now_ns() + 5000000000ull, err, sizeof err),
                      KVS_OK);
     kvs_wire_entry entries[4];
@@ -797,20 +797,19 @@ START_TEST(a_slow_get_never_carries_another_tenants_bytes) {
     for (uint32_t answered = 0; answered < N;) {
         uint8_t head[KVS_STREAM_GROUP_BYTES], rec[KVS_STREAM_RECORD_BYTES];
         uint32_t count = 0;
-        ck_assert_int_eq(kvs_stream_read(a->ctl_fd, head, sizeof head, deadline, err, sizeof err),
+        ck_assert_int_eq(kvs_stream_read(&a->ch, head, sizeof head, deadline, err, sizeof err),
                          KVS_OK);
         ck_assert_int_eq(kvs_stream_group_decode(head, 11, N - answered, &count, err, sizeof err),
                          KVS_OK);
         for (uint32_t i = 0; i < count; i++) {
             kvs_status st;
             uint64_t olen = 0;
-            ck_assert_int_eq(kvs_stream_read(a->ctl_fd, rec, sizeof rec, deadline, err, sizeof err),
+            ck_assert_int_eq(kvs_stream_read(&a->ch, rec, sizeof rec, deadline, err, sizeof err),
                              KVS_OK);
             kvs_stream_record_decode(rec, &st, &olen);
             if (st != KVS_OK) continue;
             ck_assert_uint_eq(olen, LEN);
-            ck_assert_int_eq(kvs_stream_read(a->ctl_fd, got, LEN, deadline, err, sizeof err),
-                             KVS_OK);
+            ck_assert_int_eq(kvs_stream_read(&a->ch, got, LEN, deadline, err, sizeof err), KVS_OK);
             ck_assert_msg(kvs_test_bytes_match(got, LEN, 21), "object %u of the answer is not ours",
                           answered + i);
             hits++;

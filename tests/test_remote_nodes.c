@@ -89,9 +89,11 @@ static void fake_challenge(fake_node *f, int c) {
     memset(&rd, 0, sizeof rd);
     struct pollfd p = {.fd = c, .events = POLLIN};
     kvs_status st = KVS_EAGAIN;
+    kvs_chan ch;
+    kvs_chan_plain(&ch, c); /* not closed here: the caller closes c */
     if (fcntl(c, F_SETFL, O_NONBLOCK) != 0) return;
     for (int tries = 0; st == KVS_EAGAIN && tries < 40 && poll(&p, 1, 50) >= 0; tries++)
-        st = kvs_control_read(&rd, c, &len, err, sizeof err);
+        st = kvs_control_read(&rd, &ch, &len, err, sizeof err);
     kvs_wire_msg hello, m;
     if (st != KVS_OK || kvs_wire_decode(rd.frame, len, entries, 4, &hello, NULL) != KVS_OK) return;
     kvs_test_fill(challenge, sizeof challenge, 5);

@@ -21,6 +21,7 @@
 
 #define TENANT_LABEL     "kvstrata-tenant-v1"     /* tenant namespacing of stored keys */
 #define TENANT_KEY_LABEL "kvstrata-tenant-key-v1" /* a tenant's key from the master key */
+#define TLS_PSK_LABEL    "kvstrata-tls-psk-v1"    /* a tenant's TLS key from its key */
 
 enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
 
@@ -190,6 +191,16 @@ kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenan
     if (mac_end(&m, out->bytes) != KVS_OK) return KVS_EIO;
     out->len = KVS_WIRE_PROOF_BYTES; /* 32 bytes: a key of the smallest size a key file takes */
     return KVS_OK;
+}
+
+kvs_status kvs_remote_tls_psk(const kvs_remote_psk *tenant_key, uint8_t out[KVS_WIRE_PROOF_BYTES]) {
+    if (!tenant_key || tenant_key->len < KVS_REMOTE_PSK_MIN_BYTES || !out) return KVS_EINVAL;
+    mac m;
+    if (mac_begin(&m, tenant_key, TLS_PSK_LABEL, 0) != KVS_OK) {
+        mac_free(&m);
+        return KVS_EIO;
+    }
+    return mac_end(&m, out);
 }
 
 /* The transcript as far as the node has it: HELLO and its CHALLENGE. */

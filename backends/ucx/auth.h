@@ -46,6 +46,11 @@ kvs_status kvs_remote_random(uint8_t *out, size_t n);
 kvs_status kvs_remote_tenant_psk(const kvs_remote_psk *master, const char *tenant,
                                  size_t tenant_len, kvs_remote_psk *out);
 
+/* The TLS 1.3 pre-shared key of a tenant's key (`encrypt: true`, channel.h): HMAC-SHA256(tenant key,
+ * u32 big-endian len(label) || label) with label "kvstrata-tls-psk-v1", 32 bytes. Its own key, so
+ * nothing TLS does with it touches the handshake proofs' key. */
+kvs_status kvs_remote_tls_psk(const kvs_remote_psk *tenant_key, uint8_t out[KVS_WIRE_PROOF_BYTES]);
+
 /* Everything both sides sent in one handshake, as each side saw it. Every proof is an HMAC-SHA256
  * under the tenant's key over a label, the wire version and the fields up to its own message, each
  * as a 4-byte big-endian length and its bytes: anything changed in flight fails the next proof. */

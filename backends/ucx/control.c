@@ -135,9 +135,9 @@ kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadlin
 }
 
 /* Read up to want bytes into dst; returns bytes read, 0 when none are there yet, -1 at EOF/error. */
-static ssize_t read_some(int fd, uint8_t *dst, size_t want, char *err, size_t err_len) {
+static ssize_t read_some(kvs_chan *ch, uint8_t *dst, size_t want, char *err, size_t err_len) {
     for (;;) {
-        ssize_t k = recv(fd, dst, want, 0);
+        ssize_t k = kvs_chan_recv(ch, dst, want);
         if (k > 0) return k;
         if (k == 0) {
             kvs_fmt(err, err_len, "the peer closed the connection");
@@ -150,10 +150,11 @@ static ssize_t read_some(int fd, uint8_t *dst, size_t want, char *err, size_t er
     }
 }
 
-kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *err, size_t err_len) {
+kvs_status kvs_control_read(kvs_control_reader *r, kvs_chan *ch, size_t *len, char *err,
+                            size_t err_len) {
     *len = 0;
     while (r->have_prefix < KVS_CONTROL_PREFIX_BYTES) {
-        ssize_t k = read_some(fd, r->prefix + r->have_prefix,
+        ssize_t k = read_some(ch, r->prefix + r->have_prefix,
                               KVS_CONTROL_PREFIX_BYTES - r->have_prefix, err, err_len);
         if (k < 0) return KVS_EIO;
         if (k == 0) return KVS_EAGAIN;
@@ -172,7 +173,7 @@ kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *er
         }
     }
     while (r->have < r->need) {
-        ssize_t k = read_some(fd, r->frame + r->have, r->need - r->have, err, err_len);
+        ssize_t k = read_some(ch, r->frame + r->have, r->need - r->have, err, err_len);
         if (k < 0) return KVS_EIO;
         if (k == 0) return KVS_EAGAIN;
         r->have += (uint32_t)k;
@@ -203,12 +204,12 @@ kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
     return KVS_OK;
 }
 
-kvs_status kvs_control_write(int fd, const void *buf, size_t len, uint64_t deadline_ns, char *err,
-                             size_t err_len) {
+kvs_status kvs_control_write(kvs_chan *ch, const void *buf, size_t len, uint64_t deadline_ns,
+                             char *err, size_t err_len) {
     const uint8_t *p = buf;
     size_t done = 0;
     while (done < len) {
-        ssize_t k = send(fd, p + done, len - done, MSG_NOSIGNAL);
+        ssize_t k = kvs_chan_send(ch, p + done, len - done);
         if (k > 0) {
             done += (size_t)k;
             continue;
@@ -223,7 +224,7 @@ kvs_status kvs_control_write(int fd, const void *buf, size_t len, uint64_t deadl
             kvs_fmt(err, err_len, "the peer took %zu of %zu bytes by the deadline", done, len);
             return deadline_ns == 0 ? KVS_EAGAIN : KVS_ETIMEDOUT;
         }
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        struct pollfd pfd = {.fd = ch->fd, .events = kvs_chan_events(ch, POLLOUT)};
         (void)poll(&pfd, 1, ms);
     }
     return KVS_OK;

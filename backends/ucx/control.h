@@ -1,8 +1,9 @@
-/* control.h - the remote tier's control connection: plain TCP carrying the handshake (HELLO,
+/* control.h - the remote tier's control connection: TCP (or TLS) carrying the handshake (HELLO,
  * CHALLENGE, AUTH, AUTH_OK/ERROR) as frames of a 4-byte big-endian length and one wire message, so
  * no byte from an unauthenticated peer reaches UCX. UCX endpoints are made from worker addresses
  * only after AUTH_OK; the connection then stays open as the session's liveness signal.
  *
+ * Frames travel on a channel (channel.h): plain TCP, or TLS with `encrypt: true`.
  * Sockets are non-blocking; every call that waits takes a deadline (CLOCK_MONOTONIC ns, kvs_now_ns).
  * All calls are thread-safe on distinct sockets and readers. */
 #ifndef KVS_REMOTE_CONTROL_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "channel.h"
 #include "wire.h"
 
 /* Largest handshake frame either side takes: a few KiB of fields plus a worker address. A length
@@ -49,7 +51,8 @@ kvs_status kvs_control_connect(const char *host, uint16_t port, uint64_t deadlin
  * r->frame[0..*len) (the next call starts a new one); KVS_EAGAIN: more bytes are needed; KVS_EINVAL:
  * a length prefix of 0 or over KVS_CONTROL_MAX_FRAME_BYTES; KVS_EIO: the peer closed or the read
  * failed. err says which. */
-kvs_status kvs_control_read(kvs_control_reader *r, int fd, size_t *len, char *err, size_t err_len);
+kvs_status kvs_control_read(kvs_control_reader *r, kvs_chan *ch, size_t *len, char *err,
+                            size_t err_len);
 
 /* Encode msg as one frame into buf[0..cap) (cap at least KVS_CONTROL_MAX_FRAME_BYTES + prefix);
  * *len gets the frame size. KVS_EINVAL when the message does not encode or is over the frame cap. */
@@ -57,7 +60,7 @@ kvs_status kvs_control_encode(const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
                               char *err, size_t err_len);
 /* Write buf[0..len) whole, waiting for room until the deadline (0: do not wait; a socket without
  * room is then KVS_EAGAIN). */
-kvs_status kvs_control_write(int fd, const void *buf, size_t len, uint64_t deadline_ns, char *err,
-                             size_t err_len);
+kvs_status kvs_control_write(kvs_chan *ch, const void *buf, size_t len, uint64_t deadline_ns,
+                             char *err, size_t err_len);
 
 #endif

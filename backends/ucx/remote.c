@@ -90,6 +90,7 @@ static const kvs_option_desc OPTIONS[] = {
      KVS_OPTION_FIELD(kvs_remote_options, busy_poll_us),
      .min = 0,
      .max = 100000},
+    {.name = "encrypt", .kind = KVS_OPTION_BOOL, KVS_OPTION_FIELD(kvs_remote_options, encrypt)},
     {.name = "put_queue_mb",
      .kind = KVS_OPTION_COUNT,
      KVS_OPTION_FIELD(kvs_remote_options, put_queue_mb),
@@ -126,6 +127,14 @@ kvs_status kvs_remote_options_parse_named(const kvs_backend_option *options, uin
     if (!o->tenant) {
         snprintf(why, why_len, "needs option tenant (this client's namespace on the nodes)");
         return kvs_options_refuse(refused, refused_len, "tenant", -1);
+    }
+    if (o->encrypt &&
+        (o->payloads == KVS_REMOTE_PAYLOADS_RMA || o->payloads == KVS_REMOTE_PAYLOADS_MESSAGES)) {
+        snprintf(why, why_len,
+                 "payloads %s carries objects over UCX in the clear; with encrypt: true objects "
+                 "go on the TLS stream only (payloads: stream or auto)",
+                 o->payloads == KVS_REMOTE_PAYLOADS_RMA ? "rma" : "messages");
+        return kvs_options_refuse(refused, refused_len, "payloads", -1);
     }
     if (o->replicas > o->n_nodes) {
         snprintf(why, why_len, "replicas %u needs at least %u nodes; %u given", o->replicas,

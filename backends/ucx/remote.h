@@ -20,6 +20,10 @@
  *   payloads            auto | rma | messages | stream: how objects move (default auto: on the
  *                       session's TCP stream to a node UCX reaches over tcp only, where it
  *                       emulates RMA; RMA elsewhere; docs/remote.md, "Payloads")
+ *   encrypt             true: each node's control connection is TLS 1.3 keyed from psk_file
+ *                       (channel.h) and every request and object of the session goes on it
+ *                       (payloads rma and messages refused); the nodes must run with encrypt
+ *                       (default false)
  *   busy_poll_us        after UCX made progress the progress thread keeps polling it this many
  *                       microseconds before it sleeps (default 200; 0: sleep at once)
  *
@@ -62,6 +66,7 @@ typedef struct kvs_remote_options {
     int payloads;          /* KVS_REMOTE_PAYLOADS_*: how objects move */
     uint32_t busy_poll_us; /* the progress thread polls UCX this long after work before sleeping */
     uint32_t put_queue_mb;
+    int encrypt; /* every node's control connection over TLS, every request and object on it */
 } kvs_remote_options;
 
 #define KVS_REMOTE_DEFAULT_BUSY_POLL_US 200u

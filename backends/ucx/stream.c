@@ -18,12 +18,13 @@ static int ms_until(uint64_t deadline_ns) {
     return ms > 60000 ? 60000 : (int)ms;
 }
 
-/* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out. */
-static int wait_ready(int fd, short events, uint64_t deadline_ns) {
+/* Wait until ch is ready for `events` (or what TLS waits for) or the deadline passes: 1 ready, 0
+ * timed out. */
+static int wait_ready(kvs_chan *ch, short events, uint64_t deadline_ns) {
     for (;;) {
         int ms = ms_until(deadline_ns);
         if (ms <= 0) return 0;
-        struct pollfd p = {.fd = fd, .events = events};
+        struct pollfd p = {.fd = ch->fd, .events = kvs_chan_events(ch, events)};
         int k = poll(&p, 1, ms);
         if (k > 0) return 1;
         if (k < 0 && errno != EINTR) return 1; /* the next call reports the error */
@@ -45,17 +46,15 @@ static uint64_t total_len(const struct iovec *iov, size_t n) {
     return t;
 }
 
-static kvs_status io_all(int fd, int is_write, struct iovec *iov, size_t n, uint64_t deadline_ns,
-                         char *err, size_t err_len) {
+static kvs_status io_all(kvs_chan *ch, int is_write, struct iovec *iov, size_t n,
+                         uint64_t deadline_ns, char *err, size_t err_len) {
     size_t first = 0;
     uint64_t want = total_len(iov, n), done_total = 0;
     advance(iov, n, &first, 0); /* skip empty leading entries */
     while (first < n) {
-        struct msghdr m;
-        memset(&m, 0, sizeof m);
-        m.msg_iov = iov + first;
-        m.msg_iovlen = n - first > IOV_MAX ? IOV_MAX : n - first;
-        ssize_t k = is_write ? sendmsg(fd, &m, MSG_NOSIGNAL) : recvmsg(fd, &m, 0);
+        size_t batch = n - first > IOV_MAX ? IOV_MAX : n - first;
+        ssize_t k = is_write ? kvs_chan_sendv(ch, iov + first, batch)
+                             : kvs_chan_recvv(ch, iov + first, batch);
         if (k > 0) {
             done_total += (uint64_t)k;
             advance(iov, n, &first, (size_t)k);
@@ -73,7 +72,7 @@ static kvs_status io_all(int fd, int is_write, struct iovec *iov, size_t n, uint
                     (unsigned long long)want, strerror(errno));
             return KVS_EIO;
         }
-        if (!wait_ready(fd, is_write ? POLLOUT : POLLIN, deadline_ns)) {
+        if (!wait_ready(ch, is_write ? POLLOUT : POLLIN, deadline_ns)) {
             kvs_fmt(err, err_len, "%llu of %llu bytes %s by the deadline",
                     (unsigned long long)done_total, (unsigned long long)want,
                     is_write ? "sent" : "received");
@@ -83,34 +82,35 @@ static kvs_status io_all(int fd, int is_write, struct iovec *iov, size_t n, uint
     return KVS_OK;
 }
 
-kvs_status kvs_stream_readv(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns, char *err,
-                            size_t err_len) {
-    return io_all(fd, 0, iov, n, deadline_ns, err, err_len);
+kvs_status kvs_stream_readv(kvs_chan *ch, struct iovec *iov, size_t n, uint64_t deadline_ns,
+                            char *err, size_t err_len) {
+    return io_all(ch, 0, iov, n, deadline_ns, err, err_len);
 }
 
-kvs_status kvs_stream_writev(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns, char *err,
-                             size_t err_len) {
-    return io_all(fd, 1, iov, n, deadline_ns, err, err_len);
+kvs_status kvs_stream_writev(kvs_chan *ch, struct iovec *iov, size_t n, uint64_t deadline_ns,
+                             char *err, size_t err_len) {
+    return io_all(ch, 1, iov, n, deadline_ns, err, err_len);
 }
 
-kvs_status kvs_stream_read(int fd, void *buf, size_t len, uint64_t deadline_ns, char *err,
+kvs_status kvs_stream_read(kvs_chan *ch, void *buf, size_t len, uint64_t deadline_ns, char *err,
                            size_t err_len) {
     struct iovec v = {.iov_base = buf, .iov_len = len};
-    return io_all(fd, 0, &v, 1, deadline_ns, err, err_len);
+    return io_all(ch, 0, &v, 1, deadline_ns, err, err_len);
 }
 
-kvs_status kvs_stream_skip(int fd, uint64_t len, uint64_t deadline_ns, char *err, size_t err_len) {
+kvs_status kvs_stream_skip(kvs_chan *ch, uint64_t len, uint64_t deadline_ns, char *err,
+                           size_t err_len) {
     uint8_t sink[16384];
     while (len > 0) {
         size_t k = len < sizeof sink ? (size_t)len : sizeof sink;
-        kvs_status st = kvs_stream_read(fd, sink, k, deadline_ns, err, err_len);
+        kvs_status st = kvs_stream_read(ch, sink, k, deadline_ns, err, err_len);
         if (st != KVS_OK) return st;
         len -= k;
     }
     return KVS_OK;
 }
 
-kvs_status kvs_stream_write_msg(int fd, const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
+kvs_status kvs_stream_write_msg(kvs_chan *ch, const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
                                 uint64_t deadline_ns, char *err, size_t err_len) {
     size_t len = 0;
     kvs_wire_refusal why;
@@ -124,13 +124,13 @@ kvs_status kvs_stream_write_msg(int fd, const kvs_wire_msg *msg, uint8_t *buf, s
     buf[2] = (uint8_t)(len >> 8);
     buf[3] = (uint8_t)len;
     struct iovec v = {.iov_base = buf, .iov_len = len + 4};
-    return io_all(fd, 1, &v, 1, deadline_ns, err, err_len);
+    return io_all(ch, 1, &v, 1, deadline_ns, err, err_len);
 }
 
-kvs_status kvs_stream_read_frame(int fd, uint8_t *buf, size_t cap, size_t *len,
+kvs_status kvs_stream_read_frame(kvs_chan *ch, uint8_t *buf, size_t cap, size_t *len,
                                  uint64_t deadline_ns, char *err, size_t err_len) {
     uint8_t prefix[4];
-    kvs_status st = kvs_stream_read(fd, prefix, sizeof prefix, deadline_ns, err, err_len);
+    kvs_status st = kvs_stream_read(ch, prefix, sizeof prefix, deadline_ns, err, err_len);
     if (st != KVS_OK) return st;
     uint32_t n = (uint32_t)prefix[0] << 24 | (uint32_t)prefix[1] << 16 | (uint32_t)prefix[2] << 8 |
                  prefix[3];
@@ -139,7 +139,7 @@ kvs_status kvs_stream_read_frame(int fd, uint8_t *buf, size_t cap, size_t *len,
         return KVS_EINVAL;
     }
     *len = n;
-    return kvs_stream_read(fd, buf, n, deadline_ns, err, err_len);
+    return kvs_stream_read(ch, buf, n, deadline_ns, err, err_len);
 }
 
 void kvs_stream_group_encode(uint8_t out[KVS_STREAM_GROUP_BYTES], uint32_t count,

@@ -1,6 +1,6 @@
 /* stream.h - objects over the session's control connection, for nodes reached over TCP only
  * (payloads: stream; docs/remote.md, "Payloads"). After AUTH_OK the control connection is a plain,
- * authenticated TCP stream; GET and PUT requests go on it as frames (a 4-byte big-endian length and
+ * authenticated TCP (or TLS: channel.h) stream; GET and PUT requests go on it as frames (a 4-byte big-endian length and
  * one wire message, up to KVS_WIRE_MAX_MESSAGE_BYTES), and the objects' bytes follow them raw, read
  * and written straight between the socket and their place (readv/writev): the two copies a plain
  * TCP stream makes, nothing more.
@@ -22,6 +22,7 @@
 #include <sys/uio.h>
 
 #include "abi/kvstrata.h"
+#include "channel.h"
 #include "wire.h"
 
 #define KVS_STREAM_GROUP_BYTES  16u
@@ -30,24 +31,25 @@
 
 /* Read exactly len bytes into buf. KVS_EIO when the peer closed or the read failed, KVS_ETIMEDOUT
  * at the deadline; err says which and how far it got. */
-kvs_status kvs_stream_read(int fd, void *buf, size_t len, uint64_t deadline_ns, char *err,
+kvs_status kvs_stream_read(kvs_chan *ch, void *buf, size_t len, uint64_t deadline_ns, char *err,
                            size_t err_len);
 /* Read exactly the iovecs' bytes (n of them, any number: taken IOV_MAX at a time). iov is modified.
  */
-kvs_status kvs_stream_readv(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns, char *err,
-                            size_t err_len);
+kvs_status kvs_stream_readv(kvs_chan *ch, struct iovec *iov, size_t n, uint64_t deadline_ns,
+                            char *err, size_t err_len);
 /* Write exactly the iovecs' bytes. iov is modified. */
-kvs_status kvs_stream_writev(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns, char *err,
-                             size_t err_len);
+kvs_status kvs_stream_writev(kvs_chan *ch, struct iovec *iov, size_t n, uint64_t deadline_ns,
+                             char *err, size_t err_len);
 /* Read and throw away len bytes (what a refused object's sender had already sent). */
-kvs_status kvs_stream_skip(int fd, uint64_t len, uint64_t deadline_ns, char *err, size_t err_len);
+kvs_status kvs_stream_skip(kvs_chan *ch, uint64_t len, uint64_t deadline_ns, char *err,
+                           size_t err_len);
 
 /* Encode msg as a frame into buf[0..cap) and write it. */
-kvs_status kvs_stream_write_msg(int fd, const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
+kvs_status kvs_stream_write_msg(kvs_chan *ch, const kvs_wire_msg *msg, uint8_t *buf, size_t cap,
                                 uint64_t deadline_ns, char *err, size_t err_len);
 /* Read one frame into buf[0..cap) (cap at most KVS_WIRE_MAX_MESSAGE_BYTES is enough for any frame);
  * *len gets its size. KVS_EINVAL for a length of 0 or over cap. */
-kvs_status kvs_stream_read_frame(int fd, uint8_t *buf, size_t cap, size_t *len,
+kvs_status kvs_stream_read_frame(kvs_chan *ch, uint8_t *buf, size_t cap, size_t *len,
                                  uint64_t deadline_ns, char *err, size_t err_len);
 
 /* GET answer headers and records. */

@@ -412,7 +412,7 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
     for (uint32_t i = 0; i < o->n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         nd->index = i;
-        nd->ctl_fd = -1;
+        kvs_chan_plain(&nd->ctl, -1);
         nd->backoff_ms = o->connect_backoff_ms;
         nd->batch = calloc(KVS_WIRE_MAX_KEYS, sizeof *nd->batch);
         if (!nd->batch || kvs_remote_ring_add(&r->ring, o->ids[i]) != KVS_OK) {

@@ -38,7 +38,16 @@ enum { LANDING_NONE, LANDING_ASKED, LANDING_PLACED, LANDING_OK, LANDING_FAILED, 
 enum { JOB_LOOKUP, JOB_GET, JOB_PUT, JOB_DELETE, JOB_STATS, JOB_FLUSH };
 /* A node's handshake, driven without blocking by the progress thread (handshake_advance) so a node
  * that answers slowly or not at all never holds up requests to the others. */
-enum { HS_NONE, HS_CONNECTING, HS_HELLO_SENT, HS_CHALLENGE, HS_AUTH_SENT, HS_OK, HS_REFUSED };
+enum {
+    HS_NONE,
+    HS_CONNECTING,
+    HS_TLS, /* encrypt: the TLS handshake on the connection, before HELLO */
+    HS_HELLO_SENT,
+    HS_CHALLENGE,
+    HS_AUTH_SENT,
+    HS_OK,
+    HS_REFUSED
+};
 
 typedef struct job {
     int kind;
@@ -69,7 +78,7 @@ typedef struct job {
 
 typedef struct rnode {
     uint32_t index;
-    int ctl_fd;             /* the control connection (TCP): open while the session lives; -1 */
+    kvs_chan ctl;           /* the control connection (TCP or TLS): open while the session lives */
     kvs_control_reader *rd; /* its frames during the handshake */
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* AUTH_OK: the header of every request */
     kvs_ucx_conn *conn; /* requests: an endpoint to the node's worker address (from AUTH_OK) */
@@ -118,6 +127,8 @@ typedef struct remote {
     char name[64];
     kvs_remote_options opt;
     kvs_remote_psk psk;
+    kvs_tls
+        *tls; /* encrypt: the TLS context of every node's control connection (progress thread) */
     const kvs_backend_host *host;
     uint8_t *staging;
     uint64_t staging_len;

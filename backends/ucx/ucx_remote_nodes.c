@@ -16,8 +16,7 @@
 #include "ucx_remote_internal.h"
 
 void remote_control_close(rnode *nd) {
-    if (nd->ctl_fd >= 0) close(nd->ctl_fd);
-    nd->ctl_fd = -1;
+    kvs_chan_close(&nd->ctl);
     free(nd->rd);
     nd->rd = NULL;
 }
@@ -84,8 +83,7 @@ static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint
     size_t len = 0;
     kvs_status st =
         kvs_control_encode(m, r->send_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len, err, sizeof err);
-    if (st == KVS_OK)
-        st = kvs_control_write(nd->ctl_fd, r->send_buf, len, deadline, err, sizeof err);
+    if (st == KVS_OK) st = kvs_control_write(&nd->ctl, r->send_buf, len, deadline, err, sizeof err);
     if (st != KVS_OK) snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
     return st;
 }
@@ -96,7 +94,7 @@ static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint
 static kvs_status control_take(remote *r, rnode *nd, kvs_wire_msg *m) {
     char err[160];
     size_t len = 0;
-    kvs_status st = kvs_control_read(nd->rd, nd->ctl_fd, &len, err, sizeof err);
+    kvs_status st = kvs_control_read(nd->rd, &nd->ctl, &len, err, sizeof err);
     if (st == KVS_EAGAIN) return st;
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "handshake: %s", err);
@@ -172,12 +170,14 @@ static kvs_status handshake_begin(remote *r, rnode *nd) {
         return KVS_ENOMEM;
     }
     nd->rd->have_prefix = 0;
-    kvs_status st = kvs_control_connect_start(r->opt.hosts[nd->index], r->opt.ports[nd->index],
-                                              &nd->ctl_fd, err, sizeof err);
+    int fd = -1;
+    kvs_status st = kvs_control_connect_start(r->opt.hosts[nd->index], r->opt.ports[nd->index], &fd,
+                                              err, sizeof err);
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
         return st;
     }
+    kvs_chan_plain(&nd->ctl, fd);
     nd->hs = HS_CONNECTING;
     return KVS_OK;
 }
@@ -233,7 +233,7 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
     /* over tcp only UCX emulates RMA with request and reply messages; messages carrying the
      * objects reach the stream's rate there (docs/remote.md, "Payloads") */
     nd->messages = r->opt.payloads == KVS_REMOTE_PAYLOADS_MESSAGES;
-    nd->stream = r->opt.payloads == KVS_REMOTE_PAYLOADS_STREAM ||
+    nd->stream = r->tls || r->opt.payloads == KVS_REMOTE_PAYLOADS_STREAM ||
                  (r->opt.payloads == KVS_REMOTE_PAYLOADS_AUTO && nd->payload_tls[0] &&
                   kvs_ucx_tls_slow(nd->payload_tls));
     log_transports(r, nd);
@@ -266,7 +266,18 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
     }
     switch (nd->hs) {
         case HS_CONNECTING:
-            if ((st = kvs_control_connect_finish(nd->ctl_fd, err, sizeof err)) != KVS_OK) {
+            if ((st = kvs_control_connect_finish(nd->ctl.fd, err, sizeof err)) != KVS_OK) {
+                if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+                return st;
+            }
+            if (r->tls && (st = kvs_tls_attach(r->tls, &nd->ctl, err, sizeof err)) != KVS_OK) {
+                snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+                return st;
+            }
+            nd->hs = HS_TLS;
+            __attribute__((fallthrough));
+        case HS_TLS:
+            if ((st = kvs_tls_handshake(&nd->ctl, err, sizeof err)) != KVS_OK) {
                 if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
                 return st;
             }
@@ -342,12 +353,12 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
 
 /* What a node in its handshake waits for on its control connection. */
 short remote_handshake_events(const rnode *nd) {
-    return nd->hs == HS_CONNECTING ? POLLOUT : POLLIN;
+    return nd->hs == HS_CONNECTING ? POLLOUT : kvs_chan_events(&nd->ctl, POLLIN);
 }
 
 /* 1 while a node's handshake is under way (begun, neither up nor failed). */
 int remote_in_handshake(const rnode *nd) {
-    return !nd->up && nd->ctl_fd >= 0 && nd->hs >= HS_CONNECTING && nd->hs <= HS_AUTH_SENT;
+    return !nd->up && nd->ctl.fd >= 0 && nd->hs >= HS_CONNECTING && nd->hs <= HS_AUTH_SENT;
 }
 
 /* Connect and authenticate one node, waiting for it (at create, before the progress loop runs): the
@@ -358,7 +369,7 @@ kvs_status remote_node_connect(remote *r, rnode *nd) {
     while ((st = handshake_advance(r, nd)) == KVS_EAGAIN) {
         kvs_ucx_progress(r->t);
         if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
-        struct pollfd p[2] = {{.fd = nd->ctl_fd, .events = remote_handshake_events(nd)},
+        struct pollfd p[2] = {{.fd = nd->ctl.fd, .events = remote_handshake_events(nd)},
                               {.fd = kvs_ucx_event_fd(r->t), .events = POLLIN}};
         int ms = ms_left(nd->hs_deadline_ns);
         (void)poll(p, 2, ms > 0 ? ms : 0);

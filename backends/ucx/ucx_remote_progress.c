@@ -217,20 +217,20 @@ static kvs_status send_put_payloads(remote *r, rnode *nd, uint64_t read_by_ns, u
 static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m,
                              uint64_t deadline) {
     char err[256] = "";
-    kvs_status st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf,
-                                         KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline, err, sizeof err);
+    kvs_status st = kvs_stream_write_msg(&nd->ctl, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4,
+                                         deadline, err, sizeof err);
     uint32_t done = 0;
     uint64_t hits = 0;
     while (st == KVS_OK && done < nd->n_batch) {
         uint8_t head[KVS_STREAM_GROUP_BYTES];
         uint32_t g = 0;
-        st = kvs_stream_read(nd->ctl_fd, head, sizeof head, deadline, err, sizeof err);
+        st = kvs_stream_read(&nd->ctl, head, sizeof head, deadline, err, sizeof err);
         if (st == KVS_OK)
             st = kvs_stream_group_decode(head, m->request_id, nd->n_batch - done, &g, err,
                                          sizeof err);
         uint8_t(*records)[KVS_STREAM_RECORD_BYTES] = (void *)r->frame_buf;
         if (st == KVS_OK)
-            st = kvs_stream_read(nd->ctl_fd, records, (size_t)g * KVS_STREAM_RECORD_BYTES, deadline,
+            st = kvs_stream_read(&nd->ctl, records, (size_t)g * KVS_STREAM_RECORD_BYTES, deadline,
                                  err, sizeof err);
         size_t n_iov = 0;
         for (uint32_t i = 0; st == KVS_OK && i < g; i++) {
@@ -257,7 +257,7 @@ static kvs_status stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m
             hits += s == KVS_OK;
         }
         if (st == KVS_OK && n_iov)
-            st = kvs_stream_readv(nd->ctl_fd, r->iov, n_iov, deadline, err, sizeof err);
+            st = kvs_stream_readv(&nd->ctl, r->iov, n_iov, deadline, err, sizeof err);
         for (uint32_t i = 0; st == KVS_OK && i < g; i++) j->resolved[nd->batch[done + i]] = 1;
         done += g;
     }
@@ -282,7 +282,7 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
     char err[256] = "";
     kvs_status st = remote_stream_drain(r, nd, STREAM_PUTS_IN_FLIGHT - 1, deadline);
     if (st != KVS_OK) return st; /* the node is down: its refusal says why */
-    st = kvs_stream_write_msg(nd->ctl_fd, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
+    st = kvs_stream_write_msg(&nd->ctl, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, deadline,
                               err, sizeof err);
     for (uint32_t b = 0; b < nd->n_batch; b++) {
         const job *pj = r->put_jobs[nd->batch[b]];
@@ -290,7 +290,7 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
             (struct iovec){.iov_base = (void *)(uintptr_t)pj->object, .iov_len = (size_t)pj->len};
     }
     if (st == KVS_OK)
-        st = kvs_stream_writev(nd->ctl_fd, r->iov, nd->n_batch, deadline, err, sizeof err);
+        st = kvs_stream_writev(&nd->ctl, r->iov, nd->n_batch, deadline, err, sizeof err);
     if (st != KVS_OK) {
         snprintf(nd->refusal, sizeof nd->refusal, "put on the stream: %s", err);
         return st;
@@ -300,11 +300,43 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
     return KVS_OK;
 }
 
+/* A LOOKUP, DELETE or STATS of an encrypted node: the frame on the TLS stream and its answer read
+ * back (PUTs' answers before it were drained by the caller), taken as a UCX reply would be. */
+static kvs_status stream_call(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+    char err[256] = "";
+    size_t len = 0;
+    kvs_wire_msg rep;
+    kvs_wire_refusal why;
+    memset(&why, 0, sizeof why);
+    kvs_status st = kvs_stream_write_msg(&nd->ctl, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4,
+                                         deadline, err, sizeof err);
+    if (st == KVS_OK)
+        st = kvs_stream_read_frame(&nd->ctl, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
+                                   deadline, err, sizeof err);
+    if (st == KVS_OK && kvs_wire_decode(r->frame_buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS,
+                                        &rep, &why) != KVS_OK) {
+        snprintf(err, sizeof err, "an unreadable answer: %s", why.text);
+        st = KVS_ECORRUPT;
+    }
+    if (st == KVS_OK && rep.request_id != m->request_id) {
+        snprintf(err, sizeof err, "an answer to request %llu, not %llu",
+                 (unsigned long long)rep.request_id, (unsigned long long)m->request_id);
+        st = KVS_ECORRUPT;
+    }
+    if (st != KVS_OK) {
+        snprintf(nd->refusal, sizeof nd->refusal, "%s on the stream: %s",
+                 kvs_wire_type_name(m->type), err);
+        return st;
+    }
+    take_reply(r, nd, &rep);
+    return nd->failed ? KVS_EIO : KVS_OK;
+}
+
 kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t deadline) {
     char err[256] = "";
     while (nd->stream_out > keep) {
         size_t len = 0;
-        kvs_status st = kvs_stream_read_frame(nd->ctl_fd, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES,
+        kvs_status st = kvs_stream_read_frame(&nd->ctl, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES,
                                               &len, deadline, err, sizeof err);
         kvs_wire_msg rep;
         kvs_wire_refusal why;
@@ -417,6 +449,8 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             sent = type == KVS_WIRE_GET ? stream_get(r, nd, j, &m, deadline)
                                         : stream_put(r, nd, &m, deadline);
             if (sent == KVS_OK) nd->pending = 0;
+        } else if (kvs_chan_is_tls(&nd->ctl)) {
+            sent = stream_call(r, nd, &m, deadline); /* nothing of an encrypted session on UCX */
         } else if (type == KVS_WIRE_PUT && nd->messages) {
             sent = send_put_payloads(r, nd, m.read_by_ns, deadline);
         } else {
@@ -745,6 +779,11 @@ static kvs_status thread_start(remote *r) {
         st = KVS_ENOMEM;
         goto ucx_fail;
     }
+    if (r->opt.encrypt &&
+        (st = kvs_tls_client_new(r->opt.tenant, &r->psk, &r->tls, err, sizeof err)) != KVS_OK) {
+        remote_set_error(r, "%s", err);
+        return st;
+    }
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (remote_node_connect(r, nd) == KVS_OK) continue;
@@ -796,6 +835,8 @@ static void thread_stop(remote *r) {
         }
         remote_control_close(&r->nodes[i]);
     }
+    kvs_tls_free(r->tls);
+    r->tls = NULL;
     kvs_ucx_mem_deregister(r->bounce_mem);
     kvs_ucx_mem_deregister(r->queue_mem);
     kvs_ucx_mem_deregister(r->staging_mem);
@@ -856,6 +897,8 @@ void *remote_progress_main(void *arg) {
         if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
         int ms = -1;
         if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
+        for (uint32_t i = 0; i < r->opt.n_nodes; i++) /* TLS holds bytes no poll sees */
+            if (r->nodes[i].up && kvs_chan_pending(&r->nodes[i].ctl)) ms = 0;
         /* an up node's control connection becomes readable only when the node closes it (or breaks
          * the protocol): either way the session is over; a handshaking node's moves its handshake on
          * (remote_reconnect_due, next pass) */
@@ -864,17 +907,17 @@ void *remote_progress_main(void *arg) {
         fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
         for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
             const rnode *nd = &r->nodes[i];
-            fds[2 + i] = (struct pollfd){.fd = nd->up || remote_in_handshake(nd) ? nd->ctl_fd : -1,
+            fds[2 + i] = (struct pollfd){.fd = nd->up || remote_in_handshake(nd) ? nd->ctl.fd : -1,
                                          .events = nd->up ? POLLIN : remote_handshake_events(nd)};
         }
-        if (poll(fds, r->opt.n_nodes + 2, ms) > 0) {
+        if (poll(fds, r->opt.n_nodes + 2, ms) >= 0) {
             if (fds[1].revents & POLLIN) {
                 uint64_t v;
                 if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
             }
             for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
                 rnode *nd = &r->nodes[i];
-                if (!fds[2 + i].revents || !nd->up) continue;
+                if ((!fds[2 + i].revents && !kvs_chan_pending(&nd->ctl)) || !nd->up) continue;
                 if (nd->stream_out) /* answers of PUTs on its stream (or the end, which fails it) */
                     remote_stream_drain(r, nd, 0,
                                         kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull);

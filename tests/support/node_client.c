@@ -51,6 +51,7 @@ kvs_test_client *kvs_test_client_open(const kvs_test_node *d) {
                                       kvs_now_ns() + KVS_TEST_NODE_TIMEOUT_MS * 1000000ull,
                                       &c->ctl_fd, err, sizeof err) == KVS_OK,
                   "connect: %s", err);
+    kvs_chan_plain(&c->ch, c->ctl_fd);
     c->mem = aligned_alloc(4096, KVS_TEST_CLIENT_BYTES);
     ck_assert_ptr_nonnull(c->mem);
     memset(c->mem, 0, KVS_TEST_CLIENT_BYTES);
@@ -63,11 +64,33 @@ kvs_test_client *kvs_test_client_open(const kvs_test_node *d) {
 
 void kvs_test_client_close(kvs_test_client *c) {
     kvs_ucx_conn_close(c->conn);
-    if (c->ctl_fd >= 0) ck_assert_int_eq(close(c->ctl_fd), 0);
+    if (c->ch.ssl && c->ctl_fd >= 0) /* the channel closes the socket with its TLS session */
+        kvs_chan_close(&c->ch);
+    else if (c->ctl_fd >= 0)
+        ck_assert_int_eq(close(c->ctl_fd), 0);
+    kvs_tls_free(c->tls);
     kvs_ucx_mem_deregister(c->mem_reg);
     kvs_ucx_destroy(c->t);
     free(c->mem);
     free(c);
+}
+
+kvs_status kvs_test_client_tls(kvs_test_client *c, const char *tenant, const uint8_t *psk_bytes,
+                               size_t psk_len) {
+    kvs_remote_psk psk;
+    char err[256];
+    ck_assert_int_eq(kvs_remote_psk_set(&psk, psk_bytes, psk_len, err, sizeof err), KVS_OK);
+    ck_assert_msg(kvs_tls_client_new(tenant, &psk, &c->tls, err, sizeof err) == KVS_OK, "%s", err);
+    kvs_remote_psk_clear(&psk);
+    ck_assert_msg(kvs_tls_attach(c->tls, &c->ch, err, sizeof err) == KVS_OK, "%s", err);
+    double until = kvs_test_now_ms() + kvs_test_scaled_ms(KVS_TEST_NODE_TIMEOUT_MS);
+    kvs_status st;
+    while ((st = kvs_tls_handshake(&c->ch, err, sizeof err)) == KVS_EAGAIN &&
+           kvs_test_now_ms() < until) {
+        struct pollfd p = {.fd = c->ch.fd, .events = kvs_chan_events(&c->ch, POLLIN)};
+        (void)poll(&p, 1, 50);
+    }
+    return st;
 }
 
 /* Send raw bytes and wait for one reply; 1 when a reply arrived. */
@@ -126,17 +149,17 @@ int kvs_test_client_control_request(kvs_test_client *c, kvs_wire_msg *msg, kvs_w
     ck_assert_msg(kvs_control_encode(msg, c->frame, sizeof c->frame, &len, err, sizeof err) ==
                       KVS_OK,
                   "%s", err);
-    if (kvs_control_write(c->ctl_fd, c->frame, len,
+    if (kvs_control_write(&c->ch, c->frame, len,
                           kvs_now_ns() + KVS_TEST_NODE_TIMEOUT_MS * 1000000ull, err,
                           sizeof err) != KVS_OK)
         return 0;
     double until = kvs_test_now_ms() + kvs_test_scaled_ms(KVS_TEST_NODE_TIMEOUT_MS);
     for (;;) {
-        kvs_status st = kvs_control_read(&c->rd, c->ctl_fd, &len, err, sizeof err);
+        kvs_status st = kvs_control_read(&c->rd, &c->ch, &len, err, sizeof err);
         if (st == KVS_OK) break;
         if (st != KVS_EAGAIN || kvs_test_now_ms() > until) return 0;
         ck_assert_int_eq(kvs_ucx_progress(c->t), KVS_OK);
-        struct pollfd p[2] = {{.fd = c->ctl_fd, .events = POLLIN},
+        struct pollfd p[2] = {{.fd = c->ctl_fd, .events = kvs_chan_events(&c->ch, POLLIN)},
                               {.fd = kvs_ucx_event_fd(c->t), .events = POLLIN}};
         if (kvs_ucx_arm(c->t) == KVS_OK) ck_assert_int_ge(poll(p, 2, 50), 0);
     }

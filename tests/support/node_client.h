@@ -18,7 +18,9 @@
 
 typedef struct kvs_test_client {
     kvs_ucx_transport *t;
-    int ctl_fd; /* the control connection */
+    int ctl_fd;  /* the control connection */
+    kvs_chan ch; /* the same connection as a channel (TLS after kvs_test_client_tls) */
+    kvs_tls *tls;
     kvs_control_reader rd;
     uint8_t frame[KVS_CONTROL_MAX_FRAME_BYTES + KVS_CONTROL_PREFIX_BYTES];
     uint8_t token[KVS_WIRE_SESSION_TOKEN_BYTES]; /* from AUTH_OK */
@@ -41,6 +43,10 @@ typedef struct kvs_test_client {
 /* A client with its UCX worker, registered memory and a control connection to d (no handshake). */
 kvs_test_client *kvs_test_client_open(const kvs_test_node *d);
 void kvs_test_client_close(kvs_test_client *c);
+/* Make the control connection TLS with tenant's key (a node run with --encrypt on) and finish the
+ * TLS handshake: KVS_OK, or the failure (a node that refused the key, a node without encrypt). */
+kvs_status kvs_test_client_tls(kvs_test_client *c, const char *tenant, const uint8_t *psk_bytes,
+                               size_t psk_len);
 /* Send raw bytes with the session token and wait for one reply; 1 when a reply arrived. */
 int kvs_test_client_send_raw(kvs_test_client *c, const void *bytes, size_t len);
 /* Encode msg (its request_id is set here), send it, decode the reply into *rep. */

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
         "       kvstrata-node --psk-file PATH --tenant-key TENANT --out PATH\n"
         "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
         "                     [--busy-poll-us N] [--shared-memory-payloads on|off]\n"
+        "                     [--encrypt on|off]\n"
         "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
         "  --psk-file PATH         the master key file (required here or as node.psk_file);\n"
         "                          SIGHUP reads it again (a rotation)\n"
@@ -37,7 +38,10 @@ static void usage(FILE *f) {
         "  --busy-poll-us N        poll UCX this long after work before sleeping (default 200)\n"
         "  --shared-memory-payloads on|off\n"
         "                          clients on this host get payloads over UCX shared memory\n"
-        "                          (experimental; default off)\n");
+        "                          (experimental; default off)\n"
+        "  --encrypt on|off        every client connection over TLS 1.3 keyed by its tenant's "
+        "key;\n"
+        "                          plain clients and objects over UCX refused (default off)\n");
 }
 
 static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -90,6 +94,7 @@ int main(int argc, char **argv) {
     uint64_t busy_poll = UINT64_MAX;                                              /* not given */
     uint64_t per_tenant = 0;                                                      /* not given */
     int shm_payloads = -1;                                                        /* not given */
+    int encrypt = -1;                                                             /* not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -121,6 +126,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--shared-memory-payloads")) {
             bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
             shm_payloads = strcmp(v, "on") == 0;
+        } else if (!strcmp(a, "--encrypt")) {
+            bad = strcmp(v, "on") != 0 && strcmp(v, "off") != 0;
+            encrypt = strcmp(v, "on") == 0;
         } else if (!strcmp(a, "--max-object-bytes")) {
             bad = kvs_units_parse_size(v, &max_object, NULL, 0) != KVS_OK || max_object == 0 ||
                   max_object > (1ull << 32);
@@ -158,6 +166,7 @@ int main(int argc, char **argv) {
     if (busy_poll == UINT64_MAX)
         busy_poll = cfg->node.busy_poll_us ? cfg->node.busy_poll_us - 1u : 200u;
     if (shm_payloads < 0) shm_payloads = cfg->node.shared_memory_payloads == 2;
+    if (encrypt < 0) encrypt = cfg->node.encrypt == 2;
     if (!psk_path) {
         fprintf(stderr,
                 "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
@@ -216,7 +225,8 @@ int main(int argc, char **argv) {
                          .max_object_bytes = max_object,
                          .max_refusals = 16,
                          .busy_poll_us = (uint32_t)busy_poll,
-                         .shm_payloads = shm_payloads};
+                         .shm_payloads = shm_payloads,
+                         .encrypt = encrypt};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
     kvs_config_free(cfg);

@@ -42,7 +42,7 @@ static void conn_free(node_conn *c) {
     else
         kvs_ucx_conn_close(c->conn);
     if (c->pidfd >= 0) close(c->pidfd);
-    if (c->fd >= 0) close(c->fd);
+    kvs_chan_close(&c->ch);
     free(c->rd);
     free(c->sframe);
     kvs_remote_tenant_hasher_free(c->hasher);
@@ -129,7 +129,16 @@ static void accept_all(kvs_node *n) {
         int one = 1; /* answers go out at once: a small one never waits for the peer's ACK */
         (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         rd->have_prefix = 0;
-        c->fd = fd;
+        kvs_chan_plain(&c->ch, fd);
+        char why[160];
+        if (n->tls && kvs_tls_attach(n->tls, &c->ch, why, sizeof why) != KVS_OK) {
+            n->stats.rejected++;
+            node_log_refusal(n, "%s refused: %s", peer, why);
+            kvs_chan_close(&c->ch);
+            free(rd);
+            free(c);
+            continue;
+        }
         c->rd = rd;
         c->pidfd = -1;
         c->deadline_ns = kvs_now_ns() + (uint64_t)n->params.timeout_ms * 1000000ull;
@@ -272,6 +281,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     n->params.config = NULL;
     n->params.psk = NULL;
     n->psk = *params->psk;
+    if (params->encrypt && (st = kvs_tls_node_new(&n->psk, &n->tls, err, err_len)) != KVS_OK)
+        goto fail;
     n->slot_len = (params->max_object_bytes + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     n->staging_slots = 1;
     while (n->staging_slots < STAGING_MAX_SLOTS &&
@@ -445,22 +456,26 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         n->pfds[1] = (struct pollfd){.fd = kvs_ucx_event_fd(n->t), .events = POLLIN};
         n->pfds[2] = (struct pollfd){.fd = accepting ? n->listen_fd : -1, .events = POLLIN};
         uint32_t np = 3;
+        int decrypted = 0; /* bytes TLS took off a socket and holds: no poll event will say so */
         for (node_conn *c = n->conns; c && np < n->pfds_cap; c = c->next) {
-            n->pfds[np] =
-                (struct pollfd){.fd = c->fd, .events = node_stream_sending(c) ? POLLOUT : POLLIN};
+            n->pfds[np] = (struct pollfd){
+                .fd = c->ch.fd,
+                .events = kvs_chan_events(&c->ch, node_stream_sending(c) ? POLLOUT : POLLIN)};
+            decrypted |= kvs_chan_pending(&c->ch) > 0;
             n->pconns[np++] = c;
         }
         keep_shared_room(n);
-        int ms = n->shared_room ? SHARED_ROOM_CHECK_MS : LOOP_WAIT_MS;
+        int ms = decrypted ? 0 : n->shared_room ? SHARED_ROOM_CHECK_MS : LOOP_WAIT_MS;
         if (next_ns != UINT64_MAX) {
             uint64_t left = next_ns > now ? (next_ns - now + 999999ull) / 1000000ull : 0;
             if (left < (uint64_t)ms) ms = (int)left;
         }
-        if (poll(n->pfds, np, ms) <= 0) continue;
+        int ready = poll(n->pfds, np, ms);
+        if (ready < 0 || (ready == 0 && !decrypted)) continue;
         if (n->pfds[0].revents & POLLIN) return KVS_OK;
         for (uint32_t i = 3; i < np; i++) {
             node_conn *c = n->pconns[i];
-            if (!n->pfds[i].revents || c->closing) continue;
+            if ((!n->pfds[i].revents && !kvs_chan_pending(&c->ch)) || c->closing) continue;
             /* a GET's answer goes on when there is room; its writes see a peer that went */
             if (node_stream_sending(c) || node_control_readable(n, c)) node_stream_request(n, c);
         }
@@ -485,6 +500,7 @@ void kvs_node_destroy(kvs_node *n) {
     free(n->reply);
     free(n->stream_buf);
     free(n->staging);
+    kvs_tls_free(n->tls);
     kvs_remote_psk_clear(&n->psk);
     free(n);
 }

@@ -41,6 +41,8 @@ typedef struct kvs_node_params {
         busy_poll_us; /* kvs_ucx_params.busy_poll_us: poll UCX this long after work, then sleep */
     int shm_payloads; /* a client on this host that offers shared memory gets a UCX endpoint for
                          payloads that may use it (experimental; docs/remote.md) */
+    int encrypt; /* every control connection is TLS 1.3 and every request and object of a session
+                    goes on it; plain connections and requests over UCX are refused */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */

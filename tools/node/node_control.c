@@ -49,7 +49,7 @@ static int control_send(kvs_node *n, node_conn *c, const kvs_wire_msg *msg) {
     char err[192];
     size_t len = 0;
     if (kvs_control_encode(msg, n->frame, sizeof n->frame, &len, err, sizeof err) != KVS_OK ||
-        kvs_control_write(c->fd, n->frame, len, 0, err, sizeof err) != KVS_OK) {
+        kvs_control_write(&c->ch, n->frame, len, 0, err, sizeof err) != KVS_OK) {
         node_log_refusal(n, "%s: %s", c->peer, err);
         c->closing = 1;
         return -1;
@@ -71,7 +71,7 @@ static void handshake_close(kvs_node *n, node_conn *c, uint64_t request_id, kvs_
             n->frame[1] = (uint8_t)(len >> 16);
             n->frame[2] = (uint8_t)(len >> 8);
             n->frame[3] = (uint8_t)len;
-            (void)kvs_control_write(c->fd, n->frame, len + KVS_CONTROL_PREFIX_BYTES, 0, err,
+            (void)kvs_control_write(&c->ch, n->frame, len + KVS_CONTROL_PREFIX_BYTES, 0, err,
                                     sizeof err);
         }
     }
@@ -226,6 +226,13 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
     }
     if (req.type == KVS_WIRE_HELLO) {
         const uint8_t *challenge = NULL, *node_proof = NULL;
+        const char *tls_tenant = kvs_tls_peer_tenant(&c->ch);
+        if (kvs_chan_is_tls(&c->ch) && (!tls_tenant || req.tenant_len != strlen(tls_tenant) ||
+                                        memcmp(req.tenant, tls_tenant, req.tenant_len) != 0)) {
+            handshake_refuse(n, c, req.request_id, KVS_WIRE_ERR_AUTH,
+                             "node: the hello names another tenant than the TLS key");
+            return;
+        }
         kvs_status st = kvs_remote_auth_node_hello(&c->auth, &n->psk, &req, &challenge, &node_proof,
                                                    err, sizeof err);
         if (st != KVS_OK) {
@@ -269,19 +276,30 @@ static void handshake(kvs_node *n, node_conn *c, const uint8_t *frame, size_t le
 int node_control_readable(kvs_node *n, node_conn *c) {
     char err[160];
     if (c->session) {
-        uint8_t byte;
-        ssize_t k = recv(c->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-        if (k > 0) return 1; /* a GET or PUT with its objects on the stream (payloads: stream) */
+        int k = kvs_chan_peek(&c->ch);
+        if (k > 0) return 1; /* a request on the stream (payloads: stream, or encrypt) */
+        if (k == 0) return 0;
         c->peer_gone = 1;
         c->closing = 1;
         return 0;
     }
+    kvs_status hs = kvs_tls_handshake(&c->ch, err, sizeof err);
+    if (hs == KVS_EAGAIN) return 0;
+    if (hs != KVS_OK) {
+        c->peer_gone = 1;
+        handshake_refuse(n, c, 0, KVS_WIRE_ERR_NONE, err);
+        return 0;
+    }
     for (;;) {
         size_t len = 0;
-        kvs_status st = kvs_control_read(c->rd, c->fd, &len, err, sizeof err);
+        kvs_status st = kvs_control_read(c->rd, &c->ch, &len, err, sizeof err);
         if (st == KVS_EAGAIN) return 0;
         if (st != KVS_OK) {
+            /* 0x16 0x03: a TLS handshake record where a frame's length was due */
+            if (st == KVS_EINVAL && !kvs_chan_is_tls(&c->ch) && c->rd->prefix[0] == 0x16 &&
+                c->rd->prefix[1] == 0x03)
+                kvs_fmt(err, sizeof err,
+                        "a TLS client (encrypt: true) but this node runs without encrypt");
             c->peer_gone = 1;
             handshake_refuse(n, c, 0, KVS_WIRE_ERR_NONE, err);
             return 0;
@@ -310,11 +328,12 @@ uint64_t node_expire_handshakes(kvs_node *n) {
     return next;
 }
 
-/* The session a request header names (its token), or NULL. */
+/* The session a request header names (its token), or NULL. An encrypted session takes nothing over
+ * UCX: its token travelled only inside TLS, and whoever sends it here took it from the client. */
 node_conn *node_session_of(kvs_node *n, const void *header, size_t header_len) {
     if (header_len != KVS_WIRE_SESSION_TOKEN_BYTES) return NULL;
     for (node_conn *c = n->conns; c; c = c->next)
-        if (c->session && !c->closing &&
+        if (c->session && !c->closing && !kvs_chan_is_tls(&c->ch) &&
             CRYPTO_memcmp(c->token, header, KVS_WIRE_SESSION_TOKEN_BYTES) == 0)
             return c;
     return NULL;

@@ -45,8 +45,8 @@ typedef struct rkey_slot {
 /* One control connection: a handshake, then from AUTH_OK a session. On the node's list from accept
  * until, once marked closing, the loop's sweep (node.c) frees it. */
 typedef struct node_conn {
-    int fd;                 /* the control connection (TCP); the session lives while it is open */
-    char peer[64];          /* its host:port, for messages */
+    kvs_chan ch;   /* the control connection (TCP or TLS); the session lives while it is open */
+    char peer[64]; /* its host:port, for messages */
     kvs_control_reader *rd; /* during the handshake; freed at AUTH_OK */
     uint64_t deadline_ns;   /* the handshake's */
     uint32_t source;        /* the peer's IPv4 address, network order (0: unknown) */
@@ -85,6 +85,7 @@ typedef struct node_conn {
 struct kvs_node {
     kvs_node_params params;
     kvs_remote_psk psk;
+    kvs_tls *tls; /* encrypt: every control connection is TLS, keyed from psk (channel.h) */
     kvs_tier_chain *chain;
     struct node_quota *quota; /* tenants' shares (node_quota.h); NULL: none set */
     uint64_t capacity_bytes;  /* sum over tiers, for STATS */
@@ -149,7 +150,7 @@ int node_control_readable(kvs_node *n, node_conn *c);
 /* Mark closing the handshakes past their deadline. Returns the nearest deadline still ahead (CLOCK_MONOTONIC
  * ns, kvs_now_ns), UINT64_MAX when none. */
 uint64_t node_expire_handshakes(kvs_node *n);
-/* The live session whose token a request header holds, or NULL. */
+/* The live session whose token a request header holds, or NULL (never an encrypted one). */
 node_conn *node_session_of(kvs_node *n, const void *header, size_t header_len);
 
 /* ---- node_requests.c: a session's requests and their replies ------------------------------------ */

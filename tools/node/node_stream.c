@@ -108,8 +108,7 @@ static void get_continue(kvs_node *n, node_conn *c) {
             if (g->len > sizeof g->head)
                 iov[k++] = (struct iovec){.iov_base = g->buf + from,
                                           .iov_len = (size_t)(g->len - sizeof g->head - from)};
-            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
-            ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t w = kvs_chan_sendv(&c->ch, iov, (size_t)k);
             if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* room later */
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) {
@@ -219,8 +218,7 @@ static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
 /* Send what the socket takes of a queued answer (a PUT_REPLY); done, it is freed. */
 static void out_continue(kvs_node *n, node_conn *c) {
     while (c->sout_sent < c->sout_len) {
-        ssize_t w = send(c->fd, c->sout + c->sout_sent, c->sout_len - c->sout_sent,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t w = kvs_chan_send(&c->ch, c->sout + c->sout_sent, c->sout_len - c->sout_sent);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* room later */
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
@@ -233,11 +231,55 @@ static void out_continue(kvs_node *n, node_conn *c) {
     node_stream_drop(n, c);
 }
 
+/* Queue rep as the answer frame and send what the socket takes of it; what the session held for
+ * its request (a PUT's state) is let go once rep is encoded. */
+static void answer(kvs_node *n, node_conn *c, const kvs_wire_msg *rep) {
+    char err[160] = "";
+    size_t len = 0;
+    kvs_status st = kvs_control_encode(rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, &len,
+                                       err, sizeof err);
+    node_stream_drop(n, c);
+    if (st == KVS_OK && !(c->sout = malloc(len))) {
+        st = KVS_ENOMEM;
+        kvs_fmt(err, sizeof err, "no memory for the answer");
+    }
+    if (st != KVS_OK) {
+        end_session(n, c, kvs_wire_type_name(rep->type), err);
+        return;
+    }
+    memcpy(c->sout, n->stream_buf, len);
+    c->sout_len = len;
+    c->sout_sent = 0;
+    c->stream_deadline_ns = stream_deadline(n);
+    out_continue(n, c);
+}
+
+/* A LOOKUP, DELETE or STATS on the stream (an encrypted session sends every request there):
+ * served at once, answered with one frame. */
+static void small_request(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
+    kvs_wire_msg rep;
+    kvs_wire_type type = req->type == KVS_WIRE_LOOKUP   ? KVS_WIRE_LOOKUP_REPLY
+                         : req->type == KVS_WIRE_DELETE ? KVS_WIRE_DELETE_REPLY
+                                                        : KVS_WIRE_STATS_REPLY;
+    kvs_wire_msg_init(&rep, type, req->request_id);
+    if (req->type == KVS_WIRE_STATS) {
+        node_do_stats(n, &rep);
+    } else {
+        memset(n->reply_entries, 0, sizeof(kvs_wire_entry) * req->n_entries);
+        rep.entries = n->reply_entries;
+        rep.n_entries = req->n_entries;
+        if (req->type == KVS_WIRE_LOOKUP)
+            node_do_lookup(n, c, req);
+        else
+            node_do_delete(n, c, req);
+    }
+    answer(n, c, &rep);
+}
+
 /* Read what has come of the PUT's objects; store each once whole; answer once all are in. */
 static void put_continue(kvs_node *n, node_conn *c) {
     stream_put *p = c->sput;
     static uint8_t drop[16384]; /* the bytes of refused objects, read and thrown away */
-    char err[256] = "";
     while (p->at < p->n) {
         if (!p->started) put_begin_object(n, c, p);
         uint64_t len = p->objects[p->at].length;
@@ -245,7 +287,7 @@ static void put_continue(kvs_node *n, node_conn *c) {
             uint64_t want = len - p->got;
             void *to = p->dst ? (uint8_t *)p->dst + p->got : drop;
             if (!p->dst && want > sizeof drop) want = sizeof drop;
-            ssize_t k = recv(c->fd, to, (size_t)want, MSG_DONTWAIT);
+            ssize_t k = kvs_chan_recv(&c->ch, to, (size_t)want);
             if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* more to come */
             if (k < 0 && errno == EINTR) continue;
             if (k <= 0) { /* closed, or failed halfway: nothing of this object is stored */
@@ -268,23 +310,7 @@ static void put_continue(kvs_node *n, node_conn *c) {
     kvs_wire_msg_init(&rep, KVS_WIRE_PUT_REPLY, p->request_id);
     rep.entries = p->status;
     rep.n_entries = p->n;
-    size_t len = 0;
-    kvs_status st = kvs_control_encode(&rep, n->stream_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4, &len,
-                                       err, sizeof err);
-    node_stream_drop(n, c);
-    if (st == KVS_OK && !(c->sout = malloc(len))) {
-        st = KVS_ENOMEM;
-        kvs_fmt(err, sizeof err, "no memory for the answer");
-    }
-    if (st != KVS_OK) {
-        end_session(n, c, "put answer", err);
-        return;
-    }
-    memcpy(c->sout, n->stream_buf, len);
-    c->sout_len = len;
-    c->sout_sent = 0;
-    c->stream_deadline_ns = stream_deadline(n);
-    out_continue(n, c);
+    answer(n, c, &rep); /* before the drop: rep's entries are the PUT's */
 }
 
 /* A decoded PUT: its objects' names and lengths kept (the frame goes), served as bytes come. */
@@ -346,7 +372,7 @@ static int frame_in(kvs_node *n, node_conn *c) {
         int in_prefix = c->sprefix_have < sizeof c->sprefix;
         uint8_t *dst = in_prefix ? c->sprefix + c->sprefix_have : c->sframe + c->shave;
         size_t want = in_prefix ? sizeof c->sprefix - c->sprefix_have : c->sneed - c->shave;
-        ssize_t k = recv(c->fd, dst, want, MSG_DONTWAIT);
+        ssize_t k = kvs_chan_recv(&c->ch, dst, want);
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) { /* closed, or half a frame: either way this session is over */
@@ -440,12 +466,15 @@ void node_stream_request(kvs_node *n, node_conn *c) {
         if (c->sget) get_continue(n, c);
         if (c->sput) put_continue(n, c);
         return;
+    } else if (decoded == KVS_OK && (req.type == KVS_WIRE_LOOKUP || req.type == KVS_WIRE_DELETE ||
+                                     req.type == KVS_WIRE_STATS)) {
+        small_request(n, c, &req);
     } else if (decoded != KVS_OK) {
         n->stats.refusals++;
         end_session(n, c, "request", why.text);
     } else if (!c->closing) {
         n->stats.refusals++;
-        end_session(n, c, kvs_wire_type_name(req.type), "only get and put go on the stream");
+        end_session(n, c, kvs_wire_type_name(req.type), "not a request");
     }
     frame_done(c);
 }
