@@ -17,18 +17,18 @@ if ! command -v "$cc" >/dev/null || ! "$cc" -fsanitize=fuzzer "$probe" -o "$out/
   echo "fuzz: $cc with -fsanitize=fuzzer is not available (apt-get install clang libclang-rt-14-dev)"
   exit 77
 fi
-common=(backends/ucx/wire.c backends/ucx/wire_decode.c backends/ucx/wire_encode.c backends/ucx/stream.c backends/ucx/auth.c
+common=(backends/ucx/wire.c backends/ucx/wire_decode.c backends/ucx/wire_encode.c backends/ucx/stream.c backends/ucx/channel.c backends/ucx/auth.c
         common/mp_reader.c common/log.c common/clock.c common/key_file.c common/status.c)
 flags=(-g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src" -D_GNU_SOURCE -std=gnu11)
 srcs=()
 for f in "${common[@]}"; do srcs+=("$src/$f"); done
 mkdir -p "$out/corpus-fuzz_wire" "$out/corpus-fuzz_handshake"
-"$cc" -g -O1 -Wall -Wextra -Werror -I"$src" -D_GNU_SOURCE -std=gnu11 "$src/tests/fuzz/seeds.c" "${srcs[@]}" -lcrypto \
+"$cc" -g -O1 -Wall -Wextra -Werror -I"$src" -D_GNU_SOURCE -std=gnu11 "$src/tests/fuzz/seeds.c" "${srcs[@]}" -lssl -lcrypto \
   -lmsgpackc -lpthread -o "$out/seeds"
 "$out/seeds" "$out/corpus-fuzz_wire" "$out/corpus-fuzz_handshake"
 for target in fuzz_wire fuzz_handshake; do
-  "$cc" "${flags[@]}" "$src/tests/fuzz/$target.c" "${srcs[@]}" -lcrypto -lmsgpackc -lpthread -o "$out/$target"
+  "$cc" "${flags[@]}" "$src/tests/fuzz/$target.c" "${srcs[@]}" -lssl -lcrypto -lmsgpackc -lpthread -o "$out/$target"
   echo "fuzz: $target for ${seconds}s"
   (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./$target" -max_total_time="$seconds" -rss_limit_mb=2048 -error_exitcode=1 -timeout_exitcode=1 \
      -max_len=65536 -print_final_stats=1 "corpus-$target" 2>&1 | tail -n 12)
