@@ -104,6 +104,7 @@ static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
 static const char *busy_poll_us = "200"; /* the node's and the tier's */
+static const char *encrypt = "off";      /* --encrypt: the node's flag; the tier's option follows */
 /* the shared-memory reference's two buffers of STAGING_BYTES (main maps them with --shared-memory
  * auto) */
 static uint8_t *copy_src, *copy_dst;
@@ -115,7 +116,7 @@ static void usage(int status) {
         "                     [--shared-memory auto|off] [--payloads auto|rma|messages|stream]\n"
         "                     [--busy-poll-us N] [--pin on|off] [--references interleaved|after]\n"
         "                     [--server-netns NS --server-addr IP]\n"
-        "                     [--integrity none|checksum|keyed]\n"
+        "                     [--integrity none|checksum|keyed] [--encrypt on|off]\n"
         "  --rounds        measured rounds per object size (default 5)\n"
         "  --warmup        rounds run first and not counted (default 1)\n"
         "  --lookups       timed contains calls of 512 keys (default 300)\n"
@@ -128,6 +129,8 @@ static void usage(int status) {
         "  --references interleaved|after\n"
         "                  each round: the tier then the references (default), or all the\n"
         "                  tier's rounds first and the references' after them\n"
+        "  --encrypt       on: the node and the tier with encrypt (TLS 1.3 on the control\n"
+        "                  connection, objects on it: payloads stream)\n"
         "  --integrity     what the connector adds per object, timed with the tier: none (the\n"
         "                  default), checksum (XXH3 sealed before each put, checked after each\n"
         "                  get) or keyed (also Poly1305 tags: integrity: keyed)\n"
@@ -165,6 +168,8 @@ static options parse_options(int argc, char **argv) {
             o.payloads = v;
         else if (!strcmp(a, "--busy-poll-us"))
             o.busy_poll_us = v;
+        else if (!strcmp(a, "--encrypt") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            encrypt = v;
         else if (!strcmp(a, "--pin") && (!strcmp(v, "on") || !strcmp(v, "off")))
             o.pin = !strcmp(v, "on");
         else if (!strcmp(a, "--references") && (!strcmp(v, "interleaved") || !strcmp(v, "after")))
@@ -369,6 +374,8 @@ static void node_start(node_proc *n, uint64_t max_object) {
                     max_s,
                     "--busy-poll-us",
                     (char *)busy_poll_us,
+                    "--encrypt",
+                    (char *)encrypt,
                     NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
@@ -546,7 +553,8 @@ static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_m
     kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", tenant_key_path},
                                  {"tenant", "bench"},     {"replicas", "1"},
                                  {"timeout_ms", "20000"}, {"shared_memory", shared_memory},
-                                 {"payloads", payloads},  {"busy_poll_us", busy_poll_us}};
+                                 {"payloads", payloads},  {"busy_poll_us", busy_poll_us},
+                                 {"encrypt", strcmp(encrypt, "on") == 0 ? "true" : "false"}};
     char err[512] = "";
     kvs_backend_init init;
     memset(&init, 0, sizeof init);

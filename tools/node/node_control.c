@@ -206,10 +206,17 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     n->n_handshakes--;
     n->n_sessions++;
     n->stats.auth_ok++;
-    int slow = kvs_ucx_tls_slow(tls);
-    kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
-            "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer, c->auth.tenant,
-            tls, slow ? " only - a slow fallback (RMA emulated over messages)" : "");
+    int slow = kvs_ucx_tls_slow(tls) && !kvs_chan_is_tls(&c->ch);
+    if (kvs_chan_is_tls(&c->ch))
+        kvs_log(n->log_level, KVS_LOG_INFO,
+                "kvstrata-node: client %s (tenant \"%s\"): requests and payloads on its TLS "
+                "connection",
+                c->peer, c->auth.tenant);
+    else
+        kvs_log(n->log_level, slow ? KVS_LOG_WARN : KVS_LOG_INFO,
+                "kvstrata-node: client %s (tenant \"%s\"): payloads over %s%s", c->peer,
+                c->auth.tenant, tls,
+                slow ? " only - a slow fallback (RMA emulated over messages)" : "");
     control_send(n, c, &rep);
 }
 
