@@ -4,6 +4,8 @@
 # from the nodes bit for bit, and a second engine process must be served what the first one left
 # on the nodes. The nodes hold 64 objects of up to 1 MiB each (the DRAM tier has one slab per
 # largest object). The daemons are started here and stopped (SIGTERM, exit 0 checked) at the end.
+# With KVS_E2E_ENCRYPT=1 the nodes run with --encrypt on and the tier with encrypt: true (TLS on
+# every control connection, every request and object on it).
 #
 # usage: remote_verify.sh MINI_ENGINE KVSTRATA_NODE WORKDIR [mini engine workload flags...]
 set -eu
@@ -11,6 +13,12 @@ engine=$1
 node=$2
 work=$3
 shift 3
+encrypt_flag=off
+encrypt_option=false
+if [ "${KVS_E2E_ENCRYPT:-0}" = 1 ]; then
+    encrypt_flag=on
+    encrypt_option=true
+fi
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -41,7 +49,7 @@ YAML
 # Start node $1; wait for its readiness line; print its port.
 start_node() {
     "$node" --listen 127.0.0.1:0 --psk-file "$work/psk" --config "$work/node.yaml" --max-object-bytes 1MiB \
-        >"$work/node$1.out" 2>"$work/node$1.err" &
+        --encrypt "$encrypt_flag" >"$work/node$1.out" 2>"$work/node$1.err" &
     echo $! >"$work/node$1.pid"
     i=0
     while ! grep -q '^kvstrata-node ready ' "$work/node$1.out" 2>/dev/null; do
@@ -74,6 +82,7 @@ tiers:
       tenant: e2e
       replicas: 2
       timeout_ms: 5000
+      encrypt: $encrypt_option
 YAML
 
 for run in 1 2; do
