@@ -125,6 +125,17 @@ START_TEST(the_node_section_parses_for_kvstrata_node) {
                        "expected a mapping");
     cfg_expect_refused("node:\n  tenant_capacity: 0\n" ONE_TIER, KVS_ECONFIG,
                        "node.tenant_capacity", "greater than 0");
+    /* encrypt: 2 true, 1 false, 0 not given (the node's --encrypt decides) */
+    cfg = cfg_load_ok("node:\n  encrypt: true\n" ONE_TIER);
+    ck_assert_int_eq(cfg->node.encrypt, 2);
+    kvs_config_free(cfg);
+    cfg = cfg_load_ok("node:\n  encrypt: off\n" ONE_TIER);
+    ck_assert_int_eq(cfg->node.encrypt, 1);
+    kvs_config_free(cfg);
+    cfg = cfg_load_ok(ONE_TIER);
+    ck_assert_int_eq(cfg->node.encrypt, 0);
+    kvs_config_free(cfg);
+    cfg_expect_refused("node:\n  encrypt: maybe\n" ONE_TIER, KVS_ECONFIG, "node.encrypt", "");
 }
 END_TEST
 
