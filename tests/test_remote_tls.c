@@ -250,6 +250,15 @@ START_TEST(an_encrypted_tier_round_trips_and_the_wire_carries_no_object_byte) {
 }
 END_TEST
 
+/* A HELLO naming tenant (a static nonce: these hellos are refused before it matters). */
+static void hello(kvs_wire_msg *m, const char *tenant) {
+    static const uint8_t nonce[KVS_WIRE_NONCE_BYTES] = {1};
+    kvs_wire_msg_init(m, KVS_WIRE_HELLO, 0);
+    m->tenant = tenant;
+    m->tenant_len = (uint32_t)strlen(tenant);
+    m->nonce = nonce;
+}
+
 /* A tier with encrypt against a node without it, and the other way round: no session, a sentence
  * that names the mismatch, and the node serves its own kind meanwhile. */
 START_TEST(plain_and_tls_peers_of_the_other_kind_are_refused_with_a_sentence) {
@@ -282,14 +291,8 @@ START_TEST(plain_and_tls_peers_of_the_other_kind_are_refused_with_a_sentence) {
     /* an encrypted node: a plain client's HELLO gets no answer but the connection's end */
     kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
     kvs_test_client *c = kvs_test_client_open(&node);
-    uint8_t tenant_key[32];
-    kvs_test_node_tenant_key(&node, "test-tenant", tenant_key, NULL, 0);
-    uint8_t nonce[KVS_WIRE_NONCE_BYTES] = {1};
     kvs_wire_msg m, rep;
-    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
-    m.tenant = "test-tenant";
-    m.tenant_len = 11;
-    m.nonce = nonce;
+    hello(&m, "test-tenant");
     ck_assert_msg(!kvs_test_client_control_request(c, &m, &rep),
                   "an encrypted node answered a plain hello");
     ck_assert(kvs_test_control_closed(c->ctl_fd));
@@ -316,12 +319,8 @@ START_TEST(a_tls_key_names_one_tenant_only) {
 
     c = kvs_test_client_open(&node);
     ck_assert_int_eq(kvs_test_client_tls(c, "tenant-b", key_b, sizeof key_b), KVS_OK);
-    uint8_t nonce[KVS_WIRE_NONCE_BYTES] = {1};
     kvs_wire_msg m, rep;
-    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, 0);
-    m.tenant = "tenant-a";
-    m.tenant_len = 8;
-    m.nonce = nonce;
+    hello(&m, "tenant-a");
     ck_assert(kvs_test_client_control_request(c, &m, &rep));
     ck_assert_uint_eq(rep.type, KVS_WIRE_ERROR);
     ck_assert_uint_eq(rep.error_code, KVS_WIRE_ERR_AUTH);
