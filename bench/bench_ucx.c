@@ -104,7 +104,7 @@ static pid_t node_pid; /* stopped at exit, also when a failure exits early */
 static const char *tier_tls;
 static const char *server_netns, *server_addr = "127.0.0.1";
 static const char *busy_poll_us = "200"; /* the node's and the tier's */
-static const char *encrypt = "off";      /* --encrypt: the node's flag; the tier's option follows */
+static const char *encrypt_flag = "off"; /* --encrypt: the node's flag; the tier's option follows */
 /* the shared-memory reference's two buffers of STAGING_BYTES (main maps them with --shared-memory
  * auto) */
 static uint8_t *copy_src, *copy_dst;
@@ -169,7 +169,7 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(a, "--busy-poll-us"))
             o.busy_poll_us = v;
         else if (!strcmp(a, "--encrypt") && (!strcmp(v, "on") || !strcmp(v, "off")))
-            encrypt = v;
+            encrypt_flag = v;
         else if (!strcmp(a, "--pin") && (!strcmp(v, "on") || !strcmp(v, "off")))
             o.pin = !strcmp(v, "on");
         else if (!strcmp(a, "--references") && (!strcmp(v, "interleaved") || !strcmp(v, "after")))
@@ -375,7 +375,7 @@ static void node_start(node_proc *n, uint64_t max_object) {
                     "--busy-poll-us",
                     (char *)busy_poll_us,
                     "--encrypt",
-                    (char *)encrypt,
+                    (char *)encrypt_flag,
                     NULL};
     n->pid = spawn_server(argv, NULL, pipefd[1]);
     close(pipefd[1]);
@@ -554,7 +554,7 @@ static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_m
                                  {"tenant", "bench"},     {"replicas", "1"},
                                  {"timeout_ms", "20000"}, {"shared_memory", shared_memory},
                                  {"payloads", payloads},  {"busy_poll_us", busy_poll_us},
-                                 {"encrypt", strcmp(encrypt, "on") == 0 ? "true" : "false"}};
+                                 {"encrypt", strcmp(encrypt_flag, "on") == 0 ? "true" : "false"}};
     char err[512] = "";
     kvs_backend_init init;
     memset(&init, 0, sizeof init);

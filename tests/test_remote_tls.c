@@ -274,8 +274,8 @@ START_TEST(plain_and_tls_peers_of_the_other_kind_are_refused_with_a_sentence) {
     ck_assert_uint_eq(stats.nodes_up, 0);
     const kvs_backend_ops *ops = kvs_remote_backend();
     const char *why = ops->last_error(s);
-    ck_assert_msg(why && strstr(why, "TLS"), "the tier's error does not name TLS: %s",
-                  why ? why : "(none)");
+    ck_assert_msg(why && strstr(why, "TLS") && strstr(why, "is the peer run with encrypt"),
+                  "the tier's error does not name TLS: %s", why ? why : "(none)");
     ops->destroy(s);
     double until = kvs_test_now_ms() + kvs_test_scaled_ms(3000);
     while (kvs_test_node_log_lines(&node, "runs without encrypt") == 0 && kvs_test_now_ms() < until)
@@ -313,7 +313,8 @@ START_TEST(a_tls_key_names_one_tenant_only) {
     kvs_test_node_tenant_key(&node, "tenant-a", key_a, NULL, 0);
     kvs_test_node_tenant_key(&node, "tenant-b", key_b, NULL, 0);
     kvs_test_client *c = kvs_test_client_open(&node);
-    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_b, sizeof key_b), KVS_EIO);
+    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_b, sizeof key_b),
+                     KVS_EINVAL); /* refused */
     ck_assert(kvs_test_control_closed(c->ctl_fd));
     kvs_test_client_close(c);
 
@@ -377,6 +378,177 @@ START_TEST(an_encrypted_session_takes_nothing_over_ucx) {
 }
 END_TEST
 
+/* The node's CPU time so far, in clock ticks (utime + stime of /proc/PID/stat). */
+static unsigned long cpu_ticks(pid_t pid) {
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    unsigned long ut = 0, st = 0;
+    const char *p = strrchr(line, ')'); /* fields 14 and 15 follow the command's name */
+    ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st),
+                     2);
+    return ut + st;
+}
+
+/* A tenant that sends a GET and the first bytes of its next frame in one TLS record, then reads
+ * nothing: the node holds those bytes decrypted while it waits for room for the answer, and must
+ * wait on poll, not spin on them (it took a whole core for the GET's timeout_ms). */
+START_TEST(bytes_tls_holds_do_not_make_the_node_spin_while_it_waits_to_send) {
+    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
+    uint8_t key_a[32];
+    kvs_test_node_tenant_key(&node, "tenant-a", key_a, NULL, 0);
+    kvs_test_client *c = kvs_test_client_open(&node);
+    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_a, sizeof key_a), KVS_OK);
+    ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", key_a, sizeof key_a, NULL),
+                      KVS_WIRE_AUTH_OK);
+    enum { LEN = 2 * MIB, N = 16 };
+    uint8_t *obj = malloc(LEN);
+    static uint8_t buf[KVS_WIRE_MAX_MESSAGE_BYTES + 64];
+    ck_assert_ptr_nonnull(obj);
+    kvs_test_fill(obj, LEN, 3);
+    uint8_t key[16];
+    kvs_test_node_key(key, 1);
+    kvs_wire_entry e[N];
+    memset(e, 0, sizeof e);
+    for (int i = 0; i < N; i++) e[i] = (kvs_wire_entry){.key = key, .by_message = 1, .length = LEN};
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, KVS_WIRE_PUT, 1);
+    m.entries = e;
+    m.n_entries = 1;
+    char err[256] = "";
+    size_t len = 0;
+    uint64_t deadline = kvs_now_ns() + 5000ull * 1000000ull;
+    ck_assert_int_eq(kvs_stream_write_msg(&c->ch, &m, buf, sizeof buf, deadline, err, sizeof err),
+                     KVS_OK);
+    struct iovec v = {obj, LEN};
+    ck_assert_int_eq(kvs_stream_writev(&c->ch, &v, 1, deadline, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(
+        kvs_stream_read_frame(&c->ch, buf, sizeof buf, &len, deadline, err, sizeof err), KVS_OK);
+    /* 16 copies of it asked for (32 MiB: more than the sockets hold), with 8 more bytes */
+    kvs_wire_msg_init(&m, KVS_WIRE_GET, 2);
+    m.entries = e;
+    m.n_entries = N;
+    kvs_wire_refusal why;
+    ck_assert_int_eq(kvs_wire_encode(&m, buf + 4, sizeof buf - 12, &len, &why), KVS_OK);
+    buf[0] = (uint8_t)(len >> 24);
+    buf[1] = (uint8_t)(len >> 16);
+    buf[2] = (uint8_t)(len >> 8);
+    buf[3] = (uint8_t)len;
+    memset(buf + 4 + len, 0, 8);
+    buf[4 + len + 3] = 20; /* the next frame's length prefix, and more */
+    ck_assert_int_eq(kvs_chan_send(&c->ch, buf, len + 12), (ssize_t)(len + 12));
+    usleep(300000); /* the node has filled the socket and waits for room */
+    unsigned long t0 = cpu_ticks(node.pid);
+    usleep(1500000);
+    unsigned long used = cpu_ticks(node.pid) - t0,
+                  of = (unsigned long)(3 * sysconf(_SC_CLK_TCK) / 2);
+    ck_assert_msg(used * 4 < of, "the node used %lu of %lu ticks while it waited", used, of);
+    kvs_test_client_close(c);
+    free(obj);
+}
+END_TEST
+
+/* A tier whose psk_file is another tenant's key fails at create with a sentence naming the key, as
+ * it does without encrypt; the node refused it in the TLS handshake. */
+START_TEST(a_wrong_key_with_encrypt_fails_create_with_a_sentence) {
+    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
+    kvs_backend_option opts[] = {{"node", node.id},
+                                 {"psk_file", wrong_key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"timeout_ms", "2000"},
+                                 {"encrypt", "true"}};
+    char err[512] = "";
+    void *s = NULL;
+    kvs_status st = kvs_test_remote_create(opts, 5, err, sizeof err, &s, staging, STAGING_BYTES);
+    ck_assert_int_eq(st, KVS_EIO);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(err, "refused authentication") && strstr(err, "check psk_file") &&
+                      strstr(err, "TLS"),
+                  "%s", err);
+}
+END_TEST
+
+/* A TLS write to a connection the peer has gone from fails with EPIPE; it does not raise SIGPIPE
+ * (a C engine that left SIGPIPE at its default would die of it). */
+START_TEST(a_tls_write_to_a_gone_peer_raises_no_sigpipe) {
+    ck_assert(signal(SIGPIPE, SIG_DFL) != SIG_ERR);
+    int sv[2];
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+    kvs_remote_psk key;
+    uint8_t bytes[32];
+    kvs_test_fill(bytes, sizeof bytes, 9);
+    char err[256] = "";
+    ck_assert_int_eq(kvs_remote_psk_set(&key, bytes, sizeof bytes, err, sizeof err), KVS_OK);
+    kvs_tls *tls = NULL;
+    ck_assert_int_eq(kvs_tls_client_new("tenant-a", &key, &tls, err, sizeof err), KVS_OK);
+    kvs_chan ch;
+    kvs_chan_plain(&ch, sv[0]);
+    ck_assert_int_eq(kvs_tls_attach(tls, &ch, err, sizeof err), KVS_OK);
+    close(sv[1]);
+    ck_assert_int_eq(kvs_tls_handshake(&ch, err, sizeof err), KVS_EIO); /* its ClientHello */
+    ck_assert_int_eq(kvs_chan_send(&ch, bytes, sizeof bytes), -1);
+    kvs_chan_close(&ch);
+    kvs_tls_free(tls);
+    ck_assert(signal(SIGPIPE, SIG_IGN) != SIG_ERR);
+}
+END_TEST
+
+/* A lookup across two encrypted nodes, one of them stopped: every node's request is written before
+ * any answer is awaited, so the live node's answer is in when the stopped node's deadline passes,
+ * and only the stopped node is marked down (asked one after the other, both were). */
+START_TEST(a_stopped_encrypted_node_takes_no_other_node_down) {
+    static kvs_test_node other;
+    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
+    kvs_test_remote_node_start_flag(&other, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    kvs_backend_option opts[] = {{"node", node.id},      {"node", other.id},
+                                 {"psk_file", key_path}, {"tenant", "test-tenant"},
+                                 {"timeout_ms", "1000"}, {"connect_backoff_ms", "30000"},
+                                 {"encrypt", "true"}};
+    char err[512] = "";
+    void *s = NULL;
+    ck_assert_int_eq(kvs_test_remote_create(opts, 7, err, sizeof err, &s, staging, STAGING_BYTES),
+                     KVS_OK);
+    enum { N = 24 };
+    kvs_key keys[N];
+    uint8_t obj[4096];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = kvs_test_remote_key(700 + i);
+        kvs_test_fill(obj, sizeof obj, 700 + i);
+        ck_assert_int_eq(ops->put(s, &keys[i], obj, sizeof obj), KVS_OK);
+    }
+    ck_assert_int_eq(kvs_remote_flush(s), KVS_OK);
+    uint64_t n = 0;
+    ck_assert_int_eq(ops->contains(s, keys, N, &n), KVS_OK);
+    ck_assert_uint_eq(n, N);
+    ck_assert_int_eq(kill(node.pid, SIGSTOP), 0);
+    ck_assert_int_eq(ops->contains(s, keys, N, &n), KVS_OK); /* across both nodes */
+    kvs_remote_stats_t stats;
+    double until = kvs_test_now_ms() + kvs_test_scaled_ms(5000);
+    do { /* the tier's thread marks nodes down as its lookup's deadline passes */
+        usleep(100000);
+        ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    } while (stats.node_failures == 0 && kvs_test_now_ms() < until);
+    usleep(200000);
+    ck_assert_int_eq(kvs_remote_stats(s, &stats), KVS_OK);
+    ck_assert_uint_eq(stats.node_failures, 1);
+    ck_assert_uint_eq(stats.nodes_up, 1);
+    uint64_t found = 0; /* the live node's keys, one lookup each */
+    for (uint32_t i = 0; i < N; i++) {
+        ck_assert_int_eq(ops->contains(s, &keys[i], 1, &n), KVS_OK);
+        found += n;
+    }
+    ck_assert_int_eq(kill(node.pid, SIGCONT), 0);
+    ck_assert_msg(found > 0 && found < N, "%llu of %d keys found with one of two nodes stopped",
+                  (unsigned long long)found, N);
+    ops->destroy(s);
+    (void)kvs_test_node_stop(&other);
+}
+END_TEST
+
 /* Payload modes that carry objects over UCX in the clear cannot be combined with encrypt. */
 START_TEST(encrypt_refuses_payloads_in_the_clear) {
     static const char *const modes[2] = {"rma", "messages"};
@@ -408,6 +580,10 @@ int main(void) {
     tcase_add_test(tc, a_tls_key_names_one_tenant_only);
     tcase_add_test(tc, an_encrypted_session_takes_nothing_over_ucx);
     tcase_add_loop_test(tc, encrypt_refuses_payloads_in_the_clear, 0, 2);
+    tcase_add_test(tc, bytes_tls_holds_do_not_make_the_node_spin_while_it_waits_to_send);
+    tcase_add_test(tc, a_wrong_key_with_encrypt_fails_create_with_a_sentence);
+    tcase_add_test(tc, a_tls_write_to_a_gone_peer_raises_no_sigpipe);
+    tcase_add_test(tc, a_stopped_encrypted_node_takes_no_other_node_down);
     suite_add_tcase(s, tc);
     SRunner *runner = srunner_create(s);
     srunner_run_all(runner, CK_NORMAL);

@@ -7,6 +7,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -79,7 +80,10 @@ static ssize_t ssl_failed(kvs_chan *ch, int r) {
         case SSL_ERROR_SYSCALL:
             if (errno == 0) return 0; /* the socket ended under the record layer */
             return -1;
-        default: errno = EPROTO; return -1;
+        default:
+            ERR_clear_error(); /* nothing of it is said: the channel is over */
+            errno = EPROTO;
+            return -1;
     }
 }
 
@@ -163,6 +167,59 @@ int kvs_chan_peek(kvs_chan *ch) {
     return -1;
 }
 
+/* ---- the socket under TLS ----------------------------------------------------------------- */
+
+/* OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a connection the peer reset: a
+ * library must not kill its host for that, so TLS records go through send with MSG_NOSIGNAL. */
+static BIO_METHOD *sock_method;
+static pthread_once_t sock_method_once = PTHREAD_ONCE_INIT;
+
+static int sock_fd(BIO *b) {
+    return (int)(intptr_t)BIO_get_data(b) - 1;
+}
+
+static int sock_write(BIO *b, const char *buf, int len) {
+    BIO_clear_retry_flags(b);
+    ssize_t k = send(sock_fd(b), buf, (size_t)len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        BIO_set_retry_write(b);
+    return (int)k;
+}
+
+static int sock_read(BIO *b, char *buf, int len) {
+    BIO_clear_retry_flags(b);
+    ssize_t k = recv(sock_fd(b), buf, (size_t)len, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+    return (int)k;
+}
+
+static long sock_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)b;
+    (void)num;
+    (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0; /* nothing is buffered here */
+}
+
+static void sock_method_make(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kvstrata socket");
+    if (m && (!BIO_meth_set_write(m, sock_write) || !BIO_meth_set_read(m, sock_read) ||
+              !BIO_meth_set_ctrl(m, sock_ctrl))) {
+        BIO_meth_free(m);
+        m = NULL;
+    }
+    sock_method = m;
+}
+
+static BIO *sock_bio(int fd) {
+    pthread_once(&sock_method_once, sock_method_make);
+    BIO *b = sock_method ? BIO_new(sock_method) : NULL;
+    if (b) {
+        BIO_set_data(b, (void *)(intptr_t)(fd + 1));
+        BIO_set_init(b, 1);
+    }
+    return b;
+}
+
 /* ---- TLS contexts ------------------------------------------------------------------------- */
 
 static void say_ssl(char *err, size_t err_len, const char *what) {
@@ -229,6 +286,9 @@ static kvs_status tls_new(int server, kvs_tls **out, char *err, size_t err_len) 
     /* a write may end halfway (the socket full) and go on from another address: callers keep their
      * place in their own buffers, as with send */
     SSL_CTX_set_mode(tls->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* a record is read off the socket only when asked for: what SSL_pending reports is then all TLS
+     * holds, and the loops that poll the socket see every other byte (kvs_chan_pending) */
+    SSL_CTX_set_read_ahead(tls->ctx, 0);
     SSL_CTX_set_app_data(tls->ctx, tls);
     if (server)
         SSL_CTX_set_psk_server_callback(tls->ctx, node_psk);
@@ -286,12 +346,14 @@ kvs_status kvs_tls_attach(kvs_tls *tls, kvs_chan *ch, char *err, size_t err_len)
     ERR_clear_error();
     SSL *ssl = SSL_new(tls->ctx);
     chan_extra *x = calloc(1, sizeof *x);
-    if (!ssl || !x || SSL_set_fd(ssl, ch->fd) != 1) {
+    BIO *bio = ssl && x ? sock_bio(ch->fd) : NULL;
+    if (!bio) {
         say_ssl(err, err_len, "cannot start a TLS session");
         SSL_free(ssl);
         free(x);
         return ssl && x ? KVS_EIO : KVS_ENOMEM;
     }
+    SSL_set_bio(ssl, bio, bio); /* the session owns it; the socket stays the channel's */
     SSL_set_app_data(ssl, x);
     if (tls->server)
         SSL_set_accept_state(ssl);
@@ -318,14 +380,20 @@ kvs_status kvs_tls_handshake(kvs_chan *ch, char *err, size_t err_len) {
         ch->want = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
         return KVS_EAGAIN;
     }
-    if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error())
-        kvs_fmt(err, err_len, "TLS handshake: %s",
+    if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error()) {
+        kvs_fmt(err, err_len, "TLS handshake: %s (is the peer run with encrypt?)",
                 errno ? strerror(errno) : "the peer closed the connection");
-    else
-        say_ssl(err, err_len,
-                "TLS handshake failed (a key of another tenant or master, or a peer "
-                "without encrypt)");
-    return KVS_EIO;
+        return KVS_EIO;
+    }
+    /* an alert from the peer (OpenSSL's reasons for those start at SSL_AD_REASON_OFFSET): it took
+     * our first message as TLS and refused it, which with a PSK means the key */
+    int refused = ERR_GET_LIB(ERR_peek_last_error()) == ERR_LIB_SSL &&
+                  ERR_GET_REASON(ERR_peek_last_error()) >= SSL_AD_REASON_OFFSET;
+    say_ssl(err, err_len,
+            refused ? "TLS handshake refused by the peer (a key of another tenant or master)"
+                    : "TLS handshake failed (a key of another tenant or master, or a peer without "
+                      "encrypt)");
+    return refused ? KVS_EINVAL : KVS_EIO;
 }
 
 const char *kvs_tls_peer_tenant(const kvs_chan *ch) {

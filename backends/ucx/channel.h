@@ -75,8 +75,9 @@ void kvs_tls_free(kvs_tls *tls);
  * driven by kvs_tls_handshake. KVS_ENOMEM or KVS_EIO with a sentence. */
 kvs_status kvs_tls_attach(kvs_tls *tls, kvs_chan *ch, char *err, size_t err_len);
 /* Move the TLS handshake on without waiting: KVS_OK when it has finished, KVS_EAGAIN while it waits
- * (ch->want says for what), KVS_EIO with a sentence when it failed (a wrong key, not TLS, the peer
- * gone). Plain channels are KVS_OK. */
+ * (ch->want says for what), KVS_EINVAL when the peer refused it with an alert (its key is not ours:
+ * another tenant's or master's), KVS_EIO otherwise (not TLS, the peer gone), each with a sentence.
+ * Plain channels are KVS_OK. */
 kvs_status kvs_tls_handshake(kvs_chan *ch, char *err, size_t err_len);
 /* The node side after the handshake: the PSK identity the client offered (the tenant it holds the
  * key of), NUL-terminated; NULL for a plain channel or before the handshake finished. */

@@ -277,7 +277,16 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
             nd->hs = HS_TLS;
             __attribute__((fallthrough));
         case HS_TLS:
-            if ((st = kvs_tls_handshake(&nd->ctl, err, sizeof err)) != KVS_OK) {
+            if ((st = kvs_tls_handshake(&nd->ctl, err, sizeof err)) == KVS_EINVAL) {
+                /* the node refused our TLS key: a refused handshake, as a wrong proof is */
+                snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+                nd->hs = HS_REFUSED;
+                pthread_mutex_lock(&r->mutex);
+                r->stats.auth_refusals++;
+                pthread_mutex_unlock(&r->mutex);
+                return KVS_EIO;
+            }
+            if (st != KVS_OK) {
                 if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
                 return st;
             }

@@ -300,36 +300,46 @@ static kvs_status stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64
     return KVS_OK;
 }
 
-/* A LOOKUP, DELETE or STATS of an encrypted node: the frame on the TLS stream and its answer read
- * back (PUTs' answers before it were drained by the caller), taken as a UCX reply would be. */
-static kvs_status stream_call(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+/* A LOOKUP, DELETE or STATS of an encrypted node goes on its TLS stream (PUTs' answers before it
+ * were drained by the caller); every node's is written before any answer is read, so the nodes
+ * serve them at once, as over UCX. */
+static kvs_status stream_call_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+    char err[256] = "";
+    kvs_status st = kvs_stream_write_msg(&nd->ctl, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4,
+                                         deadline, err, sizeof err);
+    if (st != KVS_OK)
+        snprintf(nd->refusal, sizeof nd->refusal, "%s on the stream: %s",
+                 kvs_wire_type_name(m->type), err);
+    return st;
+}
+
+/* Its answer, taken as a UCX reply would be (take_reply); a failure marks the node failed. An answer
+ * already in reads by any deadline: a slow node before it costs the others nothing. */
+static void stream_call_take(remote *r, rnode *nd, uint64_t deadline) {
     char err[256] = "";
     size_t len = 0;
     kvs_wire_msg rep;
     kvs_wire_refusal why;
     memset(&why, 0, sizeof why);
-    kvs_status st = kvs_stream_write_msg(&nd->ctl, m, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES + 4,
-                                         deadline, err, sizeof err);
-    if (st == KVS_OK)
-        st = kvs_stream_read_frame(&nd->ctl, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
-                                   deadline, err, sizeof err);
+    kvs_status st = kvs_stream_read_frame(&nd->ctl, r->frame_buf, KVS_WIRE_MAX_MESSAGE_BYTES, &len,
+                                          deadline, err, sizeof err);
     if (st == KVS_OK && kvs_wire_decode(r->frame_buf, len, r->reply_entries, KVS_WIRE_MAX_KEYS,
                                         &rep, &why) != KVS_OK) {
         snprintf(err, sizeof err, "an unreadable answer: %s", why.text);
         st = KVS_ECORRUPT;
     }
-    if (st == KVS_OK && rep.request_id != m->request_id) {
+    if (st == KVS_OK && rep.request_id != nd->request_id) {
         snprintf(err, sizeof err, "an answer to request %llu, not %llu",
-                 (unsigned long long)rep.request_id, (unsigned long long)m->request_id);
+                 (unsigned long long)rep.request_id, (unsigned long long)nd->request_id);
         st = KVS_ECORRUPT;
     }
     if (st != KVS_OK) {
-        snprintf(nd->refusal, sizeof nd->refusal, "%s on the stream: %s",
-                 kvs_wire_type_name(m->type), err);
-        return st;
+        snprintf(nd->refusal, sizeof nd->refusal, "an answer on the stream: %s", err);
+        nd->pending = 0;
+        nd->failed = 1;
+        return;
     }
-    take_reply(r, nd, &rep);
-    return nd->failed ? KVS_EIO : KVS_OK;
+    take_reply(r, nd, &rep); /* clears pending, or sets failed for an ERROR */
 }
 
 kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t deadline) {
@@ -450,7 +460,7 @@ static void exchange(remote *r, int type, uint64_t deadline) {
                                         : stream_put(r, nd, &m, deadline);
             if (sent == KVS_OK) nd->pending = 0;
         } else if (kvs_chan_is_tls(&nd->ctl)) {
-            sent = stream_call(r, nd, &m, deadline); /* nothing of an encrypted session on UCX */
+            sent = stream_call_send(r, nd, &m, deadline); /* nothing of it goes on UCX */
         } else if (type == KVS_WIRE_PUT && nd->messages) {
             sent = send_put_payloads(r, nd, m.read_by_ns, deadline);
         } else {
@@ -465,6 +475,9 @@ static void exchange(remote *r, int type, uint64_t deadline) {
             pthread_mutex_unlock(&r->mutex);
         }
     }
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) /* encrypted nodes' answers, on their streams */
+        if (r->nodes[i].pending && kvs_chan_is_tls(&r->nodes[i].ctl))
+            stream_call_take(r, &r->nodes[i], deadline);
     for (;;) {
         int waiting = 0;
         for (uint32_t i = 0; i < r->opt.n_nodes; i++)

@@ -442,6 +442,11 @@ void kvs_node_set_psk(kvs_node *n, const kvs_remote_psk *master) {
     n->psk = *master;
 }
 
+/* Whether c's next step is a read of bytes TLS already holds (see the loop). */
+static int held(node_conn *c) {
+    return !node_stream_sending(c) && kvs_chan_pending(&c->ch) > 0;
+}
+
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
@@ -456,12 +461,15 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         n->pfds[1] = (struct pollfd){.fd = kvs_ucx_event_fd(n->t), .events = POLLIN};
         n->pfds[2] = (struct pollfd){.fd = accepting ? n->listen_fd : -1, .events = POLLIN};
         uint32_t np = 3;
-        int decrypted = 0; /* bytes TLS took off a socket and holds: no poll event will say so */
+        /* bytes TLS took off a socket and holds: no poll event will say so, and a session that
+         * reads next must be served without waiting (one still sending its answer waits for room,
+         * which poll does say) */
+        int decrypted = 0;
         for (node_conn *c = n->conns; c && np < n->pfds_cap; c = c->next) {
             n->pfds[np] = (struct pollfd){
                 .fd = c->ch.fd,
                 .events = kvs_chan_events(&c->ch, node_stream_sending(c) ? POLLOUT : POLLIN)};
-            decrypted |= kvs_chan_pending(&c->ch) > 0;
+            decrypted |= held(c);
             n->pconns[np++] = c;
         }
         keep_shared_room(n);
@@ -475,7 +483,7 @@ kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
         if (n->pfds[0].revents & POLLIN) return KVS_OK;
         for (uint32_t i = 3; i < np; i++) {
             node_conn *c = n->pconns[i];
-            if ((!n->pfds[i].revents && !kvs_chan_pending(&c->ch)) || c->closing) continue;
+            if ((!n->pfds[i].revents && !held(c)) || c->closing) continue;
             /* a GET's answer goes on when there is room; its writes see a peer that went */
             if (node_stream_sending(c) || node_control_readable(n, c)) node_stream_request(n, c);
         }
