@@ -550,10 +550,14 @@ static void check(const tier *t, const char *what, kvs_status st) {
 static tier tier_open(const node_proc *n, uint8_t *staging, const char *shared_memory,
                       const char *payloads) {
     tier t = {.ops = kvs_remote_backend()};
-    kvs_backend_option opts[] = {{"node", n->id},         {"psk_file", tenant_key_path},
-                                 {"tenant", "bench"},     {"replicas", "1"},
-                                 {"timeout_ms", "20000"}, {"shared_memory", shared_memory},
-                                 {"payloads", payloads},  {"busy_poll_us", busy_poll_us},
+    kvs_backend_option opts[] = {{"node", n->id},
+                                 {"psk_file", tenant_key_path},
+                                 {"tenant", "bench"},
+                                 {"replicas", "1"},
+                                 {"timeout_ms", "20000"},
+                                 {"shared_memory", shared_memory},
+                                 {"payloads", payloads},
+                                 {"busy_poll_us", busy_poll_us},
                                  {"encrypt", strcmp(encrypt_flag, "on") == 0 ? "true" : "false"}};
     char err[512] = "";
     kvs_backend_init init;
