@@ -12,8 +12,9 @@
 #define KVS_OBJECT_MAGIC         0x4f53564bu /* "KVSO" little-endian */
 #define KVS_OBJECT_VERSION       1
 /* A raw object sealed with integrity tags (object_mac.h): the same layout, its record in the header
- * page; readers of checksums take it as version 1. */
-#define KVS_OBJECT_VERSION_KEYED 2
+ * page; readers of checksums take it as version 1. (2 was the same with Poly1305 over each whole
+ * layer: no longer read, a miss.) */
+#define KVS_OBJECT_VERSION_KEYED 3
 #define KVS_CODEC_RAW            0
 /* A raw payload whose values were computed over KV that was loaded lossy (docs/compress.md): the
  * layout and checksums of a raw object, refused by readers of raw objects unless they accept lossy

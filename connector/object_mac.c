@@ -10,13 +10,17 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/nh.h"
+#include "common/nhpoly.h"
 #include "keys.h"
 
-#define MAC_LABEL "kvstrata-object-mac-v1"
-#define KEY_BYTES 32u
+#define MAC_LABEL    "kvstrata-object-mac-v1"
+#define NH_KEY_LABEL "kvstrata-nh-key-v1"
+#define KEY_BYTES    32u
 
 struct kvs_object_mac {
     uint8_t key[KEY_BYTES];
+    uint32_t nh_key[KVS_NH_KEY_WORDS]; /* ChaCha20 keystream under HMAC(key, NH_KEY_LABEL) */
     EVP_MAC *poly1305;
     EVP_CIPHER *chacha20;
 };
@@ -43,6 +47,27 @@ int kvs_object_mac_fits(uint32_t n_layers) {
            kvs_object_payload_offset(n_layers);
 }
 
+/* The NH key: ChaCha20 keystream (block 0 on, zero nonce) under HMAC-SHA256(key, NH_KEY_LABEL), a
+ * key of its own so that no object's one-time keys (under `key`) ever meet it. */
+static int nh_key_of(kvs_object_mac *m) {
+    uint8_t k[KEY_BYTES], iv[16] = {0}, zero[KVS_NH_KEY_WORDS * 4] = {0},
+                          stream[KVS_NH_KEY_WORDS * 4];
+    unsigned int got = 0;
+    int n = 0;
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    int ok = HMAC(EVP_sha256(), m->key, sizeof m->key, (const uint8_t *)NH_KEY_LABEL,
+                  sizeof NH_KEY_LABEL - 1, k, &got) &&
+             got == KEY_BYTES && c && EVP_EncryptInit_ex2(c, m->chacha20, k, iv, NULL) &&
+             EVP_EncryptUpdate(c, stream, &n, zero, sizeof zero) && n == (int)sizeof stream;
+    EVP_CIPHER_CTX_free(c);
+    for (uint32_t i = 0; ok && i < KVS_NH_KEY_WORDS; i++)
+        m->nh_key[i] = (uint32_t)stream[4 * i] | (uint32_t)stream[4 * i + 1] << 8 |
+                       (uint32_t)stream[4 * i + 2] << 16 | (uint32_t)stream[4 * i + 3] << 24;
+    OPENSSL_cleanse(k, sizeof k);
+    OPENSSL_cleanse(stream, sizeof stream);
+    return ok;
+}
+
 kvs_status kvs_object_mac_open(const uint8_t *key, size_t len, kvs_object_mac **out, char *error,
                                size_t error_len) {
     *out = NULL;
@@ -57,7 +82,7 @@ kvs_status kvs_object_mac_open(const uint8_t *key, size_t len, kvs_object_mac **
     if (!m->poly1305 || !m->chacha20 ||
         !HMAC(EVP_sha256(), key, (int)len, (const uint8_t *)MAC_LABEL, sizeof MAC_LABEL - 1, m->key,
               &got) ||
-        got != KEY_BYTES) {
+        got != KEY_BYTES || !nh_key_of(m)) {
         kvs_fmt(error, error_len, "integrity: libcrypto has no Poly1305, ChaCha20 or HMAC-SHA256");
         kvs_object_mac_close(m);
         return KVS_EIO;
@@ -69,6 +94,7 @@ kvs_status kvs_object_mac_open(const uint8_t *key, size_t len, kvs_object_mac **
 void kvs_object_mac_close(kvs_object_mac *m) {
     if (!m) return;
     OPENSSL_cleanse(m->key, sizeof m->key);
+    OPENSSL_cleanse(m->nh_key, sizeof m->nh_key);
     EVP_MAC_free(m->poly1305);
     EVP_CIPHER_free(m->chacha20);
     free(m);
@@ -112,6 +138,7 @@ typedef struct span {
     size_t len;
 } span;
 
+/* Poly1305 under tag `index`'s one-time key over parts (the header tag). */
 static int tag_of(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
                   uint32_t index, const span *parts, int n_parts,
                   uint8_t out[KVS_OBJECT_TAG_BYTES]) {
@@ -123,6 +150,15 @@ static int tag_of(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_
     for (int i = 0; ok && i < n_parts; i++) ok = EVP_MAC_update(c, parts[i].bytes, parts[i].len);
     ok = ok && EVP_MAC_final(c, out, &got, KVS_OBJECT_TAG_BYTES) && got == KVS_OBJECT_TAG_BYTES;
     EVP_MAC_CTX_free(c);
+    OPENSSL_cleanse(otk, sizeof otk);
+    return ok;
+}
+
+int kvs_object_mac_layer_begin(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
+                               uint32_t layer, kvs_nhpoly *s) {
+    uint8_t otk[32];
+    int ok = one_time_key(m, nonce, 1 + layer, otk);
+    ok = kvs_nhpoly_init(s, m->nh_key, otk) && ok;
     OPENSSL_cleanse(otk, sizeof otk);
     return ok;
 }
@@ -145,8 +181,18 @@ static int header_tag(const kvs_object_mac *m, const void *object,
 static int layer_tag_of(const kvs_object_mac *m, const void *object, uint32_t layer,
                         uint8_t out[KVS_OBJECT_TAG_BYTES]) {
     const kvs_object_header *h = object;
-    span part = {kvs_object_layer((void *)(uintptr_t)object, layer), h->layer_bytes};
-    return tag_of(m, record_of(object)->nonce, 1 + layer, &part, 1, out);
+    kvs_nhpoly s;
+    int ok = kvs_object_mac_layer_begin(m, record_of(object)->nonce, layer, &s);
+    kvs_nhpoly_update(&s, kvs_object_layer((void *)(uintptr_t)object, layer), h->layer_bytes);
+    return kvs_nhpoly_final(&s, out) && ok;
+}
+
+const uint8_t *kvs_object_mac_nonce(const void *object) {
+    return record_of(object)->nonce;
+}
+
+const uint8_t *kvs_object_mac_layer_tag(const void *object, uint32_t layer) {
+    return layer_tag(record_of(object), layer);
 }
 
 kvs_status kvs_object_seal_keyed(const kvs_object_mac *m, void *object) {

@@ -7,7 +7,10 @@
  * holds, after the layer hash table, a record: a 12-byte nonce drawn at random when it is sealed, 4
  * bytes of zero, the header tag, then one tag per layer. Each tag is Poly1305 under a one-time key:
  * ChaCha20 keystream block i (the first 32 bytes) under a key derived from the integrity key, with the
- * object's nonce; block 0 keys the header tag, block 1 + l layer l's. The header tag covers the
+ * object's nonce; block 0 keys the header tag, block 1 + l layer l's. A layer tag's Poly1305 runs
+ * over the layer's NH (common/nh.h: 32 bytes per KiB, the last unit zero-padded to 16 bytes, under
+ * an NH key derived from the same key) and the layer's length as 8 little-endian bytes, Adiantum's
+ * NHPoly1305: NH runs at memory speed where Poly1305 alone does not. The header tag covers the
  * header (header_hash as zero), the layer hash table and the record up to the layer tags, so the
  * geometry, key, fingerprint and every layer tag are bound together; a layer tag covers that layer's
  * bytes only, so one layer can be read and checked alone. A fresh nonce per seal keeps two different
@@ -20,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/nhpoly.h"
 #include "object.h"
 
 #define KVS_OBJECT_TAG_BYTES   16u
@@ -58,5 +62,15 @@ kvs_status kvs_object_check_keyed_header(const kvs_object_mac *m, const void *ob
 /* Check layer l's bytes against its tag (the header checked first). KVS_ECORRUPT with a sentence. */
 kvs_status kvs_object_check_keyed_layer(const kvs_object_mac *m, const void *object, uint32_t layer,
                                         char *error, size_t error_len);
+
+/* Layer tags computed as the bytes stream by (a copy into the pages: kernels/device.h): begin layer
+ * `layer`'s tag of an object with this nonce in s, feed it the layer's bytes, compare
+ * kvs_nhpoly_final's tag with the object's (copied out of it once its header tag held). 0 when
+ * libcrypto fails. */
+int kvs_object_mac_layer_begin(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
+                               uint32_t layer, kvs_nhpoly *s);
+/* A keyed object's nonce and layer l's tag (the object's header checked first). */
+const uint8_t *kvs_object_mac_nonce(const void *object);
+const uint8_t *kvs_object_mac_layer_tag(const void *object, uint32_t layer);
 
 #endif

@@ -1,0 +1,108 @@
+/* nh.c - NH over 1 KiB units (nh.h): AVX2 where the CPU has it, a portable loop elsewhere. */
+#include "nh.h"
+
+#include <string.h>
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void unit_scalar(const uint32_t *key, const uint8_t *m, size_t len, uint8_t *out) {
+    uint64_t sum[KVS_NH_PASSES] = {0};
+    for (size_t i = 0; i < len / KVS_NH_STRIDE_BYTES; i++) {
+        const uint8_t *s = m + i * KVS_NH_STRIDE_BYTES;
+        uint32_t w0 = le32(s), w1 = le32(s + 4), w2 = le32(s + 8), w3 = le32(s + 12);
+        for (uint32_t p = 0; p < KVS_NH_PASSES; p++) {
+            const uint32_t *k = key + 4 * i + 4 * p;
+            sum[p] += (uint64_t)(uint32_t)(w0 + k[0]) * (uint32_t)(w2 + k[2]) +
+                      (uint64_t)(uint32_t)(w1 + k[1]) * (uint32_t)(w3 + k[3]);
+        }
+    }
+    for (uint32_t p = 0; p < KVS_NH_PASSES; p++) put_le64(out + 8 * p, sum[p]);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2")))
+
+/* Two strides a vector: each 64-bit lane multiplies a word by the word two places on (shuffles
+ * 0x10 and 0x32 put m[4i] and m[4i+2], m[4i+1] and m[4i+3] in the lanes' low halves), and a pass's
+ * sum is its four lanes added at the end. */
+static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, uint8_t *out,
+                           uint8_t *dst) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t words = len / 4, j = 0;
+#define NH_PASS(S, P)                                                                             \
+    t = _mm256_add_epi32(w,                                                                       \
+                         _mm256_loadu_si256((const __m256i *)(const void *)(key + j + 4 * (P)))); \
+    S = _mm256_add_epi64(                                                                         \
+        S, _mm256_mul_epu32(_mm256_shuffle_epi32(t, 0x10), _mm256_shuffle_epi32(t, 0x32)));
+    for (; j + 8 <= words; j += 8) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(m + 4 * j)), t;
+        if (dst) _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * j), w); /* the copy's store */
+        NH_PASS(s0, 0)
+        NH_PASS(s1, 1)
+        NH_PASS(s2, 2)
+        NH_PASS(s3, 3)
+    }
+#undef NH_PASS
+    uint64_t lanes[4][4];
+    _mm256_storeu_si256((__m256i *)(void *)lanes[0], s0);
+    _mm256_storeu_si256((__m256i *)(void *)lanes[1], s1);
+    _mm256_storeu_si256((__m256i *)(void *)lanes[2], s2);
+    _mm256_storeu_si256((__m256i *)(void *)lanes[3], s3);
+    uint8_t tail[KVS_NH_OUT_BYTES] = {0};
+    if (j < words) { /* an odd stride at the end of a short unit */
+        unit_scalar(key + j, m + 4 * j, (words - j) * 4, tail);
+        if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4);
+    }
+    for (int p = 0; p < 4; p++) {
+        uint64_t t = 0;
+        memcpy(&t, tail + 8 * p, 8); /* little-endian host: the scalar loop's sum as written */
+        put_le64(out + 8 * p, lanes[p][0] + lanes[p][1] + lanes[p][2] + lanes[p][3] + t);
+    }
+}
+#define HAVE_AVX2 1
+#endif
+
+static int simd_allowed = 1;
+
+void kvs_nh_allow_simd(int allow) {
+    simd_allowed = allow;
+}
+
+void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t len,
+                 uint8_t out[KVS_NH_OUT_BYTES]) {
+#ifdef HAVE_AVX2
+    if (simd_allowed && __builtin_cpu_supports("avx2")) {
+        unit_avx2(key, m, len, out, NULL);
+        return;
+    }
+#endif
+    unit_scalar(key, m, len, out);
+}
+
+void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const uint8_t *m,
+                       size_t n, uint8_t *out) {
+#ifdef HAVE_AVX2
+    if (simd_allowed && __builtin_cpu_supports("avx2")) {
+        for (size_t u = 0; u < n; u++)
+            unit_avx2(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES,
+                      dst ? dst + u * KVS_NH_UNIT_BYTES : NULL);
+        return;
+    }
+#endif
+    for (size_t u = 0; u < n; u++) {
+        if (dst) memcpy(dst + u * KVS_NH_UNIT_BYTES, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES);
+        unit_scalar(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES);
+    }
+}
+
+void kvs_nh_units(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t n, uint8_t *out) {
+    kvs_nh_units_copy(key, NULL, m, n, out);
+}
