@@ -34,7 +34,7 @@ static void unit_scalar(const uint32_t *key, const uint8_t *m, size_t len, uint8
  * 0x10 and 0x32 put m[4i] and m[4i+2], m[4i+1] and m[4i+3] in the lanes' low halves), and a pass's
  * sum is its four lanes added at the end. */
 static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, uint8_t *out,
-                           uint8_t *dst) {
+                           uint8_t *dst, int stream) {
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
     size_t words = len / 4, j = 0;
 #define NH_PASS(S, P)                                                                             \
@@ -44,7 +44,10 @@ static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, ui
         S, _mm256_mul_epu32(_mm256_shuffle_epi32(t, 0x10), _mm256_shuffle_epi32(t, 0x32)));
     for (; j + 8 <= words; j += 8) {
         __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(m + 4 * j)), t;
-        if (dst) _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * j), w); /* the copy's store */
+        if (stream) /* the copy's store: past the cache when the destination is not read soon */
+            _mm256_stream_si256((__m256i *)(void *)(dst + 4 * j), w);
+        else if (dst)
+            _mm256_storeu_si256((__m256i *)(void *)(dst + 4 * j), w);
         NH_PASS(s0, 0)
         NH_PASS(s1, 1)
         NH_PASS(s2, 2)
@@ -80,7 +83,7 @@ void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t 
                  uint8_t out[KVS_NH_OUT_BYTES]) {
 #ifdef HAVE_AVX2
     if (simd_allowed && __builtin_cpu_supports("avx2")) {
-        unit_avx2(key, m, len, out, NULL);
+        unit_avx2(key, m, len, out, NULL, 0);
         return;
     }
 #endif
@@ -88,15 +91,17 @@ void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t 
 }
 
 void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const uint8_t *m,
-                       size_t n, uint8_t *out) {
+                       size_t n, uint8_t *out, int stream) {
 #ifdef HAVE_AVX2
     if (simd_allowed && __builtin_cpu_supports("avx2")) {
+        stream = stream && dst && ((uintptr_t)dst & 31) == 0;
         for (size_t u = 0; u < n; u++)
             unit_avx2(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES,
-                      dst ? dst + u * KVS_NH_UNIT_BYTES : NULL);
+                      dst ? dst + u * KVS_NH_UNIT_BYTES : NULL, stream);
         return;
     }
 #endif
+    (void)stream;
     for (size_t u = 0; u < n; u++) {
         if (dst) memcpy(dst + u * KVS_NH_UNIT_BYTES, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES);
         unit_scalar(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES);
@@ -104,5 +109,5 @@ void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const
 }
 
 void kvs_nh_units(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t n, uint8_t *out) {
-    kvs_nh_units_copy(key, NULL, m, n, out);
+    kvs_nh_units_copy(key, NULL, m, n, out, 0);
 }

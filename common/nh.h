@@ -32,9 +32,11 @@ void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t 
 /* NH of n whole units at m into out (n * KVS_NH_OUT_BYTES bytes). */
 void kvs_nh_units(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t n, uint8_t *out);
 
-/* The same, also copying the n units to dst (not overlapping m) in the same pass; dst NULL: none. */
+/* The same, also copying the n units to dst (not overlapping m) in the same pass; dst NULL: none.
+ * With `stream`, an aligned dst is written with non-temporal stores, ordered by kvs_copy_fence
+ * (common/copy.h). */
 void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const uint8_t *m,
-                       size_t n, uint8_t *out);
+                       size_t n, uint8_t *out, int stream);
 
 /* For tests: 0 makes every later call use the portable loop even where the CPU has AVX2 (not
  * thread-safe; 1 restores the default). */

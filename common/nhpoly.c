@@ -19,11 +19,11 @@ static void flush(kvs_nhpoly *s) {
     s->out_len = 0;
 }
 
-static void emit_units(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t units) {
+static void emit_units(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t units, int stream) {
     while (units) {
         size_t room = KVS_NHPOLY_BATCH - s->out_len / KVS_NH_OUT_BYTES;
         size_t k = units < room ? units : room;
-        kvs_nh_units_copy(s->nh_key, dst, src, k, s->out + s->out_len);
+        kvs_nh_units_copy(s->nh_key, dst, src, k, s->out + s->out_len, stream);
         s->out_len += (uint32_t)(k * KVS_NH_OUT_BYTES);
         if (s->out_len == sizeof s->out) flush(s);
         src += k * KVS_NH_UNIT_BYTES;
@@ -43,7 +43,7 @@ int kvs_nhpoly_init(kvs_nhpoly *s, const uint32_t *nh_key,
     return !s->failed;
 }
 
-static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n) {
+static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n, int stream) {
     s->total += n;
     if (s->part_len) { /* finish the unit under way first */
         size_t k = KVS_NH_UNIT_BYTES - s->part_len < n ? KVS_NH_UNIT_BYTES - s->part_len : n;
@@ -54,11 +54,11 @@ static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n) {
         if (dst) dst += k;
         n -= k;
         if (s->part_len < KVS_NH_UNIT_BYTES) return;
-        emit_units(s, NULL, s->part, 1);
+        emit_units(s, NULL, s->part, 1, 0);
         s->part_len = 0;
     }
     size_t units = n / KVS_NH_UNIT_BYTES;
-    emit_units(s, dst, src, units);
+    emit_units(s, dst, src, units, stream);
     size_t rest = n - units * KVS_NH_UNIT_BYTES;
     if (rest) {
         memcpy(s->part, src + units * KVS_NH_UNIT_BYTES, rest);
@@ -68,11 +68,11 @@ static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n) {
 }
 
 void kvs_nhpoly_update(kvs_nhpoly *s, const void *src, size_t n) {
-    feed(s, NULL, src, n);
+    feed(s, NULL, src, n, 0);
 }
 
-void kvs_nhpoly_copy_update(kvs_nhpoly *s, void *dst, const void *src, size_t n) {
-    feed(s, dst, src, n);
+void kvs_nhpoly_copy_update(kvs_nhpoly *s, void *dst, const void *src, size_t n, int stream) {
+    feed(s, dst, src, n, stream);
 }
 
 int kvs_nhpoly_final(kvs_nhpoly *s, uint8_t tag[KVS_NHPOLY_TAG_BYTES]) {

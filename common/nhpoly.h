@@ -23,7 +23,7 @@ typedef struct kvs_nhpoly {
     uint64_t total;
     uint32_t part_len, out_len;
     int failed;
-    _Alignas(32) uint8_t part[KVS_NH_UNIT_BYTES]; /* bytes of an unfinished unit */
+    uint8_t part[KVS_NH_UNIT_BYTES]; /* bytes of an unfinished unit */
     uint8_t out[KVS_NHPOLY_BATCH * KVS_NH_OUT_BYTES];
 } kvs_nhpoly;
 
@@ -32,8 +32,9 @@ typedef struct kvs_nhpoly {
 int kvs_nhpoly_init(kvs_nhpoly *s, const uint32_t *nh_key, const uint8_t otk[KVS_NHPOLY_KEY_BYTES]);
 /* Feed n bytes at src. */
 void kvs_nhpoly_update(kvs_nhpoly *s, const void *src, size_t n);
-/* Copy n bytes from src to dst (not overlapping) and feed them, in one pass. */
-void kvs_nhpoly_copy_update(kvs_nhpoly *s, void *dst, const void *src, size_t n);
+/* Copy n bytes from src to dst (not overlapping) and feed them, in one pass; with `stream` the
+ * copy's aligned stores are non-temporal (kvs_copy_fence orders them, common/copy.h). */
+void kvs_nhpoly_copy_update(kvs_nhpoly *s, void *dst, const void *src, size_t n, int stream);
 /* The tag of every byte fed; frees the state's context. 0 when libcrypto failed at any point. */
 int kvs_nhpoly_final(kvs_nhpoly *s, uint8_t tag[KVS_NHPOLY_TAG_BYTES]);
 /* Free the state's context without a tag (a copy given up). NULL-safe on a final state. */

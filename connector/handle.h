@@ -106,6 +106,7 @@ typedef struct kvs_load_work {
     int async;        /* an async request's: failures are accounted when it lands */
     int ranged;       /* some layers only, read with get_range into slab */
     int keyed_layers; /* a keyed tier's whole object, header checked: its layers' tags to check */
+    int keyed_inline; /* its layers' tags computed by the copies into the pages (worker_load.c) */
     int lossy;        /* decoded from a lossy object (counted in stats.lossy_chunks_loaded) */
     int fused; /* lossy, decoded by the device as it lands (dcodec): object is the encoded one */
     kvs_dev_codec dcodec;
@@ -146,6 +147,7 @@ struct kvs_handle {
     kvs_tier_chain *tiers;
     struct kvs_encoder *encoder;     /* what compress tiers encode and place with (encoder.h) */
     struct kvs_object_mac *mac;      /* the keyed tiers' integrity key (integrity.h); NULL: none */
+    struct kvs_nhpoly *tag_states;   /* one per copy of a layer, for tags computed by the copies */
     struct kvs_workers *mac_workers; /* checks of layer tags beside the caller (host_threads) */
     struct kvs_rlookups *rlookups;   /* scheduler, loads.remote_lookups async with a remote tier */
     int32_t

@@ -96,6 +96,8 @@ static void close_device(kvs_handle *h) {
     kvs_hashpool_destroy(h->hashpool);
     if (h->dev_module) dlclose(h->dev_module);
     free(h->copies);
+    free(h->tag_states);
+    h->tag_states = NULL;
     free(h->copy_owner);
     h->copy_owner = NULL;
     free(h->hash_jobs);

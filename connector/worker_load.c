@@ -5,6 +5,7 @@
 #include "integrity.h"
 
 #include <assert.h>
+#include <openssl/crypto.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "handle.h"
 #include "keys.h"
 #include "object.h"
+#include "object_mac.h"
 
 uint64_t kvs_load_error_span(const kvs_handle *h, const kvs_meta_load *load) {
     uint64_t bt = h->model.block_tokens;
@@ -186,19 +188,51 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
     return NULL;
 }
 
+/* A keyed tier's whole chunk on a device that hashes as it copies (the host device): each layer's
+ * tag is computed over the very bytes its copy moves into the pages (kvs_dev_copy.tag), so the
+ * object may be read in place, and a layer whose tag fails is a failed load like a checksum
+ * mismatch. Elsewhere a keyed tier's object is read into a slab and every tag checked before any
+ * byte is copied (check_keyed_layers). */
+static int keyed_inline(const kvs_handle *h, const kvs_load_work *w) {
+    return kvs_integrity_keyed(h, w->tier) && h->dev_info.hashes_inline && !w->ranged &&
+           w->load->n_tokens == h->chunk_tokens;
+}
+
+/* Bytes of a load's layer_hash allocation: expected and computed checksums, then with inline tags
+ * the object's nonce and its layer tags, copied once its header tag held. */
+static uint64_t layer_hash_bytes(const kvs_handle *h, int tags) {
+    uint64_t n = h->model.n_layers;
+    return 2 * n * sizeof(uint64_t) +
+           (tags ? KVS_OBJECT_NONCE_BYTES + n * KVS_OBJECT_TAG_BYTES : 0);
+}
+
+static uint8_t *inline_nonce(const kvs_handle *h, const kvs_load_work *w) {
+    return (uint8_t *)(w->layer_hash + 2 * (uint64_t)h->model.n_layers);
+}
+
 /* Check a chunk's header and keep its checksums: the payload is checked against these, never
  * against a header that could change under a zero-copy reference. A lossy chunk is decoded as it
  * lands on the host device, into a raw object first on a device that cannot (accept_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256] = "";
-    /* a keyed tier's object is in a slab of this process: its header now, its layers' tags for the
-     * whole step at once after the fetches (check_keyed_layers), all before any byte is copied */
-    if (kvs_integrity_check(h, w->tier, obj, len, 0, why, sizeof why) != KVS_OK) {
+    /* a keyed tier's object: its header now (a copy of the header page when it is read in place,
+     * so the tags kept are the ones checked), its layers' tags as they are copied (keyed_inline)
+     * or for the whole step at once after the fetches, before any byte is copied */
+    int tags = keyed_inline(h, w);
+    uint32_t head = kvs_object_payload_offset(h->model.n_layers);
+    uint8_t *copy = tags && len >= head ? malloc(head) : NULL;
+    if (copy) memcpy(copy, obj, head);
+    if (tags && !copy) {
+        fail_load(h, w, len >= head ? "out of memory" : "shorter than its header");
+        return;
+    }
+    if (kvs_integrity_check(h, w->tier, copy ? copy : obj, len, 0, why, sizeof why) != KVS_OK) {
+        free(copy);
         fail_load(h, w, why);
         w->drop = 1;
         return;
     }
-    w->keyed_layers = !w->ranged && kvs_integrity_keyed(h, w->tier);
+    w->keyed_layers = !w->ranged && kvs_integrity_keyed(h, w->tier) && !tags;
     uint16_t codec =
         len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)obj)->codec : KVS_CODEC_RAW;
     if (codec == KVS_CODEC_DERIVED) { /* raw layout, values computed over lossy KV */
@@ -225,10 +259,20 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         w->drop = 1;
         return;
     }
-    if (!(w->layer_hash = calloc(2 * (uint64_t)h->model.n_layers, sizeof *w->layer_hash)))
+    if (!(w->layer_hash = calloc(1, layer_hash_bytes(h, tags)))) {
+        free(copy);
         return fail_load(h, w, "out of memory");
+    }
     memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj),
            h->model.n_layers * sizeof *w->layer_hash);
+    if (tags) {
+        uint8_t *at = inline_nonce(h, w);
+        memcpy(at, kvs_object_mac_nonce(copy), KVS_OBJECT_NONCE_BYTES);
+        memcpy(at + KVS_OBJECT_NONCE_BYTES, kvs_object_mac_layer_tag(copy, 0),
+               (uint64_t)h->model.n_layers * KVS_OBJECT_TAG_BYTES);
+    }
+    free(copy);
+    w->keyed_inline = tags;
     w->object = obj;
 }
 
@@ -249,7 +293,8 @@ static void open_load(kvs_handle *h, kvs_load_work *w) {
     /* Some layers only (a layer or stage plan sets a mask): read just those where the tier can, into a
      * slab. */
     w->ranged = w->req->n_layer_bytes && kvs_tiers_can_get_range(h->tiers, tier);
-    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged && !kvs_integrity_keyed(h, w->tier)) {
+    if (kvs_tiers_zero_copy(h->tiers, tier) && !w->ranged &&
+        (!kvs_integrity_keyed(h, w->tier) || keyed_inline(h, w))) {
         const void *obj = NULL;
         if (kvs_tiers_get_ref(h->tiers, tier, key, &obj, &len) != KVS_OK)
             return fail_load(h, w, kvs_tiers_last_error(h->tiers, tier));
@@ -477,7 +522,11 @@ static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs
                             .codec = &w->dcodec};
         return;
     }
-    uint8_t *payload = kvs_object_layer((void *)w->object, layer);
+    /* where this model's layout puts the layer (accept_object checked the header says the same): a
+     * header that changes under a reference read in place cannot move the copy's source */
+    uint8_t *payload = (uint8_t *)(uintptr_t)w->object +
+                       kvs_object_payload_offset(h->model.n_layers) +
+                       (uint64_t)layer * h->layer_bytes;
     uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
     uint64_t off = (l->first_token - l->chunk_first) * row;
     *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
@@ -536,13 +585,25 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
             }
         }
         load_copy(h, w, layer, &h->copies[n]);
-        h->copies[n].hash = whole ? &w->layer_hash[nl + layer] : NULL;
+        h->copies[n].hash = whole && !w->keyed_inline ? &w->layer_hash[nl + layer] : NULL;
+        if (w->keyed_inline) {
+            if (!h->tag_states &&
+                !(h->tag_states = calloc(h->cfg->max_chunks_per_step, sizeof *h->tag_states))) {
+                fail_load(h, w, "out of memory for its layer tags");
+                continue;
+            }
+            kvs_object_mac_layer_begin(h->mac, inline_nonce(h, w), layer, &h->tag_states[n]);
+            h->copies[n].tag = &h->tag_states[n];
+        }
         in_copy[n++] = w;
     }
     char why[512] = "";
     uint64_t t0 = kvs_now_ns();
     if (h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
-        for (uint64_t i = 0; i < n; i++) fail_load(h, in_copy[i], why);
+        for (uint64_t i = 0; i < n; i++) {
+            if (h->copies[i].tag) kvs_nhpoly_abort(h->copies[i].tag);
+            fail_load(h, in_copy[i], why);
+        }
         return;
     }
     uint64_t spent = kvs_now_ns() - t0, tokens = 0;
@@ -551,6 +612,21 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         kvs_load_work *w = in_copy[i];
         if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
             h->stats.tier_load_ns[w->tier] += spent * w->load->n_tokens / tokens;
+        if (h->copies[i].tag) {
+            uint8_t tag[KVS_OBJECT_TAG_BYTES];
+            const uint8_t *want = inline_nonce(h, w) + KVS_OBJECT_NONCE_BYTES +
+                                  (uint64_t)layer * KVS_OBJECT_TAG_BYTES;
+            if (!kvs_nhpoly_final(h->copies[i].tag, tag) ||
+                CRYPTO_memcmp(tag, want, sizeof tag) != 0) {
+                __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
+                char what[96];
+                kvs_fmt(what, sizeof what,
+                        "layer %u tag mismatch (changed without the integrity key)", layer);
+                fail_load(h, w, what);
+                w->drop = 1;
+                continue;
+            }
+        }
         if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
             layer_mismatch(h, w, layer);
         else

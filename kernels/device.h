@@ -32,7 +32,7 @@
 extern "C" {
 #endif
 
-#define KVS_DEVICE_ABI_VERSION  3 /* 3: mem, the device memory table */
+#define KVS_DEVICE_ABI_VERSION  4 /* 3: mem, the device memory table; 4: kvs_dev_copy.tag */
 #define KVS_DEVICE_ENTRY_SYMBOL "kvs_device_entry"
 #define KVS_DEVICE_CUDA_MODULE  "libkvstrata-cuda.so.1"
 
@@ -65,6 +65,10 @@ typedef struct kvs_dev_copy {
     uint64_t *hash;
     /* (version 2) Non-NULL: a lossy load, k_payload the encoded layer, v_payload and hash unused. */
     const kvs_dev_codec *codec;
+    /* (version 4) Optional, instead of hash: a device with info.hashes_inline feeds the payload it
+     * reads or writes to this keyed layer tag (common/nhpoly.h) in the same pass, so the pages get
+     * exactly the bytes the tag covers. The same whole-payload rule as hash. */
+    struct kvs_nhpoly *tag;
 } kvs_dev_copy;
 
 /* Copy method for layouts with long contiguous runs (whole pages of one layer's K or V). */

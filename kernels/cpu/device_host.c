@@ -110,7 +110,12 @@ static kvs_status move_one(const host_device *d, const kvs_layer_view *view, con
         return kvs_codec_scatter_rows(&k->codec, view, &d->shape, k->dtype, &span, c->k_payload,
                                       k->encoded_tokens, k->first_row);
     }
-    if (c->hash && whole_payload(&d->shape, c)) {
+    if (c->tag && whole_payload(&d->shape, c)) {
+        if (to_pages)
+            kvs_kernel_scatter_layer_tag(view, &d->shape, &span, c->k_payload, c->tag);
+        else
+            kvs_kernel_gather_layer_tag(view, &d->shape, &span, c->k_payload, c->tag);
+    } else if (c->hash && whole_payload(&d->shape, c)) {
         *c->hash = to_pages ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
                             : kvs_kernel_gather_layer_hash(view, &d->shape, &span, c->k_payload);
     } else {
@@ -179,7 +184,8 @@ static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *co
     }
     for (uint64_t i = 0; i < n; i++) {
         d->queue[d->n_queued] = (queued_copy){copies[i], layer, to_pages};
-        d->queue[d->n_queued++].copy.hash = NULL;
+        d->queue[d->n_queued].copy.hash = NULL;
+        d->queue[d->n_queued++].copy.tag = NULL;
     }
     return KVS_OK;
 }

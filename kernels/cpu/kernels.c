@@ -245,11 +245,31 @@ static void walk_init(layer_walk *w, const kvs_layer_view *view, const kvs_kv_sh
  * stores (runs long enough), and so do hashed saves, whose payload is not read again soon. With
  * `hash`, the source (the payload for a load, the pages for a save) is hashed from the registers it is
  * copied through (xxh3.h): runs arrive in payload order, so this is the hash of the payload. */
-static inline void move_bytes(direction dir, char *page, char *payload, size_t n, kvs_xxh3 *hash) {
+/* What a hashed move feeds: an XXH3 state, or a keyed layer tag (nhpoly.h). */
+typedef struct hasher {
+    kvs_xxh3 *xxh3;
+    kvs_nhpoly *tag;
+} hasher;
+
+static inline void hasher_copy_update(hasher *h, void *dst, const void *src, size_t n, int stream) {
+    if (h->tag)
+        kvs_nhpoly_copy_update(h->tag, dst, src, n, stream);
+    else
+        kvs_xxh3_copy_update(h->xxh3, dst, src, n, stream);
+}
+
+static inline void hasher_update(hasher *h, const void *src, size_t n) {
+    if (h->tag)
+        kvs_nhpoly_update(h->tag, src, n);
+    else
+        kvs_xxh3_update(h->xxh3, src, n);
+}
+
+static inline void move_bytes(direction dir, char *page, char *payload, size_t n, hasher *hash) {
     char *dst = dir == TO_PAGES ? page : payload;
     const char *src = dir == TO_PAGES ? payload : page;
     if (hash)
-        kvs_xxh3_copy_update(hash, dst, src, n, 1);
+        hasher_copy_update(hash, dst, src, n, 1);
     else if (dir == TO_PAGES && n >= KVS_COPY_STREAM_MIN)
         kvs_copy_streaming(dst, src, n);
     else
@@ -265,7 +285,7 @@ static inline void move_bytes(direction dir, char *page, char *payload, size_t n
  * `base` and `payload`, which points at the payload row of token t; with `hash`, each run's source is
  * hashed in payload order (move_bytes). */
 static void move_tokens(const layer_walk *w, direction dir, char *base, char *payload, uint32_t t,
-                        uint32_t count, kvs_xxh3 *hash) {
+                        uint32_t count, hasher *hash) {
     uint64_t token = w->first_token + t;
     const uint64_t end = token + count;
     while (token < end) {
@@ -321,11 +341,10 @@ static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
  * before a load copies it or just after a save wrote it. */
 #define HASH_RUN_MIN_BYTES ((size_t)512)
 
-/* Move the layer and return the XXH3-64 of its payload, hashing every byte while it is in cache. */
-static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                const kvs_token_span *span, direction dir, char *payload) {
-    kvs_xxh3 state;
-    kvs_xxh3_reset(&state);
+/* Move the layer and feed its payload to `state`, hashing every byte while it is in cache. */
+static void move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                            const kvs_token_span *span, direction dir, char *payload,
+                            hasher *state) {
     if (span->n_tokens > 0) {
         layer_walk w;
         walk_init(&w, view, shape, span);
@@ -346,19 +365,18 @@ static uint64_t move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *
                 char *from = payload;
                 /* (a token larger than a piece is hashed, then copied) */
                 if (dir == TO_PAGES && !by_run && n <= sizeof stage) {
-                    kvs_xxh3_copy_update(&state, stage, payload, n, 0);
+                    hasher_copy_update(state, stage, payload, n, 0);
                     from = stage;
                 } else if (dir == TO_PAGES && !by_run) {
-                    kvs_xxh3_update(&state, payload, n);
+                    hasher_update(state, payload, n);
                 }
-                move_tokens(&w, dir, w.parts[p], from, t, count, by_run ? &state : NULL);
-                if (dir == TO_PAYLOAD && !by_run) kvs_xxh3_update(&state, payload, n);
+                move_tokens(&w, dir, w.parts[p], from, t, count, by_run ? state : NULL);
+                if (dir == TO_PAYLOAD && !by_run) hasher_update(state, payload, n);
                 payload += n;
             }
         }
         kvs_copy_fence(); /* order the non-temporal stores before returning */
     }
-    return kvs_xxh3_digest(&state);
 }
 
 void kvs_kernel_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
@@ -374,12 +392,32 @@ void kvs_kernel_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *sh
 
 uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                        const kvs_token_span *span, const void *src) {
-    return move_layer_hash(view, shape, span, TO_PAGES, (char *)(uintptr_t)src);
+    kvs_xxh3 x;
+    kvs_xxh3_reset(&x);
+    hasher h = {&x, NULL};
+    move_layer_hash(view, shape, span, TO_PAGES, (char *)(uintptr_t)src, &h);
+    return kvs_xxh3_digest(&x);
 }
 
 uint64_t kvs_kernel_gather_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                       const kvs_token_span *span, void *dst) {
-    return move_layer_hash(view, shape, span, TO_PAYLOAD, (char *)dst);
+    kvs_xxh3 x;
+    kvs_xxh3_reset(&x);
+    hasher h = {&x, NULL};
+    move_layer_hash(view, shape, span, TO_PAYLOAD, (char *)dst, &h);
+    return kvs_xxh3_digest(&x);
+}
+
+void kvs_kernel_scatter_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                                  const kvs_token_span *span, const void *src, kvs_nhpoly *tag) {
+    hasher h = {NULL, tag};
+    move_layer_hash(view, shape, span, TO_PAGES, (char *)(uintptr_t)src, &h);
+}
+
+void kvs_kernel_gather_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                                 const kvs_token_span *span, void *dst, kvs_nhpoly *tag) {
+    hasher h = {NULL, tag};
+    move_layer_hash(view, shape, span, TO_PAYLOAD, (char *)dst, &h);
 }
 
 void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *shape,

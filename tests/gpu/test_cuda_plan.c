@@ -283,7 +283,7 @@ START_TEST(check_copies_refuses_what_would_fault_a_gpu) {
     kvs_cuda_layer_from_view(&c.views[0], &c.shape, &layer);
     uint32_t table[4] = {1, 2, GPU_CASE_BLOCKS, 3};
     char payload[8];
-    kvs_dev_copy copy = {table, 4, 0, 32, payload, payload + 1, NULL, NULL};
+    kvs_dev_copy copy = {table, 4, 0, 32, payload, payload + 1, NULL, NULL, NULL};
     char err[256] = "";
     ck_assert_int_eq(kvs_cuda_check_copies(&layer, 0, "x", &copy, 1, NULL, err, sizeof err),
                      KVS_OK);
@@ -302,7 +302,7 @@ START_TEST(check_copies_refuses_what_would_fault_a_gpu) {
     copy.block_ids = NULL;
     expect_refused(&layer, &copy, "block_ids is NULL", NULL);
     /* An empty copy is skipped whatever it holds. */
-    kvs_dev_copy empty = {NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
+    kvs_dev_copy empty = {NULL, 0, 0, 0, NULL, NULL, NULL, NULL, NULL};
     uint64_t n_tokens = 99;
     ck_assert_int_eq(kvs_cuda_check_copies(&layer, 0, "x", &empty, 1, &n_tokens, err, sizeof err),
                      KVS_OK);
