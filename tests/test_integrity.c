@@ -208,18 +208,22 @@ START_TEST(a_keyed_tier_loads_its_own_objects) {
 }
 END_TEST
 
-/* A layer's bytes changed and nothing else (its checksum left stale): its tag fails in the check
- * of the step's objects, run on the host device's threads here, before any byte is copied. */
-START_TEST(a_changed_layer_fails_its_tag_on_the_host_threads) {
+/* A layer's bytes changed and nothing else (its checksum left stale): its tag fails. Loop 0: the
+ * host device computes each layer's tag as its copy moves it into the pages (the object read in
+ * place). Loop 1: a device that does not (deferred copies, as a GPU's): the object is read into a
+ * slab and its tags checked on the host device's threads before any byte is copied. Either way the
+ * chunk is an error and the others load. */
+START_TEST(a_changed_layer_fails_its_tag_as_it_is_copied_or_before) {
     char text[2048];
     snprintf(text, sizeof text,
-             "device:\n  host_threads: 3\nchunk_tokens: %d\npool:\n  staging_bytes: 1MiB\n"
-             "tiers:\n  - name: dram\n    type: dram\n    capacity: 768KiB\n"
+             "device:\n  host_threads: 3\n  host_copies: %s\nchunk_tokens: %d\npool:\n"
+             "  staging_bytes: 1MiB\ntiers:\n  - name: dram\n    type: dram\n    capacity: 768KiB\n"
              "    integrity: keyed\n    integrity_key_file: %s\n",
-             CHUNK, key_file("t.key", 5, 0600));
+             _i ? "deferred" : "immediate", CHUNK, key_file("t.key", 5, 0600));
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("threads.yaml", text)), KVS_OK);
     ck_assert_ptr_nonnull(r.h->mac_workers);
+    ck_assert_int_eq(r.h->dev_info.hashes_inline, !_i);
     int32_t t[128];
     uint32_t b[8];
     saved_prompt(&r, 64, t, b);
@@ -404,7 +408,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, a_keyed_tier_turns_a_resealed_object_into_a_counted_miss);
     tcase_add_test(tc, a_keyed_tier_refuses_stripped_and_moved_objects);
     tcase_add_test(tc, a_keyed_tier_loads_its_own_objects);
-    tcase_add_test(tc, a_changed_layer_fails_its_tag_on_the_host_threads);
+    tcase_add_loop_test(tc, a_changed_layer_fails_its_tag_as_it_is_copied_or_before, 0, 2);
     tcase_add_test(tc, tags_bind_the_key_the_layers_and_a_fresh_nonce);
     tcase_add_test(tc, objects_of_up_to_166_layers_have_room_for_their_tags);
     tcase_add_test(tc, refused_configurations_say_why);
