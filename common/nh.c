@@ -61,8 +61,8 @@ static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, ui
     _mm256_storeu_si256((__m256i *)(void *)lanes[3], s3);
     uint8_t tail[KVS_NH_OUT_BYTES] = {0};
     if (j < words) { /* an odd stride at the end of a short unit */
-        unit_scalar(key + j, m + 4 * j, (words - j) * 4, tail);
-        if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4);
+        if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4); /* then hashed from there */
+        unit_scalar(key + j, dst ? dst + 4 * j : m + 4 * j, (words - j) * 4, tail);
     }
     for (int p = 0; p < 4; p++) {
         uint64_t t = 0;
@@ -71,21 +71,68 @@ static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, ui
     }
 }
 #define HAVE_AVX2 1
+
+#define AVX512 __attribute__((target("avx512f")))
+
+/* The same four strides a vector. */
+static AVX512 void unit_avx512(const uint32_t *key, const uint8_t *m, size_t len, uint8_t *out,
+                               uint8_t *dst, int stream) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t words = len / 4, j = 0;
+#define NH_PASS(S, P)                                                                      \
+    t = _mm512_add_epi32(w, _mm512_loadu_si512((const void *)(key + j + 4 * (P))));        \
+    S = _mm512_add_epi64(S, _mm512_mul_epu32(_mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0x10), \
+                                             _mm512_shuffle_epi32(t, (_MM_PERM_ENUM)0x32)));
+    for (; j + 16 <= words; j += 16) {
+        __m512i w = _mm512_loadu_si512((const void *)(m + 4 * j)), t;
+        if (stream)
+            _mm512_stream_si512((void *)(dst + 4 * j), w);
+        else if (dst)
+            _mm512_storeu_si512((void *)(dst + 4 * j), w);
+        NH_PASS(s0, 0)
+        NH_PASS(s1, 1)
+        NH_PASS(s2, 2)
+        NH_PASS(s3, 3)
+    }
+#undef NH_PASS
+    uint8_t tail[KVS_NH_OUT_BYTES] = {0};
+    if (j < words) { /* strides past the last whole vector of a short unit */
+        if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4); /* then hashed from there */
+        unit_scalar(key + j, dst ? dst + 4 * j : m + 4 * j, (words - j) * 4, tail);
+    }
+    uint64_t t[4] = {0};
+    memcpy(t, tail, sizeof t); /* little-endian host: the scalar loop's sums as written */
+    put_le64(out, (uint64_t)_mm512_reduce_add_epi64(s0) + t[0]);
+    put_le64(out + 8, (uint64_t)_mm512_reduce_add_epi64(s1) + t[1]);
+    put_le64(out + 16, (uint64_t)_mm512_reduce_add_epi64(s2) + t[2]);
+    put_le64(out + 24, (uint64_t)_mm512_reduce_add_epi64(s3) + t[3]);
+}
 #endif
 
-static int simd_allowed = 1;
+static int simd_allowed = 2;
 
 void kvs_nh_allow_simd(int allow) {
     simd_allowed = allow;
 }
 
+/* 2: AVX-512, 1: AVX2, 0: the portable loop. */
+static int simd_level(void) {
+#ifdef HAVE_AVX2
+    if (simd_allowed >= 2 && __builtin_cpu_supports("avx512f")) return 2;
+    if (simd_allowed >= 1 && __builtin_cpu_supports("avx2")) return 1;
+#endif
+    return 0;
+}
+
 void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t len,
                  uint8_t out[KVS_NH_OUT_BYTES]) {
 #ifdef HAVE_AVX2
-    if (simd_allowed && __builtin_cpu_supports("avx2")) {
+    int level = simd_level();
+    if (level == 2)
+        unit_avx512(key, m, len, out, NULL, 0);
+    else if (level == 1)
         unit_avx2(key, m, len, out, NULL, 0);
-        return;
-    }
+    if (level) return;
 #endif
     unit_scalar(key, m, len, out);
 }
@@ -93,18 +140,28 @@ void kvs_nh_unit(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t 
 void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const uint8_t *m,
                        size_t n, uint8_t *out, int stream) {
 #ifdef HAVE_AVX2
-    if (simd_allowed && __builtin_cpu_supports("avx2")) {
-        stream = stream && dst && ((uintptr_t)dst & 31) == 0;
-        for (size_t u = 0; u < n; u++)
-            unit_avx2(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES,
-                      dst ? dst + u * KVS_NH_UNIT_BYTES : NULL, stream);
+    int level = simd_level();
+    if (level) {
+        stream = stream && dst && ((uintptr_t)dst & (level == 2 ? 63 : 31)) == 0;
+        for (size_t u = 0; u < n; u++) {
+            const uint8_t *src = m + u * KVS_NH_UNIT_BYTES;
+            uint8_t *to = dst ? dst + u * KVS_NH_UNIT_BYTES : NULL, *o = out + u * KVS_NH_OUT_BYTES;
+            if (level == 2)
+                unit_avx512(key, src, KVS_NH_UNIT_BYTES, o, to, stream);
+            else
+                unit_avx2(key, src, KVS_NH_UNIT_BYTES, o, to, stream);
+        }
         return;
     }
 #endif
     (void)stream;
-    for (size_t u = 0; u < n; u++) {
-        if (dst) memcpy(dst + u * KVS_NH_UNIT_BYTES, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES);
-        unit_scalar(key, m + u * KVS_NH_UNIT_BYTES, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES);
+    for (size_t u = 0; u < n; u++) { /* copied first, hashed from the copy: src is read once */
+        const uint8_t *from = m + u * KVS_NH_UNIT_BYTES;
+        if (dst) {
+            memcpy(dst + u * KVS_NH_UNIT_BYTES, from, KVS_NH_UNIT_BYTES);
+            from = dst + u * KVS_NH_UNIT_BYTES;
+        }
+        unit_scalar(key, from, KVS_NH_UNIT_BYTES, out + u * KVS_NH_OUT_BYTES);
     }
 }
 

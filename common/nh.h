@@ -38,8 +38,8 @@ void kvs_nh_units(const uint32_t key[KVS_NH_KEY_WORDS], const uint8_t *m, size_t
 void kvs_nh_units_copy(const uint32_t key[KVS_NH_KEY_WORDS], uint8_t *dst, const uint8_t *m,
                        size_t n, uint8_t *out, int stream);
 
-/* For tests: 0 makes every later call use the portable loop even where the CPU has AVX2 (not
- * thread-safe; 1 restores the default). */
+/* For tests: the widest vectors later calls may use where the CPU has them: 0 the portable loop, 1
+ * AVX2, 2 AVX-512 (the default). Not thread-safe. */
 void kvs_nh_allow_simd(int allow);
 
 #endif

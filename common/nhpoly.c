@@ -47,8 +47,9 @@ static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n, int 
     s->total += n;
     if (s->part_len) { /* finish the unit under way first */
         size_t k = KVS_NH_UNIT_BYTES - s->part_len < n ? KVS_NH_UNIT_BYTES - s->part_len : n;
-        memcpy(s->part + s->part_len, src, k);
+        /* src is read once: what the tag covers is what dst got, even if src changes meanwhile */
         if (dst) memcpy(dst, src, k);
+        memcpy(s->part + s->part_len, dst ? dst : src, k);
         s->part_len += (uint32_t)k;
         src += k;
         if (dst) dst += k;
@@ -61,8 +62,12 @@ static void feed(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t n, int 
     emit_units(s, dst, src, units, stream);
     size_t rest = n - units * KVS_NH_UNIT_BYTES;
     if (rest) {
-        memcpy(s->part, src + units * KVS_NH_UNIT_BYTES, rest);
-        if (dst) memcpy(dst + units * KVS_NH_UNIT_BYTES, src + units * KVS_NH_UNIT_BYTES, rest);
+        const uint8_t *from = src + units * KVS_NH_UNIT_BYTES;
+        if (dst) {
+            memcpy(dst + units * KVS_NH_UNIT_BYTES, from, rest);
+            from = dst + units * KVS_NH_UNIT_BYTES;
+        }
+        memcpy(s->part, from, rest);
         s->part_len = (uint32_t)rest;
     }
 }

@@ -125,6 +125,7 @@ typedef struct kvs_save_work {
     uint64_t ticket; /* the reservation, when object is not slab */
     uint32_t layers_done;
     int sealed; /* sealed already (a keyed handle seals a step's objects together) */
+    int tagged; /* its copies wrote its nonce and every layer tag so far (a keyed handle, host device) */
 } kvs_save_work;
 
 struct kvs_handle {

@@ -129,6 +129,11 @@ void kvs_integrity_seal(const kvs_handle *h, void *object) {
     if (!h->mac || kvs_object_seal_keyed(h->mac, object) != KVS_OK) kvs_object_seal(object);
 }
 
+void kvs_integrity_seal_tagged(const kvs_handle *h, void *object) {
+    if (!h->mac || kvs_object_seal_keyed_tagged(h->mac, object) != KVS_OK)
+        kvs_integrity_seal(h, object);
+}
+
 static kvs_status rejected(kvs_handle *h, kvs_status st) {
     if (st != KVS_OK) __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
     return st;

@@ -22,6 +22,9 @@ int kvs_integrity_keyed(const struct kvs_handle *h, int tier);
 
 /* Seal a saved object whose layer hashes are set: keyed when the handle has a key. */
 void kvs_integrity_seal(const struct kvs_handle *h, void *object);
+/* Seal a saved object whose nonce and layer tags its copies wrote (kvs_object_mac_draw_nonce):
+ * keyed, or whole by kvs_integrity_seal when that fails. */
+void kvs_integrity_seal_tagged(const struct kvs_handle *h, void *object);
 /* The same for objects[0..n), one per item on h->mac_workers beside the caller. */
 void kvs_integrity_seal_objects(struct kvs_handle *h, void *const *objects, uint64_t n);
 

@@ -195,20 +195,43 @@ const uint8_t *kvs_object_mac_layer_tag(const void *object, uint32_t layer) {
     return layer_tag(record_of(object), layer);
 }
 
-kvs_status kvs_object_seal_keyed(const kvs_object_mac *m, void *object) {
+static int has_room(const kvs_object_header *h) {
+    return h->payload_offset >=
+           kvs_object_mac_record_offset(h->n_layers) + kvs_object_mac_record_bytes(h->n_layers);
+}
+
+int kvs_object_mac_draw_nonce(void *object) {
+    keyed_record *r = record_of(object);
+    r->zero = 0;
+    return has_room(object) && RAND_bytes(r->nonce, sizeof r->nonce) == 1;
+}
+
+uint8_t *kvs_object_mac_layer_tag_slot(void *object, uint32_t layer) {
+    return layer_tag(record_of(object), layer);
+}
+
+kvs_status kvs_object_seal_keyed_tagged(const kvs_object_mac *m, void *object) {
     kvs_object_header *h = object;
     keyed_record *r = record_of(object);
-    int ok = h->payload_offset >= kvs_object_mac_record_offset(h->n_layers) +
-                                      kvs_object_mac_record_bytes(h->n_layers) &&
-             RAND_bytes(r->nonce, sizeof r->nonce) == 1;
+    int ok = has_room(h);
     h->version = KVS_OBJECT_VERSION_KEYED;
     r->zero = 0;
-    for (uint32_t l = 0; ok && l < h->n_layers; l++)
-        ok = layer_tag_of(m, object, l, layer_tag(r, l));
     ok = ok && header_tag(m, object, r->header_tag);
     if (!ok) h->version = KVS_OBJECT_VERSION;
     kvs_object_seal(object);
     return ok ? KVS_OK : KVS_EIO;
+}
+
+kvs_status kvs_object_seal_keyed(const kvs_object_mac *m, void *object) {
+    kvs_object_header *h = object;
+    keyed_record *r = record_of(object);
+    int ok = kvs_object_mac_draw_nonce(object);
+    for (uint32_t l = 0; ok && l < h->n_layers; l++)
+        ok = layer_tag_of(m, object, l, layer_tag(r, l));
+    if (ok) return kvs_object_seal_keyed_tagged(m, object);
+    h->version = KVS_OBJECT_VERSION;
+    kvs_object_seal(object);
+    return KVS_EIO;
 }
 
 kvs_status kvs_object_check_keyed_header(const kvs_object_mac *m, const void *object, uint64_t len,

@@ -69,6 +69,12 @@ kvs_status kvs_object_check_keyed_layer(const kvs_object_mac *m, const void *obj
  * libcrypto fails. */
 int kvs_object_mac_layer_begin(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
                                uint32_t layer, kvs_nhpoly *s);
+/* Layer tags computed as a save's copies write the object: draw the object's nonce first (0: no
+ * room or no randomness; seal it whole then), finish each layer's tag into its slot, and seal with
+ * kvs_object_seal_keyed_tagged, which adds the version and the header tag. */
+int kvs_object_mac_draw_nonce(void *object);
+uint8_t *kvs_object_mac_layer_tag_slot(void *object, uint32_t layer);
+kvs_status kvs_object_seal_keyed_tagged(const kvs_object_mac *m, void *object);
 /* A keyed object's nonce and layer l's tag (the object's header checked first). */
 const uint8_t *kvs_object_mac_nonce(const void *object);
 const uint8_t *kvs_object_mac_layer_tag(const void *object, uint32_t layer);

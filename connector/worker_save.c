@@ -14,6 +14,7 @@
 #include "guard.h"
 #include "handle.h"
 #include "object.h"
+#include "object_mac.h"
 #include "worker.h"
 #include "worker_load.h"
 #include "worker_saver.h"
@@ -104,6 +105,9 @@ static void open_saves(kvs_handle *h) {
         if ((w->req->derived && w->save->chunk_first >= w->req->derived_from) ||
             w->save->chunk_first >= lossy_load_from(h, w->req))
             ((kvs_object_header *)w->object)->codec = KVS_CODEC_DERIVED;
+        /* a keyed handle on a device that hashes as it copies: the layer tags come from the
+         * copies out of the pages, in the pass that computes the checksums */
+        w->tagged = h->mac && h->dev_info.hashes_inline && kvs_object_mac_draw_nonce(w->object);
     }
 }
 
@@ -140,16 +144,32 @@ kvs_status kvs_worker_save_layer(kvs_handle *h, uint32_t layer) {
             .k_payload = payload,
             .v_payload = h->shape.has_v ? payload + part : NULL,
             .hash = h->dev_info.hashes_inline ? &kvs_object_layer_hashes(w->object)[layer] : NULL};
+        if (w->tagged && !h->tag_states &&
+            !(h->tag_states = calloc(h->cfg->max_chunks_per_step, sizeof *h->tag_states)))
+            w->tagged = 0; /* sealed whole at the end */
+        if (w->tagged) {
+            w->tagged = kvs_object_mac_layer_begin(h->mac, kvs_object_mac_nonce(w->object), layer,
+                                                   &h->tag_states[n]);
+            h->copies[n].tag = &h->tag_states[n];
+        }
         owner[n++] = w;
     }
     char why[512] = "";
     if (n &&
         (st = h->dev->save_layer(h->dev_state, layer, h->copies, n, why, sizeof why)) != KVS_OK) {
+        for (uint64_t i = 0; i < n; i++)
+            if (h->copies[i].tag) kvs_nhpoly_abort(h->copies[i].tag);
         h->stats.save_ns += kvs_now_ns() - t0;
         /* These objects will miss a layer, so wait_save drops them. */
         return kvs_set_error(h, st, "save_layer: layer %u: %s", layer, why);
     }
-    for (uint64_t i = 0; i < n; i++) owner[i]->layers_done++;
+    for (uint64_t i = 0; i < n; i++) {
+        kvs_save_work *w = owner[i];
+        w->layers_done++;
+        if (h->copies[i].tag &&
+            !kvs_nhpoly_final(h->copies[i].tag, kvs_object_mac_layer_tag_slot(w->object, layer)))
+            w->tagged = 0;
+    }
     h->stats.save_ns += kvs_now_ns() - t0;
     return KVS_OK;
 }
@@ -186,8 +206,11 @@ static kvs_status hash_saves(kvs_handle *h) {
 }
 
 static void store_save(kvs_handle *h, kvs_save_work *w) {
-    if (!w->sealed) kvs_integrity_seal(h, w->object);
-    w->sealed = 0;
+    if (w->tagged && !w->sealed)
+        kvs_integrity_seal_tagged(h, w->object);
+    else if (!w->sealed)
+        kvs_integrity_seal(h, w->object);
+    w->sealed = w->tagged = 0;
     char why[256];
     kvs_status st = w->slab ? kvs_tiers_put(h->tiers, &w->save->key, w->object, h->object_bytes,
                                             why, sizeof why)
@@ -217,6 +240,10 @@ static void seal_step(kvs_handle *h) {
     for (uint64_t i = 0; i < h->n_saves; i++) {
         kvs_save_work *w = &h->saves[i];
         if (!w->object || w->layers_done != h->n_views) continue;
+        if (w->tagged) { /* only its header tag left: store_save adds it */
+            n--;
+            continue;
+        }
         objects[k++] = w->object;
         w->sealed = 1;
     }
@@ -243,7 +270,7 @@ kvs_status kvs_worker_wait_save(kvs_handle *h) {
         if (!w->object) continue;
         /* A chunk whose load failed after its save began holds garbage: drop it. */
         if (w->layers_done != h->n_views || tainted_by_error(h, w)) {
-            w->sealed = 0;
+            w->sealed = w->tagged = 0;
             if (w->layers_done != h->n_views)
                 kvs_log(h->cfg->log_level, KVS_LOG_WARN,
                         "request '%s': save dropped: %u of %u layers were gathered", w->req->id,

@@ -31,7 +31,8 @@ typedef struct saver_job {
     uint8_t *object; /* a reservation in the top tier, or `slab` */
     uint8_t *slab;
     uint64_t ticket;
-    int hash; /* the device left the layer hashes to be computed */
+    int hash;   /* the device left the layer hashes to be computed */
+    int tagged; /* the copies wrote its nonce and layer tags: only the header tag is left */
     saver_req *req;
     struct saver_job *next;
 } saver_job;
@@ -99,7 +100,10 @@ static void store_job(kvs_handle *h, struct kvs_saver *S, saver_job *j) {
         for (uint32_t l = 0; l < h->n_views; l++)
             kvs_object_layer_hashes(j->object)[l] =
                 XXH3_64bits(kvs_object_layer(j->object, l), h->layer_bytes);
-    kvs_integrity_seal(h, j->object);
+    if (j->tagged)
+        kvs_integrity_seal_tagged(h, j->object);
+    else
+        kvs_integrity_seal(h, j->object);
     char why[256] = "";
     kvs_status st =
         j->slab ? kvs_tiers_put(h->tiers, &j->key, j->object, h->object_bytes, why, sizeof why)
@@ -180,6 +184,7 @@ void kvs_saver_submit(kvs_handle *h, kvs_save_work *works, uint64_t n, int hash)
                              .slab = w->slab,
                              .ticket = w->ticket,
                              .hash = hash,
+                             .tagged = w->tagged,
                              .req = r};
             r->in_flight++;
             S->queued++;
@@ -200,6 +205,7 @@ void kvs_saver_submit(kvs_handle *h, kvs_save_work *works, uint64_t n, int hash)
                              .slab = w->slab,
                              .ticket = w->ticket,
                              .hash = hash,
+                             .tagged = w->tagged,
                              .req = &lone};
             free(j);
             store_job(h, S, &now);

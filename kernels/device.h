@@ -65,9 +65,10 @@ typedef struct kvs_dev_copy {
     uint64_t *hash;
     /* (version 2) Non-NULL: a lossy load, k_payload the encoded layer, v_payload and hash unused. */
     const kvs_dev_codec *codec;
-    /* (version 4) Optional, instead of hash: a device with info.hashes_inline feeds the payload it
-     * reads or writes to this keyed layer tag (common/nhpoly.h) in the same pass, so the pages get
-     * exactly the bytes the tag covers. The same whole-payload rule as hash. */
+    /* (version 4) Optional: a device with info.hashes_inline feeds the payload it reads (load) or
+     * writes (save) to this keyed layer tag (common/nhpoly.h) in the same pass, so the pages get, or
+     * the object holds, exactly the bytes the tag covers; a save also fills hash from that pass, a
+     * load leaves it. The same whole-payload rule as hash. */
     struct kvs_nhpoly *tag;
 } kvs_dev_copy;
 

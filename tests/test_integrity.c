@@ -199,6 +199,20 @@ START_TEST(a_keyed_tier_loads_its_own_objects) {
     int32_t t[128];
     uint32_t b[8];
     saved_prompt(&r, 63, t, b);
+    /* the tags the saves' copies computed are the ones a whole check computes over the stored bytes */
+    for (uint32_t c = 0; c < 4; c++) {
+        uint64_t len;
+        const uint8_t *obj = stored_object(&r, t, c, &len);
+        char why[256] = "";
+        ck_assert_msg(kvs_object_check_keyed_header(r.h->mac, obj, len, why, sizeof why) == KVS_OK,
+                      "%s", why);
+        for (uint32_t l = 0; l < ((const kvs_object_header *)obj)->n_layers; l++)
+            ck_assert_msg(kvs_object_check_keyed_layer(r.h->mac, obj, l, why, sizeof why) == KVS_OK,
+                          "chunk %u: %s", c, why);
+        ck_assert_uint_eq(kvs_object_layer_hashes((void *)(uintptr_t)obj)[1],
+                          kvs_xxh3_64(kvs_object_layer((void *)(uintptr_t)obj, 1),
+                                      ((const kvs_object_header *)obj)->layer_bytes));
+    }
     restored got = restore(&r, "two", t, b);
     ck_assert_uint_eq(got.n_errors, 0);
     ck_assert_uint_eq(got.stats.chunks_loaded, 4);

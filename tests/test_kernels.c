@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/nhpoly.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/support/flipper.h"
 #include "tests/support/test_support.h"
@@ -281,8 +282,25 @@ END_TEST
 
 /* --- hashing variants ------------------------------------------------------------------------ */
 
+/* A keyed layer tag (common/nhpoly.h) under fixed test keys: of n bytes at p, or begun in s. */
+static uint32_t tag_key[KVS_NH_KEY_WORDS];
+static const uint8_t tag_otk[KVS_NHPOLY_KEY_BYTES] = {7, 1, 2, 3};
+
+static void tag_begin(kvs_nhpoly *s) {
+    for (uint32_t i = 0; i < KVS_NH_KEY_WORDS; i++) tag_key[i] = i * 2654435761u;
+    ck_assert(kvs_nhpoly_init(s, tag_key, tag_otk));
+}
+
+static void tag_of(const void *p, size_t n, uint8_t tag[KVS_NHPOLY_TAG_BYTES]) {
+    kvs_nhpoly s;
+    tag_begin(&s);
+    kvs_nhpoly_update(&s, p, n);
+    ck_assert(kvs_nhpoly_final(&s, tag));
+}
+
 /* gather_hash writes what gather writes and returns its XXH3; scatter_hash writes what scatter
- * writes and returns XXH3 of its source. */
+ * writes and returns XXH3 of its source. The tag variants write the same and feed the tag what
+ * they moved (the gather returning the XXH3 too). */
 static void check_hash_variants(const geometry *g, const kvs_token_span *span) {
     cache src, dst;
     cache_alloc(&src, g);
@@ -305,6 +323,23 @@ static void check_hash_variants(const geometry *g, const kvs_token_span *span) {
         memset(dst.buf, 0, dst.bytes);
         ck_assert_uint_eq(kvs_kernel_scatter_layer_hash(&dst.views[l], &shape, span, plain),
                           XXH3_64bits(plain, n));
+        check_scattered(&src, &dst, l, span);
+
+        uint8_t want[KVS_NHPOLY_TAG_BYTES], got[KVS_NHPOLY_TAG_BYTES];
+        tag_of(plain, n, want);
+        kvs_nhpoly s;
+        memset(hashed, 0, n);
+        tag_begin(&s);
+        h = kvs_kernel_gather_layer_tag(&src.views[l], &shape, span, hashed, &s);
+        ck_assert(kvs_nhpoly_final(&s, got));
+        ck_assert_mem_eq(hashed, plain, n);
+        ck_assert_uint_eq(h, XXH3_64bits(plain, n));
+        ck_assert_mem_eq(got, want, sizeof want);
+        memset(dst.buf, 0, dst.bytes);
+        tag_begin(&s);
+        kvs_kernel_scatter_layer_tag(&dst.views[l], &shape, span, plain, &s);
+        ck_assert(kvs_nhpoly_final(&s, got));
+        ck_assert_mem_eq(got, want, sizeof want);
         check_scattered(&src, &dst, l, span);
     }
     free(hashed);
@@ -340,14 +375,25 @@ START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
     ck_assert(payload && back);
     fill_pattern(payload, n);
     kvs_test_flipper *f = kvs_test_flipper_start(payload, n, 5);
-    size_t bad = 0;
+    size_t bad = 0, bad_tags = 0;
     for (int r = 0; r < 3000; r++) {
         uint64_t h = kvs_kernel_scatter_layer_hash(&pages.views[0], &shape, &span, payload);
         kvs_kernel_gather_layer(&pages.views[0], &shape, &span, back);
         bad += h != XXH3_64bits(back, n);
+        /* a keyed layer read in place: its tag is of what the pages got, too */
+        kvs_nhpoly s;
+        uint8_t got[KVS_NHPOLY_TAG_BYTES], want[KVS_NHPOLY_TAG_BYTES];
+        tag_begin(&s);
+        kvs_kernel_scatter_layer_tag(&pages.views[0], &shape, &span, payload, &s);
+        ck_assert(kvs_nhpoly_final(&s, got));
+        kvs_kernel_gather_layer(&pages.views[0], &shape, &span, back);
+        tag_of(back, n, want);
+        bad_tags += memcmp(got, want, sizeof got) != 0;
     }
     kvs_test_flipper_stop(f);
     ck_assert_msg(bad == 0, "%zu of 3000 loads hashed other bytes than the pages got", bad);
+    ck_assert_msg(bad_tags == 0, "%zu of 3000 tagged loads tagged other bytes than the pages got",
+                  bad_tags);
     free(back);
     free(payload);
     cache_free(&pages);

@@ -27,16 +27,16 @@ START_TEST(values_worked_out_by_hand) {
     uint8_t m[KVS_NH_UNIT_BYTES], out[KVS_NH_OUT_BYTES];
     memset(key, 0, sizeof key);
     for (uint32_t i = 0; i < KVS_NH_UNIT_BYTES / 4; i++) put32(m + 4 * i, 1);
-    for (int simd = 0; simd < 2; simd++) {
+    for (int simd = 0; simd < 3; simd++) {
         kvs_nh_allow_simd(simd);
         kvs_nh_unit(key, m, KVS_NH_UNIT_BYTES, out);
         for (int p = 0; p < 4; p++) ck_assert_uint_eq(le64(out + 8 * p), 2 * 64);
-        kvs_nh_unit(key, m, 48, out); /* three strides: the vector loop's odd one too */
-        for (int p = 0; p < 4; p++) ck_assert_uint_eq(le64(out + 8 * p), 2 * 3);
+        kvs_nh_unit(key, m, 112, out); /* seven strides: past the vectors' last whole one */
+        for (int p = 0; p < 4; p++) ck_assert_uint_eq(le64(out + 8 * p), 2 * 7);
     }
     for (uint32_t i = 0; i < KVS_NH_KEY_WORDS; i++) key[i] = i;
     memset(m, 0, sizeof m);
-    for (int simd = 0; simd < 2; simd++) {
+    for (int simd = 0; simd < 3; simd++) {
         kvs_nh_allow_simd(simd);
         kvs_nh_unit(key, m, KVS_NH_UNIT_BYTES, out);
         for (uint64_t p = 0; p < 4; p++) {
@@ -48,11 +48,11 @@ START_TEST(values_worked_out_by_hand) {
             ck_assert_uint_eq(le64(out + 8 * p), want);
         }
     }
-    kvs_nh_allow_simd(1);
+    kvs_nh_allow_simd(2);
 }
 END_TEST
 
-/* The AVX2 loop (where the CPU has it) gives what the portable loop gives, for every length a unit
+/* The AVX2 and AVX-512 loops (where the CPU has them) give what the portable loop gives, for every length a unit
  * can have and for whole units in a row; with the key shifted by 4 words, pass 0 is pass 1. */
 START_TEST(the_vector_loop_agrees_with_the_portable_one) {
     uint32_t key[KVS_NH_KEY_WORDS + 4];
@@ -62,22 +62,26 @@ START_TEST(the_vector_loop_agrees_with_the_portable_one) {
     ck_assert_ptr_nonnull(m);
     kvs_test_fill(m, UNITS * KVS_NH_UNIT_BYTES, 6);
     uint8_t a[UNITS * KVS_NH_OUT_BYTES], b[UNITS * KVS_NH_OUT_BYTES];
-    for (size_t len = KVS_NH_STRIDE_BYTES; len <= KVS_NH_UNIT_BYTES; len += KVS_NH_STRIDE_BYTES) {
-        kvs_nh_allow_simd(1);
-        kvs_nh_unit(key, m + len, len, a);
-        kvs_nh_allow_simd(0);
-        kvs_nh_unit(key, m + len, len, b);
-        ck_assert_msg(memcmp(a, b, KVS_NH_OUT_BYTES) == 0, "a unit of %zu bytes differs", len);
-    }
-    kvs_nh_allow_simd(1);
-    kvs_nh_units(key, m, UNITS, a);
+    for (size_t len = KVS_NH_STRIDE_BYTES; len <= KVS_NH_UNIT_BYTES; len += KVS_NH_STRIDE_BYTES)
+        for (int simd = 1; simd < 3; simd++) {
+            kvs_nh_allow_simd(simd);
+            kvs_nh_unit(key, m + len, len, a);
+            kvs_nh_allow_simd(0);
+            kvs_nh_unit(key, m + len, len, b);
+            ck_assert_msg(memcmp(a, b, KVS_NH_OUT_BYTES) == 0,
+                          "a unit of %zu bytes differs (vectors %d)", len, simd);
+        }
     kvs_nh_allow_simd(0);
     kvs_nh_units(key, m, UNITS, b);
-    ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    for (int simd = 1; simd < 3; simd++) {
+        kvs_nh_allow_simd(simd);
+        kvs_nh_units(key, m, UNITS, a);
+        ck_assert_int_eq(memcmp(a, b, sizeof a), 0);
+    }
     kvs_nh_unit(key + 4, m, KVS_NH_UNIT_BYTES, b);
     ck_assert_uint_eq(le64(b), le64(a + 8)); /* Toeplitz: pass 1 is pass 0 under the shifted key */
     ck_assert_uint_eq(le64(b + 16), le64(a + 24));
-    kvs_nh_allow_simd(1);
+    kvs_nh_allow_simd(2);
     free(m);
 }
 END_TEST
@@ -114,7 +118,7 @@ START_TEST(a_tag_is_the_same_however_the_bytes_are_split) {
     kvs_nhpoly_update(&s, src, LEN);
     ck_assert(kvs_nhpoly_final(&s, whole));
     static const size_t pieces[] = {1, 15, 1000, 1024, 3000, 7, 4096, 64, 333};
-    for (int simd = 0; simd < 2; simd++) {
+    for (int simd = 0; simd < 3; simd++) {
         kvs_nh_allow_simd(simd);
         memset(dst, 0, LEN);
         ck_assert(kvs_nhpoly_init(&s, key, otk));
@@ -133,7 +137,7 @@ START_TEST(a_tag_is_the_same_however_the_bytes_are_split) {
         ck_assert_int_eq(memcmp(whole, split, sizeof whole), 0);
         ck_assert_int_eq(memcmp(dst, src, LEN), 0);
     }
-    kvs_nh_allow_simd(1);
+    kvs_nh_allow_simd(2);
     ck_assert(kvs_nhpoly_init(&s, key, otk));
     kvs_nhpoly_update(&s, src, LEN + 1); /* one zero byte more: the same NH, another length */
     ck_assert(kvs_nhpoly_final(&s, other));

@@ -111,10 +111,12 @@ static kvs_status move_one(const host_device *d, const kvs_layer_view *view, con
                                       k->encoded_tokens, k->first_row);
     }
     if (c->tag && whole_payload(&d->shape, c)) {
-        if (to_pages)
+        if (to_pages) {
             kvs_kernel_scatter_layer_tag(view, &d->shape, &span, c->k_payload, c->tag);
-        else
-            kvs_kernel_gather_layer_tag(view, &d->shape, &span, c->k_payload, c->tag);
+        } else {
+            uint64_t x = kvs_kernel_gather_layer_tag(view, &d->shape, &span, c->k_payload, c->tag);
+            if (c->hash) *c->hash = x;
+        }
     } else if (c->hash && whole_payload(&d->shape, c)) {
         *c->hash = to_pages ? kvs_kernel_scatter_layer_hash(view, &d->shape, &span, c->k_payload)
                             : kvs_kernel_gather_layer_hash(view, &d->shape, &span, c->k_payload);

@@ -245,24 +245,25 @@ static void walk_init(layer_walk *w, const kvs_layer_view *view, const kvs_kv_sh
  * stores (runs long enough), and so do hashed saves, whose payload is not read again soon. With
  * `hash`, the source (the payload for a load, the pages for a save) is hashed from the registers it is
  * copied through (xxh3.h): runs arrive in payload order, so this is the hash of the payload. */
-/* What a hashed move feeds: an XXH3 state, or a keyed layer tag (nhpoly.h). */
+/* What a hashed move feeds: an XXH3 state, a keyed layer tag (nhpoly.h), or both (a keyed save:
+ * the tag is fed by the copy, XXH3 from the source just read, still in cache). */
 typedef struct hasher {
     kvs_xxh3 *xxh3;
     kvs_nhpoly *tag;
 } hasher;
 
 static inline void hasher_copy_update(hasher *h, void *dst, const void *src, size_t n, int stream) {
-    if (h->tag)
-        kvs_nhpoly_copy_update(h->tag, dst, src, n, stream);
-    else
+    if (!h->tag) {
         kvs_xxh3_copy_update(h->xxh3, dst, src, n, stream);
+        return;
+    }
+    kvs_nhpoly_copy_update(h->tag, dst, src, n, stream);
+    if (h->xxh3) kvs_xxh3_update(h->xxh3, src, n);
 }
 
 static inline void hasher_update(hasher *h, const void *src, size_t n) {
-    if (h->tag)
-        kvs_nhpoly_update(h->tag, src, n);
-    else
-        kvs_xxh3_update(h->xxh3, src, n);
+    if (h->tag) kvs_nhpoly_update(h->tag, src, n);
+    if (h->xxh3) kvs_xxh3_update(h->xxh3, src, n);
 }
 
 static inline void move_bytes(direction dir, char *page, char *payload, size_t n, hasher *hash) {
@@ -414,10 +415,13 @@ void kvs_kernel_scatter_layer_tag(const kvs_layer_view *view, const kvs_kv_shape
     move_layer_hash(view, shape, span, TO_PAGES, (char *)(uintptr_t)src, &h);
 }
 
-void kvs_kernel_gather_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                 const kvs_token_span *span, void *dst, kvs_nhpoly *tag) {
-    hasher h = {NULL, tag};
+uint64_t kvs_kernel_gather_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                                     const kvs_token_span *span, void *dst, kvs_nhpoly *tag) {
+    kvs_xxh3 x;
+    kvs_xxh3_reset(&x);
+    hasher h = {&x, tag};
     move_layer_hash(view, shape, span, TO_PAYLOAD, (char *)dst, &h);
+    return kvs_xxh3_digest(&x);
 }
 
 void kvs_kernel_move_layer_kv(const kvs_layer_view *view, const kvs_kv_shape *shape,

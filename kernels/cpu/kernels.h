@@ -60,12 +60,13 @@ uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_
 /* Paged -> payload, hashing as above: returns XXH3-64 (seed 0) of the payload it wrote to dst. */
 uint64_t kvs_kernel_gather_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                       const kvs_token_span *span, void *dst);
-/* The same two, feeding the payload to a keyed layer tag (common/nhpoly.h) instead: the pages get,
- * or the payload holds, exactly the bytes the tag was computed over. */
+/* The same two feeding the payload to a keyed layer tag (common/nhpoly.h) instead: the pages get,
+ * or the payload holds, exactly the bytes the tag was computed over. The gather also returns the
+ * payload's XXH3-64, from the same pass. */
 void kvs_kernel_scatter_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                   const kvs_token_span *span, const void *src, kvs_nhpoly *tag);
-void kvs_kernel_gather_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                                 const kvs_token_span *span, void *dst, kvs_nhpoly *tag);
+uint64_t kvs_kernel_gather_layer_tag(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                                     const kvs_token_span *span, void *dst, kvs_nhpoly *tag);
 
 /* Either direction with separate K and V payload rows: n_tokens rows of n_heads * head_bytes at
  * k_payload and at v_payload (ignored for MLA). to_pages: payload -> pages, else pages -> payload. */
