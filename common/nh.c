@@ -100,12 +100,18 @@ static AVX512 void unit_avx512(const uint32_t *key, const uint8_t *m, size_t len
         if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4); /* then hashed from there */
         unit_scalar(key + j, dst ? dst + 4 * j : m + 4 * j, (words - j) * 4, tail);
     }
-    uint64_t t[4] = {0};
+    uint64_t t[4] = {0}, lanes[4][8];
     memcpy(t, tail, sizeof t); /* little-endian host: the scalar loop's sums as written */
-    put_le64(out, (uint64_t)_mm512_reduce_add_epi64(s0) + t[0]);
-    put_le64(out + 8, (uint64_t)_mm512_reduce_add_epi64(s1) + t[1]);
-    put_le64(out + 16, (uint64_t)_mm512_reduce_add_epi64(s2) + t[2]);
-    put_le64(out + 24, (uint64_t)_mm512_reduce_add_epi64(s3) + t[3]);
+    /* lanes added as unsigned: the sums wrap modulo 2^64 by definition (no signed reduce) */
+    _mm512_storeu_si512((void *)lanes[0], s0);
+    _mm512_storeu_si512((void *)lanes[1], s1);
+    _mm512_storeu_si512((void *)lanes[2], s2);
+    _mm512_storeu_si512((void *)lanes[3], s3);
+    for (int p = 0; p < 4; p++) {
+        uint64_t sum = t[p];
+        for (int i = 0; i < 8; i++) sum += lanes[p][i];
+        put_le64(out + 8 * p, sum);
+    }
 }
 #endif
 

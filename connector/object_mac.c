@@ -120,6 +120,7 @@ static uint8_t *layer_tag(keyed_record *r, uint32_t layer) {
 /* A cipher context per thread, made once: a tag costs a one-time key, and making a context for each
  * cost as much as the tag of a 64 KiB object's layer. Freed when its thread exits. */
 static pthread_key_t cipher_key;
+static int cipher_key_ok;
 static pthread_once_t cipher_once = PTHREAD_ONCE_INIT;
 
 static void cipher_free(void *c) {
@@ -127,11 +128,12 @@ static void cipher_free(void *c) {
 }
 
 static void cipher_key_make(void) {
-    (void)pthread_key_create(&cipher_key, cipher_free);
+    cipher_key_ok = pthread_key_create(&cipher_key, cipher_free) == 0;
 }
 
 static EVP_CIPHER_CTX *thread_cipher(void) {
     pthread_once(&cipher_once, cipher_key_make);
+    if (!cipher_key_ok) return NULL;
     EVP_CIPHER_CTX *c = pthread_getspecific(cipher_key);
     if (!c && (c = EVP_CIPHER_CTX_new()) && pthread_setspecific(cipher_key, c) != 0) {
         EVP_CIPHER_CTX_free(c);
@@ -142,7 +144,7 @@ static EVP_CIPHER_CTX *thread_cipher(void) {
 
 static int one_time_key(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
                         uint32_t index, uint8_t out[32]) {
-    uint8_t iv[16], zero[64] = {0}, block[64];
+    uint8_t iv[16], zero[64] = {0}, block[64] = {0};
     iv[0] = (uint8_t)index;
     iv[1] = (uint8_t)(index >> 8);
     iv[2] = (uint8_t)(index >> 16);

@@ -215,9 +215,10 @@ static uint8_t *inline_nonce(const kvs_handle *h, const kvs_load_work *w) {
  * lands on the host device, into a raw object first on a device that cannot (accept_lossy). */
 static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_t len) {
     char why[256] = "";
-    /* a keyed tier's object: its header now (a copy of the header page when it is read in place,
-     * so the tags kept are the ones checked), its layers' tags as they are copied (keyed_inline)
-     * or for the whole step at once after the fetches, before any byte is copied */
+    /* a keyed tier's object: its header now (a copy of the header page when it is read in place:
+     * from the check on, every header field is read from the copy, never from memory another
+     * process may write), its layers' tags as they are copied (keyed_inline) or for the whole step
+     * at once after the fetches, before any byte is copied */
     int tags = keyed_inline(h, w);
     uint32_t head = kvs_object_payload_offset(h->model.n_layers);
     uint8_t *copy = tags && len >= head ? malloc(head) : NULL;
@@ -226,44 +227,44 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         fail_load(h, w, len >= head ? "out of memory" : "shorter than its header");
         return;
     }
-    if (kvs_integrity_check(h, w->tier, copy ? copy : obj, len, 0, why, sizeof why) != KVS_OK) {
-        free(copy);
-        fail_load(h, w, why);
+    const void *hdr = copy ? copy : obj;
+    if (kvs_integrity_check(h, w->tier, hdr, len, 0, why, sizeof why) != KVS_OK) {
         w->drop = 1;
-        return;
+        goto refused;
     }
     w->keyed_layers = !w->ranged && kvs_integrity_keyed(h, w->tier) && !tags;
     uint16_t codec =
-        len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)obj)->codec : KVS_CODEC_RAW;
+        len >= sizeof(kvs_object_header) ? ((const kvs_object_header *)hdr)->codec : KVS_CODEC_RAW;
     if (codec == KVS_CODEC_DERIVED) { /* raw layout, values computed over lossy KV */
-        if (kvs_object_check_raw_layout(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+        if (kvs_object_check_raw_layout(hdr, len, &h->fingerprint, &w->load->key, h->model.n_layers,
                                         h->chunk_tokens, h->layer_bytes, why,
                                         sizeof why) != KVS_OK) {
-            fail_load(h, w, why);
             w->drop = 1;
-            return;
+            goto refused;
         }
-        if (!h->cfg->loads.accept_lossy)
-            return fail_load(h, w,
-                             "KV computed over lossy chunks, and loads.accept_lossy is false");
+        if (!h->cfg->loads.accept_lossy) {
+            kvs_fmt(why, sizeof why,
+                    "KV computed over lossy chunks, and loads.accept_lossy is false");
+            goto refused;
+        }
         w->lossy = 1;
-    } else if (codec != KVS_CODEC_RAW) {
-        if (!(obj = accept_lossy(h, w, obj, len))) return; /* fused, or failed */
+    } else if (codec != KVS_CODEC_RAW) { /* never a keyed one: its header check refused it */
+        if (!(obj = accept_lossy(h, w, obj, len))) goto done; /* fused, or failed */
+        hdr = obj;
         len = h->object_bytes;
     }
-    if (kvs_object_check_raw_layout(obj, len, &h->fingerprint, &w->load->key, h->model.n_layers,
+    if (kvs_object_check_raw_layout(hdr, len, &h->fingerprint, &w->load->key, h->model.n_layers,
                                     h->chunk_tokens, h->layer_bytes, why, sizeof why) != KVS_OK ||
-        (((const kvs_object_header *)obj)->codec == KVS_CODEC_DERIVED && !w->lossy)) {
+        (((const kvs_object_header *)hdr)->codec == KVS_CODEC_DERIVED && !w->lossy)) {
         if (!why[0]) kvs_fmt(why, sizeof why, "its codec field changed while it was read");
-        fail_load(h, w, why);
         w->drop = 1;
-        return;
+        goto refused;
     }
     if (!(w->layer_hash = calloc(1, layer_hash_bytes(h, tags)))) {
-        free(copy);
-        return fail_load(h, w, "out of memory");
+        kvs_fmt(why, sizeof why, "out of memory");
+        goto refused;
     }
-    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)obj),
+    memcpy(w->layer_hash, kvs_object_layer_hashes((void *)(uintptr_t)hdr),
            h->model.n_layers * sizeof *w->layer_hash);
     if (tags) {
         uint8_t *at = inline_nonce(h, w);
@@ -271,9 +272,13 @@ static void accept_object(kvs_handle *h, kvs_load_work *w, const void *obj, uint
         memcpy(at + KVS_OBJECT_NONCE_BYTES, kvs_object_mac_layer_tag(copy, 0),
                (uint64_t)h->model.n_layers * KVS_OBJECT_TAG_BYTES);
     }
-    free(copy);
     w->keyed_inline = tags;
     w->object = obj;
+    goto done;
+refused:
+    fail_load(h, w, why);
+done:
+    free(copy);
 }
 
 /* Resolve one chunk: pin it where it lives; a zero-copy tier hands out its bytes at once, any other
@@ -507,6 +512,13 @@ static void fetch_objects(kvs_handle *h, kvs_load_set *set, int all_layers) {
     check_keyed_layers(h, set);
 }
 
+/* Where this model's layout puts layer `layer` of w's object (accept_object checked the header says
+ * the same): a header that changes under a reference read in place moves no read or copy. */
+static const uint8_t *layer_at(const kvs_handle *h, const kvs_load_work *w, uint32_t layer) {
+    return w->object + kvs_object_payload_offset(h->model.n_layers) +
+           (uint64_t)layer * h->layer_bytes;
+}
+
 /* The copy of one layer of one load: the rows of the loaded range within the chunk's payload. */
 static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs_dev_copy *c) {
     const kvs_meta_load *l = w->load;
@@ -522,11 +534,7 @@ static void load_copy(const kvs_handle *h, kvs_load_work *w, uint32_t layer, kvs
                             .codec = &w->dcodec};
         return;
     }
-    /* where this model's layout puts the layer (accept_object checked the header says the same): a
-     * header that changes under a reference read in place cannot move the copy's source */
-    uint8_t *payload = (uint8_t *)(uintptr_t)w->object +
-                       kvs_object_payload_offset(h->model.n_layers) +
-                       (uint64_t)layer * h->layer_bytes;
+    uint8_t *payload = (uint8_t *)(uintptr_t)layer_at(h, w, layer);
     uint64_t row = (uint64_t)h->shape.n_heads * h->shape.head_bytes;
     uint64_t off = (l->first_token - l->chunk_first) * row;
     *c = (kvs_dev_copy){.block_ids = w->req->block_ids,
@@ -578,7 +586,7 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         }
         int whole = w->load->n_tokens == h->chunk_tokens && !w->fused; /* fused: checked whole */
         if (!whole && !w->fused) {
-            const void *payload = kvs_object_layer((void *)w->object, layer);
+            const void *payload = layer_at(h, w, layer);
             if (kvs_xxh3_64(payload, h->layer_bytes) != w->layer_hash[layer]) {
                 layer_mismatch(h, w, layer);
                 continue;
@@ -592,7 +600,11 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
                 fail_load(h, w, "out of memory for its layer tags");
                 continue;
             }
-            kvs_object_mac_layer_begin(h->mac, inline_nonce(h, w), layer, &h->tag_states[n]);
+            if (!kvs_object_mac_layer_begin(h->mac, inline_nonce(h, w), layer, &h->tag_states[n])) {
+                kvs_nhpoly_abort(&h->tag_states[n]);
+                fail_load(h, w, "its layer tag could not be begun (libcrypto)"); /* not its fault */
+                continue;
+            }
             h->copies[n].tag = &h->tag_states[n];
         }
         in_copy[n++] = w;
@@ -670,8 +682,8 @@ static void load_all_async(kvs_handle *h, kvs_load_set *set) {
         if (!load_live(w)) continue;
         for (uint32_t layer = 0; layer < nl && !w->fused; layer++) /* fused: checked whole */
             if (kvs_meta_wants_layer(w->req, layer))
-                h->hash_jobs[n_jobs++] = (kvs_hash_job){kvs_object_layer((void *)w->object, layer),
-                                                        h->layer_bytes, &w->layer_hash[nl + layer]};
+                h->hash_jobs[n_jobs++] = (kvs_hash_job){layer_at(h, w, layer), h->layer_bytes,
+                                                        &w->layer_hash[nl + layer]};
     }
     if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
 }

@@ -190,8 +190,9 @@ START_TEST(a_keyed_tier_refuses_stripped_and_moved_objects) {
 }
 END_TEST
 
-/* A keyed tier's intact objects load byte for byte, through a copy (never a reference into memory
- * another process may write after the check). */
+/* A keyed tier's intact objects load byte for byte, read in place from a tier other processes may
+ * write (its tags computed over the bytes the copies move), and the tags the saves' copies wrote
+ * are those a whole check computes over the stored bytes. */
 START_TEST(a_keyed_tier_loads_its_own_objects) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, dram_config(key_file("t.key", 3, 0600), 1)),

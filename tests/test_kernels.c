@@ -358,15 +358,10 @@ START_TEST(hash_variants_equal_xxh3_of_the_payload_in_every_layout) {
 }
 END_TEST
 
-/* A load whose payload changes while it is scattered returns the hash of what the pages got, in
- * every layout (runs short and long), so the connector's check sees the tear. */
-START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
-    geometry g = small_geometry((kvs_test_layout)_i, 2);
-    if (_i == KVS_TEST_LAYOUT_NHD) { /* 512-byte tokens: hashed run by run as they move */
-        g.n_heads = 8;
-        g.head_dim = 32;
-    }
-    kvs_token_span span = shuffled_span();
+/* Scatter a payload another thread keeps changing, 3000 times: the hash and the tag returned are
+ * those of what the pages got. */
+static void check_tear(const geometry *gp, kvs_token_span span) {
+    geometry g = *gp;
     cache pages;
     cache_alloc(&pages, &g);
     kvs_kv_shape shape = shape_of(&g);
@@ -397,6 +392,26 @@ START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
     free(back);
     free(payload);
     cache_free(&pages);
+}
+
+/* A load whose payload changes while it is scattered returns the hash of what the pages got, in
+ * every layout (runs short and long), so the connector's check sees the tear. */
+START_TEST(a_payload_changing_under_a_load_hashes_as_the_pages_got_it) {
+    geometry g = small_geometry((kvs_test_layout)_i, 2);
+    if (_i == KVS_TEST_LAYOUT_NHD) { /* 512-byte tokens: hashed run by run as they move */
+        g.n_heads = 8;
+        g.head_dim = 32;
+    }
+    check_tear(&g, shuffled_span());
+}
+END_TEST
+
+/* The same with tokens larger than a hash piece whose heads are apart in the pages (40 heads of
+ * 1152 bytes, head-major): hashed head by head as they move, never read twice. */
+START_TEST(a_payload_changing_under_a_load_of_big_tokens_hashes_as_the_pages_got_it) {
+    const uint32_t table[] = {2, 0, 3, 1};
+    geometry g = {KVS_TEST_LAYOUT_HND, 1, 4, 4, 40, 576, 2};
+    check_tear(&g, (kvs_token_span){table, 4, 3, 9});
 }
 END_TEST
 
@@ -709,6 +724,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(hash, hash_variants_equal_xxh3_over_many_pieces);
     tcase_add_loop_test(hash, a_payload_changing_under_a_load_hashes_as_the_pages_got_it, 0,
                         KVS_TEST_LAYOUT_COUNT);
+    tcase_add_test(hash, a_payload_changing_under_a_load_of_big_tokens_hashes_as_the_pages_got_it);
     tcase_add_test(hash, hash_variants_equal_xxh3_when_one_token_exceeds_a_piece);
     tcase_add_test(hash, hash_variants_of_an_empty_span_hash_nothing);
     tcase_add_test(hash, layer_bytes_counts_v_only_when_the_shape_has_v);

@@ -364,14 +364,14 @@ static void move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shap
                 uint32_t count = w.n_tokens - t < piece_tokens ? w.n_tokens - t : piece_tokens;
                 size_t n = count * w.token_bytes;
                 char *from = payload;
-                /* (a token larger than a piece is hashed, then copied) */
-                if (dir == TO_PAGES && !by_run && n <= sizeof stage) {
+                /* a token larger than a piece is hashed by its runs as they move (in payload
+                 * order), each byte read once, like a layer of long runs */
+                int runs = by_run || (dir == TO_PAGES && n > sizeof stage);
+                if (dir == TO_PAGES && !runs) {
                     hasher_copy_update(state, stage, payload, n, 0);
                     from = stage;
-                } else if (dir == TO_PAGES && !by_run) {
-                    hasher_update(state, payload, n);
                 }
-                move_tokens(&w, dir, w.parts[p], from, t, count, by_run ? state : NULL);
+                move_tokens(&w, dir, w.parts[p], from, t, count, runs ? state : NULL);
                 if (dir == TO_PAYLOAD && !by_run) hasher_update(state, payload, n);
                 payload += n;
             }
