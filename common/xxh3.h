@@ -34,8 +34,8 @@ uint64_t kvs_xxh3_64(const void *src, size_t n);
 /* XXH3-64 of src's n bytes, copied to dst in the same pass (fenced when `stream`). */
 uint64_t kvs_xxh3_copy64(void *dst, const void *src, size_t n, int stream);
 
-/* For tests: 0 makes every later update use the portable loop even where the CPU has AVX2 (not
- * thread-safe; 1 restores the default). */
+/* For tests: the widest vectors later updates may use where the CPU has them: 0 the portable loop,
+ * 1 AVX2, 2 AVX-512 (the default). Not thread-safe. */
 void kvs_xxh3_allow_simd(int allow);
 
 /* Internal, for xxh3.c and xxh3_secret.c: libxxhash's default secret (192 bytes). */
