@@ -3,14 +3,14 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <pthread.h>
 #include <string.h>
 
-static EVP_MAC *poly1305;
-static pthread_once_t poly1305_once = PTHREAD_ONCE_INIT;
+void *kvs_nhpoly_mac_new(void) {
+    return EVP_MAC_fetch(NULL, "POLY1305", NULL);
+}
 
-static void poly1305_fetch(void) {
-    poly1305 = EVP_MAC_fetch(NULL, "POLY1305", NULL); /* kept for the process's life */
+void kvs_nhpoly_mac_free(void *poly1305) {
+    EVP_MAC_free(poly1305);
 }
 
 /* Hand the NH outputs gathered so far to Poly1305. */
@@ -32,9 +32,8 @@ static void emit_units(kvs_nhpoly *s, uint8_t *dst, const uint8_t *src, size_t u
     }
 }
 
-int kvs_nhpoly_init(kvs_nhpoly *s, const uint32_t *nh_key,
+int kvs_nhpoly_init(kvs_nhpoly *s, void *poly1305, const uint32_t *nh_key,
                     const uint8_t otk[KVS_NHPOLY_KEY_BYTES]) {
-    pthread_once(&poly1305_once, poly1305_fetch);
     s->nh_key = nh_key;
     s->total = 0;
     s->part_len = s->out_len = 0;

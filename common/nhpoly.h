@@ -27,9 +27,14 @@ typedef struct kvs_nhpoly {
     uint8_t out[KVS_NHPOLY_BATCH * KVS_NH_OUT_BYTES];
 } kvs_nhpoly;
 
-/* Begin a tag under nh_key (KVS_NH_KEY_WORDS words) and the one-time Poly1305 key otk. 0 when
- * libcrypto fails (final then fails too). */
-int kvs_nhpoly_init(kvs_nhpoly *s, const uint32_t *nh_key, const uint8_t otk[KVS_NHPOLY_KEY_BYTES]);
+/* libcrypto's Poly1305 (an EVP_MAC), fetched by the state's owner and freed once no tag uses it:
+ * NULL when libcrypto has none. */
+void *kvs_nhpoly_mac_new(void);
+void kvs_nhpoly_mac_free(void *poly1305);
+/* Begin a tag with poly1305 (kvs_nhpoly_mac_new's) under nh_key (KVS_NH_KEY_WORDS words) and the
+ * one-time Poly1305 key otk. 0 when libcrypto fails (final then fails too). */
+int kvs_nhpoly_init(kvs_nhpoly *s, void *poly1305, const uint32_t *nh_key,
+                    const uint8_t otk[KVS_NHPOLY_KEY_BYTES]);
 /* Feed n bytes at src. */
 void kvs_nhpoly_update(kvs_nhpoly *s, const void *src, size_t n);
 /* Copy n bytes from src to dst (not overlapping) and feed them, in one pass; with `stream` the

@@ -6,7 +6,6 @@
 #include <openssl/hmac.h>
 #include <openssl/params.h>
 #include <openssl/rand.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,31 +116,6 @@ static uint8_t *layer_tag(keyed_record *r, uint32_t layer) {
 
 /* The one-time Poly1305 key of tag `index` (0: the header, 1 + l: layer l) under the object's nonce:
  * the first half of ChaCha20 keystream block `index`. */
-/* A cipher context per thread, made once: a tag costs a one-time key, and making a context for each
- * cost as much as the tag of a 64 KiB object's layer. Freed when its thread exits. */
-static pthread_key_t cipher_key;
-static int cipher_key_ok;
-static pthread_once_t cipher_once = PTHREAD_ONCE_INIT;
-
-static void cipher_free(void *c) {
-    EVP_CIPHER_CTX_free(c);
-}
-
-static void cipher_key_make(void) {
-    cipher_key_ok = pthread_key_create(&cipher_key, cipher_free) == 0;
-}
-
-static EVP_CIPHER_CTX *thread_cipher(void) {
-    pthread_once(&cipher_once, cipher_key_make);
-    if (!cipher_key_ok) return NULL;
-    EVP_CIPHER_CTX *c = pthread_getspecific(cipher_key);
-    if (!c && (c = EVP_CIPHER_CTX_new()) && pthread_setspecific(cipher_key, c) != 0) {
-        EVP_CIPHER_CTX_free(c);
-        c = NULL;
-    }
-    return c;
-}
-
 static int one_time_key(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_NONCE_BYTES],
                         uint32_t index, uint8_t out[32]) {
     uint8_t iv[16], zero[64] = {0}, block[64] = {0};
@@ -150,9 +124,10 @@ static int one_time_key(const kvs_object_mac *m, const uint8_t nonce[KVS_OBJECT_
     iv[2] = (uint8_t)(index >> 16);
     iv[3] = (uint8_t)(index >> 24);
     memcpy(iv + 4, nonce, KVS_OBJECT_NONCE_BYTES);
-    EVP_CIPHER_CTX *c = thread_cipher();
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     int n = 0, ok = c && EVP_EncryptInit_ex2(c, m->chacha20, m->key, iv, NULL) &&
                     EVP_EncryptUpdate(c, block, &n, zero, sizeof zero) && n == (int)sizeof block;
+    EVP_CIPHER_CTX_free(c);
     memcpy(out, block, 32);
     OPENSSL_cleanse(block, sizeof block);
     return ok;
@@ -183,7 +158,7 @@ int kvs_object_mac_layer_begin(const kvs_object_mac *m, const uint8_t nonce[KVS_
                                uint32_t layer, kvs_nhpoly *s) {
     uint8_t otk[32];
     int ok = one_time_key(m, nonce, 1 + layer, otk);
-    ok = kvs_nhpoly_init(s, m->nh_key, otk) && ok;
+    ok = kvs_nhpoly_init(s, m->poly1305, m->nh_key, otk) && ok;
     OPENSSL_cleanse(otk, sizeof otk);
     return ok;
 }

@@ -7,7 +7,6 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 
 struct kvs_tls {
     SSL_CTX *ctx;
+    BIO_METHOD *sock; /* the socket under every session of ctx */
     int server;
     char tenant[KVS_WIRE_MAX_TENANT_BYTES + 1]; /* client: the identity offered */
     uint8_t key[KVS_WIRE_PROOF_BYTES];          /* client: the TLS key of its tenant */
@@ -170,9 +170,8 @@ int kvs_chan_peek(kvs_chan *ch) {
 /* ---- the socket under TLS ----------------------------------------------------------------- */
 
 /* OpenSSL's socket BIO writes with write(2), which raises SIGPIPE on a connection the peer reset: a
- * library must not kill its host for that, so TLS records go through send with MSG_NOSIGNAL. */
-static BIO_METHOD *sock_method;
-static pthread_once_t sock_method_once = PTHREAD_ONCE_INIT;
+ * library must not kill its host for that, so TLS records go through send with MSG_NOSIGNAL. The
+ * method belongs to a context (nothing of it outlives the library when its host unloads it). */
 
 static int sock_fd(BIO *b) {
     return (int)(intptr_t)BIO_get_data(b) - 1;
@@ -200,19 +199,18 @@ static long sock_ctrl(BIO *b, int cmd, long num, void *ptr) {
     return cmd == BIO_CTRL_FLUSH ? 1 : 0; /* nothing is buffered here */
 }
 
-static void sock_method_make(void) {
-    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "kvstrata socket");
+static BIO_METHOD *sock_method_new(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_TYPE_SOURCE_SINK, "kvstrata socket");
     if (m && (!BIO_meth_set_write(m, sock_write) || !BIO_meth_set_read(m, sock_read) ||
               !BIO_meth_set_ctrl(m, sock_ctrl))) {
         BIO_meth_free(m);
         m = NULL;
     }
-    sock_method = m;
+    return m;
 }
 
-static BIO *sock_bio(int fd) {
-    pthread_once(&sock_method_once, sock_method_make);
-    BIO *b = sock_method ? BIO_new(sock_method) : NULL;
+static BIO *sock_bio(BIO_METHOD *method, int fd) {
+    BIO *b = method ? BIO_new(method) : NULL;
     if (b) {
         BIO_set_data(b, (void *)(intptr_t)(fd + 1));
         BIO_set_init(b, 1);
@@ -274,7 +272,8 @@ static kvs_status tls_new(int server, kvs_tls **out, char *err, size_t err_len) 
     tls->server = server;
     ERR_clear_error();
     tls->ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-    if (!tls->ctx || SSL_CTX_set_min_proto_version(tls->ctx, TLS1_3_VERSION) != 1 ||
+    tls->sock = sock_method_new();
+    if (!tls->ctx || !tls->sock || SSL_CTX_set_min_proto_version(tls->ctx, TLS1_3_VERSION) != 1 ||
         SSL_CTX_set_ciphersuites(tls->ctx, TLS_SUITES) != 1 ||
         SSL_CTX_set_num_tickets(tls->ctx, 0) != 1) {
         say_ssl(err, err_len, "cannot make a TLS 1.3 context");
@@ -338,6 +337,7 @@ kvs_status kvs_tls_node_new(const kvs_remote_psk *master, kvs_tls **out, char *e
 void kvs_tls_free(kvs_tls *tls) {
     if (!tls) return;
     SSL_CTX_free(tls->ctx);
+    BIO_meth_free(tls->sock);
     OPENSSL_cleanse(tls->key, sizeof tls->key);
     free(tls);
 }
@@ -346,7 +346,7 @@ kvs_status kvs_tls_attach(kvs_tls *tls, kvs_chan *ch, char *err, size_t err_len)
     ERR_clear_error();
     SSL *ssl = SSL_new(tls->ctx);
     chan_extra *x = calloc(1, sizeof *x);
-    BIO *bio = ssl && x ? sock_bio(ch->fd) : NULL;
+    BIO *bio = ssl && x ? sock_bio(tls->sock, ch->fd) : NULL;
     if (!bio) {
         say_ssl(err, err_len, "cannot start a TLS session");
         SSL_free(ssl);
