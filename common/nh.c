@@ -74,6 +74,15 @@ static AVX2 void unit_avx2(const uint32_t *key, const uint8_t *m, size_t len, ui
 
 #define AVX512 __attribute__((target("avx512f")))
 
+/* The eight 64-bit lanes added modulo 2^64 by vector adds (GCC's reduce intrinsic adds them as
+ * signed integers, whose overflow is undefined). */
+static AVX512 uint64_t sum_lanes(__m512i v) {
+    __m256i t = _mm256_add_epi64(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i u = _mm_add_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    u = _mm_add_epi64(u, _mm_unpackhi_epi64(u, u));
+    return (uint64_t)_mm_cvtsi128_si64(u);
+}
+
 /* The same four strides a vector. */
 static AVX512 void unit_avx512(const uint32_t *key, const uint8_t *m, size_t len, uint8_t *out,
                                uint8_t *dst, int stream) {
@@ -100,18 +109,12 @@ static AVX512 void unit_avx512(const uint32_t *key, const uint8_t *m, size_t len
         if (dst) memcpy(dst + 4 * j, m + 4 * j, (words - j) * 4); /* then hashed from there */
         unit_scalar(key + j, dst ? dst + 4 * j : m + 4 * j, (words - j) * 4, tail);
     }
-    uint64_t t[4] = {0}, lanes[4][8];
+    uint64_t t[4] = {0};
     memcpy(t, tail, sizeof t); /* little-endian host: the scalar loop's sums as written */
-    /* lanes added as unsigned: the sums wrap modulo 2^64 by definition (no signed reduce) */
-    _mm512_storeu_si512((void *)lanes[0], s0);
-    _mm512_storeu_si512((void *)lanes[1], s1);
-    _mm512_storeu_si512((void *)lanes[2], s2);
-    _mm512_storeu_si512((void *)lanes[3], s3);
-    for (int p = 0; p < 4; p++) {
-        uint64_t sum = t[p];
-        for (int i = 0; i < 8; i++) sum += lanes[p][i];
-        put_le64(out + 8 * p, sum);
-    }
+    put_le64(out, sum_lanes(s0) + t[0]);
+    put_le64(out + 8, sum_lanes(s1) + t[1]);
+    put_le64(out + 16, sum_lanes(s2) + t[2]);
+    put_le64(out + 24, sum_lanes(s3) + t[3]);
 }
 #endif
 
