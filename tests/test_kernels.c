@@ -12,18 +12,8 @@
 #include "common/nhpoly.h"
 #include "kernels/cpu/kernels.h"
 #include "tests/support/flipper.h"
+#include "tests/support/objects.h"
 #include "tests/support/test_support.h"
-
-/* libcrypto's Poly1305 for the suite's tags, fetched once and freed at exit. */
-static void *poly1305_mac;
-static void *test_poly1305(void) {
-    if (!poly1305_mac) poly1305_mac = kvs_nhpoly_mac_new();
-    ck_assert_ptr_nonnull(poly1305_mac);
-    return poly1305_mac;
-}
-static void test_poly1305_free(void) {
-    kvs_nhpoly_mac_free(poly1305_mac);
-}
 
 /* --- fixtures ------------------------------------------------------------------------------- */
 
@@ -299,7 +289,7 @@ static const uint8_t tag_otk[KVS_NHPOLY_KEY_BYTES] = {7, 1, 2, 3};
 
 static void tag_begin(kvs_nhpoly *s) {
     for (uint32_t i = 0; i < KVS_NH_KEY_WORDS; i++) tag_key[i] = i * 2654435761u;
-    ck_assert(kvs_nhpoly_init(s, test_poly1305(), tag_key, tag_otk));
+    ck_assert(kvs_nhpoly_init(s, kvs_test_poly1305(), tag_key, tag_otk));
 }
 
 static void tag_of(const void *p, size_t n, uint8_t tag[KVS_NHPOLY_TAG_BYTES]) {
@@ -771,7 +761,6 @@ static Suite *kernels_suite(void) {
 }
 
 int main(void) {
-    atexit(test_poly1305_free);
     SRunner *sr = srunner_create(kernels_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

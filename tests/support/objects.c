@@ -1,7 +1,10 @@
 /* objects.c - test keys and object bytes (contract in objects.h). */
 #include "objects.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "common/nhpoly.h"
 
 kvs_key kvs_test_key(uint32_t i) {
     kvs_key k;
@@ -29,4 +32,15 @@ int kvs_test_bytes_match(const uint8_t *buf, uint64_t len, uint32_t seed) {
     for (uint64_t i = 0; i < len; i++)
         if (buf[i] != next_byte(&x)) return 0;
     return 1;
+}
+
+static void *poly1305_mac;
+
+static void poly1305_free(void) {
+    kvs_nhpoly_mac_free(poly1305_mac);
+}
+
+void *kvs_test_poly1305(void) {
+    if (!poly1305_mac && (poly1305_mac = kvs_nhpoly_mac_new())) atexit(poly1305_free);
+    return poly1305_mac;
 }
