@@ -259,6 +259,22 @@ static void hello(kvs_wire_msg *m, const char *tenant) {
     m->nonce = nonce;
 }
 
+/* A client of node in a session of tenant over TLS under key (the tenant's). */
+static kvs_test_client *authed(const kvs_test_node *d, const char *tenant, const uint8_t key[32]) {
+    kvs_test_client *c = kvs_test_client_open(d);
+    ck_assert_int_eq(kvs_test_client_tls(c, tenant, key, 32), KVS_OK);
+    ck_assert_uint_eq(kvs_test_client_handshake(c, tenant, key, 32, NULL), KVS_WIRE_AUTH_OK);
+    return c;
+}
+
+/* An encrypted node started, and a session of tenant on it. */
+static kvs_test_client *encrypted_session(const char *tenant) {
+    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
+    uint8_t key[32];
+    kvs_test_node_tenant_key(&node, tenant, key, NULL, 0);
+    return authed(&node, tenant, key);
+}
+
 /* A tier with encrypt against a node without it, and the other way round: no session, a sentence
  * that names the mismatch, and the node serves its own kind meanwhile. */
 START_TEST(plain_and_tls_peers_of_the_other_kind_are_refused_with_a_sentence) {
@@ -328,11 +344,7 @@ START_TEST(a_tls_key_names_one_tenant_only) {
     ck_assert(kvs_test_control_closed(c->ctl_fd));
     kvs_test_client_close(c);
 
-    c = kvs_test_client_open(&node);
-    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_a, sizeof key_a), KVS_OK);
-    ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", key_a, sizeof key_a, NULL),
-                      KVS_WIRE_AUTH_OK);
-    kvs_test_client_close(c);
+    kvs_test_client_close(authed(&node, "tenant-a", key_a));
 }
 END_TEST
 
@@ -340,13 +352,7 @@ END_TEST
  * taken from the client's memory, say) is dropped as naming no session; on the stream the same
  * lookup is answered. */
 START_TEST(an_encrypted_session_takes_nothing_over_ucx) {
-    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
-    uint8_t key_a[32];
-    kvs_test_node_tenant_key(&node, "tenant-a", key_a, NULL, 0);
-    kvs_test_client *c = kvs_test_client_open(&node);
-    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_a, sizeof key_a), KVS_OK);
-    ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", key_a, sizeof key_a, NULL),
-                      KVS_WIRE_AUTH_OK);
+    kvs_test_client *c = encrypted_session("tenant-a");
     uint8_t key[16];
     kvs_test_node_key(key, 7);
     kvs_wire_entry e;
@@ -397,13 +403,7 @@ static unsigned long cpu_ticks(pid_t pid) {
  * nothing: the node holds those bytes decrypted while it waits for room for the answer, and must
  * wait on poll, not spin on them (it took a whole core for the GET's timeout_ms). */
 START_TEST(bytes_tls_holds_do_not_make_the_node_spin_while_it_waits_to_send) {
-    kvs_test_remote_node_start_flag(&node, key_path, KVS_TEST_REMOTE_NODE_YAML, "--encrypt", "on");
-    uint8_t key_a[32];
-    kvs_test_node_tenant_key(&node, "tenant-a", key_a, NULL, 0);
-    kvs_test_client *c = kvs_test_client_open(&node);
-    ck_assert_int_eq(kvs_test_client_tls(c, "tenant-a", key_a, sizeof key_a), KVS_OK);
-    ck_assert_uint_eq(kvs_test_client_handshake(c, "tenant-a", key_a, sizeof key_a, NULL),
-                      KVS_WIRE_AUTH_OK);
+    kvs_test_client *c = encrypted_session("tenant-a");
     enum { LEN = 2 * MIB, N = 16 };
     uint8_t *obj = malloc(LEN);
     static uint8_t buf[KVS_WIRE_MAX_MESSAGE_BYTES + 64];
