@@ -6,17 +6,17 @@
 #include "common/abi_struct.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "encoder.h"
-#include "guard.h"
+#include "connector/ext/lossy/encoder.h"
+#include "connector/ext/lsc/lsc.h"
+#include "connector/ext/plans/restore.h"
+#include "connector/ext/sparse/sparse.h"
 #include "handle.h"
 #include "integrity.h"
 #include "keys.h"
+#include "last_error.h"
 #include "lookup_remote.h"
-#include "lsc.h"
 #include "object.h"
-#include "restore.h"
-#include "scheduler.h"
-#include "sparse.h"
+#include "requests.h"
 #include "worker.h"
 #include "worker_async.h"
 #include "worker_device.h"
@@ -241,7 +241,7 @@ static void api_close(kvs_handle *h) {
     if (!h) return;
     if (h->tiers) {
         kvs_worker_close(h); /* waits for the device before pins and slabs go */
-        kvs_sched_release_all(h);
+        kvs_reqs_release_all(h);
     }
     kvs_rlookups_destroy(h->rlookups); /* after the requests dropped their queries */
     kvs_tiers_close(h->tiers);
@@ -272,21 +272,21 @@ static const char *api_last_error(const kvs_handle *h) {
 static kvs_status api_lookup(kvs_handle *h, const char *id, const int32_t *tokens, uint64_t n,
                              uint64_t n_computed, kvs_lookup_result *out) {
     ENTER(h);
-    return kvs_sched_lookup(h, id, tokens, n, n_computed, out);
+    return kvs_reqs_lookup(h, id, tokens, n, n_computed, out);
 }
 static kvs_status api_on_alloc(kvs_handle *h, const char *id, const uint32_t *blocks, uint64_t n,
                                uint64_t n_ext) {
     ENTER(h);
-    return kvs_sched_on_alloc(h, id, blocks, n, n_ext);
+    return kvs_reqs_on_alloc(h, id, blocks, n, n_ext);
 }
 static kvs_status api_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n, void *buf,
                                  uint64_t cap, uint64_t *len) {
     ENTER(h);
-    return kvs_sched_build_meta(h, reqs, n, buf, cap, len);
+    return kvs_reqs_build_meta(h, reqs, n, buf, cap, len);
 }
 static kvs_status api_request_finished(kvs_handle *h, const char *id, int *keep) {
     ENTER(h);
-    return kvs_sched_request_finished(h, id, keep);
+    return kvs_reqs_request_finished(h, id, keep);
 }
 static kvs_status api_take_events(kvs_handle *h, kvs_event *out, uint64_t cap, uint64_t *n) {
     ENTER(h);
@@ -337,16 +337,16 @@ static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t c
 }
 static kvs_status api_set_plan_caps(kvs_handle *h, uint32_t caps) {
     ENTER(h);
-    return kvs_sched_set_plan_caps(h, caps);
+    return kvs_reqs_set_plan_caps(h, caps);
 }
 static kvs_status api_plan(kvs_handle *h, const char *req_id, kvs_restore_plan *out) {
     ENTER(h);
     /* the scheduler holds the request; the planner copies its plan out */
-    return kvs_restore_plan_of(h, req_id, req_id ? kvs_sched_last_plan(h, req_id) : NULL, out);
+    return kvs_restore_plan_of(h, req_id, req_id ? kvs_reqs_last_plan(h, req_id) : NULL, out);
 }
 static kvs_status api_set_stages(kvs_handle *h, const kvs_stage_desc *stages) {
     ENTER(h);
-    return kvs_sched_set_stages(h, stages);
+    return kvs_reqs_set_stages(h, stages);
 }
 static kvs_status api_set_stream(kvs_handle *h, void *stream) {
     ENTER(h);
@@ -430,13 +430,13 @@ static kvs_status api_sparse_end(kvs_handle *h, const char *req_id) {
 static kvs_status api_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
                                         const void *bytes, uint64_t len) {
     ENTER(h);
-    return kvs_sched_request_key_input(h, req_id, from_token, bytes, len);
+    return kvs_reqs_request_key_input(h, req_id, from_token, bytes, len);
 }
 
 static kvs_status api_build_meta_update(kvs_handle *h, const kvs_step_update *reqs, uint64_t n,
                                         void *buf, uint64_t cap, uint64_t *len) {
     ENTER(h);
-    return kvs_sched_build_meta_update(h, reqs, n, buf, cap, len);
+    return kvs_reqs_build_meta_update(h, reqs, n, buf, cap, len);
 }
 
 static kvs_status api_handle_info(const kvs_handle *h, kvs_handle_info *out) {

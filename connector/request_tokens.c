@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard.h"
 #include "keys.h"
+#include "last_error.h"
 
 /* A token buffer of at least n that is not a request's: the handle's spare when large enough, else a
  * new one (NULL when out of memory). */

@@ -7,12 +7,13 @@
 #include <string.h>
 
 #include "common/abi_struct.h"
-#include "guard.h"
+#include "connector/ext/plans/restore.h"
 #include "handle.h"
 #include "keys.h"
+#include "last_error.h"
 #include "request_tokens.h"
-#include "restore.h"
-#include "scheduler.h"
+#include "requests.h"
+#include "role.h"
 
 /* One request of the step: its tokens are its first tokens_from held ones followed by
  * tokens[0..n_new_tokens), its block table likewise (build_meta passes whole lists: from 0). */
@@ -59,12 +60,12 @@ static kvs_status check_counts(kvs_handle *h, const char *hook, const step_req *
 }
 
 static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *in, step_req *s) {
-    kvs_status st = kvs_sched_check_id(h, "build_meta", in->req_id);
+    kvs_status st = kvs_reqs_check_id(h, "build_meta", in->req_id);
     if (st == KVS_OK)
         st = kvs_request_check_tokens(h, "build_meta", in->req_id, in->tokens, in->n_tokens);
     if (st != KVS_OK) return st;
     *s = (step_req){.req_id = in->req_id,
-                    .r = kvs_sched_find(h, in->req_id),
+                    .r = kvs_reqs_find(h, in->req_id),
                     .n_new_tokens = in->n_tokens,
                     .n_tokens = in->n_tokens,
                     .tokens = in->tokens,
@@ -79,9 +80,9 @@ static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *in, 
 
 static kvs_status check_update(kvs_handle *h, const kvs_step_update *u, step_req *s) {
     static const char hook[] = "build_meta_update";
-    kvs_status st = kvs_sched_check_id(h, hook, u->req_id);
+    kvs_status st = kvs_reqs_check_id(h, hook, u->req_id);
     if (st != KVS_OK) return st;
-    kvs_request *r = kvs_sched_find(h, u->req_id);
+    kvs_request *r = kvs_reqs_find(h, u->req_id);
     uint64_t held_tokens = r ? r->n_tokens : 0, held_blocks = r ? r->n_table : 0;
     if (u->tokens_from > held_tokens || u->blocks_from > held_blocks)
         return kvs_set_error(h, KVS_EINVAL,
@@ -190,7 +191,7 @@ static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *o
         load_end = end;
         plan->span_from = start;
         plan->emits_load = 1;
-        int tier = r->n_pins ? (int)kvs_sched_chunk_tier(h, r->pins)
+        int tier = r->n_pins ? (int)kvs_reqs_chunk_tier(h, r->pins)
                              : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
         *restore = (kvs_restore_step){.loading = 1,
                                       .tier = tier > 0 ? (uint32_t)tier : 0,
@@ -268,8 +269,8 @@ static kvs_status plan_blocks(kvs_handle *h, const step_req *s, const req_plan *
  * build_meta_update, replaced by build_meta), what it saved, its load. */
 static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
                              const kvs_restore_step *restore) {
-    kvs_request *r = s->r ? s->r : kvs_sched_find(h, s->req_id); /* named twice while new */
-    if (!r && !(r = kvs_sched_create(h, s->req_id)))
+    kvs_request *r = s->r ? s->r : kvs_reqs_find(h, s->req_id); /* named twice while new */
+    if (!r && !(r = kvs_reqs_create(h, s->req_id)))
         return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     if (!r->keys_fixed) r->prompt_tokens = s->n_tokens; /* its first sighting (inputs aside) */
     if (s->delta) {
@@ -307,15 +308,15 @@ static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
     }
     if (r->async_waiting && s->n_scheduled > 0) {
         /* the engine computes it again: its async load has landed on every worker */
-        kvs_sched_set_async_waiting(h, r, 0);
-        kvs_sched_release_lease(h, r);
+        kvs_reqs_set_async_waiting(h, r, 0);
+        kvs_reqs_release_lease(h, r);
     }
     if (plan->emits_load) {
         r->load_pending = 0;
         /* The workers load during this step; an async load later, on their loader threads, which
          * pin only when they reach it: its lease stays until the request computes again (or it
          * expires, or the request finishes). */
-        kvs_sched_set_async_waiting(h, r, r->load_async);
+        kvs_reqs_set_async_waiting(h, r, r->load_async);
         r->lease_release_step = r->load_async ? 0 : h->step;
         if (r->lease_release_step) h->leases_to_release++;
         r->plan = restore->plan;
@@ -330,7 +331,7 @@ static void release_finished_leases(kvs_handle *h) {
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
         for (kvs_request *r = h->buckets[b]; r; r = r->next)
             if (r->lease_release_step && r->lease_release_step < h->step)
-                kvs_sched_release_lease(h, r);
+                kvs_reqs_release_lease(h, r);
             else
                 left += r->lease_release_step != 0;
     h->leases_to_release = left;
@@ -416,7 +417,7 @@ static kvs_meta_req *wire_requests(const kvs_meta_req *reqs, uint64_t n, uint64_
  * caller's array, freed here. */
 static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_t n_reqs, void *buf,
                         uint64_t cap, uint64_t *len) {
-    kvs_sched_expire_leases(h);
+    kvs_reqs_expire_leases(h);
     kvs_status st = add_waiting_loads(h, &reqs, &n_reqs);
     const char **finished = NULL;
     kvs_meta meta = {.step = h->step + 1,
@@ -490,7 +491,7 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
     /* a request finishing with saves emitted keeps its pages until they land (async saves) */
     for (uint64_t i = 0; i < meta.n_reqs; i++)
         if (meta.reqs[i].n_saves) {
-            kvs_request *r = kvs_sched_find(h, meta.reqs[i].id);
+            kvs_request *r = kvs_reqs_find(h, meta.reqs[i].id);
             if (r) r->saves_emitted = 1;
         }
 out:
@@ -507,8 +508,8 @@ out:
     return st;
 }
 
-kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
-                                void *buf, uint64_t cap, uint64_t *len) {
+kvs_status kvs_reqs_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n_reqs,
+                               void *buf, uint64_t cap, uint64_t *len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta");
     if (st != KVS_OK) return st;
     if (!len || (n_reqs && !reqs) || (cap && !buf))
@@ -524,8 +525,8 @@ kvs_status kvs_sched_build_meta(kvs_handle *h, const kvs_step_request *reqs, uin
     return build(h, "build_meta", steps, n_reqs, buf, cap, len);
 }
 
-kvs_status kvs_sched_build_meta_update(kvs_handle *h, const kvs_step_update *reqs, uint64_t n_reqs,
-                                       void *buf, uint64_t cap, uint64_t *len) {
+kvs_status kvs_reqs_build_meta_update(kvs_handle *h, const kvs_step_update *reqs, uint64_t n_reqs,
+                                      void *buf, uint64_t cap, uint64_t *len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "build_meta_update");
     if (st != KVS_OK) return st;
     if (!len || (n_reqs && !reqs) || (cap && !buf))

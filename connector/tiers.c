@@ -18,8 +18,8 @@
 #include "backends/ucx/remote.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "connector/ext/lossy/encoder.h"
 #include "empty_tier.h"
-#include "encoder.h"
 #include "object.h"
 #include "policy.h"
 

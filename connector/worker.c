@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "guard.h"
 #include "handle.h"
+#include "last_error.h"
+#include "role.h"
 #include "worker_async.h"
 #include "worker_load.h"
 #include "worker_saver.h"

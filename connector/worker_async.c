@@ -11,8 +11,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "guard.h"
 #include "handle.h"
+#include "last_error.h"
+#include "role.h"
 #include "worker_load.h"
 #include "worker_saver.h"
 

@@ -10,10 +10,11 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "guard.h"
+#include "connector/ext/lsc/lsc.h"
+#include "connector/ext/sparse/sparse.h"
 #include "handle.h"
-#include "lsc.h"
-#include "sparse.h"
+#include "last_error.h"
+#include "role.h"
 #include "worker.h"
 #include "worker_async.h"
 #include "worker_saver.h"

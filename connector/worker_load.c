@@ -13,11 +13,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/xxh3.h"
-#include "guard.h"
 #include "handle.h"
 #include "keys.h"
+#include "last_error.h"
 #include "object.h"
 #include "object_mac.h"
+#include "role.h"
 
 uint64_t kvs_load_error_span(const kvs_handle *h, const kvs_meta_load *load) {
     uint64_t bt = h->model.block_tokens;

@@ -11,10 +11,11 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "guard.h"
 #include "handle.h"
+#include "last_error.h"
 #include "object.h"
 #include "object_mac.h"
+#include "role.h"
 #include "worker.h"
 #include "worker_load.h"
 #include "worker_saver.h"

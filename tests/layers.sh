@@ -5,6 +5,9 @@
 #   schedulers/  abi/, common/, schedulers/
 #   kernels/     abi/, common/, kernels/
 #   backends/    abi/, common/, schedulers/, kernels/, backends/  (never connector/)
+#   connector/   abi/, common/, schedulers/, kernels/, backends/, connector/
+#   connector/ext/NAME/  the same, and of connector/ext/ only its own folder: an extension of the core
+#                (plans, lossy, lsc, sparse) never reaches into another one
 # A bare include must name a header beside the including file. Prints each include that breaks a rule
 # with the rule; exit 1 if any.
 root=${1:-.}
@@ -41,6 +44,14 @@ check_layer common "abi common" >"$found"
 check_layer schedulers "abi common schedulers" >>"$found"
 check_layer kernels "abi common kernels" >>"$found"
 check_layer backends "abi common schedulers kernels backends" >>"$found"
+check_layer connector "abi common schedulers kernels backends connector" >>"$found"
+for ext in connector/ext/*/; do
+    ext=${ext%/}
+    find "$ext" -type f \( -name '*.c' -o -name '*.h' \) | while IFS= read -r f; do
+        grep -nE "${include_re}connector/ext/" "$f" | grep -v "\"$ext/" |
+            sed "s|^|$f:|; s|\$|   <- $ext/ may not include another extension|"
+    done
+done >>"$found"
 if [ -s "$found" ]; then
     cat "$found"
     exit 1

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
-#include "connector/restore.h"
+#include "connector/ext/plans/restore.h"
 #include "support/connector_rig.h"
 #include "support/wait.h"
 

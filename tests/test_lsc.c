@@ -1,4 +1,4 @@
-/* test_lsc.c - the layer stream cache hooks (engine ABI 1.8, connector/lsc.c) over a peer_gpu tier
+/* test_lsc.c - the layer stream cache hooks (engine ABI 1.8, connector/ext/lsc/lsc.c) over a peer_gpu tier
  * whose memory a real kvstrata-lend lends: reserving stream blocks, storing and fetching layers
  * apart, a reclaim turning them into KVS_EIO, and the calls it refuses. docs/peer_gpu.md. */
 #include <check.h>

@@ -1,4 +1,4 @@
-/* test_restore.c - the restore planner inside the connector (connector/restore.c, docs/cacheflow.md)
+/* test_restore.c - the restore planner inside the connector (connector/ext/plans/restore.c, docs/cacheflow.md)
  * through the ABI table: prefix plans at lookup, token, layer and stage plans over a step's loads, the
  * `plan` hook, and the caps, stages and profiles it refuses. An engine that follows each plan must end
  * with the KV a full restore gives. */

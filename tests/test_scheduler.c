@@ -1,4 +1,4 @@
-/* test_scheduler.c - the scheduler-role hooks (connector/scheduler.c) through the ABI table: lookups,
+/* test_scheduler.c - the scheduler-role hooks (connector/requests.c) through the ABI table: lookups,
  * leases on the handle's clock (moved on by the test, never slept through), on_alloc, build_meta and
  * request_finished, and the requests they refuse. */
 #include <check.h>
@@ -11,7 +11,7 @@
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "connector/meta.h"
-#include "connector/scheduler.h"
+#include "connector/requests.h"
 #include "connector/tiers.h"
 #include "tests/support/connector_rig.h"
 
@@ -328,7 +328,7 @@ START_TEST(a_chunk_evicted_after_its_lease_expired_comes_back_as_error_blocks) {
     uint32_t b[8], errs[16];
     lease_rig(&r, t, b, 82);
     offer_and_alloc(&r, "two", t, b, LEASE_MS + 30);
-    kvs_sched_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
+    kvs_reqs_expire_leases(r.h); /* any later hook notices the expiry; the chunk may then go */
     kvs_key keys[4];
     kvs_keys_chain(&r.h->fingerprint, t, 4, CHUNK, keys);
     ck_assert_int_eq(kvs_tiers_ops(r.h->tiers, 0)->remove(kvs_tiers_state(r.h->tiers, 0), &keys[1]),

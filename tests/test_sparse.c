@@ -1,4 +1,4 @@
-/* test_sparse.c - the sparse decode hooks (ABI 1.9, connector/sparse.c) through the ABI table, over
+/* test_sparse.c - the sparse decode hooks (ABI 1.9, connector/ext/sparse/sparse.c) through the ABI table, over
  * chunks the rig's prefill saved into a dram tier: the rows a step puts in the head cache are the
  * exact top-k of the stored rows (brute force over the rig's pages) with the pages' bytes; a hit
  * moves nothing and a miss only what the cache lacks; a wrong speculation is corrected; a damaged
@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 
 #include "common/xxh3.h"
+#include "connector/ext/sparse/sparse_swarm.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
-#include "connector/sparse_swarm.h"
 #include "kernels/cpu/dtype.h"
 #include "tests/support/connector_rig.h"
 #include "tests/support/wait.h"

@@ -1,4 +1,4 @@
-/* test_sparse_store.c - the rows sparse decode selects from (connector/sparse_store.h): keys and
+/* test_sparse_store.c - the rows sparse decode selects from (connector/ext/sparse/sparse_store.h): keys and
  * row hashes taken from checked chunk objects, rows checked alone, damaged objects refused whole,
  * and a layer's selection against a brute-force top-k with QSAC's reuse and delta fetch. */
 #include <check.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "common/xxh3.h"
+#include "connector/ext/sparse/sparse_store.h"
 #include "connector/object.h"
-#include "connector/sparse_store.h"
 #include "kernels/cpu/dtype.h"
 
 enum { LAYERS = 2, HEADS = 2, DIM = 8, CHUNK = 16, CHUNKS = 4, M = 2 };

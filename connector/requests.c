@@ -1,6 +1,7 @@
-/* scheduler.c - the scheduler-role hooks: lookup with leases, on_alloc, build_meta, request_finished.
- * Per-request state lives in a small hash table keyed by request id. */
-#include "scheduler.h"
+/* requests.c - the scheduler-role hooks over the handle's request table (requests.h): lookup with
+ * leases, on_alloc, request_finished, plan caps and stages; build_meta is step_meta.c's. Per-request
+ * state lives in a small hash table keyed by request id. */
+#include "requests.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -8,12 +9,13 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "guard.h"
+#include "connector/ext/plans/restore.h"
 #include "handle.h"
 #include "keys.h"
+#include "last_error.h"
 #include "lookup_remote.h"
 #include "request_tokens.h"
-#include "restore.h"
+#include "role.h"
 
 /* --- request table ------------------------------------------------------------------------------- */
 
@@ -21,18 +23,18 @@ static kvs_request **bucket_of(kvs_handle *h, const char *id) {
     return &h->buckets[XXH3_64bits(id, strlen(id)) % KVS_REQ_BUCKETS];
 }
 
-kvs_request *kvs_sched_find(kvs_handle *h, const char *id) {
+kvs_request *kvs_reqs_find(kvs_handle *h, const char *id) {
     for (kvs_request *r = *bucket_of(h, id); r; r = r->next)
         if (strcmp(r->id, id) == 0) return r;
     return NULL;
 }
 
-const kvs_restore_plan *kvs_sched_last_plan(kvs_handle *h, const char *req_id) {
-    const kvs_request *r = kvs_sched_find(h, req_id);
+const kvs_restore_plan *kvs_reqs_last_plan(kvs_handle *h, const char *req_id) {
+    const kvs_request *r = kvs_reqs_find(h, req_id);
     return r && r->plan_step == h->step && h->step != 0 ? &r->plan : NULL;
 }
 
-kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
+kvs_status kvs_reqs_set_plan_caps(kvs_handle *h, uint32_t caps) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_plan_caps");
     if (st != KVS_OK) return st;
     const uint32_t known =
@@ -58,7 +60,7 @@ kvs_status kvs_sched_set_plan_caps(kvs_handle *h, uint32_t caps) {
     return KVS_OK;
 }
 
-kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
+kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "set_stages");
     if (st != KVS_OK) return st;
     kvs_stage_desc copy;
@@ -101,7 +103,7 @@ kvs_status kvs_sched_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
     return KVS_OK;
 }
 
-kvs_request *kvs_sched_create(kvs_handle *h, const char *id) {
+kvs_request *kvs_reqs_create(kvs_handle *h, const char *id) {
     kvs_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     memcpy(r->id, id, strlen(id) + 1);
@@ -114,7 +116,7 @@ kvs_request *kvs_sched_create(kvs_handle *h, const char *id) {
 }
 
 /* The tier a chunk loads from, given its pins: the lowest (slowest) of its ranks' shards. */
-uint32_t kvs_sched_chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
+uint32_t kvs_reqs_chunk_tier(const kvs_handle *h, const kvs_pin *pins) {
     uint32_t t = pins[0].tier;
     for (uint32_t q = 1; q < h->key_ranks; q++)
         if (pins[q].tier > t) t = pins[q].tier;
@@ -150,7 +152,7 @@ static void count_lease(kvs_handle *h, kvs_request *r) {
     }
 }
 
-void kvs_sched_release_lease(kvs_handle *h, kvs_request *r) {
+void kvs_reqs_release_lease(kvs_handle *h, kvs_request *r) {
     unpin_from(h, r, 0);
     if (r->lease_counted) h->stats.leases_active--;
     r->lease_counted = 0;
@@ -160,7 +162,7 @@ void kvs_sched_release_lease(kvs_handle *h, kvs_request *r) {
     r->lease_release_step = 0;
 }
 
-void kvs_sched_set_async_waiting(kvs_handle *h, kvs_request *r, uint8_t waiting) {
+void kvs_reqs_set_async_waiting(kvs_handle *h, kvs_request *r, uint8_t waiting) {
     if (r->async_waiting == waiting) return;
     r->async_waiting = waiting;
     if (waiting)
@@ -173,8 +175,8 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     kvs_request **p = bucket_of(h, r->id);
     while (*p != r) p = &(*p)->next;
     *p = r->next;
-    kvs_sched_set_async_waiting(h, r, 0);
-    kvs_sched_release_lease(h, r);
+    kvs_reqs_set_async_waiting(h, r, 0);
+    kvs_reqs_release_lease(h, r);
     if (r->rlookup) kvs_rlookup_drop(h->rlookups, r->rlookup);
     kvs_tokens_give(h, r->tokens, r->tokens_cap); /* the larger buffer stays for the next request */
     kvs_request_free_held(r);
@@ -184,7 +186,7 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     h->n_requests--;
 }
 
-void kvs_sched_release_all(kvs_handle *h) {
+void kvs_reqs_release_all(kvs_handle *h) {
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
         while (h->buckets[b]) destroy_request(h, h->buckets[b]);
     free(h->spare_tokens);
@@ -209,7 +211,7 @@ static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
     kvs_log(h->cfg->log_level, KVS_LOG_WARN, "request '%s': lease of %llu chunks expired%s", r->id,
             (unsigned long long)(r->n_pins / h->key_ranks),
             r->load_pending ? " (its load stays armed)" : "");
-    kvs_sched_release_lease(h, r);
+    kvs_reqs_release_lease(h, r);
     h->stats.leases_expired++;
 }
 
@@ -222,7 +224,7 @@ static void set_lease_deadline(kvs_handle *h, kvs_request *r, uint64_t deadline)
 /* Every lookup and build_meta sweeps: the walk over the request table runs only once the earliest
  * deadline set since the last walk has passed (a lease released or renewed since leaves that time
  * early, which costs a walk that expires nothing, never a missed expiry). */
-void kvs_sched_expire_leases(kvs_handle *h) {
+void kvs_reqs_expire_leases(kvs_handle *h) {
     uint64_t now = lease_now_ns(h);
     if (now <= h->lease_sweep_ns) return;
     uint64_t next = UINT64_MAX;
@@ -236,7 +238,7 @@ void kvs_sched_expire_leases(kvs_handle *h) {
 
 /* --- argument checks ------------------------------------------------------------------------------ */
 
-kvs_status kvs_sched_check_id(kvs_handle *h, const char *hook, const char *id) {
+kvs_status kvs_reqs_check_id(kvs_handle *h, const char *hook, const char *id) {
     if (!id) return kvs_set_error(h, KVS_EINVAL, "%s: request id is NULL", hook);
     size_t n = strnlen(id, KVS_REQ_ID_MAX);
     if (n == 0 || n >= KVS_REQ_ID_MAX)
@@ -247,19 +249,19 @@ kvs_status kvs_sched_check_id(kvs_handle *h, const char *hook, const char *id) {
 
 /* --- key inputs ---------------------------------------------------------------------------------- */
 
-kvs_status kvs_sched_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
-                                       const void *bytes, uint64_t len) {
+kvs_status kvs_reqs_request_key_input(kvs_handle *h, const char *req_id, uint64_t from_token,
+                                      const void *bytes, uint64_t len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_key_input");
-    if (st == KVS_OK) st = kvs_sched_check_id(h, "request_key_input", req_id);
+    if (st == KVS_OK) st = kvs_reqs_check_id(h, "request_key_input", req_id);
     if (st != KVS_OK) return st;
     if (!bytes || len == 0)
         return kvs_set_error(h, KVS_EINVAL,
                              "request_key_input: request '%s': the input is %s (1..%u bytes)",
                              req_id, bytes ? "empty" : "NULL", KVS_KEY_INPUT_BYTES_MAX);
-    kvs_request *r = kvs_sched_find(h, req_id);
+    kvs_request *r = kvs_reqs_find(h, req_id);
     int created = 0;
     if (!r) {
-        if (!(r = kvs_sched_create(h, req_id)))
+        if (!(r = kvs_reqs_create(h, req_id)))
             return kvs_set_error(h, KVS_ENOMEM, "request_key_input: out of memory for request '%s'",
                                  req_id);
         created = 1;
@@ -401,10 +403,10 @@ static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) 
     return lossy;
 }
 
-kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
-                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
+kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                           uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
-    if (st == KVS_OK) st = kvs_sched_check_id(h, "lookup", req_id);
+    if (st == KVS_OK) st = kvs_reqs_check_id(h, "lookup", req_id);
     if (st != KVS_OK) return st; /* the tokens are checked as they are hashed */
     uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
     if (!out_size)
@@ -416,11 +418,11 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         return kvs_set_error(h, KVS_EINVAL,
                              "lookup: request '%s': n_computed %llu exceeds n_tokens %llu", req_id,
                              (unsigned long long)n_computed, (unsigned long long)n_tokens);
-    kvs_sched_expire_leases(h);
-    kvs_request *r = kvs_sched_find(h, req_id);
+    kvs_reqs_expire_leases(h);
+    kvs_request *r = kvs_reqs_find(h, req_id);
     int created = 0;
     if (!r) {
-        if (!(r = kvs_sched_create(h, req_id)))
+        if (!(r = kvs_reqs_create(h, req_id)))
             return kvs_set_error(h, KVS_ENOMEM, "lookup: out of memory for request '%s'", req_id);
         created = 1;
     }
@@ -429,13 +431,13 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         if (created) destroy_request(h, r);
         return st;
     }
-    kvs_sched_release_lease(h, r); /* a repeated lookup replaces the earlier lease */
+    kvs_reqs_release_lease(h, r); /* a repeated lookup replaces the earlier lease */
     uint64_t C = h->chunk_tokens;
     if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
         r->n_local = n_computed;
         r->hit_tokens = r->offered = r->external = 0;
         r->load_pending = r->load_async = 0;
-        kvs_sched_set_async_waiting(h, r, 0);
+        kvs_reqs_set_async_waiting(h, r, 0);
         r->lossy_from = UINT64_MAX;
         h->stats.lookups++;
         h->stats.lookup_miss_tokens += n_tokens - n_computed;
@@ -448,7 +450,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
         r->n_local = n_computed;
         r->hit_tokens = r->offered = r->external = 0;
         r->load_pending = r->load_async = 0;
-        kvs_sched_set_async_waiting(h, r, 0);
+        kvs_reqs_set_async_waiting(h, r, 0);
         r->lossy_from = UINT64_MAX;
         h->stats.lookups_unknown++;
         kvs_lookup_result res = {
@@ -474,7 +476,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     uint64_t hit = (first + run) * C;
     uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
     if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
-        uint64_t keep = kvs_restore_prefix_chunks(h, kvs_sched_chunk_tier(h, r->pins), first, run);
+        uint64_t keep = kvs_restore_prefix_chunks(h, kvs_reqs_chunk_tier(h, r->pins), first, run);
         if (keep < run) {
             unpin_from(h, r, keep * h->key_ranks);
             hit = (first + keep) * C;
@@ -496,7 +498,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     }
     free(lossy);
     if (ext == 0)
-        kvs_sched_release_lease(h, r);
+        kvs_reqs_release_lease(h, r);
     else {
         set_lease_deadline(h, r, lease_now_ns(h) + h->cfg->lease_timeout_ms * 1000000ull);
         count_lease(h, r);
@@ -506,7 +508,7 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     r->offered = ext;
     r->external = 0;
     r->load_pending = 0;
-    kvs_sched_set_async_waiting(h, r, 0);
+    kvs_reqs_set_async_waiting(h, r, 0);
     r->load_async = ext && kvs_restore_load_async(h, slowest_tier(r));
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
@@ -522,12 +524,12 @@ kvs_status kvs_sched_lookup(kvs_handle *h, const char *req_id, const int32_t *to
     return KVS_OK;
 }
 
-kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
-                              uint64_t n_block_ids, uint64_t n_external_tokens) {
+kvs_status kvs_reqs_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *block_ids,
+                             uint64_t n_block_ids, uint64_t n_external_tokens) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "on_alloc");
-    if (st == KVS_OK) st = kvs_sched_check_id(h, "on_alloc", req_id);
+    if (st == KVS_OK) st = kvs_reqs_check_id(h, "on_alloc", req_id);
     if (st != KVS_OK) return st;
-    kvs_request *r = kvs_sched_find(h, req_id);
+    kvs_request *r = kvs_reqs_find(h, req_id);
     if (!r)
         return kvs_set_error(h, KVS_ENOTFOUND, "on_alloc: request '%s' was never looked up",
                              req_id);
@@ -536,7 +538,7 @@ kvs_status kvs_sched_on_alloc(kvs_handle *h, const char *req_id, const uint32_t 
     if (!kvs_request_store_table(h, r, block_ids, n_block_ids)) /* what blocks_from counts from */
         return kvs_set_error(h, KVS_ENOMEM, "on_alloc: request '%s': out of memory", req_id);
     if (n_external_tokens == 0) {
-        kvs_sched_release_lease(h, r);
+        kvs_reqs_release_lease(h, r);
         r->load_pending = 0;
         return KVS_OK;
     }
@@ -600,12 +602,12 @@ static int remember_kept(kvs_handle *h, const char *req_id) {
     return 1;
 }
 
-kvs_status kvs_sched_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks) {
+kvs_status kvs_reqs_request_finished(kvs_handle *h, const char *req_id, int *keep_blocks) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "request_finished");
-    if (st == KVS_OK) st = kvs_sched_check_id(h, "request_finished", req_id);
+    if (st == KVS_OK) st = kvs_reqs_check_id(h, "request_finished", req_id);
     if (st != KVS_OK) return st;
     if (keep_blocks) *keep_blocks = 0; /* synchronous saves complete inside the step */
-    kvs_request *r = kvs_sched_find(h, req_id);
+    kvs_request *r = kvs_reqs_find(h, req_id);
     uint64_t id_hash = XXH3_64bits(req_id, strlen(req_id));
     if (!r) {
         for (uint32_t i = 0; i < KVS_FINISHED_IDS; i++)

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "common/xxh3.h"
+#include "connector/object.h"
 #include "kernels/cpu/dtype.h"
-#include "object.h"
 #include "schedulers/qsac/topk.h"
 
 struct kvs_sparse_store {

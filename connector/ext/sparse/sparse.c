@@ -12,7 +12,7 @@
  * thread and sparse_wait has nothing to wait for. The lock guards the queue and the counters; a
  * job's work touches only its own layer's state, and the engine leaves that alone until it waits. */
 #include "sparse.h"
-#include "integrity.h"
+#include "connector/integrity.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -25,14 +25,15 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/xxh3.h"
-#include "guard.h"
-#include "handle.h"
+#include "connector/handle.h"
+#include "connector/keys.h"
+#include "connector/last_error.h"
+#include "connector/role.h"
+#include "connector/tiers.h"
 #include "kernels/cpu/dtype.h"
-#include "keys.h"
 #include "schedulers/qsac/topk.h"
 #include "sparse_store.h"
 #include "sparse_swarm.h"
-#include "tiers.h"
 
 #define SP_PIN_MS (365ull * 24 * 3600 * 1000) /* until sparse_end */
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
-#include "meta.h"
+#include "connector/meta.h"
 
 /* One request of a step, as the restore planner sees it. */
 typedef struct kvs_restore_step {

@@ -9,9 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "guard.h"
-#include "handle.h"
-#include "tiers.h"
+#include "connector/handle.h"
+#include "connector/last_error.h"
+#include "connector/role.h"
+#include "connector/tiers.h"
 
 #define LSC_PIN_MS (365ull * 24 * 3600 * 1000) /* as long as the handle holds the block */
 

@@ -26,7 +26,7 @@
 
 #include "abi/kvstrata.h"
 #include "abi/kvstrata_backend.h"
-#include "tiers.h"
+#include "connector/tiers.h"
 
 typedef struct kvs_sparse_swarm kvs_sparse_swarm;
 

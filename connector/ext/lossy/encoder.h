@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
-#include "config_types.h"
+#include "connector/config_types.h"
 #include "kernels/cpu/codec.h"
 
 typedef struct kvs_encoder kvs_encoder;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "connector/object.h"
 #include "kernels/cpu/dtype.h"
-#include "object.h"
 #include "schedulers/adaptcache/adaptcache.h"
 
 #define MAX_CODECS 5

@@ -4,8 +4,8 @@
 
 #include "common/log.h"
 #include "common/xxh3.h"
-#include "keys.h"
-#include "object.h"
+#include "connector/keys.h"
+#include "connector/object.h"
 
 uint32_t kvs_object_lossy_payload_offset(uint32_t n_layers) {
     uint64_t raw = sizeof(kvs_object_header) + (uint64_t)n_layers * sizeof(uint64_t) +

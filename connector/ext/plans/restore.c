@@ -9,8 +9,9 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "guard.h"
-#include "handle.h"
+#include "connector/handle.h"
+#include "connector/last_error.h"
+#include "connector/role.h"
 
 /* The caps that are restore plans (KVS_PLAN_CAP_MASK is none: it changes what a hit may hold). */
 #define KVS_PLAN_CAPS_PLANS (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER | KVS_PLAN_CAP_STAGE)
