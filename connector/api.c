@@ -32,21 +32,22 @@ KVS_EXPORT const char *kvs_strerror(kvs_status status) {
 
 static void on_tier_event(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier) {
     kvs_handle *h = ctx;
-    pthread_mutex_lock(&h->event_lock);
+    pthread_mutex_lock(&h->event_ring.event_lock);
     /* gone from the chain: from its last tier, or from one whose tiers below could not open */
     if (kind == KVS_EVENT_REMOVED && tier >= kvs_tiers_bottom(h->tiers)) h->stats.evictions++;
     kind &= (uint8_t)~KVS_TIER_EVENT_DROPPED;
-    uint64_t slot = (h->event_head + h->event_count) % KVS_EVENT_RING;
-    if (h->event_count == KVS_EVENT_RING) {
-        h->event_head = (h->event_head + 1) % KVS_EVENT_RING; /* drop the oldest */
-        h->events_dropped++;
+    uint64_t slot = (h->event_ring.event_head + h->event_ring.event_count) % KVS_EVENT_RING;
+    if (h->event_ring.event_count == KVS_EVENT_RING) {
+        h->event_ring.event_head =
+            (h->event_ring.event_head + 1) % KVS_EVENT_RING; /* drop the oldest */
+        h->event_ring.events_dropped++;
     } else {
-        h->event_count++;
+        h->event_ring.event_count++;
     }
-    h->events[slot].kind = kind;
-    memcpy(h->events[slot].key, key->bytes, sizeof h->events[slot].key);
-    h->events[slot].tier = tier;
-    pthread_mutex_unlock(&h->event_lock);
+    h->event_ring.events[slot].kind = kind;
+    memcpy(h->event_ring.events[slot].key, key->bytes, sizeof h->event_ring.events[slot].key);
+    h->event_ring.events[slot].tier = tier;
+    pthread_mutex_unlock(&h->event_ring.event_lock);
 }
 
 /* --- open / close ---------------------------------------------------------------------------------- */
@@ -227,7 +228,7 @@ static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *er
     if (!h) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->role = (kvs_role)params.role;
     h->transfer_role = params.transfer_role;
-    pthread_mutex_init(&h->event_lock, NULL);
+    pthread_mutex_init(&h->event_ring.event_lock, NULL);
     if ((st = setup(h, &params, err, err_len)) != KVS_OK) {
         api_close(h);
         return st;
@@ -248,12 +249,12 @@ static void api_close(kvs_handle *h) {
     kvs_encoder_destroy(h->encoder);
     kvs_integrity_close(h);
     kvs_pool_destroy(h->pool);
-    free(h->error_blocks);
+    free(h->worker.error_blocks);
     free(h->rank_fingerprints);
     free(h->model_id);
     free(h->salt);
     kvs_config_free(h->cfg);
-    pthread_mutex_destroy(&h->event_lock);
+    pthread_mutex_destroy(&h->event_ring.event_lock);
     free(h);
 }
 
@@ -291,12 +292,13 @@ static kvs_status api_request_finished(kvs_handle *h, const char *id, int *keep)
 static kvs_status api_take_events(kvs_handle *h, kvs_event *out, uint64_t cap, uint64_t *n) {
     ENTER(h);
     if (!n || (cap && !out)) return kvs_set_error(h, KVS_EINVAL, "take_events: out or n is NULL");
-    pthread_mutex_lock(&h->event_lock);
-    uint64_t take = h->event_count < cap ? h->event_count : cap;
-    for (uint64_t i = 0; i < take; i++) out[i] = h->events[(h->event_head + i) % KVS_EVENT_RING];
-    h->event_head = (h->event_head + take) % KVS_EVENT_RING;
-    h->event_count -= take;
-    pthread_mutex_unlock(&h->event_lock);
+    pthread_mutex_lock(&h->event_ring.event_lock);
+    uint64_t take = h->event_ring.event_count < cap ? h->event_ring.event_count : cap;
+    for (uint64_t i = 0; i < take; i++)
+        out[i] = h->event_ring.events[(h->event_ring.event_head + i) % KVS_EVENT_RING];
+    h->event_ring.event_head = (h->event_ring.event_head + take) % KVS_EVENT_RING;
+    h->event_ring.event_count -= take;
+    pthread_mutex_unlock(&h->event_ring.event_lock);
     *n = take;
     return KVS_OK;
 }

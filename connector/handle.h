@@ -10,12 +10,12 @@
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "config.h"
+#include "connector/ext/plans/plan_state.h"
 #include "hashpool.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/device.h"
 #include "meta.h"
 #include "pool.h"
-#include "schedulers/cacheflow/cacheflow.h"
 #include "tiers.h"
 
 #define KVS_ERROR_MAX  512
@@ -128,6 +128,79 @@ typedef struct kvs_save_work {
     int tagged; /* its copies wrote its nonce and every layer tag so far (a keyed handle, host device) */
 } kvs_save_work;
 
+/* The scheduler side's request table: the requests between their first lookup and
+ * request_finished, their leases, and the step being built (requests.c, step_meta.c). */
+typedef struct kvs_request_table {
+    kvs_request *buckets[KVS_REQ_BUCKETS];
+    uint64_t n_requests;
+    uint64_t lease_sweep_ns; /* no lease expires before this: the sweep is skipped until then */
+    const kvs_clock
+        *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
+    uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
+    char (*kept_finished)[KVS_REQ_ID_MAX]; /* finished with keep_blocks 1 since the last build_meta:
+                                                * its metadata tells the workers */
+    uint64_t n_kept_finished, cap_kept_finished;
+    uint32_t finished_next;
+    uint64_t step;
+    uint64_t step_marks;     /* build_meta calls: a request named in the current one has it */
+    uint64_t last_load_step; /* the last step whose metadata carried a load */
+    uint64_t async_waiting;  /* requests whose emitted async load may still be running */
+    /* Upper bounds, made exact by each sweep over the requests, that let a step skip the sweeps
+         * (a walk over every request costs a cache miss each, in the scheduler's step): */
+    uint64_t async_armed;       /* requests with an asynchronous load on_alloc armed */
+    uint64_t leases_to_release; /* requests whose lease ends after the step of its load */
+} kvs_request_table;
+
+/* The worker side's step: the engine's pages, the bound metadata and its loads and saves, the
+ * failed blocks, the background loader and saver (worker*.c). */
+typedef struct kvs_worker_step {
+    kvs_layer_view *views;
+    uint32_t n_views;
+    uint32_t fewest_blocks_layer; /* the view with the fewest pages (layers may differ) */
+    worker_state wstate;
+    kvs_meta *bound;
+    kvs_load_work *loads;
+    uint64_t n_loads;
+    uint32_t layers_loaded; /* host device: layers landed this step, */
+    uint8_t *layer_loaded;  /* and which (n_views flags) */
+    kvs_save_work *saves;
+    uint64_t n_saves;
+    uint8_t *layer_saved; /* per layer: save_layer seen this step */
+    /* Blocks of failed loads, for load_error_blocks. bind_meta reserves room for every block the
+         * loads still to land may add (the step's, the async requests' not landed yet), so adding one
+         * never allocates and can never be lost. */
+    uint32_t *error_blocks;
+    uint64_t n_error_blocks, cap_error_blocks;
+    uint64_t error_blocks_taken; /* the first ones a load_error_blocks call returned */
+    uint64_t error_blocks_async; /* blocks the async requests not landed yet may add */
+    void *(*error_blocks_realloc)(void *ptr, size_t bytes); /* NULL: realloc (tests inject) */
+    struct kvs_async_loader
+        *async;              /* async loads between steps (worker_async.c); NULL until used */
+    struct kvs_saver *saver; /* async saves and the sending report (worker_saver.c); NULL until
+                                  * used */
+} kvs_worker_step;
+
+/* Where the worker's copies run: the host device or the CUDA module, and what a copy needs
+ * (worker_device.c). */
+typedef struct kvs_device_state {
+    const kvs_device_ops *dev;
+    void *dev_state;
+    void *dev_module; /* dlopen handle of the CUDA module, or NULL */
+    kvs_device_info dev_info;
+    kvs_dev_copy *copies;    /* one layer's copies, max_chunks_per_step */
+    void **copy_owner;       /* the load or save work behind each copy */
+    int loads_pending;       /* CUDA device: loads enqueued, not yet completed */
+    kvs_hashpool *hashpool;  /* CUDA device: checksums off the copy path */
+    kvs_hash_job *hash_jobs; /* n_layers * max_chunks_per_step */
+} kvs_device_state;
+
+/* The cache events take_events drains, written from any thread that stores or drops an object. */
+typedef struct kvs_event_ring {
+    pthread_mutex_t event_lock;
+    kvs_event events[KVS_EVENT_RING];
+    uint64_t event_head, event_count, events_dropped;
+} kvs_event_ring;
+
 struct kvs_handle {
     kvs_role role;
     uint32_t transfer_role; /* kvs_transfer_role: a producer only saves, a consumer only loads */
@@ -157,73 +230,14 @@ struct kvs_handle {
     kvs_pool *pool;
     char last_error[KVS_ERROR_MAX];
 
-    /* scheduler side */
-    kvs_request *buckets[KVS_REQ_BUCKETS];
-    uint64_t n_requests;
-    uint64_t lease_sweep_ns; /* no lease expires before this: the sweep is skipped until then */
-    const kvs_clock
-        *clock; /* leases run on it: NULL is CLOCK_MONOTONIC; tests set a manual clock */
-    uint64_t finished_ids[KVS_FINISHED_IDS]; /* XXH3 of the last finished ids: "already finished" */
-    char (*kept_finished)[KVS_REQ_ID_MAX]; /* finished with keep_blocks 1 since the last build_meta:
-                                            * its metadata tells the workers */
-    uint64_t n_kept_finished, cap_kept_finished;
-    uint32_t finished_next;
-    uint64_t step;
-    uint64_t step_marks;     /* build_meta calls: a request named in the current one has it */
-    uint64_t last_load_step; /* the last step whose metadata carried a load */
-    uint64_t async_waiting;  /* requests whose emitted async load may still be running */
-    /* Upper bounds, made exact by each sweep over the requests, that let a step skip the sweeps
-     * (a walk over every request costs a cache miss each, in the scheduler's step): */
-    uint64_t async_armed;       /* requests with an asynchronous load on_alloc armed */
-    uint64_t leases_to_release; /* requests whose lease ends after the step of its load */
-    uint32_t plan_caps;         /* set_plan_caps */
-    int restore_on;             /* restore.scheduler is cacheflow */
-    cf_params restore_params;
-    cf_compute restore_compute;
-    cf_channel restore_channels[CF_MAX_CHANNELS]; /* per tier of the chain, from the profile */
-    cf_stages stages;                             /* set_stages (n_stages 0: none) */
-
-    /* worker side */
-    kvs_layer_view *views;
-    uint32_t n_views;
-    uint32_t fewest_blocks_layer; /* the view with the fewest pages (layers may differ) */
-    worker_state wstate;
-    kvs_meta *bound;
-    kvs_load_work *loads;
-    uint64_t n_loads;
-    uint32_t layers_loaded; /* host device: layers landed this step, */
-    uint8_t *layer_loaded;  /* and which (n_views flags) */
-    kvs_save_work *saves;
-    uint64_t n_saves;
-    uint8_t *layer_saved; /* per layer: save_layer seen this step */
-    /* Blocks of failed loads, for load_error_blocks. bind_meta reserves room for every block the
-     * loads still to land may add (the step's, the async requests' not landed yet), so adding one
-     * never allocates and can never be lost. */
-    uint32_t *error_blocks;
-    uint64_t n_error_blocks, cap_error_blocks;
-    uint64_t error_blocks_taken; /* the first ones a load_error_blocks call returned */
-    uint64_t error_blocks_async; /* blocks the async requests not landed yet may add */
-    void *(*error_blocks_realloc)(void *ptr, size_t bytes); /* NULL: realloc (tests inject) */
-    struct kvs_async_loader
-        *async;              /* async loads between steps (worker_async.c); NULL until used */
-    struct kvs_saver *saver; /* async saves and the sending report (worker_saver.c); NULL until
-                              * used */
-    const kvs_device_ops *dev;
-    void *dev_state;
-    void *dev_module; /* dlopen handle of the CUDA module, or NULL */
-    kvs_device_info dev_info;
-    kvs_dev_copy *copies;          /* one layer's copies, max_chunks_per_step */
-    void **copy_owner;             /* the load or save work behind each copy */
-    int loads_pending;             /* CUDA device: loads enqueued, not yet completed */
-    kvs_hashpool *hashpool;        /* CUDA device: checksums off the copy path */
-    kvs_hash_job *hash_jobs;       /* n_layers * max_chunks_per_step */
+    kvs_request_table reqs; /* scheduler side */
+    kvs_plan_state plans;   /* scheduler side, restore plans (connector/ext/plans) */
+    kvs_worker_step worker; /* worker side */
+    kvs_device_state device;
     struct kvs_lsc *lsc;           /* the layer stream cache (lsc.c); NULL until lsc_reserve */
     struct kvs_sparse_req *sparse; /* requests in sparse decode (sparse.c), a list */
 
-    /* both */
-    pthread_mutex_t event_lock;
-    kvs_event events[KVS_EVENT_RING];
-    uint64_t event_head, event_count, events_dropped;
+    kvs_event_ring event_ring;
     kvs_stats stats;
 };
 

@@ -20,7 +20,7 @@
 /* --- request table ------------------------------------------------------------------------------- */
 
 static kvs_request **bucket_of(kvs_handle *h, const char *id) {
-    return &h->buckets[XXH3_64bits(id, strlen(id)) % KVS_REQ_BUCKETS];
+    return &h->reqs.buckets[XXH3_64bits(id, strlen(id)) % KVS_REQ_BUCKETS];
 }
 
 kvs_request *kvs_reqs_find(kvs_handle *h, const char *id) {
@@ -31,7 +31,7 @@ kvs_request *kvs_reqs_find(kvs_handle *h, const char *id) {
 
 const kvs_restore_plan *kvs_reqs_last_plan(kvs_handle *h, const char *req_id) {
     const kvs_request *r = kvs_reqs_find(h, req_id);
-    return r && r->plan_step == h->step && h->step != 0 ? &r->plan : NULL;
+    return r && r->plan_step == h->reqs.step && h->reqs.step != 0 ? &r->plan : NULL;
 }
 
 kvs_status kvs_reqs_set_plan_caps(kvs_handle *h, uint32_t caps) {
@@ -43,20 +43,20 @@ kvs_status kvs_reqs_set_plan_caps(kvs_handle *h, uint32_t caps) {
         return kvs_set_error(
             h, KVS_ENOTSUP, "set_plan_caps: unknown capability bits 0x%x (this library knows 0x%x)",
             caps & ~known, known);
-    if (h->n_requests)
+    if (h->reqs.n_requests)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: call it before the first lookup (%llu requests known)",
-                             (unsigned long long)h->n_requests);
-    if ((caps & KVS_PLAN_CAP_STAGE) && h->stages.n_stages < 2)
+                             (unsigned long long)h->reqs.n_requests);
+    if ((caps & KVS_PLAN_CAP_STAGE) && h->plans.stages.n_stages < 2)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
                              "(set_stages)");
-    h->plan_caps = caps;
+    h->plans.plan_caps = caps;
     /* token mode only, layer mode only, or each request's faster one */
     caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
-    h->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
-                                : caps == KVS_PLAN_CAP_TOKEN ? 1
-                                                             : 0;
+    h->plans.restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
+                                      : caps == KVS_PLAN_CAP_TOKEN ? 1
+                                                                   : 0;
     return KVS_OK;
 }
 
@@ -69,7 +69,7 @@ kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                              "set_stages: stages is NULL or its struct_size %u is below %u",
                              d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
     d = &copy;
-    if (h->n_requests || h->plan_caps)
+    if (h->reqs.n_requests || h->plans.plan_caps)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_stages: call it before set_plan_caps and the first lookup");
     if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 ||
@@ -94,12 +94,12 @@ kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                 "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
                 "at increasing layers below %u",
                 s, d->first_layer[s], d->n_kv_layers);
-    h->stages = (cf_stages){.n_stages = d->n_stages,
-                            .boundary_bytes_per_token =
-                                d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
-                            .read_all_boundaries = 1}; /* restore.c loads every boundary */
-    memcpy(h->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
-    h->restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
+    h->plans.stages = (cf_stages){.n_stages = d->n_stages,
+                                  .boundary_bytes_per_token =
+                                      d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
+                                  .read_all_boundaries = 1}; /* restore.c loads every boundary */
+    memcpy(h->plans.stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
+    h->plans.restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
     return KVS_OK;
 }
 
@@ -111,7 +111,7 @@ kvs_request *kvs_reqs_create(kvs_handle *h, const char *id) {
     kvs_request **b = bucket_of(h, id);
     r->next = *b;
     *b = r;
-    h->n_requests++;
+    h->reqs.n_requests++;
     return r;
 }
 
@@ -166,9 +166,9 @@ void kvs_reqs_set_async_waiting(kvs_handle *h, kvs_request *r, uint8_t waiting) 
     if (r->async_waiting == waiting) return;
     r->async_waiting = waiting;
     if (waiting)
-        h->async_waiting++;
+        h->reqs.async_waiting++;
     else
-        h->async_waiting--;
+        h->reqs.async_waiting--;
 }
 
 static void destroy_request(kvs_handle *h, kvs_request *r) {
@@ -183,23 +183,23 @@ static void destroy_request(kvs_handle *h, kvs_request *r) {
     free(r->keys);
     free(r->block_ids);
     free(r);
-    h->n_requests--;
+    h->reqs.n_requests--;
 }
 
 void kvs_reqs_release_all(kvs_handle *h) {
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        while (h->buckets[b]) destroy_request(h, h->buckets[b]);
+        while (h->reqs.buckets[b]) destroy_request(h, h->reqs.buckets[b]);
     free(h->spare_tokens);
     h->spare_tokens = NULL;
     h->spare_cap = 0;
-    free(h->kept_finished);
-    h->kept_finished = NULL;
-    h->n_kept_finished = h->cap_kept_finished = 0;
+    free(h->reqs.kept_finished);
+    h->reqs.kept_finished = NULL;
+    h->reqs.n_kept_finished = h->reqs.cap_kept_finished = 0;
 }
 
 /* The clock leases run on: the handle's (CLOCK_MONOTONIC unless a test set a manual one). */
 static uint64_t lease_now_ns(const kvs_handle *h) {
-    return kvs_clock_now_ns(h->clock);
+    return kvs_clock_now_ns(h->reqs.clock);
 }
 
 /* The one expiry rule, whichever hook notices it first: a lease past its deadline releases its pins
@@ -218,7 +218,7 @@ static void expire_lease(kvs_handle *h, kvs_request *r, uint64_t now) {
 /* r's lease runs until deadline; the sweep looks again by then. */
 static void set_lease_deadline(kvs_handle *h, kvs_request *r, uint64_t deadline) {
     r->lease_deadline_ns = deadline;
-    if (deadline < h->lease_sweep_ns) h->lease_sweep_ns = deadline;
+    if (deadline < h->reqs.lease_sweep_ns) h->reqs.lease_sweep_ns = deadline;
 }
 
 /* Every lookup and build_meta sweeps: the walk over the request table runs only once the earliest
@@ -226,14 +226,14 @@ static void set_lease_deadline(kvs_handle *h, kvs_request *r, uint64_t deadline)
  * early, which costs a walk that expires nothing, never a missed expiry). */
 void kvs_reqs_expire_leases(kvs_handle *h) {
     uint64_t now = lease_now_ns(h);
-    if (now <= h->lease_sweep_ns) return;
+    if (now <= h->reqs.lease_sweep_ns) return;
     uint64_t next = UINT64_MAX;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next) {
+        for (kvs_request *r = h->reqs.buckets[b]; r; r = r->next) {
             expire_lease(h, r, now);
             if (r->n_pins && r->lease_deadline_ns < next) next = r->lease_deadline_ns;
         }
-    h->lease_sweep_ns = next;
+    h->reqs.lease_sweep_ns = next;
 }
 
 /* --- argument checks ------------------------------------------------------------------------------ */
@@ -462,9 +462,9 @@ kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tok
     uint8_t *lossy = lossy_chunks(h, r, run);
     if (lossy) { /* what the engine refuses ends the hit: lossy chunks without accept_lossy, and
                   * chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK) */
-        uint8_t refused = !h->cfg->loads.accept_lossy           ? LOSSY_ANY
-                          : !(h->plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
-                                                                : 0;
+        uint8_t refused = !h->cfg->loads.accept_lossy                 ? LOSSY_ANY
+                          : !(h->plans.plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
+                                                                      : 0;
         /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
          * tell the engine what to mask): judged on the whole run, before any cut */
         if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;
@@ -582,21 +582,21 @@ kvs_status kvs_reqs_on_alloc(kvs_handle *h, const char *req_id, const uint32_t *
     }
     r->external = n_external_tokens;
     r->load_pending = 1;
-    if (r->load_async) h->async_armed++;
+    if (r->load_async) h->reqs.async_armed++;
     return KVS_OK;
 }
 
 /* Add req_id to the finished requests the next build_meta names: 0 when out of memory (the pages
  * are then not kept: nothing would report them). */
 static int remember_kept(kvs_handle *h, const char *req_id) {
-    if (h->n_kept_finished == h->cap_kept_finished) {
-        uint64_t cap = h->cap_kept_finished ? 2 * h->cap_kept_finished : 16;
-        void *grown = realloc(h->kept_finished, cap * sizeof *h->kept_finished);
+    if (h->reqs.n_kept_finished == h->reqs.cap_kept_finished) {
+        uint64_t cap = h->reqs.cap_kept_finished ? 2 * h->reqs.cap_kept_finished : 16;
+        void *grown = realloc(h->reqs.kept_finished, cap * sizeof *h->reqs.kept_finished);
         if (!grown) return 0;
-        h->kept_finished = grown;
-        h->cap_kept_finished = cap;
+        h->reqs.kept_finished = grown;
+        h->reqs.cap_kept_finished = cap;
     }
-    char *slot = h->kept_finished[h->n_kept_finished++];
+    char *slot = h->reqs.kept_finished[h->reqs.n_kept_finished++];
     memset(slot, 0, KVS_REQ_ID_MAX);
     memcpy(slot, req_id, strlen(req_id));
     return 1;
@@ -611,7 +611,7 @@ kvs_status kvs_reqs_request_finished(kvs_handle *h, const char *req_id, int *kee
     uint64_t id_hash = XXH3_64bits(req_id, strlen(req_id));
     if (!r) {
         for (uint32_t i = 0; i < KVS_FINISHED_IDS; i++)
-            if (h->finished_ids[i] == id_hash && id_hash)
+            if (h->reqs.finished_ids[i] == id_hash && id_hash)
                 return kvs_set_error(h, KVS_ENOTFOUND,
                                      "request_finished: request '%s' already finished", req_id);
         return kvs_set_error(h, KVS_ENOTFOUND, "request_finished: request '%s' was never seen",
@@ -623,6 +623,6 @@ kvs_status kvs_reqs_request_finished(kvs_handle *h, const char *req_id, int *kee
     if (h->cfg->saves.async && r->saves_emitted && keep_blocks && remember_kept(h, req_id))
         *keep_blocks = 1;
     destroy_request(h, r);
-    h->finished_ids[h->finished_next++ % KVS_FINISHED_IDS] = id_hash;
+    h->reqs.finished_ids[h->reqs.finished_next++ % KVS_FINISHED_IDS] = id_hash;
     return KVS_OK;
 }

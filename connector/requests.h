@@ -29,7 +29,7 @@ kvs_status kvs_reqs_set_plan_caps(kvs_handle *h, uint32_t caps);
 kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d);
 /* The request table, for the step builder (step_meta.c): find, create (NULL without memory), a
  * request's lease released, the tier a chunk loads from given its key_ranks pins, the request id
- * check of every hook, and the async-wait flag kept counted in h->async_waiting. */
+ * check of every hook, and the async-wait flag kept counted in h->reqs.async_waiting. */
 struct kvs_request;
 struct kvs_pin;
 struct kvs_request *kvs_reqs_find(kvs_handle *h, const char *id);

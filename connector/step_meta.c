@@ -74,7 +74,7 @@ static kvs_status check_step_request(kvs_handle *h, const kvs_step_request *in, 
                     .block_ids = in->block_ids,
                     .n_computed = in->n_computed,
                     .n_scheduled = in->n_scheduled};
-    if (s->r) s->r->step_mark = h->step_marks;
+    if (s->r) s->r->step_mark = h->reqs.step_marks;
     return check_counts(h, "build_meta", s);
 }
 
@@ -98,10 +98,10 @@ static kvs_status check_update(kvs_handle *h, const kvs_step_update *u, step_req
     /* the held tokens were checked when they were stored: only the new ones are */
     if ((st = kvs_request_check_tokens(h, hook, u->req_id, u->tokens, u->n_tokens)) != KVS_OK)
         return st;
-    if (r && r->step_mark == h->step_marks)
+    if (r && r->step_mark == h->reqs.step_marks)
         return kvs_set_error(h, KVS_EINVAL, "%s: request '%s' is named twice in one step", hook,
                              u->req_id);
-    if (r) r->step_mark = h->step_marks;
+    if (r) r->step_mark = h->reqs.step_marks;
     *s = (step_req){.req_id = u->req_id,
                     .r = r,
                     .delta = 1,
@@ -317,24 +317,24 @@ static kvs_status apply_plan(kvs_handle *h, const step_req *s, req_plan *plan,
          * pin only when they reach it: its lease stays until the request computes again (or it
          * expires, or the request finishes). */
         kvs_reqs_set_async_waiting(h, r, r->load_async);
-        r->lease_release_step = r->load_async ? 0 : h->step;
-        if (r->lease_release_step) h->leases_to_release++;
+        r->lease_release_step = r->load_async ? 0 : h->reqs.step;
+        if (r->lease_release_step) h->reqs.leases_to_release++;
         r->plan = restore->plan;
-        r->plan_step = h->step;
+        r->plan_step = h->reqs.step;
     }
     return KVS_OK;
 }
 
 static void release_finished_leases(kvs_handle *h) {
-    if (!h->leases_to_release) return;
+    if (!h->reqs.leases_to_release) return;
     uint64_t left = 0;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
-            if (r->lease_release_step && r->lease_release_step < h->step)
+        for (kvs_request *r = h->reqs.buckets[b]; r; r = r->next)
+            if (r->lease_release_step && r->lease_release_step < h->reqs.step)
                 kvs_reqs_release_lease(h, r);
             else
                 left += r->lease_release_step != 0;
-    h->leases_to_release = left;
+    h->reqs.leases_to_release = left;
 }
 
 /* One save per key per step: requests sharing a prefix in one step would each save every chunk of
@@ -370,26 +370,26 @@ static kvs_status drop_duplicate_saves(kvs_handle *h, kvs_meta *meta) {
 }
 
 static int waits_for_load(const kvs_handle *h, const kvs_request *r) {
-    return r->load_pending && r->load_async && r->block_ids && r->step_mark != h->step_marks;
+    return r->load_pending && r->load_async && r->block_ids && r->step_mark != h->reqs.step_marks;
 }
 
 /* Async loads on_alloc armed for requests the engine did not schedule (it waits for their KV) join
  * the step as requests that compute nothing, their state as held: *reqs grows by them. */
 static kvs_status add_waiting_loads(kvs_handle *h, step_req **reqs, uint64_t *n_reqs) {
-    if (!h->async_armed) return KVS_OK;
+    if (!h->reqs.async_armed) return KVS_OK;
     uint64_t n = 0, armed = 0;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next) {
+        for (kvs_request *r = h->reqs.buckets[b]; r; r = r->next) {
             n += (uint64_t)waits_for_load(h, r);
             armed += r->load_pending && r->load_async;
         }
-    h->async_armed = armed;
+    h->reqs.async_armed = armed;
     if (n == 0) return KVS_OK;
     step_req *grown = realloc(*reqs, (*n_reqs + n) * sizeof *grown);
     if (!grown) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
     *reqs = grown;
     for (int b = 0; b < KVS_REQ_BUCKETS; b++)
-        for (kvs_request *r = h->buckets[b]; r; r = r->next)
+        for (kvs_request *r = h->reqs.buckets[b]; r; r = r->next)
             if (waits_for_load(h, r))
                 grown[(*n_reqs)++] = (step_req){.req_id = r->id,
                                                 .r = r,
@@ -420,12 +420,12 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
     kvs_reqs_expire_leases(h);
     kvs_status st = add_waiting_loads(h, &reqs, &n_reqs);
     const char **finished = NULL;
-    kvs_meta meta = {.step = h->step + 1,
+    kvs_meta meta = {.step = h->reqs.step + 1,
                      .group_fingerprint = h->group_fingerprint,
                      .key_ranks = h->key_ranks,
                      .chunk_tokens = h->chunk_tokens,
-                     .flags = h->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
-                     .n_finished = h->n_kept_finished};
+                     .flags = h->plans.plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
+                     .n_finished = h->reqs.n_kept_finished};
     req_plan *plans = NULL;
     kvs_restore_step *restores = NULL;
     void *blob = NULL;
@@ -436,7 +436,7 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
             st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
             goto out;
         }
-        for (uint64_t i = 0; i < meta.n_finished; i++) finished[i] = h->kept_finished[i];
+        for (uint64_t i = 0; i < meta.n_finished; i++) finished[i] = h->reqs.kept_finished[i];
         meta.finished = finished;
     }
     meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
@@ -446,8 +446,8 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
         st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
         goto out;
     }
-    int loads_may_fail =
-        h->async_waiting > 0 || (h->last_load_step && h->last_load_step >= h->step);
+    int loads_may_fail = h->reqs.async_waiting > 0 ||
+                         (h->reqs.last_load_step && h->reqs.last_load_step >= h->reqs.step);
     for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
         st = plan_request(h, &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
         meta.n_reqs = i + 1;
@@ -482,10 +482,10 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
         goto out;
     }
     memcpy(buf, blob, blob_len);
-    h->step++;
-    if (any_load) h->last_load_step = h->step;
+    h->reqs.step++;
+    if (any_load) h->reqs.last_load_step = h->reqs.step;
     release_finished_leases(h);
-    h->n_kept_finished = 0; /* the workers know them now */
+    h->reqs.n_kept_finished = 0; /* the workers know them now */
     for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
         st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
     /* a request finishing with saves emitted keeps its pages until they land (async saves) */
@@ -516,7 +516,7 @@ kvs_status kvs_reqs_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint
         return kvs_set_error(h, KVS_EINVAL, "build_meta: reqs, buf or len is NULL");
     step_req *steps = malloc((n_reqs ? n_reqs : 1) * sizeof *steps);
     if (!steps) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-    h->step_marks++;
+    h->reqs.step_marks++;
     for (uint64_t i = 0; i < n_reqs; i++)
         if ((st = check_step_request(h, &reqs[i], &steps[i])) != KVS_OK) {
             free(steps);
@@ -538,7 +538,7 @@ kvs_status kvs_reqs_build_meta_update(kvs_handle *h, const kvs_step_update *reqs
                              size, KVS_STEP_UPDATE_SIZE_1_10);
     step_req *steps = malloc((n_reqs ? n_reqs : 1) * sizeof *steps);
     if (!steps) return kvs_set_error(h, KVS_ENOMEM, "build_meta_update: out of memory");
-    h->step_marks++;
+    h->reqs.step_marks++;
     const uint8_t *at = (const uint8_t *)reqs;
     for (uint64_t i = 0; i < n_reqs; i++, at += size) {
         kvs_step_update u;

@@ -16,7 +16,7 @@
 static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
     char why[256];
     const kvs_layer_view *fewest =
-        &h->views[h->fewest_blocks_layer]; /* a block id fits every layer */
+        &h->worker.views[h->worker.fewest_blocks_layer]; /* a block id fits every layer */
     /* the spans run over the carried block ids, which start at the request's block_first */
     uint64_t base = kvs_meta_token_base(r, h->model.block_tokens);
     for (uint64_t i = 0; i < r->n_loads; i++)
@@ -38,7 +38,7 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
                                r->loads[i].n_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': load: layer %u: %s",
-                                 r->id, h->fewest_blocks_layer, why);
+                                 r->id, h->worker.fewest_blocks_layer, why);
     }
     if (r->n_layer_bytes) { /* the layer mask: one bit per layer, none past the last */
         uint32_t nl = h->model.n_layers, bits = r->n_layer_bytes * 8;
@@ -56,61 +56,63 @@ static kvs_status check_req_spans(kvs_handle *h, const kvs_meta_req *r) {
                                h->chunk_tokens};
         if (kvs_kernel_check_span(fewest, &h->shape, &span, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EINVAL, "bind_meta: request '%s': save: layer %u: %s",
-                                 r->id, h->fewest_blocks_layer, why);
+                                 r->id, h->worker.fewest_blocks_layer, why);
     }
     return KVS_OK;
 }
 
 void kvs_worker_reset(kvs_handle *h) {
-    for (uint64_t i = 0; i < h->n_loads; i++) {
-        kvs_load_work *w = &h->loads[i];
+    for (uint64_t i = 0; i < h->worker.n_loads; i++) {
+        kvs_load_work *w = &h->worker.loads[i];
         if (w->pinned) kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);
         if (w->slab) kvs_pool_free(h->pool, w->slab);
         free(w->layer_hash);
         free(w->kept);
     }
-    for (uint64_t i = 0; i < h->n_saves; i++) {
-        kvs_save_work *w = &h->saves[i];
+    for (uint64_t i = 0; i < h->worker.n_saves; i++) {
+        kvs_save_work *w = &h->worker.saves[i];
         if (w->slab)
             kvs_pool_free(h->pool, w->slab);
         else if (w->object)
             kvs_tiers_abort(h->tiers, w->ticket);
     }
-    free(h->loads);
-    free(h->saves);
-    h->loads = NULL;
-    h->saves = NULL;
-    h->n_loads = h->n_saves = 0;
-    kvs_meta_free(h->bound);
-    h->bound = NULL;
-    h->wstate = WORKER_IDLE;
-    h->layers_loaded = 0;
-    h->loads_pending = 0;
-    if (h->layer_saved) memset(h->layer_saved, 0, h->n_views);
-    if (h->layer_loaded) memset(h->layer_loaded, 0, h->n_views);
+    free(h->worker.loads);
+    free(h->worker.saves);
+    h->worker.loads = NULL;
+    h->worker.saves = NULL;
+    h->worker.n_loads = h->worker.n_saves = 0;
+    kvs_meta_free(h->worker.bound);
+    h->worker.bound = NULL;
+    h->worker.wstate = WORKER_IDLE;
+    h->worker.layers_loaded = 0;
+    h->device.loads_pending = 0;
+    if (h->worker.layer_saved) memset(h->worker.layer_saved, 0, h->worker.n_views);
+    if (h->worker.layer_loaded) memset(h->worker.layer_loaded, 0, h->worker.n_views);
 }
 
 /* The error blocks a load_error_blocks call returned are done with; the others stay reported. */
 static void drop_taken_errors(kvs_handle *h) {
-    uint64_t taken =
-        h->error_blocks_taken < h->n_error_blocks ? h->error_blocks_taken : h->n_error_blocks;
-    if (taken && taken < h->n_error_blocks)
-        memmove(h->error_blocks, h->error_blocks + taken,
-                (h->n_error_blocks - taken) * sizeof *h->error_blocks);
-    h->n_error_blocks -= taken;
-    h->error_blocks_taken = 0;
+    uint64_t taken = h->worker.error_blocks_taken < h->worker.n_error_blocks
+                         ? h->worker.error_blocks_taken
+                         : h->worker.n_error_blocks;
+    if (taken && taken < h->worker.n_error_blocks)
+        memmove(h->worker.error_blocks, h->worker.error_blocks + taken,
+                (h->worker.n_error_blocks - taken) * sizeof *h->worker.error_blocks);
+    h->worker.n_error_blocks -= taken;
+    h->worker.error_blocks_taken = 0;
 }
 
 /* A step still bound when the next one binds ran no forward pass: its loads land (or fail: start_load
  * never ran) so their failures are reported, its saves are dropped (no layer was gathered). */
 static void close_step(kvs_handle *h) {
-    if (h->wstate != WORKER_IDLE) {
+    if (h->worker.wstate != WORKER_IDLE) {
         kvs_worker_land_step_loads(h);
-        if (!h->dev_info.synchronous && h->dev) {
+        if (!h->device.dev_info.synchronous && h->device.dev) {
             char why[512];
-            h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab */
+            h->device.dev->sync(h->device.dev_state, why,
+                                sizeof why); /* no copy may still touch a slab */
         }
-        h->stats.saves_skipped += h->n_saves;
+        h->stats.saves_skipped += h->worker.n_saves;
         kvs_worker_reset(h);
         h->stats.steps_closed++;
     }
@@ -120,7 +122,7 @@ static void close_step(kvs_handle *h) {
 kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "bind_meta");
     if (st != KVS_OK) return st;
-    if (!h->views)
+    if (!h->worker.views)
         return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
     char why[256];
     kvs_meta *m = NULL;
@@ -168,9 +170,9 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
     /* Room for every error block the loads still to land may add (a step still bound, async
      * requests not landed, this step's), so that a failed load is never left off the list. */
-    uint64_t error_room = h->error_blocks_async;
-    for (uint64_t i = 0; h->wstate != WORKER_IDLE && i < h->n_loads; i++)
-        error_room += kvs_load_error_span(h, h->loads[i].load);
+    uint64_t error_room = h->worker.error_blocks_async;
+    for (uint64_t i = 0; h->worker.wstate != WORKER_IDLE && i < h->worker.n_loads; i++)
+        error_room += kvs_load_error_span(h, h->worker.loads[i].load);
     for (uint64_t i = 0; i < m->n_reqs; i++)
         for (uint64_t j = 0; j < m->reqs[i].n_loads; j++)
             error_room += kvs_load_error_span(h, &m->reqs[i].loads[j]);
@@ -191,18 +193,19 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         return st;
     }
     close_step(h); /* the metadata is good: the previous step, if still bound, ends here */
-    h->loads = loads;
-    h->saves = saves;
+    h->worker.loads = loads;
+    h->worker.saves = saves;
     for (uint64_t i = 0; i < m->n_reqs; i++) {
         const kvs_meta_req *r = &m->reqs[i];
         for (uint64_t j = 0; j < r->n_loads && !r->load_async; j++)
-            h->loads[h->n_loads++] = (kvs_load_work){.req = r, .load = &r->loads[j], .tier = -1};
+            h->worker.loads[h->worker.n_loads++] =
+                (kvs_load_work){.req = r, .load = &r->loads[j], .tier = -1};
         for (uint64_t j = 0; j < r->n_saves; j++)
-            h->saves[h->n_saves++] = (kvs_save_work){.req = r, .save = &r->saves[j]};
+            h->worker.saves[h->worker.n_saves++] = (kvs_save_work){.req = r, .save = &r->saves[j]};
     }
     kvs_async_land(h); /* between steps: async loads read by now land before this step binds */
-    h->bound = m;
-    h->wstate = WORKER_BOUND;
+    h->worker.bound = m;
+    h->worker.wstate = WORKER_BOUND;
     for (uint64_t k = 0; k < n_async; k++) kvs_async_submit(h, jobs[k]);
     free(jobs);
     return KVS_OK;

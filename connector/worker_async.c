@@ -68,7 +68,7 @@ static void free_job(kvs_async_job *j) {
 
 static void *loader_main(void *arg) {
     kvs_handle *h = arg;
-    struct kvs_async_loader *L = h->async;
+    struct kvs_async_loader *L = h->worker.async;
     pthread_mutex_lock(&L->lock);
     for (;;) {
         while (!L->stop && !L->queued.head) pthread_cond_wait(&L->wake, &L->lock);
@@ -93,7 +93,7 @@ static void *loader_main(void *arg) {
 }
 
 static kvs_status loader(kvs_handle *h, struct kvs_async_loader **out) {
-    if (!h->async) {
+    if (!h->worker.async) {
         struct kvs_async_loader *L = calloc(1, sizeof *L);
         if (!L) return kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory for async loads");
         pthread_mutex_init(&L->lock, NULL);
@@ -101,9 +101,9 @@ static kvs_status loader(kvs_handle *h, struct kvs_async_loader **out) {
         pthread_cond_init(&L->room, NULL);
         uint64_t slabs = kvs_pool_n_slabs(h->pool);
         L->slab_budget = slabs / 2 ? slabs / 2 : 1;
-        h->async = L;
+        h->worker.async = L;
     }
-    struct kvs_async_loader *L = h->async;
+    struct kvs_async_loader *L = h->worker.async;
     if (!L->thread_started && !L->thread_failed && kvs_tiers_thread_safe(h->tiers)) {
         if (pthread_create(&L->thread, NULL, loader_main, h) == 0)
             L->thread_started = 1;
@@ -161,9 +161,9 @@ void kvs_async_discard(kvs_async_job *j) {
 }
 
 void kvs_async_submit(kvs_handle *h, kvs_async_job *j) {
-    struct kvs_async_loader *L = h->async; /* made by kvs_async_prepare */
+    struct kvs_async_loader *L = h->worker.async; /* made by kvs_async_prepare */
     h->stats.async_loads_started++;
-    h->error_blocks_async += j->error_span; /* until it lands */
+    h->worker.error_blocks_async += j->error_span; /* until it lands */
     pthread_mutex_lock(&L->lock);
     if (L->thread_started &&
         j->set.n) { /* nothing to read (a plan recomputes it): reported at once */
@@ -180,8 +180,8 @@ void kvs_async_submit(kvs_handle *h, kvs_async_job *j) {
 }
 
 void kvs_async_land(kvs_handle *h) {
-    struct kvs_async_loader *L = h->async;
-    if (!L || (h->wstate != WORKER_IDLE && !h->dev_info.synchronous)) return;
+    struct kvs_async_loader *L = h->worker.async;
+    if (!L || (h->worker.wstate != WORKER_IDLE && !h->device.dev_info.synchronous)) return;
     pthread_mutex_lock(&L->lock);
     kvs_async_job *j = take_all(&L->read);
     pthread_mutex_unlock(&L->lock);
@@ -189,7 +189,7 @@ void kvs_async_land(kvs_handle *h) {
         kvs_async_job *next = j->next;
         uint64_t errors = h->stats.load_errors;
         kvs_loads_land(h, &j->set);
-        h->error_blocks_async -= j->error_span; /* its failures are listed now */
+        h->worker.error_blocks_async -= j->error_span; /* its failures are listed now */
         if (h->stats.load_errors != errors) h->stats.async_loads_failed++;
         pthread_mutex_lock(&L->lock);
         L->slabs_held -= j->slabs;
@@ -226,7 +226,7 @@ kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sendin
                              (unsigned long long)n_send, (unsigned long long)send_need,
                              (unsigned long long)sending_cap);
     }
-    struct kvs_async_loader *L = h->async;
+    struct kvs_async_loader *L = h->worker.async;
     if (!L) {
         kvs_saver_take_sending(h, sending, sending_cap, n_sending);
         return KVS_OK;
@@ -263,7 +263,7 @@ kvs_status kvs_worker_get_finished(kvs_handle *h, char *sending, uint64_t sendin
 }
 
 void kvs_async_close(kvs_handle *h) {
-    struct kvs_async_loader *L = h->async;
+    struct kvs_async_loader *L = h->worker.async;
     if (!L) return;
     if (L->thread_started) {
         pthread_mutex_lock(&L->lock);
@@ -287,6 +287,6 @@ void kvs_async_close(kvs_handle *h) {
     pthread_cond_destroy(&L->room);
     pthread_mutex_destroy(&L->lock);
     free(L);
-    h->async = NULL;
-    h->error_blocks_async = 0;
+    h->worker.async = NULL;
+    h->worker.error_blocks_async = 0;
 }

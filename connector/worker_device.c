@@ -21,18 +21,18 @@
 
 static kvs_status select_device(kvs_handle *h, const kvs_layer_view *views) {
     if (views[0].device_kind == KVS_DEVICE_HOST) {
-        h->dev = kvs_host_device();
+        h->device.dev = kvs_host_device();
         return KVS_OK;
     }
     char why[512];
-    h->dev = kvs_device_cuda_load(&h->dev_module, why, sizeof why);
-    if (!h->dev_module)
+    h->device.dev = kvs_device_cuda_load(&h->device.dev_module, why, sizeof why);
+    if (!h->device.dev_module)
         return kvs_set_error(
             h, KVS_ENOTSUP,
             "register_kv: CUDA views need the module %s, which could not be loaded (%s); "
             "this library may have been built without CUDA",
             KVS_DEVICE_CUDA_MODULE, why);
-    if (!h->dev) return kvs_set_error(h, KVS_EVERSION, "register_kv: %s", why);
+    if (!h->device.dev) return kvs_set_error(h, KVS_EVERSION, "register_kv: %s", why);
     return KVS_OK;
 }
 
@@ -42,11 +42,11 @@ static kvs_status register_memory(kvs_handle *h) {
     void *base;
     uint64_t len;
     kvs_pool_region(h->pool, &base, &len);
-    if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+    if (h->device.dev->register_host(h->device.dev_state, base, len, why, sizeof why) != KVS_OK)
         return kvs_set_error(h, KVS_EIO, "register_kv: staging pool: %s", why);
     for (uint32_t t = 0; t < kvs_tiers_count(h->tiers); t++) {
         if (kvs_tiers_memory(h->tiers, t, &base, &len) != KVS_OK) continue;
-        if (h->dev->register_host(h->dev_state, base, len, why, sizeof why) != KVS_OK)
+        if (h->device.dev->register_host(h->device.dev_state, base, len, why, sizeof why) != KVS_OK)
             return kvs_set_error(h, KVS_EIO, "register_kv: tier \"%s\": %s",
                                  kvs_tiers_name(h->tiers, t), why);
     }
@@ -68,24 +68,26 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
                             .host_deferred = h->cfg->host_deferred,
                             .host_threads = h->cfg->host_threads};
     char why[512] = "";
-    if ((st = h->dev->open(&init, &h->dev_state, &h->dev_info, why, sizeof why)) != KVS_OK) {
-        h->dev_state = NULL;
-        return kvs_set_error(h, st, "register_kv: device %s: %s", h->dev->name, why);
+    if ((st = h->device.dev->open(&init, &h->device.dev_state, &h->device.dev_info, why,
+                                  sizeof why)) != KVS_OK) {
+        h->device.dev_state = NULL;
+        return kvs_set_error(h, st, "register_kv: device %s: %s", h->device.dev->name, why);
     }
     if ((st = register_memory(h)) != KVS_OK) return st;
-    h->copy_owner = calloc(max_chunks, sizeof *h->copy_owner);
-    if (!(h->copies = calloc(max_chunks, sizeof *h->copies)) || !h->copy_owner)
+    h->device.copy_owner = calloc(max_chunks, sizeof *h->device.copy_owner);
+    if (!(h->device.copies = calloc(max_chunks, sizeof *h->device.copies)) || !h->device.copy_owner)
         return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
-    if (!h->dev_info.hashes_inline) {
-        if (!(h->hash_jobs = calloc((uint64_t)n_layers * max_chunks, sizeof *h->hash_jobs)))
+    if (!h->device.dev_info.hashes_inline) {
+        if (!(h->device.hash_jobs =
+                  calloc((uint64_t)n_layers * max_chunks, sizeof *h->device.hash_jobs)))
             return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
-        if ((st = kvs_hashpool_create(h->cfg->hash_threads, &h->hashpool)) != KVS_OK)
+        if ((st = kvs_hashpool_create(h->cfg->hash_threads, &h->device.hashpool)) != KVS_OK)
             return kvs_set_error(h, st, "register_kv: cannot start %u checksum threads",
                                  h->cfg->hash_threads);
     }
     kvs_log(h->cfg->log_level, KVS_LOG_INFO, "device %s: loads by %s, saves by %s",
-            h->dev_info.name, h->dev_info.load_uses_dma ? "DMA" : "kernel",
-            h->dev_info.save_uses_dma ? "DMA" : "kernel");
+            h->device.dev_info.name, h->device.dev_info.load_uses_dma ? "DMA" : "kernel",
+            h->device.dev_info.save_uses_dma ? "DMA" : "kernel");
     return KVS_OK;
 }
 
@@ -93,27 +95,27 @@ static kvs_status open_device(kvs_handle *h, const kvs_layer_view *views, uint32
 static void close_device(kvs_handle *h) {
     kvs_lsc_close(h);    /* its stream blocks are in the old geometry */
     kvs_sparse_close(h); /* its head caches too */
-    if (h->dev && h->dev_state) h->dev->close(h->dev_state);
-    kvs_hashpool_destroy(h->hashpool);
-    if (h->dev_module) dlclose(h->dev_module);
-    free(h->copies);
+    if (h->device.dev && h->device.dev_state) h->device.dev->close(h->device.dev_state);
+    kvs_hashpool_destroy(h->device.hashpool);
+    if (h->device.dev_module) dlclose(h->device.dev_module);
+    free(h->device.copies);
     free(h->tag_states);
     h->tag_states = NULL;
-    free(h->copy_owner);
-    h->copy_owner = NULL;
-    free(h->hash_jobs);
-    free(h->views);
-    free(h->layer_saved);
-    free(h->layer_loaded);
-    h->dev = NULL;
-    h->dev_state = h->dev_module = NULL;
-    h->hashpool = NULL;
-    h->copies = NULL;
-    h->hash_jobs = NULL;
-    h->views = NULL;
-    h->layer_saved = NULL;
-    h->layer_loaded = NULL;
-    h->n_views = 0;
+    free(h->device.copy_owner);
+    h->device.copy_owner = NULL;
+    free(h->device.hash_jobs);
+    free(h->worker.views);
+    free(h->worker.layer_saved);
+    free(h->worker.layer_loaded);
+    h->device.dev = NULL;
+    h->device.dev_state = h->device.dev_module = NULL;
+    h->device.hashpool = NULL;
+    h->device.copies = NULL;
+    h->device.hash_jobs = NULL;
+    h->worker.views = NULL;
+    h->worker.layer_saved = NULL;
+    h->worker.layer_loaded = NULL;
+    h->worker.n_views = 0;
 }
 
 /* The engine's views, whatever their struct_size, as this library's structs in *out (the array steps
@@ -147,7 +149,7 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views
                                uint32_t n_layers) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "register_kv");
     if (st != KVS_OK) return st;
-    if (h->views)
+    if (h->worker.views)
         return kvs_set_error(h, KVS_ESTATE, "register_kv: the KV cache is already registered");
     if (!engine_views) return kvs_set_error(h, KVS_EINVAL, "register_kv: views is NULL");
     if (n_layers != h->model.n_layers)
@@ -173,17 +175,19 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views
             return st;
         }
     }
-    h->views = views;
-    h->layer_saved = calloc(n_layers, 1);
-    h->layer_loaded = calloc(n_layers, 1);
-    if (!h->layer_saved || !h->layer_loaded) {
+    h->worker.views = views;
+    h->worker.layer_saved = calloc(n_layers, 1);
+    h->worker.layer_loaded = calloc(n_layers, 1);
+    if (!h->worker.layer_saved || !h->worker.layer_loaded) {
         close_device(h);
         return kvs_set_error(h, KVS_ENOMEM, "register_kv: out of memory");
     }
-    h->n_views = n_layers;
-    h->fewest_blocks_layer = 0; /* block ids are checked against the layer with the fewest pages */
+    h->worker.n_views = n_layers;
+    h->worker.fewest_blocks_layer =
+        0; /* block ids are checked against the layer with the fewest pages */
     for (uint32_t l = 1; l < n_layers; l++)
-        if (views[l].n_blocks < views[h->fewest_blocks_layer].n_blocks) h->fewest_blocks_layer = l;
+        if (views[l].n_blocks < views[h->worker.fewest_blocks_layer].n_blocks)
+            h->worker.fewest_blocks_layer = l;
     if ((st = open_device(h, views, n_layers)) != KVS_OK) {
         char keep[KVS_ERROR_MAX];
         memcpy(keep, h->last_error, sizeof keep);
@@ -197,9 +201,10 @@ kvs_status kvs_worker_register(kvs_handle *h, const kvs_layer_view *engine_views
 kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "set_stream");
     if (st != KVS_OK) return st;
-    if (!h->dev) return kvs_set_error(h, KVS_ESTATE, "set_stream: register_kv has not been called");
+    if (!h->device.dev)
+        return kvs_set_error(h, KVS_ESTATE, "set_stream: register_kv has not been called");
     char why[512] = "";
-    if ((st = h->dev->set_stream(h->dev_state, stream, why, sizeof why)) != KVS_OK)
+    if ((st = h->device.dev->set_stream(h->device.dev_state, stream, why, sizeof why)) != KVS_OK)
         return kvs_set_error(h, st, "set_stream: %s", why);
     return KVS_OK;
 }
@@ -207,10 +212,11 @@ kvs_status kvs_worker_set_stream(kvs_handle *h, void *stream) {
 void kvs_worker_close(kvs_handle *h) {
     kvs_saver_close(h); /* queued saves land (bounded wait) or are dropped before the pool goes */
     kvs_async_close(h); /* its pins and slabs go before the device and the pool */
-    if (h->wstate != WORKER_IDLE && h->dev) {
+    if (h->worker.wstate != WORKER_IDLE && h->device.dev) {
         char why[512];
-        h->dev->sync(h->dev_state, why, sizeof why); /* no copy may still touch a slab or a pin */
-        if (h->hashpool) kvs_hashpool_wait(h->hashpool);
+        h->device.dev->sync(h->device.dev_state, why,
+                            sizeof why); /* no copy may still touch a slab or a pin */
+        if (h->device.hashpool) kvs_hashpool_wait(h->device.hashpool);
     }
     kvs_worker_reset(h);
     close_device(h);

@@ -28,32 +28,34 @@ uint64_t kvs_load_error_span(const kvs_handle *h, const kvs_meta_load *load) {
 }
 
 kvs_status kvs_worker_reserve_error_blocks(kvs_handle *h, uint64_t more) {
-    uint64_t need = h->n_error_blocks + more;
-    if (need <= h->cap_error_blocks) return KVS_OK;
-    uint64_t cap = h->cap_error_blocks ? h->cap_error_blocks : 64;
+    uint64_t need = h->worker.n_error_blocks + more;
+    if (need <= h->worker.cap_error_blocks) return KVS_OK;
+    uint64_t cap = h->worker.cap_error_blocks ? h->worker.cap_error_blocks : 64;
     while (cap < need) cap *= 2;
-    void *(*grow)(void *, size_t) = h->error_blocks_realloc ? h->error_blocks_realloc : realloc;
+    void *(*grow)(void *, size_t) =
+        h->worker.error_blocks_realloc ? h->worker.error_blocks_realloc : realloc;
     uint32_t *grown =
-        cap <= SIZE_MAX / sizeof *grown ? grow(h->error_blocks, cap * sizeof *grown) : NULL;
+        cap <= SIZE_MAX / sizeof *grown ? grow(h->worker.error_blocks, cap * sizeof *grown) : NULL;
     if (!grown) return KVS_ENOMEM; /* the list is as it was */
-    h->error_blocks = grown;
-    h->cap_error_blocks = cap;
+    h->worker.error_blocks = grown;
+    h->worker.cap_error_blocks = cap;
     return KVS_OK;
 }
 
 /* Never allocates: bind_meta reserved room for every block a load of its step, or of an async
  * request not landed yet, covers (kvs_worker_reserve_error_blocks). */
 static void add_error_block(kvs_handle *h, uint32_t block) {
-    for (uint64_t i = 0; i < h->n_error_blocks; i++)
-        if (h->error_blocks[i] == block) return;
-    assert(h->n_error_blocks < h->cap_error_blocks);
-    if (h->n_error_blocks == h->cap_error_blocks) { /* a reservation missed a load: a bug */
+    for (uint64_t i = 0; i < h->worker.n_error_blocks; i++)
+        if (h->worker.error_blocks[i] == block) return;
+    assert(h->worker.n_error_blocks < h->worker.cap_error_blocks);
+    if (h->worker.n_error_blocks ==
+        h->worker.cap_error_blocks) { /* a reservation missed a load: a bug */
         kvs_log(h->cfg->log_level, KVS_LOG_ERROR,
                 "internal error: no room reserved for error block %u; the engine may use it",
                 block);
         return;
     }
-    h->error_blocks[h->n_error_blocks++] = block;
+    h->worker.error_blocks[h->worker.n_error_blocks++] = block;
 }
 
 /* A failed load's blocks go to the error list and its count to the stats (the caller's thread). */
@@ -114,7 +116,7 @@ static int stage_lossy(kvs_handle *h, kvs_load_work *w, const void *obj, uint64_
     if (c->kind == KVS_CODEC_DROP) { /* only an engine that masks what it leaves out takes it */
         const char *no = w->async ? "its load runs between steps (load_async), which cannot report "
                                     "the tokens it leaves out"
-                         : !(h->bound->flags & KVS_META_MASKS_DROPPED)
+                         : !(h->worker.bound->flags & KVS_META_MASKS_DROPPED)
                              ? "the engine does not mask dropped tokens (KVS_PLAN_CAP_MASK)"
                              : NULL;
         if (no) {
@@ -148,7 +150,7 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
     char why[384];
     kvs_codec c;
     if (!stage_lossy(h, w, obj, &len, &c)) return NULL;
-    if (!h->dev_info.decodes_codecs) {
+    if (!h->device.dev_info.decodes_codecs) {
         void *raw = kvs_pool_alloc(h->pool);
         kvs_status st = raw ? kvs_object_decode(w->slab, len, &h->fingerprint, h->model.n_layers,
                                                 h->chunk_tokens, &h->shape, h->model.dtype, raw,
@@ -195,7 +197,7 @@ static const void *accept_lossy(kvs_handle *h, kvs_load_work *w, const void *obj
  * mismatch. Elsewhere a keyed tier's object is read into a slab and every tag checked before any
  * byte is copied (check_keyed_layers). */
 static int keyed_inline(const kvs_handle *h, const kvs_load_work *w) {
-    return kvs_integrity_keyed(h, w->tier) && h->dev_info.hashes_inline && !w->ranged &&
+    return kvs_integrity_keyed(h, w->tier) && h->device.dev_info.hashes_inline && !w->ranged &&
            w->load->n_tokens == h->chunk_tokens;
 }
 
@@ -561,7 +563,8 @@ static void device_failed_loads(kvs_handle *h, kvs_load_set *set, const char *wh
                                 const char *why) {
     for (uint64_t i = 0; i < set->n; i++)
         if (load_live(&set->w[i])) fail_load(h, &set->w[i], why);
-    kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: %s: %s", h->dev_info.name, what, why);
+    kvs_log(h->cfg->log_level, KVS_LOG_ERROR, "device %s: %s: %s", h->device.dev_info.name, what,
+            why);
 }
 
 /* Bytes one layer of w puts in the pages; they count for the tier that served it. */
@@ -576,7 +579,7 @@ static void count_layer_bytes(kvs_handle *h, const kvs_load_work *w, uint64_t la
  * counts for the tiers its chunks came from, split by their share of the bytes. */
 static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
     uint64_t n = 0, nl = h->model.n_layers;
-    kvs_load_work **in_copy = (kvs_load_work **)h->copy_owner;
+    kvs_load_work **in_copy = (kvs_load_work **)h->device.copy_owner;
     for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++) {
         kvs_load_work *w = &set->w[i];
         if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
@@ -593,8 +596,8 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
                 continue;
             }
         }
-        load_copy(h, w, layer, &h->copies[n]);
-        h->copies[n].hash = whole && !w->keyed_inline ? &w->layer_hash[nl + layer] : NULL;
+        load_copy(h, w, layer, &h->device.copies[n]);
+        h->device.copies[n].hash = whole && !w->keyed_inline ? &w->layer_hash[nl + layer] : NULL;
         if (w->keyed_inline) {
             if (!h->tag_states &&
                 !(h->tag_states = calloc(h->cfg->max_chunks_per_step, sizeof *h->tag_states))) {
@@ -606,15 +609,16 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
                 fail_load(h, w, "its layer tag could not be begun (libcrypto)"); /* not its fault */
                 continue;
             }
-            h->copies[n].tag = &h->tag_states[n];
+            h->device.copies[n].tag = &h->tag_states[n];
         }
         in_copy[n++] = w;
     }
     char why[512] = "";
     uint64_t t0 = kvs_now_ns();
-    if (h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+    if (h->device.dev->load_layer(h->device.dev_state, layer, h->device.copies, n, why,
+                                  sizeof why) != KVS_OK) {
         for (uint64_t i = 0; i < n; i++) {
-            if (h->copies[i].tag) kvs_nhpoly_abort(h->copies[i].tag);
+            if (h->device.copies[i].tag) kvs_nhpoly_abort(h->device.copies[i].tag);
             fail_load(h, in_copy[i], why);
         }
         return;
@@ -625,11 +629,11 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         kvs_load_work *w = in_copy[i];
         if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
             h->stats.tier_load_ns[w->tier] += spent * w->load->n_tokens / tokens;
-        if (h->copies[i].tag) {
+        if (h->device.copies[i].tag) {
             uint8_t tag[KVS_OBJECT_TAG_BYTES];
             const uint8_t *want = inline_nonce(h, w) + KVS_OBJECT_NONCE_BYTES +
                                   (uint64_t)layer * KVS_OBJECT_TAG_BYTES;
-            if (!kvs_nhpoly_final(h->copies[i].tag, tag) ||
+            if (!kvs_nhpoly_final(h->device.copies[i].tag, tag) ||
                 CRYPTO_memcmp(tag, want, sizeof tag) != 0) {
                 __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
                 char what[96];
@@ -640,7 +644,7 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
                 continue;
             }
         }
-        if (h->copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
+        if (h->device.copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
             layer_mismatch(h, w, layer);
         else
             count_layer_bytes(h, w, 1);
@@ -664,13 +668,14 @@ static void charge_tiers(kvs_handle *h, kvs_load_set *set, uint64_t ns) {
  * the hash pool checksums every layer payload on the host while the copies run. */
 static void load_all_async(kvs_handle *h, kvs_load_set *set) {
     uint64_t nl = h->model.n_layers, n_jobs = 0, t0 = kvs_now_ns();
-    for (uint32_t layer = 0; layer < h->n_views; layer++) {
+    for (uint32_t layer = 0; layer < h->worker.n_views; layer++) {
         uint64_t n = 0;
         for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++)
             if (load_live(&set->w[i]) && kvs_meta_wants_layer(set->w[i].req, layer))
-                load_copy(h, &set->w[i], layer, &h->copies[n++]);
+                load_copy(h, &set->w[i], layer, &h->device.copies[n++]);
         char why[512] = "";
-        if (n && h->dev->load_layer(h->dev_state, layer, h->copies, n, why, sizeof why) != KVS_OK) {
+        if (n && h->device.dev->load_layer(h->device.dev_state, layer, h->device.copies, n, why,
+                                           sizeof why) != KVS_OK) {
             char what[64];
             kvs_fmt(what, sizeof what, "load of layer %u", layer);
             device_failed_loads(h, set, what, why);
@@ -683,10 +688,10 @@ static void load_all_async(kvs_handle *h, kvs_load_set *set) {
         if (!load_live(w)) continue;
         for (uint32_t layer = 0; layer < nl && !w->fused; layer++) /* fused: checked whole */
             if (kvs_meta_wants_layer(w->req, layer))
-                h->hash_jobs[n_jobs++] = (kvs_hash_job){layer_at(h, w, layer), h->layer_bytes,
-                                                        &w->layer_hash[nl + layer]};
+                h->device.hash_jobs[n_jobs++] = (kvs_hash_job){
+                    layer_at(h, w, layer), h->layer_bytes, &w->layer_hash[nl + layer]};
     }
-    if (n_jobs) kvs_hashpool_submit(h->hashpool, h->hash_jobs, n_jobs);
+    if (n_jobs) kvs_hashpool_submit(h->device.hashpool, h->device.hash_jobs, n_jobs);
 }
 
 /* Unpin, drop corrupt objects, free the slabs; live loads count as loaded. */
@@ -723,8 +728,8 @@ static void finish_loads(kvs_handle *h, kvs_load_set *set) {
 static void complete_set(kvs_handle *h, kvs_load_set *set) {
     char why[512] = "";
     uint64_t t0 = kvs_now_ns();
-    kvs_status st = h->dev->sync(h->dev_state, why, sizeof why);
-    kvs_hashpool_wait(h->hashpool);
+    kvs_status st = h->device.dev->sync(h->device.dev_state, why, sizeof why);
+    kvs_hashpool_wait(h->device.hashpool);
     if (st != KVS_OK) device_failed_loads(h, set, "loads", why);
     charge_tiers(h, set, kvs_now_ns() - t0);
     uint64_t nl = h->model.n_layers;
@@ -743,13 +748,13 @@ static void complete_set(kvs_handle *h, kvs_load_set *set) {
 }
 
 static kvs_load_set step_set(kvs_handle *h) {
-    return (kvs_load_set){.w = h->loads, .n = h->n_loads};
+    return (kvs_load_set){.w = h->worker.loads, .n = h->worker.n_loads};
 }
 
 void kvs_worker_complete_async_loads(kvs_handle *h) {
-    if (!h->loads_pending) return;
+    if (!h->device.loads_pending) return;
     uint64_t t0 = kvs_now_ns();
-    h->loads_pending = 0;
+    h->device.loads_pending = 0;
     kvs_load_set set = step_set(h);
     complete_set(h, &set);
     h->stats.load_ns += kvs_now_ns() - t0;
@@ -759,26 +764,26 @@ void kvs_worker_complete_async_loads(kvs_handle *h) {
  * loads finish, unpinning, once every layer has landed). Only time spent in the connector counts as
  * load time: the engine computes between layers. */
 void kvs_worker_load_layers(kvs_handle *h, uint32_t from, uint32_t to) {
-    if (!h->dev_info.synchronous) return; /* enqueued by start_load */
+    if (!h->device.dev_info.synchronous) return; /* enqueued by start_load */
     uint64_t t0 = kvs_now_ns();
     kvs_load_set set = step_set(h);
-    for (uint32_t l = from; l <= to && l < h->n_views; l++) {
-        if (h->layer_loaded[l]) continue;
+    for (uint32_t l = from; l <= to && l < h->worker.n_views; l++) {
+        if (h->worker.layer_loaded[l]) continue;
         load_layer_sync(h, &set, l);
-        h->layer_loaded[l] = 1;
-        if (++h->layers_loaded == h->n_views) finish_loads(h, &set);
+        h->worker.layer_loaded[l] = 1;
+        if (++h->worker.layers_loaded == h->worker.n_views) finish_loads(h, &set);
     }
     h->stats.load_ns += kvs_now_ns() - t0;
 }
 
 void kvs_worker_land_step_loads(kvs_handle *h) {
-    if (h->wstate == WORKER_BOUND) { /* start_load never ran: nothing reached the pages */
-        for (uint64_t i = 0; i < h->n_loads; i++)
-            fail_load(h, &h->loads[i], "the step ended before start_load");
+    if (h->worker.wstate == WORKER_BOUND) { /* start_load never ran: nothing reached the pages */
+        for (uint64_t i = 0; i < h->worker.n_loads; i++)
+            fail_load(h, &h->worker.loads[i], "the step ended before start_load");
         return;
     }
-    if (h->wstate != WORKER_LOADING) return;
-    kvs_worker_load_layers(h, 0, h->n_views - 1);
+    if (h->worker.wstate != WORKER_LOADING) return;
+    kvs_worker_load_layers(h, 0, h->worker.n_views - 1);
     kvs_worker_complete_async_loads(h);
 }
 
@@ -800,8 +805,8 @@ void kvs_loads_land(kvs_handle *h, kvs_load_set *set) {
         if (w->async && w->failed) account_failure(h, w);
         w->async = 0; /* from here on, on this thread: failures are accounted at once */
     }
-    if (h->dev_info.synchronous) {
-        for (uint32_t l = 0; l < h->n_views; l++) load_layer_sync(h, set, l);
+    if (h->device.dev_info.synchronous) {
+        for (uint32_t l = 0; l < h->worker.n_views; l++) load_layer_sync(h, set, l);
         finish_loads(h, set);
     } else {
         load_all_async(h, set);
@@ -827,28 +832,29 @@ void kvs_loads_release(kvs_handle *h, kvs_load_set *set) {
 kvs_status kvs_worker_start_load(kvs_handle *h) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "start_load");
     if (st != KVS_OK) return st;
-    if (h->wstate != WORKER_BOUND)
+    if (h->worker.wstate != WORKER_BOUND)
         return kvs_set_error(h, KVS_ESTATE, "start_load: %s",
-                             h->wstate == WORKER_IDLE ? "no metadata bound (call bind_meta first)"
-                                                      : "already started for this step");
+                             h->worker.wstate == WORKER_IDLE
+                                 ? "no metadata bound (call bind_meta first)"
+                                 : "already started for this step");
     uint64_t t0 = kvs_now_ns();
     uint64_t max = h->cfg->max_chunks_per_step;
-    for (uint64_t i = 0; i < h->n_loads; i++) {
+    for (uint64_t i = 0; i < h->worker.n_loads; i++) {
         if (i < max)
-            open_load(h, &h->loads[i]);
+            open_load(h, &h->worker.loads[i]);
         else
-            fail_load(h, &h->loads[i],
+            fail_load(h, &h->worker.loads[i],
                       "the step loads more chunks than device.max_chunks_per_step");
     }
     kvs_load_set set = step_set(h);
-    fetch_objects(h, &set, !h->dev_info.synchronous);
+    fetch_objects(h, &set, !h->device.dev_info.synchronous);
     for (uint32_t t = 0; t < KVS_STATS_MAX_TIERS; t++) h->stats.tier_load_ns[t] += set.tier_ns[t];
-    h->wstate = WORKER_LOADING;
-    h->layers_loaded = 0;
-    memset(h->layer_loaded, 0, h->n_views);
-    if (!h->dev_info.synchronous) {
+    h->worker.wstate = WORKER_LOADING;
+    h->worker.layers_loaded = 0;
+    memset(h->worker.layer_loaded, 0, h->worker.n_views);
+    if (!h->device.dev_info.synchronous) {
         load_all_async(h, &set);
-        h->loads_pending = 1;
+        h->device.loads_pending = 1;
     }
     h->stats.load_ns += kvs_now_ns() - t0;
     return KVS_OK;
@@ -857,18 +863,18 @@ kvs_status kvs_worker_start_load(kvs_handle *h) {
 kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "wait_layer_load");
     if (st != KVS_OK) return st;
-    if (h->wstate != WORKER_LOADING)
+    if (h->worker.wstate != WORKER_LOADING)
         return kvs_set_error(h, KVS_ESTATE,
                              "wait_layer_load: start_load has not been called for this step");
-    if (layer >= h->n_views)
+    if (layer >= h->worker.n_views)
         return kvs_set_error(h, KVS_EINVAL, "wait_layer_load: layer %u of a %u-layer model", layer,
-                             h->n_views);
-    if (h->dev_info.synchronous) {
+                             h->worker.n_views);
+    if (h->device.dev_info.synchronous) {
         kvs_worker_load_layers(h, layer, layer);
         return KVS_OK;
     }
     char why[512] = "";
-    if ((st = h->dev->wait_layer(h->dev_state, layer, why, sizeof why)) != KVS_OK)
+    if ((st = h->device.dev->wait_layer(h->device.dev_state, layer, why, sizeof why)) != KVS_OK)
         return kvs_set_error(h, st, "wait_layer_load: layer %u: %s", layer, why);
     return KVS_OK;
 }
@@ -879,14 +885,15 @@ kvs_status kvs_worker_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, u
     if (!n || (cap && !out))
         return kvs_set_error(h, KVS_EINVAL, "load_error_blocks: out or n is NULL");
     /* A step with no forward pass: its loads land now, so the list is complete. */
-    if (h->wstate == WORKER_LOADING) kvs_worker_land_step_loads(h);
-    *n = h->n_error_blocks;
-    if (cap < h->n_error_blocks)
+    if (h->worker.wstate == WORKER_LOADING) kvs_worker_land_step_loads(h);
+    *n = h->worker.n_error_blocks;
+    if (cap < h->worker.n_error_blocks)
         return kvs_set_error(h, KVS_EOVERFLOW,
                              "load_error_blocks: %llu blocks failed, buffer holds %llu",
-                             (unsigned long long)h->n_error_blocks, (unsigned long long)cap);
-    if (h->n_error_blocks) memcpy(out, h->error_blocks, h->n_error_blocks * sizeof *out);
-    h->error_blocks_taken = h->n_error_blocks;
+                             (unsigned long long)h->worker.n_error_blocks, (unsigned long long)cap);
+    if (h->worker.n_error_blocks)
+        memcpy(out, h->worker.error_blocks, h->worker.n_error_blocks * sizeof *out);
+    h->worker.error_blocks_taken = h->worker.n_error_blocks;
     return KVS_OK;
 }
 
@@ -896,13 +903,13 @@ kvs_status kvs_worker_load_dropped(kvs_handle *h, const char *req_id, uint64_t f
     if (st != KVS_OK) return st;
     if (!req_id || !n_dropped || (n_tokens && !mask))
         return kvs_set_error(h, KVS_EINVAL, "load_dropped: req_id, mask or n_dropped is NULL");
-    if (h->wstate != WORKER_LOADING)
+    if (h->worker.wstate != WORKER_LOADING)
         return kvs_set_error(h, KVS_ESTATE,
                              "load_dropped: call it between start_load and wait_save");
     uint64_t n = 0,
              end = first_token + n_tokens < first_token ? UINT64_MAX : first_token + n_tokens;
-    for (uint64_t i = 0; i < h->n_loads; i++) {
-        const kvs_load_work *w = &h->loads[i];
+    for (uint64_t i = 0; i < h->worker.n_loads; i++) {
+        const kvs_load_work *w = &h->worker.loads[i];
         if (!w->kept || w->failed || strcmp(w->req->id, req_id) != 0) continue;
         uint64_t lo = w->load->first_token, hi = lo + w->load->n_tokens;
         if (lo < first_token) lo = first_token;

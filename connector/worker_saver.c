@@ -78,7 +78,7 @@ static void remove_req(struct kvs_saver *S, saver_req *r) {
 }
 
 static struct kvs_saver *saver_of(kvs_handle *h) {
-    if (h->saver) return h->saver;
+    if (h->worker.saver) return h->worker.saver;
     struct kvs_saver *S = calloc(1, sizeof *S);
     if (!S) return NULL;
     pthread_condattr_t ca;
@@ -88,7 +88,7 @@ static struct kvs_saver *saver_of(kvs_handle *h) {
     pthread_cond_init(&S->wake, NULL);
     pthread_cond_init(&S->landed, &ca);
     pthread_condattr_destroy(&ca);
-    h->saver = S;
+    h->worker.saver = S;
     return S;
 }
 
@@ -97,7 +97,7 @@ static struct kvs_saver *saver_of(kvs_handle *h) {
 static void store_job(kvs_handle *h, struct kvs_saver *S, saver_job *j) {
     uint64_t t0 = kvs_now_ns();
     if (j->hash)
-        for (uint32_t l = 0; l < h->n_views; l++)
+        for (uint32_t l = 0; l < h->worker.n_views; l++)
             kvs_object_layer_hashes(j->object)[l] =
                 XXH3_64bits(kvs_object_layer(j->object, l), h->layer_bytes);
     if (j->tagged)
@@ -117,7 +117,7 @@ static void store_job(kvs_handle *h, struct kvs_saver *S, saver_job *j) {
     pthread_mutex_lock(&S->lock);
     if (st == KVS_OK) {
         S->chunks_saved++;
-        S->bytes_saved += (uint64_t)h->n_views * h->layer_bytes;
+        S->bytes_saved += (uint64_t)h->worker.n_views * h->layer_bytes;
     } else {
         S->saves_skipped++;
     }
@@ -137,7 +137,7 @@ static void finish_job(struct kvs_saver *S, saver_job *j) {
 
 static void *saver_main(void *arg) {
     kvs_handle *h = arg;
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     pthread_mutex_lock(&S->lock);
     for (;;) {
         while (!S->stop && (S->hold || !S->head)) pthread_cond_wait(&S->wake, &S->lock);
@@ -171,7 +171,7 @@ int kvs_saver_async(kvs_handle *h) {
 }
 
 void kvs_saver_submit(kvs_handle *h, kvs_save_work *works, uint64_t n, int hash) {
-    struct kvs_saver *S = h->saver; /* made by kvs_saver_async */
+    struct kvs_saver *S = h->worker.saver; /* made by kvs_saver_async */
     for (uint64_t i = 0; i < n; i++) {
         kvs_save_work *w = &works[i];
         if (!w->object) continue;
@@ -232,7 +232,7 @@ kvs_status kvs_saver_note_finished(kvs_handle *h, const kvs_meta *m) {
 }
 
 void kvs_saver_sending_need(kvs_handle *h, uint64_t *bytes, uint64_t *n) {
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     *bytes = *n = 0;
     if (!S) return;
     pthread_mutex_lock(&S->lock);
@@ -246,7 +246,7 @@ void kvs_saver_sending_need(kvs_handle *h, uint64_t *bytes, uint64_t *n) {
 }
 
 void kvs_saver_take_sending(kvs_handle *h, char *buf, uint64_t cap, uint64_t *n) {
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     *n = 0;
     if (!S) return;
     uint64_t at = 0;
@@ -266,7 +266,7 @@ void kvs_saver_take_sending(kvs_handle *h, char *buf, uint64_t cap, uint64_t *n)
 }
 
 int kvs_saver_wait_landed(kvs_handle *h) {
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     if (!S || !S->thread_started) return 0;
     struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, h->cfg->saves.timeout_ms);
     pthread_mutex_lock(&S->lock);
@@ -280,7 +280,7 @@ int kvs_saver_wait_landed(kvs_handle *h) {
 }
 
 void kvs_saver_collect(kvs_handle *h) {
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     if (!S) return;
     pthread_mutex_lock(&S->lock);
     h->stats.chunks_saved += S->chunks_saved;
@@ -302,7 +302,7 @@ void kvs_saver_hold(kvs_handle *h, int hold) {
 }
 
 void kvs_saver_close(kvs_handle *h) {
-    struct kvs_saver *S = h->saver;
+    struct kvs_saver *S = h->worker.saver;
     if (!S) return;
     if (S->thread_started) {
         struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, h->cfg->saves.timeout_ms);
@@ -335,5 +335,5 @@ void kvs_saver_close(kvs_handle *h) {
     pthread_cond_destroy(&S->landed);
     pthread_mutex_destroy(&S->lock);
     free(S);
-    h->saver = NULL;
+    h->worker.saver = NULL;
 }

@@ -231,7 +231,7 @@ START_TEST(an_async_load_s_error_blocks_are_never_dropped_when_memory_runs_out) 
     ((uint8_t *)obj)[len - 7] ^= 0x10; /* chunk 1: tokens 32..63, blocks b[2], b[3] */
     arm(&r, "second", t, 128, b);
     empty_step(&r); /* binds: the load is queued */
-    r.h->error_blocks_realloc = no_memory;
+    r.h->worker.error_blocks_realloc = no_memory;
     finished_probe p = {&r, "second", 0, 0};
     ck_assert(kvs_test_wait_for(poll_finished, &p, 10000));
     uint32_t errs[8];
@@ -239,8 +239,8 @@ START_TEST(an_async_load_s_error_blocks_are_never_dropped_when_memory_runs_out) 
     ck_assert_int_eq(api->load_error_blocks(r.h, errs, 8, &n), KVS_OK);
     ck_assert_uint_eq(n, 2);
     ck_assert_uint_eq(errs[0] + errs[1], b[2] + b[3]);
-    ck_assert_uint_eq(r.h->error_blocks_async, 0); /* landed: nothing more is owed */
-    r.h->error_blocks_realloc = NULL;
+    ck_assert_uint_eq(r.h->worker.error_blocks_async, 0); /* landed: nothing more is owed */
+    r.h->worker.error_blocks_realloc = NULL;
     rig_close(&r);
 }
 END_TEST

@@ -239,7 +239,7 @@ START_TEST(a_changed_layer_fails_its_tag_as_it_is_copied_or_before) {
     rig r;
     ck_assert_int_eq(rig_open(&r, KVS_ROLE_BOTH, rig_config("threads.yaml", text)), KVS_OK);
     ck_assert_ptr_nonnull(r.h->mac_workers);
-    ck_assert_int_eq(r.h->dev_info.hashes_inline, !_i);
+    ck_assert_int_eq(r.h->device.dev_info.hashes_inline, !_i);
     int32_t t[128];
     uint32_t b[8];
     saved_prompt(&r, 64, t, b);

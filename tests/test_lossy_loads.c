@@ -113,8 +113,8 @@ static int dropped_at(const uint8_t *kept, uint64_t row) {
  * loaded as raw; the pages must come out the same. */
 static void open_rig(rig *r, int tier, int decoded_first) {
     ck_assert_int_eq(rig_open(r, KVS_ROLE_BOTH, config(tier)), KVS_OK);
-    ck_assert_int_eq(r->h->dev_info.decodes_codecs, 1); /* the host device */
-    if (decoded_first) r->h->dev_info.decodes_codecs = 0;
+    ck_assert_int_eq(r->h->device.dev_info.decodes_codecs, 1); /* the host device */
+    if (decoded_first) r->h->device.dev_info.decodes_codecs = 0;
 }
 
 /* Tokens [from, to) of chunk 1 (tokens 32..63) hold in blocks b what codec c decodes the stored

@@ -248,7 +248,7 @@ START_TEST(an_error_block_is_never_dropped_when_memory_runs_out_during_the_step)
     uint8_t meta[65536];
     uint64_t len = corrupt_restore_meta(&r, t, b, 4, meta, sizeof meta);
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
-    r.h->error_blocks_realloc = no_memory;
+    r.h->worker.error_blocks_realloc = no_memory;
     finish_step(&r, b, t);
     uint32_t errs[16];
     uint64_t n = 0;
@@ -277,11 +277,11 @@ START_TEST(bind_meta_fails_cleanly_when_the_error_list_cannot_be_reserved) {
     uint32_t b[8];
     uint8_t meta[65536];
     uint64_t len = corrupt_restore_meta(&r, t, b, 1, meta, sizeof meta);
-    r.h->error_blocks_realloc = no_memory;
+    r.h->worker.error_blocks_realloc = no_memory;
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_ENOMEM);
     ck_assert_ptr_nonnull(strstr(api->last_error(r.h), "error blocks"));
     ck_assert_int_eq(api->start_load(r.h), KVS_ESTATE); /* nothing bound */
-    r.h->error_blocks_realloc = NULL;
+    r.h->worker.error_blocks_realloc = NULL;
     ck_assert_int_eq(api->bind_meta(r.h, meta, len), KVS_OK);
     finish_step(&r, b, t);
     uint32_t errs[16];

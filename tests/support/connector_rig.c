@@ -96,7 +96,7 @@ kvs_status rig_open_model(rig *r, kvs_role role, const char *cfg, const kvs_mode
     kvs_status st = rig_api()->open(&p, &r->h, r->error, sizeof r->error);
     if (st == KVS_OK) {
         kvs_clock_init_manual(&r->clock, kvs_now_ns());
-        r->h->clock = &r->clock;
+        r->h->reqs.clock = &r->clock;
     }
     if (st != KVS_OK || !(role & KVS_ROLE_WORKER)) return st;
     r->pages = calloc((size_t)rig_layers, rig_layer_span());

@@ -73,8 +73,9 @@ kvs_status kvs_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t
     if (!granted || (n_blocks && !buffer))
         return kvs_set_error(h, KVS_EINVAL, "lsc_reserve: buffer or granted is NULL");
     *granted = h->lsc ? h->lsc->n_blocks : 0;
-    if (!h->views) return kvs_set_error(h, KVS_ESTATE, "lsc_reserve: call register_kv first");
-    if (h->views[0].device_kind != KVS_DEVICE_HOST)
+    if (!h->worker.views)
+        return kvs_set_error(h, KVS_ESTATE, "lsc_reserve: call register_kv first");
+    if (h->worker.views[0].device_kind != KVS_DEVICE_HOST)
         return kvs_set_error(h, KVS_ENOTSUP,
                              "lsc_reserve: the layer stream cache runs on the host device only");
     if (n_blocks == 0) {
@@ -101,7 +102,7 @@ kvs_status kvs_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t
         return kvs_set_error(h, KVS_ENOTSUP, "lsc_reserve: no peer_gpu tier in the configuration");
     if (!h->lsc) {
         kvs_lsc *c = calloc(1, sizeof *c);
-        uint8_t *layer = c ? calloc(1, h->layer_bytes * h->n_views) : NULL;
+        uint8_t *layer = c ? calloc(1, h->layer_bytes * h->worker.n_views) : NULL;
         if (!layer) {
             free(c);
             return kvs_set_error(h, KVS_ENOMEM, "lsc_reserve: out of memory");
@@ -117,7 +118,7 @@ kvs_status kvs_lsc_reserve(kvs_handle *h, const kvs_layer_view *buffer, uint32_t
     c->buffer = v;
     give_back(h, n_blocks);
     /* new blocks start zeroed */
-    uint64_t bytes = h->layer_bytes * h->n_views;
+    uint64_t bytes = h->layer_bytes * h->worker.n_views;
     uint8_t *zeros = calloc(1, bytes);
     if (!zeros) return kvs_set_error(h, KVS_ENOMEM, "lsc_reserve: out of memory");
     const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, tier);
@@ -144,8 +145,8 @@ static kvs_status check_call(kvs_handle *h, const char *hook, uint32_t layer,
     if (!h->lsc) return kvs_set_error(h, KVS_ESTATE, "%s: no stream block is reserved", hook);
     if (n && (!blocks || !pages))
         return kvs_set_error(h, KVS_EINVAL, "%s: blocks or pages is NULL", hook);
-    if (layer >= h->n_views)
-        return kvs_set_error(h, KVS_EINVAL, "%s: layer %u of %u", hook, layer, h->n_views);
+    if (layer >= h->worker.n_views)
+        return kvs_set_error(h, KVS_EINVAL, "%s: layer %u of %u", hook, layer, h->worker.n_views);
     uint32_t per = h->chunk_tokens / h->shape.block_tokens;
     for (uint32_t i = 0; i < n; i++) {
         if (blocks[i] >= h->lsc->n_blocks)

@@ -37,18 +37,19 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
                        "add it to the profile's `tiers:`)",
                        cfg->restore.profile, name),
                    KVS_ECONFIG;
-        h->restore_channels[t] =
+        h->plans.restore_channels[t] =
             (cf_channel){cfg->restore.tiers[i].latency_s, cfg->restore.tiers[i].bytes_per_s};
     }
-    h->restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
-                                      cfg->restore.attention_s_per_token2};
+    h->plans.restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
+                                            cfg->restore.attention_s_per_token2};
     /* l_delta follows the engine's caps (set_plan_caps): token mode until it says otherwise */
-    h->restore_params = (cf_params){.chunk_tokens = h->chunk_tokens,
-                                    .n_layers = h->model.n_layers,
-                                    .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
-                                    .l_delta = 1,
-                                    .priority = (cf_priority)cfg->restore.priority};
-    h->restore_on = 1;
+    h->plans.restore_params =
+        (cf_params){.chunk_tokens = h->chunk_tokens,
+                    .n_layers = h->model.n_layers,
+                    .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
+                    .l_delta = 1,
+                    .priority = (cf_priority)cfg->restore.priority};
+    h->plans.restore_on = 1;
     return KVS_OK;
 }
 
@@ -65,13 +66,14 @@ int kvs_restore_load_async(const kvs_handle *h, uint32_t tier) {
 uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
                                    uint64_t n_chunks) {
     uint64_t offset = first_chunk * h->chunk_tokens;
-    if (!h->restore_on || (h->plan_caps & KVS_PLAN_CAPS_PLANS) || n_chunks == 0 ||
+    if (!h->plans.restore_on || (h->plans.plan_caps & KVS_PLAN_CAPS_PLANS) || n_chunks == 0 ||
         n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
         return n_chunks;
     cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier, (uint32_t)offset};
     uint32_t load = 0;
-    if (cf_plan_prefix(&h->restore_params, &h->restore_compute, h->restore_channels,
-                       kvs_tiers_count(h->tiers), &req, 1, &load, NULL) < 0)
+    if (cf_plan_prefix(&h->plans.restore_params, &h->plans.restore_compute,
+                       h->plans.restore_channels, kvs_tiers_count(h->tiers), &req, 1, &load,
+                       NULL) < 0)
         return n_chunks;
     return load < n_chunks ? load : n_chunks;
 }
@@ -97,21 +99,21 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
 static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr,
                       double beat_s) {
     uint32_t rec[CF_MAX_STAGES] = {0};
-    double t =
-        cf_stage_split(&h->restore_params, &h->restore_compute, &h->restore_channels[cr->channel],
-                       &h->stages, cr->offset, cr->n_cached, rec);
+    double t = cf_stage_split(&h->plans.restore_params, &h->plans.restore_compute,
+                              &h->plans.restore_channels[cr->channel], &h->plans.stages, cr->offset,
+                              cr->n_cached, rec);
     if (t < 0 || !(t < beat_s)) return 0;
     in->plan.predicted_ms = t * 1e3;
     uint32_t any = 0;
-    for (uint32_t s = 0; s < h->stages.n_stages; s++) any += rec[s];
+    for (uint32_t s = 0; s < h->plans.stages.n_stages; s++) any += rec[s];
     if (!any) return 1; /* load everything */
-    for (uint32_t s = 0; s < h->stages.n_stages; s++)
-        if (set_layer_mask(mr, h->model.n_layers, h->stages.first_layer[s],
-                           h->stages.first_layer[s] + rec[s]) != KVS_OK)
+    for (uint32_t s = 0; s < h->plans.stages.n_stages; s++)
+        if (set_layer_mask(mr, h->model.n_layers, h->plans.stages.first_layer[s],
+                           h->plans.stages.first_layer[s] + rec[s]) != KVS_OK)
             return -1;
     in->plan.mode = KVS_PLAN_STAGE;
     in->plan.recompute_tokens = in->end_token - in->first_token;
-    in->plan.n_stages = h->stages.n_stages;
+    in->plan.n_stages = h->plans.stages.n_stages;
     memcpy(in->plan.stage_recompute_layers, rec, sizeof rec);
     return 1;
 }
@@ -130,7 +132,8 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                                           .end_token = info[i].end_token};
         m++;
     }
-    if (m == 0 || !h->restore_on || !(h->plan_caps & KVS_PLAN_CAPS_PLANS)) return KVS_OK;
+    if (m == 0 || !h->plans.restore_on || !(h->plans.plan_caps & KVS_PLAN_CAPS_PLANS))
+        return KVS_OK;
     cf_request *cr = calloc(m, sizeof *cr);
     uint64_t *which = calloc(m, sizeof *which);
     cf_plan *plans = calloc(m, sizeof *plans);
@@ -149,17 +152,17 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                              offset > UINT32_MAX ? UINT32_MAX : (uint32_t)offset};
         which[k++] = i;
     }
-    int batch = (h->plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
-    if (batch &&
-        cf_plan_batch(&h->restore_params, &h->restore_compute, h->restore_channels,
-                      kvs_tiers_count(h->tiers), cr, m, scratch, plans, NULL, 0, NULL) < 0) {
+    int batch = (h->plans.plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
+    if (batch && cf_plan_batch(&h->plans.restore_params, &h->plans.restore_compute,
+                               h->plans.restore_channels, kvs_tiers_count(h->tiers), cr, m, scratch,
+                               plans, NULL, 0, NULL) < 0) {
         st = kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
         goto out;
     }
     for (uint32_t j = 0; j < m; j++) {
         kvs_meta_req *mr = &reqs[which[j]];
         kvs_restore_step *in = &info[which[j]];
-        if (h->plan_caps &
+        if (h->plans.plan_caps &
             KVS_PLAN_CAP_STAGE) { /* planned per request, against its batch plan's finish */
             int taken = stage_plan(h, mr, in, &cr[j], batch ? plans[j].done_s : 1e300);
             if (taken < 0) {
@@ -171,7 +174,7 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
         in->plan.predicted_ms = plans[j].done_s * 1e3;
         in->io_rank = plans[j].io_rank;
         if (plans[j].mode == CF_MODE_LAYER) {
-            uint32_t l = plans[j].split, nl = h->restore_params.n_layers; /* KV layers */
+            uint32_t l = plans[j].split, nl = h->plans.restore_params.n_layers; /* KV layers */
             if (l == 0) continue;
             if (l >= nl) { /* every layer recomputed: nothing to load */
                 in->plan.mode = KVS_PLAN_RECOMPUTE;

@@ -619,8 +619,9 @@ kvs_status kvs_sparse_begin(kvs_handle *h, const char *req_id, const int32_t *to
         return kvs_set_error(h, KVS_EINVAL,
                              "sparse_begin: req_id must be 1..%d bytes and tokens not NULL",
                              KVS_REQ_ID_MAX - 1);
-    if (!h->views) return kvs_set_error(h, KVS_ESTATE, "sparse_begin: call register_kv first");
-    if (h->views[0].device_kind != KVS_DEVICE_HOST)
+    if (!h->worker.views)
+        return kvs_set_error(h, KVS_ESTATE, "sparse_begin: call register_kv first");
+    if (h->worker.views[0].device_kind != KVS_DEVICE_HOST)
         return kvs_set_error(h, KVS_ENOTSUP,
                              "sparse_begin: sparse decode runs on the host device only");
     if (h->model.is_mla)
