@@ -1,4 +1,4 @@
-/* node.h - the kvstrata-node server: serves a tier chain (kvs_tiers_open) to remote-tier clients over
+/* node.h - the kvstrata-node server: serves a tier chain (kvs_server_tiers_open) to remote-tier clients over
  * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h, which runs
  * over a plain TCP control connection (backends/ucx/control.h) before any UCX endpoint exists.
  *
@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_server.h"
 #include "backends/ucx/auth.h"
-#include "connector/config.h"
 
 /* Requests and replies travel as one active message of this id; the encoded wire message is the
  * message's data segment. A request's header is the session token of AUTH_OK
@@ -26,10 +26,10 @@
 typedef struct kvs_node kvs_node;
 
 typedef struct kvs_node_params {
-    const kvs_config *config;  /* tiers to serve; borrowed for kvs_node_create only */
-    const kvs_remote_psk *psk; /* copied */
-    const char *listen_host;   /* IPv4 address or name */
-    uint16_t listen_port;      /* 0: pick a free one (kvs_node_port) */
+    const kvs_server_config *config; /* tiers to serve; borrowed for kvs_node_create only */
+    const kvs_remote_psk *psk;       /* copied */
+    const char *listen_host;         /* IPv4 address or name */
+    uint16_t listen_port;            /* 0: pick a free one (kvs_node_port) */
     uint32_t max_clients; /* authenticated sessions; connections beyond this are closed at accept */
     uint32_t
         max_handshakes; /* control connections not yet authenticated; more are closed at accept */
