@@ -5,6 +5,8 @@
 #   schedulers/  abi/, common/, schedulers/
 #   kernels/     abi/, common/, kernels/
 #   backends/    abi/, common/, schedulers/, kernels/, backends/  (never connector/)
+#   abi/         abi/ only (kvstrata_server.h is how tools/ reach the connector)
+#   tools/       abi/, common/, schedulers/, kernels/, backends/, tools/  (never connector/)
 # A bare include must name a header beside the including file. Prints each include that breaks a rule
 # with the rule; exit 1 if any.
 root=${1:-.}
@@ -41,6 +43,8 @@ check_layer common "abi common" >"$found"
 check_layer schedulers "abi common schedulers" >>"$found"
 check_layer kernels "abi common kernels" >>"$found"
 check_layer backends "abi common schedulers kernels backends" >>"$found"
+check_layer abi "abi" >>"$found"
+check_layer tools "abi common schedulers kernels backends tools" >>"$found"
 if [ -s "$found" ]; then
     cat "$found"
     exit 1
