@@ -34,8 +34,8 @@ typedef struct kvs_server_tier {
     const char *name;        /* unique within the file */
     const char *type;        /* "dram", "ssd", "plugin", ... as written */
     uint64_t capacity_bytes; /* 0 where the tier has none */
-    int write_through;    /* 1: saves are copied to the next tier at once; 0: evictions pass down */
-    const char *shm_name; /* options.shm_name (a dram tier shared between processes); NULL: none */
+    int write_through;       /* 1: write-through (copies go down at once); 0: write-back */
+    const char *shm_name;    /* options.shm_name (a dram tier shared by processes); NULL: none */
 } kvs_server_tier;
 
 /* What a server reads from its configuration: the log level, the tiers, and the `node:` section

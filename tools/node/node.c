@@ -309,8 +309,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     for (uint32_t i = 0; i < set->n_tiers; i++) {
         const kvs_server_tier *tc = &set->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
-        /* clients put into the shared tier themselves, past kvs_server_tiers_put: a write-through tier's
-         * copies below would not be made, and its evictions pass nothing down (tiers.c) */
+        /* clients put into the shared tier themselves, past kvs_server_tiers_put: a write-through
+         * tier's copies below would not be made, and its evictions pass nothing down (tiers.c) */
         if (i == 0 && (!tc->write_through || set->n_tiers == 1)) shared_tier_of(n, tc);
         /* The dram tier gives every object a slab sized for the largest one. */
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {

@@ -1,6 +1,7 @@
-/* node.h - the kvstrata-node server: serves a tier chain (kvs_server_tiers_open) to remote-tier clients over
- * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h, which runs
- * over a plain TCP control connection (backends/ucx/control.h) before any UCX endpoint exists.
+/* node.h - the kvstrata-node server: serves a tier chain (kvs_server_tiers_open,
+ * abi/kvstrata_server.h) to remote-tier clients over UCX, speaking the wire protocol of
+ * backends/ucx/wire.h after the PSK handshake of auth.h, which runs over a plain TCP control
+ * connection (backends/ucx/control.h) before any UCX endpoint exists.
  *
  * Threading: a node and its transport belong to the thread that created it; no call is thread-safe.
  * kvs_node_run is the event loop: it returns when stop_fd (a signalfd or pipe) becomes readable. */
