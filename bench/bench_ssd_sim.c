@@ -28,7 +28,7 @@
 
 #include "bench_common.h"
 #include "schedulers/swarm/swarm.h"
-#include "tests/support/swarm_synth.h"
+#include "tools/workloads/swarm_synth.h"
 
 #define ENTRY_BYTES       4096u /* one token-layer entry: 8 KV heads x 128 x BF16, K and V */
 #define PREFIX_UNIT_BYTES (256u << 10)

@@ -8,6 +8,8 @@
 #   connector/   abi/, common/, schedulers/, kernels/, backends/, connector/
 #   connector/ext/NAME/  the same, and of connector/ext/ only its own folder: an extension of the core
 #                (plans, lossy, lsc, sparse) never reaches into another one
+#   abi/         abi/ only (kvstrata_server.h is how tools/ reach the connector)
+#   tools/       abi/, common/, schedulers/, kernels/, backends/, tools/  (never connector/)
 # A bare include must name a header beside the including file. Prints each include that breaks a rule
 # with the rule; exit 1 if any.
 root=${1:-.}
@@ -52,6 +54,8 @@ for ext in connector/ext/*/; do
             sed "s|^|$f:|; s|\$|   <- $ext/ may not include another extension|"
     done
 done >>"$found"
+check_layer abi "abi" >>"$found"
+check_layer tools "abi common schedulers kernels backends tools" >>"$found"
 if [ -s "$found" ]; then
     cat "$found"
     exit 1

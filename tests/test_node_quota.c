@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "connector/config.h"
+#include "abi/kvstrata_server.h"
 #include "tools/node/node_quota.h"
 
 static kvs_key removed[64];
@@ -26,7 +26,7 @@ static kvs_key key_of(uint32_t i) {
 }
 
 static node_quota *quota_with(uint64_t every, const char *named, uint64_t named_share) {
-    static kvs_config cfg;
+    static kvs_server_settings cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.node.tenant_capacity = every;
     if (named) {
@@ -42,7 +42,7 @@ static node_quota *quota_with(uint64_t every, const char *named, uint64_t named_
 }
 
 START_TEST(no_share_set_means_no_table) {
-    kvs_config cfg;
+    kvs_server_settings cfg;
     memset(&cfg, 0, sizeof cfg);
     int oom = 1;
     ck_assert_ptr_null(node_quota_create(&cfg, &oom));

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "schedulers/swarm/swarm.h"
-#include "swarm_synth.h"
+#include "tools/workloads/swarm_synth.h"
 
 /* Calibrated once on the fixed seed and frozen (docs/swarm.md): a pair needs 3 co-activations to be an
  * edge; tau 0.65 for the workload whose overlapping entries fire with two or three groups. */

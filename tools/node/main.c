@@ -8,8 +8,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "abi/kvstrata_server.h"
 #include "common/units.h"
-#include "connector/config.h"
 #include "node.h"
 
 static void usage(FILE *f) {
@@ -149,29 +149,30 @@ int main(int argc, char **argv) {
         return 2;
     }
     char err[1024] = "";
-    kvs_config *cfg = NULL;
-    if (kvs_config_load(config_path, &cfg, err, sizeof err) != KVS_OK) {
+    kvs_server_config *cfg = NULL;
+    if (kvs_server_config_load(config_path, &cfg, err, sizeof err) != KVS_OK) {
         fprintf(stderr, "kvstrata-node: %s\n", err);
         return 2;
     }
+    const kvs_server_settings *set = kvs_server_config_settings(cfg);
     /* command line, else the config's node: section, else the defaults */
-    if (!psk_path && cfg->node.psk_file[0]) psk_path = cfg->node.psk_file;
-    if (!listen) listen = cfg->node.listen[0] ? cfg->node.listen : "0.0.0.0:0";
-    if (!max_clients) max_clients = cfg->node.max_clients ? cfg->node.max_clients : 64;
-    if (!max_handshakes) max_handshakes = cfg->node.max_handshakes ? cfg->node.max_handshakes : 16;
-    if (!timeout_ms) timeout_ms = cfg->node.timeout_ms ? cfg->node.timeout_ms : 5000;
-    if (!per_tenant) per_tenant = cfg->node.max_sessions_per_tenant;
+    if (!psk_path && set->node.psk_file[0]) psk_path = set->node.psk_file;
+    if (!listen) listen = set->node.listen[0] ? set->node.listen : "0.0.0.0:0";
+    if (!max_clients) max_clients = set->node.max_clients ? set->node.max_clients : 64;
+    if (!max_handshakes) max_handshakes = set->node.max_handshakes ? set->node.max_handshakes : 16;
+    if (!timeout_ms) timeout_ms = set->node.timeout_ms ? set->node.timeout_ms : 5000;
+    if (!per_tenant) per_tenant = set->node.max_sessions_per_tenant;
     if (!max_object)
-        max_object = cfg->node.max_object_bytes ? cfg->node.max_object_bytes : 64ull << 20;
+        max_object = set->node.max_object_bytes ? set->node.max_object_bytes : 64ull << 20;
     if (busy_poll == UINT64_MAX)
-        busy_poll = cfg->node.busy_poll_us ? cfg->node.busy_poll_us - 1u : 200u;
-    if (shm_payloads < 0) shm_payloads = cfg->node.shared_memory_payloads == 2;
-    if (encrypt < 0) encrypt = cfg->node.encrypt == 2;
+        busy_poll = set->node.busy_poll_us ? set->node.busy_poll_us - 1u : 200u;
+    if (shm_payloads < 0) shm_payloads = set->node.shared_memory_payloads == 2;
+    if (encrypt < 0) encrypt = set->node.encrypt == 2;
     if (!psk_path) {
         fprintf(stderr,
                 "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
                 config_path);
-        kvs_config_free(cfg);
+        kvs_server_config_free(cfg);
         return 2;
     }
     static char psk_file[4096]; /* the config is freed once the node runs; SIGHUP reads it again */
@@ -183,7 +184,7 @@ int main(int argc, char **argv) {
     if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host ||
         parse_u64(colon + 1, 0, 65535, &port) != 0) {
         fprintf(stderr, "kvstrata-node: --listen %s: expected HOST:PORT\n", listen);
-        kvs_config_free(cfg);
+        kvs_server_config_free(cfg);
         return 2;
     }
     memcpy(host, listen, (size_t)(colon - listen));
@@ -197,7 +198,7 @@ int main(int argc, char **argv) {
     sigaddset(&mask, SIGHUP);
     if (sigprocmask(SIG_BLOCK, &mask, NULL) != 0) {
         perror("kvstrata-node: sigprocmask");
-        kvs_config_free(cfg);
+        kvs_server_config_free(cfg);
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -205,7 +206,7 @@ int main(int argc, char **argv) {
     int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0) {
         perror("kvstrata-node: signalfd");
-        kvs_config_free(cfg);
+        kvs_server_config_free(cfg);
         return 1;
     }
 
@@ -229,7 +230,7 @@ int main(int argc, char **argv) {
                          .encrypt = encrypt};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
-    kvs_config_free(cfg);
+    kvs_server_config_free(cfg);
     cfg = NULL;
     if (st != KVS_OK) goto out;
 
@@ -278,7 +279,7 @@ int main(int argc, char **argv) {
 out:
     if (rc != 0) fprintf(stderr, "kvstrata-node: %s\n", err[0] ? err : "failed");
     kvs_remote_psk_clear(&psk);
-    kvs_config_free(cfg);
+    kvs_server_config_free(cfg);
     close(sfd);
     return rc;
 }

@@ -243,20 +243,17 @@ static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_
 
 /* The first tier, when it is a dram tier shared between processes (options.shm_name), is named
  * to clients on this host (n->shared_tier). */
-static void shared_tier_of(kvs_node *n, const kvs_tier_config *tc) {
-    if (strcmp(tc->type, "dram") != 0) return;
-    for (size_t k = 0; k < tc->n_options; k++) {
-        if (strcmp(tc->options[k].key, "shm_name") != 0 ||
-            strlen(tc->options[k].value) > KVS_WIRE_MAX_SHARED_TIER_NAME)
-            continue;
-        kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->options[k].value);
-        n->shared_tier_capacity = tc->capacity_bytes;
-        /* an eighth of its slabs (the dram tier's geometry), none in a tier of fewer than 8 */
-        uint64_t slab = (n->params.max_object_bytes + 4095) / 4096 * 4096;
-        n->shared_slabs = tc->capacity_bytes / slab;
-        n->shared_room = n->shared_slabs / 8;
-        if (n->shared_room > SHARED_ROOM_MAX) n->shared_room = SHARED_ROOM_MAX;
-    }
+static void shared_tier_of(kvs_node *n, const kvs_server_tier *tc) {
+    if (strcmp(tc->type, "dram") != 0 || !tc->shm_name ||
+        strlen(tc->shm_name) > KVS_WIRE_MAX_SHARED_TIER_NAME)
+        return;
+    kvs_fmt(n->shared_tier, sizeof n->shared_tier, "%s", tc->shm_name);
+    n->shared_tier_capacity = tc->capacity_bytes;
+    /* an eighth of its slabs (the dram tier's geometry), none in a tier of fewer than 8 */
+    uint64_t slab = (n->params.max_object_bytes + 4095) / 4096 * 4096;
+    n->shared_slabs = tc->capacity_bytes / slab;
+    n->shared_room = n->shared_slabs / 8;
+    if (n->shared_room > SHARED_ROOM_MAX) n->shared_room = SHARED_ROOM_MAX;
 }
 
 kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *err,
@@ -277,7 +274,8 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     n->params = *params;
     if (n->params.max_handshakes == 0) n->params.max_handshakes = 16;
     n->host_id_ok = kvs_remote_host_id(n->host_id) == KVS_OK;
-    n->log_level = params->config->log_level;
+    const kvs_server_settings *set = kvs_server_config_settings(params->config);
+    n->log_level = set->log_level;
     n->params.config = NULL;
     n->params.psk = NULL;
     n->psk = *params->psk;
@@ -298,27 +296,26 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         goto fail;
     }
     memset(n->staging, 0, (size_t)staging_len);
-    st = kvs_tiers_open(params->config, params->max_object_bytes, NULL, n->staging, staging_len,
-                        NULL, NULL, &n->chain, err, err_len);
+    st = kvs_server_tiers_open(params->config, params->max_object_bytes, n->staging, staging_len,
+                               &n->chain, err, err_len);
     if (st != KVS_OK) goto fail;
     int oom = 0;
-    n->quota = node_quota_create(params->config, &oom);
+    n->quota = node_quota_create(set, &oom);
     if (oom) {
         kvs_fmt(err, err_len, "node: no memory for the tenants' shares");
         st = KVS_ENOMEM;
         goto fail;
     }
-    for (size_t i = 0; i < params->config->n_tiers; i++) {
-        const kvs_tier_config *tc = &params->config->tiers[i];
+    for (uint32_t i = 0; i < set->n_tiers; i++) {
+        const kvs_server_tier *tc = &set->tiers[i];
         n->capacity_bytes += tc->capacity_bytes;
-        /* clients put into the shared tier themselves, past kvs_tiers_put: a write-through tier's
-         * copies below would not be made, and its evictions pass nothing down (tiers.c) */
-        if (i == 0 && (tc->write == KVS_WRITE_BACK || params->config->n_tiers == 1))
-            shared_tier_of(n, tc);
+        /* clients put into the shared tier themselves, past kvs_server_tiers_put: a write-through
+         * tier's copies below would not be made, and its evictions pass nothing down (tiers.c) */
+        if (i == 0 && (!tc->write_through || set->n_tiers == 1)) shared_tier_of(n, tc);
         /* The dram tier gives every object a slab sized for the largest one. */
         if (strcmp(tc->type, "dram") == 0 && tc->capacity_bytes / params->max_object_bytes < 64) {
             char cap[32], obj[32];
-            kvs_log(params->config->log_level, KVS_LOG_WARN,
+            kvs_log(set->log_level, KVS_LOG_WARN,
                     "tier \"%s\" holds at most %llu objects: each takes a slab of "
                     "--max-object-bytes %s out "
                     "of its %s; set --max-object-bytes to the engine's object size",
@@ -345,7 +342,7 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     }
     kvs_ucx_params p = {.struct_size = sizeof p,
                         .name = "kvstrata-node",
-                        .log_level = params->config->log_level,
+                        .log_level = set->log_level,
                         .on_dead = on_dead,
                         .user = n,
                         .busy_poll_us = params->busy_poll_us};
@@ -377,16 +374,17 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     (void)madvise(n->staging, (size_t)staging_len, MADV_DONTFORK);
     /* Tiers that keep their objects in one range (dram) are registered whole, so RMA moves objects
      * straight out of and into their slabs. */
-    for (uint32_t i = 0; i < kvs_tiers_count(n->chain) && n->n_regions < MAX_REGIONS; i++) {
+    for (uint32_t i = 0; i < kvs_server_tiers_count(n->chain) && n->n_regions < MAX_REGIONS; i++) {
         void *base = NULL;
         uint64_t len = 0;
         kvs_ucx_mem *mem = NULL;
-        if (kvs_tiers_memory(n->chain, i, &base, &len) != KVS_OK || !base || len == 0) continue;
+        if (kvs_server_tiers_memory(n->chain, i, &base, &len) != KVS_OK || !base || len == 0)
+            continue;
         if (kvs_ucx_mem_register(n->t, base, (size_t)len, &mem) != KVS_OK) {
-            kvs_log(params->config->log_level, KVS_LOG_WARN,
+            kvs_log(set->log_level, KVS_LOG_WARN,
                     "tier \"%s\": %s; its objects are registered per "
                     "transfer instead",
-                    kvs_tiers_name(n->chain, i), kvs_ucx_last_error(n->t));
+                    kvs_server_tiers_name(n->chain, i), kvs_ucx_last_error(n->t));
             continue;
         }
         n->regions[n->n_regions++] = (region){.base = base, .len = len, .mem = mem};
@@ -403,7 +401,7 @@ uint16_t kvs_node_port(const kvs_node *n) {
     return n->port;
 }
 uint32_t kvs_node_tier_count(const kvs_node *n) {
-    return kvs_tiers_count(n->chain);
+    return kvs_server_tiers_count(n->chain);
 }
 void kvs_node_get_stats(const kvs_node *n, kvs_node_stats *out) {
     *out = n->stats;
@@ -418,8 +416,8 @@ static void keep_shared_room(kvs_node *n) {
     uint64_t now = kvs_now_ns();
     if (now - n->shared_room_checked_ns < SHARED_ROOM_CHECK_MS * 1000000ull) return;
     n->shared_room_checked_ns = now;
-    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, 0);
-    void *state = kvs_tiers_state(n->chain, 0);
+    const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, 0);
+    void *state = kvs_server_tiers_state(n->chain, 0);
     uint64_t objects = 0, bytes = 0;
     if (ops->usage(state, &objects, &bytes) != KVS_OK) return;
     uint64_t free_now = objects < n->shared_slabs ? n->shared_slabs - objects : 0;
@@ -431,10 +429,11 @@ static void keep_shared_room(kvs_node *n) {
     const kvs_key none = {{0}};
     for (; held < want; held++) { /* the free slabs first, then evictions */
         void *dst = NULL;
-        if (kvs_tiers_reserve(n->chain, &none, 1, &dst, &tickets[held], err, sizeof err) != KVS_OK)
+        if (kvs_server_tiers_reserve(n->chain, &none, 1, &dst, &tickets[held], err, sizeof err) !=
+            KVS_OK)
             break;
     }
-    for (uint64_t i = 0; i < held; i++) kvs_tiers_abort(n->chain, tickets[i]);
+    for (uint64_t i = 0; i < held; i++) kvs_server_tiers_abort(n->chain, tickets[i]);
 }
 
 void kvs_node_set_psk(kvs_node *n, const kvs_remote_psk *master) {
@@ -503,7 +502,7 @@ void kvs_node_destroy(kvs_node *n) {
     free(n->worker_addr);
     free(n->pfds);
     free(n->pconns);
-    kvs_tiers_close(n->chain);
+    kvs_server_tiers_close(n->chain);
     node_quota_destroy(n->quota);
     free(n->reply);
     free(n->stream_buf);

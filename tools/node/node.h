@@ -1,6 +1,7 @@
-/* node.h - the kvstrata-node server: serves a tier chain (kvs_tiers_open) to remote-tier clients over
- * UCX, speaking the wire protocol of backends/ucx/wire.h after the PSK handshake of auth.h, which runs
- * over a plain TCP control connection (backends/ucx/control.h) before any UCX endpoint exists.
+/* node.h - the kvstrata-node server: serves a tier chain (kvs_server_tiers_open,
+ * abi/kvstrata_server.h) to remote-tier clients over UCX, speaking the wire protocol of
+ * backends/ucx/wire.h after the PSK handshake of auth.h, which runs over a plain TCP control
+ * connection (backends/ucx/control.h) before any UCX endpoint exists.
  *
  * Threading: a node and its transport belong to the thread that created it; no call is thread-safe.
  * kvs_node_run is the event loop: it returns when stop_fd (a signalfd or pipe) becomes readable. */
@@ -10,8 +11,8 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_server.h"
 #include "backends/ucx/auth.h"
-#include "connector/config.h"
 
 /* Requests and replies travel as one active message of this id; the encoded wire message is the
  * message's data segment. A request's header is the session token of AUTH_OK
@@ -26,10 +27,10 @@
 typedef struct kvs_node kvs_node;
 
 typedef struct kvs_node_params {
-    const kvs_config *config;  /* tiers to serve; borrowed for kvs_node_create only */
-    const kvs_remote_psk *psk; /* copied */
-    const char *listen_host;   /* IPv4 address or name */
-    uint16_t listen_port;      /* 0: pick a free one (kvs_node_port) */
+    const kvs_server_config *config; /* tiers to serve; borrowed for kvs_node_create only */
+    const kvs_remote_psk *psk;       /* copied */
+    const char *listen_host;         /* IPv4 address or name */
+    uint16_t listen_port;            /* 0: pick a free one (kvs_node_port) */
     uint32_t max_clients; /* authenticated sessions; connections beyond this are closed at accept */
     uint32_t
         max_handshakes; /* control connections not yet authenticated; more are closed at accept */

@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/kvstrata_server.h"
 #include "backends/ucx/control.h"
 #include "backends/ucx/ucx_transport.h"
 #include "backends/ucx/wire.h"
-#include "connector/tiers.h"
 #include "node.h"
 
 #define RKEY_CACHE  8  /* unpacked client keys kept per connection */
@@ -86,7 +86,7 @@ struct kvs_node {
     kvs_node_params params;
     kvs_remote_psk psk;
     kvs_tls *tls; /* encrypt: every control connection is TLS, keyed from psk (channel.h) */
-    kvs_tier_chain *chain;
+    kvs_server_tiers *chain;
     struct node_quota *quota; /* tenants' shares (node_quota.h); NULL: none set */
     uint64_t capacity_bytes;  /* sum over tiers, for STATS */
     kvs_ucx_transport *t;

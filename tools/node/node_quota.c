@@ -17,7 +17,7 @@ typedef struct record {
 } record;
 
 typedef struct tenant_share {
-    char name[KVS_CONFIG_TENANT_MAX + 1];
+    char name[KVS_SERVER_TENANT_MAX + 1];
     uint64_t share, used;
     record *oldest, *newest;
 } tenant_share;
@@ -31,7 +31,7 @@ struct node_quota {
     uint64_t n_buckets, n_records, seed;
 };
 
-node_quota *node_quota_create(const kvs_config *cfg, int *oom) {
+node_quota *node_quota_create(const kvs_server_settings *cfg, int *oom) {
     *oom = 0;
     if (!cfg->node.tenant_capacity && !cfg->node.n_tenants) return NULL;
     node_quota *q = calloc(1, sizeof *q);
@@ -112,7 +112,7 @@ static record **slot_of(node_quota *q, const kvs_key *key) {
 static tenant_share *tenant_of(node_quota *q, const char *name, int add) {
     for (uint32_t i = 0; i < q->n_tenants; i++)
         if (strcmp(q->tenants[i].name, name) == 0) return &q->tenants[i];
-    if (!add || strlen(name) > KVS_CONFIG_TENANT_MAX) return NULL;
+    if (!add || strlen(name) > KVS_SERVER_TENANT_MAX) return NULL;
     if (q->n_tenants == q->cap_tenants) {
         uint32_t cap = q->cap_tenants * 2;
         tenant_share *grown = realloc(q->tenants, cap * sizeof *grown);

@@ -12,13 +12,13 @@
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
-#include "connector/config.h"
+#include "abi/kvstrata_server.h"
 
 typedef struct node_quota node_quota;
 
 /* Shares from the node's configuration: node.tenants by name, node.tenant_capacity for every
  * other tenant. NULL when none is set (no tenant has a share) or out of memory (*oom set). */
-node_quota *node_quota_create(const kvs_config *cfg, int *oom);
+node_quota *node_quota_create(const kvs_server_settings *cfg, int *oom);
 void node_quota_destroy(node_quota *q);
 
 /* Whether len bytes may be stored for tenant: KVS_ENOMEM when len alone is over its share (or no

@@ -75,8 +75,8 @@ int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out) 
 void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_key k;
-        int present =
-            node_stored_key(c, req->entries[i].key, &k) == 0 && kvs_tiers_find(n->chain, &k) >= 0;
+        int present = node_stored_key(c, req->entries[i].key, &k) == 0 &&
+                      kvs_server_tiers_find(n->chain, &k) >= 0;
         n->reply_entries[i].present = (uint8_t)present;
         n->stats.lookups++;
         if (present)
@@ -157,7 +157,8 @@ static void get_flush(kvs_node *n, node_conn *c) {
 void node_unpin_all(kvs_node *n) {
     for (uint32_t i = 0; i < n->n_pins; i++) {
         const pinned *p = &n->pins[i];
-        kvs_tiers_ops(n->chain, p->tier)->unpin(kvs_tiers_state(n->chain, p->tier), &p->key, 1);
+        kvs_server_tiers_ops(n->chain, p->tier)
+            ->unpin(kvs_server_tiers_state(n->chain, p->tier), &p->key, 1);
     }
     n->n_pins = n->slots_used = 0;
 }
@@ -168,10 +169,10 @@ kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes, 
     *len = 0;
     *object = NULL;
     if (node_stored_key(c, key_bytes, &k) != 0) return KVS_EINVAL;
-    int tier = kvs_tiers_find(n->chain, &k);
+    int tier = kvs_server_tiers_find(n->chain, &k);
     if (tier < 0) return KVS_ENOTFOUND;
-    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
-    void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
+    const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, (uint32_t)tier);
+    void *state = kvs_server_tiers_state(n->chain, (uint32_t)tier);
     kvs_status st;
     if ((ops->caps & KVS_BACKEND_CAP_ZERO_COPY) && ops->get_ref) {
         uint64_t n_pinned = 0;
@@ -257,7 +258,7 @@ void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
 
 static void quota_remove(void *ctx, const kvs_key *key) {
     kvs_node *n = ctx;
-    kvs_tiers_remove(n->chain, key);
+    kvs_server_tiers_remove(n->chain, key);
     n->stats.quota_evictions++;
 }
 
@@ -272,7 +273,7 @@ kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t le
 }
 
 void node_put_abandon(kvs_node *n, const put_pending *p) {
-    if (p->reserved) kvs_tiers_abort(n->chain, p->ticket);
+    if (p->reserved) kvs_server_tiers_abort(n->chain, p->ticket);
 }
 
 /* Count a stored object of tenant (its share too), or log why it was not stored. */
@@ -297,8 +298,9 @@ kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const v
                         uint64_t len) {
     char err[256] = "";
     kvs_status st =
-        p->reserved ? kvs_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
-                    : kvs_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
+        p->reserved
+            ? kvs_server_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
+            : kvs_server_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
     put_outcome(n, c ? c->auth.tenant : p->tenant, &p->key, st, len, err);
     return st;
 }
@@ -361,20 +363,20 @@ static kvs_status put_one(kvs_node *n, node_conn *c, uint32_t index, const kvs_w
         return st;
     }
     if (e->inline_data) {
-        st = kvs_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
+        st = kvs_server_tiers_put(n->chain, &k, e->inline_data, e->length, err, sizeof err);
         node_put_stored(n, c, &k, st, e->length, err);
         return st;
     }
     kvs_ucx_rkey *rkey = rkey_for(c, e->rkey, e->rkey_len);
     if (!rkey) return KVS_EINVAL;
-    int reserve = kvs_tiers_can_reserve(n->chain);
+    int reserve = kvs_server_tiers_can_reserve(n->chain);
     if (!reserve && n->slots_used == n->staging_slots) put_flush(n, c, read_by_ns);
     put_pending *p = &n->puts[n->n_batch];
     void *dst = NULL;
     *p = (put_pending){.key = k};
     snprintf(p->tenant, sizeof p->tenant, "%s", c->auth.tenant);
     if (reserve) {
-        st = kvs_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
+        st = kvs_server_tiers_reserve(n->chain, &k, e->length, &dst, &p->ticket, err, sizeof err);
         if (st != KVS_OK) {
             node_put_stored(n, c, &k, st, e->length, err);
             return st;
@@ -431,9 +433,9 @@ void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t 
         p->st = KVS_ETIMEDOUT; /* the client may have reused the room already: never read it */
     } else if ((p->st = node_admit(n, c, &p->put.key, data_len, err, sizeof err)) != KVS_OK) {
         node_put_stored(n, c, &p->put.key, p->st, data_len, err);
-    } else if (kvs_tiers_can_reserve(n->chain)) {
-        p->st = kvs_tiers_reserve(n->chain, &p->put.key, data_len, &dst, &p->put.ticket, err,
-                                  sizeof err);
+    } else if (kvs_server_tiers_can_reserve(n->chain)) {
+        p->st = kvs_server_tiers_reserve(n->chain, &p->put.key, data_len, &dst, &p->put.ticket, err,
+                                         sizeof err);
         p->put.reserved = p->st == KVS_OK;
         if (p->st != KVS_OK) node_put_stored(n, c, &p->put.key, p->st, data_len, err);
     } else if (!(dst = p->buf = malloc(data_len))) {
@@ -516,10 +518,10 @@ void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         kvs_key k;
         kvs_status st = KVS_EINVAL;
         if (node_stored_key(c, req->entries[i].key, &k) == 0) {
-            st = kvs_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
+            st = kvs_server_tiers_find(n->chain, &k) >= 0 ? KVS_OK : KVS_ENOTFOUND;
             node_quota_forget(n->quota, &k);
             if (st == KVS_OK) {
-                kvs_tiers_remove(n->chain, &k);
+                kvs_server_tiers_remove(n->chain, &k);
                 n->stats.deletes++;
             }
         }
@@ -529,10 +531,10 @@ void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
 
 void node_do_stats(kvs_node *n, kvs_wire_msg *rep) {
     uint64_t objects = 0, bytes = 0;
-    for (uint32_t i = 0; i < kvs_tiers_count(n->chain); i++) {
+    for (uint32_t i = 0; i < kvs_server_tiers_count(n->chain); i++) {
         uint64_t o = 0, b = 0;
-        const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, i);
-        if (ops->usage(kvs_tiers_state(n->chain, i), &o, &b) == KVS_OK) {
+        const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, i);
+        if (ops->usage(kvs_server_tiers_state(n->chain, i), &o, &b) == KVS_OK) {
             objects += o;
             bytes += b;
         }
@@ -543,7 +545,7 @@ void node_do_stats(kvs_node *n, kvs_wire_msg *rep) {
     rep->counters[KVS_WIRE_STAT_HITS] = n->stats.hits;
     rep->counters[KVS_WIRE_STAT_MISSES] = n->stats.misses;
     rep->counters[KVS_WIRE_STAT_PUTS] = n->stats.puts;
-    rep->counters[KVS_WIRE_STAT_EVICTIONS] = kvs_tiers_evictions(n->chain);
+    rep->counters[KVS_WIRE_STAT_EVICTIONS] = kvs_server_tiers_evictions(n->chain);
     rep->counters[KVS_WIRE_STAT_AUTH_FAILURES] = n->stats.auth_failures;
     rep->counters[KVS_WIRE_STAT_HANDSHAKE_REFUSALS] = n->stats.handshake_refusals;
     rep->counters[KVS_WIRE_STAT_HANDSHAKE_TIMEOUTS] = n->stats.handshake_timeouts;

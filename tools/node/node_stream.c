@@ -55,11 +55,11 @@ static kvs_status get_find(kvs_node *n, node_conn *c, stream_get *g, uint64_t *l
     kvs_key k;
     *len = 0;
     if (node_stored_key(c, g->objects[g->at].key, &k) != 0) return KVS_EINVAL;
-    int tier = kvs_tiers_find(n->chain, &k);
+    int tier = kvs_server_tiers_find(n->chain, &k);
     if (tier < 0) return KVS_ENOTFOUND;
     if (!g->buf && !(g->buf = malloc(n->params.max_object_bytes))) return KVS_ENOMEM;
-    const kvs_backend_ops *ops = kvs_tiers_ops(n->chain, (uint32_t)tier);
-    void *state = kvs_tiers_state(n->chain, (uint32_t)tier);
+    const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, (uint32_t)tier);
+    void *state = kvs_server_tiers_state(n->chain, (uint32_t)tier);
     if (!(ops->caps & KVS_BACKEND_CAP_ZERO_COPY) || !ops->get_ref)
         return ops->get(state, &k, g->buf, n->params.max_object_bytes, len);
     uint64_t n_pinned = 0;
@@ -205,9 +205,9 @@ static void put_begin_object(kvs_node *n, node_conn *c, stream_put *p) {
         *out = KVS_EINVAL;
     } else if ((*out = node_admit(n, c, &p->cur.key, len, err, sizeof err)) != KVS_OK) {
         node_put_stored(n, c, &p->cur.key, *out, len, err);
-    } else if (kvs_tiers_can_reserve(n->chain)) {
-        *out =
-            kvs_tiers_reserve(n->chain, &p->cur.key, len, &p->dst, &p->cur.ticket, err, sizeof err);
+    } else if (kvs_server_tiers_can_reserve(n->chain)) {
+        *out = kvs_server_tiers_reserve(n->chain, &p->cur.key, len, &p->dst, &p->cur.ticket, err,
+                                        sizeof err);
         p->cur.reserved = *out == KVS_OK;
         if (*out != KVS_OK) node_put_stored(n, c, &p->cur.key, *out, len, err);
     } else if (!(p->dst = p->buf = malloc(len))) {

@@ -1,14 +1,14 @@
-/* swarm_synth.h - the planted co-activation workload of notes §6.1, a test fixture shared by the swarm
- * suites and bench/bench_ssd_sim.c; not part of the library (tests/support/swarm_synth.c is compiled
- * into the programs that use it).
+/* swarm_synth.h - the planted co-activation workload of notes §6.1, a synthetic workload the swarm
+ * suites and bench/bench_ssd_sim.c both drive; not part of the library (tools/workloads is built as
+ * its own static library, kvs_workloads, which those programs link).
  *
  * N entries; G planted groups of 2..8 members, as contiguous runs (attention locality) or scattered;
  * a fraction of the grouped entries also belongs to one or two more groups (which forces replication);
  * Zipf group popularity over a random rank order. Each step activates k distinct groups by popularity,
  * every member of an active group fires with probability member_p, and noise_fraction * N random
  * entries fire on top. Deterministic in the seed. The caller owns the struct; not thread-safe. */
-#ifndef KVS_TEST_SWARM_SYNTH_H
-#define KVS_TEST_SWARM_SYNTH_H
+#ifndef KVS_WORKLOADS_SWARM_SYNTH_H
+#define KVS_WORKLOADS_SWARM_SYNTH_H
 
 #include <stdint.h>
 
