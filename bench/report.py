@@ -81,7 +81,7 @@ VALUE_KEYS = [("gbps", "reference_gbps", "GB/s"), ("ns_per_chunk", "reference_ns
 # Fields that tell two results of one program apart; they name the row's path.
 QUALIFIERS = ["codec", "variant", "workload", "disk", "policy", "mode", "completion", "threads",
               "object_bytes", "objects_per_step", "paths", "context_tokens", "payloads", "alpha",
-              "read_bandwidth", "figure"]
+              "read_bandwidth", "figure", "model", "batch", "keys", "integrity", "encrypt"]
 
 
 def parse(raw_dir, commit, machine):
@@ -89,6 +89,7 @@ def parse(raw_dir, commit, machine):
     date = stamp[:10]
     out = []
     for name in sorted(os.listdir(raw_dir)):
+        seen = {}
         if not name.endswith(".out"):
             continue
         with open(os.path.join(raw_dir, name), encoding="utf-8", errors="replace") as f:
@@ -100,7 +101,11 @@ def parse(raw_dir, commit, machine):
                 except ValueError:
                     continue
                 quals = [f"{k} {o[k]}" for k in QUALIFIERS if k in o]
-                row = {"bench": name[:-4], "path": ", ".join([str(o.get("bench", "?"))] + quals)}
+                path = ", ".join([str(o.get("bench", "?"))] + quals)
+                seen[path] = seen.get(path, 0) + 1
+                if seen[path] > 1:  # fields this parser does not know tell them apart: keep both
+                    path += f" #{seen[path]}"
+                row = {"bench": name[:-4], "path": path}
                 for vk, rk, unit in VALUE_KEYS:
                     if vk in o:
                         row.update(value=o[vk], unit=unit, reference_value=o.get(rk))
