@@ -3,9 +3,9 @@
 # then kvs-bench-dram --threads 2, kvs-bench-ucx --shared-memory auto and bench/ucx-netns.sh. Each
 # program's output is shown and kept in bench/results/raw/<UTC time>-<commit>/<name>.out, and
 # bench/report.py parse turns the JSON lines there into rows.jsonl of that folder, the schema of
-# bench/results/*.jsonl (docs/benchmarks.md, "Running them and the data"). Stops at the first benchmark that fails; exit
-# status 77 (hardware or a tool this machine lacks) is a skip. KVS_BENCH_MACHINE names the machine in
-# the rows (default: its CPU model and core count).
+# bench/results/*.jsonl (docs/benchmarks.md, "Running them and the data"). Stops at the first
+# benchmark that fails; exit status 77 (hardware or a tool this machine lacks) is a skip.
+# KVS_BENCH_MACHINE names the machine in the rows (default: its CPU model and core count).
 set -u
 build=${1:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
