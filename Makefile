@@ -5,37 +5,42 @@ JOBS ?= $(shell nproc)
 CONFIG ?= examples/configs/default.yaml
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test asan test-asan check-format cppcheck bench install clean
+.PHONY: all deps build demo test asan test-asan check-format cppcheck bench bench-report install clean
 
 all: build
 
+# Packages are installed by `make demo`, `make test`, `make test-asan`, the checks and
+# scripts/install-deps.sh, never by `make build`: building must not need root or the network.
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+build:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The main demo: the mini engine on a multi-turn workload with the default config.
-demo: build
+demo: deps
+	@$(MAKE) --no-print-directory build
 	$(BUILD)/bin/kvs-mini-engine --config $(CONFIG)
 
 # After ctest, the tests that were skipped (exit 77: no GPU, not root, ...) are listed with the
 # reason each printed: ctest counts them in "100% tests passed".
-test: build
+test: deps
+	@$(MAKE) --no-print-directory build
 	@cd $(BUILD) && rm -f ctest-junit.xml && rc=0 && ctest --output-on-failure -j $(JOBS) --output-junit ctest-junit.xml || rc=$$?; \
 	  $(CURDIR)/scripts/ctest-skipped.sh ctest-junit.xml; exit $$rc
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build: one switch (KVS_SANITIZE). Sanitized code runs
 # several times slower, so Check timeouts are tripled there.
-asan: deps
+asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVS_SANITIZE=ON -DKVS_WITH_CUDA=OFF \
 	  $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 # Tests labelled `timing` measure time by nature and are left out: sanitized code runs at another speed;
 # so are those labelled `python` (an ASAN library cannot be loaded into an uninstrumented interpreter).
-test-asan: asan
+test-asan: deps
+	@$(MAKE) --no-print-directory asan
 	@cd $(ASAN_BUILD) && rm -f ctest-junit.xml && rc=0 && CK_TIMEOUT_MULTIPLIER=3 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE 'timing|python|heavy' \
 	  --output-junit ctest-junit.xml || rc=$$?; \
@@ -56,18 +61,14 @@ cppcheck: deps
 	  --inline-suppr --error-exitcode=1 -j $(JOBS) $(CPPCHECK_DIRS)
 	@echo "cppcheck: no findings in $(CPPCHECK_DIRS)"
 
+# Every benchmark with its defaults; the outputs stay in bench/results/raw/ (docs/benchmarks.md).
 bench: build
-	@for b in $(BUILD)/bin/kvs-bench-*; do echo "== $$b"; $$b; rc=$$?; \
-	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs hardware this machine lacks)"; \
-	  elif [ $$rc -ne 0 ]; then exit $$rc; fi; done
-	@echo "== $(BUILD)/bin/kvs-bench-dram --threads 2 (device.host_threads: 2, against two copying threads)"
-	@$(BUILD)/bin/kvs-bench-dram --threads 2
-	@echo "== $(BUILD)/bin/kvs-bench-ucx --shared-memory auto (payloads over shared memory, against one copy)"
-	@$(BUILD)/bin/kvs-bench-ucx --shared-memory auto; rc=$$?; \
-	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs UCX and ucx_perftest)"; elif [ $$rc -ne 0 ]; then exit $$rc; fi
-	@echo "== bench/ucx-netns.sh (the remote tier across two network namespaces, against a TCP stream)"
-	@bench/ucx-netns.sh $(BUILD)/bin/kvs-bench-ucx; rc=$$?; \
-	  if [ $$rc -eq 77 ]; then echo "   (skipped: needs root and iproute2)"; elif [ $$rc -ne 0 ]; then exit $$rc; fi
+	@bench/run-all.sh $(BUILD)
+
+# The tables of docs/benchmarks.md and the pictures in docs/img/ from bench/results/*.jsonl.
+bench-report:
+	@python3 bench/report.py tables
+	@python3 bench/report.py plots docs/img
 
 install: build
 	cmake --install $(BUILD)

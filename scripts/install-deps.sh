@@ -5,11 +5,12 @@
 # gives libcrypto for the remote tier's handshake; iproute2 the network namespaces of its tests;
 # clang-format and cppcheck the checks of `make check-format` and `make cppcheck` (.ci/run); clang and
 # libclang-rt-14-dev (libFuzzer) the fuzzing of what a peer sends (tests/fuzz/run.sh); python3-torch
-# the Python tests (tests/python), for /usr/bin/python3, which may not be the python3 first on PATH.
+# the Python tests (tests/python), for /usr/bin/python3, which may not be the python3 first on PATH;
+# gnuplot-nox draws the pictures of `make bench-report` (docs/benchmarks.md).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libxxhash-dev check liburing-dev
       libucx-dev ucx-utils libssl-dev iproute2 fio clang-format cppcheck clang libclang-rt-14-dev
-      python3-torch)
+      python3-torch gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

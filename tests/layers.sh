@@ -1,5 +1,5 @@
 #!/bin/sh
-# layers.sh SOURCE_DIR - the includes follow one direction (CONVENTIONS.md, "Layers you can see in the
+# layers.sh SOURCE_DIR - the includes follow one direction (docs/CONVENTIONS.md, "Layers you can see in the
 # includes"). A layer may include only the layers below it:
 #   common/      abi/, common/
 #   schedulers/  abi/, common/, schedulers/
