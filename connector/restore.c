@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_plans.h"
 #include "common/log.h"
 #include "guard.h"
 #include "handle.h"

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "guard.h"

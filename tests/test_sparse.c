@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "abi/kvstrata_sparse.h"
 #include "common/xxh3.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
