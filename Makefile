@@ -50,6 +50,7 @@ test-asan: deps
 # one).
 check-format: deps
 	@git ls-files -z '*.c' '*.h' '*.cu' | xargs -0 clang-format --dry-run -Werror
+	@scripts/check-decls.sh
 	@echo "check-format: every tracked .c, .h and .cu file is formatted"
 
 # Static analysis of the C sources (a finding that is wrong is silenced in place with

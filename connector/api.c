@@ -3,6 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_lsc.h"
+#include "abi/kvstrata_plans.h"
+#include "abi/kvstrata_sparse.h"
 #include "common/abi_struct.h"
 #include "common/log.h"
 #include "common/status.h"

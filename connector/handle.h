@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/kvstrata_plans.h"
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "config.h"

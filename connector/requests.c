@@ -7,6 +7,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "connector/ext/plans/restore.h"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_lossy.h"
 #include "common/abi_struct.h"
 #include "connector/ext/plans/restore.h"
 #include "handle.h"

@@ -11,6 +11,10 @@
 
 #include "abi/kvstrata.h"
 #include "abi/kvstrata_backend.h"
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_lsc.h"
+#include "abi/kvstrata_plans.h"
+#include "abi/kvstrata_sparse.h"
 
 /* --- layouts (LP64): appending a field adds a line and changes only its struct's size ------------- */
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 #include "connector/ext/plans/restore.h"
 #include "support/connector_rig.h"
 #include "support/wait.h"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_lossy.h"
 #include "backends/compress/compress.h"
 #include "connector/config.h"
 #include "connector/handle.h"

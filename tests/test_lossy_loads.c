@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_lossy.h"
 #include "common/xxh3.h"
 #include "connector/handle.h"
 #include "connector/keys.h"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_lsc.h"
 #include "tests/support/connector_rig.h"
 #include "tests/support/lend_proc.h"
 

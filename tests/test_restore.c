@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 #include "connector/handle.h"
 #include "connector/keys.h"
 #include "tests/support/connector_rig.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "abi/kvstrata_sparse.h"
 #include "common/xxh3.h"
 #include "connector/ext/sparse/sparse_swarm.h"
 #include "connector/handle.h"

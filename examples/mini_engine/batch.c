@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "abi/kvstrata_plans.h"
+
 #define PROG             "kvs-mini-engine"
 #define MAX_STEP_RETRIES 8       /* load-error recomputes per request before giving up */
 #define LOAD_WAIT_MS     60000.0 /* an asynchronous load not reported by then is an error */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 #include "engine.h"
 
 #define BATCH_MAX 64 /* requests in flight at once */

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
+
 #define PROG "kvs-mini-engine"
 
 /* Print the failed hook with the library's sentence; returns -1 for the caller to pass up. */

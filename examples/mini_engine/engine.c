@@ -8,6 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
+
 #define PROG                "kvs-mini-engine"
 #define MAX_STEP_RETRIES    8     /* load-error recomputes per request before giving up */
 #define LOOKUP_POLL_LIMIT   5000  /* "unknown yet" lookups (1 ms apart) before treating as a miss */

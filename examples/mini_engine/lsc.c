@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "abi/kvstrata_lsc.h"
 #include "connector.h"
 #include "engine.h"
 #include "kvcache.h"

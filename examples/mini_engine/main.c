@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_plans.h"
 #include "engine.h"
 #include "kvcache.h"
 #include "lsc.h"

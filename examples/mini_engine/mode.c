@@ -7,6 +7,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
+
 #define PROG "kvs-mini-engine"
 
 /* --stages: the layout every engine of the run shares (set once the model exists), with the stage

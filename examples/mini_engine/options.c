@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_plans.h"
+
 #define PROG "kvs-mini-engine"
 
 static void usage(FILE *f) {

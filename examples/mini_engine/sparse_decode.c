@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_sparse.h"
 #include "connector.h"
 #include "engine.h"
 #include "mode.h"

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "abi/kvstrata_plans.h"
+
 /* Bytes one token holds in one cache layer: K and V (or the MLA latent) of every cached head. */
 static uint64_t token_layer_bytes(const model *m, kvs_dtype dtype) {
     uint64_t parts = model_config_of(m)->is_mla ? 1 : 2;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 #include "kvcache.h"
 #include "model.h"
 

@@ -1,6 +1,7 @@
-"""The C ABI of abi/kvstrata.h (1.10) as ctypes sees it: its constants, every struct in header order,
-and the table (kvs_api) as a Structure of function pointers. No library is loaded here; kvstrata._abi
-binds the calls and re-exports every name."""
+"""The C ABI of abi/kvstrata.h (1.10) as ctypes sees it, with the restore plans of kvstrata_plans.h and
+the KVS_PLAN_CAP_MASK of kvstrata_lossy.h: their constants, every struct in header order, and the table
+(kvs_api) as a Structure of function pointers. No library is loaded here; kvstrata._abi binds the
+calls and re-exports every name."""
 
 import ctypes
 

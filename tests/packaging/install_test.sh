@@ -25,10 +25,30 @@ ${CC:-cc} -std=c11 -Wall -Wextra -Werror ${CFLAGS:-} -o "$work/hello" "$src/exam
   $flags -ldl || fail "examples/hello/hello.c does not build against the installed library"
 LD_LIBRARY_PATH="$prefix/$libdir" "$work/hello" || fail "the installed hello failed"
 
+# Every public header is installed and compiles on its own with the same flags (an extension header
+# brings the core with it), and all of them together, the core included last.
+cflags=$(pkg-config --cflags kvstrata)
+incdir=$(pkg-config --variable=includedir kvstrata)
+all=""
+for h in kvstrata.h kvstrata_plans.h kvstrata_lossy.h kvstrata_lsc.h kvstrata_sparse.h \
+  kvstrata_backend.h; do
+  [ -f "$incdir/kvstrata/$h" ] || fail "$h is not installed in $incdir/kvstrata"
+  printf '#include <kvstrata/%s>\n' "$h" >"$work/only_$h.c"
+  # shellcheck disable=SC2086 # the flags are words
+  ${CC:-cc} -std=c11 -Wall -Wextra -Werror -pedantic ${CFLAGS:-} $cflags -c -o /dev/null \
+    "$work/only_$h.c" || fail "<kvstrata/$h> does not compile on its own"
+  all="#include <kvstrata/$h>
+$all"
+done
+printf '%s\n' "$all" >"$work/all_headers.c"
+# shellcheck disable=SC2086 # the flags are words
+${CC:-cc} -std=c11 -Wall -Wextra -Werror -pedantic ${CFLAGS:-} $cflags -c -o /dev/null \
+  "$work/all_headers.c" || fail "the installed headers do not compile together"
+
 # DESTDIR: the files land under the staging directory; the .pc names the prefix they will have.
 DESTDIR="$work/stage" "$cmake" --install "$build" --prefix /opt/kvstrata >/dev/null ||
   fail "cmake --install with DESTDIR failed"
 pc="$work/stage/opt/kvstrata/$libdir/pkgconfig/kvstrata.pc"
 [ -f "$pc" ] || fail "no $pc after a DESTDIR install"
 grep -qx 'prefix=/opt/kvstrata' "$pc" || fail "$pc does not say prefix=/opt/kvstrata: $(grep ^prefix= "$pc")"
-echo "install_test: installed, built and ran against $prefix; a DESTDIR install names its prefix"
+echo "install_test: installed, built and ran against $prefix; every header compiles alone; a DESTDIR install names its prefix"

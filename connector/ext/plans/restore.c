@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_plans.h"
 #include "common/log.h"
 #include "connector/handle.h"
 #include "connector/last_error.h"

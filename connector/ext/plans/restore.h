@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 #include "connector/meta.h"
 
 /* One request of a step, as the restore planner sees it. */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_sparse.h"
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "common/log.h"

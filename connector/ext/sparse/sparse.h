@@ -6,6 +6,7 @@
 #define KVS_SPARSE_H
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_sparse.h"
 
 struct kvs_handle;
 

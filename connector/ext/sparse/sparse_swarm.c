@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kvstrata_sparse.h"
 #include "common/xxh3.h"
 #include "schedulers/swarm/swarm_cache.h"
 #include "schedulers/swarm/swarm_cluster.h"
