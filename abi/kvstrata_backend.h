@@ -7,8 +7,8 @@
  *
  *     const kvs_backend_ops *kvs_backend_entry(uint32_t abi_major);
  *
- * returning its table for that major version, or NULL. The connector refuses a table whose abi_major
- * differs from KVS_BACKEND_ABI_MAJOR or whose struct_size is smaller than the 1.0 table.
+ * returning its table for that major version, or NULL. The connector refuses a table whose
+ * abi_major differs from KVS_BACKEND_ABI_MAJOR or whose struct_size is smaller than the 1.0 table.
  *
  * Objects are opaque byte strings to a backend (the connector builds and verifies them). A backend
  * stores, finds, pins and evicts; it never decides policy beyond its own eviction order.
@@ -30,7 +30,7 @@ extern "C" {
 #define KVS_BACKEND_ABI_MAJOR 1
 #define KVS_BACKEND_ABI_MINOR 9
 
-/* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the model fingerprint. */
+/* 128-bit chunk key: prefix-chained hash of the chunk's tokens, seeded with the fingerprint. */
 typedef struct kvs_key {
     uint8_t bytes[16];
 } kvs_key;
@@ -46,8 +46,8 @@ typedef struct kvs_backend_encoding {
     uint32_t id;
     uint16_t codec;
     uint8_t bits; /* KIVI 2 or 4, INT8 8, raw 0 */
-    uint8_t
-        flags; /* KVS_BACKEND_ENC_* (0 from hosts before token dropping: the field was reserved) */
+    /* KVS_BACKEND_ENC_* (0 from hosts before token dropping: the field was reserved) */
+    uint8_t flags;
     uint64_t bytes; /* the object's length in this encoding */
     double quality; /* the host's estimate in [0, 1]; 1 for raw */
 } kvs_backend_encoding;
@@ -107,13 +107,13 @@ typedef struct kvs_backend_host {
      * them from schedulers/, so backends and schedulers stay independent). NULL when absent. --- */
 
     /* Where the units of one object go: unit u's copy r is written to path
-     * paths_out[u * replicas + r]. *pointer is the tier's global stripe pointer (start 0; persist it
+     * paths_out[u * replicas + r]. *pointer is the tier's global stripe pointer (start 0; keep it
      * or rebuild it as you like): the policy reads and advances it. */
     void (*place)(void *ctx, uint64_t *pointer, uint32_t n_paths, uint32_t n_units,
                   uint32_t replicas, uint32_t *paths_out);
     /* One step's reads: each read r may be served by any of its n_copies paths
-     * (paths[r * max_copies + c]). The policy writes the chosen path of each read into chosen[r] and
-     * a submission order (a permutation of 0..n) into order, interleaved across paths so one
+     * (paths[r * max_copies + c]). The policy writes the path it chose for read r into chosen[r]
+     * and a submission order (a permutation of 0..n) into order, interleaved across paths so one
      * batched submission keeps every device busy. Duplicate (key, unit) reads must already be
      * merged by the caller. */
     void (*schedule)(void *ctx, uint32_t n_paths, uint64_t n, uint32_t max_copies,
@@ -172,24 +172,24 @@ typedef struct kvs_backend_init {
     /* When create refuses its configuration (KVS_ECONFIG) it names here what it refused, so the
      * connector can point at that line of the YAML: an option's name as given (`read_latency_us`,
      * also one it does not know, or one it needs and did not get), the k-th entry of a repeated
-     * option as `path[k]` (k from 0, in the order given), or a tier key (`capacity`). NUL-terminated,
+     * option as `path[k]` (k from 0, in the order given), or a tier key (`capacity`). NUL-ended,
      * at most error_option_len bytes; left empty when no one option is at fault. NULL/0 from a 1.2
      * connector: a backend checks struct_size before writing it. */
     char *error_option;
     uint64_t error_option_len;
 } kvs_backend_init;
 
-#define KVS_BACKEND_CAP_ZERO_COPY   (1u << 0) /* get_ref is implemented */
-#define KVS_BACKEND_CAP_THREAD_SAFE (1u << 1)
+#define KVS_BACKEND_CAP_ZERO_COPY            (1u << 0) /* get_ref is implemented */
+#define KVS_BACKEND_CAP_THREAD_SAFE          (1u << 1)
 /* Visible to every process that opens the same tier (a table's caps, or 1.8 instance_caps when
  * it depends on the options: a dram tier with shm_name) */
-#define KVS_BACKEND_CAP_SHARED      (1u << 2)
-#define KVS_BACKEND_CAP_RESERVE     (1u << 3) /* 1.1: reserve/commit/abort are implemented */
-#define KVS_BACKEND_CAP_MEMORY      (1u << 4) /* 1.1: memory is implemented */
-#define KVS_BACKEND_CAP_GET_MANY    (1u << 5) /* 1.1: get_many is implemented */
-#define KVS_BACKEND_CAP_GET_RANGE   (1u << 6) /* 1.2: get_range is implemented */
-#define KVS_BACKEND_CAP_GET_MANY_ASYNC \
-    (1u << 7) /* 1.4: get_many_start and get_many_finish are implemented */
+#define KVS_BACKEND_CAP_SHARED               (1u << 2)
+#define KVS_BACKEND_CAP_RESERVE              (1u << 3) /* 1.1: reserve/commit/abort implemented */
+#define KVS_BACKEND_CAP_MEMORY               (1u << 4) /* 1.1: memory is implemented */
+#define KVS_BACKEND_CAP_GET_MANY             (1u << 5) /* 1.1: get_many is implemented */
+#define KVS_BACKEND_CAP_GET_RANGE            (1u << 6) /* 1.2: get_range is implemented */
+/* 1.4: get_many_start and get_many_finish are implemented */
+#define KVS_BACKEND_CAP_GET_MANY_ASYNC       (1u << 7)
 #define KVS_BACKEND_CAP_CODECS               (1u << 8) /* 1.5: codecs is implemented */
 #define KVS_BACKEND_CAP_PUT_RANGE            (1u << 9) /* 1.6: put_range is implemented */
 /* 1.6: a put this tier refuses for room (KVS_ENOMEM) is the next tier's: the connector puts the
@@ -221,13 +221,13 @@ typedef struct kvs_backend_ops {
     uint32_t caps; /* KVS_BACKEND_CAP_* */
     const char *type_name;
 
-    /* Create a tier. On failure returns a status, writes init->error, and leaves nothing allocated. */
+    /* Create a tier. On failure returns a status, writes init->error and allocates nothing. */
     kvs_status (*create)(const kvs_backend_init *init, void **state);
     void (*destroy)(void *state);
     /* A sentence for the last failure on this state ("" if none). */
     const char *(*last_error)(void *state);
 
-    /* *n_present = how many of keys[0..n), from the front, are stored (stops at the first missing). */
+    /* *n_present = how many of keys[0..n), from the front, are stored (up to the first missing). */
     kvs_status (*contains)(void *state, const kvs_key *keys, uint64_t n, uint64_t *n_present);
     /* Pin keys[0..n) that are present, from the front, so eviction skips them for timeout_ms;
      * *n_pinned gets how many were pinned. Pins nest; each pin needs one unpin or expires. */
@@ -257,7 +257,7 @@ typedef struct kvs_backend_ops {
     kvs_status (*reserve)(void *state, const kvs_key *key, uint64_t len, void **dst,
                           uint64_t *ticket);
     /* Publish a reservation as the object for its key (replacing an unpinned one; when a pinned
-     * object of the key exists the reservation is dropped instead, equal keys holding equal bytes). */
+     * object of the key exists the reservation is dropped instead, equal keys hold equal bytes). */
     kvs_status (*commit)(void *state, uint64_t ticket);
     /* Give a reservation's room back; nothing becomes visible. */
     kvs_status (*abort)(void *state, uint64_t ticket);
@@ -293,7 +293,7 @@ typedef struct kvs_backend_ops {
 
     /* --- 1.5 --- */
     /* CAP_CODECS: the codec (the object header's: 0 raw, 1 KIVI, 2 INT8) each of keys[0..n) is
-     * stored with, as far as this tier knows (one it holds, or one it passed to the next tier), into
+     * stored with, as far as this tier knows (one it holds or passed to the next tier), into
      * codecs[i]; 0 for a key it knows nothing of. Lookups use it to say which chunks load lossy. */
     kvs_status (*codecs)(void *state, const kvs_key *keys, uint64_t n, uint16_t *codecs);
 
@@ -313,7 +313,7 @@ typedef struct kvs_backend_ops {
 } kvs_backend_ops;
 
 /* 1 when a struct that starts with struct_size (a kvs_backend_init or kvs_backend_host from the
- * connector, which may be older or newer than the plugin) reaches `field`: read a field appended in a
+ * connector, which may be older or newer than the plugin) reaches `field`: read a field added in a
  * later minor version only when this says so. */
 #define KVS_HAS_FIELD(ptr, type, field) \
     ((ptr)->struct_size >= offsetof(type, field) + sizeof((ptr)->field))

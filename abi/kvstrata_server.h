@@ -75,8 +75,9 @@ const kvs_server_settings *kvs_server_config_settings(const kvs_server_config *c
 void kvs_server_config_free(kvs_server_config *cfg);
 
 /* Open the config's tiers as the connector opens its chain (kvs_server_tiers_open reads the config
- * only during the call): staging_base/len is a buffer every backend may use (NULL/0: none), borrowed
- * until close; max_object_bytes the largest object. On failure *out is NULL and err says why. */
+ * only during the call): staging_base/len is a buffer every backend may use (NULL/0: none),
+ * borrowed until close; max_object_bytes the largest object. On failure *out is NULL and err says
+ * why. */
 kvs_status kvs_server_tiers_open(const kvs_server_config *cfg, uint64_t max_object_bytes,
                                  void *staging_base, uint64_t staging_len, kvs_server_tiers **out,
                                  char *err, uint64_t err_len);
