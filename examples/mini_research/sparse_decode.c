@@ -21,12 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "connector.h"
-#include "engine.h"
-#include "mode.h"
+#include "examples/mini_engine/connector.h"
+#include "examples/mini_engine/engine.h"
+#include "examples/mini_engine/mode.h"
 
-#define PROG "kvs-mini-engine"
-#define REQ  "sparse-decode"
+#define REQ "sparse-decode"
 
 enum { RUN_SPARSE, RUN_REPLAY, RUN_FULL };
 
@@ -381,10 +380,11 @@ static double rel_l2(const float *a, const float *b, uint64_t n) {
     return norm > 0 ? sqrt(diff / norm) : 0.0;
 }
 
-int sparse_decode_run(const options *o, const model *m, const uint8_t *text, size_t text_len) {
+int sparse_decode_run(const options *o, const research *x, const model *m, const uint8_t *text,
+                      size_t text_len) {
     const model_config *c = model_config_of(m);
     if (c->is_mla) {
-        fprintf(stderr, PROG ": --sparse-decode needs a GQA model (per-head K and V)\n");
+        mini_err("--sparse-decode needs a GQA model (per-head K and V)\n");
         return 2;
     }
     sd d = {.o = o,
@@ -396,11 +396,11 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
             .hd = (uint32_t)model_head_dim(m),
             .vocab = (uint32_t)c->vocab,
             .dtype = o->dtype,
-            .N = (uint64_t)o->sparse_context,
+            .N = (uint64_t)x->sparse_context,
             .D = (uint64_t)o->decode_tokens,
-            .sink = (uint32_t)o->sparse_sink,
-            .recent = (uint32_t)o->sparse_recent,
-            .slots = (uint32_t)o->topk};
+            .sink = (uint32_t)x->sparse_sink,
+            .recent = (uint32_t)x->sparse_recent,
+            .slots = (uint32_t)x->topk};
     d.head_bytes = (uint64_t)d.hd * kv_dtype_size(d.dtype);
     d.P = d.N + d.D + 1;
     uint32_t blocks = (uint32_t)((d.P + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) + 1;
@@ -408,21 +408,22 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     connector conn;
     memset(&conn, 0, sizeof conn);
     int rc = 1;
-    e.kv = make_cache(o, m, blocks, blocks);
+    e.kv = make_cache(o, m, 0, blocks, blocks);
     e.s = model_scratch_create(m, o->prefill_chunk, (int)d.P);
     e.logits = malloc((size_t)c->vocab * sizeof *e.logits);
     e.table = calloc(blocks, sizeof *e.table);
     e.tokens = malloc(d.P * sizeof *e.tokens);
     if (sd_alloc(&d) != 0 || !e.kv || !e.s || !e.logits || !e.table || !e.tokens) {
-        fprintf(stderr, PROG ": --sparse-decode: out of memory\n");
+        mini_err("--sparse-decode: out of memory\n");
         goto out;
     }
-    if (connector_open(&conn, o->lib_path, o->config_path, o->dtype, m, e.kv, 0, NULL) != 0)
+    if (connector_open(&conn, o->lib_path, o->config_path, (kvs_dtype)o->dtype, m, e.kv, 0, NULL) !=
+        0)
         goto out;
     d.conn = &conn;
     e.conn = &conn;
     if (conn.api->struct_size < offsetof(kvs_api, sparse_end) + sizeof conn.api->sparse_end) {
-        fprintf(stderr, PROG ": --sparse-decode: the library is older than ABI 1.9\n");
+        mini_err("--sparse-decode: the library is older than ABI 1.9\n");
         goto out;
     }
 
@@ -449,15 +450,15 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
         .recent = d.recent,
         .q_per_kv = d.group,
         .max_tokens = d.P,
-        .layout = o->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
-                  : o->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
+        .layout = x->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
+                  : x->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
                                          : KVS_SPARSE_LAYOUT_ROWS,
-        .profile_steps = (uint32_t)o->profile_steps,
-        .cluster_cache_rows = (uint64_t)o->cluster_cache,
-        .index = o->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
-        .target_error = (float)o->sparse_adapt,
+        .profile_steps = (uint32_t)x->profile_steps,
+        .cluster_cache_rows = (uint64_t)x->cluster_cache,
+        .index = x->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
+        .target_error = (float)x->sparse_adapt,
         .score_scale = 1.0f, /* the queries come scaled by 1/sqrt(head_dim) */
-        .cluster_cache = o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
+        .cluster_cache = x->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
     if (hook(&conn, "sparse_begin",
              conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
         goto out;
@@ -486,7 +487,7 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     d.logits = malloc(d.D * d.vocab * 4);
     d.att = malloc(d.D * d.L * d.H * d.hd * 4);
     if (!d.logits || !d.att) {
-        fprintf(stderr, PROG ": --sparse-decode: out of memory\n");
+        mini_err("--sparse-decode: out of memory\n");
         free(sparse_logits);
         free(sparse_att);
         goto out;
@@ -538,12 +539,12 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
            (unsigned long long)full_bytes, (unsigned long long)st.spec_kept,
            (unsigned long long)st.spec_corrected, (double)st.select_ns / 1e6 / (double)d.D,
            (double)st.fetch_ns / 1e6 / (double)d.D);
-    if (o->sparse_swarm) {
+    if (x->sparse_swarm) {
         uint64_t useful = st.rows_from_clusters * 2 * d.head_bytes;
         printf("sparse: %s: %llu layers' clusters found, %llu written; %llu of %llu rows read "
                "came out of %llu clusters read (%llu B, %.2f B read a useful B) and %llu cache "
                "hits\n",
-               o->sparse_swarm == 2 ? "positions" : "swarm", (unsigned long long)st.layouts_found,
+               x->sparse_swarm == 2 ? "positions" : "swarm", (unsigned long long)st.layouts_found,
                (unsigned long long)st.layouts_written, (unsigned long long)st.rows_from_clusters,
                (unsigned long long)st.rows_fetched, (unsigned long long)st.clusters_read,
                (unsigned long long)st.cluster_bytes_read,
@@ -560,14 +561,14 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
     printf("sparse: selection by %s: %llu of %llu head misses through the medoid index, %.1f keys "
            "scored a miss; recall of the step's exact top-%u %.3f (mean over head steps, hits "
            "included)\n",
-           o->sparse_medoids ? "medoids" : "the exact top-k",
+           x->sparse_medoids ? "medoids" : "the exact top-k",
            (unsigned long long)st.medoid_selections, (unsigned long long)st.head_misses,
            st.head_misses ? (double)st.keys_scored / (double)st.head_misses : 0.0, d.slots,
            d.recall_n ? d.recall_sum / (double)d.recall_n : 0.0);
-    if (o->sparse_adapt > 0)
+    if (x->sparse_adapt > 0)
         printf("sparse: adaptive thresholds (target error %.3f): %llu head steps audited, mean "
                "attention error %.4f; tau raised %llu times, lowered %llu\n",
-               o->sparse_adapt, (unsigned long long)st.audits,
+               x->sparse_adapt, (unsigned long long)st.audits,
                st.audits ? (double)st.audit_error_micro / 1e6 / (double)st.audits : 0.0,
                (unsigned long long)st.tau_raised, (unsigned long long)st.tau_lowered);
     printf("sparse: against full attention: top-1 agreement %llu/%llu (%.3f), attention output "
@@ -586,8 +587,7 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
             st.stored_tokens < lookup_hit)
             rc = 1;
         if (st.stored_tokens == 0 || st.rows_fetched == 0) {
-            fprintf(stderr,
-                    PROG ": verify FAILED: the connector selected nothing from the tiers\n");
+            mini_err("verify FAILED: the connector selected nothing from the tiers\n");
             rc = 1;
         }
     }

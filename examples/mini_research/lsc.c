@@ -26,13 +26,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "connector.h"
-#include "engine.h"
-#include "kvcache.h"
-#include "mode.h"
+#include "examples/mini_engine/connector.h"
+#include "examples/mini_engine/engine.h"
+#include "examples/mini_engine/mode.h"
+#include "models/mini/kvcache.h"
+#include "research.h"
 #include "schedulers/elastic/elastic.h"
-
-#define PROG "kvs-mini-engine"
 
 /* One run of the request: with the stream (conn set) or all local (the reference). */
 typedef struct run {
@@ -240,7 +239,7 @@ static void run_free(run *r) {
 
 /* A one-layer cache of the model's geometry (the buffer), or every layer's (the pages). */
 static kvcache *cache(const options *o, const model *m, uint32_t layers, uint32_t pages) {
-    return make_cache_layers(o, m, layers, pages ? pages : 1, pages ? pages : 1);
+    return make_cache(o, m, layers, pages ? pages : 1, pages ? pages : 1);
 }
 
 /* lsc_reserve until it grants `want`, or grants no more for 300 ms (the lender offers its units
@@ -267,12 +266,13 @@ static int ask_lender(const options *o, const model *m, uint32_t want, uint32_t 
     kvcache *kv = cache(o, m, (uint32_t)model_config_of(m)->n_layers, 1);
     kvcache *probe = NULL;
     int rc = -1;
-    if (kv && connector_open(&c, o->lib_path, o->config_path, o->dtype, m, kv, 0, NULL) == 0) {
+    if (kv &&
+        connector_open(&c, o->lib_path, o->config_path, (kvs_dtype)o->dtype, m, kv, 0, NULL) == 0) {
         kvs_status st = c.api->lsc_reserve(c.h, NULL, 0, granted, T);
         if (st != KVS_OK) {
             connector_hook_failed(&c, "lsc_reserve", st);
         } else if (*T % KV_BLOCK_TOKENS) {
-            fprintf(stderr, PROG ": stream blocks of %u tokens are not whole pages\n", *T);
+            mini_err("stream blocks of %u tokens are not whole pages\n", *T);
         } else if ((probe = cache(o, m, 1, *T / KV_BLOCK_TOKENS)) != NULL) {
             st = reserve(&c, &kvcache_views(probe)[0], want, granted);
             rc = st == KVS_OK ? 0 : connector_hook_failed(&c, "lsc_reserve", st);
@@ -295,14 +295,14 @@ static int run_arrays(run *r, uint64_t max_blocks) {
     return 0;
 }
 
-int lsc_run(const options *o, const model *m) {
+int lsc_run(const options *o, const research *x, const model *m) {
     const model_config *mc = model_config_of(m);
     uint32_t L = (uint32_t)mc->n_layers, H = model_cache_heads(m), D = model_cache_width(m);
-    uint32_t d = (uint32_t)kv_dtype_size(o->dtype), planes = mc->is_mla ? 1 : 2;
+    uint32_t d = (uint32_t)kv_dtype_size((kvs_dtype)o->dtype), planes = mc->is_mla ? 1 : 2;
     uint32_t budget = o->block_budget ? (uint32_t)o->block_budget : 64;
-    uint32_t buffers = (uint32_t)o->lsc_buffers;
+    uint32_t buffers = (uint32_t)x->lsc_buffers;
     uint64_t useful = (uint64_t)budget * L; /* the gain is at most L times the budget */
-    uint32_t want = o->peer_blocks ? (uint32_t)o->peer_blocks
+    uint32_t want = x->peer_blocks ? (uint32_t)x->peer_blocks
                                    : (uint32_t)(useful < UINT32_MAX ? useful : UINT32_MAX);
     uint32_t granted = 0, T = 0;
     if (ask_lender(o, m, want, &granted, &T) != 0) return 1;
@@ -320,7 +320,7 @@ int lsc_run(const options *o, const model *m) {
     uint64_t lent = (uint64_t)granted * kvs_el_block_bytes(&em);
     kvs_el_capacity cap;
     if (kvs_el_plan_capacity(&em, master, &lent, 1, buffers, NULL, &cap) != KVS_OK) {
-        fprintf(stderr, PROG ": --lsc: the plan does not fit 64 bits\n");
+        mini_err("--lsc: the plan does not fit 64 bits\n");
         return 1;
     }
     uint64_t local_tokens = (uint64_t)budget * KV_BLOCK_TOKENS; /* every page local, no lending */
@@ -341,10 +341,9 @@ int lsc_run(const options *o, const model *m) {
     uint64_t most = cap.max_tokens + 2ull * T + decode; /* the table's reach past the prediction */
     if (cap.max_tokens <= decode + 1 || buffer_pages >= KV_OVERLAY || budget >= KV_OVERLAY ||
         most > (1ull << 24)) {
-        fprintf(stderr,
-                PROG ": --lsc: a context of %llu tokens leaves no prompt, or is more than "
-                     "a mini engine holds\n",
-                (unsigned long long)cap.max_tokens);
+        mini_err("--lsc: a context of %llu tokens leaves no prompt, or is more than "
+                 "a mini engine holds\n",
+                 (unsigned long long)cap.max_tokens);
         return 1;
     }
 
@@ -377,7 +376,7 @@ int lsc_run(const options *o, const model *m) {
     if (run_arrays(&r, max_blocks) != 0 || !r.kv || (max_stream && !r.buf) || !r.s || !r.ids ||
         !r.step_ids || !r.step_pages || !r.pages[0] || (buffers == 2 && !r.pages[1]) || !tokens ||
         !trace) {
-        fprintf(stderr, PROG ": --lsc: out of memory\n");
+        mini_err("--lsc: out of memory\n");
         goto out;
     }
     for (uint32_t j = 0; j < max_stream; j++) {
@@ -387,7 +386,8 @@ int lsc_run(const options *o, const model *m) {
                 r.pages[b][j * P + p] = (uint32_t)((uint64_t)b * max_stream * P + j * P + p);
     }
     if (r.buf) kvcache_set_overlay(r.kv, r.buf, (uint32_t)(max_stream * P), buffers);
-    if (connector_open(&c, o->lib_path, o->config_path, o->dtype, m, r.kv, 0, NULL) != 0) goto out;
+    if (connector_open(&c, o->lib_path, o->config_path, (kvs_dtype)o->dtype, m, r.kv, 0, NULL) != 0)
+        goto out;
     r.conn = &c;
     if (max_stream) { /* wait for the lender's offers (the first handle's blocks came back) */
         uint32_t got = 0;
@@ -415,8 +415,7 @@ int lsc_run(const options *o, const model *m) {
     }
     int64_t steps = serve(&r, tokens, prompt, 0, o->prefill_chunk, 1, trace, max_steps);
     if (steps < 0) {
-        fprintf(stderr, PROG ": --lsc: the request failed at position %llu\n",
-                (unsigned long long)r.n);
+        mini_err("--lsc: the request failed at position %llu\n", (unsigned long long)r.n);
         goto out;
     }
     uint64_t measured = r.n;
@@ -427,9 +426,8 @@ int lsc_run(const options *o, const model *m) {
            (double)measured / (double)local_tokens, (unsigned long long)local_tokens);
     int ok = measured + T >= cap.max_tokens && measured <= cap.max_tokens + T;
     if (!ok)
-        fprintf(stderr,
-                PROG ": --lsc: measured %llu tokens, predicted %llu: more than a block apart\n",
-                (unsigned long long)measured, (unsigned long long)cap.max_tokens);
+        mini_err("--lsc: measured %llu tokens, predicted %llu: more than a block apart\n",
+                 (unsigned long long)measured, (unsigned long long)cap.max_tokens);
 
     /* the same request with all its KV local: every step's logits bit for bit, and the timing */
     run ref = {.m = m,
@@ -444,7 +442,7 @@ int lsc_run(const options *o, const model *m) {
     float *ref_trace = malloc((uint64_t)steps * (uint64_t)mc->vocab * sizeof *ref_trace);
     int32_t *ref_tokens = malloc(positions * sizeof *ref_tokens);
     if (run_arrays(&ref, max_blocks) != 0 || !ref.kv || !ref.s || !ref_trace || !ref_tokens) {
-        fprintf(stderr, PROG ": --lsc: out of memory for the reference\n");
+        mini_err("--lsc: out of memory for the reference\n");
         ok = 0;
     } else {
         memcpy(ref_tokens, tokens, prompt * sizeof *tokens);

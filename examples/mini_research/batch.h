@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
-#include "engine.h"
+#include "examples/mini_engine/engine.h"
+#include "plans.h"
 
 #define BATCH_MAX 64 /* requests in flight at once */
 

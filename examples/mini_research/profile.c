@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PROG    "kvs-mini-engine"
 #define REPEATS 3
 
 /* Least squares for y = X b with k <= 3 columns (normal equations, Gaussian elimination). */
@@ -70,13 +69,13 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     kvs_status st = c->api->lookup(c->h, id, e->tokens, n, 0, &lr);
     uint32_t n_blocks = (uint32_t)((n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (st != KVS_OK || lr.unknown_yet || lr.n_hit_tokens == 0) {
-        fprintf(stderr, PROG ": profile: lookup of the stored prompt found %llu tokens (%s)\n",
-                (unsigned long long)lr.n_hit_tokens,
-                st != KVS_OK ? c->api->last_error(c->h) : "no hit");
+        mini_err("profile: lookup of the stored prompt found %llu tokens (%s)\n",
+                 (unsigned long long)lr.n_hit_tokens,
+                 st != KVS_OK ? c->api->last_error(c->h) : "no hit");
         return -1;
     }
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
-        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n", (unsigned long long)n);
+        mini_err("profile: no pages for %llu tokens\n", (unsigned long long)n);
         return -1;
     }
     kvs_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
@@ -106,9 +105,9 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     if (st == KVS_OK) st = c->api->stats(c->h, &after);
     if (st == KVS_OK) st = c->api->request_finished(c->h, id, &keep);
     if (st != KVS_OK) {
-        fprintf(stderr, PROG ": profile: %s\n", c->api->last_error(c->h));
+        mini_err("profile: %s\n", c->api->last_error(c->h));
     } else if (n_bad) {
-        fprintf(stderr, PROG ": profile: %llu blocks failed to load\n", (unsigned long long)n_bad);
+        mini_err("profile: %llu blocks failed to load\n", (unsigned long long)n_bad);
     } else {
         *chunks = after.chunks_loaded - before.chunks_loaded;
         *bytes = after.bytes_loaded - before.bytes_loaded;
@@ -117,9 +116,8 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
         for (uint32_t t = 0; t < after.n_tiers && t < KVS_STATS_MAX_TIERS; t++) {
             if (after.tier_chunks_loaded[t] == before.tier_chunks_loaded[t]) continue;
             if (*tier >= 0) {
-                fprintf(
-                    stderr, PROG
-                    ": profile: loads came from more than one tier; profile a config with one\n");
+                mini_err(
+                    "profile: loads came from more than one tier; profile a config with one\n");
                 rc = -1;
             }
             *tier = (int)t;
@@ -140,8 +138,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     /* Compute: forwards of n tokens at offset o; fit fixed + per-token + attention coefficients. */
     uint32_t n_blocks = (uint32_t)((max_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
-        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n",
-                (unsigned long long)max_tokens);
+        mini_err("profile: no pages for %llu tokens\n", (unsigned long long)max_tokens);
         return -1;
     }
     double x[64 * 3], y[64];
@@ -166,7 +163,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     }
     double b[3];
     if (least_squares(wx, wy, m, 3, b) != 0) {
-        fprintf(stderr, PROG ": profile: the compute fit is singular\n");
+        mini_err("profile: the compute fit is singular\n");
         return -1;
     }
     double worst = 0;
@@ -200,7 +197,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     }
     double lb[2];
     if (tier < 0 || bytes_per_chunk == 0 || least_squares(lx, ly, lm, 2, lb) != 0) {
-        fprintf(stderr, PROG ": profile: the load measurements do not fit a cost per chunk\n");
+        mini_err("profile: the load measurements do not fit a cost per chunk\n");
         return -1;
     }
     if (lb[1] <=
@@ -210,7 +207,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
         for (int i = 0; i < lm; i++)
             if (lx[i * 2 + 1] > 0 && ly[i] / lx[i * 2 + 1] > lb[1]) lb[1] = ly[i] / lx[i * 2 + 1];
         if (lb[1] <= 0) {
-            fprintf(stderr, PROG ": profile: no restore loaded a chunk\n");
+            mini_err("profile: no restore loaded a chunk\n");
             return -1;
         }
     }
@@ -225,7 +222,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     fprintf(f,
-            "# restore profile written by " PROG " --profile on %s\n"
+            "# restore profile written by %s --profile on %s\n"
             "# engine %s; %d forwards fitted (worst relative error %.2f);\n"
             "# loads: %d restores of 1/4..4/4 of a %llu-token prompt from tier index %d, %.1f us "
             "per chunk of\n"
@@ -238,7 +235,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
             "  - name: %s\n"
             "    latency_us: 0\n"
             "    bandwidth_mb_s: %.3f\n",
-            when, e->conn->model_id, m, worst, lm, (unsigned long long)max_tokens, tier,
+            mini_prog, when, e->conn->model_id, m, worst, lm, (unsigned long long)max_tokens, tier,
             lb[1] * 1e6, (unsigned long long)bytes_per_chunk, clamp0(lb[0]) * 1e6,
             clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, tier_name, mb_s);
     if (fclose(f) != 0) {
