@@ -129,8 +129,8 @@ int serve_turn(mode_run *run, const options *o, const workload *w, int i) {
  * besides): one build_meta over all of them, so the connector plans the batch, then the loads on a
  * loader thread while this thread recomputes what each request's plan leaves to the engine. */
 static int restore_group(engine **es, admitted *as, int n) {
-    connector *c = es[0]->conn;
     if (n < 1 || n > BATCH_MAX) return 0; /* a group holds 1..BATCH_MAX turns (group_size) */
+    connector *c = es[0]->conn;
     kvs_step_request *rs = calloc((size_t)n, sizeof *rs);
     int *idx = calloc((size_t)n, sizeof *idx);
     int m = 0, rc = -1;
