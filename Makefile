@@ -55,7 +55,7 @@ check-format: deps
 
 # Static analysis of the C sources (a finding that is wrong is silenced in place with
 # `// cppcheck-suppress <id>` and a reason).
-CPPCHECK_DIRS = common connector backends schedulers kernels/cpu kernels/device_module.c tools examples \
+CPPCHECK_DIRS = common connector backends schedulers kernels/cpu kernels/device_module.c tools examples models \
   tests bench
 cppcheck: deps
 	@cppcheck --quiet --enable=warning,performance,portability --std=c11 -D_GNU_SOURCE -I . \

@@ -19,7 +19,7 @@
 # usage: [ARRIVAL_MS=700] [DECODE=4000] [SESSIONS=8] bench/async-loads.sh [READ_BANDWIDTH (4MB)] [mini engine flags...]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-engine=$here/build/bin/kvs-mini-engine
+engine=$here/build/bin/kvs-mini-research
 [ -x "$engine" ] || { echo "async-loads: $engine is not built (make)" >&2; exit 1; }
 bandwidth=4MB
 if [ $# -gt 0 ]; then

@@ -15,12 +15,12 @@
 #include <math.h>
 
 #include "bench/bench_common.h"
-#include "examples/mini_engine/kvcache.h"
-#include "examples/mini_engine/model.h"
-#include "examples/mini_engine/weights.h"
 #include "kernels/cpu/codec.h"
 #include "kernels/cpu/dtype.h"
 #include "kernels/cpu/kernels.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
+#include "models/mini/weights.h"
 
 typedef struct run {
     const model *m;
@@ -158,8 +158,8 @@ static void softmax(const float *x, int n, double *p) {
 }
 
 int main(int argc, char **argv) {
-    const char *wpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.kvsw";
-    const char *tpath = KVS_SOURCE_DIR "/examples/mini_engine/train/mini-256.sample.txt";
+    const char *wpath = KVS_SOURCE_DIR "/models/mini/train/mini-256.kvsw";
+    const char *tpath = KVS_SOURCE_DIR "/models/mini/train/mini-256.sample.txt";
     uint64_t prompts = 8, ctx = 448, query = 64, chunk = 64;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--prompts") == 0 && i + 1 < argc)

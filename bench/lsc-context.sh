@@ -2,7 +2,7 @@
 # lsc-context.sh - the layer stream cache of the mini engine (--lsc, docs/peer_gpu.md) against its
 # own page budget, in one run of this script on this machine: a kvstrata-lend lending a pool about
 # 3.26x the bytes of the engine's budget (UNITS units of one stream block each), then
-# kvs-mini-engine --lsc --verify with one buffer and with two. Each run prints, from the engine:
+# kvs-mini-research --lsc --verify with one buffer and with two. Each run prints, from the engine:
 #   - the maximum context Eq. 4-5 predict for the budget and what was granted, and the one the engine
 #     measured by growing a request until its allocator was full (ratio to the prediction, and to
 #     the budget's own tokens: the context without lending);
@@ -15,7 +15,7 @@
 # usage: [LAYERS=8] [BUDGET=64] [UNITS=13] [DECODE=64] bench/lsc-context.sh [mini engine flags...]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-engine=$here/build/bin/kvs-mini-engine
+engine=$here/build/bin/kvs-mini-research
 lend=$here/build/bin/kvstrata-lend
 [ -x "$engine" ] && [ -x "$lend" ] || { echo "lsc-context: build first (make)" >&2; exit 1; }
 layers=${LAYERS:-8}

@@ -25,7 +25,7 @@
 # usage: [MODES="token layer both"] [STAGES=2] [COMPLETION="step request"] bench/restore-ttft.sh [READ_BANDWIDTH (4MB)] [mini engine flags...]
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-engine=$here/build/bin/kvs-mini-engine
+engine=$here/build/bin/kvs-mini-research
 [ -x "$engine" ] || { echo "restore-ttft: $engine is not built (make)" >&2; exit 1; }
 bandwidth=4MB
 if [ $# -gt 0 ]; then

@@ -1,6 +1,6 @@
 #!/bin/sh
 # sparse-decode.sh - the figures of docs/sparse.md, in one run on this machine:
-# kvs-mini-engine --sparse-decode --verify over the trained model (32 decode steps, top-64), with
+# kvs-mini-research --sparse-decode --verify over the trained model (32 decode steps, top-64), with
 #   - a DRAM tier at 2048 and 8192 tokens (then again with --sparse-adapt 0.02, and 8192 a second
 #     time: the noise between identical runs);
 #   - a two-path SSD tier (4KiB stripes): rows read one at a time (a first run writes the chunks,
@@ -13,7 +13,7 @@
 # usage: bench/sparse-decode.sh
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-engine=$here/build/bin/kvs-mini-engine
+engine=$here/build/bin/kvs-mini-research
 [ -x "$engine" ] || { echo "sparse-decode: build first (make)" >&2; exit 1; }
 work=$(mktemp -d /tmp/kvs-sparse-decode-XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -1,6 +1,6 @@
 #!/bin/sh
 # sparse-swarm.sh - sparse decode's reads from a paced multi-path SSD tier (docs/sparse.md), in one
-# run of this script on this machine: kvs-mini-engine --sparse-decode --verify over the trained
+# run of this script on this machine: kvs-mini-research --sparse-decode --verify over the trained
 # model, for 2, 4 and 8 paths, each path paced like a device (sim_iops, sim_bandwidth), with the
 # missed rows read three ways:
 #   - rows:      each row from its chunk object (one small read for K, one for V): no clustering,
@@ -17,7 +17,7 @@
 # usage: [CONTEXT=2048] [DECODE=32] [TOPK=64] [IOPS=20000] [BW=1GB/s] bench/sparse-swarm.sh
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
-engine=$here/build/bin/kvs-mini-engine
+engine=$here/build/bin/kvs-mini-research
 [ -x "$engine" ] || { echo "sparse-swarm: build first (make)" >&2; exit 1; }
 context=${CONTEXT:-2048}
 decode=${DECODE:-32}

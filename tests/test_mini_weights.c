@@ -1,4 +1,4 @@
-/* test_mini_weights.c - the mini engine's trained weights (examples/mini_engine/weights.h): the shipped
+/* test_mini_weights.c - the mini engine's trained weights (models/mini/weights.h): the shipped
  * checkpoint loads, computes the trainer's logits and predicts held-out text far better than seeded
  * weights of its shape; damaged or inconsistent files are refused with a sentence, never used. */
 #include <check.h>
@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/mini_engine/kvcache.h"
-#include "examples/mini_engine/model.h"
-#include "examples/mini_engine/weights.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
+#include "models/mini/weights.h"
 
-#define TRAIN_DIR KVS_SOURCE_DIR "/examples/mini_engine/train/"
+#define TRAIN_DIR KVS_SOURCE_DIR "/models/mini/train/"
 
 static uint8_t *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

@@ -2,6 +2,8 @@
  * and closing the handle, and the calls around a step. */
 #include "connector.h"
 
+#include "engine.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
@@ -10,22 +12,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "abi/kvstrata_lossy.h"
 #include "abi/kvstrata_plans.h"
-
-#define PROG "kvs-mini-engine"
 
 /* Print the failed hook with the library's sentence; returns -1 for the caller to pass up. */
 int connector_hook_failed(const connector *c, const char *hook, kvs_status st) {
-    fprintf(stderr, PROG ": %s failed: %s: %s\n", hook, c->api->strerror(st),
-            c->api->last_error(c->h));
+    mini_err("%s failed: %s: %s\n", hook, c->api->strerror(st), c->api->last_error(c->h));
     return -1;
 }
 
 static void *load_library(const char *explicit_path) {
     if (explicit_path) {
         void *dl = dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
-        if (!dl) fprintf(stderr, PROG ": cannot load %s: %s\n", explicit_path, dlerror());
+        if (!dl) mini_err("cannot load %s: %s\n", explicit_path, dlerror());
         return dl;
     }
     char exe[PATH_MAX], first_error[1024] = "";
@@ -44,20 +42,18 @@ static void *load_library(const char *explicit_path) {
     }
     void *dl = dlopen("libkvstrata.so", RTLD_NOW | RTLD_LOCAL);
     if (!dl)
-        fprintf(stderr, PROG ": cannot load libkvstrata: %s; %s (build it, or pass --lib PATH)\n",
-                first_error, dlerror());
+        mini_err("cannot load libkvstrata: %s; %s (build it, or pass --lib PATH)\n", first_error,
+                 dlerror());
     return dl;
 }
 
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
-                   const model *m, const kvcache *kv, int restore_plans, const stage_layout *sl) {
+                   const model *m, const kvcache *kv, int caps, const kvs_stage_desc *stages) {
     memset(c, 0, sizeof *c);
     const char *config = strcmp(config_path, "none") == 0 ? NULL : config_path;
     if (config && access(config, R_OK) != 0) {
-        fprintf(
-            stderr,
-            PROG
-            ": config file '%s' not found (%s): run from the repository root, pass --config PATH, "
+        mini_err(
+            "config file '%s' not found (%s): run from the repository root, pass --config PATH, "
             "or --config none for the library's built-in defaults\n",
             config, strerror(errno));
         return -1;
@@ -66,19 +62,17 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
     const kvs_api *(*get_api)(uint32_t);
     *(void **)&get_api = dlsym(c->dl, "kvs_get_api");
     if (!get_api) {
-        fprintf(stderr, PROG ": the library exports no kvs_get_api: %s\n", dlerror());
+        mini_err("the library exports no kvs_get_api: %s\n", dlerror());
         return -1;
     }
     c->api = get_api(KVS_ABI_MAJOR);
     if (!c->api) {
-        fprintf(stderr, PROG ": the library does not implement ABI major %d\n", KVS_ABI_MAJOR);
+        mini_err("the library does not implement ABI major %d\n", KVS_ABI_MAJOR);
         return -1;
     }
     if (c->api->struct_size < sizeof(kvs_api)) {
-        fprintf(stderr,
-                PROG
-                ": the library's API table has %u bytes, this engine needs %zu (older library)\n",
-                c->api->struct_size, sizeof(kvs_api));
+        mini_err("the library's API table has %u bytes, this engine needs %zu (older library)\n",
+                 c->api->struct_size, sizeof(kvs_api));
         return -1;
     }
     const model_config *mc = model_config_of(m);
@@ -88,8 +82,7 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         snprintf(attention, sizeof attention, "mla%d", mc->latent);
     else
         snprintf(attention, sizeof attention, "kv%d", mc->n_kv_heads);
-    int staged = sl && sl->n_stages > 1;
-    uint32_t n_layers = staged ? stage_cache_layers(sl) : (uint32_t)mc->n_layers;
+    uint32_t n_layers = kvcache_params_of(kv)->n_layers;
     /* trained weights are named by their file's checksum, seeded ones by the seed */
     char weights[40];
     if (mc->weights_id)
@@ -98,7 +91,7 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
         snprintf(weights, sizeof weights, "seed%llu", (unsigned long long)mc->seed);
     snprintf(c->model_id, sizeof c->model_id, "kvs-mini-engine/d%d-l%d-h%d-%s-f%d-v%d-%s-s%d",
              mc->dim, mc->n_layers, mc->n_heads, attention, mc->ffn, mc->vocab, weights,
-             staged ? sl->n_stages : 1);
+             stages ? (int)stages->n_stages : 1);
     kvs_model_desc desc = {
         .struct_size = sizeof desc,
         .model_id = c->model_id,
@@ -118,23 +111,18 @@ int connector_open(connector *c, const char *lib_path, const char *config_path, 
     char err[512];
     kvs_status st = c->api->open(&params, &c->h, err, sizeof err);
     if (st != KVS_OK) {
-        fprintf(stderr, PROG ": open failed: %s: %s\n", c->api->strerror(st), err);
+        mini_err("open failed: %s: %s\n", c->api->strerror(st), err);
         return -1;
     }
     HOOK(c, c->api->register_kv(c->h, kvcache_views(kv), n_layers), "register_kv");
-    if (staged) {
-        kvs_stage_desc d = stage_desc(sl);
-        HOOK(c, c->api->set_stages(c->h, &d), "set_stages");
-    }
-    if (restore_plans)
-        HOOK(c, c->api->set_plan_caps(c->h, (uint32_t)restore_plans), "set_plan_caps");
-    c->plans = (restore_plans & ~KVS_PLAN_CAP_MASK) != 0;
+    if (stages) HOOK(c, c->api->set_stages(c->h, stages), "set_stages");
+    if (caps) HOOK(c, c->api->set_plan_caps(c->h, (uint32_t)caps), "set_plan_caps");
     c->meta_cap = 4096;
     c->meta = malloc(c->meta_cap);
     c->errors_cap = kvcache_params_of(kv)->n_blocks;
     c->errors = malloc(c->errors_cap * sizeof *c->errors);
     if (!c->meta || !c->errors) {
-        fprintf(stderr, PROG ": out of memory\n");
+        mini_err("out of memory\n");
         return -1;
     }
     return 0;
@@ -207,8 +195,7 @@ int connector_step_meta(connector *c, const kvs_step_request *reqs, uint64_t n) 
     if (st == KVS_EOVERFLOW) {
         uint8_t *grown = realloc(c->meta, len);
         if (!grown) {
-            fprintf(stderr, PROG ": out of memory for %llu bytes of step metadata\n",
-                    (unsigned long long)len);
+            mini_err("out of memory for %llu bytes of step metadata\n", (unsigned long long)len);
             return -1;
         }
         c->meta = grown;

@@ -7,9 +7,10 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
-#include "kvcache.h"
-#include "model.h"
-#include "stages.h"
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
 
 /* libkvstrata, loaded with dlopen, and one handle of role KVS_ROLE_BOTH. */
 typedef struct connector {
@@ -21,24 +22,19 @@ typedef struct connector {
     uint32_t *errors; /* load_error_blocks output */
     uint64_t errors_cap;
     uint64_t events_stored, events_removed; /* from take_events */
-    int plans;                              /* the engine executes restore plans (set_plan_caps) */
-    uint64_t plans_token, plans_layer, plans_recompute, plans_stage,
-        plan_recomputed_tokens; /* plans followed */
-    uint64_t
-        stage_boundary_restores; /* stages s > 0 of stage plans that recomputed from their boundary */
-    uint64_t dropped_tokens;     /* positions loads left out (load_dropped), masked in attention */
+    uint64_t dropped_tokens; /* positions loads left out (load_dropped), masked in attention */
     char model_id[160];
 } connector;
 
 /* Load the library (lib_path, or <exe dir>/../lib/libkvstrata.so.1, then libkvstrata.so), open a
- * handle with config_path ("none": built-in defaults) and register the cache's layer views (with
- * stages, sl not NULL and more than one stage: the boundary layers too, described with set_stages).
- * restore_plans (KVS_PLAN_CAP_* bits, 0 for none) declares the restore plans the engine executes (ABI
- * 1.3): token plans recompute the front of a restored range while the connector loads the back, layer
- * plans the lower layers while it loads the upper ones; KVS_PLAN_CAP_MASK (ABI 1.7) that its
- * attention skips the positions load_dropped reports. Returns 0, or -1 after printing why. */
+ * handle with config_path ("none": built-in defaults) and register every layer view of the cache.
+ * caps (KVS_PLAN_CAP_* bits, 0 for none) declares what the engine does with a restore:
+ * KVS_PLAN_CAP_MASK (ABI 1.7) that its attention skips the positions load_dropped reports; the
+ * restore plans it executes (ABI 1.3, kvs-mini-research --restore-plans). stages (NULL: none) splits
+ * the model into pipeline stages whose boundaries are cache layers past the model's (set_stages,
+ * kvs-mini-research --stages). Returns 0, or -1 after printing why. */
 int connector_open(connector *c, const char *lib_path, const char *config_path, kvs_dtype dtype,
-                   const model *m, const kvcache *kv, int restore_plans, const stage_layout *sl);
+                   const model *m, const kvcache *kv, int caps, const kvs_stage_desc *stages);
 void connector_close(connector *c);
 /* build_meta for the step's requests (growing c->meta as needed) and bind_meta. 0, or -1 after
  * printing why. */

@@ -7,27 +7,44 @@
 
 #include "abi/kvstrata.h"
 #include "connector.h"
-#include "kvcache.h"
-#include "model.h"
-#include "stages.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
+
+/* The program's name, for messages ("kvs-mini-engine" unless its main sets another). */
+extern const char *mini_prog;
+/* A message on stderr, prefixed with the program's name. */
+void mini_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* CLOCK_MONOTONIC in milliseconds. */
 double engine_now_ms(void);
 
-typedef struct engine {
+typedef struct engine engine;
+typedef struct admitted admitted;
+
+/* What kvs-mini-research adds to an engine's steps (examples/mini_research/plans.h: restore plans,
+ * pipeline stages); the reference engine has none (engine.ext NULL). */
+typedef struct engine_ext {
+    /* Start the loads of a step that restores the external ranges of m requests (es[idx[j]] and
+     * as[idx[j]]), computing meanwhile what the connector's restore plans leave to the engine. */
+    int (*restore)(engine **es, admitted *as, const int *idx, int m);
+    /* Before model layer l of a forward of n tokens at pos0 in scratch s. */
+    void (*before_layer)(engine *e, model_scratch *s, int l, uint64_t pos0, int n);
+} engine_ext;
+
+struct engine {
     const model *m;
     model_scratch *s;
     kvcache *kv;
-    connector *conn;      /* NULL: serve without the connector */
-    int prefill_chunk;    /* most tokens computed per prefill step */
-    float *logits;        /* vocab floats: the logits of the last step */
-    uint32_t *table;      /* the current request's block table */
-    int32_t *tokens;      /* the current request's tokens: prompt, then outputs */
-    stage_layout *stages; /* NULL or one stage: none; else every forward stores the boundaries */
+    connector *conn;       /* NULL: serve without the connector */
+    int prefill_chunk;     /* most tokens computed per prefill step */
+    float *logits;         /* vocab floats: the logits of the last step */
+    uint32_t *table;       /* the current request's block table */
+    int32_t *tokens;       /* the current request's tokens: prompt, then outputs */
+    const engine_ext *ext; /* NULL: the plain restore (start_load, then wait for each layer) */
     uint8_t *dropped; /* [max_request]: positions of the current request whose KV a load left out
                            * (load_dropped); attention skips them (model_scratch_drop) */
     uint64_t dropped_cap; /* its length */
-} engine;
+};
 
 typedef struct turn_result {
     int session, turn;
@@ -48,7 +65,7 @@ typedef int (*prefill_done_fn)(void *ctx, engine *e, uint64_t n_prompt, const tu
 void engine_undrop_from(engine *e, uint64_t first);
 
 /* A request between admission and its steps. */
-typedef struct admitted {
+struct admitted {
     const char *req_id;
     uint64_t n_prompt;
     int n_out;
@@ -61,34 +78,24 @@ typedef struct admitted {
     int restored;          /* its external range was restored before its steps */
     int async; /* the connector loads its external range between steps: batch.c serves it */
     double t0; /* arrival: TTFT counts from here */
-} admitted;
+};
 
-/* The phases of engine_serve, for serving several requests at once: admit each (prefix-cache match,
- * lookup, allocation; e->tokens holds the prompt), restore their external ranges in one step that
- * the connector plans as a batch (es[i] and as[i] belong together; the engines share the model,
- * scratch, cache and connector but each has its own tokens and block table), then run each. */
+/* The phases of engine_serve: admit (prefix-cache match, lookup, allocation; e->tokens holds the
+ * prompt), then run its steps. A request the connector loads asynchronously (a->async) is only
+ * admitted: kvs-mini-research's batch serves such requests. */
 int engine_admit(engine *e, const char *req_id, uint64_t n_prompt, int n_out, double t0,
                  admitted *a);
-int engine_restore_batch(engine **es, admitted *as, int n);
 int engine_run(engine *e, admitted *a, turn_result *r, prefill_done_fn on_prefill, void *ctx);
 
-/* The pieces of a step batch.c puts together for several requests. engine_restore_plans: start the
- * step's loads (start_load), and where the connector's restore plans leave part of a range to the
- * engine (token, layer, stage plans), recompute it while a loader thread lands the loads; es[idx[j]]
- * and as[idx[j]] are the engine and admission of the j-th of the m requests whose loads the bound
- * step carries (m >= 1). engine_compute_layers: tokens [first, first + n) through
- * layers [from, to) in prefill-sized pieces in scr (from the embeddings, or from the boundary of the
- * stage starting at `from`), storing the boundaries they cross if capture. engine_capture_boundary:
- * before layer l of a forward of n tokens at pos0, keep their hidden states if a stage starts there. */
-int engine_restore_plans(engine **es, admitted *as, const int *idx, int m);
-void engine_compute_layers(engine *e, model_scratch *scr, uint64_t first, uint64_t n, int from,
-                           int to, int capture);
-void engine_capture_boundary(engine *e, model_scratch *s, int l, uint64_t pos0, int n);
+/* The positions of the ranges the step's loads left out (chunks a compress tier stored with tokens
+ * dropped), from load_dropped into each engine's mask: es[idx[j]] and as[idx[j]] for j < m. Called
+ * once the loads are issued. 0, or -1 after printing why. */
+int engine_note_dropped(engine **es, admitted *as, const int *idx, int m);
 
 /* Serve one turn: prefix-cache match, lookup, allocation, prefill steps, greedy decode steps, finish.
  * e->tokens holds the n_prompt prompt tokens and must have room for n_out more, which are appended.
  * req_id must be unique per request. Returns 0, or -1 after printing why (also when the connector
- * answers load_async: such a turn is served by batch.c). */
+ * answers load_async: kvs-mini-research serves such turns). */
 int engine_serve(engine *e, const char *req_id, uint64_t n_prompt, int n_out, turn_result *r,
                  prefill_done_fn on_prefill, void *ctx);
 

@@ -1,18 +1,17 @@
 /* mode.h - one way of serving the workload (with the connector or without), with an engine of its
- * own: begun, fed turn by turn (or a group of turns with --batch), its counters collected, ended. Both
- * modes of a run go turn by turn side by side, so they see the same background load (with
- * --continuous each serves the whole workload in turn). */
+ * own: begun, fed turn by turn, its counters collected, ended. Both modes of a run go turn by turn
+ * side by side, so they see the same background load. */
 #ifndef MINI_MODE_H
 #define MINI_MODE_H
 
 #include <stdint.h>
 
-#include "batch.h"
+#include "abi/kvstrata_lossy.h"
+#include "abi/kvstrata_plans.h"
 #include "engine.h"
-#include "kvcache.h"
-#include "model.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
 #include "options.h"
-#include "stages.h"
 #include "verify.h"
 #include "workload.h"
 
@@ -33,40 +32,42 @@ typedef struct mode_run {
     kvcache_stats cache;
     /* state while running */
     engine e;
-    engine *more; /* --batch, --continuous: slots 1..N-1, sharing e's model, cache and connector */
-    int n_more;
-    batch_req *reqs;  /* per slot: the request it serves */
-    char (*ids)[256]; /* per slot: that request's id */
-    batch flight;     /* the requests in flight (batch.c), with its step times */
+    char req_id[256]; /* the id of the request e serves */
     const workload *w;
     connector conn;
     reference *ref;
     int32_t **history; /* per session: every token so far */
     uint64_t *n_history;
+    void *ext; /* kvs-mini-research's state of this mode (its slots, batch, plans); NULL here */
 } mode_run;
 
-/* --stages: the layout every engine of the run shares (set once the model exists), with the stage
- * threads' activations. */
-extern stage_layout run_stages;
+/* What kvs-mini-research changes in the engine mode_begin makes; NULL for the reference engine. */
+typedef struct mode_setup {
+    uint32_t cache_layers;        /* layers of the paged cache (the model's and stage boundaries) */
+    int plan_caps;                /* restore plans the engine executes (KVS_PLAN_CAP_*) */
+    int no_mask;                  /* declare no KVS_PLAN_CAP_MASK whatever --no-mask says */
+    const kvs_stage_desc *stages; /* pipeline stages for the connector; NULL: none */
+    const engine_ext *ext;        /* the engine's extension; NULL: none */
+} mode_setup;
 
-/* A paged cache for the model and the run's stages; NULL after printing why. */
-kvcache *make_cache(const options *o, const model *m, uint32_t blocks, uint32_t budget);
-/* The same with `layers` layers (the layer stream cache's one-layer buffer). */
-kvcache *make_cache_layers(const options *o, const model *m, uint32_t layers, uint32_t blocks,
-                           uint32_t budget);
+/* A paged cache for the model with `layers` layers (0: the model's). NULL after printing why. */
+kvcache *make_cache(const options *o, const model *m, uint32_t layers, uint32_t blocks,
+                    uint32_t budget);
 /* A fresh engine: pages, prefix cache, sessions and (with the connector) a new handle. 0, or -1 after
- * printing why (mode_end releases what was made). */
+ * printing why (mode_end releases what was made). x: NULL, or kvs-mini-research's changes. */
 int mode_begin(mode_run *run, const options *o, const model *m, const workload *w, const sizing *z,
-               reference *ref);
+               reference *ref, const mode_setup *x);
+/* Turn i of the workload arrives at t0 on engine e: its prompt (the session's history plus the new
+ * user tokens) into e->tokens, its id into id (256 bytes), admitted into *a (prefix-cache match,
+ * lookup, allocation). 0, or -1 after printing why. */
+int mode_admit(mode_run *run, const workload *w, int i, engine *e, char *id, double t0,
+               admitted *a);
+/* The turn served on e (admitted as *a, its result r) is done: the session's history is now its
+ * prompt plus what was generated; its line is printed unless --quiet. */
+void mode_turn_done(mode_run *run, const options *o, const workload *w, const engine *e,
+                    const admitted *a, const turn_result *r);
 /* Serve turn i of the workload. 0, or -1 after printing why. */
 int mode_turn(mode_run *run, const options *o, const workload *w, int i);
-/* --batch: serve turns [i, i + n) (different sessions) together. 0, or -1 after printing why. */
-int mode_group(mode_run *run, const options *o, const workload *w, int i, int n);
-/* --continuous N: serve the whole workload with up to N turns in flight; the next turn arrives as
- * soon as one finishes (and its session has none in flight). 0, or -1 after printing why. */
-int mode_continuous(mode_run *run, const options *o, const workload *w);
-/* How many turns from i on form the next group: at most --batch, all of different sessions. */
-int group_size(const options *o, const workload *w, int i);
 /* Collect the counters (connector stats and events, cache stats). 0, or -1 after printing why. */
 int mode_collect(mode_run *run);
 /* Close the handle and free the engine; the turns' results go with it. */

@@ -6,10 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kvcache.h"
-#include "model.h"
-
-#define PROG "kvs-mini-engine"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
 
 static int reference_check_timed(void *ctx, engine *e, uint64_t n_prompt, const turn_result *r);
 
@@ -83,10 +81,8 @@ static int reference_check_timed(void *ctx, engine *e, uint64_t n_prompt, const 
                     const uint8_t *want =
                         kvcache_head_ptr(re->kv, (uint32_t)l, (kv_part)part, blk, slot, h);
                     if (memcmp(got, want, head_bytes) != 0) {
-                        fprintf(
-                            stderr,
-                            PROG
-                            ": verify: MISMATCH session %s turn %d: layer %d token %llu %s head %u "
+                        mini_err(
+                            "verify: MISMATCH session %s turn %d: layer %d token %llu %s head %u "
                             "(local hit %llu, connector hit %llu)\n",
                             ref->session, ref->turn, l, (unsigned long long)t,
                             part == 0 ? "K" : "V", h, (unsigned long long)r->local_hit,
@@ -101,9 +97,8 @@ static int reference_check_timed(void *ctx, engine *e, uint64_t n_prompt, const 
     if (memcmp(e->logits, re->logits, (size_t)mc->vocab * sizeof(float)) != 0) {
         int i = 0;
         while (i < mc->vocab - 1 && memcmp(&e->logits[i], &re->logits[i], sizeof(float)) == 0) i++;
-        fprintf(stderr,
-                PROG ": verify: MISMATCH session %s turn %d: logits differ at %d (%.9g vs %.9g)\n",
-                ref->session, ref->turn, i, (double)e->logits[i], (double)re->logits[i]);
+        mini_err("verify: MISMATCH session %s turn %d: logits differ at %d (%.9g vs %.9g)\n",
+                 ref->session, ref->turn, i, (double)e->logits[i], (double)re->logits[i]);
         ref->mismatches++;
     }
     return 0;

@@ -10,7 +10,8 @@
 #            run's asynchronous loads fail (their blocks come with load_error_blocks after get_finished
 #            reports them): the engine must recompute from the first failed block, exactly.
 #
-# usage: async_verify.sh MINI_ENGINE WORKDIR dram|corrupt [mini engine flags...]
+# usage: async_verify.sh MINI_RESEARCH WORKDIR dram|corrupt [kvs-mini-research flags...]
+# (kvs-mini-research: the reference engine serves no asynchronous load)
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU.
 set -eu
 engine=$1

@@ -6,7 +6,7 @@
 # maximum context within one stream block of SwiftCache's Eq. 4-5 (the engine fails otherwise), and
 # longer than the budget alone holds.
 #
-# usage: lsc_verify.sh MINI_ENGINE KVSTRATA_LEND WORKDIR UNITS UNIT_SIZE [mini engine flags...]
+# usage: lsc_verify.sh MINI_RESEARCH KVSTRATA_LEND WORKDIR UNITS UNIT_SIZE [kvs-mini-research flags...]
 set -eu
 engine=$1
 lend=$2

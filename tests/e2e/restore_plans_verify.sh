@@ -8,7 +8,7 @@
 # pipeline stage its lowest layers from its stored boundary activations, on a thread per stage, while
 # the other layers load; pass --stages N among the flags).
 #
-# usage: restore_plans_verify.sh MINI_ENGINE WORKDIR SPEED token|layer|both|stage [workload flags...]
+# usage: restore_plans_verify.sh MINI_RESEARCH WORKDIR SPEED token|layer|both|stage [workload flags...]
 # HOST_COPIES=deferred in the environment makes the host device defer its copies like a GPU; TIER=ssd
 # restores from an ssd tier in WORKDIR paced by sim_bandwidth instead (partial reads through its
 # get_range) rather than the paced dram tier; ASYNC=always configures `loads: {async: always}`: the

@@ -1,11 +1,11 @@
 #!/bin/sh
-# sparse_verify.sh - kvs-mini-engine --sparse-decode --verify over the trained weights, with the
+# sparse_verify.sh - kvs-mini-research --sparse-decode --verify over the trained weights, with the
 # prompt's chunks in a DRAM tier, then in a two-path SSD tier alone (rows read with get_range from
 # the files), then Swarm's clusters and the positional comparator in an SSD tier over two runs (the
 # second, after a restart, finds the clusters): each run's logits must equal exact attention over the
 # rows the connector selected, from the prefill's own KV, bit for bit, with no row failing its hash.
 #
-# usage: sparse_verify.sh MINI_ENGINE WORKDIR [mini engine flags...]
+# usage: sparse_verify.sh MINI_RESEARCH WORKDIR [kvs-mini-research flags...]
 set -eu
 engine=$1
 work=$2

@@ -3,14 +3,12 @@
  * get_finished, and load errors traced to the request that owns each block. */
 #include "batch.h"
 
+#include "abi/kvstrata_plans.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "abi/kvstrata_plans.h"
-
-#define PROG             "kvs-mini-engine"
 #define MAX_STEP_RETRIES 8       /* load-error recomputes per request before giving up */
 #define LOAD_WAIT_MS     60000.0 /* an asynchronous load not reported by then is an error */
 
@@ -37,7 +35,7 @@ void batch_stats_free(batch_stats *s) {
 
 int batch_add(batch *b, batch_req *q) {
     if (b->n == BATCH_MAX) {
-        fprintf(stderr, PROG ": more than %d requests in flight\n", BATCH_MAX);
+        mini_err("more than %d requests in flight\n", BATCH_MAX);
         return -1;
     }
     q->seq = b->seq++;
@@ -79,9 +77,9 @@ static void sort_batch(batch *b) {
 
 /* What of an asynchronous restore the engine computes, from its plan: the front of the range
  * (token plans) or its lower layers (layer plans) while the rest loads; a stage plan's layers once
- * the boundaries have landed. Counted like engine_restore_plans counts the plans it follows. */
+ * the boundaries have landed. Counted like plans_restore counts the plans it follows. */
 static void take_plan(batch_req *q, const kvs_restore_plan *p) {
-    connector *c = q->e->conn;
+    plan_state *c = plan_state_of(q->e);
     const int layers = model_config_of(q->e->m)->n_layers;
     q->plan = *p;
     q->planned = 1;
@@ -108,12 +106,12 @@ static void take_plan(batch_req *q, const kvs_restore_plan *p) {
 
 /* A stage plan's layers, stage after stage on this thread (stage s > 0 from its landed boundary). */
 static void compute_stages(batch_req *q) {
-    const stage_layout *sl = q->e->stages;
+    const stage_layout *sl = plan_state_of(q->e)->sl;
     const kvs_restore_plan *p = &q->plan;
     for (uint32_t s = 0; s < p->n_stages && s < KVS_MAX_STAGES; s++)
         if (p->stage_recompute_layers[s])
-            engine_compute_layers(q->e, q->e->s, p->first_token, p->recompute_tokens, sl->first[s],
-                                  sl->first[s] + (int)p->stage_recompute_layers[s], 0);
+            plans_compute_layers(q->e, q->e->s, p->first_token, p->recompute_tokens, sl->first[s],
+                                 sl->first[s] + (int)p->stage_recompute_layers[s], 0);
     q->stages_left = 0;
 }
 
@@ -161,10 +159,9 @@ static int trace_errors(batch *b, connector *c) {
                 }
         }
         if (!owner) {
-            fprintf(stderr,
-                    PROG ": load_error_blocks reported block %u, which no request whose load ended "
-                         "in this step holds\n",
-                    c->errors[k]);
+            mini_err("load_error_blocks reported block %u, which no request whose load ended "
+                     "in this step holds\n",
+                     c->errors[k]);
             return -1;
         }
         owner->bad_blocks++;
@@ -206,18 +203,17 @@ static int advance(batch *b, batch_req *q, double *excluded_ms) {
     return 0;
 }
 
-int batch_step(batch *b) {
-    if (b->n == 0) return 0;
-    engine *e0 = b->q[0]->e;
-    connector *c = e0->conn;
-    const model *m = e0->m;
-    const int n_layers = model_config_of(m)->n_layers;
-    double t_start = engine_now_ms(), excluded_ms = 0;
-    sort_batch(b);
+/* What a step holds (batch_step's phases fill it in order). */
+typedef struct step_plan {
+    int n_decode, n_prefill, n_sync, n_front; /* requests decoding, prefilling, ... */
+    int loading;                              /* an asynchronous load is in flight */
+    int computed_any;                         /* the step computed something */
+    double excluded_ms;                       /* --verify's checks: no one's waiting time */
+} step_plan;
 
-    /* 1. The schedule: every decode; prefills in order within the budget; then restore work. */
-    int budget = e0->prefill_chunk, n_decode = 0, n_prefill = 0, n_sync = 0, n_front = 0;
-    int loading = 0, computed_any = 0;
+/* 1. The schedule: every decode; prefills in order within the budget; then restore work. */
+static void schedule(batch *b, connector *c, step_plan *sp) {
+    int budget = b->q[0]->e->prefill_chunk;
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
         q->n_sched = 0;
@@ -225,10 +221,10 @@ int batch_step(batch *b) {
         q->sync_restore = q->reported = 0;
         q->first_bad = UINT64_MAX;
         q->bad_blocks = 0;
-        loading |= q->waiting_kv;
+        sp->loading |= q->waiting_kv;
         if (q->done || q->keep || q->waiting_kv || q->front_done < q->front_n || q->stages_left)
             continue;
-        if (q->produced > 0) q->n_sched = (int)(q->n_known - q->computed), n_decode++;
+        if (q->produced > 0) q->n_sched = (int)(q->n_known - q->computed), sp->n_decode++;
     }
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
@@ -240,8 +236,8 @@ int batch_step(batch *b) {
         /* a step that ends a prompt takes nothing more: its first token would wait for it (a
          * forward here costs what its tokens cost, batched or not) */
         budget = (uint64_t)q->n_sched == left ? 0 : budget - q->n_sched;
-        n_prefill++;
-        if (c && q->a.n_ext && !q->a.async && !q->a.restored) q->sync_restore = 1, n_sync++;
+        sp->n_prefill++;
+        if (c && q->a.n_ext && !q->a.async && !q->a.restored) q->sync_restore = 1, sp->n_sync++;
     }
     for (int i = 0; i < b->n && budget > 0; i++) {
         batch_req *q = b->q[i];
@@ -249,14 +245,14 @@ int batch_step(batch *b) {
         uint64_t left = q->front_n - q->front_done;
         q->front_piece = left < (uint64_t)budget ? left : (uint64_t)budget;
         budget -= (int)q->front_piece;
-        n_front++;
+        sp->n_front++;
     }
+}
 
-    /* 2. The step's metadata: the scheduled requests (the connector adds the asynchronous loads
-     * that on_alloc armed), then the plans of the asynchronous loads it carries. */
+/* 2. The step's metadata: the scheduled requests (the connector adds the asynchronous loads that
+ * on_alloc armed), then the plans of the asynchronous loads it carries. */
+static int step_meta(batch *b, connector *c) {
     kvs_step_request rs[BATCH_MAX];
-    engine *es[BATCH_MAX];
-    admitted *as[BATCH_MAX];
     int n_rs = 0;
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
@@ -269,50 +265,65 @@ int batch_step(batch *b) {
                                         .n_computed = q->computed,
                                         .n_scheduled = (uint64_t)q->n_sched};
     }
-    if (c) {
-        if (connector_step_meta(c, rs, (uint64_t)n_rs) != 0) return -1;
-        for (int i = 0; i < b->n; i++) {
-            batch_req *q = b->q[i];
-            if (!q->waiting_kv || q->load_issued) continue;
-            q->load_issued = 1;
-            kvs_restore_plan p = {.struct_size = sizeof p};
-            kvs_status ps = c->plans ? c->api->plan(c->h, q->a.req_id, &p) : KVS_ENOTFOUND;
-            if (ps == KVS_OK)
-                take_plan(q, &p);
-            else if (ps != KVS_ENOTFOUND) /* the loads may lack what the plan gives us */
-                return connector_hook_failed(c, "plan", ps);
-        }
-        /* 3. start_load, recomputing beside the loads what the synchronous restores' plans leave */
-        admitted sync_as[BATCH_MAX];
-        int idx[BATCH_MAX], n_s = 0;
-        for (int i = 0; i < b->n; i++)
-            if (b->q[i]->sync_restore) {
-                es[n_s] = b->q[i]->e;
-                sync_as[n_s] = b->q[i]->a;
-                as[n_s] = &b->q[i]->a;
-                idx[n_s] = n_s;
-                n_s++;
-            }
-        if (n_s == 0)
-            HOOK(c, c->api->start_load(c->h), "start_load");
-        else if (engine_restore_plans(es, sync_as, idx, n_s) != 0)
-            return -1;
-        for (int j = 0; j < n_s; j++) as[j]->restored = 1;
-    }
-
-    /* 4. The parts of asynchronous restores the engine computes (their pages are not being
-     * written: the loads land in other blocks, or in other layers, and only between steps). */
+    if (connector_step_meta(c, rs, (uint64_t)n_rs) != 0) return -1;
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
-        if (q->stages_left && !q->waiting_kv) compute_stages(q), computed_any = 1;
-        if (!q->front_piece) continue;
-        engine_compute_layers(q->e, q->e->s, q->plan.first_token + q->front_done, q->front_piece, 0,
-                              q->front_layers, q->front_layers == n_layers);
-        q->front_done += q->front_piece;
-        computed_any = 1;
+        if (!q->waiting_kv || q->load_issued) continue;
+        q->load_issued = 1;
+        kvs_restore_plan p = {.struct_size = sizeof p};
+        kvs_status ps =
+            plan_state_of(q->e)->plans ? c->api->plan(c->h, q->a.req_id, &p) : KVS_ENOTFOUND;
+        if (ps == KVS_OK)
+            take_plan(q, &p);
+        else if (ps != KVS_ENOTFOUND) /* the loads may lack what the plan gives us */
+            return connector_hook_failed(c, "plan", ps);
     }
+    return 0;
+}
 
-    /* 5. One forward over the scheduled requests, layer by layer, with the hooks around it. */
+/* 3. start_load, recomputing beside the loads what the synchronous restores' plans leave. */
+static int start_loads(batch *b, connector *c) {
+    engine *es[BATCH_MAX];
+    admitted *as[BATCH_MAX];
+    admitted sync_as[BATCH_MAX];
+    int idx[BATCH_MAX], n_s = 0;
+    for (int i = 0; i < b->n; i++)
+        if (b->q[i]->sync_restore) {
+            es[n_s] = b->q[i]->e;
+            sync_as[n_s] = b->q[i]->a;
+            as[n_s] = &b->q[i]->a;
+            idx[n_s] = n_s;
+            n_s++;
+        }
+    if (n_s == 0)
+        HOOK(c, c->api->start_load(c->h), "start_load");
+    else if (plans_restore(es, sync_as, idx, n_s) != 0)
+        return -1;
+    for (int j = 0; j < n_s; j++) as[j]->restored = 1;
+    return 0;
+}
+
+/* 4. The parts of asynchronous restores the engine computes (their pages are not being written:
+ * the loads land in other blocks, or in other layers, and only between steps). */
+static void compute_restores(batch *b, int n_layers, step_plan *sp) {
+    for (int i = 0; i < b->n; i++) {
+        batch_req *q = b->q[i];
+        if (q->stages_left && !q->waiting_kv) compute_stages(q), sp->computed_any = 1;
+        if (!q->front_piece) continue;
+        plans_compute_layers(q->e, q->e->s, q->plan.first_token + q->front_done, q->front_piece, 0,
+                             q->front_layers, q->front_layers == n_layers);
+        q->front_done += q->front_piece;
+        sp->computed_any = 1;
+    }
+}
+
+/* 5. One forward over the scheduled requests, layer by layer, with the hooks around it; then, in
+ * vLLM's order, get_finished and load_error_blocks (which then also lists the failed blocks of the
+ * asynchronous loads get_finished reported). */
+static int forward(batch *b, connector *c) {
+    engine *e0 = b->q[0]->e;
+    const model *m = e0->m;
+    const int n_layers = model_config_of(m)->n_layers;
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
         if (q->n_sched) model_embed(m, q->e->s, q->e->tokens + q->computed, q->n_sched);
@@ -322,30 +333,30 @@ int batch_step(batch *b) {
         for (int i = 0; i < b->n; i++) {
             batch_req *q = b->q[i];
             if (!q->n_sched) continue;
-            engine_capture_boundary(q->e, q->e->s, l, q->computed, q->n_sched);
+            plans_capture_boundary(q->e, q->e->s, l, q->computed, q->n_sched);
             model_layer(m, q->e->s, q->e->kv, (uint32_t)l, q->e->table, q->computed, q->n_sched);
         }
         if (c) HOOK(c, c->api->save_layer(c->h, (uint32_t)l), "save_layer");
     }
-    if (c) {
-        for (uint32_t l = (uint32_t)n_layers; e0->stages && l < stage_cache_layers(e0->stages); l++)
-            HOOK(c, c->api->save_layer(c->h, l), "save_layer");
-        HOOK(c, c->api->wait_save(c->h), "wait_save");
-        /* 6. vLLM's order: get_finished, then load_error_blocks (which then also lists the failed
-         * blocks of the asynchronous loads get_finished reported) */
-        if (connector_finished(c, on_finished, b) != 0 || trace_errors(b, c) != 0) return -1;
-    }
+    if (!c) return 0;
+    for (uint32_t l = (uint32_t)n_layers; l < kvcache_params_of(e0->kv)->n_layers; l++)
+        HOOK(c, c->api->save_layer(c->h, l), "save_layer");
+    HOOK(c, c->api->wait_save(c->h), "wait_save");
+    if (connector_finished(c, on_finished, b) != 0 || trace_errors(b, c) != 0) return -1;
+    return 0;
+}
 
-    /* 7. Results. A request whose synchronous loads failed discards what the step computed for it
-     * and recomputes from its first failed block; one whose asynchronous load failed recomputes
-     * from there once it is scheduled. */
+/* 6. Results. A request whose synchronous loads failed discards what the step computed for it and
+ * recomputes from its first failed block; one whose asynchronous load failed recomputes from there
+ * once it is scheduled. */
+static int results(batch *b, step_plan *sp) {
     for (int i = 0; i < b->n; i++) {
         batch_req *q = b->q[i];
         if (q->bad_blocks) {
             q->r->error_blocks += q->bad_blocks;
             if (++q->retries > MAX_STEP_RETRIES) {
-                fprintf(stderr, PROG ": '%s': loads kept failing after %d recomputes\n",
-                        q->a.req_id, q->retries - 1);
+                mini_err("'%s': loads kept failing after %d recomputes\n", q->a.req_id,
+                         q->retries - 1);
                 return -1;
             }
             uint64_t first = q->first_bad < q->a.n_local ? q->a.n_local : q->first_bad;
@@ -354,19 +365,23 @@ int batch_step(batch *b) {
             if (q->sync_restore) continue; /* the step's results for it are void */
         }
         if (q->n_sched) {
-            computed_any = 1;
-            if (advance(b, q, &excluded_ms) != 0) return -1;
+            sp->computed_any = 1;
+            if (advance(b, q, &sp->excluded_ms) != 0) return -1;
         }
     }
+    return 0;
+}
 
-    /* 8. Step times (the benchmark's): decode-only steps, and steps that restored synchronously
-     * while others decoded. */
-    double step_ms = engine_now_ms() - t_start - excluded_ms;
+/* 7. Step times (the benchmark's): decode-only steps, and steps that restored synchronously while
+ * others decoded. Then the finished requests leave; with nothing computed, wait for a load. */
+static int end_step(batch *b, const step_plan *sp, double t_start) {
+    double step_ms = engine_now_ms() - t_start - sp->excluded_ms;
     b->stats.steps++;
-    if (n_decode && !n_prefill && !n_front)
-        record_decode_step(&b->stats, (batch_decode_step){engine_now_ms(), step_ms,
-                                                          (uint32_t)n_decode, (uint32_t)loading});
-    else if (n_sync && n_decode) {
+    if (sp->n_decode && !sp->n_prefill && !sp->n_front)
+        record_decode_step(&b->stats,
+                           (batch_decode_step){engine_now_ms(), step_ms, (uint32_t)sp->n_decode,
+                                               (uint32_t)sp->loading});
+    else if (sp->n_sync && sp->n_decode) {
         b->stats.restore_steps++;
         b->stats.restore_ms += step_ms;
     }
@@ -374,16 +389,28 @@ int batch_step(batch *b) {
     for (int i = 0; i < b->n; i++)
         if (!b->q[i]->done) b->q[k++] = b->q[i];
     b->n = k;
-    if (!computed_any && b->n) {
-        double now = engine_now_ms();
-        for (int i = 0; i < b->n; i++)
-            if (b->q[i]->waiting_kv && now - b->q[i]->a.t0 > LOAD_WAIT_MS) {
-                fprintf(stderr, PROG ": the asynchronous load of '%s' never finished\n",
-                        b->q[i]->a.req_id);
-                return -1;
-            }
-        b->stats.polls++;
-        sleep_ms(1); /* nothing to compute until a load lands: the next step polls again */
-    }
+    if (sp->computed_any || !b->n) return 0;
+    double now = engine_now_ms();
+    for (int i = 0; i < b->n; i++)
+        if (b->q[i]->waiting_kv && now - b->q[i]->a.t0 > LOAD_WAIT_MS) {
+            mini_err("the asynchronous load of '%s' never finished\n", b->q[i]->a.req_id);
+            return -1;
+        }
+    b->stats.polls++;
+    sleep_ms(1); /* nothing to compute until a load lands: the next step polls again */
     return 0;
+}
+
+int batch_step(batch *b) {
+    if (b->n == 0) return 0;
+    connector *c = b->q[0]->e->conn;
+    const int n_layers = model_config_of(b->q[0]->e->m)->n_layers;
+    double t_start = engine_now_ms();
+    step_plan sp = {0};
+    sort_batch(b);
+    schedule(b, c, &sp);
+    if (c && (step_meta(b, c) != 0 || start_loads(b, c) != 0)) return -1;
+    compute_restores(b, n_layers, &sp);
+    if (forward(b, c) != 0 || results(b, &sp) != 0) return -1;
+    return end_step(b, &sp, t_start);
 }

@@ -7,11 +7,11 @@
 #ifndef MINI_LSC_H
 #define MINI_LSC_H
 
-#include "model.h"
-#include "options.h"
+#include "models/mini/model.h"
+#include "research.h"
 
 /* 0 when the measured maximum context is within one stream block of the prediction and (with
  * --verify) every step matched; 1 otherwise (a sentence on stderr). */
-int lsc_run(const options *o, const model *m);
+int lsc_run(const options *o, const research *x, const model *m);
 
 #endif

@@ -1,5 +1,5 @@
 /* weights.h - trained weights for the mini engine's model (--weights FILE), written by
- * examples/mini_engine/train/train.py.
+ * models/mini/train/train.py.
  *
  * The KVSW format, little-endian throughout:
  *   char magic[8] = "KVSWGT01"; u32 version = 1; u32 dim, layers, heads, kv_heads, ffn, vocab;
@@ -37,7 +37,7 @@ int weights_parse(const void *bytes, size_t len, weights_file *out, char *err, s
 void weights_free(weights_file *w);
 
 /* A file shipped with the build (the checkpoint mini-256.kvsw, its text sample mini-256.sample.txt):
- * <exe dir>/../share/kvstrata/NAME, else the source tree's examples/mini_engine/train/NAME. Writes
+ * <exe dir>/../share/kvstrata/NAME, else the source tree's models/mini/train/NAME. Writes
  * the path into buf and returns buf, or NULL if neither exists. */
 const char *weights_default_file(const char *name, char *buf, size_t len);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Train the mini engine's transformer on English text and export it for `kvs-mini-engine --weights`.
 
-The model is exactly the architecture of examples/mini_engine/model.c: token embedding, per layer
+The model is exactly the architecture of models/mini/model.c: token embedding, per layer
 RMSNorm (eps 1e-5) -> Q, K, V projections without bias, RoPE on consecutive pairs (angle
 pos * 10000^(-2i/head_dim)), causal grouped-query attention scaled by 1/sqrt(head_dim), output
 projection, residual; RMSNorm -> SwiGLU (silu(x W1) * (x W3)) W2, residual; final RMSNorm and an
@@ -12,7 +12,7 @@ Corpus: the reStructuredText sources of the Python documentation shipped by Debi
 files in sorted order; every 20th file is held out for validation.
 
 Run with Debian's interpreter (it has python3-torch):
-    /usr/bin/python3 examples/mini_engine/train/train.py --out examples/mini_engine/train/mini-256.kvsw
+    /usr/bin/python3 models/mini/train/train.py --out models/mini/train/mini-256.kvsw
 CI never runs this: the checkpoint is committed. See README.md beside this file.
 """
 import argparse
@@ -149,7 +149,7 @@ def fnv1a64(data):
 
 
 def export(model, path, meta, prompt):
-    """The KVSW format (examples/mini_engine/weights.h): a header, then fp32 little-endian arrays in
+    """The KVSW format (models/mini/weights.h): a header, then fp32 little-endian arrays in
     the C model's input-major order, then the reference the loader's test compares against."""
     c = model.c
     arrays = [model.embed.weight, model.final_norm, model.wcls.weight.t()]

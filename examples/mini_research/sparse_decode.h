@@ -9,11 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
-#include "options.h"
+#include "models/mini/model.h"
+#include "research.h"
 
 /* 0 when every check passed, 1 when one failed or the run could not be made, 2 for a model it
  * cannot decode (MLA). text/text_len: --text's bytes for the prompt, or NULL (seeded tokens). */
-int sparse_decode_run(const options *o, const model *m, const uint8_t *text, size_t text_len);
+int sparse_decode_run(const options *o, const research *x, const model *m, const uint8_t *text,
+                      size_t text_len);
 
 #endif

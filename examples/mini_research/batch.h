@@ -13,7 +13,8 @@
 
 #include "abi/kvstrata.h"
 #include "abi/kvstrata_plans.h"
-#include "engine.h"
+#include "examples/mini_engine/engine.h"
+#include "plans.h"
 
 #define BATCH_MAX 64 /* requests in flight at once */
 

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PROG    "kvs-mini-engine"
 #define REPEATS 3
 
 /* Least squares for y = X b with k <= 3 columns (normal equations, Gaussian elimination). */
@@ -70,13 +69,13 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     kvs_status st = c->api->lookup(c->h, id, e->tokens, n, 0, &lr);
     uint32_t n_blocks = (uint32_t)((n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (st != KVS_OK || lr.unknown_yet || lr.n_hit_tokens == 0) {
-        fprintf(stderr, PROG ": profile: lookup of the stored prompt found %llu tokens (%s)\n",
-                (unsigned long long)lr.n_hit_tokens,
-                st != KVS_OK ? c->api->last_error(c->h) : "no hit");
+        mini_err("profile: lookup of the stored prompt found %llu tokens (%s)\n",
+                 (unsigned long long)lr.n_hit_tokens,
+                 st != KVS_OK ? c->api->last_error(c->h) : "no hit");
         return -1;
     }
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
-        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n", (unsigned long long)n);
+        mini_err("profile: no pages for %llu tokens\n", (unsigned long long)n);
         return -1;
     }
     kvs_stats before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
@@ -106,9 +105,9 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     if (st == KVS_OK) st = c->api->stats(c->h, &after);
     if (st == KVS_OK) st = c->api->request_finished(c->h, id, &keep);
     if (st != KVS_OK) {
-        fprintf(stderr, PROG ": profile: %s\n", c->api->last_error(c->h));
+        mini_err("profile: %s\n", c->api->last_error(c->h));
     } else if (n_bad) {
-        fprintf(stderr, PROG ": profile: %llu blocks failed to load\n", (unsigned long long)n_bad);
+        mini_err("profile: %llu blocks failed to load\n", (unsigned long long)n_bad);
     } else {
         *chunks = after.chunks_loaded - before.chunks_loaded;
         *bytes = after.bytes_loaded - before.bytes_loaded;
@@ -117,9 +116,8 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
         for (uint32_t t = 0; t < after.n_tiers && t < KVS_STATS_MAX_TIERS; t++) {
             if (after.tier_chunks_loaded[t] == before.tier_chunks_loaded[t]) continue;
             if (*tier >= 0) {
-                fprintf(
-                    stderr, PROG
-                    ": profile: loads came from more than one tier; profile a config with one\n");
+                mini_err(
+                    "profile: loads came from more than one tier; profile a config with one\n");
                 rc = -1;
             }
             *tier = (int)t;
@@ -129,19 +127,22 @@ static int time_load(engine *e, uint64_t tokens, int serial, double *secs, uint6
     return rc;
 }
 
-int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const char *out_path) {
-    const int vocab = model_config_of(e->m)->vocab;
-    uint64_t state = 0x9e3779b97f4a7c15ull;
-    for (uint64_t i = 0; i < max_tokens; i++) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        e->tokens[i] = (int32_t)((state >> 33) % (uint64_t)vocab);
-    }
+/* What the profile fitted. */
+typedef struct fit {
+    double b[3];  /* compute: fixed, per token, attention per token^2 (seconds) */
+    double worst; /* the compute fit's worst relative error */
+    int m;        /* forwards fitted */
+    double lb[2]; /* loads: per restore, per chunk (seconds) */
+    int lm;       /* restores fitted */
+    int tier;     /* the index of the tier that served them */
+    uint64_t bytes_per_chunk;
+} fit;
 
-    /* Compute: forwards of n tokens at offset o; fit fixed + per-token + attention coefficients. */
+/* Compute: forwards of n tokens at offset o; fit fixed + per-token + attention coefficients. */
+static int fit_compute(engine *e, uint64_t max_tokens, fit *f) {
     uint32_t n_blocks = (uint32_t)((max_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS);
     if (kvcache_alloc(e->kv, n_blocks, e->table) != 0) {
-        fprintf(stderr, PROG ": profile: no pages for %llu tokens\n",
-                (unsigned long long)max_tokens);
+        mini_err("profile: no pages for %llu tokens\n", (unsigned long long)max_tokens);
         return -1;
     }
     double x[64 * 3], y[64];
@@ -164,24 +165,30 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
         for (int k = 0; k < 3; k++) wx[i * 3 + k] = x[i * 3 + k] / y[i];
         wy[i] = 1;
     }
-    double b[3];
-    if (least_squares(wx, wy, m, 3, b) != 0) {
-        fprintf(stderr, PROG ": profile: the compute fit is singular\n");
+    if (least_squares(wx, wy, m, 3, f->b) != 0) {
+        mini_err("profile: the compute fit is singular\n");
         return -1;
     }
-    double worst = 0;
+    f->m = m;
+    f->worst = 0;
     for (int i = 0; i < m; i++) {
-        double fit = clamp0(b[0]) + clamp0(b[1]) * x[i * 3 + 1] + clamp0(b[2]) * x[i * 3 + 2];
-        double err = fit > y[i] ? fit / y[i] - 1 : y[i] / fit - 1;
-        if (err > worst) worst = err;
+        double at =
+            clamp0(f->b[0]) + clamp0(f->b[1]) * x[i * 3 + 1] + clamp0(f->b[2]) * x[i * 3 + 2];
+        double err = at > y[i] ? at / y[i] - 1 : y[i] / at - 1;
+        if (err > f->worst) f->worst = err;
     }
+    return 0;
+}
 
-    /* Loads: store the prompt once, then restore prefixes of it through the hooks. */
+/* Loads: store the prompt once, then restore prefixes of it through the hooks; fit a cost per
+ * restore and per chunk. */
+static int fit_loads(engine *e, uint64_t max_tokens, fit *f) {
     turn_result tr;
     if (engine_serve(e, "profile/store", max_tokens, 1, &tr, NULL, NULL) != 0) return -1;
     double lx[32 * 2], ly[32];
-    int lm = 0, tier = -1, serial = 0;
-    uint64_t bytes_per_chunk = 0;
+    int lm = 0, serial = 0;
+    f->tier = -1;
+    f->bytes_per_chunk = 0;
     for (int k = 1; k <= 4; k++) {
         uint64_t tokens = max_tokens * (uint64_t)k / 4 - 1;
         double best = 1e30;
@@ -190,32 +197,39 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
             double t;
             int got_tier;
             if (time_load(e, tokens, serial++, &t, &chunks, &bytes, &got_tier) != 0) return -1;
-            if (chunks) bytes_per_chunk = bytes / chunks;
-            if (got_tier >= 0) tier = got_tier;
+            if (chunks) f->bytes_per_chunk = bytes / chunks;
+            if (got_tier >= 0) f->tier = got_tier;
             if (t < best) best = t;
         }
         lx[lm * 2] = 1;
         lx[lm * 2 + 1] = (double)chunks;
         ly[lm++] = best;
     }
-    double lb[2];
-    if (tier < 0 || bytes_per_chunk == 0 || least_squares(lx, ly, lm, 2, lb) != 0) {
-        fprintf(stderr, PROG ": profile: the load measurements do not fit a cost per chunk\n");
+    f->lm = lm;
+    double *lb = f->lb;
+    if (f->tier < 0 || f->bytes_per_chunk == 0 || least_squares(lx, ly, lm, 2, lb) != 0) {
+        mini_err("profile: the load measurements do not fit a cost per chunk\n");
         return -1;
     }
     if (lb[1] <=
-        0) { /* loads too fast to tell from noise: charge each restore's whole time to its chunks */
+        0) { /* loads too fast to tell from noise: charge each restore's time to its chunks */
         lb[0] = 0;
         lb[1] = 0;
         for (int i = 0; i < lm; i++)
             if (lx[i * 2 + 1] > 0 && ly[i] / lx[i * 2 + 1] > lb[1]) lb[1] = ly[i] / lx[i * 2 + 1];
         if (lb[1] <= 0) {
-            fprintf(stderr, PROG ": profile: no restore loaded a chunk\n");
+            mini_err("profile: no restore loaded a chunk\n");
             return -1;
         }
     }
-    double mb_s = (double)bytes_per_chunk / lb[1] / 1e6;
+    return 0;
+}
 
+/* The profile, as YAML with a comment on how it was measured; and a line on stdout. */
+static int write_profile(const engine *e, uint64_t max_tokens, const fit *fi, const char *tier_name,
+                         const char *out_path) {
+    const double *b = fi->b, *lb = fi->lb;
+    double mb_s = (double)fi->bytes_per_chunk / lb[1] / 1e6;
     FILE *f = fopen(out_path, "w");
     if (!f) {
         perror(out_path);
@@ -225,7 +239,7 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     fprintf(f,
-            "# restore profile written by " PROG " --profile on %s\n"
+            "# restore profile written by %s --profile on %s\n"
             "# engine %s; %d forwards fitted (worst relative error %.2f);\n"
             "# loads: %d restores of 1/4..4/4 of a %llu-token prompt from tier index %d, %.1f us "
             "per chunk of\n"
@@ -238,9 +252,10 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
             "  - name: %s\n"
             "    latency_us: 0\n"
             "    bandwidth_mb_s: %.3f\n",
-            when, e->conn->model_id, m, worst, lm, (unsigned long long)max_tokens, tier,
-            lb[1] * 1e6, (unsigned long long)bytes_per_chunk, clamp0(lb[0]) * 1e6,
-            clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, tier_name, mb_s);
+            mini_prog, when, e->conn->model_id, fi->m, fi->worst, fi->lm,
+            (unsigned long long)max_tokens, fi->tier, lb[1] * 1e6,
+            (unsigned long long)fi->bytes_per_chunk, clamp0(lb[0]) * 1e6, clamp0(b[0]) * 1e6,
+            clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, tier_name, mb_s);
     if (fclose(f) != 0) {
         perror(out_path);
         return -1;
@@ -248,7 +263,19 @@ int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const cha
     printf("profile: compute %.1f us + %.3f us/token + %.4f ns/token^2 (worst fit error %.0f%%); "
            "tier '%s' "
            "%.1f MB/s (%.1f us per %llu-byte chunk); written to %s\n",
-           clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, worst * 100, tier_name, mb_s,
-           lb[1] * 1e6, (unsigned long long)bytes_per_chunk, out_path);
+           clamp0(b[0]) * 1e6, clamp0(b[1]) * 1e6, clamp0(b[2]) * 1e9, fi->worst * 100, tier_name,
+           mb_s, lb[1] * 1e6, (unsigned long long)fi->bytes_per_chunk, out_path);
     return 0;
+}
+
+int profile_run(engine *e, uint64_t max_tokens, const char *tier_name, const char *out_path) {
+    const int vocab = model_config_of(e->m)->vocab;
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < max_tokens; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        e->tokens[i] = (int32_t)((state >> 33) % (uint64_t)vocab);
+    }
+    fit f;
+    if (fit_compute(e, max_tokens, &f) != 0 || fit_loads(e, max_tokens, &f) != 0) return -1;
+    return write_profile(e, max_tokens, &f, tier_name, out_path);
 }

@@ -22,12 +22,11 @@
 #include <string.h>
 
 #include "abi/kvstrata_sparse.h"
-#include "connector.h"
-#include "engine.h"
-#include "mode.h"
+#include "examples/mini_engine/connector.h"
+#include "examples/mini_engine/engine.h"
+#include "examples/mini_engine/mode.h"
 
-#define PROG "kvs-mini-engine"
-#define REQ  "sparse-decode"
+#define REQ "sparse-decode"
 
 enum { RUN_SPARSE, RUN_REPLAY, RUN_FULL };
 
@@ -382,12 +381,17 @@ static double rel_l2(const float *a, const float *b, uint64_t n) {
     return norm > 0 ? sqrt(diff / norm) : 0.0;
 }
 
-int sparse_decode_run(const options *o, const model *m, const uint8_t *text, size_t text_len) {
+/* What a run measured, for its report. */
+typedef struct sd_result {
+    kvs_sparse_stats st;
+    double prefill_ms, sparse_ms, replay_ms, full_ms, offload_ms;
+    uint64_t offload_n, offload_loaded, lookup_hit, mismatches, agree, own_from;
+    double err; /* attention output error against full attention */
+} sd_result;
+
+/* The run's sizes from the model and the flags. */
+static sd sd_make(const options *o, const research *x, const model *m) {
     const model_config *c = model_config_of(m);
-    if (c->is_mla) {
-        fprintf(stderr, PROG ": --sparse-decode needs a GQA model (per-head K and V)\n");
-        return 2;
-    }
     sd d = {.o = o,
             .m = m,
             .L = (uint32_t)c->n_layers,
@@ -396,204 +400,247 @@ int sparse_decode_run(const options *o, const model *m, const uint8_t *text, siz
             .group = (uint32_t)(c->n_heads / c->n_kv_heads),
             .hd = (uint32_t)model_head_dim(m),
             .vocab = (uint32_t)c->vocab,
-            .dtype = o->dtype,
-            .N = (uint64_t)o->sparse_context,
+            .dtype = (kvs_dtype)o->dtype,
+            .N = (uint64_t)x->sparse_context,
             .D = (uint64_t)o->decode_tokens,
-            .sink = (uint32_t)o->sparse_sink,
-            .recent = (uint32_t)o->sparse_recent,
-            .slots = (uint32_t)o->topk};
+            .sink = (uint32_t)x->sparse_sink,
+            .recent = (uint32_t)x->sparse_recent,
+            .slots = (uint32_t)x->topk};
     d.head_bytes = (uint64_t)d.hd * kv_dtype_size(d.dtype);
     d.P = d.N + d.D + 1;
+    return d;
+}
+
+/* sparse_begin: the head cache the connector selects into, and how it selects. */
+static int sparse_begin(sd *d, const research *x) {
+    kvs_sparse_cache cache = {.struct_size = sizeof cache,
+                              .slots = d->slots,
+                              .k = d->cache_k,
+                              .v = d->cache_v,
+                              .slot_rows = d->slot_rows,
+                              .hit = d->hit,
+                              .attend_from = d->attend_from};
+    kvs_sparse_params params = {
+        .struct_size = sizeof params,
+        .topk = d->slots,
+        .sink = d->sink,
+        .recent = d->recent,
+        .q_per_kv = d->group,
+        .max_tokens = d->P,
+        .layout = x->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
+                  : x->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
+                                         : KVS_SPARSE_LAYOUT_ROWS,
+        .profile_steps = (uint32_t)x->profile_steps,
+        .cluster_cache_rows = (uint64_t)x->cluster_cache,
+        .index = x->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
+        .target_error = (float)x->sparse_adapt,
+        .score_scale = 1.0f, /* the queries come scaled by 1/sqrt(head_dim) */
+        .cluster_cache = x->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
+    connector *conn = d->conn;
+    return hook(
+        conn, "sparse_begin",
+        conn->api->sparse_begin(conn->h, REQ, d->tokens, d->N, &cache, &params, &d->stored));
+}
+
+/* The engine's own rows: the sink, the prompt's from its recent window on; the pool is NaN.
+ * Returns the first row the engine holds past the sink. */
+static uint64_t own_rows(sd *d) {
+    uint64_t plane = (uint64_t)d->L * d->G * d->P * d->hd;
+    memset(d->own_k, 0xff, plane * 4);
+    memset(d->own_v, 0xff, plane * 4);
+    uint64_t window = d->N + 1 > d->recent ? d->N + 1 - d->recent : 0;
+    uint64_t own_from = window < d->stored ? window : d->stored;
+    for (uint64_t r = 0; r < d->N; r++) {
+        if (r >= d->sink && r < own_from) continue;
+        for (uint32_t l = 0; l < d->L; l++)
+            for (uint32_t g = 0; g < d->G; g++) {
+                memcpy(kv_at(d, d->own_k, l, g, r), kv_at(d, d->full_k, l, g, r), d->hd * 4);
+                memcpy(kv_at(d, d->own_v, l, g, r), kv_at(d, d->full_v, l, g, r), d->hd * 4);
+            }
+    }
+    return own_from;
+}
+
+/* 3. the same rows from the snapshot (bit for bit, with --verify); 4. full attention over every
+ * row, and full-KV offload; their agreement with the sparse run's logits and attention. */
+static int compare(sd *d, engine *e, const float *sparse_logits, const float *sparse_att,
+                   sd_result *res) {
+    if (d->o->verify) {
+        decode(d, RUN_REPLAY, &res->replay_ms);
+        for (uint64_t t = 0; t < d->D; t++)
+            res->mismatches +=
+                memcmp(d->logits + t * d->vocab, sparse_logits + t * d->vocab, d->vocab * 4) != 0;
+    }
+    decode(d, RUN_FULL, &res->full_ms);
+    res->offload_n = d->D < 8 ? d->D : 8;
+    if (offload_steps(d, e, res->offload_n, &res->offload_ms, &res->offload_loaded,
+                      &res->lookup_hit) != 0)
+        return -1;
+    for (uint64_t t = 0; t < d->D; t++) {
+        res->agree +=
+            model_argmax(d->logits + t * d->vocab, (int)d->vocab) == d->tokens[d->N + t + 1];
+        for (uint32_t l = 0; l < d->L; l++) {
+            uint64_t at = (t * d->L + l) * d->H * d->hd;
+            res->err += rel_l2(sparse_att + at, d->att + at, (uint64_t)d->H * d->hd);
+        }
+    }
+    res->err /= (double)(d->D * d->L);
+    return 0;
+}
+
+/* The sparse steps from the tiers, then compare() against the other ways of decoding. */
+static int sparse_then_compare(sd *d, engine *e, const research *x, sd_result *res) {
+    if (sparse_begin(d, x) != 0) return -1;
+    res->own_from = own_rows(d);
+    if (decode(d, RUN_SPARSE, &res->sparse_ms) != 0) return -1;
+    res->st = (kvs_sparse_stats){.struct_size = sizeof res->st};
+    connector *conn = d->conn;
+    if (hook(conn, "sparse_stats", conn->api->sparse_stats(conn->h, REQ, &res->st))) return -1;
+    hook(conn, "sparse_end", conn->api->sparse_end(conn->h, REQ));
+    float *sparse_logits = d->logits, *sparse_att = d->att;
+    d->logits = malloc(d->D * d->vocab * 4);
+    d->att = malloc(d->D * d->L * d->H * d->hd * 4);
+    int rc = -1;
+    if (!d->logits || !d->att)
+        mini_err("--sparse-decode: out of memory\n");
+    else
+        rc = compare(d, e, sparse_logits, sparse_att, res);
+    free(sparse_logits);
+    free(sparse_att);
+    return rc;
+}
+
+/* The report's first lines: the context, the hits and reads, the clusters. */
+static void print_reads(const sd *d, const research *x, const sd_result *res) {
+    const kvs_sparse_stats *st = &res->st;
+    uint64_t head_steps = st->head_hits + st->head_misses;
+    uint64_t full_bytes = d->stored * d->L * d->G * d->head_bytes * 2; /* the whole KV, each step */
+    uint64_t own_from = res->own_from;
+    uint64_t held = (own_from > d->sink ? d->sink : own_from) + (d->N - own_from) + d->D + d->slots;
+    printf("sparse: context %llu tokens, %llu of them in the tiers; %llu decode steps, top-%u of "
+           "each KV head, sink %u, recent %u; the engine held %llu rows a head (%.3f of the "
+           "context), prefill %.1f ms\n",
+           (unsigned long long)d->N, (unsigned long long)d->stored, (unsigned long long)d->D,
+           d->slots, d->sink, d->recent, (unsigned long long)held,
+           (double)held / (double)(d->N + d->D), res->prefill_ms);
+    printf("sparse: head hits %.1f%% of %llu head steps; %llu rows read (%llu failed), %.0f B a "
+           "token (%.4f of loading the whole KV, %llu B); speculation kept %llu, corrected %llu "
+           "head steps; selection %.2f ms, reads %.2f ms a token\n",
+           head_steps ? 100.0 * (double)st->head_hits / (double)head_steps : 0.0,
+           (unsigned long long)head_steps, (unsigned long long)st->rows_fetched,
+           (unsigned long long)st->rows_failed, (double)st->bytes_fetched / (double)d->D,
+           (double)st->bytes_fetched / (double)d->D / (double)full_bytes,
+           (unsigned long long)full_bytes, (unsigned long long)st->spec_kept,
+           (unsigned long long)st->spec_corrected, (double)st->select_ns / 1e6 / (double)d->D,
+           (double)st->fetch_ns / 1e6 / (double)d->D);
+    if (x->sparse_swarm) {
+        uint64_t useful = st->rows_from_clusters * 2 * d->head_bytes;
+        printf("sparse: %s: %llu layers' clusters found, %llu written; %llu of %llu rows read "
+               "came out of %llu clusters read (%llu B, %.2f B read a useful B) and %llu cache "
+               "hits\n",
+               x->sparse_swarm == 2 ? "positions" : "swarm", (unsigned long long)st->layouts_found,
+               (unsigned long long)st->layouts_written, (unsigned long long)st->rows_from_clusters,
+               (unsigned long long)st->rows_fetched, (unsigned long long)st->clusters_read,
+               (unsigned long long)st->cluster_bytes_read,
+               useful ? (double)st->cluster_bytes_read / (double)useful : 0.0,
+               (unsigned long long)st->cluster_cache_hits);
+    }
+}
+
+/* The report's rates, selection and accuracy lines. */
+static void print_rates(const sd *d, const research *x, const sd_result *res) {
+    const kvs_sparse_stats *st = &res->st;
+    double sparse_ms = res->sparse_ms, full_ms = res->full_ms, offload_ms = res->offload_ms;
+    uint64_t offload_n = res->offload_n;
+    printf("sparse: decode %.1f tok/s sparse from the tiers, %.1f tok/s full attention with "
+           "every row in memory (%.3fx), %.1f tok/s full-KV offload (%llu steps restoring %.0f "
+           "tokens each from the tiers; %.3fx)\n",
+           (double)d->D * 1000.0 / sparse_ms, (double)d->D * 1000.0 / full_ms, full_ms / sparse_ms,
+           (double)offload_n * 1000.0 / offload_ms, (unsigned long long)offload_n,
+           offload_n ? (double)res->offload_loaded / (double)offload_n : 0.0,
+           offload_n ? offload_ms / (double)offload_n / (sparse_ms / (double)d->D) : 0.0);
+    printf("sparse: selection by %s: %llu of %llu head misses through the medoid index, %.1f keys "
+           "scored a miss; recall of the step's exact top-%u %.3f (mean over head steps, hits "
+           "included)\n",
+           x->sparse_medoids ? "medoids" : "the exact top-k",
+           (unsigned long long)st->medoid_selections, (unsigned long long)st->head_misses,
+           st->head_misses ? (double)st->keys_scored / (double)st->head_misses : 0.0, d->slots,
+           d->recall_n ? d->recall_sum / (double)d->recall_n : 0.0);
+    if (x->sparse_adapt > 0)
+        printf("sparse: adaptive thresholds (target error %.3f): %llu head steps audited, mean "
+               "attention error %.4f; tau raised %llu times, lowered %llu\n",
+               x->sparse_adapt, (unsigned long long)st->audits,
+               st->audits ? (double)st->audit_error_micro / 1e6 / (double)st->audits : 0.0,
+               (unsigned long long)st->tau_raised, (unsigned long long)st->tau_lowered);
+    printf("sparse: against full attention: top-1 agreement %llu/%llu (%.3f), attention output "
+           "error %.4f (mean relative L2 over steps and layers)\n",
+           (unsigned long long)res->agree, (unsigned long long)d->D,
+           (double)res->agree / (double)d->D, res->err);
+}
+
+/* --verify's lines and verdict: 0, or 1 when a check failed. */
+static int print_verify(const sd *d, const sd_result *res) {
+    const kvs_sparse_stats *st = &res->st;
+    int rc = 0;
+    printf("verify: %llu steps' logits against exact attention over the rows the connector "
+           "selected, from the prefill's own KV, bit for bit: %llu mismatches\n",
+           (unsigned long long)d->D, (unsigned long long)res->mismatches);
+    printf("verify: %llu selected rows outside [sink, attend_from) or twice; %llu chunks "
+           "refused; %llu of the prompt's tokens stored, %llu found by lookup\n",
+           (unsigned long long)d->bad_rows, (unsigned long long)st->chunks_refused,
+           (unsigned long long)st->stored_tokens, (unsigned long long)res->lookup_hit);
+    if (res->mismatches || st->rows_failed || d->bad_rows || st->chunks_refused ||
+        st->stored_tokens < res->lookup_hit)
+        rc = 1;
+    if (st->stored_tokens == 0 || st->rows_fetched == 0) {
+        mini_err("verify FAILED: the connector selected nothing from the tiers\n");
+        rc = 1;
+    }
+    return rc;
+}
+
+int sparse_decode_run(const options *o, const research *x, const model *m, const uint8_t *text,
+                      size_t text_len) {
+    if (model_config_of(m)->is_mla) {
+        mini_err("--sparse-decode needs a GQA model (per-head K and V)\n");
+        return 2;
+    }
+    sd d = sd_make(o, x, m);
+    sd_result res = {0};
     uint32_t blocks = (uint32_t)((d.P + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS) + 1;
     engine e = {.m = m, .prefill_chunk = o->prefill_chunk};
     connector conn;
     memset(&conn, 0, sizeof conn);
     int rc = 1;
-    e.kv = make_cache(o, m, blocks, blocks);
+    e.kv = make_cache(o, m, 0, blocks, blocks);
     e.s = model_scratch_create(m, o->prefill_chunk, (int)d.P);
-    e.logits = malloc((size_t)c->vocab * sizeof *e.logits);
+    e.logits = malloc((size_t)d.vocab * sizeof *e.logits);
     e.table = calloc(blocks, sizeof *e.table);
     e.tokens = malloc(d.P * sizeof *e.tokens);
     if (sd_alloc(&d) != 0 || !e.kv || !e.s || !e.logits || !e.table || !e.tokens) {
-        fprintf(stderr, PROG ": --sparse-decode: out of memory\n");
+        mini_err("--sparse-decode: out of memory\n");
         goto out;
     }
-    if (connector_open(&conn, o->lib_path, o->config_path, o->dtype, m, e.kv, 0, NULL) != 0)
+    if (connector_open(&conn, o->lib_path, o->config_path, d.dtype, m, e.kv, 0, NULL) != 0)
         goto out;
     d.conn = &conn;
     e.conn = &conn;
     if (conn.api->struct_size < offsetof(kvs_api, sparse_end) + sizeof conn.api->sparse_end) {
-        fprintf(stderr, PROG ": --sparse-decode: the library is older than ABI 1.9\n");
+        mini_err("--sparse-decode: the library is older than ABI 1.9\n");
         goto out;
     }
-
     /* 1. prefill, saved through the connector */
     prompt_tokens(&d, text, text_len);
     memcpy(e.tokens, d.tokens, d.N * sizeof *d.tokens);
     turn_result tr;
     double t0 = engine_now_ms();
     if (engine_serve(&e, REQ "-prefill", d.N, 1, &tr, snapshot, &d) != 0) goto out;
-    double prefill_ms = engine_now_ms() - t0;
-
-    /* 2. sparse decode from the tiers */
-    kvs_sparse_cache cache = {.struct_size = sizeof cache,
-                              .slots = d.slots,
-                              .k = d.cache_k,
-                              .v = d.cache_v,
-                              .slot_rows = d.slot_rows,
-                              .hit = d.hit,
-                              .attend_from = d.attend_from};
-    kvs_sparse_params params = {
-        .struct_size = sizeof params,
-        .topk = d.slots,
-        .sink = d.sink,
-        .recent = d.recent,
-        .q_per_kv = d.group,
-        .max_tokens = d.P,
-        .layout = o->sparse_swarm == 2   ? KVS_SPARSE_LAYOUT_POSITIONS
-                  : o->sparse_swarm == 1 ? KVS_SPARSE_LAYOUT_SWARM
-                                         : KVS_SPARSE_LAYOUT_ROWS,
-        .profile_steps = (uint32_t)o->profile_steps,
-        .cluster_cache_rows = (uint64_t)o->cluster_cache,
-        .index = o->sparse_medoids ? KVS_SPARSE_INDEX_MEDOIDS : KVS_SPARSE_INDEX_EXACT,
-        .target_error = (float)o->sparse_adapt,
-        .score_scale = 1.0f, /* the queries come scaled by 1/sqrt(head_dim) */
-        .cluster_cache = o->cluster_lru ? KVS_SPARSE_CACHE_LRU : KVS_SPARSE_CACHE_SCORE};
-    if (hook(&conn, "sparse_begin",
-             conn.api->sparse_begin(conn.h, REQ, d.tokens, d.N, &cache, &params, &d.stored)) != 0)
-        goto out;
-    /* the engine's own rows: the sink, the prompt's from its recent window on; the pool is NaN */
-    uint64_t plane = (uint64_t)d.L * d.G * d.P * d.hd;
-    memset(d.own_k, 0xff, plane * 4);
-    memset(d.own_v, 0xff, plane * 4);
-    uint64_t window = d.N + 1 > d.recent ? d.N + 1 - d.recent : 0;
-    uint64_t own_from = window < d.stored ? window : d.stored;
-    uint64_t own_rows = 0;
-    for (uint64_t r = 0; r < d.N; r++) {
-        if (r >= d.sink && r < own_from) continue;
-        own_rows++;
-        for (uint32_t l = 0; l < d.L; l++)
-            for (uint32_t g = 0; g < d.G; g++) {
-                memcpy(kv_at(&d, d.own_k, l, g, r), kv_at(&d, d.full_k, l, g, r), d.hd * 4);
-                memcpy(kv_at(&d, d.own_v, l, g, r), kv_at(&d, d.full_v, l, g, r), d.hd * 4);
-            }
-    }
-    double sparse_ms = 0, replay_ms = 0, full_ms = 0;
-    if (decode(&d, RUN_SPARSE, &sparse_ms) != 0) goto out;
-    kvs_sparse_stats st = {.struct_size = sizeof st};
-    if (hook(&conn, "sparse_stats", conn.api->sparse_stats(conn.h, REQ, &st))) goto out;
-    hook(&conn, "sparse_end", conn.api->sparse_end(conn.h, REQ));
-    float *sparse_logits = d.logits, *sparse_att = d.att;
-    d.logits = malloc(d.D * d.vocab * 4);
-    d.att = malloc(d.D * d.L * d.H * d.hd * 4);
-    if (!d.logits || !d.att) {
-        fprintf(stderr, PROG ": --sparse-decode: out of memory\n");
-        free(sparse_logits);
-        free(sparse_att);
-        goto out;
-    }
-
-    /* 3. the same rows from the snapshot: bit for bit */
-    uint64_t mismatches = 0;
-    if (o->verify) {
-        decode(&d, RUN_REPLAY, &replay_ms);
-        for (uint64_t t = 0; t < d.D; t++)
-            mismatches +=
-                memcmp(d.logits + t * d.vocab, sparse_logits + t * d.vocab, d.vocab * 4) != 0;
-    }
-    /* 4. full attention over every row; and full-KV offload */
-    decode(&d, RUN_FULL, &full_ms);
-    double offload_ms = 0;
-    uint64_t offload_n = d.D < 8 ? d.D : 8, offload_loaded = 0, lookup_hit = 0;
-    if (offload_steps(&d, &e, offload_n, &offload_ms, &offload_loaded, &lookup_hit) != 0) {
-        free(sparse_logits);
-        free(sparse_att);
-        goto out;
-    }
-    uint64_t agree = 0;
-    double err = 0;
-    for (uint64_t t = 0; t < d.D; t++) {
-        agree += model_argmax(d.logits + t * d.vocab, (int)d.vocab) == d.tokens[d.N + t + 1];
-        for (uint32_t l = 0; l < d.L; l++) {
-            uint64_t at = (t * d.L + l) * d.H * d.hd;
-            err += rel_l2(sparse_att + at, d.att + at, (uint64_t)d.H * d.hd);
-        }
-    }
-    err /= (double)(d.D * d.L);
-    uint64_t head_steps = st.head_hits + st.head_misses;
-    uint64_t full_bytes = d.stored * d.L * d.G * d.head_bytes * 2; /* the whole KV, each step */
-    uint64_t held = (own_from > d.sink ? d.sink : own_from) + (d.N - own_from) + d.D + d.slots;
-    printf("sparse: context %llu tokens, %llu of them in the tiers; %llu decode steps, top-%u of "
-           "each KV head, sink %u, recent %u; the engine held %llu rows a head (%.3f of the "
-           "context), prefill %.1f ms\n",
-           (unsigned long long)d.N, (unsigned long long)d.stored, (unsigned long long)d.D, d.slots,
-           d.sink, d.recent, (unsigned long long)held, (double)held / (double)(d.N + d.D),
-           prefill_ms);
-    printf("sparse: head hits %.1f%% of %llu head steps; %llu rows read (%llu failed), %.0f B a "
-           "token (%.4f of loading the whole KV, %llu B); speculation kept %llu, corrected %llu "
-           "head steps; selection %.2f ms, reads %.2f ms a token\n",
-           head_steps ? 100.0 * (double)st.head_hits / (double)head_steps : 0.0,
-           (unsigned long long)head_steps, (unsigned long long)st.rows_fetched,
-           (unsigned long long)st.rows_failed, (double)st.bytes_fetched / (double)d.D,
-           (double)st.bytes_fetched / (double)d.D / (double)full_bytes,
-           (unsigned long long)full_bytes, (unsigned long long)st.spec_kept,
-           (unsigned long long)st.spec_corrected, (double)st.select_ns / 1e6 / (double)d.D,
-           (double)st.fetch_ns / 1e6 / (double)d.D);
-    if (o->sparse_swarm) {
-        uint64_t useful = st.rows_from_clusters * 2 * d.head_bytes;
-        printf("sparse: %s: %llu layers' clusters found, %llu written; %llu of %llu rows read "
-               "came out of %llu clusters read (%llu B, %.2f B read a useful B) and %llu cache "
-               "hits\n",
-               o->sparse_swarm == 2 ? "positions" : "swarm", (unsigned long long)st.layouts_found,
-               (unsigned long long)st.layouts_written, (unsigned long long)st.rows_from_clusters,
-               (unsigned long long)st.rows_fetched, (unsigned long long)st.clusters_read,
-               (unsigned long long)st.cluster_bytes_read,
-               useful ? (double)st.cluster_bytes_read / (double)useful : 0.0,
-               (unsigned long long)st.cluster_cache_hits);
-    }
-    printf("sparse: decode %.1f tok/s sparse from the tiers, %.1f tok/s full attention with "
-           "every row in memory (%.3fx), %.1f tok/s full-KV offload (%llu steps restoring %.0f "
-           "tokens each from the tiers; %.3fx)\n",
-           (double)d.D * 1000.0 / sparse_ms, (double)d.D * 1000.0 / full_ms, full_ms / sparse_ms,
-           (double)offload_n * 1000.0 / offload_ms, (unsigned long long)offload_n,
-           offload_n ? (double)offload_loaded / (double)offload_n : 0.0,
-           offload_n ? offload_ms / (double)offload_n / (sparse_ms / (double)d.D) : 0.0);
-    printf("sparse: selection by %s: %llu of %llu head misses through the medoid index, %.1f keys "
-           "scored a miss; recall of the step's exact top-%u %.3f (mean over head steps, hits "
-           "included)\n",
-           o->sparse_medoids ? "medoids" : "the exact top-k",
-           (unsigned long long)st.medoid_selections, (unsigned long long)st.head_misses,
-           st.head_misses ? (double)st.keys_scored / (double)st.head_misses : 0.0, d.slots,
-           d.recall_n ? d.recall_sum / (double)d.recall_n : 0.0);
-    if (o->sparse_adapt > 0)
-        printf("sparse: adaptive thresholds (target error %.3f): %llu head steps audited, mean "
-               "attention error %.4f; tau raised %llu times, lowered %llu\n",
-               o->sparse_adapt, (unsigned long long)st.audits,
-               st.audits ? (double)st.audit_error_micro / 1e6 / (double)st.audits : 0.0,
-               (unsigned long long)st.tau_raised, (unsigned long long)st.tau_lowered);
-    printf("sparse: against full attention: top-1 agreement %llu/%llu (%.3f), attention output "
-           "error %.4f (mean relative L2 over steps and layers)\n",
-           (unsigned long long)agree, (unsigned long long)d.D, (double)agree / (double)d.D, err);
-    rc = 0;
-    if (o->verify) {
-        printf("verify: %llu steps' logits against exact attention over the rows the connector "
-               "selected, from the prefill's own KV, bit for bit: %llu mismatches\n",
-               (unsigned long long)d.D, (unsigned long long)mismatches);
-        printf("verify: %llu selected rows outside [sink, attend_from) or twice; %llu chunks "
-               "refused; %llu of the prompt's tokens stored, %llu found by lookup\n",
-               (unsigned long long)d.bad_rows, (unsigned long long)st.chunks_refused,
-               (unsigned long long)st.stored_tokens, (unsigned long long)lookup_hit);
-        if (mismatches || st.rows_failed || d.bad_rows || st.chunks_refused ||
-            st.stored_tokens < lookup_hit)
-            rc = 1;
-        if (st.stored_tokens == 0 || st.rows_fetched == 0) {
-            fprintf(stderr,
-                    PROG ": verify FAILED: the connector selected nothing from the tiers\n");
-            rc = 1;
-        }
-    }
-    free(sparse_logits);
-    free(sparse_att);
+    res.prefill_ms = engine_now_ms() - t0;
+    /* 2. sparse decode from the tiers; 3., 4. the others */
+    if (sparse_then_compare(&d, &e, x, &res) != 0) goto out;
+    print_reads(&d, x, &res);
+    print_rates(&d, x, &res);
+    rc = o->verify ? print_verify(&d, &res) : 0;
 out:
     if (d.conn) connector_close(&conn);
     kvcache_destroy(e.kv);

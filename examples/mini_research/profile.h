@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "engine.h"
+#include "examples/mini_engine/engine.h"
 
 /* e: an engine with an open connector (no restore planner configured), pages for max_tokens and a
  * scratch for prefill_chunk tokens over max_tokens of context. Measures forwards at several sizes and

@@ -190,8 +190,8 @@ const char *weights_default_file(const char *name, char *buf, size_t len) {
             if (access(buf, R_OK) == 0) return buf;
         }
     }
-#ifdef MINI_SOURCE_DIR
-    snprintf(buf, len, "%s/train/%s", MINI_SOURCE_DIR, name);
+#ifdef MINI_MODEL_DIR
+    snprintf(buf, len, "%s/train/%s", MINI_MODEL_DIR, name);
     if (access(buf, R_OK) == 0) return buf;
 #endif
     return NULL;

@@ -26,14 +26,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "abi/kvstrata_lsc.h"
-#include "connector.h"
-#include "engine.h"
-#include "kvcache.h"
-#include "mode.h"
+#include "examples/mini_engine/connector.h"
+#include "examples/mini_engine/engine.h"
+#include "examples/mini_engine/mode.h"
+#include "models/mini/kvcache.h"
+#include "research.h"
 #include "schedulers/elastic/elastic.h"
-
-#define PROG "kvs-mini-engine"
 
 /* One run of the request: with the stream (conn set) or all local (the reference). */
 typedef struct run {
@@ -241,7 +239,7 @@ static void run_free(run *r) {
 
 /* A one-layer cache of the model's geometry (the buffer), or every layer's (the pages). */
 static kvcache *cache(const options *o, const model *m, uint32_t layers, uint32_t pages) {
-    return make_cache_layers(o, m, layers, pages ? pages : 1, pages ? pages : 1);
+    return make_cache(o, m, layers, pages ? pages : 1, pages ? pages : 1);
 }
 
 /* lsc_reserve until it grants `want`, or grants no more for 300 ms (the lender offers its units
@@ -268,12 +266,13 @@ static int ask_lender(const options *o, const model *m, uint32_t want, uint32_t 
     kvcache *kv = cache(o, m, (uint32_t)model_config_of(m)->n_layers, 1);
     kvcache *probe = NULL;
     int rc = -1;
-    if (kv && connector_open(&c, o->lib_path, o->config_path, o->dtype, m, kv, 0, NULL) == 0) {
+    if (kv &&
+        connector_open(&c, o->lib_path, o->config_path, (kvs_dtype)o->dtype, m, kv, 0, NULL) == 0) {
         kvs_status st = c.api->lsc_reserve(c.h, NULL, 0, granted, T);
         if (st != KVS_OK) {
             connector_hook_failed(&c, "lsc_reserve", st);
         } else if (*T % KV_BLOCK_TOKENS) {
-            fprintf(stderr, PROG ": stream blocks of %u tokens are not whole pages\n", *T);
+            mini_err("stream blocks of %u tokens are not whole pages\n", *T);
         } else if ((probe = cache(o, m, 1, *T / KV_BLOCK_TOKENS)) != NULL) {
             st = reserve(&c, &kvcache_views(probe)[0], want, granted);
             rc = st == KVS_OK ? 0 : connector_hook_failed(&c, "lsc_reserve", st);
@@ -296,119 +295,207 @@ static int run_arrays(run *r, uint64_t max_blocks) {
     return 0;
 }
 
-int lsc_run(const options *o, const model *m) {
+/* Phase 1's outcome: the request's geometry and the capacity Eq. 4-5 predict. */
+typedef struct lsc_plan {
+    uint32_t L, T, P, budget, buffers;
+    uint64_t page_bytes;   /* one page of one layer */
+    uint64_t master;       /* M: what the engine's KV may take */
+    uint64_t local_tokens; /* every page local, no lending */
+    uint64_t max_stream;   /* stream blocks the buffer has pages for */
+    uint64_t most;         /* the block table's reach past the prediction */
+    kvs_el_capacity cap;
+} lsc_plan;
+
+/* Phase 1: ask the lender, then Eq. 4-5 on the budget and what was granted, in blocks of T tokens.
+ * 0, or 1 after saying why. */
+static int plan_capacity(const options *o, const research *x, const model *m, lsc_plan *p) {
     const model_config *mc = model_config_of(m);
     uint32_t L = (uint32_t)mc->n_layers, H = model_cache_heads(m), D = model_cache_width(m);
-    uint32_t d = (uint32_t)kv_dtype_size(o->dtype), planes = mc->is_mla ? 1 : 2;
+    uint32_t d = (uint32_t)kv_dtype_size((kvs_dtype)o->dtype), planes = mc->is_mla ? 1 : 2;
     uint32_t budget = o->block_budget ? (uint32_t)o->block_budget : 64;
-    uint32_t buffers = (uint32_t)o->lsc_buffers;
+    uint32_t buffers = (uint32_t)x->lsc_buffers;
     uint64_t useful = (uint64_t)budget * L; /* the gain is at most L times the budget */
-    uint32_t want = o->peer_blocks ? (uint32_t)o->peer_blocks
+    uint32_t want = x->peer_blocks ? (uint32_t)x->peer_blocks
                                    : (uint32_t)(useful < UINT32_MAX ? useful : UINT32_MAX);
     uint32_t granted = 0, T = 0;
     if (ask_lender(o, m, want, &granted, &T) != 0) return 1;
-    uint32_t P = T / KV_BLOCK_TOKENS;
-
-    /* Eq. 4-5 on the budget and what was granted, in blocks of T tokens */
+    *p = (lsc_plan){.L = L, .T = T, .P = T / KV_BLOCK_TOKENS, .budget = budget, .buffers = buffers};
     kvs_el_model em = {.n_layers = L,
                        .block_tokens = T,
                        .kv_heads = H,
                        .head_dim = D,
                        .elem_bytes = d,
                        .kv_planes = planes};
-    uint64_t page_bytes = (uint64_t)planes * KV_BLOCK_TOKENS * H * D * d; /* one layer */
-    uint64_t master = (uint64_t)budget * L * page_bytes;
+    p->page_bytes = (uint64_t)planes * KV_BLOCK_TOKENS * H * D * d;
+    p->master = (uint64_t)budget * L * p->page_bytes;
     uint64_t lent = (uint64_t)granted * kvs_el_block_bytes(&em);
-    kvs_el_capacity cap;
-    if (kvs_el_plan_capacity(&em, master, &lent, 1, buffers, NULL, &cap) != KVS_OK) {
-        fprintf(stderr, PROG ": --lsc: the plan does not fit 64 bits\n");
+    if (kvs_el_plan_capacity(&em, p->master, &lent, 1, buffers, NULL, &p->cap) != KVS_OK) {
+        mini_err("--lsc: the plan does not fit 64 bits\n");
         return 1;
     }
-    uint64_t local_tokens = (uint64_t)budget * KV_BLOCK_TOKENS; /* every page local, no lending */
+    const kvs_el_capacity *cap = &p->cap;
+    p->local_tokens = (uint64_t)budget * KV_BLOCK_TOKENS;
     printf("lsc: stream blocks of %u tokens, %u buffer%s; the lender granted %u of %u asked; "
            "budget %u pages (%llu single-layer blocks of %u tokens)\n",
            T, buffers, buffers == 1 ? "" : "s", granted, want, budget,
-           (unsigned long long)cap.k_master, T);
+           (unsigned long long)cap->k_master, T);
     printf("lsc: predicted (Eq. 4-5): n_lsc %llu, n_rc %llu, max context %llu tokens; "
            "%llu without lending (%llu at page granularity)\n",
-           (unsigned long long)cap.n_lsc, (unsigned long long)cap.n_rc,
-           (unsigned long long)cap.max_tokens, (unsigned long long)cap.max_tokens_without_lsc,
-           (unsigned long long)local_tokens);
+           (unsigned long long)cap->n_lsc, (unsigned long long)cap->n_rc,
+           (unsigned long long)cap->max_tokens, (unsigned long long)cap->max_tokens_without_lsc,
+           (unsigned long long)p->local_tokens);
     uint64_t decode = (uint64_t)o->decode_tokens;
     /* the buffer at its largest: every stream block the budget could hold slots for */
-    uint64_t max_stream = cap.k_master / buffers;
-    if (max_stream > granted) max_stream = granted;
-    uint64_t buffer_pages = (uint64_t)buffers * max_stream * P;
-    uint64_t most = cap.max_tokens + 2ull * T + decode; /* the table's reach past the prediction */
-    if (cap.max_tokens <= decode + 1 || buffer_pages >= KV_OVERLAY || budget >= KV_OVERLAY ||
-        most > (1ull << 24)) {
-        fprintf(stderr,
-                PROG ": --lsc: a context of %llu tokens leaves no prompt, or is more than "
-                     "a mini engine holds\n",
-                (unsigned long long)cap.max_tokens);
+    p->max_stream = cap->k_master / buffers;
+    if (p->max_stream > granted) p->max_stream = granted;
+    uint64_t buffer_pages = (uint64_t)buffers * p->max_stream * p->P;
+    p->most = cap->max_tokens + 2ull * T + decode;
+    if (cap->max_tokens <= decode + 1 || buffer_pages >= KV_OVERLAY || budget >= KV_OVERLAY ||
+        p->most > (1ull << 24)) {
+        mini_err("--lsc: a context of %llu tokens leaves no prompt, or is more than "
+                 "a mini engine holds\n",
+                 (unsigned long long)cap->max_tokens);
         return 1;
     }
+    return 0;
+}
 
+/* Phase 2's engine: its RC pages, the layer stream buffer (named through the cache's overlay) and
+ * the arrays over max_blocks 16-token blocks and `positions` positions. 0, or -1 out of memory. */
+static int run_alloc(run *r, const options *o, const model *m, const lsc_plan *p,
+                     uint64_t max_blocks, uint64_t positions) {
+    uint64_t max_stream = p->max_stream, P = p->P;
+    *r = (run){.m = m,
+               .T = p->T,
+               .P = p->P,
+               .buffers = p->buffers,
+               .L = p->L,
+               .page_bytes = p->page_bytes,
+               .budget_bytes = p->master,
+               .max_stream = (uint32_t)max_stream};
+    r->kv = cache(o, m, p->L, p->budget);
+    r->buf = max_stream ? cache(o, m, 1, (uint32_t)(p->buffers * max_stream * P)) : NULL;
+    r->s = model_scratch_create(m, o->prefill_chunk, (int)positions);
+    r->ids = calloc(max_stream + 1, sizeof *r->ids);
+    r->step_ids = calloc(max_stream + 1, sizeof *r->step_ids);
+    r->step_pages = calloc((max_stream + 1) * P, sizeof *r->step_pages);
+    for (uint32_t b = 0; b < p->buffers; b++) r->pages[b] = calloc(max_stream * P + 1, 4);
+    if (run_arrays(r, max_blocks) != 0 || !r->kv || (max_stream && !r->buf) || !r->s || !r->ids ||
+        !r->step_ids || !r->step_pages || !r->pages[0] || (p->buffers == 2 && !r->pages[1]))
+        return -1;
+    for (uint32_t j = 0; j < max_stream; j++) {
+        r->ids[j] = j;
+        for (uint32_t b = 0; b < p->buffers; b++)
+            for (uint32_t q = 0; q < P; q++)
+                r->pages[b][j * P + q] = (uint32_t)((uint64_t)b * max_stream * P + j * P + q);
+    }
+    if (r->buf) kvcache_set_overlay(r->kv, r->buf, (uint32_t)(max_stream * P), p->buffers);
+    return 0;
+}
+
+/* The engine's handle, the lender's offers waited for (the first handle's blocks came back), and
+ * with two buffers the prefetch helper. 0, or -1 after saying why. */
+static int run_connect(run *r, connector *c, const options *o, const model *m) {
+    if (connector_open(c, o->lib_path, o->config_path, (kvs_dtype)o->dtype, m, r->kv, 0, NULL) != 0)
+        return -1;
+    r->conn = c;
+    if (r->max_stream) {
+        uint32_t got = 0;
+        kvs_status st = reserve(c, &kvcache_views(r->buf)[0], r->max_stream, &got);
+        if (st == KVS_OK) st = c->api->lsc_reserve(c->h, &kvcache_views(r->buf)[0], 0, &got, NULL);
+        if (st != KVS_OK) return connector_hook_failed(c, "lsc_reserve", st);
+    }
+    if (r->buffers == 2 && r->max_stream) {
+        pthread_mutex_init(&r->lock, NULL);
+        pthread_cond_init(&r->cond, NULL);
+        if (pthread_create(&r->helper, NULL, helper_main, r) == 0) {
+            r->helper_on = 1;
+        } else {
+            pthread_mutex_destroy(&r->lock);
+            pthread_cond_destroy(&r->cond);
+        }
+    }
+    return 0;
+}
+
+/* The same request with all its KV local: every step's logits bit for bit, and the timing. r: the
+ * run with the stream, which took `steps` steps (logits in trace) over `measured` positions. 1 when
+ * it matched (or --verify is off), 0 otherwise. */
+static int against_local(const options *o, const model *m, const lsc_plan *p, const run *r,
+                         const int32_t *tokens, const float *trace, int64_t steps,
+                         uint64_t max_blocks, uint64_t positions) {
+    const uint64_t vocab = (uint64_t)model_config_of(m)->vocab, measured = r->n;
+    const uint64_t prompt = p->cap.max_tokens - (uint64_t)o->decode_tokens;
+    int ok = 1;
+    run ref = {.m = m,
+               .T = p->T,
+               .P = p->P,
+               .buffers = 1,
+               .L = p->L,
+               .page_bytes = p->page_bytes,
+               .budget_bytes = UINT64_MAX};
+    ref.kv = cache(o, m, p->L, (uint32_t)max_blocks);
+    ref.s = model_scratch_create(m, o->prefill_chunk, (int)positions);
+    float *ref_trace = malloc((uint64_t)steps * vocab * sizeof *ref_trace);
+    int32_t *ref_tokens = malloc(positions * sizeof *ref_tokens);
+    if (run_arrays(&ref, max_blocks) != 0 || !ref.kv || !ref.s || !ref_trace || !ref_tokens) {
+        mini_err("--lsc: out of memory for the reference\n");
+        ok = 0;
+        goto out;
+    }
+    memcpy(ref_tokens, tokens, prompt * sizeof *tokens);
+    int64_t ref_steps =
+        serve(&ref, ref_tokens, prompt, measured, o->prefill_chunk, 0, ref_trace, (uint64_t)steps);
+    uint64_t mismatches = 0;
+    for (int64_t i = 0; i < ref_steps && i < steps; i++)
+        mismatches += memcmp(trace + (uint64_t)i * vocab, ref_trace + (uint64_t)i * vocab,
+                             vocab * sizeof *trace) != 0;
+    mismatches += memcmp(tokens, ref_tokens, measured * sizeof *tokens) != 0;
+    if (ref_steps != steps) mismatches++;
+    double tpot = r->decode_steps ? r->decode_ms / (double)r->decode_steps : 0;
+    double ref_tpot = ref.decode_steps ? ref.decode_ms / (double)ref.decode_steps : 0;
+    printf("lsc: prefill of %llu tokens %.1f ms with the stream, %.1f ms all local (%.3fx); "
+           "TPOT %.3f ms with the stream, %.3f ms all local (%.3fx) over %llu tokens\n",
+           (unsigned long long)prompt, r->prefill_ms, ref.prefill_ms,
+           ref.prefill_ms > 0 ? r->prefill_ms / ref.prefill_ms : 0.0, tpot, ref_tpot,
+           ref_tpot > 0 ? tpot / ref_tpot : 0.0, (unsigned long long)r->decode_steps);
+    printf("lsc: %llu stream-block layers fetched, %llu stored\n", (unsigned long long)r->fetches,
+           (unsigned long long)r->stores);
+    if (o->verify) {
+        printf("verify: %lld steps' logits and %llu tokens against all-local KV, bit for bit, "
+               "%llu mismatches\n",
+               (long long)steps, (unsigned long long)measured, (unsigned long long)mismatches);
+        if (mismatches) ok = 0;
+    }
+out:
+    run_free(&ref);
+    free(ref_trace);
+    free(ref_tokens);
+    return ok;
+}
+
+int lsc_run(const options *o, const research *x, const model *m) {
+    const model_config *mc = model_config_of(m);
+    lsc_plan p;
+    if (plan_capacity(o, x, m, &p) != 0) return 1;
     /* Phase 2: the engine, growing its request on its own allocator */
-    run r = {.m = m,
-             .T = T,
-             .P = P,
-             .buffers = buffers,
-             .L = L,
-             .page_bytes = page_bytes,
-             .budget_bytes = master,
-             .max_stream = (uint32_t)max_stream};
-    uint64_t max_blocks = (most + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    uint64_t max_blocks = (p.most + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     uint64_t positions = max_blocks * KV_BLOCK_TOKENS + 1;
-    uint64_t prompt = cap.max_tokens - decode;
+    uint64_t prompt = p.cap.max_tokens - (uint64_t)o->decode_tokens;
     uint64_t max_steps = (prompt + (uint64_t)o->prefill_chunk - 1) / (uint64_t)o->prefill_chunk +
                          (positions - prompt) + 1;
-    r.kv = cache(o, m, L, budget);
-    r.buf = max_stream ? cache(o, m, 1, (uint32_t)buffer_pages) : NULL;
-    r.s = model_scratch_create(m, o->prefill_chunk, (int)positions);
-    r.ids = calloc(max_stream + 1, sizeof *r.ids);
-    r.step_ids = calloc(max_stream + 1, sizeof *r.step_ids);
-    r.step_pages = calloc((max_stream + 1) * P, sizeof *r.step_pages);
-    for (uint32_t b = 0; b < buffers; b++) r.pages[b] = calloc(max_stream * P + 1, 4);
+    run r;
+    int rc_alloc = run_alloc(&r, o, m, &p, max_blocks, positions);
     int32_t *tokens = malloc(positions * sizeof *tokens);
     float *trace = malloc(max_steps * (uint64_t)mc->vocab * sizeof *trace);
     connector c;
     memset(&c, 0, sizeof c);
     int rc = 1;
-    if (run_arrays(&r, max_blocks) != 0 || !r.kv || (max_stream && !r.buf) || !r.s || !r.ids ||
-        !r.step_ids || !r.step_pages || !r.pages[0] || (buffers == 2 && !r.pages[1]) || !tokens ||
-        !trace) {
-        fprintf(stderr, PROG ": --lsc: out of memory\n");
+    if (rc_alloc != 0 || !tokens || !trace) {
+        mini_err("--lsc: out of memory\n");
         goto out;
     }
-    for (uint32_t j = 0; j < max_stream; j++) {
-        r.ids[j] = j;
-        for (uint32_t b = 0; b < buffers; b++)
-            for (uint32_t p = 0; p < P; p++)
-                r.pages[b][j * P + p] = (uint32_t)((uint64_t)b * max_stream * P + j * P + p);
-    }
-    if (r.buf) kvcache_set_overlay(r.kv, r.buf, (uint32_t)(max_stream * P), buffers);
-    if (connector_open(&c, o->lib_path, o->config_path, o->dtype, m, r.kv, 0, NULL) != 0) goto out;
-    r.conn = &c;
-    if (max_stream) { /* wait for the lender's offers (the first handle's blocks came back) */
-        uint32_t got = 0;
-        kvs_status st = reserve(&c, &kvcache_views(r.buf)[0], (uint32_t)max_stream, &got);
-        if (st == KVS_OK) st = c.api->lsc_reserve(c.h, &kvcache_views(r.buf)[0], 0, &got, NULL);
-        if (st != KVS_OK) {
-            connector_hook_failed(&c, "lsc_reserve", st);
-            goto out;
-        }
-    }
-    if (buffers == 2 && max_stream) {
-        pthread_mutex_init(&r.lock, NULL);
-        pthread_cond_init(&r.cond, NULL);
-        if (pthread_create(&r.helper, NULL, helper_main, &r) == 0) {
-            r.helper_on = 1;
-        } else {
-            pthread_mutex_destroy(&r.lock);
-            pthread_cond_destroy(&r.cond);
-        }
-    }
+    if (run_connect(&r, &c, o, m) != 0) goto out;
     uint64_t seed = mc->seed * 0x9e3779b97f4a7c15ull + 1;
     for (uint64_t i = 0; i < positions; i++) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
@@ -416,67 +503,20 @@ int lsc_run(const options *o, const model *m) {
     }
     int64_t steps = serve(&r, tokens, prompt, 0, o->prefill_chunk, 1, trace, max_steps);
     if (steps < 0) {
-        fprintf(stderr, PROG ": --lsc: the request failed at position %llu\n",
-                (unsigned long long)r.n);
+        mini_err("--lsc: the request failed at position %llu\n", (unsigned long long)r.n);
         goto out;
     }
-    uint64_t measured = r.n;
+    uint64_t measured = r.n, max_tokens = p.cap.max_tokens;
     printf("lsc: measured max context %llu tokens (%.4f of the prediction; %u RC pages, %u "
            "stream blocks, %llu of %llu budget bytes); %.2fx the budget's %llu tokens\n",
-           (unsigned long long)measured, (double)measured / (double)cap.max_tokens, r.rc_pages_used,
+           (unsigned long long)measured, (double)measured / (double)max_tokens, r.rc_pages_used,
            r.used, (unsigned long long)r.charged, (unsigned long long)r.budget_bytes,
-           (double)measured / (double)local_tokens, (unsigned long long)local_tokens);
-    int ok = measured + T >= cap.max_tokens && measured <= cap.max_tokens + T;
+           (double)measured / (double)p.local_tokens, (unsigned long long)p.local_tokens);
+    int ok = measured + p.T >= max_tokens && measured <= max_tokens + p.T;
     if (!ok)
-        fprintf(stderr,
-                PROG ": --lsc: measured %llu tokens, predicted %llu: more than a block apart\n",
-                (unsigned long long)measured, (unsigned long long)cap.max_tokens);
-
-    /* the same request with all its KV local: every step's logits bit for bit, and the timing */
-    run ref = {.m = m,
-               .T = T,
-               .P = P,
-               .buffers = 1,
-               .L = L,
-               .page_bytes = page_bytes,
-               .budget_bytes = UINT64_MAX};
-    ref.kv = cache(o, m, L, (uint32_t)max_blocks);
-    ref.s = model_scratch_create(m, o->prefill_chunk, (int)positions);
-    float *ref_trace = malloc((uint64_t)steps * (uint64_t)mc->vocab * sizeof *ref_trace);
-    int32_t *ref_tokens = malloc(positions * sizeof *ref_tokens);
-    if (run_arrays(&ref, max_blocks) != 0 || !ref.kv || !ref.s || !ref_trace || !ref_tokens) {
-        fprintf(stderr, PROG ": --lsc: out of memory for the reference\n");
-        ok = 0;
-    } else {
-        memcpy(ref_tokens, tokens, prompt * sizeof *tokens);
-        int64_t ref_steps = serve(&ref, ref_tokens, prompt, measured, o->prefill_chunk, 0,
-                                  ref_trace, (uint64_t)steps);
-        uint64_t mismatches = 0;
-        for (int64_t i = 0; i < ref_steps && i < steps; i++)
-            mismatches += memcmp(trace + (uint64_t)i * (uint64_t)mc->vocab,
-                                 ref_trace + (uint64_t)i * (uint64_t)mc->vocab,
-                                 (uint64_t)mc->vocab * sizeof *trace) != 0;
-        mismatches += memcmp(tokens, ref_tokens, measured * sizeof *tokens) != 0;
-        if (ref_steps != steps) mismatches++;
-        double tpot = r.decode_steps ? r.decode_ms / (double)r.decode_steps : 0;
-        double ref_tpot = ref.decode_steps ? ref.decode_ms / (double)ref.decode_steps : 0;
-        printf("lsc: prefill of %llu tokens %.1f ms with the stream, %.1f ms all local (%.3fx); "
-               "TPOT %.3f ms with the stream, %.3f ms all local (%.3fx) over %llu tokens\n",
-               (unsigned long long)prompt, r.prefill_ms, ref.prefill_ms,
-               ref.prefill_ms > 0 ? r.prefill_ms / ref.prefill_ms : 0.0, tpot, ref_tpot,
-               ref_tpot > 0 ? tpot / ref_tpot : 0.0, (unsigned long long)r.decode_steps);
-        printf("lsc: %llu stream-block layers fetched, %llu stored\n",
-               (unsigned long long)r.fetches, (unsigned long long)r.stores);
-        if (o->verify) {
-            printf("verify: %lld steps' logits and %llu tokens against all-local KV, bit for bit, "
-                   "%llu mismatches\n",
-                   (long long)steps, (unsigned long long)measured, (unsigned long long)mismatches);
-            if (mismatches) ok = 0;
-        }
-    }
-    run_free(&ref);
-    free(ref_trace);
-    free(ref_tokens);
+        mini_err("--lsc: measured %llu tokens, predicted %llu: more than a block apart\n",
+                 (unsigned long long)measured, (unsigned long long)max_tokens);
+    if (!against_local(o, m, &p, &r, tokens, trace, steps, max_blocks, positions)) ok = 0;
     rc = ok ? 0 : 1;
 out:
     if (r.conn) connector_close(&c);

@@ -10,8 +10,8 @@
 
 #include "abi/kvstrata.h"
 #include "abi/kvstrata_plans.h"
-#include "kvcache.h"
-#include "model.h"
+#include "models/mini/kvcache.h"
+#include "models/mini/model.h"
 
 typedef struct stage_layout {
     int n_stages;              /* 1: no stages, no boundary layers */
