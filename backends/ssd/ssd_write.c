@@ -251,6 +251,118 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
     }
 }
 
+/* With the lock not held: reserve need bytes of the write budget for a put of key. 0: reserved
+ * (*kept: an arena buffer taken for it, or NULL); 1: a reader holds the stored copy, nothing to
+ * write; -1: the write queue is full (the error set). */
+static int reserve_budget(ssd_tier *t, const kvs_key *key, uint64_t need, uint8_t **kept) {
+    pthread_mutex_lock(&t->mutex);
+    uint32_t existing = ssd_index_find(t, key, NULL);
+    if (existing != SSD_NIL &&
+        ssd_object_pinned(ssd_obj(t, existing), kvs_clock_now_ns(t->clock))) {
+        ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
+        pthread_mutex_unlock(&t->mutex);
+        return 1;
+    }
+    if (t->buffered_bytes + need > t->write_buffer_bytes) {
+        char held[32], limit[32];
+        kvs_fmt_bytes(held, sizeof held, t->buffered_bytes);
+        kvs_fmt_bytes(limit, sizeof limit, t->write_buffer_bytes);
+        pthread_mutex_unlock(&t->mutex);
+        atomic_fetch_add(&t->queue_full_skips, 1);
+        ssd_set_error(t,
+                      "write queue full (%s of write_buffer_bytes %s waiting for the devices); "
+                      "object skipped",
+                      held, limit);
+        return -1;
+    }
+    t->buffered_bytes += need;
+    t->writes_pending++;
+    *kept = need > t->spare_bytes / 2 && t->n_spare ? t->spare[--t->n_spare] : NULL;
+    pthread_mutex_unlock(&t->mutex);
+    return 0;
+}
+
+/* A job for n_copies unit writes holding need bytes of the budget, with its buffer (*kept handed
+ * to it, and cleared, when there is a job to take it). NULL when the job itself cannot be had; a
+ * job whose parts could not all be had is returned for the caller to check. */
+static write_job *new_write_job(ssd_tier *t, uint32_t n_copies, uint64_t need, uint8_t **kept) {
+    write_job *job = calloc(1, sizeof *job);
+    if (!job) return NULL;
+    job->tier = t;
+    job->n_copies = job->remaining = n_copies;
+    job->buffer_bytes = need;
+    if (!*kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
+    job->buffer = take_buffer(t, need, *kept);
+    *kept = NULL;
+    job->copy_failed = calloc(n_copies, 1);
+    job->tries = calloc(n_copies, 1);
+    job->reqs = calloc(n_copies, sizeof *job->reqs);
+    return job;
+}
+
+/* The object into the job's buffer after its headers, each unit checksummed while it is copied
+ * (one pass over the object), with non-temporal stores: the buffer is read next by the device, not
+ * by this CPU. The headers and the tail of the last block are zeroed. */
+static void copy_object(const ssd_tier *t, write_job *job, const void *object, uint64_t len,
+                        uint32_t n_units, uint64_t header_bytes, uint64_t *checksums) {
+    uint8_t *data = job->buffer + header_bytes;
+    memset(job->buffer, 0, header_bytes);
+    for (uint32_t u = 0; u < n_units; u++) {
+        uint64_t at = (uint64_t)u * t->stripe_bytes;
+        checksums[u] = kvs_xxh3_copy64(data + at, (const uint8_t *)object + at,
+                                       ssd_format_unit_bytes(len, t->stripe_bytes, u), 1);
+    }
+    memset(data + len, 0, ssd_round_up(len, SSD_BLOCK) - len);
+}
+
+/* With the lock held: each copy of each unit of object e takes a free slot on its chosen path, and
+ * its header and write request are prepared (header block, then the unit's data blocks). */
+static void prepare_unit_writes(ssd_tier *t, write_job *job, ssd_object *e, const uint32_t *paths,
+                                const uint64_t *checksums, uint64_t header_bytes) {
+    uint32_t n_units = e->n_units, R = e->replicas;
+    uint8_t *data = job->buffer + header_bytes;
+    for (uint32_t u = 0; u < n_units; u++) {
+        uint64_t unit_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
+        for (uint32_t r = 0; r < R; r++) {
+            uint32_t i = u * R + r;
+            ssd_path *p = &t->paths[paths[i]];
+            e->copies[i] = (ssd_copy){paths[i], p->free_slots[--p->n_free]};
+            ssd_unit_header h = {.key = e->key,
+                                 .object_len = e->len,
+                                 .sequence = e->seq,
+                                 .unit_index = u,
+                                 .unit_count = n_units,
+                                 .replica_index = r,
+                                 .replica_count = R,
+                                 .stripe_bytes = t->stripe_bytes,
+                                 .data_bytes = (uint32_t)unit_bytes,
+                                 .data_checksum = checksums[u]};
+            uint8_t *header = job->buffer + (uint64_t)i * SSD_BLOCK;
+            ssd_format_encode_unit(&h, header);
+            ssd_io_request *req = &job->reqs[i];
+            ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, header, SSD_BLOCK,
+                           ssd_slot_offset(t, e->copies[i].slot), write_done, job);
+            if (unit_bytes) {
+                req->n_iov = 2;
+                req->iov[1].iov_base = data + (uint64_t)u * t->stripe_bytes;
+                req->iov[1].iov_len = (size_t)ssd_round_up(unit_bytes, SSD_BLOCK);
+            }
+        }
+    }
+}
+
+/* With the lock held: one batch per path, so a ring issues an object's units on it with one
+ * system call. */
+static void submit_unit_writes(ssd_tier *t, write_job *job, const uint32_t *paths,
+                               ssd_io_request **batch) {
+    for (uint32_t p = 0; p < t->n_paths; p++) {
+        uint64_t k = 0;
+        for (uint32_t i = 0; i < job->n_copies; i++)
+            if (paths[i] == p) batch[k++] = &job->reqs[i];
+        if (k) ssd_io_submit(t->paths[p].io, batch, k);
+    }
+}
+
 kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     ssd_tier *t = state;
     if (!t || !key || (!object && len)) return KVS_EINVAL;
@@ -267,48 +379,16 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
              data_bytes = ssd_round_up(len, SSD_BLOCK);
     uint64_t need = header_bytes + data_bytes;
 
-    pthread_mutex_lock(&t->mutex);
-    uint32_t existing = ssd_index_find(t, key, NULL);
-    if (existing != SSD_NIL &&
-        ssd_object_pinned(ssd_obj(t, existing), kvs_clock_now_ns(t->clock))) {
-        ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
-        pthread_mutex_unlock(&t->mutex);
-        return KVS_OK;
-    }
-    if (t->buffered_bytes + need > t->write_buffer_bytes) {
-        char held[32], limit[32];
-        kvs_fmt_bytes(held, sizeof held, t->buffered_bytes);
-        kvs_fmt_bytes(limit, sizeof limit, t->write_buffer_bytes);
-        pthread_mutex_unlock(&t->mutex);
-        atomic_fetch_add(&t->queue_full_skips, 1);
-        ssd_set_error(t,
-                      "write queue full (%s of write_buffer_bytes %s waiting for the devices); "
-                      "object skipped",
-                      held, limit);
-        return KVS_ENOMEM;
-    }
-    t->buffered_bytes += need;
-    t->writes_pending++;
-    uint8_t *kept = need > t->spare_bytes / 2 && t->n_spare ? t->spare[--t->n_spare] : NULL;
-    pthread_mutex_unlock(&t->mutex);
+    uint8_t *kept = NULL;
+    int reserved = reserve_budget(t, key, need, &kept);
+    if (reserved != 0) return reserved > 0 ? KVS_OK : KVS_ENOMEM;
 
     /* Copy and checksum outside the lock. */
-    write_job *job = calloc(1, sizeof *job);
+    write_job *job = new_write_job(t, n_copies, need, &kept);
     uint32_t *paths = malloc((uint64_t)n_copies * sizeof *paths);
     uint64_t *per_path_need = calloc(t->n_paths, sizeof *per_path_need);
     ssd_io_request **batch = malloc((uint64_t)n_copies * sizeof *batch);
     uint64_t *checksums = malloc((uint64_t)n_units * sizeof *checksums);
-    if (job) {
-        job->tier = t;
-        job->n_copies = job->remaining = n_copies;
-        job->buffer_bytes = need;
-        if (!kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
-        job->buffer = take_buffer(t, need, kept);
-        kept = NULL;
-        job->copy_failed = calloc(n_copies, 1);
-        job->tries = calloc(n_copies, 1);
-        job->reqs = calloc(n_copies, sizeof *job->reqs);
-    }
     kvs_status rc = KVS_ENOMEM;
     if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths ||
         !per_path_need || !batch || !checksums) {
@@ -316,16 +396,7 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
                       (unsigned long long)need);
         goto undo_budget;
     }
-    uint8_t *data = job->buffer + header_bytes;
-    memset(job->buffer, 0, header_bytes);
-    /* Each unit is checksummed while it is copied (one pass over the object), with non-temporal
-     * stores: the buffer is read next by the device, not by this CPU. */
-    for (uint32_t u = 0; u < n_units; u++) {
-        uint64_t at = (uint64_t)u * t->stripe_bytes;
-        checksums[u] = kvs_xxh3_copy64(data + at, (const uint8_t *)object + at,
-                                       ssd_format_unit_bytes(len, t->stripe_bytes, u), 1);
-    }
-    memset(data + len, 0, data_bytes - len);
+    copy_object(t, job, object, len, n_units, header_bytes, checksums);
 
     pthread_mutex_lock(&t->mutex);
     if (choose_paths(t, n_units, paths) != 0) {
@@ -352,41 +423,8 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     e->seq = t->next_seq++;
     memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
     job->object = o;
-    for (uint32_t u = 0; u < n_units; u++) {
-        uint64_t unit_bytes = ssd_format_unit_bytes(len, t->stripe_bytes, u);
-        for (uint32_t r = 0; r < R; r++) {
-            uint32_t i = u * R + r;
-            ssd_path *p = &t->paths[paths[i]];
-            e->copies[i] = (ssd_copy){paths[i], p->free_slots[--p->n_free]};
-            ssd_unit_header h = {.key = *key,
-                                 .object_len = len,
-                                 .sequence = e->seq,
-                                 .unit_index = u,
-                                 .unit_count = n_units,
-                                 .replica_index = r,
-                                 .replica_count = R,
-                                 .stripe_bytes = t->stripe_bytes,
-                                 .data_bytes = (uint32_t)unit_bytes,
-                                 .data_checksum = checksums[u]};
-            uint8_t *header = job->buffer + (uint64_t)i * SSD_BLOCK;
-            ssd_format_encode_unit(&h, header);
-            ssd_io_request *req = &job->reqs[i];
-            ssd_io_prepare(req, SSD_IO_OP_WRITE, SSD_IO_WRITE, header, SSD_BLOCK,
-                           ssd_slot_offset(t, e->copies[i].slot), write_done, job);
-            if (unit_bytes) {
-                req->n_iov = 2;
-                req->iov[1].iov_base = data + (uint64_t)u * t->stripe_bytes;
-                req->iov[1].iov_len = (size_t)ssd_round_up(unit_bytes, SSD_BLOCK);
-            }
-        }
-    }
-    /* One batch per path, so a ring issues an object's units on it with one system call. */
-    for (uint32_t p = 0; p < t->n_paths; p++) {
-        uint64_t k = 0;
-        for (uint32_t i = 0; i < n_copies; i++)
-            if (paths[i] == p) batch[k++] = &job->reqs[i];
-        if (k) ssd_io_submit(t->paths[p].io, batch, k);
-    }
+    prepare_unit_writes(t, job, e, paths, checksums, header_bytes);
+    submit_unit_writes(t, job, paths, batch);
     pthread_mutex_unlock(&t->mutex);
     free(paths);
     free(per_path_need);
