@@ -363,6 +363,43 @@ static void submit_unit_writes(ssd_tier *t, write_job *job, const uint32_t *path
     }
 }
 
+/* Under the lock: choose each copy's path, make room there, take the object's record and slots,
+ * and submit its unit writes. On a failure (KVS_EIO: no path works; KVS_ENOMEM: no room or no
+ * record) the error is set and nothing was taken. */
+static kvs_status place_and_submit(ssd_tier *t, write_job *job, const kvs_key *key, uint64_t len,
+                                   uint32_t n_units, uint64_t header_bytes, uint32_t *paths,
+                                   uint64_t *per_path_need, ssd_io_request **batch,
+                                   const uint64_t *checksums) {
+    pthread_mutex_lock(&t->mutex);
+    if (choose_paths(t, n_units, paths) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "every path has failed; nothing can be stored");
+        return KVS_EIO;
+    }
+    for (uint32_t i = 0; i < job->n_copies; i++) per_path_need[paths[i]]++;
+    if (make_room(t, per_path_need) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        return KVS_ENOMEM; /* make_room set the error */
+    }
+    /* A free slot means a free record: every record in use holds at least one slot. */
+    uint32_t o = ssd_object_alloc(t, n_units, t->replicas);
+    if (o == SSD_NIL) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "out of memory for an object record");
+        return KVS_ENOMEM;
+    }
+    ssd_object *e = ssd_obj(t, o);
+    e->key = *key;
+    e->len = len;
+    e->seq = t->next_seq++;
+    memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
+    job->object = o;
+    prepare_unit_writes(t, job, e, paths, checksums, header_bytes);
+    submit_unit_writes(t, job, paths, batch);
+    pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
 kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     ssd_tier *t = state;
     if (!t || !key || (!object && len)) return KVS_EINVAL;
@@ -398,34 +435,9 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
     }
     copy_object(t, job, object, len, n_units, header_bytes, checksums);
 
-    pthread_mutex_lock(&t->mutex);
-    if (choose_paths(t, n_units, paths) != 0) {
-        pthread_mutex_unlock(&t->mutex);
-        ssd_set_error(t, "every path has failed; nothing can be stored");
-        rc = KVS_EIO;
+    if ((rc = place_and_submit(t, job, key, len, n_units, header_bytes, paths, per_path_need, batch,
+                               checksums)) != KVS_OK)
         goto undo_budget;
-    }
-    for (uint32_t i = 0; i < n_copies; i++) per_path_need[paths[i]]++;
-    if (make_room(t, per_path_need) != 0) {
-        pthread_mutex_unlock(&t->mutex);
-        goto undo_budget; /* make_room set the error */
-    }
-    /* A free slot means a free record: every record in use holds at least one slot. */
-    uint32_t o = ssd_object_alloc(t, n_units, R);
-    if (o == SSD_NIL) {
-        pthread_mutex_unlock(&t->mutex);
-        ssd_set_error(t, "out of memory for an object record");
-        goto undo_budget;
-    }
-    ssd_object *e = ssd_obj(t, o);
-    e->key = *key;
-    e->len = len;
-    e->seq = t->next_seq++;
-    memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
-    job->object = o;
-    prepare_unit_writes(t, job, e, paths, checksums, header_bytes);
-    submit_unit_writes(t, job, paths, batch);
-    pthread_mutex_unlock(&t->mutex);
     free(paths);
     free(per_path_need);
     free(batch);
