@@ -618,6 +618,70 @@ static kvs_status compress_get(void *state, const kvs_key *key, void *dst, uint6
     return rc;
 }
 
+/* With the lock held: a copy of the object in a slot of its own (*out), linked and counted, not
+ * visible yet. An entry s of the same key is replaced: the new bytes take its place and its reads.
+ * On KVS_ENOMEM the error is set and nothing changed but the replaced entry released. */
+static kvs_status insert_entry(compress_state *st, uint32_t s, const kvs_key *key,
+                               const void *object, uint64_t len, const kvs_backend_encoding *enc,
+                               uint32_t n_enc, uint64_t now, uint32_t *out) {
+    uint8_t *copy = malloc(len);
+    if (!copy) {
+        set_error(st, "out of memory for a %llu-byte object", (unsigned long long)len);
+        return KVS_ENOMEM;
+    }
+    double hits = 0;
+    if (s != NIL) { /* replaced: the new bytes take its place and its reads */
+        hits = st->slots[s].hits;
+        release(st, s);
+    }
+    s = take_slot(st);
+    if (s == NIL) {
+        free(copy);
+        set_error(st, "out of memory for its index");
+        return KVS_ENOMEM;
+    }
+    centry *e = &st->slots[s];
+    e->key = *key;
+    e->bytes = memcpy(copy, object, len);
+    e->len = len;
+    e->n_enc = n_enc;
+    memcpy(e->enc, enc, n_enc * sizeof enc[0]);
+    e->hits = hits;
+    e->since_ns = now;
+    link_slot(st, s);
+    st->bytes_here += len;
+    *out = s;
+    return KVS_OK;
+}
+
+/* With the lock held: place the new entry s of key and publish it, or release it (never visible)
+ * when the placement finds no room for it or stores it nowhere. */
+static kvs_status place_new(compress_state *st, const kvs_key *key, uint32_t s) {
+    /* With room for it, and the placement keeping it as it came when asked about it alone, nothing
+     * else has to move: the whole placement runs when the tier is full (and every reevaluate_ms),
+     * not on every put. */
+    kvs_status rc = fits_as_is(st, s) ? KVS_OK : replace_all(st, s);
+    /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
+     * short: the next placements know that encoding is out */
+    for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)
+        rc = replace_all(st, find(st, key));
+    s = find(st, key);
+    if (rc != KVS_OK) {
+        if (s != NIL) release(st, s); /* never visible */
+    } else if (st->bytes_here > st->capacity) {
+        /* pinned objects left no room: the new one goes (it was never visible) */
+        if (s != NIL && st->slots[s].bytes) release(st, s);
+        set_error(st, "no room: %llu bytes here are pinned", (unsigned long long)st->bytes_here);
+        rc = KVS_ENOMEM;
+    } else if (rc == KVS_OK && s == NIL) {
+        set_error(st, "the placement stores this object nowhere (worth less than a recompute)");
+        rc = KVS_ENOMEM;
+    } else {
+        publish(st, s);
+    }
+    return rc;
+}
+
 static kvs_status compress_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     compress_state *st = state;
     if (!st || !key || !object || len == 0) return KVS_EINVAL;
@@ -645,56 +709,8 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
         pthread_mutex_unlock(&st->lock); /* equal keys hold equal bytes: the pinned one stays */
         return KVS_OK;
     }
-    uint8_t *copy = malloc(len);
-    if (!copy) {
-        set_error(st, "out of memory for a %llu-byte object", (unsigned long long)len);
-        pthread_mutex_unlock(&st->lock);
-        return KVS_ENOMEM;
-    }
-    double hits = 0;
-    if (s != NIL) { /* replaced: the new bytes take its place and its reads */
-        hits = st->slots[s].hits;
-        release(st, s);
-    }
-    s = take_slot(st);
-    if (s == NIL) {
-        free(copy);
-        set_error(st, "out of memory for its index");
-        pthread_mutex_unlock(&st->lock);
-        return KVS_ENOMEM;
-    }
-    centry *e = &st->slots[s];
-    e->key = *key;
-    e->bytes = memcpy(copy, object, len);
-    e->len = len;
-    e->n_enc = n_enc;
-    memcpy(e->enc, enc, n_enc * sizeof enc[0]);
-    e->hits = hits;
-    e->since_ns = now;
-    link_slot(st, s);
-    st->bytes_here += len;
-    /* With room for it, and the placement keeping it as it came when asked about it alone, nothing
-     * else has to move: the whole placement runs when the tier is full (and every reevaluate_ms),
-     * not on every put. */
-    rc = fits_as_is(st, s) ? KVS_OK : replace_all(st, s);
-    /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
-     * short: the next placements know that encoding is out */
-    for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)
-        rc = replace_all(st, find(st, key));
-    s = find(st, key);
-    if (rc != KVS_OK) {
-        if (s != NIL) release(st, s); /* never visible */
-    } else if (st->bytes_here > st->capacity) {
-        /* pinned objects left no room: the new one goes (it was never visible) */
-        if (s != NIL && st->slots[s].bytes) release(st, s);
-        set_error(st, "no room: %llu bytes here are pinned", (unsigned long long)st->bytes_here);
-        rc = KVS_ENOMEM;
-    } else if (rc == KVS_OK && s == NIL) {
-        set_error(st, "the placement stores this object nowhere (worth less than a recompute)");
-        rc = KVS_ENOMEM;
-    } else {
-        publish(st, s);
-    }
+    rc = insert_entry(st, s, key, object, len, enc, n_enc, now, &s);
+    if (rc == KVS_OK) rc = place_new(st, key, s);
     pthread_mutex_unlock(&st->lock);
     return rc;
 }

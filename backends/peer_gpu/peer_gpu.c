@@ -64,6 +64,42 @@ static void pg_destroy(void *state) {
     free(st);
 }
 
+/* The tier's options, with what it cannot run without (a lender's socket that fits a Unix socket
+ * address, a usable object size). On a failure why says it and refused names the option, if any. */
+static kvs_status parse_options(pg_state *st, const kvs_backend_init *init, char *why,
+                                size_t why_len, char *refused, size_t refused_len) {
+    kvs_status rc =
+        kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
+                          init->n_options, &st->opt, NULL, why, why_len, refused, refused_len);
+    if (rc == KVS_OK && !st->opt.socket) {
+        snprintf(why, why_len, "option socket (the lender's Unix socket) is required");
+        snprintf(refused, refused_len, "socket");
+        rc = KVS_ECONFIG;
+    } else if (rc == KVS_OK && strlen(st->opt.socket) >= sizeof st->socket_path) {
+        snprintf(why, why_len, "socket path \"%s\" is longer than a Unix socket takes (%zu)",
+                 st->opt.socket, sizeof st->socket_path - 1);
+        snprintf(refused, refused_len, "socket");
+        rc = KVS_ECONFIG;
+    } else if (rc == KVS_OK &&
+               (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 40))) {
+        snprintf(why, why_len, "objects of %llu bytes: not a size the tier takes",
+                 (unsigned long long)init->max_object_bytes);
+        rc = KVS_EINVAL;
+    }
+    return rc;
+}
+
+/* The index in shared memory (index_shm). Without index_entries: room for what a lender of
+ * 64 GiB holds in objects of this size, up to 2^18 entries (about 34 MiB of shared memory). */
+static kvs_status open_shared_index(pg_state *st, const kvs_backend_init *init, char *why,
+                                    size_t why_len) {
+    uint64_t entries =
+        st->opt.index_entries ? st->opt.index_entries : (64ull << 30) / init->max_object_bytes;
+    if (!st->opt.index_entries && entries > (1ull << 18)) entries = 1ull << 18;
+    return kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host, &st->index, why,
+                               why_len);
+}
+
 static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     if (!init || !out) return KVS_EINVAL;
     *out = NULL;
@@ -83,24 +119,7 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
                            .send_timeout_ms = 1000,
                            .device = UINT64_MAX};
     char why[256], refused[64] = "", msg[512];
-    kvs_status rc = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], init->options,
-                                      init->n_options, &st->opt, NULL, why, sizeof why, refused,
-                                      sizeof refused);
-    if (rc == KVS_OK && !st->opt.socket) {
-        snprintf(why, sizeof why, "option socket (the lender's Unix socket) is required");
-        snprintf(refused, sizeof refused, "socket");
-        rc = KVS_ECONFIG;
-    } else if (rc == KVS_OK && strlen(st->opt.socket) >= sizeof st->socket_path) {
-        snprintf(why, sizeof why, "socket path \"%s\" is longer than a Unix socket takes (%zu)",
-                 st->opt.socket, sizeof st->socket_path - 1);
-        snprintf(refused, sizeof refused, "socket");
-        rc = KVS_ECONFIG;
-    } else if (rc == KVS_OK &&
-               (init->max_object_bytes == 0 || init->max_object_bytes > (1ull << 40))) {
-        snprintf(why, sizeof why, "objects of %llu bytes: not a size the tier takes",
-                 (unsigned long long)init->max_object_bytes);
-        rc = KVS_EINVAL;
-    }
+    kvs_status rc = parse_options(st, init, why, sizeof why, refused, sizeof refused);
     if (rc != KVS_OK) {
         kvs_fmt(msg, sizeof msg, "peer_gpu tier \"%s\": %s", st->tier_name, why);
         kvs_create_error(init, msg);
@@ -118,13 +137,7 @@ static kvs_status pg_create(const kvs_backend_init *init, void **out) {
     pthread_cond_init(&st->changed, &ca);
     pthread_condattr_destroy(&ca);
     if (st->opt.index_shm) {
-        /* without index_entries: room for what a lender of 64 GiB holds in objects of this size,
-         * up to 2^18 entries (about 34 MiB of shared memory) */
-        uint64_t entries =
-            st->opt.index_entries ? st->opt.index_entries : (64ull << 30) / init->max_object_bytes;
-        if (!st->opt.index_entries && entries > (1ull << 18)) entries = 1ull << 18;
-        rc = kvs_dram_index_open(st->opt.index_shm, entries, st->tier_name, st->host, &st->index,
-                                 why, sizeof why);
+        rc = open_shared_index(st, init, why, sizeof why);
         if (rc != KVS_OK) {
             kvs_fmt(msg, sizeof msg, "peer_gpu tier \"%s\": %s", st->tier_name, why);
             kvs_create_error(init, msg);

@@ -62,11 +62,9 @@ static kvs_status take_region(pg_state *st, const kvs_lend_msg *m, uint8_t *regi
     return KVS_OK;
 }
 
-/* Connect and take the lender's HELLO within timeout_ms. KVS_OK with the link up; otherwise the
- * reason is in st->error and nothing is held. */
-static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
-    /* non-blocking: a lender that accepts nothing (its queue full) never holds the tier's thread;
-     * the wire's sends and receives poll for themselves */
+/* A socket connected to the lender in *out. Non-blocking: a lender that accepts nothing (its queue
+ * full) never holds the tier's thread; the wire's sends and receives poll for themselves. */
+static kvs_status connect_socket(pg_state *st, int *out) {
     int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) {
         pg_set_error(st, "socket: %s", strerror(errno));
@@ -81,36 +79,53 @@ static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
         close(sock);
         return KVS_ENOTFOUND;
     }
-    kvs_lend_msg m = {0};
-    int fd = -1;
-    char why[256];
-    /* the HELLO, within timeout_ms, unless destroy wakes the thread first */
+    *out = sock;
+    return KVS_OK;
+}
+
+/* The lender's HELLO (with its region's descriptor in *fd, if it sent one), within timeout_ms
+ * unless destroy wakes the thread first, and with units this tier can use. On a failure why says
+ * it. */
+static kvs_status receive_hello(pg_state *st, int sock, uint64_t timeout_ms, kvs_lend_msg *m,
+                                int *fd, char *why, size_t why_len) {
     struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = st->wake[0], .events = POLLIN}};
     int ready;
     do ready = poll(p, 2, (int)timeout_ms);
     while (ready < 0 && errno == EINTR);
     kvs_status rc;
     if (ready > 0 && !p[1].revents) {
-        rc = kvs_lend_recv(sock, 0, 0, &m, &fd, why, sizeof why);
+        rc = kvs_lend_recv(sock, 0, 0, m, fd, why, why_len);
     } else {
-        snprintf(why, sizeof why, "%s",
+        snprintf(why, why_len, "%s",
                  ready > 0 ? "the tier is closing" : "no HELLO within connect_timeout_ms");
         rc = KVS_ETIMEDOUT;
     }
-    if (rc == KVS_OK && m.type != KVS_LEND_HELLO) {
-        snprintf(why, sizeof why, "the lender's first message is type %u, not a HELLO", m.type);
+    if (rc == KVS_OK && m->type != KVS_LEND_HELLO) {
+        snprintf(why, why_len, "the lender's first message is type %u, not a HELLO", m->type);
         rc = KVS_EIO;
     }
-    if (rc == KVS_OK && m.unit_bytes < st->slot_bytes) {
-        snprintf(why, sizeof why, "its units of %llu bytes hold no object of %llu",
-                 (unsigned long long)m.unit_bytes, (unsigned long long)st->slot_bytes);
+    if (rc == KVS_OK && m->unit_bytes < st->slot_bytes) {
+        snprintf(why, why_len, "its units of %llu bytes hold no object of %llu",
+                 (unsigned long long)m->unit_bytes, (unsigned long long)st->slot_bytes);
         rc = KVS_ECONFIG;
-    } else if (rc == KVS_OK && (m.unit_bytes / st->slot_bytes) * m.n_units >= PG_MAX_SLOTS) {
-        snprintf(why, sizeof why,
-                 "%u units of %llu objects each are more than the tier indexes (%u)", m.n_units,
-                 (unsigned long long)(m.unit_bytes / st->slot_bytes), PG_MAX_SLOTS);
+    } else if (rc == KVS_OK && (m->unit_bytes / st->slot_bytes) * m->n_units >= PG_MAX_SLOTS) {
+        snprintf(why, why_len, "%u units of %llu objects each are more than the tier indexes (%u)",
+                 m->n_units, (unsigned long long)(m->unit_bytes / st->slot_bytes), PG_MAX_SLOTS);
         rc = KVS_ECONFIG;
     }
+    return rc;
+}
+
+/* Connect and take the lender's HELLO within timeout_ms. KVS_OK with the link up; otherwise the
+ * reason is in st->error and nothing is held. */
+static kvs_status link_connect(pg_state *st, uint64_t timeout_ms) {
+    int sock = -1;
+    kvs_status rc = connect_socket(st, &sock);
+    if (rc != KVS_OK) return rc;
+    kvs_lend_msg m = {0};
+    int fd = -1;
+    char why[256];
+    rc = receive_hello(st, sock, timeout_ms, &m, &fd, why, sizeof why);
     uint8_t *region = NULL;
     int device = -1;
     if (rc == KVS_OK) rc = pg_region_open(st, &m, fd, &region, &device, why, sizeof why);

@@ -251,6 +251,65 @@ static void take_out_of_service(ssd_tier *t, uint32_t i, const char *what, int e
     p->fd = -1;
 }
 
+/* Path i's superblock: read it; a matching one gives the slots to scan, any other is rewritten
+ * for this geometry (dropping what the path held). A path whose superblock cannot be read or
+ * written goes out of service and is not scanned (*io stays NULL, *scan_slots 0). */
+static void settle_superblock(ssd_tier *t, uint32_t i, uint8_t *block, ssd_io_path **io,
+                              uint64_t *scan_slots) {
+    ssd_path *p = &t->paths[i];
+    int64_t got = ssd_io_sync(p->io, SSD_IO_OP_READ, block, SSD_BLOCK, 0, t->io_timeout_ms);
+    if (got < 0) { /* the engine isolated the path */
+        take_out_of_service(t, i, "its superblock cannot be read", (int)-got);
+        return;
+    }
+    *io = p->io;
+    ssd_superblock sb;
+    int valid = ssd_format_decode_superblock(block, &sb) == 0;
+    if (valid && sb.stripe_bytes == t->stripe_bytes && sb.slot_bytes == t->slot_bytes) {
+        *scan_slots = sb.n_slots < p->n_slots ? sb.n_slots : p->n_slots;
+        if (sb.n_slots == p->n_slots) return;
+    } else if (valid) {
+        char was[32], now[32];
+        kvs_fmt_bytes(was, sizeof was, sb.stripe_bytes);
+        kvs_fmt_bytes(now, sizeof now, t->stripe_bytes);
+        ssd_log(t, KVS_LOG_WARN,
+                "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
+                p->dir, was, now);
+    }
+    memset(block, 0, SSD_BLOCK);
+    memset(&sb, 0, sizeof sb);
+    sb.stripe_bytes = t->stripe_bytes;
+    sb.slot_bytes = t->slot_bytes;
+    sb.n_slots = p->n_slots;
+    snprintf(sb.tier_name, sizeof sb.tier_name, "%s", t->tier_name);
+    ssd_format_encode_superblock(&sb, block);
+    int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
+    if (wrote < 0) {
+        /* Without a valid superblock the next start could not tell this file's slots apart,
+         * so nothing may be written there: the path is out of service, the others serve. */
+        take_out_of_service(t, i, "its superblock cannot be written", (int)-wrote);
+        *io = NULL;
+        *scan_slots = 0;
+    }
+}
+
+/* Each path's free-slot stack from the slots no recovered object uses, and the next sequence
+ * number: past every recovered one and no earlier than now. */
+static void rebuild_free_slots(ssd_tier *t, uint8_t *const *used, const ssd_scan_result *found) {
+    for (uint32_t i = 0; i < t->n_paths; i++) {
+        ssd_path *p = &t->paths[i];
+        p->n_free = 0;
+        for (uint64_t s = p->n_slots;
+             s-- > 0;) /* low slots on top: the file fills from its start */
+            if (!used[i][s]) p->free_slots[p->n_free++] = (uint32_t)s;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t wall = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    t->next_seq = found->max_sequence + 1 > wall ? found->max_sequence + 1 : wall;
+    t->headers_scanned = found->headers_read;
+}
+
 /* Read or write each path's superblock, scan the slots of those that match, rebuild the index and
  * the free-slot stacks. */
 static kvs_status recover(ssd_tier *t) {
@@ -261,44 +320,9 @@ static kvs_status recover(ssd_tier *t) {
         ssd_set_error(t, "out of memory for the superblock");
         return KVS_ENOMEM;
     }
-    for (uint32_t i = 0; i < t->n_paths; i++) {
-        ssd_path *p = &t->paths[i];
-        if (!p->io) continue; /* out of service already */
-        int64_t got = ssd_io_sync(p->io, SSD_IO_OP_READ, block, SSD_BLOCK, 0, t->io_timeout_ms);
-        if (got < 0) { /* the engine isolated the path */
-            take_out_of_service(t, i, "its superblock cannot be read", (int)-got);
-            continue;
-        }
-        io[i] = p->io;
-        ssd_superblock sb;
-        int valid = ssd_format_decode_superblock(block, &sb) == 0;
-        if (valid && sb.stripe_bytes == t->stripe_bytes && sb.slot_bytes == t->slot_bytes) {
-            scan_slots[i] = sb.n_slots < p->n_slots ? sb.n_slots : p->n_slots;
-            if (sb.n_slots == p->n_slots) continue;
-        } else if (valid) {
-            char was[32], now[32];
-            kvs_fmt_bytes(was, sizeof was, sb.stripe_bytes);
-            kvs_fmt_bytes(now, sizeof now, t->stripe_bytes);
-            ssd_log(t, KVS_LOG_WARN,
-                    "path %u (%s) was written with stripe %s, now %s: its objects are dropped", i,
-                    p->dir, was, now);
-        }
-        memset(block, 0, SSD_BLOCK);
-        memset(&sb, 0, sizeof sb);
-        sb.stripe_bytes = t->stripe_bytes;
-        sb.slot_bytes = t->slot_bytes;
-        sb.n_slots = p->n_slots;
-        snprintf(sb.tier_name, sizeof sb.tier_name, "%s", t->tier_name);
-        ssd_format_encode_superblock(&sb, block);
-        int64_t wrote = ssd_io_sync(p->io, SSD_IO_OP_WRITE, block, SSD_BLOCK, 0, t->io_timeout_ms);
-        if (wrote < 0) {
-            /* Without a valid superblock the next start could not tell this file's slots apart,
-             * so nothing may be written there: the path is out of service, the others serve. */
-            take_out_of_service(t, i, "its superblock cannot be written", (int)-wrote);
-            io[i] = NULL;
-            scan_slots[i] = 0;
-        }
-    }
+    for (uint32_t i = 0; i < t->n_paths; i++)
+        if (t->paths[i].io) /* else out of service already */
+            settle_superblock(t, i, block, &io[i], &scan_slots[i]);
     free(block);
 
     ssd_scan_result found;
@@ -315,22 +339,10 @@ static kvs_status recover(ssd_tier *t) {
         ssd_recover_select(&found, adopt_recovered, &ctx);
         if (ctx.out_of_memory) rc = KVS_ENOMEM;
     }
-    if (rc == KVS_OK) {
-        for (uint32_t i = 0; i < t->n_paths; i++) {
-            ssd_path *p = &t->paths[i];
-            p->n_free = 0;
-            for (uint64_t s = p->n_slots;
-                 s-- > 0;) /* low slots on top: the file fills from its start */
-                if (!ctx.used[i][s]) p->free_slots[p->n_free++] = (uint32_t)s;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t wall = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-        t->next_seq = found.max_sequence + 1 > wall ? found.max_sequence + 1 : wall;
-        t->headers_scanned = found.headers_read;
-    } else {
+    if (rc == KVS_OK)
+        rebuild_free_slots(t, ctx.used, &found);
+    else
         ssd_set_error(t, "out of memory while rebuilding the index");
-    }
     if (ctx.used)
         for (uint32_t i = 0; i < t->n_paths; i++) free(ctx.used[i]);
     free(ctx.used);
@@ -467,15 +479,9 @@ static int map_write_arena(ssd_tier *t) {
     return 0;
 }
 
-static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
-    if (!init || !out) return KVS_EINVAL;
-    *out = NULL;
-    if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
-    ssd_tier *t = calloc(1, sizeof *t);
-    if (!t) {
-        kvs_create_error(init, "ssd tier: out of memory for its state");
-        return KVS_ENOMEM;
-    }
+/* The state's locks, its empty lists, and what the host hands the tier (its hooks, the staging
+ * pool), each hook taken only where the host's struct is new enough to have it. */
+static void init_state(ssd_tier *t, const kvs_backend_init *init) {
     pthread_mutex_init(&t->error_mutex, NULL);
     pthread_mutex_init(&t->mutex, NULL);
     pthread_condattr_t attr;
@@ -506,30 +512,37 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         t->staging_base = init->staging_base;
         t->staging_len = init->staging_len;
     }
+}
 
-    ssd_options opt;
-    char why[400], refused[80] = "";
-    kvs_status rc = KVS_EINVAL;
+/* Parse the options, plan the geometry, check the directories, and keep what the tier runs with.
+ * On KVS_ECONFIG, refused names the option at fault. */
+static kvs_status apply_options(ssd_tier *t, const kvs_backend_init *init, ssd_options *opt,
+                                char *refused, size_t refused_len) {
+    char why[400];
+    kvs_status rc;
     if (init->n_options && !init->options) {
         ssd_set_error(t, "n_options is %llu but options is NULL",
                       (unsigned long long)init->n_options);
-        goto fail;
+        return KVS_EINVAL;
     }
-    if ((rc = ssd_options_parse(init->options, init->n_options, &opt, why, sizeof why, refused,
-                                sizeof refused)) != KVS_OK) {
+    if ((rc = ssd_options_parse(init->options, init->n_options, opt, why, sizeof why, refused,
+                                refused_len)) != KVS_OK) {
         ssd_set_error(t, "%s", why);
-        goto fail;
+        return rc;
     }
-    if ((rc = plan_geometry(t, init, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
-    if ((rc = check_directories(t, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
-    t->n_paths = opt.n_paths;
-    t->replicas = opt.replicas;
-    t->queue_depth = opt.queue_depth;
-    t->io_timeout_ms = opt.io_timeout_ms;
-    t->write_buffer_bytes = opt.write_buffer_bytes;
-    if (opt.enospc_after >= 0) atomic_store(&t->io.enospc_budget, opt.enospc_after);
+    if ((rc = plan_geometry(t, init, opt, refused, refused_len)) != KVS_OK) return rc;
+    if ((rc = check_directories(t, opt, refused, refused_len)) != KVS_OK) return rc;
+    t->n_paths = opt->n_paths;
+    t->replicas = opt->replicas;
+    t->queue_depth = opt->queue_depth;
+    t->io_timeout_ms = opt->io_timeout_ms;
+    t->write_buffer_bytes = opt->write_buffer_bytes;
+    if (opt->enospc_after >= 0) atomic_store(&t->io.enospc_budget, opt->enospc_after);
+    return KVS_OK;
+}
 
-    rc = KVS_ENOMEM;
+/* The index (records in chunks, hash buckets), the zero block and the write arena. */
+static kvs_status alloc_index(ssd_tier *t) {
     t->max_chunks = (t->n_object_slots + SSD_CHUNK_RECORDS - 1) / SSD_CHUNK_RECORDS;
     t->chunks = calloc(t->max_chunks, sizeof *t->chunks);
     t->n_buckets = 1;
@@ -539,63 +552,77 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
     t->spare = calloc(t->max_spare ? t->max_spare : 1, sizeof *t->spare);
     if (!t->chunks || !t->buckets || !t->zero_block || !t->spare) {
         ssd_set_error(t, "out of memory for the index of %u slots", t->n_object_slots);
-        goto fail;
+        return KVS_ENOMEM;
     }
-    if (map_write_arena(t) != 0) goto fail;
+    if (map_write_arena(t) != 0) return KVS_ENOMEM;
     memset(t->zero_block, 0, SSD_BLOCK);
     for (uint64_t b = 0; b < t->n_buckets; b++) t->buckets[b] = SSD_NIL;
+    return KVS_OK;
+}
 
-    int uring_error = 0, preallocated[SSD_MAX_PATHS] = {0};
+/* Start path i's I/O engine on its open file; one that cannot start takes the path out of
+ * service (-1). */
+static int start_engine(ssd_tier *t, const ssd_options *opt, uint32_t i, int64_t device_bytes) {
+    ssd_path *p = &t->paths[i];
+    char why[400];
+    ssd_io_config cfg = {.tier_name = t->tier_name,
+                         .dir = p->dir,
+                         .index = i,
+                         .fd = p->fd,
+                         .engine = opt->engine,
+                         .queue_depth = opt->queue_depth,
+                         .write_inflight = opt->write_inflight,
+                         .pread_threads = opt->pread_threads,
+                         .sim_bandwidth = opt->sim_bandwidth,
+                         .sim_iops = opt->sim_iops,
+                         .staging_base = t->staging_base,
+                         .staging_len = t->staging_len,
+                         .eio = opt->eio_path == (int32_t)i,
+                         .eio_after = opt->eio_after,
+                         .device_bytes = device_bytes,
+                         .counters = &t->io,
+                         .ctx = t,
+                         .log = t->log,
+                         .on_failed = ssd_on_path_failed};
+    if (ssd_io_open(&cfg, &p->io, why, sizeof why) != 0) {
+        snprintf(p->isolated_why, sizeof p->isolated_why, "its I/O engine cannot start: %s", why);
+        close(p->fd);
+        p->fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Each path's slot table, data file and I/O engine. A path whose directory or file the device
+ * refuses, or whose engine cannot start, is out of service and the others serve; only a
+ * configuration error (KVS_ECONFIG, refused names the path) or no memory fails the tier. */
+static kvs_status open_paths(ssd_tier *t, const ssd_options *opt, int *preallocated, char *refused,
+                             size_t refused_len) {
+    int uring_error = 0;
     uint32_t on_pread = 0;
     for (uint32_t i = 0; i < t->n_paths; i++) {
         ssd_path *p = &t->paths[i];
         if (!(p->free_slots = malloc(p->n_slots * sizeof *p->free_slots)) ||
             !(p->backed = calloc(p->n_slots, 1))) {
-            ssd_set_error(t, "out of memory for the slot table of %s", opt.paths[i]);
-            rc = KVS_ENOMEM;
-            goto fail;
+            ssd_set_error(t, "out of memory for the slot table of %s", opt->paths[i]);
+            return KVS_ENOMEM;
         }
-        snprintf(p->dir, sizeof p->dir, "%s", opt.paths[i]);
+        snprintf(p->dir, sizeof p->dir, "%s", opt->paths[i]);
         int64_t device_bytes =
-            opt.device_path < 0 || opt.device_path == (int32_t)i ? opt.device_bytes : -1;
+            opt->device_path < 0 || opt->device_path == (int32_t)i ? opt->device_bytes : -1;
         if (p->isolated_why[0]) continue; /* not writable: out of service from the start */
-        rc = open_data_file(t, i, device_bytes >= 0, &preallocated[i]);
+        kvs_status rc = open_data_file(t, i, device_bytes >= 0, &preallocated[i]);
         if (rc == KVS_ECONFIG) {
-            snprintf(refused, sizeof refused, "path[%u]", i);
-            goto fail;
+            snprintf(refused, refused_len, "path[%u]", i);
+            return rc;
         }
         if (rc != KVS_OK) { /* the device refuses the file: the other paths serve */
             if (p->fd >= 0) close(p->fd);
             p->fd = -1;
             continue;
         }
-        ssd_io_config cfg = {.tier_name = t->tier_name,
-                             .dir = p->dir,
-                             .index = i,
-                             .fd = p->fd,
-                             .engine = opt.engine,
-                             .queue_depth = opt.queue_depth,
-                             .write_inflight = opt.write_inflight,
-                             .pread_threads = opt.pread_threads,
-                             .sim_bandwidth = opt.sim_bandwidth,
-                             .sim_iops = opt.sim_iops,
-                             .staging_base = t->staging_base,
-                             .staging_len = t->staging_len,
-                             .eio = opt.eio_path == (int32_t)i,
-                             .eio_after = opt.eio_after,
-                             .device_bytes = device_bytes,
-                             .counters = &t->io,
-                             .ctx = t,
-                             .log = t->log,
-                             .on_failed = ssd_on_path_failed};
-        if (ssd_io_open(&cfg, &p->io, why, sizeof why) != 0) {
-            snprintf(p->isolated_why, sizeof p->isolated_why, "its I/O engine cannot start: %s",
-                     why);
-            close(p->fd);
-            p->fd = -1;
-            continue;
-        }
-        if (opt.engine == SSD_ENGINE_URING && !ssd_io_uses_uring(p->io)) {
+        if (start_engine(t, opt, i, device_bytes) != 0) continue;
+        if (opt->engine == SSD_ENGINE_URING && !ssd_io_uses_uring(p->io)) {
             uring_error = ssd_io_uring_error(p->io);
             on_pread++;
         }
@@ -605,19 +632,12 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
         ssd_log(t, KVS_LOG_INFO, "io_uring is unavailable (%s%s); %u paths use the pread engine",
                 kvs_errno_name(uring_error),
                 uring_error == ENOSYS ? ", or a build without liburing" : "", on_pread);
+    return KVS_OK;
+}
 
-    if ((rc = recover(t)) != KVS_OK) goto fail;
-    for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
-    uint32_t usable = 0, first_usable = 0;
-    for (uint32_t i = t->n_paths; i-- > 0;) {
-        if (!ssd_path_usable(t, i)) continue;
-        usable++;
-        first_usable = i;
-    }
-    if ((rc = report_unusable_paths(t, usable)) != KVS_OK) goto fail;
-    for (uint32_t i = 0; i < t->n_paths; i++)
-        if (t->paths[i].io) ssd_io_arm_faults(t->paths[i].io);
-    /* One line says what the tier runs on, so a slow fallback is never silent. */
+/* One line says what the tier runs on, so a slow fallback is never silent. */
+static void log_opened(ssd_tier *t, const ssd_options *opt, uint32_t usable,
+                       uint32_t first_usable) {
     char stripe[32], cap[32];
     kvs_fmt_bytes(stripe, sizeof stripe, t->stripe_bytes);
     kvs_fmt_bytes(cap, sizeof cap, (uint64_t)t->n_object_slots * t->stripe_bytes);
@@ -630,8 +650,41 @@ static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
             usable, t->n_paths, cap, (unsigned long long)t->n_object_slots, stripe, t->replicas,
             uring ? "io_uring" : "pread engine",
             uring ? (fixed ? " with the staging pool registered" : "") : "",
-            opt.sim_bandwidth || opt.sim_iops ? "paced" : "not paced",
+            opt->sim_bandwidth || opt->sim_iops ? "paced" : "not paced",
             (unsigned long long)t->recovered, (unsigned long long)t->headers_scanned);
+}
+
+static kvs_status ssd_create(const kvs_backend_init *init, void **out) {
+    if (!init || !out) return KVS_EINVAL;
+    *out = NULL;
+    if (init->struct_size < offsetof(kvs_backend_init, staging_base)) return KVS_EVERSION;
+    ssd_tier *t = calloc(1, sizeof *t);
+    if (!t) {
+        kvs_create_error(init, "ssd tier: out of memory for its state");
+        return KVS_ENOMEM;
+    }
+    init_state(t, init);
+
+    ssd_options opt;
+    char refused[80] = "";
+    int preallocated[SSD_MAX_PATHS] = {0};
+    kvs_status rc;
+    if ((rc = apply_options(t, init, &opt, refused, sizeof refused)) != KVS_OK) goto fail;
+    if ((rc = alloc_index(t)) != KVS_OK) goto fail;
+    if ((rc = open_paths(t, &opt, preallocated, refused, sizeof refused)) != KVS_OK) goto fail;
+
+    if ((rc = recover(t)) != KVS_OK) goto fail;
+    for (uint32_t i = 0; i < t->n_paths; i++) find_backed_slots(t, i, preallocated[i]);
+    uint32_t usable = 0, first_usable = 0;
+    for (uint32_t i = t->n_paths; i-- > 0;) {
+        if (!ssd_path_usable(t, i)) continue;
+        usable++;
+        first_usable = i;
+    }
+    if ((rc = report_unusable_paths(t, usable)) != KVS_OK) goto fail;
+    for (uint32_t i = 0; i < t->n_paths; i++)
+        if (t->paths[i].io) ssd_io_arm_faults(t->paths[i].io);
+    log_opened(t, &opt, usable, first_usable);
     *out = t;
     return KVS_OK;
 

@@ -431,6 +431,108 @@ static struct io_uring_sqe *next_sqe(ssd_io_path *p) {
     return sqe;
 }
 
+/* Take up to queue_depth - 1 queued requests, in order, into *popped. 1 when the engine stops
+ * (stop asked, nothing queued or in flight). From here a submitter rings the doorbell, so nothing
+ * queued after this goes unseen. */
+static int ring_take_queued(ssd_io_path *p, ssd_io_request **popped) {
+    ssd_io_request **tail = popped, *r;
+    pthread_mutex_lock(&p->mutex);
+    if (p->stop && p->queued == 0 && p->inflight == 0) {
+        pthread_mutex_unlock(&p->mutex);
+        return 1;
+    }
+    while ((r = pop_next(p, p->cfg.queue_depth - 1))) {
+        *tail = r;
+        tail = &r->next;
+    }
+    p->sleeping = 1;
+    pthread_mutex_unlock(&p->mutex);
+    return 0;
+}
+
+/* An SQE for each request, *again (remainders and retries) first, then popped; a request the
+ * fault injection or a full ring refuses completes with that error. 1 when none was refused (the
+ * submit may wait for a completion). */
+static int ring_issue(ssd_io_path *p, ssd_io_request **again, ssd_io_request *popped) {
+    ssd_io_request *refused = NULL, *r;
+    struct io_uring_sqe *sqe = NULL;
+    unsigned issued = 0;
+    while ((r = *again) || (r = popped)) {
+        if (r == *again)
+            *again = r->next;
+        else
+            popped = r->next;
+        int fault = r->moved == 0 && r->retries == 0 ? fault_check(p, r) : 0;
+        if (!fault && !(sqe = next_sqe(p))) fault = -EBUSY;
+        if (fault) {
+            r->result = fault;
+            r->next = refused;
+            refused = r;
+            continue;
+        }
+        if (r->moved == 0 && r->retries == 0) r->start_ns = kvs_now_ns();
+        ring_prep(p, sqe, r);
+        issued++;
+    }
+    if (issued) atomic_fetch_add(&p->cfg.counters->submits, 1);
+    int wait = refused == NULL;
+    while ((r = refused)) {
+        refused = r->next;
+        complete(p, r, r->result);
+    }
+    return wait;
+}
+
+/* Submit (and with wait, wait for one completion); a ring that fails isolates the path, one short
+ * of memory backs off. */
+static void ring_submit(ssd_io_path *p, int wait) {
+    int rc;
+    do {
+        rc = wait ? io_uring_submit_and_wait(&p->ring, 1) : io_uring_submit(&p->ring);
+    } while (rc == -EINTR);
+    if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && !atomic_load(&p->failed)) {
+        log_path(p, KVS_LOG_ERROR, "io_uring_enter failed (%s); the path is isolated",
+                 kvs_errno_name(-rc));
+        atomic_fetch_add(&p->cfg.counters->path_errors, 1);
+        ssd_io_fail(p, -rc);
+    } else if (rc == -EAGAIN || rc == -EBUSY) {
+        kvs_sleep_until_ns(kvs_now_ns() +
+                           1000000ull); /* the kernel is short of memory: back off, do not spin */
+    }
+    pthread_mutex_lock(&p->mutex);
+    p->sleeping = 0;
+    pthread_mutex_unlock(&p->mutex);
+}
+
+/* The completions: finished requests complete in order, short ones go on *again; the doorbell's
+ * sets *arm_doorbell. */
+static void ring_reap(ssd_io_path *p, ssd_io_request **again, int *arm_doorbell) {
+    ssd_io_request *finished = NULL, **last = &finished, *r;
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&p->ring, head, cqe) {
+        seen++;
+        r = io_uring_cqe_get_data(cqe);
+        if (!r) { /* the doorbell: new requests are queued, or close is waiting */
+            *arm_doorbell = 1;
+            continue;
+        }
+        if (account(r, cqe->res)) {
+            r->next = NULL;
+            *last = r;
+            last = &r->next;
+        } else {
+            r->next = *again;
+            *again = r;
+        }
+    }
+    io_uring_cq_advance(&p->ring, seen);
+    while ((r = finished)) {
+        finished = r->next;
+        complete(p, r, r->result);
+    }
+}
+
 static void *ring_main(void *arg) {
     ssd_io_path *p = arg;
     int rc = ring_setup(p);
@@ -443,8 +545,7 @@ static void *ring_main(void *arg) {
     int arm_doorbell = 1;
     ssd_io_request *again = NULL; /* remainders of short transfers and retries, issued first */
     for (;;) {
-        ssd_io_request *refused = NULL, *popped = NULL, **tail = &popped, *r;
-        unsigned issued = 0;
+        ssd_io_request *popped = NULL;
         struct io_uring_sqe *sqe;
         if (arm_doorbell && (sqe = next_sqe(p))) {
             io_uring_prep_read(sqe, p->doorbell_fd, &p->doorbell_value, sizeof p->doorbell_value,
@@ -452,83 +553,9 @@ static void *ring_main(void *arg) {
             io_uring_sqe_set_data(sqe, NULL);
             arm_doorbell = 0;
         }
-        pthread_mutex_lock(&p->mutex);
-        if (p->stop && p->queued == 0 && p->inflight == 0) {
-            pthread_mutex_unlock(&p->mutex);
-            break;
-        }
-        while ((r = pop_next(p, p->cfg.queue_depth - 1))) {
-            *tail = r;
-            tail = &r->next;
-        }
-        /* From here a submitter rings the doorbell, so nothing queued after this goes unseen. */
-        p->sleeping = 1;
-        pthread_mutex_unlock(&p->mutex);
-
-        while ((r = again) || (r = popped)) {
-            if (r == again)
-                again = r->next;
-            else
-                popped = r->next;
-            int fault = r->moved == 0 && r->retries == 0 ? fault_check(p, r) : 0;
-            if (!fault && !(sqe = next_sqe(p))) fault = -EBUSY;
-            if (fault) {
-                r->result = fault;
-                r->next = refused;
-                refused = r;
-                continue;
-            }
-            if (r->moved == 0 && r->retries == 0) r->start_ns = kvs_now_ns();
-            ring_prep(p, sqe, r);
-            issued++;
-        }
-        if (issued) atomic_fetch_add(&p->cfg.counters->submits, 1);
-        int wait = refused == NULL;
-        while ((r = refused)) {
-            refused = r->next;
-            complete(p, r, r->result);
-        }
-        do {
-            rc = wait ? io_uring_submit_and_wait(&p->ring, 1) : io_uring_submit(&p->ring);
-        } while (rc == -EINTR);
-        if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && !atomic_load(&p->failed)) {
-            log_path(p, KVS_LOG_ERROR, "io_uring_enter failed (%s); the path is isolated",
-                     kvs_errno_name(-rc));
-            atomic_fetch_add(&p->cfg.counters->path_errors, 1);
-            ssd_io_fail(p, -rc);
-        } else if (rc == -EAGAIN || rc == -EBUSY) {
-            kvs_sleep_until_ns(
-                kvs_now_ns() +
-                1000000ull); /* the kernel is short of memory: back off, do not spin */
-        }
-        pthread_mutex_lock(&p->mutex);
-        p->sleeping = 0;
-        pthread_mutex_unlock(&p->mutex);
-
-        ssd_io_request *finished = NULL, **last = &finished;
-        struct io_uring_cqe *cqe;
-        unsigned head, seen = 0;
-        io_uring_for_each_cqe(&p->ring, head, cqe) {
-            seen++;
-            r = io_uring_cqe_get_data(cqe);
-            if (!r) { /* the doorbell: new requests are queued, or close is waiting */
-                arm_doorbell = 1;
-                continue;
-            }
-            if (account(r, cqe->res)) {
-                r->next = NULL;
-                *last = r;
-                last = &r->next;
-            } else {
-                r->next = again;
-                again = r;
-            }
-        }
-        io_uring_cq_advance(&p->ring, seen);
-        while ((r = finished)) {
-            finished = r->next;
-            complete(p, r, r->result);
-        }
+        if (ring_take_queued(p, &popped)) break;
+        ring_submit(p, ring_issue(p, &again, popped));
+        ring_reap(p, &again, &arm_doorbell);
     }
     close(p->doorbell_fd);
     io_uring_queue_exit(&p->ring);

@@ -203,6 +203,142 @@ static void free_call(ssd_read_call *call) {
 
 static kvs_status read_finish(ssd_tier *t, ssd_read_call *call);
 
+/* Phase 1 of read_start: find the objects and hold them (refs) so their slots cannot be reused
+ * under the reads; an object asked for twice is read once (same_as). Sets each item's reads and the
+ * call's total_reads; returns the most copies any held object has. Takes the tier's lock. */
+static uint32_t hold_objects(ssd_tier *t, ssd_read_call *call, const kvs_key *keys,
+                             uint64_t set_cap) {
+    read_item *items = call->items;
+    uint64_t *seen_item = call->seen_item, *lens = call->lens;
+    kvs_status *statuses = call->statuses;
+    const uint64_t(*ranges)[2] = call->ranges;
+    uint64_t total_reads = 0;
+    uint32_t max_copies = 1;
+    pthread_mutex_lock(&t->mutex);
+    for (uint64_t i = 0; i < call->n; i++) {
+        read_item *it = &items[i];
+        it->object = SSD_NIL;
+        it->same_as = UINT64_MAX;
+        it->failed_path = -1;
+        lens[i] = 0;
+        uint32_t o = ssd_find_readable(t, &keys[i]);
+        if (o == SSD_NIL) {
+            statuses[i] = KVS_ENOTFOUND;
+            continue;
+        }
+        ssd_object *e = ssd_obj(t, o);
+        lens[i] = e->len;
+        if ((!ranges && call->caps[i] < e->len) || (ranges && call->caps[i] < ranges[i][1]) ||
+            (!call->dsts[i] && e->len)) {
+            statuses[i] = KVS_EOVERFLOW;
+            continue;
+        }
+        statuses[i] = KVS_OK;
+        ssd_lru_touch(t, o);
+        uint64_t b = (o * 0x9E3779B97F4A7C15ull >> 7) & (set_cap - 1);
+        while (seen_item[b] != UINT64_MAX && items[seen_item[b]].object != o)
+            b = (b + 1) & (set_cap - 1);
+        if (seen_item[b] != UINT64_MAX) {
+            it->same_as = seen_item[b];
+            continue;
+        }
+        seen_item[b] = i;
+        e->refs++;
+        it->object = o;
+        it->first_read = total_reads;
+        it->n_reads = e->len ? e->n_units : 0;
+        total_reads += it->n_reads;
+        if (e->replicas > max_copies) max_copies = e->replicas;
+    }
+    pthread_mutex_unlock(&t->mutex);
+    call->total_reads = total_reads;
+    return max_copies;
+}
+
+/* Phase 2 of read_start: one read per (object, unit); those with a usable copy are offered to the
+ * policy (their copies' paths in copy_paths, max_copies per read), sched[] mapping its indices back
+ * to reads. Returns how many were offered. */
+static uint64_t plan_reads(ssd_tier *t, ssd_read_call *call, uint32_t max_copies) {
+    uint64_t n_sched = 0;
+    for (uint64_t i = 0; i < call->n; i++) {
+        read_item *it = &call->items[i];
+        if (it->object == SSD_NIL) continue;
+        const ssd_object *e = ssd_obj(t, it->object); /* copies of a live object do not change */
+        for (uint32_t u = 0; u < it->n_reads; u++) {
+            read_unit *ru = &call->reads[it->first_read + u];
+            ru->waiter = &call->waiter;
+            ru->item = i;
+            ru->unit = u;
+            ru->path = SSD_NO_PATH;
+            ru->result = -EIO; /* until it is issued: no usable copy */
+            ru->dst = (uint8_t *)call->dsts[i] + (uint64_t)u * t->stripe_bytes;
+            ru->data_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
+            ru->read_bytes = ssd_round_up(ru->data_bytes, SSD_BLOCK);
+            if (call->ranges) {
+                range_unit(ru, (uint64_t)u * t->stripe_bytes, call->ranges[i][0],
+                           call->ranges[i][1], call->dsts[i],
+                           !__atomic_load_n(&e->verified, __ATOMIC_RELAXED));
+                if (ru->skip) continue;
+            }
+            uint32_t k = 0;
+            for (uint32_t c = 0; c < e->replicas; c++) {
+                const ssd_copy *cp = &e->copies[(uint64_t)u * e->replicas + c];
+                if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path))
+                    call->copy_paths[n_sched * max_copies + k++] = cp->path;
+            }
+            if (k == 0) continue;
+            call->n_copies[n_sched] = k;
+            call->sched[n_sched++] = it->first_read + u;
+        }
+    }
+    return n_sched;
+}
+
+/* Trust the policy as far as it is right: an order that is not a permutation becomes the plain
+ * order (a path it was not offered is handled when the read is issued). */
+static void check_order(uint64_t *order, uint64_t n_sched, uint64_t alloc) {
+    uint8_t *seen = calloc(alloc, 1);
+    int permutation = seen != NULL;
+    for (uint64_t k = 0; k < n_sched && permutation; k++) {
+        if (order[k] >= n_sched || seen[order[k]])
+            permutation = 0;
+        else
+            seen[order[k]] = 1;
+    }
+    free(seen);
+    if (!permutation)
+        for (uint64_t k = 0; k < n_sched; k++) order[k] = k;
+}
+
+/* Phase 3 of read_start: prepare each offered read on the copy the policy chose (a path it was not
+ * offered becomes the first copy that was), in the policy's order; the reads to issue are left in
+ * order[0..n). Returns n. */
+static uint64_t prepare_issue(ssd_tier *t, ssd_read_call *call, uint64_t n_sched) {
+    uint64_t n_issue = 0, *order = call->order;
+    for (uint64_t k = 0; k < n_sched; k++) {
+        uint64_t s = order[k], r = call->sched[s];
+        read_unit *ru = &call->reads[r];
+        const ssd_object *e = ssd_obj(t, call->items[ru->item].object);
+        uint32_t replica = SSD_NO_PATH, first_usable = SSD_NO_PATH;
+        for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
+            const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
+            if (cp->path == SSD_NO_PATH || !ssd_path_usable(t, cp->path)) continue;
+            if (first_usable == SSD_NO_PATH) first_usable = c;
+            if (cp->path == call->chosen[s]) replica = c;
+        }
+        if (replica == SSD_NO_PATH) replica = first_usable;
+        if (replica == SSD_NO_PATH)
+            continue; /* its path failed since: -EIO stands, a retry may find another */
+        if (prepare_read(t, ru, e, replica, cap_left(t, ru, call->caps)) != 0) {
+            ru->result = -ENOMEM;
+            continue;
+        }
+        if (ru->bounce && !ru->range_dst) atomic_fetch_add(&t->bounce_reads, 1);
+        order[n_issue++] = r;
+    }
+    return n_issue;
+}
+
 /* The first half of a read of n objects: find and hold them, plan one read per unit and issue them.
  * ranges (NULL: whole objects) gives per item the [offset, offset + length) pair to read; dsts[i]
  * then has room for the range, and lens[i] still gets the object's length. On KVS_OK *out is the
@@ -235,166 +371,53 @@ static kvs_status read_start(ssd_tier *t, const kvs_key *keys, void *const *dsts
                             .seen_item = seen_item,
                             .rc = KVS_ENOMEM};
     for (uint64_t b = 0; b < set_cap; b++) seen_item[b] = UINT64_MAX;
-    /* 1. Find the objects and hold them (refs) so their slots cannot be reused under the reads. */
-    uint64_t total_reads = 0;
-    uint32_t max_copies = 1;
-    pthread_mutex_lock(&t->mutex);
-    for (uint64_t i = 0; i < n; i++) {
-        read_item *it = &items[i];
-        it->object = SSD_NIL;
-        it->same_as = UINT64_MAX;
-        it->failed_path = -1;
-        lens[i] = 0;
-        uint32_t o = ssd_find_readable(t, &keys[i]);
-        if (o == SSD_NIL) {
-            statuses[i] = KVS_ENOTFOUND;
-            continue;
-        }
-        ssd_object *e = ssd_obj(t, o);
-        lens[i] = e->len;
-        if ((!ranges && caps[i] < e->len) || (ranges && caps[i] < ranges[i][1]) ||
-            (!dsts[i] && e->len)) {
-            statuses[i] = KVS_EOVERFLOW;
-            continue;
-        }
-        statuses[i] = KVS_OK;
-        ssd_lru_touch(t, o);
-        uint64_t b = (o * 0x9E3779B97F4A7C15ull >> 7) & (set_cap - 1);
-        while (seen_item[b] != UINT64_MAX && items[seen_item[b]].object != o)
-            b = (b + 1) & (set_cap - 1);
-        if (seen_item[b] != UINT64_MAX) {
-            it->same_as = seen_item[b];
-            continue;
-        }
-        seen_item[b] = i;
-        e->refs++;
-        it->object = o;
-        it->first_read = total_reads;
-        it->n_reads = e->len ? e->n_units : 0;
-        total_reads += it->n_reads;
-        if (e->replicas > max_copies) max_copies = e->replicas;
-    }
-    pthread_mutex_unlock(&t->mutex);
-    call->total_reads = total_reads;
+    /* 1. Find the objects and hold them. */
+    uint32_t max_copies = hold_objects(t, call, keys, set_cap);
 
-    /* 2. One read per (object, unit). Those with a usable copy go to the policy, which picks the copy
-     * and the submission order; sched[] maps its indices back to reads. */
-    uint64_t n_sched = 0, alloc = total_reads ? total_reads : 1;
-    read_unit *reads = call->reads = calloc(alloc, sizeof *reads);
-    uint64_t *sched = call->sched = calloc(alloc, sizeof *sched);
-    uint32_t *n_copies = call->n_copies = calloc(alloc, sizeof *n_copies);
-    uint32_t *copy_paths = call->copy_paths = calloc(alloc * max_copies, sizeof *copy_paths);
-    uint32_t *chosen = call->chosen = calloc(alloc, sizeof *chosen);
-    uint64_t *order = call->order = calloc(alloc, sizeof *order);
+    /* 2. One read per (object, unit); the policy picks the copy and the submission order. */
+    uint64_t alloc = call->total_reads ? call->total_reads : 1;
+    call->reads = calloc(alloc, sizeof *call->reads);
+    call->sched = calloc(alloc, sizeof *call->sched);
+    call->n_copies = calloc(alloc, sizeof *call->n_copies);
+    call->copy_paths = calloc(alloc * max_copies, sizeof *call->copy_paths);
+    call->chosen = calloc(alloc, sizeof *call->chosen);
+    call->order = calloc(alloc, sizeof *call->order);
     call->scratch = calloc(alloc, sizeof *call->scratch);
-    if (!reads || !sched || !n_copies || !copy_paths || !chosen || !order || !call->scratch ||
-        ssd_io_waiter_init(&call->waiter, 0) != 0) {
+    if (!call->reads || !call->sched || !call->n_copies || !call->copy_paths || !call->chosen ||
+        !call->order || !call->scratch || ssd_io_waiter_init(&call->waiter, 0) != 0) {
         read_finish(t, call); /* releases the objects; every found one reads KVS_ENOMEM */
         return KVS_ENOMEM;
     }
     call->waiter_ready = 1;
-    for (uint64_t i = 0; i < n; i++) {
-        read_item *it = &items[i];
-        if (it->object == SSD_NIL) continue;
-        const ssd_object *e = ssd_obj(t, it->object); /* copies of a live object do not change */
-        for (uint32_t u = 0; u < it->n_reads; u++) {
-            read_unit *ru = &reads[it->first_read + u];
-            ru->waiter = &call->waiter;
-            ru->item = i;
-            ru->unit = u;
-            ru->path = SSD_NO_PATH;
-            ru->result = -EIO; /* until it is issued: no usable copy */
-            ru->dst = (uint8_t *)dsts[i] + (uint64_t)u * t->stripe_bytes;
-            ru->data_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
-            ru->read_bytes = ssd_round_up(ru->data_bytes, SSD_BLOCK);
-            if (ranges) {
-                range_unit(ru, (uint64_t)u * t->stripe_bytes, ranges[i][0], ranges[i][1], dsts[i],
-                           !__atomic_load_n(&e->verified, __ATOMIC_RELAXED));
-                if (ru->skip) continue;
-            }
-            uint32_t k = 0;
-            for (uint32_t c = 0; c < e->replicas; c++) {
-                const ssd_copy *cp = &e->copies[(uint64_t)u * e->replicas + c];
-                if (cp->path != SSD_NO_PATH && ssd_path_usable(t, cp->path))
-                    copy_paths[n_sched * max_copies + k++] = cp->path;
-            }
-            if (k == 0) continue;
-            n_copies[n_sched] = k;
-            sched[n_sched++] = it->first_read + u;
-        }
-    }
+    uint64_t n_sched = plan_reads(t, call, max_copies);
     if (n_sched && t->schedule)
-        t->schedule(t->host_ctx, t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen,
-                    order);
+        t->schedule(t->host_ctx, t->n_paths, n_sched, max_copies, call->n_copies, call->copy_paths,
+                    call->chosen, call->order);
     else if (n_sched)
-        ssd_place_schedule(t->n_paths, n_sched, max_copies, n_copies, copy_paths, chosen, order);
-    /* Trust the policy as far as it is right: an order that is not a permutation becomes the plain
-     * order, and a path it was not offered becomes the first copy that was. */
-    {
-        uint8_t *seen = calloc(alloc, 1);
-        int permutation = seen != NULL;
-        for (uint64_t k = 0; k < n_sched && permutation; k++) {
-            if (order[k] >= n_sched || seen[order[k]])
-                permutation = 0;
-            else
-                seen[order[k]] = 1;
-        }
-        free(seen);
-        if (!permutation)
-            for (uint64_t k = 0; k < n_sched; k++) order[k] = k;
-    }
+        ssd_place_schedule(t->n_paths, n_sched, max_copies, call->n_copies, call->copy_paths,
+                           call->chosen, call->order);
+    check_order(call->order, n_sched, alloc);
 
     /* 3. Issue: each path's reads as one batch, in the policy's order. */
-    uint64_t n_issue = 0;
-    for (uint64_t k = 0; k < n_sched; k++) {
-        uint64_t s = order[k], r = sched[s];
-        read_unit *ru = &reads[r];
-        const ssd_object *e = ssd_obj(t, items[ru->item].object);
-        uint32_t replica = SSD_NO_PATH, first_usable = SSD_NO_PATH;
-        for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
-            const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
-            if (cp->path == SSD_NO_PATH || !ssd_path_usable(t, cp->path)) continue;
-            if (first_usable == SSD_NO_PATH) first_usable = c;
-            if (cp->path == chosen[s]) replica = c;
-        }
-        if (replica == SSD_NO_PATH) replica = first_usable;
-        if (replica == SSD_NO_PATH)
-            continue; /* its path failed since: -EIO stands, a retry may find another */
-        if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) {
-            ru->result = -ENOMEM;
-            continue;
-        }
-        if (ru->bounce && !ru->range_dst) atomic_fetch_add(&t->bounce_reads, 1);
-        order[n_issue++] = r;
-    }
+    uint64_t n_issue = prepare_issue(t, call, n_sched);
     call->rc = KVS_OK;
     ssd_io_waiter_add(&call->waiter, n_issue);
-    submit_reads(t, reads, order, n_issue, io_class, call->scratch);
+    submit_reads(t, call->reads, call->order, n_issue, io_class, call->scratch);
     *out = call;
     return KVS_OK;
 }
 
-/* The second half: wait for the call's reads, retry failed ones on other copies, verify, release
- * the objects, fill statuses and free the call. Returns the call's own status. */
-static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
-    read_item *items = call->items;
+/* Phase 4 of read_finish: a read that failed tries the unit's next usable copy, until none is
+ * left. */
+static void retry_failed_reads(ssd_tier *t, ssd_read_call *call) {
     read_unit *reads = call->reads;
-    uint64_t *order = call->order, n = call->n, total_reads = call->total_reads;
-    void *const *dsts = call->dsts;
-    const uint64_t *caps = call->caps;
-    uint64_t *lens = call->lens;
-    kvs_status *statuses = call->statuses, rc = call->rc;
-    const uint64_t(*ranges)[2] = call->ranges;
-    if (rc != KVS_OK) goto release;
-    wait_reads(t, &call->waiter, reads, total_reads);
-
-    /* 4. A read that failed tries the unit's next usable copy, until none is left. */
+    uint64_t *order = call->order, total_reads = call->total_reads;
     for (;;) {
         uint64_t n_retry = 0;
         for (uint64_t r = 0; r < total_reads; r++) {
             read_unit *ru = &reads[r];
             if (ru->result >= 0 || ru->result == -ENOMEM) continue;
-            const ssd_object *e = ssd_obj(t, items[ru->item].object);
+            const ssd_object *e = ssd_obj(t, call->items[ru->item].object);
             uint32_t replica = SSD_NO_PATH;
             for (uint32_t c = 0; c < e->replicas && replica == SSD_NO_PATH; c++) {
                 const ssd_copy *cp = &e->copies[(uint64_t)ru->unit * e->replicas + c];
@@ -403,7 +426,7 @@ static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
                     replica = c;
             }
             if (replica == SSD_NO_PATH) continue;
-            if (prepare_read(t, ru, e, replica, cap_left(t, ru, caps)) != 0) continue;
+            if (prepare_read(t, ru, e, replica, cap_left(t, ru, call->caps)) != 0) continue;
             order[n_retry++] = r;
         }
         if (n_retry == 0) break;
@@ -411,11 +434,14 @@ static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
         submit_reads(t, reads, order, n_retry, call->io_class, call->scratch);
         wait_reads(t, &call->waiter, reads, total_reads);
     }
+}
 
-    /* 5. Bounce copies, first-read verification of recovered objects, statuses. */
-    for (uint64_t r = 0; r < total_reads; r++) {
-        read_unit *ru = &reads[r];
-        read_item *it = &items[ru->item];
+/* Phase 5 of read_finish: bounce copies, first-read verification of recovered objects, and each
+ * item's first failure. */
+static void complete_units(ssd_tier *t, ssd_read_call *call) {
+    for (uint64_t r = 0; r < call->total_reads; r++) {
+        read_unit *ru = &call->reads[r];
+        read_item *it = &call->items[ru->item];
         if (ru->result < 0) {
             if (!it->failed_errno) {
                 it->failed_errno = -ru->result;
@@ -437,17 +463,48 @@ static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
         if (!__atomic_load_n(&e->verified, __ATOMIC_RELAXED))
             unit_matches(it, ru, ru->dst, e->checksums[ru->unit]);
     }
+}
 
-release:
+/* An object whose unit failed its checksum: say which unit, where, and what the data looked like,
+ * and remove it. Under the tier's lock. */
+static void drop_corrupt(ssd_tier *t, const read_item *it, ssd_object *e) {
+    atomic_fetch_add(&t->corrupt_drops, 1);
+    char key[40], what[640];
+    for (int b = 0; b < 16; b++) snprintf(key + 2 * b, 3, "%02x", e->key.bytes[b]);
+    if (it->corrupt_zero)
+        snprintf(what, sizeof what,
+                 "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                 "checksum mismatch, its data blocks are all zero (the header landed, the "
+                 "data write did not: "
+                 "a torn write); removed",
+                 it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
+                 (unsigned long long)it->corrupt_offset);
+    else
+        snprintf(what, sizeof what,
+                 "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
+                 "checksum mismatch (header records %016llx, data hashes to %016llx): the "
+                 "data was partly "
+                 "written or changed on the device; removed",
+                 it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
+                 (unsigned long long)it->corrupt_offset, (unsigned long long)it->stored_sum,
+                 (unsigned long long)it->computed_sum);
+    ssd_set_error(t, "%s", what);
+    ssd_log(t, KVS_LOG_WARN, "%s", what);
+    if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
+}
+
+/* Each held object's status (a failed read, a checksum mismatch, or verified now), then its
+ * reference released. Takes the tier's lock. */
+static void release_objects(ssd_tier *t, ssd_read_call *call, kvs_status rc) {
     pthread_mutex_lock(&t->mutex);
-    for (uint64_t i = 0; i < n; i++) {
-        read_item *it = &items[i];
+    for (uint64_t i = 0; i < call->n; i++) {
+        read_item *it = &call->items[i];
         if (it->object == SSD_NIL) continue;
         ssd_object *e = ssd_obj(t, it->object);
         if (rc != KVS_OK) {
-            statuses[i] = KVS_ENOMEM;
+            call->statuses[i] = KVS_ENOMEM;
         } else if (it->failed_errno) {
-            statuses[i] = it->failed_errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
+            call->statuses[i] = it->failed_errno == ENOMEM ? KVS_ENOMEM : KVS_EIO;
             if (it->failed_path >= 0)
                 ssd_set_error(t, "reading an object failed on path %d (%s): %s", it->failed_path,
                               t->paths[it->failed_path].dir, kvs_errno_name(it->failed_errno));
@@ -455,36 +512,33 @@ release:
                 ssd_set_error(t, "reading an object failed: %s", kvs_errno_name(it->failed_errno));
             if (e->state == OBJ_LIVE && !ssd_object_readable(t, e)) ssd_drop_live(t, it->object);
         } else if (it->corrupt) {
-            statuses[i] = KVS_ECORRUPT;
-            atomic_fetch_add(&t->corrupt_drops, 1);
-            char key[40], what[640];
-            for (int b = 0; b < 16; b++) snprintf(key + 2 * b, 3, "%02x", e->key.bytes[b]);
-            if (it->corrupt_zero)
-                snprintf(what, sizeof what,
-                         "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
-                         "checksum mismatch, its data blocks are all zero (the header landed, the "
-                         "data write did not: "
-                         "a torn write); removed",
-                         it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
-                         (unsigned long long)it->corrupt_offset);
-            else
-                snprintf(what, sizeof what,
-                         "unit %u of %s (path %u, %s, offset %llu), found after a restart: payload "
-                         "checksum mismatch (header records %016llx, data hashes to %016llx): the "
-                         "data was partly "
-                         "written or changed on the device; removed",
-                         it->corrupt_unit, key, it->corrupt_path, t->paths[it->corrupt_path].dir,
-                         (unsigned long long)it->corrupt_offset, (unsigned long long)it->stored_sum,
-                         (unsigned long long)it->computed_sum);
-            ssd_set_error(t, "%s", what);
-            ssd_log(t, KVS_LOG_WARN, "%s", what);
-            if (e->state == OBJ_LIVE) ssd_remove_with_tombstone(t, it->object);
-        } else if (!ranges) { /* a range checked only some units */
+            call->statuses[i] = KVS_ECORRUPT;
+            drop_corrupt(t, it, e);
+        } else if (!call->ranges) { /* a range checked only some units */
             __atomic_store_n(&e->verified, 1, __ATOMIC_RELAXED);
         }
         ssd_object_unref(t, it->object);
     }
     pthread_mutex_unlock(&t->mutex);
+}
+
+/* The second half: wait for the call's reads, retry failed ones on other copies, verify, release
+ * the objects, fill statuses and free the call. Returns the call's own status. */
+static kvs_status read_finish(ssd_tier *t, ssd_read_call *call) {
+    read_item *items = call->items;
+    uint64_t n = call->n;
+    void *const *dsts = call->dsts;
+    uint64_t *lens = call->lens;
+    kvs_status *statuses = call->statuses, rc = call->rc;
+    if (rc == KVS_OK) {
+        wait_reads(t, &call->waiter, call->reads, call->total_reads);
+        /* 4. A read that failed tries the unit's next usable copy. */
+        retry_failed_reads(t, call);
+        /* 5. Bounce copies, first-read verification of recovered objects. */
+        complete_units(t, call);
+    }
+    /* 6. Statuses, and the objects released. */
+    release_objects(t, call, rc);
     /* Equal keys in one call: the first one's bytes and status. */
     for (uint64_t i = 0; i < n; i++) {
         if (items[i].same_as == UINT64_MAX) continue;

@@ -251,29 +251,17 @@ static int make_room(ssd_tier *t, const uint64_t *need) {
     }
 }
 
-kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
-    ssd_tier *t = state;
-    if (!t || !key || (!object && len)) return KVS_EINVAL;
-    if (len > t->max_object_bytes) {
-        char got[32], max[32];
-        kvs_fmt_bytes(got, sizeof got, len);
-        kvs_fmt_bytes(max, sizeof max, t->max_object_bytes);
-        ssd_set_error(t, "object of %s is larger than the tier's max object size %s", got, max);
-        return KVS_EINVAL;
-    }
-    uint32_t n_units = ssd_format_unit_count(len, t->stripe_bytes), R = t->replicas;
-    uint32_t n_copies = n_units * R;
-    uint64_t header_bytes = (uint64_t)n_copies * SSD_BLOCK,
-             data_bytes = ssd_round_up(len, SSD_BLOCK);
-    uint64_t need = header_bytes + data_bytes;
-
+/* With the lock not held: reserve need bytes of the write budget for a put of key. 0: reserved
+ * (*kept: an arena buffer taken for it, or NULL); 1: a reader holds the stored copy, nothing to
+ * write; -1: the write queue is full (the error set). */
+static int reserve_budget(ssd_tier *t, const kvs_key *key, uint64_t need, uint8_t **kept) {
     pthread_mutex_lock(&t->mutex);
     uint32_t existing = ssd_index_find(t, key, NULL);
     if (existing != SSD_NIL &&
         ssd_object_pinned(ssd_obj(t, existing), kvs_clock_now_ns(t->clock))) {
         ssd_lru_touch(t, existing); /* a reader holds it; equal keys carry equal bytes */
         pthread_mutex_unlock(&t->mutex);
-        return KVS_OK;
+        return 1;
     }
     if (t->buffered_bytes + need > t->write_buffer_bytes) {
         char held[32], limit[32];
@@ -285,81 +273,62 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
                       "write queue full (%s of write_buffer_bytes %s waiting for the devices); "
                       "object skipped",
                       held, limit);
-        return KVS_ENOMEM;
+        return -1;
     }
     t->buffered_bytes += need;
     t->writes_pending++;
-    uint8_t *kept = need > t->spare_bytes / 2 && t->n_spare ? t->spare[--t->n_spare] : NULL;
+    *kept = need > t->spare_bytes / 2 && t->n_spare ? t->spare[--t->n_spare] : NULL;
     pthread_mutex_unlock(&t->mutex);
+    return 0;
+}
 
-    /* Copy and checksum outside the lock. */
+/* A job for n_copies unit writes holding need bytes of the budget, with its buffer (*kept handed
+ * to it, and cleared, when there is a job to take it). NULL when the job itself cannot be had; a
+ * job whose parts could not all be had is returned for the caller to check. */
+static write_job *new_write_job(ssd_tier *t, uint32_t n_copies, uint64_t need, uint8_t **kept) {
     write_job *job = calloc(1, sizeof *job);
-    uint32_t *paths = malloc((uint64_t)n_copies * sizeof *paths);
-    uint64_t *per_path_need = calloc(t->n_paths, sizeof *per_path_need);
-    ssd_io_request **batch = malloc((uint64_t)n_copies * sizeof *batch);
-    uint64_t *checksums = malloc((uint64_t)n_units * sizeof *checksums);
-    if (job) {
-        job->tier = t;
-        job->n_copies = job->remaining = n_copies;
-        job->buffer_bytes = need;
-        if (!kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
-        job->buffer = take_buffer(t, need, kept);
-        kept = NULL;
-        job->copy_failed = calloc(n_copies, 1);
-        job->tries = calloc(n_copies, 1);
-        job->reqs = calloc(n_copies, sizeof *job->reqs);
-    }
-    kvs_status rc = KVS_ENOMEM;
-    if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths ||
-        !per_path_need || !batch || !checksums) {
-        ssd_set_error(t, "out of memory for a write buffer of %llu bytes",
-                      (unsigned long long)need);
-        goto undo_budget;
-    }
+    if (!job) return NULL;
+    job->tier = t;
+    job->n_copies = job->remaining = n_copies;
+    job->buffer_bytes = need;
+    if (!*kept) atomic_fetch_add(&t->fresh_write_buffers, 1);
+    job->buffer = take_buffer(t, need, *kept);
+    *kept = NULL;
+    job->copy_failed = calloc(n_copies, 1);
+    job->tries = calloc(n_copies, 1);
+    job->reqs = calloc(n_copies, sizeof *job->reqs);
+    return job;
+}
+
+/* The object into the job's buffer after its headers, each unit checksummed while it is copied
+ * (one pass over the object), with non-temporal stores: the buffer is read next by the device, not
+ * by this CPU. The headers and the tail of the last block are zeroed. */
+static void copy_object(const ssd_tier *t, write_job *job, const void *object, uint64_t len,
+                        uint32_t n_units, uint64_t header_bytes, uint64_t *checksums) {
     uint8_t *data = job->buffer + header_bytes;
     memset(job->buffer, 0, header_bytes);
-    /* Each unit is checksummed while it is copied (one pass over the object), with non-temporal
-     * stores: the buffer is read next by the device, not by this CPU. */
     for (uint32_t u = 0; u < n_units; u++) {
         uint64_t at = (uint64_t)u * t->stripe_bytes;
         checksums[u] = kvs_xxh3_copy64(data + at, (const uint8_t *)object + at,
                                        ssd_format_unit_bytes(len, t->stripe_bytes, u), 1);
     }
-    memset(data + len, 0, data_bytes - len);
+    memset(data + len, 0, ssd_round_up(len, SSD_BLOCK) - len);
+}
 
-    pthread_mutex_lock(&t->mutex);
-    if (choose_paths(t, n_units, paths) != 0) {
-        pthread_mutex_unlock(&t->mutex);
-        ssd_set_error(t, "every path has failed; nothing can be stored");
-        rc = KVS_EIO;
-        goto undo_budget;
-    }
-    for (uint32_t i = 0; i < n_copies; i++) per_path_need[paths[i]]++;
-    if (make_room(t, per_path_need) != 0) {
-        pthread_mutex_unlock(&t->mutex);
-        goto undo_budget; /* make_room set the error */
-    }
-    /* A free slot means a free record: every record in use holds at least one slot. */
-    uint32_t o = ssd_object_alloc(t, n_units, R);
-    if (o == SSD_NIL) {
-        pthread_mutex_unlock(&t->mutex);
-        ssd_set_error(t, "out of memory for an object record");
-        goto undo_budget;
-    }
-    ssd_object *e = ssd_obj(t, o);
-    e->key = *key;
-    e->len = len;
-    e->seq = t->next_seq++;
-    memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
-    job->object = o;
+/* With the lock held: each copy of each unit of object e takes a free slot on its chosen path, and
+ * its header and write request are prepared (header block, then the unit's data blocks). */
+static void prepare_unit_writes(ssd_tier *t, write_job *job, ssd_object *e, const uint32_t *paths,
+                                const uint64_t *checksums, uint64_t header_bytes) {
+    uint32_t n_units = e->n_units, R = e->replicas;
+    uint8_t *data = job->buffer + header_bytes;
     for (uint32_t u = 0; u < n_units; u++) {
-        uint64_t unit_bytes = ssd_format_unit_bytes(len, t->stripe_bytes, u);
+        uint64_t unit_bytes = ssd_format_unit_bytes(e->len, t->stripe_bytes, u);
         for (uint32_t r = 0; r < R; r++) {
             uint32_t i = u * R + r;
             ssd_path *p = &t->paths[paths[i]];
             e->copies[i] = (ssd_copy){paths[i], p->free_slots[--p->n_free]};
-            ssd_unit_header h = {.key = *key,
-                                 .object_len = len,
+            ssd_unit_header h = {.key = e->key,
+                                 .object_len = e->len,
                                  .sequence = e->seq,
                                  .unit_index = u,
                                  .unit_count = n_units,
@@ -380,14 +349,95 @@ kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t
             }
         }
     }
-    /* One batch per path, so a ring issues an object's units on it with one system call. */
+}
+
+/* With the lock held: one batch per path, so a ring issues an object's units on it with one
+ * system call. */
+static void submit_unit_writes(ssd_tier *t, write_job *job, const uint32_t *paths,
+                               ssd_io_request **batch) {
     for (uint32_t p = 0; p < t->n_paths; p++) {
         uint64_t k = 0;
-        for (uint32_t i = 0; i < n_copies; i++)
+        for (uint32_t i = 0; i < job->n_copies; i++)
             if (paths[i] == p) batch[k++] = &job->reqs[i];
         if (k) ssd_io_submit(t->paths[p].io, batch, k);
     }
+}
+
+/* Under the lock: choose each copy's path, make room there, take the object's record and slots,
+ * and submit its unit writes. On a failure (KVS_EIO: no path works; KVS_ENOMEM: no room or no
+ * record) the error is set and nothing was taken. */
+static kvs_status place_and_submit(ssd_tier *t, write_job *job, const kvs_key *key, uint64_t len,
+                                   uint32_t n_units, uint64_t header_bytes, uint32_t *paths,
+                                   uint64_t *per_path_need, ssd_io_request **batch,
+                                   const uint64_t *checksums) {
+    pthread_mutex_lock(&t->mutex);
+    if (choose_paths(t, n_units, paths) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "every path has failed; nothing can be stored");
+        return KVS_EIO;
+    }
+    for (uint32_t i = 0; i < job->n_copies; i++) per_path_need[paths[i]]++;
+    if (make_room(t, per_path_need) != 0) {
+        pthread_mutex_unlock(&t->mutex);
+        return KVS_ENOMEM; /* make_room set the error */
+    }
+    /* A free slot means a free record: every record in use holds at least one slot. */
+    uint32_t o = ssd_object_alloc(t, n_units, t->replicas);
+    if (o == SSD_NIL) {
+        pthread_mutex_unlock(&t->mutex);
+        ssd_set_error(t, "out of memory for an object record");
+        return KVS_ENOMEM;
+    }
+    ssd_object *e = ssd_obj(t, o);
+    e->key = *key;
+    e->len = len;
+    e->seq = t->next_seq++;
+    memcpy(e->checksums, checksums, (uint64_t)n_units * sizeof *checksums);
+    job->object = o;
+    prepare_unit_writes(t, job, e, paths, checksums, header_bytes);
+    submit_unit_writes(t, job, paths, batch);
     pthread_mutex_unlock(&t->mutex);
+    return KVS_OK;
+}
+
+kvs_status ssd_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
+    ssd_tier *t = state;
+    if (!t || !key || (!object && len)) return KVS_EINVAL;
+    if (len > t->max_object_bytes) {
+        char got[32], max[32];
+        kvs_fmt_bytes(got, sizeof got, len);
+        kvs_fmt_bytes(max, sizeof max, t->max_object_bytes);
+        ssd_set_error(t, "object of %s is larger than the tier's max object size %s", got, max);
+        return KVS_EINVAL;
+    }
+    uint32_t n_units = ssd_format_unit_count(len, t->stripe_bytes), R = t->replicas;
+    uint32_t n_copies = n_units * R;
+    uint64_t header_bytes = (uint64_t)n_copies * SSD_BLOCK,
+             data_bytes = ssd_round_up(len, SSD_BLOCK);
+    uint64_t need = header_bytes + data_bytes;
+
+    uint8_t *kept = NULL;
+    int reserved = reserve_budget(t, key, need, &kept);
+    if (reserved != 0) return reserved > 0 ? KVS_OK : KVS_ENOMEM;
+
+    /* Copy and checksum outside the lock. */
+    write_job *job = new_write_job(t, n_copies, need, &kept);
+    uint32_t *paths = malloc((uint64_t)n_copies * sizeof *paths);
+    uint64_t *per_path_need = calloc(t->n_paths, sizeof *per_path_need);
+    ssd_io_request **batch = malloc((uint64_t)n_copies * sizeof *batch);
+    uint64_t *checksums = malloc((uint64_t)n_units * sizeof *checksums);
+    kvs_status rc = KVS_ENOMEM;
+    if (!job || !job->buffer || !job->copy_failed || !job->tries || !job->reqs || !paths ||
+        !per_path_need || !batch || !checksums) {
+        ssd_set_error(t, "out of memory for a write buffer of %llu bytes",
+                      (unsigned long long)need);
+        goto undo_budget;
+    }
+    copy_object(t, job, object, len, n_units, header_bytes, checksums);
+
+    if ((rc = place_and_submit(t, job, key, len, n_units, header_bytes, paths, per_path_need, batch,
+                               checksums)) != KVS_OK)
+        goto undo_budget;
     free(paths);
     free(per_path_need);
     free(batch);

@@ -211,6 +211,46 @@ kvs_status kvs_ucx_am_send(kvs_ucx_conn *conn, uint16_t id, const void *header, 
     return KVS_OK;
 }
 
+/* Issue msgs[0..n) on conn as messages `id`, each request kept in requests[]; stops at the first
+ * UCX refuses (its status returned). *issued: how many were issued. */
+static ucs_status_t am_issue(kvs_ucx_conn *conn, uint16_t id, const kvs_ucx_am_out *msgs, size_t n,
+                             void **requests, size_t *issued) {
+    for (*issued = 0; *issued < n; (*issued)++) {
+        const kvs_ucx_am_out *o = &msgs[*issued];
+        ucp_request_param_t p;
+        memset(&p, 0, sizeof p);
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_AM_SEND_FLAG_REPLY;
+        if (o->mem) {
+            p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+            p.memh = o->mem->memh;
+        }
+        void *request =
+            ucp_am_send_nbx(conn->ep, id, o->header, o->header_len, o->data, o->data_len, &p);
+        if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+        requests[*issued] = request;
+    }
+    return UCS_OK;
+}
+
+/* n messages (size: for the sentence) not sent within timeout_ms: the connection fails, the
+ * requests still in flight (requests[waited..issued)) are abandoned, and requests is freed. */
+static kvs_status am_timed_out(kvs_ucx_conn *conn, void **requests, size_t waited, size_t issued,
+                               size_t n, const char *size, int timeout_ms) {
+    kvs_ucx_transport *t = conn->t;
+    char why[160];
+    if (ucx_guard_dead(conn))
+        kvs_fmt(why, sizeof why, "%s died during %zu messages of %s", conn->guard->peer, n, size);
+    else
+        kvs_fmt(why, sizeof why, "%zu messages of %s were not sent within %d ms", n, size,
+                timeout_ms);
+    ucx_fail_conn(conn, why);
+    for (size_t i = waited; i < issued; i++) ucx_request_abandon(t, requests[i]);
+    free(requests);
+    set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
+    return KVS_ETIMEDOUT;
+}
+
 kvs_status kvs_ucx_am_send_many(kvs_ucx_conn *conn, uint16_t id, kvs_ucx_am_out *msgs, size_t n,
                                 int timeout_ms) {
     if (!conn || (n && !msgs)) return KVS_EINVAL;
@@ -238,26 +278,8 @@ kvs_status kvs_ucx_am_send_many(kvs_ucx_conn *conn, uint16_t id, kvs_ucx_am_out 
         return KVS_ENOMEM;
     }
     unsigned long long deadline = ucx_deadline_after(timeout_ms);
-    size_t issued = 0, failed = 0;
-    ucs_status_t first = UCS_OK;
-    for (; issued < n; issued++) {
-        kvs_ucx_am_out *o = &msgs[issued];
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = UCP_AM_SEND_FLAG_REPLY;
-        if (o->mem) {
-            p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-            p.memh = o->mem->memh;
-        }
-        void *request =
-            ucp_am_send_nbx(conn->ep, id, o->header, o->header_len, o->data, o->data_len, &p);
-        if (UCS_PTR_IS_ERR(request)) {
-            first = UCS_PTR_STATUS(request);
-            break;
-        }
-        requests[issued] = request;
-    }
+    size_t issued, failed = 0;
+    ucs_status_t first = am_issue(conn, id, msgs, n, requests, &issued);
     int timed_out = 0;
     size_t waited = 0;
     t->watch = conn;
@@ -273,20 +295,7 @@ kvs_status kvs_ucx_am_send_many(kvs_ucx_conn *conn, uint16_t id, kvs_ucx_am_out 
         }
     }
     t->watch = NULL;
-    if (timed_out) {
-        char why[160];
-        if (ucx_guard_dead(conn))
-            kvs_fmt(why, sizeof why, "%s died during %zu messages of %s", conn->guard->peer, n,
-                    size);
-        else
-            kvs_fmt(why, sizeof why, "%zu messages of %s were not sent within %d ms", n, size,
-                    timeout_ms);
-        ucx_fail_conn(conn, why);
-        for (size_t i = waited; i < issued; i++) ucx_request_abandon(t, requests[i]);
-        free(requests);
-        set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
-        return KVS_ETIMEDOUT;
-    }
+    if (timed_out) return am_timed_out(conn, requests, waited, issued, n, size, timeout_ms);
     free(requests);
     if (issued < n || failed) {
         set_err(t, "ucx \"%s\": %zu of %zu messages (%s) to %s failed: %s", t->name,

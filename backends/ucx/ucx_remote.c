@@ -358,6 +358,75 @@ void kvs_remote_destroy(void *state) {
     remote_free(r);
 }
 
+/* The bounce buffer (the largest object), the put queue (at least as large), and the per-batch
+ * arrays the progress thread works in, plus its doorbell. */
+static kvs_status alloc_buffers(remote *r, const kvs_backend_init *init,
+                                const kvs_remote_options *o) {
+    r->max_object_bytes = init->max_object_bytes;
+    r->bounce_len = init->max_object_bytes ? init->max_object_bytes : BOUNCE_DEFAULT;
+    if (r->bounce_len < (1u << 20)) r->bounce_len = 1u << 20;
+    r->bounce = aligned_alloc(4096, (r->bounce_len + 4095) & ~4095ull);
+    r->queue_len = (uint64_t)o->put_queue_mb << 20;
+    if (r->queue_len < r->bounce_len)
+        r->queue_len = r->bounce_len; /* room for the largest object */
+    r->queue = aligned_alloc(4096, (r->queue_len + 4095) & ~4095ull);
+    r->put_jobs = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->put_jobs);
+    r->send_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
+    r->entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->entries);
+    r->reply_entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->reply_entries);
+    r->sends = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->sends);
+    r->frame_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
+    r->iov = calloc(KVS_WIRE_MAX_KEYS + 1, sizeof *r->iov);
+    r->send_headers = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->send_headers);
+    r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
+    r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
+        !r->reply_entries || !r->sends || !r->send_headers || !r->frame_buf || !r->iov ||
+        !r->nodes || r->doorbell < 0) {
+        snprintf(r->error, sizeof r->error,
+                 "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
+                 strerror(errno));
+        return KVS_ENOMEM;
+    }
+    return KVS_OK;
+}
+
+/* Each node on the ring, down until its handshake brings it up. */
+static kvs_status add_nodes(remote *r, const kvs_remote_options *o) {
+    kvs_remote_ring_init(&r->ring);
+    for (uint32_t i = 0; i < o->n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        nd->index = i;
+        kvs_chan_plain(&nd->ctl, -1);
+        nd->backoff_ms = o->connect_backoff_ms;
+        nd->batch = calloc(KVS_WIRE_MAX_KEYS, sizeof *nd->batch);
+        if (!nd->batch || kvs_remote_ring_add(&r->ring, o->ids[i]) != KVS_OK) {
+            snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot add node %s", r->name,
+                     o->ids[i]);
+            return KVS_ECONFIG;
+        }
+        kvs_remote_ring_set_down(&r->ring, o->ids[i], 1);
+    }
+    return KVS_OK;
+}
+
+/* Start the progress thread and wait until it says whether it started (UCX up, nodes tried);
+ * one that did not is joined. */
+static kvs_status start_progress(remote *r) {
+    if (pthread_create(&r->thread, NULL, remote_progress_main, r) != 0) {
+        snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot start the progress thread",
+                 r->name);
+        return KVS_EIO;
+    }
+    pthread_mutex_lock(&r->mutex);
+    while (r->ready == 0)
+        pthread_cond_wait(&r->cond, &r->mutex); /* bounded: each connect has timeout_ms */
+    kvs_status st = r->ready_status;
+    pthread_mutex_unlock(&r->mutex);
+    if (st != KVS_OK) pthread_join(r->thread, NULL);
+    return st;
+}
+
 kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_options *o,
                              void **state) {
     char err[256] = "";
@@ -381,63 +450,9 @@ kvs_status kvs_remote_create(const kvs_backend_init *init, const kvs_remote_opti
         r->staging = init->staging_base;
         r->staging_len = init->staging_base ? init->staging_len : 0;
     }
-    r->max_object_bytes = init->max_object_bytes;
-    r->bounce_len = init->max_object_bytes ? init->max_object_bytes : BOUNCE_DEFAULT;
-    if (r->bounce_len < (1u << 20)) r->bounce_len = 1u << 20;
-    r->bounce = aligned_alloc(4096, (r->bounce_len + 4095) & ~4095ull);
-    r->queue_len = (uint64_t)o->put_queue_mb << 20;
-    if (r->queue_len < r->bounce_len)
-        r->queue_len = r->bounce_len; /* room for the largest object */
-    r->queue = aligned_alloc(4096, (r->queue_len + 4095) & ~4095ull);
-    r->put_jobs = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->put_jobs);
-    r->send_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES);
-    r->entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->entries);
-    r->reply_entries = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->reply_entries);
-    r->sends = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->sends);
-    r->frame_buf = malloc(KVS_WIRE_MAX_MESSAGE_BYTES + 4);
-    r->iov = calloc(KVS_WIRE_MAX_KEYS + 1, sizeof *r->iov);
-    r->send_headers = calloc(KVS_WIRE_MAX_KEYS, sizeof *r->send_headers);
-    r->nodes = calloc(o->n_nodes, sizeof *r->nodes);
-    r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    st = KVS_ENOMEM;
-    if (!r->bounce || !r->queue || !r->put_jobs || !r->send_buf || !r->entries ||
-        !r->reply_entries || !r->sends || !r->send_headers || !r->frame_buf || !r->iov ||
-        !r->nodes || r->doorbell < 0) {
-        snprintf(r->error, sizeof r->error,
-                 "remote tier \"%s\": out of memory or eventfd failed (%s)", r->name,
-                 strerror(errno));
-        goto fail;
-    }
-    kvs_remote_ring_init(&r->ring);
-    for (uint32_t i = 0; i < o->n_nodes; i++) {
-        rnode *nd = &r->nodes[i];
-        nd->index = i;
-        kvs_chan_plain(&nd->ctl, -1);
-        nd->backoff_ms = o->connect_backoff_ms;
-        nd->batch = calloc(KVS_WIRE_MAX_KEYS, sizeof *nd->batch);
-        if (!nd->batch || kvs_remote_ring_add(&r->ring, o->ids[i]) != KVS_OK) {
-            snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot add node %s", r->name,
-                     o->ids[i]);
-            st = KVS_ECONFIG;
-            goto fail;
-        }
-        kvs_remote_ring_set_down(&r->ring, o->ids[i], 1);
-    }
-    if (pthread_create(&r->thread, NULL, remote_progress_main, r) != 0) {
-        snprintf(r->error, sizeof r->error, "remote tier \"%s\": cannot start the progress thread",
-                 r->name);
-        st = KVS_EIO;
-        goto fail;
-    }
-    pthread_mutex_lock(&r->mutex);
-    while (r->ready == 0)
-        pthread_cond_wait(&r->cond, &r->mutex); /* bounded: each connect has timeout_ms */
-    st = r->ready_status;
-    pthread_mutex_unlock(&r->mutex);
-    if (st != KVS_OK) {
-        pthread_join(r->thread, NULL);
-        goto fail;
-    }
+    if ((st = alloc_buffers(r, init, o)) != KVS_OK) goto fail;
+    if ((st = add_nodes(r, o)) != KVS_OK) goto fail;
+    if ((st = start_progress(r)) != KVS_OK) goto fail;
     *state = r;
     return KVS_OK;
 fail:

@@ -250,13 +250,111 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
     return KVS_OK;
 }
 
-/* Take a node's handshake as far as it can go now, without waiting: KVS_OK once the node is up,
- * KVS_EAGAIN while it waits for the connection or a reply (remote_handshake_events says for what), else a
- * failure with nd->refusal set (its deadline passing included). */
-static kvs_status handshake_advance(remote *r, rnode *nd) {
+/* The handshake is refused (why: the node refused our key, or did not prove it holds it): the
+ * state says so and the refusal is counted. */
+static kvs_status handshake_refused(remote *r, rnode *nd, const char *why) {
+    snprintf(nd->refusal, sizeof nd->refusal, "%s", why);
+    nd->hs = HS_REFUSED;
+    pthread_mutex_lock(&r->mutex);
+    r->stats.auth_refusals++;
+    pthread_mutex_unlock(&r->mutex);
+    return KVS_EIO;
+}
+
+/* HS_CONNECTING: the control connection is made; with encryption TLS is attached to it. */
+static kvs_status handshake_connected(remote *r, rnode *nd) {
+    kvs_status st;
+    char err[200];
+    if ((st = kvs_control_connect_finish(nd->ctl.fd, err, sizeof err)) != KVS_OK) {
+        if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+        return st;
+    }
+    if (r->tls && (st = kvs_tls_attach(r->tls, &nd->ctl, err, sizeof err)) != KVS_OK) {
+        snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+        return st;
+    }
+    nd->hs = HS_TLS;
+    return KVS_OK;
+}
+
+/* HS_TLS: the TLS handshake done (a no-op without encryption), send HELLO with a fresh nonce. */
+static kvs_status handshake_hello(remote *r, rnode *nd) {
     kvs_wire_msg m;
     kvs_status st;
     char err[200];
+    if ((st = kvs_tls_handshake(&nd->ctl, err, sizeof err)) == KVS_EINVAL)
+        /* the node refused our TLS key: a refused handshake, as a wrong proof is */
+        return handshake_refused(r, nd, err);
+    if (st != KVS_OK) {
+        if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
+        return st;
+    }
+    kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
+    if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
+    m.tenant = r->opt.tenant;
+    m.tenant_len = (uint32_t)strlen(r->opt.tenant);
+    m.nonce = nd->nonce;
+    nd->hs = HS_HELLO_SENT;
+    return control_send(r, nd, &m, nd->hs_deadline_ns);
+}
+
+/* HS_HELLO_SENT: the node's CHALLENGE must prove it holds the tenant's key; answer with AUTH (our
+ * proof, worker address, and for shared memory our host id and pid). */
+static kvs_status handshake_auth(remote *r, rnode *nd) {
+    kvs_wire_msg m;
+    kvs_status st;
+    if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
+    memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
+    memcpy(nd->node_proof, m.proof, KVS_WIRE_PROOF_BYTES);
+    kvs_remote_transcript t = transcript(r, nd);
+    if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_NODE, &t, m.proof, KVS_WIRE_PROOF_BYTES) !=
+        KVS_OK)
+        /* not a node holding our key: it gets neither our proof nor our worker address */
+        return handshake_refused(r, nd,
+                                 "the peer's challenge does not prove it holds the tenant's key "
+                                 "(not a kvstrata node, another master key, a key of another "
+                                 "tenant, or a message changed on the way)");
+    nd->hs = HS_CHALLENGE;
+    kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
+    m.worker_addr = r->worker_addr;
+    m.worker_addr_len = (uint32_t)r->worker_addr_len;
+    if (r->offer_shared_memory) {
+        m.host_id = r->host_id;
+        m.host_id_len = sizeof r->host_id;
+        m.pid = (uint32_t)getpid();
+    }
+    nd->pid = m.pid;
+    t = transcript(r, nd);
+    if ((st = kvs_remote_proof(&r->psk, KVS_REMOTE_PROOF_CLIENT, &t, nd->client_proof)) != KVS_OK)
+        return st;
+    m.proof = nd->client_proof;
+    nd->payload_tls[0] = '\0';
+    nd->hs = HS_AUTH_SENT;
+    return control_send(r, nd, &m, nd->hs_deadline_ns);
+}
+
+/* HS_AUTH_SENT: the node's AUTH_OK must prove the whole handshake before anything of it reaches
+ * UCX. */
+static kvs_status handshake_auth_ok(remote *r, rnode *nd) {
+    kvs_wire_msg m;
+    kvs_status st;
+    if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
+    /* nothing of it reaches UCX unless the node proves it sent all of it, to us */
+    kvs_remote_transcript t = transcript(r, nd);
+    kvs_remote_transcript_ok(&t, nd->client_proof, &m);
+    if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_OK, &t, m.proof, KVS_WIRE_PROOF_BYTES) !=
+        KVS_OK)
+        return handshake_refused(
+            r, nd, "the node's auth_ok does not prove the handshake (changed on the way)");
+    return handshake_finish(r, nd, &m);
+}
+
+/* Take a node's handshake as far as it can go now, without waiting: KVS_OK once the node is up,
+ * KVS_EAGAIN while it waits for the connection or a reply (remote_handshake_events says for what), else a
+ * failure with nd->refusal set (its deadline passing included). Each state falls through to the
+ * next as soon as it is done: the reply may be there already. */
+static kvs_status handshake_advance(remote *r, rnode *nd) {
+    kvs_status st;
     if (kvs_now_ns() >= nd->hs_deadline_ns) {
         snprintf(nd->refusal, sizeof nd->refusal,
                  nd->hs == HS_CONNECTING ? "no connection within %u ms"
@@ -266,93 +364,15 @@ static kvs_status handshake_advance(remote *r, rnode *nd) {
     }
     switch (nd->hs) {
         case HS_CONNECTING:
-            if ((st = kvs_control_connect_finish(nd->ctl.fd, err, sizeof err)) != KVS_OK) {
-                if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
-                return st;
-            }
-            if (r->tls && (st = kvs_tls_attach(r->tls, &nd->ctl, err, sizeof err)) != KVS_OK) {
-                snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
-                return st;
-            }
-            nd->hs = HS_TLS;
+            if ((st = handshake_connected(r, nd)) != KVS_OK) return st;
             __attribute__((fallthrough));
         case HS_TLS:
-            if ((st = kvs_tls_handshake(&nd->ctl, err, sizeof err)) == KVS_EINVAL) {
-                /* the node refused our TLS key: a refused handshake, as a wrong proof is */
-                snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
-                nd->hs = HS_REFUSED;
-                pthread_mutex_lock(&r->mutex);
-                r->stats.auth_refusals++;
-                pthread_mutex_unlock(&r->mutex);
-                return KVS_EIO;
-            }
-            if (st != KVS_OK) {
-                if (st != KVS_EAGAIN) snprintf(nd->refusal, sizeof nd->refusal, "%s", err);
-                return st;
-            }
-            kvs_wire_msg_init(&m, KVS_WIRE_HELLO, nd->request_id = ++r->next_id);
-            if ((st = kvs_remote_random(nd->nonce, sizeof nd->nonce)) != KVS_OK) return st;
-            m.tenant = r->opt.tenant;
-            m.tenant_len = (uint32_t)strlen(r->opt.tenant);
-            m.nonce = nd->nonce;
-            nd->hs = HS_HELLO_SENT;
-            if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
-            __attribute__((fallthrough)); /* the challenge may be there already */
-        case HS_HELLO_SENT: {
-            if ((st = handshake_step(r, nd, KVS_WIRE_CHALLENGE, &m)) != KVS_OK) return st;
-            memcpy(nd->challenge, m.challenge, KVS_WIRE_CHALLENGE_BYTES);
-            memcpy(nd->node_proof, m.proof, KVS_WIRE_PROOF_BYTES);
-            kvs_remote_transcript t = transcript(r, nd);
-            if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_NODE, &t, m.proof,
-                                       KVS_WIRE_PROOF_BYTES) != KVS_OK) {
-                /* not a node holding our key: it gets neither our proof nor our worker address */
-                snprintf(nd->refusal, sizeof nd->refusal,
-                         "the peer's challenge does not prove it holds the tenant's key (not a "
-                         "kvstrata node, another master key, a key of another tenant, or a "
-                         "message changed on the way)");
-                nd->hs = HS_REFUSED;
-                pthread_mutex_lock(&r->mutex);
-                r->stats.auth_refusals++;
-                pthread_mutex_unlock(&r->mutex);
-                return KVS_EIO;
-            }
-            nd->hs = HS_CHALLENGE;
-            kvs_wire_msg_init(&m, KVS_WIRE_AUTH, nd->request_id = ++r->next_id);
-            m.worker_addr = r->worker_addr;
-            m.worker_addr_len = (uint32_t)r->worker_addr_len;
-            if (r->offer_shared_memory) {
-                m.host_id = r->host_id;
-                m.host_id_len = sizeof r->host_id;
-                m.pid = (uint32_t)getpid();
-            }
-            nd->pid = m.pid;
-            t = transcript(r, nd);
-            if ((st = kvs_remote_proof(&r->psk, KVS_REMOTE_PROOF_CLIENT, &t, nd->client_proof)) !=
-                KVS_OK)
-                return st;
-            m.proof = nd->client_proof;
-            nd->payload_tls[0] = '\0';
-            nd->hs = HS_AUTH_SENT;
-            if ((st = control_send(r, nd, &m, nd->hs_deadline_ns)) != KVS_OK) return st;
-        }
+            if ((st = handshake_hello(r, nd)) != KVS_OK) return st;
             __attribute__((fallthrough));
-        case HS_AUTH_SENT: {
-            if ((st = handshake_step(r, nd, KVS_WIRE_AUTH_OK, &m)) != KVS_OK) return st;
-            /* nothing of it reaches UCX unless the node proves it sent all of it, to us */
-            kvs_remote_transcript t = transcript(r, nd);
-            kvs_remote_transcript_ok(&t, nd->client_proof, &m);
-            if (kvs_remote_proof_check(&r->psk, KVS_REMOTE_PROOF_OK, &t, m.proof,
-                                       KVS_WIRE_PROOF_BYTES) != KVS_OK) {
-                snprintf(nd->refusal, sizeof nd->refusal,
-                         "the node's auth_ok does not prove the handshake (changed on the way)");
-                nd->hs = HS_REFUSED;
-                pthread_mutex_lock(&r->mutex);
-                r->stats.auth_refusals++;
-                pthread_mutex_unlock(&r->mutex);
-                return KVS_EIO;
-            }
-            return handshake_finish(r, nd, &m);
-        }
+        case HS_HELLO_SENT:
+            if ((st = handshake_auth(r, nd)) != KVS_OK) return st;
+            __attribute__((fallthrough));
+        case HS_AUTH_SENT: return handshake_auth_ok(r, nd);
         default:
             snprintf(nd->refusal, sizeof nd->refusal, "handshake in an unexpected state %d",
                      nd->hs);

@@ -208,93 +208,97 @@ static kvs_status send_put_payloads(remote *r, rnode *nd, uint64_t read_by_ns, u
     return st;
 }
 
-/* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
- * whose connection died, are marked down (their batch keys stay unresolved). */
-static void exchange(remote *r, int type, uint64_t deadline) {
-    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-        rnode *nd = &r->nodes[i];
-        nd->failed = 0;
-        if (!nd->pending) continue;
-        kvs_wire_msg m;
-        kvs_wire_msg_init(&m, (kvs_wire_type)type, nd->request_id = ++r->next_id);
-        m.entries = r->entries;
-        m.n_entries = nd->n_batch;
-        job *j = r->current;
-        for (uint32_t b = 0; b < nd->n_batch; b++) {
-            kvs_wire_entry *e = &r->entries[b];
-            memset(e, 0, sizeof *e);
-            uint32_t k = nd->batch[b];
-            e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
-            if (type == KVS_WIRE_GET && nd->stream) {
-                e->by_message = 1; /* the node sends it on the stream, read into dsts[k] */
-                e->length = j->cap[k];
-            } else if (type == KVS_WIRE_PUT && nd->stream) {
-                e->by_message = 1; /* its bytes follow the PUT on the stream */
-                e->length = r->put_jobs[k]->len;
-            } else if (type == KVS_WIRE_GET && nd->messages) {
-                e->by_message = 1; /* the node sends the object; on_place puts it in dsts[k] */
-                e->length = j->cap[k];
-                j->landed[k] = LANDING_ASKED;
-            } else if (type == KVS_WIRE_GET) {
-                int direct = j->off[k] == UINT64_MAX;
-                e->remote_addr = direct ? (uint64_t)(uintptr_t)j->dsts[k]
-                                        : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
-                e->length = j->cap[k];
-                e->rkey = direct ? r->staging_rkey : r->bounce_rkey;
-                e->rkey_len = direct ? r->staging_rkey_len : r->bounce_rkey_len;
-            } else if (type == KVS_WIRE_PUT) {
-                const job *pj = r->put_jobs[k];
-                e->length = pj->len;
-                if (pj->len <= KVS_WIRE_MAX_INLINE_BYTES) {
-                    e->inline_data = pj->object;
-                } else {
-                    e->remote_addr = (uint64_t)(uintptr_t)pj->object;
-                    e->rkey = r->queue_rkey;
-                    e->rkey_len = r->queue_rkey_len;
-                }
-            }
-        }
-        if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
-        nd->read_by_ns = 0;
-        if (type ==
-            KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
-            uint64_t fair = kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
-            if (deadline < fair) deadline = fair;
-            /* a node on shared memory reads the queue without our help: it is told until when
-             * the room is the objects' (the same clock: one host, one time namespace) */
-            if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
-        }
-        if (type == KVS_WIRE_GET && nd->messages) nd->msg_request = nd->request_id;
-        if (nd->stream_out && type != KVS_WIRE_PUT &&
-            remote_stream_drain(r, nd, 0, deadline) != KVS_OK) {
-            /* its PUTs' answers first: what came before is seen by what comes after; the node
-             * is down now and its keys go to their next homes */
-            nd->pending = 0;
-            continue;
-        }
-        kvs_status sent;
-        if (nd->stream && (type == KVS_WIRE_GET || type == KVS_WIRE_PUT)) {
-            /* on the stream: a GET with its answer, a PUT answered later (stream_put) */
-            m.read_by_ns = nd->read_by_ns = 0; /* the node never reads this process's memory */
-            sent = type == KVS_WIRE_GET ? remote_stream_get(r, nd, j, &m, deadline)
-                                        : remote_stream_put(r, nd, &m, deadline);
-            if (sent == KVS_OK) nd->pending = 0;
-        } else if (kvs_chan_is_tls(&nd->ctl)) {
-            sent = remote_stream_call_send(r, nd, &m, deadline); /* nothing of it goes on UCX */
-        } else if (type == KVS_WIRE_PUT && nd->messages) {
-            sent = send_put_payloads(r, nd, m.read_by_ns, deadline);
+/* Entry e of a batch to nd: key k of the running job, described for how the node moves its bytes
+ * (on the stream, as payload messages, by RMA from or into our memory, or inline). */
+static void describe_entry(remote *r, const rnode *nd, int type, job *j, uint32_t k,
+                           kvs_wire_entry *e) {
+    memset(e, 0, sizeof *e);
+    e->key = type == KVS_WIRE_PUT ? r->put_jobs[k]->keys[0].bytes : j->keys[k].bytes;
+    if (type == KVS_WIRE_GET && nd->stream) {
+        e->by_message = 1; /* the node sends it on the stream, read into dsts[k] */
+        e->length = j->cap[k];
+    } else if (type == KVS_WIRE_PUT && nd->stream) {
+        e->by_message = 1; /* its bytes follow the PUT on the stream */
+        e->length = r->put_jobs[k]->len;
+    } else if (type == KVS_WIRE_GET && nd->messages) {
+        e->by_message = 1; /* the node sends the object; on_place puts it in dsts[k] */
+        e->length = j->cap[k];
+        j->landed[k] = LANDING_ASKED;
+    } else if (type == KVS_WIRE_GET) {
+        int direct = j->off[k] == UINT64_MAX;
+        e->remote_addr =
+            direct ? (uint64_t)(uintptr_t)j->dsts[k] : (uint64_t)(uintptr_t)(r->bounce + j->off[k]);
+        e->length = j->cap[k];
+        e->rkey = direct ? r->staging_rkey : r->bounce_rkey;
+        e->rkey_len = direct ? r->staging_rkey_len : r->bounce_rkey_len;
+    } else if (type == KVS_WIRE_PUT) {
+        const job *pj = r->put_jobs[k];
+        e->length = pj->len;
+        if (pj->len <= KVS_WIRE_MAX_INLINE_BYTES) {
+            e->inline_data = pj->object;
         } else {
-            sent = remote_send_msg(r, nd, &m, deadline);
-        }
-        if (sent != KVS_OK) {
-            nd->pending = 0;
-            nd->failed = 1;
-        } else if (type == KVS_WIRE_PUT) {
-            pthread_mutex_lock(&r->mutex);
-            r->stats.put_requests++;
-            pthread_mutex_unlock(&r->mutex);
+            e->remote_addr = (uint64_t)(uintptr_t)pj->object;
+            e->rkey = r->queue_rkey;
+            e->rkey_len = r->queue_rkey_len;
         }
     }
+}
+
+/* Send node nd its batch (a request of `type`) the way it takes it; one that cannot be sent marks
+ * the node failed. A PUT may push *deadline later: each node gets timeout_ms from its own send. */
+static void send_batch(remote *r, rnode *nd, int type, uint64_t *deadline) {
+    kvs_wire_msg m;
+    kvs_wire_msg_init(&m, (kvs_wire_type)type, nd->request_id = ++r->next_id);
+    m.entries = r->entries;
+    m.n_entries = nd->n_batch;
+    job *j = r->current;
+    for (uint32_t b = 0; b < nd->n_batch; b++)
+        describe_entry(r, nd, type, j, nd->batch[b], &r->entries[b]);
+    if (type == KVS_WIRE_STATS) m.n_entries = 0, m.entries = NULL;
+    nd->read_by_ns = 0;
+    if (type ==
+        KVS_WIRE_PUT) { /* detached: each node gets timeout_ms from its own send (run_puts) */
+        uint64_t fair = kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull;
+        if (*deadline < fair) *deadline = fair;
+        /* a node on shared memory reads the queue without our help: it is told until when
+         * the room is the objects' (the same clock: one host, one time namespace) */
+        if (nd->shared_memory) m.read_by_ns = nd->read_by_ns = fair;
+    }
+    if (type == KVS_WIRE_GET && nd->messages) nd->msg_request = nd->request_id;
+    if (nd->stream_out && type != KVS_WIRE_PUT &&
+        remote_stream_drain(r, nd, 0, *deadline) != KVS_OK) {
+        /* its PUTs' answers first: what came before is seen by what comes after; the node
+         * is down now and its keys go to their next homes */
+        nd->pending = 0;
+        return;
+    }
+    kvs_status sent;
+    if (nd->stream && (type == KVS_WIRE_GET || type == KVS_WIRE_PUT)) {
+        /* on the stream: a GET with its answer, a PUT answered later (stream_put) */
+        m.read_by_ns = nd->read_by_ns = 0; /* the node never reads this process's memory */
+        sent = type == KVS_WIRE_GET ? remote_stream_get(r, nd, j, &m, *deadline)
+                                    : remote_stream_put(r, nd, &m, *deadline);
+        if (sent == KVS_OK) nd->pending = 0;
+    } else if (kvs_chan_is_tls(&nd->ctl)) {
+        sent = remote_stream_call_send(r, nd, &m, *deadline); /* nothing of it goes on UCX */
+    } else if (type == KVS_WIRE_PUT && nd->messages) {
+        sent = send_put_payloads(r, nd, m.read_by_ns, *deadline);
+    } else {
+        sent = remote_send_msg(r, nd, &m, *deadline);
+    }
+    if (sent != KVS_OK) {
+        nd->pending = 0;
+        nd->failed = 1;
+    } else if (type == KVS_WIRE_PUT) {
+        pthread_mutex_lock(&r->mutex);
+        r->stats.put_requests++;
+        pthread_mutex_unlock(&r->mutex);
+    }
+}
+
+/* Wait until every node sent has answered (encrypted nodes on their streams, the others through
+ * UCX's progress), its connection died, or the deadline passed. */
+static void await_replies(remote *r, uint64_t deadline) {
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) /* encrypted nodes' answers, on their streams */
         if (r->nodes[i].pending && kvs_chan_is_tls(&r->nodes[i].ctl))
             remote_stream_call_take(r, &r->nodes[i], deadline);
@@ -305,6 +309,11 @@ static void exchange(remote *r, int type, uint64_t deadline) {
         if (!waiting || ms_left(deadline) <= 0) break;
         kvs_ucx_wait(r->t, ms_left(deadline));
     }
+}
+
+/* Nodes that did not answer, or whose connection died, are marked down; a PUT's unconfirmed copies
+ * are counted dropped, their room held until the node's read-by time. Every batch is emptied. */
+static void settle_unanswered(remote *r, int type) {
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (nd->pending) {
@@ -326,6 +335,18 @@ static void exchange(remote *r, int type, uint64_t deadline) {
         }
         nd->n_batch = 0;
     }
+}
+
+/* Send every node's batch, wait for the replies until the deadline; nodes that did not answer, or
+ * whose connection died, are marked down (their batch keys stay unresolved). */
+static void exchange(remote *r, int type, uint64_t deadline) {
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        nd->failed = 0;
+        if (nd->pending) send_batch(r, nd, type, &deadline);
+    }
+    await_replies(r, deadline);
+    settle_unanswered(r, type);
 }
 
 /* After a GET round: wait (until the job's deadline) for the objects its replies said were sent as
@@ -558,65 +579,38 @@ static void finish(remote *r, job *j) {
     pthread_mutex_unlock(&r->mutex);
 }
 
-static kvs_status thread_start(remote *r) {
-    kvs_ucx_params p;
-    char err[256] = "";
-    memset(&p, 0, sizeof p);
-    p.struct_size = sizeof p;
-    p.name = r->name;
-    p.log_level = KVS_LOG_WARN;
-    p.on_dead = remote_on_dead;
-    p.user = r;
-    p.busy_poll_us = r->opt.busy_poll_us;
-    kvs_status st = kvs_ucx_create(&p, &r->t, err, sizeof err);
-    if (st != KVS_OK) {
-        remote_set_error(r, "cannot start UCX: %s", err);
-        return st;
-    }
-    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
-    if ((st = kvs_ucx_payload_handler(r->t, PAYLOAD_AM_ID, on_place, on_landed, r)) != KVS_OK)
-        goto ucx_fail;
+/* Register the staging pool (when there is one), the bounce buffer and the put queue with UCX and
+ * pack each one's rkey. */
+static kvs_status register_memory(remote *r) {
+    kvs_status st;
     size_t len = 0;
     if (r->staging && r->staging_len) {
         if ((st = kvs_ucx_mem_register(r->t, r->staging, (size_t)r->staging_len,
                                        &r->staging_mem)) != KVS_OK)
-            goto ucx_fail;
+            return st;
         if ((st = kvs_ucx_mem_pack(r->staging_mem, r->staging_rkey, sizeof r->staging_rkey,
                                    &len)) != KVS_OK)
-            goto ucx_fail;
+            return st;
         r->staging_rkey_len = (uint32_t)len;
     }
     if ((st = kvs_ucx_mem_register(r->t, r->bounce, (size_t)r->bounce_len, &r->bounce_mem)) !=
         KVS_OK)
-        goto ucx_fail;
+        return st;
     if ((st = kvs_ucx_mem_pack(r->bounce_mem, r->bounce_rkey, sizeof r->bounce_rkey, &len)) !=
         KVS_OK)
-        goto ucx_fail;
+        return st;
     r->bounce_rkey_len = (uint32_t)len;
     if ((st = kvs_ucx_mem_register(r->t, r->queue, (size_t)r->queue_len, &r->queue_mem)) != KVS_OK)
-        goto ucx_fail;
-    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK)
-        goto ucx_fail;
-    r->queue_rkey_len = (uint32_t)len;
-    /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
-     * another host ignores it) */
-    r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
-    size_t need = 0;
-    if (kvs_ucx_worker_address(r->t, NULL, 0, &need) != KVS_EOVERFLOW || need == 0 ||
-        need > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !(r->worker_addr = malloc(need)) ||
-        kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
-        st = KVS_EIO;
-        goto ucx_fail;
-    }
-    if (!(r->pfds = calloc(r->opt.n_nodes + 2, sizeof *r->pfds))) {
-        st = KVS_ENOMEM;
-        goto ucx_fail;
-    }
-    if (r->opt.encrypt &&
-        (st = kvs_tls_client_new(r->opt.tenant, &r->psk, &r->tls, err, sizeof err)) != KVS_OK) {
-        remote_set_error(r, "%s", err);
         return st;
-    }
+    if ((st = kvs_ucx_mem_pack(r->queue_mem, r->queue_rkey, sizeof r->queue_rkey, &len)) != KVS_OK)
+        return st;
+    r->queue_rkey_len = (uint32_t)len;
+    return KVS_OK;
+}
+
+/* Connect every node. A node that refused authentication fails the start; one that cannot be
+ * reached now is down from the start (reported once, not counted a failure) and retried later. */
+static kvs_status connect_nodes(remote *r) {
     for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
         rnode *nd = &r->nodes[i];
         if (remote_node_connect(r, nd) == KVS_OK) continue;
@@ -639,6 +633,47 @@ static kvs_status thread_start(remote *r) {
         pthread_mutex_unlock(&r->mutex);
     }
     return KVS_OK;
+}
+
+static kvs_status thread_start(remote *r) {
+    kvs_ucx_params p;
+    char err[256] = "";
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.name = r->name;
+    p.log_level = KVS_LOG_WARN;
+    p.on_dead = remote_on_dead;
+    p.user = r;
+    p.busy_poll_us = r->opt.busy_poll_us;
+    kvs_status st = kvs_ucx_create(&p, &r->t, err, sizeof err);
+    if (st != KVS_OK) {
+        remote_set_error(r, "cannot start UCX: %s", err);
+        return st;
+    }
+    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_payload_handler(r->t, PAYLOAD_AM_ID, on_place, on_landed, r)) != KVS_OK)
+        goto ucx_fail;
+    if ((st = register_memory(r)) != KVS_OK) goto ucx_fail;
+    /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
+     * another host ignores it) */
+    r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
+    size_t need = 0;
+    if (kvs_ucx_worker_address(r->t, NULL, 0, &need) != KVS_EOVERFLOW || need == 0 ||
+        need > KVS_WIRE_MAX_WORKER_ADDR_BYTES || !(r->worker_addr = malloc(need)) ||
+        kvs_ucx_worker_address(r->t, r->worker_addr, need, &r->worker_addr_len) != KVS_OK) {
+        st = KVS_EIO;
+        goto ucx_fail;
+    }
+    if (!(r->pfds = calloc(r->opt.n_nodes + 2, sizeof *r->pfds))) {
+        st = KVS_ENOMEM;
+        goto ucx_fail;
+    }
+    if (r->opt.encrypt &&
+        (st = kvs_tls_client_new(r->opt.tenant, &r->psk, &r->tls, err, sizeof err)) != KVS_OK) {
+        remote_set_error(r, "%s", err);
+        return st;
+    }
+    return connect_nodes(r);
 ucx_fail:
     remote_set_error(r, "UCX setup failed: %s", kvs_ucx_last_error(r->t));
     return st;
@@ -681,6 +716,47 @@ static void thread_stop(remote *r) {
     r->pfds = NULL;
 }
 
+/* Nothing queued: sleep in poll until UCX, the doorbell, a node's control connection or the next
+ * timer (a reconnect, held room to give back) needs the thread. An up node's control connection
+ * becomes readable only when the node closes it (or breaks the protocol): either way the session
+ * is over; a handshaking node's moves its handshake on (remote_reconnect_due, next pass). */
+static void idle_wait(remote *r) {
+    uint64_t next_ns = UINT64_MAX;
+    remote_reconnect_due(r, &next_ns);
+    pthread_mutex_lock(&r->mutex);
+    int queued = r->head != NULL || r->stopping;
+    release_held(r);
+    if (r->queue_held && r->queue_hold_until < next_ns) next_ns = r->queue_hold_until;
+    pthread_mutex_unlock(&r->mutex);
+    if (queued) return;
+    if (kvs_ucx_arm(r->t) == KVS_EAGAIN) return;
+    int ms = -1;
+    if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) /* TLS holds bytes no poll sees */
+        if (r->nodes[i].up && kvs_chan_pending(&r->nodes[i].ctl)) ms = 0;
+    struct pollfd *fds = r->pfds;
+    fds[0] = (struct pollfd){.fd = kvs_ucx_event_fd(r->t), .events = POLLIN};
+    fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        const rnode *nd = &r->nodes[i];
+        fds[2 + i] = (struct pollfd){.fd = nd->up || remote_in_handshake(nd) ? nd->ctl.fd : -1,
+                                     .events = nd->up ? POLLIN : remote_handshake_events(nd)};
+    }
+    if (poll(fds, r->opt.n_nodes + 2, ms) < 0) return;
+    if (fds[1].revents & POLLIN) {
+        uint64_t v;
+        if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
+    }
+    for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
+        rnode *nd = &r->nodes[i];
+        if ((!fds[2 + i].revents && !kvs_chan_pending(&nd->ctl)) || !nd->up) continue;
+        if (nd->stream_out) /* answers of PUTs on its stream (or the end, which fails it) */
+            remote_stream_drain(r, nd, 0, kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull);
+        else
+            remote_node_down(r, nd, "the node closed its control connection");
+    }
+}
+
 void *remote_progress_main(void *arg) {
     remote *r = arg;
     kvs_status st = thread_start(r);
@@ -719,45 +795,7 @@ void *remote_progress_main(void *arg) {
             continue;
         }
         if (stopping) break;
-        uint64_t next_ns = UINT64_MAX;
-        remote_reconnect_due(r, &next_ns);
-        pthread_mutex_lock(&r->mutex);
-        int queued = r->head != NULL || r->stopping;
-        release_held(r);
-        if (r->queue_held && r->queue_hold_until < next_ns) next_ns = r->queue_hold_until;
-        pthread_mutex_unlock(&r->mutex);
-        if (queued) continue;
-        if (kvs_ucx_arm(r->t) == KVS_EAGAIN) continue;
-        int ms = -1;
-        if (next_ns != UINT64_MAX) ms = ms_left(next_ns) + 1;
-        for (uint32_t i = 0; i < r->opt.n_nodes; i++) /* TLS holds bytes no poll sees */
-            if (r->nodes[i].up && kvs_chan_pending(&r->nodes[i].ctl)) ms = 0;
-        /* an up node's control connection becomes readable only when the node closes it (or breaks
-         * the protocol): either way the session is over; a handshaking node's moves its handshake on
-         * (remote_reconnect_due, next pass) */
-        struct pollfd *fds = r->pfds;
-        fds[0] = (struct pollfd){.fd = kvs_ucx_event_fd(r->t), .events = POLLIN};
-        fds[1] = (struct pollfd){.fd = r->doorbell, .events = POLLIN};
-        for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-            const rnode *nd = &r->nodes[i];
-            fds[2 + i] = (struct pollfd){.fd = nd->up || remote_in_handshake(nd) ? nd->ctl.fd : -1,
-                                         .events = nd->up ? POLLIN : remote_handshake_events(nd)};
-        }
-        if (poll(fds, r->opt.n_nodes + 2, ms) >= 0) {
-            if (fds[1].revents & POLLIN) {
-                uint64_t v;
-                if (read(r->doorbell, &v, sizeof v) < 0 && errno != EAGAIN) (void)0;
-            }
-            for (uint32_t i = 0; i < r->opt.n_nodes; i++) {
-                rnode *nd = &r->nodes[i];
-                if ((!fds[2 + i].revents && !kvs_chan_pending(&nd->ctl)) || !nd->up) continue;
-                if (nd->stream_out) /* answers of PUTs on its stream (or the end, which fails it) */
-                    remote_stream_drain(r, nd, 0,
-                                        kvs_now_ns() + (uint64_t)r->opt.timeout_ms * 1000000ull);
-                else
-                    remote_node_down(r, nd, "the node closed its control connection");
-            }
-        }
+        idle_wait(r);
     }
     thread_stop(r);
     return NULL;

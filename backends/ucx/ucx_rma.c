@@ -185,6 +185,49 @@ void kvs_ucx_rkey_destroy(kvs_ucx_rkey *rkey) {
     free(rkey);
 }
 
+/* Issue ops[0..n) on conn, each request kept in requests[]; stops at the first UCX refuses (its
+ * status returned). *issued: how many were issued. */
+static ucs_status_t rma_issue(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n,
+                              void **requests, size_t *issued) {
+    for (*issued = 0; *issued < n; (*issued)++) {
+        const kvs_ucx_rma *op = &ops[*issued];
+        ucp_request_param_t p;
+        memset(&p, 0, sizeof p);
+        if (op->local_mem) {
+            p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+            p.memh = op->local_mem->memh;
+        }
+        void *request =
+            is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
+                   : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
+        if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+        requests[*issued] = request;
+    }
+    return UCS_OK;
+}
+
+/* A batch of n transfers (what, size: for the sentence) that did not complete within timeout_ms:
+ * the connection fails, the requests still in flight (requests[waited..issued) and the flush)
+ * are abandoned, and requests is freed. */
+static kvs_status rma_timed_out(kvs_ucx_conn *conn, void **requests, size_t waited, size_t issued,
+                                void *flush, size_t n, const char *what, const char *size,
+                                int timeout_ms) {
+    kvs_ucx_transport *t = conn->t;
+    char why[160];
+    if (ucx_guard_dead(conn))
+        kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what,
+                n == 1 ? "" : "s", size);
+    else
+        kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what,
+                n == 1 ? "" : "s", size, timeout_ms);
+    ucx_fail_conn(conn, why);
+    for (size_t i = waited; i < issued; i++) ucx_request_abandon(t, requests[i]);
+    ucx_request_abandon(t, flush);
+    free(requests);
+    set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
+    return KVS_ETIMEDOUT;
+}
+
 /* Issue every transfer at once so UCX keeps them in flight together, wait for all of them, and for
  * puts flush once at the end. One failure fails the whole batch (and, on timeout, the connection). */
 kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *ops, size_t n,
@@ -214,25 +257,8 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
         return KVS_ENOMEM;
     }
     unsigned long long deadline = ucx_deadline_after(timeout_ms);
-    ucs_status_t st = UCS_OK;
-    size_t issued = 0;
-    for (; issued < n; issued++) {
-        const kvs_ucx_rma *op = &ops[issued];
-        ucp_request_param_t p;
-        memset(&p, 0, sizeof p);
-        if (op->local_mem) {
-            p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-            p.memh = op->local_mem->memh;
-        }
-        void *request =
-            is_put ? ucp_put_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p)
-                   : ucp_get_nbx(conn->ep, op->local, op->len, op->remote_addr, op->rkey->rkey, &p);
-        if (UCS_PTR_IS_ERR(request)) {
-            st = UCS_PTR_STATUS(request);
-            break;
-        }
-        requests[issued] = request;
-    }
+    size_t issued;
+    ucs_status_t st = rma_issue(conn, is_put, ops, n, requests, &issued);
     int timed_out = 0;
     size_t waited = 0;
     t->watch = conn;
@@ -252,21 +278,8 @@ kvs_status kvs_ucx_rma_many(kvs_ucx_conn *conn, int is_put, const kvs_ucx_rma *o
         if (!timed_out) flush = NULL;
     }
     t->watch = NULL;
-    if (timed_out) {
-        char why[160];
-        if (ucx_guard_dead(conn))
-            kvs_fmt(why, sizeof why, "%s died during %zu %s%s of %s", conn->guard->peer, n, what,
-                    n == 1 ? "" : "s", size);
-        else
-            kvs_fmt(why, sizeof why, "%zu %s%s of %s did not complete within %d ms", n, what,
-                    n == 1 ? "" : "s", size, timeout_ms);
-        ucx_fail_conn(conn, why);
-        for (size_t i = waited; i < issued; i++) ucx_request_abandon(t, requests[i]);
-        ucx_request_abandon(t, flush);
-        free(requests);
-        set_err(t, "ucx \"%s\": %s: %s", t->name, conn->peer, why);
-        return KVS_ETIMEDOUT;
-    }
+    if (timed_out)
+        return rma_timed_out(conn, requests, waited, issued, flush, n, what, size, timeout_ms);
     free(requests);
     if (st != UCS_OK || conn->dead) {
         set_err(t, "ucx \"%s\": %zu %s%s of %s (first at 0x%llx) on %s failed: %s", t->name, n,

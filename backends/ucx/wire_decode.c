@@ -144,244 +144,291 @@ static int read_status(reader *r, int32_t *status) {
     return 0;
 }
 
-static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
-    uint32_t n_fields, n, len;
+static int read_hello(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields, len;
     const uint8_t *bytes;
-    switch ((kvs_wire_type)out->type) {
-        case KVS_WIRE_HELLO:
-            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TENANT_BYTES, "the tenant name") != 0)
-                return -1;
-            out->tenant = (const char *)bytes;
-            out->tenant_len = len;
-            if (!kvs_wire_tenant_ok(out->tenant, len)) {
-                wire_refuse(
-                    r->why, KVS_WIRE_ERR_VALUE,
+    if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TENANT_BYTES, "the tenant name") != 0) return -1;
+    out->tenant = (const char *)bytes;
+    out->tenant_len = len;
+    if (!kvs_wire_tenant_ok(out->tenant, len)) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
                     "wire: hello message: tenant name must be 1..%u bytes of [A-Za-z0-9._-]",
                     KVS_WIRE_MAX_TENANT_BYTES);
-                return -1;
-            }
-            return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
-        case KVS_WIRE_CHALLENGE:
-            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0 ||
-                read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge") != 0)
-                return -1;
-            return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof");
-        case KVS_WIRE_AUTH:
-            if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (n_fields == 3) {
-                wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                            "wire: auth message has 3 fields: 1 (proof), 2 (proof, worker "
-                            "address) or 4 (proof, host id, worker address, pid) expected");
-                return -1;
-            }
-            if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
-            if (n_fields == 1) return 0;
-            if (n_fields == 2) {
-                if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
-                              KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
-                    return -1;
-                if (out->worker_addr_len == 0) {
-                    wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                                "wire: auth message: empty worker address");
-                    return -1;
-                }
-                return 0;
-            }
-            if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES,
-                          "the host id") != 0 ||
-                read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
-                          KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
-                return -1;
-            if (out->host_id_len == 0 || out->worker_addr_len == 0) {
-                wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                            "wire: auth message: empty host id or worker address");
-                return -1;
-            }
-            uint64_t pid;
-            if (read_uint(r, &pid, INT32_MAX, "the pid") != 0) return -1;
-            if (pid == 0) {
-                wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: pid 0");
-                return -1;
-            }
-            out->pid = (uint32_t)pid;
-            return 0;
-        case KVS_WIRE_AUTH_OK:
-            if (read_array(r, &n_fields, 4, 7, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (n_fields == 5 || n_fields == 6) {
-                wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                            "wire: auth_ok message has %u fields: 4 (proof, transports, worker "
-                            "address, session token) or 7 (and a shared tier's name, capacity and "
-                            "max object size) expected",
-                            n_fields);
-                return -1;
-            }
-            if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof") != 0 ||
-                read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0)
-                return -1;
-            out->transports = (const char *)bytes;
-            out->transports_len = len;
-            if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len,
-                          KVS_WIRE_MAX_WORKER_ADDR_BYTES, "the worker address") != 0)
-                return -1;
-            if (out->worker_addr_len == 0) {
-                wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                            "wire: auth_ok message: empty worker address");
-                return -1;
-            }
-            if (read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES,
-                           "the session token") != 0)
-                return -1;
-            if (n_fields == 4) return 0;
-            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_SHARED_TIER_NAME,
-                          "the shared tier's name") != 0 ||
-                read_uint(r, &out->shared_tier_capacity, UINT64_MAX,
-                          "the shared tier's capacity") != 0 ||
-                read_uint(r, &out->shared_tier_max_object, UINT64_MAX,
-                          "the shared tier's max object size") != 0)
-                return -1;
-            if (len == 0 || out->shared_tier_capacity == 0 || out->shared_tier_max_object == 0) {
-                wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                            "wire: auth_ok message: an empty shared tier name, capacity or max "
-                            "object size");
-                return -1;
-            }
-            out->shared_tier = (const char *)bytes;
-            out->shared_tier_len = len;
-            return 0;
+        return -1;
+    }
+    return read_fixed(r, &out->nonce, KVS_WIRE_NONCE_BYTES, "the nonce");
+}
+
+static int read_challenge(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields;
+    if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0 ||
+        read_fixed(r, &out->challenge, KVS_WIRE_CHALLENGE_BYTES, "the challenge") != 0)
+        return -1;
+    return read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof");
+}
+
+/* auth's four-field form: host id, worker address and pid after the proof. */
+static int read_auth_host(reader *r, kvs_wire_msg *out) {
+    if (read_blob(r, 0, &out->host_id, &out->host_id_len, KVS_WIRE_MAX_HOST_ID_BYTES,
+                  "the host id") != 0 ||
+        read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                  "the worker address") != 0)
+        return -1;
+    if (out->host_id_len == 0 || out->worker_addr_len == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
+                    "wire: auth message: empty host id or worker address");
+        return -1;
+    }
+    uint64_t pid;
+    if (read_uint(r, &pid, INT32_MAX, "the pid") != 0) return -1;
+    if (pid == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: pid 0");
+        return -1;
+    }
+    out->pid = (uint32_t)pid;
+    return 0;
+}
+
+static int read_auth(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields;
+    if (read_array(r, &n_fields, 1, 4, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (n_fields == 3) {
+        wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
+                    "wire: auth message has 3 fields: 1 (proof), 2 (proof, worker "
+                    "address) or 4 (proof, host id, worker address, pid) expected");
+        return -1;
+    }
+    if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the proof") != 0) return -1;
+    if (n_fields == 1) return 0;
+    if (n_fields == 4) return read_auth_host(r, out);
+    if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                  "the worker address") != 0)
+        return -1;
+    if (out->worker_addr_len == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth message: empty worker address");
+        return -1;
+    }
+    return 0;
+}
+
+/* auth_ok's seven-field form: a shared tier's name, capacity and max object size at the end. */
+static int read_auth_ok_shared_tier(reader *r, kvs_wire_msg *out) {
+    uint32_t len;
+    const uint8_t *bytes;
+    if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_SHARED_TIER_NAME, "the shared tier's name") !=
+            0 ||
+        read_uint(r, &out->shared_tier_capacity, UINT64_MAX, "the shared tier's capacity") != 0 ||
+        read_uint(r, &out->shared_tier_max_object, UINT64_MAX,
+                  "the shared tier's max object size") != 0)
+        return -1;
+    if (len == 0 || out->shared_tier_capacity == 0 || out->shared_tier_max_object == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
+                    "wire: auth_ok message: an empty shared tier name, capacity or max "
+                    "object size");
+        return -1;
+    }
+    out->shared_tier = (const char *)bytes;
+    out->shared_tier_len = len;
+    return 0;
+}
+
+static int read_auth_ok(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields, len;
+    const uint8_t *bytes;
+    if (read_array(r, &n_fields, 4, 7, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (n_fields == 5 || n_fields == 6) {
+        wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
+                    "wire: auth_ok message has %u fields: 4 (proof, transports, worker "
+                    "address, session token) or 7 (and a shared tier's name, capacity and "
+                    "max object size) expected",
+                    n_fields);
+        return -1;
+    }
+    if (read_fixed(r, &out->proof, KVS_WIRE_PROOF_BYTES, "the node's proof") != 0 ||
+        read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_TRANSPORTS_TEXT, "the transports") != 0)
+        return -1;
+    out->transports = (const char *)bytes;
+    out->transports_len = len;
+    if (read_blob(r, 0, &out->worker_addr, &out->worker_addr_len, KVS_WIRE_MAX_WORKER_ADDR_BYTES,
+                  "the worker address") != 0)
+        return -1;
+    if (out->worker_addr_len == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: auth_ok message: empty worker address");
+        return -1;
+    }
+    if (read_fixed(r, &out->session_token, KVS_WIRE_SESSION_TOKEN_BYTES, "the session token") != 0)
+        return -1;
+    if (n_fields == 4) return 0;
+    return read_auth_ok_shared_tier(r, out);
+}
+
+static int read_error(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields, len;
+    const uint8_t *bytes;
+    uint64_t code;
+    if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_uint(r, &code, UINT32_MAX, "the error code") != 0) return -1;
+    out->error_code = (uint32_t)code;
+    if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_ERROR_TEXT, "the error text") != 0) return -1;
+    out->error_text = (const char *)bytes;
+    out->error_text_len = len;
+    return 0;
+}
+
+/* lookup and delete: the keys alone. */
+static int read_keys_only(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields;
+    if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    return read_keys(r, out, entries_cap, &out->n_entries);
+}
+
+static int read_lookup_reply(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields, len;
+    const uint8_t *bytes;
+    if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_blob(r, 0, &bytes, &len, KVS_WIRE_MAX_KEYS, "the presence flags") != 0) return -1;
+    if (len > entries_cap) {
+        wire_refuse(r->why, KVS_WIRE_ERR_LIMIT,
+                    "wire: lookup_reply has %u flags, the caller has room for %u", len,
+                    entries_cap);
+        r->caller_short = 1;
+        return -1;
+    }
+    /* every field but the flag as zero: nothing left from what the array held before */
+    memset(out->entries, 0, len * sizeof *out->entries);
+    for (uint32_t i = 0; i < len; i++) {
+        if (bytes[i] > 1) {
+            wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
+                        "wire: lookup_reply message: flag %u is %u, not 0 or 1", i, bytes[i]);
+            return -1;
+        }
+        out->entries[i].present = bytes[i];
+    }
+    out->n_entries = len;
+    return 0;
+}
+
+/* One get or put descriptor: [capacity] / [length] / [inline bytes], or three fields naming the
+ * peer's memory (address, length or capacity, rkey). */
+static int read_descriptor(reader *r, kvs_wire_entry *e, int get, uint32_t i) {
+    uint32_t n_fields, len;
+    if (read_array(r, &n_fields, 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") != 0) return -1;
+    if (get && n_fields == 1) { /* [capacity]: send the object as a payload message */
+        if (read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0) return -1;
+        e->by_message = 1;
+        return 0;
+    }
+    if (!get && n_fields == 1 && next_is_uint(r)) { /* [length]: bytes follow */
+        if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0) return -1;
+        e->by_message = 1;
+        return 0;
+    }
+    if (!get && n_fields == 1) {
+        if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES, "inline data") != 0)
+            return -1;
+        e->length = len;
+        return 0;
+    }
+    if (n_fields != 3) {
+        wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
+                    "wire: %s message: descriptor %u has %u fields, 1 or 3 "
+                    "expected",
+                    r->where, i, n_fields);
+        return -1;
+    }
+    if (get) {
+        if (read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0 ||
+            read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0)
+            return -1;
+    } else if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0 ||
+               read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0) {
+        return -1;
+    }
+    if (read_blob(r, 0, &e->rkey, &e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES, "an rkey") != 0) return -1;
+    if (e->rkey_len == 0) {
+        wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: %s message: descriptor %u has an empty rkey",
+                    r->where, i);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_get_put(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_keys, n;
+    int get = out->type == KVS_WIRE_GET;
+    uint32_t body_fields;
+    if (read_array(r, &body_fields, 2, get ? 2 : 3, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
+    if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (read_descriptor(r, &out->entries[i], get, i) != 0) return -1;
+    out->n_entries = n;
+    if (body_fields == 3) {
+        if (read_uint(r, &out->read_by_ns, UINT64_MAX, "a read-by time") != 0) return -1;
+        if (out->read_by_ns == 0) {
+            wire_refuse(r->why, KVS_WIRE_ERR_VALUE, "wire: put message: the read-by time is 0");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int read_get_reply(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields, n;
+    if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_per_key(r, UINT32_MAX, entries_cap, &n, "results") != 0) return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        kvs_wire_entry *e = &out->entries[i];
+        if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "a result") != 0 ||
+            read_status(r, &e->status) != 0 ||
+            read_uint(r, &e->length, UINT64_MAX, "a length") != 0)
+            return -1;
+    }
+    out->n_entries = n;
+    return 0;
+}
+
+/* put_reply and delete_reply: one status per key. */
+static int read_statuses(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields, n;
+    if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_per_key(r, UINT32_MAX, entries_cap, &n, "statuses") != 0) return -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (read_status(r, &out->entries[i].status) != 0) return -1;
+    out->n_entries = n;
+    return 0;
+}
+
+static int read_stats_reply(reader *r, kvs_wire_msg *out) {
+    uint32_t n_fields, n;
+    if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
+    if (read_array(r, &n, KVS_WIRE_STATS_COUNT, KVS_WIRE_STATS_COUNT, KVS_WIRE_ERR_TYPE,
+                   "the counters") != 0)
+        return -1;
+    for (uint32_t i = 0; i < n; i++)
+        if (read_uint(r, &out->counters[i], UINT64_MAX, "a counter") != 0) return -1;
+    return 0;
+}
+
+static int read_body(reader *r, kvs_wire_msg *out, uint32_t entries_cap) {
+    uint32_t n_fields;
+    switch ((kvs_wire_type)out->type) {
+        case KVS_WIRE_HELLO: return read_hello(r, out);
+        case KVS_WIRE_CHALLENGE: return read_challenge(r, out);
+        case KVS_WIRE_AUTH: return read_auth(r, out);
+        case KVS_WIRE_AUTH_OK: return read_auth_ok(r, out);
         case KVS_WIRE_STATS: return read_array(r, &n_fields, 0, 0, KVS_WIRE_ERR_TYPE, "the body");
-        case KVS_WIRE_ERROR: {
-            uint64_t code;
-            if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_uint(r, &code, UINT32_MAX, "the error code") != 0) return -1;
-            out->error_code = (uint32_t)code;
-            if (read_blob(r, 1, &bytes, &len, KVS_WIRE_MAX_ERROR_TEXT, "the error text") != 0)
-                return -1;
-            out->error_text = (const char *)bytes;
-            out->error_text_len = len;
-            return 0;
-        }
+        case KVS_WIRE_ERROR: return read_error(r, out);
         case KVS_WIRE_LOOKUP:
-        case KVS_WIRE_DELETE:
-            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            return read_keys(r, out, entries_cap, &out->n_entries);
-        case KVS_WIRE_LOOKUP_REPLY:
-            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_blob(r, 0, &bytes, &len, KVS_WIRE_MAX_KEYS, "the presence flags") != 0)
-                return -1;
-            if (len > entries_cap) {
-                wire_refuse(r->why, KVS_WIRE_ERR_LIMIT,
-                            "wire: lookup_reply has %u flags, the caller has room for %u", len,
-                            entries_cap);
-                r->caller_short = 1;
-                return -1;
-            }
-            /* every field but the flag as zero: nothing left from what the array held before */
-            memset(out->entries, 0, len * sizeof *out->entries);
-            for (uint32_t i = 0; i < len; i++) {
-                if (bytes[i] > 1) {
-                    wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                                "wire: lookup_reply message: flag %u is %u, not 0 or 1", i,
-                                bytes[i]);
-                    return -1;
-                }
-                out->entries[i].present = bytes[i];
-            }
-            out->n_entries = len;
-            return 0;
+        case KVS_WIRE_DELETE: return read_keys_only(r, out, entries_cap);
+        case KVS_WIRE_LOOKUP_REPLY: return read_lookup_reply(r, out, entries_cap);
         case KVS_WIRE_GET:
-        case KVS_WIRE_PUT: {
-            uint32_t n_keys;
-            int get = out->type == KVS_WIRE_GET;
-            uint32_t body_fields;
-            if (read_array(r, &body_fields, 2, get ? 2 : 3, KVS_WIRE_ERR_TYPE, "the body") != 0)
-                return -1;
-            if (read_keys(r, out, entries_cap, &n_keys) != 0) return -1;
-            if (read_per_key(r, n_keys, entries_cap, &n, "descriptors") != 0) return -1;
-            for (uint32_t i = 0; i < n; i++) {
-                kvs_wire_entry *e = &out->entries[i];
-                if (read_array(r, &n_fields, 1, 3, KVS_WIRE_ERR_TYPE, "a descriptor") != 0)
-                    return -1;
-                if (get && n_fields == 1) { /* [capacity]: send the object as a payload message */
-                    if (read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0) return -1;
-                    e->by_message = 1;
-                    continue;
-                }
-                if (!get && n_fields == 1 && next_is_uint(r)) { /* [length]: bytes follow */
-                    if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0) return -1;
-                    e->by_message = 1;
-                    continue;
-                }
-                if (!get && n_fields == 1) {
-                    if (read_blob(r, 0, &e->inline_data, &len, KVS_WIRE_MAX_INLINE_BYTES,
-                                  "inline data") != 0)
-                        return -1;
-                    e->length = len;
-                    continue;
-                }
-                if (n_fields != 3) {
-                    wire_refuse(r->why, KVS_WIRE_ERR_TYPE,
-                                "wire: %s message: descriptor %u has %u fields, 1 or 3 "
-                                "expected",
-                                r->where, i, n_fields);
-                    return -1;
-                }
-                if (get) {
-                    if (read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0 ||
-                        read_uint(r, &e->length, UINT64_MAX, "a capacity") != 0)
-                        return -1;
-                } else if (read_uint(r, &e->length, UINT64_MAX, "a length") != 0 ||
-                           read_uint(r, &e->remote_addr, UINT64_MAX, "an address") != 0) {
-                    return -1;
-                }
-                if (read_blob(r, 0, &e->rkey, &e->rkey_len, KVS_WIRE_MAX_RKEY_BYTES, "an rkey") !=
-                    0)
-                    return -1;
-                if (e->rkey_len == 0) {
-                    wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                                "wire: %s message: descriptor %u has an empty rkey", r->where, i);
-                    return -1;
-                }
-            }
-            out->n_entries = n;
-            if (body_fields == 3) {
-                if (read_uint(r, &out->read_by_ns, UINT64_MAX, "a read-by time") != 0) return -1;
-                if (out->read_by_ns == 0) {
-                    wire_refuse(r->why, KVS_WIRE_ERR_VALUE,
-                                "wire: put message: the read-by time is 0");
-                    return -1;
-                }
-            }
-            return 0;
-        }
-        case KVS_WIRE_GET_REPLY:
-            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_per_key(r, UINT32_MAX, entries_cap, &n, "results") != 0) return -1;
-            for (uint32_t i = 0; i < n; i++) {
-                kvs_wire_entry *e = &out->entries[i];
-                if (read_array(r, &n_fields, 2, 2, KVS_WIRE_ERR_TYPE, "a result") != 0 ||
-                    read_status(r, &e->status) != 0 ||
-                    read_uint(r, &e->length, UINT64_MAX, "a length") != 0)
-                    return -1;
-            }
-            out->n_entries = n;
-            return 0;
+        case KVS_WIRE_PUT: return read_get_put(r, out, entries_cap);
+        case KVS_WIRE_GET_REPLY: return read_get_reply(r, out, entries_cap);
         case KVS_WIRE_PUT_REPLY:
-        case KVS_WIRE_DELETE_REPLY:
-            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_per_key(r, UINT32_MAX, entries_cap, &n, "statuses") != 0) return -1;
-            for (uint32_t i = 0; i < n; i++)
-                if (read_status(r, &out->entries[i].status) != 0) return -1;
-            out->n_entries = n;
-            return 0;
-        case KVS_WIRE_STATS_REPLY:
-            if (read_array(r, &n_fields, 1, 1, KVS_WIRE_ERR_TYPE, "the body") != 0) return -1;
-            if (read_array(r, &n, KVS_WIRE_STATS_COUNT, KVS_WIRE_STATS_COUNT, KVS_WIRE_ERR_TYPE,
-                           "the counters") != 0)
-                return -1;
-            for (uint32_t i = 0; i < n; i++)
-                if (read_uint(r, &out->counters[i], UINT64_MAX, "a counter") != 0) return -1;
-            return 0;
+        case KVS_WIRE_DELETE_REPLY: return read_statuses(r, out, entries_cap);
+        case KVS_WIRE_STATS_REPLY: return read_stats_reply(r, out);
     }
     wire_refuse(r->why, KVS_WIRE_ERR_UNKNOWN_TYPE, "wire: unknown message type %u", out->type);
     return -1;

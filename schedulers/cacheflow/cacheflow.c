@@ -292,6 +292,98 @@ static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
     return stage_time_all(x, recompute);
 }
 
+/* The stages cf_stage_split takes: 1..CF_MAX_STAGES of them, no more than the layers, the first at
+ * layer 0 and each later one past the one before. */
+static int stages_valid(const cf_params *p, const cf_stages *st) {
+    if (st->n_stages == 0 || st->n_stages > CF_MAX_STAGES || st->n_stages > p->n_layers ||
+        st->first_layer[0] != 0)
+        return 0;
+    for (uint32_t s = 1; s < st->n_stages; s++)
+        if (st->first_layer[s] <= st->first_layer[s - 1] || st->first_layer[s] >= p->n_layers)
+            return 0;
+    return 1;
+}
+
+/* The optimal time: per candidate family, binary search for its smallest feasible member below the
+ * best so far. dp and took are stage_feasible's scratch. */
+static double stage_best_time(const stage_ctx *x, int32_t *dp, uint8_t took[][CF_MAX_STAGES]) {
+    const uint32_t S = x->n_stages, L = x->n_layers;
+    double best = stage_io_end(x, 0, L); /* load everything */
+    for (uint32_t f = 0; f < 2 * S; f++) {
+        uint32_t lo = f < S ? 0 : 1, hi = 0;
+        if (f < S)
+            hi = L;
+        else
+            for (uint32_t s = f - S; s < S; s++) hi = x->layers[s] > hi ? x->layers[s] : hi;
+        if (!(stage_candidate(x, f, lo) < best)) continue;
+        while (lo < hi) { /* the last member below best */
+            uint32_t mid = lo + (hi - lo + 1) / 2;
+            if (stage_candidate(x, f, mid) < best)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (!stage_feasible(x, stage_candidate(x, f, lo), dp, took)) continue;
+        hi = lo;
+        lo = f < S ? 0 : 1;
+        while (lo < hi) { /* its first feasible member */
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (stage_feasible(x, stage_candidate(x, f, mid), dp, took))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        best = stage_candidate(x, f, lo);
+    }
+    return best;
+}
+
+/* The least recompute finishing by best (feasible), fewest readers on a tie, into recompute[]:
+ * the dp choice with that many readers, then layers dropped from the stage finishing last. */
+static double stage_least_recompute(const stage_ctx *x, double best, uint32_t *recompute) {
+    const uint32_t S = x->n_stages, L = x->n_layers;
+    int32_t dp[CF_MAX_STAGES];
+    uint8_t took[CF_MAX_STAGES][CF_MAX_STAGES];
+    stage_feasible(x, best, dp, took);
+    uint32_t pick_j = S, pick_total = 0;
+    for (uint32_t j = 0; j < S; j++) {
+        if (dp[j] < 0) continue;
+        uint32_t lo = 0, hi = L; /* the fewest recomputed layers whose reads end by best */
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (stage_io_end(x, j, L - mid) <= best)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        uint32_t need = lo > j ? lo : j;
+        if (need <= (uint32_t)dp[j] && (pick_j == S || need < pick_total))
+            pick_j = j, pick_total = need;
+    }
+    if (pick_j == S) return stage_time(x, recompute); /* not reached: best is feasible */
+    uint32_t position[CF_MAX_STAGES] = {0}, total = 0;
+    for (uint32_t s = S - 1, j = pick_j; s >= 1; s--) /* the dp choice with pick_j readers */
+        if (took[s][j]) position[s] = j--;
+    for (uint32_t s = 0; s < S; s++) {
+        if (s && !position[s]) continue;
+        recompute[s] = stage_layers_by(x, position[s], x->layers[s], best);
+        total += recompute[s];
+    }
+    for (; total > pick_total;
+         total--) { /* drop layers from the stage finishing last (the later on a tie) */
+        uint32_t drop = S;
+        double latest = 0;
+        for (uint32_t s = 0; s < S; s++) {
+            if (recompute[s] <= (s ? 1u : 0u)) continue;
+            double end = stage_end(x, position[s], recompute[s]);
+            if (drop == S || end >= latest) drop = s, latest = end;
+        }
+        if (drop == S) break;
+        recompute[drop]--;
+    }
+    return stage_time(x, recompute);
+}
+
 /* The exact optimum: every choice's time is a candidate (its read end or a stage's compute end), and
  * whether some choice finishes by t is monotone in t, so the optimum is the smallest feasible
  * candidate: per family, binary search for its smallest feasible member below the best so far. Then
@@ -300,12 +392,7 @@ static double stage_split_all_read(const stage_ctx *x, uint32_t *recompute) {
 double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel *c,
                       const cf_stages *st, uint64_t offset, uint32_t n_cached,
                       uint32_t *recompute) {
-    if (!p || !m || !c || !st || !recompute || st->n_stages == 0 || st->n_stages > CF_MAX_STAGES ||
-        st->n_stages > p->n_layers || st->first_layer[0] != 0)
-        return -1;
-    for (uint32_t s = 1; s < st->n_stages; s++)
-        if (st->first_layer[s] <= st->first_layer[s - 1] || st->first_layer[s] >= p->n_layers)
-            return -1;
+    if (!p || !m || !c || !st || !recompute || !stages_valid(p, st)) return -1;
     memset(recompute, 0, st->n_stages * sizeof *recompute);
     if (n_cached == 0) return 0;
     const uint32_t S = st->n_stages, L = p->n_layers;
@@ -318,72 +405,8 @@ double cf_stage_split(const cf_params *p, const cf_compute *m, const cf_channel 
     if (st->read_all_boundaries) return stage_split_all_read(&x, recompute);
     int32_t dp[CF_MAX_STAGES];
     uint8_t took[CF_MAX_STAGES][CF_MAX_STAGES];
-    double best = stage_io_end(&x, 0, L); /* load everything */
-    for (uint32_t f = 0; f < 2 * S; f++) {
-        uint32_t lo = f < S ? 0 : 1, hi = 0;
-        if (f < S)
-            hi = L;
-        else
-            for (uint32_t s = f - S; s < S; s++) hi = x.layers[s] > hi ? x.layers[s] : hi;
-        if (!(stage_candidate(&x, f, lo) < best)) continue;
-        while (lo < hi) { /* the last member below best */
-            uint32_t mid = lo + (hi - lo + 1) / 2;
-            if (stage_candidate(&x, f, mid) < best)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (!stage_feasible(&x, stage_candidate(&x, f, lo), dp, took)) continue;
-        hi = lo;
-        lo = f < S ? 0 : 1;
-        while (lo < hi) { /* its first feasible member */
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (stage_feasible(&x, stage_candidate(&x, f, mid), dp, took))
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        best = stage_candidate(&x, f, lo);
-    }
-    /* the least recompute finishing by best, fewest readers on a tie */
-    stage_feasible(&x, best, dp, took);
-    uint32_t pick_j = S, pick_total = 0;
-    for (uint32_t j = 0; j < S; j++) {
-        if (dp[j] < 0) continue;
-        uint32_t lo = 0, hi = L; /* the fewest recomputed layers whose reads end by best */
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (stage_io_end(&x, j, L - mid) <= best)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        uint32_t need = lo > j ? lo : j;
-        if (need <= (uint32_t)dp[j] && (pick_j == S || need < pick_total))
-            pick_j = j, pick_total = need;
-    }
-    if (pick_j == S) return stage_time(&x, recompute); /* not reached: best is feasible */
-    uint32_t position[CF_MAX_STAGES] = {0}, total = 0;
-    for (uint32_t s = S - 1, j = pick_j; s >= 1; s--) /* the dp choice with pick_j readers */
-        if (took[s][j]) position[s] = j--;
-    for (uint32_t s = 0; s < S; s++) {
-        if (s && !position[s]) continue;
-        recompute[s] = stage_layers_by(&x, position[s], x.layers[s], best);
-        total += recompute[s];
-    }
-    for (; total > pick_total;
-         total--) { /* drop layers from the stage finishing last (the later on a tie) */
-        uint32_t drop = S;
-        double latest = 0;
-        for (uint32_t s = 0; s < S; s++) {
-            if (recompute[s] <= (s ? 1u : 0u)) continue;
-            double end = stage_end(&x, position[s], recompute[s]);
-            if (drop == S || end >= latest) drop = s, latest = end;
-        }
-        if (drop == S) break;
-        recompute[drop]--;
-    }
-    return stage_time(&x, recompute);
+    double best = stage_best_time(&x, dp, took);
+    return stage_least_recompute(&x, best, recompute);
 }
 
 const char *cf_priority_name(cf_priority prio) {
@@ -420,6 +443,16 @@ typedef struct batch {
     rstate *st;
     cf_event *events;
     uint32_t cap, count;
+    /* the simulation: the time, the compute engine's step in flight (its requests in step_units),
+     * and per channel the unit it loads (-1: idle), whose request, until when */
+    uint32_t n_channels;
+    uint32_t *step_units;
+    double t, step_end;
+    int computing;
+    uint32_t step, n_step, ranks[CF_MAX_CHANNELS];
+    double chan_end[CF_MAX_CHANNELS];
+    int64_t chan_unit[CF_MAX_CHANNELS];
+    uint32_t chan_req[CF_MAX_CHANNELS];
 } batch;
 
 static unit_cost unit_of(const batch *b, uint32_t r, int64_t unit) {
@@ -462,6 +495,120 @@ static double priority_key(const batch *b, double comp, double load) {
     }
 }
 
+/* Each request's best split (its mode and units), all of its units unclaimed. */
+static void init_requests(batch *b) {
+    for (uint32_t r = 0; r < b->n; r++) {
+        rstate *s = &b->st[r];
+        const cf_request *q = &b->reqs[r];
+        cf_split sp = best_split_at(b->p, b->m, &b->ch[q->channel], q->offset, q->n_cached);
+        s->mode = sp.mode;
+        s->units = q->n_cached ? sp.units : 0;
+        s->pc = 0;
+        s->pio = (int64_t)s->units - 1;
+        s->inflight = 0;
+        s->done = s->units == 0;
+        s->done_s = 0;
+        s->io_rank = UINT32_MAX;
+    }
+}
+
+/* The compute engine, when idle: one batched forward over the next unit of each request it takes.
+ * With guard, a unit is left to I/O when its channel could load everything left sooner. */
+static void start_step(batch *b, int guard) {
+    double cost = 0;
+    int token = 0;
+    b->n_step = 0;
+    for (uint32_t r = 0; r < b->n; r++) {
+        rstate *s = &b->st[r];
+        if (s->pc > s->pio) continue;
+        unit_cost u = unit_of(b, r, s->pc);
+        double mine = u.compute + (s->mode == CF_MODE_TOKEN ? b->m->fix_s : 0);
+        if (guard) { /* leave the unit to I/O if it could load everything left sooner */
+            uint32_t k = b->reqs[r].channel;
+            double comp, load, io_free = b->chan_unit[k] >= 0 ? b->chan_end[k] : b->t;
+            remaining(b, r, &comp, &load);
+            if (!(b->t + mine < io_free + load)) continue;
+        }
+        b->step_units[b->n_step++] = r;
+        token |= s->mode == CF_MODE_TOKEN;
+        cost += u.compute;
+    }
+    if (!b->n_step) return;
+    cost += token ? b->m->fix_s : 0;
+    b->step_end = b->t + cost;
+    b->computing = 1;
+    for (uint32_t i = 0; i < b->n_step; i++) {
+        rstate *s = &b->st[b->step_units[i]];
+        record(b, b->step_units[i], s->pc, 0, 0, b->step, b->t, b->step_end);
+        s->pc++;
+        s->inflight++;
+    }
+}
+
+/* Each idle channel: the request the priority rule picks, its last unclaimed unit. With guard, a
+ * unit is left to compute when it could recompute everything left sooner. 1 when a channel
+ * loads. */
+static int start_loads(batch *b, int guard) {
+    int loading = 0;
+    for (uint32_t k = 0; k < b->n_channels; k++) {
+        if (b->chan_unit[k] >= 0) {
+            loading = 1;
+            continue;
+        }
+        int64_t best = -1;
+        double best_key = 0;
+        for (uint32_t r = 0; r < b->n; r++) {
+            rstate *s = &b->st[r];
+            if (b->reqs[r].channel != k || s->pc > s->pio) continue;
+            double comp, load, comp_free = b->computing ? b->step_end : b->t;
+            remaining(b, r, &comp, &load);
+            /* the guard: leave the unit to compute if it could recompute everything left sooner */
+            if (guard && !(b->t + unit_of(b, r, s->pio).load <= comp_free + comp)) continue;
+            double key = priority_key(b, comp, load);
+            if (best < 0 || key < best_key) best = r, best_key = key;
+        }
+        if (best < 0) continue;
+        rstate *s = &b->st[best];
+        double end = b->t + unit_of(b, (uint32_t)best, s->pio).load;
+        if (s->io_rank == UINT32_MAX) s->io_rank = b->ranks[k]++;
+        record(b, (uint32_t)best, s->pio, 1, k, 0, b->t, end);
+        b->chan_unit[k] = s->pio;
+        b->chan_req[k] = (uint32_t)best;
+        b->chan_end[k] = end;
+        s->pio--;
+        s->inflight++;
+        loading = 1;
+    }
+    return loading;
+}
+
+/* On to the next completion: the step or the loads ending then finish, and each request with
+ * nothing unclaimed or in flight is done at that time. */
+static void next_completion(batch *b) {
+    double next = b->computing ? b->step_end : DBL_MAX;
+    for (uint32_t k = 0; k < b->n_channels; k++)
+        if (b->chan_unit[k] >= 0 && b->chan_end[k] < next) next = b->chan_end[k];
+    b->t = next;
+    if (b->computing && b->step_end <= b->t) {
+        b->computing = 0;
+        b->step++;
+        for (uint32_t i = 0; i < b->n_step; i++) b->st[b->step_units[i]].inflight--;
+    }
+    for (uint32_t k = 0; k < b->n_channels; k++) {
+        if (b->chan_unit[k] >= 0 && b->chan_end[k] <= b->t) {
+            b->st[b->chan_req[k]].inflight--;
+            b->chan_unit[k] = -1;
+        }
+    }
+    for (uint32_t r = 0; r < b->n; r++) {
+        rstate *s = &b->st[r];
+        if (!s->done && s->pc > s->pio && s->inflight == 0) {
+            s->done = 1;
+            s->done_s = b->t;
+        }
+    }
+}
+
 double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *channels,
                      uint32_t n_channels, const cf_request *reqs, uint32_t n, void *scratch,
                      cf_plan *plans, cf_event *events, uint32_t n_events_cap, uint32_t *n_events) {
@@ -470,93 +617,23 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
         return -1;
     for (uint32_t r = 0; r < n; r++)
         if (reqs[r].channel >= n_channels) return -1;
-    batch b = {p, m, channels, reqs, n, scratch, events, n_events_cap, 0};
-    uint32_t *step_units = (uint32_t *)(b.st + n);
-    for (uint32_t r = 0; r < n; r++) {
-        rstate *s = &b.st[r];
-        cf_split sp =
-            best_split_at(p, m, &channels[reqs[r].channel], reqs[r].offset, reqs[r].n_cached);
-        s->mode = sp.mode;
-        s->units = reqs[r].n_cached ? sp.units : 0;
-        s->pc = 0;
-        s->pio = (int64_t)s->units - 1;
-        s->inflight = 0;
-        s->done = s->units == 0;
-        s->done_s = 0;
-        s->io_rank = UINT32_MAX;
-    }
-    double t = 0, step_end = 0;
-    int computing = 0;
-    uint32_t step = 0, n_step = 0, ranks[CF_MAX_CHANNELS] = {0};
-    double chan_end[CF_MAX_CHANNELS];
-    int64_t chan_unit[CF_MAX_CHANNELS];
-    uint32_t chan_req[CF_MAX_CHANNELS];
-    for (uint32_t k = 0; k < n_channels; k++) chan_end[k] = 0, chan_unit[k] = -1, chan_req[k] = 0;
+    batch b = {.p = p,
+               .m = m,
+               .ch = channels,
+               .reqs = reqs,
+               .n = n,
+               .st = scratch,
+               .events = events,
+               .cap = n_events_cap,
+               .n_channels = n_channels};
+    b.step_units = (uint32_t *)(b.st + n);
+    init_requests(&b);
+    for (uint32_t k = 0; k < n_channels; k++)
+        b.chan_end[k] = 0, b.chan_unit[k] = -1, b.chan_req[k] = 0;
     for (int guard = 1;;) {
-        /* the compute engine: one batched forward over the next unit of each request it takes */
-        if (!computing) {
-            double cost = 0;
-            int token = 0;
-            n_step = 0;
-            for (uint32_t r = 0; r < n; r++) {
-                rstate *s = &b.st[r];
-                if (s->pc > s->pio) continue;
-                unit_cost u = unit_of(&b, r, s->pc);
-                double mine = u.compute + (s->mode == CF_MODE_TOKEN ? m->fix_s : 0);
-                if (guard) { /* leave the unit to I/O if it could load everything left sooner */
-                    uint32_t k = reqs[r].channel;
-                    double comp, load, io_free = chan_unit[k] >= 0 ? chan_end[k] : t;
-                    remaining(&b, r, &comp, &load);
-                    if (!(t + mine < io_free + load)) continue;
-                }
-                step_units[n_step++] = r;
-                token |= s->mode == CF_MODE_TOKEN;
-                cost += u.compute;
-            }
-            if (n_step) {
-                cost += token ? m->fix_s : 0;
-                step_end = t + cost;
-                computing = 1;
-                for (uint32_t i = 0; i < n_step; i++) {
-                    rstate *s = &b.st[step_units[i]];
-                    record(&b, step_units[i], s->pc, 0, 0, step, t, step_end);
-                    s->pc++;
-                    s->inflight++;
-                }
-            }
-        }
-        /* each idle channel: the request the priority rule picks, its last unclaimed unit */
-        int loading = 0;
-        for (uint32_t k = 0; k < n_channels; k++) {
-            if (chan_unit[k] >= 0) {
-                loading = 1;
-                continue;
-            }
-            int64_t best = -1;
-            double best_key = 0;
-            for (uint32_t r = 0; r < n; r++) {
-                rstate *s = &b.st[r];
-                if (reqs[r].channel != k || s->pc > s->pio) continue;
-                double comp, load, comp_free = computing ? step_end : t;
-                remaining(&b, r, &comp, &load);
-                /* the guard: leave the unit to compute if it could recompute everything left sooner */
-                if (guard && !(t + unit_of(&b, r, s->pio).load <= comp_free + comp)) continue;
-                double key = priority_key(&b, comp, load);
-                if (best < 0 || key < best_key) best = r, best_key = key;
-            }
-            if (best < 0) continue;
-            rstate *s = &b.st[best];
-            double end = t + unit_of(&b, (uint32_t)best, s->pio).load;
-            if (s->io_rank == UINT32_MAX) s->io_rank = ranks[k]++;
-            record(&b, (uint32_t)best, s->pio, 1, k, 0, t, end);
-            chan_unit[k] = s->pio;
-            chan_req[k] = (uint32_t)best;
-            chan_end[k] = end;
-            s->pio--;
-            s->inflight++;
-            loading = 1;
-        }
-        if (!computing && !loading) {
+        if (!b.computing) start_step(&b, guard);
+        int loading = start_loads(&b, guard);
+        if (!b.computing && !loading) {
             int left = 0;
             for (uint32_t r = 0; r < n; r++) left |= b.st[r].pc <= b.st[r].pio;
             if (!left) break;
@@ -564,29 +641,7 @@ double cf_plan_batch(const cf_params *p, const cf_compute *m, const cf_channel *
             continue;
         }
         guard = 1;
-        /* the next completion */
-        double next = computing ? step_end : DBL_MAX;
-        for (uint32_t k = 0; k < n_channels; k++)
-            if (chan_unit[k] >= 0 && chan_end[k] < next) next = chan_end[k];
-        t = next;
-        if (computing && step_end <= t) {
-            computing = 0;
-            step++;
-            for (uint32_t i = 0; i < n_step; i++) b.st[step_units[i]].inflight--;
-        }
-        for (uint32_t k = 0; k < n_channels; k++) {
-            if (chan_unit[k] >= 0 && chan_end[k] <= t) {
-                b.st[chan_req[k]].inflight--;
-                chan_unit[k] = -1;
-            }
-        }
-        for (uint32_t r = 0; r < n; r++) {
-            rstate *s = &b.st[r];
-            if (!s->done && s->pc > s->pio && s->inflight == 0) {
-                s->done = 1;
-                s->done_s = t;
-            }
-        }
+        next_completion(&b);
     }
     double makespan = 0;
     for (uint32_t r = 0; r < n; r++) {

@@ -126,6 +126,64 @@ kvs_status kvs_swarm_cluster_order(const kvs_swarm_graph *g, double tau, uint32_
     return KVS_OK;
 }
 
+/* The neighbours of medoid m within tau (in the subset), nearest first, into cand. Returns how
+ * many. */
+static uint32_t gather_candidates(const kvs_swarm_graph *g, double tau, const uint8_t *member,
+                                  uint32_t m, ranked *cand) {
+    uint32_t n_cand = 0;
+    for (uint64_t k = g->row_start[m]; k < g->row_start[m + 1]; k++) {
+        uint32_t x = g->neighbour[k];
+        if (g->distance[k] <= tau && (!member || member[x]))
+            cand[n_cand++] = (ranked){0, x, g->distance[k]};
+    }
+    qsort(cand, n_cand, sizeof *cand, cmp_candidate);
+    return n_cand;
+}
+
+/* Admit cand[0..n_cand) to cluster ci, nearest first: an entry already covered only within the
+ * replica budget (*replicas of replica_cap), and with the mean test unless medoid_only; with
+ * fixpoint, again until a pass admits none. Counts each admission in *replicas or *n_uncovered. */
+static kvs_status admit_candidates(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
+                                   kvs_swarm_clusters *c, uint32_t ci, const ranked *cand,
+                                   uint32_t n_cand, uint8_t *pending, uint64_t replica_cap,
+                                   uint64_t *replicas, uint64_t *n_uncovered) {
+    double tau = params->tau;
+    kvs_status st;
+    memset(pending, 1, n_cand);
+    int admitted_any = 1;
+    while (admitted_any) {
+        admitted_any = 0;
+        for (uint32_t k = 0; k < n_cand; k++) {
+            if (!pending[k]) continue;
+            uint32_t x = cand[k].id;
+            int replica = c->copies[x] > 0;
+            /* A budget refusal is final for this cluster; only the mean test can change. */
+            if (replica &&
+                (params->no_replica || (params->max_copies && c->copies[x] >= params->max_copies) ||
+                 *replicas >= replica_cap)) {
+                pending[k] = 0;
+                continue;
+            }
+            if (!params->medoid_only) {
+                const kvs_swarm_cluster *cl = &c->items[ci];
+                double sum = 0.0;
+                for (uint32_t y = 0; y < cl->n_members; y++)
+                    sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
+                if (sum > tau * cl->n_members) continue;
+            }
+            if ((st = kvs_swarm_clusters_add_member(c, ci, x)) != KVS_OK) return st;
+            pending[k] = 0;
+            if (replica)
+                (*replicas)++;
+            else
+                (*n_uncovered)--;
+            admitted_any = 1;
+        }
+        if (!params->fixpoint) break;
+    }
+    return KVS_OK;
+}
+
 /* Algorithm 1 over entries[0..n) (subset flags in `member`). */
 static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params *params,
                         const uint32_t *entries, uint32_t n, const uint8_t *member,
@@ -162,46 +220,10 @@ static kvs_status build(const kvs_swarm_graph *g, const kvs_swarm_cluster_params
         if ((st = kvs_swarm_clusters_add(c, &ci)) != KVS_OK) goto done;
         if ((st = kvs_swarm_clusters_add_member(c, ci, m)) != KVS_OK) goto done;
         n_uncovered--;
-
-        uint32_t n_cand = 0;
-        for (uint64_t k = g->row_start[m]; k < g->row_start[m + 1]; k++) {
-            uint32_t x = g->neighbour[k];
-            if (g->distance[k] <= tau && (!member || member[x]))
-                cand[n_cand++] = (ranked){0, x, g->distance[k]};
-        }
-        qsort(cand, n_cand, sizeof *cand, cmp_candidate);
-        memset(pending, 1, n_cand);
-        int admitted_any = 1;
-        while (admitted_any) {
-            admitted_any = 0;
-            for (uint32_t k = 0; k < n_cand; k++) {
-                if (!pending[k]) continue;
-                uint32_t x = cand[k].id;
-                int replica = c->copies[x] > 0;
-                /* A budget refusal is final for this cluster; only the mean test can change. */
-                if (replica && (params->no_replica ||
-                                (params->max_copies && c->copies[x] >= params->max_copies) ||
-                                replicas >= replica_cap)) {
-                    pending[k] = 0;
-                    continue;
-                }
-                if (!params->medoid_only) {
-                    const kvs_swarm_cluster *cl = &c->items[ci];
-                    double sum = 0.0;
-                    for (uint32_t y = 0; y < cl->n_members; y++)
-                        sum += kvs_swarm_graph_distance(g, x, cl->members[y]);
-                    if (sum > tau * cl->n_members) continue;
-                }
-                if ((st = kvs_swarm_clusters_add_member(c, ci, x)) != KVS_OK) goto done;
-                pending[k] = 0;
-                if (replica)
-                    replicas++;
-                else
-                    n_uncovered--;
-                admitted_any = 1;
-            }
-            if (!params->fixpoint) break;
-        }
+        uint32_t n_cand = gather_candidates(g, tau, member, m, cand);
+        if ((st = admit_candidates(g, params, c, ci, cand, n_cand, pending, replica_cap, &replicas,
+                                   &n_uncovered)) != KVS_OK)
+            goto done;
     }
 done:
     free(queue);
