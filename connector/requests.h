@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata.h"
+#include "abi/kvstrata_plans.h"
 
 kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
                            uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out);
