@@ -405,13 +405,15 @@ static uint8_t *lossy_chunks(kvs_handle *h, const kvs_request *r, uint64_t run) 
     return lossy;
 }
 
-kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
-                           uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
+/* The lookup's arguments: the role, the id, the result's size (into *out_size), n_computed. */
+static kvs_status lookup_args(kvs_handle *h, const char *req_id, uint64_t n_tokens,
+                              uint64_t n_computed, const kvs_lookup_result *out,
+                              uint32_t *out_size) {
     kvs_status st = kvs_require_role(h, KVS_ROLE_SCHEDULER, "lookup");
     if (st == KVS_OK) st = kvs_reqs_check_id(h, "lookup", req_id);
     if (st != KVS_OK) return st; /* the tokens are checked as they are hashed */
-    uint32_t out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
-    if (!out_size)
+    *out_size = out ? kvs_struct_out_size(out, sizeof *out, KVS_LOOKUP_RESULT_SIZE_1_0) : 0;
+    if (!*out_size)
         return kvs_set_error(
             h, KVS_EINVAL,
             "lookup: the result is NULL or its struct_size %u is below the 1.0 size %u",
@@ -420,7 +422,13 @@ kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tok
         return kvs_set_error(h, KVS_EINVAL,
                              "lookup: request '%s': n_computed %llu exceeds n_tokens %llu", req_id,
                              (unsigned long long)n_computed, (unsigned long long)n_tokens);
-    kvs_reqs_expire_leases(h);
+    return KVS_OK;
+}
+
+/* The request looked up (created at its first sighting) with its tokens hashed into its keys; a
+ * request created here goes again when its tokens are refused. */
+static kvs_status lookup_request(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                                 uint64_t n_tokens, kvs_request **out) {
     kvs_request *r = kvs_reqs_find(h, req_id);
     int created = 0;
     if (!r) {
@@ -429,65 +437,45 @@ kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tok
         created = 1;
     }
     if (!r->keys_fixed) r->prompt_tokens = n_tokens; /* its first sighting (inputs aside) */
-    if ((st = kvs_request_set_tokens(h, r, "lookup", tokens, n_tokens)) != KVS_OK) {
+    kvs_status st = kvs_request_set_tokens(h, r, "lookup", tokens, n_tokens);
+    if (st != KVS_OK) {
         if (created) destroy_request(h, r);
         return st;
     }
-    kvs_reqs_release_lease(h, r); /* a repeated lookup replaces the earlier lease */
-    uint64_t C = h->chunk_tokens;
-    if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
-        r->n_local = n_computed;
-        r->hit_tokens = r->offered = r->external = 0;
-        r->load_pending = r->load_async = 0;
-        kvs_reqs_set_async_waiting(h, r, 0);
-        r->lossy_from = UINT64_MAX;
-        h->stats.lookups++;
-        h->stats.lookup_miss_tokens += n_tokens - n_computed;
-        kvs_lookup_result res = {.struct_size = out_size, .chunk_tokens = h->chunk_tokens};
-        memcpy(out, &res, out_size);
-        return KVS_OK;
-    }
-    uint64_t first = n_computed / C;   /* chunks the engine already holds need not be stored */
-    if (!remote_answer(h, r, first)) { /* a thread asks the nodes: the engine asks again later */
-        r->n_local = n_computed;
-        r->hit_tokens = r->offered = r->external = 0;
-        r->load_pending = r->load_async = 0;
-        kvs_reqs_set_async_waiting(h, r, 0);
-        r->lossy_from = UINT64_MAX;
-        h->stats.lookups_unknown++;
-        kvs_lookup_result res = {
-            .struct_size = out_size, .unknown_yet = 1, .chunk_tokens = h->chunk_tokens};
-        memcpy(out, &res, out_size);
-        return KVS_OK;
-    }
-    uint64_t run = pin_run(h, r, first, r->n_keys);
-    uint8_t *lossy = lossy_chunks(h, r, run);
-    if (lossy) { /* what the engine refuses ends the hit: lossy chunks without accept_lossy, and
-                  * chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK) */
-        uint8_t refused = !h->cfg->loads.accept_lossy                 ? LOSSY_ANY
-                          : !(h->plans.plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
-                                                                      : 0;
-        /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
-         * tell the engine what to mask): judged on the whole run, before any cut */
-        if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;
-        uint64_t clean = 0;
-        while (clean < run && !(lossy[clean] & refused)) clean++;
-        if (clean < run) unpin_from(h, r, clean * h->key_ranks);
-        run = clean;
-    }
-    uint64_t hit = (first + run) * C;
-    uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
-    if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
-        uint64_t keep = kvs_restore_prefix_chunks(h, kvs_reqs_chunk_tier(h, r->pins), first, run);
-        if (keep < run) {
-            unpin_from(h, r, keep * h->key_ranks);
-            hit = (first + keep) * C;
-        }
-    }
-    uint64_t end = hit;
-    if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
-    uint64_t ext = end > n_computed ? end - n_computed : 0;
-    uint64_t lossy_tokens = 0; /* of the offered tokens [n_computed, end), those in lossy chunks */
+    *out = r;
+    return KVS_OK;
+}
+
+/* Nothing offered: the engine computes from n_computed on. */
+static void offer_nothing(kvs_handle *h, kvs_request *r, uint64_t n_computed) {
+    r->n_local = n_computed;
+    r->hit_tokens = r->offered = r->external = 0;
+    r->load_pending = r->load_async = 0;
+    kvs_reqs_set_async_waiting(h, r, 0);
+    r->lossy_from = UINT64_MAX;
+}
+
+/* The pinned run cut before the first chunk the engine refuses: lossy chunks without
+ * accept_lossy, and chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK);
+ * returns the run left. */
+static uint64_t cut_refused(kvs_handle *h, kvs_request *r, const uint8_t *lossy, uint64_t run) {
+    uint8_t refused = !h->cfg->loads.accept_lossy                 ? LOSSY_ANY
+                      : !(h->plans.plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
+                                                                  : 0;
+    /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
+     * tell the engine what to mask): judged on the whole run, before any cut */
+    if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;
+    uint64_t clean = 0;
+    while (clean < run && !(lossy[clean] & refused)) clean++;
+    if (clean < run) unpin_from(h, r, clean * h->key_ranks);
+    return clean;
+}
+
+/* Of the offered tokens [n_computed, end), those in lossy chunks of the run from chunk first;
+ * r->lossy_from set to the first such chunk's first token (UINT64_MAX: none). */
+static uint64_t lossy_offered(const kvs_handle *h, kvs_request *r, const uint8_t *lossy,
+                              uint64_t first, uint64_t run, uint64_t n_computed, uint64_t end) {
+    uint64_t C = h->chunk_tokens, lossy_tokens = 0;
     r->lossy_from = UINT64_MAX;
     for (uint64_t i = 0; lossy && i < run && (first + i) * C < end; i++) {
         uint64_t lo = (first + i) * C, hi = lo + C;
@@ -498,7 +486,13 @@ kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tok
             if (r->lossy_from == UINT64_MAX) r->lossy_from = (first + i) * C;
         }
     }
-    free(lossy);
+    return lossy_tokens;
+}
+
+/* The request holds the offer: ext tokens past n_computed (leased while there are any) out of a
+ * hit of `hit` tokens. */
+static void hold_offer(kvs_handle *h, kvs_request *r, uint64_t n_computed, uint64_t hit,
+                       uint64_t ext) {
     if (ext == 0)
         kvs_reqs_release_lease(h, r);
     else {
@@ -512,6 +506,53 @@ kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tok
     r->load_pending = 0;
     kvs_reqs_set_async_waiting(h, r, 0);
     r->load_async = ext && kvs_restore_load_async(h, slowest_tier(r));
+}
+
+kvs_status kvs_reqs_lookup(kvs_handle *h, const char *req_id, const int32_t *tokens,
+                           uint64_t n_tokens, uint64_t n_computed, kvs_lookup_result *out) {
+    uint32_t out_size = 0;
+    kvs_status st = lookup_args(h, req_id, n_tokens, n_computed, out, &out_size);
+    if (st != KVS_OK) return st;
+    kvs_reqs_expire_leases(h);
+    kvs_request *r = NULL;
+    if ((st = lookup_request(h, req_id, tokens, n_tokens, &r)) != KVS_OK) return st;
+    kvs_reqs_release_lease(h, r); /* a repeated lookup replaces the earlier lease */
+    uint64_t C = h->chunk_tokens;
+    if (h->transfer_role == KVS_TRANSFER_PRODUCER) { /* a prefill instance computes everything */
+        offer_nothing(h, r, n_computed);
+        h->stats.lookups++;
+        h->stats.lookup_miss_tokens += n_tokens - n_computed;
+        kvs_lookup_result res = {.struct_size = out_size, .chunk_tokens = h->chunk_tokens};
+        memcpy(out, &res, out_size);
+        return KVS_OK;
+    }
+    uint64_t first = n_computed / C;   /* chunks the engine already holds need not be stored */
+    if (!remote_answer(h, r, first)) { /* a thread asks the nodes: the engine asks again later */
+        offer_nothing(h, r, n_computed);
+        h->stats.lookups_unknown++;
+        kvs_lookup_result res = {
+            .struct_size = out_size, .unknown_yet = 1, .chunk_tokens = h->chunk_tokens};
+        memcpy(out, &res, out_size);
+        return KVS_OK;
+    }
+    uint64_t run = pin_run(h, r, first, r->n_keys);
+    uint8_t *lossy = lossy_chunks(h, r, run);
+    if (lossy) run = cut_refused(h, r, lossy, run);
+    uint64_t hit = (first + run) * C;
+    uint64_t stored_end = hit; /* what is stored, whatever part of it is offered */
+    if (run) { /* prefix plans: offer only the leading chunks worth loading; the pins after them go */
+        uint64_t keep = kvs_restore_prefix_chunks(h, kvs_reqs_chunk_tier(h, r->pins), first, run);
+        if (keep < run) {
+            unpin_from(h, r, keep * h->key_ranks);
+            hit = (first + keep) * C;
+        }
+    }
+    uint64_t end = hit;
+    if (end == n_tokens && end > 0) end--; /* the engine must compute the last token for logits */
+    uint64_t ext = end > n_computed ? end - n_computed : 0;
+    uint64_t lossy_tokens = lossy_offered(h, r, lossy, first, run, n_computed, end);
+    free(lossy);
+    hold_offer(h, r, n_computed, hit, ext);
     if (first == 0 && r->saved_upto < stored_end) r->saved_upto = stored_end;
     h->stats.lookups++;
     h->stats.lookup_hit_tokens += ext;

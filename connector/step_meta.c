@@ -161,54 +161,53 @@ static kvs_status plan_keys(kvs_handle *h, const step_req *s, req_plan *plan) {
     return oom ? kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory") : KVS_OK;
 }
 
-static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *out, req_plan *plan,
-                               kvs_restore_step *restore) {
+/* The load on_alloc armed for s's request (if any): its chunks' loads, the restore step for the
+ * planner, and where the loaded tokens end (*load_end; 0 without a load). */
+static kvs_status plan_load(kvs_handle *h, const step_req *s, kvs_meta_req *out, req_plan *plan,
+                            kvs_restore_step *restore, uint64_t *load_end) {
     uint64_t C = h->chunk_tokens;
     const kvs_request *r = s->r;
-    memset(plan, 0, sizeof *plan);
-    plan->lossy_loaded = r ? r->lossy_loaded : UINT64_MAX;
-    plan->span_from = UINT64_MAX;
-    kvs_status st = plan_keys(h, s, plan);
-    if (st != KVS_OK) return st;
-    uint64_t load_end = 0;
-    if (r && r->load_pending && r->external) {
-        uint64_t start = r->n_local, end = r->n_local + r->external;
-        uint64_t c0 = start / C, c1 = (end - 1) / C;
-        if (c1 >= r->n_keys)
-            return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys",
-                                 r->id);
-        if (span_has_no_page(h, s, start, end))
-            return kvs_set_error(h, KVS_EINVAL,
-                                 "build_meta: request '%s': its load of tokens %llu..%llu lands in "
-                                 "a block given as KVS_BLOCK_NONE",
-                                 r->id, (unsigned long long)start, (unsigned long long)end);
-        out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
-        if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = c0; c <= c1; c++) {
-            uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
-            const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
-            out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
-        }
-        load_end = end;
-        plan->span_from = start;
-        plan->emits_load = 1;
-        int tier = r->n_pins ? (int)kvs_reqs_chunk_tier(h, r->pins)
-                             : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
-        *restore = (kvs_restore_step){.loading = 1,
-                                      .tier = tier > 0 ? (uint32_t)tier : 0,
-                                      .first_token = start,
-                                      .end_token = end};
-        /* loaded between steps; planned with the step's other loads (per-request completion) */
-        if (r->load_async) out->load_async = 1;
-        /* a lossy chunk among these loads (or, when the plan recomputes the front, any chunk from
-         * the first it loads: which later ones are lossy is not kept) */
-        if (r->lossy_from < end) {
-            uint64_t from = r->lossy_from > start ? r->lossy_from : start / C * C;
-            if (from < plan->lossy_loaded) plan->lossy_loaded = from;
-        }
+    if (!r || !r->load_pending || !r->external) return KVS_OK;
+    uint64_t start = r->n_local, end = r->n_local + r->external;
+    uint64_t c0 = start / C, c1 = (end - 1) / C;
+    if (c1 >= r->n_keys)
+        return kvs_set_error(h, KVS_ESTATE, "build_meta: request '%s': load past its keys", r->id);
+    if (span_has_no_page(h, s, start, end))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "build_meta: request '%s': its load of tokens %llu..%llu lands in "
+                             "a block given as KVS_BLOCK_NONE",
+                             r->id, (unsigned long long)start, (unsigned long long)end);
+    out->loads = calloc(c1 - c0 + 1, sizeof *out->loads);
+    if (!out->loads) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    for (uint64_t c = c0; c <= c1; c++) {
+        uint64_t lo = c * C > start ? c * C : start, hi = c * C + C < end ? c * C + C : end;
+        const kvs_key *k = kvs_chunk_keys(h, r->keys, c);
+        out->loads[out->n_loads++] = (kvs_meta_load){k[0], c * C, lo, (uint32_t)(hi - lo), k};
     }
-    out->derived = plan->lossy_loaded != UINT64_MAX;
-    out->derived_from = out->derived ? plan->lossy_loaded : 0;
+    *load_end = end;
+    plan->span_from = start;
+    plan->emits_load = 1;
+    int tier = r->n_pins ? (int)kvs_reqs_chunk_tier(h, r->pins)
+                         : kvs_tiers_find(h->tiers, kvs_chunk_keys(h, r->keys, c0));
+    *restore = (kvs_restore_step){.loading = 1,
+                                  .tier = tier > 0 ? (uint32_t)tier : 0,
+                                  .first_token = start,
+                                  .end_token = end};
+    /* loaded between steps; planned with the step's other loads (per-request completion) */
+    if (r->load_async) out->load_async = 1;
+    /* a lossy chunk among these loads (or, when the plan recomputes the front, any chunk from
+     * the first it loads: which later ones are lossy is not kept) */
+    if (r->lossy_from < end) {
+        uint64_t from = r->lossy_from > start ? r->lossy_from : start / C * C;
+        if (from < plan->lossy_loaded) plan->lossy_loaded = from;
+    }
+    return KVS_OK;
+}
+
+/* The saves of the chunks the step completes, from where the request's saving stands. */
+static kvs_status plan_saves(kvs_handle *h, const step_req *s, kvs_meta_req *out, req_plan *plan) {
+    uint64_t C = h->chunk_tokens;
+    const kvs_request *r = s->r;
     uint64_t prompt = r && r->keys_fixed ? r->prompt_tokens : s->n_tokens;
     uint64_t limit = s->n_computed + s->n_scheduled;
     if (!h->cfg->save_decode && limit > prompt) limit = prompt;
@@ -220,20 +219,36 @@ static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *o
         plan->saved_upto = s->n_computed / C * C;
     uint64_t from = plan->saved_upto / C, to = limit / C;
     if (h->transfer_role == KVS_TRANSFER_CONSUMER) to = from; /* a decode instance only loads */
-    if (to > from) {
-        out->saves = calloc(to - from, sizeof *out->saves);
-        if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
-        for (uint64_t c = from; c < to; c++) {
-            /* a chunk with a freed page (out of a sliding window) cannot be read whole: not saved,
-             * and the chunks after it still are */
-            if (span_has_no_page(h, s, c * C, c * C + C)) continue;
-            const kvs_key *k = plan_key(h, r, plan, c);
-            out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
-        }
-        plan->saved_upto = to * C;
-        if (out->n_saves && out->saves[0].chunk_first < plan->span_from)
-            plan->span_from = out->saves[0].chunk_first;
+    if (to <= from) return KVS_OK;
+    out->saves = calloc(to - from, sizeof *out->saves);
+    if (!out->saves) return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory");
+    for (uint64_t c = from; c < to; c++) {
+        /* a chunk with a freed page (out of a sliding window) cannot be read whole: not saved,
+         * and the chunks after it still are */
+        if (span_has_no_page(h, s, c * C, c * C + C)) continue;
+        const kvs_key *k = plan_key(h, r, plan, c);
+        out->saves[out->n_saves++] = (kvs_meta_save){k[0], c * C, k};
     }
+    plan->saved_upto = to * C;
+    if (out->n_saves && out->saves[0].chunk_first < plan->span_from)
+        plan->span_from = out->saves[0].chunk_first;
+    return KVS_OK;
+}
+
+static kvs_status plan_request(kvs_handle *h, const step_req *s, kvs_meta_req *out, req_plan *plan,
+                               kvs_restore_step *restore) {
+    uint64_t C = h->chunk_tokens;
+    const kvs_request *r = s->r;
+    memset(plan, 0, sizeof *plan);
+    plan->lossy_loaded = r ? r->lossy_loaded : UINT64_MAX;
+    plan->span_from = UINT64_MAX;
+    kvs_status st = plan_keys(h, s, plan);
+    if (st != KVS_OK) return st;
+    uint64_t load_end = 0;
+    if ((st = plan_load(h, s, out, plan, restore, &load_end)) != KVS_OK) return st;
+    out->derived = plan->lossy_loaded != UINT64_MAX;
+    out->derived_from = out->derived ? plan->lossy_loaded : 0;
+    if ((st = plan_saves(h, s, out, plan)) != KVS_OK) return st;
     uint64_t save_end = out->n_saves ? out->saves[out->n_saves - 1].chunk_first + C : 0;
     plan->span_end = load_end > save_end ? load_end : save_end;
     memcpy(out->id, s->req_id, strlen(s->req_id) + 1);
@@ -414,98 +429,131 @@ static kvs_meta_req *wire_requests(const kvs_meta_req *reqs, uint64_t n, uint64_
     return out;
 }
 
+/* What build works on: the metadata being built, each request's plan and restore step, and the
+ * encoded blob. */
+typedef struct step_build {
+    kvs_meta meta;
+    const char **finished; /* meta.finished's array */
+    req_plan *plans;
+    kvs_restore_step *restores;
+    void *blob;
+    uint64_t blob_len;
+} step_build;
+
+/* The finished requests' ids and room for n_reqs requests' metadata, plans and restore steps. */
+static kvs_status build_alloc(kvs_handle *h, const char *hook, step_build *b, uint64_t n_reqs) {
+    if (b->meta.n_finished) {
+        if (!(b->finished = malloc(b->meta.n_finished * sizeof *b->finished)))
+            return kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
+        for (uint64_t i = 0; i < b->meta.n_finished; i++) b->finished[i] = h->reqs.kept_finished[i];
+        b->meta.finished = b->finished;
+    }
+    b->meta.reqs = n_reqs ? calloc(n_reqs, sizeof *b->meta.reqs) : NULL;
+    b->plans = n_reqs ? calloc(n_reqs, sizeof *b->plans) : NULL;
+    b->restores = n_reqs ? calloc(n_reqs, sizeof *b->restores) : NULL;
+    if (n_reqs && (!b->meta.reqs || !b->plans || !b->restores))
+        return kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
+    return KVS_OK;
+}
+
+/* Each request's loads, saves and block ids, one save per key, then the restore planner over the
+ * step's loads (it may drop loads the engine recomputes). */
+static kvs_status plan_step(kvs_handle *h, const step_req *reqs, uint64_t n_reqs, step_build *b) {
+    kvs_status st = KVS_OK;
+    int loads_may_fail = h->reqs.async_waiting > 0 ||
+                         (h->reqs.last_load_step && h->reqs.last_load_step >= h->reqs.step);
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
+        st = plan_request(h, &reqs[i], &b->meta.reqs[i], &b->plans[i], &b->restores[i]);
+        b->meta.n_reqs = i + 1;
+        loads_may_fail |= b->plans[i].emits_load;
+    }
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
+        st = plan_blocks(h, &reqs[i], &b->plans[i], &b->meta.reqs[i], loads_may_fail);
+    if (st != KVS_OK || (st = drop_duplicate_saves(h, &b->meta)) != KVS_OK) return st;
+    return kvs_restore_plan_step(h, b->meta.reqs, b->restores, b->meta.n_reqs);
+}
+
+/* The blob the workers bind, copied into buf (*len: its size, also when buf is too small);
+ * *any_load when a request in it loads. */
+static kvs_status emit_step(kvs_handle *h, const char *hook, step_build *b, void *buf, uint64_t cap,
+                            uint64_t *len, int *any_load) {
+    /* the loader thread reads asynchronous loads one request after another: in the planned order */
+    kvs_meta wire = b->meta;
+    kvs_meta_req *ordered = NULL;
+    kvs_status st = kvs_restore_read_order(b->meta.reqs, b->restores, b->meta.n_reqs, &ordered);
+    if (st != KVS_OK) {
+        kvs_set_error(h, st, "%s: out of memory ordering the asynchronous loads", hook);
+        return st;
+    }
+    wire.reqs = wire_requests(ordered ? ordered : b->meta.reqs, b->meta.n_reqs, &wire.n_reqs);
+    free(ordered);
+    st = wire.reqs ? kvs_meta_encode(&wire, &b->blob, &b->blob_len) : KVS_ENOMEM;
+    for (uint64_t i = 0; wire.reqs && i < wire.n_reqs; i++) *any_load |= wire.reqs[i].n_loads > 0;
+    free(wire.reqs);
+    if (st != KVS_OK) {
+        kvs_set_error(h, st, "%s: out of memory encoding metadata", hook);
+        return st;
+    }
+    *len = b->blob_len;
+    if (b->blob_len > cap)
+        return kvs_set_error(h, KVS_EOVERFLOW, "%s: metadata needs %llu bytes, buffer has %llu",
+                             hook, (unsigned long long)b->blob_len, (unsigned long long)cap);
+    memcpy(buf, b->blob, b->blob_len);
+    return KVS_OK;
+}
+
+/* The step is emitted: the request table takes it on (leases, the finished requests the workers
+ * know now, each request's plan, the saves its pages wait for). */
+static kvs_status commit_step(kvs_handle *h, const step_req *reqs, uint64_t n_reqs, step_build *b,
+                              int any_load) {
+    kvs_status st = KVS_OK;
+    h->reqs.step++;
+    if (any_load) h->reqs.last_load_step = h->reqs.step;
+    release_finished_leases(h);
+    h->reqs.n_kept_finished = 0; /* the workers know them now */
+    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
+        st = apply_plan(h, &reqs[i], &b->plans[i], &b->restores[i]);
+    /* a request finishing with saves emitted keeps its pages until they land (async saves) */
+    for (uint64_t i = 0; i < b->meta.n_reqs; i++)
+        if (b->meta.reqs[i].n_saves) {
+            kvs_request *r = kvs_reqs_find(h, b->meta.reqs[i].id);
+            if (r) r->saves_emitted = 1;
+        }
+    return st;
+}
+
+static void build_free(step_build *b) {
+    for (uint64_t i = 0; i < b->meta.n_reqs; i++) {
+        kvs_meta_req_clear(&b->meta.reqs[i]);
+        free(b->plans[i].keys);
+    }
+    free(b->meta.reqs);
+    free(b->plans);
+    free(b->restores);
+    free(b->blob);
+    free(b->finished);
+}
+
 /* build_meta and build_meta_update from here: reqs (malloc'd, n_reqs of them, checked) is the
  * caller's array, freed here. */
 static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_t n_reqs, void *buf,
                         uint64_t cap, uint64_t *len) {
     kvs_reqs_expire_leases(h);
     kvs_status st = add_waiting_loads(h, &reqs, &n_reqs);
-    const char **finished = NULL;
-    kvs_meta meta = {.step = h->reqs.step + 1,
-                     .group_fingerprint = h->group_fingerprint,
-                     .key_ranks = h->key_ranks,
-                     .chunk_tokens = h->chunk_tokens,
-                     .flags = h->plans.plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
-                     .n_finished = h->reqs.n_kept_finished};
-    req_plan *plans = NULL;
-    kvs_restore_step *restores = NULL;
-    void *blob = NULL;
-    uint64_t blob_len = 0;
-    if (st != KVS_OK) goto out;
-    if (meta.n_finished) {
-        if (!(finished = malloc(meta.n_finished * sizeof *finished))) {
-            st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
-            goto out;
-        }
-        for (uint64_t i = 0; i < meta.n_finished; i++) finished[i] = h->reqs.kept_finished[i];
-        meta.finished = finished;
-    }
-    meta.reqs = n_reqs ? calloc(n_reqs, sizeof *meta.reqs) : NULL;
-    plans = n_reqs ? calloc(n_reqs, sizeof *plans) : NULL;
-    restores = n_reqs ? calloc(n_reqs, sizeof *restores) : NULL;
-    if (n_reqs && (!meta.reqs || !plans || !restores)) {
-        st = kvs_set_error(h, KVS_ENOMEM, "%s: out of memory", hook);
-        goto out;
-    }
-    int loads_may_fail = h->reqs.async_waiting > 0 ||
-                         (h->reqs.last_load_step && h->reqs.last_load_step >= h->reqs.step);
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++) {
-        st = plan_request(h, &reqs[i], &meta.reqs[i], &plans[i], &restores[i]);
-        meta.n_reqs = i + 1;
-        loads_may_fail |= plans[i].emits_load;
-    }
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
-        st = plan_blocks(h, &reqs[i], &plans[i], &meta.reqs[i], loads_may_fail);
-    if (st != KVS_OK || (st = drop_duplicate_saves(h, &meta)) != KVS_OK) goto out;
-    /* the restore planner over the step's loads (it may drop loads the engine recomputes) */
-    if ((st = kvs_restore_plan_step(h, meta.reqs, restores, meta.n_reqs)) != KVS_OK) goto out;
-    /* the loader thread reads asynchronous loads one request after another: in the planned order */
-    kvs_meta wire = meta;
-    kvs_meta_req *ordered = NULL;
-    if ((st = kvs_restore_read_order(meta.reqs, restores, meta.n_reqs, &ordered)) != KVS_OK) {
-        kvs_set_error(h, st, "%s: out of memory ordering the asynchronous loads", hook);
-        goto out;
-    }
-    wire.reqs = wire_requests(ordered ? ordered : meta.reqs, meta.n_reqs, &wire.n_reqs);
-    free(ordered);
-    st = wire.reqs ? kvs_meta_encode(&wire, &blob, &blob_len) : KVS_ENOMEM;
+    step_build b = {
+        .meta = {.step = h->reqs.step + 1,
+                 .group_fingerprint = h->group_fingerprint,
+                 .key_ranks = h->key_ranks,
+                 .chunk_tokens = h->chunk_tokens,
+                 .flags = h->plans.plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
+                 .n_finished = h->reqs.n_kept_finished}};
     int any_load = 0;
-    for (uint64_t i = 0; wire.reqs && i < wire.n_reqs; i++) any_load |= wire.reqs[i].n_loads > 0;
-    free(wire.reqs);
-    if (st != KVS_OK) {
-        kvs_set_error(h, st, "%s: out of memory encoding metadata", hook);
-        goto out;
-    }
-    *len = blob_len;
-    if (blob_len > cap) {
-        st = kvs_set_error(h, KVS_EOVERFLOW, "%s: metadata needs %llu bytes, buffer has %llu", hook,
-                           (unsigned long long)blob_len, (unsigned long long)cap);
-        goto out;
-    }
-    memcpy(buf, blob, blob_len);
-    h->reqs.step++;
-    if (any_load) h->reqs.last_load_step = h->reqs.step;
-    release_finished_leases(h);
-    h->reqs.n_kept_finished = 0; /* the workers know them now */
-    for (uint64_t i = 0; i < n_reqs && st == KVS_OK; i++)
-        st = apply_plan(h, &reqs[i], &plans[i], &restores[i]);
-    /* a request finishing with saves emitted keeps its pages until they land (async saves) */
-    for (uint64_t i = 0; i < meta.n_reqs; i++)
-        if (meta.reqs[i].n_saves) {
-            kvs_request *r = kvs_reqs_find(h, meta.reqs[i].id);
-            if (r) r->saves_emitted = 1;
-        }
-out:
-    for (uint64_t i = 0; i < meta.n_reqs; i++) {
-        kvs_meta_req_clear(&meta.reqs[i]);
-        free(plans[i].keys);
-    }
-    free(meta.reqs);
-    free(plans);
-    free(restores);
-    free(blob);
+    if (st == KVS_OK) st = build_alloc(h, hook, &b, n_reqs);
+    if (st == KVS_OK) st = plan_step(h, reqs, n_reqs, &b);
+    if (st == KVS_OK) st = emit_step(h, hook, &b, buf, cap, len, &any_load);
+    if (st == KVS_OK) st = commit_step(h, reqs, n_reqs, &b, any_load);
+    build_free(&b);
     free(reqs);
-    free(finished);
     return st;
 }
 

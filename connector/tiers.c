@@ -294,16 +294,10 @@ static char *with_rank(const char *value, int32_t rank) {
     return out;
 }
 
-static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg,
-                            uint64_t max_object_bytes, char *err, uint64_t err_len) {
-    const kvs_tier_config *tc = &cfg->tiers[i];
-    kvs_tier *t = &c->tiers[i];
-    memcpy(t->name, tc->name, sizeof t->name);
-    t->index = i;
-    t->chain = c;
-    t->write = tc->write;
-    kvs_status st = resolve_ops(t, cfg, i, err, err_len);
-    if (st != KVS_OK) return st;
+/* The tier's options for its backend: the config's, with {rank} replaced in those that hold it
+ * (a worker's rank; the replaced text is the tier's, freed with it). */
+static kvs_status tier_options(kvs_tier_chain *c, kvs_tier *t, const kvs_tier_config *tc, char *err,
+                               uint64_t err_len) {
     t->options = calloc(tc->n_options ? tc->n_options : 1, sizeof *t->options);
     if (!t->options) {
         kvs_fmt(err, err_len, "tier \"%s\": out of memory", tc->name);
@@ -327,6 +321,12 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
             t->options[k].value = t->option_text[k];
         }
     }
+    return KVS_OK;
+}
+
+/* What the backend may call back into: logging, evictions, dropped puts, the policy's hooks and,
+ * with an encoder, the encodings. */
+static void tier_host(kvs_tier_chain *c, kvs_tier *t) {
     t->host = (kvs_backend_host){.struct_size = sizeof(kvs_backend_host),
                                  .ctx = t,
                                  .log = host_log,
@@ -339,6 +339,43 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
         t->host.plan = host_plan;
         t->host.reevaluate_ms = kvs_encoder_reevaluate_ms(c->encoder);
     }
+}
+
+/* The backend's create failed with st (why, and the option it refused): a refused configuration
+ * points at its line; a failure of the environment leaves an empty tier in its place unless the
+ * tier is required; anything else is the open's error. */
+static kvs_status create_failed(kvs_tier_chain *c, kvs_tier *t, const kvs_config *cfg, uint32_t i,
+                                kvs_status st, char *why, uint64_t why_len, const char *refused,
+                                char *err, uint64_t err_len) {
+    const kvs_tier_config *tc = &cfg->tiers[i];
+    t->state = NULL;
+    if (!why[0]) kvs_fmt(why, why_len, "tier \"%s\": create failed (%d)", tc->name, (int)st);
+    /* A refused configuration points at the line of what the backend named (or the tier). */
+    if (st == KVS_ECONFIG) return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
+    if (!environment_failure(st)) {
+        kvs_fmt(err, err_len, "%s", why);
+        return st;
+    }
+    if (tc->required) {
+        kvs_fmt(err, err_len, "tier \"%s\" cannot open and is required (required: true): %s",
+                tc->name, why);
+        return st;
+    }
+    return open_empty(c, t, tc, why, err, err_len);
+}
+
+static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg,
+                            uint64_t max_object_bytes, char *err, uint64_t err_len) {
+    const kvs_tier_config *tc = &cfg->tiers[i];
+    kvs_tier *t = &c->tiers[i];
+    memcpy(t->name, tc->name, sizeof t->name);
+    t->index = i;
+    t->chain = c;
+    t->write = tc->write;
+    kvs_status st = resolve_ops(t, cfg, i, err, err_len);
+    if (st != KVS_OK) return st;
+    if ((st = tier_options(c, t, tc, err, err_len)) != KVS_OK) return st;
+    tier_host(c, t);
     t->remote = (t->ops->caps & KVS_BACKEND_CAP_REMOTE) != 0;
     char why[512] = "", refused[KVS_NAME_MAX + 16] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
@@ -355,23 +392,8 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
                              .error_option = refused,
                              .error_option_len = sizeof refused};
     st = t->ops->create(&init, &t->state);
-    if (st != KVS_OK) {
-        t->state = NULL;
-        if (!why[0]) kvs_fmt(why, sizeof why, "tier \"%s\": create failed (%d)", tc->name, (int)st);
-        /* A refused configuration points at the line of what the backend named (or the tier). */
-        if (st == KVS_ECONFIG)
-            return kvs_config_refuse_tier(cfg, i, refused, err, err_len, "%s", why);
-        if (!environment_failure(st)) {
-            kvs_fmt(err, err_len, "%s", why);
-            return st;
-        }
-        if (tc->required) {
-            kvs_fmt(err, err_len, "tier \"%s\" cannot open and is required (required: true): %s",
-                    tc->name, why);
-            return st;
-        }
-        return open_empty(c, t, tc, why, err, err_len);
-    }
+    if (st != KVS_OK)
+        return create_failed(c, t, cfg, i, st, why, sizeof why, refused, err, err_len);
     return KVS_OK;
 }
 

@@ -119,15 +119,12 @@ static void close_step(kvs_handle *h) {
     drop_taken_errors(h);
 }
 
-kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
-    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "bind_meta");
-    if (st != KVS_OK) return st;
-    if (!h->worker.views)
-        return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
+/* The metadata decoded, and built for this worker's model, key ranks, layout and chunk size. */
+static kvs_status decode_meta(kvs_handle *h, const void *meta, uint64_t len, kvs_meta **out) {
     char why[256];
     kvs_meta *m = NULL;
-    if ((st = kvs_meta_decode(meta, len, h->key_rank, &m, why, sizeof why)) != KVS_OK)
-        return kvs_set_error(h, st, "bind_meta: %s", why);
+    kvs_status st = kvs_meta_decode(meta, len, h->key_rank, &m, why, sizeof why);
+    if (st != KVS_OK) return kvs_set_error(h, st, "bind_meta: %s", why);
     if (m->key_ranks != h->key_ranks) { /* the group fingerprint differs too: say why */
         uint32_t theirs = m->key_ranks;
         kvs_meta_free(m);
@@ -144,57 +141,76 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
         return kvs_set_error(
             h, KVS_EINVAL, "bind_meta: metadata was built for another model, layout or chunk size");
     }
-    uint64_t n_loads = 0, n_saves = 0;
+    *out = m;
+    return KVS_OK;
+}
+
+/* What a bind allocates before it changes any state: the step's load and save work and the
+ * async requests' jobs. */
+typedef struct bind_work {
+    uint64_t n_loads, n_saves, n_async;
+    kvs_load_work *loads;
+    kvs_save_work *saves;
+    kvs_async_job **jobs;
+} bind_work;
+
+/* Every request's spans checked; the step's loads (async ones aside) and saves counted. */
+static kvs_status count_work(kvs_handle *h, const kvs_meta *m, bind_work *w) {
     for (uint64_t i = 0; i < m->n_reqs; i++) {
-        if ((st = check_req_spans(h, &m->reqs[i])) != KVS_OK) {
-            kvs_meta_free(m);
-            return st;
-        }
-        if (!m->reqs[i].load_async) n_loads += m->reqs[i].n_loads;
-        n_saves += m->reqs[i].n_saves;
+        kvs_status st = check_req_spans(h, &m->reqs[i]);
+        if (st != KVS_OK) return st;
+        if (!m->reqs[i].load_async) w->n_loads += m->reqs[i].n_loads;
+        w->n_saves += m->reqs[i].n_saves;
     }
-    /* The requests finished with their pages kept are remembered even if this bind fails below
-     * (out of memory): the scheduler finished them, and get_finished must report them. */
-    if ((st = kvs_saver_note_finished(h, m)) != KVS_OK) {
-        kvs_meta_free(m);
-        return kvs_set_error(h, st, "bind_meta: out of memory for the finished requests");
-    }
-    /* Everything is allocated before any state changes, so a refusal leaves the handle as it was
-     * (the step still bound stays bound). */
-    uint64_t n_async = 0;
-    for (uint64_t i = 0; i < m->n_reqs; i++) n_async += m->reqs[i].load_async;
-    kvs_load_work *loads = n_loads ? calloc(n_loads, sizeof *loads) : NULL;
-    kvs_save_work *saves = n_saves ? calloc(n_saves, sizeof *saves) : NULL;
-    kvs_async_job **jobs = n_async ? calloc(n_async, sizeof *jobs) : NULL;
-    if ((n_loads && !loads) || (n_saves && !saves) || (n_async && !jobs))
-        st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
-    /* Room for every error block the loads still to land may add (a step still bound, async
-     * requests not landed, this step's), so that a failed load is never left off the list. */
-    uint64_t error_room = h->worker.error_blocks_async;
+    return KVS_OK;
+}
+
+/* Room for every error block the loads still to land may add (a step still bound, async requests
+ * not landed, this step's), so that a failed load is never left off the list. */
+static uint64_t error_room(kvs_handle *h, const kvs_meta *m) {
+    uint64_t room = h->worker.error_blocks_async;
     for (uint64_t i = 0; h->worker.wstate != WORKER_IDLE && i < h->worker.n_loads; i++)
-        error_room += kvs_load_error_span(h, h->worker.loads[i].load);
+        room += kvs_load_error_span(h, h->worker.loads[i].load);
     for (uint64_t i = 0; i < m->n_reqs; i++)
         for (uint64_t j = 0; j < m->reqs[i].n_loads; j++)
-            error_room += kvs_load_error_span(h, &m->reqs[i].loads[j]);
-    if (st == KVS_OK && kvs_worker_reserve_error_blocks(h, error_room) != KVS_OK)
+            room += kvs_load_error_span(h, &m->reqs[i].loads[j]);
+    return room;
+}
+
+/* Everything is allocated before any state changes, so a refusal leaves the handle as it was
+ * (the step still bound stays bound); on one, what was allocated goes. */
+static kvs_status prepare_work(kvs_handle *h, const kvs_meta *m, bind_work *w) {
+    kvs_status st = KVS_OK;
+    for (uint64_t i = 0; i < m->n_reqs; i++) w->n_async += m->reqs[i].load_async;
+    w->loads = w->n_loads ? calloc(w->n_loads, sizeof *w->loads) : NULL;
+    w->saves = w->n_saves ? calloc(w->n_saves, sizeof *w->saves) : NULL;
+    w->jobs = w->n_async ? calloc(w->n_async, sizeof *w->jobs) : NULL;
+    if ((w->n_loads && !w->loads) || (w->n_saves && !w->saves) || (w->n_async && !w->jobs))
+        st = kvs_set_error(h, KVS_ENOMEM, "bind_meta: out of memory");
+    uint64_t room = error_room(h, m);
+    if (st == KVS_OK && kvs_worker_reserve_error_blocks(h, room) != KVS_OK)
         st = kvs_set_error(h, KVS_ENOMEM,
                            "bind_meta: out of memory for the list of error blocks (%llu more); "
                            "the step is not bound",
-                           (unsigned long long)error_room);
+                           (unsigned long long)room);
     for (uint64_t i = 0, k = 0; i < m->n_reqs && st == KVS_OK; i++)
         if (m->reqs[i].load_async) /* even with nothing to load (a plan recomputes it all) */
-            st = kvs_async_prepare(h, &m->reqs[i], &jobs[k++]);
+            st = kvs_async_prepare(h, &m->reqs[i], &w->jobs[k++]);
     if (st != KVS_OK) {
-        for (uint64_t k = 0; jobs && k < n_async; k++) kvs_async_discard(jobs[k]);
-        free(jobs);
-        free(loads);
-        free(saves);
-        kvs_meta_free(m);
-        return st;
+        for (uint64_t k = 0; w->jobs && k < w->n_async; k++) kvs_async_discard(w->jobs[k]);
+        free(w->jobs);
+        free(w->loads);
+        free(w->saves);
     }
-    close_step(h); /* the metadata is good: the previous step, if still bound, ends here */
-    h->worker.loads = loads;
-    h->worker.saves = saves;
+    return st;
+}
+
+/* The step binds m: the previous one (if still bound) ends, its loads and saves become the
+ * worker's, async loads read by now land, and the async requests' jobs are submitted. */
+static void bind_step(kvs_handle *h, kvs_meta *m, const bind_work *w) {
+    close_step(h);
+    h->worker.loads = w->loads;
+    h->worker.saves = w->saves;
     for (uint64_t i = 0; i < m->n_reqs; i++) {
         const kvs_meta_req *r = &m->reqs[i];
         for (uint64_t j = 0; j < r->n_loads && !r->load_async; j++)
@@ -206,7 +222,32 @@ kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
     kvs_async_land(h); /* between steps: async loads read by now land before this step binds */
     h->worker.bound = m;
     h->worker.wstate = WORKER_BOUND;
-    for (uint64_t k = 0; k < n_async; k++) kvs_async_submit(h, jobs[k]);
-    free(jobs);
+    for (uint64_t k = 0; k < w->n_async; k++) kvs_async_submit(h, w->jobs[k]);
+    free(w->jobs);
+}
+
+kvs_status kvs_worker_bind(kvs_handle *h, const void *meta, uint64_t len) {
+    kvs_status st = kvs_require_role(h, KVS_ROLE_WORKER, "bind_meta");
+    if (st != KVS_OK) return st;
+    if (!h->worker.views)
+        return kvs_set_error(h, KVS_ESTATE, "bind_meta: register_kv has not been called");
+    kvs_meta *m = NULL;
+    if ((st = decode_meta(h, meta, len, &m)) != KVS_OK) return st;
+    bind_work w = {0};
+    if ((st = count_work(h, m, &w)) != KVS_OK) {
+        kvs_meta_free(m);
+        return st;
+    }
+    /* The requests finished with their pages kept are remembered even if this bind fails below
+     * (out of memory): the scheduler finished them, and get_finished must report them. */
+    if ((st = kvs_saver_note_finished(h, m)) != KVS_OK) {
+        kvs_meta_free(m);
+        return kvs_set_error(h, st, "bind_meta: out of memory for the finished requests");
+    }
+    if ((st = prepare_work(h, m, &w)) != KVS_OK) {
+        kvs_meta_free(m);
+        return st;
+    }
+    bind_step(h, m, &w); /* the metadata is good: the previous step, if still bound, ends here */
     return KVS_OK;
 }

@@ -574,45 +574,75 @@ static void count_layer_bytes(kvs_handle *h, const kvs_load_work *w, uint64_t la
     if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS) h->stats.tier_bytes_loaded[w->tier] += bytes;
 }
 
+/* w's copy of layer into the pages as copy n of the call (its whole-chunk hash or layer tag
+ * computed in the same pass): 0 when w has none to make, failed or skipped for this layer. */
+static int queue_layer_copy(kvs_handle *h, kvs_load_work *w, uint32_t layer, uint64_t n) {
+    uint64_t nl = h->model.n_layers;
+    if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
+        return 0; /* the engine computes it */
+    if (w->ranged && !w->layers_read) {
+        fetch_layer(h, w, layer);
+        if (!load_live(w)) return 0;
+    }
+    int whole = w->load->n_tokens == h->chunk_tokens && !w->fused; /* fused: checked whole */
+    if (!whole && !w->fused) {
+        const void *payload = layer_at(h, w, layer);
+        if (kvs_xxh3_64(payload, h->layer_bytes) != w->layer_hash[layer]) {
+            layer_mismatch(h, w, layer);
+            return 0;
+        }
+    }
+    load_copy(h, w, layer, &h->device.copies[n]);
+    h->device.copies[n].hash = whole && !w->keyed_inline ? &w->layer_hash[nl + layer] : NULL;
+    if (w->keyed_inline) {
+        if (!h->tag_states &&
+            !(h->tag_states = calloc(h->cfg->max_chunks_per_step, sizeof *h->tag_states))) {
+            fail_load(h, w, "out of memory for its layer tags");
+            return 0;
+        }
+        if (!kvs_object_mac_layer_begin(h->mac, inline_nonce(h, w), layer, &h->tag_states[n])) {
+            kvs_nhpoly_abort(&h->tag_states[n]);
+            fail_load(h, w, "its layer tag could not be begun (libcrypto)"); /* not its fault */
+            return 0;
+        }
+        h->device.copies[n].tag = &h->tag_states[n];
+    }
+    return 1;
+}
+
+/* Copy i of layer landed for w: its tag or whole-chunk hash is checked, and its bytes counted
+ * when they match. */
+static void layer_copy_landed(kvs_handle *h, kvs_load_work *w, uint64_t i, uint32_t layer) {
+    uint64_t nl = h->model.n_layers;
+    if (h->device.copies[i].tag) {
+        uint8_t tag[KVS_OBJECT_TAG_BYTES];
+        const uint8_t *want =
+            inline_nonce(h, w) + KVS_OBJECT_NONCE_BYTES + (uint64_t)layer * KVS_OBJECT_TAG_BYTES;
+        if (!kvs_nhpoly_final(h->device.copies[i].tag, tag) ||
+            CRYPTO_memcmp(tag, want, sizeof tag) != 0) {
+            __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
+            char what[96];
+            kvs_fmt(what, sizeof what, "layer %u tag mismatch (changed without the integrity key)",
+                    layer);
+            fail_load(h, w, what);
+            w->drop = 1;
+            return;
+        }
+    }
+    if (h->device.copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
+        layer_mismatch(h, w, layer);
+    else
+        count_layer_bytes(h, w, 1);
+}
+
 /* Host device: one layer at a time, when the engine reaches it. A whole chunk is checksummed in
  * the same pass as its copy; a partial one is checked before its rows are copied. The copy's time
  * counts for the tiers its chunks came from, split by their share of the bytes. */
 static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
-    uint64_t n = 0, nl = h->model.n_layers;
+    uint64_t n = 0;
     kvs_load_work **in_copy = (kvs_load_work **)h->device.copy_owner;
-    for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++) {
-        kvs_load_work *w = &set->w[i];
-        if (!load_live(w) || !kvs_meta_wants_layer(w->req, layer))
-            continue; /* the engine computes it */
-        if (w->ranged && !w->layers_read) {
-            fetch_layer(h, w, layer);
-            if (!load_live(w)) continue;
-        }
-        int whole = w->load->n_tokens == h->chunk_tokens && !w->fused; /* fused: checked whole */
-        if (!whole && !w->fused) {
-            const void *payload = layer_at(h, w, layer);
-            if (kvs_xxh3_64(payload, h->layer_bytes) != w->layer_hash[layer]) {
-                layer_mismatch(h, w, layer);
-                continue;
-            }
-        }
-        load_copy(h, w, layer, &h->device.copies[n]);
-        h->device.copies[n].hash = whole && !w->keyed_inline ? &w->layer_hash[nl + layer] : NULL;
-        if (w->keyed_inline) {
-            if (!h->tag_states &&
-                !(h->tag_states = calloc(h->cfg->max_chunks_per_step, sizeof *h->tag_states))) {
-                fail_load(h, w, "out of memory for its layer tags");
-                continue;
-            }
-            if (!kvs_object_mac_layer_begin(h->mac, inline_nonce(h, w), layer, &h->tag_states[n])) {
-                kvs_nhpoly_abort(&h->tag_states[n]);
-                fail_load(h, w, "its layer tag could not be begun (libcrypto)"); /* not its fault */
-                continue;
-            }
-            h->device.copies[n].tag = &h->tag_states[n];
-        }
-        in_copy[n++] = w;
-    }
+    for (uint64_t i = 0; i < set->n && n < h->cfg->max_chunks_per_step; i++)
+        if (queue_layer_copy(h, &set->w[i], layer, n)) in_copy[n++] = &set->w[i];
     char why[512] = "";
     uint64_t t0 = kvs_now_ns();
     if (h->device.dev->load_layer(h->device.dev_state, layer, h->device.copies, n, why,
@@ -629,25 +659,7 @@ static void load_layer_sync(kvs_handle *h, kvs_load_set *set, uint32_t layer) {
         kvs_load_work *w = in_copy[i];
         if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
             h->stats.tier_load_ns[w->tier] += spent * w->load->n_tokens / tokens;
-        if (h->device.copies[i].tag) {
-            uint8_t tag[KVS_OBJECT_TAG_BYTES];
-            const uint8_t *want = inline_nonce(h, w) + KVS_OBJECT_NONCE_BYTES +
-                                  (uint64_t)layer * KVS_OBJECT_TAG_BYTES;
-            if (!kvs_nhpoly_final(h->device.copies[i].tag, tag) ||
-                CRYPTO_memcmp(tag, want, sizeof tag) != 0) {
-                __atomic_add_fetch(&h->stats.integrity_rejects, 1, __ATOMIC_RELAXED);
-                char what[96];
-                kvs_fmt(what, sizeof what,
-                        "layer %u tag mismatch (changed without the integrity key)", layer);
-                fail_load(h, w, what);
-                w->drop = 1;
-                continue;
-            }
-        }
-        if (h->device.copies[i].hash && w->layer_hash[nl + layer] != w->layer_hash[layer])
-            layer_mismatch(h, w, layer);
-        else
-            count_layer_bytes(h, w, 1);
+        layer_copy_landed(h, w, i, layer);
     }
 }
 

@@ -19,19 +19,18 @@ uint64_t kvs_object_lossy_bytes(const kvs_codec *c, const kvs_kv_shape *shape, u
            (uint64_t)n_layers * kvs_codec_layer_bytes(c, shape, dtype, n_tokens);
 }
 
-kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec *c,
-                             const kvs_kv_shape *shape, uint32_t dtype, void *out, uint64_t cap,
-                             uint64_t *out_len, char *err, uint64_t err_len) {
+/* A raw object of this shape, whole in raw_len: the geometry is checked against the caller's shape
+ * first, so nothing the header says sizes a read before it is known to be this model's and to fit.
+ * hex: the object's key, for the messages (left "?" when there is no header). */
+static kvs_status check_raw(const void *raw, uint64_t raw_len, const kvs_kv_shape *shape,
+                            char hex[33], char *err, uint64_t err_len) {
     const kvs_object_header *h = raw;
-    char hex[33] = "?";
     if (raw_len < sizeof *h) {
         kvs_fmt(err, err_len, "a raw object of %llu bytes is shorter than a header",
                 (unsigned long long)raw_len);
         return KVS_ECORRUPT;
     }
     kvs_key_hex(&h->key, hex);
-    /* the geometry first, against the caller's shape: nothing the header says sizes a read before
-     * it is known to be this model's and to fit in raw_len */
     uint64_t total = 0;
     if (h->magic != KVS_OBJECT_MAGIC ||
         (h->version != KVS_OBJECT_VERSION && h->version != KVS_OBJECT_VERSION_KEYED) ||
@@ -45,19 +44,12 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
         kvs_fmt(err, err_len, "object %s: not an intact raw object of this shape", hex);
         return KVS_ECORRUPT;
     }
-    if (kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) return KVS_EINVAL;
-    if (c->kind == KVS_CODEC_DROP && c->k_group > h->n_tokens) {
-        kvs_fmt(err, err_len, "object %s: DROP keeps %u of %u tokens", hex, c->k_group,
-                h->n_tokens);
-        return KVS_EINVAL;
-    }
-    uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, h->n_tokens);
-    uint64_t need = kvs_object_lossy_bytes(c, shape, dtype, h->n_layers, h->n_tokens);
-    if (cap < need) {
-        kvs_fmt(err, err_len, "object %s: %llu bytes of room for a lossy object of %llu", hex,
-                (unsigned long long)cap, (unsigned long long)need);
-        return KVS_EOVERFLOW;
-    }
+    return KVS_OK;
+}
+
+/* The lossy object's header and codec record, from the raw header h; layer_bytes enc. */
+static void lossy_header(void *out, const kvs_object_header *h, const kvs_codec *c, uint32_t dtype,
+                         uint64_t enc) {
     kvs_object_header *o = out;
     *o = *h;
     o->version = KVS_OBJECT_VERSION; /* a lossy object carries no integrity tags */
@@ -72,8 +64,12 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
                             .dtype = (uint16_t)dtype,
                             .raw_layer_bytes = h->layer_bytes};
     memcpy((uint8_t *)out + sizeof *o + (uint64_t)h->n_layers * sizeof(uint64_t), &rec, sizeof rec);
+}
+
+/* Every layer of the raw object against its checksum: none is encoded from damaged bytes. */
+static kvs_status check_raw_layers(const void *raw, const char *hex, char *err, uint64_t err_len) {
+    const kvs_object_header *h = raw;
     const uint64_t *raw_hash = kvs_object_layer_hashes((void *)(uintptr_t)raw);
-    uint64_t *hash = kvs_object_layer_hashes(out);
     for (uint32_t l = 0; l < h->n_layers; l++) {
         const uint8_t *layer =
             (const uint8_t *)raw + h->payload_offset + (uint64_t)l * h->layer_bytes;
@@ -82,6 +78,15 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
             return KVS_ECORRUPT;
         }
     }
+    return KVS_OK;
+}
+
+/* Each layer encoded into out (its header written) with its hash. */
+static kvs_status encode_layers(const void *raw, const kvs_codec *c, const kvs_kv_shape *shape,
+                                uint32_t dtype, void *out, const char *hex, char *err,
+                                uint64_t err_len) {
+    const kvs_object_header *h = raw, *o = out;
+    uint64_t enc = o->layer_bytes, *hash = kvs_object_layer_hashes(out);
     /* DROP keeps the same tokens in every layer (the engine masks positions, not layers): chosen
      * once, from the middle layer's keys, and written first there */
     const uint8_t *kept = NULL;
@@ -108,6 +113,32 @@ kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec 
         }
         hash[l] = kvs_xxh3_64(dst, enc);
     }
+    return KVS_OK;
+}
+
+kvs_status kvs_object_encode(const void *raw, uint64_t raw_len, const kvs_codec *c,
+                             const kvs_kv_shape *shape, uint32_t dtype, void *out, uint64_t cap,
+                             uint64_t *out_len, char *err, uint64_t err_len) {
+    const kvs_object_header *h = raw;
+    char hex[33] = "?";
+    kvs_status st = check_raw(raw, raw_len, shape, hex, err, err_len);
+    if (st != KVS_OK) return st;
+    if (kvs_codec_check(c, shape, dtype, err, err_len) != KVS_OK) return KVS_EINVAL;
+    if (c->kind == KVS_CODEC_DROP && c->k_group > h->n_tokens) {
+        kvs_fmt(err, err_len, "object %s: DROP keeps %u of %u tokens", hex, c->k_group,
+                h->n_tokens);
+        return KVS_EINVAL;
+    }
+    uint64_t enc = kvs_codec_layer_bytes(c, shape, dtype, h->n_tokens);
+    uint64_t need = kvs_object_lossy_bytes(c, shape, dtype, h->n_layers, h->n_tokens);
+    if (cap < need) {
+        kvs_fmt(err, err_len, "object %s: %llu bytes of room for a lossy object of %llu", hex,
+                (unsigned long long)cap, (unsigned long long)need);
+        return KVS_EOVERFLOW;
+    }
+    lossy_header(out, h, c, dtype, enc);
+    if ((st = check_raw_layers(raw, hex, err, err_len)) != KVS_OK) return st;
+    if ((st = encode_layers(raw, c, shape, dtype, out, hex, err, err_len)) != KVS_OK) return st;
     kvs_object_seal(out);
     *out_len = need;
     return KVS_OK;

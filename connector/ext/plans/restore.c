@@ -119,10 +119,9 @@ static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, con
     return 1;
 }
 
-/* Every request of the step with loads gets a plan; with a planner and an engine that executes
- * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
-kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
-                                 uint64_t n) {
+/* Every loading request's plan: load it all, until the planner says otherwise; returns how many
+ * load. */
+static uint32_t load_plans(kvs_restore_step *info, uint64_t n) {
     uint32_t m = 0;
     for (uint64_t i = 0; i < n; i++) {
         info[i].io_rank = UINT32_MAX;
@@ -133,17 +132,13 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                                           .end_token = info[i].end_token};
         m++;
     }
-    if (m == 0 || !h->plans.restore_on || !(h->plans.plan_caps & KVS_PLAN_CAPS_PLANS))
-        return KVS_OK;
-    cf_request *cr = calloc(m, sizeof *cr);
-    uint64_t *which = calloc(m, sizeof *which);
-    cf_plan *plans = calloc(m, sizeof *plans);
-    void *scratch = malloc(cf_batch_scratch_bytes(m));
-    kvs_status st = KVS_OK;
-    if (!cr || !which || !plans || !scratch) {
-        st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for the restore plan");
-        goto out;
-    }
+    return m;
+}
+
+/* The planner's view of each loading request (cr[k]) and which of reqs it is (which[k]). */
+static void planner_requests(const kvs_handle *h, const kvs_meta_req *reqs,
+                             const kvs_restore_step *info, uint64_t n, cf_request *cr,
+                             uint64_t *which) {
     uint32_t k = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!info[i].loading) continue;
@@ -153,55 +148,89 @@ kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_
                              offset > UINT32_MAX ? UINT32_MAX : (uint32_t)offset};
         which[k++] = i;
     }
+}
+
+/* A layer plan: its first `split` layers recomputed (masked from the loads), or all of them and
+ * nothing loaded. */
+static kvs_status take_layer_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in,
+                                  const cf_plan *p) {
+    uint32_t l = p->split, nl = h->plans.restore_params.n_layers; /* KV layers */
+    if (l == 0) return KVS_OK;
+    if (l >= nl) { /* every layer recomputed: nothing to load */
+        in->plan.mode = KVS_PLAN_RECOMPUTE;
+        in->plan.recompute_tokens = in->end_token - in->first_token;
+        mr->n_loads = 0;
+        return KVS_OK;
+    }
+    if (set_layer_mask(mr, h->model.n_layers, 0, l) != KVS_OK)
+        return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
+    in->plan.mode = KVS_PLAN_LAYER;
+    in->plan.recompute_layers = l;
+    in->plan.recompute_tokens = in->end_token - in->first_token;
+    return KVS_OK;
+}
+
+/* A token plan: its first `split` loads dropped from the metadata, recomputed by the engine. */
+static void take_token_plan(kvs_meta_req *mr, kvs_restore_step *in, const cf_plan *p) {
+    uint64_t split = p->split < mr->n_loads ? p->split : mr->n_loads;
+    if (split == 0) return;
+    in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
+    in->plan.recompute_tokens = split == mr->n_loads
+                                    ? in->end_token - in->first_token
+                                    : mr->loads[split].first_token - in->first_token;
+    memmove(mr->loads, mr->loads + split, (mr->n_loads - split) * sizeof *mr->loads);
+    mr->n_loads -= split;
+}
+
+/* One request's plan: a stage plan where the engine runs them (planned against its batch plan's
+ * finish), else its batch plan's (p: zeros without a batch). */
+static kvs_status take_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in,
+                            const cf_request *cr, const cf_plan *p, int batch) {
+    if (h->plans.plan_caps & KVS_PLAN_CAP_STAGE) {
+        int taken = stage_plan(h, mr, in, cr, batch ? p->done_s : 1e300);
+        if (taken < 0)
+            return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
+        if (taken || !batch) return KVS_OK;
+    }
+    in->plan.predicted_ms = p->done_s * 1e3;
+    in->io_rank = p->io_rank;
+    if (p->mode == CF_MODE_LAYER) return take_layer_plan(h, mr, in, p);
+    take_token_plan(mr, in, p);
+    return KVS_OK;
+}
+
+/* The planner over the m loading requests, and each one's plan taken. */
+static kvs_status plan_loads(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info, uint64_t n,
+                             uint32_t m, cf_request *cr, uint64_t *which, cf_plan *plans,
+                             void *scratch) {
+    planner_requests(h, reqs, info, n, cr, which);
     int batch = (h->plans.plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
     if (batch && cf_plan_batch(&h->plans.restore_params, &h->plans.restore_compute,
                                h->plans.restore_channels, kvs_tiers_count(h->tiers), cr, m, scratch,
-                               plans, NULL, 0, NULL) < 0) {
-        st = kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
-        goto out;
-    }
-    for (uint32_t j = 0; j < m; j++) {
-        kvs_meta_req *mr = &reqs[which[j]];
-        kvs_restore_step *in = &info[which[j]];
-        if (h->plans.plan_caps &
-            KVS_PLAN_CAP_STAGE) { /* planned per request, against its batch plan's finish */
-            int taken = stage_plan(h, mr, in, &cr[j], batch ? plans[j].done_s : 1e300);
-            if (taken < 0) {
-                st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
-                goto out;
-            }
-            if (taken || !batch) continue;
-        }
-        in->plan.predicted_ms = plans[j].done_s * 1e3;
-        in->io_rank = plans[j].io_rank;
-        if (plans[j].mode == CF_MODE_LAYER) {
-            uint32_t l = plans[j].split, nl = h->plans.restore_params.n_layers; /* KV layers */
-            if (l == 0) continue;
-            if (l >= nl) { /* every layer recomputed: nothing to load */
-                in->plan.mode = KVS_PLAN_RECOMPUTE;
-                in->plan.recompute_tokens = in->end_token - in->first_token;
-                mr->n_loads = 0;
-                continue;
-            }
-            if (set_layer_mask(mr, h->model.n_layers, 0, l) != KVS_OK) {
-                st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
-                goto out;
-            }
-            in->plan.mode = KVS_PLAN_LAYER;
-            in->plan.recompute_layers = l;
-            in->plan.recompute_tokens = in->end_token - in->first_token;
-            continue;
-        }
-        uint64_t split = plans[j].split < mr->n_loads ? plans[j].split : mr->n_loads;
-        if (split == 0) continue;
-        in->plan.mode = split == mr->n_loads ? KVS_PLAN_RECOMPUTE : KVS_PLAN_TOKEN;
-        in->plan.recompute_tokens = split == mr->n_loads
-                                        ? in->end_token - in->first_token
-                                        : mr->loads[split].first_token - in->first_token;
-        memmove(mr->loads, mr->loads + split, (mr->n_loads - split) * sizeof *mr->loads);
-        mr->n_loads -= split;
-    }
-out:
+                               plans, NULL, 0, NULL) < 0)
+        return kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
+    kvs_status st = KVS_OK;
+    for (uint32_t j = 0; j < m && st == KVS_OK; j++)
+        st = take_plan(h, &reqs[which[j]], &info[which[j]], &cr[j], &plans[j], batch);
+    return st;
+}
+
+/* Every request of the step with loads gets a plan; with a planner and an engine that executes
+ * token plans, its first `split` loads are dropped from the metadata and recomputed by the engine. */
+kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
+                                 uint64_t n) {
+    uint32_t m = load_plans(info, n);
+    if (m == 0 || !h->plans.restore_on || !(h->plans.plan_caps & KVS_PLAN_CAPS_PLANS))
+        return KVS_OK;
+    cf_request *cr = calloc(m, sizeof *cr);
+    uint64_t *which = calloc(m, sizeof *which);
+    cf_plan *plans = calloc(m, sizeof *plans);
+    void *scratch = malloc(cf_batch_scratch_bytes(m));
+    kvs_status st;
+    if (!cr || !which || !plans || !scratch)
+        st = kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for the restore plan");
+    else
+        st = plan_loads(h, reqs, info, n, m, cr, which, plans, scratch);
     free(cr);
     free(which);
     free(plans);

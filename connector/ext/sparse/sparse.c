@@ -208,12 +208,15 @@ static kvs_status cluster_row(void *ctx, uint32_t layer, uint32_t head, uint32_t
     return st == KVS_OK ? kvs_sparse_row_check(r->store, layer, head, row, k, v) : st;
 }
 
-/* One step: select for every KV head of the layer, then read what the head cache lacks. */
-static void run_job(kvs_sparse_req *r, const sp_job *j) {
-    uint64_t t0 = kvs_now_ns();
+/* What one step (a job) did, for the request's counters. */
+typedef struct sp_tally {
+    uint64_t fetched, failed, hits, clustered;
+    uint64_t t0, t1, t2; /* begun, selected, fetched */
+} sp_tally;
+
+/* Select for every KV head of the layer: each head's rows to fetch and the slots for them. */
+static void select_heads(kvs_sparse_req *r, const sp_job *j, kvs_sparse_head *heads, uint8_t *hit) {
     uint32_t layer = j->layer, G = r->n_heads;
-    kvs_sparse_head *heads = r->heads + (uint64_t)layer * G;
-    uint8_t *hit = r->cache.hit + (uint64_t)layer * G;
     memset(r->n_fetch, 0, (uint64_t)G * sizeof *r->n_fetch);
     /* EINVAL cannot happen (begin checked the shapes); ENOMEM left the heads that ran short with
      * nothing fetched and their labels invalid: they select again next step */
@@ -222,61 +225,73 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
                             r->n_fetch);
     for (uint32_t g = 0; g < G; g++)
         r->cache.attend_from[(uint64_t)layer * G + g] = heads[g].sel_end;
-    uint64_t t1 = kvs_now_ns();
-    uint64_t fetched = 0, failed = 0, hits = 0, clustered = 0;
+}
+
+/* The selected rows into their slots: what the layer's clusters hold first, the rest from their
+ * chunks; a row that cannot be read leaves its slot empty and its head selecting again. */
+static void fetch_selected(kvs_sparse_req *r, uint32_t layer, kvs_sparse_head *heads,
+                           const uint8_t *hit, sp_tally *t) {
+    uint32_t G = r->n_heads;
     int from_clusters = kvs_sparse_swarm_ready(r->swarm, layer);
-    if (from_clusters) { /* what clusters hold first; the rest from their chunks below */
+    if (from_clusters) {
         memset(r->from_cluster, 0, (uint64_t)G * r->slots);
         r->job_layer = layer;
         kvs_sparse_swarm_read(r->swarm, layer, r->fetch_rows, r->fetch_slots, r->n_fetch, r->slots,
                               r->from_cluster, place_row, r);
     }
     for (uint32_t g = 0; g < G; g++) {
-        hits += hit[g];
+        t->hits += hit[g];
         uint64_t plane = ((uint64_t)layer * G + g) * r->slots;
         for (uint32_t i = 0; i < r->n_fetch[g]; i++) {
             uint32_t row = r->fetch_rows[(uint64_t)g * r->slots + i];
             uint32_t slot = r->fetch_slots[(uint64_t)g * r->slots + i];
             if (from_clusters && r->from_cluster[(uint64_t)g * r->slots + i]) {
-                fetched++;
-                clustered++;
+                t->fetched++;
+                t->clustered++;
                 continue;
             }
             uint8_t *k = (uint8_t *)r->cache.k + (plane + slot) * r->head_bytes;
             uint8_t *v = (uint8_t *)r->cache.v + (plane + slot) * r->head_bytes;
             if (read_row(r, layer, g, row, k, v) == KVS_OK) {
-                fetched++;
+                t->fetched++;
                 continue;
             }
             /* never attended: the slot is empty, and the head selects again next step */
             r->cache.slot_rows[plane + slot] = UINT32_MAX;
             heads[g].qsac.valid = 0;
-            failed++;
+            t->failed++;
         }
     }
-    if (r->swarm && j->flags == KVS_SPARSE_FINAL) { /* profiling and maintenance see every step */
-        for (uint32_t g = 0; g < G; g++) {
-            uint32_t n = 0, *sel = r->fetch_rows + (uint64_t)g * r->slots; /* scratch now */
-            for (uint32_t i = 0; i < r->slots; i++) {
-                uint32_t row = r->cache.slot_rows[((uint64_t)layer * G + g) * r->slots + i];
-                if (row != UINT32_MAX) sel[n++] = row;
-            }
-            kvs_sparse_swarm_observe(r->swarm, layer, g, sel, n);
+}
+
+/* The clusters' profiling and maintenance see the rows each head's cache holds after a final
+ * step. */
+static void observe_step(kvs_sparse_req *r, uint32_t layer) {
+    uint32_t G = r->n_heads;
+    for (uint32_t g = 0; g < G; g++) {
+        uint32_t n = 0, *sel = r->fetch_rows + (uint64_t)g * r->slots; /* scratch now */
+        for (uint32_t i = 0; i < r->slots; i++) {
+            uint32_t row = r->cache.slot_rows[((uint64_t)layer * G + g) * r->slots + i];
+            if (row != UINT32_MAX) sel[n++] = row;
         }
-        kvs_sparse_swarm_step_done(r->swarm, layer);
+        kvs_sparse_swarm_observe(r->swarm, layer, g, sel, n);
     }
-    uint64_t t2 = kvs_now_ns();
-    kvs_sparse_swarm_stats sws = {0};
-    if (r->swarm) kvs_sparse_swarm_get_stats(r->swarm, &sws);
-    pthread_mutex_lock(&r->lock);
+    kvs_sparse_swarm_step_done(r->swarm, layer);
+}
+
+/* The step into the request's counters (the clusters' and the store's as they stand now), and
+ * the layer's jobs done one more; called with the lock held. */
+static void count_job(kvs_sparse_req *r, const sp_job *j, const sp_tally *t,
+                      const kvs_sparse_swarm_stats *sws) {
+    uint32_t layer = j->layer, G = r->n_heads;
     kvs_sparse_stats *s = &r->stats;
-    s->layouts_found = sws.layers_found;
-    s->layouts_written = sws.layers_written;
-    s->reclustered = sws.reclustered;
-    s->clusters_read = sws.clusters_read;
-    s->cluster_bytes_read = sws.cluster_bytes;
-    s->cluster_cache_hits = sws.cache_hits;
-    s->rows_from_clusters += clustered;
+    s->layouts_found = sws->layers_found;
+    s->layouts_written = sws->layers_written;
+    s->reclustered = sws->reclustered;
+    s->clusters_read = sws->clusters_read;
+    s->cluster_bytes_read = sws->cluster_bytes;
+    s->cluster_cache_hits = sws->cache_hits;
+    s->rows_from_clusters += t->clustered;
     double audit_error = 0;
     kvs_sparse_store_counts(r->store, &s->keys_scored, &s->medoid_selections, &s->audits,
                             &audit_error);
@@ -287,20 +302,37 @@ static void run_job(kvs_sparse_req *r, const sp_job *j) {
         s->tau_lowered += r->adapt[i].lowered;
     }
     s->steps++;
-    s->head_hits += hits;
-    s->head_misses += G - hits;
+    s->head_hits += t->hits;
+    s->head_misses += G - t->hits;
     if (j->flags == KVS_SPARSE_SPECULATIVE) s->spec_steps++;
     if (j->flags == KVS_SPARSE_FINAL && r->spec_pending[layer]) {
-        s->spec_kept += hits;
-        s->spec_corrected += G - hits;
+        s->spec_kept += t->hits;
+        s->spec_corrected += G - t->hits;
     }
     r->spec_pending[layer] = j->flags == KVS_SPARSE_SPECULATIVE;
-    s->rows_fetched += fetched;
-    s->bytes_fetched += fetched * 2 * r->head_bytes;
-    s->rows_failed += failed;
-    s->select_ns += t1 - t0;
-    s->fetch_ns += t2 - t1;
+    s->rows_fetched += t->fetched;
+    s->bytes_fetched += t->fetched * 2 * r->head_bytes;
+    s->rows_failed += t->failed;
+    s->select_ns += t->t1 - t->t0;
+    s->fetch_ns += t->t2 - t->t1;
     r->done[layer]++;
+}
+
+/* One step: select for every KV head of the layer, then read what the head cache lacks. */
+static void run_job(kvs_sparse_req *r, const sp_job *j) {
+    sp_tally t = {.t0 = kvs_now_ns()};
+    uint32_t layer = j->layer, G = r->n_heads;
+    kvs_sparse_head *heads = r->heads + (uint64_t)layer * G;
+    uint8_t *hit = r->cache.hit + (uint64_t)layer * G;
+    select_heads(r, j, heads, hit);
+    t.t1 = kvs_now_ns();
+    fetch_selected(r, layer, heads, hit, &t);
+    if (r->swarm && j->flags == KVS_SPARSE_FINAL) observe_step(r, layer);
+    t.t2 = kvs_now_ns();
+    kvs_sparse_swarm_stats sws = {0};
+    if (r->swarm) kvs_sparse_swarm_get_stats(r->swarm, &sws);
+    pthread_mutex_lock(&r->lock);
+    count_job(r, j, &t, &sws);
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
 }
@@ -418,68 +450,175 @@ static kvs_status take_chunks(kvs_handle *h, kvs_sparse_req *r, const int32_t *t
     return KVS_OK;
 }
 
+/* The first tier that can hold clusters (striped, batched reads), or -1; none looked for with
+ * layout ROWS. */
+static int32_t find_swarm_tier(kvs_handle *h, const kvs_sparse_params *params) {
+    for (uint32_t t = 0; params->layout != KVS_SPARSE_LAYOUT_ROWS && t < kvs_tiers_count(h->tiers);
+         t++) {
+        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
+        if ((ops->caps & KVS_BACKEND_CAP_STRIPED) && kvs_tiers_can_get_many(h->tiers, t))
+            return (int32_t)t;
+    }
+    return -1;
+}
+
+/* The caller's cache and params copied in, the params' defaults filled in. */
+static kvs_status begin_args(kvs_handle *h, uint64_t n_tokens, const kvs_sparse_cache *cache_in,
+                             const kvs_sparse_params *params_in, kvs_sparse_cache *cache,
+                             kvs_sparse_params *params) {
+    if (!cache_in || kvs_struct_in(cache, sizeof *cache, cache_in, KVS_SPARSE_CACHE_SIZE_1_9) != 0)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: cache is NULL or its struct_size is below %u",
+                             KVS_SPARSE_CACHE_SIZE_1_9);
+    if (!params_in ||
+        kvs_struct_in(params, sizeof *params, params_in, KVS_SPARSE_PARAMS_SIZE_1_9) != 0)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: params is NULL or its struct_size is below %u",
+                             KVS_SPARSE_PARAMS_SIZE_1_9);
+    if (!cache->slots || !cache->k || !cache->v || !cache->slot_rows || !cache->hit ||
+        !cache->attend_from)
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: the cache needs slots, k, v, slot_rows, "
+                             "hit and attend_from");
+    if (!params->topk) params->topk = cache->slots;
+    if (!params->q_per_kv) params->q_per_kv = 1;
+    if (params->eta == 0.0f) params->eta = 0.8f;
+    if (params->p == 0.0f) params->p = 3.0f;
+    if (!params->max_tokens) params->max_tokens = n_tokens;
+    return KVS_OK;
+}
+
+/* The params against the cache and the chain: a layout that needs a tier has one. */
+static kvs_status check_params(kvs_handle *h, const kvs_sparse_cache *cache,
+                               const kvs_sparse_params *params, int32_t swarm_tier) {
+    if (params->layout > KVS_SPARSE_LAYOUT_POSITIONS ||
+        params->cluster_cache > KVS_SPARSE_CACHE_LRU || !(params->min_useful >= 0.0f) ||
+        !(params->min_useful <= 1.0f))
+        return kvs_set_error(
+            h, KVS_EINVAL,
+            "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS, "
+            "SWARM or POSITIONS, cluster_cache SCORE or LRU, min_useful in [0, 1]",
+            params->layout, params->cluster_cache, (double)params->min_useful);
+    if (!(params->target_error >= 0.0f) || !(params->target_error <= 1.0f) ||
+        !(params->score_scale >= 0.0f))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: target_error %g (in [0, 1]), score_scale %g (>= 0)",
+                             (double)params->target_error, (double)params->score_scale);
+    if (params->index > KVS_SPARSE_INDEX_MEDOIDS ||
+        (params->index == KVS_SPARSE_INDEX_MEDOIDS && params->layout == KVS_SPARSE_LAYOUT_ROWS))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: index %u: EXACT, or MEDOIDS with a cluster layout",
+                             params->index);
+    if (params->layout != KVS_SPARSE_LAYOUT_ROWS && swarm_tier < 0)
+        return kvs_set_error(h, KVS_ENOTSUP,
+                             "sparse_begin: layouts SWARM and POSITIONS need a tier of type ssd "
+                             "in the chain");
+    if (params->topk > cache->slots || params->q_per_kv > 1024 || !(params->eta >= -1.0f) ||
+        !(params->eta <= 1.0f) || !(params->p > 0.0f))
+        return kvs_set_error(h, KVS_EINVAL,
+                             "sparse_begin: topk %u (slots %u), q_per_kv %u, eta %g, p %g: topk "
+                             "may not exceed slots, q_per_kv at most 1024, eta in [-1, 1], p > 0",
+                             params->topk, cache->slots, params->q_per_kv, (double)params->eta,
+                             (double)params->p);
+    return KVS_OK;
+}
+
+/* A new request's fields from the handle's shapes and the checked cache and params. */
+static void req_init(kvs_handle *h, kvs_sparse_req *r, const char *req_id,
+                     const kvs_sparse_cache *cache, const kvs_sparse_params *params,
+                     uint64_t max_chunks, int32_t swarm_tier) {
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    snprintf(r->id, sizeof r->id, "%s", req_id);
+    r->h = h;
+    r->cache = *cache;
+    r->params = *params;
+    r->params.importance = NULL;
+    r->n_layers = h->model.n_layers;
+    r->n_heads = h->shape.n_heads;
+    r->m = params->q_per_kv;
+    r->d = h->model.head_dim;
+    r->slots = cache->slots;
+    r->topk = params->topk;
+    r->head_bytes = h->shape.head_bytes;
+    r->q_floats = (uint64_t)r->n_heads * r->m * r->d;
+    r->max_chunks = (uint32_t)max_chunks;
+    r->object_chunk = UINT32_MAX;
+    r->stats.struct_size = sizeof r->stats;
+    r->ring_cap = 2 * r->n_layers + 2;
+    r->swarm_tier = swarm_tier;
+}
+
+/* A request's arrays, its ring's q buffers and its copy of the importance: 0 when one is short
+ * (req_free lets go of what was had). */
+static int req_alloc(kvs_handle *h, kvs_sparse_req *r, const kvs_sparse_params *params_in,
+                     uint64_t max_chunks, uint64_t planes) {
+    int ok = (r->keys = calloc(max_chunks, sizeof *r->keys)) &&
+             (r->tier_of = malloc(max_chunks * sizeof *r->tier_of)) &&
+             (r->pinned = calloc(max_chunks, 1)) && (r->heads = calloc(planes, sizeof *r->heads)) &&
+             (r->labels = calloc(planes * r->m * r->d, sizeof *r->labels)) &&
+             (r->spec_pending = calloc(r->n_layers, 1)) &&
+             (r->fetch_rows = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
+             (r->fetch_slots = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
+             (r->n_fetch = calloc(r->n_heads, sizeof(uint32_t))) &&
+             (r->object = malloc(h->object_bytes)) &&
+             (r->submitted = calloc(r->n_layers, sizeof(uint64_t))) &&
+             (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
+             (r->ring = calloc(r->ring_cap, sizeof *r->ring)) &&
+             (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1)) &&
+             (r->seen = calloc(max_chunks * h->chunk_tokens, 1)) &&
+             (r->params.target_error == 0.0f || (r->adapt = calloc(planes, sizeof *r->adapt)));
+    for (uint32_t i = 0; ok && i < r->ring_cap; i++)
+        ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
+    if (ok && params_in->importance) {
+        float *imp = malloc(planes * sizeof *imp);
+        ok = imp != NULL;
+        if (ok) memcpy(imp, params_in->importance, planes * sizeof *imp);
+        r->params.importance = imp;
+    }
+    return ok;
+}
+
+/* Nothing taken yet: no chunk has a tier, the engine's head cache is empty, and every head's
+ * QSAC state starts from its static threshold (adapting around it with a target_error). */
+static void heads_init(kvs_sparse_req *r, const kvs_sparse_cache *cache, uint64_t planes) {
+    const kvs_sparse_params *params = &r->params;
+    for (uint32_t c = 0; c < r->max_chunks; c++) r->tier_of[c] = -1;
+    for (uint64_t i = 0; i < planes * r->slots; i++) cache->slot_rows[i] = UINT32_MAX;
+    memset(cache->hit, 0, planes);
+    for (uint64_t i = 0; i < planes; i++) cache->attend_from[i] = params->sink;
+    for (uint64_t i = 0; i < planes; i++) {
+        double importance = params->importance ? params->importance[i] : 1.0;
+        r->heads[i] = (kvs_sparse_head){
+            .qsac = {.label = r->labels + i * r->m * r->d,
+                     .m = r->m,
+                     .d = r->d,
+                     .tau = kvs_qsac_threshold(importance, params->eta, params->p)},
+            .slot_rows = cache->slot_rows + i * r->slots,
+            .slots = r->slots};
+        if (r->adapt) { /* the bench's steps (kvs-bench-qsac), around the head's static tau */
+            r->adapt[i] = (kvs_qsac_adapt){.target_error = params->target_error,
+                                           .step = 0.02,
+                                           .tau_min = -1.0,
+                                           .tau_max = 0.99,
+                                           .window = 4};
+            r->heads[i].adapt = &r->adapt[i];
+            r->heads[i].audit_every = params->audit_every ? params->audit_every : 8;
+            r->heads[i].scale =
+                params->score_scale > 0.0f ? params->score_scale : 1.0 / sqrt((double)r->d);
+        }
+    }
+}
+
 static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens,
                             const kvs_sparse_cache *cache_in, const kvs_sparse_params *params_in,
                             kvs_sparse_req **out) {
     kvs_sparse_cache cache;
     kvs_sparse_params params;
-    if (!cache_in || kvs_struct_in(&cache, sizeof cache, cache_in, KVS_SPARSE_CACHE_SIZE_1_9) != 0)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: cache is NULL or its struct_size is below %u",
-                             KVS_SPARSE_CACHE_SIZE_1_9);
-    if (!params_in ||
-        kvs_struct_in(&params, sizeof params, params_in, KVS_SPARSE_PARAMS_SIZE_1_9) != 0)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: params is NULL or its struct_size is below %u",
-                             KVS_SPARSE_PARAMS_SIZE_1_9);
-    if (!cache.slots || !cache.k || !cache.v || !cache.slot_rows || !cache.hit ||
-        !cache.attend_from)
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: the cache needs slots, k, v, slot_rows, "
-                             "hit and attend_from");
-    if (!params.topk) params.topk = cache.slots;
-    if (!params.q_per_kv) params.q_per_kv = 1;
-    if (params.eta == 0.0f) params.eta = 0.8f;
-    if (params.p == 0.0f) params.p = 3.0f;
-    if (!params.max_tokens) params.max_tokens = n_tokens;
-    int32_t swarm_tier = -1;
-    for (uint32_t t = 0; params.layout != KVS_SPARSE_LAYOUT_ROWS && t < kvs_tiers_count(h->tiers);
-         t++) {
-        const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if ((ops->caps & KVS_BACKEND_CAP_STRIPED) && kvs_tiers_can_get_many(h->tiers, t)) {
-            swarm_tier = (int32_t)t;
-            break;
-        }
-    }
-    if (params.layout > KVS_SPARSE_LAYOUT_POSITIONS ||
-        params.cluster_cache > KVS_SPARSE_CACHE_LRU || !(params.min_useful >= 0.0f) ||
-        !(params.min_useful <= 1.0f))
-        return kvs_set_error(
-            h, KVS_EINVAL,
-            "sparse_begin: layout %u, cluster_cache %u, min_useful %g: layout ROWS, "
-            "SWARM or POSITIONS, cluster_cache SCORE or LRU, min_useful in [0, 1]",
-            params.layout, params.cluster_cache, (double)params.min_useful);
-    if (!(params.target_error >= 0.0f) || !(params.target_error <= 1.0f) ||
-        !(params.score_scale >= 0.0f))
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: target_error %g (in [0, 1]), score_scale %g (>= 0)",
-                             (double)params.target_error, (double)params.score_scale);
-    if (params.index > KVS_SPARSE_INDEX_MEDOIDS ||
-        (params.index == KVS_SPARSE_INDEX_MEDOIDS && params.layout == KVS_SPARSE_LAYOUT_ROWS))
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: index %u: EXACT, or MEDOIDS with a cluster layout",
-                             params.index);
-    if (params.layout != KVS_SPARSE_LAYOUT_ROWS && swarm_tier < 0)
-        return kvs_set_error(h, KVS_ENOTSUP,
-                             "sparse_begin: layouts SWARM and POSITIONS need a tier of type ssd "
-                             "in the chain");
-    if (params.topk > cache.slots || params.q_per_kv > 1024 || !(params.eta >= -1.0f) ||
-        !(params.eta <= 1.0f) || !(params.p > 0.0f))
-        return kvs_set_error(h, KVS_EINVAL,
-                             "sparse_begin: topk %u (slots %u), q_per_kv %u, eta %g, p %g: topk "
-                             "may not exceed slots, q_per_kv at most 1024, eta in [-1, 1], p > 0",
-                             params.topk, cache.slots, params.q_per_kv, (double)params.eta,
-                             (double)params.p);
+    kvs_status st = begin_args(h, n_tokens, cache_in, params_in, &cache, &params);
+    if (st != KVS_OK) return st;
+    int32_t swarm_tier = find_swarm_tier(h, &params);
+    if ((st = check_params(h, &cache, &params, swarm_tier)) != KVS_OK) return st;
     uint64_t max_chunks = params.max_tokens / h->chunk_tokens;
     if (max_chunks == 0 || max_chunks > UINT32_MAX / 2 / h->chunk_tokens)
         return kvs_set_error(h, KVS_EINVAL,
@@ -488,27 +627,8 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
                              (unsigned long long)params.max_tokens, h->chunk_tokens);
     kvs_sparse_req *r = calloc(1, sizeof *r);
     if (!r) return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory");
-    pthread_mutex_init(&r->lock, NULL);
-    pthread_cond_init(&r->changed, NULL);
-    snprintf(r->id, sizeof r->id, "%s", req_id);
-    r->h = h;
-    r->cache = cache;
-    r->params = params;
-    r->params.importance = NULL;
-    r->n_layers = h->model.n_layers;
-    r->n_heads = h->shape.n_heads;
-    r->m = params.q_per_kv;
-    r->d = h->model.head_dim;
-    r->slots = cache.slots;
-    r->topk = params.topk;
-    r->head_bytes = h->shape.head_bytes;
-    r->q_floats = (uint64_t)r->n_heads * r->m * r->d;
-    r->max_chunks = (uint32_t)max_chunks;
-    r->object_chunk = UINT32_MAX;
-    r->stats.struct_size = sizeof r->stats;
+    req_init(h, r, req_id, &cache, &params, max_chunks, swarm_tier);
     uint64_t planes = (uint64_t)r->n_layers * r->n_heads;
-    r->ring_cap = 2 * r->n_layers + 2;
-    r->swarm_tier = swarm_tier;
     kvs_status made = kvs_sparse_store_create(&h->shape, h->model.dtype, r->n_layers,
                                               h->chunk_tokens, r->max_chunks, &r->store);
     if (made == KVS_EINVAL || (uint64_t)r->d * kvs_dtype_bytes(h->model.dtype) != r->head_bytes) {
@@ -519,59 +639,11 @@ static kvs_status begin_new(kvs_handle *h, const char *req_id, uint64_t n_tokens
                              h->model.dtype, h->model.head_dim,
                              (unsigned long long)h->shape.head_bytes);
     }
-    int ok = made == KVS_OK;
-    ok = ok && (r->keys = calloc(max_chunks, sizeof *r->keys)) &&
-         (r->tier_of = malloc(max_chunks * sizeof *r->tier_of)) &&
-         (r->pinned = calloc(max_chunks, 1)) && (r->heads = calloc(planes, sizeof *r->heads)) &&
-         (r->labels = calloc(planes * r->m * r->d, sizeof *r->labels)) &&
-         (r->spec_pending = calloc(r->n_layers, 1)) &&
-         (r->fetch_rows = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
-         (r->fetch_slots = malloc((uint64_t)r->n_heads * r->slots * sizeof(uint32_t))) &&
-         (r->n_fetch = calloc(r->n_heads, sizeof(uint32_t))) &&
-         (r->object = malloc(h->object_bytes)) &&
-         (r->submitted = calloc(r->n_layers, sizeof(uint64_t))) &&
-         (r->done = calloc(r->n_layers, sizeof(uint64_t))) &&
-         (r->ring = calloc(r->ring_cap, sizeof *r->ring)) &&
-         (r->from_cluster = calloc((uint64_t)r->n_heads * r->slots, 1)) &&
-         (r->seen = calloc(max_chunks * h->chunk_tokens, 1)) &&
-         (params.target_error == 0.0f || (r->adapt = calloc(planes, sizeof *r->adapt)));
-    for (uint32_t i = 0; ok && i < r->ring_cap; i++)
-        ok = (r->ring[i].q = malloc(r->q_floats * sizeof(float))) != NULL;
-    if (ok && params_in->importance) {
-        float *imp = malloc(planes * sizeof *imp);
-        ok = imp != NULL;
-        if (ok) memcpy(imp, params_in->importance, planes * sizeof *imp);
-        r->params.importance = imp;
-    }
-    if (!ok) {
+    if (made != KVS_OK || !req_alloc(h, r, params_in, max_chunks, planes)) {
         req_free(r, 1);
         return kvs_set_error(h, KVS_ENOMEM, "sparse_begin: out of memory for '%s'", req_id);
     }
-    for (uint32_t c = 0; c < max_chunks; c++) r->tier_of[c] = -1;
-    for (uint64_t i = 0; i < planes * r->slots; i++) cache.slot_rows[i] = UINT32_MAX;
-    memset(cache.hit, 0, planes);
-    for (uint64_t i = 0; i < planes; i++) cache.attend_from[i] = params.sink;
-    for (uint64_t i = 0; i < planes; i++) {
-        double importance = r->params.importance ? r->params.importance[i] : 1.0;
-        r->heads[i] =
-            (kvs_sparse_head){.qsac = {.label = r->labels + i * r->m * r->d,
-                                       .m = r->m,
-                                       .d = r->d,
-                                       .tau = kvs_qsac_threshold(importance, params.eta, params.p)},
-                              .slot_rows = cache.slot_rows + i * r->slots,
-                              .slots = r->slots};
-        if (r->adapt) { /* the bench's steps (kvs-bench-qsac), around the head's static tau */
-            r->adapt[i] = (kvs_qsac_adapt){.target_error = params.target_error,
-                                           .step = 0.02,
-                                           .tau_min = -1.0,
-                                           .tau_max = 0.99,
-                                           .window = 4};
-            r->heads[i].adapt = &r->adapt[i];
-            r->heads[i].audit_every = params.audit_every ? params.audit_every : 8;
-            r->heads[i].scale =
-                params.score_scale > 0.0f ? params.score_scale : 1.0 / sqrt((double)r->d);
-        }
-    }
+    heads_init(r, &cache, planes);
     /* a thread of its own only where the tiers may be read beside the engine's other calls */
     if (kvs_tiers_thread_safe(h->tiers) && pthread_create(&r->thread, NULL, req_thread, r) == 0)
         r->threaded = 1;
