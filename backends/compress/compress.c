@@ -184,7 +184,7 @@ static int pinned_here(const centry *e, uint64_t now) {
 }
 
 /* Pinned here, or by another process's lookup in the published index. */
-static int pinned(compress_state *st, const centry *e, uint64_t now) {
+static int pinned_anywhere(compress_state *st, const centry *e, uint64_t now) {
     return pinned_here(e, now) || (st->index && kvs_dram_index_pinned(st->index, &e->key));
 }
 
@@ -307,7 +307,7 @@ static void fill_entry(compress_state *st, uint32_t s, uint32_t fresh, uint64_t 
     memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);
     in->allowed = allowed_from(st, e);
     in->devices = e->bytes ? 3u : 2u; /* what was passed down cannot come back up */
-    if (e->bytes && pinned(st, e, now)) {
+    if (e->bytes && pinned_anywhere(st, e, now)) {
         in->allowed = 1u << e->current;
         in->devices = 1u;
     }
@@ -365,7 +365,7 @@ static kvs_status replace_all(compress_state *st, uint32_t fresh) {
         centry *e = &st->slots[s];
         kvs_backend_place_choice c = st->plan_out[i];
         if (c.device < 0) { /* its encoding means nothing then */
-            if (e->bytes && pinned(st, e, now)) continue;
+            if (e->bytes && pinned_anywhere(st, e, now)) continue;
             if (e->bytes && s != fresh) { /* the fresh one was never visible: no event */
                 st->counts.dropped++;
                 st->host->on_evict(st->host->ctx, &e->key, NULL, 0); /* stored nowhere */
@@ -705,7 +705,7 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
     }
     uint64_t now = now_ns(st);
     uint32_t s = find(st, key);
-    if (s != NIL && st->slots[s].bytes && pinned(st, &st->slots[s], now)) {
+    if (s != NIL && st->slots[s].bytes && pinned_anywhere(st, &st->slots[s], now)) {
         pthread_mutex_unlock(&st->lock); /* equal keys hold equal bytes: the pinned one stays */
         return KVS_OK;
     }
