@@ -1,5 +1,5 @@
 /*
- * ucx_remote_nodes.c - the remote tier's connections to its nodes (see ucx_remote_internal.h): the
+ * ucx_remote_nodes.c - the remote tier's connections to its nodes (see ucx_remote_nodes.h): the
  * non-blocking handshake on each node's control connection, the request endpoint made from the
  * worker address the node returns, and the up/down state with its reconnect backoff. Progress
  * thread only.
@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_nodes.h"
+#include "ucx_remote_shared.h"
 
 void remote_control_close(rnode *nd) {
     kvs_chan_close(&nd->ctl);

@@ -1,5 +1,5 @@
 /*
- * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_internal.h): it owns
+ * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_progress.h): it owns
  * the UCX transport and the registered memory, runs the queued jobs one at a time (a batch per
  * node, replies matched by request id) and sleeps on the worker's event fd and the eventfd
  * doorbell.
@@ -14,64 +14,14 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_nodes.h"
+#include "ucx_remote_progress.h"
+#include "ucx_remote_reply.h"
+#include "ucx_remote_state.h"
+#include "ucx_remote_stream.h"
 
 /* ---- messages from nodes --------------------------------------------------------------------- */
-
-void remote_take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
-    job *j = r->current;
-    if (m->type == KVS_WIRE_ERROR) {
-        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len,
-                 m->error_text ? m->error_text : "");
-        if (nd->pending && m->request_id == nd->request_id) {
-            nd->pending = 0;
-            nd->failed = 1;
-        }
-        return;
-    }
-    if (!nd->pending || m->request_id != nd->request_id || !j)
-        return; /* late reply of a past job */
-    uint32_t want = m->type == KVS_WIRE_STATS_REPLY ? 0 : nd->n_batch;
-    if (m->n_entries != want) {
-        nd->pending = 0;
-        nd->failed = 1;
-        return;
-    }
-    for (uint32_t i = 0; i < m->n_entries; i++) {
-        uint32_t k = nd->batch[i];
-        const kvs_wire_entry *e = &m->entries[i];
-        switch (m->type) {
-            case KVS_WIRE_LOOKUP_REPLY:
-                j->present[k] = e->present;
-                j->resolved[k] = 1;
-                break;
-            case KVS_WIRE_GET_REPLY:
-                j->statuses[k] = e->status;
-                j->lens[k] = e->length;
-                j->resolved[k] = 1;
-                break;
-            case KVS_WIRE_PUT_REPLY:
-                if (k < r->n_put_jobs) {
-                    pthread_mutex_lock(&r->mutex);
-                    if (e->status == KVS_OK)
-                        r->stats.puts_stored++;
-                    else
-                        r->stats.puts_refused++;
-                    pthread_mutex_unlock(&r->mutex);
-                }
-                break;
-            case KVS_WIRE_DELETE_REPLY:
-                if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
-                break;
-            default: break;
-        }
-    }
-    if (m->type == KVS_WIRE_STATS_REPLY) {
-        j->objects += m->counters[KVS_WIRE_STAT_OBJECTS];
-        j->bytes += m->counters[KVS_WIRE_STAT_BYTES_USED];
-    }
-    nd->pending = 0;
-}
 
 /* The node waiting for the reply to request_id (request ids are unique across the tier's nodes). */
 static rnode *node_of_request(remote *r, uint64_t request_id) {
