@@ -141,8 +141,8 @@ static void move_item(void *ctx, uint64_t item) {
     if (st != KVS_OK) atomic_store(&b->failed, (int)st);
 }
 
-static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
-                       int to_pages, char *err, size_t err_len) {
+static kvs_status copy_layer(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                             int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
         host_error(err, err_len, "layer out of range");
         return KVS_EINVAL;
@@ -202,7 +202,7 @@ static void run_queued(host_device *d, int loads_only, uint32_t through) {
             d->queue[kept++] = *q;
             continue;
         }
-        kvs_status st = move(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
+        kvs_status st = copy_layer(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
         if (st != KVS_OK) d->failed = st;
     }
     d->n_queued = kept;
@@ -212,14 +212,14 @@ static kvs_status host_load(void *state, uint32_t layer, const kvs_dev_copy *cop
                             char *err, size_t err_len) {
     host_device *d = state;
     if (d->deferred) return queue_copies(d, layer, copies, n, 1, err, err_len);
-    return move(d, layer, copies, n, 1, err, err_len);
+    return copy_layer(d, layer, copies, n, 1, err, err_len);
 }
 
 static kvs_status host_save(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                             char *err, size_t err_len) {
     host_device *d = state;
     if (d->deferred) return queue_copies(d, layer, copies, n, 0, err, err_len);
-    return move(d, layer, copies, n, 0, err, err_len);
+    return copy_layer(d, layer, copies, n, 0, err, err_len);
 }
 
 static kvs_status host_wait(void *state, uint32_t layer, char *err, size_t err_len) {

@@ -31,8 +31,8 @@ static rnode *node_of_request(remote *r, uint64_t request_id) {
     return NULL;
 }
 
-static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
-                       const void *data, size_t data_len) {
+static void on_reply(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     const void *data, size_t data_len) {
     remote *r = user;
     (void)header;
     (void)header_len;
@@ -482,7 +482,7 @@ static void run_puts(remote *r, job *first) {
     for (uint32_t k = 0; k < n; k++) finish(r, r->put_jobs[k]);
 }
 
-static void run_job(remote *r, job *j) {
+static void run_one_job(remote *r, job *j) {
     r->current = j;
     switch (j->kind) {
         case JOB_LOOKUP:
@@ -531,7 +531,7 @@ static void finish(remote *r, job *j) {
 
 /* Register the staging pool (when there is one), the bounce buffer and the put queue with UCX and
  * pack each one's rkey. */
-static kvs_status register_memory(remote *r) {
+static kvs_status register_buffers(remote *r) {
     kvs_status st;
     size_t len = 0;
     if (r->staging && r->staging_len) {
@@ -600,10 +600,10 @@ static kvs_status thread_start(remote *r) {
         remote_set_error(r, "cannot start UCX: %s", err);
         return st;
     }
-    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_reply, r)) != KVS_OK) goto ucx_fail;
     if ((st = kvs_ucx_payload_handler(r->t, PAYLOAD_AM_ID, on_place, on_landed, r)) != KVS_OK)
         goto ucx_fail;
-    if ((st = register_memory(r)) != KVS_OK) goto ucx_fail;
+    if ((st = register_buffers(r)) != KVS_OK) goto ucx_fail;
     /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
      * another host ignores it) */
     r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
@@ -740,7 +740,7 @@ void *remote_progress_main(void *arg) {
             if (stopping)
                 j->status = KVS_EIO;
             else if (!j->abandoned && ms_left(j->deadline_ns) > 0)
-                run_job(r, j);
+                run_one_job(r, j);
             finish(r, j);
             continue;
         }

@@ -328,8 +328,8 @@ static void move_tokens(const layer_walk *w, direction dir, char *base, char *pa
     }
 }
 
-static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                       const kvs_token_span *span, direction dir, char *payload) {
+static void move_layer_rows(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                            const kvs_token_span *span, direction dir, char *payload) {
     if (span->n_tokens == 0) return;
     layer_walk w;
     walk_init(&w, view, shape, span);
@@ -384,13 +384,13 @@ static void move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shap
 
 void kvs_kernel_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
                              const kvs_token_span *span, void *dst) {
-    move_layer(view, shape, span, TO_PAYLOAD, (char *)dst);
+    move_layer_rows(view, shape, span, TO_PAYLOAD, (char *)dst);
 }
 
 void kvs_kernel_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
                               const kvs_token_span *span, const void *src) {
     /* TO_PAGES only reads the payload; the cast is for the shared walker. */
-    move_layer(view, shape, span, TO_PAGES, (char *)(uintptr_t)src);
+    move_layer_rows(view, shape, span, TO_PAGES, (char *)(uintptr_t)src);
 }
 
 uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,
