@@ -55,8 +55,8 @@ check-format: deps
 
 # Static analysis of the C sources (a finding that is wrong is silenced in place with
 # `// cppcheck-suppress <id>` and a reason).
-CPPCHECK_DIRS = common connector backends schedulers kernels/cpu kernels/device_module.c tools examples models \
-  tests bench
+CPPCHECK_DIRS = common connector backends schedulers kernels/cpu kernels/device_host.c \
+  kernels/device_module.c tools examples models tests bench
 cppcheck: deps
 	@cppcheck --quiet --enable=warning,performance,portability --std=c11 -D_GNU_SOURCE -I . \
 	  --inline-suppr --error-exitcode=1 -j $(JOBS) $(CPPCHECK_DIRS)

@@ -1,6 +1,7 @@
 /* device.h - the device interface: how the connector moves one layer of a step's chunks between the
  * engine's paged KV cache and object payloads in host memory. Two devices implement it:
- *   host - kernels/cpu, synchronous; the "GPU" pages are ordinary RAM (tests, CI, CPU engines).
+ *   host - kernels/device_host.c over kernels/cpu, synchronous; the "GPU" pages are ordinary RAM
+ *          (tests, CI, CPU engines).
  *   cuda - kernels/cuda, built as the module libkvstrata-cuda.so.1 and loaded with dlopen when an
  *          engine registers CUDA layer views, so libkvstrata.so itself never links the CUDA runtime.
  *

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/dram/dram_shm.h"
+#include "backends/dram/dram_table.h"
 #include "common/clock.h"
 #include "tests/support/dram_tier.h"
 #include "tests/support/objects.h"

@@ -118,7 +118,7 @@ static uint64_t now_ns(const compress_state *st) {
 
 /* ---- the index: chained buckets over slots that never move --------------------------------- */
 
-static uint32_t find(const compress_state *st, const kvs_key *key) {
+static uint32_t slot_of_key(const compress_state *st, const kvs_key *key) {
     uint32_t s = st->buckets[kvs_key_hash(key) & (st->n_buckets - 1)];
     while (s != NIL && memcmp(&st->slots[s].key, key, sizeof *key) != 0) s = st->slots[s].next;
     return s;
@@ -130,7 +130,7 @@ static void link_slot(compress_state *st, uint32_t s) {
     *head = s;
 }
 
-static kvs_status grow(compress_state *st) {
+static kvs_status grow_slots(compress_state *st) {
     uint32_t n = st->n_slots ? st->n_slots * 2 : 64;
     if (n <= st->n_slots) return KVS_ENOMEM;
     centry *slots = realloc(st->slots, (size_t)n * sizeof *slots);
@@ -154,7 +154,7 @@ static kvs_status grow(compress_state *st) {
 }
 
 static uint32_t take_slot(compress_state *st) {
-    if (st->free_head == NIL && grow(st) != KVS_OK) return NIL;
+    if (st->free_head == NIL && grow_slots(st) != KVS_OK) return NIL;
     uint32_t s = st->free_head;
     st->free_head = st->slots[s].next;
     memset(&st->slots[s], 0, sizeof st->slots[s]);
@@ -184,7 +184,7 @@ static int pinned_here(const centry *e, uint64_t now) {
 }
 
 /* Pinned here, or by another process's lookup in the published index. */
-static int pinned(compress_state *st, const centry *e, uint64_t now) {
+static int pinned_anywhere(compress_state *st, const centry *e, uint64_t now) {
     return pinned_here(e, now) || (st->index && kvs_dram_index_pinned(st->index, &e->key));
 }
 
@@ -307,7 +307,7 @@ static void fill_entry(compress_state *st, uint32_t s, uint32_t fresh, uint64_t 
     memcpy(in->encodings, e->enc, e->n_enc * sizeof e->enc[0]);
     in->allowed = allowed_from(st, e);
     in->devices = e->bytes ? 3u : 2u; /* what was passed down cannot come back up */
-    if (e->bytes && pinned(st, e, now)) {
+    if (e->bytes && pinned_anywhere(st, e, now)) {
         in->allowed = 1u << e->current;
         in->devices = 1u;
     }
@@ -365,7 +365,7 @@ static kvs_status replace_all(compress_state *st, uint32_t fresh) {
         centry *e = &st->slots[s];
         kvs_backend_place_choice c = st->plan_out[i];
         if (c.device < 0) { /* its encoding means nothing then */
-            if (e->bytes && pinned(st, e, now)) continue;
+            if (e->bytes && pinned_anywhere(st, e, now)) continue;
             if (e->bytes && s != fresh) { /* the fresh one was never visible: no event */
                 st->counts.dropped++;
                 st->host->on_evict(st->host->ctx, &e->key, NULL, 0); /* stored nowhere */
@@ -459,7 +459,7 @@ static kvs_status compress_create(const kvs_backend_init *init, void **out) {
         goto fail;
     }
     if (st->opt.index_shm && (rc = open_index(st, init)) != KVS_OK) goto fail;
-    if (!st->lookup_only && (rc = grow(st)) != KVS_OK) {
+    if (!st->lookup_only && (rc = grow_slots(st)) != KVS_OK) {
         set_error(st, "out of memory for its index");
         goto fail;
     }
@@ -556,7 +556,7 @@ static kvs_status compress_contains(void *state, const kvs_key *keys, uint64_t n
     if (st->lookup_only) return kvs_dram_index_contains(st->index, keys, n, n_present);
     pthread_mutex_lock(&st->lock);
     uint64_t i = 0;
-    for (uint32_t s; i < n && (s = find(st, &keys[i])) != NIL && st->slots[s].bytes;) i++;
+    for (uint32_t s; i < n && (s = slot_of_key(st, &keys[i])) != NIL && st->slots[s].bytes;) i++;
     pthread_mutex_unlock(&st->lock);
     *n_present = i;
     return KVS_OK;
@@ -570,7 +570,7 @@ static kvs_status compress_pin(void *state, const kvs_key *keys, uint64_t n, uin
     pthread_mutex_lock(&st->lock);
     uint64_t now = now_ns(st), i = 0;
     for (; i < n; i++) {
-        uint32_t s = find(st, &keys[i]);
+        uint32_t s = slot_of_key(st, &keys[i]);
         if (s == NIL || !st->slots[s].bytes) break;
         centry *e = &st->slots[s];
         if (!pinned_here(e, now)) e->pins = 0; /* expired pins are gone */
@@ -589,7 +589,7 @@ static kvs_status compress_unpin(void *state, const kvs_key *keys, uint64_t n) {
     if (st->lookup_only) return kvs_dram_index_unpin(st->index, keys, n);
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t s = find(st, &keys[i]);
+        uint32_t s = slot_of_key(st, &keys[i]);
         if (s != NIL && st->slots[s].pins) st->slots[s].pins--;
     }
     pthread_mutex_unlock(&st->lock);
@@ -603,7 +603,7 @@ static kvs_status compress_get(void *state, const kvs_key *key, void *dst, uint6
     if (st->lookup_only) return lookup_only_refusal(st, "read");
     pthread_mutex_lock(&st->lock);
     kvs_status rc = KVS_ENOTFOUND;
-    uint32_t s = find(st, key);
+    uint32_t s = slot_of_key(st, key);
     /* Published by this rank's process before it was restarted: the instance forgets it now. */
     if (s == NIL && st->index) kvs_dram_index_forget(st->index, key);
     if (s != NIL && st->slots[s].bytes) {
@@ -664,8 +664,8 @@ static kvs_status place_new(compress_state *st, const kvs_key *key, uint32_t s) 
     /* an encode that failed (values it cannot take in a layer the estimate did not see) leaves room
      * short: the next placements know that encoding is out */
     for (int again = 0; again < 3 && rc == KVS_OK && st->bytes_here > st->capacity; again++)
-        rc = replace_all(st, find(st, key));
-    s = find(st, key);
+        rc = replace_all(st, slot_of_key(st, key));
+    s = slot_of_key(st, key);
     if (rc != KVS_OK) {
         if (s != NIL) release(st, s); /* never visible */
     } else if (st->bytes_here > st->capacity) {
@@ -704,8 +704,8 @@ static kvs_status compress_put(void *state, const kvs_key *key, const void *obje
         return KVS_ENOMEM;
     }
     uint64_t now = now_ns(st);
-    uint32_t s = find(st, key);
-    if (s != NIL && st->slots[s].bytes && pinned(st, &st->slots[s], now)) {
+    uint32_t s = slot_of_key(st, key);
+    if (s != NIL && st->slots[s].bytes && pinned_anywhere(st, &st->slots[s], now)) {
         pthread_mutex_unlock(&st->lock); /* equal keys hold equal bytes: the pinned one stays */
         return KVS_OK;
     }
@@ -723,7 +723,7 @@ static kvs_status compress_remove(void *state, const kvs_key *key) {
         return KVS_OK;
     }
     pthread_mutex_lock(&st->lock);
-    uint32_t s = find(st, key);
+    uint32_t s = slot_of_key(st, key);
     if (s != NIL)
         release(st, s);
     else if (st->index) /* published by this rank's process before it was restarted */
@@ -754,7 +754,7 @@ static kvs_status compress_codecs(void *state, const kvs_key *keys, uint64_t n, 
     if (st->lookup_only) return kvs_dram_index_codecs(st->index, keys, n, codecs);
     pthread_mutex_lock(&st->lock);
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t s = find(st, &keys[i]);
+        uint32_t s = slot_of_key(st, &keys[i]);
         codecs[i] = s == NIL ? 0 : st->slots[s].enc[st->slots[s].current].codec;
     }
     pthread_mutex_unlock(&st->lock);

@@ -1,250 +1,23 @@
 /*
- * dram.c - the DRAM tier (contract in dram.h): its options, the hash index, LRU and slab lifecycle
- * inside the mapping, and the operations. The mapping itself - layout, creating or attaching it,
- * attacher tracking - is dram_shm.c's.
+ * dram.c - the DRAM tier (contract in dram.h): its options and its operations. They stand on two
+ * files below: the tables inside the mapping - hash index, LRU, slab lifecycle, the lock - are
+ * dram_table.c's; the mapping itself - creating or attaching it, attacher tracking - dram_shm.c's.
  */
 #include "dram.h"
 #include "common/clock.h"
-#include "common/errno_name.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "common/options.h"
 #include "common/pace.h"
 #include "common/units.h"
 #include "dram_shm.h"
+#include "dram_table.h"
 
-#include <errno.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-/* ---- small helpers ------------------------------------------------------------------------- */
-
-void dram_set_error(dram_state *st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    kvs_vfmt_tier(st->error, sizeof st->error, "dram", st->tier_name, fmt, ap);
-    va_end(ap);
-}
-
-void dram_log(dram_state *st, int level, const char *message) {
-    if (st->log) st->log(st->host_ctx, level, message);
-}
-
-static uint8_t *slab_data(const dram_state *st, uint32_t s) {
-    return st->data + (uint64_t)s * st->header->geo.slab_bytes;
-}
-
-/* ---- hash index: linear probing, backward-shift deletion (no tombstones) ------------------- */
-
-static uint32_t index_find(const dram_state *st, const kvs_key *key, uint64_t *bucket_out) {
-    uint64_t mask = st->header->geo.n_buckets - 1;
-    for (uint64_t b = kvs_key_hash(key) & mask;; b = (b + 1) & mask) {
-        uint32_t s = st->buckets[b];
-        if (s == DRAM_NIL) return DRAM_NIL;
-        if (memcmp(&st->slabs[s].key, key, sizeof *key) == 0) {
-            if (bucket_out) *bucket_out = b;
-            return s;
-        }
-    }
-}
-
-/* Ask for the index lines that finding keys [0, n) will read: the home buckets of all of them, then
- * the slab entries those buckets name. A lookup's keys land in random buckets of an index far
- * larger than the cache, so finding them one after the other waits for two misses per key in turn;
- * after this the misses overlap. Runs that may stop at their first key (contains, pin) find that
- * one first and ask for the rest only when it is there, so a miss costs nothing more. A hint only,
- * with the lock held: index_find does the finding. */
-static void index_prefetch(const dram_state *st, const kvs_key *keys, uint64_t n) {
-    enum { BATCH = 64 };
-    uint64_t mask = st->header->geo.n_buckets - 1, home[BATCH];
-    for (uint64_t first = 0; first < n; first += BATCH) {
-        uint64_t m = n - first < BATCH ? n - first : BATCH;
-        for (uint64_t i = 0; i < m; i++) {
-            home[i] = kvs_key_hash(&keys[first + i]) & mask;
-            __builtin_prefetch(&st->buckets[home[i]], 0, 3);
-        }
-        for (uint64_t i = 0; i < m; i++) {
-            uint32_t s = st->buckets[home[i]];
-            if (s != DRAM_NIL) __builtin_prefetch(&st->slabs[s], 0, 3);
-        }
-    }
-}
-
-static void index_insert(dram_state *st, uint32_t s) {
-    uint64_t mask = st->header->geo.n_buckets - 1;
-    uint64_t b = kvs_key_hash(&st->slabs[s].key) & mask;
-    while (st->buckets[b] != DRAM_NIL) b = (b + 1) & mask;
-    st->buckets[b] = s;
-}
-
-static void index_erase(dram_state *st, uint64_t hole) {
-    uint64_t mask = st->header->geo.n_buckets - 1;
-    for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
-        uint32_t s = st->buckets[j];
-        if (s == DRAM_NIL) break;
-        uint64_t home = kvs_key_hash(&st->slabs[s].key) & mask;
-        /* Move the entry back unless its home lies cyclically in (hole, j]. */
-        if (((j - home) & mask) >= ((j - hole) & mask)) {
-            st->buckets[hole] = s;
-            hole = j;
-        }
-    }
-    st->buckets[hole] = DRAM_NIL;
-}
-
-/* ---- LRU list and slab lifecycle ------------------------------------------------------------ */
-
-static void lru_unlink(dram_state *st, uint32_t s) {
-    shared_header *h = st->header;
-    slab_entry *e = &st->slabs[s];
-    if (e->prev != DRAM_NIL)
-        st->slabs[e->prev].next = e->next;
-    else
-        h->lru_head = e->next;
-    if (e->next != DRAM_NIL)
-        st->slabs[e->next].prev = e->prev;
-    else
-        h->lru_tail = e->prev;
-    e->prev = e->next = DRAM_NIL;
-}
-
-static void lru_push_head(dram_state *st, uint32_t s) {
-    shared_header *h = st->header;
-    slab_entry *e = &st->slabs[s];
-    e->prev = DRAM_NIL;
-    e->next = h->lru_head;
-    if (h->lru_head != DRAM_NIL)
-        st->slabs[h->lru_head].prev = s;
-    else
-        h->lru_tail = s;
-    h->lru_head = s;
-}
-
-static void lru_touch(dram_state *st, uint32_t s) {
-    if (st->header->lru_head == s) return;
-    lru_unlink(st, s);
-    lru_push_head(st, s);
-}
-
-/* A slab counts as pinned iff pins > 0 and the deadline has not passed. An expired pin is cleared
- * when seen, so a process that crashed holding a pin cannot keep the object forever. */
-static int slab_pinned(slab_entry *e, uint64_t now) {
-    if (e->pins == 0) return 0;
-    if (now < e->pin_deadline_ns) return 1;
-    e->pins = 0;
-    e->pin_deadline_ns = 0;
-    return 0;
-}
-
-static void free_list_push(dram_state *st, uint32_t s) {
-    slab_entry *e = &st->slabs[s];
-    __atomic_store_n(&e->state, (uint32_t)SLAB_FREE, __ATOMIC_RELEASE);
-    e->len = 0;
-    e->pins = 0;
-    e->pin_deadline_ns = 0;
-    e->prev = DRAM_NIL;
-    e->next = st->header->free_head;
-    st->header->free_head = s;
-}
-
-static void drop_object(dram_state *st, uint32_t s, uint64_t bucket) {
-    shared_header *h = st->header;
-    index_erase(st, bucket);
-    lru_unlink(st, s);
-    h->n_objects--;
-    h->object_bytes -= st->slabs[s].len;
-    free_list_push(st, s);
-}
-
-/* A free slab, or the least recently used unpinned one after handing its object to on_evict (not
- * with evict: never, whose process leaves evictions to the tier's owner). */
-static uint32_t take_slab(dram_state *st, uint64_t now) {
-    shared_header *h = st->header;
-    for (uint32_t s = st->evict_never ? DRAM_NIL : h->lru_tail;
-         h->free_head == DRAM_NIL && s != DRAM_NIL; s = st->slabs[s].prev) {
-        slab_entry *e = &st->slabs[s];
-        if (slab_pinned(e, now)) continue;
-        if (st->on_evict) st->on_evict(st->host_ctx, &e->key, slab_data(st, s), e->len);
-        uint64_t bucket = 0;
-        if (index_find(st, &e->key, &bucket) == s) drop_object(st, s, bucket);
-        break;
-    }
-    if (h->free_head == DRAM_NIL) {
-        /* Last resort: a reservation its process never committed. */
-        for (uint64_t i = 0; i < h->geo.n_slabs; i++) {
-            slab_entry *e = &st->slabs[i];
-            if (e->state == SLAB_RESERVED && now > e->pin_deadline_ns) {
-                free_list_push(st, (uint32_t)i);
-                break;
-            }
-        }
-    }
-    uint32_t s = h->free_head;
-    if (s != DRAM_NIL) h->free_head = st->slabs[s].next;
-    return s;
-}
-
-/* Rebuild index, LRU, free list and counts from the slab states after a process died holding the
- * lock mid-update. LRU order is lost; the objects are kept. A slab whose bytes were being written
- * is still free (state is set after the copy); a torn replace fails the connector's checksum. */
-void dram_repair_tables(dram_state *st) {
-    shared_header *h = st->header;
-    for (uint64_t b = 0; b < h->geo.n_buckets; b++) st->buckets[b] = DRAM_NIL;
-    h->lru_head = h->lru_tail = h->free_head = DRAM_NIL;
-    h->n_objects = h->object_bytes = 0;
-    for (uint64_t i = h->geo.n_slabs; i-- > 0;) {
-        uint32_t s = (uint32_t)i;
-        slab_entry *e = &st->slabs[s];
-        if (e->state == SLAB_USED && e->len <= h->geo.slab_bytes &&
-            index_find(st, &e->key, NULL) == DRAM_NIL) {
-            index_insert(st, s);
-            lru_push_head(st, s);
-            h->n_objects++;
-            h->object_bytes += e->len;
-        } else {
-            free_list_push(st, s);
-        }
-    }
-}
-
-kvs_status dram_lock(dram_state *st) {
-    int rc;
-    if (st->lock_timeout_ms) {
-        struct timespec deadline = kvs_timespec_after_ms(CLOCK_MONOTONIC, st->lock_timeout_ms);
-        rc = pthread_mutex_clocklock(&st->header->mutex, CLOCK_MONOTONIC, &deadline);
-    } else {
-        rc = pthread_mutex_lock(&st->header->mutex);
-    }
-    if (rc == 0) return KVS_OK;
-    if (rc == ETIMEDOUT) {
-        dram_set_error(st,
-                       "its lock was not free within lock_timeout_ms (%u ms): a process sharing "
-                       "the tier holds it (stopped, or in a debugger)",
-                       st->lock_timeout_ms);
-        return KVS_ETIMEDOUT;
-    }
-    if (rc == EOWNERDEAD) {
-        dram_repair_tables(st);
-        pthread_mutex_consistent(&st->header->mutex);
-        char message[256];
-        snprintf(message, sizeof message,
-                 "dram tier \"%s\": a process died holding the tier's lock; tables rebuilt",
-                 st->tier_name);
-        dram_log(st, KVS_LOG_WARN, message);
-        return KVS_OK;
-    }
-    dram_set_error(st, "its lock cannot be taken (%s)", kvs_errno_name(rc));
-    return KVS_EIO;
-}
-
-void dram_unlock(dram_state *st) {
-    pthread_mutex_unlock(&st->header->mutex);
-}
 
 /* ---- create / destroy ---------------------------------------------------------------------- */
 
@@ -540,7 +313,7 @@ static kvs_status dram_put(void *state, const kvs_key *key, const void *object, 
         }
         drop_object(st, s, bucket); /* its slab is now the free-list head and is reused below */
     }
-    s = take_slab(st, now);
+    s = dram_take_slab(st, now);
     if (s == DRAM_NIL) {
         dram_set_error(st, "all %llu objects are pinned; no room for another",
                        (unsigned long long)h->geo.n_slabs);
@@ -577,7 +350,7 @@ static kvs_status dram_reserve(void *state, const kvs_key *key, uint64_t len, vo
     kvs_status rc = dram_lock(st);
     if (rc != KVS_OK) return rc;
     uint64_t now = kvs_clock_now_ns(st->clock);
-    uint32_t s = take_slab(st, now);
+    uint32_t s = dram_take_slab(st, now);
     if (s == DRAM_NIL) {
         dram_set_error(st, "all %llu objects are pinned or reserved; no room for another",
                        (unsigned long long)st->header->geo.n_slabs);

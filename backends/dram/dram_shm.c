@@ -3,6 +3,7 @@
  * tracking, detaching (contract in dram_shm.h).
  */
 #include "dram_shm.h"
+#include "dram_table.h"
 
 #include <errno.h>
 #include <fcntl.h>

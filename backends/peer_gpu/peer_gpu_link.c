@@ -189,7 +189,7 @@ static void link_lost(pg_state *st, const char *why) {
 }
 
 /* Answer one message of the lender (lock held). 0; or, when the link is to end, a sentence why. */
-static const char *on_message(pg_state *st, const kvs_lend_msg *m) {
+static const char *on_lender_message(pg_state *st, const kvs_lend_msg *m) {
     char why[256];
     int release = 0;
     switch (m->type) {
@@ -265,7 +265,7 @@ static void *link_thread(void *arg) {
         pthread_mutex_lock(&st->lock);
         kvs_status rc = kvs_lend_recv(sock, 0, st->borrower.n_units, &m, &fd, why, sizeof why);
         if (fd >= 0) close(fd);
-        const char *end = rc == KVS_OK ? on_message(st, &m) : NULL;
+        const char *end = rc == KVS_OK ? on_lender_message(st, &m) : NULL;
         if (end)
             link_lost(st, end);
         else if (rc == KVS_EIO || rc == KVS_EINVAL)

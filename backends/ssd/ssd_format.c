@@ -45,7 +45,7 @@ static void put64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put32(uint8_t *p, uint32_t v) {
+static void le_put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
@@ -55,7 +55,7 @@ static uint64_t get64(const uint8_t *p) {
     return v;
 }
 
-static uint32_t get32(const uint8_t *p) {
+static uint32_t le_get32(const uint8_t *p) {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
     return v;
@@ -63,8 +63,8 @@ static uint32_t get32(const uint8_t *p) {
 
 void ssd_format_encode_superblock(const ssd_superblock *sb, uint8_t *block) {
     put64(block + SB_MAGIC, SUPER_MAGIC);
-    put32(block + SB_VERSION, SSD_FORMAT_VERSION);
-    put32(block + SB_HEADER_BYTES, SSD_BLOCK);
+    le_put32(block + SB_VERSION, SSD_FORMAT_VERSION);
+    le_put32(block + SB_HEADER_BYTES, SSD_BLOCK);
     put64(block + SB_STRIPE, sb->stripe_bytes);
     put64(block + SB_SLOT, sb->slot_bytes);
     put64(block + SB_SLOTS, sb->n_slots);
@@ -73,8 +73,9 @@ void ssd_format_encode_superblock(const ssd_superblock *sb, uint8_t *block) {
 }
 
 int ssd_format_decode_superblock(const uint8_t *block, ssd_superblock *sb) {
-    if (get64(block + SB_MAGIC) != SUPER_MAGIC || get32(block + SB_VERSION) != SSD_FORMAT_VERSION ||
-        get32(block + SB_HEADER_BYTES) != SSD_BLOCK ||
+    if (get64(block + SB_MAGIC) != SUPER_MAGIC ||
+        le_get32(block + SB_VERSION) != SSD_FORMAT_VERSION ||
+        le_get32(block + SB_HEADER_BYTES) != SSD_BLOCK ||
         get64(block + SB_CHECKSUM) != XXH3_64bits(block, SB_CHECKSUM))
         return -1;
     sb->stripe_bytes = get64(block + SB_STRIPE);
@@ -87,18 +88,18 @@ int ssd_format_decode_superblock(const uint8_t *block, ssd_superblock *sb) {
 
 void ssd_format_encode_unit(const ssd_unit_header *h, uint8_t *block) {
     put64(block + UH_MAGIC, UNIT_MAGIC);
-    put32(block + UH_VERSION, SSD_FORMAT_VERSION);
-    put32(block + UH_HEADER_BYTES, SSD_BLOCK);
+    le_put32(block + UH_VERSION, SSD_FORMAT_VERSION);
+    le_put32(block + UH_HEADER_BYTES, SSD_BLOCK);
     memcpy(block + UH_KEY, h->key.bytes, sizeof h->key.bytes);
     put64(block + UH_OBJECT_LEN, h->object_len);
     put64(block + UH_SEQUENCE, h->sequence);
-    put32(block + UH_UNIT, h->unit_index);
-    put32(block + UH_UNITS, h->unit_count);
-    put32(block + UH_REPLICA, h->replica_index);
-    put32(block + UH_REPLICAS, h->replica_count);
+    le_put32(block + UH_UNIT, h->unit_index);
+    le_put32(block + UH_UNITS, h->unit_count);
+    le_put32(block + UH_REPLICA, h->replica_index);
+    le_put32(block + UH_REPLICAS, h->replica_count);
     put64(block + UH_STRIPE, h->stripe_bytes);
-    put32(block + UH_DATA_BYTES, h->data_bytes);
-    put32(block + UH_FLAGS, 0);
+    le_put32(block + UH_DATA_BYTES, h->data_bytes);
+    le_put32(block + UH_FLAGS, 0);
     put64(block + UH_DATA_CHECKSUM, h->data_checksum);
     put64(block + UH_CHECKSUM, XXH3_64bits(block, UH_CHECKSUM));
 }
@@ -116,19 +117,20 @@ uint64_t ssd_format_unit_bytes(uint64_t len, uint64_t stripe_bytes, uint32_t u) 
 }
 
 int ssd_format_decode_unit(const uint8_t *block, ssd_unit_header *h) {
-    if (get64(block + UH_MAGIC) != UNIT_MAGIC || get32(block + UH_VERSION) != SSD_FORMAT_VERSION ||
-        get32(block + UH_HEADER_BYTES) != SSD_BLOCK || get32(block + UH_FLAGS) != 0 ||
+    if (get64(block + UH_MAGIC) != UNIT_MAGIC ||
+        le_get32(block + UH_VERSION) != SSD_FORMAT_VERSION ||
+        le_get32(block + UH_HEADER_BYTES) != SSD_BLOCK || le_get32(block + UH_FLAGS) != 0 ||
         get64(block + UH_CHECKSUM) != XXH3_64bits(block, UH_CHECKSUM))
         return -1;
     memcpy(h->key.bytes, block + UH_KEY, sizeof h->key.bytes);
     h->object_len = get64(block + UH_OBJECT_LEN);
     h->sequence = get64(block + UH_SEQUENCE);
-    h->unit_index = get32(block + UH_UNIT);
-    h->unit_count = get32(block + UH_UNITS);
-    h->replica_index = get32(block + UH_REPLICA);
-    h->replica_count = get32(block + UH_REPLICAS);
+    h->unit_index = le_get32(block + UH_UNIT);
+    h->unit_count = le_get32(block + UH_UNITS);
+    h->replica_index = le_get32(block + UH_REPLICA);
+    h->replica_count = le_get32(block + UH_REPLICAS);
     h->stripe_bytes = get64(block + UH_STRIPE);
-    h->data_bytes = get32(block + UH_DATA_BYTES);
+    h->data_bytes = le_get32(block + UH_DATA_BYTES);
     h->data_checksum = get64(block + UH_DATA_CHECKSUM);
     if (h->stripe_bytes == 0 || h->stripe_bytes % SSD_BLOCK != 0 || h->replica_count == 0 ||
         h->replica_index >= h->replica_count || h->unit_index >= h->unit_count ||

@@ -25,10 +25,10 @@
 
 enum { NODE_FRESH, NODE_CHALLENGED, NODE_ACCEPTED, NODE_REFUSED };
 
-static void say(char *error, size_t error_len, const char *fmt, ...)
+static void auth_error(char *error, size_t error_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void say(char *error, size_t error_len, const char *fmt, ...) {
+static void auth_error(char *error, size_t error_len, const char *fmt, ...) {
     if (!error || error_len == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -40,8 +40,9 @@ kvs_status kvs_remote_psk_set(kvs_remote_psk *out, const void *bytes, size_t len
                               size_t error_len) {
     if (!out || (!bytes && len)) return KVS_EINVAL;
     if (len < KVS_REMOTE_PSK_MIN_BYTES || len > KVS_REMOTE_PSK_MAX_BYTES) {
-        say(error, error_len, "remote auth: a pre-shared key must be %u..%u bytes, this one is %zu",
-            KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES, len);
+        auth_error(error, error_len,
+                   "remote auth: a pre-shared key must be %u..%u bytes, this one is %zu",
+                   KVS_REMOTE_PSK_MIN_BYTES, KVS_REMOTE_PSK_MAX_BYTES, len);
         return KVS_EINVAL;
     }
     memcpy(out->bytes, bytes, len);
@@ -225,19 +226,19 @@ kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_remo
                                       const uint8_t **proof_out, char *error, size_t error_len) {
     if (!node || !master || !hello || !challenge_out || !proof_out) return KVS_EINVAL;
     if (node->state != NODE_FRESH) {
-        say(error, error_len, "remote auth: a second hello on one connection is refused");
+        auth_error(error, error_len, "remote auth: a second hello on one connection is refused");
         node->state = NODE_REFUSED;
         return KVS_ESTATE;
     }
     if (hello->type != KVS_WIRE_HELLO || !hello->nonce || !hello->tenant ||
         !kvs_wire_tenant_ok(hello->tenant, hello->tenant_len)) {
-        say(error, error_len,
-            "remote auth: the first message must be a hello with a tenant and a nonce");
+        auth_error(error, error_len,
+                   "remote auth: the first message must be a hello with a tenant and a nonce");
         node->state = NODE_REFUSED;
         return KVS_EINVAL;
     }
     if (kvs_remote_random(node->challenge, sizeof node->challenge) != KVS_OK) {
-        say(error, error_len, "remote auth: the random generator failed; no challenge made");
+        auth_error(error, error_len, "remote auth: the random generator failed; no challenge made");
         node->state = NODE_REFUSED;
         return KVS_EIO;
     }
@@ -248,7 +249,7 @@ kvs_status kvs_remote_auth_node_hello(kvs_remote_auth_node *node, const kvs_remo
     kvs_remote_transcript t = node_transcript(node);
     if (kvs_remote_tenant_psk(master, node->tenant, node->tenant_len, &node->key) != KVS_OK ||
         kvs_remote_proof(&node->key, KVS_REMOTE_PROOF_NODE, &t, node->node_proof) != KVS_OK) {
-        say(error, error_len, "remote auth: could not derive the tenant's key (libcrypto)");
+        auth_error(error, error_len, "remote auth: could not derive the tenant's key (libcrypto)");
         kvs_remote_auth_node_clear(node);
         node->state = NODE_REFUSED;
         return KVS_EIO;
@@ -263,13 +264,13 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_wire
                                       char *error, size_t error_len) {
     if (!node || !auth) return KVS_EINVAL;
     if (node->state != NODE_CHALLENGED) {
-        say(error, error_len, "remote auth: an auth without a live challenge is refused");
+        auth_error(error, error_len, "remote auth: an auth without a live challenge is refused");
         node->state = NODE_REFUSED;
         return KVS_ESTATE;
     }
     node->state = NODE_REFUSED; /* the challenge is used up whatever happens below */
     if (!auth->proof) {
-        say(error, error_len, "remote auth: tenant \"%s\" sent no proof", node->tenant);
+        auth_error(error, error_len, "remote auth: tenant \"%s\" sent no proof", node->tenant);
         kvs_remote_auth_node_clear(node);
         return KVS_EINVAL;
     }
@@ -278,7 +279,8 @@ kvs_status kvs_remote_auth_node_check(kvs_remote_auth_node *node, const kvs_wire
     kvs_status st = kvs_remote_proof_check(&node->key, KVS_REMOTE_PROOF_CLIENT, &t, auth->proof,
                                            KVS_WIRE_PROOF_BYTES);
     if (st != KVS_OK) {
-        say(error, error_len,
+        auth_error(
+            error, error_len,
             "remote auth: tenant \"%s\" failed the handshake (not its key, a stale proof, or a "
             "message changed on the way)",
             node->tenant);

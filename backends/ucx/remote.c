@@ -12,7 +12,8 @@
 #include "common/options.h"
 #include "wire.h"
 
-static int parse_node(const char *value, void *out, uint64_t nth, char *why, size_t why_len) {
+static int parse_node_option(const char *value, void *out, uint64_t nth, char *why,
+                             size_t why_len) {
     kvs_remote_options *o = out;
     (void)nth;
     const char *colon = strrchr(value, ':');
@@ -59,7 +60,7 @@ static int parse_tenant(const char *value, void *out, uint64_t nth, char *why, s
 
 /* The options, by name (YAML `nodes:` arrive as repeated `node`), and where each goes. */
 static const kvs_option_desc OPTIONS[] = {
-    {.name = "node", .kind = KVS_OPTION_CUSTOM, .repeated = 1, .parse = parse_node},
+    {.name = "node", .kind = KVS_OPTION_CUSTOM, .repeated = 1, .parse = parse_node_option},
     {.name = "psk_file", .kind = KVS_OPTION_STRING, KVS_OPTION_FIELD(kvs_remote_options, psk_file)},
     {.name = "tenant", .kind = KVS_OPTION_CUSTOM, .parse = parse_tenant},
     {.name = "replicas",

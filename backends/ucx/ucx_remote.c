@@ -16,7 +16,10 @@
 
 #include "common/copy.h"
 #include "common/log.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_progress.h"
+#include "ucx_remote_shared.h"
+#include "ucx_remote_state.h"
 
 /* ---- the ops --------------------------------------------------------------------------------- */
 

@@ -1,11 +1,11 @@
-/* ucx_remote_error.c - the remote tier's last error (ucx_remote_internal.h), set from any of its
+/* ucx_remote_error.c - the remote tier's last error (ucx_remote_error.h), set from any of its
  * files: kept under the tier's mutex and logged through the host. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
 
 void remote_set_error(remote *r, const char *fmt, ...) {
     char msg[ERROR_BYTES - 80];

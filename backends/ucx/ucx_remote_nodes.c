@@ -1,5 +1,5 @@
 /*
- * ucx_remote_nodes.c - the remote tier's connections to its nodes (see ucx_remote_internal.h): the
+ * ucx_remote_nodes.c - the remote tier's connections to its nodes (see ucx_remote_nodes.h): the
  * non-blocking handshake on each node's control connection, the request endpoint made from the
  * worker address the node returns, and the up/down state with its reconnect backoff. Progress
  * thread only.
@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_nodes.h"
+#include "ucx_remote_shared.h"
 
 void remote_control_close(rnode *nd) {
     kvs_chan_close(&nd->ctl);
@@ -78,7 +80,7 @@ kvs_status remote_send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t
 }
 
 /* Send one handshake frame on the control connection by the deadline. */
-static kvs_status control_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
+static kvs_status handshake_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline) {
     char err[256];
     size_t len = 0;
     kvs_status st =
@@ -295,7 +297,7 @@ static kvs_status handshake_hello(remote *r, rnode *nd) {
     m.tenant_len = (uint32_t)strlen(r->opt.tenant);
     m.nonce = nd->nonce;
     nd->hs = HS_HELLO_SENT;
-    return control_send(r, nd, &m, nd->hs_deadline_ns);
+    return handshake_send(r, nd, &m, nd->hs_deadline_ns);
 }
 
 /* HS_HELLO_SENT: the node's CHALLENGE must prove it holds the tenant's key; answer with AUTH (our
@@ -330,7 +332,7 @@ static kvs_status handshake_auth(remote *r, rnode *nd) {
     m.proof = nd->client_proof;
     nd->payload_tls[0] = '\0';
     nd->hs = HS_AUTH_SENT;
-    return control_send(r, nd, &m, nd->hs_deadline_ns);
+    return handshake_send(r, nd, &m, nd->hs_deadline_ns);
 }
 
 /* HS_AUTH_SENT: the node's AUTH_OK must prove the whole handshake before anything of it reaches

@@ -1,5 +1,5 @@
 /*
- * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_internal.h): it owns
+ * ucx_remote_progress.c - the remote tier's progress thread (see ucx_remote_progress.h): it owns
  * the UCX transport and the registered memory, runs the queued jobs one at a time (a batch per
  * node, replies matched by request id) and sleeps on the worker's event fd and the eventfd
  * doorbell.
@@ -14,64 +14,14 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_nodes.h"
+#include "ucx_remote_progress.h"
+#include "ucx_remote_reply.h"
+#include "ucx_remote_state.h"
+#include "ucx_remote_stream.h"
 
 /* ---- messages from nodes --------------------------------------------------------------------- */
-
-void remote_take_reply(remote *r, rnode *nd, const kvs_wire_msg *m) {
-    job *j = r->current;
-    if (m->type == KVS_WIRE_ERROR) {
-        snprintf(nd->refusal, sizeof nd->refusal, "%.*s", (int)m->error_text_len,
-                 m->error_text ? m->error_text : "");
-        if (nd->pending && m->request_id == nd->request_id) {
-            nd->pending = 0;
-            nd->failed = 1;
-        }
-        return;
-    }
-    if (!nd->pending || m->request_id != nd->request_id || !j)
-        return; /* late reply of a past job */
-    uint32_t want = m->type == KVS_WIRE_STATS_REPLY ? 0 : nd->n_batch;
-    if (m->n_entries != want) {
-        nd->pending = 0;
-        nd->failed = 1;
-        return;
-    }
-    for (uint32_t i = 0; i < m->n_entries; i++) {
-        uint32_t k = nd->batch[i];
-        const kvs_wire_entry *e = &m->entries[i];
-        switch (m->type) {
-            case KVS_WIRE_LOOKUP_REPLY:
-                j->present[k] = e->present;
-                j->resolved[k] = 1;
-                break;
-            case KVS_WIRE_GET_REPLY:
-                j->statuses[k] = e->status;
-                j->lens[k] = e->length;
-                j->resolved[k] = 1;
-                break;
-            case KVS_WIRE_PUT_REPLY:
-                if (k < r->n_put_jobs) {
-                    pthread_mutex_lock(&r->mutex);
-                    if (e->status == KVS_OK)
-                        r->stats.puts_stored++;
-                    else
-                        r->stats.puts_refused++;
-                    pthread_mutex_unlock(&r->mutex);
-                }
-                break;
-            case KVS_WIRE_DELETE_REPLY:
-                if (e->status != KVS_OK && e->status != KVS_ENOTFOUND) j->statuses[k] = e->status;
-                break;
-            default: break;
-        }
-    }
-    if (m->type == KVS_WIRE_STATS_REPLY) {
-        j->objects += m->counters[KVS_WIRE_STAT_OBJECTS];
-        j->bytes += m->counters[KVS_WIRE_STAT_BYTES_USED];
-    }
-    nd->pending = 0;
-}
 
 /* The node waiting for the reply to request_id (request ids are unique across the tier's nodes). */
 static rnode *node_of_request(remote *r, uint64_t request_id) {
@@ -81,8 +31,8 @@ static rnode *node_of_request(remote *r, uint64_t request_id) {
     return NULL;
 }
 
-static void on_message(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
-                       const void *data, size_t data_len) {
+static void on_reply(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
+                     const void *data, size_t data_len) {
     remote *r = user;
     (void)header;
     (void)header_len;
@@ -532,7 +482,7 @@ static void run_puts(remote *r, job *first) {
     for (uint32_t k = 0; k < n; k++) finish(r, r->put_jobs[k]);
 }
 
-static void run_job(remote *r, job *j) {
+static void run_one_job(remote *r, job *j) {
     r->current = j;
     switch (j->kind) {
         case JOB_LOOKUP:
@@ -581,7 +531,7 @@ static void finish(remote *r, job *j) {
 
 /* Register the staging pool (when there is one), the bounce buffer and the put queue with UCX and
  * pack each one's rkey. */
-static kvs_status register_memory(remote *r) {
+static kvs_status register_buffers(remote *r) {
     kvs_status st;
     size_t len = 0;
     if (r->staging && r->staging_len) {
@@ -650,10 +600,10 @@ static kvs_status thread_start(remote *r) {
         remote_set_error(r, "cannot start UCX: %s", err);
         return st;
     }
-    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_message, r)) != KVS_OK) goto ucx_fail;
+    if ((st = kvs_ucx_am_handler(r->t, REMOTE_AM_ID, on_reply, r)) != KVS_OK) goto ucx_fail;
     if ((st = kvs_ucx_payload_handler(r->t, PAYLOAD_AM_ID, on_place, on_landed, r)) != KVS_OK)
         goto ucx_fail;
-    if ((st = register_memory(r)) != KVS_OK) goto ucx_fail;
+    if ((st = register_buffers(r)) != KVS_OK) goto ucx_fail;
     /* every node gets the worker address in AUTH; with shared_memory: auto the host id too (a node on
      * another host ignores it) */
     r->offer_shared_memory = r->opt.shared_memory && kvs_remote_host_id(r->host_id) == KVS_OK;
@@ -790,7 +740,7 @@ void *remote_progress_main(void *arg) {
             if (stopping)
                 j->status = KVS_EIO;
             else if (!j->abandoned && ms_left(j->deadline_ns) > 0)
-                run_job(r, j);
+                run_one_job(r, j);
             finish(r, j);
             continue;
         }

@@ -14,7 +14,8 @@
 #include "backends/dram/dram.h"
 #include "common/clock.h"
 #include "common/copy.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_error.h"
+#include "ucx_remote_shared.h"
 
 static const kvs_backend_host SHARED_HOST = {.struct_size = sizeof(kvs_backend_host)};
 

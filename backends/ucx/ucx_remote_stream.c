@@ -1,14 +1,16 @@
 /*
  * ucx_remote_stream.c - the remote tier's requests on a node's stream (its control connection:
  * payloads stream, and every request with encrypt; stream.h): a GET with its answer, PUTs answered
- * later, and one-frame LOOKUP, DELETE and STATS. Progress thread only (ucx_remote_internal.h).
+ * later, and one-frame LOOKUP, DELETE and STATS. Progress thread only (ucx_remote_stream.h).
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "stream.h"
-#include "ucx_remote_internal.h"
+#include "ucx_remote_nodes.h"
+#include "ucx_remote_reply.h"
+#include "ucx_remote_stream.h"
 
 /* A GET of the node's batch: the request frame, then groups of records and bytes, each hit read
  * straight into its destination. On any error the node's batch fails (the stream is out of step:

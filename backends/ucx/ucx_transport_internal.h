@@ -95,6 +95,14 @@ struct kvs_ucx_transport {
 unsigned long long ucx_deadline_after(int timeout_ms);
 /* 1 once a connection's guard died or its watched fd fired (the peer process exited). */
 int ucx_guard_dead(const kvs_ucx_conn *conn);
+/* Progress the worker until it has nothing left to do; returns how much it did. */
+unsigned ucx_progress_all(kvs_ucx_transport *t);
+/* Within busy_poll_ns of the last progress, poll UCX instead of sleeping: 1 as soon as it makes
+ * progress, 0 once the window (or the deadline) has passed with none. */
+int ucx_busy_poll(kvs_ucx_transport *t, unsigned long long deadline);
+/* Sleep on the worker's event fd (and the watched connection's fd) until one fires or deadline
+ * passes; returns at once when the worker has events pending. */
+void ucx_sleep_until_event(kvs_ucx_transport *t, unsigned long long deadline);
 /* Poll a callback-less request until it completes or the deadline passes. Completed requests are
  * freed; on timeout *timed_out is set and the request is left to the caller. */
 ucs_status_t ucx_request_wait(kvs_ucx_transport *t, void *request, unsigned long long deadline,
@@ -102,6 +110,9 @@ ucs_status_t ucx_request_wait(kvs_ucx_transport *t, void *request, unsigned long
 /* Release a request that timed out, once its (force-closed) endpoint completed it or after a grace.
  */
 void ucx_request_abandon(kvs_ucx_transport *t, void *request);
+/* Close a connection's endpoint (force: at once, without flushing), bounded by CLOSE_TIMEOUT_MS; a
+ * dead endpoint without peer-failure handling is left to UCX. */
+void ucx_close_ep(kvs_ucx_conn *conn, int force);
 /* Mark a connection dead with a reason and force-close its endpoint. */
 void ucx_fail_conn(kvs_ucx_conn *conn, const char *why);
 /* The connection whose endpoint is ep, or NULL. */
@@ -109,7 +120,7 @@ kvs_ucx_conn *ucx_conn_of_ep(kvs_ucx_transport *t, ucp_ep_h ep);
 /* Learn (once wired up) which UCX transports a connection's lanes use. */
 void ucx_learn_transports(kvs_ucx_conn *conn);
 
-/* ---- active messages (ucx_am.c) -------------------------------------------------------------- */
+/* ---- active messages (ucx_am.c), for ucx_context.c's events and teardown ----------------------- */
 
 /* Free a queued message and its buffers. */
 void ucx_message_free(message *m);

@@ -25,7 +25,7 @@ static void pack_bytes(msgpack_packer *pk, const void *bytes, uint32_t len) {
     msgpack_pack_bin_body(pk, bytes, len);
 }
 
-static void pack_keys(msgpack_packer *pk, const kvs_wire_msg *msg) {
+static void pack_entry_keys(msgpack_packer *pk, const kvs_wire_msg *msg) {
     msgpack_pack_bin(pk, msg->n_entries * KVS_WIRE_KEY_BYTES);
     for (uint32_t i = 0; i < msg->n_entries; i++)
         msgpack_pack_bin_body(pk, msg->entries[i].key, KVS_WIRE_KEY_BYTES);
@@ -183,7 +183,7 @@ static void pack_auth_ok(msgpack_packer *pk, const kvs_wire_msg *msg) {
 static void pack_get(msgpack_packer *pk, const kvs_wire_msg *msg) {
     uint32_t n = msg->n_entries;
     msgpack_pack_array(pk, 2);
-    pack_keys(pk, msg);
+    pack_entry_keys(pk, msg);
     msgpack_pack_array(pk, n);
     for (uint32_t i = 0; i < n; i++) {
         const kvs_wire_entry *e = &msg->entries[i];
@@ -202,7 +202,7 @@ static void pack_get(msgpack_packer *pk, const kvs_wire_msg *msg) {
 static void pack_put(msgpack_packer *pk, const kvs_wire_msg *msg) {
     uint32_t n = msg->n_entries;
     msgpack_pack_array(pk, msg->read_by_ns ? 3 : 2);
-    pack_keys(pk, msg);
+    pack_entry_keys(pk, msg);
     msgpack_pack_array(pk, n);
     for (uint32_t i = 0; i < n; i++) {
         const kvs_wire_entry *e = &msg->entries[i];
@@ -276,7 +276,7 @@ static void pack_body(msgpack_packer *pk, const kvs_wire_msg *msg) {
         case KVS_WIRE_LOOKUP:
         case KVS_WIRE_DELETE:
             msgpack_pack_array(pk, 1);
-            pack_keys(pk, msg);
+            pack_entry_keys(pk, msg);
             break;
         case KVS_WIRE_GET: pack_get(pk, msg); break;
         case KVS_WIRE_PUT: pack_put(pk, msg); break;

@@ -60,7 +60,7 @@ static uint16_t get16(const uint8_t *p) {
 
 typedef kvs_codec_geom geom;
 
-static geom geometry(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, uint32_t n) {
+static geom geom_of(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype, uint32_t n) {
     return kvs_codec_geometry(c, shape, kvs_dtype_bytes(dtype), n);
 }
 
@@ -101,7 +101,7 @@ kvs_status kvs_codec_check(const kvs_codec *c, const kvs_kv_shape *shape, uint32
 
 uint64_t kvs_codec_layer_bytes(const kvs_codec *c, const kvs_kv_shape *shape, uint32_t dtype,
                                uint32_t n_tokens) {
-    geom g = geometry(c, shape, dtype, n_tokens);
+    geom g = geom_of(c, shape, dtype, n_tokens);
     uint64_t k = g.codes + g.k_meta;
     return shape->has_v ? k + g.codes + g.v_meta : k;
 }
@@ -309,7 +309,7 @@ kvs_status kvs_codec_encode_layer_kept(const kvs_codec *c, const kvs_kv_shape *s
                                        const void *v_rows, const uint8_t *kept_mask, void *out) {
     if (c->kind == KVS_CODEC_DROP)
         return kvs_codec_drop_encode(c, shape, dtype, n_tokens, k_rows, v_rows, kept_mask, out);
-    geom g = geometry(c, shape, dtype, n_tokens);
+    geom g = geom_of(c, shape, dtype, n_tokens);
     uint64_t elems = (uint64_t)n_tokens * g.heads * g.dim, row = (uint64_t)g.heads * g.dim;
     double *mn = malloc(2 * row * sizeof(double) + (elems + 2 * row) * sizeof(float));
     if (!mn) return KVS_ENOMEM;
@@ -470,7 +470,7 @@ kvs_status kvs_codec_scatter_rows(const kvs_codec *c, const kvs_layer_view *view
     if (c->kind == KVS_CODEC_DROP)
         return kvs_codec_drop_scatter_rows(c, view, shape, dtype, span, encoded, encoded_tokens,
                                            first_row);
-    geom g = geometry(c, shape, dtype, encoded_tokens);
+    geom g = geom_of(c, shape, dtype, encoded_tokens);
     const uint8_t *k_codes = encoded, *k_meta = k_codes + g.codes;
     const uint8_t *v_codes = k_meta + g.k_meta, *v_meta = v_codes + g.codes;
     uint64_t row = (uint64_t)g.heads * g.dim;

@@ -16,10 +16,10 @@
 #define HASH_PIECE_BYTES ((size_t)32 * 1024)
 #endif
 
-static void set_error(char *err, size_t err_len, const char *fmt, ...)
+static void kernel_arg_error(char *err, size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void set_error(char *err, size_t err_len, const char *fmt, ...) {
+static void kernel_arg_error(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || err_len == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -72,21 +72,22 @@ static kvs_status check_overlap(const kvs_layer_view *view, const kvs_kv_shape *
         uint64_t stride = (uint64_t)d->stride;
         if (stride < extent) {
             if (below)
-                set_error(err, err_len, "layer view: %s %lld makes %s overlap %s (needs >= %llu)",
-                          d->stride_name, (long long)d->stride, d->plural, below->plural,
-                          (unsigned long long)extent);
+                kernel_arg_error(err, err_len,
+                                 "layer view: %s %lld makes %s overlap %s (needs >= %llu)",
+                                 d->stride_name, (long long)d->stride, d->plural, below->plural,
+                                 (unsigned long long)extent);
             else
-                set_error(err, err_len,
-                          "layer view: %s %lld makes %s overlap each other (needs >= head_bytes "
-                          "%llu)",
-                          d->stride_name, (long long)d->stride, d->plural,
-                          (unsigned long long)extent);
+                kernel_arg_error(
+                    err, err_len,
+                    "layer view: %s %lld makes %s overlap each other (needs >= head_bytes "
+                    "%llu)",
+                    d->stride_name, (long long)d->stride, d->plural, (unsigned long long)extent);
             return KVS_EINVAL;
         }
         if ((d->count - 1) > (limit - extent) / stride) {
-            set_error(err, err_len, "layer view: %s %lld times %llu %s spans more than 2^63 bytes",
-                      d->stride_name, (long long)d->stride, (unsigned long long)d->count,
-                      d->plural);
+            kernel_arg_error(
+                err, err_len, "layer view: %s %lld times %llu %s spans more than 2^63 bytes",
+                d->stride_name, (long long)d->stride, (unsigned long long)d->count, d->plural);
             return KVS_EINVAL;
         }
         extent += stride * (d->count - 1);
@@ -98,35 +99,35 @@ static kvs_status check_overlap(const kvs_layer_view *view, const kvs_kv_shape *
 kvs_status kvs_kernel_check_view(const kvs_layer_view *view, const kvs_kv_shape *shape, char *err,
                                  size_t err_len) {
     if (!view || !shape) {
-        set_error(err, err_len, "layer view: %s is NULL", !view ? "view" : "shape");
+        kernel_arg_error(err, err_len, "layer view: %s is NULL", !view ? "view" : "shape");
         return KVS_EINVAL;
     }
     if (shape->n_heads == 0 || shape->head_bytes == 0 || shape->block_tokens == 0) {
-        set_error(err, err_len, "layer view: shape has %s 0",
-                  shape->n_heads == 0      ? "n_heads"
-                  : shape->head_bytes == 0 ? "head_bytes"
-                                           : "block_tokens");
+        kernel_arg_error(err, err_len, "layer view: shape has %s 0",
+                         shape->n_heads == 0      ? "n_heads"
+                         : shape->head_bytes == 0 ? "head_bytes"
+                                                  : "block_tokens");
         return KVS_EINVAL;
     }
     if (!view->k_base) {
-        set_error(err, err_len, "layer view: k_base is NULL");
+        kernel_arg_error(err, err_len, "layer view: k_base is NULL");
         return KVS_EINVAL;
     }
     if (shape->has_v && !view->v_base) {
-        set_error(err, err_len, "layer view: v_base is NULL but the shape has V (not MLA)");
+        kernel_arg_error(err, err_len, "layer view: v_base is NULL but the shape has V (not MLA)");
         return KVS_EINVAL;
     }
     if (!shape->has_v && view->v_base) {
-        set_error(err, err_len, "layer view: v_base is set but the shape has no V (MLA)");
+        kernel_arg_error(err, err_len, "layer view: v_base is set but the shape has no V (MLA)");
         return KVS_EINVAL;
     }
     if (view->k_base == view->v_base) {
-        set_error(err, err_len, "layer view: k_base and v_base are the same address %p",
-                  view->k_base);
+        kernel_arg_error(err, err_len, "layer view: k_base and v_base are the same address %p",
+                         view->k_base);
         return KVS_EINVAL;
     }
     if (view->n_blocks == 0) {
-        set_error(err, err_len, "layer view: n_blocks is 0");
+        kernel_arg_error(err, err_len, "layer view: n_blocks is 0");
         return KVS_EINVAL;
     }
     const struct {
@@ -137,8 +138,8 @@ kvs_status kvs_kernel_check_view(const kvs_layer_view *view, const kvs_kv_shape 
                     {"head_stride", view->head_stride}};
     for (int i = 0; i < 3; i++) {
         if (strides[i].value < 0) {
-            set_error(err, err_len, "layer view: %s %lld is negative", strides[i].name,
-                      (long long)strides[i].value);
+            kernel_arg_error(err, err_len, "layer view: %s %lld is negative", strides[i].name,
+                             (long long)strides[i].value);
             return KVS_EINVAL;
         }
     }
@@ -148,47 +149,48 @@ kvs_status kvs_kernel_check_view(const kvs_layer_view *view, const kvs_kv_shape 
 kvs_status kvs_kernel_check_span(const kvs_layer_view *view, const kvs_kv_shape *shape,
                                  const kvs_token_span *span, char *err, size_t err_len) {
     if (!view || !shape || !span) {
-        set_error(err, err_len, "token span: %s is NULL",
-                  !view    ? "view"
-                  : !shape ? "shape"
-                           : "span");
+        kernel_arg_error(err, err_len, "token span: %s is NULL",
+                         !view    ? "view"
+                         : !shape ? "shape"
+                                  : "span");
         return KVS_EINVAL;
     }
     if (shape->block_tokens == 0) {
-        set_error(err, err_len, "token span: shape has block_tokens 0");
+        kernel_arg_error(err, err_len, "token span: shape has block_tokens 0");
         return KVS_EINVAL;
     }
     if (span->n_tokens == 0) {
-        set_error(err, err_len, "token span: n_tokens is 0");
+        kernel_arg_error(err, err_len, "token span: n_tokens is 0");
         return KVS_EINVAL;
     }
     if (span->first_token > UINT64_MAX - span->n_tokens) {
-        set_error(err, err_len, "token span: first_token %llu + n_tokens %u overflows",
-                  (unsigned long long)span->first_token, span->n_tokens);
+        kernel_arg_error(err, err_len, "token span: first_token %llu + n_tokens %u overflows",
+                         (unsigned long long)span->first_token, span->n_tokens);
         return KVS_EINVAL;
     }
     if (!span->block_ids) {
-        set_error(err, err_len, "token span: block_ids is NULL");
+        kernel_arg_error(err, err_len, "token span: block_ids is NULL");
         return KVS_EINVAL;
     }
     uint64_t end = span->first_token + span->n_tokens;
     uint64_t first_index = span->first_token / shape->block_tokens;
     uint64_t last_index = (end - 1) / shape->block_tokens;
     if (last_index >= span->n_block_ids) {
-        set_error(err, err_len,
-                  "token span: block table has %llu ids but tokens %llu..%llu need %llu "
-                  "(block_tokens %u)",
-                  (unsigned long long)span->n_block_ids, (unsigned long long)span->first_token,
-                  (unsigned long long)(end - 1), (unsigned long long)(last_index + 1),
-                  shape->block_tokens);
+        kernel_arg_error(err, err_len,
+                         "token span: block table has %llu ids but tokens %llu..%llu need %llu "
+                         "(block_tokens %u)",
+                         (unsigned long long)span->n_block_ids,
+                         (unsigned long long)span->first_token, (unsigned long long)(end - 1),
+                         (unsigned long long)(last_index + 1), shape->block_tokens);
         return KVS_EINVAL;
     }
     for (uint64_t i = first_index; i <= last_index; i++) {
         if (span->block_ids[i] >= view->n_blocks) {
-            set_error(err, err_len,
-                      "token span: block id %u at table index %llu is out of range (the layer has "
-                      "%u blocks)",
-                      span->block_ids[i], (unsigned long long)i, view->n_blocks);
+            kernel_arg_error(
+                err, err_len,
+                "token span: block id %u at table index %llu is out of range (the layer has "
+                "%u blocks)",
+                span->block_ids[i], (unsigned long long)i, view->n_blocks);
             return KVS_EINVAL;
         }
     }
@@ -326,8 +328,8 @@ static void move_tokens(const layer_walk *w, direction dir, char *base, char *pa
     }
 }
 
-static void move_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
-                       const kvs_token_span *span, direction dir, char *payload) {
+static void move_layer_rows(const kvs_layer_view *view, const kvs_kv_shape *shape,
+                            const kvs_token_span *span, direction dir, char *payload) {
     if (span->n_tokens == 0) return;
     layer_walk w;
     walk_init(&w, view, shape, span);
@@ -382,13 +384,13 @@ static void move_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shap
 
 void kvs_kernel_gather_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
                              const kvs_token_span *span, void *dst) {
-    move_layer(view, shape, span, TO_PAYLOAD, (char *)dst);
+    move_layer_rows(view, shape, span, TO_PAYLOAD, (char *)dst);
 }
 
 void kvs_kernel_scatter_layer(const kvs_layer_view *view, const kvs_kv_shape *shape,
                               const kvs_token_span *span, const void *src) {
     /* TO_PAGES only reads the payload; the cast is for the shared walker. */
-    move_layer(view, shape, span, TO_PAGES, (char *)(uintptr_t)src);
+    move_layer_rows(view, shape, span, TO_PAGES, (char *)(uintptr_t)src);
 }
 
 uint64_t kvs_kernel_scatter_layer_hash(const kvs_layer_view *view, const kvs_kv_shape *shape,

@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-static void say(char *err, size_t err_len, const char *fmt, ...)
+static void plan_error(char *err, size_t err_len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-static void say(char *err, size_t err_len, const char *fmt, ...) {
+static void plan_error(char *err, size_t err_len, const char *fmt, ...) {
     if (!err || err_len == 0) return;
     va_list ap;
     va_start(ap, fmt);
@@ -73,34 +73,35 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
                                  char *err, size_t err_len) {
     uint64_t total = 0;
     if (n > 0 && !copies) {
-        say(err, err_len, "cuda device: %s(%u): copies is NULL for %llu copies", op, layer_index,
-            (unsigned long long)n);
+        plan_error(err, err_len, "cuda device: %s(%u): copies is NULL for %llu copies", op,
+                   layer_index, (unsigned long long)n);
         return KVS_EINVAL;
     }
     for (uint64_t i = 0; i < n; i++) {
         const kvs_dev_copy *c = &copies[i];
         if (c->n_tokens == 0) continue;
         if (c->first_token > UINT64_MAX - c->n_tokens) {
-            say(err, err_len,
-                "cuda device: %s(%u): copy %llu: first_token %llu + n_tokens %u overflows", op,
-                layer_index, (unsigned long long)i, (unsigned long long)c->first_token,
-                c->n_tokens);
+            plan_error(err, err_len,
+                       "cuda device: %s(%u): copy %llu: first_token %llu + n_tokens %u overflows",
+                       op, layer_index, (unsigned long long)i, (unsigned long long)c->first_token,
+                       c->n_tokens);
             return KVS_EINVAL;
         }
         if (!c->block_ids) {
-            say(err, err_len, "cuda device: %s(%u): copy %llu: block_ids is NULL", op, layer_index,
-                (unsigned long long)i);
+            plan_error(err, err_len, "cuda device: %s(%u): copy %llu: block_ids is NULL", op,
+                       layer_index, (unsigned long long)i);
             return KVS_EINVAL;
         }
         if (!c->k_payload || (layer->n_parts == 2 && !c->v_payload)) {
-            say(err, err_len, "cuda device: %s(%u): copy %llu: %s is NULL", op, layer_index,
-                (unsigned long long)i, !c->k_payload ? "k_payload" : "v_payload");
+            plan_error(err, err_len, "cuda device: %s(%u): copy %llu: %s is NULL", op, layer_index,
+                       (unsigned long long)i, !c->k_payload ? "k_payload" : "v_payload");
             return KVS_EINVAL;
         }
         const uint64_t first = c->first_token / layer->block_tokens;
         const uint64_t last = (c->first_token + c->n_tokens - 1) / layer->block_tokens;
         if (last >= c->n_block_ids) {
-            say(err, err_len,
+            plan_error(
+                err, err_len,
                 "cuda device: %s(%u): copy %llu: block table has %llu ids but tokens %llu..%llu "
                 "need "
                 "%llu (block_tokens %u)",
@@ -112,7 +113,8 @@ kvs_status kvs_cuda_check_copies(const kvs_cuda_layer *layer, uint32_t layer_ind
         }
         for (uint64_t b = first; b <= last; b++) {
             if (c->block_ids[b] >= layer->n_blocks) {
-                say(err, err_len,
+                plan_error(
+                    err, err_len,
                     "cuda device: %s(%u): copy %llu: block id %u at table index %llu is out of "
                     "range "
                     "(the layer has %u blocks)",
@@ -151,7 +153,8 @@ kvs_status kvs_cuda_pack(const kvs_cuda_layer *layer, const kvs_dev_copy *copies
     const uint64_t ids_at = ids_offset_for(n_copies);
     const uint64_t bytes = ids_at + n_ids * sizeof(uint32_t);
     if (n_copies > UINT32_MAX || bytes > block_bytes) {
-        say(err, err_len,
+        plan_error(
+            err, err_len,
             "cuda device: %llu copies touching %llu blocks need a %llu-byte descriptor block, over "
             "the %llu bytes sized at open",
             (unsigned long long)n_copies, (unsigned long long)n_ids, (unsigned long long)bytes,
@@ -207,8 +210,8 @@ kvs_status kvs_cuda_plan_runs(const kvs_cuda_layer *layer, const kvs_dev_copy *c
                               int to_pages, kvs_cuda_runs *runs, char *err, size_t err_len) {
     runs->n = 0;
     if (!layer->tokens_contiguous) {
-        say(err, err_len,
-            "cuda device: the layout has no contiguous page runs for the copy engines");
+        plan_error(err, err_len,
+                   "cuda device: the layout has no contiguous page runs for the copy engines");
         return KVS_EINVAL;
     }
     const uint64_t token_bytes = kvs_cuda_token_bytes(layer);
@@ -240,7 +243,8 @@ kvs_status kvs_cuda_plan_runs(const kvs_cuda_layer *layer, const kvs_dev_copy *c
                         bytes; /* continues the previous run on both sides */
                 } else {
                     if (runs->n == runs->cap) {
-                        say(err, err_len,
+                        plan_error(
+                            err, err_len,
                             "cuda device: the copies need more than the %llu contiguous runs sized "
                             "at open",
                             (unsigned long long)runs->cap);

@@ -3,7 +3,7 @@
  * accepts connections, hands control connections to node_control.c and routes each UCX request to
  * its session, served by node_requests.c. Connections are closed here, after the callback that
  * marked them returns. */
-#include "node_internal.h"
+#include "node.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,7 +18,11 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_control.h"
 #include "node_quota.h"
+#include "node_requests.h"
+#include "node_state.h"
+#include "node_stream.h"
 
 #define LOOP_WAIT_MS         1000 /* the loop progresses UCX at least this often, events or not */
 #define SHARED_ROOM_CHECK_MS 100  /* how often the shared tier's free room is checked */

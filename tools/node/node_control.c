@@ -5,7 +5,7 @@
  * bytes (KVS_CONTROL_MAX_FRAME_BYTES per frame) and time (timeout_ms for all of it), read without
  * blocking, and anything wrong closes it. Only after AUTH_OK does the node make a UCX endpoint (from
  * the client's worker address) and hand out its own worker address and a session token. */
-#include "node_internal.h"
+#include "node_control.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>

@@ -80,12 +80,12 @@ static uint64_t bucket_in(const kvs_key *key, uint64_t seed, uint64_t n_buckets)
     return (h >> 32) & (n_buckets - 1);
 }
 
-static uint64_t bucket_of(const node_quota *q, const kvs_key *key) {
+static uint64_t record_bucket(const node_quota *q, const kvs_key *key) {
     return bucket_in(key, q->seed, q->n_buckets);
 }
 
 /* Twice the buckets once there are more records than buckets (out of memory: stay as it is). */
-static void grow(node_quota *q) {
+static void grow_buckets(node_quota *q) {
     uint64_t n = q->n_buckets * 2;
     record **b = calloc(n, sizeof *b);
     if (!b) return;
@@ -102,7 +102,7 @@ static void grow(node_quota *q) {
 }
 
 static record **slot_of(node_quota *q, const kvs_key *key) {
-    record **at = &q->buckets[bucket_of(q, key)];
+    record **at = &q->buckets[record_bucket(q, key)];
     while (*at && memcmp((*at)->key.bytes, key->bytes, sizeof key->bytes) != 0)
         at = &(*at)->next_hash;
     return at;
@@ -176,8 +176,8 @@ void node_quota_stored(node_quota *q, const char *tenant, const kvs_key *key, ui
             t->oldest = r;
         t->newest = r;
         t->used += charge;
-        if (q->n_records >= q->n_buckets) grow(q);
-        record **slot = &q->buckets[bucket_of(q, key)];
+        if (q->n_records >= q->n_buckets) grow_buckets(q);
+        record **slot = &q->buckets[record_bucket(q, key)];
         r->next_hash = *slot;
         *slot = r;
         q->n_records++;

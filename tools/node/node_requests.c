@@ -6,7 +6,7 @@
  * zero-copy tier (dram) and writes it from its slab into the client's memory, all of a request's
  * objects in flight at once with one flush; a PUT reserves room in the top tier and reads the
  * client's bytes straight into it. Tiers without those (ssd) go through staging slots. */
-#include "node_internal.h"
+#include "node_requests.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_control.h"
 #include "node_quota.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */

@@ -2,7 +2,7 @@
  * backends/ucx/stream.h): the objects' bytes move between the socket and the tiers' memory with
  * readv/writev, the copies of a plain TCP stream and no more. Requests are served to completion, one
  * at a time, each bounded by timeout_ms; anything wrong ends the session. */
-#include "node_internal.h"
+#include "node_stream.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,7 +14,9 @@
 #include "backends/ucx/stream.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_control.h"
 #include "node_quota.h"
+#include "node_requests.h"
 
 /* A frame, PUT or GET must be done by now + timeout_ms; never later than a minute, well within the
  * two minutes a tier keeps a reservation (dram.c) or a pin lease the node takes. */

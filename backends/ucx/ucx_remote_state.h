@@ -1,11 +1,11 @@
 /*
- * ucx_remote_internal.h - what the remote tier's I/O files share, nothing public: the tier
+ * ucx_remote_state.h - the remote tier's state, shared by its files, nothing public: the tier
  * (remote), its nodes (rnode) and its queued jobs (job). Ops on any thread queue jobs
  * (ucx_remote.c); the one progress thread runs them (ucx_remote_progress.c) and keeps the node
- * connections (ucx_remote_nodes.c).
+ * connections (ucx_remote_nodes.c). Each file's calls are in its own header.
  */
-#ifndef KVS_UCX_REMOTE_INTERNAL_H
-#define KVS_UCX_REMOTE_INTERNAL_H
+#ifndef KVS_UCX_REMOTE_STATE_H
+#define KVS_UCX_REMOTE_STATE_H
 
 #include <poll.h>
 #include <pthread.h>
@@ -204,75 +204,5 @@ static inline int ms_left(uint64_t deadline) {
 static inline const char *node_id(const remote *r, const rnode *nd) {
     return r->opt.ids[nd->index];
 }
-
-/* ---- requests on a node's stream (ucx_remote_stream.c; progress thread only) ----------------- */
-
-/* A GET of the node's batch on its stream: the frame, then groups of records and bytes, each hit
- * read straight into its destination; on any error the batch fails (the caller marks it down). */
-kvs_status remote_stream_get(remote *r, rnode *nd, job *j, const kvs_wire_msg *m,
-                             uint64_t deadline);
-/* A PUT of the node's batch: the frame and the objects' bytes from the put queue; its answer is
- * read later (remote_stream_drain). */
-kvs_status remote_stream_put(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline);
-/* An encrypted node's LOOKUP, DELETE or STATS: written by send, its answer read by take (after
- * every node's was written) and taken as a UCX reply would be; a failure marks the node failed. */
-kvs_status remote_stream_call_send(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline);
-void remote_stream_call_take(remote *r, rnode *nd, uint64_t deadline);
-/* A node's reply to its pending request into the current job (ucx_remote_progress.c). */
-void remote_take_reply(remote *r, rnode *nd, const kvs_wire_msg *m);
-
-/* Read the answers of a stream node's PUTs in flight until at most `keep` are left (0: all), by the
- * deadline; counts what they say. A failure marks the node down (its unanswered copies are counted
- * dropped). Returns KVS_OK when the node is still up. Progress thread only. */
-kvs_status remote_stream_drain(remote *r, rnode *nd, uint32_t keep, uint64_t deadline);
-
-/* Record the tier's last error (under mutex) and log it through the host. Any thread. */
-void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* ---- a node's shared tier (ucx_remote_shared.c) ---------------------------------------------- */
-
-/* AUTH_OK of a node's new session: attach the shared DRAM tier it names (shared_memory: auto
- * only); a failure is said and leaves gets on the node's connection. Progress thread. */
-void remote_shared_attach(remote *r, rnode *nd, const kvs_wire_msg *m);
-/* Detach a node's shared tier (its session ended), once no get is copying out of it. Progress
- * thread, or any thread once it is gone. */
-void remote_shared_detach(remote *r, rnode *nd);
-/* Detach every node's shared tier (the tier is being freed, its thread gone). */
-void remote_shared_detach_all(remote *r);
-/* Get what the attached shared tiers hold of keys, straight into dsts. statuses come in as
- * KVS_ENOTFOUND; those answered are set (KVS_OK, or KVS_EOVERFLOW with the size in lens), the rest
- * stay. Returns how many were answered. Any thread. */
-/* A put straight into the shared tier of the key's home node (replicas 1, a node on this host
- * with one, room free there): KVS_OK when stored; otherwise nothing was stored and the caller
- * queues it. Any thread. */
-kvs_status remote_shared_put(remote *r, const kvs_key *key, const void *object, uint64_t len);
-uint64_t remote_shared_gets(remote *r, const kvs_key *keys, void *const *dsts, const uint64_t *caps,
-                            uint64_t n, uint64_t *lens, kvs_status *statuses);
-
-/* ---- node connections (ucx_remote_nodes.c; progress thread only) ----------------------------- */
-
-/* Close a node's control connection and drop its frame reader. */
-void remote_control_close(rnode *nd);
-/* Mark a node down (counted and reported once while it was up) and schedule its reconnect. */
-void remote_node_down(remote *r, rnode *nd, const char *why);
-/* Encode m and send it on the node's request endpoint by the deadline; nd->refusal says why not. */
-kvs_status remote_send_msg(remote *r, rnode *nd, const kvs_wire_msg *m, uint64_t deadline);
-/* What a node in its handshake waits for on its control connection (poll events). */
-short remote_handshake_events(const rnode *nd);
-/* 1 while a node's handshake is under way (begun, neither up nor failed). */
-int remote_in_handshake(const rnode *nd);
-/* Connect and authenticate one node, waiting for it (at create, before the progress loop runs). */
-kvs_status remote_node_connect(remote *r, rnode *nd);
-/* Start the handshakes that are due and move on those under way, without waiting on any; lowers
- * *next_ns to the next instant one needs attention. */
-void remote_reconnect_due(remote *r, uint64_t *next_ns);
-/* The transport's callback for a request endpoint that died: its node fails its pending request. */
-void remote_on_dead(void *user, kvs_ucx_conn *conn, const char *why);
-
-/* ---- the progress thread (ucx_remote_progress.c) --------------------------------------------- */
-
-/* The thread's body (arg: the remote): starts UCX and connects the nodes, reports r->ready, then
- * runs queued jobs until r->stopping and the queue is drained. */
-void *remote_progress_main(void *arg);
 
 #endif

@@ -11,7 +11,7 @@
 #include "common/workers.h"
 #include "kernels/device.h"
 
-static void say(char *err, size_t err_len, const char *what) {
+static void host_error(char *err, size_t err_len, const char *what) {
     if (err && err_len) snprintf(err, err_len, "host device: %s", what);
 }
 
@@ -38,14 +38,14 @@ static void host_close(void *state);
 static kvs_status host_open(const kvs_device_init *init, void **state, kvs_device_info *info,
                             char *err, size_t err_len) {
     if (!init || !state || !init->views || init->n_layers == 0) {
-        say(err, err_len, "no layers to open");
+        host_error(err, err_len, "no layers to open");
         return KVS_EINVAL;
     }
     host_device *d = calloc(1, sizeof *d);
     if (d) d->views = malloc(init->n_layers * sizeof *d->views);
     if (!d || !d->views) {
         free(d);
-        say(err, err_len, "out of memory");
+        host_error(err, err_len, "out of memory");
         return KVS_ENOMEM;
     }
     memcpy(d->views, init->views, init->n_layers * sizeof *d->views);
@@ -58,9 +58,9 @@ static kvs_status host_open(const kvs_device_init *init, void **state, kvs_devic
     kvs_status st =
         d->deferred || threads < 2 ? KVS_OK : kvs_workers_create(threads - 1, &d->helpers);
     if (st != KVS_OK) { /* open fails when the system refuses one */
-        say(err, err_len,
-            st == KVS_ENOMEM ? "out of memory for the copy threads"
-                             : "cannot start the copy threads (device.host_threads)");
+        host_error(err, err_len,
+                   st == KVS_ENOMEM ? "out of memory for the copy threads"
+                                    : "cannot start the copy threads (device.host_threads)");
         host_close(d);
         return KVS_ENOMEM;
     }
@@ -141,10 +141,10 @@ static void move_item(void *ctx, uint64_t item) {
     if (st != KVS_OK) atomic_store(&b->failed, (int)st);
 }
 
-static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
-                       int to_pages, char *err, size_t err_len) {
+static kvs_status copy_layer(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
+                             int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
-        say(err, err_len, "layer out of range");
+        host_error(err, err_len, "layer out of range");
         return KVS_EINVAL;
     }
     const kvs_layer_view *view = &d->views[layer];
@@ -161,16 +161,17 @@ static kvs_status move(host_device *d, uint32_t layer, const kvs_dev_copy *copie
         kvs_workers_wait(d->helpers);
         failed = (kvs_status)atomic_load(&b.failed);
     }
-    if (failed != KVS_OK) say(err, err_len, "a lossy layer could not be decoded into the pages");
+    if (failed != KVS_OK)
+        host_error(err, err_len, "a lossy layer could not be decoded into the pages");
     return failed;
 }
 
 /* Deferred mode keeps the caller's copies (their block tables and payloads must stay valid until
  * they run, as for a real asynchronous device). */
-static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
-                          int to_pages, char *err, size_t err_len) {
+static kvs_status queue_copies(host_device *d, uint32_t layer, const kvs_dev_copy *copies,
+                               uint64_t n, int to_pages, char *err, size_t err_len) {
     if (layer >= d->n_layers) {
-        say(err, err_len, "layer out of range");
+        host_error(err, err_len, "layer out of range");
         return KVS_EINVAL;
     }
     if (d->n_queued + n > d->cap_queued) {
@@ -178,7 +179,7 @@ static kvs_status enqueue(host_device *d, uint32_t layer, const kvs_dev_copy *co
         while (cap < d->n_queued + n) cap *= 2;
         queued_copy *grown = realloc(d->queue, cap * sizeof *grown);
         if (!grown) {
-            say(err, err_len, "out of memory queueing copies");
+            host_error(err, err_len, "out of memory queueing copies");
             return KVS_ENOMEM;
         }
         d->queue = grown;
@@ -201,7 +202,7 @@ static void run_queued(host_device *d, int loads_only, uint32_t through) {
             d->queue[kept++] = *q;
             continue;
         }
-        kvs_status st = move(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
+        kvs_status st = copy_layer(d, q->layer, &q->copy, 1, q->to_pages, NULL, 0);
         if (st != KVS_OK) d->failed = st;
     }
     d->n_queued = kept;
@@ -210,15 +211,15 @@ static void run_queued(host_device *d, int loads_only, uint32_t through) {
 static kvs_status host_load(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                             char *err, size_t err_len) {
     host_device *d = state;
-    if (d->deferred) return enqueue(d, layer, copies, n, 1, err, err_len);
-    return move(d, layer, copies, n, 1, err, err_len);
+    if (d->deferred) return queue_copies(d, layer, copies, n, 1, err, err_len);
+    return copy_layer(d, layer, copies, n, 1, err, err_len);
 }
 
 static kvs_status host_save(void *state, uint32_t layer, const kvs_dev_copy *copies, uint64_t n,
                             char *err, size_t err_len) {
     host_device *d = state;
-    if (d->deferred) return enqueue(d, layer, copies, n, 0, err, err_len);
-    return move(d, layer, copies, n, 0, err, err_len);
+    if (d->deferred) return queue_copies(d, layer, copies, n, 0, err, err_len);
+    return copy_layer(d, layer, copies, n, 0, err, err_len);
 }
 
 static kvs_status host_wait(void *state, uint32_t layer, char *err, size_t err_len) {
@@ -235,7 +236,7 @@ static kvs_status host_sync(void *state, char *err, size_t err_len) {
     if (d->deferred) run_queued(d, 0, 0);
     kvs_status st = d->failed;
     d->failed = KVS_OK;
-    if (st != KVS_OK) say(err, err_len, "a lossy layer could not be decoded into the pages");
+    if (st != KVS_OK) host_error(err, err_len, "a lossy layer could not be decoded into the pages");
     return st;
 }
 

@@ -1,9 +1,11 @@
-/* node_internal.h - what the node's three files share: the node and its connections, and the calls
- * between them. node.c owns the node's lifetime and routes its events; node_control.c runs the control
- * connections and their handshake up to a session; node_requests.c serves a session's requests.
- * Private to tools/node: main.c and tests use node.h. Like node.h, nothing here is thread-safe. */
-#ifndef KVS_NODE_INTERNAL_H
-#define KVS_NODE_INTERNAL_H
+/* node_state.h - the node and its connections: the state that node.c, node_control.c,
+ * node_requests.c and node_stream.c all read and write. node.c owns the node's lifetime and routes
+ * its events; node_control.c runs the control connections and their handshake up to a session;
+ * node_requests.c and node_stream.c serve a session's requests. The calls between those files are in
+ * their own headers. Private to tools/node: main.c and tests use node.h. Like node.h, nothing here is
+ * thread-safe. */
+#ifndef KVS_NODE_STATE_H
+#define KVS_NODE_STATE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,7 +14,7 @@
 #include "backends/ucx/control.h"
 #include "backends/ucx/ucx_transport.h"
 #include "backends/ucx/wire.h"
-#include "node.h"
+#include "node_params.h"
 
 #define RKEY_CACHE  8  /* unpacked client keys kept per connection */
 #define MAX_REGIONS 8u /* tier ranges registered with UCX, plus the staging */
@@ -138,81 +140,5 @@ struct kvs_node {
     uint64_t shared_room_checked_ns;
     int log_level;
 };
-
-/* ---- node_control.c: control connections, handshake, sessions ---------------------------------- */
-
-/* A refusal line on stderr, at most one a second; the lines left out are counted in the next one. */
-void node_log_refusal(kvs_node *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The control connection c is readable: handshake bytes (at AUTH_OK c becomes a session), a
- * session's end, or (returns 1) a request on a session's stream for node_stream_request. Anything
- * wrong marks c closing; the loop closes it. */
-int node_control_readable(kvs_node *n, node_conn *c);
-/* Mark closing the handshakes past their deadline. Returns the nearest deadline still ahead (CLOCK_MONOTONIC
- * ns, kvs_now_ns), UINT64_MAX when none. */
-uint64_t node_expire_handshakes(kvs_node *n);
-/* The live session whose token a request header holds, or NULL (never an encrypted one). */
-node_conn *node_session_of(kvs_node *n, const void *header, size_t header_len);
-
-/* ---- node_requests.c: a session's requests and their replies ------------------------------------ */
-
-/* Whether both of the session's endpoints (replies, payloads) still reach the client. */
-int node_alive(const node_conn *c);
-/* Encode and send a reply on the session's endpoint; a failure marks c closing. */
-void node_send_msg(kvs_node *n, node_conn *c, const kvs_wire_msg *msg);
-/* Answer with ERROR (counted); past params.max_refusals refused messages c is marked closing. */
-void node_send_refusal(kvs_node *n, node_conn *c, const kvs_wire_refusal *why);
-/* node_send_refusal with a refusal built from a request id, an error code and its text. */
-void node_refuse(kvs_node *n, node_conn *c, uint64_t request_id, kvs_wire_error code,
-                 const char *text);
-/* Serve one decoded request of session c: each fills n->reply_entries[0, req->n_entries), zeroed by the
- * caller, and counts in n->stats; the caller sends the reply. GET and PUT move the payloads by RMA. */
-void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
-void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
-void node_do_put(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
-void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req);
-/* The payload handlers of KVS_NODE_PAYLOAD_AM_ID (user: the node): a PUT's object is received
- * straight into room reserved in the tiers (a buffer for tiers that cannot reserve) and stored when
- * it has landed; the PUT is answered once all its objects have. */
-void *node_put_place(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
-                     size_t data_len, void **cookie);
-void node_put_landed(void *user, kvs_ucx_conn *conn, const void *header, size_t header_len,
-                     void *dst, size_t data_len, void *cookie, kvs_status st);
-/* The stored key of a request key: namespaced by the session's tenant. 0 on success. */
-int node_stored_key(const node_conn *c, const uint8_t *key_bytes, kvs_key *out);
-/* Admit len bytes under key for session c's tenant within its share (node_quota.h), before any
- * room is taken: KVS_OK, or KVS_ENOMEM with a sentence in err. */
-kvs_status node_admit(kvs_node *n, node_conn *c, const kvs_key *key, uint64_t len, char *err,
-                      size_t err_len);
-/* Count a stored object (st KVS_OK) or log why it was not (its share no longer counts it). */
-void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
-                     const char *err);
-/* A put whose bytes never came: its reservation aborted, its share no longer counting it. */
-void node_put_abandon(kvs_node *n, const put_pending *p);
-/* Store an object whose bytes are in: commit its reservation (bytes: where it was built, for
- * write-through copies) or put bytes into the tiers; counted or logged (node_put_stored) when c is
- * not NULL (its session still open). */
-kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const void *bytes,
-                        uint64_t len);
-/* A request key's object for sending: pinned in a zero-copy tier (the pin joins n->pins) or copied
- * into the next free staging slot. KVS_EAGAIN when it needs a slot and none is free (send what the
- * slots hold and node_unpin_all first), KVS_ENOTFOUND, KVS_EOVERFLOW (a copy tier's object over
- * max_object_bytes), KVS_EINVAL (a key this session cannot name). */
-kvs_status node_object_ref(kvs_node *n, node_conn *c, const uint8_t *key_bytes, const void **object,
-                           uint64_t *len);
-/* Drop the pins of n->pins and free the staging slots. */
-void node_unpin_all(kvs_node *n);
-/* Serve one request frame arriving on session c's control connection (payloads: stream;
- * backends/ucx/stream.h): a GET answered in groups with the objects' bytes, a PUT whose bytes
- * follow its frame. Anything wrong ends the session (the stream cannot be resynchronised). */
-void node_stream_request(kvs_node *n, node_conn *c);
-/* 1 when session c has an answer waiting for room in its socket (poll it for POLLOUT). */
-int node_stream_sending(const node_conn *c);
-/* Sessions whose request frame or PUT on the stream is not in by its deadline (timeout_ms from its
- * first byte) are ended. Returns the nearest deadline still ahead (UINT64_MAX: none). */
-uint64_t node_expire_streams(kvs_node *n);
-/* What session c's stream PUT holds (a reservation, a buffer), let go; before c is freed. */
-void node_stream_drop(kvs_node *n, node_conn *c);
-/* Fill the STATS reply's counters: the tiers' usage and the node's counters. */
-void node_do_stats(kvs_node *n, kvs_wire_msg *rep);
 
 #endif

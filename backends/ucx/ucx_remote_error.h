@@ -1,0 +1,10 @@
+/* ucx_remote_error.h - the remote tier's last error (ucx_remote_error.c). */
+#ifndef KVS_UCX_REMOTE_ERROR_H
+#define KVS_UCX_REMOTE_ERROR_H
+
+#include "ucx_remote_state.h"
+
+/* Record the tier's last error (under mutex) and log it through the host. Any thread. */
+void remote_set_error(remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
