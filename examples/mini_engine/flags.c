@@ -119,7 +119,12 @@ int flags_parse(const char *prog, const flag_table *tables, int n_tables, int ar
         void *base = NULL;
         const flag *r = find_row(tables, n_tables, a, &base);
         if (!r) {
-            fprintf(stderr, "%s: unknown option '%s' (--help lists them)\n", prog, a);
+            /* the research modes' flags (plans, batches, profiles, lsc, sparse decode) moved out
+             * of the reference engine: say where they went */
+            fprintf(stderr, "%s: unknown option '%s' (--help lists them%s)\n", prog, a,
+                    strcmp(prog, "kvs-mini-engine") == 0
+                        ? "; the research modes' flags are kvs-mini-research's"
+                        : "");
             return -1;
         }
         if (groups) *groups |= (unsigned)r->group;

@@ -1,4 +1,4 @@
-/* profile.c - `kvs-mini-engine --profile FILE`: measure this engine's recompute cost and the load cost
+/* profile.c - `kvs-mini-research --profile FILE`: measure this engine's recompute cost and the load cost
  * of the configured connector on this machine and write them as a restore profile (the YAML
  * `restore.profile` names, docs/cacheflow.md). */
 #include "profile.h"
@@ -150,6 +150,9 @@ static int fit_compute(engine *e, uint64_t max_tokens, fit *f) {
     for (int ni = 0; ni < 4; ni++) {
         int n = e->prefill_chunk >> (2 * (3 - ni)); /* chunk/64, chunk/16, chunk/4, chunk */
         if (n < 1) n = 1;
+        /* a profile shorter than a prefill chunk times forwards of at most its own length: the
+         * offsets below count down from max_tokens - n */
+        if ((uint64_t)n > max_tokens) n = (int)max_tokens;
         for (int oi = 0; oi < 4; oi++) {
             uint64_t o = (max_tokens - (uint64_t)n) * (uint64_t)oi / 3;
             x[m * 3] = 1;

@@ -1,4 +1,4 @@
-/* sparse_decode.h - kvs-mini-engine --sparse-decode: one long prompt prefilled and saved through
+/* sparse_decode.h - kvs-mini-research --sparse-decode: one long prompt prefilled and saved through
  * the connector, then decoded attending per KV head to the sink, the recent rows and the top-k rows
  * the connector selects and reads from the tiers into a head cache (ABI 1.9, docs/sparse.md).
  * --verify replays the same rows from the prefill's own KV (the logits bit for bit); full attention

@@ -12,14 +12,14 @@ static const char *const RESTORE_KEYS[] = {"scheduler", "priority", "profile"};
 enum { RSK_SCHEDULER, RSK_PRIORITY, RSK_PROFILE, RSK_COUNT };
 static const char *const RESTORE_SCHEDULERS[] = {"none", "cacheflow"};  /* KVS_RESTORE_* order */
 static const char *const RESTORE_PRIORITIES[] = {"lrf", "srf", "mean"}; /* cf_priority order */
-/* The restore profile (kvs-mini-engine --profile writes one). */
+/* The restore profile (kvs-mini-research --profile writes one). */
 static const char *const PROFILE_KEYS[] = {"compute", "tiers"};
 enum { PFK_COMPUTE, PFK_TIERS, PFK_COUNT };
 static const char *const PROFILE_COMPUTE_KEYS[] = {"fixed_us", "per_token_us",
                                                    "attention_ns_per_token2"};
 enum { PCK_FIXED, PCK_TOKEN, PCK_ATT, PCK_COUNT };
 /* bandwidth is a rate (250MB/s); bandwidth_mb_s, a plain number of 10^6 bytes per second, is the
- * older spelling (kvs-mini-engine --profile writes it): a tier gives one of the two. */
+ * older spelling (kvs-mini-research --profile writes it): a tier gives one of the two. */
 static const char *const PROFILE_TIER_KEYS[] = {"name", "latency_us", "bandwidth",
                                                 "bandwidth_mb_s"};
 enum { PTK_NAME, PTK_LATENCY, PTK_BANDWIDTH, PTK_BANDWIDTH_MB_S, PTK_COUNT };
@@ -163,7 +163,7 @@ kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node
         st = kvs_yaml_fail(
             ctx, v, "restore",
             "scheduler cacheflow needs `profile:` (the compute and tier coefficients; "
-            "kvs-mini-engine --profile writes one)");
+            "kvs-mini-research --profile writes one)");
     return st;
 }
 
