@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "connector/ext/lossy/encoder.h"
 #include "connector/ext/lsc/lsc.h"
+#include "connector/ext/plans/plan_state.h"
 #include "connector/ext/plans/restore.h"
 #include "connector/ext/sparse/sparse.h"
 #include "handle.h"
@@ -198,9 +199,11 @@ static kvs_status setup(kvs_handle *h, const kvs_open_params *p, char *err, size
                             .layer_bytes = h->layer_bytes};
     if (kvs_encoder_create(&em, h->cfg, &h->encoder) != KVS_OK)
         return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
-    st =
-        kvs_tiers_open_ranked(h->cfg, h->object_bytes, h->encoder, staging, staging_len,
-                              (int32_t)h->model.tp_rank, on_tier_event, h, &h->tiers, err, err_len);
+    kvs_tier_encoder tier_encoder;
+    if (h->encoder) kvs_encoder_for_tiers(h->encoder, &tier_encoder);
+    st = kvs_tiers_open_ranked(h->cfg, h->object_bytes, h->encoder ? &tier_encoder : NULL, staging,
+                               staging_len, (int32_t)h->model.tp_rank, on_tier_event, h, &h->tiers,
+                               err, err_len);
     if (st == KVS_OK) st = refuse_shared_keys_on_published_tiers(h, err, err_len);
     if (st == KVS_OK) st = kvs_integrity_setup(h, err, err_len);
     if (st == KVS_OK && h->role == KVS_ROLE_SCHEDULER) warn_private_tiers(h);
@@ -229,6 +232,7 @@ static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *er
     kvs_status st = check_params(in, &params, &model, err, err_len);
     if (st != KVS_OK) return st;
     kvs_handle *h = calloc(1, sizeof *h);
+    if (h && !(h->plans = calloc(1, sizeof *h->plans))) free(h), h = NULL;
     if (!h) return kvs_fmt(err, err_len, "open: out of memory"), KVS_ENOMEM;
     h->role = (kvs_role)params.role;
     h->transfer_role = params.transfer_role;
@@ -259,6 +263,7 @@ static void api_close(kvs_handle *h) {
     free(h->salt);
     kvs_config_free(h->cfg);
     pthread_mutex_destroy(&h->event_ring.event_lock);
+    free(h->plans);
     free(h);
 }
 

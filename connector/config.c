@@ -15,9 +15,9 @@
 
 #include "abi/kvstrata_backend.h"
 #include "common/units.h"
+#include "config_restore.h"
 #include "config_tiers.h"
 #include "config_yaml.h"
-#include "connector/ext/plans/config_restore.h"
 
 static const char *const ROOT_KEYS[] = {
     "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",

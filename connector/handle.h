@@ -11,7 +11,6 @@
 #include "common/abi_struct.h"
 #include "common/clock.h"
 #include "config.h"
-#include "connector/ext/plans/plan_state.h"
 #include "hashpool.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/device.h"
@@ -231,9 +230,9 @@ struct kvs_handle {
     kvs_pool *pool;
     char last_error[KVS_ERROR_MAX];
 
-    kvs_request_table reqs; /* scheduler side */
-    kvs_plan_state plans;   /* scheduler side, restore plans (connector/ext/plans) */
-    kvs_worker_step worker; /* worker side */
+    kvs_request_table reqs;       /* scheduler side */
+    struct kvs_plan_state *plans; /* restore plans (connector/ext/plans/plan_state.h) */
+    kvs_worker_step worker;       /* worker side */
     kvs_device_state device;
     struct kvs_lsc *lsc;           /* the layer stream cache (lsc.c); NULL until lsc_reserve */
     struct kvs_sparse_req *sparse; /* requests in sparse decode (sparse.c), a list */

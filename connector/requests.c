@@ -11,6 +11,7 @@
 #include "abi/kvstrata_plans.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "connector/ext/plans/plan_state.h"
 #include "connector/ext/plans/restore.h"
 #include "handle.h"
 #include "keys.h"
@@ -49,16 +50,16 @@ kvs_status kvs_reqs_set_plan_caps(kvs_handle *h, uint32_t caps) {
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: call it before the first lookup (%llu requests known)",
                              (unsigned long long)h->reqs.n_requests);
-    if ((caps & KVS_PLAN_CAP_STAGE) && h->plans.stages.n_stages < 2)
+    if ((caps & KVS_PLAN_CAP_STAGE) && h->plans->stages.n_stages < 2)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_plan_caps: KVS_PLAN_CAP_STAGE needs the stages described first "
                              "(set_stages)");
-    h->plans.plan_caps = caps;
+    h->plans->plan_caps = caps;
     /* token mode only, layer mode only, or each request's faster one */
     caps &= KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER;
-    h->plans.restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
-                                      : caps == KVS_PLAN_CAP_TOKEN ? 1
-                                                                   : 0;
+    h->plans->restore_params.l_delta = caps == KVS_PLAN_CAP_LAYER   ? UINT32_MAX
+                                       : caps == KVS_PLAN_CAP_TOKEN ? 1
+                                                                    : 0;
     return KVS_OK;
 }
 
@@ -71,7 +72,7 @@ kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                              "set_stages: stages is NULL or its struct_size %u is below %u",
                              d ? d->struct_size : 0, KVS_STAGE_DESC_SIZE_1_4);
     d = &copy;
-    if (h->reqs.n_requests || h->plans.plan_caps)
+    if (h->reqs.n_requests || h->plans->plan_caps)
         return kvs_set_error(h, KVS_ESTATE,
                              "set_stages: call it before set_plan_caps and the first lookup");
     if (d->n_stages < 2 || d->n_stages > KVS_MAX_STAGES || d->boundary_layers == 0 ||
@@ -96,12 +97,12 @@ kvs_status kvs_reqs_set_stages(kvs_handle *h, const kvs_stage_desc *d) {
                 "set_stages: first_layer[%u] = %u: stages must start at layer 0 and "
                 "at increasing layers below %u",
                 s, d->first_layer[s], d->n_kv_layers);
-    h->plans.stages = (cf_stages){.n_stages = d->n_stages,
-                                  .boundary_bytes_per_token =
-                                      d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
-                                  .read_all_boundaries = 1}; /* restore.c loads every boundary */
-    memcpy(h->plans.stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
-    h->plans.restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
+    h->plans->stages = (cf_stages){.n_stages = d->n_stages,
+                                   .boundary_bytes_per_token =
+                                       d->boundary_layers * (h->layer_bytes / h->chunk_tokens),
+                                   .read_all_boundaries = 1}; /* restore.c loads every boundary */
+    memcpy(h->plans->stages.first_layer, d->first_layer, d->n_stages * sizeof d->first_layer[0]);
+    h->plans->restore_params.n_layers = d->n_kv_layers; /* plans price the KV layers only */
     return KVS_OK;
 }
 
@@ -459,9 +460,9 @@ static void offer_nothing(kvs_handle *h, kvs_request *r, uint64_t n_computed) {
  * accept_lossy, and chunks with tokens dropped unless it also masks them (KVS_PLAN_CAP_MASK);
  * returns the run left. */
 static uint64_t cut_refused(kvs_handle *h, kvs_request *r, const uint8_t *lossy, uint64_t run) {
-    uint8_t refused = !h->cfg->loads.accept_lossy                 ? LOSSY_ANY
-                      : !(h->plans.plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
-                                                                  : 0;
+    uint8_t refused = !h->cfg->loads.accept_lossy                  ? LOSSY_ANY
+                      : !(h->plans->plan_caps & KVS_PLAN_CAP_MASK) ? LOSSY_DROPPED
+                                                                   : 0;
     /* an asynchronous load refuses them too (it lands between steps, where load_dropped cannot
      * tell the engine what to mask): judged on the whole run, before any cut */
     if (!refused && kvs_restore_load_async(h, slowest_tier(r))) refused = LOSSY_DROPPED;

@@ -8,6 +8,7 @@
 
 #include "abi/kvstrata_lossy.h"
 #include "common/abi_struct.h"
+#include "connector/ext/plans/plan_state.h"
 #include "connector/ext/plans/restore.h"
 #include "handle.h"
 #include "keys.h"
@@ -545,7 +546,7 @@ static kvs_status build(kvs_handle *h, const char *hook, step_req *reqs, uint64_
                  .group_fingerprint = h->group_fingerprint,
                  .key_ranks = h->key_ranks,
                  .chunk_tokens = h->chunk_tokens,
-                 .flags = h->plans.plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
+                 .flags = h->plans->plan_caps & KVS_PLAN_CAP_MASK ? KVS_META_MASKS_DROPPED : 0u,
                  .n_finished = h->reqs.n_kept_finished}};
     int any_load = 0;
     if (st == KVS_OK) st = build_alloc(h, hook, &b, n_reqs);

@@ -18,7 +18,6 @@
 #include "backends/ucx/remote.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "connector/ext/lossy/encoder.h"
 #include "empty_tier.h"
 #include "object.h"
 #include "policy.h"
@@ -45,9 +44,9 @@ typedef struct kvs_tier {
 struct kvs_tier_chain {
     kvs_tier *tiers;
     uint32_t n;
-    const kvs_encoder *encoder; /* for compress tiers (NULL: none) */
-    void *staging_base;         /* the worker's pool, told to backends (io_uring fixed buffers) */
-    int32_t rank;               /* what {rank} in an option value becomes; < 0: left as written */
+    kvs_tier_encoder encoder; /* for compress tiers (encodings NULL: none) */
+    void *staging_base;       /* the worker's pool, told to backends (io_uring fixed buffers) */
+    int32_t rank;             /* what {rank} in an option value becomes; < 0: left as written */
     uint64_t staging_len;
     int log_level;
     kvs_tier_event_fn on_event;
@@ -133,19 +132,19 @@ static void host_on_put_dropped(void *ctx, const kvs_key *key, kvs_status why) {
 static kvs_status host_encodings(void *ctx, const void *object, uint64_t len,
                                  kvs_backend_encoding *out, uint32_t cap, uint32_t *n) {
     kvs_tier *t = ctx;
-    return kvs_encoder_encodings(t->chain->encoder, object, len, out, cap, n);
+    return t->chain->encoder.encodings(t->chain->encoder.ctx, object, len, out, cap, n);
 }
 
 static kvs_status host_encode(void *ctx, const void *object, uint64_t len, uint32_t id, void *dst,
                               uint64_t cap, uint64_t *out_len) {
     kvs_tier *t = ctx;
-    return kvs_encoder_encode(t->chain->encoder, object, len, id, dst, cap, out_len);
+    return t->chain->encoder.encode(t->chain->encoder.ctx, object, len, id, dst, cap, out_len);
 }
 
 static kvs_status host_plan(void *ctx, const kvs_backend_place_entry *entries, uint64_t n,
                             const kvs_backend_devices *devices, kvs_backend_place_choice *out) {
     kvs_tier *t = ctx;
-    return kvs_encoder_plan(t->chain->encoder, entries, n, devices, out);
+    return t->chain->encoder.plan(t->chain->encoder.ctx, entries, n, devices, out);
 }
 
 /* A plugin that cannot serve as a tier is a configuration error at its `plugin:` line; one built for
@@ -333,11 +332,11 @@ static void tier_host(kvs_tier_chain *c, kvs_tier *t) {
                                  .on_evict = host_on_evict,
                                  .on_put_dropped = host_on_put_dropped};
     kvs_policy_install(&t->host);
-    if (c->encoder) {
+    if (c->encoder.encodings) {
         t->host.encodings = host_encodings;
         t->host.encode = host_encode;
         t->host.plan = host_plan;
-        t->host.reevaluate_ms = kvs_encoder_reevaluate_ms(c->encoder);
+        t->host.reevaluate_ms = c->encoder.reevaluate_ms;
     }
 }
 
@@ -398,7 +397,7 @@ static kvs_status open_tier(kvs_tier_chain *c, uint32_t i, const kvs_config *cfg
 }
 
 kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
-                          const kvs_encoder *encoder, void *staging_base, uint64_t staging_len,
+                          const kvs_tier_encoder *encoder, void *staging_base, uint64_t staging_len,
                           kvs_tier_event_fn on_event, void *event_ctx, kvs_tier_chain **out,
                           char *err, uint64_t err_len) {
     return kvs_tiers_open_ranked(cfg, max_object_bytes, encoder, staging_base, staging_len, -1,
@@ -406,7 +405,7 @@ kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
 }
 
 kvs_status kvs_tiers_open_ranked(const kvs_config *cfg, uint64_t max_object_bytes,
-                                 const kvs_encoder *encoder, void *staging_base,
+                                 const kvs_tier_encoder *encoder, void *staging_base,
                                  uint64_t staging_len, int32_t rank, kvs_tier_event_fn on_event,
                                  void *event_ctx, kvs_tier_chain **out, char *err,
                                  uint64_t err_len) {
@@ -418,7 +417,7 @@ kvs_status kvs_tiers_open_ranked(const kvs_config *cfg, uint64_t max_object_byte
         return KVS_ENOMEM;
     }
     c->log_level = cfg->log_level;
-    c->encoder = encoder;
+    if (encoder) c->encoder = *encoder;
     c->staging_base = staging_base;
     c->staging_len = staging_len;
     c->rank = rank;

@@ -10,7 +10,19 @@
 #include "config.h"
 
 typedef struct kvs_tier_chain kvs_tier_chain;
-struct kvs_encoder;
+
+/* What a compress tier's host calls (kvs_backend_host.encodings, .encode, .plan) reach: the
+ * encodings and placement the connector lends (connector/ext/lossy/encoder.h fills one). */
+typedef struct kvs_tier_encoder {
+    const void *ctx;
+    kvs_status (*encodings)(const void *ctx, const void *object, uint64_t len,
+                            kvs_backend_encoding *out, uint32_t cap, uint32_t *n);
+    kvs_status (*encode)(const void *ctx, const void *object, uint64_t len, uint32_t id, void *dst,
+                         uint64_t cap, uint64_t *out_len);
+    kvs_status (*plan)(const void *ctx, const kvs_backend_place_entry *entries, uint64_t n,
+                       const kvs_backend_devices *devices, kvs_backend_place_choice *out);
+    uint64_t reevaluate_ms; /* placement.reevaluate_ms */
+} kvs_tier_encoder;
 
 /* Called for each stored/removed object (KVS_EVENT_*); tier is the chain index. */
 typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, uint32_t tier);
@@ -18,16 +30,16 @@ typedef void (*kvs_tier_event_fn)(void *ctx, uint8_t kind, const kvs_key *key, u
 #define KVS_TIER_EVENT_DROPPED 0x80u
 
 /* staging_base/len: the worker's staging pool (NULL/0 without one), passed to every backend.
- * encoder: what a compress tier encodes and places with (encoder.h; NULL without a model: such a
- * chain cannot hold a compress tier); borrowed until close. */
+ * encoder: what a compress tier encodes and places with (copied; its ctx is borrowed until close;
+ * NULL without a model: such a chain cannot hold a compress tier). */
 kvs_status kvs_tiers_open(const kvs_config *cfg, uint64_t max_object_bytes,
-                          const struct kvs_encoder *encoder, void *staging_base,
-                          uint64_t staging_len, kvs_tier_event_fn on_event, void *event_ctx,
-                          kvs_tier_chain **out, char *err, uint64_t err_len);
+                          const kvs_tier_encoder *encoder, void *staging_base, uint64_t staging_len,
+                          kvs_tier_event_fn on_event, void *event_ctx, kvs_tier_chain **out,
+                          char *err, uint64_t err_len);
 /* The same for one tensor-parallel rank's process: "{rank}" in an option value becomes rank (each
  * worker's own lender socket, docs/peer_gpu.md). */
 kvs_status kvs_tiers_open_ranked(const kvs_config *cfg, uint64_t max_object_bytes,
-                                 const struct kvs_encoder *encoder, void *staging_base,
+                                 const kvs_tier_encoder *encoder, void *staging_base,
                                  uint64_t staging_len, int32_t rank, kvs_tier_event_fn on_event,
                                  void *event_ctx, kvs_tier_chain **out, char *err,
                                  uint64_t err_len);

@@ -1,5 +1,5 @@
 /* test_config_restore.c - the configuration's `restore:` section and the restore profile it names
- * (connector/ext/plans/config_restore.c): the coefficients read, and refusals that name the profile or the
+ * (connector/config_restore.c): the coefficients read, and refusals that name the profile or the
  * config file, line, column and key. */
 #include <check.h>
 #include <stdio.h>

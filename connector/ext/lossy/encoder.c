@@ -186,3 +186,26 @@ kvs_status kvs_encoder_plan(const kvs_encoder *e, const kvs_backend_place_entry 
     free(chosen);
     return st;
 }
+
+static kvs_status tier_encodings(const void *ctx, const void *object, uint64_t len,
+                                 kvs_backend_encoding *out, uint32_t cap, uint32_t *n) {
+    return kvs_encoder_encodings(ctx, object, len, out, cap, n);
+}
+
+static kvs_status tier_encode(const void *ctx, const void *object, uint64_t len, uint32_t id,
+                              void *dst, uint64_t cap, uint64_t *out_len) {
+    return kvs_encoder_encode(ctx, object, len, id, dst, cap, out_len);
+}
+
+static kvs_status tier_plan(const void *ctx, const kvs_backend_place_entry *entries, uint64_t n,
+                            const kvs_backend_devices *devices, kvs_backend_place_choice *out) {
+    return kvs_encoder_plan(ctx, entries, n, devices, out);
+}
+
+void kvs_encoder_for_tiers(const kvs_encoder *e, kvs_tier_encoder *out) {
+    *out = (kvs_tier_encoder){.ctx = e,
+                              .encodings = tier_encodings,
+                              .encode = tier_encode,
+                              .plan = tier_plan,
+                              .reevaluate_ms = kvs_encoder_reevaluate_ms(e)};
+}

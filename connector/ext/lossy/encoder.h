@@ -10,6 +10,7 @@
 
 #include "abi/kvstrata_backend.h"
 #include "connector/config_types.h"
+#include "connector/tiers.h"
 #include "kernels/cpu/codec.h"
 
 typedef struct kvs_encoder kvs_encoder;
@@ -38,5 +39,7 @@ kvs_status kvs_encoder_plan(const kvs_encoder *e, const kvs_backend_place_entry 
                             kvs_backend_place_choice *out);
 /* placement.reevaluate_ms. */
 uint64_t kvs_encoder_reevaluate_ms(const kvs_encoder *e);
+/* The calls above over e, as the tier chain takes them (kvs_tiers_open). */
+void kvs_encoder_for_tiers(const kvs_encoder *e, kvs_tier_encoder *out);
 
 #endif

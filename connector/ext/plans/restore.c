@@ -3,6 +3,7 @@
  * prefix (lookup), and two-pointer plans over a step's whole batch for engines that can recompute the
  * front of a range while its back loads (build_meta, the `plan` hook). */
 #include "restore.h"
+#include "plan_state.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -38,19 +39,19 @@ kvs_status kvs_restore_setup(kvs_handle *h, char *err, size_t err_len) {
                        "add it to the profile's `tiers:`)",
                        cfg->restore.profile, name),
                    KVS_ECONFIG;
-        h->plans.restore_channels[t] =
+        h->plans->restore_channels[t] =
             (cf_channel){cfg->restore.tiers[i].latency_s, cfg->restore.tiers[i].bytes_per_s};
     }
-    h->plans.restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
-                                            cfg->restore.attention_s_per_token2};
+    h->plans->restore_compute = (cf_compute){cfg->restore.fixed_s, cfg->restore.per_token_s,
+                                             cfg->restore.attention_s_per_token2};
     /* l_delta follows the engine's caps (set_plan_caps): token mode until it says otherwise */
-    h->plans.restore_params =
+    h->plans->restore_params =
         (cf_params){.chunk_tokens = h->chunk_tokens,
                     .n_layers = h->model.n_layers,
                     .kv_bytes_per_token_layer = h->layer_bytes / h->chunk_tokens,
                     .l_delta = 1,
                     .priority = (cf_priority)cfg->restore.priority};
-    h->plans.restore_on = 1;
+    h->plans->restore_on = 1;
     return KVS_OK;
 }
 
@@ -67,13 +68,13 @@ int kvs_restore_load_async(const kvs_handle *h, uint32_t tier) {
 uint64_t kvs_restore_prefix_chunks(kvs_handle *h, uint32_t tier, uint64_t first_chunk,
                                    uint64_t n_chunks) {
     uint64_t offset = first_chunk * h->chunk_tokens;
-    if (!h->plans.restore_on || (h->plans.plan_caps & KVS_PLAN_CAPS_PLANS) || n_chunks == 0 ||
+    if (!h->plans->restore_on || (h->plans->plan_caps & KVS_PLAN_CAPS_PLANS) || n_chunks == 0 ||
         n_chunks > UINT32_MAX / h->chunk_tokens || offset > UINT32_MAX)
         return n_chunks;
     cf_request req = {(uint32_t)(n_chunks * h->chunk_tokens), tier, (uint32_t)offset};
     uint32_t load = 0;
-    if (cf_plan_prefix(&h->plans.restore_params, &h->plans.restore_compute,
-                       h->plans.restore_channels, kvs_tiers_count(h->tiers), &req, 1, &load,
+    if (cf_plan_prefix(&h->plans->restore_params, &h->plans->restore_compute,
+                       h->plans->restore_channels, kvs_tiers_count(h->tiers), &req, 1, &load,
                        NULL) < 0)
         return n_chunks;
     return load < n_chunks ? load : n_chunks;
@@ -100,21 +101,21 @@ static kvs_status set_layer_mask(kvs_meta_req *mr, uint32_t n_layers, uint32_t f
 static int stage_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in, const cf_request *cr,
                       double beat_s) {
     uint32_t rec[CF_MAX_STAGES] = {0};
-    double t = cf_stage_split(&h->plans.restore_params, &h->plans.restore_compute,
-                              &h->plans.restore_channels[cr->channel], &h->plans.stages, cr->offset,
-                              cr->n_cached, rec);
+    double t = cf_stage_split(&h->plans->restore_params, &h->plans->restore_compute,
+                              &h->plans->restore_channels[cr->channel], &h->plans->stages,
+                              cr->offset, cr->n_cached, rec);
     if (t < 0 || !(t < beat_s)) return 0;
     in->plan.predicted_ms = t * 1e3;
     uint32_t any = 0;
-    for (uint32_t s = 0; s < h->plans.stages.n_stages; s++) any += rec[s];
+    for (uint32_t s = 0; s < h->plans->stages.n_stages; s++) any += rec[s];
     if (!any) return 1; /* load everything */
-    for (uint32_t s = 0; s < h->plans.stages.n_stages; s++)
-        if (set_layer_mask(mr, h->model.n_layers, h->plans.stages.first_layer[s],
-                           h->plans.stages.first_layer[s] + rec[s]) != KVS_OK)
+    for (uint32_t s = 0; s < h->plans->stages.n_stages; s++)
+        if (set_layer_mask(mr, h->model.n_layers, h->plans->stages.first_layer[s],
+                           h->plans->stages.first_layer[s] + rec[s]) != KVS_OK)
             return -1;
     in->plan.mode = KVS_PLAN_STAGE;
     in->plan.recompute_tokens = in->end_token - in->first_token;
-    in->plan.n_stages = h->plans.stages.n_stages;
+    in->plan.n_stages = h->plans->stages.n_stages;
     memcpy(in->plan.stage_recompute_layers, rec, sizeof rec);
     return 1;
 }
@@ -154,7 +155,7 @@ static void planner_requests(const kvs_handle *h, const kvs_meta_req *reqs,
  * nothing loaded. */
 static kvs_status take_layer_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in,
                                   const cf_plan *p) {
-    uint32_t l = p->split, nl = h->plans.restore_params.n_layers; /* KV layers */
+    uint32_t l = p->split, nl = h->plans->restore_params.n_layers; /* KV layers */
     if (l == 0) return KVS_OK;
     if (l >= nl) { /* every layer recomputed: nothing to load */
         in->plan.mode = KVS_PLAN_RECOMPUTE;
@@ -186,7 +187,7 @@ static void take_token_plan(kvs_meta_req *mr, kvs_restore_step *in, const cf_pla
  * finish), else its batch plan's (p: zeros without a batch). */
 static kvs_status take_plan(kvs_handle *h, kvs_meta_req *mr, kvs_restore_step *in,
                             const cf_request *cr, const cf_plan *p, int batch) {
-    if (h->plans.plan_caps & KVS_PLAN_CAP_STAGE) {
+    if (h->plans->plan_caps & KVS_PLAN_CAP_STAGE) {
         int taken = stage_plan(h, mr, in, cr, batch ? p->done_s : 1e300);
         if (taken < 0)
             return kvs_set_error(h, KVS_ENOMEM, "build_meta: out of memory for a layer mask");
@@ -204,10 +205,10 @@ static kvs_status plan_loads(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step
                              uint32_t m, cf_request *cr, uint64_t *which, cf_plan *plans,
                              void *scratch) {
     planner_requests(h, reqs, info, n, cr, which);
-    int batch = (h->plans.plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
-    if (batch && cf_plan_batch(&h->plans.restore_params, &h->plans.restore_compute,
-                               h->plans.restore_channels, kvs_tiers_count(h->tiers), cr, m, scratch,
-                               plans, NULL, 0, NULL) < 0)
+    int batch = (h->plans->plan_caps & (KVS_PLAN_CAP_TOKEN | KVS_PLAN_CAP_LAYER)) != 0;
+    if (batch && cf_plan_batch(&h->plans->restore_params, &h->plans->restore_compute,
+                               h->plans->restore_channels, kvs_tiers_count(h->tiers), cr, m,
+                               scratch, plans, NULL, 0, NULL) < 0)
         return kvs_set_error(h, KVS_EINVAL, "build_meta: the restore planner refused the batch");
     kvs_status st = KVS_OK;
     for (uint32_t j = 0; j < m && st == KVS_OK; j++)
@@ -220,7 +221,7 @@ static kvs_status plan_loads(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step
 kvs_status kvs_restore_plan_step(kvs_handle *h, kvs_meta_req *reqs, kvs_restore_step *info,
                                  uint64_t n) {
     uint32_t m = load_plans(info, n);
-    if (m == 0 || !h->plans.restore_on || !(h->plans.plan_caps & KVS_PLAN_CAPS_PLANS))
+    if (m == 0 || !h->plans->restore_on || !(h->plans->plan_caps & KVS_PLAN_CAPS_PLANS))
         return KVS_OK;
     cf_request *cr = calloc(m, sizeof *cr);
     uint64_t *which = calloc(m, sizeof *which);

@@ -3,8 +3,8 @@
 #ifndef KVS_CONFIG_RESTORE_H
 #define KVS_CONFIG_RESTORE_H
 
-#include "connector/config_types.h"
-#include "connector/config_yaml.h"
+#include "config_types.h"
+#include "config_yaml.h"
 
 /* `restore:` at v into cfg->restore; reads and checks the profile it names. */
 kvs_status kvs_config_parse_restore(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
