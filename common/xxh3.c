@@ -8,6 +8,7 @@
  * the one-shot and the streamed hash agree however the input is split. Inputs of at most 240 bytes
  * are hashed by libxxhash from the copy kept in the state. */
 #include "xxh3.h"
+#include "xxh3_secret.h"
 
 #include "copy.h"
 

@@ -38,7 +38,4 @@ uint64_t kvs_xxh3_copy64(void *dst, const void *src, size_t n, int stream);
  * 1 AVX2, 2 AVX-512 (the default). Not thread-safe. */
 void kvs_xxh3_allow_simd(int allow);
 
-/* Internal, for xxh3.c and xxh3_secret.c: libxxhash's default secret (192 bytes). */
-const uint8_t *kvs_xxh3_secret(void);
-
 #endif

@@ -4,7 +4,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "xxh3.h"
+#include "xxh3_secret.h"
 
 _Static_assert(sizeof(XXH3_kSecret) == 192, "the XXH3 default secret is 192 bytes");
 
