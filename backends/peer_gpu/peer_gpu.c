@@ -17,7 +17,10 @@
 #include "common/log.h"
 #include "common/options.h"
 #include "lend_wire.h"
-#include "peer_gpu_internal.h"
+#include "peer_gpu_link.h"
+#include "peer_gpu_region.h"
+#include "peer_gpu_slots.h"
+#include "peer_gpu_state.h"
 
 /* ---- options and lifecycle ------------------------------------------------------------------ */
 

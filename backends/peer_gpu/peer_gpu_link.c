@@ -17,7 +17,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "lend_wire.h"
-#include "peer_gpu_internal.h"
+#include "peer_gpu_link.h"
+#include "peer_gpu_region.h"
+#include "peer_gpu_slots.h"
 
 /* Wait until no copy into or out of lent memory runs (lock held). */
 static void wait_copies(pg_state *st) {

@@ -20,7 +20,7 @@
 #include "common/copy.h"
 #include "common/log.h"
 #include "kernels/device.h"
-#include "peer_gpu_internal.h"
+#include "peer_gpu_region.h"
 
 void pg_set_error(pg_state *st, const char *fmt, ...) {
     va_list ap;

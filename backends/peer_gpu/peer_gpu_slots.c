@@ -1,5 +1,5 @@
 /*
- * peer_gpu_slots.c - the peer_gpu tier's slots (peer_gpu_internal.h): objects in lent units, their
+ * peer_gpu_slots.c - the peer_gpu tier's slots (peer_gpu_slots.h): objects in lent units, their
  * index and LRU, pins, and every copy into or out of lent memory counted as I/O in flight on its
  * unit (lending.h), so a reclaim waits for it. The operations are peer_gpu.c's, the link to the
  * lender peer_gpu_link.c's; both use these, with the tier's lock held unless a function says.
@@ -13,7 +13,8 @@
 #include "common/key.h"
 #include "common/log.h"
 #include "lend_wire.h"
-#include "peer_gpu_internal.h"
+#include "peer_gpu_region.h"
+#include "peer_gpu_slots.h"
 
 /* ---- small helpers ------------------------------------------------------------------------- */
 

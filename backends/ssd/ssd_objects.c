@@ -46,14 +46,16 @@ uint32_t ssd_index_find(const ssd_tier *t, const kvs_key *key, uint64_t *bucket_
     }
 }
 
-static void index_insert(ssd_tier *t, uint32_t o) {
+/* Record o into the first empty bucket of its probe run. */
+static void index_add_record(ssd_tier *t, uint32_t o) {
     uint64_t mask = t->n_buckets - 1;
     uint64_t b = kvs_key_hash(&ssd_obj(t, o)->key) & mask;
     while (t->buckets[b] != SSD_NIL) b = (b + 1) & mask;
     t->buckets[b] = o;
 }
 
-static void index_erase(ssd_tier *t, uint64_t hole) {
+/* Empty bucket `hole`, moving later records of its probe run back so lookups still find them. */
+static void index_shift_into_hole(ssd_tier *t, uint64_t hole) {
     uint64_t mask = t->n_buckets - 1;
     for (uint64_t j = (hole + 1) & mask;; j = (j + 1) & mask) {
         uint32_t o = t->buckets[j];
@@ -67,7 +69,7 @@ static void index_erase(ssd_tier *t, uint64_t hole) {
     t->buckets[hole] = SSD_NIL;
 }
 
-static void lru_unlink(ssd_tier *t, uint32_t o) {
+static void lru_take_out(ssd_tier *t, uint32_t o) {
     ssd_object *e = ssd_obj(t, o);
     if (e->prev != SSD_NIL)
         ssd_obj(t, e->prev)->next = e->next;
@@ -80,7 +82,7 @@ static void lru_unlink(ssd_tier *t, uint32_t o) {
     e->prev = e->next = SSD_NIL;
 }
 
-static void lru_push_head(ssd_tier *t, uint32_t o) {
+static void lru_put_first(ssd_tier *t, uint32_t o) {
     ssd_object *e = ssd_obj(t, o);
     e->prev = SSD_NIL;
     e->next = t->lru_head;
@@ -93,8 +95,8 @@ static void lru_push_head(ssd_tier *t, uint32_t o) {
 
 void ssd_lru_touch(ssd_tier *t, uint32_t o) {
     if (t->lru_head == o) return;
-    lru_unlink(t, o);
-    lru_push_head(t, o);
+    lru_take_out(t, o);
+    lru_put_first(t, o);
 }
 
 int ssd_object_pinned(ssd_object *e, uint64_t now) {
@@ -198,8 +200,8 @@ void ssd_object_release(ssd_tier *t, uint32_t o) {
 void ssd_drop_live(ssd_tier *t, uint32_t o) {
     ssd_object *e = ssd_obj(t, o);
     uint64_t bucket = 0;
-    if (ssd_index_find(t, &e->key, &bucket) == o) index_erase(t, bucket);
-    lru_unlink(t, o);
+    if (ssd_index_find(t, &e->key, &bucket) == o) index_shift_into_hole(t, bucket);
+    lru_take_out(t, o);
     t->live_objects--;
     t->live_bytes -= e->len;
     uint64_t n_copies = (uint64_t)e->n_units * e->replicas;
@@ -219,8 +221,8 @@ void ssd_object_unref(ssd_tier *t, uint32_t o) {
 void ssd_install_live(ssd_tier *t, uint32_t o) {
     ssd_object *e = ssd_obj(t, o);
     e->state = OBJ_LIVE;
-    index_insert(t, o);
-    lru_push_head(t, o);
+    index_add_record(t, o);
+    lru_put_first(t, o);
     t->live_objects++;
     t->live_bytes += e->len;
     uint64_t n_copies = (uint64_t)e->n_units * e->replicas;

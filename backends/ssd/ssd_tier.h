@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "abi/kvstrata_backend.h"
 #include "common/clock.h"
 #include "common/errno_name.h"
 #include "common/log.h"
-#include "ssd.h"
 #include "ssd_format.h"
 #include "ssd_io.h"
 #include "ssd_options.h"
