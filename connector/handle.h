@@ -78,7 +78,7 @@ typedef struct kvs_request {
     uint32_t *table;    /* its block table as the engine last gave it (on_alloc, build_meta,
                                * build_meta_update): what blocks_from refers to */
     uint64_t n_table, table_cap;
-    uint64_t step_mark;       /* h->step_marks when the step being built names it */
+    uint64_t step_mark;       /* h->reqs.step_marks when the step being built names it */
     struct kvs_request *next; /* hash chain */
 } kvs_request;
 

@@ -12,7 +12,8 @@
 typedef struct kvs_tier_chain kvs_tier_chain;
 
 /* What a compress tier's host calls (kvs_backend_host.encodings, .encode, .plan) reach: the
- * encodings and placement the connector lends (connector/ext/lossy/encoder.h fills one). */
+ * encodings and placement the connector lends (connector/ext/lossy/encoder.h fills one). With
+ * encodings set, encode and plan must be set too. */
 typedef struct kvs_tier_encoder {
     const void *ctx;
     kvs_status (*encodings)(const void *ctx, const void *object, uint64_t len,

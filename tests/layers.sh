@@ -6,6 +6,7 @@
 #   kernels/     abi/, common/, kernels/
 #   backends/    abi/, common/, schedulers/, kernels/, backends/  (never connector/)
 #   connector/   abi/, common/, schedulers/, kernels/, backends/, connector/
+#   connector/   (of connector/ext/ only api.c, requests.c, step_meta.c and worker_device.c)
 #   connector/ext/NAME/  the same, and of connector/ext/ only its own folder: an extension of the core
 #                (plans, lossy, lsc, sparse) never reaches into another one
 #   abi/         abi/ only (kvstrata_server.h is how tools/ reach the connector)
@@ -47,6 +48,14 @@ check_layer schedulers "abi common schedulers" >>"$found"
 check_layer kernels "abi common kernels" >>"$found"
 check_layer backends "abi common schedulers kernels backends" >>"$found"
 check_layer connector "abi common schedulers kernels backends connector" >>"$found"
+# Only the core's top files reach into an extension; a lower one takes a table of calls instead.
+for f in connector/*.c connector/*.h; do
+    case "$f" in
+    connector/api.c | connector/requests.c | connector/step_meta.c | connector/worker_device.c) continue ;;
+    esac
+    grep -nE "${include_re}connector/ext/" "$f" |
+        sed "s|^|$f:|; s|\$|   <- only api.c, requests.c, step_meta.c, worker_device.c include an extension|"
+done >>"$found"
 for ext in connector/ext/*/; do
     ext=${ext%/}
     find "$ext" -type f \( -name '*.c' -o -name '*.h' \) | while IFS= read -r f; do
