@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "abi/kvstrata_sparse.h"
 #include "examples/mini_engine/connector.h"
@@ -488,8 +489,27 @@ static int compare(sd *d, engine *e, const float *sparse_logits, const float *sp
     return 0;
 }
 
+/* The prefill's saves may land after wait_save returns (an SSD tier writes in the background):
+ * wait (10 s at most) until a lookup finds the whole prompt, so that sparse decode begins from the
+ * stored prefix the later lookups see, however loaded the machine is. */
+static void wait_until_stored(sd *d) {
+    connector *conn = d->conn;
+    for (int tries = 0; tries < 5000; tries++) {
+        kvs_lookup_result res = {.struct_size = sizeof res};
+        int keep = 0;
+        kvs_status st = conn->api->lookup(conn->h, "sparse-stored", d->tokens, d->N, 0, &res);
+        conn->api->request_finished(conn->h, "sparse-stored", &keep);
+        if (st != KVS_OK || res.unknown_yet) return;
+        uint64_t chunk = res.chunk_tokens ? res.chunk_tokens : 1;
+        uint64_t whole = d->N / chunk * chunk; /* a full-prompt hit reports one less */
+        if (res.n_hit_tokens >= (whole == d->N ? whole - 1 : whole)) return;
+        usleep(2000);
+    }
+}
+
 /* The sparse steps from the tiers, then compare() against the other ways of decoding. */
 static int sparse_then_compare(sd *d, engine *e, const research *x, sd_result *res) {
+    wait_until_stored(d);
     if (sparse_begin(d, x) != 0) return -1;
     res->own_from = own_rows(d);
     if (decode(d, RUN_SPARSE, &res->sparse_ms) != 0) return -1;
