@@ -10,6 +10,7 @@
  * again; a cluster's key also holds its generation, so re-clustering never overwrites one a
  * manifest still names. */
 #include "sparse_swarm.h"
+#include "sparse_swarm_state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,53 +22,7 @@
 #include "schedulers/swarm/swarm_cluster.h"
 #include "schedulers/swarm/swarm_graph.h"
 
-#define CL_MAGIC     0x4357534bu /* "KSWC" */
-#define MF_MAGIC     0x4d57534bu /* "KSWM" */
-#define CL_HEADER    48u
-#define MF_HEADER    48u
-#define POS_GROUP    32u        /* rows never selected while profiling: grouped by position */
-#define MAINT_WINDOW 4096u      /* rows read from clusters between maintenance checks */
-#define MAX_PAIRS    (1u << 16) /* a plane's profile keeps at most this many pairs (lossy) */
-#define LOST_READS   64u /* cluster reads a window judges: more failed than not re-clusters */
-
-typedef struct
-    sw_plane { /* one (layer, head): its clusters and, per row, the clusters holding it */
-    uint32_t n_clusters;
-    uint32_t *start, *members;    /* CSR: cluster c's rows members[start[c] .. start[c + 1]) */
-    uint32_t *row_start, *row_cl; /* CSR over rows [0, rows_end): clusters holding the row */
-    uint32_t *row_pos;            /* parallel to row_cl: the row's place in that cluster */
-    uint32_t base;                /* the layer-wide id of its cluster 0 (the cache's ids) */
-} sw_plane;
-
-typedef struct sw_layer {
-    uint32_t gen, nonce;      /* of the clusters read: the manifest's */
-    uint32_t lost, found;     /* cluster reads that failed and that did, in the current window */
-    int ready;                /* reads come from clusters */
-    int profiling;            /* selections are being profiled (first time or maintenance) */
-    uint32_t profiled;        /* steps profiled so far */
-    kvs_swarm_profile **prof; /* [n_heads] while profiling */
-    uint64_t win_read, win_useful;
-    kvs_swarm_cache *cache; /* the layer's hot clusters (NULL: none) */
-    uint8_t **cached;       /* [clusters of the layer]: the bytes of a cached one */
-    uint32_t n_clusters;    /* of all its heads */
-} sw_layer;
-
-struct kvs_sparse_swarm {
-    kvs_tier_chain *chain;
-    kvs_sparse_swarm_params p;
-    uint64_t prefix_hash;
-    sw_layer *layers;
-    sw_plane *planes; /* [n_layers][n_heads] */
-    uint32_t *need;   /* [rows_end]: index of the row in a head's fetch list + 1, or 0 */
-    uint32_t *mark;   /* [mark_cap]: stamp of the read that chose a cluster (layer-wide ids) */
-    uint32_t mark_cap, stamp;
-    kvs_sparse_swarm_stats st;
-    /* set by kvs_sparse_swarm_set_source before a layer is clustered */
-    kvs_sparse_swarm_row_fn row;
-    void *row_ctx;
-};
-
-static uint64_t cl_bytes(const kvs_sparse_swarm *sw, uint32_t n) {
+uint64_t sw_cl_bytes(const kvs_sparse_swarm *sw, uint32_t n) {
     uint64_t ids = ((uint64_t)CL_HEADER + 4ull * n + 15) & ~15ull;
     return ids + 2ull * n * sw->p.head_bytes;
 }
@@ -101,8 +56,8 @@ kvs_key kvs_sparse_swarm_cluster_key(const kvs_sparse_swarm_params *params, uint
 }
 
 /* The key of a cluster of layer's clusters in generation gen by nonce. */
-static kvs_key cluster_key(const kvs_sparse_swarm *sw, uint32_t nonce, uint32_t gen, uint32_t layer,
-                           uint32_t head, uint32_t c) {
+kvs_key sw_cluster_key(const kvs_sparse_swarm *sw, uint32_t nonce, uint32_t gen, uint32_t layer,
+                       uint32_t head, uint32_t c) {
     kvs_sparse_swarm_params p = sw->p;
     p.nonce = nonce;
     return kvs_sparse_swarm_cluster_key(&p, gen, layer, head, c);
@@ -113,7 +68,7 @@ static kvs_key manifest_key(const kvs_sparse_swarm_params *p, uint32_t layer) {
     return raw_key(p, what, 3);
 }
 
-static sw_plane *plane_of(kvs_sparse_swarm *sw, uint32_t layer, uint32_t head) {
+sw_plane *sw_plane_of(kvs_sparse_swarm *sw, uint32_t layer, uint32_t head) {
     return &sw->planes[(uint64_t)layer * sw->p.n_heads + head];
 }
 
@@ -183,7 +138,7 @@ static void cache_start(kvs_sparse_swarm *sw, uint32_t layer) {
     sw_layer *ly = &sw->layers[layer];
     uint32_t n = 0;
     for (uint32_t g = 0; g < sw->p.n_heads; g++) {
-        sw_plane *pl = plane_of(sw, layer, g);
+        sw_plane *pl = sw_plane_of(sw, layer, g);
         pl->base = n;
         n += pl->n_clusters;
     }
@@ -200,7 +155,7 @@ static void cache_start(kvs_sparse_swarm *sw, uint32_t layer) {
         .t_transfer_s = (double)(2 * sw->p.head_bytes) / 2e9};
     if (sizes && ly->cached) {
         for (uint32_t g = 0; g < sw->p.n_heads; g++) {
-            sw_plane *pl = plane_of(sw, layer, g);
+            sw_plane *pl = sw_plane_of(sw, layer, g);
             for (uint32_t c = 0; c < pl->n_clusters; c++)
                 sizes[pl->base + c] = pl->start[c + 1] - pl->start[c];
         }
@@ -236,8 +191,8 @@ static uint64_t manifest_bytes(kvs_sparse_swarm *sw, const sw_plane *planes) {
     return n;
 }
 
-static void header(kvs_sparse_swarm *sw, uint8_t *at, uint32_t magic, uint32_t layer, uint32_t a,
-                   uint32_t b, uint32_t c, uint32_t gen) {
+void sw_header(kvs_sparse_swarm *sw, uint8_t *at, uint32_t magic, uint32_t layer, uint32_t a,
+               uint32_t b, uint32_t c, uint32_t gen) {
     uint8_t *p = at;
     put32(&p, magic);
     put32(&p, 1); /* version */
@@ -258,7 +213,7 @@ static kvs_status write_manifest(kvs_sparse_swarm *sw, uint32_t layer, const sw_
     if (len > sw->p.max_object_bytes) return KVS_ENOMEM;
     uint8_t *buf = calloc(1, len), *p;
     if (!buf) return KVS_ENOMEM;
-    header(sw, buf, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, sw->p.nonce, gen);
+    sw_header(sw, buf, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, sw->p.nonce, gen);
     p = buf + MF_HEADER;
     for (uint32_t g = 0; g < sw->p.n_heads; g++) {
         const sw_plane *pl = &planes[g];
@@ -295,11 +250,11 @@ static kvs_status read_manifest(kvs_sparse_swarm *sw, uint32_t layer) {
     if (st == KVS_OK) {
         memcpy(&nonce, buf + 20, 4);
         memcpy(&gen, buf + 24, 4);
-        header(sw, want, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, nonce, gen);
+        sw_header(sw, want, MF_MAGIC, layer, sw->p.n_heads, sw->p.rows_end, nonce, gen);
         if (memcmp(want, buf, MF_HEADER) != 0) st = KVS_ECORRUPT;
     }
     for (uint32_t g = 0; st == KVS_OK && g < sw->p.n_heads; g++) {
-        sw_plane *pl = plane_of(sw, layer, g);
+        sw_plane *pl = sw_plane_of(sw, layer, g);
         if (end - p < 8) {
             st = KVS_ECORRUPT;
             break;
@@ -330,7 +285,7 @@ static kvs_status read_manifest(kvs_sparse_swarm *sw, uint32_t layer) {
     if (st == KVS_OK && p != end) st = KVS_ECORRUPT; /* bytes past the last head */
     free(buf);
     if (st != KVS_OK) {
-        for (uint32_t g = 0; g < sw->p.n_heads; g++) plane_free(plane_of(sw, layer, g));
+        for (uint32_t g = 0; g < sw->p.n_heads; g++) plane_free(sw_plane_of(sw, layer, g));
         return st;
     }
     sw->layers[layer].gen = gen;
@@ -417,11 +372,11 @@ static kvs_status cluster_objects(kvs_sparse_swarm *sw, uint32_t layer, uint32_t
         if (!obj[g]) st = KVS_ENOMEM;
         for (uint32_t c = 0; st == KVS_OK && c < pl->n_clusters; c++) {
             uint32_t n = pl->start[c + 1] - pl->start[c];
-            if (!(obj[g][c] = calloc(1, cl_bytes(sw, n)))) {
+            if (!(obj[g][c] = calloc(1, sw_cl_bytes(sw, n)))) {
                 st = KVS_ENOMEM;
                 break;
             }
-            header(sw, obj[g][c], CL_MAGIC, layer, g, c, n, gen);
+            sw_header(sw, obj[g][c], CL_MAGIC, layer, g, c, n, gen);
             memcpy(obj[g][c] + CL_HEADER, pl->members + pl->start[c], 4ull * n);
         }
     }
@@ -442,7 +397,7 @@ static kvs_status fill_rows(kvs_sparse_swarm *sw, uint32_t layer, const sw_plane
             st = sw->row(sw->row_ctx, layer, g, r, k, v); /* checked against its row hash */
             for (uint32_t i = pl->row_start[r]; st == KVS_OK && i < pl->row_start[r + 1]; i++) {
                 uint32_t c = pl->row_cl[i], j = pl->row_pos[i], n = pl->start[c + 1] - pl->start[c];
-                uint8_t *kd = obj[g][c] + cl_bytes(sw, n) - 2ull * n * sw->p.head_bytes;
+                uint8_t *kd = obj[g][c] + sw_cl_bytes(sw, n) - 2ull * n * sw->p.head_bytes;
                 memcpy(kd + (uint64_t)j * sw->p.head_bytes, k, sw->p.head_bytes);
                 memcpy(kd + ((uint64_t)n + j) * sw->p.head_bytes, v, sw->p.head_bytes);
             }
@@ -462,9 +417,9 @@ static kvs_status put_clusters(kvs_sparse_swarm *sw, uint32_t layer, uint32_t ge
     for (uint32_t g = 0; st == KVS_OK && g < sw->p.n_heads; g++)
         for (uint32_t c = 0; st == KVS_OK && c < fresh[g].n_clusters; c++) {
             uint32_t n = fresh[g].start[c + 1] - fresh[g].start[c];
-            kvs_key key = cluster_key(sw, sw->p.nonce, gen, layer, g, c);
+            kvs_key key = sw_cluster_key(sw, sw->p.nonce, gen, layer, g, c);
             ops->remove(state, &key);
-            st = ops->put(state, &key, obj[g][c], cl_bytes(sw, n));
+            st = ops->put(state, &key, obj[g][c], sw_cl_bytes(sw, n));
             (*clusters)++;
             *members += n;
         }
@@ -486,7 +441,7 @@ static void drop_fresh(kvs_sparse_swarm *sw, uint32_t layer, uint32_t gen, sw_pl
     void *state = kvs_tiers_state(sw->chain, sw->p.tier);
     for (uint32_t g = 0; g < sw->p.n_heads; g++) {
         for (uint32_t c = 0; fresh[g].start && c < fresh[g].n_clusters; c++) {
-            kvs_key key = cluster_key(sw, sw->p.nonce, gen, layer, g, c);
+            kvs_key key = sw_cluster_key(sw, sw->p.nonce, gen, layer, g, c);
             ops->remove(state, &key);
         }
         plane_free(&fresh[g]);
@@ -499,9 +454,9 @@ static void adopt_fresh(kvs_sparse_swarm *sw, uint32_t layer, sw_plane *fresh) {
     const kvs_backend_ops *ops = kvs_tiers_ops(sw->chain, sw->p.tier);
     void *state = kvs_tiers_state(sw->chain, sw->p.tier);
     for (uint32_t g = 0; g < sw->p.n_heads; g++) {
-        sw_plane *old = plane_of(sw, layer, g);
+        sw_plane *old = sw_plane_of(sw, layer, g);
         for (uint32_t c = 0; ly->ready && c < old->n_clusters; c++) {
-            kvs_key key = cluster_key(sw, ly->nonce, ly->gen, layer, g, c);
+            kvs_key key = sw_cluster_key(sw, ly->nonce, ly->gen, layer, g, c);
             ops->remove(state, &key);
         }
         plane_free(old);
@@ -656,253 +611,6 @@ void kvs_sparse_swarm_step_done(kvs_sparse_swarm *sw, uint32_t layer) {
     if (!ly->profiling || ++ly->profiled < sw->p.profile_steps) return;
     build_layer(sw, layer); /* a failure leaves the layer reading rows as before */
     profile_free(sw, ly);
-}
-
-/* ---- reading a step's rows out of clusters --------------------------------------------------- */
-
-/* One kvs_sparse_swarm_read: its request, the clusters it chose and the bytes read for them. */
-typedef struct sw_read {
-    kvs_sparse_swarm *sw;
-    sw_layer *ly;
-    uint32_t layer, stride;
-    const uint32_t *rows, *n;       /* per head: rows + head * stride, n[head] of them */
-    uint32_t *chosen, *chosen_head; /* layer-wide cluster ids, and the head of each */
-    uint32_t n_chosen;
-    uint8_t **buf; /* [n_chosen]: a chosen cluster's bytes, NULL where its rows come from chunks */
-    /* the batched read of the clusters the cache lacks; `which` maps a read to its chosen one */
-    kvs_key *keys;
-    void **dsts;
-    uint64_t *caps, *lens;
-    kvs_status *sts;
-    uint32_t *which;
-} sw_read;
-
-/* Stamps for a read of ly's clusters: grown when it has more, restarted when they ran out. */
-static int marks_ready(kvs_sparse_swarm *sw, const sw_layer *ly) {
-    if (ly->n_clusters <= sw->mark_cap && sw->stamp != UINT32_MAX) return 1;
-    free(sw->mark);
-    sw->mark_cap = ly->n_clusters > sw->mark_cap ? ly->n_clusters : sw->mark_cap;
-    sw->mark = calloc(sw->mark_cap, sizeof *sw->mark);
-    sw->stamp = 0;
-    if (!sw->mark) {
-        sw->mark_cap = 0;
-        return 0;
-    }
-    return 1;
-}
-
-/* need[r] = its index in a head's rows hr[0..n) + 1, for the rows clusters may hold. */
-static void need_set(kvs_sparse_swarm *sw, const uint32_t *hr, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++)
-        if (hr[i] >= sw->p.sink && hr[i] < sw->p.rows_end) sw->need[hr[i]] = i + 1;
-}
-
-/* need back to all zeros after a head. */
-static void need_clear(kvs_sparse_swarm *sw, const uint32_t *hr, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++)
-        if (hr[i] < sw->p.rows_end) sw->need[hr[i]] = 0;
-}
-
-/* The cluster of pl to cover row r: one chosen already in this read, else the one holding most
- * of the rows still needed (UINT32_MAX: none holds it). */
-static uint32_t best_cluster(const kvs_sparse_swarm *sw, const sw_plane *pl, uint32_t r,
-                             uint32_t stamp) {
-    uint32_t best = UINT32_MAX, best_n = 0;
-    for (uint32_t x = pl->row_start[r]; x < pl->row_start[r + 1]; x++) {
-        uint32_t c = pl->row_cl[x];
-        if (sw->mark[pl->base + c] == stamp) return c; /* chosen already: take it */
-        uint32_t covers = 0;
-        for (uint32_t j = pl->start[c]; j < pl->start[c + 1]; j++)
-            covers += sw->need[pl->members[j]] != 0;
-        if (covers > best_n) best = c, best_n = covers;
-    }
-    return best;
-}
-
-/* Head g's clusters covering its rows, appended to rd->chosen. */
-static void choose_for_head(sw_read *rd, uint32_t g, uint32_t stamp) {
-    kvs_sparse_swarm *sw = rd->sw;
-    sw_plane *pl = plane_of(sw, rd->layer, g);
-    const uint32_t *hr = rd->rows + (uint64_t)g * rd->stride;
-    need_set(sw, hr, rd->n[g]);
-    for (uint32_t i = 0; i < rd->n[g]; i++) {
-        uint32_t r = hr[i];
-        if (r < sw->p.sink || r >= sw->p.rows_end || !sw->need[r]) continue;
-        uint32_t best = best_cluster(sw, pl, r, stamp);
-        if (best == UINT32_MAX) continue;
-        for (uint32_t j = pl->start[best]; j < pl->start[best + 1]; j++)
-            sw->need[pl->members[j]] = 0; /* covered */
-        if (sw->mark[pl->base + best] != stamp) {
-            sw->mark[pl->base + best] = stamp;
-            rd->chosen[rd->n_chosen] = pl->base + best;
-            rd->chosen_head[rd->n_chosen++] = g;
-        }
-    }
-    need_clear(sw, hr, rd->n[g]);
-}
-
-/* Per head, the clusters covering its rows; 0 when there is no room to note them. */
-static int choose_clusters(sw_read *rd) {
-    uint64_t total = 0;
-    for (uint32_t g = 0; g < rd->sw->p.n_heads; g++) total += rd->n[g];
-    rd->chosen = malloc((total + 1) * sizeof *rd->chosen);
-    rd->chosen_head = malloc((total + 1) * sizeof *rd->chosen_head);
-    if (!rd->chosen || !rd->chosen_head) return 0;
-    uint32_t stamp = ++rd->sw->stamp;
-    for (uint32_t g = 0; g < rd->sw->p.n_heads; g++) choose_for_head(rd, g, stamp);
-    return 1;
-}
-
-/* Chosen cluster i's bytes: the cache's, or a buffer queued for the batched read. */
-static void queue_cluster(sw_read *rd, uint32_t i, uint32_t *n_read) {
-    kvs_sparse_swarm *sw = rd->sw;
-    sw_layer *ly = rd->ly;
-    uint32_t lid = rd->chosen[i], g = rd->chosen_head[i];
-    sw_plane *pl = plane_of(sw, rd->layer, g);
-    uint32_t c = lid - pl->base, m = pl->start[c + 1] - pl->start[c];
-    if (ly->cache && ly->cache->cached[lid] && ly->cached && ly->cached[lid]) {
-        rd->buf[i] = ly->cached[lid];
-        sw->st.cache_hits++;
-        return;
-    }
-    if (!(rd->buf[i] = malloc(cl_bytes(sw, m)))) return;
-    uint32_t x = (*n_read)++;
-    rd->keys[x] = cluster_key(sw, ly->nonce, ly->gen, rd->layer, g, c);
-    rd->sts[x] = KVS_EIO;
-    rd->lens[x] = 0;
-    rd->dsts[x] = rd->buf[i];
-    rd->caps[x] = cl_bytes(sw, m);
-    rd->which[x] = i;
-}
-
-/* Read x of the batch: kept when whole and the cluster the manifest names, else let go. */
-static void check_cluster(sw_read *rd, uint32_t x) {
-    kvs_sparse_swarm *sw = rd->sw;
-    sw_layer *ly = rd->ly;
-    uint32_t i = rd->which[x], g = rd->chosen_head[i];
-    sw_plane *pl = plane_of(sw, rd->layer, g);
-    uint32_t c = rd->chosen[i] - pl->base, m = pl->start[c + 1] - pl->start[c];
-    uint8_t want[CL_HEADER];
-    header(sw, want, CL_MAGIC, rd->layer, g, c, m, ly->gen);
-    if (rd->sts[x] != KVS_OK || rd->lens[x] != cl_bytes(sw, m) ||
-        memcmp(rd->buf[i], want, CL_HEADER) != 0 ||
-        memcmp(rd->buf[i] + CL_HEADER, pl->members + pl->start[c], 4ull * m) != 0) {
-        free(rd->buf[i]); /* missing or damaged: its rows are read from their chunks */
-        rd->buf[i] = NULL;
-        ly->lost++;
-        return;
-    }
-    ly->found++;
-    sw->st.clusters_read++;
-    sw->st.cluster_bytes += rd->lens[x];
-}
-
-/* The chosen clusters the cache lacks, in one read. */
-static void read_clusters(sw_read *rd) {
-    uint32_t n = rd->n_chosen + 1;
-    rd->buf = calloc(n, sizeof *rd->buf);
-    rd->keys = malloc(n * sizeof *rd->keys);
-    rd->dsts = malloc(n * sizeof *rd->dsts);
-    rd->caps = malloc(n * 8ull);
-    rd->lens = malloc(n * 8ull);
-    rd->sts = malloc(n * sizeof *rd->sts);
-    rd->which = malloc(n * 4ull);
-    if (!rd->buf || !rd->keys || !rd->dsts || !rd->caps || !rd->lens || !rd->sts || !rd->which)
-        return;
-    uint32_t n_read = 0;
-    for (uint32_t i = 0; i < rd->n_chosen; i++) queue_cluster(rd, i, &n_read);
-    if (n_read && kvs_tiers_get_many(rd->sw->chain, rd->sw->p.tier, rd->keys, rd->dsts, rd->caps,
-                                     n_read, rd->lens, rd->sts) != KVS_OK)
-        for (uint32_t x = 0; x < n_read; x++) rd->sts[x] = KVS_EIO; /* the call failed whole */
-    for (uint32_t x = 0; x < n_read; x++) check_cluster(rd, x);
-}
-
-/* Head g's rows out of its clusters into their slots. */
-static void place_head_rows(sw_read *rd, uint32_t g, const uint32_t *slots, uint8_t *done,
-                            kvs_sparse_swarm_place_fn place, void *ctx) {
-    kvs_sparse_swarm *sw = rd->sw;
-    sw_layer *ly = rd->ly;
-    const uint32_t *hr = rd->rows + (uint64_t)g * rd->stride;
-    need_set(sw, hr, rd->n[g]);
-    for (uint32_t x = 0; x < rd->n_chosen; x++) {
-        if (rd->chosen_head[x] != g || !rd->buf[x]) continue;
-        sw_plane *pl = plane_of(sw, rd->layer, g);
-        uint32_t c = rd->chosen[x] - pl->base, m = pl->start[c + 1] - pl->start[c];
-        const uint8_t *kd = rd->buf[x] + cl_bytes(sw, m) - 2ull * m * sw->p.head_bytes;
-        for (uint32_t j = 0; j < m; j++) {
-            uint32_t r = pl->members[pl->start[c] + j], i = sw->need[r];
-            ly->win_read++;
-            if (!i) continue;
-            i--;
-            sw->need[r] = 0;
-            ly->win_useful++;
-            uint64_t at = (uint64_t)g * rd->stride + i;
-            if (place(ctx, g, slots[at], r, kd + (uint64_t)j * sw->p.head_bytes,
-                      kd + ((uint64_t)m + j) * sw->p.head_bytes) == 0) {
-                done[at] = 1;
-                sw->st.rows_placed++;
-            }
-        }
-    }
-    need_clear(sw, hr, rd->n[g]);
-}
-
-/* The hot-cluster cache steps over what was read: keep what it admits, let go of what it evicts
- * (and, without a cache, of all that was read). */
-static void keep_in_cache(sw_read *rd) {
-    sw_layer *ly = rd->ly;
-    if (!ly->cache || !rd->buf) {
-        for (uint32_t i = 0; rd->buf && i < rd->n_chosen; i++) free(rd->buf[i]);
-        return;
-    }
-    uint32_t n_got = 0; /* only clusters with bytes behind them take room in the cache */
-    for (uint32_t i = 0; i < rd->n_chosen; i++)
-        if (rd->buf[i]) rd->which[n_got++] = rd->chosen[i];
-    kvs_swarm_cache_step(ly->cache, rd->which, n_got, NULL);
-    for (uint32_t i = 0; i < rd->n_chosen; i++) {
-        uint32_t lid = rd->chosen[i];
-        if (!rd->buf[i] || ly->cached[lid] == rd->buf[i]) continue;
-        if (ly->cache->cached[lid] && !ly->cached[lid])
-            ly->cached[lid] = rd->buf[i]; /* admitted */
-        else
-            free(rd->buf[i]);
-        rd->buf[i] = NULL;
-    }
-    for (uint32_t lid = 0; lid < ly->n_clusters; lid++)
-        if (ly->cached[lid] && !ly->cache->cached[lid]) {
-            free(ly->cached[lid]);
-            ly->cached[lid] = NULL;
-        }
-}
-
-static void read_free(sw_read *rd) {
-    free(rd->buf);
-    free(rd->keys);
-    free(rd->dsts);
-    free(rd->caps);
-    free(rd->lens);
-    free(rd->sts);
-    free(rd->which);
-    free(rd->chosen);
-    free(rd->chosen_head);
-}
-
-void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t *rows,
-                           const uint32_t *slots, const uint32_t *n, uint32_t stride, uint8_t *done,
-                           kvs_sparse_swarm_place_fn place, void *ctx) {
-    sw_layer *ly = &sw->layers[layer];
-    if (!ly->ready || !ly->n_clusters) return;
-    if (!marks_ready(sw, ly)) return;
-    sw_read rd = {.sw = sw, .ly = ly, .layer = layer, .stride = stride, .rows = rows, .n = n};
-    if (!choose_clusters(&rd)) {
-        read_free(&rd);
-        return;
-    }
-    read_clusters(&rd);
-    for (uint32_t g = 0; rd.buf && g < sw->p.n_heads; g++)
-        place_head_rows(&rd, g, slots, done, place, ctx);
-    keep_in_cache(&rd);
-    read_free(&rd);
 }
 
 void kvs_sparse_swarm_get_stats(const kvs_sparse_swarm *sw, kvs_sparse_swarm_stats *out) {

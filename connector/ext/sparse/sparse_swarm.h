@@ -27,34 +27,12 @@
 #include "abi/kvstrata.h"
 #include "abi/kvstrata_backend.h"
 #include "connector/tiers.h"
-
-typedef struct kvs_sparse_swarm kvs_sparse_swarm;
-
-typedef struct kvs_sparse_swarm_params {
-    uint32_t tier; /* the chain's SSD tier */
-    uint32_t n_layers, n_heads;
-    uint32_t sink, rows_end; /* the clusters cover rows [sink, rows_end) */
-    uint64_t head_bytes;
-    uint64_t max_object_bytes;
-    uint32_t profile_steps; /* steps of each layer profiled before clustering */
-    uint32_t cache_policy;  /* KVS_SPARSE_CACHE_SCORE or KVS_SPARSE_CACHE_LRU */
-    uint64_t cache_rows;    /* the hot-cluster cache's budget, in rows (0: none) */
-    double min_useful;      /* maintenance threshold (0: never re-cluster) */
-    uint32_t positional;    /* 1: no profiling, every cluster a run of consecutive rows (the
-                              * comparator); built at the first step of each layer */
-    kvs_key prefix;         /* the stored prefix's last chunk key */
-    uint32_t nonce;         /* in the keys of the clusters this request writes: two requests
-                             * over the same prefix never overwrite each other's */
-} kvs_sparse_swarm_params;
+#include "sparse_swarm_types.h"
 
 /* A request's clusters: the manifests are looked for at once (found: ready to read). */
 kvs_status kvs_sparse_swarm_open(kvs_tier_chain *chain, const kvs_sparse_swarm_params *params,
                                  kvs_sparse_swarm **out);
 void kvs_sparse_swarm_close(kvs_sparse_swarm *sw);
-/* Where clustering reads a row's K and V (head_bytes each) from: 0 with bytes that match the
- * row's hash. Rows come in ascending order, each row's heads together. */
-typedef kvs_status (*kvs_sparse_swarm_row_fn)(void *ctx, uint32_t layer, uint32_t head,
-                                              uint32_t row, uint8_t *k, uint8_t *v);
 void kvs_sparse_swarm_set_source(kvs_sparse_swarm *sw, kvs_sparse_swarm_row_fn row, void *ctx);
 
 /* The medoid index of (layer, head)'s clusters (cluster c's rows rows[offsets[c] ..
@@ -83,12 +61,6 @@ void kvs_sparse_swarm_read(kvs_sparse_swarm *sw, uint32_t layer, const uint32_t 
                            const uint32_t *slots, const uint32_t *n, uint32_t stride, uint8_t *done,
                            kvs_sparse_swarm_place_fn place, void *ctx);
 
-/* Counters: layers found at open, layouts written, clusters read from the tier, their bytes,
- * cluster cache hits, rows placed from clusters, re-clusterings. */
-typedef struct kvs_sparse_swarm_stats {
-    uint64_t layers_found, layers_written, clusters_read, cluster_bytes, cache_hits, rows_placed,
-        reclustered, clusters, cluster_rows;
-} kvs_sparse_swarm_stats;
 void kvs_sparse_swarm_get_stats(const kvs_sparse_swarm *sw, kvs_sparse_swarm_stats *out);
 
 /* The key of cluster c of (layer, head) in generation gen, written by a request of nonce
