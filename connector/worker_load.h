@@ -7,6 +7,7 @@
 
 #include "abi/kvstrata.h"
 
+#include "error_blocks.h"
 #include "handle.h"
 
 /* A set of chunk loads: the bound step's, or one async request's. */
@@ -15,12 +16,6 @@ typedef struct kvs_load_set {
     uint64_t n;
     uint64_t tier_ns[KVS_STATS_MAX_TIERS]; /* time reading from each tier, not yet in the stats */
 } kvs_load_set;
-
-/* Blocks a failure of load would add to the error list (those its tokens cover). */
-uint64_t kvs_load_error_span(const kvs_handle *h, const kvs_meta_load *load);
-/* Room in the error list for `more` blocks beyond those listed, so that adding them never allocates.
- * KVS_ENOMEM, the list unchanged, when the room cannot be had. */
-kvs_status kvs_worker_reserve_error_blocks(kvs_handle *h, uint64_t more);
 
 kvs_status kvs_worker_start_load(kvs_handle *h);
 kvs_status kvs_worker_wait_layer(kvs_handle *h, uint32_t layer);
