@@ -9,6 +9,7 @@
  * Extensions have their hooks in the table, and their structs, constants and contracts in headers
  * that include this one: kvstrata_plans.h (restore and stage plans), kvstrata_lossy.h (token
  * dropping, lossy loads), kvstrata_lsc.h (layer stream cache), kvstrata_sparse.h (sparse decode).
+ * Engines not shaped like vLLM use the store API (kvstrata_store.h: batched exists, get, put).
  *
  * Versioning: a minor version only appends fields to structs and hooks to the table ("since 1.N"
  * here; CHANGELOG.md says what each added): check struct_size before reading one. kvs_get_api
@@ -34,7 +35,7 @@ extern "C" {
 #endif
 
 #define KVS_ABI_MAJOR 1
-#define KVS_ABI_MINOR 11
+#define KVS_ABI_MINOR 12
 
 typedef enum kvs_status {
     KVS_OK = 0,
@@ -237,6 +238,7 @@ typedef struct kvs_stage_desc kvs_stage_desc;       /* kvstrata_plans.h */
 typedef struct kvs_sparse_cache kvs_sparse_cache;   /* kvstrata_sparse.h */
 typedef struct kvs_sparse_params kvs_sparse_params; /* kvstrata_sparse.h */
 typedef struct kvs_sparse_stats kvs_sparse_stats;   /* kvstrata_sparse.h */
+typedef struct kvs_store_api kvs_store_api;         /* kvstrata_store.h */
 
 /* The table. Hooks are appended in minor versions only: check struct_size before calling one. */
 typedef struct kvs_api {
@@ -349,6 +351,8 @@ typedef struct kvs_api {
                                     void *buf, uint64_t cap, uint64_t *len);
     /* Since 1.10. What the handle was opened with. Any role; thread-safe with the other calls. */
     kvs_status (*handle_info)(const kvs_handle *h, kvs_handle_info *out);
+    /* Since 1.12. The store API (kvstrata_store.h) of major store_major, NULL for another. */
+    const kvs_store_api *(*store_api)(uint32_t store_major);
 } kvs_api;
 
 /* The single exported entry point. NULL for an ABI major this library does not implement. */
