@@ -28,6 +28,7 @@ from kvstrata import _abi
 from kvstrata._abi_types import ECORRUPT, EINVAL, ENOTFOUND, EOVERFLOW, OK, EVENT_STORED
 from kvstrata.store import ABSENT, PRESENT, SKIPPED, Store, StoreError
 
+MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
 
@@ -69,7 +70,7 @@ class TmpDir:
 
 class RoundTrips(TmpDir, unittest.TestCase):
     def setUp(self):
-        self.s = Store(namespace(), max_value_bytes=1 << 20)
+        self.s = Store(namespace(), max_value_bytes=MiB)
         self.addCleanup(self.s.close)
 
     def test_bytearrays_round_trip_byte_for_byte(self):
@@ -264,6 +265,20 @@ class RoundTrips(TmpDir, unittest.TestCase):
         self.assertEqual(self.s.stats()["n_tiers"], 1)
 
 
+class Defaults(unittest.TestCase):
+    def test_the_default_tier_holds_many_small_values(self):
+        # No config and no max_value_bytes: one 1 GiB DRAM tier and values up to 64 MiB. 400 values
+        # of 1000 bytes (well under 1% of the tier) must all stay.
+        keys = [b"d-%d" % i for i in range(400)]
+        with Store(namespace()) as s:
+            for i in range(0, 400, 8):
+                res = s.put(keys[i:i + 8], [value_of(k, 1000) for k in keys[i:i + 8]])
+                self.assertEqual([r.status for r in res], [OK] * 8)
+            n, states = s.exists(keys, all=True)
+            self.assertEqual(states.count(PRESENT), 400, s.usage())
+            self.assertEqual(n, 400)
+
+
 class Events(unittest.TestCase):
     def test_a_put_is_an_event_with_the_engine_key(self):
         with Store(namespace(), event_capacity=16) as s:
@@ -289,9 +304,9 @@ class Isolation(TmpDir, unittest.TestCase):
     def test_two_tenants_never_meet(self):
         cfg, ns = self.shared_dram(), namespace()
         v = value_of(b"t", 500)
-        with Store(ns, tenant="alice", config=cfg) as a, \
-                Store(ns, tenant="bob", config=cfg) as b, \
-                Store(ns, tenant="alice", config=cfg) as a2:
+        with Store(ns, tenant="alice", config=cfg, max_value_bytes=MiB) as a, \
+                Store(ns, tenant="bob", config=cfg, max_value_bytes=MiB) as b, \
+                Store(ns, tenant="alice", config=cfg, max_value_bytes=MiB) as a2:
             a.put([b"shared-key"], [v])
             self.assertEqual(b.exists([b"shared-key"]), (0, [ABSENT]))
             self.assertEqual(b.get([b"shared-key"], [bytearray(500)])[0].status, ENOTFOUND)
@@ -310,8 +325,9 @@ class Isolation(TmpDir, unittest.TestCase):
         cfg = self.shared_dram()
         ns1, ns2 = namespace(), namespace()
         v = value_of(b"n", 300)
-        with Store(ns1, config=cfg) as one, Store(ns2, config=cfg) as two, \
-                Store(ns1.encode(), config=cfg) as one_again:
+        with Store(ns1, config=cfg, max_value_bytes=MiB) as one, \
+                Store(ns2, config=cfg, max_value_bytes=MiB) as two, \
+                Store(ns1.encode(), config=cfg, max_value_bytes=MiB) as one_again:
             one.put([b"k"], [v])
             self.assertEqual(two.exists([b"k"]), (0, [ABSENT]))
             self.assertEqual(two.get([b"k"], [bytearray(300)])[0].status, ENOTFOUND)
@@ -325,7 +341,7 @@ class Threads(unittest.TestCase):
         shared = [b"shared-%d" % i for i in range(16)]
         errors = []
         counts = [0] * 8
-        with Store(namespace(), threads=4) as s:
+        with Store(namespace(), threads=4, max_value_bytes=MiB) as s:
             def worker(w):
                 try:
                     own = [b"own-%d-%d" % (w, i) for i in range(8)]
@@ -365,7 +381,7 @@ import hashlib, sys
 from kvstrata.store import Store
 ns, tenant, cfg = sys.argv[1], sys.argv[2], sys.argv[3]
 keys = [b"xp-%d" % i for i in range(5)]
-with Store(ns, tenant=tenant, config=cfg) as s:
+with Store(ns, tenant=tenant, config=cfg, max_value_bytes=1 << 20) as s:
     outs = [bytearray(1000 + i) for i in range(5)]
     res = s.get(keys, outs)
     for k, o, r in zip(keys, outs, res):
@@ -378,7 +394,7 @@ class TwoProcesses(TmpDir, unittest.TestCase):
     def test_a_second_process_reads_what_this_one_put_through_shared_dram(self):
         cfg, ns = self.shared_dram(), namespace()
         keys = [b"xp-%d" % i for i in range(5)]
-        with Store(ns, tenant="t1", config=cfg) as s:
+        with Store(ns, tenant="t1", config=cfg, max_value_bytes=MiB) as s:
             s.put(keys[:4], [value_of(k, 1000 + i) for i, k in enumerate(keys[:4])])
             env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
             out = subprocess.run(["/usr/bin/python3", "-c", CHILD, ns, "t1", cfg], env=env,
@@ -418,23 +434,23 @@ class Ssd(TmpDir, unittest.TestCase):
         cfg, ns = self.ssd(d), namespace()
         keys = [b"disk-0", b"disk-1"]
         vals = [value_of(k, 70000) for k in keys]
-        with Store(ns, config=cfg, max_value_bytes=1 << 20) as s:
+        with Store(ns, config=cfg, max_value_bytes=MiB) as s:
             self.assertEqual([r.status for r in s.put(keys, vals)], [OK, OK])
-        with Store(ns, config=cfg, max_value_bytes=1 << 20) as s:
+        with Store(ns, config=cfg, max_value_bytes=MiB) as s:
             self.assertEqual(s.exists(keys), (2, [PRESENT, PRESENT]))
             outs = [bytearray(70000), bytearray(70000)]
             got = s.get(keys, outs)
             self.assertEqual([(r.status, r.tier) for r in got], [(OK, 0), (OK, 0)])
             self.assertEqual([bytes(o) for o in outs], vals)
             self.assertEqual(s.usage()[0].name, "nvme")
-        with Store(namespace(), config=cfg, max_value_bytes=1 << 20) as other:
+        with Store(namespace(), config=cfg, max_value_bytes=MiB) as other:
             self.assertEqual(other.exists(keys), (0, [ABSENT]))
 
     def test_an_object_damaged_on_disk_is_ecorrupt_and_removed(self):
         d = self.tmpdir()
         cfg, ns = self.ssd(d), namespace()
         v = value_of(b"victim", 20000)
-        with Store(ns, config=cfg, max_value_bytes=1 << 20) as s:
+        with Store(ns, config=cfg, max_value_bytes=MiB) as s:
             s.put([b"victim"], [v])
         data = os.path.join(d, "kvstrata-nvme.data")
         units = _unit_headers(data)
@@ -446,7 +462,7 @@ class Ssd(TmpDir, unittest.TestCase):
             b = f.read(1)
             f.seek(off + 4096 + 100)
             f.write(bytes([b[0] ^ 0x5A]))
-        with Store(ns, config=cfg, max_value_bytes=1 << 20) as s:
+        with Store(ns, config=cfg, max_value_bytes=MiB) as s:
             out = bytearray(b"\xee" * 20000)
             r = s.get([b"victim"], [out])[0]
             self.assertEqual(r.status, ECORRUPT)
