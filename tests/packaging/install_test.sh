@@ -31,7 +31,7 @@ cflags=$(pkg-config --cflags kvstrata)
 incdir=$(pkg-config --variable=includedir kvstrata)
 all=""
 for h in kvstrata.h kvstrata_plans.h kvstrata_lossy.h kvstrata_lsc.h kvstrata_sparse.h \
-  kvstrata_backend.h; do
+  kvstrata_store.h kvstrata_backend.h; do
   [ -f "$incdir/kvstrata/$h" ] || fail "$h is not installed in $incdir/kvstrata"
   printf '#include <kvstrata/%s>\n' "$h" >"$work/only_$h.c"
   # shellcheck disable=SC2086 # the flags are words
