@@ -47,10 +47,12 @@ typedef struct kvs_store_open_params {
     /* The engine's model and KV layout (model name, dtype, page size, layout, TP rank where the
      * values differ by rank): values put under one namespace are never found under another */
     const void *namespace_bytes;
-    uint64_t namespace_len;   /* 1..KVS_STORE_NAMESPACE_MAX */
-    const char *tenant;       /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
-    uint64_t max_value_bytes; /* the largest value put or got; 0: 64 MiB */
-    uint32_t event_capacity;  /* events kept for take_events (oldest dropped first); 0: none */
+    uint64_t namespace_len; /* 1..KVS_STORE_NAMESPACE_MAX */
+    const char *tenant;     /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
+    /* The largest value put (0: 4 MiB). Set it to the engine's page: a DRAM tier gives every
+     * object a slab of this size and a 4 KiB header, an SSD tier a slot */
+    uint64_t max_value_bytes;
+    uint32_t event_capacity; /* events kept for take_events (oldest dropped first); 0: none */
     uint32_t reserved;
 } kvs_store_open_params;
 #define KVS_STORE_OPEN_PARAMS_SIZE_1_0 56u
