@@ -150,7 +150,8 @@ typedef struct kvs_store_api {
     /* Open a store on a configuration's tiers. On failure *out is NULL and error says why. */
     kvs_status (*open)(const kvs_store_open_params *params, kvs_store **out, char *error,
                        size_t error_len);
-    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. */
+    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. The
+     * last call on s: no other thread may be inside a call on it. NULL is a no-op. */
     void (*close)(kvs_store *s);
     /* The calling thread's last error on s, "" if none. Valid until that thread's next call. */
     const char *(*last_error)(const kvs_store *s);
