@@ -128,6 +128,8 @@ class KvstrataHiCacheStorage(HiCacheStorage):
       threads (KVSTRATA_STORE_THREADS)  the store's threads; 0: the library's default
       pin_ms (KVSTRATA_PIN_MS)   batch_exists pins the pages it found this long, so the
                                  batch_get_v1 that follows finds them (0: no pin)
+      max_value_bytes (KVSTRATA_MAX_VALUE_BYTES)  the largest page (0: the library's 64 MiB);
+                                 every process sharing a DRAM tier must open it with one value
       interface_v1               SGLang's own switch for the zero-copy v1 calls; it also decides
                                  which of the two page formats this backend stores
     """
@@ -140,6 +142,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         self.tenant = _opt(extra, "tenant", "KVSTRATA_TENANT")
         self.threads = int(_opt(extra, "threads", "KVSTRATA_STORE_THREADS", 0))
         self.pin_ms = int(_opt(extra, "pin_ms", "KVSTRATA_PIN_MS", 0))
+        self.max_value_bytes = int(_opt(extra, "max_value_bytes", "KVSTRATA_MAX_VALUE_BYTES", 0))
         self.interface_v1 = _truthy(extra.get("interface_v1", 0))
         self.is_mla = bool(storage_config.is_mla_model)
         # MLA: every rank holds the same pages; rank 0 alone writes them (SGLang's controller also
@@ -162,7 +165,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
 
         namespace = namespace_for(self.storage_config, pool, self.interface_v1)
         store = Store(namespace, tenant=self.tenant, config=self.config_path,
-                      threads=self.threads)
+                      threads=self.threads, max_value_bytes=self.max_value_bytes)
         self.namespace = namespace
         _log.info("kvstrata HiCache storage: namespace %s, tenant %s, config %s", namespace,
                   self.tenant or "-", self.config_path or "(1 GiB DRAM)")
@@ -218,8 +221,9 @@ class KvstrataHiCacheStorage(HiCacheStorage):
 
     def _check_gets(self, keys, results, expected):
         """Per-key success of a get batch: the value was found, checked, and has the page's length.
-        A corrupt object was not copied (the store checks before a byte reaches a buffer) and the
-        store has removed it."""
+        A failed key's buffers hold undefined bytes (the store checks as it copies): its False makes
+        SGLang count only the pages before it and free the rest. A corrupt object is removed from
+        every tier by the store."""
         from kvstrata import _abi_types as t
 
         ok = []
@@ -275,8 +279,8 @@ class KvstrataHiCacheStorage(HiCacheStorage):
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         """Read each page into its host-pool slots; per key True when the whole page arrived. A
-        miss, a short or a corrupt object is that key's False and its host slots keep what they
-        held."""
+        miss, a short or a corrupt object is that key's False; its slots then hold undefined
+        bytes, and SGLang's controller uses no page from the first False on."""
         keys = list(keys)
         if not keys:
             return []
