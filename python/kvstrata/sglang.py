@@ -222,7 +222,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
     def _check_gets(self, keys, results, expected):
         """Per-key success of a get batch: the value was found, checked, and has the page's length.
         A failed key's buffers hold undefined bytes (the store checks as it copies): its False makes
-        SGLang count only the pages before it and free the rest. A corrupt object is removed from
+        SGLang count only the pages before it. A corrupt object is removed from
         every tier by the store."""
         from kvstrata import _abi_types as t
 
