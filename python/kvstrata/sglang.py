@@ -92,6 +92,21 @@ def namespace_for(config, pool=None, interface_v1=True):
     return ";".join(parts)
 
 
+def page_bytes(pool):
+    """Bytes of one stored page of host pool `pool` (page_size x size_per_token), or 0 when the
+    pool does not say (the library's default limit then applies). Every process of a deployment
+    computes the same value, as a DRAM tier shared by processes requires."""
+    if pool is None:
+        return 0
+    per_token = getattr(pool, "size_per_token", None)
+    if per_token is None and hasattr(pool, "get_size_per_token"):
+        per_token = pool.get_size_per_token()
+    try:
+        return int(getattr(pool, "page_size", 0)) * int(per_token or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _span(obj, size=None):
     """(address, length, keep) of one buffer SGLang hands over: a tensor (its data_ptr and
     nbytes; it must be contiguous), a numpy array, or an integer address with `size`. `keep` is
@@ -128,8 +143,9 @@ class KvstrataHiCacheStorage(HiCacheStorage):
       threads (KVSTRATA_STORE_THREADS)  the store's threads; 0: the library's default
       pin_ms (KVSTRATA_PIN_MS)   batch_exists pins the pages it found this long, so the
                                  batch_get_v1 that follows finds them (0: no pin)
-      max_value_bytes (KVSTRATA_MAX_VALUE_BYTES)  the largest page (0: the library's 64 MiB);
-                                 every process sharing a DRAM tier must open it with one value
+      max_value_bytes (KVSTRATA_MAX_VALUE_BYTES)  the largest page (0: the host pool's page,
+                                 page_size x size_per_token); every process sharing a DRAM tier
+                                 must open it with one value (each object takes a slab of it)
       interface_v1               SGLang's own switch for the zero-copy v1 calls; it also decides
                                  which of the two page formats this backend stores
     """
@@ -164,8 +180,9 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         from kvstrata.store import Store
 
         namespace = namespace_for(self.storage_config, pool, self.interface_v1)
+        max_value = self.max_value_bytes or page_bytes(pool)
         store = Store(namespace, tenant=self.tenant, config=self.config_path,
-                      threads=self.threads, max_value_bytes=self.max_value_bytes)
+                      threads=self.threads, max_value_bytes=max_value)
         self.namespace = namespace
         _log.info("kvstrata HiCache storage: namespace %s, tenant %s, config %s", namespace,
                   self.tenant or "-", self.config_path or "(1 GiB DRAM)")
