@@ -169,8 +169,9 @@ typedef struct kvs_store_api {
     kvs_status (*unpin)(kvs_store *s, const kvs_store_keys *keys);
 
     /* Start a batch: op KVS_STORE_OP_*; sg for gets and puts (NULL otherwise); flags as above.
-     * *ticket names it. Failing keys fail alone, in their results; the call itself fails only for
-     * wrong arguments (KVS_EINVAL, nothing started) or a closing store (KVS_ESTATE). */
+     * *ticket names it. Failing keys fail alone, in their results (a failed get leaves that key's
+     * buffers undefined: the checksum is checked as the bytes are copied); the call itself fails
+     * only for wrong arguments (KVS_EINVAL, nothing started) or a closing store (KVS_ESTATE). */
     kvs_status (*submit)(kvs_store *s, uint32_t op, const kvs_store_keys *keys,
                          const kvs_store_sg *sg, uint32_t flags, uint64_t *ticket);
     /* Wait at most timeout_ms (UINT64_MAX: no bound) for ticket; then copy its n results into
@@ -182,8 +183,8 @@ typedef struct kvs_store_api {
     /* A file descriptor that becomes readable when a batch completes (an eventfd: reading it
      * resets it). Owned by the store. */
     int (*event_fd)(kvs_store *s);
-    /* Tickets completed since the last drain, in completion order, up to cap; each then collected
-     * with wait (at once). */
+    /* Tickets completed and not drained before, oldest submitted first, up to cap; collect each
+     * with wait (timeout 0). A ticket collected by wait before is never drained. */
     kvs_status (*drain)(kvs_store *s, uint64_t *tickets, uint64_t cap, uint64_t *n);
 
     /* Tiers of the chain (the first `cap`), with this store's traffic in each. */

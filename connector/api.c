@@ -15,6 +15,7 @@
 #include "connector/ext/plans/plan_state.h"
 #include "connector/ext/plans/restore.h"
 #include "connector/ext/sparse/sparse.h"
+#include "connector/store/store.h"
 #include "handle.h"
 #include "integrity.h"
 #include "keys.h"
@@ -510,6 +511,7 @@ static const kvs_api api_v1 = {
     .request_key_input = api_request_key_input,
     .build_meta_update = api_build_meta_update,
     .handle_info = api_handle_info,
+    .store_api = kvs_store_api_table,
 };
 
 KVS_EXPORT const kvs_api *kvs_get_api(uint32_t abi_major) {

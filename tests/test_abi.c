@@ -15,6 +15,7 @@
 #include "abi/kvstrata_lsc.h"
 #include "abi/kvstrata_plans.h"
 #include "abi/kvstrata_sparse.h"
+#include "abi/kvstrata_store.h"
 
 /* --- layouts (LP64): appending a field adds a line and changes only its struct's size ------------- */
 
@@ -190,7 +191,49 @@ AT(kvs_handle_info, save_decode, 24, 4);
 AT(kvs_handle_info, saves_async, 28, 4);
 AT(kvs_handle_info, lease_timeout_ms, 32, 8);
 SIZE(kvs_handle_info, KVS_HANDLE_INFO_SIZE_1_10);
-SIZE(kvs_api, 296);
+AT(kvs_api, store_api, 296, 8); /* 1.12 */
+SIZE(kvs_api, 304);
+
+/* the store API (kvstrata_store.h): its own table and version */
+AT(kvs_store_open_params, struct_size, 0, 4);
+AT(kvs_store_open_params, threads, 4, 4);
+AT(kvs_store_open_params, config_path, 8, 8);
+AT(kvs_store_open_params, namespace_bytes, 16, 8);
+AT(kvs_store_open_params, namespace_len, 24, 8);
+AT(kvs_store_open_params, tenant, 32, 8);
+AT(kvs_store_open_params, max_value_bytes, 40, 8);
+AT(kvs_store_open_params, event_capacity, 48, 4);
+SIZE(kvs_store_open_params, KVS_STORE_OPEN_PARAMS_SIZE_1_0);
+AT(kvs_store_keys, data, 0, 8);
+AT(kvs_store_keys, offsets, 8, 8);
+AT(kvs_store_keys, n, 16, 8);
+AT(kvs_store_iov, base, 0, 8);
+AT(kvs_store_iov, len, 8, 8);
+AT(kvs_store_sg, iov, 0, 8);
+AT(kvs_store_sg, seg, 8, 8);
+AT(kvs_store_result, status, 0, 4);
+AT(kvs_store_result, tier, 4, 2);
+AT(kvs_store_result, flags, 6, 2);
+AT(kvs_store_result, bytes, 8, 8);
+SIZE(kvs_store_result, 16);
+AT(kvs_store_tier_usage, name, 8, 64);
+AT(kvs_store_tier_usage, objects, 72, 8);
+AT(kvs_store_tier_usage, put_bytes, 120, 8);
+SIZE(kvs_store_tier_usage, KVS_STORE_TIER_USAGE_SIZE_1_0);
+AT(kvs_store_stats, gets, 8, 8);
+AT(kvs_store_stats, puts, 48, 8);
+AT(kvs_store_stats, exists_keys, 96, 8);
+AT(kvs_store_stats, events_dropped, 136, 8);
+SIZE(kvs_store_stats, KVS_STORE_STATS_SIZE_1_0);
+AT(kvs_store_event, kind, 0, 1);
+AT(kvs_store_event, tier, 2, 2);
+AT(kvs_store_event, key_len, 4, 4);
+AT(kvs_store_event, key16, 8, 16);
+SIZE(kvs_store_event, KVS_STORE_EVENT_BYTES);
+AT(kvs_store_api, open, 16, 8);
+AT(kvs_store_api, submit, 72, 8);
+AT(kvs_store_api, take_events, 120, 8);
+SIZE(kvs_store_api, 128);
 
 AT(kvs_step_update, struct_size, 0, 4); /* 1.10 */
 AT(kvs_step_update, reserved, 4, 4);
