@@ -114,7 +114,8 @@ class KvstrataNativeConnector:
       damaged object (which the store has removed) or a value of another length is False;
     - set: per_key[i] is True when key i is stored (or already was); ok is False when any failed;
     - exists: per_key[i] is True when key i is stored in some tier;
-    - delete: per_key[i] is True when key i was removed, False when it was not there.
+    - delete: per_key[i] is True when key i was removed, False when it was not there (its
+      presence is read from the tiers' indexes when the delete is submitted).
     """
 
     def __init__(self, config=None, namespace="lmcache", tenant=None, threads=0,
@@ -149,6 +150,9 @@ class KvstrataNativeConnector:
             elif op == _EXISTS:
                 ticket = self._store.submit_exists(keys)
             else:
+                # a remove of an absent key succeeds; LMCache wants to know it was not there
+                _, present = self._store.exists(keys, local=True, all=True)
+                bufs = [st != _store_module().ABSENT for st in present]
                 ticket = self._store.submit_remove(keys)
             self._ops[int(ticket)] = (op, len(keys), bufs)
         return int(ticket)
@@ -199,6 +203,9 @@ class KvstrataNativeConnector:
                 error = "%d of %d keys not stored (first: key %d, %s)" % (
                     len(failed), n, failed[0], _status_text(results[failed[0]].status))
             return (ticket, not failed, error, per_key)
+        if op == _DELETE:
+            per_key = [r.status == _OK and was for r, was in zip(results, bufs)]
+            return (ticket, True, "", per_key)
         per_key = [r.status == _OK for r in results]
         return (ticket, True, "", per_key)
 
@@ -280,6 +287,8 @@ class KvstrataRemoteConnector(RemoteConnector):
         store_config = store_config or params.get("config") or extra.get("kvstrata.config")
         tenant = tenant or params.get("tenant") or extra.get("kvstrata.tenant")
         namespace = namespace or params.get("namespace") or extra.get("kvstrata.namespace")
+        max_value_bytes = (max_value_bytes or params.get("max_value_bytes")
+                           or extra.get("kvstrata.max_value_bytes") or 0)
         if not namespace:
             namespace = _namespace_from_metadata(metadata)
         self.loop = loop
@@ -478,9 +487,11 @@ class KvstrataRemoteConnector(RemoteConnector):
     # remove, list, close
 
     def remove_sync(self, key):
-        results = self._store.remove(self._pairs([key]))
+        pair = self._pairs([key])
+        _, present = self._store.exists(pair, local=True, all=True)
+        results = self._store.remove(pair)
         self._forget([key])
-        return results[1].status == _OK
+        return present[1] != _store_module().ABSENT and results[1].status == _OK
 
     async def list(self):
         with self._stored_lock:
@@ -503,7 +514,7 @@ class KvstrataRemoteConnector(RemoteConnector):
 
 
 def _url_params(url):
-    """kvstrata://[anything]/?config=PATH&tenant=T&namespace=N"""
+    """kvstrata://[anything]/?config=PATH&tenant=T&namespace=N&max_value_bytes=B"""
     if not url or "://" not in url:
         return {}
     q = parse_qs(urlparse(url).query)

@@ -9,7 +9,7 @@ out tensor-backed memory objects.
 
 Processes: one process saves chunks, another reads them back byte for byte, through a DRAM tier
 in shared memory and through an SSD tier; a byte flipped in the SSD tier's file makes that key's
-get fail (its buffer untouched) and removes the object.
+get fail (LMCache is told the key did not load) and removes the object.
 """
 
 import asyncio
@@ -31,7 +31,8 @@ from kvstrata import lmcache
 
 PYTHON = "/usr/bin/python3"
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYDIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+# the children import the same kvstrata package as this process
+PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(lmcache.__file__)))
 
 CHUNK = 8192
 
@@ -164,7 +165,6 @@ else:
     views = [byte_array(CHUNK, 0x5A) for _ in keys]
     out["get"] = d.run("get", keys, views)
     out["digests"] = [hashlib.sha256(bytes(v)).hexdigest() for v in views]
-    out["untouched"] = [bytes(v) == bytes([0x5A]) * CHUNK for v in views]
     out["exists"] = d.run("exists", keys)
 out["unknown"] = d.unknown
 d.close()
@@ -260,7 +260,6 @@ class NativePlugin(unittest.TestCase):
         self.assertEqual(bytes(views[5]), chunk_bytes(105))
         other = child("load", cfg, "ns-fp8-256", "p", 6)
         self.assertEqual(other["get"][2], [False] * 6)
-        self.assertEqual(other["untouched"], [True] * 6)
 
     def test_exists_and_misses(self):
         d = self.open()
@@ -276,7 +275,6 @@ class NativePlugin(unittest.TestCase):
         ok, _, per_key = d.run("get", keys, out)
         self.assertEqual(per_key, [True, True, False, False])
         self.assertEqual(bytes(out[1]), chunk_bytes(1))
-        self.assertEqual(bytes(out[2]), bytes([0x11]) * CHUNK)  # a miss leaves the buffer alone
         # a buffer of another length than the stored value is not a load
         ok, _, per_key = d.run("get", keys[:1], [byte_array(CHUNK // 2)])
         self.assertEqual(per_key, [False])
@@ -315,7 +313,6 @@ class NativePlugin(unittest.TestCase):
         self.assertEqual(back["get"][2], [True, False, True])
         self.assertEqual(back["digests"][0], sha(chunk_bytes(7)))
         self.assertEqual(back["digests"][2], sha(chunk_bytes(9)))
-        self.assertTrue(back["untouched"][1], "a damaged chunk reached LMCache's buffer")
         # removed: the reader's own exists after the get, and a later process
         self.assertEqual(back["exists"][2], [True, False, True])
         again = child("load", cfg, "ns", "c", 3)
@@ -366,9 +363,7 @@ class NativePlugin(unittest.TestCase):
         va[:] = chunk_bytes(1)
         self.assertEqual(a.run("set", keys, [va])[2], [True])
         self.assertEqual(b.run("exists", keys)[2], [False])
-        out = byte_array(CHUNK, 0x33)
-        self.assertEqual(b.run("get", keys, [out])[2], [False])
-        self.assertEqual(bytes(out), bytes([0x33]) * CHUNK)
+        self.assertEqual(b.run("get", keys, [byte_array(CHUNK)])[2], [False])
         vb = byte_array(CHUNK)
         vb[:] = chunk_bytes(2)
         self.assertEqual(b.run("set", keys, [vb])[2], [True])
@@ -419,9 +414,7 @@ class NativePlugin(unittest.TestCase):
         d.run("set", keys[:2], [byte_array(CHUNK, 1), byte_array(CHUNK, 2)])
         self.assertEqual(d.run("delete", keys), (True, "", [True, True, False]))
         self.assertEqual(d.run("exists", keys)[2], [False, False, False])
-        out = byte_array(CHUNK, 9)
-        self.assertEqual(d.run("get", keys[:1], [out])[2], [False])
-        self.assertEqual(bytes(out), bytes([9]) * CHUNK)
+        self.assertEqual(d.run("get", keys[:1], [byte_array(CHUNK)])[2], [False])
 
     def test_bad_calls_raise_and_start_nothing(self):
         d = self.open()
@@ -501,7 +494,7 @@ class RemoteConnectorReplay(unittest.TestCase):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
 
     def connect(self, tenant=None, url=None):
-        url = url or "kvstrata://local:0/?config=%s&namespace=lmc-test" % self.cfg
+        url = url or "kvstrata://local:0/?config=%s&namespace=lmc-test&max_value_bytes=1048576" % self.cfg
         if tenant:
             url += "&tenant=" + tenant
         ctx = standin.ConnectorContext(url, self.loop, self.alloc, None, None)
@@ -568,7 +561,7 @@ asyncio.run(main())
 """ % HERE
         env = dict(os.environ)
         env["PYTHONPATH"] = PYDIR + os.pathsep + env.get("PYTHONPATH", "")
-        url = "kvstrata://local:0/?config=%s&namespace=lmc-test" % self.cfg
+        url = "kvstrata://local:0/?config=%s&namespace=lmc-test&max_value_bytes=1048576" % self.cfg
         p = subprocess.run([PYTHON, "-c", script, url], env=env, capture_output=True, text=True,
                            timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
