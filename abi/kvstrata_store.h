@@ -47,10 +47,12 @@ typedef struct kvs_store_open_params {
     /* The engine's model and KV layout (model name, dtype, page size, layout, TP rank where the
      * values differ by rank): values put under one namespace are never found under another */
     const void *namespace_bytes;
-    uint64_t namespace_len;   /* 1..KVS_STORE_NAMESPACE_MAX */
-    const char *tenant;       /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
-    uint64_t max_value_bytes; /* the largest value put or got; 0: 64 MiB */
-    uint32_t event_capacity;  /* events kept for take_events (oldest dropped first); 0: none */
+    uint64_t namespace_len; /* 1..KVS_STORE_NAMESPACE_MAX */
+    const char *tenant;     /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
+    /* The largest value put (0: 4 MiB). Set it to the engine's page: a DRAM tier gives every
+     * object a slab of this size and a 4 KiB header, an SSD tier a slot */
+    uint64_t max_value_bytes;
+    uint32_t event_capacity; /* events kept for take_events (oldest dropped first); 0: none */
     uint32_t reserved;
 } kvs_store_open_params;
 #define KVS_STORE_OPEN_PARAMS_SIZE_1_0 56u
@@ -148,7 +150,8 @@ typedef struct kvs_store_api {
     /* Open a store on a configuration's tiers. On failure *out is NULL and error says why. */
     kvs_status (*open)(const kvs_store_open_params *params, kvs_store **out, char *error,
                        size_t error_len);
-    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. */
+    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. The
+     * last call on s: no other thread may be inside a call on it. NULL is a no-op. */
     void (*close)(kvs_store *s);
     /* The calling thread's last error on s, "" if none. Valid until that thread's next call. */
     const char *(*last_error)(const kvs_store *s);

@@ -179,7 +179,8 @@ kvs_status kvs_store_threads_start(kvs_store *s, uint32_t n_threads, char *err, 
         return kvs_fmt(err, err_len, "store: eventfd failed (errno %d)", errno), KVS_EIO;
     for (uint32_t i = 0; i < n_threads; i++) {
         thread_arg *a = malloc(sizeof *a);
-        s->scratch[i] = malloc(s->max_object);
+        /* page-aligned, so a tier that reads with O_DIRECT reads straight into it */
+        s->scratch[i] = aligned_alloc(4096, (s->max_object + 4095) / 4096 * 4096);
         if (!a || !s->scratch[i]) {
             free(a);
             return kvs_fmt(err, err_len,

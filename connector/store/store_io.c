@@ -57,9 +57,11 @@ static uint64_t gather(uint8_t *dst, const kvs_store_iov *iov, uint64_t n) {
     kvs_xxh3 st;
     kvs_xxh3_reset(&st);
     for (uint64_t i = 0; i < n; i++) {
-        kvs_xxh3_copy_update(&st, dst, iov[i].base, (size_t)iov[i].len, 0);
+        kvs_xxh3_copy_update(&st, dst, iov[i].base, (size_t)iov[i].len,
+                             iov[i].len >= KVS_COPY_STREAM_MIN);
         dst += iov[i].len;
     }
+    kvs_copy_fence(); /* before the object is published */
     return kvs_xxh3_digest(&st);
 }
 

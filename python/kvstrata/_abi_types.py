@@ -1,12 +1,13 @@
-"""The C ABI of abi/kvstrata.h (1.10) as ctypes sees it, with the restore plans of kvstrata_plans.h and
-the KVS_PLAN_CAP_MASK of kvstrata_lossy.h: their constants, every struct in header order, and the table
-(kvs_api) as a Structure of function pointers. No library is loaded here; kvstrata._abi binds the
-calls and re-exports every name."""
+"""The C ABI of abi/kvstrata.h (1.12) as ctypes sees it, with the restore plans of kvstrata_plans.h,
+the KVS_PLAN_CAP_MASK of kvstrata_lossy.h and the store API of kvstrata_store.h (store ABI 1.0):
+their constants, every struct in header order, and the tables (kvs_api, kvs_store_api) as Structures
+of function pointers. No library is loaded here; kvstrata._abi binds the handle's calls and re-exports
+every name of abi/kvstrata.h, kvstrata.store binds the store's."""
 
 import ctypes
 
 ABI_MAJOR = 1
-ABI_MINOR = 11  # the minor version this binding was written against
+ABI_MINOR = 12  # the minor version this binding was written against
 
 # --- enums and constants (abi/kvstrata.h) -----------------------------------------------------------
 
@@ -363,6 +364,8 @@ class Api(ctypes.Structure):
         ("build_meta_update", _F(c_status, _H, ctypes.POINTER(StepUpdateStruct), ctypes.c_uint64,
                                  ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64))),
         ("handle_info", _F(c_status, _H, ctypes.POINTER(HandleInfo))),
+        # 1.12: the store API's table of a store major (StoreApi, below)
+        ("store_api", _F(ctypes.c_void_p, ctypes.c_uint32)),
     ]
 
 
@@ -385,4 +388,188 @@ HOOK_MINOR = {
     "request_key_input": 10,
     "build_meta_update": 10,
     "handle_info": 10,
+    "store_api": 12,
 }
+
+
+# --- the store API (abi/kvstrata_store.h, store ABI 1.0) -------------------------------------------
+
+STORE_ABI_MAJOR = 1
+STORE_ABI_MINOR = 0
+
+STORE_KEY_MAX = 1024
+STORE_NAMESPACE_MAX = 4096
+STORE_TENANT_MAX = 64
+STORE_BATCH_MAX = 65536
+
+# what exists answers for one key
+STORE_ABSENT = 0
+STORE_PRESENT = 1
+STORE_UNKNOWN = 2  # only a tier across the network could tell (STORE_LOCAL)
+
+# flags of exists and submit
+STORE_LOCAL = 1 << 0
+STORE_ALL = 1 << 1
+STORE_OVERWRITE = 1 << 2
+
+STORE_SKIPPED = 1  # kvs_store_result.flags: a put of a present key wrote nothing
+STORE_NO_TIER = 0xFFFF
+
+STORE_OP_GET = 1
+STORE_OP_PUT = 2
+STORE_OP_EXISTS = 3
+STORE_OP_REMOVE = 4
+
+STORE_MEM_HOST = 0
+STORE_MEM_CUDA = 1
+
+STORE_OPEN_PARAMS_SIZE_1_0 = 56
+STORE_TIER_USAGE_SIZE_1_0 = 128
+STORE_STATS_SIZE_1_0 = 144
+STORE_EVENT_BYTES = 24
+
+
+class StoreOpenParams(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("threads", ctypes.c_uint32),
+        ("config_path", ctypes.c_char_p),
+        ("namespace_bytes", ctypes.c_void_p),
+        ("namespace_len", ctypes.c_uint64),
+        ("tenant", ctypes.c_char_p),
+        ("max_value_bytes", ctypes.c_uint64),
+        ("event_capacity", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class StoreKeys(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("offsets", ctypes.POINTER(ctypes.c_uint64)),
+        ("n", ctypes.c_uint64),
+    ]
+
+
+class StoreIov(ctypes.Structure):
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("len", ctypes.c_uint64),
+    ]
+
+
+class StoreSg(ctypes.Structure):
+    _fields_ = [
+        ("iov", ctypes.POINTER(StoreIov)),
+        ("seg", ctypes.POINTER(ctypes.c_uint64)),
+    ]
+
+
+class StoreResult(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int32),
+        ("tier", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
+        ("bytes", ctypes.c_uint64),
+    ]
+
+
+class StoreTierUsage(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("tier", ctypes.c_uint32),
+        ("name", ctypes.c_char * 64),
+        ("objects", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("capacity", ctypes.c_uint64),
+        ("hits", ctypes.c_uint64),
+        ("hit_bytes", ctypes.c_uint64),
+        ("puts", ctypes.c_uint64),
+        ("put_bytes", ctypes.c_uint64),
+    ]
+
+
+class StoreStats(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("n_tiers", ctypes.c_uint32),
+        ("gets", ctypes.c_uint64),
+        ("get_hits", ctypes.c_uint64),
+        ("get_misses", ctypes.c_uint64),
+        ("get_bytes", ctypes.c_uint64),
+        ("get_ns", ctypes.c_uint64),
+        ("puts", ctypes.c_uint64),
+        ("puts_stored", ctypes.c_uint64),
+        ("puts_skipped", ctypes.c_uint64),
+        ("puts_failed", ctypes.c_uint64),
+        ("put_bytes", ctypes.c_uint64),
+        ("put_ns", ctypes.c_uint64),
+        ("exists_keys", ctypes.c_uint64),
+        ("exists_present", ctypes.c_uint64),
+        ("removes", ctypes.c_uint64),
+        ("corrupt", ctypes.c_uint64),
+        ("batches_in_flight", ctypes.c_uint64),
+        ("events_dropped", ctypes.c_uint64),
+    ]
+
+
+class StoreEventHeader(ctypes.Structure):
+    """The fixed part of one take_events record; key_len bytes of the engine's key follow."""
+
+    _fields_ = [
+        ("kind", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8),
+        ("tier", ctypes.c_uint16),
+        ("key_len", ctypes.c_uint32),
+        ("key16", ctypes.c_uint8 * 16),
+    ]
+
+
+class _Store(ctypes.Structure):  # opaque kvs_store
+    pass
+
+
+_S = ctypes.POINTER(_Store)
+_U64P = ctypes.POINTER(ctypes.c_uint64)
+
+
+class StoreApi(ctypes.Structure):
+    """struct kvs_store_api (store ABI 1.0), fields in header order. A later minor appends fields:
+    read the table only as far as its struct_size."""
+
+    _fields_ = [
+        ("abi_major", ctypes.c_uint32),
+        ("abi_minor", ctypes.c_uint32),
+        ("struct_size", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("open", _F(c_status, ctypes.POINTER(StoreOpenParams), ctypes.POINTER(_S), ctypes.c_char_p,
+                    ctypes.c_size_t)),
+        ("close", _F(None, _S)),
+        ("last_error", _F(ctypes.c_char_p, _S)),
+        ("register_memory", _F(c_status, _S, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
+                               ctypes.c_int32, _U64P)),
+        ("unregister_memory", _F(c_status, _S, ctypes.c_uint64)),
+        ("exists", _F(c_status, _S, ctypes.POINTER(StoreKeys), ctypes.c_uint32, ctypes.c_uint64,
+                      ctypes.POINTER(ctypes.c_uint8), _U64P)),
+        ("unpin", _F(c_status, _S, ctypes.POINTER(StoreKeys))),
+        ("submit", _F(c_status, _S, ctypes.c_uint32, ctypes.POINTER(StoreKeys),
+                      ctypes.POINTER(StoreSg), ctypes.c_uint32, _U64P)),
+        ("wait", _F(c_status, _S, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(StoreResult),
+                    ctypes.c_uint64, _U64P)),
+        ("event_fd", _F(ctypes.c_int, _S)),
+        ("drain", _F(c_status, _S, _U64P, ctypes.c_uint64, _U64P)),
+        ("usage", _F(c_status, _S, ctypes.POINTER(StoreTierUsage), ctypes.c_uint32,
+                     ctypes.POINTER(ctypes.c_uint32))),
+        ("stats", _F(c_status, _S, ctypes.POINTER(StoreStats))),
+        ("take_events", _F(c_status, _S, ctypes.c_void_p, ctypes.c_uint64, _U64P, _U64P)),
+    ]
+
+
+# The layouts the header pins (LP64); a binding that disagrees must not load.
+assert ctypes.sizeof(StoreOpenParams) == STORE_OPEN_PARAMS_SIZE_1_0
+assert ctypes.sizeof(StoreTierUsage) == STORE_TIER_USAGE_SIZE_1_0
+assert ctypes.sizeof(StoreStats) == STORE_STATS_SIZE_1_0
+assert ctypes.sizeof(StoreEventHeader) == STORE_EVENT_BYTES
+assert ctypes.sizeof(StoreResult) == 16
+assert ctypes.sizeof(StoreKeys) == 24
+assert ctypes.sizeof(StoreIov) == 16 and ctypes.sizeof(StoreSg) == 16

@@ -30,8 +30,8 @@ LD_LIBRARY_PATH="$prefix/$libdir" "$work/hello" || fail "the installed hello fai
 cflags=$(pkg-config --cflags kvstrata)
 incdir=$(pkg-config --variable=includedir kvstrata)
 all=""
-for h in kvstrata.h kvstrata_plans.h kvstrata_lossy.h kvstrata_lsc.h kvstrata_sparse.h kvstrata_store.h \
-  kvstrata_backend.h; do
+for h in kvstrata.h kvstrata_plans.h kvstrata_lossy.h kvstrata_lsc.h kvstrata_sparse.h \
+  kvstrata_store.h kvstrata_backend.h; do
   [ -f "$incdir/kvstrata/$h" ] || fail "$h is not installed in $incdir/kvstrata"
   printf '#include <kvstrata/%s>\n' "$h" >"$work/only_$h.c"
   # shellcheck disable=SC2086 # the flags are words

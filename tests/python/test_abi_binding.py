@@ -80,7 +80,7 @@ class Layout(unittest.TestCase):
                     "set_stream", "set_plan_caps", "plan", "set_stages", "tier_name",
                     "load_dropped", "lsc_reserve", "lsc_fetch", "lsc_store", "sparse_begin",
                     "sparse_select", "sparse_wait", "sparse_stats", "sparse_end",
-                    "request_key_input", "build_meta_update", "handle_info"]
+                    "request_key_input", "build_meta_update", "handle_info", "store_api"]
         self.assertEqual([n for n, _t in _abi.Api._fields_], expected)
         self.assertEqual(o["strerror"], (16, 8))
         self.assertEqual(o["stats"], (152, 8))
@@ -92,7 +92,8 @@ class Layout(unittest.TestCase):
         self.assertEqual(o["request_key_input"], (272, 8))  # 1.10
         self.assertEqual(o["build_meta_update"], (280, 8))
         self.assertEqual(o["handle_info"], (288, 8))
-        self.assertEqual(ctypes.sizeof(_abi.Api), 296)
+        self.assertEqual(o["store_api"], (296, 8))  # 1.12
+        self.assertEqual(ctypes.sizeof(_abi.Api), 304)
 
     def test_handle_info(self):
         o = offsets(_abi.HandleInfo)
