@@ -15,7 +15,7 @@
 #define KVS_STORE_MAX_TIERS   64
 #define KVS_STORE_MAX_THREADS 64
 #define KVS_STORE_MAX_REGIONS 64
-#define KVS_STORE_DEFAULT_MAX (64ull << 20)
+#define KVS_STORE_DEFAULT_MAX (4ull << 20)
 #define KVS_STORE_PIN_SLOTS   4096u /* pins remembered for unpin (a lease outlives a lost entry) */
 #define KVS_STORE_NAME_SLOTS  (1u << 16) /* engine keys remembered for events */
 
