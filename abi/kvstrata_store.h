@@ -47,10 +47,12 @@ typedef struct kvs_store_open_params {
     /* The engine's model and KV layout (model name, dtype, page size, layout, TP rank where the
      * values differ by rank): values put under one namespace are never found under another */
     const void *namespace_bytes;
-    uint64_t namespace_len;   /* 1..KVS_STORE_NAMESPACE_MAX */
-    const char *tenant;       /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
-    uint64_t max_value_bytes; /* the largest value put or got; 0: 64 MiB */
-    uint32_t event_capacity;  /* events kept for take_events (oldest dropped first); 0: none */
+    uint64_t namespace_len; /* 1..KVS_STORE_NAMESPACE_MAX */
+    const char *tenant;     /* NULL or "": no tenant; else up to KVS_STORE_TENANT_MAX bytes */
+    /* The largest value put (0: 4 MiB). Set it to the engine's page: a DRAM tier gives every
+     * object a slab of this size and a 4 KiB header, an SSD tier a slot */
+    uint64_t max_value_bytes;
+    uint32_t event_capacity; /* events kept for take_events (oldest dropped first); 0: none */
     uint32_t reserved;
 } kvs_store_open_params;
 #define KVS_STORE_OPEN_PARAMS_SIZE_1_0 56u
@@ -148,7 +150,8 @@ typedef struct kvs_store_api {
     /* Open a store on a configuration's tiers. On failure *out is NULL and error says why. */
     kvs_status (*open)(const kvs_store_open_params *params, kvs_store **out, char *error,
                        size_t error_len);
-    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. */
+    /* Waits for the batches in flight (uncollected tickets are dropped), closes the tiers. The
+     * last call on s: no other thread may be inside a call on it. NULL is a no-op. */
     void (*close)(kvs_store *s);
     /* The calling thread's last error on s, "" if none. Valid until that thread's next call. */
     const char *(*last_error)(const kvs_store *s);
@@ -169,8 +172,9 @@ typedef struct kvs_store_api {
     kvs_status (*unpin)(kvs_store *s, const kvs_store_keys *keys);
 
     /* Start a batch: op KVS_STORE_OP_*; sg for gets and puts (NULL otherwise); flags as above.
-     * *ticket names it. Failing keys fail alone, in their results; the call itself fails only for
-     * wrong arguments (KVS_EINVAL, nothing started) or a closing store (KVS_ESTATE). */
+     * *ticket names it. Failing keys fail alone, in their results (a failed get leaves that key's
+     * buffers undefined: the checksum is checked as the bytes are copied); the call itself fails
+     * only for wrong arguments (KVS_EINVAL, nothing started) or a closing store (KVS_ESTATE). */
     kvs_status (*submit)(kvs_store *s, uint32_t op, const kvs_store_keys *keys,
                          const kvs_store_sg *sg, uint32_t flags, uint64_t *ticket);
     /* Wait at most timeout_ms (UINT64_MAX: no bound) for ticket; then copy its n results into
@@ -182,8 +186,8 @@ typedef struct kvs_store_api {
     /* A file descriptor that becomes readable when a batch completes (an eventfd: reading it
      * resets it). Owned by the store. */
     int (*event_fd)(kvs_store *s);
-    /* Tickets completed since the last drain, in completion order, up to cap; each then collected
-     * with wait (at once). */
+    /* Tickets completed and not drained before, oldest submitted first, up to cap; collect each
+     * with wait (timeout 0). A ticket collected by wait before is never drained. */
     kvs_status (*drain)(kvs_store *s, uint64_t *tickets, uint64_t cap, uint64_t *n);
 
     /* Tiers of the chain (the first `cap`), with this store's traffic in each. */

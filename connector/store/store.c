@@ -1,7 +1,6 @@
 /* store.c - the store API's table (abi/kvstrata_store.h): open a store on a configuration's tier
  * chain, the calls that answer at once (exists, unpin, memory, usage, stats, events), and the
  * calling thread's last error. Batches are store_batch.c's, one key's work store_io.c's. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,26 +10,14 @@
 #include "common/status.h"
 #include "connector/object.h"
 #include "store.h"
+#include "store_batch.h"
+#include "store_events.h"
+#include "store_io.h"
+#include "store_state.h"
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #define STORE_DEFAULT_THREADS 2u
-
-/* The last error of the calling thread, and the store it was on. */
-static _Thread_local char tl_error[512];
-static _Thread_local const kvs_store *tl_store;
-
-void kvs_store_set_error(const kvs_store *s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(tl_error, sizeof tl_error, fmt, ap);
-    va_end(ap);
-    tl_store = s;
-}
-
-static const char *store_last_error(const kvs_store *s) {
-    return s && tl_store == s ? tl_error : "";
-}
 
 /* The namespace and tenant, hashed: every object's fingerprint and every key's prefix. */
 static void namespace_key(const kvs_store_open_params *p, kvs_key *out) {
@@ -167,7 +154,7 @@ static void store_close(kvs_store *s) {
     pthread_mutex_destroy(&s->regions_lock);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->done);
-    if (tl_store == s) tl_store = NULL;
+    kvs_store_forget_error(s);
     free(s);
 }
 
@@ -346,7 +333,7 @@ static const kvs_store_api store_api_v1 = {
     .struct_size = sizeof(kvs_store_api),
     .open = store_open,
     .close = store_close,
-    .last_error = store_last_error,
+    .last_error = kvs_store_error_of,
     .register_memory = store_register,
     .unregister_memory = store_unregister,
     .exists = store_exists,

@@ -10,7 +10,9 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "store.h"
+#include "store_batch.h"
+#include "store_events.h"
+#include "store_io.h"
 
 struct kvs_store_job {
     kvs_store_job *next;
@@ -32,32 +34,6 @@ static void job_free(kvs_store_job *j) {
     free(j->seg);
     free(j->results);
     free(j);
-}
-
-kvs_status kvs_store_derive_keys(kvs_store *s, const kvs_store_keys *keys, kvs_key **out) {
-    *out = NULL;
-    if (!keys || (keys->n && (!keys->data || !keys->offsets)))
-        return kvs_store_set_error(s, "keys: data or offsets is NULL"), KVS_EINVAL;
-    if (keys->n > KVS_STORE_BATCH_MAX)
-        return kvs_store_set_error(s, "keys: %llu in one call (at most %u)",
-                                   (unsigned long long)keys->n, KVS_STORE_BATCH_MAX),
-               KVS_EINVAL;
-    for (uint64_t i = 0; i < keys->n; i++) {
-        uint64_t a = keys->offsets[i], b = keys->offsets[i + 1];
-        if (b <= a || b - a > KVS_STORE_KEY_MAX)
-            return kvs_store_set_error(s, "keys: key %llu has %lld bytes (1..%u)",
-                                       (unsigned long long)i, (long long)(b - a),
-                                       KVS_STORE_KEY_MAX),
-                   KVS_EINVAL;
-    }
-    kvs_key *k = malloc((keys->n ? keys->n : 1) * sizeof *k);
-    if (!k) return kvs_store_set_error(s, "keys: out of memory"), KVS_ENOMEM;
-    for (uint64_t i = 0; i < keys->n; i++) {
-        const uint8_t *b = (const uint8_t *)keys->data + keys->offsets[i];
-        kvs_store_key_of(s, b, keys->offsets[i + 1] - keys->offsets[i], &k[i]);
-    }
-    *out = k;
-    return KVS_OK;
 }
 
 /* The buffer list of a get or put, checked and copied. */
@@ -179,7 +155,8 @@ kvs_status kvs_store_threads_start(kvs_store *s, uint32_t n_threads, char *err, 
         return kvs_fmt(err, err_len, "store: eventfd failed (errno %d)", errno), KVS_EIO;
     for (uint32_t i = 0; i < n_threads; i++) {
         thread_arg *a = malloc(sizeof *a);
-        s->scratch[i] = malloc(s->max_object);
+        /* page-aligned, so a tier that reads with O_DIRECT reads straight into it */
+        s->scratch[i] = aligned_alloc(4096, (s->max_object + 4095) / 4096 * 4096);
         if (!a || !s->scratch[i]) {
             free(a);
             return kvs_fmt(err, err_len,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store.h"
+#include "store_events.h"
 
 typedef struct name_slot {
     kvs_key key;

@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "common/xxh3.h"
 #include "connector/object.h"
-#include "store.h"
+#include "store_io.h"
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -57,9 +57,11 @@ static uint64_t gather(uint8_t *dst, const kvs_store_iov *iov, uint64_t n) {
     kvs_xxh3 st;
     kvs_xxh3_reset(&st);
     for (uint64_t i = 0; i < n; i++) {
-        kvs_xxh3_copy_update(&st, dst, iov[i].base, (size_t)iov[i].len, 0);
+        kvs_xxh3_copy_update(&st, dst, iov[i].base, (size_t)iov[i].len,
+                             iov[i].len >= KVS_COPY_STREAM_MIN);
         dst += iov[i].len;
     }
+    kvs_copy_fence(); /* before the object is published */
     return kvs_xxh3_digest(&st);
 }
 
@@ -321,5 +323,31 @@ kvs_status kvs_store_exists_keys(kvs_store *s, const kvs_key *keys, uint64_t n, 
     KVS_STORE_ADD(s->c.exists_keys, answered);
     KVS_STORE_ADD(s->c.exists_present, present);
     *n_leading = lead;
+    return KVS_OK;
+}
+
+kvs_status kvs_store_derive_keys(kvs_store *s, const kvs_store_keys *keys, kvs_key **out) {
+    *out = NULL;
+    if (!keys || (keys->n && (!keys->data || !keys->offsets)))
+        return kvs_store_set_error(s, "keys: data or offsets is NULL"), KVS_EINVAL;
+    if (keys->n > KVS_STORE_BATCH_MAX)
+        return kvs_store_set_error(s, "keys: %llu in one call (at most %u)",
+                                   (unsigned long long)keys->n, KVS_STORE_BATCH_MAX),
+               KVS_EINVAL;
+    for (uint64_t i = 0; i < keys->n; i++) {
+        uint64_t a = keys->offsets[i], b = keys->offsets[i + 1];
+        if (b <= a || b - a > KVS_STORE_KEY_MAX)
+            return kvs_store_set_error(s, "keys: key %llu has %lld bytes (1..%u)",
+                                       (unsigned long long)i, (long long)(b - a),
+                                       KVS_STORE_KEY_MAX),
+                   KVS_EINVAL;
+    }
+    kvs_key *k = malloc((keys->n ? keys->n : 1) * sizeof *k);
+    if (!k) return kvs_store_set_error(s, "keys: out of memory"), KVS_ENOMEM;
+    for (uint64_t i = 0; i < keys->n; i++) {
+        const uint8_t *b = (const uint8_t *)keys->data + keys->offsets[i];
+        kvs_store_key_of(s, b, keys->offsets[i + 1] - keys->offsets[i], &k[i]);
+    }
+    *out = k;
     return KVS_OK;
 }

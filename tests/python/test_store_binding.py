@@ -267,16 +267,20 @@ class RoundTrips(TmpDir, unittest.TestCase):
 
 class Defaults(unittest.TestCase):
     def test_the_default_tier_holds_many_small_values(self):
-        # No config and no max_value_bytes: one 1 GiB DRAM tier and values up to 64 MiB. 400 values
-        # of 1000 bytes (well under 1% of the tier) must all stay.
+        # No config: one 1 GiB DRAM tier, which gives every value a slab of max_value_bytes and a
+        # 4 KiB header. With the limit at the values' size, 400 values of 1000 bytes (5 KiB slabs,
+        # 2 MiB in all) must all stay.
         keys = [b"d-%d" % i for i in range(400)]
-        with Store(namespace()) as s:
+        with Store(namespace(), max_value_bytes=1000) as s:
             for i in range(0, 400, 8):
                 res = s.put(keys[i:i + 8], [value_of(k, 1000) for k in keys[i:i + 8]])
                 self.assertEqual([r.status for r in res], [OK] * 8)
             n, states = s.exists(keys, all=True)
             self.assertEqual(states.count(PRESENT), 400, s.usage())
             self.assertEqual(n, 400)
+            # a value over the limit is that key's EINVAL, the others are stored
+            res = s.put([b"big", b"small"], [b"x" * 1001, b"y" * 10])
+            self.assertEqual([r.status for r in res], [EINVAL, OK])
 
 
 class Events(unittest.TestCase):
