@@ -450,7 +450,8 @@ class Store:
         return int(self._api.event_fd(self._store("event_fd")))
 
     def drain(self, cap=1024):
-        """Tickets completed since the last drain, in completion order (collect each with wait)."""
+        """Tickets completed and not drained or collected before, oldest submitted first (collect
+        each with wait(t, 0))."""
         s = self._store("drain")
         out = []
         buf = (ctypes.c_uint64 * cap)()
