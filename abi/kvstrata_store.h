@@ -10,8 +10,9 @@
  * Keys are the engine's bytes (1..KVS_STORE_KEY_MAX each). Each is hashed with the store's
  * namespace (the engine's model and layout, its own bytes) and tenant into a 128-bit kvstrata key,
  * so every tier of the YAML's chain serves the store unchanged, and two namespaces or two tenants
- * never meet. A value is stored as a checksummed object: a get verifies it before a byte reaches
- * the caller's buffers; a damaged one is that key's KVS_ECORRUPT and is removed from every tier.
+ * never meet. A value is stored as a checksummed object: a get checks its header before copying
+ * and its checksum as it copies; a damaged one is that key's KVS_ECORRUPT (its buffers then hold
+ * undefined bytes, never reported as loaded) and is removed from every tier.
  *
  * Threading: every call may come from any thread at once on one store. Gets, puts, exists and
  * removes submitted as batches run on the store's threads; each ends with a ticket the caller
