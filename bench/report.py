@@ -77,11 +77,13 @@ def bench_files():
 # (value key, reference value key, unit) in the objects the benchmarks print.
 VALUE_KEYS = [("gbps", "reference_gbps", "GB/s"), ("ns_per_chunk", "reference_ns_per_chunk", "ns"),
               ("ns_per_step", "reference_ns_per_step", "ns"), ("rtt_us", "reference_rtt_us", "us"),
-              ("mean_ms", "reference_ms", "ms"), ("compress_ms", "raw_ms", "ms")]
+              ("mean_ms", "reference_ms", "ms"), ("compress_ms", "raw_ms", "ms"),
+              ("ns_per_call", "reference_ns_per_call", "ns")]
 # Fields that tell two results of one program apart; they name the row's path.
 QUALIFIERS = ["codec", "variant", "workload", "disk", "policy", "mode", "completion", "threads",
               "object_bytes", "objects_per_step", "paths", "context_tokens", "payloads", "alpha",
-              "read_bandwidth", "figure", "model", "batch", "keys", "integrity", "encrypt"]
+              "read_bandwidth", "figure", "model", "batch", "keys", "integrity", "encrypt",
+              "tier", "page_bytes"]
 
 
 def parse(raw_dir, commit, machine):
@@ -108,9 +110,11 @@ def parse(raw_dir, commit, machine):
                 row = {"bench": name[:-4], "path": path}
                 for vk, rk, unit in VALUE_KEYS:
                     if vk in o:
-                        row.update(value=o[vk], unit=unit, reference_value=o.get(rk))
+                        # kvs-bench-store names its reference's figure ref_<value key>
+                        row.update(value=o[vk], unit=unit,
+                                   reference_value=o[rk] if rk in o else o.get("ref_" + vk))
                         break
-                row["reference"] = o.get("reference")
+                row["reference"] = o.get("reference", o.get("ref"))
                 row["ratio"] = o.get("ratio")
                 row.update(machine=machine, date=date, commit=commit, raw=o)
                 out.append(row)
