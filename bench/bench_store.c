@@ -41,7 +41,7 @@
 #include "backends/ssd/ssd.h"
 #include "bench_common.h"
 #include "common/copy.h"
-#include "connector/store/store.h"
+#include "connector/store/store_state.h"
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -52,7 +52,6 @@
 #define EXISTS_REPS 1000u /* calls of each kind per exists round */
 #define NAMESPACE \
     "model=meta-llama/Llama-3.1-8B;dtype=bfloat16;page_size=64;layout=page_first;tp=0/1"
-#define SSD_STRIPE MIB /* the ssd tier's default stripe_bytes, left as it is */
 
 typedef struct options {
     uint32_t rounds;
@@ -580,17 +579,19 @@ static void bench_ssd(const options *o, uint64_t page) {
     if (mkdir(dir, 0700) != 0) die(dir, strerror(errno));
     snprintf(file, sizeof file, "%s/kvstrata-ssd.data", dir);
     /* One path: its superblock and a slot (header block + stripe) for every unit of every page,
-     * one page's units to spare. The write buffer takes a whole batch (the default, 64 MiB, turns
-     * a batch of puts beyond it away). */
+     * one page's units to spare. The stripe holds one whole object (docs/store.md: a value and its
+     * 4 KiB header in one unit, one read each). The write buffer takes a whole batch (the default,
+     * 64 MiB, turns a batch of puts beyond it away). */
     uint64_t object = page + OBJECT_HEAD;
-    uint64_t stripe = SSD_STRIPE < object ? SSD_STRIPE : (object + 4095) / 4096 * 4096;
+    uint64_t stripe = (object + 4095) / 4096 * 4096;
     uint64_t units = (object + stripe - 1) / stripe;
     uint64_t capacity = 4096 + (o->pages + 1ull) * units * (4096 + stripe);
     char yaml[1024];
     snprintf(yaml, sizeof yaml,
              "tiers:\n  - name: ssd\n    type: ssd\n    capacity: %llu\n    paths: [%s]\n"
-             "    options:\n      write_buffer_bytes: %llu\n",
-             (unsigned long long)capacity, dir, (unsigned long long)(object * (o->pages + 1ull)));
+             "    options:\n      write_buffer_bytes: %llu\n      stripe_bytes: %llu\n",
+             (unsigned long long)capacity, dir, (unsigned long long)(object * (o->pages + 1ull)),
+             (unsigned long long)stripe);
     store st = {0};
     store_open(&st, yaml, &b, o->threads);
     double put_s = (double)run_batch(&st, &b, KVS_STORE_OP_PUT, "ssd put") / 1e9;
@@ -607,11 +608,14 @@ static void bench_ssd(const options *o, uint64_t page) {
         die("ssd get", "the objects did not come from the device");
 
     /* the references: fio reading the tier's data file */
+    /* page-sized and stripe-sized reads, each at the depth of one read a store thread and at the
+     * most the store keeps in flight (each thread reads up to st.s->read_depth keys together); the
+     * fastest is the reference */
     static const char *const kind_name[FIO_KINDS] = {
         "read, page-sized", "randread, page-sized", "read, stripe-sized", "randread, stripe-sized"};
     const uint64_t kind_bs[FIO_KINDS] = {page, page, stripe, stripe};
-    const uint32_t kind_depth[FIO_KINDS] = {o->threads, o->threads, o->threads * (uint32_t)units,
-                                            o->threads * (uint32_t)units};
+    uint32_t deep = o->threads * st.s->read_depth * (uint32_t)units;
+    const uint32_t kind_depth[FIO_KINDS] = {o->threads, deep, o->threads * (uint32_t)units, deep};
     double *all = calloc((size_t)(FIO_KINDS + 1) * o->rounds, sizeof *all);
     if (!all) die("ssd", "out of memory");
     double *get = all, bytes = (double)page * o->pages;

@@ -101,12 +101,17 @@ static void complete(kvs_store *s, kvs_store_job *j) {
                 errno);
 }
 
-static void run_item(kvs_store *s, kvs_store_job *j, uint64_t i, void *scratch) {
+/* Items [i, i + n) of a job (n > 1 only for gets: keys read together). */
+static void run_items(kvs_store *s, kvs_store_job *j, uint64_t i, uint32_t n, uint8_t *scratch) {
+    if (j->op == KVS_STORE_OP_GET) {
+        kvs_store_get_batch(s, j->keys + i, j->iov, j->seg + i, n, scratch, s->slot_bytes,
+                            j->results + i);
+        return;
+    }
     kvs_store_result *r = &j->results[i];
     const kvs_store_iov *iov = j->iov ? j->iov + j->seg[i] : NULL;
     uint64_t n_iov = j->seg ? j->seg[i + 1] - j->seg[i] : 0;
     switch (j->op) {
-        case KVS_STORE_OP_GET: kvs_store_get_one(s, &j->keys[i], iov, n_iov, scratch, r); break;
         case KVS_STORE_OP_PUT:
             kvs_store_put_one(s, &j->keys[i], iov, n_iov, j->flags, scratch, r);
             break;
@@ -129,7 +134,7 @@ static kvs_store_job *next_job(kvs_store *s) {
 
 static void *store_thread(void *arg) {
     kvs_store *s = ((thread_arg *)arg)->s;
-    void *scratch = s->scratch[((thread_arg *)arg)->index];
+    uint8_t *scratch = s->scratch[((thread_arg *)arg)->index];
     free(arg);
     pthread_mutex_lock(&s->lock);
     for (;;) {
@@ -139,24 +144,42 @@ static void *store_thread(void *arg) {
             pthread_cond_wait(&s->work, &s->lock);
             continue;
         }
-        uint64_t i = j->next_item++;
+        uint64_t i = j->next_item, left = j->n - i;
+        uint32_t n = j->op == KVS_STORE_OP_GET && left > 1
+                         ? (uint32_t)(left < s->read_depth ? left : s->read_depth)
+                         : 1;
+        j->next_item += n;
         pthread_mutex_unlock(&s->lock);
-        run_item(s, j, i, scratch);
+        run_items(s, j, i, n, scratch);
         pthread_mutex_lock(&s->lock);
-        if (++j->items_done == j->n) complete(s, j);
+        if ((j->items_done += n) == j->n) complete(s, j);
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
 }
 
+/* How many keys of a get batch one thread reads at once: several where a tier reads batches into
+ * the store's buffers (each key then needs a slot), bounded by KVS_STORE_READ_BYTES a thread. */
+static uint32_t read_depth(const kvs_store *s) {
+    int batches = 0;
+    for (uint32_t t = 0; t < s->n_tiers; t++)
+        batches |= !kvs_tiers_zero_copy(s->chain, t) && kvs_tiers_can_get_many(s->chain, t);
+    uint64_t fit = KVS_STORE_READ_BYTES / s->slot_bytes;
+    return !batches || fit < 2          ? 1
+           : fit < KVS_STORE_READ_DEPTH ? (uint32_t)fit
+                                        : KVS_STORE_READ_DEPTH;
+}
+
 kvs_status kvs_store_threads_start(kvs_store *s, uint32_t n_threads, char *err, size_t err_len) {
+    s->slot_bytes = (s->max_object + 4095) / 4096 * 4096;
+    s->read_depth = read_depth(s);
     s->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->event_fd < 0)
         return kvs_fmt(err, err_len, "store: eventfd failed (errno %d)", errno), KVS_EIO;
     for (uint32_t i = 0; i < n_threads; i++) {
         thread_arg *a = malloc(sizeof *a);
         /* page-aligned, so a tier that reads with O_DIRECT reads straight into it */
-        s->scratch[i] = aligned_alloc(4096, (s->max_object + 4095) / 4096 * 4096);
+        s->scratch[i] = aligned_alloc(4096, s->slot_bytes * s->read_depth);
         if (!a || !s->scratch[i]) {
             free(a);
             return kvs_fmt(err, err_len,

@@ -10,6 +10,11 @@ void kvs_store_key_of(const kvs_store *s, const void *bytes, uint64_t len, kvs_k
 /* One key of a batch, on a store thread (scratch: that thread's object buffer). */
 void kvs_store_get_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *iov, uint64_t n_iov,
                        void *scratch, kvs_store_result *r);
+/* Keys[0..n) of a get batch (n <= KVS_STORE_READ_DEPTH; key i's buffers iov[seg[i] .. seg[i + 1]))
+ * with n scratch slots of `slot` bytes: keys a tier reads in batches are read together. */
+void kvs_store_get_batch(kvs_store *s, const kvs_key *keys, const kvs_store_iov *iov,
+                         const uint64_t *seg, uint32_t n, uint8_t *scratch, uint64_t slot,
+                         kvs_store_result *r);
 void kvs_store_put_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *iov, uint64_t n_iov,
                        uint32_t flags, void *scratch, kvs_store_result *r);
 void kvs_store_exists_one(kvs_store *s, const kvs_key *key, kvs_store_result *r);

@@ -17,6 +17,8 @@
 #define KVS_STORE_MAX_THREADS 64
 #define KVS_STORE_MAX_REGIONS 64
 #define KVS_STORE_DEFAULT_MAX (4ull << 20)
+#define KVS_STORE_READ_DEPTH  8u /* keys of a get batch one thread reads from a tier at once */
+#define KVS_STORE_READ_BYTES  (64ull << 20) /* at most this much scratch per thread for them */
 #define KVS_STORE_PIN_SLOTS   4096u /* pins remembered for unpin (a lease outlives a lost entry) */
 #define KVS_STORE_NAME_SLOTS  (1u << 16) /* engine keys remembered for events */
 
@@ -68,7 +70,10 @@ struct kvs_store {
     int event_fd;
     uint32_t n_threads;
     pthread_t threads[KVS_STORE_MAX_THREADS];
-    void *scratch[KVS_STORE_MAX_THREADS]; /* one object each: tiers that copy out */
+    /* each thread's object buffers: read_depth slots of slot_bytes (tiers that copy out) */
+    uint8_t *scratch[KVS_STORE_MAX_THREADS];
+    uint64_t slot_bytes;
+    uint32_t read_depth;
 
     pthread_mutex_t pins_lock;
     kvs_store_pin pins[KVS_STORE_PIN_SLOTS];
