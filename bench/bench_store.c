@@ -295,7 +295,8 @@ static void *copy_part(void *arg) {
 /* Copy every page src -> dst with T threads (the caller and T - 1 started ones), with memcpy or
  * with non-temporal stores; the wall time. */
 static uint64_t copy_round(const batch *b, uint32_t T, int streaming) {
-    copy_job jobs[KVS_STORE_MAX_THREADS];
+    copy_job jobs[KVS_STORE_MAX_THREADS] = {{0}};
+    if (T < 1) T = 1;
     pthread_t th[KVS_STORE_MAX_THREADS];
     for (uint32_t i = 0; i < T; i++) jobs[i] = (copy_job){b, i, T, streaming};
     uint64_t t0 = bench_now_ns();

@@ -634,7 +634,8 @@ kvs_status kvs_tiers_put(kvs_tier_chain *c, const kvs_key *key, const void *obje
 kvs_status kvs_tiers_put_from(kvs_tier_chain *c, uint32_t from, const kvs_key *key,
                               const void *object, uint64_t len, char *err, uint64_t err_len) {
     kvs_status first = KVS_OK;
-    uint32_t top = from; /* the tier whose answer is the save's: the first, or where it spilled to */
+    uint32_t top =
+        from; /* the tier whose answer is the save's: the first, or where it spilled to */
     for (uint32_t i = from; i < c->n; i++) {
         kvs_tier *t = &c->tiers[i];
         kvs_status st = t->ops->put(t->state, key, object, len);
