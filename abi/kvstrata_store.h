@@ -86,12 +86,14 @@ typedef struct kvs_store_sg {
 /* flags of exists and submit */
 #define KVS_STORE_LOCAL     (1u << 0) /* exists: ask no tier across the network (type remote) */
 #define KVS_STORE_ALL       (1u << 1) /* exists: answer every key, not only the leading run */
-#define KVS_STORE_OVERWRITE (1u << 2) /* put: store even when the key is present */
+#define KVS_STORE_OVERWRITE (1u << 2) /* put: replace the value when the key is present */
 
 /* What became of one key of a submitted batch. Frozen for major 1 (wait fills an array). */
 typedef struct kvs_store_result {
     int32_t status; /* kvs_status: KVS_OK, or this key's failure */
-    uint16_t tier;  /* get and exists: the tier that held it; put: the tier it went to */
+    /* get and exists: the tier that held it; put: the tier it went to (a tier whose room is all
+     * pinned passes a put down); KVS_STORE_NO_TIER when none can say */
+    uint16_t tier;
     uint16_t flags; /* KVS_STORE_SKIPPED ... */
     uint64_t bytes; /* get: the value's length (also on KVS_EOVERFLOW: what was needed) */
 } kvs_store_result;
@@ -167,7 +169,7 @@ typedef struct kvs_store_api {
     /* Which keys are stored, at once. *n_leading gets the length of the leading run of present
      * keys. states (NULL: not wanted) gets KVS_STORE_* for each key up to the first absent one, or
      * for every key with KVS_STORE_ALL. pin_ms > 0 pins the leading run where it is for that long
-     * (a lease: unpin or the time ends it), so a get that follows finds it. */
+     * (at most an hour; a lease: unpin or the time ends it), so a get that follows finds it. */
     kvs_status (*exists)(kvs_store *s, const kvs_store_keys *keys, uint32_t flags, uint64_t pin_ms,
                          uint8_t *states, uint64_t *n_leading);
     kvs_status (*unpin)(kvs_store *s, const kvs_store_keys *keys);

@@ -628,9 +628,14 @@ kvs_status kvs_tiers_contains(kvs_tier_chain *c, uint32_t tier, const kvs_key *k
 
 kvs_status kvs_tiers_put(kvs_tier_chain *c, const kvs_key *key, const void *object, uint64_t len,
                          char *err, uint64_t err_len) {
+    return kvs_tiers_put_from(c, 0, key, object, len, err, err_len);
+}
+
+kvs_status kvs_tiers_put_from(kvs_tier_chain *c, uint32_t from, const kvs_key *key,
+                              const void *object, uint64_t len, char *err, uint64_t err_len) {
     kvs_status first = KVS_OK;
-    uint32_t top = 0; /* the tier whose answer is the save's: the first, or where it spilled to */
-    for (uint32_t i = 0; i < c->n; i++) {
+    uint32_t top = from; /* the tier whose answer is the save's: the first, or where it spilled to */
+    for (uint32_t i = from; i < c->n; i++) {
         kvs_tier *t = &c->tiers[i];
         kvs_status st = t->ops->put(t->state, key, object, len);
         if (st == KVS_OK) {

@@ -128,6 +128,10 @@ kvs_status kvs_tiers_contains(kvs_tier_chain *chain, uint32_t tier, const kvs_ke
 /* Store a sealed object in the top tier (and, for write-through tiers, in the next ones). */
 kvs_status kvs_tiers_put(kvs_tier_chain *chain, const kvs_key *key, const void *object,
                          uint64_t len, char *err, uint64_t err_len);
+/* The same from tier `from` down (the tiers above it are left alone): a caller whose object the
+ * tiers above refused for lack of room stores it below them. */
+kvs_status kvs_tiers_put_from(kvs_tier_chain *chain, uint32_t from, const kvs_key *key,
+                              const void *object, uint64_t len, char *err, uint64_t err_len);
 /* Remove a key from every tier (a corrupt object is dropped everywhere). */
 void kvs_tiers_remove(kvs_tier_chain *chain, const kvs_key *key);
 /* A key a lookup found and a load then found in no tier: told to each tier that publishes for other

@@ -143,8 +143,7 @@ static void store_close(kvs_store *s) {
     if (!s) return;
     kvs_store_threads_stop(s);
     /* pins still held end here rather than at their lease */
-    for (uint32_t i = 0; s->chain && i < KVS_STORE_PIN_SLOTS; i++)
-        if (s->pins[i].used) kvs_tiers_unpin(s->chain, s->pins[i].tier, &s->pins[i].key);
+    if (s->chain) kvs_store_unpin_all(s);
     kvs_tiers_close(s->chain);
     kvs_config_free(s->cfg);
     kvs_store_events_destroy(s->events);

@@ -54,6 +54,14 @@ static kvs_status copy_sg(kvs_store *s, kvs_store_job *j, const kvs_store_sg *sg
         if (!sg->iov[i].base && sg->iov[i].len)
             return kvs_store_set_error(s, "submit: buffer %llu is NULL", (unsigned long long)i),
                    KVS_EINVAL;
+    for (uint64_t i = 0; i < j->n; i++) {
+        uint64_t total = 0;
+        for (uint64_t v = sg->seg[i]; v < sg->seg[i + 1]; v++)
+            if (__builtin_add_overflow(total, sg->iov[v].len, &total))
+                return kvs_store_set_error(s, "submit: the buffers of key %llu add up past 2^64",
+                                           (unsigned long long)i),
+                       KVS_EINVAL;
+    }
     j->seg = malloc((j->n + 1) * sizeof *j->seg);
     j->iov = malloc((n_iov ? n_iov : 1) * sizeof *j->iov);
     if (!j->seg || !j->iov) return kvs_store_set_error(s, "submit: out of memory"), KVS_ENOMEM;

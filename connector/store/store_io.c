@@ -66,70 +66,89 @@ static uint64_t gather(uint8_t *dst, const kvs_store_iov *iov, uint64_t n) {
     return kvs_xxh3_digest(&st);
 }
 
-/* Check a stored object's header and hand its payload over; the payload's checksum is checked as
- * it is copied. A damaged object is removed from every tier. */
-static void deliver(kvs_store *s, const kvs_key *key, const void *obj, uint64_t len, int tier,
-                    const kvs_store_iov *iov, uint64_t n_iov, kvs_store_result *r) {
+/* A stored object's header and checksum table, copied before they are checked: a tier another
+ * thread or process writes (a removal forced under a pin, a slab reused) cannot change what was
+ * checked while the payload is copied. */
+typedef struct head_copy {
+    kvs_object_header h;
+    uint64_t hash; /* the one layer's: the value's XXH3-64 */
+} head_copy;
+_Static_assert(sizeof(kvs_object_header) % 8 == 0, "the table follows the header");
+
+/* Check a stored object's header and hand its value over, its checksum checked as it is copied:
+ * KVS_OK, KVS_ECORRUPT, or KVS_EOVERFLOW when the caller's buffers are shorter (r->bytes: its
+ * length). */
+static kvs_status hand_over(kvs_store *s, const kvs_key *key, const void *obj, uint64_t len,
+                            const kvs_store_iov *iov, uint64_t n_iov, kvs_store_result *r) {
     uint32_t off = kvs_object_payload_offset(1);
-    uint64_t value = len > off ? len - off : 0;
+    if (len < off) return KVS_ECORRUPT;
+    head_copy hc;
+    memcpy(&hc, obj, sizeof hc);
+    uint64_t value = len - off;
     char err[256];
-    kvs_status st = kvs_object_check_header(obj, len, &s->ns, key, 1, 0, value, err, sizeof err);
-    if (st == KVS_OK && value > s->max_value) st = KVS_ECORRUPT;
+    if (kvs_object_check_header(&hc, len, &s->ns, key, 1, 0, value, err, sizeof err) != KVS_OK)
+        return KVS_ECORRUPT;
     r->bytes = value;
-    if (st == KVS_OK && value > iov_total(iov, n_iov)) {
-        r->status = KVS_EOVERFLOW;
-        return;
-    }
-    if (st == KVS_OK && scatter((const uint8_t *)obj + off, value, iov, n_iov) !=
-                            kvs_object_layer_hashes((void *)obj)[0])
-        st = KVS_ECORRUPT;
-    if (st == KVS_OK) {
-        r->status = KVS_OK;
-        r->tier = (uint16_t)tier;
-        KVS_STORE_ADD(s->c.get_hits, 1);
-        KVS_STORE_ADD(s->c.get_bytes, value);
-        KVS_STORE_ADD(s->c.tier_hits[tier], 1);
-        KVS_STORE_ADD(s->c.tier_hit_bytes[tier], value);
-        return;
-    }
-    r->status = KVS_ECORRUPT;
-    KVS_STORE_ADD(s->c.corrupt, 1);
+    if (value > iov_total(iov, n_iov)) return KVS_EOVERFLOW;
+    return scatter((const uint8_t *)obj + off, value, iov, n_iov) == hc.hash ? KVS_OK
+                                                                             : KVS_ECORRUPT;
 }
 
-/* A tier that hands out references: the object is read in place under a pin. 0 when it was gone
- * by the time it was pinned. */
-static int get_in_place(kvs_store *s, const kvs_key *key, int tier, const kvs_store_iov *iov,
-                        uint64_t n_iov, kvs_store_result *r) {
-    if (!kvs_tiers_pin(s->chain, (uint32_t)tier, key, GET_PIN_MS)) return 0;
-    const void *obj = NULL;
-    uint64_t len = 0;
-    int got = kvs_tiers_get_ref(s->chain, (uint32_t)tier, key, &obj, &len) == KVS_OK;
-    if (got) deliver(s, key, obj, len, tier, iov, n_iov, r);
-    kvs_tiers_unpin(s->chain, (uint32_t)tier, key);
-    return got;
-}
-
+/* Read the object as the tier copies it out (under the tier's own lock) into scratch and hand it
+ * over. 0 when the tier no longer holds it. */
 static int get_copy(kvs_store *s, const kvs_key *key, int tier, const kvs_store_iov *iov,
                     uint64_t n_iov, void *scratch, kvs_store_result *r) {
     uint64_t len = 0;
     kvs_status st = kvs_tiers_get(s->chain, (uint32_t)tier, key, scratch, s->max_object, &len);
     if (st == KVS_ENOTFOUND) return 0;
-    if (st == KVS_EOVERFLOW) st = KVS_ECORRUPT; /* larger than any value this store puts */
-    if (st != KVS_OK) {
-        r->status = st == KVS_ECORRUPT ? KVS_ECORRUPT : KVS_EIO;
-        if (st == KVS_ECORRUPT) KVS_STORE_ADD(s->c.corrupt, 1);
+    r->tier = (uint16_t)tier;
+    if (st == KVS_EOVERFLOW) {
+        /* put by a store with a larger limit: not this store's to read, nor damaged */
+        r->status = KVS_EOVERFLOW;
+        r->bytes = len > kvs_object_payload_offset(1) ? len - kvs_object_payload_offset(1) : 0;
         return 1;
     }
-    deliver(s, key, scratch, len, tier, iov, n_iov, r);
+    r->status = st == KVS_OK         ? hand_over(s, key, scratch, len, iov, n_iov, r)
+                : st == KVS_ECORRUPT ? KVS_ECORRUPT
+                                     : KVS_EIO;
     return 1;
 }
 
-/* What a get's key came to: counted, a damaged object removed from every tier (under the chain). */
+/* A tier that hands out references: the object is read in place under a pin. A checksum that
+ * fails there is checked again on a copy the tier makes under its lock (a removal may have reused
+ * the memory under the pin): only a copy that fails too is damaged. 0 when the object was gone. */
+static int get_in_place(kvs_store *s, const kvs_key *key, int tier, const kvs_store_iov *iov,
+                        uint64_t n_iov, void *scratch, kvs_store_result *r) {
+    if (!kvs_tiers_pin(s->chain, (uint32_t)tier, key, GET_PIN_MS)) return 0;
+    const void *obj = NULL;
+    uint64_t len = 0;
+    int got = kvs_tiers_get_ref(s->chain, (uint32_t)tier, key, &obj, &len) == KVS_OK;
+    if (got) {
+        r->tier = (uint16_t)tier;
+        r->status = hand_over(s, key, obj, len, iov, n_iov, r);
+    }
+    kvs_tiers_unpin(s->chain, (uint32_t)tier, key);
+    if (got && r->status == KVS_ECORRUPT && !get_copy(s, key, tier, iov, n_iov, scratch, r))
+        r->status = KVS_ENOTFOUND;
+    return got;
+}
+
+/* What a get's key came to: counted; a damaged object removed from every tier (under the chain). */
 static void get_done(kvs_store *s, const kvs_key *key, kvs_store_result *r) {
-    if (r->status == KVS_ECORRUPT) kvs_tiers_remove(s->chain, key);
+    if (r->status == KVS_OK) {
+        KVS_STORE_ADD(s->c.get_hits, 1);
+        KVS_STORE_ADD(s->c.get_bytes, r->bytes);
+        KVS_STORE_ADD(s->c.tier_hits[r->tier], 1);
+        KVS_STORE_ADD(s->c.tier_hit_bytes[r->tier], r->bytes);
+        return;
+    }
+    if (r->status != KVS_ENOTFOUND) r->tier = KVS_STORE_NO_TIER;
     if (r->status == KVS_ENOTFOUND) KVS_STORE_ADD(s->c.get_misses, 1);
-    if (r->status == KVS_ECORRUPT)
+    if (r->status == KVS_ECORRUPT) {
+        kvs_tiers_remove(s->chain, key);
+        KVS_STORE_ADD(s->c.corrupt, 1);
         kvs_store_set_error(s, "a stored value failed its checksum and was removed");
+    }
 }
 
 void kvs_store_get_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *iov, uint64_t n_iov,
@@ -143,7 +162,7 @@ void kvs_store_get_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *io
         int tier = kvs_tiers_find(s->chain, key);
         if (tier < 0) break;
         int done = kvs_tiers_zero_copy(s->chain, (uint32_t)tier)
-                       ? get_in_place(s, key, tier, iov, n_iov, r)
+                       ? get_in_place(s, key, tier, iov, n_iov, scratch, r)
                        : get_copy(s, key, tier, iov, n_iov, scratch, r);
         if (done) break;
     }
@@ -188,13 +207,11 @@ static void get_group(kvs_store *s, int tier, const kvs_key *keys, const uint32_
         }
         uint64_t t0 = kvs_now_ns();
         KVS_STORE_ADD(s->c.gets, 1);
-        r[i].status = st[m] == KVS_OK ? KVS_OK : st[m] == KVS_EOVERFLOW ? KVS_ECORRUPT : st[m];
-        if (r[i].status == KVS_OK)
-            deliver(s, &keys[i], dst[m], lens[m], tier, v, n_iov, &r[i]);
-        else if (r[i].status != KVS_ECORRUPT)
-            r[i].status = KVS_EIO;
-        else
-            KVS_STORE_ADD(s->c.corrupt, 1);
+        r[i].tier = (uint16_t)tier;
+        if (st[m] == KVS_OK)
+            r[i].status = hand_over(s, &keys[i], dst[m], lens[m], v, n_iov, &r[i]);
+        else /* larger than this store's limit: not damaged (get_copy says why) */
+            r[i].status = st[m] == KVS_EOVERFLOW || st[m] == KVS_ECORRUPT ? st[m] : KVS_EIO;
         chain_enter(s);
         get_done(s, &keys[i], &r[i]);
         chain_leave(s);
@@ -232,11 +249,19 @@ static void seal_into(kvs_store *s, const kvs_key *key, void *dst, const kvs_sto
     kvs_object_seal(dst);
 }
 
+/* Store the value as an object: built in place in the top tier where it reserves room, else in
+ * scratch and stored through the chain (which passes it down when the top tier has no room, and
+ * replaces a present one). *tier gets where it went (KVS_STORE_NO_TIER when no tier on this host
+ * can say). */
 static kvs_status put_object(kvs_store *s, const kvs_key *key, const kvs_store_iov *iov,
-                             uint64_t n_iov, uint64_t value, void *scratch) {
+                             uint64_t n_iov, uint64_t value, int replace, void *scratch,
+                             uint16_t *tier) {
     uint64_t len = kvs_object_payload_offset(1) + value;
     char err[256];
-    if (kvs_tiers_can_reserve(s->chain)) {
+    *tier = 0;
+    /* a reservation of a key whose object is pinned is dropped at commit: a replacement goes
+     * through put, which replaces */
+    if (!replace && kvs_tiers_can_reserve(s->chain)) {
         void *dst = NULL;
         uint64_t ticket = 0;
         kvs_status st = kvs_tiers_reserve(s->chain, key, len, &dst, &ticket, err, sizeof err);
@@ -244,16 +269,22 @@ static kvs_status put_object(kvs_store *s, const kvs_key *key, const kvs_store_i
             seal_into(s, key, dst, iov, n_iov, value);
             return kvs_tiers_commit(s->chain, key, ticket, dst, len, err, sizeof err);
         }
-        if (st != KVS_ENOTSUP) return st;
+        if (st != KVS_ENOTSUP && st != KVS_ENOMEM) return st;
     }
     seal_into(s, key, scratch, iov, n_iov, value);
-    return kvs_tiers_put(s->chain, key, scratch, len, err, sizeof err);
+    /* a tier with no room it can make (everything in it pinned) passes the value down */
+    kvs_status st = KVS_ENOMEM;
+    uint32_t from = 0;
+    for (; from < s->n_tiers && st == KVS_ENOMEM; from++)
+        st = kvs_tiers_put_from(s->chain, from, key, scratch, len, err, sizeof err);
+    *tier = st == KVS_OK ? (uint16_t)(from - 1) : KVS_STORE_NO_TIER;
+    return st;
 }
 
 void kvs_store_put_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *iov, uint64_t n_iov,
                        uint32_t flags, void *scratch, kvs_store_result *r) {
     uint64_t t0 = kvs_now_ns();
-    uint64_t value = iov_total(iov, n_iov);
+    uint64_t value = iov_total(iov, n_iov); /* bounded at submit: no overflow */
     KVS_STORE_ADD(s->c.puts, 1);
     r->bytes = value;
     if (value == 0 || value > s->max_value) {
@@ -263,13 +294,12 @@ void kvs_store_put_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *io
                             (unsigned long long)s->max_value);
         return;
     }
+    int replace = (flags & KVS_STORE_OVERWRITE) != 0;
     chain_enter(s);
-    int present = -1;
-    if (flags & KVS_STORE_OVERWRITE)
-        kvs_tiers_remove(s->chain, key);
-    else
-        present = kvs_tiers_find(s->chain, key);
-    kvs_status st = present >= 0 ? KVS_OK : put_object(s, key, iov, n_iov, value, scratch);
+    int present = replace ? -1 : kvs_tiers_find(s->chain, key);
+    uint16_t tier = KVS_STORE_NO_TIER;
+    kvs_status st =
+        present >= 0 ? KVS_OK : put_object(s, key, iov, n_iov, value, replace, scratch, &tier);
     chain_leave(s);
     r->status = st;
     if (present >= 0) {
@@ -277,14 +307,16 @@ void kvs_store_put_one(kvs_store *s, const kvs_key *key, const kvs_store_iov *io
         r->tier = (uint16_t)present;
         KVS_STORE_ADD(s->c.puts_skipped, 1);
     } else if (st == KVS_OK) {
-        r->tier = 0;
+        r->tier = tier;
         KVS_STORE_ADD(s->c.puts_stored, 1);
         KVS_STORE_ADD(s->c.put_bytes, value);
-        KVS_STORE_ADD(s->c.tier_puts[0], 1);
-        KVS_STORE_ADD(s->c.tier_put_bytes[0], value);
+        if (tier != KVS_STORE_NO_TIER) {
+            KVS_STORE_ADD(s->c.tier_puts[tier], 1);
+            KVS_STORE_ADD(s->c.tier_put_bytes[tier], value);
+        }
     } else {
         KVS_STORE_ADD(s->c.puts_failed, 1);
-        kvs_store_set_error(s, "put: the top tier refused a value of %llu bytes (%s)",
+        kvs_store_set_error(s, "put: no tier took a value of %llu bytes (%s)",
                             (unsigned long long)value, kvs_status_sentence(st));
     }
     KVS_STORE_ADD(s->c.put_ns, kvs_now_ns() - t0);
@@ -310,38 +342,77 @@ void kvs_store_remove_one(kvs_store *s, const kvs_key *key, kvs_store_result *r)
     r->status = KVS_OK;
 }
 
-/* Remember a pin for unpin; a full table forgets the oldest (its lease still ends it). */
+/* The pin table: open addressing from the key's first bytes, a short probe. An entry holds the
+ * pins this store took on a key (pins nest in the tiers) until their lease ends; a full probe
+ * forgets the entry whose lease ends first (the tier still ends it then). */
+#define PIN_PROBE 16u
+
+static uint32_t pin_home(const kvs_key *key) {
+    uint32_t h;
+    memcpy(&h, key->bytes, sizeof h);
+    return h & (KVS_STORE_PIN_SLOTS - 1u);
+}
+
 static void remember_pin(kvs_store *s, const kvs_key *key, uint32_t tier, uint64_t until) {
+    uint64_t now = kvs_now_ns();
     pthread_mutex_lock(&s->pins_lock);
-    uint64_t now = kvs_now_ns(), oldest = UINT64_MAX;
-    uint32_t slot = 0;
-    for (uint32_t i = 0; i < KVS_STORE_PIN_SLOTS; i++) {
-        kvs_store_pin *p = &s->pins[i];
-        uint64_t when = p->used && p->until_ns > now ? p->until_ns : 0;
-        if (when < oldest) oldest = when, slot = i;
-        if (!when) break;
+    kvs_store_pin *pick = NULL;
+    int pick_live = 0, same = 0;
+    for (uint32_t p = 0; p < PIN_PROBE && !same; p++) {
+        kvs_store_pin *e = &s->pins[(pin_home(key) + p) & (KVS_STORE_PIN_SLOTS - 1u)];
+        int live = e->used && e->until_ns > now;
+        if (live && !memcmp(&e->key, key, sizeof *key))
+            pick = e, pick_live = 1, same = 1; /* one more pin of the same key */
+        else if (!live && (!pick || pick_live))
+            pick = e, pick_live = 0; /* the first free slot */
+        else if (live && pick_live && e->until_ns < pick->until_ns)
+            pick = e; /* else the lease that ends first */
+        else if (live && !pick)
+            pick = e, pick_live = 1;
     }
-    s->pins[slot] = (kvs_store_pin){.key = *key, .tier = tier, .used = 1, .until_ns = until};
+    if (same) {
+        pick->count++;
+        pick->tier = tier;
+        if (until > pick->until_ns) pick->until_ns = until;
+    } else {
+        *pick =
+            (kvs_store_pin){.key = *key, .tier = tier, .used = 1, .count = 1, .until_ns = until};
+    }
     pthread_mutex_unlock(&s->pins_lock);
 }
 
-void kvs_store_unpin_keys(kvs_store *s, const kvs_key *keys, uint64_t n) {
+/* Take key's entry out of the table: its tier and how many pins are still live (0: none). */
+static uint32_t forget_pin(kvs_store *s, const kvs_key *key, uint32_t *tier) {
     uint64_t now = kvs_now_ns();
+    uint32_t count = 0;
+    pthread_mutex_lock(&s->pins_lock);
+    for (uint32_t p = 0; p < PIN_PROBE; p++) {
+        kvs_store_pin *e = &s->pins[(pin_home(key) + p) & (KVS_STORE_PIN_SLOTS - 1u)];
+        if (!e->used || memcmp(&e->key, key, sizeof *key)) continue;
+        if (e->until_ns > now) count = e->count, *tier = e->tier;
+        e->used = 0;
+    }
+    pthread_mutex_unlock(&s->pins_lock);
+    return count;
+}
+
+void kvs_store_unpin_keys(kvs_store *s, const kvs_key *keys, uint64_t n) {
     for (uint64_t k = 0; k < n; k++) {
-        int tier = -1;
-        pthread_mutex_lock(&s->pins_lock);
-        for (uint32_t i = 0; i < KVS_STORE_PIN_SLOTS; i++) {
-            kvs_store_pin *p = &s->pins[i];
-            if (!p->used || memcmp(&p->key, &keys[k], sizeof p->key)) continue;
-            if (p->until_ns > now) tier = (int)p->tier;
-            p->used = 0;
-            break;
-        }
-        pthread_mutex_unlock(&s->pins_lock);
-        if (tier < 0) continue;
+        uint32_t tier = 0;
+        uint32_t count = forget_pin(s, &keys[k], &tier);
         chain_enter(s);
-        kvs_tiers_unpin(s->chain, (uint32_t)tier, &keys[k]);
+        for (uint32_t c = 0; c < count; c++) kvs_tiers_unpin(s->chain, tier, &keys[k]);
         chain_leave(s);
+    }
+}
+
+void kvs_store_unpin_all(kvs_store *s) {
+    uint64_t now = kvs_now_ns();
+    for (uint32_t i = 0; i < KVS_STORE_PIN_SLOTS; i++) {
+        kvs_store_pin *e = &s->pins[i];
+        if (!e->used || e->until_ns <= now) continue;
+        for (uint32_t c = 0; c < e->count; c++) kvs_tiers_unpin(s->chain, e->tier, &e->key);
+        e->used = 0;
     }
 }
 
@@ -375,6 +446,7 @@ kvs_status kvs_store_exists_keys(kvs_store *s, const kvs_key *keys, uint64_t n, 
     chain_enter(s);
     uint64_t lead = leading_run(s, keys, n, local, tiers);
     uint64_t pinned = lead;
+    if (pin_ms > KVS_STORE_PIN_MAX_MS) pin_ms = KVS_STORE_PIN_MAX_MS;
     for (uint64_t i = 0; pin_ms && i < lead; i++) {
         if (!kvs_tiers_pin(s->chain, tiers[i], &keys[i], pin_ms)) {
             pinned = i; /* evicted meanwhile: the run ends here */

@@ -23,6 +23,8 @@ void kvs_store_remove_one(kvs_store *s, const kvs_key *key, kvs_store_result *r)
 kvs_status kvs_store_exists_keys(kvs_store *s, const kvs_key *keys, uint64_t n, uint32_t flags,
                                  uint64_t pin_ms, uint8_t *states, uint64_t *n_leading);
 void kvs_store_unpin_keys(kvs_store *s, const kvs_key *keys, uint64_t n);
+/* At close: every pin still live is dropped. */
+void kvs_store_unpin_all(kvs_store *s);
 /* A batch of keys checked (sizes, offsets) and hashed into out[keys->n] (malloc'd). */
 kvs_status kvs_store_derive_keys(kvs_store *s, const kvs_store_keys *keys, kvs_key **out);
 

@@ -19,8 +19,9 @@
 #define KVS_STORE_DEFAULT_MAX (4ull << 20)
 #define KVS_STORE_READ_DEPTH  8u /* keys of a get batch one thread reads from a tier at once */
 #define KVS_STORE_READ_BYTES  (64ull << 20) /* at most this much scratch per thread for them */
-#define KVS_STORE_PIN_SLOTS   4096u /* pins remembered for unpin (a lease outlives a lost entry) */
-#define KVS_STORE_NAME_SLOTS  (1u << 16) /* engine keys remembered for events */
+#define KVS_STORE_PIN_MAX_MS  3600000u      /* the longest lease exists takes (1 hour) */
+#define KVS_STORE_PIN_SLOTS   4096u         /* keys whose pins unpin can drop (a power of two) */
+#define KVS_STORE_NAME_SLOTS  (1u << 16)    /* engine keys remembered for events */
 
 typedef struct kvs_store_job kvs_store_job;
 typedef struct kvs_store_events kvs_store_events;
@@ -44,6 +45,7 @@ typedef struct kvs_store_pin {
     kvs_key key;
     uint32_t tier;
     uint32_t used;
+    uint32_t count; /* pins taken on the key, each to be dropped once */
     uint64_t until_ns;
 } kvs_store_pin;
 
