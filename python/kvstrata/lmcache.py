@@ -9,7 +9,8 @@ Two ways in, one per generation of LMCache (docs/engines/lmcache.md has the conf
 
     --l2-adapter '{"type":"native_plugin","module_path":"kvstrata.lmcache",
                    "class_name":"KvstrataNativeConnector",
-                   "adapter_params":{"config":"/etc/kvs/lmcache.yaml","namespace":"bf16-256"}}'
+                   "adapter_params":{"config":"/etc/kvs/lmcache.yaml","namespace":"bf16-256",
+                                     "max_value_bytes":33554432}}'
 
 - KvstrataRemoteConnector: an LMCache RemoteConnector for releases that load third-party remote
   storage through remote_storage_plugins (KvstrataConnectorAdapter, URL scheme kvstrata://) or an
@@ -25,6 +26,7 @@ import logging
 import select
 import struct
 import threading
+import time
 from urllib.parse import parse_qs, urlparse
 
 try:  # the real classes where LMCache is installed
@@ -50,7 +52,16 @@ _OK = 0
 _ENOTFOUND = -3
 _ECORRUPT = -10
 
+_EINVAL = -1
+
 _GET, _SET, _EXISTS, _DELETE = "get", "set", "exists", "delete"
+
+# The largest chunk when neither the configuration nor LMCache's metadata says: a 256-token chunk of
+# a model of up to 256 KiB of KV per token (Llama-3-8B in bf16 is 128 KiB, a 32 MiB chunk;
+# Qwen2.5-32B is 256 KiB). A DRAM tier gives every object a slab of this size, so a deployment
+# should set the engine's own chunk bytes.
+DEFAULT_MAX_VALUE_BYTES = 64 << 20
+_WARN_EVERY_S = 30.0
 
 
 def _store_module():
@@ -99,6 +110,41 @@ def _open_store(config, namespace, tenant, threads, max_value_bytes):
                    max_value_bytes=int(max_value_bytes))
 
 
+def _limit(value, what):
+    value = int(value)
+    if value < 0:
+        raise ValueError("%s must be a positive byte count, not %d" % (what, value))
+    return value
+
+
+class _TooLarge:
+    """Says, at most every _WARN_EVERY_S, that values were refused for being larger than the
+    store's max_value_bytes: every set of such a chunk fails, so the log must say why."""
+
+    def __init__(self, limit, setting):
+        self.limit = limit
+        self.setting = setting
+        self._lock = threading.Lock()
+        self._last = None
+        self._quiet = 0
+        self.refused = 0
+
+    def text(self, nbytes):
+        return ("a chunk of %d bytes is larger than max_value_bytes (%d); set %s to the engine's "
+                "chunk bytes" % (nbytes, self.limit, self.setting))
+
+    def note(self, count, nbytes):
+        now = time.monotonic()
+        with self._lock:
+            self.refused += count
+            if self._last is not None and now - self._last < _WARN_EVERY_S:
+                self._quiet += count
+                return
+            quiet, self._quiet, self._last = self._quiet, 0, now
+        log.warning("kvstrata: %d chunks not stored: %s%s", count, self.text(nbytes),
+                    " (%d more since the last report)" % quiet if quiet else "")
+
+
 class KvstrataNativeConnector:
     """LMCache's native connector contract over one kvstrata store.
 
@@ -107,6 +153,11 @@ class KvstrataNativeConnector:
     keys leave out (dtype, chunk size, KV format): two deployments that differ there must not share
     a namespace. `tenant` keeps a tenant's objects apart from every other tenant's in the same
     tiers. `config` is a kvstrata YAML file (None: one private 1 GiB DRAM tier).
+
+    `max_value_bytes` is the largest chunk the store takes (0: DEFAULT_MAX_VALUE_BYTES, a 256-token
+    chunk of a model of up to 256 KiB of KV per token). Set it to the engine's chunk bytes: a DRAM
+    tier gives every object a slab of this size, and every server sharing a tier must open it with
+    the same value. A set of a larger chunk fails for that key, and the log says why.
 
     Every submit_* returns the store's ticket as LMCache's future id. drain_completions returns
     (future_id, ok, error, per_key) tuples for the batches completed since the last call:
@@ -120,7 +171,10 @@ class KvstrataNativeConnector:
 
     def __init__(self, config=None, namespace="lmcache", tenant=None, threads=0,
                  max_value_bytes=0, overwrite=False):
-        self._store = _open_store(config, namespace, tenant, threads, max_value_bytes)
+        limit = _limit(max_value_bytes or DEFAULT_MAX_VALUE_BYTES, "max_value_bytes")
+        self.max_value_bytes = limit
+        self._too_large = _TooLarge(limit, "adapter_params max_value_bytes")
+        self._store = _open_store(config, namespace, tenant, threads, limit)
         self._fd = self._store.event_fd()
         self._overwrite = bool(overwrite)
         # ticket -> (op, number of keys, buffers); the buffers stay referenced until LMCache has
@@ -186,8 +240,7 @@ class KvstrataNativeConnector:
                     out.append(self._translate(int(t), entry, self._store.wait(t, 0)))
         return out
 
-    @staticmethod
-    def _translate(ticket, entry, results):
+    def _translate(self, ticket, entry, results):
         op, n, bufs = entry
         if len(results) != n:
             return (ticket, False, "kvstrata returned %d results for %d keys" % (len(results), n),
@@ -202,6 +255,12 @@ class KvstrataNativeConnector:
             if failed:
                 error = "%d of %d keys not stored (first: key %d, %s)" % (
                     len(failed), n, failed[0], _status_text(results[failed[0]].status))
+                big = [i for i in failed if results[i].status == _EINVAL
+                       and _nbytes(bufs[i]) > self.max_value_bytes]
+                if big:
+                    largest = max(_nbytes(bufs[i]) for i in big)
+                    self._too_large.note(len(big), largest)
+                    error += "; " + self._too_large.text(largest)
             return (ticket, not failed, error, per_key)
         if op == _DELETE:
             per_key = [r.status == _OK and was for r, was in zip(results, bufs)]
@@ -277,6 +336,10 @@ class KvstrataRemoteConnector(RemoteConnector):
 
     list() answers the keys this connector stored and did not remove: kvstrata finds objects by
     key and cannot enumerate a tier.
+
+    The store's max_value_bytes (the largest chunk) is, unless given, one whole chunk of LMCache's
+    metadata: kv_shape (with chunk_size) times the bytes of kv_dtype, rounded up to 4 KiB; without
+    metadata, DEFAULT_MAX_VALUE_BYTES. A put of a larger chunk fails, and says why.
     """
 
     def __init__(self, url=None, loop=None, local_cpu_backend=None, config=None, metadata=None,
@@ -287,13 +350,18 @@ class KvstrataRemoteConnector(RemoteConnector):
         store_config = store_config or params.get("config") or extra.get("kvstrata.config")
         tenant = tenant or params.get("tenant") or extra.get("kvstrata.tenant")
         namespace = namespace or params.get("namespace") or extra.get("kvstrata.namespace")
-        max_value_bytes = (max_value_bytes or params.get("max_value_bytes")
-                           or extra.get("kvstrata.max_value_bytes") or 0)
+        max_value_bytes = _limit(max_value_bytes or params.get("max_value_bytes")
+                                 or extra.get("kvstrata.max_value_bytes")
+                                 or chunk_bytes_from_metadata(metadata)
+                                 or DEFAULT_MAX_VALUE_BYTES, "max_value_bytes")
         if not namespace:
             namespace = _namespace_from_metadata(metadata)
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self._pin_ms = int(pin_ms)
+        self.max_value_bytes = max_value_bytes
+        self._too_large = _TooLarge(max_value_bytes, "kvstrata.max_value_bytes (or the URL's "
+                                    "max_value_bytes)")
         self._store = _open_store(store_config, namespace, tenant, threads, max_value_bytes)
         self._fd = self._store.event_fd()
         self._futures = {}  # ticket -> asyncio future, on self._waiter_loop only
@@ -413,8 +481,15 @@ class KvstrataRemoteConnector(RemoteConnector):
         if failed:
             i = failed[0]
             bad = results[2 * i] if results[2 * i].status != _OK else results[2 * i + 1]
+            why = _status_text(bad.status)
+            big = [j for j in failed if results[2 * j + 1].status == _EINVAL
+                   and _nbytes(bufs[2 * j + 1]) > self.max_value_bytes]
+            if big:
+                largest = max(_nbytes(bufs[2 * j + 1]) for j in big)
+                self._too_large.note(len(big), largest)
+                why += "; " + self._too_large.text(largest)
             raise RuntimeError("kvstrata: %d of %d chunks not stored (first %s: %s)" % (
-                len(failed), len(keys), keys[i].to_string(), _status_text(bad.status)))
+                len(failed), len(keys), keys[i].to_string(), why))
 
     # get
 
@@ -519,6 +594,40 @@ def _url_params(url):
         return {}
     q = parse_qs(urlparse(url).query)
     return {k: v[0] for k, v in q.items() if v}
+
+
+def _dtype_bytes(dtype):
+    size = getattr(dtype, "itemsize", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    import torch
+
+    if isinstance(dtype, str):
+        dtype = _dtype_from_name(dtype.replace("torch.", ""))
+    return torch.tensor([], dtype=dtype).element_size()
+
+
+def chunk_bytes_from_metadata(metadata):
+    """Bytes of one whole chunk as LMCache's metadata describes it: kv_shape (num_layer, 2 or 1 for
+    MLA, chunk_size, num_kv_head, head_size), its chunk dimension replaced by metadata.chunk_size
+    where that is given, times the bytes of kv_dtype; rounded up to 4 KiB. 0 when the metadata does
+    not say."""
+    shape = getattr(metadata, "kv_shape", None)
+    dtype = getattr(metadata, "kv_dtype", None)
+    if not shape or dtype is None:
+        return 0
+    try:
+        dims = [int(d) for d in shape]
+        chunk = getattr(metadata, "chunk_size", None)
+        if chunk and len(dims) == 5:
+            dims[2] = int(chunk)
+        n = _dtype_bytes(dtype)
+        for d in dims:
+            n *= d
+    except (TypeError, ValueError) as e:
+        log.warning("kvstrata: LMCache's metadata gives no usable chunk size (%s)", e)
+        return 0
+    return (max(n, _META.size) + 4095) // 4096 * 4096
 
 
 def _namespace_from_metadata(metadata):

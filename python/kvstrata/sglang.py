@@ -23,6 +23,7 @@ layouts, two ranks or two models never meet. docs/engines/sglang.md describes th
 import logging
 import os
 import threading
+import time
 
 try:  # SGLang's own classes when SGLang is installed, so its factory's issubclass check holds
     from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
@@ -47,6 +48,8 @@ __all__ = ["KvstrataHiCacheStorage", "HAVE_SGLANG", "namespace_for"]
 
 NAMESPACE_VERSION = 1
 _BATCH_MAX = 65536  # KVS_STORE_BATCH_MAX: keys in one store call
+_WARN_EVERY_S = 30.0  # a failing store logs each call's failure at most this often
+_REOPEN_AFTER_S = 10.0  # a store that failed to open is tried again after this long
 
 
 def _opt(extra, name, env, default=None):
@@ -171,6 +174,9 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         self._lock = threading.Lock()
         self._stored = set()  # keys this instance put (clear removes them)
         self.corrupt_pages = 0
+        self.store_failures = 0  # calls that failed in the store (each answered as a miss)
+        self._warned = {}  # call -> (when it last logged, failures not logged since)
+        self._open_error = None  # (when, exception) of the last failed open
         if kwargs is not None and hasattr(kwargs, "get_page_buffer_meta"):
             self.register_mem_pool_host(kwargs)
 
@@ -190,11 +196,47 @@ class KvstrataHiCacheStorage(HiCacheStorage):
 
     @property
     def store(self):
+        """The store, opened on first use when no host pool was registered. A failed open raises
+        (its exception again, without a new try, for _REOPEN_AFTER_S)."""
         if self._store is None:
             with self._lock:
                 if self._store is None:
-                    self._store = self._open(None)
+                    failed = self._open_error
+                    if failed is not None and time.monotonic() - failed[0] < _REOPEN_AFTER_S:
+                        raise failed[1]
+                    try:
+                        self._store = self._open(None)
+                    except Exception as e:
+                        self._open_error = (time.monotonic(), e)
+                        raise
+                    self._open_error = None
         return self._store
+
+    def _failed(self, call, n, exc):
+        """Note a store failure of `call` over n keys, answered as a miss. SGLang calls this
+        backend from its storage threads, which do not catch exceptions (one that escapes ends the
+        thread and with it L3 for the process), so nothing is raised; the log says it at most once
+        per _WARN_EVERY_S per call, with how many failures it left out."""
+        now = time.monotonic()
+        with self._lock:
+            self.store_failures += 1
+            last, quiet = self._warned.get(call, (None, 0))
+            if last is not None and now - last < _WARN_EVERY_S:
+                self._warned[call] = (last, quiet + 1)
+                return
+            self._warned[call] = (now, 0)
+        more = f" ({quiet} more failures since the last report)" if quiet else ""
+        _log.warning("kvstrata HiCache storage: %s of %d pages failed, answered as a miss: %s%s",
+                     call, n, exc, more, exc_info=last is None)
+
+    def _unpin(self, keys):
+        if self.pin_ms <= 0:
+            return
+        try:
+            for at in range(0, len(keys), _BATCH_MAX):
+                self.store.unpin(keys[at:at + _BATCH_MAX])
+        except Exception as e:  # the pins run out at pin_ms anyway
+            self._failed("unpin", len(keys), e)
 
     def register_mem_pool_host(self, mem_pool_host):
         """Keep the host pool, open the store under the pool's namespace and register the pool's
@@ -260,18 +302,26 @@ class KvstrataHiCacheStorage(HiCacheStorage):
 
     def batch_exists(self, keys, extra_info=None):
         """The number of leading keys that are stored (what SGLang's prefetch thread reduces with
-        a MIN over the TP ranks). Each rank answers for its own namespace."""
+        a MIN over the TP ranks). Each rank answers for its own namespace. A store that fails
+        answers the keys counted before it failed (0 when its first call fails)."""
         total = 0
-        for at in range(0, len(keys), _BATCH_MAX):
-            chunk = list(keys[at:at + _BATCH_MAX])
-            n, _ = self.store.exists(chunk, pin_ms=self.pin_ms)
-            total += n
-            if n < len(chunk):
-                break
+        try:
+            for at in range(0, len(keys), _BATCH_MAX):
+                chunk = list(keys[at:at + _BATCH_MAX])
+                n, _ = self.store.exists(chunk, pin_ms=self.pin_ms)
+                total += n
+                if n < len(chunk):
+                    break
+        except Exception as e:
+            self._failed("batch_exists", len(keys), e)
         return total
 
     def exists(self, key):
-        n, _ = self.store.exists([key])
+        try:
+            n, _ = self.store.exists([key])
+        except Exception as e:
+            self._failed("exists", 1, e)
+            return False
         return n == 1
 
     # ---- zero-copy v1 ----
@@ -307,11 +357,11 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             for at in range(0, len(keys), _BATCH_MAX):
                 ticket = self.store.submit_get(keys[at:at + _BATCH_MAX], bufs[at:at + _BATCH_MAX])
                 results.extend(self.store.wait(ticket))
-        except Exception:
-            _log.exception("kvstrata HiCache storage: batch_get_v1 of %d pages failed", len(keys))
+        except Exception as e:
+            self._failed("batch_get_v1", len(keys), e)
+            self._unpin(keys)
             return [False] * len(keys)
-        if self.pin_ms > 0:
-            self.store.unpin(keys)
+        self._unpin(keys)
         return self._check_gets(keys, results, lengths)
 
     def batch_set_v1(self, keys, host_indices, extra_info=None):
@@ -328,8 +378,8 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             for at in range(0, len(keys), _BATCH_MAX):
                 ticket = self.store.submit_put(keys[at:at + _BATCH_MAX], bufs[at:at + _BATCH_MAX])
                 results.extend(self.store.wait(ticket))
-        except Exception:
-            _log.exception("kvstrata HiCache storage: batch_set_v1 of %d pages failed", len(keys))
+        except Exception as e:
+            self._failed("batch_set_v1", len(keys), e)
             return [False] * len(keys)
         self._note_stored(keys, results)
         return [res.status == 0 for res in results]
@@ -356,8 +406,8 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             spans = self._targets(keys, target_locations, target_sizes)
             ticket = self.store.submit_get(keys, [(a, n) for a, n, _ in spans])
             results = self.store.wait(ticket)
-        except Exception:
-            _log.exception("kvstrata HiCache storage: batch_get of %d pages failed", len(keys))
+        except Exception as e:
+            self._failed("batch_get", len(keys), e)
             return [None] * len(keys)
         ok = self._check_gets(keys, results, [n for _, n, _ in spans])
         return [target_locations[i] if ok[i] else None for i in range(len(keys))]
@@ -383,8 +433,8 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             ticket = self.store.submit_put(keys, [(a, n) for a, n, _ in spans])
             results = self.store.wait(ticket)
             del spans  # the copies stay alive until the put completed
-        except Exception:
-            _log.exception("kvstrata HiCache storage: batch_set of %d pages failed", len(keys))
+        except Exception as e:
+            self._failed("batch_set", len(keys), e)
             return False
         self._note_stored(keys, results)
         return all(res.status == 0 for res in results)
@@ -410,7 +460,12 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         gone = True
         for at in range(0, len(keys), _BATCH_MAX):
             chunk = keys[at:at + _BATCH_MAX]
-            for key, res in zip(chunk, self.store.remove(chunk)):
+            try:
+                results = self.store.remove(chunk)
+            except Exception as e:
+                self._failed("clear", len(chunk), e)
+                return False
+            for key, res in zip(chunk, results):
                 if res.status in (0, t.ENOTFOUND):
                     with self._lock:
                         self._stored.discard(key)
@@ -419,7 +474,9 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         return gone
 
     def store_stats(self):
-        """The store's counters (kvs_store_stats) and this adapter's corrupt pages."""
+        """The store's counters (kvs_store_stats), this adapter's corrupt pages and its store
+        failures (calls answered as a miss because the store failed)."""
         stats = dict(self.store.stats())
         stats["adapter_corrupt_pages"] = self.corrupt_pages
+        stats["adapter_store_failures"] = self.store_failures
         return stats

@@ -13,13 +13,16 @@ store's own table, read up to its own struct_size.
 
 Buffers: bufs[i] is key i's value, as one piece or a list of pieces (scatter-gather), each a
 buffer-protocol object (bytearray, memoryview, numpy array, ctypes array; bytes for a put), a tensor
-(anything with data_ptr(), contiguous) or an (address, length) tuple. The library owns the memory
-until the batch's ticket is collected, so the Store keeps a reference to every object of a batch
-until wait (or close) collects its ticket.
+in host memory (anything with data_ptr(), contiguous; one on a device is refused: the store copies
+with the CPU) or an (address, length) tuple. The library owns the memory until the batch's ticket is
+collected, so the Store keeps a reference to every object of a batch until wait (or close) collects
+its ticket.
 
 Every call may come from any thread at once, as the C store allows; close must not race the others.
-A failed call raises StoreError carrying the status and the store's last_error sentence; wait raises
-TimeoutError when the batch is not done in time (its ticket is kept).
+A failed call raises StoreError carrying the status and the store's last_error sentence. wait, and
+get, put and remove with a timeout_ms, raise StoreTimeout (a TimeoutError) when the batch is not
+done in time: the library still reads or writes the batch's buffers, which the Store keeps
+referenced; collect it with wait(e.ticket).
 """
 
 import array
@@ -85,6 +88,20 @@ Event = namedtuple("Event", "kind tier key16 key")
 class StoreError(KvsError):
     """A store call that did not return KVS_OK: .status (kvs_status), .hook (the call), .last_error
     (the store's sentence for the calling thread, or open's error text)."""
+
+
+class StoreTimeout(TimeoutError):
+    """A batch not done within wait's timeout_ms. .ticket is still the batch's: the library goes on
+    reading or writing its buffers, which the Store keeps referenced until the ticket is collected;
+    collect it with wait(e.ticket) (or let close wait for it)."""
+
+    status = ETIMEDOUT
+
+    def __init__(self, ticket, timeout_ms):
+        self.ticket = int(ticket)
+        self.timeout_ms = timeout_ms
+        super().__init__(f"kvstrata store: ticket {self.ticket} not done within {timeout_ms} ms; "
+                         "collect it with wait(e.ticket)")
 
 
 # --- the table ----------------------------------------------------------------------------------------
@@ -154,17 +171,41 @@ class _Keys:
                                 n=self.n)
 
 
-def _piece(obj, writable, keep):
-    """(address, length) of one contiguous piece of memory; what must stay alive goes into keep."""
+def _on_device(obj):
+    """The device a tensor-like object lives on when it is not host memory, else None."""
+    if getattr(obj, "is_cuda", False) is True:
+        return "cuda"
+    device = getattr(obj, "device", None)
+    kind = getattr(device, "type", device)
+    if kind is not None and str(kind) != "cpu":
+        return str(kind)
+    return None
+
+
+def _piece(obj, writable, keep, host_only=True):
+    """(address, length) of one contiguous piece of memory; what must stay alive goes into keep.
+    host_only refuses a tensor on a device: a batch's bytes are copied by the CPU, and a device
+    address would be read or written as if it were host memory."""
     if isinstance(obj, tuple):
         if len(obj) != 2:
             raise TypeError("a buffer given as a tuple is (address, length)")
         return int(obj[0]), int(obj[1])
-    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size"):  # a tensor
+    if hasattr(obj, "data_ptr"):  # a tensor
+        where = _on_device(obj)
+        if host_only and where is not None:
+            raise ValueError(f"a store buffer must be in host memory, not on {where} (copy it to "
+                             "the CPU, or pass pinned host memory)")
         if hasattr(obj, "is_contiguous") and not obj.is_contiguous():
             raise ValueError("a tensor buffer must be contiguous")
+        if hasattr(obj, "element_size") and hasattr(obj, "numel"):
+            length = int(obj.numel()) * int(obj.element_size())
+        elif hasattr(obj, "nbytes"):
+            length = int(obj.nbytes)
+        else:
+            raise TypeError(f"{type(obj).__name__} has data_ptr() but no size (numel and "
+                            "element_size, or nbytes)")
         keep.append(obj)
-        return int(obj.data_ptr()), int(obj.numel()) * int(obj.element_size())
+        return int(obj.data_ptr()), length
     if isinstance(obj, bytes):
         if writable:
             raise TypeError("a get's buffer must be writable, not bytes")
@@ -325,13 +366,13 @@ class Store:
         """Register memory batches will use; addr is an address (length then required) or a buffer
         object. kind: "host", "cuda" or STORE_MEM_*. Returns the region's id."""
         keep = []
+        mem = _KINDS[kind] if isinstance(kind, str) else int(kind)
         if not isinstance(addr, int):
-            addr, n = _piece(addr, False, keep)
+            addr, n = _piece(addr, False, keep, host_only=mem == STORE_MEM_HOST)
             if length is None:
                 length = n
         if length is None:
             raise ValueError("register_memory needs a length with an address")
-        mem = _KINDS[kind] if isinstance(kind, str) else int(kind)
         region = ctypes.c_uint64(0)
         self._check(self._api.register_memory(self._store("register_memory"),
                                               ctypes.c_void_p(addr or None), int(length), mem,
@@ -413,7 +454,8 @@ class Store:
 
     def wait(self, ticket, timeout_ms=None):
         """Collect a ticket: a list of Result, one per key, in the batch's order. timeout_ms None
-        waits without bound; TimeoutError when the batch is not done in time (the ticket is kept)."""
+        waits without bound; StoreTimeout (a TimeoutError) when the batch is not done in time: the
+        ticket and its buffers are kept, collect it with wait(e.ticket)."""
         s = self._store("wait")
         ticket = int(ticket)
         with self._cond:
@@ -427,7 +469,7 @@ class Store:
         tmo = _NO_BOUND if timeout_ms is None else max(int(timeout_ms), 0)
         st = self._api.wait(s, ticket, tmo, results if n else None, n, ctypes.byref(n_failed))
         if st == ETIMEDOUT:
-            raise TimeoutError(f"kvstrata store: ticket {ticket} not done within {timeout_ms} ms")
+            raise StoreTimeout(ticket, timeout_ms)
         if st != OK:
             raise StoreError("wait", st, self.last_error())
         with self._cond:
@@ -436,12 +478,17 @@ class Store:
                 for r in results[:n]]
 
     def get(self, keys, bufs, timeout_ms=None):
+        """submit_get then wait. With timeout_ms, StoreTimeout when the batch is not done in time:
+        bufs are still being written; collect it with wait(e.ticket) before reusing them."""
         return self.wait(self.submit_get(keys, bufs), timeout_ms)
 
     def put(self, keys, bufs, overwrite=False, timeout_ms=None):
+        """submit_put then wait. With timeout_ms, StoreTimeout when the batch is not done in time:
+        bufs are still being read; collect it with wait(e.ticket) before changing them."""
         return self.wait(self.submit_put(keys, bufs, overwrite), timeout_ms)
 
     def remove(self, keys, timeout_ms=None):
+        """submit_remove then wait; StoreTimeout as for get (collect it with wait(e.ticket))."""
         return self.wait(self.submit_remove(keys), timeout_ms)
 
     def event_fd(self):
@@ -511,5 +558,5 @@ class Store:
                 off = (start + h.key_len + 7) & ~7
 
 
-__all__ = ["Store", "StoreError", "Result", "TierUsage", "Event", "ABSENT", "PRESENT", "UNKNOWN",
-           "SKIPPED", "NO_TIER", "get_store_api"]
+__all__ = ["Store", "StoreError", "StoreTimeout", "Result", "TierUsage", "Event", "ABSENT",
+           "PRESENT", "UNKNOWN", "SKIPPED", "NO_TIER", "get_store_api"]

@@ -281,7 +281,6 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
         self._config, self._tmpdir = _config_path(self._desc["block_tokens"])
         self._handle = _abi.Handle(_abi.ROLE_SCHEDULER, self._desc, self._config)
         self._requests = {}
-        self._chunk_tokens = 0
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         rid = str(request.request_id)
@@ -289,8 +288,6 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
         self._requests[rid] = st
         st.tokens = array.array("i", request.get_tokens(0))
         res = self._handle.lookup(rid, st.tokens, int(num_computed_tokens))
-        if res.chunk_tokens:
-            self._chunk_tokens = res.chunk_tokens
         st.lookup_computed = int(num_computed_tokens)
         st.sent_tokens = len(st.tokens)  # a lookup gives the library the request's tokens
         st.looked_up = True
@@ -318,21 +315,27 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
             # TensorRT-LLM parks the request until get_finished reports it, whatever it took.
             n = honoured
         start = st.lookup_computed
+        taken = n  # what TensorRT-LLM counts as loaded (computed_position leaves it out)
         if n:
-            start, n = self._past_window(rid, st, start, n)
+            n = self._past_window(rid, st, start, n)
         try:
             self._handle.on_alloc(rid, st.table, n)
         except _abi.NotFound:
             if n:
                 raise
-        st.external = 0 if st.load_async else n
+        st.external = 0 if st.load_async else taken
         st.looked_up = False
 
     def _past_window(self, rid, st, start, n):
-        """(first token, tokens) of a load whose first blocks are -1 (a sliding window's blocks
-        behind it: their KV is never read, and no load may land in them): it starts after the last
-        of them, at a chunk boundary, with the lookup made again from there (the same chunks, still
-        pinned by the first one)."""
+        """The tokens to load of an offer of n from `start` whose first blocks are -1 (a sliding
+        window's blocks behind it: their KV is never read, and no load may land in them). The load
+        starts at the first block after them, with the lookup made again from there (the same
+        chunks, still pinned by the first one): where that is inside a chunk, the chunk is read and
+        only its tokens from there on land, as for a load after blocks the engine already holds.
+
+        Never raises: this runs inside TensorRT-LLM's scheduler, and it has already counted the
+        offer as computed (its connector interface has no way to take an offer back), so the load
+        goes ahead with what is still stored, and what is not is logged."""
         bt = self._desc["block_tokens"]
         end = start + n
         table = st.table
@@ -341,22 +344,22 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
             if table[i] == BLOCK_NONE:
                 last_none = i
         if last_none < 0:
-            return start, n
+            return n
         first = max(start, (last_none + 1) * bt)
         if first >= end:
-            return start, 0  # every block of the offer is behind the window: nothing to load
-        chunk = self._chunk_tokens or bt
-        if first % chunk:
-            raise KvstrataTrtllmError(
-                f"kvstrata: request {rid}: its load starts in the sliding window at token {first}, "
-                f"inside a chunk of {chunk} tokens whose first blocks have no page; set "
-                f"chunk_tokens to tokens_per_block ({bt}) for sliding-window models")
-        res = self._handle.lookup(rid, st.tokens, first)
-        if res.unknown_yet or first + res.hit_tokens < end:
-            raise KvstrataTrtllmError(
-                f"kvstrata: request {rid}: the chunks of tokens [{first}, {end}) offered to "
-                "TensorRT-LLM are no longer all stored")
-        return first, end - first
+            return 0  # every block of the offer is behind the window: nothing to load
+        try:
+            res = self._handle.lookup(rid, st.tokens, first)
+            found = 0 if res.unknown_yet else min(int(res.hit_tokens), end - first)
+        except Exception as e:  # noqa: BLE001 - nothing may escape into the scheduler
+            _log.error("kvstrata: request %s: the lookup from token %d past its sliding window "
+                       "failed (%s): nothing is loaded", rid, first, e)
+            return 0
+        if found < end - first:
+            _log.error("kvstrata: request %s: of tokens [%d, %d) offered to TensorRT-LLM, those "
+                       "from %d are no longer stored; their blocks keep the bytes they held (its "
+                       "interface cannot take an offer back)", rid, first, end, first + found)
+        return found
 
     def build_connector_meta(self, scheduler_output):
         updates = []
@@ -447,6 +450,8 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         # get_finished may name a request only after TensorRT-LLM passed it in
         self._saving, self._loading = set(), set()
         self._saved, self._loaded = set(), set()
+        self._failed = set()  # async loads that ended with failed blocks: never reported loaded
+        self._errors_seen = set()  # load_error_blocks already reported since the last bind
 
     def register_kv_caches(self, kv_cache_tensor):
         views = pool_layer_views(kv_cache_tensor, self._desc, self._kv_layout)
@@ -462,6 +467,7 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         # a step still open (no forward pass ran) is closed by the library here
         self._handle.bind_meta(bytes(metadata))
         self._bound, self._started = True, False
+        self._errors_seen = set()  # the library starts the step's error blocks afresh
 
     def _start(self, stream):
         if self._started:
@@ -492,27 +498,54 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         self._start(stream)
         self._handle.wait_save()
         self._bound = False
-        self._check_load_errors()
+        self._report_load_errors(self._new_load_errors())
 
-    def _check_load_errors(self):
-        bad = self._handle.load_error_blocks()
+    def _new_load_errors(self):
+        """The error blocks the library lists that were not reported before (it keeps them until
+        the next bind, and adds an async load's blocks when get_finished reports the load)."""
+        bad = set(self._handle.load_error_blocks()) - self._errors_seen
+        self._errors_seen |= bad
+        return bad
+
+    def _report_load_errors(self, bad, requests=()):
         if not bad:
             return
         text = (f"kvstrata: the loads of {len(bad)} blocks failed (evicted or corrupt chunks; "
                 f"blocks {sorted(bad)[:8]}); TensorRT-LLM has no way to recompute them")
+        if requests:
+            text += (f"; the asynchronous loads of requests {sorted(requests)[:8]} ended with "
+                     "them and are never reported as loaded")
         if self._on_load_error == "warn":
             _log.error("%s: the requests holding them continue on wrong KV", text)
             return
         raise KvstrataTrtllmError(text)
 
     def get_finished(self, finished_gen_req_ids, started_loading_req_ids):
+        """(saved, loaded): the requests whose async saves and async loads ended, each once and
+        only after TensorRT-LLM passed it in. An async load that ended with failed blocks is not a
+        load TensorRT-LLM may resume on: with KVSTRATA_LOAD_ERRORS=raise (the default) it raises,
+        and the requests it ended with are never reported loaded, by this call or a later one
+        (the library does not say which of the requests ending together owns the failed blocks, so
+        none of them is); with warn they are reported, as the warning says."""
         self._saving.update(int(r) for r in finished_gen_req_ids)
         self._loading.update(int(r) for r in started_loading_req_ids)
+        bad, failed = set(), set()
         if self._pool is not None:
             sending, receiving = self._handle.get_finished()
             self._saved.update(int(r) for r in sending)
-            self._loaded.update(int(r) for r in receiving)
-            self._check_load_errors()
+            receiving = {int(r) for r in receiving}
+            bad = self._new_load_errors()
+            if bad and receiving and self._on_load_error != "warn":
+                failed = receiving
+                self._failed |= failed
+            else:
+                self._loaded |= receiving
+        # a failed load's request stays parked in TensorRT-LLM: nothing here names it again
+        dropped = self._loading & self._failed
+        self._loading -= dropped
+        self._failed -= dropped
+        # raised before anything is taken out: what ended well is reported by the next call
+        self._report_load_errors(bad, failed)
         saved = sorted(self._saved & self._saving)
         loaded = sorted(self._loaded & self._loading)
         self._saving.difference_update(saved)

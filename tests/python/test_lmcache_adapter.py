@@ -288,11 +288,33 @@ class NativePlugin(unittest.TestCase):
     def test_a_value_over_the_limit_fails_alone(self):
         d = self.open()
         keys = keys_for("big", 2)
-        ok, error, per_key = d.run("set", keys, [byte_array(CHUNK, 1), byte_array(2 << 20, 2)])
+        with self.assertLogs("kvstrata.lmcache", "WARNING") as logs:
+            ok, error, per_key = d.run("set", keys, [byte_array(CHUNK, 1), byte_array(2 << 20, 2)])
         self.assertFalse(ok)
         self.assertEqual(per_key, [True, False])
         self.assertIn("key 1", error)
+        self.assertIn("larger than max_value_bytes (1048576)", error)
+        self.assertTrue(any("2097152 bytes is larger than max_value_bytes" in r.getMessage()
+                            for r in logs.records), [r.getMessage() for r in logs.records])
         self.assertEqual(d.run("exists", keys)[2], [True, False])
+
+    def test_the_default_limit_takes_a_256_token_chunk_of_llama_3_8b(self):
+        # 32 layers x K and V x 8 KV heads x 128 x bf16 = 128 KiB a token, 32 MiB a chunk; a
+        # header or a padded chunk a little over it still fits
+        d = Driver(lmcache.KvstrataNativeConnector(namespace="bf16-chunk256"))
+        self.drivers.append(d)
+        self.assertEqual(d.client.max_value_bytes, lmcache.DEFAULT_MAX_VALUE_BYTES)
+        key = keys_for("llama", 1)
+        n = 33 << 20
+        view = byte_array(n)
+        view[:1 << 20] = chunk_bytes(5, 1 << 20)
+        view[n - 4096:] = chunk_bytes(6, 4096)
+        self.assertEqual(d.run("set", key, [view]), (True, "", [True]))
+        back = byte_array(n, 0x33)
+        self.assertEqual(d.run("get", key, [back])[2], [True])
+        self.assertEqual(bytes(back[:1 << 20]), chunk_bytes(5, 1 << 20))
+        self.assertEqual(bytes(back[n - 4096:]), chunk_bytes(6, 4096))
+        self.assertEqual(bytes(back[1 << 20:2 << 20]), bytes(1 << 20))
 
     def test_corrupted_object_on_ssd_fails_and_is_removed(self):
         cfg, data = ssd_config(self.tmp.name)
@@ -595,6 +617,32 @@ asyncio.run(main())
         self.assertFalse(b.exists_sync(self.key(1)))
         self.assertIsNone(self.call(b.get(self.key(1))))
         self.assertFalse(a.exists_sync(self.key(1, worker=1)))  # the key carries the worker
+
+    def test_the_limit_is_one_chunk_of_lmcaches_metadata(self):
+        class Meta:
+            kv_shape = (8, 2, 256, 8, 128)  # 8 MiB in bf16, above the store's own default
+            kv_dtype = torch.bfloat16
+            chunk_size = 256
+            use_mla = False
+
+        self.assertEqual(lmcache.chunk_bytes_from_metadata(Meta()), 8 << 20)
+        self.assertEqual(lmcache.chunk_bytes_from_metadata(None), 0)
+        url = "kvstrata://local:0/?config=%s&namespace=lmc-meta" % self.cfg  # no max_value_bytes
+        ctx = standin.ConnectorContext(url, self.loop, self.alloc, None, Meta())
+        c = lmcache.KvstrataConnectorAdapter().create_connector(ctx)
+        self.conns.append(c)
+        self.assertEqual(c.max_value_bytes, 8 << 20)
+        whole = self.alloc.allocate((2, 8, 256, 1024), torch.bfloat16, 3)  # one whole chunk
+        whole.byte_array[:4096] = chunk_bytes(9, 4096)
+        self.call(c.put(self.key(40), whole))
+        got = self.call(c.get(self.key(40)))
+        self.assertEqual(bytes(got.byte_array), bytes(whole.byte_array))
+        over = self.alloc.allocate((2, 8, 260, 1024), torch.bfloat16, 3)
+        with self.assertLogs("kvstrata.lmcache", "WARNING"):
+            with self.assertRaises(RuntimeError) as cm:
+                self.call(c.put(self.key(41), over))
+        self.assertIn("larger than max_value_bytes (8388608)", str(cm.exception))
+        self.assertFalse(c.exists_sync(self.key(41)))
 
     def test_namespace_from_metadata(self):
         class Meta:

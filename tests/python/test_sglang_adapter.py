@@ -119,10 +119,13 @@ def make_config(tp_rank=0, tp_size=1, mla=False, page_first=False, extra=None):
         model_name="test/tiny-model", extra_config=dict(extra or {}))
 
 
-def make_backend(pool, config_path, tenant=None, tp_rank=0, tp_size=1, interface_v1=True):
+def make_backend(pool, config_path, tenant=None, tp_rank=0, tp_size=1, interface_v1=True,
+                 pin_ms=0):
     extra = {"backend_name": "kvstrata", "module_path": "kvstrata.sglang",
              "class_name": "KvstrataHiCacheStorage", "interface_v1": 1 if interface_v1 else 0,
              "config": config_path, "max_value_bytes": MAX_VALUE}
+    if pin_ms:
+        extra["pin_ms"] = pin_ms
     if tenant:
         extra["tenant"] = tenant
     cfg = make_config(tp_rank, tp_size, pool.mla if pool else False,
@@ -433,6 +436,70 @@ class Semantics(SharedTier):
         self.stored(pool, b, keys, [0, 1, 2])
         self.assertTrue(b.clear())
         self.assertEqual(b.batch_exists(keys), 0)
+
+
+def broken(*args, **kwargs):
+    """A store call that fails the way a broken tier or a closed store does."""
+    from kvstrata._abi_types import EIO
+    from kvstrata.store import StoreError
+
+    raise StoreError("exists", EIO, "the tier is gone")
+
+
+class StoreFailures(SharedTier):
+    """SGLang calls the backend from its prefetch and backup threads, which catch nothing: a store
+    failure must come back as a miss, never as an exception that ends the thread."""
+
+    def test_a_failing_store_is_a_miss_in_every_call_sglang_makes(self):
+        pool = HostPool("layer_first")
+        b = self.backend(pool, pin_ms=5000)
+        keys = page_keys("broken", 3)
+        for i, p in enumerate([0, 1, 2]):
+            pool.fill(p, 50 + i)
+        self.assertEqual(b.batch_set_v1(keys, host_indices([0, 1, 2])), [True] * 3)
+        store = b.store
+        for name in ("exists", "unpin", "submit_get", "submit_put", "remove"):
+            setattr(store, name, broken)
+        with self.assertLogs("kvstrata", "WARNING") as logs:
+            self.assertEqual(b.batch_exists(keys), 0)
+            self.assertEqual(b.batch_exists(keys), 0)
+            self.assertFalse(b.exists(keys[0]))
+            self.assertEqual(b.batch_get_v1(keys, host_indices([4, 5, 6])), [False] * 3)
+            self.assertEqual(b.batch_set_v1(page_keys("more", 2), host_indices([7, 8])),
+                             [False] * 2)
+            self.assertFalse(b.clear())
+        said = [r.getMessage() for r in logs.records]
+        self.assertEqual(sum("batch_exists" in m for m in said), 1, "logged once, not per call")
+        self.assertTrue(any("batch_get_v1" in m and "tier is gone" in m for m in said), said)
+        self.assertGreaterEqual(b.store_failures, 7)
+
+    def test_an_unpin_that_fails_keeps_the_pages_that_arrived(self):
+        pool = HostPool("page_first")
+        b = self.backend(pool, pin_ms=5000)
+        keys = page_keys("unpin", 2)
+        for i, p in enumerate([0, 1]):
+            pool.fill(p, 70 + i)
+        self.assertEqual(b.batch_set_v1(keys, host_indices([0, 1])), [True, True])
+        self.assertEqual(b.batch_exists(keys), 2)
+        b.store.unpin = broken
+        with self.assertLogs("kvstrata", "WARNING"):
+            self.assertEqual(b.batch_get_v1(keys, host_indices([2, 3])), [True, True])
+        self.assertEqual(pool.page_bytes(2), pool.page_bytes(0))
+        self.assertEqual(pool.page_bytes(3), pool.page_bytes(1))
+
+    def test_a_store_that_cannot_open_is_a_miss(self):
+        cfg = make_config(extra={"config": os.path.join(self.dir, "missing.yaml")})
+        b = ks.KvstrataHiCacheStorage(cfg, {})  # opened lazily: no host pool yet
+        self.backends.append(b)
+        keys = page_keys("noopen", 2)
+        with self.assertLogs("kvstrata", "WARNING") as logs:
+            self.assertEqual(b.batch_exists(keys), 0)
+            self.assertFalse(b.exists(keys[0]))
+            self.assertEqual(b.batch_get(keys, [torch.zeros(8), torch.zeros(8)]), [None, None])
+            self.assertFalse(b.batch_set(keys, [torch.zeros(8), torch.zeros(8)]))
+        self.assertTrue(any("missing.yaml" in r.getMessage() for r in logs.records),
+                        [r.getMessage() for r in logs.records])
+        self.assertIsNone(b._store)
 
 
 class Interface(unittest.TestCase):

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import types
 import unittest
 import uuid
 
@@ -26,7 +27,7 @@ import torch
 
 from kvstrata import _abi
 from kvstrata._abi_types import ECORRUPT, EINVAL, ENOTFOUND, EOVERFLOW, OK, EVENT_STORED
-from kvstrata.store import ABSENT, PRESENT, SKIPPED, Store, StoreError
+from kvstrata.store import ABSENT, PRESENT, SKIPPED, Store, StoreError, StoreTimeout
 
 MiB = 1 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -263,6 +264,79 @@ class RoundTrips(TmpDir, unittest.TestCase):
         self.assertEqual((u[0].puts, u[0].put_bytes, u[0].hits, u[0].hit_bytes), (2, 500, 1, 300))
         self.assertGreaterEqual(u[0].objects, 2)
         self.assertEqual(self.s.stats()["n_tiers"], 1)
+
+
+class FakeDeviceTensor:
+    """What a CUDA tensor shows the binding (data_ptr, numel, element_size, nbytes, device,
+    is_cuda), over host memory here so that a binding taking it would not crash the test."""
+
+    def __init__(self, n, device_type="cuda", is_cuda=True):
+        self.host = (ctypes.c_uint8 * n)()
+        self.nbytes = n
+        self.device = types.SimpleNamespace(type=device_type)
+        if is_cuda is not None:
+            self.is_cuda = is_cuda
+
+    def data_ptr(self):
+        return ctypes.addressof(self.host)
+
+    def numel(self):
+        return self.nbytes
+
+    def element_size(self):
+        return 1
+
+    def is_contiguous(self):
+        return True
+
+
+class Boundaries(unittest.TestCase):
+    def setUp(self):
+        self.s = Store(namespace(), max_value_bytes=4 * MiB)
+        self.addCleanup(self.s.close)
+
+    def test_a_timed_out_get_hands_back_its_ticket_and_wait_collects_it(self):
+        keys = [b"big-%d" % i for i in range(16)]
+        vals = [value_of(k, 4 * MiB) for k in keys]
+        self.assertEqual([r.status for r in self.s.put(keys, vals)], [OK] * 16)
+        outs = [bytearray(4 * MiB) for _ in keys]  # 64 MiB: not copied within 0 ms
+        with self.assertRaises(StoreTimeout) as cm:
+            self.s.get(keys, outs, timeout_ms=0)
+        self.assertIsInstance(cm.exception, TimeoutError)
+        got = self.s.wait(cm.exception.ticket)
+        self.assertEqual([(r.status, r.bytes) for r in got], [(OK, 4 * MiB)] * 16)
+        self.assertTrue(all(bytes(o) == v for o, v in zip(outs, vals)))
+        with self.assertRaises(StoreError) as again:  # collected once
+            self.s.wait(cm.exception.ticket, 0)
+        self.assertEqual(again.exception.status, ENOTFOUND)
+
+    def test_a_put_that_times_out_is_collected_through_its_ticket(self):
+        keys = [b"put-%d" % i for i in range(16)]
+        vals = [bytearray(value_of(k, 4 * MiB)) for k in keys]
+        with self.assertRaises(StoreTimeout) as cm:
+            self.s.put(keys, vals, timeout_ms=0)
+        self.assertEqual([r.status for r in self.s.wait(cm.exception.ticket)], [OK] * 16)
+        out = bytearray(4 * MiB)
+        self.assertEqual(self.s.get([keys[7]], [out])[0].status, OK)
+        self.assertEqual(bytes(out), bytes(vals[7]))
+
+    def test_a_tensor_on_a_device_is_refused_before_anything_is_submitted(self):
+        self.s.put([b"dev"], [value_of(b"dev", 256)])
+        before = self.s.stats()
+        for fake in (FakeDeviceTensor(256), FakeDeviceTensor(256, "cuda", None),
+                     FakeDeviceTensor(256, "cpu", True)):
+            with self.assertRaises(ValueError) as cm:
+                self.s.submit_get([b"dev"], [fake])
+            self.assertIn("host memory", str(cm.exception))
+            with self.assertRaises(ValueError):
+                self.s.submit_put([b"dev2"], [[bytearray(8), fake]])
+            self.assertEqual(bytes(fake.host), bytes(256))  # nothing was written into it
+        after = self.s.stats()
+        self.assertEqual((after["gets"], after["puts"]), (before["gets"], before["puts"]))
+        self.assertEqual(after["batches_in_flight"], 0)
+        host = FakeDeviceTensor(256, "cpu", False)  # the same object in host memory is taken
+        self.assertEqual(self.s.get([b"dev"], [host])[0].status, OK)
+        self.assertEqual(bytes(host.host), value_of(b"dev", 256))
 
 
 class Defaults(unittest.TestCase):

@@ -7,6 +7,7 @@ the worker in separate processes with the metadata passed as bytes."""
 import inspect
 import json
 import os
+import re
 import shutil
 import tempfile
 import types
@@ -41,9 +42,9 @@ def llm_args(model_dir):
         kv_cache_config=types.SimpleNamespace(tokens_per_block=TPB, dtype="auto"))
 
 
-def write_config(tmp, loads_async=False, saves_async=False):
+def write_config(tmp, loads_async=False, saves_async=False, chunk=CHUNK):
     path = os.path.join(tmp, "kvstrata.yaml")
-    text = f"version: 1\nchunk_tokens: {CHUNK}\n"
+    text = f"version: 1\nchunk_tokens: {chunk}\n"
     if loads_async:
         text += "loads:\n  async: always\n"
     if saves_async:
@@ -153,11 +154,11 @@ class Executor:
     iteration the scheduler output (each request's deltas since the last one it was in), the
     scheduler's metadata, the worker's step, get_finished."""
 
-    def __init__(self, test, worker_cls=Local, loads_async=False, saves_async=False):
+    def __init__(self, test, worker_cls=Local, loads_async=False, saves_async=False, chunk=CHUNK):
         self.tmp = tempfile.mkdtemp(prefix="kvs-trt-test-")
         test.addCleanup(shutil.rmtree, self.tmp, True)
         self.model = make_model_dir(self.tmp)
-        self.config = write_config(self.tmp, loads_async, saves_async)
+        self.config = write_config(self.tmp, loads_async, saves_async, chunk)
         os.environ["KVSTRATA_CONFIG"] = self.config
         self.sched = kt.KvstrataTrtllmScheduler(llm_args(self.model))
         test.addCleanup(self.sched.shutdown)
@@ -321,6 +322,72 @@ class Restore(unittest.TestCase):
         # only the two chunks over blocks with pages were loaded
         self.assertEqual(ex.w.call("stats")["chunks_loaded"] - before, 2)
 
+    def test_a_window_load_that_starts_inside_a_chunk_lands_from_there(self):
+        # chunks of 4 blocks (16 tokens): the window passed block 1, so the load starts at token
+        # 8, in the middle of chunk 0, as it does with the default 256-token chunks
+        ex = Executor(self, chunk=4 * TPB)
+        a = Request(30, prompt(30, 32))
+        ex.add(a, ex.alloc(8))
+        ex.step(context=[(a, 32)])
+        ex.finish(a)
+        before = ex.w.call("stats")["chunks_loaded"]
+        f = Request(31, a.tokens + prompt(31, 17))
+        table = ex.alloc(13)
+        table[0] = table[1] = -1
+        hit, is_async = ex.add(f, table)  # must not raise inside TensorRT-LLM's scheduler
+        self.assertEqual((hit, is_async), (32, False))
+        ex.step(context=[(f, 17)])
+        # blocks 2..7 hold a's KV (chunk 0 from token 8 on, chunk 1 whole), loaded before layer 0
+        loaded = ex.w.call("loaded_view", f.table[2:8])
+        want = ex.blocks(a.table[2:8])
+        self.assertTrue(torch.equal(loaded.view(torch.int16), want.view(torch.int16)))
+        self.assertEqual(ex.w.call("stats")["chunks_loaded"] - before, 2)
+        # what f computed after the load is saved: a third request restores all three chunks
+        ex.finish(f)
+        g = Request(32, f.tokens[:48] + [3])
+        hit, _ = ex.add(g, ex.alloc(13))
+        self.assertEqual(hit, 48)
+        ex.step(context=[(g, 1)])
+        got = ex.w.call("loaded_view", g.table[8:12])
+        want = ex.blocks(f.table[8:12])
+        self.assertTrue(torch.equal(got.view(torch.int16), want.view(torch.int16)))
+
+    def test_a_window_load_whose_chunks_went_is_logged_not_raised(self):
+        ex = Executor(self, chunk=2 * TPB)  # the load starts at a chunk's first token
+        a = Request(33, prompt(33, 32))
+        ex.add(a, ex.alloc(8))
+        ex.step(context=[(a, 32)])
+        ex.finish(a)
+        handle = ex.sched._handle
+        real = handle.lookup
+        calls = []
+
+        def lookup(rid, tokens, n_computed):  # the second lookup finds chunk 1 gone
+            res = real(rid, tokens, n_computed)
+            calls.append(n_computed)
+            if len(calls) == 2:
+                res = res._replace(hit_tokens=min(res.hit_tokens, 16 - n_computed))
+            return res
+
+        handle.lookup = lookup
+        self.addCleanup(lambda: setattr(handle, "lookup", real))
+        before = ex.w.call("stats")["chunks_loaded"]
+        f = Request(34, a.tokens + [11])
+        table = ex.alloc(9)
+        table[0] = table[1] = -1
+        with self.assertLogs("kvstrata", "ERROR") as logs:
+            hit, _ = ex.add(f, table)
+        self.assertEqual(hit, 32)
+        self.assertEqual(calls, [0, 8])
+        self.assertIn("no longer stored", logs.records[0].getMessage())
+        ex.step(context=[(f, 1)])
+        loaded = ex.w.call("loaded_view", f.table[2:4])
+        want = ex.blocks(a.table[2:4])
+        self.assertTrue(torch.equal(loaded.view(torch.int16), want.view(torch.int16)))
+        rest = ex.w.call("loaded_view", f.table[4:8])
+        self.assertTrue(torch.equal(rest, torch.full_like(rest, SENTINEL)))
+        self.assertEqual(ex.w.call("stats")["chunks_loaded"] - before, 1)
+
     def test_a_load_the_runtime_does_not_take_does_not_land(self):
         ex = Executor(self)
         a = Request(8, prompt(8, 16))
@@ -386,6 +453,40 @@ class Finished(unittest.TestCase):
         self.assertEqual(done, ([], [b.request_id]))
         got, want = ex.blocks(b.table[:3]), ex.blocks(a.table[:3])
         self.assertTrue(torch.equal(got.view(torch.int16), want.view(torch.int16)))
+
+    def test_a_failed_asynchronous_load_is_never_reported_loaded(self):
+        ex = Executor(self, loads_async=True)
+        a = Request(40, prompt(40, 16))
+        ex.add(a, ex.alloc(4))
+        ex.step(context=[(a, 16)])
+        ex.finish(a)
+        with open(ex.config) as f:
+            shm = re.search(r"shm_name: (\S+)", f.read()).group(1)
+        needle = kv_value(a.tokens, 5, 0, 0).to(torch.float16).numpy().tobytes()  # chunk 1's
+        with open(os.path.join("/dev/shm", shm), "r+b") as f:
+            data = f.read()
+            at = data.find(needle)
+            self.assertGreaterEqual(at, 0, "the chunk is in the shared DRAM tier")
+            f.seek(at + 3)
+            f.write(bytes([data[at + 3] ^ 0xFF]))
+        b = Request(41, a.tokens[:12] + prompt(41, 4))
+        self.assertEqual(ex.add(b, ex.alloc(4)), (12, True))
+        ex.step()
+        raised, reported, calls = [], [], 0
+        while not raised and calls < 100:
+            calls += 1
+            try:
+                reported += ex.get_finished()[1]
+            except kt.KvstrataTrtllmError as e:  # an executor that catches it and goes on
+                raised.append(str(e))
+            ex.step()
+        self.assertEqual(len(raised), 1, "the failed load is raised once")
+        self.assertIn(str(b.request_id), raised[0])
+        for _ in range(3):  # and never reported as loaded afterwards
+            reported += ex.get_finished()[1]
+            ex.step()
+        self.assertEqual(reported, [])
+        self.assertGreaterEqual(ex.w.call("stats")["load_errors"], 1)
 
     def test_asynchronous_saves_keep_the_blocks_until_reported(self):
         ex = Executor(self, saves_async=True)
