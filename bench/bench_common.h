@@ -5,12 +5,14 @@
 #define KVS_BENCH_COMMON_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "abi/kvstrata.h"
 
@@ -115,6 +117,25 @@ static inline void bench_write_temp(const char *text, char *path, size_t len) {
         fprintf(stderr, "cannot write the temporary config %s: %s\n", path, strerror(errno));
         exit(1);
     }
+}
+
+/* 1 when a file in dir opens with O_DIRECT (a device read, not the page cache). */
+static inline int bench_direct_io_works(const char *dir) {
+    char file[512];
+    snprintf(file, sizeof file, "%s/.kvs-bench-direct-XXXXXX", dir);
+    int fd = mkstemp(file);
+    if (fd < 0) return 0;
+    close(fd);
+    fd = open(file, O_RDWR | O_DIRECT);
+    unlink(file);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
+/* 1 when fio runs (the SSD benchmarks' reference). */
+static inline int bench_have_fio(void) {
+    return system("fio --version >/dev/null 2>&1") == 0;
 }
 
 #endif

@@ -366,26 +366,9 @@ static void remove_tree(const tier *t) {
     }
 }
 
-static int direct_io_works(const char *dir) {
-    char file[512];
-    snprintf(file, sizeof file, "%s/.kvs-bench-direct-XXXXXX", dir);
-    int fd = mkstemp(file);
-    if (fd < 0) return 0;
-    close(fd);
-    fd = open(file, O_RDWR | O_DIRECT);
-    unlink(file);
-    if (fd < 0) return 0;
-    close(fd);
-    return 1;
-}
-
-static int have_fio(void) {
-    return system("fio --version >/dev/null 2>&1") == 0;
-}
-
 int main(int argc, char **argv) {
     options o = parse_options(argc, argv);
-    if (!have_fio()) {
+    if (!bench_have_fio()) {
         fprintf(
             stderr,
             "kvs-bench-ssd: fio is not installed (scripts/install-deps.sh installs it); skipped\n");
@@ -393,7 +376,7 @@ int main(int argc, char **argv) {
     }
     snprintf(run_root, sizeof run_root, "%s/kvs-bench-ssd-XXXXXX", o.dir);
     if (!mkdtemp(run_root)) die(o.dir, strerror(errno));
-    if (!direct_io_works(run_root)) {
+    if (!bench_direct_io_works(run_root)) {
         fprintf(stderr,
                 "kvs-bench-ssd: %s does not take O_DIRECT (tmpfs?); use --dir on a disk; skipped\n",
                 o.dir);

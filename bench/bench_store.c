@@ -512,28 +512,11 @@ static void bench_dram(const options *o, uint64_t page, int with_exists) {
 
 static char run_root[400];
 
-static int direct_io_works(const char *dir) {
-    char file[512];
-    snprintf(file, sizeof file, "%s/.kvs-bench-direct-XXXXXX", dir);
-    int fd = mkstemp(file);
-    if (fd < 0) return 0;
-    close(fd);
-    fd = open(file, O_RDWR | O_DIRECT);
-    unlink(file);
-    if (fd < 0) return 0;
-    close(fd);
-    return 1;
-}
-
 /* tmpfs and ramfs take O_DIRECT on recent kernels, but their files are memory: no device read. */
 static int on_memory_fs(const char *dir) {
     struct statfs f;
     return statfs(dir, &f) == 0 && (f.f_type == 0x01021994 /* TMPFS_MAGIC */ ||
                                     f.f_type == (__typeof__(f.f_type))0x858458f6 /* RAMFS */);
-}
-
-static int have_fio(void) {
-    return system("fio --version >/dev/null 2>&1") == 0;
 }
 
 /* fio reading `file`: bytes/s, or 0 when fio fails. */
@@ -674,11 +657,11 @@ int main(int argc, char **argv) {
     const char *skip = NULL;
     if (!o.ssd)
         skip = "not asked for (--only dram)";
-    else if (!have_fio())
+    else if (!bench_have_fio())
         skip = "fio is not installed (scripts/install-deps.sh installs it)";
     snprintf(run_root, sizeof run_root, "%s/kvs-bench-store-XXXXXX", o.dir);
     if (!skip && !mkdtemp(run_root)) die(o.dir, strerror(errno));
-    if (!skip && (on_memory_fs(run_root) || !direct_io_works(run_root))) {
+    if (!skip && (on_memory_fs(run_root) || !bench_direct_io_works(run_root))) {
         skip = "--dir is memory (tmpfs) or does not take O_DIRECT; use --dir on a disk";
         rmdir(run_root);
     }
