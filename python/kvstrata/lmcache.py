@@ -29,6 +29,8 @@ import threading
 import time
 from urllib.parse import parse_qs, urlparse
 
+from kvstrata._recent import RecentKeys
+
 try:  # the real classes where LMCache is installed
     from lmcache.v1.storage_backend.connector import (  # noqa: F401
         ConnectorAdapter,
@@ -366,7 +368,8 @@ class KvstrataRemoteConnector(RemoteConnector):
         self._fd = self._store.event_fd()
         self._futures = {}  # ticket -> asyncio future, on self._waiter_loop only
         self._waiter_loop = None
-        self._stored = set()  # key strings this connector put and did not remove
+        # key strings this connector put and did not remove (the last million)
+        self._stored = RecentKeys()
         self._stored_lock = threading.Lock()
         self._closed = False
 

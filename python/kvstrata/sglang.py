@@ -25,6 +25,8 @@ import os
 import threading
 import time
 
+from kvstrata._recent import RecentKeys
+
 try:  # SGLang's own classes when SGLang is installed, so its factory's issubclass check holds
     from sglang.srt.mem_cache.hicache_storage import (  # type: ignore
         HiCacheStorage,
@@ -172,7 +174,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
         self._store = None
         self._regions = []
         self._lock = threading.Lock()
-        self._stored = set()  # keys this instance put (clear removes them)
+        self._stored = RecentKeys()  # the last million keys this instance put (clear removes them)
         self.corrupt_pages = 0
         self.store_failures = 0  # calls that failed in the store (each answered as a miss)
         self._warned = {}  # call -> (when it last logged, failures not logged since)

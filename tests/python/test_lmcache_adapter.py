@@ -532,6 +532,15 @@ class RemoteConnectorReplay(unittest.TestCase):
     def key(self, i, worker=0):
         return standin.CacheEngineKey("llama-3-8b", 1, worker, "%x" % (0xabc000 + i), "bfloat16")
 
+    def test_list_keeps_the_most_recent_keys_only(self):
+        # a server puts chunks for months: list names the most recent, not every key ever put
+        c = self.connect()
+        c._stored.limit = 2
+        keys = [self.key(i) for i in range(3)]
+        self.call(c.batched_put(keys, [self.chunk(i) for i in range(3)]))
+        self.assertEqual(self.call(c.list()), sorted(k.to_string() for k in keys[1:]))
+        self.assertTrue(c.exists_sync(keys[0]), "forgotten by list, still stored")
+
     def test_put_get_exists_list_remove(self):
         c = self.connect()
         keys = [self.key(i) for i in range(4)]

@@ -437,6 +437,18 @@ class Semantics(SharedTier):
         self.assertTrue(b.clear())
         self.assertEqual(b.batch_exists(keys), 0)
 
+    def test_the_keys_kept_for_clear_are_bounded(self):
+        # a server stores pages for months: only the most recent keys are kept for clear
+        pool = HostPool("page_first")
+        b = self.backend(pool)
+        b._stored.limit = 2
+        keys = page_keys("bounded", 3)
+        self.stored(pool, b, keys, [0, 1, 2])
+        self.assertEqual(len(b._stored), 2)
+        self.assertTrue(b.clear())
+        self.assertEqual(b.batch_exists(keys), 1, "the oldest page was forgotten, not removed")
+        self.assertEqual(b.batch_exists(keys[1:]), 0)
+
 
 def broken(*args, **kwargs):
     """A store call that fails the way a broken tier or a closed store does."""
