@@ -65,6 +65,13 @@ static int run_batch(uint32_t op, const kvs_store_keys *keys, const kvs_store_sg
 }
 
 int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))) {
+        FILE *f = argc > 2 ? stderr : stdout;
+        fprintf(f, "usage: " PROG " [CONFIG.yaml]\n"
+                   "  puts 4 pages through the store API, gets them back and checks every byte;\n"
+                   "  without CONFIG.yaml the store has one 1 GiB DRAM tier\n");
+        return argc > 2 ? 2 : 0;
+    }
     const kvs_api *api = kvs_get_api(KVS_ABI_MAJOR);
     if (!api || api->struct_size < offsetof(kvs_api, store_api) + sizeof api->store_api ||
         !(sapi = api->store_api(KVS_STORE_ABI_MAJOR))) {
