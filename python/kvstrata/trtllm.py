@@ -255,7 +255,7 @@ def _block_ids(ids):
 
 class _Req:
     __slots__ = ("tokens", "table", "sent_tokens", "sent_blocks", "offered", "load_async",
-                 "external", "looked_up", "lookup_computed")
+                 "external", "looked_up", "lookup_computed", "salt", "bypass")
 
     def __init__(self):
         self.tokens = array.array("i")
@@ -267,6 +267,8 @@ class _Req:
         self.external = 0  # tokens loaded for it that the next step's computed_position leaves out
         self.looked_up = False
         self.lookup_computed = 0
+        self.salt = None  # the cache_salt the library keyed the request with ("": none)
+        self.bypass = False  # a request the library must not see (its salt could not be keyed)
 
 
 class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
@@ -282,10 +284,33 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
         self._handle = _abi.Handle(_abi.ROLE_SCHEDULER, self._desc, self._config)
         self._requests = {}
 
+    def _key_salt(self, rid, st, salt):
+        """Key the request with its cache_salt before the library first sees it, so requests of
+        different salts never share a chunk (TensorRT-LLM's RequestData asks connectors that key
+        by tokens to mix it in). 0 when the request must bypass the connector."""
+        salt = salt or ""
+        if st.salt is not None:
+            if st.salt != salt and not st.bypass:
+                _log.error("kvstrata: request %s changed cache_salt after it was keyed; it bypasses "
+                           "the connector from now on", rid)
+                st.bypass = True
+            return not st.bypass
+        st.salt = salt
+        if salt:
+            try:
+                self._handle.request_key_input(rid, 0, b"trtllm-cache-salt\0" + salt.encode())
+            except _abi.KvsError as e:
+                _log.error("kvstrata: request %s: its cache_salt cannot be keyed (%s); it bypasses "
+                           "the connector", rid, e)
+                st.bypass = True
+        return not st.bypass
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         rid = str(request.request_id)
         st = self._requests.get(rid) or _Req()
         self._requests[rid] = st
+        if not self._key_salt(rid, st, getattr(request, "cache_salt", None)):
+            return 0, False
         st.tokens = array.array("i", request.get_tokens(0))
         res = self._handle.lookup(rid, st.tokens, int(num_computed_tokens))
         st.lookup_computed = int(num_computed_tokens)
@@ -369,6 +394,8 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
             st = self._requests.get(rid)
             if st is None:
                 st = self._requests[rid] = _Req()
+            if not self._key_salt(rid, st, getattr(rd, "cache_salt", None)):
+                continue
             st.tokens = array.array("i", rd.new_tokens)
             st.table = _block_ids(rd.new_block_ids)
             st.sent_tokens = st.sent_blocks = 0
@@ -379,8 +406,8 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
         for rd in scheduler_output.cached_requests:
             rid = str(rd.request_id)
             st = self._requests.get(rid)
-            if st is None:
-                continue  # never seen whole: what came before these deltas is unknown
+            if st is None or st.bypass:
+                continue  # never seen whole (what came before is unknown), or bypassing
             if rd.new_tokens:
                 st.tokens.extend(rd.new_tokens)
             if rd.new_block_ids:
@@ -452,6 +479,9 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         self._saved, self._loaded = set(), set()
         self._failed = set()  # async loads that ended with failed blocks: never reported loaded
         self._errors_seen = set()  # load_error_blocks already reported since the last bind
+        # failed blocks seen at a step's end while async loads were outstanding: they may be an
+        # async load's, which get_finished then reports in receiving
+        self._async_suspect = set()
 
     def register_kv_caches(self, kv_cache_tensor):
         views = pool_layer_views(kv_cache_tensor, self._desc, self._kv_layout)
@@ -498,7 +528,10 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         self._start(stream)
         self._handle.wait_save()
         self._bound = False
-        self._report_load_errors(self._new_load_errors())
+        bad = self._new_load_errors()
+        if self._loading:
+            self._async_suspect |= bad
+        self._report_load_errors(bad)
 
     def _new_load_errors(self):
         """The error blocks the library lists that were not reported before (it keeps them until
@@ -535,9 +568,10 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
             self._saved.update(int(r) for r in sending)
             receiving = {int(r) for r in receiving}
             bad = self._new_load_errors()
-            if bad and receiving and self._on_load_error != "warn":
+            if receiving and (bad or self._async_suspect) and self._on_load_error != "warn":
                 failed = receiving
                 self._failed |= failed
+                self._async_suspect.clear()
             else:
                 self._loaded |= receiving
         # a failed load's request stays parked in TensorRT-LLM: nothing here names it again

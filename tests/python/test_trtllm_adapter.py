@@ -139,10 +139,11 @@ class Local:
 class Request:
     """The LlmRequest fields the connector reads."""
 
-    def __init__(self, request_id, tokens):
+    def __init__(self, request_id, tokens, cache_salt=None):
         self.request_id = request_id
         self.py_request_id = request_id
         self.tokens = list(tokens)
+        self.cache_salt = cache_salt
 
     def get_tokens(self, beam):
         return list(self.tokens)
@@ -202,7 +203,7 @@ class Executor:
             request_id=req.request_id, new_tokens=req.tokens[len(tokens0):],
             new_block_ids=req.table[len(blocks0):],
             computed_position=(len(req.tokens) - 1) if generation else req.position,
-            num_scheduled_tokens=n_scheduled)
+            num_scheduled_tokens=n_scheduled, cache_salt=req.cache_salt)
         self.seen[req.request_id] = (list(req.tokens), list(req.table))
         if req.request_id in self.external:
             rd.computed_position -= self.external[req.request_id]
@@ -267,6 +268,19 @@ class Restore(unittest.TestCase):
         self.assertFalse(torch.equal(got, torch.full_like(got, SENTINEL)))
         # B's own last block is what it computed, not A's
         self.assertFalse(torch.equal(ex.blocks([b.table[3]]), ex.blocks([a.table[3]])))
+
+    def test_requests_of_different_cache_salts_never_share_a_chunk(self):
+        ex = Executor(self)
+        a = Request(61, prompt(61, 16), cache_salt="team-a")
+        ex.add(a, ex.alloc(4))
+        ex.step(context=[(a, 16)])
+        ex.finish(a)
+        other = Request(62, a.tokens[:12] + prompt(62, 4), cache_salt="team-b")
+        self.assertEqual(ex.add(other, ex.alloc(4)), (0, False))
+        unsalted = Request(63, a.tokens[:12] + prompt(63, 4))
+        self.assertEqual(ex.add(unsalted, ex.alloc(4)), (0, False))
+        same = Request(64, a.tokens[:12] + prompt(64, 4), cache_salt="team-a")
+        self.assertEqual(ex.add(same, ex.alloc(4)), (12, False))
 
     def test_deltas_over_several_iterations(self):
         ex = Executor(self)
