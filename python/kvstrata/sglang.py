@@ -274,6 +274,15 @@ class KvstrataHiCacheStorage(HiCacheStorage):
                 _log.exception("kvstrata HiCache storage: unregister_memory failed")
         store.close()
 
+    def _in_batches(self, submit, keys, bufs):
+        """submit (the store's submit_get or submit_put) over keys in batches the store takes,
+        waited for in turn: every key's result."""
+        results = []
+        for at in range(0, len(keys), _BATCH_MAX):
+            results.extend(self.store.wait(submit(keys[at:at + _BATCH_MAX],
+                                                  bufs[at:at + _BATCH_MAX])))
+        return results
+
     def _note_stored(self, keys, results):
         with self._lock:
             for key, res in zip(keys, results):
@@ -355,10 +364,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             return []
         try:
             bufs, lengths = self._page_segments(keys, host_indices)
-            results = []
-            for at in range(0, len(keys), _BATCH_MAX):
-                ticket = self.store.submit_get(keys[at:at + _BATCH_MAX], bufs[at:at + _BATCH_MAX])
-                results.extend(self.store.wait(ticket))
+            results = self._in_batches(self.store.submit_get, keys, bufs)
         except Exception as e:
             self._failed("batch_get_v1", len(keys), e)
             self._unpin(keys)
@@ -376,10 +382,7 @@ class KvstrataHiCacheStorage(HiCacheStorage):
             return [True] * len(keys)
         try:
             bufs, _ = self._page_segments(keys, host_indices)
-            results = []
-            for at in range(0, len(keys), _BATCH_MAX):
-                ticket = self.store.submit_put(keys[at:at + _BATCH_MAX], bufs[at:at + _BATCH_MAX])
-                results.extend(self.store.wait(ticket))
+            results = self._in_batches(self.store.submit_put, keys, bufs)
         except Exception as e:
             self._failed("batch_set_v1", len(keys), e)
             return [False] * len(keys)

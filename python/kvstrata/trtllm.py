@@ -253,6 +253,16 @@ def _block_ids(ids):
 # --- the scheduler (rank 0) -----------------------------------------------------------------------------
 
 
+def _shutdown(side):
+    """Close a scheduler's or worker's handle and remove the configuration it wrote."""
+    if side._handle is not None:
+        side._handle.close()
+        side._handle = None
+    if side._tmpdir:
+        shutil.rmtree(side._tmpdir, ignore_errors=True)
+        side._tmpdir = None
+
+
 class _Req:
     __slots__ = ("tokens", "table", "sent_tokens", "sent_blocks", "offered", "load_async",
                  "external", "looked_up", "lookup_computed", "salt", "bypass")
@@ -446,12 +456,7 @@ class KvstrataTrtllmScheduler(KvCacheConnectorScheduler):
             return False  # the library never saw it
 
     def shutdown(self):
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        _shutdown(self)
 
 
 # --- the worker (every rank) ----------------------------------------------------------------------------
@@ -589,9 +594,4 @@ class KvstrataTrtllmWorker(KvCacheConnectorWorker):
         return saved, loaded
 
     def shutdown(self):
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        if self._tmpdir:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+        _shutdown(self)
