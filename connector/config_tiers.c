@@ -12,7 +12,8 @@ static const char *const TIER_KEYS[] = {
 _Static_assert(TK_COUNT == KVS_TIER_KEYS,
                "kvs_tier_config.keys_at holds one position per tier key");
 
-static const char *const TIER_TYPES[] = {"compress", "dram", "peer_gpu", "plugin", "remote", "ssd"};
+static const char *const TIER_TYPES[] = {"compress", "dram",   "peer_gpu", "plugin",
+                                         "redis",    "remote", "ssd"};
 static const char *const WRITE_POLICIES[] = {"back", "through"};
 static const char *const INTEGRITY[] = {"checksum", "keyed"};
 
@@ -55,7 +56,7 @@ static kvs_status tier_type(const kvs_yaml_ctx *ctx, kvs_tier_fields *f, kvs_tie
     char kp[KEY_PATH_MAX];
     if (!f->values[TK_TYPE])
         return kvs_yaml_missing_key(ctx, f->map, f->path, "type",
-                                    " (dram, compress, ssd, remote, peer_gpu or plugin)");
+                                    " (dram, compress, ssd, remote, redis, peer_gpu or plugin)");
     kvs_yaml_key_path(kp, f->path, "type");
     kvs_status st = kvs_yaml_get_choice(ctx, f->values[TK_TYPE], kp, TIER_TYPES,
                                         COUNT_OF(TIER_TYPES), &f->type);
@@ -103,7 +104,31 @@ static kvs_status append_option(const kvs_yaml_ctx *ctx, kvs_tier_config *t, con
 static const struct {
     int type;
     const char *option;
-} PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"}, {TYPE_PEER_GPU, "socket"}};
+} PATH_OPTIONS[] = {{TYPE_REMOTE, "psk_file"},     {TYPE_PEER_GPU, "socket"},
+                    {TYPE_REDIS, "password_file"}, {TYPE_REDIS, "tls.ca_file"},
+                    {TYPE_REDIS, "tls.cert_file"}, {TYPE_REDIS, "tls.key_file"}};
+
+/* One option name = scalar value (name is `group.key` for an entry of a group's mapping). */
+static kvs_status scalar_option(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
+                                const kvs_yaml_node *k, const char *name, const kvs_yaml_node *v,
+                                const char *kp, kvs_tier_config *t) {
+    for (size_t j = 0; j < t->n_options; j++) {
+        if (strcmp(t->options[j].key, name) == 0)
+            return kvs_yaml_fail(ctx, k, kp, "duplicate key (given twice in options)");
+    }
+    if (v->kind != KVS_YAML_SCALAR)
+        return kvs_yaml_fail(ctx, v, kp, "an option value must be a scalar, found %s",
+                             kvs_yaml_describe(v));
+    for (size_t i = 0; i < COUNT_OF(PATH_OPTIONS); i++) {
+        if ((size_t)PATH_OPTIONS[i].type != f->type || strcmp(PATH_OPTIONS[i].option, name) != 0 ||
+            v->len == 0)
+            continue;
+        char full[KVS_PATH_MAX];
+        kvs_status st = kvs_yaml_resolve_path(ctx, v, kp, v->text, full, sizeof full);
+        return st == KVS_OK ? append_option(ctx, t, name, full, k, -1) : st;
+    }
+    return append_option(ctx, t, name, v->text, k, -1);
+}
 
 static kvs_status tier_option(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
                               const kvs_yaml_node *k, const kvs_yaml_node *v, const char *path,
@@ -113,22 +138,19 @@ static kvs_status tier_option(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
         return kvs_yaml_fail(ctx, k, path, "an option name must be a non-empty scalar, found %s",
                              kvs_yaml_describe(k));
     kvs_yaml_key_path(kp, path, k->text);
-    for (size_t j = 0; j < t->n_options; j++) {
-        if (strcmp(t->options[j].key, k->text) == 0)
-            return kvs_yaml_fail(ctx, k, kp, "duplicate key (given twice in options)");
+    if (v->kind != KVS_YAML_MAPPING) return scalar_option(ctx, f, k, k->text, v, kp, t);
+    /* a group of options (`tls: {ca_file: ...}`) reaches the backend as `tls.ca_file` */
+    for (size_t i = 0; i + 1 < v->n_items; i += 2) {
+        const kvs_yaml_node *sk = v->items[i];
+        char name[KVS_NAME_MAX * 2], skp[KEY_PATH_MAX];
+        if (sk->kind != KVS_YAML_SCALAR || sk->len == 0 ||
+            (size_t)snprintf(name, sizeof name, "%s.%s", k->text, sk->text) >= sizeof name)
+            return kvs_yaml_fail(ctx, sk, kp, "an option name must be a short non-empty scalar");
+        kvs_yaml_key_path(skp, kp, sk->text);
+        kvs_status st = scalar_option(ctx, f, sk, name, v->items[i + 1], skp, t);
+        if (st != KVS_OK) return st;
     }
-    if (v->kind != KVS_YAML_SCALAR)
-        return kvs_yaml_fail(ctx, v, kp, "an option value must be a scalar, found %s",
-                             kvs_yaml_describe(v));
-    for (size_t i = 0; i < COUNT_OF(PATH_OPTIONS); i++) {
-        if ((size_t)PATH_OPTIONS[i].type != f->type ||
-            strcmp(PATH_OPTIONS[i].option, k->text) != 0 || v->len == 0)
-            continue;
-        char full[KVS_PATH_MAX];
-        kvs_status st = kvs_yaml_resolve_path(ctx, v, kp, v->text, full, sizeof full);
-        return st == KVS_OK ? append_option(ctx, t, k->text, full, k, -1) : st;
-    }
-    return append_option(ctx, t, k->text, v->text, k, -1);
+    return KVS_OK;
 }
 
 /* Sequences of a tier type handed to the backend as repeated options (in file order, before the
@@ -148,6 +170,8 @@ static const struct tier_list {
      "an ssd tier's directories"},
     {TYPE_REMOTE, TK_NODES, "nodes", "node", 0, " (host:port of each kvstrata-node)", "host:port",
      "a remote tier's nodes"},
+    {TYPE_REDIS, TK_NODES, "nodes", "node", 0, " (host:port or unix socket path of each server)",
+     "host:port or socket paths", "a redis tier's servers"},
 };
 
 static kvs_status tier_list(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
@@ -156,10 +180,18 @@ static kvs_status tier_list(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
     const kvs_yaml_node *v = f->values[l->field];
     kvs_yaml_key_path(kp, f->path, l->name);
     if (f->type != (size_t)l->type) {
+        char types[64] = "";
+        for (size_t i = 0; i < COUNT_OF(TIER_LISTS); i++) {
+            if (TIER_LISTS[i].field != l->field) continue;
+            if ((size_t)TIER_LISTS[i].type == f->type) return KVS_OK; /* that entry reads it */
+            size_t at = strlen(types);
+            snprintf(types + at, sizeof types - at, "%s%s", at ? " or " : "",
+                     TIER_TYPES[TIER_LISTS[i].type]);
+        }
         if (!v) return KVS_OK;
         return kvs_yaml_fail(ctx, f->keys[l->field], kp,
-                             "only a tier of type %s takes %s (this tier is type %s)",
-                             TIER_TYPES[l->type], l->name, TIER_TYPES[f->type]);
+                             "only a tier of type %s takes %s (this tier is type %s)", types,
+                             l->name, TIER_TYPES[f->type]);
     }
     if (!v) return kvs_yaml_missing_key(ctx, f->map, f->path, l->name, l->hint);
     if (v->kind != KVS_YAML_SEQUENCE || v->n_items == 0)
@@ -208,6 +240,9 @@ static kvs_status tier_options(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f
         return kvs_yaml_fail(ctx, v, kp, "expected a mapping of option names to values, found %s",
                              kvs_yaml_describe(v));
     size_t n = v ? v->n_items / 2 : 0;
+    for (size_t i = 0; v && i < v->n_items / 2; i++) /* a group's entries are options each */
+        if (v->items[2 * i + 1]->kind == KVS_YAML_MAPPING && v->items[2 * i + 1]->n_items >= 2)
+            n += v->items[2 * i + 1]->n_items / 2 - 1;
     if (n + n_paths > KVS_CONFIG_MAX_OPTIONS)
         return kvs_yaml_fail(ctx, v ? v : paths, kp,
                              "%zu options and paths, at most %d are allowed", n + n_paths,
@@ -216,7 +251,7 @@ static kvs_status tier_options(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f
     t->options = calloc(n + n_paths, sizeof *t->options);
     if (!t->options) return kvs_yaml_out_of_memory(ctx);
     kvs_status st = tier_lists(ctx, f, t);
-    for (size_t i = 0; st == KVS_OK && i < n; i++) {
+    for (size_t i = 0; st == KVS_OK && v && i < v->n_items / 2; i++) {
         const kvs_yaml_node *k = v->items[2 * i];
         if (list && k->kind == KVS_YAML_SCALAR && strcmp(k->text, list->option) == 0) {
             char op[KEY_PATH_MAX];

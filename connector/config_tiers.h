@@ -8,7 +8,7 @@
 #include "config_types.h"
 #include "config_yaml.h"
 
-enum { TYPE_COMPRESS, TYPE_DRAM, TYPE_PEER_GPU, TYPE_PLUGIN, TYPE_REMOTE, TYPE_SSD };
+enum { TYPE_COMPRESS, TYPE_DRAM, TYPE_PEER_GPU, TYPE_PLUGIN, TYPE_REDIS, TYPE_REMOTE, TYPE_SSD };
 
 /* The tier keys, in the order of kvs_tier_config.keys_at. */
 enum {

@@ -14,6 +14,7 @@
 #include "backends/compress/compress.h"
 #include "backends/dram/dram.h"
 #include "backends/peer_gpu/peer_gpu.h"
+#include "backends/redis/redis.h"
 #include "backends/ssd/ssd.h"
 #include "backends/ucx/remote.h"
 #include "common/log.h"
@@ -60,11 +61,10 @@ typedef struct builtin {
     const kvs_backend_ops *(*ops)(void);
 } builtin;
 
-static const builtin builtins[] = {{"dram", kvs_dram_backend},
-                                   {"compress", kvs_compress_backend},
-                                   {"ssd", kvs_ssd_backend},
-                                   {"remote", kvs_remote_backend},
-                                   {"peer_gpu", kvs_peer_gpu_backend}};
+static const builtin builtins[] = {
+    {"dram", kvs_dram_backend},         {"compress", kvs_compress_backend},
+    {"ssd", kvs_ssd_backend},           {"remote", kvs_remote_backend},
+    {"peer_gpu", kvs_peer_gpu_backend}, {"redis", kvs_redis_backend}};
 
 static void host_log(void *ctx, int level, const char *message) {
     kvs_tier *t = ctx;
