@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets of tests/fuzz/ with clang (AddressSanitizer and UBSan on) and run each
 # for a bounded time: the handshake messages (HELLO, CHALLENGE, AUTH, AUTH_OK), every other control
-# message, payload headers and the stream's GET answer headers, as a peer sends them.
+# message, payload headers and the stream's GET answer headers, as a peer sends them; and what a
+# Redis server answers, to the redis tier's RESP2 parser and CLUSTER SLOTS reader.
 # Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS per target, default 20]
 # Exit 77 (skipped) when clang or its libFuzzer runtime (libclang-rt-14-dev) is missing; 1 when a
 # target found a crash, a leak or an accepted forgery (the input is kept under BUILD_DIR/fuzz/).
@@ -27,6 +28,15 @@ mkdir -p "$out/corpus-fuzz_wire" "$out/corpus-fuzz_handshake"
 "$cc" -g -O1 -Wall -Wextra -Werror -I"$src" -D_GNU_SOURCE -std=gnu11 "$src/tests/fuzz/seeds.c" "${srcs[@]}" -lssl -lcrypto \
   -lmsgpackc -lpthread -o "$out/seeds"
 "$out/seeds" "$out/corpus-fuzz_wire" "$out/corpus-fuzz_handshake"
+mkdir -p "$out/corpus-fuzz_resp"
+printf '+OK\r\n' >"$out/corpus-fuzz_resp/status"
+printf '*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$2\r\nid\r\n' >"$out/corpus-fuzz_resp/slots"
+printf '$5\r\nhello\r\n' >"$out/corpus-fuzz_resp/bulk"
+printf -- '-MOVED 12 127.0.0.1:7001\r\n' >"$out/corpus-fuzz_resp/moved"
+"$cc" "${flags[@]}" "$src/tests/fuzz/fuzz_resp.c" "$src/backends/redis/resp.c" "$src/backends/redis/slots.c" -o "$out/fuzz_resp"
+echo "fuzz: fuzz_resp for ${seconds}s"
+(cd "$out" && "./fuzz_resp" -max_total_time="$seconds" -rss_limit_mb=2048 -error_exitcode=1 -timeout_exitcode=1 \
+   -max_len=4096 -print_final_stats=1 corpus-fuzz_resp 2>&1 | tail -n 12)
 for target in fuzz_wire fuzz_handshake; do
   "$cc" "${flags[@]}" "$src/tests/fuzz/$target.c" "${srcs[@]}" -lssl -lcrypto -lmsgpackc -lpthread -o "$out/$target"
   echo "fuzz: $target for ${seconds}s"
