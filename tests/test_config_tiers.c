@@ -54,6 +54,37 @@ START_TEST(nested_option_value_is_a_type_error) {
 }
 END_TEST
 
+START_TEST(redis_tier_nodes_and_an_option_group_become_options) {
+    kvs_config *cfg = cfg_load_ok(
+        "tiers:\n  - name: r\n    type: redis\n    nodes: [/run/r.sock, 10.0.0.1:6379]\n"
+        "    options:\n      mode: cluster\n      password_file: rel.pass\n"
+        "      tls:\n        ca_file: ca.crt\n        server_name: cache.local\n");
+    const kvs_tier_config *t = &cfg->tiers[0];
+    ck_assert_str_eq(t->type, "redis");
+    ck_assert_uint_eq(t->n_options, 6);
+    ck_assert_str_eq(t->options[0].key, "node");
+    ck_assert_str_eq(t->options[0].value, "/run/r.sock");
+    ck_assert_str_eq(t->options[1].value, "10.0.0.1:6379");
+    ck_assert_str_eq(t->options[2].key, "mode");
+    ck_assert_str_eq(t->options[3].key, "password_file");
+    ck_assert_str_ne(t->options[3].value, "rel.pass"); /* resolved against the file */
+    ck_assert_ptr_nonnull(strstr(t->options[3].value, "/rel.pass"));
+    ck_assert_str_eq(t->options[4].key, "tls.ca_file");
+    ck_assert_ptr_nonnull(strstr(t->options[4].value, "/ca.crt"));
+    ck_assert_str_eq(t->options[5].key, "tls.server_name");
+    ck_assert_str_eq(t->options[5].value, "cache.local");
+    kvs_config_free(cfg);
+    cfg_expect_refused("tiers:\n  - name: r\n    type: redis\n", KVS_ECONFIG,
+                       "key 'tiers[0].nodes'", NULL);
+    cfg_expect_refused(ONE_TIER "    nodes: [a:1]\n", KVS_ECONFIG, "key 'tiers[0].nodes'",
+                       "only a tier of type remote or redis takes nodes");
+    cfg_expect_refused("tiers:\n  - name: r\n    type: redis\n    nodes: [a:1]\n"
+                       "    options:\n      tls:\n        ca_file: [x]\n",
+                       KVS_ECONFIG, "key 'tiers[0].options.tls.ca_file'",
+                       "an option value must be a scalar");
+}
+END_TEST
+
 START_TEST(ssd_tier_paths_become_path_options_before_the_others) {
     kvs_config *cfg =
         cfg_load_ok("tiers:\n  - name: dram\n    type: dram\n    capacity: 1GiB\n"
@@ -343,6 +374,7 @@ static Suite *config_tiers_suite(void) {
     tcase_add_test(errors, required_is_a_boolean_that_defaults_to_false);
     tcase_add_test(errors, nested_option_value_is_a_type_error);
     tcase_add_test(errors, ssd_tier_paths_become_path_options_before_the_others);
+    tcase_add_test(errors, redis_tier_nodes_and_an_option_group_become_options);
     tcase_add_test(errors, remote_tier_nodes_become_node_options_before_the_others);
     tcase_add_test(errors, duplicate_tier_name_is_refused);
     tcase_add_test(errors, bad_tier_name_is_refused);

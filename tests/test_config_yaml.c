@@ -55,7 +55,7 @@ START_TEST(bad_enum_values_list_the_choices) {
                        "bad value 'verbose' (expected one of error, warn, info, debug)");
     cfg_expect_refused("tiers:\n  - name: x\n    type: nvme\n", KVS_ECONFIG,
                        "cfg.yaml:3:11: key 'tiers[0].type'",
-                       "expected one of compress, dram, peer_gpu, plugin, remote, ssd");
+                       "expected one of compress, dram, peer_gpu, plugin, redis, remote, ssd");
     cfg_expect_refused(ONE_TIER "    write: sideways\n", KVS_ECONFIG,
                        "cfg.yaml:5:12: key 'tiers[0].write'", "expected one of back, through");
 }
