@@ -164,6 +164,8 @@ static redis_conn *queue_on(kvs_redis *r, uint32_t node, redis_req *req, redis_r
         return NULL;
     }
     redis_conn *c = node_conn(r, &r->nodes[node]);
+    /* a master that stays down may have been replaced by its replica: ask the map again */
+    if (!c && r->opt.cluster) r->refresh_due = 1;
     if (!c || activate(r, c) != 0 || (before && push(c, before) != 0) || push(c, req) != 0) {
         if (c && before && c->q_len > 0 && c->q[c->q_len - 1] == before) c->q_len--;
         complete(r, req, KVS_EIO);
