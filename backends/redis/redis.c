@@ -428,11 +428,10 @@ static kvs_status first_contact(kvs_redis *r, char *why, size_t why_len) {
     redis_req req;
     kvs_status st = run_keys(r, OP_EXISTS, &probe, 1, &req, NULL, NULL, NULL, 0);
     if (st != KVS_OK) return st;
-    if (r->stats.refused_noperm > 0) {
+    if (r->refusal[0]) {
         snprintf(why, why_len,
-                 "%s (the user needs +@read +@write +exists +cluster|slots and keys "
-                 "~%s*)",
-                 r->last_error, r->prefix);
+                 "%s (the user needs the commands docs/redis.md lists and the keys ~%s*)",
+                 r->refusal, r->prefix);
         return KVS_ECONFIG;
     }
     if (!r->opt.cluster && r->stats.moved > 0) {
@@ -440,8 +439,12 @@ static kvs_status first_contact(kvs_redis *r, char *why, size_t why_len) {
                  r->nodes[0].ep.name);
         return KVS_ECONFIG;
     }
-    if (req.status != KVS_OK)
-        redis_error(r, KVS_LOG_WARN, "no server answered at open; starting with them down");
+    if (req.status != KVS_OK) {
+        char reason[sizeof r->last_error];
+        snprintf(reason, sizeof reason, "%s", r->last_error);
+        redis_error(r, KVS_LOG_WARN, "no server answered at open; starting with them down (%s)",
+                    reason);
+    }
     return KVS_OK;
 }
 

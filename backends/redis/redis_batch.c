@@ -254,6 +254,10 @@ static void handle_error(kvs_redis *r, redis_conn *c, redis_req *req, const kvs_
     if (kvs_resp_text_is(e, "NOPERM", 1) || kvs_resp_text_is(e, "NOAUTH", 1) ||
         kvs_resp_text_is(e, "WRONGPASS", 1)) {
         r->stats.refused_noperm++;
+        if (!r->refusal[0])
+            snprintf(r->refusal, sizeof r->refusal, "%s refused user \"%s\": %.*s",
+                     c->node->ep.name, r->user[0] ? r->user : "default",
+                     (int)(e->len > 200 ? 200 : e->len), e->text);
         redis_error(r, KVS_LOG_WARN, "%s refused a command of user \"%s\": %.*s", c->node->ep.name,
                     r->user[0] ? r->user : "default", (int)e->len, e->text);
         complete(r, req, KVS_EIO);

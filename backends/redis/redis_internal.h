@@ -117,6 +117,7 @@ typedef struct kvs_redis {
     redis_req **extra;          /* ASKING requests of the current call */
     uint32_t n_extra, cap_extra;
     char last_error[512];
+    char refusal[300]; /* the first NOPERM/WRONGPASS/NOAUTH answer, for the refusal at open */
 } kvs_redis;
 
 /* redis_batch.c */
