@@ -8,9 +8,9 @@ uint16_t kvs_redis_crc16(const void *data, size_t len) {
     const uint8_t *p = data;
     uint16_t crc = 0;
     for (size_t i = 0; i < len; i++) {
-        crc ^= (uint16_t)(p[i] << 8);
+        crc = (uint16_t)(crc ^ (uint16_t)(p[i] << 8));
         for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+            crc = (uint16_t)((crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1);
     }
     return crc;
 }
