@@ -112,12 +112,17 @@ if [ "$mode" = prebuilt ]; then
 else
   mkdir -p "$new/download/src"
   git --git-dir="$gd" archive HEAD | tar -x -C "$new/download/src"
-  # The patches node-llama-cpp builds its own binaries with, so both modes run the same code.
+  # The patches node-llama-cpp builds its own binaries with, so both modes run the same code. The
+  # tree is made a repository of its own first: inside another one, git apply would take paths from
+  # that one's root.
+  git -C "$new/download/src" init --quiet
   for p in "$new/download/package/llama/patches/"*.diff; do
     [ -e "$p" ] && git -C "$new/download/src" apply "$p"
   done
+  # RUNPATH $ORIGIN: libggml finds libggml-cpu beside it once the build folder is gone.
   cmake -S "$new/download/src" -B "$new/download/build" -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON \
+    -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON \
+    "-DCMAKE_INSTALL_RPATH=\$ORIGIN" \
     -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
     >"$new/download/cmake.log" 2>&1 || { cat "$new/download/cmake.log" >&2; exit 1; }

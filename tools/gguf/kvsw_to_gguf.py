@@ -25,6 +25,7 @@ Only numpy is needed. The mapping, and why each part of it holds:
 """
 
 import argparse
+import os
 import struct
 import sys
 
@@ -179,18 +180,24 @@ def write_gguf(path, cfg, w, wtype, context_length):
     for key, vtype, value in kvs:
         head += gguf_kv(key, vtype, value)
     offset = 0
-    offsets = []
     for tname, ne, ttype, data in tensors:
-        offsets.append(offset)
         head += gguf_string(tname) + struct.pack("<I", len(ne))
         head += struct.pack(f"<{len(ne)}Q", *ne) + struct.pack("<IQ", ttype, offset)
         offset += -(-len(data) // GGUF_ALIGNMENT) * GGUF_ALIGNMENT
     head += bytes(-len(head) % GGUF_ALIGNMENT)
-    with open(path, "wb") as f:
-        f.write(head)
-        for (_, _, _, data), off in zip(tensors, offsets):
-            f.write(data)
-            f.write(bytes(-len(data) % GGUF_ALIGNMENT))
+    # Written beside the target and renamed: a reader never sees half a file.
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(head)
+            for _, _, _, data in tensors:
+                f.write(data)
+                f.write(bytes(-len(data) % GGUF_ALIGNMENT))
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def main(argv):
@@ -202,6 +209,8 @@ def main(argv):
     ap.add_argument("--context-length", type=int, default=256,
                     help="llama.context_length (the mini model was trained on 256 bytes)")
     a = ap.parse_args(argv)
+    if a.context_length < 1:
+        ap.error("--context-length must be positive")
     try:
         cfg, w = read_kvsw(a.input)
     except (OSError, FormatError) as e:
@@ -210,7 +219,7 @@ def main(argv):
     try:
         write_gguf(a.output, cfg, w, a.type, a.context_length)
     except OSError as e:
-        print(f"kvsw_to_gguf: {e}", file=sys.stderr)
+        print(f"kvsw_to_gguf: cannot write {a.output}: {e.strerror}", file=sys.stderr)
         return 1
     return 0
 

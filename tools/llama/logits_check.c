@@ -55,7 +55,7 @@ static void usage(FILE *f) {
             "  --flash-attn on|off|auto  llama.cpp's flash attention (default off)\n"
             "  --tolerance X     largest |difference| allowed, relative to the largest |logit|\n"
             "                    (default 1e-4; an f16 KV cache or flash attention needs 1e-3)\n"
-            "  --threads N       llama.cpp's threads (default 2)\n"
+            "  --threads N       llama.cpp's threads (default 1: the model is too small to share)\n"
             "  --rope-freq-base X  override the GGUF's RoPE base in llama.cpp (a wrong model,\n"
             "                    to see the check fail)\n"
             "  --backend-dir DIR where llama.cpp's backend modules are (default: the build's)\n"
@@ -74,7 +74,7 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){.tokens = 128,
                    .prefix = -1,
-                   .threads = 2,
+                   .threads = 1,
                    .tolerance = 1e-4,
                    .kv_type = GGML_TYPE_F32,
                    .flash = LLAMA_FLASH_ATTN_TYPE_DISABLED,
