@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install llama.cpp for the checks that run kvstrata's models in a real engine (tools/llama, docs in
-# tools/llama/README.md). Nothing of llama.cpp is in the repository: it comes from the npm registry,
+# Install llama.cpp for the checks that run kvstrata's models in a real engine (examples/llama, docs in
+# examples/llama/README.md). Nothing of llama.cpp is in the repository: it comes from the npm registry,
 # pinned by version and SHA-256, and lands in ${KVS_LLAMA_DIR:-build/llama} (relative to the
 # repository root), where CMake looks for it:
 #

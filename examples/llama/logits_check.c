@@ -11,13 +11,13 @@
  * not be run (a file, the model, a decode). */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml-backend.h"
-#include "llama.h"
+#include <ggml-backend.h>
+#include <llama.h>
+
 #include "models/mini/model.h"
 #include "models/mini/weights.h"
 
