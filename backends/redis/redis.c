@@ -8,7 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 
 #include "common/clock.h"
 #include "common/key_file.h"
@@ -31,20 +33,55 @@ static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *
     *len = (size_t)(p - out);
 }
 
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint) {
-    for (uint32_t i = 0; i < r->n_nodes; i++)
-        if (strcmp(r->nodes[i].ep.name, endpoint) == 0) return i;
-    if (r->n_nodes == REDIS_MAX_NODES) return REDIS_NO_NODE;
-    redis_node *n = &r->nodes[r->n_nodes];
+static int same_endpoint(const kvs_redis_endpoint *a, const kvs_redis_endpoint *b) {
+    if (a->host[0] == '\0' || b->host[0] == '\0') return strcmp(a->name, b->name) == 0;
+    return a->port == b->port && strcmp(a->host, b->host) == 0;
+}
+
+/* A slot of the table for a new node: the next free one, or one that serves no slot, was not
+ * given in the YAML and has no connection open (a master that moved away long ago). */
+static uint32_t free_node(kvs_redis *r) {
+    if (r->n_nodes < REDIS_MAX_NODES) return r->n_nodes++;
+    for (uint32_t i = 0; i < r->n_nodes; i++) {
+        redis_node *n = &r->nodes[i];
+        if (n->is_master || n->is_seed) continue;
+        int open = 0;
+        for (uint32_t c = 0; c < r->opt.connections_per_node; c++) open |= n->conns[c].io.fd >= 0;
+        if (open) continue;
+        for (uint32_t c = 0; c < r->opt.connections_per_node; c++) {
+            free(n->conns[c].rbuf);
+            free(n->conns[c].q);
+        }
+        free(n->conns);
+        memset(n, 0, sizeof *n);
+        return i;
+    }
+    return REDIS_NO_NODE;
+}
+
+uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config) {
+    kvs_redis_endpoint ep;
     char why[200];
-    if (kvs_redis_endpoint_parse(endpoint, &n->ep, why, sizeof why) != 0) return REDIS_NO_NODE;
+    if (kvs_redis_endpoint_parse(endpoint, &ep, why, sizeof why) != 0) return REDIS_NO_NODE;
+    /* only the YAML names unix sockets: a server may not redirect the client to a local path */
+    if (!ep.host[0] && !from_config) return REDIS_NO_NODE;
+    for (uint32_t i = 0; i < r->n_nodes; i++)
+        if (same_endpoint(&r->nodes[i].ep, &ep)) return i;
+    uint32_t at = free_node(r);
+    if (at == REDIS_NO_NODE) return REDIS_NO_NODE;
+    redis_node *n = &r->nodes[at];
     n->conns = calloc(r->opt.connections_per_node, sizeof *n->conns);
-    if (!n->conns) return REDIS_NO_NODE;
+    if (!n->conns) {
+        if (at == r->n_nodes - 1) r->n_nodes--;
+        return REDIS_NO_NODE;
+    }
+    n->ep = ep;
+    n->is_seed = from_config;
     for (uint32_t c = 0; c < r->opt.connections_per_node; c++) {
         n->conns[c].io.fd = -1;
         n->conns[c].node = n;
     }
-    return r->n_nodes++;
+    return at;
 }
 
 void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
@@ -69,7 +106,7 @@ void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
         char ep[KVS_REDIS_ENDPOINT_MAX];
         const char *fmt = strchr(ranges[i].host, ':') ? "[%s]:%u" : "%s:%u";
         snprintf(ep, sizeof ep, fmt, ranges[i].host, ranges[i].port);
-        uint32_t node = redis_node_find_or_add(r, ep);
+        uint32_t node = redis_node_find_or_add(r, ep, 0);
         if (node == REDIS_NO_NODE) continue;
         r->nodes[node].is_master = 1;
         for (uint32_t s = ranges[i].first; s <= ranges[i].last; s++)
@@ -102,7 +139,7 @@ kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c) {
         req->head = head;
         req->head_len = (uint32_t)len;
         st = len ? redis_conn_exec(r, c, req) : KVS_EINVAL;
-        memset(head, 0, len);
+        OPENSSL_cleanse(head, len);
     }
     free(head);
     free(req);
@@ -119,7 +156,7 @@ static uint32_t route(kvs_redis *r, const char *key, size_t len, uint16_t *slot)
 }
 
 /* Ask CLUSTER SLOTS of a node that answers (masters first, then every node known), when the map
- * is due and not asked in the last 100 ms. */
+ * is due and not asked in the last 100 ms; within the call begun (its deadline bounds it all). */
 static void maybe_refresh(kvs_redis *r, int force) {
     if (!r->opt.cluster) return;
     uint64_t now = kvs_now_ns();
@@ -130,11 +167,11 @@ static void maybe_refresh(kvs_redis *r, int force) {
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < r->n_nodes; i++) {
             if (r->nodes[i].is_master != (pass == 0)) continue;
+            if (kvs_now_ns() >= r->deadline_ns) return;
             redis_req req;
             redis_req_init(&req, OP_SLOTS, 2, argv, lens, NULL, 0);
             req.weight = REDIS_RBUF_BYTES;
             req.counted = 1;
-            redis_call_begin(r);
             r->outstanding = 1;
             redis_queue(r, i, &req);
             redis_run(r);
@@ -155,6 +192,7 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
         [OP_GET] = "GET", [OP_SET] = "SET", [OP_EXISTS] = "EXISTS", [OP_DEL] = "DEL"};
     uint32_t *node = malloc((n ? n : 1) * sizeof *node);
     if (!node) return KVS_ENOMEM;
+    redis_call_begin(r);
     maybe_refresh(r, 0);
     for (uint64_t i = 0; i < n; i++) {
         char key[REDIS_KEY_BYTES];
@@ -175,7 +213,6 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
         reqs[i].counted = 1;
         node[i] = route(r, key, key_len, &reqs[i].slot);
     }
-    redis_call_begin(r);
     r->outstanding = n;
     for (uint64_t i = 0; i < n; i++) redis_queue(r, node[i], &reqs[i]);
     redis_run(r);
@@ -239,6 +276,7 @@ static kvs_status redis_get_ref(void *state, const kvs_key *key, const void **ob
 static kvs_status redis_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     kvs_redis *r = state;
     redis_req req;
+    if (len > REDIS_MAX_VALUE) return KVS_ENOMEM; /* Redis refuses a bulk string this long */
     pthread_mutex_lock(&r->mutex);
     r->stats.puts++;
     kvs_status st = run_keys(r, OP_SET, key, 1, &req, NULL, NULL, object, len);
@@ -280,12 +318,13 @@ static kvs_status redis_usage(void *state, uint64_t *n_objects, uint64_t *bytes)
     if (r->usage_at_ns == 0 || now - r->usage_at_ns >= USAGE_EVERY_NS) {
         static const char *const dbsize[] = {"DBSIZE"}, *const info[] = {"INFO", "memory"};
         static const size_t dbsize_len[] = {6}, info_len[] = {4, 6};
+        redis_call_begin(r);
         maybe_refresh(r, 0);
-        redis_req *reqs = calloc(2 * (size_t)r->n_nodes, sizeof *reqs);
+        uint32_t n_nodes = r->n_nodes; /* a redirection may add nodes while these are queued */
+        redis_req *reqs = calloc(2 * (size_t)n_nodes, sizeof *reqs);
         uint32_t n = 0;
         if (reqs) {
-            redis_call_begin(r);
-            for (uint32_t i = 0; i < r->n_nodes; i++) {
+            for (uint32_t i = 0; i < n_nodes; i++) {
                 if (r->opt.cluster && !r->nodes[i].is_master) continue;
                 redis_req_init(&reqs[n], OP_DBSIZE, 1, dbsize, dbsize_len, NULL, 0);
                 redis_req_init(&reqs[n + 1], OP_INFO, 2, info, info_len, NULL, 0);
@@ -329,8 +368,12 @@ kvs_status kvs_redis_stats(void *state, kvs_redis_stats_t *out) {
 }
 
 static const char *redis_last_error(void *state) {
+    static __thread char copy[sizeof((kvs_redis *)0)->last_error];
     kvs_redis *r = state;
-    return r->last_error;
+    pthread_mutex_lock(&r->mutex); /* another call may be writing it */
+    memcpy(copy, r->last_error, sizeof copy);
+    pthread_mutex_unlock(&r->mutex);
+    return copy;
 }
 
 static void redis_destroy(void *state) {
@@ -346,7 +389,7 @@ static void redis_destroy(void *state) {
         free(n->conns);
     }
     if (r->tls) SSL_CTX_free(r->tls);
-    memset(r->password, 0, sizeof r->password);
+    OPENSSL_cleanse(r->password, sizeof r->password);
     free(r->slot_owner);
     free(r->reply_nodes);
     free(r->active);
@@ -355,20 +398,27 @@ static void redis_destroy(void *state) {
     free(r);
 }
 
-/* A private key must be readable by its owner only, as every secret the connector reads. */
-static int key_file_private(const char *path, char *why, size_t why_len) {
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        snprintf(why, why_len, "tls.key_file %s: %s", path, strerror(errno));
+/* The client's private key, read once from a file checked like every secret (a regular file, not a
+ * link, mode 0600 or 0400), and given to OpenSSL from memory: the file is not opened twice. */
+static int load_private_key(SSL_CTX *ctx, const char *path, char *why, size_t why_len) {
+    enum { KEY_CAP = 64 << 10 };
+    uint8_t *buf = malloc(KEY_CAP);
+    size_t len = 0;
+    if (!buf) return -1;
+    if (kvs_key_file_load("redis tls.key_file", path, buf, KEY_CAP, 1, &len, why, why_len) !=
+        KVS_OK) {
+        free(buf);
         return -1;
     }
-    if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
-        snprintf(why, why_len,
-                 "tls.key_file %s must be a regular file (not a link) with mode 0600 or 0400",
-                 path);
-        return -1;
-    }
-    return 0;
+    BIO *bio = BIO_new_mem_buf(buf, (int)len);
+    EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+    int ok = key && SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    EVP_PKEY_free(key);
+    BIO_free(bio);
+    OPENSSL_cleanse(buf, len);
+    free(buf);
+    if (!ok) snprintf(why, why_len, "tls.key_file %s is not the key of tls.cert_file", path);
+    return ok ? 0 : -1;
 }
 
 static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t why_len,
@@ -388,21 +438,14 @@ static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t
         return -1;
     }
     if (o->tls_cert_file) {
-        if (key_file_private(o->tls_key_file, why, why_len) != 0) {
-            *refused = "tls.key_file";
-            return -1;
-        }
         if (SSL_CTX_use_certificate_chain_file(r->tls, o->tls_cert_file) != 1) {
             *refused = "tls.cert_file";
             snprintf(why, why_len, "tls.cert_file %s is not a readable PEM certificate",
                      o->tls_cert_file);
             return -1;
         }
-        if (SSL_CTX_use_PrivateKey_file(r->tls, o->tls_key_file, SSL_FILETYPE_PEM) != 1 ||
-            SSL_CTX_check_private_key(r->tls) != 1) {
+        if (load_private_key(r->tls, o->tls_key_file, why, why_len) != 0) {
             *refused = "tls.key_file";
-            snprintf(why, why_len, "tls.key_file %s is not the key of tls.cert_file",
-                     o->tls_key_file);
             return -1;
         }
     }
@@ -415,6 +458,7 @@ static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t
  * not a refusal: the tier starts with them down and tries again. */
 static kvs_status first_contact(kvs_redis *r, char *why, size_t why_len) {
     if (r->opt.cluster) {
+        redis_call_begin(r);
         maybe_refresh(r, 1);
         if (r->not_cluster) {
             snprintf(why, why_len,
@@ -473,7 +517,7 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
         }
         memcpy(r->password, buf, len);
         r->password_len = len;
-        memset(buf, 0, sizeof buf);
+        OPENSSL_cleanse(buf, sizeof buf);
         if (st != KVS_OK) {
             st = KVS_ECONFIG;
             snprintf(refused, sizeof refused, "password_file");
@@ -483,6 +527,16 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
     if (st == KVS_OK && tls_setup(r, &r->opt, why, sizeof why, &refused_tls) != 0) {
         st = KVS_ECONFIG;
         if (refused_tls) snprintf(refused, sizeof refused, "%s", refused_tls);
+    }
+    for (uint32_t i = 0; st == KVS_OK && r->tls && !r->opt.tls_server_name && i < r->opt.n_nodes;
+         i++) {
+        if (!strchr(r->opt.nodes[i], '/')) continue;
+        snprintf(why, sizeof why,
+                 "TLS to the unix socket %s needs tls.server_name (the name its certificate "
+                 "carries)",
+                 r->opt.nodes[i]);
+        snprintf(refused, sizeof refused, "tls.server_name");
+        st = KVS_ECONFIG;
     }
     if (st == KVS_OK && r->opt.tls_server_name)
         snprintf(r->tls_server_name, sizeof r->tls_server_name, "%s", r->opt.tls_server_name);
@@ -501,7 +555,7 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
             snprintf(why, sizeof why, "%s", ep_why);
             snprintf(refused, sizeof refused, "node[%u]", i);
             st = KVS_ECONFIG;
-        } else if (redis_node_find_or_add(r, ep.name) == REDIS_NO_NODE) {
+        } else if (redis_node_find_or_add(r, ep.name, 1) == REDIS_NO_NODE) {
             st = KVS_ENOMEM;
         }
         if (st == KVS_OK && !r->opt.cluster) r->nodes[0].is_master = 1;

@@ -75,6 +75,7 @@ typedef struct kvs_redis_stats_t {
     uint64_t protocol_errors;    /* replies that were not RESP2 or broke a bound */
     uint64_t max_inflight_bytes; /* the most bytes one connection had requested and not read */
     uint64_t bytes_read, bytes_written;
+    uint64_t polls; /* waits of the progress loop: about one per reply, never a spin */
 } kvs_redis_stats_t;
 
 kvs_status kvs_redis_stats(void *state, kvs_redis_stats_t *out);

@@ -124,21 +124,29 @@ static redis_conn *node_conn(kvs_redis *r, redis_node *node) {
     if (c->io.fd >= 0) return c;
     char why[320];
     if (now >= r->deadline_ns) return NULL;
+    /* connect, TLS and AUTH get half the call's time at most: a master that accepts and never
+     * answers (or drops SYNs) must leave the call time for the masters that do */
+    uint64_t call_deadline = r->deadline_ns, budget = r->opt.timeout_ms * 500000ull;
+    if (r->deadline_ns - now > budget) r->deadline_ns = now + budget;
     kvs_status st = kvs_redis_conn_open(&c->io, &node->ep, r->tls,
                                         r->tls_server_name[0] ? r->tls_server_name : NULL,
                                         r->deadline_ns, why, sizeof why);
+    if (st == KVS_OK && !c->rbuf && !(c->rbuf = malloc(REDIS_RBUF_BYTES))) {
+        kvs_redis_conn_close(&c->io);
+        snprintf(why, sizeof why, "out of memory");
+        st = KVS_ENOMEM;
+    }
+    c->rstart = c->rend = 0;
+    kvs_status hello = st == KVS_OK ? redis_conn_hello(r, c) : st;
+    r->deadline_ns = call_deadline;
     if (st != KVS_OK) {
         r->stats.failures++;
         redis_node_down(r, node, why);
         return NULL;
     }
-    if (!c->rbuf && !(c->rbuf = malloc(REDIS_RBUF_BYTES))) {
-        kvs_redis_conn_close(&c->io);
-        return NULL;
-    }
-    c->rstart = c->rend = 0;
-    if (redis_conn_hello(r, c) != KVS_OK) {
-        conn_failed(r, c, "AUTH was refused");
+    if (hello != KVS_OK) {
+        conn_failed(r, c,
+                    hello == KVS_ETIMEDOUT ? "no answer to AUTH in time" : "AUTH was refused");
         return NULL;
     }
     if (c->ever_connected) r->stats.reconnects++;
@@ -189,6 +197,7 @@ static void requeue(kvs_redis *r, uint32_t node, redis_req *req, redis_req *befo
 /* The reply to q[q_done] is in: it no longer counts in flight. */
 static void reply_done(redis_conn *c, redis_req *req) {
     c->q_done++;
+    c->wait_since_ns = kvs_now_ns(); /* the server is answering: what follows waits from now */
     c->inflight = c->inflight > req->weight ? c->inflight - req->weight : 0;
     if (c->q_done == c->q_len) c->q_len = c->q_sent = c->q_done = 0;
 }
@@ -213,12 +222,20 @@ static int parse_redirect(const kvs_resp_node *e, size_t skip, uint16_t *slot, c
 
 static void handle_error(kvs_redis *r, redis_conn *c, redis_req *req, const kvs_resp_node *e) {
     int moved = kvs_resp_text_is(e, "MOVED", 1), ask = kvs_resp_text_is(e, "ASK", 1);
+    /* only a key's command is redirected: AUTH, CLUSTER SLOTS, INFO or DBSIZE answered with a
+     * redirection is a broken server's answer, and such a request belongs to its connection */
+    int keyed = req->op == OP_GET || req->op == OP_SET || req->op == OP_EXISTS || req->op == OP_DEL;
+    if ((moved || ask) && !keyed) {
+        redis_error(r, KVS_LOG_WARN, "%s redirected a command that has no key", c->node->ep.name);
+        complete(r, req, KVS_EIO);
+        return;
+    }
     if (moved || ask) {
         uint16_t slot = 0;
         char ep[KVS_REDIS_ENDPOINT_MAX];
         uint32_t node = REDIS_NO_NODE;
         if (parse_redirect(e, moved ? 6 : 4, &slot, ep, sizeof ep) == 0)
-            node = redis_node_find_or_add(r, ep);
+            node = redis_node_find_or_add(r, ep, 0);
         if (moved) {
             r->stats.moved++;
             r->refresh_due = 1;
@@ -504,6 +521,7 @@ static int pump_write(kvs_redis *r, redis_conn *c) {
         while (left > 0 && c->q_sent < c->q_len) {
             redis_req *req = c->q[c->q_sent];
             if (req->sent == 0) {
+                if (c->q_done == c->q_sent) c->wait_since_ns = kvs_now_ns();
                 c->inflight += req->weight;
                 if (c->inflight > r->stats.max_inflight_bytes)
                     r->stats.max_inflight_bytes = c->inflight;
@@ -516,6 +534,14 @@ static int pump_write(kvs_redis *r, redis_conn *c) {
         }
     }
     return 0;
+}
+
+/* 1 when the connection has bytes it may write now: a request begun, or one the cap lets start. */
+static int wants_write(const kvs_redis *r, const redis_conn *c) {
+    if (c->q_sent >= c->q_len) return 0;
+    const redis_req *next = c->q[c->q_sent];
+    return next->sent > 0 || c->inflight == 0 ||
+           c->inflight + next->weight <= r->opt.inflight_bytes;
 }
 
 /* An ASKING request made during the call, freed when the call ends. */
@@ -550,7 +576,7 @@ kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req) {
             break;
         }
         struct pollfd p = {.fd = c->io.fd,
-                           .events = kvs_redis_conn_events(&c->io, 1, c->q_sent < c->q_len)};
+                           .events = kvs_redis_conn_events(&c->io, 1, wants_write(r, c))};
         uint64_t ms = (r->deadline_ns - now + 999999) / 1000000;
         if (!kvs_redis_conn_pending(&c->io) && poll(&p, 1, (int)(ms > 60000 ? 60000 : ms)) < 0 &&
             errno != EINTR)
@@ -558,17 +584,43 @@ kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req) {
         if (pump_read(r, c, &why) != 0) break;
     }
     if (!req->done) {
+        int late = kvs_now_ns() >= r->deadline_ns;
         redis_error(r, KVS_LOG_WARN, "%s: %s", c->node->ep.name, why[0] ? why : "a write failed");
         redis_conn_close(r, c);
-        return KVS_EIO;
+        return late ? KVS_ETIMEDOUT : KVS_EIO;
     }
     return req->status;
 }
 
+/* The call ran out of time: one last look at what has arrived, then each connection still owing
+ * replies is closed (a reply may still come: never into a buffer the caller has back). Its master is
+ * marked down only when it had half of timeout_ms to answer and did not: one that got its requests
+ * late (another master took the time) is not at fault. */
+static void run_out_of_time(kvs_redis *r, struct pollfd *pfd, redis_conn **polled, uint32_t np) {
+    r->stats.timeouts++;
+    if (poll(pfd, np, 0) > 0) {
+        for (uint32_t i = 0; i < np; i++) {
+            const char *why = "";
+            if (pfd[i].revents && polled[i]->io.fd >= 0 && pump_read(r, polled[i], &why) != 0)
+                conn_failed(r, polled[i], why);
+        }
+    }
+    uint64_t now = kvs_now_ns(), fair = r->opt.timeout_ms * 500000ull;
+    for (uint32_t i = 0; i < np; i++) {
+        redis_conn *c = polled[i];
+        if (c->io.fd < 0 || c->q_done == c->q_len) continue;
+        if (c->q_done < c->q_sent && now - c->wait_since_ns >= fair)
+            redis_node_down(r, c->node, "no answer within timeout_ms");
+        else
+            redis_conn_close(r, c);
+    }
+}
+
 void redis_run(kvs_redis *r) {
-    struct pollfd pfd[REDIS_MAX_NODES];
-    redis_conn *polled[REDIS_MAX_NODES];
-    while (r->outstanding > 0) {
+    struct pollfd *pfd = malloc((r->n_active + 1) * sizeof *pfd);
+    redis_conn **polled = malloc((r->n_active + 1) * sizeof *polled);
+    uint32_t cap = r->n_active;
+    while (r->outstanding > 0 && pfd && polled) {
         const char *why = "";
         for (uint32_t a = 0; a < r->n_active; a++) {
             redis_conn *c = r->active[a];
@@ -578,24 +630,31 @@ void redis_run(kvs_redis *r) {
                 conn_failed(r, c, why[0] ? why : "a write failed");
         }
         if (r->outstanding == 0) break;
+        if (r->n_active > cap) { /* a redirection reached another master */
+            struct pollfd *p2 = realloc(pfd, (r->n_active + 1) * sizeof *pfd);
+            if (p2) pfd = p2;
+            redis_conn **c2 = realloc(polled, (r->n_active + 1) * sizeof *polled);
+            if (c2) polled = c2;
+            if (!p2 || !c2) break;
+            cap = r->n_active;
+        }
         uint32_t np = 0;
-        for (uint32_t a = 0; a < r->n_active && np < REDIS_MAX_NODES; a++) {
+        for (uint32_t a = 0; a < r->n_active; a++) {
             redis_conn *c = r->active[a];
             if (c->io.fd < 0 || c->q_done == c->q_len) continue;
             pfd[np] = (struct pollfd){
-                .fd = c->io.fd, .events = kvs_redis_conn_events(&c->io, 1, c->q_sent < c->q_len)};
+                .fd = c->io.fd, .events = kvs_redis_conn_events(&c->io, 1, wants_write(r, c))};
             polled[np++] = c;
         }
         if (np == 0) break; /* nothing left on a live connection: the rest failed */
         uint64_t now = kvs_now_ns();
         if (now >= r->deadline_ns) {
-            r->stats.timeouts++;
-            for (uint32_t i = 0; i < np; i++)
-                redis_node_down(r, polled[i]->node, "no answer within timeout_ms");
+            run_out_of_time(r, pfd, polled, np);
             break;
         }
         uint64_t ms = (r->deadline_ns - now + 999999) / 1000000;
         int k = poll(pfd, np, (int)(ms > 60000 ? 60000 : ms));
+        r->stats.polls++;
         if (k < 0 && errno != EINTR) break;
         for (uint32_t i = 0; k > 0 && i < np; i++) {
             if (!pfd[i].revents || polled[i]->io.fd < 0) continue;
@@ -603,6 +662,8 @@ void redis_run(kvs_redis *r) {
             if (pump_read(r, polled[i], &why) != 0) conn_failed(r, polled[i], why);
         }
     }
+    free(pfd);
+    free(polled);
     for (uint32_t a = 0; a < r->n_active; a++) {
         redis_conn *c = r->active[a];
         if (c->q_done < c->q_len)

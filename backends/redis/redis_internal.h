@@ -23,6 +23,7 @@
 #define REDIS_KEY_BYTES  (5 + KVS_REDIS_MAX_TENANT + 1 + 32 + 1) /* kvs1:<tenant>:<hex>, NUL */
 #define REDIS_HEAD_BYTES 192   /* the encoded command before a value: SET key $len */
 #define REDIS_MAX_REPLY  65536 /* nodes of one non-GET reply (CLUSTER SLOTS of a big cluster) */
+#define REDIS_MAX_VALUE  (512ull << 20) /* Redis's proto-max-bulk-len default */
 
 enum redis_op {
     OP_GET,
@@ -69,12 +70,13 @@ typedef struct redis_conn {
     redis_req **q; /* this call's requests on this connection, in the order sent */
     uint32_t q_len, q_cap, q_sent, q_done;
     uint64_t inflight;
-    int in_body;        /* reading a GET value */
-    int discard;        /* ... that does not fit the caller's buffer: read and dropped */
-    uint64_t body_len;  /* its length */
-    uint64_t body_got;  /* bytes of it read so far */
-    int active;         /* in the call's list of connections */
-    int ever_connected; /* a later connect is a reconnect */
+    int in_body;            /* reading a GET value */
+    int discard;            /* ... that does not fit the caller's buffer: read and dropped */
+    uint64_t body_len;      /* its length */
+    uint64_t body_got;      /* bytes of it read so far */
+    int active;             /* in the call's list of connections */
+    uint64_t wait_since_ns; /* when the oldest unanswered request went, or the last reply came */
+    int ever_connected;     /* a later connect is a reconnect */
 } redis_conn;
 
 struct redis_node {
@@ -84,6 +86,7 @@ struct redis_node {
     uint64_t down_until_ns; /* 0: up (or never tried) */
     uint64_t backoff_ms;
     int is_master; /* owns slots in the map now (standalone: the one node) */
+    int is_seed;   /* named in the YAML: kept in the table for good */
 };
 
 typedef struct kvs_redis {
@@ -145,9 +148,9 @@ void redis_error(kvs_redis *r, int level, const char *fmt, ...)
 kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req);
 
 /* redis.c (called from the batch on redirections and slot maps) */
-/* The index of the node at "host:port", added when it is new; REDIS_NO_NODE when the table is
- * full or the text is not an endpoint. */
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint);
+/* The index of the node at "host:port" (or, from_config only, a unix socket path), added when it
+ * is new; REDIS_NO_NODE when the table is full or the text is not such an endpoint. */
+uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config);
 /* Apply a CLUSTER SLOTS reply asked of node asked. */
 void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
                        const redis_node *asked);
