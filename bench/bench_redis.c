@@ -543,7 +543,7 @@ static void print_pair(const tier *t, const options *o, const objects *b, int pu
            f.ratio, f.ratio_min, f.ratio_max,
            f.ratio > 1.0 ? " - the stream was slower than the tier: not a limit in this run" : "");
     figure g = against(tier_bps, rb, o->rounds);
-    int below = g.ref_med < g.med;
+    int below = g.ratio > 1.0;
     printf("{\"bench\":\"redis_%s\",\"mode\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,"
            "\"batch\":%u,\"gbps\":%.3f,\"ref\":\"redis_benchmark\",\"ref_setting\":\"%s%s\","
            "\"ref_gbps\":%.3f,\"ratio\":%.3f,\"rounds\":%u,\"ratio_min\":%.3f,\"ratio_max\":%.3f,"

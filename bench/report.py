@@ -110,7 +110,7 @@ def redis_row(o, rows, out, base):
                    reference_value=o.get("ref_gbps"), ratio=o.get("ratio"), limit=True)
         row["extra"]["rounds"] = f"{o.get('ratio_min')}-{o.get('ratio_max')}"
     elif o.get("ref") == "redis_benchmark":
-        note = " (slower than the tier: not a limit)" if o.get("ref_below_tier") is True else ""
+        note = " (slower than the tier: not a limit)" if float(o.get("ratio") or 0) > 1 else ""
         row["extra"]["redis-benchmark"] = f"{o.get('ref_gbps')} GB/s ({o.get('ref_setting')})"
         row["extra"]["ratio to redis-benchmark"] = f"{o.get('ratio')}{note}"
     row["raw"].append(o)
