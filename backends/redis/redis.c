@@ -17,9 +17,10 @@
 #include "common/options.h"
 #include "redis_internal.h"
 
-#define REFRESH_EVERY_NS (100ull * 1000000) /* slot map asked again at most this often */
-#define USAGE_EVERY_NS   (1000ull * 1000000)
-#define MAX_RANGES       8192
+#define REFRESH_EVERY_NS  (100ull * 1000000) /* slot map asked again at most this often */
+#define USAGE_EVERY_NS    (1000ull * 1000000)
+#define MAX_RANGES        8192
+#define DEFERRED_PUTS_MAX 32 /* puts written whose answers a connection has not read yet */
 
 static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *len) {
     static const char hex[] = "0123456789abcdef";
@@ -213,6 +214,11 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
         reqs[i].counted = 1;
         node[i] = route(r, key, key_len, &reqs[i].slot);
     }
+    /* a read goes only once every put before it is answered (Redis orders commands per connection
+     * only); puts wait only for a connection that owes many answers */
+    r->outstanding = 0;
+    redis_wait_deferred(r, op == OP_SET ? DEFERRED_PUTS_MAX : 1);
+    if (r->outstanding > 0) redis_run(r);
     r->outstanding = n;
     for (uint64_t i = 0; i < n; i++) redis_queue(r, node[i], &reqs[i]);
     redis_run(r);

@@ -71,6 +71,10 @@ void redis_conn_close(kvs_redis *r, redis_conn *c) {
     c->inflight = 0;
     c->rstart = c->rend = 0;
     c->in_body = c->discard = 0;
+    if (c->deferred_counted > 0) /* the call no longer waits for them */
+        r->outstanding =
+            r->outstanding > c->deferred_counted ? r->outstanding - c->deferred_counted : 0;
+    c->deferred = c->deferred_counted = 0;
 }
 
 void redis_node_down(kvs_redis *r, redis_node *node, const char *why) {
@@ -106,6 +110,12 @@ static int push(redis_conn *c, redis_req *req) {
     return 0;
 }
 
+/* 1 when the call still waits for something on c: replies to its requests, or acknowledgements of
+ * earlier puts it counts. */
+static int owes(const redis_conn *c) {
+    return c->q_done < c->q_len || c->deferred_counted > 0;
+}
+
 /* 1 when an idle connection has been closed by the server (or sent something unasked). */
 static int idle_conn_dead(redis_conn *c) {
     struct pollfd p = {.fd = c->io.fd, .events = POLLIN};
@@ -117,7 +127,7 @@ static redis_conn *node_conn(kvs_redis *r, redis_node *node) {
     uint64_t now = kvs_now_ns();
     if (node->down_until_ns && now < node->down_until_ns) return NULL;
     redis_conn *c = &node->conns[node->next_conn++ % r->opt.connections_per_node];
-    if (c->io.fd >= 0 && !c->active && c->q_len == 0 && idle_conn_dead(c)) {
+    if (c->io.fd >= 0 && !c->active && c->q_len == 0 && c->deferred == 0 && idle_conn_dead(c)) {
         kvs_redis_conn_close(&c->io);
         c->rstart = c->rend = 0;
     }
@@ -184,6 +194,19 @@ static redis_conn *queue_on(kvs_redis *r, uint32_t node, redis_req *req, redis_r
 
 void redis_queue(kvs_redis *r, uint32_t node, redis_req *req) {
     queue_on(r, node, req, NULL);
+}
+
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least) {
+    for (uint32_t i = 0; i < r->n_nodes; i++) {
+        for (uint32_t k = 0; k < r->opt.connections_per_node; k++) {
+            redis_conn *c = &r->nodes[i].conns[k];
+            if (c->io.fd < 0 || c->deferred == 0 || c->deferred < at_least) continue;
+            if (activate(r, c) != 0) continue;
+            r->outstanding += c->deferred - c->deferred_counted;
+            c->deferred_counted = c->deferred;
+            if (c->q_done == c->q_len) c->wait_since_ns = kvs_now_ns();
+        }
+    }
 }
 
 /* Reset a request to go again (a redirection) and queue it on node, after `before` if given. */
@@ -363,6 +386,33 @@ static void handle_reply(kvs_redis *r, redis_conn *c, redis_req *req, const kvs_
 /* Consume the replies now in rbuf. 0, or -1 (with *why) when the stream is not RESP2 or breaks a
  * bound: the connection must be closed. */
 static int process(kvs_redis *r, redis_conn *c, const char **why) {
+    while (c->deferred > 0) { /* acknowledgements of puts that already returned come first */
+        uint32_t n = 0;
+        size_t used = 0;
+        kvs_resp_result pr = kvs_resp_parse(c->rbuf + c->rstart, c->rend - c->rstart, 4096,
+                                            r->reply_nodes, 16, &n, &used, why);
+        if (pr == KVS_RESP_MALFORMED) return -1;
+        if (pr == KVS_RESP_INCOMPLETE) return 0;
+        const kvs_resp_node *e = &r->reply_nodes[0];
+        if (kvs_resp_text_is(e, "OOM", 1)) {
+            r->stats.puts_refused_oom++;
+        } else if (e->kind == KVS_RESP_ERROR) {
+            if (kvs_resp_text_is(e, "NOPERM", 1)) r->stats.refused_noperm++;
+            redis_error(r, KVS_LOG_WARN, "%s refused a put: %.*s", c->node->ep.name,
+                        (int)(e->len > 200 ? 200 : e->len), e->text);
+        } else if (kvs_resp_text_is(e, "OK", 0)) {
+            r->stats.puts_stored++;
+        } else {
+            *why = "SET was answered with neither OK nor an error";
+            return -1;
+        }
+        c->rstart += used;
+        c->deferred--;
+        if (c->deferred_counted > 0) {
+            c->deferred_counted--;
+            if (r->outstanding > 0) r->outstanding--;
+        }
+    }
     while (c->q_done < c->q_len) {
         redis_req *req = c->q[c->q_done];
         size_t avail = c->rend - c->rstart;
@@ -451,7 +501,7 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why) {
             r->stats.protocol_errors++;
             return -1;
         }
-        if (c->q_done == c->q_len) {
+        if (c->q_done == c->q_len && c->deferred == 0) {
             if (c->rend > c->rstart) {
                 *why = "the server sent bytes nobody asked for";
                 r->stats.protocol_errors++;
@@ -530,7 +580,11 @@ static int pump_write(kvs_redis *r, redis_conn *c) {
             uint64_t take = rest < left ? rest : left;
             req->sent += take;
             left -= take;
-            if (req->sent == req_bytes(req)) c->q_sent++;
+            if (req->sent == req_bytes(req)) {
+                c->q_sent++;
+                /* a put returns once its bytes are written; its answer is read later */
+                if (req->op == OP_SET) complete(r, req, KVS_OK);
+            }
         }
     }
     return 0;
@@ -608,8 +662,8 @@ static void run_out_of_time(kvs_redis *r, struct pollfd *pfd, redis_conn **polle
     uint64_t now = kvs_now_ns(), fair = r->opt.timeout_ms * 500000ull;
     for (uint32_t i = 0; i < np; i++) {
         redis_conn *c = polled[i];
-        if (c->io.fd < 0 || c->q_done == c->q_len) continue;
-        if (c->q_done < c->q_sent && now - c->wait_since_ns >= fair)
+        if (c->io.fd < 0 || !owes(c)) continue;
+        if ((c->q_done < c->q_sent || c->deferred_counted > 0) && now - c->wait_since_ns >= fair)
             redis_node_down(r, c->node, "no answer within timeout_ms");
         else
             redis_conn_close(r, c);
@@ -641,7 +695,7 @@ void redis_run(kvs_redis *r) {
         uint32_t np = 0;
         for (uint32_t a = 0; a < r->n_active; a++) {
             redis_conn *c = r->active[a];
-            if (c->io.fd < 0 || c->q_done == c->q_len) continue;
+            if (c->io.fd < 0 || !owes(c)) continue;
             pfd[np] = (struct pollfd){
                 .fd = c->io.fd, .events = kvs_redis_conn_events(&c->io, 1, wants_write(r, c))};
             polled[np++] = c;
@@ -666,9 +720,19 @@ void redis_run(kvs_redis *r) {
     free(polled);
     for (uint32_t a = 0; a < r->n_active; a++) {
         redis_conn *c = r->active[a];
-        if (c->q_done < c->q_len)
-            redis_conn_close(r, c); /* a reply may still come: never into
-                                                              a buffer the caller has back */
+        int only_puts = c->q_sent == c->q_len;
+        for (uint32_t i = c->q_done; only_puts && i < c->q_len; i++)
+            only_puts = c->q[i]->op == OP_SET;
+        c->deferred_counted = 0;
+        if (c->q_done < c->q_len && only_puts && c->io.fd >= 0) {
+            /* whole puts whose answers are still coming: read with a later call */
+            c->deferred += c->q_len - c->q_done;
+            c->q_len = c->q_sent = c->q_done = 0;
+            c->inflight = 0;
+        } else if (c->q_done < c->q_len) {
+            redis_conn_close(r, c); /* a reply may still come: never into a buffer the caller
+                                       has back */
+        }
         c->active = 0;
     }
     r->n_active = 0;

@@ -70,13 +70,15 @@ typedef struct redis_conn {
     redis_req **q; /* this call's requests on this connection, in the order sent */
     uint32_t q_len, q_cap, q_sent, q_done;
     uint64_t inflight;
-    int in_body;            /* reading a GET value */
-    int discard;            /* ... that does not fit the caller's buffer: read and dropped */
-    uint64_t body_len;      /* its length */
-    uint64_t body_got;      /* bytes of it read so far */
-    int active;             /* in the call's list of connections */
-    uint64_t wait_since_ns; /* when the oldest unanswered request went, or the last reply came */
-    int ever_connected;     /* a later connect is a reconnect */
+    int in_body;               /* reading a GET value */
+    int discard;               /* ... that does not fit the caller's buffer: read and dropped */
+    uint64_t body_len;         /* its length */
+    uint64_t body_got;         /* bytes of it read so far */
+    int active;                /* in the call's list of connections */
+    uint64_t wait_since_ns;    /* when the oldest unanswered request went, or the last reply came */
+    uint32_t deferred;         /* answers owed to puts that already returned (read first) */
+    uint32_t deferred_counted; /* of them, those the current call waits for */
+    int ever_connected;        /* a later connect is a reconnect */
 } redis_conn;
 
 struct redis_node {
@@ -134,6 +136,9 @@ void redis_queue(kvs_redis *r, uint32_t node, redis_req *req);
 /* Run the call's requests until every counted one is done or the deadline passes (then every
  * connection with requests unanswered is closed and its requests fail with KVS_ETIMEDOUT). */
 void redis_run(kvs_redis *r);
+/* Make the call wait for the answers owed to earlier puts on every connection that owes at least
+ * at_least of them (1: all), so what it reads sees what was put before it. */
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least);
 /* Begin a call: deadline now + timeout_ms, no requests. */
 void redis_call_begin(kvs_redis *r);
 /* Close every connection of node and mark it down (backoff doubles to 5 s). */
