@@ -24,7 +24,9 @@
  * once from one progress loop), GET_MANY, REMOTE, SHARED. Failures are misses within timeout_ms:
  * a master that fails or is slow is marked down and tried again with backoff; MOVED updates the
  * slot and retries once (and refreshes the whole map, at most every 100 ms); ASK follows once.
- * A put Redis refuses (OOM, NOPERM) or that fails returns KVS_ENOMEM / KVS_EIO and is counted.
+ * A put returns once its bytes are written (KVS_EIO when they could not be); its answer is read by
+ * a later call, and a read waits for the answers of the puts before it. A refusal (OOM, NOPERM) is
+ * counted then; its object is a miss.
  * Pins are not leased (Redis has none): pin reports what is present.
  */
 #ifndef KVS_REDIS_H
