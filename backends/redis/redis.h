@@ -11,7 +11,7 @@
  *   timeout_ms            bound on every call; what is not answered by then is a miss (default 500)
  *   connections_per_node  1..16 (default 2); a batch's requests to a master are spread over them
  *   inflight_bytes        cap on bytes requested but not yet read back per connection (default
- *                         8 MiB; at least one request always goes), so a pipelined batch never
+ *                         2 MiB; at least one request always goes), so a pipelined batch never
  *                         fills the server's reply buffers
  *   connect_backoff_ms    first wait before a failed master is tried again; doubles to 5 s
  *                         (default 100)

@@ -519,12 +519,19 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why) {
         struct iovec iov[2];
         int n = 0;
         uint64_t direct = 0;
-        redis_req *req = c->q[c->q_done];
-        if (c->in_body && !c->discard && c->body_got < c->body_len && c->rstart == c->rend) {
+        redis_req *req = c->q_done < c->q_len ? c->q[c->q_done] : NULL;
+        if (req && c->in_body && !c->discard && c->body_got < c->body_len && c->rstart == c->rend) {
             direct = c->body_len - c->body_got;
             iov[n++] = (struct iovec){(char *)req->dst + c->body_got, direct};
         }
-        iov[n++] = (struct iovec){c->rbuf + c->rend, REDIS_RBUF_BYTES - c->rend};
+        /* When the answer read next is a large value, rbuf takes only its header (a few KiB):
+         * the value itself then goes straight to the caller's buffer instead of through rbuf. */
+        uint32_t next = c->q_done + (direct > 0 || c->in_body ? 1u : 0u);
+        size_t tail = REDIS_RBUF_BYTES - c->rend;
+        if (c->deferred == 0 && next < c->q_len && c->q[next]->op == OP_GET &&
+            c->q[next]->weight >= REDIS_LARGE_VALUE && tail > REDIS_HEADER_READ)
+            tail = REDIS_HEADER_READ;
+        iov[n++] = (struct iovec){c->rbuf + c->rend, tail};
         int64_t got = kvs_redis_conn_readv(&c->io, iov, n);
         if (got == KVS_REDIS_IO_AGAIN) return 0;
         if (got < 0) {

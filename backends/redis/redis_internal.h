@@ -17,13 +17,15 @@
 #include "resp.h"
 #include "slots.h"
 
-#define REDIS_MAX_NODES  256        /* masters and seeds the tier keeps (a cluster of 128 x 2) */
-#define REDIS_NO_NODE    UINT16_MAX /* a slot no master is known for */
-#define REDIS_RBUF_BYTES (256u << 10)
-#define REDIS_KEY_BYTES  (5 + KVS_REDIS_MAX_TENANT + 1 + 32 + 1) /* kvs1:<tenant>:<hex>, NUL */
-#define REDIS_HEAD_BYTES 192   /* the encoded command before a value: SET key $len */
-#define REDIS_MAX_REPLY  65536 /* nodes of one non-GET reply (CLUSTER SLOTS of a big cluster) */
-#define REDIS_MAX_VALUE  (512ull << 20) /* Redis's proto-max-bulk-len default */
+#define REDIS_MAX_NODES   256        /* masters and seeds the tier keeps (a cluster of 128 x 2) */
+#define REDIS_NO_NODE     UINT16_MAX /* a slot no master is known for */
+#define REDIS_RBUF_BYTES  (256u << 10)
+#define REDIS_KEY_BYTES   (5 + KVS_REDIS_MAX_TENANT + 1 + 32 + 1) /* kvs1:<tenant>:<hex>, NUL */
+#define REDIS_HEAD_BYTES  192   /* the encoded command before a value: SET key $len */
+#define REDIS_MAX_REPLY   65536 /* nodes of one non-GET reply (CLUSTER SLOTS of a big cluster) */
+#define REDIS_MAX_VALUE   (512ull << 20) /* Redis's proto-max-bulk-len default */
+#define REDIS_LARGE_VALUE (128u << 10)   /* a GET that may answer this much is read around rbuf */
+#define REDIS_HEADER_READ 4096u
 
 enum redis_op {
     OP_GET,
