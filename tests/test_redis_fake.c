@@ -102,23 +102,28 @@ static void fake_stop(fake *f) {
     kvs_test_rmtree(f->dir);
 }
 
-static void *tier_open(const fake *f, const char *timeout_ms, const char *conns) {
-    kvs_backend_option opts[] = {{"node", f->path},
-                                 {"timeout_ms", timeout_ms},
-                                 {"connections_per_node", conns},
-                                 {"connect_backoff_ms", "1"}};
+/* The tier over opts[0..n) (objects up to 1 MiB); a refusal fails the test with its sentence. */
+static void *create_ok(const kvs_backend_option *opts, uint64_t n) {
     char err[512] = "";
     kvs_backend_init init = {.struct_size = sizeof init,
                              .tier_name = "fake",
                              .max_object_bytes = 1 << 20,
                              .options = opts,
-                             .n_options = 4,
+                             .n_options = n,
                              .error = err,
                              .error_len = sizeof err};
     void *state = NULL;
     kvs_status st = kvs_redis_backend()->create(&init, &state);
     ck_assert_msg(st == KVS_OK, "create: %s", err);
     return state;
+}
+
+static void *tier_open(const fake *f, const char *timeout_ms, const char *conns) {
+    kvs_backend_option opts[] = {{"node", f->path},
+                                 {"timeout_ms", timeout_ms},
+                                 {"connections_per_node", conns},
+                                 {"connect_backoff_ms", "1"}};
+    return create_ok(opts, 4);
 }
 
 static kvs_key key_of(uint8_t i) {
@@ -401,17 +406,7 @@ static void *cluster_tier(uint16_t port, const char *timeout_ms, const char *inf
                                  {"mode", "cluster"},
                                  {"timeout_ms", timeout_ms},
                                  {"inflight_bytes", inflight}};
-    char err[512] = "";
-    kvs_backend_init init = {.struct_size = sizeof init,
-                             .tier_name = "fake",
-                             .max_object_bytes = 1 << 20,
-                             .options = opts,
-                             .n_options = 4,
-                             .error = err,
-                             .error_len = sizeof err};
-    void *state = NULL;
-    ck_assert_msg(kvs_redis_backend()->create(&init, &state) == KVS_OK, "create: %s", err);
-    return state;
+    return create_ok(opts, 4);
 }
 
 /* Keys whose slots are on the first half (the healthy master) and the second (the other). */
@@ -520,16 +515,7 @@ START_TEST(a_redirected_auth_is_refused_not_followed) {
                                  {"password_file", pass},
                                  {"timeout_ms", "300"},
                                  {"connect_backoff_ms", "1"}};
-    char err[512] = "";
-    kvs_backend_init init = {.struct_size = sizeof init,
-                             .tier_name = "fake",
-                             .max_object_bytes = 1 << 20,
-                             .options = opts,
-                             .n_options = 4,
-                             .error = err,
-                             .error_len = sizeof err};
-    void *t = NULL;
-    ck_assert_msg(kvs_redis_backend()->create(&init, &t) == KVS_OK, "%s", err);
+    void *t = create_ok(opts, 4);
     char buf[16];
     uint64_t len = 0;
     kvs_key k = key_of(5);
