@@ -19,7 +19,6 @@
 
 #define REFRESH_EVERY_NS  (100ull * 1000000) /* slot map asked again at most this often */
 #define USAGE_EVERY_NS    (1000ull * 1000000)
-#define MAX_RANGES        8192
 #define DEFERRED_PUTS_MAX 32 /* puts written whose answers a connection has not read yet */
 
 static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *len) {
@@ -32,119 +31,6 @@ static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *
     }
     *p = '\0';
     *len = (size_t)(p - out);
-}
-
-static int same_endpoint(const kvs_redis_endpoint *a, const kvs_redis_endpoint *b) {
-    if (a->host[0] == '\0' || b->host[0] == '\0') return strcmp(a->name, b->name) == 0;
-    return a->port == b->port && strcmp(a->host, b->host) == 0;
-}
-
-/* A slot of the table for a new node: the next free one, or one that serves no slot, was not
- * given in the YAML and has no connection open (a master that moved away long ago). */
-static uint32_t free_node(kvs_redis *r) {
-    if (r->n_nodes < REDIS_MAX_NODES) return r->n_nodes++;
-    for (uint32_t i = 0; i < r->n_nodes; i++) {
-        redis_node *n = &r->nodes[i];
-        if (n->is_master || n->is_seed) continue;
-        int open = 0;
-        for (uint32_t c = 0; c < r->opt.connections_per_node; c++) open |= n->conns[c].io.fd >= 0;
-        if (open) continue;
-        for (uint32_t c = 0; c < r->opt.connections_per_node; c++) {
-            free(n->conns[c].rbuf);
-            free(n->conns[c].q);
-        }
-        free(n->conns);
-        memset(n, 0, sizeof *n);
-        return i;
-    }
-    return REDIS_NO_NODE;
-}
-
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config) {
-    kvs_redis_endpoint ep;
-    char why[200];
-    if (kvs_redis_endpoint_parse(endpoint, &ep, why, sizeof why) != 0) return REDIS_NO_NODE;
-    /* only the YAML names unix sockets: a server may not redirect the client to a local path */
-    if (!ep.host[0] && !from_config) return REDIS_NO_NODE;
-    for (uint32_t i = 0; i < r->n_nodes; i++)
-        if (same_endpoint(&r->nodes[i].ep, &ep)) return i;
-    uint32_t at = free_node(r);
-    if (at == REDIS_NO_NODE) return REDIS_NO_NODE;
-    redis_node *n = &r->nodes[at];
-    n->conns = calloc(r->opt.connections_per_node, sizeof *n->conns);
-    if (!n->conns) {
-        if (at == r->n_nodes - 1) r->n_nodes--;
-        return REDIS_NO_NODE;
-    }
-    n->ep = ep;
-    n->is_seed = from_config;
-    for (uint32_t c = 0; c < r->opt.connections_per_node; c++) {
-        n->conns[c].io.fd = -1;
-        n->conns[c].node = n;
-    }
-    return at;
-}
-
-void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
-                       const redis_node *asked) {
-    kvs_redis_slot_range *ranges = malloc(MAX_RANGES * sizeof *ranges);
-    uint32_t n_ranges = 0;
-    char why[200];
-    if (!ranges || !r->slot_owner) {
-        free(ranges);
-        return;
-    }
-    if (kvs_redis_slots_parse(nodes, n, asked->ep.host, ranges, MAX_RANGES, &n_ranges, why,
-                              sizeof why) != 0) {
-        r->stats.protocol_errors++;
-        redis_error(r, KVS_LOG_WARN, "%s: %s", asked->ep.name, why);
-        free(ranges);
-        return;
-    }
-    for (uint32_t i = 0; i < KVS_REDIS_SLOTS; i++) r->slot_owner[i] = REDIS_NO_NODE;
-    for (uint32_t i = 0; i < r->n_nodes; i++) r->nodes[i].is_master = 0;
-    for (uint32_t i = 0; i < n_ranges; i++) {
-        char ep[KVS_REDIS_ENDPOINT_MAX];
-        const char *fmt = strchr(ranges[i].host, ':') ? "[%s]:%u" : "%s:%u";
-        snprintf(ep, sizeof ep, fmt, ranges[i].host, ranges[i].port);
-        uint32_t node = redis_node_find_or_add(r, ep, 0);
-        if (node == REDIS_NO_NODE) continue;
-        r->nodes[node].is_master = 1;
-        for (uint32_t s = ranges[i].first; s <= ranges[i].last; s++)
-            r->slot_owner[s] = (uint16_t)node;
-    }
-    r->stats.slot_map_refreshes++;
-    free(ranges);
-}
-
-kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c) {
-    if (r->password_len == 0) return KVS_OK;
-    const char *argv[3] = {"AUTH", r->user, r->password};
-    size_t lens[3] = {4, strlen(r->user), r->password_len};
-    uint32_t argc = 3;
-    if (!r->user[0]) {
-        argv[1] = r->password;
-        lens[1] = r->password_len;
-        argc = 2;
-    }
-    redis_req *req = malloc(sizeof *req); /* AUTH may not fit the inline head: build it here */
-    char *head = malloc(sizeof r->user + sizeof r->password + 64);
-    kvs_status st = KVS_ENOMEM;
-    if (req && head) {
-        memset(req, 0, sizeof *req);
-        req->op = OP_AUTH;
-        req->status = KVS_EIO;
-        req->weight = 64;
-        size_t len = kvs_resp_command(head, sizeof r->user + sizeof r->password + 64, argc, argv,
-                                      lens, UINT64_MAX);
-        req->head = head;
-        req->head_len = (uint32_t)len;
-        st = len ? redis_conn_exec(r, c, req) : KVS_EINVAL;
-        OPENSSL_cleanse(head, len);
-    }
-    free(head);
-    free(req);
-    return st;
 }
 
 /* The master for a key now: the one node, or the slot's owner in the map. */

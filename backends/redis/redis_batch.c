@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +19,6 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why);
 static int pump_write(kvs_redis *r, redis_conn *c);
 static int push(redis_conn *c, redis_req *req);
 static redis_req *new_asking(kvs_redis *r);
-
-void redis_error(kvs_redis *r, int level, const char *fmt, ...) {
-    char msg[sizeof r->last_error];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(r->last_error, sizeof r->last_error, "redis tier \"%s\": %s", r->tier_name, msg);
-    if (r->host && r->host->log) r->host->log(r->host->ctx, level, r->last_error);
-}
 
 kvs_status redis_req_init(redis_req *req, uint8_t op, uint32_t argc, const char *const *argv,
                           const size_t *lens, const void *value, uint64_t value_len) {
@@ -651,6 +640,36 @@ kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req) {
         return late ? KVS_ETIMEDOUT : KVS_EIO;
     }
     return req->status;
+}
+
+kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c) {
+    if (r->password_len == 0) return KVS_OK;
+    const char *argv[3] = {"AUTH", r->user, r->password};
+    size_t lens[3] = {4, strlen(r->user), r->password_len};
+    uint32_t argc = 3;
+    if (!r->user[0]) {
+        argv[1] = r->password;
+        lens[1] = r->password_len;
+        argc = 2;
+    }
+    redis_req *req = malloc(sizeof *req); /* AUTH may not fit the inline head: build it here */
+    char *head = malloc(sizeof r->user + sizeof r->password + 64);
+    kvs_status st = KVS_ENOMEM;
+    if (req && head) {
+        memset(req, 0, sizeof *req);
+        req->op = OP_AUTH;
+        req->status = KVS_EIO;
+        req->weight = 64;
+        size_t len = kvs_resp_command(head, sizeof r->user + sizeof r->password + 64, argc, argv,
+                                      lens, UINT64_MAX);
+        req->head = head;
+        req->head_len = (uint32_t)len;
+        st = len ? redis_conn_exec(r, c, req) : KVS_EINVAL;
+        OPENSSL_cleanse(head, len);
+    }
+    free(head);
+    free(req);
+    return st;
 }
 
 /* The call ran out of time: one last look at what has arrived, then each connection still owing

@@ -2,7 +2,8 @@
  * redis_internal.h - what the redis tier's files share: its state, its masters and their
  * connections, and the requests of one call. redis.c owns the state and the ops; redis_batch.c
  * runs one call's requests over the connections (the progress loop). Everything here is used under
- * the tier's lock.
+ * the tier's lock. Files, bottom up: redis_nodes.c (servers, slot map, error sentence),
+ * redis_batch.c (a call's requests), redis.c (the ops).
  */
 #ifndef KVS_REDIS_INTERNAL_H
 #define KVS_REDIS_INTERNAL_H
@@ -127,6 +128,17 @@ typedef struct kvs_redis {
     char refusal[300]; /* the first NOPERM/WRONGPASS/NOAUTH answer, for the refusal at open */
 } kvs_redis;
 
+/* redis_nodes.c (the bottom: used by redis_batch.c and redis.c) */
+/* Set the tier's last error and log it at level. */
+void redis_error(kvs_redis *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The index of the node at "host:port" (or, from_config only, a unix socket path), added when it
+ * is new; REDIS_NO_NODE when the table is full or the text is not such an endpoint. */
+uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config);
+/* Apply a CLUSTER SLOTS reply asked of node asked. */
+void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
+                       const redis_node *asked);
+
 /* redis_batch.c */
 /* Fill req as the command argv[0..argc) (and a value sent from the caller's buffer when value is
  * not NULL). KVS_EINVAL when it does not fit the inline head. */
@@ -146,21 +158,11 @@ void redis_call_begin(kvs_redis *r);
 /* Close every connection of node and mark it down (backoff doubles to 5 s). */
 void redis_node_down(kvs_redis *r, redis_node *node, const char *why);
 void redis_conn_close(kvs_redis *r, redis_conn *c);
-/* Set the tier's last error and log it at level. */
-void redis_error(kvs_redis *r, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Run req alone on c (a new connection the call has queued nothing on) until it is answered or
  * the deadline passes (then c is closed). Its status, or KVS_EIO. */
 kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req);
 
-/* redis.c (called from the batch on redirections and slot maps) */
-/* The index of the node at "host:port" (or, from_config only, a unix socket path), added when it
- * is new; REDIS_NO_NODE when the table is full or the text is not such an endpoint. */
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config);
-/* Apply a CLUSTER SLOTS reply asked of node asked. */
-void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
-                       const redis_node *asked);
 /* Authenticate a new connection (AUTH) before the call uses it: KVS_OK, or a refusal. */
 kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c);
 
