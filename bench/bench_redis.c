@@ -10,7 +10,8 @@
  * --batch keys into their own buffers. Round 0 is untimed and checks every byte of every get.
  *
  * References, measured in every round between the tier's runs:
- * 1. tcp_stream: one plain TCP stream of the round's bytes between this process and a peer process
+ * 1. tcp_stream: the round's bytes over as many plain TCP streams at once as the tier has
+ *    connections (masters x connections_per_node), each between this process and a peer process
  *    (this program with --tcp-peer), 127.0.0.1 to 127.0.0.1 as the tier and its servers; each
  *    direction, the faster is the reference (tcp_stream.h). The tier's target is >= 0.8 of it.
  * 2. redis_benchmark: redis-benchmark (SET or GET of the same value size, --cluster for the
@@ -28,6 +29,7 @@
  * many). */
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -195,23 +197,63 @@ static int reap(pid_t pid) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* One plain TCP stream of `bytes` between this process and a peer process: bytes per second. */
-static double tcp_stream(const char *addr, uint64_t bytes, int upload) {
-    char *argv[] = {self_bin, "--tcp-peer", (char *)addr, NULL};
-    int out = -1;
-    pid_t peer = spawn_piped(argv, &out);
-    char line[256];
-    const char *why = "the peer named no port within 5 s";
-    unsigned port = 0;
-    double s = -1;
-    if (read_until(out, line, sizeof line, "port ", 5) == 0 &&
-        sscanf(strstr(line, "port "), "port %u", &port) == 1)
-        s = kvs_tcp_stream(addr, port, bytes, bytes, upload, &why);
-    close(out);
-    if (s <= 0) kill(peer, SIGKILL);
-    int rc = reap(peer);
-    if (s <= 0 || rc != 0) die("the TCP stream reference", s <= 0 ? why : "the peer failed");
-    return (double)bytes / s;
+/* One stream of a parallel reference: its peer's port, its share of the bytes, its seconds. */
+typedef struct stream_job {
+    const char *addr;
+    unsigned port;
+    uint64_t bytes;
+    int upload;
+    pthread_barrier_t *start;
+    double seconds;
+    const char *why;
+} stream_job;
+
+static void *stream_thread(void *arg) {
+    stream_job *j = arg;
+    pthread_barrier_wait(j->start);
+    j->seconds = kvs_tcp_stream(j->addr, j->port, j->bytes, j->bytes, j->upload, &j->why);
+    return NULL;
+}
+
+/* `bytes` over n plain TCP streams at once (each to its own peer process, as the tier spreads its
+ * requests over n connections): bytes per second, from the first start to the last byte. */
+static double tcp_stream(const char *addr, uint64_t bytes, int upload, uint32_t n) {
+    enum { MAX_STREAMS = 16 };
+    if (n < 1) n = 1;
+    if (n > MAX_STREAMS) n = MAX_STREAMS;
+    pid_t peers[MAX_STREAMS];
+    stream_job jobs[MAX_STREAMS];
+    pthread_t threads[MAX_STREAMS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, n);
+    for (uint32_t i = 0; i < n; i++) {
+        char *argv[] = {self_bin, "--tcp-peer", (char *)addr, NULL};
+        int out = -1;
+        peers[i] = spawn_piped(argv, &out);
+        char line[256];
+        unsigned port = 0;
+        if (read_until(out, line, sizeof line, "port ", 5) != 0 ||
+            sscanf(strstr(line, "port "), "port %u", &port) != 1)
+            die("the TCP stream reference", "the peer named no port within 5 s");
+        close(out);
+        jobs[i] = (stream_job){addr, port, bytes / n, upload, &start, -1, ""};
+    }
+    for (uint32_t i = 0; i < n; i++) pthread_create(&threads[i], NULL, stream_thread, &jobs[i]);
+    double longest = 0;
+    const char *why = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        pthread_join(threads[i], NULL);
+        if (jobs[i].seconds <= 0) why = jobs[i].why;
+        if (jobs[i].seconds > longest) longest = jobs[i].seconds;
+    }
+    pthread_barrier_destroy(&start);
+    int failed = why != NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        if (failed) kill(peers[i], SIGKILL);
+        failed |= reap(peers[i]) != 0 && !why;
+    }
+    if (failed) die("the TCP stream reference", why ? why : "a peer failed");
+    return (double)(bytes / n * n) / longest;
 }
 
 typedef struct rb_setting {
@@ -307,6 +349,7 @@ typedef struct tier {
     const char *mode;
     const char *endpoint; /* the first node: where redis-benchmark goes */
     int cluster;
+    uint32_t connections; /* masters x connections_per_node: the connections its requests use */
 } tier;
 
 static void host_log(void *ctx, int level, const char *message) {
@@ -357,6 +400,11 @@ static void tier_open(tier *t, const options *o, int cluster, uint64_t max_objec
                              .error_option_len = sizeof refused};
     kvs_status st = t->ops->create(&init, &t->state);
     if (st != KVS_OK) die("the redis tier's create", err[0] ? err : kvs_strerror(st));
+    kvs_redis_stats_t s;
+    memset(&s, 0, sizeof s);
+    kvs_redis_stats(t->state, &s);
+    t->connections = (s.n_masters ? s.n_masters : 1) *
+                     (uint32_t)(o->connections ? strtoul(o->connections, NULL, 10) : 2);
 }
 
 static kvs_redis_stats_t tier_stats(const tier *t) {
@@ -531,16 +579,18 @@ static void print_pair(const tier *t, const options *o, const objects *b, int pu
     uint64_t errors = st->failures + st->timeouts + st->reconnects + st->protocol_errors;
     printf("{\"bench\":\"redis_%s\",\"mode\":\"%s\",\"object_bytes\":%llu,\"objects\":%llu,"
            "\"batch\":%u,\"gbps\":%.3f,\"ref\":\"tcp_stream\",\"ref_variant\":\"faster direction\","
-           "\"ref_gbps\":%.3f,\"ratio\":%.3f,\"rounds\":%u,\"ratio_min\":%.3f,\"ratio_max\":%.3f,"
+           "\"ref_streams\":%u,\"ref_gbps\":%.3f,\"ratio\":%.3f,\"rounds\":%u,\"ratio_min\":%.3f,"
+           "\"ratio_max\":%.3f,"
            "\"tcp_download_gbps\":%.3f,\"tcp_upload_gbps\":%.3f,\"masters\":%u,"
            "\"tier_errors\":%llu,\"cpus\":%ld}\n",
            op, t->mode, (unsigned long long)b->size, (unsigned long long)b->n, put ? 1 : o->batch,
-           f.med / 1e9, f.ref_med / 1e9, f.ratio, o->rounds, f.ratio_min, f.ratio_max, down, up,
-           st->n_masters, (unsigned long long)errors, sysconf(_SC_NPROCESSORS_ONLN));
-    printf("redis %s, %s, %llu x %s (%s): %.2f GB/s; TCP stream %.2f GB/s (faster of down %.2f, "
-           "up %.2f): ratio %.3f (%.3f to %.3f)%s\n",
-           op, t->mode, (unsigned long long)b->n, size, how, f.med / 1e9, f.ref_med / 1e9, down, up,
-           f.ratio, f.ratio_min, f.ratio_max,
+           f.med / 1e9, t->connections, f.ref_med / 1e9, f.ratio, o->rounds, f.ratio_min,
+           f.ratio_max, down, up, st->n_masters, (unsigned long long)errors,
+           sysconf(_SC_NPROCESSORS_ONLN));
+    printf("redis %s, %s, %llu x %s (%s): %.2f GB/s; %u TCP streams %.2f GB/s (faster of down "
+           "%.2f, up %.2f): ratio %.3f (%.3f to %.3f)%s\n",
+           op, t->mode, (unsigned long long)b->n, size, how, f.med / 1e9, t->connections,
+           f.ref_med / 1e9, down, up, f.ratio, f.ratio_min, f.ratio_max,
            f.ratio > 1.0 ? " - the stream was slower than the tier: not a limit in this run" : "");
     figure g = against(tier_bps, rb, o->rounds);
     int below = g.ratio > 1.0;
@@ -573,7 +623,8 @@ static void bench_size(const tier *t, const options *o, uint64_t size) {
     tier_put(t, &b);
     tier_get(t, &b, o->batch);
     if (memcmp(b.dst, b.src, bytes) != 0) die("get_many", "an object differs from what was put");
-    double tcp0 = tcp_stream(addr, bytes, 0);
+    uint32_t streams = t->connections; /* the reference uses as many connections as the tier */
+    double tcp0 = tcp_stream(addr, bytes, 0, streams);
     best rb;
     if (o->rb_setting) {
         rb_setting s = {1, 1, 1};
@@ -600,8 +651,8 @@ static void bench_size(const tier *t, const options *o, uint64_t size) {
         tier_remove(t, &b); /* untimed: every put stores a new key */
         put[r] = (double)bytes / tier_put(t, &b);
         get[r] = (double)bytes / tier_get(t, &b, o->batch);
-        down[r] = tcp_stream(addr, bytes, 0);
-        up[r] = tcp_stream(addr, bytes, 1);
+        down[r] = tcp_stream(addr, bytes, 0, streams);
+        up[r] = tcp_stream(addr, bytes, 1, streams);
         tcp[r] = down[r] > up[r] ? down[r] : up[r];
         /* GET's run also SETs, so its clients read values stored (one run when both are best
          * with the same setting) */

@@ -106,7 +106,9 @@ def redis_row(o, rows, out, base):
         rows[key] = row
         out.append(row)
     if o.get("ref") == "tcp_stream":
-        row.update(reference="TCP stream 127.0.0.1, faster direction",
+        streams = o.get("ref_streams", 1)
+        row.update(reference=f"{streams} TCP stream{'s' if streams != 1 else ''} 127.0.0.1 "
+                   "(as many as the tier's connections), faster direction",
                    reference_value=o.get("ref_gbps"), ratio=o.get("ratio"), limit=True)
         row["extra"]["rounds"] = f"{o.get('ratio_min')}-{o.get('ratio_max')}"
     elif o.get("ref") == "redis_benchmark":
