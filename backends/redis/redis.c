@@ -103,7 +103,10 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
     /* a read goes only once every put before it is answered (Redis orders commands per connection
      * only); puts wait only for a connection that owes many answers */
     r->outstanding = 0;
-    redis_wait_deferred(r, op == OP_SET ? DEFERRED_PUTS_MAX : 1);
+    if (op == OP_SET)
+        redis_wait_deferred(r, DEFERRED_PUTS_MAX, DEFERRED_PUTS_MAX / 2);
+    else
+        redis_wait_deferred(r, 1, 0);
     if (r->outstanding > 0) redis_run(r);
     r->outstanding = n;
     for (uint64_t i = 0; i < n; i++) redis_queue(r, node[i], &reqs[i]);

@@ -185,14 +185,16 @@ void redis_queue(kvs_redis *r, uint32_t node, redis_req *req) {
     queue_on(r, node, req, NULL);
 }
 
-void redis_wait_deferred(kvs_redis *r, uint32_t at_least) {
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least, uint32_t keep) {
     for (uint32_t i = 0; i < r->n_nodes; i++) {
         for (uint32_t k = 0; k < r->opt.connections_per_node; k++) {
             redis_conn *c = &r->nodes[i].conns[k];
-            if (c->io.fd < 0 || c->deferred == 0 || c->deferred < at_least) continue;
+            if (c->io.fd < 0 || c->deferred == 0 || c->deferred < at_least || c->deferred <= keep)
+                continue;
             if (activate(r, c) != 0) continue;
-            r->outstanding += c->deferred - c->deferred_counted;
-            c->deferred_counted = c->deferred;
+            uint32_t wait = c->deferred - keep; /* the oldest answers: they come first */
+            if (wait > c->deferred_counted) r->outstanding += wait - c->deferred_counted;
+            if (wait > c->deferred_counted) c->deferred_counted = wait;
             if (c->q_done == c->q_len) c->wait_since_ns = kvs_now_ns();
         }
     }

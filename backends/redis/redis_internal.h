@@ -151,8 +151,9 @@ void redis_queue(kvs_redis *r, uint32_t node, redis_req *req);
  * connection with requests unanswered is closed and its requests fail with KVS_ETIMEDOUT). */
 void redis_run(kvs_redis *r);
 /* Make the call wait for the answers owed to earlier puts on every connection that owes at least
- * at_least of them (1: all), so what it reads sees what was put before it. */
-void redis_wait_deferred(kvs_redis *r, uint32_t at_least);
+ * at_least of them, until keep remain (a read: 1 and 0, so it sees what was put before it; puts:
+ * a connection far behind catches up halfway, the pipeline never drains). */
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least, uint32_t keep);
 /* Begin a call: deadline now + timeout_ms, no requests. */
 void redis_call_begin(kvs_redis *r);
 /* Close every connection of node and mark it down (backoff doubles to 5 s). */
