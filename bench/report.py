@@ -86,12 +86,48 @@ QUALIFIERS = ["codec", "variant", "workload", "disk", "policy", "mode", "complet
               "tier", "page_bytes"]
 
 
+def size_text(n):
+    n = int(n)
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n >> 10} KiB"
+
+
+def redis_row(o, rows, out, base):
+    """kvs-bench-redis prints a result twice, once per reference (tcp_stream, redis_benchmark): one
+    row each for its op, mode and size, the TCP stream its reference (the limit), redis-benchmark's
+    figure and ratio in extra."""
+    op = o["bench"][len("redis_"):]
+    key = (op, o.get("mode"), o.get("object_bytes"))
+    row = rows.get(key)
+    if row is None:
+        how = "one put each" if op == "put" else f"get_many of {o.get('batch')}"
+        row = dict(base, path=f"{op} {size_text(o['object_bytes'])}, {o.get('mode')}, {how}",
+                   value=o.get("gbps"), unit="GB/s", reference=None, reference_value=None,
+                   ratio=None, extra={}, raw=[])
+        rows[key] = row
+        out.append(row)
+    if o.get("ref") == "tcp_stream":
+        streams = o.get("ref_streams", 1)
+        row.update(reference=f"{streams} TCP stream{'s' if streams != 1 else ''} 127.0.0.1 "
+                   "(as many as the tier's connections), faster direction",
+                   reference_value=o.get("ref_gbps"), ratio=o.get("ratio"), limit=True)
+        row["extra"]["rounds"] = f"{o.get('ratio_min')}-{o.get('ratio_max')}"
+    elif o.get("ref") == "redis_benchmark":
+        note = " (slower than the tier: not a limit)" if float(o.get("ratio") or 0) > 1 else ""
+        row["extra"]["redis-benchmark"] = f"{o.get('ref_gbps')} GB/s ({o.get('ref_setting')})"
+        row["extra"]["ratio to redis-benchmark"] = f"{o.get('ratio')}{note}"
+    row["raw"].append(o)
+    # extra's columns in one order whichever line came first
+    order = ["rounds", "redis-benchmark", "ratio to redis-benchmark"]
+    row["extra"] = {k: row["extra"][k] for k in order if k in row["extra"]}
+
+
 def parse(raw_dir, commit, machine):
     stamp = os.path.basename(os.path.normpath(raw_dir))
     date = stamp[:10]
     out = []
     for name in sorted(os.listdir(raw_dir)):
         seen = {}
+        redis_rows = {}
         if not name.endswith(".out"):
             continue
         with open(os.path.join(raw_dir, name), encoding="utf-8", errors="replace") as f:
@@ -101,6 +137,9 @@ def parse(raw_dir, commit, machine):
                 try:
                     o = json.loads(line, parse_float=str, parse_int=str)
                 except ValueError:
+                    continue
+                if str(o.get("bench", "")).startswith("redis_") and "ref" in o:
+                    redis_row(o, redis_rows, out, {"bench": name[:-4]})
                     continue
                 quals = [f"{k} {o[k]}" for k in QUALIFIERS if k in o]
                 path = ", ".join([str(o.get("bench", "?"))] + quals)
@@ -118,6 +157,9 @@ def parse(raw_dir, commit, machine):
                 row["ratio"] = o.get("ratio")
                 row.update(machine=machine, date=date, commit=commit, raw=o)
                 out.append(row)
+        for row in redis_rows.values():
+            raw = row.pop("raw")
+            row.update(machine=machine, date=date, commit=commit, raw=raw)
     dest = os.path.join(raw_dir, "rows.jsonl")
     with open(dest, "w", encoding="utf-8") as f:
         for r in out:

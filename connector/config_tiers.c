@@ -140,6 +140,7 @@ static kvs_status tier_option(const kvs_yaml_ctx *ctx, const kvs_tier_fields *f,
     kvs_yaml_key_path(kp, path, k->text);
     if (v->kind != KVS_YAML_MAPPING) return scalar_option(ctx, f, k, k->text, v, kp, t);
     /* a group of options (`tls: {ca_file: ...}`) reaches the backend as `tls.ca_file` */
+    if (v->n_items == 0) return kvs_yaml_fail(ctx, v, kp, "an empty group of options");
     for (size_t i = 0; i + 1 < v->n_items; i += 2) {
         const kvs_yaml_node *sk = v->items[i];
         char name[KVS_NAME_MAX * 2], skp[KEY_PATH_MAX];

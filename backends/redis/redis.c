@@ -8,16 +8,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 
 #include "common/clock.h"
 #include "common/key_file.h"
 #include "common/options.h"
 #include "redis_internal.h"
 
-#define REFRESH_EVERY_NS (100ull * 1000000) /* slot map asked again at most this often */
-#define USAGE_EVERY_NS   (1000ull * 1000000)
-#define MAX_RANGES       8192
+#define REFRESH_EVERY_NS  (100ull * 1000000) /* slot map asked again at most this often */
+#define USAGE_EVERY_NS    (1000ull * 1000000)
+#define DEFERRED_PUTS_MAX 32 /* puts written whose answers a connection has not read yet */
 
 static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *len) {
     static const char hex[] = "0123456789abcdef";
@@ -31,84 +33,6 @@ static void key_text(const kvs_redis *r, const kvs_key *key, char *out, size_t *
     *len = (size_t)(p - out);
 }
 
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint) {
-    for (uint32_t i = 0; i < r->n_nodes; i++)
-        if (strcmp(r->nodes[i].ep.name, endpoint) == 0) return i;
-    if (r->n_nodes == REDIS_MAX_NODES) return REDIS_NO_NODE;
-    redis_node *n = &r->nodes[r->n_nodes];
-    char why[200];
-    if (kvs_redis_endpoint_parse(endpoint, &n->ep, why, sizeof why) != 0) return REDIS_NO_NODE;
-    n->conns = calloc(r->opt.connections_per_node, sizeof *n->conns);
-    if (!n->conns) return REDIS_NO_NODE;
-    for (uint32_t c = 0; c < r->opt.connections_per_node; c++) {
-        n->conns[c].io.fd = -1;
-        n->conns[c].node = n;
-    }
-    return r->n_nodes++;
-}
-
-void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
-                       const redis_node *asked) {
-    kvs_redis_slot_range *ranges = malloc(MAX_RANGES * sizeof *ranges);
-    uint32_t n_ranges = 0;
-    char why[200];
-    if (!ranges || !r->slot_owner) {
-        free(ranges);
-        return;
-    }
-    if (kvs_redis_slots_parse(nodes, n, asked->ep.host, ranges, MAX_RANGES, &n_ranges, why,
-                              sizeof why) != 0) {
-        r->stats.protocol_errors++;
-        redis_error(r, KVS_LOG_WARN, "%s: %s", asked->ep.name, why);
-        free(ranges);
-        return;
-    }
-    for (uint32_t i = 0; i < KVS_REDIS_SLOTS; i++) r->slot_owner[i] = REDIS_NO_NODE;
-    for (uint32_t i = 0; i < r->n_nodes; i++) r->nodes[i].is_master = 0;
-    for (uint32_t i = 0; i < n_ranges; i++) {
-        char ep[KVS_REDIS_ENDPOINT_MAX];
-        const char *fmt = strchr(ranges[i].host, ':') ? "[%s]:%u" : "%s:%u";
-        snprintf(ep, sizeof ep, fmt, ranges[i].host, ranges[i].port);
-        uint32_t node = redis_node_find_or_add(r, ep);
-        if (node == REDIS_NO_NODE) continue;
-        r->nodes[node].is_master = 1;
-        for (uint32_t s = ranges[i].first; s <= ranges[i].last; s++)
-            r->slot_owner[s] = (uint16_t)node;
-    }
-    r->stats.slot_map_refreshes++;
-    free(ranges);
-}
-
-kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c) {
-    if (r->password_len == 0) return KVS_OK;
-    const char *argv[3] = {"AUTH", r->user, r->password};
-    size_t lens[3] = {4, strlen(r->user), r->password_len};
-    uint32_t argc = 3;
-    if (!r->user[0]) {
-        argv[1] = r->password;
-        lens[1] = r->password_len;
-        argc = 2;
-    }
-    redis_req *req = malloc(sizeof *req); /* AUTH may not fit the inline head: build it here */
-    char *head = malloc(sizeof r->user + sizeof r->password + 64);
-    kvs_status st = KVS_ENOMEM;
-    if (req && head) {
-        memset(req, 0, sizeof *req);
-        req->op = OP_AUTH;
-        req->status = KVS_EIO;
-        req->weight = 64;
-        size_t len = kvs_resp_command(head, sizeof r->user + sizeof r->password + 64, argc, argv,
-                                      lens, UINT64_MAX);
-        req->head = head;
-        req->head_len = (uint32_t)len;
-        st = len ? redis_conn_exec(r, c, req) : KVS_EINVAL;
-        memset(head, 0, len);
-    }
-    free(head);
-    free(req);
-    return st;
-}
-
 /* The master for a key now: the one node, or the slot's owner in the map. */
 static uint32_t route(kvs_redis *r, const char *key, size_t len, uint16_t *slot) {
     *slot = kvs_redis_key_slot(key, len);
@@ -119,7 +43,7 @@ static uint32_t route(kvs_redis *r, const char *key, size_t len, uint16_t *slot)
 }
 
 /* Ask CLUSTER SLOTS of a node that answers (masters first, then every node known), when the map
- * is due and not asked in the last 100 ms. */
+ * is due and not asked in the last 100 ms; within the call begun (its deadline bounds it all). */
 static void maybe_refresh(kvs_redis *r, int force) {
     if (!r->opt.cluster) return;
     uint64_t now = kvs_now_ns();
@@ -130,11 +54,11 @@ static void maybe_refresh(kvs_redis *r, int force) {
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t i = 0; i < r->n_nodes; i++) {
             if (r->nodes[i].is_master != (pass == 0)) continue;
+            if (kvs_now_ns() >= r->deadline_ns) return;
             redis_req req;
             redis_req_init(&req, OP_SLOTS, 2, argv, lens, NULL, 0);
             req.weight = REDIS_RBUF_BYTES;
             req.counted = 1;
-            redis_call_begin(r);
             r->outstanding = 1;
             redis_queue(r, i, &req);
             redis_run(r);
@@ -155,6 +79,7 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
         [OP_GET] = "GET", [OP_SET] = "SET", [OP_EXISTS] = "EXISTS", [OP_DEL] = "DEL"};
     uint32_t *node = malloc((n ? n : 1) * sizeof *node);
     if (!node) return KVS_ENOMEM;
+    redis_call_begin(r);
     maybe_refresh(r, 0);
     for (uint64_t i = 0; i < n; i++) {
         char key[REDIS_KEY_BYTES];
@@ -175,7 +100,14 @@ static kvs_status run_keys(kvs_redis *r, uint8_t op, const kvs_key *keys, uint64
         reqs[i].counted = 1;
         node[i] = route(r, key, key_len, &reqs[i].slot);
     }
-    redis_call_begin(r);
+    /* a read goes only once every put before it is answered (Redis orders commands per connection
+     * only); puts wait only for a connection that owes many answers */
+    r->outstanding = 0;
+    if (op == OP_SET)
+        redis_wait_deferred(r, DEFERRED_PUTS_MAX, DEFERRED_PUTS_MAX / 2);
+    else
+        redis_wait_deferred(r, 1, 0);
+    if (r->outstanding > 0) redis_run(r);
     r->outstanding = n;
     for (uint64_t i = 0; i < n; i++) redis_queue(r, node[i], &reqs[i]);
     redis_run(r);
@@ -239,6 +171,7 @@ static kvs_status redis_get_ref(void *state, const kvs_key *key, const void **ob
 static kvs_status redis_put(void *state, const kvs_key *key, const void *object, uint64_t len) {
     kvs_redis *r = state;
     redis_req req;
+    if (len > REDIS_MAX_VALUE) return KVS_ENOMEM; /* Redis refuses a bulk string this long */
     pthread_mutex_lock(&r->mutex);
     r->stats.puts++;
     kvs_status st = run_keys(r, OP_SET, key, 1, &req, NULL, NULL, object, len);
@@ -280,12 +213,13 @@ static kvs_status redis_usage(void *state, uint64_t *n_objects, uint64_t *bytes)
     if (r->usage_at_ns == 0 || now - r->usage_at_ns >= USAGE_EVERY_NS) {
         static const char *const dbsize[] = {"DBSIZE"}, *const info[] = {"INFO", "memory"};
         static const size_t dbsize_len[] = {6}, info_len[] = {4, 6};
+        redis_call_begin(r);
         maybe_refresh(r, 0);
-        redis_req *reqs = calloc(2 * (size_t)r->n_nodes, sizeof *reqs);
+        uint32_t n_nodes = r->n_nodes; /* a redirection may add nodes while these are queued */
+        redis_req *reqs = calloc(2 * (size_t)n_nodes, sizeof *reqs);
         uint32_t n = 0;
         if (reqs) {
-            redis_call_begin(r);
-            for (uint32_t i = 0; i < r->n_nodes; i++) {
+            for (uint32_t i = 0; i < n_nodes; i++) {
                 if (r->opt.cluster && !r->nodes[i].is_master) continue;
                 redis_req_init(&reqs[n], OP_DBSIZE, 1, dbsize, dbsize_len, NULL, 0);
                 redis_req_init(&reqs[n + 1], OP_INFO, 2, info, info_len, NULL, 0);
@@ -329,8 +263,12 @@ kvs_status kvs_redis_stats(void *state, kvs_redis_stats_t *out) {
 }
 
 static const char *redis_last_error(void *state) {
+    static __thread char copy[sizeof((kvs_redis *)0)->last_error];
     kvs_redis *r = state;
-    return r->last_error;
+    pthread_mutex_lock(&r->mutex); /* another call may be writing it */
+    memcpy(copy, r->last_error, sizeof copy);
+    pthread_mutex_unlock(&r->mutex);
+    return copy;
 }
 
 static void redis_destroy(void *state) {
@@ -346,7 +284,7 @@ static void redis_destroy(void *state) {
         free(n->conns);
     }
     if (r->tls) SSL_CTX_free(r->tls);
-    memset(r->password, 0, sizeof r->password);
+    OPENSSL_cleanse(r->password, sizeof r->password);
     free(r->slot_owner);
     free(r->reply_nodes);
     free(r->active);
@@ -355,20 +293,27 @@ static void redis_destroy(void *state) {
     free(r);
 }
 
-/* A private key must be readable by its owner only, as every secret the connector reads. */
-static int key_file_private(const char *path, char *why, size_t why_len) {
-    struct stat st;
-    if (lstat(path, &st) != 0) {
-        snprintf(why, why_len, "tls.key_file %s: %s", path, strerror(errno));
+/* The client's private key, read once from a file checked like every secret (a regular file, not a
+ * link, mode 0600 or 0400), and given to OpenSSL from memory: the file is not opened twice. */
+static int load_private_key(SSL_CTX *ctx, const char *path, char *why, size_t why_len) {
+    enum { KEY_CAP = 64 << 10 };
+    uint8_t *buf = malloc(KEY_CAP);
+    size_t len = 0;
+    if (!buf) return -1;
+    if (kvs_key_file_load("redis tls.key_file", path, buf, KEY_CAP, 1, &len, why, why_len) !=
+        KVS_OK) {
+        free(buf);
         return -1;
     }
-    if (!S_ISREG(st.st_mode) || (st.st_mode & 077)) {
-        snprintf(why, why_len,
-                 "tls.key_file %s must be a regular file (not a link) with mode 0600 or 0400",
-                 path);
-        return -1;
-    }
-    return 0;
+    BIO *bio = BIO_new_mem_buf(buf, (int)len);
+    EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+    int ok = key && SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    EVP_PKEY_free(key);
+    BIO_free(bio);
+    OPENSSL_cleanse(buf, len);
+    free(buf);
+    if (!ok) snprintf(why, why_len, "tls.key_file %s is not the key of tls.cert_file", path);
+    return ok ? 0 : -1;
 }
 
 static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t why_len,
@@ -388,21 +333,14 @@ static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t
         return -1;
     }
     if (o->tls_cert_file) {
-        if (key_file_private(o->tls_key_file, why, why_len) != 0) {
-            *refused = "tls.key_file";
-            return -1;
-        }
         if (SSL_CTX_use_certificate_chain_file(r->tls, o->tls_cert_file) != 1) {
             *refused = "tls.cert_file";
             snprintf(why, why_len, "tls.cert_file %s is not a readable PEM certificate",
                      o->tls_cert_file);
             return -1;
         }
-        if (SSL_CTX_use_PrivateKey_file(r->tls, o->tls_key_file, SSL_FILETYPE_PEM) != 1 ||
-            SSL_CTX_check_private_key(r->tls) != 1) {
+        if (load_private_key(r->tls, o->tls_key_file, why, why_len) != 0) {
             *refused = "tls.key_file";
-            snprintf(why, why_len, "tls.key_file %s is not the key of tls.cert_file",
-                     o->tls_key_file);
             return -1;
         }
     }
@@ -415,6 +353,7 @@ static int tls_setup(kvs_redis *r, const kvs_redis_options *o, char *why, size_t
  * not a refusal: the tier starts with them down and tries again. */
 static kvs_status first_contact(kvs_redis *r, char *why, size_t why_len) {
     if (r->opt.cluster) {
+        redis_call_begin(r);
         maybe_refresh(r, 1);
         if (r->not_cluster) {
             snprintf(why, why_len,
@@ -473,7 +412,7 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
         }
         memcpy(r->password, buf, len);
         r->password_len = len;
-        memset(buf, 0, sizeof buf);
+        OPENSSL_cleanse(buf, sizeof buf);
         if (st != KVS_OK) {
             st = KVS_ECONFIG;
             snprintf(refused, sizeof refused, "password_file");
@@ -483,6 +422,16 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
     if (st == KVS_OK && tls_setup(r, &r->opt, why, sizeof why, &refused_tls) != 0) {
         st = KVS_ECONFIG;
         if (refused_tls) snprintf(refused, sizeof refused, "%s", refused_tls);
+    }
+    for (uint32_t i = 0; st == KVS_OK && r->tls && !r->opt.tls_server_name && i < r->opt.n_nodes;
+         i++) {
+        if (!strchr(r->opt.nodes[i], '/')) continue;
+        snprintf(why, sizeof why,
+                 "TLS to the unix socket %s needs tls.server_name (the name its certificate "
+                 "carries)",
+                 r->opt.nodes[i]);
+        snprintf(refused, sizeof refused, "tls.server_name");
+        st = KVS_ECONFIG;
     }
     if (st == KVS_OK && r->opt.tls_server_name)
         snprintf(r->tls_server_name, sizeof r->tls_server_name, "%s", r->opt.tls_server_name);
@@ -501,7 +450,7 @@ static kvs_status redis_create(const kvs_backend_init *init, void **state) {
             snprintf(why, sizeof why, "%s", ep_why);
             snprintf(refused, sizeof refused, "node[%u]", i);
             st = KVS_ECONFIG;
-        } else if (redis_node_find_or_add(r, ep.name) == REDIS_NO_NODE) {
+        } else if (redis_node_find_or_add(r, ep.name, 1) == REDIS_NO_NODE) {
             st = KVS_ENOMEM;
         }
         if (st == KVS_OK && !r->opt.cluster) r->nodes[0].is_master = 1;

@@ -11,7 +11,7 @@
  *   timeout_ms            bound on every call; what is not answered by then is a miss (default 500)
  *   connections_per_node  1..16 (default 2); a batch's requests to a master are spread over them
  *   inflight_bytes        cap on bytes requested but not yet read back per connection (default
- *                         8 MiB; at least one request always goes), so a pipelined batch never
+ *                         2 MiB; at least one request always goes), so a pipelined batch never
  *                         fills the server's reply buffers
  *   connect_backoff_ms    first wait before a failed master is tried again; doubles to 5 s
  *                         (default 100)
@@ -24,7 +24,9 @@
  * once from one progress loop), GET_MANY, REMOTE, SHARED. Failures are misses within timeout_ms:
  * a master that fails or is slow is marked down and tried again with backoff; MOVED updates the
  * slot and retries once (and refreshes the whole map, at most every 100 ms); ASK follows once.
- * A put Redis refuses (OOM, NOPERM) or that fails returns KVS_ENOMEM / KVS_EIO and is counted.
+ * A put returns once its bytes are written (KVS_EIO when they could not be); its answer is read by
+ * a later call, and a read waits for the answers of the puts before it. A refusal (OOM, NOPERM) is
+ * counted then; its object is a miss.
  * Pins are not leased (Redis has none): pin reports what is present.
  */
 #ifndef KVS_REDIS_H
@@ -75,6 +77,7 @@ typedef struct kvs_redis_stats_t {
     uint64_t protocol_errors;    /* replies that were not RESP2 or broke a bound */
     uint64_t max_inflight_bytes; /* the most bytes one connection had requested and not read */
     uint64_t bytes_read, bytes_written;
+    uint64_t polls; /* waits of the progress loop: about one per reply, never a spin */
 } kvs_redis_stats_t;
 
 kvs_status kvs_redis_stats(void *state, kvs_redis_stats_t *out);

@@ -6,7 +6,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +19,6 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why);
 static int pump_write(kvs_redis *r, redis_conn *c);
 static int push(redis_conn *c, redis_req *req);
 static redis_req *new_asking(kvs_redis *r);
-
-void redis_error(kvs_redis *r, int level, const char *fmt, ...) {
-    char msg[sizeof r->last_error];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(r->last_error, sizeof r->last_error, "redis tier \"%s\": %s", r->tier_name, msg);
-    if (r->host && r->host->log) r->host->log(r->host->ctx, level, r->last_error);
-}
 
 kvs_status redis_req_init(redis_req *req, uint8_t op, uint32_t argc, const char *const *argv,
                           const size_t *lens, const void *value, uint64_t value_len) {
@@ -71,6 +60,10 @@ void redis_conn_close(kvs_redis *r, redis_conn *c) {
     c->inflight = 0;
     c->rstart = c->rend = 0;
     c->in_body = c->discard = 0;
+    if (c->deferred_counted > 0) /* the call no longer waits for them */
+        r->outstanding =
+            r->outstanding > c->deferred_counted ? r->outstanding - c->deferred_counted : 0;
+    c->deferred = c->deferred_counted = 0;
 }
 
 void redis_node_down(kvs_redis *r, redis_node *node, const char *why) {
@@ -106,6 +99,12 @@ static int push(redis_conn *c, redis_req *req) {
     return 0;
 }
 
+/* 1 when the call still waits for something on c: replies to its requests, or acknowledgements of
+ * earlier puts it counts. */
+static int owes(const redis_conn *c) {
+    return c->q_done < c->q_len || c->deferred_counted > 0;
+}
+
 /* 1 when an idle connection has been closed by the server (or sent something unasked). */
 static int idle_conn_dead(redis_conn *c) {
     struct pollfd p = {.fd = c->io.fd, .events = POLLIN};
@@ -117,28 +116,36 @@ static redis_conn *node_conn(kvs_redis *r, redis_node *node) {
     uint64_t now = kvs_now_ns();
     if (node->down_until_ns && now < node->down_until_ns) return NULL;
     redis_conn *c = &node->conns[node->next_conn++ % r->opt.connections_per_node];
-    if (c->io.fd >= 0 && !c->active && c->q_len == 0 && idle_conn_dead(c)) {
+    if (c->io.fd >= 0 && !c->active && c->q_len == 0 && c->deferred == 0 && idle_conn_dead(c)) {
         kvs_redis_conn_close(&c->io);
         c->rstart = c->rend = 0;
     }
     if (c->io.fd >= 0) return c;
     char why[320];
     if (now >= r->deadline_ns) return NULL;
+    /* connect, TLS and AUTH get half the call's time at most: a master that accepts and never
+     * answers (or drops SYNs) must leave the call time for the masters that do */
+    uint64_t call_deadline = r->deadline_ns, budget = r->opt.timeout_ms * 500000ull;
+    if (r->deadline_ns - now > budget) r->deadline_ns = now + budget;
     kvs_status st = kvs_redis_conn_open(&c->io, &node->ep, r->tls,
                                         r->tls_server_name[0] ? r->tls_server_name : NULL,
                                         r->deadline_ns, why, sizeof why);
+    if (st == KVS_OK && !c->rbuf && !(c->rbuf = malloc(REDIS_RBUF_BYTES))) {
+        kvs_redis_conn_close(&c->io);
+        snprintf(why, sizeof why, "out of memory");
+        st = KVS_ENOMEM;
+    }
+    c->rstart = c->rend = 0;
+    kvs_status hello = st == KVS_OK ? redis_conn_hello(r, c) : st;
+    r->deadline_ns = call_deadline;
     if (st != KVS_OK) {
         r->stats.failures++;
         redis_node_down(r, node, why);
         return NULL;
     }
-    if (!c->rbuf && !(c->rbuf = malloc(REDIS_RBUF_BYTES))) {
-        kvs_redis_conn_close(&c->io);
-        return NULL;
-    }
-    c->rstart = c->rend = 0;
-    if (redis_conn_hello(r, c) != KVS_OK) {
-        conn_failed(r, c, "AUTH was refused");
+    if (hello != KVS_OK) {
+        conn_failed(r, c,
+                    hello == KVS_ETIMEDOUT ? "no answer to AUTH in time" : "AUTH was refused");
         return NULL;
     }
     if (c->ever_connected) r->stats.reconnects++;
@@ -178,6 +185,21 @@ void redis_queue(kvs_redis *r, uint32_t node, redis_req *req) {
     queue_on(r, node, req, NULL);
 }
 
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least, uint32_t keep) {
+    for (uint32_t i = 0; i < r->n_nodes; i++) {
+        for (uint32_t k = 0; k < r->opt.connections_per_node; k++) {
+            redis_conn *c = &r->nodes[i].conns[k];
+            if (c->io.fd < 0 || c->deferred == 0 || c->deferred < at_least || c->deferred <= keep)
+                continue;
+            if (activate(r, c) != 0) continue;
+            uint32_t wait = c->deferred - keep; /* the oldest answers: they come first */
+            if (wait > c->deferred_counted) r->outstanding += wait - c->deferred_counted;
+            if (wait > c->deferred_counted) c->deferred_counted = wait;
+            if (c->q_done == c->q_len) c->wait_since_ns = kvs_now_ns();
+        }
+    }
+}
+
 /* Reset a request to go again (a redirection) and queue it on node, after `before` if given. */
 static void requeue(kvs_redis *r, uint32_t node, redis_req *req, redis_req *before) {
     req->sent = 0;
@@ -189,6 +211,7 @@ static void requeue(kvs_redis *r, uint32_t node, redis_req *req, redis_req *befo
 /* The reply to q[q_done] is in: it no longer counts in flight. */
 static void reply_done(redis_conn *c, redis_req *req) {
     c->q_done++;
+    c->wait_since_ns = kvs_now_ns(); /* the server is answering: what follows waits from now */
     c->inflight = c->inflight > req->weight ? c->inflight - req->weight : 0;
     if (c->q_done == c->q_len) c->q_len = c->q_sent = c->q_done = 0;
 }
@@ -213,12 +236,20 @@ static int parse_redirect(const kvs_resp_node *e, size_t skip, uint16_t *slot, c
 
 static void handle_error(kvs_redis *r, redis_conn *c, redis_req *req, const kvs_resp_node *e) {
     int moved = kvs_resp_text_is(e, "MOVED", 1), ask = kvs_resp_text_is(e, "ASK", 1);
+    /* only a key's command is redirected: AUTH, CLUSTER SLOTS, INFO or DBSIZE answered with a
+     * redirection is a broken server's answer, and such a request belongs to its connection */
+    int keyed = req->op == OP_GET || req->op == OP_SET || req->op == OP_EXISTS || req->op == OP_DEL;
+    if ((moved || ask) && !keyed) {
+        redis_error(r, KVS_LOG_WARN, "%s redirected a command that has no key", c->node->ep.name);
+        complete(r, req, KVS_EIO);
+        return;
+    }
     if (moved || ask) {
         uint16_t slot = 0;
         char ep[KVS_REDIS_ENDPOINT_MAX];
         uint32_t node = REDIS_NO_NODE;
         if (parse_redirect(e, moved ? 6 : 4, &slot, ep, sizeof ep) == 0)
-            node = redis_node_find_or_add(r, ep);
+            node = redis_node_find_or_add(r, ep, 0);
         if (moved) {
             r->stats.moved++;
             r->refresh_due = 1;
@@ -346,6 +377,33 @@ static void handle_reply(kvs_redis *r, redis_conn *c, redis_req *req, const kvs_
 /* Consume the replies now in rbuf. 0, or -1 (with *why) when the stream is not RESP2 or breaks a
  * bound: the connection must be closed. */
 static int process(kvs_redis *r, redis_conn *c, const char **why) {
+    while (c->deferred > 0) { /* acknowledgements of puts that already returned come first */
+        uint32_t n = 0;
+        size_t used = 0;
+        kvs_resp_result pr = kvs_resp_parse(c->rbuf + c->rstart, c->rend - c->rstart, 4096,
+                                            r->reply_nodes, 16, &n, &used, why);
+        if (pr == KVS_RESP_MALFORMED) return -1;
+        if (pr == KVS_RESP_INCOMPLETE) return 0;
+        const kvs_resp_node *e = &r->reply_nodes[0];
+        if (kvs_resp_text_is(e, "OOM", 1)) {
+            r->stats.puts_refused_oom++;
+        } else if (e->kind == KVS_RESP_ERROR) {
+            if (kvs_resp_text_is(e, "NOPERM", 1)) r->stats.refused_noperm++;
+            redis_error(r, KVS_LOG_WARN, "%s refused a put: %.*s", c->node->ep.name,
+                        (int)(e->len > 200 ? 200 : e->len), e->text);
+        } else if (kvs_resp_text_is(e, "OK", 0)) {
+            r->stats.puts_stored++;
+        } else {
+            *why = "SET was answered with neither OK nor an error";
+            return -1;
+        }
+        c->rstart += used;
+        c->deferred--;
+        if (c->deferred_counted > 0) {
+            c->deferred_counted--;
+            if (r->outstanding > 0) r->outstanding--;
+        }
+    }
     while (c->q_done < c->q_len) {
         redis_req *req = c->q[c->q_done];
         size_t avail = c->rend - c->rstart;
@@ -434,7 +492,7 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why) {
             r->stats.protocol_errors++;
             return -1;
         }
-        if (c->q_done == c->q_len) {
+        if (c->q_done == c->q_len && c->deferred == 0) {
             if (c->rend > c->rstart) {
                 *why = "the server sent bytes nobody asked for";
                 r->stats.protocol_errors++;
@@ -452,12 +510,19 @@ static int pump_read(kvs_redis *r, redis_conn *c, const char **why) {
         struct iovec iov[2];
         int n = 0;
         uint64_t direct = 0;
-        redis_req *req = c->q[c->q_done];
-        if (c->in_body && !c->discard && c->body_got < c->body_len && c->rstart == c->rend) {
+        redis_req *req = c->q_done < c->q_len ? c->q[c->q_done] : NULL;
+        if (req && c->in_body && !c->discard && c->body_got < c->body_len && c->rstart == c->rend) {
             direct = c->body_len - c->body_got;
             iov[n++] = (struct iovec){(char *)req->dst + c->body_got, direct};
         }
-        iov[n++] = (struct iovec){c->rbuf + c->rend, REDIS_RBUF_BYTES - c->rend};
+        /* When the answer read next is a large value, rbuf takes only its header (a few KiB):
+         * the value itself then goes straight to the caller's buffer instead of through rbuf. */
+        uint32_t next = c->q_done + (direct > 0 || c->in_body ? 1u : 0u);
+        size_t tail = REDIS_RBUF_BYTES - c->rend;
+        if (c->deferred == 0 && next < c->q_len && c->q[next]->op == OP_GET &&
+            c->q[next]->weight >= REDIS_LARGE_VALUE && tail > REDIS_HEADER_READ)
+            tail = REDIS_HEADER_READ;
+        iov[n++] = (struct iovec){c->rbuf + c->rend, tail};
         int64_t got = kvs_redis_conn_readv(&c->io, iov, n);
         if (got == KVS_REDIS_IO_AGAIN) return 0;
         if (got < 0) {
@@ -504,6 +569,7 @@ static int pump_write(kvs_redis *r, redis_conn *c) {
         while (left > 0 && c->q_sent < c->q_len) {
             redis_req *req = c->q[c->q_sent];
             if (req->sent == 0) {
+                if (c->q_done == c->q_sent) c->wait_since_ns = kvs_now_ns();
                 c->inflight += req->weight;
                 if (c->inflight > r->stats.max_inflight_bytes)
                     r->stats.max_inflight_bytes = c->inflight;
@@ -512,10 +578,22 @@ static int pump_write(kvs_redis *r, redis_conn *c) {
             uint64_t take = rest < left ? rest : left;
             req->sent += take;
             left -= take;
-            if (req->sent == req_bytes(req)) c->q_sent++;
+            if (req->sent == req_bytes(req)) {
+                c->q_sent++;
+                /* a put returns once its bytes are written; its answer is read later */
+                if (req->op == OP_SET) complete(r, req, KVS_OK);
+            }
         }
     }
     return 0;
+}
+
+/* 1 when the connection has bytes it may write now: a request begun, or one the cap lets start. */
+static int wants_write(const kvs_redis *r, const redis_conn *c) {
+    if (c->q_sent >= c->q_len) return 0;
+    const redis_req *next = c->q[c->q_sent];
+    return next->sent > 0 || c->inflight == 0 ||
+           c->inflight + next->weight <= r->opt.inflight_bytes;
 }
 
 /* An ASKING request made during the call, freed when the call ends. */
@@ -550,7 +628,7 @@ kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req) {
             break;
         }
         struct pollfd p = {.fd = c->io.fd,
-                           .events = kvs_redis_conn_events(&c->io, 1, c->q_sent < c->q_len)};
+                           .events = kvs_redis_conn_events(&c->io, 1, wants_write(r, c))};
         uint64_t ms = (r->deadline_ns - now + 999999) / 1000000;
         if (!kvs_redis_conn_pending(&c->io) && poll(&p, 1, (int)(ms > 60000 ? 60000 : ms)) < 0 &&
             errno != EINTR)
@@ -558,17 +636,73 @@ kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req) {
         if (pump_read(r, c, &why) != 0) break;
     }
     if (!req->done) {
+        int late = kvs_now_ns() >= r->deadline_ns;
         redis_error(r, KVS_LOG_WARN, "%s: %s", c->node->ep.name, why[0] ? why : "a write failed");
         redis_conn_close(r, c);
-        return KVS_EIO;
+        return late ? KVS_ETIMEDOUT : KVS_EIO;
     }
     return req->status;
 }
 
+kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c) {
+    if (r->password_len == 0) return KVS_OK;
+    const char *argv[3] = {"AUTH", r->user, r->password};
+    size_t lens[3] = {4, strlen(r->user), r->password_len};
+    uint32_t argc = 3;
+    if (!r->user[0]) {
+        argv[1] = r->password;
+        lens[1] = r->password_len;
+        argc = 2;
+    }
+    redis_req *req = malloc(sizeof *req); /* AUTH may not fit the inline head: build it here */
+    char *head = malloc(sizeof r->user + sizeof r->password + 64);
+    kvs_status st = KVS_ENOMEM;
+    if (req && head) {
+        memset(req, 0, sizeof *req);
+        req->op = OP_AUTH;
+        req->status = KVS_EIO;
+        req->weight = 64;
+        size_t len = kvs_resp_command(head, sizeof r->user + sizeof r->password + 64, argc, argv,
+                                      lens, UINT64_MAX);
+        req->head = head;
+        req->head_len = (uint32_t)len;
+        st = len ? redis_conn_exec(r, c, req) : KVS_EINVAL;
+        OPENSSL_cleanse(head, len);
+    }
+    free(head);
+    free(req);
+    return st;
+}
+
+/* The call ran out of time: one last look at what has arrived, then each connection still owing
+ * replies is closed (a reply may still come: never into a buffer the caller has back). Its master is
+ * marked down only when it had half of timeout_ms to answer and did not: one that got its requests
+ * late (another master took the time) is not at fault. */
+static void run_out_of_time(kvs_redis *r, struct pollfd *pfd, redis_conn **polled, uint32_t np) {
+    r->stats.timeouts++;
+    if (poll(pfd, np, 0) > 0) {
+        for (uint32_t i = 0; i < np; i++) {
+            const char *why = "";
+            if (pfd[i].revents && polled[i]->io.fd >= 0 && pump_read(r, polled[i], &why) != 0)
+                conn_failed(r, polled[i], why);
+        }
+    }
+    uint64_t now = kvs_now_ns(), fair = r->opt.timeout_ms * 500000ull;
+    for (uint32_t i = 0; i < np; i++) {
+        redis_conn *c = polled[i];
+        if (c->io.fd < 0 || !owes(c)) continue;
+        if ((c->q_done < c->q_sent || c->deferred_counted > 0) && now - c->wait_since_ns >= fair)
+            redis_node_down(r, c->node, "no answer within timeout_ms");
+        else
+            redis_conn_close(r, c);
+    }
+}
+
 void redis_run(kvs_redis *r) {
-    struct pollfd pfd[REDIS_MAX_NODES];
-    redis_conn *polled[REDIS_MAX_NODES];
-    while (r->outstanding > 0) {
+    struct pollfd *pfd = malloc((r->n_active + 1) * sizeof *pfd);
+    redis_conn **polled = malloc((r->n_active + 1) * sizeof *polled);
+    uint32_t cap = r->n_active;
+    while (r->outstanding > 0 && pfd && polled) {
         const char *why = "";
         for (uint32_t a = 0; a < r->n_active; a++) {
             redis_conn *c = r->active[a];
@@ -578,24 +712,31 @@ void redis_run(kvs_redis *r) {
                 conn_failed(r, c, why[0] ? why : "a write failed");
         }
         if (r->outstanding == 0) break;
+        if (r->n_active > cap) { /* a redirection reached another master */
+            struct pollfd *p2 = realloc(pfd, (r->n_active + 1) * sizeof *pfd);
+            if (p2) pfd = p2;
+            redis_conn **c2 = realloc(polled, (r->n_active + 1) * sizeof *polled);
+            if (c2) polled = c2;
+            if (!p2 || !c2) break;
+            cap = r->n_active;
+        }
         uint32_t np = 0;
-        for (uint32_t a = 0; a < r->n_active && np < REDIS_MAX_NODES; a++) {
+        for (uint32_t a = 0; a < r->n_active; a++) {
             redis_conn *c = r->active[a];
-            if (c->io.fd < 0 || c->q_done == c->q_len) continue;
+            if (c->io.fd < 0 || !owes(c)) continue;
             pfd[np] = (struct pollfd){
-                .fd = c->io.fd, .events = kvs_redis_conn_events(&c->io, 1, c->q_sent < c->q_len)};
+                .fd = c->io.fd, .events = kvs_redis_conn_events(&c->io, 1, wants_write(r, c))};
             polled[np++] = c;
         }
         if (np == 0) break; /* nothing left on a live connection: the rest failed */
         uint64_t now = kvs_now_ns();
         if (now >= r->deadline_ns) {
-            r->stats.timeouts++;
-            for (uint32_t i = 0; i < np; i++)
-                redis_node_down(r, polled[i]->node, "no answer within timeout_ms");
+            run_out_of_time(r, pfd, polled, np);
             break;
         }
         uint64_t ms = (r->deadline_ns - now + 999999) / 1000000;
         int k = poll(pfd, np, (int)(ms > 60000 ? 60000 : ms));
+        r->stats.polls++;
         if (k < 0 && errno != EINTR) break;
         for (uint32_t i = 0; k > 0 && i < np; i++) {
             if (!pfd[i].revents || polled[i]->io.fd < 0) continue;
@@ -603,11 +744,23 @@ void redis_run(kvs_redis *r) {
             if (pump_read(r, polled[i], &why) != 0) conn_failed(r, polled[i], why);
         }
     }
+    free(pfd);
+    free(polled);
     for (uint32_t a = 0; a < r->n_active; a++) {
         redis_conn *c = r->active[a];
-        if (c->q_done < c->q_len)
-            redis_conn_close(r, c); /* a reply may still come: never into
-                                                              a buffer the caller has back */
+        int only_puts = c->q_sent == c->q_len;
+        for (uint32_t i = c->q_done; only_puts && i < c->q_len; i++)
+            only_puts = c->q[i]->op == OP_SET;
+        c->deferred_counted = 0;
+        if (c->q_done < c->q_len && only_puts && c->io.fd >= 0) {
+            /* whole puts whose answers are still coming: read with a later call */
+            c->deferred += c->q_len - c->q_done;
+            c->q_len = c->q_sent = c->q_done = 0;
+            c->inflight = 0;
+        } else if (c->q_done < c->q_len) {
+            redis_conn_close(r, c); /* a reply may still come: never into a buffer the caller
+                                       has back */
+        }
         c->active = 0;
     }
     r->n_active = 0;

@@ -2,7 +2,8 @@
  * redis_internal.h - what the redis tier's files share: its state, its masters and their
  * connections, and the requests of one call. redis.c owns the state and the ops; redis_batch.c
  * runs one call's requests over the connections (the progress loop). Everything here is used under
- * the tier's lock.
+ * the tier's lock. Files, bottom up: redis_nodes.c (servers, slot map, error sentence),
+ * redis_batch.c (a call's requests), redis.c (the ops).
  */
 #ifndef KVS_REDIS_INTERNAL_H
 #define KVS_REDIS_INTERNAL_H
@@ -17,12 +18,15 @@
 #include "resp.h"
 #include "slots.h"
 
-#define REDIS_MAX_NODES  256        /* masters and seeds the tier keeps (a cluster of 128 x 2) */
-#define REDIS_NO_NODE    UINT16_MAX /* a slot no master is known for */
-#define REDIS_RBUF_BYTES (256u << 10)
-#define REDIS_KEY_BYTES  (5 + KVS_REDIS_MAX_TENANT + 1 + 32 + 1) /* kvs1:<tenant>:<hex>, NUL */
-#define REDIS_HEAD_BYTES 192   /* the encoded command before a value: SET key $len */
-#define REDIS_MAX_REPLY  65536 /* nodes of one non-GET reply (CLUSTER SLOTS of a big cluster) */
+#define REDIS_MAX_NODES   256        /* masters and seeds the tier keeps (a cluster of 128 x 2) */
+#define REDIS_NO_NODE     UINT16_MAX /* a slot no master is known for */
+#define REDIS_RBUF_BYTES  (256u << 10)
+#define REDIS_KEY_BYTES   (5 + KVS_REDIS_MAX_TENANT + 1 + 32 + 1) /* kvs1:<tenant>:<hex>, NUL */
+#define REDIS_HEAD_BYTES  192   /* the encoded command before a value: SET key $len */
+#define REDIS_MAX_REPLY   65536 /* nodes of one non-GET reply (CLUSTER SLOTS of a big cluster) */
+#define REDIS_MAX_VALUE   (512ull << 20) /* Redis's proto-max-bulk-len default */
+#define REDIS_LARGE_VALUE (128u << 10)   /* a GET that may answer this much is read around rbuf */
+#define REDIS_HEADER_READ 4096u
 
 enum redis_op {
     OP_GET,
@@ -69,12 +73,15 @@ typedef struct redis_conn {
     redis_req **q; /* this call's requests on this connection, in the order sent */
     uint32_t q_len, q_cap, q_sent, q_done;
     uint64_t inflight;
-    int in_body;        /* reading a GET value */
-    int discard;        /* ... that does not fit the caller's buffer: read and dropped */
-    uint64_t body_len;  /* its length */
-    uint64_t body_got;  /* bytes of it read so far */
-    int active;         /* in the call's list of connections */
-    int ever_connected; /* a later connect is a reconnect */
+    int in_body;               /* reading a GET value */
+    int discard;               /* ... that does not fit the caller's buffer: read and dropped */
+    uint64_t body_len;         /* its length */
+    uint64_t body_got;         /* bytes of it read so far */
+    int active;                /* in the call's list of connections */
+    uint64_t wait_since_ns;    /* when the oldest unanswered request went, or the last reply came */
+    uint32_t deferred;         /* answers owed to puts that already returned (read first) */
+    uint32_t deferred_counted; /* of them, those the current call waits for */
+    int ever_connected;        /* a later connect is a reconnect */
 } redis_conn;
 
 struct redis_node {
@@ -84,6 +91,7 @@ struct redis_node {
     uint64_t down_until_ns; /* 0: up (or never tried) */
     uint64_t backoff_ms;
     int is_master; /* owns slots in the map now (standalone: the one node) */
+    int is_seed;   /* named in the YAML: kept in the table for good */
 };
 
 typedef struct kvs_redis {
@@ -120,6 +128,17 @@ typedef struct kvs_redis {
     char refusal[300]; /* the first NOPERM/WRONGPASS/NOAUTH answer, for the refusal at open */
 } kvs_redis;
 
+/* redis_nodes.c (the bottom: used by redis_batch.c and redis.c) */
+/* Set the tier's last error and log it at level. */
+void redis_error(kvs_redis *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The index of the node at "host:port" (or, from_config only, a unix socket path), added when it
+ * is new; REDIS_NO_NODE when the table is full or the text is not such an endpoint. */
+uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint, int from_config);
+/* Apply a CLUSTER SLOTS reply asked of node asked. */
+void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
+                       const redis_node *asked);
+
 /* redis_batch.c */
 /* Fill req as the command argv[0..argc) (and a value sent from the caller's buffer when value is
  * not NULL). KVS_EINVAL when it does not fit the inline head. */
@@ -131,26 +150,20 @@ void redis_queue(kvs_redis *r, uint32_t node, redis_req *req);
 /* Run the call's requests until every counted one is done or the deadline passes (then every
  * connection with requests unanswered is closed and its requests fail with KVS_ETIMEDOUT). */
 void redis_run(kvs_redis *r);
+/* Make the call wait for the answers owed to earlier puts on every connection that owes at least
+ * at_least of them, until keep remain (a read: 1 and 0, so it sees what was put before it; puts:
+ * a connection far behind catches up halfway, the pipeline never drains). */
+void redis_wait_deferred(kvs_redis *r, uint32_t at_least, uint32_t keep);
 /* Begin a call: deadline now + timeout_ms, no requests. */
 void redis_call_begin(kvs_redis *r);
 /* Close every connection of node and mark it down (backoff doubles to 5 s). */
 void redis_node_down(kvs_redis *r, redis_node *node, const char *why);
 void redis_conn_close(kvs_redis *r, redis_conn *c);
-/* Set the tier's last error and log it at level. */
-void redis_error(kvs_redis *r, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Run req alone on c (a new connection the call has queued nothing on) until it is answered or
  * the deadline passes (then c is closed). Its status, or KVS_EIO. */
 kvs_status redis_conn_exec(kvs_redis *r, redis_conn *c, redis_req *req);
 
-/* redis.c (called from the batch on redirections and slot maps) */
-/* The index of the node at "host:port", added when it is new; REDIS_NO_NODE when the table is
- * full or the text is not an endpoint. */
-uint32_t redis_node_find_or_add(kvs_redis *r, const char *endpoint);
-/* Apply a CLUSTER SLOTS reply asked of node asked. */
-void redis_apply_slots(kvs_redis *r, const kvs_resp_node *nodes, uint32_t n,
-                       const redis_node *asked);
 /* Authenticate a new connection (AUTH) before the call uses it: KVS_OK, or a refusal. */
 kvs_status redis_conn_hello(kvs_redis *r, redis_conn *c);
 

@@ -52,7 +52,7 @@ static const kvs_option_desc OPTIONS[] = {
      KVS_OPTION_FIELD(kvs_redis_options, inflight_bytes),
      .min = 64 << 10,
      .max = 1ull << 32,
-     .example = "8MiB"},
+     .example = "2MiB"},
     {.name = "connect_backoff_ms",
      .kind = KVS_OPTION_MILLISECONDS,
      KVS_OPTION_FIELD(kvs_redis_options, connect_backoff_ms),
@@ -83,7 +83,7 @@ kvs_status kvs_redis_options_parse(const kvs_backend_option *options, uint64_t n
     o->tenant = "default";
     o->timeout_ms = KVS_REDIS_DEFAULT_TIMEOUT;
     o->connections_per_node = 2;
-    o->inflight_bytes = 8ull << 20;
+    o->inflight_bytes = 2ull << 20;
     o->connect_backoff_ms = 100;
     kvs_status st = kvs_options_parse(OPTIONS, sizeof OPTIONS / sizeof OPTIONS[0], options,
                                       n_options, o, NULL, why, why_len, refused, refused_len);

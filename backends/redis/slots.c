@@ -32,7 +32,7 @@ static int text_copy(const kvs_resp_node *node, char *out, size_t cap) {
         return -1;
     for (uint64_t i = 0; i < node->len; i++)
         if (node->text[i] == '\0' || node->text[i] == ' ' || node->text[i] == '\r' ||
-            node->text[i] == '\n')
+            node->text[i] == '\n' || node->text[i] == '/')
             return -1;
     memcpy(out, node->text, node->len);
     out[node->len] = '\0';
