@@ -53,7 +53,7 @@ typedef struct options {
     const char *gguf, *config, *text, *backend_dir, *tenant, *linger_file;
     int sessions, session_base, turns, system, doc, user, gen, chunk, threads;
     unsigned seed;
-    int verify, no_store, json, quiet, store_truncated;
+    int verify, probe, no_store, json, quiet, store_truncated;
     double tolerance;
 } options;
 
@@ -74,6 +74,9 @@ static void usage(FILE *f) {
         "  --verify          check every restored state: bit for bit against the saver's logits,\n"
         "                    and against a full recompute within --tolerance (default 1e-4,\n"
         "                    relative to the largest |logit|)\n"
+        "  --probe           store each state with its probe (the saver's logits for the next "
+        "token),\n"
+        "                    which --verify compares bit for bit; --verify implies it\n"
         "  --json            one JSON line per turn (llama_turn) and one summary line\n"
         "  --threads N       llama.cpp's threads (default 1)\n"
         "  --text FILE       bytes the prompts are taken from (default the mini model's sample)\n"
@@ -114,7 +117,10 @@ static int parse_args(int argc, char **argv, options *o) {
             usage(stdout);
             return 1;
         } else if (!strcmp(a, "--verify")) {
-            o->verify = 1;
+            o->verify = o->probe = 1;
+            continue;
+        } else if (!strcmp(a, "--probe")) {
+            o->probe = 1;
             continue;
         } else if (!strcmp(a, "--no-store")) {
             o->no_store = 1;
@@ -285,7 +291,7 @@ typedef struct run {
     size_t text_len;
     /* totals */
     int turns_done, turns_restored, restored_tokens, computed_tokens, refused, store_failures;
-    int saves, saves_skipped, verified, bitwise_equal, bitwise_differ, full_ok, full_bad;
+    int saves, saves_skipped, verified, no_probe, bitwise_equal, bitwise_differ, full_ok, full_bad;
     double max_rel_restored, max_rel_fresh, ttft_later_ms, save_ms, turn_ms;
     int later_turns;
     char err[512];
@@ -345,9 +351,10 @@ static const probe_trailer *value_trailer(const run *r, uint64_t len) {
     static probe_trailer t;
     if (len < sizeof t) return NULL;
     memcpy(&t, r->buf + len - sizeof t, sizeof t);
-    uint64_t probe_bytes = (uint64_t)r->vocab * sizeof(float);
-    if (memcmp(t.magic, probe_magic, sizeof t.magic) || t.vocab != (uint32_t)r->vocab ||
-        t.state_len == 0 || t.state_len + probe_bytes + sizeof t != len)
+    uint64_t probe_bytes = (uint64_t)t.vocab * sizeof(float);
+    if (memcmp(t.magic, probe_magic, sizeof t.magic) ||
+        (t.vocab != 0 && t.vocab != (uint32_t)r->vocab) || t.state_len == 0 ||
+        t.state_len + probe_bytes + sizeof t != len)
         return NULL;
     return &t;
 }
@@ -433,7 +440,7 @@ static int save_state(run *r, const int32_t *tokens, int B) {
         return -1;
     }
     size_t size = llama_state_seq_get_size_ext(r->ctx, 1, 0);
-    uint64_t probe_bytes = (uint64_t)r->vocab * sizeof(float);
+    uint64_t probe_bytes = r->o.probe ? (uint64_t)r->vocab * sizeof(float) : 0;
     if (size == 0 || size + probe_bytes + sizeof(probe_trailer) > r->max_value) {
         snprintf(r->err, sizeof r->err, "a state of %zu bytes does not fit the store's %llu", size,
                  (unsigned long long)r->max_value);
@@ -441,21 +448,31 @@ static int save_state(run *r, const int32_t *tokens, int B) {
         return -1;
     }
     size_t wrote = llama_state_seq_get_data_ext(r->ctx, r->buf, size, 1, 0);
-    /* The probe: the next token's logits on the state just taken, what a restore must give bit
-     * for bit. Sequence 0 past B goes first (the next turn restores from the store anyway), so
-     * the probe lands in cell B over B cells, the layout a restore into an empty context has. */
-    llama_memory_seq_rm(r->mem, 0, B, -1);
-    int rc = wrote == size ? decode(r->ctx, tokens + B, 1, B, 1, 1, r->err, sizeof r->err) : -1;
-    const float *l = rc == 0 ? llama_get_logits_ith(r->ctx, -1) : NULL;
-    llama_memory_seq_rm(r->mem, 1, -1, -1);
-    if (!l) {
-        if (rc == 0 || wrote != size)
-            snprintf(r->err, sizeof r->err, "no state or probe logits for the state at %d", B);
+    if (wrote != size) {
+        snprintf(r->err, sizeof r->err, "llama.cpp wrote %zu of the state's %zu bytes", wrote,
+                 size);
+        llama_memory_seq_rm(r->mem, 1, -1, -1);
         return -1;
     }
-    memcpy(r->buf + size, l, probe_bytes);
-    probe_trailer t = {
-        .state_len = size, .token = (uint32_t)tokens[B], .vocab = (uint32_t)r->vocab};
+    if (probe_bytes) {
+        /* The probe: the next token's logits on the state just taken, what a restore must give
+         * bit for bit. Sequence 0 past B goes first (the next turn restores from the store
+         * anyway), so the probe lands in cell B over B cells, the layout of a restore into an
+         * empty context. */
+        llama_memory_seq_rm(r->mem, 0, B, -1);
+        int rc = decode(r->ctx, tokens + B, 1, B, 1, 1, r->err, sizeof r->err);
+        const float *l = rc == 0 ? llama_get_logits_ith(r->ctx, -1) : NULL;
+        if (!l) {
+            if (rc == 0) snprintf(r->err, sizeof r->err, "no probe logits for the state at %d", B);
+            llama_memory_seq_rm(r->mem, 1, -1, -1);
+            return -1;
+        }
+        memcpy(r->buf + size, l, probe_bytes);
+    }
+    llama_memory_seq_rm(r->mem, 1, -1, -1);
+    probe_trailer t = {.state_len = size,
+                       .token = (uint32_t)tokens[B],
+                       .vocab = probe_bytes ? (uint32_t)r->vocab : 0};
     uint64_t len = size + probe_bytes;
     if (r->o.store_truncated) { /* a test of llama.cpp's refusal: the state cut in half */
         memmove(r->buf + size / 2, r->buf + size, probe_bytes);
@@ -482,7 +499,9 @@ static int save_state(run *r, const int32_t *tokens, int B) {
 static int verify_turn(run *r, const int32_t *prompt, int n, const turn_stats *ts) {
     const probe_trailer *t = ts->trailer;
     int bad = 0, B = ts->restored;
-    if (t) {
+    if (t && t->vocab == 0) {
+        r->no_probe++;
+    } else if (t) {
         /* the value is still in r->buf: the probe follows the state */
         llama_memory_clear(r->vmem, true);
         int32_t tok = (int32_t)t->token;
@@ -780,11 +799,11 @@ int main(int argc, char **argv) {
                (unsigned long long)ss.gets, (unsigned long long)ss.get_hits,
                (unsigned long long)ss.corrupt, r.refused, r.store_failures);
     if (o->verify)
-        printf(PROG ": verify: %d turns; %d restored states bit for bit, %d differ; full "
-                    "recompute %d within %.3g, %d not (largest relative difference: restored %.3g, "
-                    "not restored %.3g): %s\n",
-               r.verified, r.bitwise_equal, r.bitwise_differ, r.full_ok, o->tolerance, r.full_bad,
-               r.max_rel_restored, r.max_rel_fresh, status == 0 ? "ok" : "FAILED");
+        printf(PROG ": verify: %d turns; %d restored states bit for bit, %d differ, %d stored "
+                    "without a probe; full recompute %d within %.3g, %d not (largest relative "
+                    "difference: restored %.3g, not restored %.3g): %s\n",
+               r.verified, r.bitwise_equal, r.bitwise_differ, r.no_probe, r.full_ok, o->tolerance,
+               r.full_bad, r.max_rel_restored, r.max_rel_fresh, status == 0 ? "ok" : "FAILED");
     if (o->linger_file) linger(o);
     goto out;
 fail:

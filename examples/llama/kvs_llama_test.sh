@@ -39,7 +39,7 @@ turn_restored() { # OUT SESSION TURN: tokens that turn restored
 }
 total_restored() { sed -n 's/.*tokens restored \([0-9]*\),.*/\1/p' "$tmp/$1"; }
 verified_ok() { # OUT: --verify passed, with at least one state compared bit for bit
-    grep -q 'verify: .* \([1-9][0-9]*\) restored states bit for bit, 0 differ.*: ok$' "$tmp/$1"
+    grep -q 'verify: .* \([1-9][0-9]*\) restored states bit for bit, 0 differ, .*: ok$' "$tmp/$1"
 }
 ssd_config() {
     mkdir -p "$tmp/ssd"
@@ -68,7 +68,7 @@ tiers:
     options: {shm_name: $shm}
 EOF
     # the first process keeps the shared tier open until the second is done
-    "$bin" $args --config "$tmp/shared.yaml" --seed 3 --linger-until "$tmp/done" \
+    "$bin" $args --config "$tmp/shared.yaml" --seed 3 --probe --linger-until "$tmp/done" \
         >"$tmp/p1" 2>&1 &
     p1=$!
     i=0
@@ -89,7 +89,7 @@ EOF
     ;;
 restart)
     ssd_config
-    run p1 $args --config "$tmp/ssd.yaml" --seed 4 || fail "the first run failed"
+    run p1 $args --config "$tmp/ssd.yaml" --seed 4 --probe || fail "the first run failed"
     run p2 $args --config "$tmp/ssd.yaml" --seed 4 --verify || fail "the second run failed"
     r=$(turn_restored p2 0 0)
     [ "${r:-0}" -gt 192 ] || fail "after the restart the first turn restored ${r:-nothing}"
