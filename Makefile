@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CONFIG ?= examples/configs/default.yaml
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test asan test-asan check-format cppcheck bench bench-report install clean
+.PHONY: all deps build demo llama test asan test-asan check-format cppcheck bench bench-report install clean
 
 all: build
 
@@ -22,6 +22,15 @@ build:
 demo: deps
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/bin/kvs-mini-engine --config $(CONFIG)
+
+# llama.cpp with kvstrata as its prompt cache (docs/llama.md): installs llama.cpp from the npm
+# registry into build/llama (scripts/install-llama.sh; the network, once), builds kvs-llama and runs
+# two sessions that share a system prompt, every restored state verified.
+llama:
+	@scripts/install-llama.sh
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target kvs-llama
+	$(BUILD)/bin/kvs-llama --gguf $(BUILD)/share/kvstrata/mini-256.gguf --sessions 2 --turns 3 --verify
 
 # After ctest, the tests that were skipped (exit 77: no GPU, not root, ...) are listed with the
 # reason each printed: ctest counts them in "100% tests passed".
