@@ -624,6 +624,7 @@ static int run_sessions(run *r) {
                        (unsigned long long)s, turn, n, ts.restored, n - ts.restored, ttft, save_ms,
                        turn_ms > 0 ? 100 * save_ms / turn_ms : 0.0,
                        o->verify ? (vbad ? ", verify FAILED" : ", verified") : "");
+            fflush(stdout); /* another process may be waiting on the line */
         }
     }
     return status;

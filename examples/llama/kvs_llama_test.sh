@@ -2,6 +2,8 @@
 # kvs_llama_test.sh CASE KVS_LLAMA GGUF PYTHON CONVERTER KVSW: kvs-llama's cases (CTest label llama).
 #   two_process  a second process restores from a shared DRAM tier what the first saved, and its
 #                logits are the saver's bit for bit
+#   concurrent   two processes at once over a shared DRAM tier: the second's first session restores
+#                the system prompt the first saved, and both verify bit for bit
 #   restart      DRAM over SSD: a new process restores what the last one saved (from the SSD)
 #   corrupt      every stored object damaged in the SSD files: misses, recomputed, still verified
 #   truncated    states llama.cpp refuses (cut short): misses, recomputed, still verified
@@ -12,10 +14,10 @@ set -u
 case_=$1 bin=$2 gguf=$3 python=$4 converter=$5 kvsw=$6
 tmp=$(mktemp -d)
 shm=kvs-llama-test-$$
-p1=
+p1= p2=
 cleanup() {
     touch "$tmp/done"
-    [ -n "$p1" ] && kill "$p1" 2>/dev/null && wait "$p1" 2>/dev/null
+    for p in $p1 $p2; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
     rm -f "/dev/shm/$shm"
     rm -rf "$tmp"
 }
@@ -57,8 +59,7 @@ tiers:
 EOF
 }
 
-case $case_ in
-two_process)
+shared_config() {
     cat >"$tmp/shared.yaml" <<EOF
 version: 1
 tiers:
@@ -67,6 +68,11 @@ tiers:
     capacity: 128MiB
     options: {shm_name: $shm}
 EOF
+}
+
+case $case_ in
+two_process)
+    shared_config
     # the first process keeps the shared tier open until the second is done
     "$bin" $args --config "$tmp/shared.yaml" --seed 3 --probe --linger-until "$tmp/done" \
         >"$tmp/p1" 2>&1 &
@@ -86,6 +92,42 @@ EOF
     touch "$tmp/done"
     wait "$p1" || fail "the first process failed"
     p1=
+    ;;
+concurrent)
+    # two processes at once on one shared DRAM tier, different sessions with one system prompt:
+    # each finds the states the other saves, and every restore verifies bit for bit
+    shared_config
+    "$bin" $args --config "$tmp/shared.yaml" --sessions 3 --session-base 0 --verify \
+        --linger-until "$tmp/done" >"$tmp/c1" 2>&1 &
+    p1=$!
+    # the second starts once the first has saved its system prompt's state
+    i=0
+    until grep -q "^session 0 turn 0" "$tmp/c1"; do
+        kill -0 "$p1" 2>/dev/null || { cat "$tmp/c1"; fail "the first process ended early"; }
+        i=$((i + 1))
+        [ $i -lt 1200 ] || fail "the first process's first turn took over 120 s"
+        sleep 0.1
+    done
+    "$bin" $args --config "$tmp/shared.yaml" --sessions 3 --session-base 3 --verify \
+        --linger-until "$tmp/done" >"$tmp/c2" 2>&1 &
+    p2=$!
+    i=0
+    until grep -q lingering "$tmp/c1" && grep -q lingering "$tmp/c2"; do
+        kill -0 "$p1" 2>/dev/null || kill -0 "$p2" 2>/dev/null || break
+        i=$((i + 1))
+        [ $i -lt 1200 ] || { kill "$p2"; fail "the processes did not finish in 120 s"; }
+        sleep 0.1
+    done
+    touch "$tmp/done"
+    wait "$p2"
+    rc2=$?
+    wait "$p1"
+    rc1=$?
+    p1= p2=
+    cat "$tmp/c1" "$tmp/c2"
+    [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] || fail "exit statuses $rc1 and $rc2"
+    verified_ok c1 && verified_ok c2 || fail "a process verified nothing bit for bit"
+    [ "$(turn_restored c2 3 0)" = 192 ] || fail "the second process did not restore the system prompt"
     ;;
 restart)
     ssd_config
