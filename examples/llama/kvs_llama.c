@@ -293,7 +293,7 @@ typedef struct run {
     int turns_done, turns_restored, restored_tokens, computed_tokens, refused, store_failures;
     int saves, saves_skipped, verified, no_probe, bitwise_equal, bitwise_differ, full_ok, full_bad;
     double max_rel_restored, max_rel_fresh, ttft_later_ms, save_ms, turn_ms;
-    int later_turns;
+    int later_turns, store_stuck;
     char err[512];
 } run;
 
@@ -343,7 +343,15 @@ static kvs_status store_one(run *r, uint32_t op, const uint8_t *key, void *buf, 
     if (st != KVS_OK) return st;
     /* a tier across the network answers within its own timeout; this bounds the rest */
     st = r->S->wait(r->store, ticket, 60000, res, 1, NULL);
-    return st != KVS_OK ? st : (kvs_status)res->status;
+    if (st != KVS_OK) {
+        /* the batch may still use buf: the store is not used again, buf not touched until close
+         * (which waits for the batches in flight); every later turn computes its whole prompt */
+        fprintf(stderr, PROG ": a store batch did not complete (status %d): the store is off\n",
+                (int)st);
+        r->store_stuck = 1;
+        return st;
+    }
+    return (kvs_status)res->status;
 }
 
 /* The value's trailer, or NULL when the value is not a state and probe of this model. */
@@ -370,7 +378,7 @@ typedef struct turn_stats {
 static int restore(run *r, const int32_t *prompt, int n, turn_stats *ts) {
     int C = r->o.chunk, K = (n - 1) / C;
     ts->trailer = NULL;
-    if (K <= 0 || !r->store) return 0;
+    if (K <= 0 || !r->store || r->store_stuck) return 0;
     chain_hashes(prompt, K, C, r->chain);
     uint8_t *kb = malloc((size_t)K * KEY_BYTES);
     uint64_t *off = malloc((size_t)(K + 1) * sizeof *off);
@@ -396,6 +404,7 @@ static int restore(run *r, const int32_t *prompt, int n, turn_stats *ts) {
                                   r->max_value, &res);
         if (st != KVS_OK) { /* a miss, a damaged object (removed by the store), a failed tier */
             if (st != KVS_ENOTFOUND) r->store_failures++;
+            if (r->store_stuck) break;
             continue;
         }
         const probe_trailer *t = value_trailer(r, res.bytes);
@@ -589,14 +598,14 @@ static int run_sessions(run *r) {
             if (vbad) status = 1;
             t_gen = now_ms();
             int saved = 0;
-            if (r->store) {
+            if (r->store && !r->store_stuck) {
                 int in_kv = n_hist - 1; /* the last generated token was never decoded */
                 int B = (in_kv / o->chunk) * o->chunk;
                 int rc = B > 0 ? save_state(r, r->history, B) : 0;
                 if (rc < 0) fprintf(stderr, PROG ": %s\n", r->err);
                 saved += rc > 0;
                 r->saves_skipped += rc == 0 && B > 0;
-                if (!sys_saved && Bs > 0 && Bs != B && in_kv >= Bs) {
+                if (!sys_saved && !r->store_stuck && Bs > 0 && Bs != B && in_kv >= Bs) {
                     rc = save_state(r, r->history, Bs);
                     if (rc < 0) fprintf(stderr, PROG ": %s\n", r->err);
                     saved += rc > 0;
