@@ -359,10 +359,11 @@ static const probe_trailer *value_trailer(const run *r, uint64_t len) {
     static probe_trailer t;
     if (len < sizeof t) return NULL;
     memcpy(&t, r->buf + len - sizeof t, sizeof t);
-    uint64_t probe_bytes = (uint64_t)t.vocab * sizeof(float);
+    uint64_t probe_bytes = (uint64_t)t.vocab * sizeof(float), body = len - sizeof t;
+    /* the lengths are compared without a sum that could wrap: a value is untrusted bytes */
     if (memcmp(t.magic, probe_magic, sizeof t.magic) ||
-        (t.vocab != 0 && t.vocab != (uint32_t)r->vocab) || t.state_len == 0 ||
-        t.state_len + probe_bytes + sizeof t != len)
+        (t.vocab != 0 && t.vocab != (uint32_t)r->vocab) || body < probe_bytes ||
+        t.state_len == 0 || t.state_len != body - probe_bytes)
         return NULL;
     return &t;
 }
@@ -408,15 +409,16 @@ static int restore(run *r, const int32_t *prompt, int n, turn_stats *ts) {
             continue;
         }
         const probe_trailer *t = value_trailer(r, res.bytes);
-        if (!t) {
-            r->refused++;
-            continue;
-        }
-        size_t got = llama_state_seq_set_data_ext(r->ctx, r->buf, t->state_len, 0, 0);
-        if (got == 0 || llama_memory_seq_pos_max(r->mem, 0) != k * C - 1) {
-            /* llama.cpp refused it (another layout, a truncated state): recompute */
+        size_t got = t ? llama_state_seq_set_data_ext(r->ctx, r->buf, t->state_len, 0, 0) : 0;
+        if (!t || got != t->state_len || llama_memory_seq_pos_min(r->mem, 0) != 0 ||
+            llama_memory_seq_pos_max(r->mem, 0) != k * C - 1) {
+            /* not a state of this model, or llama.cpp refused it (another layout, a truncated
+             * state): recompute, and drop it so that a later turn saves a good one there */
             r->refused++;
             llama_memory_seq_rm(r->mem, 0, -1, -1);
+            kvs_store_result gone = {0};
+            (void)store_one(r, KVS_STORE_OP_REMOVE, kb + (size_t)(k - 1) * KEY_BYTES, NULL, 0,
+                            &gone);
             continue;
         }
         llama_memory_seq_rm(r->mem, 0, k * C, -1);

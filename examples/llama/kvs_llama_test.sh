@@ -172,6 +172,14 @@ truncated)
     n=$(sed -n 's/.* \([0-9]*\) refused by llama.cpp.*/\1/p' "$tmp/p1")
     [ "${n:-0}" -gt 0 ] || fail "llama.cpp refused nothing"
     grep -q 'verify: .*: ok$' "$tmp/p1" || fail "the recomputed run does not verify"
+    # a refused state is dropped, so the next run that computes that prefix stores a good one
+    ssd_config
+    run t1 $args --config "$tmp/ssd.yaml" --seed 6 --test-store-truncated || fail "the truncated run failed"
+    run t2 $args --config "$tmp/ssd.yaml" --seed 6 --verify || fail "the run over truncated states failed"
+    [ "$(turn_restored t2 0 0)" = 0 ] || fail "a truncated state was restored"
+    run t3 $args --config "$tmp/ssd.yaml" --seed 6 --verify || fail "the third run failed"
+    r=$(turn_restored t3 0 0)
+    [ "${r:-0}" -gt 0 ] || fail "a refused state stayed in the store: the third run restored nothing"
     ;;
 system_only)
     run p1 $args --sessions 2 --verify || fail "the run failed"
