@@ -362,8 +362,8 @@ static const probe_trailer *value_trailer(const run *r, uint64_t len) {
     uint64_t probe_bytes = (uint64_t)t.vocab * sizeof(float), body = len - sizeof t;
     /* the lengths are compared without a sum that could wrap: a value is untrusted bytes */
     if (memcmp(t.magic, probe_magic, sizeof t.magic) ||
-        (t.vocab != 0 && t.vocab != (uint32_t)r->vocab) || body < probe_bytes ||
-        t.state_len == 0 || t.state_len != body - probe_bytes)
+        (t.vocab != 0 && t.vocab != (uint32_t)r->vocab) || body < probe_bytes || t.state_len == 0 ||
+        t.state_len != body - probe_bytes)
         return NULL;
     return &t;
 }
