@@ -51,7 +51,7 @@ typedef struct probe_trailer {
 
 typedef struct options {
     const char *gguf, *config, *text, *backend_dir, *tenant, *linger_file;
-    int sessions, session_base, turns, system, doc, user, gen, chunk, threads;
+    int sessions, session_base, turns, system, doc, user, gen, chunk, threads, max_context;
     unsigned seed;
     int verify, probe, no_store, json, quiet, store_truncated;
     double tolerance;
@@ -70,6 +70,8 @@ static void usage(FILE *f) {
         "  --user N          tokens of each user turn (default 48)\n"
         "  --gen N           tokens the model generates per turn, greedy (default 4)\n"
         "  --chunk N         tokens per chunk: states are stored at multiples of N (default 64)\n"
+        "  --max-context N   the context and the largest state stored (default: what the session\n"
+        "                    shape needs); processes sharing a DRAM tier pass the same N\n"
         "  --seed N          which documents and user turns (default 1)\n"
         "  --verify          check every restored state: bit for bit against the saver's logits,\n"
         "                    and against a full recompute within --tolerance (default 1e-4,\n"
@@ -162,6 +164,8 @@ static int parse_args(int argc, char **argv, options *o) {
             bad = parse_int(v, 1, 1 << 20, &o->user);
         } else if (!strcmp(a, "--gen")) {
             bad = parse_int(v, 1, 4096, &o->gen);
+        } else if (!strcmp(a, "--max-context")) {
+            bad = parse_int(v, 1, 1 << 20, &o->max_context);
         } else if (!strcmp(a, "--chunk")) {
             bad = parse_int(v, 1, 1 << 20, &o->chunk);
         } else if (!strcmp(a, "--threads")) {
@@ -765,7 +769,14 @@ int main(int argc, char **argv) {
         goto fail;
     }
     int longest = o->system + o->doc + o->turns * (o->user + o->gen);
-    r.n_ctx = (longest + 1 + 255) / 256 * 256;
+    if (o->max_context && o->max_context < longest + 1) {
+        snprintf(r.err, sizeof r.err, "--max-context %d is shorter than the sessions (%d tokens)",
+                 o->max_context, longest + 1);
+        goto fail;
+    }
+    /* the context, and with it the store's object size: a shared DRAM tier needs the same in
+     * every process, so --max-context fixes it whatever the session shape */
+    r.n_ctx = o->max_context ? (o->max_context + 255) / 256 * 256 : (longest + 1 + 255) / 256 * 256;
     r.history = malloc((size_t)(longest + 1) * sizeof *r.history);
     r.chain = malloc((size_t)(longest / o->chunk + 1) * sizeof *r.chain);
     r.first = malloc((size_t)r.vocab * sizeof *r.first);
