@@ -161,32 +161,12 @@ static void quiet_log(enum ggml_log_level level, const char *text, void *user) {
 
 /* The mini engine's logits for every position of tokens[0..n): n x vocab floats, or NULL. */
 static float *mini_logits(const model *m, const int32_t *tokens, int n, char *err, size_t err_len) {
-    const model_config *c = model_config_of(m);
-    uint32_t blocks = (uint32_t)(n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-    kvcache_params kp = {.layout = KV_LAYOUT_NHD,
-                         .dtype = KVS_DTYPE_FP32,
-                         .n_layers = (uint32_t)c->n_layers,
-                         .n_heads = model_cache_heads(m),
-                         .head_dim = model_cache_width(m),
-                         .n_blocks = blocks,
-                         .block_budget = blocks};
-    kvcache *kv = kvcache_create(&kp, err, err_len);
-    model_scratch *s = model_scratch_create(m, n, n);
-    uint32_t *table = calloc(blocks, sizeof *table);
-    float *out = malloc((size_t)n * (size_t)c->vocab * sizeof *out);
-    if (!kv || !s || !table || !out || kvcache_alloc(kv, blocks, table) != 0) {
-        if (kv) snprintf(err, err_len, "no memory for the mini engine's %d tokens", n);
+    float *out = malloc((size_t)n * (size_t)model_config_of(m)->vocab * sizeof *out);
+    if (!out) snprintf(err, err_len, "no memory for the mini engine's %d tokens", n);
+    if (out && weights_prompt_logits(m, tokens, n, 0, out, err, err_len) != 0) {
         free(out);
         out = NULL;
-        goto done;
     }
-    model_embed(m, s, tokens, n);
-    for (int l = 0; l < c->n_layers; l++) model_layer(m, s, kv, (uint32_t)l, table, 0, n);
-    for (int i = 0; i < n; i++) model_logits(m, s, i, out + (size_t)i * (size_t)c->vocab);
-done:
-    free(table);
-    model_scratch_free(s);
-    kvcache_destroy(kv);
     return out;
 }
 

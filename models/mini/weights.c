@@ -197,11 +197,14 @@ const char *weights_default_file(const char *name, char *buf, size_t len) {
     return NULL;
 }
 
-int weights_check(const weights_file *w, const model *m, float *max_diff, char *err,
-                  size_t err_len) {
+int weights_prompt_logits(const model *m, const int32_t *tokens, int n, int first, float *out,
+                          char *err, size_t err_len) {
     const model_config *c = model_config_of(m);
-    uint32_t n = w->prompt_len;
-    uint32_t blocks = (n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    if (n <= 0 || first < 0 || first >= n) {
+        fail(err, err_len, "no positions to compute (%d tokens, from %d)", n, first);
+        return -1;
+    }
+    uint32_t blocks = ((uint32_t)n + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
     kvcache_params kp = {.layout = KV_LAYOUT_NHD,
                          .dtype = KVS_DTYPE_FP32,
                          .n_layers = (uint32_t)c->n_layers,
@@ -211,19 +214,38 @@ int weights_check(const weights_file *w, const model *m, float *max_diff, char *
                          .block_budget = blocks};
     char why[256] = "";
     kvcache *kv = kvcache_create(&kp, why, sizeof why);
-    model_scratch *s = model_scratch_create(m, (int)n, (int)n);
+    model_scratch *s = model_scratch_create(m, n, n);
     uint32_t *table = calloc(blocks, sizeof *table);
+    int rc = -1;
+    if (!kv || !s || !table || kvcache_alloc(kv, blocks, table) != 0) {
+        fail(err, err_len, "no memory to run a prompt of %d tokens %s", n, why);
+        goto out;
+    }
+    model_embed(m, s, tokens, n);
+    for (uint32_t l = 0; l < (uint32_t)c->n_layers; l++) model_layer(m, s, kv, l, table, 0, n);
+    for (int i = first; i < n; i++)
+        model_logits(m, s, i, out + (size_t)(i - first) * (size_t)c->vocab);
+    rc = 0;
+out:
+    free(table);
+    model_scratch_free(s);
+    kvcache_destroy(kv);
+    return rc;
+}
+
+int weights_check(const weights_file *w, const model *m, float *max_diff, char *err,
+                  size_t err_len) {
+    const model_config *c = model_config_of(m);
+    uint32_t n = w->prompt_len;
     int32_t *tokens = malloc(n * sizeof *tokens);
     float *logits = malloc((size_t)c->vocab * sizeof *logits);
     int rc = -1;
-    if (!kv || !s || !table || !tokens || !logits || kvcache_alloc(kv, blocks, table) != 0) {
-        fail(err, err_len, "no memory to run the reference prompt %s", why);
+    if (!tokens || !logits) {
+        fail(err, err_len, "no memory to run the reference prompt");
         goto out;
     }
     for (uint32_t i = 0; i < n; i++) tokens[i] = w->prompt[i];
-    model_embed(m, s, tokens, (int)n);
-    for (uint32_t l = 0; l < (uint32_t)c->n_layers; l++) model_layer(m, s, kv, l, table, 0, (int)n);
-    model_logits(m, s, (int)n - 1, logits);
+    if (weights_prompt_logits(m, tokens, (int)n, (int)n - 1, logits, err, err_len) != 0) goto out;
     float worst = 0.0f, scale = 1.0f;
     for (int i = 0; i < c->vocab; i++) {
         float d = logits[i] - w->ref_logits[i], r = w->ref_logits[i];
@@ -244,9 +266,6 @@ int weights_check(const weights_file *w, const model *m, float *max_diff, char *
 out:
     free(logits);
     free(tokens);
-    free(table);
-    model_scratch_free(s);
-    kvcache_destroy(kv);
     return rc;
 }
 

@@ -41,6 +41,12 @@ void weights_free(weights_file *w);
  * the path into buf and returns buf, or NULL if neither exists. */
 const char *weights_default_file(const char *name, char *buf, size_t len);
 
+/* Run tokens[0..n) through m from an empty fp32 cache, the prompt as one step; out gets the logits
+ * of positions [first, n), n - first rows of vocab floats. 0, or -1 and a sentence. The reference
+ * other runs of the same model are held to (the trainer's file, llama.cpp). */
+int weights_prompt_logits(const model *m, const int32_t *tokens, int n, int first, float *out,
+                          char *err, size_t err_len);
+
 /* Run the file's reference prompt through m (built from w) and compare the last position's logits
  * with the trainer's: 0 when every one is within 1e-3 of the largest magnitude, else -1 and a
  * sentence. *max_diff gets the largest difference either way. */
