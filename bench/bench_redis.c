@@ -5,7 +5,7 @@
  *
  * The tier is made through its ops table (kvs_redis_backend()->create) with the options a YAML tier
  * gives it (node, mode, tenant, timeout_ms), and driven as the connector drives it: per object size
- * a round puts --round-mib of objects one put at a time (each waits for its OK; the keys are removed
+ * a round puts --round-mib of objects one put at a time (each returns once written; the keys are removed
  * first, untimed, so every put stores a new key), then gets them back with get_many in batches of
  * --batch keys into their own buffers. Round 0 is untimed and checks every byte of every get.
  *
@@ -90,7 +90,7 @@ static void usage(int status) {
         "  --batch           keys per get_many (default 32)\n"
         "  --timeout-ms      the tier's timeout_ms (default 2000: the servers share the CPUs)\n"
         "  --connections     the tier's connections_per_node (default: the tier's, 2)\n"
-        "  --inflight-bytes  the tier's inflight_bytes (default: the tier's, 8 MiB)\n"
+        "  --inflight-bytes  the tier's inflight_bytes (default: the tier's, 2 MiB)\n"
         "  --rb-setting      redis-benchmark's -P, -c and threads (1: none), no sweep\n");
     exit(status);
 }

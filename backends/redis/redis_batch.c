@@ -1,6 +1,6 @@
 /*
  * redis_batch.c - one call's requests over the tier's connections: queued per connection in the
- * order they are sent, written with as few writev calls as the in-flight cap allows, and their
+ * order they are sent, written with as few sendmsg calls as the in-flight cap allows, and their
  * replies read as they come, GET values straight into the caller's buffers. One progress loop polls
  * every connection the call uses, so all masters work at once.
  */
