@@ -8,21 +8,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define KVS_PROGRESS_TTY   1 /* redraw one line (\r); chosen by kvs_progress_begin when out is a tty */
+#define KVS_PROGRESS_TTY \
+    1 /* redraw one line (\r); chosen by kvs_progress_begin when out is a tty */
 #define KVS_PROGRESS_LINES 2 /* a line every interval_ms, and one at the end */
 #define KVS_PROGRESS_QUIET 3 /* nothing */
 
 typedef struct kvs_progress {
     FILE *out;
-    int mode;             /* KVS_PROGRESS_* */
-    char what[96];        /* "verifying /mnt/nvme0/kvstrata" */
-    char unit[16];        /* "objects", "MiB", "turns" */
-    uint64_t total;       /* 0: unknown (no eta, no bar) */
+    int mode;       /* KVS_PROGRESS_* */
+    char what[96];  /* "verifying /mnt/nvme0/kvstrata" */
+    char unit[16];  /* "objects", "MiB", "turns" */
+    uint64_t total; /* 0: unknown (no eta, no bar) */
     uint64_t done;
     uint64_t start_ns, last_ns;
     uint64_t interval_ns; /* between lines (KVS_PROGRESS_LINES) or redraws (KVS_PROGRESS_TTY) */
-    uint64_t quiet_ns;    /* nothing is shown before this much time has passed (short work is silent) */
-    int shown;            /* a line was printed */
+    uint64_t
+        quiet_ns; /* nothing is shown before this much time has passed (short work is silent) */
+    int shown;    /* a line was printed */
 } kvs_progress;
 
 /* Start. out NULL: stderr. mode 0: KVS_PROGRESS_TTY when out is a terminal, else LINES. Lines

@@ -29,7 +29,9 @@ static void usage(FILE *out) {
 
 static char exe_dir[PATH_MAX];
 
-const char *kvs_cmd_exe_dir(void) { return exe_dir; }
+const char *kvs_cmd_exe_dir(void) {
+    return exe_dir;
+}
 
 int main(int argc, char **argv) {
     ssize_t n = readlink("/proc/self/exe", exe_dir, sizeof exe_dir - 1);
