@@ -34,6 +34,7 @@ typedef struct kvs_tier {
     kvs_write_policy write;
     int remote;   /* type remote: its answers cross the network (read once, at open) */
     int degraded; /* it could not open: an empty tier (empty_tier.h) stands in for it */
+    char degraded_reason[320]; /* why, for operators' tools (the same words as the warning) */
     uint32_t index;
     struct kvs_tier_chain *chain;
     kvs_backend_host host;
@@ -255,6 +256,7 @@ static kvs_status open_empty(kvs_tier_chain *c, kvs_tier *t, const kvs_tier_conf
     t->ops = kvs_empty_tier_backend();
     t->remote = 0;
     t->degraded = 1;
+    kvs_fmt(t->degraded_reason, sizeof t->degraded_reason, "%s", why);
     kvs_status st = t->ops->create(&init, &t->state);
     if (st != KVS_OK) {
         t->state = NULL;
@@ -476,6 +478,10 @@ const char *kvs_tiers_name(const kvs_tier_chain *c, uint32_t tier) {
 }
 int kvs_tiers_degraded(const kvs_tier_chain *c, uint32_t tier) {
     return tier < c->n && c->tiers[tier].degraded;
+}
+
+const char *kvs_tiers_degraded_reason(const kvs_tier_chain *c, uint32_t tier) {
+    return tier < c->n && c->tiers[tier].degraded ? c->tiers[tier].degraded_reason : "";
 }
 int kvs_tiers_shared(const kvs_tier_chain *c, uint32_t tier) {
     if (tier >= c->n) return 0;

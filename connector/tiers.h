@@ -52,6 +52,8 @@ const char *kvs_tiers_name(const kvs_tier_chain *chain, uint32_t tier);
  * and, as it is not `required`, an empty tier stands in for it: every lookup in it misses, every
  * save to it is skipped. Its table is then the empty tier's (type "empty"). */
 int kvs_tiers_degraded(const kvs_tier_chain *chain, uint32_t tier);
+/* Why a degraded tier could not open (its backend's sentence); "" for a tier that opened. */
+const char *kvs_tiers_degraded_reason(const kvs_tier_chain *chain, uint32_t tier);
 /* 1 when every process that opens the same tier sees its objects (KVS_BACKEND_CAP_SHARED, from the
  * table or, backend ABI 1.8, from instance_caps). */
 int kvs_tiers_shared(const kvs_tier_chain *chain, uint32_t tier);

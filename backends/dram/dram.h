@@ -42,6 +42,19 @@ __attribute__((visibility("default"))) kvs_status kvs_dram_set_clock(void *tier,
 __attribute__((visibility("default"))) kvs_status kvs_dram_pinned(void *tier, const kvs_key *key,
                                                                   int *pinned);
 
+/* What a shared tier holds, read from its mapping without attaching or locking (operators' tools:
+ * a snapshot, each figure exact at some instant of the read). */
+typedef struct kvs_dram_peek_info {
+    uint64_t objects, bytes;           /* stored objects and their bytes */
+    uint64_t capacity_bytes;           /* slabs * slab size: what the tier can hold */
+    uint64_t slab_bytes, slabs;        /* the geometry every attacher must share */
+    uint32_t attached, attached_alive; /* attach entries; of those, processes still running */
+    uint32_t layout_version;
+} kvs_dram_peek_info;
+/* Read the shared tier "/<shm_name>". KVS_ENOTFOUND: no such object; KVS_ECORRUPT: not a dram tier
+ * of this layout (err says what was found); KVS_EIO: it cannot be opened or mapped. */
+kvs_status kvs_dram_peek(const char *shm_name, kvs_dram_peek_info *out, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * tracking, detaching (contract in dram_shm.h).
  */
 #include "dram_shm.h"
+#include "dram.h"
 #include "dram_table.h"
 
 #include <errno.h>
@@ -371,4 +372,61 @@ void dram_shm_unmap(dram_state *st) {
         pthread_mutex_destroy(&st->header->mutex);
     }
     munmap(st->header, st->mapping_bytes);
+}
+
+kvs_status kvs_dram_peek(const char *shm_name, kvs_dram_peek_info *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    char path[DRAM_SHM_NAME_MAX + 2];
+    if (!shm_name || !dram_shm_valid_name(shm_name)) {
+        kvs_fmt(err, err_len, "\"%s\" is not a dram tier's shm_name", shm_name ? shm_name : "");
+        return KVS_EINVAL;
+    }
+    kvs_fmt(path, sizeof path, "/%s", shm_name);
+    int fd = shm_open(path, O_RDONLY, 0);
+    if (fd < 0) {
+        kvs_fmt(err, err_len, "no shared memory \"%s\" (%s): no process holds the tier", path,
+                kvs_errno_name(errno));
+        return errno == ENOENT ? KVS_ENOTFOUND : KVS_EIO;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < sizeof(shared_header)) {
+        kvs_fmt(err, err_len, "shared memory \"%s\" is %lld bytes: not a dram tier", path,
+                (long long)sb.st_size);
+        close(fd);
+        return KVS_ECORRUPT;
+    }
+    const shared_header *h = mmap(NULL, sizeof *h, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (h == MAP_FAILED) {
+        kvs_fmt(err, err_len, "cannot map shared memory \"%s\" (%s)", path, kvs_errno_name(errno));
+        return KVS_EIO;
+    }
+    kvs_status st = KVS_OK;
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != DRAM_MAGIC) {
+        kvs_fmt(err, err_len, "shared memory \"%s\" is not a dram tier (or not initialised yet)",
+                path);
+        st = KVS_ECORRUPT;
+    } else if (h->layout_version != DRAM_LAYOUT_VERSION) {
+        kvs_fmt(err, err_len,
+                "shared memory \"%s\" is a dram tier of layout %u; this build reads %u", path,
+                h->layout_version, DRAM_LAYOUT_VERSION);
+        out->layout_version = h->layout_version;
+        st = KVS_ECORRUPT;
+    } else {
+        out->layout_version = h->layout_version;
+        out->objects = __atomic_load_n(&h->n_objects, __ATOMIC_RELAXED);
+        out->bytes = __atomic_load_n(&h->object_bytes, __ATOMIC_RELAXED);
+        out->slab_bytes = h->geo.slab_bytes;
+        out->slabs = h->geo.n_slabs;
+        out->capacity_bytes = h->geo.slab_bytes * h->geo.n_slabs;
+        for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
+            attacher a;
+            memcpy(&a, &h->attachers[i], sizeof a);
+            if (a.pid == 0) continue;
+            out->attached++;
+            out->attached_alive += (uint32_t)attacher_alive(&a);
+        }
+    }
+    munmap((void *)(uintptr_t)h, sizeof *h);
+    return st;
 }

@@ -1,0 +1,73 @@
+#include "cli_util.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth) {
+    for (size_t i = 0; i < tc->n_options; i++) {
+        const kvs_config_option *o = &tc->options[i];
+        if (strcmp(o->key, key) != 0) continue;
+        if (nth < 0 || o->list_index == nth) return o->value;
+    }
+    return NULL;
+}
+
+uint32_t cli_tier_list_count(const kvs_tier_config *tc, const char *key) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < tc->n_options; i++)
+        if (!strcmp(tc->options[i].key, key) && tc->options[i].list_index >= 0) n++;
+    return n;
+}
+
+int cli_free_bytes(const char *path, uint64_t *free_bytes) {
+    char dir[KVS_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path[0] ? path : ".");
+    for (;;) {
+        struct statvfs sv;
+        if (statvfs(dir, &sv) == 0) {
+            *free_bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+            return 0;
+        }
+        if (errno != ENOENT || !strcmp(dir, "/") || !strcmp(dir, ".")) return -1;
+        char *slash = strrchr(dir, '/'); /* not there yet: its parent's file system */
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else if (slash == dir)
+            dir[1] = '\0';
+        else
+            *slash = '\0';
+    }
+}
+
+uint64_t cli_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+void cli_json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", out);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+int cli_is_file(const char *s) {
+    struct stat sb;
+    return stat(s, &sb) == 0 && S_ISREG(sb.st_mode);
+}

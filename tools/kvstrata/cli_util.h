@@ -1,0 +1,26 @@
+/* cli_util.h - what several subcommands of `kvstrata` share: a tier's option values, the room a
+ * machine has (free disk, /dev/shm, memory), JSON strings. */
+#ifndef KVS_CLI_UTIL_H
+#define KVS_CLI_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "connector/config_types.h"
+
+/* The value of option key of tier tc (the first; for list keys such as "path", the nth with
+ * list_index nth), NULL when not given. */
+const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth);
+/* How many entries list key ("path", "node") has. */
+uint32_t cli_tier_list_count(const kvs_tier_config *tc, const char *key);
+/* Bytes free to an unprivileged writer on the file system holding path (or its nearest existing
+ * parent); -1 with errno when none can be examined. */
+int cli_free_bytes(const char *path, uint64_t *free_bytes);
+/* MemAvailable from /proc/meminfo; 0 when unknown. */
+uint64_t cli_mem_available(void);
+/* s as a JSON string, quotes included. */
+void cli_json_string(FILE *out, const char *s);
+/* 1 when s names an existing regular file. */
+int cli_is_file(const char *s);
+
+#endif
