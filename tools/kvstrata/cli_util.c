@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "common/log.h"
+
 const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth) {
     for (size_t i = 0; i < tc->n_options; i++) {
         const kvs_config_option *o = &tc->options[i];
@@ -70,4 +72,14 @@ void cli_json_string(FILE *out, const char *s) {
 int cli_is_file(const char *s) {
     struct stat sb;
     return stat(s, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_bytes, int32_t rank,
+                         kvs_tier_chain **chain, char *err, size_t err_len) {
+    kvs_config one = *cfg;
+    one.tiers = &cfg->tiers[i]; /* the same entry: refusals point at the same lines */
+    one.n_tiers = 1;
+    one.log_level = KVS_LOG_ERROR; /* the callers report what went wrong, once */
+    return kvs_tiers_open_ranked(&one, max_object_bytes, NULL, NULL, 0, rank, NULL, NULL, chain,
+                                 err, err_len);
 }

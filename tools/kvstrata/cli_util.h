@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "connector/config_types.h"
+#include "connector/tiers.h"
 
 /* The value of option key of tier tc (the first; for list keys such as "path", the nth with
  * list_index nth), NULL when not given. */
@@ -22,5 +23,11 @@ uint64_t cli_mem_available(void);
 void cli_json_string(FILE *out, const char *s);
 /* 1 when s names an existing regular file. */
 int cli_is_file(const char *s);
+
+/* Open tier i of cfg alone, through the chain the connector uses (what the tier prints goes to its
+ * last error, not to stderr). KVS_OK with *chain (kvs_tiers_close it), else err says why in the
+ * loader's file:line:column form. */
+kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_bytes, int32_t rank,
+                         kvs_tier_chain **chain, char *err, size_t err_len);
 
 #endif

@@ -221,14 +221,9 @@ static void unreachable(check_run *r, size_t i, kvs_tier_chain *chain) {
 static void check_open(check_run *r, size_t i) {
     const kvs_tier_config *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
-    kvs_config one = *r->cfg;
-    one.tiers = (kvs_tier_config *)tc;
-    one.n_tiers = 1;
-    one.log_level = KVS_LOG_ERROR; /* what went wrong is reported below, once */
     kvs_tier_chain *chain = NULL;
     char err[1024] = "";
-    kvs_status st = kvs_tiers_open_ranked(&one, r->max_object_bytes, NULL, NULL, 0, r->rank, NULL,
-                                          NULL, &chain, err, sizeof err);
+    kvs_status st = cli_open_tier(r->cfg, i, r->max_object_bytes, r->rank, &chain, err, sizeof err);
     if (st != KVS_OK) {
         /* The loader's position is the one-tier copy's: the same entry, the same lines. */
         if (r->n_problems < MAX_PROBLEMS) snprintf(r->problems[r->n_problems++], 1024, "%s", err);
