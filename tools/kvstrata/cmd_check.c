@@ -219,7 +219,6 @@ static void unreachable(check_run *r, size_t i, kvs_tier_chain *chain) {
 
 /* Any other tier is opened alone, through the chain the connector uses, and closed again. */
 static void check_open(check_run *r, size_t i) {
-    const kvs_tier_config *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
     kvs_tier_chain *chain = NULL;
     char err[1024] = "";
