@@ -1,0 +1,195 @@
+"""kvstrata check and kvstrata stats, the operator's command, on real tiers this test builds: a shared
+DRAM tier another process holds and fills (through the store API), an SSD tier's directory, a Redis
+server, a metrics endpoint. Every figure the command prints is compared with what the test did."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIB = os.environ.get("KVSTRATA_LIBRARY", "")
+CLI = os.environ.get("KVSTRATA_CLI") or os.path.join(os.path.dirname(os.path.dirname(LIB)), "bin",
+                                                       "kvstrata")
+
+# A process that holds a store on CONFIG, puts N values of SIZE bytes, reports what its store's usage
+# says, then stays until its stdin closes.
+HOLDER = r"""
+import json, sys
+from kvstrata.store import Store
+config, n, size, tenant = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None
+s = Store("test-cli", tenant=tenant, config=config, max_value_bytes=1 << 20)
+keys = [b"k-%d" % i for i in range(n)]
+res = s.put(keys, [bytes([i % 251]) * size for i in range(n)])
+assert all(r.status == 0 for r in res), [r.status for r in res]
+out = [bytearray(size) for _ in range(n + 3)]
+got = s.get(keys + [b"absent-1", b"absent-2", b"absent-3"], out)
+u = s.usage()[0]
+print(json.dumps({"objects": u.objects, "bytes": u.bytes, "hits": sum(r.status == 0 for r in got),
+                  "stats": s.stats()}), flush=True)
+sys.stdin.read()
+s.close()
+"""
+
+
+def run_cli(*args, timeout=60):
+    p = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Dirs:
+    def tmpdir(self):
+        d = tempfile.mkdtemp(prefix="kvs-cli-")
+        self.addCleanup(shutil.rmtree, d, True)
+        return d
+
+    def yaml(self, text, directory=None):
+        path = os.path.join(directory or self.tmpdir(), "deploy.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def shm_name(self):
+        name = "kvs-cli-test-" + uuid.uuid4().hex[:12]
+        self.addCleanup(lambda: os.path.exists("/dev/shm/" + name) and os.unlink("/dev/shm/" + name))
+        return name
+
+    def holder(self, config, n, size, tenant=""):
+        """A second process holding the store; returns (its report, process)."""
+        env = dict(os.environ)
+        p = subprocess.Popen([sys.executable, "-c", HOLDER, config, str(n), str(size), tenant],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+        def stop():
+            if p.poll() is None:
+                p.stdin.close()
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            p.stdout.close()
+        self.addCleanup(stop)
+        line = p.stdout.readline()
+        self.assertTrue(line, "the holder process died before reporting")
+        return json.loads(line), p
+
+
+class Check(Dirs, unittest.TestCase):
+    def test_a_sound_file_has_no_problems(self):
+        d = self.tmpdir()
+        cfg = self.yaml("version: 1\ntiers:\n  - name: dram\n    type: dram\n    capacity: 16MiB\n"
+                        f"  - name: disk\n    type: ssd\n    capacity: 16MiB\n    paths: [{d}]\n", d)
+        rc, out, err = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 0, out + err)
+        doc = json.loads(out)
+        self.assertEqual([t["state"] for t in doc["tiers"]], ["ok", "ok"])
+        self.assertEqual(doc["problems"], [])
+        rc, out, _ = run_cli("check", cfg)
+        self.assertEqual(rc, 0)
+        self.assertIn("no problems", out)
+
+    def test_an_unknown_key_is_named_at_its_line_and_column(self):
+        cfg = self.yaml("version: 1\ntiers:\n  - name: dram\n    type: dram\n    capacity: 16MiB\n"
+                        "    colour: blue\n")
+        rc, out, _ = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 1)
+        problems = json.loads(out)["problems"]
+        self.assertEqual(len(problems), 1)
+        self.assertTrue(problems[0].startswith(cfg + ":6:5:"), problems[0])
+        self.assertIn("colour", problems[0])
+
+    def test_each_bad_ssd_path_is_a_problem_at_its_own_entry(self):
+        d = self.tmpdir()
+        plain = os.path.join(d, "a-file")
+        open(plain, "w").close()
+        cfg = self.yaml("version: 1\ntiers:\n  - name: disk\n    type: ssd\n    capacity: 16MiB\n"
+                        f"    paths:\n      - {d}\n      - {d}/missing\n      - {plain}\n", d)
+        rc, out, _ = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 1)
+        problems = json.loads(out)["problems"]
+        self.assertEqual(len(problems), 2, problems)
+        self.assertTrue(problems[0].startswith(cfg + ":8:9: key 'tiers[0].paths[1]'"), problems[0])
+        self.assertIn("ENOENT", problems[0])
+        self.assertTrue(problems[1].startswith(cfg + ":9:9: key 'tiers[0].paths[2]'"), problems[1])
+        self.assertIn("not a directory", problems[1])
+
+    def test_a_capacity_larger_than_the_disk_is_a_problem_at_capacity_share(self):
+        d = self.tmpdir()
+        free = shutil.disk_usage(d).free
+        cfg = self.yaml("version: 1\ntiers:\n  - name: disk\n    type: ssd\n"
+                        f"    capacity: {2 * free + (1 << 30)}\n    paths: [{d}]\n", d)
+        rc, out, _ = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 1)
+        problems = json.loads(out)["problems"]
+        self.assertEqual(len(problems), 1, problems)
+        self.assertIn("share of the capacity", problems[0])
+
+    def test_a_shared_dram_tier_in_use_is_read_in_place_and_its_geometry_compared(self):
+        name = self.shm_name()
+        d = self.tmpdir()
+        cfg = self.yaml("version: 1\ntiers:\n  - name: dram\n    type: dram\n    capacity: 64MiB\n"
+                        f"    options:\n      shm_name: {name}\n", d)
+        report, _ = self.holder(cfg, 7, 50000)
+        self.assertEqual(report["objects"], 7)
+        rc, out, err = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 0, out + err)
+        tier = json.loads(out)["tiers"][0]
+        self.assertEqual(tier["state"], "in use")
+        self.assertIn("7 objects", tier["detail"])
+        self.assertIn("attached by 1 process", tier["detail"])
+        # The same tier asked for with another capacity: every process must give the same one.
+        other = self.yaml("version: 1\ntiers:\n  - name: dram\n    type: dram\n    capacity: 32MiB\n"
+                          f"    options:\n      shm_name: {name}\n")
+        rc, out, _ = run_cli("check", "--json", other)
+        self.assertEqual(rc, 1)
+        problems = json.loads(out)["problems"]
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith(other + ":5:15: key 'tiers[0].capacity'"),
+                        problems[0])
+
+    def test_a_redis_server_nobody_listens_on_is_a_problem_at_its_nodes(self):
+        with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            cfg = self.yaml("version: 1\ntiers:\n  - name: r\n    type: redis\n"
+                            f"    nodes: [127.0.0.1:{port}]\n    options: {{timeout_ms: 200}}\n")
+            rc, out, _ = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 1)
+        problems = json.loads(out)["problems"]
+        self.assertEqual(len(problems), 1, problems)
+        self.assertTrue(problems[0].startswith(cfg + ":5:12: key 'tiers[0].nodes'"), problems[0])
+        self.assertIn("cannot be reached", problems[0])
+
+    def test_a_running_redis_server_opens(self):
+        d = self.tmpdir()
+        sock = os.path.join(d, "redis.sock")
+        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        cfg = self.yaml(f"version: 1\ntiers:\n  - name: r\n    type: redis\n    nodes: [{sock}]\n", d)
+        rc, out, err = run_cli("check", "--json", cfg)
+        self.assertEqual(rc, 0, out + err)
+        self.assertEqual(json.loads(out)["tiers"][0]["state"], "ok")
+
+    def test_usage_errors_exit_2_and_help_exits_0(self):
+        self.assertEqual(run_cli("check")[0], 2)
+        self.assertEqual(run_cli("check", "--bogus", "x.yaml")[0], 2)
+        rc, out, _ = run_cli("check", "--help")
+        self.assertEqual(rc, 0)
+        self.assertIn("usage: kvstrata check", out)
+        self.assertEqual(run_cli("no-such-command")[0], 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
