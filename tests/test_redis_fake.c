@@ -529,6 +529,84 @@ START_TEST(a_redirected_auth_is_refused_not_followed) {
 }
 END_TEST
 
+/* Log lines the tier writes (a host's log), kept for the test to read. */
+typedef struct log_capture {
+    char lines[16][512];
+    int n;
+} log_capture;
+
+static void capture_log(void *ctx, int level, const char *message) {
+    (void)level;
+    log_capture *c = ctx;
+    if (c->n < 16) snprintf(c->lines[c->n++], sizeof c->lines[0], "%s", message);
+}
+
+/* The first line from line `from` on that holds needle, or -1. */
+static int logged_from(const log_capture *c, int from, const char *needle) {
+    for (int i = from; i < c->n; i++)
+        if (strstr(c->lines[i], needle)) return i;
+    return -1;
+}
+
+/* An outage reads in a plain log: down, still down after how long and how many attempts, back
+ * after how long - the reconnect's progress where no terminal shows one. */
+START_TEST(an_outage_logs_how_long_it_lasted_and_when_the_server_is_back) {
+    fake f;
+    fake_start(&f, NULL, 0);
+    log_capture logs = {.n = 0};
+    kvs_backend_host host = {.struct_size = sizeof host, .ctx = &logs, .log = capture_log};
+    kvs_backend_option opts[] = {
+        {"node", f.path}, {"timeout_ms", "300"}, {"connect_backoff_ms", "1"}};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "fake",
+                             .max_object_bytes = 1 << 20,
+                             .options = opts,
+                             .n_options = 3,
+                             .host = &host,
+                             .error = err,
+                             .error_len = sizeof err};
+    void *t = NULL;
+    ck_assert_msg(kvs_redis_backend()->create(&init, &t) == KVS_OK, "create: %s", err);
+    const kvs_backend_ops *ops = kvs_redis_backend();
+    char buf[64];
+    uint64_t len = 0;
+    kvs_key k = key_of(1);
+    ops->get(t, &k, buf, sizeof buf, &len); /* connected */
+    char path[sizeof f.path];
+    memcpy(path, f.path, sizeof path);
+    fake_stop(&f); /* the server goes away (its socket file with it) */
+    int from = logs.n;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(ops->get(t, &k, buf, sizeof buf, &len), KVS_ENOTFOUND);
+        usleep(20000); /* past the backoff (1, 2, 4 ms): each get tries again */
+    }
+    int down = logged_from(&logs, 0, "is down");
+    int still = logged_from(&logs, from, "is still down after");
+    ck_assert_msg(down >= 0 && still > down, "no outage lines (%d lines): %s / %s / %s", logs.n, logs.lines[0], logs.lines[1], logs.lines[2]);
+    ck_assert_ptr_nonnull(strstr(logs.lines[still], "1 attempt"));
+    /* the server again, at the same path */
+    fake g;
+    fake_start(&g, NULL, 0);
+    char dir[sizeof f.dir];
+    memcpy(dir, f.dir, sizeof dir);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(rename(g.path, path), 0);
+    kvs_status st = KVS_ENOTFOUND;
+    for (int tries = 0; tries < 50 && logged_from(&logs, from, "is back after") < 0; tries++) {
+        st = ops->get(t, &k, buf, sizeof buf, &len);
+        usleep(20000);
+    }
+    (void)st;
+    int back = logged_from(&logs, from, "is back after");
+    ck_assert_msg(back > still, "no line saying the server is back");
+    ck_assert_ptr_nonnull(strstr(logs.lines[back], "s down ("));
+    ops->destroy(t);
+    fake_stop(&g);
+    kvs_test_rmtree(dir);
+}
+END_TEST
+
 static Suite *fake_suite(void) {
     Suite *s = suite_create("redis_fake");
     TCase *tc = tcase_create("core");
@@ -540,6 +618,7 @@ static Suite *fake_suite(void) {
     tcase_add_test(tc, a_black_holed_master_does_not_take_a_healthy_one_down);
     tcase_add_test(tc, waiting_under_the_inflight_cap_does_not_spin);
     tcase_add_test(tc, a_redirected_auth_is_refused_not_followed);
+    tcase_add_test(tc, an_outage_logs_how_long_it_lasted_and_when_the_server_is_back);
     suite_add_tcase(s, tc);
     return s;
 }

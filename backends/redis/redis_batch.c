@@ -75,8 +75,21 @@ void redis_node_down(kvs_redis *r, redis_node *node, const char *why) {
                                ? r->opt.connect_backoff_ms
                                : (node->backoff_ms * 2 > 5000 ? 5000 : node->backoff_ms * 2);
         node->down_until_ns = now + node->backoff_ms * 1000000ull;
-        redis_error(r, KVS_LOG_WARN, "%s is down (%s); its keys are misses, retried in %llu ms",
-                    node->ep.name, why, (unsigned long long)node->backoff_ms);
+        if (node->down_since_ns == 0) {
+            node->down_since_ns = now;
+            node->down_attempts = 0;
+            redis_error(r, KVS_LOG_WARN, "%s is down (%s); its keys are misses, retried in %llu ms",
+                        node->ep.name, why, (unsigned long long)node->backoff_ms);
+        } else {
+            /* One line per retry: the backoff doubles to 5 s, so an outage logs a line every few
+             * seconds with how long it has lasted - the reconnect's progress in a plain log. */
+            node->down_attempts++;
+            redis_error(r, KVS_LOG_WARN,
+                        "%s is still down after %.1f s and %u attempt%s (%s); retried in %llu ms",
+                        node->ep.name, (double)(now - node->down_since_ns) / 1e9,
+                        node->down_attempts, node->down_attempts == 1 ? "" : "s", why,
+                        (unsigned long long)node->backoff_ms);
+        }
     }
     if (r->opt.cluster) r->refresh_due = 1; /* a replica may be taking its slots over */
 }
@@ -150,6 +163,15 @@ static redis_conn *node_conn(kvs_redis *r, redis_node *node) {
     }
     if (c->ever_connected) r->stats.reconnects++;
     c->ever_connected = 1;
+    if (node->down_since_ns && r->host && r->host->log) {
+        char line[512]; /* a log line only: the tier's last error stays the failure it names */
+        snprintf(line, sizeof line,
+                 "redis tier \"%s\": %s is back after %.1f s down (%u attempt%s); serving its keys",
+                 r->tier_name, node->ep.name, (double)(kvs_now_ns() - node->down_since_ns) / 1e9,
+                 node->down_attempts + 1, node->down_attempts ? "s" : "");
+        r->host->log(r->host->ctx, KVS_LOG_INFO, line);
+    }
+    node->down_since_ns = 0;
     node->down_until_ns = 0;
     node->backoff_ms = 0;
     return c;

@@ -90,8 +90,10 @@ struct redis_node {
     uint32_t next_conn;
     uint64_t down_until_ns; /* 0: up (or never tried) */
     uint64_t backoff_ms;
-    int is_master; /* owns slots in the map now (standalone: the one node) */
-    int is_seed;   /* named in the YAML: kept in the table for good */
+    uint64_t down_since_ns; /* when it went down (0: up); for the line saying it is back */
+    uint32_t down_attempts; /* connects that failed since */
+    int is_master;          /* owns slots in the map now (standalone: the one node) */
+    int is_seed;            /* named in the YAML: kept in the table for good */
 };
 
 typedef struct kvs_redis {
