@@ -565,6 +565,79 @@ static void round_trip_in_pool(void *s, uint32_t first, uint32_t n) {
 
 /* By default (shared_memory: auto) a node on this host that was not started with
  * --shared-memory-payloads on moves payloads over tcp: UCX's shared memory is experimental. */
+typedef struct log_capture {
+    pthread_mutex_t mutex; /* the tier logs from its progress thread */
+    char lines[32][512];
+    int n;
+} log_capture;
+
+static void capture_log(void *ctx, int level, const char *message) {
+    (void)level;
+    log_capture *c = ctx;
+    pthread_mutex_lock(&c->mutex);
+    if (c->n < 32) snprintf(c->lines[c->n++], sizeof c->lines[0], "%s", message);
+    pthread_mutex_unlock(&c->mutex);
+}
+
+static int logged_line(log_capture *c, const char *needle, char *out, size_t out_len) {
+    pthread_mutex_lock(&c->mutex);
+    int found = 0;
+    for (int i = 0; i < c->n && !found; i++)
+        if (strstr(c->lines[i], needle)) {
+            snprintf(out, out_len, "%s", c->lines[i]);
+            found = 1;
+        }
+    pthread_mutex_unlock(&c->mutex);
+    return found;
+}
+
+/* A node that hangs and comes back: the log says it went down, then that it is back and after how
+ * long - the reconnect's progress in a plain log. */
+START_TEST(a_node_back_after_an_outage_is_logged_with_how_long_it_was_down) {
+    const kvs_backend_ops *ops = kvs_remote_backend();
+    kvs_backend_option opts[] = {{"node", nodes[0].id},
+                                 {"psk_file", key_path},
+                                 {"tenant", "test-tenant"},
+                                 {"timeout_ms", "300"},
+                                 {"connect_backoff_ms", "50"}};
+    log_capture logs = {.mutex = PTHREAD_MUTEX_INITIALIZER, .n = 0};
+    kvs_backend_host host = {.struct_size = sizeof host, .ctx = &logs, .log = capture_log};
+    char err[512] = "";
+    kvs_backend_init init = {.struct_size = sizeof init,
+                             .tier_name = "far",
+                             .max_object_bytes = 2u * MIB,
+                             .options = opts,
+                             .n_options = 5,
+                             .host = &host,
+                             .error = err,
+                             .error_len = sizeof err,
+                             .staging_base = staging,
+                             .staging_len = STAGING_BYTES};
+    void *s = NULL;
+    ck_assert_msg(ops->create(&init, &s) == KVS_OK, "create: %s", err);
+    kvs_key k = kvs_test_remote_key(4242);
+    uint64_t got = 0;
+    ck_assert_int_eq(kill(nodes[0].pid, SIGSTOP), 0);
+    (void)ops->get(s, &k, staging, 4096, &got); /* no answer: the node is marked down */
+    char line[512];
+    int down = 0;
+    for (int i = 0; i < 40 && !(down = logged_line(&logs, "is down", line, sizeof line)); i++)
+        kvs_test_pause_ms(50);
+    ck_assert_int_eq(kill(nodes[0].pid, SIGCONT), 0);
+    ck_assert_msg(down, "no line saying the node is down");
+    int back = 0;
+    for (int i = 0; i < 100 && !(back = logged_line(&logs, "is back after", line, sizeof line));
+         i++) {
+        (void)ops->get(s, &k, staging, 4096, &got);
+        kvs_test_pause_ms(50);
+    }
+    ck_assert_msg(back, "no line saying the node is back (%s)", ops->last_error(s));
+    ck_assert_ptr_nonnull(strstr(line, nodes[0].id));
+    ck_assert_ptr_nonnull(strstr(line, " s down ("));
+    ops->destroy(s);
+}
+END_TEST
+
 START_TEST(payloads_stay_on_tcp_unless_the_node_turns_shared_memory_on) {
     kvs_backend_option opts[] = {{"node", nodes[0].id},
                                  {"node", nodes[1].id},
@@ -995,6 +1068,7 @@ int main(void) {
     tcase_add_test(live, with_two_replicas_a_killed_node_leaves_the_other_serving);
     tcase_add_test(live, a_wrong_key_fails_create_with_a_sentence);
     tcase_add_test(live, puts_queued_behind_a_hung_node_do_not_take_the_live_node_down);
+    tcase_add_test(live, a_node_back_after_an_outage_is_logged_with_how_long_it_was_down);
     tcase_add_test(live, payloads_stay_on_tcp_unless_the_node_turns_shared_memory_on);
     tcase_add_test(live, a_client_killed_during_gets_leaves_the_nodes_serving);
     suite_add_tcase(suite, live);

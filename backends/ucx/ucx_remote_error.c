@@ -23,3 +23,9 @@ void remote_set_error(remote *r, const char *fmt, ...) {
         r->host->log(r->host->ctx, KVS_LOG_WARN, line);
     }
 }
+
+void remote_log(remote *r, int level, const char *line) {
+    if (r->host && r->host->log &&
+        r->host->struct_size >= offsetof(kvs_backend_host, log) + sizeof r->host->log)
+        r->host->log(r->host->ctx, level, line);
+}

@@ -56,6 +56,23 @@ void remote_node_down(remote *r, rnode *nd, const char *why) {
         pthread_mutex_unlock(&r->mutex);
         remote_set_error(r, "node %s is down (%s); its keys are misses until it reconnects",
                          node_id(r, nd), why);
+        if (nd->was_up) nd->down_since_ns = nd->down_logged_ns = kvs_now_ns();
+        nd->down_attempts = 0;
+    } else if (nd->down_since_ns) {
+        /* A reconnect that failed: in a plain log, a line at most every 5 s says how long the
+         * outage has lasted (the backoff grows to 30 s; the line keeps a steady pace). */
+        uint64_t now = kvs_now_ns();
+        nd->down_attempts++;
+        if (now - nd->down_logged_ns >= 5000000000ull) {
+            nd->down_logged_ns = now;
+            char line[512];
+            snprintf(line, sizeof line,
+                     "remote tier \"%s\": node %s is still down after %.0f s and %u attempts (%s); "
+                     "next in %llu ms",
+                     r->name, node_id(r, nd), (double)(now - nd->down_since_ns) / 1e9,
+                     nd->down_attempts, why, (unsigned long long)nd->backoff_ms);
+            remote_log(r, KVS_LOG_WARN, line);
+        }
     }
     nd->next_attempt_ns = kvs_now_ns() + nd->backoff_ms * 1000000ull;
     nd->backoff_ms = nd->backoff_ms * 2 > KVS_REMOTE_MAX_BACKOFF_MS ? KVS_REMOTE_MAX_BACKOFF_MS
@@ -249,6 +266,16 @@ static kvs_status handshake_finish(remote *r, rnode *nd, const kvs_wire_msg *m) 
     if (nd->was_up) r->stats.reconnects++;
     pthread_mutex_unlock(&r->mutex);
     nd->was_up = 1;
+    if (nd->down_since_ns) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "remote tier \"%s\": node %s is back after %.1f s down (%u attempt%s); serving "
+                 "its keys",
+                 r->name, node_id(r, nd), (double)(kvs_now_ns() - nd->down_since_ns) / 1e9,
+                 nd->down_attempts + 1, nd->down_attempts ? "s" : "");
+        remote_log(r, KVS_LOG_INFO, line);
+        nd->down_since_ns = 0;
+    }
     return KVS_OK;
 }
 

@@ -97,9 +97,12 @@ typedef struct rnode {
     uint64_t backoff_ms;
     uint64_t next_attempt_ns;
     int was_up;
-    int shared_memory; /* up, and its payloads run over something other than tcp */
-    int messages;      /* up, and its objects travel as payload messages (payloads option) */
-    int stream;        /* up, and its GETs and PUTs go on the control connection (stream.h) */
+    uint64_t down_since_ns;  /* when an outage began (0: none), for the lines that follow it */
+    uint64_t down_logged_ns; /* the last "still down" line */
+    uint32_t down_attempts;  /* connects that failed since */
+    int shared_memory;       /* up, and its payloads run over something other than tcp */
+    int messages;            /* up, and its objects travel as payload messages (payloads option) */
+    int stream;              /* up, and its GETs and PUTs go on the control connection (stream.h) */
     /* PUTs written on the stream whose PUT_REPLY is still to be read, oldest first: a PUT's bytes
      * are in the kernel once written, so its queue room is free and the next batch goes at once */
     uint32_t stream_out;
