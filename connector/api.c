@@ -349,8 +349,8 @@ static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sendin
                                    uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
                                    uint64_t *n_receiving) {
     ENTER(h);
-    kvs_status st = kvs_worker_get_finished(h, sending, sending_cap, n_sending, receiving, receiving_cap,
-                                   n_receiving);
+    kvs_status st = kvs_worker_get_finished(h, sending, sending_cap, n_sending, receiving,
+                                            receiving_cap, n_receiving);
     kvs_metrics_handle_tick(h);
     return st;
 }

@@ -21,9 +21,8 @@
 #include "config_yaml.h"
 
 static const char *const ROOT_KEYS[] = {
-    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",
-    "device",  "node",         "restore",          "loads",       "placement", "saves",
-    "metrics"};
+    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool",  "tiers",
+    "device",  "node",         "restore",          "loads",       "placement", "saves", "metrics"};
 enum {
     RK_VERSION,
     RK_CHUNK,

@@ -103,8 +103,10 @@ static void *instance_thread(void *arg) {
         size_t n = 1 + kvs_mhttp_pollfds(&in->http, fds + 1, KVS_MHTTP_CLIENTS + 1);
         int rc = poll(fds, (nfds_t)n, LOOP_MS);
         if (rc > 0 && fds[0].revents) break;
-        if (rc > 0) kvs_mhttp_step(&in->http, fds + 1, n - 1);
-        else kvs_mhttp_step(&in->http, fds + 1, 0); /* deadlines */
+        if (rc > 0)
+            kvs_mhttp_step(&in->http, fds + 1, n - 1);
+        else
+            kvs_mhttp_step(&in->http, fds + 1, 0); /* deadlines */
     }
     return NULL;
 }

@@ -71,8 +71,8 @@ void kvs_metrics_handle_open(kvs_handle *h) {
     if (!h->cfg->metrics.enabled || !h->tiers) return;
     kvs_mseg_values v;
     identity(h, &v);
-    h->metrics = kvs_metrics_attach(h->cfg->metrics.listen, h->cfg->metrics.name,
-                                    h->cfg->log_level, &v, NULL, NULL);
+    h->metrics = kvs_metrics_attach(h->cfg->metrics.listen, h->cfg->metrics.name, h->cfg->log_level,
+                                    &v, NULL, NULL);
     h->metrics_next_ns = 0;
 }
 

@@ -31,16 +31,17 @@ int kvs_mhttp_listen(kvs_mhttp *s, const char *listen_at) {
     char *h = host;
     size_t hl = strlen(h);
     if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h[hl - 1] = '\0', h++; /* [::1]:9400 */
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res) != 0 || !res)
-        return errno = EINVAL, -1;
+    if (getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res) != 0 || !res) return errno = EINVAL, -1;
     int fd = -1, saved = EADDRINUSE;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) continue;
-        int one = 1; /* a restarted server rebinds past TIME_WAIT; two live listeners still cannot */
+        int one =
+            1; /* a restarted server rebinds past TIME_WAIT; two live listeners still cannot */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
             saved = errno;
@@ -105,8 +106,7 @@ static void answer(kvs_mhttp *s, kvs_mhttp_client *c) {
     char method[16], target[256], version[16];
     c->req[c->req_len] = '\0';
     if (sscanf(c->req, "%15s %255s %15s", method, target, version) != 3 ||
-        strncmp(version, "HTTP/1.", 7) != 0)
-        {
+        strncmp(version, "HTTP/1.", 7) != 0) {
         plain(c, 400, "Bad Request", NULL);
         return;
     }
@@ -116,15 +116,13 @@ static void answer(kvs_mhttp *s, kvs_mhttp_client *c) {
         plain(c, 404, "Not Found", NULL);
         return;
     }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        {
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         plain(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n");
         return;
     }
     char *text = NULL;
     size_t len = 0;
-    if (s->render(s->ctx, &text, &len) != KVS_OK)
-        {
+    if (s->render(s->ctx, &text, &len) != KVS_OK) {
         plain(c, 503, "Service Unavailable", NULL);
         return;
     }
@@ -151,8 +149,7 @@ static void on_readable(kvs_mhttp *s, kvs_mhttp_client *c) {
         answer(s, c);
         return;
     }
-    if (c->req_len >= sizeof c->req - 1)
-        {
+    if (c->req_len >= sizeof c->req - 1) {
         plain(c, 431, "Request Header Fields Too Large", NULL);
         return;
     }
@@ -177,8 +174,8 @@ static void accept_all(kvs_mhttp *s) {
         for (int i = 0; i < KVS_MHTTP_CLIENTS && !c; i++)
             if (s->clients[i].fd < 0) c = &s->clients[i];
         if (!c) { /* full: the oldest clients are served first; this one is told to retry */
-            static const char busy[] =
-                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: "
+                                       "0\r\nConnection: close\r\n\r\n";
             ssize_t ignored = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             (void)ignored;
             close(fd);

@@ -43,9 +43,12 @@ static void put(text *t, const char *fmt, ...) {
 static const char *esc(const char *s, char *buf, size_t cap) {
     size_t o = 0;
     for (; *s && o + 3 < cap; s++) {
-        if (*s == '\\' || *s == '"') buf[o++] = '\\', buf[o++] = *s;
-        else if (*s == '\n') buf[o++] = '\\', buf[o++] = 'n';
-        else buf[o++] = *s;
+        if (*s == '\\' || *s == '"')
+            buf[o++] = '\\', buf[o++] = *s;
+        else if (*s == '\n')
+            buf[o++] = '\\', buf[o++] = 'n';
+        else
+            buf[o++] = *s;
     }
     buf[o] = '\0';
     return buf;
@@ -176,7 +179,7 @@ static void add_slot(agg *a, const kvs_mseg_slot *s) {
 static const struct counter {
     int k;
     const char *name, *help;
-    double scale; /* 0: an integer count; else a multiplier (ns -> s) */
+    double scale;     /* 0: an integer count; else a multiplier (ns -> s) */
     const char *kind; /* the kind="" label of kvstrata_errors_total */
 } COUNTERS[] = {
     {KVS_MC_LOOKUPS, "kvstrata_lookups_total", "Lookups the engine asked (connector handles).", 0,
@@ -193,8 +196,7 @@ static const struct counter {
     {KVS_MC_SAVE_NS, "kvstrata_save_seconds_total", "Time spent saving objects.", 1e-9, NULL},
     {KVS_MC_SAVES_SKIPPED, "kvstrata_saves_skipped_total",
      "Saves skipped: already stored, no memory, or dropped by the tier.", 0, NULL},
-    {KVS_MC_EVICTIONS, "kvstrata_evictions_total", "Objects dropped from the last tier.", 0,
-     NULL},
+    {KVS_MC_EVICTIONS, "kvstrata_evictions_total", "Objects dropped from the last tier.", 0, NULL},
 };
 
 static const struct counter ERRORS[] = {
@@ -205,8 +207,7 @@ static const struct counter ERRORS[] = {
 };
 
 static const struct counter NODE_COUNTERS[] = {
-    {KVS_MC_NODE_CONNECTIONS, "kvstrata_node_connections_total", "Connections accepted.", 0,
-     NULL},
+    {KVS_MC_NODE_CONNECTIONS, "kvstrata_node_connections_total", "Connections accepted.", 0, NULL},
     {KVS_MC_NODE_REJECTED, "kvstrata_node_rejected_total",
      "Connections closed at accept (over max_clients or max_handshakes).", 0, NULL},
     {KVS_MC_NODE_AUTH_OK, "kvstrata_node_auth_ok_total", "Sessions authenticated.", 0, NULL},
@@ -230,8 +231,7 @@ static const struct counter NODE_COUNTERS[] = {
      NULL},
 };
 
-static void value(text *t, const char *name, const char *lab, const struct counter *c,
-                  uint64_t v) {
+static void value(text *t, const char *name, const char *lab, const struct counter *c, uint64_t v) {
     if (c && c->scale != 0)
         put(t, "%s%s %.9f\n", name, lab, (double)v * c->scale);
     else
@@ -243,8 +243,7 @@ static void render_counters(text *t, const agg *a, const struct counter *list, s
     for (size_t i = 0; i < n; i++) {
         const struct counter *c = &list[i];
         int any = 0;
-        for (uint32_t r = 0; r < a->n_rows; r++)
-            any |= (a->rows[r].kind == KVS_MSEG_NODE) == node;
+        for (uint32_t r = 0; r < a->n_rows; r++) any |= (a->rows[r].kind == KVS_MSEG_NODE) == node;
         if (!any) continue;
         if (c->help) family(t, c->name, "counter", c->help);
         for (uint32_t r = 0; r < a->n_rows; r++) {

@@ -16,9 +16,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-#define LOCK_TIMEOUT_MS  2000
-#define SNAPSHOT_TRIES   1000
-#define CREATE_WAIT_MS   2000
+#define LOCK_TIMEOUT_MS 2000
+#define SNAPSHOT_TRIES  1000
+#define CREATE_WAIT_MS  2000
 
 /* Words copied one relaxed atomic load or store at a time: another process may be writing them. */
 static void load_words(void *dst, const void *src, size_t bytes) {
@@ -63,7 +63,8 @@ static int lock_seg(kvs_mseg *seg) {
     struct timespec until = kvs_timespec_after_ms(CLOCK_REALTIME, LOCK_TIMEOUT_MS);
     int rc = pthread_mutex_timedlock(&seg->hdr->lock, &until);
     if (rc == EOWNERDEAD) { /* a process died holding it: the generation tells readers */
-        if (seg->hdr->generation & 1) __atomic_add_fetch(&seg->hdr->generation, 1, __ATOMIC_RELEASE);
+        if (seg->hdr->generation & 1)
+            __atomic_add_fetch(&seg->hdr->generation, 1, __ATOMIC_RELEASE);
         pthread_mutex_consistent(&seg->hdr->lock);
         rc = 0;
     }
@@ -121,11 +122,12 @@ kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err,
     int fd = shm_open(out->name, create ? O_RDWR | O_CREAT : O_RDONLY, 0600);
     if (fd < 0) {
         if (errno == ENOENT)
-            return kvs_fmt(err, err_len, "no metrics segment %s exists yet (no process of the "
-                                         "instance has opened it)", out->name),
+            return kvs_fmt(err, err_len,
+                           "no metrics segment %s exists yet (no process of the "
+                           "instance has opened it)",
+                           out->name),
                    KVS_ENOTFOUND;
-        return kvs_fmt(err, err_len, "metrics segment %s: %s", out->name, strerror(errno)),
-               KVS_EIO;
+        return kvs_fmt(err, err_len, "metrics segment %s: %s", out->name, strerror(errno)), KVS_EIO;
     }
     kvs_status st = KVS_OK;
     struct stat sb;
@@ -144,13 +146,15 @@ kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err,
     }
     if (st == KVS_OK && (size_t)sb.st_size < seg_bytes()) {
         st = KVS_ECORRUPT;
-        kvs_fmt(err, err_len, "metrics segment %s: %lld bytes, not a kvstrata metrics segment of "
-                              "version %u", out->name, (long long)sb.st_size, KVS_MSEG_VERSION);
+        kvs_fmt(err, err_len,
+                "metrics segment %s: %lld bytes, not a kvstrata metrics segment of "
+                "version %u",
+                out->name, (long long)sb.st_size, KVS_MSEG_VERSION);
     }
     void *map = MAP_FAILED;
     if (st == KVS_OK) {
-        map = mmap(NULL, seg_bytes(), create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd,
-                   0);
+        map =
+            mmap(NULL, seg_bytes(), create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
         if (map == MAP_FAILED) {
             st = KVS_EIO;
             kvs_fmt(err, err_len, "metrics segment %s: mmap: %s", out->name, strerror(errno));
@@ -164,8 +168,9 @@ kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err,
         h->version != KVS_MSEG_VERSION || h->header_bytes != sizeof *h ||
         h->slot_bytes != sizeof(kvs_mseg_slot) || h->n_slots != KVS_MSEG_SLOTS) {
         munmap(map, seg_bytes());
-        return kvs_fmt(err, err_len, "metrics segment %s is not a kvstrata metrics segment of "
-                                     "version %u (another build's? remove it: rm /dev/shm%s)",
+        return kvs_fmt(err, err_len,
+                       "metrics segment %s is not a kvstrata metrics segment of "
+                       "version %u (another build's? remove it: rm /dev/shm%s)",
                        out->name, KVS_MSEG_VERSION, out->name),
                KVS_ECORRUPT;
     }

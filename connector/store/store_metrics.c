@@ -42,8 +42,8 @@ void kvs_store_metrics_open(kvs_store *s) {
     v.n_tiers = s->n_tiers < KVS_MSEG_TIERS ? s->n_tiers : KVS_MSEG_TIERS;
     for (uint32_t t = 0; t < v.n_tiers; t++)
         snprintf(v.tiers[t].name, sizeof v.tiers[t].name, "%s", kvs_tiers_name(s->chain, t));
-    s->metrics = kvs_metrics_attach(s->cfg->metrics.listen, s->cfg->metrics.name,
-                                    s->cfg->log_level, &v, poll_store, s);
+    s->metrics = kvs_metrics_attach(s->cfg->metrics.listen, s->cfg->metrics.name, s->cfg->log_level,
+                                    &v, poll_store, s);
 }
 
 void kvs_store_metrics_close(kvs_store *s) {
