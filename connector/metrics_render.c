@@ -60,7 +60,7 @@ static void family(text *t, const char *name, const char *type, const char *help
 
 /* `{tier="x",tenant="y"}`, `{tenant="y"}`, `{tier="x"}` or "". */
 static void labels(char *out, size_t cap, const char *tier, const char *tenant, const char *extra) {
-    char a[200], b[200];
+    char a[200] = "", b[200] = "";
     size_t o = 0;
     out[0] = '\0';
     const char *parts[3] = {tier ? "tier" : NULL, tenant && *tenant ? "tenant" : NULL,
