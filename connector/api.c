@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "last_error.h"
 #include "lookup_remote.h"
+#include "metrics_handle.h"
 #include "object.h"
 #include "requests.h"
 #include "worker.h"
@@ -243,6 +244,7 @@ static kvs_status api_open(const kvs_open_params *in, kvs_handle **out, char *er
         return st;
     }
     h->stats.struct_size = sizeof h->stats;
+    kvs_metrics_handle_open(h);
     *out = h;
     return KVS_OK;
 }
@@ -253,6 +255,7 @@ static void api_close(kvs_handle *h) {
         kvs_worker_close(h); /* waits for the device before pins and slabs go */
         kvs_reqs_release_all(h);
     }
+    kvs_metrics_handle_close(h); /* after the last saves landed, while the tiers answer usage */
     kvs_rlookups_destroy(h->rlookups); /* after the requests dropped their queries */
     kvs_tiers_close(h->tiers);
     kvs_encoder_destroy(h->encoder);
@@ -283,7 +286,9 @@ static const char *api_last_error(const kvs_handle *h) {
 static kvs_status api_lookup(kvs_handle *h, const char *id, const int32_t *tokens, uint64_t n,
                              uint64_t n_computed, kvs_lookup_result *out) {
     ENTER(h);
-    return kvs_reqs_lookup(h, id, tokens, n, n_computed, out);
+    kvs_status st = kvs_reqs_lookup(h, id, tokens, n, n_computed, out);
+    kvs_metrics_handle_tick(h);
+    return st;
 }
 static kvs_status api_on_alloc(kvs_handle *h, const char *id, const uint32_t *blocks, uint64_t n,
                                uint64_t n_ext) {
@@ -293,7 +298,9 @@ static kvs_status api_on_alloc(kvs_handle *h, const char *id, const uint32_t *bl
 static kvs_status api_build_meta(kvs_handle *h, const kvs_step_request *reqs, uint64_t n, void *buf,
                                  uint64_t cap, uint64_t *len) {
     ENTER(h);
-    return kvs_reqs_build_meta(h, reqs, n, buf, cap, len);
+    kvs_status st = kvs_reqs_build_meta(h, reqs, n, buf, cap, len);
+    kvs_metrics_handle_tick(h);
+    return st;
 }
 static kvs_status api_request_finished(kvs_handle *h, const char *id, int *keep) {
     ENTER(h);
@@ -334,14 +341,18 @@ static kvs_status api_save_layer(kvs_handle *h, uint32_t layer) {
 }
 static kvs_status api_wait_save(kvs_handle *h) {
     ENTER(h);
-    return kvs_worker_wait_save(h);
+    kvs_status st = kvs_worker_wait_save(h);
+    kvs_metrics_handle_tick(h);
+    return st;
 }
 static kvs_status api_get_finished(kvs_handle *h, char *sending, uint64_t sending_cap,
                                    uint64_t *n_sending, char *receiving, uint64_t receiving_cap,
                                    uint64_t *n_receiving) {
     ENTER(h);
-    return kvs_worker_get_finished(h, sending, sending_cap, n_sending, receiving, receiving_cap,
-                                   n_receiving);
+    kvs_status st = kvs_worker_get_finished(h, sending, sending_cap, n_sending, receiving,
+                                            receiving_cap, n_receiving);
+    kvs_metrics_handle_tick(h);
+    return st;
 }
 static kvs_status api_load_error_blocks(kvs_handle *h, uint32_t *out, uint64_t cap, uint64_t *n) {
     ENTER(h);
@@ -383,6 +394,7 @@ static kvs_status api_stats(kvs_handle *h, kvs_stats *out) {
     s.load_gbps = s.load_ns ? (double)s.bytes_loaded / (double)s.load_ns : 0.0;
     s.save_gbps = s.save_ns ? (double)s.bytes_saved / (double)s.save_ns : 0.0;
     memcpy(out, &s, size);
+    kvs_metrics_handle_tick(h);
     return KVS_OK;
 }
 

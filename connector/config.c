@@ -15,13 +15,14 @@
 
 #include "abi/kvstrata_backend.h"
 #include "common/units.h"
+#include "config_metrics.h"
 #include "config_restore.h"
 #include "config_tiers.h"
 #include "config_yaml.h"
 
 static const char *const ROOT_KEYS[] = {
-    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool", "tiers",
-    "device",  "node",         "restore",          "loads",       "placement", "saves"};
+    "version", "chunk_tokens", "lease_timeout_ms", "save_decode", "log_level", "pool",  "tiers",
+    "device",  "node",         "restore",          "loads",       "placement", "saves", "metrics"};
 enum {
     RK_VERSION,
     RK_CHUNK,
@@ -36,6 +37,7 @@ enum {
     RK_LOADS,
     RK_PLACEMENT,
     RK_SAVES,
+    RK_METRICS,
     RK_COUNT
 };
 
@@ -466,6 +468,8 @@ static kvs_status parse_root(const kvs_yaml_ctx *ctx, const kvs_yaml_node *root,
     if (st == KVS_OK && values[RK_PLACEMENT])
         st = kvs_config_parse_placement(ctx, values[RK_PLACEMENT], cfg);
     if (st == KVS_OK && values[RK_SAVES]) st = parse_saves(ctx, values[RK_SAVES], cfg);
+    if (st == KVS_OK && values[RK_METRICS])
+        st = kvs_config_parse_metrics(ctx, values[RK_METRICS], cfg);
     return st;
 }
 

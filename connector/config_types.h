@@ -131,6 +131,12 @@ typedef struct kvs_config {
         uint64_t decode_bytes_per_s; /* how fast a lossy object decodes (raw bytes; 1GB/s) */
         uint32_t codecs; /* KVS_PLACEMENT_CODEC_* bits offered (default the three quantisers) */
     } placement;
+    struct {                     /* `metrics:` (docs/operations.md); absent: no metrics */
+        int enabled;             /* the section is there */
+        char listen[128];        /* HOST:PORT of the HTTP endpoint */
+        char name[KVS_NAME_MAX]; /* the instance's shared counter segment */
+        kvs_config_at at;        /* the section, for messages */
+    } metrics;
 } kvs_config;
 
 #define KVS_PLACEMENT_ADAPTCACHE   0

@@ -239,6 +239,9 @@ struct kvs_handle {
 
     kvs_event_ring event_ring;
     kvs_stats stats;
+    uint64_t tier_tokens_loaded[KVS_STATS_MAX_TIERS]; /* stats.tokens_loaded by serving tier */
+    struct kvs_metrics_source *metrics;               /* `metrics:` (metrics_handle.c); NULL: off */
+    uint64_t metrics_next_ns;                         /* the next publish is due then */
 };
 
 #endif

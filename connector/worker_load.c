@@ -667,8 +667,10 @@ static void finish_loads(kvs_handle *h, kvs_load_set *set) {
             h->stats.chunks_loaded++;
             h->stats.lossy_chunks_loaded += (uint64_t)w->lossy;
             h->stats.tokens_loaded += w->load->n_tokens;
-            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS)
+            if (w->tier >= 0 && w->tier < KVS_STATS_MAX_TIERS) {
                 h->stats.tier_chunks_loaded[w->tier]++;
+                h->tier_tokens_loaded[w->tier] += w->load->n_tokens;
+            }
         }
         if (w->pinned) {
             kvs_tiers_unpin(h->tiers, (uint32_t)w->tier, &w->load->key);

@@ -10,11 +10,12 @@
 # redis-tools (redis-cli, redis-benchmark) because the redis tier's tests start their own servers
 # (tests/support/redis_servers.h: temp directories, picked ports, never 6379 nor a service Debian may
 # start) and redis-benchmark is the reference its benchmark measures against; openssl (the command)
-# makes their TLS certificates.
+# makes their TLS certificates; python3-prometheus-client parses the metrics endpoint in
+# tests/python/test_metrics.py.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libyaml-dev libmsgpack-dev libxxhash-dev check liburing-dev
       libucx-dev ucx-utils libssl-dev iproute2 fio clang-format cppcheck clang libclang-rt-14-dev
-      python3-torch gnuplot-nox redis-server redis-tools openssl)
+      python3-torch gnuplot-nox redis-server redis-tools openssl python3-prometheus-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -135,6 +135,8 @@ static kvs_status store_open(const kvs_store_open_params *in, kvs_store **out, c
         store_close(s);
         return st;
     }
+    if (p.tenant) snprintf(s->tenant, sizeof s->tenant, "%s", p.tenant);
+    kvs_store_metrics_open(s);
     *out = s;
     return KVS_OK;
 }
@@ -142,6 +144,7 @@ static kvs_status store_open(const kvs_store_open_params *in, kvs_store **out, c
 static void store_close(kvs_store *s) {
     if (!s) return;
     kvs_store_threads_stop(s);
+    kvs_store_metrics_close(s); /* after the last batch, while the tiers answer usage */
     /* pins still held end here rather than at their lease */
     if (s->chain) kvs_store_unpin_all(s);
     kvs_tiers_close(s->chain);

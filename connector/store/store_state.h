@@ -85,7 +85,14 @@ struct kvs_store {
 
     kvs_store_events *events; /* NULL: events off */
     kvs_store_counters c;     /* updated with atomics */
+    char tenant[KVS_STORE_TENANT_MAX + 1];
+    struct kvs_metrics_source *metrics; /* `metrics:` (store_metrics.c); NULL: off */
 };
+
+/* The store's slot in its instance's metrics segment when its config has `metrics:` (the instance
+ * thread polls the counters, which are atomics), and its retirement (store_metrics.c). */
+void kvs_store_metrics_open(kvs_store *s);
+void kvs_store_metrics_close(kvs_store *s);
 
 /* Counters: relaxed atomics (read by stats while threads run). */
 #define KVS_STORE_ADD(field, v) __atomic_fetch_add(&(field), (uint64_t)(v), __ATOMIC_RELAXED)

@@ -1,0 +1,250 @@
+/* metrics.c - the instances of this process (metrics.h): one per segment name, shared by every
+ * handle, store and node of the process that names it, each with a thread that polls the sources
+ * whose counters are atomics, folds the slots of processes gone, retries the bind while another
+ * process serves, and runs the HTTP endpoint. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "metrics_http.h"
+#include "metrics_render.h"
+
+#define BIND_RETRY_MS 1000
+#define SWEEP_MS      2000
+#define LOOP_MS       250
+
+typedef struct instance instance;
+
+struct kvs_metrics_source {
+    instance *in;
+    int slot;
+    kvs_metrics_poll_fn poll;
+    void *ctx;
+    kvs_mseg_values v; /* poll sources: the identity and the last values */
+    kvs_metrics_source *next;
+};
+
+struct instance {
+    char name[KVS_MSEG_NAME_MAX], listen[128];
+    int log_level;
+    int refs;
+    kvs_mseg seg;
+    pthread_t thread;
+    int wake[2]; /* a byte on wake[1] stops the thread */
+    int serving;
+    kvs_mhttp http;
+    pthread_mutex_t lock; /* the sources list (poll callbacks run under it) */
+    kvs_metrics_source *sources;
+    instance *next;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static instance *g_instances;
+
+static kvs_status render_instance(void *ctx, char **text, size_t *len) {
+    instance *in = ctx;
+    return kvs_metrics_render_seg(&in->seg, text, len);
+}
+
+static void poll_sources(instance *in) {
+    pthread_mutex_lock(&in->lock);
+    for (kvs_metrics_source *s = in->sources; s; s = s->next) {
+        if (!s->poll) continue;
+        s->poll(s->ctx, &s->v);
+        kvs_mseg_publish(&in->seg, s->slot, &s->v);
+    }
+    pthread_mutex_unlock(&in->lock);
+}
+
+static void try_bind(instance *in, int *warned) {
+    if (kvs_mhttp_listen(&in->http, in->listen) == 0) {
+        __atomic_store_n(&in->serving, 1, __ATOMIC_RELEASE);
+        kvs_log(in->log_level, KVS_LOG_INFO, "metrics: serving http://%s/metrics (segment %s)",
+                in->listen, in->name);
+        return;
+    }
+    if (errno != EADDRINUSE && !*warned) { /* in use: another process of the instance serves */
+        *warned = 1;
+        kvs_log(in->log_level, KVS_LOG_WARN,
+                "metrics: cannot listen on %s (%s); retrying every %d ms", in->listen,
+                strerror(errno), BIND_RETRY_MS);
+    }
+}
+
+static void *instance_thread(void *arg) {
+    instance *in = arg;
+    uint64_t next_bind = 0, next_poll = 0, next_sweep = 0;
+    int warned = 0;
+    for (;;) {
+        uint64_t now = kvs_now_ns();
+        if (in->http.listen_fd < 0 && now >= next_bind) {
+            try_bind(in, &warned);
+            next_bind = now + BIND_RETRY_MS * 1000000ull;
+        }
+        if (now >= next_poll) {
+            poll_sources(in);
+            next_poll = now + KVS_METRICS_POLL_MS * 1000000ull;
+        }
+        if (now >= next_sweep) {
+            kvs_mseg_sweep(&in->seg);
+            next_sweep = now + SWEEP_MS * 1000000ull;
+        }
+        struct pollfd fds[2 + KVS_MHTTP_CLIENTS];
+        fds[0] = (struct pollfd){in->wake[0], POLLIN, 0};
+        size_t n = 1 + kvs_mhttp_pollfds(&in->http, fds + 1, KVS_MHTTP_CLIENTS + 1);
+        int rc = poll(fds, (nfds_t)n, LOOP_MS);
+        if (rc > 0 && fds[0].revents) break;
+        if (rc > 0)
+            kvs_mhttp_step(&in->http, fds + 1, n - 1);
+        else
+            kvs_mhttp_step(&in->http, fds + 1, 0); /* deadlines */
+    }
+    return NULL;
+}
+
+static void instance_free(instance *in) {
+    kvs_mhttp_close(&in->http);
+    kvs_mseg_close(&in->seg);
+    if (in->wake[0] >= 0) close(in->wake[0]);
+    if (in->wake[1] >= 0) close(in->wake[1]);
+    pthread_mutex_destroy(&in->lock);
+    free(in);
+}
+
+/* Under g_lock. */
+static instance *instance_get(const char *listen_at, const char *name, int log_level) {
+    for (instance *in = g_instances; in; in = in->next)
+        if (strcmp(in->name, name) == 0) {
+            in->refs++;
+            return in;
+        }
+    instance *in = calloc(1, sizeof *in);
+    if (!in) return NULL;
+    snprintf(in->name, sizeof in->name, "%s", name);
+    snprintf(in->listen, sizeof in->listen, "%s", listen_at);
+    in->log_level = log_level;
+    in->wake[0] = in->wake[1] = -1;
+    pthread_mutex_init(&in->lock, NULL);
+    kvs_mhttp_init(&in->http, render_instance, in);
+    char err[300];
+    if (kvs_mseg_open(name, 1, &in->seg, err, sizeof err) != KVS_OK) {
+        kvs_log(log_level, KVS_LOG_WARN, "metrics: %s; metrics are off in this process", err);
+        instance_free(in);
+        return NULL;
+    }
+    if (pipe2(in->wake, O_CLOEXEC) != 0 ||
+        pthread_create(&in->thread, NULL, instance_thread, in) != 0) {
+        kvs_log(log_level, KVS_LOG_WARN, "metrics: cannot start the metrics thread (%s)",
+                strerror(errno));
+        instance_free(in);
+        return NULL;
+    }
+    in->refs = 1;
+    in->next = g_instances;
+    g_instances = in;
+    return in;
+}
+
+/* Under g_lock. */
+static void instance_put(instance *in) {
+    if (--in->refs > 0) return;
+    for (instance **p = &g_instances; *p; p = &(*p)->next)
+        if (*p == in) {
+            *p = in->next;
+            break;
+        }
+    char b = 1;
+    ssize_t ignored = write(in->wake[1], &b, 1);
+    (void)ignored;
+    pthread_join(in->thread, NULL);
+    instance_free(in);
+}
+
+kvs_metrics_source *kvs_metrics_attach(const char *listen_at, const char *name, int log_level,
+                                       const kvs_mseg_values *identity, kvs_metrics_poll_fn poll,
+                                       void *ctx) {
+    kvs_metrics_source *src = calloc(1, sizeof *src);
+    if (!src) return NULL;
+    pthread_mutex_lock(&g_lock);
+    instance *in = instance_get(listen_at, name, log_level);
+    if (in) src->slot = kvs_mseg_claim(&in->seg, identity);
+    if (in && src->slot < 0) {
+        instance_put(in);
+        in = NULL;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!in) {
+        free(src);
+        return NULL;
+    }
+    src->in = in;
+    src->poll = poll;
+    src->ctx = ctx;
+    src->v = *identity;
+    pthread_mutex_lock(&in->lock);
+    src->next = in->sources;
+    in->sources = src;
+    pthread_mutex_unlock(&in->lock);
+    return src;
+}
+
+void kvs_metrics_publish(kvs_metrics_source *src, const kvs_mseg_values *v) {
+    if (src) kvs_mseg_publish(&src->in->seg, src->slot, v);
+}
+
+void kvs_metrics_detach(kvs_metrics_source *src) {
+    if (!src) return;
+    instance *in = src->in;
+    pthread_mutex_lock(&in->lock);
+    for (kvs_metrics_source **p = &in->sources; *p; p = &(*p)->next)
+        if (*p == src) {
+            *p = src->next;
+            break;
+        }
+    if (src->poll) { /* what changed since the thread's last poll */
+        src->poll(src->ctx, &src->v);
+        kvs_mseg_publish(&in->seg, src->slot, &src->v);
+    }
+    pthread_mutex_unlock(&in->lock);
+    kvs_mseg_release(&in->seg, src->slot);
+    free(src);
+    pthread_mutex_lock(&g_lock);
+    instance_put(in);
+    pthread_mutex_unlock(&g_lock);
+}
+
+int kvs_metrics_serving(const char *name) {
+    int serving = 0;
+    pthread_mutex_lock(&g_lock);
+    for (instance *in = g_instances; in; in = in->next)
+        if (strcmp(in->name, name) == 0) serving = __atomic_load_n(&in->serving, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&g_lock);
+    return serving;
+}
+
+kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t *len, char *err,
+                                     size_t err_len) {
+    if (!cfg || !text || !len) return kvs_fmt(err, err_len, "metrics: NULL argument"), KVS_EINVAL;
+    *text = NULL;
+    *len = 0;
+    if (!cfg->metrics.enabled)
+        return kvs_fmt(err, err_len, "%s has no `metrics:` section (metrics are off)", cfg->source),
+               KVS_ENOTFOUND;
+    kvs_mseg seg;
+    kvs_status st = kvs_mseg_open(cfg->metrics.name, 0, &seg, err, err_len);
+    if (st != KVS_OK) return st;
+    st = kvs_metrics_render_seg(&seg, text, len);
+    kvs_mseg_close(&seg);
+    if (st == KVS_ENOMEM) kvs_fmt(err, err_len, "metrics: out of memory");
+    if (st == KVS_EAGAIN) kvs_fmt(err, err_len, "metrics: the segment kept changing; try again");
+    return st;
+}

@@ -1,0 +1,42 @@
+/* metrics.h - Prometheus metrics outside the engine (docs/operations.md, Metrics): every handle,
+ * store and node of an instance (the processes that open one YAML with a `metrics:` section)
+ * publishes its counters into the instance's shared segment (metrics_seg.h); the one process whose
+ * bind on metrics.listen succeeds serves GET /metrics from it, the others retry the bind every
+ * second so one of them takes over when it exits. Tools read the same text without any server. */
+#ifndef KVS_METRICS_H
+#define KVS_METRICS_H
+
+#include <stddef.h>
+
+#include "config_types.h"
+#include "metrics_seg.h"
+
+/* The text the endpoint serves, from the segment cfg's `metrics:` names, without any process of the
+ * instance needing to serve HTTP. malloc'd into *text (the caller frees it with free()), its length
+ * in *len. KVS_ENOTFOUND with a sentence in err when cfg has no `metrics:` section or no process has
+ * created the segment yet. */
+kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t *len, char *err,
+                                     size_t err_len);
+
+typedef struct kvs_metrics_source kvs_metrics_source;
+
+/* Fills v's values (identity fields stay as attached), called by the instance's thread every
+ * KVS_METRICS_POLL_MS: for sources whose counters are atomics and may be read from any thread. */
+typedef void (*kvs_metrics_poll_fn)(void *ctx, kvs_mseg_values *v);
+#define KVS_METRICS_POLL_MS 500
+
+/* A slot in the instance of (listen, name), started (segment, thread) by its first source in this
+ * process. poll NULL: the owner publishes with kvs_metrics_publish. NULL when metrics cannot run
+ * (logged; the engine goes on without them). */
+kvs_metrics_source *kvs_metrics_attach(const char *listen, const char *name, int log_level,
+                                       const kvs_mseg_values *identity, kvs_metrics_poll_fn poll,
+                                       void *ctx);
+/* The owner's values (never waits). */
+void kvs_metrics_publish(kvs_metrics_source *src, const kvs_mseg_values *v);
+/* Publishes a last time (poll sources), retires the slot; the instance's last source in the process
+ * stops its thread and server. NULL: no-op. */
+void kvs_metrics_detach(kvs_metrics_source *src);
+/* 1 when this process's instance of that name serves HTTP now (tests). */
+int kvs_metrics_serving(const char *name);
+
+#endif

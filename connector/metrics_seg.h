@@ -1,0 +1,133 @@
+/* metrics_seg.h - the shared counter segment of one metrics instance (docs/operations.md, Metrics):
+ * a POSIX shared memory object every process of the instance maps, with a slot per publishing
+ * handle, store or node, so one process can serve every process's counters.
+ *
+ * Layout: a header (magic, version, sizes, a robust process-shared mutex, a generation counter)
+ * then KVS_MSEG_SLOTS slots. A slot is FREE, LIVE (pid and start time of its process) or RETIRED
+ * (what the slots of processes gone left: counters only, so the instance's sums never go
+ * backwards). Only the owning process writes a LIVE slot's values, under the slot's sequence
+ * counter (odd while writing), never waiting; claiming a slot, folding a dead one into a retired row
+ * and releasing one take the mutex (with a timeout) and bump the generation, so a reader that sees
+ * the same even generation before and after its copy has a consistent picture. */
+#ifndef KVS_METRICS_SEG_H
+#define KVS_METRICS_SEG_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi/kvstrata.h"
+
+#define KVS_MSEG_MAGIC    0x3174656d2d73766bull /* "kvs-met1" */
+#define KVS_MSEG_VERSION  1u
+#define KVS_MSEG_SLOTS    256u
+#define KVS_MSEG_TIERS    16u
+#define KVS_MSEG_NAME_MAX 64u
+#define KVS_MSEG_TENANT   72u /* a tenant name (64 bytes) and its NUL, rounded up */
+
+enum { KVS_MSEG_FREE = 0, KVS_MSEG_LIVE = 1, KVS_MSEG_RETIRED = 2 };
+/* What published a slot. */
+enum { KVS_MSEG_CONNECTOR = 1, KVS_MSEG_STORE = 2, KVS_MSEG_NODE = 3 };
+
+/* Counters of a slot (monotonic while the slot lives). */
+enum {
+    KVS_MC_LOOKUPS,
+    KVS_MC_LOOKUP_TOKENS, /* tokens asked beyond what the engine had */
+    KVS_MC_HIT_TOKENS,
+    KVS_MC_GETS, /* store API keys asked */
+    KVS_MC_GET_MISSES,
+    KVS_MC_SAVES,
+    KVS_MC_SAVED_BYTES,
+    KVS_MC_SAVE_NS,
+    KVS_MC_SAVES_SKIPPED,
+    KVS_MC_EVICTIONS,
+    KVS_MC_ERR_LOAD,
+    KVS_MC_ERR_INTEGRITY,
+    KVS_MC_ERR_CORRUPT,
+    KVS_MC_ERR_PUT_FAILED,
+    /* a node's (KVS_MSEG_NODE): the first its whole counters, the rest per tenant where known */
+    KVS_MC_NODE_CONNECTIONS,
+    KVS_MC_NODE_REJECTED,
+    KVS_MC_NODE_AUTH_OK,
+    KVS_MC_NODE_AUTH_FAILURES,
+    KVS_MC_NODE_REFUSALS,
+    KVS_MC_NODE_LATE_PUTS,
+    KVS_MC_NODE_QUOTA_EVICTIONS,
+    KVS_MC_NODE_LOOKUPS,
+    KVS_MC_NODE_HITS,
+    KVS_MC_NODE_MISSES,
+    KVS_MC_NODE_GETS,
+    KVS_MC_NODE_PUTS,
+    KVS_MC_NODE_DELETES,
+    KVS_MC_NODE_BYTES_IN,
+    KVS_MC_NODE_BYTES_OUT,
+    KVS_MC_COUNT
+};
+
+typedef struct kvs_mseg_tier {
+    char name[KVS_MSEG_NAME_MAX];
+    uint64_t objects, bytes, capacity; /* gauges: a live process's only */
+    uint64_t shared;                   /* every process sees the same objects (not summed) */
+    uint64_t hits, hit_tokens, loaded_bytes, load_ns; /* counters */
+} kvs_mseg_tier;
+
+/* What a publisher writes: identity (kind, tenant, tier names) and values. A multiple of 8 bytes. */
+typedef struct kvs_mseg_values {
+    uint32_t kind, n_tiers;
+    char tenant[KVS_MSEG_TENANT]; /* "" where none */
+    uint64_t c[KVS_MC_COUNT];
+    kvs_mseg_tier tiers[KVS_MSEG_TIERS];
+} kvs_mseg_values;
+
+typedef struct kvs_mseg_slot {
+    uint32_t state;
+    int32_t pid;
+    uint64_t start; /* the process's start time (/proc/PID/stat), so a reused pid is not alive */
+    uint64_t seq;   /* odd while the owner writes values */
+    kvs_mseg_values v;
+} kvs_mseg_slot;
+
+typedef struct kvs_mseg_header {
+    uint64_t magic;
+    uint32_t version, header_bytes, slot_bytes, n_slots;
+    uint64_t generation; /* odd while a slot is claimed, folded or released */
+    uint64_t full_logged;
+    pthread_mutex_t lock; /* robust, process-shared */
+} kvs_mseg_header;
+
+typedef struct kvs_mseg {
+    kvs_mseg_header *hdr;
+    kvs_mseg_slot *slots;
+    size_t map_bytes;
+    int writable;
+    char name[KVS_MSEG_NAME_MAX + 8]; /* "/kvstrata-<name>" */
+} kvs_mseg;
+
+/* Opens (create: creating it if absent, mode 0600) the segment of `name`. KVS_ENOTFOUND when it does
+ * not exist and create is 0; KVS_ECORRUPT when it is not a segment of this version. */
+kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err, size_t err_len);
+void kvs_mseg_close(kvs_mseg *seg);
+/* Removes the named segment (tests). */
+void kvs_mseg_unlink(const char *name);
+
+/* Claims a LIVE slot for this process with v's identity; -1 when every slot is taken (logged once
+ * per segment) or the lock could not be had. */
+int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v);
+/* The owner's write of its slot's values (never waits). */
+void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v);
+/* The owner is done with its slot: its counters go to the retired row of its identity. */
+void kvs_mseg_release(kvs_mseg *seg, int slot);
+/* Folds the LIVE slots of processes gone into retired rows; returns the slots folded. */
+int kvs_mseg_sweep(kvs_mseg *seg);
+
+/* A consistent copy of every slot into out[KVS_MSEG_SLOTS] (a slot of a process gone reads
+ * RETIRED); the number of live processes in *processes. 0, or -1 when no consistent copy came in a
+ * bounded number of tries (the last copy is left in out). */
+int kvs_mseg_snapshot(const kvs_mseg *seg, kvs_mseg_slot *out, uint32_t *processes);
+
+/* 1 when pid with that start time runs. */
+int kvs_mseg_alive(int32_t pid, uint64_t start);
+/* This process's start time (0 where unknown). */
+uint64_t kvs_mseg_start_time(int32_t pid);
+
+#endif

@@ -1,0 +1,310 @@
+/* test_metrics.c - the metrics segment and endpoint (connector/metrics*.c): two processes' counters
+ * add up, a killed process's counts stay, the `metrics:` keys and their refusals, the HTTP server
+ * moving to another process when the serving one exits, and bad clients (too large, garbage, silent)
+ * never stopping it from answering the next one. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "connector/config.h"
+#include "connector/metrics.h"
+#include "connector/metrics_render.h"
+#include "connector/metrics_seg.h"
+
+static char g_name[64];
+
+static void unique_name(void) {
+    snprintf(g_name, sizeof g_name, "test-%d-%llx", (int)getpid(),
+             (unsigned long long)kvs_now_ns());
+}
+
+static void teardown(void) {
+    if (g_name[0]) kvs_mseg_unlink(g_name);
+}
+
+static uint16_t free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static kvs_mseg_values identity(const char *tenant) {
+    kvs_mseg_values v;
+    memset(&v, 0, sizeof v);
+    v.kind = KVS_MSEG_STORE;
+    snprintf(v.tenant, sizeof v.tenant, "%s", tenant);
+    v.n_tiers = 1;
+    snprintf(v.tiers[0].name, sizeof v.tiers[0].name, "ram");
+    return v;
+}
+
+/* The sum of counter k over the segment's slots of tenant. */
+static uint64_t summed(const char *tenant, int k) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 0, &seg, err, sizeof err), KVS_OK);
+    kvs_mseg_slot *slots = calloc(KVS_MSEG_SLOTS, sizeof *slots);
+    uint32_t procs = 0;
+    ck_assert_int_eq(kvs_mseg_snapshot(&seg, slots, &procs), 0);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++)
+        if (slots[i].state != KVS_MSEG_FREE && strcmp(slots[i].v.tenant, tenant) == 0)
+            sum += slots[i].v.c[k];
+    free(slots);
+    kvs_mseg_close(&seg);
+    return sum;
+}
+
+/* A child that publishes `gets` under tenant, then releases (clean) or waits to be killed. */
+static pid_t publisher(const char *tenant, uint64_t gets, int clean, int ready_fd) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid) return pid;
+    kvs_mseg seg;
+    char err[256];
+    if (kvs_mseg_open(g_name, 1, &seg, err, sizeof err) != KVS_OK) _exit(2);
+    kvs_mseg_values v = identity(tenant);
+    int slot = kvs_mseg_claim(&seg, &v);
+    if (slot < 0) _exit(3);
+    v.c[KVS_MC_GETS] = gets;
+    v.tiers[0].hits = gets / 2;
+    kvs_mseg_publish(&seg, slot, &v);
+    if (clean) kvs_mseg_release(&seg, slot);
+    char b = 1;
+    if (write(ready_fd, &b, 1) != 1) _exit(4);
+    if (clean) _exit(0);
+    for (;;) pause();
+}
+
+START_TEST(two_processes_add_up_and_a_killed_ones_counts_stay) {
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t a = publisher("t", 10, 1, p[1]);
+    pid_t b = publisher("t", 5, 0, p[1]);
+    char buf[2];
+    ck_assert_int_eq(read(p[0], buf, 1), 1);
+    ck_assert_int_eq(read(p[0], buf, 1), 1);
+    int status;
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_uint_eq(summed("t", KVS_MC_GETS), 15);
+    kill(b, SIGKILL);
+    ck_assert_int_eq(waitpid(b, &status, 0), b);
+    ck_assert_uint_eq(summed("t", KVS_MC_GETS), 15); /* b's slot reads retired */
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 1); /* b's slot folds into a's retired row */
+    ck_assert_uint_eq(summed("t", KVS_MC_GETS), 15);
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_gets_total{tenant=\"t\"} 15\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\nkvstrata_tier_hits_total{tier=\"ram\",tenant=\"t\"} 7\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_processes 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 0\n"));
+    free(text);
+    kvs_mseg_close(&seg);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
+START_TEST(label_values_are_escaped) {
+    kvs_mseg_slot slot;
+    memset(&slot, 0, sizeof slot);
+    slot.state = KVS_MSEG_LIVE;
+    slot.v = identity("a\"b\\c\nd");
+    slot.v.c[KVS_MC_GETS] = 3;
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_slots(&slot, 1, 1, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "kvstrata_gets_total{tenant=\"a\\\"b\\\\c\\nd\"} 3\n"));
+    free(text);
+}
+END_TEST
+
+START_TEST(config_keys_and_refusals) {
+    char err[512];
+    kvs_config *cfg = NULL;
+    static const char OK_YAML[] = "version: 1\ntiers:\n  - name: d\n    type: dram\n"
+                                  "    capacity: 1MiB\nmetrics:\n  listen: 127.0.0.1:9400\n";
+    ck_assert_int_eq(
+        kvs_config_parse_string(OK_YAML, strlen(OK_YAML), "m.yaml", &cfg, err, sizeof err), KVS_OK);
+    ck_assert_int_eq(cfg->metrics.enabled, 1);
+    ck_assert_str_eq(cfg->metrics.listen, "127.0.0.1:9400");
+    ck_assert_int_gt((int)strlen(cfg->metrics.name), 0);
+    kvs_config_free(cfg);
+    static const char *const BAD[][2] = {
+        {"metrics:\n  listen: 127.0.0.1:9400\n  port: 3\n", "m.yaml:8:3: key 'metrics.port'"},
+        {"metrics:\n  listen: nowhere\n", "m.yaml:7:11: key 'metrics.listen'"},
+        {"metrics:\n  listen: 127.0.0.1:0\n", "m.yaml:7:11: key 'metrics.listen'"},
+        {"metrics:\n  name: x\n", "m.yaml:7:3: key 'metrics.listen'"},
+        {"metrics:\n  listen: 127.0.0.1:1\n  name: a/b\n", "m.yaml:8:9: key 'metrics.name'"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml,
+                 "version: 1\ntiers:\n  - name: d\n    type: dram\n"
+                 "    capacity: 1MiB\n%s",
+                 BAD[i][0]);
+        cfg = NULL;
+        ck_assert_int_eq(
+            kvs_config_parse_string(yaml, strlen(yaml), "m.yaml", &cfg, err, sizeof err),
+            KVS_ECONFIG);
+        ck_assert_msg(strstr(err, BAD[i][1]) != NULL, "case %zu: %s", i, err);
+        ck_assert_ptr_null(cfg);
+    }
+}
+END_TEST
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+
+static int connect_to(uint16_t port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends req (len bytes) and returns the status code of the answer (-1: none). */
+static int ask(uint16_t port, const char *req, size_t len, char *body, size_t cap) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        off += (size_t)n;
+    }
+    char buf[65536];
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    buf[got] = '\0';
+    int code = -1;
+    if (sscanf(buf, "HTTP/1.1 %d", &code) != 1) return -1;
+    if (body) snprintf(body, cap, "%s", buf);
+    return code;
+}
+
+static int get_metrics(uint16_t port) {
+    static const char GET[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    return ask(port, GET, sizeof GET - 1, NULL, 0);
+}
+
+/* Polls for a 200 on /metrics for up to 10 s. */
+static int wait_served(uint16_t port) {
+    for (int i = 0; i < 100; i++) {
+        if (get_metrics(port) == 200) return 1;
+        usleep(100000);
+    }
+    return 0;
+}
+
+static pid_t server_child(const char *listen_at) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid) return pid;
+    kvs_mseg_values v = identity("child");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    if (!src) _exit(2);
+    for (;;) pause();
+}
+
+START_TEST(another_process_takes_over_the_endpoint) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    pid_t a = server_child(listen_at);
+    ck_assert(wait_served(port));
+    pid_t b = server_child(listen_at); /* its bind fails while a serves */
+    usleep(300000);
+    int status;
+    ck_assert_int_eq(waitpid(b, &status, WNOHANG), 0);
+    kill(a, SIGKILL);
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    int served = wait_served(port); /* b's retry binds */
+    kill(b, SIGKILL);
+    waitpid(b, &status, 0);
+    ck_assert_msg(served, "no process took over the endpoint");
+}
+END_TEST
+
+START_TEST(bad_clients_never_stop_the_server) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    kvs_mseg_values v = identity("me");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    ck_assert_ptr_nonnull(src);
+    ck_assert(wait_served(port));
+    int silent = connect_to(port); /* sends nothing and stays */
+    ck_assert_int_ge(silent, 0);
+    char *huge = malloc(64 * 1024);
+    memset(huge, 'A', 64 * 1024);
+    ck_assert_int_eq(ask(port, huge, 64 * 1024, NULL, 0), 431);
+    free(huge);
+    static const char GARBAGE[] = "\x01\x02\x03 garbage\r\n\r\n";
+    ck_assert_int_eq(ask(port, GARBAGE, sizeof GARBAGE - 1, NULL, 0), 400);
+    static const char POST[] = "POST /metrics HTTP/1.1\r\n\r\n";
+    ck_assert_int_eq(ask(port, POST, sizeof POST - 1, NULL, 0), 405);
+    static const char OTHER[] = "GET /other HTTP/1.1\r\n\r\n";
+    ck_assert_int_eq(ask(port, OTHER, sizeof OTHER - 1, NULL, 0), 404);
+    /* the publisher's write does not wait on any client */
+    v.c[KVS_MC_GETS] = 42;
+    kvs_metrics_publish(src, &v);
+    char body[65536];
+    static const char GET[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    ck_assert_int_eq(ask(port, GET, sizeof GET - 1, body, sizeof body), 200);
+    ck_assert_ptr_nonnull(strstr(body, "\nkvstrata_gets_total{tenant=\"me\"} 42\n"));
+    close(silent);
+    kvs_metrics_detach(src);
+    ck_assert_int_eq(get_metrics(port), -1); /* the last source closed the server */
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("metrics");
+    tcase_add_checked_fixture(tc, unique_name, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, two_processes_add_up_and_a_killed_ones_counts_stay);
+    tcase_add_test(tc, label_values_are_escaped);
+    tcase_add_test(tc, config_keys_and_refusals);
+    tcase_add_test(tc, another_process_takes_over_the_endpoint);
+    tcase_add_test(tc, bad_clients_never_stop_the_server);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
