@@ -59,16 +59,16 @@ typedef struct compare_opts {
     const char *trace, *engine, *lib, *plot;
     double timeout_s;
     int json, quiet, no_plot, no_baseline;
-    char *workload_buf;                  /* --workload, split in place */
-    const char *wl[MAX_WORKLOAD_ARGS];   /* the workload flags */
+    char *workload_buf;                /* --workload, split in place */
+    const char *wl[MAX_WORKLOAD_ARGS]; /* the workload flags */
     int n_wl;
 } compare_opts;
 
 /* Flags compare sets itself on every run. */
-static const char *const reserved[] = {"--config",     "--json",           "--quiet",
-                                       "--turns-out",  "--no-connector",   "--connector-only",
-                                       "--verify",     "--lib",            "--trace",
-                                       "--help",       "-h"};
+static const char *const reserved[] = {
+    "--config",       "--json",           "--quiet",  "--turns-out",
+    "--no-connector", "--connector-only", "--verify", "--lib",
+    "--trace",        "--help",           "-h"};
 
 static int add_workload_arg(compare_opts *o, const char *a) {
     for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
@@ -201,25 +201,26 @@ typedef struct run {
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
+    size_t cap = 0, n = 0;
+    char *buf = NULL;
+    for (;;) {
         if (n + 1 >= cap) {
-            char *g = realloc(buf, cap * 2);
+            size_t ncap = cap ? cap * 2 : 4096;
+            char *g = realloc(buf, ncap);
             if (!g) {
                 free(buf);
-                buf = NULL;
-                break;
+                fclose(f);
+                return NULL;
             }
             buf = g;
-            cap *= 2;
+            cap = ncap;
         }
         size_t r = fread(buf + n, 1, cap - n - 1, f);
         if (r == 0) break;
         n += r;
     }
     fclose(f);
-    if (buf) buf[n] = '\0';
+    buf[n] = '\0';
     if (len) *len = n;
     return buf;
 }
@@ -362,8 +363,8 @@ static void run_engine(const compare_opts *o, const char *engine, const char *di
     snprintf(what, sizeof what, "%s%s%s", r->label, r->config ? " " : "",
              r->config ? base_name(r->config) : "");
     kvs_progress p;
-    kvs_progress_begin(&p, stderr, o->quiet ? KVS_PROGRESS_QUIET : 0, what, "turns",
-                       expected_turns, 0, 0);
+    kvs_progress_begin(&p, stderr, o->quiet ? KVS_PROGRESS_QUIET : 0, what, "turns", expected_turns,
+                       0, 0);
     double t0 = now_s();
     pid_t pid = -1;
     if (out_fd < 0 || err_fd < 0)
@@ -628,10 +629,9 @@ static void print_table(const compare_opts *o, const table *t, const char *engin
 static void print_verdict(const table *t) {
     const run *a = &t->runs[0], *b = &t->runs[1];
     if (!a->ok || !b->ok) {
-        printf("No verdict: %s did not run to the end.\n",
-               !a->ok && !b->ok ? "neither A nor B"
-               : !a->ok         ? "A"
-                                : "B");
+        printf("No verdict: %s did not run to the end.\n", !a->ok && !b->ok ? "neither A nor B"
+                                                           : !a->ok         ? "A"
+                                                                            : "B");
         return;
     }
     const figures *fa = &t->fig[0], *fb = &t->fig[1];
@@ -645,8 +645,9 @@ static void print_verdict(const table *t) {
     const run *fast = a_faster ? a : b, *slow = a_faster ? b : a;
     double mf = a_faster ? ma : mb, ms = a_faster ? mb : ma;
     printf("%s (%s) is faster: mean TTFT of %s %.1f ms against %.1f ms for %s (%s), %.2fx%s.\n",
-           fast->label, base_name(fast->config), g == G_LATER ? "turns after the first" : "all turns",
-           mf, ms, slow->label, base_name(slow->config), ms / mf,
+           fast->label, base_name(fast->config),
+           g == G_LATER ? "turns after the first" : "all turns", mf, ms, slow->label,
+           base_name(slow->config), ms / mf,
            ms / mf < 1.05 ? ", within 5%: run again before trusting it" : "");
 }
 
@@ -691,10 +692,11 @@ static void json_run(const run *r, const figures *f) {
            f->prompt, f->ext_hit, f->local_hit, f->prompt > 0 ? f->ext_hit / f->prompt : 0.0,
            f->prompt > 0 ? f->local_hit / f->prompt : 0.0);
     if (f->connector) {
-        printf(",\"chunks_loaded\":%.0f,\"bytes_loaded\":%.0f,\"chunks_saved\":%.0f,\"bytes_saved\":"
-               "%.0f,\"saves_skipped\":%.0f,\"load_errors\":%.0f,\"tiers\":[",
-               f->chunks_loaded, f->bytes_loaded, f->chunks_saved, f->bytes_saved,
-               f->saves_skipped, f->load_errors);
+        printf(
+            ",\"chunks_loaded\":%.0f,\"bytes_loaded\":%.0f,\"chunks_saved\":%.0f,\"bytes_saved\":"
+            "%.0f,\"saves_skipped\":%.0f,\"load_errors\":%.0f,\"tiers\":[",
+            f->chunks_loaded, f->bytes_loaded, f->chunks_saved, f->bytes_saved, f->saves_skipped,
+            f->load_errors);
         for (int t = 0; t < f->n_tiers; t++) {
             printf("%s{\"name\":", t ? "," : "");
             json_string(f->tier_names[t]);
@@ -711,8 +713,8 @@ static void json_run(const run *r, const figures *f) {
     printf("]}");
 }
 
-static void print_json(const compare_opts *o, const table *t, const char *engine,
-                       const char *plot, const char *plot_note) {
+static void print_json(const compare_opts *o, const table *t, const char *engine, const char *plot,
+                       const char *plot_note) {
     printf("{\"engine\":");
     json_string(engine);
     printf(",\"trace\":");
@@ -742,8 +744,7 @@ static void print_json(const compare_opts *o, const table *t, const char *engine
             }
         int g = verdict_group(&t->fig[0], &t->fig[1]);
         double ma = t->fig[0].ttft[g][S_MEAN], mb = t->fig[1].ttft[g][S_MEAN];
-        printf("},\"faster\":\"%s\",\"verdict_group\":\"%s\"", ma <= mb ? "A" : "B",
-               group_keys[g]);
+        printf("},\"faster\":\"%s\",\"verdict_group\":\"%s\"", ma <= mb ? "A" : "B", group_keys[g]);
     } else {
         printf("null,\"faster\":null,\"verdict_group\":null");
     }

@@ -150,8 +150,7 @@ static char *parse_string(cursor *c) {
 static int parse_number(cursor *c, double *out) {
     char buf[64];
     size_t n = 0;
-    while (c->p + n < c->end && n < sizeof buf - 1 && c->p[n] &&
-           strchr("+-0123456789.eE", c->p[n]))
+    while (c->p + n < c->end && n < sizeof buf - 1 && c->p[n] && strchr("+-0123456789.eE", c->p[n]))
         n++;
     if (n == 0 || n == sizeof buf - 1) {
         fail(c, "a value (number, string, array, object, true, false or null)");
