@@ -110,6 +110,7 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(base["connector_hit_tokens"], 0)
         for run in (a, b, base):
             self.assertEqual(len(run["ttft_ms"]), TURNS, run)
+            self.assertEqual(len(run["later_ttft_ms"]), run["later_turns"]["n"], run)
             self.assertEqual(run["all_turns"]["n"], TURNS)
         # the same pair the other way round: the verdict follows the configuration, not the column
         doc = self.compare_json(slow, fast, "--no-plot", "--no-baseline")
@@ -225,7 +226,7 @@ class CompareTest(unittest.TestCase):
         for args in (["one.yaml"], ["a.yaml", "b.yaml", "c.yaml"], ["a.yaml", "b.yaml", "--bogus"],
                      ["a.yaml", "b.yaml", "--workload", "--config x.yaml"],
                      ["a.yaml", "b.yaml", "--", "--turns-out", "x"],
-                     ["a.yaml", "b.yaml", "--timeout", "0"]):
+                     ["a.yaml", "b.yaml", "--timeout", "0"], ["a.yaml", "b.yaml", "--plot", "x.pdf"]):
             r = subprocess.run([KVSTRATA, "compare", *args], capture_output=True, text=True,
                                cwd=self.tmp)
             self.assertEqual(r.returncode, 2, (args, r.stdout, r.stderr))

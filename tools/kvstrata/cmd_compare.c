@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -176,6 +177,12 @@ static int parse_args(int argc, char **argv, compare_opts *o) {
         for (int k = 0; k < n_after; k++)
             if (add_workload_arg(o, after[k]) != 0) return -1;
     }
+    size_t pl = strlen(o->plot);
+    if (!o->no_plot && (pl < 5 || (strcasecmp(o->plot + pl - 4, ".svg") != 0 &&
+                                   strcasecmp(o->plot + pl - 4, ".png") != 0))) {
+        fprintf(stderr, "%s: --plot %s: the picture is a .svg or a .png file\n", prog, o->plot);
+        return -1;
+    }
     if (o->trace && access(o->trace, R_OK) != 0) {
         fprintf(stderr, "%s: --trace %s: %s\n", prog, o->trace, strerror(errno));
         return -1;
@@ -195,6 +202,8 @@ typedef struct run {
     const cj_value *mode; /* its "connector" or "no_connector" part */
     double *ttft;         /* per turn, in the order served */
     size_t n_ttft;
+    double *later; /* of those, the turns after a session's first (where a cache can help) */
+    size_t n_later;
 } run;
 
 /* A file's whole content (NUL-terminated); NULL when it cannot be read. */
@@ -257,37 +266,41 @@ static cj_value *parse_summary(char *out_text, char *err, size_t err_len) {
     return cj_parse(best, n, err, err_len);
 }
 
+/* Append x to *v (n items, room for *cap). 0, or -1 out of memory. */
+static int push(double **v, size_t *n, size_t *cap, double x) {
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        double *g = realloc(*v, ncap * sizeof *g);
+        if (!g) return -1;
+        *v = g;
+        *cap = ncap;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
 /* The per-turn TTFT of the run's mode from its --turns-out file. */
-static int read_turns(run *r, const char *path, const char *mode) {
-    size_t len;
-    char *text = read_file(path, &len);
-    if (!text) return -1;
-    size_t cap = 64;
-    r->ttft = malloc(cap * sizeof *r->ttft);
-    for (char *line = text; r->ttft && line && *line;) {
+static void read_turns(run *r, const char *path, const char *mode) {
+    char *text = read_file(path, NULL);
+    size_t cap = 0, cap_later = 0;
+    for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         size_t n = nl ? (size_t)(nl - line) : strlen(line);
         char err[128];
         cj_value *v = n ? cj_parse(line, n, err, sizeof err) : NULL;
         const char *m = cj_str(cj_get(v, "mode"));
         const cj_value *t = cj_get(v, "ttft_ms");
+        int failed = 0;
         if (m && t && strcmp(m, mode) == 0) {
-            if (r->n_ttft == cap) {
-                double *g = realloc(r->ttft, cap * 2 * sizeof *g);
-                if (!g) {
-                    cj_free(v);
-                    break;
-                }
-                r->ttft = g;
-                cap *= 2;
-            }
-            r->ttft[r->n_ttft++] = cj_num(t, 0);
+            failed = push(&r->ttft, &r->n_ttft, &cap, cj_num(t, 0)) != 0;
+            if (!failed && cj_num(cj_get(v, "turn"), 0) > 0)
+                failed = push(&r->later, &r->n_later, &cap_later, cj_num(t, 0)) != 0;
         }
         cj_free(v);
+        if (failed) break;
         line = nl ? nl + 1 : NULL;
     }
     free(text);
-    return 0;
 }
 
 /* Progress while a run goes on: the turns file's lines so far. */
@@ -486,7 +499,7 @@ static int verdict_group(const figures *a, const figures *b) {
 
 /* ---- the table ---- */
 
-#define LABEL_W 34
+#define LABEL_W 36
 #define COL_W   14
 #define RATIO_W 9
 
@@ -601,8 +614,8 @@ static void print_table(const compare_opts *o, const table *t, const char *engin
             snprintf(label, sizeof label, "TTFT %s, %s (ms)", group_names[g], stat_names[s]);
             print_row(t, label, cell_ttft, g * N_STATS + s, 1);
         }
-    print_row(t, "hit rate (connector / prompt tok)", cell_hit, 0, 0);
-    print_row(t, "engine prefix cache / prompt tok", cell_hit, 1, 0);
+    print_row(t, "connector hits / prompt tokens", cell_hit, 0, 0);
+    print_row(t, "engine prefix cache / prompt tokens", cell_hit, 1, 0);
     for (int i = 0; i < t->n_tiers; i++) {
         char label[96];
         snprintf(label, sizeof label, "  from tier %.20s", t->tiers[i]);
@@ -610,12 +623,12 @@ static void print_table(const compare_opts *o, const table *t, const char *engin
     }
     for (int i = 0; i < t->n_tiers; i++) {
         char label[96];
-        snprintf(label, sizeof label, "chunks loaded from %.15s", t->tiers[i]);
+        snprintf(label, sizeof label, "chunks loaded from %.17s", t->tiers[i]);
         print_row(t, label, cell_tier_chunks, i, 0);
     }
     for (int i = 0; i < t->n_tiers; i++) {
         char label[96];
-        snprintf(label, sizeof label, "bytes read from %.18s", t->tiers[i]);
+        snprintf(label, sizeof label, "bytes read from %.20s", t->tiers[i]);
         print_row(t, label, cell_tier_bytes, i, 0);
     }
     print_row(t, "chunks saved", cell_counter, C_SAVED, 0);
@@ -710,6 +723,8 @@ static void json_run(const run *r, const figures *f) {
     }
     printf(",\"ttft_ms\":[");
     for (size_t i = 0; i < r->n_ttft; i++) printf("%s%.3f", i ? "," : "", r->ttft[i]);
+    printf("],\"later_ttft_ms\":[");
+    for (size_t i = 0; i < r->n_later; i++) printf("%s%.3f", i ? "," : "", r->later[i]);
     printf("]}");
 }
 
@@ -856,20 +871,24 @@ int kvs_cmd_compare(int argc, char **argv) {
     if (!o.no_plot && n_ok > 0) {
         cmp_series series[N_RUNS_MAX];
         char titles[N_RUNS_MAX][PATH_MAX + 16];
-        int n_series = 0, turns = 0;
+        int n_series = 0, turns = 0, later = 1;
+        for (int k = 0; k < n_runs; k++) later &= !runs[k].ok || runs[k].n_later > 0;
         for (int k = 0; k < n_runs; k++) {
             if (!runs[k].ok) continue;
-            if (!turns) turns = (int)runs[k].n_ttft;
+            if (!turns) turns = (int)(later ? runs[k].n_later : runs[k].n_ttft);
             if (runs[k].config)
                 snprintf(titles[n_series], sizeof titles[n_series], "%s: %s", runs[k].label,
                          base_name(runs[k].config));
             else
                 snprintf(titles[n_series], sizeof titles[n_series], "%s", runs[k].label);
-            series[n_series] = (cmp_series){titles[n_series], runs[k].ttft, runs[k].n_ttft};
+            series[n_series] = later
+                                   ? (cmp_series){titles[n_series], runs[k].later, runs[k].n_later}
+                                   : (cmp_series){titles[n_series], runs[k].ttft, runs[k].n_ttft};
             n_series++;
         }
         char subtitle[64];
-        snprintf(subtitle, sizeof subtitle, "%d turns a run", turns);
+        snprintf(subtitle, sizeof subtitle, "%d %s a run", turns,
+                 later ? "turns after a session's first" : "turns");
         int prc2 = cmp_plot(o.plot, subtitle, series, n_series, plot_note, sizeof plot_note);
         if (prc2 == CMP_PLOT_OK)
             plot = o.plot;
@@ -890,13 +909,14 @@ int kvs_cmd_compare(int argc, char **argv) {
                 printf("%s (%s) failed: %s\n", runs[k].label,
                        runs[k].config ? runs[k].config : "no connector", runs[k].why);
         if (plot)
-            printf("picture: %s (empirical CDF of per-turn TTFT)\n", plot);
+            printf("picture: %s (empirical CDF of TTFT per turn)\n", plot);
         else if (plot_note[0])
             printf("%s\n", plot_note);
     }
     for (int k = 0; k < n_runs; k++) {
         cj_free(runs[k].summary);
         free(runs[k].ttft);
+        free(runs[k].later);
     }
     free(o.workload_buf);
     return rc;

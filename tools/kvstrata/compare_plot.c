@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,7 +36,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* The data files: per series, the steps of its CDF ("ttft fraction" lines). */
-static int write_data(const char *dir, cmp_series *series, int n_series, char *msg,
+static int write_data(const char *dir, const cmp_series *series, int n_series, char *msg,
                       size_t msg_len) {
     for (int k = 0; k < n_series; k++) {
         char path[PATH_MAX];
@@ -45,11 +46,19 @@ static int write_data(const char *dir, cmp_series *series, int n_series, char *m
             snprintf(msg, msg_len, "cannot write %s: %s", path, strerror(errno));
             return -1;
         }
-        cmp_series *s = &series[k];
-        qsort(s->ttft_ms, s->n, sizeof *s->ttft_ms, cmp_double);
-        if (s->n) fprintf(f, "%.4f 0\n", s->ttft_ms[0]);
+        const cmp_series *s = &series[k];
+        double *v = malloc((s->n ? s->n : 1) * sizeof *v);
+        if (!v) {
+            fclose(f);
+            snprintf(msg, msg_len, "out of memory for the picture's data");
+            return -1;
+        }
+        memcpy(v, s->ttft_ms, s->n * sizeof *v);
+        qsort(v, s->n, sizeof *v, cmp_double);
+        if (s->n) fprintf(f, "%.4f 0\n", v[0]);
         for (size_t i = 0; i < s->n; i++)
-            fprintf(f, "%.4f %.6f\n", s->ttft_ms[i], (double)(i + 1) / (double)s->n);
+            fprintf(f, "%.4f %.6f\n", v[i], (double)(i + 1) / (double)s->n);
+        free(v);
         if (fclose(f) != 0) {
             snprintf(msg, msg_len, "cannot write %s: %s", path, strerror(errno));
             return -1;
@@ -88,7 +97,7 @@ static char *make_script(const char *dir, const char *out_path, const char *subt
     gp_quote(f, out_path);
     fprintf(f, "\nset title ");
     char title[512];
-    snprintf(title, sizeof title, "Time to first token per turn: empirical CDF (%s)", subtitle);
+    snprintf(title, sizeof title, "Time to first token: empirical CDF (%s)", subtitle);
     gp_quote(f, title);
     fprintf(f, "\nset xlabel ");
     gp_quote(f, log_x ? "TTFT (ms, log scale)" : "TTFT (ms)");
@@ -161,7 +170,7 @@ static int run_gnuplot(const char *gnuplot, const char *dir, const char *script,
     if (ex.exited && ex.code == 0) return 0;
     char how[128], prefix[192];
     cmp_exit_describe(&ex, PLOT_TIMEOUT_S, how, sizeof how);
-    snprintf(prefix, sizeof prefix, "gnuplot failed (%s)", how);
+    snprintf(prefix, sizeof prefix, "no picture: gnuplot failed (%s)", how);
     last_line(err_path, prefix, msg, msg_len);
     return -1;
 }
@@ -177,7 +186,7 @@ static void remove_dir(const char *dir, int n_series) {
     rmdir(dir);
 }
 
-int cmp_plot(const char *out_path, const char *subtitle, cmp_series *series, int n_series,
+int cmp_plot(const char *out_path, const char *subtitle, const cmp_series *series, int n_series,
              char *msg, size_t msg_len) {
     char gnuplot[PATH_MAX];
     if (cmp_find_program("gnuplot", gnuplot, sizeof gnuplot) != 0) {

@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 typedef struct cmp_series {
-    const char *title; /* the legend: "A: fast.yaml" */
-    double *ttft_ms;   /* [n], sorted in place */
+    const char *title;     /* the legend: "A: fast.yaml" */
+    const double *ttft_ms; /* [n], in any order */
     size_t n;
 } cmp_series;
 
@@ -18,7 +18,7 @@ enum { CMP_PLOT_OK = 0, CMP_PLOT_NO_GNUPLOT = 1, CMP_PLOT_FAILED = -1 };
  * where gnuplot has it, else png). subtitle: a line under the title (the workload). Returns
  * CMP_PLOT_OK, CMP_PLOT_NO_GNUPLOT (gnuplot is not on PATH) or CMP_PLOT_FAILED, with a sentence in
  * msg for the last two. */
-int cmp_plot(const char *out_path, const char *subtitle, cmp_series *series, int n_series,
+int cmp_plot(const char *out_path, const char *subtitle, const cmp_series *series, int n_series,
              char *msg, size_t msg_len);
 
 #endif
