@@ -256,7 +256,7 @@ static int check_workload_modes(const options *o, research *x) {
         return -1;
     }
     if (o->turns_out) {
-        mini_err("--turns-out is kvs-mini-engine's: its turns are one at a time, not batches\n");
+        mini_err("--turns-out is kvs-mini-engine's alone: this program serves groups of turns\n");
         return -1;
     }
     if ((x->restore_plans || x->profile_path) && o->no_connector) {
