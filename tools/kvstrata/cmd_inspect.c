@@ -32,7 +32,7 @@ static void usage(FILE *out) {
         "  --repair        verify, then drop what is damaged as the tier would (refused while\n"
         "                  a process has the tier open)\n"
         "  --list          every object (default: the first %d)\n"
-        "  --limit N       at most N objects (and N damage lines)\n"
+        "  --limit N       at most N objects (damage: at least 1000 lines)\n"
         "  --json          one JSON document on stdout\n"
         "  -h, --help      this text\n\n"
         "Exit status: 0 sound, 1 damage found (or left after --repair, or a refusal), 2 usage.\n"
@@ -411,7 +411,7 @@ static int inspect_ssd(int argc, char **argv) {
                   .limit = limit,
                   .rep = rep,
                   .now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec};
-    damage_list dl = {.limit = limit == DEFAULT_LIMIT ? 1000 : limit};
+    damage_list dl = {.limit = limit > 1000 ? limit : 1000}; /* damage is never hidden by default */
     both_ctx both = {&pr, &dl};
     kvs_progress progress;
     if (mode != KVS_SSD_INSPECT_LIST)
