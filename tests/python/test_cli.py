@@ -313,5 +313,38 @@ class Stats(Dirs, unittest.TestCase):
         self.assertEqual(run_cli("stats", "--help")[0], 0)
 
 
+class EngineThread(Dirs, unittest.TestCase):
+    def test_an_engine_publishing_metrics_never_asks_its_redis_servers_for_usage(self):
+        """A connector handle publishes from the engine's own calls: a round trip to Redis there
+        (DBSIZE, INFO) would stall the engine's step, so none is made."""
+        d = self.tmpdir()
+        sock = os.path.join(d, "redis.sock")
+        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        name = "cli-" + uuid.uuid4().hex[:10]
+        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
+                        and os.unlink("/dev/shm/kvstrata-" + name))
+        cfg = self.yaml(f"version: 1\nmetrics:\n  listen: 127.0.0.1:{free_port()}\n  name: {name}\n"
+                        "tiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n"
+                        f"  - name: r\n    type: redis\n    nodes: [{sock}]\n", d)
+        engine = os.path.join(os.path.dirname(CLI), "kvs-mini-engine")
+        run = subprocess.run([engine, "--config", cfg, "--sessions", "3", "--turns", "3",
+                              "--doc-tokens", "512", "--quiet", "--json", "--connector-only"],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        stats = subprocess.run(["redis-cli", "-s", sock, "INFO", "commandstats"],
+                               capture_output=True, text=True, timeout=30).stdout
+        self.assertIn("cmdstat_set", stats)  # the engine did use the tier
+        self.assertNotIn("cmdstat_dbsize", stats)
+        # and its counters reached the segment all the same
+        doc = json.loads(run_cli("stats", "--json", cfg)[1])
+        self.assertGreater(sum(t["lookup_tokens"] or 0 for t in doc["tenants"]), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
