@@ -221,7 +221,7 @@ static void find_in_directory(run *r, const char *dir) {
         fail(r, KVS_EIO, "cannot read the directory %s: %s", dir, kvs_errno_name(errno));
         return;
     }
-    char *names[KVS_SSD_INSPECT_MAX_FILES + 1];
+    char *names[KVS_SSD_INSPECT_MAX_FILES + 1] = {NULL};
     size_t n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n <= KVS_SSD_INSPECT_MAX_FILES) {

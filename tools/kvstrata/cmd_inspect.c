@@ -413,7 +413,7 @@ static int inspect_ssd(int argc, char **argv) {
                   .now_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec};
     damage_list dl = {.limit = limit > 1000 ? limit : 1000}; /* damage is never hidden by default */
     both_ctx both = {&pr, &dl};
-    kvs_progress progress;
+    kvs_progress progress = {0};
     if (mode != KVS_SSD_INSPECT_LIST)
         kvs_progress_begin(&progress, stderr, 0,
                            mode == KVS_SSD_INSPECT_VERIFY ? "verifying" : "verifying for repair",
