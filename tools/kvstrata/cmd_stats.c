@@ -204,16 +204,26 @@ static void contents_of(view *v, const kvs_config *cfg, size_t i) {
         const char *paths[KVS_CONFIG_MAX_OPTIONS];
         for (uint32_t k = 0; k < n && k < KVS_CONFIG_MAX_OPTIONS; k++)
             paths[k] = cli_tier_option(tc, "path", (int)k);
-        kvs_ssd_inspect_summary sum;
-        if (kvs_ssd_inspect_summary_of(paths, n, &sum, err, sizeof err) == KVS_OK) {
-            t->objects = (double)sum.objects;
-            t->bytes = (double)sum.bytes;
-            if (sum.capacity) t->capacity = (double)sum.capacity;
+        /* this tier's files only (other tiers may share the directories) */
+        kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
+        kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
+        kvs_status st =
+            rep ? kvs_ssd_inspect_run(paths, n, &opt, rep, err, sizeof err) : KVS_ENOMEM;
+        if (st == KVS_OK) {
+            t->objects = (double)rep->objects;
+            t->bytes = (double)rep->bytes;
+            if (rep->capacity) t->capacity = (double)rep->capacity;
             t->have_contents = 1;
-            snprintf(t->note, sizeof t->note, "read from %u path(s)", n);
+            snprintf(t->note, sizeof t->note, "read from %u path(s)%s%s", n,
+                     rep->in_use ? ", open in a running process" : "",
+                     rep->damaged ? "; damage seen: run kvstrata inspect ssd --verify" : "");
+        } else if (st == KVS_ENOTFOUND) {
+            t->have_contents = 1; /* objects 0: the tier writes its data files at its first open */
+            snprintf(t->note, sizeof t->note, "no data file yet: %s", err);
         } else {
             snprintf(t->note, sizeof t->note, "%s", err);
         }
+        free(rep);
     } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
         kvs_tier_chain *chain = NULL;
         if (cli_open_tier(cfg, i, 16ull << 20, 0, &chain, err, sizeof err) != KVS_OK) {
