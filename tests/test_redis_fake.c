@@ -583,7 +583,8 @@ START_TEST(an_outage_logs_how_long_it_lasted_and_when_the_server_is_back) {
     }
     int down = logged_from(&logs, 0, "is down");
     int still = logged_from(&logs, from, "is still down after");
-    ck_assert_msg(down >= 0 && still > down, "no outage lines (%d lines): %s / %s / %s", logs.n, logs.lines[0], logs.lines[1], logs.lines[2]);
+    ck_assert_msg(down >= 0 && still > down, "no outage lines (%d lines): %s / %s / %s", logs.n,
+                  logs.lines[0], logs.lines[1], logs.lines[2]);
     ck_assert_ptr_nonnull(strstr(logs.lines[still], "1 attempt"));
     /* the server again, at the same path */
     fake g;

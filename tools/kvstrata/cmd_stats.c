@@ -35,11 +35,46 @@ typedef struct tier_row {
     char note[256];  /* where the contents came from, or why they are not known */
 } tier_row;
 
+/* A tenant's counters, by index (TC_*); the metric each comes from and its JSON key below. */
+enum {
+    TC_LOOKUP_TOKENS,
+    TC_HIT_TOKENS,
+    TC_GETS,
+    TC_GET_MISSES,
+    TC_SAVES,
+    TC_SAVED_BYTES,
+    TC_SAVE_SECONDS,
+    TC_SAVES_SKIPPED,
+    TC_EVICTIONS,
+    TC_ERR_LOAD,
+    TC_ERR_INTEGRITY,
+    TC_ERR_CORRUPT,
+    TC_ERR_PUT_FAILED,
+    TC_COUNT
+};
+static const struct {
+    const char *metric; /* the sample's name (kvstrata_errors_total: with kind) */
+    const char *kind;
+    const char *json;
+} tenant_fields[TC_COUNT] = {
+    [TC_LOOKUP_TOKENS] = {"kvstrata_lookup_tokens_total", NULL, "lookup_tokens"},
+    [TC_HIT_TOKENS] = {"kvstrata_hit_tokens_total", NULL, "hit_tokens"},
+    [TC_GETS] = {"kvstrata_gets_total", NULL, "gets"},
+    [TC_GET_MISSES] = {"kvstrata_get_misses_total", NULL, "get_misses"},
+    [TC_SAVES] = {"kvstrata_saves_total", NULL, "saves"},
+    [TC_SAVED_BYTES] = {"kvstrata_saved_bytes_total", NULL, "saved_bytes"},
+    [TC_SAVE_SECONDS] = {"kvstrata_save_seconds_total", NULL, "save_seconds"},
+    [TC_SAVES_SKIPPED] = {"kvstrata_saves_skipped_total", NULL, "saves_skipped"},
+    [TC_EVICTIONS] = {"kvstrata_evictions_total", NULL, "evictions"},
+    [TC_ERR_LOAD] = {"kvstrata_errors_total", "load", "load_errors"},
+    [TC_ERR_INTEGRITY] = {"kvstrata_errors_total", "integrity", "integrity_errors"},
+    [TC_ERR_CORRUPT] = {"kvstrata_errors_total", "corrupt", "corrupt"},
+    [TC_ERR_PUT_FAILED] = {"kvstrata_errors_total", "put_failed", "failed_puts"},
+};
+
 typedef struct tenant_row {
     char name[KVS_CONFIG_TENANT_MAX + 1]; /* "" : no tenant */
-    double lookup_tokens, hit_tokens, gets, get_misses;
-    double saves, saved_bytes, save_seconds, saves_skipped, evictions;
-    double errors_load, errors_integrity, errors_corrupt, errors_put_failed;
+    double c[TC_COUNT];
 } tenant_row;
 
 typedef struct node_value {
@@ -126,42 +161,15 @@ static void take_sample(void *ctx, const prom_sample *s) {
         v->processes = x;
         return;
     }
-    static const struct {
-        const char *name;
-        size_t offset;
-    } fields[] = {
-        {"kvstrata_lookup_tokens_total", offsetof(tenant_row, lookup_tokens)},
-        {"kvstrata_hit_tokens_total", offsetof(tenant_row, hit_tokens)},
-        {"kvstrata_gets_total", offsetof(tenant_row, gets)},
-        {"kvstrata_get_misses_total", offsetof(tenant_row, get_misses)},
-        {"kvstrata_saves_total", offsetof(tenant_row, saves)},
-        {"kvstrata_saved_bytes_total", offsetof(tenant_row, saved_bytes)},
-        {"kvstrata_save_seconds_total", offsetof(tenant_row, save_seconds)},
-        {"kvstrata_saves_skipped_total", offsetof(tenant_row, saves_skipped)},
-        {"kvstrata_evictions_total", offsetof(tenant_row, evictions)},
-    };
-    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-        if (strcmp(s->name, fields[i].name) != 0) continue;
+    const char *kind = prom_label(s, "kind");
+    for (int i = 0; i < TC_COUNT; i++) {
+        if (strcmp(s->name, tenant_fields[i].metric) != 0) continue;
+        if (tenant_fields[i].kind && (!kind || strcmp(kind, tenant_fields[i].kind) != 0)) continue;
         tenant_row *t = tenant_of(v, tenant);
         if (!t) return;
-        *(double *)((char *)t + fields[i].offset) += x;
+        t->c[i] += x;
         v->have_counters = 1;
         return;
-    }
-    if (!strcmp(s->name, "kvstrata_errors_total")) {
-        tenant_row *t = tenant_of(v, tenant);
-        if (!t) return;
-        const char *kind = prom_label(s, "kind");
-        kind = kind ? kind : "";
-        if (!strcmp(kind, "load"))
-            t->errors_load += x;
-        else if (!strcmp(kind, "integrity"))
-            t->errors_integrity += x;
-        else if (!strcmp(kind, "corrupt"))
-            t->errors_corrupt += x;
-        else if (!strcmp(kind, "put_failed"))
-            t->errors_put_failed += x;
-        v->have_counters = 1;
     }
 }
 
@@ -289,13 +297,12 @@ static int gather(view *v, const char *target, const kvs_config *cfg, int timeou
     return 0;
 }
 
-static double tenant_sum(const view *v, size_t offset) {
+/* counter TC_* summed over the tenants */
+static double sum_of(const view *v, int field) {
     double s = 0;
-    for (uint32_t i = 0; i < v->n_tenants; i++)
-        s += *(const double *)((const char *)&v->tenants[i] + offset);
+    for (uint32_t i = 0; i < v->n_tenants; i++) s += v->tenants[i].c[field];
     return s;
 }
-#define SUM(v, field) tenant_sum(v, offsetof(tenant_row, field))
 
 static double ratio(double a, double b) {
     return b > 0 ? a / b : NAN;
@@ -306,9 +313,9 @@ static double ratio(double a, double b) {
  * objects it served over gets (store users). */
 static double tier_hit_rate(const view *v, const tier_row *t) {
     if (!isnan(t->hit_rate)) return t->hit_rate;
-    double asked = SUM(v, lookup_tokens);
+    double asked = sum_of(v, TC_LOOKUP_TOKENS);
     if (asked > 0) return t->hit_tokens / asked;
-    return ratio(t->hits, SUM(v, gets));
+    return ratio(t->hits, sum_of(v, TC_GETS));
 }
 
 static const char *num(char *buf, size_t len, double x) {
@@ -363,22 +370,24 @@ static void print_text(const view *v, const view *prev, const char *target) {
         printf("%s\n", v->counters_note[0] ? v->counters_note : "no counters published");
         return;
     }
-    double asked = SUM(v, lookup_tokens), hit = SUM(v, hit_tokens);
-    double gets = SUM(v, gets), misses = SUM(v, get_misses);
+    double asked = sum_of(v, TC_LOOKUP_TOKENS), hit = sum_of(v, TC_HIT_TOKENS);
+    double gets = sum_of(v, TC_GETS), misses = sum_of(v, TC_GET_MISSES);
     if (asked > 0)
         printf("lookups: %s tokens asked, %s hit (%s)\n", num(a, sizeof a, asked),
                num(b, sizeof b, hit), pct(c, sizeof c, ratio(hit, asked)));
     if (gets > 0)
         printf("gets: %s, %s missed (hit rate %s)\n", num(a, sizeof a, gets),
                num(b, sizeof b, misses), pct(c, sizeof c, ratio(gets - misses, gets)));
-    double saved = SUM(v, saved_bytes), save_s = SUM(v, save_seconds);
-    printf("saves: %s (%s, %s GB/s), skipped %s; evictions %s\n", num(a, sizeof a, SUM(v, saves)),
-           size_of(b, sizeof b, saved, 1),
+    double saved = sum_of(v, TC_SAVED_BYTES), save_s = sum_of(v, TC_SAVE_SECONDS);
+    printf("saves: %s (%s, %s GB/s), skipped %s; evictions %s\n",
+           num(a, sizeof a, sum_of(v, TC_SAVES)), size_of(b, sizeof b, saved, 1),
            save_s > 0 ? (snprintf(c, sizeof c, "%.2f", saved / save_s / 1e9), c) : "-",
-           num(d, sizeof d, SUM(v, saves_skipped)), num(e, sizeof e, SUM(v, evictions)));
+           num(d, sizeof d, sum_of(v, TC_SAVES_SKIPPED)),
+           num(e, sizeof e, sum_of(v, TC_EVICTIONS)));
     printf("errors: load %s, integrity %s, corrupt %s, failed puts %s\n",
-           num(a, sizeof a, SUM(v, errors_load)), num(b, sizeof b, SUM(v, errors_integrity)),
-           num(c, sizeof c, SUM(v, errors_corrupt)), num(d, sizeof d, SUM(v, errors_put_failed)));
+           num(a, sizeof a, sum_of(v, TC_ERR_LOAD)), num(b, sizeof b, sum_of(v, TC_ERR_INTEGRITY)),
+           num(c, sizeof c, sum_of(v, TC_ERR_CORRUPT)),
+           num(d, sizeof d, sum_of(v, TC_ERR_PUT_FAILED)));
     int named = 0;
     for (uint32_t i = 0; i < v->n_tenants; i++) named |= v->tenants[i].name[0] != '\0';
     if (named) {
@@ -387,10 +396,10 @@ static void print_text(const view *v, const view *prev, const char *target) {
         for (uint32_t i = 0; i < v->n_tenants; i++) {
             const tenant_row *t = &v->tenants[i];
             printf("%-16s %12s %12s %8s %10s %10s %8s\n", t->name[0] ? t->name : "(none)",
-                   num(a, sizeof a, t->lookup_tokens), num(b, sizeof b, t->hit_tokens),
-                   pct(c, sizeof c, ratio(t->hit_tokens, t->lookup_tokens)),
-                   num(d, sizeof d, t->gets), num(e, sizeof e, t->get_misses),
-                   num(f, sizeof f, t->saves));
+                   num(a, sizeof a, t->c[TC_LOOKUP_TOKENS]), num(b, sizeof b, t->c[TC_HIT_TOKENS]),
+                   pct(c, sizeof c, ratio(t->c[TC_HIT_TOKENS], t->c[TC_LOOKUP_TOKENS])),
+                   num(d, sizeof d, t->c[TC_GETS]), num(e, sizeof e, t->c[TC_GET_MISSES]),
+                   num(f, sizeof f, t->c[TC_SAVES]));
         }
     }
     if (v->n_node) {
@@ -451,24 +460,9 @@ static void print_json(const view *v, const char *target) {
         const tenant_row *t = &v->tenants[i];
         printf("%s{\"tenant\":", i ? "," : "");
         cli_json_string(stdout, t->name);
-        const struct {
-            const char *key;
-            double value;
-        } f[] = {{"lookup_tokens", t->lookup_tokens},
-                 {"hit_tokens", t->hit_tokens},
-                 {"gets", t->gets},
-                 {"get_misses", t->get_misses},
-                 {"saves", t->saves},
-                 {"saved_bytes", t->saved_bytes},
-                 {"saves_skipped", t->saves_skipped},
-                 {"evictions", t->evictions},
-                 {"load_errors", t->errors_load},
-                 {"integrity_errors", t->errors_integrity},
-                 {"corrupt", t->errors_corrupt},
-                 {"failed_puts", t->errors_put_failed}};
-        for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-            printf(",\"%s\":", f[k].key);
-            json_number(f[k].value);
+        for (int k = 0; k < TC_COUNT; k++) {
+            printf(",\"%s\":", tenant_fields[k].json);
+            json_number(t->c[k]);
         }
         printf("}");
     }
