@@ -887,8 +887,8 @@ int kvs_cmd_compare(int argc, char **argv) {
             n_series++;
         }
         char subtitle[64];
-        snprintf(subtitle, sizeof subtitle, "%d %s a run", turns,
-                 later ? "turns after a session's first" : "turns");
+        snprintf(subtitle, sizeof subtitle, "%d %s per run", turns,
+                 later ? "turns after each session's first" : "turns");
         int prc2 = cmp_plot(o.plot, subtitle, series, n_series, plot_note, sizeof plot_note);
         if (prc2 == CMP_PLOT_OK)
             plot = o.plot;
