@@ -33,6 +33,14 @@ static void identity(kvs_handle *h, kvs_mseg_values *v) {
         snprintf(v->tiers[t].name, sizeof v->tiers[t].name, "%s", kvs_tiers_name(h->tiers, t));
 }
 
+/* A tier whose usage is a round trip to its servers (remote, redis): never asked from the engine's
+ * thread, which publishes from its hooks. `kvstrata stats CONFIG` asks those servers itself. */
+static int network_tier(const kvs_handle *h, uint32_t t) {
+    if (t >= h->cfg->n_tiers) return 0;
+    const char *type = h->cfg->tiers[t].type;
+    return strcmp(type, "remote") == 0 || strcmp(type, "redis") == 0;
+}
+
 static void fill(kvs_handle *h, kvs_mseg_values *v) {
     kvs_saver_collect(h);
     const kvs_stats *s = &h->stats;
@@ -62,7 +70,7 @@ static void fill(kvs_handle *h, kvs_mseg_values *v) {
         x->capacity = t < h->cfg->n_tiers ? h->cfg->tiers[t].capacity_bytes : 0;
         x->shared = (uint64_t)kvs_tiers_shared(h->tiers, t);
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if (usage_ok && ops && ops->usage)
+        if (usage_ok && ops && ops->usage && !network_tier(h, t))
             ops->usage(kvs_tiers_state(h->tiers, t), &x->objects, &x->bytes);
     }
 }

@@ -6,7 +6,8 @@
 # clang-format and cppcheck the checks of `make check-format` and `make cppcheck` (.ci/run); clang and
 # libclang-rt-14-dev (libFuzzer) the fuzzing of what a peer sends (tests/fuzz/run.sh); python3-torch
 # the Python tests (tests/python), for /usr/bin/python3, which may not be the python3 first on PATH;
-# gnuplot-nox draws the pictures of `make bench-report` (docs/benchmarks.md); redis-server and
+# gnuplot-nox draws the pictures of `make bench-report` (docs/benchmarks.md) and of `kvstrata
+# compare` (docs/operations.md); redis-server and
 # redis-tools (redis-cli, redis-benchmark) because the redis tier's tests start their own servers
 # (tests/support/redis_servers.h: temp directories, picked ports, never 6379 nor a service Debian may
 # start) and redis-benchmark is the reference its benchmark measures against; openssl (the command)

@@ -93,17 +93,6 @@ kvs_status kvs_ssd_flush(void *state, uint64_t timeout_ms) {
 
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
-/* Tier names become part of a file name: keep [A-Za-z0-9_.-], replace the rest. */
-static void file_name_of(const char *tier, char *out, size_t len) {
-    size_t n = 0;
-    for (const char *c = tier; *c && n + 1 < len; c++) {
-        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                 *c == '_' || *c == '-' || (*c == '.' && n > 0);
-        out[n++] = ok ? *c : '_';
-    }
-    out[n] = '\0';
-}
-
 /* Each path must exist, be a directory and be listed once; a refusal names path[i]. A path that
  * cannot be written (EACCES, EROFS: the device, not the file, is at fault) is not refused: it is taken
  * out of service and the others serve. */
@@ -145,7 +134,7 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
 static kvs_status open_data_file(ssd_tier *t, uint32_t i, int model_device, int *preallocated) {
     ssd_path *p = &t->paths[i];
     char base[96], file[4200];
-    file_name_of(t->tier_name, base, sizeof base);
+    ssd_format_file_base(t->tier_name, base, sizeof base);
     snprintf(file, sizeof file, "%s/kvstrata-%s.data", p->dir, base);
     p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
     if (p->fd < 0 && errno == EINVAL) {
@@ -310,6 +299,34 @@ static void rebuild_free_slots(ssd_tier *t, uint8_t *const *used, const ssd_scan
     t->headers_scanned = found->headers_read;
 }
 
+/* The restart scan's progress lines (common/progress.h) go to the tier's log, one log line each:
+ * an engine's stderr is a log, so nothing is redrawn in place. */
+static ssize_t progress_to_log(void *cookie, const char *buf, size_t size) {
+    ssd_tier *t = cookie;
+    size_t at = 0;
+    while (at < size) {
+        size_t end = at;
+        while (end < size && buf[end] != '\n') end++;
+        if (end > at) ssd_log(t, KVS_LOG_INFO, "%.*s", (int)(end - at), buf + at);
+        at = end + 1;
+    }
+    return (ssize_t)size;
+}
+
+/* A scan of a large tier takes a while: after 2 s a line says how far it is, then one every 5 s
+ * (headers per second, eta) and one when it is done. NULL when no log can take them. */
+static FILE *begin_scan_progress(ssd_tier *t, kvs_progress *p, const uint64_t *scan_slots) {
+    if (!t->log) return NULL;
+    FILE *f = fopencookie(t, "w", (cookie_io_functions_t){.write = progress_to_log});
+    if (!f) return NULL; /* no memory for it: the scan runs without progress lines */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < t->n_paths; i++) total += scan_slots[i];
+    char what[64];
+    snprintf(what, sizeof what, "rebuilding the index from %u paths", t->n_paths);
+    kvs_progress_begin(p, f, KVS_PROGRESS_LINES, what, "unit headers", total, 2000, 5000);
+    return f;
+}
+
 /* Read or write each path's superblock, scan the slots of those that match, rebuild the index and
  * the free-slot stacks. */
 static kvs_status recover(ssd_tier *t) {
@@ -325,9 +342,13 @@ static kvs_status recover(ssd_tier *t) {
             settle_superblock(t, i, block, &io[i], &scan_slots[i]);
     free(block);
 
+    kvs_progress progress;
+    FILE *progress_out = begin_scan_progress(t, &progress, scan_slots);
     ssd_scan_result found;
     if (ssd_recover_scan(io, t->n_paths, scan_slots, t->slot_bytes, t->stripe_bytes,
-                         t->queue_depth - 1, t->io_timeout_ms, &found) != 0) {
+                         t->queue_depth - 1, t->io_timeout_ms, progress_out ? &progress : NULL,
+                         &found) != 0) {
+        if (progress_out) fclose(progress_out);
         ssd_set_error(t, "out of memory for the restart scan");
         return KVS_ENOMEM;
     }
@@ -347,6 +368,12 @@ static kvs_status recover(ssd_tier *t) {
         for (uint32_t i = 0; i < t->n_paths; i++) free(ctx.used[i]);
     free(ctx.used);
     free(found.units);
+    if (progress_out) {
+        char note[64];
+        snprintf(note, sizeof note, "%llu objects recovered", (unsigned long long)t->recovered);
+        kvs_progress_end(&progress, note);
+        fclose(progress_out);
+    }
     return rc;
 }
 

@@ -104,6 +104,10 @@ void ssd_format_encode_unit(const ssd_unit_header *h, uint8_t *block) {
     put64(block + UH_CHECKSUM, XXH3_64bits(block, UH_CHECKSUM));
 }
 
+int ssd_format_has_unit_magic(const uint8_t *block) {
+    return get64(block + UH_MAGIC) == UNIT_MAGIC;
+}
+
 uint32_t ssd_format_unit_count(uint64_t len, uint64_t stripe_bytes) {
     uint64_t n = len / stripe_bytes + (len % stripe_bytes != 0);
     if (n > UINT32_MAX) return UINT32_MAX; /* only a forged header gets here; it fails its checks */
@@ -138,4 +142,14 @@ int ssd_format_decode_unit(const uint8_t *block, ssd_unit_header *h) {
         h->data_bytes != ssd_format_unit_bytes(h->object_len, h->stripe_bytes, h->unit_index))
         return -1;
     return 0;
+}
+
+void ssd_format_file_base(const char *tier, char *out, size_t len) {
+    size_t n = 0;
+    for (const char *c = tier; *c && n + 1 < len; c++) {
+        int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                 *c == '_' || *c == '-' || (*c == '.' && n > 0);
+        out[n++] = ok ? *c : '_';
+    }
+    out[n] = '\0';
 }

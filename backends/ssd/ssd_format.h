@@ -6,6 +6,7 @@
 #ifndef KVS_SSD_FORMAT_H
 #define KVS_SSD_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
@@ -42,10 +43,17 @@ void ssd_format_encode_unit(const ssd_unit_header *h, uint8_t *block);
  * (unit index below count, data bytes the unit's share of object_len for stripe_bytes). */
 int ssd_format_decode_unit(const uint8_t *block, ssd_unit_header *h);
 
+/* 1 when block starts with a unit header's magic (whether or not the rest holds). */
+int ssd_format_has_unit_magic(const uint8_t *block);
+
 /* Units of an object of len bytes cut at stripe bytes: at least one (an empty object has one). */
 uint32_t ssd_format_unit_count(uint64_t len, uint64_t stripe_bytes);
 /* Data bytes of unit u of that object. */
 uint64_t ssd_format_unit_bytes(uint64_t len, uint64_t stripe_bytes, uint32_t u);
+
+/* The part of a path's data file name, <path>/kvstrata-<base>.data, made of the tier's name: its
+ * characters [A-Za-z0-9_.-] kept (a leading '.' replaced), every other one replaced by '_'. */
+void ssd_format_file_base(const char *tier, char *out, size_t len);
 
 static inline uint64_t ssd_round_up(uint64_t v, uint64_t align) {
     return (v + align - 1) / align * align;

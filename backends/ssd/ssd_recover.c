@@ -50,7 +50,7 @@ static int append(ssd_scan_result *out, const ssd_unit_header *h, uint32_t path,
 
 int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots,
                      uint64_t slot_bytes, uint64_t stripe_bytes, uint32_t batch,
-                     uint64_t timeout_ms, ssd_scan_result *out) {
+                     uint64_t timeout_ms, kvs_progress *progress, ssd_scan_result *out) {
     memset(out, 0, sizeof *out);
     if (batch == 0) batch = 1;
     uint64_t per_round = (uint64_t)batch * n_paths;
@@ -92,6 +92,7 @@ int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *s
             }
         }
         out->headers_read += issued;
+        if (progress) kvs_progress_update(progress, out->headers_read);
         for (uint64_t i = 0; i < issued && rc == 0; i++) {
             ssd_unit_header h;
             if (reads[i].req.result < 0) continue;

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "abi/kvstrata_backend.h"
+#include "common/progress.h"
 #include "ssd_io.h"
 
 typedef struct ssd_found_unit {
@@ -26,10 +27,11 @@ typedef struct ssd_scan_result {
 
 /* Read the headers of slots [0, scan_slots[p]) of every path p with io[p] != NULL, at most batch
  * per path at a time, keeping those valid for stripe_bytes. A path whose reads fail is isolated
- * by its engine and contributes nothing. Returns 0 or ENOMEM. */
+ * by its engine and contributes nothing. progress (NULL: none) is told the headers read so far
+ * after each batch. Returns 0 or ENOMEM. */
 int ssd_recover_scan(ssd_io_path *const *io, uint32_t n_paths, const uint64_t *scan_slots,
                      uint64_t slot_bytes, uint64_t stripe_bytes, uint32_t batch,
-                     uint64_t timeout_ms, ssd_scan_result *out);
+                     uint64_t timeout_ms, kvs_progress *progress, ssd_scan_result *out);
 
 /* Sort the result and call emit once per live object: copies[0..n) hold one sequence of one key,
  * consistent in length and unit count, and cover every unit. Older sequences of an emitted key,

@@ -11,6 +11,7 @@
 #include "options.h"
 #include "report.h"
 #include "run.h"
+#include "turns_out.h"
 
 /* Both modes run side by side, turn by turn, each with its own fresh engine: on a shared machine
  * they see the same background load, so the comparison is fair. */
@@ -18,13 +19,20 @@ static int serve_workload(const options *o, mini_run *r) {
     mode_run runs[2] = {{.name = "connector", .use_connector = 1},
                         {.name = "no-connector", .use_connector = 0}};
     mode_run *modes = o->no_connector ? &runs[1] : &runs[0];
-    int n_modes = o->no_connector ? 1 : 2, failed = 0;
+    int n_modes = o->no_connector || o->connector_only ? 1 : 2, failed = 0;
     reference *ref = r->have_ref ? &r->ref : NULL;
+    kvs_stats prev[2] = {{0}, {0}}; /* --turns-out: the counters after the previous turn */
+    FILE *turns_out = NULL;
+    if (o->turns_out && !(turns_out = turns_out_open(o->turns_out))) return 2;
     for (int k = 0; k < n_modes && !failed; k++)
         failed = mode_begin(&modes[k], o, r->m, &r->w, &r->z, ref, NULL) != 0;
     for (int i = 0; i < r->w.n_turns && !failed; i++)
-        for (int k = 0; k < n_modes && !failed; k++)
+        for (int k = 0; k < n_modes && !failed; k++) {
             failed = mode_turn(&modes[k], o, &r->w, i) != 0;
+            if (!failed && turns_out)
+                failed = turns_out_write(turns_out, &modes[k], &r->w, i, &prev[k]) != 0;
+        }
+    if (turns_out_close(turns_out, o->turns_out) != 0) failed = 1;
     for (int k = 0; k < n_modes && !failed; k++) failed = mode_collect(&modes[k]) != 0;
     int rc = 1;
     if (!failed) {

@@ -39,6 +39,11 @@ const flag options_flags[] = {
      .field = O(no_connector),
      .arg = NULL,
      .help = "run only without the library"},
+    {.name = "--connector-only",
+     .type = FLAG_BOOL,
+     .field = O(connector_only),
+     .arg = NULL,
+     .help = "run only with the library (no pass without it to compare with)"},
     {.type = FLAG_SECTION, .help = "model"},
     {.name = "--dim",
      .type = FLAG_INT,
@@ -211,6 +216,12 @@ const flag options_flags[] = {
      .field = O(json),
      .arg = NULL,
      .help = "print the summary as one JSON object on the last line"},
+    {.name = "--turns-out",
+     .type = FLAG_STRING,
+     .field = O(turns_out),
+     .arg = "FILE",
+     .help = "write one JSON line per turn served to FILE as it ends: mode,\n"
+             "session, turn, prompt, hits, TTFT and chunks loaded per tier"},
     {.name = "--quiet",
      .type = FLAG_BOOL,
      .field = O(quiet),
@@ -249,6 +260,10 @@ int options_check(options *o, unsigned groups) {
     if (o->weights_path && ((groups & SHAPE) || o->model.is_mla)) {
         mini_err("--weights fixes the model (a GQA model of the file's shape): drop --dim, "
                  "--layers, --heads, --kv-heads, --ffn, --vocab and --layout mla\n");
+        return -1;
+    }
+    if (o->connector_only && o->no_connector) {
+        mini_err("--connector-only and --no-connector leave nothing to run: give one of them\n");
         return -1;
     }
     if (o->verify && o->no_connector) {

@@ -13,6 +13,7 @@ typedef struct options {
     const char *lib_path;    /* NULL: next to the executable, then the loader's search path */
     const char *config_path; /* "none": the library's built-in defaults */
     const char *trace_path;
+    const char *turns_out; /* --turns-out: one JSON line per turn served, NULL: none */
     model_config model;
     const char
         *weights_path;     /* --weights: trained weights (weights.h); "default": the shipped ones */
@@ -24,7 +25,7 @@ typedef struct options {
     int decode_tokens;
     int system_tokens, user_tokens, doc_tokens;
     int sessions, turns;
-    int no_connector, verify, json, quiet;
+    int no_connector, connector_only, verify, json, quiet;
     double lossy_kl, lossy_top1; /* --verify's bounds for lossy hits */
     int no_mask; /* --no-mask: declare no KVS_PLAN_CAP_MASK (act as a stock engine) */
 } options;

@@ -9,6 +9,7 @@ typedef struct ttft_summary {
     int n;
     double mean, p50, p99;
     uint64_t local_hit, ext_hit;
+    uint64_t prompt; /* prompt tokens of the group's turns */
 } ttft_summary;
 
 static int cmp_double(const void *a, const void *b) {
@@ -47,6 +48,7 @@ static ttft_summary summarize(const turn_result *turns, int n_turns, int group) 
         sum += turns[i].ttft_ms;
         s.local_hit += turns[i].local_hit;
         s.ext_hit += turns[i].ext_hit;
+        s.prompt += turns[i].prompt;
     }
     if (s.n) {
         qsort(v, (size_t)s.n, sizeof *v, cmp_double);
@@ -141,14 +143,45 @@ void print_summary(const options *o, const workload *w, const sizing *z, mode_ru
     fflush(stdout);
 }
 
+/* The counters a program comparing configurations wants besides those above (kvstrata compare): bytes
+ * per tier, skipped saves, and the tiers' names (the index of the per-tier arrays). */
+static void json_mode_more(const mode_run *run) {
+    const kvs_stats *st = &run->stats;
+    uint32_t n = st->n_tiers < KVS_STATS_MAX_TIERS ? st->n_tiers : KVS_STATS_MAX_TIERS;
+    printf(
+        ",\"tokens_loaded\":%llu,\"bytes_loaded\":%llu,\"bytes_saved\":%llu,\"saves_skipped\":%llu,"
+        "\"lookup_hit_tokens\":%llu,\"lookup_miss_tokens\":%llu,\"integrity_rejects\":%llu",
+        (unsigned long long)st->tokens_loaded, (unsigned long long)st->bytes_loaded,
+        (unsigned long long)st->bytes_saved, (unsigned long long)st->saves_skipped,
+        (unsigned long long)st->lookup_hit_tokens, (unsigned long long)st->lookup_miss_tokens,
+        (unsigned long long)st->integrity_rejects);
+    printf(",\"tier_bytes_loaded\":[");
+    for (uint32_t t = 0; t < n; t++)
+        printf("%s%llu", t ? "," : "", (unsigned long long)st->tier_bytes_loaded[t]);
+    printf("],\"tier_names\":[");
+    for (uint32_t t = 0; t < n; t++) {
+        const char *name = run->conn.api ? run->conn.api->tier_name(run->conn.h, t) : NULL;
+        printf("%s\"", t ? "," : "");
+        /* names are the config's: printable, but quote what JSON needs quoted */
+        for (const char *p = name ? name : "?"; *p; p++)
+            if (*p == '"' || *p == '\\')
+                printf("\\%c", *p);
+            else if ((unsigned char)*p >= 0x20)
+                putchar(*p);
+        printf("\"");
+    }
+    printf("]");
+}
+
 /* A mode's part of the JSON summary: "connector":{...} or "no_connector":{...}. */
 static void json_mode(const mode_run *run, const ttft_summary *s, const report_ext *x) {
     printf(",\"%s\":{", run->use_connector ? "connector" : "no_connector");
     for (int g = 0; g < N_GROUPS; g++)
         printf("%s\"%s\":{\"n\":%d,\"mean_ms\":%.3f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
-               "\"local_hit_tokens\":%llu,\"connector_hit_tokens\":%llu}",
+               "\"local_hit_tokens\":%llu,\"connector_hit_tokens\":%llu,\"prompt_tokens\":%llu}",
                g ? "," : "", group_keys[g], s[g].n, s[g].mean, s[g].p50, s[g].p99,
-               (unsigned long long)s[g].local_hit, (unsigned long long)s[g].ext_hit);
+               (unsigned long long)s[g].local_hit, (unsigned long long)s[g].ext_hit,
+               (unsigned long long)s[g].prompt);
     if (run->have_stats) {
         const kvs_stats *st = &run->stats;
         printf(",\"chunks_loaded\":%llu,\"chunks_saved\":%llu,\"load_errors\":%llu,\"async_"
@@ -160,6 +193,7 @@ static void json_mode(const mode_run *run, const ttft_summary *s, const report_e
         for (uint32_t t = 0; t < st->n_tiers && t < KVS_STATS_MAX_TIERS; t++)
             printf("%s%llu", t ? "," : "", (unsigned long long)st->tier_chunks_loaded[t]);
         printf("]");
+        json_mode_more(run);
         if (x) x->mode_extra(run, 1, REPORT_BEFORE_DROPPED);
         printf(",\"dropped_tokens\":%llu", (unsigned long long)run->conn.dropped_tokens);
         if (x) x->mode_extra(run, 1, REPORT_AFTER_DROPPED);

@@ -51,7 +51,7 @@ static int serve_workload(const options *o, const research *x, stage_layout *sl,
     research_mode rms[2];
     mode_run *modes = o->no_connector ? &runs[1] : &runs[0];
     research_mode *rm = o->no_connector ? &rms[1] : &rms[0];
-    int n_modes = o->no_connector ? 1 : 2, failed = 0;
+    int n_modes = o->no_connector || o->connector_only ? 1 : 2, failed = 0;
     reference *ref = r->have_ref ? &r->ref : NULL;
     for (int k = 0; k < n_modes && !failed; k++)
         failed = serve_begin(&modes[k], &rm[k], o, x, sl, r->m, &r->w, &r->z, ref) != 0;

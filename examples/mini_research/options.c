@@ -255,6 +255,10 @@ static int check_workload_modes(const options *o, research *x) {
         mini_err("--plan-modes needs --restore-plans\n");
         return -1;
     }
+    if (o->turns_out) {
+        mini_err("--turns-out is kvs-mini-engine's alone: this program serves groups of turns\n");
+        return -1;
+    }
     if ((x->restore_plans || x->profile_path) && o->no_connector) {
         mini_err("--restore-plans and --profile need the connector (drop --no-connector)\n");
         return -1;

@@ -191,5 +191,160 @@ class Check(Dirs, unittest.TestCase):
         self.assertEqual(run_cli("no-such-command")[0], 2)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stats(Dirs, unittest.TestCase):
+    def deployment(self, ssd=True):
+        """A shared DRAM tier (over an SSD directory: one process owns that), with a metrics
+        section of its own."""
+        d = self.tmpdir()
+        os.mkdir(os.path.join(d, "ssd"))
+        name = "cli-" + uuid.uuid4().hex[:10]
+        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
+                        and os.unlink("/dev/shm/kvstrata-" + name))
+        self.port = free_port()
+        section = f"metrics:\n  listen: 127.0.0.1:{self.port}\n  name: {name}\n"
+        disk = (f"  - name: disk\n    type: ssd\n    capacity: 64MiB\n    paths: [{d}/ssd]\n"
+                if ssd else "")
+        return self.yaml(f"version: 1\n{section}tiers:\n  - name: dram\n    type: dram\n"
+                         f"    capacity: 64MiB\n    options:\n      shm_name: {self.shm_name()}\n"
+                         + disk, d)
+
+    def stats(self, target, *more):
+        rc, out, err = run_cli("stats", "--json", *more, target)
+        self.assertEqual(rc, 0, out + err)
+        return json.loads(out)
+
+    def wait_published(self, cfg, gets):
+        """The holder's store publishes twice a second: wait for its figures to arrive."""
+        for _ in range(50):
+            doc = self.stats(cfg)
+            if sum(t["gets"] or 0 for t in doc["tenants"]) >= gets:
+                return doc
+            time.sleep(0.1)
+        self.fail("the holder's counters never arrived: %s" % doc)
+
+    def test_a_shared_tier_in_use_and_its_processes_counters_match_what_they_did(self):
+        cfg = self.deployment(ssd=False)
+        a, _ = self.holder(cfg, 9, 40000, "team-a")
+        b, _ = self.holder(cfg, 4, 40000, "team-b")
+        doc = self.wait_published(cfg, a["stats"]["gets"] + b["stats"]["gets"])
+        dram = doc["tiers"][0]
+        self.assertEqual(dram["tier"], "dram")
+        # contents read in place: both tenants' objects, exactly as each store's usage says
+        self.assertEqual(dram["objects"], 13)
+        self.assertEqual(dram["objects"], b["objects"])
+        self.assertEqual(dram["bytes"], b["bytes"])
+        self.assertEqual(dram["hits"], a["hits"] + b["hits"])
+        self.assertEqual(doc["processes"], 2)
+        tenants = {t["tenant"]: t for t in doc["tenants"]}
+        for name, report in (("team-a", a), ("team-b", b)):
+            st = report["stats"]
+            self.assertEqual(tenants[name]["gets"], st["gets"])
+            self.assertEqual(tenants[name]["get_misses"], st["get_misses"])
+            self.assertEqual(tenants[name]["saves"], st["puts_stored"])
+            self.assertEqual(tenants[name]["saved_bytes"], st["put_bytes"])
+        self.assertEqual(tenants["team-a"]["get_misses"], 3)
+        # the endpoint one of the holders serves says the same
+        ep = self.stats(f"127.0.0.1:{self.port}")
+        self.assertEqual({t["tenant"]: t["gets"] for t in ep["tenants"]},
+                         {k: v["gets"] for k, v in tenants.items()})
+        self.assertEqual(ep["tiers"][0]["hits"], dram["hits"])
+        rc, out, _ = run_cli("stats", cfg)
+        self.assertEqual(rc, 0)
+        self.assertIn("team-b", out)
+        self.assertIn("2 process(es) publishing", out)
+
+    def test_counters_outlive_the_processes_and_an_ssd_directory_is_read_from_disk(self):
+        cfg = self.deployment()
+        a, p = self.holder(cfg, 5, 40000, "team-a")
+        self.wait_published(cfg, a["stats"]["gets"])
+        p.stdin.close()
+        p.wait(20)
+        doc = self.stats(cfg)
+        self.assertEqual(doc["processes"], 0)
+        self.assertEqual(doc["tenants"][0]["gets"], a["stats"]["gets"])  # kept after its exit
+        self.assertEqual(doc["tiers"][0]["objects"], 0)  # the shared tier left with its last process
+        self.assertEqual(doc["tiers"][1]["objects"], 0)  # nothing was written back to the SSD
+        self.assertIn("no process holds the tier", doc["tiers"][0]["note"])
+        # an SSD-only deployment: what a store put, read from the directory once it closed
+        d = self.tmpdir()
+        ssd = self.yaml(f"version: 1\ntiers:\n  - name: disk\n    type: ssd\n    capacity: 64MiB\n"
+                        f"    paths: [{d}]\n", d)
+        _, q = self.holder(ssd, 6, 70000, "")
+        for _ in range(50):  # read while the store holds the tier open (its writes land meanwhile)
+            held = self.stats(ssd)["tiers"][0]
+            if held["objects"] == 6:
+                break
+            time.sleep(0.1)
+        q.stdin.close()
+        q.wait(20)
+        closed = self.stats(ssd)
+        self.assertFalse(closed["counters"])
+        self.assertIn("metrics", closed["counters_note"])
+        self.assertEqual(closed["tiers"][0]["objects"], 6)
+        # the tier itself, opened again (its index rebuilt from the same headers), agrees
+        from kvstrata.store import Store
+        with Store("test-cli", config=ssd, max_value_bytes=1 << 20) as again:
+            u = again.usage()[0]
+        self.assertEqual((closed["tiers"][0]["objects"], closed["tiers"][0]["bytes"]),
+                         (u.objects, u.bytes))
+        self.assertEqual(held["objects"], 6)
+
+    def test_watch_refreshes_and_an_unreachable_endpoint_is_exit_1(self):
+        cfg = self.deployment()
+        a, _ = self.holder(cfg, 2, 1000, "t")
+        self.wait_published(cfg, a["stats"]["gets"])
+        rc, out, err = run_cli("stats", "--json", "--watch", "0.2", "--count", "3", cfg)
+        self.assertEqual(rc, 0, err)
+        docs = [json.loads(line) for line in out.splitlines() if line.strip()]
+        self.assertEqual(len(docs), 3)
+        self.assertTrue(all(d["tiers"][0]["objects"] == 2 for d in docs))
+        rc, _, err = run_cli("stats", f"127.0.0.1:{free_port()}", "--timeout-ms", "500")
+        self.assertEqual(rc, 1)
+        self.assertIn("cannot connect", err)
+        rc, _, err = run_cli("stats", "/nonexistent/deploy.yaml")
+        self.assertEqual(rc, 1)
+        self.assertEqual(run_cli("stats")[0], 2)
+        self.assertEqual(run_cli("stats", "--help")[0], 0)
+
+
+class EngineThread(Dirs, unittest.TestCase):
+    def test_an_engine_publishing_metrics_never_asks_its_redis_servers_for_usage(self):
+        """A connector handle publishes from the engine's own calls: a round trip to Redis there
+        (DBSIZE, INFO) would stall the engine's step, so none is made."""
+        d = self.tmpdir()
+        sock = os.path.join(d, "redis.sock")
+        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        name = "cli-" + uuid.uuid4().hex[:10]
+        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
+                        and os.unlink("/dev/shm/kvstrata-" + name))
+        cfg = self.yaml(f"version: 1\nmetrics:\n  listen: 127.0.0.1:{free_port()}\n  name: {name}\n"
+                        "tiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n"
+                        f"  - name: r\n    type: redis\n    nodes: [{sock}]\n", d)
+        engine = os.path.join(os.path.dirname(CLI), "kvs-mini-engine")
+        run = subprocess.run([engine, "--config", cfg, "--sessions", "3", "--turns", "3",
+                              "--doc-tokens", "512", "--quiet", "--json", "--connector-only"],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 0, run.stderr[-2000:])
+        stats = subprocess.run(["redis-cli", "-s", sock, "INFO", "commandstats"],
+                               capture_output=True, text=True, timeout=30).stdout
+        self.assertIn("cmdstat_set", stats)  # the engine did use the tier
+        self.assertNotIn("cmdstat_dbsize", stats)
+        # and its counters reached the segment all the same
+        doc = json.loads(run_cli("stats", "--json", cfg)[1])
+        self.assertGreater(sum(t["lookup_tokens"] or 0 for t in doc["tenants"]), 0)
+
+
 if __name__ == "__main__":
     unittest.main()

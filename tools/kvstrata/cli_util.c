@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "backends/redis/redis.h"
+#include "backends/ucx/remote.h"
 #include "common/log.h"
 
 const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth) {
@@ -82,4 +84,23 @@ kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_by
     one.log_level = KVS_LOG_ERROR; /* the callers report what went wrong, once */
     return kvs_tiers_open_ranked(&one, max_object_bytes, NULL, NULL, 0, rank, NULL, NULL, chain,
                                  err, err_len);
+}
+
+uint32_t cli_servers_down(const kvs_tier_config *tc, kvs_tier_chain *chain, uint32_t *all) {
+    void *state = kvs_tiers_state(chain, 0);
+    *all = 0;
+    if (kvs_tiers_degraded(chain, 0)) return 0;
+    if (!strcmp(tc->type, "redis")) {
+        kvs_redis_stats_t rs;
+        if (kvs_redis_stats(state, &rs) != KVS_OK) return 0;
+        *all = rs.n_masters;
+        return rs.masters_down;
+    }
+    if (!strcmp(tc->type, "remote")) {
+        kvs_remote_stats_t rs;
+        if (kvs_remote_stats(state, &rs) != KVS_OK) return 0;
+        *all = rs.n_nodes;
+        return rs.n_nodes - rs.nodes_up;
+    }
+    return 0;
 }

@@ -29,5 +29,8 @@ int cli_is_file(const char *s);
  * loader's file:line:column form. */
 kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_bytes, int32_t rank,
                          kvs_tier_chain **chain, char *err, size_t err_len);
+/* For a redis or remote tier opened by cli_open_tier: how many of its servers are down now (*all:
+ * how many it has); 0 for other tiers. */
+uint32_t cli_servers_down(const kvs_tier_config *tc, kvs_tier_chain *chain, uint32_t *all);
 
 #endif

@@ -13,8 +13,6 @@
 #include <unistd.h>
 
 #include "backends/dram/dram.h"
-#include "backends/redis/redis.h"
-#include "backends/ucx/remote.h"
 #include "cli_util.h"
 #include "common/errno_name.h"
 #include "common/log.h"
@@ -195,23 +193,7 @@ static void check_ssd(check_run *r, size_t i) {
 /* A tier that opens with its servers down (redis, remote) serves misses until they come back: at
  * check time that is a problem. */
 static void unreachable(check_run *r, size_t i, kvs_tier_chain *chain) {
-    const char *type = r->cfg->tiers[i].type;
-    void *state = kvs_tiers_state(chain, 0);
-    uint32_t down = 0, all = 0;
-    if (!strcmp(type, "redis")) {
-        kvs_redis_stats_t rs;
-        if (kvs_redis_stats(state, &rs) == KVS_OK) {
-            down = rs.masters_down;
-            all = rs.n_masters;
-        }
-    }
-    if (!strcmp(type, "remote")) {
-        kvs_remote_stats_t rs;
-        if (kvs_remote_stats(state, &rs) == KVS_OK) {
-            down = rs.n_nodes - rs.nodes_up;
-            all = rs.n_nodes;
-        }
-    }
+    uint32_t all = 0, down = cli_servers_down(&r->cfg->tiers[i], chain, &all);
     if (down)
         problem(r, i, "nodes", "%u of %u servers cannot be reached now (their keys are misses): %s",
                 down, all, kvs_tiers_last_error(chain, 0));

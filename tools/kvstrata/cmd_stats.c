@@ -1,10 +1,582 @@
-#include <stdio.h>
+/* kvstrata stats CONFIG|ENDPOINT: per tier what it holds and what it served. Two sources, merged
+ * by tier name: the counters the deployment's processes publish (the Prometheus text its metrics
+ * endpoint serves, read from its shared segment for a CONFIG or over HTTP for an ENDPOINT), and,
+ * for a CONFIG, each tier's contents read in place (a shared DRAM tier's header, an SSD tier's unit
+ * headers, a Redis or kvstrata-node tier's usage). */
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "backends/dram/dram.h"
+#include "backends/ssd/ssd_inspect.h"
+#include "cli_util.h"
+#include "common/log.h"
+#include "connector/config.h"
+#include "connector/metrics.h"
+#include "http_get.h"
 #include "kvstrata_cmd.h"
+#include "prom_text.h"
+
+#define MAX_ROWS    64
+#define MAX_TENANTS 32
+#define MAX_NODE    64
+
+typedef struct tier_row {
+    char name[KVS_NAME_MAX];
+    char type[KVS_NAME_MAX];
+    int have_contents;               /* objects/bytes known */
+    double objects, bytes, capacity; /* gauges */
+    double hits, hit_tokens, loaded_bytes, load_seconds;
+    double hit_rate; /* kvstrata_tier_hit_rate as published; NAN when not */
+    char note[256];  /* where the contents came from, or why they are not known */
+} tier_row;
+
+typedef struct tenant_row {
+    char name[KVS_CONFIG_TENANT_MAX + 1]; /* "" : no tenant */
+    double lookup_tokens, hit_tokens, gets, get_misses;
+    double saves, saved_bytes, save_seconds, saves_skipped, evictions;
+    double errors_load, errors_integrity, errors_corrupt, errors_put_failed;
+} tenant_row;
+
+typedef struct node_value {
+    char name[PROM_NAME_MAX];
+    char tenant[KVS_CONFIG_TENANT_MAX + 1];
+    double value;
+} node_value;
+
+typedef struct view {
+    tier_row tiers[MAX_ROWS];
+    uint32_t n_tiers;
+    tenant_row tenants[MAX_TENANTS];
+    uint32_t n_tenants;
+    node_value node[MAX_NODE];
+    uint32_t n_node;
+    double processes;
+    int have_counters; /* some process published counters */
+    char counters_note[512];
+    double when; /* seconds, CLOCK_MONOTONIC */
+} view;
+
+static tier_row *tier_of(view *v, const char *name) {
+    for (uint32_t i = 0; i < v->n_tiers; i++)
+        if (!strcmp(v->tiers[i].name, name)) return &v->tiers[i];
+    if (v->n_tiers == MAX_ROWS) return NULL;
+    tier_row *t = &v->tiers[v->n_tiers++];
+    memset(t, 0, sizeof *t);
+    t->hit_rate = NAN;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+static tenant_row *tenant_of(view *v, const char *name) {
+    name = name ? name : "";
+    for (uint32_t i = 0; i < v->n_tenants; i++)
+        if (!strcmp(v->tenants[i].name, name)) return &v->tenants[i];
+    if (v->n_tenants == MAX_TENANTS) return NULL;
+    tenant_row *t = &v->tenants[v->n_tenants++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+/* One sample of the metrics text into the view; names as docs/operations.md lists them. */
+static void take_sample(void *ctx, const prom_sample *s) {
+    view *v = ctx;
+    const char *tier = prom_label(s, "tier"), *tenant = prom_label(s, "tenant");
+    double x = isfinite(s->value) ? s->value : 0.0;
+    if (!strncmp(s->name, "kvstrata_tier_", 14) && tier) {
+        tier_row *t = tier_of(v, tier);
+        if (!t) return;
+        const char *m = s->name + 14;
+        v->have_counters = 1;
+        if (!strcmp(m, "objects")) {
+            t->objects = x;
+            t->have_contents = 1;
+        } else if (!strcmp(m, "bytes")) {
+            t->bytes = x;
+        } else if (!strcmp(m, "capacity_bytes")) {
+            t->capacity = x;
+        } else if (!strcmp(m, "hits_total")) {
+            t->hits += x;
+        } else if (!strcmp(m, "hit_tokens_total")) {
+            t->hit_tokens += x;
+        } else if (!strcmp(m, "loaded_bytes_total")) {
+            t->loaded_bytes += x;
+        } else if (!strcmp(m, "load_seconds_total")) {
+            t->load_seconds += x;
+        } else if (!strcmp(m, "hit_rate")) {
+            t->hit_rate = s->value;
+        }
+        return;
+    }
+    if (!strncmp(s->name, "kvstrata_node_", 14)) {
+        if (v->n_node == MAX_NODE) return;
+        node_value *n = &v->node[v->n_node++];
+        snprintf(n->name, sizeof n->name, "%s", s->name + 14);
+        snprintf(n->tenant, sizeof n->tenant, "%s", tenant ? tenant : "");
+        n->value = x;
+        v->have_counters = 1;
+        return;
+    }
+    if (!strcmp(s->name, "kvstrata_processes")) {
+        v->processes = x;
+        return;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } fields[] = {
+        {"kvstrata_lookup_tokens_total", offsetof(tenant_row, lookup_tokens)},
+        {"kvstrata_hit_tokens_total", offsetof(tenant_row, hit_tokens)},
+        {"kvstrata_gets_total", offsetof(tenant_row, gets)},
+        {"kvstrata_get_misses_total", offsetof(tenant_row, get_misses)},
+        {"kvstrata_saves_total", offsetof(tenant_row, saves)},
+        {"kvstrata_saved_bytes_total", offsetof(tenant_row, saved_bytes)},
+        {"kvstrata_save_seconds_total", offsetof(tenant_row, save_seconds)},
+        {"kvstrata_saves_skipped_total", offsetof(tenant_row, saves_skipped)},
+        {"kvstrata_evictions_total", offsetof(tenant_row, evictions)},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (strcmp(s->name, fields[i].name) != 0) continue;
+        tenant_row *t = tenant_of(v, tenant);
+        if (!t) return;
+        *(double *)((char *)t + fields[i].offset) += x;
+        v->have_counters = 1;
+        return;
+    }
+    if (!strcmp(s->name, "kvstrata_errors_total")) {
+        tenant_row *t = tenant_of(v, tenant);
+        if (!t) return;
+        const char *kind = prom_label(s, "kind");
+        kind = kind ? kind : "";
+        if (!strcmp(kind, "load"))
+            t->errors_load += x;
+        else if (!strcmp(kind, "integrity"))
+            t->errors_integrity += x;
+        else if (!strcmp(kind, "corrupt"))
+            t->errors_corrupt += x;
+        else if (!strcmp(kind, "put_failed"))
+            t->errors_put_failed += x;
+        v->have_counters = 1;
+    }
+}
+
+static int take_text(view *v, const char *text, size_t len, const char *source) {
+    char err[256];
+    if (prom_parse(text, len, take_sample, v, err, sizeof err) != 0) {
+        snprintf(v->counters_note, sizeof v->counters_note, "%s is not Prometheus text (%s)",
+                 source, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Tier i's contents, read in place. */
+static void contents_of(view *v, const kvs_config *cfg, size_t i) {
+    const kvs_tier_config *tc = &cfg->tiers[i];
+    tier_row *t = tier_of(v, tc->name);
+    if (!t) return;
+    snprintf(t->type, sizeof t->type, "%s", tc->type);
+    if (tc->capacity_bytes) t->capacity = (double)tc->capacity_bytes;
+    char err[512] = "";
+    if (!strcmp(tc->type, "dram")) {
+        const char *shm = cli_tier_option(tc, "shm_name", -1);
+        kvs_dram_peek_info info;
+        if (!shm) {
+            snprintf(t->note, sizeof t->note, "private to each process%s",
+                     t->have_contents ? " (figures: the processes' own)" : "");
+        } else if (kvs_dram_peek(shm, &info, err, sizeof err) == KVS_OK) {
+            t->objects = (double)info.objects;
+            t->bytes = (double)info.bytes;
+            t->capacity = (double)info.capacity_bytes;
+            t->have_contents = 1;
+            snprintf(t->note, sizeof t->note, "shared \"/%s\", %u process(es) attached", shm,
+                     info.attached_alive);
+        } else {
+            snprintf(t->note, sizeof t->note, "%s", err);
+        }
+    } else if (!strcmp(tc->type, "ssd")) {
+        uint32_t n = cli_tier_list_count(tc, "path");
+        const char *paths[KVS_CONFIG_MAX_OPTIONS];
+        for (uint32_t k = 0; k < n && k < KVS_CONFIG_MAX_OPTIONS; k++)
+            paths[k] = cli_tier_option(tc, "path", (int)k);
+        /* this tier's files only (other tiers may share the directories) */
+        kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
+        kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
+        kvs_status st =
+            rep ? kvs_ssd_inspect_run(paths, n, &opt, rep, err, sizeof err) : KVS_ENOMEM;
+        if (st == KVS_OK) {
+            t->objects = (double)rep->objects;
+            t->bytes = (double)rep->bytes;
+            if (rep->capacity) t->capacity = (double)rep->capacity;
+            t->have_contents = 1;
+            snprintf(t->note, sizeof t->note, "read from %u path(s)%s%s", n,
+                     rep->in_use ? ", open in a running process" : "",
+                     rep->damaged ? "; damage seen: run kvstrata inspect ssd --verify" : "");
+        } else if (st == KVS_ENOTFOUND) {
+            t->have_contents = 1; /* objects 0: the tier writes its data files at its first open */
+            snprintf(t->note, sizeof t->note, "no data file yet: %s", err);
+        } else {
+            snprintf(t->note, sizeof t->note, "%s", err);
+        }
+        free(rep);
+    } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
+        kvs_tier_chain *chain = NULL;
+        if (cli_open_tier(cfg, i, 16ull << 20, 0, &chain, err, sizeof err) != KVS_OK) {
+            snprintf(t->note, sizeof t->note, "%s", err);
+            return;
+        }
+        const kvs_backend_ops *ops = kvs_tiers_ops(chain, 0);
+        uint64_t objects = 0, used = 0;
+        uint32_t all = 0, down = cli_servers_down(tc, chain, &all);
+        if (down)
+            snprintf(t->note, sizeof t->note, "%u of %u servers cannot be reached: %s", down, all,
+                     kvs_tiers_last_error(chain, 0));
+        else if (!kvs_tiers_degraded(chain, 0) && KVS_HAS_OP(ops, usage) &&
+                 ops->usage(kvs_tiers_state(chain, 0), &objects, &used) == KVS_OK) {
+            t->objects = (double)objects;
+            t->bytes = (double)used;
+            t->have_contents = 1;
+            snprintf(t->note, sizeof t->note, "asked its servers (every tenant's objects)");
+        } else {
+            snprintf(t->note, sizeof t->note, "its servers cannot say: %s",
+                     kvs_tiers_degraded(chain, 0) ? kvs_tiers_degraded_reason(chain, 0)
+                                                  : kvs_tiers_last_error(chain, 0));
+        }
+        kvs_tiers_close(chain);
+    } else if (!t->have_contents) {
+        snprintf(t->note, sizeof t->note, "held inside the processes that open it");
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Fill v from target (a config file or an endpoint). 0, or -1 when nothing could be read. */
+static int gather(view *v, const char *target, const kvs_config *cfg, int timeout_ms) {
+    memset(v, 0, sizeof *v);
+    v->when = now_s();
+    char err[1024] = "";
+    char *text = NULL;
+    size_t len = 0;
+    if (!cfg) {
+        if (http_get(target, timeout_ms, &text, &len, err, sizeof err) != 0) {
+            fprintf(stderr, "kvstrata stats: %s\n", err);
+            return -1;
+        }
+        int rc = take_text(v, text, len, target);
+        free(text);
+        if (rc != 0) fprintf(stderr, "kvstrata stats: %s\n", v->counters_note);
+        return rc;
+    }
+    /* Tiers in the file's order first, so the table reads top to bottom like the chain. */
+    for (size_t i = 0; i < cfg->n_tiers; i++) tier_of(v, cfg->tiers[i].name);
+    kvs_status st = kvs_metrics_render_config(cfg, &text, &len, err, sizeof err);
+    if (st == KVS_OK) {
+        take_text(v, text, len, "the metrics segment");
+        free(text);
+    } else {
+        snprintf(v->counters_note, sizeof v->counters_note, "no counters: %s", err);
+    }
+    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, cfg, i);
+    return 0;
+}
+
+static double tenant_sum(const view *v, size_t offset) {
+    double s = 0;
+    for (uint32_t i = 0; i < v->n_tenants; i++)
+        s += *(const double *)((const char *)&v->tenants[i] + offset);
+    return s;
+}
+#define SUM(v, field) tenant_sum(v, offsetof(tenant_row, field))
+
+static double ratio(double a, double b) {
+    return b > 0 ? a / b : NAN;
+}
+
+/* A tier's hit rate: as the instance computes it (its tokens and store hits over tokens and gets
+ * asked), else from the counters: tokens it served over tokens asked (connector users), or
+ * objects it served over gets (store users). */
+static double tier_hit_rate(const view *v, const tier_row *t) {
+    if (!isnan(t->hit_rate)) return t->hit_rate;
+    double asked = SUM(v, lookup_tokens);
+    if (asked > 0) return t->hit_tokens / asked;
+    return ratio(t->hits, SUM(v, gets));
+}
+
+static const char *num(char *buf, size_t len, double x) {
+    if (isnan(x))
+        snprintf(buf, len, "-");
+    else if (x >= 1e12)
+        snprintf(buf, len, "%.2fT", x / 1e12);
+    else if (x >= 1e9)
+        snprintf(buf, len, "%.2fG", x / 1e9);
+    else if (x >= 1e6)
+        snprintf(buf, len, "%.2fM", x / 1e6);
+    else
+        snprintf(buf, len, "%.0f", x);
+    return buf;
+}
+
+static const char *size_of(char *buf, size_t len, double x, int known) {
+    if (!known || isnan(x)) return snprintf(buf, len, "-"), buf;
+    return kvs_fmt_bytes(buf, len, (unsigned long long)x);
+}
+
+static const char *pct(char *buf, size_t len, double x) {
+    if (isnan(x)) return snprintf(buf, len, "-"), buf;
+    snprintf(buf, len, "%.1f%%", 100.0 * x);
+    return buf;
+}
+
+static void print_text(const view *v, const view *prev, const char *target) {
+    char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
+    printf("%s", target);
+    if (v->processes > 0) printf(" - %.0f process(es) publishing", v->processes);
+    printf("\n%-14s %9s %10s %10s %9s %11s %8s %10s %9s %s\n", "tier", "objects", "bytes",
+           "capacity", "hits", "hit tokens", "hit rate", "loaded", "load GB/s",
+           prev ? "now GB/s" : "");
+    for (uint32_t i = 0; i < v->n_tiers; i++) {
+        const tier_row *t = &v->tiers[i];
+        double gbps = t->load_seconds > 0 ? t->loaded_bytes / t->load_seconds / 1e9 : NAN;
+        printf("%-14s %9s %10s %10s %9s %11s %8s %10s %9s", t->name,
+               t->have_contents ? num(a, sizeof a, t->objects) : "-",
+               size_of(b, sizeof b, t->bytes, t->have_contents),
+               size_of(c, sizeof c, t->capacity, t->capacity > 0), num(d, sizeof d, t->hits),
+               num(e, sizeof e, t->hit_tokens), pct(f, sizeof f, tier_hit_rate(v, t)),
+               size_of(g, sizeof g, t->loaded_bytes, 1),
+               isnan(gbps) ? "-" : (snprintf(h, sizeof h, "%.2f", gbps), h));
+        if (prev && i < prev->n_tiers && v->when > prev->when)
+            printf(" %.2f",
+                   (t->loaded_bytes - prev->tiers[i].loaded_bytes) / (v->when - prev->when) / 1e9);
+        if (t->note[0]) printf("   (%s)", t->note);
+        printf("\n");
+    }
+    if (!v->have_counters) {
+        printf("%s\n", v->counters_note[0] ? v->counters_note : "no counters published");
+        return;
+    }
+    double asked = SUM(v, lookup_tokens), hit = SUM(v, hit_tokens);
+    double gets = SUM(v, gets), misses = SUM(v, get_misses);
+    if (asked > 0)
+        printf("lookups: %s tokens asked, %s hit (%s)\n", num(a, sizeof a, asked),
+               num(b, sizeof b, hit), pct(c, sizeof c, ratio(hit, asked)));
+    if (gets > 0)
+        printf("gets: %s, %s missed (hit rate %s)\n", num(a, sizeof a, gets),
+               num(b, sizeof b, misses), pct(c, sizeof c, ratio(gets - misses, gets)));
+    double saved = SUM(v, saved_bytes), save_s = SUM(v, save_seconds);
+    printf("saves: %s (%s, %s GB/s), skipped %s; evictions %s\n", num(a, sizeof a, SUM(v, saves)),
+           size_of(b, sizeof b, saved, 1),
+           save_s > 0 ? (snprintf(c, sizeof c, "%.2f", saved / save_s / 1e9), c) : "-",
+           num(d, sizeof d, SUM(v, saves_skipped)), num(e, sizeof e, SUM(v, evictions)));
+    printf("errors: load %s, integrity %s, corrupt %s, failed puts %s\n",
+           num(a, sizeof a, SUM(v, errors_load)), num(b, sizeof b, SUM(v, errors_integrity)),
+           num(c, sizeof c, SUM(v, errors_corrupt)), num(d, sizeof d, SUM(v, errors_put_failed)));
+    int named = 0;
+    for (uint32_t i = 0; i < v->n_tenants; i++) named |= v->tenants[i].name[0] != '\0';
+    if (named) {
+        printf("%-16s %12s %12s %8s %10s %10s %8s\n", "tenant", "asked", "hit tokens", "rate",
+               "gets", "misses", "saves");
+        for (uint32_t i = 0; i < v->n_tenants; i++) {
+            const tenant_row *t = &v->tenants[i];
+            printf("%-16s %12s %12s %8s %10s %10s %8s\n", t->name[0] ? t->name : "(none)",
+                   num(a, sizeof a, t->lookup_tokens), num(b, sizeof b, t->hit_tokens),
+                   pct(c, sizeof c, ratio(t->hit_tokens, t->lookup_tokens)),
+                   num(d, sizeof d, t->gets), num(e, sizeof e, t->get_misses),
+                   num(f, sizeof f, t->saves));
+        }
+    }
+    if (v->n_node) {
+        printf("node:");
+        for (uint32_t i = 0; i < v->n_node; i++) {
+            const node_value *n = &v->node[i];
+            printf("%s %s%s%s%s=%s", i % 6 == 0 && i ? "\n     " : "", n->name,
+                   n->tenant[0] ? "{" : "", n->tenant, n->tenant[0] ? "}" : "",
+                   num(a, sizeof a, n->value));
+        }
+        printf("\n");
+    }
+}
+
+static void json_number(double x) {
+    if (isfinite(x))
+        printf("%.17g", x);
+    else
+        printf("null");
+}
+
+static void print_json(const view *v, const char *target) {
+    printf("{\"source\":");
+    cli_json_string(stdout, target);
+    printf(",\"processes\":");
+    json_number(v->processes);
+    printf(",\"counters\":%s,\"counters_note\":", v->have_counters ? "true" : "false");
+    cli_json_string(stdout, v->counters_note);
+    printf(",\"tiers\":[");
+    for (uint32_t i = 0; i < v->n_tiers; i++) {
+        const tier_row *t = &v->tiers[i];
+        printf("%s{\"tier\":", i ? "," : "");
+        cli_json_string(stdout, t->name);
+        printf(",\"type\":");
+        cli_json_string(stdout, t->type);
+        printf(",\"objects\":");
+        json_number(t->have_contents ? t->objects : NAN);
+        printf(",\"bytes\":");
+        json_number(t->have_contents ? t->bytes : NAN);
+        printf(",\"capacity_bytes\":");
+        json_number(t->capacity);
+        printf(",\"hits\":");
+        json_number(t->hits);
+        printf(",\"hit_tokens\":");
+        json_number(t->hit_tokens);
+        printf(",\"hit_rate\":");
+        json_number(tier_hit_rate(v, t));
+        printf(",\"loaded_bytes\":");
+        json_number(t->loaded_bytes);
+        printf(",\"load_gbps\":");
+        json_number(t->load_seconds > 0 ? t->loaded_bytes / t->load_seconds / 1e9 : NAN);
+        printf(",\"note\":");
+        cli_json_string(stdout, t->note);
+        printf("}");
+    }
+    printf("],\"tenants\":[");
+    for (uint32_t i = 0; i < v->n_tenants; i++) {
+        const tenant_row *t = &v->tenants[i];
+        printf("%s{\"tenant\":", i ? "," : "");
+        cli_json_string(stdout, t->name);
+        const struct {
+            const char *key;
+            double value;
+        } f[] = {{"lookup_tokens", t->lookup_tokens},
+                 {"hit_tokens", t->hit_tokens},
+                 {"gets", t->gets},
+                 {"get_misses", t->get_misses},
+                 {"saves", t->saves},
+                 {"saved_bytes", t->saved_bytes},
+                 {"saves_skipped", t->saves_skipped},
+                 {"evictions", t->evictions},
+                 {"load_errors", t->errors_load},
+                 {"integrity_errors", t->errors_integrity},
+                 {"corrupt", t->errors_corrupt},
+                 {"failed_puts", t->errors_put_failed}};
+        for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+            printf(",\"%s\":", f[k].key);
+            json_number(f[k].value);
+        }
+        printf("}");
+    }
+    printf("],\"node\":[");
+    for (uint32_t i = 0; i < v->n_node; i++) {
+        printf("%s{\"name\":", i ? "," : "");
+        cli_json_string(stdout, v->node[i].name);
+        printf(",\"tenant\":");
+        cli_json_string(stdout, v->node[i].tenant);
+        printf(",\"value\":");
+        json_number(v->node[i].value);
+        printf("}");
+    }
+    printf("]}\n");
+}
+
+static volatile sig_atomic_t stop_watch;
+static void on_interrupt(int sig) {
+    (void)sig;
+    stop_watch = 1;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: kvstrata stats CONFIG|ENDPOINT [--json] [--watch [SECONDS]] [--count N]\n"
+            "  CONFIG    a deployment's YAML: its processes' counters from the metrics segment\n"
+            "            its `metrics:` section names, and each tier's contents read in place\n"
+            "            (a shared DRAM tier, an SSD tier's directory, Redis, kvstrata-nodes)\n"
+            "  ENDPOINT  HOST:PORT or http://HOST:PORT/PATH of a metrics endpoint (an engine's,\n"
+            "            a kvstrata-node's --metrics): what it serves\n"
+            "  --json           one JSON document per refresh\n"
+            "  --watch [S]      refresh every S seconds (default 2) until interrupted\n"
+            "  --count N        with --watch: stop after N refreshes\n"
+            "  --timeout-ms N   bound on reaching an endpoint (default 2000)\n"
+            "Exit status: 0 read, 1 nothing could be read, 2 usage.\n");
+}
 
 int kvs_cmd_stats(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "kvstrata stats: not built yet\n");
-    return 2;
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'},        {"watch", optional_argument, NULL, 'w'},
+        {"count", required_argument, NULL, 'c'}, {"timeout-ms", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+    int json = 0, opt, timeout_ms = 2000;
+    double interval = 0;
+    long count = 0;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+        switch (opt) {
+            case 'j': json = 1; break;
+            case 'w':
+                interval = 2.0;
+                if (!optarg && optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9' &&
+                    strspn(argv[optind], "0123456789.") == strlen(argv[optind]))
+                    optarg = argv[optind++];
+                if (optarg) interval = atof(optarg);
+                if (interval <= 0) {
+                    fprintf(stderr, "kvstrata stats: --watch needs a positive interval\n");
+                    return 2;
+                }
+                break;
+            case 'c': count = atol(optarg); break;
+            case 't': timeout_ms = atoi(optarg); break;
+            case 'h': usage(stdout); return 0;
+            default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc - 1 || timeout_ms <= 0) {
+        usage(stderr);
+        return 2;
+    }
+    const char *target = argv[optind];
+    kvs_config *cfg = NULL;
+    if (cli_is_file(target) || !http_is_endpoint(target)) {
+        char err[1024];
+        if (kvs_config_load(target, &cfg, err, sizeof err) != KVS_OK) {
+            fprintf(stderr, "kvstrata stats: %s\n", err);
+            return 1;
+        }
+    }
+    view *v = calloc(2, sizeof *v);
+    if (!v) {
+        kvs_config_free(cfg);
+        fprintf(stderr, "kvstrata stats: out of memory\n");
+        return 1;
+    }
+    signal(SIGINT, on_interrupt);
+    int tty = isatty(STDOUT_FILENO), rc = 0;
+    for (long round = 0;; round++) {
+        view *cur = &v[round % 2], *prev = round ? &v[(round + 1) % 2] : NULL;
+        if (gather(cur, target, cfg, timeout_ms) != 0) {
+            rc = 1;
+            if (!interval) break;
+        } else if (json) {
+            print_json(cur, target);
+        } else {
+            if (interval && tty) printf("\033[H\033[2J");
+            print_text(cur, prev, target);
+        }
+        fflush(stdout);
+        if (!interval || stop_watch || (count > 0 && round + 1 >= count)) break;
+        struct timespec pause = {(time_t)interval,
+                                 (long)((interval - (double)(time_t)interval) * 1e9)};
+        while (nanosleep(&pause, &pause) != 0 && !stop_watch) {
+        }
+        if (stop_watch) break;
+        if (!json && !tty) printf("\n");
+    }
+    free(v);
+    kvs_config_free(cfg);
+    return rc;
 }
