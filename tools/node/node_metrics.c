@@ -13,11 +13,11 @@
 #define ROWS (KVS_NODE_TENANT_ROWS + 1u) /* the named rows, then the shared one */
 
 typedef struct node_metrics {
-    kvs_metrics_source *node_src;            /* the node's slot: tiers and whole counters */
-    kvs_metrics_source *rows[ROWS];          /* a slot per tenant row, claimed at its first publish */
-    uint8_t tried[ROWS];                     /* a claim failed: not tried again (the segment logs) */
-    kvs_node_tenant_stats published[ROWS];   /* what each row's slot holds */
-    uint64_t capacity[KVS_MSEG_TIERS];       /* the tiers' configured capacities */
+    kvs_metrics_source *node_src;          /* the node's slot: tiers and whole counters */
+    kvs_metrics_source *rows[ROWS];        /* a slot per tenant row, claimed at its first publish */
+    uint8_t tried[ROWS];                   /* a claim failed: not tried again (the segment logs) */
+    kvs_node_tenant_stats published[ROWS]; /* what each row's slot holds */
+    uint64_t capacity[KVS_MSEG_TIERS];     /* the tiers' configured capacities */
     uint32_t n_tiers;
     char listen[128], name[KVS_MSEG_NAME_MAX]; /* the params' strings are the caller's */
     uint64_t next_ns;
@@ -45,7 +45,8 @@ uint32_t node_tenant_row(kvs_node *n, const char *tenant) {
 uint32_t kvs_node_get_tenant_stats(const kvs_node *n, kvs_node_tenant_stats *out, uint32_t cap) {
     uint32_t count = n->n_tenants + (n->tenants_overflowed ? 1u : 0u);
     for (uint32_t i = 0; i < n->n_tenants && i < cap; i++) out[i] = n->tenants[i];
-    if (n->tenants_overflowed && n->n_tenants < cap) out[n->n_tenants] = n->tenants[KVS_NODE_TENANT_ROWS];
+    if (n->tenants_overflowed && n->n_tenants < cap)
+        out[n->n_tenants] = n->tenants[KVS_NODE_TENANT_ROWS];
     return count;
 }
 
@@ -71,7 +72,8 @@ void node_metrics_open(kvs_node *n, const kvs_node_params *p, const kvs_server_s
     if (!p->metrics_listen || !p->metrics_name) return;
     node_metrics *m = calloc(1, sizeof *m);
     if (!m) {
-        kvs_log(n->log_level, KVS_LOG_WARN, "kvstrata-node: no memory for metrics; serving without");
+        kvs_log(n->log_level, KVS_LOG_WARN,
+                "kvstrata-node: no memory for metrics; serving without");
         return;
     }
     uint32_t tiers = kvs_server_tiers_count(n->chain);
@@ -110,7 +112,8 @@ static void publish_node(kvs_node *n, node_metrics *m) {
         kvs_mseg_tier *x = &v->tiers[t];
         x->capacity = m->capacity[t];
         const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, t);
-        if (ops && ops->usage) ops->usage(kvs_server_tiers_state(n->chain, t), &x->objects, &x->bytes);
+        if (ops && ops->usage)
+            ops->usage(kvs_server_tiers_state(n->chain, t), &x->objects, &x->bytes);
     }
     kvs_metrics_publish(m->node_src, v);
 }
