@@ -220,7 +220,7 @@ class NodeMetrics(unittest.TestCase):
         # lookups of keys present, by one tenant: its lookups and hits move by as many, the other
         # tenant's not at all
         before = s
-        n_present, states = stores["alpha"].exists([b"alpha-0", b"alpha-1", b"alpha-2"])
+        n_present, _ = stores["alpha"].exists([b"alpha-0", b"alpha-1", b"alpha-2"])
         self.assertEqual(n_present, 3)
 
         def moved(s):
@@ -247,6 +247,27 @@ class NodeMetrics(unittest.TestCase):
             self.assertEqual(total, int(final[name]), name)
         for name in ("connections", "auth_ok", "auth_failures", "rejected", "refusals"):
             self.assertEqual(value(s, f"kvstrata_node_{name}_total"), int(final[name]), name)
+
+    def test_tenants_past_the_rows_share_one(self):
+        # the node keeps series of their own for its first 64 tenants (KVS_NODE_TENANT_ROWS)
+        node, _, stats = self.start(by_flag=True)  # alpha and beta are the first two
+        extra = 64 + 2 - len(WORK)
+        for i in range(extra):
+            with Store("node-metrics", config=node.tenant_config(f"t{i}"),
+                       max_value_bytes=4096) as st:
+                st.put([b"k"], [bytearray(10 + i)])
+        s = wait_for(self.port, lambda s: value(s, "kvstrata_node_puts_total", tenant="(other)")
+                     == 2, "the shared row", self)
+        tenants = {dict(k)["tenant"] for k in series(s, "kvstrata_node_puts_total")}
+        self.assertEqual(len(tenants), 65)
+        self.assertIn("t61", tenants)  # the 64th tenant
+        self.assertNotIn("t62", tenants)
+        self.assertNotIn("t63", tenants)
+        self.assertEqual(value(s, "kvstrata_node_puts_total", tenant="alpha"),
+                         stats["alpha"]["puts_stored"])
+        final = node.stop()
+        self.assertEqual(sum(series(s, "kvstrata_node_puts_total").values()),
+                         int(final["puts"]))
 
     def test_cli_stats_of_the_node(self):
         node, stores, stats = self.start(by_flag=False)  # the config's metrics: section
