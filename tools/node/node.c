@@ -458,12 +458,13 @@ static int held(node_conn *c) {
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
+        /* before the arm below, which a node kept busy may pass over for a while */
+        if (n->metrics) node_metrics_tick(n, kvs_now_ns());
         uint64_t next_ns = node_expire_handshakes(n), streams_ns = node_expire_streams(n);
         if (streams_ns < next_ns) next_ns = streams_ns;
         sweep(n);
         if (kvs_ucx_arm(n->t) == KVS_EAGAIN) continue; /* events pending: progress again first */
         uint64_t now = kvs_now_ns();
-        node_metrics_tick(n, now);
         uint64_t metrics_ns = node_metrics_due(n);
         if (metrics_ns < next_ns) next_ns = metrics_ns;
         int accepting = now >= n->accept_paused_until_ns;
