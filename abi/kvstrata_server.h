@@ -62,6 +62,10 @@ typedef struct kvs_server_settings {
         } tenants[KVS_SERVER_MAX_TENANTS]; /* `node.tenants`: shares of tenants by name */
         uint32_t n_tenants;
     } node;
+    struct {              /* `metrics:` (docs/configuration.md) */
+        char listen[128]; /* HOST:PORT of the Prometheus endpoint; "": no section */
+        char name[64];    /* the shared segment's name; "": not given (derived from listen) */
+    } metrics;
 } kvs_server_settings;
 
 /* Parse and validate a YAML file as the connector does (docs/configuration.md). On error returns

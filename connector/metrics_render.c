@@ -80,7 +80,7 @@ static void labels(char *out, size_t cap, const char *tier, const char *tenant, 
 
 #define MAX_ROWS (KVS_MSEG_SLOTS * 2)
 
-typedef struct row { /* per (kind, tenant) */
+typedef struct row { /* per (node or not, tenant) */
     uint32_t kind;
     char tenant[KVS_MSEG_TENANT];
     uint64_t c[KVS_MC_COUNT];
@@ -143,7 +143,8 @@ static void add_slot(agg *a, const kvs_mseg_slot *s) {
     char tenant[KVS_MSEG_TENANT];
     memcpy(tenant, v->tenant, sizeof tenant);
     tenant[sizeof tenant - 1] = '\0';
-    row *r = row_of(a, v->kind, tenant);
+    /* handles and stores of one tenant share its series: one row, or two samples of one series */
+    row *r = row_of(a, v->kind == KVS_MSEG_NODE ? KVS_MSEG_NODE : KVS_MSEG_CONNECTOR, tenant);
     if (r)
         for (int k = 0; k < KVS_MC_COUNT; k++) r->c[k] += v->c[k];
     for (uint32_t t = 0; t < v->n_tiers && t < KVS_MSEG_TIERS; t++) {
@@ -249,8 +250,9 @@ static void render_counters(text *t, const agg *a, const struct counter *list, s
         for (uint32_t r = 0; r < a->n_rows; r++) {
             const row *x = &a->rows[r];
             if ((x->kind == KVS_MSEG_NODE) != node) continue;
-            /* a node's whole counters come from its tenant-less row, its traffic per tenant */
-            if (node && x->tenant[0] && c->k < KVS_MC_NODE_LOOKUPS) continue;
+            /* a node's whole counters come from its tenant-less row, its traffic per tenant only
+             * (so that a family's series add up to the node's total) */
+            if (node && (x->tenant[0] != '\0') != (c->k >= KVS_MC_NODE_LOOKUPS)) continue;
             labels(lab, sizeof lab, NULL, x->tenant, c->kind);
             value(t, c->name, lab, c, x->c[c->k]);
         }

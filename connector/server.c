@@ -3,11 +3,13 @@
  * no cache events. Each call is the chain's own; only the settings are a copy. */
 #include "abi/kvstrata_server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "config.h"
+#include "config_metrics.h"
 #include "tiers.h"
 
 struct kvs_server_config {
@@ -23,6 +25,12 @@ _Static_assert(KVS_SERVER_PATH_MAX == KVS_PATH_MAX, "path");
 _Static_assert(sizeof(((kvs_server_settings *)0)->node.listen) ==
                    sizeof(((kvs_config *)0)->node.listen),
                "listen");
+_Static_assert(sizeof(((kvs_server_settings *)0)->metrics.listen) ==
+                   sizeof(((kvs_config *)0)->metrics.listen),
+               "metrics listen");
+_Static_assert(sizeof(((kvs_server_settings *)0)->metrics.name) ==
+                   sizeof(((kvs_config *)0)->metrics.name),
+               "metrics name");
 
 static void settings_of(const kvs_config *c, kvs_server_settings *s) {
     s->log_level = c->log_level;
@@ -53,6 +61,15 @@ static void settings_of(const kvs_config *c, kvs_server_settings *s) {
     for (uint32_t i = 0; i < c->node.n_tenants; i++) {
         memcpy(s->node.tenants[i].name, c->node.tenants[i].name, sizeof s->node.tenants[i].name);
         s->node.tenants[i].capacity = c->node.tenants[i].capacity;
+    }
+    if (c->metrics.enabled) {
+        memcpy(s->metrics.listen, c->metrics.listen, sizeof s->metrics.listen);
+        /* the parser fills in the name derived from listen when none is given: a server whose
+         * command line moves the endpoint derives it again from the address it listens on */
+        char derived[sizeof c->metrics.name];
+        kvs_metrics_default_name(c->metrics.listen, derived, sizeof derived);
+        if (strcmp(derived, c->metrics.name) != 0)
+            snprintf(s->metrics.name, sizeof s->metrics.name, "%s", c->metrics.name);
     }
 }
 

@@ -10,6 +10,7 @@
 
 #include "abi/kvstrata_server.h"
 #include "common/units.h"
+#include "connector/config_metrics.h"
 #include "node.h"
 
 static void usage(FILE *f) {
@@ -20,7 +21,7 @@ static void usage(FILE *f) {
         "       kvstrata-node --psk-file PATH --tenant-key TENANT --out PATH\n"
         "                     [--max-handshakes N] [--timeout-ms N] [--max-object-bytes SIZE]\n"
         "                     [--busy-poll-us N] [--shared-memory-payloads on|off]\n"
-        "                     [--encrypt on|off]\n"
+        "                     [--encrypt on|off] [--metrics HOST:PORT]\n"
         "  Each flag overrides the same setting of the config's `node:` section (docs/node.md).\n"
         "  --psk-file PATH         the master key file (required here or as node.psk_file);\n"
         "                          SIGHUP reads it again (a rotation)\n"
@@ -41,7 +42,10 @@ static void usage(FILE *f) {
         "                          (experimental; default off)\n"
         "  --encrypt on|off        every client connection over TLS 1.3 keyed by its tenant's "
         "key;\n"
-        "                          plain clients and objects over UCX refused (default off)\n");
+        "                          plain clients and objects over UCX refused (default off)\n"
+        "  --metrics HOST:PORT     serve Prometheus metrics at http://HOST:PORT/metrics: tiers,\n"
+        "                          counters, each tenant's traffic (default: the config's\n"
+        "                          `metrics:` section, else off)\n");
 }
 
 static int parse_u64(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
@@ -89,7 +93,7 @@ static int write_tenant_key(const char *psk_path, const char *tenant, const char
 
 int main(int argc, char **argv) {
     const char *config_path = NULL, *psk_path = NULL, *listen = NULL;
-    const char *tenant_key = NULL, *out_path = NULL;
+    const char *tenant_key = NULL, *out_path = NULL, *metrics = NULL;
     uint64_t max_clients = 0, max_handshakes = 0, timeout_ms = 0, max_object = 0; /* 0: not given */
     uint64_t busy_poll = UINT64_MAX;                                              /* not given */
     uint64_t per_tenant = 0;                                                      /* not given */
@@ -113,6 +117,10 @@ int main(int argc, char **argv) {
             out_path = v;
         } else if (!strcmp(a, "--listen")) {
             listen = v;
+        } else if (!strcmp(a, "--metrics")) {
+            char why[200];
+            bad = kvs_metrics_check_listen(v, why, sizeof why) != 0;
+            metrics = v;
         } else if (!strcmp(a, "--max-clients")) {
             bad = parse_u64(v, 1, 1u << 20, &max_clients);
         } else if (!strcmp(a, "--max-handshakes")) {
@@ -168,6 +176,16 @@ int main(int argc, char **argv) {
         busy_poll = set->node.busy_poll_us ? set->node.busy_poll_us - 1u : 200u;
     if (shm_payloads < 0) shm_payloads = set->node.shared_memory_payloads == 2;
     if (encrypt < 0) encrypt = set->node.encrypt == 2;
+    /* the segment's name: the config's metrics.name, else derived from the address served */
+    static char metrics_listen[128], metrics_name[64];
+    if (!metrics && set->metrics.listen[0]) metrics = set->metrics.listen;
+    if (metrics) {
+        snprintf(metrics_listen, sizeof metrics_listen, "%s", metrics);
+        if (set->metrics.name[0])
+            snprintf(metrics_name, sizeof metrics_name, "%s", set->metrics.name);
+        else
+            kvs_metrics_default_name(metrics_listen, metrics_name, sizeof metrics_name);
+    }
     if (!psk_path) {
         fprintf(stderr,
                 "kvstrata-node: no pre-shared key file: give --psk-file or node.psk_file in %s\n",
@@ -227,7 +245,9 @@ int main(int argc, char **argv) {
                          .max_refusals = 16,
                          .busy_poll_us = (uint32_t)busy_poll,
                          .shm_payloads = shm_payloads,
-                         .encrypt = encrypt};
+                         .encrypt = encrypt,
+                         .metrics_listen = metrics ? metrics_listen : NULL,
+                         .metrics_name = metrics ? metrics_name : NULL};
     kvs_status st = kvs_node_create(&p, &node, err, sizeof err);
     kvs_remote_psk_clear(&psk);
     kvs_server_config_free(cfg);

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "node_control.h"
+#include "node_metrics.h"
 #include "node_quota.h"
 #include "node_requests.h"
 #include "node_state.h"
@@ -276,12 +277,15 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
     }
     n->listen_fd = -1;
     n->params = *params;
+    kvs_fmt(n->tenants[KVS_NODE_TENANT_ROWS].tenant, sizeof n->tenants[0].tenant, "%s",
+            KVS_NODE_OTHER_TENANT);
     if (n->params.max_handshakes == 0) n->params.max_handshakes = 16;
     n->host_id_ok = kvs_remote_host_id(n->host_id) == KVS_OK;
     const kvs_server_settings *set = kvs_server_config_settings(params->config);
     n->log_level = set->log_level;
     n->params.config = NULL;
     n->params.psk = NULL;
+    n->params.metrics_listen = n->params.metrics_name = NULL; /* borrowed: node_metrics_open */
     n->psk = *params->psk;
     if (params->encrypt && (st = kvs_tls_node_new(&n->psk, &n->tls, err, err_len)) != KVS_OK)
         goto fail;
@@ -394,6 +398,7 @@ kvs_status kvs_node_create(const kvs_node_params *params, kvs_node **out, char *
         n->regions[n->n_regions++] = (region){.base = base, .len = len, .mem = mem};
         (void)madvise(base, (size_t)len, MADV_DONTFORK);
     }
+    node_metrics_open(n, params, set);
     *out = n;
     return KVS_OK;
 fail:
@@ -453,11 +458,15 @@ static int held(node_conn *c) {
 kvs_status kvs_node_run(kvs_node *n, int stop_fd) {
     for (;;) {
         kvs_ucx_progress(n->t);
+        /* before the arm below, which a node kept busy may pass over for a while */
+        if (n->metrics) node_metrics_tick(n, kvs_now_ns());
         uint64_t next_ns = node_expire_handshakes(n), streams_ns = node_expire_streams(n);
         if (streams_ns < next_ns) next_ns = streams_ns;
         sweep(n);
         if (kvs_ucx_arm(n->t) == KVS_EAGAIN) continue; /* events pending: progress again first */
         uint64_t now = kvs_now_ns();
+        uint64_t metrics_ns = node_metrics_due(n);
+        if (metrics_ns < next_ns) next_ns = metrics_ns;
         int accepting = now >= n->accept_paused_until_ns;
         if (!accepting && n->accept_paused_until_ns < next_ns) next_ns = n->accept_paused_until_ns;
         n->pfds[0] = (struct pollfd){.fd = stop_fd, .events = POLLIN};
@@ -498,6 +507,7 @@ void kvs_node_destroy(kvs_node *n) {
     if (!n) return;
     for (node_conn *c = n->conns; c; c = c->next) c->closing = 1;
     sweep(n);
+    node_metrics_close(n); /* the tiers' usage, so before they close */
     for (uint32_t i = 0; i < n->n_regions; i++) kvs_ucx_mem_deregister(n->regions[i].mem);
     n->n_regions =
         0; /* a staging registration made before a failed create goes with the transport */

@@ -27,6 +27,8 @@ kvs_status kvs_node_run(kvs_node *node, int stop_fd);
  * file); handshakes under way finish under the key they began with. Copied. */
 void kvs_node_set_psk(kvs_node *node, const kvs_remote_psk *master);
 void kvs_node_get_stats(const kvs_node *node, kvs_node_stats *out);
+/* The tenants' rows (at most KVS_NODE_TENANT_ROWS + 1) into out[cap]; returns how many there are. */
+uint32_t kvs_node_get_tenant_stats(const kvs_node *node, kvs_node_tenant_stats *out, uint32_t cap);
 /* Close every connection, the transport and the tiers; wipe the key. NULL is a no-op. */
 void kvs_node_destroy(kvs_node *node);
 

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "node_metrics.h"
 
 #define REFUSAL_LOG_INTERVAL_NS 1000000000ull /* at most one refusal line per second */
 
@@ -206,6 +207,7 @@ static void session_open(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     n->n_handshakes--;
     n->n_sessions++;
     n->stats.auth_ok++;
+    c->trow = node_tenant_row(n, c->auth.tenant);
     int slow = kvs_ucx_tls_slow(tls) && !kvs_chan_is_tls(&c->ch);
     if (kvs_chan_is_tls(&c->ch))
         kvs_log(n->log_level, KVS_LOG_INFO,

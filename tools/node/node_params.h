@@ -40,6 +40,8 @@ typedef struct kvs_node_params {
                          payloads that may use it (experimental; docs/remote.md) */
     int encrypt; /* every control connection is TLS 1.3 and every request and object of a session
                     goes on it; plain connections and requests over UCX are refused */
+    const char *metrics_listen; /* HOST:PORT of the Prometheus endpoint (docs/node.md); NULL: off */
+    const char *metrics_name;   /* the instance's shared segment (connector/metrics.h) */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */
@@ -65,5 +67,17 @@ typedef struct kvs_node_stats {
     uint64_t payloads_refused; /* payload messages dropped: bad header, no session, no room */
     uint64_t quota_evictions;  /* objects removed to keep their tenant within its share */
 } kvs_node_stats;
+
+/* Tenants with traffic counters of their own: the first that authenticate; sessions of later ones
+ * count together in one more row named KVS_NODE_OTHER_TENANT (never a tenant's name: tenants are
+ * A-Z a-z 0-9 . _ -). Rows last as long as the node, so their counters never go backwards. */
+#define KVS_NODE_TENANT_ROWS  64u
+#define KVS_NODE_OTHER_TENANT "(other)"
+
+/* One tenant's part of kvs_node_stats' traffic counters (same meanings). */
+typedef struct kvs_node_tenant_stats {
+    char tenant[KVS_WIRE_MAX_TENANT_BYTES + 1];
+    uint64_t lookups, hits, misses, gets, puts, deletes, bytes_in, bytes_out;
+} kvs_node_tenant_stats;
 
 #endif

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "node_control.h"
+#include "node_metrics.h"
 #include "node_quota.h"
 
 /* ---- replies ---------------------------------------------------------------------------------- */
@@ -79,11 +80,11 @@ void node_do_lookup(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
         int present = node_stored_key(c, req->entries[i].key, &k) == 0 &&
                       kvs_server_tiers_find(n->chain, &k) >= 0;
         n->reply_entries[i].present = (uint8_t)present;
-        n->stats.lookups++;
+        NODE_COUNT(n, c->trow, lookups, 1);
         if (present)
-            n->stats.hits++;
+            NODE_COUNT(n, c->trow, hits, 1);
         else
-            n->stats.misses++;
+            NODE_COUNT(n, c->trow, misses, 1);
     }
 }
 
@@ -128,7 +129,7 @@ static void get_flush(kvs_node *n, node_conn *c) {
         for (uint32_t i = 0; i < n->n_sends; i++) {
             kvs_wire_entry *r = &n->reply_entries[n->send_entry[i]];
             if (n->sends[i].status == KVS_OK) {
-                n->stats.bytes_out += n->sends[i].data_len;
+                NODE_COUNT(n, c->trow, bytes_out, n->sends[i].data_len);
             } else {
                 r->status = KVS_EIO;
                 r->length = 0;
@@ -142,7 +143,7 @@ static void get_flush(kvs_node *n, node_conn *c) {
         for (uint32_t i = 0; i < n->n_batch; i++) {
             kvs_wire_entry *r = &n->reply_entries[n->batch_entry[i]];
             if (st == KVS_OK) {
-                n->stats.bytes_out += n->batch[i].len;
+                NODE_COUNT(n, c->trow, bytes_out, n->batch[i].len);
             } else {
                 r->status = KVS_EIO;
                 r->length = 0;
@@ -249,11 +250,11 @@ void node_do_get(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
     get_flush(n, c);
     for (uint32_t i = 0; i < req->n_entries; i++) {
         kvs_status st = n->reply_entries[i].status;
-        n->stats.gets++;
+        NODE_COUNT(n, c->trow, gets, 1);
         if (st == KVS_OK || st == KVS_EOVERFLOW)
-            n->stats.hits++;
+            NODE_COUNT(n, c->trow, hits, 1);
         else if (st == KVS_ENOTFOUND)
-            n->stats.misses++;
+            NODE_COUNT(n, c->trow, misses, 1);
     }
 }
 
@@ -277,22 +278,23 @@ void node_put_abandon(kvs_node *n, const put_pending *p) {
     if (p->reserved) kvs_server_tiers_abort(n->chain, p->ticket);
 }
 
-/* Count a stored object of tenant (its share too), or log why it was not stored. */
-static void put_outcome(kvs_node *n, const char *tenant, const kvs_key *key, kvs_status st,
-                        uint64_t len, const char *err) {
+/* Count a stored object of tenant (its share too), or log why it was not stored. row: the tenant's
+ * row (node_metrics.h). */
+static void put_outcome(kvs_node *n, const char *tenant, uint32_t row, const kvs_key *key,
+                        kvs_status st, uint64_t len, const char *err) {
     if (st != KVS_OK) {
         fprintf(stderr, "kvstrata-node: put for tenant \"%s\": %s\n", tenant, err);
         return;
     }
-    n->stats.puts++;
-    n->stats.bytes_in += len;
+    NODE_COUNT(n, row, puts, 1);
+    NODE_COUNT(n, row, bytes_in, len);
     uint64_t evicted = 0;
     node_quota_stored(n->quota, tenant, key, len, quota_remove, n, &evicted);
 }
 
 void node_put_stored(kvs_node *n, node_conn *c, const kvs_key *key, kvs_status st, uint64_t len,
                      const char *err) {
-    put_outcome(n, c->auth.tenant, key, st, len, err);
+    put_outcome(n, c->auth.tenant, c->trow, key, st, len, err);
 }
 
 kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const void *bytes,
@@ -302,7 +304,11 @@ kvs_status node_publish(kvs_node *n, node_conn *c, const put_pending *p, const v
         p->reserved
             ? kvs_server_tiers_commit(n->chain, &p->key, p->ticket, bytes, len, err, sizeof err)
             : kvs_server_tiers_put(n->chain, &p->key, bytes, len, err, sizeof err);
-    put_outcome(n, c ? c->auth.tenant : p->tenant, &p->key, st, len, err);
+    /* a session gone since the object came keeps its tenant's row (rows are never dropped) */
+    if (c)
+        put_outcome(n, c->auth.tenant, c->trow, &p->key, st, len, err);
+    else
+        put_outcome(n, p->tenant, node_tenant_row(n, p->tenant), &p->key, st, len, err);
     return st;
 }
 
@@ -523,7 +529,7 @@ void node_do_delete(kvs_node *n, node_conn *c, const kvs_wire_msg *req) {
             node_quota_forget(n->quota, &k);
             if (st == KVS_OK) {
                 kvs_server_tiers_remove(n->chain, &k);
-                n->stats.deletes++;
+                NODE_COUNT(n, c->trow, deletes, 1);
             }
         }
         n->reply_entries[i].status = st;

@@ -63,7 +63,8 @@ typedef struct node_conn {
     kvs_remote_auth_node auth;
     kvs_remote_tenant_hasher *hasher; /* the tenant's stored keys, from AUTH_OK on */
     uint32_t refusals;
-    int closing; /* closed by the loop after the current callback returns */
+    uint32_t trow; /* the session's row in kvs_node.tenants (from AUTH_OK on) */
+    int closing;   /* closed by the loop after the current callback returns */
     rkey_slot rkeys[RKEY_CACHE];
     uint32_t rkey_next; /* round-robin replacement */
     /* the PUT whose objects arrive as payload messages: answered once all `put_count` landed */
@@ -128,6 +129,12 @@ struct kvs_node {
     kvs_wire_entry reply_entries[KVS_WIRE_MAX_KEYS];
     uint8_t *reply; /* KVS_WIRE_MAX_MESSAGE_BYTES */
     kvs_node_stats stats;
+    /* per-tenant traffic: n_tenants rows named by their tenant, then the shared row of tenants past
+     * them at KVS_NODE_TENANT_ROWS (node_metrics.h) */
+    kvs_node_tenant_stats tenants[KVS_NODE_TENANT_ROWS + 1];
+    uint32_t n_tenants;
+    int tenants_overflowed;       /* the shared row has had a tenant */
+    struct node_metrics *metrics; /* NULL: no metrics (node_metrics.h) */
     uint8_t host_id[KVS_REMOTE_HOST_ID_BYTES];
     int host_id_ok;
     /* The first tier when it is a dram tier shared between processes (options.shm_name): named with
@@ -140,5 +147,12 @@ struct kvs_node {
     uint64_t shared_room_checked_ns;
     int log_level;
 };
+
+/* Count v in the node's counter `field` and in tenant row `row`'s. */
+#define NODE_COUNT(n, row, field, v)    \
+    do {                                \
+        (n)->stats.field += (v);        \
+        (n)->tenants[row].field += (v); \
+    } while (0)
 
 #endif

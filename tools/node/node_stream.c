@@ -79,16 +79,16 @@ static void get_begin_object(kvs_node *n, node_conn *c, stream_get *g) {
     uint64_t len = 0;
     kvs_status st = g->objects[g->at].by_message ? get_find(n, c, g, &len) : KVS_EINVAL;
     if (st == KVS_OK && len > g->objects[g->at].cap) st = KVS_EOVERFLOW;
-    n->stats.gets++;
+    NODE_COUNT(n, c->trow, gets, 1);
     if (st == KVS_OK || st == KVS_EOVERFLOW)
-        n->stats.hits++;
+        NODE_COUNT(n, c->trow, hits, 1);
     else if (st == KVS_ENOTFOUND)
-        n->stats.misses++;
+        NODE_COUNT(n, c->trow, misses, 1);
     kvs_stream_group_encode(g->head, 1, g->request_id);
     kvs_stream_record_encode(g->head + KVS_STREAM_GROUP_BYTES, st,
                              st == KVS_ENOTFOUND || st == KVS_EINVAL ? 0 : len);
     g->len = sizeof g->head + (st == KVS_OK ? len : 0);
-    if (st == KVS_OK) n->stats.bytes_out += len;
+    if (st == KVS_OK) NODE_COUNT(n, c->trow, bytes_out, len);
     g->sent = 0;
     g->started = 1;
 }
