@@ -28,6 +28,13 @@
 typedef struct kvs_server_config kvs_server_config; /* a loaded configuration file */
 typedef struct kvs_tier_chain kvs_server_tiers;     /* its tiers, opened (the connector's chain) */
 
+/* One option of a tier as written: an entry of `options:` (list_index -1), or the k-th entry of a
+ * list key (`paths:` gives key "path", `nodes:` key "node", list_index k). */
+typedef struct kvs_server_option {
+    const char *key, *value;
+    int list_index;
+} kvs_server_option;
+
 /* One tier of the configuration, as a server that hosts it sees it. The strings belong to the
  * config and live until kvs_server_config_free. */
 typedef struct kvs_server_tier {
@@ -36,11 +43,15 @@ typedef struct kvs_server_tier {
     uint64_t capacity_bytes; /* 0 where the tier has none */
     int write_through;       /* 1: write-through (copies go down at once); 0: write-back */
     const char *shm_name;    /* options.shm_name (a dram tier shared by processes); NULL: none */
+    const kvs_server_option *options; /* every option, in file order */
+    uint32_t n_options;
 } kvs_server_tier;
 
 /* What a server reads from its configuration: the log level, the tiers, and the `node:` section
  * (kvstrata-node's own settings; 0 or "" where not given, a connector ignores them). */
 typedef struct kvs_server_settings {
+    char source[KVS_SERVER_PATH_MAX]; /* the file, as messages name it */
+    uint32_t version, chunk_tokens;
     int log_level; /* KVS_LOG_* */
     uint32_t n_tiers;
     kvs_server_tier tiers[KVS_SERVER_MAX_TIERS];
@@ -116,5 +127,28 @@ kvs_status kvs_server_tiers_commit(kvs_server_tiers *tiers, const kvs_key *key, 
 void kvs_server_tiers_abort(kvs_server_tiers *tiers, uint64_t ticket);
 /* Objects dropped from the last tier since open. */
 uint64_t kvs_server_tiers_evictions(const kvs_server_tiers *tiers);
+
+/* --- for operators' tools (tools/kvstrata) --- */
+
+/* A problem found later at tier `tier` of cfg, in the loader's form: "file:line:column: key
+ * 'tiers[i].KEY': sentence" into err, pointing at what key names (an option, `path[k]`, a tier key
+ * such as `capacity`; "" or NULL: the tier's entry). Returns KVS_ECONFIG. */
+kvs_status kvs_server_config_refuse(const kvs_server_config *cfg, uint32_t tier, const char *key,
+                                    char *err, size_t err_len, const char *sentence);
+/* Open tier `tier` of cfg alone, as the connector opens it (rank: what {rank} in an option stands
+ * for), logging nothing (what went wrong is in err, the degraded reason or the tier's last error).
+ * The chain has one tier, index 0. */
+kvs_status kvs_server_tier_open(const kvs_server_config *cfg, uint32_t tier,
+                                uint64_t max_object_bytes, int32_t rank, kvs_server_tiers **out,
+                                char *err, uint64_t err_len);
+/* Why a tier could not open and serves empty (not `required`); "" for a tier that opened. */
+const char *kvs_server_tiers_degraded(const kvs_server_tiers *tiers, uint32_t tier);
+/* The sentence of a tier's last failure, "" if none. */
+const char *kvs_server_tiers_last_error(const kvs_server_tiers *tiers, uint32_t tier);
+/* The Prometheus text of the instance cfg's `metrics:` section names, read from its shared
+ * segment (malloc'd; free() it). KVS_ENOTFOUND with a sentence when there is no section or no
+ * segment yet. */
+kvs_status kvs_server_metrics_render(const kvs_server_config *cfg, char **text, size_t *len,
+                                     char *err, size_t err_len);
 
 #endif

@@ -10,11 +10,13 @@
 #include "common/log.h"
 #include "config.h"
 #include "config_metrics.h"
+#include "metrics.h"
 #include "tiers.h"
 
 struct kvs_server_config {
     kvs_config *cfg;
     kvs_server_settings settings;
+    kvs_server_option *options; /* every tier's, the tiers' views point into it */
 };
 
 /* The settings mirror the config's limits: a config the loader accepts always fits. */
@@ -32,7 +34,10 @@ _Static_assert(sizeof(((kvs_server_settings *)0)->metrics.name) ==
                    sizeof(((kvs_config *)0)->metrics.name),
                "metrics name");
 
-static void settings_of(const kvs_config *c, kvs_server_settings *s) {
+static void settings_of(const kvs_config *c, kvs_server_settings *s, kvs_server_option *options) {
+    snprintf(s->source, sizeof s->source, "%s", c->source);
+    s->version = c->version;
+    s->chunk_tokens = c->chunk_tokens;
     s->log_level = c->log_level;
     s->n_tiers = (uint32_t)c->n_tiers;
     for (size_t i = 0; i < c->n_tiers; i++) {
@@ -45,6 +50,11 @@ static void settings_of(const kvs_config *c, kvs_server_settings *s) {
         t->shm_name = NULL; /* options are unique by key (the loader refuses a repeated one) */
         for (size_t k = 0; k < tc->n_options && !t->shm_name; k++)
             if (strcmp(tc->options[k].key, "shm_name") == 0) t->shm_name = tc->options[k].value;
+        t->options = options;
+        t->n_options = (uint32_t)tc->n_options;
+        for (size_t k = 0; k < tc->n_options; k++)
+            *options++ = (kvs_server_option){tc->options[k].key, tc->options[k].value,
+                                             tc->options[k].list_index};
     }
     memcpy(s->node.listen, c->node.listen, sizeof s->node.listen);
     memcpy(s->node.psk_file, c->node.psk_file, sizeof s->node.psk_file);
@@ -85,8 +95,17 @@ kvs_status kvs_server_config_load(const char *path, kvs_server_config **out, cha
         kvs_fmt(err, err_len, "%s: no memory for its settings", path);
         return KVS_ENOMEM;
     }
+    size_t n_options = 0;
+    for (size_t i = 0; i < cfg->n_tiers; i++) n_options += cfg->tiers[i].n_options;
+    sc->options = calloc(n_options ? n_options : 1, sizeof *sc->options);
+    if (!sc->options) {
+        free(sc);
+        kvs_config_free(cfg);
+        kvs_fmt(err, err_len, "%s: no memory for its settings", path);
+        return KVS_ENOMEM;
+    }
     sc->cfg = cfg;
-    settings_of(cfg, &sc->settings);
+    settings_of(cfg, &sc->settings, sc->options);
     *out = sc;
     return KVS_OK;
 }
@@ -98,6 +117,7 @@ const kvs_server_settings *kvs_server_config_settings(const kvs_server_config *c
 void kvs_server_config_free(kvs_server_config *cfg) {
     if (!cfg) return;
     kvs_config_free(cfg->cfg);
+    free(cfg->options);
     free(cfg);
 }
 
@@ -166,4 +186,38 @@ void kvs_server_tiers_abort(kvs_server_tiers *tiers, uint64_t ticket) {
 
 uint64_t kvs_server_tiers_evictions(const kvs_server_tiers *tiers) {
     return kvs_tiers_evictions(tiers);
+}
+
+kvs_status kvs_server_config_refuse(const kvs_server_config *cfg, uint32_t tier, const char *key,
+                                    char *err, size_t err_len, const char *sentence) {
+    return kvs_config_refuse_tier(cfg->cfg, tier, key ? key : "", err, err_len, "%s", sentence);
+}
+
+kvs_status kvs_server_tier_open(const kvs_server_config *cfg, uint32_t tier,
+                                uint64_t max_object_bytes, int32_t rank, kvs_server_tiers **out,
+                                char *err, uint64_t err_len) {
+    *out = NULL;
+    if (tier >= cfg->cfg->n_tiers) {
+        kvs_fmt(err, err_len, "%s has no tier %u", cfg->cfg->source, tier);
+        return KVS_EINVAL;
+    }
+    kvs_config one = *cfg->cfg;
+    one.tiers = &cfg->cfg->tiers[tier]; /* the same entry: refusals point at the same lines */
+    one.n_tiers = 1;
+    one.log_level = KVS_LOG_ERROR; /* the caller reports what went wrong, once */
+    return kvs_tiers_open_ranked(&one, max_object_bytes, NULL, NULL, 0, rank, NULL, NULL, out, err,
+                                 err_len);
+}
+
+const char *kvs_server_tiers_degraded(const kvs_server_tiers *tiers, uint32_t tier) {
+    return kvs_tiers_degraded_reason(tiers, tier);
+}
+
+const char *kvs_server_tiers_last_error(const kvs_server_tiers *tiers, uint32_t tier) {
+    return kvs_tiers_last_error(tiers, tier);
+}
+
+kvs_status kvs_server_metrics_render(const kvs_server_config *cfg, char **text, size_t *len,
+                                     char *err, size_t err_len) {
+    return kvs_metrics_render_config(cfg->cfg, text, len, err, err_len);
 }

@@ -23,7 +23,7 @@
 
 #define MAX_ROWS    64
 #define MAX_TENANTS 32
-#define MAX_NODE    64
+#define MAX_NODE    2048 /* a node's samples: its own, and ~10 per tenant row (64 + other) */
 
 typedef struct tier_row {
     char name[KVS_NAME_MAX];
@@ -89,7 +89,7 @@ typedef struct view {
     tenant_row tenants[MAX_TENANTS];
     uint32_t n_tenants;
     node_value node[MAX_NODE];
-    uint32_t n_node;
+    uint32_t n_node, node_dropped; /* samples past MAX_NODE: counted, said */
     double processes;
     int have_counters; /* some process published counters */
     char counters_note[512];
@@ -149,7 +149,10 @@ static void take_sample(void *ctx, const prom_sample *s) {
         return;
     }
     if (!strncmp(s->name, "kvstrata_node_", 14)) {
-        if (v->n_node == MAX_NODE) return;
+        if (v->n_node == MAX_NODE) {
+            v->node_dropped++;
+            return;
+        }
         node_value *n = &v->node[v->n_node++];
         snprintf(n->name, sizeof n->name, "%s", s->name + 14);
         snprintf(n->tenant, sizeof n->tenant, "%s", tenant ? tenant : "");
@@ -343,6 +346,56 @@ static const char *pct(char *buf, size_t len, double x) {
     return buf;
 }
 
+/* A node's own counters on one line; its per-tenant ones as a table (a column per counter). */
+static void print_node(const view *v) {
+    char a[32];
+    int shown = 0;
+    printf("node:");
+    for (uint32_t i = 0; i < v->n_node; i++) {
+        const node_value *n = &v->node[i];
+        if (n->tenant[0]) continue;
+        printf("%s %s=%s", shown && shown % 6 == 0 ? "\n     " : "", n->name,
+               num(a, sizeof a, n->value));
+        shown++;
+    }
+    printf("\n");
+    const char *cols[12];
+    int n_cols = 0;
+    for (uint32_t i = 0; i < v->n_node && n_cols < 12; i++) {
+        const node_value *n = &v->node[i];
+        int known = !n->tenant[0];
+        for (int c = 0; c < n_cols && !known; c++) known = !strcmp(cols[c], n->name);
+        if (!known) cols[n_cols++] = n->name;
+    }
+    if (n_cols) {
+        printf("%-16s", "node tenant");
+        for (int c = 0; c < n_cols; c++) {
+            size_t len = strlen(cols[c]);
+            /* "hits_total" -> "hits" */
+            printf(" %12.*s",
+                   (int)(len > 6 && !strcmp(cols[c] + len - 6, "_total") ? len - 6 : len), cols[c]);
+        }
+        printf("\n");
+        for (uint32_t i = 0; i < v->n_node; i++) {
+            const char *tenant = v->node[i].tenant;
+            int first = tenant[0] != '\0';
+            for (uint32_t j = 0; j < i && first; j++)
+                first = strcmp(v->node[j].tenant, tenant) != 0;
+            if (!first) continue;
+            printf("%-16s", tenant);
+            for (int c = 0; c < n_cols; c++) {
+                double x = NAN;
+                for (uint32_t j = i; j < v->n_node; j++)
+                    if (!strcmp(v->node[j].tenant, tenant) && !strcmp(v->node[j].name, cols[c]))
+                        x = v->node[j].value;
+                printf(" %12s", num(a, sizeof a, x));
+            }
+            printf("\n");
+        }
+    }
+    if (v->node_dropped) printf("(%u more node samples not shown)\n", v->node_dropped);
+}
+
 static void print_text(const view *v, const view *prev, const char *target) {
     char a[32], b[32], c[32], d[32], e[32], f[32], g[32], h[32];
     printf("%s", target);
@@ -403,14 +456,7 @@ static void print_text(const view *v, const view *prev, const char *target) {
         }
     }
     if (v->n_node) {
-        printf("node:");
-        for (uint32_t i = 0; i < v->n_node; i++) {
-            const node_value *n = &v->node[i];
-            printf("%s %s%s%s%s=%s", i % 6 == 0 && i ? "\n     " : "", n->name,
-                   n->tenant[0] ? "{" : "", n->tenant, n->tenant[0] ? "}" : "",
-                   num(a, sizeof a, n->value));
-        }
-        printf("\n");
+        print_node(v);
     }
 }
 
