@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +28,19 @@ typedef struct instance instance;
 struct kvs_metrics_source {
     instance *in;
     int slot;
+    pid_t pid; /* the process that attached it: a forked child's copy is not its own */
     kvs_metrics_poll_fn poll;
     void *ctx;
     kvs_mseg_values v; /* poll sources: the identity and the last values */
+    /* kvs_metrics_stage: its owner's values, under a sequence counter (odd while written) */
+    int staging;
+    uint64_t stage_seq;
+    kvs_mseg_values staged;
     kvs_metrics_source *next;
 };
 
 struct instance {
+    pid_t pid; /* the process whose thread it has: a forked child makes its own */
     char name[KVS_MSEG_NAME_MAX], listen[128];
     int log_level;
     int refs;
@@ -50,6 +57,46 @@ struct instance {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static instance *g_instances;
 
+/* A fork while another thread holds g_lock would leave the child's copy locked for good. */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&g_lock);
+}
+static void fork_done(void) {
+    pthread_mutex_unlock(&g_lock);
+}
+static void register_atfork(void) {
+    pthread_atfork(fork_prepare, fork_done, fork_done);
+}
+static pthread_once_t g_atfork = PTHREAD_ONCE_INIT;
+
+/* Words copied one relaxed atomic at a time (the owner may be writing them). */
+static void copy_words(void *dst, const void *src, size_t bytes) {
+    uint64_t *d = dst;
+    const uint64_t *s = src;
+    for (size_t i = 0; i < bytes / 8; i++)
+        __atomic_store_n(&d[i], __atomic_load_n(&s[i], __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+}
+
+/* The staged values into s->v when a consistent copy comes in a few tries (else s->v stays). */
+static void take_staged(kvs_metrics_source *s) {
+    if (!s->staging) return;
+    kvs_mseg_values tmp;
+    for (int tries = 0; tries < 100; tries++) {
+        uint64_t a = __atomic_load_n(&s->stage_seq, __ATOMIC_ACQUIRE);
+        if (a == 0) return; /* nothing staged yet */
+        if (a & 1) {
+            sched_yield();
+            continue;
+        }
+        copy_words(&tmp, &s->staged, sizeof tmp);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&s->stage_seq, __ATOMIC_RELAXED) == a) {
+            s->v = tmp;
+            return;
+        }
+    }
+}
+
 static kvs_status render_instance(void *ctx, char **text, size_t *len) {
     instance *in = ctx;
     return kvs_metrics_render_seg(&in->seg, text, len);
@@ -59,7 +106,8 @@ static void poll_sources(instance *in) {
     pthread_mutex_lock(&in->lock);
     for (kvs_metrics_source *s = in->sources; s; s = s->next) {
         if (!s->poll) continue;
-        s->poll(s->ctx, &s->v);
+        take_staged(s);
+        s->poll(s->ctx, &s->v, 0);
         kvs_mseg_publish(&in->seg, s->slot, &s->v);
     }
     pthread_mutex_unlock(&in->lock);
@@ -122,13 +170,15 @@ static void instance_free(instance *in) {
 
 /* Under g_lock. */
 static instance *instance_get(const char *listen_at, const char *name, int log_level) {
+    pid_t me = getpid();
     for (instance *in = g_instances; in; in = in->next)
-        if (strcmp(in->name, name) == 0) {
+        if (in->pid == me && strcmp(in->name, name) == 0) {
             in->refs++;
             return in;
         }
     instance *in = calloc(1, sizeof *in);
     if (!in) return NULL;
+    in->pid = me;
     snprintf(in->name, sizeof in->name, "%s", name);
     snprintf(in->listen, sizeof in->listen, "%s", listen_at);
     in->log_level = log_level;
@@ -174,6 +224,8 @@ kvs_metrics_source *kvs_metrics_attach(const char *listen_at, const char *name, 
                                        void *ctx) {
     kvs_metrics_source *src = calloc(1, sizeof *src);
     if (!src) return NULL;
+    pthread_once(&g_atfork, register_atfork);
+    src->pid = getpid();
     pthread_mutex_lock(&g_lock);
     instance *in = instance_get(listen_at, name, log_level);
     if (in) src->slot = kvs_mseg_claim(&in->seg, identity);
@@ -201,8 +253,24 @@ void kvs_metrics_publish(kvs_metrics_source *src, const kvs_mseg_values *v) {
     if (src) kvs_mseg_publish(&src->in->seg, src->slot, v);
 }
 
+void kvs_metrics_stage(kvs_metrics_source *src, const kvs_mseg_values *v) {
+    if (!src) return;
+    uint64_t q = __atomic_load_n(&src->stage_seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&src->stage_seq, q + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    copy_words(&src->staged, v, sizeof *v);
+    __atomic_store_n(&src->stage_seq, q + 2, __ATOMIC_RELEASE);
+    __atomic_store_n(&src->staging, 1, __ATOMIC_RELEASE);
+}
+
 void kvs_metrics_detach(kvs_metrics_source *src) {
     if (!src) return;
+    if (src->pid != getpid()) {
+        /* a forked child's copy: the slot, the thread and its wake pipe are the parent's, and the
+         * instance's lock may have been held by that thread at the fork */
+        free(src);
+        return;
+    }
     instance *in = src->in;
     pthread_mutex_lock(&in->lock);
     for (kvs_metrics_source **p = &in->sources; *p; p = &(*p)->next)
@@ -211,7 +279,8 @@ void kvs_metrics_detach(kvs_metrics_source *src) {
             break;
         }
     if (src->poll) { /* what changed since the thread's last poll */
-        src->poll(src->ctx, &src->v);
+        take_staged(src);
+        src->poll(src->ctx, &src->v, 1);
         kvs_mseg_publish(&in->seg, src->slot, &src->v);
     }
     pthread_mutex_unlock(&in->lock);
@@ -226,7 +295,8 @@ int kvs_metrics_serving(const char *name) {
     int serving = 0;
     pthread_mutex_lock(&g_lock);
     for (instance *in = g_instances; in; in = in->next)
-        if (strcmp(in->name, name) == 0) serving = __atomic_load_n(&in->serving, __ATOMIC_ACQUIRE);
+        if (in->pid == getpid() && strcmp(in->name, name) == 0)
+            serving = __atomic_load_n(&in->serving, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&g_lock);
     return serving;
 }

@@ -21,8 +21,12 @@ kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t 
 typedef struct kvs_metrics_source kvs_metrics_source;
 
 /* Fills v's values (identity fields stay as attached), called by the instance's thread every
- * KVS_METRICS_POLL_MS: for sources whose counters are atomics and may be read from any thread. */
-typedef void (*kvs_metrics_poll_fn)(void *ctx, kvs_mseg_values *v);
+ * KVS_METRICS_POLL_MS: for sources whose counters are atomics and may be read from any thread, or
+ * that stage their counters (kvs_metrics_stage: v holds the last staged values) and leave the
+ * instance's thread the work that may wait (tier usage). final: the last call, on the detaching
+ * thread (the slot's gauges leave with it: nothing that may wait is needed). Never called after
+ * kvs_metrics_detach returned. */
+typedef void (*kvs_metrics_poll_fn)(void *ctx, kvs_mseg_values *v, int final);
 #define KVS_METRICS_POLL_MS 500
 
 /* A slot in the instance of (listen, name), started (segment, thread) by its first source in this
@@ -33,8 +37,12 @@ kvs_metrics_source *kvs_metrics_attach(const char *listen, const char *name, int
                                        void *ctx);
 /* The owner's values (never waits). */
 void kvs_metrics_publish(kvs_metrics_source *src, const kvs_mseg_values *v);
+/* The owner's values for the instance's thread to publish at its next poll (a source with a poll
+ * function): never waits, and may run on a thread that must not (an engine's). */
+void kvs_metrics_stage(kvs_metrics_source *src, const kvs_mseg_values *v);
 /* Publishes a last time (poll sources), retires the slot; the instance's last source in the process
- * stops its thread and server. NULL: no-op. */
+ * stops its thread and server. NULL: no-op. In a forked child, a source its parent attached is only
+ * freed: the slot, thread and server stay the parent's (the child attaches its own). */
 void kvs_metrics_detach(kvs_metrics_source *src);
 /* 1 when this process's instance of that name serves HTTP now (tests). */
 int kvs_metrics_serving(const char *name);

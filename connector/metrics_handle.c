@@ -1,5 +1,6 @@
 /* metrics_handle.c - what a connector handle publishes (metrics_handle.h): kvs_stats as the stats
- * hook reports it, split by tier, and its tiers' usage. */
+ * hook reports it, split by tier (staged from the engine's thread), and its tiers' usage (asked by
+ * the instance's thread). */
 #include "metrics_handle.h"
 
 #include <stdio.h>
@@ -33,14 +34,17 @@ static void identity(kvs_handle *h, kvs_mseg_values *v) {
         snprintf(v->tiers[t].name, sizeof v->tiers[t].name, "%s", kvs_tiers_name(h->tiers, t));
 }
 
-/* A tier whose usage is a round trip to its servers (remote, redis): never asked from the engine's
- * thread, which publishes from its hooks. `kvstrata stats CONFIG` asks those servers itself. */
+/* A tier whose usage is a round trip to its servers (remote, redis, or any backend that says its
+ * objects are on other machines): never asked from the instance's thread, which serves HTTP.
+ * `kvstrata stats CONFIG` asks those servers itself. */
 static int network_tier(const kvs_handle *h, uint32_t t) {
+    if (kvs_tiers_is_remote(h->tiers, t)) return 1;
     if (t >= h->cfg->n_tiers) return 0;
     const char *type = h->cfg->tiers[t].type;
     return strcmp(type, "remote") == 0 || strcmp(type, "redis") == 0;
 }
 
+/* On the engine's thread: counters only (no tier call, no lock but the saver's own). */
 static void fill(kvs_handle *h, kvs_mseg_values *v) {
     kvs_saver_collect(h);
     const kvs_stats *s = &h->stats;
@@ -56,8 +60,6 @@ static void fill(kvs_handle *h, kvs_mseg_values *v) {
     v->c[KVS_MC_EVICTIONS] = __atomic_load_n(&s->evictions, __ATOMIC_RELAXED);
     v->c[KVS_MC_ERR_LOAD] = s->load_errors;
     v->c[KVS_MC_ERR_INTEGRITY] = __atomic_load_n(&s->integrity_rejects, __ATOMIC_RELAXED);
-    /* a usage call may not run beside a background thread on a tier that is not thread-safe */
-    int usage_ok = kvs_tiers_thread_safe(h->tiers) || (!h->worker.async && !h->worker.saver);
     for (uint32_t t = 0; t < v->n_tiers; t++) {
         kvs_mseg_tier *x = &v->tiers[t];
         if (t < KVS_STATS_MAX_TIERS) {
@@ -69,9 +71,21 @@ static void fill(kvs_handle *h, kvs_mseg_values *v) {
         }
         x->capacity = t < h->cfg->n_tiers ? h->cfg->tiers[t].capacity_bytes : 0;
         x->shared = (uint64_t)kvs_tiers_shared(h->tiers, t);
+    }
+}
+
+/* On the instance's thread (metrics.h): the tiers' usage. Only where every tier may be called from
+ * any thread (the engine may be inside one now), never a network tier's, and never after the
+ * handle's close detached the source (kvs_metrics_detach waits for a poll in progress), so the
+ * tiers are open for the whole call. */
+static void poll_usage(void *ctx, kvs_mseg_values *v, int final) {
+    kvs_handle *h = ctx;
+    for (uint32_t t = 0; t < v->n_tiers; t++) v->tiers[t].objects = v->tiers[t].bytes = 0;
+    if (final || !kvs_tiers_thread_safe(h->tiers)) return;
+    for (uint32_t t = 0; t < v->n_tiers; t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if (usage_ok && ops && ops->usage && !network_tier(h, t))
-            ops->usage(kvs_tiers_state(h->tiers, t), &x->objects, &x->bytes);
+        if (ops && ops->usage && !network_tier(h, t))
+            ops->usage(kvs_tiers_state(h->tiers, t), &v->tiers[t].objects, &v->tiers[t].bytes);
     }
 }
 
@@ -80,7 +94,7 @@ void kvs_metrics_handle_open(kvs_handle *h) {
     kvs_mseg_values v;
     identity(h, &v);
     h->metrics = kvs_metrics_attach(h->cfg->metrics.listen, h->cfg->metrics.name, h->cfg->log_level,
-                                    &v, NULL, NULL);
+                                    &v, poll_usage, h);
     h->metrics_next_ns = 0;
 }
 
@@ -92,7 +106,7 @@ void kvs_metrics_handle_tick(kvs_handle *h) {
     kvs_mseg_values v;
     identity(h, &v);
     fill(h, &v);
-    kvs_metrics_publish(h->metrics, &v);
+    kvs_metrics_stage(h->metrics, &v);
 }
 
 void kvs_metrics_handle_close(kvs_handle *h) {

@@ -22,10 +22,12 @@ void kvs_mhttp_init(kvs_mhttp *s, kvs_mhttp_render_fn render, void *ctx) {
     s->ctx = ctx;
 }
 
-int kvs_mhttp_listen(kvs_mhttp *s, const char *listen_at) {
+static int resolve(kvs_mhttp *s, const char *listen_at) {
     char host[128];
     const char *colon = strrchr(listen_at, ':');
     if (!colon || (size_t)(colon - listen_at) >= sizeof host) return errno = EINVAL, -1;
+    uint64_t now = kvs_now_ns();
+    if (now < s->resolve_after_ns) return errno = EINVAL, -1;
     memcpy(host, listen_at, (size_t)(colon - listen_at));
     host[colon - listen_at] = '\0';
     char *h = host;
@@ -35,21 +37,40 @@ int kvs_mhttp_listen(kvs_mhttp *s, const char *listen_at) {
                              .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res) != 0 || !res) return errno = EINVAL, -1;
+    if (getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res) != 0 || !res) {
+        s->resolve_after_ns = now + KVS_MHTTP_RESOLVE_RETRY_MS * 1000000ull;
+        return errno = EINVAL, -1;
+    }
+    s->n_addrs = 0;
+    for (struct addrinfo *ai = res; ai && s->n_addrs < KVS_MHTTP_ADDRS; ai = ai->ai_next) {
+        if (ai->ai_addrlen > sizeof s->addrs[0]) continue;
+        memcpy(&s->addrs[s->n_addrs], ai->ai_addr, ai->ai_addrlen);
+        s->addr_lens[s->n_addrs++] = (unsigned)ai->ai_addrlen;
+    }
+    freeaddrinfo(res);
+    s->resolved = 1;
+    return 0;
+}
+
+int kvs_mhttp_listen(kvs_mhttp *s, const char *listen_at) {
+    if (!s->resolved && resolve(s, listen_at) != 0) return -1;
     int fd = -1, saved = EADDRINUSE;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
+    for (unsigned i = 0; i < s->n_addrs && fd < 0; i++) {
+        const struct sockaddr *sa = (const struct sockaddr *)&s->addrs[i];
+        fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
         int one =
             1; /* a restarted server rebinds past TIME_WAIT; two live listeners still cannot */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+        if (bind(fd, sa, (socklen_t)s->addr_lens[i]) != 0 || listen(fd, 16) != 0) {
             saved = errno;
             close(fd);
             fd = -1;
         }
     }
-    freeaddrinfo(res);
     if (fd < 0) return errno = saved, -1;
     s->listen_fd = fd;
     return 0;
@@ -57,7 +78,9 @@ int kvs_mhttp_listen(kvs_mhttp *s, const char *listen_at) {
 
 size_t kvs_mhttp_pollfds(const kvs_mhttp *s, struct pollfd *fds, size_t cap) {
     size_t n = 0;
-    if (s->listen_fd >= 0 && n < cap) fds[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
+    if (s->listen_fd >= 0 && n < cap &&
+        (!s->accept_paused_until_ns || kvs_now_ns() >= s->accept_paused_until_ns))
+        fds[n++] = (struct pollfd){s->listen_fd, POLLIN, 0};
     for (int i = 0; i < KVS_MHTTP_CLIENTS && n < cap; i++) {
         const kvs_mhttp_client *c = &s->clients[i];
         if (c->fd >= 0) fds[n++] = (struct pollfd){c->fd, c->out ? POLLOUT : POLLIN, 0};
@@ -73,6 +96,7 @@ static void drop(kvs_mhttp_client *c) {
     c->req_len = c->out_len = c->out_off = 0;
 }
 
+/* body NULL with body_len > 0: a HEAD answer, the length of what GET sends and no body. */
 static void respond(kvs_mhttp_client *c, int code, const char *reason, const char *type,
                     const char *body, size_t body_len, const char *extra) {
     char head[512];
@@ -84,14 +108,15 @@ static void respond(kvs_mhttp_client *c, int code, const char *reason, const cha
         drop(c);
         return;
     }
-    c->out = malloc((size_t)n + body_len);
+    size_t sent = body ? body_len : 0;
+    c->out = malloc((size_t)n + sent);
     if (!c->out) {
         drop(c);
         return;
     }
     memcpy(c->out, head, (size_t)n);
-    if (body_len) memcpy(c->out + n, body, body_len);
-    c->out_len = (size_t)n + body_len;
+    if (sent) memcpy(c->out + n, body, sent);
+    c->out_len = (size_t)n + sent;
     c->out_off = 0;
 }
 
@@ -128,7 +153,7 @@ static void answer(kvs_mhttp *s, kvs_mhttp_client *c) {
     }
     /* HEAD: the length of what GET would send, no body */
     if (strcmp(method, "HEAD") == 0) {
-        respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, 0, NULL);
+        respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, len, NULL);
         free(text);
         return;
     }
@@ -167,9 +192,16 @@ static void on_writable(kvs_mhttp_client *c) {
 }
 
 static void accept_all(kvs_mhttp *s) {
+    s->accept_paused_until_ns = 0;
     for (;;) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            /* out of descriptors (or kernel memory): the connection stays pending and would make
+             * the listener readable at once; come back to it later */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                s->accept_paused_until_ns = kvs_now_ns() + KVS_MHTTP_ACCEPT_PAUSE_MS * 1000000ull;
+            return;
+        }
         kvs_mhttp_client *c = NULL;
         for (int i = 0; i < KVS_MHTTP_CLIENTS && !c; i++)
             if (s->clients[i].fd < 0) c = &s->clients[i];

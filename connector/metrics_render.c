@@ -1,7 +1,9 @@
 /* metrics_render.c - Prometheus text from the segment's slots. Counters are summed over every slot
  * of a label set, live or retired, so they never go backwards while processes come and go; tier
  * gauges come from live processes only: summed for tiers private to each process, the largest
- * answer for tiers every process shares (the same objects seen from each). */
+ * answer for tiers every process shares (the same objects seen from each). A kvstrata-node's tier
+ * gauges are a series of their own (role="node"), even where the node shares the instance with
+ * engines whose tiers have the same names. */
 #include "metrics_render.h"
 
 #include <stdarg.h>
@@ -89,8 +91,9 @@ typedef struct tier_row { /* per (tier, tenant) */
     char tier[KVS_MSEG_NAME_MAX], tenant[KVS_MSEG_TENANT];
     uint64_t hits, hit_tokens, loaded_bytes, load_ns;
 } tier_row;
-typedef struct gauge_row { /* per tier */
+typedef struct gauge_row { /* per (tier, node or not) */
     char tier[KVS_MSEG_NAME_MAX];
+    int node; /* a kvstrata-node's tier: its own series (role="node"), never merged with engines' */
     uint64_t objects, bytes, capacity;
     uint64_t served; /* hit tokens (connectors) plus hits (stores) over every tenant */
 } gauge_row;
@@ -125,12 +128,13 @@ static tier_row *tier_of(agg *a, const char *tier, const char *tenant) {
     return r;
 }
 
-static gauge_row *gauge_of(agg *a, const char *tier) {
+static gauge_row *gauge_of(agg *a, const char *tier, int node) {
     for (uint32_t i = 0; i < a->n_gauges; i++)
-        if (strcmp(a->gauges[i].tier, tier) == 0) return &a->gauges[i];
+        if (a->gauges[i].node == node && strcmp(a->gauges[i].tier, tier) == 0) return &a->gauges[i];
     if (a->n_gauges == MAX_ROWS) return NULL;
     gauge_row *r = &a->gauges[a->n_gauges++];
     snprintf(r->tier, sizeof r->tier, "%s", tier);
+    r->node = node;
     return r;
 }
 
@@ -145,8 +149,13 @@ static void add_slot(agg *a, const kvs_mseg_slot *s) {
     tenant[sizeof tenant - 1] = '\0';
     /* handles and stores of one tenant share its series: one row, or two samples of one series */
     row *r = row_of(a, v->kind == KVS_MSEG_NODE ? KVS_MSEG_NODE : KVS_MSEG_CONNECTOR, tenant);
-    if (r)
+    if (r) {
         for (int k = 0; k < KVS_MC_COUNT; k++) r->c[k] += v->c[k];
+        /* a store's misses are read before its gets (store_metrics.c); a slot that says otherwise
+         * must not make the gets' hits negative */
+        if (v->c[KVS_MC_GET_MISSES] > v->c[KVS_MC_GETS])
+            r->c[KVS_MC_GET_MISSES] -= v->c[KVS_MC_GET_MISSES] - v->c[KVS_MC_GETS];
+    }
     for (uint32_t t = 0; t < v->n_tiers && t < KVS_MSEG_TIERS; t++) {
         const kvs_mseg_tier *x = &v->tiers[t];
         char name[KVS_MSEG_NAME_MAX];
@@ -159,7 +168,7 @@ static void add_slot(agg *a, const kvs_mseg_slot *s) {
             tr->loaded_bytes += x->loaded_bytes;
             tr->load_ns += x->load_ns;
         }
-        gauge_row *g = gauge_of(a, name);
+        gauge_row *g = gauge_of(a, name, v->kind == KVS_MSEG_NODE);
         if (!g) continue;
         g->served += v->kind == KVS_MSEG_STORE ? x->hits : x->hit_tokens;
         if (s->state != KVS_MSEG_LIVE) continue;
@@ -260,7 +269,15 @@ static void render_counters(text *t, const agg *a, const struct counter *list, s
 }
 
 static double ratio(uint64_t a, uint64_t b) {
+    if (a > b) a = b; /* counters of slots copied a moment apart: a rate is never above 1 */
     return b ? (double)a / (double)b : 0.0;
+}
+
+/* `{tier="x"}`, or `{tier="x",role="node"}` for a kvstrata-node's tier. */
+static void gauge_labels(char *out, size_t cap, const gauge_row *x) {
+    char e[200];
+    snprintf(out, cap, "{tier=\"%s\"%s}", esc(x->tier, e, sizeof e),
+             x->node ? ",role=\"node\"" : "");
 }
 
 static void render(text *t, const agg *a, uint32_t processes) {
@@ -275,7 +292,7 @@ static void render(text *t, const agg *a, uint32_t processes) {
         family(t, GAUGES[g][0], "gauge", GAUGES[g][1]);
         for (uint32_t i = 0; i < a->n_gauges; i++) {
             const gauge_row *x = &a->gauges[i];
-            labels(lab, sizeof lab, x->tier, NULL, NULL);
+            gauge_labels(lab, sizeof lab, x);
             uint64_t v = g == 0 ? x->objects : g == 1 ? x->bytes : x->capacity;
             put(t, "%s%s %llu\n", GAUGES[g][0], lab, (unsigned long long)v);
         }
@@ -321,6 +338,7 @@ static void render(text *t, const agg *a, uint32_t processes) {
                "The tier's hit tokens (and store hits) over tokens (and keys) asked: which tier "
                "serves the hits.");
         for (uint32_t i = 0; i < a->n_gauges; i++) {
+            if (a->gauges[i].node) continue; /* a node's tiers serve no lookup of the engines' */
             labels(lab, sizeof lab, a->gauges[i].tier, NULL, NULL);
             put(t, "kvstrata_tier_hit_rate%s %.6f\n", lab, ratio(a->gauges[i].served, asked));
         }
@@ -346,7 +364,7 @@ kvs_status kvs_metrics_render_slots(const kvs_mseg_slot *slots, uint32_t n, uint
     return KVS_OK;
 }
 
-kvs_status kvs_metrics_render_seg(const kvs_mseg *seg, char **out, size_t *len) {
+kvs_status kvs_metrics_render_seg(kvs_mseg *seg, char **out, size_t *len) {
     kvs_mseg_slot *slots = malloc(sizeof *slots * KVS_MSEG_SLOTS);
     if (!slots) return KVS_ENOMEM;
     uint32_t processes = 0;

@@ -32,31 +32,66 @@ static void store_words(void *dst, const void *src, size_t bytes) {
     for (size_t i = 0; i < bytes / 8; i++) __atomic_store_n(&d[i], s[i], __ATOMIC_RELAXED);
 }
 
-uint64_t kvs_mseg_start_time(int32_t pid) {
+int kvs_mseg_test_exit_in_fold;
+
+/* Fields 3 (state) and 22 (start time) of /proc/PID/stat; -1 when it cannot be read. */
+static int proc_stat(int32_t pid, uint64_t *start, char *state) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    if (n <= 0) return 0;
+    if (n <= 0) return -1;
     buf[n] = '\0';
     const char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
-    if (!p) return 0;
-    /* after ") ": field 3 (state) ... field 22 (starttime) */
+    if (!p || p[1] != ' ' || !p[2]) return -1;
+    *state = p[2];
     unsigned long long v = 0;
     int field = 2;
     for (p++; *p && field < 22; p++)
         if (*p == ' ') field++;
-    if (field == 22 && sscanf(p, "%llu", &v) == 1) return (uint64_t)v;
+    *start = field == 22 && sscanf(p, "%llu", &v) == 1 ? (uint64_t)v : 0;
     return 0;
 }
 
-int kvs_mseg_alive(int32_t pid, uint64_t start) {
+uint64_t kvs_mseg_start_time(int32_t pid) {
+    uint64_t start = 0;
+    char state = 0;
+    return proc_stat(pid, &start, &state) == 0 ? start : 0;
+}
+
+uint64_t kvs_mseg_own_pidns(void) {
+    static uint64_t cached; /* a process's own pid namespace never changes */
+    uint64_t ns = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (ns) return ns;
+    struct stat sb;
+    ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+    __atomic_store_n(&cached, ns, __ATOMIC_RELAXED);
+    return ns;
+}
+
+int kvs_mseg_alive(int32_t pid, uint64_t start, uint64_t pidns) {
     if (pid <= 0) return 0;
+    uint64_t own = kvs_mseg_own_pidns();
+    if (pidns && own && pidns != own) return 1; /* its pid means nothing here */
     if (kill(pid, 0) != 0 && errno != EPERM) return 0;
-    uint64_t now = kvs_mseg_start_time(pid);
+    uint64_t now = 0;
+    char state = 0;
+    if (proc_stat(pid, &now, &state) != 0) return 1; /* it exists but cannot be inspected */
+    if (state == 'Z' || state == 'X') return 0;      /* exited, not yet reaped */
     return start == 0 || now == 0 || now == start;
+}
+
+/* Under the lock: a fold its holder did not finish (it died) is undone, unless it got as far as
+ * freeing the folded slot (then it is complete). */
+static void recover_fold_locked(kvs_mseg *seg) {
+    kvs_mseg_header *h = seg->hdr;
+    if (!__atomic_load_n(&h->fold_state, __ATOMIC_ACQUIRE)) return;
+    if (h->fold_src < KVS_MSEG_SLOTS && h->fold_dst < KVS_MSEG_SLOTS &&
+        __atomic_load_n(&seg->slots[h->fold_src].state, __ATOMIC_ACQUIRE) != KVS_MSEG_FREE)
+        store_words(&seg->slots[h->fold_dst].v, &h->fold_undo, sizeof h->fold_undo);
+    __atomic_store_n(&h->fold_state, 0, __ATOMIC_RELEASE);
 }
 
 static int lock_seg(kvs_mseg *seg) {
@@ -70,6 +105,7 @@ static int lock_seg(kvs_mseg *seg) {
     }
     if (rc != 0) return -1;
     __atomic_add_fetch(&seg->hdr->generation, 1, __ATOMIC_ACQ_REL);
+    recover_fold_locked(seg);
     return 0;
 }
 
@@ -82,15 +118,29 @@ static size_t seg_bytes(void) {
     return sizeof(kvs_mseg_header) + (size_t)KVS_MSEG_SLOTS * sizeof(kvs_mseg_slot);
 }
 
+/* Room for every page of the segment, taken now: on tmpfs a page first written through the mapping
+ * when /dev/shm is full is a SIGBUS, inside whatever engine call touched it. */
+static kvs_status reserve_pages(int fd, const char *name, char *err, size_t err_len) {
+    int rc = posix_fallocate(fd, 0, (off_t)seg_bytes());
+    if (rc == 0) return KVS_OK;
+    return kvs_fmt(err, err_len, "metrics segment %s: no room for its %zu bytes in /dev/shm: %s",
+                   name, seg_bytes(), strerror(rc)),
+           KVS_ENOMEM;
+}
+
+/* Sizes the segment and writes its header, magic last (the flock is held). */
 static kvs_status init_header(int fd, char *err, size_t err_len, const char *name) {
     if (ftruncate(fd, (off_t)seg_bytes()) != 0)
         return kvs_fmt(err, err_len, "metrics segment %s: cannot size it: %s", name,
                        strerror(errno)),
                KVS_EIO;
+    kvs_status st = reserve_pages(fd, name, err, err_len);
+    if (st != KVS_OK) return st;
     kvs_mseg_header *h = mmap(NULL, seg_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED)
         return kvs_fmt(err, err_len, "metrics segment %s: mmap: %s", name, strerror(errno)),
                KVS_EIO;
+    memset(h, 0, seg_bytes()); /* what a creator that died half way may have left */
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -116,10 +166,32 @@ static int flock_bounded(int fd) {
     return 0;
 }
 
-kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err, size_t err_len) {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "/kvstrata-%s", name);
-    int fd = shm_open(out->name, create ? O_RDWR | O_CREAT : O_RDONLY, 0600);
+/* The header as read(2) gives it: a page never written reads as zeros without taking room. */
+static int read_header(int fd, kvs_mseg_header *h) {
+    memset(h, 0, sizeof *h);
+    ssize_t n = pread(fd, h, sizeof *h, 0);
+    return n < 0 ? -1 : 0;
+}
+
+static int header_valid(const kvs_mseg_header *h) {
+    return h->magic == KVS_MSEG_MAGIC && h->version == KVS_MSEG_VERSION &&
+           h->header_bytes == sizeof *h && h->slot_bytes == sizeof(kvs_mseg_slot) &&
+           h->n_slots == KVS_MSEG_SLOTS;
+}
+
+/* 1 try: *again set when the object was removed while this process waited for it. */
+static kvs_status open_once(kvs_mseg *out, int create, int *again, char *err, size_t err_len) {
+    *again = 0;
+    int created = 0;
+    int fd = -1;
+    if (create) {
+        fd = shm_open(out->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        created = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = shm_open(out->name, O_RDWR, 0600);
+        if (fd < 0 && errno == ENOENT) return *again = 1, KVS_EIO; /* removed meanwhile */
+    } else {
+        fd = shm_open(out->name, O_RDONLY, 0600);
+    }
     if (fd < 0) {
         if (errno == ENOENT)
             return kvs_fmt(err, err_len,
@@ -140,16 +212,35 @@ kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err,
         st = KVS_EIO;
         kvs_fmt(err, err_len, "metrics segment %s: %s", out->name, strerror(errno));
     }
-    if (st == KVS_OK && sb.st_size == 0 && create) {
-        st = init_header(fd, err, err_len, out->name);
-        if (st == KVS_OK) sb.st_size = (off_t)seg_bytes();
+    if (st == KVS_OK && create && sb.st_nlink == 0) { /* a creator that failed removed it */
+        close(fd);
+        return *again = 1, KVS_EIO;
     }
-    if (st == KVS_OK && (size_t)sb.st_size < seg_bytes()) {
+    kvs_mseg_header hdr;
+    if (st == KVS_OK && read_header(fd, &hdr) != 0) {
+        st = KVS_EIO;
+        kvs_fmt(err, err_len, "metrics segment %s: %s", out->name, strerror(errno));
+    }
+    /* No magic while this process holds the flock: nobody is creating it, so its creator died (or
+     * found no room) before finishing, and it is created again rather than refused for good. */
+    if (st == KVS_OK && create && (sb.st_size == 0 || hdr.magic == 0)) {
+        st = init_header(fd, err, err_len, out->name);
+        if (st == KVS_OK && read_header(fd, &hdr) != 0) st = KVS_EIO;
+        if (st == KVS_OK) sb.st_size = (off_t)seg_bytes();
+        if (st != KVS_OK) {              /* give the room back; a later opener tries again */
+            if (ftruncate(fd, 0) != 0) { /* nothing more to give back */
+            }
+            if (created) shm_unlink(out->name);
+        }
+    } else if (st == KVS_OK && create && header_valid(&hdr) && (size_t)sb.st_size >= seg_bytes()) {
+        st = reserve_pages(fd, out->name, err, err_len); /* made by a build that did not */
+    }
+    if (st == KVS_OK && ((size_t)sb.st_size < seg_bytes() || !header_valid(&hdr))) {
         st = KVS_ECORRUPT;
         kvs_fmt(err, err_len,
-                "metrics segment %s: %lld bytes, not a kvstrata metrics segment of "
-                "version %u",
-                out->name, (long long)sb.st_size, KVS_MSEG_VERSION);
+                "metrics segment %s is not a kvstrata metrics segment of "
+                "version %u (another build's? remove it: rm /dev/shm%s)",
+                out->name, KVS_MSEG_VERSION, out->name);
     }
     void *map = MAP_FAILED;
     if (st == KVS_OK) {
@@ -163,22 +254,25 @@ kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err,
     if (create) flock(fd, LOCK_UN);
     close(fd);
     if (st != KVS_OK) return st;
-    kvs_mseg_header *h = map;
-    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != KVS_MSEG_MAGIC ||
-        h->version != KVS_MSEG_VERSION || h->header_bytes != sizeof *h ||
-        h->slot_bytes != sizeof(kvs_mseg_slot) || h->n_slots != KVS_MSEG_SLOTS) {
-        munmap(map, seg_bytes());
-        return kvs_fmt(err, err_len,
-                       "metrics segment %s is not a kvstrata metrics segment of "
-                       "version %u (another build's? remove it: rm /dev/shm%s)",
-                       out->name, KVS_MSEG_VERSION, out->name),
-               KVS_ECORRUPT;
-    }
-    out->hdr = h;
-    out->slots = (kvs_mseg_slot *)((uint8_t *)map + sizeof *h);
+    out->hdr = map;
+    out->slots = (kvs_mseg_slot *)((uint8_t *)map + sizeof *out->hdr);
     out->map_bytes = seg_bytes();
     out->writable = create;
+    out->pidns = kvs_mseg_own_pidns();
     return KVS_OK;
+}
+
+kvs_status kvs_mseg_open(const char *name, int create, kvs_mseg *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "/kvstrata-%s", name);
+    kvs_status st = KVS_EIO;
+    int again = 1;
+    for (int tries = 0; tries < 5 && again; tries++)
+        st = open_once(out, create, &again, err, err_len);
+    if (again)
+        kvs_fmt(err, err_len, "metrics segment %s: removed and created again repeatedly",
+                out->name);
+    return st;
 }
 
 void kvs_mseg_close(kvs_mseg *seg) {
@@ -193,52 +287,157 @@ void kvs_mseg_unlink(const char *name) {
     shm_unlink(path);
 }
 
+/* Names in the segment are compared within their fields: another process may have left them
+ * without a NUL. */
+static int same_name(const char *a, const char *b, size_t cap) {
+    return strncmp(a, b, cap) == 0;
+}
+
 static int same_identity(const kvs_mseg_values *a, const kvs_mseg_values *b) {
-    if (a->kind != b->kind || a->n_tiers != b->n_tiers || strcmp(a->tenant, b->tenant) != 0)
+    if (a->kind != b->kind || a->n_tiers != b->n_tiers ||
+        !same_name(a->tenant, b->tenant, sizeof a->tenant))
         return 0;
     for (uint32_t t = 0; t < a->n_tiers && t < KVS_MSEG_TIERS; t++)
-        if (strcmp(a->tiers[t].name, b->tiers[t].name) != 0) return 0;
+        if (!same_name(a->tiers[t].name, b->tiers[t].name, sizeof a->tiers[t].name)) return 0;
     return 1;
 }
 
-/* Under the lock: slot i's counters into the retired row of its identity (or it becomes that row). */
+static int is_other(const kvs_mseg_values *v) {
+    return same_name(v->tenant, KVS_MSEG_OTHER, sizeof v->tenant);
+}
+
+/* Under the lock: v's counters added to row r. Rows of one identity have the same tiers in the same
+ * places; the KVS_MSEG_OTHER row of a kind gathers tiers by name (a tier it has no room left for
+ * keeps its counts in the row's whole counters only). */
+static void add_counters_locked(kvs_mseg *seg, uint32_t r, const kvs_mseg_values *v, int by_name) {
+    kvs_mseg_values *d = &seg->slots[r].v;
+    for (int k = 0; k < KVS_MC_COUNT; k++) __atomic_add_fetch(&d->c[k], v->c[k], __ATOMIC_RELAXED);
+    uint32_t n = v->n_tiers < KVS_MSEG_TIERS ? v->n_tiers : KVS_MSEG_TIERS;
+    for (uint32_t t = 0; t < n; t++) {
+        uint32_t at = t;
+        if (by_name) {
+            uint32_t have = d->n_tiers < KVS_MSEG_TIERS ? d->n_tiers : KVS_MSEG_TIERS;
+            for (at = 0; at < have; at++)
+                if (same_name(d->tiers[at].name, v->tiers[t].name, sizeof d->tiers[at].name)) break;
+            if (at == KVS_MSEG_TIERS) continue;
+            if (at == have) {
+                store_words(d->tiers[at].name, v->tiers[t].name, sizeof d->tiers[at].name);
+                __atomic_store_n(&d->n_tiers, have + 1, __ATOMIC_RELAXED);
+            }
+        }
+        kvs_mseg_tier *a = &d->tiers[at];
+        const kvs_mseg_tier *b = &v->tiers[t];
+        __atomic_add_fetch(&a->hits, b->hits, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&a->hit_tokens, b->hit_tokens, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&a->loaded_bytes, b->loaded_bytes, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&a->load_ns, b->load_ns, __ATOMIC_RELAXED);
+    }
+}
+
+/* Under the lock: slot i's values v added to row r, journaled (recover_fold_locked), then slot i
+ * freed: done once even when the process doing it dies anywhere in between. */
+static void fold_into_locked(kvs_mseg *seg, uint32_t i, uint32_t r, const kvs_mseg_values *v,
+                             int by_name) {
+    kvs_mseg_header *h = seg->hdr;
+    store_words(&h->fold_undo, &seg->slots[r].v, sizeof h->fold_undo);
+    h->fold_src = i;
+    h->fold_dst = r;
+    __atomic_store_n(&h->fold_state, 1, __ATOMIC_RELEASE);
+    add_counters_locked(seg, r, v, by_name);
+    if (kvs_mseg_test_exit_in_fold) _exit(9);
+    __atomic_store_n(&seg->slots[i].state, KVS_MSEG_FREE, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->fold_state, 0, __ATOMIC_RELEASE);
+}
+
+/* Under the lock: the KVS_MSEG_OTHER row of kind, or -1. */
+static int other_row_locked(kvs_mseg *seg, uint32_t kind, uint32_t skip) {
+    for (uint32_t r = 0; r < KVS_MSEG_SLOTS; r++) {
+        kvs_mseg_slot *row = &seg->slots[r];
+        if (r != skip && row->state == KVS_MSEG_RETIRED && row->v.kind == kind && is_other(&row->v))
+            return (int)r;
+    }
+    return -1;
+}
+
+/* Under the lock: slot i (LIVE of a process gone or done, or RETIRED) becomes, or merges into, its
+ * kind's KVS_MSEG_OTHER row. Rewriting the slot in place is idempotent: redone after a death. */
+static void to_other_locked(kvs_mseg *seg, uint32_t i, kvs_mseg_values *v) {
+    int o = other_row_locked(seg, v->kind, i);
+    if (o >= 0) {
+        fold_into_locked(seg, i, (uint32_t)o, v, 1);
+        return;
+    }
+    memset(v->tenant, 0, sizeof v->tenant);
+    snprintf(v->tenant, sizeof v->tenant, "%s", KVS_MSEG_OTHER);
+    kvs_mseg_slot *d = &seg->slots[i];
+    store_words(&d->v, v, sizeof *v);
+    d->pid = 0;
+    d->start = d->pidns = 0;
+    __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
+}
+
+/* Under the lock: slot i's counters into the retired row of its identity (or it becomes that row;
+ * past KVS_MSEG_RETIRED_MAX such rows, its kind's KVS_MSEG_OTHER row). */
 static void fold_locked(kvs_mseg *seg, uint32_t i) {
     kvs_mseg_slot *d = &seg->slots[i];
     kvs_mseg_values v;
+    memset(&v, 0, sizeof v);
     load_words(&v, &d->v, sizeof v);
+    if (v.n_tiers > KVS_MSEG_TIERS) v.n_tiers = KVS_MSEG_TIERS;
     for (uint32_t t = 0; t < KVS_MSEG_TIERS; t++)
         v.tiers[t].objects = v.tiers[t].bytes = v.tiers[t].capacity = 0; /* gauges leave */
+    uint32_t retired = 0;
     for (uint32_t r = 0; r < KVS_MSEG_SLOTS; r++) {
         kvs_mseg_slot *row = &seg->slots[r];
-        if (r == i || row->state != KVS_MSEG_RETIRED || !same_identity(&row->v, &v)) continue;
-        for (int k = 0; k < KVS_MC_COUNT; k++)
-            __atomic_add_fetch(&row->v.c[k], v.c[k], __ATOMIC_RELAXED);
-        for (uint32_t t = 0; t < v.n_tiers && t < KVS_MSEG_TIERS; t++) {
-            kvs_mseg_tier *a = &row->v.tiers[t], *b = &v.tiers[t];
-            __atomic_add_fetch(&a->hits, b->hits, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&a->hit_tokens, b->hit_tokens, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&a->loaded_bytes, b->loaded_bytes, __ATOMIC_RELAXED);
-            __atomic_add_fetch(&a->load_ns, b->load_ns, __ATOMIC_RELAXED);
-        }
-        __atomic_store_n(&d->state, KVS_MSEG_FREE, __ATOMIC_RELEASE);
+        if (r == i || row->state != KVS_MSEG_RETIRED) continue;
+        retired++;
+        if (!same_identity(&row->v, &v)) continue;
+        fold_into_locked(seg, i, r, &v, 0);
+        return;
+    }
+    if (retired >= KVS_MSEG_RETIRED_MAX && !is_other(&v)) {
+        to_other_locked(seg, i, &v);
         return;
     }
     store_words(&d->v, &v, sizeof v);
     d->pid = 0;
-    d->start = 0;
+    d->start = d->pidns = 0;
     __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
+}
+
+static int slot_alive(const kvs_mseg_slot *s) {
+    return kvs_mseg_alive(s->pid, s->start, s->pidns);
 }
 
 static int sweep_locked(kvs_mseg *seg) {
     int n = 0;
     for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) {
         kvs_mseg_slot *s = &seg->slots[i];
-        if (s->state == KVS_MSEG_LIVE && !kvs_mseg_alive(s->pid, s->start)) {
+        if (s->state == KVS_MSEG_LIVE && !slot_alive(s)) {
             fold_locked(seg, i);
             n++;
         }
     }
     return n;
+}
+
+/* Under the lock, no slot free: a retired row of some identity merges into its kind's
+ * KVS_MSEG_OTHER row, which frees its slot. 0 when one was freed. */
+static int free_a_retired_row_locked(kvs_mseg *seg) {
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) {
+            kvs_mseg_slot *s = &seg->slots[i];
+            if (s->state != KVS_MSEG_RETIRED || is_other(&s->v)) continue;
+            /* first pass: only rows whose kind has an "(other)" row already (a merge frees one) */
+            if (pass == 0 && other_row_locked(seg, s->v.kind, i) < 0) continue;
+            kvs_mseg_values v;
+            memset(&v, 0, sizeof v);
+            load_words(&v, &s->v, sizeof v);
+            if (v.n_tiers > KVS_MSEG_TIERS) v.n_tiers = KVS_MSEG_TIERS;
+            to_other_locked(seg, i, &v);
+            if (s->state == KVS_MSEG_FREE) return 0;
+        }
+    return -1;
 }
 
 int kvs_mseg_sweep(kvs_mseg *seg) {
@@ -248,36 +447,48 @@ int kvs_mseg_sweep(kvs_mseg *seg) {
     return n;
 }
 
+static int find_free_locked(kvs_mseg *seg) {
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++)
+        if (seg->slots[i].state == KVS_MSEG_FREE) return (int)i;
+    return -1;
+}
+
 int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
     if (!seg->hdr || !seg->writable || lock_seg(seg) != 0) return -1;
-    int got = -1;
-    for (int pass = 0; pass < 2 && got < 0; pass++) {
-        if (pass == 1 && sweep_locked(seg) == 0) break;
-        for (uint32_t i = 0; i < KVS_MSEG_SLOTS && got < 0; i++)
-            if (seg->slots[i].state == KVS_MSEG_FREE) got = (int)i;
-    }
+    int got = find_free_locked(seg);
+    if (got < 0 && sweep_locked(seg) > 0) got = find_free_locked(seg);
+    while (got < 0 && free_a_retired_row_locked(seg) == 0) got = find_free_locked(seg);
     if (got >= 0) {
         kvs_mseg_slot *s = &seg->slots[got];
         s->pid = (int32_t)getpid();
         s->start = kvs_mseg_start_time(s->pid);
+        s->pidns = seg->pidns;
         s->seq = 0;
         store_words(&s->v, v, sizeof *v);
         __atomic_store_n(&s->state, KVS_MSEG_LIVE, __ATOMIC_RELEASE);
     } else if (!seg->hdr->full_logged) {
         seg->hdr->full_logged = 1;
         kvs_log(KVS_LOG_ERROR, KVS_LOG_ERROR,
-                "metrics segment %s is full (%u slots: handles, stores and nodes of live "
-                "processes, one row per identity of those gone): this one's counters are not "
-                "published",
+                "metrics segment %s is full (%u slots, taken by the handles, stores and nodes of "
+                "live processes): this one's counters are not published",
                 seg->name, KVS_MSEG_SLOTS);
     }
     unlock_seg(seg);
     return got;
 }
 
+/* The slot is this process's: a child forked after the claim (same mapping, same index) or an
+ * owner whose slot was folded (judged dead) must not write into it. */
+static int slot_is_mine(const kvs_mseg *seg, const kvs_mseg_slot *s) {
+    return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == KVS_MSEG_LIVE &&
+           __atomic_load_n(&s->pid, __ATOMIC_RELAXED) == (int32_t)getpid() &&
+           __atomic_load_n(&s->pidns, __ATOMIC_RELAXED) == seg->pidns;
+}
+
 void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
-    if (!seg->hdr || slot < 0) return;
+    if (!seg->hdr || !seg->writable || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
     kvs_mseg_slot *s = &seg->slots[slot];
+    if (!slot_is_mine(seg, s)) return;
     uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, q + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -286,8 +497,10 @@ void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
 }
 
 void kvs_mseg_release(kvs_mseg *seg, int slot) {
-    if (!seg->hdr || slot < 0 || lock_seg(seg) != 0) return; /* left LIVE: folded once we exit */
-    if (seg->slots[slot].state == KVS_MSEG_LIVE) fold_locked(seg, (uint32_t)slot);
+    if (!seg->hdr || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
+    if (!slot_is_mine(seg, &seg->slots[slot])) return;
+    if (lock_seg(seg) != 0) return; /* left LIVE: folded once we exit */
+    if (slot_is_mine(seg, &seg->slots[slot])) fold_locked(seg, (uint32_t)slot);
     unlock_seg(seg);
 }
 
@@ -304,36 +517,64 @@ static void copy_slot(const kvs_mseg_slot *s, kvs_mseg_slot *out) {
     }
 }
 
-int kvs_mseg_snapshot(const kvs_mseg *seg, kvs_mseg_slot *out, uint32_t *processes) {
-    for (int tries = 0; tries < SNAPSHOT_TRIES; tries++) {
-        uint64_t g0 = __atomic_load_n(&seg->hdr->generation, __ATOMIC_ACQUIRE);
-        if (g0 & 1) {
-            usleep(100);
+/* One pass over the slots; the number of live processes. */
+static uint32_t copy_slots(const kvs_mseg *seg, kvs_mseg_slot *out) {
+    uint32_t n_proc = 0;
+    int32_t pids[KVS_MSEG_SLOTS];
+    uint64_t nss[KVS_MSEG_SLOTS];
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) {
+        const kvs_mseg_slot *s = &seg->slots[i];
+        out[i].state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
+        out[i].pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+        out[i].start = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
+        out[i].pidns = __atomic_load_n(&s->pidns, __ATOMIC_RELAXED);
+        if (out[i].state == KVS_MSEG_FREE) continue;
+        copy_slot(s, &out[i]);
+        if (out[i].state != KVS_MSEG_LIVE) continue;
+        if (!slot_alive(&out[i])) {
+            out[i].state = KVS_MSEG_RETIRED; /* counters stay; gauges go */
             continue;
         }
-        uint32_t n_proc = 0;
-        int32_t pids[KVS_MSEG_SLOTS];
-        for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) {
-            const kvs_mseg_slot *s = &seg->slots[i];
-            out[i].state = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
-            out[i].pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
-            out[i].start = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
-            if (out[i].state == KVS_MSEG_FREE) continue;
-            copy_slot(s, &out[i]);
-            if (out[i].state != KVS_MSEG_LIVE) continue;
-            if (!kvs_mseg_alive(out[i].pid, out[i].start)) {
-                out[i].state = KVS_MSEG_RETIRED; /* counters stay; gauges go */
+        int seen = 0;
+        for (uint32_t k = 0; k < n_proc && !seen; k++)
+            seen = pids[k] == out[i].pid && nss[k] == out[i].pidns;
+        if (!seen) pids[n_proc] = out[i].pid, nss[n_proc++] = out[i].pidns;
+    }
+    return n_proc;
+}
+
+#define STUCK_NS 50000000ull /* a generation odd this long: its lock holder died or stopped */
+
+int kvs_mseg_snapshot(kvs_mseg *seg, kvs_mseg_slot *out, uint32_t *processes) {
+    uint64_t odd_since = 0;
+    for (int tries = 0; tries < SNAPSHOT_TRIES; tries++) {
+        uint64_t g0 = __atomic_load_n(&seg->hdr->generation, __ATOMIC_ACQUIRE);
+        int as_is = 0;
+        if (g0 & 1) {
+            uint64_t now = kvs_now_ns();
+            if (!odd_since) odd_since = now;
+            if (now - odd_since < STUCK_NS) {
+                usleep(100);
                 continue;
             }
-            int seen = 0;
-            for (uint32_t k = 0; k < n_proc && !seen; k++) seen = pids[k] == out[i].pid;
-            if (!seen) pids[n_proc++] = out[i].pid;
+            if (seg->writable && lock_seg(seg) == 0) { /* the robust lock recovers a dead holder */
+                unlock_seg(seg);
+                odd_since = 0;
+                continue;
+            }
+            as_is = 1; /* read-only: the copy as it stands, with an unfinished fold undone */
         }
+        uint32_t n_proc = copy_slots(seg, out);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&seg->hdr->generation, __ATOMIC_RELAXED) == g0) {
-            *processes = n_proc;
-            return 0;
+        if (__atomic_load_n(&seg->hdr->generation, __ATOMIC_RELAXED) != g0) continue;
+        if (as_is && __atomic_load_n(&seg->hdr->fold_state, __ATOMIC_ACQUIRE)) {
+            const kvs_mseg_header *h = seg->hdr;
+            if (h->fold_src < KVS_MSEG_SLOTS && h->fold_dst < KVS_MSEG_SLOTS &&
+                out[h->fold_src].state != KVS_MSEG_FREE)
+                load_words(&out[h->fold_dst].v, &h->fold_undo, sizeof h->fold_undo);
         }
+        *processes = n_proc;
+        return 0;
     }
     *processes = 0;
     return -1;

@@ -8,7 +8,14 @@
  * backwards). Only the owning process writes a LIVE slot's values, under the slot's sequence
  * counter (odd while writing), never waiting; claiming a slot, folding a dead one into a retired row
  * and releasing one take the mutex (with a timeout) and bump the generation, so a reader that sees
- * the same even generation before and after its copy has a consistent picture. */
+ * the same even generation before and after its copy has a consistent picture.
+ *
+ * Processes gone: a slot's process is dead when its pid no longer runs, runs with another start
+ * time, or is a zombie; a slot of another pid namespace (a container sharing /dev/shm) cannot be
+ * looked up from here and counts as alive. A fold journals the row it adds into (an undo copy in the
+ * header), so a process killed in the middle of one never gets its counters added twice. Retired
+ * rows are bounded: past KVS_MSEG_RETIRED_MAX, and whenever a newcomer finds no free slot, the rows
+ * of processes gone are merged into one row per kind with tenant KVS_MSEG_OTHER. */
 #ifndef KVS_METRICS_SEG_H
 #define KVS_METRICS_SEG_H
 
@@ -18,12 +25,14 @@
 
 #include "abi/kvstrata.h"
 
-#define KVS_MSEG_MAGIC    0x3174656d2d73766bull /* "kvs-met1" */
-#define KVS_MSEG_VERSION  1u
-#define KVS_MSEG_SLOTS    256u
-#define KVS_MSEG_TIERS    16u
-#define KVS_MSEG_NAME_MAX 64u
-#define KVS_MSEG_TENANT   72u /* a tenant name (64 bytes) and its NUL, rounded up */
+#define KVS_MSEG_MAGIC       0x3174656d2d73766bull /* "kvs-met1" */
+#define KVS_MSEG_VERSION     2u
+#define KVS_MSEG_SLOTS       256u
+#define KVS_MSEG_TIERS       16u
+#define KVS_MSEG_NAME_MAX    64u
+#define KVS_MSEG_TENANT      72u /* a tenant name (64 bytes) and its NUL, rounded up */
+#define KVS_MSEG_RETIRED_MAX 64u /* retired rows of distinct identities before they merge */
+#define KVS_MSEG_OTHER       "(other)"
 
 enum { KVS_MSEG_FREE = 0, KVS_MSEG_LIVE = 1, KVS_MSEG_RETIRED = 2 };
 /* What published a slot. */
@@ -83,6 +92,7 @@ typedef struct kvs_mseg_slot {
     uint32_t state;
     int32_t pid;
     uint64_t start; /* the process's start time (/proc/PID/stat), so a reused pid is not alive */
+    uint64_t pidns; /* the inode of the process's pid namespace (0: unknown) */
     uint64_t seq;   /* odd while the owner writes values */
     kvs_mseg_values v;
 } kvs_mseg_slot;
@@ -93,6 +103,10 @@ typedef struct kvs_mseg_header {
     uint64_t generation; /* odd while a slot is claimed, folded or released */
     uint64_t full_logged;
     pthread_mutex_t lock; /* robust, process-shared */
+    /* the fold in progress (under the lock): 1 while fold_dst's values are being added to; a lock
+     * holder that finds it set (its predecessor died) puts fold_undo back unless fold_src is FREE */
+    uint32_t fold_state, fold_src, fold_dst, fold_pad;
+    kvs_mseg_values fold_undo;
 } kvs_mseg_header;
 
 typedef struct kvs_mseg {
@@ -100,6 +114,7 @@ typedef struct kvs_mseg {
     kvs_mseg_slot *slots;
     size_t map_bytes;
     int writable;
+    uint64_t pidns;                   /* this process's pid namespace */
     char name[KVS_MSEG_NAME_MAX + 8]; /* "/kvstrata-<name>" */
 } kvs_mseg;
 
@@ -123,11 +138,18 @@ int kvs_mseg_sweep(kvs_mseg *seg);
 /* A consistent copy of every slot into out[KVS_MSEG_SLOTS] (a slot of a process gone reads
  * RETIRED); the number of live processes in *processes. 0, or -1 when no consistent copy came in a
  * bounded number of tries (the last copy is left in out). */
-int kvs_mseg_snapshot(const kvs_mseg *seg, kvs_mseg_slot *out, uint32_t *processes);
+int kvs_mseg_snapshot(kvs_mseg *seg, kvs_mseg_slot *out, uint32_t *processes);
 
-/* 1 when pid with that start time runs. */
-int kvs_mseg_alive(int32_t pid, uint64_t start);
-/* This process's start time (0 where unknown). */
+/* 1 when pid with that start time runs and is no zombie, or when it is of another pid namespace
+ * than this process's (pidns 0: unknown, taken as this one). */
+int kvs_mseg_alive(int32_t pid, uint64_t start, uint64_t pidns);
+/* That process's start time (0 where unknown). */
 uint64_t kvs_mseg_start_time(int32_t pid);
+/* The inode of this process's pid namespace (0 where /proc cannot say). */
+uint64_t kvs_mseg_own_pidns(void);
+
+/* Tests: a process that sets it exits in the middle of its next fold (after adding its counters to a
+ * retired row, before freeing its slot), as a process killed there would. */
+extern int kvs_mseg_test_exit_in_fold;
 
 #endif

@@ -5,11 +5,13 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -291,6 +293,329 @@ START_TEST(bad_clients_never_stop_the_server) {
 }
 END_TEST
 
+/* ---- processes gone, forks, other namespaces ------------------------------------------------- */
+
+/* The segment's slots now, and the sum of counter k over those of tenant. */
+static int find_slot(kvs_mseg *seg, const char *tenant, kvs_mseg_slot *out) {
+    kvs_mseg_slot *slots = calloc(KVS_MSEG_SLOTS, sizeof *slots);
+    uint32_t procs = 0;
+    ck_assert_int_eq(kvs_mseg_snapshot(seg, slots, &procs), 0);
+    int at = -1;
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS && at < 0; i++)
+        if (slots[i].state != KVS_MSEG_FREE && strcmp(slots[i].v.tenant, tenant) == 0) {
+            at = (int)i;
+            *out = slots[i];
+        }
+    free(slots);
+    return at;
+}
+
+START_TEST(a_forked_child_never_touches_its_parents_slot_or_thread) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    kvs_mseg_values v = identity("parent");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    ck_assert_ptr_nonnull(src);
+    v.c[KVS_MC_GETS] = 100;
+    kvs_metrics_publish(src, &v);
+    ck_assert(wait_served(port));
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* the child writes, then closes, the handle it inherited; then attaches one of its own */
+        kvs_mseg_values w = v;
+        w.c[KVS_MC_GETS] = 1;
+        kvs_metrics_publish(src, &w);
+        kvs_metrics_detach(src);
+        kvs_mseg_values k = identity("kid");
+        kvs_metrics_source *mine = kvs_metrics_attach(listen_at, g_name, 0, &k, NULL, NULL);
+        if (!mine) _exit(2);
+        k.c[KVS_MC_GETS] = 7;
+        kvs_metrics_publish(mine, &k);
+        kvs_metrics_detach(mine);
+        _exit(0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 0, &seg, err, sizeof err), KVS_OK);
+    kvs_mseg_slot s;
+    ck_assert_int_ge(find_slot(&seg, "parent", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_LIVE); /* not released by the child */
+    ck_assert_int_eq(s.pid, (int)getpid());
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 100); /* nor written by it */
+    ck_assert_int_ge(find_slot(&seg, "kid", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_RETIRED); /* the child's own slot, released */
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 7);
+    v.c[KVS_MC_GETS] = 200;
+    kvs_metrics_publish(src, &v);
+    ck_assert_int_ge(find_slot(&seg, "parent", &s), 0);
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 200);
+    kvs_mseg_close(&seg);
+    /* the parent's thread still serves (the child wrote no byte on its wake pipe) */
+    ck_assert_int_eq(kvs_metrics_serving(g_name), 1);
+    char body[65536];
+    static const char GET[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    ck_assert_int_eq(ask(port, GET, sizeof GET - 1, body, sizeof body), 200);
+    ck_assert_ptr_nonnull(strstr(body, "\nkvstrata_gets_total{tenant=\"parent\"} 200\n"));
+    kvs_metrics_detach(src);
+}
+END_TEST
+
+START_TEST(a_zombie_is_dead_and_another_namespace_alive) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    pid_t z = publisher("zombie", 3, 0, p[1]);
+    char b;
+    ck_assert_int_eq(read(p[0], &b, 1), 1);
+    kill(z, SIGKILL);
+    /* not reaped yet: a zombie, whose pid still answers kill(pid, 0) */
+    for (int i = 0; i < 1000 && kvs_mseg_alive(z, kvs_mseg_start_time(z), 0); i++) usleep(1000);
+    ck_assert_int_eq(kvs_mseg_alive(z, 0, 0), 0);
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 1);
+    int status;
+    ck_assert_int_eq(waitpid(z, &status, 0), z);
+    /* a slot of another pid namespace: its pid means nothing here, so it stays live */
+    kvs_mseg_values v = identity("container");
+    int slot = kvs_mseg_claim(&seg, &v);
+    ck_assert_int_ge(slot, 0);
+    seg.slots[slot].pid = z; /* gone here, and maybe reused: it is not looked up */
+    seg.slots[slot].pidns = kvs_mseg_own_pidns() + 1;
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 0);
+    kvs_mseg_slot s;
+    ck_assert_int_ge(find_slot(&seg, "container", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_LIVE);
+    /* and it is not this process's: a publish through its index writes nothing */
+    v.c[KVS_MC_GETS] = 9;
+    kvs_mseg_publish(&seg, slot, &v);
+    ck_assert_int_ge(find_slot(&seg, "container", &s), 0);
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 0);
+    kvs_mseg_close(&seg);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
+START_TEST(tenant_churn_never_fills_the_segment) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    uint64_t total = 0;
+    for (int i = 0; i < (int)KVS_MSEG_SLOTS + 100; i++) {
+        char tenant[32];
+        snprintf(tenant, sizeof tenant, "t%d", i);
+        kvs_mseg_values v = identity(tenant);
+        int slot = kvs_mseg_claim(&seg, &v);
+        ck_assert_msg(slot >= 0, "claim %d failed", i);
+        v.c[KVS_MC_GETS] = (uint64_t)i + 1;
+        v.tiers[0].hits = 1;
+        total += (uint64_t)i + 1;
+        kvs_mseg_publish(&seg, slot, &v);
+        kvs_mseg_release(&seg, slot);
+    }
+    kvs_mseg_slot *slots = calloc(KVS_MSEG_SLOTS, sizeof *slots);
+    uint32_t procs = 0;
+    ck_assert_int_eq(kvs_mseg_snapshot(&seg, slots, &procs), 0);
+    uint64_t sum = 0, hits = 0;
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++)
+        if (slots[i].state != KVS_MSEG_FREE) {
+            used++;
+            sum += slots[i].v.c[KVS_MC_GETS];
+            hits += slots[i].v.tiers[0].hits;
+        }
+    ck_assert_uint_eq(sum, total); /* nothing lost in the merge */
+    ck_assert_uint_eq(hits, KVS_MSEG_SLOTS + 100);
+    ck_assert_uint_le(used, KVS_MSEG_RETIRED_MAX + 1);
+    free(slots);
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "kvstrata_gets_total{tenant=\"(other)\"} "));
+    free(text);
+    kvs_mseg_close(&seg);
+}
+END_TEST
+
+/* A child that dies in the middle of folding its slot into tenant's retired row, holding the lock. */
+static void die_in_fold(const char *tenant, uint64_t gets) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_mseg seg;
+        char err[256];
+        if (kvs_mseg_open(g_name, 1, &seg, err, sizeof err) != KVS_OK) _exit(2);
+        kvs_mseg_values v = identity(tenant);
+        int slot = kvs_mseg_claim(&seg, &v);
+        if (slot < 0) _exit(3);
+        v.c[KVS_MC_GETS] = gets;
+        kvs_mseg_publish(&seg, slot, &v);
+        kvs_mseg_test_exit_in_fold = 1;
+        kvs_mseg_release(&seg, slot);
+        _exit(4);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_int_eq(WEXITSTATUS(status), 9);
+}
+
+START_TEST(a_fold_cut_short_counts_once_and_readers_recover) {
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    int status;
+    pid_t a = publisher("f", 5, 1, p[1]); /* leaves a retired row of 5 */
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    die_in_fold("f", 10);
+    /* a reader that cannot take the lock: its copy, with the fold undone, after a short wait */
+    ck_assert_uint_eq(summed("f", KVS_MC_GETS), 15);
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(seg.hdr->generation & 1, 1); /* the dead holder left it odd */
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK); /* takes the lock */
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_gets_total{tenant=\"f\"} 15\n"));
+    free(text);
+    ck_assert_uint_eq(seg.hdr->generation & 1, 0);
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 1);
+    ck_assert_uint_eq(summed("f", KVS_MC_GETS), 15);
+    kvs_mseg_close(&seg);
+    close(p[0]);
+    close(p[1]);
+}
+END_TEST
+
+/* ---- rendering ------------------------------------------------------------------------------- */
+
+START_TEST(store_misses_above_gets_never_make_a_rate_above_one) {
+    kvs_mseg_slot slot;
+    memset(&slot, 0, sizeof slot);
+    slot.state = KVS_MSEG_LIVE;
+    slot.v = identity("s");
+    slot.v.c[KVS_MC_GETS] = 5;
+    slot.v.c[KVS_MC_GET_MISSES] = 7; /* read a moment apart */
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_slots(&slot, 1, 1, &text, &len), KVS_OK);
+    const char *at = strstr(text, "\nkvstrata_hit_rate ");
+    ck_assert_ptr_nonnull(at);
+    double rate = strtod(at + strlen("\nkvstrata_hit_rate "), NULL);
+    ck_assert_msg(rate >= 0.0 && rate <= 1.0, "hit rate %g", rate);
+    free(text);
+}
+END_TEST
+
+START_TEST(a_nodes_tier_gauges_stay_apart_from_the_engines) {
+    kvs_mseg_slot slots[2];
+    memset(slots, 0, sizeof slots);
+    slots[0].state = slots[1].state = KVS_MSEG_LIVE;
+    slots[0].v = identity("");
+    slots[0].v.tiers[0].objects = 5;
+    slots[1].v = identity("");
+    slots[1].v.kind = KVS_MSEG_NODE;
+    slots[1].v.tiers[0].objects = 7;
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_slots(slots, 2, 2, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 5\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\",role=\"node\"} 7\n"));
+    free(text);
+}
+END_TEST
+
+/* ---- HTTP, more ------------------------------------------------------------------------------ */
+
+START_TEST(head_answers_the_length_get_sends) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    kvs_mseg_values v = identity("h");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    ck_assert_ptr_nonnull(src);
+    ck_assert(wait_served(port));
+    char head[65536], get[65536];
+    static const char HEAD[] = "HEAD /metrics HTTP/1.1\r\n\r\n";
+    static const char GET[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    ck_assert_int_eq(ask(port, HEAD, sizeof HEAD - 1, head, sizeof head), 200);
+    ck_assert_int_eq(ask(port, GET, sizeof GET - 1, get, sizeof get), 200);
+    const char *hl = strstr(head, "Content-Length: ");
+    const char *body = strstr(get, "\r\n\r\n");
+    ck_assert_ptr_nonnull(hl);
+    ck_assert_ptr_nonnull(body);
+    const char *head_end = strstr(head, "\r\n\r\n");
+    ck_assert_ptr_nonnull(head_end);
+    ck_assert_str_eq(head_end + 4, ""); /* no body */
+    ck_assert_uint_eq(strtoull(hl + 16, NULL, 10), strlen(body + 4));
+    kvs_metrics_detach(src);
+}
+END_TEST
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Out of descriptors with a connection pending: the server neither spins on the listener nor stops
+ * serving once descriptors are back. */
+START_TEST(no_descriptors_left_costs_no_cpu) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    int to_child[2], from_child[2];
+    ck_assert_int_eq(pipe(to_child), 0);
+    ck_assert_int_eq(pipe(from_child), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        kvs_mseg_values v = identity("fds");
+        kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+        if (!src) _exit(2);
+        while (!kvs_metrics_serving(g_name)) usleep(10000);
+        struct rlimit old, low = {.rlim_cur = 256, .rlim_max = 0};
+        getrlimit(RLIMIT_NOFILE, &old);
+        low.rlim_max = old.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &low);
+        int fds[256], n = 0;
+        while (n < 256 && (fds[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) n++;
+        char b = 1;
+        if (write(from_child[1], &b, 1) != 1) _exit(3); /* full: the parent connects now */
+        if (read(to_child[0], &b, 1) != 1) _exit(3);    /* connected: measure */
+        double c0 = cpu_seconds();
+        sleep(2);
+        double used = cpu_seconds() - c0;
+        for (int i = 0; i < n; i++) close(fds[i]);
+        setrlimit(RLIMIT_NOFILE, &old);
+        if (write(from_child[1], &used, sizeof used) != sizeof used) _exit(3);
+        if (read(to_child[0], &b, 1) != 1) _exit(3); /* the parent has asked again */
+        kvs_metrics_detach(src);
+        _exit(0);
+    }
+    char b = 0;
+    ck_assert_int_eq(read(from_child[0], &b, 1), 1);
+    int pending = connect_to(port); /* accepted by the kernel, not by the server: no fd left */
+    ck_assert_int_ge(pending, 0);
+    ck_assert_int_eq(write(to_child[1], &b, 1), 1);
+    double used = -1;
+    ck_assert_int_eq(read(from_child[0], &used, sizeof used), sizeof used);
+    int served = wait_served(port);
+    ck_assert_int_eq(write(to_child[1], &b, 1), 1);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    close(pending);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_msg(used < 0.3, "the server used %.2f s of CPU in 2 s without descriptors", used);
+    ck_assert_msg(served, "the server did not serve once descriptors were back");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("metrics");
@@ -301,7 +626,21 @@ int main(void) {
     tcase_add_test(tc, config_keys_and_refusals);
     tcase_add_test(tc, another_process_takes_over_the_endpoint);
     tcase_add_test(tc, bad_clients_never_stop_the_server);
+    tcase_add_test(tc, a_forked_child_never_touches_its_parents_slot_or_thread);
+    tcase_add_test(tc, a_zombie_is_dead_and_another_namespace_alive);
+    tcase_add_test(tc, tenant_churn_never_fills_the_segment);
+    tcase_add_test(tc, a_fold_cut_short_counts_once_and_readers_recover);
+    tcase_add_test(tc, store_misses_above_gets_never_make_a_rate_above_one);
+    tcase_add_test(tc, a_nodes_tier_gauges_stay_apart_from_the_engines);
+    tcase_add_test(tc, head_answers_the_length_get_sends);
     suite_add_tcase(s, tc);
+    /* CPU time over a window: left out of the suite's own run, in test_metrics_timing */
+    TCase *timing = tcase_create("timing");
+    tcase_add_checked_fixture(timing, unique_name, teardown);
+    tcase_set_timeout(timing, 60);
+    tcase_set_tags(timing, "timing");
+    tcase_add_test(timing, no_descriptors_left_costs_no_cpu);
+    suite_add_tcase(s, timing);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -1,17 +1,28 @@
 /* store_metrics.c - what a store publishes into its instance's metrics segment (connector/metrics.h):
  * its counters, which are relaxed atomics, read by the instance thread every KVS_METRICS_POLL_MS,
- * so nothing is added to the store's own calls. */
+ * so nothing is added to the store's own calls, and the usage of its tiers that answer locally. */
 #include <stdio.h>
 #include <string.h>
 
 #include "connector/metrics.h"
 #include "store_state.h"
 
-static void poll_store(void *ctx, kvs_mseg_values *v) {
+/* A tier whose usage is a round trip to its servers (Redis DBSIZE, a node's JOB_STATS): never asked
+ * from the instance's thread, which serves HTTP. `kvstrata stats CONFIG` asks those servers. */
+static int network_tier(const kvs_store *s, uint32_t t) {
+    if (kvs_tiers_is_remote(s->chain, t)) return 1;
+    if (t >= s->cfg->n_tiers) return 0;
+    const char *type = s->cfg->tiers[t].type;
+    return strcmp(type, "remote") == 0 || strcmp(type, "redis") == 0;
+}
+
+static void poll_store(void *ctx, kvs_mseg_values *v, int final) {
     kvs_store *s = ctx;
     const kvs_store_counters *c = &s->c;
-    v->c[KVS_MC_GETS] = KVS_STORE_GET(c->gets);
+    /* a get counts its key before its miss: misses read first are never more than the gets */
     v->c[KVS_MC_GET_MISSES] = KVS_STORE_GET(c->get_misses);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    v->c[KVS_MC_GETS] = KVS_STORE_GET(c->gets);
     v->c[KVS_MC_SAVES] = KVS_STORE_GET(c->puts_stored);
     v->c[KVS_MC_SAVED_BYTES] = KVS_STORE_GET(c->put_bytes);
     v->c[KVS_MC_SAVE_NS] = KVS_STORE_GET(c->put_ns);
@@ -26,8 +37,13 @@ static void poll_store(void *ctx, kvs_mseg_values *v) {
         x->capacity = t < s->cfg->n_tiers ? s->cfg->tiers[t].capacity_bytes : 0;
         x->shared = (uint64_t)kvs_tiers_shared(s->chain, t);
         const kvs_backend_ops *ops = kvs_tiers_ops(s->chain, t);
-        if (!ops || !ops->usage) continue;
-        if (s->serialize) pthread_mutex_lock(&s->chain_lock);
+        if (!ops || !ops->usage || network_tier(s, t)) {
+            x->objects = x->bytes = 0;
+            continue;
+        }
+        if (final) continue; /* the gauges leave with the slot */
+        /* the store's own calls hold its lock for as long as they take: the last answer stays */
+        if (s->serialize && pthread_mutex_trylock(&s->chain_lock) != 0) continue;
         ops->usage(kvs_tiers_state(s->chain, t), &x->objects, &x->bytes);
         if (s->serialize) pthread_mutex_unlock(&s->chain_lock);
     }

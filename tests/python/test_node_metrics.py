@@ -211,10 +211,10 @@ class NodeMetrics(unittest.TestCase):
                          set(WORK))
         self.assertEqual(value(s, "kvstrata_node_auth_ok_total"), len(WORK))
         self.assertIsNone(value(s, "kvstrata_node_hits_total"))
-        self.assertEqual(value(s, "kvstrata_tier_objects", tier="dram"),
+        self.assertEqual(value(s, "kvstrata_tier_objects", tier="dram", role="node"),
                          sum(st["puts_stored"] for st in stats.values()))
-        self.assertEqual(value(s, "kvstrata_tier_capacity_bytes", tier="dram"), 64 << 20)
-        self.assertEqual(value(s, "kvstrata_tier_bytes", tier="dram"),
+        self.assertEqual(value(s, "kvstrata_tier_capacity_bytes", tier="dram", role="node"), 64 << 20)
+        self.assertEqual(value(s, "kvstrata_tier_bytes", tier="dram", role="node"),
                          sum(value(s, "kvstrata_node_bytes_in_total", tenant=t) for t in WORK))
 
         # lookups of keys present, by one tenant: its lookups and hits move by as many, the other
