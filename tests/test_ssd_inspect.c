@@ -1,7 +1,9 @@
 /* test_ssd_inspect.c - reading an ssd tier's files without the tier (backends/ssd/ssd_inspect.h):
  * what a listing counts, what --verify finds (exactly the damage planted, nothing changed on disk),
  * what --repair drops (and that the tier then serves the rest and misses the dropped), a repair
- * refused while the tier is open, and the progress lines of a slow index rebuild. */
+ * refused while the tier is open, with replicas a bad copy retired alone (its object kept), a file
+ * reached twice read once, data files named as the tier names them, and the progress lines of a
+ * slow index rebuild. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -12,12 +14,14 @@
 #include <unistd.h>
 
 #include "backends/ssd/ssd.h"
+#include "backends/ssd/ssd_format.h"
 #include "backends/ssd/ssd_inspect.h"
 #include "common/xxh3.h"
 #include "connector/object.h"
 #include "tests/support/objects.h"
 #include "tests/support/ssd_tier.h"
 #include "tests/support/test_support.h"
+#include "tools/kvstrata/inspect_kv.h"
 
 #define KIB   1024ull
 #define MIB   (1024ull * 1024ull)
@@ -110,8 +114,11 @@ static kvs_status inspect(const kvs_test_dirs *d, int mode, seen *s, kvs_ssd_ins
                           char *err, size_t err_len) {
     memset(s, 0, sizeof *s);
     const char *paths[2] = {d->dir[0], d->dir[1]};
-    kvs_ssd_inspect_options opt = {
-        .mode = mode, .on_object = on_object, .on_damage = on_damage, .ctx = s};
+    kvs_ssd_inspect_options opt = {.mode = mode,
+                                   .on_object = on_object,
+                                   .on_damage = on_damage,
+                                   .ctx = s,
+                                   .content = cli_inspect_kv_content()};
     return kvs_ssd_inspect_run(paths, 2, &opt, rep, err, err_len);
 }
 
@@ -433,6 +440,219 @@ START_TEST(repair_is_refused_while_the_tier_is_open_and_verify_still_works) {
 }
 END_TEST
 
+/* Where copy `replica` of unit `unit` of object i lies: the data file of d's path (0 or 1) and the
+ * offset of its unit header, found by reading the file's headers as the restart scan does. */
+static void find_copy(const kvs_test_dirs *d, uint32_t i, uint32_t unit, uint32_t replica,
+                      char *file, size_t file_len, uint64_t *offset) {
+    kvs_key k = kvs_test_key(i);
+    uint8_t *block = malloc(SSD_BLOCK);
+    ck_assert_ptr_nonnull(block);
+    for (int p = 0; p < 2; p++) {
+        data_file(d, p, file, file_len);
+        int fd = open(file, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        ssd_superblock sb;
+        ck_assert_int_eq(pread(fd, block, SSD_BLOCK, 0), SSD_BLOCK);
+        ck_assert_int_eq(ssd_format_decode_superblock(block, &sb), 0);
+        for (uint64_t slot = 0; slot < sb.n_slots; slot++) {
+            uint64_t off = SSD_BLOCK + slot * sb.slot_bytes;
+            ssd_unit_header h;
+            ck_assert_int_eq(pread(fd, block, SSD_BLOCK, (off_t)off), SSD_BLOCK);
+            if (ssd_format_decode_unit(block, &h) == 0 && !memcmp(&h.key, &k, sizeof k) &&
+                h.unit_index == unit && h.replica_index == replica) {
+                *offset = off;
+                close(fd);
+                free(block);
+                return;
+            }
+        }
+        close(fd);
+    }
+    ck_abort_msg("no copy %u of unit %u of object %u", replica, unit, i);
+}
+
+/* Flip one data byte of a unit copy: its data no longer matches its header's checksum. */
+static void damage_copy(const kvs_test_dirs *d, uint32_t i, uint32_t unit, uint32_t replica) {
+    char file[400];
+    uint64_t off = 0;
+    find_copy(d, i, unit, replica, file, sizeof file, &off);
+    flip_byte(file, off + SSD_BLOCK + 1000);
+}
+
+static int damage_of(const seen *s, uint32_t i, uint32_t *kept, uint32_t *dropped) {
+    kvs_key k = kvs_test_key(i);
+    int n = 0;
+    *kept = *dropped = 0;
+    for (uint32_t j = 0; j < s->n_damage; j++) {
+        if (!s->damage[j].has_key || memcmp(&s->damage[j].key, &k, sizeof k)) continue;
+        n++;
+        *kept += (uint32_t)s->damage[j].object_kept;
+        *dropped += (uint32_t)s->damage[j].dropped;
+    }
+    return n;
+}
+
+/* Two copies of each unit on two paths. Object 0: one bad copy of unit 0; object 1: a bad copy of
+ * unit 0 and the other copy of unit 1 bad (each unit still has a good one); object 2: both copies
+ * of unit 2 bad; object 3 sound. A verify reports three bad copies whose objects are whole and
+ * object 2's two; a repair retires the three copies alone and drops object 2, and the tier reopened
+ * serves objects 0, 1 and 3 byte for byte (its first read of each checks every unit). */
+START_TEST(with_replicas_a_bad_copy_is_retired_alone_and_its_object_kept) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    kvs_test_ssd_args a = {.n_paths = 2,
+                           .capacity = 8 * MIB,
+                           .max_object = 64 * KIB,
+                           .options = {{"stripe_bytes", "16KiB"}, {"replicas", "2"}}};
+    const uint64_t len = 40 * KIB; /* 3 units */
+    void *st = kvs_test_ssd_open(&d, &a);
+    for (uint32_t i = 0; i < 4; i++) kvs_test_ssd_put(st, i, len);
+    kvs_test_ssd_flush(st);
+    ops->destroy(st);
+    damage_copy(&d, 0, 0, 0);
+    damage_copy(&d, 1, 0, 1);
+    damage_copy(&d, 1, 1, 0);
+    damage_copy(&d, 2, 2, 0);
+    damage_copy(&d, 2, 2, 1);
+    char f0[400], f1[400];
+    data_file(&d, 0, f0, sizeof f0);
+    data_file(&d, 1, f1, sizeof f1);
+    uint64_t h0 = file_hash(f0), h1 = file_hash(f1);
+
+    kvs_ssd_inspect_report *rep = malloc(sizeof *rep);
+    seen *s = malloc(sizeof *s);
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_ptr_nonnull(s);
+    char err[512];
+    uint32_t kept, dropped;
+    ck_assert_int_eq(inspect(&d, KVS_SSD_INSPECT_VERIFY, s, rep, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(file_hash(f0), h0);
+    ck_assert_uint_eq(file_hash(f1), h1);
+    ck_assert_uint_eq(rep->objects, 4);
+    ck_assert_uint_eq(rep->damaged, 3);
+    ck_assert_uint_eq(s->n_damage, 5);
+    ck_assert_int_eq(damage_of(s, 0, &kept, &dropped), 1);
+    ck_assert_uint_eq(kept, 1);
+    ck_assert_int_eq(damage_of(s, 1, &kept, &dropped), 2);
+    ck_assert_uint_eq(kept, 2);
+    ck_assert_int_eq(damage_of(s, 2, &kept, &dropped), 2);
+    ck_assert_uint_eq(kept, 0);
+    for (uint32_t j = 0; j < s->n_damage; j++) {
+        ck_assert_int_eq(s->damage[j].dropped, 0);
+        ck_assert_ptr_nonnull(strstr(s->damage[j].what, "payload checksum mismatch"));
+        if (s->damage[j].object_kept)
+            ck_assert_ptr_nonnull(strstr(s->damage[j].what, "another copy of this unit is good"));
+    }
+    for (uint32_t i = 0; i < 4; i++) {
+        ck_assert_ptr_nonnull(find_object(s, i));
+        ck_assert_int_eq(find_object(s, i)->replicas, 2);
+        ck_assert_int_eq(find_object(s, i)->damaged, i != 3);
+    }
+
+    ck_assert_int_eq(inspect(&d, KVS_SSD_INSPECT_REPAIR, s, rep, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(rep->damaged, 3);
+    ck_assert_uint_eq(rep->dropped, 3);
+    ck_assert_int_eq(damage_of(s, 0, &kept, &dropped), 1);
+    ck_assert_uint_eq(kept, 1);
+    ck_assert_uint_eq(dropped, 1);
+    ck_assert_int_eq(damage_of(s, 1, &kept, &dropped), 2);
+    ck_assert_uint_eq(kept, 2);
+    ck_assert_uint_eq(dropped, 2);
+    ck_assert_int_eq(damage_of(s, 2, &kept, &dropped), 2);
+    ck_assert_uint_eq(kept, 0);
+    ck_assert_uint_eq(dropped, 2);
+    ck_assert_uint_eq(rep->objects, 3); /* listed after the repair: 0, 1 and 3 */
+    ck_assert_ptr_nonnull(find_object(s, 0));
+    ck_assert_ptr_nonnull(find_object(s, 1));
+    ck_assert_ptr_null(find_object(s, 2));
+    ck_assert_ptr_nonnull(find_object(s, 3));
+
+    st = kvs_test_ssd_open(&d, &a);
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).recovered, 3);
+    for (uint32_t i = 0; i < 4; i++) {
+        kvs_status rc = kvs_test_ssd_get(st, i, len); /* asserts the bytes when KVS_OK */
+        ck_assert_msg(rc == (i == 2 ? KVS_ENOTFOUND : KVS_OK), "object %u: %d %s", i, rc,
+                      ops->last_error(st));
+    }
+    ck_assert_uint_eq(kvs_test_ssd_stats(st).corrupt_drops, 0);
+    ops->destroy(st);
+
+    /* and a check afterwards finds the files sound, the kept objects still with their units */
+    ck_assert_int_eq(inspect(&d, KVS_SSD_INSPECT_VERIFY, s, rep, err, sizeof err), KVS_OK);
+    ck_assert_uint_eq(rep->damaged, 0);
+    ck_assert_uint_eq(rep->objects, 3);
+    free(s);
+    free(rep);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* A directory and its own data file, or a link to a data file, name one file: it is read once, and
+ * a repair does not find its own first open holding the lock. */
+START_TEST(a_file_given_twice_is_read_once_and_a_repair_runs) {
+    kvs_test_dirs d;
+    kvs_test_ssd_dirs(&d);
+    store_objects(&d);
+    char f0[400], f1[400], link[400];
+    data_file(&d, 0, f0, sizeof f0);
+    data_file(&d, 1, f1, sizeof f1);
+    snprintf(link, sizeof link, "%s/link.data", d.root);
+    ck_assert_int_eq(symlink(f1, link), 0);
+    const char *paths[4] = {d.dir[0], f0, link, d.dir[1]};
+    kvs_ssd_inspect_report *rep = malloc(sizeof *rep);
+    ck_assert_ptr_nonnull(rep);
+    char err[512];
+    for (int mode = KVS_SSD_INSPECT_LIST; mode <= KVS_SSD_INSPECT_REPAIR; mode++) {
+        kvs_ssd_inspect_options opt = {.mode = mode, .content = cli_inspect_kv_content()};
+        ck_assert_msg(kvs_ssd_inspect_run(paths, 4, &opt, rep, err, sizeof err) == KVS_OK,
+                      "mode %d: %s", mode, err);
+        ck_assert_uint_eq(rep->n_files, 2);
+        ck_assert_int_eq(rep->in_use, 0);
+        uint64_t want = mode == KVS_SSD_INSPECT_REPAIR ? N_OBJ - 1 : N_OBJ; /* 9 is dropped */
+        ck_assert_uint_eq(rep->objects, want);
+    }
+    free(rep);
+    kvs_test_rmtree(d.root);
+}
+END_TEST
+
+/* The files of a tier whose name has characters a file name cannot keep, or is longer than the
+ * tier keeps, are the ones --tier NAME finds, and kvs_ssd_data_file_name names them. */
+START_TEST(a_tier_with_an_unusual_name_is_found_by_its_name) {
+    static const char *names[] = {"kv cache/\xc3\xa9t\xc3\xa9 #1", ".hidden",
+                                  "a-very-long-tier-name-0123456789-0123456789-0123456789-"
+                                  "0123456789-0123456789-0123456789-0123456789-end"};
+    for (size_t n = 0; n < sizeof names / sizeof *names; n++) {
+        kvs_test_dirs d;
+        kvs_test_ssd_dirs(&d);
+        kvs_test_ssd_args a = tier_args;
+        a.name = names[n];
+        void *st = kvs_test_ssd_open(&d, &a);
+        kvs_test_ssd_put(st, 1, 5000);
+        kvs_test_ssd_flush(st);
+        ops->destroy(st);
+        char name[256], file[700];
+        kvs_ssd_data_file_name(names[n], name, sizeof name);
+        ck_assert_ptr_null(strchr(name, '/'));
+        ck_assert_ptr_null(strchr(name, ' '));
+        ck_assert_int_ne(name[9], '.');
+        snprintf(file, sizeof file, "%s/%s", d.dir[0], name);
+        ck_assert_msg(access(file, F_OK) == 0, "%s: the tier wrote no %s", names[n], name);
+        const char *paths[2] = {d.dir[0], d.dir[1]};
+        kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_LIST, .tier = names[n]};
+        kvs_ssd_inspect_report *rep = malloc(sizeof *rep);
+        ck_assert_ptr_nonnull(rep);
+        char err[512];
+        ck_assert_msg(kvs_ssd_inspect_run(paths, 2, &opt, rep, err, sizeof err) == KVS_OK, "%s",
+                      err);
+        ck_assert_uint_eq(rep->n_files, 2);
+        ck_assert_uint_eq(rep->objects, 1);
+        free(rep);
+        kvs_test_rmtree(d.root);
+    }
+}
+END_TEST
+
 /* A scan that takes over 2 s logs a line with its rate and eta, and one when it is done. The tier
  * is paced to 1000 reads/s over 2559 slots, so its restart scan takes about 2.6 s. */
 START_TEST(a_slow_index_rebuild_logs_its_progress) {
@@ -469,6 +689,9 @@ static Suite *ssd_inspect_suite(void) {
     tcase_add_test(t, verify_finds_exactly_the_planted_damage_and_changes_nothing);
     tcase_add_test(t, repair_drops_the_damage_and_the_tier_then_serves_the_rest);
     tcase_add_test(t, repair_is_refused_while_the_tier_is_open_and_verify_still_works);
+    tcase_add_test(t, with_replicas_a_bad_copy_is_retired_alone_and_its_object_kept);
+    tcase_add_test(t, a_file_given_twice_is_read_once_and_a_repair_runs);
+    tcase_add_test(t, a_tier_with_an_unusual_name_is_found_by_its_name);
     suite_add_tcase(s, t);
     TCase *progress = tcase_create("progress");
     tcase_add_checked_fixture(progress, setup, NULL);

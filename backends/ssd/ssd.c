@@ -133,9 +133,9 @@ static kvs_status check_directories(ssd_tier *t, const ssd_options *opt, char *r
  * p->isolated_why set when the device refuses it (ENOSPC, EIO, EACCES, EROFS, ...). */
 static kvs_status open_data_file(ssd_tier *t, uint32_t i, int model_device, int *preallocated) {
     ssd_path *p = &t->paths[i];
-    char base[96], file[4200];
-    ssd_format_file_base(t->tier_name, base, sizeof base);
-    snprintf(file, sizeof file, "%s/kvstrata-%s.data", p->dir, base);
+    char name[SSD_TIER_NAME_KEPT + 16], file[4200];
+    ssd_format_data_file(t->tier_name, name, sizeof name);
+    snprintf(file, sizeof file, "%s/%s", p->dir, name);
     p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
     if (p->fd < 0 && errno == EINVAL) {
         p->fd = open(file, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -4,6 +4,7 @@
  */
 #include "ssd_format.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -152,4 +153,11 @@ void ssd_format_file_base(const char *tier, char *out, size_t len) {
         out[n++] = ok ? *c : '_';
     }
     out[n] = '\0';
+}
+
+void ssd_format_data_file(const char *tier, char *out, size_t len) {
+    char kept[SSD_TIER_NAME_KEPT], base[SSD_TIER_NAME_KEPT];
+    snprintf(kept, sizeof kept, "%s", tier);
+    ssd_format_file_base(kept, base, sizeof base);
+    snprintf(out, len, "kvstrata-%s.data", base);
 }

@@ -14,6 +14,7 @@
 #define SSD_BLOCK           4096u /* O_DIRECT alignment, superblock and unit header size */
 #define SSD_FORMAT_VERSION  1u
 #define SSD_TIER_NAME_BYTES 64u /* tier name kept in the superblock, NUL-padded */
+#define SSD_TIER_NAME_KEPT  96u /* the tier's name as a tier keeps it (and names its files by) */
 
 typedef struct ssd_superblock {
     uint64_t stripe_bytes; /* data bytes per slot */
@@ -54,6 +55,9 @@ uint64_t ssd_format_unit_bytes(uint64_t len, uint64_t stripe_bytes, uint32_t u);
 /* The part of a path's data file name, <path>/kvstrata-<base>.data, made of the tier's name: its
  * characters [A-Za-z0-9_.-] kept (a leading '.' replaced), every other one replaced by '_'. */
 void ssd_format_file_base(const char *tier, char *out, size_t len);
+/* The name of a tier's data file in each of its paths, "kvstrata-<base>.data", for a tier named
+ * tier: the name as the tier keeps it (its first SSD_TIER_NAME_KEPT - 1 bytes), made a base. */
+void ssd_format_data_file(const char *tier, char *out, size_t len);
 
 static inline uint64_t ssd_round_up(uint64_t v, uint64_t align) {
     return (v + align - 1) / align * align;

@@ -7,6 +7,12 @@
  * what a restart would serve. A repair runs in rounds: dropping the newest copy of a key can let an
  * older complete one become live again (the tier's tombstones do the same), so the files are
  * checked again until a round finds nothing to drop.
+ *
+ * With replicas the tier reads another copy of a unit when one fails to read, but drops the whole
+ * object when the copy it read fails its checksum. So a repair drops an object only when some unit
+ * has no good copy left, and retires a bad copy of a unit that has a good one by zeroing that copy's
+ * header alone: the restart scan then finds the object complete from the good copies, and the tier
+ * never reads the bad one.
  */
 #include "ssd_inspect.h"
 
@@ -28,7 +34,6 @@
 #include "common/key.h"
 #include "common/log.h"
 #include "common/xxh3.h"
-#include "connector/object.h"
 #include "ssd_format.h"
 #include "ssd_options.h"
 #include "ssd_recover.h"
@@ -40,6 +45,11 @@
 typedef struct zero_action {
     uint32_t file;
     uint64_t offset;
+    /* A bad copy retired alone (its object kept): a failed write leaves it as it was and is said
+     * in its damage (damage: r->damage index, -1 none), not a failure of the repair. */
+    int copy;
+    int64_t damage;
+    uint64_t object; /* the pass's object ordinal, so an object's dropped count is undone once */
 } zero_action;
 
 typedef struct run {
@@ -49,6 +59,10 @@ typedef struct run {
     char base[KVS_SSD_INSPECT_MAX_FILES][256]; /* the file's name: files of one tier share it */
     uint8_t file_reported[KVS_SSD_INSPECT_MAX_FILES]; /* its file-level damage was reported */
     uint8_t extend[KVS_SSD_INSPECT_MAX_FILES];        /* a repair restores its size */
+    dev_t dev[KVS_SSD_INSPECT_MAX_FILES];             /* each file's identity, so one reached */
+    ino_t ino[KVS_SSD_INSPECT_MAX_FILES];             /* twice is read once */
+    int copy_write_failed;                            /* a retired copy could not be written */
+    uint64_t objects_seen;                            /* this pass's object ordinal */
     int mode, emit, report;
     zero_action *zeros;
     size_t n_zeros, cap_zeros;
@@ -107,7 +121,7 @@ static kvs_ssd_inspect_damage *add_damage(run *r, uint32_t file, uint64_t offset
     return d;
 }
 
-static void add_zero(run *r, uint32_t file, uint64_t offset) {
+static void add_zero(run *r, uint32_t file, uint64_t offset, int copy, int64_t damage) {
     if (r->mode != KVS_SSD_INSPECT_REPAIR) return;
     if (r->n_zeros == r->cap_zeros) {
         size_t cap = r->cap_zeros ? 2 * r->cap_zeros : 64;
@@ -119,7 +133,7 @@ static void add_zero(run *r, uint32_t file, uint64_t offset) {
         r->zeros = z;
         r->cap_zeros = cap;
     }
-    r->zeros[r->n_zeros++] = (zero_action){file, offset};
+    r->zeros[r->n_zeros++] = (zero_action){file, offset, copy, damage, r->objects_seen};
 }
 
 /* Read exactly len bytes at off: 0, or the errno (ENODATA for a short read: past the file's end). */
@@ -191,6 +205,18 @@ static void add_file(run *r, const char *path, const char *name) {
         fail(r, KVS_EIO, "cannot stat %s: %s", path, kvs_errno_name(errno));
         return;
     }
+    /* The same file reached twice (a link, or a directory and its data file): read once. Before the
+     * lock, which a repair would otherwise find held by its own first open. */
+    for (uint32_t j = 0; j < i; j++)
+        if (r->dev[j] == st.st_dev && r->ino[j] == st.st_ino) {
+            close(r->fd[i]);
+            r->fd[i] = -1;
+            memset(f, 0, sizeof *f);
+            rep->n_files--;
+            return;
+        }
+    r->dev[i] = st.st_dev;
+    r->ino[i] = st.st_ino;
     /* A repair keeps the tier's lock until it is done, so no tier opens the files under it; a
      * listing only looks (a shared lock taken and let go at once) to say the tier is running. */
     if (flock(r->fd[i], (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) {
@@ -204,9 +230,8 @@ static void add_file(run *r, const char *path, const char *name) {
 
 static void find_in_directory(run *r, const char *dir) {
     if (r->opt->tier) {
-        char base[128], name[160], path[1200];
-        ssd_format_file_base(r->opt->tier, base, sizeof base);
-        snprintf(name, sizeof name, "kvstrata-%s.data", base);
+        char name[SSD_TIER_NAME_KEPT + 16], path[1200];
+        ssd_format_data_file(r->opt->tier, name, sizeof name);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         if (access(path, F_OK) != 0) {
             fail(r, KVS_ENOTFOUND, "%s has no data file of tier \"%s\" (%s)", dir, r->opt->tier,
@@ -249,8 +274,11 @@ static void find_files(run *r, const char *const *paths, uint32_t n_paths) {
         } else if (S_ISDIR(st.st_mode)) {
             find_in_directory(r, paths[p]);
         } else {
-            const char *slash = strrchr(paths[p], '/');
-            add_file(r, paths[p], slash ? slash + 1 : paths[p]);
+            /* Grouped by the name of the file itself: a link's own name says nothing of its tier. */
+            char *real = realpath(paths[p], NULL);
+            const char *name = real ? real : paths[p], *slash = strrchr(name, '/');
+            add_file(r, paths[p], slash ? slash + 1 : name);
+            free(real);
         }
     }
 }
@@ -372,7 +400,7 @@ static void scan_headers(run *r, uint32_t i, const ssd_superblock *sb, ssd_scan_
             }
             r->rep->damaged++;
             if (r->mode == KVS_SSD_INSPECT_REPAIR) r->rep->dropped++;
-            add_zero(r, i, off);
+            add_zero(r, i, off, 0, -1);
         } else if (!all_zero(r->block, SSD_BLOCK)) {
             r->rep->stray_units++; /* not a header of this geometry: left over, reused */
         }
@@ -382,44 +410,8 @@ static void scan_headers(run *r, uint32_t i, const ssd_superblock *sb, ssd_scan_
 typedef struct copy_ref {
     int64_t at; /* index into the emitted copies, -1: missing */
     int bad;
+    int64_t damage; /* r->damage index of what was found wrong with it, -1 none */
 } copy_ref;
-
-/* The KV object in r->object (len bytes, every unit good): its header and layer checksums. 1 and
- * a sentence in what when one fails. */
-static int kv_damaged(const uint8_t *obj, uint64_t len, char *what, size_t what_len) {
-    kvs_object_header h;
-    memcpy(&h, obj, sizeof h);
-    uint64_t table = sizeof h + (uint64_t)h.n_layers * sizeof(uint64_t) +
-                     (kvs_codec_is_lossy(h.codec) ? sizeof(kvs_object_codec) : 0);
-    if (h.n_layers > (1u << 20) || table > h.payload_offset || h.payload_offset > len ||
-        (h.layer_bytes && h.n_layers > (len - h.payload_offset) / h.layer_bytes)) {
-        snprintf(what, what_len,
-                 "KV object header: %u layers of %llu bytes at offset %u do not fit its %llu "
-                 "bytes",
-                 h.n_layers, (unsigned long long)h.layer_bytes, h.payload_offset,
-                 (unsigned long long)len);
-        return 1;
-    }
-    if (kvs_object_header_digest(obj) != h.header_hash) {
-        snprintf(what, what_len, "KV object header checksum mismatch");
-        return 1;
-    }
-    const uint8_t *hashes = obj + sizeof h;
-    for (uint32_t l = 0; l < h.n_layers; l++) {
-        uint64_t want;
-        memcpy(&want, hashes + (uint64_t)l * sizeof want, sizeof want);
-        uint64_t got = kvs_xxh3_64(obj + h.payload_offset + (uint64_t)l * h.layer_bytes,
-                                   (size_t)h.layer_bytes);
-        if (got != want) {
-            snprintf(what, what_len,
-                     "KV object layer %u checksum mismatch (header records %016llx, data hashes "
-                     "to %016llx)",
-                     l, (unsigned long long)want, (unsigned long long)got);
-            return 1;
-        }
-    }
-    return 0;
-}
 
 static int grow(run *r, uint8_t **buf, uint64_t *cap, uint64_t want) {
     if (*cap >= want) return 0;
@@ -468,15 +460,27 @@ static int header_still(run *r, const ssd_found_unit *c, uint64_t off) {
            h.unit_index == c->unit_index && h.replica_index == c->replica_index;
 }
 
-static void check_copies(run *r, const ssd_found_unit *copies, copy_ref *table,
-                         kvs_ssd_inspect_object *o, uint64_t stripe) {
+/* Append text to damage d's sentence (when it fits). */
+static void damage_note(run *r, int64_t d, const char *text) {
+    if (d < 0 || (size_t)d >= r->n_damage) return;
+    char *what = r->damage[d].what;
+    size_t len = strlen(what);
+    snprintf(what + len, sizeof r->damage[d].what - len, "%s", text);
+}
+
+/* Every copy of every unit of o (data against its checksum when verifying), then the whole object
+ * by the caller's check. Returns 1 when the tier cannot serve o (a unit without a good copy, or an
+ * object the caller's check refuses); o->damaged is set when anything is wrong, a lost object or
+ * a bad copy whose unit has a good one (marked object_kept in its damage). */
+static int check_copies(run *r, const ssd_found_unit *copies, copy_ref *table,
+                        kvs_ssd_inspect_object *o, uint64_t stripe) {
     char hex[33];
     kvs_key_hex(&o->key, hex);
     int verify = r->mode == KVS_SSD_INSPECT_VERIFY || r->mode == KVS_SSD_INSPECT_REPAIR;
-    int all_units = 1;
+    int all_units = 1, lost = 0, unit_damage = 0;
     for (uint32_t u = 0; u < o->units && r->status == KVS_OK; u++) {
         uint64_t bytes = ssd_format_unit_bytes(o->len, stripe, u);
-        int unit_good = 0;
+        int unit_good = 0, unit_bad = 0;
         for (uint32_t k = 0; k < o->replicas; k++) {
             copy_ref *ref = &table[(uint64_t)u * o->replicas + k];
             if (ref->at < 0) continue;
@@ -486,19 +490,21 @@ static void check_copies(run *r, const ssd_found_unit *copies, copy_ref *table,
             if (off + SSD_BLOCK + bytes > f->file_bytes) {
                 ref->bad = 1;
                 kvs_ssd_inspect_damage *d = add_damage(r, c->path, off, &o->key);
-                if (d)
+                if (d) {
+                    ref->damage = (int64_t)(r->n_damage - 1);
                     snprintf(d->what, sizeof d->what,
                              "unit %u (copy %u) of %s: cut off, its data ends at %llu and the "
                              "file at %llu (truncated)",
                              u, k, hex, (unsigned long long)(off + SSD_BLOCK + bytes),
                              (unsigned long long)f->file_bytes);
+                }
                 continue;
             }
             if (!verify) {
                 unit_good = 1;
                 continue;
             }
-            if (grow(r, &r->unit, &r->unit_cap, bytes) != 0) return;
+            if (grow(r, &r->unit, &r->unit_cap, bytes) != 0) return 0;
             int rc = read_at(r->fd[c->path], r->unit, bytes, off + SSD_BLOCK);
             r->rep->checked_bytes += bytes;
             if (rc == 0 && XXH3_64bits(r->unit, bytes) == c->data_checksum) {
@@ -511,6 +517,7 @@ static void check_copies(run *r, const ssd_found_unit *copies, copy_ref *table,
             ref->bad = 1;
             kvs_ssd_inspect_damage *d = add_damage(r, c->path, off, &o->key);
             if (!d) continue;
+            ref->damage = (int64_t)(r->n_damage - 1);
             if (rc != 0)
                 snprintf(d->what, sizeof d->what,
                          "unit %u (copy %u) of %s: its data cannot be read (%s)", u, k, hex,
@@ -527,40 +534,51 @@ static void check_copies(run *r, const ssd_found_unit *copies, copy_ref *table,
                          u, k, hex, (unsigned long long)c->data_checksum,
                          (unsigned long long)XXH3_64bits(r->unit, bytes));
         }
+        for (uint32_t k = 0; k < o->replicas; k++)
+            unit_bad |= table[(uint64_t)u * o->replicas + k].bad;
+        unit_damage |= unit_bad;
         if (!unit_good) all_units = 0;
+        if (unit_bad && !unit_good) lost = 1;
     }
-    int unit_damage = 0;
-    for (uint64_t i = 0; i < (uint64_t)o->units * o->replicas; i++) unit_damage |= table[i].bad;
-    if (verify && !unit_damage && all_units && o->kv && o->len <= r->object_cap) {
-        char what[300];
-        if (kv_damaged(r->object, o->len, what, sizeof what)) {
+    if (verify && all_units && o->kv && o->len <= r->object_cap && r->opt->content &&
+        r->opt->content->check) {
+        char what[300] = "";
+        if (r->opt->content->check(r->opt->content->ctx, r->object, o->len, what, sizeof what)) {
             unit_damage = 1;
+            lost = 1;
             kvs_ssd_inspect_damage *d = add_damage(r, o->file, o->offset, &o->key);
             if (d) snprintf(d->what, sizeof d->what, "%s: %s", hex, what);
         }
     }
+    /* Not lost: each bad copy's unit has a good one, so the object is whole and only it is bad. */
+    for (uint64_t i = 0; !lost && i < (uint64_t)o->units * o->replicas; i++) {
+        if (!table[i].bad || table[i].damage < 0) continue;
+        r->damage[table[i].damage].object_kept = 1;
+        damage_note(r, table[i].damage,
+                    "; another copy of this unit is good: the object is kept, and a repair "
+                    "retires this copy alone");
+    }
     o->damaged = unit_damage;
+    return lost;
 }
 
-/* The KV header of object o from a copy of unit 0 whose data is in the file. */
-static void read_kv_header(run *r, const ssd_found_unit *copies, const copy_ref *table,
-                           kvs_ssd_inspect_object *o) {
-    kvs_object_header h;
-    if (o->len < sizeof h) return;
+/* What object o is, by the caller's describe over its first bytes, read from a copy of unit 0
+ * whose data is in the file. */
+static void describe_object(run *r, const ssd_found_unit *copies, const copy_ref *table,
+                            kvs_ssd_inspect_object *o, uint64_t stripe) {
+    const kvs_ssd_inspect_content *content = r->opt->content;
+    if (!content || !content->describe || !content->head_bytes) return;
+    uint64_t want = content->head_bytes;
+    if (want > o->len) want = o->len;
+    if (want > stripe) want = stripe; /* unit 0's data */
+    if (grow(r, &r->unit, &r->unit_cap, want) != 0) return;
     for (uint32_t k = 0; k < o->replicas; k++) {
         if (table[k].at < 0) continue;
         const ssd_found_unit *c = &copies[table[k].at];
         const kvs_ssd_inspect_file *f = &r->rep->files[c->path];
         uint64_t off = SSD_BLOCK + (uint64_t)c->slot * f->slot_bytes + SSD_BLOCK;
-        if (read_at(r->fd[c->path], &h, sizeof h, off) != 0) continue;
-        if (h.magic != KVS_OBJECT_MAGIC ||
-            (h.version != KVS_OBJECT_VERSION && h.version != KVS_OBJECT_VERSION_KEYED))
-            return;
-        o->kv = 1;
-        o->fingerprint = h.fingerprint;
-        o->n_layers = h.n_layers;
-        o->n_tokens = h.n_tokens;
-        o->codec = h.codec;
+        if (read_at(r->fd[c->path], r->unit, want, off) != 0) continue;
+        o->kv = content->describe(content->ctx, r->unit, want, o->len, o) == 1;
         return;
     }
 }
@@ -581,7 +599,7 @@ static void on_live(run *r, live_list *ec, const ssd_found_unit *copies, uint64_
         fail(r, KVS_ENOMEM, "out of memory for an object of %u units", o.units);
         return;
     }
-    for (uint64_t i = 0; i < n_refs; i++) table[i] = (copy_ref){-1, 0};
+    for (uint64_t i = 0; i < n_refs; i++) table[i] = (copy_ref){-1, 0, -1};
     for (uint64_t i = 0; i < n; i++) { /* the first copy of a unit and replica wins, as at open */
         copy_ref *ref =
             &table[(uint64_t)copies[i].unit_index * o.replicas + copies[i].replica_index];
@@ -594,23 +612,36 @@ static void on_live(run *r, live_list *ec, const ssd_found_unit *copies, uint64_
     if (o.sequence >= PLAUSIBLE_WALL_NS && o.sequence < realtime_ns() + 86400ull * 1000000000ull)
         o.written_after_ns = o.sequence;
     uint64_t stripe = r->rep->files[first->path].stripe_bytes;
-    if (r->mode != KVS_SSD_INSPECT_QUICK) read_kv_header(r, copies, table, &o);
+    if (r->mode != KVS_SSD_INSPECT_QUICK) describe_object(r, copies, table, &o, stripe);
     if (o.kv && r->mode != KVS_SSD_INSPECT_LIST && r->mode != KVS_SSD_INSPECT_QUICK)
         grow(r, &r->object, &r->object_cap, o.len);
-    check_copies(r, copies, table, &o, stripe);
+    r->objects_seen++;
+    int lost = check_copies(r, copies, table, &o, stripe);
     if (o.damaged) {
         r->rep->damaged++;
-        if (r->mode == KVS_SSD_INSPECT_REPAIR) {
+        if (r->mode == KVS_SSD_INSPECT_REPAIR && lost) {
             for (uint32_t k = 0; k < o.replicas; k++) /* unit 0 of every copy, as the tier does */
                 if (table[k].at >= 0)
                     add_zero(r, copies[table[k].at].path,
                              SSD_BLOCK + (uint64_t)copies[table[k].at].slot *
-                                             r->rep->files[copies[table[k].at].path].slot_bytes);
+                                             r->rep->files[copies[table[k].at].path].slot_bytes,
+                             0, -1);
             o.dropped = 1;
             r->rep->dropped++;
             for (size_t d = 0; d < r->n_damage; d++)
                 if (r->damage[d].has_key && !memcmp(&r->damage[d].key, &o.key, sizeof o.key))
                     r->damage[d].dropped = 1;
+        } else if (r->mode == KVS_SSD_INSPECT_REPAIR) {
+            /* Each unit has a good copy: retire the bad copies alone, keep the object. */
+            for (uint64_t i = 0; i < n_refs; i++) {
+                if (!table[i].bad) continue;
+                const ssd_found_unit *c = &copies[table[i].at];
+                add_zero(r, c->path,
+                         SSD_BLOCK + (uint64_t)c->slot * r->rep->files[c->path].slot_bytes, 1,
+                         table[i].damage);
+                if (table[i].damage >= 0) r->damage[table[i].damage].dropped = 1;
+            }
+            r->rep->dropped++;
         }
     }
     r->rep->objects++;
@@ -665,13 +696,32 @@ static void apply_repairs(run *r, const uint32_t *group, uint32_t n) {
     uint8_t zero[SSD_BLOCK];
     memset(zero, 0, sizeof zero);
     uint8_t written[KVS_SSD_INSPECT_MAX_FILES] = {0};
+    uint64_t undone = UINT64_MAX; /* the last object whose dropped count was taken back */
     for (size_t z = 0; z < r->n_zeros && r->status == KVS_OK; z++) {
         const zero_action *a = &r->zeros[z];
         ssize_t w = pwrite(r->fd[a->file], zero, sizeof zero, (off_t)a->offset);
-        if (w != (ssize_t)sizeof zero)
-            fail(r, KVS_EIO, "cannot write %s at offset %llu: %s", r->rep->files[a->file].path,
-                 (unsigned long long)a->offset, w < 0 ? kvs_errno_name(errno) : "short write");
+        int err = w < 0 ? errno : 0;
         written[a->file] = 1;
+        if (w == (ssize_t)sizeof zero) continue;
+        const char *why = w < 0 ? kvs_errno_name(err) : "short write";
+        if (!a->copy) {
+            fail(r, KVS_EIO, "cannot write %s at offset %llu: %s", r->rep->files[a->file].path,
+                 (unsigned long long)a->offset, why);
+            continue;
+        }
+        /* The object stays served from its good copies either way; this copy stays as it was. */
+        r->copy_write_failed = 1;
+        if (a->damage >= 0 && (size_t)a->damage < r->n_damage) {
+            char note[160];
+            snprintf(note, sizeof note, "; retiring this copy failed (%s): it is left as it was",
+                     why);
+            r->damage[a->damage].dropped = 0;
+            damage_note(r, a->damage, note);
+        }
+        if (undone != a->object && r->rep->dropped) {
+            r->rep->dropped--;
+            undone = a->object;
+        }
     }
     for (uint32_t g = 0; g < n && r->status == KVS_OK; g++) {
         uint32_t i = group[g];
@@ -696,6 +746,7 @@ static void report_damage(run *r) {
 }
 
 static void inspect_group(run *r, const uint32_t *group, uint32_t n) {
+    r->copy_write_failed = 0;
     if (r->mode != KVS_SSD_INSPECT_REPAIR) {
         r->emit = 1;
         r->report = r->mode != KVS_SSD_INSPECT_QUICK;
@@ -724,6 +775,8 @@ static void inspect_group(run *r, const uint32_t *group, uint32_t n) {
         }
         apply_repairs(r, group, n);
         report_damage(r);
+        /* A copy that cannot be written would be found and tried again each round. */
+        if (r->copy_write_failed) break;
     }
     if (r->status != KVS_OK) return;
     r->mode = KVS_SSD_INSPECT_LIST; /* what is left, listed */
@@ -731,6 +784,10 @@ static void inspect_group(run *r, const uint32_t *group, uint32_t n) {
     r->report = 0;
     pass(r, group, n);
     r->mode = KVS_SSD_INSPECT_REPAIR;
+}
+
+void kvs_ssd_data_file_name(const char *tier, char *out, size_t len) {
+    ssd_format_data_file(tier, out, len);
 }
 
 kvs_status kvs_ssd_inspect_run(const char *const *paths, uint32_t n_paths,

@@ -1,12 +1,14 @@
 /*
  * ssd_inspect.h - what an ssd tier's data files hold, read without opening the tier: the objects
  * its restart scan would find (the same selection: per key the newest sequence with every unit),
- * the model fingerprint each was saved under (a kvstrata KV object's header), and on request every
- * unit copy's data checked against its checksum. A repair drops what is damaged as the tier drops a
- * corrupt object (an all-zero block over the header of unit 0 of each copy), so a later open
- * neither serves it nor trips on it. Listing and verifying open the files read-only and work while
- * a tier has them open; a repair takes the tier's own lock (flock on each data file) and is refused
- * while another process holds it. Used by `kvstrata inspect ssd` and `kvstrata stats`.
+ * what each object is (told by the caller, which knows what the tier stores: for kvstrata the KV
+ * object's header and its model fingerprint) and on request every unit copy's data checked against
+ * its checksum. A repair drops what the tier cannot serve as the tier drops a corrupt object (an
+ * all-zero block over the header of unit 0 of each copy); with replicas, a bad copy of a unit that
+ * has another good copy is retired alone (its header zeroed), so the restart scan serves the object
+ * from the good one. Listing and verifying open the files read-only and work while a tier has them
+ * open; a repair takes the tier's own lock (flock on each data file) and is refused while another
+ * process holds it. Used by `kvstrata inspect ssd`, `kvstrata stats` and `kvstrata check`.
  */
 #ifndef KVS_SSD_INSPECT_H
 #define KVS_SSD_INSPECT_H
@@ -18,6 +20,10 @@
 #include "common/progress.h"
 
 #define KVS_SSD_INSPECT_MAX_FILES 64
+
+/* The name of tier's data file in each of its paths (kvstrata-<tier's name made safe>.data), as
+ * the tier names it. len: at least 128. */
+void kvs_ssd_data_file_name(const char *tier, char *out, size_t len);
 
 /* A quick count over the data files in paths (every kvstrata-*.data there): objects and their
  * bytes as the restart scan would find them, capacity (data bytes of all slots), damaged (what the
@@ -45,7 +51,7 @@ typedef struct kvs_ssd_inspect_object {
     uint32_t units, replicas;
     uint32_t file;   /* report.files[] index of the first copy of unit 0 */
     uint64_t offset; /* of that copy's unit header in its file */
-    int kv;          /* 1: a kvstrata KV object (connector/object.h): the fields below are set */
+    int kv;          /* 1: the caller's content.describe recognised it and set the fields below */
     kvs_key fingerprint;
     uint32_t n_layers, n_tokens, codec;
     /* The format records no write time. A tier's sequence numbers start at the wall clock
@@ -61,7 +67,10 @@ typedef struct kvs_ssd_inspect_damage {
     uint64_t offset; /* in that file */
     int has_key;     /* the damage belongs to object key */
     kvs_key key;
-    int dropped; /* a repair dropped it (or fixed the file) */
+    int dropped; /* a repair dropped it (or fixed the file, or retired the copy) */
+    /* A bad unit copy whose unit has another good copy: the object is still whole (a repair
+     * retires this copy alone and keeps the object). */
+    int object_kept;
     char what[400];
 } kvs_ssd_inspect_damage;
 
@@ -80,6 +89,21 @@ typedef struct kvs_ssd_inspect_file {
     char note[256];    /* what is wrong with the file itself, "" when nothing */
 } kvs_ssd_inspect_file;
 
+/* What the stored bytes mean, from the caller: the tier stores objects as bytes, and what they hold
+ * (for kvstrata a KV object, connector/object.h) is the caller's to read. */
+typedef struct kvs_ssd_inspect_content {
+    uint64_t head_bytes; /* the first bytes of an object describe wants (fewer when shorter) */
+    /* head: the first head_len bytes of an object of object_len bytes. 1 when it is one the caller
+     * knows, with o's fingerprint, n_layers, n_tokens and codec set; 0 when not. */
+    int (*describe)(void *ctx, const uint8_t *head, uint64_t head_len, uint64_t object_len,
+                    kvs_ssd_inspect_object *o);
+    /* A whole object that describe recognised, every unit of it good (verify): 1 with a sentence
+     * in what when its own checks fail (such an object is dropped by a repair), else 0. NULL: not
+     * checked. */
+    int (*check)(void *ctx, const uint8_t *object, uint64_t len, char *what, size_t what_len);
+    void *ctx;
+} kvs_ssd_inspect_content;
+
 typedef struct kvs_ssd_inspect_options {
     int mode;         /* KVS_SSD_INSPECT_* */
     const char *tier; /* only this tier's files (kvstrata-<tier>.data); NULL: every one found */
@@ -89,6 +113,7 @@ typedef struct kvs_ssd_inspect_options {
     void (*on_object)(void *ctx, const kvs_ssd_inspect_object *o);
     void (*on_damage)(void *ctx, const kvs_ssd_inspect_damage *d);
     void *ctx;
+    const kvs_ssd_inspect_content *content; /* NULL: every object is bytes (kv stays 0) */
 } kvs_ssd_inspect_options;
 
 typedef struct kvs_ssd_inspect_report {
@@ -104,8 +129,9 @@ typedef struct kvs_ssd_inspect_report {
     int in_use;             /* some file was locked by a running tier */
 } kvs_ssd_inspect_report;
 
-/* Inspect the data files in paths (each a tier directory, or a data file itself). Files of one
- * tier (same name) are read together, as the tier reads its paths. KVS_OK when every file could be
+/* Inspect the data files in paths (each a tier directory, or a data file itself; a file reached
+ * twice, through a link or as a directory and its file, is read once). Files of one tier (same
+ * name) are read together, as the tier reads its paths. KVS_OK when every file could be
  * read (damage is counted in the report, not a failure); KVS_ESTATE for a repair refused because a
  * process holds the tier; KVS_EIO, KVS_ENOTFOUND (no data file), KVS_ENOMEM otherwise; a sentence
  * in err either way ("" when none). out is large: allocate it. */

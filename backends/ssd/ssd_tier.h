@@ -75,7 +75,7 @@ typedef struct ssd_path {
 typedef struct ssd_read_call ssd_read_call; /* ssd_read.c */
 
 typedef struct ssd_tier {
-    char tier_name[96];
+    char tier_name[SSD_TIER_NAME_KEPT];
     uint64_t stripe_bytes, slot_bytes, max_object_bytes, io_timeout_ms;
     uint32_t replicas, n_paths, queue_depth;
     ssd_path paths[SSD_MAX_PATHS];

@@ -154,6 +154,32 @@ class Check(Dirs, unittest.TestCase):
         self.assertTrue(problems[0].startswith(other + ":5:15: key 'tiers[0].capacity'"),
                         problems[0])
 
+    def test_an_ssd_path_per_rank_and_a_tier_name_its_file_does_not_keep(self):
+        """{rank} in a path is the --rank given; the data file probed is the one the tier itself
+        names (a leading '.' made '_'), found here in use by the store that holds it."""
+        d = self.tmpdir()
+        os.mkdir(os.path.join(d, "r0"))
+        os.mkdir(os.path.join(d, "r3"))
+        tier = ".disk-1"
+        held = self.yaml(f"version: 1\ntiers:\n  - name: '{tier}'\n    type: ssd\n"
+                         f"    capacity: 16MiB\n    paths: [{d}/r3]\n")
+        self.holder(held, 2, 30000)
+        self.assertEqual(os.listdir(os.path.join(d, "r3")), ["kvstrata-_disk-1.data"])
+        cfg = self.yaml(f"version: 1\ntiers:\n  - name: '{tier}'\n    type: ssd\n"
+                        f"    capacity: 16MiB\n    paths: ['{d}/r{{rank}}']\n", d)
+        rc, out, err = run_cli("check", "--json", "--rank", "3", cfg)
+        self.assertEqual(rc, 0, out + err)
+        t = json.loads(out)["tiers"][0]
+        self.assertEqual(t["state"], "in use")
+        self.assertIn(f"{d}/r3: data file of", t["detail"])
+        self.assertIn("open in a running process", t["detail"])
+        rc, out, err = run_cli("check", "--json", cfg)  # rank 0: its directory holds no file yet
+        self.assertEqual(rc, 0, out + err)
+        t = json.loads(out)["tiers"][0]
+        self.assertEqual(t["state"], "ok")
+        self.assertNotIn("data file", t["detail"])
+        self.assertIn(f"{d}/r0:", t["detail"])
+
     def test_a_redis_server_nobody_listens_on_is_a_problem_at_its_nodes(self):
         with socket.socket() as s:  # a port nothing listens on (bound, never listening)
             s.bind(("127.0.0.1", 0))
@@ -294,6 +320,24 @@ class Stats(Dirs, unittest.TestCase):
         self.assertEqual((closed["tiers"][0]["objects"], closed["tiers"][0]["bytes"]),
                          (u.objects, u.bytes))
         self.assertEqual(held["objects"], 6)
+
+    def test_an_ssd_path_per_rank_is_read_for_the_rank_given(self):
+        d = self.tmpdir()
+        os.mkdir(os.path.join(d, "r0"))
+        os.mkdir(os.path.join(d, "r2"))
+        tier = ".disk-2"
+        held = self.yaml(f"version: 1\ntiers:\n  - name: '{tier}'\n    type: ssd\n"
+                         f"    capacity: 16MiB\n    paths: [{d}/r2]\n")
+        _, p = self.holder(held, 4, 30000)
+        p.stdin.close()
+        p.wait(20)
+        cfg = self.yaml(f"version: 1\ntiers:\n  - name: '{tier}'\n    type: ssd\n"
+                        f"    capacity: 16MiB\n    paths: ['{d}/r{{rank}}']\n", d)
+        self.assertEqual(self.stats(cfg, "--rank", "2")["tiers"][0]["objects"], 4)
+        rank0 = self.stats(cfg)["tiers"][0]  # the default rank, 0: nothing written there yet
+        self.assertEqual(rank0["objects"], 0)
+        self.assertIn("no data file yet", rank0["note"])
+        self.assertEqual(run_cli("stats", "--rank", "x", cfg)[0], 2)
 
     def test_watch_refreshes_and_an_unreachable_endpoint_is_exit_1(self):
         cfg = self.deployment()

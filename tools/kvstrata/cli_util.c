@@ -1,6 +1,7 @@
 #include "cli_util.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -69,6 +70,38 @@ void cli_json_string(FILE *out, const char *s) {
             fputc(*p, out);
     }
     fputc('"', out);
+}
+
+char *cli_with_rank(const char *value, int32_t rank) {
+    char num[16];
+    size_t num_len = (size_t)snprintf(num, sizeof num, "%d", (int)rank), n = 0;
+    for (const char *p = value; (p = strstr(p, "{rank}")) != NULL; p += 6) n++;
+    char *out = malloc(strlen(value) + n * num_len + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    for (const char *p = value; *p;) {
+        if (!strncmp(p, "{rank}", 6)) {
+            memcpy(out + o, num, num_len);
+            o += num_len;
+            p += 6;
+        } else {
+            out[o++] = *p++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+int cli_parse_rank(const char *cmd, const char *text, int32_t *rank) {
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < 0 || v > 65535) {
+        fprintf(stderr, "kvstrata %s: --rank takes a rank from 0 to 65535, not '%s'\n", cmd, text);
+        return -1;
+    }
+    *rank = (int32_t)v;
+    return 0;
 }
 
 int cli_is_file(const char *s) {

@@ -21,6 +21,11 @@ int cli_free_bytes(const char *path, uint64_t *free_bytes);
 uint64_t cli_mem_available(void);
 /* s as a JSON string, quotes included. */
 void cli_json_string(FILE *out, const char *s);
+/* value with each {rank} replaced by rank, as the connector reads a tier's options for a worker of
+ * that tensor-parallel rank; malloc'd (free it), NULL when out of memory. */
+char *cli_with_rank(const char *value, int32_t rank);
+/* --rank's value: a number from 0 to 65535 into *rank; -1 (said on stderr as cmd's) when not. */
+int cli_parse_rank(const char *cmd, const char *text, int32_t *rank);
 /* 1 when s names an existing regular file. */
 int cli_is_file(const char *s);
 

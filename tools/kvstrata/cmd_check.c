@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "backends/dram/dram.h"
+#include "backends/ssd/ssd_inspect.h"
 #include "cli_util.h"
 #include "common/errno_name.h"
 #include "common/log.h"
@@ -140,52 +141,68 @@ static int data_file_in_use(const char *file) {
     return rc == 0 ? 0 : (err == EWOULDBLOCK ? 1 : -1);
 }
 
+/* Path k of ssd tier i, dir ({rank} already replaced), whose share of the capacity is share: a
+ * writable directory with room for it; a data file there is probed for a running owner. */
+static void check_ssd_path(check_run *r, size_t i, uint32_t k, const char *dir, uint64_t share,
+                           uint32_t *in_use) {
+    const kvs_tier_config *tc = &r->cfg->tiers[i];
+    tier_report *t = &r->tiers[i];
+    char a[32], b[32], key[32], name[256];
+    snprintf(key, sizeof key, "path[%u]", k);
+    struct stat sb;
+    char file[KVS_PATH_MAX + 300];
+    kvs_ssd_data_file_name(tc->name, name, sizeof name);
+    snprintf(file, sizeof file, "%s/%s", dir, name);
+    uint64_t existing = 0;
+    if (stat(dir, &sb) != 0) {
+        problem(r, i, key, "%s cannot be used (%s): the tier does not create its directories", dir,
+                kvs_errno_name(errno));
+        return;
+    } else if (!S_ISDIR(sb.st_mode)) {
+        problem(r, i, key, "%s is not a directory", dir);
+        return;
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        problem(r, i, key, "%s is not writable by this user (%s)", dir, kvs_errno_name(errno));
+        return;
+    } else if (stat(file, &sb) == 0) {
+        existing = (uint64_t)sb.st_size;
+        int used = data_file_in_use(file);
+        *in_use += used == 1;
+        detail(t, "%s: data file of %s%s", dir, bytes(a, sizeof a, existing),
+               used == 1 ? ", open in a running process" : "");
+    }
+    uint64_t free_bytes = 0;
+    if (cli_free_bytes(dir, &free_bytes) != 0) {
+        problem(r, i, key, "cannot tell the free space of %s (%s)", dir, kvs_errno_name(errno));
+        return;
+    }
+    if (free_bytes + existing < share)
+        problem(r, i, key,
+                "%s has %s free; this path's share of the capacity is %s (the tier marks "
+                "the path full at its first ENOSPC and serves less)",
+                dir, bytes(a, sizeof a, free_bytes + existing), bytes(b, sizeof b, share));
+    else
+        detail(t, "%s: %s free for a share of %s", dir, bytes(a, sizeof a, free_bytes),
+               bytes(b, sizeof b, share));
+}
+
 /* An ssd tier: each path a writable directory (or one that can be made) with room for its share;
- * data files that exist are probed for a running owner, never opened for writing. */
+ * data files that exist are probed for a running owner, never opened for writing. Paths are read
+ * as the tier of --rank reads them ({rank} replaced). */
 static void check_ssd(check_run *r, size_t i) {
     const kvs_tier_config *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
     uint32_t n = cli_tier_list_count(tc, "path");
-    char a[32], b[32], key[32];
     uint64_t share = n ? tc->capacity_bytes / n : 0;
     uint32_t in_use = 0;
     for (uint32_t k = 0; k < n; k++) {
-        const char *dir = cli_tier_option(tc, "path", (int)k);
-        snprintf(key, sizeof key, "path[%u]", k);
-        struct stat sb;
-        char file[KVS_PATH_MAX + 128];
-        snprintf(file, sizeof file, "%s/kvstrata-%s.data", dir, tc->name);
-        uint64_t existing = 0;
-        if (stat(dir, &sb) != 0) {
-            problem(r, i, key, "%s cannot be used (%s): the tier does not create its directories",
-                    dir, kvs_errno_name(errno));
-            continue;
-        } else if (!S_ISDIR(sb.st_mode)) {
-            problem(r, i, key, "%s is not a directory", dir);
-            continue;
-        } else if (access(dir, W_OK | X_OK) != 0) {
-            problem(r, i, key, "%s is not writable by this user (%s)", dir, kvs_errno_name(errno));
-            continue;
-        } else if (stat(file, &sb) == 0) {
-            existing = (uint64_t)sb.st_size;
-            int used = data_file_in_use(file);
-            in_use += used == 1;
-            detail(t, "%s: data file of %s%s", dir, bytes(a, sizeof a, existing),
-                   used == 1 ? ", open in a running process" : "");
+        char *dir = cli_with_rank(cli_tier_option(tc, "path", (int)k), r->rank);
+        if (!dir) {
+            problem(r, i, "path", "out of memory");
+            break;
         }
-        uint64_t free_bytes = 0;
-        if (cli_free_bytes(dir, &free_bytes) != 0) {
-            problem(r, i, key, "cannot tell the free space of %s (%s)", dir, kvs_errno_name(errno));
-            continue;
-        }
-        if (free_bytes + existing < share)
-            problem(r, i, key,
-                    "%s has %s free; this path's share of the capacity is %s (the tier marks "
-                    "the path full at its first ENOSPC and serves less)",
-                    dir, bytes(a, sizeof a, free_bytes + existing), bytes(b, sizeof b, share));
-        else
-            detail(t, "%s: %s free for a share of %s", dir, bytes(a, sizeof a, free_bytes),
-                   bytes(b, sizeof b, share));
+        check_ssd_path(r, i, k, dir, share, &in_use);
+        free(dir);
     }
     if (!t->state[0]) snprintf(t->state, sizeof t->state, in_use ? "in use" : "ok");
 }

@@ -8,10 +8,12 @@
 #include <time.h>
 
 #include "backends/ssd/ssd_inspect.h"
+#include "cli_util.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "connector/config.h"
+#include "inspect_kv.h"
 #include "kvstrata_cmd.h"
 
 #define DEFAULT_LIMIT 20
@@ -21,13 +23,15 @@ static void usage(FILE *out) {
     fprintf(
         out,
         "usage: kvstrata inspect ssd [OPTIONS] PATH...\n"
-        "       kvstrata inspect ssd [OPTIONS] --config FILE --tier NAME\n\n"
+        "       kvstrata inspect ssd [OPTIONS] --config FILE --tier NAME [--rank N]\n\n"
         "What an SSD tier's directories hold: its objects (key, size, the model fingerprint\n"
         "they were saved under, age, where), per fingerprint and per path. PATH is a\n"
         "directory of the tier's `paths:` (or one data file); give every path of the tier,\n"
         "since an object's units are spread over them.\n\n"
         "  --config FILE   take the paths from the ssd tier NAME of this YAML file\n"
         "  --tier NAME     only this tier's files (default: every kvstrata-*.data found)\n"
+        "  --rank N        with --config: the tensor-parallel rank {rank} in its paths stands\n"
+        "                  for (default 0)\n"
         "  --verify        read every object and check its checksums; changes nothing\n"
         "  --repair        verify, then drop what is damaged as the tier would (refused while\n"
         "                  a process has the tier open)\n"
@@ -182,8 +186,10 @@ static void damage_cb(void *ctx, const kvs_ssd_inspect_damage *d) {
     on_damage(((both_ctx *)ctx)->d, d);
 }
 
-static int paths_from_config(const char *file, const char *tier, const char **paths,
-                             uint32_t *n_paths, kvs_config **cfg_out) {
+/* The paths of ssd tier `tier` of config file, {rank} replaced by rank as the tier replaces it;
+ * each malloc'd into paths. */
+static int paths_from_config(const char *file, const char *tier, int32_t rank, char **paths,
+                             uint32_t *n_paths) {
     char err[1024];
     kvs_config *cfg = NULL;
     if (kvs_config_load(file, &cfg, err, sizeof err) != KVS_OK) {
@@ -199,9 +205,16 @@ static int paths_from_config(const char *file, const char *tier, const char **pa
             kvs_config_free(cfg);
             return -1;
         }
-        for (size_t o = 0; o < tc->n_options && *n_paths < MAX_PATHS; o++)
-            if (!strcmp(tc->options[o].key, "path")) paths[(*n_paths)++] = tc->options[o].value;
-        *cfg_out = cfg;
+        for (size_t o = 0; o < tc->n_options && *n_paths < MAX_PATHS; o++) {
+            if (strcmp(tc->options[o].key, "path") != 0) continue;
+            if (!(paths[*n_paths] = cli_with_rank(tc->options[o].value, rank))) {
+                fprintf(stderr, "kvstrata inspect: out of memory\n");
+                kvs_config_free(cfg);
+                return -1;
+            }
+            (*n_paths)++;
+        }
+        kvs_config_free(cfg);
         return 0;
     }
     fprintf(stderr, "kvstrata inspect: %s has no tier named \"%s\"\n", file, tier);
@@ -245,7 +258,10 @@ static void print_text(const kvs_ssd_inspect_report *rep, const printer *p, cons
         for (size_t i = 0; i < dl->n; i++) {
             const kvs_ssd_inspect_damage *d = &dl->items[i];
             printf("%s offset %llu: %s%s\n", rep->files[d->file].path,
-                   (unsigned long long)d->offset, d->what, d->dropped ? "; dropped" : "");
+                   (unsigned long long)d->offset, d->what,
+                   !d->dropped      ? ""
+                   : d->object_kept ? "; this copy retired, the object kept"
+                                    : "; dropped");
         }
         if (dl->total > dl->n)
             printf("... %llu more (--list for all)\n", (unsigned long long)(dl->total - dl->n));
@@ -318,7 +334,8 @@ static void print_json(const kvs_ssd_inspect_report *rep, const printer *p, cons
         }
         printf(", \"what\": ");
         json_string(d->what);
-        printf(", \"dropped\": %s}", d->dropped ? "true" : "false");
+        printf(", \"dropped\": %s, \"object_kept\": %s}", d->dropped ? "true" : "false",
+               d->object_kept ? "true" : "false");
     }
     printf("\n  ],\n  \"summary\": {\"mode\": \"%s\", \"objects\": %llu, \"bytes\": %llu, "
            "\"capacity\": %llu, \"damaged\": %llu, \"dropped\": %llu, \"damage_reports\": %llu, "
@@ -340,17 +357,15 @@ static void print_json(const kvs_ssd_inspect_report *rep, const printer *p, cons
 }
 
 static int inspect_ssd(int argc, char **argv) {
-    static const struct option long_opts[] = {{"config", required_argument, NULL, 'c'},
-                                              {"tier", required_argument, NULL, 't'},
-                                              {"verify", no_argument, NULL, 'v'},
-                                              {"repair", no_argument, NULL, 'r'},
-                                              {"list", no_argument, NULL, 'l'},
-                                              {"limit", required_argument, NULL, 'n'},
-                                              {"json", no_argument, NULL, 'j'},
-                                              {"help", no_argument, NULL, 'h'},
-                                              {NULL, 0, NULL, 0}};
+    static const struct option long_opts[] = {
+        {"config", required_argument, NULL, 'c'}, {"tier", required_argument, NULL, 't'},
+        {"rank", required_argument, NULL, 'k'},   {"verify", no_argument, NULL, 'v'},
+        {"repair", no_argument, NULL, 'r'},       {"list", no_argument, NULL, 'l'},
+        {"limit", required_argument, NULL, 'n'},  {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     const char *config = NULL, *tier = NULL;
-    int mode = KVS_SSD_INSPECT_LIST, json = 0;
+    int mode = KVS_SSD_INSPECT_LIST, json = 0, rank_given = 0;
+    int32_t rank = 0;
     uint64_t limit = DEFAULT_LIMIT;
     optind = 1;
     int c;
@@ -358,6 +373,10 @@ static int inspect_ssd(int argc, char **argv) {
         switch (c) {
             case 'c': config = optarg; break;
             case 't': tier = optarg; break;
+            case 'k':
+                if (cli_parse_rank("inspect", optarg, &rank) != 0) return 2;
+                rank_given = 1;
+                break;
             case 'v':
                 if (mode != KVS_SSD_INSPECT_REPAIR) mode = KVS_SSD_INSPECT_VERIFY;
                 break;
@@ -378,8 +397,12 @@ static int inspect_ssd(int argc, char **argv) {
         }
     }
     const char *paths[MAX_PATHS];
-    uint32_t n_paths = 0;
-    kvs_config *cfg = NULL;
+    char *owned[MAX_PATHS]; /* the paths of --config, {rank} replaced */
+    uint32_t n_paths = 0, n_owned = 0;
+    if (rank_given && !config) {
+        fprintf(stderr, "kvstrata inspect: --rank goes with --config (give PATHs as they are)\n");
+        return 2;
+    }
     if (config) {
         if (!tier) {
             fprintf(stderr, "kvstrata inspect: --config needs --tier NAME (the ssd tier)\n");
@@ -389,20 +412,24 @@ static int inspect_ssd(int argc, char **argv) {
             fprintf(stderr, "kvstrata inspect: give paths or --config, not both\n");
             return 2;
         }
-        if (paths_from_config(config, tier, paths, &n_paths, &cfg) != 0) return 2;
+        if (paths_from_config(config, tier, rank, owned, &n_owned) != 0) {
+            for (uint32_t i = 0; i < n_owned; i++) free(owned[i]);
+            return 2;
+        }
+        for (uint32_t i = 0; i < n_owned; i++) paths[n_paths++] = owned[i];
     } else {
         for (int i = optind; i < argc && n_paths < MAX_PATHS; i++) paths[n_paths++] = argv[i];
     }
     if (n_paths == 0) {
         usage(stderr);
-        kvs_config_free(cfg);
+        for (uint32_t i = 0; i < n_owned; i++) free(owned[i]);
         return 2;
     }
 
     kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
     if (!rep) {
         fprintf(stderr, "kvstrata inspect: out of memory\n");
-        kvs_config_free(cfg);
+        for (uint32_t i = 0; i < n_owned; i++) free(owned[i]);
         return 1;
     }
     struct timespec now;
@@ -423,7 +450,8 @@ static int inspect_ssd(int argc, char **argv) {
                                    .progress = mode != KVS_SSD_INSPECT_LIST ? &progress : NULL,
                                    .on_object = object_cb,
                                    .on_damage = damage_cb,
-                                   .ctx = &both};
+                                   .ctx = &both,
+                                   .content = cli_inspect_kv_content()};
     if (json) printf("{\n  \"objects\": [");
     char err[1024];
     kvs_status rc = kvs_ssd_inspect_run(paths, n_paths, &opt, rep, err, sizeof err);
@@ -448,7 +476,7 @@ static int inspect_ssd(int argc, char **argv) {
     free(pr.fps);
     free(dl.items);
     free(rep);
-    kvs_config_free(cfg);
+    for (uint32_t i = 0; i < n_owned; i++) free(owned[i]);
     return status;
 }
 

@@ -186,8 +186,8 @@ static int take_text(view *v, const char *text, size_t len, const char *source) 
     return 0;
 }
 
-/* Tier i's contents, read in place. */
-static void contents_of(view *v, const kvs_config *cfg, size_t i) {
+/* Tier i's contents read in place, its paths as the tier of rank reads them ({rank} replaced). */
+static void contents_of(view *v, const kvs_config *cfg, size_t i, int32_t rank) {
     const kvs_tier_config *tc = &cfg->tiers[i];
     tier_row *t = tier_of(v, tc->name);
     if (!t) return;
@@ -211,15 +211,18 @@ static void contents_of(view *v, const kvs_config *cfg, size_t i) {
             snprintf(t->note, sizeof t->note, "%s", err);
         }
     } else if (!strcmp(tc->type, "ssd")) {
-        uint32_t n = cli_tier_list_count(tc, "path");
-        const char *paths[KVS_CONFIG_MAX_OPTIONS];
-        for (uint32_t k = 0; k < n && k < KVS_CONFIG_MAX_OPTIONS; k++)
-            paths[k] = cli_tier_option(tc, "path", (int)k);
+        uint32_t n = cli_tier_list_count(tc, "path"), n_ok = 0;
+        char *paths[KVS_CONFIG_MAX_OPTIONS];
+        if (n > KVS_CONFIG_MAX_OPTIONS) n = KVS_CONFIG_MAX_OPTIONS;
+        for (uint32_t k = 0; k < n; k++)
+            n_ok += (paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), rank)) != NULL;
         /* this tier's files only (other tiers may share the directories) */
         kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
         kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
-        kvs_status st =
-            rep ? kvs_ssd_inspect_run(paths, n, &opt, rep, err, sizeof err) : KVS_ENOMEM;
+        kvs_status st = rep && n_ok == n ? kvs_ssd_inspect_run((const char *const *)paths, n, &opt,
+                                                               rep, err, sizeof err)
+                                         : KVS_ENOMEM;
+        for (uint32_t k = 0; k < n; k++) free(paths[k]);
         if (st == KVS_OK) {
             t->objects = (double)rep->objects;
             t->bytes = (double)rep->bytes;
@@ -237,7 +240,7 @@ static void contents_of(view *v, const kvs_config *cfg, size_t i) {
         free(rep);
     } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
         kvs_tier_chain *chain = NULL;
-        if (cli_open_tier(cfg, i, 16ull << 20, 0, &chain, err, sizeof err) != KVS_OK) {
+        if (cli_open_tier(cfg, i, 16ull << 20, rank, &chain, err, sizeof err) != KVS_OK) {
             snprintf(t->note, sizeof t->note, "%s", err);
             return;
         }
@@ -271,7 +274,8 @@ static double now_s(void) {
 }
 
 /* Fill v from target (a config file or an endpoint). 0, or -1 when nothing could be read. */
-static int gather(view *v, const char *target, const kvs_config *cfg, int timeout_ms) {
+static int gather(view *v, const char *target, const kvs_config *cfg, int timeout_ms,
+                  int32_t rank) {
     memset(v, 0, sizeof *v);
     v->when = now_s();
     char err[1024] = "";
@@ -296,7 +300,7 @@ static int gather(view *v, const char *target, const kvs_config *cfg, int timeou
     } else {
         snprintf(v->counters_note, sizeof v->counters_note, "no counters: %s", err);
     }
-    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, cfg, i);
+    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, cfg, i, rank);
     return 0;
 }
 
@@ -534,6 +538,7 @@ static void on_interrupt(int sig) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: kvstrata stats CONFIG|ENDPOINT [--json] [--watch [SECONDS]] [--count N]\n"
+            "                      [--rank N]\n"
             "  CONFIG    a deployment's YAML: its processes' counters from the metrics segment\n"
             "            its `metrics:` section names, and each tier's contents read in place\n"
             "            (a shared DRAM tier, an SSD tier's directory, Redis, kvstrata-nodes)\n"
@@ -543,15 +548,21 @@ static void usage(FILE *out) {
             "  --watch [S]      refresh every S seconds (default 2) until interrupted\n"
             "  --count N        with --watch: stop after N refreshes\n"
             "  --timeout-ms N   bound on reaching an endpoint (default 2000)\n"
+            "  --rank N         the tensor-parallel rank {rank} in a tier's options stands for\n"
+            "                   (default 0)\n"
             "Exit status: 0 read, 1 nothing could be read, 2 usage.\n");
 }
 
 int kvs_cmd_stats(int argc, char **argv) {
-    static const struct option longs[] = {
-        {"json", no_argument, NULL, 'j'},        {"watch", optional_argument, NULL, 'w'},
-        {"count", required_argument, NULL, 'c'}, {"timeout-ms", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {{"json", no_argument, NULL, 'j'},
+                                          {"watch", optional_argument, NULL, 'w'},
+                                          {"count", required_argument, NULL, 'c'},
+                                          {"timeout-ms", required_argument, NULL, 't'},
+                                          {"rank", required_argument, NULL, 'r'},
+                                          {"help", no_argument, NULL, 'h'},
+                                          {NULL, 0, NULL, 0}};
     int json = 0, opt, timeout_ms = 2000;
+    int32_t rank = 0;
     double interval = 0;
     long count = 0;
     optind = 1;
@@ -571,6 +582,9 @@ int kvs_cmd_stats(int argc, char **argv) {
                 break;
             case 'c': count = atol(optarg); break;
             case 't': timeout_ms = atoi(optarg); break;
+            case 'r':
+                if (cli_parse_rank("stats", optarg, &rank) != 0) return 2;
+                break;
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return 2;
         }
@@ -598,7 +612,7 @@ int kvs_cmd_stats(int argc, char **argv) {
     int tty = isatty(STDOUT_FILENO), rc = 0;
     for (long round = 0;; round++) {
         view *cur = &v[round % 2], *prev = round ? &v[(round + 1) % 2] : NULL;
-        if (gather(cur, target, cfg, timeout_ms) != 0) {
+        if (gather(cur, target, cfg, timeout_ms, rank) != 0) {
             rc = 1;
             if (!interval) break;
         } else if (json) {
