@@ -24,6 +24,7 @@
 #define KVS_SERVER_MAX_TENANTS 256  /* entries of `node.tenants` */
 #define KVS_SERVER_TENANT_MAX  64   /* bytes of a tenant name (the wire's limit) */
 #define KVS_SERVER_PATH_MAX    4096 /* bytes of a path, with its NUL */
+#define KVS_SERVER_MAX_OPTIONS 256  /* entries in one tier's options (paths and nodes included) */
 
 typedef struct kvs_server_config kvs_server_config; /* a loaded configuration file */
 typedef struct kvs_tier_chain kvs_server_tiers;     /* its tiers, opened (the connector's chain) */
@@ -150,5 +151,19 @@ const char *kvs_server_tiers_last_error(const kvs_server_tiers *tiers, uint32_t 
  * segment yet. */
 kvs_status kvs_server_metrics_render(const kvs_server_config *cfg, char **text, size_t *len,
                                      char *err, size_t err_len);
+
+/* What a stored object is to the connector, read from its bytes (a tier stores bytes): a KV
+ * object's model fingerprint (its namespace), layers, tokens and codec. */
+typedef struct kvs_server_object_info {
+    kvs_key fingerprint;
+    uint32_t n_layers, n_tokens, codec;
+} kvs_server_object_info;
+/* How many of an object's first bytes kvs_server_object_describe reads. */
+uint64_t kvs_server_object_head_bytes(void);
+/* 1 when head[0..head_len) starts a KV object, with *out filled; 0 when it is some other bytes. */
+int kvs_server_object_describe(const void *head, uint64_t head_len, kvs_server_object_info *out);
+/* A whole KV object's own checks (its header's geometry and checksum, each layer's checksum): 0
+ * when sound, 1 with a sentence in what at the first that fails. */
+int kvs_server_object_check(const void *object, uint64_t len, char *what, size_t what_len);
 
 #endif

@@ -3,37 +3,13 @@
 #include "config_metrics.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "common/log.h"
+#include "common/metrics.h"
 
 static const char *const METRICS_KEYS[] = {"listen", "name"};
 enum { MK_LISTEN, MK_NAME, MK_COUNT };
-
-int kvs_metrics_check_listen(const char *listen, char *why, size_t why_len) {
-    const char *colon = strrchr(listen, ':');
-    char *end = NULL;
-    unsigned long port = colon && colon[1] ? strtoul(colon + 1, &end, 10) : 0;
-    if (!colon || colon == listen || !colon[1] || *end || port == 0 || port > 65535) {
-        snprintf(why, why_len, "expected HOST:PORT (port 1..65535), found '%s'", listen);
-        return -1;
-    }
-    return 0;
-}
-
-static int name_char_ok(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_' || c == '.';
-}
-
-void kvs_metrics_default_name(const char *listen, char *out, size_t cap) {
-    char host_port[128];
-    size_t n = 0;
-    for (const char *p = listen; *p && n + 1 < sizeof host_port; p++)
-        host_port[n++] = name_char_ok(*p) ? *p : '_';
-    host_port[n] = '\0';
-    snprintf(out, cap, "kvs%u-%s", (unsigned)getuid(), host_port);
-}
 
 kvs_status kvs_config_parse_metrics(const kvs_yaml_ctx *ctx, const kvs_yaml_node *v,
                                     kvs_config *cfg) {
@@ -53,7 +29,7 @@ kvs_status kvs_config_parse_metrics(const kvs_yaml_ctx *ctx, const kvs_yaml_node
         st = kvs_yaml_get_text(ctx, values[MK_NAME], "metrics.name", cfg->metrics.name,
                                sizeof cfg->metrics.name);
         for (const char *p = cfg->metrics.name; st == KVS_OK && *p; p++)
-            if (!name_char_ok(*p))
+            if (!kvs_metrics_name_char_ok(*p))
                 st = kvs_yaml_fail(ctx, values[MK_NAME], "metrics.name",
                                    "'%s' has a character other than letters, digits, '-', '_' "
                                    "and '.'",
@@ -67,4 +43,15 @@ kvs_status kvs_config_parse_metrics(const kvs_yaml_ctx *ctx, const kvs_yaml_node
     cfg->metrics.enabled = 1;
     cfg->metrics.at = (kvs_config_at){v->line, v->column};
     return KVS_OK;
+}
+
+kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t *len, char *err,
+                                     size_t err_len) {
+    if (!cfg || !text || !len) return kvs_fmt(err, err_len, "metrics: NULL argument"), KVS_EINVAL;
+    *text = NULL;
+    *len = 0;
+    if (!cfg->metrics.enabled)
+        return kvs_fmt(err, err_len, "%s has no `metrics:` section (metrics are off)", cfg->source),
+               KVS_ENOTFOUND;
+    return kvs_metrics_render_named(cfg->metrics.name, text, len, err, err_len);
 }

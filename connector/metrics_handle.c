@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "metrics.h"
+#include "common/metrics.h"
 #include "worker_saver.h"
 
 /* The tenant option of the handle's remote or redis tier, "" when none. */

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
 #include "config.h"
 #include "config_metrics.h"
-#include "metrics.h"
 #include "tiers.h"
 
 struct kvs_server_config {
@@ -24,6 +24,7 @@ _Static_assert(KVS_SERVER_MAX_TIERS == KVS_CONFIG_MAX_TIERS, "tiers");
 _Static_assert(KVS_SERVER_MAX_TENANTS == KVS_CONFIG_MAX_TENANTS, "tenants");
 _Static_assert(KVS_SERVER_TENANT_MAX == KVS_CONFIG_TENANT_MAX, "tenant name");
 _Static_assert(KVS_SERVER_PATH_MAX == KVS_PATH_MAX, "path");
+_Static_assert(KVS_SERVER_MAX_OPTIONS == KVS_CONFIG_MAX_OPTIONS, "options");
 _Static_assert(sizeof(((kvs_server_settings *)0)->node.listen) ==
                    sizeof(((kvs_config *)0)->node.listen),
                "listen");

@@ -1,4 +1,4 @@
-/* test_metrics.c - the metrics segment and endpoint (connector/metrics*.c): two processes' counters
+/* test_metrics.c - the metrics segment and endpoint (common/metrics*.c): two processes' counters
  * add up, a killed process's counts stay, the `metrics:` keys and their refusals, the HTTP server
  * moving to another process when the serving one exits, and bad clients (too large, garbage, silent)
  * never stopping it from answering the next one. */
@@ -19,10 +19,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/metrics.h"
+#include "common/metrics_render.h"
+#include "common/metrics_seg.h"
 #include "connector/config.h"
-#include "connector/metrics.h"
-#include "connector/metrics_render.h"
-#include "connector/metrics_seg.h"
 
 static char g_name[64];
 

@@ -1,4 +1,4 @@
-/* test_metrics_shm.c - the metrics segment on a full /dev/shm (connector/metrics_seg.c): opening it
+/* test_metrics_shm.c - the metrics segment on a full /dev/shm (common/metrics_seg.c): opening it
  * turns metrics off with an error (no SIGBUS inside the caller, nothing left behind), and a segment
  * a creator left sized without its header is created again rather than refused for good.
  *
@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "connector/metrics.h"
-#include "connector/metrics_seg.h"
+#include "common/metrics.h"
+#include "common/metrics_seg.h"
 
 #define SKIP 77
 

@@ -1,10 +1,10 @@
-/* store_metrics.c - what a store publishes into its instance's metrics segment (connector/metrics.h):
+/* store_metrics.c - what a store publishes into its instance's metrics segment (common/metrics.h):
  * its counters, which are relaxed atomics, read by the instance thread every KVS_METRICS_POLL_MS,
  * so nothing is added to the store's own calls, and the usage of its tiers that answer locally. */
 #include <stdio.h>
 #include <string.h>
 
-#include "connector/metrics.h"
+#include "common/metrics.h"
 #include "store_state.h"
 
 /* A tier whose usage is a round trip to its servers (Redis DBSIZE, a node's JOB_STATS): never asked

@@ -10,16 +10,16 @@
 #include "backends/ucx/remote.h"
 #include "common/log.h"
 
-const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth) {
+const char *cli_tier_option(const kvs_server_tier *tc, const char *key, int nth) {
     for (size_t i = 0; i < tc->n_options; i++) {
-        const kvs_config_option *o = &tc->options[i];
+        const kvs_server_option *o = &tc->options[i];
         if (strcmp(o->key, key) != 0) continue;
         if (nth < 0 || o->list_index == nth) return o->value;
     }
     return NULL;
 }
 
-uint32_t cli_tier_list_count(const kvs_tier_config *tc, const char *key) {
+uint32_t cli_tier_list_count(const kvs_server_tier *tc, const char *key) {
     uint32_t n = 0;
     for (size_t i = 0; i < tc->n_options; i++)
         if (!strcmp(tc->options[i].key, key) && tc->options[i].list_index >= 0) n++;
@@ -27,7 +27,7 @@ uint32_t cli_tier_list_count(const kvs_tier_config *tc, const char *key) {
 }
 
 int cli_free_bytes(const char *path, uint64_t *free_bytes) {
-    char dir[KVS_PATH_MAX];
+    char dir[KVS_SERVER_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path[0] ? path : ".");
     for (;;) {
         struct statvfs sv;
@@ -109,20 +109,15 @@ int cli_is_file(const char *s) {
     return stat(s, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_bytes, int32_t rank,
-                         kvs_tier_chain **chain, char *err, size_t err_len) {
-    kvs_config one = *cfg;
-    one.tiers = &cfg->tiers[i]; /* the same entry: refusals point at the same lines */
-    one.n_tiers = 1;
-    one.log_level = KVS_LOG_ERROR; /* the callers report what went wrong, once */
-    return kvs_tiers_open_ranked(&one, max_object_bytes, NULL, NULL, 0, rank, NULL, NULL, chain,
-                                 err, err_len);
+kvs_status cli_open_tier(const kvs_server_config *cfg, size_t i, uint64_t max_object_bytes,
+                         int32_t rank, kvs_server_tiers **chain, char *err, size_t err_len) {
+    return kvs_server_tier_open(cfg, (uint32_t)i, max_object_bytes, rank, chain, err, err_len);
 }
 
-uint32_t cli_servers_down(const kvs_tier_config *tc, kvs_tier_chain *chain, uint32_t *all) {
-    void *state = kvs_tiers_state(chain, 0);
+uint32_t cli_servers_down(const kvs_server_tier *tc, kvs_server_tiers *chain, uint32_t *all) {
+    void *state = kvs_server_tiers_state(chain, 0);
     *all = 0;
-    if (kvs_tiers_degraded(chain, 0)) return 0;
+    if (kvs_server_tiers_degraded(chain, 0)[0]) return 0;
     if (!strcmp(tc->type, "redis")) {
         kvs_redis_stats_t rs;
         if (kvs_redis_stats(state, &rs) != KVS_OK) return 0;

@@ -6,14 +6,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "connector/config_types.h"
-#include "connector/tiers.h"
+#include "abi/kvstrata_server.h"
 
 /* The value of option key of tier tc (the first; for list keys such as "path", the nth with
  * list_index nth), NULL when not given. */
-const char *cli_tier_option(const kvs_tier_config *tc, const char *key, int nth);
+const char *cli_tier_option(const kvs_server_tier *tc, const char *key, int nth);
 /* How many entries list key ("path", "node") has. */
-uint32_t cli_tier_list_count(const kvs_tier_config *tc, const char *key);
+uint32_t cli_tier_list_count(const kvs_server_tier *tc, const char *key);
 /* Bytes free to an unprivileged writer on the file system holding path (or its nearest existing
  * parent); -1 with errno when none can be examined. */
 int cli_free_bytes(const char *path, uint64_t *free_bytes);
@@ -30,12 +29,12 @@ int cli_parse_rank(const char *cmd, const char *text, int32_t *rank);
 int cli_is_file(const char *s);
 
 /* Open tier i of cfg alone, through the chain the connector uses (what the tier prints goes to its
- * last error, not to stderr). KVS_OK with *chain (kvs_tiers_close it), else err says why in the
+ * last error, not to stderr). KVS_OK with *chain (kvs_server_tiers_close it), else err says why in the
  * loader's file:line:column form. */
-kvs_status cli_open_tier(const kvs_config *cfg, size_t i, uint64_t max_object_bytes, int32_t rank,
-                         kvs_tier_chain **chain, char *err, size_t err_len);
+kvs_status cli_open_tier(const kvs_server_config *cfg, size_t i, uint64_t max_object_bytes,
+                         int32_t rank, kvs_server_tiers **chain, char *err, size_t err_len);
 /* For a redis or remote tier opened by cli_open_tier: how many of its servers are down now (*all:
  * how many it has); 0 for other tiers. */
-uint32_t cli_servers_down(const kvs_tier_config *tc, kvs_tier_chain *chain, uint32_t *all);
+uint32_t cli_servers_down(const kvs_server_tier *tc, kvs_server_tiers *chain, uint32_t *all);
 
 #endif

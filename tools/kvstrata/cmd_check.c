@@ -18,8 +18,6 @@
 #include "common/errno_name.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "connector/config.h"
-#include "connector/tiers.h"
 #include "kvstrata_cmd.h"
 
 #define MAX_PROBLEMS 64
@@ -30,7 +28,8 @@ typedef struct tier_report {
 } tier_report;
 
 typedef struct check_run {
-    const kvs_config *cfg;
+    const kvs_server_config *config;
+    const kvs_server_settings *cfg; /* its settings: tiers, options */
     uint64_t max_object_bytes;
     int32_t rank;
     tier_report *tiers;
@@ -49,8 +48,8 @@ static void problem(check_run *r, size_t tier, const char *key, const char *fmt,
     vsnprintf(sentence, sizeof sentence, fmt, ap);
     va_end(ap);
     if (r->n_problems < MAX_PROBLEMS)
-        kvs_config_refuse_tier(r->cfg, tier, key, r->problems[r->n_problems++], 1024, "%s",
-                               sentence);
+        kvs_server_config_refuse(r->config, (uint32_t)tier, key, r->problems[r->n_problems++], 1024,
+                                 sentence);
     snprintf(r->tiers[tier].state, sizeof r->tiers[tier].state, "problem");
 }
 
@@ -75,7 +74,7 @@ static const char *bytes(char *buf, size_t len, uint64_t v) {
 /* A dram tier: a shared one that exists is read in place (and its geometry compared with the
  * file's); otherwise the memory it will take is compared with what the machine has. */
 static void check_dram(check_run *r, size_t i) {
-    const kvs_tier_config *tc = &r->cfg->tiers[i];
+    const kvs_server_tier *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
     char a[32], b[32], c[32];
     const char *shm = cli_tier_option(tc, "shm_name", -1);
@@ -145,12 +144,12 @@ static int data_file_in_use(const char *file) {
  * writable directory with room for it; a data file there is probed for a running owner. */
 static void check_ssd_path(check_run *r, size_t i, uint32_t k, const char *dir, uint64_t share,
                            uint32_t *in_use) {
-    const kvs_tier_config *tc = &r->cfg->tiers[i];
+    const kvs_server_tier *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
     char a[32], b[32], key[32], name[256];
     snprintf(key, sizeof key, "path[%u]", k);
     struct stat sb;
-    char file[KVS_PATH_MAX + 300];
+    char file[KVS_SERVER_PATH_MAX + 300];
     kvs_ssd_data_file_name(tc->name, name, sizeof name);
     snprintf(file, sizeof file, "%s/%s", dir, name);
     uint64_t existing = 0;
@@ -190,7 +189,7 @@ static void check_ssd_path(check_run *r, size_t i, uint32_t k, const char *dir, 
  * data files that exist are probed for a running owner, never opened for writing. Paths are read
  * as the tier of --rank reads them ({rank} replaced). */
 static void check_ssd(check_run *r, size_t i) {
-    const kvs_tier_config *tc = &r->cfg->tiers[i];
+    const kvs_server_tier *tc = &r->cfg->tiers[i];
     tier_report *t = &r->tiers[i];
     uint32_t n = cli_tier_list_count(tc, "path");
     uint64_t share = n ? tc->capacity_bytes / n : 0;
@@ -209,44 +208,45 @@ static void check_ssd(check_run *r, size_t i) {
 
 /* A tier that opens with its servers down (redis, remote) serves misses until they come back: at
  * check time that is a problem. */
-static void unreachable(check_run *r, size_t i, kvs_tier_chain *chain) {
+static void unreachable(check_run *r, size_t i, kvs_server_tiers *chain) {
     uint32_t all = 0, down = cli_servers_down(&r->cfg->tiers[i], chain, &all);
     if (down)
         problem(r, i, "nodes", "%u of %u servers cannot be reached now (their keys are misses): %s",
-                down, all, kvs_tiers_last_error(chain, 0));
+                down, all, kvs_server_tiers_last_error(chain, 0));
 }
 
 /* Any other tier is opened alone, through the chain the connector uses, and closed again. */
 static void check_open(check_run *r, size_t i) {
     tier_report *t = &r->tiers[i];
-    kvs_tier_chain *chain = NULL;
+    kvs_server_tiers *chain = NULL;
     char err[1024] = "";
-    kvs_status st = cli_open_tier(r->cfg, i, r->max_object_bytes, r->rank, &chain, err, sizeof err);
+    kvs_status st =
+        cli_open_tier(r->config, i, r->max_object_bytes, r->rank, &chain, err, sizeof err);
     if (st != KVS_OK) {
         /* The loader's position is the one-tier copy's: the same entry, the same lines. */
         if (r->n_problems < MAX_PROBLEMS) snprintf(r->problems[r->n_problems++], 1024, "%s", err);
         snprintf(t->state, sizeof t->state, "problem");
         return;
     }
-    if (kvs_tiers_degraded(chain, 0)) {
+    if (kvs_server_tiers_degraded(chain, 0)[0]) {
         problem(r, i, "", "cannot open here (an engine would serve it empty): %s",
-                kvs_tiers_degraded_reason(chain, 0));
+                kvs_server_tiers_degraded(chain, 0));
     } else {
-        const kvs_backend_ops *ops = kvs_tiers_ops(chain, 0);
+        const kvs_backend_ops *ops = kvs_server_tiers_ops(chain, 0);
         uint64_t objects = 0, used = 0;
         char a[32];
         unreachable(r, i, chain);
         if (t->state[0])
             detail(t, "opened, servers down");
         else if (KVS_HAS_OP(ops, usage) &&
-                 ops->usage(kvs_tiers_state(chain, 0), &objects, &used) == KVS_OK)
+                 ops->usage(kvs_server_tiers_state(chain, 0), &objects, &used) == KVS_OK)
             detail(t, "opened: %llu objects, %s", (unsigned long long)objects,
                    bytes(a, sizeof a, used));
         else
             detail(t, "opened");
         if (!t->state[0]) snprintf(t->state, sizeof t->state, "ok");
     }
-    kvs_tiers_close(chain);
+    kvs_server_tiers_close(chain);
 }
 
 static void usage(FILE *out) {
@@ -265,11 +265,11 @@ static void usage(FILE *out) {
 }
 
 static void print_text(const check_run *r) {
-    const kvs_config *cfg = r->cfg;
-    printf("%s: version %u, chunks of %u tokens, %zu tier%s\n", cfg->source, cfg->version,
+    const kvs_server_settings *cfg = r->cfg;
+    printf("%s: version %u, chunks of %u tokens, %u tier%s\n", cfg->source, cfg->version,
            cfg->chunk_tokens, cfg->n_tiers, cfg->n_tiers == 1 ? "" : "s");
     for (size_t i = 0; i < cfg->n_tiers; i++) {
-        const kvs_tier_config *tc = &cfg->tiers[i];
+        const kvs_server_tier *tc = &cfg->tiers[i];
         char cap[32] = "-";
         if (tc->capacity_bytes) kvs_fmt_bytes(cap, sizeof cap, tc->capacity_bytes);
         printf("  %zu %-12s %-8s %-8s %-10s %s\n", i, tc->name, tc->type, cap, r->tiers[i].state,
@@ -284,12 +284,12 @@ static void print_text(const check_run *r) {
 }
 
 static void print_json(const check_run *r) {
-    const kvs_config *cfg = r->cfg;
+    const kvs_server_settings *cfg = r->cfg;
     printf("{\"config\":");
     cli_json_string(stdout, cfg->source);
     printf(",\"chunk_tokens\":%u,\"tiers\":[", cfg->chunk_tokens);
     for (size_t i = 0; i < cfg->n_tiers; i++) {
-        const kvs_tier_config *tc = &cfg->tiers[i];
+        const kvs_server_tier *tc = &cfg->tiers[i];
         printf("%s{\"name\":", i ? "," : "");
         cli_json_string(stdout, tc->name);
         printf(",\"type\":");
@@ -337,9 +337,9 @@ int kvs_cmd_check(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    kvs_config *cfg = NULL;
+    kvs_server_config *config = NULL;
     char err[1024];
-    if (kvs_config_load(argv[optind], &cfg, err, sizeof err) != KVS_OK) {
+    if (kvs_server_config_load(argv[optind], &config, err, sizeof err) != KVS_OK) {
         if (json) {
             printf("{\"config\":");
             cli_json_string(stdout, argv[optind]);
@@ -351,10 +351,12 @@ int kvs_cmd_check(int argc, char **argv) {
         }
         return 1;
     }
+    const kvs_server_settings *cfg = kvs_server_config_settings(config);
+    r.config = config;
     r.cfg = cfg;
     r.tiers = calloc(cfg->n_tiers, sizeof *r.tiers);
     if (!r.tiers) {
-        kvs_config_free(cfg);
+        kvs_server_config_free(config);
         fprintf(stderr, "kvstrata check: out of memory\n");
         return 1;
     }
@@ -376,6 +378,6 @@ int kvs_cmd_check(int argc, char **argv) {
         print_text(&r);
     int rc = r.n_problems ? 1 : 0;
     free(r.tiers);
-    kvs_config_free(cfg);
+    kvs_server_config_free(config);
     return rc;
 }

@@ -7,12 +7,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "abi/kvstrata_server.h"
 #include "backends/ssd/ssd_inspect.h"
 #include "cli_util.h"
 #include "common/key.h"
 #include "common/log.h"
 #include "common/progress.h"
-#include "connector/config.h"
 #include "inspect_kv.h"
 #include "kvstrata_cmd.h"
 
@@ -191,34 +191,35 @@ static void damage_cb(void *ctx, const kvs_ssd_inspect_damage *d) {
 static int paths_from_config(const char *file, const char *tier, int32_t rank, char **paths,
                              uint32_t *n_paths) {
     char err[1024];
-    kvs_config *cfg = NULL;
-    if (kvs_config_load(file, &cfg, err, sizeof err) != KVS_OK) {
+    kvs_server_config *config = NULL;
+    if (kvs_server_config_load(file, &config, err, sizeof err) != KVS_OK) {
         fprintf(stderr, "kvstrata inspect: %s\n", err);
         return -1;
     }
+    const kvs_server_settings *cfg = kvs_server_config_settings(config);
     for (size_t t = 0; t < cfg->n_tiers; t++) {
-        const kvs_tier_config *tc = &cfg->tiers[t];
+        const kvs_server_tier *tc = &cfg->tiers[t];
         if (strcmp(tc->name, tier) != 0) continue;
         if (strcmp(tc->type, "ssd") != 0) {
             fprintf(stderr, "kvstrata inspect: tier \"%s\" of %s is of type %s, not ssd\n", tier,
                     file, tc->type);
-            kvs_config_free(cfg);
+            kvs_server_config_free(config);
             return -1;
         }
         for (size_t o = 0; o < tc->n_options && *n_paths < MAX_PATHS; o++) {
             if (strcmp(tc->options[o].key, "path") != 0) continue;
             if (!(paths[*n_paths] = cli_with_rank(tc->options[o].value, rank))) {
                 fprintf(stderr, "kvstrata inspect: out of memory\n");
-                kvs_config_free(cfg);
+                kvs_server_config_free(config);
                 return -1;
             }
             (*n_paths)++;
         }
-        kvs_config_free(cfg);
+        kvs_server_config_free(config);
         return 0;
     }
     fprintf(stderr, "kvstrata inspect: %s has no tier named \"%s\"\n", file, tier);
-    kvs_config_free(cfg);
+    kvs_server_config_free(config);
     return -1;
 }
 

@@ -15,8 +15,6 @@
 #include "backends/ssd/ssd_inspect.h"
 #include "cli_util.h"
 #include "common/log.h"
-#include "connector/config.h"
-#include "connector/metrics.h"
 #include "http_get.h"
 #include "kvstrata_cmd.h"
 #include "prom_text.h"
@@ -26,8 +24,8 @@
 #define MAX_NODE    2048 /* a node's samples: its own, and ~10 per tenant row (64 + other) */
 
 typedef struct tier_row {
-    char name[KVS_NAME_MAX];
-    char type[KVS_NAME_MAX];
+    char name[64];
+    char type[64];
     int have_contents;               /* objects/bytes known */
     double objects, bytes, capacity; /* gauges */
     double hits, hit_tokens, loaded_bytes, load_seconds;
@@ -73,13 +71,13 @@ static const struct {
 };
 
 typedef struct tenant_row {
-    char name[KVS_CONFIG_TENANT_MAX + 1]; /* "" : no tenant */
+    char name[KVS_SERVER_TENANT_MAX + 1]; /* "" : no tenant */
     double c[TC_COUNT];
 } tenant_row;
 
 typedef struct node_value {
     char name[PROM_NAME_MAX];
-    char tenant[KVS_CONFIG_TENANT_MAX + 1];
+    char tenant[KVS_SERVER_TENANT_MAX + 1];
     double value;
 } node_value;
 
@@ -187,8 +185,8 @@ static int take_text(view *v, const char *text, size_t len, const char *source) 
 }
 
 /* Tier i's contents read in place, its paths as the tier of rank reads them ({rank} replaced). */
-static void contents_of(view *v, const kvs_config *cfg, size_t i, int32_t rank) {
-    const kvs_tier_config *tc = &cfg->tiers[i];
+static void contents_of(view *v, const kvs_server_config *config, size_t i, int32_t rank) {
+    const kvs_server_tier *tc = &kvs_server_config_settings(config)->tiers[i];
     tier_row *t = tier_of(v, tc->name);
     if (!t) return;
     snprintf(t->type, sizeof t->type, "%s", tc->type);
@@ -212,8 +210,8 @@ static void contents_of(view *v, const kvs_config *cfg, size_t i, int32_t rank) 
         }
     } else if (!strcmp(tc->type, "ssd")) {
         uint32_t n = cli_tier_list_count(tc, "path"), n_ok = 0;
-        char *paths[KVS_CONFIG_MAX_OPTIONS];
-        if (n > KVS_CONFIG_MAX_OPTIONS) n = KVS_CONFIG_MAX_OPTIONS;
+        char *paths[KVS_SERVER_MAX_OPTIONS];
+        if (n > KVS_SERVER_MAX_OPTIONS) n = KVS_SERVER_MAX_OPTIONS;
         for (uint32_t k = 0; k < n; k++)
             n_ok += (paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), rank)) != NULL;
         /* this tier's files only (other tiers may share the directories) */
@@ -239,29 +237,30 @@ static void contents_of(view *v, const kvs_config *cfg, size_t i, int32_t rank) 
         }
         free(rep);
     } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
-        kvs_tier_chain *chain = NULL;
-        if (cli_open_tier(cfg, i, 16ull << 20, rank, &chain, err, sizeof err) != KVS_OK) {
+        kvs_server_tiers *chain = NULL;
+        if (cli_open_tier(config, i, 16ull << 20, rank, &chain, err, sizeof err) != KVS_OK) {
             snprintf(t->note, sizeof t->note, "%s", err);
             return;
         }
-        const kvs_backend_ops *ops = kvs_tiers_ops(chain, 0);
+        const kvs_backend_ops *ops = kvs_server_tiers_ops(chain, 0);
         uint64_t objects = 0, used = 0;
         uint32_t all = 0, down = cli_servers_down(tc, chain, &all);
         if (down)
             snprintf(t->note, sizeof t->note, "%u of %u servers cannot be reached: %s", down, all,
-                     kvs_tiers_last_error(chain, 0));
-        else if (!kvs_tiers_degraded(chain, 0) && KVS_HAS_OP(ops, usage) &&
-                 ops->usage(kvs_tiers_state(chain, 0), &objects, &used) == KVS_OK) {
+                     kvs_server_tiers_last_error(chain, 0));
+        else if (!kvs_server_tiers_degraded(chain, 0)[0] && KVS_HAS_OP(ops, usage) &&
+                 ops->usage(kvs_server_tiers_state(chain, 0), &objects, &used) == KVS_OK) {
             t->objects = (double)objects;
             t->bytes = (double)used;
             t->have_contents = 1;
             snprintf(t->note, sizeof t->note, "asked its servers (every tenant's objects)");
         } else {
             snprintf(t->note, sizeof t->note, "its servers cannot say: %s",
-                     kvs_tiers_degraded(chain, 0) ? kvs_tiers_degraded_reason(chain, 0)
-                                                  : kvs_tiers_last_error(chain, 0));
+                     kvs_server_tiers_degraded(chain, 0)[0]
+                         ? kvs_server_tiers_degraded(chain, 0)
+                         : kvs_server_tiers_last_error(chain, 0));
         }
-        kvs_tiers_close(chain);
+        kvs_server_tiers_close(chain);
     } else if (!t->have_contents) {
         snprintf(t->note, sizeof t->note, "held inside the processes that open it");
     }
@@ -274,14 +273,14 @@ static double now_s(void) {
 }
 
 /* Fill v from target (a config file or an endpoint). 0, or -1 when nothing could be read. */
-static int gather(view *v, const char *target, const kvs_config *cfg, int timeout_ms,
+static int gather(view *v, const char *target, const kvs_server_config *config, int timeout_ms,
                   int32_t rank) {
     memset(v, 0, sizeof *v);
     v->when = now_s();
     char err[1024] = "";
     char *text = NULL;
     size_t len = 0;
-    if (!cfg) {
+    if (!config) {
         if (http_get(target, timeout_ms, &text, &len, err, sizeof err) != 0) {
             fprintf(stderr, "kvstrata stats: %s\n", err);
             return -1;
@@ -292,15 +291,16 @@ static int gather(view *v, const char *target, const kvs_config *cfg, int timeou
         return rc;
     }
     /* Tiers in the file's order first, so the table reads top to bottom like the chain. */
+    const kvs_server_settings *cfg = kvs_server_config_settings(config);
     for (size_t i = 0; i < cfg->n_tiers; i++) tier_of(v, cfg->tiers[i].name);
-    kvs_status st = kvs_metrics_render_config(cfg, &text, &len, err, sizeof err);
+    kvs_status st = kvs_server_metrics_render(config, &text, &len, err, sizeof err);
     if (st == KVS_OK) {
         take_text(v, text, len, "the metrics segment");
         free(text);
     } else {
         snprintf(v->counters_note, sizeof v->counters_note, "no counters: %s", err);
     }
-    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, cfg, i, rank);
+    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, config, i, rank);
     return 0;
 }
 
@@ -594,17 +594,17 @@ int kvs_cmd_stats(int argc, char **argv) {
         return 2;
     }
     const char *target = argv[optind];
-    kvs_config *cfg = NULL;
+    kvs_server_config *cfg = NULL;
     if (cli_is_file(target) || !http_is_endpoint(target)) {
         char err[1024];
-        if (kvs_config_load(target, &cfg, err, sizeof err) != KVS_OK) {
+        if (kvs_server_config_load(target, &cfg, err, sizeof err) != KVS_OK) {
             fprintf(stderr, "kvstrata stats: %s\n", err);
             return 1;
         }
     }
     view *v = calloc(2, sizeof *v);
     if (!v) {
-        kvs_config_free(cfg);
+        kvs_server_config_free(cfg);
         fprintf(stderr, "kvstrata stats: out of memory\n");
         return 1;
     }
@@ -631,6 +631,6 @@ int kvs_cmd_stats(int argc, char **argv) {
         if (!json && !tty) printf("\n");
     }
     free(v);
-    kvs_config_free(cfg);
+    kvs_server_config_free(cfg);
     return rc;
 }

@@ -1,5 +1,5 @@
 /* inspect_kv.h - what an ssd tier's objects mean to kvstrata, for backends/ssd/ssd_inspect.h: a
- * KV object (connector/object.h) is recognised by its header (model fingerprint, layers, tokens,
+ * KV object (abi/kvstrata_server.h) is recognised by its header (model fingerprint, layers, tokens,
  * codec) and, when verified, checked by its header and layer checksums. The tier itself stores
  * bytes; this reading is the connector's, so it comes in from here. */
 #ifndef KVS_CLI_INSPECT_KV_H

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "abi/kvstrata_server.h"
+#include "common/metrics.h"
 #include "common/units.h"
-#include "connector/config_metrics.h"
 #include "node.h"
 
 static void usage(FILE *f) {

@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "connector/metrics.h"
+#include "common/metrics.h"
 #include "node.h"
 
 #define ROWS (KVS_NODE_TENANT_ROWS + 1u) /* the named rows, then the shared one */

@@ -1,5 +1,5 @@
 /* node_metrics.h - kvstrata-node's tenant rows and what it publishes into its metrics instance
- * (connector/metrics.h; docs/node.md, Metrics): one slot for the node (its tiers' gauges and its
+ * (common/metrics.h; docs/node.md, Metrics): one slot for the node (its tiers' gauges and its
  * whole counters, kvs_node_stats) and one per tenant row (that tenant's traffic). The node's loop
  * publishes them itself, at most every NODE_METRICS_PUBLISH_MS and once more at exit: its counters
  * are plain fields of that thread, so nothing on the request path changes. Private to tools/node;

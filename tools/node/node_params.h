@@ -41,7 +41,7 @@ typedef struct kvs_node_params {
     int encrypt; /* every control connection is TLS 1.3 and every request and object of a session
                     goes on it; plain connections and requests over UCX are refused */
     const char *metrics_listen; /* HOST:PORT of the Prometheus endpoint (docs/node.md); NULL: off */
-    const char *metrics_name;   /* the instance's shared segment (connector/metrics.h) */
+    const char *metrics_name;   /* the instance's shared segment (common/metrics.h) */
 } kvs_node_params;
 
 /* Node counters since create; also printed as the final stats line. */

@@ -301,20 +301,42 @@ int kvs_metrics_serving(const char *name) {
     return serving;
 }
 
-kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t *len, char *err,
-                                     size_t err_len) {
-    if (!cfg || !text || !len) return kvs_fmt(err, err_len, "metrics: NULL argument"), KVS_EINVAL;
+kvs_status kvs_metrics_render_named(const char *name, char **text, size_t *len, char *err,
+                                    size_t err_len) {
+    if (!name || !text || !len) return kvs_fmt(err, err_len, "metrics: NULL argument"), KVS_EINVAL;
     *text = NULL;
     *len = 0;
-    if (!cfg->metrics.enabled)
-        return kvs_fmt(err, err_len, "%s has no `metrics:` section (metrics are off)", cfg->source),
-               KVS_ENOTFOUND;
     kvs_mseg seg;
-    kvs_status st = kvs_mseg_open(cfg->metrics.name, 0, &seg, err, err_len);
+    kvs_status st = kvs_mseg_open(name, 0, &seg, err, err_len);
     if (st != KVS_OK) return st;
     st = kvs_metrics_render_seg(&seg, text, len);
     kvs_mseg_close(&seg);
     if (st == KVS_ENOMEM) kvs_fmt(err, err_len, "metrics: out of memory");
     if (st == KVS_EAGAIN) kvs_fmt(err, err_len, "metrics: the segment kept changing; try again");
     return st;
+}
+
+int kvs_metrics_check_listen(const char *listen, char *why, size_t why_len) {
+    const char *colon = strrchr(listen, ':');
+    char *end = NULL;
+    unsigned long port = colon && colon[1] ? strtoul(colon + 1, &end, 10) : 0;
+    if (!colon || colon == listen || !colon[1] || *end || port == 0 || port > 65535) {
+        snprintf(why, why_len, "expected HOST:PORT (port 1..65535), found '%s'", listen);
+        return -1;
+    }
+    return 0;
+}
+
+int kvs_metrics_name_char_ok(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+}
+
+void kvs_metrics_default_name(const char *listen, char *out, size_t cap) {
+    char host_port[128];
+    size_t n = 0;
+    for (const char *p = listen; *p && n + 1 < sizeof host_port; p++)
+        host_port[n++] = kvs_metrics_name_char_ok(*p) ? *p : '_';
+    host_port[n] = '\0';
+    snprintf(out, cap, "kvs%u-%s", (unsigned)getuid(), host_port);
 }

@@ -8,15 +8,21 @@
 
 #include <stddef.h>
 
-#include "config_types.h"
 #include "metrics_seg.h"
 
-/* The text the endpoint serves, from the segment cfg's `metrics:` names, without any process of the
+/* The text the endpoint serves, from the segment `name` (metrics.name), without any process of the
  * instance needing to serve HTTP. malloc'd into *text (the caller frees it with free()), its length
- * in *len. KVS_ENOTFOUND with a sentence in err when cfg has no `metrics:` section or no process has
- * created the segment yet. */
-kvs_status kvs_metrics_render_config(const kvs_config *cfg, char **text, size_t *len, char *err,
-                                     size_t err_len);
+ * in *len. KVS_ENOTFOUND with a sentence in err when no process has created the segment yet. */
+kvs_status kvs_metrics_render_named(const char *name, char **text, size_t *len, char *err,
+                                    size_t err_len);
+
+/* Checks "HOST:PORT" (port 1..65535): 0, or -1 with a sentence in why. */
+int kvs_metrics_check_listen(const char *listen, char *why, size_t why_len);
+/* 1 for a character a segment name may hold: letters, digits, '-', '_', '.'. */
+int kvs_metrics_name_char_ok(char c);
+/* The segment name an instance without `metrics.name` uses: from the listen address and the uid,
+ * so two users' or two ports' instances never share one. */
+void kvs_metrics_default_name(const char *listen, char *out, size_t cap);
 
 typedef struct kvs_metrics_source kvs_metrics_source;
 
