@@ -288,7 +288,10 @@ class Stats(Dirs, unittest.TestCase):
     def test_counters_outlive_the_processes_and_an_ssd_directory_is_read_from_disk(self):
         cfg = self.deployment()
         a, p = self.holder(cfg, 5, 40000, "team-a")
-        self.wait_published(cfg, a["stats"]["gets"])
+        live = self.wait_published(cfg, a["stats"]["gets"])
+        # the SSD tier the holder has open: described by what it publishes, its headers not read
+        self.assertIn("the figures it publishes", live["tiers"][1]["note"])
+        self.assertEqual(live["tiers"][1]["objects"], 0)
         p.stdin.close()
         p.wait(20)
         doc = self.stats(cfg)
@@ -302,8 +305,12 @@ class Stats(Dirs, unittest.TestCase):
         ssd = self.yaml(f"version: 1\ntiers:\n  - name: disk\n    type: ssd\n    capacity: 64MiB\n"
                         f"    paths: [{d}]\n", d)
         _, q = self.holder(ssd, 6, 70000, "")
+        # held open by a process that publishes no metrics: its headers are read only on request
+        busy = self.stats(ssd)["tiers"][0]
+        self.assertIsNone(busy["objects"])
+        self.assertIn("--scan", busy["note"])
         for _ in range(50):  # read while the store holds the tier open (its writes land meanwhile)
-            held = self.stats(ssd)["tiers"][0]
+            held = self.stats(ssd, "--scan")["tiers"][0]
             if held["objects"] == 6:
                 break
             time.sleep(0.1)

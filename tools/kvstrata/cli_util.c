@@ -1,10 +1,13 @@
 #include "cli_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "backends/redis/redis.h"
 #include "backends/ucx/remote.h"
@@ -131,4 +134,15 @@ uint32_t cli_servers_down(const kvs_server_tier *tc, kvs_server_tiers *chain, ui
         return rs.n_nodes - rs.nodes_up;
     }
     return 0;
+}
+
+int cli_file_locked(const char *file) {
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = flock(fd, LOCK_EX | LOCK_NB);
+    int err = errno;
+    if (rc == 0) flock(fd, LOCK_UN);
+    close(fd);
+    errno = err;
+    return rc == 0 ? 0 : (err == EWOULDBLOCK ? 1 : -1);
 }

@@ -25,6 +25,9 @@ void cli_json_string(FILE *out, const char *s);
 char *cli_with_rank(const char *value, int32_t rank);
 /* --rank's value: a number from 0 to 65535 into *rank; -1 (said on stderr as cmd's) when not. */
 int cli_parse_rank(const char *cmd, const char *text, int32_t *rank);
+/* Is file held by a running tier (which keeps LOCK_EX on its data files)? A lock probe released at
+ * once (the tier retries its lock for a while). 1 in use, 0 free, -1 cannot tell (errno). */
+int cli_file_locked(const char *file);
 /* 1 when s names an existing regular file. */
 int cli_is_file(const char *s);
 

@@ -127,19 +127,6 @@ static void check_dram(check_run *r, size_t i) {
     if (!r->tiers[i].state[0]) snprintf(t->state, sizeof t->state, "ok");
 }
 
-/* Is the data file in use? A lock probe that is released at once: the tier holds LOCK_EX while
- * open. 1 in use, 0 free, -1 cannot tell (errno). */
-static int data_file_in_use(const char *file) {
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = flock(fd, LOCK_EX | LOCK_NB);
-    int err = errno;
-    if (rc == 0) flock(fd, LOCK_UN);
-    close(fd);
-    errno = err;
-    return rc == 0 ? 0 : (err == EWOULDBLOCK ? 1 : -1);
-}
-
 /* Path k of ssd tier i, dir ({rank} already replaced), whose share of the capacity is share: a
  * writable directory with room for it; a data file there is probed for a running owner. */
 static void check_ssd_path(check_run *r, size_t i, uint32_t k, const char *dir, uint64_t share,
@@ -165,7 +152,7 @@ static void check_ssd_path(check_run *r, size_t i, uint32_t k, const char *dir, 
         return;
     } else if (stat(file, &sb) == 0) {
         existing = (uint64_t)sb.st_size;
-        int used = data_file_in_use(file);
+        int used = cli_file_locked(file);
         *in_use += used == 1;
         detail(t, "%s: data file of %s%s", dir, bytes(a, sizeof a, existing),
                used == 1 ? ", open in a running process" : "");

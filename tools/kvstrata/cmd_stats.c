@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -184,8 +185,92 @@ static int take_text(view *v, const char *text, size_t len, const char *source) 
     return 0;
 }
 
+/* The figures of the last scan of each ssd tier, kept while its data files are unchanged (size and
+ * mtime), so --watch reads the headers of a tier nobody writes once. */
+static struct ssd_scan_cache {
+    uint64_t stamp;
+    int valid;
+    double objects, bytes, capacity, damaged;
+} ssd_cache[MAX_ROWS];
+
+/* An ssd tier's files as they stand: 1 when a running tier holds one (*in_use), the sum of their
+ * sizes and mtimes in *stamp. */
+static void ssd_files(const kvs_server_tier *tc, char *const *paths, uint32_t n, int *in_use,
+                      uint64_t *stamp) {
+    char base[300], file[KVS_SERVER_PATH_MAX + 320];
+    kvs_ssd_data_file_name(tc->name, base, sizeof base);
+    *in_use = 0;
+    *stamp = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        snprintf(file, sizeof file, "%s/%s", paths[k], base);
+        struct stat sb;
+        if (stat(file, &sb) != 0) continue;
+        *stamp += (uint64_t)sb.st_size + (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
+                  (uint64_t)sb.st_mtim.tv_nsec;
+        *in_use |= cli_file_locked(file) == 1;
+    }
+}
+
+/* An ssd tier's contents. A tier a running process holds is described by the figures that process
+ * publishes: reading every unit header (one read per slot, through the page cache) competes with
+ * its loads, so it is done only on request (--scan). */
+static void ssd_contents(tier_row *t, const kvs_server_tier *tc, char *const *paths, uint32_t n,
+                         int paths_ok, int scan, size_t row) {
+    int in_use = 0;
+    uint64_t stamp = 0;
+    char err[512] = "";
+    if (!paths_ok) {
+        snprintf(t->note, sizeof t->note, "out of memory");
+        return;
+    }
+    ssd_files(tc, paths, n, &in_use, &stamp);
+    if (in_use && !scan) {
+        snprintf(t->note, sizeof t->note, "%s",
+                 t->have_contents ? "open in a running process: the figures it publishes"
+                                  : "open in a running process that publishes no metrics; --scan "
+                                    "reads its unit headers (one read per slot)");
+        return;
+    }
+    struct ssd_scan_cache *c = row < MAX_ROWS ? &ssd_cache[row] : NULL;
+    if (c && c->valid && !in_use && c->stamp == stamp) {
+        t->objects = c->objects;
+        t->bytes = c->bytes;
+        if (c->capacity > 0) t->capacity = c->capacity;
+        t->have_contents = 1;
+        snprintf(t->note, sizeof t->note, "read from %u path(s), unchanged since%s", n,
+                 c->damaged > 0 ? "; damage seen: run kvstrata inspect ssd --verify" : "");
+        return;
+    }
+    /* this tier's files only (other tiers may share the directories) */
+    kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
+    kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
+    kvs_status st =
+        rep ? kvs_ssd_inspect_run((const char *const *)paths, n, &opt, rep, err, sizeof err)
+            : KVS_ENOMEM;
+    if (st == KVS_OK) {
+        t->objects = (double)rep->objects;
+        t->bytes = (double)rep->bytes;
+        if (rep->capacity) t->capacity = (double)rep->capacity;
+        t->have_contents = 1;
+        snprintf(t->note, sizeof t->note, "read from %u path(s)%s%s", n,
+                 rep->in_use ? ", open in a running process" : "",
+                 rep->damaged ? "; damage seen: run kvstrata inspect ssd --verify" : "");
+        if (c)
+            *c = (struct ssd_scan_cache){stamp,    1,           t->objects,
+                                         t->bytes, t->capacity, (double)rep->damaged};
+    } else if (st == KVS_ENOTFOUND) {
+        t->objects = t->bytes = 0; /* the tier writes its data files at its first open */
+        t->have_contents = 1;
+        snprintf(t->note, sizeof t->note, "no data file yet: %s", err);
+    } else {
+        snprintf(t->note, sizeof t->note, "%s", err);
+    }
+    free(rep);
+}
+
 /* Tier i's contents read in place, its paths as the tier of rank reads them ({rank} replaced). */
-static void contents_of(view *v, const kvs_server_config *config, size_t i, int32_t rank) {
+static void contents_of(view *v, const kvs_server_config *config, size_t i, int32_t rank,
+                        int scan) {
     const kvs_server_tier *tc = &kvs_server_config_settings(config)->tiers[i];
     tier_row *t = tier_of(v, tc->name);
     if (!t) return;
@@ -214,28 +299,8 @@ static void contents_of(view *v, const kvs_server_config *config, size_t i, int3
         if (n > KVS_SERVER_MAX_OPTIONS) n = KVS_SERVER_MAX_OPTIONS;
         for (uint32_t k = 0; k < n; k++)
             n_ok += (paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), rank)) != NULL;
-        /* this tier's files only (other tiers may share the directories) */
-        kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
-        kvs_ssd_inspect_report *rep = calloc(1, sizeof *rep);
-        kvs_status st = rep && n_ok == n ? kvs_ssd_inspect_run((const char *const *)paths, n, &opt,
-                                                               rep, err, sizeof err)
-                                         : KVS_ENOMEM;
+        ssd_contents(t, tc, paths, n, n_ok == n, scan, i);
         for (uint32_t k = 0; k < n; k++) free(paths[k]);
-        if (st == KVS_OK) {
-            t->objects = (double)rep->objects;
-            t->bytes = (double)rep->bytes;
-            if (rep->capacity) t->capacity = (double)rep->capacity;
-            t->have_contents = 1;
-            snprintf(t->note, sizeof t->note, "read from %u path(s)%s%s", n,
-                     rep->in_use ? ", open in a running process" : "",
-                     rep->damaged ? "; damage seen: run kvstrata inspect ssd --verify" : "");
-        } else if (st == KVS_ENOTFOUND) {
-            t->have_contents = 1; /* objects 0: the tier writes its data files at its first open */
-            snprintf(t->note, sizeof t->note, "no data file yet: %s", err);
-        } else {
-            snprintf(t->note, sizeof t->note, "%s", err);
-        }
-        free(rep);
     } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
         kvs_server_tiers *chain = NULL;
         if (cli_open_tier(config, i, 16ull << 20, rank, &chain, err, sizeof err) != KVS_OK) {
@@ -274,7 +339,7 @@ static double now_s(void) {
 
 /* Fill v from target (a config file or an endpoint). 0, or -1 when nothing could be read. */
 static int gather(view *v, const char *target, const kvs_server_config *config, int timeout_ms,
-                  int32_t rank) {
+                  int32_t rank, int scan) {
     memset(v, 0, sizeof *v);
     v->when = now_s();
     char err[1024] = "";
@@ -300,7 +365,7 @@ static int gather(view *v, const char *target, const kvs_server_config *config, 
     } else {
         snprintf(v->counters_note, sizeof v->counters_note, "no counters: %s", err);
     }
-    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, config, i, rank);
+    for (size_t i = 0; i < cfg->n_tiers; i++) contents_of(v, config, i, rank, scan);
     return 0;
 }
 
@@ -536,32 +601,33 @@ static void on_interrupt(int sig) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: kvstrata stats CONFIG|ENDPOINT [--json] [--watch [SECONDS]] [--count N]\n"
-            "                      [--rank N]\n"
-            "  CONFIG    a deployment's YAML: its processes' counters from the metrics segment\n"
-            "            its `metrics:` section names, and each tier's contents read in place\n"
-            "            (a shared DRAM tier, an SSD tier's directory, Redis, kvstrata-nodes)\n"
-            "  ENDPOINT  HOST:PORT or http://HOST:PORT/PATH of a metrics endpoint (an engine's,\n"
-            "            a kvstrata-node's --metrics): what it serves\n"
-            "  --json           one JSON document per refresh\n"
-            "  --watch [S]      refresh every S seconds (default 2) until interrupted\n"
-            "  --count N        with --watch: stop after N refreshes\n"
-            "  --timeout-ms N   bound on reaching an endpoint (default 2000)\n"
-            "  --rank N         the tensor-parallel rank {rank} in a tier's options stands for\n"
-            "                   (default 0)\n"
-            "Exit status: 0 read, 1 nothing could be read, 2 usage.\n");
+    fprintf(
+        out,
+        "usage: kvstrata stats CONFIG|ENDPOINT [--json] [--watch [SECONDS]] [--count N]\n"
+        "                      [--rank N] [--scan]\n"
+        "  CONFIG    a deployment's YAML: its processes' counters from the metrics segment\n"
+        "            its `metrics:` section names, and each tier's contents read in place\n"
+        "            (a shared DRAM tier, an SSD tier's directory, Redis, kvstrata-nodes)\n"
+        "  ENDPOINT  HOST:PORT or http://HOST:PORT/PATH of a metrics endpoint (an engine's,\n"
+        "            a kvstrata-node's --metrics): what it serves\n"
+        "  --json           one JSON document per refresh\n"
+        "  --watch [S]      refresh every S seconds (default 2) until interrupted\n"
+        "  --count N        with --watch: stop after N refreshes\n"
+        "  --timeout-ms N   bound on reaching an endpoint (default 2000)\n"
+        "  --rank N         the tensor-parallel rank {rank} in a tier's options stands for\n"
+        "                   (default 0)\n"
+        "  --scan           read the unit headers of an SSD tier a running process holds\n"
+        "                   (one read per slot; without it, the figures that process publishes)\n"
+        "Exit status: 0 read, 1 nothing could be read, 2 usage.\n");
 }
 
 int kvs_cmd_stats(int argc, char **argv) {
-    static const struct option longs[] = {{"json", no_argument, NULL, 'j'},
-                                          {"watch", optional_argument, NULL, 'w'},
-                                          {"count", required_argument, NULL, 'c'},
-                                          {"timeout-ms", required_argument, NULL, 't'},
-                                          {"rank", required_argument, NULL, 'r'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
-    int json = 0, opt, timeout_ms = 2000;
+    static const struct option longs[] = {
+        {"json", no_argument, NULL, 'j'},        {"watch", optional_argument, NULL, 'w'},
+        {"count", required_argument, NULL, 'c'}, {"timeout-ms", required_argument, NULL, 't'},
+        {"rank", required_argument, NULL, 'r'},  {"scan", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0}};
+    int json = 0, opt, timeout_ms = 2000, scan = 0;
     int32_t rank = 0;
     double interval = 0;
     long count = 0;
@@ -581,6 +647,7 @@ int kvs_cmd_stats(int argc, char **argv) {
                 }
                 break;
             case 'c': count = atol(optarg); break;
+            case 's': scan = 1; break;
             case 't': timeout_ms = atoi(optarg); break;
             case 'r':
                 if (cli_parse_rank("stats", optarg, &rank) != 0) return 2;
@@ -612,7 +679,7 @@ int kvs_cmd_stats(int argc, char **argv) {
     int tty = isatty(STDOUT_FILENO), rc = 0;
     for (long round = 0;; round++) {
         view *cur = &v[round % 2], *prev = round ? &v[(round + 1) % 2] : NULL;
-        if (gather(cur, target, cfg, timeout_ms, rank) != 0) {
+        if (gather(cur, target, cfg, timeout_ms, rank, scan) != 0) {
             rc = 1;
             if (!interval) break;
         } else if (json) {
