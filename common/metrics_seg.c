@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/process.h"
 
 #define LOCK_TIMEOUT_MS 2000
 #define SNAPSHOT_TRIES  1000
@@ -34,53 +35,16 @@ static void store_words(void *dst, const void *src, size_t bytes) {
 
 int kvs_mseg_test_exit_in_fold;
 
-/* Fields 3 (state) and 22 (start time) of /proc/PID/stat; -1 when it cannot be read. */
-static int proc_stat(int32_t pid, uint64_t *start, char *state) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command may hold spaces and parentheses */
-    if (!p || p[1] != ' ' || !p[2]) return -1;
-    *state = p[2];
-    unsigned long long v = 0;
-    int field = 2;
-    for (p++; *p && field < 22; p++)
-        if (*p == ' ') field++;
-    *start = field == 22 && sscanf(p, "%llu", &v) == 1 ? (uint64_t)v : 0;
-    return 0;
-}
-
 uint64_t kvs_mseg_start_time(int32_t pid) {
-    uint64_t start = 0;
-    char state = 0;
-    return proc_stat(pid, &start, &state) == 0 ? start : 0;
+    return kvs_process_start_time(pid);
 }
 
 uint64_t kvs_mseg_own_pidns(void) {
-    static uint64_t cached; /* a process's own pid namespace never changes */
-    uint64_t ns = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (ns) return ns;
-    struct stat sb;
-    ns = stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
-    __atomic_store_n(&cached, ns, __ATOMIC_RELAXED);
-    return ns;
+    return kvs_process_own_pid_ns();
 }
 
 int kvs_mseg_alive(int32_t pid, uint64_t start, uint64_t pidns) {
-    if (pid <= 0) return 0;
-    uint64_t own = kvs_mseg_own_pidns();
-    if (pidns && own && pidns != own) return 1; /* its pid means nothing here */
-    if (kill(pid, 0) != 0 && errno != EPERM) return 0;
-    uint64_t now = 0;
-    char state = 0;
-    if (proc_stat(pid, &now, &state) != 0) return 1; /* it exists but cannot be inspected */
-    if (state == 'Z' || state == 'X') return 0;      /* exited, not yet reaped */
-    return start == 0 || now == 0 || now == start;
+    return kvs_process_alive(pid, start, pidns);
 }
 
 /* Under the lock: a fold its holder did not finish (it died) is undone, unless it got as far as

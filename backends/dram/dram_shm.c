@@ -20,58 +20,17 @@
 #include "common/clock.h"
 #include "common/errno_name.h"
 #include "common/log.h"
+#include "common/process.h"
 
 static uint64_t round_up(uint64_t v, uint64_t align) {
     return (v + align - 1) / align * align;
-}
-
-/* A process's start time and whether it has exited (a zombie counts as gone). 0, or -1 when its
- * /proc entry cannot be read (no such process, or no /proc). */
-static int process_start(pid_t pid, uint64_t *start_time, int *exited) {
-    char path[64], text[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    text[n] = '\0';
-    /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so count from the last ')'. */
-    char *p = strrchr(text, ')');
-    if (!p || p[1] != ' ') return -1;
-    p += 2;
-    *exited = *p == 'Z' || *p == 'X';
-    for (int field = 3; field < 22; field++) { /* field 3 is the state; 22 the start time */
-        p = strchr(p, ' ');
-        if (!p) return -1;
-        p++;
-    }
-    char *end = NULL;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (end == p) return -1;
-    *start_time = v;
-    return 0;
-}
-
-/* The inode naming this process's pid namespace, or 0 when /proc cannot say. */
-static uint64_t own_pid_ns(void) {
-    struct stat sb;
-    return stat("/proc/self/ns/pid", &sb) == 0 ? (uint64_t)sb.st_ino : 0;
 }
 
 /* With the lock held: is entry a still the process that attached? An attacher in another pid
  * namespace (containers sharing /dev/shm) cannot be looked up by its pid from here, so it counts as
  * alive: its memory is never unlinked under it (it stays counted until it detaches). */
 static int attacher_alive(const attacher *a) {
-    if (a->pid <= 0) return 0;
-    uint64_t ns = own_pid_ns();
-    if (a->pid_ns && ns && a->pid_ns != ns) return 1;
-    if (kill(a->pid, 0) != 0 && errno == ESRCH) return 0;
-    uint64_t start = 0;
-    int exited = 0;
-    if (process_start(a->pid, &start, &exited) != 0)
-        return 1; /* it exists but cannot be inspected */
-    return !exited && (a->start_time == 0 || start == a->start_time);
+    return kvs_process_alive(a->pid, a->start_time, a->pid_ns);
 }
 
 /* With the lock held: free the entries of attachers that died without detaching (kill -9, a crash)
@@ -103,14 +62,13 @@ static void reap_attachers(dram_state *st) {
 /* With the lock held: count this process in. KVS_OK, or KVS_EIO with the error set. */
 static kvs_status add_attacher(dram_state *st) {
     shared_header *h = st->header;
-    uint64_t start = 0; /* 0 where /proc cannot be read: the pid alone then says whether we live */
-    int exited = 0;
-    if (process_start(getpid(), &start, &exited) != 0) start = 0;
+    /* 0 where /proc cannot be read: the pid alone then says whether we live */
+    uint64_t start = kvs_process_start_time((int32_t)getpid());
     reap_attachers(st);
     for (uint32_t i = 0; i < DRAM_MAX_ATTACHERS; i++) {
         if (h->attachers[i].pid != 0) continue;
-        h->attachers[i] =
-            (attacher){.pid = (int32_t)getpid(), .start_time = start, .pid_ns = own_pid_ns()};
+        h->attachers[i] = (attacher){
+            .pid = (int32_t)getpid(), .start_time = start, .pid_ns = kvs_process_own_pid_ns()};
         st->attach_slot = i;
         h->attach_count++;
         return KVS_OK;
