@@ -218,6 +218,26 @@ class CompareTest(unittest.TestCase):
         self.assertIn("no picture: gnuplot is not on PATH", r.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "compare.svg")))
 
+    def test_a_warm_start_is_said(self):
+        """An SSD tier keeps a run's saves for the next: compare counts what a configuration's
+        tiers held before its run and says when it was not a cold start."""
+        os.mkdir(os.path.join(self.tmp, "ssd"))
+        disk = self.config("disk.yaml", "version: 1\nchunk_tokens: 256\ntiers:\n  - name: disk\n"
+                           "    type: ssd\n    capacity: 64MiB\n"
+                           f"    paths: [{self.tmp}/ssd]\n")
+        fast = self.config("fast.yaml", FAST)
+        cold = self.compare_json(fast, disk, "--no-plot", "--no-baseline")
+        self.assertEqual([r["stored_before"] for r in cold["runs"]], [0, 0])
+        saved = cold["runs"][1]["chunks_saved"]
+        self.assertGreater(saved, 0)
+        r = self.compare(fast, disk, "--no-plot", "--no-baseline")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Warm start: B began with %d objects already stored (disk: %d objects)"
+                      % (saved, saved), r.stdout)
+        self.assertNotIn("Warm start: A", r.stdout)
+        row = [line for line in r.stdout.splitlines() if line.startswith("objects stored before")]
+        self.assertEqual(row[0].split()[-2:], ["0", str(saved)])
+
     def test_help_and_usage_errors(self):
         r = subprocess.run([KVSTRATA, "compare", "--help"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0)

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_stored.h"
 #include "common/progress.h"
 #include "compare_child.h"
 #include "compare_json.h"
@@ -204,6 +205,9 @@ typedef struct run {
     size_t n_ttft;
     double *later; /* of those, the turns after a session's first (where a cache can help) */
     size_t n_later;
+    /* objects its tiers held before it started (SSD files, shared DRAM): a warm start; -1 unknown */
+    double stored_before;
+    char stored_note[512];
 } run;
 
 /* A file's whole content (NUL-terminated); NULL when it cannot be read. */
@@ -590,6 +594,15 @@ static void cell_counter(const table *t, int k, int arg, char *buf, size_t len) 
     }
 }
 
+static void cell_stored(const table *t, int k, int arg, char *buf, size_t len) {
+    (void)arg;
+    double n = t->runs[k].stored_before;
+    if (n < 0)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.0f", n);
+}
+
 static void print_table(const compare_opts *o, const table *t, const char *engine) {
     int turns = 0;
     for (int k = 0; k < t->n_runs && !turns; k++)
@@ -635,6 +648,7 @@ static void print_table(const compare_opts *o, const table *t, const char *engin
     print_row(t, "bytes saved", cell_counter, C_BYTES_SAVED, 0);
     print_row(t, "saves skipped", cell_counter, C_SKIPPED, 0);
     print_row(t, "load errors", cell_counter, C_ERRORS, 0);
+    print_row(t, "objects stored before the run", cell_stored, 0, 0);
     printf("\n");
 }
 
@@ -662,6 +676,12 @@ static void print_verdict(const table *t) {
            g == G_LATER ? "turns after the first" : "all turns", mf, ms, slow->label,
            base_name(slow->config), ms / mf,
            ms / mf < 1.05 ? ", within 5%: run again before trusting it" : "");
+    for (int k = 0; k < 2; k++)
+        if (t->runs[k].stored_before > 0)
+            printf("Warm start: %s began with %.0f objects already stored (%s), a previous run's "
+                   "saves among them: its hits are not a cold start's. Give it empty SSD "
+                   "directories (and another shm_name) to compare from cold.\n",
+                   t->runs[k].label, t->runs[k].stored_before, t->runs[k].stored_note);
 }
 
 /* ---- --json ---- */
@@ -691,6 +711,7 @@ static void json_run(const run *r, const figures *f) {
     printf(",\"ok\":%s,\"error\":", r->ok ? "true" : "false");
     json_string(r->ok ? NULL : r->why);
     printf(",\"seconds\":%.3f", r->seconds);
+    if (r->stored_before >= 0) printf(",\"stored_before\":%.0f", r->stored_before);
     if (!r->ok) {
         printf("}");
         return;
@@ -840,6 +861,11 @@ int kvs_cmd_compare(int argc, char **argv) {
     int n_runs = o.no_baseline ? 2 : 3;
     uint64_t expect = expected_turns(&o);
     for (int k = 0; k < n_runs; k++) {
+        uint64_t stored = 0;
+        runs[k].stored_before = -1;
+        if (runs[k].config && cli_stored_objects(runs[k].config, &stored, runs[k].stored_note,
+                                                 sizeof runs[k].stored_note) == 0)
+            runs[k].stored_before = (double)stored;
         run_engine(&o, engine, dir, k, &runs[k], expect);
         if (runs[k].ok) expect = (uint64_t)cj_num(cj_get(runs[k].summary, "turns"), (double)expect);
     }
