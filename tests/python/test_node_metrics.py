@@ -283,8 +283,10 @@ class NodeMetrics(unittest.TestCase):
             self.assertEqual(rows[("bytes_in_total", t)],
                              value(s, "kvstrata_node_bytes_in_total", tenant=t))
         self.assertEqual(rows[("auth_ok_total", "")], len(WORK))
-        dram = [x for x in doc["tiers"] if x["tier"] == "dram"]
+        # the node's tier is a row of its own (role="node"), never merged with an engine's "dram"
+        dram = [x for x in doc["tiers"] if x["tier"] == "dram (node)"]
         self.assertEqual(len(dram), 1, doc["tiers"])
+        self.assertEqual([x for x in doc["tiers"] if x["tier"] == "dram"], [])
         self.assertEqual(dram[0]["objects"], sum(st["puts_stored"] for st in stats.values()))
 
 

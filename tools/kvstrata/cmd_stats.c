@@ -25,7 +25,7 @@
 #define MAX_NODE    2048 /* a node's samples: its own, and ~10 per tenant row (64 + other) */
 
 typedef struct tier_row {
-    char name[64];
+    char name[96]; /* the tier's name; "<name> (node)" for a kvstrata-node's */
     char type[64];
     int have_contents;               /* objects/bytes known */
     double objects, bytes, capacity; /* gauges */
@@ -123,7 +123,15 @@ static void take_sample(void *ctx, const prom_sample *s) {
     const char *tier = prom_label(s, "tier"), *tenant = prom_label(s, "tenant");
     double x = isfinite(s->value) ? s->value : 0.0;
     if (!strncmp(s->name, "kvstrata_tier_", 14) && tier) {
-        tier_row *t = tier_of(v, tier);
+        /* a kvstrata-node's tiers (role="node") are rows of their own, never merged with an
+         * engine's tier of the same name */
+        const char *role = prom_label(s, "role");
+        char row[96];
+        if (role && !strcmp(role, "node"))
+            snprintf(row, sizeof row, "%s (node)", tier);
+        else
+            snprintf(row, sizeof row, "%s", tier);
+        tier_row *t = tier_of(v, row);
         if (!t) return;
         const char *m = s->name + 14;
         v->have_counters = 1;
