@@ -260,6 +260,61 @@ START_TEST(another_process_takes_over_the_endpoint) {
 }
 END_TEST
 
+/* A process of the instance forks a child that lives on, then exits: the child holds no copy of its
+ * parent's listening socket, so a third process binds and serves. */
+START_TEST(a_forked_child_never_keeps_the_port) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    int to_child[2], from_a[2];
+    ck_assert_int_eq(pipe(to_child), 0);
+    ck_assert_int_eq(pipe(from_a), 0);
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        kvs_mseg_values v = identity("a");
+        kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+        if (!src) _exit(2);
+        for (int i = 0; i < 1000 && !kvs_metrics_serving(g_name); i++) usleep(10000);
+        if (!kvs_metrics_serving(g_name)) _exit(3);
+        pid_t c = fork();
+        if (c < 0) _exit(4);
+        if (c == 0) { /* lives until the test closes its end of the pipe (or dies) */
+            close(to_child[1]);
+            char b;
+            ssize_t ignored = read(to_child[0], &b, 1);
+            (void)ignored;
+            _exit(0);
+        }
+        if (write(from_a[1], &c, sizeof c) != sizeof c) _exit(5);
+        kvs_metrics_detach(src); /* a stops serving and exits */
+        _exit(0);
+    }
+    close(to_child[0]);
+    pid_t c = -1;
+    ck_assert_int_eq(read(from_a[0], &c, sizeof c), sizeof c);
+    int status;
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    kvs_mseg_values v = identity("third");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    int served = 0;
+    for (int i = 0; src && i < 100 && !served; i++) {
+        served = kvs_metrics_serving(g_name);
+        if (!served) usleep(100000);
+    }
+    int code = served ? get_metrics(port) : -1;
+    int child_alive = kill(c, 0) == 0;
+    close(to_child[1]); /* c exits */
+    kvs_metrics_detach(src);
+    close(from_a[0]);
+    close(from_a[1]);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_msg(child_alive, "the forked child was gone before the takeover");
+    ck_assert_msg(served, "no process took over the endpoint while the forked child lived");
+    ck_assert_int_eq(code, 200);
+}
+END_TEST
+
 START_TEST(bad_clients_never_stop_the_server) {
     char listen_at[64];
     uint16_t port = free_port();
@@ -625,6 +680,7 @@ int main(void) {
     tcase_add_test(tc, label_values_are_escaped);
     tcase_add_test(tc, config_keys_and_refusals);
     tcase_add_test(tc, another_process_takes_over_the_endpoint);
+    tcase_add_test(tc, a_forked_child_never_keeps_the_port);
     tcase_add_test(tc, bad_clients_never_stop_the_server);
     tcase_add_test(tc, a_forked_child_never_touches_its_parents_slot_or_thread);
     tcase_add_test(tc, a_zombie_is_dead_and_another_namespace_alive);
