@@ -14,8 +14,11 @@
  * time, or is a zombie; a slot of another pid namespace (a container sharing /dev/shm) cannot be
  * looked up from here and counts as alive. A fold journals the row it adds into (an undo copy in the
  * header), so a process killed in the middle of one never gets its counters added twice. Retired
- * rows are bounded: past KVS_MSEG_RETIRED_MAX, and whenever a newcomer finds no free slot, the rows
- * of processes gone are merged into one row per kind with tenant KVS_MSEG_OTHER. */
+ * rows are bounded: past KVS_MSEG_RETIRED_MAX, and whenever a newcomer finds no free slot, rows of
+ * one kind and tenant merge (tiers gathered by name, so no series changes; a tier with no place left
+ * counts under a catch-all tier KVS_MSEG_OTHER); only when that frees nothing do named tenants'
+ * rows merge into their kind's row with tenant KVS_MSEG_OTHER. Tenant-less rows (a node's whole
+ * counters) never do. */
 #ifndef KVS_METRICS_SEG_H
 #define KVS_METRICS_SEG_H
 

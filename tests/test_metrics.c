@@ -498,6 +498,87 @@ START_TEST(tenant_churn_never_fills_the_segment) {
 }
 END_TEST
 
+static int cmp_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The text's lines, sorted, joined by '\n' (the order of series is not part of what they say). */
+static char *sorted_lines(char *text) {
+    size_t n = 0, cap = 4096;
+    char **lines = malloc(cap * sizeof *lines);
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        ck_assert_uint_lt(n, cap);
+        lines[n++] = l;
+    }
+    qsort(lines, n, sizeof *lines, cmp_lines);
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++) len += strlen(lines[i]) + 1;
+    char *out = calloc(1, len);
+    for (size_t i = 0; i < n; i++) strcat(strcat(out, lines[i]), "\n");
+    free(lines);
+    return out;
+}
+
+/* More identities than KVS_MSEG_RETIRED_MAX retire (few tenants, many tier sets, a node's whole
+ * counters): the merges change no series, the text is what every slot kept apart would give. */
+START_TEST(merging_retired_rows_changes_no_series) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    enum { N = 300 };
+    kvs_mseg_slot *kept = calloc(N, sizeof *kept);
+    uint64_t connections = 0;
+    for (int i = 0; i < N; i++) {
+        kvs_mseg_values v;
+        memset(&v, 0, sizeof v);
+        int node = i % 5 == 0;
+        v.kind = node ? KVS_MSEG_NODE : i % 2 ? KVS_MSEG_STORE : KVS_MSEG_CONNECTOR;
+        if (!node || i % 10 == 0) snprintf(v.tenant, sizeof v.tenant, "t%d", i % 3);
+        v.n_tiers = 2;
+        snprintf(v.tiers[0].name, sizeof v.tiers[0].name, "ram");
+        snprintf(v.tiers[1].name, sizeof v.tiers[1].name, "n%d", (i / 6) % 12);
+        int slot = kvs_mseg_claim(&seg, &v);
+        ck_assert_msg(slot >= 0, "claim %d failed", i);
+        for (int k = 0; k < KVS_MC_COUNT; k++) v.c[k] = (uint64_t)(i + k + 1);
+        if (node && !v.tenant[0]) connections += v.c[KVS_MC_NODE_CONNECTIONS];
+        v.c[KVS_MC_GET_MISSES] = v.c[KVS_MC_GETS] / 2;
+        for (int t = 0; t < 2; t++) {
+            v.tiers[t].hits = (uint64_t)(i + t);
+            v.tiers[t].hit_tokens = (uint64_t)(2 * i + t);
+            v.tiers[t].loaded_bytes = (uint64_t)(3 * i + t);
+            v.tiers[t].load_ns = (uint64_t)(1000 * i + t);
+        }
+        kvs_mseg_publish(&seg, slot, &v);
+        kvs_mseg_release(&seg, slot);
+        kept[i].state = KVS_MSEG_RETIRED;
+        kept[i].v = v;
+    }
+    char *text = NULL, *want = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK);
+    ck_assert_int_eq(kvs_metrics_render_slots(kept, N, 0, &want, &len), KVS_OK);
+    char line[128];
+    snprintf(line, sizeof line, "\nkvstrata_node_connections_total %llu\n",
+             (unsigned long long)connections);
+    ck_assert_ptr_nonnull(strstr(text, line)); /* the node's whole counters */
+    ck_assert_ptr_null(strstr(text, KVS_MSEG_OTHER));
+    char *a = sorted_lines(text), *b = sorted_lines(want);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    free(text);
+    free(want);
+    free(kept);
+    kvs_mseg_slot *slots = calloc(KVS_MSEG_SLOTS, sizeof *slots);
+    uint32_t procs = 0, used = 0;
+    ck_assert_int_eq(kvs_mseg_snapshot(&seg, slots, &procs), 0);
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) used += slots[i].state != KVS_MSEG_FREE;
+    ck_assert_uint_le(used, KVS_MSEG_RETIRED_MAX + 1);
+    free(slots);
+    kvs_mseg_close(&seg);
+}
+END_TEST
+
 /* A child that dies in the middle of folding its slot into tenant's retired row, holding the lock. */
 static void die_in_fold(const char *tenant, uint64_t gets) {
     pid_t pid = fork();
@@ -685,6 +766,7 @@ int main(void) {
     tcase_add_test(tc, a_forked_child_never_touches_its_parents_slot_or_thread);
     tcase_add_test(tc, a_zombie_is_dead_and_another_namespace_alive);
     tcase_add_test(tc, tenant_churn_never_fills_the_segment);
+    tcase_add_test(tc, merging_retired_rows_changes_no_series);
     tcase_add_test(tc, a_fold_cut_short_counts_once_and_readers_recover);
     tcase_add_test(tc, store_misses_above_gets_never_make_a_rate_above_one);
     tcase_add_test(tc, a_nodes_tier_gauges_stay_apart_from_the_engines);
