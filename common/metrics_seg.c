@@ -392,8 +392,10 @@ static void fold_locked(kvs_mseg *seg, uint32_t i) {
     memset(&v, 0, sizeof v);
     load_words(&v, &d->v, sizeof v);
     if (v.n_tiers > KVS_MSEG_TIERS) v.n_tiers = KVS_MSEG_TIERS;
-    for (uint32_t t = 0; t < KVS_MSEG_TIERS; t++) /* gauges leave */
+    for (uint32_t t = 0; t < KVS_MSEG_TIERS; t++) { /* gauges leave */
         v.tiers[t].objects = v.tiers[t].bytes = v.tiers[t].capacity = 0;
+        v.tiers[t].usage_known = 0;
+    }
     uint32_t retired = 0;
     for (uint32_t r = 0; r < KVS_MSEG_SLOTS; r++) {
         kvs_mseg_slot *row = &seg->slots[r];

@@ -29,7 +29,7 @@
 #include "abi/kvstrata.h"
 
 #define KVS_MSEG_MAGIC       0x3174656d2d73766bull /* "kvs-met1" */
-#define KVS_MSEG_VERSION     2u
+#define KVS_MSEG_VERSION     3u
 #define KVS_MSEG_SLOTS       256u
 #define KVS_MSEG_TIERS       16u
 #define KVS_MSEG_NAME_MAX    64u
@@ -80,6 +80,7 @@ typedef struct kvs_mseg_tier {
     char name[KVS_MSEG_NAME_MAX];
     uint64_t objects, bytes, capacity; /* gauges: a live process's only */
     uint64_t shared;                   /* every process sees the same objects (not summed) */
+    uint64_t usage_known; /* objects and bytes were asked of the tier (else they mean nothing) */
     uint64_t hits, hit_tokens, loaded_bytes, load_ns; /* counters */
 } kvs_mseg_tier;
 

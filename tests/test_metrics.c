@@ -120,7 +120,9 @@ START_TEST(two_processes_add_up_and_a_killed_ones_counts_stay) {
     ck_assert_ptr_nonnull(
         strstr(text, "\nkvstrata_tier_hits_total{tier=\"ram\",tenant=\"t\"} 7\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_processes 0\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 0\n"));
+    /* no live process knows the tier's usage: no sample rather than a 0 */
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_objects{"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_capacity_bytes{tier=\"ram\"} 0\n"));
     free(text);
     kvs_mseg_close(&seg);
     close(p[0]);
@@ -654,14 +656,44 @@ START_TEST(a_nodes_tier_gauges_stay_apart_from_the_engines) {
     slots[0].state = slots[1].state = KVS_MSEG_LIVE;
     slots[0].v = identity("");
     slots[0].v.tiers[0].objects = 5;
+    slots[0].v.tiers[0].usage_known = 1;
     slots[1].v = identity("");
     slots[1].v.kind = KVS_MSEG_NODE;
     slots[1].v.tiers[0].objects = 7;
+    slots[1].v.tiers[0].usage_known = 1;
     char *text = NULL;
     size_t len = 0;
     ck_assert_int_eq(kvs_metrics_render_slots(slots, 2, 2, &text, &len), KVS_OK);
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 5\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\",role=\"node\"} 7\n"));
+    free(text);
+}
+END_TEST
+
+/* A tier whose usage no live slot asked (a network tier, tiers not thread-safe) has no objects or
+ * bytes sample; one live slot that knows it is enough. */
+START_TEST(a_tier_usage_nobody_asked_has_no_sample) {
+    kvs_mseg_slot slots[2];
+    memset(slots, 0, sizeof slots);
+    slots[0].state = slots[1].state = KVS_MSEG_LIVE;
+    for (int i = 0; i < 2; i++) {
+        slots[i].v = identity("");
+        slots[i].v.n_tiers = 2;
+        snprintf(slots[i].v.tiers[1].name, sizeof slots[i].v.tiers[1].name, "net");
+        slots[i].v.tiers[1].capacity = 100;
+    }
+    slots[0].v.tiers[0].objects = 4;
+    slots[0].v.tiers[0].bytes = 40;
+    slots[0].v.tiers[0].usage_known = 1;
+    slots[1].v.tiers[0].objects = 99; /* not asked: means nothing */
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_slots(slots, 2, 2, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_bytes{tier=\"ram\"} 40\n"));
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_objects{tier=\"net\"}"));
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_bytes{tier=\"net\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_capacity_bytes{tier=\"net\"} 200\n"));
     free(text);
 }
 END_TEST
@@ -770,6 +802,7 @@ int main(void) {
     tcase_add_test(tc, a_fold_cut_short_counts_once_and_readers_recover);
     tcase_add_test(tc, store_misses_above_gets_never_make_a_rate_above_one);
     tcase_add_test(tc, a_nodes_tier_gauges_stay_apart_from_the_engines);
+    tcase_add_test(tc, a_tier_usage_nobody_asked_has_no_sample);
     tcase_add_test(tc, head_answers_the_length_get_sends);
     suite_add_tcase(s, tc);
     /* CPU time over a window: left out of the suite's own run, in test_metrics_timing */
