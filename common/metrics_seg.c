@@ -222,7 +222,6 @@ static kvs_status open_once(kvs_mseg *out, int create, int *again, char *err, si
     out->slots = (kvs_mseg_slot *)((uint8_t *)map + sizeof *out->hdr);
     out->map_bytes = seg_bytes();
     out->writable = create;
-    out->pidns = kvs_mseg_own_pidns();
     return KVS_OK;
 }
 
@@ -484,7 +483,7 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
         kvs_mseg_slot *s = &seg->slots[got];
         s->pid = (int32_t)getpid();
         s->start = kvs_mseg_start_time(s->pid);
-        s->pidns = seg->pidns;
+        s->pidns = kvs_mseg_own_pidns(); /* now: see slot_is_mine */
         s->seq = 0;
         store_words(&s->v, v, sizeof *v);
         __atomic_store_n(&s->state, KVS_MSEG_LIVE, __ATOMIC_RELEASE);
@@ -500,17 +499,19 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
 }
 
 /* The slot is this process's: a child forked after the claim (same mapping, same index) or an
- * owner whose slot was folded (judged dead) must not write into it. */
-static int slot_is_mine(const kvs_mseg *seg, const kvs_mseg_slot *s) {
+ * owner whose slot was folded (judged dead) must not write into it. The pid namespace is read at
+ * each check, never kept from the open: a child forked after unshare(CLONE_NEWPID) inherits the
+ * opener's memory but lives in another namespace, where its pid may equal the slot's. */
+static int slot_is_mine(const kvs_mseg_slot *s) {
     return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == KVS_MSEG_LIVE &&
            __atomic_load_n(&s->pid, __ATOMIC_RELAXED) == (int32_t)getpid() &&
-           __atomic_load_n(&s->pidns, __ATOMIC_RELAXED) == seg->pidns;
+           __atomic_load_n(&s->pidns, __ATOMIC_RELAXED) == kvs_mseg_own_pidns();
 }
 
 void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
     if (!seg->hdr || !seg->writable || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
     kvs_mseg_slot *s = &seg->slots[slot];
-    if (!slot_is_mine(seg, s)) return;
+    if (!slot_is_mine(s)) return;
     uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, q + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -520,9 +521,9 @@ void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
 
 void kvs_mseg_release(kvs_mseg *seg, int slot) {
     if (!seg->hdr || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
-    if (!slot_is_mine(seg, &seg->slots[slot])) return;
+    if (!slot_is_mine(&seg->slots[slot])) return;
     if (lock_seg(seg) != 0) return; /* left LIVE: folded once we exit */
-    if (slot_is_mine(seg, &seg->slots[slot])) fold_locked(seg, (uint32_t)slot);
+    if (slot_is_mine(&seg->slots[slot])) fold_locked(seg, (uint32_t)slot);
     unlock_seg(seg);
 }
 

@@ -118,7 +118,6 @@ typedef struct kvs_mseg {
     kvs_mseg_slot *slots;
     size_t map_bytes;
     int writable;
-    uint64_t pidns;                   /* this process's pid namespace */
     char name[KVS_MSEG_NAME_MAX + 8]; /* "/kvstrata-<name>" */
 } kvs_mseg;
 
