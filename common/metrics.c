@@ -144,6 +144,8 @@ static kvs_status render_instance(void *ctx, char **text, size_t *len) {
 static void poll_sources(instance *in) {
     pthread_mutex_lock(&in->lock);
     for (kvs_metrics_source *s = in->sources; s; s = s->next) {
+        kvs_mseg_heartbeat(&in->seg,
+                           s->slot); /* every source's, those that publish themselves too */
         if (!s->poll) continue;
         take_staged(s);
         s->poll(s->ctx, &s->v, 0);

@@ -363,7 +363,7 @@ static void retire_as_is_locked(kvs_mseg *seg, uint32_t i, const kvs_mseg_values
     kvs_mseg_slot *d = &seg->slots[i];
     store_words(&d->v, v, sizeof *v);
     d->pid = 0;
-    d->start = d->pidns = 0;
+    d->start = d->pidns = d->heartbeat = 0;
     __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
 }
 
@@ -418,7 +418,20 @@ static void fold_locked(kvs_mseg *seg, uint32_t i) {
     retire_as_is_locked(seg, i, &v);
 }
 
+uint64_t kvs_mseg_boottime_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A slot of this pid namespace: its pid is looked up. Another namespace's (its pid means nothing
+ * here): its heartbeat, so the slots of a container gone (a restart gets a new namespace) leave. */
 static int slot_alive(const kvs_mseg_slot *s) {
+    uint64_t own = kvs_mseg_own_pidns();
+    if (s->pidns && own && s->pidns != own) {
+        uint64_t now = kvs_mseg_boottime_ns(), beat = s->heartbeat;
+        return now == 0 || beat >= now || now - beat <= KVS_MSEG_HEARTBEAT_STALE_MS * 1000000ull;
+    }
     return kvs_mseg_alive(s->pid, s->start, s->pidns);
 }
 
@@ -484,6 +497,7 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
         s->pid = (int32_t)getpid();
         s->start = kvs_mseg_start_time(s->pid);
         s->pidns = kvs_mseg_own_pidns(); /* now: see slot_is_mine */
+        s->heartbeat = kvs_mseg_boottime_ns();
         s->seq = 0;
         store_words(&s->v, v, sizeof *v);
         __atomic_store_n(&s->state, KVS_MSEG_LIVE, __ATOMIC_RELEASE);
@@ -519,6 +533,12 @@ void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
     __atomic_store_n(&s->seq, q + 2, __ATOMIC_RELEASE);
 }
 
+void kvs_mseg_heartbeat(kvs_mseg *seg, int slot) {
+    if (!seg->hdr || !seg->writable || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
+    kvs_mseg_slot *s = &seg->slots[slot];
+    if (slot_is_mine(s)) __atomic_store_n(&s->heartbeat, kvs_mseg_boottime_ns(), __ATOMIC_RELAXED);
+}
+
 void kvs_mseg_release(kvs_mseg *seg, int slot) {
     if (!seg->hdr || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
     if (!slot_is_mine(&seg->slots[slot])) return;
@@ -551,6 +571,7 @@ static uint32_t copy_slots(const kvs_mseg *seg, kvs_mseg_slot *out) {
         out[i].pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
         out[i].start = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
         out[i].pidns = __atomic_load_n(&s->pidns, __ATOMIC_RELAXED);
+        out[i].heartbeat = __atomic_load_n(&s->heartbeat, __ATOMIC_RELAXED);
         if (out[i].state == KVS_MSEG_FREE) continue;
         copy_slot(s, &out[i]);
         if (out[i].state != KVS_MSEG_LIVE) continue;

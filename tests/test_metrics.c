@@ -459,6 +459,42 @@ START_TEST(a_zombie_is_dead_and_another_namespace_alive) {
 }
 END_TEST
 
+/* Another namespace's slot whose owner stopped beating its heartbeat (a container gone) is folded;
+ * a slot of this namespace is judged by its pid whatever its heartbeat. */
+START_TEST(another_namespaces_slot_with_a_stale_heartbeat_is_dead) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    kvs_mseg_values v = identity("gone");
+    int slot = kvs_mseg_claim(&seg, &v);
+    ck_assert_int_ge(slot, 0);
+    v.c[KVS_MC_GETS] = 6;
+    kvs_mseg_publish(&seg, slot, &v);
+    kvs_mseg_values w = identity("here");
+    int mine = kvs_mseg_claim(&seg, &w);
+    ck_assert_int_ge(mine, 0);
+    uint64_t stale = kvs_mseg_boottime_ns() - (KVS_MSEG_HEARTBEAT_STALE_MS + 1000ull) * 1000000ull;
+    seg.slots[mine].heartbeat = stale; /* alive by its pid */
+    seg.slots[slot].pidns = kvs_mseg_own_pidns() + 1;
+    seg.slots[slot].heartbeat = kvs_mseg_boottime_ns();
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 0); /* beating: alive */
+    seg.slots[slot].heartbeat = stale;
+    kvs_mseg_slot s;
+    ck_assert_int_ge(find_slot(&seg, "gone", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_RETIRED); /* readers see it gone already */
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 1);
+    ck_assert_int_ge(find_slot(&seg, "gone", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_RETIRED);
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 6); /* its counts stay */
+    ck_assert_int_ge(find_slot(&seg, "here", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_LIVE);
+    /* the owner's heartbeat write */
+    kvs_mseg_heartbeat(&seg, mine);
+    ck_assert_uint_gt(seg.slots[mine].heartbeat, stale);
+    kvs_mseg_close(&seg);
+}
+END_TEST
+
 START_TEST(tenant_churn_never_fills_the_segment) {
     kvs_mseg seg;
     char err[256];
@@ -797,6 +833,7 @@ int main(void) {
     tcase_add_test(tc, bad_clients_never_stop_the_server);
     tcase_add_test(tc, a_forked_child_never_touches_its_parents_slot_or_thread);
     tcase_add_test(tc, a_zombie_is_dead_and_another_namespace_alive);
+    tcase_add_test(tc, another_namespaces_slot_with_a_stale_heartbeat_is_dead);
     tcase_add_test(tc, tenant_churn_never_fills_the_segment);
     tcase_add_test(tc, merging_retired_rows_changes_no_series);
     tcase_add_test(tc, a_fold_cut_short_counts_once_and_readers_recover);
