@@ -48,6 +48,10 @@ struct instance {
     pthread_t thread;
     int wake[2]; /* a byte on wake[1] stops the thread */
     int serving;
+    /* held by the thread while it binds or steps the server (never across its poll), so a fork
+     * never copies a socket the records below do not hold yet */
+    pthread_mutex_t io_lock;
+    int forking; /* io_lock taken by fork_prepare */
     kvs_mhttp http;
     pthread_mutex_t lock; /* the sources list (poll callbacks run under it) */
     kvs_metrics_source *sources;
@@ -57,15 +61,50 @@ struct instance {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static instance *g_instances;
 
-/* A fork while another thread holds g_lock would leave the child's copy locked for good. */
+/* A fork while another thread holds g_lock would leave the child's copy locked for good. The
+ * instances' sockets are held still too (io_lock) so the child can close every one it copied. */
 static void fork_prepare(void) {
     pthread_mutex_lock(&g_lock);
+    pid_t me = getpid();
+    for (instance *in = g_instances; in; in = in->next)
+        if (in->pid == me) {
+            pthread_mutex_lock(&in->io_lock);
+            in->forking = 1;
+        }
 }
-static void fork_done(void) {
+static void unlock_forking(void) {
+    for (instance *in = g_instances; in; in = in->next)
+        if (in->forking) {
+            in->forking = 0;
+            pthread_mutex_unlock(&in->io_lock);
+        }
+}
+static void fork_parent(void) {
+    unlock_forking();
+    pthread_mutex_unlock(&g_lock);
+}
+static void close_fd(int *fd) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+}
+/* The child has one thread and none of its parents' instance threads: the copies of their
+ * listening socket (SOCK_CLOEXEC acts on exec only), clients and wake pipe are closed, or the
+ * child would keep the port bound after the serving process exits (nobody could take over) and
+ * leave scrapes hanging in the backlog. */
+static void fork_child(void) {
+    unlock_forking();
+    pid_t me = getpid();
+    for (instance *in = g_instances; in; in = in->next) {
+        if (in->pid == me) continue;
+        close_fd(&in->http.listen_fd);
+        for (int k = 0; k < KVS_MHTTP_CLIENTS; k++) close_fd(&in->http.clients[k].fd);
+        close_fd(&in->wake[0]);
+        close_fd(&in->wake[1]);
+    }
     pthread_mutex_unlock(&g_lock);
 }
 static void register_atfork(void) {
-    pthread_atfork(fork_prepare, fork_done, fork_done);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 static pthread_once_t g_atfork = PTHREAD_ONCE_INIT;
 
@@ -105,6 +144,8 @@ static kvs_status render_instance(void *ctx, char **text, size_t *len) {
 static void poll_sources(instance *in) {
     pthread_mutex_lock(&in->lock);
     for (kvs_metrics_source *s = in->sources; s; s = s->next) {
+        kvs_mseg_heartbeat(&in->seg,
+                           s->slot); /* every source's, those that publish themselves too */
         if (!s->poll) continue;
         take_staged(s);
         s->poll(s->ctx, &s->v, 0);
@@ -135,7 +176,9 @@ static void *instance_thread(void *arg) {
     for (;;) {
         uint64_t now = kvs_now_ns();
         if (in->http.listen_fd < 0 && now >= next_bind) {
+            pthread_mutex_lock(&in->io_lock);
             try_bind(in, &warned);
+            pthread_mutex_unlock(&in->io_lock);
             next_bind = now + BIND_RETRY_MS * 1000000ull;
         }
         if (now >= next_poll) {
@@ -151,10 +194,9 @@ static void *instance_thread(void *arg) {
         size_t n = 1 + kvs_mhttp_pollfds(&in->http, fds + 1, KVS_MHTTP_CLIENTS + 1);
         int rc = poll(fds, (nfds_t)n, LOOP_MS);
         if (rc > 0 && fds[0].revents) break;
-        if (rc > 0)
-            kvs_mhttp_step(&in->http, fds + 1, n - 1);
-        else
-            kvs_mhttp_step(&in->http, fds + 1, 0); /* deadlines */
+        pthread_mutex_lock(&in->io_lock);
+        kvs_mhttp_step(&in->http, fds + 1, rc > 0 ? n - 1 : 0); /* 0: deadlines only */
+        pthread_mutex_unlock(&in->io_lock);
     }
     return NULL;
 }
@@ -165,6 +207,7 @@ static void instance_free(instance *in) {
     if (in->wake[0] >= 0) close(in->wake[0]);
     if (in->wake[1] >= 0) close(in->wake[1]);
     pthread_mutex_destroy(&in->lock);
+    pthread_mutex_destroy(&in->io_lock);
     free(in);
 }
 
@@ -184,6 +227,7 @@ static instance *instance_get(const char *listen_at, const char *name, int log_l
     in->log_level = log_level;
     in->wake[0] = in->wake[1] = -1;
     pthread_mutex_init(&in->lock, NULL);
+    pthread_mutex_init(&in->io_lock, NULL);
     kvs_mhttp_init(&in->http, render_instance, in);
     char err[300];
     if (kvs_mseg_open(name, 1, &in->seg, err, sizeof err) != KVS_OK) {

@@ -95,6 +95,7 @@ typedef struct gauge_row { /* per (tier, node or not) */
     char tier[KVS_MSEG_NAME_MAX];
     int node; /* a kvstrata-node's tier: its own series (role="node"), never merged with engines' */
     uint64_t objects, bytes, capacity;
+    int known;       /* a live slot asked the tier its objects and bytes */
     uint64_t served; /* hit tokens (connectors) plus hits (stores) over every tenant */
 } gauge_row;
 
@@ -172,13 +173,15 @@ static void add_slot(agg *a, const kvs_mseg_slot *s) {
         if (!g) continue;
         g->served += v->kind == KVS_MSEG_STORE ? x->hits : x->hit_tokens;
         if (s->state != KVS_MSEG_LIVE) continue;
+        uint64_t objects = x->usage_known ? x->objects : 0, bytes = x->usage_known ? x->bytes : 0;
+        g->known |= x->usage_known != 0;
         if (x->shared) {
-            g->objects = max_u64(g->objects, x->objects);
-            g->bytes = max_u64(g->bytes, x->bytes);
+            g->objects = max_u64(g->objects, objects);
+            g->bytes = max_u64(g->bytes, bytes);
             g->capacity = max_u64(g->capacity, x->capacity);
         } else {
-            g->objects += x->objects;
-            g->bytes += x->bytes;
+            g->objects += objects;
+            g->bytes += bytes;
             g->capacity += x->capacity;
         }
     }
@@ -289,9 +292,15 @@ static void render(text *t, const agg *a, uint32_t processes) {
         {"kvstrata_tier_bytes", "Bytes the tier holds."},
         {"kvstrata_tier_capacity_bytes", "The tier's configured capacity (0 where none)."}};
     for (int g = 0; g < 3 && a->n_gauges; g++) {
+        /* objects and bytes only where a live process asked the tier: a tier nobody can ask from
+         * here (a network tier, an engine whose tiers are not thread-safe) has no sample, not 0 */
+        int any = g == 2;
+        for (uint32_t i = 0; i < a->n_gauges && !any; i++) any = a->gauges[i].known;
+        if (!any) continue;
         family(t, GAUGES[g][0], "gauge", GAUGES[g][1]);
         for (uint32_t i = 0; i < a->n_gauges; i++) {
             const gauge_row *x = &a->gauges[i];
+            if (g < 2 && !x->known) continue;
             gauge_labels(lab, sizeof lab, x);
             uint64_t v = g == 0 ? x->objects : g == 1 ? x->bytes : x->capacity;
             put(t, "%s%s %llu\n", GAUGES[g][0], lab, (unsigned long long)v);

@@ -222,7 +222,6 @@ static kvs_status open_once(kvs_mseg *out, int create, int *again, char *err, si
     out->slots = (kvs_mseg_slot *)((uint8_t *)map + sizeof *out->hdr);
     out->map_bytes = seg_bytes();
     out->writable = create;
-    out->pidns = kvs_mseg_own_pidns();
     return KVS_OK;
 }
 
@@ -270,25 +269,59 @@ static int is_other(const kvs_mseg_values *v) {
     return same_name(v->tenant, KVS_MSEG_OTHER, sizeof v->tenant);
 }
 
+/* Rows whose counters render into the same series: the same kind and tenant. */
+static int same_group(const kvs_mseg_values *a, const kvs_mseg_values *b) {
+    return a->kind == b->kind && same_name(a->tenant, b->tenant, sizeof a->tenant);
+}
+
+static uint32_t n_tiers_of(const kvs_mseg_values *v) {
+    return v->n_tiers < KVS_MSEG_TIERS ? v->n_tiers : KVS_MSEG_TIERS;
+}
+
+static int tier_at(const kvs_mseg_values *v, const char *name) {
+    for (uint32_t t = 0; t < n_tiers_of(v); t++)
+        if (same_name(v->tiers[t].name, name, sizeof v->tiers[t].name)) return (int)t;
+    return -1;
+}
+
+/* 1 when src's tiers all have a place in dst merged by name: the ones dst has, and room for the
+ * rest short of the last place, which is kept for the catch-all tier (add_counters_locked). */
+static int fits(const kvs_mseg_values *dst, const kvs_mseg_values *src) {
+    uint32_t have = n_tiers_of(dst), missing = 0;
+    for (uint32_t t = 0; t < n_tiers_of(src); t++)
+        if (tier_at(dst, src->tiers[t].name) < 0) missing++;
+    return have + missing <= KVS_MSEG_TIERS - 1;
+}
+
+/* Under the lock: where tier `name` of another row goes in row d merged by name: its own place,
+ * a new place, or, past KVS_MSEG_TIERS - 1 names, the catch-all tier KVS_MSEG_OTHER; -1 when d's
+ * own tiers fill every place (its counts then stay in the row's whole counters only). */
+static int place_locked(kvs_mseg_values *d, const char *name) {
+    int at = tier_at(d, name);
+    if (at >= 0) return at;
+    uint32_t have = n_tiers_of(d);
+    const char *as = name;
+    if (have >= KVS_MSEG_TIERS - 1) {
+        at = tier_at(d, KVS_MSEG_OTHER);
+        if (at >= 0 || have == KVS_MSEG_TIERS) return at;
+        as = KVS_MSEG_OTHER;
+    }
+    char buf[KVS_MSEG_NAME_MAX];
+    memset(buf, 0, sizeof buf);
+    snprintf(buf, sizeof buf, "%.*s", (int)sizeof buf - 1, as);
+    store_words(d->tiers[have].name, buf, sizeof buf);
+    __atomic_store_n(&d->n_tiers, have + 1, __ATOMIC_RELAXED);
+    return (int)have;
+}
+
 /* Under the lock: v's counters added to row r. Rows of one identity have the same tiers in the same
- * places; the KVS_MSEG_OTHER row of a kind gathers tiers by name (a tier it has no room left for
- * keeps its counts in the row's whole counters only). */
+ * places; merging rows of another identity (by_name) gathers tiers by name. */
 static void add_counters_locked(kvs_mseg *seg, uint32_t r, const kvs_mseg_values *v, int by_name) {
     kvs_mseg_values *d = &seg->slots[r].v;
     for (int k = 0; k < KVS_MC_COUNT; k++) __atomic_add_fetch(&d->c[k], v->c[k], __ATOMIC_RELAXED);
-    uint32_t n = v->n_tiers < KVS_MSEG_TIERS ? v->n_tiers : KVS_MSEG_TIERS;
-    for (uint32_t t = 0; t < n; t++) {
-        uint32_t at = t;
-        if (by_name) {
-            uint32_t have = d->n_tiers < KVS_MSEG_TIERS ? d->n_tiers : KVS_MSEG_TIERS;
-            for (at = 0; at < have; at++)
-                if (same_name(d->tiers[at].name, v->tiers[t].name, sizeof d->tiers[at].name)) break;
-            if (at == KVS_MSEG_TIERS) continue;
-            if (at == have) {
-                store_words(d->tiers[at].name, v->tiers[t].name, sizeof d->tiers[at].name);
-                __atomic_store_n(&d->n_tiers, have + 1, __ATOMIC_RELAXED);
-            }
-        }
+    for (uint32_t t = 0; t < n_tiers_of(v); t++) {
+        int at = by_name ? place_locked(d, v->tiers[t].name) : (int)t;
+        if (at < 0) continue;
         kvs_mseg_tier *a = &d->tiers[at];
         const kvs_mseg_tier *b = &v->tiers[t];
         __atomic_add_fetch(&a->hits, b->hits, __ATOMIC_RELAXED);
@@ -313,43 +346,55 @@ static void fold_into_locked(kvs_mseg *seg, uint32_t i, uint32_t r, const kvs_ms
     __atomic_store_n(&h->fold_state, 0, __ATOMIC_RELEASE);
 }
 
-/* Under the lock: the KVS_MSEG_OTHER row of kind, or -1. */
-static int other_row_locked(kvs_mseg *seg, uint32_t kind, uint32_t skip) {
+/* Under the lock: a retired row other than skip of the kind and tenant of v (whose tiers fit in
+ * it, when need_fit), or -1. */
+static int group_row_locked(kvs_mseg *seg, const kvs_mseg_values *v, uint32_t skip, int need_fit) {
     for (uint32_t r = 0; r < KVS_MSEG_SLOTS; r++) {
         kvs_mseg_slot *row = &seg->slots[r];
-        if (r != skip && row->state == KVS_MSEG_RETIRED && row->v.kind == kind && is_other(&row->v))
+        if (r != skip && row->state == KVS_MSEG_RETIRED && same_group(&row->v, v) &&
+            (!need_fit || fits(&row->v, v)))
             return (int)r;
     }
     return -1;
 }
 
-/* Under the lock: slot i (LIVE of a process gone or done, or RETIRED) becomes, or merges into, its
- * kind's KVS_MSEG_OTHER row. Rewriting the slot in place is idempotent: redone after a death. */
+/* Under the lock: row i (values v) becomes a retired row as it is. */
+static void retire_as_is_locked(kvs_mseg *seg, uint32_t i, const kvs_mseg_values *v) {
+    kvs_mseg_slot *d = &seg->slots[i];
+    store_words(&d->v, v, sizeof *v);
+    d->pid = 0;
+    d->start = d->pidns = d->heartbeat = 0;
+    __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
+}
+
+/* Under the lock: slot i (LIVE of a process gone or done, or RETIRED, of a named tenant) merges
+ * into its kind's KVS_MSEG_OTHER row where its tiers fit, or becomes one. Rewriting the slot in
+ * place is idempotent: redone after a death. */
 static void to_other_locked(kvs_mseg *seg, uint32_t i, kvs_mseg_values *v) {
-    int o = other_row_locked(seg, v->kind, i);
+    memset(v->tenant, 0, sizeof v->tenant);
+    snprintf(v->tenant, sizeof v->tenant, "%s", KVS_MSEG_OTHER);
+    int o = group_row_locked(seg, v, i, 1);
     if (o >= 0) {
         fold_into_locked(seg, i, (uint32_t)o, v, 1);
         return;
     }
-    memset(v->tenant, 0, sizeof v->tenant);
-    snprintf(v->tenant, sizeof v->tenant, "%s", KVS_MSEG_OTHER);
-    kvs_mseg_slot *d = &seg->slots[i];
-    store_words(&d->v, v, sizeof *v);
-    d->pid = 0;
-    d->start = d->pidns = 0;
-    __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
+    retire_as_is_locked(seg, i, v);
 }
 
-/* Under the lock: slot i's counters into the retired row of its identity (or it becomes that row;
- * past KVS_MSEG_RETIRED_MAX such rows, its kind's KVS_MSEG_OTHER row). */
+/* Under the lock: slot i's counters into the retired row of its identity (or it becomes that row).
+ * Past KVS_MSEG_RETIRED_MAX rows: into a row of its kind and tenant its tiers fit in, so no series
+ * changes; failing that, a named tenant's go to its kind's KVS_MSEG_OTHER row and a tenant-less
+ * row (a node's whole counters) stays a row of its own. */
 static void fold_locked(kvs_mseg *seg, uint32_t i) {
     kvs_mseg_slot *d = &seg->slots[i];
     kvs_mseg_values v;
     memset(&v, 0, sizeof v);
     load_words(&v, &d->v, sizeof v);
     if (v.n_tiers > KVS_MSEG_TIERS) v.n_tiers = KVS_MSEG_TIERS;
-    for (uint32_t t = 0; t < KVS_MSEG_TIERS; t++)
-        v.tiers[t].objects = v.tiers[t].bytes = v.tiers[t].capacity = 0; /* gauges leave */
+    for (uint32_t t = 0; t < KVS_MSEG_TIERS; t++) { /* gauges leave */
+        v.tiers[t].objects = v.tiers[t].bytes = v.tiers[t].capacity = 0;
+        v.tiers[t].usage_known = 0;
+    }
     uint32_t retired = 0;
     for (uint32_t r = 0; r < KVS_MSEG_SLOTS; r++) {
         kvs_mseg_slot *row = &seg->slots[r];
@@ -359,17 +404,34 @@ static void fold_locked(kvs_mseg *seg, uint32_t i) {
         fold_into_locked(seg, i, r, &v, 0);
         return;
     }
-    if (retired >= KVS_MSEG_RETIRED_MAX && !is_other(&v)) {
-        to_other_locked(seg, i, &v);
-        return;
+    if (retired >= KVS_MSEG_RETIRED_MAX) {
+        int g = group_row_locked(seg, &v, i, 1);
+        if (g >= 0) {
+            fold_into_locked(seg, i, (uint32_t)g, &v, 1);
+            return;
+        }
+        if (v.tenant[0] && !is_other(&v)) {
+            to_other_locked(seg, i, &v);
+            return;
+        }
     }
-    store_words(&d->v, &v, sizeof v);
-    d->pid = 0;
-    d->start = d->pidns = 0;
-    __atomic_store_n(&d->state, KVS_MSEG_RETIRED, __ATOMIC_RELEASE);
+    retire_as_is_locked(seg, i, &v);
 }
 
+uint64_t kvs_mseg_boottime_ns(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) != 0) return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A slot of this pid namespace: its pid is looked up. Another namespace's (its pid means nothing
+ * here): its heartbeat, so the slots of a container gone (a restart gets a new namespace) leave. */
 static int slot_alive(const kvs_mseg_slot *s) {
+    uint64_t own = kvs_mseg_own_pidns();
+    if (s->pidns && own && s->pidns != own) {
+        uint64_t now = kvs_mseg_boottime_ns(), beat = s->heartbeat;
+        return now == 0 || beat >= now || now - beat <= KVS_MSEG_HEARTBEAT_STALE_MS * 1000000ull;
+    }
     return kvs_mseg_alive(s->pid, s->start, s->pidns);
 }
 
@@ -385,20 +447,28 @@ static int sweep_locked(kvs_mseg *seg) {
     return n;
 }
 
-/* Under the lock, no slot free: a retired row of some identity merges into its kind's
- * KVS_MSEG_OTHER row, which frees its slot. 0 when one was freed. */
+/* Under the lock, no slot free: a retired row merges into another, which frees its slot. In order
+ * of preference: two rows of one kind and tenant whose tiers fit together (no series changes); a
+ * named tenant's row into its kind's KVS_MSEG_OTHER row (too many tenants to keep); two rows of one
+ * kind and tenant whatever their tiers (a tier with no place left counts under the catch-all tier
+ * KVS_MSEG_OTHER). 0 when one was freed. */
 static int free_a_retired_row_locked(kvs_mseg *seg) {
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 3; pass++)
         for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) {
             kvs_mseg_slot *s = &seg->slots[i];
-            if (s->state != KVS_MSEG_RETIRED || is_other(&s->v)) continue;
-            /* first pass: only rows whose kind has an "(other)" row already (a merge frees one) */
-            if (pass == 0 && other_row_locked(seg, s->v.kind, i) < 0) continue;
+            if (s->state != KVS_MSEG_RETIRED) continue;
             kvs_mseg_values v;
             memset(&v, 0, sizeof v);
             load_words(&v, &s->v, sizeof v);
             if (v.n_tiers > KVS_MSEG_TIERS) v.n_tiers = KVS_MSEG_TIERS;
-            to_other_locked(seg, i, &v);
+            if (pass == 1) {
+                if (!v.tenant[0] || is_other(&v)) continue;
+                to_other_locked(seg, i, &v);
+            } else {
+                int g = group_row_locked(seg, &v, i, pass == 0);
+                if (g < 0) continue;
+                fold_into_locked(seg, i, (uint32_t)g, &v, 1);
+            }
             if (s->state == KVS_MSEG_FREE) return 0;
         }
     return -1;
@@ -426,7 +496,8 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
         kvs_mseg_slot *s = &seg->slots[got];
         s->pid = (int32_t)getpid();
         s->start = kvs_mseg_start_time(s->pid);
-        s->pidns = seg->pidns;
+        s->pidns = kvs_mseg_own_pidns(); /* now: see slot_is_mine */
+        s->heartbeat = kvs_mseg_boottime_ns();
         s->seq = 0;
         store_words(&s->v, v, sizeof *v);
         __atomic_store_n(&s->state, KVS_MSEG_LIVE, __ATOMIC_RELEASE);
@@ -442,17 +513,19 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v) {
 }
 
 /* The slot is this process's: a child forked after the claim (same mapping, same index) or an
- * owner whose slot was folded (judged dead) must not write into it. */
-static int slot_is_mine(const kvs_mseg *seg, const kvs_mseg_slot *s) {
+ * owner whose slot was folded (judged dead) must not write into it. The pid namespace is read at
+ * each check, never kept from the open: a child forked after unshare(CLONE_NEWPID) inherits the
+ * opener's memory but lives in another namespace, where its pid may equal the slot's. */
+static int slot_is_mine(const kvs_mseg_slot *s) {
     return __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == KVS_MSEG_LIVE &&
            __atomic_load_n(&s->pid, __ATOMIC_RELAXED) == (int32_t)getpid() &&
-           __atomic_load_n(&s->pidns, __ATOMIC_RELAXED) == seg->pidns;
+           __atomic_load_n(&s->pidns, __ATOMIC_RELAXED) == kvs_mseg_own_pidns();
 }
 
 void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
     if (!seg->hdr || !seg->writable || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
     kvs_mseg_slot *s = &seg->slots[slot];
-    if (!slot_is_mine(seg, s)) return;
+    if (!slot_is_mine(s)) return;
     uint64_t q = __atomic_load_n(&s->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&s->seq, q + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
@@ -460,11 +533,17 @@ void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v) {
     __atomic_store_n(&s->seq, q + 2, __ATOMIC_RELEASE);
 }
 
+void kvs_mseg_heartbeat(kvs_mseg *seg, int slot) {
+    if (!seg->hdr || !seg->writable || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
+    kvs_mseg_slot *s = &seg->slots[slot];
+    if (slot_is_mine(s)) __atomic_store_n(&s->heartbeat, kvs_mseg_boottime_ns(), __ATOMIC_RELAXED);
+}
+
 void kvs_mseg_release(kvs_mseg *seg, int slot) {
     if (!seg->hdr || slot < 0 || slot >= (int)KVS_MSEG_SLOTS) return;
-    if (!slot_is_mine(seg, &seg->slots[slot])) return;
+    if (!slot_is_mine(&seg->slots[slot])) return;
     if (lock_seg(seg) != 0) return; /* left LIVE: folded once we exit */
-    if (slot_is_mine(seg, &seg->slots[slot])) fold_locked(seg, (uint32_t)slot);
+    if (slot_is_mine(&seg->slots[slot])) fold_locked(seg, (uint32_t)slot);
     unlock_seg(seg);
 }
 
@@ -492,6 +571,7 @@ static uint32_t copy_slots(const kvs_mseg *seg, kvs_mseg_slot *out) {
         out[i].pid = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
         out[i].start = __atomic_load_n(&s->start, __ATOMIC_RELAXED);
         out[i].pidns = __atomic_load_n(&s->pidns, __ATOMIC_RELAXED);
+        out[i].heartbeat = __atomic_load_n(&s->heartbeat, __ATOMIC_RELAXED);
         if (out[i].state == KVS_MSEG_FREE) continue;
         copy_slot(s, &out[i]);
         if (out[i].state != KVS_MSEG_LIVE) continue;

@@ -12,10 +12,15 @@
  *
  * Processes gone: a slot's process is dead when its pid no longer runs, runs with another start
  * time, or is a zombie; a slot of another pid namespace (a container sharing /dev/shm) cannot be
- * looked up from here and counts as alive. A fold journals the row it adds into (an undo copy in the
+ * looked up from here: it is alive while its heartbeat (written by its owner's instance thread at
+ * every poll, on CLOCK_BOOTTIME, which every pid namespace of the host reads alike) is younger than
+ * KVS_MSEG_HEARTBEAT_STALE_MS, so a dead container's slots are folded too. A fold journals the row it adds into (an undo copy in the
  * header), so a process killed in the middle of one never gets its counters added twice. Retired
- * rows are bounded: past KVS_MSEG_RETIRED_MAX, and whenever a newcomer finds no free slot, the rows
- * of processes gone are merged into one row per kind with tenant KVS_MSEG_OTHER. */
+ * rows are bounded: past KVS_MSEG_RETIRED_MAX, and whenever a newcomer finds no free slot, rows of
+ * one kind and tenant merge (tiers gathered by name, so no series changes; a tier with no place left
+ * counts under a catch-all tier KVS_MSEG_OTHER); only when that frees nothing do named tenants'
+ * rows merge into their kind's row with tenant KVS_MSEG_OTHER. Tenant-less rows (a node's whole
+ * counters) never do. */
 #ifndef KVS_METRICS_SEG_H
 #define KVS_METRICS_SEG_H
 
@@ -25,14 +30,15 @@
 
 #include "abi/kvstrata.h"
 
-#define KVS_MSEG_MAGIC       0x3174656d2d73766bull /* "kvs-met1" */
-#define KVS_MSEG_VERSION     2u
-#define KVS_MSEG_SLOTS       256u
-#define KVS_MSEG_TIERS       16u
-#define KVS_MSEG_NAME_MAX    64u
-#define KVS_MSEG_TENANT      72u /* a tenant name (64 bytes) and its NUL, rounded up */
-#define KVS_MSEG_RETIRED_MAX 64u /* retired rows of distinct identities before they merge */
-#define KVS_MSEG_OTHER       "(other)"
+#define KVS_MSEG_MAGIC              0x3174656d2d73766bull /* "kvs-met1" */
+#define KVS_MSEG_VERSION            3u
+#define KVS_MSEG_SLOTS              256u
+#define KVS_MSEG_TIERS              16u
+#define KVS_MSEG_NAME_MAX           64u
+#define KVS_MSEG_TENANT             72u /* a tenant name (64 bytes) and its NUL, rounded up */
+#define KVS_MSEG_RETIRED_MAX        64u /* retired rows of distinct identities before they merge */
+#define KVS_MSEG_OTHER              "(other)"
+#define KVS_MSEG_HEARTBEAT_STALE_MS 30000u /* another namespace's slot this quiet is dead */
 
 enum { KVS_MSEG_FREE = 0, KVS_MSEG_LIVE = 1, KVS_MSEG_RETIRED = 2 };
 /* What published a slot. */
@@ -77,6 +83,7 @@ typedef struct kvs_mseg_tier {
     char name[KVS_MSEG_NAME_MAX];
     uint64_t objects, bytes, capacity; /* gauges: a live process's only */
     uint64_t shared;                   /* every process sees the same objects (not summed) */
+    uint64_t usage_known; /* objects and bytes were asked of the tier (else they mean nothing) */
     uint64_t hits, hit_tokens, loaded_bytes, load_ns; /* counters */
 } kvs_mseg_tier;
 
@@ -93,7 +100,8 @@ typedef struct kvs_mseg_slot {
     int32_t pid;
     uint64_t start; /* the process's start time (/proc/PID/stat), so a reused pid is not alive */
     uint64_t pidns; /* the inode of the process's pid namespace (0: unknown) */
-    uint64_t seq;   /* odd while the owner writes values */
+    uint64_t heartbeat; /* CLOCK_BOOTTIME ns of the owner's last poll (kvs_mseg_heartbeat) */
+    uint64_t seq;       /* odd while the owner writes values */
     kvs_mseg_values v;
 } kvs_mseg_slot;
 
@@ -114,7 +122,6 @@ typedef struct kvs_mseg {
     kvs_mseg_slot *slots;
     size_t map_bytes;
     int writable;
-    uint64_t pidns;                   /* this process's pid namespace */
     char name[KVS_MSEG_NAME_MAX + 8]; /* "/kvstrata-<name>" */
 } kvs_mseg;
 
@@ -132,6 +139,10 @@ int kvs_mseg_claim(kvs_mseg *seg, const kvs_mseg_values *v);
 void kvs_mseg_publish(kvs_mseg *seg, int slot, const kvs_mseg_values *v);
 /* The owner is done with its slot: its counters go to the retired row of its identity. */
 void kvs_mseg_release(kvs_mseg *seg, int slot);
+/* The owner says its slot's process still runs (the instance thread, at every poll). */
+void kvs_mseg_heartbeat(kvs_mseg *seg, int slot);
+/* CLOCK_BOOTTIME in ns, the clock of the heartbeats. */
+uint64_t kvs_mseg_boottime_ns(void);
 /* Folds the LIVE slots of processes gone into retired rows; returns the slots folded. */
 int kvs_mseg_sweep(kvs_mseg *seg);
 

@@ -80,12 +80,16 @@ static void fill(kvs_handle *h, kvs_mseg_values *v) {
  * tiers are open for the whole call. */
 static void poll_usage(void *ctx, kvs_mseg_values *v, int final) {
     kvs_handle *h = ctx;
-    for (uint32_t t = 0; t < v->n_tiers; t++) v->tiers[t].objects = v->tiers[t].bytes = 0;
+    for (uint32_t t = 0; t < v->n_tiers; t++) {
+        v->tiers[t].objects = v->tiers[t].bytes = 0;
+        v->tiers[t].usage_known = 0; /* not asked: published as unknown, not as empty */
+    }
     if (final || !kvs_tiers_thread_safe(h->tiers)) return;
     for (uint32_t t = 0; t < v->n_tiers; t++) {
         const kvs_backend_ops *ops = kvs_tiers_ops(h->tiers, t);
-        if (ops && ops->usage && !network_tier(h, t))
-            ops->usage(kvs_tiers_state(h->tiers, t), &v->tiers[t].objects, &v->tiers[t].bytes);
+        if (!ops || !ops->usage || network_tier(h, t)) continue;
+        ops->usage(kvs_tiers_state(h->tiers, t), &v->tiers[t].objects, &v->tiers[t].bytes);
+        v->tiers[t].usage_known = 1;
     }
 }
 

@@ -120,7 +120,9 @@ START_TEST(two_processes_add_up_and_a_killed_ones_counts_stay) {
     ck_assert_ptr_nonnull(
         strstr(text, "\nkvstrata_tier_hits_total{tier=\"ram\",tenant=\"t\"} 7\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_processes 0\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 0\n"));
+    /* no live process knows the tier's usage: no sample rather than a 0 */
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_objects{"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_capacity_bytes{tier=\"ram\"} 0\n"));
     free(text);
     kvs_mseg_close(&seg);
     close(p[0]);
@@ -257,6 +259,61 @@ START_TEST(another_process_takes_over_the_endpoint) {
     kill(b, SIGKILL);
     waitpid(b, &status, 0);
     ck_assert_msg(served, "no process took over the endpoint");
+}
+END_TEST
+
+/* A process of the instance forks a child that lives on, then exits: the child holds no copy of its
+ * parent's listening socket, so a third process binds and serves. */
+START_TEST(a_forked_child_never_keeps_the_port) {
+    char listen_at[64];
+    uint16_t port = free_port();
+    snprintf(listen_at, sizeof listen_at, "127.0.0.1:%u", port);
+    int to_child[2], from_a[2];
+    ck_assert_int_eq(pipe(to_child), 0);
+    ck_assert_int_eq(pipe(from_a), 0);
+    pid_t a = fork();
+    ck_assert_int_ge(a, 0);
+    if (a == 0) {
+        kvs_mseg_values v = identity("a");
+        kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+        if (!src) _exit(2);
+        for (int i = 0; i < 1000 && !kvs_metrics_serving(g_name); i++) usleep(10000);
+        if (!kvs_metrics_serving(g_name)) _exit(3);
+        pid_t c = fork();
+        if (c < 0) _exit(4);
+        if (c == 0) { /* lives until the test closes its end of the pipe (or dies) */
+            close(to_child[1]);
+            char b;
+            ssize_t ignored = read(to_child[0], &b, 1);
+            (void)ignored;
+            _exit(0);
+        }
+        if (write(from_a[1], &c, sizeof c) != sizeof c) _exit(5);
+        kvs_metrics_detach(src); /* a stops serving and exits */
+        _exit(0);
+    }
+    close(to_child[0]);
+    pid_t c = -1;
+    ck_assert_int_eq(read(from_a[0], &c, sizeof c), sizeof c);
+    int status;
+    ck_assert_int_eq(waitpid(a, &status, 0), a);
+    kvs_mseg_values v = identity("third");
+    kvs_metrics_source *src = kvs_metrics_attach(listen_at, g_name, 0, &v, NULL, NULL);
+    int served = 0;
+    for (int i = 0; src && i < 100 && !served; i++) {
+        served = kvs_metrics_serving(g_name);
+        if (!served) usleep(100000);
+    }
+    int code = served ? get_metrics(port) : -1;
+    int child_alive = kill(c, 0) == 0;
+    close(to_child[1]); /* c exits */
+    kvs_metrics_detach(src);
+    close(from_a[0]);
+    close(from_a[1]);
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_msg(child_alive, "the forked child was gone before the takeover");
+    ck_assert_msg(served, "no process took over the endpoint while the forked child lived");
+    ck_assert_int_eq(code, 200);
 }
 END_TEST
 
@@ -402,6 +459,42 @@ START_TEST(a_zombie_is_dead_and_another_namespace_alive) {
 }
 END_TEST
 
+/* Another namespace's slot whose owner stopped beating its heartbeat (a container gone) is folded;
+ * a slot of this namespace is judged by its pid whatever its heartbeat. */
+START_TEST(another_namespaces_slot_with_a_stale_heartbeat_is_dead) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    kvs_mseg_values v = identity("gone");
+    int slot = kvs_mseg_claim(&seg, &v);
+    ck_assert_int_ge(slot, 0);
+    v.c[KVS_MC_GETS] = 6;
+    kvs_mseg_publish(&seg, slot, &v);
+    kvs_mseg_values w = identity("here");
+    int mine = kvs_mseg_claim(&seg, &w);
+    ck_assert_int_ge(mine, 0);
+    uint64_t stale = kvs_mseg_boottime_ns() - (KVS_MSEG_HEARTBEAT_STALE_MS + 1000ull) * 1000000ull;
+    seg.slots[mine].heartbeat = stale; /* alive by its pid */
+    seg.slots[slot].pidns = kvs_mseg_own_pidns() + 1;
+    seg.slots[slot].heartbeat = kvs_mseg_boottime_ns();
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 0); /* beating: alive */
+    seg.slots[slot].heartbeat = stale;
+    kvs_mseg_slot s;
+    ck_assert_int_ge(find_slot(&seg, "gone", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_RETIRED); /* readers see it gone already */
+    ck_assert_int_eq(kvs_mseg_sweep(&seg), 1);
+    ck_assert_int_ge(find_slot(&seg, "gone", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_RETIRED);
+    ck_assert_uint_eq(s.v.c[KVS_MC_GETS], 6); /* its counts stay */
+    ck_assert_int_ge(find_slot(&seg, "here", &s), 0);
+    ck_assert_uint_eq(s.state, KVS_MSEG_LIVE);
+    /* the owner's heartbeat write */
+    kvs_mseg_heartbeat(&seg, mine);
+    ck_assert_uint_gt(seg.slots[mine].heartbeat, stale);
+    kvs_mseg_close(&seg);
+}
+END_TEST
+
 START_TEST(tenant_churn_never_fills_the_segment) {
     kvs_mseg seg;
     char err[256];
@@ -439,6 +532,87 @@ START_TEST(tenant_churn_never_fills_the_segment) {
     ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK);
     ck_assert_ptr_nonnull(strstr(text, "kvstrata_gets_total{tenant=\"(other)\"} "));
     free(text);
+    kvs_mseg_close(&seg);
+}
+END_TEST
+
+static int cmp_lines(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The text's lines, sorted, joined by '\n' (the order of series is not part of what they say). */
+static char *sorted_lines(char *text) {
+    size_t n = 0, cap = 4096;
+    char **lines = malloc(cap * sizeof *lines);
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        ck_assert_uint_lt(n, cap);
+        lines[n++] = l;
+    }
+    qsort(lines, n, sizeof *lines, cmp_lines);
+    size_t len = 1;
+    for (size_t i = 0; i < n; i++) len += strlen(lines[i]) + 1;
+    char *out = calloc(1, len);
+    for (size_t i = 0; i < n; i++) strcat(strcat(out, lines[i]), "\n");
+    free(lines);
+    return out;
+}
+
+/* More identities than KVS_MSEG_RETIRED_MAX retire (few tenants, many tier sets, a node's whole
+ * counters): the merges change no series, the text is what every slot kept apart would give. */
+START_TEST(merging_retired_rows_changes_no_series) {
+    kvs_mseg seg;
+    char err[256];
+    ck_assert_int_eq(kvs_mseg_open(g_name, 1, &seg, err, sizeof err), KVS_OK);
+    enum { N = 300 };
+    kvs_mseg_slot *kept = calloc(N, sizeof *kept);
+    uint64_t connections = 0;
+    for (int i = 0; i < N; i++) {
+        kvs_mseg_values v;
+        memset(&v, 0, sizeof v);
+        int node = i % 5 == 0;
+        v.kind = node ? KVS_MSEG_NODE : i % 2 ? KVS_MSEG_STORE : KVS_MSEG_CONNECTOR;
+        if (!node || i % 10 == 0) snprintf(v.tenant, sizeof v.tenant, "t%d", i % 3);
+        v.n_tiers = 2;
+        snprintf(v.tiers[0].name, sizeof v.tiers[0].name, "ram");
+        snprintf(v.tiers[1].name, sizeof v.tiers[1].name, "n%d", (i / 6) % 12);
+        int slot = kvs_mseg_claim(&seg, &v);
+        ck_assert_msg(slot >= 0, "claim %d failed", i);
+        for (int k = 0; k < KVS_MC_COUNT; k++) v.c[k] = (uint64_t)(i + k + 1);
+        if (node && !v.tenant[0]) connections += v.c[KVS_MC_NODE_CONNECTIONS];
+        v.c[KVS_MC_GET_MISSES] = v.c[KVS_MC_GETS] / 2;
+        for (int t = 0; t < 2; t++) {
+            v.tiers[t].hits = (uint64_t)(i + t);
+            v.tiers[t].hit_tokens = (uint64_t)(2 * i + t);
+            v.tiers[t].loaded_bytes = (uint64_t)(3 * i + t);
+            v.tiers[t].load_ns = (uint64_t)(1000 * i + t);
+        }
+        kvs_mseg_publish(&seg, slot, &v);
+        kvs_mseg_release(&seg, slot);
+        kept[i].state = KVS_MSEG_RETIRED;
+        kept[i].v = v;
+    }
+    char *text = NULL, *want = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_seg(&seg, &text, &len), KVS_OK);
+    ck_assert_int_eq(kvs_metrics_render_slots(kept, N, 0, &want, &len), KVS_OK);
+    char line[128];
+    snprintf(line, sizeof line, "\nkvstrata_node_connections_total %llu\n",
+             (unsigned long long)connections);
+    ck_assert_ptr_nonnull(strstr(text, line)); /* the node's whole counters */
+    ck_assert_ptr_null(strstr(text, KVS_MSEG_OTHER));
+    char *a = sorted_lines(text), *b = sorted_lines(want);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
+    free(text);
+    free(want);
+    free(kept);
+    kvs_mseg_slot *slots = calloc(KVS_MSEG_SLOTS, sizeof *slots);
+    uint32_t procs = 0, used = 0;
+    ck_assert_int_eq(kvs_mseg_snapshot(&seg, slots, &procs), 0);
+    for (uint32_t i = 0; i < KVS_MSEG_SLOTS; i++) used += slots[i].state != KVS_MSEG_FREE;
+    ck_assert_uint_le(used, KVS_MSEG_RETIRED_MAX + 1);
+    free(slots);
     kvs_mseg_close(&seg);
 }
 END_TEST
@@ -518,14 +692,44 @@ START_TEST(a_nodes_tier_gauges_stay_apart_from_the_engines) {
     slots[0].state = slots[1].state = KVS_MSEG_LIVE;
     slots[0].v = identity("");
     slots[0].v.tiers[0].objects = 5;
+    slots[0].v.tiers[0].usage_known = 1;
     slots[1].v = identity("");
     slots[1].v.kind = KVS_MSEG_NODE;
     slots[1].v.tiers[0].objects = 7;
+    slots[1].v.tiers[0].usage_known = 1;
     char *text = NULL;
     size_t len = 0;
     ck_assert_int_eq(kvs_metrics_render_slots(slots, 2, 2, &text, &len), KVS_OK);
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 5\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\",role=\"node\"} 7\n"));
+    free(text);
+}
+END_TEST
+
+/* A tier whose usage no live slot asked (a network tier, tiers not thread-safe) has no objects or
+ * bytes sample; one live slot that knows it is enough. */
+START_TEST(a_tier_usage_nobody_asked_has_no_sample) {
+    kvs_mseg_slot slots[2];
+    memset(slots, 0, sizeof slots);
+    slots[0].state = slots[1].state = KVS_MSEG_LIVE;
+    for (int i = 0; i < 2; i++) {
+        slots[i].v = identity("");
+        slots[i].v.n_tiers = 2;
+        snprintf(slots[i].v.tiers[1].name, sizeof slots[i].v.tiers[1].name, "net");
+        slots[i].v.tiers[1].capacity = 100;
+    }
+    slots[0].v.tiers[0].objects = 4;
+    slots[0].v.tiers[0].bytes = 40;
+    slots[0].v.tiers[0].usage_known = 1;
+    slots[1].v.tiers[0].objects = 99; /* not asked: means nothing */
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kvs_metrics_render_slots(slots, 2, 2, &text, &len), KVS_OK);
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_objects{tier=\"ram\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_bytes{tier=\"ram\"} 40\n"));
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_objects{tier=\"net\"}"));
+    ck_assert_ptr_null(strstr(text, "kvstrata_tier_bytes{tier=\"net\"}"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkvstrata_tier_capacity_bytes{tier=\"net\"} 200\n"));
     free(text);
 }
 END_TEST
@@ -625,13 +829,17 @@ int main(void) {
     tcase_add_test(tc, label_values_are_escaped);
     tcase_add_test(tc, config_keys_and_refusals);
     tcase_add_test(tc, another_process_takes_over_the_endpoint);
+    tcase_add_test(tc, a_forked_child_never_keeps_the_port);
     tcase_add_test(tc, bad_clients_never_stop_the_server);
     tcase_add_test(tc, a_forked_child_never_touches_its_parents_slot_or_thread);
     tcase_add_test(tc, a_zombie_is_dead_and_another_namespace_alive);
+    tcase_add_test(tc, another_namespaces_slot_with_a_stale_heartbeat_is_dead);
     tcase_add_test(tc, tenant_churn_never_fills_the_segment);
+    tcase_add_test(tc, merging_retired_rows_changes_no_series);
     tcase_add_test(tc, a_fold_cut_short_counts_once_and_readers_recover);
     tcase_add_test(tc, store_misses_above_gets_never_make_a_rate_above_one);
     tcase_add_test(tc, a_nodes_tier_gauges_stay_apart_from_the_engines);
+    tcase_add_test(tc, a_tier_usage_nobody_asked_has_no_sample);
     tcase_add_test(tc, head_answers_the_length_get_sends);
     suite_add_tcase(s, tc);
     /* CPU time over a window: left out of the suite's own run, in test_metrics_timing */

@@ -38,13 +38,14 @@ static void poll_store(void *ctx, kvs_mseg_values *v, int final) {
         x->shared = (uint64_t)kvs_tiers_shared(s->chain, t);
         const kvs_backend_ops *ops = kvs_tiers_ops(s->chain, t);
         if (!ops || !ops->usage || network_tier(s, t)) {
-            x->objects = x->bytes = 0;
+            x->objects = x->bytes = x->usage_known = 0; /* not asked: unknown, not empty */
             continue;
         }
         if (final) continue; /* the gauges leave with the slot */
         /* the store's own calls hold its lock for as long as they take: the last answer stays */
         if (s->serialize && pthread_mutex_trylock(&s->chain_lock) != 0) continue;
         ops->usage(kvs_tiers_state(s->chain, t), &x->objects, &x->bytes);
+        x->usage_known = 1;
         if (s->serialize) pthread_mutex_unlock(&s->chain_lock);
     }
 }

@@ -112,8 +112,10 @@ static void publish_node(kvs_node *n, node_metrics *m) {
         kvs_mseg_tier *x = &v->tiers[t];
         x->capacity = m->capacity[t];
         const kvs_backend_ops *ops = kvs_server_tiers_ops(n->chain, t);
-        if (ops && ops->usage)
+        if (ops && ops->usage) {
             ops->usage(kvs_server_tiers_state(n->chain, t), &x->objects, &x->bytes);
+            x->usage_known = 1;
+        }
     }
     kvs_metrics_publish(m->node_src, v);
 }
