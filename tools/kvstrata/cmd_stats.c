@@ -288,16 +288,22 @@ static void contents_of(view *v, const kvs_server_config *config, size_t i, int3
     if (!strcmp(tc->type, "dram")) {
         const char *shm = cli_tier_option(tc, "shm_name", -1);
         kvs_dram_peek_info info;
+        kvs_status st;
         if (!shm) {
             snprintf(t->note, sizeof t->note, "private to each process%s",
                      t->have_contents ? " (figures: the processes' own)" : "");
-        } else if (kvs_dram_peek(shm, &info, err, sizeof err) == KVS_OK) {
+        } else if ((st = kvs_dram_peek(shm, &info, err, sizeof err)) == KVS_OK) {
             t->objects = (double)info.objects;
             t->bytes = (double)info.bytes;
             t->capacity = (double)info.capacity_bytes;
             t->have_contents = 1;
             snprintf(t->note, sizeof t->note, "shared \"/%s\", %u process(es) attached", shm,
                      info.attached_alive);
+        } else if (st == KVS_ENOTFOUND) {
+            /* the last process to detach unlinks it: it holds nothing now */
+            t->objects = t->bytes = 0;
+            t->have_contents = 1;
+            snprintf(t->note, sizeof t->note, "%s", err);
         } else {
             snprintf(t->note, sizeof t->note, "%s", err);
         }
