@@ -297,7 +297,6 @@ class Stats(Dirs, unittest.TestCase):
         doc = self.stats(cfg)
         self.assertEqual(doc["processes"], 0)
         self.assertEqual(doc["tenants"][0]["gets"], a["stats"]["gets"])  # kept after its exit
-        # the shared tier left with its last process: no live process knows its count, no sample
         # the shared tier left with its last process (unlinked): it holds nothing now
         self.assertEqual(doc["tiers"][0]["objects"], 0)
         self.assertEqual(doc["tiers"][1]["objects"], 0)  # nothing was written back to the SSD
