@@ -192,14 +192,14 @@ class CompareTest(unittest.TestCase):
         os.chmod(wrapper, 0o755)
         crash = self.config("crash.yaml", FAST)
         hang = self.config("hang.yaml", FAST)
+        # no baseline: its run, the slowest, could itself pass 2 s on a loaded machine
         doc = self.compare_json(crash, hang, "--engine", wrapper, "--timeout", "2", "--no-plot",
-                                expect_rc=1)
-        a, b, base = doc["runs"]
+                                "--no-baseline", expect_rc=1)
+        a, b = doc["runs"]
         self.assertFalse(a["ok"])
         self.assertIn("signal %d" % signal.SIGSEGV, a["error"])
         self.assertFalse(b["ok"])
         self.assertIn("no result within 2 s", b["error"])
-        self.assertTrue(base["ok"], base)
         for pid in os.listdir("/proc"):
             if pid.isdigit():
                 try:
