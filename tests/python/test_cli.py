@@ -60,6 +60,25 @@ class Dirs:
         self.addCleanup(lambda: os.path.exists("/dev/shm/" + name) and os.unlink("/dev/shm/" + name))
         return name
 
+    def redis_server(self, d):
+        """A redis-server on a unix socket in d, stopped at the test's end; its socket path."""
+        sock = os.path.join(d, "redis.sock")
+        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.02)
+        return sock
+
+    def metrics_name(self):
+        """A metrics segment name of this test's own, removed at its end."""
+        name = "cli-" + uuid.uuid4().hex[:10]
+        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
+                        and os.unlink("/dev/shm/kvstrata-" + name))
+        return name
+
     def holder(self, config, n, size, tenant=""):
         """A second process holding the store; returns (its report, process)."""
         env = dict(os.environ)
@@ -195,14 +214,7 @@ class Check(Dirs, unittest.TestCase):
 
     def test_a_running_redis_server_opens(self):
         d = self.tmpdir()
-        sock = os.path.join(d, "redis.sock")
-        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
-        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.02)
+        sock = self.redis_server(d)
         cfg = self.yaml(f"version: 1\ntiers:\n  - name: r\n    type: redis\n    nodes: [{sock}]\n", d)
         rc, out, err = run_cli("check", "--json", cfg)
         self.assertEqual(rc, 0, out + err)
@@ -229,9 +241,7 @@ class Stats(Dirs, unittest.TestCase):
         section of its own."""
         d = self.tmpdir()
         os.mkdir(os.path.join(d, "ssd"))
-        name = "cli-" + uuid.uuid4().hex[:10]
-        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
-                        and os.unlink("/dev/shm/kvstrata-" + name))
+        name = self.metrics_name()
         self.port = free_port()
         section = f"metrics:\n  listen: 127.0.0.1:{self.port}\n  name: {name}\n"
         disk = (f"  - name: disk\n    type: ssd\n    capacity: 64MiB\n    paths: [{d}/ssd]\n"
@@ -370,17 +380,8 @@ class EngineThread(Dirs, unittest.TestCase):
         """A connector handle publishes from the engine's own calls: a round trip to Redis there
         (DBSIZE, INFO) would stall the engine's step, so none is made."""
         d = self.tmpdir()
-        sock = os.path.join(d, "redis.sock")
-        srv = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL)
-        self.addCleanup(lambda: (srv.terminate(), srv.wait()))
-        for _ in range(200):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.02)
-        name = "cli-" + uuid.uuid4().hex[:10]
-        self.addCleanup(lambda: os.path.exists("/dev/shm/kvstrata-" + name)
-                        and os.unlink("/dev/shm/kvstrata-" + name))
+        sock = self.redis_server(d)
+        name = self.metrics_name()
         cfg = self.yaml(f"version: 1\nmetrics:\n  listen: 127.0.0.1:{free_port()}\n  name: {name}\n"
                         "tiers:\n  - name: dram\n    type: dram\n    capacity: 1MiB\n"
                         f"  - name: r\n    type: redis\n    nodes: [{sock}]\n", d)
