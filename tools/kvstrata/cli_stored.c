@@ -17,20 +17,19 @@ static void append(char *note, size_t len, const char *text) {
 
 /* Objects of ssd tier tc in its (rank 0) paths; 0 when it has no data file yet. */
 static uint64_t ssd_objects(const kvs_server_tier *tc) {
-    uint32_t n = cli_tier_list_count(tc, "path"), ok = 0;
     char *paths[KVS_SERVER_MAX_OPTIONS];
-    if (n > KVS_SERVER_MAX_OPTIONS) n = KVS_SERVER_MAX_OPTIONS;
-    for (uint32_t k = 0; k < n; k++)
-        ok += (paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), 0)) != NULL;
+    uint32_t n = 0;
     uint64_t objects = 0;
     kvs_ssd_inspect_options opt = {.mode = KVS_SSD_INSPECT_QUICK, .tier = tc->name};
-    kvs_ssd_inspect_report *rep = ok == n ? calloc(1, sizeof *rep) : NULL;
+    kvs_ssd_inspect_report *rep = cli_tier_paths(tc, 0, paths, KVS_SERVER_MAX_OPTIONS, &n) == 0
+                                      ? calloc(1, sizeof *rep)
+                                      : NULL;
     char err[256];
     if (rep &&
         kvs_ssd_inspect_run((const char *const *)paths, n, &opt, rep, err, sizeof err) == KVS_OK)
         objects = rep->objects;
     free(rep);
-    for (uint32_t k = 0; k < n; k++) free(paths[k]);
+    cli_free_paths(paths, n);
     return objects;
 }
 

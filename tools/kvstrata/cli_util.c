@@ -146,3 +146,21 @@ int cli_file_locked(const char *file) {
     errno = err;
     return rc == 0 ? 0 : (err == EWOULDBLOCK ? 1 : -1);
 }
+
+int cli_tier_paths(const kvs_server_tier *tc, int32_t rank, char **paths, uint32_t cap,
+                   uint32_t *n) {
+    uint32_t count = cli_tier_list_count(tc, "path");
+    *n = 0;
+    for (uint32_t k = 0; k < count && k < cap; k++) {
+        if (!(paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), rank))) {
+            cli_free_paths(paths, k);
+            return -1;
+        }
+        *n = k + 1;
+    }
+    return 0;
+}
+
+void cli_free_paths(char **paths, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) free(paths[k]);
+}

@@ -23,6 +23,11 @@ void cli_json_string(FILE *out, const char *s);
 /* value with each {rank} replaced by rank, as the connector reads a tier's options for a worker of
  * that tensor-parallel rank; malloc'd (free it), NULL when out of memory. */
 char *cli_with_rank(const char *value, int32_t rank);
+/* The `paths:` of tier tc, {rank} replaced by rank, into paths[0..*n) (each malloc'd: free them
+ * with cli_free_paths). 0, or -1 when out of memory (nothing left to free). */
+int cli_tier_paths(const kvs_server_tier *tc, int32_t rank, char **paths, uint32_t cap,
+                   uint32_t *n);
+void cli_free_paths(char **paths, uint32_t n);
 /* --rank's value: a number from 0 to 65535 into *rank; -1 (said on stderr as cmd's) when not. */
 int cli_parse_rank(const char *cmd, const char *text, int32_t *rank);
 /* Is file held by a running tier (which keeps LOCK_EX on its data files)? A lock probe released at

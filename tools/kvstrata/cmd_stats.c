@@ -308,13 +308,11 @@ static void contents_of(view *v, const kvs_server_config *config, size_t i, int3
             snprintf(t->note, sizeof t->note, "%s", err);
         }
     } else if (!strcmp(tc->type, "ssd")) {
-        uint32_t n = cli_tier_list_count(tc, "path"), n_ok = 0;
         char *paths[KVS_SERVER_MAX_OPTIONS];
-        if (n > KVS_SERVER_MAX_OPTIONS) n = KVS_SERVER_MAX_OPTIONS;
-        for (uint32_t k = 0; k < n; k++)
-            n_ok += (paths[k] = cli_with_rank(cli_tier_option(tc, "path", (int)k), rank)) != NULL;
-        ssd_contents(t, tc, paths, n, n_ok == n, scan, i);
-        for (uint32_t k = 0; k < n; k++) free(paths[k]);
+        uint32_t n = 0;
+        int ok = cli_tier_paths(tc, rank, paths, KVS_SERVER_MAX_OPTIONS, &n) == 0;
+        ssd_contents(t, tc, paths, n, ok, scan, i);
+        cli_free_paths(paths, n);
     } else if (!strcmp(tc->type, "redis") || !strcmp(tc->type, "remote")) {
         kvs_server_tiers *chain = NULL;
         if (cli_open_tier(config, i, 16ull << 20, rank, &chain, err, sizeof err) != KVS_OK) {
