@@ -13,6 +13,8 @@ import time
 import unittest
 import uuid
 
+from kvs_scrape import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIB = os.environ.get("KVSTRATA_LIBRARY", "")
 CLI = os.environ.get("KVSTRATA_CLI") or os.path.join(os.path.dirname(os.path.dirname(LIB)), "bin",
@@ -227,12 +229,6 @@ class Check(Dirs, unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("usage: kvstrata check", out)
         self.assertEqual(run_cli("no-such-command")[0], 2)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Stats(Dirs, unittest.TestCase):

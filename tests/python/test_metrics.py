@@ -5,7 +5,6 @@ stores' own counters (kvs_store_stats, usage), including what the second process
 exited."""
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,32 +14,11 @@ import urllib.error
 import urllib.request
 import uuid
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from kvstrata.store import Store
+from kvs_scrape import free_port, scrape, value
 
 KiB = 1 << 10
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 CHILD = r"""

@@ -13,7 +13,6 @@ the hit tokens and chunk counts there must equal the engine's own JSON summary."
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,9 +21,8 @@ import urllib.error
 import urllib.request
 import uuid
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from kvstrata.store import Store
+from kvs_scrape import free_port, scrape, value
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -39,29 +37,6 @@ def build_bin(name):
 
 def cli():
     return os.environ.get("KVSTRATA_CLI") or os.path.join(ROOT, "build", "bin", "kvstrata")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            key = (s.name, tuple(sorted(s.labels.items())))
-            if key in samples:  # one series, one sample: a second would be a rendering fault
-                raise AssertionError(f"two samples of {key} in the scrape")
-            samples[key] = s.value
-    return samples
-
-
-def value(samples, name, **labels):
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def series(samples, name):
